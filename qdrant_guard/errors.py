@@ -1,0 +1,69 @@
+"""Every error qdrant_guard raises derives from :class:`QdrantGuardError`."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+class QdrantGuardError(Exception):
+    """Base class of every error raised by qdrant_guard."""
+
+
+class ConfigError(QdrantGuardError, ValueError):
+    """A policy file or a GuardConfig is invalid. The message names the file, key, value and fix."""
+
+
+class NativeUnavailableError(QdrantGuardError, ImportError):
+    """The native kernels were requested (the default) but are not built or not importable."""
+
+
+class InvalidVectorError(QdrantGuardError, ValueError):
+    """A vector is malformed: NaN/Inf, wrong dimension, wrong dtype, or an unknown vector name."""
+
+
+class CredentialError(QdrantGuardError):
+    """A boundary credential is malformed, expired, revoked or signed by an untrusted key."""
+
+
+class ReceiptError(QdrantGuardError):
+    """A reconstruction-resistance receipt is malformed or does not verify."""
+
+
+class AuditError(QdrantGuardError):
+    """The audit log cannot be written or read."""
+
+
+class AuditIntegrityError(AuditError):
+    """An audit log failed verification (edited, deleted, inserted, reordered or torn entry)."""
+
+
+class GuardRefusal(QdrantGuardError):
+    """The guard refused a call. Nothing reached Qdrant.
+
+    Attributes:
+        verdict: machine-readable verdict name, e.g. ``"NOISE_REQUIRED"``.
+        directive: what the caller should do to get the call accepted.
+        point_ids: ids of the points at fault (empty for reads).
+        manifest_digest: SHA-256 hex digest of the decision manifest written to the audit log.
+        details: extra structured information (violations, measured values, ...).
+    """
+
+    def __init__(
+        self,
+        verdict: str,
+        directive: str,
+        *,
+        point_ids: Sequence[Any] = (),
+        manifest_digest: str = "",
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        self.verdict = str(verdict)
+        self.directive = directive
+        self.point_ids = list(point_ids)
+        self.manifest_digest = manifest_digest
+        self.details = dict(details or {})
+        ids = ""
+        if self.point_ids:
+            shown = ", ".join(repr(p) for p in self.point_ids[:5])
+            more = f" (+{len(self.point_ids) - 5} more)" if len(self.point_ids) > 5 else ""
+            ids = f" [points: {shown}{more}]"
+        super().__init__(f"{self.verdict}: {directive}{ids}")

@@ -1,0 +1,46 @@
+"""The parameters of one noise release, as recorded in receipts and manifests."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+MECHANISMS = ("gaussian", "laplace_l2")
+
+
+@dataclass(frozen=True)
+class NoiseParams:
+    """What was done to a vector, exactly enough to state and re-check the guarantee.
+
+    Attributes:
+        mechanism: ``"gaussian"`` (analytic Gaussian, Balle & Wang 2018) or ``"laplace_l2"``
+            (multivariate Laplace in L2 norm, metric DP).
+        mechanism_version: version of the sampler + calibration code (bumped on any change).
+        epsilon: privacy loss at the protected radius (see ``radius``).
+        delta: failure probability (Gaussian); ``0.0`` for ``laplace_l2``.
+        radius: protected L2 radius: the guarantee holds between any two clipped inputs at L2
+            distance <= radius.
+        clip_norm: inputs were clipped to this L2 norm before noising (``None``: not clipped).
+        scale: sigma per coordinate (Gaussian) or the Gamma scale ``radius/epsilon`` (laplace_l2).
+        lattice_step: the output was snapped to multiples of this power of two.
+        rng_id: which generator produced the randomness (e.g. ``"chacha20-getrandom-v1"``).
+        dim: vector dimension.
+        dtype: numpy dtype name of the released vector (``"float32"``/``"float64"``).
+        guarantee: one human-readable sentence stating the guarantee exactly.
+    """
+
+    mechanism: str
+    mechanism_version: str
+    epsilon: float
+    delta: float
+    radius: float
+    clip_norm: float | None
+    scale: float
+    lattice_step: float
+    rng_id: str
+    dim: int
+    dtype: str
+    guarantee: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the parameters as a plain JSON-serialisable dict."""
+        return asdict(self)
