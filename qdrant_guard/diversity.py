@@ -1,0 +1,381 @@
+"""Per-query result diversity: cap each source's share of a returned top-k.
+
+A nearest-neighbour extraction attack sends many narrow queries, each aimed at one chunk of a
+restricted document. Capping how many of a query's results may come from one source limits what
+each query yields; :mod:`qdrant_guard.budget` limits what all of a principal's queries yield
+together.
+
+The cap is a hard guarantee. :func:`enforce_diversity` walks the candidates in rank order and
+admits an item only while its source is under the cap. It never re-adds a withheld item to fill
+the page, so when too few sources are available the result is *shorter* than ``k``
+(:attr:`DiversityOutcome.short_by` says by how much). The caller should over-fetch
+(:func:`overfetch_limit`) so that enough other sources are available.
+
+Items without a source all count as one shared source, ``missing_source``. Counting each of them
+as its own source would let anyone who can write points bypass the cap by leaving the source
+field out.
+
+Pagination (``offset``):
+    The cap applies to each page separately. The caller applies ``offset`` to Qdrant's ranking
+    *before* the cap: it fetches ``offset + overfetch_limit(limit, ...)`` points, drops the first
+    ``offset``, and calls :func:`enforce_diversity` on the rest with ``k=limit``. You can rely on:
+
+    * every page obeys the cap on its own (at most ``source_cap(limit, fraction)`` items per source);
+    * pages are deterministic for an unchanged collection and identical requests.
+
+    You cannot rely on:
+
+    * a cap across pages: a source may contribute up to the cap on *every* page, so paging is not
+      a way to stay under a per-source limit in total (that is the job of the extraction budget);
+    * pages being disjoint or complete: an item ranked inside page ``n``'s over-fetch window may be
+      kept on page ``n`` and again on page ``n+1``, and an item withheld on page ``n`` whose raw
+      rank is below the next offset is never shown on any page;
+    * ``offset`` counting returned items: it counts positions in Qdrant's uncapped ranking.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable, Generic, Sequence, TypeVar
+
+__all__ = [
+    "DiversityOutcome",
+    "GroupCapsOutcome",
+    "enforce_diversity",
+    "enforce_group_caps",
+    "floor_share",
+    "overfetch_limit",
+    "source_cap",
+]
+
+T = TypeVar("T")
+
+_MISSING_DEFAULT = "__unknown__"
+
+
+@dataclass(frozen=True)
+class DiversityOutcome(Generic[T]):
+    """The result of :func:`enforce_diversity`.
+
+    Attributes:
+        kept: the admitted items, in their original (score) order; at most ``k``.
+        withheld: the items dropped by the cap (or by a diversity swap), in original order.
+        short_by: ``k - len(kept)``; 0 when ``k`` items were returned.
+        per_source: number of kept items per source (sources with no kept item are absent).
+        unique_sources: number of distinct sources among the kept items.
+        min_unique_met: whether the kept items span the required number of sources. False when
+            the candidates themselves span fewer sources (the pipeline logs it).
+    """
+
+    kept: list[T]
+    withheld: list[T]
+    short_by: int
+    per_source: dict[str, int]
+    unique_sources: int
+    min_unique_met: bool
+
+
+@dataclass(frozen=True)
+class GroupCapsOutcome(Generic[T]):
+    """The result of :func:`enforce_group_caps`.
+
+    Attributes:
+        groups: one :class:`DiversityOutcome` per input group, in input order.
+        per_source: kept hits per source over the whole response.
+        group_cap: the per-source cap inside each group.
+        response_cap: the per-source cap over the whole response.
+    """
+
+    groups: list[DiversityOutcome[T]]
+    per_source: dict[str, int]
+    group_cap: int
+    response_cap: int
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _check_fraction(name: str, value: object, *, allow_zero: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, not {type(value).__name__}")
+    value = float(value)
+    low_ok = value >= 0.0 if allow_zero else value > 0.0
+    if not (math.isfinite(value) and low_ok and value <= 1.0):
+        bound = "[0, 1]" if allow_zero else "(0, 1]"
+        raise ValueError(f"{name} must be in {bound}, got {value!r}")
+    return value
+
+
+def floor_share(n: int, fraction: float) -> int:
+    """Return ``floor(n * fraction)`` computed on the decimal value the caller wrote.
+
+    Binary floats make ``100 * 0.57`` equal ``56.99999999999999``; flooring that would silently
+    lower a cap by one. The fraction is therefore read as the shortest decimal that round-trips
+    to the same float (``0.57`` is exactly 57/100), and the product is floored exactly.
+
+    Args:
+        n: a non-negative count.
+        fraction: a share in ``[0, 1]``.
+
+    Returns:
+        The exact floor of ``n * fraction``.
+
+    Raises:
+        TypeError: ``n`` is not an int or ``fraction`` not a real number.
+        ValueError: ``n`` is negative or ``fraction`` outside ``[0, 1]``.
+    """
+    _check_int("n", n, 0)
+    fraction = _check_fraction("fraction", fraction, allow_zero=True)
+    return math.floor(n * Fraction(repr(fraction)))
+
+
+def source_cap(k: int, max_source_fraction: float) -> int:
+    """Return how many of ``k`` results one source may contribute.
+
+    The cap is ``max(1, floor(k * max_source_fraction))``: the share is rounded *down* so it is
+    never exceeded, except that every source may always contribute one result (otherwise a
+    small ``k`` would return nothing at all). For example ``k=10, fraction=0.4`` gives 4, and
+    ``k=2, fraction=0.4`` gives 1.
+
+    Args:
+        k: the number of results requested (``limit``), at least 1.
+        max_source_fraction: the largest share of ``k`` one source may hold, in ``(0, 1]``.
+
+    Returns:
+        The per-source cap, between 1 and ``k``.
+
+    Raises:
+        TypeError: ``k`` is not an int or the fraction not a real number.
+        ValueError: ``k < 1`` or the fraction is outside ``(0, 1]``.
+    """
+    _check_int("k", k, 1)
+    _check_fraction("max_source_fraction", max_source_fraction, allow_zero=False)
+    return max(1, floor_share(k, max_source_fraction))
+
+
+def overfetch_limit(limit: int, *, factor: float, max_limit: int = 1000) -> int:
+    """Return how many candidates to ask Qdrant for so the cap can still fill ``limit``.
+
+    The result is ``ceil(limit * factor)`` clamped to ``max_limit``, but never below ``limit``
+    itself (a request larger than ``max_limit`` is passed through unchanged, not shrunk).
+
+    Args:
+        limit: the number of results the caller asked for, at least 1.
+        factor: the over-fetch multiplier, a finite number ``>= 1``.
+        max_limit: the largest over-fetch allowed, at least 1.
+
+    Returns:
+        The number of candidates to fetch.
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: ``limit < 1``, ``max_limit < 1`` or ``factor`` is not a finite number ``>= 1``.
+    """
+    _check_int("limit", limit, 1)
+    _check_int("max_limit", max_limit, 1)
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+        raise TypeError(f"factor must be a float, not {type(factor).__name__}")
+    if not (math.isfinite(factor) and factor >= 1.0):
+        raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
+    wanted = math.ceil(limit * Fraction(repr(float(factor))))
+    return max(limit, min(max_limit, wanted))
+
+
+def _source_names(
+    items: Sequence[T], source_of: Callable[[T], str | None], missing_source: str
+) -> list[str]:
+    names = []
+    for index, item in enumerate(items):
+        name = source_of(item)
+        if name is None:
+            name = missing_source
+        elif not isinstance(name, str):
+            raise TypeError(
+                f"source_of(items[{index}]) must return str or None, not {type(name).__name__}; "
+                "convert the payload value to a string in source_of"
+            )
+        names.append(name)
+    return names
+
+
+def _select(
+    sources: list[str],
+    *,
+    k: int,
+    cap: int,
+    min_unique: int,
+    totals: dict[str, int],
+    total_cap: int,
+) -> tuple[list[int], bool]:
+    """Pick at most ``k`` indices; each source stays <= ``cap`` here and <= ``total_cap`` in ``totals``.
+
+    ``totals`` is updated in place so several calls can share a response-wide cap.
+    """
+    counts: dict[str, int] = {}
+    kept: list[int] = []
+    for index, name in enumerate(sources):
+        if len(kept) < k and counts.get(name, 0) < cap and totals.get(name, 0) < total_cap:
+            kept.append(index)
+            counts[name] = counts.get(name, 0) + 1
+            totals[name] = totals.get(name, 0) + 1
+
+    required = min(min_unique, k)
+    if len(counts) < required:
+        # Best not-yet-represented source first; each swap adds one source and removes none,
+        # because the victim's source keeps at least one item.
+        best_of_missing: dict[str, int] = {}
+        for index, name in enumerate(sources):
+            if name not in counts and name not in best_of_missing:
+                best_of_missing[name] = index
+        for name, candidate in sorted(best_of_missing.items(), key=lambda kv: kv[1]):
+            if len(counts) >= required:
+                break
+            if totals.get(name, 0) >= total_cap:
+                continue
+            if len(kept) < k:
+                victim = None
+            else:
+                victim = next((i for i in reversed(kept) if counts[sources[i]] > 1), None)
+                if victim is None:
+                    break
+            if victim is not None:
+                kept.remove(victim)
+                counts[sources[victim]] -= 1
+                totals[sources[victim]] -= 1
+            kept.append(candidate)
+            counts[name] = 1
+            totals[name] = totals.get(name, 0) + 1
+        kept.sort()
+    return kept, len(counts) >= required
+
+
+def _outcome(items: Sequence[T], sources: list[str], kept: list[int], k: int, met: bool) -> DiversityOutcome[T]:
+    kept_set = set(kept)
+    per_source: dict[str, int] = {}
+    for index in kept:
+        per_source[sources[index]] = per_source.get(sources[index], 0) + 1
+    return DiversityOutcome(
+        kept=[items[i] for i in kept],
+        withheld=[item for i, item in enumerate(items) if i not in kept_set],
+        short_by=k - len(kept),
+        per_source=per_source,
+        unique_sources=len(per_source),
+        min_unique_met=met,
+    )
+
+
+def _check_common(min_unique_sources: object, missing_source: object) -> None:
+    _check_int("min_unique_sources", min_unique_sources, 0)
+    if not isinstance(missing_source, str):
+        raise TypeError(f"missing_source must be a str, not {type(missing_source).__name__}")
+
+
+def enforce_diversity(
+    items: Sequence[T],
+    *,
+    k: int,
+    source_of: Callable[[T], str | None],
+    max_source_fraction: float = 0.4,
+    min_unique_sources: int = 2,
+    missing_source: str = _MISSING_DEFAULT,
+) -> DiversityOutcome[T]:
+    """Keep at most ``k`` items, at most ``source_cap(k, max_source_fraction)`` per source.
+
+    Items are walked in the given (rank) order and admitted while their source is under the cap
+    and fewer than ``k`` are kept. Withheld items are never re-added, so the cap holds for every
+    source, always; when fewer than ``k`` items can be kept the result is short.
+
+    ``min_unique_sources`` is then enforced: when the candidates span at least
+    ``min(min_unique_sources, k)`` sources, the result does too. If needed, the lowest-ranked
+    kept items of sources holding more than one kept item are replaced by the best item of each
+    missing source (best-ranked missing source first). A swap never exceeds the cap or ``k``.
+    When the candidates span fewer sources, ``min_unique_met`` is False.
+
+    Args:
+        items: candidates in rank order (best first), e.g. over-fetched ``ScoredPoint``s.
+        k: the number of results to return at most, at least 1.
+        source_of: returns an item's source name, or None when it has none.
+        max_source_fraction: the largest share of ``k`` one source may hold, in ``(0, 1]``.
+        min_unique_sources: the number of distinct sources the result should span.
+        missing_source: the one source that every item without a source counts under.
+
+    Returns:
+        A :class:`DiversityOutcome`.
+
+    Raises:
+        TypeError: an argument has the wrong type, or ``source_of`` returned a non-string.
+        ValueError: ``k < 1``, a negative ``min_unique_sources`` or a fraction outside ``(0, 1]``.
+    """
+    cap = source_cap(k, max_source_fraction)
+    _check_common(min_unique_sources, missing_source)
+    sources = _source_names(items, source_of, missing_source)
+    kept, met = _select(sources, k=k, cap=cap, min_unique=min_unique_sources, totals={}, total_cap=cap)
+    return _outcome(items, sources, kept, k, met)
+
+
+def enforce_group_caps(
+    groups: Sequence[Sequence[T]],
+    *,
+    group_size: int,
+    source_of: Callable[[T], str | None],
+    max_source_fraction: float = 0.4,
+    min_unique_sources: int = 2,
+    missing_source: str = _MISSING_DEFAULT,
+) -> GroupCapsOutcome[T]:
+    """Cap sources in a grouped response (``query_points_groups`` grouped by a non-source field).
+
+    Two caps hold at once, both hard:
+
+    * inside each group: at most ``source_cap(group_size, fraction)`` hits per source;
+    * across the whole response: at most ``source_cap(len(groups) * group_size, fraction)`` hits
+      per source, counted over all groups. Groups are processed in the given order (Qdrant orders
+      them best first), so earlier groups use a source's response-wide share first.
+
+    A point that appears in several groups (grouping by a multi-valued field) counts once per
+    appearance, which errs on the strict side. ``min_unique_sources`` is applied inside each group
+    as in :func:`enforce_diversity`, but it is best effort here: a missing source whose
+    response-wide share is used up cannot be swapped in, and ``min_unique_met`` says so.
+
+    Args:
+        groups: the hits of each group, each in rank order (e.g. ``[g.hits for g in result.groups]``).
+        group_size: the ``group_size`` that was requested, at least 1.
+        source_of: returns a hit's source name, or None when it has none.
+        max_source_fraction: the largest share one source may hold, in ``(0, 1]``.
+        min_unique_sources: the number of distinct sources each group should span.
+        missing_source: the one source that every hit without a source counts under.
+
+    Returns:
+        A :class:`GroupCapsOutcome`.
+
+    Raises:
+        TypeError: an argument has the wrong type, or ``source_of`` returned a non-string.
+        ValueError: ``group_size < 1``, a negative ``min_unique_sources`` or a bad fraction.
+    """
+    group_cap = source_cap(group_size, max_source_fraction)
+    _check_common(min_unique_sources, missing_source)
+    response_cap = source_cap(max(1, len(groups)) * group_size, max_source_fraction)
+    totals: dict[str, int] = {}
+    outcomes = []
+    for hits in groups:
+        sources = _source_names(hits, source_of, missing_source)
+        kept, met = _select(
+            sources,
+            k=group_size,
+            cap=group_cap,
+            min_unique=min_unique_sources,
+            totals=totals,
+            total_cap=response_cap,
+        )
+        outcomes.append(_outcome(hits, sources, kept, group_size, met))
+    return GroupCapsOutcome(
+        groups=outcomes,
+        per_source={name: n for name, n in totals.items() if n},
+        group_cap=group_cap,
+        response_cap=response_cap,
+    )
