@@ -1,0 +1,796 @@
+"""The retrieval utility guard: calibrate the noise level against measured retrieval quality.
+
+:func:`calibrate` reads the clean vectors of a collection, noises documents *and* queries at each
+candidate privacy level (strongest noise, i.e. smallest epsilon, first), searches a temporary
+in-memory Qdrant collection with the same distance, and measures how much retrieval quality is lost
+against the clean collection. It picks the strongest noise whose loss stays within ``threshold``
+and signs the whole measured frontier into a :class:`UtilityRecord`. The SHA-256 of the record's
+signed body is the ``retrieval_utility_guard_hash``; the pipeline refuses writes whose noise level
+has a recorded drop above the threshold (``UTILITY_DEGRADED``).
+
+Calibration needs the *clean* vectors, so it runs on a raw :class:`qdrant_client.QdrantClient`
+pointed at a clean staging collection (or at the in-boundary collection, by a principal allowed to
+read raw vectors). Nothing about the documents is stored in the record: only the metrics, the
+parameters and a digest of the queries the operator chose.
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
+
+import numpy as np
+
+from .errors import QdrantGuardError
+
+__all__ = [
+    "DEFAULT_EPSILONS",
+    "UTILITY_DOMAIN",
+    "UtilityCalibrationError",
+    "UtilityRecord",
+    "calibrate",
+    "verify_utility_record",
+    "retrieval_metrics",
+    "add_calibrate_arguments",
+    "run_calibrate_cli",
+]
+
+UTILITY_DOMAIN = b"qdrant-guard utility v1\0"
+_QUERY_DOMAIN = b"qdrant-guard utility queries v1\0"
+_SEED_KEY_DOMAIN = b"qdrant-guard calibration seed v1\0"
+RECORD_VERSION = 1
+
+#: Candidate ladder, strongest noise first. At the policy default radius 0.01 and delta 1e-6 the
+#: analytic Gaussian sigma per coordinate runs from about 0.3 (0.125) down to about 0.002 (32).
+DEFAULT_EPSILONS: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+
+_METRICS = ("recall", "ndcg", "overlap")
+
+T = TypeVar("T")
+
+
+class UtilityCalibrationError(QdrantGuardError):
+    """No candidate noise level satisfies the utility threshold and the epsilon ceiling.
+
+    Attributes:
+        frontier: the measured levels (one dict per candidate epsilon).
+    """
+
+    def __init__(self, message: str, frontier: Sequence[Mapping[str, Any]] = ()) -> None:
+        super().__init__(message)
+        self.frontier = [dict(level) for level in frontier]
+
+
+def progress_iter(
+    items: Iterable[T], *, total: int | None = None, desc: str = "", enabled: bool = True
+) -> Iterator[T]:
+    """Yield ``items`` while drawing a progress bar on stderr.
+
+    Uses tqdm when it is installed, otherwise a one-line bar of its own (no hard dependency).
+    """
+    if not enabled:
+        yield from items
+        return
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is not None:
+        yield from tqdm(items, total=total, desc=desc, file=sys.stderr, leave=False)
+        return
+    if total is None and hasattr(items, "__len__"):
+        total = len(items)  # type: ignore[arg-type]
+    start = time.monotonic()
+    done = 0
+    for item in items:
+        yield item
+        done += 1
+        if total:
+            filled = int(30 * done / total)
+            bar = "#" * filled + "." * (30 - filled)
+            sys.stderr.write(f"\r{desc} [{bar}] {done}/{total} {time.monotonic() - start:.0f}s")
+        else:
+            sys.stderr.write(f"\r{desc} {done} {time.monotonic() - start:.0f}s")
+        sys.stderr.flush()
+    sys.stderr.write("\n")
+
+
+@dataclass(frozen=True)
+class UtilityRecord:
+    """A signed statement of how retrieval quality degrades with noise on one collection.
+
+    Attributes:
+        collection: the calibrated collection.
+        mechanism: ``"gaussian"`` or ``"laplace_l2"``.
+        epsilon: the chosen privacy level (strongest noise within the threshold).
+        delta: the Gaussian delta (``0.0`` for ``laplace_l2``).
+        radius: protected L2 radius of the guarantee.
+        clip_norm: inputs were clipped to this L2 norm before noising (``None``: not clipped).
+        scale: noise scale of the chosen level (sigma per coordinate, or the Laplace-L2 scale).
+        k: the cut-off of every metric (recall@k, nDCG@k, overlap@k).
+        threshold: the largest accepted relative drop of ``metric``.
+        metric: which metric the drop refers to: ``"recall"``, ``"ndcg"`` or ``"overlap"``.
+        mode: ``"qrels"`` (labelled relevance) or ``"known_item"`` (query i's item = its clean top-1).
+        epsilon_ceiling: the ceiling that applied (``None``: none).
+        clean: the metrics of the clean collection.
+        measured: one dict per candidate level: ``epsilon``, ``scale``, ``recall``, ``ndcg`` (qrels
+            mode), ``overlap``, ``drop`` (of ``metric``), ``drops`` (per metric), ``feasible``.
+        chosen_level: index of the chosen level in ``measured``.
+        query_sample_digest: SHA-256 hex over the canonical encoding of the queries used.
+        n_queries: number of queries measured.
+        n_documents: number of points read from the collection.
+        created_at: integer milliseconds since the Unix epoch.
+        signer_key_id: key id of the Ed25519 signer (``None``: unsigned).
+        signature: base64 Ed25519 signature over ``UTILITY_DOMAIN + canonical_json(body)``.
+        version: record format version.
+    """
+
+    collection: str
+    mechanism: str
+    epsilon: float
+    delta: float
+    radius: float
+    clip_norm: float | None
+    scale: float
+    k: int
+    threshold: float
+    metric: str
+    mode: str
+    epsilon_ceiling: float | None
+    clean: dict[str, float]
+    measured: list[dict[str, Any]]
+    chosen_level: int
+    query_sample_digest: str
+    n_queries: int
+    n_documents: int
+    created_at: int
+    signer_key_id: str | None = None
+    signature: str | None = None
+    version: int = RECORD_VERSION
+
+    def body(self) -> dict[str, Any]:
+        """Return every field except ``signature``: the signed content."""
+        out = dataclasses.asdict(self)
+        del out["signature"]
+        return out
+
+    def signed_bytes(self) -> bytes:
+        """Return the canonical encoding of :meth:`body` (what the digest covers)."""
+        from .canonical import canonical_json
+
+        return canonical_json(self.body())
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 hex of the signed canonical body: the ``retrieval_utility_guard_hash``."""
+        return hashlib.sha256(self.signed_bytes()).hexdigest()
+
+    def drop_for(self, epsilon: float, mechanism: str) -> float | None:
+        """Return the measured drop at ``(epsilon, mechanism)``, or ``None`` if not measured.
+
+        Args:
+            epsilon: a privacy level.
+            mechanism: the mechanism name.
+
+        Returns:
+            The relative drop of :attr:`metric` measured at that level, or ``None``.
+        """
+        if mechanism != self.mechanism:
+            return None
+        for level in self.measured:
+            if math.isclose(float(level["epsilon"]), float(epsilon), rel_tol=1e-12, abs_tol=0.0):
+                return float(level["drop"])
+        return None
+
+    def to_json(self) -> str:
+        """Return the record (signature included) as canonical JSON text."""
+        from .canonical import canonical_json
+
+        return canonical_json(dataclasses.asdict(self)).decode("utf-8")
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "UtilityRecord":
+        """Parse a record written by :meth:`to_json`.
+
+        Args:
+            text: JSON text or bytes.
+
+        Returns:
+            The record (not yet verified: call :func:`verify_utility_record`).
+
+        Raises:
+            ValueError: the text is not JSON or lacks/has unknown fields.
+        """
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8")
+        if not isinstance(text, str):
+            raise TypeError(f"from_json() argument must be str or bytes, not {type(text).__name__}")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"utility record is not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ValueError("utility record must be a JSON object")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"utility record has unknown fields {unknown}")
+        required = {
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        }
+        missing = sorted(required - set(data))
+        if missing:
+            raise ValueError(f"utility record lacks fields {missing}")
+        return cls(**data)
+
+
+def _public_keys(trusted_keys: Any) -> dict[str, Any]:
+    from .keys import key_id
+
+    if isinstance(trusted_keys, Mapping):
+        return dict(trusted_keys)
+    return {key_id(pk): pk for pk in trusted_keys}
+
+
+def verify_utility_record(record: UtilityRecord, trusted_keys: Any) -> bool:
+    """Check that ``record`` is signed by a trusted key and unmodified.
+
+    Args:
+        record: the record.
+        trusted_keys: a mapping key id -> Ed25519 public key, or an iterable of public keys.
+
+    Returns:
+        True if the signature verifies under the trusted key named by ``signer_key_id``.
+    """
+    from cryptography.exceptions import InvalidSignature
+
+    if not isinstance(record, UtilityRecord):
+        raise TypeError(
+            f"verify_utility_record() argument 'record' must be UtilityRecord, not "
+            f"{type(record).__name__}"
+        )
+    if record.signature is None or record.signer_key_id is None:
+        return False
+    key = _public_keys(trusted_keys).get(record.signer_key_id)
+    if key is None:
+        return False
+    try:
+        sig = base64.b64decode(record.signature, validate=True)
+        key.verify(sig, UTILITY_DOMAIN + record.signed_bytes())
+    except (InvalidSignature, ValueError, TypeError):
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def _norm_id(point_id: Any) -> str:
+    return str(point_id)
+
+
+def _as_grades(relevant: Any) -> dict[str, float]:
+    if isinstance(relevant, Mapping):
+        return {_norm_id(k): float(v) for k, v in relevant.items() if float(v) > 0}
+    return {_norm_id(k): 1.0 for k in relevant}
+
+
+def retrieval_metrics(
+    results: Sequence[Sequence[Any]],
+    *,
+    k: int,
+    qrels: Mapping[int, Any] | None = None,
+    known_items: Sequence[Any] | None = None,
+    reference: Sequence[Sequence[Any]] | None = None,
+) -> dict[str, float]:
+    """Compute mean recall@k, nDCG@k (with qrels) and overlap@k with a reference ranking.
+
+    Args:
+        results: per query, the ranked retrieved point ids.
+        k: the cut-off.
+        qrels: query index -> set of relevant ids, or dict id -> graded relevance (gain = grade).
+        known_items: per query, its one known relevant id (used when ``qrels`` is None).
+        reference: per query, the clean top-k ids, for ``overlap`` = |top-k ∩ reference| / k.
+
+    Returns:
+        A dict with ``recall``, ``overlap`` (when ``reference``) and ``ndcg`` (when ``qrels``).
+    """
+    out: dict[str, float] = {}
+    recalls: list[float] = []
+    ndcgs: list[float] = []
+    for i, ranked in enumerate(results):
+        top = [_norm_id(p) for p in list(ranked)[:k]]
+        if qrels is not None:
+            if i not in qrels:
+                continue
+            grades = _as_grades(qrels[i])
+            if not grades:
+                continue
+            hits = sum(1 for p in top if p in grades)
+            recalls.append(hits / len(grades))
+            dcg = sum(grades.get(p, 0.0) / math.log2(r + 2) for r, p in enumerate(top))
+            ideal = sorted(grades.values(), reverse=True)[:k]
+            idcg = sum(g / math.log2(r + 2) for r, g in enumerate(ideal))
+            ndcgs.append(dcg / idcg)
+        elif known_items is not None:
+            recalls.append(1.0 if _norm_id(known_items[i]) in top else 0.0)
+    if recalls:
+        out["recall"] = float(np.mean(recalls))
+    if ndcgs:
+        out["ndcg"] = float(np.mean(ndcgs))
+    if reference is not None:
+        overlaps = [
+            len({_norm_id(p) for p in list(r)[:k]} & {_norm_id(p) for p in list(ref)[:k]}) / k
+            for r, ref in zip(results, reference)
+        ]
+        out["overlap"] = float(np.mean(overlaps)) if overlaps else 0.0
+    return out
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def _read_collection(
+    client: Any, collection: str, vector_name: str | None
+) -> tuple[list[Any], np.ndarray, Any]:
+    from qdrant_client import models
+
+    info = client.get_collection(collection)
+    params = info.config.params.vectors
+    if isinstance(params, Mapping):
+        if vector_name is None:
+            if len(params) != 1:
+                raise ValueError(
+                    f"collection {collection!r} has named vectors {sorted(params)}; pass "
+                    "vector_name= to choose one"
+                )
+            vector_name = next(iter(params))
+        if vector_name not in params:
+            raise ValueError(
+                f"collection {collection!r} has no vector named {vector_name!r}; "
+                f"it has {sorted(params)}"
+            )
+        vparams = params[vector_name]
+    else:
+        if vector_name not in (None, ""):
+            raise ValueError(
+                f"collection {collection!r} has one unnamed vector; drop vector_name={vector_name!r}"
+            )
+        vector_name = None
+        vparams = params
+    ids: list[Any] = []
+    rows: list[list[float]] = []
+    offset = None
+    while True:
+        points, offset = client.scroll(
+            collection, limit=512, offset=offset, with_payload=False, with_vectors=True
+        )
+        for p in points:
+            vec = p.vector
+            if isinstance(vec, Mapping):
+                vec = vec[vector_name]
+            ids.append(p.id)
+            rows.append(list(vec))
+        if offset is None:
+            break
+    if not rows:
+        raise ValueError(f"collection {collection!r} is empty; calibrate needs its clean vectors")
+    distance = vparams.distance
+    if not isinstance(distance, models.Distance):
+        distance = models.Distance(distance)
+    return ids, np.asarray(rows, dtype=np.float32), (vector_name, distance)
+
+
+def _search(
+    client: Any, collection: str, queries: np.ndarray, k: int, using: str | None
+) -> list[list[Any]]:
+    from qdrant_client import models
+
+    out: list[list[Any]] = []
+    step = 64
+    for start in range(0, len(queries), step):
+        requests = [
+            models.QueryRequest(query=q.tolist(), limit=k, using=using)
+            for q in queries[start : start + step]
+        ]
+        for resp in client.query_batch_points(collection, requests=requests):
+            out.append([p.id for p in resp.points])
+    return out
+
+
+def _seed_key(seed: int, purpose: bytes) -> bytes:
+    return hashlib.sha256(_SEED_KEY_DOMAIN + purpose + str(int(seed)).encode()).digest()
+
+
+def noise_pair(
+    docs: np.ndarray,
+    queries: np.ndarray,
+    *,
+    mechanism: str,
+    epsilon: float,
+    radius: float,
+    delta: float | None,
+    clip_norm: float | None,
+    seed: int | None,
+) -> tuple[np.ndarray, np.ndarray, Any]:
+    """Noise documents and queries at one level with :func:`qdrant_guard.noise.privatize`.
+
+    With ``seed`` the noise is the production mechanism in *keyed* mode under a key derived from
+    the seed (reproducible measurements); without it, fresh CSPRNG noise.
+
+    Returns:
+        ``(noised_docs, noised_queries, NoiseParams)``.
+    """
+    from . import noise
+
+    kd = _seed_key(seed, b"docs") if seed is not None else None
+    kq = _seed_key(seed, b"queries") if seed is not None else None
+    d = None if mechanism == "laplace_l2" else delta
+    nd, params = noise.privatize(
+        docs, mechanism=mechanism, epsilon=epsilon, radius=radius, delta=d, clip_norm=clip_norm, key=kd
+    )
+    nq, _ = noise.privatize(
+        queries, mechanism=mechanism, epsilon=epsilon, radius=radius, delta=d, clip_norm=clip_norm, key=kq
+    )
+    return nd, nq, params
+
+
+def _drop(clean: float, noisy: float) -> float:
+    if clean <= 0.0:
+        return 0.0
+    return float(1.0 - noisy / clean)
+
+
+def _canonical_queries(queries: Sequence[Any]) -> list[Any]:
+    out: list[Any] = []
+    for q in queries:
+        if isinstance(q, str):
+            out.append(q)
+        else:
+            out.append([float(x) for x in np.asarray(q, dtype=np.float64).ravel()])
+    return out
+
+
+def query_sample_digest(queries: Sequence[Any]) -> str:
+    """SHA-256 hex over the canonical encoding of the query texts or vectors."""
+    from .canonical import canonical_json
+
+    return hashlib.sha256(_QUERY_DOMAIN + canonical_json(_canonical_queries(queries))).hexdigest()
+
+
+def _check_positive(name: str, value: Any, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"calibrate() argument '{name}' must be a number, not {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"calibrate() argument '{name}' must be a finite number > 0, got {value!r}")
+
+
+def _frontier_table(levels: Sequence[Mapping[str, Any]], metric: str) -> str:
+    lines = [f"  {'epsilon':>9} {'sigma':>10} {metric:>8} {'drop':>8}"]
+    for lv in levels:
+        lines.append(
+            f"  {lv['epsilon']:>9.4g} {lv['scale']:>10.4g} {lv[metric]:>8.4f} {lv['drop']:>8.4f}"
+        )
+    return "\n".join(lines)
+
+
+def calibrate(
+    client: Any,
+    collection: str,
+    queries: Sequence[Any],
+    qrels: Mapping[int, Any] | None = None,
+    k: int = 10,
+    *,
+    mechanism: str = "gaussian",
+    radius: float,
+    delta: float = 1e-6,
+    clip_norm: float | None = 1.0,
+    epsilons: Sequence[float] = DEFAULT_EPSILONS,
+    threshold: float = 0.05,
+    epsilon_ceiling: float | None = None,
+    signer: Any = None,
+    embedder: Callable[[list[str]], np.ndarray] | None = None,
+    progress: bool = True,
+    sample_limit: int | None = None,
+    seed: int | None = None,
+    metric: str = "recall",
+    vector_name: str | None = None,
+) -> UtilityRecord:
+    """Choose the strongest noise level whose retrieval-quality drop stays within ``threshold``.
+
+    Args:
+        client: a raw ``qdrant_client.QdrantClient`` that can read the clean vectors.
+        collection: the (clean, staging or in-boundary) collection to calibrate.
+        queries: query vectors, or query texts together with ``embedder``.
+        qrels: query index -> set of relevant point ids, or dict id -> graded relevance. Without
+            it, query i's known item is its clean top-1 (known-item recall).
+        k: the cut-off of recall@k, nDCG@k and overlap@k.
+        mechanism: ``"gaussian"`` or ``"laplace_l2"``.
+        radius: protected L2 radius of the guarantee.
+        delta: Gaussian delta (ignored for ``laplace_l2``).
+        clip_norm: clip vectors to this L2 norm before noising (``None``: no clipping).
+        epsilons: candidate privacy levels; measured from the smallest (strongest noise) up.
+        threshold: largest accepted relative drop ``1 - noisy/clean`` of ``metric``.
+        epsilon_ceiling: levels above it are measured and recorded but never chosen.
+        signer: Ed25519 private key that signs the record (``None``: unsigned record).
+        embedder: callable ``list[str] -> ndarray`` for text queries.
+        progress: draw a progress bar on stderr.
+        sample_limit: measure at most this many queries (a random sample; seeded by ``seed``).
+        seed: makes the measurement reproducible: noise from the keyed mechanism under a key
+            derived from the seed. Never use it for production writes.
+        metric: ``"recall"`` (default), ``"ndcg"`` (needs qrels) or ``"overlap"``.
+        vector_name: which named vector to calibrate (collections with several).
+
+    Returns:
+        The (signed) :class:`UtilityRecord`.
+
+    Raises:
+        UtilityCalibrationError: no level meets both the threshold and the ceiling; the message
+            shows the measured frontier and which constraint to relax.
+        TypeError, ValueError: a bad argument.
+    """
+    if not isinstance(collection, str) or not collection:
+        raise TypeError("calibrate() argument 'collection' must be a non-empty str")
+    if mechanism not in ("gaussian", "laplace_l2"):
+        raise ValueError(f"mechanism must be 'gaussian' or 'laplace_l2', got {mechanism!r}")
+    if metric not in _METRICS:
+        raise ValueError(f"metric must be one of {_METRICS}, got {metric!r}")
+    if metric == "ndcg" and qrels is None:
+        raise ValueError("metric='ndcg' needs qrels (graded or binary relevance labels)")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"calibrate() argument 'k' must be an int >= 1, got {k!r}")
+    _check_positive("radius", radius)
+    _check_positive("clip_norm", clip_norm, allow_none=True)
+    _check_positive("epsilon_ceiling", epsilon_ceiling, allow_none=True)
+    if mechanism == "gaussian" and not (0 < delta < 1):
+        raise ValueError(f"gaussian needs 0 < delta < 1, got delta={delta!r}")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not (
+        0 <= threshold < 1
+    ):
+        raise ValueError(f"threshold must be a number in [0, 1), got {threshold!r}")
+    eps_list = sorted({float(e) for e in epsilons})
+    if not eps_list:
+        raise ValueError("epsilons is empty; pass at least one candidate epsilon")
+    for e in eps_list:
+        _check_positive("epsilons[]", e)
+    queries = list(queries)
+    if not queries:
+        raise ValueError("queries is empty; pass query vectors or texts")
+    if qrels is not None and not isinstance(qrels, Mapping):
+        raise TypeError(f"qrels must be a mapping query index -> relevant ids, not {type(qrels).__name__}")
+
+    index = list(range(len(queries)))
+    if sample_limit is not None and sample_limit < len(queries):
+        if sample_limit < 1:
+            raise ValueError(f"sample_limit must be >= 1, got {sample_limit!r}")
+        rng = np.random.default_rng(seed)
+        index = sorted(rng.choice(len(queries), size=sample_limit, replace=False).tolist())
+    used = [queries[i] for i in index]
+    used_qrels = {j: qrels[i] for j, i in enumerate(index) if i in qrels} if qrels is not None else None
+
+    if all(isinstance(q, str) for q in used):
+        if embedder is None:
+            raise ValueError("queries are texts: pass embedder= (a callable list[str] -> ndarray)")
+        qvecs = np.asarray(embedder(list(used)), dtype=np.float32)
+    elif any(isinstance(q, str) for q in used):
+        raise TypeError("queries mixes texts and vectors; pass only one kind")
+    else:
+        qvecs = np.asarray([np.asarray(q, dtype=np.float32).ravel() for q in used], dtype=np.float32)
+    if qvecs.ndim != 2 or not np.all(np.isfinite(qvecs)):
+        raise ValueError("query vectors must form a finite 2-D array (n_queries, dim)")
+
+    ids, docs, (using, distance) = _read_collection(client, collection, vector_name)
+    if qvecs.shape[1] != docs.shape[1]:
+        raise ValueError(
+            f"query dimension {qvecs.shape[1]} does not match collection dimension {docs.shape[1]}"
+        )
+
+    clean_results = _search(client, collection, qvecs, k, using)
+    known = [r[0] if r else None for r in clean_results]
+    clean = retrieval_metrics(
+        clean_results, k=k, qrels=used_qrels, known_items=known, reference=clean_results
+    )
+    if metric not in clean:
+        raise ValueError(f"no query has relevance labels in qrels; cannot measure {metric!r}")
+
+    from qdrant_client import QdrantClient, models
+
+    measured: list[dict[str, Any]] = []
+    for eps in progress_iter(eps_list, total=len(eps_list), desc="calibrate", enabled=progress):
+        nd, nq, params = noise_pair(
+            docs, qvecs, mechanism=mechanism, epsilon=eps, radius=radius, delta=delta,
+            clip_norm=clip_norm, seed=seed,
+        )
+        tmp = QdrantClient(":memory:")
+        try:
+            tmp.create_collection(
+                "calibration", vectors_config=models.VectorParams(size=docs.shape[1], distance=distance)
+            )
+            tmp.upload_points(
+                "calibration",
+                points=[models.PointStruct(id=pid, vector=v.tolist()) for pid, v in zip(ids, nd)],
+                batch_size=512,
+                wait=True,
+            )
+            noisy_results = _search(tmp, "calibration", nq, k, None)
+        finally:
+            tmp.close()
+        noisy = retrieval_metrics(
+            noisy_results, k=k, qrels=used_qrels, known_items=known, reference=clean_results
+        )
+        drops = {m: _drop(clean[m], noisy[m]) for m in noisy}
+        level: dict[str, Any] = {"epsilon": eps, "scale": float(params.scale)}
+        level.update(noisy)
+        level["drops"] = drops
+        level["drop"] = drops[metric]
+        level["feasible"] = bool(
+            drops[metric] <= threshold and (epsilon_ceiling is None or eps <= epsilon_ceiling)
+        )
+        measured.append(level)
+
+    chosen = next((i for i, lv in enumerate(measured) if lv["feasible"]), None)
+    if chosen is None:
+        table = _frontier_table(measured, metric)
+        under = [lv for lv in measured if epsilon_ceiling is None or lv["epsilon"] <= epsilon_ceiling]
+        meeting = [lv for lv in measured if lv["drop"] <= threshold]
+        hints = []
+        if under:
+            best = min(lv["drop"] for lv in under)
+            hints.append(f"raise threshold to >= {best:.4f} (smallest drop under the ceiling)")
+        if meeting:
+            hints.append(
+                f"raise epsilon_ceiling to >= {meeting[0]['epsilon']:g} (smallest epsilon within "
+                "the threshold)"
+            )
+        else:
+            hints.append("add larger epsilons to the ladder (weaker noise)")
+        ceiling = "none" if epsilon_ceiling is None else f"{epsilon_ceiling:g}"
+        raise UtilityCalibrationError(
+            f"no noise level keeps the {metric}@{k} drop <= {threshold:g} with epsilon <= "
+            f"{ceiling} on collection {collection!r}; relax a constraint: "
+            + "; or ".join(hints)
+            + f". Measured frontier ({mechanism}, radius {radius:g}, clean {metric} "
+            f"{clean[metric]:.4f}):\n{table}",
+            measured,
+        )
+
+    key_id_str = None
+    if signer is not None:
+        from .keys import key_id
+
+        key_id_str = key_id(signer.public_key())
+    record = UtilityRecord(
+        collection=collection,
+        mechanism=mechanism,
+        epsilon=measured[chosen]["epsilon"],
+        delta=0.0 if mechanism == "laplace_l2" else float(delta),
+        radius=float(radius),
+        clip_norm=None if clip_norm is None else float(clip_norm),
+        scale=measured[chosen]["scale"],
+        k=k,
+        threshold=float(threshold),
+        metric=metric,
+        mode="qrels" if used_qrels is not None else "known_item",
+        epsilon_ceiling=None if epsilon_ceiling is None else float(epsilon_ceiling),
+        clean=clean,
+        measured=measured,
+        chosen_level=chosen,
+        query_sample_digest=query_sample_digest(used),
+        n_queries=len(used),
+        n_documents=len(ids),
+        created_at=int(time.time() * 1000),
+        signer_key_id=key_id_str,
+    )
+    if signer is not None:
+        sig = signer.sign(UTILITY_DOMAIN + record.signed_bytes())
+        record = dataclasses.replace(record, signature=base64.b64encode(sig).decode("ascii"))
+    return record
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_calibrate_arguments(parser: Any) -> None:
+    """Add the ``qdrant-guard calibrate`` options to an argparse parser."""
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--path", help="local Qdrant storage directory")
+    src.add_argument("--url", help="Qdrant server URL")
+    parser.add_argument("--collection", required=True)
+    parser.add_argument("--queries", required=True, help="JSONL: one text or vector per line")
+    parser.add_argument("--qrels", help="JSONL: {\"query\": i, \"relevant\": [ids] or {id: grade}}")
+    parser.add_argument("--threshold", type=float, default=0.05)
+    parser.add_argument("--out", required=True, help="where to write the signed record (JSON)")
+    parser.add_argument("--key", help="Ed25519 private key (PEM) that signs the record")
+    parser.add_argument("--mechanism", default="gaussian", choices=("gaussian", "laplace_l2"))
+    parser.add_argument("--radius", type=float, default=0.01)
+    parser.add_argument("--delta", type=float, default=1e-6)
+    parser.add_argument("--clip-norm", type=float, default=1.0)
+    parser.add_argument("--epsilons", help="comma-separated candidate epsilons")
+    parser.add_argument("--epsilon-ceiling", type=float)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--metric", default="recall", choices=_METRICS)
+    parser.add_argument("--sample-limit", type=int)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def _read_jsonl(path: str) -> list[Any]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def run_calibrate_cli(args: Any) -> int:
+    """Run ``qdrant-guard calibrate`` from parsed arguments (see :func:`add_calibrate_arguments`).
+
+    Returns:
+        0 on success, 2 when no level is feasible (the frontier is printed on stderr).
+    """
+    from qdrant_client import QdrantClient
+
+    get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+    queries = _read_jsonl(get("queries"))
+    queries = [q["text"] if isinstance(q, dict) and "text" in q else q for q in queries]
+    queries = [q["vector"] if isinstance(q, dict) and "vector" in q else q for q in queries]
+    qrels = None
+    if get("qrels"):
+        qrels = {}
+        for row in _read_jsonl(get("qrels")):
+            qrels[int(row["query"])] = row["relevant"]
+    embedder = None
+    if queries and isinstance(queries[0], str):
+        from .evaluation.embed import Embedder
+
+        embedder = Embedder().encode
+    signer = None
+    if get("key"):
+        from .keys import load_private_key
+
+        signer = load_private_key(get("key"))
+    epsilons = DEFAULT_EPSILONS
+    if get("epsilons"):
+        epsilons = tuple(float(x) for x in str(get("epsilons")).split(",") if x.strip())
+    client = QdrantClient(path=get("path")) if get("path") else QdrantClient(url=get("url"))
+    try:
+        record = calibrate(
+            client,
+            get("collection"),
+            queries,
+            qrels,
+            get("k", 10),
+            mechanism=get("mechanism", "gaussian"),
+            radius=get("radius", 0.01),
+            delta=get("delta", 1e-6),
+            clip_norm=get("clip_norm", 1.0),
+            epsilons=epsilons,
+            threshold=get("threshold", 0.05),
+            epsilon_ceiling=get("epsilon_ceiling"),
+            signer=signer,
+            embedder=embedder,
+            progress=not get("no_progress", False),
+            sample_limit=get("sample_limit"),
+            seed=get("seed"),
+            metric=get("metric", "recall"),
+        )
+    except UtilityCalibrationError as exc:
+        print(f"qdrant-guard calibrate: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        client.close()
+    with open(get("out"), "w", encoding="utf-8") as fh:
+        fh.write(record.to_json() + "\n")
+    print(
+        f"chosen epsilon {record.epsilon:g} (sigma {record.scale:.4g}), {record.metric} drop "
+        f"{record.measured[record.chosen_level]['drop']:.4f} <= {record.threshold:g}; "
+        f"retrieval_utility_guard_hash {record.digest}"
+    )
+    return 0
