@@ -1,0 +1,123 @@
+"""The one canonical byte encoding signed by receipts, credentials and the audit chain.
+
+A verifier never trusts the bytes it was given: it decodes them, re-encodes the value with
+:func:`canonical_json` and compares bytes, so two encodings of the same fields can never both verify.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+__all__ = ["canonical_json", "is_canonical", "decode_canonical"]
+
+
+def _encode(obj: Any, out: list[str], path: str) -> None:
+    # Exact type dispatch first: bool is an int subclass and must stay a bool.
+    if obj is None:
+        out.append("null")
+    elif obj is True:
+        out.append("true")
+    elif obj is False:
+        out.append("false")
+    elif isinstance(obj, int):
+        out.append(int.__repr__(obj))
+    elif isinstance(obj, float):
+        value = float(obj)
+        if not math.isfinite(value):
+            raise ValueError(
+                f"canonical_json: {path} is {value!r}; NaN and Infinity have no canonical JSON "
+                "encoding, replace them with finite numbers or null"
+            )
+        # repr() is the shortest string that round-trips to the same double.
+        out.append(float.__repr__(value))
+    elif isinstance(obj, str):
+        out.append(json.dumps(obj, ensure_ascii=False))
+    elif isinstance(obj, (list, tuple)):
+        out.append("[")
+        for i, item in enumerate(obj):
+            if i:
+                out.append(",")
+            _encode(item, out, f"{path}[{i}]")
+        out.append("]")
+    elif isinstance(obj, dict):
+        for key in obj:
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"canonical_json: {path} has a key of type {type(key).__name__} ({key!r}); "
+                    "only str keys are allowed"
+                )
+        out.append("{")
+        for i, key in enumerate(sorted(obj)):
+            if i:
+                out.append(",")
+            out.append(json.dumps(key, ensure_ascii=False))
+            out.append(":")
+            _encode(obj[key], out, f"{path}.{key}")
+        out.append("}")
+    else:
+        raise TypeError(
+            f"canonical_json: {path} is of type {type(obj).__name__}; only None, bool, int, float, "
+            "str, list, tuple and dict with str keys can be encoded (convert numpy scalars with "
+            ".item() and bytes with base64)"
+        )
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Encode ``obj`` as canonical JSON bytes.
+
+    UTF-8, keys sorted by code point, no whitespace, non-ASCII characters written as themselves
+    (not ``\\u`` escapes), floats in Python's shortest round-trip form (``1.0`` stays ``1.0``),
+    ints as ints, tuples as lists.
+
+    Args:
+        obj: ``None``, ``bool``, ``int``, ``float``, ``str``, or lists/tuples/dicts (str keys) of them.
+
+    Returns:
+        The canonical UTF-8 bytes.
+
+    Raises:
+        TypeError: a value or a dict key has an unsupported type.
+        ValueError: a float is NaN or infinite.
+    """
+    out: list[str] = []
+    _encode(obj, out, "$")
+    return "".join(out).encode("utf-8")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name} is not canonical JSON")
+
+
+def decode_canonical(data: bytes) -> Any:
+    """Decode ``data`` and check that it is exactly the canonical encoding of its value.
+
+    Args:
+        data: UTF-8 JSON bytes.
+
+    Returns:
+        The decoded value.
+
+    Raises:
+        TypeError: ``data`` is not bytes.
+        ValueError: ``data`` is not valid UTF-8 JSON, or is valid JSON in a non-canonical form
+            (reordered keys, whitespace, ``\\u`` escapes, ``1e0`` for ``1.0``, duplicate keys, ...).
+    """
+    if not isinstance(data, (bytes, bytearray)):
+        raise TypeError(f"decode_canonical() argument must be bytes, not {type(data).__name__}")
+    try:
+        value = json.loads(bytes(data).decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not valid UTF-8 JSON: {exc}") from exc
+    if canonical_json(value) != bytes(data):
+        raise ValueError("JSON is valid but not in canonical form (re-encoding gives other bytes)")
+    return value
+
+
+def is_canonical(data: bytes) -> bool:
+    """Return True if ``data`` is the canonical JSON encoding of the value it decodes to."""
+    try:
+        decode_canonical(data)
+    except ValueError:
+        return False
+    return True

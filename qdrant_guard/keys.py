@@ -1,0 +1,218 @@
+"""Ed25519 key generation, identifiers and loading (fail closed, no algorithm confusion)."""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+import stat
+from pathlib import Path
+from typing import Union
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from .errors import CredentialError, QdrantGuardError
+
+__all__ = [
+    "KeyStoreError",
+    "KeyAlgorithmError",
+    "KEY_PREFIX",
+    "generate_keypair",
+    "key_id",
+    "public_key_bytes",
+    "public_key_to_str",
+    "public_key_from_str",
+    "private_key_to_pem",
+    "public_key_to_pem",
+    "load_private_key",
+    "load_public_key",
+]
+
+KEY_PREFIX = "ed25519:"
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class KeyStoreError(QdrantGuardError):
+    """A key file cannot be read or parsed. The message names the path."""
+
+
+class KeyAlgorithmError(KeyStoreError, CredentialError):
+    """A key is not Ed25519 (algorithm confusion is refused, never converted)."""
+
+
+def generate_keypair() -> tuple[Ed25519PrivateKey, Ed25519PublicKey]:
+    """Generate a fresh Ed25519 key pair from the operating system's CSPRNG."""
+    sk = Ed25519PrivateKey.generate()
+    return sk, sk.public_key()
+
+
+def _require_public(pk: object, func: str) -> Ed25519PublicKey:
+    if isinstance(pk, Ed25519PrivateKey):
+        return pk.public_key()
+    if not isinstance(pk, Ed25519PublicKey):
+        raise TypeError(
+            f"{func}() argument must be an Ed25519PublicKey, not {type(pk).__name__}"
+        )
+    return pk
+
+
+def public_key_bytes(public_key: Ed25519PublicKey) -> bytes:
+    """Return the raw 32-byte encoding of an Ed25519 public key (a private key gives its public half)."""
+    pk = _require_public(public_key, "public_key_bytes")
+    return pk.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def key_id(public_key: Ed25519PublicKey) -> str:
+    """Return the key identifier ``"ed25519:" + hex(SHA-256(raw public key)[:16])``.
+
+    Args:
+        public_key: an Ed25519 public key (a private key is accepted and means its public half).
+
+    Raises:
+        TypeError: ``public_key`` is not an Ed25519 key.
+    """
+    pk = _require_public(public_key, "key_id")
+    raw = pk.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return KEY_PREFIX + hashlib.sha256(raw).digest()[:16].hex()
+
+
+def public_key_to_str(pk: Ed25519PublicKey) -> str:
+    """Return ``"ed25519:" + base64(raw 32 bytes)``, the text form used in policy files."""
+    return KEY_PREFIX + base64.b64encode(public_key_bytes(pk)).decode("ascii")
+
+
+def public_key_from_str(s: str) -> Ed25519PublicKey:
+    """Parse the output of :func:`public_key_to_str`.
+
+    Raises:
+        TypeError: ``s`` is not a str.
+        KeyAlgorithmError: the prefix is not ``ed25519:``.
+        KeyStoreError: the base64 body is invalid or not 32 bytes.
+    """
+    if not isinstance(s, str):
+        raise TypeError(f"public_key_from_str() argument must be str, not {type(s).__name__}")
+    text = s.strip()
+    if not text.startswith(KEY_PREFIX):
+        found = text.split(":", 1)[0] if ":" in text else "no algorithm prefix"
+        raise KeyAlgorithmError(
+            f"public key string must start with {KEY_PREFIX!r} (found {found!r}); only Ed25519 "
+            "keys are accepted"
+        )
+    try:
+        raw = base64.b64decode(text[len(KEY_PREFIX):], validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise KeyStoreError(f"public key string {s!r} has invalid base64: {exc}") from exc
+    if len(raw) != 32:
+        raise KeyStoreError(
+            f"public key string {s!r} decodes to {len(raw)} bytes; an Ed25519 key is 32 bytes"
+        )
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def private_key_to_pem(sk: Ed25519PrivateKey) -> bytes:
+    """Serialize a private key as unencrypted PKCS#8 PEM (write it with mode 0600)."""
+    if not isinstance(sk, Ed25519PrivateKey):
+        raise TypeError(
+            f"private_key_to_pem() argument must be an Ed25519PrivateKey, not {type(sk).__name__}"
+        )
+    return sk.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def public_key_to_pem(pk: Ed25519PublicKey) -> bytes:
+    """Serialize a public key as SubjectPublicKeyInfo PEM."""
+    return _require_public(pk, "public_key_to_pem").public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def _read_key_file(path: PathLike, func: str) -> tuple[Path, bytes, os.stat_result]:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{func}() argument must be a path, not {type(path).__name__}")
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            data = fh.read()
+    except OSError as exc:
+        raise KeyStoreError(f"cannot read key file {str(p)!r}: {exc.strerror or exc}") from exc
+    return p, data, st
+
+
+def _algorithm_name(key: object) -> str:
+    return type(key).__name__.lstrip("_").replace("PrivateKey", "").replace("PublicKey", "") or "unknown"
+
+
+def load_private_key(path: PathLike, *, allow_group_readable: bool = False) -> Ed25519PrivateKey:
+    """Load an unencrypted PKCS#8 PEM Ed25519 private key.
+
+    Args:
+        path: the key file.
+        allow_group_readable: accept a file the group may read (other users never).
+
+    Raises:
+        KeyStoreError: the file is unreadable, readable by other users (``chmod 600 FILE``),
+            or not a PEM private key.
+        KeyAlgorithmError: the key is valid but not Ed25519 (e.g. RSA or EC).
+    """
+    p, data, st = _read_key_file(path, "load_private_key")
+    forbidden = stat.S_IROTH | stat.S_IWOTH
+    if not allow_group_readable:
+        forbidden |= stat.S_IRGRP | stat.S_IWGRP
+    if os.name == "posix" and st.st_mode & forbidden:
+        raise KeyStoreError(
+            f"private key file {str(p)!r} is accessible by other users (mode "
+            f"{stat.S_IMODE(st.st_mode):o}); run `chmod 600 {p}` and retry"
+        )
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise KeyStoreError(
+            f"key file {str(p)!r} is not an unencrypted PEM (PKCS#8) private key: {exc}"
+        ) from exc
+    except Exception as exc:  # cryptography raises UnsupportedAlgorithm for exotic keys
+        raise KeyStoreError(f"key file {str(p)!r} cannot be loaded: {exc}") from exc
+    if not isinstance(key, Ed25519PrivateKey):
+        raise KeyAlgorithmError(
+            f"key file {str(p)!r} holds a {_algorithm_name(key)} private key; qdrant_guard signs "
+            "only with Ed25519 (generate one with `qdrant-guard keygen`)"
+        )
+    return key
+
+
+def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519PublicKey:
+    """Load a public key from an ``"ed25519:<base64>"`` string or a PEM file.
+
+    Args:
+        path_or_str: ``"ed25519:..."`` text, a path to a SubjectPublicKeyInfo PEM file (or a file
+            holding the ``ed25519:`` text), or an Ed25519PublicKey (returned unchanged).
+
+    Raises:
+        KeyStoreError: the file is unreadable or not a public key.
+        KeyAlgorithmError: the key is not Ed25519.
+    """
+    if isinstance(path_or_str, Ed25519PublicKey):
+        return path_or_str
+    if isinstance(path_or_str, str) and path_or_str.strip().startswith(KEY_PREFIX):
+        return public_key_from_str(path_or_str)
+    p, data, _ = _read_key_file(path_or_str, "load_public_key")  # type: ignore[arg-type]
+    text = data.strip()
+    if text.startswith(KEY_PREFIX.encode()):
+        return public_key_from_str(text.decode("ascii", "replace"))
+    try:
+        key = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError) as exc:
+        raise KeyStoreError(f"key file {str(p)!r} is not a PEM public key: {exc}") from exc
+    except Exception as exc:
+        raise KeyStoreError(f"key file {str(p)!r} cannot be loaded: {exc}") from exc
+    if not isinstance(key, Ed25519PublicKey):
+        raise KeyAlgorithmError(
+            f"key file {str(p)!r} holds a {_algorithm_name(key)} public key; only Ed25519 is accepted"
+        )
+    return key
+

@@ -1,0 +1,850 @@
+"""Signed reconstruction-resistance receipts: what noise the signer says it added to a stored vector.
+
+A receipt binds the noise parameters to a salted commitment of the exact vector stored in Qdrant,
+the collection, the point id and the vector name, under an Ed25519 signature. It proves that the
+holder of the signing key *asserted* these facts; it does not prove that noise was really drawn
+(a compromised signer can lie). See docs/receipt-format.md.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import math
+import os
+import re
+import struct
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Collection, Iterable, Mapping, Sequence
+
+import numpy as np
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from . import merkle
+from .canonical import canonical_json, decode_canonical
+from .errors import ReceiptError
+from .keys import key_id as _key_id
+from .noise_params import MECHANISMS, NoiseParams
+
+__all__ = [
+    "RECEIPT_KEY",
+    "RECEIPT_FORMAT",
+    "COMMIT_GRID",
+    "SIGNATURE_PREFIX",
+    "BATCH_SIGNATURE_PREFIX",
+    "REASONS",
+    "stored_form",
+    "commitment_bytes",
+    "vector_commitment",
+    "normalize_point_id",
+    "ReceiptSigner",
+    "ReceiptItem",
+    "ReceiptCheck",
+    "PointReceiptReport",
+    "issue_receipt",
+    "issue_receipts_batch",
+    "receipts_for_payload",
+    "receipts_from_payload",
+    "verify_receipt",
+    "verify",
+]
+
+RECEIPT_KEY = "_qdrant_guard_receipt"
+RECEIPT_FORMAT = "qg-receipt/1"
+PAYLOAD_CONTAINER_VERSION = 1
+COMMIT_GRID = 2.0 ** -20
+SIGNATURE_PREFIX = b"qdrant-guard receipt v1\x00"
+BATCH_SIGNATURE_PREFIX = b"qdrant-guard receipt batch v1\x00"
+COMMITMENT_PREFIX = b"qg-vec-v1"
+SALT_BYTES = 16
+ALGORITHM = "Ed25519"
+
+REASONS = (
+    "ok",
+    "malformed",
+    "non_canonical",
+    "unknown_key",
+    "revoked_key",
+    "bad_signature",
+    "bad_merkle_proof",
+    "vector_mismatch",
+    "collection_mismatch",
+    "point_mismatch",
+    "vector_name_mismatch",
+    "expired",
+    "unsupported_version",
+    "algorithm",
+    # Only from verify(): the point or its receipt is absent.
+    "missing_point",
+    "missing_receipt",
+)
+
+_GRID_INV = 2.0 ** 20
+_INT32_LIMIT = 2 ** 31 - 1
+_DISTANCES = ("Cosine", "Euclid", "Dot", "Manhattan")
+# Target for sum(k_i^2) of a Cosine stored form, on the integer grid: (1 / COMMIT_GRID)^2.
+_UNIT_SQ = 1 << 40
+# Stop correcting the norm once |n^2 - 1| <= 2^-26: far inside float32's resolution at 1.0, so
+# a float32 re-normalisation moves no coordinate by half a grid step.
+_NORM_TOL = 1 << 14
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_INT_ID = re.compile(r"int:(0|[1-9][0-9]*)")
+
+
+# --------------------------------------------------------------------------- vector commitment
+
+def _as_vector(vector: Any, func: str) -> np.ndarray:
+    if vector is None or isinstance(vector, (str, bytes, dict)):
+        raise TypeError(
+            f"{func}() vector must be a 1-D sequence of numbers, not {type(vector).__name__}"
+        )
+    try:
+        arr = np.asarray(vector, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{func}() vector must be a 1-D sequence of numbers ({exc})") from exc
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{func}() vector must be 1-D and non-empty, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{func}() vector contains NaN or Inf; only finite vectors can be stored")
+    return arr
+
+
+def _grid_ints(arr: np.ndarray, func: str) -> np.ndarray:
+    scaled = np.rint(arr * _GRID_INV)
+    worst = float(np.max(np.abs(scaled)))
+    if worst > _INT32_LIMIT:
+        raise ValueError(
+            f"{func}() vector has a coordinate of magnitude {worst * COMMIT_GRID:g}; the commitment "
+            "grid 2^-20 holds |v| < 2048 in int32, rescale the vectors"
+        )
+    return scaled.astype(np.int64)
+
+
+def _unit_grid(arr: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(arr))
+    if norm == 0.0:
+        raise ValueError("stored_form() cannot normalise a zero vector for Cosine distance")
+    k = np.rint((arr / norm) * _GRID_INV).astype(np.int64)
+    # Nudge the largest coordinates by single grid steps until sum(k^2) is within _NORM_TOL of
+    # 2^40, i.e. the snapped vector has unit norm to ~1e-8 and Qdrant's f32 re-normalisation is
+    # (almost) the identity, so snapping the stored value back gives k exactly.
+    residual = _UNIT_SQ - int(np.dot(k, k))
+    order = np.argsort(-np.abs(k), kind="stable")
+    for _ in range(16):
+        if abs(residual) <= _NORM_TOL:
+            break
+        for j in order:
+            if abs(residual) <= _NORM_TOL:
+                break
+            kj = int(k[j])
+            if kj == 0:
+                continue
+            step = round(residual / (2 * kj))
+            step = max(-1, min(1, step))
+            if step:
+                residual -= 2 * kj * step + step * step
+                k[j] = kj + step
+    return k
+
+
+def stored_form(vector: Any, *, distance: str) -> np.ndarray:
+    """Return the exact float32 vector the guard sends to Qdrant and commits to in the receipt.
+
+    Every coordinate is a multiple of :data:`COMMIT_GRID` (2^-20). For ``"Cosine"`` the vector is
+    first normalised in float64 and its norm is then corrected by single grid steps so that
+    Qdrant's own float32 re-normalisation leaves every coordinate within half a grid step, which
+    :func:`commitment_bytes` rounds back to the same integers.
+
+    Args:
+        vector: 1-D finite numbers.
+        distance: Qdrant distance of the collection: ``"Cosine"``, ``"Euclid"``, ``"Dot"`` or
+            ``"Manhattan"`` (a ``qdrant_client.models.Distance`` works too).
+
+    Returns:
+        A new float32 array.
+
+    Raises:
+        TypeError: ``vector`` is not a sequence of numbers or ``distance`` is not a str.
+        ValueError: NaN/Inf, wrong shape, a zero vector for Cosine, |v| >= 2048, unknown distance.
+    """
+    if not isinstance(distance, str):
+        raise TypeError(f"stored_form() distance must be str, not {type(distance).__name__}")
+    name = str(getattr(distance, "value", distance))
+    if name not in _DISTANCES:
+        raise ValueError(f"stored_form() distance must be one of {_DISTANCES}, got {name!r}")
+    arr = _as_vector(vector, "stored_form")
+    k = _unit_grid(arr) if name == "Cosine" else _grid_ints(arr, "stored_form")
+    # float64 -> float32 rounds large grid values to float32's coarser grid, still a multiple of
+    # 2^-20 whenever |v| >= 8, so the result is exactly representable and on the grid.
+    return (k.astype(np.float64) * COMMIT_GRID).astype(np.float32)
+
+
+def commitment_bytes(vector: Any) -> bytes:
+    """Return the vector snapped to the 2^-20 grid as little-endian int32 (round half to even).
+
+    Raises:
+        TypeError: ``vector`` is not a sequence of numbers.
+        ValueError: NaN/Inf, wrong shape, or |v| >= 2048.
+    """
+    ints = _grid_ints(_as_vector(vector, "commitment_bytes"), "commitment_bytes")
+    return ints.astype("<i4").tobytes()
+
+
+def vector_commitment(vector: Any, salt: bytes) -> str:
+    """Return hex SHA-256(b"qg-vec-v1" || salt || uint32_le(dim) || commitment_bytes(vector)).
+
+    Args:
+        vector: the stored (noised) vector; never call this on a clean vector.
+        salt: 16 random bytes.
+
+    Raises:
+        TypeError: ``salt`` is not bytes.
+        ValueError: ``salt`` is not 16 bytes, or the vector is invalid.
+    """
+    if not isinstance(salt, (bytes, bytearray)):
+        raise TypeError(f"vector_commitment() salt must be bytes, not {type(salt).__name__}")
+    if len(salt) != SALT_BYTES:
+        raise ValueError(f"vector_commitment() salt must be {SALT_BYTES} bytes, got {len(salt)}")
+    data = commitment_bytes(vector)
+    h = hashlib.sha256(COMMITMENT_PREFIX)
+    h.update(bytes(salt))
+    h.update(struct.pack("<I", len(data) // 4))
+    h.update(data)
+    return h.hexdigest()
+
+
+def normalize_point_id(point_id: Any) -> str:
+    """Return the typed text form of a Qdrant point id: ``"int:<n>"`` or ``"uuid:<lowercase-hyphenated>"``.
+
+    Raises:
+        TypeError: not an int, str or uuid.UUID (bool is refused).
+        ValueError: a negative or >= 2^64 int, or a str that is not a UUID.
+    """
+    if isinstance(point_id, bool):
+        raise TypeError("point_id must be int, str or uuid.UUID, not bool")
+    if isinstance(point_id, int):
+        if not 0 <= point_id < 2 ** 64:
+            raise ValueError(f"point_id {point_id} is outside Qdrant's unsigned 64-bit id range")
+        return f"int:{int(point_id)}"
+    if isinstance(point_id, uuid.UUID):
+        return f"uuid:{point_id}"
+    if isinstance(point_id, str):
+        try:
+            return f"uuid:{uuid.UUID(point_id)}"
+        except ValueError:
+            raise ValueError(
+                f"point_id {point_id!r} is neither an unsigned integer nor a UUID string"
+            ) from None
+    raise TypeError(f"point_id must be int, str or uuid.UUID, not {type(point_id).__name__}")
+
+
+# --------------------------------------------------------------------------- signing
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    raw = base64.b64decode(text, validate=True)
+    if _b64(raw) != text:
+        raise ValueError("non-canonical base64")
+    return raw
+
+
+class ReceiptSigner:
+    """Holds an Ed25519 private key and its key id; signs receipts and audit checkpoints.
+
+    Args:
+        private_key: the signing key.
+        key_id: identifier written into receipts (default: :func:`qdrant_guard.keys.key_id`).
+            Verifiers look keys up by this id.
+    """
+
+    def __init__(self, private_key: Ed25519PrivateKey, *, key_id: str | None = None) -> None:
+        if not isinstance(private_key, Ed25519PrivateKey):
+            raise TypeError(
+                "ReceiptSigner() private_key must be an Ed25519PrivateKey, not "
+                f"{type(private_key).__name__}"
+            )
+        if key_id is not None and (not isinstance(key_id, str) or not key_id):
+            raise TypeError("ReceiptSigner() key_id must be a non-empty str or None")
+        self._sk = private_key
+        self.public_key: Ed25519PublicKey = private_key.public_key()
+        self.key_id: str = key_id if key_id is not None else _key_id(self.public_key)
+
+    def sign(self, data: bytes) -> bytes:
+        """Return the 64-byte Ed25519 signature of ``data``."""
+        return self._sk.sign(data)
+
+    def __repr__(self) -> str:
+        return f"ReceiptSigner(key_id={self.key_id!r})"
+
+
+@dataclass(frozen=True)
+class ReceiptItem:
+    """One (point, vector name) to receive a receipt in :func:`issue_receipts_batch`."""
+
+    params: NoiseParams
+    vector: Any
+    collection: str
+    point_id: Any
+    vector_name: str = ""
+    model_id: str | None = None
+    issued_at: float | None = None
+
+
+def _body(signer: ReceiptSigner, item: ReceiptItem) -> dict[str, Any]:
+    if not isinstance(item.params, NoiseParams):
+        raise TypeError(f"params must be NoiseParams, not {type(item.params).__name__}")
+    if not isinstance(item.collection, str) or not item.collection:
+        raise TypeError("collection must be a non-empty str")
+    if not isinstance(item.vector_name, str):
+        raise TypeError(f"vector_name must be str, not {type(item.vector_name).__name__}")
+    if item.model_id is not None and not isinstance(item.model_id, str):
+        raise TypeError(f"model_id must be str or None, not {type(item.model_id).__name__}")
+    arr = _as_vector(item.vector, "issue_receipt")
+    ints = _grid_ints(arr, "issue_receipt")
+    if not np.array_equal(ints.astype(np.float64) * COMMIT_GRID, arr):
+        raise ValueError(
+            "issue_receipt() vector is not on the 2^-20 commitment grid; pass "
+            "stored_form(vector, distance=...) and store exactly that vector"
+        )
+    if item.params.dim != arr.size:
+        raise ValueError(
+            f"issue_receipt() params.dim is {item.params.dim} but the vector has {arr.size} values"
+        )
+    issued = time.time() if item.issued_at is None else item.issued_at
+    if isinstance(issued, bool) or not isinstance(issued, (int, float)) or not math.isfinite(issued):
+        raise TypeError("issued_at must be a finite number of seconds since the epoch or None")
+    params = item.params.as_dict()
+    for name in ("epsilon", "delta", "radius", "scale", "lattice_step"):
+        params[name] = float(params[name])
+    if params["clip_norm"] is not None:
+        params["clip_norm"] = float(params["clip_norm"])
+    params["dim"] = int(params["dim"])
+    salt = os.urandom(SALT_BYTES)
+    return {
+        "format": RECEIPT_FORMAT,
+        "alg": ALGORITHM,
+        "kid": signer.key_id,
+        "params": params,
+        "model_id": item.model_id,
+        "salt": _b64(salt),
+        "commitment": vector_commitment(arr, salt),
+        "collection": item.collection,
+        "point_id": normalize_point_id(item.point_id),
+        "vector_name": item.vector_name,
+        "issued_at": int(round(issued * 1000)),
+    }
+
+
+def _check_signer(signer: Any, func: str) -> None:
+    if not isinstance(signer, ReceiptSigner):
+        raise TypeError(f"{func}() signer must be a ReceiptSigner, not {type(signer).__name__}")
+
+
+def issue_receipt(
+    signer: ReceiptSigner,
+    *,
+    params: NoiseParams,
+    vector: Any,
+    collection: str,
+    point_id: int | str | uuid.UUID,
+    vector_name: str = "",
+    model_id: str | None = None,
+    issued_at: float | None = None,
+) -> dict[str, Any]:
+    """Issue one individually signed receipt for a stored vector.
+
+    Args:
+        signer: the signing key.
+        params: the noise release parameters.
+        vector: the stored form (output of :func:`stored_form`), exactly as sent to Qdrant.
+        collection: collection name.
+        point_id: Qdrant point id (unsigned int or UUID).
+        vector_name: named vector ("" for the default vector).
+        model_id: embedding model identifier, if known.
+        issued_at: seconds since the epoch (default: now); recorded in integer milliseconds.
+
+    Returns:
+        A JSON-serialisable dict to store under :data:`RECEIPT_KEY` (via :func:`receipts_for_payload`).
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: the vector is invalid, off the commitment grid, or does not match ``params.dim``.
+    """
+    _check_signer(signer, "issue_receipt")
+    body = _body(signer, ReceiptItem(params, vector, collection, point_id, vector_name, model_id,
+                                     issued_at))
+    receipt = dict(body)
+    receipt["sig"] = _b64(signer.sign(SIGNATURE_PREFIX + canonical_json(body)))
+    return receipt
+
+
+def _batch_message(root: bytes, size: int) -> bytes:
+    return BATCH_SIGNATURE_PREFIX + root + struct.pack(">Q", size)
+
+
+def issue_receipts_batch(signer: ReceiptSigner, items: Sequence[ReceiptItem]) -> list[dict[str, Any]]:
+    """Issue receipts for many points under one signature over a Merkle root.
+
+    Each receipt carries ``batch = {"index", "size", "path"}`` (its leaf index, the number of
+    leaves and the sibling hashes) and ``sig`` (the root signature), so it verifies on its own.
+
+    Args:
+        signer: the signing key.
+        items: one :class:`ReceiptItem` per (point, vector name).
+
+    Returns:
+        Receipts in the order of ``items`` (empty list for no items).
+    """
+    _check_signer(signer, "issue_receipts_batch")
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise TypeError(
+            f"issue_receipts_batch() items must be a sequence of ReceiptItem, not {type(items).__name__}"
+        )
+    for i, item in enumerate(items):
+        if not isinstance(item, ReceiptItem):
+            raise TypeError(f"items[{i}] must be ReceiptItem, not {type(item).__name__}")
+    if not items:
+        return []
+    bodies = [_body(signer, item) for item in items]
+    levels = merkle.build_levels([merkle.leaf_hash(canonical_json(b)) for b in bodies])
+    root = levels[-1][0]
+    sig = _b64(signer.sign(_batch_message(root, len(bodies))))
+    out = []
+    for i, body in enumerate(bodies):
+        receipt = dict(body)
+        receipt["batch"] = {
+            "index": i,
+            "size": len(bodies),
+            "path": [h.hex() for h in merkle.audit_path(levels, i)],
+        }
+        receipt["sig"] = sig
+        out.append(receipt)
+    return out
+
+
+def receipts_for_payload(receipts_by_name: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Wrap receipts for storage: ``payload[RECEIPT_KEY] = {"v": 1, "vectors": {name: receipt}}``.
+
+    The default (unnamed) vector uses the name ``""``.
+    """
+    if not isinstance(receipts_by_name, Mapping):
+        raise TypeError(
+            "receipts_for_payload() argument must be a mapping of vector name to receipt, not "
+            f"{type(receipts_by_name).__name__}"
+        )
+    vectors = {}
+    for name, receipt in receipts_by_name.items():
+        if not isinstance(name, str):
+            raise TypeError(f"vector name must be str, not {type(name).__name__}")
+        if not isinstance(receipt, Mapping):
+            raise TypeError(f"receipt for {name!r} must be a dict, not {type(receipt).__name__}")
+        vectors[name] = dict(receipt)
+    return {"v": PAYLOAD_CONTAINER_VERSION, "vectors": vectors}
+
+
+def receipts_from_payload(payload: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Return ``{vector_name: receipt}`` stored in a point payload (``{}`` when there is none).
+
+    Raises:
+        ReceiptError: the reserved key holds something that is not a version-1 container.
+    """
+    if payload is None:
+        return {}
+    if not isinstance(payload, Mapping):
+        raise TypeError(f"payload must be a mapping or None, not {type(payload).__name__}")
+    container = payload.get(RECEIPT_KEY)
+    if container is None:
+        return {}
+    if (
+        not isinstance(container, Mapping)
+        or container.get("v") != PAYLOAD_CONTAINER_VERSION
+        or type(container.get("v")) is not int
+        or not isinstance(container.get("vectors"), Mapping)
+    ):
+        raise ReceiptError(
+            f"payload[{RECEIPT_KEY!r}] is not a receipt container "
+            '{"v": 1, "vectors": {name: receipt}}'
+        )
+    return dict(container["vectors"])
+
+
+# --------------------------------------------------------------------------- verification
+
+@dataclass(frozen=True)
+class ReceiptCheck:
+    """Outcome of :func:`verify_receipt`.
+
+    Attributes:
+        ok: True only if every check passed.
+        reason: ``"ok"`` or one of :data:`REASONS`.
+        params: the signed noise parameters (only when ``ok``).
+        key_id: the key id named by the receipt (when it could be read).
+        detail: a human-readable explanation.
+    """
+
+    ok: bool
+    reason: str
+    params: NoiseParams | None
+    key_id: str | None
+    detail: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+class _Reject(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+_TOP_FIELDS = {
+    "format": str, "alg": str, "kid": str, "params": dict, "model_id": (str, type(None)),
+    "salt": str, "commitment": str, "collection": str, "point_id": str, "vector_name": str,
+    "issued_at": int, "sig": str,
+}
+_PARAM_FIELDS = {
+    "mechanism": str, "mechanism_version": str, "epsilon": float, "delta": float,
+    "radius": float, "clip_norm": (float, type(None)), "scale": float, "lattice_step": float,
+    "rng_id": str, "dim": int, "dtype": str, "guarantee": str,
+}
+
+
+def _check_fields(obj: Mapping[str, Any], spec: Mapping[str, Any], where: str,
+                  optional: Collection[str] = ()) -> None:
+    missing = [k for k in spec if k not in obj and k not in optional]
+    if missing:
+        raise _Reject("malformed", f"{where} lacks field(s) {', '.join(sorted(missing))}")
+    extra = [k for k in obj if k not in spec]
+    if extra:
+        raise _Reject("malformed", f"{where} has unknown field(s) {', '.join(sorted(map(str, extra)))}")
+    for name, want in spec.items():
+        if name not in obj:
+            continue
+        value = obj[name]
+        if isinstance(value, bool) and want is not bool:
+            raise _Reject("malformed", f"{where}.{name} is a bool")
+        if isinstance(value, want):
+            continue
+        wants_float = want is float or (isinstance(want, tuple) and float in want)
+        if wants_float and isinstance(value, int):
+            raise _Reject("non_canonical", f"{where}.{name} is the int {value}; a float is signed")
+        raise _Reject("malformed", f"{where}.{name} has type {type(value).__name__}")
+
+
+def _parse(receipt: Any) -> tuple[dict[str, Any], bytes, dict[str, Any] | None]:
+    if isinstance(receipt, (bytes, bytearray, str)):
+        data = receipt.encode("utf-8") if isinstance(receipt, str) else bytes(receipt)
+        try:
+            receipt = decode_canonical(data)
+        except (ValueError, TypeError) as exc:
+            try:
+                json.loads(data)
+            except ValueError:
+                raise _Reject("malformed", f"receipt is not JSON: {exc}") from None
+            raise _Reject("non_canonical", str(exc)) from None
+    if not isinstance(receipt, Mapping):
+        raise _Reject("malformed", f"receipt is a {type(receipt).__name__}, not a JSON object")
+    fmt = receipt.get("format")
+    if not isinstance(fmt, str):
+        raise _Reject("malformed", "receipt has no 'format' string")
+    if fmt != RECEIPT_FORMAT:
+        raise _Reject("unsupported_version", f"receipt format {fmt!r}; this verifier reads {RECEIPT_FORMAT!r}")
+    if receipt.get("alg") != ALGORITHM:
+        raise _Reject("algorithm", f"receipt alg is {receipt.get('alg')!r}; only {ALGORITHM!r} is accepted")
+    spec = dict(_TOP_FIELDS)
+    spec["batch"] = dict
+    _check_fields(receipt, spec, "receipt", optional=("batch",))
+    _check_fields(receipt["params"], _PARAM_FIELDS, "receipt.params")
+    params = receipt["params"]
+    if params["mechanism"] not in MECHANISMS:
+        raise _Reject("malformed", f"unknown mechanism {params['mechanism']!r}")
+    if params["dim"] <= 0:
+        raise _Reject("malformed", "params.dim must be positive")
+    if not _HEX64.fullmatch(receipt["commitment"]):
+        kind = "non_canonical" if _HEX64.fullmatch(receipt["commitment"].lower()) else "malformed"
+        raise _Reject(kind, "commitment must be 64 lowercase hex digits")
+    try:
+        salt = _unb64(receipt["salt"])
+    except (binascii.Error, ValueError) as exc:
+        raise _Reject("malformed", f"salt is not canonical base64: {exc}") from None
+    if len(salt) != SALT_BYTES:
+        raise _Reject("malformed", f"salt has {len(salt)} bytes, expected {SALT_BYTES}")
+    pid = receipt["point_id"]
+    if pid.startswith("int:"):
+        if not _INT_ID.fullmatch(pid) or int(pid[4:]) >= 2 ** 64:
+            raise _Reject("non_canonical" if pid[4:].isdigit() else "malformed",
+                          f"point_id {pid!r} is not 'int:' + a canonical unsigned 64-bit decimal")
+    elif pid.startswith("uuid:"):
+        try:
+            norm = f"uuid:{uuid.UUID(pid[5:])}"
+        except ValueError:
+            raise _Reject("malformed", f"point_id {pid!r} is not a UUID") from None
+        if norm != pid:
+            raise _Reject("non_canonical", f"point_id {pid!r} is not lowercase hyphenated ({norm!r})")
+    else:
+        raise _Reject("malformed", f"point_id {pid!r} must start with 'int:' or 'uuid:'")
+    if receipt["issued_at"] < 0:
+        raise _Reject("malformed", "issued_at is negative")
+    try:
+        sig = _unb64(receipt["sig"])
+    except (binascii.Error, ValueError):
+        raise _Reject("bad_signature", "sig is not canonical base64") from None
+    body = {k: v for k, v in receipt.items() if k not in ("sig", "batch")}
+    try:
+        canonical_json(body)
+    except (TypeError, ValueError) as exc:
+        raise _Reject("malformed", f"receipt cannot be canonically encoded: {exc}") from None
+    batch = receipt.get("batch")
+    if batch is not None:
+        _check_fields(batch, {"index": int, "size": int, "path": list}, "receipt.batch")
+        if not all(isinstance(h, str) for h in batch["path"]):
+            raise _Reject("bad_merkle_proof", "batch.path must be a list of hex strings")
+    return dict(body), sig, (dict(batch) if batch is not None else None)
+
+
+def _verify_signature(body: dict[str, Any], sig: bytes, batch: dict[str, Any] | None,
+                      pk: Ed25519PublicKey) -> None:
+    if len(sig) != 64:
+        raise _Reject("bad_signature", f"signature has {len(sig)} bytes; Ed25519 signatures have 64")
+    body_bytes = canonical_json(body)
+    if batch is None:
+        try:
+            pk.verify(sig, SIGNATURE_PREFIX + body_bytes)
+        except InvalidSignature:
+            raise _Reject("bad_signature", "Ed25519 signature does not verify") from None
+        return
+    path_hex = batch["path"]
+    if not all(_HEX64.fullmatch(h) for h in path_hex):
+        raise _Reject("bad_merkle_proof", "batch.path entries must be 64 lowercase hex digits")
+    try:
+        root = merkle.root_from_path(merkle.leaf_hash(body_bytes), batch["index"], batch["size"],
+                                     [bytes.fromhex(h) for h in path_hex])
+    except ValueError as exc:
+        raise _Reject("bad_merkle_proof", str(exc)) from None
+    try:
+        pk.verify(sig, _batch_message(root, batch["size"]))
+    except InvalidSignature:
+        # The signature covers only the root: a changed body, path, index or size and a forged
+        # signature are indistinguishable here.
+        raise _Reject("bad_merkle_proof",
+                      "the Merkle root rebuilt from this receipt is not the signed root") from None
+
+
+def _check_trusted(trusted_keys: Any, revoked: Any) -> None:
+    if not isinstance(trusted_keys, Mapping):
+        raise TypeError(
+            "trusted_keys must be a mapping of key id to Ed25519PublicKey, not "
+            f"{type(trusted_keys).__name__}"
+        )
+    for kid, pk in trusted_keys.items():
+        if not isinstance(pk, Ed25519PublicKey):
+            raise TypeError(
+                f"trusted_keys[{kid!r}] must be an Ed25519PublicKey, not {type(pk).__name__}"
+            )
+    if isinstance(revoked, (str, bytes)) or not isinstance(revoked, Iterable):
+        raise TypeError(f"revoked must be a collection of key ids, not {type(revoked).__name__}")
+
+
+def verify_receipt(
+    receipt: Any,
+    *,
+    vector: Any,
+    collection: str,
+    point_id: int | str | uuid.UUID,
+    vector_name: str = "",
+    trusted_keys: Mapping[str, Ed25519PublicKey],
+    revoked: Collection[str] = (),
+    now: float | None = None,
+    max_age_s: float | None = None,
+) -> ReceiptCheck:
+    """Verify a receipt against the vector and the place it was read from.
+
+    Checks, in order: format and algorithm, field types and canonical form, signer key (trusted,
+    not revoked), signature (or Merkle proof + root signature), age, collection, point id, vector
+    name, and the salted commitment of ``vector`` rounded to the 2^-20 grid.
+
+    Args:
+        receipt: the receipt dict (as stored in the payload), or its JSON bytes/str, which must
+            then be canonical.
+        vector: the vector read back from Qdrant.
+        collection: the collection it was read from.
+        point_id: the point it was read from.
+        vector_name: the named vector it was read from ("" for the default vector).
+        trusted_keys: key id -> Ed25519 public key.
+        revoked: revoked key ids.
+        now: current time in seconds (default: ``time.time()``).
+        max_age_s: reject receipts issued more than this many seconds before ``now``.
+
+    Returns:
+        :class:`ReceiptCheck`; never raises for a bad receipt.
+
+    Raises:
+        TypeError: an argument (not the receipt) has the wrong type.
+    """
+    if not isinstance(collection, str):
+        raise TypeError(f"collection must be str, not {type(collection).__name__}")
+    if not isinstance(vector_name, str):
+        raise TypeError(f"vector_name must be str, not {type(vector_name).__name__}")
+    want_pid = normalize_point_id(point_id)
+    _check_trusted(trusted_keys, revoked)
+    for label, value in (("now", now), ("max_age_s", max_age_s)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise TypeError(f"{label} must be a number or None, not {type(value).__name__}")
+    if vector is None or isinstance(vector, (str, bytes, dict)):
+        raise TypeError(f"vector must be a sequence of numbers, not {type(vector).__name__}")
+    kid = None
+    try:
+        body, sig, batch = _parse(receipt)
+        kid = body["kid"]
+        if kid in set(revoked):
+            raise _Reject("revoked_key", f"signer key {kid} is revoked")
+        pk = trusted_keys.get(kid)
+        if pk is None:
+            raise _Reject("unknown_key", f"signer key {kid} is not trusted")
+        _verify_signature(body, sig, batch, pk)
+        if max_age_s is not None:
+            current = time.time() if now is None else float(now)
+            age = current - body["issued_at"] / 1000.0
+            if age > max_age_s:
+                raise _Reject("expired", f"receipt issued {age:.0f} s ago; max_age_s={max_age_s}")
+        if body["collection"] != collection:
+            raise _Reject("collection_mismatch",
+                          f"receipt is for collection {body['collection']!r}, not {collection!r}")
+        if body["point_id"] != want_pid:
+            raise _Reject("point_mismatch", f"receipt is for point {body['point_id']}, not {want_pid}")
+        if body["vector_name"] != vector_name:
+            raise _Reject("vector_name_mismatch",
+                          f"receipt is for vector {body['vector_name']!r}, not {vector_name!r}")
+        try:
+            arr = np.asarray(vector, dtype=np.float64)
+            if arr.ndim != 1 or arr.size != body["params"]["dim"]:
+                raise _Reject("vector_mismatch",
+                              f"vector has shape {arr.shape}; receipt dim is {body['params']['dim']}")
+            got = vector_commitment(arr, _unb64(body["salt"]))
+        except (TypeError, ValueError) as exc:
+            raise _Reject("vector_mismatch", f"vector cannot be committed: {exc}") from None
+        if got != body["commitment"]:
+            raise _Reject("vector_mismatch", "stored vector does not match the signed commitment")
+        params = NoiseParams(**body["params"])
+    except _Reject as rej:
+        return ReceiptCheck(False, rej.reason, None, kid if isinstance(kid, str) else None, rej.detail)
+    return ReceiptCheck(True, "ok", params, kid, "receipt verified")
+
+
+# --------------------------------------------------------------------------- verify a collection
+
+@dataclass(frozen=True)
+class PointReceiptReport:
+    """Verification result of one (point, vector name) read from Qdrant."""
+
+    point_id: int | str
+    vector_name: str
+    check: ReceiptCheck
+
+    @property
+    def ok(self) -> bool:
+        """True if the receipt verified."""
+        return self.check.ok
+
+    @property
+    def reason(self) -> str:
+        """``"ok"`` or the failure reason."""
+        return self.check.reason
+
+
+def _dense_vectors(vector: Any) -> dict[str, Any]:
+    if vector is None:
+        return {}
+    if isinstance(vector, Mapping):
+        return {name: v for name, v in vector.items()
+                if isinstance(v, (list, tuple, np.ndarray)) and v and not isinstance(v[0], (list, tuple))}
+    return {"": vector}
+
+
+def verify(
+    client: Any,
+    collection_name: str,
+    ids: Sequence[int | str] | None = None,
+    *,
+    trusted_keys: Mapping[str, Ed25519PublicKey],
+    revoked: Collection[str] = (),
+    now: float | None = None,
+    max_age_s: float | None = None,
+    batch_size: int = 256,
+) -> list[PointReceiptReport]:
+    """Read points from Qdrant and verify each stored receipt against the stored vector.
+
+    Every dense vector of every point must carry a valid receipt; a vector without one is
+    reported as ``"missing_receipt"``, an id not found as ``"missing_point"``.
+
+    Args:
+        client: any ``qdrant_client.QdrantClient`` (a raw one: the guard must not alter reads).
+        collection_name: collection to check.
+        ids: point ids to check (default: every point, by scrolling).
+        trusted_keys: key id -> Ed25519 public key.
+        revoked: revoked key ids.
+        now: current time in seconds (for ``max_age_s``).
+        max_age_s: reject receipts older than this.
+        batch_size: points per scroll/retrieve request.
+
+    Returns:
+        One :class:`PointReceiptReport` per (point, vector name), in read order.
+    """
+    if not isinstance(collection_name, str):
+        raise TypeError(f"collection_name must be str, not {type(collection_name).__name__}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    _check_trusted(trusted_keys, revoked)
+    points: list[Any] = []
+    reports: list[PointReceiptReport] = []
+    if ids is None:
+        offset = None
+        while True:
+            page, offset = client.scroll(collection_name, limit=batch_size, offset=offset,
+                                         with_payload=True, with_vectors=True)
+            points.extend(page)
+            if offset is None:
+                break
+    else:
+        id_list = list(ids)
+        for start in range(0, len(id_list), batch_size):
+            chunk = id_list[start:start + batch_size]
+            got = client.retrieve(collection_name, chunk, with_payload=True, with_vectors=True)
+            found = {normalize_point_id(p.id) for p in got}
+            points.extend(got)
+            for pid in chunk:
+                if normalize_point_id(pid) not in found:
+                    reports.append(PointReceiptReport(
+                        pid, "", ReceiptCheck(False, "missing_point", None, None,
+                                              f"point {pid!r} not found in {collection_name!r}")))
+    for point in points:
+        try:
+            stored = receipts_from_payload(point.payload)
+        except ReceiptError as exc:
+            reports.append(PointReceiptReport(point.id, "", ReceiptCheck(False, "malformed", None,
+                                                                         None, str(exc))))
+            continue
+        vectors = _dense_vectors(point.vector)
+        for name in sorted(set(vectors) | set(stored)):
+            if name not in stored:
+                check = ReceiptCheck(False, "missing_receipt", None, None,
+                                     f"vector {name!r} has no receipt")
+            elif name not in vectors:
+                check = ReceiptCheck(False, "vector_mismatch", None, None,
+                                     f"receipt for vector {name!r} but the point has no such dense vector")
+            else:
+                check = verify_receipt(stored[name], vector=vectors[name], collection=collection_name,
+                                       point_id=point.id, vector_name=name,
+                                       trusted_keys=trusted_keys, revoked=revoked, now=now,
+                                       max_age_s=max_age_s)
+            reports.append(PointReceiptReport(point.id, name, check))
+    return reports
