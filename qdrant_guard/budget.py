@@ -1,0 +1,702 @@
+"""Cross-query extraction budget: how many distinct points of a source a principal may ever see.
+
+Per-query diversity (:mod:`qdrant_guard.diversity`) limits one query. An attacker who sends many
+queries can still collect a restricted document chunk by chunk. The extraction budget counts,
+per principal x collection x source, the *distinct* point ids returned within a sliding window
+and withholds new ids once the count reaches the cap. Ids already seen in the window are always
+admitted again (re-reading them reveals nothing new), and seeing them refreshes their timestamp.
+
+The count is exact: each store applies one admission atomically (a lock, one SQLite
+``BEGIN IMMEDIATE`` transaction, or one Redis Lua script), so concurrent threads or processes
+sharing a store can never admit more than ``cap`` distinct ids for one key within the window.
+
+Time per key never runs backwards: each admission uses ``max(now, newest timestamp stored for the
+key)``. A clock that steps back (NTP, clocks of different hosts) therefore never shortens a window;
+it can only keep entries slightly longer, which errs on the strict side.
+
+Point ids are normalised before they are counted: an int ``5`` becomes ``"i:5"`` and a UUID in any
+form Qdrant accepts becomes ``"u:"`` plus its lowercase hyphenated form, so the same point always
+counts once.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+from .diversity import floor_share
+from .errors import QdrantGuardError
+
+__all__ = [
+    "BudgetDecision",
+    "BudgetStore",
+    "BudgetStoreError",
+    "ExtractionBudget",
+    "MemoryBudgetStore",
+    "RedisBudgetStore",
+    "SqliteBudgetStore",
+    "make_store",
+    "normalize_point_id",
+]
+
+
+class BudgetStoreError(QdrantGuardError, RuntimeError):
+    """A budget store cannot be reached or used. Callers should fail closed (withhold)."""
+
+
+# --- argument checks -------------------------------------------------------------------------
+
+
+def _check_str(name: str, value: object, *, empty_ok: bool = False) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if not value and not empty_ok:
+        raise ValueError(f"{name} must be a non-empty string")
+    return value
+
+
+def _check_count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def _check_real(name: str, value: object, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, not {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or (positive and value <= 0.0):
+        want = "a finite number > 0" if positive else "a finite number"
+        raise ValueError(f"{name} must be {want}, got {value!r}")
+    return value
+
+
+def _check_admit_args(
+    key: object, point_ids: object, cap: object, window_s: object, now: object
+) -> tuple[str, list[str], int, float, float]:
+    _check_str("key", key)
+    if isinstance(point_ids, (str, bytes)) or not isinstance(point_ids, Sequence):
+        raise TypeError(f"point_ids must be a sequence of str, not {type(point_ids).__name__}")
+    ids = list(point_ids)
+    for index, pid in enumerate(ids):
+        if not isinstance(pid, str):
+            raise TypeError(f"point_ids[{index}] must be a str, not {type(pid).__name__}")
+    return (
+        key,  # type: ignore[return-value]
+        ids,
+        _check_count("cap", cap),
+        _check_real("window_s", window_s, positive=True),
+        _check_real("now", now, positive=False),
+    )
+
+
+def normalize_point_id(point_id: int | str | uuid.UUID) -> str:
+    """Return the one string form under which a Qdrant point id is counted.
+
+    Args:
+        point_id: an unsigned int, a ``uuid.UUID``, or a UUID string in any form Qdrant accepts
+            (hyphenated, 32 hex digits, braced, ``urn:uuid:``), in any case.
+
+    Returns:
+        ``"i:<decimal>"`` for ints, ``"u:<lowercase hyphenated uuid>"`` for UUIDs.
+
+    Raises:
+        TypeError: the id is neither an int, a str nor a UUID (``bool`` is rejected).
+        ValueError: a negative int or a string that is not a UUID.
+    """
+    if isinstance(point_id, bool) or not isinstance(point_id, (int, str, uuid.UUID)):
+        raise TypeError(f"point id must be an int, a UUID or a UUID string, not {type(point_id).__name__}")
+    if isinstance(point_id, int):
+        if point_id < 0:
+            raise ValueError(f"point id must be an unsigned int, got {point_id}")
+        return f"i:{point_id}"
+    if isinstance(point_id, uuid.UUID):
+        return f"u:{point_id}"
+    try:
+        return f"u:{uuid.UUID(point_id)}"
+    except ValueError:
+        raise ValueError(
+            f"point id {point_id!r} is not a UUID string; Qdrant ids are unsigned ints or UUIDs"
+        ) from None
+
+
+# --- stores ----------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class BudgetStore(Protocol):
+    """Where budget entries live. Every method is safe to call from many threads at once."""
+
+    def admit(
+        self, key: str, point_ids: Sequence[str], *, cap: int, window_s: float, now: float
+    ) -> tuple[list[str], list[str]]:
+        """Atomically apply one admission to ``key``.
+
+        Entries older than ``now - window_s`` are forgotten; every id already seen in the window is
+        admitted (its timestamp refreshed); each new id is admitted while the distinct count is
+        below ``cap``, the rest are withheld.
+
+        Returns:
+            ``(admitted_ids, withheld_ids)``, each in input order.
+        """
+        ...
+
+    def seen(self, key: str, *, window_s: float, now: float) -> int:
+        """Return how many distinct ids ``key`` holds within the window ending at ``now``."""
+        ...
+
+    def reset(self, key: str | None = None) -> None:
+        """Forget ``key``, or every key when ``key`` is None."""
+        ...
+
+
+class _CountingStore:
+    """Shared front of the built-in stores: checks arguments, splits the atomic result."""
+
+    def admit(
+        self, key: str, point_ids: Sequence[str], *, cap: int, window_s: float, now: float
+    ) -> tuple[list[str], list[str]]:
+        """See :meth:`BudgetStore.admit`."""
+        admitted, withheld, _, _ = self.admit_counted(key, point_ids, cap=cap, window_s=window_s, now=now)
+        return admitted, withheld
+
+    def admit_counted(
+        self, key: str, point_ids: Sequence[str], *, cap: int, window_s: float, now: float
+    ) -> tuple[list[str], list[str], int, int]:
+        """Like :meth:`admit`, plus the distinct counts before and after, from the same atomic step."""
+        args = _check_admit_args(key, point_ids, cap, window_s, now)
+        flags, before, after = self._admit(*args)
+        ids = args[1]
+        return (
+            [pid for pid, ok in zip(ids, flags) if ok],
+            [pid for pid, ok in zip(ids, flags) if not ok],
+            before,
+            after,
+        )
+
+    def seen(self, key: str, *, window_s: float, now: float) -> int:
+        """See :meth:`BudgetStore.seen`."""
+        _check_str("key", key)
+        return self._seen(
+            key, _check_real("window_s", window_s, positive=True), _check_real("now", now, positive=False)
+        )
+
+    def reset(self, key: str | None = None) -> None:
+        """See :meth:`BudgetStore.reset`."""
+        if key is not None:
+            _check_str("key", key)
+        self._reset(key)
+
+    def _admit(self, key: str, ids: list[str], cap: int, window_s: float, now: float) -> tuple[list[bool], int, int]:
+        raise NotImplementedError
+
+    def _seen(self, key: str, window_s: float, now: float) -> int:
+        raise NotImplementedError
+
+    def _reset(self, key: str | None) -> None:
+        raise NotImplementedError
+
+
+class MemoryBudgetStore(_CountingStore):
+    """In-process store: a dict of insertion-ordered maps behind one lock.
+
+    Each key keeps its ids ordered by timestamp, so expiry pops from the front and every
+    admission costs O(1) amortised per id. Not shared between processes; lost on restart.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keys: dict[str, OrderedDict[str, float]] = {}
+
+    def _expire(self, key: str, window_s: float, now: float) -> tuple[OrderedDict[str, float] | None, float]:
+        entries = self._keys.get(key)
+        if entries is None:
+            return None, now
+        # The newest entry is last (timestamps are monotonic per key), so time never runs back.
+        now = max(now, next(reversed(entries.values())))
+        cutoff = now - window_s
+        while entries and next(iter(entries.values())) < cutoff:
+            entries.popitem(last=False)
+        if not entries:
+            del self._keys[key]
+            return None, now
+        return entries, now
+
+    def _admit(self, key: str, ids: list[str], cap: int, window_s: float, now: float) -> tuple[list[bool], int, int]:
+        with self._lock:
+            entries, now = self._expire(key, window_s, now)
+            if entries is None:
+                entries = OrderedDict()
+            before = len(entries)
+            flags = []
+            for pid in ids:
+                if pid in entries:
+                    entries[pid] = now
+                    entries.move_to_end(pid)
+                    flags.append(True)
+                elif len(entries) < cap:
+                    entries[pid] = now
+                    flags.append(True)
+                else:
+                    flags.append(False)
+            if entries:
+                self._keys[key] = entries
+            return flags, before, len(entries)
+
+    def _seen(self, key: str, window_s: float, now: float) -> int:
+        with self._lock:
+            entries, _ = self._expire(key, window_s, now)
+            return len(entries) if entries else 0
+
+    def _reset(self, key: str | None) -> None:
+        with self._lock:
+            if key is None:
+                self._keys.clear()
+            else:
+                self._keys.pop(key, None)
+
+
+_SQLITE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS qg_budget (
+    key TEXT NOT NULL,
+    pid TEXT NOT NULL,
+    ts  REAL NOT NULL,
+    PRIMARY KEY (key, pid)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS qg_budget_key_ts ON qg_budget (key, ts);
+"""
+
+
+class SqliteBudgetStore(_CountingStore):
+    """SQLite store: survives restarts and is exact across threads and processes.
+
+    Each admission is one ``BEGIN IMMEDIATE`` transaction, which takes the database's write lock
+    before reading, so two admissions to the same file never interleave. The database runs in WAL
+    mode. Every thread (and every process after a fork) uses its own connection.
+
+    Args:
+        path: the database file; created if missing. ``":memory:"`` is refused because each
+            connection would see a different database (use :class:`MemoryBudgetStore`).
+        timeout_s: how long an admission waits for another writer before failing.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> None:
+        path = os.fspath(path)
+        if not isinstance(path, str):
+            raise TypeError(f"path must be a str or os.PathLike[str], not {type(path).__name__}")
+        if path in ("", ":memory:") or path.startswith("file::memory:"):
+            raise ValueError(
+                f"SqliteBudgetStore needs a file path, got {path!r}; use MemoryBudgetStore for an in-process budget"
+            )
+        self.path = path
+        self._timeout_s = _check_real("timeout_s", timeout_s, positive=True)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        try:
+            self._connection().executescript(_SQLITE_SCHEMA)
+        except sqlite3.Error as exc:
+            raise BudgetStoreError(f"cannot create the budget table in {path!r}: {exc}") from exc
+
+    def _connection(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or self._local.pid != os.getpid():
+            try:
+                conn = sqlite3.connect(self.path, timeout=self._timeout_s, isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+            except sqlite3.Error as exc:
+                raise BudgetStoreError(f"cannot open budget database {self.path!r}: {exc}") from exc
+            self._local.conn, self._local.pid = conn, os.getpid()
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    def _transaction(self) -> "_SqliteTransaction":
+        return _SqliteTransaction(self._connection(), self.path)
+
+    @staticmethod
+    def _expire(db: sqlite3.Connection, key: str, window_s: float, now: float) -> float:
+        (newest,) = db.execute("SELECT MAX(ts) FROM qg_budget WHERE key = ?", (key,)).fetchone()
+        if newest is not None and newest > now:
+            now = newest
+        db.execute("DELETE FROM qg_budget WHERE key = ? AND ts < ?", (key, now - window_s))
+        return now
+
+    @staticmethod
+    def _count(db: sqlite3.Connection, key: str) -> int:
+        return db.execute("SELECT COUNT(*) FROM qg_budget WHERE key = ?", (key,)).fetchone()[0]
+
+    def _admit(self, key: str, ids: list[str], cap: int, window_s: float, now: float) -> tuple[list[bool], int, int]:
+        with self._transaction() as db:
+            now = self._expire(db, key, window_s, now)
+            count = before = self._count(db, key)
+            flags = []
+            for pid in ids:
+                if db.execute("UPDATE qg_budget SET ts = ? WHERE key = ? AND pid = ?", (now, key, pid)).rowcount:
+                    flags.append(True)
+                elif count < cap:
+                    db.execute("INSERT INTO qg_budget (key, pid, ts) VALUES (?, ?, ?)", (key, pid, now))
+                    count += 1
+                    flags.append(True)
+                else:
+                    flags.append(False)
+            return flags, before, count
+
+    def _seen(self, key: str, window_s: float, now: float) -> int:
+        with self._transaction() as db:
+            self._expire(db, key, window_s, now)
+            return self._count(db, key)
+
+    def _reset(self, key: str | None) -> None:
+        with self._transaction() as db:
+            if key is None:
+                db.execute("DELETE FROM qg_budget")
+            else:
+                db.execute("DELETE FROM qg_budget WHERE key = ?", (key,))
+
+    def close(self) -> None:
+        """Close every connection this store opened (in this process)."""
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
+
+
+class _SqliteTransaction:
+    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
+        self._conn, self._path = conn, path
+
+    def __enter__(self) -> sqlite3.Connection:
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise BudgetStoreError(f"budget database {self._path!r} is unavailable: {exc}") from exc
+        return self._conn
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            try:
+                self._conn.execute("COMMIT")
+                return
+            except sqlite3.Error as commit_exc:
+                self._conn.execute("ROLLBACK")
+                raise BudgetStoreError(f"budget database {self._path!r}: commit failed: {commit_exc}") from commit_exc
+        self._conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise BudgetStoreError(f"budget database {self._path!r}: {exc}") from exc
+
+
+# KEYS[1]: the ZSET (member = point id, score = timestamp).
+# ARGV: now, window_s, cap, ttl_ms, id1, id2, ...  -> {flags..., before, after}
+_REDIS_ADMIT = """
+local key = KEYS[1]
+local now = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local cap = tonumber(ARGV[3])
+local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+if newest[2] and tonumber(newest[2]) > now then now = tonumber(newest[2]) end
+local stamp = string.format('%.17g', now)
+redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. string.format('%.17g', now - window))
+local count = redis.call('ZCARD', key)
+local before = count
+local out = {}
+for i = 5, #ARGV do
+  local pid = ARGV[i]
+  if redis.call('ZSCORE', key, pid) then
+    redis.call('ZADD', key, stamp, pid)
+    out[#out + 1] = 1
+  elseif count < cap then
+    redis.call('ZADD', key, stamp, pid)
+    count = count + 1
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+if count > 0 then redis.call('PEXPIRE', key, ARGV[4]) end
+out[#out + 1] = before
+out[#out + 1] = count
+return out
+"""
+
+_REDIS_SEEN = """
+local key = KEYS[1]
+local now = tonumber(ARGV[1])
+local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+if newest[2] and tonumber(newest[2]) > now then now = tonumber(newest[2]) end
+redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. string.format('%.17g', now - tonumber(ARGV[2])))
+return redis.call('ZCARD', key)
+"""
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+class RedisBudgetStore(_CountingStore):
+    """Redis store: one sorted set per key, one Lua script (EVALSHA) per admission.
+
+    The script runs atomically on the server, so every client of the same Redis shares one exact
+    budget. Each key also gets a TTL of ``window_s`` after every admission, so idle keys disappear
+    server-side; the window itself is enforced from the timestamps passed in ``now``.
+
+    Args:
+        client_or_url: a ``redis.Redis`` client, or a URL for ``redis.Redis.from_url``.
+        prefix: prepended to every budget key in Redis.
+
+    Raises:
+        BudgetStoreError: the ``redis`` package is not installed.
+    """
+
+    def __init__(self, client_or_url: Any, *, prefix: str = "qg:budget:") -> None:
+        _check_str("prefix", prefix, empty_ok=True)
+        try:
+            import redis
+        except ImportError as exc:
+            raise BudgetStoreError(
+                "RedisBudgetStore needs the redis package: pip install 'redis>=5'"
+            ) from exc
+        self._redis_error = redis.RedisError
+        if isinstance(client_or_url, str):
+            client_or_url = redis.Redis.from_url(client_or_url)
+        self.client = client_or_url
+        self.prefix = prefix
+        self._admit_script = self.client.register_script(_REDIS_ADMIT)
+        self._seen_script = self.client.register_script(_REDIS_SEEN)
+
+    def _call(self, script: Any, key: str, args: list[Any]) -> Any:
+        try:
+            return script(keys=[self.prefix + key], args=args)
+        except self._redis_error as exc:
+            raise BudgetStoreError(f"redis budget store failed for key {key!r}: {exc}") from exc
+
+    def _admit(self, key: str, ids: list[str], cap: int, window_s: float, now: float) -> tuple[list[bool], int, int]:
+        ttl_ms = max(1, math.ceil(window_s * 1000))
+        reply = self._call(self._admit_script, key, [repr(now), repr(window_s), cap, ttl_ms, *ids])
+        flags = [bool(int(v)) for v in reply[:-2]]
+        return flags, int(reply[-2]), int(reply[-1])
+
+    def _seen(self, key: str, window_s: float, now: float) -> int:
+        return int(self._call(self._seen_script, key, [repr(now), repr(window_s)]))
+
+    def _reset(self, key: str | None) -> None:
+        try:
+            if key is not None:
+                self.client.delete(self.prefix + key)
+                return
+            batch = []
+            for name in self.client.scan_iter(match=_glob_escape(self.prefix) + "*", count=500):
+                batch.append(name)
+                if len(batch) >= 500:
+                    self.client.delete(*batch)
+                    batch = []
+            if batch:
+                self.client.delete(*batch)
+        except self._redis_error as exc:
+            raise BudgetStoreError(f"redis budget store reset failed: {exc}") from exc
+
+
+def make_store(spec: str | None) -> BudgetStore:
+    """Build a store from a spec string.
+
+    Args:
+        spec: ``None`` or ``"memory"``; ``"sqlite:///relative/path.db"`` or
+            ``"sqlite:////absolute/path.db"``; ``"redis://host:port/db"`` (also ``rediss://``
+            and ``unix://``).
+
+    Returns:
+        The store.
+
+    Raises:
+        TypeError: ``spec`` is not a str or None.
+        ValueError: the spec has none of the forms above.
+    """
+    if spec is None or spec == "memory":
+        return MemoryBudgetStore()
+    if not isinstance(spec, str):
+        raise TypeError(f"spec must be a str or None, not {type(spec).__name__}")
+    if spec.startswith("sqlite:///") and len(spec) > len("sqlite:///"):
+        return SqliteBudgetStore(spec[len("sqlite:///"):])
+    if spec.startswith(("redis://", "rediss://", "unix://")):
+        return RedisBudgetStore(spec)
+    raise ValueError(
+        f"unknown budget store spec {spec!r}; use 'memory', 'sqlite:///path.db' or 'redis://host:port/db'"
+    )
+
+
+# --- the budget ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BudgetDecision:
+    """The outcome of one budget admission.
+
+    Attributes:
+        admitted: the point ids that may be returned, as passed in and in input order.
+        withheld: the point ids that must not be returned, as passed in and in input order.
+        seen_before: distinct ids in the window before this admission.
+        seen_after: distinct ids in the window after it (never more than ``cap``).
+        cap: the distinct-id cap that applied.
+        key: the store key that was charged.
+    """
+
+    admitted: list
+    withheld: list
+    seen_before: int
+    seen_after: int
+    cap: int
+    key: str
+
+
+def _escape_part(text: str) -> str:
+    return text.replace("%", "%25").replace("|", "%7C")
+
+
+class ExtractionBudget:
+    """Caps the distinct points of each source a principal can see within a sliding window.
+
+    Args:
+        store: where the counts live (see :func:`make_store`).
+        window_s: the window length in seconds (default one day).
+        clock: returns the current time in seconds; injectable for tests.
+    """
+
+    def __init__(self, store: BudgetStore, *, window_s: float = 86400.0, clock: Callable[[], float] = time.time) -> None:
+        if not isinstance(store, BudgetStore):
+            raise TypeError(f"store must implement BudgetStore (admit, seen, reset), not {type(store).__name__}")
+        if not callable(clock):
+            raise TypeError(f"clock must be callable, not {type(clock).__name__}")
+        self.store = store
+        self.window_s = _check_real("window_s", window_s, positive=True)
+        self.clock = clock
+
+    @staticmethod
+    def budget_key(principal: str, collection: str, source: str) -> str:
+        """Return the store key for one principal x collection x source.
+
+        Parts are joined with ``|`` after escaping ``%`` and ``|``, so distinct triples never
+        share a key (``("a|b", "c", "d")`` and ``("a", "b|c", "d")`` differ).
+
+        Raises:
+            TypeError: a part is not a str.
+            ValueError: a part is empty.
+        """
+        parts = (_check_str("principal", principal), _check_str("collection", collection), _check_str("source", source))
+        return "src|" + "|".join(_escape_part(p) for p in parts)
+
+    @staticmethod
+    def _vector_key(principal: str, collection: str) -> str:
+        parts = (_check_str("principal", principal), _check_str("collection", collection))
+        return "vec|" + "|".join(_escape_part(p) for p in parts)
+
+    def cap_for(self, source_size: int, max_source_coverage: float) -> int:
+        """Return ``floor(source_size * max_source_coverage)``.
+
+        Rounding is down, so a principal never sees more than the stated share of a source. A
+        consequence: when ``source_size * max_source_coverage < 1`` the cap is 0 and the source is
+        withheld entirely (e.g. a 3-chunk source at coverage 0.25).
+
+        Raises:
+            TypeError: wrong argument types.
+            ValueError: a negative size or a coverage outside ``[0, 1]``.
+        """
+        _check_count("source_size", source_size)
+        if isinstance(max_source_coverage, bool) or not isinstance(max_source_coverage, (int, float)):
+            raise TypeError(f"max_source_coverage must be a float, not {type(max_source_coverage).__name__}")
+        if not (math.isfinite(max_source_coverage) and 0.0 <= max_source_coverage <= 1.0):
+            raise ValueError(f"max_source_coverage must be in [0, 1], got {max_source_coverage!r}")
+        return floor_share(source_size, float(max_source_coverage))
+
+    def _charge(self, key: str, point_ids: Sequence[Any], cap: int) -> BudgetDecision:
+        if isinstance(point_ids, (str, bytes)) or not isinstance(point_ids, Sequence):
+            raise TypeError(f"point_ids must be a sequence of point ids, not {type(point_ids).__name__}")
+        originals = list(point_ids)
+        normalised = [normalize_point_id(pid) for pid in originals]
+        now = _check_real("clock()", self.clock(), positive=False)
+        counted = getattr(self.store, "admit_counted", None)
+        if counted is not None:
+            admitted, _, before, after = counted(key, normalised, cap=cap, window_s=self.window_s, now=now)
+        else:
+            # Third-party stores only promise admit(); the counts around it are then not atomic.
+            before = self.store.seen(key, window_s=self.window_s, now=now)
+            admitted, _ = self.store.admit(key, normalised, cap=cap, window_s=self.window_s, now=now)
+            after = self.store.seen(key, window_s=self.window_s, now=now)
+        ok = set(admitted)
+        return BudgetDecision(
+            admitted=[o for o, n in zip(originals, normalised) if n in ok],
+            withheld=[o for o, n in zip(originals, normalised) if n not in ok],
+            seen_before=before,
+            seen_after=after,
+            cap=cap,
+            key=key,
+        )
+
+    def admit(
+        self,
+        *,
+        principal: str,
+        collection: str,
+        source: str,
+        point_ids: Sequence[int | str | uuid.UUID],
+        source_size: int,
+        max_source_coverage: float,
+    ) -> BudgetDecision:
+        """Charge ``point_ids`` (all from ``source``) to the principal's budget for that source.
+
+        Args:
+            principal: who is reading.
+            collection: the collection read.
+            source: the source the points belong to.
+            point_ids: the ids about to be returned, in rank order.
+            source_size: how many points the source has in the collection.
+            max_source_coverage: the largest share of the source one principal may see per window.
+
+        Returns:
+            A :class:`BudgetDecision`; return only ``admitted``.
+
+        Raises:
+            TypeError, ValueError: bad arguments or point ids.
+            BudgetStoreError: the store is unavailable (fail closed).
+        """
+        key = self.budget_key(principal, collection, source)
+        return self._charge(key, point_ids, self.cap_for(source_size, max_source_coverage))
+
+    def admit_vectors(
+        self,
+        *,
+        principal: str,
+        collection: str,
+        point_ids: Sequence[int | str | uuid.UUID],
+        max_vectors: int,
+    ) -> BudgetDecision:
+        """Charge returned *vectors* to a per-principal, per-collection distillation budget.
+
+        For PROPRIETARY collections: caps how many distinct stored vectors one principal can
+        receive per window, whatever their source, so the embedding model cannot be distilled
+        from a bulk of returned vectors. Uses a key space separate from :meth:`admit`.
+
+        Args:
+            principal: who is reading.
+            collection: the collection read.
+            point_ids: the ids whose vectors are about to be returned.
+            max_vectors: the distinct-vector cap per window.
+
+        Returns:
+            A :class:`BudgetDecision`.
+
+        Raises:
+            TypeError, ValueError: bad arguments or point ids.
+            BudgetStoreError: the store is unavailable (fail closed).
+        """
+        key = self._vector_key(principal, collection)
+        return self._charge(key, point_ids, _check_count("max_vectors", max_vectors))
