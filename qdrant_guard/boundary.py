@@ -1,0 +1,281 @@
+"""Principals and signed trust-boundary credentials.
+
+A credential is a compact token ``qgc1.<claims>.<sig>`` where ``<claims>`` is the unpadded
+base64url of the canonical JSON claims and ``<sig>`` the unpadded base64url Ed25519 signature of
+``b"qdrant-guard credential v1\\0" + canonical claims``. It is issued by the authority key of one
+boundary and only that boundary's keys can vouch for it.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Collection, Iterable, Mapping, Sequence, Union
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from .canonical import canonical_json, decode_canonical
+from .errors import CredentialError
+from .keys import key_id as _key_id
+
+__all__ = [
+    "TOKEN_PREFIX",
+    "CREDENTIAL_SIGNATURE_PREFIX",
+    "CREDENTIAL_REASONS",
+    "Principal",
+    "VerifiedPrincipal",
+    "CredentialRejected",
+    "issue_credential",
+    "verify_credential",
+]
+
+TOKEN_PREFIX = "qgc1"
+CREDENTIAL_SIGNATURE_PREFIX = b"qdrant-guard credential v1\x00"
+CREDENTIAL_REASONS = (
+    "malformed", "non_canonical", "unknown_boundary", "unknown_key", "revoked", "expired",
+    "not_yet_valid", "bad_signature", "algorithm",
+)
+_ALG = "Ed25519"
+_CLAIMS = {"v": int, "agent_id": str, "boundary": str, "iat": int, "exp": int, "kid": str,
+           "alg": str, "jti": str}
+
+
+class CredentialRejected(CredentialError):
+    """A credential failed verification.
+
+    Attributes:
+        reason: one of :data:`CREDENTIAL_REASONS`.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"credential rejected ({reason}): {message}")
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: an agent inside a trust boundary, optionally with its credential token.
+
+    Raises:
+        TypeError: a field has the wrong type.
+        ValueError: ``agent_id`` or ``boundary`` is empty.
+    """
+
+    agent_id: str
+    boundary: str
+    credential: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("agent_id", "boundary"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise TypeError(f"Principal.{name} must be str, not {type(value).__name__}")
+            if not value:
+                raise ValueError(f"Principal.{name} must not be empty")
+        if self.credential is not None and not isinstance(self.credential, str):
+            raise TypeError(
+                f"Principal.credential must be str or None, not {type(self.credential).__name__}"
+            )
+
+    def __repr__(self) -> str:
+        # Never print the bearer token.
+        cred = "None" if self.credential is None else "'<credential>'"
+        return f"Principal(agent_id={self.agent_id!r}, boundary={self.boundary!r}, credential={cred})"
+
+
+@dataclass(frozen=True)
+class VerifiedPrincipal:
+    """The claims of a credential that passed :func:`verify_credential`."""
+
+    agent_id: str
+    boundary: str
+    expires_at: int
+    key_id: str
+    jti: str
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64url(text: str) -> bytes:
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64url(raw) != text:
+        raise ValueError("not canonical unpadded base64url")
+    return raw
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(f"{name} must be a finite number, not {value!r}")
+    return float(value)
+
+
+def issue_credential(
+    authority_key: Ed25519PrivateKey,
+    *,
+    agent_id: str,
+    boundary: str,
+    ttl_s: float = 3600,
+    now: float | None = None,
+) -> str:
+    """Issue a credential for ``agent_id`` in ``boundary``, signed by the boundary's authority key.
+
+    Args:
+        authority_key: the boundary authority's Ed25519 private key.
+        agent_id: the agent the credential names.
+        boundary: the trust boundary it admits the agent to.
+        ttl_s: lifetime in seconds (> 0).
+        now: issue time in seconds (default: now); ``iat``/``exp`` are whole seconds.
+
+    Returns:
+        The token ``"qgc1.<b64url claims>.<b64url signature>"``.
+
+    Raises:
+        TypeError: a wrong argument type.
+        ValueError: empty ids or a non-positive ``ttl_s``.
+    """
+    if not isinstance(authority_key, Ed25519PrivateKey):
+        raise TypeError(
+            "issue_credential() authority_key must be an Ed25519PrivateKey, not "
+            f"{type(authority_key).__name__}"
+        )
+    Principal(agent_id, boundary)  # same validation as a principal
+    ttl = _number(ttl_s, "ttl_s")
+    if ttl <= 0:
+        raise ValueError(f"ttl_s must be positive, got {ttl_s!r}")
+    iat = int(math.floor(time.time() if now is None else _number(now, "now")))
+    claims = {
+        "v": 1,
+        "agent_id": agent_id,
+        "boundary": boundary,
+        "iat": iat,
+        "exp": iat + max(1, int(math.ceil(ttl))),
+        "kid": _key_id(authority_key.public_key()),
+        "alg": _ALG,
+        "jti": _b64url(os.urandom(16)),
+    }
+    body = canonical_json(claims)
+    sig = authority_key.sign(CREDENTIAL_SIGNATURE_PREFIX + body)
+    return f"{TOKEN_PREFIX}.{_b64url(body)}.{_b64url(sig)}"
+
+
+AuthorityKeys = Union[Ed25519PublicKey, Sequence[Ed25519PublicKey]]
+
+
+def _keys_of(authorities: Any, boundary: str) -> list[Ed25519PublicKey]:
+    keys = authorities[boundary]
+    if isinstance(keys, Ed25519PublicKey):
+        keys = [keys]
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+        raise TypeError(f"authorities[{boundary!r}] must be a sequence of Ed25519PublicKey")
+    out = list(keys)
+    for k in out:
+        if not isinstance(k, Ed25519PublicKey):
+            raise TypeError(
+                f"authorities[{boundary!r}] holds a {type(k).__name__}; only Ed25519PublicKey is accepted"
+            )
+    return out
+
+
+def verify_credential(
+    token: str,
+    *,
+    authorities: Mapping[str, AuthorityKeys],
+    revoked_keys: Collection[str] = (),
+    revoked_credentials: Collection[str] = (),
+    now: float | None = None,
+    leeway_s: float = 30,
+) -> VerifiedPrincipal:
+    """Verify a credential token and return its claims.
+
+    Args:
+        token: the ``qgc1.`` token.
+        authorities: boundary name -> the public keys allowed to issue credentials for it.
+        revoked_keys: revoked authority key ids.
+        revoked_credentials: revoked credential ids (``jti``).
+        now: current time in seconds (default: now).
+        leeway_s: clock-skew tolerance for ``iat``/``exp``.
+
+    Returns:
+        :class:`VerifiedPrincipal`.
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        CredentialRejected: (a :class:`CredentialError`) with ``reason`` one of
+            :data:`CREDENTIAL_REASONS`.
+    """
+    if not isinstance(token, str):
+        raise TypeError(f"verify_credential() token must be str, not {type(token).__name__}")
+    if not isinstance(authorities, Mapping):
+        raise TypeError(
+            "authorities must be a mapping of boundary name to Ed25519 public keys, not "
+            f"{type(authorities).__name__}"
+        )
+    for label, coll in (("revoked_keys", revoked_keys), ("revoked_credentials", revoked_credentials)):
+        if isinstance(coll, (str, bytes)) or not isinstance(coll, Iterable):
+            raise TypeError(f"{label} must be a collection of str, not {type(coll).__name__}")
+    current = time.time() if now is None else _number(now, "now")
+    leeway = _number(leeway_s, "leeway_s")
+
+    parts = token.split(".")
+    if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
+        raise CredentialRejected("malformed", f"token must be '{TOKEN_PREFIX}.<claims>.<signature>'")
+    try:
+        body = _unb64url(parts[1])
+    except (binascii.Error, ValueError) as exc:
+        raise CredentialRejected("malformed", f"claims are not base64url: {exc}") from None
+    try:
+        claims = decode_canonical(body)
+    except ValueError as exc:
+        try:
+            json.loads(body)
+        except ValueError:
+            raise CredentialRejected("malformed", "claims are not JSON") from None
+        raise CredentialRejected("non_canonical", str(exc)) from None
+    if not isinstance(claims, dict):
+        raise CredentialRejected("malformed", "claims are not a JSON object")
+    if claims.get("alg") != _ALG:
+        raise CredentialRejected("algorithm", f"alg is {claims.get('alg')!r}; only {_ALG!r} is accepted")
+    if set(claims) != set(_CLAIMS):
+        raise CredentialRejected("malformed", f"claims must be exactly {sorted(_CLAIMS)}")
+    for name, typ in _CLAIMS.items():
+        if isinstance(claims[name], bool) or not isinstance(claims[name], typ):
+            raise CredentialRejected("malformed", f"claim {name!r} must be {typ.__name__}")
+    if claims["v"] != 1:
+        raise CredentialRejected("malformed", f"credential version {claims['v']} is not supported")
+    if claims["exp"] <= claims["iat"]:
+        raise CredentialRejected("malformed", "exp is not after iat")
+    boundary = claims["boundary"]
+    if boundary not in authorities:
+        raise CredentialRejected("unknown_boundary", f"no authority is configured for boundary {boundary!r}")
+    kid = claims["kid"]
+    if kid in set(revoked_keys):
+        raise CredentialRejected("revoked", f"authority key {kid} is revoked")
+    pk = next((k for k in _keys_of(authorities, boundary) if _key_id(k) == kid), None)
+    if pk is None:
+        raise CredentialRejected(
+            "unknown_key", f"key {kid} is not an authority of boundary {boundary!r}"
+        )
+    try:
+        sig = _unb64url(parts[2])
+    except (binascii.Error, ValueError):
+        raise CredentialRejected("bad_signature", "signature is not canonical base64url") from None
+    if len(sig) != 64:
+        raise CredentialRejected("bad_signature", f"signature has {len(sig)} bytes; Ed25519 has 64")
+    try:
+        pk.verify(sig, CREDENTIAL_SIGNATURE_PREFIX + body)
+    except InvalidSignature:
+        raise CredentialRejected("bad_signature", "Ed25519 signature does not verify") from None
+    if claims["jti"] in set(revoked_credentials):
+        raise CredentialRejected("revoked", f"credential {claims['jti']} is revoked")
+    if current > claims["exp"] + leeway:
+        raise CredentialRejected("expired", f"credential expired at {claims['exp']}")
+    if current < claims["iat"] - leeway:
+        raise CredentialRejected("not_yet_valid", f"credential is valid from {claims['iat']}")
+    return VerifiedPrincipal(claims["agent_id"], boundary, claims["exp"], kid, claims["jti"])
