@@ -30,7 +30,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
-from .diversity import floor_share
+from .diversity import _check_fraction, _check_int, floor_share
 from .errors import QdrantGuardError
 
 __all__ = [
@@ -62,11 +62,7 @@ def _check_str(name: str, value: object, *, empty_ok: bool = False) -> str:
 
 
 def _check_count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return value
+    return _check_int(name, value, 0)
 
 
 def _check_real(name: str, value: object, *, positive: bool) -> float:
@@ -611,11 +607,8 @@ class ExtractionBudget:
             ValueError: a negative size or a coverage outside ``[0, 1]``.
         """
         _check_count("source_size", source_size)
-        if isinstance(max_source_coverage, bool) or not isinstance(max_source_coverage, (int, float)):
-            raise TypeError(f"max_source_coverage must be a float, not {type(max_source_coverage).__name__}")
-        if not (math.isfinite(max_source_coverage) and 0.0 <= max_source_coverage <= 1.0):
-            raise ValueError(f"max_source_coverage must be in [0, 1], got {max_source_coverage!r}")
-        return floor_share(source_size, float(max_source_coverage))
+        coverage = _check_fraction("max_source_coverage", max_source_coverage, allow_zero=True)
+        return floor_share(source_size, coverage)
 
     def _charge(self, key: str, point_ids: Sequence[Any], cap: int) -> BudgetDecision:
         if isinstance(point_ids, (str, bytes)) or not isinstance(point_ids, Sequence):
