@@ -1,0 +1,204 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Native noise kernel: ChaCha20 CSPRNG, Ziggurat/Gamma samplers, clip + noise + lattice.
+
+Twin of :mod:`qdrant_guard._noise_py` (the specification). Argument checks take a typed fast path
+here; anything unusual is handed to the reference's checker, so both twins accept the same inputs
+and raise the same errors.
+"""
+import numpy as np
+
+cimport numpy as cnp
+from libc.math cimport frexp, isfinite
+from libc.stdint cimport uint8_t, uint32_t
+from libc.string cimport memcpy
+
+from qdrant_guard import _noise_py as _ref
+
+from noise cimport *
+
+cnp.import_array()
+qg_noise_init()
+
+IMPLEMENTATION = (<bytes>qg_chacha20_impl()).decode()
+
+
+cdef inline bint _positive(object value):
+    return type(value) is float and 0.0 < <double>value < float("inf")
+
+
+cdef inline bint _native_vectors(object vectors):
+    cdef cnp.ndarray arr
+    if type(vectors) is not cnp.ndarray:
+        return False
+    arr = <cnp.ndarray>vectors
+    if cnp.PyArray_TYPE(arr) != cnp.NPY_FLOAT32 and cnp.PyArray_TYPE(arr) != cnp.NPY_FLOAT64:
+        return False
+    if not cnp.PyArray_ISNOTSWAPPED(arr):
+        return False
+    return (cnp.PyArray_NDIM(arr) == 1 or cnp.PyArray_NDIM(arr) == 2) and cnp.PyArray_SIZE(arr) > 0
+
+
+def check_vectors(vectors):
+    if _native_vectors(vectors):
+        return int((<cnp.ndarray>vectors).shape[cnp.PyArray_NDIM(<cnp.ndarray>vectors) - 1])
+    return _ref.check_vectors(vectors)
+
+
+def chacha20_block(key, counter, nonce):
+    cdef uint32_t k[8]
+    cdef uint32_t n[3]
+    cdef uint32_t out[16]
+    _ref._check_bytes("key", key, 32)
+    _ref._check_count("counter", counter, 0xFFFFFFFF)
+    _ref._check_bytes("nonce", nonce, 12)
+    _load_words(key, k, 8)
+    _load_words(nonce, n, 3)
+    qg_chacha20_block(k, <uint32_t>counter, n, out)
+    return _store_words(out, 16)
+
+
+def chacha20_stream(key, nonce, counter, nbytes):
+    cdef uint32_t k[8]
+    cdef uint32_t n[3]
+    cdef uint32_t c
+    cdef size_t nblocks
+    _ref._check_bytes("key", key, 32)
+    _ref._check_bytes("nonce", nonce, 12)
+    _ref._check_count("counter", counter, 0xFFFFFFFF)
+    _ref._check_count("nbytes", nbytes, 1 << 30)
+    _load_words(key, k, 8)
+    _load_words(nonce, n, 3)
+    c = <uint32_t>counter
+    nblocks = (<size_t>nbytes + 63) // 64
+    words = np.empty(nblocks * 16, dtype="<u4")
+    cdef uint32_t[::1] view = words
+    if nblocks:
+        with nogil:
+            qg_chacha20_blocks(k, &c, n, &view[0], nblocks)
+    return words.tobytes()[:nbytes]
+
+
+cdef void _load_words(bytes data, uint32_t *dst, int count):
+    cdef const uint8_t *p = <const uint8_t *><char *>data
+    cdef int i
+    for i in range(count):
+        dst[i] = p[4 * i] | (<uint32_t>p[4 * i + 1] << 8) | (<uint32_t>p[4 * i + 2] << 16) | (<uint32_t>p[4 * i + 3] << 24)
+
+
+cdef bytes _store_words(const uint32_t *words, int count):
+    cdef bytearray out = bytearray(4 * count)
+    cdef int i
+    for i in range(count):
+        out[4 * i] = words[i] & 0xFF
+        out[4 * i + 1] = (words[i] >> 8) & 0xFF
+        out[4 * i + 2] = (words[i] >> 16) & 0xFF
+        out[4 * i + 3] = (words[i] >> 24) & 0xFF
+    return bytes(out)
+
+
+def normals(stream_key, nonce, count):
+    cdef qg_stream st
+    cdef Py_ssize_t i, n
+    _ref._check_bytes("stream_key", stream_key, 32)
+    _ref._check_bytes("nonce", nonce, 12)
+    _ref._check_count("count", count, 1 << 40)
+    n = count
+    out = np.empty(n, dtype=np.float64)
+    cdef double[::1] view = out
+    qg_stream_init(&st, <const uint8_t *><char *>stream_key, <const uint8_t *><char *>nonce)
+    with nogil:
+        for i in range(n):
+            view[i] = qg_normal(&st)
+        qg_stream_wipe(&st)
+    return out
+
+
+def gammas(stream_key, nonce, shape, count):
+    cdef qg_stream st
+    cdef Py_ssize_t i, n
+    cdef double a
+    _ref._check_bytes("stream_key", stream_key, 32)
+    _ref._check_bytes("nonce", nonce, 12)
+    a = _ref._check_real("shape", shape)
+    if a < 1.0:
+        raise ValueError(f"shape must be >= 1, got {a!r}")
+    _ref._check_count("count", count, 1 << 40)
+    n = count
+    out = np.empty(n, dtype=np.float64)
+    cdef double[::1] view = out
+    qg_stream_init(&st, <const uint8_t *><char *>stream_key, <const uint8_t *><char *>nonce)
+    with nogil:
+        for i in range(n):
+            view[i] = qg_gamma(&st, a)
+        qg_stream_wipe(&st)
+    return out
+
+
+def noise_vectors(vectors, mechanism, scale, step, clip_norm, stream_key, row_keys, nonce):
+    cdef cnp.ndarray src, out
+    cdef size_t rows = 0, dim = 0, bad_row = 0, bad_col = 0
+    cdef int mech, rc, is_f32, exponent
+    cdef double scale_c = 0.0, step_c = 0.0, clip_c = 0.0
+    cdef qg_stream st
+    cdef qg_stream *stream = NULL
+    cdef const uint8_t *keys = NULL
+    cdef const uint8_t *nonce_p
+    fast = (
+        _native_vectors(vectors)
+        and (mechanism == "gaussian" or mechanism == "laplace_l2")
+        and _positive(scale) and _positive(step) and frexp(<double>step, &exponent) == 0.5
+        and (clip_norm is None or _positive(clip_norm))
+        and (stream_key is None or (type(stream_key) is bytes and len(<bytes>stream_key) == 32))
+        and type(nonce) is bytes and len(<bytes>nonce) == 12
+    )
+    src = <cnp.ndarray>vectors if fast else None
+    if fast:
+        dim = <size_t>src.shape[src.ndim - 1]
+        rows = 1 if src.ndim == 1 else <size_t>src.shape[0]
+        scale_c = scale
+        step_c = step
+        if clip_norm is not None:
+            clip_c = clip_norm
+        if row_keys is not None:
+            fast = stream_key is None and type(row_keys) is bytes and len(<bytes>row_keys) == 32 * rows
+    if not fast:
+        rows, dim, scale_c, step_c, clip_c = _ref._check_noise_args(
+            vectors, mechanism, scale, step, clip_norm, stream_key, row_keys, nonce
+        )
+        src = <cnp.ndarray>vectors
+    mech = QG_GAUSSIAN if mechanism == "gaussian" else QG_LAPLACE_L2
+    if not cnp.PyArray_IS_C_CONTIGUOUS(src):
+        src = np.ascontiguousarray(src)
+    is_f32 = cnp.PyArray_TYPE(src) == cnp.NPY_FLOAT32
+    out = cnp.PyArray_EMPTY(src.ndim, src.shape, cnp.PyArray_TYPE(src), 0)
+    nonce_p = <const uint8_t *><char *>nonce
+    if row_keys is not None:
+        keys = <const uint8_t *><char *>row_keys
+    elif stream_key is not None:
+        qg_stream_init(&st, <const uint8_t *><char *>stream_key, nonce_p)
+        stream = &st
+    with nogil:
+        rc = qg_noise_rows(cnp.PyArray_DATA(src), cnp.PyArray_DATA(out), is_f32, rows, dim, mech,
+                           scale_c, step_c, clip_c, stream, keys, nonce_p, &bad_row, &bad_col)
+        if stream != NULL:
+            qg_stream_wipe(stream)
+    if rc == QG_OK:
+        return out
+    if rc == QG_ERR_NONFINITE:
+        raise _ref._nonfinite_error(bad_row, bad_col)
+    if rc == QG_ERR_CLIP_OVERFLOW:
+        raise _ref._clip_overflow_error(bad_row)
+    if rc == QG_ERR_OUTPUT_OVERFLOW:
+        raise _ref._output_overflow_error(bad_row, bad_col, vectors.dtype)
+    if rc == QG_ERR_RANDOM:
+        raise OSError(<int>bad_col, "getrandom(2) failed: the OS provides no randomness for noise")
+    raise MemoryError("cannot allocate the noise scratch row")
+
+
+# One docstring per function, written on the reference (STYLE.md habit 3).
+for _name in ("check_vectors", "chacha20_block", "chacha20_stream", "normals", "gammas", "noise_vectors"):
+    try:
+        globals()[_name].__doc__ = getattr(_ref, _name).__doc__
+    except (AttributeError, TypeError):
+        pass
+del _name

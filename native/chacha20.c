@@ -1,0 +1,281 @@
+/* ChaCha20 (RFC 8439) block function, 4-/8-way SIMD variants, and the per-thread CSPRNG.
+ *
+ * Every variant produces the same bytes as the scalar block function; the known-answer tests and
+ * the twin comparison in tests/test_noise*.py hold for whichever variant runs. */
+#include "chacha20.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/random.h>
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define QG_HAVE_AVX2_DISPATCH 1
+#endif
+
+#define ROTL(v, c) (((v) << (c)) | ((v) >> (32 - (c))))
+#define QR(a, b, c, d)                  \
+    a += b; d ^= a; d = ROTL(d, 16);    \
+    c += d; b ^= c; b = ROTL(b, 12);    \
+    a += b; d ^= a; d = ROTL(d, 8);     \
+    c += d; b ^= c; b = ROTL(b, 7);
+
+static const uint32_t SIGMA[4] = {0x61707865u, 0x3320646eu, 0x79622d32u, 0x6b206574u};
+
+void qg_chacha20_block(const uint32_t key[8], uint32_t counter, const uint32_t nonce[3], uint32_t out[16])
+{
+    uint32_t in[16], x[16];
+    int i;
+    for (i = 0; i < 4; i++) in[i] = SIGMA[i];
+    for (i = 0; i < 8; i++) in[4 + i] = key[i];
+    in[12] = counter;
+    for (i = 0; i < 3; i++) in[13 + i] = nonce[i];
+    memcpy(x, in, sizeof x);
+    for (i = 0; i < 10; i++) {
+        QR(x[0], x[4], x[8], x[12]) QR(x[1], x[5], x[9], x[13])
+        QR(x[2], x[6], x[10], x[14]) QR(x[3], x[7], x[11], x[15])
+        QR(x[0], x[5], x[10], x[15]) QR(x[1], x[6], x[11], x[12])
+        QR(x[2], x[7], x[8], x[13]) QR(x[3], x[4], x[9], x[14])
+    }
+    for (i = 0; i < 16; i++) out[i] = x[i] + in[i];
+}
+
+#ifdef __SSE2__
+/* Four blocks (counters c..c+3, no wrap inside) with one block per 32-bit lane. */
+#define ROTV4(v, c) _mm_or_si128(_mm_slli_epi32(v, c), _mm_srli_epi32(v, 32 - (c)))
+#define QRV4(a, b, c, d)                                                   \
+    a = _mm_add_epi32(a, b); d = _mm_xor_si128(d, a); d = ROTV4(d, 16);    \
+    c = _mm_add_epi32(c, d); b = _mm_xor_si128(b, c); b = ROTV4(b, 12);    \
+    a = _mm_add_epi32(a, b); d = _mm_xor_si128(d, a); d = ROTV4(d, 8);     \
+    c = _mm_add_epi32(c, d); b = _mm_xor_si128(b, c); b = ROTV4(b, 7);
+
+static void blocks4_sse2(const uint32_t key[8], uint32_t counter, const uint32_t nonce[3], uint32_t *out)
+{
+    __m128i in[16], x[16];
+    int i;
+    for (i = 0; i < 4; i++) in[i] = _mm_set1_epi32((int)SIGMA[i]);
+    for (i = 0; i < 8; i++) in[4 + i] = _mm_set1_epi32((int)key[i]);
+    in[12] = _mm_add_epi32(_mm_set1_epi32((int)counter), _mm_set_epi32(3, 2, 1, 0));
+    for (i = 0; i < 3; i++) in[13 + i] = _mm_set1_epi32((int)nonce[i]);
+    for (i = 0; i < 16; i++) x[i] = in[i];
+    for (i = 0; i < 10; i++) {
+        QRV4(x[0], x[4], x[8], x[12]) QRV4(x[1], x[5], x[9], x[13])
+        QRV4(x[2], x[6], x[10], x[14]) QRV4(x[3], x[7], x[11], x[15])
+        QRV4(x[0], x[5], x[10], x[15]) QRV4(x[1], x[6], x[11], x[12])
+        QRV4(x[2], x[7], x[8], x[13]) QRV4(x[3], x[4], x[9], x[14])
+    }
+    /* Transpose lanes (one block each) back to the serial layout, four words at a time. */
+    for (i = 0; i < 16; i += 4) {
+        __m128i a = _mm_add_epi32(x[i], in[i]), b = _mm_add_epi32(x[i + 1], in[i + 1]);
+        __m128i c = _mm_add_epi32(x[i + 2], in[i + 2]), d = _mm_add_epi32(x[i + 3], in[i + 3]);
+        __m128i ab0 = _mm_unpacklo_epi32(a, b), ab1 = _mm_unpackhi_epi32(a, b);
+        __m128i cd0 = _mm_unpacklo_epi32(c, d), cd1 = _mm_unpackhi_epi32(c, d);
+        _mm_storeu_si128((__m128i *)(out + 0 * 16 + i), _mm_unpacklo_epi64(ab0, cd0));
+        _mm_storeu_si128((__m128i *)(out + 1 * 16 + i), _mm_unpackhi_epi64(ab0, cd0));
+        _mm_storeu_si128((__m128i *)(out + 2 * 16 + i), _mm_unpacklo_epi64(ab1, cd1));
+        _mm_storeu_si128((__m128i *)(out + 3 * 16 + i), _mm_unpackhi_epi64(ab1, cd1));
+    }
+}
+#endif
+
+#ifdef QG_HAVE_AVX2_DISPATCH
+/* The build uses no -mavx2 (plain, portable flags), so AVX2 is compiled per function and chosen at
+   run time from CPUID. */
+#define ROTV8(v, c) _mm256_or_si256(_mm256_slli_epi32(v, c), _mm256_srli_epi32(v, 32 - (c)))
+/* Rotations by 16 and 8 move whole bytes: one shuffle instead of two shifts and an or. */
+#define ROT16_8(v) _mm256_shuffle_epi8(v, rot16)
+#define ROT8_8(v) _mm256_shuffle_epi8(v, rot8)
+#define QRV8(a, b, c, d)                                                         \
+    a = _mm256_add_epi32(a, b); d = _mm256_xor_si256(d, a); d = ROT16_8(d);      \
+    c = _mm256_add_epi32(c, d); b = _mm256_xor_si256(b, c); b = ROTV8(b, 12);    \
+    a = _mm256_add_epi32(a, b); d = _mm256_xor_si256(d, a); d = ROT8_8(d);       \
+    c = _mm256_add_epi32(c, d); b = _mm256_xor_si256(b, c); b = ROTV8(b, 7);
+
+__attribute__((target("avx2")))
+static void blocks8_avx2(const uint32_t key[8], uint32_t counter, const uint32_t nonce[3], uint32_t *out)
+{
+    __m256i in[16], x[16];
+    const __m256i rot16 = _mm256_set_epi8(13, 12, 15, 14, 9, 8, 11, 10, 5, 4, 7, 6, 1, 0, 3, 2,
+                                          13, 12, 15, 14, 9, 8, 11, 10, 5, 4, 7, 6, 1, 0, 3, 2);
+    const __m256i rot8 = _mm256_set_epi8(14, 13, 12, 15, 10, 9, 8, 11, 6, 5, 4, 7, 2, 1, 0, 3,
+                                         14, 13, 12, 15, 10, 9, 8, 11, 6, 5, 4, 7, 2, 1, 0, 3);
+    int i;
+    for (i = 0; i < 4; i++) in[i] = _mm256_set1_epi32((int)SIGMA[i]);
+    for (i = 0; i < 8; i++) in[4 + i] = _mm256_set1_epi32((int)key[i]);
+    in[12] = _mm256_add_epi32(_mm256_set1_epi32((int)counter), _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0));
+    for (i = 0; i < 3; i++) in[13 + i] = _mm256_set1_epi32((int)nonce[i]);
+    for (i = 0; i < 16; i++) x[i] = in[i];
+    for (i = 0; i < 10; i++) {
+        QRV8(x[0], x[4], x[8], x[12]) QRV8(x[1], x[5], x[9], x[13])
+        QRV8(x[2], x[6], x[10], x[14]) QRV8(x[3], x[7], x[11], x[15])
+        QRV8(x[0], x[5], x[10], x[15]) QRV8(x[1], x[6], x[11], x[12])
+        QRV8(x[2], x[7], x[8], x[13]) QRV8(x[3], x[4], x[9], x[14])
+    }
+    for (i = 0; i < 16; i += 4) {
+        __m256i a = _mm256_add_epi32(x[i], in[i]), b = _mm256_add_epi32(x[i + 1], in[i + 1]);
+        __m256i c = _mm256_add_epi32(x[i + 2], in[i + 2]), d = _mm256_add_epi32(x[i + 3], in[i + 3]);
+        __m256i ab0 = _mm256_unpacklo_epi32(a, b), ab1 = _mm256_unpackhi_epi32(a, b);
+        __m256i cd0 = _mm256_unpacklo_epi32(c, d), cd1 = _mm256_unpackhi_epi32(c, d);
+        /* Within each 128-bit half: rows for blocks (0,1,2,3) in the low half, (4,5,6,7) high. */
+        __m256i r0 = _mm256_unpacklo_epi64(ab0, cd0), r1 = _mm256_unpackhi_epi64(ab0, cd0);
+        __m256i r2 = _mm256_unpacklo_epi64(ab1, cd1), r3 = _mm256_unpackhi_epi64(ab1, cd1);
+        _mm_storeu_si128((__m128i *)(out + 0 * 16 + i), _mm256_castsi256_si128(r0));
+        _mm_storeu_si128((__m128i *)(out + 1 * 16 + i), _mm256_castsi256_si128(r1));
+        _mm_storeu_si128((__m128i *)(out + 2 * 16 + i), _mm256_castsi256_si128(r2));
+        _mm_storeu_si128((__m128i *)(out + 3 * 16 + i), _mm256_castsi256_si128(r3));
+        _mm_storeu_si128((__m128i *)(out + 4 * 16 + i), _mm256_extracti128_si256(r0, 1));
+        _mm_storeu_si128((__m128i *)(out + 5 * 16 + i), _mm256_extracti128_si256(r1, 1));
+        _mm_storeu_si128((__m128i *)(out + 6 * 16 + i), _mm256_extracti128_si256(r2, 1));
+        _mm_storeu_si128((__m128i *)(out + 7 * 16 + i), _mm256_extracti128_si256(r3, 1));
+    }
+}
+
+static int use_avx2(void)
+{
+    static int cached = -1;
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = __builtin_cpu_supports("avx2") ? 1 : 0;
+    }
+    return cached;
+}
+#endif
+
+const char *qg_chacha20_impl(void)
+{
+#ifdef QG_HAVE_AVX2_DISPATCH
+    if (use_avx2()) return "avx2";
+#endif
+#ifdef __SSE2__
+    return "sse2";
+#else
+    return "scalar";
+#endif
+}
+
+static void advance(uint32_t *counter, uint32_t nonce[3], uint32_t n)
+{
+    uint32_t before = *counter;
+    *counter = before + n;
+    if (*counter < before) nonce[0] += 1;
+}
+
+void qg_chacha20_blocks(const uint32_t key[8], uint32_t *counter, uint32_t nonce[3], uint32_t *out, size_t nblocks)
+{
+    while (nblocks > 0) {
+#ifdef QG_HAVE_AVX2_DISPATCH
+        if (nblocks >= 8 && *counter <= UINT32_MAX - 7 && use_avx2()) {
+            blocks8_avx2(key, *counter, nonce, out);
+            advance(counter, nonce, 8);
+            out += 128;
+            nblocks -= 8;
+            continue;
+        }
+#endif
+#ifdef __SSE2__
+        if (nblocks >= 4 && *counter <= UINT32_MAX - 3) {
+            blocks4_sse2(key, *counter, nonce, out);
+            advance(counter, nonce, 4);
+            out += 64;
+            nblocks -= 4;
+            continue;
+        }
+#endif
+        qg_chacha20_block(key, *counter, nonce, out);
+        advance(counter, nonce, 1);
+        out += 16;
+        nblocks -= 1;
+    }
+}
+
+static uint32_t load32_le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+void qg_stream_init(qg_stream *s, const uint8_t key[32], const uint8_t nonce[12])
+{
+    int i;
+    for (i = 0; i < 8; i++) s->key[i] = load32_le(key + 4 * i);
+    for (i = 0; i < 3; i++) s->nonce[i] = load32_le(nonce + 4 * i);
+    s->counter = 0;
+    s->key_erasure = 0;
+    s->pos = s->end = 0;
+}
+
+void qg_stream_refill(qg_stream *s)
+{
+    qg_chacha20_blocks(s->key, &s->counter, s->nonce, s->buf, QG_STREAM_BLOCKS);
+    s->end = QG_STREAM_WORDS;
+    s->pos = 0;
+    if (s->key_erasure) {
+        /* Fast key erasure: the first 8 words become the next key and are never handed out, so a
+           later compromise of the state cannot reconstruct noise already released. */
+        memcpy(s->key, s->buf, sizeof s->key);
+        memset(s->buf, 0, sizeof s->key);
+        s->counter = 0;
+        s->pos = 8;
+    }
+}
+
+void qg_stream_wipe(qg_stream *s)
+{
+    explicit_bzero(s, sizeof *s);
+}
+
+int qg_os_random(void *buf, size_t n)
+{
+    uint8_t *p = (uint8_t *)buf;
+    while (n > 0) {
+        ssize_t got = getrandom(p, n, 0);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return errno ? errno : EIO;
+        }
+        p += got;
+        n -= (size_t)got;
+    }
+    return 0;
+}
+
+/* Bumped in every forked child; a thread's stream re-keys when its copy is stale, so parent and
+   child never share keystream. */
+static volatile unsigned long fork_generation = 1;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static int atfork_error = 0;
+
+static void on_fork_child(void) { fork_generation++; }
+
+static void register_atfork(void) { atfork_error = pthread_atfork(NULL, NULL, on_fork_child); }
+
+static __thread qg_stream thread_stream;
+static __thread unsigned long thread_generation = 0;
+
+qg_stream *qg_thread_stream(int *err)
+{
+    qg_stream *s = &thread_stream;
+    if (thread_generation != fork_generation) {
+        uint8_t seed[44];
+        int rc;
+        pthread_once(&atfork_once, register_atfork);
+        if (atfork_error) {
+            *err = atfork_error;
+            return NULL;
+        }
+        rc = qg_os_random(seed, sizeof seed);
+        if (rc) {
+            *err = rc;
+            return NULL;
+        }
+        qg_stream_init(s, seed, seed + 32);
+        explicit_bzero(seed, sizeof seed);
+        s->key_erasure = 1;
+        thread_generation = fork_generation;
+    }
+    *err = 0;
+    return s;
+}

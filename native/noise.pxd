@@ -1,0 +1,30 @@
+# C declarations of the noise kernel (native/chacha20.h, native/noise.h).
+from libc.stdint cimport uint8_t, uint32_t
+
+
+cdef extern from "chacha20.h" nogil:
+    ctypedef struct qg_stream:
+        pass
+    void qg_chacha20_block(const uint32_t *key, uint32_t counter, const uint32_t *nonce, uint32_t *out)
+    void qg_chacha20_blocks(const uint32_t *key, uint32_t *counter, uint32_t *nonce, uint32_t *out, size_t nblocks)
+    void qg_stream_init(qg_stream *s, const uint8_t *key, const uint8_t *nonce)
+    void qg_stream_wipe(qg_stream *s)
+    const char *qg_chacha20_impl()
+
+
+cdef extern from "noise.h" nogil:
+    enum:
+        QG_GAUSSIAN
+        QG_LAPLACE_L2
+        QG_OK
+        QG_ERR_NONFINITE
+        QG_ERR_CLIP_OVERFLOW
+        QG_ERR_OUTPUT_OVERFLOW
+        QG_ERR_RANDOM
+        QG_ERR_MEMORY
+    void qg_noise_init()
+    double qg_normal(qg_stream *s)
+    double qg_gamma(qg_stream *s, double shape)
+    int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim, int mechanism,
+                      double scale, double step, double clip_norm, qg_stream *stream,
+                      const uint8_t *row_keys, const uint8_t *nonce, size_t *bad_row, size_t *bad_col)

@@ -1,0 +1,414 @@
+"""Pure-Python reference of the noise kernel: the specification the native twin must match.
+
+Everything here is deliberately plain. In the deterministic modes (``stream_key`` or ``row_keys``)
+the native kernel must produce bit-identical output; tests/test_noise_oracle.py checks that.
+
+Randomness: ChaCha20 (RFC 8439) keystream, read as consecutive little-endian 32-bit words. The
+block counter is 32-bit; on wrap-around it carries into the first nonce word (so a stream never
+repeats a block). Word consumption order, shared by both twins:
+
+* normal: one word ``w``: layer ``w & 127``, sign ``(w >> 7) & 1``, 24-bit uniform ``w >> 8``
+  (128-layer Ziggurat). The tail and wedge tests draw extra 53-bit uniforms (two words each,
+  low word first); a rejection restarts with a fresh word.
+* gamma(shape) (Marsaglia-Tsang): one normal, then one 53-bit uniform, repeated until accepted.
+* gaussian row: ``d`` normals, coordinate order.
+* laplace_l2 row: ``d`` normals (the direction; redrawn if all are zero), then one gamma(``d``).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import struct
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidVectorError
+
+__all__ = [
+    "ZIGGURAT_LAYERS",
+    "chacha20_block",
+    "chacha20_stream",
+    "check_vectors",
+    "gammas",
+    "noise_vectors",
+    "normals",
+    "ziggurat_tables",
+]
+
+MECHANISMS = ("gaussian", "laplace_l2")
+ZIGGURAT_LAYERS = 128
+_MASK = 0xFFFFFFFF
+_TWO_M24 = 2.0**-24
+_TWO_M53 = 2.0**-53
+_ROUND_MAGIC = 6755399441055744.0  # 1.5 * 2**52: adding and subtracting it rounds half-to-even
+
+
+# ---------------------------------------------------------------- ChaCha20 (RFC 8439, section 2.3)
+def _rotl(v: int, c: int) -> int:
+    return ((v << c) & _MASK) | (v >> (32 - c))
+
+
+def _quarter(s: list[int], a: int, b: int, c: int, d: int) -> None:
+    s[a] = (s[a] + s[b]) & _MASK
+    s[d] = _rotl(s[d] ^ s[a], 16)
+    s[c] = (s[c] + s[d]) & _MASK
+    s[b] = _rotl(s[b] ^ s[c], 12)
+    s[a] = (s[a] + s[b]) & _MASK
+    s[d] = _rotl(s[d] ^ s[a], 8)
+    s[c] = (s[c] + s[d]) & _MASK
+    s[b] = _rotl(s[b] ^ s[c], 7)
+
+
+def _block_words(key: tuple[int, ...], counter: int, nonce: tuple[int, ...]) -> list[int]:
+    init = [0x61707865, 0x3320646E, 0x79622D32, 0x6B206574, *key, counter, *nonce]
+    s = list(init)
+    for _ in range(10):
+        _quarter(s, 0, 4, 8, 12)
+        _quarter(s, 1, 5, 9, 13)
+        _quarter(s, 2, 6, 10, 14)
+        _quarter(s, 3, 7, 11, 15)
+        _quarter(s, 0, 5, 10, 15)
+        _quarter(s, 1, 6, 11, 12)
+        _quarter(s, 2, 7, 8, 13)
+        _quarter(s, 3, 4, 9, 14)
+    return [(x + y) & _MASK for x, y in zip(s, init)]
+
+
+def _check_bytes(name: str, value: Any, size: int) -> bytes:
+    if not isinstance(value, bytes):
+        raise TypeError(f"{name} must be bytes, not {type(value).__name__}")
+    if len(value) != size:
+        raise ValueError(f"{name} must be {size} bytes, got {len(value)}")
+    return value
+
+
+def _check_count(name: str, value: Any, limit: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 0 or value > limit:
+        raise ValueError(f"{name} must be between 0 and {limit}, got {value}")
+    return value
+
+
+def chacha20_block(key: bytes, counter: int, nonce: bytes) -> bytes:
+    """Return the 64-byte ChaCha20 block for ``key`` (32 bytes), ``counter`` (u32), ``nonce`` (12 bytes)."""
+    _check_bytes("key", key, 32)
+    _check_count("counter", counter, _MASK)
+    _check_bytes("nonce", nonce, 12)
+    words = _block_words(struct.unpack("<8I", key), counter, struct.unpack("<3I", nonce))
+    return struct.pack("<16I", *words)
+
+
+def chacha20_stream(key: bytes, nonce: bytes, counter: int, nbytes: int) -> bytes:
+    """Return ``nbytes`` of ChaCha20 keystream starting at block ``counter`` (carrying into the nonce)."""
+    _check_bytes("key", key, 32)
+    _check_bytes("nonce", nonce, 12)
+    _check_count("counter", counter, _MASK)
+    _check_count("nbytes", nbytes, 1 << 30)
+    stream = _Stream(key, nonce, counter)
+    out = bytearray()
+    while len(out) < nbytes:
+        out += struct.pack("<16I", *stream.next_block())
+    return bytes(out[:nbytes])
+
+
+class _Stream:
+    """Consecutive 32-bit words of one ChaCha20 keystream."""
+
+    def __init__(self, key: bytes, nonce: bytes, counter: int = 0) -> None:
+        self.key = struct.unpack("<8I", key)
+        self.nonce = list(struct.unpack("<3I", nonce))
+        self.counter = counter
+        self.words: list[int] = []
+        self.pos = 0
+
+    def next_block(self) -> list[int]:
+        block = _block_words(self.key, self.counter, tuple(self.nonce))
+        self.counter = (self.counter + 1) & _MASK
+        if self.counter == 0:
+            self.nonce[0] = (self.nonce[0] + 1) & _MASK
+        return block
+
+    def u32(self) -> int:
+        if self.pos == len(self.words):
+            self.words = self.next_block()
+            self.pos = 0
+        self.pos += 1
+        return self.words[self.pos - 1]
+
+    def uniform(self) -> float:
+        """53-bit uniform in [0, 1)."""
+        lo = self.u32()
+        hi = self.u32()
+        return ((lo | (hi << 32)) >> 11) * _TWO_M53
+
+    def uniform_open0(self) -> float:
+        """53-bit uniform in (0, 1], safe for log()."""
+        lo = self.u32()
+        hi = self.u32()
+        return (((lo | (hi << 32)) >> 11) + 1) * _TWO_M53
+
+
+# ---------------------------------------------------------------- Ziggurat (Marsaglia & Tsang 2000)
+def _density(x: float) -> float:
+    return math.exp(-0.5 * x * x)
+
+
+def _layers(r: float, n: int) -> tuple[float, list[float]]:
+    v = r * _density(r) + math.sqrt(math.pi / 2.0) * math.erfc(r / math.sqrt(2.0))
+    xs = [v / _density(r), r]
+    for _ in range(2, n):
+        y = _density(xs[-1]) + v / xs[-1]
+        if y >= 1.0:
+            return v, xs
+        xs.append(math.sqrt(-2.0 * math.log(y)))
+    return v, xs
+
+
+def ziggurat_tables(n: int = ZIGGURAT_LAYERS) -> tuple[float, list[float], list[float]]:
+    """Return ``(r, X, F)`` of an ``n``-layer Ziggurat for the unnormalised density exp(-x²/2).
+
+    ``X[0] = v/f(r)`` (base strip incl. tail), ``X[1] = r``, ``X[n] = 0``; ``F[i] = f(X[i])``,
+    ``F[n] = 1``. ``r`` is found by bisection so the top strip closes at density 1 exactly enough
+    (every layer has the same area ``v``). native/gen_tables.py writes these into a C header.
+    """
+    lo, hi = 2.0, 5.0
+    for _ in range(200):
+        r = 0.5 * (lo + hi)
+        v, xs = _layers(r, n)
+        # Too small an r makes layers too thick: they reach density 1 before layer n-1.
+        if len(xs) < n or _density(xs[-1]) + v / xs[-1] > 1.0:
+            lo = r
+        else:
+            hi = r
+        if hi - lo <= 0.0:
+            break
+    r = hi
+    _, xs = _layers(r, n)
+    xs = xs + [0.0]
+    fs = [_density(x) for x in xs[:-1]] + [1.0]
+    return r, xs, fs
+
+
+_R, _X, _F = ziggurat_tables()
+_XS = [x * _TWO_M24 for x in _X]  # exact: scaling by a power of two
+
+
+def _normal(s: _Stream) -> float:
+    while True:
+        w = s.u32()
+        i = w & 127
+        z = (w >> 8) * _XS[i]
+        if z < _X[i + 1]:
+            return -z if (w >> 7) & 1 else z
+        if i == 0:
+            while True:
+                a = -math.log(s.uniform_open0()) / _R
+                b = -math.log(s.uniform_open0())
+                if b + b > a * a:
+                    z = _R + a
+                    return -z if (w >> 7) & 1 else z
+        y = _F[i] + s.uniform() * (_F[i + 1] - _F[i])
+        if y < _density(z):
+            return -z if (w >> 7) & 1 else z
+
+
+def _gamma(s: _Stream, shape: float) -> float:
+    dd = shape - 1.0 / 3.0
+    c = 1.0 / math.sqrt(9.0 * dd)
+    while True:
+        x = _normal(s)
+        v = 1.0 + c * x
+        if v <= 0.0:
+            continue
+        v = v * v * v
+        u = s.uniform_open0()
+        x2 = x * x
+        if u < 1.0 - 0.0331 * (x2 * x2):
+            return dd * v
+        if math.log(u) < 0.5 * x2 + dd * (1.0 - v + math.log(v)):
+            return dd * v
+
+
+def normals(stream_key: bytes, nonce: bytes, count: int) -> np.ndarray:
+    """Return ``count`` standard normal samples from the ChaCha20 stream (``stream_key``, ``nonce``)."""
+    _check_bytes("stream_key", stream_key, 32)
+    _check_bytes("nonce", nonce, 12)
+    _check_count("count", count, 1 << 40)
+    s = _Stream(stream_key, nonce)
+    return np.array([_normal(s) for _ in range(count)], dtype=np.float64)
+
+
+def gammas(stream_key: bytes, nonce: bytes, shape: float, count: int) -> np.ndarray:
+    """Return ``count`` Gamma(``shape``, scale 1) samples (``shape`` >= 1) from the ChaCha20 stream."""
+    _check_bytes("stream_key", stream_key, 32)
+    _check_bytes("nonce", nonce, 12)
+    shape = _check_real("shape", shape)
+    if shape < 1.0:
+        raise ValueError(f"shape must be >= 1, got {shape!r}")
+    _check_count("count", count, 1 << 40)
+    s = _Stream(stream_key, nonce)
+    return np.array([_gamma(s, shape) for _ in range(count)], dtype=np.float64)
+
+
+# ---------------------------------------------------------------- argument checks
+def _check_real(name: str, value: Any) -> float:
+    if type(value) is not float and (not isinstance(value, numbers.Real) or isinstance(value, bool)):
+        raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
+    out = float(value)
+    if not (0.0 < out < math.inf):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return out
+
+
+def check_vectors(vectors: Any) -> int:
+    """Validate the container of ``vectors`` and return its dimension ``d``.
+
+    Raises:
+        TypeError: ``vectors`` is not a numpy array.
+        InvalidVectorError: wrong dtype, wrong number of dimensions, or empty.
+    """
+    if not isinstance(vectors, np.ndarray):
+        raise TypeError(
+            f"vectors must be a numpy.ndarray of float32 or float64, not {type(vectors).__name__}; "
+            "convert with np.asarray(vectors, dtype=np.float32)"
+        )
+    if vectors.dtype != np.float32 and vectors.dtype != np.float64:
+        raise InvalidVectorError(
+            f"vectors must have dtype float32 or float64, not {vectors.dtype}; "
+            "convert with vectors.astype(np.float32)"
+        )
+    if vectors.ndim != 1 and vectors.ndim != 2:
+        raise InvalidVectorError(
+            f"vectors must be one vector of shape (d,) or a batch of shape (n, d), got shape {vectors.shape}"
+        )
+    if vectors.size == 0:
+        raise InvalidVectorError(f"vectors must not be empty, got shape {vectors.shape}")
+    return int(vectors.shape[-1])
+
+
+def _check_noise_args(
+    vectors: Any, mechanism: Any, scale: Any, step: Any, clip_norm: Any,
+    stream_key: Any, row_keys: Any, nonce: Any,
+) -> tuple[int, int, float, float, float]:
+    dim = check_vectors(vectors)
+    rows = 1 if vectors.ndim == 1 else int(vectors.shape[0])
+    if mechanism != "gaussian" and mechanism != "laplace_l2":
+        raise ValueError(f"mechanism must be 'gaussian' or 'laplace_l2', not {mechanism!r}")
+    scale_f = _check_real("scale", scale)
+    step_f = _check_real("step", step)
+    if math.frexp(step_f)[0] != 0.5:
+        raise ValueError(f"step must be a power of two, got {step!r}")
+    clip_f = 0.0 if clip_norm is None else _check_real("clip_norm", clip_norm)
+    if stream_key is not None:
+        _check_bytes("stream_key", stream_key, 32)
+    if row_keys is not None:
+        if stream_key is not None:
+            raise ValueError("pass stream_key or row_keys, not both")
+        _check_bytes("row_keys", row_keys, 32 * rows)
+    _check_bytes("nonce", nonce, 12)
+    return rows, dim, scale_f, step_f, clip_f
+
+
+# Shared with the native binding so both twins word their errors identically.
+def _nonfinite_error(row: int, col: int) -> InvalidVectorError:
+    return InvalidVectorError(
+        f"vectors[{row}] contains NaN or Inf at index {col}; only finite values can be noised"
+    )
+
+
+def _clip_overflow_error(row: int) -> InvalidVectorError:
+    return InvalidVectorError(
+        f"vectors[{row}] is too large to clip (its squared L2 norm overflows float64)"
+    )
+
+
+def _output_overflow_error(row: int, col: int, dtype: Any) -> InvalidVectorError:
+    return InvalidVectorError(
+        f"vectors[{row}] overflows {dtype} after noising at index {col}; the values are too large"
+    )
+
+
+def _snap(v: float, inv_step: float, step: float) -> float:
+    q = v * inv_step
+    if abs(q) < 2251799813685248.0:  # 2**51: the magic-constant rounding is exact below this
+        q = (q + _ROUND_MAGIC) - _ROUND_MAGIC
+    elif abs(q) < math.inf:
+        q = float(round(q))
+    return q * step
+
+
+def noise_vectors(
+    vectors: np.ndarray,
+    mechanism: str,
+    scale: float,
+    step: float,
+    clip_norm: float | None,
+    stream_key: bytes | None,
+    row_keys: bytes | None,
+    nonce: bytes,
+) -> np.ndarray:
+    """Clip, add noise and snap every row; return a new C-contiguous array of the same shape and dtype.
+
+    Args:
+        vectors: one vector ``(d,)`` or a batch ``(n, d)``, float32 or float64, any strides.
+        mechanism: ``"gaussian"`` (N(0, scale²) per coordinate) or ``"laplace_l2"`` (uniform
+            direction, norm ~ Gamma(d, scale)).
+        scale: sigma or the Gamma scale.
+        step: lattice step (a power of two); outputs are multiples of it.
+        clip_norm: clip each row to this L2 norm first; ``None`` for no clipping.
+        stream_key: 32-byte key of one stream for the whole batch (seeded mode), or ``None``.
+        row_keys: ``32 * n`` bytes, one ChaCha20 key per row (keyed mode), or ``None``.
+            With neither key the noise is fresh (key from the OS).
+        nonce: 12-byte ChaCha20 nonce used with ``stream_key``/``row_keys``.
+
+    Raises:
+        TypeError, ValueError: bad arguments.
+        InvalidVectorError: bad vector content (NaN/Inf, overflow).
+    """
+    rows, dim, scale_f, step_f, clip_f = _check_noise_args(
+        vectors, mechanism, scale, step, clip_norm, stream_key, row_keys, nonce
+    )
+    x = vectors.reshape(rows, dim)
+    out = np.empty((rows, dim), dtype=np.float64)
+    inv_step = 1.0 / step_f
+    shared = None
+    if row_keys is None:
+        shared = _Stream(stream_key if stream_key is not None else os.urandom(32), nonce)
+    for i in range(rows):
+        row = [float(v) for v in x[i]]
+        for j, v in enumerate(row):
+            if not math.isfinite(v):
+                raise _nonfinite_error(i, j)
+        if clip_f > 0.0:
+            ss = 0.0
+            for v in row:
+                ss += v * v
+            if ss == math.inf:
+                raise _clip_overflow_error(i)
+            norm = math.sqrt(ss)
+            if norm > clip_f:
+                factor = clip_f / norm
+                row = [v * factor for v in row]
+        s = shared if shared is not None else _Stream(row_keys[32 * i: 32 * i + 32], nonce)
+        if mechanism == "gaussian":
+            noise = [_normal(s) * scale_f for _ in range(dim)]
+        else:
+            while True:
+                g = [_normal(s) for _ in range(dim)]
+                gs = 0.0
+                for v in g:
+                    gs += v * v
+                if gs > 0.0:
+                    break
+            coef = (_gamma(s, float(dim)) * scale_f) / math.sqrt(gs)
+            noise = [v * coef for v in g]
+        for j in range(dim):
+            out[i, j] = _snap(row[j] + noise[j], inv_step, step_f)
+        released = out[i].astype(vectors.dtype)
+        bad = np.flatnonzero(~np.isfinite(released))
+        if bad.size:
+            raise _output_overflow_error(i, int(bad[0]), vectors.dtype)
+    return out.astype(vectors.dtype).reshape(vectors.shape)

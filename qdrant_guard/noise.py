@@ -1,0 +1,310 @@
+"""Differentially private noise for embeddings: calibration, lattice snapping, keyed release.
+
+The sampling kernel is native (``qdrant_guard._noise``) unless ``QDRANT_GUARD_IMPLEMENTATION=python``
+selects the pure-Python reference (``qdrant_guard._noise_py``); there is no silent fallback.
+
+Mechanisms:
+
+* ``"gaussian"``: the analytic Gaussian mechanism (Balle & Wang, ICML 2018), sigma per coordinate
+  calibrated for (epsilon, delta) at L2 sensitivity ``radius``.
+* ``"laplace_l2"``: multivariate Laplace in L2 norm, density ∝ exp(-ε_u‖z‖) with
+  ε_u = epsilon/radius: a uniformly random direction times a Gamma(d, 1/ε_u) norm. This is metric
+  DP: outputs for inputs x, x' differ in log-likelihood by at most ε_u·‖x - x'‖, i.e. ``epsilon``
+  at distance ``radius``.
+
+Outputs are snapped to multiples of a power of two Λ = 2^floor(log2(scale₀/1024)) (Mironov 2012:
+a lattice hides the floating-point artefacts of the sampler), where scale₀ is the scale for the
+nominal sensitivity ``radius``. The calibration is conservative: it uses sensitivity
+``radius + sqrt(d)·Λ``, the largest L2 displacement rounding can cause between two neighbours.
+
+Randomness comes from ChaCha20 keyed by getrandom(2) (per thread, re-keyed after fork, fast key
+erasure), turned into normals by a 128-layer Ziggurat with 24-bit uniform resolution and into
+Gamma norms by Marsaglia-Tsang. As for any implementation, the guarantee is stated for the ideal
+continuous distributions these samplers approximate.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from ._impl import load_kernel
+from .errors import InvalidVectorError
+from .noise_params import MECHANISMS, NoiseParams
+
+__all__ = [
+    "MECHANISM_VERSION",
+    "calibrate_gaussian_sigma",
+    "clip_l2",
+    "lattice_step",
+    "privatize",
+    "privatize_seeded_for_tests",
+    "snap_to_lattice",
+]
+
+_k = load_kernel("_noise", "_noise_py")
+
+MECHANISM_VERSION = "1"
+LATTICE_DIVISOR = 1024.0
+RNG_PRODUCTION = "chacha20-getrandom-v1"
+RNG_KEYED = "chacha20-keyed-blake2b-v1"
+RNG_SEEDED = "chacha20-seeded-TEST-ONLY-v1"
+
+
+# ---------------------------------------------------------------- calibration
+def _phi(x: float) -> float:
+    # erfc keeps full relative precision in the lower tail, where 1 + erf(x) would cancel.
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def analytic_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
+    """Return the smallest delta the Gaussian mechanism with ``sigma`` satisfies at (epsilon, sensitivity).
+
+    Balle & Wang (2018), Theorem 8: δ(σ) = Φ(Δ/2σ − εσ/Δ) − e^ε Φ(−Δ/2σ − εσ/Δ).
+    """
+    a = sensitivity / (2.0 * sigma)
+    b = epsilon * sigma / sensitivity
+    lower = _phi(-a - b)
+    # e^ε Φ(·) in log space so a large epsilon does not overflow before the tiny Φ cancels it.
+    second = math.exp(epsilon + math.log(lower)) if lower > 0.0 else 0.0
+    return _phi(a - b) - second
+
+
+def _real(name: str, value: Any, *, positive: bool = True) -> float:
+    if type(value) is not float and (not isinstance(value, numbers.Real) or isinstance(value, bool)):
+        raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
+    out = float(value)
+    if not math.isfinite(out) or (positive and out <= 0.0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return out
+
+
+def _delta(value: Any) -> float:
+    delta = _real("delta", value)
+    if delta >= 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {value!r}; typical values are 1e-5 to 1e-9")
+    return delta
+
+
+@lru_cache(maxsize=1024)
+def _sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    lo = hi = sensitivity
+    while analytic_gaussian_delta(hi, epsilon, sensitivity) > delta:
+        hi *= 2.0
+    while analytic_gaussian_delta(lo, epsilon, sensitivity) <= delta and lo > 1e-300:
+        lo *= 0.5
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        if analytic_gaussian_delta(mid, epsilon, sensitivity) <= delta:
+            hi = mid
+        else:
+            lo = mid
+    return hi  # the upper end always satisfies the condition, so the guarantee holds exactly
+
+
+def calibrate_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """Return the smallest sigma (to float precision, rounded up) of the analytic Gaussian mechanism.
+
+    Binary search on Balle & Wang's exact condition δ(σ) <= delta (see
+    :func:`analytic_gaussian_delta`); valid for every epsilon > 0, unlike the classic
+    sqrt(2 ln(1.25/δ))·Δ/ε bound, which needs ε < 1 and is never smaller.
+
+    Args:
+        epsilon: privacy loss, > 0.
+        delta: failure probability, in (0, 1).
+        sensitivity: L2 sensitivity Δ, > 0.
+
+    Returns:
+        sigma such that the mechanism x + N(0, sigma² I) is (epsilon, delta)-DP at sensitivity Δ.
+
+    Raises:
+        TypeError: an argument is not a real number.
+        ValueError: an argument is out of range.
+    """
+    return _sigma(_real("epsilon", epsilon), _delta(delta), _real("sensitivity", sensitivity))
+
+
+def lattice_step(scale: float) -> float:
+    """Return Λ = 2^floor(log2(scale/1024)), computed exactly."""
+    mantissa, exponent = math.frexp(_real("scale", scale) / LATTICE_DIVISOR)
+    return math.ldexp(1.0, exponent - 1)
+
+
+def _guarantee(mechanism: str, epsilon: float, delta: float, radius: float, clip_norm: float | None,
+               scale: float, step: float, sensitivity: float, dim: int) -> str:
+    if clip_norm is None:
+        inputs = f"any two inputs (as given, not clipped) within L2 distance radius={radius:g}"
+    else:
+        inputs = (f"any two inputs within L2 distance radius={radius:g} (rows are first clipped to L2 "
+                  f"norm {clip_norm:g}, which never increases distances")
+        inputs += ", so with radius >= 2*clip_norm this covers every pair)" if radius >= 2 * clip_norm else ")"
+    lattice = (f"calibrated for L2 sensitivity {sensitivity:.9g} = radius + sqrt({dim})*{step:g} to "
+               f"cover snapping the output to multiples of {step:g}")
+    if mechanism == "gaussian":
+        return (f"gaussian: (epsilon={epsilon:g}, delta={delta:g})-differential privacy per released "
+                f"vector between {inputs}; analytic Gaussian mechanism with sigma={scale:.9g} per "
+                f"coordinate, {lattice}.")
+    return (f"laplace_l2: epsilon={epsilon:g} at L2 distance radius={radius:g} (metric DP, "
+            f"delta=0: log-likelihood ratio <= epsilon*distance/radius) per released vector between "
+            f"{inputs}; multivariate L2 Laplace with Gamma({dim}) norm scale={scale:.9g}, {lattice}.")
+
+
+@lru_cache(maxsize=1024)
+def _params(mechanism: Any, epsilon: Any, delta: Any, radius: Any, clip_norm: Any, dim: int,
+            dtype: str, rng_id: str) -> NoiseParams:
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"mechanism must be 'gaussian' or 'laplace_l2', not {mechanism!r}")
+    eps = _real("epsilon", epsilon)
+    rad = _real("radius", radius)
+    clip = None if clip_norm is None else _real("clip_norm", clip_norm)
+    if mechanism == "gaussian":
+        if delta is None:
+            raise ValueError("delta is required for mechanism='gaussian'; pass e.g. delta=1e-6")
+        dlt = _delta(delta)
+        step = lattice_step(_sigma(eps, dlt, rad))
+        sensitivity = rad + math.sqrt(dim) * step
+        scale = _sigma(eps, dlt, sensitivity)
+    else:
+        if delta not in (None, 0, 0.0):
+            raise ValueError(f"mechanism='laplace_l2' has delta=0; pass delta=None, not {delta!r}")
+        dlt = 0.0
+        step = lattice_step(rad / eps)
+        sensitivity = rad + math.sqrt(dim) * step
+        scale = sensitivity / eps
+    return NoiseParams(
+        mechanism=mechanism, mechanism_version=MECHANISM_VERSION, epsilon=eps, delta=dlt,
+        radius=rad, clip_norm=clip, scale=scale, lattice_step=step, rng_id=rng_id, dim=dim,
+        dtype=dtype,
+        guarantee=_guarantee(mechanism, eps, dlt, rad, clip, scale, step, sensitivity, dim),
+    )
+
+
+def _tag(p: NoiseParams) -> bytes:
+    return (f"qg-noise|{p.mechanism_version}|{p.mechanism}|{p.epsilon!r}|{p.delta!r}|{p.radius!r}|"
+            f"{p.clip_norm!r}|{p.scale!r}|{p.lattice_step!r}|{p.dtype}|{p.dim}").encode()
+
+
+def _nonce(p: NoiseParams) -> bytes:
+    return hashlib.blake2b(_tag(p), digest_size=12, person=b"qg-noise-nonce").digest()
+
+
+_ZERO_NONCE = bytes(12)
+
+
+def _release(vectors: Any, mechanism: Any, epsilon: Any, radius: Any, delta: Any, clip_norm: Any,
+             rng_id: str) -> tuple[int, NoiseParams]:
+    dim = _k.check_vectors(vectors)
+    try:
+        return dim, _params(mechanism, epsilon, delta, radius, clip_norm, dim, vectors.dtype.name, rng_id)
+    except TypeError as exc:
+        if "unhashable" not in str(exc):
+            raise
+        raise TypeError(f"mechanism, epsilon, delta, radius and clip_norm must be str/numbers: {exc}") from None
+
+
+def privatize(
+    vectors: np.ndarray,
+    *,
+    mechanism: str,
+    epsilon: float,
+    radius: float,
+    delta: float | None = None,
+    clip_norm: float | None = None,
+    key: bytes | None = None,
+) -> tuple[np.ndarray, NoiseParams]:
+    """Release noised copies of embeddings with a differential-privacy guarantee.
+
+    Args:
+        vectors: one vector ``(d,)`` or a batch ``(n, d)`` of float32/float64 (any strides,
+            read-only is fine; never modified).
+        mechanism: ``"gaussian"`` or ``"laplace_l2"`` (see the module docstring).
+        epsilon: privacy loss at L2 distance ``radius``.
+        radius: protected L2 radius (the sensitivity).
+        delta: failure probability, required for ``"gaussian"``; ``None`` for ``"laplace_l2"``.
+        clip_norm: clip each row to this L2 norm before noising (``None``: no clipping).
+        key: ``None`` for fresh noise from the CSPRNG. Or a secret of 32-64 bytes for *keyed
+            deterministic* noise: each row's randomness is BLAKE2b(key, params, exact row bytes)
+            -> ChaCha20, so releasing the same vector again returns the identical output and
+            averaging releases gains nothing.
+
+    Returns:
+        ``(noised, params)``: a new C-contiguous array of the input's shape and dtype, on the
+        lattice ``params.lattice_step``, and the :class:`NoiseParams` of the release.
+
+    Raises:
+        TypeError: ``vectors`` is not a numpy array, or an argument has the wrong type.
+        InvalidVectorError: wrong dtype/shape, empty, NaN/Inf, or values too large.
+        ValueError: a parameter is out of range.
+        OSError: the OS cannot provide randomness.
+    """
+    if key is None:
+        _, params = _release(vectors, mechanism, epsilon, radius, delta, clip_norm, RNG_PRODUCTION)
+        out = _k.noise_vectors(vectors, mechanism, params.scale, params.lattice_step, params.clip_norm,
+                               None, None, _ZERO_NONCE)
+        return out, params
+    if not isinstance(key, bytes):
+        raise TypeError(f"key must be bytes or None, not {type(key).__name__}")
+    if not 32 <= len(key) <= 64:
+        raise ValueError(f"key must be 32 to 64 bytes (BLAKE2b key), got {len(key)}")
+    dim, params = _release(vectors, mechanism, epsilon, radius, delta, clip_norm, RNG_KEYED)
+    rows = np.ascontiguousarray(vectors).reshape(-1, dim)
+    tag = _tag(params) + b"|"
+    row_keys = b"".join(
+        hashlib.blake2b(tag + row.tobytes(), key=key, digest_size=32, person=b"qg-noise-row").digest()
+        for row in rows
+    )
+    out = _k.noise_vectors(vectors, mechanism, params.scale, params.lattice_step, params.clip_norm,
+                           None, row_keys, _nonce(params))
+    return out, params
+
+
+def privatize_seeded_for_tests(
+    vectors: np.ndarray,
+    *,
+    mechanism: str,
+    epsilon: float,
+    radius: float,
+    delta: float | None = None,
+    clip_norm: float | None = None,
+    seed: int,
+) -> tuple[np.ndarray, NoiseParams]:
+    """TEST ONLY: :func:`privatize` with noise from a ChaCha20 stream derived from ``seed``.
+
+    Anyone who knows or guesses the seed can subtract the noise, so this gives NO privacy. It
+    exists so statistical and twin-comparison tests are reproducible; no production path calls it,
+    and its ``rng_id`` (``"chacha20-seeded-TEST-ONLY-v1"``) marks every release it makes.
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, not {type(seed).__name__}")
+    _, params = _release(vectors, mechanism, epsilon, radius, delta, clip_norm, RNG_SEEDED)
+    stream_key = hashlib.blake2b(str(seed).encode(), digest_size=32, person=b"qg-test-seed").digest()
+    out = _k.noise_vectors(vectors, mechanism, params.scale, params.lattice_step, params.clip_norm,
+                           stream_key, None, _nonce(params))
+    return out, params
+
+
+def clip_l2(vectors: np.ndarray, clip_norm: float) -> np.ndarray:
+    """Return a float64 copy of ``vectors`` with every row scaled down to L2 norm <= ``clip_norm``."""
+    _k.check_vectors(vectors)
+    clip = _real("clip_norm", clip_norm)
+    x = np.array(vectors, dtype=np.float64, ndmin=2)
+    if not np.isfinite(x).all():
+        raise InvalidVectorError("vectors contain NaN or Inf; only finite values can be clipped")
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x))
+    factor = np.where(norms > clip, clip / np.where(norms > 0, norms, 1.0), 1.0)
+    return (x * factor[:, None]).reshape(np.shape(vectors))
+
+
+def snap_to_lattice(vectors: np.ndarray, step: float) -> np.ndarray:
+    """Return ``vectors`` rounded (half to even) to multiples of ``step``, a power of two."""
+    _k.check_vectors(vectors)
+    s = _real("step", step)
+    if math.frexp(s)[0] != 0.5:
+        raise ValueError(f"step must be a power of two, got {step!r}")
+    return (np.rint(np.asarray(vectors) / s) * s).astype(vectors.dtype)
