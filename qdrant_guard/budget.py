@@ -329,7 +329,7 @@ class SqliteBudgetStore(_CountingStore):
 
     @staticmethod
     def _count(db: sqlite3.Connection, key: str) -> int:
-        return db.execute("SELECT COUNT(*) FROM qg_budget WHERE key = ?", (key,)).fetchone()[0]
+        return int(db.execute("SELECT COUNT(*) FROM qg_budget WHERE key = ?", (key,)).fetchone()[0])
 
     def _admit(self, key: str, ids: list[str], cap: int, window_s: float, now: float) -> tuple[list[bool], int, int]:
         with self._transaction() as db:
@@ -546,8 +546,8 @@ class BudgetDecision:
         key: the store key that was charged.
     """
 
-    admitted: list
-    withheld: list
+    admitted: list[Any]
+    withheld: list[Any]
     seen_before: int
     seen_after: int
     cap: int
