@@ -1,0 +1,707 @@
+"""Pure-Python reference of the secret/PII detector: the specification the native twin must match.
+
+The kernel returns raw findings ``(start, end, type, validator)`` with code-point offsets, sorted
+by ``(start, end)``; :mod:`qdrant_guard.detect` wraps them in ``Finding`` objects and redacts.
+
+Every detector is a pure function of the text and one anchor position, so the twins agree no
+matter how they enumerate anchors. All character classes are ASCII: any non-ASCII code point
+(including lone surrogates) is "other" and never part of a match, which is also what the native
+kernel sees in the UTF-8 bytes. Keyword windows ("ssn" near a bare 9-digit number, "aws" near a
+40-character key) are measured in code points.
+
+Candidate selection (overlaps): candidates are taken longest first; on equal length the type that
+comes first in :data:`FINDING_TYPES` wins, then the earlier start. A candidate that overlaps one
+already taken is dropped. The survivors never overlap.
+"""
+from __future__ import annotations
+
+import base64
+import math
+
+__all__ = ["FINDING_TYPES", "PII_TYPES", "find_spans"]
+
+#: Every finding type, strongest first (the order breaks ties between equally long overlaps).
+FINDING_TYPES: tuple[str, ...] = (
+    "PRIVATE_KEY",
+    "AWS_ACCESS_KEY",
+    "AWS_SECRET_KEY",
+    "GITHUB_TOKEN",
+    "GITLAB_TOKEN",
+    "SLACK_TOKEN",
+    "STRIPE_KEY",
+    "OPENAI_KEY",
+    "JWT",
+    "DATABASE_URL_PASSWORD",
+    "GENERIC_SECRET",
+    "IBAN",
+    "CREDIT_CARD",
+    "SSN",
+    "EMAIL",
+    "PHONE",
+)
+PII_TYPES: frozenset[str] = frozenset({"IBAN", "CREDIT_CARD", "SSN", "EMAIL", "PHONE"})
+_RANK = {t: i for i, t in enumerate(FINDING_TYPES)}
+
+# ------------------------------------------------------------------------ character classes
+_DIGITS = frozenset("0123456789")
+_UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
+_ALNUM = _DIGITS | _UPPER | _LOWER
+_WORD = _ALNUM | {"_"}
+_WORD_DASH = _WORD | {"-"}
+_ALNUM_DASH = _ALNUM | {"-"}
+_B64 = _ALNUM | {"+", "/"}
+_HEX = frozenset("0123456789abcdefABCDEF")
+_PRINTABLE = frozenset(chr(c) for c in range(0x21, 0x7F))
+_LOWER_TABLE = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _lower(s: str) -> str:
+    # str.lower() maps some non-ASCII letters (KELVIN SIGN) onto ASCII; the C twin cannot.
+    return s.translate(_LOWER_TABLE)
+
+
+def _at(text: str, i: int) -> str:
+    return text[i] if 0 <= i < len(text) else ""
+
+
+def _run_end(text: str, i: int, chars: frozenset[str], limit: int) -> int:
+    """End of the run of ``chars`` starting at ``i``, reading at most ``limit`` characters."""
+    n = min(len(text), i + limit)
+    j = i
+    while j < n and text[j] in chars:
+        j += 1
+    return j
+
+
+def _positions(text: str, literal: str):
+    i = text.find(literal)
+    while i != -1:
+        yield i
+        i = text.find(literal, i + 1)
+
+
+def _window_has(text: str, start: int, width: int, keywords: tuple[str, ...]) -> bool:
+    window = _lower(text[max(0, start - width) : start])
+    return any(k in window for k in keywords)
+
+
+def entropy(value: str) -> float:
+    """Shannon entropy in bits per character of an ASCII string (counts summed in code order)."""
+    n = len(value)
+    counts = [0] * 128
+    for ch in value:
+        counts[ord(ch)] += 1
+    h = 0.0
+    for c in counts:
+        if c:
+            p = c / n
+            h -= p * math.log2(p)
+    return h
+
+
+_PLACEHOLDER_WORDS = frozenset(
+    {
+        "password", "passwd", "pass", "pwd", "secret", "changeme", "changeit", "redacted",
+        "placeholder", "dummy", "test", "none", "null", "empty", "todo", "fixme", "admin",
+        "root", "default", "hunter2", "letmein", "token", "apikey", "api_key", "mypassword",
+        "yourpassword",
+    }
+)
+_PLACEHOLDER_PREFIXES = ("$", "{{", "<", "%(", "%{", "#{", "your", "insert", "replace", "enter_", "enter-")
+
+
+def is_placeholder(value: str) -> bool:
+    """True for values that stand in for a secret: templates, env references, masks, examples."""
+    if not value:
+        return True
+    low = _lower(value)
+    if "example" in low or "xxxx" in low or "****" in low:
+        return True
+    if low.startswith(_PLACEHOLDER_PREFIXES):
+        return True
+    if value.count(value[0]) == len(value):
+        return True
+    return low in _PLACEHOLDER_WORDS
+
+
+def _has_example(text: str, start: int, end: int) -> bool:
+    return "example" in _lower(text[start:end])
+
+
+# -------------------------------------------------------------------------- numeric chains
+_CHAIN_SEPS = frozenset(" -.")
+_MAX_GROUPS = 6
+_ADVERTISING_SSNS = frozenset({"078051120", "219099999"})
+
+
+def _ssa_valid(d: str) -> bool:
+    area, group, serial = int(d[0:3]), d[3:5], d[5:9]
+    if area == 0 or area == 666 or area >= 900 or group == "00" or serial == "0000":
+        return False
+    return d not in _ADVERTISING_SSNS
+
+
+def _luhn(d: str) -> bool:
+    total = 0
+    for k, ch in enumerate(reversed(d)):
+        v = ord(ch) - 48
+        if k % 2 == 1:
+            v *= 2
+            if v > 9:
+                v -= 9
+        total += v
+    return total % 10 == 0
+
+
+def _iin_known(d: str) -> bool:
+    p2, p3, p4 = int(d[:2]), int(d[:3]), int(d[:4])
+    return (
+        d[0] == "4"  # Visa
+        or 51 <= p2 <= 55 or 2221 <= p4 <= 2720  # Mastercard
+        or p2 in (34, 37)  # American Express
+        or p4 == 6011 or p2 == 65 or 644 <= p3 <= 649  # Discover
+        or 300 <= p3 <= 305 or p2 in (36, 38)  # Diners Club
+        or 3528 <= p4 <= 3589  # JCB
+        or p2 == 62  # UnionPay
+        or p2 in (50, 56, 57, 58) or p2 == 67  # Maestro
+    )
+
+
+def _card_groups_ok(groups: list[int], sep: str) -> bool:
+    if len(groups) == 1:
+        return True
+    if sep not in (" ", "-"):
+        return False
+    if groups in ([4, 6, 5], [4, 6, 4]):
+        return True
+    return all(g == 4 for g in groups[:-1]) and 1 <= groups[-1] <= 4
+
+
+def _chain(text: str, i: int) -> list[tuple[int, int, str, str]]:
+    n = len(text)
+    prev = _at(text, i - 1)
+    if prev in _WORD:
+        return []
+    if prev in "-./:" and _at(text, i - 2) in _DIGITS:
+        return []
+    groups: list[int] = []
+    digits = []
+    sep = ""
+    j = i
+    while True:
+        k = j
+        while k < n and text[k] in _DIGITS:
+            k += 1
+        groups.append(k - j)
+        digits.append(text[j:k])
+        j = k
+        if len(groups) > _MAX_GROUPS:
+            return []
+        if j + 1 < n and text[j] in _CHAIN_SEPS and text[j + 1] in _DIGITS and (not sep or text[j] == sep):
+            sep = text[j]
+            j += 1
+            continue
+        break
+    end = j
+    after = _at(text, end)
+    if after in _WORD:
+        return []
+    if after in "-./:" and _at(text, end + 1) in _DIGITS:
+        return []
+    d = "".join(digits)
+    nd = len(d)
+    # E.164: "+" then 8-15 digits, first digit not 0.
+    if prev == "+":
+        if _at(text, i - 2) not in _WORD and sep in ("", " ", "-") and 8 <= nd <= 15 and d[0] != "0":
+            return [(i - 1, end, "PHONE", "e164")]
+        return []
+    if groups == [3, 2, 4] and sep in (" ", "-"):
+        return [(i, end, "SSN", "ssa-rules")] if _ssa_valid(d) else []
+    if groups == [9] and _window_has(text, i, 40, ("ssn", "social security")):
+        return [(i, end, "SSN", "ssa-rules")] if _ssa_valid(d) else []
+    if 13 <= nd <= 19 and _card_groups_ok(groups, sep) and _iin_known(d) and _luhn(d):
+        return [(i, end, "CREDIT_CARD", "luhn")]
+    if sep in ("-", ".", " "):
+        if groups == [3, 3, 4] and d[0] in "23456789":
+            return [(i, end, "PHONE", "nanp")]
+        if groups == [1, 3, 3, 4] and d[0] == "1" and d[1] in "23456789":
+            return [(i, end, "PHONE", "nanp")]
+    if groups == [3, 4] and sep == "-":
+        for gap in (1, 0):
+            p = i - gap - 5
+            if (
+                p >= 0
+                and text[p] == "("
+                and text[p + 4] == ")"
+                and all(c in _DIGITS for c in text[p + 1 : p + 4])
+                and text[p + 1] in "23456789"
+                and (gap == 0 or text[p + 5] == " ")
+                and _at(text, p - 1) not in _WORD
+            ):
+                return [(p, end, "PHONE", "nanp")]
+    return []
+
+
+# ----------------------------------------------------------------------------------- IBAN
+_IBAN_LENGTHS = {
+    "AD": 24, "AE": 23, "AL": 28, "AT": 20, "AZ": 28, "BA": 20, "BE": 16, "BG": 22, "BH": 22,
+    "BR": 29, "CH": 21, "CR": 22, "CY": 28, "CZ": 24, "DE": 22, "DK": 18, "DO": 28, "EE": 20,
+    "EG": 29, "ES": 24, "FI": 18, "FO": 18, "FR": 27, "GB": 22, "GE": 22, "GI": 23, "GL": 18,
+    "GR": 27, "GT": 28, "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IS": 26, "IT": 27, "JO": 30,
+    "KW": 30, "KZ": 20, "LB": 28, "LI": 21, "LT": 20, "LU": 20, "LV": 21, "MC": 27, "MD": 24,
+    "ME": 22, "MK": 19, "MR": 27, "MT": 31, "MU": 30, "NL": 18, "NO": 15, "PK": 24, "PL": 28,
+    "PS": 29, "PT": 25, "QA": 29, "RO": 24, "RS": 22, "SA": 24, "SE": 24, "SI": 19, "SK": 24,
+    "SM": 27, "TN": 24, "TR": 26, "UA": 29, "VG": 24, "XK": 20,
+}
+_IBAN_CHARS = _UPPER | _DIGITS
+
+
+def _mod97(iban: str) -> int:
+    rearranged = iban[4:] + iban[:4]
+    r = 0
+    for ch in rearranged:
+        v = ord(ch) - 48 if ch in _DIGITS else ord(ch) - 55
+        r = (r * 100 + v) % 97 if v >= 10 else (r * 10 + v) % 97
+    return r
+
+
+def _iban(text: str, i: int) -> list[tuple[int, int, str, str]]:
+    if _at(text, i - 1) in _WORD:
+        return []
+    if not (text[i] in _UPPER and _at(text, i + 1) in _UPPER and _at(text, i + 2) in _DIGITS and _at(text, i + 3) in _DIGITS):
+        return []
+    length = _IBAN_LENGTHS.get(text[i : i + 2])
+    if length is None:
+        return []
+    if _at(text, i + 4) == " ":
+        chars = [text[i : i + 4]]
+        count = 4
+        j = i + 4
+        while count < length:
+            if _at(text, j) != " ":
+                return []
+            g_end = _run_end(text, j + 1, _IBAN_CHARS, 5)
+            glen = g_end - (j + 1)
+            if glen == 0 or glen > 4 or count + glen > length or (glen < 4 and count + glen != length):
+                return []
+            chars.append(text[j + 1 : g_end])
+            count += glen
+            j = g_end
+        end = j
+        compact = "".join(chars)
+    else:
+        end = _run_end(text, i, _IBAN_CHARS, length + 1)
+        if end - i != length:
+            return []
+        compact = text[i:end]
+    if _at(text, end) in _WORD:
+        return []
+    return [(i, end, "IBAN", "mod97")] if _mod97(compact) == 1 else []
+
+
+# ---------------------------------------------------------------------------------- email
+_LOCAL = _WORD | set(".%+-")
+_DOMAIN = _ALNUM | set(".-")
+_URL_SEGMENT = _PRINTABLE - set("\"'<>`()")
+
+
+def _email(text: str, p: int) -> list[tuple[int, int, str, str]]:
+    ls = p
+    while ls > 0 and p - ls <= 64 and text[ls - 1] in _LOCAL:
+        ls -= 1
+    if p - ls > 64:
+        return []
+    while ls < p and text[ls] == ".":
+        ls += 1
+    if ls == p or text[p - 1] == "." or ".." in text[ls:p]:
+        return []
+    de = _run_end(text, p + 1, _DOMAIN, 256)
+    if de - (p + 1) > 255:
+        return []
+    while de > p + 1 and text[de - 1] in ".-":
+        de -= 1
+    labels = text[p + 1 : de].split(".")
+    if len(labels) < 2:
+        return []
+    for label in labels:
+        if not label or len(label) > 63 or label[0] == "-" or label[-1] == "-":
+            return []
+    tld = labels[-1]
+    if len(tld) < 2 or any(c not in _UPPER and c not in _LOWER for c in tld):
+        return []
+    # user@host inside a URL authority (scheme://user:pw@host) is not an e-mail address.
+    k = ls
+    while k > 0 and ls - k < 256 and text[k - 1] in _URL_SEGMENT:
+        k -= 1
+    if "://" in text[k:ls]:
+        return []
+    return [(ls, de, "EMAIL", "format")]
+
+
+# ------------------------------------------------------------------- URLs: databases, Slack
+_DB_SCHEMES = frozenset(
+    {
+        "postgres", "postgresql", "pgsql", "mysql", "mariadb", "mongodb", "mongodb+srv", "redis",
+        "rediss", "amqp", "amqps", "mssql", "sqlserver", "oracle", "cockroachdb", "clickhouse",
+        "couchdb", "cassandra", "neo4j", "memcached",
+    }
+)
+_SCHEME = _ALNUM | set("+.-")
+_AUTHORITY = _PRINTABLE - set("/?#\"'<>`")
+_SLACK_HOOK = "://hooks.slack.com/services/"
+
+
+def _url(text: str, p: int) -> list[tuple[int, int, str, str]]:
+    out = []
+    s = p
+    while s > 0 and p - s <= 32 and text[s - 1] in _SCHEME:
+        s -= 1
+    scheme = _lower(text[s:p])
+    if p - s <= 32 and scheme:
+        base = scheme if scheme == "mongodb+srv" else scheme.split("+", 1)[0]
+        if base in _DB_SCHEMES:
+            a_end = _run_end(text, p + 3, _AUTHORITY, 257)
+            authority = text[p + 3 : a_end]
+            at = authority.rfind("@")
+            if a_end - (p + 3) <= 256 and at > 0 and at < len(authority) - 1:
+                colon = authority.find(":", 0, at)
+                if colon != -1:
+                    pw_start, pw_end = p + 3 + colon + 1, p + 3 + at
+                    if pw_end > pw_start and not is_placeholder(text[pw_start:pw_end]):
+                        out.append((pw_start, pw_end, "DATABASE_URL_PASSWORD", "url-userinfo"))
+    if p >= 5 and _lower(text[p - 5 : p]) == "https" and text.startswith(_SLACK_HOOK, p):
+        j = p + len(_SLACK_HOOK)
+        parts = []
+        for k in range(3):
+            e = _run_end(text, j, _ALNUM, 257)
+            parts.append(text[j:e])
+            j = e
+            if k < 2:
+                if _at(text, j) != "/":
+                    return out
+                j += 1
+        t, b, secret = parts
+        if t[:1] == "T" and b[:1] == "B" and len(t) >= 8 and len(b) >= 8 and 16 <= len(secret) <= 256:
+            if _at(text, j) not in _WORD and not _has_example(text, p - 5, j):
+                out.append((p - 5, j, "SLACK_TOKEN", "format"))
+    return out
+
+
+# -------------------------------------------------------------------------- prefixed tokens
+_AWS_PREFIXES = ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA")
+_BASE32 = _UPPER | set("234567")
+
+
+def _classes(value: str) -> tuple[bool, bool, bool]:
+    return (
+        any(c in _LOWER for c in value),
+        any(c in _UPPER for c in value),
+        any(c in _DIGITS for c in value),
+    )
+
+
+def _token(text: str, i: int) -> list[tuple[int, int, str, str]]:
+    """Prefixed tokens: every anchor is the start of a maximal run of the token's alphabet."""
+    out = []
+    prev = _at(text, i - 1)
+    head = text[i : i + 11]
+    if prev not in _ALNUM and head[:4] in _AWS_PREFIXES:
+        e = _run_end(text, i, _ALNUM, 21)
+        if e - i == 20 and all(c in _BASE32 for c in text[i + 4 : e]):
+            out.append((i, e, "AWS_ACCESS_KEY", "format"))
+    if prev not in _WORD and head[:2] == "gh":
+        e = _run_end(text, i, _WORD, 257)
+        run = text[i:e]
+        if run[:4] in ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"):
+            if len(run) == 40 and all(c in _ALNUM for c in run[4:]):
+                out.append((i, e, "GITHUB_TOKEN", "format"))
+        elif run.startswith("github_pat_") and len(run) == 93 and run[33] == "_":
+            if all(c in _ALNUM for c in run[11:33] + run[34:]):
+                out.append((i, e, "GITHUB_TOKEN", "format"))
+    if prev not in _WORD_DASH and head[:6] == "glpat-":
+        e = _run_end(text, i, _WORD_DASH, 257)
+        if 20 <= e - i - 6 <= 50:
+            out.append((i, e, "GITLAB_TOKEN", "format"))
+    if prev not in _ALNUM_DASH and head[:3] == "xox" and head[3:5] in ("b-", "a-", "p-", "r-", "s-"):
+        e = _run_end(text, i, _ALNUM_DASH, 257)
+        rest = text[i + 5 : e]
+        if 10 <= len(rest) and e - i <= 256 and any(c in _DIGITS for c in rest):
+            out.append((i, e, "SLACK_TOKEN", "format"))
+    if prev not in _WORD and head[:8] in ("sk_live_", "sk_test_", "rk_live_", "rk_test_"):
+        e = _run_end(text, i, _WORD, 257)
+        rest = text[i + 8 : e]
+        if 16 <= len(rest) <= 247 and all(c in _ALNUM for c in rest):
+            out.append((i, e, "STRIPE_KEY", "format"))
+    if prev not in _WORD_DASH and head[:3] == "sk-":
+        e = _run_end(text, i, _WORD_DASH, 257)
+        rest = text[i + 3 : e]
+        if 32 <= len(rest) <= 253 and all(_classes(rest)):
+            out.append((i, e, "OPENAI_KEY", "format"))
+    return [f for f in out if not _has_example(text, f[0], f[1])]
+
+
+# ---------------------------------------------------------------------------------- JWT
+_JWT_SEGMENT = _WORD_DASH
+
+
+def _b64url_decode(seg: str) -> bytes | None:
+    if len(seg) % 4 == 1:
+        return None
+    return base64.urlsafe_b64decode(seg + "=" * (-len(seg) % 4))
+
+
+def _jwt_header_ok(header: bytes) -> bool:
+    h = header.strip(b" \t\r\n")
+    if not (h.startswith(b"{") and h.endswith(b"}")):
+        return False
+    k = h.find(b'"alg"')
+    while k != -1:
+        rest = h[k + 5 :].lstrip(b" \t\r\n")
+        if rest.startswith(b":"):
+            return True
+        k = h.find(b'"alg"', k + 1)
+    return False
+
+
+def _jwt(text: str, i: int) -> list[tuple[int, int, str, str]]:
+    prev = _at(text, i - 1)
+    if prev in _JWT_SEGMENT or prev == ".":
+        return []
+    e1 = _run_end(text, i, _JWT_SEGMENT, 4097)
+    if e1 - i > 4096 or _at(text, e1) != ".":
+        return []
+    e2 = _run_end(text, e1 + 1, _JWT_SEGMENT, 65537)
+    if e2 - (e1 + 1) < 2 or e2 - (e1 + 1) > 65536 or _at(text, e2) != ".":
+        return []
+    e3 = _run_end(text, e2 + 1, _JWT_SEGMENT, 4097)
+    if e3 - (e2 + 1) > 4096:
+        return []
+    header = _b64url_decode(text[i:e1])
+    if header is None or not _jwt_header_ok(header) or _has_example(text, i, e3):
+        return []
+    return [(i, e3, "JWT", "jwt-header-json")]
+
+
+# ---------------------------------------------------------------------------------- PEM
+_PEM_BEGIN = "-----BEGIN "
+_PEM_LABEL = _UPPER | _DIGITS | {" "}
+_PEM_BODY = _B64 | set("=\r\n\t \\")
+
+
+def _pem(text: str, i: int) -> list[tuple[int, int, str, str]]:
+    ls = i + len(_PEM_BEGIN)
+    le = _run_end(text, ls, _PEM_LABEL, 65)
+    label = text[ls:le]
+    if le - ls > 64 or "PRIVATE KEY" not in label or not text.startswith("-----", le):
+        return []
+    h = le + 5
+    nxt = text.find(_PEM_BEGIN, h)
+    region_end = len(text) if nxt == -1 else nxt
+    marker = "-----END " + label + "-----"
+    q = text.find(marker, h, region_end)
+    if q != -1:
+        return [(i, q + len(marker), "PRIVATE_KEY", "pem-armor")]
+    e = _run_end(text, h, _PEM_BODY, region_end - h)
+    while e > h and text[e - 1] in "\r\n\t \\":
+        e -= 1
+    return [(i, e, "PRIVATE_KEY", "pem-begin")]
+
+
+# ------------------------------------------------------------------- 40-character AWS secret
+_AWS_SECRET_PREV_STOP = _B64 | {"_", "-"}
+_AWS_SECRET_NEXT_STOP = _B64 | {"_", "-", "="}
+
+
+def _is_hex_digest(value: str) -> bool:
+    return len(value) in (32, 40, 64) and all(c in _HEX for c in value)
+
+
+def _aws_secret(text: str, i: int) -> list[tuple[int, int, str, str]]:
+    if _at(text, i - 1) in _AWS_SECRET_PREV_STOP:
+        return []
+    e = _run_end(text, i, _B64, 41)
+    if e - i != 40 or _at(text, e) in _AWS_SECRET_NEXT_STOP:
+        return []
+    value = text[i:e]
+    if not all(_classes(value)) or _is_hex_digest(value) or "example" in _lower(value):
+        return []
+    h = entropy(value)
+    if h >= 3.5 and _window_has(text, i, 64, ("aws", "secret")):
+        return [(i, e, "AWS_SECRET_KEY", "aws-context")]
+    if h >= 4.5 and ("+" in value or "/" in value):
+        return [(i, e, "AWS_SECRET_KEY", "entropy>=4.5")]
+    return []
+
+
+# ---------------------------------------------------------------- generic name = value secrets
+_NAME = _WORD | set(".-")
+_SECRET_WORDS = frozenset(
+    {
+        "key", "keys", "secret", "secrets", "token", "tokens", "password", "passwords", "passwd",
+        "pwd", "pass", "passphrase", "auth", "credential", "credentials", "apikey", "pw",
+    }
+)
+_SECRET_SUFFIXES = ("secret", "token", "password", "passwd", "apikey", "privatekey", "accesskey", "secretkey")
+_NAME_STOP = frozenset(
+    {
+        "url", "uri", "path", "file", "filename", "dir", "name", "id", "ids", "count", "len",
+        "length", "size", "type", "header", "field", "env", "var", "prefix", "suffix", "format",
+        "fmt", "mode", "ttl", "timeout", "expiry", "expires", "expiration", "endpoint", "method",
+        "kind", "policy", "label", "hint", "min", "max", "regex", "pattern", "reset", "limit",
+        "version", "algorithm", "alg", "location", "host", "port", "user", "username", "enabled",
+    }
+)
+_BARE = _PRINTABLE - set("\"'`,;(){}[]<>")
+_QUOTES = frozenset("\"'`")
+_VALUE = frozenset(chr(c) for c in range(0x20, 0x7F))
+_QUOTED = {q: _VALUE - {q} for q in _QUOTES}
+_UUID_SHAPE = (8, 4, 4, 4, 12)
+
+
+def name_components(name: str) -> list[str]:
+    """Split an identifier into lower-case words at ``_ . -`` and camelCase boundaries."""
+    parts: list[str] = []
+    cur = ""
+    for k, c in enumerate(name):
+        if c in "_.-":
+            if cur:
+                parts.append(cur)
+            cur = ""
+            continue
+        prev = name[k - 1] if k > 0 else ""
+        nxt = name[k + 1] if k + 1 < len(name) else ""
+        if cur and c in _UPPER and (prev in _LOWER or prev in _DIGITS or (prev in _UPPER and nxt in _LOWER)):
+            parts.append(cur)
+            cur = ""
+        cur += c
+    if cur:
+        parts.append(cur)
+    return [_lower(p) for p in parts]
+
+
+def _secret_name(name: str) -> bool:
+    parts = name_components(name)
+    if not parts or parts[-1] in _NAME_STOP:
+        return False
+    return any(p in _SECRET_WORDS or p.endswith(_SECRET_SUFFIXES) for p in parts)
+
+
+def _is_uuid(value: str) -> bool:
+    groups = value.split("-")
+    return tuple(len(g) for g in groups) == _UUID_SHAPE and all(c in _HEX for g in groups for c in g)
+
+
+def _generic_value_ok(value: str, quoted: bool) -> bool:
+    if not 16 <= len(value) <= 256 or " " in value or "\t" in value:
+        return False
+    if is_placeholder(value) or "://" in value or value[0] in "/~" or value.startswith(("./", "../")):
+        return False
+    if _is_uuid(value) or _is_hex_digest(value):
+        return False
+    lower, upper, digit = _classes(value)
+    symbol = any(c not in _ALNUM and c not in "_-." for c in value)
+    if lower + upper + digit + symbol < 2:
+        return False
+    if not quoted and not digit and all(c in _WORD or c == "." for c in value) and value[0] not in _DIGITS:
+        return False  # a bare identifier or attribute path is a reference, not a literal
+    return entropy(value) >= 3.5
+
+
+def _generic(text: str, p: int) -> list[tuple[int, int, str, str]]:
+    n = len(text)
+    sep = text[p]
+    nxt = _at(text, p + 1)
+    prev = _at(text, p - 1)
+    v = p + 1
+    if sep == "=":
+        if nxt == "=" or prev in "=!<>:":
+            return []
+        if nxt == ">":
+            v += 1
+    else:
+        if nxt == ":" or prev == ":" or nxt == "/":
+            return []
+        if nxt == "=":
+            v += 1
+    k = p
+    while k > 0 and text[k - 1] in " \t":
+        k -= 1
+    if _at(text, k - 1) in ("\"", "'"):
+        k -= 1
+    ne = k
+    while k > 0 and ne - k <= 64 and text[k - 1] in _NAME:
+        k -= 1
+    if ne - k > 64 or ne == k:
+        return []
+    name = text[k:ne]
+    if not any(c in _UPPER or c in _LOWER for c in name) or not _secret_name(name):
+        return []
+    while v < n and text[v] in " \t":
+        v += 1
+    q = _at(text, v)
+    if q in _QUOTES:
+        e = _run_end(text, v + 1, _QUOTED[q], 513)
+        if _at(text, e) != q:
+            return []
+        start, end, quoted = v + 1, e, True
+    else:
+        e = _run_end(text, v, _BARE, 257)
+        if e - v > 256 or _at(text, e) == "(":
+            return []
+        start, end, quoted = v, e, False
+    if not _generic_value_ok(text[start:end], quoted):
+        return []
+    return [(start, end, "GENERIC_SECRET", "entropy>=3.5")]
+
+
+# ------------------------------------------------------------------------------ the scan
+def _resolve(cands: list[tuple[int, int, str, str]]) -> list[tuple[int, int, str, str]]:
+    taken: list[tuple[int, int, str, str]] = []
+    for c in sorted(set(cands), key=lambda c: (c[0] - c[1], _RANK[c[2]], c[0], c[3])):
+        if all(c[1] <= t[0] or t[1] <= c[0] for t in taken):
+            taken.append(c)
+    return sorted(taken)
+
+
+def _word_starts(text: str, chars: frozenset[str]):
+    prev_in = False
+    for i, c in enumerate(text):
+        cur = c in chars
+        if cur and not prev_in:
+            yield i
+        prev_in = cur
+
+
+def find_spans(text: str) -> list[tuple[int, int, str, str]]:
+    """Return ``(start, end, type, validator)`` for every sensitive span, sorted by (start, end).
+
+    Offsets are code points. See :func:`qdrant_guard.detect.find_sensitive` for the contract.
+
+    Raises:
+        TypeError: if ``text`` is not a ``str``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"find_spans() argument 'text' must be str, not {type(text).__name__}")
+    cands: list[tuple[int, int, str, str]] = []
+    for i in _word_starts(text, _DIGITS):
+        cands += _chain(text, i)
+    for i, c in enumerate(text):
+        if c in _UPPER:
+            cands += _iban(text, i)
+        if c in "Agxsr":
+            cands += _token(text, i)
+    for i in _positions(text, "@"):
+        cands += _email(text, i)
+    for i in _positions(text, "://"):
+        cands += _url(text, i)
+    for i in _positions(text, "eyJ"):
+        cands += _jwt(text, i)
+    for i in _positions(text, _PEM_BEGIN):
+        cands += _pem(text, i)
+    for i in _word_starts(text, _B64):
+        cands += _aws_secret(text, i)
+    for i, c in enumerate(text):
+        if c in "=:":
+            cands += _generic(text, i)
+    return _resolve(cands)
