@@ -1,0 +1,548 @@
+"""Tamper-evident audit log: hash-chained JSON lines, also emitted through stdlib logging.
+
+Each line is the canonical JSON of one entry ``{"seq", "ts", "prev", "record", "hash"}`` where
+``hash = SHA-256(canonical_json(entry without "hash" and "ckpt"))`` and ``prev`` is the previous
+entry's hash (64 zeros for the first). With a signer, every ``checkpoint_every``-th entry (and
+every repair entry) also carries ``ckpt = {"kid", "sig"}``: an Ed25519 signature over
+``b"qdrant-guard audit checkpoint v1\\0" + hash``, which covers the whole chain up to it.
+See docs/audit-log.md.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO, Any, Iterator, Mapping, Union
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from .canonical import canonical_json
+from .errors import AuditError, AuditIntegrityError
+from .receipts import ReceiptSigner
+
+__all__ = [
+    "GENESIS",
+    "CHECKPOINT_PREFIX",
+    "AUDIT_PROBLEMS",
+    "AuditLog",
+    "AuditReport",
+    "entry_hash",
+    "verify_audit_file",
+    "repair_audit_file",
+]
+
+GENESIS = "0" * 64
+CHECKPOINT_PREFIX = b"qdrant-guard audit checkpoint v1\x00"
+AUDIT_PROBLEMS = (
+    "torn_tail",       # last line has no newline: a writer died mid-entry
+    "corrupt",         # a complete line that is not a JSON entry
+    "edited",          # the line's content does not match its hash, or is not canonical
+    "deleted",         # a seq is missing and never appears later
+    "reordered",       # a seq is missing here but appears later
+    "inserted",        # a seq that already appeared (an extra entry in the chain)
+    "chain_broken",    # seq is as expected but prev is not the previous hash (an earlier entry
+                       # was rewritten with a recomputed hash, or entries were renumbered)
+    "bad_checkpoint",  # a checkpoint signature does not verify under the trusted keys
+)
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_FIELDS = {"seq", "ts", "prev", "record", "hash"}
+_REPAIR_HINT = (
+    "run `qdrant-guard audit verify {path}` to locate the problem, then "
+    "`qdrant-guard audit repair {path}` to truncate it to the valid prefix (the cut bytes are "
+    "kept in a side file and a hashed repair entry records the cut)"
+)
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def entry_hash(entry: Mapping[str, Any]) -> str:
+    """Return hex SHA-256 of the canonical JSON of ``entry`` without its ``hash`` and ``ckpt``."""
+    body = {k: v for k, v in entry.items() if k not in ("hash", "ckpt")}
+    return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """Result of :func:`verify_audit_file` or :func:`repair_audit_file`.
+
+    Attributes:
+        ok: True if every line verified.
+        entries: number of lines in the file (a torn last line counts).
+        valid_prefix: number of leading entries that verify.
+        problem: ``None`` or one of :data:`AUDIT_PROBLEMS`.
+        index: 1-based line number of the first bad line (``None`` when ok).
+        detail: human-readable explanation (names the line and seq).
+        last_seq: seq of the last valid entry (0 if none).
+        last_hash: hash of the last valid entry (``GENESIS`` if none).
+        checkpoints: number of checkpoint signatures verified (only with ``trusted_keys``).
+        valid_bytes: byte length of the valid prefix.
+    """
+
+    ok: bool
+    entries: int
+    valid_prefix: int
+    problem: str | None
+    index: int | None
+    detail: str
+    last_seq: int = 0
+    last_hash: str = GENESIS
+    checkpoints: int = 0
+    valid_bytes: int = 0
+
+
+class _Bad(Exception):
+    def __init__(self, problem: str, detail: str) -> None:
+        super().__init__(detail)
+        self.problem = problem
+        self.detail = detail
+
+
+def _parse_line(raw: bytes) -> dict[str, Any]:
+    """Parse one complete line (without newline) into a self-consistent entry."""
+    try:
+        entry = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _Bad("corrupt", f"not valid JSON ({exc})") from None
+    if not isinstance(entry, dict) or not _FIELDS <= set(entry) or not set(entry) <= _FIELDS | {"ckpt"}:
+        raise _Bad("corrupt", "not an audit entry object {seq, ts, prev, record, hash}")
+    seq, prev, digest = entry["seq"], entry["prev"], entry["hash"]
+    if (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1
+            or not isinstance(prev, str) or not _HEX64.fullmatch(prev)
+            or not isinstance(digest, str) or not _HEX64.fullmatch(digest)
+            or not isinstance(entry["record"], dict)
+            or isinstance(entry["ts"], bool) or not isinstance(entry["ts"], (int, float))):
+        raise _Bad("edited", "a field has the wrong type or form")
+    try:
+        canonical = canonical_json(entry)
+    except (TypeError, ValueError) as exc:
+        raise _Bad("edited", f"entry cannot be canonically encoded ({exc})") from None
+    if canonical != raw:
+        raise _Bad("edited", "line is not the canonical encoding of its entry")
+    if entry_hash(entry) != digest:
+        raise _Bad("edited", "content does not match its hash")
+    return entry
+
+
+def _check_ckpt(entry: Mapping[str, Any], trusted_keys: Mapping[str, Ed25519PublicKey]) -> None:
+    ck = entry["ckpt"]
+    if not isinstance(ck, dict) or set(ck) != {"kid", "sig"} or not all(isinstance(v, str) for v in ck.values()):
+        raise _Bad("bad_checkpoint", "checkpoint must be {kid, sig}")
+    pk = trusted_keys.get(ck["kid"])
+    if pk is None:
+        raise _Bad("bad_checkpoint", f"checkpoint key {ck['kid']} is not trusted")
+    try:
+        sig = base64.b64decode(ck["sig"], validate=True)
+        pk.verify(sig, CHECKPOINT_PREFIX + bytes.fromhex(entry["hash"]))
+    except (binascii.Error, ValueError, InvalidSignature):
+        raise _Bad("bad_checkpoint", "checkpoint signature does not verify") from None
+
+
+def _iter_lines(fh: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
+    for line in fh:
+        if line.endswith(b"\n"):
+            yield line[:-1], True
+        else:
+            yield line, False
+
+
+def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None) -> AuditReport:
+    p = os.fspath(path)
+    try:
+        fh = open(p, "rb")
+    except OSError as exc:
+        raise AuditError(f"cannot read audit log {p!r}: {exc.strerror or exc}") from exc
+    with fh:
+        lines = list(_iter_lines(fh))
+    seqs_after: dict[int, int] = {}
+    bad: _Bad | None = None
+    bad_line = None
+    last_seq, last_hash, nbytes, ckpts = 0, GENESIS, 0, 0
+    parsed: list[dict[str, Any] | None] = []
+    for raw, complete in lines:
+        try:
+            parsed.append(_parse_line(raw) if complete else None)
+        except _Bad:
+            parsed.append(None)
+    for i, e in enumerate(parsed):
+        if e is not None:
+            seqs_after.setdefault(e["seq"], i)
+    seen: dict[int, int] = {}
+    # Per valid line: (seq, hash, cumulative bytes), so the prefix can be cut back on "inserted".
+    good: list[tuple[int, str, int]] = []
+    for i, (raw, complete) in enumerate(lines):
+        lineno = i + 1
+        try:
+            if not complete:
+                raise _Bad("torn_tail", "last line is incomplete (no newline): a writer stopped mid-entry")
+            entry = parsed[i] or _parse_line(raw)  # re-parse only to raise the line's error
+            seq = entry["seq"]
+            expected = last_seq + 1
+            if seq in seen:
+                first = seen[seq]
+                nxt = parsed[i + 1] if i + 1 < len(parsed) else None
+                if nxt is not None and nxt["prev"] == entry["hash"] and nxt["seq"] == seq + 1:
+                    # This line is the one the chain continues from: the earlier one is extra.
+                    bad_line = first
+                    del good[first - 1:]
+                    raise _Bad("inserted", f"seq {seq} appears again on line {lineno} and the chain "
+                                           f"continues from line {lineno}; line {first} is extra")
+                raise _Bad("inserted", f"seq {seq} already appeared on line {first}")
+            if seq > expected:
+                later = seqs_after.get(expected)
+                if later is not None and later > i:
+                    raise _Bad("reordered", f"expected seq {expected}, found seq {seq}; seq {expected} "
+                                            f"appears later on line {later + 1}")
+                missing = f"{expected}" if seq == expected + 1 else f"{expected}..{seq - 1}"
+                raise _Bad("deleted", f"expected seq {expected}, found seq {seq}: entr"
+                                      f"{'y' if seq == expected + 1 else 'ies'} {missing} missing")
+            if seq < expected:
+                raise _Bad("reordered", f"expected seq {expected}, found earlier seq {seq}")
+            if entry["prev"] != last_hash:
+                raise _Bad("chain_broken", f"prev does not match the hash of the entry before it "
+                                           f"(line {lineno - 1} was rewritten, or lines were renumbered)")
+            if trusted_keys is not None and "ckpt" in entry:
+                _check_ckpt(entry, trusted_keys)
+                ckpts += 1
+        except _Bad as exc:
+            bad = exc
+            if bad_line is None:
+                bad_line = lineno
+            break
+        seen[seq] = lineno
+        last_seq, last_hash = seq, entry["hash"]
+        nbytes += len(raw) + 1
+        good.append((seq, last_hash, nbytes))
+    valid = len(good)
+    last_seq, last_hash, nbytes = good[-1] if good else (0, GENESIS, 0)
+    if bad is None:
+        return AuditReport(True, len(lines), valid, None, None,
+                           f"{valid} entries verified" + (f", {ckpts} checkpoints" if trusted_keys is not None else ""),
+                           last_seq, last_hash, ckpts, nbytes)
+    where = f"line {bad_line}"
+    got = parsed[bad_line - 1] if bad_line is not None else None
+    if got is not None:
+        where += f" (seq {got['seq']})"
+    return AuditReport(False, len(lines), valid, bad.problem, bad_line, f"{where}: {bad.detail}",
+                       last_seq, last_hash, ckpts, nbytes)
+
+
+def verify_audit_file(
+    path: PathLike, *, trusted_keys: Mapping[str, Ed25519PublicKey] | None = None
+) -> AuditReport:
+    """Verify an audit log file from its first line.
+
+    Detects edited, deleted, inserted and reordered entries, corrupt lines and a torn tail, and
+    locates the first problem by 1-based line number and seq. Appending forged entries at the end
+    and truncating whole entries from the end are detectable only against an external anchor
+    (a trusted checkpoint or a copy of the last hash); see docs/audit-log.md.
+
+    Args:
+        path: the JSONL file.
+        trusted_keys: key id -> public key; when given, checkpoint signatures are verified too.
+
+    Raises:
+        TypeError: ``path`` is not a path.
+        AuditError: the file cannot be read.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"verify_audit_file() path must be str or os.PathLike, not {type(path).__name__}")
+    if trusted_keys is not None and not isinstance(trusted_keys, Mapping):
+        raise TypeError("trusted_keys must be a mapping of key id to Ed25519PublicKey or None")
+    return _scan(path, trusted_keys)
+
+
+def _lock(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _unlock(fd: int) -> None:
+    fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _make_entry(seq: int, prev: str, record: dict[str, Any], signer: ReceiptSigner | None,
+                checkpoint: bool) -> tuple[dict[str, Any], bytes]:
+    entry: dict[str, Any] = {"seq": seq, "ts": time.time(), "prev": prev, "record": record}
+    entry["hash"] = entry_hash(entry)
+    if signer is not None and checkpoint:
+        sig = signer.sign(CHECKPOINT_PREFIX + bytes.fromhex(entry["hash"]))
+        entry["ckpt"] = {"kid": signer.key_id, "sig": base64.b64encode(sig).decode("ascii")}
+    return entry, canonical_json(entry) + b"\n"
+
+
+def repair_audit_file(path: PathLike, *, signer: ReceiptSigner | None = None) -> AuditReport:
+    """Truncate a damaged log to its valid prefix and append a ``audit_repair`` entry.
+
+    The removed bytes are saved to ``<path>.cut-<seq>-<unix time>`` (mode 0600) so nothing is
+    destroyed; the repair entry records the problem, the line, the number of lines and bytes cut
+    and the SHA-256 of the cut bytes. A log that already verifies is left untouched.
+
+    Args:
+        path: the JSONL file.
+        signer: if given, the repair entry is a signed checkpoint.
+
+    Returns:
+        The report of the repaired file; ``detail`` says what was cut.
+
+    Raises:
+        AuditError: the file cannot be read or rewritten.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"repair_audit_file() path must be str or os.PathLike, not {type(path).__name__}")
+    p = os.fspath(path)
+    try:
+        fd = os.open(p, os.O_RDWR)
+    except OSError as exc:
+        raise AuditError(f"cannot open audit log {p!r}: {exc.strerror or exc}") from exc
+    try:
+        _lock(fd)
+        before = _scan(p, None)
+        if before.ok:
+            return before
+        size = os.fstat(fd).st_size
+        os.lseek(fd, before.valid_bytes, os.SEEK_SET)
+        cut = b""
+        while len(cut) < size - before.valid_bytes:
+            chunk = os.read(fd, size - before.valid_bytes - len(cut))
+            if not chunk:
+                break
+            cut += chunk
+        side = f"{p}.cut-{before.last_seq}-{int(time.time())}"
+        sfd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(sfd, cut)
+            os.fsync(sfd)
+        finally:
+            os.close(sfd)
+        os.ftruncate(fd, before.valid_bytes)
+        record = {
+            "event": "audit_repair",
+            "problem": before.problem,
+            "line": before.index,
+            "detail": before.detail,
+            "cut_lines": before.entries - before.valid_prefix,
+            "cut_bytes": len(cut),
+            "cut_sha256": hashlib.sha256(cut).hexdigest(),
+            "cut_file": os.path.basename(side),
+        }
+        _, line = _make_entry(before.last_seq + 1, before.last_hash, record, signer, True)
+        os.lseek(fd, 0, os.SEEK_END)
+        os.write(fd, line)
+        os.fsync(fd)
+    except OSError as exc:
+        raise AuditError(f"cannot repair audit log {p!r}: {exc.strerror or exc}") from exc
+    finally:
+        try:
+            _unlock(fd)
+        finally:
+            os.close(fd)
+    after = _scan(p, None)
+    detail = (f"repaired: {before.problem} at {before.detail}; cut {record['cut_lines']} line(s), "
+              f"{len(cut)} bytes, saved to {side}; {after.detail}")
+    return AuditReport(after.ok, after.entries, after.valid_prefix, after.problem, after.index,
+                       detail, after.last_seq, after.last_hash, after.checkpoints, after.valid_bytes)
+
+
+class AuditLog:
+    """Append-only, hash-chained audit log (thread- and multi-process-safe), mirrored to logging.
+
+    Args:
+        path: JSONL file (created 0600 if missing), or ``None`` for logging only with the chain
+            kept in memory.
+        logger_name: every entry is logged at INFO with ``extra={"qdrant_guard": entry}``.
+        fsync: fsync after each append (durable across power loss, slower).
+        signer: sign a checkpoint every ``checkpoint_every`` entries.
+        checkpoint_every: checkpoint period in entries (with a signer).
+        verify_existing: verify the whole existing file on open (default: only its last line).
+
+    Raises:
+        AuditIntegrityError: the existing file does not verify (torn or altered last line, or
+            any problem when ``verify_existing``); the message says how to verify and repair.
+        AuditError: the file cannot be opened.
+    """
+
+    def __init__(
+        self,
+        path: PathLike | None,
+        *,
+        logger_name: str = "qdrant_guard.audit",
+        fsync: bool = False,
+        signer: ReceiptSigner | None = None,
+        checkpoint_every: int = 1000,
+        verify_existing: bool = False,
+    ) -> None:
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"AuditLog() path must be str, os.PathLike or None, not {type(path).__name__}")
+        if not isinstance(logger_name, str):
+            raise TypeError(f"AuditLog() logger_name must be str, not {type(logger_name).__name__}")
+        if signer is not None and not isinstance(signer, ReceiptSigner):
+            raise TypeError(f"AuditLog() signer must be a ReceiptSigner or None, not {type(signer).__name__}")
+        if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+            raise ValueError(f"AuditLog() checkpoint_every must be a positive int, got {checkpoint_every!r}")
+        self.path = None if path is None else os.fspath(path)
+        self._logger = logging.getLogger(logger_name)
+        self._fsync = bool(fsync)
+        self._signer = signer
+        self._every = checkpoint_every
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._prev = GENESIS
+        self._size = -1  # file size after our last append; another writer changes it
+        self._fd: int | None = None
+        self._pid = os.getpid()
+        if self.path is not None:
+            if verify_existing and os.path.exists(self.path):
+                report = verify_audit_file(self.path)
+                if not report.ok:
+                    raise AuditIntegrityError(
+                        f"audit log {self.path!r} failed verification: {report.problem} at "
+                        f"{report.detail}; " + _REPAIR_HINT.format(path=self.path))
+            self._open()
+            fd = self._fd
+            assert fd is not None
+            try:
+                _lock(fd)
+                try:
+                    self._read_tail(fd)
+                finally:
+                    _unlock(fd)
+            except BaseException:
+                self.close()
+                raise
+
+    def _open(self) -> None:
+        assert self.path is not None
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise AuditError(f"cannot open audit log {self.path!r}: {exc.strerror or exc}") from exc
+        self._pid = os.getpid()
+        self._size = -1
+
+    def _read_tail(self, fd: int) -> None:
+        size = os.fstat(fd).st_size
+        if size == self._size:
+            return
+        if size == 0:
+            self._seq, self._prev, self._size = 0, GENESIS, 0
+            return
+        # Read backwards in blocks until the start of the last line is found.
+        block, pos, tail = 65536, size, b""
+        while pos > 0:
+            step = min(block, pos)
+            pos -= step
+            tail = os.pread(fd, step, pos) + tail
+            if tail.count(b"\n") >= 2 or (pos == 0):
+                break
+        if not tail.endswith(b"\n"):
+            raise AuditIntegrityError(
+                f"audit log {self.path!r} ends with a torn line (a writer stopped mid-entry); "
+                + _REPAIR_HINT.format(path=self.path))
+        last = tail[:-1].rsplit(b"\n", 1)[-1]
+        try:
+            entry = _parse_line(last)
+        except _Bad as exc:
+            raise AuditIntegrityError(
+                f"the last entry of audit log {self.path!r} does not verify ({exc.problem}: "
+                f"{exc.detail}); " + _REPAIR_HINT.format(path=self.path)) from None
+        self._seq, self._prev, self._size = entry["seq"], entry["hash"], size
+
+    @property
+    def seq(self) -> int:
+        """Seq of the last entry this object knows of (0 before any)."""
+        return self._seq
+
+    @property
+    def last_hash(self) -> str:
+        """Hash of the last entry this object knows of (``GENESIS`` before any)."""
+        return self._prev
+
+    def append(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Append one record and return the written entry.
+
+        Args:
+            record: a JSON-able dict (canonical JSON rules: str keys, finite floats).
+
+        Returns:
+            ``{"seq", "ts", "prev", "record", "hash"}`` (plus ``"ckpt"`` on checkpoints).
+
+        Raises:
+            TypeError: ``record`` is not a dict or holds a non-JSON value.
+            ValueError: ``record`` holds NaN/Inf.
+            AuditIntegrityError: the file's tail was damaged by someone else.
+            AuditError: the write failed (the caller must fail closed).
+        """
+        if not isinstance(record, dict):
+            raise TypeError(f"AuditLog.append() record must be dict, not {type(record).__name__}")
+        canonical_json(record)  # raise TypeError/ValueError before touching the file
+        with self._lock:
+            if self.path is None:
+                entry, _ = self._next(record)
+            else:
+                entry = self._append_file(record)
+        self._logger.info("qdrant_guard audit seq=%d event=%s", entry["seq"],
+                          record.get("event", ""), extra={"qdrant_guard": entry})
+        return entry
+
+    def _next(self, record: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        seq = self._seq + 1
+        entry, line = _make_entry(seq, self._prev, record, self._signer, seq % self._every == 0)
+        self._seq, self._prev = seq, entry["hash"]
+        return entry, line
+
+    def _append_file(self, record: dict[str, Any]) -> dict[str, Any]:
+        if self._fd is None or self._pid != os.getpid():
+            # A forked child must not share the parent's open file description: flock would
+            # then be shared too and stop serialising the two processes.
+            self._open()
+        fd = self._fd
+        assert fd is not None
+        try:
+            _lock(fd)
+        except OSError as exc:
+            raise AuditError(f"cannot lock audit log {self.path!r}: {exc}") from exc
+        try:
+            self._read_tail(fd)
+            saved = (self._seq, self._prev)
+            entry, line = self._next(record)
+            try:
+                written = os.write(fd, line)
+                if written != len(line):
+                    raise OSError(f"short write ({written} of {len(line)} bytes)")
+                if self._fsync:
+                    os.fsync(fd)
+            except OSError as exc:
+                self._seq, self._prev = saved
+                self._size = -1
+                raise AuditError(f"cannot write audit log {self.path!r}: {exc}") from exc
+            self._size = os.fstat(fd).st_size
+            return entry
+        finally:
+            _unlock(fd)
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            finally:
+                self._fd = None
+
+    def __enter__(self) -> "AuditLog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
