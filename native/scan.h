@@ -1,0 +1,58 @@
+/* Structural query scanner: one pass over UTF-8 text (see qdrant_guard/_scan_py.py for the
+ * definitions; this file and that module must agree exactly). Plain C99, no Python. */
+#ifndef QG_SCAN_H
+#define QG_SCAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Violation kind codes: the index of the name in qdrant_guard._scan_py.KINDS. */
+enum {
+    QG_K_TOKEN_CAP, QG_K_REPETITION, QG_K_NGRAM_RUN, QG_K_PERCENT, QG_K_HEX_ESCAPE,
+    QG_K_UNICODE_ESCAPE, QG_K_HTML, QG_K_BASE64, QG_K_HEXBLOB, QG_K_CONTROL, QG_K_INVALID_UTF8,
+    QG_K_SURROGATE, QG_K_INVISIBLE, QG_K_BIDI
+};
+
+enum { QG_SCAN_OK = 0, QG_SCAN_NOMEM = -1, QG_SCAN_TOO_BIG = -2 };
+
+/* A negative limit switches its rule off. */
+typedef struct {
+    int64_t max_tokens;
+    int64_t max_model_tokens;
+    int64_t min_blob_len;
+    int64_t min_percent_run;
+    int encoded_payloads;
+    /* 1: the bytes are a str encoded with 'surrogatepass' (surrogates are lone_surrogate and
+     * positions are code-point indices); 0: raw bytes (positions are byte offsets). */
+    int str_input;
+} qg_scan_rules;
+
+/* One character or escape finding: a run of `count` flagged units starting at `position`.
+ * `value` is the first code point (or the invalid byte) for character kinds. */
+typedef struct {
+    int64_t position;
+    int64_t count;
+    uint32_t value;
+    int32_t kind;
+} qg_mark;
+
+typedef struct {
+    int64_t token_count, unique_tokens;
+    int64_t first_repeat;   /* position of the first repeated token, -1 if none */
+    int64_t token_cap_at;   /* position of token number max_tokens, -1 if none */
+    int64_t model_tokens;
+    int64_t model_cap_at;   /* position of the token where the estimate exceeds the cap, -1 */
+    int64_t run_length, run_at, run_n; /* longest n-gram run; run_length 0 if none */
+    qg_mark *marks;
+    size_t n_marks, cap_marks;
+} qg_scan_out;
+
+/* Largest input accepted (token ids are 32-bit). */
+#define QG_SCAN_MAX_BYTES ((size_t)0xFFFFFFF0u)
+
+/* Scan s[0..n). Does not touch Python; safe to call without the GIL. `out` must be zeroed; free
+ * its marks with qg_scan_out_free. Returns QG_SCAN_OK, QG_SCAN_NOMEM or QG_SCAN_TOO_BIG. */
+int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out);
+void qg_scan_out_free(qg_scan_out *out);
+
+#endif

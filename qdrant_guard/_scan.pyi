@@ -1,0 +1,17 @@
+from typing import Optional
+
+from ._scan_py import KINDS as KINDS
+from ._scan_py import ScanResult as ScanResult
+from ._scan_py import Violation as Violation
+
+def scan_query(
+    text: str | bytes,
+    *,
+    max_tokens: Optional[int] = 500,
+    max_repetition: Optional[float] = 0.5,
+    max_ngram_run: Optional[float] = None,
+    encoded_payloads: bool = True,
+    max_model_tokens: Optional[int] = None,
+    min_blob_len: Optional[int] = 32,
+    min_percent_run: Optional[int] = 2,
+) -> ScanResult: ...

@@ -1,0 +1,547 @@
+r"""Pure-Python reference of the structural query scanner: the specification of ``scan_query``.
+
+The native twin (``qdrant_guard._scan``, built from native/scan.c) must return exactly what this module
+returns, for every input; tests/test_scan_oracle.py checks that. This module is written to be read,
+not to be fast: every rule below is one small, separate step over the text.
+
+Definitions (shared by both twins)
+----------------------------------
+Input units. A ``str`` is scanned code point by code point and positions are code-point indices. A
+``bytes`` object is decoded as strict UTF-8; every byte that does not belong to a well-formed sequence
+is one *invalid unit* (Python's ``surrogateescape`` view of it), and positions are byte offsets.
+
+Whitespace tokens. Maximal runs of code points that are not whitespace, where whitespace is exactly
+``str.isspace`` (so for ``str`` input ``token_count == len(text.split())``). Invalid bytes and lone
+surrogates are token characters. Two tokens are equal when their code points (or bytes) are equal.
+
+``repetition_ratio`` = ``1 - unique_tokens / token_count`` (``0.0`` without tokens).
+
+``ngram_run_ratio``. For ``n`` in 1..8, an *n-gram run* is a maximal stretch of tokens
+``t[i:j]`` with ``t[k] == t[k + n]`` for every ``k`` in ``i .. j-n-1`` and ``j - i >= 2n`` (at least two
+full copies of the n-gram, immediately adjacent). The longest run wins (ties: the earliest start, then
+the smallest ``n``); the ratio is its length divided by ``token_count`` (``0.0`` without any run).
+``"a b c a b c a b c"`` is one 3-gram run over all 9 tokens: ratio ``1.0``.
+
+``model_token_estimate``. Per whitespace token: ``ceil(A / 4) + P + N`` where ``A`` counts ASCII
+letters and digits, ``P`` other ASCII characters (punctuation, symbols, controls) and ``N`` non-ASCII
+code points and invalid bytes. It approximates subword tokenizers (about 4 ASCII letters per token, one
+token per punctuation mark or CJK/emoji character) and errs high for non-Latin text; it is not the
+count of any real tokenizer.
+
+Violation kinds (``Violation.kind``); rules set to ``None`` are not checked:
+
+- ``token_cap``: more than ``max_tokens`` whitespace tokens (position: the first token over the cap),
+  or a ``model_token_estimate`` above ``max_model_tokens`` (position: the token that crosses it).
+- ``repetition``: ``repetition_ratio > max_repetition`` (position: the first repeated token).
+- ``ngram_run``: ``ngram_run_ratio > max_ngram_run`` (position: the start of the run).
+- ``percent_encoding``: a run of at least ``min_percent_run`` consecutive ``%XX`` (X a hex digit).
+- ``hex_escape``: a run of consecutive ``\xXX`` escapes.
+- ``unicode_escape``: a run of consecutive ``\uXXXX`` / ``\UXXXXXXXX`` escapes.
+- ``html_entity``: a run of consecutive character references: ``&#DIGITS;``, ``&#xHEX;`` or ``&NAME;``
+  with NAME in :data:`HTML_ENTITY_NAMES` (a subset of the HTML5 named references, case-sensitive).
+- ``hex_blob`` / ``base64_blob``: a maximal run of ``[A-Za-z0-9+/]`` of at least ``min_blob_len``
+  characters that is all hex digits with at least one digit and one letter (``hex_blob``), or else has
+  a digit, ``+`` or ``/`` and both upper- and lower-case letters (``base64_blob``). Runs of letters only
+  (ordinary words, however long) and long numbers are not flagged.
+- ``control_char``: U+0000..U+001F except TAB, LF, CR; U+007F; U+0080..U+009F.
+- ``invalid_utf8`` (bytes input only): bytes outside well-formed UTF-8.
+- ``lone_surrogate`` (str input only): U+D800..U+DFFF.
+- ``invisible_char``: U+200B, U+200C, U+2060, U+00AD, U+180E; U+FEFF except as the first code point;
+  U+200D except inside an emoji ZWJ sequence (after an Extended_Pictographic code point optionally
+  followed by emoji modifiers U+1F3FB..U+1F3FF and U+FE0F, and before an Extended_Pictographic code
+  point); tag characters U+E0000..U+E007F except the three RGI subdivision flags (England, Scotland,
+  Wales: U+1F3F4 + tags + U+E007F); a variation selector (U+FE00..U+FE0F, U+E0100..U+E01EF) that
+  directly follows another variation selector (chains of selectors smuggle data; one selector after a
+  base character, e.g. VS16 after an emoji, is ordinary text).
+- ``bidi_control``: U+202A..U+202E, U+2066..U+2069, U+200E, U+200F, U+061C.
+
+Adjacent flagged code points of the same kind form one violation (``detail`` names the first and the
+count); escape kinds report one violation per run. Violations are sorted by
+``(position, kind, detail)``. Escapes are matched left to right without overlap, like ``re.finditer``.
+"""
+from __future__ import annotations
+
+import math
+import re
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
+
+__all__ = ["HTML_ENTITY_NAMES", "KINDS", "ScanResult", "Violation", "scan_query"]
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One structural problem found in a query.
+
+    Attributes:
+        kind: one of :data:`KINDS`.
+        position: code-point index (``str`` input) or byte offset (``bytes`` input) where it starts.
+        detail: a short human-readable description (counts, the first code point, the limit).
+    """
+
+    kind: str
+    position: int
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """Outcome of :func:`scan_query`.
+
+    Attributes:
+        ok: ``True`` when there is no violation.
+        violations: violations sorted by ``(position, kind, detail)``.
+        token_count: number of whitespace tokens.
+        model_token_estimate: the subword-token estimate defined in the module docstring.
+        repetition_ratio: ``1 - unique / total`` whitespace tokens (``0.0`` without tokens).
+        ngram_run_ratio: share of tokens covered by the longest immediately repeated n-gram run.
+    """
+
+    ok: bool
+    violations: tuple[Violation, ...]
+    token_count: int
+    model_token_estimate: int
+    repetition_ratio: float
+    ngram_run_ratio: float
+
+
+# The index of a kind is its code in the native scanner (native/scan.h, QG_K_*): keep them in step.
+KINDS: tuple[str, ...] = (
+    "token_cap", "repetition", "ngram_run", "percent_encoding", "hex_escape", "unicode_escape",
+    "html_entity", "base64_blob", "hex_blob", "control_char", "invalid_utf8", "lone_surrogate",
+    "invisible_char", "bidi_control",
+)
+(K_TOKEN_CAP, K_REPETITION, K_NGRAM_RUN, K_PERCENT, K_HEX_ESCAPE, K_UNICODE_ESCAPE, K_HTML, K_BASE64,
+ K_HEXBLOB, K_CONTROL, K_INVALID_UTF8, K_SURROGATE, K_INVISIBLE, K_BIDI) = range(len(KINDS))
+
+MAX_NGRAM = 8
+
+#: HTML5 named character references recognised by ``html_entity`` (sorted by bytes; native/scan.c
+#: holds the same list).
+HTML_ENTITY_NAMES: tuple[str, ...] = tuple("""
+    AElig Aacute Agrave Alpha Beta Dagger Delta Eacute Gamma Hat NewLine Omega Prime Sigma Tab
+    aacute acute aelig agrave alpha amp and apos ast asymp auml bdquo beta brvbar bsol bull cap
+    ccedil cedil cent clubs colon comma commat copy crarr cup curren dArr dagger darr deg delta
+    diams divide dollar eacute egrave empty emsp ensp equals equiv excl exist forall frac12
+    frac14 frac34 gamma ge grave gt hArr harr hearts hellip iexcl infin int iquest isin lArr
+    laquo larr lbrace lbrack lcub ldquo le lowbar loz lpar lrm lsaquo lsqb lsquo lt macr mdash
+    micro midast middot minus nabla nbsp ndash ne not notin ntilde num omega oplus or ordf ordm
+    oslash otimes ouml para part percnt period permil perp pi plus plusmn pound prime prod quest
+    quot rArr radic raquo rarr rbrace rbrack rcub rdquo reg rlm rpar rsaquo rsqb rsquo sbquo
+    sdot sect semi shy sigma sol spades sub sube sum sup sup1 sup2 sup3 supe szlig thinsp times
+    trade uarr uml uuml verbar vert yen zwj zwnj
+""".split())
+
+# Extended_Pictographic ranges (inclusive), taken from the Unicode emoji data via the `regex`
+# package's property tables; native/scan.c holds the same table.
+EXTENDED_PICTOGRAPHIC: tuple[tuple[int, int], ...] = (
+    (0x000A9, 0x000A9), (0x000AE, 0x000AE), (0x0203C, 0x0203C), (0x02049, 0x02049),
+    (0x02122, 0x02122), (0x02139, 0x02139), (0x02194, 0x02199), (0x021A9, 0x021AA),
+    (0x0231A, 0x0231B), (0x02328, 0x02328), (0x023CF, 0x023CF), (0x023E9, 0x023F3),
+    (0x023F8, 0x023FA), (0x024C2, 0x024C2), (0x025AA, 0x025AB), (0x025B6, 0x025B6),
+    (0x025C0, 0x025C0), (0x025FB, 0x025FE), (0x02600, 0x02604), (0x0260E, 0x0260E),
+    (0x02611, 0x02611), (0x02614, 0x02615), (0x02618, 0x02618), (0x0261D, 0x0261D),
+    (0x02620, 0x02620), (0x02622, 0x02623), (0x02626, 0x02626), (0x0262A, 0x0262A),
+    (0x0262E, 0x0262F), (0x02638, 0x0263A), (0x02640, 0x02640), (0x02642, 0x02642),
+    (0x02648, 0x02653), (0x0265F, 0x02660), (0x02663, 0x02663), (0x02665, 0x02666),
+    (0x02668, 0x02668), (0x0267B, 0x0267B), (0x0267E, 0x0267F), (0x02692, 0x02697),
+    (0x02699, 0x02699), (0x0269B, 0x0269C), (0x026A0, 0x026A1), (0x026A7, 0x026A7),
+    (0x026AA, 0x026AB), (0x026B0, 0x026B1), (0x026BD, 0x026BE), (0x026C4, 0x026C5),
+    (0x026C8, 0x026C8), (0x026CE, 0x026CF), (0x026D1, 0x026D1), (0x026D3, 0x026D4),
+    (0x026E9, 0x026EA), (0x026F0, 0x026F5), (0x026F7, 0x026FA), (0x026FD, 0x026FD),
+    (0x02702, 0x02702), (0x02705, 0x02705), (0x02708, 0x0270D), (0x0270F, 0x0270F),
+    (0x02712, 0x02712), (0x02714, 0x02714), (0x02716, 0x02716), (0x0271D, 0x0271D),
+    (0x02721, 0x02721), (0x02728, 0x02728), (0x02733, 0x02734), (0x02744, 0x02744),
+    (0x02747, 0x02747), (0x0274C, 0x0274C), (0x0274E, 0x0274E), (0x02753, 0x02755),
+    (0x02757, 0x02757), (0x02763, 0x02764), (0x02795, 0x02797), (0x027A1, 0x027A1),
+    (0x027B0, 0x027B0), (0x027BF, 0x027BF), (0x02934, 0x02935), (0x02B05, 0x02B07),
+    (0x02B1B, 0x02B1C), (0x02B50, 0x02B50), (0x02B55, 0x02B55), (0x03030, 0x03030),
+    (0x0303D, 0x0303D), (0x03297, 0x03297), (0x03299, 0x03299), (0x1F004, 0x1F004),
+    (0x1F02C, 0x1F02F), (0x1F094, 0x1F09F), (0x1F0AF, 0x1F0B0), (0x1F0C0, 0x1F0C0),
+    (0x1F0CF, 0x1F0D0), (0x1F0F6, 0x1F0FF), (0x1F170, 0x1F171), (0x1F17E, 0x1F17F),
+    (0x1F18E, 0x1F18E), (0x1F191, 0x1F19A), (0x1F1AE, 0x1F1E5), (0x1F201, 0x1F20F),
+    (0x1F21A, 0x1F21A), (0x1F22F, 0x1F22F), (0x1F232, 0x1F23A), (0x1F23C, 0x1F23F),
+    (0x1F249, 0x1F25F), (0x1F266, 0x1F321), (0x1F324, 0x1F393), (0x1F396, 0x1F397),
+    (0x1F399, 0x1F39B), (0x1F39E, 0x1F3F0), (0x1F3F3, 0x1F3F5), (0x1F3F7, 0x1F3FA),
+    (0x1F400, 0x1F4FD), (0x1F4FF, 0x1F53D), (0x1F549, 0x1F54E), (0x1F550, 0x1F567),
+    (0x1F56F, 0x1F570), (0x1F573, 0x1F57A), (0x1F587, 0x1F587), (0x1F58A, 0x1F58D),
+    (0x1F590, 0x1F590), (0x1F595, 0x1F596), (0x1F5A4, 0x1F5A5), (0x1F5A8, 0x1F5A8),
+    (0x1F5B1, 0x1F5B2), (0x1F5BC, 0x1F5BC), (0x1F5C2, 0x1F5C4), (0x1F5D1, 0x1F5D3),
+    (0x1F5DC, 0x1F5DE), (0x1F5E1, 0x1F5E1), (0x1F5E3, 0x1F5E3), (0x1F5E8, 0x1F5E8),
+    (0x1F5EF, 0x1F5EF), (0x1F5F3, 0x1F5F3), (0x1F5FA, 0x1F64F), (0x1F680, 0x1F6C5),
+    (0x1F6CB, 0x1F6D2), (0x1F6D5, 0x1F6E5), (0x1F6E9, 0x1F6E9), (0x1F6EB, 0x1F6F0),
+    (0x1F6F3, 0x1F6FF), (0x1F7DA, 0x1F7FF), (0x1F80C, 0x1F80F), (0x1F848, 0x1F84F),
+    (0x1F85A, 0x1F85F), (0x1F888, 0x1F88F), (0x1F8AE, 0x1F8AF), (0x1F8BC, 0x1F8BF),
+    (0x1F8C2, 0x1F8CF), (0x1F8D9, 0x1F8FF), (0x1F90C, 0x1F93A), (0x1F93C, 0x1F945),
+    (0x1F947, 0x1F9FF), (0x1FA58, 0x1FA5F), (0x1FA6E, 0x1FAFF), (0x1FC00, 0x1FFFD),
+)
+_EP_STARTS = [lo for lo, _ in EXTENDED_PICTOGRAPHIC]
+
+# Tag sequences of the RGI subdivision flags (after U+1F3F4): gbeng, gbsct, gbwls + CANCEL TAG.
+RGI_TAG_SEQUENCES: tuple[str, ...] = tuple(
+    "".join(chr(0xE0000 + ord(c)) for c in name) + "\U000E007F" for name in ("gbeng", "gbsct", "gbwls")
+)
+
+_BIDI = frozenset([0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+_ALWAYS_INVISIBLE = frozenset([0x00AD, 0x180E, 0x200B, 0x200C, 0x2060])
+_ZWJ, _BOM, _VS16 = 0x200D, 0xFEFF, 0xFE0F
+
+_CANDIDATES = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060"
+    "\u2066-\u2069\ufe00-\ufe0f\ufeff\ud800-\udfff\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
+)
+_TOKEN = re.compile(r"\S+")  # re's \s for str patterns is exactly str.isspace
+_PERCENT = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+_HEX_ESCAPE = re.compile(r"(?:\\x[0-9A-Fa-f]{2})+")
+_UNICODE_ESCAPE = re.compile(r"(?:\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8})+")
+_HTML = re.compile(
+    r"(?:&(?:#[0-9]+|#[xX][0-9A-Fa-f]+|" + "|".join(HTML_ENTITY_NAMES) + r");)+"
+)
+_BLOB = re.compile(r"[A-Za-z0-9+/]+")
+_HEX_RUN = re.compile(r"[0-9A-Fa-f]+")
+_RGI_FLAG = re.compile("\U0001F3F4(" + "|".join(RGI_TAG_SEQUENCES) + ")")
+
+
+class Rules(NamedTuple):
+    """Validated rule values (``None`` switches a rule off)."""
+
+    max_tokens: Optional[int]
+    max_repetition: Optional[float]
+    max_ngram_run: Optional[float]
+    encoded_payloads: bool
+    max_model_tokens: Optional[int]
+    min_blob_len: Optional[int]
+    min_percent_run: Optional[int]
+
+
+def _type_name(value: object) -> str:
+    return "None" if value is None else type(value).__name__
+
+
+def check_text(text: object) -> None:
+    """Raise ``TypeError`` unless ``text`` is ``str`` or ``bytes``."""
+    if not isinstance(text, (str, bytes)):
+        raise TypeError(f"scan_query() argument 'text' must be str or bytes, not {_type_name(text)}")
+
+
+def _count(name: str, value: object, minimum: int, why: str) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"scan_query() argument '{name}' must be int or None, not {_type_name(value)}")
+    number = value.__index__()  # type: ignore[attr-defined]
+    if number < minimum:
+        raise ValueError(f"scan_query() argument '{name}' must be >= {minimum} or None{why}, got {number}")
+    return number
+
+
+def _ratio(name: str, value: object) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"scan_query() argument '{name}' must be a number in [0, 1] or None, not {_type_name(value)}"
+        )
+    number = float(value)
+    if not 0.0 <= number <= 1.0:  # also rejects NaN
+        raise ValueError(f"scan_query() argument '{name}' must be in [0, 1] or None, got {value!r}")
+    return number
+
+
+def check_rules(
+    max_tokens: object,
+    max_repetition: object,
+    max_ngram_run: object,
+    encoded_payloads: object,
+    max_model_tokens: object,
+    min_blob_len: object,
+    min_percent_run: object,
+) -> Rules:
+    """Validate and normalise the rule arguments of :func:`scan_query` (both twins call this).
+
+    Raises:
+        TypeError: a rule has the wrong type (``bool`` is not accepted as a number).
+        ValueError: a rule is out of range; the message names it and the accepted range.
+    """
+    if not isinstance(encoded_payloads, bool):
+        raise TypeError(
+            f"scan_query() argument 'encoded_payloads' must be bool, not {_type_name(encoded_payloads)}"
+        )
+    return Rules(
+        _count("max_tokens", max_tokens, 0, ""),
+        _ratio("max_repetition", max_repetition),
+        _ratio("max_ngram_run", max_ngram_run),
+        encoded_payloads,
+        _count("max_model_tokens", max_model_tokens, 0, ""),
+        _count("min_blob_len", min_blob_len, 8, " (shorter runs flag ordinary words)"),
+        _count("min_percent_run", min_percent_run, 1, ""),
+    )
+
+
+def _more(count: int) -> str:
+    return f" and {count - 1} more" if count > 1 else ""
+
+
+def _detail(kind: int, count: int, value: int) -> str:
+    if kind == K_INVALID_UTF8:
+        return f"byte 0x{value:02X}{_more(count)}"
+    if kind >= K_CONTROL:
+        return f"U+{value:04X}{_more(count)}"
+    if kind == K_PERCENT:
+        return f"run of {count} %XX escape(s)"
+    if kind == K_HEX_ESCAPE:
+        return f"run of {count} \\xXX escape(s)"
+    if kind == K_UNICODE_ESCAPE:
+        return f"run of {count} \\uXXXX/\\UXXXXXXXX escape(s)"
+    if kind == K_HTML:
+        return f"run of {count} character reference(s)"
+    if kind == K_BASE64:
+        return f"{count}-character base64-like run"
+    return f"{count}-character hex run"
+
+
+def assemble(
+    rules: Rules,
+    marks: list[tuple[int, int, int, int]],
+    token_count: int,
+    unique_tokens: int,
+    first_repeat: int,
+    token_cap_at: int,
+    model_tokens: int,
+    model_cap_at: int,
+    run_length: int,
+    run_at: int,
+    run_n: int,
+) -> ScanResult:
+    """Build the :class:`ScanResult` from raw scan figures (both twins call this).
+
+    Args:
+        rules: the validated rules.
+        marks: ``(position, kind code, count, value)`` for every character and escape finding.
+        token_count: whitespace tokens; unique_tokens: distinct ones.
+        first_repeat: position of the first token equal to an earlier one (-1: none).
+        token_cap_at: position of token number ``max_tokens`` (-1: not over the cap or rule off).
+        model_tokens: the model-token estimate.
+        model_cap_at: position of the token where the estimate first exceeds the cap (-1: never).
+        run_length, run_at, run_n: the longest n-gram run (tokens covered, position, n); 0 if none.
+    """
+    repetition = 1.0 - unique_tokens / token_count if token_count else 0.0
+    ngram = run_length / token_count if run_length else 0.0
+    found = [Violation(KINDS[kind], pos, _detail(kind, count, value)) for pos, kind, count, value in marks]
+    if token_cap_at >= 0:
+        found.append(Violation(
+            "token_cap", token_cap_at, f"{token_count} whitespace tokens > max_tokens={rules.max_tokens}"
+        ))
+    if model_cap_at >= 0:
+        found.append(Violation(
+            "token_cap", model_cap_at,
+            f"model-token estimate {model_tokens} > max_model_tokens={rules.max_model_tokens}",
+        ))
+    if rules.max_repetition is not None and repetition > rules.max_repetition:
+        found.append(Violation(
+            "repetition", first_repeat,
+            f"repetition ratio {repetition:.3f} > max_repetition={rules.max_repetition}",
+        ))
+    if rules.max_ngram_run is not None and ngram > rules.max_ngram_run:
+        found.append(Violation(
+            "ngram_run", run_at,
+            f"{run_n}-gram repeated over {run_length} of {token_count} tokens "
+            f"(ratio {ngram:.3f} > max_ngram_run={rules.max_ngram_run})",
+        ))
+    if len(found) > 1:
+        found.sort(key=lambda v: (v.position, v.kind, v.detail))
+    return ScanResult(not found, tuple(found), token_count, model_tokens, repetition, ngram)
+
+
+# ----------------------------------------------------------------------------------------------
+# The reference scan
+
+
+def is_extended_pictographic(cp: int) -> bool:
+    """Whether ``cp`` has the Unicode Extended_Pictographic property (table above)."""
+    i = bisect_right(_EP_STARTS, cp) - 1
+    return i >= 0 and cp <= EXTENDED_PICTOGRAPHIC[i][1]
+
+
+def _is_selector(cp: int) -> bool:
+    return 0xFE00 <= cp <= 0xFE0F or 0xE0100 <= cp <= 0xE01EF
+
+
+def _zwj_in_emoji(u: str, k: int) -> bool:
+    if k + 1 >= len(u) or not is_extended_pictographic(ord(u[k + 1])):
+        return False
+    j = k - 1
+    while j >= 0 and (ord(u[j]) == _VS16 or 0x1F3FB <= ord(u[j]) <= 0x1F3FF):
+        j -= 1
+    return j >= 0 and is_extended_pictographic(ord(u[j]))
+
+
+def _char_kind(u: str, k: int, from_bytes: bool, rgi_tags: set[int]) -> Optional[int]:
+    cp = ord(u[k])
+    if 0xD800 <= cp <= 0xDFFF:
+        return K_INVALID_UTF8 if from_bytes else K_SURROGATE
+    if cp < 0x20 or 0x7F <= cp <= 0x9F:
+        return K_CONTROL  # TAB/LF/CR never reach here (not candidates)
+    if cp in _BIDI:
+        return K_BIDI
+    if cp in _ALWAYS_INVISIBLE:
+        return K_INVISIBLE
+    if cp == _ZWJ:
+        return None if _zwj_in_emoji(u, k) else K_INVISIBLE
+    if cp == _BOM:
+        return None if k == 0 else K_INVISIBLE
+    if 0xE0000 <= cp <= 0xE007F:
+        return None if k in rgi_tags else K_INVISIBLE
+    if _is_selector(cp):
+        return K_INVISIBLE if k > 0 and _is_selector(ord(u[k - 1])) else None
+    raise AssertionError(f"unexpected candidate U+{cp:04X}")  # pragma: no cover - regex and rules agree
+
+
+def _utf8_len(ch: str) -> int:
+    cp = ord(ch)
+    if cp < 0x80 or 0xDC80 <= cp <= 0xDCFF:  # ASCII, or one invalid byte (surrogateescape)
+        return 1
+    return 2 if cp < 0x800 else 3 if cp < 0x10000 else 4
+
+
+def _token_estimate(token: str) -> int:
+    letters = sum(1 for ch in token if ch.isascii() and ch.isalnum())
+    other_ascii = sum(1 for ch in token if ch.isascii()) - letters
+    return -(-letters // 4) + other_ascii + (len(token) - letters - other_ascii)
+
+
+def _longest_run(ids: list[int]) -> tuple[int, int, int]:
+    """Return ``(length, start token, n)`` of the longest n-gram run, or ``(0, 0, 0)``."""
+    best = (0, 0, 0)
+    for n in range(1, MAX_NGRAM + 1):
+        k = n
+        while k < len(ids):
+            if ids[k] != ids[k - n]:
+                k += 1
+                continue
+            j = k
+            while j < len(ids) and ids[j] == ids[j - n]:
+                j += 1
+            matches = j - k
+            if matches >= n:
+                candidate = (matches + n, k - n, n)
+                if (-candidate[0], candidate[1], candidate[2]) < (-best[0], best[1], best[2]):
+                    best = candidate
+            k = j
+    return best
+
+
+def scan_query(
+    text: str | bytes,
+    *,
+    max_tokens: Optional[int] = 500,
+    max_repetition: Optional[float] = 0.5,
+    max_ngram_run: Optional[float] = None,
+    encoded_payloads: bool = True,
+    max_model_tokens: Optional[int] = None,
+    min_blob_len: Optional[int] = 32,
+    min_percent_run: Optional[int] = 2,
+) -> ScanResult:
+    """Scan a query for structural attacks before it is embedded.
+
+    Checks size (whitespace tokens and a subword-token estimate), stuffing (repetition and repeated
+    n-gram runs), encoded payloads (percent/hex/unicode escapes, HTML character references, base64 and
+    hex blobs) and hidden characters (controls, invalid UTF-8, lone surrogates, invisible and bidi
+    controls). The exact definitions are in the ``qdrant_guard._scan_py`` module docstring.
+
+    Args:
+        text: the query; ``str`` (lone surrogates allowed) or ``bytes`` (invalid UTF-8 allowed).
+        max_tokens: cap on whitespace tokens (``None``: no cap).
+        max_repetition: cap on ``repetition_ratio``, in [0, 1] (``None``: not checked).
+        max_ngram_run: cap on ``ngram_run_ratio``, in [0, 1] (``None``: not checked).
+        encoded_payloads: check escapes, character references and blobs.
+        max_model_tokens: cap on ``model_token_estimate`` (``None``: no cap).
+        min_blob_len: shortest base64/hex run reported, at least 8 (``None``: blobs not checked).
+        min_percent_run: fewest consecutive ``%XX`` reported, at least 1 (``None``: not checked).
+
+    Returns:
+        A :class:`ScanResult`; positions are code-point indices for ``str``, byte offsets for ``bytes``.
+
+    Raises:
+        TypeError: ``text`` is not ``str``/``bytes``, or a rule has the wrong type.
+        ValueError: a rule value is out of range.
+    """
+    check_text(text)
+    rules = check_rules(
+        max_tokens, max_repetition, max_ngram_run, encoded_payloads, max_model_tokens, min_blob_len,
+        min_percent_run,
+    )
+    from_bytes = isinstance(text, bytes)
+    u = text.decode("utf-8", "surrogateescape") if isinstance(text, bytes) else str(text)
+    if from_bytes:
+        offsets = [0]
+        for ch in u:
+            offsets.append(offsets[-1] + _utf8_len(ch))
+    else:
+        offsets = range(len(u) + 1)
+
+    tokens = [(m.start(), m.group()) for m in _TOKEN.finditer(u)]
+    first_repeat, ids, seen = -1, [], {}
+    for start, token in tokens:
+        if token in seen and first_repeat < 0:
+            first_repeat = offsets[start]
+        ids.append(seen.setdefault(token, len(seen)))
+    token_cap_at = -1
+    if rules.max_tokens is not None and len(tokens) > rules.max_tokens:
+        token_cap_at = offsets[tokens[rules.max_tokens][0]]
+    model_tokens, model_cap_at = 0, -1
+    for start, token in tokens:
+        model_tokens += _token_estimate(token)
+        cap = rules.max_model_tokens
+        if cap is not None and model_cap_at < 0 and model_tokens > cap:
+            model_cap_at = offsets[start]
+    run_length, run_start, run_n = _longest_run(ids)
+    run_at = offsets[tokens[run_start][0]] if run_length else 0
+
+    marks: list[tuple[int, int, int, int]] = []
+    rgi_tags = {k for m in _RGI_FLAG.finditer(u) for k in range(m.start(1), m.end(1))}
+    open_run: Optional[list[int]] = None  # [start index, last index, kind, count, first value]
+    for m in _CANDIDATES.finditer(u):
+        k = m.start()
+        kind = _char_kind(u, k, from_bytes, rgi_tags)
+        if kind is None:
+            continue
+        if open_run is not None and open_run[2] == kind and open_run[1] == k - 1:
+            open_run[1], open_run[3] = k, open_run[3] + 1
+            continue
+        if open_run is not None:
+            marks.append((offsets[open_run[0]], open_run[2], open_run[3], open_run[4]))
+        value = ord(u[k]) - 0xDC00 if kind == K_INVALID_UTF8 else ord(u[k])
+        open_run = [k, k, kind, 1, value]
+    if open_run is not None:
+        marks.append((offsets[open_run[0]], open_run[2], open_run[3], open_run[4]))
+
+    if rules.encoded_payloads:
+        if rules.min_percent_run is not None:
+            for m in _PERCENT.finditer(u):
+                if len(m.group()) // 3 >= rules.min_percent_run:
+                    marks.append((offsets[m.start()], K_PERCENT, len(m.group()) // 3, 0))
+        for m in _HEX_ESCAPE.finditer(u):
+            marks.append((offsets[m.start()], K_HEX_ESCAPE, len(m.group()) // 4, 0))
+        for m in _UNICODE_ESCAPE.finditer(u):
+            marks.append((offsets[m.start()], K_UNICODE_ESCAPE, m.group().count("\\"), 0))
+        for m in _HTML.finditer(u):
+            marks.append((offsets[m.start()], K_HTML, m.group().count("&"), 0))
+        if rules.min_blob_len is not None:
+            for m in _BLOB.finditer(u):
+                run = m.group()
+                if len(run) < rules.min_blob_len:
+                    continue
+                digit = any(c.isdigit() for c in run)
+                upper = any(c.isupper() for c in run)
+                lower = any(c.islower() for c in run)
+                if _HEX_RUN.fullmatch(run) and digit and (upper or lower):
+                    marks.append((offsets[m.start()], K_HEXBLOB, len(run), 0))
+                elif (digit or "+" in run or "/" in run) and upper and lower:
+                    marks.append((offsets[m.start()], K_BASE64, len(run), 0))
+
+    return assemble(
+        rules, marks, len(tokens), len(seen), first_repeat, token_cap_at, model_tokens, model_cap_at,
+        run_length, run_at, run_n,
+    )
