@@ -1,0 +1,50 @@
+# qdrant_guard — every target sets itself up on a fresh machine (venv, native build, deps).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.deps-stamp
+EVAL_STAMP := $(VENV)/.eval-stamp
+export HF_HUB_OFFLINE := 1
+
+.PHONY: all build demo test test-fast bench fuzz eval typecheck clean
+
+all: test
+
+$(STAMP): pyproject.toml setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "setuptools>=64" wheel "Cython>=3.0" "numpy>=1.26"
+	$(PY) -m pip install -q --no-build-isolation -e '.[test]'
+	touch $(STAMP)
+
+$(EVAL_STAMP): $(STAMP) scripts/install_eval_deps.sh
+	PY=$(PY) bash scripts/install_eval_deps.sh
+	touch $(EVAL_STAMP)
+
+# The native kernels are required: a compiler or Cython error fails here, loudly.
+build: $(STAMP)
+	$(PY) setup.py -q build_ext --inplace
+	$(PY) -c "import qdrant_guard._noise, qdrant_guard._scan, qdrant_guard._detect; import qdrant_guard as q; assert q.implementation() == 'native'; print('native kernels: OK')"
+
+demo: build
+	$(PY) -m qdrant_guard.cli demo
+
+# The whole suite, against the native build (tests/conftest.py refuses a silent Python fallback).
+test: build $(EVAL_STAMP)
+	QDRANT_GUARD_REQUIRE_NATIVE=1 $(PY) -m pytest -q -p no:cacheprovider tests
+
+test-fast: build
+	QDRANT_GUARD_REQUIRE_NATIVE=1 $(PY) -m pytest -q -x -m "not slow and not eval" tests
+
+bench: build
+	$(PY) -m pip install -q -e '.[bench]' --no-build-isolation
+	$(PY) bench/run.py
+
+typecheck: build
+	$(PY) -m mypy --strict --follow-imports=silent tests/typing_usage.py
+
+eval: build $(EVAL_STAMP)
+	$(PY) -m qdrant_guard.cli eval --out docs/eval-report
+
+clean:
+	rm -rf build $(VENV) qdrant_guard/*.so native/_noise.c native/_scan.c native/_detect.c

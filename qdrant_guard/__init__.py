@@ -1,0 +1,52 @@
+"""qdrant_guard: a drop-in guarded ``qdrant_client.QdrantClient``.
+
+Replace ``from qdrant_client import QdrantClient`` with ``from qdrant_guard import QdrantClient``
+and pass ``guard=`` (a policy) and ``principal=`` (who is calling).
+"""
+from __future__ import annotations
+
+from ._impl import implementation
+from .async_client import AsyncQdrantClient
+from .boundary import Principal, issue_credential, verify_credential
+from .client import QdrantClient
+from .decision import Verdict
+from .errors import (
+    AuditError,
+    AuditIntegrityError,
+    ConfigError,
+    CredentialError,
+    GuardRefusal,
+    InvalidVectorError,
+    NativeUnavailableError,
+    QdrantGuardError,
+    ReceiptError,
+)
+from .noise_params import NoiseParams
+from .policy import CollectionPolicy, GuardConfig, NoisePolicy, SensitivityClass, load_policy
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncQdrantClient",
+    "AuditError",
+    "AuditIntegrityError",
+    "CollectionPolicy",
+    "ConfigError",
+    "CredentialError",
+    "GuardConfig",
+    "GuardRefusal",
+    "InvalidVectorError",
+    "NativeUnavailableError",
+    "NoiseParams",
+    "NoisePolicy",
+    "Principal",
+    "QdrantClient",
+    "QdrantGuardError",
+    "ReceiptError",
+    "SensitivityClass",
+    "Verdict",
+    "implementation",
+    "issue_credential",
+    "load_policy",
+    "verify_credential",
+]

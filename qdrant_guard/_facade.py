@@ -1,0 +1,120 @@
+"""Builds the guarded methods of both facades from one table (qdrant_guard.surface).
+
+Each guarded method keeps the original's name, signature and docstring (``functools.wraps``;
+type checkers see the inherited signatures), binds its arguments, and hands them to the
+pipeline. With no guard policy the original method is called directly.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+from typing import Any, Callable
+
+from .errors import QdrantGuardError
+from .pipeline import Call, drive_async, drive_sync
+from .surface import GUARDED
+
+_RAW_HANDLES = ("http", "grpc_points", "grpc_collections")
+
+
+def _binder(original: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
+    sig = inspect.signature(original)
+
+    def bind(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        bound = sig.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        arguments.pop("self", None)
+        extra = arguments.pop("kwargs", None) or {}
+        arguments.update(extra)
+        return arguments
+
+    return bind
+
+
+def _sync_method(name: str, original: Callable[..., Any], base: type) -> Callable[..., Any]:
+    bind = _binder(original)
+
+    @functools.wraps(original)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        guard = self._guard
+        if guard is None:
+            return original(self, *args, **kwargs)
+
+        def invoke(call: Call) -> Any:
+            return getattr(base, call.method)(self, **call.kwargs)
+
+        return drive_sync(guard.run(name, bind(self, args, kwargs)), invoke)
+
+    return method
+
+
+def _async_method(name: str, original: Callable[..., Any], base: type) -> Callable[..., Any]:
+    bind = _binder(original)
+
+    @functools.wraps(original)
+    async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        guard = self._guard
+        if guard is None:
+            return await original(self, *args, **kwargs)
+
+        async def invoke(call: Call) -> Any:
+            return await getattr(base, call.method)(self, **call.kwargs)
+
+        return await drive_async(guard.run(name, bind(self, args, kwargs)), invoke)
+
+    return method
+
+
+def _raw_handle(name: str, base: type) -> property:
+    original = getattr(base, name)
+
+    def getter(self: Any) -> Any:
+        if self._guard is not None and not self._guard.transparent:
+            raise QdrantGuardError(
+                f"client.{name} is a raw API handle that would bypass the guard policy; use the "
+                "client's methods, or a plain qdrant_client client outside the guard"
+            )
+        return original.fget(self)
+
+    return property(getter, doc=original.__doc__)
+
+
+def install(cls: type, base: type, *, is_async: bool) -> None:
+    """Install the guarded methods of ``base`` on ``cls``."""
+    make = _async_method if is_async else _sync_method
+    for name in sorted(GUARDED):
+        original = getattr(base, name, None)
+        if original is None or not callable(original):
+            continue
+        setattr(cls, name, make(name, original, base))
+    for name in _RAW_HANDLES:
+        if isinstance(getattr(base, name, None), property):
+            setattr(cls, name, _raw_handle(name, base))
+
+
+class PrincipalViews:
+    """Mixin: ``with_principal`` gives another agent its own guarded view of the same store."""
+
+    _guard: Any
+    _is_view: bool = False
+
+    def with_principal(self, principal: Any) -> Any:
+        """Return a client that shares this one's connection (and, in local mode, its store), policy,
+        keys, audit log and budgets, but acts as ``principal``.
+
+        Closing a view does not close the shared connection; close the original client.
+
+        Raises:
+            QdrantGuardError: the client has no guard policy.
+            CredentialError: the principal's credential does not verify.
+        """
+        if self._guard is None:
+            raise QdrantGuardError("with_principal needs a client constructed with guard=")
+        view = copy.copy(self)
+        view._guard = self._guard.for_principal(principal)
+        view._is_view = True
+        # The view keeps its origin alive: the origin's __del__ closes the shared connection.
+        view._origin = getattr(self, "_origin", self)
+        return view

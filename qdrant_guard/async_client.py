@@ -1,0 +1,76 @@
+"""The guarded asyncio client: ``from qdrant_guard import AsyncQdrantClient``.
+
+It drives the same :class:`~qdrant_guard.guard.Guard` pipeline as the sync client (the
+pipeline's operations are sans-IO generators), so no guard logic exists twice.
+"""
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+import qdrant_client
+
+from ._facade import PrincipalViews, install
+from .boundary import Principal
+from .guard import Guard
+from .pipeline import Embedder
+from .policy import GuardConfig
+
+
+class AsyncQdrantClient(PrincipalViews, qdrant_client.AsyncQdrantClient):
+    """Drop-in replacement for :class:`qdrant_client.AsyncQdrantClient` with a guard policy.
+
+    Takes the same extra arguments as :class:`qdrant_guard.QdrantClient` (``guard=``,
+    ``principal=``, ``embedder=``) and behaves exactly like it.
+    """
+
+    _guard: Guard | None
+
+    def __init__(
+        self,
+        location: str | None = None,
+        url: str | None = None,
+        port: int | None = 6333,
+        grpc_port: int = 6334,
+        prefer_grpc: bool = False,
+        https: bool | None = None,
+        api_key: str | None = None,
+        prefix: str | None = None,
+        timeout: int | None = None,
+        host: str | None = None,
+        path: str | None = None,
+        force_disable_check_same_thread: bool = False,
+        grpc_options: dict[str, Any] | None = None,
+        auth_token_provider: Callable[[], str] | Callable[[], Awaitable[str]] | None = None,
+        cloud_inference: bool = False,
+        local_inference_batch_size: int | None = None,
+        check_compatibility: bool = True,
+        pool_size: int | None = None,
+        headers: dict[str, str] | None = None,
+        *,
+        guard: GuardConfig | str | None = None,
+        principal: Principal | str | None = None,
+        embedder: Embedder | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._guard = Guard(guard, principal, embedder=embedder) if (guard is not None) else None
+        super().__init__(
+            location=location, url=url, port=port, grpc_port=grpc_port, prefer_grpc=prefer_grpc,
+            https=https, api_key=api_key, prefix=prefix, timeout=timeout, host=host, path=path,
+            force_disable_check_same_thread=force_disable_check_same_thread, grpc_options=grpc_options,
+            auth_token_provider=auth_token_provider, cloud_inference=cloud_inference,
+            local_inference_batch_size=local_inference_batch_size, check_compatibility=check_compatibility,
+            pool_size=pool_size, headers=headers, **kwargs,
+        )
+
+    async def close(self, grpc_grace: float | None = None, **kwargs: Any) -> None:
+        """Close the connection (a :meth:`with_principal` view leaves the shared one open)."""
+        if not self._is_view:
+            await super().close(grpc_grace=grpc_grace, **kwargs)
+
+    @property
+    def guard(self) -> Guard | None:
+        """The guard pipeline of this client (None when constructed without a policy)."""
+        return self._guard
+
+
+install(AsyncQdrantClient, qdrant_client.AsyncQdrantClient, is_async=True)

@@ -1,0 +1,200 @@
+"""The ``qdrant-guard`` command: keys, credentials, receipts, audit, demo, calibrate, eval."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .errors import QdrantGuardError
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+def cmd_keys_new(args: argparse.Namespace) -> int:
+    from . import keys
+
+    sk, pk = keys.generate_keypair()
+    out = Path(args.out)
+    if out.exists():
+        print(f"error: {out} exists; refusing to overwrite a key (choose another --out)", file=sys.stderr)
+        return 2
+    _write_private(out, keys.private_key_to_pem(sk))
+    pub = out.with_suffix(out.suffix + ".pub")
+    pub.write_text(keys.public_key_to_str(pk) + "\n")
+    print(json.dumps({"private_key": str(out), "public_key_file": str(pub),
+                      "public_key": keys.public_key_to_str(pk), "key_id": keys.key_id(pk)}, indent=2))
+    return 0
+
+
+def cmd_credential_issue(args: argparse.Namespace) -> int:
+    from . import keys
+    from .boundary import issue_credential
+
+    sk = keys.load_private_key(args.authority)
+    token = issue_credential(sk, agent_id=args.agent, boundary=args.boundary, ttl_s=args.ttl)
+    print(token)
+    return 0
+
+
+def _client_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    import qdrant_client
+
+    if args.url:
+        return qdrant_client.QdrantClient(url=args.url, api_key=os.environ.get("QDRANT_API_KEY"))
+    return qdrant_client.QdrantClient(path=args.path)
+
+
+def cmd_receipt_verify(args: argparse.Namespace) -> int:
+    from . import keys, receipts
+    from .policy import load_policy
+
+    trusted = {}
+    for spec in args.trusted_key or []:
+        pk = keys.load_public_key(spec)
+        trusted[keys.key_id(pk)] = pk
+    revoked: tuple[str, ...] = ()
+    if args.policy:
+        cfg = load_policy(args.policy)
+        for spec in cfg.receipts.trusted_keys:
+            pk = keys.load_public_key(spec)
+            trusted[keys.key_id(pk)] = pk
+        if cfg.signing_key:
+            pk = keys.load_private_key(cfg.signing_key).public_key()
+            trusted[keys.key_id(pk)] = pk
+        revoked = cfg.receipts.revoked_keys
+    if not trusted:
+        print("error: no trusted keys: pass --trusted-key or --policy", file=sys.stderr)
+        return 2
+    client = _client_from(args)
+    reports = receipts.verify(client, args.collection, trusted_keys=trusted, revoked=revoked)
+    bad = [r for r in reports if not r.ok]
+    for r in reports:
+        if args.verbose or not r.ok:
+            print(json.dumps({"id": str(r.point_id), "vector": r.vector_name, "ok": r.ok, "reason": r.reason}))
+    print(f"{len(reports) - len(bad)}/{len(reports)} receipted vectors verify in {args.collection!r}")
+    return 1 if bad else 0
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from .audit import verify_audit_file
+
+    rep = verify_audit_file(args.file)
+    if rep.ok:
+        print(f"OK: {rep.entries} entries, hash chain intact ({args.file})")
+        return 0
+    print(f"TAMPERED: {rep.problem} at entry {rep.index}: {rep.detail}")
+    print(f"valid prefix: {rep.valid_prefix} entries; see docs/audit-log.md for the repair procedure")
+    return 1
+
+
+def cmd_audit_repair(args: argparse.Namespace) -> int:
+    from .audit import repair_audit_file
+
+    rep = repair_audit_file(args.file)
+    print(f"repaired: {rep.detail}")
+    return 0
+
+
+def cmd_audit_replay(args: argparse.Namespace) -> int:
+    from .replay import replay_log
+
+    return replay_log(args.log, args.policy, out=sys.stdout)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(workdir=args.workdir)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from .utility import run_calibrate_cli
+
+    return run_calibrate_cli(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``qdrant-guard``."""
+    p = argparse.ArgumentParser(prog="qdrant-guard", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    keys_p = sub.add_parser("keys", help="key management").add_subparsers(dest="sub", required=True)
+    kn = keys_p.add_parser("new", help="make an Ed25519 key pair (private PEM 0600 + .pub)")
+    kn.add_argument("--out", required=True, help="path of the private key file to create")
+    kn.set_defaults(func=cmd_keys_new)
+
+    cred_p = sub.add_parser("credential", help="boundary credentials").add_subparsers(dest="sub", required=True)
+    ci = cred_p.add_parser("issue", help="issue a credential proving an agent is in a boundary")
+    ci.add_argument("--authority", required=True, help="the boundary authority's private key file")
+    ci.add_argument("--agent", required=True, help="agent id")
+    ci.add_argument("--boundary", required=True, help="boundary name")
+    ci.add_argument("--ttl", type=float, default=3600.0, help="lifetime in seconds (default 3600)")
+    ci.set_defaults(func=cmd_credential_issue)
+
+    rec_p = sub.add_parser("receipt", help="reconstruction-resistance receipts").add_subparsers(dest="sub", required=True)
+    rv = rec_p.add_parser("verify", help="verify the receipts of stored points against their vectors")
+    where = rv.add_mutually_exclusive_group(required=True)
+    where.add_argument("--path", help="local-mode storage directory")
+    where.add_argument("--url", help="Qdrant server URL (API key from QDRANT_API_KEY)")
+    rv.add_argument("--collection", required=True)
+    rv.add_argument("--trusted-key", action="append", help="trusted public key (ed25519:... or file); repeatable")
+    rv.add_argument("--policy", help="take trusted/revoked keys from this policy file")
+    rv.add_argument("--verbose", action="store_true")
+    rv.set_defaults(func=cmd_receipt_verify)
+
+    aud_p = sub.add_parser("audit", help="the hash-chained audit log").add_subparsers(dest="sub", required=True)
+    av = aud_p.add_parser("verify", help="detect edited, deleted, inserted, reordered or torn entries")
+    av.add_argument("file")
+    av.set_defaults(func=cmd_audit_verify)
+    ar = aud_p.add_parser("repair", help="cut a torn/tampered tail to the valid prefix, recording the cut")
+    ar.add_argument("file")
+    ar.set_defaults(func=cmd_audit_repair)
+    arp = aud_p.add_parser("replay", help="re-evaluate logged queries under a new policy")
+    arp.add_argument("log")
+    arp.add_argument("--policy", required=True)
+    arp.set_defaults(func=cmd_audit_replay)
+
+    d = sub.add_parser("demo", help="two agents, two boundaries, one store: the guard's verdicts")
+    d.add_argument("--workdir", help="keep keys, policy and audit log here (default: a temp dir)")
+    d.set_defaults(func=cmd_demo)
+
+    cal = sub.add_parser("calibrate", help="measure recall under noise and sign a utility record")
+    try:
+        from .utility import add_calibrate_arguments
+
+        add_calibrate_arguments(cal)
+    except ImportError:  # pragma: no cover
+        pass
+    cal.set_defaults(func=cmd_calibrate)
+
+    ev = sub.add_parser("eval", help="privacy-utility report with real inversion attacks (needs [eval])", add_help=False)
+    ev.set_defaults(func=None)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``qdrant-guard`` command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["eval"]:
+        from .evaluation import run_eval_cli
+
+        return run_eval_cli(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except QdrantGuardError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

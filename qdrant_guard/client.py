@@ -1,0 +1,91 @@
+"""The guarded synchronous client: ``from qdrant_guard import QdrantClient``."""
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+import qdrant_client
+
+from ._facade import PrincipalViews, install
+from .boundary import Principal
+from .guard import Guard
+from .pipeline import Embedder
+from .policy import GuardConfig
+
+
+class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
+    """Drop-in replacement for :class:`qdrant_client.QdrantClient` with a guard policy.
+
+    Accepts every argument of the original, plus:
+
+    Args:
+        guard: a :class:`GuardConfig`, or the path of a TOML policy file. None (default): no
+            policy; the client behaves exactly like qdrant-client.
+        principal: who is calling: a :class:`Principal` carrying a boundary credential, or the
+            credential token itself. None: anonymous (PUBLIC collections only).
+        embedder: callable ``list[str] -> array (n, d)`` used to embed ``models.Document`` texts
+            after redaction on sensitive collections.
+
+    Every method keeps the original signature. Against a Qdrant server (``url=``/``host=``) the
+    code path is the same as in local mode (``":memory:"``/``path=``): the guard runs in this
+    process, in front of whichever backend qdrant-client selected.
+
+    Raises:
+        ConfigError: the policy is invalid. CredentialError: the principal's credential is invalid.
+    """
+
+    _guard: Guard | None
+
+    def __init__(
+        self,
+        location: str | None = None,
+        url: str | None = None,
+        port: int | None = 6333,
+        grpc_port: int = 6334,
+        prefer_grpc: bool = False,
+        https: bool | None = None,
+        api_key: str | None = None,
+        prefix: str | None = None,
+        timeout: int | None = None,
+        host: str | None = None,
+        path: str | None = None,
+        force_disable_check_same_thread: bool = False,
+        grpc_options: dict[str, Any] | None = None,
+        auth_token_provider: Callable[[], str] | Callable[[], Awaitable[str]] | None = None,
+        cloud_inference: bool = False,
+        local_inference_batch_size: int | None = None,
+        check_compatibility: bool = True,
+        pool_size: int | None = None,
+        headers: dict[str, str] | None = None,
+        *,
+        guard: GuardConfig | str | None = None,
+        principal: Principal | str | None = None,
+        embedder: Embedder | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # The guard is built first: an invalid policy or credential must fail before connecting.
+        self._guard = Guard(guard, principal, embedder=embedder) if (guard is not None) else None
+        super().__init__(
+            location=location, url=url, port=port, grpc_port=grpc_port, prefer_grpc=prefer_grpc,
+            https=https, api_key=api_key, prefix=prefix, timeout=timeout, host=host, path=path,
+            force_disable_check_same_thread=force_disable_check_same_thread, grpc_options=grpc_options,
+            auth_token_provider=auth_token_provider, cloud_inference=cloud_inference,
+            local_inference_batch_size=local_inference_batch_size, check_compatibility=check_compatibility,
+            pool_size=pool_size, headers=headers, **kwargs,
+        )
+
+    def close(self, grpc_grace: float | None = None, **kwargs: Any) -> None:
+        """Close the connection (a :meth:`with_principal` view leaves the shared one open)."""
+        if not self._is_view:
+            super().close(grpc_grace=grpc_grace, **kwargs)
+
+    def __del__(self) -> None:
+        if not getattr(self, "_is_view", False):
+            super().__del__()
+
+    @property
+    def guard(self) -> Guard | None:
+        """The guard pipeline of this client (None when constructed without a policy)."""
+        return self._guard
+
+
+install(QdrantClient, qdrant_client.QdrantClient, is_async=False)

@@ -1,0 +1,133 @@
+"""Verdicts, decisions and the manifest that every decision records."""
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from .canonical import canonical_json
+from .errors import GuardRefusal
+
+MAX_IDS_IN_RECORD = 100
+
+
+class Verdict(str, enum.Enum):
+    """Every verdict the guard can reach."""
+
+    ALLOW = "ALLOW"
+    ALLOW_PUBLIC = "ALLOW_PUBLIC"
+    ALLOW_IN_BOUNDARY_RAW = "ALLOW_IN_BOUNDARY_RAW"
+    ALLOW_RECEIPTED = "ALLOW_RECEIPTED"
+    ALLOW_NOISED = "ALLOW_NOISED"
+    NOISE_REQUIRED = "NOISE_REQUIRED"
+    EPSILON_ABOVE_CEILING = "EPSILON_ABOVE_CEILING"
+    INVALID_RECEIPT = "INVALID_RECEIPT"
+    RECEIPT_TAMPERING = "RECEIPT_TAMPERING"
+    REFUSED_CROSS_BOUNDARY = "REFUSED_CROSS_BOUNDARY"
+    INVALID_CREDENTIAL = "INVALID_CREDENTIAL"
+    QUERY_REJECTED = "QUERY_REJECTED"
+    INTENT_BLOCKED = "INTENT_BLOCKED"
+    TEXT_REQUIRED = "TEXT_REQUIRED"
+    SENSITIVITY_MISMATCH = "SENSITIVITY_MISMATCH"
+    CREDENTIAL_IN_TEXT = "CREDENTIAL_IN_TEXT"
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    UTILITY_DEGRADED = "UTILITY_DEGRADED"
+    FAIL_CLOSED = "FAIL_CLOSED"
+    QDRANT_ERROR = "QDRANT_ERROR"
+
+
+ALLOWING = frozenset(
+    {
+        Verdict.ALLOW,
+        Verdict.ALLOW_PUBLIC,
+        Verdict.ALLOW_IN_BOUNDARY_RAW,
+        Verdict.ALLOW_RECEIPTED,
+        Verdict.ALLOW_NOISED,
+        Verdict.BUDGET_EXCEEDED,
+    }
+)
+
+
+@dataclass
+class Decision:
+    """One decision of the pipeline, as audited.
+
+    The manifest carries the seeds' four recorded elements: ``embedding_sensitivity_class``,
+    ``differential_privacy_epsilon``, ``reconstruction_resistance_receipt`` and
+    ``retrieval_utility_guard_hash``.
+    """
+
+    op: str
+    collection: str | None
+    verdict: Verdict
+    directive: str
+    principal: str | None
+    point_ids: list[Any] = field(default_factory=list)
+    sensitivity: str | None = None
+    epsilon: float | None = None
+    receipt: str | None = None
+    utility_hash: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    monitor: bool = False
+
+    @property
+    def allowed(self) -> bool:
+        """True when the call goes ahead."""
+        return self.verdict in ALLOWING
+
+    def manifest(self) -> dict[str, Any]:
+        """The decision manifest (the four recorded elements plus what was decided)."""
+        return {
+            "embedding_sensitivity_class": self.sensitivity,
+            "differential_privacy_epsilon": self.epsilon,
+            "reconstruction_resistance_receipt": self.receipt,
+            "retrieval_utility_guard_hash": self.utility_hash,
+        }
+
+    def record(self) -> dict[str, Any]:
+        """The JSON-ready audit record, including the manifest digest."""
+        ids = [_jsonable_id(p) for p in self.point_ids[:MAX_IDS_IN_RECORD]]
+        body: dict[str, Any] = {
+            "op": self.op,
+            "collection": self.collection,
+            "principal": self.principal,
+            "verdict": self.verdict.value,
+            "directive": self.directive,
+            "point_ids": ids,
+            "point_count": len(self.point_ids),
+            "manifest": self.manifest(),
+            "details": _jsonable(self.details),
+        }
+        if self.monitor:
+            body["monitor"] = True
+        body["manifest_digest"] = hashlib.sha256(canonical_json(body)).hexdigest()
+        return body
+
+    def refusal(self, digest: str) -> GuardRefusal:
+        """The exception that reports this (refusing) decision to the caller."""
+        return GuardRefusal(
+            self.verdict.value,
+            self.directive,
+            point_ids=self.point_ids,
+            manifest_digest=digest,
+            details=self.details,
+        )
+
+
+def _jsonable_id(pid: Any) -> Any:
+    return pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else str(pid)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else str(obj)
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    return str(obj)

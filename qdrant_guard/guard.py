@@ -1,0 +1,101 @@
+"""The assembled guard pipeline: writes, payloads, reads, utility records and multi-collection ops."""
+from __future__ import annotations
+
+from typing import Any
+
+from qdrant_client.http import models
+
+from .decision import Verdict
+from .errors import ConfigError
+from .pipeline import Call, Op
+from .policy import CollectionPolicy
+from .reads import ReadOps
+from .writes import WriteOps
+
+
+class Guard(WriteOps, ReadOps):
+    """The one guard pipeline that both facades drive (see :mod:`qdrant_guard.pipeline`)."""
+
+    # -- retrieval utility guard ----------------------------------------------------------
+    def utility_record(self, pol: CollectionPolicy) -> Any:
+        """The verified utility record of the collection's policy, or None when none is set."""
+        path = pol.utility.record
+        if path is None:
+            return None
+        cache = self.shared.setdefault("utility_records", {})
+        if path not in cache:
+            from .utility import UtilityRecord, verify_utility_record
+
+            try:
+                with open(path, "rb") as fh:
+                    rec = UtilityRecord.from_json(fh.read())
+            except OSError as exc:
+                raise ConfigError(f"utility record {path!r} cannot be read: {exc.strerror}") from None
+            if not verify_utility_record(rec, self.trusted_receipt_keys):
+                raise ConfigError(
+                    f"utility record {path!r} does not verify against the trusted keys; re-run "
+                    "`qdrant-guard calibrate` with the guard's signing key"
+                )
+            cache[path] = rec
+        return cache[path]
+
+    def utility_hash(self, pol: CollectionPolicy) -> str | None:
+        """The ``retrieval_utility_guard_hash`` recorded in manifests (None without a record)."""
+        rec = self.utility_record(pol)
+        return None if rec is None else rec.digest
+
+    def utility_drop_exceeded(self, pol: CollectionPolicy, mechanism: str, epsilon: float) -> bool:
+        """True when the record measured a recall drop above the threshold at this noise level."""
+        if not pol.utility.enforce:
+            return False
+        rec = self.utility_record(pol)
+        if rec is None:
+            return False
+        drop = rec.drop_for(epsilon, mechanism)
+        return drop is not None and drop > pol.utility.max_recall_drop
+
+    # -- operations spanning collections --------------------------------------------------
+    def op_update_collection_aliases(self, method: str, args: dict[str, Any]) -> Op:
+        """An alias names a collection under another name: it must carry the same policy."""
+        if self.transparent:
+            return (yield Call(method, args))
+        for action in args["change_aliases_operations"]:
+            create = getattr(action, "create_alias", None)
+            if create is None:
+                continue
+            target = self.policy(create.collection_name)
+            if target.is_public:
+                continue
+            self.require_access(method, create.collection_name, target, "admin")
+            alias_pol = self.config.collections.get(create.alias_name)
+            if alias_pol != target:
+                raise self.refuse(self.decision(
+                    method, create.collection_name, target, Verdict.REFUSED_CROSS_BOUNDARY,
+                    f"alias {create.alias_name!r} would expose {target.sensitivity.value} collection "
+                    f"{create.collection_name!r} under a name whose policy differs; add "
+                    f"[collections.{create.alias_name}] with the same policy first",
+                ))
+        self.forget_shape()
+        return (yield Call(method, args))
+
+    def op_migrate(self, method: str, args: dict[str, Any]) -> Op:
+        """Migration copies raw vectors out: the caller must own every sensitive collection moved."""
+        names = args.get("collection_names")
+        if not self.transparent:
+            if names is None:
+                resp = yield Call("get_collections", {})
+                names = [c.name for c in resp.collections]
+            for n in names:
+                self.require_access(method, n, self.policy(n), "admin")
+        return (yield Call(method, args))
+
+    def op_create_full_snapshot(self, method: str, args: dict[str, Any]) -> Op:
+        """A full snapshot holds every collection's raw vectors: owner of all sensitive ones only."""
+        if not self.transparent:
+            resp = yield Call("get_collections", {})
+            for c in resp.collections:
+                self.require_access(method, c.name, self.policy(c.name), "admin")
+        return (yield Call(method, args))
+
+
+__all__ = ["Guard"]

@@ -1,0 +1,321 @@
+"""The one guard pipeline: every guarded call of both facades is decided here.
+
+Each guarded operation is a generator (sans-IO): it yields :class:`Call` requests for the
+unguarded qdrant-client methods it needs (collection info, reads it must do, and finally the
+call itself) and receives their results. The sync facade drives it with plain calls, the async
+facade with ``await``; the logic exists once, so the two clients cannot drift apart.
+
+Order for every call: policy -> checks -> decision -> audit -> (only then) Qdrant.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Generator, Mapping, Sequence
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from . import keys as _keys
+from .audit import AuditLog
+from .boundary import Principal, VerifiedPrincipal, verify_credential
+from .decision import Decision, Verdict
+from .errors import AuditError, ConfigError, CredentialError, QdrantGuardError
+from .policy import CollectionPolicy, GuardConfig, SensitivityClass, load_policy
+from .receipts import ReceiptSigner
+from .surface import ADMIN, READ_COLLECTION, WRITE_COLLECTION
+from .vectors import CollectionShape, shape_from_info
+
+log = logging.getLogger("qdrant_guard")
+
+Embedder = Callable[[list[str]], Any]
+
+
+@dataclass(frozen=True)
+class Call:
+    """A request, yielded by an operation, to run one unguarded qdrant-client method."""
+
+    method: str
+    kwargs: dict[str, Any]
+
+
+Op = Generator[Call, Any, Any]
+
+
+class GuardPipeline:
+    """Decides every guarded call for one client.
+
+    Args:
+        config: a :class:`GuardConfig`, a path to a TOML policy, or None (transparent: the client
+            behaves exactly like qdrant-client).
+        principal: who is calling: a :class:`Principal` with a credential, a credential token
+            string, or None (anonymous: may use PUBLIC collections only).
+        embedder: callable ``list[str] -> array (n, d)`` used to embed ``models.Document`` texts
+            after redaction. Its optional ``model_id`` attribute is recorded in receipts.
+    """
+
+    def __init__(
+        self,
+        config: GuardConfig | str | Any | None = None,
+        principal: Principal | str | None = None,
+        *,
+        embedder: Embedder | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if config is None:
+            cfg = GuardConfig.transparent()
+            self.transparent = True
+        elif isinstance(config, GuardConfig):
+            cfg = config
+            self.transparent = False
+        elif isinstance(config, (str, bytes)) or hasattr(config, "__fspath__"):
+            cfg = load_policy(config)  # type: ignore[arg-type]
+            self.transparent = False
+        else:
+            raise TypeError(
+                f"guard= must be a GuardConfig, a path to a TOML policy, or None, not {type(config).__name__}"
+            )
+        self.config = cfg
+        self.embedder = embedder
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._shapes: dict[str, CollectionShape] = {}
+        self._signing_key = self._load_signing_key(cfg)
+        self.signer = ReceiptSigner(self._signing_key)
+        raw = self._signing_key.private_bytes(
+            serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+        )
+        # The keyed-noise PRF key is derived from, never equal to, the signing key.
+        self.noise_key = hashlib.sha256(b"qdrant-guard noise key v1\0" + raw).digest()
+        self.trusted_receipt_keys: dict[str, Ed25519PublicKey] = {
+            _keys.key_id(self._signing_key.public_key()): self._signing_key.public_key()
+        }
+        for spec in cfg.receipts.trusted_keys:
+            pk = self._load_public(spec, where="receipts.trusted_keys")
+            self.trusted_receipt_keys[_keys.key_id(pk)] = pk
+        self.revoked_keys = frozenset(cfg.receipts.revoked_keys)
+        self.authorities: dict[str, list[Ed25519PublicKey]] = {
+            name: [self._load_public(k, where=f"boundaries.{name}.authority_keys") for k in b.authority_keys]
+            for name, b in cfg.boundaries.items()
+        }
+        self.revoked_credentials = frozenset(
+            c for b in cfg.boundaries.values() for c in b.revoked_credentials
+        )
+        self.audit = AuditLog(cfg.audit_log, fsync=cfg.audit_fsync) if not self.transparent else None
+        self.principal_label, self.verified = self._verify_principal(principal)
+        # State shared by every principal view of this pipeline (budgets, classifiers, caches).
+        self.shared: dict[str, Any] = {}
+
+    def for_principal(self, principal: Principal | str | None) -> "GuardPipeline":
+        """A view of this pipeline for another principal: same policy, keys, audit log and budgets."""
+        view = copy.copy(self)
+        view.principal_label, view.verified = self._verify_principal(principal)
+        return view
+
+    # -- set-up ---------------------------------------------------------------------------
+    def _load_signing_key(self, cfg: GuardConfig) -> Ed25519PrivateKey:
+        if cfg.signing_key is None:
+            return Ed25519PrivateKey.generate()
+        return _keys.load_private_key(cfg.signing_key)
+
+    def _load_public(self, spec: str, *, where: str) -> Ed25519PublicKey:
+        try:
+            return _keys.load_public_key(spec)
+        except QdrantGuardError as exc:
+            raise ConfigError(f"{self.config.source_path or '<config>'}: {where}: {exc}") from None
+
+    def _verify_principal(self, principal: Principal | str | None) -> tuple[str | None, VerifiedPrincipal | None]:
+        if principal is None:
+            return None, None
+        if isinstance(principal, str):
+            principal = Principal(agent_id="", boundary="", credential=principal)
+        if not isinstance(principal, Principal):
+            raise TypeError(
+                f"principal= must be a qdrant_guard.Principal or a credential string, not {type(principal).__name__}"
+            )
+        if principal.credential is None:
+            # A boundary without a credential is self-asserted: it is recorded, never trusted.
+            return f"{principal.agent_id}@unverified", None
+        verified = verify_credential(
+            principal.credential,
+            authorities=self.authorities,
+            revoked_keys=self.revoked_keys,
+            revoked_credentials=self.revoked_credentials,
+            now=self.clock(),
+        )
+        if principal.agent_id and principal.agent_id != verified.agent_id:
+            raise CredentialError(
+                f"principal agent_id {principal.agent_id!r} does not match the credential's "
+                f"agent_id {verified.agent_id!r}"
+            )
+        if principal.boundary and principal.boundary != verified.boundary:
+            raise CredentialError(
+                f"principal boundary {principal.boundary!r} does not match the credential's "
+                f"boundary {verified.boundary!r}"
+            )
+        return f"{verified.agent_id}@{verified.boundary}", verified
+
+    # -- principal / policy ---------------------------------------------------------------
+    def boundary(self) -> str | None:
+        """The verified boundary of the caller right now (None when anonymous or expired)."""
+        v = self.verified
+        if v is None:
+            return None
+        if v.expires_at <= self.clock():
+            return None
+        return v.boundary
+
+    def policy(self, collection: str) -> CollectionPolicy:
+        """The policy of ``collection``."""
+        return self.config.policy_for(collection)
+
+    def ceiling(self, pol: CollectionPolicy) -> float:
+        """The epsilon ceiling of the collection's class."""
+        return self.config.epsilon_ceiling[pol.sensitivity]
+
+    # -- decisions ------------------------------------------------------------------------
+    def decision(self, op: str, collection: str | None, pol: CollectionPolicy | None, verdict: Verdict,
+                 directive: str, **kw: Any) -> Decision:
+        """Build a decision for the current principal."""
+        return Decision(
+            op=op,
+            collection=collection,
+            verdict=verdict,
+            directive=directive,
+            principal=self.principal_label,
+            sensitivity=pol.sensitivity.value if pol is not None else None,
+            **kw,
+        )
+
+    def record(self, d: Decision) -> str:
+        """Audit ``d`` and return its manifest digest. Fails closed: raises AuditError."""
+        rec = d.record()
+        if self.audit is not None:
+            try:
+                self.audit.append(rec)
+            except AuditError:
+                raise
+            except Exception as exc:  # any I/O failure of the log is a refusal
+                raise AuditError(f"audit log could not be written ({exc}); the call was refused") from exc
+        return str(rec["manifest_digest"])
+
+    def refuse(self, d: Decision) -> QdrantGuardError:
+        """Audit a refusing decision and return the exception to raise."""
+        return d.refusal(self.record(d))
+
+    def require_access(self, op: str, collection: str, pol: CollectionPolicy, need: str) -> None:
+        """Refuse (REFUSED_CROSS_BOUNDARY / INVALID_CREDENTIAL) unless the caller may ``need``."""
+        if pol.is_public:
+            return
+        boundary = self.boundary()
+        if need == "read":
+            ok = pol.may_read(boundary)
+        elif need == "write":
+            ok = pol.may_write(boundary)
+        else:
+            ok = boundary is not None and (boundary == pol.owner or (pol.owner is None and pol.may_write(boundary)))
+        if ok:
+            return
+        if self.verified is not None and boundary is None:
+            raise self.refuse(self.decision(
+                op, collection, pol, Verdict.INVALID_CREDENTIAL,
+                "the principal's credential has expired; issue a new one with "
+                "`qdrant-guard credential issue` and reconnect",
+            ))
+        who = f"boundary {boundary!r}" if boundary else "an unverified principal"
+        allowed = {"read": [pol.owner, *pol.readers], "write": [pol.owner, *(pol.writers if pol.writers is not None else pol.readers)], "admin": [pol.owner]}[need]
+        raise self.refuse(self.decision(
+            op, collection, pol, Verdict.REFUSED_CROSS_BOUNDARY,
+            f"{who} may not {need} {pol.sensitivity.value} collection {collection!r}; allowed "
+            f"boundaries: {[b for b in allowed if b]}. Pass principal= with a credential issued by "
+            "one of those boundaries' authority keys",
+        ))
+
+    # -- collection shape -----------------------------------------------------------------
+    def shape(self, collection: str) -> Generator[Call, Any, CollectionShape]:
+        """The vector layout of ``collection`` (cached; fetched with ``get_collection``)."""
+        found = self._shapes.get(collection)
+        if found is None:
+            info = yield Call("get_collection", {"collection_name": collection})
+            found = shape_from_info(info)
+            self._shapes[collection] = found
+        return found
+
+    def forget_shape(self, collection: str | None = None) -> None:
+        """Drop cached collection layouts (after create/recreate/delete/update)."""
+        if collection is None:
+            self._shapes.clear()
+        else:
+            self._shapes.pop(collection, None)
+
+    # -- entry point ----------------------------------------------------------------------
+    def run(self, method: str, args: dict[str, Any]) -> Op:
+        """The operation for ``method`` with its bound arguments (without ``self``)."""
+        handler = getattr(self, f"op_{method}", None)
+        if handler is not None:
+            return handler(method, args)
+        if method in READ_COLLECTION:
+            return self.op_collection_access(method, args, "read")
+        if method in WRITE_COLLECTION:
+            return self.op_collection_access(method, args, "write")
+        if method in ADMIN:
+            return self.op_collection_access(method, args, "admin")
+        raise QdrantGuardError(f"qdrant_guard has no guard for method {method!r}; this is a bug")
+
+    def op_collection_access(self, method: str, args: dict[str, Any], need: str) -> Op:
+        """Boundary check for calls that touch one collection without returning its vectors."""
+        name = args.get("collection_name")
+        if name is None or self.transparent:
+            return (yield Call(method, args))
+        pol = self.policy(name)
+        if not pol.is_public:
+            self.require_access(method, name, pol, need)
+            self.record(self.decision(method, name, pol, Verdict.ALLOW, f"{need} access granted"))
+        if method in ("create_collection", "recreate_collection", "delete_collection", "update_collection",
+                      "create_vector_name", "delete_vector_name", "recover_snapshot"):
+            self.forget_shape(name)
+        return (yield Call(method, args))
+
+
+def drive_sync(op: Op, invoke: Callable[[Call], Any]) -> Any:
+    """Run an operation to completion with a synchronous ``invoke``."""
+    try:
+        call = next(op)
+        while True:
+            try:
+                result = invoke(call)
+            except BaseException as exc:  # give the operation a chance to audit the failure
+                call = op.throw(exc)
+            else:
+                call = op.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def drive_async(op: Op, invoke: Callable[[Call], Any]) -> Any:
+    """Run an operation to completion with an ``async`` ``invoke``."""
+    try:
+        call = next(op)
+        while True:
+            try:
+                result = await invoke(call)
+            except BaseException as exc:
+                call = op.throw(exc)
+            else:
+                call = op.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+def sensitivity_label(pol: CollectionPolicy) -> str:
+    """The class name recorded in manifests."""
+    return SensitivityClass(pol.sensitivity).value
+
+
+def mapping_ids(items: Sequence[Any] | Mapping[Any, Any]) -> list[Any]:
+    """Point ids of a list of points."""
+    return [getattr(p, "id", None) for p in items]

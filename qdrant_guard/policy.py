@@ -1,0 +1,364 @@
+"""Policy: pydantic models of the guard configuration and the TOML loader.
+
+A policy is a TOML file (see ``docs/policy.md`` for every key) or a :class:`GuardConfig` built in
+code. Unknown keys are rejected; every error names the file, the key path, the bad value and the
+allowed values.
+"""
+from __future__ import annotations
+
+import enum
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+__all__ = [
+    "SensitivityClass",
+    "NoisePolicy",
+    "QueryRules",
+    "DiversityPolicy",
+    "IntentPolicy",
+    "UtilityPolicy",
+    "CollectionPolicy",
+    "BoundaryConfig",
+    "ReceiptTrust",
+    "GuardConfig",
+    "load_policy",
+]
+
+
+class SensitivityClass(str, enum.Enum):
+    """The ``embedding_sensitivity_class`` of a collection's content."""
+
+    PUBLIC = "PUBLIC"
+    PII = "PII"
+    CREDENTIAL = "CREDENTIAL"
+    PROPRIETARY = "PROPRIETARY"
+
+
+Mode = Literal["enforce", "monitor"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class NoisePolicy(_Strict):
+    """How vectors of a collection are noised, and the privacy parameters of the guarantee.
+
+    ``epsilon`` is the privacy loss at the protected L2 ``radius`` (metric DP): two clipped
+    embeddings closer than ``radius`` are (epsilon, delta)-indistinguishable. It is *not* a
+    worst-case guarantee over arbitrary texts (see docs/privacy.md for the worked numbers).
+    """
+
+    mechanism: Literal["gaussian", "laplace_l2"] = "gaussian"
+    epsilon: float = Field(1.0, gt=0, le=1000)
+    delta: float = Field(1e-6, ge=0, lt=1)
+    radius: float = Field(0.01, gt=0, le=2)
+    clip_norm: float | None = Field(1.0, gt=0)
+    keyed: bool = True
+    """Derive the noise from a PRF of (guard key, clean vector): re-sending a vector yields the same
+    noised vector, so averaging repeated releases gains an attacker nothing."""
+
+    @model_validator(mode="after")
+    def _delta_fits_mechanism(self) -> "NoisePolicy":
+        if self.mechanism == "gaussian" and not (0 < self.delta < 1):
+            raise ValueError("gaussian needs 0 < delta < 1 (typical: 1e-6)")
+        if self.mechanism == "laplace_l2" and self.delta != 0:
+            raise ValueError("laplace_l2 is pure metric DP: set delta = 0")
+        return self
+
+
+class QueryRules(_Strict):
+    """Structural query validation (run first, natively, before any embedding or model call)."""
+
+    mode: Mode = "enforce"
+    enabled: bool = True
+    max_tokens: int | None = Field(500, gt=0)
+    max_repetition: float | None = Field(0.5, ge=0, le=1)
+    max_ngram_run: float | None = Field(None, ge=0, le=1)
+    encoded_payloads: bool = True
+    require_text: bool = False
+    """Refuse a raw query vector that comes without ``query_text=`` (so text checks cannot be skipped)."""
+    redact_query_text: bool = True
+
+
+class DiversityPolicy(_Strict):
+    """Per-source caps on results, and the cross-query extraction budget."""
+
+    mode: Mode = "enforce"
+    enabled: bool = True
+    max_source_fraction: float = Field(0.4, gt=0, le=1)
+    min_unique_sources: int = Field(2, ge=1)
+    overfetch_factor: float = Field(3.0, ge=1, le=50)
+    max_source_coverage: float | None = Field(None, gt=0, le=1)
+    """Fraction of a source's points one principal may see within ``window_s`` (None: no budget)."""
+    window_s: float = Field(86400.0, gt=0)
+    max_vectors: int | None = Field(None, ge=0)
+    """PROPRIETARY distillation budget: vectors one principal may receive within ``window_s``."""
+
+
+class IntentPolicy(_Strict):
+    """Query intent classification."""
+
+    mode: Mode = "enforce"
+    enabled: bool = False
+    classifier: str = "builtin"
+    block: tuple[Literal["benign", "exploratory", "suspicious", "adversarial"], ...] = (
+        "suspicious",
+        "adversarial",
+    )
+    fail_closed: bool = True
+
+
+class UtilityPolicy(_Strict):
+    """The retrieval utility guard."""
+
+    max_recall_drop: float = Field(0.05, ge=0, lt=1)
+    record: str | None = None
+    """Path of a signed utility record from ``qdrant-guard calibrate``."""
+    enforce: bool = True
+
+
+class CollectionPolicy(_Strict):
+    """Policy of one collection."""
+
+    sensitivity: SensitivityClass = Field(SensitivityClass.PII, alias="class")
+    owner: str | None = None
+    """Owner trust boundary. Principals verified in it may write raw vectors when allowed."""
+    readers: tuple[str, ...] = ()
+    """Other boundaries allowed to read. ``"*"`` = any verified principal."""
+    writers: tuple[str, ...] | None = None
+    """Boundaries allowed to write (default: owner + readers). Non-owners must noise."""
+    raw_in_boundary: bool = False
+    """Allow raw (un-noised) vectors written and read by principals of the owner boundary."""
+    noise_on_write: bool = True
+    """The guard noises vectors that arrive without a valid receipt (else it refuses them)."""
+    noise_queries: bool = False
+    """Noise query vectors from principals outside the owner boundary before they reach Qdrant."""
+    noise: NoisePolicy = NoisePolicy()
+    source_field: str = "source"
+    text_field: str | None = None
+    credentials_in_text: Literal["refuse", "redact"] = "refuse"
+    redact_pii: bool = True
+    keep_payload_text_in_boundary: bool = False
+    allow_redaction_on_public: bool = False
+    fail_closed: bool = True
+    query: QueryRules = QueryRules()
+    diversity: DiversityPolicy = DiversityPolicy()
+    intent: IntentPolicy = IntentPolicy()
+    utility: UtilityPolicy = UtilityPolicy()
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, validate_default=True)
+
+    @property
+    def is_public(self) -> bool:
+        """True for PUBLIC collections, which the guard passes through unchanged."""
+        return self.sensitivity is SensitivityClass.PUBLIC
+
+    def may_read(self, boundary: str | None) -> bool:
+        """Whether a principal verified in ``boundary`` may read this collection."""
+        if self.is_public:
+            return True
+        if boundary is None:
+            return False
+        return boundary == self.owner or boundary in self.readers or "*" in self.readers
+
+    def may_write(self, boundary: str | None) -> bool:
+        """Whether a principal verified in ``boundary`` may write this collection."""
+        if self.is_public:
+            return True
+        if boundary is None:
+            return False
+        allowed = self.writers if self.writers is not None else self.readers
+        return boundary == self.owner or boundary in allowed or "*" in allowed
+
+    def raw_allowed(self, boundary: str | None) -> bool:
+        """Whether raw vectors may be written/read by a principal of ``boundary``."""
+        return self.is_public or (
+            self.raw_in_boundary and boundary is not None and boundary == self.owner
+        )
+
+
+class BoundaryConfig(_Strict):
+    """A trust boundary: the Ed25519 authority keys whose credentials prove membership."""
+
+    authority_keys: tuple[str, ...] = Field(min_length=1)
+    """Public keys as ``"ed25519:<base64>"`` strings or paths to PEM/str files."""
+    revoked_credentials: tuple[str, ...] = ()
+
+
+class ReceiptTrust(_Strict):
+    """Which keys may sign receipts the guard accepts (the guard's own key is always trusted)."""
+
+    trusted_keys: tuple[str, ...] = ()
+    revoked_keys: tuple[str, ...] = ()
+    """Key ids (``ed25519:<hex>``) whose receipts and credentials are rejected."""
+    max_age_s: float | None = Field(None, gt=0)
+
+
+DEFAULT_CEILINGS: dict[str, float] = {"PII": 2.0, "CREDENTIAL": 1.0, "PROPRIETARY": 8.0}
+
+
+class GuardConfig(_Strict):
+    """The whole guard configuration (one policy file)."""
+
+    signing_key: str | None = None
+    """Path of the guard's Ed25519 private key (PEM). None: an ephemeral key for this process."""
+    audit_log: str | None = None
+    """Path of the hash-chained JSONL audit log (None: audit through `logging` only)."""
+    audit_fsync: bool = False
+    unlisted: Literal["strict", "public", "refuse"] = "strict"
+    """Collections not listed: ``strict`` = PII with the ``default`` policy (noised, readable by any
+    verified principal, vectors never returned raw); ``public`` = pass-through; ``refuse``."""
+    epsilon_ceiling: dict[SensitivityClass, float] = Field(default_factory=lambda: dict(DEFAULT_CEILINGS))
+    boundaries: dict[str, BoundaryConfig] = Field(default_factory=dict)
+    receipts: ReceiptTrust = ReceiptTrust()
+    budget_store: str = "memory"
+    """``memory``, ``sqlite:///path.db`` or ``redis://host:port/db`` for the extraction budget."""
+    default: CollectionPolicy = CollectionPolicy(readers=("*",))
+    collections: dict[str, CollectionPolicy] = Field(default_factory=dict)
+    source_path: str | None = Field(None, exclude=True)
+
+    @field_validator("epsilon_ceiling")
+    @classmethod
+    def _ceilings_positive(cls, v: dict[SensitivityClass, float]) -> dict[SensitivityClass, float]:
+        merged = {SensitivityClass(k): val for k, val in DEFAULT_CEILINGS.items()}
+        for k, val in v.items():
+            if not val > 0:
+                raise ValueError(f"ceiling for {k.value} must be > 0, got {val!r}")
+            merged[k] = val
+        return merged
+
+    @model_validator(mode="after")
+    def _noise_under_ceiling(self) -> "GuardConfig":
+        items = [("default", self.default)] + [(f"collections.{n}", p) for n, p in self.collections.items()]
+        for where, pol in items:
+            if pol.is_public:
+                continue
+            ceiling = self.epsilon_ceiling[pol.sensitivity]
+            if pol.noise.epsilon > ceiling:
+                raise ValueError(
+                    f"{where}.noise.epsilon = {pol.noise.epsilon} is above the "
+                    f"{pol.sensitivity.value} ceiling {ceiling}; allowed: 0 < epsilon <= {ceiling} "
+                    "(or raise epsilon_ceiling)"
+                )
+            for b in (pol.owner, *pol.readers, *(pol.writers or ())):
+                if b and b != "*" and self.boundaries and b not in self.boundaries:
+                    raise ValueError(
+                        f"{where} names boundary {b!r}, which has no [boundaries.{b}] section; "
+                        f"known boundaries: {sorted(self.boundaries)}"
+                    )
+        return self
+
+    def policy_for(self, collection: str) -> CollectionPolicy:
+        """The policy of ``collection`` (the ``default`` for unlisted ones when strict).
+
+        Raises:
+            ConfigError: when the collection is unlisted and ``unlisted = "refuse"``.
+        """
+        pol = self.collections.get(collection)
+        if pol is not None:
+            return pol
+        if self.unlisted == "public":
+            return _PUBLIC
+        if self.unlisted == "refuse":
+            raise ConfigError(
+                f"collection {collection!r} is not listed in the policy"
+                f"{' ' + self.source_path if self.source_path else ''} and unlisted = \"refuse\"; "
+                f"add a [collections.{collection}] section"
+            )
+        return self.default
+
+    @classmethod
+    def transparent(cls) -> "GuardConfig":
+        """A config under which every collection is PUBLIC: the guard changes nothing."""
+        return cls(unlisted="public")
+
+
+_PUBLIC = CollectionPolicy(**{"class": SensitivityClass.PUBLIC})
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc if not (isinstance(p, str) and p.startswith("function-")))
+
+
+def _value_at(data: Any, loc: tuple[Any, ...]) -> Any:
+    cur = data
+    for p in loc:
+        if isinstance(cur, dict) and p in cur:
+            cur = cur[p]
+        elif isinstance(cur, (list, tuple)) and isinstance(p, int) and p < len(cur):
+            cur = cur[p]
+        else:
+            return None
+    return cur
+
+
+def config_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> GuardConfig:
+    """Validate a policy given as a dict (as parsed from TOML).
+
+    Raises:
+        ConfigError: naming the source, key path, bad value and what is allowed.
+    """
+    try:
+        cfg = GuardConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = _format_loc(tuple(err["loc"]))
+            value = _value_at(data, tuple(err["loc"]))
+            if err["type"] == "extra_forbidden":
+                lines.append(f"{source}: unknown key {loc!r} (value {value!r}); check the spelling — see docs/policy.md")
+            else:
+                msg = err["msg"].removeprefix("Value error, ")
+                ctx = err.get("ctx") or {}
+                allowed = ""
+                if "expected" in ctx and str(ctx["expected"]) not in msg:
+                    allowed = f"; allowed: {ctx['expected']}"
+                shown = "" if value is None or not err["loc"] else f" = {value!r}"
+                lines.append(f"{source}: {loc or '<root>'}{shown}: {msg}{allowed}")
+        raise ConfigError("invalid qdrant_guard policy:\n  " + "\n  ".join(lines)) from None
+    return cfg.model_copy(update={"source_path": source})
+
+
+def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
+    """Load and validate a TOML policy file.
+
+    Relative paths inside the file (keys, audit log, utility records) are resolved against the
+    file's directory.
+
+    Raises:
+        ConfigError: the file is missing, is not valid TOML, or fails validation.
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read policy file {str(p)!r}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+    base = p.resolve().parent
+    for key in ("signing_key", "audit_log"):
+        if isinstance(data.get(key), str):
+            data[key] = str(base / data[key])
+    for coll in (data.get("collections") or {}).values():
+        util = coll.get("utility") if isinstance(coll, dict) else None
+        if isinstance(util, dict) and isinstance(util.get("record"), str):
+            util["record"] = str(base / util["record"])
+    for b in (data.get("boundaries") or {}).values():
+        if isinstance(b, dict) and isinstance(b.get("authority_keys"), list):
+            b["authority_keys"] = [
+                k if not isinstance(k, str) or k.startswith("ed25519:") else str(base / k) for k in b["authority_keys"]
+            ]
+    rec = data.get("receipts")
+    if isinstance(rec, dict) and isinstance(rec.get("trusted_keys"), list):
+        rec["trusted_keys"] = [k if not isinstance(k, str) or k.startswith("ed25519:") else str(base / k)
+                               for k in rec["trusted_keys"]]
+    return config_from_dict(data, source=str(p))

@@ -1,0 +1,336 @@
+"""Guarded reads: boundary, query checks, diversity, extraction budget, vector release."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+from qdrant_client.http import models
+
+from . import noise as _noise
+from .decision import Verdict
+from .diversity import enforce_diversity, enforce_group_caps, overfetch_limit
+from .payloadops import PayloadOps
+from .pipeline import Call, Op
+from .policy import CollectionPolicy
+from .querycheck import QueryChecks
+from .receipts import RECEIPT_KEY, receipts_from_payload, verify_receipt
+from .vectors import split_vector_struct
+
+_SOURCE_SIZE_TTL_S = 30.0
+
+
+@dataclass
+class ReadPlan:
+    """How one read request was rewritten, and what to undo on the way back."""
+
+    user_with_payload: Any
+    user_with_vectors: Any
+    limit: int | None = None
+    offset: int = 0
+    diversify: bool = False
+    strip_vectors: bool = False
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def project_payload(payload: dict[str, Any] | None, selector: Any) -> dict[str, Any] | None:
+    """Apply a ``with_payload`` selector to a full payload (what Qdrant would have returned)."""
+    if selector is True or payload is None:
+        return payload
+    if selector is False or selector is None:
+        return None
+    if isinstance(selector, models.PayloadSelectorInclude):
+        keys = selector.include
+        return {k: v for k, v in payload.items() if k in keys}
+    if isinstance(selector, models.PayloadSelectorExclude):
+        keys = selector.exclude
+        return {k: v for k, v in payload.items() if k not in keys}
+    if isinstance(selector, (list, tuple)):
+        return {k: v for k, v in payload.items() if k in selector}
+    return payload
+
+
+class ReadOps(PayloadOps, QueryChecks):
+    """The read half of the pipeline."""
+
+    # -- planning -------------------------------------------------------------------------
+    def plan_read(self, pol: CollectionPolicy, args: dict[str, Any], *, limit_key: str | None = "limit",
+                  diversify: bool = True, vectors_key: str = "with_vectors") -> tuple[dict[str, Any], ReadPlan]:
+        """Rewrite a read's arguments: over-fetch for diversity, fetch what post-processing needs."""
+        plan = ReadPlan(user_with_payload=args.get("with_payload", True),
+                        user_with_vectors=args.get(vectors_key, False))
+        new = dict(args)
+        div = pol.diversity
+        needs_source = div.enabled and (diversify or div.max_source_coverage is not None)
+        plan.strip_vectors = bool(plan.user_with_vectors) and not pol.raw_allowed(self.boundary())
+        if limit_key is not None and diversify and div.enabled:
+            limit = int(args.get(limit_key) or 10)
+            offset = int(args.get("offset") or 0)
+            plan.limit, plan.offset, plan.diversify = limit, offset, True
+            new[limit_key] = offset + overfetch_limit(limit, factor=div.overfetch_factor)
+            if "offset" in args:
+                new["offset"] = None
+        if (needs_source or plan.strip_vectors) and plan.user_with_payload is not True:
+            new["with_payload"] = True
+        return new, plan
+
+    # -- post-processing ------------------------------------------------------------------
+    def finish(self, op: str, name: str, pol: CollectionPolicy, plan: ReadPlan, points: Sequence[Any],
+               details: dict[str, Any]) -> Any:
+        """Diversity, budget, vector release and payload projection over returned points.
+
+        A generator (the budget may count a source's size). Returns the list to give back.
+        """
+        pts = list(points)
+        div = pol.diversity
+        monitor = div.mode == "monitor"
+        src = pol.source_field
+        if plan.diversify:
+            ranked = pts[plan.offset:]
+            outcome = enforce_diversity(
+                ranked, k=plan.limit or 10, source_of=lambda p: _source(p, src),
+                max_source_fraction=div.max_source_fraction, min_unique_sources=div.min_unique_sources,
+            )
+            details["diversity"] = {"kept": len(outcome.kept), "withheld": len(outcome.withheld),
+                                    "short_by": outcome.short_by, "unique_sources": outcome.unique_sources,
+                                    "min_unique_met": outcome.min_unique_met}
+            if monitor:
+                pts = ranked[: plan.limit]
+                details["diversity"]["monitor"] = True
+            else:
+                pts = list(outcome.kept)
+        if div.enabled and div.max_source_coverage is not None:
+            pts = yield from self.apply_budget(op, name, pol, pts, details)
+        if div.enabled and pol.sensitivity.value == "PROPRIETARY" and div.max_vectors is not None and plan.user_with_vectors:
+            pts = self.apply_vector_budget(name, pol, pts, details)
+        out = []
+        for p in pts:
+            updates: dict[str, Any] = {}
+            if plan.strip_vectors and getattr(p, "vector", None) is not None:
+                updates["vector"] = self.releasable_vectors(name, p)
+            if plan.user_with_payload is not True:
+                updates["payload"] = project_payload(p.payload, plan.user_with_payload)
+            out.append(p.model_copy(update=updates) if updates else p)
+        return out
+
+    def releasable_vectors(self, name: str, point: Any) -> Any:
+        """Only vectors with a valid receipt leave the boundary; raw ones are stripped."""
+        vecs = split_vector_struct(point.vector)
+        receipts = receipts_from_payload(point.payload or {})
+        keep: dict[str, Any] = {}
+        for vname, value in vecs.items():
+            rec = receipts.get(vname)
+            if rec is None or isinstance(value, (models.SparseVector,)):
+                continue
+            check = verify_receipt(rec, vector=np.asarray(value, dtype=np.float64), collection=name,
+                                   point_id=point.id, vector_name=vname,
+                                   trusted_keys=self.trusted_receipt_keys, revoked=self.revoked_keys)
+            if check.ok:
+                keep[vname] = value
+        if not keep:
+            return None
+        if set(keep) == {""}:
+            return keep[""]
+        return keep
+
+    def apply_budget(self, op: str, name: str, pol: CollectionPolicy, pts: list[Any], details: dict[str, Any]) -> Any:
+        """The cross-query extraction budget: withhold points past a principal's coverage of a source."""
+        budget = self.extraction_budget(pol)
+        principal = self.principal_label or "anonymous"
+        by_source: dict[str, list[Any]] = {}
+        for p in pts:
+            by_source.setdefault(_source(p, pol.source_field) or "__unknown__", []).append(p)
+        withheld: set[str] = set()
+        report: dict[str, Any] = {}
+        for source, group in by_source.items():
+            size = yield from self.source_size(name, pol, source)
+            dec = budget.admit(principal=principal, collection=name, source=source,
+                               point_ids=[p.id for p in group], source_size=size,
+                               max_source_coverage=pol.diversity.max_source_coverage)
+            if dec.withheld:
+                withheld.update(str(x) for x in dec.withheld)
+                report[source] = {"withheld": len(dec.withheld), "seen": dec.seen_after, "cap": dec.cap}
+        if report:
+            details["budget"] = report
+            if pol.diversity.mode == "monitor":
+                details["budget_monitor"] = True
+                return pts
+            details["verdict"] = Verdict.BUDGET_EXCEEDED.value
+        from .budget import normalize_point_id
+
+        return [p for p in pts if normalize_point_id(p.id) not in withheld and str(p.id) not in withheld]
+
+    def apply_vector_budget(self, name: str, pol: CollectionPolicy, pts: list[Any], details: dict[str, Any]) -> list[Any]:
+        """PROPRIETARY distillation budget: vectors one principal may receive within the window."""
+        budget = self.extraction_budget(pol)
+        dec = budget.admit_vectors(principal=self.principal_label or "anonymous", collection=name,
+                                   point_ids=[p.id for p in pts if getattr(p, "vector", None) is not None],
+                                   max_vectors=int(pol.diversity.max_vectors or 0))
+        if not dec.withheld:
+            return pts
+        details["vector_budget"] = {"withheld": len(dec.withheld), "cap": dec.cap}
+        details["verdict"] = Verdict.BUDGET_EXCEEDED.value
+        if pol.diversity.mode == "monitor":
+            return pts
+        from .budget import normalize_point_id
+
+        held = {str(x) for x in dec.withheld}
+        return [p.model_copy(update={"vector": None}) if normalize_point_id(p.id) in held else p for p in pts]
+
+    def source_size(self, name: str, pol: CollectionPolicy, source: str) -> Any:
+        """Number of points of ``source`` in the collection (counted exactly, cached briefly)."""
+        cache = self.shared.setdefault("source_sizes", {})
+        key = (name, source)
+        hit = cache.get(key)
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < _SOURCE_SIZE_TTL_S:
+            return hit[1]
+        flt = models.Filter(must=[models.FieldCondition(key=pol.source_field, match=models.MatchValue(value=source))]) \
+            if source != "__unknown__" else models.Filter(must=[models.IsEmptyCondition(is_empty=models.PayloadField(key=pol.source_field))])
+        res = yield Call("count", {"collection_name": name, "count_filter": flt, "exact": True})
+        cache[key] = (now, int(res.count))
+        return int(res.count)
+
+    def extraction_budget(self, pol: CollectionPolicy) -> Any:
+        """The shared :class:`ExtractionBudget` of this pipeline (created on first use)."""
+        b = self.shared.get("budget")
+        if b is None:
+            from .budget import ExtractionBudget, make_store
+
+            b = ExtractionBudget(make_store(self.config.budget_store), window_s=pol.diversity.window_s, clock=self.clock)
+            self.shared["budget"] = b
+        return b
+
+    def _audit_read(self, op: str, name: str, pol: CollectionPolicy, returned: int, details: dict[str, Any]) -> None:
+        verdict = Verdict(details.pop("verdict", Verdict.ALLOW.value))
+        self.record(self.decision(op, name, pol, verdict, f"{returned} point(s) returned", details=details))
+
+    # -- operations -----------------------------------------------------------------------
+    def op_query_points(self, method: str, args: dict[str, Any]) -> Op:
+        name = args["collection_name"]
+        query_text = args.pop("query_text", None)
+        pol = self.policy(name)
+        if pol.is_public or self.transparent:
+            return (yield Call(method, args))
+        self.require_access(method, name, pol, "read")
+        self._check_lookup(method, args.get("lookup_from"))
+        details: dict[str, Any] = {}
+        args = yield from self.prepare_query(method, name, pol, args, query_text, details)
+        new, plan = self.plan_read(pol, args)
+        resp = yield Call(method, new)
+        pts = yield from self.finish(method, name, pol, plan, resp.points, details)
+        self._audit_read(method, name, pol, len(pts), details)
+        return models.QueryResponse(points=pts)
+
+    def op_query_batch_points(self, method: str, args: dict[str, Any]) -> Op:
+        name = args["collection_name"]
+        pol = self.policy(name)
+        if pol.is_public or self.transparent:
+            return (yield Call(method, args))
+        self.require_access(method, name, pol, "read")
+        plans, reqs, all_details = [], [], []
+        for req in args["requests"]:
+            self._check_lookup(method, req.lookup_from)
+            details: dict[str, Any] = {}
+            fields = {"query": req.query, "using": req.using, "limit": req.limit, "offset": req.offset,
+                      "with_payload": req.with_payload if req.with_payload is not None else False,
+                      "with_vectors": req.with_vector if req.with_vector is not None else False}
+            fields = yield from self.prepare_query(method, name, pol, fields, None, details)
+            new, plan = self.plan_read(pol, fields)
+            reqs.append(req.model_copy(update={"query": new["query"], "limit": new["limit"],
+                                               "offset": new.get("offset"), "with_payload": new["with_payload"],
+                                               "with_vector": new["with_vectors"]}))
+            plans.append(plan)
+            all_details.append(details)
+        resps = yield Call(method, {**args, "requests": reqs})
+        out = []
+        for resp, plan, details in zip(resps, plans, all_details):
+            pts = yield from self.finish(method, name, pol, plan, resp.points, details)
+            out.append(models.QueryResponse(points=pts))
+        self._audit_read(method, name, pol, sum(len(r.points) for r in out),
+                         {"requests": all_details, **({"verdict": Verdict.BUDGET_EXCEEDED.value}
+                                                      if any("budget" in d for d in all_details) else {})})
+        return out
+
+    def op_query_points_groups(self, method: str, args: dict[str, Any]) -> Op:
+        name = args["collection_name"]
+        query_text = args.pop("query_text", None)
+        pol = self.policy(name)
+        if pol.is_public or self.transparent:
+            return (yield Call(method, args))
+        self.require_access(method, name, pol, "read")
+        self._check_lookup(method, args.get("lookup_from"))
+        details: dict[str, Any] = {}
+        args = yield from self.prepare_query(method, name, pol, args, query_text, details)
+        new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
+        group_size = int(args.get("group_size") or 3)
+        if pol.diversity.enabled:
+            new["group_size"] = overfetch_limit(group_size, factor=pol.diversity.overfetch_factor)
+        resp = yield Call(method, new)
+        groups = list(resp.groups)
+        if pol.diversity.enabled and pol.diversity.mode == "enforce":
+            outcome = enforce_group_caps(
+                [g.hits for g in groups], k=group_size, source_of=lambda p: _source(p, pol.source_field),
+                max_source_fraction=pol.diversity.max_source_fraction,
+                min_unique_sources=pol.diversity.min_unique_sources,
+            )
+            groups = [g.model_copy(update={"hits": list(o.kept)}) for g, o in zip(groups, outcome.groups)]
+            details["group_caps"] = {"group_cap": outcome.group_cap, "response_cap": outcome.response_cap}
+        out_groups = []
+        for g in groups:
+            hits = yield from self.finish(method, name, pol, plan, g.hits, details)
+            out_groups.append(g.model_copy(update={"hits": hits}))
+        self._audit_read(method, name, pol, sum(len(g.hits) for g in out_groups), details)
+        return models.GroupsResult(groups=out_groups)
+
+    def op_scroll(self, method: str, args: dict[str, Any]) -> Op:
+        name = args["collection_name"]
+        pol = self.policy(name)
+        if pol.is_public or self.transparent:
+            return (yield Call(method, args))
+        self.require_access(method, name, pol, "read")
+        details: dict[str, Any] = {}
+        new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
+        records, next_offset = yield Call(method, new)
+        pts = yield from self.finish(method, name, pol, plan, records, details)
+        self._audit_read(method, name, pol, len(pts), details)
+        return pts, next_offset
+
+    def op_retrieve(self, method: str, args: dict[str, Any]) -> Op:
+        name = args["collection_name"]
+        pol = self.policy(name)
+        if pol.is_public or self.transparent:
+            return (yield Call(method, args))
+        self.require_access(method, name, pol, "read")
+        details: dict[str, Any] = {}
+        new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
+        records = yield Call(method, new)
+        pts = yield from self.finish(method, name, pol, plan, records, details)
+        self._audit_read(method, name, pol, len(pts), details)
+        return pts
+
+    def _check_lookup(self, op: str, lookup: Any) -> None:
+        if lookup is None:
+            return
+        other = getattr(lookup, "collection", None)
+        if other:
+            self.require_access(op, other, self.policy(other), "read")
+
+    # -- query vectors --------------------------------------------------------------------
+    def noise_query(self, pol: CollectionPolicy, vector: Any) -> Any:
+        """Noise a raw query vector from outside the owner boundary (``noise_queries``)."""
+        arr = np.asarray(vector, dtype=np.float32)
+        if arr.ndim != 1:
+            return vector
+        n = pol.noise
+        noised, _ = _noise.privatize(arr, mechanism=n.mechanism, epsilon=n.epsilon, radius=n.radius,
+                                     delta=n.delta if n.mechanism == "gaussian" else None,
+                                     clip_norm=n.clip_norm, key=self.noise_key if n.keyed else None)
+        return noised.tolist()
+
+
+def _source(p: Any, field_name: str) -> str | None:
+    payload = getattr(p, "payload", None) or {}
+    v = payload.get(field_name)
+    return None if v is None else str(v)

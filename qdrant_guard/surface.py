@@ -1,0 +1,81 @@
+"""Which qdrant-client methods the guard decides, and why the others are safe.
+
+``tests/test_surface.py`` lists every public method of qdrant-client's ``QdrantClient`` and
+``AsyncQdrantClient`` and fails on any that is in neither table, so an upgrade of qdrant-client
+cannot open a hole silently.
+"""
+from __future__ import annotations
+
+# Methods that write vectors: every vector passes the receipt / noise / boundary rules.
+WRITE_VECTORS = frozenset({"upsert", "upload_points", "upload_collection", "batch_update_points", "update_vectors"})
+
+# Methods that change payloads: receipts cannot be forged, altered or stripped through them.
+PAYLOAD = frozenset({"set_payload", "overwrite_payload", "delete_payload", "clear_payload"})
+
+# Methods that return points (payloads, vectors): boundary, query checks, diversity, budget, stripping.
+READ_POINTS = frozenset({"query_points", "query_batch_points", "query_points_groups", "scroll", "retrieve"})
+
+# One collection, no vectors returned: the caller must be allowed to read it.
+READ_COLLECTION = frozenset({"count", "facet", "search_matrix_pairs", "search_matrix_offsets"})
+
+# One collection, changed without new vectors: the caller must be allowed to write it.
+WRITE_COLLECTION = frozenset({"delete", "delete_vectors", "create_payload_index", "delete_payload_index"})
+
+# Collection administration, snapshots (which export raw vectors) and sharding: owner boundary only.
+ADMIN = frozenset(
+    {
+        "create_collection",
+        "recreate_collection",
+        "delete_collection",
+        "update_collection",
+        "create_vector_name",
+        "delete_vector_name",
+        "create_snapshot",
+        "delete_snapshot",
+        "list_snapshots",
+        "recover_snapshot",
+        "create_shard_snapshot",
+        "delete_shard_snapshot",
+        "list_shard_snapshots",
+        "recover_shard_snapshot",
+        "create_shard_key",
+        "delete_shard_key",
+        "list_shard_keys",
+        "collection_cluster_info",
+        "cluster_collection_update",
+    }
+)
+
+# Guarded with dedicated logic spanning several collections.
+MULTI = frozenset({"update_collection_aliases", "migrate", "create_full_snapshot"})
+
+GUARDED = WRITE_VECTORS | PAYLOAD | READ_POINTS | READ_COLLECTION | WRITE_COLLECTION | ADMIN | MULTI
+
+# Methods that are safe to pass through, each with the reason.
+SAFE: dict[str, str] = {
+    "close": "closes the connection; touches no data",
+    "info": "server version information only",
+    "get_collections": "lists collection names; names are not protected data",
+    "collection_exists": "answers whether a name exists",
+    "get_collection": "collection configuration and counts; no points, payloads or vectors",
+    "get_aliases": "alias names only",
+    "get_collection_aliases": "alias names only",
+    "get_optimizations": "optimizer progress; no data",
+    "cluster_status": "cluster topology; no data",
+    "cluster_telemetry": "telemetry counters; no data",
+    "recover_current_peer": "cluster maintenance; no data returned",
+    "remove_peer": "cluster maintenance; no data returned",
+    "list_full_snapshots": "lists snapshot names; creating one is guarded",
+    "delete_full_snapshot": "deletes a snapshot file; cannot leak data",
+    "list_text_models": "fastembed model catalogue",
+    "list_sparse_models": "fastembed model catalogue",
+    "list_image_models": "fastembed model catalogue",
+    "list_late_interaction_text_models": "fastembed model catalogue",
+    "list_late_interaction_multimodal_models": "fastembed model catalogue",
+    "get_embedding_size": "model metadata",
+    "init_options": "constructor options (property)",
+    "DEFAULT_BATCH_SIZE": "constant",
+    "http": "raw REST handle: the facade refuses it under a guard policy (it would bypass the guard)",
+    "grpc_points": "raw gRPC handle: the facade refuses it under a guard policy (it would bypass the guard)",
+    "grpc_collections": "raw gRPC handle: the facade refuses it under a guard policy (it would bypass the guard)",
+}

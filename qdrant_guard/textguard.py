@@ -1,0 +1,120 @@
+"""Text that is about to be embedded or stored: detect, refuse or redact before anything sees it."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from qdrant_client.http import models
+
+from . import detect as _detect
+from .decision import Verdict
+from .errors import InvalidVectorError, QdrantGuardError
+from .pipeline import GuardPipeline
+from .policy import CollectionPolicy
+from .vectors import split_vector_struct
+
+
+class EmbedderError(QdrantGuardError):
+    """The guard's embedder failed or returned something that is not a float matrix."""
+
+
+class TextOps(GuardPipeline):
+    """Redaction before embedding and before storage (mixed into the pipeline)."""
+
+    def screen_text(self, op: str, name: str, pol: CollectionPolicy, text: str, *,
+                    point_ids: Sequence[Any] = (), keep_pii: bool = False) -> str:
+        """Apply the collection's text rules to ``text`` and return what may be embedded/stored.
+
+        Credentials are refused (``CREDENTIAL_IN_TEXT``) or redacted per ``credentials_in_text``;
+        PII is redacted on sensitive collections (unless ``keep_pii``); on a PUBLIC collection any
+        finding is refused as mislabelled (``SENSITIVITY_MISMATCH``) unless
+        ``allow_redaction_on_public``.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be str, not {type(text).__name__}")
+        redacted, findings = _detect.redact_with_findings(text)
+        if not findings:
+            return text
+        kinds = sorted({f.type for f in findings})
+        creds = [f for f in findings if f.category == "CREDENTIAL"]
+        if pol.is_public and not pol.allow_redaction_on_public:
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.SENSITIVITY_MISMATCH,
+                f"text sent to PUBLIC collection {name!r} contains {kinds}; the collection is "
+                "mislabelled: store it in a sensitive collection, remove the data, or set "
+                "allow_redaction_on_public = true to redact it",
+                point_ids=list(point_ids), details={"findings": kinds},
+            ))
+        if creds and pol.credentials_in_text == "refuse":
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.CREDENTIAL_IN_TEXT,
+                f"text contains credentials {sorted({f.type for f in creds})}; credentials are never "
+                "embedded: remove them, or set credentials_in_text = \"redact\"",
+                point_ids=list(point_ids), details={"findings": kinds},
+            ))
+        if not creds and (keep_pii or not pol.redact_pii):
+            return text
+        return redacted
+
+    def check_public_text(self, op: str, name: str, pol: CollectionPolicy, points: Any) -> None:
+        """On PUBLIC collections under a policy: refuse text that carries secrets or PII."""
+        if not self.public_text_checked(pol) or isinstance(points, models.Batch):
+            return
+        for p in points:
+            if not isinstance(p, models.PointStruct):
+                continue
+            if pol.text_field and isinstance((p.payload or {}).get(pol.text_field), str):
+                self.screen_text(op, name, pol, p.payload[pol.text_field], point_ids=[p.id])  # type: ignore[index]
+            for v in split_vector_struct(p.vector).values():
+                if isinstance(v, models.Document):
+                    self.screen_text(op, name, pol, v.text, point_ids=[p.id])
+
+    def public_text_checked(self, pol: CollectionPolicy) -> bool:
+        """Whether PUBLIC writes are screened (only under an explicit policy)."""
+        return not self.transparent
+
+    def guard_payload_text(self, op: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], *,
+                           point_id: Any, in_boundary: bool) -> dict[str, Any]:
+        """Redact the policy's text payload field (an unredacted SSN in the payload defeats the point)."""
+        field = pol.text_field
+        if field and isinstance(payload.get(field), str):
+            keep = in_boundary and pol.keep_payload_text_in_boundary
+            payload[field] = self.screen_text(op, name, pol, payload[field], point_ids=[point_id], keep_pii=keep)
+        return payload
+
+    def embed_documents(self, op: str, name: str, pol: CollectionPolicy, vecs: dict[str, Any], *,
+                        where: str) -> dict[str, Any]:
+        """Replace ``models.Document`` vectors by embeddings of their redacted text."""
+        docs = {k: v for k, v in vecs.items() if isinstance(v, models.Document)}
+        if not docs:
+            for k, v in vecs.items():
+                if isinstance(v, (models.Image, models.InferenceObject)):
+                    raise InvalidVectorError(
+                        f"{where}: vector {k or '<unnamed>'!r} is a {type(v).__name__}; the guard can only "
+                        "screen text, so embed it yourself and send the vector (with a receipt) instead"
+                    )
+            return vecs
+        texts = [self.screen_text(op, name, pol, d.text) for d in docs.values()]
+        matrix = self.embed(texts, where=where)
+        out = dict(vecs)
+        for (k, _), row in zip(docs.items(), matrix):
+            out[k] = row
+        return out
+
+    def embed(self, texts: list[str], *, where: str) -> np.ndarray:
+        """Embed already-screened texts with the guard's embedder (fail closed)."""
+        if self.embedder is None:
+            raise InvalidVectorError(
+                f"{where}: models.Document on a sensitive collection needs the guard to embed the "
+                "redacted text: pass embedder= to the client (a callable list[str] -> array)"
+            )
+        try:
+            matrix = np.asarray(self.embedder(texts), dtype=np.float64)
+        except Exception as exc:
+            raise EmbedderError(f"{where}: the embedder failed: {exc!r}; the call was refused") from exc
+        if matrix.ndim != 2 or matrix.shape[0] != len(texts):
+            raise EmbedderError(
+                f"{where}: the embedder returned shape {matrix.shape} for {len(texts)} text(s); "
+                "expected (n_texts, dim)"
+            )
+        return matrix

@@ -1,0 +1,139 @@
+"""Reading vectors out of qdrant-client structures, validating them, and putting them back."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+from qdrant_client.http import models
+
+from .errors import InvalidVectorError
+
+UNNAMED = ""
+
+
+@dataclass(frozen=True)
+class VectorSpec:
+    """One dense vector slot of a collection."""
+
+    name: str
+    size: int
+    distance: str
+    multivector: bool
+
+
+@dataclass(frozen=True)
+class CollectionShape:
+    """The vector layout of a collection, read from ``get_collection``."""
+
+    dense: Mapping[str, VectorSpec]
+    sparse: frozenset[str]
+    unnamed: bool
+
+    def spec(self, name: str, *, where: str) -> VectorSpec:
+        """The spec of vector ``name`` (``""`` = the unnamed vector).
+
+        Raises:
+            InvalidVectorError: the collection has no such dense vector.
+        """
+        found = self.dense.get(name)
+        if found is None:
+            if name in self.sparse:
+                raise InvalidVectorError(
+                    f"{where}: vector {name!r} is a sparse vector; sparse vectors are lexical term "
+                    "weights (the words themselves) and are refused on sensitive collections — "
+                    "store them in a PUBLIC collection or drop them"
+                )
+            known = sorted(n or "<unnamed>" for n in self.dense)
+            shown = name or "<unnamed>"
+            raise InvalidVectorError(
+                f"{where}: unknown vector name {shown!r}; this collection has: {known}"
+            )
+        return found
+
+
+def shape_from_info(info: models.CollectionInfo) -> CollectionShape:
+    """Build a :class:`CollectionShape` from a ``CollectionInfo``."""
+    params = info.config.params
+    vectors = params.vectors
+    dense: dict[str, VectorSpec] = {}
+    unnamed = isinstance(vectors, models.VectorParams)
+    items: Iterable[tuple[str, models.VectorParams]]
+    if vectors is None:
+        items = ()
+    elif unnamed:
+        items = ((UNNAMED, vectors),)  # type: ignore[assignment]
+    else:
+        items = vectors.items()  # type: ignore[union-attr]
+    for name, vp in items:
+        dense[name] = VectorSpec(
+            name=name,
+            size=int(vp.size),
+            distance=vp.distance.value if hasattr(vp.distance, "value") else str(vp.distance),
+            multivector=vp.multivector_config is not None,
+        )
+    sparse = frozenset((params.sparse_vectors or {}).keys())
+    return CollectionShape(dense=dense, sparse=sparse, unnamed=unnamed)
+
+
+def split_vector_struct(vector: Any) -> dict[str, Any]:
+    """Return ``{name: value}`` for a point's vector field (the unnamed vector under ``""``)."""
+    if vector is None:
+        return {}
+    if isinstance(vector, dict):
+        return dict(vector)
+    return {UNNAMED: vector}
+
+
+def join_vector_struct(vectors: dict[str, Any]) -> Any:
+    """Inverse of :func:`split_vector_struct`."""
+    if set(vectors) == {UNNAMED}:
+        return vectors[UNNAMED]
+    return {k: v for k, v in vectors.items()}
+
+
+def is_inference_object(value: Any) -> bool:
+    """True for values qdrant-client embeds itself (Document, Image, InferenceObject)."""
+    return isinstance(value, (models.Document, models.Image, models.InferenceObject))
+
+
+def as_dense(value: Any, spec: VectorSpec, *, where: str) -> np.ndarray:
+    """Validate one dense vector and return it as a float64 array.
+
+    Raises:
+        InvalidVectorError: multivector, sparse, wrong dimension, non-numeric, NaN or Inf values.
+    """
+    if isinstance(value, models.SparseVector):
+        raise InvalidVectorError(
+            f"{where}: sparse vector given for dense vector {spec.name or '<unnamed>'!r}"
+        )
+    if spec.multivector:
+        raise InvalidVectorError(
+            f"{where}: multivector {spec.name or '<unnamed>'!r} on a sensitive collection is not "
+            "supported by the guard yet (no receipt format for matrices); store multivectors in a "
+            "PUBLIC collection"
+        )
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidVectorError(f"{where}: vector is not numeric: {exc}") from None
+    if arr.dtype.kind not in "fiu" or arr.dtype.kind == "b":
+        raise InvalidVectorError(f"{where}: vector has dtype {arr.dtype}, expected floats")
+    if arr.ndim != 1:
+        raise InvalidVectorError(
+            f"{where}: expected a 1-d vector for {spec.name or '<unnamed>'!r}, got shape {arr.shape}"
+        )
+    if arr.shape[0] != spec.size:
+        raise InvalidVectorError(
+            f"{where}: vector {spec.name or '<unnamed>'!r} has dimension {arr.shape[0]}, "
+            f"the collection expects {spec.size}"
+        )
+    out = arr.astype(np.float64, copy=False)
+    if not np.isfinite(out).all():
+        bad = int(np.flatnonzero(~np.isfinite(out))[0])
+        raise InvalidVectorError(
+            f"{where}: vector {spec.name or '<unnamed>'!r} has a non-finite value "
+            f"({out[bad]!r}) at index {bad}"
+        )
+    return out
+

@@ -1,0 +1,368 @@
+"""Guarded writes of vectors: receipts, noise on write, in-boundary raw vectors, atomic refusal."""
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+from qdrant_client.http import models
+
+from . import noise as _noise
+from .canonical import canonical_json
+from .decision import Verdict
+from .pipeline import Call, Op
+from .policy import CollectionPolicy
+from .receipts import (
+    RECEIPT_KEY,
+    ReceiptItem,
+    issue_receipts_batch,
+    receipts_for_payload,
+    receipts_from_payload,
+    stored_form,
+    verify_receipt,
+)
+from .textguard import TextOps
+from .vectors import CollectionShape, as_dense, join_vector_struct, split_vector_struct
+
+_DIRECTIVES = {
+    Verdict.NOISE_REQUIRED: (
+        "sensitive vectors need a valid reconstruction-resistance receipt: noise them with "
+        "qdrant_guard.noise.privatize and sign a receipt, enable noise_on_write in the policy, or "
+        "write from a principal of the owner boundary with raw_in_boundary = true"
+    ),
+    Verdict.INVALID_RECEIPT: (
+        "the receipt does not verify for this vector, collection and point (forged, altered, "
+        "replayed or signed by an untrusted key); re-noise the vector and sign a fresh receipt "
+        "with a key listed in receipts.trusted_keys"
+    ),
+    Verdict.EPSILON_ABOVE_CEILING: (
+        "the receipt's epsilon is above the class ceiling; re-noise with a smaller epsilon "
+        "(stronger noise) or raise epsilon_ceiling in the policy"
+    ),
+    Verdict.UTILITY_DEGRADED: (
+        "the utility record measured a recall@10 drop above the policy threshold at this noise "
+        "level; re-run `qdrant-guard calibrate` and use the recommended epsilon"
+    ),
+}
+
+
+@dataclass
+class _Slot:
+    point: int
+    name: str
+    vector: np.ndarray
+
+
+@dataclass
+class PreparedPoints:
+    """Points ready for Qdrant, with what the decision needs to record."""
+
+    points: list[models.PointStruct]
+    verdict: Verdict
+    epsilon: float | None = None
+    receipt_digest: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def points_from_any(points: Any) -> list[models.PointStruct]:
+    """Materialise the ``points`` argument of upsert/upload into a list of PointStruct."""
+    if isinstance(points, models.Batch):
+        n = len(points.ids)
+        if isinstance(points.vectors, dict):
+            vecs: list[Any] = [{k: v[i] for k, v in points.vectors.items()} for i in range(n)]
+        else:
+            vecs = list(points.vectors)
+        payloads = list(points.payloads) if points.payloads is not None else [None] * n
+        return [models.PointStruct(id=points.ids[i], vector=vecs[i], payload=payloads[i]) for i in range(n)]
+    out = []
+    for p in points:
+        if isinstance(p, models.PointStruct):
+            out.append(p)
+        elif isinstance(p, models.Record):
+            out.append(models.PointStruct(id=p.id, vector=p.vector or {}, payload=p.payload))
+        else:
+            raise TypeError(
+                f"points must be models.PointStruct (or a models.Batch); got {type(p).__name__}. "
+                "gRPC PointStruct is not accepted by the guard; convert it to models.PointStruct"
+            )
+    return out
+
+
+def points_from_columns(vectors: Any, payload: Iterable[Any] | None, ids: Iterable[Any] | None) -> list[models.PointStruct]:
+    """Materialise upload_collection's column arguments into PointStructs (ids are generated when
+    absent, because a receipt binds the point id)."""
+    if isinstance(vectors, dict):
+        names = list(vectors)
+        n = len(vectors[names[0]]) if names else 0
+        rows: list[Any] = [{k: vectors[k][i] for k in names} for i in range(n)]
+    else:
+        rows = list(vectors)
+    pl = list(payload) if payload is not None else [None] * len(rows)
+    id_list = list(ids) if ids is not None else [str(uuid.uuid4()) for _ in rows]
+    if not (len(rows) == len(pl) == len(id_list)):
+        raise ValueError(
+            f"upload_collection: {len(rows)} vectors, {len(pl)} payloads and {len(id_list)} ids; "
+            "the three must have the same length"
+        )
+    return [models.PointStruct(id=i, vector=_plain(v), payload=p) for i, v, p in zip(id_list, rows, pl)]
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+class WriteOps(TextOps):
+    """The write half of the pipeline (mixed into :class:`qdrant_guard.guard.Guard`)."""
+
+    # -- operations -------------------------------------------------------------------------
+    def op_upsert(self, method: str, args: dict[str, Any]) -> Op:
+        name = args["collection_name"]
+        pol = self.policy(name)
+        if pol.is_public:
+            self.check_public_text(method, name, pol, args["points"])
+            return (yield Call(method, args))
+        points = points_from_any(args["points"])
+        prepared = yield from self.prepare_points(method, name, pol, points)
+        self._record_write(method, name, pol, prepared)
+        return (yield Call(method, {**args, "points": prepared.points}))
+
+    def op_upload_points(self, method: str, args: dict[str, Any]) -> Op:
+        name = args["collection_name"]
+        pol = self.policy(name)
+        if pol.is_public:
+            if self.public_text_checked(pol):
+                pts = list(args["points"])
+                self.check_public_text(method, name, pol, pts)
+                args = {**args, "points": pts}
+            return (yield Call(method, args))
+        # The whole iterable is checked before anything is sent: a refusal leaves Qdrant unchanged.
+        points = points_from_any(list(args["points"]))
+        prepared = yield from self.prepare_points(method, name, pol, points)
+        self._record_write(method, name, pol, prepared)
+        return (yield Call(method, {**args, "points": prepared.points}))
+
+    def op_upload_collection(self, method: str, args: dict[str, Any]) -> Op:
+        name = args["collection_name"]
+        pol = self.policy(name)
+        if pol.is_public:
+            return (yield Call(method, args))
+        points = points_from_columns(args["vectors"], args.get("payload"), args.get("ids"))
+        prepared = yield from self.prepare_points(method, name, pol, points)
+        self._record_write(method, name, pol, prepared)
+        forwarded = {k: args[k] for k in ("batch_size", "parallel", "method", "max_retries", "wait",
+                                           "shard_key_selector", "update_filter", "update_mode") if k in args}
+        return (yield Call("upload_points", {"collection_name": name, "points": prepared.points, **forwarded}))
+
+    def op_update_vectors(self, method: str, args: dict[str, Any]) -> Op:
+        name = args["collection_name"]
+        pol = self.policy(name)
+        if pol.is_public:
+            return (yield Call(method, args))
+        ops = yield from self.prepare_vector_updates(method, name, pol, list(args["points"]))
+        rest = {k: v for k, v in args.items() if k in ("wait", "ordering")}
+        results = yield Call("batch_update_points", {"collection_name": name, "update_operations": ops, **rest})
+        return results[0]
+
+    def op_batch_update_points(self, method: str, args: dict[str, Any]) -> Op:
+        name = args["collection_name"]
+        pol = self.policy(name)
+        if pol.is_public:
+            return (yield Call(method, args))
+        out_ops: list[Any] = []
+        positions: list[int] = []
+        for op in args["update_operations"]:
+            if isinstance(op, models.UpsertOperation):
+                inner = op.upsert
+                pts = points_from_any(inner.batch if isinstance(inner, models.PointsBatch) else inner.points)
+                prepared = yield from self.prepare_points(method, name, pol, pts)
+                self._record_write(method, name, pol, prepared)
+                positions.append(len(out_ops))
+                out_ops.append(models.UpsertOperation(upsert=models.PointsList(
+                    points=prepared.points, shard_key=getattr(inner, "shard_key", None),
+                    update_filter=getattr(inner, "update_filter", None))))
+            elif isinstance(op, models.UpdateVectorsOperation):
+                new = yield from self.prepare_vector_updates(method, name, pol, list(op.update_vectors.points))
+                positions.append(len(out_ops))
+                out_ops.extend(new)
+            else:
+                out_ops.extend((yield from self.payload_operation(method, name, pol, op)))
+                positions.append(len(out_ops) - 1)
+        results = yield Call(method, {**args, "update_operations": out_ops})
+        return [results[i] for i in positions]
+
+    # -- the decision ---------------------------------------------------------------------
+    def _record_write(self, op: str, name: str, pol: CollectionPolicy, prepared: PreparedPoints) -> None:
+        self.record(self.decision(
+            op, name, pol, prepared.verdict,
+            f"{len(prepared.points)} point(s) accepted: " + ", ".join(f"{k}={v}" for k, v in sorted(prepared.counts.items())),
+            point_ids=[p.id for p in prepared.points],
+            epsilon=prepared.epsilon,
+            receipt=prepared.receipt_digest,
+            utility_hash=self.utility_hash(pol),
+            details={"counts": prepared.counts},
+        ))
+
+    def prepare_points(self, op: str, name: str, pol: CollectionPolicy,
+                       points: list[models.PointStruct]) -> Any:
+        """Check every point; noise and receipt what needs it; refuse the whole call on any fault.
+
+        A generator (it may fetch the collection layout). Returns :class:`PreparedPoints`.
+        """
+        self.require_access(op, name, pol, "write")
+        shape: CollectionShape = yield from self.shape(name)
+        boundary = self.boundary()
+        raw_ok = pol.raw_allowed(boundary)
+        ceiling = self.ceiling(pol)
+        faults: dict[Verdict, list[Any]] = {}
+        reasons: dict[str, str] = {}
+        payloads: list[dict[str, Any]] = []
+        vectors: list[dict[str, Any]] = []
+        to_noise: list[_Slot] = []
+        counts = {"raw_in_boundary": 0, "receipted": 0, "noised": 0}
+        eps_seen: list[float] = []
+        for i, p in enumerate(points):
+            where = f"point {p.id!r}"
+            payload = dict(p.payload or {})
+            payload = self.guard_payload_text(op, name, pol, payload, point_id=p.id, in_boundary=raw_ok)
+            receipts = receipts_from_payload(payload) if RECEIPT_KEY in payload else {}
+            vecs = split_vector_struct(p.vector)
+            vecs = self.embed_documents(op, name, pol, vecs, where=where)
+            kept_receipts: dict[str, Any] = {}
+            for vname, value in vecs.items():
+                spec = shape.spec(vname, where=where)
+                arr = as_dense(value, spec, where=where)
+                vecs[vname] = arr
+                rec = receipts.get(vname)
+                if rec is not None:
+                    check = verify_receipt(
+                        rec, vector=arr, collection=name, point_id=p.id, vector_name=vname,
+                        trusted_keys=self.trusted_receipt_keys, revoked=self.revoked_keys,
+                        now=self.clock(), max_age_s=self.config.receipts.max_age_s,
+                    )
+                    if not check.ok or check.params is None:
+                        faults.setdefault(Verdict.INVALID_RECEIPT, []).append(p.id)
+                        reasons[str(p.id)] = check.reason
+                        continue
+                    prm = check.params
+                    if prm.epsilon > ceiling:
+                        faults.setdefault(Verdict.EPSILON_ABOVE_CEILING, []).append(p.id)
+                        reasons[str(p.id)] = f"epsilon {prm.epsilon} > ceiling {ceiling}"
+                        continue
+                    if prm.radius < pol.noise.radius or prm.delta > max(pol.noise.delta, 0.0):
+                        faults.setdefault(Verdict.NOISE_REQUIRED, []).append(p.id)
+                        reasons[str(p.id)] = (
+                            f"receipt protects radius {prm.radius} with delta {prm.delta}; the policy "
+                            f"requires radius >= {pol.noise.radius} and delta <= {pol.noise.delta}"
+                        )
+                        continue
+                    if self.utility_drop_exceeded(pol, prm.mechanism, prm.epsilon):
+                        faults.setdefault(Verdict.UTILITY_DEGRADED, []).append(p.id)
+                        continue
+                    kept_receipts[vname] = rec
+                    eps_seen.append(prm.epsilon)
+                    counts["receipted"] += 1
+                elif raw_ok:
+                    counts["raw_in_boundary"] += 1
+                elif pol.noise_on_write:
+                    to_noise.append(_Slot(i, vname, arr))
+                else:
+                    faults.setdefault(Verdict.NOISE_REQUIRED, []).append(p.id)
+            payload.pop(RECEIPT_KEY, None)
+            payloads.append(payload)
+            vectors.append(vecs)
+            if kept_receipts:
+                payload[RECEIPT_KEY] = kept_receipts  # re-encoded below
+        if to_noise and self.utility_drop_exceeded(pol, pol.noise.mechanism, pol.noise.epsilon):
+            faults.setdefault(Verdict.UTILITY_DEGRADED, []).extend(points[s.point].id for s in to_noise)
+        if faults:
+            verdict = next(iter(faults))
+            ids = [pid for v in faults.values() for pid in v]
+            raise self.refuse(self.decision(
+                op, name, pol, verdict, _DIRECTIVES[verdict], point_ids=list(dict.fromkeys(ids)),
+                utility_hash=self.utility_hash(pol),
+                details={"faults": {v.value: [str(x) for x in ids_] for v, ids_ in faults.items()},
+                         "reasons": reasons, "points_in_call": len(points)},
+            ))
+        digest = None
+        if to_noise:
+            digest = self._noise_and_sign(name, pol, shape, points, vectors, payloads, to_noise)
+            counts["noised"] = len(to_noise)
+            eps_seen.append(pol.noise.epsilon)
+        out = []
+        for p, vecs, payload in zip(points, vectors, payloads):
+            if RECEIPT_KEY in payload:
+                payload[RECEIPT_KEY] = receipts_for_payload(payload[RECEIPT_KEY])
+            out.append(models.PointStruct(
+                id=p.id, vector=join_vector_struct({k: _as_list(v) for k, v in vecs.items()}), payload=payload or None))
+        verdict = (Verdict.ALLOW_NOISED if counts["noised"] else Verdict.ALLOW_RECEIPTED if counts["receipted"]
+                   else Verdict.ALLOW_IN_BOUNDARY_RAW)
+        return PreparedPoints(points=out, verdict=verdict, epsilon=max(eps_seen) if eps_seen else None,
+                              receipt_digest=digest, counts={k: v for k, v in counts.items() if v})
+
+    def _noise_and_sign(self, name: str, pol: CollectionPolicy, shape: CollectionShape,
+                        points: list[models.PointStruct], vectors: list[dict[str, Any]],
+                        payloads: list[dict[str, Any]], slots: list[_Slot]) -> str:
+        np_ = pol.noise
+        items: list[tuple[_Slot, ReceiptItem]] = []
+        by_name: dict[str, list[_Slot]] = {}
+        for s in slots:
+            by_name.setdefault(s.name, []).append(s)
+        model_id = getattr(self.embedder, "model_id", None)
+        for vname, group in by_name.items():
+            spec = shape.spec(vname, where=f"collection {name!r}")
+            batch = np.stack([s.vector for s in group]).astype(np.float32)
+            noised, params = _noise.privatize(
+                batch, mechanism=np_.mechanism, epsilon=np_.epsilon, radius=np_.radius,
+                delta=np_.delta if np_.mechanism == "gaussian" else None, clip_norm=np_.clip_norm,
+                key=self.noise_key if np_.keyed else None,
+            )
+            for s, row in zip(group, noised):
+                final = stored_form(row, distance=spec.distance)
+                vectors[s.point][vname] = final
+                items.append((s, ReceiptItem(params=params, vector=final, collection=name,
+                                             point_id=points[s.point].id, vector_name=vname,
+                                             model_id=model_id)))
+        receipts = issue_receipts_batch(self.signer, [it for _, it in items])
+        for (s, _), rec in zip(items, receipts):
+            existing = payloads[s.point].get(RECEIPT_KEY) or {}
+            existing[s.name] = rec
+            payloads[s.point][RECEIPT_KEY] = existing
+        return _batch_digest(receipts)
+
+    def prepare_vector_updates(self, op: str, name: str, pol: CollectionPolicy,
+                               updates: list[models.PointVectors]) -> Any:
+        """``update_vectors`` on a sensitive collection: new vectors need new receipts, so the update
+        becomes one batch of [UpdateVectors, SetPayload(receipts) per point]."""
+        ids = [u.id for u in updates]
+        current = yield Call("retrieve", {"collection_name": name, "ids": ids,
+                                           "with_payload": [RECEIPT_KEY], "with_vectors": False})
+        existing = {str(r.id): receipts_from_payload(r.payload or {}) for r in current}
+        pts = [models.PointStruct(id=u.id, vector=u.vector, payload=None) for u in updates]
+        prepared = yield from self.prepare_points(op, name, pol, pts)
+        self._record_write(op, name, pol, prepared)
+        ops: list[Any] = [models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
+            points=[models.PointVectors(id=p.id, vector=p.vector) for p in prepared.points]))]
+        for p, u in zip(prepared.points, updates):
+            merged = dict(existing.get(str(p.id), {}))
+            for vname in split_vector_struct(u.vector):
+                merged.pop(vname, None)  # a raw in-boundary update must not keep a stale receipt
+            if p.payload and RECEIPT_KEY in p.payload:
+                merged.update(receipts_from_payload(p.payload))
+            ops.append(models.SetPayloadOperation(set_payload=models.SetPayload(
+                payload={RECEIPT_KEY: receipts_for_payload(merged) if merged else None}, points=[p.id])))
+        return ops
+
+
+def _as_list(v: Any) -> Any:
+    return v.tolist() if isinstance(v, np.ndarray) else v
+
+
+def _batch_digest(receipts: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(canonical_json(receipts)).hexdigest()
+

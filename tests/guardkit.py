@@ -1,0 +1,79 @@
+"""Shared set-up for the client tests: keys, boundaries, credentials, policies, real local Qdrant."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from qdrant_client import QdrantClient as RawClient
+from qdrant_client.http import models
+
+from qdrant_guard import GuardConfig, Principal, QdrantClient, issue_credential, keys
+from qdrant_guard.policy import config_from_dict
+
+DIM = 16
+
+
+@dataclass
+class Kit:
+    """Keys and credentials for two boundaries (hr, support) and a guard signing key."""
+
+    tmp: Path
+    guard_key_path: Path
+    authority: dict[str, Any] = field(default_factory=dict)
+    authority_pub: dict[str, str] = field(default_factory=dict)
+
+    def principal(self, agent: str, boundary: str, *, ttl_s: float = 600.0, now: float | None = None) -> Principal:
+        token = issue_credential(self.authority[boundary], agent_id=agent, boundary=boundary, ttl_s=ttl_s, now=now)
+        return Principal(agent, boundary, token)
+
+    def config(self, collections: dict[str, Any], **extra: Any) -> GuardConfig:
+        data: dict[str, Any] = {
+            "signing_key": str(self.guard_key_path),
+            "audit_log": str(self.tmp / "audit.jsonl"),
+            "boundaries": {b: {"authority_keys": [pub]} for b, pub in self.authority_pub.items()},
+            "collections": collections,
+        }
+        data.update(extra)
+        return config_from_dict(data, source="test-policy")
+
+
+def make_kit(tmp: Path) -> Kit:
+    sk, _ = keys.generate_keypair()
+    gk = tmp / "guard.key"
+    gk.write_bytes(keys.private_key_to_pem(sk))
+    gk.chmod(0o600)
+    kit = Kit(tmp=tmp, guard_key_path=gk)
+    for b in ("hr", "support"):
+        ask, apk = keys.generate_keypair()
+        kit.authority[b] = ask
+        kit.authority_pub[b] = keys.public_key_to_str(apk)
+    return kit
+
+
+def create(client: Any, name: str, *, dim: int = DIM, distance: models.Distance = models.Distance.COSINE,
+           named: tuple[str, ...] = ()) -> None:
+    if named:
+        cfg: Any = {n: models.VectorParams(size=dim, distance=distance) for n in named}
+    else:
+        cfg = models.VectorParams(size=dim, distance=distance)
+    client.create_collection(name, vectors_config=cfg)
+
+
+def unit(rng: np.random.Generator, dim: int = DIM) -> list[float]:
+    v = rng.normal(size=dim)
+    return (v / np.linalg.norm(v)).tolist()
+
+
+def snapshot(client: Any, name: str) -> list[tuple[Any, Any, Any]]:
+    """Everything stored in a collection, read through the unguarded base class."""
+    records, _ = RawClient.scroll(client, name, limit=10_000, with_payload=True, with_vectors=True)
+    return sorted(((r.id, r.payload, r.vector) for r in records), key=lambda t: str(t[0]))
+
+
+def count(client: Any, name: str) -> int:
+    return RawClient.count(client, name).count
+
+
+__all__ = ["Kit", "make_kit", "create", "unit", "snapshot", "count", "QdrantClient", "DIM", "models"]
