@@ -407,8 +407,10 @@ def noise_vectors(
             noise = [v * coef for v in g]
         for j in range(dim):
             out[i, j] = _snap(row[j] + noise[j], inv_step, step_f)
-        released = out[i].astype(vectors.dtype)
+        with np.errstate(over="ignore"):
+            released = out[i].astype(vectors.dtype)
         bad = np.flatnonzero(~np.isfinite(released))
         if bad.size:
             raise _output_overflow_error(i, int(bad[0]), vectors.dtype)
-    return out.astype(vectors.dtype).reshape(vectors.shape)
+    with np.errstate(over="ignore"):
+        return out.astype(vectors.dtype).reshape(vectors.shape)
