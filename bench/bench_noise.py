@@ -1,0 +1,35 @@
+"""Noise kernel speed vs a numpy baseline, measured in the same run.
+
+Run: python -m pytest bench/bench_noise.py -p no:cacheprovider --benchmark-only -q
+The baseline adds numpy normals (rng created outside the timed loop); the candidate is the full
+production release (validation, cached calibration, clip, ChaCha20 noise, lattice snapping).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qdrant_guard import noise
+
+KW = dict(mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=0.1, clip_norm=1.0)
+SHAPES = {"384": (384,), "768": (768,), "1536": (1536,), "batch10000x768": (10_000, 768)}
+
+
+def _vectors(shape):
+    return np.random.default_rng(0).normal(size=shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("label", list(SHAPES))
+def test_baseline_numpy(benchmark, label):
+    benchmark.group = f"noise-{label}"
+    x = _vectors(SHAPES[label])
+    sigma = noise.privatize(x, **KW)[1].scale
+    rng = np.random.default_rng()
+    benchmark(lambda: x + rng.normal(size=x.shape) * sigma)
+
+
+@pytest.mark.parametrize("label", list(SHAPES))
+def test_privatize(benchmark, label):
+    benchmark.group = f"noise-{label}"
+    x = _vectors(SHAPES[label])
+    benchmark(lambda: noise.privatize(x, **KW))

@@ -1,0 +1,47 @@
+"""Print `name: ratio` for every benchmark pair and write bench/results/<group>.json.
+
+Convention: in each pytest-benchmark group, the test whose name contains "baseline" is the
+reference; every other test in the group gets ratio = baseline median / its median (>1: faster).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections import defaultdict
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def _median(bench) -> float:
+    stats = getattr(bench, "stats", None)
+    stats = getattr(stats, "stats", stats)
+    return float(stats.median)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    session = getattr(config, "_benchmarksession", None)
+    if session is None or not getattr(session, "benchmarks", None):
+        return
+    groups = defaultdict(list)
+    for bench in session.benchmarks:
+        groups[bench.group or "default"].append(bench)
+    terminalreporter.section("benchmark ratios (baseline median / median)")
+    os.makedirs(RESULTS, exist_ok=True)
+    for group, benches in sorted(groups.items()):
+        base = [b for b in benches if "baseline" in b.name]
+        if len(base) != 1:
+            continue
+        base_median = _median(base[0])
+        rows = []
+        for bench in benches:
+            if bench is base[0]:
+                continue
+            ratio = base_median / _median(bench)
+            terminalreporter.write_line(f"{group}/{bench.name}: {ratio:.2f}x "
+                                        f"({_median(bench) * 1e6:.2f} us vs {base_median * 1e6:.2f} us)")
+            rows.append({"name": bench.name, "median_s": _median(bench), "ratio": ratio})
+        with open(os.path.join(RESULTS, f"{group}.json"), "w", encoding="utf-8") as fh:
+            json.dump({"group": group, "baseline": base[0].name, "baseline_median_s": base_median,
+                       "machine": platform.machine(), "python": platform.python_version(),
+                       "results": rows}, fh, indent=2)
