@@ -90,7 +90,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     if rep.ok:
         print(f"OK: {rep.entries} entries, hash chain intact ({args.file})")
         return 0
-    print(f"TAMPERED: {rep.problem} at entry {rep.index}: {rep.detail}")
+    print(f"TAMPERED: {rep.problem} at line {rep.index}: {rep.detail}")
     print(f"valid prefix: {rep.valid_prefix} entries; see docs/audit-log.md for the repair procedure")
     return 1
 
@@ -99,8 +99,8 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
     from .audit import repair_audit_file
 
     rep = repair_audit_file(args.file)
-    print(f"repaired: {rep.detail}")
-    return 0
+    print(f"{'repaired' if rep.ok else 'NOT repaired'}: {rep.detail}")
+    return 0 if rep.ok else 1
 
 
 def cmd_audit_replay(args: argparse.Namespace) -> int:

@@ -97,6 +97,9 @@ class DiversityPolicy(_Strict):
     overfetch_factor: float = Field(3.0, ge=1, le=50)
     max_source_coverage: float | None = Field(None, gt=0, le=1)
     """Fraction of a source's points one principal may see within ``window_s`` (None: no budget)."""
+    restricted_sources: tuple[str, ...] = ()
+    """Sources the budget applies to (empty: every source). A budget on every source also costs
+    benign users their follow-up questions; restrict it to the confidential documents."""
     window_s: float = Field(86400.0, gt=0)
     max_vectors: int | None = Field(None, ge=0)
     """PROPRIETARY distillation budget: vectors one principal may receive within ``window_s``."""

@@ -9,6 +9,7 @@ import numpy as np
 from qdrant_client.http import models
 
 from . import noise as _noise
+from .budget import BudgetStoreError, ExtractionBudget, make_store, normalize_point_id
 from .decision import Verdict
 from .diversity import enforce_diversity, enforce_group_caps, overfetch_limit
 from .payloadops import PayloadOps
@@ -143,13 +144,23 @@ class ReadOps(PayloadOps, QueryChecks):
             by_source.setdefault(_source(p, pol.source_field) or "__unknown__", []).append(p)
         withheld: set[str] = set()
         report: dict[str, Any] = {}
+        restricted = pol.diversity.restricted_sources
         for source, group in by_source.items():
+            if restricted and source not in restricted:
+                continue
             size = yield from self.source_size(name, pol, source)
-            dec = budget.admit(principal=principal, collection=name, source=source,
-                               point_ids=[p.id for p in group], source_size=size,
-                               max_source_coverage=pol.diversity.max_source_coverage)
+            try:
+                dec = budget.admit(principal=principal, collection=name, source=source,
+                                   point_ids=[p.id for p in group], source_size=size,
+                                   max_source_coverage=pol.diversity.max_source_coverage)
+            except BudgetStoreError as exc:  # an unreachable budget store must not mean "no budget"
+                raise self.refuse(self.decision(
+                    op, name, pol, Verdict.FAIL_CLOSED,
+                    f"the extraction-budget store failed ({exc}); results were withheld. Check the "
+                    "store in budget_store", details={"error": repr(exc)},
+                )) from exc
             if dec.withheld:
-                withheld.update(str(x) for x in dec.withheld)
+                withheld.update(normalize_point_id(x) for x in dec.withheld)
                 report[source] = {"withheld": len(dec.withheld), "seen": dec.seen_after, "cap": dec.cap}
         if report:
             details["budget"] = report
@@ -157,9 +168,7 @@ class ReadOps(PayloadOps, QueryChecks):
                 details["budget_monitor"] = True
                 return pts
             details["verdict"] = Verdict.BUDGET_EXCEEDED.value
-        from .budget import normalize_point_id
-
-        return [p for p in pts if normalize_point_id(p.id) not in withheld and str(p.id) not in withheld]
+        return [p for p in pts if normalize_point_id(p.id) not in withheld]
 
     def apply_vector_budget(self, name: str, pol: CollectionPolicy, pts: list[Any], details: dict[str, Any]) -> list[Any]:
         """PROPRIETARY distillation budget: vectors one principal may receive within the window."""
@@ -173,9 +182,7 @@ class ReadOps(PayloadOps, QueryChecks):
         details["verdict"] = Verdict.BUDGET_EXCEEDED.value
         if pol.diversity.mode == "monitor":
             return pts
-        from .budget import normalize_point_id
-
-        held = {str(x) for x in dec.withheld}
+        held = {normalize_point_id(x) for x in dec.withheld}
         return [p.model_copy(update={"vector": None}) if normalize_point_id(p.id) in held else p for p in pts]
 
     def source_size(self, name: str, pol: CollectionPolicy, source: str) -> Any:
@@ -196,8 +203,6 @@ class ReadOps(PayloadOps, QueryChecks):
         """The shared :class:`ExtractionBudget` of this pipeline (created on first use)."""
         b = self.shared.get("budget")
         if b is None:
-            from .budget import ExtractionBudget, make_store
-
             b = ExtractionBudget(make_store(self.config.budget_store), window_s=pol.diversity.window_s, clock=self.clock)
             self.shared["budget"] = b
         return b
@@ -271,7 +276,7 @@ class ReadOps(PayloadOps, QueryChecks):
         groups = list(resp.groups)
         if pol.diversity.enabled and pol.diversity.mode == "enforce":
             outcome = enforce_group_caps(
-                [g.hits for g in groups], k=group_size, source_of=lambda p: _source(p, pol.source_field),
+                [g.hits for g in groups], group_size=group_size, source_of=lambda p: _source(p, pol.source_field),
                 max_source_fraction=pol.diversity.max_source_fraction,
                 min_unique_sources=pol.diversity.min_unique_sources,
             )
