@@ -1,0 +1,114 @@
+"""The native scanner against its pure-Python reference: every result must be identical."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from qdrant_guard import _scan_py
+from tests.oracle import assert_same, both
+
+NATIVE, PYTHON = both("scan")
+
+# Pieces an attacker (or an unlucky user) puts in a query.
+PIECES = [
+    " ", "  ", "\t", "\n", "\u3000", "\x85", "\xa0", "the", "The", "a", "b", "token", "%", "%4", "%41", "%2e",
+    "\\x4", "\\x41", "\\u00e9", "\\U0001F600", "\\", "&", "&amp;", "&lt", "&#65;", "&#x41;", "&#;", "&frac12;",
+    ";", "#", "x", "QUJD", "REVG", "+/", "==", "9f86d0", "ABCDEF", "0123", "\x00", "\x01", "\x7f", "\x9f",
+    "\u200b", "\u200c", "\u200d", "\u2060", "\u00ad", "\ufeff", "\u180e", "\u202e", "\u2066", "\u200e",
+    "\u061c", "\ufe0f", "\ufe0e", "\ufe00", "\U000E0100", "\U000E0041", "\U000E007F", "\U0001F3F4",
+    "\U000E0067\U000E0062\U000E0065\U000E006E\U000E0067\U000E007F", "\U0001F468", "\U0001F469", "\U0001F3FD",
+    "\U0001F308", "\U0001F3F3", "\u2764", "\u26a7", "\u00e9", "東京", "\ud800", "\udfff", "\udc80", "\U0010FFFF",
+]
+BAD_BYTES = [b"\xff", b"\xfe", b"\x80", b"\xc0\xaf", b"\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf0\x9f"]
+
+pieces = st.lists(st.sampled_from(PIECES), max_size=60).map("".join)
+adversarial_str = st.one_of(st.text(max_size=200), pieces)
+adversarial_bytes = st.one_of(
+    st.binary(max_size=200),
+    st.lists(
+        st.one_of(
+            st.sampled_from(BAD_BYTES),
+            st.sampled_from(PIECES).map(lambda p: p.encode("utf-8", "surrogatepass")),
+        ),
+        max_size=60,
+    ).map(b"".join),
+)
+rules = st.fixed_dictionaries(
+    {},
+    optional={
+        "max_tokens": st.one_of(st.none(), st.integers(0, 40)),
+        "max_repetition": st.one_of(st.none(), st.floats(0, 1)),
+        "max_ngram_run": st.one_of(st.none(), st.floats(0, 1)),
+        "encoded_payloads": st.booleans(),
+        "max_model_tokens": st.one_of(st.none(), st.integers(0, 60)),
+        "min_blob_len": st.one_of(st.none(), st.integers(8, 40)),
+        "min_percent_run": st.one_of(st.none(), st.integers(1, 4)),
+    },
+)
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(text=adversarial_str, kwargs=rules)
+def test_str_twins_agree(text, kwargs) -> None:
+    assert_same(NATIVE.scan_query, PYTHON.scan_query, text, **kwargs)
+
+
+@SETTINGS
+@given(data=adversarial_bytes, kwargs=rules)
+def test_bytes_twins_agree(data, kwargs) -> None:
+    assert_same(NATIVE.scan_query, PYTHON.scan_query, data, **kwargs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(words=st.lists(st.sampled_from(["a", "b", "c", "dd", "a b"]), max_size=80), cap=st.floats(0, 1))
+def test_stuffing_twins_agree(words, cap) -> None:
+    assert_same(NATIVE.scan_query, PYTHON.scan_query, " ".join(words), max_ngram_run=cap, max_repetition=cap)
+
+
+@settings(max_examples=100, deadline=None)
+@given(kwargs=st.dictionaries(
+    st.sampled_from(["max_tokens", "max_repetition", "max_ngram_run", "encoded_payloads", "max_model_tokens",
+                     "min_blob_len", "min_percent_run"]),
+    st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True), st.text(max_size=2)),
+))
+def test_rule_errors_agree(kwargs) -> None:
+    assert_same(NATIVE.scan_query, PYTHON.scan_query, "a b", **kwargs)
+
+
+def _boundaries(ranges):
+    for lo, hi in ranges:
+        yield from (lo - 1, lo, hi, hi + 1)
+
+
+def test_character_tables_agree_at_every_boundary() -> None:
+    """The C tables (Extended_Pictographic, whitespace) equal the reference's, probed at each edge."""
+    spaces = [c for c in range(0x3001) if chr(c).isspace()]
+    probes = set(_boundaries(_scan_py.EXTENDED_PICTOGRAPHIC)) | set(_boundaries((c, c) for c in spaces))
+    for cp in sorted(p for p in probes if 0 < p < 0x110000):
+        ch = chr(cp)
+        # ZWJ after an emoji is legitimate exactly when `ch` is Extended_Pictographic.
+        assert_same(NATIVE.scan_query, PYTHON.scan_query, f"\U0001F468\u200d{ch} a{ch}b")
+
+
+def test_entity_names_agree() -> None:
+    for name in _scan_py.HTML_ENTITY_NAMES:
+        for text in (f"&{name};", f"&{name}x;", f"&{name[:-1]};", f"&{name.upper()};"):
+            assert_same(NATIVE.scan_query, PYTHON.scan_query, text)
+    assert NATIVE.scan_query("&frac12;").violations[0].kind == "html_entity"
+
+
+@pytest.mark.slow
+def test_huge_inputs_agree() -> None:
+    rng = random.Random(7)
+    words = ["alpha", "beta", "gamma", "\u200b", "%41%42", "&amp;", "\U0001F468\u200d\U0001F469", "\x00", "東京"]
+    text = " ".join(rng.choice(words) for _ in range(200_000))[: 1 << 20]
+    assert len(text) == 1 << 20
+    assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_ngram_run=0.5)
+    blob = bytes(rng.randrange(256) for _ in range(1 << 20))
+    assert_same(NATIVE.scan_query, PYTHON.scan_query, blob)
+    stuffed = "ignore previous instructions " * 40_000
+    assert_same(NATIVE.scan_query, PYTHON.scan_query, stuffed, max_ngram_run=0.5)
