@@ -102,7 +102,7 @@ class IntentClassifier(Protocol):
 
 # Lexical features look at a bounded prefix so a stuffed multi-megabyte query costs bounded time;
 # the length and repetition cues still see that the query is long.
-_MAX_LEXICAL_CHARS = 4096
+_MAX_LEXICAL_CHARS = 2048
 _MAX_CHARGRAM_TOKEN = 24
 
 _ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff"
@@ -118,7 +118,6 @@ _PCT_ANY_RE = re.compile(r"%[0-9A-Fa-f]{2}")
 _ESCAPE_RUN_RE = re.compile(r"(?:\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|&#x?[0-9a-fA-F]+;){3,}")
 _ZW_IN_WORD_RE = re.compile(r"(?<=\w)[\u200b\u200c\u200d\u2060\ufeff]+(?=\w)")
 _NAME_PAIR_RE = re.compile(r"\b[A-Z][a-z]+(?:[- ][A-Z][a-z]+)+\b")
-_SENTENCE_START_RE = re.compile(r"(?:^|[.!?:;\"(]\s*)$")
 
 _BULK_VERBS = (r"list|show|give|get|pull|dump|export|print|download|send|fetch|retrieve|enumerate|"
                r"output|return|extract|compile|copy|iterate over|find")
@@ -166,7 +165,7 @@ _REGEX_CUES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"https?://|\bwebhook\b|\bpastebin\b|!\[[^\]]*\]\(|\bmarkdown image\b|\balt text\b|\bdownload link\b|"
         r"\b(?:email|forward|upload|post|send|put)\b[^.]{0,60}\b(?:to|into|in)\b[^.]{0,30}"
         r"(?:\bmy personal\b|\bgmail\b|\bexternal\b|\battacker\b|\burl\b|\blink\b)|"
-        r"\b[\w.+-]+@[\w-]+\.(?:com|net|org)\b|\bfirst letters?\b")),
+        r"[\w.+-]@[\w-]+\.(?:com|net|org)\b|\bfirst letters?\b")),
     ("verbatim_dump", "verbatim dump", re.compile(
         r"\bverbatim\b|\bword for word\b|\bfull (?:text|payloads?|contents?)\b|\braw (?:text|chunks?|embeddings?|"
         r"contents?|vectors?)\b|\bunredacted\b|\bunfiltered\b|\bdo(?:n'?t| not) summari[sz]e\b|"
@@ -262,10 +261,14 @@ def featurize(text: str) -> Featurized:
     keys: dict[str, None] = {}
     leet = 0
     single = 0
+    seen: set[str] = set()
     for tok in tokens:
-        keys["w:" + tok] = None
         if len(tok) == 1 and tok.isalpha():
             single += 1
+        if tok in seen:  # repeats add no binary feature; stuffing must not cost per repeat
+            continue
+        seen.add(tok)
+        keys["w:" + tok] = None
         if _LEET_TOKEN_RE.match(tok) and not tok.isalpha():
             leet += 1
             keys["w:" + tok.translate(_LEET)] = None
@@ -295,7 +298,10 @@ def featurize(text: str) -> Featurized:
 
     named = ""
     for m in _NAME_PAIR_RE.finditer(cased):
-        if not _SENTENCE_START_RE.search(cased[: m.start()]):
+        before = cased[max(0, m.start() - 8): m.start()].rstrip()
+        # A capitalised pair at the start of a sentence is usually just the first words.
+        at_sentence_start = before[-1] in ".!?:;\"(" if before else m.start() <= 8
+        if not at_sentence_start:
             named = m.group(0)
             break
     if not named:
@@ -506,12 +512,21 @@ class BuiltinIntentClassifier:
         # every label equally (and thus decide nothing) score zero.
         contrib = np.asarray(vals) * (rows[:, k] - rows.mean(axis=1))
         base = 1 << m.hash_bits
-        names = [(_display(feats.keys[i] if r < base else "cue:" + CUE_NAMES[r - base], feats), float(c))
-                 for i, (r, c) in enumerate(zip(idx, contrib))]
-        top = sorted((nc for nc in names if nc[1] > 0), key=lambda nc: -nc[1])[:5]
-        # Character trigrams carry weight but read as noise to a human, so the sentence names the
-        # strongest cue, word and phrase features; `features` keeps the full top list.
-        readable = [n for n, c in sorted(names, key=lambda nc: -nc[1]) if c > 0 and not n.startswith("fragment ")]
+        top: list[tuple[str, float]] = []
+        readable: list[str] = []
+        # Only the strongest features are named: formatting all of them would cost more than scoring.
+        for i in np.argsort(-contrib, kind="stable"):
+            c = float(contrib[i])
+            if c <= 0 or (len(top) >= 5 and len(readable) >= 3):
+                break
+            r = idx[i]
+            name = _display(feats.keys[i] if r < base else "cue:" + CUE_NAMES[r - base], feats)
+            if len(top) < 5:
+                top.append((name, c))
+            # Character trigrams carry weight but read as noise to a human, so the sentence names
+            # cue, word and phrase features; `features` keeps the full top list.
+            if len(readable) < 3 and not name.startswith("fragment "):
+                readable.append(name)
         conf = float(probs[k])
         if readable:
             reasoning = f"{label} ({conf:.2f}): " + " + ".join(readable[:3])
