@@ -1,0 +1,69 @@
+"""Structural query scan speed vs the lesson's Python validator, measured in the same run.
+
+Run: python -m pytest bench/bench_scan.py -p no:cacheprovider --benchmark-only -q
+Groups (ratio printed by bench/conftest.py = baseline median / candidate median):
+  scan-500-tokens: a seeded ~500-token English query (~3.4 KB); target >= 20x.
+  scan-1MiB:       a seeded 1 MiB English text; throughput = bytes / median (target >= 1 GB/s).
+The baseline is the lesson's validator re-done here: str.split, a set, one regex. The candidate is
+the native scan_query with its default rules, which checks far more (see qdrant_guard/_scan_py.py).
+"""
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from qdrant_guard import _scan
+
+WORDS = (
+    "the retrieval pipeline should summarize quarterly revenue figures from several regional reports "
+    "and compare them against forecasts while ignoring drafts that were superseded by later versions "
+    "please include customer churn analysis together with support ticket volumes product adoption metrics "
+    "infrastructure costs marketing spend forecasts hiring plans security incidents compliance findings "
+    "for each business unit explain which assumptions changed between consecutive planning cycles and why "
+    "management considered alternative scenarios before approving the final operating budget document"
+).split()
+
+ENCODED = re.compile(r"%[0-9a-fA-F]{2}|\\x[0-9a-fA-F]{2}")
+
+
+def lesson_validator(query: str, max_tokens: int = 500, max_repetition: float = 0.5) -> list[str]:
+    """The lesson's structural check, in our own words: split, a set, one regex."""
+    problems = []
+    tokens = query.split()
+    if len(tokens) > max_tokens:
+        problems.append("tokens")
+    if tokens and 1 - len(set(tokens)) / len(tokens) > max_repetition:
+        problems.append("repetition")
+    if ENCODED.search(query):
+        problems.append("encoded")
+    return problems
+
+
+def english(n_tokens: int, seed: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(n_tokens))
+
+
+QUERY = english(500, seed=1)
+MIB = (english(160_000, seed=2) + " ")[: 1 << 20]
+TEXTS = {"scan-500-tokens": QUERY, "scan-1MiB": MIB}
+
+
+@pytest.mark.parametrize("group", list(TEXTS))
+def test_baseline_lesson_validator(benchmark, group):
+    text = TEXTS[group]
+    benchmark.group = group
+    benchmark.extra_info["bytes"] = len(text.encode())
+    benchmark(lesson_validator, text)
+
+
+@pytest.mark.parametrize("group", list(TEXTS))
+def test_scan_query_native(benchmark, group):
+    text = TEXTS[group]
+    benchmark.group = group
+    benchmark.extra_info["bytes"] = len(text.encode())
+    benchmark.extra_info["tokens"] = len(text.split())
+    result = benchmark(_scan.scan_query, text, max_tokens=None if group == "scan-1MiB" else 500)
+    assert result.token_count == len(text.split())
