@@ -1,0 +1,906 @@
+/* Secret/PII detector: one pass over UTF-8 bytes with cheap anchors, validators in C.
+ *
+ * The specification is qdrant_guard/_detect_py.py; every function here mirrors the reference
+ * function of the same name, and tests/test_detect_oracle.py holds them equal. All character
+ * classes are ASCII, so a byte >= 0x80 is "other" exactly as a non-ASCII code point is in the
+ * reference, and offsets stay byte offsets until the end. Bounded reads (the "limit" arguments)
+ * only ever cover ASCII bytes, so their byte counts equal the reference's code-point counts;
+ * the keyword windows, which may cross non-ASCII text, count code points explicitly.
+ */
+#include "detect.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const qg_type_names[QG_NTYPES] = {
+    "PRIVATE_KEY", "AWS_ACCESS_KEY", "AWS_SECRET_KEY", "GITHUB_TOKEN", "GITLAB_TOKEN",
+    "SLACK_TOKEN", "STRIPE_KEY", "OPENAI_KEY", "JWT", "DATABASE_URL_PASSWORD",
+    "GENERIC_SECRET", "IBAN", "CREDIT_CARD", "SSN", "EMAIL", "PHONE",
+};
+
+const char *const qg_validator_names[QG_NVALIDATORS] = {
+    "aws-context", "e164", "entropy>=3.5", "entropy>=4.5", "format", "jwt-header-json",
+    "luhn", "mod97", "nanp", "pem-armor", "pem-begin", "ssa-rules", "url-userinfo",
+};
+
+typedef struct {
+    const unsigned char *b;
+    size_t n;
+    qg_findings *out;
+    int oom;
+} scan_t;
+
+/* ------------------------------------------------------------------ character classes */
+static inline int is_digit(int c) { return c >= '0' && c <= '9'; }
+static inline int is_upper(int c) { return c >= 'A' && c <= 'Z'; }
+static inline int is_lower(int c) { return c >= 'a' && c <= 'z'; }
+static inline int is_alpha(int c) { return is_upper(c) || is_lower(c); }
+static inline int is_alnum(int c) { return is_digit(c) || is_alpha(c); }
+static inline int is_word(int c) { return is_alnum(c) || c == '_'; }
+static inline int is_word_dash(int c) { return is_word(c) || c == '-'; }
+static inline int is_alnum_dash(int c) { return is_alnum(c) || c == '-'; }
+static inline int is_b64(int c) { return is_alnum(c) || c == '+' || c == '/'; }
+static inline int is_hex(int c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+static inline int is_printable(int c) { return c >= 0x21 && c <= 0x7e; }
+static inline int is_base32(int c) { return is_upper(c) || (c >= '2' && c <= '7'); }
+static inline int lower_ascii(int c) { return is_upper(c) ? c + 32 : c; }
+static inline int is_iban_char(int c) { return is_upper(c) || is_digit(c); }
+static inline int is_local(int c) { return is_word(c) || c == '.' || c == '%' || c == '+' || c == '-'; }
+static inline int is_domain(int c) { return is_alnum(c) || c == '.' || c == '-'; }
+static inline int is_url_segment(int c) {
+    return is_printable(c) && c != '"' && c != '\'' && c != '<' && c != '>' && c != '`' && c != '(' && c != ')';
+}
+static inline int is_scheme(int c) { return is_alnum(c) || c == '+' || c == '.' || c == '-'; }
+static inline int is_authority(int c) {
+    return is_printable(c) && c != '/' && c != '?' && c != '#' && c != '"' && c != '\'' && c != '<' &&
+           c != '>' && c != '`';
+}
+static inline int is_pem_label(int c) { return is_upper(c) || is_digit(c) || c == ' '; }
+static inline int is_pem_body(int c) {
+    return is_b64(c) || c == '=' || c == '\r' || c == '\n' || c == '\t' || c == ' ' || c == '\\';
+}
+static inline int is_name(int c) { return is_word(c) || c == '.' || c == '-'; }
+static inline int is_bare(int c) { return is_printable(c) && !strchr("\"'`,;(){}[]<>", c); }
+static inline int is_value(int c) { return c >= 0x20 && c <= 0x7e; }
+/* strchr() also "finds" the terminating NUL, which would put byte 0 in every set. */
+static inline int in_set(int c, const char *set) { return c > 0 && strchr(set, c) != NULL; }
+
+/* Byte at i, or -1 outside the text (the reference's empty string). */
+static inline int at(const scan_t *s, int64_t i) { return (i >= 0 && (size_t)i < s->n) ? s->b[i] : -1; }
+
+#define RUN_END(s, i, pred, limit)                                       \
+    ({                                                                   \
+        size_t _lim = (size_t)(i) + (size_t)(limit);                     \
+        size_t _e = (size_t)(i);                                         \
+        if (_lim > (s)->n) _lim = (s)->n;                                \
+        while (_e < _lim && pred((s)->b[_e])) _e++;                      \
+        _e;                                                              \
+    })
+
+static int starts_with(const scan_t *s, size_t i, const char *lit) {
+    size_t k = strlen(lit);
+    return i + k <= s->n && memcmp(s->b + i, lit, k) == 0;
+}
+
+/* Case-insensitive (ASCII) search of lit in [a, e). */
+static int contains_ci(const unsigned char *b, size_t a, size_t e, const char *lit) {
+    size_t k = strlen(lit);
+    if (e < a || e - a < k) return 0;
+    for (size_t i = a; i + k <= e; i++) {
+        size_t j = 0;
+        while (j < k && lower_ascii(b[i + j]) == lit[j]) j++;
+        if (j == k) return 1;
+    }
+    return 0;
+}
+
+static int64_t find_lit(const scan_t *s, const char *lit, size_t k, size_t from, size_t to) {
+    if (to > s->n) to = s->n;
+    for (size_t i = from; i + k <= to; i++)
+        if (s->b[i] == (unsigned char)lit[0] && memcmp(s->b + i, lit, k) == 0) return (int64_t)i;
+    return -1;
+}
+
+/* Start of the window of `width` code points before byte offset `start`. */
+static size_t window_start(const scan_t *s, size_t start, int width) {
+    size_t j = start;
+    int count = 0;
+    while (j > 0 && count < width) {
+        j--;
+        if ((s->b[j] & 0xC0) != 0x80) count++;
+    }
+    return j;
+}
+
+static int window_has(const scan_t *s, size_t start, int width, const char *k1, const char *k2) {
+    size_t w = window_start(s, start, width);
+    return contains_ci(s->b, w, start, k1) || contains_ci(s->b, w, start, k2);
+}
+
+static void emit(scan_t *s, size_t start, size_t end, int type, int validator) {
+    qg_findings *o = s->out;
+    if (o->len == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 64;
+        qg_finding *items = realloc(o->items, cap * sizeof *items);
+        if (!items) {
+            s->oom = 1;
+            return;
+        }
+        o->items = items;
+        o->cap = cap;
+    }
+    o->items[o->len++] = (qg_finding){(int64_t)start, (int64_t)end, type, validator};
+}
+
+static double entropy(const unsigned char *v, size_t n) {
+    size_t counts[128] = {0};
+    for (size_t i = 0; i < n; i++) counts[v[i] & 0x7f]++;
+    double h = 0.0;
+    for (int c = 0; c < 128; c++) {
+        if (counts[c]) {
+            double p = (double)counts[c] / (double)n;
+            h -= p * log2(p);
+        }
+    }
+    return h;
+}
+
+static const char *const PLACEHOLDER_WORDS[] = {
+    "password", "passwd", "pass", "pwd", "secret", "changeme", "changeit", "redacted",
+    "placeholder", "dummy", "test", "none", "null", "empty", "todo", "fixme", "admin",
+    "root", "default", "hunter2", "letmein", "token", "apikey", "api_key", "mypassword",
+    "yourpassword", NULL,
+};
+static const char *const PLACEHOLDER_PREFIXES[] = {
+    "$", "{{", "<", "%(", "%{", "#{", "your", "insert", "replace", "enter_", "enter-", NULL,
+};
+
+static int eq_ci(const unsigned char *v, size_t n, const char *w) {
+    size_t k = strlen(w);
+    if (k != n) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (lower_ascii(v[i]) != w[i]) return 0;
+    return 1;
+}
+
+static int prefix_ci(const unsigned char *v, size_t n, const char *w) {
+    size_t k = strlen(w);
+    if (k > n) return 0;
+    for (size_t i = 0; i < k; i++)
+        if (lower_ascii(v[i]) != w[i]) return 0;
+    return 1;
+}
+
+static int is_placeholder(const unsigned char *v, size_t n) {
+    if (n == 0) return 1;
+    if (contains_ci(v, 0, n, "example") || contains_ci(v, 0, n, "xxxx") || contains_ci(v, 0, n, "****"))
+        return 1;
+    for (int i = 0; PLACEHOLDER_PREFIXES[i]; i++)
+        if (prefix_ci(v, n, PLACEHOLDER_PREFIXES[i])) return 1;
+    size_t same = 0;
+    while (same < n && v[same] == v[0]) same++;
+    if (same == n) return 1;
+    for (int i = 0; PLACEHOLDER_WORDS[i]; i++)
+        if (eq_ci(v, n, PLACEHOLDER_WORDS[i])) return 1;
+    return 0;
+}
+
+static int has_example(const scan_t *s, size_t a, size_t e) { return contains_ci(s->b, a, e, "example"); }
+
+static void classes(const unsigned char *v, size_t n, int *lo, int *up, int *dg) {
+    *lo = *up = *dg = 0;
+    for (size_t i = 0; i < n; i++) {
+        *lo |= is_lower(v[i]);
+        *up |= is_upper(v[i]);
+        *dg |= is_digit(v[i]);
+    }
+}
+
+/* ------------------------------------------------------------------------ numeric chains */
+#define MAX_GROUPS 6
+
+static int ssa_valid(const char *d) {
+    int area = (d[0] - '0') * 100 + (d[1] - '0') * 10 + (d[2] - '0');
+    if (area == 0 || area == 666 || area >= 900) return 0;
+    if (d[3] == '0' && d[4] == '0') return 0;
+    if (d[5] == '0' && d[6] == '0' && d[7] == '0' && d[8] == '0') return 0;
+    return strncmp(d, "078051120", 9) != 0 && strncmp(d, "219099999", 9) != 0;
+}
+
+static int luhn(const char *d, int nd) {
+    int total = 0;
+    for (int k = 0; k < nd; k++) {
+        int v = d[nd - 1 - k] - '0';
+        if (k % 2 == 1) {
+            v *= 2;
+            if (v > 9) v -= 9;
+        }
+        total += v;
+    }
+    return total % 10 == 0;
+}
+
+static int iin_known(const char *d) {
+    int p2 = (d[0] - '0') * 10 + (d[1] - '0');
+    int p3 = p2 * 10 + (d[2] - '0');
+    int p4 = p3 * 10 + (d[3] - '0');
+    return d[0] == '4' || (p2 >= 51 && p2 <= 55) || (p4 >= 2221 && p4 <= 2720) || p2 == 34 || p2 == 37 ||
+           p4 == 6011 || p2 == 65 || (p3 >= 644 && p3 <= 649) || (p3 >= 300 && p3 <= 305) || p2 == 36 ||
+           p2 == 38 || (p4 >= 3528 && p4 <= 3589) || p2 == 62 || p2 == 50 || p2 == 56 || p2 == 57 ||
+           p2 == 58 || p2 == 67;
+}
+
+static int groups_eq(const int *g, int ng, const int *want, int nw) {
+    if (ng != nw) return 0;
+    for (int k = 0; k < ng; k++)
+        if (g[k] != want[k]) return 0;
+    return 1;
+}
+
+static int card_groups_ok(const int *g, int ng, int sep) {
+    static const int amex[] = {4, 6, 5}, diners[] = {4, 6, 4};
+    if (ng == 1) return 1;
+    if (sep != ' ' && sep != '-') return 0;
+    if (groups_eq(g, ng, amex, 3) || groups_eq(g, ng, diners, 3)) return 1;
+    for (int k = 0; k < ng - 1; k++)
+        if (g[k] != 4) return 0;
+    return g[ng - 1] >= 1 && g[ng - 1] <= 4;
+}
+
+static void chain(scan_t *s, size_t i) {
+    static const int G_SSN[] = {3, 2, 4}, G_NANP[] = {3, 3, 4}, G_NANP1[] = {1, 3, 3, 4}, G_LOCAL[] = {3, 4};
+    const unsigned char *b = s->b;
+    size_t n = s->n;
+    int prev = at(s, (int64_t)i - 1);
+    if (prev >= 0 && is_word(prev)) return;
+    if (in_set(prev, "-./:") && is_digit(at(s, (int64_t)i - 2))) return;
+    int g[MAX_GROUPS + 1];
+    int ng = 0;
+    char d[20];
+    size_t nd = 0; /* total digits; only the first 19 are kept (longer chains never match) */
+    int sep = 0;
+    size_t j = i;
+    for (;;) {
+        size_t k = j;
+        while (k < n && is_digit(b[k])) {
+            if (nd < 19) d[nd] = (char)b[k];
+            nd++;
+            k++;
+        }
+        g[ng++] = (int)(k - j);
+        j = k;
+        if (ng > MAX_GROUPS) return;
+        if (j + 1 < n && (b[j] == ' ' || b[j] == '-' || b[j] == '.') && is_digit(b[j + 1]) && (!sep || b[j] == sep)) {
+            sep = b[j];
+            j++;
+            continue;
+        }
+        break;
+    }
+    size_t end = j;
+    int after = at(s, (int64_t)end);
+    if (after >= 0 && is_word(after)) return;
+    if (in_set(after, "-./:") && is_digit(at(s, (int64_t)end + 1))) return;
+    if (prev == '+') {
+        int pp = at(s, (int64_t)i - 2);
+        if (!(pp >= 0 && is_word(pp)) && (sep == 0 || sep == ' ' || sep == '-') && nd >= 8 && nd <= 15 && d[0] != '0')
+            emit(s, i - 1, end, QG_PHONE, QG_V_E164);
+        return;
+    }
+    if (groups_eq(g, ng, G_SSN, 3) && (sep == ' ' || sep == '-')) {
+        if (ssa_valid(d)) emit(s, i, end, QG_SSN, QG_V_SSA);
+        return;
+    }
+    if (ng == 1 && g[0] == 9 && window_has(s, i, 40, "ssn", "social security")) {
+        if (ssa_valid(d)) emit(s, i, end, QG_SSN, QG_V_SSA);
+        return;
+    }
+    if (nd >= 13 && nd <= 19 && card_groups_ok(g, ng, sep) && iin_known(d) && luhn(d, (int)nd)) {
+        emit(s, i, end, QG_CREDIT_CARD, QG_V_LUHN);
+        return;
+    }
+    if (sep == '-' || sep == '.' || sep == ' ') {
+        if (groups_eq(g, ng, G_NANP, 3) && d[0] >= '2') {
+            emit(s, i, end, QG_PHONE, QG_V_NANP);
+            return;
+        }
+        if (groups_eq(g, ng, G_NANP1, 4) && d[0] == '1' && d[1] >= '2') {
+            emit(s, i, end, QG_PHONE, QG_V_NANP);
+            return;
+        }
+    }
+    if (groups_eq(g, ng, G_LOCAL, 2) && sep == '-') {
+        for (int gap = 1; gap >= 0; gap--) {
+            int64_t p = (int64_t)i - gap - 5;
+            if (p >= 0 && b[p] == '(' && b[p + 4] == ')' && is_digit(b[p + 1]) && is_digit(b[p + 2]) &&
+                is_digit(b[p + 3]) && b[p + 1] >= '2' && (gap == 0 || b[p + 5] == ' ')) {
+                int pp = at(s, p - 1);
+                if (!(pp >= 0 && is_word(pp))) {
+                    emit(s, (size_t)p, end, QG_PHONE, QG_V_NANP);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------- IBAN */
+static const struct {
+    char cc[3];
+    int len;
+} IBAN_LENGTHS[] = {
+    {"AD", 24}, {"AE", 23}, {"AL", 28}, {"AT", 20}, {"AZ", 28}, {"BA", 20}, {"BE", 16}, {"BG", 22}, {"BH", 22},
+    {"BR", 29}, {"CH", 21}, {"CR", 22}, {"CY", 28}, {"CZ", 24}, {"DE", 22}, {"DK", 18}, {"DO", 28}, {"EE", 20},
+    {"EG", 29}, {"ES", 24}, {"FI", 18}, {"FO", 18}, {"FR", 27}, {"GB", 22}, {"GE", 22}, {"GI", 23}, {"GL", 18},
+    {"GR", 27}, {"GT", 28}, {"HR", 21}, {"HU", 28}, {"IE", 22}, {"IL", 23}, {"IS", 26}, {"IT", 27}, {"JO", 30},
+    {"KW", 30}, {"KZ", 20}, {"LB", 28}, {"LI", 21}, {"LT", 20}, {"LU", 20}, {"LV", 21}, {"MC", 27}, {"MD", 24},
+    {"ME", 22}, {"MK", 19}, {"MR", 27}, {"MT", 31}, {"MU", 30}, {"NL", 18}, {"NO", 15}, {"PK", 24}, {"PL", 28},
+    {"PS", 29}, {"PT", 25}, {"QA", 29}, {"RO", 24}, {"RS", 22}, {"SA", 24}, {"SE", 24}, {"SI", 19}, {"SK", 24},
+    {"SM", 27}, {"TN", 24}, {"TR", 26}, {"UA", 29}, {"VG", 24}, {"XK", 20},
+};
+
+static int iban_length(const unsigned char *cc) {
+    for (size_t k = 0; k < sizeof IBAN_LENGTHS / sizeof IBAN_LENGTHS[0]; k++)
+        if (IBAN_LENGTHS[k].cc[0] == cc[0] && IBAN_LENGTHS[k].cc[1] == cc[1]) return IBAN_LENGTHS[k].len;
+    return 0;
+}
+
+static int mod97(const char *iban, int len) {
+    int r = 0;
+    for (int k = 0; k < len; k++) {
+        char ch = iban[(k + 4) % len];
+        int v = is_digit(ch) ? ch - '0' : ch - 'A' + 10;
+        r = v >= 10 ? (r * 100 + v) % 97 : (r * 10 + v) % 97;
+    }
+    return r;
+}
+
+static void iban(scan_t *s, size_t i) {
+    int prev = at(s, (int64_t)i - 1);
+    if (prev >= 0 && is_word(prev)) return;
+    if (!(is_upper(s->b[i]) && is_upper(at(s, i + 1)) && is_digit(at(s, i + 2)) && is_digit(at(s, i + 3)))) return;
+    int length = iban_length(s->b + i);
+    if (!length) return;
+    char compact[40];
+    size_t end;
+    if (at(s, i + 4) == ' ') {
+        memcpy(compact, s->b + i, 4);
+        int count = 4;
+        size_t j = i + 4;
+        while (count < length) {
+            if (at(s, j) != ' ') return;
+            size_t g_end = RUN_END(s, j + 1, is_iban_char, 5);
+            int glen = (int)(g_end - (j + 1));
+            if (glen == 0 || glen > 4 || count + glen > length || (glen < 4 && count + glen != length)) return;
+            memcpy(compact + count, s->b + j + 1, (size_t)glen);
+            count += glen;
+            j = g_end;
+        }
+        end = j;
+    } else {
+        end = RUN_END(s, i, is_iban_char, length + 1);
+        if ((int)(end - i) != length) return;
+        memcpy(compact, s->b + i, (size_t)length);
+    }
+    int after = at(s, (int64_t)end);
+    if (after >= 0 && is_word(after)) return;
+    if (mod97(compact, length) == 1) emit(s, i, end, QG_IBAN, QG_V_MOD97);
+}
+
+/* --------------------------------------------------------------------------------- email */
+static void email(scan_t *s, size_t p) {
+    const unsigned char *b = s->b;
+    size_t ls = p;
+    while (ls > 0 && p - ls <= 64 && is_local(b[ls - 1])) ls--;
+    if (p - ls > 64) return;
+    while (ls < p && b[ls] == '.') ls++;
+    if (ls == p || b[p - 1] == '.') return;
+    for (size_t k = ls; k + 1 < p; k++)
+        if (b[k] == '.' && b[k + 1] == '.') return;
+    size_t de = RUN_END(s, p + 1, is_domain, 256);
+    if (de - (p + 1) > 255) return;
+    while (de > p + 1 && (b[de - 1] == '.' || b[de - 1] == '-')) de--;
+    /* labels: at least two, each 1-63 chars, no leading/trailing '-', TLD letters only, 2+ */
+    int nlabels = 0;
+    size_t a = p + 1;
+    size_t last_a = a, last_e = a;
+    for (size_t k = p + 1; k <= de; k++) {
+        if (k == de || b[k] == '.') {
+            size_t len = k - a;
+            if (len == 0 || len > 63 || b[a] == '-' || b[k - 1] == '-') return;
+            nlabels++;
+            last_a = a;
+            last_e = k;
+            a = k + 1;
+        }
+    }
+    if (nlabels < 2 || last_e - last_a < 2) return;
+    for (size_t k = last_a; k < last_e; k++)
+        if (!is_alpha(b[k])) return;
+    size_t k = ls;
+    while (k > 0 && ls - k < 256 && is_url_segment(b[k - 1])) k--;
+    if (find_lit(s, "://", 3, k, ls) >= 0) return;
+    emit(s, ls, de, QG_EMAIL, QG_V_FORMAT);
+}
+
+/* ------------------------------------------------------------- URLs: databases and Slack */
+static const char *const DB_SCHEMES[] = {
+    "postgres", "postgresql", "pgsql", "mysql", "mariadb", "mongodb", "mongodb+srv", "redis",
+    "rediss", "amqp", "amqps", "mssql", "sqlserver", "oracle", "cockroachdb", "clickhouse",
+    "couchdb", "cassandra", "neo4j", "memcached", NULL,
+};
+static const char SLACK_HOOK[] = "://hooks.slack.com/services/";
+
+static void url(scan_t *s, size_t p) {
+    const unsigned char *b = s->b;
+    size_t sc = p;
+    while (sc > 0 && p - sc <= 32 && is_scheme(b[sc - 1])) sc--;
+    if (p - sc <= 32 && p > sc) {
+        size_t slen = p - sc;
+        if (!eq_ci(b + sc, slen, "mongodb+srv")) {
+            const unsigned char *plus = memchr(b + sc, '+', slen);
+            if (plus) slen = (size_t)(plus - (b + sc));
+        }
+        int known = 0;
+        for (int k = 0; DB_SCHEMES[k] && !known; k++) known = eq_ci(b + sc, slen, DB_SCHEMES[k]);
+        if (known) {
+            size_t a0 = p + 3;
+            size_t a_end = RUN_END(s, a0, is_authority, 257);
+            if (a_end - a0 <= 256) {
+                int64_t at_pos = -1;
+                for (size_t k = a0; k < a_end; k++)
+                    if (b[k] == '@') at_pos = (int64_t)k;
+                if (at_pos > (int64_t)a0 && (size_t)at_pos < a_end - 1) {
+                    const unsigned char *colon = memchr(b + a0, ':', (size_t)at_pos - a0);
+                    if (colon) {
+                        size_t pw_start = (size_t)(colon - b) + 1, pw_end = (size_t)at_pos;
+                        if (pw_end > pw_start && !is_placeholder(b + pw_start, pw_end - pw_start))
+                            emit(s, pw_start, pw_end, QG_DATABASE_URL_PASSWORD, QG_V_URL_USERINFO);
+                    }
+                }
+            }
+        }
+    }
+    if (p >= 5 && prefix_ci(b + p - 5, 5, "https") && starts_with(s, p, SLACK_HOOK)) {
+        size_t j = p + sizeof SLACK_HOOK - 1;
+        size_t ps[3], pe[3];
+        for (int k = 0; k < 3; k++) {
+            size_t e = RUN_END(s, j, is_alnum, 257);
+            ps[k] = j;
+            pe[k] = e;
+            j = e;
+            if (k < 2) {
+                if (at(s, j) != '/') return;
+                j++;
+            }
+        }
+        if (pe[0] > ps[0] && b[ps[0]] == 'T' && pe[1] > ps[1] && b[ps[1]] == 'B' && pe[0] - ps[0] >= 8 &&
+            pe[1] - ps[1] >= 8 && pe[2] - ps[2] >= 16 && pe[2] - ps[2] <= 256) {
+            int after = at(s, (int64_t)j);
+            if (!(after >= 0 && is_word(after)) && !has_example(s, p - 5, j))
+                emit(s, p - 5, j, QG_SLACK_TOKEN, QG_V_FORMAT);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ prefixed tokens */
+static const char *const AWS_PREFIXES[] = {"AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA", NULL};
+
+static void emit_token(scan_t *s, size_t i, size_t e, int type) {
+    if (!has_example(s, i, e)) emit(s, i, e, type, QG_V_FORMAT);
+}
+
+static int all_alnum(const unsigned char *v, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (!is_alnum(v[k])) return 0;
+    return 1;
+}
+
+static void token(scan_t *s, size_t i) {
+    const unsigned char *b = s->b;
+    int prev = at(s, (int64_t)i - 1);
+    int c = b[i];
+    if (c == 'A' && !(prev >= 0 && is_alnum(prev))) {
+        for (int k = 0; AWS_PREFIXES[k]; k++) {
+            if (starts_with(s, i, AWS_PREFIXES[k])) {
+                size_t e = RUN_END(s, i, is_alnum, 21);
+                int ok = e - i == 20;
+                for (size_t q = i + 4; ok && q < e; q++) ok = is_base32(b[q]);
+                if (ok) emit_token(s, i, e, QG_AWS_ACCESS_KEY);
+                break;
+            }
+        }
+    }
+    if (c == 'g' && !(prev >= 0 && is_word(prev)) && at(s, i + 1) == 'h') {
+        size_t e = RUN_END(s, i, is_word, 257);
+        size_t len = e - i;
+        if (len >= 4 && b[i + 3] == '_' && in_set(b[i + 2], "pousr")) {
+            if (len == 40 && all_alnum(b + i + 4, 36)) emit_token(s, i, e, QG_GITHUB_TOKEN);
+        } else if (len == 93 && starts_with(s, i, "github_pat_") && b[i + 33] == '_' && all_alnum(b + i + 11, 22) &&
+                   all_alnum(b + i + 34, 59)) {
+            emit_token(s, i, e, QG_GITHUB_TOKEN);
+        }
+    }
+    if (c == 'g' && !(prev >= 0 && is_word_dash(prev)) && starts_with(s, i, "glpat-")) {
+        size_t e = RUN_END(s, i, is_word_dash, 257);
+        if (e - i - 6 >= 20 && e - i - 6 <= 50) emit_token(s, i, e, QG_GITLAB_TOKEN);
+    }
+    if (c == 'x' && !(prev >= 0 && is_alnum_dash(prev)) && starts_with(s, i, "xox") && i + 5 <= s->n &&
+        in_set(b[i + 3], "baprs") && b[i + 4] == '-') {
+        size_t e = RUN_END(s, i, is_alnum_dash, 257);
+        int digit = 0;
+        for (size_t q = i + 5; q < e; q++) digit |= is_digit(b[q]);
+        if (e - i - 5 >= 10 && e - i <= 256 && digit) emit_token(s, i, e, QG_SLACK_TOKEN);
+    }
+    if ((c == 's' || c == 'r') && !(prev >= 0 && is_word(prev)) &&
+        (starts_with(s, i, "sk_live_") || starts_with(s, i, "sk_test_") || starts_with(s, i, "rk_live_") ||
+         starts_with(s, i, "rk_test_"))) {
+        size_t e = RUN_END(s, i, is_word, 257);
+        size_t rest = e - i - 8;
+        if (rest >= 16 && rest <= 247 && all_alnum(b + i + 8, rest)) emit_token(s, i, e, QG_STRIPE_KEY);
+    }
+    if (c == 's' && !(prev >= 0 && is_word_dash(prev)) && starts_with(s, i, "sk-")) {
+        size_t e = RUN_END(s, i, is_word_dash, 257);
+        size_t rest = e - i - 3;
+        int lo, up, dg;
+        classes(b + i + 3, rest, &lo, &up, &dg);
+        if (rest >= 32 && rest <= 253 && lo && up && dg) emit_token(s, i, e, QG_OPENAI_KEY);
+    }
+}
+
+/* ----------------------------------------------------------------------------------- JWT */
+static int b64url_value(int c) {
+    if (is_upper(c)) return c - 'A';
+    if (is_lower(c)) return c - 'a' + 26;
+    if (is_digit(c)) return c - '0' + 52;
+    return c == '-' ? 62 : 63; /* '_' */
+}
+
+static int jwt_header_ok(const unsigned char *seg, size_t len) {
+    unsigned char h[3072 + 3];
+    size_t hn = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    if (len % 4 == 1) return 0;
+    for (size_t k = 0; k < len; k++) {
+        acc = (acc << 6) | (uint32_t)b64url_value(seg[k]);
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            h[hn++] = (unsigned char)(acc >> bits);
+            acc &= (1u << bits) - 1;
+        }
+    }
+    size_t a = 0, e = hn;
+    while (a < e && in_set(h[a], " \t\r\n")) a++;
+    while (e > a && in_set(h[e - 1], " \t\r\n")) e--;
+    if (e - a < 2 || h[a] != '{' || h[e - 1] != '}') return 0;
+    for (size_t k = a; k + 5 <= e; k++) {
+        if (memcmp(h + k, "\"alg\"", 5) == 0) {
+            size_t q = k + 5;
+            while (q < e && in_set(h[q], " \t\r\n")) q++;
+            if (q < e && h[q] == ':') return 1;
+        }
+    }
+    return 0;
+}
+
+static void jwt(scan_t *s, size_t i) {
+    int prev = at(s, (int64_t)i - 1);
+    if (prev >= 0 && (is_word_dash(prev) || prev == '.')) return;
+    size_t e1 = RUN_END(s, i, is_word_dash, 4097);
+    if (e1 - i > 4096 || at(s, e1) != '.') return;
+    size_t e2 = RUN_END(s, e1 + 1, is_word_dash, 65537);
+    if (e2 - (e1 + 1) < 2 || e2 - (e1 + 1) > 65536 || at(s, e2) != '.') return;
+    size_t e3 = RUN_END(s, e2 + 1, is_word_dash, 4097);
+    if (e3 - (e2 + 1) > 4096) return;
+    if (!jwt_header_ok(s->b + i, e1 - i) || has_example(s, i, e3)) return;
+    emit(s, i, e3, QG_JWT, QG_V_JWT_HEADER);
+}
+
+/* ----------------------------------------------------------------------------------- PEM */
+static const char PEM_BEGIN[] = "-----BEGIN ";
+
+static void pem(scan_t *s, size_t i) {
+    const unsigned char *b = s->b;
+    size_t ls = i + sizeof PEM_BEGIN - 1;
+    size_t le = RUN_END(s, ls, is_pem_label, 65);
+    if (le - ls > 64 || !contains_ci(b, ls, le, "private key") || !starts_with(s, le, "-----")) return;
+    /* contains_ci folds case but the label class is upper-case only, so it is exact here */
+    size_t h = le + 5;
+    int64_t nxt = find_lit(s, PEM_BEGIN, sizeof PEM_BEGIN - 1, h, s->n);
+    size_t region_end = nxt < 0 ? s->n : (size_t)nxt;
+    char marker[9 + 64 + 5 + 1];
+    size_t mlen = 0;
+    memcpy(marker, "-----END ", 9);
+    mlen = 9;
+    memcpy(marker + mlen, b + ls, le - ls);
+    mlen += le - ls;
+    memcpy(marker + mlen, "-----", 5);
+    mlen += 5;
+    int64_t q = find_lit(s, marker, mlen, h, region_end);
+    if (q >= 0) {
+        emit(s, i, (size_t)q + mlen, QG_PRIVATE_KEY, QG_V_PEM_ARMOR);
+        return;
+    }
+    size_t e = RUN_END(s, h, is_pem_body, region_end - h);
+    while (e > h && in_set(b[e - 1], "\r\n\t \\")) e--;
+    emit(s, i, e, QG_PRIVATE_KEY, QG_V_PEM_BEGIN);
+}
+
+/* ---------------------------------------------------------- 40-character AWS secret keys */
+static int is_hex_digest(const unsigned char *v, size_t n) {
+    if (n != 32 && n != 40 && n != 64) return 0;
+    for (size_t k = 0; k < n; k++)
+        if (!is_hex(v[k])) return 0;
+    return 1;
+}
+
+static void aws_secret(scan_t *s, size_t i) {
+    const unsigned char *b = s->b;
+    int prev = at(s, (int64_t)i - 1);
+    if (prev >= 0 && (is_b64(prev) || prev == '_' || prev == '-')) return;
+    size_t e = RUN_END(s, i, is_b64, 41);
+    int after = at(s, (int64_t)e);
+    if (e - i != 40 || (after >= 0 && (is_b64(after) || after == '_' || after == '-' || after == '='))) return;
+    int lo, up, dg;
+    classes(b + i, 40, &lo, &up, &dg);
+    if (!(lo && up && dg) || is_hex_digest(b + i, 40) || has_example(s, i, e)) return;
+    double h = entropy(b + i, 40);
+    if (h >= 3.5 && window_has(s, i, 64, "aws", "secret")) {
+        emit(s, i, e, QG_AWS_SECRET_KEY, QG_V_AWS_CONTEXT);
+        return;
+    }
+    if (h >= 4.5 && (memchr(b + i, '+', 40) || memchr(b + i, '/', 40))) emit(s, i, e, QG_AWS_SECRET_KEY, QG_V_ENTROPY45);
+}
+
+/* ---------------------------------------------------------- generic name = value secrets */
+static const char *const SECRET_WORDS[] = {
+    "key", "keys", "secret", "secrets", "token", "tokens", "password", "passwords", "passwd",
+    "pwd", "pass", "passphrase", "auth", "credential", "credentials", "apikey", "pw", NULL,
+};
+static const char *const SECRET_SUFFIXES[] = {
+    "secret", "token", "password", "passwd", "apikey", "privatekey", "accesskey", "secretkey", NULL,
+};
+static const char *const NAME_STOP[] = {
+    "url", "uri", "path", "file", "filename", "dir", "name", "id", "ids", "count", "len",
+    "length", "size", "type", "header", "field", "env", "var", "prefix", "suffix", "format",
+    "fmt", "mode", "ttl", "timeout", "expiry", "expires", "expiration", "endpoint", "method",
+    "kind", "policy", "label", "hint", "min", "max", "regex", "pattern", "reset", "limit",
+    "version", "algorithm", "alg", "location", "host", "port", "user", "username", "enabled", NULL,
+};
+
+static int in_list(const unsigned char *v, size_t n, const char *const *list) {
+    for (int k = 0; list[k]; k++)
+        if (eq_ci(v, n, list[k])) return 1;
+    return 0;
+}
+
+static int ends_with_any(const unsigned char *v, size_t n, const char *const *list) {
+    for (int k = 0; list[k]; k++) {
+        size_t m = strlen(list[k]);
+        if (m <= n && eq_ci(v + n - m, m, list[k])) return 1;
+    }
+    return 0;
+}
+
+/* name_components + _secret_name of the reference: words split at _ . - and camelCase. */
+static int secret_name(const unsigned char *name, size_t n) {
+    size_t starts[65], ends[65];
+    int np = 0;
+    size_t cur = 0, cur_len = 0;
+    for (size_t k = 0; k < n; k++) {
+        int c = name[k];
+        if (c == '_' || c == '.' || c == '-') {
+            if (cur_len) {
+                starts[np] = cur;
+                ends[np++] = cur + cur_len;
+            }
+            cur_len = 0;
+            continue;
+        }
+        int prev = k > 0 ? name[k - 1] : -1;
+        int nxt = k + 1 < n ? name[k + 1] : -1;
+        if (cur_len && is_upper(c) &&
+            (is_lower(prev) || is_digit(prev) || (is_upper(prev) && nxt >= 0 && is_lower(nxt)))) {
+            starts[np] = cur;
+            ends[np++] = cur + cur_len;
+            cur_len = 0;
+        }
+        if (!cur_len) cur = k;
+        cur_len++;
+    }
+    if (cur_len) {
+        starts[np] = cur;
+        ends[np++] = cur + cur_len;
+    }
+    if (!np || in_list(name + starts[np - 1], ends[np - 1] - starts[np - 1], NAME_STOP)) return 0;
+    for (int k = 0; k < np; k++) {
+        const unsigned char *w = name + starts[k];
+        size_t wl = ends[k] - starts[k];
+        if (in_list(w, wl, SECRET_WORDS) || ends_with_any(w, wl, SECRET_SUFFIXES)) return 1;
+    }
+    return 0;
+}
+
+static int is_uuid(const unsigned char *v, size_t n) {
+    static const int shape[] = {8, 4, 4, 4, 12};
+    if (n != 36) return 0;
+    size_t k = 0;
+    for (int g = 0; g < 5; g++) {
+        for (int q = 0; q < shape[g]; q++, k++)
+            if (!is_hex(v[k])) return 0;
+        if (g < 4) {
+            if (v[k] != '-') return 0;
+            k++;
+        }
+    }
+    return 1;
+}
+
+static int generic_value_ok(const unsigned char *v, size_t n, int quoted) {
+    if (n < 16 || n > 256 || memchr(v, ' ', n) || memchr(v, '\t', n)) return 0;
+    if (is_placeholder(v, n) || contains_ci(v, 0, n, "://") || v[0] == '/' || v[0] == '~') return 0;
+    if (prefix_ci(v, n, "./") || prefix_ci(v, n, "../")) return 0;
+    if (is_uuid(v, n) || is_hex_digest(v, n)) return 0;
+    int lo, up, dg, sym = 0, ident = 1;
+    classes(v, n, &lo, &up, &dg);
+    for (size_t k = 0; k < n; k++) {
+        if (!is_alnum(v[k]) && v[k] != '_' && v[k] != '-' && v[k] != '.') sym = 1;
+        if (!is_word(v[k]) && v[k] != '.') ident = 0;
+    }
+    if (lo + up + dg + sym < 2) return 0;
+    if (!quoted && !dg && ident) return 0;
+    return entropy(v, n) >= 3.5;
+}
+
+static void generic(scan_t *s, size_t p) {
+    const unsigned char *b = s->b;
+    size_t n = s->n;
+    int sep = b[p];
+    int nxt = at(s, (int64_t)p + 1);
+    int prev = at(s, (int64_t)p - 1);
+    size_t v = p + 1;
+    if (sep == '=') {
+        if (nxt == '=' || prev < 0 || in_set(prev, "=!<>:")) return;
+        if (nxt == '>') v++;
+    } else {
+        if (nxt == ':' || prev == ':' || nxt == '/') return;
+        if (nxt == '=') v++;
+    }
+    size_t k = p;
+    while (k > 0 && (b[k - 1] == ' ' || b[k - 1] == '\t')) k--;
+    if (k > 0 && (b[k - 1] == '"' || b[k - 1] == '\'')) k--;
+    size_t ne = k;
+    while (k > 0 && ne - k <= 64 && is_name(b[k - 1])) k--;
+    if (ne - k > 64 || ne == k) return;
+    int letter = 0;
+    for (size_t q = k; q < ne; q++) letter |= is_alpha(b[q]);
+    if (!letter || !secret_name(b + k, ne - k)) return;
+    while (v < n && (b[v] == ' ' || b[v] == '\t')) v++;
+    int q = at(s, (int64_t)v);
+    size_t start, end;
+    int quoted;
+    if (q == '"' || q == '\'' || q == '`') {
+        size_t lim = v + 1 + 513 > n ? n : v + 1 + 513;
+        size_t e = v + 1;
+        while (e < lim && is_value(b[e]) && b[e] != q) e++;
+        if (at(s, (int64_t)e) != q) return;
+        start = v + 1;
+        end = e;
+        quoted = 1;
+    } else {
+        size_t e = RUN_END(s, v, is_bare, 257);
+        if (e - v > 256 || at(s, (int64_t)e) == '(') return;
+        start = v;
+        end = e;
+        quoted = 0;
+    }
+    if (generic_value_ok(b + start, end - start, quoted)) emit(s, start, end, QG_GENERIC_SECRET, QG_V_ENTROPY35);
+}
+
+/* --------------------------------------------------------------------- overlap resolution */
+static int cmp_start_end(const void *x, const void *y) {
+    const qg_finding *a = x, *b = y;
+    if (a->start != b->start) return a->start < b->start ? -1 : 1;
+    if (a->end != b->end) return a->end < b->end ? -1 : 1;
+    if (a->type != b->type) return a->type < b->type ? -1 : 1;
+    return (a->validator > b->validator) - (a->validator < b->validator);
+}
+
+static int cmp_end(const void *x, const void *y) {
+    const qg_finding *a = x, *b = y;
+    return (a->end > b->end) - (a->end < b->end);
+}
+
+/* The reference's priority: longer first, then stronger type, then earlier, then validator. */
+static int cmp_priority(const void *x, const void *y) {
+    const qg_finding *a = x, *b = y;
+    int64_t la = a->end - a->start, lb = b->end - b->start;
+    if (la != lb) return la > lb ? -1 : 1;
+    if (a->type != b->type) return a->type < b->type ? -1 : 1;
+    if (a->start != b->start) return a->start < b->start ? -1 : 1;
+    return (a->validator > b->validator) - (a->validator < b->validator);
+}
+
+/* Byte offsets -> code-point offsets: count the bytes that are not UTF-8 continuation bytes. */
+static void to_code_points(const unsigned char *b, qg_findings *f) {
+    size_t pos = 0;
+    int64_t cp = 0;
+    qsort(f->items, f->len, sizeof *f->items, cmp_start_end);
+    for (size_t k = 0; k < f->len; k++) {
+        size_t target = (size_t)f->items[k].start;
+        for (; pos < target; pos++) cp += (b[pos] & 0xC0) != 0x80;
+        f->items[k].start = cp;
+    }
+    pos = 0;
+    cp = 0;
+    qsort(f->items, f->len, sizeof *f->items, cmp_end);
+    for (size_t k = 0; k < f->len; k++) {
+        size_t target = (size_t)f->items[k].end;
+        for (; pos < target; pos++) cp += (b[pos] & 0xC0) != 0x80;
+        f->items[k].end = cp;
+    }
+}
+
+/* Greedy selection, run per cluster of transitively overlapping candidates: candidates in
+ * different clusters cannot overlap, so this equals the reference's global greedy pass. */
+static void resolve(qg_findings *f) {
+    size_t n = f->len, out = 0, k = 0;
+    qsort(f->items, n, sizeof *f->items, cmp_start_end);
+    while (k < n) {
+        size_t c_end = k + 1;
+        int64_t reach = f->items[k].end;
+        while (c_end < n && f->items[c_end].start < reach) {
+            if (f->items[c_end].end > reach) reach = f->items[c_end].end;
+            c_end++;
+        }
+        size_t taken_from = out;
+        if (c_end - k > 1) qsort(f->items + k, c_end - k, sizeof *f->items, cmp_priority);
+        for (size_t q = k; q < c_end; q++) {
+            qg_finding c = f->items[q];
+            int free_ = 1;
+            for (size_t t = taken_from; t < out && free_; t++)
+                free_ = c.end <= f->items[t].start || f->items[t].end <= c.start;
+            if (free_) f->items[out++] = c;
+        }
+        k = c_end;
+    }
+    f->len = out;
+    qsort(f->items, out, sizeof *f->items, cmp_start_end);
+}
+
+/* ------------------------------------------------------------------------------- driver */
+int qg_detect(const unsigned char *b, size_t n, qg_findings *out) {
+    scan_t s = {b, n, out, 0};
+    int ascii = 1;
+    out->len = 0;
+    for (size_t i = 0; i < n && !s.oom; i++) {
+        int c = b[i];
+        if (c >= 0x80) {
+            ascii = 0;
+            continue;
+        }
+        int prev = i ? b[i - 1] : -1;
+        if (is_digit(c) && !(prev >= 0 && is_digit(prev))) chain(&s, i);
+        if (is_upper(c)) iban(&s, i);
+        if (c == 'A' || c == 'g' || c == 'x' || c == 's' || c == 'r') token(&s, i);
+        if (c == '@') email(&s, i);
+        if (c == ':' && i + 3 <= n && b[i + 1] == '/' && b[i + 2] == '/') url(&s, i);
+        if (c == 'e' && i + 3 <= n && b[i + 1] == 'y' && b[i + 2] == 'J') jwt(&s, i);
+        if (c == '-' && starts_with(&s, i, PEM_BEGIN)) pem(&s, i);
+        if (is_b64(c) && !(prev >= 0 && is_b64(prev))) aws_secret(&s, i);
+        if (c == '=' || c == ':') generic(&s, i);
+    }
+    if (s.oom) return -1;
+    if (!ascii) to_code_points(b, out);
+    resolve(out);
+    return 0;
+}
+
+void qg_findings_free(qg_findings *f) {
+    free(f->items);
+    f->items = NULL;
+    f->len = f->cap = 0;
+}
