@@ -1,0 +1,222 @@
+"""Markdown report, frontier plot and target checks for an evaluation run."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["check_targets", "recommend", "write_report", "CLASS_CEILINGS"]
+
+#: Epsilon ceilings per sensitivity class (the policy defaults; PUBLIC has none).
+try:
+    from ..policy import DEFAULT_CEILINGS as _CEILINGS
+
+    CLASS_CEILINGS: dict[str, float | None] = {"PUBLIC": None, **_CEILINGS}
+except ImportError:  # the policy module is written by another engineer in parallel
+    CLASS_CEILINGS = {"PUBLIC": None, "PII": 2.0, "CREDENTIAL": 1.0, "PROPRIETARY": 8.0}
+
+SECRET_MAX_X_CHANCE = 2.0
+IDENT_MAX_ADVANTAGE = 0.05
+MIN_RECALL_RATIO = 0.95
+
+
+def _row(results: dict[str, Any], *, policy_default: bool, redaction: bool) -> dict[str, Any]:
+    for r in results["levels"]:
+        if r["policy_default"] == policy_default and r["redaction"] == redaction:
+            return r
+    raise KeyError("no such level in the results")
+
+
+def check_targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Check the three targets at the policy default level with redaction on.
+
+    Returns:
+        name -> ``{"value", "limit", "ok"}`` for ``secret_x_chance``,
+        ``identifier_adaptive_advantage`` and ``recall_ratio``.
+    """
+    r = _row(results, policy_default=True, redaction=True)
+    secret = r["secret"]["all"]["x_chance"]
+    adv = r["bow_adaptive"]["identifier"]["advantage"]
+    ratio = r["utility"]["recall_ratio"]
+    return {
+        "secret_x_chance": {"value": secret, "limit": f"<= {SECRET_MAX_X_CHANCE:g}", "ok": secret <= SECRET_MAX_X_CHANCE},
+        "identifier_adaptive_advantage": {"value": adv, "limit": f"<= {IDENT_MAX_ADVANTAGE:g}", "ok": adv <= IDENT_MAX_ADVANTAGE},
+        "recall_ratio": {"value": ratio, "limit": f">= {MIN_RECALL_RATIO:g}", "ok": ratio >= MIN_RECALL_RATIO},
+    }
+
+
+def recommend(results: dict[str, Any]) -> dict[str, str]:
+    """Recommended operating point per sensitivity class, from the measured frontier.
+
+    With redaction on, the strongest measured noise whose epsilon is within the class ceiling and
+    whose known-item recall stays >= 95 % of clean.
+    """
+    out: dict[str, str] = {}
+    rows = [r for r in results["levels"] if r["redaction"]]
+    for cls, ceiling in CLASS_CEILINGS.items():
+        if ceiling is None:
+            out[cls] = "redaction on; noise optional (public text: no privacy claim is made for it)"
+            continue
+        ok = [
+            r
+            for r in rows
+            if r["epsilon"] is not None
+            and r["epsilon"] <= ceiling
+            and r["utility"]["recall_ratio"] >= MIN_RECALL_RATIO
+        ]
+        if not ok:
+            out[cls] = (
+                f"no measured level meets both epsilon <= {ceiling:g} and recall >= 95 % of clean: "
+                "calibrate on your own collection (`qdrant-guard calibrate`) or accept more recall loss"
+            )
+            continue
+        best = max(ok, key=lambda r: r["sigma"])
+        out[cls] = (
+            f"redaction on + gaussian epsilon {best['epsilon']:.3g} at radius "
+            f"{results['config']['policy']['radius']:g} (sigma {best['scale']:.4f}): recall "
+            f"{best['utility']['recall_ratio']:.1%} of clean, secret top-1 "
+            f"{best['secret']['all']['x_chance']:.1f}x chance"
+        )
+    return out
+
+
+def _fmt(x: float | None, spec: str = ".3f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def _plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    for red, style in ((False, "--"), (True, "-")):
+        rows = sorted((r for r in results["levels"] if r["redaction"] == red), key=lambda r: r["sigma"])
+        xs = [r["scale"] for r in rows]
+        tag = "redaction on" if red else "redaction off"
+        axes[0].plot(xs, [r["utility"]["recall_ratio"] for r in rows], style, marker="o", label=f"recall@10 / clean ({tag})")
+        axes[0].plot(xs, [r["utility"]["overlap"] for r in rows], style, marker="s", label=f"overlap@10 ({tag})")
+        axes[1].plot(xs, [r["secret"]["all"]["top1"] for r in rows], style, marker="o", label=f"secret top-1 ({tag})")
+        axes[1].plot(xs, [r["reid"]["top1"] for r in rows], style, marker="^", label=f"re-identification top-1 ({tag})")
+        axes[2].plot(xs, [r["bow_adaptive"]["identifier"]["advantage"] for r in rows], style, marker="o", label=f"identifier F1 - prior ({tag})")
+        axes[2].plot(xs, [r["bow_adaptive"]["topic"]["advantage"] for r in rows], style, marker="s", label=f"topic F1 - prior ({tag})")
+    pd = _row(results, policy_default=True, redaction=True)["scale"]
+    chance = results["levels"][0]["secret"]["all"]["chance"]
+    axes[0].axhline(MIN_RECALL_RATIO, color="grey", lw=0.8)
+    axes[1].axhline(chance, color="grey", lw=0.8)
+    axes[1].set_yscale("log")
+    axes[2].axhline(IDENT_MAX_ADVANTAGE, color="grey", lw=0.8)
+    titles = ("utility", "secret recovery / re-identification (log)", "bag-of-words inversion (adaptive)")
+    for ax, title in zip(axes, titles):
+        ax.axvline(pd, color="red", lw=0.8, ls=":")
+        ax.set_xlabel("noise sigma per coordinate (red: policy default)")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(results: dict[str, Any], out_dir: str | Path, *, command: str = "") -> Path:
+    """Write ``report.md``, ``frontier.png`` and ``results.json`` into ``out_dir``.
+
+    Returns:
+        The path of ``report.md``.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    _plot(results, out / "frontier.png")
+    cfg = results["config"]
+    lines = [
+        "# qdrant-guard eval report",
+        "",
+        f"Command: `{command}`" if command else "",
+        "",
+        f"Model all-MiniLM-L6-v2 (384-d); {cfg['n_docs']} pydoc paragraphs; {cfg['n_queries']} "
+        f"known-item queries; {cfg['carriers']} secret carriers x {cfg['n_candidates']} candidates; "
+        f"seed {cfg['seed']}; noise: gaussian, keyed mode, radius {cfg['policy']['radius']:g}, "
+        f"delta {cfg['policy']['delta']:g}, clip_norm {cfg['policy']['clip_norm']}; noise on documents "
+        f"and queries. Run time {results['elapsed_s']:.0f} s. See docs/eval.md for the method.",
+        "",
+        f"Detector: {results['detector']['redacted']}/{results['detector']['planted']} planted secrets "
+        "removed by `qdrant_guard.detect.redact`.",
+        "",
+        "## Targets (policy default level, redaction on)",
+        "",
+        "| target | measured | limit | ok |",
+        "|---|---|---|---|",
+    ]
+    for name, t in check_targets(results).items():
+        lines.append(f"| {name} | {t['value']:.4f} | {t['limit']} | {'yes' if t['ok'] else 'NO'} |")
+    lines += ["", "## Recommended operating point per sensitivity class", ""]
+    for cls, text in recommend(results).items():
+        lines.append(f"- **{cls}**: {text}")
+    lines += [
+        "",
+        "## Utility",
+        "",
+        f"Clean known-item recall@10 = {results['clean']['recall']:.3f}, nDCG@10 = {results['clean']['ndcg']:.3f}.",
+        "",
+        "| level | sigma | epsilon | redaction | recall@10 | / clean | nDCG@10 | overlap@10 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results["levels"]:
+        u = r["utility"]
+        lines.append(
+            f"| {r['level']} | {r['scale']:.4f} | {_fmt(r['epsilon'], '.3g')} | {'on' if r['redaction'] else 'off'} "
+            f"| {u['recall']:.3f} | {u['recall_ratio']:.3f} | {u['ndcg']:.3f} | {u['overlap']:.3f} |"
+        )
+    lines += [
+        "",
+        "## Attack 1: secret recovery by candidate ranking (top-1; chance = "
+        f"{1 / cfg['n_candidates']:.2%})",
+        "",
+        "| level | sigma | redaction | all | x chance | ssn | card | api_key | mean rank pct |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results["levels"]:
+        s = r["secret"]
+        ranks = [s[k]["mean_rank_pct"] for k in s if k != "all"]
+        lines.append(
+            f"| {r['level']} | {r['scale']:.4f} | {'on' if r['redaction'] else 'off'} | {s['all']['top1']:.2%} "
+            f"| {s['all']['x_chance']:.1f} | {s.get('ssn', {}).get('top1', 0):.1%} | {s.get('card', {}).get('top1', 0):.1%} "
+            f"| {s.get('api_key', {}).get('top1', 0):.1%} | {sum(ranks) / len(ranks):.3f} |"
+        )
+    lines += [
+        "",
+        "## Attack 2: bag-of-words inversion (micro-F1 on the test split)",
+        "",
+        f"Vocabulary: {cfg['bow_vocab']['identifier']} identifier tokens, {cfg['bow_vocab']['topic']} "
+        f"topic words; split {cfg['bow_split']['train']} train / {cfg['bow_split']['test']} test.",
+        "",
+        "| level | sigma | redaction | ident prior | ident naive | ident adaptive | topic prior | topic naive | topic adaptive |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results["levels"]:
+        n, a = r["bow_naive"], r["bow_adaptive"]
+        lines.append(
+            f"| {r['level']} | {r['scale']:.4f} | {'on' if r['redaction'] else 'off'} "
+            f"| {a['identifier']['prior_f1']:.3f} | {n['identifier']['f1']:.3f} | {a['identifier']['f1']:.3f} "
+            f"| {a['topic']['prior_f1']:.3f} | {n['topic']['f1']:.3f} | {a['topic']['f1']:.3f} |"
+        )
+    lines += [
+        "",
+        "## Attack 3: nearest-neighbour re-identification in the corpus",
+        "",
+        f"Chance = 1/{cfg['n_docs']}.",
+        "",
+        "| level | sigma | redaction | top-1 | top-10 |",
+        "|---|---|---|---|---|",
+    ]
+    for r in results["levels"]:
+        lines.append(
+            f"| {r['level']} | {r['scale']:.4f} | {'on' if r['redaction'] else 'off'} "
+            f"| {r['reid']['top1']:.3f} | {r['reid']['top10']:.3f} |"
+        )
+    lines += ["", "![frontier](frontier.png)", ""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path

@@ -1,0 +1,262 @@
+"""The evaluation sweep: utility and attacks at each noise level, with and without redaction.
+
+Noise comes from the production mechanism, :func:`qdrant_guard.noise.privatize`, in *keyed* mode
+(what the guard does by default: the same vector always gets the same noise) under keys derived
+from ``--seed`` with SHA-256, so a run is reproducible. The seed never reaches production noise: it
+only derives the keys of this sweep, samples the queries/carriers/splits with numpy, and nothing
+else. The attack models themselves are deterministic (closed-form).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..utility import progress_iter, retrieval_metrics
+from . import attacks
+from .corpus import load_paragraphs, make_carriers, make_queries
+
+__all__ = ["EvalConfig", "Level", "make_levels", "epsilon_for_sigma", "run_sweep", "DEFAULT_SIGMAS"]
+
+#: Noise levels swept by default: sigma per coordinate of a unit-norm 384-d embedding.
+DEFAULT_SIGMAS: tuple[float, ...] = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08)
+
+
+@dataclass
+class EvalConfig:
+    """What one evaluation run does.
+
+    Attributes:
+        seed: derives the sweep's noise keys and the numpy samples (never production noise).
+        sigmas: noise levels (sigma per coordinate); 0 = no noise.
+        max_docs: use at most this many paragraphs.
+        n_queries: known-item queries.
+        carriers_per_kind: paragraphs carrying a planted secret, per secret kind.
+        n_candidates: the attacker's candidate values per carrier (chance = 1/n_candidates).
+        k: retrieval cut-off.
+        progress: draw progress bars.
+    """
+
+    seed: int = 0
+    sigmas: Sequence[float] = DEFAULT_SIGMAS
+    max_docs: int | None = None
+    n_queries: int = 300
+    carriers_per_kind: int = 4
+    n_candidates: int = 1000
+    k: int = 10
+    progress: bool = True
+    noise_policy: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Level:
+    """One noise level: the epsilon at the policy radius that yields ``sigma`` (0: no noise)."""
+
+    label: str
+    sigma: float
+    epsilon: float | None
+    is_policy_default: bool = False
+
+
+def _policy_defaults() -> dict[str, Any]:
+    try:
+        from ..policy import NoisePolicy
+
+        p = NoisePolicy()
+        return {
+            "mechanism": p.mechanism,
+            "epsilon": p.epsilon,
+            "delta": p.delta,
+            "radius": p.radius,
+            "clip_norm": p.clip_norm,
+        }
+    except ImportError:
+        return {"mechanism": "gaussian", "epsilon": 1.0, "delta": 1e-6, "radius": 0.01, "clip_norm": 1.0}
+
+
+def epsilon_for_sigma(sigma: float, delta: float, radius: float) -> float:
+    """Invert :func:`qdrant_guard.noise.calibrate_gaussian_sigma` by bisection in log-epsilon."""
+    from ..noise import calibrate_gaussian_sigma
+
+    lo, hi = math.log(1e-4), math.log(1e4)
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        if calibrate_gaussian_sigma(math.exp(mid), delta, radius) > sigma:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp(hi)
+
+
+def make_levels(sigmas: Sequence[float], policy: dict[str, Any]) -> list[Level]:
+    """The swept levels plus the policy's default epsilon, ordered by increasing noise."""
+    from ..noise import calibrate_gaussian_sigma
+
+    levels = []
+    for s in sigmas:
+        if s == 0:
+            levels.append(Level("clean", 0.0, None))
+        else:
+            eps = epsilon_for_sigma(s, policy["delta"], policy["radius"])
+            levels.append(Level(f"sigma={s:g}", float(s), eps))
+    sd = calibrate_gaussian_sigma(policy["epsilon"], policy["delta"], policy["radius"])
+    levels.append(Level(f"policy default eps={policy['epsilon']:g}", sd, float(policy["epsilon"]), True))
+    return sorted(levels, key=lambda lv: lv.sigma)
+
+
+def _key(seed: int, *parts: str) -> bytes:
+    return hashlib.sha256(("qdrant-guard eval v1\0" + "\0".join((str(seed),) + parts)).encode()).digest()
+
+
+def _noised(x: np.ndarray, level: Level, policy: dict[str, Any], key: bytes) -> tuple[np.ndarray, float]:
+    if level.epsilon is None:
+        return np.asarray(x, dtype=np.float32), 0.0
+    from ..noise import privatize
+
+    out, params = privatize(
+        np.ascontiguousarray(x, dtype=np.float32),
+        mechanism="gaussian",
+        epsilon=level.epsilon,
+        radius=policy["radius"],
+        delta=policy["delta"],
+        clip_norm=policy["clip_norm"],
+        key=key,
+    )
+    return out, float(params.scale)
+
+
+def _topk(docs: np.ndarray, queries: np.ndarray, k: int) -> list[list[int]]:
+    d = docs / np.linalg.norm(docs, axis=1, keepdims=True)
+    q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    sims = q @ d.T
+    top = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    return top.tolist()
+
+
+def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Callable[[str], str]) -> dict[str, Any]:
+    """Run the whole evaluation and return every measured number (JSON-serialisable).
+
+    Args:
+        config: the run configuration.
+        embed: ``embed(texts, progress=..., desc=...) -> ndarray`` (unit-norm rows).
+        redact: the redaction applied before embedding when redaction is on.
+    """
+    t0 = time.monotonic()
+    policy = {**_policy_defaults(), **config.noise_policy}
+    rng = np.random.default_rng(config.seed)
+    paragraphs = load_paragraphs(config.max_docs)
+    queries = make_queries(paragraphs, config.n_queries, rng)
+    carriers = make_carriers(paragraphs, config.carriers_per_kind, config.n_candidates, rng)
+    levels = make_levels(config.sigmas, policy)
+    pb = config.progress
+
+    qtexts = [q for q, _ in queries]
+    targets = [t for _, t in queries]
+    views: dict[str, dict[str, np.ndarray]] = {}
+    for mode, fn in (("off", lambda s: s), ("on", redact)):
+        views[mode] = {
+            "docs": embed([fn(p) for p in paragraphs], progress=pb, desc=f"embed docs (redaction {mode})"),
+            "queries": embed([fn(q) for q in qtexts], progress=pb, desc=f"embed queries (redaction {mode})"),
+        }
+    clean_docs, clean_q = views["off"]["docs"], views["off"]["queries"]
+    clean_top = _topk(clean_docs, clean_q, config.k)
+    qrels = {i: {t} for i, t in enumerate(targets)}
+    clean_metrics = retrieval_metrics(clean_top, k=config.k, qrels=qrels, reference=clean_top)
+
+    # The attacker's candidate embeddings, and what the guard would embed for each truth.
+    carrier_emb = []
+    detector = {"planted": 0, "redacted": 0}
+    for c in progress_iter(carriers, total=len(carriers), desc="embed secret candidates", enabled=pb):
+        texts = [c.text(v) for v in c.candidates]
+        cand = embed(texts)
+        red_texts = [redact(t) for t in texts]
+        detector["planted"] += len(texts)
+        detector["redacted"] += sum(1 for v, r in zip(c.candidates, red_texts) if v not in r)
+        carrier_emb.append((c, cand, embed(red_texts)))
+
+    # Bag-of-words split (fixed across levels and modes).
+    order = rng.permutation(len(paragraphs))
+    n_train = int(0.7 * len(paragraphs))
+    tr, te = np.sort(order[:n_train]), np.sort(order[n_train:])
+    vocab = attacks.build_vocab([paragraphs[i] for i in tr])
+    y = vocab.labels(paragraphs)
+
+    results: list[dict[str, Any]] = []
+    for level in progress_iter(levels, total=len(levels), desc="sweep levels", enabled=pb):
+        for mode in ("off", "on"):
+            docs, qv = views[mode]["docs"], views[mode]["queries"]
+            tag = f"{level.label}/{mode}"
+            nd, scale = _noised(docs, level, policy, _key(config.seed, "docs", tag))
+            nq, _ = _noised(qv, level, policy, _key(config.seed, "queries", tag))
+            top = _topk(nd, nq, config.k)
+            util = retrieval_metrics(top, k=config.k, qrels=qrels, reference=clean_top)
+            util["recall_ratio"] = util["recall"] / clean_metrics["recall"]
+
+            per_kind: dict[str, list[dict[str, float]]] = {}
+            for i, (c, cand, red) in enumerate(carrier_emb):
+                released_src = cand if mode == "off" else red
+                released, _ = _noised(released_src, level, policy, _key(config.seed, "secret", tag, str(i)))
+                per_kind.setdefault(c.kind, []).append(attacks.candidate_ranking(cand, released))
+            secret = {
+                kind: {
+                    "top1": float(np.mean([r["top1"] for r in rs])),
+                    "mean_rank_pct": float(np.mean([r["mean_rank_pct"] for r in rs])),
+                    "chance": rs[0]["chance"],
+                }
+                for kind, rs in per_kind.items()
+            }
+            all_top1 = float(np.mean([r["top1"] for rs in per_kind.values() for r in rs]))
+            secret["all"] = {
+                "top1": all_top1,
+                "chance": 1.0 / config.n_candidates,
+                "x_chance": all_top1 * config.n_candidates,
+            }
+
+            # BoW inversion: the attacker wants the words of the original text.
+            noised_train, _ = _noised(docs[tr], level, policy, _key(config.seed, "bow-train", tag))
+            test_x = nd[te]
+            naive = attacks.bow_inversion(clean_docs[tr] if mode == "off" else docs[tr], y[tr], test_x, y[te], vocab)
+            adaptive = attacks.bow_inversion(noised_train, y[tr], test_x, y[te], vocab)
+
+            reid = attacks.reidentify(clean_docs, nd)
+            results.append(
+                {
+                    "level": level.label,
+                    "sigma": level.sigma,
+                    "scale": scale,
+                    "epsilon": level.epsilon,
+                    "policy_default": level.is_policy_default,
+                    "redaction": mode == "on",
+                    "utility": util,
+                    "secret": secret,
+                    "bow_naive": naive,
+                    "bow_adaptive": adaptive,
+                    "reid": reid,
+                }
+            )
+    return {
+        "config": {
+            "seed": config.seed,
+            "sigmas": list(config.sigmas),
+            "n_docs": len(paragraphs),
+            "n_queries": len(queries),
+            "carriers": len(carriers),
+            "carriers_per_kind": config.carriers_per_kind,
+            "n_candidates": config.n_candidates,
+            "k": config.k,
+            "policy": policy,
+            "bow_vocab": {"identifier": int(vocab.identifier.sum()), "topic": int(vocab.topic.sum())},
+            "bow_split": {"train": int(len(tr)), "test": int(len(te))},
+        },
+        "clean": clean_metrics,
+        "detector": detector,
+        "levels": results,
+        "elapsed_s": time.monotonic() - t0,
+        "example_queries": [
+            {"query": q, "target": paragraphs[t][:200]} for q, t in queries[:3]
+        ],
+    }
