@@ -1,0 +1,100 @@
+"""The qdrant-guard command, run as a real subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from qdrant_guard import keys, verify_credential
+
+
+def run(*args, check=True, cwd=None):
+    proc = subprocess.run([sys.executable, "-m", "qdrant_guard.cli", *args], capture_output=True, text=True,
+                          env={**os.environ}, cwd=cwd, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def test_keys_new_and_credential_issue(tmp_path):
+    out = json.loads(run("keys", "new", "--out", str(tmp_path / "hr.key")).stdout)
+    assert stat.S_IMODE(os.stat(tmp_path / "hr.key").st_mode) == 0o600
+    assert out["key_id"].startswith("ed25519:")
+    again = run("keys", "new", "--out", str(tmp_path / "hr.key"), check=False)
+    assert again.returncode == 2 and "refusing to overwrite" in again.stderr
+    token = run("credential", "issue", "--authority", str(tmp_path / "hr.key"), "--agent", "alice",
+                "--boundary", "hr", "--ttl", "60").stdout.strip()
+    pub = keys.load_public_key(str(tmp_path / "hr.key.pub"))
+    v = verify_credential(token, authorities={"hr": [pub]})
+    assert (v.agent_id, v.boundary) == ("alice", "hr")
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    work = tmp_path_factory.mktemp("demo")
+    proc = run("demo", "--workdir", str(work))
+    assert "all expectations hold" in proc.stdout
+    for label in ("NOISE_REQUIRED", "REFUSED_CROSS_BOUNDARY", "VERIFIED"):
+        assert label in proc.stdout
+    return work
+
+
+def test_demo_passes_and_its_receipts_verify_from_the_cli(demo_dir):
+    proc = run("receipt", "verify", "--path", str(demo_dir / "store"), "--collection", "shared_queries",
+               "--policy", str(demo_dir / "policy.toml"))
+    assert "1/1 receipted vectors verify" in proc.stdout
+
+
+def test_audit_verify_detects_an_edited_entry(demo_dir, tmp_path):
+    log = demo_dir / "audit.jsonl"
+    assert "OK:" in run("audit", "verify", str(log)).stdout
+    lines = log.read_text().splitlines()
+    lines[2] = lines[2].replace("NOISE_REQUIRED", "ALLOW_NOISED") if "NOISE_REQUIRED" in lines[2] else lines[2].replace('"op"', '"op "')
+    bad = tmp_path / "edited.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    proc = run("audit", "verify", str(bad), check=False)
+    assert proc.returncode == 1
+    assert "TAMPERED" in proc.stdout and "line 3" in proc.stdout
+    del_one = tmp_path / "deleted.jsonl"
+    del_one.write_text("\n".join(lines[:1] + lines[2:]) + "\n")
+    assert run("audit", "verify", str(del_one), check=False).returncode == 1
+
+
+def test_audit_replay_reports_newly_blocked_queries(tmp_path):
+    from guardkit import make_kit
+
+    from qdrant_client import models
+    from qdrant_guard import QdrantClient
+
+    kit = make_kit(tmp_path)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(textwrap.dedent(f"""
+        audit_log = "audit.jsonl"
+        [boundaries.hr]
+        authority_keys = ["{kit.authority_pub['hr']}"]
+        [collections.docs]
+        class = "PII"
+        owner = "hr"
+        raw_in_boundary = true
+        [collections.docs.diversity]
+        enabled = false
+    """))
+    strict = tmp_path / "strict.toml"
+    strict.write_text(policy.read_text() + "[collections.docs.query]\nmax_tokens = 4\n")
+    client = QdrantClient(":memory:", guard=str(policy), principal=kit.principal("alice", "hr"))
+    client.create_collection("docs", vectors_config=models.VectorParams(size=4, distance=models.Distance.DOT))
+    client.upsert("docs", [models.PointStruct(id=1, vector=[0.1, 0.2, 0.3, 0.4])])
+    for text in ["short query", "a much longer query with many words in it", "SSN 123-45-6789 lookup"]:
+        client.query_points("docs", query=[0.1, 0.2, 0.3, 0.4], query_text=text)
+    client.close()
+    proc = run("audit", "replay", str(tmp_path / "audit.jsonl"), "--policy", str(strict))
+    assert "replayed 2 logged queries" in proc.stdout
+    assert "1 with redacted text" in proc.stdout
+    assert "newly_blocked" in proc.stdout and "QUERY_REJECTED" in proc.stdout
+    same = run("audit", "replay", str(tmp_path / "audit.jsonl"), "--policy", str(policy))
+    assert "no change" in same.stdout
