@@ -53,8 +53,7 @@ static inline int is_url_segment(int c) {
 }
 static inline int is_scheme(int c) { return is_alnum(c) || c == '+' || c == '.' || c == '-'; }
 static inline int is_authority(int c) {
-    return is_printable(c) && c != '/' && c != '?' && c != '#' && c != '"' && c != '\'' && c != '<' &&
-           c != '>' && c != '`';
+    return is_printable(c) && c != '/' && c != '"' && c != '\'' && c != '<' && c != '>' && c != '`';
 }
 static inline int is_pem_label(int c) { return is_upper(c) || is_digit(c) || c == ' '; }
 static inline int is_pem_body(int c) {
@@ -512,10 +511,10 @@ static void token(scan_t *s, size_t i) {
             }
         }
     }
-    if (c == 'g' && !(prev >= 0 && is_word(prev)) && at(s, i + 1) == 'h') {
+    if (c == 'g' && !(prev >= 0 && is_word(prev))) {
         size_t e = RUN_END(s, i, is_word, 257);
         size_t len = e - i;
-        if (len >= 4 && b[i + 3] == '_' && in_set(b[i + 2], "pousr")) {
+        if (len >= 4 && b[i + 1] == 'h' && b[i + 3] == '_' && in_set(b[i + 2], "pousr")) {
             if (len == 40 && all_alnum(b + i + 4, 36)) emit_token(s, i, e, QG_GITHUB_TOKEN);
         } else if (len == 93 && starts_with(s, i, "github_pat_") && b[i + 33] == '_' && all_alnum(b + i + 11, 22) &&
                    all_alnum(b + i + 34, 59)) {

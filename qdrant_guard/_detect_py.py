@@ -348,7 +348,8 @@ _DB_SCHEMES = frozenset(
     }
 )
 _SCHEME = _ALNUM | set("+.-")
-_AUTHORITY = _PRINTABLE - set("/?#\"'<>`")
+# '#' and '?' stay in: raw (unencoded) passwords contain them, and the last '@' ends the userinfo.
+_AUTHORITY = _PRINTABLE - set("/\"'<>`")
 _SLACK_HOOK = "://hooks.slack.com/services/"
 
 
@@ -410,7 +411,7 @@ def _token(text: str, i: int) -> list[tuple[int, int, str, str]]:
         e = _run_end(text, i, _ALNUM, 21)
         if e - i == 20 and all(c in _BASE32 for c in text[i + 4 : e]):
             out.append((i, e, "AWS_ACCESS_KEY", "format"))
-    if prev not in _WORD and head[:2] == "gh":
+    if prev not in _WORD and head[:1] == "g":
         e = _run_end(text, i, _WORD, 257)
         run = text[i:e]
         if run[:4] in ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"):
