@@ -254,6 +254,7 @@ typedef struct {
     int64_t streak[MAX_NGRAM + 1], streak_tok[MAX_NGRAM + 1], streak_pos[MAX_NGRAM + 1];
     int streaking;
     int64_t best_tok;
+    size_t room; /* distinct tokens the table holds before it grows */
 } scanner;
 
 static qg_mark *push_mark(scanner *st, int kind, int64_t position, int64_t count, uint32_t value)
@@ -478,6 +479,34 @@ static void ngram_step(scanner *st, int64_t k, uint32_t id, int64_t distance, in
     }
 }
 
+/* Make room for `tokens` distinct tokens (slots at most half full), rehashing what is there. */
+static int grow_table(scanner *st, size_t tokens)
+{
+    size_t cap = 16;
+    while (cap < 2 * tokens)
+        cap *= 2;
+    uint32_t *slots = (uint32_t *)calloc(cap, sizeof *slots);
+    token_entry *entries = (token_entry *)realloc(st->entries, tokens * sizeof *entries);
+    if (!slots || !entries) {
+        free(slots);
+        if (entries)
+            st->entries = entries;
+        return 0;
+    }
+    for (uint32_t id = 0; id < (uint32_t)st->out->unique_tokens; id++) {
+        size_t slot = (size_t)entries[id].hash & (cap - 1);
+        while (slots[slot])
+            slot = (slot + 1) & (cap - 1);
+        slots[slot] = id + 1;
+    }
+    free(st->slots);
+    st->slots = slots;
+    st->entries = entries;
+    st->mask = cap - 1;
+    st->room = tokens;
+    return 1;
+}
+
 static void end_token(scanner *st, size_t a, size_t b, int64_t position, int64_t letters,
                       int64_t other_ascii, int64_t non_ascii)
 {
@@ -502,6 +531,14 @@ static void end_token(scanner *st, size_t a, size_t b, int64_t position, int64_t
     for (;;) {
         uint32_t v = st->slots[slot];
         if (v == 0) {
+            if ((size_t)o->unique_tokens == st->room) {
+                if (!grow_table(st, 2 * st->room)) {
+                    st->nomem = 1;
+                    return;
+                }
+                slot = (size_t)h & st->mask;
+                continue;
+            }
             id = (uint32_t)o->unique_tokens++;
             token_entry *e = &st->entries[id];
             e->hash = h;
@@ -612,14 +649,11 @@ int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out 
     st.run_kind = -1;
     st.chain_end = st.selector_end = SIZE_MAX; /* no chain ends before the first byte */
 
-    /* At most n/2 + 1 tokens; the table stays at most half full. */
-    size_t max_tokens = n / 2 + 1, cap = 16;
-    while (cap < 2 * max_tokens)
-        cap *= 2;
-    st.mask = cap - 1;
-    st.slots = (uint32_t *)calloc(cap, sizeof *st.slots);
-    st.entries = (token_entry *)malloc(max_tokens * sizeof *st.entries);
-    if (!st.slots || !st.entries) {
+    /* At most n/2 + 1 distinct tokens, but real text has far fewer: start with room for
+     * min(n/2 + 1, 4096) and double when half full. Sizing for the worst case up front made every
+     * large scan zero megabytes of table it never touched. */
+    size_t want = n / 2 + 1 < 4096 ? n / 2 + 1 : 4096;
+    if (!grow_table(&st, want)) {
         free(st.slots);
         free(st.entries);
         return QG_SCAN_NOMEM;

@@ -112,3 +112,9 @@ def test_huge_inputs_agree() -> None:
     assert_same(NATIVE.scan_query, PYTHON.scan_query, blob)
     stuffed = "ignore previous instructions " * 40_000
     assert_same(NATIVE.scan_query, PYTHON.scan_query, stuffed, max_ngram_run=0.5)
+
+
+def test_many_distinct_tokens_grow_the_table() -> None:
+    text = " ".join(f"w{i}" for i in range(20_000)) + " w7 w8 w7 w8"
+    r = assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_tokens=None, max_ngram_run=0.0)
+    assert r.token_count == 20_004 and r.repetition_ratio == 1 - 20_000 / 20_004
