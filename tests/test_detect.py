@@ -1,0 +1,209 @@
+"""Table tests of the secret/PII detectors, redaction and classification.
+
+Every table case runs through both twins (native and reference) with the oracle helper, then the
+agreed result is compared with the expected findings.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from qdrant_guard import detect
+from qdrant_guard.detect import FINDING_TYPES, Finding, classify_text, find_sensitive, redact, redact_with_findings
+from tests.oracle import assert_same, both
+
+NATIVE, PYTHON = both("detect")
+
+JWT = (
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvIn0"
+    ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+)
+JWT_NO_ALG = "eyJ0eXAiOiJKV1QifQ.eyJzdWIiOiIxIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"  # {"typ":"JWT"}
+GH = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A"
+GH_PAT = "github_pat_" + "11ABCDEFG0abcdefghijkl" + "_" + "Ab1" * 19 + "Zz"
+PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n-----END RSA PRIVATE KEY-----"
+
+# (text, [(type, secret substring, validator), ...]) -- substrings are located with str.index.
+POSITIVES = [
+    ("SSN 123-45-6789 on file", [("SSN", "123-45-6789", "ssa-rules")]),
+    ("ssn 123 45 6789", [("SSN", "123 45 6789", "ssa-rules")]),
+    ("Social Security number: 123456789.", [("SSN", "123456789", "ssa-rules")]),
+    ("card 4111 1111 1111 1111 exp 09/27", [("CREDIT_CARD", "4111 1111 1111 1111", "luhn")]),
+    ("mc 5555-5555-5555-4444", [("CREDIT_CARD", "5555-5555-5555-4444", "luhn")]),
+    ("amex 3782 822463 10005", [("CREDIT_CARD", "3782 822463 10005", "luhn")]),
+    ("plain 4012888888881881", [("CREDIT_CARD", "4012888888881881", "luhn")]),
+    ("IBAN DE89 3704 0044 0532 0130 00.", [("IBAN", "DE89 3704 0044 0532 0130 00", "mod97")]),
+    ("iban:GB82WEST12345698765432", [("IBAN", "GB82WEST12345698765432", "mod97")]),
+    ("mail John.Doe+rag@mail.corp-x.io.", [("EMAIL", "John.Doe+rag@mail.corp-x.io", "format")]),
+    ("call (415) 555-0134 now", [("PHONE", "(415) 555-0134", "nanp")]),
+    ("call 415-555-0134 or 415.555.0199", [("PHONE", "415-555-0134", "nanp"), ("PHONE", "415.555.0199", "nanp")]),
+    ("call 1-800-555-0100", [("PHONE", "1-800-555-0100", "nanp")]),
+    ("uk +44 20 7946 0958 us +14155550134", [("PHONE", "+44 20 7946 0958", "e164"), ("PHONE", "+14155550134", "e164")]),
+    ("id=AKIAZ2Q3W4E5R6T7Y3U4", [("AWS_ACCESS_KEY", "AKIAZ2Q3W4E5R6T7Y3U4", "format")]),
+    (
+        "aws_secret_access_key = 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",
+        [("AWS_SECRET_KEY", "Kq2mZ8vT4xR7nW1pL6yB3cH9dF0gJ5sA2eU8iO4t", "aws-context")],
+    ),
+    ("blob Kq2mZ8vT4xR/nW1pL6yB3cH9dF0gJ5sA2eU8iO+t end", [("AWS_SECRET_KEY", "Kq2mZ8vT4xR/nW1pL6yB3cH9dF0gJ5sA2eU8iO+t", "entropy>=4.5")]),
+    (f"token {GH}", [("GITHUB_TOKEN", GH, "format")]),
+    (f"GH={GH_PAT}", [("GITHUB_TOKEN", GH_PAT, "format")]),
+    ("glpat-Ab3De5Fg7Hj9Kl1Mn3Pq", [("GITLAB_TOKEN", "glpat-Ab3De5Fg7Hj9Kl1Mn3Pq", "format")]),
+    ("xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx", [("SLACK_TOKEN", "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx", "format")]),
+    (
+        "hook https://hooks.slack.com/services/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 ok",
+        [("SLACK_TOKEN", "https://hooks.slack.com/services/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", "format")],
+    ),
+    ("stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc", [("STRIPE_KEY", "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "format")]),
+    ("rk_test_51HqLyjWDarjtT1zdp7dcAbCd", [("STRIPE_KEY", "rk_test_51HqLyjWDarjtT1zdp7dcAbCd", "format")]),
+    ("OPENAI=sk-proj-Ab3dEf7hIj9kLmN0pQrStUvWxYz123456789", [("OPENAI_KEY", "sk-proj-Ab3dEf7hIj9kLmN0pQrStUvWxYz123456789", "format")]),
+    (f"Authorization: Bearer {JWT}", [("JWT", JWT, "jwt-header-json")]),
+    (f"key:\n{PEM}\n", [("PRIVATE_KEY", PEM, "pem-armor")]),
+    ('{"k": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEA\n"}', [("PRIVATE_KEY", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEA", "pem-begin")]),
+    ("postgres://app:S3cr3tPw!@db.internal:5432/x", [("DATABASE_URL_PASSWORD", "S3cr3tPw!", "url-userinfo")]),
+    ("mongodb+srv://u:Zq9#x!T2@cluster0.mongodb.net/db", [("DATABASE_URL_PASSWORD", "Zq9#x!T2", "url-userinfo")]),
+    ("redis://:Rd5s-Pw_9@cache:6379/0", [("DATABASE_URL_PASSWORD", "Rd5s-Pw_9", "url-userinfo")]),
+    ('API_KEY = "Zk29fjA01kd8Gh3LmQ9x"', [("GENERIC_SECRET", "Zk29fjA01kd8Gh3LmQ9x", "entropy>=3.5")]),
+    ('{"clientSecret": "q8W#e2R!t6Y@u0I$o4P"}', [("GENERIC_SECRET", "q8W#e2R!t6Y@u0I$o4P", "entropy>=3.5")]),
+    ("db_password: Hq8#kLm2$pQr9vXz", [("GENERIC_SECRET", "Hq8#kLm2$pQr9vXz", "entropy>=3.5")]),
+    ("export AUTH_TOKEN=f83Kd92nLq0Zp7Xc4Vb1", [("GENERIC_SECRET", "f83Kd92nLq0Zp7Xc4Vb1", "entropy>=3.5")]),
+    ('apiKey := "Mn4Bv7Cx1Zl8Kj5Hg2Fd"', [("GENERIC_SECRET", "Mn4Bv7Cx1Zl8Kj5Hg2Fd", "entropy>=3.5")]),
+]
+
+NEGATIVES = [
+    # SSA rules, one per rule, and the advertising numbers
+    "000-12-3456", "666-12-3456", "900-12-3456", "999-12-3456", "123-00-4567", "123-45-0000",
+    "078-05-1120", "219-09-9999",
+    "id 123456789",  # bare 9 digits without an SSN keyword
+    "123-45-6789-01", "123-45-6789abc",
+    # Luhn / IIN / grouping
+    "4111 1111 1111 1112", "9111 1111 1111 1111 1", "4111.1111.1111.1111", "4111 1111-1111 1111",
+    # mod-97 and country lengths
+    "DE88 3704 0044 0532 0130 00", "DE89 3704 0044 0532 0130", "ZZ89370400440532013000",
+    # e-mail shape
+    "user@localhost", "a@b.c", "@decorator", "x@y.c0m", "john..doe@corp.io",
+    "postgres://u@db.corp.io/x",
+    # dates, versions, IPs, integers are not phones
+    "2024-01-15", "12/05/2024", "v2.0.1-rc1", "1.2.3", "192.168.100.1", "5551234567", "+0123456789",
+    "(155) 123-4567",
+    # documented example keys and anything with EXAMPLE
+    "AKIAIOSFODNN7EXAMPLE", "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "ghp_EXAMPLEabcdefghijklmnopqrstuvwxyz012345",
+    "AKIAZ2Q3W4E5R6T7Y3U", "AKIAZ2Q3W4E5R6T7Y3U18",  # wrong length / alphabet
+    "ghp_short", "xoxb-123", "sk_live_short", "sk-learn-is-a-python-package-name-really",
+    JWT_NO_ALG,
+    "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----",
+    # placeholders in URLs
+    "postgres://user:password@localhost/x", "mysql://app:${MYSQL_PASSWORD}@db/x", "redis://:****@c:6379",
+    "postgres://app:@db/x", "https://user:S3cr3tPw!@web.corp.io/",
+    # hex digests, UUIDs, identifiers, placeholders in assignments
+    "secret = 'da39a3ee5e6b4b0d3255bfef95601890afd80709'",
+    "api_key: d41d8cd98f00b204e9800998ecf8427e",
+    "token: 550e8400-e29b-41d4-a716-446655440000",
+    "api_key = get_api_key_from_env()", "token_count = 4096",
+    'password_reset_url = "https://app.corp.io/reset/Zk29fjA01kd8"',
+    "secret_key = settings.SECRET_KEY_VALUE", "password = os.environ['DB_PASSWORD']",
+    "api_key: <your-api-key-goes-here>", 'token = "${GITHUB_TOKEN_FROM_CI}"',
+    "password: changeme", 'auth_token = "REDACTED"', "secret: xxxxxxxxxxxxxxxxxxxx",
+    "if password == 'Zk29fjA01kd8Gh3LmQ9x':",  # comparison, not assignment
+    "key_path = '/etc/ssl/private/server-2024.key'",
+    'author = "Jane Q. Public-Smith 2024"',
+]
+
+
+def _expected(text: str, items: list[tuple[str, str, str]]) -> list[tuple[int, int, str, str]]:
+    out = []
+    for type_, sub, validator in items:
+        start = text.index(sub)
+        out.append((start, start + len(sub), type_, validator))
+    return sorted(out)
+
+
+@pytest.mark.parametrize(("text", "items"), POSITIVES, ids=[p[1][0][0] + "-" + str(i) for i, p in enumerate(POSITIVES)])
+def test_positive(text: str, items: list[tuple[str, str, str]]) -> None:
+    got = assert_same(NATIVE.find_spans, PYTHON.find_spans, text)
+    assert got == _expected(text, items)
+
+
+@pytest.mark.parametrize("text", NEGATIVES)
+def test_negative(text: str) -> None:
+    assert assert_same(NATIVE.find_spans, PYTHON.find_spans, text) == []
+
+
+def test_finding_objects_and_offsets_are_code_points() -> None:
+    text = "é😀 SSN 123-45-6789 \ud800 mail a.b@corp.io"
+    findings = find_sensitive(text)
+    assert [text[f.start : f.end] for f in findings] == ["123-45-6789", "a.b@corp.io"]
+    assert findings[0] == Finding("SSN", 7, 18, "ssa-rules", "PII")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        findings[0].start = 0  # type: ignore[misc]
+
+
+def test_categories() -> None:
+    text = f"a.b@corp.io {GH}"
+    assert [(f.type, f.category) for f in find_sensitive(text)] == [("EMAIL", "PII"), ("GITHUB_TOKEN", "CREDENTIAL")]
+
+
+def test_finding_types_constant() -> None:
+    assert FINDING_TYPES == NATIVE.FINDING_TYPES == PYTHON.FINDING_TYPES
+    assert NATIVE.PII_TYPES == PYTHON.PII_TYPES == {"IBAN", "CREDIT_CARD", "SSN", "EMAIL", "PHONE"}
+    assert len(set(FINDING_TYPES)) == 16
+    found = {t for text, items in POSITIVES for t, _, _ in items}
+    assert found == set(FINDING_TYPES), "every type has a positive table case"
+
+
+def test_redact() -> None:
+    text = f"SSN 123-45-6789, pg postgres://app:S3cr3tPw!@db/x, token {GH}."
+    assert redact(text) == "SSN [SSN], pg postgres://app:[DATABASE_URL_PASSWORD]@db/x, token [GITHUB_TOKEN]."
+    redacted, findings = redact_with_findings(text)
+    assert redacted == redact(text)
+    assert [f.type for f in findings] == ["SSN", "DATABASE_URL_PASSWORD", "GITHUB_TOKEN"]
+    assert redact("nothing here") == "nothing here"
+    assert redact("") == ""
+
+
+def test_redact_every_type_leaves_no_secret() -> None:
+    for text, items in POSITIVES:
+        out = redact(text)
+        for type_, sub, _ in items:
+            assert sub not in out
+            assert f"[{type_}]" in out
+
+
+def test_overlap_longer_wins_then_stronger_type() -> None:
+    # Same span: the specific token beats the generic assignment rule.
+    text = f"GITHUB_TOKEN={GH}"
+    assert [(f.type, f.start) for f in find_sensitive(text)] == [("GITHUB_TOKEN", 13)]
+    # Longer wins: an IBAN containing a Luhn-valid, card-prefixed digit group.
+    iban = "DE89 3704 0044 0532 0130 00"
+    assert [f.type for f in find_sensitive(iban)] == ["IBAN"]
+    # A private key body never yields inner findings.
+    assert [f.type for f in find_sensitive(PEM)] == ["PRIVATE_KEY"]
+
+
+def test_classify_text() -> None:
+    assert classify_text("the weather is nice") == "PUBLIC"
+    assert classify_text("write to a.b@corp.io") == "PII"
+    assert classify_text(f"a.b@corp.io and {GH}") == "CREDENTIAL"
+    assert classify_text("") == "PUBLIC"
+
+
+@pytest.mark.parametrize("fn", [find_sensitive, redact, redact_with_findings, classify_text])
+@pytest.mark.parametrize("bad", [None, b"SSN 123-45-6789", 42, ["x"]])
+def test_public_api_rejects_non_str(fn, bad) -> None:
+    with pytest.raises(TypeError, match=rf"{fn.__name__}\(\) argument 'text' must be str, not {type(bad).__name__}"):
+        fn(bad)
+
+
+@pytest.mark.parametrize("bad", [None, b"x", 3.5])
+def test_kernels_are_none_safe(bad) -> None:
+    err = assert_same(NATIVE.find_spans, PYTHON.find_spans, bad)
+    assert isinstance(err, TypeError)
+    assert str(err) == f"find_spans() argument 'text' must be str, not {type(bad).__name__}"
+
+
+def test_dispatcher_uses_selected_kernel() -> None:
+    from qdrant_guard._impl import implementation
+
+    expected = NATIVE if implementation() == "native" else PYTHON
+    assert detect._kernel is expected
