@@ -65,7 +65,7 @@ import math
 import re
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Sequence
 
 __all__ = ["HTML_ENTITY_NAMES", "KINDS", "ScanResult", "Violation", "scan_query"]
 
@@ -474,15 +474,18 @@ def scan_query(
     )
     from_bytes = isinstance(text, bytes)
     u = text.decode("utf-8", "surrogateescape") if isinstance(text, bytes) else str(text)
+    offsets: Sequence[int]
     if from_bytes:
-        offsets = [0]
+        byte_offsets = [0]
         for ch in u:
-            offsets.append(offsets[-1] + _utf8_len(ch))
+            byte_offsets.append(byte_offsets[-1] + _utf8_len(ch))
+        offsets = byte_offsets
     else:
         offsets = range(len(u) + 1)
 
     tokens = [(m.start(), m.group()) for m in _TOKEN.finditer(u)]
-    first_repeat, ids, seen = -1, [], {}
+    first_repeat, ids = -1, []
+    seen: dict[str, int] = {}
     for start, token in tokens:
         if token in seen and first_repeat < 0:
             first_repeat = offsets[start]
