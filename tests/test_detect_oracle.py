@@ -1,0 +1,119 @@
+"""Oracle tests: the native detector equals the pure-Python reference on adversarial text."""
+from __future__ import annotations
+
+import json
+import random
+import threading
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.oracle import assert_same, both
+
+NATIVE, PYTHON = both("detect")
+CORPUS = Path(__file__).parent / "data" / "planted_secrets.jsonl"
+
+# Fragments that sit on the detectors' edges: valid secrets, near misses and separators.
+PIECES = [
+    "SSN 123-45-6789", "ssn 123456789", "social security", "4111 1111 1111 1111", "3782 822463 10005",
+    "DE89 3704 0044 0532 0130 00", "GB82WEST12345698765432", "john.doe@corp.io", "(555) 123-4567",
+    "555-123-4567", "1-800-555-0100", "+44 20 7946 0958", "AKIAZ2Q3W4E5R6T7Y3U4", "AKIAIOSFODNN7EXAMPLE",
+    "aws_secret_access_key = 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", "Kq2mZ8vT4xR/nW1pL6yB3cH9dF0gJ5sA2eU8iO+t",
+    "ghp_0123456789abcdefghijklmnopqrstuvwxyz", "github_pat_11ABCDEFG0abcdefghijkl_" + "Ab1" * 19 + "Zz",
+    "glpat-abcdefghij0123456789", "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXabcdefghXXXXXXXX", "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+    "sk-proj-Ab3dEf7hIj9kLmN0pQrStUvWxYz123456789",
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "postgres://app:S3cr3t#Pw!@db.internal:5432/x", "redis://:password@h", 'API_KEY = "Zk29fjA01kd8Gh3LmQ9x"',
+    "password: Hq8#kLm2$pQr9vXz", "clientSecret := 'q8W#e2R!t6Y@u0I$o4P'",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEabc\n-----END RSA PRIVATE KEY-----", "-----BEGIN EC PRIVATE KEY-----\nMHcC+/=\n",
+    "550e8400-e29b-41d4-a716-446655440000", "da39a3ee5e6b4b0d3255bfef95601890afd80709", "v2.0.1-rc1", "2024-01-15",
+    "é", "😀", "👩\u200d👩\u200d👧", "\ud800", "\udfff", "\x00", " ", "\n", "\t", "=", ":", "@", "-", ".", "/", "'", '"',
+    "(", ")", "+", "1", "9", "A", "eyJ", "://", "-----BEGIN ", "x", "K", "\u212a",
+]
+ALPHABET = "aAzZ0129 -_.:/=@+()'\"\n\t#$é😀\ud800\x00kKsSxXgGyJ\u212a"
+
+
+@st.composite
+def planted_text(draw: st.DrawFn) -> str:
+    parts = []
+    for _ in range(draw(st.integers(0, 12))):
+        kind = draw(st.integers(0, 2))
+        if kind == 0:
+            parts.append(draw(st.sampled_from(PIECES)))
+        elif kind == 1:
+            parts.append(draw(st.text(alphabet=ALPHABET, max_size=8)))
+        else:  # a piece with one edit: the near misses
+            piece = draw(st.sampled_from(PIECES))
+            i = draw(st.integers(0, len(piece)))
+            j = draw(st.integers(i, len(piece)))
+            parts.append(piece[:i] + draw(st.text(alphabet=ALPHABET, max_size=2)) + piece[j:])
+    return "".join(parts)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(planted_text())
+def test_oracle_planted(text: str) -> None:
+    assert_same(NATIVE.find_spans, PYTHON.find_spans, text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(max_size=300))
+def test_oracle_random_unicode(text: str) -> None:
+    assert_same(NATIVE.find_spans, PYTHON.find_spans, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(codec="ascii"), max_size=400))
+def test_oracle_random_ascii(text: str) -> None:
+    assert_same(NATIVE.find_spans, PYTHON.find_spans, text)
+
+
+def test_oracle_corpus() -> None:
+    for line in CORPUS.read_text(encoding="utf-8").splitlines():
+        assert_same(NATIVE.find_spans, PYTHON.find_spans, json.loads(line)["text"])
+
+
+def _megabyte() -> str:
+    rng = random.Random(7)
+    parts = []
+    size = 0
+    while size < 1 << 20:
+        p = rng.choice(PIECES) if rng.random() < 0.3 else "".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 40)))
+        parts.append(p)
+        size += len(p)
+    return "".join(parts)
+
+
+def test_oracle_one_megabyte() -> None:
+    text = _megabyte()
+    result = assert_same(NATIVE.find_spans, PYTHON.find_spans, text)
+    assert len(result) > 1000  # the planted pieces were found, not just an empty agreement
+
+
+def test_native_threads_agree() -> None:
+    # The native scan releases the GIL on large input; concurrent scans must not interfere.
+    text = _megabyte()[: 1 << 18]
+    expected = NATIVE.find_spans(text)
+    results: list[object] = [None] * 4
+
+    def run(k: int) -> None:
+        results[k] = NATIVE.find_spans(text)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r == expected for r in results)
+
+
+def test_pathological_inputs_agree() -> None:
+    cases = [
+        "@" * 5000, "a@" * 3000, "1 " * 5000, "1-" * 5000 + "1", "=" * 3000, "key=" * 2000, ":" * 3000,
+        "-----BEGIN RSA PRIVATE KEY-----" * 500, "eyJ." * 2000, "://" * 2000, "A" * 10000, "9" * 10000,
+        "x" * 100000 + "@corp.io", "key = '" + "Ab1" * 300 + "'", "\ud800" * 1000 + "123-45-6789",
+    ]
+    for text in cases:
+        assert_same(NATIVE.find_spans, PYTHON.find_spans, text)
