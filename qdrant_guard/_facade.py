@@ -67,6 +67,14 @@ def _async_method(name: str, original: Callable[..., Any], base: type) -> Callab
     return method
 
 
+def _unimplemented(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{original.__qualname__} is not implemented by qdrant-client")
+
+    return method
+
+
 def _raw_handle(name: str, base: type) -> property:
     original = getattr(base, name)
 
@@ -83,11 +91,15 @@ def _raw_handle(name: str, base: type) -> property:
 
 def install(cls: type, base: type, *, is_async: bool) -> None:
     """Install the guarded methods of ``base`` on ``cls``."""
-    make = _async_method if is_async else _sync_method
     for name in sorted(GUARDED):
         original = getattr(base, name, None)
         if original is None or not callable(original):
             continue
+        if is_async and not inspect.iscoroutinefunction(original):
+            # AsyncQdrantClient.migrate is a plain method that raises NotImplementedError; keep that.
+            setattr(cls, name, _unimplemented(original))
+            continue
+        make = _async_method if is_async else _sync_method
         setattr(cls, name, make(name, original, base))
     for name in _RAW_HANDLES:
         if isinstance(getattr(base, name, None), property):
