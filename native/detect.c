@@ -21,7 +21,7 @@ const char *const qg_type_names[QG_NTYPES] = {
 
 const char *const qg_validator_names[QG_NVALIDATORS] = {
     "aws-context", "e164", "entropy>=3.5", "entropy>=4.5", "format", "jwt-header-json",
-    "luhn", "mod97", "nanp", "pem-armor", "pem-begin", "ssa-rules", "url-userinfo",
+    "luhn", "mod97", "nanp", "password-charset", "pem-armor", "pem-begin", "ssa-rules", "url-userinfo",
 };
 
 typedef struct {
@@ -657,8 +657,12 @@ static void aws_secret(scan_t *s, size_t i) {
 /* ---------------------------------------------------------- generic name = value secrets */
 static const char *const SECRET_WORDS[] = {
     "key", "keys", "secret", "secrets", "token", "tokens", "password", "passwords", "passwd",
-    "pwd", "pass", "passphrase", "auth", "credential", "credentials", "apikey", "pw", NULL,
+    "pwd", "pass", "passphrase", "auth", "credential", "credentials", "apikey", "pw", "passcode", NULL,
 };
+static const char *const PASSWORD_WORDS[] = {
+    "password", "passwords", "passwd", "pwd", "pass", "passphrase", "pw", "passcode", NULL,
+};
+static const char *const PASSWORD_SUFFIXES[] = {"password", "passwd", NULL};
 static const char *const SECRET_SUFFIXES[] = {
     "secret", "token", "password", "passwd", "apikey", "privatekey", "accesskey", "secretkey", NULL,
 };
@@ -684,7 +688,8 @@ static int ends_with_any(const unsigned char *v, size_t n, const char *const *li
     return 0;
 }
 
-/* name_components + _secret_name of the reference: words split at _ . - and camelCase. */
+/* name_components + _secret_name of the reference: words split at _ . - and camelCase.
+ * Returns bit 1 for a secret-like name and bit 2 for a password-like one. */
 static int secret_name(const unsigned char *name, size_t n) {
     size_t starts[65], ends[65];
     int np = 0;
@@ -715,12 +720,14 @@ static int secret_name(const unsigned char *name, size_t n) {
         ends[np++] = cur + cur_len;
     }
     if (!np || in_list(name + starts[np - 1], ends[np - 1] - starts[np - 1], NAME_STOP)) return 0;
+    int flags = 0;
     for (int k = 0; k < np; k++) {
         const unsigned char *w = name + starts[k];
         size_t wl = ends[k] - starts[k];
-        if (in_list(w, wl, SECRET_WORDS) || ends_with_any(w, wl, SECRET_SUFFIXES)) return 1;
+        if (in_list(w, wl, SECRET_WORDS) || ends_with_any(w, wl, SECRET_SUFFIXES)) flags |= 1;
+        if (in_list(w, wl, PASSWORD_WORDS) || ends_with_any(w, wl, PASSWORD_SUFFIXES)) flags |= 2;
     }
-    return 0;
+    return flags;
 }
 
 static int is_uuid(const unsigned char *v, size_t n) {
@@ -738,20 +745,23 @@ static int is_uuid(const unsigned char *v, size_t n) {
     return 1;
 }
 
-static int generic_value_ok(const unsigned char *v, size_t n, int quoted) {
-    if (n < 16 || n > 256 || memchr(v, ' ', n) || memchr(v, '\t', n)) return 0;
-    if (is_placeholder(v, n) || contains_ci(v, 0, n, "://") || v[0] == '/' || v[0] == '~') return 0;
-    if (prefix_ci(v, n, "./") || prefix_ci(v, n, "../")) return 0;
-    if (is_uuid(v, n) || is_hex_digest(v, n)) return 0;
+/* Returns the accepting validator or -1; see _generic_value in the reference. */
+static int generic_value(const unsigned char *v, size_t n, int quoted, int password) {
+    if (n < (password ? 8u : 16u) || n > 256 || memchr(v, ' ', n) || memchr(v, '\t', n)) return -1;
+    if (is_placeholder(v, n) || contains_ci(v, 0, n, "://") || v[0] == '/' || v[0] == '~') return -1;
+    if (prefix_ci(v, n, "./") || prefix_ci(v, n, "../")) return -1;
+    if (is_uuid(v, n) || is_hex_digest(v, n)) return -1;
     int lo, up, dg, sym = 0, ident = 1;
     classes(v, n, &lo, &up, &dg);
     for (size_t k = 0; k < n; k++) {
         if (!is_alnum(v[k]) && v[k] != '_' && v[k] != '-' && v[k] != '.') sym = 1;
         if (!is_word(v[k]) && v[k] != '.') ident = 0;
     }
-    if (lo + up + dg + sym < 2) return 0;
-    if (!quoted && !dg && ident) return 0;
-    return entropy(v, n) >= 3.5;
+    if (!quoted && !dg && ident) return -1;
+    int kinds = lo + up + dg + sym;
+    if (n >= 16 && kinds >= 2 && entropy(v, n) >= 3.5) return QG_V_ENTROPY35;
+    if (password && kinds >= 3) return QG_V_PASSWORD_CHARSET;
+    return -1;
 }
 
 static void generic(scan_t *s, size_t p) {
@@ -776,7 +786,8 @@ static void generic(scan_t *s, size_t p) {
     if (ne - k > 64 || ne == k) return;
     int letter = 0;
     for (size_t q = k; q < ne; q++) letter |= is_alpha(b[q]);
-    if (!letter || !secret_name(b + k, ne - k)) return;
+    int name_flags = secret_name(b + k, ne - k);
+    if (!(name_flags & 1) || !letter) return;
     while (v < n && (b[v] == ' ' || b[v] == '\t')) v++;
     int q = at(s, (int64_t)v);
     size_t start, end;
@@ -796,7 +807,8 @@ static void generic(scan_t *s, size_t p) {
         end = e;
         quoted = 0;
     }
-    if (generic_value_ok(b + start, end - start, quoted)) emit(s, start, end, QG_GENERIC_SECRET, QG_V_ENTROPY35);
+    int validator = generic_value(b + start, end - start, quoted, name_flags & 2);
+    if (validator >= 0) emit(s, start, end, QG_GENERIC_SECRET, validator);
 }
 
 /* --------------------------------------------------------------------- overlap resolution */
@@ -827,6 +839,7 @@ static int cmp_priority(const void *x, const void *y) {
 static void to_code_points(const unsigned char *b, qg_findings *f) {
     size_t pos = 0;
     int64_t cp = 0;
+    if (f->len == 0) return; /* items may be NULL, and qsort(NULL, 0, ...) is undefined */
     qsort(f->items, f->len, sizeof *f->items, cmp_start_end);
     for (size_t k = 0; k < f->len; k++) {
         size_t target = (size_t)f->items[k].start;
@@ -847,6 +860,7 @@ static void to_code_points(const unsigned char *b, qg_findings *f) {
  * different clusters cannot overlap, so this equals the reference's global greedy pass. */
 static void resolve(qg_findings *f) {
     size_t n = f->len, out = 0, k = 0;
+    if (n == 0) return; /* items may be NULL, and qsort(NULL, 0, ...) is undefined */
     qsort(f->items, n, sizeof *f->items, cmp_start_end);
     while (k < n) {
         size_t c_end = k + 1;

@@ -540,7 +540,7 @@ _NAME = _WORD | set(".-")
 _SECRET_WORDS = frozenset(
     {
         "key", "keys", "secret", "secrets", "token", "tokens", "password", "passwords", "passwd",
-        "pwd", "pass", "passphrase", "auth", "credential", "credentials", "apikey", "pw",
+        "pwd", "pass", "passphrase", "auth", "credential", "credentials", "apikey", "pw", "passcode",
     }
 )
 _SECRET_SUFFIXES = ("secret", "token", "password", "passwd", "apikey", "privatekey", "accesskey", "secretkey")
@@ -581,11 +581,17 @@ def name_components(name: str) -> list[str]:
     return [_lower(p) for p in parts]
 
 
-def _secret_name(name: str) -> bool:
+_PASSWORD_WORDS = frozenset({"password", "passwords", "passwd", "pwd", "pass", "passphrase", "pw", "passcode"})
+
+
+def _secret_name(name: str) -> tuple[bool, bool]:
+    """``(secret-like, password-like)`` for an assigned name."""
     parts = name_components(name)
     if not parts or parts[-1] in _NAME_STOP:
-        return False
-    return any(p in _SECRET_WORDS or p.endswith(_SECRET_SUFFIXES) for p in parts)
+        return False, False
+    secret = any(p in _SECRET_WORDS or p.endswith(_SECRET_SUFFIXES) for p in parts)
+    password = any(p in _PASSWORD_WORDS or p.endswith(("password", "passwd")) for p in parts)
+    return secret, password
 
 
 def _is_uuid(value: str) -> bool:
@@ -593,20 +599,30 @@ def _is_uuid(value: str) -> bool:
     return tuple(len(g) for g in groups) == _UUID_SHAPE and all(c in _HEX for g in groups for c in g)
 
 
-def _generic_value_ok(value: str, quoted: bool) -> bool:
-    if not 16 <= len(value) <= 256 or " " in value or "\t" in value:
-        return False
+def _generic_value(value: str, quoted: bool, password: bool) -> str | None:
+    """The validator that accepts ``value`` as an assigned secret, or None.
+
+    Any secret-like name: 16+ characters, two character classes, entropy >= 3.5 bits/char.
+    A password-like name also accepts 8+ characters using three of lower/upper/digit/symbol,
+    because real passwords are often too short to reach the entropy threshold.
+    """
+    n = len(value)
+    if not (8 if password else 16) <= n <= 256 or " " in value or "\t" in value:
+        return None
     if is_placeholder(value) or "://" in value or value[0] in "/~" or value.startswith(("./", "../")):
-        return False
+        return None
     if _is_uuid(value) or _is_hex_digest(value):
-        return False
+        return None
     lower, upper, digit = _classes(value)
     symbol = any(c not in _ALNUM and c not in "_-." for c in value)
-    if lower + upper + digit + symbol < 2:
-        return False
-    if not quoted and not digit and all(c in _WORD or c == "." for c in value) and value[0] not in _DIGITS:
-        return False  # a bare identifier or attribute path is a reference, not a literal
-    return entropy(value) >= 3.5
+    if not quoted and not digit and all(c in _WORD or c == "." for c in value):
+        return None  # a bare identifier or attribute path is a reference, not a literal
+    kinds = lower + upper + digit + symbol
+    if n >= 16 and kinds >= 2 and entropy(value) >= 3.5:
+        return "entropy>=3.5"
+    if password and kinds >= 3:
+        return "password-charset"
+    return None
 
 
 def _generic(text: str, p: int) -> list[tuple[int, int, str, str]]:
@@ -636,7 +652,8 @@ def _generic(text: str, p: int) -> list[tuple[int, int, str, str]]:
     if ne - k > 64 or ne == k:
         return []
     name = text[k:ne]
-    if not any(c in _UPPER or c in _LOWER for c in name) or not _secret_name(name):
+    secret, password = _secret_name(name)
+    if not secret or not any(c in _UPPER or c in _LOWER for c in name):
         return []
     while v < n and text[v] in " \t":
         v += 1
@@ -651,9 +668,8 @@ def _generic(text: str, p: int) -> list[tuple[int, int, str, str]]:
         if e - v > 256 or _at(text, e) == "(":
             return []
         start, end, quoted = v, e, False
-    if not _generic_value_ok(text[start:end], quoted):
-        return []
-    return [(start, end, "GENERIC_SECRET", "entropy>=3.5")]
+    validator = _generic_value(text[start:end], quoted, password)
+    return [(start, end, "GENERIC_SECRET", validator)] if validator else []
 
 
 # ------------------------------------------------------------------------------ the scan

@@ -42,8 +42,11 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
 * ``GENERIC_SECRET``: a value of 16-256 printable characters without spaces assigned to a name
   with a word like key/secret/token/password/passwd/pwd/pass/auth/credential (``name = "v"``,
   ``name: v``, ``NAME=v``, ``"name": "v"``, ``name := "v"``), with at least two character classes
-  and Shannon entropy >= 3.5 bits/char ("entropy>=3.5"). Names ending in a descriptive word (url,
-  path, id, count, name, ...) are skipped, as are unquoted identifiers and calls.
+  and Shannon entropy >= 3.5 bits/char ("entropy>=3.5"). For password-like names (password,
+  passwd, pwd, pass, passphrase, pw, passcode) a value of 8+ characters using three of
+  lower/upper/digit/symbol is also accepted ("password-charset"): real passwords are often too
+  short to reach the entropy threshold. Names ending in a descriptive word (url, path, id, count,
+  name, ...) are skipped, as are unquoted identifiers and calls.
 
 Not findings: placeholders (``${PASS}``, ``<token>``, ``****``, ``changeme``, ``your_...``),
 anything containing "EXAMPLE" (any case) in a credential, UUIDs, 32/40/64-hex digests and git SHAs

@@ -68,6 +68,8 @@ POSITIVES = [
     ("db_password: Hq8#kLm2$pQr9vXz", [("GENERIC_SECRET", "Hq8#kLm2$pQr9vXz", "entropy>=3.5")]),
     ("export AUTH_TOKEN=f83Kd92nLq0Zp7Xc4Vb1", [("GENERIC_SECRET", "f83Kd92nLq0Zp7Xc4Vb1", "entropy>=3.5")]),
     ('apiKey := "Mn4Bv7Cx1Zl8Kj5Hg2Fd"', [("GENERIC_SECRET", "Mn4Bv7Cx1Zl8Kj5Hg2Fd", "entropy>=3.5")]),
+    ("smtp_password: cx2KE0WmD4f3", [("GENERIC_SECRET", "cx2KE0WmD4f3", "password-charset")]),
+    ('DB_PASS="k9#Lm2!q"', [("GENERIC_SECRET", "k9#Lm2!q", "password-charset")]),
 ]
 
 NEGATIVES = [
@@ -108,6 +110,8 @@ NEGATIVES = [
     "if password == 'Zk29fjA01kd8Gh3LmQ9x':",  # comparison, not assignment
     "key_path = '/etc/ssl/private/server-2024.key'",
     'author = "Jane Q. Public-Smith 2024"',
+    "password: abcdefghijk", "password: Ab1cD2e",  # one class; too short
+    "token: Ab1Cd2Ef3gH",  # not a password name, so the 16-character entropy rule applies
 ]
 
 

@@ -58,10 +58,14 @@ def test_recall_and_precision() -> None:
 def test_every_ordinary_plant_is_found_per_kind(kind: str) -> None:
     rows = [r for r in ROWS if r["kind"] == kind]
     _, _, fn = _score(rows)
-    # The one planted miss is a 14-character SMTP password: below the 16-character floor of
-    # GENERIC_SECRET, kept in the corpus because a human would still redact it.
-    allowed = Counter({"GENERIC_SECRET": 1}) if kind == "config" else Counter()
-    assert fn <= allowed, f"unexpected misses in {kind}: {dict(fn)}"
+    assert not fn, f"misses in {kind}: {dict(fn)}"
+
+
+def test_known_hard_misses() -> None:
+    # Documented limits: a passphrase with spaces after "password:", a password in prose with no
+    # assignment ("the root pw is ..."), a bare 9-digit SSN after "social:" (no "ssn" keyword).
+    _, _, fn = _score([r for r in ROWS if r["kind"] == "hard"])
+    assert fn == Counter({"GENERIC_SECRET": 2, "SSN": 1})
 
 
 def test_negatives_have_no_findings() -> None:
