@@ -9,6 +9,7 @@ Order for every call: policy -> checks -> decision -> audit -> (only then) Qdran
 """
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import logging
@@ -43,7 +44,18 @@ class Call:
     kwargs: dict[str, Any]
 
 
-Op = Generator[Call, Any, Any]
+@dataclass(frozen=True)
+class Offload:
+    """A request, yielded by an operation, to run slow blocking work (a classifier, an embedder).
+
+    The sync driver runs it inline; the async driver runs it in a worker thread so the event loop
+    is never stalled.
+    """
+
+    fn: Callable[[], Any]
+
+
+Op = Generator["Call | Offload", Any, Any]
 
 
 class GuardPipeline:
@@ -281,13 +293,18 @@ class GuardPipeline:
         return (yield Call(method, args))
 
 
-def drive_sync(op: Op, invoke: Callable[[Call], Any]) -> Any:
+def drive_sync(op: Op, invoke: Callable[[Call], Any] | None) -> Any:
     """Run an operation to completion with a synchronous ``invoke``."""
     try:
         call = next(op)
         while True:
             try:
-                result = invoke(call)
+                if isinstance(call, Offload):
+                    result = call.fn()
+                elif invoke is None:
+                    raise RuntimeError(f"operation requested {call.method!r} but no backend was given")
+                else:
+                    result = invoke(call)
             except BaseException as exc:  # give the operation a chance to audit the failure
                 call = op.throw(exc)
             else:
@@ -302,7 +319,10 @@ async def drive_async(op: Op, invoke: Callable[[Call], Any]) -> Any:
         call = next(op)
         while True:
             try:
-                result = await invoke(call)
+                if isinstance(call, Offload):
+                    result = await asyncio.to_thread(call.fn)
+                else:
+                    result = await invoke(call)
             except BaseException as exc:
                 call = op.throw(exc)
             else:

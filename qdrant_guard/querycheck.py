@@ -8,7 +8,7 @@ from qdrant_client.http import models
 
 from . import detect as _detect
 from .decision import Verdict
-from .pipeline import Op
+from .pipeline import Offload, Op
 from .policy import CollectionPolicy
 from .textguard import TextOps
 
@@ -22,7 +22,7 @@ class QueryChecks(TextOps):
                       query_text: str | None, details: dict[str, Any]) -> Op:
         """Check the query's text and return the (possibly rewritten) arguments.
 
-        A generator for symmetry with the other stages (it performs no I/O today).
+        A generator: the classifier and the embedder run as :class:`Offload` requests.
         """
         query = args.get("query")
         text = query.text if isinstance(query, models.Document) else query_text
@@ -39,18 +39,17 @@ class QueryChecks(TextOps):
             details["query_text"] = _detect.redact(text)
             self.validate_structure(op, name, pol, text, details)
             cleaned = self.screen_text(op, name, pol, text) if pol.query.redact_query_text else text
-            self.check_intent(op, name, pol, cleaned, details)
+            yield from self.check_intent(op, name, pol, cleaned, details)
             if isinstance(query, models.Document):
                 if self.embedder is not None:
-                    args = {**args, "query": self.embed([cleaned], where="query")[0].tolist()}
+                    matrix = yield Offload(lambda: self.embed([cleaned], where="query"))
+                    args = {**args, "query": matrix[0].tolist()}
                 else:
                     args = {**args, "query": query.model_copy(update={"text": cleaned})}
         q = args.get("query")
         if pol.noise_queries and not pol.raw_allowed(self.boundary()) and isinstance(q, (list, tuple, np.ndarray)):
             args = {**args, "query": self.noise_query(pol, q)}  # type: ignore[attr-defined]
             details["query_noised"] = True
-        if False:  # pragma: no cover - keeps this a generator
-            yield
         return args
 
     def validate_structure(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> None:
@@ -78,14 +77,17 @@ class QueryChecks(TextOps):
             details={"violations": violations, "query_text": details.get("query_text")},
         ))
 
-    def check_intent(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> None:
-        """Intent classification -> INTENT_BLOCKED, or FAIL_CLOSED when the classifier fails."""
+    def check_intent(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> Op:
+        """Intent classification -> INTENT_BLOCKED, or FAIL_CLOSED when the classifier fails.
+
+        A generator: classification is yielded as an :class:`Offload` (off the event loop in async).
+        """
         ip = pol.intent
         if not ip.enabled:
             return
         try:
             clf = self.intent_classifier(ip.classifier)
-            result = clf.classify(text)
+            result = yield Offload(lambda: clf.classify(text))
         except Exception as exc:  # a broken classifier must never silently allow
             details["intent_error"] = repr(exc)
             if ip.fail_closed and not pol.is_public:

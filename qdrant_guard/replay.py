@@ -14,6 +14,7 @@ from typing import Any, TextIO
 from .decision import Verdict
 from .errors import GuardRefusal
 from .guard import Guard
+from .pipeline import drive_sync
 
 _QUERY_OPS = {"query_points", "query_points_groups", "query_batch_points"}
 _PLACEHOLDER = re.compile(r"\[[A-Z][A-Z0-9_]+\]")
@@ -44,7 +45,7 @@ def evaluate(guard: Guard, collection: str, text: str) -> str | None:
     })
     try:
         guard.validate_structure("replay", collection, enforce, text, details)
-        guard.check_intent("replay", collection, enforce, text, details)
+        drive_sync(guard.check_intent("replay", collection, enforce, text, details), None)
     except GuardRefusal as exc:
         return exc.verdict
     return None

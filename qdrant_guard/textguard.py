@@ -9,7 +9,7 @@ from qdrant_client.http import models
 from . import detect as _detect
 from .decision import Verdict
 from .errors import InvalidVectorError, QdrantGuardError
-from .pipeline import GuardPipeline
+from .pipeline import GuardPipeline, Offload, Op
 from .policy import CollectionPolicy
 from .vectors import split_vector_struct
 
@@ -83,8 +83,9 @@ class TextOps(GuardPipeline):
         return payload
 
     def embed_documents(self, op: str, name: str, pol: CollectionPolicy, vecs: dict[str, Any], *,
-                        where: str) -> dict[str, Any]:
-        """Replace ``models.Document`` vectors by embeddings of their redacted text."""
+                        where: str) -> Op:
+        """Replace ``models.Document`` vectors by embeddings of their redacted text (a generator:
+        the embedder runs as an :class:`Offload`)."""
         docs = {k: v for k, v in vecs.items() if isinstance(v, models.Document)}
         if not docs:
             for k, v in vecs.items():
@@ -95,7 +96,7 @@ class TextOps(GuardPipeline):
                     )
             return vecs
         texts = [self.screen_text(op, name, pol, d.text) for d in docs.values()]
-        matrix = self.embed(texts, where=where)
+        matrix = yield Offload(lambda: self.embed(texts, where=where))
         out = dict(vecs)
         for (k, _), row in zip(docs.items(), matrix):
             out[k] = row

@@ -232,7 +232,7 @@ class WriteOps(TextOps):
             payload = self.guard_payload_text(op, name, pol, payload, point_id=p.id, in_boundary=raw_ok)
             receipts = receipts_from_payload(payload) if RECEIPT_KEY in payload else {}
             vecs = split_vector_struct(p.vector)
-            vecs = self.embed_documents(op, name, pol, vecs, where=where)
+            vecs = yield from self.embed_documents(op, name, pol, vecs, where=where)
             kept_receipts: dict[str, Any] = {}
             for vname, value in vecs.items():
                 spec = shape.spec(vname, where=where)
