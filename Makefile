@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml setup.py
 	touch $(STAMP)
 
 $(EVAL_STAMP): $(STAMP) scripts/install_eval_deps.sh
-	PY=$(PY) bash scripts/install_eval_deps.sh
+	PYTHON=$(PY) bash scripts/install_eval_deps.sh
 	touch $(EVAL_STAMP)
 
 # The native kernels are required: a compiler or Cython error fails here, loudly.
