@@ -156,6 +156,7 @@ static const char *const PLACEHOLDER_PREFIXES[] = {
 };
 
 static int eq_ci(const unsigned char *v, size_t n, const char *w) {
+    if (n == 0 || lower_ascii(v[0]) != w[0]) return n == 0 && w[0] == 0;
     size_t k = strlen(w);
     if (k != n) return 0;
     for (size_t i = 0; i < n; i++)
