@@ -491,11 +491,13 @@ static void emit_token(scan_t *s, size_t i, size_t e, int type) {
     if (!has_example(s, i, e)) emit(s, i, e, type, QG_V_FORMAT);
 }
 
-static int all_alnum(const unsigned char *v, size_t n) {
+static int all_of(const unsigned char *v, size_t n, int (*pred)(int)) {
     for (size_t k = 0; k < n; k++)
-        if (!is_alnum(v[k])) return 0;
+        if (!pred(v[k])) return 0;
     return 1;
 }
+
+static int all_alnum(const unsigned char *v, size_t n) { return all_of(v, n, is_alnum); }
 
 static void token(scan_t *s, size_t i) {
     const unsigned char *b = s->b;
@@ -631,10 +633,7 @@ static void pem(scan_t *s, size_t i) {
 
 /* ---------------------------------------------------------- 40-character AWS secret keys */
 static int is_hex_digest(const unsigned char *v, size_t n) {
-    if (n != 32 && n != 40 && n != 64) return 0;
-    for (size_t k = 0; k < n; k++)
-        if (!is_hex(v[k])) return 0;
-    return 1;
+    return (n == 32 || n == 40 || n == 64) && all_of(v, n, is_hex);
 }
 
 static void aws_secret(scan_t *s, size_t i) {
