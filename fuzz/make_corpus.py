@@ -1,0 +1,118 @@
+"""Write the seed corpora in fuzz/corpus/<target>/ (deterministic; rerun after changing a format).
+
+Each file is a harness input: the header bytes the harness reads first (see the comment at the top
+of fuzz/fuzz_<target>.c), then the payload. Run: ``python fuzz/make_corpus.py``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import struct
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+REPO = ROOT.parent
+
+SCAN_TEXTS = [
+    b"how do I reset my password",
+    b"reset %2e%2e%2f%2e%2e%2f password",
+    b"\\x41\\x42\\x43 and \\u0041\\U0001F600",
+    b"&lt;script&gt;alert(1)&lt;/script&gt; &#x41;&#65; &amp",
+    b"aGVsbG8gd29ybGQgdGhpcyBpcyBhIGJhc2U2NCBibG9iIQ== deadbeef0123456789abcdef0123456789",
+    "family \U0001F468\u200D\U0001F469\u200D\U0001F467 flag \U0001F3F4\U000E0067\U000E0062"
+    "\U000E0065\U000E006E\U000E0067\U000E007F thumbs \U0001F44D\U0001F3FD".encode(),
+    "bidi \u202Eevil\u202C zero\u200Bwidth soft\u00ADhyphen \uFEFFbom".encode(),
+    b"ctrl \x00\x01\x7f tab\tcr\r nel \xc2\x85 end",
+    b"invalid \xff\xfe \xc0\xaf \xe0\x80\x80 \xf5\x80 trunc \xe2\x82",
+    b"lone surrogate \xed\xa0\x80 and \xed\xbf\xbf",
+    b"word " * 40,
+    b"a b c a b c a b c a b c d",
+    b"variation \xef\xb8\x8f\xef\xb8\x8f selector \xf3\xa0\x84\x80",
+    b"   leading and trailing   \n",
+    b"",
+    "\u00e9t\u00e9 na\u00efve \u4e2d\u6587 \u0627\u0644\u0639\u0631\u0628\u064a\u0629".encode(),
+]
+
+DETECT_TEXTS = [
+    b"ssn 123-45-6789 card 4111 1111 1111 1111",
+    b"my ssn is 123456789 and phone +1 555-123-4567",
+    b"iban GB82 WEST 1234 5698 7654 32 or DE89370400440532013000",
+    b"mail alice@example.com, url https://bob@host.example/x",
+    b"postgres://app:s3cr3tP4ss@db.internal:5432/app",
+    b"-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n"
+    b"-----END RSA PRIVATE KEY-----",
+    b"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    b'api_key = "Zx9Qw2Lm8Rt4Yp6Vb3Nc"  password: hunter2hunter2XY',
+    "caf\u00e9 4111-1111-1111-1111 \U0001F600 ssn 078-05-1120".encode(),
+    b"nul\x00in 123-45-6789\x00 text \xed\xa0\x80 surrogate",
+]
+
+
+def write(target: str, items: list[bytes]) -> None:
+    out = ROOT / "corpus" / target
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for data in items:
+        (out / hashlib.sha1(data).hexdigest()).write_bytes(data)
+
+
+def scan_corpus() -> list[bytes]:
+    # Header: flags (bit0 str mode, bit1 escapes, bit2 no token cap, bit3 cap=byte1, bit4 no
+    # model cap, bits5-7 misalignment), token cap, blob length - 8 (0: off), percent run - 1.
+    headers = [bytes([0x02, 50, 24, 1]), bytes([0x03, 50, 24, 1]), bytes([0x2B, 3, 1, 2]),
+               bytes([0x14 | 0xE0, 0, 0, 0])]
+    return [headers[k % len(headers)] + text for k, text in enumerate(SCAN_TEXTS)] + [
+        headers[1] + text for text in SCAN_TEXTS[:8]]
+
+
+def detect_corpus() -> list[bytes]:
+    rows = [json.loads(line) for line in (REPO / "tests/data/planted_secrets.jsonl").open()]
+    texts = DETECT_TEXTS + [r["text"].encode("utf-8", "surrogatepass") for r in rows[::10]]
+    return [bytes([k % 16]) + t for k, t in enumerate(texts)]
+
+
+def noise_corpus() -> list[bytes]:
+    items = []
+    specials = [0.0, -0.0, 1.0, -1.5, 5e-324, 2.2250738585072014e-308, 1e300, -1e308,
+                float("inf"), float("nan"), 3.4e38, 1e-45]
+    for k in range(24):
+        flags = k % 16 | (0x40 if k % 5 == 0 else 0) | (0x10 if k in (7, 19) else 0)
+        rows, dim = 1 + k % 3, [1, 2, 3, 8, 17, 64][k % 6]
+        scale = [1.0, 0.25, 1e-3, 1e200, 3.0][k % 5]
+        step_exp = [-8, -4, -2, 0, -20, 10][k % 6]
+        clip = [1.0, 0.5, 1e308, 0.0][k % 4]
+        header = struct.pack("<BBBdbd", flags, rows - 1, dim - 1, scale, step_exp, clip)
+        header += bytes((k * 7 + i) % 256 for i in range(20))
+        count = rows * dim
+        values = [specials[(k + i) % 12] if k % 4 == 3 else 0.1 * i for i in range(count)]
+        if flags & 1:
+            # float32 has no 1e300: store it as the bits of +-Inf, which is what a cast gives.
+            values = [v if abs(v) < 3.5e38 or v != v else math.copysign(math.inf, v) for v in values]
+        vals = struct.pack(f"<{count}{'f' if flags & 1 else 'd'}", *values)
+        items.append(header + vals)
+    return items
+
+
+def chacha20_corpus() -> list[bytes]:
+    items = []
+    rfc_key = bytes(range(32))
+    for k, nonce in enumerate([bytes.fromhex("000000090000004a00000000"),
+                               bytes.fromhex("000000000000004a00000000"), bytes(12),
+                               b"\xff" * 12]):
+        for counter, nb in [(1, 0x09), (0, 0x41), (0xFFFFFFF0, 0x42), (7, 0xF5), (0, 0x00)]:
+            key = rfc_key if k % 2 == 0 else hashlib.sha256(bytes([k, nb])).digest()
+            items.append(key + nonce + struct.pack("<I", counter) + bytes([nb]) +
+                         bytes((counter + i) % 256 for i in range(k * 3)))
+    return items
+
+
+if __name__ == "__main__":
+    write("scan", scan_corpus())
+    write("detect", detect_corpus())
+    write("noise", noise_corpus())
+    write("chacha20", chacha20_corpus())
+    for target in ("scan", "detect", "noise", "chacha20"):
+        files = list((ROOT / "corpus" / target).iterdir())
+        print(f"{target}: {len(files)} files, {sum(f.stat().st_size for f in files)} bytes")
