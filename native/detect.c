@@ -840,7 +840,6 @@ static void to_code_points(const unsigned char *b, qg_findings *f) {
     size_t pos = 0;
     int64_t cp = 0;
     if (f->len == 0) return; /* items may be NULL, and qsort(NULL, 0, ...) is undefined */
-    if (f->len == 0) return; /* items may be NULL, and qsort(NULL, 0, ...) is undefined */
     qsort(f->items, f->len, sizeof *f->items, cmp_start_end);
     for (size_t k = 0; k < f->len; k++) {
         size_t target = (size_t)f->items[k].start;
@@ -861,7 +860,6 @@ static void to_code_points(const unsigned char *b, qg_findings *f) {
  * different clusters cannot overlap, so this equals the reference's global greedy pass. */
 static void resolve(qg_findings *f) {
     size_t n = f->len, out = 0, k = 0;
-    if (n == 0) return; /* items may be NULL, and qsort(NULL, 0, ...) is undefined */
     if (n == 0) return; /* items may be NULL, and qsort(NULL, 0, ...) is undefined */
     qsort(f->items, n, sizeof *f->items, cmp_start_end);
     while (k < n) {
