@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import math
+from collections.abc import Iterator
 
 __all__ = ["FINDING_TYPES", "PII_TYPES", "find_spans"]
 
@@ -74,7 +75,7 @@ def _run_end(text: str, i: int, chars: frozenset[str], limit: int) -> int:
     return j
 
 
-def _positions(text: str, literal: str):
+def _positions(text: str, literal: str) -> Iterator[int]:
     i = text.find(literal)
     while i != -1:
         yield i
@@ -681,7 +682,7 @@ def _resolve(cands: list[tuple[int, int, str, str]]) -> list[tuple[int, int, str
     return sorted(taken)
 
 
-def _word_starts(text: str, chars: frozenset[str]):
+def _word_starts(text: str, chars: frozenset[str]) -> Iterator[int]:
     prev_in = False
     for i, c in enumerate(text):
         cur = c in chars
