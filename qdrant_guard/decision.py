@@ -70,6 +70,7 @@ class Decision:
     utility_hash: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     monitor: bool = False
+    fail_closed: bool = True
 
     @property
     def allowed(self) -> bool:

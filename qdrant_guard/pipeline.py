@@ -200,19 +200,26 @@ class GuardPipeline:
             directive=directive,
             principal=self.principal_label,
             sensitivity=pol.sensitivity.value if pol is not None else None,
+            fail_closed=pol.fail_closed if pol is not None else True,
             **kw,
         )
 
     def record(self, d: Decision) -> str:
-        """Audit ``d`` and return its manifest digest. Fails closed: raises AuditError."""
+        """Audit ``d`` and return its manifest digest.
+
+        Raises:
+            AuditError: the log could not be written and the collection fails closed (default).
+        """
         rec = d.record()
         if self.audit is not None:
             try:
                 self.audit.append(rec)
-            except AuditError:
-                raise
-            except Exception as exc:  # any I/O failure of the log is a refusal
-                raise AuditError(f"audit log could not be written ({exc}); the call was refused") from exc
+            except Exception as exc:  # any failure of the log is a refusal, unless configured open
+                if d.fail_closed:
+                    if isinstance(exc, AuditError):
+                        raise
+                    raise AuditError(f"audit log could not be written ({exc}); the call was refused") from exc
+                log.error("audit log could not be written (fail_closed = false, going on): %r", exc)
         return str(rec["manifest_digest"])
 
     def refuse(self, d: Decision) -> QdrantGuardError:

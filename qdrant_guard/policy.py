@@ -44,7 +44,7 @@ Mode = Literal["enforce", "monitor"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, use_attribute_docstrings=True)
 
 
 class NoisePolicy(_Strict):
@@ -56,10 +56,17 @@ class NoisePolicy(_Strict):
     """
 
     mechanism: Literal["gaussian", "laplace_l2"] = "gaussian"
+    """``gaussian``: analytic Gaussian mechanism (Balle & Wang 2018), (epsilon, delta) at ``radius``.
+    ``laplace_l2``: multivariate Laplace in L2 norm, pure metric DP (epsilon at ``radius``)."""
     epsilon: float = Field(1.0, gt=0, le=1000)
+    """Privacy loss between any two clipped inputs at L2 distance <= ``radius``. Must be <= the
+    class's ``epsilon_ceiling``."""
     delta: float = Field(1e-6, ge=0, lt=1)
+    """Failure probability of the Gaussian guarantee (must be 0 for ``laplace_l2``)."""
     radius: float = Field(0.01, gt=0, le=2)
+    """Protected L2 radius of the metric-DP guarantee (inputs are clipped to ``clip_norm`` first)."""
     clip_norm: float | None = Field(1.0, gt=0)
+    """Inputs are clipped to this L2 norm before noising (1.0 suits normalised embeddings)."""
     keyed: bool = True
     """Derive the noise from a PRF of (guard key, clean vector): re-sending a vector yields the same
     noised vector, so averaging repeated releases gains an attacker nothing."""
@@ -77,30 +84,45 @@ class QueryRules(_Strict):
     """Structural query validation (run first, natively, before any embedding or model call)."""
 
     mode: Mode = "enforce"
+    """``enforce`` refuses (QUERY_REJECTED); ``monitor`` only logs what would have been refused."""
     enabled: bool = True
+    """Run structural validation on queries that carry text."""
     max_tokens: int | None = Field(500, gt=0)
+    """Whitespace-token cap (None: no cap)."""
     max_repetition: float | None = Field(0.5, ge=0, le=1)
+    """Cap on 1 - unique/total tokens (None: no cap)."""
     max_ngram_run: float | None = Field(None, ge=0, le=1)
+    """Cap on the share of tokens in the longest immediately repeated n-gram run (None: off)."""
     encoded_payloads: bool = True
+    """Reject percent/hex/unicode escapes, HTML entities, base64/hex blobs, control, invisible and
+    bidi characters, invalid UTF-8 and lone surrogates (ZWJ inside emoji sequences is allowed)."""
     require_text: bool = False
     """Refuse a raw query vector that comes without ``query_text=`` (so text checks cannot be skipped)."""
     redact_query_text: bool = True
+    """Redact PII in query text (and refuse credentials) before it is embedded or classified."""
 
 
 class DiversityPolicy(_Strict):
     """Per-source caps on results, and the cross-query extraction budget."""
 
     mode: Mode = "enforce"
+    """``enforce`` applies caps and budgets; ``monitor`` only logs what they would have withheld."""
     enabled: bool = True
+    """Apply per-source caps to query results (and the budgets below when set)."""
     max_source_fraction: float = Field(0.4, gt=0, le=1)
+    """No source holds more than max(1, floor(k * fraction)) of a returned top-k. A hard cap: the
+    guard returns fewer results rather than backfill over it."""
     min_unique_sources: int = Field(2, ge=1)
+    """At least this many sources appear in a result when the candidates have them."""
     overfetch_factor: float = Field(3.0, ge=1, le=50)
+    """Fetch limit * factor candidates from Qdrant so the cap can still return k results."""
     max_source_coverage: float | None = Field(None, gt=0, le=1)
     """Fraction of a source's points one principal may see within ``window_s`` (None: no budget)."""
     restricted_sources: tuple[str, ...] = ()
     """Sources the budget applies to (empty: every source). A budget on every source also costs
     benign users their follow-up questions; restrict it to the confidential documents."""
     window_s: float = Field(86400.0, gt=0)
+    """Sliding window of the extraction and distillation budgets, in seconds."""
     max_vectors: int | None = Field(None, ge=0)
     """PROPRIETARY distillation budget: vectors one principal may receive within ``window_s``."""
 
@@ -109,28 +131,40 @@ class IntentPolicy(_Strict):
     """Query intent classification."""
 
     mode: Mode = "enforce"
-    enabled: bool = False
+    """``enforce`` refuses blocked labels (INTENT_BLOCKED); ``monitor`` only logs them."""
+    enabled: bool = True
+    """Classify the intent of queries that carry text (sensitive collections)."""
     classifier: str = "builtin"
+    """``builtin`` (offline linear model), ``llm`` (OpenAI-compatible endpoint from the
+    environment) or ``module:attr`` (your own IntentClassifier)."""
     block: tuple[Literal["benign", "exploratory", "suspicious", "adversarial"], ...] = (
         "suspicious",
         "adversarial",
     )
+    """Labels that are refused."""
+    min_confidence: float = Field(0.6, ge=0, le=1)
+    """A blocked label is enforced only at this confidence or above; below it the query goes ahead
+    and the audit record keeps the label (tune with ``qdrant-guard audit replay``)."""
     fail_closed: bool = True
+    """Refuse the query (FAIL_CLOSED) when the classifier raises or times out."""
 
 
 class UtilityPolicy(_Strict):
     """The retrieval utility guard."""
 
     max_recall_drop: float = Field(0.05, ge=0, lt=1)
+    """Largest recall@10 drop (relative to clean retrieval) the noise may cause."""
     record: str | None = None
     """Path of a signed utility record from ``qdrant-guard calibrate``."""
     enforce: bool = True
+    """Refuse writes (UTILITY_DEGRADED) whose noise level the record measured above the threshold."""
 
 
 class CollectionPolicy(_Strict):
     """Policy of one collection."""
 
     sensitivity: SensitivityClass = Field(SensitivityClass.PII, alias="class")
+    """``embedding_sensitivity_class``: PUBLIC (pass-through), PII, CREDENTIAL or PROPRIETARY."""
     owner: str | None = None
     """Owner trust boundary. Principals verified in it may write raw vectors when allowed."""
     readers: tuple[str, ...] = ()
@@ -144,19 +178,33 @@ class CollectionPolicy(_Strict):
     noise_queries: bool = False
     """Noise query vectors from principals outside the owner boundary before they reach Qdrant."""
     noise: NoisePolicy = NoisePolicy()
+    """The noise mechanism and its privacy parameters."""
     source_field: str = "source"
+    """Payload field naming a point's source document (diversity caps and budgets count by it)."""
     text_field: str | None = None
+    """Payload field holding the point's text; it is screened and redacted like embedded text."""
     credentials_in_text: Literal["refuse", "redact"] = "refuse"
+    """Text with credentials: refuse the call (CREDENTIAL_IN_TEXT) or redact to typed placeholders."""
     redact_pii: bool = True
+    """Redact PII in text to typed placeholders ([SSN], [EMAIL], ...) before embedding and storage."""
     keep_payload_text_in_boundary: bool = False
+    """Keep PII in the payload text when the writer is in the owner boundary (never credentials)."""
     allow_redaction_on_public: bool = False
+    """On PUBLIC collections redact findings instead of refusing them as mislabelled."""
     fail_closed: bool = True
+    """Refuse the call when the audit log or the budget store fails (False: log the failure through
+    `logging` and go on). A failing embedder or key store always refuses."""
     query: QueryRules = QueryRules()
+    """Structural query validation."""
     diversity: DiversityPolicy = DiversityPolicy()
+    """Per-source result caps and extraction budgets."""
     intent: IntentPolicy = IntentPolicy()
+    """Query intent classification."""
     utility: UtilityPolicy = UtilityPolicy()
+    """The retrieval utility guard."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, validate_default=True,
+                              use_attribute_docstrings=True)
 
     @property
     def is_public(self) -> bool:
@@ -193,15 +241,18 @@ class BoundaryConfig(_Strict):
     authority_keys: tuple[str, ...] = Field(min_length=1)
     """Public keys as ``"ed25519:<base64>"`` strings or paths to PEM/str files."""
     revoked_credentials: tuple[str, ...] = ()
+    """Credential ids (``jti``) that are no longer accepted."""
 
 
 class ReceiptTrust(_Strict):
     """Which keys may sign receipts the guard accepts (the guard's own key is always trusted)."""
 
     trusted_keys: tuple[str, ...] = ()
+    """Public keys (``ed25519:<base64>`` or files) of writers whose receipts are accepted."""
     revoked_keys: tuple[str, ...] = ()
     """Key ids (``ed25519:<hex>``) whose receipts and credentials are rejected."""
     max_age_s: float | None = Field(None, gt=0)
+    """Reject receipts issued longer ago than this (None: no limit)."""
 
 
 DEFAULT_CEILINGS: dict[str, float] = {"PII": 2.0, "CREDENTIAL": 1.0, "PROPRIETARY": 8.0}
@@ -215,16 +266,22 @@ class GuardConfig(_Strict):
     audit_log: str | None = None
     """Path of the hash-chained JSONL audit log (None: audit through `logging` only)."""
     audit_fsync: bool = False
+    """fsync the audit log after every entry (slower; survives power loss, not only crashes)."""
     unlisted: Literal["strict", "public", "refuse"] = "strict"
     """Collections not listed: ``strict`` = PII with the ``default`` policy (noised, readable by any
     verified principal, vectors never returned raw); ``public`` = pass-through; ``refuse``."""
     epsilon_ceiling: dict[SensitivityClass, float] = Field(default_factory=lambda: dict(DEFAULT_CEILINGS))
+    """Largest epsilon accepted per class (defaults: PII 2.0, CREDENTIAL 1.0, PROPRIETARY 8.0)."""
     boundaries: dict[str, BoundaryConfig] = Field(default_factory=dict)
+    """Trust boundaries and their authority keys."""
     receipts: ReceiptTrust = ReceiptTrust()
+    """Which receipt signers are trusted or revoked."""
     budget_store: str = "memory"
     """``memory``, ``sqlite:///path.db`` or ``redis://host:port/db`` for the extraction budget."""
     default: CollectionPolicy = CollectionPolicy(readers=("*",))
+    """The policy of unlisted collections when ``unlisted = "strict"``."""
     collections: dict[str, CollectionPolicy] = Field(default_factory=dict)
+    """Per-collection policies, keyed by collection name."""
     source_path: str | None = Field(None, exclude=True)
 
     @field_validator("epsilon_ceiling")

@@ -101,12 +101,15 @@ class QueryChecks(TextOps):
         details["intent"] = {"label": result.label, "confidence": round(float(result.confidence), 4),
                              "reasoning": result.reasoning, "classifier": result.classifier}
         if result.label in ip.block:
+            if result.confidence < ip.min_confidence:
+                details["intent"]["below_min_confidence"] = True
+                return
             if ip.mode == "monitor":
                 details["intent"]["would_block"] = True
                 return
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.INTENT_BLOCKED,
-                f"query classified {result.label} ({result.confidence:.2f}): {result.reasoning}. "
+                f"query classified {result.label} ({result.confidence:.2f}; {result.reasoning}). "
                 "Rephrase the request to what the task needs",
                 details={"intent": details["intent"], "query_text": details.get("query_text")},
             ))

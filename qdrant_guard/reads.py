@@ -1,6 +1,7 @@
 """Guarded reads: boundary, query checks, diversity, extraction budget, vector release."""
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -20,6 +21,7 @@ from .receipts import RECEIPT_KEY, receipts_from_payload, verify_receipt
 from .vectors import split_vector_struct
 
 _SOURCE_SIZE_TTL_S = 30.0
+log = logging.getLogger("qdrant_guard")
 
 
 @dataclass
@@ -154,6 +156,9 @@ class ReadOps(PayloadOps, QueryChecks):
                                    point_ids=[p.id for p in group], source_size=size,
                                    max_source_coverage=pol.diversity.max_source_coverage)
             except BudgetStoreError as exc:  # an unreachable budget store must not mean "no budget"
+                if not pol.fail_closed:
+                    log.error("budget store failed (fail_closed = false, not withholding): %r", exc)
+                    continue
                 raise self.refuse(self.decision(
                     op, name, pol, Verdict.FAIL_CLOSED,
                     f"the extraction-budget store failed ({exc}); results were withheld. Check the "

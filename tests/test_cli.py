@@ -83,6 +83,8 @@ def test_audit_replay_reports_newly_blocked_queries(tmp_path):
         raw_in_boundary = true
         [collections.docs.diversity]
         enabled = false
+        [collections.docs.intent]
+        enabled = false
     """))
     strict = tmp_path / "strict.toml"
     strict.write_text(policy.read_text() + "[collections.docs.query]\nmax_tokens = 4\n")

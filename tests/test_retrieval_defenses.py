@@ -93,7 +93,8 @@ def test_raw_vector_without_text_is_refused_when_text_is_required(kit, spy):
 
 
 def test_document_queries_are_redacted_then_embedded_by_the_guard(kit):
-    cfg = kit.config({sc.COLLECTION: {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True}})
+    cfg = kit.config({sc.COLLECTION: {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True,
+                                      "intent": {"enabled": False}}})
     seen = []
 
     def embedder(texts):
@@ -191,14 +192,21 @@ def test_extraction_attack_through_the_guard_stays_under_coverage(kit):
                                                    "restricted_sources": [sc.RESTRICTED_SOURCE]})
     views = {}
 
+    refused = Counter()
+
     def search(principal, text):
         if principal not in views:
             views[principal] = owner.with_principal(kit.principal(principal, "support"))
-        return views[principal].query_points(sc.COLLECTION, query=sc.embed(text), query_text=text, limit=10).points
+        try:
+            return views[principal].query_points(sc.COLLECTION, query=sc.embed(text), query_text=text, limit=10).points
+        except GuardRefusal as exc:  # a refused query returns nothing to its sender
+            refused[(principal == "mallory", exc.verdict)] += 1
+            return []
 
     recovered = sc.run_attack(search, corpus)
     assert len(recovered) <= int(20 * coverage)
     assert sc.benign_recall(search, corpus) >= 0.9
+    print("refusals (attacker?, verdict):", dict(refused))
     # undefended on the same store, the attacker gets (almost) the whole memo
     raw = sc.run_attack(lambda p, t: qdrant_client.QdrantClient.query_points(
         owner, sc.COLLECTION, query=sc.embed(t), limit=10).points, corpus)
