@@ -1,0 +1,98 @@
+"""Renders docs/policy.md from the policy models, so the reference cannot drift from the code.
+
+Run ``python -m qdrant_guard.policy_doc > docs/policy.md``; tests/test_policy_doc.py checks it.
+"""
+from __future__ import annotations
+
+import enum
+import sys
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from .policy import (
+    BoundaryConfig,
+    CollectionPolicy,
+    DiversityPolicy,
+    GuardConfig,
+    IntentPolicy,
+    NoisePolicy,
+    QueryRules,
+    ReceiptTrust,
+    UtilityPolicy,
+)
+
+SECTIONS: list[tuple[str, type[BaseModel], str]] = [
+    ("Top level", GuardConfig, ""),
+    ("[boundaries.NAME]", BoundaryConfig, "boundaries.NAME."),
+    ("[receipts]", ReceiptTrust, "receipts."),
+    ("[collections.NAME] (and [default])", CollectionPolicy, "collections.NAME."),
+    ("[collections.NAME.noise]", NoisePolicy, "collections.NAME.noise."),
+    ("[collections.NAME.query]", QueryRules, "collections.NAME.query."),
+    ("[collections.NAME.diversity]", DiversityPolicy, "collections.NAME.diversity."),
+    ("[collections.NAME.intent]", IntentPolicy, "collections.NAME.intent."),
+    ("[collections.NAME.utility]", UtilityPolicy, "collections.NAME.utility."),
+]
+
+_NESTED = {"noise", "query", "diversity", "intent", "utility", "receipts", "default", "collections", "boundaries"}
+
+
+def _default(field: Any) -> str:
+    if field.default_factory is not None:
+        value = field.default_factory()
+    elif field.default is PydanticUndefined:
+        return "required"
+    else:
+        value = field.default
+    if isinstance(value, BaseModel):
+        return "see section"
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        return ", ".join(f"{k.value if isinstance(k, enum.Enum) else k} = {v}" for k, v in value.items())
+    if isinstance(value, enum.Enum):
+        return f'"{value.value}"'
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, tuple):
+        return "[" + ", ".join(f'"{v}"' for v in value) + "]"
+    if value is None:
+        return "none"
+    return str(value).lower() if isinstance(value, bool) else repr(value)
+
+
+def _type(field: Any) -> str:
+    text = repr(field.annotation).replace("typing.", "").replace("qdrant_guard.policy.", "")
+    return text.replace("<enum 'SensitivityClass'>", "SensitivityClass").replace("<class '", "").replace("'>", "")
+
+
+def render() -> str:
+    """The Markdown policy reference."""
+    out = [
+        "# Policy reference",
+        "",
+        "Generated from `qdrant_guard/policy.py` by `python -m qdrant_guard.policy_doc`; do not edit by",
+        "hand. Every key, its default and its meaning. Unknown keys are rejected. A complete example:",
+        "[policy.example.toml](policy.example.toml). The `[default]` section (unlisted collections) takes",
+        "the collection keys; its `readers` default is `[\"*\"]` (any verified principal).",
+        "",
+    ]
+    for title, model, prefix in SECTIONS:
+        out += [f"## {title}", "", (model.__doc__ or "").strip().splitlines()[0], "", "| key | type | default | meaning |",
+                "|---|---|---|---|"]
+        for name, field in model.model_fields.items():
+            if field.exclude:
+                continue
+            key = field.alias or name
+            desc = " ".join((field.description or "").split()).replace("|", "\\|")
+            if key in _NESTED and not desc:
+                desc = "see its section"
+            typ = _type(field).replace("|", "\\|")
+            out.append(f"| `{prefix}{key}` | `{typ}` | `{_default(field)}` | {desc} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.stdout.write(render())
