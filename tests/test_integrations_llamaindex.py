@@ -46,6 +46,7 @@ POLICIES = {
     "secret": {"class": "CREDENTIAL", "owner": "hr", "text_field": "_node_content"},
     "wiki": {"class": "PUBLIC", "text_field": "_node_content"},
     "capped": {**SENSITIVE, "source_field": "source", "diversity": {"enabled": True}},
+    "strict": {**SENSITIVE, "query": {"require_text": True}},
 }
 
 
@@ -180,6 +181,17 @@ def test_diversity_caps_apply_to_llamaindex_flat_metadata(kit, owner, emb):
     got = [n.metadata["source"] for n in res.nodes]
     assert len(got) == 5
     assert got.count("refunds") == 2  # floor(5 * 0.4): the per-source cap holds through llama-index
+
+
+def test_require_text_policies_refuse_llamaindex_queries_clearly(kit, owner, emb):
+    """query() sends only the embedding (VectorStoreQuery.query_str is not forwarded to
+    query_points), so a require_text collection refuses it, with a verdict and a directive."""
+    QdrantVectorStore(collection_name="strict", client=owner).add(_nodes(emb))
+    bob_vs = QdrantVectorStore(collection_name="strict", client=owner.with_principal(kit.principal("bob", "support")))
+    q = _query(emb, "payroll", query_str="payroll")
+    with pytest.raises(GuardRefusal) as ei:
+        bob_vs.query(q)
+    assert ei.value.verdict == "TEXT_REQUIRED" and "query_text=" in ei.value.directive
 
 
 def test_hybrid_mode_needs_a_public_collection(owner, emb):
