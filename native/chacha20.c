@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -134,27 +135,88 @@ static void blocks8_avx2(const uint32_t key[8], uint32_t counter, const uint32_t
     }
 }
 
-static int use_avx2(void)
+#define ROTV16(v, c) _mm512_rol_epi32(v, c)
+#define QRV16(a, b, c, d)                                                      \
+    a = _mm512_add_epi32(a, b); d = _mm512_xor_si512(d, a); d = ROTV16(d, 16); \
+    c = _mm512_add_epi32(c, d); b = _mm512_xor_si512(b, c); b = ROTV16(b, 12); \
+    a = _mm512_add_epi32(a, b); d = _mm512_xor_si512(d, a); d = ROTV16(d, 8);  \
+    c = _mm512_add_epi32(c, d); b = _mm512_xor_si512(b, c); b = ROTV16(b, 7);
+
+/* Sixteen blocks, one per 32-bit lane; AVX-512 has a native rotate. */
+__attribute__((target("avx512f")))
+static void blocks16_avx512(const uint32_t key[8], uint32_t counter, const uint32_t nonce[3], uint32_t *out)
 {
-    static int cached = -1;
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx2") ? 1 : 0;
+    __m512i in[16], x[16], t[16], r[16];
+    int i, g, c;
+    for (i = 0; i < 4; i++) in[i] = _mm512_set1_epi32((int)SIGMA[i]);
+    for (i = 0; i < 8; i++) in[4 + i] = _mm512_set1_epi32((int)key[i]);
+    in[12] = _mm512_add_epi32(_mm512_set1_epi32((int)counter),
+                              _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+    for (i = 0; i < 3; i++) in[13 + i] = _mm512_set1_epi32((int)nonce[i]);
+    for (i = 0; i < 16; i++) x[i] = in[i];
+    for (i = 0; i < 10; i++) {
+        QRV16(x[0], x[4], x[8], x[12]) QRV16(x[1], x[5], x[9], x[13])
+        QRV16(x[2], x[6], x[10], x[14]) QRV16(x[3], x[7], x[11], x[15])
+        QRV16(x[0], x[5], x[10], x[15]) QRV16(x[1], x[6], x[11], x[12])
+        QRV16(x[2], x[7], x[8], x[13]) QRV16(x[3], x[4], x[9], x[14])
     }
-    return cached;
+    for (i = 0; i < 16; i++) x[i] = _mm512_add_epi32(x[i], in[i]);
+    /* 16x16 transpose. After the two unpack rounds, r[4g + c] holds, in its 128-bit lane L,
+       words 4g..4g+3 of block 4L + c; a 4x4 transpose of 128-bit lanes finishes the job. */
+    for (i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(x[i], x[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(x[i], x[i + 1]);
+    }
+    for (g = 0; g < 4; g++) {
+        __m512i *q = t + 4 * g;
+        r[4 * g + 0] = _mm512_unpacklo_epi64(q[0], q[2]);
+        r[4 * g + 1] = _mm512_unpackhi_epi64(q[0], q[2]);
+        r[4 * g + 2] = _mm512_unpacklo_epi64(q[1], q[3]);
+        r[4 * g + 3] = _mm512_unpackhi_epi64(q[1], q[3]);
+    }
+    for (c = 0; c < 4; c++) {
+        __m512i a = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44), b = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
+        __m512i e = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xEE), f = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xEE);
+        _mm512_storeu_si512((void *)(out + (0 + c) * 16), _mm512_shuffle_i32x4(a, b, 0x88));
+        _mm512_storeu_si512((void *)(out + (4 + c) * 16), _mm512_shuffle_i32x4(a, b, 0xDD));
+        _mm512_storeu_si512((void *)(out + (8 + c) * 16), _mm512_shuffle_i32x4(e, f, 0x88));
+        _mm512_storeu_si512((void *)(out + (12 + c) * 16), _mm512_shuffle_i32x4(e, f, 0xDD));
+    }
 }
 #endif
 
+/* The widest instruction set the CPU has, capped by QG_NOISE_SIMD (scalar|sse2|avx2|avx512) so
+   the tests can run every variant on one machine. All variants give identical results. */
+int qg_simd_level(void)
+{
+    static int cached = -1;
+    if (cached < 0) {
+        int level = QG_SIMD_SCALAR, cap = QG_SIMD_AVX512;
+        const char *env = getenv("QG_NOISE_SIMD");
+#ifdef __SSE2__
+        level = QG_SIMD_SSE2;
+#endif
+#ifdef QG_HAVE_AVX2_DISPATCH
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx2")) level = QG_SIMD_AVX2;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+            __builtin_cpu_supports("avx512dq"))
+            level = QG_SIMD_AVX512;
+#endif
+        if (env && *env) {
+            if (!strcmp(env, "scalar")) cap = QG_SIMD_SCALAR;
+            else if (!strcmp(env, "sse2")) cap = QG_SIMD_SSE2;
+            else if (!strcmp(env, "avx2")) cap = QG_SIMD_AVX2;
+        }
+        cached = level < cap ? level : cap;
+    }
+    return cached;
+}
+
 const char *qg_chacha20_impl(void)
 {
-#ifdef QG_HAVE_AVX2_DISPATCH
-    if (use_avx2()) return "avx2";
-#endif
-#ifdef __SSE2__
-    return "sse2";
-#else
-    return "scalar";
-#endif
+    static const char *const names[] = {"scalar", "sse2", "avx2", "avx512"};
+    return names[qg_simd_level()];
 }
 
 static void advance(uint32_t *counter, uint32_t nonce[3], uint32_t n)
@@ -166,9 +228,17 @@ static void advance(uint32_t *counter, uint32_t nonce[3], uint32_t n)
 
 void qg_chacha20_blocks(const uint32_t key[8], uint32_t *counter, uint32_t nonce[3], uint32_t *out, size_t nblocks)
 {
+    int level = qg_simd_level();
     while (nblocks > 0) {
 #ifdef QG_HAVE_AVX2_DISPATCH
-        if (nblocks >= 8 && *counter <= UINT32_MAX - 7 && use_avx2()) {
+        if (nblocks >= 16 && *counter <= UINT32_MAX - 15 && level >= QG_SIMD_AVX512) {
+            blocks16_avx512(key, *counter, nonce, out);
+            advance(counter, nonce, 16);
+            out += 256;
+            nblocks -= 16;
+            continue;
+        }
+        if (nblocks >= 8 && *counter <= UINT32_MAX - 7 && level >= QG_SIMD_AVX2) {
             blocks8_avx2(key, *counter, nonce, out);
             advance(counter, nonce, 8);
             out += 128;
@@ -177,7 +247,7 @@ void qg_chacha20_blocks(const uint32_t key[8], uint32_t *counter, uint32_t nonce
         }
 #endif
 #ifdef __SSE2__
-        if (nblocks >= 4 && *counter <= UINT32_MAX - 3) {
+        if (nblocks >= 4 && *counter <= UINT32_MAX - 3 && level >= QG_SIMD_SSE2) {
             blocks4_sse2(key, *counter, nonce, out);
             advance(counter, nonce, 4);
             out += 64;
@@ -204,13 +274,21 @@ void qg_stream_init(qg_stream *s, const uint8_t key[32], const uint8_t nonce[12]
     for (i = 0; i < 3; i++) s->nonce[i] = load32_le(nonce + 4 * i);
     s->counter = 0;
     s->key_erasure = 0;
+    s->refill_blocks = QG_STREAM_BLOCKS;
     s->pos = s->end = 0;
+}
+
+void qg_stream_size_hint(qg_stream *s, size_t words)
+{
+    /* Whole 4-block groups keep the keystream on its SIMD paths. */
+    size_t blocks = ((words + 15) / 16 + 3) & ~(size_t)3;
+    s->refill_blocks = blocks < QG_STREAM_BLOCKS ? blocks : QG_STREAM_BLOCKS;
 }
 
 void qg_stream_refill(qg_stream *s)
 {
-    qg_chacha20_blocks(s->key, &s->counter, s->nonce, s->buf, QG_STREAM_BLOCKS);
-    s->end = QG_STREAM_WORDS;
+    qg_chacha20_blocks(s->key, &s->counter, s->nonce, s->buf, s->refill_blocks);
+    s->end = s->refill_blocks * 16;
     s->pos = 0;
     if (s->key_erasure) {
         /* Fast key erasure: the first 8 words become the next key and are never handed out, so a

@@ -14,6 +14,7 @@ typedef struct {
     uint32_t nonce[3];
     uint32_t counter;
     int key_erasure;     /* 1: re-key from the stream after each refill (production) */
+    size_t refill_blocks; /* blocks generated per refill, <= QG_STREAM_BLOCKS; never changes the words */
     size_t pos;          /* next unread word in buf */
     size_t end;          /* number of valid words in buf */
     uint32_t buf[QG_STREAM_WORDS];
@@ -28,6 +29,9 @@ void qg_chacha20_blocks(const uint32_t key[8], uint32_t *counter, uint32_t nonce
 /* Deterministic stream: key 32 bytes, nonce 12 bytes, block counter starts at 0, no key erasure. */
 void qg_stream_init(qg_stream *s, const uint8_t key[32], const uint8_t nonce[12]);
 void qg_stream_refill(qg_stream *s);
+/* Generate about `words` words per refill instead of a full buffer: a short-lived per-row stream
+   then computes no keystream it will not read. The word sequence is the same either way. */
+void qg_stream_size_hint(qg_stream *s, size_t words);
 void qg_stream_wipe(qg_stream *s);
 
 static inline uint32_t qg_stream_u32(qg_stream *s)
@@ -44,7 +48,13 @@ qg_stream *qg_thread_stream(int *err);
 /* Fill buf from getrandom(2), looping on EINTR and short reads. Returns 0 or an errno value. */
 int qg_os_random(void *buf, size_t n);
 
-/* Name of the keystream implementation in use ("avx2", "sse2" or "scalar"). */
+enum { QG_SIMD_SCALAR = 0, QG_SIMD_SSE2 = 1, QG_SIMD_AVX2 = 2, QG_SIMD_AVX512 = 3 };
+
+/* Instruction set used by the keystream and the samplers (CPU support, capped by the environment
+   variable QG_NOISE_SIMD=scalar|sse2|avx2). */
+int qg_simd_level(void);
+
+/* Name of the implementation in use ("avx512", "avx2", "sse2" or "scalar"). */
 const char *qg_chacha20_impl(void);
 
 #endif

@@ -1,4 +1,9 @@
-/* Ziggurat normals, Marsaglia-Tsang gamma, and the clip + noise + lattice kernel. */
+/* Ziggurat normals, Marsaglia-Tsang gamma, and the clip + noise + lattice kernel.
+ *
+ * The SIMD paths (AVX2, AVX-512, chosen at run time) compute exactly what the scalar path
+ * computes: the same IEEE operations in the same order on each value, no fused multiply-add, and
+ * the same consumption of keystream words. Rare Ziggurat rejections are handed to the scalar code
+ * at the word where they occur, so the sample stream is the reference's word for word. */
 #include "noise.h"
 
 #include <math.h>
@@ -7,18 +12,37 @@
 
 #include "ziggurat_tables.h"
 
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define QG_HAVE_SIMD 1
+#endif
+
 #define TWO_M24 0x1p-24
 #define TWO_M53 0x1p-53
 #define ROUND_MAGIC 6755399441055744.0 /* 1.5 * 2^52: add then subtract rounds half-to-even */
+#define CHUNK 512                      /* gaussian normals generated per pass, on the stack */
 
 static double zig_xs[QG_ZIG_LAYERS];
-static int zig_xs_ready = 0;
+/* zig_k[i]: the smallest 24-bit u with u * zig_xs[i] >= X[i+1]. Multiplying by a positive double
+   is monotone, so "u < zig_k[i]" is exactly the reference's "z < X[i+1]", as an integer test. */
+static int32_t zig_k[QG_ZIG_LAYERS];
+static int simd_level = 0;
+static int zig_ready = 0;
 
 void qg_noise_init(void)
 {
     int i;
-    for (i = 0; i < QG_ZIG_LAYERS; i++) zig_xs[i] = QG_ZIG_X[i] * TWO_M24;
-    zig_xs_ready = 1;
+    for (i = 0; i < QG_ZIG_LAYERS; i++) {
+        int32_t lo = 0, hi = 1 << 24;
+        zig_xs[i] = QG_ZIG_X[i] * TWO_M24;
+        while (lo < hi) {
+            int32_t mid = lo + (hi - lo) / 2;
+            if ((double)mid * zig_xs[i] >= QG_ZIG_X[i + 1]) hi = mid; else lo = mid + 1;
+        }
+        zig_k[i] = lo;
+    }
+    simd_level = qg_simd_level();
+    zig_ready = 1;
 }
 
 /* Flip the sign without a branch: the sign bit is random, so a branch would mispredict half the
@@ -72,15 +96,126 @@ static inline double normal_fast(qg_stream *s)
         uint32_t w = qg_stream_u32(s);
         unsigned i = w & 127u;
         double z = (double)(w >> 8) * zig_xs[i];
-        if (z < QG_ZIG_X[i + 1]) return with_sign(z, w);
+        if ((int32_t)(w >> 8) < zig_k[i]) return with_sign(z, w);
         z = normal_slow(s, w, z);
         if (z == z) return z;
     }
 }
 
+/* The word at s->pos was rejected by the fast test: consume it and finish the sample serially. */
+static double finish_rejected(qg_stream *s)
+{
+    uint32_t w = s->buf[s->pos++];
+    double z = normal_slow(s, w, (double)(w >> 8) * zig_xs[w & 127u]);
+    return z == z ? z : normal_fast(s);
+}
+
+#ifdef QG_HAVE_SIMD
+/* 8 words per step: a gather of the integer thresholds decides acceptance for all lanes. */
+__attribute__((target("avx2")))
+static size_t fill_avx2(qg_stream *s, double *z, size_t n)
+{
+    const __m256i m127 = _mm256_set1_epi32(127);
+    const __m256i sign = _mm256_set1_epi64x((long long)0x8000000000000000ULL);
+    size_t k = 0;
+    while (n - k >= 8 && s->end - s->pos >= 8) {
+        __m256i w = _mm256_loadu_si256((const __m256i *)(s->buf + s->pos));
+        __m256i idx = _mm256_and_si256(w, m127);
+        __m256i u = _mm256_srli_epi32(w, 8);
+        __m256i lim = _mm256_i32gather_epi32((const int *)zig_k, idx, 4);
+        unsigned acc = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(lim, u)));
+        __m128i w_lo = _mm256_castsi256_si128(w), w_hi = _mm256_extracti128_si256(w, 1);
+        __m256d z_lo = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(u)),
+                                     _mm256_i32gather_pd(zig_xs, _mm256_castsi256_si128(idx), 8));
+        __m256d z_hi = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(u, 1)),
+                                     _mm256_i32gather_pd(zig_xs, _mm256_extracti128_si256(idx, 1), 8));
+        __m256i s_lo = _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepu32_epi64(w_lo), 56), sign);
+        __m256i s_hi = _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepu32_epi64(w_hi), 56), sign);
+        _mm256_storeu_pd(z + k, _mm256_xor_pd(z_lo, _mm256_castsi256_pd(s_lo)));
+        _mm256_storeu_pd(z + k + 4, _mm256_xor_pd(z_hi, _mm256_castsi256_pd(s_hi)));
+        if (acc == 0xFFu) {
+            s->pos += 8;
+            k += 8;
+        } else {
+            unsigned f = (unsigned)__builtin_ctz(~acc);
+            s->pos += f;
+            z[k + f] = finish_rejected(s);
+            k += f + 1;
+        }
+    }
+    return k;
+}
+
+/* table[idx] for a 128-entry table held in eight registers: gathers are slow on some CPUs. */
+__attribute__((target("avx512f,avx512vl,avx512dq")))
+static inline __m512i lookup128_epi32(const __m512i *kt, __m512i idx)
+{
+    __m512i p0 = _mm512_permutex2var_epi32(kt[0], idx, kt[1]);
+    __m512i p1 = _mm512_permutex2var_epi32(kt[2], idx, kt[3]);
+    __m512i p2 = _mm512_permutex2var_epi32(kt[4], idx, kt[5]);
+    __m512i p3 = _mm512_permutex2var_epi32(kt[6], idx, kt[7]);
+    __mmask16 b5 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(32));
+    __mmask16 b6 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(64));
+    return _mm512_mask_blend_epi32(b6, _mm512_mask_blend_epi32(b5, p0, p1), _mm512_mask_blend_epi32(b5, p2, p3));
+}
+
+/* 16 words per step; same scheme with AVX-512 masks. */
+__attribute__((target("avx512f,avx512vl,avx512dq")))
+static size_t fill_avx512(qg_stream *s, double *z, size_t n)
+{
+    const __m512i m127 = _mm512_set1_epi32(127);
+    const __m512i sign = _mm512_set1_epi64((long long)0x8000000000000000ULL);
+    __m512i kt[8];
+    size_t k = 0;
+    int t;
+    for (t = 0; t < 8; t++) kt[t] = _mm512_loadu_si512((const void *)(zig_k + 16 * t));
+    while (n - k >= 16 && s->end - s->pos >= 16) {
+        __m512i w = _mm512_loadu_si512((const void *)(s->buf + s->pos));
+        __m512i idx = _mm512_and_si512(w, m127);
+        __m512i u = _mm512_srli_epi32(w, 8);
+        __m512i lim = lookup128_epi32(kt, idx);
+        unsigned acc = (unsigned)_mm512_cmplt_epi32_mask(u, lim);
+        __m256i w_lo = _mm512_castsi512_si256(w), w_hi = _mm512_extracti64x4_epi64(w, 1);
+        __m256i i_lo = _mm512_castsi512_si256(idx), i_hi = _mm512_extracti64x4_epi64(idx, 1);
+        __m512d z_lo = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(u)),
+                                     _mm512_i32gather_pd(i_lo, (const void *)zig_xs, 8));
+        __m512d z_hi = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(u, 1)),
+                                     _mm512_i32gather_pd(i_hi, (const void *)zig_xs, 8));
+        __m512i s_lo = _mm512_and_si512(_mm512_slli_epi64(_mm512_cvtepu32_epi64(w_lo), 56), sign);
+        __m512i s_hi = _mm512_and_si512(_mm512_slli_epi64(_mm512_cvtepu32_epi64(w_hi), 56), sign);
+        _mm512_storeu_pd(z + k, _mm512_xor_pd(z_lo, _mm512_castsi512_pd(s_lo)));
+        _mm512_storeu_pd(z + k + 8, _mm512_xor_pd(z_hi, _mm512_castsi512_pd(s_hi)));
+        if (acc == 0xFFFFu) {
+            s->pos += 16;
+            k += 16;
+        } else {
+            unsigned f = (unsigned)__builtin_ctz(~acc);
+            s->pos += f;
+            z[k + f] = finish_rejected(s);
+            k += f + 1;
+        }
+    }
+    return k;
+}
+#endif
+
+void qg_normals(qg_stream *s, double *z, size_t n)
+{
+    size_t k = 0;
+    if (!zig_ready) qg_noise_init();
+    while (k < n) {
+#ifdef QG_HAVE_SIMD
+        if (simd_level >= QG_SIMD_AVX512) k += fill_avx512(s, z + k, n - k);
+        else if (simd_level >= QG_SIMD_AVX2) k += fill_avx2(s, z + k, n - k);
+#endif
+        /* Buffer end or tail: one serial sample (it may refill), then back to the wide path. */
+        if (k < n) z[k++] = normal_fast(s);
+    }
+}
+
 double qg_normal(qg_stream *s)
 {
-    if (!zig_xs_ready) qg_noise_init();
+    if (!zig_ready) qg_noise_init();
     return normal_fast(s);
 }
 
@@ -88,7 +223,7 @@ double qg_gamma(qg_stream *s, double shape)
 {
     double dd = shape - 1.0 / 3.0;
     double c = 1.0 / sqrt(9.0 * dd);
-    if (!zig_xs_ready) qg_noise_init();
+    if (!zig_ready) qg_noise_init();
     for (;;) {
         double x = normal_fast(s), v = 1.0 + c * x, u, x2;
         if (v <= 0.0) continue;
@@ -98,6 +233,27 @@ double qg_gamma(qg_stream *s, double shape)
         if (u < 1.0 - 0.0331 * (x2 * x2)) return dd * v;
         if (log(u) < 0.5 * x2 + dd * (1.0 - v + log(v))) return dd * v;
     }
+}
+
+/* ------------------------------------------------------------------ row passes */
+
+/* Check a row for NaN/Inf and sum its squares in 8 interleaved lanes (coordinate j goes to lane
+   j % 8; lanes combine as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))), the order the reference
+   specifies. Returns the first non-finite index, or dim. */
+static size_t row_scan_scalar(const void *x, int is_f32, size_t dim, double *ss)
+{
+    const float *xf = (const float *)x;
+    const double *xd = (const double *)x;
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, t[4];
+    size_t j;
+    for (j = 0; j < dim; j++) {
+        double v = is_f32 ? (double)xf[j] : xd[j];
+        if (!isfinite(v)) return j;
+        acc[j & 7] += v * v;
+    }
+    for (j = 0; j < 4; j++) t[j] = acc[j] + acc[j + 4];
+    *ss = (t[0] + t[2]) + (t[1] + t[3]);
+    return dim;
 }
 
 static inline double snap(double v, double inv_step, double step)
@@ -110,21 +266,137 @@ static inline double snap(double v, double inv_step, double step)
     return q * step;
 }
 
-int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim, int mechanism,
-                  double scale, double step, double clip_norm, qg_stream *stream,
-                  const uint8_t *row_keys, const uint8_t nonce[12], size_t *bad_row, size_t *bad_col)
+/* out[j] = snap(x[j] * factor + z[j] * scale); factor is 1.0 (exact) for an unclipped row.
+   Returns the first index whose output is not finite, or n. */
+static size_t combine_scalar(const void *x, void *out, int is_f32, const double *z, size_t n,
+                             double factor, double scale, double inv_step, double step)
 {
     const float *xf = (const float *)x;
     const double *xd = (const double *)x;
     float *of = (float *)out;
     double *od = (double *)out;
+    size_t j, bad = n;
+    for (j = 0; j < n; j++) {
+        double v = snap((is_f32 ? (double)xf[j] : xd[j]) * factor + z[j] * scale, inv_step, step);
+        if (is_f32) {
+            of[j] = (float)v;
+            if (!isfinite(of[j]) && bad == n) bad = j;
+        } else {
+            od[j] = v;
+            if (!isfinite(v) && bad == n) bad = j;
+        }
+    }
+    return bad;
+}
+
+#ifdef QG_HAVE_SIMD
+/* Lane layout matches row_scan_scalar: lo holds lanes 0-3, hi lanes 4-7. */
+__attribute__((target("avx2")))
+static size_t row_scan_avx2(const void *x, int is_f32, size_t dim, double *ss)
+{
+    const float *xf = (const float *)x;
+    const double *xd = (const double *)x;
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd(), fin = _mm256_setzero_pd(), t;
+    __m128d u;
+    double acc[8];
+    size_t j;
+    for (j = 0; j + 8 <= dim; j += 8) {
+        __m256d a, b;
+        if (is_f32) {
+            __m256 f = _mm256_loadu_ps(xf + j);
+            a = _mm256_cvtps_pd(_mm256_castps256_ps128(f));
+            b = _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
+        } else {
+            a = _mm256_loadu_pd(xd + j);
+            b = _mm256_loadu_pd(xd + j + 4);
+        }
+        /* v - v is 0 for finite v and NaN for NaN/Inf. */
+        fin = _mm256_add_pd(fin, _mm256_add_pd(_mm256_sub_pd(a, a), _mm256_sub_pd(b, b)));
+        lo = _mm256_add_pd(lo, _mm256_mul_pd(a, a));
+        hi = _mm256_add_pd(hi, _mm256_mul_pd(b, b));
+    }
+    if (_mm256_movemask_pd(_mm256_cmp_pd(fin, fin, _CMP_UNORD_Q)))
+        return row_scan_scalar(x, is_f32, dim, ss); /* locates the bad index */
+    _mm256_storeu_pd(acc, lo);
+    _mm256_storeu_pd(acc + 4, hi);
+    for (; j < dim; j++) {
+        double v = is_f32 ? (double)xf[j] : xd[j];
+        if (!isfinite(v)) return j;
+        acc[j & 7] += v * v;
+    }
+    t = _mm256_add_pd(_mm256_loadu_pd(acc), _mm256_loadu_pd(acc + 4));
+    u = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1)); /* (t0+t2, t1+t3) */
+    *ss = _mm_cvtsd_f64(u) + _mm_cvtsd_f64(_mm_unpackhi_pd(u, u));
+    return dim;
+}
+
+__attribute__((target("avx2")))
+static size_t combine_avx2(const void *x, void *out, int is_f32, const double *z, size_t n,
+                           double factor, double scale, double inv_step, double step)
+{
+    const float *xf = (const float *)x;
+    const double *xd = (const double *)x;
+    const __m256d fac = _mm256_set1_pd(factor), sc = _mm256_set1_pd(scale);
+    const __m256d inv = _mm256_set1_pd(inv_step), st = _mm256_set1_pd(step), zero = _mm256_setzero_pd();
+    __m256d fin = _mm256_setzero_pd();
+    size_t j, bad;
+    for (j = 0; j + 4 <= n; j += 4) {
+        __m256d v = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j)) : _mm256_loadu_pd(xd + j);
+        __m256d q = _mm256_mul_pd(_mm256_add_pd(_mm256_mul_pd(v, fac), _mm256_mul_pd(_mm256_loadu_pd(z + j), sc)), inv);
+        /* rint, then +0.0 turns a -0.0 into the +0.0 the magic-constant rounding gives. */
+        q = _mm256_add_pd(_mm256_round_pd(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
+        q = _mm256_mul_pd(q, st);
+        if (is_f32) {
+            __m128 f = _mm256_cvtpd_ps(q);
+            _mm_storeu_ps((float *)out + j, f);
+            fin = _mm256_add_pd(fin, _mm256_cvtps_pd(_mm_sub_ps(f, f)));
+        } else {
+            _mm256_storeu_pd((double *)out + j, q);
+            fin = _mm256_add_pd(fin, _mm256_sub_pd(q, q));
+        }
+    }
+    bad = combine_scalar(is_f32 ? (const void *)(xf + j) : (const void *)(xd + j),
+                         is_f32 ? (void *)((float *)out + j) : (void *)((double *)out + j), is_f32,
+                         z + j, n - j, factor, scale, inv_step, step);
+    if (_mm256_movemask_pd(_mm256_cmp_pd(fin, fin, _CMP_UNORD_Q))) {
+        size_t i;
+        for (i = 0; i < j; i++)
+            if (!isfinite(is_f32 ? (double)((float *)out)[i] : ((double *)out)[i])) return i;
+    }
+    return bad == n - j ? n : j + bad;
+}
+#endif
+
+static size_t row_scan(const void *x, int is_f32, size_t dim, double *ss)
+{
+#ifdef QG_HAVE_SIMD
+    if (simd_level >= QG_SIMD_AVX2) return row_scan_avx2(x, is_f32, dim, ss);
+#endif
+    return row_scan_scalar(x, is_f32, dim, ss);
+}
+
+static size_t combine(const void *x, void *out, int is_f32, const double *z, size_t n, double factor,
+                      double scale, double inv_step, double step)
+{
+#ifdef QG_HAVE_SIMD
+    if (simd_level >= QG_SIMD_AVX2) return combine_avx2(x, out, is_f32, z, n, factor, scale, inv_step, step);
+#endif
+    return combine_scalar(x, out, is_f32, z, n, factor, scale, inv_step, step);
+}
+
+int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim, int mechanism,
+                  double scale, double step, double clip_norm, qg_stream *stream,
+                  const uint8_t *row_keys, const uint8_t nonce[12], size_t *bad_row, size_t *bad_col)
+{
+    const size_t width = is_f32 ? sizeof(float) : sizeof(double);
     double inv_step = 1.0 / step;
     double *scratch = NULL; /* laplace_l2 direction, one row, allocated once per call */
+    double chunk[CHUNK];
     qg_stream row_stream;
     int rc = QG_OK;
     size_t i, j;
 
-    if (!zig_xs_ready) qg_noise_init();
+    if (!zig_ready) qg_noise_init();
     if (mechanism == QG_LAPLACE_L2) {
         scratch = (double *)malloc(dim * sizeof(double));
         if (!scratch) return QG_ERR_MEMORY;
@@ -139,67 +411,57 @@ int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim,
         }
     }
     for (i = 0; i < rows; i++) {
+        const char *xr = (const char *)x + i * dim * width;
+        char *orow = (char *)out + i * dim * width;
         qg_stream *s = stream;
-        double factor = 1.0;
-        int clipped = 0;
-        for (j = 0; j < dim; j++) {
-            double v = is_f32 ? (double)xf[i * dim + j] : xd[i * dim + j];
-            if (!isfinite(v)) {
-                *bad_row = i;
-                *bad_col = j;
-                rc = QG_ERR_NONFINITE;
-                goto done;
-            }
+        double factor = 1.0, ss = 0.0;
+        size_t bad = row_scan(xr, is_f32, dim, &ss);
+        if (bad < dim) {
+            *bad_row = i;
+            *bad_col = bad;
+            rc = QG_ERR_NONFINITE;
+            goto done;
         }
         if (clip_norm > 0.0) {
-            double ss = 0.0, norm;
-            for (j = 0; j < dim; j++) {
-                double v = is_f32 ? (double)xf[i * dim + j] : xd[i * dim + j];
-                ss += v * v;
-            }
+            double norm;
             if (ss == INFINITY) {
                 *bad_row = i;
                 rc = QG_ERR_CLIP_OVERFLOW;
                 goto done;
             }
             norm = sqrt(ss);
-            if (norm > clip_norm) {
-                factor = clip_norm / norm;
-                clipped = 1;
-            }
+            if (norm > clip_norm) factor = clip_norm / norm;
         }
         if (row_keys) {
             qg_stream_init(&row_stream, row_keys + 32 * i, nonce);
+            qg_stream_size_hint(&row_stream, dim + dim / 32 + 16);
             s = &row_stream;
         }
         if (mechanism == QG_GAUSSIAN) {
-            for (j = 0; j < dim; j++) {
-                double v = is_f32 ? (double)xf[i * dim + j] : xd[i * dim + j];
-                if (clipped) v = v * factor;
-                v = snap(v + normal_fast(s) * scale, inv_step, step);
-                if (is_f32) of[i * dim + j] = (float)v; else od[i * dim + j] = v;
+            for (j = 0; j < dim; j += CHUNK) {
+                size_t n = dim - j < CHUNK ? dim - j : CHUNK;
+                qg_normals(s, chunk, n);
+                bad = combine(xr + j * width, orow + j * width, is_f32, chunk, n, factor, scale,
+                              inv_step, step);
+                if (bad < n) {
+                    *bad_row = i;
+                    *bad_col = j + bad;
+                    rc = QG_ERR_OUTPUT_OVERFLOW;
+                    goto done;
+                }
             }
         } else {
             double gs, coef;
             do {
+                qg_normals(s, scratch, dim);
                 gs = 0.0;
-                for (j = 0; j < dim; j++) {
-                    scratch[j] = normal_fast(s);
-                    gs += scratch[j] * scratch[j];
-                }
+                for (j = 0; j < dim; j++) gs += scratch[j] * scratch[j];
             } while (!(gs > 0.0));
             coef = (qg_gamma(s, (double)dim) * scale) / sqrt(gs);
-            for (j = 0; j < dim; j++) {
-                double v = is_f32 ? (double)xf[i * dim + j] : xd[i * dim + j];
-                if (clipped) v = v * factor;
-                v = snap(v + scratch[j] * coef, inv_step, step);
-                if (is_f32) of[i * dim + j] = (float)v; else od[i * dim + j] = v;
-            }
-        }
-        for (j = 0; j < dim; j++) {
-            if (!isfinite(is_f32 ? (double)of[i * dim + j] : od[i * dim + j])) {
+            bad = combine(xr, orow, is_f32, scratch, dim, factor, coef, inv_step, step);
+            if (bad < dim) {
                 *bad_row = i;
-                *bad_col = j;
+                *bad_col = bad;
                 rc = QG_ERR_OUTPUT_OVERFLOW;
                 goto done;
             }
@@ -207,6 +469,9 @@ int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim,
     }
 done:
     if (row_keys) qg_stream_wipe(&row_stream);
+    /* The noise is as secret as the key it came from: do not leave it behind. */
+    explicit_bzero(chunk, sizeof chunk);
+    if (scratch) explicit_bzero(scratch, dim * sizeof(double));
     free(scratch);
     return rc;
 }

@@ -22,6 +22,8 @@ enum {
 /* Precompute the scaled Ziggurat table; call once before sampling from several threads. */
 void qg_noise_init(void);
 double qg_normal(qg_stream *s);
+/* n consecutive qg_normal() samples (same words, same values), vectorised where the CPU allows. */
+void qg_normals(qg_stream *s, double *z, size_t n);
 double qg_gamma(qg_stream *s, double shape);
 
 /* x: rows*dim contiguous input (float or double per is_f32); out: same layout and type.

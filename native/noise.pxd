@@ -24,6 +24,7 @@ cdef extern from "noise.h" nogil:
         QG_ERR_MEMORY
     void qg_noise_init()
     double qg_normal(qg_stream *s)
+    void qg_normals(qg_stream *s, double *z, size_t n)
     double qg_gamma(qg_stream *s, double shape)
     int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim, int mechanism,
                       double scale, double step, double clip_norm, qg_stream *stream,

@@ -13,6 +13,8 @@ repeats a block). Word consumption order, shared by both twins:
 * gamma(shape) (Marsaglia-Tsang): one normal, then one 53-bit uniform, repeated until accepted.
 * gaussian row: ``d`` normals, coordinate order.
 * laplace_l2 row: ``d`` normals (the direction; redrawn if all are zero), then one gamma(``d``).
+
+Clipping uses the squared norm summed in eight interleaved lanes (see ``_sum_squares``).
 """
 from __future__ import annotations
 
@@ -331,6 +333,16 @@ def _output_overflow_error(row: int, col: int, dtype: Any) -> InvalidVectorError
     )
 
 
+def _sum_squares(row: list[float]) -> float:
+    # Eight interleaved partial sums (coordinate j in lane j % 8), combined in a fixed order, so
+    # the native twin can add eight lanes at once and still get the same bits.
+    lanes = [0.0] * 8
+    for j, v in enumerate(row):
+        lanes[j & 7] += v * v
+    t = [lanes[k] + lanes[k + 4] for k in range(4)]
+    return (t[0] + t[2]) + (t[1] + t[3])
+
+
 def _snap(v: float, inv_step: float, step: float) -> float:
     q = v * inv_step
     if abs(q) < 2251799813685248.0:  # 2**51: the magic-constant rounding is exact below this
@@ -383,9 +395,7 @@ def noise_vectors(
             if not math.isfinite(v):
                 raise _nonfinite_error(i, j)
         if clip_f > 0.0:
-            ss = 0.0
-            for v in row:
-                ss += v * v
+            ss = _sum_squares(row)
             if ss == math.inf:
                 raise _clip_overflow_error(i)
             norm = math.sqrt(ss)

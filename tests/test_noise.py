@@ -328,3 +328,47 @@ def test_clip_and_snap_helpers():
     assert np.array_equal(noise.snap_to_lattice(np.array([0.3, -0.7]), 0.5), [0.5, -0.5])
     with pytest.raises(ValueError):
         noise.snap_to_lattice(x, 0.3)
+
+
+# ------------------------------------------------------------------ SIMD paths
+@pytest.mark.parametrize("mechanism", ["gaussian", "laplace_l2"])
+@pytest.mark.parametrize("dim", [7, 16, 33, 768, 1537])
+def test_wide_rows_twins(mechanism, dim):
+    # Rows long enough for the vector loops, their tails and the chunking, clipped and unclipped.
+    x = np.random.default_rng(dim).normal(size=(2, dim)).astype(np.float32)
+    for clip in (None, 1.0):
+        assert_same(NATIVE.noise_vectors, PY.noise_vectors, x, mechanism, 0.37, 2.0**-12, clip,
+                    KEY, None, NONCE)
+        assert_same(NATIVE.noise_vectors, PY.noise_vectors, x.astype(np.float64), mechanism, 0.37,
+                    2.0**-12, clip, None, KEY * 2, NONCE)
+
+
+_SIMD_PROBE = """
+import sys, numpy as np
+from qdrant_guard import _noise, _noise_py
+key, nonce = bytes(range(32)), bytes(12)
+x = np.random.default_rng(5).normal(size=(3, 300)).astype(np.float32)
+x[1] *= 1e-3  # an unclipped row
+checks = [
+    _noise.chacha20_stream(key, nonce, 0xFFFFFFF0, 64 * 40) == _noise_py.chacha20_stream(key, nonce, 0xFFFFFFF0, 64 * 40),
+    np.array_equal(_noise.normals(key, nonce, 3000), _noise_py.normals(key, nonce, 3000)),
+    np.array_equal(_noise.noise_vectors(x, "gaussian", 0.5, 2.0**-9, 1.0, key, None, nonce),
+                   _noise_py.noise_vectors(x, "gaussian", 0.5, 2.0**-9, 1.0, key, None, nonce)),
+]
+print(_noise.IMPLEMENTATION, checks)
+sys.exit(0 if all(checks) else 1)
+"""
+
+
+@pytest.mark.parametrize("level", ["scalar", "sse2", "avx2", "avx512"])
+def test_every_simd_level_matches_the_reference(level):
+    # The CPU picks one path; QG_NOISE_SIMD caps it so each path is checked on this machine.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "QG_NOISE_SIMD": level}
+    proc = subprocess.run([sys.executable, "-c", _SIMD_PROBE], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split()[0] in ("scalar", "sse2", "avx2", "avx512")
