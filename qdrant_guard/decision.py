@@ -94,7 +94,7 @@ class Decision:
             "collection": self.collection,
             "principal": self.principal,
             "verdict": self.verdict.value,
-            "directive": self.directive,
+            "directive": _utf8_safe(self.directive),
             "point_ids": ids,
             "point_count": len(self.point_ids),
             "manifest": self.manifest(),
@@ -116,6 +116,16 @@ class Decision:
         )
 
 
+def _utf8_safe(text: str) -> str:
+    # Lone surrogates (possible in Python str, e.g. a hostile query) cannot be UTF-8 encoded; the
+    # audit record keeps them visible as escapes instead of failing the log.
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _jsonable_id(pid: Any) -> Any:
     return pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else str(pid)
 
@@ -127,7 +137,9 @@ def _jsonable(obj: Any) -> Any:
         return [_jsonable(v) for v in obj]
     if isinstance(obj, float):
         return obj if obj == obj and obj not in (float("inf"), float("-inf")) else str(obj)
-    if obj is None or isinstance(obj, (bool, int, str)):
+    if isinstance(obj, str):
+        return _utf8_safe(obj)
+    if obj is None or isinstance(obj, (bool, int)):
         return obj
     if isinstance(obj, enum.Enum):
         return obj.value

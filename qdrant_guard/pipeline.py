@@ -273,7 +273,14 @@ class GuardPipeline:
 
     # -- entry point ----------------------------------------------------------------------
     def run(self, method: str, args: dict[str, Any]) -> Op:
-        """The operation for ``method`` with its bound arguments (without ``self``)."""
+        """The operation for ``method`` with its bound arguments (without ``self``).
+
+        Raises:
+            TypeError: ``collection_name`` is not a str (the policy is looked up by it).
+        """
+        name = args.get("collection_name", "")
+        if not isinstance(name, str):
+            raise TypeError(f"{method}() argument 'collection_name' must be str, not {type(name).__name__}")
         handler = getattr(self, f"op_{method}", None)
         if handler is not None:
             return handler(method, args)
