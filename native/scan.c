@@ -9,6 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__SSE2__) && !defined(QG_SCAN_NO_SIMD)
+#include <emmintrin.h>
+#define QG_SCAN_SSE2 1
+#endif
+
 #define MAX_NGRAM 8
 
 /* ASCII byte classes. */
@@ -222,13 +227,22 @@ static int decode(const uint8_t *s, size_t n, size_t i, int allow_surrogates, ui
 /* ---------------------------------------------------------------------------------------------
  * Scanner state */
 
+/* One distinct token, stored in the open-addressing table itself (len 0: empty slot). Offsets and
+ * token indices fit 32 bits because inputs are below QG_SCAN_MAX_BYTES. */
 typedef struct {
-    uint64_t hash;
-    uint64_t head;   /* first 8 bytes, zero-padded: equality for tokens of <= 8 bytes */
-    size_t offset;   /* where the first occurrence starts */
-    int64_t last;    /* index of the latest occurrence */
+    uint64_t head;   /* bytes 0..7, zero-padded */
+    uint64_t next;   /* bytes 8..15, zero-padded: with head and len, equality up to 16 bytes */
     uint32_t len;
+    uint32_t hist;   /* bit j: the token also occurred at index last - j (j < 8) */
+    uint32_t last;   /* index of the latest occurrence */
+    uint32_t offset; /* where the first occurrence starts */
 } token_entry;
+
+/* Slots of the table that lives on the stack; short queries never touch the heap for it. The table
+ * is kept at most a quarter full: a probe that misses the first slot costs a mispredicted branch,
+ * far more than the memory. */
+#define STACK_SLOTS 512
+#define TABLE_LOAD 4
 
 typedef struct {
     const uint8_t *s;
@@ -246,15 +260,15 @@ typedef struct {
     size_t chain_end, selector_end, tags_ok_end, escape_end;
 
     /* tokens */
-    uint32_t *slots;
+    token_entry *table;
     size_t mask;
-    token_entry *entries;
-    uint32_t ring_id[16];
-    int64_t ring_pos[16];
-    int64_t streak[MAX_NGRAM + 1], streak_tok[MAX_NGRAM + 1], streak_pos[MAX_NGRAM + 1];
-    int streaking;
-    int64_t best_tok;
     size_t room; /* distinct tokens the table holds before it grows */
+    int on_heap;
+    /* n-gram runs: bit g-1 of hot.active is set while tokens repeat the token g places back; that
+     * streak began at token index streak_start[g] (whose g-back token is at streak_pos[g]). */
+    int64_t streak_start[MAX_NGRAM + 1], streak_pos[MAX_NGRAM + 1];
+    int64_t best_tok;
+    int64_t ring_pos[16]; /* positions of the latest 16 tokens */
 } scanner;
 
 static qg_mark *push_mark(scanner *st, int kind, int64_t position, int64_t count, uint32_t value)
@@ -397,7 +411,7 @@ static inline uint64_t load_word(const uint8_t *p, size_t len, const uint8_t *en
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     if (end - p >= 8) {
         memcpy(&w, p, 8);
-        return len == 8 ? w : w & (~0ull >> (64 - 8 * len));
+        return w & (~0ull >> (64 - 8 * len)); /* len 1..8: a shift of 0..56 */
     }
 #else
     (void)end;
@@ -443,126 +457,171 @@ static void scan_blobs(scanner *st, size_t a, size_t b, int64_t position)
     }
 }
 
-static void ngram_step(scanner *st, int64_t k, uint32_t id, int64_t distance, int64_t position)
+/* The streak of tokens equal to the token g places back, begun at token streak_start[g], ended at
+ * token k: it covers (k - start) + g tokens when it holds at least two full copies. The longest run
+ * wins, then the earliest, then the smallest g; a streak's final length is its largest, so judging
+ * streaks when they end picks what judging them after every token would. */
+static void end_streak(scanner *st, int64_t g, int64_t k)
 {
     qg_scan_out *o = st->out;
-    st->ring_id[k & 15] = id;
-    st->ring_pos[k & 15] = position;
-    if (distance < 1 || distance > MAX_NGRAM) {
-        /* No equal token among the previous 8: every streak is broken. */
-        if (st->streaking) {
-            memset(st->streak, 0, sizeof st->streak);
-            st->streaking = 0;
-        }
+    int64_t matches = k - st->streak_start[g];
+    if (matches < g)
         return;
-    }
-    st->streaking = 1;
-    for (int64_t g = 1; g <= MAX_NGRAM; g++) {
-        if (k < g || st->ring_id[(k - g) & 15] != id) {
-            st->streak[g] = 0;
-            continue;
-        }
-        if (st->streak[g]++ == 0) {
-            st->streak_tok[g] = k - g;
-            st->streak_pos[g] = st->ring_pos[(k - g) & 15];
-        }
-        if (st->streak[g] < g)
-            continue;
-        int64_t len = st->streak[g] + g, at = st->streak_tok[g];
-        if (len > o->run_length ||
-            (len == o->run_length && (at < st->best_tok || (at == st->best_tok && g < o->run_n)))) {
-            o->run_length = len;
-            o->run_n = g;
-            o->run_at = st->streak_pos[g];
-            st->best_tok = at;
-        }
+    int64_t len = matches + g, at = st->streak_start[g] - g;
+    if (len > o->run_length ||
+        (len == o->run_length && (at < st->best_tok || (at == st->best_tok && g < o->run_n)))) {
+        o->run_length = len;
+        o->run_n = g;
+        o->run_at = st->streak_pos[g];
+        st->best_tok = at;
     }
 }
 
-/* Make room for `tokens` distinct tokens (slots at most half full), rehashing what is there. */
+/* Token k repeats the tokens g places back for the bits g-1 of `eq`: start and end streaks. */
+static unsigned ngram_change(scanner *st, int64_t k, unsigned eq, unsigned active)
+{
+    unsigned changed = eq ^ active;
+    while (changed) {
+        int64_t g = __builtin_ctz(changed) + 1;
+        changed &= changed - 1;
+        if (eq >> (g - 1) & 1) {
+            st->streak_start[g] = k;
+            st->streak_pos[g] = st->ring_pos[(k - g) & 15];
+        } else {
+            end_streak(st, g, k);
+        }
+    }
+    return eq;
+}
+
+/* Tokens up to 16 bytes hash without a loop (and so without a length-dependent branch). */
+static inline uint64_t token_hash(const uint8_t *s, size_t a, size_t b, uint64_t head, uint64_t next,
+                                  const uint8_t *end)
+{
+    uint64_t h = mix64(mix64(head ^ ((b - a) * 0x9E3779B97F4A7C15ull)) ^ next);
+    for (size_t p = a + 16; p < b; p += 8)
+        h = mix64(h ^ load_word(s + p, b - p < 8 ? b - p : 8, end));
+    return h;
+}
+
+/* Move to a table of TABLE_LOAD * tokens slots, rehashing what is there. */
 static int grow_table(scanner *st, size_t tokens)
 {
-    size_t cap = 16;
-    while (cap < 2 * tokens)
-        cap *= 2;
-    uint32_t *slots = (uint32_t *)calloc(cap, sizeof *slots);
-    token_entry *entries = (token_entry *)realloc(st->entries, tokens * sizeof *entries);
-    if (!slots || !entries) {
-        free(slots);
-        if (entries)
-            st->entries = entries;
+    size_t cap = TABLE_LOAD * tokens;
+    token_entry *table = (token_entry *)calloc(cap, sizeof *table);
+    if (!table)
         return 0;
-    }
-    for (uint32_t id = 0; id < (uint32_t)st->out->unique_tokens; id++) {
-        size_t slot = (size_t)entries[id].hash & (cap - 1);
-        while (slots[slot])
+    for (size_t j = 0; j <= st->mask; j++) {
+        if (!st->table[j].len)
+            continue;
+        const token_entry *e = &st->table[j];
+        size_t slot = (size_t)token_hash(st->s, e->offset, e->offset + e->len, e->head, e->next,
+                                         st->s + st->n) & (cap - 1);
+        while (table[slot].len)
             slot = (slot + 1) & (cap - 1);
-        slots[slot] = id + 1;
+        table[slot] = st->table[j];
     }
-    free(st->slots);
-    st->slots = slots;
-    st->entries = entries;
+    if (st->on_heap)
+        free(st->table);
+    st->table = table;
+    st->on_heap = 1;
     st->mask = cap - 1;
     st->room = tokens;
     return 1;
 }
 
-static void end_token(scanner *st, size_t a, size_t b, int64_t position, int64_t letters,
-                      int64_t other_ascii, int64_t non_ascii)
+
+/* What every token updates, kept in a local of the pass so that it lives in registers (the build
+ * has -fno-strict-aliasing, so anything reachable through a pointer is reloaded after every store
+ * to the table). Synced with the scanner and the output only on rare events and at the end. */
+typedef struct {
+    token_entry *table;
+    size_t mask, room;
+    int64_t tokens, unique, model;
+    unsigned active;
+    int repeat_seen;
+    /* rules, as limits that need one compare */
+    int64_t max_tokens;  /* -1: off */
+    int64_t model_cap;   /* INT64_MAX: off or already reported */
+    size_t blob_min;     /* SIZE_MAX: blobs off */
+} hot_state;
+
+static inline __attribute__((always_inline)) void
+token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int64_t letters,
+           int64_t other_ascii, int64_t non_ascii)
 {
-    qg_scan_out *o = st->out;
-    const qg_scan_rules *r = st->rules;
     const uint8_t *s = st->s, *end = st->s + st->n;
-    int64_t k = o->token_count++;
-    if (k == r->max_tokens)
-        o->token_cap_at = position;
-    o->model_tokens += (letters + 3) / 4 + other_ascii + non_ascii;
-    if (r->max_model_tokens >= 0 && o->model_cap_at < 0 && o->model_tokens > r->max_model_tokens)
-        o->model_cap_at = position;
+    int64_t k = h->tokens++;
+    if (k == h->max_tokens)
+        st->out->token_cap_at = position;
+    h->model += (letters + 3) / 4 + other_ascii + non_ascii;
+    if (h->model > h->model_cap) {
+        st->out->model_cap_at = position;
+        h->model_cap = INT64_MAX;
+    }
+    st->ring_pos[k & 15] = position;
 
     size_t len = b - a;
     uint64_t head = load_word(s + a, len < 8 ? len : 8, end);
-    uint64_t h = mix64(head ^ (len * 0x9E3779B97F4A7C15ull));
-    for (size_t p = a + 8; p < b; p += 8)
-        h = mix64(h ^ load_word(s + p, b - p < 8 ? b - p : 8, end));
-    size_t slot = (size_t)h & st->mask;
-    uint32_t id;
-    int64_t distance = 0;
+    uint64_t next = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (end - s >= (ptrdiff_t)(a + 16)) {
+        /* Branch-free in the token length (which varies unpredictably from token to token). */
+        size_t more = len > 8 ? len - 8 : 0;
+        uint64_t keep = more >= 8 ? ~0ull : (1ull << (8 * more)) - 1;
+        memcpy(&next, s + a + 8, 8);
+        next &= keep;
+    } else
+#endif
+    if (len > 8)
+        next = load_word(s + a + 8, len < 16 ? len - 8 : 8, end);
+    uint64_t hash = token_hash(s, a, b, head, next, end);
+    size_t slot = (size_t)hash & h->mask;
+    unsigned eq = 0;
     for (;;) {
-        uint32_t v = st->slots[slot];
-        if (v == 0) {
-            if ((size_t)o->unique_tokens == st->room) {
-                if (!grow_table(st, 2 * st->room)) {
+        token_entry *e = &h->table[slot];
+        if (((e->len ^ len) | (e->head ^ head) | (e->next ^ next)) == 0 &&
+            (len <= 16 || memcmp(s + e->offset + 16, s + a + 16, len - 16) == 0)) {
+            /* Occurrences 1..8 tokens back, from the history kept relative to the last one. A
+             * distance over 8 leaves nothing in the low bits (capped to keep the shift defined). */
+            uint64_t d = (uint64_t)(k - e->last);
+            d = d > 40 ? 40 : d;
+            uint64_t hist = (uint64_t)e->hist << d;
+            eq = (unsigned)(hist >> 1) & 0xFF;
+            e->hist = (uint32_t)(hist | 1) & 0xFF;
+            e->last = (uint32_t)k;
+            if (!h->repeat_seen) {
+                h->repeat_seen = 1;
+                st->out->first_repeat = position;
+            }
+            break;
+        }
+        if (e->len == 0) {
+            if ((size_t)h->unique == h->room) {
+                if (!grow_table(st, 2 * h->room)) {
                     st->nomem = 1;
                     return;
                 }
-                slot = (size_t)h & st->mask;
+                h->table = st->table;
+                h->mask = st->mask;
+                h->room = st->room;
+                slot = (size_t)hash & h->mask;
                 continue;
             }
-            id = (uint32_t)o->unique_tokens++;
-            token_entry *e = &st->entries[id];
-            e->hash = h;
+            h->unique++;
             e->head = head;
-            e->offset = a;
-            e->last = k;
+            e->next = next;
             e->len = (uint32_t)len;
-            st->slots[slot] = id + 1;
+            e->hist = 1;
+            e->last = (uint32_t)k;
+            e->offset = (uint32_t)a;
             break;
         }
-        token_entry *e = &st->entries[v - 1];
-        if (e->head == head && e->len == len &&
-            (len <= 8 || (e->hash == h && memcmp(s + e->offset + 8, s + a + 8, len - 8) == 0))) {
-            id = v - 1;
-            distance = k - e->last;
-            e->last = k;
-            if (o->first_repeat < 0)
-                o->first_repeat = position;
-            break;
-        }
-        slot = (slot + 1) & st->mask;
+        slot = (slot + 1) & h->mask;
     }
-    ngram_step(st, k, id, distance, position);
-    if (r->encoded_payloads && r->min_blob_len >= 0 && (int64_t)len >= r->min_blob_len)
+    if (eq != h->active)
+        h->active = ngram_change(st, k, eq, h->active);
+    if (len >= h->blob_min)
         scan_blobs(st, a, b, position);
 }
 
@@ -631,12 +690,111 @@ static void classify(scanner *st, uint32_t cp, size_t i, int len, int64_t positi
 }
 
 /* ---------------------------------------------------------------------------------------------
- * The pass */
+ * The pass
+ *
+ * The text is read 64 bytes at a time. Three bit masks per block (SIMD compares where available)
+ * say which bytes are plain whitespace (space, TAB, LF, CR), which are ASCII letters/digits, and
+ * which need the byte-at-a-time path: controls and other whitespace, DEL, non-ASCII bytes and (with
+ * encoded_payloads) the escape triggers % \ &. Up to the first such byte, token boundaries come
+ * from the whitespace mask with bit scans and letters are counted by popcount; from that byte the
+ * general path takes over for a while, then hands back. Both paths feed the same token_body, so the
+ * figures do not depend on which path saw a byte. */
 
-int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out)
+#define FAST_WS 1u   /* space, TAB, LF, CR: whitespace that is never flagged */
+#define FAST_SLOW 2u /* controls, other ASCII whitespace, DEL, non-ASCII: the general path */
+#define FAST_TRIG 4u /* % \ &: the general path when escapes are checked */
+#define FAST_ALNUM 8u
+
+typedef struct {
+    uint64_t ws, slow, alnum;
+} block_masks;
+
+static inline unsigned fast_class(unsigned b)
 {
-    if (n > QG_SCAN_MAX_BYTES)
-        return QG_SCAN_TOO_BIG;
+    if (b == ' ' || b == '\t' || b == '\n' || b == '\r')
+        return FAST_WS;
+    if (b < 0x20 || b >= 0x7F)
+        return FAST_SLOW;
+    if (b == '%' || b == '\\' || b == '&')
+        return FAST_TRIG;
+    if ((b >= '0' && b <= '9') || ((b | 0x20) >= 'a' && (b | 0x20) <= 'z'))
+        return FAST_ALNUM;
+    return 0;
+}
+
+#ifdef QG_SCAN_SSE2
+static inline void masks16(__m128i v, __m128i trig_on, uint64_t *ws, uint64_t *slow,
+                           uint64_t *alnum, int at)
+{
+    __m128i w = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')),
+                                          _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))),
+                             _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')),
+                                          _mm_cmpeq_epi8(v, _mm_set1_epi8('\r'))));
+    /* Signed bytes: below 0x20 is a control or a non-ASCII byte (>= 0x80 is negative). */
+    __m128i ctl = _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8(0x20)),
+                               _mm_cmpeq_epi8(v, _mm_set1_epi8(0x7F)));
+    __m128i trig = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('%')),
+                                             _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                                _mm_cmpeq_epi8(v, _mm_set1_epi8('&')));
+    __m128i sl = _mm_or_si128(_mm_andnot_si128(w, ctl), _mm_and_si128(trig, trig_on));
+    /* Unsigned range checks as signed compares after moving the range to start at -128. */
+    __m128i digit = _mm_cmplt_epi8(_mm_add_epi8(v, _mm_set1_epi8((char)(0x80 - '0'))),
+                                   _mm_set1_epi8((char)(-128 + 10)));
+    __m128i letter = _mm_cmplt_epi8(
+        _mm_add_epi8(_mm_or_si128(v, _mm_set1_epi8(0x20)), _mm_set1_epi8((char)(0x80 - 'a'))),
+        _mm_set1_epi8((char)(-128 + 26)));
+    *ws |= (uint64_t)(uint16_t)_mm_movemask_epi8(w) << at;
+    *slow |= (uint64_t)(uint16_t)_mm_movemask_epi8(sl) << at;
+    *alnum |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_or_si128(digit, letter)) << at;
+}
+#endif
+
+static inline void block_masks_of(const uint8_t *p, int escapes, block_masks *m)
+{
+    m->ws = m->slow = m->alnum = 0;
+#ifdef QG_SCAN_SSE2
+    __m128i trig_on = _mm_set1_epi8(escapes ? -1 : 0);
+    for (int at = 0; at < 64; at += 16)
+        masks16(_mm_loadu_si128((const __m128i *)(p + at)), trig_on, &m->ws, &m->slow, &m->alnum,
+                at);
+#else
+    unsigned trig = escapes ? FAST_TRIG : 0;
+    for (int at = 0; at < 64; at++) {
+        unsigned c = fast_class(p[at]);
+        m->ws |= (uint64_t)(c == FAST_WS) << at;
+        m->slow |= (uint64_t)((c & (FAST_SLOW | trig)) != 0) << at;
+        m->alnum |= (uint64_t)(c == FAST_ALNUM) << at;
+    }
+#endif
+}
+
+/* Bits a .. a+len-1 (len <= 64). */
+static inline uint64_t bit_range(unsigned a, unsigned len)
+{
+    return (len >= 64 ? ~0ull : ((1ull << len) - 1)) << a;
+}
+
+static inline unsigned popcount64(uint64_t x, int hw)
+{
+    if (hw)
+        return (unsigned)__builtin_popcountll(x);
+    /* Without hw (the build has no -mpopcnt) __builtin_popcountll is a library call: count in
+     * bit slices instead. */
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+}
+
+/* Bytes the general path handles once it is entered, before it may hand back to the blocks: a
+ * block costs about as much as this many plain bytes, so text dense in non-ASCII stays here. */
+#define GENERAL_MIN 32
+
+/* The pass, inlined twice: hw = 1 is compiled for CPUs with POPCNT/BMI (runtime-dispatched, the
+ * build targets baseline x86-64); both compute exactly the same figures. */
+static inline __attribute__((always_inline)) int
+scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out, int hw)
+{
     out->first_repeat = out->token_cap_at = out->model_cap_at = -1;
 
     scanner st;
@@ -649,15 +807,28 @@ int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out 
     st.run_kind = -1;
     st.chain_end = st.selector_end = SIZE_MAX; /* no chain ends before the first byte */
 
-    /* At most n/2 + 1 distinct tokens, but real text has far fewer: start with room for
-     * min(n/2 + 1, 4096) and double when half full. Sizing for the worst case up front made every
-     * large scan zero megabytes of table it never touched. */
-    size_t want = n / 2 + 1 < 4096 ? n / 2 + 1 : 4096;
-    if (!grow_table(&st, want)) {
-        free(st.slots);
-        free(st.entries);
-        return QG_SCAN_NOMEM;
-    }
+    /* At most n/2 + 1 distinct tokens, but real text has far fewer: start on the stack (sized down
+     * for tiny inputs so there is little to zero) and double on the heap when full. */
+    token_entry stack_table[STACK_SLOTS];
+    size_t slots = 16;
+    while (slots < STACK_SLOTS && slots < n + 2)
+        slots *= 2;
+    memset(stack_table, 0, slots * sizeof stack_table[0]);
+    st.table = stack_table;
+    st.mask = slots - 1;
+    st.room = slots / TABLE_LOAD;
+
+    hot_state hot;
+    hot.table = st.table;
+    hot.mask = st.mask;
+    hot.room = st.room;
+    hot.tokens = hot.unique = hot.model = 0;
+    hot.active = 0;
+    hot.repeat_seen = 0;
+    hot.max_tokens = rules->max_tokens;
+    hot.model_cap = rules->max_model_tokens >= 0 ? rules->max_model_tokens : INT64_MAX;
+    hot.blob_min = rules->encoded_payloads && rules->min_blob_len >= 0 ? (size_t)rules->min_blob_len
+                                                                          : SIZE_MAX;
 
     const uint8_t *cls = st.cls;
     const int str_input = rules->str_input, escapes = rules->encoded_payloads;
@@ -678,75 +849,171 @@ int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out 
 #define END_TOKEN()                                                                                \
     do {                                                                                           \
         if (in_token) {                                                                            \
-            end_token(&st, tok_start, i, tok_pos, letters, other_ascii, non_ascii);                \
+            token_body(&st, &hot, tok_start, i, tok_pos, letters, other_ascii, non_ascii);         \
             in_token = 0;                                                                          \
         }                                                                                          \
     } while (0)
 
     while (i < n) {
-        uint8_t b = s[i];
-        unsigned c = cls[b];
-        if (c & C_PLAIN) {
-            START_TOKEN();
-            size_t j = i;
-            int64_t alnum = 0;
-            do {
-                alnum += c & C_ALNUM;
-                j++;
-            } while (j < n && ((c = cls[s[j]]) & C_PLAIN));
-            letters += alnum;
-            other_ascii += (int64_t)(j - i) - alnum;
-            i = j;
-            continue;
+        /* ---- blocks ---- */
+        block_masks m;
+        size_t avail = n - i;
+        if (avail >= 64) {
+            block_masks_of(s + i, escapes, &m);
+        } else {
+            /* The tail, padded with spaces: the padding ends a token exactly where the text does. */
+            uint8_t tail[64];
+            memcpy(tail, s + i, avail);
+            memset(tail + avail, ' ', 64 - avail);
+            block_masks_of(tail, escapes, &m);
         }
-        int64_t position = (int64_t)i - shift;
-        if (b < 0x80) {
-            if (c & C_WS) {
+        unsigned limit = m.slow ? (unsigned)__builtin_ctzll(m.slow) : 64;
+        if (limit > avail)
+            limit = (unsigned)avail;
+        uint64_t tok = ~m.ws & bit_range(0, limit);
+        if (in_token) {
+            /* The token open from before runs to the first whitespace (or on past the limit). */
+            uint64_t rest = ~tok;
+            unsigned run = rest ? (unsigned)__builtin_ctzll(rest) : 64;
+            if (run > limit)
+                run = limit;
+            unsigned al = popcount64(m.alnum & bit_range(0, run), hw);
+            letters += al;
+            other_ascii += run - al;
+            if (run < limit) {
+                token_body(&st, &hot, tok_start, i + run, tok_pos, letters, other_ascii, non_ascii);
+                in_token = 0;
+            }
+            tok &= ~bit_range(0, run);
+        }
+        while (tok) {
+            unsigned a = (unsigned)__builtin_ctzll(tok);
+            uint64_t rest = ~(tok >> a);
+            unsigned run = rest ? (unsigned)__builtin_ctzll(rest) : 64 - a;
+            uint64_t bits = bit_range(a, run);
+            unsigned al = popcount64(m.alnum & bits, hw);
+            tok &= ~bits;
+            if (a + run < limit) {
+                token_body(&st, &hot, i + a, i + a + run, (int64_t)(i + a) - shift, al, run - al, 0);
+            } else {
+                in_token = 1;
+                tok_start = i + a;
+                tok_pos = (int64_t)(i + a) - shift;
+                letters = al;
+                other_ascii = run - al;
+                non_ascii = 0;
+            }
+        }
+        i += limit;
+        if (limit == 64 || i >= n)
+            continue;
+
+        /* ---- the general path, from a byte the blocks do not handle ---- */
+        size_t general_end = i + GENERAL_MIN;
+        do {
+            uint8_t b = s[i];
+            unsigned c = cls[b];
+            if (c & C_PLAIN) {
+                START_TOKEN();
+                size_t j = i;
+                int64_t alnum = 0;
+                do {
+                    alnum += c & C_ALNUM;
+                    j++;
+                } while (j < n && ((c = cls[s[j]]) & C_PLAIN));
+                letters += alnum;
+                other_ascii += (int64_t)(j - i) - alnum;
+                i = j;
+                continue;
+            }
+            int64_t position = (int64_t)i - shift;
+            if (b < 0x80) {
+                if (c & C_WS) {
+                    END_TOKEN();
+                } else {
+                    START_TOKEN();
+                    other_ascii++;
+                    if ((c & C_TRIG) && escapes && i >= st.escape_end)
+                        scan_escape(&st, i, position);
+                }
+                if (c & C_CTRL)
+                    flag(&st, QG_K_CONTROL, i, 1, position, b);
+                i++;
+                continue;
+            }
+            uint32_t cp;
+            int len = decode(s, n, i, str_input, &cp);
+            if (len == 0) {
+                START_TOKEN();
+                non_ascii++;
+                flag(&st, QG_K_INVALID_UTF8, i, 1, position, b);
+                i++;
+                continue;
+            }
+            if (is_unicode_space(cp)) {
                 END_TOKEN();
+                if (cp == 0x85)
+                    flag(&st, QG_K_CONTROL, i, (size_t)len, position, cp);
             } else {
                 START_TOKEN();
-                other_ascii++;
-                if ((c & C_TRIG) && escapes && i >= st.escape_end)
-                    scan_escape(&st, i, position);
+                non_ascii++;
+                classify(&st, cp, i, len, position);
             }
-            if (c & C_CTRL)
-                flag(&st, QG_K_CONTROL, i, 1, position, b);
-            i++;
-            continue;
-        }
-        uint32_t cp;
-        int len = decode(s, n, i, str_input, &cp);
-        if (len == 0) {
-            START_TOKEN();
-            non_ascii++;
-            flag(&st, QG_K_INVALID_UTF8, i, 1, position, b);
-            i++;
-            continue;
-        }
-        if (is_unicode_space(cp)) {
-            END_TOKEN();
-            if (cp == 0x85)
-                flag(&st, QG_K_CONTROL, i, (size_t)len, position, cp);
-        } else {
-            START_TOKEN();
-            non_ascii++;
-            classify(&st, cp, i, len, position);
-        }
-        if (str_input)
-            shift += len - 1;
-        i += (size_t)len;
+            if (str_input)
+                shift += len - 1;
+            i += (size_t)len;
+        } while (i < n && (i < general_end || s[i] >= 0x80));
     }
     END_TOKEN();
 #undef START_TOKEN
 #undef END_TOKEN
 
-    free(st.slots);
-    free(st.entries);
+    out->token_count = hot.tokens;
+    out->unique_tokens = hot.unique;
+    out->model_tokens = hot.model;
+    for (unsigned act = hot.active; act; act &= act - 1)
+        end_streak(&st, __builtin_ctz(act) + 1, hot.tokens);
+    if (st.on_heap)
+        free(st.table);
     if (st.nomem) {
         qg_scan_out_free(out);
         return QG_SCAN_NOMEM;
     }
     return QG_SCAN_OK;
+}
+
+static int scan_generic(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out)
+{
+    return scan_pass(s, n, rules, out, 0);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(QG_SCAN_NO_SIMD)
+#define QG_SCAN_DISPATCH 1
+__attribute__((target("popcnt,bmi,bmi2"))) static int
+scan_bmi(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out)
+{
+    return scan_pass(s, n, rules, out, 1);
+}
+#endif
+
+int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out)
+{
+    if (n > QG_SCAN_MAX_BYTES)
+        return QG_SCAN_TOO_BIG;
+#ifdef QG_SCAN_DISPATCH
+    /* 1: generic, 2: POPCNT+BMI1+BMI2. Racing first calls store the same value. */
+    static volatile int variant = 0;
+    if (!variant) {
+        __builtin_cpu_init();
+        variant = __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi") &&
+                          __builtin_cpu_supports("bmi2") && !getenv("QG_SCAN_GENERIC")
+                      ? 2
+                      : 1;
+    }
+    if (variant == 2)
+        return scan_bmi(s, n, rules, out);
+#endif
+    return scan_generic(s, n, rules, out);
 }
 
 void qg_scan_out_free(qg_scan_out *out)
