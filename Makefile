@@ -46,5 +46,9 @@ typecheck: build
 eval: build $(EVAL_STAMP)
 	$(PY) -m qdrant_guard.cli eval --out docs/eval-report
 
+# libFuzzer + ASan/UBSan on the C kernels, 60 s per target (needs clang-14 + libclang-rt-14-dev).
+fuzz:
+	bash scripts/fuzz_ci.sh 60
+
 clean:
 	rm -rf build $(VENV) qdrant_guard/*.so native/_noise.c native/_scan.c native/_detect.c

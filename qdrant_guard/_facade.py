@@ -42,8 +42,13 @@ def _sync_method(name: str, original: Callable[..., Any], base: type) -> Callabl
         if guard is None:
             return original(self, *args, **kwargs)
 
+        lock = self._local_lock
+
         def invoke(call: Call) -> Any:
-            return getattr(base, call.method)(self, **call.kwargs)
+            if lock is None:
+                return getattr(base, call.method)(self, **call.kwargs)
+            with lock:
+                return getattr(base, call.method)(self, **call.kwargs)
 
         return drive_sync(guard.run(name, bind(self, args, kwargs)), invoke)
 

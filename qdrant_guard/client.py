@@ -1,9 +1,12 @@
 """The guarded synchronous client: ``from qdrant_guard import QdrantClient``."""
 from __future__ import annotations
 
+import threading
 from typing import Any, Awaitable, Callable
 
+
 import qdrant_client
+from qdrant_client.local.qdrant_local import QdrantLocal
 
 from ._facade import PrincipalViews, install
 from .boundary import Principal
@@ -72,6 +75,9 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
             local_inference_batch_size=local_inference_batch_size, check_compatibility=check_compatibility,
             pool_size=pool_size, headers=headers, **kwargs,
         )
+        # qdrant-client's local mode is not thread-safe; guarded calls into it are serialised so
+        # that agents sharing one embedded store from several threads cannot corrupt it.
+        self._local_lock = threading.RLock() if isinstance(self._client, QdrantLocal) else None
 
     def close(self, grpc_grace: float | None = None, **kwargs: Any) -> None:
         """Close the connection (a :meth:`with_principal` view leaves the shared one open)."""

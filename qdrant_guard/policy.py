@@ -180,7 +180,8 @@ class CollectionPolicy(_Strict):
     noise: NoisePolicy = NoisePolicy()
     """The noise mechanism and its privacy parameters."""
     source_field: str = "source"
-    """Payload field naming a point's source document (diversity caps and budgets count by it)."""
+    """Payload field naming a point's source document (diversity caps and budgets count by it). A
+    dotted path reaches nested payload, e.g. ``metadata.source`` for langchain."""
     text_field: str | None = None
     """Payload field holding the point's text; it is screened and redacted like embedded text."""
     credentials_in_text: Literal["refuse", "redact"] = "refuse"

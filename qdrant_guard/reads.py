@@ -150,7 +150,8 @@ class ReadOps(PayloadOps, QueryChecks):
         for source, group in by_source.items():
             if restricted and source not in restricted:
                 continue
-            size = yield from self.source_size(name, pol, source)
+            # A source holds at least the points just returned from it, whatever the count said.
+            size = max((yield from self.source_size(name, pol, source)), len(group))
             try:
                 dec = budget.admit(principal=principal, collection=name, source=source,
                                    point_ids=[p.id for p in group], source_size=size,
@@ -341,6 +342,11 @@ class ReadOps(PayloadOps, QueryChecks):
 
 
 def _source(p: Any, field_name: str) -> str | None:
-    payload = getattr(p, "payload", None) or {}
-    v = payload.get(field_name)
-    return None if v is None else str(v)
+    """The point's source, read like Qdrant reads a filter key (dotted paths reach nested payload,
+    e.g. langchain's ``metadata.source``)."""
+    node: Any = getattr(p, "payload", None) or {}
+    for part in field_name.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return None if node is None or isinstance(node, (dict, list)) else str(node)

@@ -217,8 +217,6 @@ def test_from_texts_builds_a_plain_client_that_the_guard_never_sees(kit, emb):
     assert not isinstance(vs.client, QdrantClient)
 
 
-@pytest.mark.xfail(strict=True, reason="guard resolves source_field only at the top level of the payload; "
-                   "langchain nests metadata under 'metadata' (see docs/integrations.md)")
 def test_diversity_caps_read_langchains_nested_metadata(kit, owner, emb):
     vs = _store(owner, "nested", emb)
     vs.add_texts(TEXTS, metadatas=[{"source": f"doc{i % 3}"} for i in range(len(TEXTS))])
@@ -226,6 +224,5 @@ def test_diversity_caps_read_langchains_nested_metadata(kit, owner, emb):
     hits = bob_vs.similarity_search("refund for damaged goods", k=5)
     sources = [d.metadata["source"] for d in hits]
     # 3 sources of 2 documents each; k=5 at 40% allows 2 per source: 5 results over all 3 sources.
-    # Today every point counts under one "missing" source and only 2 come back.
     assert len(hits) == 5 and len(set(sources)) == 3
     assert max(sources.count(s) for s in set(sources)) == 2
