@@ -24,11 +24,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _harness as H  # noqa: E402
+import _harness as H  # noqa: E402  (first: it pins BLAS threads before numpy loads)
+import numpy as np  # noqa: E402
 from _harness import RawClient, models  # noqa: E402
 
 READ_STAGES = {
@@ -94,11 +93,12 @@ def read_bed(n_points: int, dim: int, **policy: Any) -> tuple[H.Bed, str]:
     return bed, H.fill(bed, "docs", n_points, dim)
 
 
-def read_overhead(sizes: list[int], rounds: int, n_queries: int, *, dim: int = 384, k: int = 10) -> dict[str, Any]:
+def read_overhead(sizes: dict[int, int], n_queries: int, *, dim: int = 384, k: int = 10) -> dict[str, Any]:
+    """Reads at each collection size (``sizes``: points -> interleaved rounds)."""
     texts = H.realistic_queries(n_queries)
-    res: dict[str, Any] = {"dim": dim, "k": k, "queries": len(texts), "rounds": rounds,
+    res: dict[str, Any] = {"dim": dim, "k": k, "queries": len(texts), "rounds": {str(n): r for n, r in sizes.items()},
                            "query_text_tokens_mean": float(np.mean([len(t.split()) for t in texts])), "by_points": {}}
-    for n in sizes:
+    for n, rounds in sizes.items():
         bed, name = read_bed(n, dim)
         try:
             res["by_points"][str(n)] = measure_reads(bed, name, dim=dim, k=k, texts=texts, rounds=rounds)
@@ -211,7 +211,7 @@ def profiles(n_points: int, calls: int, *, dim: int = 384, k: int = 10, batch: i
                for j in range(batch)]
         rep = H.Replay(wbed.owner, "upsert", (g_name, pts), {})
         rep.record()
-        wcalls = max(3, calls // 50)
+        wcalls = max(2, calls // 200)
         write = {"stages": H.profile_stages(rep.run, wcalls, WRITE_STAGES), "top": H.profile_top(rep.run, wcalls),
                  "batch": batch}
     finally:
@@ -220,9 +220,9 @@ def profiles(n_points: int, calls: int, *, dim: int = 384, k: int = 10, batch: i
 
 
 CONFIGS = {
-    "full": {"sizes": [1000, 10000], "rounds": 60, "queries": 20, "up_rounds": 8, "up_batches": 6,
+    "full": {"sizes": {1000: 60, 10000: 15}, "queries": 20, "up_rounds": 6, "up_batches": 5,
              "intent_rounds": 30, "profile_calls": 1000},
-    "tiny": {"sizes": [200], "rounds": 2, "queries": 3, "up_rounds": 1, "up_batches": 2,
+    "tiny": {"sizes": {200: 2}, "queries": 3, "up_rounds": 1, "up_batches": 2,
              "intent_rounds": 1, "profile_calls": 10},
 }
 
@@ -233,12 +233,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", type=Path, default=None, help="results directory (default bench/results)")
     a = ap.parse_args(argv)
     cfg = CONFIGS["tiny" if a.tiny else "full"]
-    doc: dict[str, Any] = {"bench": "overhead", "config": "tiny" if a.tiny else "full", "params": cfg,
+    first = next(iter(cfg["sizes"]))
+    doc: dict[str, Any] = {"bench": "overhead", "config": "tiny" if a.tiny else "full",
+                           "params": {**cfg, "sizes": {str(n): r for n, r in cfg["sizes"].items()}},
                            "machine": H.machine()}
-    doc["reads"] = read_overhead(cfg["sizes"], cfg["rounds"], cfg["queries"])
+    doc["reads"] = read_overhead(cfg["sizes"], cfg["queries"])
     doc["upserts"] = upsert_overhead(cfg["up_rounds"], cfg["up_batches"])
-    doc["intent"] = intent_overhead(cfg["sizes"][0], cfg["intent_rounds"], cfg["queries"])
-    doc["profile"] = profiles(cfg["sizes"][0], cfg["profile_calls"])
+    doc["intent"] = intent_overhead(first, cfg["intent_rounds"], cfg["queries"])
+    doc["profile"] = profiles(first, cfg["profile_calls"])
+    doc["profile"]["points"] = first
     path = H.write_json("overhead", doc, a.out)
     for n, r in doc["reads"]["by_points"].items():
         print(f"reads {n} pts: raw p50 {r['raw']['p50_us']:.0f} us, guard_only p50 {r['guard_only']['p50_us']:.0f} us "

@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _harness as H  # noqa: E402
+import _harness as H  # noqa: E402  (first: it pins BLAS threads before numpy loads)
 from _harness import RawClient  # noqa: E402
 from bench_overhead import measure_reads, measure_upserts, read_bed, write_bed  # noqa: E402
 
