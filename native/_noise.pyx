@@ -107,8 +107,8 @@ def normals(stream_key, nonce, count):
     cdef double[::1] view = out
     qg_stream_init(&st, <const uint8_t *><char *>stream_key, <const uint8_t *><char *>nonce)
     with nogil:
-        for i in range(n):
-            view[i] = qg_normal(&st)
+        if n:
+            qg_normals(&st, &view[0], n)
         qg_stream_wipe(&st)
     return out
 
@@ -135,14 +135,10 @@ def gammas(stream_key, nonce, shape, count):
 
 
 def noise_vectors(vectors, mechanism, scale, step, clip_norm, stream_key, row_keys, nonce):
-    cdef cnp.ndarray src, out
-    cdef size_t rows = 0, dim = 0, bad_row = 0, bad_col = 0
-    cdef int mech, rc, is_f32, exponent
+    cdef cnp.ndarray src
+    cdef size_t rows = 0
+    cdef int exponent
     cdef double scale_c = 0.0, step_c = 0.0, clip_c = 0.0
-    cdef qg_stream st
-    cdef qg_stream *stream = NULL
-    cdef const uint8_t *keys = NULL
-    cdef const uint8_t *nonce_p
     fast = (
         _native_vectors(vectors)
         and (mechanism == "gaussian" or mechanism == "laplace_l2")
@@ -153,7 +149,6 @@ def noise_vectors(vectors, mechanism, scale, step, clip_norm, stream_key, row_ke
     )
     src = <cnp.ndarray>vectors if fast else None
     if fast:
-        dim = <size_t>src.shape[src.ndim - 1]
         rows = 1 if src.ndim == 1 else <size_t>src.shape[0]
         scale_c = scale
         step_c = step
@@ -162,26 +157,45 @@ def noise_vectors(vectors, mechanism, scale, step, clip_norm, stream_key, row_ke
         if row_keys is not None:
             fast = stream_key is None and type(row_keys) is bytes and len(<bytes>row_keys) == 32 * rows
     if not fast:
-        rows, dim, scale_c, step_c, clip_c = _ref._check_noise_args(
+        rows, _, scale_c, step_c, clip_c = _ref._check_noise_args(
             vectors, mechanism, scale, step, clip_norm, stream_key, row_keys, nonce
         )
         src = <cnp.ndarray>vectors
-    mech = QG_GAUSSIAN if mechanism == "gaussian" else QG_LAPLACE_L2
+    return _run(src, QG_GAUSSIAN if mechanism == "gaussian" else QG_LAPLACE_L2, scale_c, step_c, clip_c,
+                stream_key, row_keys, nonce)
+
+
+cdef object _run(cnp.ndarray src, int mech, double scale_c, double step_c, double clip_c,
+                 object stream_key, object row_keys, bytes nonce):
+    """Noise a validated array (any strides) into a new C-contiguous one of the same shape and type."""
+    cdef cnp.ndarray out
+    cdef size_t rows, dim, bad_row = 0, bad_col = 0
+    cdef int rc, is_f32
+    cdef qg_stream st
+    cdef qg_stream *stream = NULL
+    cdef const uint8_t *keys = NULL
+    cdef const uint8_t *nonce_p = <const uint8_t *><char *>nonce
     if not cnp.PyArray_IS_C_CONTIGUOUS(src):
         src = np.ascontiguousarray(src)
+    dim = <size_t>src.shape[src.ndim - 1]
+    rows = 1 if src.ndim == 1 else <size_t>src.shape[0]
     is_f32 = cnp.PyArray_TYPE(src) == cnp.NPY_FLOAT32
     out = cnp.PyArray_EMPTY(src.ndim, src.shape, cnp.PyArray_TYPE(src), 0)
-    nonce_p = <const uint8_t *><char *>nonce
     if row_keys is not None:
         keys = <const uint8_t *><char *>row_keys
     elif stream_key is not None:
         qg_stream_init(&st, <const uint8_t *><char *>stream_key, nonce_p)
         stream = &st
-    with nogil:
+    if rows * dim <= 4096:
+        # Not worth a GIL round trip.
         rc = qg_noise_rows(cnp.PyArray_DATA(src), cnp.PyArray_DATA(out), is_f32, rows, dim, mech,
                            scale_c, step_c, clip_c, stream, keys, nonce_p, &bad_row, &bad_col)
-        if stream != NULL:
-            qg_stream_wipe(stream)
+    else:
+        with nogil:
+            rc = qg_noise_rows(cnp.PyArray_DATA(src), cnp.PyArray_DATA(out), is_f32, rows, dim, mech,
+                               scale_c, step_c, clip_c, stream, keys, nonce_p, &bad_row, &bad_col)
+    if stream != NULL:
+        qg_stream_wipe(stream)
     if rc == QG_OK:
         return out
     if rc == QG_ERR_NONFINITE:
@@ -189,14 +203,40 @@ def noise_vectors(vectors, mechanism, scale, step, clip_norm, stream_key, row_ke
     if rc == QG_ERR_CLIP_OVERFLOW:
         raise _ref._clip_overflow_error(bad_row)
     if rc == QG_ERR_OUTPUT_OVERFLOW:
-        raise _ref._output_overflow_error(bad_row, bad_col, vectors.dtype)
+        raise _ref._output_overflow_error(bad_row, bad_col, src.dtype)
     if rc == QG_ERR_RANDOM:
         raise OSError(<int>bad_col, "getrandom(2) failed: the OS provides no randomness for noise")
     raise MemoryError("cannot allocate the noise scratch row")
 
 
+cdef bytes _ZERO_NONCE = bytes(12)
+
+
+cdef inline bint _float_or_none(object value):
+    return value is None or type(value) is float
+
+
+def fresh_noise_cached(vectors, cache, mechanism, epsilon, radius, delta, clip_norm):
+    cdef cnp.ndarray arr
+    cdef object entry
+    if not (_native_vectors(vectors) and type(cache) is dict and type(mechanism) is str
+            and type(epsilon) is float and type(radius) is float
+            and _float_or_none(delta) and _float_or_none(clip_norm)):
+        return None
+    arr = <cnp.ndarray>vectors
+    entry = (<dict>cache).get((mechanism, epsilon, radius, delta, clip_norm,
+                               arr.shape[cnp.PyArray_NDIM(arr) - 1],
+                               "float32" if cnp.PyArray_TYPE(arr) == cnp.NPY_FLOAT32 else "float64"))
+    if entry is None:
+        return None
+    params, scale, step = <tuple>entry
+    return _run(arr, QG_GAUSSIAN if mechanism == "gaussian" else QG_LAPLACE_L2, scale, step,
+                0.0 if clip_norm is None else <double>clip_norm, None, None, _ZERO_NONCE), params
+
+
 # One docstring per function, written on the reference (STYLE.md habit 3).
-for _name in ("check_vectors", "chacha20_block", "chacha20_stream", "normals", "gammas", "noise_vectors"):
+for _name in ("check_vectors", "chacha20_block", "chacha20_stream", "normals", "gammas", "noise_vectors",
+              "fresh_noise_cached"):
     try:
         globals()[_name].__doc__ = getattr(_ref, _name).__doc__
     except (AttributeError, TypeError):

@@ -34,6 +34,7 @@ __all__ = [
     "chacha20_stream",
     "check_vectors",
     "gammas",
+    "fresh_noise_cached",
     "noise_vectors",
     "normals",
     "ziggurat_tables",
@@ -424,3 +425,36 @@ def noise_vectors(
             raise _output_overflow_error(i, int(bad[0]), vectors.dtype)
     with np.errstate(over="ignore"):
         return out.astype(vectors.dtype).reshape(vectors.shape)
+
+
+def fresh_noise_cached(
+    vectors: Any, cache: Any, mechanism: Any, epsilon: Any, radius: Any, delta: Any, clip_norm: Any,
+) -> tuple[np.ndarray, Any] | None:
+    """Fresh (OS-keyed) noise with parameters from ``cache``, or ``None`` to take the checked path.
+
+    The production fast path of :func:`qdrant_guard.noise.privatize`. ``cache`` maps
+    ``(mechanism, epsilon, radius, delta, clip_norm, d, dtype name)`` to ``(params, scale, step)``
+    and is filled by the caller after its full argument checks, only for a ``str`` mechanism and
+    ``float`` (or ``None``) numbers; lookups apply the same rule, so ``True`` never stands in for
+    ``1.0``. Returns ``(noised, params)`` on a hit, ``None`` on a miss or for anything unusual
+    (the caller then validates and reports errors).
+    """
+    if not (
+        type(vectors) is np.ndarray
+        and vectors.dtype.isnative
+        and vectors.dtype.type in (np.float32, np.float64)
+        and vectors.ndim in (1, 2)
+        and vectors.size > 0
+        and type(cache) is dict
+        and type(mechanism) is str
+        and type(epsilon) is float
+        and type(radius) is float
+        and (delta is None or type(delta) is float)
+        and (clip_norm is None or type(clip_norm) is float)
+    ):
+        return None
+    entry = cache.get((mechanism, epsilon, radius, delta, clip_norm, vectors.shape[-1], vectors.dtype.name))
+    if entry is None:
+        return None
+    params, scale, step = entry
+    return noise_vectors(vectors, mechanism, scale, step, clip_norm, None, None, bytes(12)), params

@@ -24,13 +24,13 @@ continuous distributions these samplers approximate.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import numbers
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from cryptography.hazmat.primitives import hashes, hmac
 
 from ._impl import load_kernel
 from .errors import InvalidVectorError
@@ -48,11 +48,12 @@ __all__ = [
 
 _k = load_kernel("_noise", "_noise_py")
 
-MECHANISM_VERSION = "1"
+# 2: the clipping norm is summed in eight interleaved lanes (see _noise_py._sum_squares).
+MECHANISM_VERSION = "2"
 LATTICE_DIVISOR = 1024.0
 RNG_PRODUCTION = "chacha20-getrandom-v1"
-RNG_KEYED = "chacha20-keyed-blake2b-v1"
-RNG_SEEDED = "chacha20-seeded-TEST-ONLY-v1"
+RNG_KEYED = "chacha20-keyed-hmac-sha256-v1"
+RNG_SEEDED = "chacha20-seeded-TEST-ONLY-v2"
 
 
 # ---------------------------------------------------------------- calibration
@@ -155,7 +156,7 @@ def _guarantee(mechanism: str, epsilon: float, delta: float, radius: float, clip
             f"{inputs}; multivariate L2 Laplace with Gamma({dim}) norm scale={scale:.9g}, {lattice}.")
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=1024, typed=True)  # typed: True must not hit the entry of 1.0 and skip the checks
 def _params(mechanism: Any, epsilon: Any, delta: Any, radius: Any, clip_norm: Any, dim: int,
             dtype: str, rng_id: str) -> NoiseParams:
     if mechanism not in MECHANISMS:
@@ -190,11 +191,24 @@ def _tag(p: NoiseParams) -> bytes:
             f"{p.clip_norm!r}|{p.scale!r}|{p.lattice_step!r}|{p.dtype}|{p.dim}").encode()
 
 
-def _nonce(p: NoiseParams) -> bytes:
-    return hashlib.blake2b(_tag(p), digest_size=12, person=b"qg-noise-nonce").digest()
+def _sha256(data: bytes) -> bytes:
+    h = hashes.Hash(hashes.SHA256())
+    h.update(data)
+    return h.finalize()
+
+
+@lru_cache(maxsize=1024)
+def _keyed_context(p: NoiseParams) -> tuple[bytes, bytes]:
+    tag = _tag(p)
+    # The nonce only separates parameter sets; the secret is the HMAC key.
+    return b"qg-noise-row|" + tag + b"|", _sha256(b"qg-noise-nonce|" + tag)[:12]
 
 
 _ZERO_NONCE = bytes(12)
+# Production parameters by (mechanism, epsilon, radius, delta, clip_norm, d, dtype name), filled
+# after the full checks and read by the kernel's fresh_noise_cached fast path.
+_FRESH: dict[tuple[Any, ...], tuple[NoiseParams, float, float]] = {}
+_FRESH_MAX = 1024
 
 
 def _release(vectors: Any, mechanism: Any, epsilon: Any, radius: Any, delta: Any, clip_norm: Any,
@@ -206,6 +220,17 @@ def _release(vectors: Any, mechanism: Any, epsilon: Any, radius: Any, delta: Any
         if "unhashable" not in str(exc):
             raise
         raise TypeError(f"mechanism, epsilon, delta, radius and clip_norm must be str/numbers: {exc}") from None
+
+
+def _row_keys(rows: np.ndarray, key: bytes, prefix: bytes) -> bytes:
+    base = hmac.HMAC(key, hashes.SHA256())
+    base.update(prefix)
+    out = []
+    for row in rows:
+        h = base.copy()
+        h.update(row.tobytes())
+        out.append(h.finalize())
+    return b"".join(out)
 
 
 def privatize(
@@ -228,10 +253,10 @@ def privatize(
         radius: protected L2 radius (the sensitivity).
         delta: failure probability, required for ``"gaussian"``; ``None`` for ``"laplace_l2"``.
         clip_norm: clip each row to this L2 norm before noising (``None``: no clipping).
-        key: ``None`` for fresh noise from the CSPRNG. Or a secret of 32-64 bytes for *keyed
-            deterministic* noise: each row's randomness is BLAKE2b(key, params, exact row bytes)
-            -> ChaCha20, so releasing the same vector again returns the identical output and
-            averaging releases gains nothing.
+        key: ``None`` for fresh noise from the CSPRNG. Or a secret of at least 32 bytes for
+            *keyed deterministic* noise: each row's ChaCha20 key is HMAC-SHA256(key, params,
+            exact row bytes), so releasing the same vector again returns the identical output
+            and averaging releases gains nothing.
 
     Returns:
         ``(noised, params)``: a new C-contiguous array of the input's shape and dtype, on the
@@ -244,23 +269,28 @@ def privatize(
         OSError: the OS cannot provide randomness.
     """
     if key is None:
+        hit = _k.fresh_noise_cached(vectors, _FRESH, mechanism, epsilon, radius, delta, clip_norm)
+        if hit is not None:
+            return hit
         _, params = _release(vectors, mechanism, epsilon, radius, delta, clip_norm, RNG_PRODUCTION)
         out = _k.noise_vectors(vectors, mechanism, params.scale, params.lattice_step, params.clip_norm,
                                None, None, _ZERO_NONCE)
+        if (type(mechanism) is str and type(epsilon) is float and type(radius) is float
+                and (delta is None or type(delta) is float) and (clip_norm is None or type(clip_norm) is float)):
+            if len(_FRESH) >= _FRESH_MAX:
+                _FRESH.clear()
+            _FRESH[(mechanism, epsilon, radius, delta, clip_norm, params.dim, params.dtype)] = (
+                params, params.scale, params.lattice_step)
         return out, params
     if not isinstance(key, bytes):
         raise TypeError(f"key must be bytes or None, not {type(key).__name__}")
-    if not 32 <= len(key) <= 64:
-        raise ValueError(f"key must be 32 to 64 bytes (BLAKE2b key), got {len(key)}")
+    if len(key) < 32:
+        raise ValueError(f"key must be at least 32 bytes (an HMAC-SHA256 key), got {len(key)}")
     dim, params = _release(vectors, mechanism, epsilon, radius, delta, clip_norm, RNG_KEYED)
-    rows = np.ascontiguousarray(vectors).reshape(-1, dim)
-    tag = _tag(params) + b"|"
-    row_keys = b"".join(
-        hashlib.blake2b(tag + row.tobytes(), key=key, digest_size=32, person=b"qg-noise-row").digest()
-        for row in rows
-    )
+    prefix, nonce = _keyed_context(params)
+    row_keys = _row_keys(np.ascontiguousarray(vectors).reshape(-1, dim), key, prefix)
     out = _k.noise_vectors(vectors, mechanism, params.scale, params.lattice_step, params.clip_norm,
-                           None, row_keys, _nonce(params))
+                           None, row_keys, nonce)
     return out, params
 
 
@@ -283,9 +313,9 @@ def privatize_seeded_for_tests(
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"seed must be an int, not {type(seed).__name__}")
     _, params = _release(vectors, mechanism, epsilon, radius, delta, clip_norm, RNG_SEEDED)
-    stream_key = hashlib.blake2b(str(seed).encode(), digest_size=32, person=b"qg-test-seed").digest()
+    stream_key = _sha256(b"qg-test-seed|" + str(seed).encode())
     out = _k.noise_vectors(vectors, mechanism, params.scale, params.lattice_step, params.clip_norm,
-                           stream_key, None, _nonce(params))
+                           stream_key, None, _keyed_context(params)[1])
     return out, params
 
 

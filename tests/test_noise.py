@@ -164,11 +164,15 @@ def test_valid_numeric_types_take_the_slow_path_identically():
         ("gammas", (KEY, NONCE, 2.0, 5)),
         ("check_vectors", (np.ones(2),)),
         ("noise_vectors", (np.ones(2), "gaussian", 0.1, 0.5, None, KEY, None, NONCE)),
+        ("fresh_noise_cached", (np.ones(2), {}, "gaussian", 1.0, 0.5, 1e-6, 1.0)),
     ],
 )
 def test_native_entry_points_are_none_safe(name, args):
     for i in range(len(args)):
         bad = args[:i] + (None,) + args[i + 1:]
+        if name == "fresh_noise_cached":  # a miss (None) whatever is None; delta/clip may be None
+            assert getattr(NATIVE, name)(*bad) is None is getattr(PY, name)(*bad)
+            continue
         if name == "noise_vectors" and i == 5:  # no stream key: fresh OS-keyed noise, twins differ
             assert getattr(NATIVE, name)(*bad).shape == (2,)
             continue
@@ -239,7 +243,7 @@ def test_params_account_for_the_lattice(mechanism, delta):
     assert (p.mechanism, p.epsilon, p.radius, p.clip_norm, p.dim, p.dtype) == (
         mechanism, 2.0, 0.5, 1.0, 100, "float32")
     assert p.delta == (1e-6 if delta else 0.0)
-    assert p.rng_id == "chacha20-seeded-TEST-ONLY-v1"
+    assert p.rng_id == "chacha20-seeded-TEST-ONLY-v2"
     for fragment in (mechanism, "epsilon=2", "radius=0.5", f"delta={p.delta:g}", "clip", "sqrt(100)"):
         assert fragment in p.guarantee, fragment
 
@@ -267,7 +271,7 @@ def test_keyed_release_is_deterministic_per_vector_and_key():
     kw = dict(mechanism="gaussian", epsilon=1.0, radius=0.1, delta=1e-6)
     a, pa = noise.privatize(x, key=b"k" * 32, **kw)
     b, _ = noise.privatize(x.copy(order="F"), key=b"k" * 32, **kw)
-    assert np.array_equal(a, b) and pa.rng_id == "chacha20-keyed-blake2b-v1"
+    assert np.array_equal(a, b) and pa.rng_id == "chacha20-keyed-hmac-sha256-v1"
     # Rows are keyed independently: one row alone gets the same noise as in the batch.
     single, _ = noise.privatize(x[2], key=b"k" * 32, **kw)
     assert np.array_equal(single, a[2])
@@ -372,3 +376,57 @@ def test_every_simd_level_matches_the_reference(level):
                           timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.split()[0] in ("scalar", "sse2", "avx2", "avx512")
+
+
+# ------------------------------------------------------------------ production fast path
+def _cache_for(x, **kw):
+    noise._FRESH.clear()
+    _, params = noise.privatize(x, **kw)  # the checked path fills the cache
+    return dict(noise._FRESH), params
+
+
+@pytest.mark.parametrize("mod", [NATIVE, PY], ids=["native", "python"])
+def test_fresh_noise_cached_hits_only_exact_keys(mod):
+    x = np.random.default_rng(3).normal(size=(2, 40)).astype(np.float32)
+    kw = dict(mechanism="gaussian", epsilon=1.0, radius=0.1, delta=1e-6, clip_norm=1.0)
+    cache, params = _cache_for(x, **kw)
+    assert len(cache) == 1
+    out, p = mod.fresh_noise_cached(x, cache, "gaussian", 1.0, 0.1, 1e-6, 1.0)
+    assert p is params and out.shape == x.shape and out.dtype == np.float32
+    q = out.astype(np.float64) / p.lattice_step
+    assert np.array_equal(q, np.round(q)) and not np.array_equal(out, mod.fresh_noise_cached(
+        x, cache, "gaussian", 1.0, 0.1, 1e-6, 1.0)[0])
+    assert mod.fresh_noise_cached(x[0], cache, "gaussian", 1.0, 0.1, 1e-6, 1.0) is not None
+    # Anything that is not the exact cached key, or not a plain float/str, is a miss.
+    for args in [("gaussian", 1.0, 0.1, 1e-6, None), ("gaussian", 2.0, 0.1, 1e-6, 1.0),
+                 ("gaussian", 1, 0.1, 1e-6, 1.0), ("gaussian", True, 0.1, 1e-6, 1.0),
+                 ("gaussian", np.float64(1.0), 0.1, 1e-6, 1.0), (np.str_("gaussian"), 1.0, 0.1, 1e-6, 1.0)]:
+        assert mod.fresh_noise_cached(x, cache, *args) is None, args
+    for vec in [x.astype(np.float64), x[:, :20], x.astype(">f4"), x[:0], x.reshape(2, 4, 10), list(x)]:
+        assert mod.fresh_noise_cached(vec, cache, "gaussian", 1.0, 0.1, 1e-6, 1.0) is None
+    assert mod.fresh_noise_cached(x, dict.fromkeys(cache), "gaussian", 2.0, 0.1, 1e-6, 1.0) is None
+
+
+def test_fresh_noise_cached_non_contiguous_and_errors():
+    x = np.random.default_rng(4).normal(size=(40, 3))
+    kw = dict(mechanism="laplace_l2", epsilon=1.0, radius=0.1, delta=None, clip_norm=None)
+    cache, _ = _cache_for(x.T.copy(), **kw)
+    out, _ = NATIVE.fresh_noise_cached(x.T, cache, "laplace_l2", 1.0, 0.1, None, None)
+    assert out.flags.c_contiguous and out.shape == (3, 40)
+    bad = x.T.copy()
+    bad[1, 5] = np.nan
+    for mod in (NATIVE, PY):
+        with pytest.raises(InvalidVectorError, match=r"vectors\[1\] contains NaN or Inf at index 5"):
+            mod.fresh_noise_cached(bad, cache, "laplace_l2", 1.0, 0.1, None, None)
+
+
+def test_privatize_fast_path_keeps_the_checks():
+    x = np.ones(8, np.float32)
+    kw = dict(mechanism="gaussian", epsilon=1.0, radius=1.0, delta=1e-5)
+    _, first = noise.privatize(x, **kw)
+    _, second = noise.privatize(x, **kw)  # served from the cache: same parameters object
+    assert second is first
+    with pytest.raises(TypeError):
+        noise.privatize(x, **{**kw, "epsilon": True})
+    with pytest.raises(InvalidVectorError):
+        noise.privatize(np.array([1.0, np.inf], np.float32), **kw)
