@@ -130,7 +130,7 @@ class WriteOps(TextOps):
         points = points_from_any(args["points"])
         prepared = yield from self.prepare_points(method, name, pol, points)
         self._record_write(method, name, pol, prepared)
-        return (yield Call(method, {**args, "points": prepared.points}))
+        return (yield from self.forward(method, name, pol, Call(method, {**args, "points": prepared.points})))
 
     def op_upload_points(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -145,7 +145,7 @@ class WriteOps(TextOps):
         points = points_from_any(list(args["points"]))
         prepared = yield from self.prepare_points(method, name, pol, points)
         self._record_write(method, name, pol, prepared)
-        return (yield Call(method, {**args, "points": prepared.points}))
+        return (yield from self.forward(method, name, pol, Call(method, {**args, "points": prepared.points})))
 
     def op_upload_collection(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -157,7 +157,8 @@ class WriteOps(TextOps):
         self._record_write(method, name, pol, prepared)
         forwarded = {k: args[k] for k in ("batch_size", "parallel", "method", "max_retries", "wait",
                                            "shard_key_selector", "update_filter", "update_mode") if k in args}
-        return (yield Call("upload_points", {"collection_name": name, "points": prepared.points, **forwarded}))
+        return (yield from self.forward(method, name, pol, Call(
+            "upload_points", {"collection_name": name, "points": prepared.points, **forwarded})))
 
     def op_update_vectors(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -166,7 +167,8 @@ class WriteOps(TextOps):
             return (yield Call(method, args))
         ops = yield from self.prepare_vector_updates(method, name, pol, list(args["points"]))
         rest = {k: v for k, v in args.items() if k in ("wait", "ordering")}
-        results = yield Call("batch_update_points", {"collection_name": name, "update_operations": ops, **rest})
+        results = yield from self.forward(method, name, pol, Call(
+            "batch_update_points", {"collection_name": name, "update_operations": ops, **rest}))
         return results[0]
 
     def op_batch_update_points(self, method: str, args: dict[str, Any]) -> Op:
@@ -193,8 +195,25 @@ class WriteOps(TextOps):
             else:
                 out_ops.extend((yield from self.payload_operation(method, name, pol, op)))
                 positions.append(len(out_ops) - 1)
-        results = yield Call(method, {**args, "update_operations": out_ops})
+        results = yield from self.forward(method, name, pol, Call(method, {**args, "update_operations": out_ops}))
         return [results[i] for i in positions]
+
+    def forward(self, op: str, name: str, pol: CollectionPolicy, call: Call) -> Op:
+        """Send the decided call to Qdrant; if Qdrant fails, audit QDRANT_ERROR and re-raise.
+
+        ``upsert`` and ``batch_update_points`` are one request each, applied by Qdrant as a unit.
+        ``upload_points``/``upload_collection`` are split by qdrant-client into ``batch_size``
+        requests: a failure after some of them leaves those batches written (docs/atomicity.md).
+        """
+        try:
+            return (yield call)
+        except Exception as exc:
+            self.record(self.decision(
+                op, name, pol, Verdict.QDRANT_ERROR,
+                f"Qdrant failed after the guard allowed the call: {type(exc).__name__}: {exc}",
+                details={"method": call.method},
+            ))
+            raise
 
     # -- the decision ---------------------------------------------------------------------
     def _record_write(self, op: str, name: str, pol: CollectionPolicy, prepared: PreparedPoints) -> None:
