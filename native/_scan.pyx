@@ -10,6 +10,8 @@ from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memset
 
+from operator import attrgetter
+
 from scan cimport (QG_SCAN_MAX_BYTES, QG_SCAN_NOMEM, QG_SCAN_OK, qg_mark, qg_scan, qg_scan_out,
                    qg_scan_out_free, qg_scan_rules)
 
@@ -40,23 +42,32 @@ cdef object _EMPTY = ()
 cdef PyTypeObject *_RESULT_TYPE = <PyTypeObject *>ScanResult
 
 
-cdef object _clean_result(int64_t token_count, int64_t model_tokens, double repetition,
-                          double ngram):
-    """``ScanResult(True, (), ...)`` without running the dataclass ``__init__``.
+cdef PyTypeObject *_VIOLATION_TYPE = <PyTypeObject *>Violation
+_SORT_KEY = attrgetter("position", "kind", "detail")
 
-    A frozen slots dataclass's generated ``__init__`` stores each field through
-    ``object.__setattr__`` looked up by name at Python speed, which was a third of a short scan's
-    cost. ``PyObject_GenericSetAttr`` is that same ``object.__setattr__`` (it bypasses the frozen
-    ``__setattr__`` exactly as ``__init__`` does), so the object is the one ``__init__`` builds.
-    """
+
+# Frozen slots dataclasses built without their generated ``__init__``: it stores each field through
+# ``object.__setattr__`` looked up by name at Python speed, which was a third of a short scan's cost.
+# ``PyObject_GenericSetAttr`` is that same ``object.__setattr__`` (it bypasses the frozen
+# ``__setattr__`` exactly as ``__init__`` does), so the objects are the ones ``__init__`` builds.
+cdef object _result(bint ok, tuple violations, int64_t token_count, int64_t model_tokens,
+                    double repetition, double ngram):
     cdef object r = _RESULT_TYPE.tp_new(ScanResult, <PyObject *>_EMPTY, NULL)
-    PyObject_GenericSetAttr(r, "ok", True)
-    PyObject_GenericSetAttr(r, "violations", _EMPTY)
+    PyObject_GenericSetAttr(r, "ok", ok)
+    PyObject_GenericSetAttr(r, "violations", violations)
     PyObject_GenericSetAttr(r, "token_count", token_count)
     PyObject_GenericSetAttr(r, "model_token_estimate", model_tokens)
     PyObject_GenericSetAttr(r, "repetition_ratio", repetition)
     PyObject_GenericSetAttr(r, "ngram_run_ratio", ngram)
     return r
+
+
+cdef object _violation(str kind, int64_t position, str detail):
+    cdef object v = _VIOLATION_TYPE.tp_new(Violation, <PyObject *>_EMPTY, NULL)
+    PyObject_GenericSetAttr(v, "kind", kind)
+    PyObject_GenericSetAttr(v, "position", position)
+    PyObject_GenericSetAttr(v, "detail", detail)
+    return v
 
 
 def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
@@ -120,11 +131,29 @@ def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
                               if out.token_count else 0.0)
     cdef double ngram = (<double>out.run_length / <double>out.token_count
                          if out.run_length else 0.0)
-    if (out.n_marks == 0 and out.token_cap_at < 0 and out.model_cap_at < 0
-            and (max_repetition is None or not repetition > <double>max_repetition)
-            and (max_ngram_run is None or not ngram > <double>max_ngram_run)):
+    cdef list found
+    if out.n_marks == 0:
+        # Only whole-text findings: what _scan_py.assemble builds, with its wording functions.
         qg_scan_out_free(&out)
-        return _clean_result(out.token_count, out.model_tokens, repetition, ngram)
+        found = []
+        if out.token_cap_at >= 0:
+            found.append(_violation("token_cap", out.token_cap_at,
+                                    _ref.token_cap_detail(out.token_count, max_tokens)))
+        if out.model_cap_at >= 0:
+            found.append(_violation("token_cap", out.model_cap_at,
+                                    _ref.model_cap_detail(out.model_tokens, max_model_tokens)))
+        if max_repetition is not None and repetition > <double>max_repetition:
+            found.append(_violation("repetition", out.first_repeat,
+                                    _ref.repetition_detail(repetition, max_repetition)))
+        if max_ngram_run is not None and ngram > <double>max_ngram_run:
+            found.append(_violation("ngram_run", out.run_at,
+                                    _ref.ngram_detail(out.run_n, out.run_length, out.token_count,
+                                                      ngram, max_ngram_run)))
+        if not found:
+            return _result(True, _EMPTY, out.token_count, out.model_tokens, repetition, ngram)
+        if len(found) > 1:
+            found.sort(key=_SORT_KEY)
+        return _result(False, tuple(found), out.token_count, out.model_tokens, repetition, ngram)
 
     try:
         marks = []

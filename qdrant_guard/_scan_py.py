@@ -301,6 +301,26 @@ def _detail(kind: int, count: int, value: int) -> str:
     return f"{count}-character hex run"
 
 
+# The wording of the whole-text violations; the native binding calls these too, so the text has one
+# source.
+def token_cap_detail(token_count: int, max_tokens: Optional[int]) -> str:
+    return f"{token_count} whitespace tokens > max_tokens={max_tokens}"
+
+
+def model_cap_detail(model_tokens: int, max_model_tokens: Optional[int]) -> str:
+    return f"model-token estimate {model_tokens} > max_model_tokens={max_model_tokens}"
+
+
+def repetition_detail(repetition: float, max_repetition: Optional[float]) -> str:
+    return f"repetition ratio {repetition:.3f} > max_repetition={max_repetition}"
+
+
+def ngram_detail(run_n: int, run_length: int, token_count: int, ngram: float,
+                 max_ngram_run: Optional[float]) -> str:
+    return (f"{run_n}-gram repeated over {run_length} of {token_count} tokens "
+            f"(ratio {ngram:.3f} > max_ngram_run={max_ngram_run})")
+
+
 def assemble(
     rules: Rules,
     marks: list[tuple[int, int, int, int]],
@@ -330,24 +350,18 @@ def assemble(
     ngram = run_length / token_count if run_length else 0.0
     found = [Violation(KINDS[kind], pos, _detail(kind, count, value)) for pos, kind, count, value in marks]
     if token_cap_at >= 0:
-        found.append(Violation(
-            "token_cap", token_cap_at, f"{token_count} whitespace tokens > max_tokens={rules.max_tokens}"
-        ))
+        found.append(Violation("token_cap", token_cap_at, token_cap_detail(token_count, rules.max_tokens)))
     if model_cap_at >= 0:
         found.append(Violation(
-            "token_cap", model_cap_at,
-            f"model-token estimate {model_tokens} > max_model_tokens={rules.max_model_tokens}",
+            "token_cap", model_cap_at, model_cap_detail(model_tokens, rules.max_model_tokens)
         ))
     if rules.max_repetition is not None and repetition > rules.max_repetition:
         found.append(Violation(
-            "repetition", first_repeat,
-            f"repetition ratio {repetition:.3f} > max_repetition={rules.max_repetition}",
+            "repetition", first_repeat, repetition_detail(repetition, rules.max_repetition)
         ))
     if rules.max_ngram_run is not None and ngram > rules.max_ngram_run:
         found.append(Violation(
-            "ngram_run", run_at,
-            f"{run_n}-gram repeated over {run_length} of {token_count} tokens "
-            f"(ratio {ngram:.3f} > max_ngram_run={rules.max_ngram_run})",
+            "ngram_run", run_at, ngram_detail(run_n, run_length, token_count, ngram, rules.max_ngram_run)
         ))
     if len(found) > 1:
         found.sort(key=lambda v: (v.position, v.kind, v.detail))
