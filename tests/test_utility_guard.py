@@ -1,0 +1,104 @@
+"""The retrieval utility guard inside the pipeline: a signed record from calibrate() refuses noise
+levels whose measured recall drop exceeds the threshold, and its digest is the manifest's
+retrieval_utility_guard_hash."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import qdrant_client
+
+from guardkit import make_kit, models
+from qdrant_guard import ConfigError, GuardRefusal, QdrantClient, keys
+from qdrant_guard.utility import calibrate
+
+DIM = 32
+
+
+def _clustered(n=300, clusters=30, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(clusters, DIM))
+    x = centres[rng.integers(0, clusters, n)] + 0.35 * rng.normal(size=(n, DIM))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def record_and_kit(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("util")
+    kit = make_kit(tmp)
+    raw = qdrant_client.QdrantClient(":memory:")
+    raw.create_collection("staging", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    docs = _clustered()
+    raw.upsert("staging", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(docs)])
+    queries = (docs[:40] + 0.05 * np.random.default_rng(9).normal(size=(40, DIM))).tolist()
+    signer = keys.load_private_key(kit.guard_key_path)
+    rec = calibrate(raw, "staging", queries, k=10, radius=0.01, epsilons=(0.02, 0.1, 0.5, 2.0),
+                    threshold=0.05, signer=signer, progress=False, seed=1)
+    path = tmp / "utility.json"
+    path.write_text(rec.to_json())
+    return rec, path, kit, docs
+
+
+def _client(kit, path, epsilon):
+    cfg = kit.config(
+        {"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                 "noise": {"epsilon": epsilon, "radius": 0.01}, "utility": {"record": str(path)}}},
+        epsilon_ceiling={"PII": 5.0},
+    )
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    return owner.with_principal(kit.principal("bob", "support"))
+
+
+def test_levels_with_a_measured_drop_above_threshold_are_refused(record_and_kit):
+    rec, path, kit, docs = record_and_kit
+    worst = max(rec.measured, key=lambda lv: lv["drop"])
+    assert worst["drop"] > 0.05, rec.measured  # the strongest noise really hurts recall here
+    bob = _client(kit, path, worst["epsilon"])
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("pii", [models.PointStruct(id=1, vector=docs[0].tolist())])
+    assert ei.value.verdict == "UTILITY_DEGRADED"
+    assert bob._origin.count("pii").count == 0
+
+
+def test_the_chosen_level_is_accepted_and_its_hash_is_in_the_manifest(record_and_kit):
+    rec, path, kit, docs = record_and_kit
+    bob = _client(kit, path, rec.epsilon)
+    bob.upsert("pii", [models.PointStruct(id=1, vector=docs[0].tolist())])
+    last = json.loads((kit.tmp / "audit.jsonl").read_text().splitlines()[-1])["record"]
+    assert last["verdict"] == "ALLOW_NOISED"
+    assert last["manifest"]["retrieval_utility_guard_hash"] == rec.digest
+    assert last["manifest"]["differential_privacy_epsilon"] == rec.epsilon
+
+
+def test_a_tampered_or_foreign_record_is_a_config_error(record_and_kit, tmp_path):
+    rec, path, kit, docs = record_and_kit
+    data = json.loads(path.read_text())
+    data["threshold"] = 0.5
+    bad = tmp_path / "tampered.json"
+    bad.write_text(json.dumps(data))
+    bob = _client(kit, bad, rec.epsilon)
+    with pytest.raises(ConfigError, match="does not verify"):
+        bob.upsert("pii", [models.PointStruct(id=1, vector=docs[0].tolist())])
+
+
+def test_calibrate_cli_writes_a_record(record_and_kit, tmp_path):
+    import subprocess
+    import sys
+
+    rec, path, kit, docs = record_and_kit
+    store = tmp_path / "store"
+    raw = qdrant_client.QdrantClient(path=str(store))
+    raw.create_collection("staging", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    raw.upsert("staging", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(docs[:120])])
+    raw.close()
+    q = tmp_path / "q.jsonl"
+    q.write_text("\n".join(json.dumps(v.tolist()) for v in docs[:20]) + "\n")
+    out = tmp_path / "rec.json"
+    proc = subprocess.run([sys.executable, "-m", "qdrant_guard.cli", "calibrate", "--path", str(store),
+                           "--collection", "staging", "--queries", str(q), "--out", str(out),
+                           "--key", str(kit.guard_key_path), "--epsilons", "0.5,2", "--no-progress", "--seed", "3"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["collection"] == "staging"
