@@ -2,6 +2,8 @@
 import numpy as np
 import numpy.typing as npt
 
+from .noise_params import NoiseParams
+
 IMPLEMENTATION: str
 
 def check_vectors(vectors: object) -> int: ...
@@ -19,3 +21,12 @@ def noise_vectors(
     row_keys: bytes | None,
     nonce: bytes,
 ) -> npt.NDArray[np.floating]: ...
+def fresh_noise_cached(
+    vectors: object,
+    cache: dict[tuple[object, ...], tuple[NoiseParams, float, float]],
+    mechanism: object,
+    epsilon: object,
+    radius: object,
+    delta: object,
+    clip_norm: object,
+) -> tuple[npt.NDArray[np.floating], NoiseParams] | None: ...
