@@ -30,7 +30,7 @@ demo: build
 	$(PY) -m qdrant_guard.cli demo
 
 # The whole suite, against the native build (tests/conftest.py refuses a silent Python fallback).
-test: build $(EVAL_STAMP)
+test: build $(EVAL_STAMP) typecheck
 	QDRANT_GUARD_REQUIRE_NATIVE=1 $(PY) -m pytest -q -p no:cacheprovider tests
 
 test-fast: build
@@ -40,8 +40,10 @@ bench: build
 	$(PY) -m pip install -q -e '.[bench]' --no-build-isolation
 	$(PY) bench/run.py
 
+# mypy --strict on a usage file of the public API (types come from py.typed and the .pyi stubs).
 typecheck: build
 	$(PY) -m mypy --strict --follow-imports=silent tests/typing_usage.py
+	$(PY) tests/typing_usage.py
 
 eval: build $(EVAL_STAMP)
 	$(PY) -m qdrant_guard.cli eval --out docs/eval-report

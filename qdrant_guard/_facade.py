@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Self
 
 from .errors import QdrantGuardError
 from .pipeline import Call, drive_async, drive_sync
@@ -117,7 +117,7 @@ class PrincipalViews:
     _guard: Any
     _is_view: bool = False
 
-    def with_principal(self, principal: Any) -> Any:
+    def with_principal(self, principal: Any) -> Self:
         """Return a client that shares this one's connection (and, in local mode, its store), policy,
         keys, audit log and budgets, but acts as ``principal``.
 
