@@ -16,7 +16,6 @@ class Verdict(str, enum.Enum):
     """Every verdict the guard can reach."""
 
     ALLOW = "ALLOW"
-    ALLOW_PUBLIC = "ALLOW_PUBLIC"
     ALLOW_IN_BOUNDARY_RAW = "ALLOW_IN_BOUNDARY_RAW"
     ALLOW_RECEIPTED = "ALLOW_RECEIPTED"
     ALLOW_NOISED = "ALLOW_NOISED"
@@ -40,7 +39,6 @@ class Verdict(str, enum.Enum):
 ALLOWING = frozenset(
     {
         Verdict.ALLOW,
-        Verdict.ALLOW_PUBLIC,
         Verdict.ALLOW_IN_BOUNDARY_RAW,
         Verdict.ALLOW_RECEIPTED,
         Verdict.ALLOW_NOISED,

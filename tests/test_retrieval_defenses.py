@@ -240,3 +240,41 @@ def test_distillation_budget_counts_returned_vectors(kit):
         recs = bob.retrieve(sc.COLLECTION, corpus.memo_ids[i * 3:(i + 1) * 3], with_vectors=True)
         got_vectors += sum(r.vector is not None for r in recs)
     assert got_vectors == 7
+
+
+def test_query_vectors_from_outside_the_owner_boundary_are_noised(kit, monkeypatch):
+    owner, _ = _corpus_client(kit, noise_queries=True, intent={"enabled": False})
+    sent = []
+    original = qdrant_client.QdrantClient.query_points
+
+    def spy(self, *a, **kw):
+        sent.append(kw.get("query"))
+        return original(self, *a, **kw)
+
+    monkeypatch.setattr(qdrant_client.QdrantClient, "query_points", spy)
+    clean = sc.embed("warehouse lease")
+    owner.query_points(sc.COLLECTION, query=clean, limit=3)
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    res = bob.query_points(sc.COLLECTION, query=clean, limit=3)
+    assert sent[0] == clean  # the owner (raw_in_boundary) queries raw
+    assert sent[1] != clean and len(sent[1]) == len(clean)  # bob's query vector was noised
+    assert len(res.points) == 3
+    assert _audit_records(kit)[-1]["details"]["query_noised"] is True
+
+
+def test_sqlite_budget_survives_a_restart(kit, tmp_path):
+    coverage = {"max_source_coverage": 0.25, "restricted_sources": [sc.RESTRICTED_SOURCE]}
+    db = f"sqlite:///{tmp_path / 'budget.db'}"
+    cfg = kit.config({sc.COLLECTION: {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"],
+                                      "raw_in_boundary": True, "intent": {"enabled": False},
+                                      "diversity": coverage}}, budget_store=db)
+    seen = set()
+    for _ in range(2):  # two "processes": the second starts with the first one's budget
+        owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+        corpus = sc.build_collection(owner)
+        bob = owner.with_principal(kit.principal("bob", "support"))
+        for q in sc.ATTACK_QUERIES:
+            seen.update(p.id for p in bob.query_points(sc.COLLECTION, query=sc.embed(q), limit=10).points
+                        if p.id in set(corpus.memo_ids))
+        owner.close()
+    assert len(seen) == 5
