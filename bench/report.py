@@ -238,8 +238,8 @@ def build(results: Path, docs: Path, *, plots: bool = True, command: str = "pyth
         rd = over["reads"]
         md += ["## Read overhead", "",
                f"Top-{rd['k']} `query_points`, {rd['dim']}-d cosine, {rd['queries']} benign queries from the intent "
-               f"dataset as `query_text` (mean {rd['query_text_tokens_mean']:.0f} tokens), interleaved rounds "
-               f"{rd['rounds']} (per collection size). The reader is in another boundary, so every defence runs: scan + redaction of the "
+               f"dataset as `query_text` (mean {rd['query_text_tokens_mean']:.0f} tokens), "
+               + ", ".join(f"{r} interleaved rounds at {int(n):,} points" for n, r in rd["rounds"].items()) + ". The reader is in another boundary, so every defence runs: scan + redaction of the "
                "text, query noise (`noise_queries`), diversity caps with 3× over-fetch, the extraction budget, "
                "and the audit record appended to a real file. Intent off (see below).", ""]
         md += _table(READ_HEAD + ["raw at over-fetch limit p50", "paired guarded − raw p50"],
