@@ -786,10 +786,6 @@ static inline unsigned popcount64(uint64_t x, int hw)
     return (unsigned)((x * 0x0101010101010101ull) >> 56);
 }
 
-/* Bytes the general path handles once it is entered, before it may hand back to the blocks: a
- * block costs about as much as this many plain bytes, so text dense in non-ASCII stays here. */
-#define GENERAL_MIN 32
-
 /* The pass, inlined twice: hw = 1 is compiled for CPUs with POPCNT/BMI (runtime-dispatched, the
  * build targets baseline x86-64); both compute exactly the same figures. */
 static inline __attribute__((always_inline)) int
@@ -870,46 +866,56 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
         unsigned limit = m.slow ? (unsigned)__builtin_ctzll(m.slow) : 64;
         if (limit > avail)
             limit = (unsigned)avail;
+        /* Token bytes, the first byte of each run and the last byte of each run that is known to
+         * end inside the block (a run reaching the limit stays open). Walking starts and ends as
+         * two independent bit sets keeps the per-token dependency chain short. */
         uint64_t tok = ~m.ws & bit_range(0, limit);
+        uint64_t starts = tok & ~(tok << 1);
+        uint64_t ends = limit ? tok & ~(tok >> 1) & bit_range(0, limit - 1) : 0;
         if (in_token) {
-            /* The token open from before runs to the first whitespace (or on past the limit). */
-            uint64_t rest = ~tok;
-            unsigned run = rest ? (unsigned)__builtin_ctzll(rest) : 64;
-            if (run > limit)
-                run = limit;
-            unsigned al = popcount64(m.alnum & bit_range(0, run), hw);
-            letters += al;
-            other_ascii += run - al;
-            if (run < limit) {
-                token_body(&st, &hot, tok_start, i + run, tok_pos, letters, other_ascii, non_ascii);
+            if (tok & 1) {
+                starts &= ~1ull;
+                unsigned last = ends ? (unsigned)__builtin_ctzll(ends) : limit - 1;
+                uint64_t bits = bit_range(0, last + 1);
+                unsigned al = popcount64(m.alnum & bits, hw);
+                letters += al;
+                other_ascii += last + 1 - al;
+                if (ends) {
+                    ends &= ends - 1;
+                    token_body(&st, &hot, tok_start, i + last + 1, tok_pos, letters, other_ascii,
+                               non_ascii);
+                    in_token = 0;
+                }
+            } else if (limit) {
+                token_body(&st, &hot, tok_start, i, tok_pos, letters, other_ascii, non_ascii);
                 in_token = 0;
             }
-            tok &= ~bit_range(0, run);
         }
-        while (tok) {
-            unsigned a = (unsigned)__builtin_ctzll(tok);
-            uint64_t rest = ~(tok >> a);
-            unsigned run = rest ? (unsigned)__builtin_ctzll(rest) : 64 - a;
-            uint64_t bits = bit_range(a, run);
-            unsigned al = popcount64(m.alnum & bits, hw);
-            tok &= ~bits;
-            if (a + run < limit) {
-                token_body(&st, &hot, i + a, i + a + run, (int64_t)(i + a) - shift, al, run - al, 0);
-            } else {
+        while (starts) {
+            unsigned a = (unsigned)__builtin_ctzll(starts);
+            starts &= starts - 1;
+            if (!ends) {
+                unsigned al = popcount64(m.alnum & bit_range(a, limit - a), hw);
                 in_token = 1;
                 tok_start = i + a;
                 tok_pos = (int64_t)(i + a) - shift;
                 letters = al;
-                other_ascii = run - al;
+                other_ascii = limit - a - al;
                 non_ascii = 0;
+                break;
             }
+            unsigned e = (unsigned)__builtin_ctzll(ends);
+            ends &= ends - 1;
+            unsigned al = popcount64(m.alnum & ((2ull << e) - (1ull << a)), hw);
+            token_body(&st, &hot, i + a, i + e + 1, (int64_t)(i + a) - shift, al, e + 1 - a - al, 0);
         }
         i += limit;
         if (limit == 64 || i >= n)
             continue;
 
         /* ---- the general path, from a byte the blocks do not handle ---- */
-        size_t general_end = i + GENERAL_MIN;
+        /* It hands back at the next ASCII byte: classifying a block costs a few plain bytes' worth
+         * of work, while the general path costs about that per byte. */
         do {
             uint8_t b = s[i];
             unsigned c = cls[b];
@@ -962,7 +968,7 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
             if (str_input)
                 shift += len - 1;
             i += (size_t)len;
-        } while (i < n && (i < general_end || s[i] >= 0x80));
+        } while (i < n && s[i] >= 0x80);
     }
     END_TOKEN();
 #undef START_TOKEN
