@@ -39,20 +39,18 @@ class PayloadOps(TextOps):
 
     def op_set_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
-        pol = self.policy(name)
-        if pol.is_public or self.transparent:
+        pol = self.gate(method, args, "write")
+        if pol is None:
             return (yield Call(method, args))
-        self.require_access(method, name, pol, "write")
         payload = self._check_set(method, name, pol, args["payload"], args.get("key"))
         self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload set; receipts untouched"))
         return (yield Call(method, {**args, "payload": payload}))
 
     def op_delete_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
-        pol = self.policy(name)
-        if pol.is_public or self.transparent:
+        pol = self.gate(method, args, "write")
+        if pol is None:
             return (yield Call(method, args))
-        self.require_access(method, name, pol, "write")
         if any(_touches_receipt(k) for k in args["keys"]):
             raise self._refuse_tamper(method, name, pol, "delete")
         self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload keys deleted; receipts untouched"))
@@ -60,10 +58,9 @@ class PayloadOps(TextOps):
 
     def op_overwrite_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
-        pol = self.policy(name)
-        if pol.is_public or self.transparent:
+        pol = self.gate(method, args, "write")
+        if pol is None:
             return (yield Call(method, args))
-        self.require_access(method, name, pol, "write")
         payload = self._check_set(method, name, pol, args["payload"], None)
         ops = yield from self._preserving_overwrite(name, payload, args["points"])
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
@@ -72,10 +69,9 @@ class PayloadOps(TextOps):
 
     def op_clear_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
-        pol = self.policy(name)
-        if pol.is_public or self.transparent:
+        pol = self.gate(method, args, "write")
+        if pol is None:
             return (yield Call(method, args))
-        self.require_access(method, name, pol, "write")
         ops = yield from self._preserving_overwrite(name, {}, args["points_selector"])
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
                                   f"payload cleared on {len(ops)} point(s); receipts preserved"))

@@ -254,6 +254,20 @@ class GuardPipeline:
             "one of those boundaries' authority keys",
         ))
 
+    def gate(self, method: str, args: dict[str, Any], need: str) -> CollectionPolicy | None:
+        """The policy to enforce on this call, after the boundary check for ``need``.
+
+        Returns None when the call passes through unchanged (no policy, or a PUBLIC collection).
+        """
+        if self.transparent:
+            return None
+        name = args["collection_name"]
+        pol = self.policy(name)
+        if pol.is_public:
+            return None
+        self.require_access(method, name, pol, need)
+        return pol
+
     # -- collection shape -----------------------------------------------------------------
     def shape(self, collection: str) -> Generator[Call, Any, CollectionShape]:
         """The vector layout of ``collection`` (cached; fetched with ``get_collection``)."""
@@ -295,11 +309,8 @@ class GuardPipeline:
     def op_collection_access(self, method: str, args: dict[str, Any], need: str) -> Op:
         """Boundary check for calls that touch one collection without returning its vectors."""
         name = args.get("collection_name")
-        if name is None or self.transparent:
-            return (yield Call(method, args))
-        pol = self.policy(name)
-        if not pol.is_public:
-            self.require_access(method, name, pol, need)
+        pol = self.gate(method, args, need) if name is not None else None
+        if pol is not None:
             self.record(self.decision(method, name, pol, Verdict.ALLOW, f"{need} access granted"))
         if method in ("create_collection", "recreate_collection", "delete_collection", "update_collection",
                       "create_vector_name", "delete_vector_name", "recover_snapshot"):

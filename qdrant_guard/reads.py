@@ -221,10 +221,9 @@ class ReadOps(PayloadOps, QueryChecks):
     def op_query_points(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
         query_text = args.pop("query_text", None)
-        pol = self.policy(name)
-        if pol.is_public or self.transparent:
+        pol = self.gate(method, args, "read")
+        if pol is None:
             return (yield Call(method, args))
-        self.require_access(method, name, pol, "read")
         self._check_lookup(method, args.get("lookup_from"))
         details: dict[str, Any] = {}
         args = yield from self.prepare_query(method, name, pol, args, query_text, details)
@@ -236,10 +235,9 @@ class ReadOps(PayloadOps, QueryChecks):
 
     def op_query_batch_points(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
-        pol = self.policy(name)
-        if pol.is_public or self.transparent:
+        pol = self.gate(method, args, "read")
+        if pol is None:
             return (yield Call(method, args))
-        self.require_access(method, name, pol, "read")
         plans, reqs, all_details = [], [], []
         for req in args["requests"]:
             self._check_lookup(method, req.lookup_from)
@@ -267,10 +265,9 @@ class ReadOps(PayloadOps, QueryChecks):
     def op_query_points_groups(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
         query_text = args.pop("query_text", None)
-        pol = self.policy(name)
-        if pol.is_public or self.transparent:
+        pol = self.gate(method, args, "read")
+        if pol is None:
             return (yield Call(method, args))
-        self.require_access(method, name, pol, "read")
         self._check_lookup(method, args.get("lookup_from"))
         details: dict[str, Any] = {}
         args = yield from self.prepare_query(method, name, pol, args, query_text, details)
@@ -297,10 +294,9 @@ class ReadOps(PayloadOps, QueryChecks):
 
     def op_scroll(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
-        pol = self.policy(name)
-        if pol.is_public or self.transparent:
+        pol = self.gate(method, args, "read")
+        if pol is None:
             return (yield Call(method, args))
-        self.require_access(method, name, pol, "read")
         details: dict[str, Any] = {}
         new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
         records, next_offset = yield Call(method, new)
@@ -310,10 +306,9 @@ class ReadOps(PayloadOps, QueryChecks):
 
     def op_retrieve(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
-        pol = self.policy(name)
-        if pol.is_public or self.transparent:
+        pol = self.gate(method, args, "read")
+        if pol is None:
             return (yield Call(method, args))
-        self.require_access(method, name, pol, "read")
         details: dict[str, Any] = {}
         new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
         records = yield Call(method, new)

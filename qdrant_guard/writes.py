@@ -149,8 +149,8 @@ class WriteOps(TextOps):
 
     def op_upload_collection(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
-        pol = self.policy(name)
-        if pol.is_public:
+        pol = self.gate(method, args, "write")
+        if pol is None:
             return (yield Call(method, args))
         points = points_from_columns(args["vectors"], args.get("payload"), args.get("ids"))
         prepared = yield from self.prepare_points(method, name, pol, points)
@@ -162,8 +162,8 @@ class WriteOps(TextOps):
 
     def op_update_vectors(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
-        pol = self.policy(name)
-        if pol.is_public:
+        pol = self.gate(method, args, "write")
+        if pol is None:
             return (yield Call(method, args))
         ops = yield from self.prepare_vector_updates(method, name, pol, list(args["points"]))
         rest = {k: v for k, v in args.items() if k in ("wait", "ordering")}
@@ -173,8 +173,8 @@ class WriteOps(TextOps):
 
     def op_batch_update_points(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
-        pol = self.policy(name)
-        if pol.is_public:
+        pol = self.gate(method, args, "write")
+        if pol is None:
             return (yield Call(method, args))
         out_ops: list[Any] = []
         positions: list[int] = []

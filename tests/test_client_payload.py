@@ -104,3 +104,14 @@ def test_payload_methods_from_outside_writers_are_refused(setup):
     assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
     with pytest.raises(GuardRefusal):
         bob.delete("pii", points_selector=[0])
+
+
+def test_payload_only_batches_need_write_access(setup):
+    kit, owner = setup
+    owner.guard.config = kit.config({"pii": {"class": "PII", "owner": "hr", "noise_on_write": True}})
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    before = snapshot(owner, "pii")
+    with pytest.raises(GuardRefusal) as ei:
+        bob.batch_update_points("pii", [models.SetPayloadOperation(set_payload=models.SetPayload(payload={"x": 1}, points=[0]))])
+    assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    assert snapshot(owner, "pii") == before
