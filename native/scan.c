@@ -768,6 +768,46 @@ static inline void block_masks_of(const uint8_t *p, int escapes, block_masks *m)
 #endif
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(QG_SCAN_NO_SIMD)
+#define QG_SCAN_DISPATCH 1
+#include <immintrin.h>
+
+/* block_masks_of in 32-byte vectors, for the AVX2 variant of the pass (the same bits). */
+__attribute__((target("avx2"))) static inline void block_masks_avx2(const uint8_t *p, int escapes,
+                                                                    block_masks *m)
+{
+    __m256i trig_on = _mm256_set1_epi8(escapes ? -1 : 0);
+    uint32_t ws[2], slow[2], alnum[2];
+    for (int half = 0; half < 2; half++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(p + 32 * half));
+        __m256i w = _mm256_or_si256(_mm256_or_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi8(' ')),
+                                                    _mm256_cmpeq_epi8(v, _mm256_set1_epi8('\t'))),
+                                    _mm256_or_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi8('\n')),
+                                                    _mm256_cmpeq_epi8(v, _mm256_set1_epi8('\r'))));
+        __m256i ctl = _mm256_or_si256(_mm256_cmpgt_epi8(_mm256_set1_epi8(0x20), v),
+                                      _mm256_cmpeq_epi8(v, _mm256_set1_epi8(0x7F)));
+        __m256i trig = _mm256_or_si256(
+            _mm256_or_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi8('%')),
+                            _mm256_cmpeq_epi8(v, _mm256_set1_epi8('\\'))),
+            _mm256_cmpeq_epi8(v, _mm256_set1_epi8('&')));
+        __m256i sl = _mm256_or_si256(_mm256_andnot_si256(w, ctl), _mm256_and_si256(trig, trig_on));
+        __m256i digit = _mm256_cmpgt_epi8(
+            _mm256_set1_epi8((char)(-128 + 10)),
+            _mm256_add_epi8(v, _mm256_set1_epi8((char)(0x80 - '0'))));
+        __m256i letter = _mm256_cmpgt_epi8(
+            _mm256_set1_epi8((char)(-128 + 26)),
+            _mm256_add_epi8(_mm256_or_si256(v, _mm256_set1_epi8(0x20)),
+                            _mm256_set1_epi8((char)(0x80 - 'a'))));
+        ws[half] = (uint32_t)_mm256_movemask_epi8(w);
+        slow[half] = (uint32_t)_mm256_movemask_epi8(sl);
+        alnum[half] = (uint32_t)_mm256_movemask_epi8(_mm256_or_si256(digit, letter));
+    }
+    m->ws = ws[0] | (uint64_t)ws[1] << 32;
+    m->slow = slow[0] | (uint64_t)slow[1] << 32;
+    m->alnum = alnum[0] | (uint64_t)alnum[1] << 32;
+}
+#endif
+
 /* Bits a .. a+len-1 (len <= 64). */
 static inline uint64_t bit_range(unsigned a, unsigned len)
 {
@@ -786,8 +826,8 @@ static inline unsigned popcount64(uint64_t x, int hw)
     return (unsigned)((x * 0x0101010101010101ull) >> 56);
 }
 
-/* The pass, inlined twice: hw = 1 is compiled for CPUs with POPCNT/BMI (runtime-dispatched, the
- * build targets baseline x86-64); both compute exactly the same figures. */
+/* The pass, inlined twice: hw = 1 is compiled for CPUs with AVX2/POPCNT/BMI (runtime-dispatched,
+ * the build targets baseline x86-64); both compute exactly the same figures. */
 static inline __attribute__((always_inline)) int
 scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out, int hw)
 {
@@ -855,7 +895,12 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
         block_masks m;
         size_t avail = n - i;
         if (avail >= 64) {
-            block_masks_of(s + i, escapes, &m);
+#ifdef QG_SCAN_DISPATCH
+            if (hw)
+                block_masks_avx2(s + i, escapes, &m);
+            else
+#endif
+                block_masks_of(s + i, escapes, &m);
         } else {
             /* The tail, padded with spaces: the padding ends a token exactly where the text does. */
             uint8_t tail[64];
@@ -993,9 +1038,8 @@ static int scan_generic(const uint8_t *s, size_t n, const qg_scan_rules *rules, 
     return scan_pass(s, n, rules, out, 0);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(QG_SCAN_NO_SIMD)
-#define QG_SCAN_DISPATCH 1
-__attribute__((target("popcnt,bmi,bmi2"))) static int
+#ifdef QG_SCAN_DISPATCH
+__attribute__((target("avx2,popcnt,bmi,bmi2"))) static int
 scan_bmi(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out)
 {
     return scan_pass(s, n, rules, out, 1);
@@ -1007,11 +1051,13 @@ int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out 
     if (n > QG_SCAN_MAX_BYTES)
         return QG_SCAN_TOO_BIG;
 #ifdef QG_SCAN_DISPATCH
-    /* 1: generic, 2: POPCNT+BMI1+BMI2. Racing first calls store the same value. */
+    /* 1: generic, 2: AVX2+POPCNT+BMI1+BMI2. Racing first calls store the same value.
+     * QG_SCAN_GENERIC (any value) forces the generic pass, for testing it on such CPUs. */
     static volatile int variant = 0;
     if (!variant) {
         __builtin_cpu_init();
-        variant = __builtin_cpu_supports("popcnt") && __builtin_cpu_supports("bmi") &&
+        variant = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt") &&
+                          __builtin_cpu_supports("bmi") &&
                           __builtin_cpu_supports("bmi2") && !getenv("QG_SCAN_GENERIC")
                       ? 2
                       : 1;
