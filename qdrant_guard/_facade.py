@@ -19,15 +19,34 @@ _RAW_HANDLES = ("http", "grpc_points", "grpc_collections")
 
 
 def _binder(original: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
+    """A fast equivalent of ``inspect.signature(original).bind`` + ``apply_defaults`` (a guarded
+    call binds its arguments on every call, so the generic binder's cost matters)."""
     sig = inspect.signature(original)
+    params = list(sig.parameters.values())[1:]  # without self
+    P = inspect.Parameter
+    positional = [p.name for p in params if p.kind is P.POSITIONAL_OR_KEYWORD]
+    known = {p.name for p in params if p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)}
+    defaults = {p.name: p.default for p in params if p.name in known and p.default is not P.empty}
+    required = [p.name for p in params if p.name in known and p.default is P.empty]
+    var_kw = any(p.kind is P.VAR_KEYWORD for p in params)
+    fname = original.__name__
 
     def bind(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        bound = sig.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        arguments = dict(bound.arguments)
-        arguments.pop("self", None)
-        extra = arguments.pop("kwargs", None) or {}
-        arguments.update(extra)
+        if len(args) > len(positional):
+            raise TypeError(f"{fname}() takes {len(positional) + 1} positional arguments but {len(args) + 1} were given")
+        arguments = dict(defaults)
+        for name, value in zip(positional, args):
+            arguments[name] = value
+        for name, value in kwargs.items():
+            if name in known:
+                if name in positional[: len(args)]:
+                    raise TypeError(f"{fname}() got multiple values for argument '{name}'")
+            elif not var_kw:
+                raise TypeError(f"{fname}() got an unexpected keyword argument '{name}'")
+            arguments[name] = value
+        for name in required:
+            if name not in arguments:
+                raise TypeError(f"{fname}() missing 1 required argument: '{name}'")
         return arguments
 
     return bind
