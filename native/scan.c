@@ -498,7 +498,10 @@ static unsigned ngram_change(scanner *st, int64_t k, unsigned eq, unsigned activ
 static inline uint64_t token_hash(const uint8_t *s, size_t a, size_t b, uint64_t head, uint64_t next,
                                   const uint8_t *end)
 {
-    uint64_t h = mix64(mix64(head ^ ((b - a) * 0x9E3779B97F4A7C15ull)) ^ next);
+    /* Two independent multiplies, folded: the table index takes the low bits, which a product's
+     * high half reaches only through the fold. */
+    uint64_t h = (head ^ (b - a)) * 0x9E3779B97F4A7C15ull + next * 0xD6E8FEB86659FD93ull;
+    h ^= h >> 29;
     for (size_t p = a + 16; p < b; p += 8)
         h = mix64(h ^ load_word(s + p, b - p < 8 ? b - p : 8, end));
     return h;
