@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import enum
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from .canonical import canonical_json
 from .errors import GuardRefusal
 
 MAX_IDS_IN_RECORD = 100
@@ -85,7 +83,7 @@ class Decision:
         }
 
     def record(self) -> dict[str, Any]:
-        """The JSON-ready audit record, including the manifest digest."""
+        """The JSON-ready audit record (its digest is the hash of the audit entry that holds it)."""
         ids = [_jsonable_id(p) for p in self.point_ids[:MAX_IDS_IN_RECORD]]
         body: dict[str, Any] = {
             "op": self.op,
@@ -100,7 +98,6 @@ class Decision:
         }
         if self.monitor:
             body["monitor"] = True
-        body["manifest_digest"] = hashlib.sha256(canonical_json(body)).hexdigest()
         return body
 
     def refusal(self, digest: str) -> GuardRefusal:

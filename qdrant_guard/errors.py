@@ -43,7 +43,7 @@ class GuardRefusal(QdrantGuardError):
         verdict: machine-readable verdict name, e.g. ``"NOISE_REQUIRED"``.
         directive: what the caller should do to get the call accepted.
         point_ids: ids of the points at fault (empty for reads).
-        manifest_digest: SHA-256 hex digest of the decision manifest written to the audit log.
+        manifest_digest: SHA-256 hash of the audit-log entry that records this decision.
         details: extra structured information (violations, measured values, ...).
     """
 

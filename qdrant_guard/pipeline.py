@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from . import keys as _keys
+from .canonical import canonical_json
 from .audit import AuditLog
 from .boundary import Principal, VerifiedPrincipal, verify_credential
 from .decision import Decision, Verdict
@@ -205,7 +206,7 @@ class GuardPipeline:
         )
 
     def record(self, d: Decision) -> str:
-        """Audit ``d`` and return its manifest digest.
+        """Audit ``d`` and return its manifest digest (the SHA-256 hash of its audit entry).
 
         Raises:
             AuditError: the log could not be written and the collection fails closed (default).
@@ -213,14 +214,16 @@ class GuardPipeline:
         rec = d.record()
         if self.audit is not None:
             try:
-                self.audit.append(rec)
+                # The manifest digest is the hash of the audit entry: it covers the record and,
+                # through the chain, every decision before it.
+                return str(self.audit.append(rec)["hash"])
             except Exception as exc:  # any failure of the log is a refusal, unless configured open
                 if d.fail_closed:
                     if isinstance(exc, AuditError):
                         raise
                     raise AuditError(f"audit log could not be written ({exc}); the call was refused") from exc
                 log.error("audit log could not be written (fail_closed = false, going on): %r", exc)
-        return str(rec["manifest_digest"])
+        return hashlib.sha256(canonical_json(rec)).hexdigest()
 
     def refuse(self, d: Decision) -> QdrantGuardError:
         """Audit a refusing decision and return the exception to raise."""

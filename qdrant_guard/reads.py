@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from qdrant_client.http import models
@@ -89,10 +89,11 @@ class ReadOps(PayloadOps, QueryChecks):
         div = pol.diversity
         monitor = div.mode == "monitor"
         src = pol.source_field
+        source_of = {id(p): _source(p, src) for p in pts}.__getitem__
         if plan.diversify:
             ranked = pts[plan.offset:]
             outcome = enforce_diversity(
-                ranked, k=plan.limit or 10, source_of=lambda p: _source(p, src),
+                ranked, k=plan.limit or 10, source_of=lambda p: source_of(id(p)),
                 max_source_fraction=div.max_source_fraction, min_unique_sources=div.min_unique_sources,
             )
             details["diversity"] = {"kept": len(outcome.kept), "withheld": len(outcome.withheld),
@@ -104,7 +105,7 @@ class ReadOps(PayloadOps, QueryChecks):
             else:
                 pts = list(outcome.kept)
         if div.enabled and div.max_source_coverage is not None:
-            pts = yield from self.apply_budget(op, name, pol, pts, details)
+            pts = yield from self.apply_budget(op, name, pol, pts, details, lambda p: source_of(id(p)))
         if div.enabled and pol.sensitivity.value == "PROPRIETARY" and div.max_vectors is not None and plan.user_with_vectors:
             pts = self.apply_vector_budget(name, pol, pts, details)
         out = []
@@ -137,13 +138,14 @@ class ReadOps(PayloadOps, QueryChecks):
             return keep[""]
         return keep
 
-    def apply_budget(self, op: str, name: str, pol: CollectionPolicy, pts: list[Any], details: dict[str, Any]) -> Any:
+    def apply_budget(self, op: str, name: str, pol: CollectionPolicy, pts: list[Any], details: dict[str, Any],
+                     source_of: Callable[[Any], str | None]) -> Any:
         """The cross-query extraction budget: withhold points past a principal's coverage of a source."""
         budget = self.extraction_budget(pol)
         principal = self.principal_label or "anonymous"
         by_source: dict[str, list[Any]] = {}
         for p in pts:
-            by_source.setdefault(_source(p, pol.source_field) or "__unknown__", []).append(p)
+            by_source.setdefault(source_of(p) or "__unknown__", []).append(p)
         withheld: set[str] = set()
         report: dict[str, Any] = {}
         restricted = pol.diversity.restricted_sources

@@ -150,7 +150,7 @@ def test_every_decision_is_audited_and_the_chain_verifies(kit, store):
     verdicts = [ln["record"]["verdict"] for ln in lines]
     assert "REFUSED_CROSS_BOUNDARY" in verdicts and "ALLOW_NOISED" in verdicts
     last = lines[-1]["record"]
-    assert last["manifest_digest"] == ei.value.manifest_digest
+    assert lines[-1]["hash"] == ei.value.manifest_digest
     assert last["principal"] == "bob@support"
     assert set(last["manifest"]) == {"embedding_sensitivity_class", "differential_privacy_epsilon",
                                      "reconstruction_resistance_receipt", "retrieval_utility_guard_hash"}
