@@ -216,19 +216,37 @@ cdef inline bint _float_or_none(object value):
     return value is None or type(value) is float
 
 
+# The last hit, holding references to its arguments so identity means equality. Entries are a pure
+# function of their key (the calibration), so reusing the last one for the very same argument
+# objects and cache is the dict lookup without building and hashing the key.
+cdef object _last_cache = None
+cdef tuple _last_args = None
+cdef tuple _last_entry = None
+
+
 def fresh_noise_cached(vectors, cache, mechanism, epsilon, radius, delta, clip_norm):
+    global _last_cache, _last_args, _last_entry
     cdef cnp.ndarray arr
-    cdef object entry
+    cdef object entry, dtype_name
+    cdef Py_ssize_t dim
     if not (_native_vectors(vectors) and type(cache) is dict and type(mechanism) is str
             and type(epsilon) is float and type(radius) is float
             and _float_or_none(delta) and _float_or_none(clip_norm)):
         return None
     arr = <cnp.ndarray>vectors
-    entry = (<dict>cache).get((mechanism, epsilon, radius, delta, clip_norm,
-                               arr.shape[cnp.PyArray_NDIM(arr) - 1],
-                               "float32" if cnp.PyArray_TYPE(arr) == cnp.NPY_FLOAT32 else "float64"))
-    if entry is None:
-        return None
+    dim = arr.shape[cnp.PyArray_NDIM(arr) - 1]
+    dtype_name = "float32" if cnp.PyArray_TYPE(arr) == cnp.NPY_FLOAT32 else "float64"
+    if (_last_args is not None and cache is _last_cache and mechanism is _last_args[0]
+            and epsilon is _last_args[1] and radius is _last_args[2] and delta is _last_args[3]
+            and clip_norm is _last_args[4] and dim == <Py_ssize_t>_last_args[5]
+            and dtype_name is _last_args[6]):
+        entry = _last_entry
+    else:
+        key = (mechanism, epsilon, radius, delta, clip_norm, dim, dtype_name)
+        entry = (<dict>cache).get(key)
+        if entry is None:
+            return None
+        _last_cache, _last_args, _last_entry = cache, key, <tuple>entry
     params, scale, step = <tuple>entry
     return _run(arr, QG_GAUSSIAN if mechanism == "gaussian" else QG_LAPLACE_L2, scale, step,
                 0.0 if clip_norm is None else <double>clip_norm, None, None, _ZERO_NONCE), params

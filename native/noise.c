@@ -310,8 +310,9 @@ static size_t row_scan_avx2(const void *x, int is_f32, size_t dim, double *ss)
             a = _mm256_loadu_pd(xd + j);
             b = _mm256_loadu_pd(xd + j + 4);
         }
-        /* v - v is 0 for finite v and NaN for NaN/Inf. */
-        fin = _mm256_add_pd(fin, _mm256_add_pd(_mm256_sub_pd(a, a), _mm256_sub_pd(b, b)));
+        /* v - v is +-0 for finite v and NaN for NaN/Inf; OR-ing such bit patterns keeps any NaN
+           a NaN, and an OR does not chain the loop on add latency. */
+        fin = _mm256_or_pd(fin, _mm256_or_pd(_mm256_sub_pd(a, a), _mm256_sub_pd(b, b)));
         lo = _mm256_add_pd(lo, _mm256_mul_pd(a, a));
         hi = _mm256_add_pd(hi, _mm256_mul_pd(b, b));
     }
@@ -339,6 +340,7 @@ static size_t combine_avx2(const void *x, void *out, int is_f32, const double *z
     const __m256d fac = _mm256_set1_pd(factor), sc = _mm256_set1_pd(scale);
     const __m256d inv = _mm256_set1_pd(inv_step), st = _mm256_set1_pd(step), zero = _mm256_setzero_pd();
     __m256d fin = _mm256_setzero_pd();
+    __m128 fin32 = _mm_setzero_ps();
     size_t j, bad;
     for (j = 0; j + 4 <= n; j += 4) {
         __m256d v = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j)) : _mm256_loadu_pd(xd + j);
@@ -349,16 +351,52 @@ static size_t combine_avx2(const void *x, void *out, int is_f32, const double *z
         if (is_f32) {
             __m128 f = _mm256_cvtpd_ps(q);
             _mm_storeu_ps((float *)out + j, f);
-            fin = _mm256_add_pd(fin, _mm256_cvtps_pd(_mm_sub_ps(f, f)));
+            fin32 = _mm_or_ps(fin32, _mm_sub_ps(f, f)); /* see row_scan_avx2 */
         } else {
             _mm256_storeu_pd((double *)out + j, q);
-            fin = _mm256_add_pd(fin, _mm256_sub_pd(q, q));
+            fin = _mm256_or_pd(fin, _mm256_sub_pd(q, q));
         }
     }
     bad = combine_scalar(is_f32 ? (const void *)(xf + j) : (const void *)(xd + j),
                          is_f32 ? (void *)((float *)out + j) : (void *)((double *)out + j), is_f32,
                          z + j, n - j, factor, scale, inv_step, step);
-    if (_mm256_movemask_pd(_mm256_cmp_pd(fin, fin, _CMP_UNORD_Q))) {
+    if (_mm256_movemask_pd(_mm256_cmp_pd(fin, fin, _CMP_UNORD_Q)) || _mm_movemask_ps(_mm_cmpunord_ps(fin32, fin32))) {
+        size_t i;
+        for (i = 0; i < j; i++)
+            if (!isfinite(is_f32 ? (double)((float *)out)[i] : ((double *)out)[i])) return i;
+    }
+    return bad == n - j ? n : j + bad;
+}
+/* combine_avx2 at twice the width. */
+__attribute__((target("avx512f,avx512vl,avx512dq")))
+static size_t combine_avx512(const void *x, void *out, int is_f32, const double *z, size_t n,
+                             double factor, double scale, double inv_step, double step)
+{
+    const float *xf = (const float *)x;
+    const double *xd = (const double *)x;
+    const __m512d fac = _mm512_set1_pd(factor), sc = _mm512_set1_pd(scale);
+    const __m512d inv = _mm512_set1_pd(inv_step), st = _mm512_set1_pd(step), zero = _mm512_setzero_pd();
+    __m512d fin = _mm512_setzero_pd();
+    __m256 fin32 = _mm256_setzero_ps();
+    size_t j, bad;
+    for (j = 0; j + 8 <= n; j += 8) {
+        __m512d v = is_f32 ? _mm512_cvtps_pd(_mm256_loadu_ps(xf + j)) : _mm512_loadu_pd(xd + j);
+        __m512d q = _mm512_mul_pd(_mm512_add_pd(_mm512_mul_pd(v, fac), _mm512_mul_pd(_mm512_loadu_pd(z + j), sc)), inv);
+        q = _mm512_add_pd(_mm512_roundscale_pd(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
+        q = _mm512_mul_pd(q, st);
+        if (is_f32) {
+            __m256 f = _mm512_cvtpd_ps(q);
+            _mm256_storeu_ps((float *)out + j, f);
+            fin32 = _mm256_or_ps(fin32, _mm256_sub_ps(f, f));
+        } else {
+            _mm512_storeu_pd((double *)out + j, q);
+            fin = _mm512_or_pd(fin, _mm512_sub_pd(q, q));
+        }
+    }
+    bad = combine_avx2(is_f32 ? (const void *)(xf + j) : (const void *)(xd + j),
+                       is_f32 ? (void *)((float *)out + j) : (void *)((double *)out + j), is_f32,
+                       z + j, n - j, factor, scale, inv_step, step);
+    if (_mm512_cmp_pd_mask(fin, fin, _CMP_UNORD_Q) || _mm256_movemask_ps(_mm256_cmp_ps(fin32, fin32, _CMP_UNORD_Q))) {
         size_t i;
         for (i = 0; i < j; i++)
             if (!isfinite(is_f32 ? (double)((float *)out)[i] : ((double *)out)[i])) return i;
@@ -379,6 +417,7 @@ static size_t combine(const void *x, void *out, int is_f32, const double *z, siz
                       double scale, double inv_step, double step)
 {
 #ifdef QG_HAVE_SIMD
+    if (simd_level >= QG_SIMD_AVX512) return combine_avx512(x, out, is_f32, z, n, factor, scale, inv_step, step);
     if (simd_level >= QG_SIMD_AVX2) return combine_avx2(x, out, is_f32, z, n, factor, scale, inv_step, step);
 #endif
     return combine_scalar(x, out, is_f32, z, n, factor, scale, inv_step, step);
@@ -470,7 +509,7 @@ int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim,
 done:
     if (row_keys) qg_stream_wipe(&row_stream);
     /* The noise is as secret as the key it came from: do not leave it behind. */
-    explicit_bzero(chunk, sizeof chunk);
+    explicit_bzero(chunk, (dim < CHUNK ? dim : CHUNK) * sizeof(double));
     if (scratch) explicit_bzero(scratch, dim * sizeof(double));
     free(scratch);
     return rc;

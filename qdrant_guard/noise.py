@@ -209,6 +209,7 @@ _ZERO_NONCE = bytes(12)
 # after the full checks and read by the kernel's fresh_noise_cached fast path.
 _FRESH: dict[tuple[Any, ...], tuple[NoiseParams, float, float]] = {}
 _FRESH_MAX = 1024
+_fresh_noise_cached = _k.fresh_noise_cached
 
 
 def _release(vectors: Any, mechanism: Any, epsilon: Any, radius: Any, delta: Any, clip_norm: Any,
@@ -269,7 +270,7 @@ def privatize(
         OSError: the OS cannot provide randomness.
     """
     if key is None:
-        hit = _k.fresh_noise_cached(vectors, _FRESH, mechanism, epsilon, radius, delta, clip_norm)
+        hit = _fresh_noise_cached(vectors, _FRESH, mechanism, epsilon, radius, delta, clip_norm)
         if hit is not None:
             return hit
         _, params = _release(vectors, mechanism, epsilon, radius, delta, clip_norm, RNG_PRODUCTION)

@@ -405,6 +405,11 @@ def test_fresh_noise_cached_hits_only_exact_keys(mod):
     for vec in [x.astype(np.float64), x[:, :20], x.astype(">f4"), x[:0], x.reshape(2, 4, 10), list(x)]:
         assert mod.fresh_noise_cached(vec, cache, "gaussian", 1.0, 0.1, 1e-6, 1.0) is None
     assert mod.fresh_noise_cached(x, dict.fromkeys(cache), "gaussian", 2.0, 0.1, 1e-6, 1.0) is None
+    # Right after a hit: equal values in new objects still hit, the same objects with another cache miss.
+    assert mod.fresh_noise_cached(x, cache, "gaussian", 1.0, 0.1, 1e-6, 1.0) is not None
+    eps = float("1.0")
+    assert mod.fresh_noise_cached(x, cache, "gaussian", eps, 0.1, 1e-6, 1.0)[1] is params
+    assert mod.fresh_noise_cached(x, {}, "gaussian", 1.0, 0.1, 1e-6, 1.0) is None
 
 
 def test_fresh_noise_cached_non_contiguous_and_errors():
