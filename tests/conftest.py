@@ -10,7 +10,6 @@ NATIVE_MODULES = ("qdrant_guard._noise", "qdrant_guard._scan", "qdrant_guard._de
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "eval: real-model evaluation (needs the [eval] extra)")
     if os.environ.get("QDRANT_GUARD_REQUIRE_NATIVE") != "1":
         return
     if os.environ.get("QDRANT_GUARD_IMPLEMENTATION", "native") != "native":
