@@ -1,9 +1,11 @@
 /* Structural query scanner (see scan.h). The definitions live in qdrant_guard/_scan_py.py; the
  * oracle tests compare this file against it on every case.
  *
- * Shape: one left-to-right pass over the bytes. Runs of printable ASCII are consumed by a tight
- * inner loop; everything else (whitespace, controls, escape triggers, non-ASCII) takes the general
- * path. Tokens are hashed when they end, into an open-addressing table allocated once. */
+ * Shape: one left-to-right pass over the bytes, 64 at a time where they are plain ASCII (see "The
+ * pass" below); controls, escape triggers and non-ASCII take a byte-at-a-time general path. Tokens
+ * are hashed when they end, into an open-addressing table that starts on the stack and grows with
+ * the distinct tokens. The hash is unkeyed: text built to collide in the table makes the scan
+ * quadratic in its distinct tokens (the results stay exact). */
 #include "scan.h"
 
 #include <stdlib.h>

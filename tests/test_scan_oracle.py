@@ -1,7 +1,10 @@
 """The native scanner against its pure-Python reference: every result must be identical."""
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -118,3 +121,50 @@ def test_many_distinct_tokens_grow_the_table() -> None:
     text = " ".join(f"w{i}" for i in range(20_000)) + " w7 w8 w7 w8"
     r = assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_tokens=None, max_ngram_run=0.0)
     assert r.token_count == 20_004 and r.repetition_ratio == 1 - 20_000 / 20_004
+
+
+# The native pass reads 64-byte blocks and hands bytes it cannot classify in bulk (controls,
+# escape triggers, non-ASCII, other whitespace) to a byte-at-a-time path; these sweep such bytes and
+# token edges across block boundaries and through the short padded tail.
+SPECIALS = ["é", "\x00", "%41%42", "\u200b", "\t", "\x0b", "\u3000", "&amp;", "\\x41", "👩\u200d💻", "\ud800"]
+
+
+@pytest.mark.parametrize("special", SPECIALS)
+def test_block_boundaries_agree(special) -> None:
+    base = "ab cde fghij klmnopqrstuvwxyz0123456789ABCDEFGHIJ " * 4
+    for at in range(0, 140):
+        text = base[:at] + special + base[at:]
+        assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_ngram_run=0.0, max_tokens=None)
+        data = text.encode("utf-8", "surrogatepass")
+        assert_same(NATIVE.scan_query, PYTHON.scan_query, data, max_ngram_run=0.0, max_tokens=None)
+
+
+def test_token_lengths_around_word_boundaries_agree() -> None:
+    # Tokens of 1..40 bytes sharing long prefixes: equality beyond the first 16 bytes is compared
+    # byte by byte; shorter ones through the two packed words.
+    words = ["x" * k for k in range(1, 41)] + ["x" * k + "y" for k in range(1, 41)]
+    rng = random.Random(3)
+    text = " ".join(rng.choice(words) for _ in range(3000))
+    assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_ngram_run=0.0, max_tokens=None)
+
+
+def test_generic_native_pass_agrees() -> None:
+    """QG_SCAN_GENERIC forces the baseline-x86-64 pass on CPUs that would run the AVX2 one."""
+    code = (
+        "import random\n"
+        "from qdrant_guard import _scan, _scan_py\n"
+        "from tests.oracle import assert_same\n"
+        f"specials = {SPECIALS!r}\n"
+        "rng = random.Random(5)\n"
+        "words = ['alpha', 'beta', 'x' * 20, 'x' * 21] + specials\n"
+        "for size in (0, 1, 63, 64, 65, 200, 5000):\n"
+        "    text = ' '.join(rng.choice(words) for _ in range(size))\n"
+        "    assert_same(_scan.scan_query, _scan_py.scan_query, text, max_ngram_run=0.0)\n"
+        "    assert_same(_scan.scan_query, _scan_py.scan_query, text.encode('utf-8', 'surrogatepass'))\n"
+        "print('ok')\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, QG_SCAN_GENERIC="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
