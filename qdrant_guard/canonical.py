@@ -12,8 +12,40 @@ from typing import Any
 __all__ = ["canonical_json", "is_canonical", "decode_canonical"]
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+# The same bytes as _encode for plain data: sort_keys orders (key, value) pairs of unique str keys
+# by key code points, str and int/float go through the same encode_basestring / int.__repr__ /
+# float.__repr__ that _encode uses, and allow_nan=False raises on NaN/Infinity.
+_fast_dumps = json.JSONEncoder(
+    skipkeys=False, ensure_ascii=False, check_circular=False, allow_nan=False, sort_keys=True,
+    separators=(",", ":"),
+).encode
+
+
+def _plain(obj: Any) -> bool:
+    # True only for exact dict/list/tuple containers with exact str keys and exact scalar leaves,
+    # where json's encoder and _encode agree byte for byte. Subclasses (which may override
+    # __iter__, items() or __float__), non-str keys (which json would silently stringify) and
+    # unsupported types all return False and go to _encode.
+    t = type(obj)
+    if t is dict:
+        for key, value in obj.items():
+            if type(key) is not str:
+                return False
+            if type(value) not in _SCALARS and not _plain(value):
+                return False
+        return True
+    if t is list or t is tuple:
+        for value in obj:
+            if type(value) not in _SCALARS and not _plain(value):
+                return False
+        return True
+    return t in _SCALARS
+
+
 def _encode(obj: Any, out: list[str], path: str) -> None:
-    # Exact type dispatch first: bool is an int subclass and must stay a bool.
+    # The general encoder: any input, and errors raised in walk order naming the path of the bad
+    # value. canonical_json() uses it for everything the json fast path does not vouch for.
     if obj is None:
         out.append("null")
     elif obj is True:
@@ -80,6 +112,13 @@ def canonical_json(obj: Any) -> bytes:
         TypeError: a value or a dict key has an unsupported type.
         ValueError: a float is NaN or infinite.
     """
+    try:
+        if _plain(obj):
+            return _fast_dumps(obj).encode("utf-8")
+    except (ValueError, RecursionError):
+        # NaN/Infinity, an int too long for str(), or nesting too deep: let _encode raise the
+        # error (with its path) exactly as it always has.
+        pass
     out: list[str] = []
     _encode(obj, out, "$")
     return "".join(out).encode("utf-8")
