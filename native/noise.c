@@ -20,7 +20,7 @@
 #define TWO_M24 0x1p-24
 #define TWO_M53 0x1p-53
 #define ROUND_MAGIC 6755399441055744.0 /* 1.5 * 2^52: add then subtract rounds half-to-even */
-#define CHUNK 512                      /* gaussian normals generated per pass, on the stack */
+#define CHUNK 1024                     /* gaussian normals generated per pass, on the stack */
 
 static double zig_xs[QG_ZIG_LAYERS];
 /* zig_k[i]: the smallest 24-bit u with u * zig_xs[i] >= X[i+1]. Multiplying by a positive double
@@ -169,12 +169,14 @@ static size_t fill_avx512(qg_stream *s, double *z, size_t n)
     size_t k = 0;
     int t;
     for (t = 0; t < 8; t++) kt[t] = _mm512_loadu_si512((const void *)(zig_k + 16 * t));
-    while (n - k >= 16 && s->end - s->pos >= 16) {
+    /* The last group of a request may be partial: lanes past n are neither stored nor consumed. */
+    while (k < n && s->end - s->pos >= 16) {
+        unsigned live = n - k >= 16 ? 0xFFFFu : (1u << (n - k)) - 1u;
         __m512i w = _mm512_loadu_si512((const void *)(s->buf + s->pos));
         __m512i idx = _mm512_and_si512(w, m127);
         __m512i u = _mm512_srli_epi32(w, 8);
         __m512i lim = lookup128_epi32(kt, idx);
-        unsigned acc = (unsigned)_mm512_cmplt_epi32_mask(u, lim);
+        unsigned acc = ((unsigned)_mm512_cmplt_epi32_mask(u, lim) | ~live) & 0xFFFFu;
         __m256i w_lo = _mm512_castsi512_si256(w), w_hi = _mm512_extracti64x4_epi64(w, 1);
         __m256i i_lo = _mm512_castsi512_si256(idx), i_hi = _mm512_extracti64x4_epi64(idx, 1);
         __m512d z_lo = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(u)),
@@ -183,11 +185,12 @@ static size_t fill_avx512(qg_stream *s, double *z, size_t n)
                                      _mm512_i32gather_pd(i_hi, (const void *)zig_xs, 8));
         __m512i s_lo = _mm512_and_si512(_mm512_slli_epi64(_mm512_cvtepu32_epi64(w_lo), 56), sign);
         __m512i s_hi = _mm512_and_si512(_mm512_slli_epi64(_mm512_cvtepu32_epi64(w_hi), 56), sign);
-        _mm512_storeu_pd(z + k, _mm512_xor_pd(z_lo, _mm512_castsi512_pd(s_lo)));
-        _mm512_storeu_pd(z + k + 8, _mm512_xor_pd(z_hi, _mm512_castsi512_pd(s_hi)));
+        _mm512_mask_storeu_pd(z + k, (__mmask8)live, _mm512_xor_pd(z_lo, _mm512_castsi512_pd(s_lo)));
+        _mm512_mask_storeu_pd(z + k + 8, (__mmask8)(live >> 8), _mm512_xor_pd(z_hi, _mm512_castsi512_pd(s_hi)));
         if (acc == 0xFFFFu) {
-            s->pos += 16;
-            k += 16;
+            unsigned took = (unsigned)__builtin_popcount(live);
+            s->pos += took;
+            k += took;
         } else {
             unsigned f = (unsigned)__builtin_ctz(~acc);
             s->pos += f;

@@ -347,6 +347,12 @@ def test_wide_rows_twins(mechanism, dim):
                     2.0**-12, clip, None, KEY * 2, NONCE)
 
 
+def test_normals_every_length_twins():
+    # Partial vector groups at the end of a request, and requests across a buffer refill.
+    for count in [*range(0, 40), 1023, 1025, 2100]:
+        assert_same(NATIVE.normals, PY.normals, KEY, NONCE, count)
+
+
 _SIMD_PROBE = """
 import sys, numpy as np
 from qdrant_guard import _noise, _noise_py
