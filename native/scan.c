@@ -229,8 +229,14 @@ static int decode(const uint8_t *s, size_t n, size_t i, int allow_surrogates, ui
 /* ---------------------------------------------------------------------------------------------
  * Scanner state */
 
-/* One distinct token, stored in the open-addressing table itself (len 0: empty slot). Offsets and
- * token indices fit 32 bits because inputs are below QG_SCAN_MAX_BYTES. */
+/* One distinct token. Offsets and token indices fit 32 bits because inputs are below
+ * QG_SCAN_MAX_BYTES.
+ *
+ * Two layouts. Small vocabularies (up to STACK_SLOTS / 4 distinct tokens) keep the entries in the
+ * open-addressing table itself, on the stack (len 0: empty slot): one memory access per lookup.
+ * Larger ones move to the heap as an array of 4-byte slots (entry index + 1, 0: empty) over entries
+ * appended in first-seen order, so that what is read at random stays small enough for the caches;
+ * inline entries there would miss the cache on nearly every new token. */
 typedef struct {
     uint64_t head;   /* bytes 0..7, zero-padded */
     uint64_t next;   /* bytes 8..15, zero-padded: with head and len, equality up to 16 bytes */
@@ -240,11 +246,12 @@ typedef struct {
     uint32_t offset; /* where the first occurrence starts */
 } token_entry;
 
-/* Slots of the table that lives on the stack; short queries never touch the heap for it. The table
- * is kept at most a quarter full: a probe that misses the first slot costs a mispredicted branch,
- * far more than the memory. */
+/* Slots of the inline table on the stack (kept at most a quarter full: a probe that misses the
+ * first slot costs a mispredicted branch, far more than the memory); the heap slots are kept at
+ * most half full. */
 #define STACK_SLOTS 512
-#define TABLE_LOAD 4
+#define STACK_LOAD 4
+#define HEAP_LOAD 2
 
 typedef struct {
     const uint8_t *s;
@@ -261,11 +268,12 @@ typedef struct {
     /* context for emoji sequences and selector chains (byte offsets where a chain ends) */
     size_t chain_end, selector_end, tags_ok_end, escape_end;
 
-    /* tokens */
-    token_entry *table;
+    /* tokens (see token_entry for the two layouts) */
+    token_entry *table;  /* inline layout; NULL once on the heap */
+    uint32_t *slots;     /* heap layout */
+    token_entry *entries;
     size_t mask;
     size_t room; /* distinct tokens the table holds before it grows */
-    int on_heap;
     /* n-gram runs: bit g-1 of hot.active is set while tokens repeat the token g places back; that
      * streak began at token index streak_start[g] (whose g-back token is at streak_pos[g]). */
     int64_t streak_start[MAX_NGRAM + 1], streak_pos[MAX_NGRAM + 1];
@@ -509,27 +517,38 @@ static inline uint64_t token_hash(const uint8_t *s, size_t a, size_t b, uint64_t
     return h;
 }
 
-/* Move to a table of TABLE_LOAD * tokens slots, rehashing what is there. */
-static int grow_table(scanner *st, size_t tokens)
+/* Move to the heap layout with room for `tokens` distinct tokens, rehashing what is there. */
+static int grow_table(scanner *st, size_t tokens, size_t unique)
 {
-    size_t cap = TABLE_LOAD * tokens;
-    token_entry *table = (token_entry *)calloc(cap, sizeof *table);
-    if (!table)
+    size_t cap = HEAP_LOAD * tokens;
+    uint32_t *slots = (uint32_t *)calloc(cap, sizeof *slots);
+    token_entry *entries = (token_entry *)malloc(tokens * sizeof *entries);
+    if (!slots || !entries) {
+        free(slots);
+        free(entries);
         return 0;
-    for (size_t j = 0; j <= st->mask; j++) {
-        if (!st->table[j].len)
-            continue;
-        const token_entry *e = &st->table[j];
+    }
+    if (st->table) {
+        size_t id = 0;
+        for (size_t j = 0; j <= st->mask; j++)
+            if (st->table[j].len)
+                entries[id++] = st->table[j];
+    } else {
+        memcpy(entries, st->entries, unique * sizeof *entries);
+    }
+    for (size_t id = 0; id < unique; id++) {
+        const token_entry *e = &entries[id];
         size_t slot = (size_t)token_hash(st->s, e->offset, e->offset + e->len, e->head, e->next,
                                          st->s + st->n) & (cap - 1);
-        while (table[slot].len)
+        while (slots[slot])
             slot = (slot + 1) & (cap - 1);
-        table[slot] = st->table[j];
+        slots[slot] = (uint32_t)id + 1;
     }
-    if (st->on_heap)
-        free(st->table);
-    st->table = table;
-    st->on_heap = 1;
+    free(st->slots);
+    free(st->entries);
+    st->table = NULL;
+    st->slots = slots;
+    st->entries = entries;
     st->mask = cap - 1;
     st->room = tokens;
     return 1;
@@ -540,7 +559,9 @@ static int grow_table(scanner *st, size_t tokens)
  * has -fno-strict-aliasing, so anything reachable through a pointer is reloaded after every store
  * to the table). Synced with the scanner and the output only on rare events and at the end. */
 typedef struct {
-    token_entry *table;
+    token_entry *table; /* inline layout, or NULL */
+    uint32_t *slots;
+    token_entry *entries;
     size_t mask, room;
     int64_t tokens, unique, model;
     unsigned active;
@@ -581,49 +602,87 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
     if (len > 8)
         next = load_word(s + a + 8, len < 16 ? len - 8 : 8, end);
     uint64_t hash = token_hash(s, a, b, head, next, end);
+    unsigned eq;
     size_t slot = (size_t)hash & h->mask;
-    unsigned eq = 0;
-    for (;;) {
-        token_entry *e = &h->table[slot];
-        if (((e->len ^ len) | (e->head ^ head) | (e->next ^ next)) == 0 &&
-            (len <= 16 || memcmp(s + e->offset + 16, s + a + 16, len - 16) == 0)) {
-            /* Occurrences 1..8 tokens back, from the history kept relative to the last one. A
-             * distance over 8 leaves nothing in the low bits (capped to keep the shift defined). */
-            uint64_t d = (uint64_t)(k - e->last);
-            d = d > 40 ? 40 : d;
-            uint64_t hist = (uint64_t)e->hist << d;
-            eq = (unsigned)(hist >> 1) & 0xFF;
-            e->hist = (uint32_t)(hist | 1) & 0xFF;
-            e->last = (uint32_t)k;
-            if (!h->repeat_seen) {
-                h->repeat_seen = 1;
-                st->out->first_repeat = position;
+    token_entry *e;
+    if (h->table) {
+        for (;;) {
+            e = &h->table[slot];
+            if (((e->len ^ len) | (e->head ^ head) | (e->next ^ next)) == 0 &&
+                (len <= 16 || memcmp(s + e->offset + 16, s + a + 16, len - 16) == 0))
+                goto found;
+            if (e->len == 0) {
+                if ((size_t)h->unique < h->room)
+                    goto insert;
+                break;
             }
-            break;
+            slot = (slot + 1) & h->mask;
         }
-        if (e->len == 0) {
+        /* The inline table is full: move to the heap layout and look up there. */
+        if (!grow_table(st, 2 * h->room, (size_t)h->unique))
+            goto nomem;
+        h->table = NULL;
+        h->slots = st->slots;
+        h->entries = st->entries;
+        h->mask = st->mask;
+        h->room = st->room;
+        slot = (size_t)hash & h->mask;
+    }
+    for (;;) {
+        uint32_t id = h->slots[slot];
+        if (id == 0) {
             if ((size_t)h->unique == h->room) {
-                if (!grow_table(st, 2 * h->room)) {
-                    st->nomem = 1;
-                    return;
-                }
-                h->table = st->table;
+                if (!grow_table(st, 2 * h->room, (size_t)h->unique))
+                    goto nomem;
+                h->slots = st->slots;
+                h->entries = st->entries;
                 h->mask = st->mask;
                 h->room = st->room;
                 slot = (size_t)hash & h->mask;
                 continue;
             }
-            h->unique++;
-            e->head = head;
-            e->next = next;
-            e->len = (uint32_t)len;
-            e->hist = 1;
-            e->last = (uint32_t)k;
-            e->offset = (uint32_t)a;
-            break;
+            h->slots[slot] = (uint32_t)h->unique + 1;
+            e = &h->entries[h->unique];
+            goto insert;
         }
+        e = &h->entries[id - 1];
+        if (((e->len ^ len) | (e->head ^ head) | (e->next ^ next)) == 0 &&
+            (len <= 16 || memcmp(s + e->offset + 16, s + a + 16, len - 16) == 0))
+            goto found;
         slot = (slot + 1) & h->mask;
     }
+
+nomem:
+    st->nomem = 1;
+    return;
+
+insert:
+    h->unique++;
+    e->head = head;
+    e->next = next;
+    e->len = (uint32_t)len;
+    e->hist = 1;
+    e->last = (uint32_t)k;
+    e->offset = (uint32_t)a;
+    eq = 0;
+    goto done;
+
+found: {
+    /* Occurrences 1..8 tokens back, from the history kept relative to the last one. A distance
+     * over 8 leaves nothing in the low bits (capped to keep the shift defined). */
+    uint64_t d = (uint64_t)(k - e->last);
+    d = d > 40 ? 40 : d;
+    uint64_t hist = (uint64_t)e->hist << d;
+    eq = (unsigned)(hist >> 1) & 0xFF;
+    e->hist = (uint32_t)(hist | 1) & 0xFF;
+    e->last = (uint32_t)k;
+    if (!h->repeat_seen) {
+        h->repeat_seen = 1;
+        st->out->first_repeat = position;
+    }
+}
+
+done:
     if (eq != h->active)
         h->active = ngram_change(st, k, eq, h->active);
     if (len >= h->blob_min)
@@ -857,10 +916,12 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     memset(stack_table, 0, slots * sizeof stack_table[0]);
     st.table = stack_table;
     st.mask = slots - 1;
-    st.room = slots / TABLE_LOAD;
+    st.room = slots / STACK_LOAD;
 
     hot_state hot;
     hot.table = st.table;
+    hot.slots = NULL;
+    hot.entries = NULL;
     hot.mask = st.mask;
     hot.room = st.room;
     hot.tokens = hot.unique = hot.model = 0;
@@ -1029,8 +1090,8 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     out->model_tokens = hot.model;
     for (unsigned act = hot.active; act; act &= act - 1)
         end_streak(&st, __builtin_ctz(act) + 1, hot.tokens);
-    if (st.on_heap)
-        free(st.table);
+    free(st.slots);
+    free(st.entries);
     if (st.nomem) {
         qg_scan_out_free(out);
         return QG_SCAN_NOMEM;

@@ -168,3 +168,12 @@ def test_generic_native_pass_agrees() -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_vocabulary_sizes_around_the_table_moves_agree() -> None:
+    # The native table moves from the stack to the heap past 128 distinct tokens and then doubles:
+    # repeats straddling each move must still be found (repetition and n-gram figures).
+    for distinct in (1, 127, 128, 129, 130, 255, 256, 257, 1025):
+        words = [f"t{i}" for i in range(distinct)]
+        text = " ".join(words + words[:9] + words[-3:] * 3)
+        assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_ngram_run=0.0, max_tokens=None)
