@@ -370,6 +370,36 @@ static size_t combine_avx2(const void *x, void *out, int is_f32, const double *z
     }
     return bad == n - j ? n : j + bad;
 }
+/* row_scan_avx2 with the eight lanes in one register. */
+__attribute__((target("avx512f,avx512vl,avx512dq")))
+static size_t row_scan_avx512(const void *x, int is_f32, size_t dim, double *ss)
+{
+    const float *xf = (const float *)x;
+    const double *xd = (const double *)x;
+    __m512d acc8 = _mm512_setzero_pd(), fin = _mm512_setzero_pd();
+    __m256d t;
+    __m128d u;
+    double acc[8];
+    size_t j;
+    for (j = 0; j + 8 <= dim; j += 8) {
+        __m512d a = is_f32 ? _mm512_cvtps_pd(_mm256_loadu_ps(xf + j)) : _mm512_loadu_pd(xd + j);
+        fin = _mm512_or_pd(fin, _mm512_sub_pd(a, a));
+        acc8 = _mm512_add_pd(acc8, _mm512_mul_pd(a, a));
+    }
+    if (_mm512_cmp_pd_mask(fin, fin, _CMP_UNORD_Q))
+        return row_scan_scalar(x, is_f32, dim, ss); /* locates the bad index */
+    _mm512_storeu_pd(acc, acc8);
+    for (; j < dim; j++) {
+        double v = is_f32 ? (double)xf[j] : xd[j];
+        if (!isfinite(v)) return j;
+        acc[j & 7] += v * v;
+    }
+    t = _mm256_add_pd(_mm256_loadu_pd(acc), _mm256_loadu_pd(acc + 4));
+    u = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1)); /* (t0+t2, t1+t3) */
+    *ss = _mm_cvtsd_f64(u) + _mm_cvtsd_f64(_mm_unpackhi_pd(u, u));
+    return dim;
+}
+
 /* combine_avx2 at twice the width. */
 __attribute__((target("avx512f,avx512vl,avx512dq")))
 static size_t combine_avx512(const void *x, void *out, int is_f32, const double *z, size_t n,
@@ -411,6 +441,7 @@ static size_t combine_avx512(const void *x, void *out, int is_f32, const double 
 static size_t row_scan(const void *x, int is_f32, size_t dim, double *ss)
 {
 #ifdef QG_HAVE_SIMD
+    if (simd_level >= QG_SIMD_AVX512) return row_scan_avx512(x, is_f32, dim, ss);
     if (simd_level >= QG_SIMD_AVX2) return row_scan_avx2(x, is_f32, dim, ss);
 #endif
     return row_scan_scalar(x, is_f32, dim, ss);
