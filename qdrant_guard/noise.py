@@ -205,6 +205,8 @@ def _keyed_context(p: NoiseParams) -> tuple[bytes, bytes]:
 
 
 _ZERO_NONCE = bytes(12)
+# numpy 2 computes dtype.name in Python (~1.5 us); check_vectors has admitted only these two.
+_DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
 # Production parameters by (mechanism, epsilon, radius, delta, clip_norm, d, dtype name), filled
 # after the full checks and read by the kernel's fresh_noise_cached fast path.
 _FRESH: dict[tuple[Any, ...], tuple[NoiseParams, float, float]] = {}
@@ -216,7 +218,8 @@ def _release(vectors: Any, mechanism: Any, epsilon: Any, radius: Any, delta: Any
              rng_id: str) -> tuple[int, NoiseParams]:
     dim = _k.check_vectors(vectors)
     try:
-        return dim, _params(mechanism, epsilon, delta, radius, clip_norm, dim, vectors.dtype.name, rng_id)
+        return dim, _params(mechanism, epsilon, delta, radius, clip_norm, dim, _DTYPE_NAMES.get(vectors.dtype) or vectors.dtype.name,
+                         rng_id)
     except TypeError as exc:
         if "unhashable" not in str(exc):
             raise
