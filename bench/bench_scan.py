@@ -88,3 +88,4 @@ def test_scan_query_native(benchmark, group):
     benchmark.extra_info["tokens"] = len(text.split())
     result = benchmark(_scan.scan_query, text, max_tokens=None if group.startswith("scan-1MiB") else 500)
     assert result.token_count == len(text.split())
+    benchmark.extra_info["GB_per_s"] = round(len(text.encode()) / benchmark.stats.stats.median / 1e9, 3)
