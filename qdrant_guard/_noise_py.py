@@ -403,7 +403,7 @@ def noise_vectors(
             if norm > clip_f:
                 factor = clip_f / norm
                 row = [v * factor for v in row]
-        s = shared if shared is not None else _Stream(row_keys[32 * i: 32 * i + 32], nonce)
+        s = shared if shared is not None else _Stream((row_keys or b"")[32 * i: 32 * i + 32], nonce)
         if mechanism == "gaussian":
             noise = [_normal(s) * scale_f for _ in range(dim)]
         else:

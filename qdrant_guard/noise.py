@@ -217,9 +217,9 @@ _fresh_noise_cached = _k.fresh_noise_cached
 def _release(vectors: Any, mechanism: Any, epsilon: Any, radius: Any, delta: Any, clip_norm: Any,
              rng_id: str) -> tuple[int, NoiseParams]:
     dim = _k.check_vectors(vectors)
+    dtype = _DTYPE_NAMES.get(vectors.dtype) or vectors.dtype.name
     try:
-        return dim, _params(mechanism, epsilon, delta, radius, clip_norm, dim, _DTYPE_NAMES.get(vectors.dtype) or vectors.dtype.name,
-                         rng_id)
+        return dim, _params(mechanism, epsilon, delta, radius, clip_norm, dim, dtype, rng_id)
     except TypeError as exc:
         if "unhashable" not in str(exc):
             raise
