@@ -175,8 +175,10 @@ cdef object _run(cnp.ndarray src, int mech, double scale_c, double step_c, doubl
     cdef qg_stream *stream = NULL
     cdef const uint8_t *keys = NULL
     cdef const uint8_t *nonce_p = <const uint8_t *><char *>nonce
-    if not cnp.PyArray_IS_C_CONTIGUOUS(src):
-        src = np.ascontiguousarray(src)
+    if not cnp.PyArray_IS_C_CONTIGUOUS(src) or not cnp.PyArray_ISALIGNED(src):
+        # A contiguous but misaligned buffer (e.g. a byte buffer viewed from offset 1) would be read
+        # through misaligned double/float pointers in C: copy it into a fresh, aligned array.
+        src = np.array(src, order="C", copy=True)
     dim = <size_t>src.shape[src.ndim - 1]
     rows = 1 if src.ndim == 1 else <size_t>src.shape[0]
     is_f32 = cnp.PyArray_TYPE(src) == cnp.NPY_FLOAT32

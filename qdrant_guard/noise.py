@@ -131,6 +131,9 @@ def calibrate_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -
     return _sigma(_real("epsilon", epsilon), _delta(delta), _real("sensitivity", sensitivity))
 
 
+_MIN_STEP = 2.0 ** -1000
+
+
 def lattice_step(scale: float) -> float:
     """Return Λ = 2^floor(log2(scale/1024)), computed exactly."""
     mantissa, exponent = math.frexp(_real("scale", scale) / LATTICE_DIVISOR)
@@ -178,6 +181,14 @@ def _params(mechanism: Any, epsilon: Any, delta: Any, radius: Any, clip_norm: An
         step = lattice_step(rad / eps)
         sensitivity = rad + math.sqrt(dim) * step
         scale = sensitivity / eps
+    if step < _MIN_STEP:
+        # Below this the lattice arithmetic (1/step) overflows float64; no useful embedding noise
+        # is anywhere near it, so such parameters are refused rather than silently mis-snapped.
+        raise ValueError(
+            f"radius={rad!r} with epsilon={eps!r} gives a noise scale of {scale:.3g}, too small to "
+            f"snap to a float64 lattice (step {step:.3g} < 2**-1000); use a larger radius or a "
+            "smaller epsilon"
+        )
     return NoiseParams(
         mechanism=mechanism, mechanism_version=MECHANISM_VERSION, epsilon=eps, delta=dlt,
         radius=rad, clip_norm=clip, scale=scale, lattice_step=step, rng_id=rng_id, dim=dim,

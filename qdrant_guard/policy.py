@@ -87,6 +87,9 @@ class QueryRules(_Strict):
     """``enforce`` refuses (QUERY_REJECTED); ``monitor`` only logs what would have been refused."""
     enabled: bool = True
     """Run structural validation on queries that carry text."""
+    max_chars: int | None = Field(65536, gt=0)
+    """Hard size cap checked before scanning (None: no cap). It bounds the scan's cost on hostile
+    input, including text crafted to collide in the scanner's token table."""
     max_tokens: int | None = Field(500, gt=0)
     """Whitespace-token cap (None: no cap)."""
     max_repetition: float | None = Field(0.5, ge=0, le=1)

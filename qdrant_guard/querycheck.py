@@ -59,6 +59,17 @@ class QueryChecks(TextOps):
             return
         from . import scan as _scan
 
+        if rules.max_chars is not None and len(text) > rules.max_chars:
+            violation = {"kind": "size_cap", "position": rules.max_chars,
+                         "detail": f"{len(text)} characters > max_chars {rules.max_chars}"}
+            if rules.mode == "monitor":
+                details["scan"] = {"would_reject": [violation]}
+                return
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.QUERY_REJECTED,
+                f"the query text has {len(text)} characters, above max_chars {rules.max_chars}; shorten it",
+                details={"violations": [violation], "query_text": details.get("query_text")},
+            ))
         result = _scan.scan_query(
             text, max_tokens=rules.max_tokens, max_repetition=rules.max_repetition,
             max_ngram_run=rules.max_ngram_run, encoded_payloads=rules.encoded_payloads,

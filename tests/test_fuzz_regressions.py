@@ -173,15 +173,14 @@ def test_nonfinite_input_is_refused_at_its_position(value: float, position: tupl
 # lattice step is below 2^-1024, 1/step overflows to inf, and snapping turns every output into
 # NaN (native/noise.c snap() with inv_step = 1.0 / step; _noise_py._snap does the same). The
 # release of an all-zero vector then fails as "overflows float64 ... values are too large".
-# The release is representable (the noise is ~radius/epsilon, far above the smallest double), so
-# it must succeed; the alternative fix is a ValueError from privatize naming radius/epsilon.
-@pytest.mark.xfail(strict=True, reason="finding 3: reported to the noise owner (noise.c/noise.py)")
+# Fixed by refusing such parameters: privatize raises a ValueError naming radius and epsilon (no
+# embedding noise is anywhere near that scale).
 @pytest.mark.parametrize("radius", [1e-306, 1e-310])
-def test_tiny_radius_releases_finite_values(radius: float) -> None:
-    out, params = privatize_seeded_for_tests(np.zeros(4), mechanism="laplace_l2", epsilon=1.0,
-                                             radius=radius, seed=1)
-    assert np.isfinite(out).all()
-    assert np.all(np.rint(out / params.lattice_step) == out / params.lattice_step)
+def test_tiny_radius_is_refused_with_a_clear_error(radius: float) -> None:
+    for mechanism, delta in (("laplace_l2", None), ("gaussian", 1e-6)):
+        with pytest.raises(ValueError, match="too small to snap"):
+            privatize_seeded_for_tests(np.zeros(4), mechanism=mechanism, epsilon=1.0, delta=delta,
+                                       radius=radius, seed=1)
 
 
 # ---------------------------------------------------------------------------------- chacha20
