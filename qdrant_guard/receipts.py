@@ -38,6 +38,7 @@ __all__ = [
     "BATCH_SIGNATURE_PREFIX",
     "REASONS",
     "stored_form",
+    "stored_form_batch",
     "commitment_bytes",
     "vector_commitment",
     "normalize_point_id",
@@ -124,31 +125,159 @@ def _grid_ints(arr: np.ndarray, func: str) -> np.ndarray:
     return scaled.astype(np.int64)
 
 
-def _unit_grid(arr: np.ndarray) -> np.ndarray:
-    norm = float(np.linalg.norm(arr))
-    if norm == 0.0:
-        raise ValueError("stored_form() cannot normalise a zero vector for Cosine distance")
-    k = np.rint((arr / norm) * _GRID_INV).astype(np.int64)
-    # Nudge the largest coordinates by single grid steps until sum(k^2) is within _NORM_TOL of
-    # 2^40, i.e. the snapped vector has unit norm to ~1e-8 and Qdrant's f32 re-normalisation is
-    # (almost) the identity, so snapping the stored value back gives k exactly.
-    residual = _UNIT_SQ - int(np.dot(k, k))
-    order = np.argsort(-np.abs(k), kind="stable")
-    for _ in range(16):
-        if abs(residual) <= _NORM_TOL:
-            break
-        for j in order:
-            if abs(residual) <= _NORM_TOL:
-                break
-            kj = int(k[j])
-            if kj == 0:
-                continue
-            step = round(residual / (2 * kj))
-            step = max(-1, min(1, step))
+def _distance_name(distance: Any, func: str) -> str:
+    if not isinstance(distance, str):
+        raise TypeError(f"{func}() distance must be str, not {type(distance).__name__}")
+    name = str(getattr(distance, "value", distance))
+    if name not in _DISTANCES:
+        raise ValueError(f"{func}() distance must be one of {_DISTANCES}, got {name!r}")
+    return name
+
+
+def _as_matrix(matrix: Any, func: str) -> np.ndarray:
+    if matrix is None or isinstance(matrix, (str, bytes, dict)):
+        raise TypeError(
+            f"{func}() matrix must be a 2-D array of numbers (n vectors x d), not {type(matrix).__name__}"
+        )
+    try:
+        arr = np.array(matrix, dtype=np.float64, order="C")
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{func}() matrix must be a 2-D array of numbers ({exc})") from exc
+    if arr.ndim != 2 or arr.shape[1] == 0:
+        raise ValueError(f"{func}() matrix must be 2-D (n vectors x d >= 1), got shape {arr.shape}")
+    finite = np.isfinite(arr).all(axis=1)
+    if not finite.all():
+        row = int(np.argmin(finite))
+        raise ValueError(f"{func}() row {row} contains NaN or Inf; only finite vectors can be stored")
+    return arr
+
+
+def _nudge_pass(r: Any, aeff: Sequence[Any], twoa: Sequence[Any], deltas: Any, done: Any) -> tuple[Any, int]:
+    # One pass of the norm correction over the visiting order, for one residual (a float; aeff,
+    # twoa lists of floats; deltas a 1-D array) or for many rows in lockstep (r an array; aeff,
+    # twoa, deltas lists of per-position rows): at position p, a row whose |residual| exceeds
+    # aeff = max(|k_j|, tolerance) (inf where k_j = 0) steps k_j by one grid unit towards closing
+    # the residual, which changes the residual by -(sign(residual) * 2|k_j| + 1). deltas[p]
+    # receives sign(residual) * 2|k_j| where a step was taken (else stays 0). Residuals are exact
+    # integers in float64 (|r| << 2^53). Returns the new residual and the positions visited.
+    scalar = isinstance(r, float)
+    p = 0
+    for p in range(len(aeff)):
+        step = abs(r) > aeff[p]
+        if scalar:
             if step:
-                residual -= 2 * kj * step + step * step
-                k[j] = kj + step
+                delta = math.copysign(twoa[p], r)
+                deltas[p] = delta
+                r = r - delta - 1.0
+            elif r <= _NORM_TOL and r >= -_NORM_TOL:
+                break
+        else:
+            delta = deltas[p]
+            np.copysign(twoa[p], r, out=delta)
+            delta *= step
+            r = r - delta - step
+            if p & 15 == 15 and done(r):
+                break
+    return r, p + 1
+
+
+def _unit_grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
+    # Works in place on ``arr`` (the caller's private float64 copy) and returns the grid
+    # integers k as exact float64 values; full-size temporaries are avoided because each one
+    # costs more in page faults than the arithmetic done on it.
+    n, d = arr.shape
+    # Row by row with ndarray.dot, exactly as np.linalg.norm computes a 1-D norm, so each row's
+    # result is bit-identical to normalising it alone.
+    norms = np.empty(n)
+    for i, row in enumerate(arr):
+        norms[i] = math.sqrt(row.dot(row))
+    if not norms.all():
+        if single:
+            raise ValueError("stored_form() cannot normalise a zero vector for Cosine distance")
+        raise ValueError(f"{func}() row {int(np.argmin(norms != 0))} is a zero vector; Cosine "
+                         "distance cannot normalise it")
+    k = arr
+    k /= norms[:, None]
+    k *= _GRID_INV
+    np.rint(k, out=k)
+    # Nudge coordinates by single grid steps, largest first, until sum(k^2) is within _NORM_TOL
+    # of 2^40, i.e. the snapped vector has unit norm to ~1e-8 and Qdrant's f32 re-normalisation
+    # is (almost) the identity, so snapping the stored value back gives k exactly. Each row walks
+    # its coordinates in the order of decreasing |k| (ties by index) for at most 16 passes; rows
+    # walk in lockstep, one array operation per position for the whole batch. All values here
+    # are integers far below 2^53, so float64 holds them (and sums of their squares) exactly.
+    residual = _UNIT_SQ - np.einsum("ij,ij->i", k, k)
+    # One unique sort key per coordinate, (2^21 - |k|) << shift | index (|k| <= 2^20 after
+    # normalising), so a plain sort gives the stable descending-|k| order; int32 keys when they
+    # fit, as they sort about three times faster.
+    shift = max(1, (d - 1).bit_length())
+    key_type = np.int32 if shift <= 10 else np.int64
+    keys = k.astype(key_type)
+    np.abs(keys, out=keys)
+    np.subtract(1 << 21, keys, out=keys)
+    keys <<= shift
+    keys |= np.arange(d, dtype=key_type)
+    keys.sort(axis=1)
+    flat_k = k.reshape(-1)
+    live = np.flatnonzero(np.abs(residual) > _NORM_TOL)
+    for n_pass in range(16):
+        if live.size == 0:
+            break
+        # Position-major layout (one contiguous row of live rows per visiting position): each
+        # row's p-th key (its coordinate index in the low bits) and |k| there.
+        keys_t = np.ascontiguousarray((keys if live.size == n else keys[live]).T)
+        if n_pass == 0:
+            mag = np.subtract(1 << 21, keys_t >> shift, dtype=np.float64)
+        else:
+            mag = np.abs(flat_k[(keys_t & ((1 << shift) - 1)) + live * d])
+        aeff = np.maximum(mag, float(_NORM_TOL))
+        aeff[mag == 0.0] = np.inf
+        mag *= 2.0
+        deltas = np.zeros(mag.shape)
+        if live.size == 1:
+            r, visited = _nudge_pass(float(residual[live[0]]), aeff[:, 0].tolist(),
+                                     mag[:, 0].tolist(), deltas[:, 0], lambda v: abs(v) <= _NORM_TOL)
+        else:
+            r, visited = _nudge_pass(residual[live], list(aeff), list(mag), list(deltas),
+                                     lambda v: not (np.abs(v) > _NORM_TOL).any())
+        # Apply the pass's steps: k_j moves by sign(residual) * sign(k_j), its value at the
+        # start of the pass (each coordinate is visited once per pass).
+        stepped = np.flatnonzero(deltas[:visited] != 0.0)
+        at = (keys_t.reshape(-1)[stepped] & ((1 << shift) - 1)) + live[stepped % live.size] * d
+        current = flat_k[at]
+        flat_k[at] = current + np.sign(deltas.reshape(-1)[stepped]) * np.sign(current)
+        residual[live] = r
+        live = live[np.abs(residual[live]) > _NORM_TOL]
     return k
+
+
+def _grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
+    scaled = np.rint(arr * _GRID_INV)
+    worst = np.max(np.abs(scaled), axis=1)
+    too_big = worst > _INT32_LIMIT
+    if too_big.any():
+        row = int(np.argmax(too_big))
+        what = "vector" if single else f"row {row}"
+        raise ValueError(
+            f"{func}() {what} has a coordinate of magnitude {float(worst[row]) * COMMIT_GRID:g}; the "
+            "commitment grid 2^-20 holds |v| < 2048 in int32, rescale the vectors"
+        )
+    return scaled.astype(np.int64)
+
+
+def _stored_rows(arr: np.ndarray, name: str, func: str, single: bool) -> np.ndarray:
+    if arr.shape[0] == 0:
+        return np.empty(arr.shape, dtype=np.float32)
+    if name == "Cosine":
+        k = _unit_grid_rows(arr, func, single)
+    else:
+        k = _grid_rows(arr, func, single).astype(np.float64)
+    # rint gives -0.0 for small negatives; + 0.0 makes every zero +0.0, as the int path did.
+    k += 0.0
+    # float64 -> float32 rounds large grid values to float32's coarser grid, still a multiple of
+    # 2^-20 whenever |v| >= 8, so the result is exactly representable and on the grid.
+    k *= COMMIT_GRID
+    return k.astype(np.float32)
 
 
 def stored_form(vector: Any, *, distance: str) -> np.ndarray:
@@ -171,16 +300,33 @@ def stored_form(vector: Any, *, distance: str) -> np.ndarray:
         TypeError: ``vector`` is not a sequence of numbers or ``distance`` is not a str.
         ValueError: NaN/Inf, wrong shape, a zero vector for Cosine, |v| >= 2048, unknown distance.
     """
-    if not isinstance(distance, str):
-        raise TypeError(f"stored_form() distance must be str, not {type(distance).__name__}")
-    name = str(getattr(distance, "value", distance))
-    if name not in _DISTANCES:
-        raise ValueError(f"stored_form() distance must be one of {_DISTANCES}, got {name!r}")
-    arr = _as_vector(vector, "stored_form")
-    k = _unit_grid(arr) if name == "Cosine" else _grid_ints(arr, "stored_form")
-    # float64 -> float32 rounds large grid values to float32's coarser grid, still a multiple of
-    # 2^-20 whenever |v| >= 8, so the result is exactly representable and on the grid.
-    return (k.astype(np.float64) * COMMIT_GRID).astype(np.float32)
+    name = _distance_name(distance, "stored_form")
+    # A private copy: the Cosine path works in place.
+    arr = np.array(_as_vector(vector, "stored_form")[None, :])
+    return _stored_rows(arr, name, "stored_form", True)[0]
+
+
+def stored_form_batch(matrix: Any, *, distance: str) -> np.ndarray:
+    """Return :func:`stored_form` of every row of ``matrix`` at once.
+
+    The result is bit-identical to ``np.stack([stored_form(row, distance=distance) for row in
+    matrix])``; the Cosine norm correction runs for all rows together as array operations.
+
+    Args:
+        matrix: n x d finite numbers (n may be 0; d >= 1).
+        distance: Qdrant distance of the collection, as for :func:`stored_form`.
+
+    Returns:
+        A new (n, d) float32 array.
+
+    Raises:
+        TypeError: ``matrix`` is not a 2-D array of numbers or ``distance`` is not a str.
+        ValueError: NaN/Inf, wrong shape, a zero row for Cosine, |v| >= 2048, unknown distance
+            (the message names the first bad row).
+    """
+    name = _distance_name(distance, "stored_form_batch")
+    arr = _as_matrix(matrix, "stored_form_batch")
+    return _stored_rows(arr, name, "stored_form_batch", False)
 
 
 def commitment_bytes(vector: Any) -> bytes:
