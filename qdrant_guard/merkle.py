@@ -12,7 +12,9 @@ the sibling side and the skipped levels from ``index`` and ``size`` alone.
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from typing import Sequence, TypeVar
+
+T = TypeVar("T")
 
 __all__ = ["leaf_hash", "node_hash", "build_levels", "audit_path", "root_from_path"]
 
@@ -48,8 +50,12 @@ def build_levels(leaves: Sequence[bytes]) -> list[list[bytes]]:
     return levels
 
 
-def audit_path(levels: list[list[bytes]], index: int) -> list[bytes]:
-    """Return the sibling hashes proving leaf ``index`` against the root of ``levels``."""
+def audit_path(levels: Sequence[Sequence[T]], index: int) -> list[T]:
+    """Return the sibling hashes proving leaf ``index`` against the root of ``levels``.
+
+    ``levels`` may hold the hashes in any form (bytes, or e.g. their hex strings, converted
+    once per node), as long as every level keeps its length.
+    """
     size = len(levels[0])
     if not 0 <= index < size:
         raise ValueError(f"leaf index {index} out of range for {size} leaves")
