@@ -10,7 +10,6 @@ import numpy as np
 from qdrant_client.http import models
 
 from . import noise as _noise
-from .canonical import canonical_json
 from .decision import Verdict
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
@@ -20,7 +19,7 @@ from .receipts import (
     issue_receipts_batch,
     receipts_for_payload,
     receipts_from_payload,
-    stored_form,
+    stored_form_batch,
     verify_receipt,
 )
 from .textguard import TextOps
@@ -341,8 +340,8 @@ class WriteOps(TextOps):
                 delta=np_.delta if np_.mechanism == "gaussian" else None, clip_norm=np_.clip_norm,
                 key=self.noise_key if np_.keyed else None,
             )
-            for s, row in zip(group, noised):
-                final = stored_form(row, distance=spec.distance)
+            finals = stored_form_batch(noised, distance=spec.distance)
+            for s, final in zip(group, finals):
                 vectors[s.point][vname] = final
                 items.append((s, ReceiptItem(params=params, vector=final, collection=name,
                                              point_id=points[s.point].id, vector_name=vname,
@@ -383,5 +382,7 @@ def _as_list(v: Any) -> Any:
 
 
 def _batch_digest(receipts: list[dict[str, Any]]) -> str:
-    return hashlib.sha256(canonical_json(receipts)).hexdigest()
+    # A Merkle batch carries one signature over its root, so the signatures identify the batch.
+    sigs = sorted({str(r.get("sig", "")) for r in receipts})
+    return hashlib.sha256("\n".join(sigs).encode("ascii")).hexdigest()
 
