@@ -267,14 +267,37 @@ def _unlock(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def _make_entry(seq: int, prev: str, record: dict[str, Any], signer: ReceiptSigner | None,
-                checkpoint: bool) -> tuple[dict[str, Any], bytes]:
-    entry: dict[str, Any] = {"seq": seq, "ts": time.time(), "prev": prev, "record": record}
-    entry["hash"] = entry_hash(entry)
+def _make_entry(seq: int, prev: str, record: dict[str, Any], record_bytes: bytes,
+                signer: ReceiptSigner | None, checkpoint: bool) -> tuple[dict[str, Any], bytes]:
+    # The canonical encodings of the entry (keys prev < record < seq < ts, and ckpt < hash in
+    # front of them on the line), spliced around the record's canonical bytes so the record is
+    # encoded once; equal to canonical_json(entry) and to what entry_hash() recomputes.
+    ts = time.time()
+    tail = b"".join((b'"prev":"', prev.encode("ascii"), b'","record":', record_bytes, b',"seq":',
+                     int.__repr__(seq).encode("ascii"), b',"ts":', float.__repr__(ts).encode("ascii"),
+                     b"}"))
+    digest = hashlib.sha256(b"{" + tail).hexdigest()
+    entry: dict[str, Any] = {"seq": seq, "ts": ts, "prev": prev, "record": record, "hash": digest}
+    head = b'{"hash":"' + digest.encode("ascii") + b'",'
     if signer is not None and checkpoint:
-        sig = signer.sign(CHECKPOINT_PREFIX + bytes.fromhex(entry["hash"]))
+        sig = signer.sign(CHECKPOINT_PREFIX + bytes.fromhex(digest))
         entry["ckpt"] = {"kid": signer.key_id, "sig": base64.b64encode(sig).decode("ascii")}
-    return entry, canonical_json(entry) + b"\n"
+        head = b'{"ckpt":' + canonical_json(entry["ckpt"]) + b"," + head[1:]
+    return entry, head + tail + b"\n"
+
+
+def _check_record_bytes(record_bytes: Any) -> bytes:
+    if not isinstance(record_bytes, bytes):
+        raise TypeError(f"AuditLog.append_encoded() record_bytes must be bytes, not {type(record_bytes).__name__}")
+    # Cheap structural checks only (the caller vouches for the rest): an object, one line, UTF-8.
+    if not (record_bytes.startswith(b"{") and record_bytes.endswith(b"}")) or b"\n" in record_bytes:
+        raise ValueError("AuditLog.append_encoded() record_bytes must be canonical_json(record): one "
+                         "JSON object on one line")
+    try:
+        record_bytes.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"AuditLog.append_encoded() record_bytes is not UTF-8 ({exc})") from None
+    return record_bytes
 
 
 def repair_audit_file(path: PathLike, *, signer: ReceiptSigner | None = None) -> AuditReport:
@@ -332,7 +355,8 @@ def repair_audit_file(path: PathLike, *, signer: ReceiptSigner | None = None) ->
             "cut_sha256": hashlib.sha256(cut).hexdigest(),
             "cut_file": os.path.basename(side),
         }
-        _, line = _make_entry(before.last_seq + 1, before.last_hash, record, signer, True)
+        _, line = _make_entry(before.last_seq + 1, before.last_hash, record, canonical_json(record),
+                              signer, True)
         os.lseek(fd, 0, os.SEEK_END)
         os.write(fd, line)
         os.fsync(fd)
@@ -481,23 +505,55 @@ class AuditLog:
         """
         if not isinstance(record, dict):
             raise TypeError(f"AuditLog.append() record must be dict, not {type(record).__name__}")
-        canonical_json(record)  # raise TypeError/ValueError before touching the file
+        # Encoded once, before touching the file: raises TypeError/ValueError for a bad record.
+        return self._append(record, canonical_json(record))
+
+    def append_encoded(self, record: dict[str, Any], record_bytes: bytes) -> dict[str, Any]:
+        """Like :meth:`append`, for a caller that already holds ``canonical_json(record)``.
+
+        The bytes are written into the entry as they are instead of encoding ``record`` again,
+        so the line and its hash are byte-identical to what :meth:`append` would write. The
+        bytes are checked only for shape (bytes, one JSON object on one line, UTF-8): bytes that
+        are not exactly ``canonical_json(record)`` produce a line that
+        :func:`verify_audit_file` reports as ``edited``, and a returned entry whose ``record``
+        differs from the file.
+
+        Args:
+            record: the record (returned in the entry and given to logging).
+            record_bytes: ``canonical_json(record)``.
+
+        Returns:
+            The written entry, as :meth:`append` returns it.
+
+        Raises:
+            TypeError: ``record`` is not a dict or ``record_bytes`` not bytes.
+            ValueError: ``record_bytes`` is not one JSON object on one line in UTF-8.
+            AuditIntegrityError: the file's tail was damaged by someone else.
+            AuditError: the write failed (the caller must fail closed).
+        """
+        if not isinstance(record, dict):
+            raise TypeError(f"AuditLog.append_encoded() record must be dict, not {type(record).__name__}")
+        return self._append(record, _check_record_bytes(record_bytes))
+
+    def _append(self, record: dict[str, Any], record_bytes: bytes) -> dict[str, Any]:
         with self._lock:
             if self.path is None:
-                entry, _ = self._next(record)
+                entry, _ = self._next(record, record_bytes)
             else:
-                entry = self._append_file(record)
-        self._logger.info("qdrant_guard audit seq=%d event=%s", entry["seq"],
-                          record.get("event", ""), extra={"qdrant_guard": entry})
+                entry = self._append_file(record, record_bytes)
+        logger = self._logger
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("qdrant_guard audit seq=%d event=%s", entry["seq"], record.get("event", ""),
+                        extra={"qdrant_guard": entry})
         return entry
 
-    def _next(self, record: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    def _next(self, record: dict[str, Any], record_bytes: bytes) -> tuple[dict[str, Any], bytes]:
         seq = self._seq + 1
-        entry, line = _make_entry(seq, self._prev, record, self._signer, seq % self._every == 0)
+        entry, line = _make_entry(seq, self._prev, record, record_bytes, self._signer, seq % self._every == 0)
         self._seq, self._prev = seq, entry["hash"]
         return entry, line
 
-    def _append_file(self, record: dict[str, Any]) -> dict[str, Any]:
+    def _append_file(self, record: dict[str, Any], record_bytes: bytes) -> dict[str, Any]:
         if self._fd is None or self._pid != os.getpid():
             # A forked child must not share the parent's open file description: flock would
             # then be shared too and stop serialising the two processes.
@@ -511,7 +567,7 @@ class AuditLog:
         try:
             self._read_tail(fd)
             saved = (self._seq, self._prev)
-            entry, line = self._next(record)
+            entry, line = self._next(record, record_bytes)
             try:
                 written = os.write(fd, line)
                 if written != len(line):
