@@ -20,6 +20,7 @@ counts once.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sqlite3
@@ -28,9 +29,10 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from fractions import Fraction
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
-from .diversity import _check_fraction, _check_int, floor_share
+from .diversity import _check_fraction, _check_int
 from .errors import QdrantGuardError
 
 __all__ = [
@@ -168,15 +170,42 @@ class _CountingStore:
         self, key: str, point_ids: Sequence[str], *, cap: int, window_s: float, now: float
     ) -> tuple[list[str], list[str], int, int]:
         """Like :meth:`admit`, plus the distinct counts before and after, from the same atomic step."""
-        args = _check_admit_args(key, point_ids, cap, window_s, now)
-        flags, before, after = self._admit(*args)
-        ids = args[1]
+        key, ids, cap, window_s, now = _check_admit_args(key, point_ids, cap, window_s, now)
+        ((flags, before, after),) = self._admit_many([(key, ids, cap)], window_s, now)
         return (
             [pid for pid, ok in zip(ids, flags) if ok],
             [pid for pid, ok in zip(ids, flags) if not ok],
             before,
             after,
         )
+
+    def admit_many_counted(
+        self, requests: Sequence[tuple[str, Sequence[str], int]], *, window_s: float, now: float
+    ) -> list[tuple[list[bool], int, int]]:
+        """Apply several admissions ``(key, point_ids, cap)`` in one store transaction.
+
+        Each key gets exactly what :meth:`admit_counted` with the same ``window_s`` and ``now``
+        would give it, applied in order (keys are independent, so the order only matters for a
+        key given twice). The whole call is one lock acquisition, one SQLite transaction or one
+        Redis script.
+
+        Returns:
+            Per request, ``(flags, seen_before, seen_after)``: ``flags[i]`` is True where
+            ``point_ids[i]`` was admitted.
+        """
+        if isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
+            raise TypeError(f"requests must be a sequence of (key, point_ids, cap), not {type(requests).__name__}")
+        window_s = _check_real("window_s", window_s, positive=True)
+        now = _check_real("now", now, positive=False)
+        checked = []
+        for index, request in enumerate(requests):
+            if not isinstance(request, tuple) or len(request) != 3:
+                raise TypeError(f"requests[{index}] must be a (key, point_ids, cap) tuple")
+            key, ids, cap, _, _ = _check_admit_args(*request, window_s, now)
+            checked.append((key, ids, cap))
+        if not checked:
+            return []
+        return self._admit_many(checked, window_s, now)
 
     def seen(self, key: str, *, window_s: float, now: float) -> int:
         """See :meth:`BudgetStore.seen`."""
@@ -191,7 +220,9 @@ class _CountingStore:
             _check_str("key", key)
         self._reset(key)
 
-    def _admit(self, key: str, ids: list[str], cap: int, window_s: float, now: float) -> tuple[list[bool], int, int]:
+    def _admit_many(
+        self, requests: list[tuple[str, list[str], int]], window_s: float, now: float
+    ) -> list[tuple[list[bool], int, int]]:
         raise NotImplementedError
 
     def _seen(self, key: str, window_s: float, now: float) -> int:
@@ -226,26 +257,31 @@ class MemoryBudgetStore(_CountingStore):
             return None, now
         return entries, now
 
-    def _admit(self, key: str, ids: list[str], cap: int, window_s: float, now: float) -> tuple[list[bool], int, int]:
+    def _admit_many(
+        self, requests: list[tuple[str, list[str], int]], window_s: float, now: float
+    ) -> list[tuple[list[bool], int, int]]:
         with self._lock:
-            entries, now = self._expire(key, window_s, now)
-            if entries is None:
-                entries = OrderedDict()
-            before = len(entries)
-            flags = []
-            for pid in ids:
-                if pid in entries:
-                    entries[pid] = now
-                    entries.move_to_end(pid)
-                    flags.append(True)
-                elif len(entries) < cap:
-                    entries[pid] = now
-                    flags.append(True)
-                else:
-                    flags.append(False)
-            if entries:
-                self._keys[key] = entries
-            return flags, before, len(entries)
+            return [self._admit_locked(key, ids, cap, window_s, now) for key, ids, cap in requests]
+
+    def _admit_locked(self, key: str, ids: list[str], cap: int, window_s: float, now: float) -> tuple[list[bool], int, int]:
+        entries, now = self._expire(key, window_s, now)
+        if entries is None:
+            entries = OrderedDict()
+        before = len(entries)
+        flags = []
+        for pid in ids:
+            if pid in entries:
+                entries[pid] = now
+                entries.move_to_end(pid)
+                flags.append(True)
+            elif len(entries) < cap:
+                entries[pid] = now
+                flags.append(True)
+            else:
+                flags.append(False)
+        if entries:
+            self._keys[key] = entries
+        return flags, before, len(entries)
 
     def _seen(self, key: str, window_s: float, now: float) -> int:
         with self._lock:
@@ -331,21 +367,27 @@ class SqliteBudgetStore(_CountingStore):
     def _count(db: sqlite3.Connection, key: str) -> int:
         return int(db.execute("SELECT COUNT(*) FROM qg_budget WHERE key = ?", (key,)).fetchone()[0])
 
-    def _admit(self, key: str, ids: list[str], cap: int, window_s: float, now: float) -> tuple[list[bool], int, int]:
+    def _admit_many(
+        self, requests: list[tuple[str, list[str], int]], window_s: float, now: float
+    ) -> list[tuple[list[bool], int, int]]:
         with self._transaction() as db:
-            now = self._expire(db, key, window_s, now)
-            count = before = self._count(db, key)
-            flags = []
-            for pid in ids:
-                if db.execute("UPDATE qg_budget SET ts = ? WHERE key = ? AND pid = ?", (now, key, pid)).rowcount:
-                    flags.append(True)
-                elif count < cap:
-                    db.execute("INSERT INTO qg_budget (key, pid, ts) VALUES (?, ?, ?)", (key, pid, now))
-                    count += 1
-                    flags.append(True)
-                else:
-                    flags.append(False)
-            return flags, before, count
+            return [self._admit_in(db, key, ids, cap, window_s, now) for key, ids, cap in requests]
+
+    def _admit_in(self, db: sqlite3.Connection, key: str, ids: list[str], cap: int, window_s: float,
+                  now: float) -> tuple[list[bool], int, int]:
+        now = self._expire(db, key, window_s, now)
+        count = before = self._count(db, key)
+        flags = []
+        for pid in ids:
+            if db.execute("UPDATE qg_budget SET ts = ? WHERE key = ? AND pid = ?", (now, key, pid)).rowcount:
+                flags.append(True)
+            elif count < cap:
+                db.execute("INSERT INTO qg_budget (key, pid, ts) VALUES (?, ?, ?)", (key, pid, now))
+                count += 1
+                flags.append(True)
+            else:
+                flags.append(False)
+        return flags, before, count
 
     def _seen(self, key: str, window_s: float, now: float) -> int:
         with self._transaction() as db:
@@ -392,36 +434,44 @@ class _SqliteTransaction:
             raise BudgetStoreError(f"budget database {self._path!r}: {exc}") from exc
 
 
-# KEYS[1]: the ZSET (member = point id, score = timestamp).
-# ARGV: now, window_s, cap, ttl_ms, id1, id2, ...  -> {flags..., before, after}
+# KEYS[1..m]: the ZSETs (member = point id, score = timestamp), one per admission.
+# ARGV: now, window_s, ttl_ms, then per key: cap, n, id1, ..., idn
+#   -> per key: {flags..., before, after}, concatenated
 _REDIS_ADMIT = """
-local key = KEYS[1]
-local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
-local cap = tonumber(ARGV[3])
-local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-if newest[2] and tonumber(newest[2]) > now then now = tonumber(newest[2]) end
-local stamp = string.format('%.17g', now)
-redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. string.format('%.17g', now - window))
-local count = redis.call('ZCARD', key)
-local before = count
+local ttl = ARGV[3]
+local pos = 4
 local out = {}
-for i = 5, #ARGV do
-  local pid = ARGV[i]
-  if redis.call('ZSCORE', key, pid) then
-    redis.call('ZADD', key, stamp, pid)
-    out[#out + 1] = 1
-  elseif count < cap then
-    redis.call('ZADD', key, stamp, pid)
-    count = count + 1
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
+for k = 1, #KEYS do
+  local key = KEYS[k]
+  local cap = tonumber(ARGV[pos])
+  local n = tonumber(ARGV[pos + 1])
+  pos = pos + 2
+  local now = tonumber(ARGV[1])
+  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if newest[2] and tonumber(newest[2]) > now then now = tonumber(newest[2]) end
+  local stamp = string.format('%.17g', now)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. string.format('%.17g', now - window))
+  local count = redis.call('ZCARD', key)
+  local before = count
+  for i = pos, pos + n - 1 do
+    local pid = ARGV[i]
+    if redis.call('ZSCORE', key, pid) then
+      redis.call('ZADD', key, stamp, pid)
+      out[#out + 1] = 1
+    elseif count < cap then
+      redis.call('ZADD', key, stamp, pid)
+      count = count + 1
+      out[#out + 1] = 1
+    else
+      out[#out + 1] = 0
+    end
   end
+  pos = pos + n
+  if count > 0 then redis.call('PEXPIRE', key, ttl) end
+  out[#out + 1] = before
+  out[#out + 1] = count
 end
-if count > 0 then redis.call('PEXPIRE', key, ARGV[4]) end
-out[#out + 1] = before
-out[#out + 1] = count
 return out
 """
 
@@ -467,23 +517,38 @@ class RedisBudgetStore(_CountingStore):
             client_or_url = redis.Redis.from_url(client_or_url)
         self.client = client_or_url
         self.prefix = prefix
+        cluster = getattr(getattr(redis, "cluster", None), "RedisCluster", None)
+        self._cluster = cluster is not None and isinstance(client_or_url, cluster)
         self._admit_script = self.client.register_script(_REDIS_ADMIT)
         self._seen_script = self.client.register_script(_REDIS_SEEN)
 
-    def _call(self, script: Any, key: str, args: list[Any]) -> Any:
+    def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         try:
-            return script(keys=[self.prefix + key], args=args)
+            return script(keys=[self.prefix + key for key in keys], args=args)
         except self._redis_error as exc:
-            raise BudgetStoreError(f"redis budget store failed for key {key!r}: {exc}") from exc
+            named = keys[0] if len(keys) == 1 else keys
+            raise BudgetStoreError(f"redis budget store failed for key {named!r}: {exc}") from exc
 
-    def _admit(self, key: str, ids: list[str], cap: int, window_s: float, now: float) -> tuple[list[bool], int, int]:
-        ttl_ms = max(1, math.ceil(window_s * 1000))
-        reply = self._call(self._admit_script, key, [repr(now), repr(window_s), cap, ttl_ms, *ids])
-        flags = [bool(int(v)) for v in reply[:-2]]
-        return flags, int(reply[-2]), int(reply[-1])
+    def _admit_many(
+        self, requests: list[tuple[str, list[str], int]], window_s: float, now: float
+    ) -> list[tuple[list[bool], int, int]]:
+        if self._cluster and len(requests) > 1:
+            # A cluster runs a script only over keys of one hash slot; keys are independent, so
+            # one script per key gives the same result.
+            return [r for request in requests for r in self._admit_many([request], window_s, now)]
+        args: list[Any] = [repr(now), repr(window_s), max(1, math.ceil(window_s * 1000))]
+        for _, ids, cap in requests:
+            args += (cap, len(ids), *ids)
+        reply = self._call(self._admit_script, [key for key, _, _ in requests], args)
+        out, pos = [], 0
+        for _, ids, _ in requests:
+            end = pos + len(ids)
+            out.append(([bool(int(v)) for v in reply[pos:end]], int(reply[end]), int(reply[end + 1])))
+            pos = end + 2
+        return out
 
     def _seen(self, key: str, window_s: float, now: float) -> int:
-        return int(self._call(self._seen_script, key, [repr(now), repr(window_s)]))
+        return int(self._call(self._seen_script, [key], [repr(now), repr(window_s)]))
 
     def _reset(self, key: str | None) -> None:
         try:
@@ -554,6 +619,18 @@ class BudgetDecision:
     key: str
 
 
+@functools.lru_cache(maxsize=256)
+def _decimal_ratio(fraction: float) -> tuple[int, int]:
+    # The decimal the caller wrote, as floor_share reads it: the shortest repr of the float.
+    return Fraction(repr(fraction)).as_integer_ratio()
+
+
+def _floor_share(n: int, fraction: float) -> int:
+    # floor_share(n, fraction) for checked arguments, with the exact ratio cached per fraction.
+    numerator, denominator = _decimal_ratio(fraction)
+    return n * numerator // denominator
+
+
 def _escape_part(text: str) -> str:
     return text.replace("%", "%25").replace("|", "%7C")
 
@@ -608,31 +685,45 @@ class ExtractionBudget:
         """
         _check_count("source_size", source_size)
         coverage = _check_fraction("max_source_coverage", max_source_coverage, allow_zero=True)
-        return floor_share(source_size, coverage)
+        return _floor_share(source_size, coverage)
 
-    def _charge(self, key: str, point_ids: Sequence[Any], cap: int) -> BudgetDecision:
-        if isinstance(point_ids, (str, bytes)) or not isinstance(point_ids, Sequence):
-            raise TypeError(f"point_ids must be a sequence of point ids, not {type(point_ids).__name__}")
-        originals = list(point_ids)
-        normalised = [normalize_point_id(pid) for pid in originals]
+    def _decide(self, charges: list[tuple[str, list[Any], int]]) -> list[BudgetDecision]:
+        # charges: (key, original point ids, cap) -> one decision each, from one store call when
+        # the store can take them together.
+        normalised = []
+        for _, point_ids, _ in charges:
+            if isinstance(point_ids, (str, bytes)) or not isinstance(point_ids, Sequence):
+                raise TypeError(f"point_ids must be a sequence of point ids, not {type(point_ids).__name__}")
+            normalised.append([normalize_point_id(pid) for pid in point_ids])
         now = _check_real("clock()", self.clock(), positive=False)
-        counted = getattr(self.store, "admit_counted", None)
-        if counted is not None:
-            admitted, _, before, after = counted(key, normalised, cap=cap, window_s=self.window_s, now=now)
-        else:
-            # Third-party stores only promise admit(); the counts around it are then not atomic.
-            before = self.store.seen(key, window_s=self.window_s, now=now)
-            admitted, _ = self.store.admit(key, normalised, cap=cap, window_s=self.window_s, now=now)
-            after = self.store.seen(key, window_s=self.window_s, now=now)
-        ok = set(admitted)
-        return BudgetDecision(
-            admitted=[o for o, n in zip(originals, normalised) if n in ok],
-            withheld=[o for o, n in zip(originals, normalised) if n not in ok],
-            seen_before=before,
-            seen_after=after,
-            cap=cap,
-            key=key,
-        )
+        store = self.store
+        many = getattr(store, "admit_many_counted", None)
+        if many is not None:
+            results = many([(key, norm, cap) for (key, _, cap), norm in zip(charges, normalised)],
+                           window_s=self.window_s, now=now)
+            return [
+                BudgetDecision(
+                    admitted=[o for o, ok in zip(originals, flags) if ok],
+                    withheld=[o for o, ok in zip(originals, flags) if not ok],
+                    seen_before=before, seen_after=after, cap=cap, key=key)
+                for (key, originals, cap), (flags, before, after) in zip(charges, results)
+            ]
+        decisions = []
+        counted = getattr(store, "admit_counted", None)
+        for (key, originals, cap), norm in zip(charges, normalised):
+            if counted is not None:
+                admitted, _, before, after = counted(key, norm, cap=cap, window_s=self.window_s, now=now)
+            else:
+                # Third-party stores only promise admit(); the counts around it are then not atomic.
+                before = store.seen(key, window_s=self.window_s, now=now)
+                admitted, _ = store.admit(key, norm, cap=cap, window_s=self.window_s, now=now)
+                after = store.seen(key, window_s=self.window_s, now=now)
+            ok = set(admitted)
+            decisions.append(BudgetDecision(
+                admitted=[o for o, n in zip(originals, norm) if n in ok],
+                withheld=[o for o, n in zip(originals, norm) if n not in ok],
+                seen_before=before, seen_after=after, cap=cap, key=key))
+        return decisions
 
     def admit(
         self,
@@ -662,7 +753,50 @@ class ExtractionBudget:
             BudgetStoreError: the store is unavailable (fail closed).
         """
         key = self.budget_key(principal, collection, source)
-        return self._charge(key, point_ids, self.cap_for(source_size, max_source_coverage))
+        (decision,) = self._decide([(key, point_ids, self.cap_for(source_size, max_source_coverage))])
+        return decision
+
+    def admit_many(
+        self,
+        *,
+        principal: str,
+        collection: str,
+        requests: Mapping[str, tuple[Sequence[int | str | uuid.UUID], int]],
+        max_source_coverage: float,
+    ) -> dict[str, BudgetDecision]:
+        """Charge several sources of one read at once: :meth:`admit` for each, in one store call.
+
+        Every source gets exactly the decision that calling :meth:`admit` for it would give at
+        the same clock reading (sources have separate keys). The built-in stores apply all of
+        them in one step: one lock acquisition, one SQLite ``BEGIN IMMEDIATE`` transaction, or
+        one Redis script (one per key on Redis Cluster, where a script cannot span hash slots).
+
+        Args:
+            principal: who is reading.
+            collection: the collection read.
+            requests: source -> (the point ids about to be returned from it, in rank order; the
+                number of points the source has in the collection).
+            max_source_coverage: the largest share of each source one principal may see per window.
+
+        Returns:
+            source -> :class:`BudgetDecision`, in the order of ``requests``.
+
+        Raises:
+            TypeError, ValueError: bad arguments or point ids (nothing is charged then).
+            BudgetStoreError: the store is unavailable (fail closed).
+        """
+        if not isinstance(requests, Mapping):
+            raise TypeError(f"requests must be a mapping of source to (point_ids, source_size), not {type(requests).__name__}")
+        coverage = _check_fraction("max_source_coverage", max_source_coverage, allow_zero=True)
+        charges = []
+        for source, request in requests.items():
+            if not isinstance(request, tuple) or len(request) != 2:
+                raise TypeError(f"requests[{source!r}] must be a (point_ids, source_size) tuple")
+            point_ids, source_size = request
+            _check_count("source_size", source_size)
+            charges.append((self.budget_key(principal, collection, source), point_ids,
+                            _floor_share(source_size, coverage)))
+        return dict(zip(requests, self._decide(charges))) if charges else {}
 
     def admit_vectors(
         self,
@@ -692,4 +826,5 @@ class ExtractionBudget:
             BudgetStoreError: the store is unavailable (fail closed).
         """
         key = self._vector_key(principal, collection)
-        return self._charge(key, point_ids, _check_count("max_vectors", max_vectors))
+        (decision,) = self._decide([(key, point_ids, _check_count("max_vectors", max_vectors))])
+        return decision

@@ -478,3 +478,104 @@ def test_make_store(tmp_path):
 @pytest.mark.redis
 def test_make_store_redis(redis_url):
     assert isinstance(make_store(redis_url), RedisBudgetStore)
+
+
+# --- admit_many: one store transaction, the same decisions as admit per source ---------------
+
+_sources = st.sampled_from(["memo", "wiki", "a|b", "50%", "ünï"])
+_ids = st.lists(st.integers(0, 12) | st.sampled_from(["550e8400-e29b-41d4-a716-446655440000",
+                                                        "550E8400E29B41D4A716446655440000"]), max_size=6)
+_request = st.dictionaries(_sources, st.tuples(_ids, st.integers(0, 14)), max_size=4)
+_script = st.lists(st.tuples(_request, st.sampled_from([0.0, 0.5, 1.0]), st.sampled_from([0.0, 3.0, 7.0, -2.0]),
+                             st.sampled_from(["p", "q"])), min_size=1, max_size=6)
+
+
+def _run_many_vs_sequential(make, script):
+    t = [100.0]
+    many = ExtractionBudget(make(), window_s=10, clock=lambda: t[0])
+    one = ExtractionBudget(make(), window_s=10, clock=lambda: t[0])
+    for requests, coverage, dt, principal in script:
+        t[0] += dt
+        got = many.admit_many(principal=principal, collection="c", requests=requests,
+                              max_source_coverage=coverage)
+        want = {source: one.admit(principal=principal, collection="c", source=source, point_ids=ids,
+                                  source_size=size, max_source_coverage=coverage)
+                for source, (ids, size) in requests.items()}
+        assert got == want and list(got) == list(requests)
+        for source in requests:
+            key = ExtractionBudget.budget_key(principal, "c", source)
+            assert many.store.seen(key, window_s=10, now=t[0]) == one.store.seen(key, window_s=10, now=t[0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(script=_script)
+def test_admit_many_equals_sequential_admit_memory_and_sqlite(tmp_path_factory, script):
+    _run_many_vs_sequential(MemoryBudgetStore, script)
+    d = tmp_path_factory.mktemp("many")
+    made = []
+
+    def sqlite_store():
+        made.append(SqliteBudgetStore(d / f"{uuid.uuid4().hex}.db"))
+        return made[-1]
+
+    try:
+        _run_many_vs_sequential(sqlite_store, script)
+    finally:
+        for s in made:
+            s.close()
+
+
+@pytest.mark.redis
+@settings(max_examples=40, deadline=None)
+@given(script=_script)
+def test_admit_many_equals_sequential_admit_redis(redis_url, script):
+    _run_many_vs_sequential(lambda: RedisBudgetStore(redis_url, prefix=f"qg:many:{uuid.uuid4().hex}:"), script)
+
+
+def test_admit_many_is_one_store_call(store, monkeypatch):
+    calls = []
+    original = store._admit_many
+    monkeypatch.setattr(store, "_admit_many", lambda reqs, w, n: calls.append(len(reqs)) or original(reqs, w, n))
+    budget = ExtractionBudget(store, clock=lambda: 1.0)
+    out = budget.admit_many(principal="p", collection="c", max_source_coverage=0.5,
+                            requests={"a": ([1, 2, 3], 4), "b": ([7], 1), "c": ([], 10)})
+    assert calls == [3]
+    assert (out["a"].admitted, out["a"].withheld, out["a"].cap) == ([1, 2], [3], 2)
+    assert (out["b"].admitted, out["b"].withheld, out["b"].cap) == ([], [7], 0)
+    assert out["c"] == BudgetDecision([], [], 0, 0, 5, "src|p|c|c")
+    assert budget.admit_many(principal="p", collection="c", requests={}, max_source_coverage=0.5) == {}
+
+
+def test_admit_many_with_a_protocol_only_store():
+    budget = ExtractionBudget(_AdmitOnlyStore(), clock=lambda: 0.0)
+    out = budget.admit_many(principal="p", collection="c", max_source_coverage=1.0,
+                            requests={"a": ([1, 2], 1), "b": ([3], 1)})
+    assert (out["a"].admitted, out["a"].withheld, out["b"].admitted) == ([1], [2], [3])
+
+
+def test_admit_many_argument_errors():
+    store = MemoryBudgetStore()
+    budget = ExtractionBudget(store, clock=lambda: 0.0)
+    kw = dict(principal="p", collection="c", max_source_coverage=0.5)
+    with pytest.raises(TypeError, match="requests must be a mapping"):
+        budget.admit_many(requests=[("a", ([1], 2))], **kw)
+    with pytest.raises(TypeError, match=r"requests\['a'\] must be a \(point_ids, source_size\) tuple"):
+        budget.admit_many(requests={"a": [[1], 2]}, **kw)
+    with pytest.raises(ValueError, match="source_size must be >= 0"):
+        budget.admit_many(requests={"a": ([1], -1)}, **kw)
+    with pytest.raises(ValueError, match="max_source_coverage must be in"):
+        budget.admit_many(requests={"a": ([1], 1)}, principal="p", collection="c", max_source_coverage=2.0)
+    # A bad id in a later source charges nothing at all.
+    with pytest.raises(TypeError, match="point id must be"):
+        budget.admit_many(requests={"a": ([1], 4), "b": ([None], 4)}, **kw)
+    assert store.seen(ExtractionBudget.budget_key("p", "c", "a"), window_s=1, now=0) == 0
+    with pytest.raises(TypeError, match=r"requests\[0\] must be a \(key, point_ids, cap\) tuple"):
+        store.admit_many_counted([("k", ["a"])], window_s=1, now=0)
+    with pytest.raises(ValueError, match="window_s must be a finite number > 0"):
+        store.admit_many_counted([], window_s=0, now=0)
+
+
+@given(size=st.integers(0, 10 ** 6), coverage=st.floats(0, 1) | st.sampled_from([0.57, 0.1, 0.3, 1 / 3, 0.29]))
+def test_cap_is_floor_share(size, coverage):
+    from qdrant_guard.diversity import floor_share
+    assert ExtractionBudget(MemoryBudgetStore()).cap_for(size, coverage) == floor_share(size, coverage)
