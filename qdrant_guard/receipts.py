@@ -262,7 +262,7 @@ def _grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
             f"{func}() {what} has a coordinate of magnitude {float(worst[row]) * COMMIT_GRID:g}; the "
             "commitment grid 2^-20 holds |v| < 2048 in int32, rescale the vectors"
         )
-    return scaled.astype(np.int64)
+    return scaled
 
 
 def _stored_rows(arr: np.ndarray, name: str, func: str, single: bool) -> np.ndarray:
@@ -271,8 +271,9 @@ def _stored_rows(arr: np.ndarray, name: str, func: str, single: bool) -> np.ndar
     if name == "Cosine":
         k = _unit_grid_rows(arr, func, single)
     else:
-        k = _grid_rows(arr, func, single).astype(np.float64)
-    # rint gives -0.0 for small negatives; + 0.0 makes every zero +0.0, as the int path did.
+        k = _grid_rows(arr, func, single)
+    # k holds integers as float64; rint gives -0.0 for small negatives, and + 0.0 makes every
+    # zero +0.0, as the original int64 path did.
     k += 0.0
     # float64 -> float32 rounds large grid values to float32's coarser grid, still a multiple of
     # 2^-20 whenever |v| >= 8, so the result is exactly representable and on the grid.
@@ -301,8 +302,9 @@ def stored_form(vector: Any, *, distance: str) -> np.ndarray:
         ValueError: NaN/Inf, wrong shape, a zero vector for Cosine, |v| >= 2048, unknown distance.
     """
     name = _distance_name(distance, "stored_form")
-    # A private copy: the Cosine path works in place.
-    arr = np.array(_as_vector(vector, "stored_form")[None, :])
+    arr = _as_vector(vector, "stored_form")[None, :]
+    if name == "Cosine":
+        arr = arr.copy()  # the Cosine path works in place on a private copy
     return _stored_rows(arr, name, "stored_form", True)[0]
 
 
