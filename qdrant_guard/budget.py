@@ -77,9 +77,7 @@ def _check_real(name: str, value: object, *, positive: bool) -> float:
     return value
 
 
-def _check_admit_args(
-    key: object, point_ids: object, cap: object, window_s: object, now: object
-) -> tuple[str, list[str], int, float, float]:
+def _check_request(key: object, point_ids: object, cap: object) -> tuple[str, list[str], int]:
     _check_str("key", key)
     if isinstance(point_ids, (str, bytes)) or not isinstance(point_ids, Sequence):
         raise TypeError(f"point_ids must be a sequence of str, not {type(point_ids).__name__}")
@@ -87,10 +85,14 @@ def _check_admit_args(
     for index, pid in enumerate(ids):
         if not isinstance(pid, str):
             raise TypeError(f"point_ids[{index}] must be a str, not {type(pid).__name__}")
+    return key, ids, _check_count("cap", cap)  # type: ignore[return-value]
+
+
+def _check_admit_args(
+    key: object, point_ids: object, cap: object, window_s: object, now: object
+) -> tuple[str, list[str], int, float, float]:
     return (
-        key,  # type: ignore[return-value]
-        ids,
-        _check_count("cap", cap),
+        *_check_request(key, point_ids, cap),
         _check_real("window_s", window_s, positive=True),
         _check_real("now", now, positive=False),
     )
@@ -201,8 +203,7 @@ class _CountingStore:
         for index, request in enumerate(requests):
             if not isinstance(request, tuple) or len(request) != 3:
                 raise TypeError(f"requests[{index}] must be a (key, point_ids, cap) tuple")
-            key, ids, cap, _, _ = _check_admit_args(*request, window_s, now)
-            checked.append((key, ids, cap))
+            checked.append(_check_request(*request))
         if not checked:
             return []
         return self._admit_many(checked, window_s, now)
