@@ -146,30 +146,33 @@ class ReadOps(PayloadOps, QueryChecks):
         by_source: dict[str, list[Any]] = {}
         for p in pts:
             by_source.setdefault(source_of(p) or "__unknown__", []).append(p)
-        withheld: set[str] = set()
-        report: dict[str, Any] = {}
         restricted = pol.diversity.restricted_sources
+        requests: dict[str, tuple[list[Any], int]] = {}
         for source, group in by_source.items():
             if restricted and source not in restricted:
                 continue
             # A source holds at least the points just returned from it, whatever the count said.
             size = max((yield from self.source_size(name, pol, source)), len(group))
-            try:
-                dec = budget.admit(principal=principal, collection=name, source=source,
-                                   point_ids=[p.id for p in group], source_size=size,
-                                   max_source_coverage=pol.diversity.max_source_coverage)
+            requests[source] = ([p.id for p in group], size)
+        withheld: set[str] = set()
+        report: dict[str, Any] = {}
+        if requests:
+            try:  # one store transaction for every source of this result
+                decisions = budget.admit_many(principal=principal, collection=name, requests=requests,
+                                              max_source_coverage=pol.diversity.max_source_coverage)
             except BudgetStoreError as exc:  # an unreachable budget store must not mean "no budget"
                 if not pol.fail_closed:
                     log.error("budget store failed (fail_closed = false, not withholding): %r", exc)
-                    continue
+                    return pts
                 raise self.refuse(self.decision(
                     op, name, pol, Verdict.FAIL_CLOSED,
                     f"the extraction-budget store failed ({exc}); results were withheld. Check the "
                     "store in budget_store", details={"error": repr(exc)},
                 )) from exc
-            if dec.withheld:
-                withheld.update(normalize_point_id(x) for x in dec.withheld)
-                report[source] = {"withheld": len(dec.withheld), "seen": dec.seen_after, "cap": dec.cap}
+            for source, dec in decisions.items():
+                if dec.withheld:
+                    withheld.update(normalize_point_id(x) for x in dec.withheld)
+                    report[source] = {"withheld": len(dec.withheld), "seen": dec.seen_after, "cap": dec.cap}
         if report:
             details["budget"] = report
             if pol.diversity.mode == "monitor":
