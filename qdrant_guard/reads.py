@@ -223,15 +223,25 @@ class ReadOps(PayloadOps, QueryChecks):
         self.record(self.decision(op, name, pol, verdict, f"{returned} point(s) returned", details=details))
 
     # -- operations -----------------------------------------------------------------------
-    def op_query_points(self, method: str, args: dict[str, Any]) -> Op:
-        name = args["collection_name"]
+    def _query_prelude(self, method: str, args: dict[str, Any]) -> Any:
+        """Policy, boundary, lookup and query-text checks shared by the point queries.
+
+        Returns ``(policy or None for pass-through, arguments, audit details)``.
+        """
         query_text = args.pop("query_text", None)
         pol = self.gate(method, args, "read")
         if pol is None:
-            return (yield Call(method, args))
+            return None, args, {}
         self._check_lookup(method, args.get("lookup_from"))
         details: dict[str, Any] = {}
-        args = yield from self.prepare_query(method, name, pol, args, query_text, details)
+        args = yield from self.prepare_query(method, args["collection_name"], pol, args, query_text, details)
+        return pol, args, details
+
+    def op_query_points(self, method: str, args: dict[str, Any]) -> Op:
+        name = args["collection_name"]
+        pol, args, details = yield from self._query_prelude(method, args)
+        if pol is None:
+            return (yield Call(method, args))
         new, plan = self.plan_read(pol, args)
         resp = yield Call(method, new)
         pts = yield from self.finish(method, name, pol, plan, resp.points, details)
@@ -269,13 +279,9 @@ class ReadOps(PayloadOps, QueryChecks):
 
     def op_query_points_groups(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
-        query_text = args.pop("query_text", None)
-        pol = self.gate(method, args, "read")
+        pol, args, details = yield from self._query_prelude(method, args)
         if pol is None:
             return (yield Call(method, args))
-        self._check_lookup(method, args.get("lookup_from"))
-        details: dict[str, Any] = {}
-        args = yield from self.prepare_query(method, name, pol, args, query_text, details)
         new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
         group_size = int(args.get("group_size") or 3)
         if pol.diversity.enabled:
