@@ -61,7 +61,6 @@ count); escape kinds report one violation per run. Violations are sorted by
 """
 from __future__ import annotations
 
-import math
 import re
 from bisect import bisect_right
 from dataclasses import dataclass

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from qdrant_client.http import models
 
 from .decision import Verdict
 from .errors import ConfigError

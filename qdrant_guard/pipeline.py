@@ -13,10 +13,9 @@ import asyncio
 import copy
 import hashlib
 import logging
-import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Mapping, Sequence
+from typing import Any, Callable, Generator
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -27,7 +26,7 @@ from .audit import AuditLog
 from .boundary import Principal, VerifiedPrincipal, verify_credential
 from .decision import Decision, Verdict
 from .errors import AuditError, ConfigError, CredentialError, QdrantGuardError
-from .policy import CollectionPolicy, GuardConfig, SensitivityClass, load_policy
+from .policy import CollectionPolicy, GuardConfig, load_policy
 from .receipts import ReceiptSigner
 from .surface import ADMIN, READ_COLLECTION, WRITE_COLLECTION
 from .vectors import CollectionShape, shape_from_info
@@ -95,7 +94,6 @@ class GuardPipeline:
         self.config = cfg
         self.embedder = embedder
         self.clock = clock
-        self._lock = threading.Lock()
         self._shapes: dict[str, CollectionShape] = {}
         self._signing_key = self._load_signing_key(cfg)
         self.signer = ReceiptSigner(self._signing_key)
@@ -358,12 +356,3 @@ async def drive_async(op: Op, invoke: Callable[[Call], Any]) -> Any:
     except StopIteration as stop:
         return stop.value
 
-
-def sensitivity_label(pol: CollectionPolicy) -> str:
-    """The class name recorded in manifests."""
-    return SensitivityClass(pol.sensitivity).value
-
-
-def mapping_ids(items: Sequence[Any] | Mapping[Any, Any]) -> list[Any]:
-    """Point ids of a list of points."""
-    return [getattr(p, "id", None) for p in items]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -17,7 +17,7 @@ from .payloadops import PayloadOps
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .querycheck import QueryChecks
-from .receipts import RECEIPT_KEY, receipts_from_payload, verify_receipt
+from .receipts import receipts_from_payload, verify_receipt
 from .vectors import split_vector_struct
 
 _SOURCE_SIZE_TTL_S = 30.0
@@ -34,7 +34,6 @@ class ReadPlan:
     offset: int = 0
     diversify: bool = False
     strip_vectors: bool = False
-    notes: dict[str, Any] = field(default_factory=dict)
 
 
 def project_payload(payload: dict[str, Any] | None, selector: Any) -> dict[str, Any] | None:

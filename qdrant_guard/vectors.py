@@ -92,11 +92,6 @@ def join_vector_struct(vectors: dict[str, Any]) -> Any:
     return {k: v for k, v in vectors.items()}
 
 
-def is_inference_object(value: Any) -> bool:
-    """True for values qdrant-client embeds itself (Document, Image, InferenceObject)."""
-    return isinstance(value, (models.Document, models.Image, models.InferenceObject))
-
-
 def as_dense(value: Any, spec: VectorSpec, *, where: str) -> np.ndarray:
     """Validate one dense vector and return it as a float64 array.
 

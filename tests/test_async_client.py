@@ -74,7 +74,7 @@ def test_slow_classifier_runs_off_the_event_loop(kit):
         ticks_during = None
 
         async def ticker():
-            nonlocal ticks, ticks_during
+            nonlocal ticks
             while ticks_during is None:
                 await asyncio.sleep(0.01)
                 if CLASSIFY_STARTED.is_set():
