@@ -1,0 +1,87 @@
+"""Redaction before embedding and storage (issue: privacy-utility §1), on real local-mode Qdrant."""
+from __future__ import annotations
+
+import pytest
+
+from guardkit import DIM, count, create, make_kit, models, snapshot
+from qdrant_guard import GuardRefusal, QdrantClient
+from qdrant_guard.hashing_embedder import HashingEmbedder
+
+SSN_TEXT = "Jane asked about payroll; her SSN is 123-45-6789"
+KEY_TEXT = 'deploy with aws_access_key_id = "AKIAZ7QP3LMNB4XKDT2Q"'
+
+
+class Recorder(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__(DIM)
+        self.seen: list[str] = []
+
+    def __call__(self, texts):
+        self.seen.extend(texts)
+        return super().__call__(texts)
+
+
+def _client(tmp_path, who=("alice", "hr"), **pol):
+    kit = make_kit(tmp_path)
+    base = {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True, "text_field": "text"}
+    base.update(pol)
+    cfg = kit.config({"c": base, "pub": {"class": "PUBLIC", "text_field": "text"},
+                      "pub_ok": {"class": "PUBLIC", "text_field": "text", "allow_redaction_on_public": True}})
+    emb = Recorder()
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder=emb)
+    for name in ("c", "pub", "pub_ok"):
+        create(owner, name)
+    client = owner if who == ("alice", "hr") else owner.with_principal(kit.principal(*who))
+    return client, emb
+
+
+def test_pii_is_redacted_before_the_embedder_and_in_the_payload(tmp_path):
+    client, emb = _client(tmp_path)
+    client.upsert("c", [models.PointStruct(id=1, vector=models.Document(text=SSN_TEXT, model="m"),
+                                           payload={"text": SSN_TEXT})])
+    assert emb.seen == ["Jane asked about payroll; her SSN is [SSN]"]
+    (_, payload, _), = snapshot(client, "c")
+    assert payload["text"] == "Jane asked about payroll; her SSN is [SSN]"
+
+
+def test_payload_pii_kept_inside_the_owner_boundary_when_the_policy_says_so(tmp_path):
+    client, emb = _client(tmp_path, raw_in_boundary=True, keep_payload_text_in_boundary=True)
+    client.upsert("c", [models.PointStruct(id=1, vector=models.Document(text=SSN_TEXT, model="m"),
+                                           payload={"text": SSN_TEXT})])
+    (_, payload, _), = snapshot(client, "c")
+    assert payload["text"] == SSN_TEXT          # kept in the payload, inside the owner boundary
+    assert "123-45-6789" not in emb.seen[0]     # but never embedded
+
+
+def test_credentials_are_refused_by_default_and_redacted_when_configured(tmp_path):
+    client, emb = _client(tmp_path)
+    with pytest.raises(GuardRefusal) as ei:
+        client.upsert("c", [models.PointStruct(id=1, vector=models.Document(text=KEY_TEXT, model="m"))])
+    assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
+    assert emb.seen == [] and count(client, "c") == 0
+    (tmp_path / "b").mkdir()
+    client2, emb2 = _client(tmp_path / "b", credentials_in_text="redact")
+    client2.upsert("c", [models.PointStruct(id=1, vector=models.Document(text=KEY_TEXT, model="m"),
+                                            payload={"text": KEY_TEXT})])
+    assert emb2.seen == ['deploy with aws_access_key_id = "[AWS_ACCESS_KEY]"']
+    (_, payload, _), = snapshot(client2, "c")
+    assert "AKIA" not in payload["text"]
+
+
+def test_public_collections_refuse_mislabelled_text_unless_redaction_is_allowed(tmp_path):
+    client, emb = _client(tmp_path)
+    with pytest.raises(GuardRefusal) as ei:
+        client.upsert("pub", [models.PointStruct(id=1, vector=[0.1] * DIM, payload={"text": SSN_TEXT})])
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+    assert count(client, "pub") == 0
+    client.upsert("pub", [models.PointStruct(id=1, vector=[0.1] * DIM, payload={"text": "plain words"})])
+    assert count(client, "pub") == 1
+    with pytest.raises(GuardRefusal):
+        client.upsert("pub_ok", [models.PointStruct(id=1, vector=[0.1] * DIM, payload={"text": KEY_TEXT})])
+
+
+def test_query_text_is_redacted_before_embedding(tmp_path):
+    client, emb = _client(tmp_path, raw_in_boundary=True, intent={"enabled": False})
+    client.upsert("c", [models.PointStruct(id=1, vector=[0.2] * DIM, payload={"text": "x"})])
+    client.query_points("c", query=models.Document(text="who has SSN 123-45-6789?", model="m"), limit=1)
+    assert emb.seen[-1] == "who has SSN [SSN]?"
