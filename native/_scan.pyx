@@ -10,6 +10,12 @@ from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memset
 
+cdef extern from "Python.h":
+    char *PyOS_double_to_string(double val, char format_code, int precision, int flags,
+                                int *ptype) except NULL
+    void PyMem_Free(void *p)
+    int Py_DTSF_ADD_DOT_0
+
 from operator import attrgetter
 
 from scan cimport (QG_SCAN_MAX_BYTES, QG_SCAN_NOMEM, QG_SCAN_OK, qg_mark, qg_scan, qg_scan_out,
@@ -60,6 +66,23 @@ cdef object _result(bint ok, tuple violations, int64_t token_count, int64_t mode
     PyObject_GenericSetAttr(r, "repetition_ratio", repetition)
     PyObject_GenericSetAttr(r, "ngram_run_ratio", ngram)
     return r
+
+
+cdef str _double_str(double value, char code, int precision, int flags):
+    cdef char *text = PyOS_double_to_string(value, code, precision, flags, NULL)
+    try:
+        return text.decode("ascii")
+    finally:
+        PyMem_Free(text)
+
+
+cdef str _repetition_detail(double repetition, object max_repetition):
+    # _scan_py.repetition_detail without the format-spec parsing: f"{x:.3f}" and f"{y}" of an exact
+    # float are these two PyOS_double_to_string calls (the same digits).
+    if type(max_repetition) is not float:
+        return _ref.repetition_detail(repetition, max_repetition)
+    return ("repetition ratio " + _double_str(repetition, b'f', 3, 0) + " > max_repetition="
+            + _double_str(<double>max_repetition, b'r', 0, Py_DTSF_ADD_DOT_0))
 
 
 cdef object _violation(str kind, int64_t position, str detail):
@@ -144,7 +167,7 @@ def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
                                     _ref.model_cap_detail(out.model_tokens, max_model_tokens)))
         if max_repetition is not None and repetition > <double>max_repetition:
             found.append(_violation("repetition", out.first_repeat,
-                                    _ref.repetition_detail(repetition, max_repetition)))
+                                    _repetition_detail(repetition, max_repetition)))
         if max_ngram_run is not None and ngram > <double>max_ngram_run:
             found.append(_violation("ngram_run", out.run_at,
                                     _ref.ngram_detail(out.run_n, out.run_length, out.token_count,

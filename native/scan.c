@@ -580,7 +580,7 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
     int64_t k = h->tokens++;
     if (k == h->max_tokens)
         st->out->token_cap_at = position;
-    h->model += (letters + 3) / 4 + other_ascii + non_ascii;
+    h->model += (int64_t)(((uint64_t)letters + 3) >> 2) + other_ascii + non_ascii;
     if (h->model > h->model_cap) {
         st->out->model_cap_at = position;
         h->model_cap = INT64_MAX;
@@ -588,19 +588,23 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
     st->ring_pos[k & 15] = position;
 
     size_t len = b - a;
-    uint64_t head = load_word(s + a, len < 8 ? len : 8, end);
-    uint64_t next = 0;
+    uint64_t head, next = 0;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     if (end - s >= (ptrdiff_t)(a + 16)) {
-        /* Branch-free in the token length (which varies unpredictably from token to token). */
-        size_t more = len > 8 ? len - 8 : 0;
-        uint64_t keep = more >= 8 ? ~0ull : (1ull << (8 * more)) - 1;
+        /* Two unaligned loads masked without a branch on the token length (which varies
+         * unpredictably from token to token). */
+        size_t first = len < 8 ? len : 8, more = len > 8 ? len - 8 : 0;
+        memcpy(&head, s + a, 8);
         memcpy(&next, s + a + 8, 8);
-        next &= keep;
+        head &= ~0ull >> (64 - 8 * first); /* first 1..8: a shift of 0..56 */
+        next &= more >= 8 ? ~0ull : (1ull << (8 * more)) - 1;
     } else
 #endif
-    if (len > 8)
-        next = load_word(s + a + 8, len < 16 ? len - 8 : 8, end);
+    {
+        head = load_word(s + a, len < 8 ? len : 8, end);
+        if (len > 8)
+            next = load_word(s + a + 8, len < 16 ? len - 8 : 8, end);
+    }
     uint64_t hash = token_hash(s, a, b, head, next, end);
     unsigned eq;
     size_t slot = (size_t)hash & h->mask;
@@ -1002,23 +1006,25 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
                 in_token = 0;
             }
         }
-        while (starts) {
+        /* Each end closes the start before it; a start left over opens a token that reaches the
+         * limit. */
+        while (ends) {
             unsigned a = (unsigned)__builtin_ctzll(starts);
-            starts &= starts - 1;
-            if (!ends) {
-                unsigned al = popcount64(m.alnum & bit_range(a, limit - a), hw);
-                in_token = 1;
-                tok_start = i + a;
-                tok_pos = (int64_t)(i + a) - shift;
-                letters = al;
-                other_ascii = limit - a - al;
-                non_ascii = 0;
-                break;
-            }
             unsigned e = (unsigned)__builtin_ctzll(ends);
+            starts &= starts - 1;
             ends &= ends - 1;
             unsigned al = popcount64(m.alnum & ((2ull << e) - (1ull << a)), hw);
             token_body(&st, &hot, i + a, i + e + 1, (int64_t)(i + a) - shift, al, e + 1 - a - al, 0);
+        }
+        if (starts) {
+            unsigned a = (unsigned)__builtin_ctzll(starts);
+            unsigned al = popcount64(m.alnum & bit_range(a, limit - a), hw);
+            in_token = 1;
+            tok_start = i + a;
+            tok_pos = (int64_t)(i + a) - shift;
+            letters = al;
+            other_ascii = limit - a - al;
+            non_ascii = 0;
         }
         i += limit;
         if (limit == 64 || i >= n)
