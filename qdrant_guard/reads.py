@@ -302,29 +302,25 @@ class ReadOps(PayloadOps, QueryChecks):
         self._audit_read(method, name, pol, sum(len(g.hits) for g in out_groups), details)
         return models.GroupsResult(groups=out_groups)
 
-    def op_scroll(self, method: str, args: dict[str, Any]) -> Op:
+    def _records_read(self, method: str, args: dict[str, Any], scrolled: bool) -> Op:
+        """``scroll`` and ``retrieve``: boundary, budget, vector release, payload projection."""
         name = args["collection_name"]
         pol = self.gate(method, args, "read")
         if pol is None:
             return (yield Call(method, args))
         details: dict[str, Any] = {}
         new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
-        records, next_offset = yield Call(method, new)
+        result = yield Call(method, new)
+        records, next_offset = result if scrolled else (result, None)
         pts = yield from self.finish(method, name, pol, plan, records, details)
         self._audit_read(method, name, pol, len(pts), details)
-        return pts, next_offset
+        return (pts, next_offset) if scrolled else pts
+
+    def op_scroll(self, method: str, args: dict[str, Any]) -> Op:
+        return (yield from self._records_read(method, args, scrolled=True))
 
     def op_retrieve(self, method: str, args: dict[str, Any]) -> Op:
-        name = args["collection_name"]
-        pol = self.gate(method, args, "read")
-        if pol is None:
-            return (yield Call(method, args))
-        details: dict[str, Any] = {}
-        new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
-        records = yield Call(method, new)
-        pts = yield from self.finish(method, name, pol, plan, records, details)
-        self._audit_read(method, name, pol, len(pts), details)
-        return pts
+        return (yield from self._records_read(method, args, scrolled=False))
 
     def _check_lookup(self, op: str, lookup: Any) -> None:
         if lookup is None:
