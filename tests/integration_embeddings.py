@@ -109,3 +109,16 @@ if _LIBaseEmbedding is not None:
 
 __all__ = ["DIM", "HashingEmbedder", "LCBagOfWordsSparse", "LCHashingEmbeddings", "LIHashingEmbedding",
            "sparse_batch", "sparse_terms"]
+
+
+# Shared corpus of the integration tests.
+TEXTS = [
+    "refund policy for damaged goods",
+    "warehouse lease ends in march",
+    "payroll runs on fridays",
+    "holiday schedule for the support team",
+    "vpn setup guide for laptops",
+    "laptop return process after leaving",
+]
+# A made-up key in AWS format (the detector rightly ignores AWS's documented "...EXAMPLE" key).
+AWS_KEY_TEXT = "deploy with aws_access_key_id AKIAQ3EGRVXS4ZJPLJ7M and the usual bucket"

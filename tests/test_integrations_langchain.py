@@ -18,16 +18,7 @@ from qdrant_guard import GuardRefusal, InvalidVectorError, QdrantClient  # noqa:
 from qdrant_guard.receipts import RECEIPT_KEY, receipts_from_payload  # noqa: E402
 from qdrant_guard.receipts import verify as verify_stored  # noqa: E402
 
-TEXTS = [
-    "refund policy for damaged goods",
-    "warehouse lease ends in march",
-    "payroll runs on fridays",
-    "holiday schedule for the support team",
-    "vpn setup guide for laptops",
-    "laptop return process after leaving",
-]
-# A made-up key in AWS format (the detector rightly ignores AWS's documented "...EXAMPLE" key).
-AWS_KEY_TEXT = "deploy with aws_access_key_id AKIAQ3EGRVXS4ZJPLJ7M and the usual bucket"
+from integration_embeddings import AWS_KEY_TEXT, TEXTS  # noqa: E402
 
 # langchain stores {"page_content": text, "metadata": {...}}: the text rules apply to page_content.
 SENSITIVE = {"class": "PII", "owner": "hr", "readers": ["support"], "noise_on_write": True,

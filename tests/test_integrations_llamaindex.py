@@ -25,16 +25,7 @@ from qdrant_guard.receipts import verify as verify_stored  # noqa: E402
 # llama-index indexes doc_id on collection creation; local mode warns that indexes do nothing there.
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")
 
-TEXTS = [
-    "refund policy for damaged goods",
-    "warehouse lease ends in march",
-    "payroll runs on fridays",
-    "holiday schedule for the support team",
-    "vpn setup guide for laptops",
-    "laptop return process after leaving",
-]
-# A made-up key in AWS format (the detector rightly ignores AWS's documented "...EXAMPLE" key).
-AWS_KEY_TEXT = "deploy with aws_access_key_id AKIAQ3EGRVXS4ZJPLJ7M and the usual bucket"
+from integration_embeddings import AWS_KEY_TEXT, TEXTS  # noqa: E402
 DENSE = "text-dense"  # llama-index's dense vector name in hybrid collections (others use the unnamed one)
 
 # llama-index keeps the node text only inside the JSON string "_node_content": the text rules
