@@ -66,18 +66,27 @@ def tokenize(text: str) -> list[str]:
 def is_identifier_token(token: str) -> bool:
     """Whether a token is an *identifier* rather than a topic word.
 
-    Identifier tokens are the ones that name one specific thing rather than a subject: anything
-    with a digit (numbers, versions, codes such as ``pep 572``'s ``572``, ``utf-8``) and anything
-    with ``_``, ``.`` or ``-`` inside (code names such as ``__init__``, ``sys.path``). Every other
-    token of 4+ letters that is not a stopword is a topic word; short alphabetic tokens (``int``,
-    ``def``) are neither and are not attacked.
+    Identifier tokens name one specific thing rather than a subject: numbers and codes. That is
+    anything with a digit (numbers, versions, codes such as ``pep 572``'s ``572``, ``utf-8``) and
+    code names: anything with ``_`` (``__init__``, ``format_spec``) or a dotted name
+    (``sys.path``, ``str.format``). Not identifiers: hyphenated English compounds (``built-in``,
+    ``read-only``, which are topic words) and dotted abbreviations of single letters (``e.g``,
+    ``i.e``, which are neither).
     """
-    return any(c.isdigit() for c in token) or any(c in "_.-" for c in token)
+    if any(c.isdigit() or c == "_" for c in token):
+        return True
+    return "." in token and not _is_abbreviation(token)
+
+
+def _is_abbreviation(token: str) -> bool:
+    return all(len(part) <= 1 for part in token.split("."))
 
 
 def is_topic_token(token: str) -> bool:
-    """Whether a token is a topic word (4+ letters, alphabetic, not a stopword)."""
-    return len(token) >= 4 and token.isalpha() and token not in STOPWORDS
+    """Whether a token is a topic word: 4+ letters, alphabetic apart from inner hyphens
+    (``built-in``), not a stopword."""
+    letters = token.replace("-", "")
+    return len(letters) >= 4 and letters.isalpha() and token not in STOPWORDS
 
 
 def make_queries(
