@@ -23,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="derives the sweep's noise keys and samples (never production noise)")
     p.add_argument("--reduced", action="store_true", help="the small CI configuration")
     p.add_argument("--levels", help="comma-separated sigmas per coordinate (0 = no noise); the policy default is always added")
+    p.add_argument("--noise-queries", action="store_true",
+                   help="noise query vectors too (the guard does so only with noise_queries = true)")
     p.add_argument("--max-docs", type=int)
     p.add_argument("--queries", type=int)
     p.add_argument("--carriers-per-kind", type=int)
@@ -38,7 +40,7 @@ def run_eval_cli(argv: Sequence[str] | None = None) -> int:
     from .sweep import EvalConfig, run_sweep
 
     args = build_parser().parse_args(argv)
-    cfg = EvalConfig(seed=args.seed, progress=not args.no_progress)
+    cfg = EvalConfig(seed=args.seed, progress=not args.no_progress, noise_queries=args.noise_queries)
     if args.reduced:
         for name, value in REDUCED.items():
             setattr(cfg, name, value)

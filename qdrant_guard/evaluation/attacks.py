@@ -9,7 +9,8 @@
    baseline that predicts the most frequent words for every text.
 3. :func:`reidentify` — nearest-neighbour re-identification of the source text in a candidate pool.
 
-Only numpy is used; the attack models are trained deterministically (no randomness at all).
+Only numpy is used; the attack models are trained deterministically (no randomness at all). The
+bootstrap interval of the bag-of-words advantage resamples the test texts with a fixed seed.
 """
 from __future__ import annotations
 
@@ -92,18 +93,44 @@ def _ridge(x: np.ndarray, y: np.ndarray, lam: float) -> tuple[np.ndarray, np.nda
     return w, ym - mu @ w
 
 
-def micro_f1_topk(scores: np.ndarray, truth: np.ndarray, k: int) -> float:
-    """Micro-F1 of predicting the ``k`` highest-scoring labels of each row."""
+def _row_counts(scores: np.ndarray, truth: np.ndarray, k: int) -> np.ndarray:
+    """Per-row ``(tp, fp, fn)`` of predicting the ``k`` highest-scoring labels of each row."""
     if k <= 0 or truth.shape[1] == 0:
-        return 0.0
+        return np.column_stack([np.zeros(len(truth)), np.zeros(len(truth)), (truth > 0).sum(axis=1)])
     k = min(k, scores.shape[1])
     top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
     pred = np.zeros_like(truth, dtype=bool)
     np.put_along_axis(pred, top, True, axis=1)
-    tp = float(np.sum(pred & (truth > 0)))
-    fp = float(np.sum(pred & (truth == 0)))
-    fn = float(np.sum(~pred & (truth > 0)))
-    return 0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn)
+    pos = truth > 0
+    return np.column_stack([(pred & pos).sum(axis=1), (pred & ~pos).sum(axis=1), (~pred & pos).sum(axis=1)]).astype(np.float64)
+
+
+def _f1(counts: np.ndarray) -> np.ndarray:
+    """Micro-F1 from summed ``(..., 3)`` counts (0 where there is no true positive)."""
+    tp, fp, fn = counts[..., 0], counts[..., 1], counts[..., 2]
+    denom = 2 * tp + fp + fn
+    return np.where(tp > 0, 2 * tp / np.where(denom == 0, 1.0, denom), 0.0)
+
+
+def micro_f1_topk(scores: np.ndarray, truth: np.ndarray, k: int) -> float:
+    """Micro-F1 of predicting the ``k`` highest-scoring labels of each row."""
+    return float(_f1(_row_counts(scores, truth, k).sum(axis=0)))
+
+
+def advantage_interval(
+    scores: np.ndarray, prior: np.ndarray, truth: np.ndarray, k: int, prior_k: int,
+    *, resamples: int = 1000, seed: int = 0,
+) -> tuple[float, float]:
+    """95 % bootstrap interval of ``F1(scores, k) - F1(prior, prior_k)`` over the test rows.
+
+    Rows are resampled with replacement; ``k`` and ``prior_k`` stay as chosen on the full test set.
+    The interval says how much of a measured advantage is the luck of the test sample.
+    """
+    a, p = _row_counts(scores, truth, k), _row_counts(prior, truth, prior_k)
+    idx = np.random.default_rng(seed).integers(0, len(truth), size=(resamples, len(truth)))
+    diff = _f1(a[idx].sum(axis=1)) - _f1(p[idx].sum(axis=1))
+    lo, hi = np.percentile(diff, [2.5, 97.5])
+    return float(lo), float(hi)
 
 
 def _best_f1(scores: np.ndarray, truth: np.ndarray, max_k: int = 30) -> tuple[float, int]:
@@ -132,7 +159,8 @@ def bow_inversion(
 
     Returns:
         ``{"identifier": {...}, "topic": {...}}`` with ``f1``, ``k``, ``prior_f1``, ``prior_k``,
-        ``advantage`` (``f1 - prior_f1``) and ``labels`` (vocabulary size of the class).
+        ``advantage`` (``f1 - prior_f1``), ``advantage_ci`` (its 95 % bootstrap interval over the
+        test texts, see :func:`advantage_interval`) and ``labels`` (vocabulary size of the class).
     """
     n_fit = int(len(train_x) * 0.8)
     best_lam, best_score = lambdas[0], -1.0
@@ -148,12 +176,14 @@ def bow_inversion(
     for name, mask in (("identifier", vocab.identifier), ("topic", vocab.topic)):
         f1, k = _best_f1(scores[:, mask], test_y[:, mask])
         pf1, pk = _best_f1(np.array(prior[:, mask]), test_y[:, mask])
+        ci = advantage_interval(scores[:, mask], np.array(prior[:, mask]), test_y[:, mask], k, pk)
         out[name] = {
             "f1": f1,
             "k": k,
             "prior_f1": pf1,
             "prior_k": pk,
             "advantage": f1 - pf1,
+            "advantage_ci": ci,
             "labels": int(mask.sum()),
             "lambda": best_lam,
         }

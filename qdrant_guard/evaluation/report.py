@@ -40,7 +40,10 @@ def check_targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     ratio = r["utility"]["recall_ratio"]
     return {
         "secret_x_chance": {"value": secret, "limit": f"<= {SECRET_MAX_X_CHANCE:g}", "ok": secret <= SECRET_MAX_X_CHANCE},
-        "identifier_adaptive_advantage": {"value": adv, "limit": f"<= {IDENT_MAX_ADVANTAGE:g}", "ok": adv <= IDENT_MAX_ADVANTAGE},
+        "identifier_adaptive_advantage": {
+            "value": adv, "limit": f"<= {IDENT_MAX_ADVANTAGE:g}", "ok": adv <= IDENT_MAX_ADVANTAGE,
+            "interval": r["bow_adaptive"]["identifier"].get("advantage_ci"),
+        },
         "recall_ratio": {"value": ratio, "limit": f">= {MIN_RECALL_RATIO:g}", "ok": ratio >= MIN_RECALL_RATIO},
     }
 
@@ -138,19 +141,23 @@ def write_report(results: dict[str, Any], out_dir: str | Path, *, command: str =
         f"Model all-MiniLM-L6-v2 (384-d); {cfg['n_docs']} pydoc paragraphs; {cfg['n_queries']} "
         f"known-item queries; {cfg['carriers']} secret carriers x {cfg['n_candidates']} candidates; "
         f"seed {cfg['seed']}; noise: gaussian, keyed mode, radius {cfg['policy']['radius']:g}, "
-        f"delta {cfg['policy']['delta']:g}, clip_norm {cfg['policy']['clip_norm']}; noise on documents "
-        f"and queries. Run time {results['elapsed_s']:.0f} s. See docs/eval.md for the method.",
+        f"delta {cfg['policy']['delta']:g}, clip_norm {cfg['policy']['clip_norm']}; noise on documents"
+        + (" and queries" if cfg.get("noise_queries", True) else
+           " only (queries clean, the guard's default: `noise_queries = false`)")
+        + f". Run time {results['elapsed_s']:.0f} s. See docs/eval.md for the method.",
         "",
         f"Detector: {results['detector']['redacted']}/{results['detector']['planted']} planted secrets "
         "removed by `qdrant_guard.detect.redact`.",
         "",
         "## Targets (policy default level, redaction on)",
         "",
-        "| target | measured | limit | ok |",
-        "|---|---|---|---|",
+        "| target | measured | 95 % bootstrap interval | limit | ok |",
+        "|---|---|---|---|---|",
     ]
     for name, t in check_targets(results).items():
-        lines.append(f"| {name} | {t['value']:.4f} | {t['limit']} | {'yes' if t['ok'] else 'NO'} |")
+        ci = t.get("interval")
+        span = f"{ci[0]:+.3f} .. {ci[1]:+.3f}" if ci else "—"
+        lines.append(f"| {name} | {t['value']:.4f} | {span} | {t['limit']} | {'yes' if t['ok'] else 'NO'} |")
     lines += ["", "## Recommended operating point per sensitivity class", ""]
     for cls, text in recommend(results).items():
         lines.append(f"- **{cls}**: {text}")
@@ -192,14 +199,21 @@ def write_report(results: dict[str, Any], out_dir: str | Path, *, command: str =
         f"Vocabulary: {cfg['bow_vocab']['identifier']} identifier tokens, {cfg['bow_vocab']['topic']} "
         f"topic words; split {cfg['bow_split']['train']} train / {cfg['bow_split']['test']} test.",
         "",
-        "| level | sigma | redaction | ident prior | ident naive | ident adaptive | topic prior | topic naive | topic adaptive |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "The adaptive advantage is the adaptive F1 minus the prior's, with its 95 % bootstrap interval "
+        "over the test texts.",
+        "",
+        "| level | sigma | redaction | ident prior | ident naive | ident adaptive | ident adaptive advantage "
+        "| topic prior | topic naive | topic adaptive |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["levels"]:
         n, a = r["bow_naive"], r["bow_adaptive"]
+        ci = a["identifier"].get("advantage_ci")
+        span = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else ""
         lines.append(
             f"| {r['level']} | {r['scale']:.4f} | {'on' if r['redaction'] else 'off'} "
             f"| {a['identifier']['prior_f1']:.3f} | {n['identifier']['f1']:.3f} | {a['identifier']['f1']:.3f} "
+            f"| {a['identifier']['advantage']:+.3f}{span} "
             f"| {a['topic']['prior_f1']:.3f} | {n['topic']['f1']:.3f} | {a['topic']['f1']:.3f} |"
         )
     lines += [

@@ -39,6 +39,10 @@ class EvalConfig:
         n_candidates: the attacker's candidate values per carrier (chance = 1/n_candidates).
         k: retrieval cut-off.
         progress: draw progress bars.
+        noise_policy: overrides of the policy's noise parameters (mechanism, epsilon, ...).
+        noise_queries: noise the query vectors too. Off by default, as in the guard: a collection
+            noises queries only with ``noise_queries = true``, for principals outside its owner
+            boundary. On, utility is measured as if every query were noised (more pessimistic).
     """
 
     seed: int = 0
@@ -50,6 +54,7 @@ class EvalConfig:
     k: int = 10
     progress: bool = True
     noise_policy: dict[str, Any] = field(default_factory=dict)
+    noise_queries: bool = False
 
 
 @dataclass(frozen=True)
@@ -191,7 +196,7 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
             docs, qv = views[mode]["docs"], views[mode]["queries"]
             tag = f"{level.label}/{mode}"
             nd, scale = _noised(docs, level, policy, _key(config.seed, "docs", tag))
-            nq, _ = _noised(qv, level, policy, _key(config.seed, "queries", tag))
+            nq = _noised(qv, level, policy, _key(config.seed, "queries", tag))[0] if config.noise_queries else qv
             top = _topk(nd, nq, config.k)
             util = retrieval_metrics(top, k=config.k, qrels=qrels, reference=clean_top)
             util["recall_ratio"] = util["recall"] / clean_metrics["recall"]
@@ -249,6 +254,7 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
             "n_candidates": config.n_candidates,
             "k": config.k,
             "policy": policy,
+            "noise_queries": config.noise_queries,
             "bow_vocab": {"identifier": int(vocab.identifier.sum()), "topic": int(vocab.topic.sum())},
             "bow_split": {"train": int(len(tr)), "test": int(len(te))},
         },

@@ -1,0 +1,89 @@
+"""The evaluation's measuring sticks: word classes, micro-F1, the bootstrap interval, the query-noise knob.
+
+The attacks themselves run against the real model in tests/test_eval_reduced.py; these check the
+arithmetic they are scored with, on inputs whose answers are worked out by hand.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qdrant_guard.evaluation.attacks import advantage_interval, micro_f1_topk
+from qdrant_guard.evaluation.corpus import is_identifier_token, is_topic_token, tokenize
+
+
+@pytest.mark.parametrize("token", ["__getitem__", "format_spec", "_", "str.format", "sys.path", "3.7", "1", "utf-8", "2.x"])
+def test_numbers_and_code_names_are_identifiers(token):
+    assert is_identifier_token(token)
+    assert not is_topic_token(token)
+
+
+@pytest.mark.parametrize("token", ["built-in", "read-only", "user-defined", "iterator", "comma-separated"])
+def test_words_and_hyphenated_compounds_are_topic_words(token):
+    assert is_topic_token(token)
+    assert not is_identifier_token(token)
+
+
+@pytest.mark.parametrize("token", ["e.g", "i.e", "the", "int", "def", "with"])
+def test_abbreviations_stopwords_and_short_words_are_neither(token):
+    assert not is_identifier_token(token)
+    assert not is_topic_token(token)
+
+
+def test_tokenize_keeps_code_names_whole():
+    assert tokenize("Call obj.__getitem__(3.7), e.g. built-in") == ["call", "obj.__getitem__", "3.7", "e.g", "built-in"]
+
+
+def test_micro_f1_by_hand():
+    truth = np.array([[1, 0, 1, 0], [0, 1, 0, 0]], dtype=float)
+    scores = np.array([[0.9, 0.1, 0.2, 0.0], [0.0, 0.8, 0.7, 0.1]])
+    # k=2 predicts {0, 2} (2 tp) and {1, 2} (1 tp, 1 fp): tp 3, fp 1, fn 0 -> 6 / 7.
+    assert micro_f1_topk(scores, truth, 2) == pytest.approx(6 / 7)
+    # k=1 predicts {0} and {1}: tp 2, fp 0, fn 1 -> 4 / 5.
+    assert micro_f1_topk(scores, truth, 1) == pytest.approx(4 / 5)
+    assert micro_f1_topk(scores, truth, 0) == 0.0
+
+
+def test_interval_of_no_advantage_is_zero():
+    rng = np.random.default_rng(3)
+    truth = (rng.random((50, 6)) < 0.3).astype(float)
+    scores = rng.random((50, 6))
+    assert advantage_interval(scores, scores, truth, 2, 2) == (0.0, 0.0)
+
+
+def test_interval_of_a_perfect_attacker_is_positive_and_holds_the_estimate():
+    rng = np.random.default_rng(4)
+    truth = np.zeros((80, 10))
+    truth[np.arange(80), rng.integers(0, 10, 80)] = 1.0
+    prior = np.broadcast_to(truth.mean(axis=0), truth.shape).copy()
+    point = micro_f1_topk(truth, truth, 1) - micro_f1_topk(prior, truth, 1)
+    lo, hi = advantage_interval(truth, prior, truth, 1, 1)
+    assert 0.0 < lo <= point <= hi <= 1.0
+    # Deterministic: the resampling seed is fixed.
+    assert advantage_interval(truth, prior, truth, 1, 1) == (lo, hi)
+
+
+@pytest.mark.parametrize("noise_queries", [False, True])
+def test_query_noise_knob_reaches_the_sweep_and_the_report(tmp_path, noise_queries):
+    from qdrant_guard.detect import redact
+    from qdrant_guard.evaluation.report import write_report
+    from qdrant_guard.evaluation.sweep import EvalConfig, run_sweep
+    from qdrant_guard.hashing_embedder import HashingEmbedder
+
+    hashing = HashingEmbedder(64)
+    seen: list[int] = []
+
+    def embed(texts, progress=False, desc=""):
+        seen.append(len(texts))
+        return hashing(list(texts))
+
+    cfg = EvalConfig(seed=0, sigmas=(0.0, 0.5), max_docs=80, n_queries=20, carriers_per_kind=1,
+                     n_candidates=20, progress=False, noise_queries=noise_queries)
+    results = run_sweep(cfg, embed, redact)
+    assert results["config"]["noise_queries"] is noise_queries
+    text = write_report(results, tmp_path, command="test").read_text()
+    assert ("documents and queries" in text) is noise_queries
+    assert ("documents only" in text) is not noise_queries
+    ident = results["levels"][0]["bow_adaptive"]["identifier"]
+    lo, hi = ident["advantage_ci"]
+    assert lo <= ident["advantage"] <= hi
