@@ -274,8 +274,9 @@ typedef struct {
     token_entry *entries;
     size_t mask;
     size_t room; /* distinct tokens the table holds before it grows */
-    /* n-gram runs: bit g-1 of hot.active is set while tokens repeat the token g places back; that
-     * streak began at token index streak_start[g] (whose g-back token is at streak_pos[g]). */
+    /* n-gram runs: bit g-1 of hot.active is set while the last g or more tokens each repeat the
+     * token g places back; that streak began at token index streak_start[g] (whose g-back token is
+     * at streak_pos[g]). */
     int64_t streak_start[MAX_NGRAM + 1], streak_pos[MAX_NGRAM + 1];
     int64_t best_tok;
     int64_t ring_pos[16]; /* positions of the latest 16 tokens */
@@ -487,21 +488,24 @@ static void end_streak(scanner *st, int64_t g, int64_t k)
     }
 }
 
-/* Token k repeats the tokens g places back for the bits g-1 of `eq`: start and end streaks. */
-static unsigned ngram_change(scanner *st, int64_t k, unsigned eq, unsigned active)
+/* Bit g-1 of `full` says that tokens k-g+1 .. k all repeat the token g places back: the streak
+ * of size g has reached the g matches that make two full copies. A streak that gets there began
+ * g-1 tokens ago; one that stops ends at k. Streaks that never get there cannot count, so they
+ * cost nothing: in ordinary text most chance matches are such (see token_body). */
+static unsigned ngram_change(scanner *st, int64_t k, unsigned full, unsigned active)
 {
-    unsigned changed = eq ^ active;
+    unsigned changed = full ^ active;
     while (changed) {
         int64_t g = __builtin_ctz(changed) + 1;
         changed &= changed - 1;
-        if (eq >> (g - 1) & 1) {
-            st->streak_start[g] = k;
-            st->streak_pos[g] = st->ring_pos[(k - g) & 15];
+        if (full >> (g - 1) & 1) {
+            st->streak_start[g] = k - g + 1;
+            st->streak_pos[g] = st->ring_pos[(k - 2 * g + 1) & 15];
         } else {
             end_streak(st, g, k);
         }
     }
-    return eq;
+    return full;
 }
 
 /* Tokens up to 16 bytes hash without a loop (and so without a length-dependent branch). */
@@ -564,7 +568,8 @@ typedef struct {
     token_entry *entries;
     size_t mask, room;
     int64_t tokens, unique, model;
-    unsigned active;
+    unsigned active; /* streaks with at least g matches (see token_body) */
+    uint64_t runs;
     int repeat_seen;
     /* rules, as limits that need one compare */
     int64_t max_tokens;  /* -1: off */
@@ -687,8 +692,13 @@ found: {
 }
 
 done:
-    if (eq != h->active)
-        h->active = ngram_change(st, k, eq, h->active);
+    /* Byte j of runs: bit g-1 of eq held for each of the last j+1 tokens. Its diagonal (bit g-1 of
+     * byte g-1, gathered by the multiply: the set bits land on distinct bits of the top byte) is
+     * the set of streaks with at least g matches. It changes far less often than eq. */
+    h->runs = ((h->runs << 8) | 0xFF) & ((uint64_t)eq * 0x0101010101010101ull);
+    unsigned full = (unsigned)(((h->runs & 0x8040201008040201ull) * 0x0101010101010101ull) >> 56);
+    if (full != h->active)
+        h->active = ngram_change(st, k, full, h->active);
     if (len >= h->blob_min)
         scan_blobs(st, a, b, position);
 }
@@ -930,6 +940,7 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     hot.room = st.room;
     hot.tokens = hot.unique = hot.model = 0;
     hot.active = 0;
+    hot.runs = 0;
     hot.repeat_seen = 0;
     hot.max_tokens = rules->max_tokens;
     hot.model_cap = rules->max_model_tokens >= 0 ? rules->max_model_tokens : INT64_MAX;

@@ -177,3 +177,21 @@ def test_vocabulary_sizes_around_the_table_moves_agree() -> None:
         words = [f"t{i}" for i in range(distinct)]
         text = " ".join(words + words[:9] + words[-3:] * 3)
         assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_ngram_run=0.0, max_tokens=None)
+
+
+def test_ngram_runs_of_every_period_agree() -> None:
+    """Periodic stretches of every size 1..9, cut short, overlapping and tied, in both passes' hands:
+    the run, its size and its position (reported by the violation at max_ngram_run=0) must agree."""
+    rng = random.Random(11)
+    for case in range(1500):
+        vocab = ["a", "b", "c", "d", "ee", "f"][: rng.randint(1, 6)]
+        tokens: list[str] = []
+        while len(tokens) < rng.randint(0, 120):
+            if rng.random() < 0.5:
+                period = [rng.choice(vocab) for _ in range(rng.randint(1, 9))]
+                tokens += (period * 4)[: rng.randint(1, 4 * len(period))]
+            else:
+                tokens += [rng.choice(vocab) for _ in range(rng.randint(1, 5))]
+        text = " ".join(tokens)
+        assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_ngram_run=0.0, max_tokens=None,
+                    max_repetition=None)
