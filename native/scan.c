@@ -232,11 +232,12 @@ static int decode(const uint8_t *s, size_t n, size_t i, int allow_surrogates, ui
 /* One distinct token. Offsets and token indices fit 32 bits because inputs are below
  * QG_SCAN_MAX_BYTES.
  *
- * Two layouts. Small vocabularies (up to STACK_SLOTS / 4 distinct tokens) keep the entries in the
- * open-addressing table itself, on the stack (len 0: empty slot): one memory access per lookup.
- * Larger ones move to the heap as an array of 4-byte slots (entry index + 1, 0: empty) over entries
- * appended in first-seen order, so that what is read at random stays small enough for the caches;
- * inline entries there would miss the cache on nearly every new token. */
+ * Entries are appended in first-seen order; an open-addressing index of slots (entry number + 1,
+ * 0: empty) finds them. Two sizes of slot. Small vocabularies (up to STACK_ENTRIES distinct tokens)
+ * live on the stack with 2-byte slots, kept at most an eighth full: a lookup that misses its first
+ * slot costs a mispredicted branch, far more than the extra memory, and at an eighth nearly every
+ * token is found in its first slot. Larger ones move to the heap with 4-byte slots, kept at most
+ * half full, so that what is read at random stays small enough for the caches. */
 typedef struct {
     uint64_t head;   /* bytes 0..7, zero-padded */
     uint64_t next;   /* bytes 8..15, zero-padded: with head and len, equality up to 16 bytes */
@@ -246,11 +247,9 @@ typedef struct {
     uint32_t offset; /* where the first occurrence starts */
 } token_entry;
 
-/* Slots of the inline table on the stack (kept at most a quarter full: a probe that misses the
- * first slot costs a mispredicted branch, far more than the memory); the heap slots are kept at
- * most half full. */
-#define STACK_SLOTS 512
-#define STACK_LOAD 4
+#define STACK_SLOTS 4096
+#define STACK_LOAD 8
+#define STACK_ENTRIES (STACK_SLOTS / STACK_LOAD)
 #define HEAP_LOAD 2
 
 typedef struct {
@@ -269,9 +268,9 @@ typedef struct {
     size_t chain_end, selector_end, tags_ok_end, escape_end;
 
     /* tokens (see token_entry for the two layouts) */
-    token_entry *table;  /* inline layout; NULL once on the heap */
-    uint32_t *slots;     /* heap layout */
-    token_entry *entries;
+    uint16_t *small;     /* the stack index; NULL once on the heap */
+    uint32_t *slots;     /* the heap index */
+    token_entry *entries; /* on the stack while small is set, else on the heap */
     size_t mask;
     size_t room; /* distinct tokens the table holds before it grows */
     /* n-gram runs: bit g-1 of hot.active is set while the last g or more tokens each repeat the
@@ -521,7 +520,7 @@ static inline uint64_t token_hash(const uint8_t *s, size_t a, size_t b, uint64_t
     return h;
 }
 
-/* Move to the heap layout with room for `tokens` distinct tokens, rehashing what is there. */
+/* Move to the heap with room for `tokens` distinct tokens, rehashing what is there. */
 static int grow_table(scanner *st, size_t tokens, size_t unique)
 {
     size_t cap = HEAP_LOAD * tokens;
@@ -532,14 +531,7 @@ static int grow_table(scanner *st, size_t tokens, size_t unique)
         free(entries);
         return 0;
     }
-    if (st->table) {
-        size_t id = 0;
-        for (size_t j = 0; j <= st->mask; j++)
-            if (st->table[j].len)
-                entries[id++] = st->table[j];
-    } else {
-        memcpy(entries, st->entries, unique * sizeof *entries);
-    }
+    memcpy(entries, st->entries, unique * sizeof *entries);
     for (size_t id = 0; id < unique; id++) {
         const token_entry *e = &entries[id];
         size_t slot = (size_t)token_hash(st->s, e->offset, e->offset + e->len, e->head, e->next,
@@ -549,8 +541,9 @@ static int grow_table(scanner *st, size_t tokens, size_t unique)
         slots[slot] = (uint32_t)id + 1;
     }
     free(st->slots);
-    free(st->entries);
-    st->table = NULL;
+    if (!st->small)
+        free(st->entries);
+    st->small = NULL;
     st->slots = slots;
     st->entries = entries;
     st->mask = cap - 1;
@@ -563,7 +556,7 @@ static int grow_table(scanner *st, size_t tokens, size_t unique)
  * has -fno-strict-aliasing, so anything reachable through a pointer is reloaded after every store
  * to the table). Synced with the scanner and the output only on rare events and at the end. */
 typedef struct {
-    token_entry *table; /* inline layout, or NULL */
+    uint16_t *small; /* the stack index, or NULL */
     uint32_t *slots;
     token_entry *entries;
     size_t mask, room;
@@ -614,23 +607,27 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
     unsigned eq;
     size_t slot = (size_t)hash & h->mask;
     token_entry *e;
-    if (h->table) {
+    if (h->small) {
         for (;;) {
-            e = &h->table[slot];
+            unsigned id = h->small[slot];
+            if (id == 0) {
+                if ((size_t)h->unique < h->room) {
+                    h->small[slot] = (uint16_t)(h->unique + 1);
+                    e = &h->entries[h->unique];
+                    goto insert;
+                }
+                break;
+            }
+            e = &h->entries[id - 1];
             if (((e->len ^ len) | (e->head ^ head) | (e->next ^ next)) == 0 &&
                 (len <= 16 || memcmp(s + e->offset + 16, s + a + 16, len - 16) == 0))
                 goto found;
-            if (e->len == 0) {
-                if ((size_t)h->unique < h->room)
-                    goto insert;
-                break;
-            }
             slot = (slot + 1) & h->mask;
         }
-        /* The inline table is full: move to the heap layout and look up there. */
+        /* The stack is full: move to the heap and look up there. */
         if (!grow_table(st, 2 * h->room, (size_t)h->unique))
             goto nomem;
-        h->table = NULL;
+        h->small = NULL;
         h->slots = st->slots;
         h->entries = st->entries;
         h->mask = st->mask;
@@ -921,21 +918,23 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     st.run_kind = -1;
     st.chain_end = st.selector_end = SIZE_MAX; /* no chain ends before the first byte */
 
-    /* At most n/2 + 1 distinct tokens, but real text has far fewer: start on the stack (sized down
-     * for tiny inputs so there is little to zero) and double on the heap when full. */
-    token_entry stack_table[STACK_SLOTS];
-    size_t slots = 16;
-    while (slots < STACK_SLOTS && slots < n + 2)
+    /* At most n/2 + 1 distinct tokens, but real text has far fewer: start on the stack (the index
+     * sized down for short inputs so there is little to zero) and double on the heap when full. */
+    uint16_t stack_index[STACK_SLOTS];
+    token_entry stack_entries[STACK_ENTRIES];
+    size_t slots = 64;
+    while (slots < STACK_SLOTS && slots / STACK_LOAD < n / 2 + 1)
         slots *= 2;
-    memset(stack_table, 0, slots * sizeof stack_table[0]);
-    st.table = stack_table;
+    memset(stack_index, 0, slots * sizeof stack_index[0]);
+    st.small = stack_index;
+    st.entries = stack_entries;
     st.mask = slots - 1;
     st.room = slots / STACK_LOAD;
 
     hot_state hot;
-    hot.table = st.table;
+    hot.small = st.small;
     hot.slots = NULL;
-    hot.entries = NULL;
+    hot.entries = st.entries;
     hot.mask = st.mask;
     hot.room = st.room;
     hot.tokens = hot.unique = hot.model = 0;
@@ -1108,7 +1107,8 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     for (unsigned act = hot.active; act; act &= act - 1)
         end_streak(&st, __builtin_ctz(act) + 1, hot.tokens);
     free(st.slots);
-    free(st.entries);
+    if (!st.small)
+        free(st.entries);
     if (st.nomem) {
         qg_scan_out_free(out);
         return QG_SCAN_NOMEM;

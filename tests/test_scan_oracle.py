@@ -171,9 +171,9 @@ def test_generic_native_pass_agrees() -> None:
 
 
 def test_vocabulary_sizes_around_the_table_moves_agree() -> None:
-    # The native table moves from the stack to the heap past 128 distinct tokens and then doubles:
+    # The native table moves from the stack to the heap past 512 distinct tokens and then doubles:
     # repeats straddling each move must still be found (repetition and n-gram figures).
-    for distinct in (1, 127, 128, 129, 130, 255, 256, 257, 1025):
+    for distinct in (1, 127, 128, 129, 511, 512, 513, 514, 1023, 1024, 1025, 2049):
         words = [f"t{i}" for i in range(distinct)]
         text = " ".join(words + words[:9] + words[-3:] * 3)
         assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_ngram_run=0.0, max_tokens=None)
