@@ -87,3 +87,22 @@ def test_query_noise_knob_reaches_the_sweep_and_the_report(tmp_path, noise_queri
     ident = results["levels"][0]["bow_adaptive"]["identifier"]
     lo, hi = ident["advantage_ci"]
     assert lo <= ident["advantage"] <= hi
+
+
+def test_case_reveals_codes_and_rare_proper_tokens():
+    from qdrant_guard.evaluation.corpus import identifiers_by_case
+
+    common = ["the parser reads the Python source and the Python grammar"] * 30
+    texts = common + [
+        "a call that fails raises TypeError when the operand is wrong",
+        "the codec maps text to Unicode code points",
+        "ASCII is a seven-bit encoding; see ASCII tables",
+    ]
+    found = identifiers_by_case(texts, rare_fraction=0.05)
+    # Codes: an upper-case letter after the first, in most occurrences.
+    assert {"typeerror", "ascii"} <= found
+    # A proper token in one text of 33 is rare; 'python', capitalised in every text, is the subject.
+    assert "unicode" in found
+    assert "python" not in found
+    # Sentence-initial capitals and ordinary words are not evidence.
+    assert not {"a", "the", "parser", "codec", "raises"} & found

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .corpus import is_identifier_token, is_topic_token, tokenize
+from .corpus import identifiers_by_case, is_identifier_token, is_topic_token, tokenize
 
 __all__ = ["candidate_ranking", "BowVocab", "build_vocab", "bow_inversion", "reidentify", "micro_f1_topk"]
 
@@ -74,14 +74,21 @@ class BowVocab:
 
 
 def build_vocab(train_texts: Sequence[str], *, min_df: int = 4) -> BowVocab:
-    """Words present in at least ``min_df`` training texts (identifier tokens or topic words)."""
+    """Words present in at least ``min_df`` training texts (identifier tokens or topic words).
+
+    Identifiers are numbers and code names (:func:`~.corpus.is_identifier_token`) plus the codes
+    and rare proper tokens the training texts' case reveals (:func:`~.corpus.identifiers_by_case`).
+    """
     df: Counter[str] = Counter()
     for text in train_texts:
         df.update(set(tokenize(text)))
-    words = sorted(
-        w for w, c in df.items() if c >= min_df and (is_identifier_token(w) or is_topic_token(w))
-    )
-    ident = np.array([is_identifier_token(w) for w in words], dtype=bool)
+    by_case = identifiers_by_case(train_texts)
+
+    def identifier(w: str) -> bool:
+        return is_identifier_token(w) or w in by_case
+
+    words = sorted(w for w, c in df.items() if c >= min_df and (identifier(w) or is_topic_token(w)))
+    ident = np.array([identifier(w) for w in words], dtype=bool)
     return BowVocab(tuple(words), ident, ~ident)
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "make_queries",
     "tokenize",
     "is_identifier_token",
+    "identifiers_by_case",
     "SECRET_KINDS",
     "SecretCarrier",
     "make_carriers",
@@ -66,16 +67,54 @@ def tokenize(text: str) -> list[str]:
 def is_identifier_token(token: str) -> bool:
     """Whether a token is an *identifier* rather than a topic word.
 
-    Identifier tokens name one specific thing rather than a subject: numbers and codes. That is
-    anything with a digit (numbers, versions, codes such as ``pep 572``'s ``572``, ``utf-8``) and
-    code names: anything with ``_`` (``__init__``, ``format_spec``) or a dotted name
-    (``sys.path``, ``str.format``). Not identifiers: hyphenated English compounds (``built-in``,
-    ``read-only``, which are topic words) and dotted abbreviations of single letters (``e.g``,
-    ``i.e``, which are neither).
+    Identifier tokens name one specific thing rather than a subject: numbers, codes and rare proper
+    tokens. From the token alone: anything with a digit (numbers, versions, codes such as ``pep
+    572``'s ``572``, ``utf-8``) and code names: anything with ``_`` (``__init__``,
+    ``format_spec``) or a dotted name (``sys.path``, ``str.format``). Not identifiers: hyphenated
+    English compounds (``built-in``, ``read-only``, which are topic words) and dotted
+    abbreviations of single letters (``e.g``, ``i.e``, which are neither). Codes and proper
+    tokens that only their case gives away (``TypeError``, ``Unicode``) need the original text:
+    :func:`identifiers_by_case`.
     """
     if any(c.isdigit() or c == "_" for c in token):
         return True
     return "." in token and not _is_abbreviation(token)
+
+
+def identifiers_by_case(texts: Sequence[str], *, rare_fraction: float = 0.02) -> frozenset[str]:
+    """Lower-cased tokens that ``texts`` write as codes or as rare proper names.
+
+    Case is lost by :func:`tokenize`, so it is read here from the original texts:
+
+    * **codes**: most occurrences carry an upper-case letter after the first character
+      (``TypeError``, ``CPython``, ``ASCII``);
+    * **rare proper tokens**: most occurrences that do not start a sentence are capitalised, and
+      the token is in at most ``rare_fraction`` of the texts (``Unicode`` in 2 % of the pydoc
+      paragraphs is one; ``Python`` in 8 % is the corpus's subject, not an identifier).
+    """
+    total: Counter[str] = Counter()
+    inner_upper: Counter[str] = Counter()
+    mid: Counter[str] = Counter()
+    mid_capital: Counter[str] = Counter()
+    df: Counter[str] = Counter()
+    for text in texts:
+        seen = set()
+        for m in _WORD.finditer(text):
+            word, low = m.group(0), m.group(0).lower()
+            seen.add(low)
+            total[low] += 1
+            inner_upper[low] += any(c.isupper() for c in word[1:])
+            before = text[: m.start()].rstrip()
+            if before and before[-1] not in ".!?:":
+                mid[low] += 1
+                mid_capital[low] += word[0].isupper()
+        df.update(seen)
+    limit = rare_fraction * len(texts)
+    return frozenset(
+        w for w in total
+        if inner_upper[w] * 2 > total[w]
+        or (mid[w] and mid_capital[w] * 2 > mid[w] and df[w] <= limit)
+    )
 
 
 def _is_abbreviation(token: str) -> bool:
