@@ -468,15 +468,14 @@ static void scan_blobs(scanner *st, size_t a, size_t b, int64_t position)
 }
 
 /* The streak of tokens equal to the token g places back, begun at token streak_start[g], ended at
- * token k: it covers (k - start) + g tokens when it holds at least two full copies. The longest run
+ * token k: it covers (k - start) + g tokens, and only streaks of at least two full copies are
+ * ever opened (ngram_change), so every one counts. The longest run
  * wins, then the earliest, then the smallest g; a streak's final length is its largest, so judging
  * streaks when they end picks what judging them after every token would. */
 static void end_streak(scanner *st, int64_t g, int64_t k)
 {
     qg_scan_out *o = st->out;
-    int64_t matches = k - st->streak_start[g];
-    if (matches < g)
-        return;
+    int64_t matches = k - st->streak_start[g]; /* >= g: see ngram_change */
     int64_t len = matches + g, at = st->streak_start[g] - g;
     if (len > o->run_length ||
         (len == o->run_length && (at < st->best_tok || (at == st->best_tok && g < o->run_n)))) {

@@ -71,10 +71,8 @@ def test_query_noise_knob_reaches_the_sweep_and_the_report(tmp_path, noise_queri
     from qdrant_guard.hashing_embedder import HashingEmbedder
 
     hashing = HashingEmbedder(64)
-    seen: list[int] = []
 
     def embed(texts, progress=False, desc=""):
-        seen.append(len(texts))
         return hashing(list(texts))
 
     cfg = EvalConfig(seed=0, sigmas=(0.0, 0.5), max_docs=80, n_queries=20, carriers_per_kind=1,

@@ -104,8 +104,10 @@ def identifiers_by_case(texts: Sequence[str], *, rare_fraction: float = 0.02) ->
             seen.add(low)
             total[low] += 1
             inner_upper[low] += any(c.isupper() for c in word[1:])
-            before = text[: m.start()].rstrip()
-            if before and before[-1] not in ".!?:":
+            j = m.start() - 1
+            while j >= 0 and text[j].isspace():
+                j -= 1
+            if j >= 0 and text[j] not in ".!?:":
                 mid[low] += 1
                 mid_capital[low] += word[0].isupper()
         df.update(seen)
