@@ -41,11 +41,12 @@ class QueryChecks(TextOps):
             cleaned = self.screen_text(op, name, pol, text) if pol.query.redact_query_text else text
             yield from self.check_intent(op, name, pol, cleaned, details)
             if isinstance(query, models.Document):
+                embedded = self.embeddable_text(pol, cleaned)
                 if self.embedder is not None:
-                    matrix = yield Offload(lambda: self.embed([cleaned], where="query"))
+                    matrix = yield Offload(lambda: self.embed([embedded], where="query"))
                     args = {**args, "query": matrix[0].tolist()}
                 else:
-                    args = {**args, "query": query.model_copy(update={"text": cleaned})}
+                    args = {**args, "query": query.model_copy(update={"text": embedded})}
         q = args.get("query")
         if pol.noise_queries and not pol.raw_allowed(self.boundary()) and isinstance(q, (list, tuple, np.ndarray)):
             args = {**args, "query": self.noise_query(pol, q)}  # type: ignore[attr-defined]

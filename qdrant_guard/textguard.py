@@ -7,6 +7,7 @@ import numpy as np
 from qdrant_client.http import models
 
 from . import detect as _detect
+from .identifiers import generalize_identifiers
 from .decision import Verdict
 from .errors import InvalidVectorError, QdrantGuardError
 from .pipeline import GuardPipeline, Offload, Op
@@ -56,6 +57,13 @@ class TextOps(GuardPipeline):
             return text
         return redacted
 
+    def embeddable_text(self, pol: CollectionPolicy, screened: str) -> str:
+        """What the embedder sees of already-screened text: identifiers generalised on sensitive
+        collections when ``generalize_identifiers`` is on."""
+        if pol.generalize_identifiers and not pol.is_public:
+            return generalize_identifiers(screened)
+        return screened
+
     def check_public_text(self, op: str, name: str, pol: CollectionPolicy, points: Any) -> None:
         """On PUBLIC collections under a policy: refuse text that carries secrets or PII."""
         if not self.public_text_checked(pol) or isinstance(points, models.Batch):
@@ -95,7 +103,7 @@ class TextOps(GuardPipeline):
                         "screen text, so embed it yourself and send the vector (with a receipt) instead"
                     )
             return vecs
-        texts = [self.screen_text(op, name, pol, d.text) for d in docs.values()]
+        texts = [self.embeddable_text(pol, self.screen_text(op, name, pol, d.text)) for d in docs.values()]
         matrix = yield Offload(lambda: self.embed(texts, where=where))
         out = dict(vecs)
         for (k, _), row in zip(docs.items(), matrix):

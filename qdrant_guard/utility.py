@@ -523,7 +523,10 @@ def calibrate(
         threshold: largest accepted relative drop ``1 - noisy/clean`` of ``metric``.
         epsilon_ceiling: levels above it are measured and recorded but never chosen.
         signer: Ed25519 private key that signs the record (``None``: unsigned record).
-        embedder: callable ``list[str] -> ndarray`` for text queries.
+        embedder: callable ``list[str] -> ndarray`` for text queries. For vectors the guard
+            embedded itself, give it the guard's text path so queries match the documents:
+            ``lambda ts: model([generalize_identifiers(redact(t)) for t in ts])`` under the
+            default policy (``qdrant_guard.identifiers``, ``qdrant_guard.detect``).
         progress: draw a progress bar on stderr.
         sample_limit: measure at most this many queries (a random sample; seeded by ``seed``).
         seed: makes the measurement reproducible: noise from the keyed mechanism under a key
