@@ -104,3 +104,41 @@ def test_case_reveals_codes_and_rare_proper_tokens():
     assert "python" not in found
     # Sentence-initial capitals and ordinary words are not evidence.
     assert not {"a", "the", "parser", "codec", "raises"} & found
+
+
+def _results(adv, interval, secret=1.0, ratio=0.97):
+    row = {"policy_default": True, "redaction": True, "secret": {"all": {"x_chance": secret}},
+           "bow_adaptive": {"identifier": {"advantage": adv, "advantage_ci": interval}},
+           "utility": {"recall_ratio": ratio}}
+    return {"levels": [row]}
+
+
+def test_the_identifier_target_needs_its_whole_interval_within_the_limit():
+    from qdrant_guard.evaluation.report import check_targets
+
+    assert check_targets(_results(0.03, (0.01, 0.049)))["identifier_adaptive_advantage"]["ok"]
+    assert not check_targets(_results(0.03, (-0.04, 0.11)))["identifier_adaptive_advantage"]["ok"]
+    assert not check_targets(_results(0.06, (0.04, 0.049)))["identifier_adaptive_advantage"]["ok"]
+
+
+@pytest.mark.parametrize("generalize", [True, False])
+def test_generalisation_knob_changes_what_is_embedded_and_is_reported(tmp_path, generalize):
+    from qdrant_guard.detect import redact
+    from qdrant_guard.evaluation.report import write_report
+    from qdrant_guard.evaluation.sweep import EvalConfig, run_sweep
+    from qdrant_guard.hashing_embedder import HashingEmbedder
+
+    hashing = HashingEmbedder(64)
+    seen: list[str] = []
+
+    def embed(texts, progress=False, desc=""):
+        seen.extend(texts)
+        return hashing(list(texts))
+
+    cfg = EvalConfig(seed=0, sigmas=(0.0,), max_docs=40, n_queries=10, carriers_per_kind=1,
+                     n_candidates=10, progress=False, generalize_identifiers=generalize)
+    results = run_sweep(cfg, embed, redact)
+    assert results["config"]["generalize_identifiers"] is generalize
+    assert any("[CODE]" in t for t in seen) is generalize
+    text = write_report(results, tmp_path, command="test").read_text()
+    assert ("identifiers generalised" in text) is generalize

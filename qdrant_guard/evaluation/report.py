@@ -30,19 +30,27 @@ def _row(results: dict[str, Any], *, policy_default: bool, redaction: bool) -> d
 def check_targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Check the three targets at the policy default level with redaction on.
 
+    The identifier target is met only when the whole 95 % bootstrap interval of the advantage is
+    within the limit: with a few dozen identifier labels the point estimate moves by several
+    hundredths from one sample of texts to the next, so a point estimate under the limit is not
+    evidence that the leak is that small.
+
     Returns:
         name -> ``{"value", "limit", "ok"}`` for ``secret_x_chance``,
-        ``identifier_adaptive_advantage`` and ``recall_ratio``.
+        ``identifier_adaptive_advantage`` (also ``"interval"``) and ``recall_ratio``.
     """
     r = _row(results, policy_default=True, redaction=True)
     secret = r["secret"]["all"]["x_chance"]
     adv = r["bow_adaptive"]["identifier"]["advantage"]
+    interval = r["bow_adaptive"]["identifier"].get("advantage_ci")
+    upper = interval[1] if interval else adv
     ratio = r["utility"]["recall_ratio"]
     return {
         "secret_x_chance": {"value": secret, "limit": f"<= {SECRET_MAX_X_CHANCE:g}", "ok": secret <= SECRET_MAX_X_CHANCE},
         "identifier_adaptive_advantage": {
-            "value": adv, "limit": f"<= {IDENT_MAX_ADVANTAGE:g}", "ok": adv <= IDENT_MAX_ADVANTAGE,
-            "interval": r["bow_adaptive"]["identifier"].get("advantage_ci"),
+            "value": adv, "limit": f"<= {IDENT_MAX_ADVANTAGE:g} (whole interval)",
+            "ok": adv <= IDENT_MAX_ADVANTAGE and upper <= IDENT_MAX_ADVANTAGE,
+            "interval": interval,
         },
         "recall_ratio": {"value": ratio, "limit": f">= {MIN_RECALL_RATIO:g}", "ok": ratio >= MIN_RECALL_RATIO},
     }
@@ -148,6 +156,13 @@ def write_report(results: dict[str, Any], out_dir: str | Path, *, command: str =
         "",
         f"Detector: {results['detector']['redacted']}/{results['detector']['planted']} planted secrets "
         "removed by `qdrant_guard.detect.redact`.",
+        "",
+        "Redaction on: "
+        + ("`detect.redact`, then identifiers generalised to [NUMBER]/[CODE]/[NAME] "
+           "(`generalize_identifiers = true`, the default policy)"
+           if cfg.get("generalize_identifiers") else
+           "`detect.redact` only (`generalize_identifiers = false`)")
+        + ", for the documents and the queries.",
         "",
         "## Targets (policy default level, redaction on)",
         "",

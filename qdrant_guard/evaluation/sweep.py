@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..identifiers import generalize_identifiers
 from ..utility import progress_iter, retrieval_metrics
 from . import attacks
 from .corpus import load_paragraphs, make_carriers, make_queries
@@ -43,6 +44,10 @@ class EvalConfig:
         noise_queries: noise the query vectors too. Off by default, as in the guard: a collection
             noises queries only with ``noise_queries = true``, for principals outside its owner
             boundary. On, utility is measured as if every query were noised (more pessimistic).
+        generalize_identifiers: with redaction on, also generalise identifiers
+            (:func:`qdrant_guard.identifiers.generalize_identifiers`) as the guard does for text it
+            embeds under the default policy (``generalize_identifiers = true``). Off: the
+            redaction alone, i.e. a policy with ``generalize_identifiers = false``.
     """
 
     seed: int = 0
@@ -55,6 +60,7 @@ class EvalConfig:
     progress: bool = True
     noise_policy: dict[str, Any] = field(default_factory=dict)
     noise_queries: bool = False
+    generalize_identifiers: bool = True
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,8 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
     Args:
         config: the run configuration.
         embed: ``embed(texts, progress=..., desc=...) -> ndarray`` (unit-norm rows).
-        redact: the redaction applied before embedding when redaction is on.
+        redact: the redaction applied before embedding when redaction is on (followed by the
+            identifier generalisation when ``config.generalize_identifiers``).
     """
     t0 = time.monotonic()
     policy = {**_policy_defaults(), **config.noise_policy}
@@ -161,8 +168,9 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
 
     qtexts = [q for q, _ in queries]
     targets = [t for _, t in queries]
+    guard_text = (lambda s: generalize_identifiers(redact(s))) if config.generalize_identifiers else redact
     views: dict[str, dict[str, np.ndarray]] = {}
-    for mode, fn in (("off", lambda s: s), ("on", redact)):
+    for mode, fn in (("off", lambda s: s), ("on", guard_text)):
         views[mode] = {
             "docs": embed([fn(p) for p in paragraphs], progress=pb, desc=f"embed docs (redaction {mode})"),
             "queries": embed([fn(q) for q in qtexts], progress=pb, desc=f"embed queries (redaction {mode})"),
@@ -181,7 +189,7 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
         red_texts = [redact(t) for t in texts]
         detector["planted"] += len(texts)
         detector["redacted"] += sum(1 for v, r in zip(c.candidates, red_texts) if v not in r)
-        carrier_emb.append((c, cand, embed(red_texts)))
+        carrier_emb.append((c, cand, embed([guard_text(t) for t in texts])))
 
     # Bag-of-words split (fixed across levels and modes).
     order = rng.permutation(len(paragraphs))
@@ -255,6 +263,7 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
             "k": config.k,
             "policy": policy,
             "noise_queries": config.noise_queries,
+            "generalize_identifiers": config.generalize_identifiers,
             "bow_vocab": {"identifier": int(vocab.identifier.sum()), "topic": int(vocab.topic.sum())},
             "bow_split": {"train": int(len(tr)), "test": int(len(te))},
         },
