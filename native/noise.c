@@ -17,13 +17,13 @@
 #define QG_HAVE_SIMD 1
 #endif
 
-#define TWO_M24 0x1p-24
+#define TWO_M23 0x1p-23
 #define TWO_M53 0x1p-53
 #define ROUND_MAGIC 6755399441055744.0 /* 1.5 * 2^52: add then subtract rounds half-to-even */
 #define CHUNK 1024                     /* gaussian normals generated per pass, on the stack */
 
 static double zig_xs[QG_ZIG_LAYERS];
-/* zig_k[i]: the smallest 24-bit u with u * zig_xs[i] >= X[i+1]. Multiplying by a positive double
+/* zig_k[i]: the smallest 23-bit u with u * zig_xs[i] >= X[i+1]. Multiplying by a positive double
    is monotone, so "u < zig_k[i]" is exactly the reference's "z < X[i+1]", as an integer test. */
 static int32_t zig_k[QG_ZIG_LAYERS];
 static int simd_level = 0;
@@ -33,8 +33,8 @@ void qg_noise_init(void)
 {
     int i;
     for (i = 0; i < QG_ZIG_LAYERS; i++) {
-        int32_t lo = 0, hi = 1 << 24;
-        zig_xs[i] = QG_ZIG_X[i] * TWO_M24;
+        int32_t lo = 0, hi = 1 << 23;
+        zig_xs[i] = QG_ZIG_X[i] * TWO_M23;
         while (lo < hi) {
             int32_t mid = lo + (hi - lo) / 2;
             if ((double)mid * zig_xs[i] >= QG_ZIG_X[i + 1]) hi = mid; else lo = mid + 1;
@@ -51,7 +51,7 @@ static inline double with_sign(double z, uint32_t w)
 {
     uint64_t bits;
     memcpy(&bits, &z, sizeof bits);
-    bits ^= (uint64_t)((w >> 7) & 1u) << 63;
+    bits ^= (uint64_t)((w >> 8) & 1u) << 63;
     memcpy(&z, &bits, sizeof bits);
     return z;
 }
@@ -72,20 +72,20 @@ static inline double uniform53_open0(qg_stream *s)
 
 static double normal_slow(qg_stream *s, uint32_t w, double z)
 {
-    unsigned i = w & 127u;
+    unsigned i = w & 255u;
     if (i == 0) {
         for (;;) {
             double a = -log(uniform53_open0(s)) / QG_ZIG_R;
             double b = -log(uniform53_open0(s));
             if (b + b > a * a) {
                 z = QG_ZIG_R + a;
-                return ((w >> 7) & 1u) ? -z : z;
+                return ((w >> 8) & 1u) ? -z : z;
             }
         }
     }
     {
         double y = QG_ZIG_F[i] + uniform53(s) * (QG_ZIG_F[i + 1] - QG_ZIG_F[i]);
-        if (y < exp(-0.5 * z * z)) return ((w >> 7) & 1u) ? -z : z;
+        if (y < exp(-0.5 * z * z)) return ((w >> 8) & 1u) ? -z : z;
     }
     return NAN; /* rejected: caller restarts with a fresh word */
 }
@@ -94,9 +94,9 @@ static inline double normal_fast(qg_stream *s)
 {
     for (;;) {
         uint32_t w = qg_stream_u32(s);
-        unsigned i = w & 127u;
-        double z = (double)(w >> 8) * zig_xs[i];
-        if ((int32_t)(w >> 8) < zig_k[i]) return with_sign(z, w);
+        unsigned i = w & 255u;
+        double z = (double)(w >> 9) * zig_xs[i];
+        if ((int32_t)(w >> 9) < zig_k[i]) return with_sign(z, w);
         z = normal_slow(s, w, z);
         if (z == z) return z;
     }
@@ -106,7 +106,7 @@ static inline double normal_fast(qg_stream *s)
 static double finish_rejected(qg_stream *s)
 {
     uint32_t w = s->buf[s->pos++];
-    double z = normal_slow(s, w, (double)(w >> 8) * zig_xs[w & 127u]);
+    double z = normal_slow(s, w, (double)(w >> 9) * zig_xs[w & 255u]);
     return z == z ? z : normal_fast(s);
 }
 
@@ -115,13 +115,13 @@ static double finish_rejected(qg_stream *s)
 __attribute__((target("avx2")))
 static size_t fill_avx2(qg_stream *s, double *z, size_t n)
 {
-    const __m256i m127 = _mm256_set1_epi32(127);
+    const __m256i m255 = _mm256_set1_epi32(255);
     const __m256i sign = _mm256_set1_epi64x((long long)0x8000000000000000ULL);
     size_t k = 0;
     while (n - k >= 8 && s->end - s->pos >= 8) {
         __m256i w = _mm256_loadu_si256((const __m256i *)(s->buf + s->pos));
-        __m256i idx = _mm256_and_si256(w, m127);
-        __m256i u = _mm256_srli_epi32(w, 8);
+        __m256i idx = _mm256_and_si256(w, m255);
+        __m256i u = _mm256_srli_epi32(w, 9);
         __m256i lim = _mm256_i32gather_epi32((const int *)zig_k, idx, 4);
         unsigned acc = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(lim, u)));
         __m128i w_lo = _mm256_castsi256_si128(w), w_hi = _mm256_extracti128_si256(w, 1);
@@ -129,8 +129,8 @@ static size_t fill_avx2(qg_stream *s, double *z, size_t n)
                                      _mm256_i32gather_pd(zig_xs, _mm256_castsi256_si128(idx), 8));
         __m256d z_hi = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(u, 1)),
                                      _mm256_i32gather_pd(zig_xs, _mm256_extracti128_si256(idx, 1), 8));
-        __m256i s_lo = _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepu32_epi64(w_lo), 56), sign);
-        __m256i s_hi = _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepu32_epi64(w_hi), 56), sign);
+        __m256i s_lo = _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepu32_epi64(w_lo), 55), sign);
+        __m256i s_hi = _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepu32_epi64(w_hi), 55), sign);
         _mm256_storeu_pd(z + k, _mm256_xor_pd(z_lo, _mm256_castsi256_pd(s_lo)));
         _mm256_storeu_pd(z + k + 4, _mm256_xor_pd(z_hi, _mm256_castsi256_pd(s_hi)));
         if (acc == 0xFFu) {
@@ -146,36 +146,21 @@ static size_t fill_avx2(qg_stream *s, double *z, size_t n)
     return k;
 }
 
-/* table[idx] for a 128-entry table held in eight registers: gathers are slow on some CPUs. */
-__attribute__((target("avx512f,avx512vl,avx512dq")))
-static inline __m512i lookup128_epi32(const __m512i *kt, __m512i idx)
-{
-    __m512i p0 = _mm512_permutex2var_epi32(kt[0], idx, kt[1]);
-    __m512i p1 = _mm512_permutex2var_epi32(kt[2], idx, kt[3]);
-    __m512i p2 = _mm512_permutex2var_epi32(kt[4], idx, kt[5]);
-    __m512i p3 = _mm512_permutex2var_epi32(kt[6], idx, kt[7]);
-    __mmask16 b5 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(32));
-    __mmask16 b6 = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(64));
-    return _mm512_mask_blend_epi32(b6, _mm512_mask_blend_epi32(b5, p0, p1), _mm512_mask_blend_epi32(b5, p2, p3));
-}
-
-/* 16 words per step; same scheme with AVX-512 masks. */
+/* 16 words per step; same scheme with AVX-512 masks. (The 256-entry thresholds no longer fit
+   in registers as the 128-entry table did, so they are gathered like zig_xs.) */
 __attribute__((target("avx512f,avx512vl,avx512dq")))
 static size_t fill_avx512(qg_stream *s, double *z, size_t n)
 {
-    const __m512i m127 = _mm512_set1_epi32(127);
+    const __m512i m255 = _mm512_set1_epi32(255);
     const __m512i sign = _mm512_set1_epi64((long long)0x8000000000000000ULL);
-    __m512i kt[8];
     size_t k = 0;
-    int t;
-    for (t = 0; t < 8; t++) kt[t] = _mm512_loadu_si512((const void *)(zig_k + 16 * t));
     /* The last group of a request may be partial: lanes past n are neither stored nor consumed. */
     while (k < n && s->end - s->pos >= 16) {
         unsigned live = n - k >= 16 ? 0xFFFFu : (1u << (n - k)) - 1u;
         __m512i w = _mm512_loadu_si512((const void *)(s->buf + s->pos));
-        __m512i idx = _mm512_and_si512(w, m127);
-        __m512i u = _mm512_srli_epi32(w, 8);
-        __m512i lim = lookup128_epi32(kt, idx);
+        __m512i idx = _mm512_and_si512(w, m255);
+        __m512i u = _mm512_srli_epi32(w, 9);
+        __m512i lim = _mm512_i32gather_epi32(idx, (const void *)zig_k, 4);
         unsigned acc = ((unsigned)_mm512_cmplt_epi32_mask(u, lim) | ~live) & 0xFFFFu;
         __m256i w_lo = _mm512_castsi512_si256(w), w_hi = _mm512_extracti64x4_epi64(w, 1);
         __m256i i_lo = _mm512_castsi512_si256(idx), i_hi = _mm512_extracti64x4_epi64(idx, 1);
@@ -183,8 +168,8 @@ static size_t fill_avx512(qg_stream *s, double *z, size_t n)
                                      _mm512_i32gather_pd(i_lo, (const void *)zig_xs, 8));
         __m512d z_hi = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(u, 1)),
                                      _mm512_i32gather_pd(i_hi, (const void *)zig_xs, 8));
-        __m512i s_lo = _mm512_and_si512(_mm512_slli_epi64(_mm512_cvtepu32_epi64(w_lo), 56), sign);
-        __m512i s_hi = _mm512_and_si512(_mm512_slli_epi64(_mm512_cvtepu32_epi64(w_hi), 56), sign);
+        __m512i s_lo = _mm512_and_si512(_mm512_slli_epi64(_mm512_cvtepu32_epi64(w_lo), 55), sign);
+        __m512i s_hi = _mm512_and_si512(_mm512_slli_epi64(_mm512_cvtepu32_epi64(w_hi), 55), sign);
         _mm512_mask_storeu_pd(z + k, (__mmask8)live, _mm512_xor_pd(z_lo, _mm512_castsi512_pd(s_lo)));
         _mm512_mask_storeu_pd(z + k + 8, (__mmask8)(live >> 8), _mm512_xor_pd(z_hi, _mm512_castsi512_pd(s_hi)));
         if (acc == 0xFFFFu) {

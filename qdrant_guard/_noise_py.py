@@ -7,8 +7,8 @@ Randomness: ChaCha20 (RFC 8439) keystream, read as consecutive little-endian 32-
 block counter is 32-bit; on wrap-around it carries into the first nonce word (so a stream never
 repeats a block). Word consumption order, shared by both twins:
 
-* normal: one word ``w``: layer ``w & 127``, sign ``(w >> 7) & 1``, 24-bit uniform ``w >> 8``
-  (128-layer Ziggurat). The tail and wedge tests draw extra 53-bit uniforms (two words each,
+* normal: one word ``w``: layer ``w & 255``, sign ``(w >> 8) & 1``, 23-bit uniform ``w >> 9``
+  (256-layer Ziggurat). The tail and wedge tests draw extra 53-bit uniforms (two words each,
   low word first); a rejection restarts with a fresh word.
 * gamma(shape) (Marsaglia-Tsang): one normal, then one 53-bit uniform, repeated until accepted.
 * gaussian row: ``d`` normals, coordinate order.
@@ -41,9 +41,9 @@ __all__ = [
 ]
 
 MECHANISMS = ("gaussian", "laplace_l2")
-ZIGGURAT_LAYERS = 128
+ZIGGURAT_LAYERS = 256
 _MASK = 0xFFFFFFFF
-_TWO_M24 = 2.0**-24
+_TWO_M23 = 2.0**-23
 _TWO_M53 = 2.0**-53
 _ROUND_MAGIC = 6755399441055744.0  # 1.5 * 2**52: adding and subtracting it rounds half-to-even
 
@@ -196,26 +196,26 @@ def ziggurat_tables(n: int = ZIGGURAT_LAYERS) -> tuple[float, list[float], list[
 
 
 _R, _X, _F = ziggurat_tables()
-_XS = [x * _TWO_M24 for x in _X]  # exact: scaling by a power of two
+_XS = [x * _TWO_M23 for x in _X]  # exact: scaling by a power of two
 
 
 def _normal(s: _Stream) -> float:
     while True:
         w = s.u32()
-        i = w & 127
-        z = (w >> 8) * _XS[i]
+        i = w & 255
+        z = (w >> 9) * _XS[i]
         if z < _X[i + 1]:
-            return -z if (w >> 7) & 1 else z
+            return -z if (w >> 8) & 1 else z
         if i == 0:
             while True:
                 a = -math.log(s.uniform_open0()) / _R
                 b = -math.log(s.uniform_open0())
                 if b + b > a * a:
                     z = _R + a
-                    return -z if (w >> 7) & 1 else z
+                    return -z if (w >> 8) & 1 else z
         y = _F[i] + s.uniform() * (_F[i + 1] - _F[i])
         if y < _density(z):
-            return -z if (w >> 7) & 1 else z
+            return -z if (w >> 8) & 1 else z
 
 
 def _gamma(s: _Stream, shape: float) -> float:

@@ -18,7 +18,7 @@ nominal sensitivity ``radius``. The calibration is conservative: it uses sensiti
 ``radius + sqrt(d)·Λ``, the largest L2 displacement rounding can cause between two neighbours.
 
 Randomness comes from ChaCha20 keyed by getrandom(2) (per thread, re-keyed after fork, fast key
-erasure), turned into normals by a 128-layer Ziggurat with 24-bit uniform resolution and into
+erasure), turned into normals by a 256-layer Ziggurat with 23-bit uniform resolution and into
 Gamma norms by Marsaglia-Tsang. As for any implementation, the guarantee is stated for the ideal
 continuous distributions these samplers approximate.
 """
