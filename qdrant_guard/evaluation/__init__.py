@@ -25,8 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--levels", help="comma-separated sigmas per coordinate (0 = no noise); the policy default is always added")
     p.add_argument("--noise-queries", action="store_true",
                    help="noise query vectors too (the guard does so only with noise_queries = true)")
-    p.add_argument("--no-generalize", action="store_true",
-                   help="redaction on = detect.redact only (a policy with generalize_identifiers = false)")
+    p.add_argument("--generalize-identifiers", action="store_true",
+                   help="redaction on = detect.redact, then identifiers generalised (a policy with "
+                        "generalize_identifiers = true; the default policy redacts only)")
     p.add_argument("--max-docs", type=int)
     p.add_argument("--queries", type=int)
     p.add_argument("--carriers-per-kind", type=int)
@@ -43,7 +44,7 @@ def run_eval_cli(argv: Sequence[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     cfg = EvalConfig(seed=args.seed, progress=not args.no_progress, noise_queries=args.noise_queries,
-                     generalize_identifiers=not args.no_generalize)
+                     generalize_identifiers=args.generalize_identifiers)
     if args.reduced:
         for name, value in REDUCED.items():
             setattr(cfg, name, value)

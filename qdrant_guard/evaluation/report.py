@@ -159,9 +159,9 @@ def write_report(results: dict[str, Any], out_dir: str | Path, *, command: str =
         "",
         "Redaction on: "
         + ("`detect.redact`, then identifiers generalised to [NUMBER]/[CODE]/[NAME] "
-           "(`generalize_identifiers = true`, the default policy)"
+           "(a policy with `generalize_identifiers = true`)"
            if cfg.get("generalize_identifiers") else
-           "`detect.redact` only (`generalize_identifiers = false`)")
+           "`detect.redact` only (the default policy, `generalize_identifiers = false`)")
         + ", for the documents and the queries.",
         "",
         "## Targets (policy default level, redaction on)",

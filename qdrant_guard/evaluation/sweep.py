@@ -46,8 +46,8 @@ class EvalConfig:
             boundary. On, utility is measured as if every query were noised (more pessimistic).
         generalize_identifiers: with redaction on, also generalise identifiers
             (:func:`qdrant_guard.identifiers.generalize_identifiers`) as the guard does for text it
-            embeds under the default policy (``generalize_identifiers = true``). Off: the
-            redaction alone, i.e. a policy with ``generalize_identifiers = false``.
+            embeds under a policy with ``generalize_identifiers = true``. Off (the default, as in
+            the policy): the redaction alone.
     """
 
     seed: int = 0
@@ -60,7 +60,7 @@ class EvalConfig:
     progress: bool = True
     noise_policy: dict[str, Any] = field(default_factory=dict)
     noise_queries: bool = False
-    generalize_identifiers: bool = True
+    generalize_identifiers: bool = False
 
 
 @dataclass(frozen=True)
