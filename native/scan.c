@@ -4,7 +4,8 @@
  * Shape: one left-to-right pass over the bytes, 64 at a time where they are plain ASCII (see "The
  * pass" below); controls, escape triggers and non-ASCII take a byte-at-a-time general path. Tokens
  * are hashed when they end, into an open-addressing table that starts on the stack and grows with
- * the distinct tokens. The hash is unkeyed: text built to collide in the table makes the scan
+ * the distinct tokens; each token's table entry number is its id, and repeated n-grams are found
+ * from the ids 64 tokens at a time (ngram_chunk). The hash is unkeyed: text built to collide in the table makes the scan
  * quadratic in its distinct tokens (the results stay exact). */
 #include "scan.h"
 
@@ -16,7 +17,17 @@
 #define QG_SCAN_SSE2 1
 #endif
 
+/* x86-64 builds also carry an AVX2/BMI variant of the pass, chosen at run time (qg_scan). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(QG_SCAN_NO_SIMD)
+#define QG_SCAN_DISPATCH 1
+#include <immintrin.h>
+#endif
+
 #define MAX_NGRAM 8
+/* N-gram runs are found per chunk of NG_CHUNK token ids (see ngram_chunk); a streak that becomes
+ * full at token k needs the position of token k - 2g + 1, so NG_KEEP >= 2 * MAX_NGRAM - 1. */
+#define NG_CHUNK 64
+#define NG_KEEP 16
 
 /* ASCII byte classes. */
 #define C_ALNUM 1u  /* [A-Za-z0-9]: counted for the model-token estimate */
@@ -242,8 +253,6 @@ typedef struct {
     uint64_t head;   /* bytes 0..7, zero-padded */
     uint64_t next;   /* bytes 8..15, zero-padded: with head and len, equality up to 16 bytes */
     uint32_t len;
-    uint32_t hist;   /* bit j: the token also occurred at index last - j (j < 8) */
-    uint32_t last;   /* index of the latest occurrence */
     uint32_t offset; /* where the first occurrence starts */
 } token_entry;
 
@@ -273,12 +282,16 @@ typedef struct {
     token_entry *entries; /* on the stack while small is set, else on the heap */
     size_t mask;
     size_t room; /* distinct tokens the table holds before it grows */
-    /* n-gram runs: bit g-1 of hot.active is set while the last g or more tokens each repeat the
+    /* n-gram runs: bit g-1 of ng_active is set while the last g or more tokens each repeat the
      * token g places back; that streak began at token index streak_start[g] (whose g-back token is
      * at streak_pos[g]). */
     int64_t streak_start[MAX_NGRAM + 1], streak_pos[MAX_NGRAM + 1];
     int64_t best_tok;
-    int64_t ring_pos[16]; /* positions of the latest 16 tokens */
+    unsigned ng_active;
+    uint64_t ng_prev[MAX_NGRAM + 1]; /* the previous chunk's match bits, per g */
+    /* Token ids and positions of the chunk being filled, after the NG_KEEP tokens before it. */
+    uint32_t ng_ids[NG_KEEP + NG_CHUNK];
+    int64_t ng_pos[NG_KEEP + NG_CHUNK];
 } scanner;
 
 static qg_mark *push_mark(scanner *st, int kind, int64_t position, int64_t count, uint32_t value)
@@ -469,13 +482,13 @@ static void scan_blobs(scanner *st, size_t a, size_t b, int64_t position)
 
 /* The streak of tokens equal to the token g places back, begun at token streak_start[g], ended at
  * token k: it covers (k - start) + g tokens, and only streaks of at least two full copies are
- * ever opened (ngram_change), so every one counts. The longest run
+ * ever opened (ngram_chunk), so every one counts. The longest run
  * wins, then the earliest, then the smallest g; a streak's final length is its largest, so judging
  * streaks when they end picks what judging them after every token would. */
 static void end_streak(scanner *st, int64_t g, int64_t k)
 {
     qg_scan_out *o = st->out;
-    int64_t matches = k - st->streak_start[g]; /* >= g: see ngram_change */
+    int64_t matches = k - st->streak_start[g]; /* >= g: see ngram_chunk */
     int64_t len = matches + g, at = st->streak_start[g] - g;
     if (len > o->run_length ||
         (len == o->run_length && (at < st->best_tok || (at == st->best_tok && g < o->run_n)))) {
@@ -486,24 +499,84 @@ static void end_streak(scanner *st, int64_t g, int64_t k)
     }
 }
 
-/* Bit g-1 of `full` says that tokens k-g+1 .. k all repeat the token g places back: the streak
- * of size g has reached the g matches that make two full copies. A streak that gets there began
- * g-1 tokens ago; one that stops ends at k. Streaks that never get there cannot count, so they
- * cost nothing: in ordinary text most chance matches are such (see token_body). */
-static unsigned ngram_change(scanner *st, int64_t k, unsigned full, unsigned active)
+/* eq[g] bit j: token j of the chunk equals the token g places back (ids[j] == ids[j-g]); ids[-NG_KEEP
+ * .. 64) are readable. Bits at and past `count` are garbage (the caller masks them). */
+static void match_bits(const uint32_t *ids, unsigned count, uint64_t eq[MAX_NGRAM + 1])
 {
-    unsigned changed = full ^ active;
-    while (changed) {
-        int64_t g = __builtin_ctz(changed) + 1;
-        changed &= changed - 1;
-        if (full >> (g - 1) & 1) {
-            st->streak_start[g] = k - g + 1;
-            st->streak_pos[g] = st->ring_pos[(k - 2 * g + 1) & 15];
-        } else {
-            end_streak(st, g, k);
+    for (int g = 1; g <= MAX_NGRAM; g++) {
+        uint64_t m = 0;
+        for (unsigned j = 0; j < count; j++)
+            m |= (uint64_t)(ids[j] == ids[(int)j - g]) << j;
+        eq[g] = m;
+    }
+}
+
+#ifdef QG_SCAN_DISPATCH
+__attribute__((target("avx2"))) static void match_bits_avx2(const uint32_t *ids, unsigned count,
+                                                             uint64_t eq[MAX_NGRAM + 1])
+{
+    (void)count;
+    for (int g = 1; g <= MAX_NGRAM; g++) {
+        uint64_t m = 0;
+        for (unsigned j = 0; j < NG_CHUNK; j += 8) {
+            __m256i x = _mm256_loadu_si256((const __m256i *)(ids + j));
+            __m256i y = _mm256_loadu_si256((const __m256i *)(ids + j - g));
+            m |= (uint64_t)(uint8_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x, y)))
+                 << j;
+        }
+        eq[g] = m;
+    }
+}
+#endif
+
+/* The n-gram streaks of one chunk: `count` tokens from token index `base`, ids and positions in
+ * st->ng_ids/ng_pos after the NG_KEEP tokens before them. `full` bit j says that tokens j-g+1 .. j
+ * all repeat the token g places back: the streak of size g has reached the g matches that make two
+ * full copies. It becomes full g-1 tokens after it began and ends at the first token that breaks
+ * it. Streaks that never get full cannot count, and in ordinary text most chance matches are such;
+ * so for each g the common case is a few word operations, and only the rare transitions of `full`
+ * cost a branch. Judging a chunk at a time, instead of a token at a time, takes the streak
+ * bookkeeping out of the per-token path. */
+static void ngram_chunk(scanner *st, unsigned count, int64_t base, int hw)
+{
+    const uint32_t *ids = st->ng_ids + NG_KEEP;
+    const int64_t *pos = st->ng_pos + NG_KEEP;
+    uint64_t eqs[MAX_NGRAM + 1];
+#ifdef QG_SCAN_DISPATCH
+    if (hw)
+        match_bits_avx2(ids, count, eqs);
+    else
+#endif
+        match_bits(ids, count, eqs);
+    (void)hw;
+    uint64_t live = count >= 64 ? ~0ull : (1ull << count) - 1;
+    for (int g = 1; g <= MAX_NGRAM; g++) {
+        uint64_t eq = eqs[g] & live, prev = st->ng_prev[g];
+        uint64_t full = eq;
+        for (int i = 1; i < g; i++)
+            full &= (eq << i) | (prev >> (64 - i));
+        st->ng_prev[g] = eq;
+        unsigned bit = 1u << (g - 1), open = (st->ng_active & bit) != 0;
+        if (!(full | open))
+            continue;
+        uint64_t turns = (full ^ ((full << 1) | open)) & live;
+        while (turns) {
+            unsigned j = (unsigned)__builtin_ctzll(turns);
+            turns &= turns - 1;
+            int64_t k = base + j;
+            if (full >> j & 1) {
+                st->streak_start[g] = k - g + 1;
+                st->streak_pos[g] = pos[(int)j - 2 * g + 1];
+                st->ng_active |= bit;
+            } else {
+                end_streak(st, g, k);
+                st->ng_active &= ~bit;
+            }
         }
     }
-    return full;
+    /* Keep the last NG_KEEP ids and positions in front of the next chunk. */
+    memmove(st->ng_ids, st->ng_ids + count, NG_KEEP * sizeof st->ng_ids[0]);
+    memmove(st->ng_pos, st->ng_pos + count, NG_KEEP * sizeof st->ng_pos[0]);
 }
 
 /* Tokens up to 16 bytes hash without a loop (and so without a length-dependent branch). */
@@ -560,8 +633,7 @@ typedef struct {
     token_entry *entries;
     size_t mask, room;
     int64_t tokens, unique, model;
-    unsigned active; /* streaks with at least g matches (see token_body) */
-    uint64_t runs;
+    unsigned ng_n; /* tokens in the n-gram chunk being filled (see ngram_chunk) */
     int repeat_seen;
     /* rules, as limits that need one compare */
     int64_t max_tokens;  /* -1: off */
@@ -571,7 +643,7 @@ typedef struct {
 
 static inline __attribute__((always_inline)) void
 token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int64_t letters,
-           int64_t other_ascii, int64_t non_ascii)
+           int64_t other_ascii, int64_t non_ascii, int hw)
 {
     const uint8_t *s = st->s, *end = st->s + st->n;
     int64_t k = h->tokens++;
@@ -582,7 +654,6 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
         st->out->model_cap_at = position;
         h->model_cap = INT64_MAX;
     }
-    st->ring_pos[k & 15] = position;
 
     size_t len = b - a;
     uint64_t head, next = 0;
@@ -603,21 +674,23 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
             next = load_word(s + a + 8, len < 16 ? len - 8 : 8, end);
     }
     uint64_t hash = token_hash(s, a, b, head, next, end);
-    unsigned eq;
     size_t slot = (size_t)hash & h->mask;
     token_entry *e;
+    uint32_t tid;
     if (h->small) {
         for (;;) {
             unsigned id = h->small[slot];
             if (id == 0) {
                 if ((size_t)h->unique < h->room) {
                     h->small[slot] = (uint16_t)(h->unique + 1);
-                    e = &h->entries[h->unique];
+                    tid = (uint32_t)h->unique;
+                    e = &h->entries[tid];
                     goto insert;
                 }
                 break;
             }
-            e = &h->entries[id - 1];
+            tid = id - 1;
+            e = &h->entries[tid];
             if (((e->len ^ len) | (e->head ^ head) | (e->next ^ next)) == 0 &&
                 (len <= 16 || memcmp(s + e->offset + 16, s + a + 16, len - 16) == 0))
                 goto found;
@@ -647,10 +720,12 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
                 continue;
             }
             h->slots[slot] = (uint32_t)h->unique + 1;
-            e = &h->entries[h->unique];
+            tid = (uint32_t)h->unique;
+            e = &h->entries[tid];
             goto insert;
         }
-        e = &h->entries[id - 1];
+        tid = id - 1;
+        e = &h->entries[tid];
         if (((e->len ^ len) | (e->head ^ head) | (e->next ^ next)) == 0 &&
             (len <= 16 || memcmp(s + e->offset + 16, s + a + 16, len - 16) == 0))
             goto found;
@@ -666,35 +741,22 @@ insert:
     e->head = head;
     e->next = next;
     e->len = (uint32_t)len;
-    e->hist = 1;
-    e->last = (uint32_t)k;
     e->offset = (uint32_t)a;
-    eq = 0;
     goto done;
 
-found: {
-    /* Occurrences 1..8 tokens back, from the history kept relative to the last one. A distance
-     * over 8 leaves nothing in the low bits (capped to keep the shift defined). */
-    uint64_t d = (uint64_t)(k - e->last);
-    d = d > 40 ? 40 : d;
-    uint64_t hist = (uint64_t)e->hist << d;
-    eq = (unsigned)(hist >> 1) & 0xFF;
-    e->hist = (uint32_t)(hist | 1) & 0xFF;
-    e->last = (uint32_t)k;
+found:
     if (!h->repeat_seen) {
         h->repeat_seen = 1;
         st->out->first_repeat = position;
     }
-}
 
 done:
-    /* Byte j of runs: bit g-1 of eq held for each of the last j+1 tokens. Its diagonal (bit g-1 of
-     * byte g-1, gathered by the multiply: the set bits land on distinct bits of the top byte) is
-     * the set of streaks with at least g matches. It changes far less often than eq. */
-    h->runs = ((h->runs << 8) | 0xFF) & ((uint64_t)eq * 0x0101010101010101ull);
-    unsigned full = (unsigned)(((h->runs & 0x8040201008040201ull) * 0x0101010101010101ull) >> 56);
-    if (full != h->active)
-        h->active = ngram_change(st, k, full, h->active);
+    st->ng_ids[h->ng_n] = tid;
+    st->ng_pos[h->ng_n] = position;
+    if (++h->ng_n == NG_KEEP + NG_CHUNK) {
+        ngram_chunk(st, NG_CHUNK, h->tokens - NG_CHUNK, hw);
+        h->ng_n = NG_KEEP;
+    }
     if (len >= h->blob_min)
         scan_blobs(st, a, b, position);
 }
@@ -842,9 +904,7 @@ static inline void block_masks_of(const uint8_t *p, int escapes, block_masks *m)
 #endif
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(QG_SCAN_NO_SIMD)
-#define QG_SCAN_DISPATCH 1
-#include <immintrin.h>
+#ifdef QG_SCAN_DISPATCH
 
 /* block_masks_of in 32-byte vectors, for the AVX2 variant of the pass (the same bits). */
 __attribute__((target("avx2"))) static inline void block_masks_avx2(const uint8_t *p, int escapes,
@@ -937,8 +997,9 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     hot.mask = st.mask;
     hot.room = st.room;
     hot.tokens = hot.unique = hot.model = 0;
-    hot.active = 0;
-    hot.runs = 0;
+    hot.ng_n = NG_KEEP;
+    for (unsigned j = 0; j < NG_KEEP; j++)
+        st.ng_ids[j] = UINT32_MAX - j; /* before the first token: equal to nothing */
     hot.repeat_seen = 0;
     hot.max_tokens = rules->max_tokens;
     hot.model_cap = rules->max_model_tokens >= 0 ? rules->max_model_tokens : INT64_MAX;
@@ -964,7 +1025,7 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
 #define END_TOKEN()                                                                                \
     do {                                                                                           \
         if (in_token) {                                                                            \
-            token_body(&st, &hot, tok_start, i, tok_pos, letters, other_ascii, non_ascii);         \
+            token_body(&st, &hot, tok_start, i, tok_pos, letters, other_ascii, non_ascii, hw);     \
             in_token = 0;                                                                          \
         }                                                                                          \
     } while (0)
@@ -1007,11 +1068,11 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
                 if (ends) {
                     ends &= ends - 1;
                     token_body(&st, &hot, tok_start, i + last + 1, tok_pos, letters, other_ascii,
-                               non_ascii);
+                               non_ascii, hw);
                     in_token = 0;
                 }
             } else if (limit) {
-                token_body(&st, &hot, tok_start, i, tok_pos, letters, other_ascii, non_ascii);
+                token_body(&st, &hot, tok_start, i, tok_pos, letters, other_ascii, non_ascii, hw);
                 in_token = 0;
             }
         }
@@ -1023,7 +1084,8 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
             starts &= starts - 1;
             ends &= ends - 1;
             unsigned al = popcount64(m.alnum & ((2ull << e) - (1ull << a)), hw);
-            token_body(&st, &hot, i + a, i + e + 1, (int64_t)(i + a) - shift, al, e + 1 - a - al, 0);
+            token_body(&st, &hot, i + a, i + e + 1, (int64_t)(i + a) - shift, al, e + 1 - a - al, 0,
+                       hw);
         }
         if (starts) {
             unsigned a = (unsigned)__builtin_ctzll(starts);
@@ -1103,7 +1165,9 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     out->token_count = hot.tokens;
     out->unique_tokens = hot.unique;
     out->model_tokens = hot.model;
-    for (unsigned act = hot.active; act; act &= act - 1)
+    if (hot.ng_n > NG_KEEP)
+        ngram_chunk(&st, hot.ng_n - NG_KEEP, hot.tokens - (hot.ng_n - NG_KEEP), hw);
+    for (unsigned act = st.ng_active; act; act &= act - 1)
         end_streak(&st, __builtin_ctz(act) + 1, hot.tokens);
     free(st.slots);
     if (!st.small)

@@ -161,6 +161,9 @@ def test_generic_native_pass_agrees() -> None:
         "    text = ' '.join(rng.choice(words) for _ in range(size))\n"
         "    assert_same(_scan.scan_query, _scan_py.scan_query, text, max_ngram_run=0.0)\n"
         "    assert_same(_scan.scan_query, _scan_py.scan_query, text.encode('utf-8', 'surrogatepass'))\n"
+        "from tests.test_scan_oracle import _straddling_texts\n"
+        "for text in _straddling_texts():\n"
+        "    assert_same(_scan.scan_query, _scan_py.scan_query, text, max_ngram_run=0.0, max_tokens=None)\n"
         "print('ok')\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -193,5 +196,23 @@ def test_ngram_runs_of_every_period_agree() -> None:
             else:
                 tokens += [rng.choice(vocab) for _ in range(rng.randint(1, 5))]
         text = " ".join(tokens)
+        assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_ngram_run=0.0, max_tokens=None,
+                    max_repetition=None)
+
+
+def _straddling_texts():
+    """Periodic runs of every size 1..9 that begin, become full or end near the native pass's
+    64-token chunk edges, with the text ending inside the run or after it."""
+    for start in list(range(44, 72, 3)) + list(range(108, 136, 3)):
+        for g in range(1, 10):
+            for length in (g, 2 * g - 1, 2 * g, 2 * g + 1, 5 * g + 3):
+                filler = [f"u{i}" for i in range(start)]
+                run = ([f"p{j}" for j in range(g)] * 8)[:length]
+                yield " ".join(filler + run)
+                yield " ".join(filler + run + [f"v{i}" for i in range(70)])
+
+
+def test_ngram_streaks_across_chunk_edges_agree() -> None:
+    for text in _straddling_texts():
         assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_ngram_run=0.0, max_tokens=None,
                     max_repetition=None)
