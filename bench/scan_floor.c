@@ -1,0 +1,156 @@
+/* The floor under scan_query's 500-token benchmark: split on whitespace and count distinct tokens
+ * exactly, nothing else (no positions, n-grams, encodings, model-token estimate or UTF-8).
+ * Compared in the same run with the real kernel, qg_scan. Built and run by bench/scan_floor.py:
+ *
+ *     python bench/scan_floor.py
+ *
+ * The point is the lower bound, not a faster scanner: if this alone costs more than the 20x target
+ * leaves for the kernel, no arrangement of the real scanner reaches it. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "scan.h"
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    uint64_t head, next;
+    uint32_t len, pad;
+} entry;
+
+#define MAX_TOKENS 8192
+
+/* Token boundaries with 64-byte AVX2 blocks (a byte <= ' ' is whitespace here). */
+__attribute__((target("avx2,bmi"))) static size_t split(const uint8_t *s, size_t n, uint32_t *starts,
+                                                       uint32_t *ends)
+{
+    size_t nt = 0, ne = 0, i = 0;
+    uint64_t prev_ws = 1;
+    const __m256i sp = _mm256_set1_epi8(' ');
+    for (; i + 64 <= n; i += 64) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(s + i));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(s + i + 32));
+        uint64_t ws = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(a, sp), sp)) |
+                      (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(b, sp), sp))
+                          << 32;
+        uint64_t tok = ~ws;
+        uint64_t st = tok & ((ws << 1) | prev_ws);
+        uint64_t en = ws & ((tok << 1) | (prev_ws ^ 1));
+        prev_ws = ws >> 63;
+        for (; st; st = _blsr_u64(st))
+            starts[nt++] = (uint32_t)(i + __builtin_ctzll(st));
+        for (; en; en = _blsr_u64(en))
+            ends[ne++] = (uint32_t)(i + __builtin_ctzll(en));
+    }
+    for (; i < n; i++) {
+        uint64_t w = s[i] <= ' ';
+        if (!w && prev_ws)
+            starts[nt++] = (uint32_t)i;
+        if (w && !prev_ws)
+            ends[ne++] = (uint32_t)i;
+        prev_ws = w;
+    }
+    if (!prev_ws)
+        ends[ne++] = (uint32_t)n;
+    return nt;
+}
+
+/* Distinct tokens: the same 16-byte key, hash and open-addressing table as the scanner's stack
+ * table, without the scanner's other per-token work. s must have 16 readable bytes past n. */
+static size_t distinct(const uint8_t *s, const uint32_t *starts, const uint32_t *ends, size_t nt)
+{
+    uint16_t index[4096];
+    entry entries[512];
+    size_t unique = 0;
+    memset(index, 0, sizeof index);
+    for (size_t k = 0; k < nt; k++) {
+        size_t a = starts[k], len = ends[k] - a;
+        uint64_t head, next;
+        memcpy(&head, s + a, 8);
+        memcpy(&next, s + a + 8, 8);
+        size_t first = len < 8 ? len : 8, more = len > 8 ? len - 8 : 0;
+        head &= ~0ull >> (64 - 8 * first);
+        next &= more >= 8 ? ~0ull : (1ull << (8 * more)) - 1;
+        uint64_t h = (head ^ len) * 0x9E3779B97F4A7C15ull + next * 0xD6E8FEB86659FD93ull;
+        h ^= h >> 29;
+        for (size_t slot = h & 4095;; slot = (slot + 1) & 4095) {
+            unsigned id = index[slot];
+            if (!id) {
+                if (unique == 512)
+                    return SIZE_MAX; /* not a case the benchmark query reaches */
+                entries[unique] = (entry){head, next, (uint32_t)len, 0};
+                index[slot] = (uint16_t)++unique;
+                break;
+            }
+            const entry *e = &entries[id - 1];
+            if (((e->head ^ head) | (e->next ^ next) | (e->len ^ len)) == 0)
+                break;
+        }
+    }
+    return unique;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: scan_floor QUERY_FILE\n");
+        return 2;
+    }
+    static uint8_t buf[MAX_TOKENS * 2 + 64];
+    FILE *f = fopen(argv[1], "rb");
+    if (!f)
+        return 2;
+    size_t n = fread(buf, 1, sizeof buf - 64, f);
+    fclose(f);
+    static uint32_t starts[MAX_TOKENS], ends[MAX_TOKENS];
+    qg_scan_rules rules = {500, -1, 32, 2, 1, 1};
+    size_t nt = split(buf, n, starts, ends), unique = distinct(buf, starts, ends, nt);
+    qg_scan_out check;
+    memset(&check, 0, sizeof check);
+    qg_scan(buf, n, &rules, &check);
+    if ((size_t)check.token_count != nt || (size_t)check.unique_tokens != unique) {
+        fprintf(stderr, "floor disagrees with qg_scan: %zu/%zu vs %lld/%lld tokens/distinct\n", nt, unique,
+                (long long)check.token_count, (long long)check.unique_tokens);
+        return 1;
+    }
+    qg_scan_out_free(&check);
+    const int reps = 200000;
+    double best_split = 1e9, best_all = 1e9, best_scan = 1e9;
+    size_t sink = 0;
+    for (int round = 0; round < 5; round++) {
+        double t = now();
+        for (int r = 0; r < reps; r++)
+            sink += split(buf, n, starts, ends);
+        double d = (now() - t) / reps;
+        best_split = d < best_split ? d : best_split;
+        t = now();
+        for (int r = 0; r < reps; r++)
+            sink += distinct(buf, starts, ends, split(buf, n, starts, ends));
+        d = (now() - t) / reps;
+        best_all = d < best_all ? d : best_all;
+        t = now();
+        for (int r = 0; r < reps; r++) {
+            qg_scan_out o;
+            memset(&o, 0, sizeof o);
+            qg_scan(buf, n, &rules, &o);
+            sink += (size_t)o.unique_tokens;
+            qg_scan_out_free(&o);
+        }
+        d = (now() - t) / reps;
+        best_scan = d < best_scan ? d : best_scan;
+    }
+    printf("%zu bytes, %zu tokens, %zu distinct (best of 5 x %d)\n", n, nt, unique, reps);
+    printf("floor: split %.3f us + distinct %.3f us = %.3f us\n", best_split * 1e6,
+           (best_all - best_split) * 1e6, best_all * 1e6);
+    printf("qg_scan (the real kernel): %.3f us\n", best_scan * 1e6);
+    return sink == 0;
+}

@@ -1,0 +1,45 @@
+"""Measure the floor under scan_query's 500-token benchmark (see bench/scan_floor.c).
+
+Run: python bench/scan_floor.py    (needs gcc; builds into a temporary directory)
+Prints the C timings of a whitespace split + exact distinct count, and of the real kernel on the
+same query, then what 20x against the lesson's validator (timed here too) would leave.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import timeit
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_scan import QUERY, lesson_validator  # noqa: E402
+
+from qdrant_guard._scan import scan_query  # noqa: E402
+
+
+def _best(fn, number: int) -> float:
+    return min(timeit.repeat(fn, number=number, repeat=5)) / number
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        exe, query = Path(tmp) / "scan_floor", Path(tmp) / "query.txt"
+        query.write_bytes(QUERY.encode())
+        subprocess.run(
+            ["gcc", "-O3", "-std=gnu99", "-ffp-contract=off", "-fno-strict-aliasing", f"-I{ROOT / 'native'}",
+             str(ROOT / "bench" / "scan_floor.c"), str(ROOT / "native" / "scan.c"), "-o", str(exe)],
+            check=True,
+        )
+        print(subprocess.run([str(exe), str(query)], check=True, capture_output=True, text=True).stdout, end="")
+    empty = _best(lambda: scan_query(""), 200_000)
+    lesson = _best(lambda: lesson_validator(QUERY), 5_000)
+    print(f"Python call of scan_query on an empty string: {empty * 1e6:.3f} us")
+    print(f"lesson validator: {lesson * 1e6:.2f} us; 20x leaves {lesson / 20 * 1e6:.2f} us for the call and the kernel")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
