@@ -725,6 +725,35 @@ def add_calibrate_arguments(parser: Any) -> None:
     parser.add_argument("--sample-limit", type=int)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--query-text", default="redacted", choices=QUERY_TEXT_MODES,
+        help="what text queries look like when embedded: as given (raw), PII redacted as the guard "
+             "does by default (redacted), or also identifiers generalised, for collections with "
+             "generalize_identifiers = true (generalized)",
+    )
+
+
+#: ``qdrant-guard calibrate --query-text`` choices (see :func:`query_text_transform`).
+QUERY_TEXT_MODES = ("raw", "redacted", "generalized")
+
+
+def query_text_transform(mode: str) -> Callable[[str], str]:
+    """The text path of ``--query-text``: what the guard does to query text before embedding it.
+
+    ``"raw"``: nothing; ``"redacted"``: :func:`qdrant_guard.detect.redact` (the guard's default,
+    ``redact_query_text = true``); ``"generalized"``: that, then
+    :func:`qdrant_guard.identifiers.generalize_identifiers` (``generalize_identifiers = true``).
+    """
+    from .detect import redact
+    from .identifiers import generalize_identifiers
+
+    if mode == "raw":
+        return lambda text: text
+    if mode == "redacted":
+        return redact
+    if mode == "generalized":
+        return lambda text: generalize_identifiers(redact(text))
+    raise ValueError(f"query text mode must be one of {QUERY_TEXT_MODES}, got {mode!r}")
 
 
 def _read_jsonl(path: str) -> list[Any]:
@@ -753,7 +782,9 @@ def run_calibrate_cli(args: Any) -> int:
     if queries and isinstance(queries[0], str):
         from .evaluation.embed import Embedder
 
-        embedder = Embedder().encode
+        model = Embedder().encode
+        transform = query_text_transform(get("query_text", "redacted"))
+        embedder = lambda texts: model([transform(t) for t in texts])  # noqa: E731
     signer = None
     if get("key"):
         from .keys import load_private_key

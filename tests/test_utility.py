@@ -257,3 +257,14 @@ def test_cli_writes_a_signed_record(tmp_path, corpus):
     args.threshold = 0.0
     args.epsilons = "0.03"
     assert run_calibrate_cli(args) == 2
+
+
+def test_calibrate_cli_query_text_follows_the_guard_text_path():
+    from qdrant_guard.utility import query_text_transform
+
+    text = "refund order 48213 for Alice, SSN 123-45-6789"
+    assert query_text_transform("raw")(text) == text
+    assert query_text_transform("redacted")(text) == "refund order 48213 for Alice, SSN [SSN]"
+    assert query_text_transform("generalized")(text) == "refund order [NUMBER] for [NAME], [CODE] [SSN]"
+    with pytest.raises(ValueError, match="must be one of"):
+        query_text_transform("clean")
