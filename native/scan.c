@@ -288,6 +288,7 @@ typedef struct {
     int64_t streak_start[MAX_NGRAM + 1], streak_pos[MAX_NGRAM + 1];
     int64_t best_tok;
     unsigned ng_active;
+    uint32_t ng_next_id; /* ids handed out before the chunk (kept until the first repeat) */
     uint64_t ng_prev[MAX_NGRAM + 1]; /* the previous chunk's match bits, per g */
     /* Token ids and positions of the chunk being filled, after the NG_KEEP tokens before it. */
     uint32_t ng_ids[NG_KEEP + NG_CHUNK];
@@ -541,6 +542,21 @@ static void ngram_chunk(scanner *st, unsigned count, int64_t base, int hw)
 {
     const uint32_t *ids = st->ng_ids + NG_KEEP;
     const int64_t *pos = st->ng_pos + NG_KEEP;
+    /* Two per-token checks that only ever fire once, done here instead: the token that reaches the
+     * cap, and the first repeated token (ids are handed out in first-seen order, so a token is new
+     * exactly when its id is the next unused one). */
+    int64_t cap = st->rules->max_tokens;
+    if (cap >= base && cap < base + (int64_t)count)
+        st->out->token_cap_at = pos[cap - base];
+    if (st->out->first_repeat < 0) {
+        for (unsigned j = 0; j < count; j++) {
+            if (ids[j] != st->ng_next_id) {
+                st->out->first_repeat = pos[j];
+                break;
+            }
+            st->ng_next_id++;
+        }
+    }
     uint64_t eqs[MAX_NGRAM + 1];
 #ifdef QG_SCAN_DISPATCH
     if (hw)
@@ -634,9 +650,7 @@ typedef struct {
     size_t mask, room;
     int64_t tokens, unique, model;
     unsigned ng_n; /* tokens in the n-gram chunk being filled (see ngram_chunk) */
-    int repeat_seen;
     /* rules, as limits that need one compare */
-    int64_t max_tokens;  /* -1: off */
     int64_t model_cap;   /* INT64_MAX: off or already reported */
     size_t blob_min;     /* SIZE_MAX: blobs off */
 } hot_state;
@@ -646,9 +660,7 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
            int64_t other_ascii, int64_t non_ascii, int hw)
 {
     const uint8_t *s = st->s, *end = st->s + st->n;
-    int64_t k = h->tokens++;
-    if (k == h->max_tokens)
-        st->out->token_cap_at = position;
+    h->tokens++;
     h->model += (int64_t)(((uint64_t)letters + 3) >> 2) + other_ascii + non_ascii;
     if (h->model > h->model_cap) {
         st->out->model_cap_at = position;
@@ -745,11 +757,6 @@ insert:
     goto done;
 
 found:
-    if (!h->repeat_seen) {
-        h->repeat_seen = 1;
-        st->out->first_repeat = position;
-    }
-
 done:
     st->ng_ids[h->ng_n] = tid;
     st->ng_pos[h->ng_n] = position;
@@ -1000,8 +1007,6 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     hot.ng_n = NG_KEEP;
     for (unsigned j = 0; j < NG_KEEP; j++)
         st.ng_ids[j] = UINT32_MAX - j; /* before the first token: equal to nothing */
-    hot.repeat_seen = 0;
-    hot.max_tokens = rules->max_tokens;
     hot.model_cap = rules->max_model_tokens >= 0 ? rules->max_model_tokens : INT64_MAX;
     hot.blob_min = rules->encoded_payloads && rules->min_blob_len >= 0 ? (size_t)rules->min_blob_len
                                                                           : SIZE_MAX;

@@ -216,3 +216,12 @@ def test_ngram_streaks_across_chunk_edges_agree() -> None:
     for text in _straddling_texts():
         assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_ngram_run=0.0, max_tokens=None,
                     max_repetition=None)
+
+
+def test_token_cap_and_first_repeat_at_chunk_edges_agree() -> None:
+    """The native pass finds the token at the cap and the first repeated token per 64-token chunk."""
+    for distinct in (0, 1, 62, 63, 64, 65, 127, 128, 129, 200):
+        words = [f"w{i}" for i in range(distinct)] + ["w0", "w1"] * 40 + ["x"]
+        for cap in (0, 1, 63, 64, 65, 127, 128, 129, 250, 1000):
+            assert_same(NATIVE.scan_query, PYTHON.scan_query, " ".join(words), max_tokens=cap,
+                        max_repetition=0.0)
