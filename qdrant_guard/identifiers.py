@@ -6,7 +6,8 @@ them away (docs/eval.md). :func:`generalize_identifiers` replaces them before th
 text, so the vector never holds them. The stored payload text is not touched by this step.
 
 The rules read one word at a time, with no vocabulary, so they behave the same on every corpus.
-A word is a run of letters, digits and ``_``, with inner ``.``, ``-`` or ``'`` joining parts:
+A word is a run of letters, digits and ``_`` in any script (``Zoë``, ``Müller``, ``٣٤٥``), with
+inner ``.``, ``-``, ``'`` or ``’`` joining parts:
 
 * ``[NUMBER]``: digits and separators only (``42``, ``3.11``, ``2024-05-01``);
 * ``[CODE]``: a digit together with letters (``utf-8``, ``A1B2``), a ``_`` (``__init__``,
@@ -14,6 +15,9 @@ A word is a run of letters, digits and ``_``, with inner ``.``, ``-`` or ``'`` j
   stays), or an upper-case letter after the first character (``TypeError``, ``CPython``, ``PEP``);
 * ``[NAME]``: a capitalised word of two or more letters that does not start a sentence (``Alice``
   in "ask Alice", ``Unicode`` in "in Unicode strings"; not ``The`` in ". The").
+
+Names are found by their capital letter, so in scripts without letter case (Chinese, Japanese,
+Arabic, ...) they are not found; numbers and codes are, in any script.
 
 A sentence starts at the beginning of the text, after ``.``, ``!``, ``?``, ``:`` or a line break,
 ignoring spaces and opening quotes or brackets in between. Typed placeholders already in the text
@@ -32,7 +36,7 @@ __all__ = ["generalize_identifiers", "identifier_kind", "PLACEHOLDERS"]
 #: The placeholders :func:`generalize_identifiers` writes.
 PLACEHOLDERS = ("[NUMBER]", "[CODE]", "[NAME]")
 
-_WORD = re.compile(r"[A-Za-z0-9_]+(?:[.\-'][A-Za-z0-9_]+)*")
+_WORD = re.compile(r"\w+(?:[.\-'\u2019]\w+)*")
 _OPENERS = "\"'([{\u201c\u2018`"
 _SENTENCE_ENDS = ".!?:\n"
 

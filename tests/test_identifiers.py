@@ -36,6 +36,9 @@ def test_a_capitalised_word_is_a_name_only_mid_sentence():
         ("her SSN is [SSN] and mail [EMAIL]", "her [CODE] is [SSN] and mail [EMAIL]"),
         ("version 3.11 of CPython", "version [NUMBER] of [CODE]"),
         ("see e.g. os.path.join", "see e.g. [CODE]"),
+        ("ask Zoë Müller and José", "ask [NAME] [NAME] and [NAME]"),
+        ("write to O’Neil about order ٣٤٥", "write to [CODE] about order [NUMBER]"),
+        ("東京 and Ōsaka", "東京 and [NAME]"),
     ],
 )
 def test_generalize_identifiers(text, expected):
