@@ -194,8 +194,9 @@ class CollectionPolicy(_Strict):
     generalize_identifiers: bool = False
     """Replace numbers, codes and proper names by [NUMBER], [CODE], [NAME] in text the guard embeds
     (models.Document writes and queries) on sensitive collections; the payload text keeps them.
-    Off by default: on the eval corpus it cuts the identifier leak by a third or more and costs about 3 points of
-    recall, which puts the default noise at the edge of the 95 % recall target (docs/eval.md)."""
+    Off by default: on the eval corpus it cuts the identifier leak by a third or more and costs
+    about 3 points of recall, which puts the default noise at the edge of the 95 % recall target
+    (docs/eval.md)."""
     keep_payload_text_in_boundary: bool = False
     """Keep PII in the payload text when the writer is in the owner boundary (never credentials)."""
     allow_redaction_on_public: bool = False
