@@ -89,3 +89,28 @@ def test_slow_classifier_runs_off_the_event_loop(kit):
 
     during = asyncio.run(main())
     assert during >= 5  # the loop kept running while the classifier blocked its worker thread
+
+
+def test_async_documents_are_redacted_and_generalised_like_sync(kit):
+    from qdrant_guard.hashing_embedder import HashingEmbedder
+
+    seen: list[str] = []
+    base = HashingEmbedder(DIM)
+
+    def embedder(texts):
+        seen.extend(texts)
+        return base(texts)
+
+    text = "Refund order 48213 for Alice Moreau, SSN 123-45-6789."
+
+    async def main():
+        owner = AsyncQdrantClient(":memory:", guard=_cfg(kit, generalize_identifiers=True, intent={"enabled": False},
+                                                         raw_in_boundary=True),
+                                  principal=kit.principal("alice", "hr"), embedder=embedder)
+        await owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        await owner.upsert("pii", [models.PointStruct(id=1, vector=models.Document(text=text, model="m"))])
+        await owner.query_points("pii", query=models.Document(text="who refunded order 48213?", model="m"), limit=1)
+        await owner.close()
+
+    asyncio.run(main())
+    assert seen == ["Refund order [NUMBER] for [NAME] [NAME], [CODE] [SSN].", "who refunded order [NUMBER]?"]
