@@ -8,6 +8,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.object cimport PyObject, PyObject_GenericSetAttr, PyTypeObject
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdint cimport int64_t, uint8_t
+from libc.math cimport floor
 from libc.string cimport memset
 
 cdef extern from "Python.h":
@@ -76,13 +77,49 @@ cdef str _double_str(double value, char code, int precision, int flags):
         PyMem_Free(text)
 
 
+cdef str _fixed3(double x):
+    """f"{x:.3f}" for a ratio 0 <= x <= 1.
+
+    x * 1000 is within 2**-43 of the exact product, so unless that lies next to a half, rounding
+    it to an integer rounds the exact value the same way; next to a half (ties included), the
+    exact formatter decides. Stuffed queries, the ones this detail is written for, come in bulk.
+    """
+    cdef double y = x * 1000.0
+    cdef double low = floor(y)
+    cdef double frac = y - low
+    cdef long r
+    cdef char digits[5]
+    if not (0.0 <= x <= 1.0) or (frac > 0.4999999 and frac < 0.5000001):
+        return _double_str(x, b'f', 3, 0)
+    r = <long>low + (1 if frac > 0.5 else 0)
+    digits[0] = <char>(48 + r // 1000)
+    digits[1] = b'.'
+    digits[2] = <char>(48 + (r // 100) % 10)
+    digits[3] = <char>(48 + (r // 10) % 10)
+    digits[4] = <char>(48 + r % 10)
+    return digits[:5].decode("ascii")
+
+
+def _fixed3_for_tests(double x):
+    """The scanner's fast ``f"{x:.3f}"`` for ratios (tests compare it with Python's formatter)."""
+    return _fixed3(x)
+
+
+# repr() of the last max_repetition seen: a policy passes the same float object on every call.
+cdef object _max_rep_obj = None
+cdef str _max_rep_text = None
+
+
 cdef str _repetition_detail(double repetition, object max_repetition):
-    # _scan_py.repetition_detail without the format-spec parsing: f"{x:.3f}" and f"{y}" of an exact
-    # float are these two PyOS_double_to_string calls (the same digits).
+    # _scan_py.repetition_detail without the format-spec parsing: f"{x:.3f}" of a ratio and f"{y}"
+    # of an exact float (the same digits as the reference).
+    global _max_rep_obj, _max_rep_text
     if type(max_repetition) is not float:
         return _ref.repetition_detail(repetition, max_repetition)
-    return ("repetition ratio " + _double_str(repetition, b'f', 3, 0) + " > max_repetition="
-            + _double_str(<double>max_repetition, b'r', 0, Py_DTSF_ADD_DOT_0))
+    if max_repetition is not _max_rep_obj:
+        _max_rep_text = _double_str(<double>max_repetition, b'r', 0, Py_DTSF_ADD_DOT_0)
+        _max_rep_obj = max_repetition
+    return "repetition ratio " + _fixed3(repetition) + " > max_repetition=" + _max_rep_text
 
 
 cdef object _violation(str kind, int64_t position, str detail):

@@ -1,6 +1,7 @@
 """The native scanner against its pure-Python reference: every result must be identical."""
 from __future__ import annotations
 
+import math
 import os
 import random
 import subprocess
@@ -225,3 +226,23 @@ def test_token_cap_and_first_repeat_at_chunk_edges_agree() -> None:
         for cap in (0, 1, 63, 64, 65, 127, 128, 129, 250, 1000):
             assert_same(NATIVE.scan_query, PYTHON.scan_query, " ".join(words), max_tokens=cap,
                         max_repetition=0.0)
+
+
+def test_fast_ratio_format_matches_python() -> None:
+    """The native detail formats repetition ratios without Python's float formatter; every ratio a
+    scan of up to 1,200 tokens can produce, the ties and their neighbours must print the same."""
+    from qdrant_guard._scan import _fixed3_for_tests as fixed3
+
+    for total in range(1, 1201):
+        for unique in range(total + 1):
+            x = 1.0 - unique / total
+            assert fixed3(x) == f"{x:.3f}", (unique, total)
+    for k in range(2001):
+        tie = k / 2000
+        for x in (tie, math.nextafter(tie, 0.0), math.nextafter(tie, 1.0)):
+            if 0.0 <= x <= 1.0:
+                assert fixed3(x) == f"{x:.3f}", x
+    rng = random.Random(3)
+    for _ in range(100_000):
+        x = rng.random()
+        assert fixed3(x) == f"{x:.3f}", x
