@@ -5,12 +5,18 @@
  * pass" below); controls, escape triggers and non-ASCII take a byte-at-a-time general path. Tokens
  * are hashed when they end, into an open-addressing table that starts on the stack and grows with
  * the distinct tokens; each token's table entry number is its id, and repeated n-grams are found
- * from the ids 64 tokens at a time (ngram_chunk). The hash is unkeyed: text built to collide in the table makes the scan
- * quadratic in its distinct tokens (the results stay exact). */
+ * from the ids 64 tokens at a time (ngram_chunk). The table's hash is a folded 128-bit multiply
+ * keyed per process from the OS (hash_key): which tokens share a slot depends on a secret, so text
+ * cannot be built to collide, and tokens that differ only in their high bytes (ORD00001,
+ * ORD00002, ...) spread like any others. Collisions only ever cost time; the results are exact. */
 #include "scan.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#if defined(__linux__)
+#include <sys/random.h>
+#endif
 
 #if defined(__SSE2__) && !defined(QG_SCAN_NO_SIMD)
 #include <emmintrin.h>
@@ -282,6 +288,7 @@ typedef struct {
     token_entry *entries; /* on the stack while small is set, else on the heap */
     size_t mask;
     size_t room; /* distinct tokens the table holds before it grows */
+    uint64_t key[2]; /* the table's hash key (hash_key), fixed for the scan */
     /* n-gram runs: bit g-1 of ng_active is set while the last g or more tokens each repeat the
      * token g places back; that streak began at token index streak_start[g] (whose g-back token is
      * at streak_pos[g]). */
@@ -420,12 +427,53 @@ static void scan_escape(scanner *st, size_t i, int64_t position)
 /* ---------------------------------------------------------------------------------------------
  * Tokens */
 
-static inline uint64_t mix64(uint64_t x)
+/* The high and low halves of the 128-bit product, folded: every bit of the result depends on
+ * every bit of both operands. */
+static inline uint64_t fold_mul(uint64_t a, uint64_t b)
 {
-    x ^= x >> 32;
-    x *= 0xD6E8FEB86659FD93ull;
-    x ^= x >> 32;
-    return x;
+#ifdef __SIZEOF_INT128__
+    unsigned __int128 p = (unsigned __int128)a * b;
+    return (uint64_t)p ^ (uint64_t)(p >> 64);
+#else
+    uint64_t a0 = a & 0xFFFFFFFFu, a1 = a >> 32, b0 = b & 0xFFFFFFFFu, b1 = b >> 32;
+    uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+    uint64_t mid = (p00 >> 32) + (p01 & 0xFFFFFFFFu) + (p10 & 0xFFFFFFFFu);
+    uint64_t lo = (mid << 32) | (p00 & 0xFFFFFFFFu);
+    uint64_t hi = p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+    return lo ^ hi;
+#endif
+}
+
+/* The process's table key: 16 bytes from the OS on first use. Racing first calls may each publish
+ * a key; a scan reads the key once and uses it throughout, so every scan is consistent. Without OS
+ * randomness (never on Linux) the key falls back to the clock and an address: still exact, only
+ * easier to predict. */
+static void hash_key(uint64_t key[2])
+{
+    static uint64_t global[2];
+    static int ready = 0;
+    if (__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
+        key[0] = __atomic_load_n(&global[0], __ATOMIC_RELAXED);
+        key[1] = __atomic_load_n(&global[1], __ATOMIC_RELAXED);
+        return;
+    }
+    uint64_t k[2] = {0, 0};
+    int ok = 0;
+#if defined(__linux__)
+    ok = getrandom(k, sizeof k, 0) == (ssize_t)sizeof k;
+#elif defined(__APPLE__) || defined(__FreeBSD__) || defined(__OpenBSD__) || defined(__NetBSD__)
+    arc4random_buf(k, sizeof k);
+    ok = 1;
+#endif
+    if (!ok) {
+        k[0] = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull;
+        k[1] = (uint64_t)(uintptr_t)&k ^ (uint64_t)clock();
+    }
+    __atomic_store_n(&global[0], k[0], __ATOMIC_RELAXED);
+    __atomic_store_n(&global[1], k[1], __ATOMIC_RELAXED);
+    __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
+    key[0] = k[0];
+    key[1] = k[1];
 }
 
 /* The bytes p[0..len), 1 <= len <= 8, zero-padded into a word. */
@@ -595,16 +643,14 @@ static void ngram_chunk(scanner *st, unsigned count, int64_t base, int hw)
     memmove(st->ng_pos, st->ng_pos + count, NG_KEEP * sizeof st->ng_pos[0]);
 }
 
-/* Tokens up to 16 bytes hash without a loop (and so without a length-dependent branch). */
-static inline uint64_t token_hash(const uint8_t *s, size_t a, size_t b, uint64_t head, uint64_t next,
-                                  const uint8_t *end)
+/* Tokens up to 16 bytes hash with one multiply (and without a length-dependent branch). The
+ * length joins the second operand: with the zero padding, (head, next, length) is the token. */
+static inline uint64_t token_hash(const uint64_t key[2], const uint8_t *s, size_t a, size_t b,
+                                  uint64_t head, uint64_t next, const uint8_t *end)
 {
-    /* Two independent multiplies, folded: the table index takes the low bits, which a product's
-     * high half reaches only through the fold. */
-    uint64_t h = (head ^ (b - a)) * 0x9E3779B97F4A7C15ull + next * 0xD6E8FEB86659FD93ull;
-    h ^= h >> 29;
+    uint64_t h = fold_mul(head ^ key[0], next ^ key[1] ^ (uint64_t)(b - a));
     for (size_t p = a + 16; p < b; p += 8)
-        h = mix64(h ^ load_word(s + p, b - p < 8 ? b - p : 8, end));
+        h = fold_mul(h ^ load_word(s + p, b - p < 8 ? b - p : 8, end), key[1] ^ 0x9E3779B97F4A7C15ull);
     return h;
 }
 
@@ -622,7 +668,7 @@ static int grow_table(scanner *st, size_t tokens, size_t unique)
     memcpy(entries, st->entries, unique * sizeof *entries);
     for (size_t id = 0; id < unique; id++) {
         const token_entry *e = &entries[id];
-        size_t slot = (size_t)token_hash(st->s, e->offset, e->offset + e->len, e->head, e->next,
+        size_t slot = (size_t)token_hash(st->key, st->s, e->offset, e->offset + e->len, e->head, e->next,
                                          st->s + st->n) & (cap - 1);
         while (slots[slot])
             slot = (slot + 1) & (cap - 1);
@@ -648,7 +694,8 @@ typedef struct {
     uint32_t *slots;
     token_entry *entries;
     size_t mask, room;
-    int64_t tokens, unique, model;
+    uint64_t key[2];
+    int64_t tokens, unique, model, probes;
     unsigned ng_n; /* tokens in the n-gram chunk being filled (see ngram_chunk) */
     /* rules, as limits that need one compare */
     int64_t model_cap;   /* INT64_MAX: off or already reported */
@@ -685,7 +732,7 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
         if (len > 8)
             next = load_word(s + a + 8, len < 16 ? len - 8 : 8, end);
     }
-    uint64_t hash = token_hash(s, a, b, head, next, end);
+    uint64_t hash = token_hash(h->key, s, a, b, head, next, end);
     size_t slot = (size_t)hash & h->mask;
     token_entry *e;
     uint32_t tid;
@@ -707,6 +754,7 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
                 (len <= 16 || memcmp(s + e->offset + 16, s + a + 16, len - 16) == 0))
                 goto found;
             slot = (slot + 1) & h->mask;
+            h->probes++;
         }
         /* The stack is full: move to the heap and look up there. */
         if (!grow_table(st, 2 * h->room, (size_t)h->unique))
@@ -742,6 +790,7 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
             (len <= 16 || memcmp(s + e->offset + 16, s + a + 16, len - 16) == 0))
             goto found;
         slot = (slot + 1) & h->mask;
+        h->probes++;
     }
 
 nomem:
@@ -1003,8 +1052,11 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     hot.entries = st.entries;
     hot.mask = st.mask;
     hot.room = st.room;
-    hot.tokens = hot.unique = hot.model = 0;
+    hot.tokens = hot.unique = hot.model = hot.probes = 0;
     hot.ng_n = NG_KEEP;
+    hash_key(st.key);
+    hot.key[0] = st.key[0];
+    hot.key[1] = st.key[1];
     for (unsigned j = 0; j < NG_KEEP; j++)
         st.ng_ids[j] = UINT32_MAX - j; /* before the first token: equal to nothing */
     hot.model_cap = rules->max_model_tokens >= 0 ? rules->max_model_tokens : INT64_MAX;
@@ -1168,6 +1220,7 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
 #undef END_TOKEN
 
     out->token_count = hot.tokens;
+    out->probes = hot.probes;
     out->unique_tokens = hot.unique;
     out->model_tokens = hot.model;
     if (hot.ng_n > NG_KEEP)

@@ -43,6 +43,7 @@ typedef struct {
     int64_t model_tokens;
     int64_t model_cap_at;   /* position of the token where the estimate exceeds the cap, -1 */
     int64_t run_length, run_at, run_n; /* longest n-gram run; run_length 0 if none */
+    int64_t probes; /* table slots stepped past in all lookups: a diagnostic of hash collisions */
     qg_mark *marks;
     size_t n_marks, cap_marks;
 } qg_scan_out;

@@ -34,6 +34,7 @@ cdef extern from "scan.h" nogil:
         int64_t run_length
         int64_t run_at
         int64_t run_n
+        int64_t probes
         qg_mark *marks
         size_t n_marks
 
