@@ -168,9 +168,12 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
 
     qtexts = [q for q, _ in queries]
     targets = [t for _, t in queries]
-    guard_text = (lambda s: generalize_identifiers(redact(s))) if config.generalize_identifiers else redact
+
+    def guard_text(redacted: str) -> str:
+        return generalize_identifiers(redacted) if config.generalize_identifiers else redacted
+
     views: dict[str, dict[str, np.ndarray]] = {}
-    for mode, fn in (("off", lambda s: s), ("on", guard_text)):
+    for mode, fn in (("off", lambda s: s), ("on", lambda s: guard_text(redact(s)))):
         views[mode] = {
             "docs": embed([fn(p) for p in paragraphs], progress=pb, desc=f"embed docs (redaction {mode})"),
             "queries": embed([fn(q) for q in qtexts], progress=pb, desc=f"embed queries (redaction {mode})"),
@@ -189,7 +192,7 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
         red_texts = [redact(t) for t in texts]
         detector["planted"] += len(texts)
         detector["redacted"] += sum(1 for v, r in zip(c.candidates, red_texts) if v not in r)
-        carrier_emb.append((c, cand, embed([guard_text(t) for t in texts])))
+        carrier_emb.append((c, cand, embed([guard_text(r) for r in red_texts])))
 
     # Bag-of-words split (fixed across levels and modes).
     order = rng.permutation(len(paragraphs))
