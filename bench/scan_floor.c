@@ -93,7 +93,7 @@ static size_t distinct(const uint8_t *s, const uint32_t *starts, const uint32_t 
         size_t first = len < 8 ? len : 8, more = len > 8 ? len - 8 : 0;
         head &= ~0ull >> (64 - 8 * first);
         next &= more >= 8 ? ~0ull : (1ull << (8 * more)) - 1;
-        uint64_t h = fold_mul(head ^ KEY0, next ^ KEY1 ^ len);
+        uint64_t h = fold_mul(fold_mul(head ^ KEY0, next ^ KEY1 ^ len), 0x9E3779B97F4A7C15ull);
         for (size_t slot = h & 4095;; slot = (slot + 1) & 4095) {
             unsigned id = index[slot];
             if (!id) {
