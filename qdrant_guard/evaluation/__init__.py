@@ -25,9 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--levels", help="comma-separated sigmas per coordinate (0 = no noise); the policy default is always added")
     p.add_argument("--noise-queries", action="store_true",
                    help="noise query vectors too (the guard does so only with noise_queries = true)")
-    p.add_argument("--generalize-identifiers", action="store_true",
-                   help="redaction on = detect.redact, then identifiers generalised (a policy with "
-                        "generalize_identifiers = true; the default policy redacts only)")
+    p.add_argument("--generalize-identifiers", action=argparse.BooleanOptionalAction, default=None,
+                   help="redaction on = detect.redact, then identifiers generalised to [NUMBER]/[CODE]/"
+                        "[NAME] (generalize_identifiers = true, the policy default); "
+                        "--no-generalize-identifiers: detect.redact only")
     p.add_argument("--max-docs", type=int)
     p.add_argument("--queries", type=int)
     p.add_argument("--carriers-per-kind", type=int)
@@ -43,8 +44,9 @@ def run_eval_cli(argv: Sequence[str] | None = None) -> int:
     from .sweep import EvalConfig, run_sweep
 
     args = build_parser().parse_args(argv)
-    cfg = EvalConfig(seed=args.seed, progress=not args.no_progress, noise_queries=args.noise_queries,
-                     generalize_identifiers=args.generalize_identifiers)
+    cfg = EvalConfig(seed=args.seed, progress=not args.no_progress, noise_queries=args.noise_queries)
+    if args.generalize_identifiers is not None:
+        cfg.generalize_identifiers = args.generalize_identifiers
     if args.reduced:
         for name, value in REDUCED.items():
             setattr(cfg, name, value)

@@ -35,24 +35,38 @@ def check_targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     hundredths from one sample of texts to the next, so a point estimate under the limit is not
     evidence that the leak is that small.
 
+    The identifier target is checked twice: on the corpus's own identifier tokens
+    (``identifier_adaptive_advantage``: mostly code names that name their paragraph's subject, so
+    they can be inferred from the topic the vector keeps) and on planted identifiers that carry no
+    topic (``planted_identifier_adaptive_advantage``, :mod:`.planted`; absent from results of runs
+    made before it existed).
+
     Returns:
         name -> ``{"value", "limit", "ok"}`` for ``secret_x_chance``,
-        ``identifier_adaptive_advantage`` (also ``"interval"``) and ``recall_ratio``.
+        ``identifier_adaptive_advantage`` and ``planted_identifier_adaptive_advantage`` (both also
+        with ``"interval"``) and ``recall_ratio``.
     """
     r = _row(results, policy_default=True, redaction=True)
     secret = r["secret"]["all"]["x_chance"]
-    adv = r["bow_adaptive"]["identifier"]["advantage"]
-    interval = r["bow_adaptive"]["identifier"].get("advantage_ci")
-    upper = interval[1] if interval else adv
     ratio = r["utility"]["recall_ratio"]
-    return {
+    out = {
         "secret_x_chance": {"value": secret, "limit": f"<= {SECRET_MAX_X_CHANCE:g}", "ok": secret <= SECRET_MAX_X_CHANCE},
-        "identifier_adaptive_advantage": {
-            "value": adv, "limit": f"<= {IDENT_MAX_ADVANTAGE:g} (whole interval)",
-            "ok": adv <= IDENT_MAX_ADVANTAGE and upper <= IDENT_MAX_ADVANTAGE,
-            "interval": interval,
-        },
-        "recall_ratio": {"value": ratio, "limit": f">= {MIN_RECALL_RATIO:g}", "ok": ratio >= MIN_RECALL_RATIO},
+        "identifier_adaptive_advantage": _advantage_target(r["bow_adaptive"]["identifier"]),
+    }
+    if "planted" in r:
+        out["planted_identifier_adaptive_advantage"] = _advantage_target(r["planted"]["adaptive"])
+    out["recall_ratio"] = {"value": ratio, "limit": f">= {MIN_RECALL_RATIO:g}", "ok": ratio >= MIN_RECALL_RATIO}
+    return out
+
+
+def _advantage_target(attack: dict[str, Any]) -> dict[str, Any]:
+    adv = attack["advantage"]
+    interval = attack.get("advantage_ci")
+    upper = interval[1] if interval else adv
+    return {
+        "value": adv, "limit": f"<= {IDENT_MAX_ADVANTAGE:g} (whole interval)",
+        "ok": adv <= IDENT_MAX_ADVANTAGE and upper <= IDENT_MAX_ADVANTAGE,
+        "interval": interval,
     }
 
 
@@ -112,6 +126,9 @@ def _plot(results: dict[str, Any], path: Path) -> None:
         axes[1].plot(xs, [r["reid"]["top1"] for r in rows], style, marker="^", label=f"re-identification top-1 ({tag})")
         axes[2].plot(xs, [r["bow_adaptive"]["identifier"]["advantage"] for r in rows], style, marker="o", label=f"identifier F1 - prior ({tag})")
         axes[2].plot(xs, [r["bow_adaptive"]["topic"]["advantage"] for r in rows], style, marker="s", label=f"topic F1 - prior ({tag})")
+        if all("planted" in r for r in rows):
+            axes[2].plot(xs, [r["planted"]["adaptive"]["advantage"] for r in rows], style, marker="D",
+                         label=f"planted identifier F1 - prior ({tag})")
     pd = _row(results, policy_default=True, redaction=True)["scale"]
     chance = results["levels"][0]["secret"]["all"]["chance"]
     axes[0].axhline(MIN_RECALL_RATIO, color="grey", lw=0.8)
@@ -159,9 +176,9 @@ def write_report(results: dict[str, Any], out_dir: str | Path, *, command: str =
         "",
         "Redaction on: "
         + ("`detect.redact`, then identifiers generalised to [NUMBER]/[CODE]/[NAME] "
-           "(a policy with `generalize_identifiers = true`)"
+           "(the default policy, `generalize_identifiers = true`)"
            if cfg.get("generalize_identifiers") else
-           "`detect.redact` only (the default policy, `generalize_identifiers = false`)")
+           "`detect.redact` only (a policy with `generalize_identifiers = false`)")
         + ", for the documents and the queries.",
         "",
         "## Targets (policy default level, redaction on)",
@@ -231,6 +248,28 @@ def write_report(results: dict[str, Any], out_dir: str | Path, *, command: str =
             f"| {a['identifier']['advantage']:+.3f}{span} "
             f"| {a['topic']['prior_f1']:.3f} | {n['topic']['f1']:.3f} | {a['topic']['f1']:.3f} |"
         )
+    if all("planted" in r for r in results["levels"]):
+        pc = cfg["planted"]
+        lines += [
+            "",
+            "## Attack 2b: bag-of-words inversion of planted identifiers (micro-F1 on the test split)",
+            "",
+            f"Each paragraph carries one sentence naming a number, a code and a name, drawn from pools of "
+            f"{pc['pool']} per kind independently of the paragraph ({pc['labels']} labels, {pc['per_text']} per "
+            "text; same split). Unlike the corpus's own identifiers, these cannot be inferred from the "
+            "topic: an advantage over the prior is read from the vector.",
+            "",
+            "| level | sigma | redaction | prior | naive | adaptive | adaptive advantage |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in results["levels"]:
+            n, a = r["planted"]["naive"], r["planted"]["adaptive"]
+            ci = a.get("advantage_ci")
+            span = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else ""
+            lines.append(
+                f"| {r['level']} | {r['scale']:.4f} | {'on' if r['redaction'] else 'off'} "
+                f"| {a['prior_f1']:.3f} | {n['f1']:.3f} | {a['f1']:.3f} | {a['advantage']:+.3f}{span} |"
+            )
     lines += [
         "",
         "## Attack 3: nearest-neighbour re-identification in the corpus",

@@ -20,6 +20,7 @@ from ..identifiers import generalize_identifiers
 from ..utility import progress_iter, retrieval_metrics
 from . import attacks
 from .corpus import load_paragraphs, make_carriers, make_queries
+from .planted import plant_identifiers
 
 __all__ = ["EvalConfig", "Level", "make_levels", "epsilon_for_sigma", "run_sweep", "DEFAULT_SIGMAS"]
 
@@ -46,8 +47,10 @@ class EvalConfig:
             boundary. On, utility is measured as if every query were noised (more pessimistic).
         generalize_identifiers: with redaction on, also generalise identifiers
             (:func:`qdrant_guard.identifiers.generalize_identifiers`) as the guard does for text it
-            embeds under a policy with ``generalize_identifiers = true``. Off (the default, as in
-            the policy): the redaction alone.
+            embeds under a policy with ``generalize_identifiers = true`` (the policy default, and
+            this one's). Off: the redaction alone.
+        planted_pool: planted identifiers per kind (:func:`.planted.plant_identifiers`) for the
+            inversion attack on identifiers that carry no topic.
     """
 
     seed: int = 0
@@ -60,7 +63,8 @@ class EvalConfig:
     progress: bool = True
     noise_policy: dict[str, Any] = field(default_factory=dict)
     noise_queries: bool = False
-    generalize_identifiers: bool = False
+    generalize_identifiers: bool = field(default_factory=lambda: _policy_default("generalize_identifiers"))
+    planted_pool: int = 20
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,12 @@ class Level:
     sigma: float
     epsilon: float | None
     is_policy_default: bool = False
+
+
+def _policy_default(name: str) -> Any:
+    from ..policy import CollectionPolicy
+
+    return CollectionPolicy.model_fields[name].default
 
 
 def _policy_defaults() -> dict[str, Any]:
@@ -201,6 +211,16 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
     vocab = attacks.build_vocab([paragraphs[i] for i in tr])
     y = vocab.labels(paragraphs)
 
+    # The same split, with topic-free identifiers planted (their own generator, so that adding
+    # them left every other sample of a seed as it was).
+    planted = plant_identifiers(paragraphs, np.random.default_rng([config.seed, 1]), pool=config.planted_pool)
+    pvocab = attacks.BowVocab(planted.words, np.ones(len(planted.words), bool), np.zeros(len(planted.words), bool))
+    py = pvocab.labels(planted.texts)
+    pviews = {
+        mode: embed([fn(t) for t in planted.texts], progress=pb, desc=f"embed planted (redaction {mode})")
+        for mode, fn in (("off", lambda s: s), ("on", lambda s: guard_text(redact(s))))
+    }
+
     results: list[dict[str, Any]] = []
     for level in progress_iter(levels, total=len(levels), desc="sweep levels", enabled=pb):
         for mode in ("off", "on"):
@@ -238,6 +258,14 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
             naive = attacks.bow_inversion(clean_docs[tr] if mode == "off" else docs[tr], y[tr], test_x, y[te], vocab)
             adaptive = attacks.bow_inversion(noised_train, y[tr], test_x, y[te], vocab)
 
+            pdocs = pviews[mode]
+            p_test, _ = _noised(pdocs[te], level, policy, _key(config.seed, "planted", tag))
+            p_train, _ = _noised(pdocs[tr], level, policy, _key(config.seed, "planted-train", tag))
+            planted_attack = {
+                "naive": attacks.bow_inversion(pdocs[tr], py[tr], p_test, py[te], pvocab)["identifier"],
+                "adaptive": attacks.bow_inversion(p_train, py[tr], p_test, py[te], pvocab)["identifier"],
+            }
+
             reid = attacks.reidentify(clean_docs, nd)
             results.append(
                 {
@@ -251,6 +279,7 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
                     "secret": secret,
                     "bow_naive": naive,
                     "bow_adaptive": adaptive,
+                    "planted": planted_attack,
                     "reid": reid,
                 }
             )
@@ -269,6 +298,7 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
             "generalize_identifiers": config.generalize_identifiers,
             "bow_vocab": {"identifier": int(vocab.identifier.sum()), "topic": int(vocab.topic.sum())},
             "bow_split": {"train": int(len(tr)), "test": int(len(te))},
+            "planted": {"pool": config.planted_pool, "labels": len(planted.words), "per_text": 3},
         },
         "clean": clean_metrics,
         "detector": detector,
