@@ -3,9 +3,10 @@
 Noise that keeps retrieval useful leaves the identifiers a text names (an account number, an error
 code, a person's name) readable from its vector (docs/eval.md). :func:`generalize_identifiers`
 replaces them before the embedder sees the text, so the vector does not hold them. The guard does
-this on collections whose policy sets ``generalize_identifiers = true`` (off by default: it costs
-recall); the stored payload text is not touched. An identifier that always comes with its subject
-can still be guessed from the subject, which the vector keeps.
+this on sensitive collections unless their policy sets ``generalize_identifiers = false`` (it
+costs recall where queries name identifiers); the stored payload text is not touched. An
+identifier that always comes with its subject can still be guessed from the subject, which the
+vector keeps.
 
 The rules read one word at a time, with no vocabulary, so they behave the same on every corpus.
 A word is a run of letters, digits and ``_`` in any script (``Zoë``, ``Müller``, ``٣٤٥``), with

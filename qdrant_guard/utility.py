@@ -726,10 +726,10 @@ def add_calibrate_arguments(parser: Any) -> None:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(
-        "--query-text", default="redacted", choices=QUERY_TEXT_MODES,
-        help="what text queries look like when embedded: as given (raw), PII redacted as the guard "
-             "does by default (redacted), or also identifiers generalised, for collections with "
-             "generalize_identifiers = true (generalized)",
+        "--query-text", default="generalized", choices=QUERY_TEXT_MODES,
+        help="what text queries look like when embedded: PII redacted and identifiers generalised, "
+             "as the guard does by default (generalized), PII redacted only, for collections with "
+             "generalize_identifiers = false (redacted), or as given (raw)",
     )
 
 
@@ -740,9 +740,9 @@ QUERY_TEXT_MODES = ("raw", "redacted", "generalized")
 def query_text_transform(mode: str) -> Callable[[str], str]:
     """The text path of ``--query-text``: what the guard does to query text before embedding it.
 
-    ``"raw"``: nothing; ``"redacted"``: :func:`qdrant_guard.detect.redact` (the guard's default,
-    ``redact_query_text = true``); ``"generalized"``: that, then
-    :func:`qdrant_guard.identifiers.generalize_identifiers` (``generalize_identifiers = true``).
+    ``"raw"``: nothing; ``"redacted"``: :func:`qdrant_guard.detect.redact`
+    (``redact_query_text = true`` with ``generalize_identifiers = false``); ``"generalized"``: that,
+    then :func:`qdrant_guard.identifiers.generalize_identifiers` (the guard's default).
     """
     from .detect import redact
     from .identifiers import generalize_identifiers

@@ -55,6 +55,8 @@ def test_the_attacks_are_real_on_clean_unredacted_vectors(reduced):
     assert clean["secret"]["all"]["top1"] >= 0.5
     # ...the bag-of-words probe beats the prior on topic words...
     assert clean["bow_naive"]["topic"]["advantage"] >= 0.1
+    # ...and on planted identifiers, which the topic says nothing about...
+    assert clean["planted"]["adaptive"]["advantage"] >= 0.3
     # ...and every paragraph is re-identified from its own embedding.
     assert clean["reid"]["top1"] >= 0.99
     assert results["clean"]["recall"] >= 0.8
@@ -71,11 +73,25 @@ def test_targets_hold_at_the_default_policy_with_redaction(reduced):
     assert targets["recall_ratio"]["ok"], row["utility"]
 
 
+def test_planted_identifiers_are_hidden_at_the_default_policy_only_with_generalisation(reduced):
+    from qdrant_guard.evaluation.report import check_targets
+
+    results, _ = reduced
+    assert results["config"]["generalize_identifiers"] is True
+    row = _row(results, policy_default=True, redaction=True)
+    assert check_targets(results)["planted_identifier_adaptive_advantage"]["ok"], row["planted"]
+    # The default noise alone does not hide them: detect.redact leaves them in the text, and the
+    # unredacted rows show what the noise does by itself.
+    noise_only = _row(results, policy_default=True, redaction=False)
+    assert noise_only["planted"]["adaptive"]["advantage_ci"][0] > 0.1, noise_only["planted"]
+
+
 @pytest.mark.xfail(strict=True, reason=(
-    "known gap (issue 5): identifiers travel with their topics; the full run measures +0.18 at the "
-    "default policy (+0.09 with generalize_identifiers = true). Met means the whole 95 % interval "
-    "is within 0.05 (+0.061 there, interval up to +0.144). Strict: when the target is met this "
-    "test fails, so the gap cannot close silently."))
+    "known gap (issue 5): the corpus's own identifiers (code names such as __getitem__, TypeError) "
+    "travel with their topics; the full run measures +0.078 at the default policy, +0.142 with "
+    "identifiers generalised and no noise at all. Met means the whole 95 % interval is within "
+    "0.05 (+0.061 here, interval up to +0.152). Strict: when the target is met this test fails, "
+    "so the gap cannot close silently."))
 def test_identifier_target_at_the_default_policy_with_redaction(reduced):
     from qdrant_guard.evaluation.report import check_targets
 

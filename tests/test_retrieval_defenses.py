@@ -105,7 +105,8 @@ def test_document_queries_are_redacted_then_embedded_by_the_guard(kit):
     sc.build_collection(owner)
     bob = owner.with_principal(kit.principal("bob", "support"))
     bob.query_points(sc.COLLECTION, query=models.Document(text="refund for SSN 123-45-6789 please", model="x"), limit=3)
-    assert seen == ["refund for SSN [SSN] please"]
+    # Redacted, then generalised (the default policy): the acronym reads as a code.
+    assert seen == ["refund for [CODE] [SSN] please"]
     rec = _audit_records(kit)[-1]
     assert "123-45-6789" not in json.dumps(rec)
     assert rec["details"]["query_text"] == "refund for SSN [SSN] please"

@@ -39,7 +39,8 @@ def test_pii_is_redacted_before_the_embedder_and_in_the_payload(tmp_path):
     client, emb = _client(tmp_path)
     client.upsert("c", [models.PointStruct(id=1, vector=models.Document(text=SSN_TEXT, model="m"),
                                            payload={"text": SSN_TEXT})])
-    assert emb.seen == ["Jane asked about payroll; her SSN is [SSN]"]
+    # The embedder also gets identifiers generalised (the default); the payload only the redaction.
+    assert emb.seen == ["Jane asked about payroll; her [CODE] is [SSN]"]
     (_, payload, _), = snapshot(client, "c")
     assert payload["text"] == "Jane asked about payroll; her SSN is [SSN]"
 
@@ -63,7 +64,7 @@ def test_credentials_are_refused_by_default_and_redacted_when_configured(tmp_pat
     client2, emb2 = _client(tmp_path / "b", credentials_in_text="redact")
     client2.upsert("c", [models.PointStruct(id=1, vector=models.Document(text=KEY_TEXT, model="m"),
                                             payload={"text": KEY_TEXT})])
-    assert emb2.seen == ['deploy with aws_access_key_id = "[AWS_ACCESS_KEY]"']
+    assert emb2.seen == ['deploy with [CODE] = "[AWS_ACCESS_KEY]"']
     (_, payload, _), = snapshot(client2, "c")
     assert "AKIA" not in payload["text"]
 
@@ -84,14 +85,14 @@ def test_query_text_is_redacted_before_embedding(tmp_path):
     client, emb = _client(tmp_path, raw_in_boundary=True, intent={"enabled": False})
     client.upsert("c", [models.PointStruct(id=1, vector=[0.2] * DIM, payload={"text": "x"})])
     client.query_points("c", query=models.Document(text="who has SSN 123-45-6789?", model="m"), limit=1)
-    assert emb.seen[-1] == "who has SSN [SSN]?"
+    assert emb.seen[-1] == "who has [CODE] [SSN]?"
 
 
 ORDER_TEXT = "Refund order 48213 for Alice Moreau after the TypeError in billing_v2."
 
 
-def test_identifiers_are_generalised_for_the_embedder_but_kept_in_the_payload(tmp_path):
-    client, emb = _client(tmp_path, generalize_identifiers=True)
+def test_identifiers_are_generalised_for_the_embedder_by_default_but_kept_in_the_payload(tmp_path):
+    client, emb = _client(tmp_path)
     client.upsert("c", [models.PointStruct(id=1, vector=models.Document(text=ORDER_TEXT, model="m"),
                                            payload={"text": ORDER_TEXT})])
     assert emb.seen == ["Refund order [NUMBER] for [NAME] [NAME] after the [CODE] in [CODE]."]
@@ -108,7 +109,8 @@ def test_query_text_identifiers_are_generalised_like_the_documents(tmp_path):
     assert emb.seen[-1] == "why was order [NUMBER] refunded to [NAME]?"
 
 
-def test_generalisation_is_off_by_default_and_the_screened_text_is_embedded(tmp_path):
-    client, emb = _client(tmp_path)
+def test_with_generalisation_off_the_screened_text_is_embedded(tmp_path):
+    client, emb = _client(tmp_path, generalize_identifiers=False)
     client.upsert("c", [models.PointStruct(id=1, vector=models.Document(text=ORDER_TEXT, model="m"))])
     assert emb.seen == [ORDER_TEXT]
+
