@@ -182,8 +182,10 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
     def guard_text(redacted: str) -> str:
         return generalize_identifiers(redacted) if config.generalize_identifiers else redacted
 
+    text_modes: tuple[tuple[str, Callable[[str], str]], ...] = (
+        ("off", lambda s: s), ("on", lambda s: guard_text(redact(s))))
     views: dict[str, dict[str, np.ndarray]] = {}
-    for mode, fn in (("off", lambda s: s), ("on", lambda s: guard_text(redact(s)))):
+    for mode, fn in text_modes:
         views[mode] = {
             "docs": embed([fn(p) for p in paragraphs], progress=pb, desc=f"embed docs (redaction {mode})"),
             "queries": embed([fn(q) for q in qtexts], progress=pb, desc=f"embed queries (redaction {mode})"),
@@ -218,7 +220,7 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
     py = pvocab.labels(planted.texts)
     pviews = {
         mode: embed([fn(t) for t in planted.texts], progress=pb, desc=f"embed planted (redaction {mode})")
-        for mode, fn in (("off", lambda s: s), ("on", lambda s: guard_text(redact(s))))
+        for mode, fn in text_modes
     }
 
     results: list[dict[str, Any]] = []
