@@ -56,7 +56,8 @@ def test_every_identifier_is_used_and_none_dominates():
 
 
 def test_redaction_keeps_them_and_generalisation_replaces_them():
-    for text, words in zip(_planted().texts[:50], _planted().planted[:50]):
+    p = _planted()
+    for text, words in zip(p.texts[:50], p.planted[:50]):
         assert set(words) <= set(tokenize(redact(text)))
         assert not set(words) & set(tokenize(generalize_identifiers(redact(text))))
 
