@@ -262,6 +262,8 @@ typedef struct {
     uint32_t len;
     uint32_t offset; /* where the first occurrence starts */
 } token_entry;
+/* The AVX2 variant loads and stores head and next as one 16-byte vector. */
+_Static_assert(offsetof(token_entry, next) == offsetof(token_entry, head) + 8, "head, next adjacent");
 
 #define STACK_SLOTS 4096
 #define STACK_LOAD 8
@@ -679,15 +681,20 @@ static const uint8_t aes_masks[17][16] __attribute__((aligned(16))) = {
 };
 
 /* Bytes p[0..len), len <= 16, zero-padded into a vector; reads 16 bytes when that stays in s. */
-__attribute__((target("avx2,aes"))) static inline __m128i load16(const uint8_t *p, size_t len,
-                                                                const uint8_t *end)
+__attribute__((target("avx2,aes"), noinline)) static __m128i load16_copy(const uint8_t *p, size_t len)
 {
-    if (end - p >= 16)
-        return _mm_and_si128(_mm_loadu_si128((const __m128i *)p),
-                             _mm_load_si128((const __m128i *)aes_masks[len]));
     uint8_t tmp[16] = {0};
     memcpy(tmp, p, len);
     return _mm_loadu_si128((const __m128i *)tmp);
+}
+
+__attribute__((target("avx2,aes"))) static inline __m128i load16(const uint8_t *p, size_t len,
+                                                                const uint8_t *end)
+{
+    if (__builtin_expect(end - p >= 16, 1))
+        return _mm_and_si128(_mm_loadu_si128((const __m128i *)p),
+                             _mm_load_si128((const __m128i *)aes_masks[len]));
+    return load16_copy(p, len);
 }
 
 __attribute__((target("avx2,aes"))) static inline uint64_t aes_token_hash(const uint64_t key[4],
@@ -698,8 +705,9 @@ __attribute__((target("avx2,aes"))) static inline uint64_t aes_token_hash(const 
     const __m128i k0 = _mm_set_epi64x((long long)key[1], (long long)key[0]);
     const __m128i k1 = _mm_set_epi64x((long long)key[3], (long long)key[2]);
     __m128i x = _mm_aesenc_si128(_mm_xor_si128(first, k0), _mm_xor_si128(k1, _mm_cvtsi64_si128((long long)(b - a))));
-    for (size_t p = a + 16; p < b; p += 16)
-        x = _mm_aesenc_si128(_mm_xor_si128(x, load16(s + p, b - p < 16 ? b - p : 16, end)), k0);
+    if (__builtin_expect(b - a > 16, 0))
+        for (size_t p = a + 16; p < b; p += 16)
+            x = _mm_aesenc_si128(_mm_xor_si128(x, load16(s + p, b - p < 16 ? b - p : 16, end)), k0);
     x = _mm_aesenc_si128(x, k0);
     x = _mm_aesenc_si128(x, k1);
     return (uint64_t)_mm_cvtsi128_si64(x);
@@ -779,12 +787,12 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
     }
 
     size_t len = b - a;
-    uint64_t head, next = 0, hash;
+    uint64_t head = 0, next = 0, hash;
 #ifdef QG_SCAN_DISPATCH
+    /* The AVX2 variant keeps the first 16 bytes in a vector: hashed, compared and stored as one. */
+    __m128i v = _mm_setzero_si128();
     if (hw) {
-        __m128i v = load16(s + a, len < 16 ? len : 16, end);
-        head = (uint64_t)_mm_cvtsi128_si64(v);
-        next = (uint64_t)_mm_cvtsi128_si64(_mm_unpackhi_epi64(v, v));
+        v = load16(s + a, len < 16 ? len : 16, end);
         hash = aes_token_hash(h->key, s, a, b, v, end);
     } else
 #endif
@@ -807,6 +815,14 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
         }
         hash = token_hash(h->key, s, a, b, head, next, end);
     }
+#ifdef QG_SCAN_DISPATCH
+#define SAME_HEAD(e)                                                                               \
+    (hw ? (_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)&(e)->head), v)) ==   \
+           0xFFFF) & ((e)->len == len)                                                             \
+        : ((((e)->len ^ len) | ((e)->head ^ head) | ((e)->next ^ next)) == 0))
+#else
+#define SAME_HEAD(e) ((((e)->len ^ len) | ((e)->head ^ head) | ((e)->next ^ next)) == 0)
+#endif
     size_t slot = (size_t)hash & h->mask;
     token_entry *e;
     uint32_t tid;
@@ -824,7 +840,7 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
             }
             tid = id - 1;
             e = &h->entries[tid];
-            if (((e->len ^ len) | (e->head ^ head) | (e->next ^ next)) == 0 &&
+            if (SAME_HEAD(e) &&
                 (len <= 16 || memcmp(s + e->offset + 16, s + a + 16, len - 16) == 0))
                 goto found;
             slot = (slot + 1) & h->mask;
@@ -860,7 +876,7 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
         }
         tid = id - 1;
         e = &h->entries[tid];
-        if (((e->len ^ len) | (e->head ^ head) | (e->next ^ next)) == 0 &&
+        if (SAME_HEAD(e) &&
             (len <= 16 || memcmp(s + e->offset + 16, s + a + 16, len - 16) == 0))
             goto found;
         slot = (slot + 1) & h->mask;
@@ -873,14 +889,22 @@ nomem:
 
 insert:
     h->unique++;
-    e->head = head;
-    e->next = next;
+#ifdef QG_SCAN_DISPATCH
+    if (hw)
+        _mm_storeu_si128((__m128i *)&e->head, v);
+    else
+#endif
+    {
+        e->head = head;
+        e->next = next;
+    }
     e->len = (uint32_t)len;
     e->offset = (uint32_t)a;
     goto done;
 
 found:
 done:
+#undef SAME_HEAD
     st->ng_ids[h->ng_n] = tid;
     st->ng_pos[h->ng_n] = position;
     if (++h->ng_n == NG_KEEP + NG_CHUNK) {
