@@ -272,11 +272,15 @@ class WriteOps(TextOps):
                         faults.setdefault(Verdict.EPSILON_ABOVE_CEILING, []).append(p.id)
                         reasons[str(p.id)] = f"epsilon {prm.epsilon} > ceiling {ceiling}"
                         continue
-                    if prm.radius < pol.noise.radius or prm.delta > max(pol.noise.delta, 0.0):
+                    if (prm.epsilon > pol.noise.epsilon or prm.radius < pol.noise.radius
+                            or prm.delta > max(pol.noise.delta, 0.0)):
+                        # Weaker than the collection's own noise: a larger epsilon, a smaller
+                        # protected radius or a larger delta than the policy states.
                         faults.setdefault(Verdict.NOISE_REQUIRED, []).append(p.id)
                         reasons[str(p.id)] = (
-                            f"receipt protects radius {prm.radius} with delta {prm.delta}; the policy "
-                            f"requires radius >= {pol.noise.radius} and delta <= {pol.noise.delta}"
+                            f"receipt gives epsilon {prm.epsilon} at radius {prm.radius} with delta "
+                            f"{prm.delta}; the policy requires epsilon <= {pol.noise.epsilon}, radius >= "
+                            f"{pol.noise.radius} and delta <= {pol.noise.delta}"
                         )
                         continue
                     if self.utility_drop_exceeded(pol, prm.mechanism, prm.epsilon):
