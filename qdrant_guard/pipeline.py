@@ -13,6 +13,7 @@ import asyncio
 import copy
 import hashlib
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generator
@@ -118,8 +119,9 @@ class GuardPipeline:
         )
         self.audit = AuditLog(cfg.audit_log, fsync=cfg.audit_fsync) if not self.transparent else None
         self.principal_label, self.verified = self._verify_principal(principal)
-        # State shared by every principal view of this pipeline (budgets, classifiers, caches).
-        self.shared: dict[str, Any] = {}
+        # State shared by every principal view of this pipeline (budgets, classifiers, caches);
+        # "lock" guards the first creation of shared objects against racing threads.
+        self.shared: dict[str, Any] = {"lock": threading.Lock()}
 
     def for_principal(self, principal: Principal | str | None) -> "GuardPipeline":
         """A view of this pipeline for another principal: same policy, keys, audit log and budgets."""

@@ -210,11 +210,23 @@ class ReadOps(PayloadOps, QueryChecks):
         return int(res.count)
 
     def extraction_budget(self, pol: CollectionPolicy) -> Any:
-        """The shared :class:`ExtractionBudget` of this pipeline (created on first use)."""
-        b = self.shared.get("budget")
+        """The :class:`ExtractionBudget` for this collection's window (created on first use).
+
+        One store serves every window (its keys name the collection); each distinct ``window_s``
+        gets its own budget, so every collection is counted over the window its policy sets.
+        """
+        budgets = self.shared.setdefault("budgets", {})
+        window = pol.diversity.window_s
+        b = budgets.get(window)
         if b is None:
-            b = ExtractionBudget(make_store(self.config.budget_store), window_s=pol.diversity.window_s, clock=self.clock)
-            self.shared["budget"] = b
+            # Two racing first reads must not each count into a store of their own.
+            with self.shared["lock"]:
+                b = budgets.get(window)
+                if b is None:
+                    store = self.shared.get("budget_store")
+                    if store is None:
+                        store = self.shared["budget_store"] = make_store(self.config.budget_store)
+                    b = budgets[window] = ExtractionBudget(store, window_s=window, clock=self.clock)
         return b
 
     def _audit_read(self, op: str, name: str, pol: CollectionPolicy, returned: int, details: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 import pytest
@@ -241,6 +242,29 @@ def test_distillation_budget_counts_returned_vectors(kit):
         recs = bob.retrieve(sc.COLLECTION, corpus.memo_ids[i * 3:(i + 1) * 3], with_vectors=True)
         got_vectors += sum(r.vector is not None for r in recs)
     assert got_vectors == 7
+
+
+def test_each_collection_counts_its_budget_over_its_own_window(kit):
+    # One pipeline used to build a single budget with the window of whichever collection was read
+    # first; b's one-minute window then silently became a's day.
+    base = {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"], "raw_in_boundary": False,
+            "noise_on_write": True, "source_field": "source", "text_field": None}
+    cfg = kit.config({"a": {**base, "diversity": {"max_vectors": 2, "window_s": 86400.0}},
+                      "b": {**base, "diversity": {"max_vectors": 2, "window_s": 60.0}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    now = [time.time()]
+    owner.guard.clock = lambda: now[0]
+    ids = {name: sc.build_collection(owner, name).memo_ids for name in ("a", "b")}
+    bob = owner.with_principal(kit.principal("bob", "support"))
+
+    def vectors(name, first):
+        got = bob.retrieve(name, ids[name][first:first + 2], with_vectors=True)
+        return sum(r.vector is not None for r in got)
+
+    assert (vectors("a", 0), vectors("b", 0)) == (2, 2)
+    assert (vectors("a", 2), vectors("b", 2)) == (0, 0)
+    now[0] += 61.0
+    assert (vectors("a", 4), vectors("b", 4)) == (0, 2)
 
 
 def test_query_vectors_from_outside_the_owner_boundary_are_noised(kit, monkeypatch):
