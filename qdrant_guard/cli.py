@@ -84,11 +84,17 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from . import keys
     from .audit import verify_audit_file
 
-    rep = verify_audit_file(args.file)
+    trusted = None
+    if args.key:
+        pks = [keys.load_public_key(k) for k in args.key]
+        trusted = {keys.key_id(pk): pk for pk in pks}
+    rep = verify_audit_file(args.file, trusted_keys=trusted)
     if rep.ok:
-        print(f"OK: {rep.entries} entries, hash chain intact ({args.file})")
+        signed = f", {rep.checkpoints} signed checkpoint(s) verified" if trusted is not None else ""
+        print(f"OK: {rep.entries} entries, hash chain intact{signed} ({args.file})")
         return 0
     print(f"TAMPERED: {rep.problem} at line {rep.index}: {rep.detail}")
     print(f"valid prefix: {rep.valid_prefix} entries; see docs/audit-log.md for the repair procedure")
@@ -96,9 +102,12 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_repair(args: argparse.Namespace) -> int:
+    from . import keys
     from .audit import repair_audit_file
+    from .receipts import ReceiptSigner
 
-    rep = repair_audit_file(args.file)
+    signer = ReceiptSigner(keys.load_private_key(args.signing_key)) if args.signing_key else None
+    rep = repair_audit_file(args.file, signer=signer)
     print(f"{'repaired' if rep.ok else 'NOT repaired'}: {rep.detail}")
     return 0 if rep.ok else 1
 
@@ -153,9 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
     aud_p = sub.add_parser("audit", help="the hash-chained audit log").add_subparsers(dest="sub", required=True)
     av = aud_p.add_parser("verify", help="detect edited, deleted, inserted, reordered or torn entries")
     av.add_argument("file")
+    av.add_argument("--key", action="append", metavar="PUBLIC_KEY",
+                    help="verify signed checkpoints with this public key (file or ed25519:... text; "
+                         "repeatable), e.g. the guard's signing key's .pub")
     av.set_defaults(func=cmd_audit_verify)
     ar = aud_p.add_parser("repair", help="cut a torn/tampered tail to the valid prefix, recording the cut")
     ar.add_argument("file")
+    ar.add_argument("--signing-key", metavar="PRIVATE_KEY",
+                    help="sign the repair entry as a checkpoint with this key (the guard's signing key)")
     ar.set_defaults(func=cmd_audit_repair)
     arp = aud_p.add_parser("replay", help="re-evaluate logged queries under a new policy")
     arp.add_argument("log")

@@ -117,7 +117,12 @@ class GuardPipeline:
         self.revoked_credentials = frozenset(
             c for b in cfg.boundaries.values() for c in b.revoked_credentials
         )
-        self.audit = AuditLog(cfg.audit_log, fsync=cfg.audit_fsync) if not self.transparent else None
+        # Every 1000th entry carries a checkpoint signed with the guard's key: with that key's
+        # public half, `qdrant-guard audit verify --key` proves the chain up to it came from here.
+        # An ephemeral key (no signing_key) signs nothing: its public half is gone with the process.
+        audit_signer = self.signer if cfg.signing_key else None
+        self.audit = (AuditLog(cfg.audit_log, fsync=cfg.audit_fsync, signer=audit_signer)
+                      if not self.transparent else None)
         self.principal_label, self.verified = self._verify_principal(principal)
         # State shared by every principal view of this pipeline (budgets, classifiers, caches);
         # "lock" guards the first creation of shared objects against racing threads.

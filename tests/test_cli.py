@@ -100,3 +100,31 @@ def test_audit_replay_reports_newly_blocked_queries(tmp_path):
     assert "newly_blocked" in proc.stdout and "QUERY_REJECTED" in proc.stdout
     same = run("audit", "replay", str(tmp_path / "audit.jsonl"), "--policy", str(policy))
     assert "no change" in same.stdout
+
+
+def test_guard_audit_log_carries_checkpoints_signed_with_the_guard_key(tmp_path):
+    from guardkit import create, make_kit
+
+    from qdrant_guard import GuardRefusal, QdrantClient
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"docs": {"class": "PII", "owner": "hr", "raw_in_boundary": True}})
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(client, "docs")
+    for _ in range(1000):  # every 1000th entry is a checkpoint
+        with pytest.raises(GuardRefusal):
+            client.query_points("docs", query=[0.1] * 16, query_text="refund " * 200)
+    client.close()
+    log = tmp_path / "audit.jsonl"
+    guard_pub = tmp_path / "guard.key.pub"
+    guard_pub.write_bytes(keys.public_key_to_pem(keys.load_private_key(kit.guard_key_path).public_key()))
+    assert "1 signed checkpoint(s) verified" in run("audit", "verify", str(log), "--key", str(guard_pub)).stdout
+    _, other = keys.generate_keypair()
+    proc = run("audit", "verify", str(log), "--key", keys.public_key_to_str(other), check=False)
+    assert proc.returncode == 1 and "bad_checkpoint" in proc.stdout
+    # A torn tail, repaired with the guard's key: the repair entry is a second signed checkpoint.
+    with open(log, "ab") as fh:
+        fh.write(b'{"seq": 99999, "torn')
+    assert run("audit", "verify", str(log), check=False).returncode == 1
+    assert "repaired" in run("audit", "repair", str(log), "--signing-key", str(kit.guard_key_path)).stdout
+    assert "2 signed checkpoint(s) verified" in run("audit", "verify", str(log), "--key", str(guard_pub)).stdout
