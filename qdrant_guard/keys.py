@@ -180,7 +180,7 @@ def load_private_key(path: PathLike, *, allow_group_readable: bool = False) -> E
     if not isinstance(key, Ed25519PrivateKey):
         raise KeyAlgorithmError(
             f"key file {str(p)!r} holds a {_algorithm_name(key)} private key; qdrant_guard signs "
-            "only with Ed25519 (generate one with `qdrant-guard keygen`)"
+            "only with Ed25519 (generate one with `qdrant-guard keys new --out FILE`)"
         )
     return key
 

@@ -324,7 +324,7 @@ def privatize_seeded_for_tests(
 
     Anyone who knows or guesses the seed can subtract the noise, so this gives NO privacy. It
     exists so statistical and twin-comparison tests are reproducible; no production path calls it,
-    and its ``rng_id`` (``"chacha20-seeded-TEST-ONLY-v1"``) marks every release it makes.
+    and its ``rng_id`` (``"chacha20-seeded-TEST-ONLY-v2"``, :data:`RNG_SEEDED`) marks every release it makes.
     """
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"seed must be an int, not {type(seed).__name__}")

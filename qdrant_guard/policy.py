@@ -179,7 +179,8 @@ class CollectionPolicy(_Strict):
     noise_on_write: bool = True
     """The guard noises vectors that arrive without a valid receipt (else it refuses them)."""
     noise_queries: bool = False
-    """Noise query vectors from principals outside the owner boundary before they reach Qdrant."""
+    """Noise query vectors before they reach Qdrant, for every principal not allowed raw vectors
+    (outside the owner boundary, or everyone when ``raw_in_boundary`` is false)."""
     noise: NoisePolicy = NoisePolicy()
     """The noise mechanism and its privacy parameters."""
     source_field: str = "source"
