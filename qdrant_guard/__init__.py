@@ -20,6 +20,7 @@ from .errors import (
     NativeUnavailableError,
     QdrantGuardError,
     ReceiptError,
+    UnsupportedWriteError,
 )
 from .noise_params import NoiseParams
 from .policy import CollectionPolicy, GuardConfig, NoisePolicy, SensitivityClass, load_policy
@@ -44,6 +45,7 @@ __all__ = [
     "QdrantGuardError",
     "ReceiptError",
     "SensitivityClass",
+    "UnsupportedWriteError",
     "Verdict",
     "implementation",
     "issue_credential",

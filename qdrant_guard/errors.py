@@ -20,6 +20,10 @@ class InvalidVectorError(QdrantGuardError, ValueError):
     """A vector is malformed: NaN/Inf, wrong dimension, wrong dtype, or an unknown vector name."""
 
 
+class UnsupportedWriteError(QdrantGuardError, ValueError):
+    """A write argument the guard cannot enforce on a sensitive collection; nothing was sent."""
+
+
 class CredentialError(QdrantGuardError):
     """A boundary credential is malformed, expired, revoked or signed by an untrusted key."""
 

@@ -8,7 +8,7 @@ from qdrant_client.http import models
 from .decision import Verdict
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
-from .receipts import RECEIPT_KEY
+from .receipts import RECEIPT_KEY, normalize_point_id
 from .textguard import TextOps
 
 _TAMPER = (
@@ -17,8 +17,28 @@ _TAMPER = (
 )
 
 
+def _first_segment(key: str) -> str | None:
+    """The top-level payload key a Qdrant JSON path starts with: ``"quoted"`` or a run of
+    letters, digits, ``_`` and ``-`` (Qdrant's own key syntax). None when it does not parse."""
+    if key.startswith('"'):
+        end = key.find('"', 1)
+        return key[1:end] if end > 0 else None
+    n = 0
+    while n < len(key) and (key[n].isalnum() or key[n] in "_-"):
+        n += 1
+    if n == 0 or (n < len(key) and key[n] not in ".["):
+        return None
+    return key[:n]
+
+
 def _touches_receipt(key: str | None) -> bool:
-    return key is not None and (key == RECEIPT_KEY or key.startswith(RECEIPT_KEY + ".") or key.startswith(RECEIPT_KEY + "["))
+    if key is None:
+        return False
+    first = _first_segment(key)
+    if first is None:
+        # Qdrant should reject a path it cannot parse; refuse it anyway if it mentions the receipt.
+        return RECEIPT_KEY in key
+    return first == RECEIPT_KEY
 
 
 class PayloadOps(TextOps):
@@ -39,6 +59,12 @@ class PayloadOps(TextOps):
 
     def op_set_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
+        pub = self.public_policy(args)
+        if pub is not None:
+            # With a key the payload lands below it, never in the top-level text field.
+            if args.get("key") is None:
+                args = {**args, "payload": self.public_payload(method, name, pub, args["payload"])}
+            return (yield Call(method, args))
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
@@ -58,6 +84,9 @@ class PayloadOps(TextOps):
 
     def op_overwrite_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
+        pub = self.public_policy(args)
+        if pub is not None:
+            return (yield Call(method, {**args, "payload": self.public_payload(method, name, pub, args["payload"])}))
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
@@ -84,16 +113,28 @@ class PayloadOps(TextOps):
         results = yield Call("batch_update_points", {"collection_name": name, "update_operations": ops, **rest})
         return results[-1]
 
-    def _preserving_overwrite(self, name: str, payload: dict[str, Any], selector: Any) -> Any:
-        """Per-point overwrite operations that carry each point's own receipt along."""
+    def _preserving_overwrite(self, name: str, payload: dict[str, Any], selector: Any,
+                              fresh: dict[str, Any] | None = None) -> Any:
+        """Per-point overwrite operations that carry each point's own receipt along.
+
+        ``fresh`` holds receipt containers written earlier in the same batch (by normalised point
+        id); they replace the stored ones, which no longer certify the points' vectors.
+        """
+        fresh = fresh or {}
         records = yield from self._resolve(name, selector)
+        targets = {normalize_point_id(r.id): (r.id, (r.payload or {}).get(RECEIPT_KEY)) for r in records}
+        for pid in _selector_ids(selector):
+            key = normalize_point_id(pid)
+            if key in fresh and key not in targets:  # upserted earlier in this batch
+                targets[key] = (pid, None)
         ops = []
-        for r in records:
+        for key, (pid, stored) in targets.items():
+            container = fresh[key] if key in fresh else stored
             new = dict(payload)
-            if r.payload and RECEIPT_KEY in r.payload:
-                new[RECEIPT_KEY] = r.payload[RECEIPT_KEY]
+            if container is not None:
+                new[RECEIPT_KEY] = container
             ops.append(models.OverwritePayloadOperation(
-                overwrite_payload=models.SetPayload(payload=new, points=[r.id])))
+                overwrite_payload=models.SetPayload(payload=new, points=[pid])))
         return ops
 
     def _resolve(self, name: str, selector: Any) -> Any:
@@ -115,8 +156,10 @@ class PayloadOps(TextOps):
         return (yield Call("retrieve", {"collection_name": name, "ids": list(selector),
                                          "with_payload": [RECEIPT_KEY], "with_vectors": False}))
 
-    def payload_operation(self, op: str, name: str, pol: CollectionPolicy, operation: Any) -> Any:
-        """Check one payload/delete operation of a batch; returns the operations to send."""
+    def payload_operation(self, op: str, name: str, pol: CollectionPolicy, operation: Any,
+                          fresh: dict[str, Any] | None = None) -> Any:
+        """Check one payload/delete operation of a batch; returns the operations to send (a
+        generator). ``fresh``: receipt containers written earlier in the batch, by point id."""
         if isinstance(operation, models.SetPayloadOperation):
             sp = operation.set_payload
             payload = self._check_set(op, name, pol, sp.payload, sp.key)
@@ -129,7 +172,16 @@ class PayloadOps(TextOps):
             sp = operation.overwrite_payload
             payload = self._check_set(op, name, pol, sp.payload, None)
             sel = sp.points if sp.points is not None else sp.filter
-            return (yield from self._preserving_overwrite(name, payload, sel))
+            return (yield from self._preserving_overwrite(name, payload, sel, fresh))
         if isinstance(operation, models.ClearPayloadOperation):
-            return (yield from self._preserving_overwrite(name, {}, operation.clear_payload))
+            return (yield from self._preserving_overwrite(name, {}, operation.clear_payload, fresh))
         return [operation]
+
+
+def _selector_ids(selector: Any) -> list[Any]:
+    """The point ids a selector names explicitly ([] for filters)."""
+    if isinstance(selector, models.PointIdsList):
+        return list(selector.points)
+    if isinstance(selector, (models.Filter, models.FilterSelector)) or selector is None:
+        return []
+    return list(selector)

@@ -12,7 +12,7 @@ from .decision import Verdict
 from .errors import InvalidVectorError, QdrantGuardError
 from .pipeline import GuardPipeline, Offload, Op
 from .policy import CollectionPolicy
-from .vectors import split_vector_struct
+from .vectors import join_vector_struct, split_vector_struct
 
 
 class EmbedderError(QdrantGuardError):
@@ -64,22 +64,41 @@ class TextOps(GuardPipeline):
             return generalize_identifiers(screened)
         return screened
 
-    def check_public_text(self, op: str, name: str, pol: CollectionPolicy, points: Any) -> None:
-        """On PUBLIC collections under a policy: refuse text that carries secrets or PII."""
-        if not self.public_text_checked(pol) or isinstance(points, models.Batch):
-            return
+    def public_points(self, op: str, name: str, pol: CollectionPolicy,
+                      points: list[models.PointStruct]) -> list[models.PointStruct]:
+        """PUBLIC collections under a policy: screen every point's text field and
+        ``models.Document`` texts; returns the points to store, with the screened (redacted) text."""
+        out = []
         for p in points:
-            if not isinstance(p, models.PointStruct):
-                continue
-            if pol.text_field and isinstance((p.payload or {}).get(pol.text_field), str):
-                self.screen_text(op, name, pol, p.payload[pol.text_field], point_ids=[p.id])  # type: ignore[index]
-            for v in split_vector_struct(p.vector).values():
-                if isinstance(v, models.Document):
-                    self.screen_text(op, name, pol, v.text, point_ids=[p.id])
+            payload = self.public_payload(op, name, pol, p.payload, point_id=p.id)
+            vector = self.public_vector(op, name, pol, p.vector, point_id=p.id)
+            out.append(p if payload is p.payload and vector is p.vector
+                       else p.model_copy(update={"payload": payload, "vector": vector}))
+        return out
 
-    def public_text_checked(self, pol: CollectionPolicy) -> bool:
-        """Whether PUBLIC writes are screened (only under an explicit policy)."""
-        return not self.transparent
+    def public_payload(self, op: str, name: str, pol: CollectionPolicy, payload: Any, *,
+                       point_id: Any = None) -> Any:
+        """``payload`` with its text field screened (the same object when there is nothing to screen)."""
+        if pol.text_field and isinstance(payload, dict) and isinstance(payload.get(pol.text_field), str):
+            return self.guard_payload_text(op, name, pol, dict(payload), point_id=point_id, in_boundary=False)
+        return payload
+
+    def public_vector(self, op: str, name: str, pol: CollectionPolicy, vector: Any, *, point_id: Any) -> Any:
+        """A vector struct with each ``models.Document`` text screened (the same object when it has none)."""
+        vecs = split_vector_struct(vector)
+        docs = {k: v.model_copy(update={"text": self.screen_text(op, name, pol, v.text, point_ids=[point_id])})
+                for k, v in vecs.items() if isinstance(v, models.Document)}
+        if not docs:
+            return vector
+        return join_vector_struct({**vecs, **docs})
+
+    def public_policy(self, args: dict[str, Any]) -> CollectionPolicy | None:
+        """The policy of the call's collection when it is PUBLIC under an explicit policy (its
+        writes are screened); None without a policy or on a sensitive collection."""
+        if self.transparent:
+            return None
+        pol = self.policy(args["collection_name"])
+        return pol if pol.is_public else None
 
     def guard_payload_text(self, op: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], *,
                            point_id: Any, in_boundary: bool) -> dict[str, Any]:

@@ -11,11 +11,13 @@ from qdrant_client.http import models
 
 from . import noise as _noise
 from .decision import Verdict
+from .errors import ReceiptError, UnsupportedWriteError
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .receipts import (
     RECEIPT_KEY,
     ReceiptItem,
+    normalize_point_id,
     issue_receipts_batch,
     receipts_for_payload,
     receipts_from_payload,
@@ -122,9 +124,12 @@ class WriteOps(TextOps):
     # -- operations -------------------------------------------------------------------------
     def op_upsert(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
+        pub = self.public_policy(args)
+        if pub is not None:
+            points = self.public_points(method, name, pub, points_from_any(args["points"]))
+            return (yield Call(method, {**args, "points": points}))
         pol = self.policy(name)
         if pol.is_public:
-            self.check_public_text(method, name, pol, args["points"])
             return (yield Call(method, args))
         points = points_from_any(args["points"])
         prepared = yield from self.prepare_points(method, name, pol, points)
@@ -133,12 +138,12 @@ class WriteOps(TextOps):
 
     def op_upload_points(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
+        pub = self.public_policy(args)
+        if pub is not None:
+            points = self.public_points(method, name, pub, points_from_any(list(args["points"])))
+            return (yield Call(method, {**args, "points": points}))
         pol = self.policy(name)
         if pol.is_public:
-            if self.public_text_checked(pol):
-                pts = list(args["points"])
-                self.check_public_text(method, name, pol, pts)
-                args = {**args, "points": pts}
             return (yield Call(method, args))
         # The whole iterable is checked before anything is sent: a refusal leaves Qdrant unchanged.
         points = points_from_any(list(args["points"]))
@@ -148,54 +153,113 @@ class WriteOps(TextOps):
 
     def op_upload_collection(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
+        forwarded = {k: args[k] for k in ("batch_size", "parallel", "method", "max_retries", "wait",
+                                           "shard_key_selector", "update_filter", "update_mode") if k in args}
+        pub = self.public_policy(args)
+        if pub is not None:
+            points = self.public_points(method, name, pub, points_from_columns(
+                args["vectors"], args.get("payload"), args.get("ids")))
+            return (yield Call("upload_points", {"collection_name": name, "points": points, **forwarded}))
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
         points = points_from_columns(args["vectors"], args.get("payload"), args.get("ids"))
         prepared = yield from self.prepare_points(method, name, pol, points)
         self._record_write(method, name, pol, prepared)
-        forwarded = {k: args[k] for k in ("batch_size", "parallel", "method", "max_retries", "wait",
-                                           "shard_key_selector", "update_filter", "update_mode") if k in args}
         return (yield from self.forward(method, name, pol, Call(
             "upload_points", {"collection_name": name, "points": prepared.points, **forwarded})))
 
     def op_update_vectors(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
+        pub = self.public_policy(args)
+        if pub is not None:
+            points = self._public_vector_updates(method, name, pub, list(args["points"]))
+            return (yield Call(method, {**args, "points": points}))
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
-        ops = yield from self.prepare_vector_updates(method, name, pol, list(args["points"]))
-        rest = {k: v for k, v in args.items() if k in ("wait", "ordering")}
+        _refuse_update_filter(method, name, args.get("update_filter"))
+        ops = yield from self.prepare_vector_updates(method, name, pol, list(args["points"]),
+                                                     shard_key=args.get("shard_key_selector"))
+        rest = {k: v for k, v in args.items() if k in ("wait", "ordering", "timeout")}
         results = yield from self.forward(method, name, pol, Call(
             "batch_update_points", {"collection_name": name, "update_operations": ops, **rest}))
         return results[0]
 
     def op_batch_update_points(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
+        pub = self.public_policy(args)
+        if pub is not None:
+            screened = [self._public_operation(method, name, pub, op) for op in args["update_operations"]]
+            return (yield Call(method, {**args, "update_operations": screened}))
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
         out_ops: list[Any] = []
-        positions: list[int] = []
+        # Index in out_ops of the result each caller operation gets (None: it expanded to nothing).
+        positions: list[int | None] = []
+        # Receipt containers written by earlier operations of this batch, by normalised point id:
+        # later payload rewrites must carry these, not the ones stored before the batch.
+        fresh: dict[str, Any] = {}
         for op in args["update_operations"]:
             if isinstance(op, models.UpsertOperation):
                 inner = op.upsert
                 pts = points_from_any(inner.batch if isinstance(inner, models.PointsBatch) else inner.points)
                 prepared = yield from self.prepare_points(method, name, pol, pts)
                 self._record_write(method, name, pol, prepared)
+                for p in prepared.points:
+                    fresh[normalize_point_id(p.id)] = (p.payload or {}).get(RECEIPT_KEY)
                 positions.append(len(out_ops))
                 out_ops.append(models.UpsertOperation(upsert=models.PointsList(
-                    points=prepared.points, shard_key=getattr(inner, "shard_key", None),
-                    update_filter=getattr(inner, "update_filter", None))))
+                    points=prepared.points, shard_key=inner.shard_key,
+                    update_filter=inner.update_filter, update_mode=inner.update_mode)))
             elif isinstance(op, models.UpdateVectorsOperation):
-                new = yield from self.prepare_vector_updates(method, name, pol, list(op.update_vectors.points))
+                uv = op.update_vectors
+                _refuse_update_filter(method, name, uv.update_filter)
+                new = yield from self.prepare_vector_updates(method, name, pol, list(uv.points),
+                                                             shard_key=uv.shard_key, fresh=fresh)
                 positions.append(len(out_ops))
                 out_ops.extend(new)
             else:
-                out_ops.extend((yield from self.payload_operation(method, name, pol, op)))
-                positions.append(len(out_ops) - 1)
-        results = yield from self.forward(method, name, pol, Call(method, {**args, "update_operations": out_ops}))
-        return [results[i] for i in positions]
+                new = yield from self.payload_operation(method, name, pol, op, fresh)
+                out_ops.extend(new)
+                positions.append(len(out_ops) - 1 if new else None)
+        results = (yield from self.forward(method, name, pol, Call(method, {**args, "update_operations": out_ops}))
+                   ) if out_ops else []
+        # An operation that matched no point sends nothing; it shares the outcome of the request.
+        nothing = results[-1] if results else models.UpdateResult(
+            operation_id=None, status=models.UpdateStatus.COMPLETED)
+        return [results[i] if i is not None else nothing for i in positions]
+
+    def _public_vector_updates(self, op: str, name: str, pol: CollectionPolicy,
+                               updates: list[models.PointVectors]) -> list[models.PointVectors]:
+        out = []
+        for u in updates:
+            vector = self.public_vector(op, name, pol, u.vector, point_id=u.id)
+            out.append(u if vector is u.vector else u.model_copy(update={"vector": vector}))
+        return out
+
+    def _public_operation(self, op: str, name: str, pol: CollectionPolicy, operation: Any) -> Any:
+        """One operation of a batch on a PUBLIC collection, with its text screened."""
+        if isinstance(operation, models.UpsertOperation):
+            inner = operation.upsert
+            pts = points_from_any(inner.batch if isinstance(inner, models.PointsBatch) else inner.points)
+            return models.UpsertOperation(upsert=models.PointsList(
+                points=self.public_points(op, name, pol, pts), shard_key=inner.shard_key,
+                update_filter=inner.update_filter, update_mode=inner.update_mode))
+        if isinstance(operation, models.UpdateVectorsOperation):
+            uv = operation.update_vectors
+            return models.UpdateVectorsOperation(update_vectors=uv.model_copy(
+                update={"points": self._public_vector_updates(op, name, pol, list(uv.points))}))
+        if isinstance(operation, models.SetPayloadOperation) and operation.set_payload.key is None:
+            sp = operation.set_payload
+            return models.SetPayloadOperation(set_payload=sp.model_copy(
+                update={"payload": self.public_payload(op, name, pol, sp.payload)}))
+        if isinstance(operation, models.OverwritePayloadOperation):
+            sp = operation.overwrite_payload
+            return models.OverwritePayloadOperation(overwrite_payload=sp.model_copy(
+                update={"payload": self.public_payload(op, name, pol, sp.payload)}))
+        return operation
 
     def forward(self, op: str, name: str, pol: CollectionPolicy, call: Call) -> Op:
         """Send the decided call to Qdrant; if Qdrant fails, audit QDRANT_ERROR and re-raise.
@@ -358,27 +422,56 @@ class WriteOps(TextOps):
         return _batch_digest(receipts)
 
     def prepare_vector_updates(self, op: str, name: str, pol: CollectionPolicy,
-                               updates: list[models.PointVectors]) -> Any:
+                               updates: list[models.PointVectors], *, shard_key: Any = None,
+                               fresh: dict[str, Any] | None = None) -> Any:
         """``update_vectors`` on a sensitive collection: new vectors need new receipts, so the update
-        becomes one batch of [UpdateVectors, SetPayload(receipts) per point]."""
+        becomes one batch of [UpdateVectors, SetPayload(receipts) per point].
+
+        ``fresh`` holds the receipt containers written earlier in the same batch (by normalised
+        point id); it is updated with the containers these operations write.
+        """
+        fresh = {} if fresh is None else fresh
         ids = [u.id for u in updates]
-        current = yield Call("retrieve", {"collection_name": name, "ids": ids,
+        current = yield Call("retrieve", {"collection_name": name, "ids": ids, "shard_key_selector": shard_key,
                                            "with_payload": [RECEIPT_KEY], "with_vectors": False})
-        existing = {str(r.id): receipts_from_payload(r.payload or {}) for r in current}
+        existing = {normalize_point_id(r.id): _stored_receipts(r.payload) for r in current}
+        for pid, container in fresh.items():
+            existing[pid] = _stored_receipts({RECEIPT_KEY: container})
         pts = [models.PointStruct(id=u.id, vector=u.vector, payload=None) for u in updates]
         prepared = yield from self.prepare_points(op, name, pol, pts)
         self._record_write(op, name, pol, prepared)
         ops: list[Any] = [models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
-            points=[models.PointVectors(id=p.id, vector=p.vector) for p in prepared.points]))]
+            points=[models.PointVectors(id=p.id, vector=p.vector) for p in prepared.points], shard_key=shard_key))]
         for p, u in zip(prepared.points, updates):
-            merged = dict(existing.get(str(p.id), {}))
+            merged = dict(existing.get(normalize_point_id(p.id), {}))
             for vname in split_vector_struct(u.vector):
                 merged.pop(vname, None)  # a raw in-boundary update must not keep a stale receipt
             if p.payload and RECEIPT_KEY in p.payload:
                 merged.update(receipts_from_payload(p.payload))
+            container = receipts_for_payload(merged) if merged else None
+            fresh[normalize_point_id(p.id)] = container
             ops.append(models.SetPayloadOperation(set_payload=models.SetPayload(
-                payload={RECEIPT_KEY: receipts_for_payload(merged) if merged else None}, points=[p.id])))
+                payload={RECEIPT_KEY: container}, points=[p.id], shard_key=shard_key)))
         return ops
+
+
+def _refuse_update_filter(op: str, name: str, update_filter: Any) -> None:
+    if update_filter is not None:
+        raise UnsupportedWriteError(
+            f"{op}: update_filter is not supported for vector updates on sensitive collection "
+            f"{name!r}: each new vector's receipt is written by point id, so the guard must know "
+            "which points change. Select the points yourself (scroll with the filter) and pass "
+            "their ids without update_filter"
+        )
+
+
+def _stored_receipts(payload: Any) -> dict[str, Any]:
+    """The receipts stored on a point; a malformed container (written around the guard) counts as
+    none, so the vectors it claimed to certify stay unreceipted."""
+    try:
+        return receipts_from_payload(payload or {})
+    except ReceiptError:
+        return {}
 
 
 def _as_list(v: Any) -> Any:
