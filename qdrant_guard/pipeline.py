@@ -149,30 +149,34 @@ class GuardPipeline:
     def _verify_principal(self, principal: Principal | str | None) -> tuple[str | None, VerifiedPrincipal | None]:
         if principal is None:
             return None, None
+        credential: str | None
         if isinstance(principal, str):
-            principal = Principal(agent_id="", boundary="", credential=principal)
-        if not isinstance(principal, Principal):
+            # A bare token: the agent id and boundary are the verified credential's own claims.
+            claimed_agent, claimed_boundary, credential = "", "", principal
+        elif isinstance(principal, Principal):
+            claimed_agent, claimed_boundary, credential = principal.agent_id, principal.boundary, principal.credential
+        else:
             raise TypeError(
                 f"principal= must be a qdrant_guard.Principal or a credential string, not {type(principal).__name__}"
             )
-        if principal.credential is None:
+        if credential is None:
             # A boundary without a credential is self-asserted: it is recorded, never trusted.
-            return f"{principal.agent_id}@unverified", None
+            return f"{claimed_agent}@unverified", None
         verified = verify_credential(
-            principal.credential,
+            credential,
             authorities=self.authorities,
             revoked_keys=self.revoked_keys,
             revoked_credentials=self.revoked_credentials,
             now=self.clock(),
         )
-        if principal.agent_id and principal.agent_id != verified.agent_id:
+        if claimed_agent and claimed_agent != verified.agent_id:
             raise CredentialError(
-                f"principal agent_id {principal.agent_id!r} does not match the credential's "
+                f"principal agent_id {claimed_agent!r} does not match the credential's "
                 f"agent_id {verified.agent_id!r}"
             )
-        if principal.boundary and principal.boundary != verified.boundary:
+        if claimed_boundary and claimed_boundary != verified.boundary:
             raise CredentialError(
-                f"principal boundary {principal.boundary!r} does not match the credential's "
+                f"principal boundary {claimed_boundary!r} does not match the credential's "
                 f"boundary {verified.boundary!r}"
             )
         return f"{verified.agent_id}@{verified.boundary}", verified

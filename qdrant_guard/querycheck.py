@@ -1,18 +1,36 @@
 """Checks on a query before it reaches Qdrant: structure (native scan), redaction, intent."""
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from qdrant_client.http import models
 
 from . import detect as _detect
 from .decision import Verdict
+from .errors import QdrantGuardError
 from .pipeline import Offload, Op
 from .policy import CollectionPolicy
 from .textguard import TextOps
 
-_RAW_QUERY_TYPES = (list, tuple, np.ndarray, models.NearestQuery)
+# Inputs that carry text the guard did not check (a top-level models.Document is checked).
+_TEXT_INPUTS = (models.Document, models.InferenceObject, models.TextQuery)
+# Vector inputs given by value (as opposed to a point id, text or an image).
+_RAW_INPUTS = (list, tuple, np.ndarray, models.SparseVector)
+# Query forms that hold no vector input.
+_NO_INPUTS = (models.FusionQuery, models.RrfQuery, models.OrderByQuery, models.SampleQuery, models.FormulaQuery)
+
+Visit = Callable[[Any, str], Any]
+
+
+class UncheckedForm(QdrantGuardError):
+    """A query, prefetch or lookup is in a form the guard cannot inspect (so it is refused)."""
+
+    def __init__(self, where: str, value: Any) -> None:
+        super().__init__(f"{where} is a {type(value).__name__}, a form the guard cannot check")
+        self.where = where
+        self.form = type(value).__name__
 
 
 class QueryChecks(TextOps):
@@ -22,16 +40,36 @@ class QueryChecks(TextOps):
                       query_text: str | None, details: dict[str, Any]) -> Op:
         """Check the query's text and return the (possibly rewritten) arguments.
 
+        The whole query is walked: the top-level ``query`` and every (nested) ``prefetch``.
         A generator: the classifier and the embedder run as :class:`Offload` requests.
         """
         query = args.get("query")
         text = query.text if isinstance(query, models.Document) else query_text
+        found: list[tuple[str, Any]] = []
+
+        def collect(value: Any, where: str) -> Any:
+            found.append((where, value))
+            return value
+
+        self.map_inputs(op, name, pol, args, collect)
+        unchecked = [w for w, v in found if isinstance(v, _TEXT_INPUTS)
+                     and not (w == "query" and isinstance(v, models.Document))]
+        if unchecked:
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.QUERY_REJECTED,
+                f"text at {unchecked[0]} would be embedded or matched without the guard's checks; on "
+                f"{pol.sensitivity.value} collection {name!r} pass query text as the top-level "
+                "query=models.Document(text=...), or as query_text= next to a vector",
+                details={"unchecked_text": unchecked},
+            ))
+        raw = [w for w, v in found if isinstance(v, _RAW_INPUTS)]
         if text is None:
-            if pol.query.enabled and pol.query.require_text and _is_raw_vector(query):
+            if pol.query.enabled and pol.query.require_text and raw:
                 raise self.refuse(self.decision(
                     op, name, pol, Verdict.TEXT_REQUIRED,
-                    "this collection requires the query's text for its checks: pass query_text= "
-                    "next to the vector, or query with models.Document(text=...)",
+                    f"this collection requires the query's text for its checks, and {raw[0]} is a raw "
+                    "vector: pass query_text= next to the vector, or query with models.Document(text=...)",
+                    details={"raw_vectors": raw},
                 ))
         else:
             if not isinstance(text, str):
@@ -47,11 +85,42 @@ class QueryChecks(TextOps):
                     args = {**args, "query": matrix[0].tolist()}
                 else:
                     args = {**args, "query": query.model_copy(update={"text": embedded})}
-        q = args.get("query")
-        if pol.noise_queries and not pol.raw_allowed(self.boundary()) and isinstance(q, (list, tuple, np.ndarray)):
-            args = {**args, "query": self.noise_query(pol, q)}  # type: ignore[attr-defined]
-            details["query_noised"] = True
+        if pol.noise_queries and not pol.raw_allowed(self.boundary()):
+            noised: list[str] = []
+
+            def noise(value: Any, where: str) -> Any:
+                if not isinstance(value, (list, tuple, np.ndarray)):
+                    return value  # sparse vectors, ids, images: nothing dense to noise
+                noised.append(where)
+                return self.noise_query(pol, value)  # type: ignore[attr-defined]
+
+            args = self.map_inputs(op, name, pol, args, noise)
+            if noised:
+                details["query_noised"] = True
         return args
+
+    def map_inputs(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
+                   visit: Visit) -> dict[str, Any]:
+        """``args`` with every input of ``query`` and of each (nested) ``prefetch`` passed through
+        ``visit(input, where)``; a form the walk does not know is refused (QUERY_REJECTED)."""
+        new = dict(args)
+        try:
+            if args.get("query") is not None:
+                new["query"] = map_query(args["query"], visit, "query")
+            if args.get("prefetch") is not None:
+                new["prefetch"] = map_prefetch(args["prefetch"], visit, "prefetch")
+        except UncheckedForm as exc:
+            raise self.refuse_form(op, name, pol, exc) from None
+        return new
+
+    def refuse_form(self, op: str, name: str, pol: CollectionPolicy, exc: UncheckedForm) -> QdrantGuardError:
+        """The audited refusal of a query part the guard cannot inspect (fail closed)."""
+        return self.refuse(self.decision(
+            op, name, pol, Verdict.QUERY_REJECTED,
+            f"{exc}; pass it as the qdrant_client.models type (e.g. models.Prefetch, models.NearestQuery, "
+            "models.LookupLocation, a list of floats)",
+            details={"where": exc.where, "form": exc.form},
+        ))
 
     def validate_structure(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> None:
         """Native structural scan (token cap, repetition, encoded payloads) -> QUERY_REJECTED."""
@@ -137,7 +206,105 @@ class QueryChecks(TextOps):
         return clf
 
 
-def _is_raw_vector(query: Any) -> bool:
-    if isinstance(query, _RAW_QUERY_TYPES):
-        return True
-    return False
+def map_query(query: Any, visit: Visit, where: str) -> Any:
+    """``query`` rebuilt with each of its inputs (vector, point id excepted) replaced by
+    ``visit(input, where)``.
+
+    Raises:
+        UncheckedForm: a form this walk does not know (refused rather than passed on unchecked).
+    """
+    q = query
+    if isinstance(q, models.NearestQuery):
+        return q.model_copy(update={"nearest": _map_input(q.nearest, visit, f"{where}.nearest")})
+    if isinstance(q, models.RecommendQuery):
+        r = q.recommend
+        return q.model_copy(update={"recommend": r.model_copy(update={
+            "positive": _map_list(r.positive, visit, f"{where}.recommend.positive"),
+            "negative": _map_list(r.negative, visit, f"{where}.recommend.negative"),
+        })})
+    if isinstance(q, models.DiscoverQuery):
+        d = q.discover
+        return q.model_copy(update={"discover": d.model_copy(update={
+            "target": _map_input(d.target, visit, f"{where}.discover.target"),
+            "context": _map_pairs(d.context, visit, f"{where}.discover.context"),
+        })})
+    if isinstance(q, models.ContextQuery):
+        return q.model_copy(update={"context": _map_pairs(q.context, visit, f"{where}.context")})
+    if isinstance(q, models.RelevanceFeedbackQuery):
+        f = q.relevance_feedback
+        feedback = [item.model_copy(update={"example": _map_input(item.example, visit, f"{where}.feedback[{i}]")})
+                    for i, item in enumerate(f.feedback)]
+        return q.model_copy(update={"relevance_feedback": f.model_copy(update={
+            "target": _map_input(f.target, visit, f"{where}.relevance_feedback.target"), "feedback": feedback,
+        })})
+    if isinstance(q, models.TextQuery):
+        return visit(q, where)
+    if isinstance(q, _NO_INPUTS):
+        return q
+    return _map_input(q, visit, where)
+
+
+def map_prefetch(prefetch: Any, visit: Visit, where: str) -> Any:
+    """``prefetch`` (one or a list, nested to any depth) with every query input visited."""
+    if prefetch is None:
+        return None
+    if isinstance(prefetch, (list, tuple)):
+        return [_map_one_prefetch(p, visit, f"{where}[{i}]") for i, p in enumerate(prefetch)]
+    return _map_one_prefetch(prefetch, visit, where)
+
+
+def iter_prefetch(prefetch: Any, where: str) -> Iterator[tuple[str, models.Prefetch]]:
+    """Every prefetch of a (nested) prefetch tree with its path, depth first."""
+    if prefetch is None:
+        return
+    items = list(enumerate(prefetch)) if isinstance(prefetch, (list, tuple)) else [(None, prefetch)]
+    for i, p in items:
+        path = where if i is None else f"{where}[{i}]"
+        if not isinstance(p, models.Prefetch):
+            raise UncheckedForm(path, p)
+        yield path, p
+        yield from iter_prefetch(p.prefetch, f"{path}.prefetch")
+
+
+def rest_prefetch(prefetch: Any, where: str) -> Any:
+    """``prefetch`` with plain dicts turned into ``models.Prefetch`` (Qdrant accepts both)."""
+    if isinstance(prefetch, (list, tuple)):
+        return [rest_prefetch(p, f"{where}[{i}]") for i, p in enumerate(prefetch)]
+    if isinstance(prefetch, dict):
+        try:
+            return models.Prefetch.model_validate(prefetch)
+        except ValueError:  # pydantic's ValidationError
+            raise UncheckedForm(where, prefetch) from None
+    return prefetch
+
+
+def _map_one_prefetch(p: Any, visit: Visit, where: str) -> models.Prefetch:
+    if not isinstance(p, models.Prefetch):
+        raise UncheckedForm(where, p)
+    return p.model_copy(update={"query": map_query(p.query, visit, f"{where}.query"),
+                                "prefetch": map_prefetch(p.prefetch, visit, f"{where}.prefetch")})
+
+
+def _map_input(value: Any, visit: Visit, where: str) -> Any:
+    if value is None or (isinstance(value, (int, str, uuid.UUID)) and not isinstance(value, bool)):
+        return value  # a point id: its stored vector, in a collection the lookup check allowed
+    if isinstance(value, _RAW_INPUTS + _TEXT_INPUTS + (models.Image,)):
+        return visit(value, where)
+    raise UncheckedForm(where, value)
+
+
+def _map_list(values: list[Any] | None, visit: Visit, where: str) -> list[Any] | None:
+    if values is None:
+        return None
+    return [_map_input(v, visit, f"{where}[{i}]") for i, v in enumerate(values)]
+
+
+def _map_pairs(pairs: Any, visit: Visit, where: str) -> Any:
+    def one(pair: Any, path: str) -> Any:
+        if not isinstance(pair, models.ContextPair):
+            raise UncheckedForm(path, pair)
+        return pair.model_copy(update={"positive": _map_input(pair.positive, visit, f"{path}.positive"),
+                                       "negative": _map_input(pair.negative, visit, f"{path}.negative")})
+    if isinstance(pairs, list):
+        return [one(p, f"{where}[{i}]") for i, p in enumerate(pairs)]
+    return one(pairs, where)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from qdrant_client import grpc
+from qdrant_client.conversions.conversion import GrpcToRest
 from qdrant_client.http import models
 
 from . import noise as _noise
@@ -16,8 +18,8 @@ from .diversity import enforce_diversity, enforce_group_caps, overfetch_limit
 from .payloadops import PayloadOps
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
-from .querycheck import QueryChecks
-from .receipts import receipts_from_payload, verify_receipt
+from .querycheck import QueryChecks, UncheckedForm, iter_prefetch, rest_prefetch
+from .receipts import stored_receipts, verify_receipt
 from .vectors import split_vector_struct
 
 _SOURCE_SIZE_TTL_S = 30.0
@@ -120,7 +122,7 @@ class ReadOps(PayloadOps, QueryChecks):
     def releasable_vectors(self, name: str, point: Any) -> Any:
         """Only vectors with a valid receipt leave the boundary; raw ones are stripped."""
         vecs = split_vector_struct(point.vector)
-        receipts = receipts_from_payload(point.payload or {})
+        receipts = stored_receipts(point.payload)
         keep: dict[str, Any] = {}
         for vname, value in vecs.items():
             rec = receipts.get(vname)
@@ -241,9 +243,12 @@ class ReadOps(PayloadOps, QueryChecks):
         """
         query_text = args.pop("query_text", None)
         pol = self.gate(method, args, "read")
+        if self.transparent:
+            return None, args, {}
+        # Lookups read other collections, so they are checked even when this one is PUBLIC.
+        args = self.check_lookups(method, args["collection_name"], args)
         if pol is None:
             return None, args, {}
-        self._check_lookup(method, args.get("lookup_from"))
         details: dict[str, Any] = {}
         args = yield from self.prepare_query(method, args["collection_name"], pol, args, query_text, details)
         return pol, args, details
@@ -262,19 +267,27 @@ class ReadOps(PayloadOps, QueryChecks):
     def op_query_batch_points(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
         pol = self.gate(method, args, "read")
-        if pol is None:
+        if self.transparent:
             return (yield Call(method, args))
+        checked = []
+        for i, req in enumerate(args["requests"]):
+            req = self._rest_request(method, name, req, f"requests[{i}]")
+            fields = self.check_lookups(method, name, {"prefetch": req.prefetch, "lookup_from": req.lookup_from})
+            checked.append(req.model_copy(update=fields))
+        if pol is None:
+            return (yield Call(method, {**args, "requests": checked}))
         plans, reqs, all_details = [], [], []
-        for req in args["requests"]:
-            self._check_lookup(method, req.lookup_from)
+        for req in checked:
             details: dict[str, Any] = {}
-            fields = {"query": req.query, "using": req.using, "limit": req.limit, "offset": req.offset,
+            fields = {"query": req.query, "prefetch": req.prefetch, "using": req.using, "limit": req.limit,
+                      "offset": req.offset,
                       "with_payload": req.with_payload if req.with_payload is not None else False,
                       "with_vectors": req.with_vector if req.with_vector is not None else False}
             fields = yield from self.prepare_query(method, name, pol, fields, None, details)
             new, plan = self.plan_read(pol, fields)
-            reqs.append(req.model_copy(update={"query": new["query"], "limit": new["limit"],
-                                               "offset": new.get("offset"), "with_payload": new["with_payload"],
+            reqs.append(req.model_copy(update={"query": new["query"], "prefetch": new["prefetch"],
+                                               "limit": new["limit"], "offset": new.get("offset"),
+                                               "with_payload": new["with_payload"],
                                                "with_vector": new["with_vectors"]}))
             plans.append(plan)
             all_details.append(details)
@@ -334,17 +347,84 @@ class ReadOps(PayloadOps, QueryChecks):
     def op_retrieve(self, method: str, args: dict[str, Any]) -> Op:
         return (yield from self._records_read(method, args, scrolled=False))
 
-    def _check_lookup(self, op: str, lookup: Any) -> None:
-        if lookup is None:
+    def op_facet(self, method: str, args: dict[str, Any]) -> Op:
+        """``facet`` returns payload values of every source; where an extraction budget guards the
+        sources, only the owner boundary may facet keys other than the source field."""
+        name = args["collection_name"]
+        pol = self.gate(method, args, "read")
+        boundary = self.boundary()
+        if (pol is not None and pol.diversity.enabled and pol.diversity.max_source_coverage is not None
+                and boundary != pol.owner and args.get("key") != pol.source_field):
+            monitor = pol.diversity.mode == "monitor"
+            d = self.decision(
+                method, name, pol, Verdict.ALLOW if monitor else Verdict.REFUSED_CROSS_BOUNDARY,
+                f"facet on key {args.get('key')!r} returns payload values of every source of {name!r}, "
+                "past its extraction budget (diversity.max_source_coverage); outside the owner boundary "
+                f"{pol.owner!r} only key {pol.source_field!r} may be faceted. Read the points with "
+                "query_points or scroll, which the budget counts",
+                details={"key": args.get("key")}, monitor=monitor,
+            )
+            if not monitor:
+                raise self.refuse(d)
+            self.record(d)
+            return (yield Call(method, args))
+        return (yield from self.op_collection_access(method, args, "read"))
+
+    def check_lookups(self, op: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Refuse lookups (``lookup_from``, ``with_lookup``, at the top level and in every nested
+        prefetch) into collections the principal may not read, or may not get raw vectors from.
+
+        Returns ``args`` with lookups and prefetches in their ``models`` form.
+        """
+        new = dict(args)
+        try:
+            for param in ("lookup_from", "with_lookup"):
+                if args.get(param) is not None:
+                    new[param], other = _lookup_target(args[param], param, param)
+                    self._require_lookup(op, other, param)
+            if args.get("prefetch") is not None:
+                new["prefetch"] = rest_prefetch(args["prefetch"], "prefetch")
+                for where, p in iter_prefetch(new["prefetch"], "prefetch"):
+                    if p.lookup_from is not None:
+                        _, other = _lookup_target(p.lookup_from, "lookup_from", f"{where}.lookup_from")
+                        self._require_lookup(op, other, f"{where}.lookup_from")
+        except UncheckedForm as exc:
+            raise self.refuse_form(op, name, self.policy(name), exc) from None
+        return new
+
+    def _require_lookup(self, op: str, other: str, where: str) -> None:
+        pol = self.policy(other)
+        self.require_access(op, other, pol, "read")
+        boundary = self.boundary()
+        if pol.raw_allowed(boundary):
             return
-        other = getattr(lookup, "collection", None)
-        if other:
-            self.require_access(op, other, self.policy(other), "read")
+        # Qdrant resolves a lookup itself: the other collection's stored vectors steer the
+        # search (or come back in with_lookup) without passing vector release, diversity or budget.
+        raise self.refuse(self.decision(
+            op, other, pol, Verdict.REFUSED_CROSS_BOUNDARY,
+            f"{where} makes Qdrant use the stored vectors and payloads of {pol.sensitivity.value} "
+            f"collection {other!r} outside the guard's release path, and boundary {boundary!r} may not "
+            f"receive raw vectors from it; query {other!r} directly (e.g. query_points({other!r}, ...)) "
+            "so its results pass the guard",
+            details={"lookup": where},
+        ))
+
+    def _rest_request(self, op: str, name: str, req: Any, where: str) -> models.QueryRequest:
+        if isinstance(req, models.QueryRequest):
+            return req
+        if isinstance(req, dict):
+            try:
+                return models.QueryRequest.model_validate(req)
+            except ValueError:  # pydantic's ValidationError
+                pass
+        raise self.refuse_form(op, name, self.policy(name), UncheckedForm(where, req))
 
     # -- query vectors --------------------------------------------------------------------
     def noise_query(self, pol: CollectionPolicy, vector: Any) -> Any:
         """Noise a raw query vector from outside the owner boundary (``noise_queries``)."""
         arr = np.asarray(vector, dtype=np.float32)
+        if arr.ndim == 2:  # a multivector: every row is a dense vector of its own
+            return [self.noise_query(pol, row) for row in arr]
         if arr.ndim != 1:
             return vector
         n = pol.noise
@@ -352,6 +432,32 @@ class ReadOps(PayloadOps, QueryChecks):
                                      delta=n.delta if n.mechanism == "gaussian" else None,
                                      clip_norm=n.clip_norm, key=self.noise_key if n.keyed else None)
         return noised.tolist()
+
+
+def _lookup_target(value: Any, param: str, where: str) -> tuple[Any, str]:
+    """A lookup in the form to send on, and the collection it reads.
+
+    Raises:
+        UncheckedForm: not a form of ``param`` that the guard knows.
+    """
+    rest: Any = models.LookupLocation if param == "lookup_from" else models.WithLookup
+    if param == "with_lookup" and isinstance(value, str):
+        return value, value
+    if isinstance(value, rest):
+        return value, value.collection
+    if isinstance(value, grpc.LookupLocation) and param == "lookup_from":
+        location = GrpcToRest.convert_lookup_location(value)
+        return location, location.collection
+    if isinstance(value, grpc.WithLookup) and param == "with_lookup":
+        with_lookup = GrpcToRest.convert_with_lookup(value)
+        return with_lookup, with_lookup.collection
+    if isinstance(value, dict):
+        try:
+            found = rest.model_validate(value)
+        except ValueError:  # pydantic's ValidationError
+            raise UncheckedForm(where, value) from None
+        return found, found.collection
+    raise UncheckedForm(where, value)
 
 
 def _source(p: Any, field_name: str) -> str | None:

@@ -50,6 +50,7 @@ __all__ = [
     "issue_receipts_batch",
     "receipts_for_payload",
     "receipts_from_payload",
+    "stored_receipts",
     "verify_receipt",
     "verify",
 ]
@@ -717,6 +718,16 @@ def receipts_from_payload(payload: Mapping[str, Any] | None) -> dict[str, Any]:
             '{"v": 1, "vectors": {name: receipt}}'
         )
     return dict(container["vectors"])
+
+
+def stored_receipts(payload: Mapping[str, Any] | None) -> dict[str, Any]:
+    """:func:`receipts_from_payload` for a point read back from Qdrant: a malformed container
+    (written around the guard) counts as no receipts, so the vectors it claims to certify are
+    treated as unreceipted instead of failing every read of the collection."""
+    try:
+        return receipts_from_payload(payload)
+    except ReceiptError:
+        return {}
 
 
 # --------------------------------------------------------------------------- verification

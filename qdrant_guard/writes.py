@@ -11,7 +11,7 @@ from qdrant_client.http import models
 
 from . import noise as _noise
 from .decision import Verdict
-from .errors import ReceiptError, UnsupportedWriteError
+from .errors import UnsupportedWriteError
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .receipts import (
@@ -21,6 +21,7 @@ from .receipts import (
     issue_receipts_batch,
     receipts_for_payload,
     receipts_from_payload,
+    stored_receipts,
     stored_form_batch,
     verify_receipt,
 )
@@ -434,9 +435,9 @@ class WriteOps(TextOps):
         ids = [u.id for u in updates]
         current = yield Call("retrieve", {"collection_name": name, "ids": ids, "shard_key_selector": shard_key,
                                            "with_payload": [RECEIPT_KEY], "with_vectors": False})
-        existing = {normalize_point_id(r.id): _stored_receipts(r.payload) for r in current}
+        existing = {normalize_point_id(r.id): stored_receipts(r.payload) for r in current}
         for pid, container in fresh.items():
-            existing[pid] = _stored_receipts({RECEIPT_KEY: container})
+            existing[pid] = stored_receipts({RECEIPT_KEY: container})
         pts = [models.PointStruct(id=u.id, vector=u.vector, payload=None) for u in updates]
         prepared = yield from self.prepare_points(op, name, pol, pts)
         self._record_write(op, name, pol, prepared)
@@ -463,15 +464,6 @@ def _refuse_update_filter(op: str, name: str, update_filter: Any) -> None:
             "which points change. Select the points yourself (scroll with the filter) and pass "
             "their ids without update_filter"
         )
-
-
-def _stored_receipts(payload: Any) -> dict[str, Any]:
-    """The receipts stored on a point; a malformed container (written around the guard) counts as
-    none, so the vectors it claimed to certify stay unreceipted."""
-    try:
-        return receipts_from_payload(payload or {})
-    except ReceiptError:
-        return {}
 
 
 def _as_list(v: Any) -> Any:

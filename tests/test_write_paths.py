@@ -140,8 +140,6 @@ def test_update_vectors_replaces_a_malformed_receipt_container(sensitive):
     assert all(r.ok for r in verify_stored(owner, "pii", trusted_keys=owner.guard.trusted_receipt_keys))
 
 
-@pytest.mark.xfail(strict=True, reason="needs reads.py: releasable_vectors lets ReceiptError from "
-                                       "receipts_from_payload fail the whole read")
 def test_malformed_receipt_container_strips_that_point_only(sensitive):
     owner, bob, _ = sensitive
     RawClient.set_payload(owner, "pii", payload={RECEIPT_KEY: {"v": 1}}, points=[2])
