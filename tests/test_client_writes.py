@@ -158,35 +158,23 @@ def test_epsilon_above_ceiling_is_refused(kit):
     assert "ceiling" in ei.value.directive
 
 
-def test_receipt_for_smaller_radius_than_policy_is_refused(kit):
+@pytest.mark.parametrize("noise, weaker", [
+    ({"radius": 0.05}, {"radius": 0.01}),  # protects a smaller radius than the policy's
+    ({"epsilon": 0.5, "radius": 0.01}, {"epsilon": 1.0}),  # a larger epsilon, still under the PII ceiling 2.0
+], ids=["smaller_radius", "larger_epsilon"])
+def test_receipt_weaker_than_the_policy_is_refused_and_a_stronger_one_accepted(kit, noise, weaker):
     rng = np.random.default_rng(9)
     agent_sk, agent_pk = keys.generate_keypair()
     cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": False,
-                              "noise": {"radius": 0.05}}},
+                              "noise": noise}},
                      receipts={"trusted_keys": [keys.public_key_to_str(agent_pk)]})
     client = _client(kit, cfg)
-    vec, payload = _receipted(ReceiptSigner(agent_sk), unit(rng), radius=0.01)
-    with pytest.raises(GuardRefusal) as ei:
-        client.upsert("pii", [models.PointStruct(id=1, vector=vec, payload=payload)])
-    assert ei.value.verdict == "NOISE_REQUIRED"
-
-
-def test_receipt_with_larger_epsilon_than_policy_is_refused_even_under_the_ceiling(kit):
-    # Policy epsilon 0.5, PII ceiling 2.0: a receipt at epsilon 1.0 is weaker noise than the
-    # collection promises its vectors, so it is refused, not stored.
-    rng = np.random.default_rng(21)
-    agent_sk, agent_pk = keys.generate_keypair()
-    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": False,
-                              "noise": {"epsilon": 0.5, "radius": 0.01}}},
-                     receipts={"trusted_keys": [keys.public_key_to_str(agent_pk)]})
-    client = _client(kit, cfg)
-    vec, payload = _receipted(ReceiptSigner(agent_sk), unit(rng), epsilon=1.0)
+    vec, payload = _receipted(ReceiptSigner(agent_sk), unit(rng), **weaker)
     with pytest.raises(GuardRefusal) as ei:
         client.upsert("pii", [models.PointStruct(id=1, vector=vec, payload=payload)])
     assert ei.value.verdict == "NOISE_REQUIRED"
     assert count(client, "pii") == 0
-    # Stronger noise than the policy's (a smaller epsilon) is accepted.
-    vec, payload = _receipted(ReceiptSigner(agent_sk), unit(rng), epsilon=0.25)
+    vec, payload = _receipted(ReceiptSigner(agent_sk), unit(rng), epsilon=0.25, radius=noise["radius"])
     client.upsert("pii", [models.PointStruct(id=1, vector=vec, payload=payload)])
     assert count(client, "pii") == 1
 
