@@ -9,13 +9,89 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import typing
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any, Callable, Self
 
-from .errors import QdrantGuardError
+import pydantic
+import qdrant_client
+from qdrant_client import grpc
+from qdrant_client.conversions.conversion import GrpcToRest
+from qdrant_client.http import models
+from qdrant_client.local.async_qdrant_local import AsyncQdrantLocal
+
+from .errors import QdrantGuardError, UnsupportedWriteError
 from .pipeline import Call, drive_async, drive_sync
 from .surface import GUARDED
 
 _RAW_HANDLES = ("http", "grpc_points", "grpc_collections")
+
+# qdrant-client's async client makes these two plain methods (its uploaders use their own
+# synchronous connections); the guarded versions stay plain methods too.
+_SYNC_IN_ASYNC = frozenset({"upload_points", "upload_collection"})
+
+
+def _by_key(union: Any) -> dict[str, type[pydantic.BaseModel]]:
+    """Each operation model of ``union`` by its one field (``{"upsert": models.UpsertOperation}``)."""
+    return {next(iter(cls.model_fields)): cls for cls in typing.get_args(union)}
+
+
+_UPDATE_OPERATIONS = _by_key(models.UpdateOperation)
+_ALIAS_OPERATIONS = _by_key(models.AliasOperations)
+
+
+def _as_models(method: str, param: str, operations: Any,
+               kinds: dict[str, type[pydantic.BaseModel]]) -> list[pydantic.BaseModel]:
+    """``operations`` as qdrant_client.http.models operations.
+
+    qdrant-client itself accepts operations given as dicts (its REST path validates them); the
+    pipeline checks models only, so a dict is validated here and anything else is refused rather
+    than passed through unchecked.
+    """
+    expected = " | ".join(f"models.{cls.__name__}" for cls in kinds.values())
+    if isinstance(operations, (Mapping, str, bytes)) or not isinstance(operations, Iterable):
+        raise UnsupportedWriteError(
+            f"{method}() argument {param!r} must be a sequence of operations ({expected}), "
+            f"not {type(operations).__name__}"
+        )
+    out: list[pydantic.BaseModel] = []
+    for i, op in enumerate(operations):
+        if isinstance(op, grpc.AliasOperations) and kinds is _ALIAS_OPERATIONS:
+            op = GrpcToRest.convert_alias_operations(op)  # as qdrant-client's REST path does
+        if isinstance(op, pydantic.BaseModel) and isinstance(op, tuple(kinds.values())):
+            out.append(op)
+            continue
+        if isinstance(op, Mapping):
+            cls = kinds.get(next(iter(op))) if len(op) == 1 else None
+            if cls is not None:
+                try:
+                    out.append(cls.model_validate(op))
+                    continue
+                except pydantic.ValidationError as exc:
+                    raise UnsupportedWriteError(
+                        f"{method}() {param}[{i}] is not a valid models.{cls.__name__}: {exc}. Pass the "
+                        f"operation as a models.{cls.__name__}"
+                    ) from None
+            raise UnsupportedWriteError(
+                f"{method}() {param}[{i}] is a dict with keys {sorted(map(str, op))}; expected exactly "
+                f"one of {sorted(kinds)}. Pass the operation as one of {expected}"
+            )
+        raise UnsupportedWriteError(
+            f"{method}() {param}[{i}] is a {type(op).__module__}.{type(op).__name__}, which the guard "
+            f"cannot check; pass one of {expected}"
+        )
+    return out
+
+
+def _normalise(method: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Operation arguments in the one form the pipeline checks (see :func:`_as_models`)."""
+    if method == "batch_update_points":
+        arguments["update_operations"] = _as_models(
+            method, "update_operations", arguments["update_operations"], _UPDATE_OPERATIONS)
+    elif method == "update_collection_aliases":
+        arguments["change_aliases_operations"] = _as_models(
+            method, "change_aliases_operations", arguments["change_aliases_operations"], _ALIAS_OPERATIONS)
+    return arguments
 
 
 def _binder(original: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
@@ -69,9 +145,14 @@ def _sync_method(name: str, original: Callable[..., Any], base: type) -> Callabl
             with lock:
                 return getattr(base, call.method)(self, **call.kwargs)
 
-        return drive_sync(guard.run(name, bind(self, args, kwargs)), invoke)
+        return drive_sync(guard.run(name, _bound(guard, name, bind(self, args, kwargs))), invoke)
 
     return method
+
+
+def _bound(guard: Any, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    # A transparent client forwards its arguments exactly as given, like qdrant-client.
+    return arguments if guard.transparent else _normalise(name, arguments)
 
 
 def _async_method(name: str, original: Callable[..., Any], base: type) -> Callable[..., Any]:
@@ -86,9 +167,60 @@ def _async_method(name: str, original: Callable[..., Any], base: type) -> Callab
         async def invoke(call: Call) -> Any:
             return await getattr(base, call.method)(self, **call.kwargs)
 
-        return await drive_async(guard.run(name, bind(self, args, kwargs)), invoke)
+        return await drive_async(guard.run(name, _bound(guard, name, bind(self, args, kwargs))), invoke)
 
     return method
+
+
+def _async_upload_method(name: str, original: Callable[..., Any], base: type) -> Callable[..., Any]:
+    """A guarded plain method of the async client (``upload_points``/``upload_collection``).
+
+    The pipeline's other requests (the collection layout) are coroutine methods of the async
+    client; this method cannot await them, so it completes them synchronously (see
+    :func:`_complete`).
+    """
+    bind = _binder(original)
+
+    @functools.wraps(original)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        guard = self._guard
+        if guard is None:
+            return original(self, *args, **kwargs)
+
+        def invoke(call: Call) -> Any:
+            fn = getattr(base, call.method)
+            if not inspect.iscoroutinefunction(fn):
+                return fn(self, **call.kwargs)
+            return _complete(self, call, fn)
+
+        return drive_sync(guard.run(name, _bound(guard, name, bind(self, args, kwargs))), invoke)
+
+    return method
+
+
+def _complete(client: Any, call: Call, fn: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
+    """The result of coroutine method ``fn`` of the async client, from plain code.
+
+    Local mode never suspends, so its coroutine finishes on the first step. A server connection
+    belongs to the running event loop and cannot be used from here: the call goes through a
+    synchronous client with the same constructor options (qdrant-client's own async uploaders open
+    synchronous connections the same way).
+    """
+    if isinstance(client._client, AsyncQdrantLocal):
+        coro = fn(client, **call.kwargs)
+        try:
+            coro.send(None)
+        except StopIteration as done:
+            return done.value
+        coro.close()
+        raise QdrantGuardError(f"local-mode {call.method} suspended; qdrant_guard cannot complete it here (a bug)")
+    # Kept on the original client (shared by its with_principal views), which closes it.
+    origin = getattr(client, "_origin", client)
+    sync = getattr(origin, "_sync_twin", None)
+    if sync is None:
+        sync = qdrant_client.QdrantClient(**origin.init_options)
+        origin._sync_twin = sync
+    return getattr(qdrant_client.QdrantClient, call.method)(sync, **call.kwargs)
 
 
 def _unimplemented(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -118,6 +250,9 @@ def install(cls: type, base: type, *, is_async: bool) -> None:
     for name in sorted(GUARDED):
         original = getattr(base, name, None)
         if original is None or not callable(original):
+            continue
+        if is_async and name in _SYNC_IN_ASYNC:
+            setattr(cls, name, _async_upload_method(name, original, base))
             continue
         if is_async and not inspect.iscoroutinefunction(original):
             # AsyncQdrantClient.migrate is a plain method that raises NotImplementedError; keep that.

@@ -65,6 +65,9 @@ class AsyncQdrantClient(PrincipalViews, qdrant_client.AsyncQdrantClient):
     async def close(self, grpc_grace: float | None = None, **kwargs: Any) -> None:
         """Close the connection (a :meth:`with_principal` view leaves the shared one open)."""
         if not self._is_view:
+            twin = self.__dict__.pop("_sync_twin", None)  # made by a guarded upload (_facade._complete)
+            if twin is not None:
+                twin.close()
             await super().close(grpc_grace=grpc_grace, **kwargs)
 
     @property

@@ -29,7 +29,7 @@ from .decision import Decision, Verdict
 from .errors import AuditError, ConfigError, CredentialError, QdrantGuardError
 from .policy import CollectionPolicy, GuardConfig, load_policy
 from .receipts import ReceiptSigner
-from .surface import ADMIN, READ_COLLECTION, WRITE_COLLECTION
+from .surface import ADMIN, OPERATOR_ONLY, READ_COLLECTION, WRITE_COLLECTION
 from .vectors import CollectionShape, shape_from_info
 
 log = logging.getLogger("qdrant_guard")
@@ -316,6 +316,8 @@ class GuardPipeline:
             return self.op_collection_access(method, args, "write")
         if method in ADMIN:
             return self.op_collection_access(method, args, "admin")
+        if method in OPERATOR_ONLY:
+            return self.op_operator_only(method, args)
         raise QdrantGuardError(f"qdrant_guard has no guard for method {method!r}; this is a bug")
 
     def op_collection_access(self, method: str, args: dict[str, Any], need: str) -> Op:
@@ -325,9 +327,22 @@ class GuardPipeline:
         if pol is not None:
             self.record(self.decision(method, name, pol, Verdict.ALLOW, f"{need} access granted"))
         if method in ("create_collection", "recreate_collection", "delete_collection", "update_collection",
-                      "create_vector_name", "delete_vector_name", "recover_snapshot"):
+                      "create_vector_name", "delete_vector_name"):
             self.forget_shape(name)
         return (yield Call(method, args))
+
+    def op_operator_only(self, method: str, args: dict[str, Any]) -> Op:
+        """Refuse, under a policy, a call only an operator may make (see surface.OPERATOR_ONLY)."""
+        if self.transparent:
+            return (yield Call(method, args))
+        name = args.get("collection_name")
+        pol = self.policy(name) if isinstance(name, str) else None
+        raise self.refuse(self.decision(
+            method, name, pol, Verdict.REFUSED_CROSS_BOUNDARY,
+            f"{method} is refused under a guard policy: the guard cannot tell what a snapshot holds, so "
+            f"a copy of a sensitive collection could be restored under a name with a weaker policy. "
+            f"Restore snapshots as the operator, with a client constructed without guard=",
+        ))
 
 
 def drive_sync(op: Op, invoke: Callable[[Call], Any] | None) -> Any:

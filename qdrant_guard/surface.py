@@ -34,11 +34,9 @@ ADMIN = frozenset(
         "create_snapshot",
         "delete_snapshot",
         "list_snapshots",
-        "recover_snapshot",
         "create_shard_snapshot",
         "delete_shard_snapshot",
         "list_shard_snapshots",
-        "recover_shard_snapshot",
         "create_shard_key",
         "delete_shard_key",
         "list_shard_keys",
@@ -47,10 +45,15 @@ ADMIN = frozenset(
     }
 )
 
+# Snapshot recovery: refused under a guard policy. The target name says nothing about what the
+# snapshot holds (a copy of a sensitive collection can be restored under a PUBLIC name); restoring
+# is the operator's job, with a client constructed without guard=.
+OPERATOR_ONLY = frozenset({"recover_snapshot", "recover_shard_snapshot"})
+
 # Guarded with dedicated logic spanning several collections.
 MULTI = frozenset({"update_collection_aliases", "migrate", "create_full_snapshot"})
 
-GUARDED = WRITE_VECTORS | PAYLOAD | READ_POINTS | READ_COLLECTION | WRITE_COLLECTION | ADMIN | MULTI
+GUARDED = WRITE_VECTORS | PAYLOAD | READ_POINTS | READ_COLLECTION | WRITE_COLLECTION | ADMIN | OPERATOR_ONLY | MULTI
 
 # Methods that are safe to pass through, each with the reason.
 SAFE: dict[str, str] = {
