@@ -43,15 +43,30 @@ class Guard(WriteOps, ReadOps):
         rec = self.utility_record(pol)
         return None if rec is None else rec.digest
 
-    def utility_drop_exceeded(self, pol: CollectionPolicy, mechanism: str, epsilon: float) -> bool:
-        """True when the record measured a recall drop above the threshold at this noise level."""
+    def utility_refusal(self, pol: CollectionPolicy, *, mechanism: str, epsilon: float, radius: float,
+                        delta: float, clip_norm: float | None) -> str | None:
+        """Why the utility record does not allow writes with this noise, or None when it does.
+
+        None as well when the policy has no record or ``enforce`` is false. The record must have
+        been calibrated for the policy's own mechanism, radius, delta and clip_norm, and must cover
+        this level (:meth:`qdrant_guard.utility.UtilityRecord.level_refusal`).
+        """
         if not pol.utility.enforce:
-            return False
+            return None
         rec = self.utility_record(pol)
         if rec is None:
-            return False
-        drop = rec.drop_for(epsilon, mechanism)
-        return drop is not None and drop > pol.utility.max_recall_drop
+            return None
+        n = pol.noise
+        mismatch = rec.parameter_mismatch(mechanism=n.mechanism, radius=n.radius, delta=n.delta,
+                                          clip_norm=n.clip_norm)
+        if mismatch is not None:
+            clip = "" if n.clip_norm is None else f" --clip-norm {n.clip_norm!r}"
+            return (f"utility record {pol.utility.record!r} was not calibrated for this policy's noise: "
+                    f"policy {mismatch}; re-run `qdrant-guard calibrate` for this policy (--mechanism "
+                    f"{n.mechanism} --radius {n.radius!r} --delta {n.delta!r}{clip} --epsilons "
+                    f"including {n.epsilon!r}). {rec.frontier(pol.utility.max_recall_drop)}")
+        return rec.level_refusal(mechanism=mechanism, epsilon=epsilon, radius=radius, delta=delta,
+                                 clip_norm=clip_norm, max_drop=pol.utility.max_recall_drop)
 
     # -- operations spanning collections --------------------------------------------------
     def op_update_collection_aliases(self, method: str, args: dict[str, Any]) -> Op:

@@ -39,10 +39,12 @@ from .noise_params import MECHANISMS, NoiseParams
 __all__ = [
     "MECHANISM_VERSION",
     "calibrate_gaussian_sigma",
+    "check_release",
     "clip_l2",
     "lattice_step",
     "privatize",
     "privatize_seeded_for_tests",
+    "query_noise_key",
     "snap_to_lattice",
 ]
 
@@ -51,10 +53,16 @@ _k = load_kernel("_noise", "_noise_py")
 # 2: the clipping norm is summed in eight interleaved lanes (see _noise_py._sum_squares).
 # 3: normals from a 256-layer Ziggurat (8-bit layer, 23-bit uniform) instead of 128 layers.
 MECHANISM_VERSION = "3"
+# Versions whose releases share this calibration (sigma/scale and lattice step): they differ only
+# in how the sampler consumes the keystream, so their receipts are checked like the current one's.
+CALIBRATED_VERSIONS = ("1", "2", "3")
 LATTICE_DIVISOR = 1024.0
 RNG_PRODUCTION = "chacha20-getrandom-v1"
 RNG_KEYED = "chacha20-keyed-hmac-sha256-v1"
 RNG_SEEDED = "chacha20-seeded-TEST-ONLY-v2"
+# Generators whose releases carry the stated guarantee; RNG_SEEDED is deliberately absent.
+PRIVATE_RNG_IDS = (RNG_PRODUCTION, RNG_KEYED)
+_QUERY_KEY_LABEL = b"qdrant-guard query noise key v1"
 
 
 # ---------------------------------------------------------------- calibration
@@ -308,6 +316,59 @@ def privatize(
     out = _k.noise_vectors(vectors, mechanism, params.scale, params.lattice_step, params.clip_norm,
                            None, row_keys, nonce)
     return out, params
+
+
+def query_noise_key(key: bytes) -> bytes:
+    """Return the key for keyed noise on *query* vectors, derived from the document noise ``key``.
+
+    Keyed document noise depends only on (key, params, row bytes). With the same key a query equal
+    to a stored clean vector would get exactly the stored noise and match it with score 1.0, so
+    queries use HMAC-SHA256(key, a purpose label): still deterministic per query, never the
+    documents' noise.
+
+    Raises:
+        TypeError: ``key`` is not bytes.
+        ValueError: ``key`` is shorter than 32 bytes.
+    """
+    if not isinstance(key, bytes):
+        raise TypeError(f"key must be bytes, not {type(key).__name__}")
+    if len(key) < 32:
+        raise ValueError(f"key must be at least 32 bytes (an HMAC-SHA256 key), got {len(key)}")
+    h = hmac.HMAC(key, hashes.SHA256())
+    h.update(_QUERY_KEY_LABEL)
+    return h.finalize()
+
+
+def check_release(params: NoiseParams) -> str | None:
+    """Return why signed release ``params`` are not a private release at the calibrated scale, or None.
+
+    Recomputes the calibration implied by the params' own (mechanism, epsilon, delta, radius,
+    clip_norm, dim) and requires a generator that gives privacy (never the TEST-ONLY seeded one),
+    a mechanism version with this calibration, a scale at least the calibrated one and a lattice no coarser
+    than the one the calibration covers. This checks the signer's assertions for consistency; it
+    cannot prove that the noise was drawn.
+    """
+    if params.rng_id not in PRIVATE_RNG_IDS:
+        return (f"rng_id {params.rng_id!r} is not a private generator (accepted: "
+                f"{', '.join(PRIVATE_RNG_IDS)}); the TEST-ONLY seeded generator gives no privacy. "
+                "Noise with qdrant_guard.noise.privatize")
+    if params.mechanism_version not in CALIBRATED_VERSIONS:
+        return (f"mechanism_version {params.mechanism_version!r} is not one this guard knows "
+                f"({', '.join(CALIBRATED_VERSIONS)}), so its calibration cannot be checked; re-noise "
+                "with this qdrant_guard version")
+    try:
+        want = _params(params.mechanism, params.epsilon, params.delta, params.radius,
+                       params.clip_norm, params.dim, params.dtype, params.rng_id)
+    except (TypeError, ValueError) as exc:
+        return f"the noise parameters cannot be calibrated: {exc}"
+    if not params.scale >= want.scale:  # written so that NaN is refused too
+        return (f"scale {params.scale!r} is below the calibrated {want.scale!r} for {params.mechanism} "
+                f"epsilon={params.epsilon!r}, delta={params.delta!r}, radius={params.radius!r}, "
+                f"dim={params.dim}; re-noise with qdrant_guard.noise.privatize at these parameters")
+    if not 0.0 < params.lattice_step <= want.lattice_step:
+        return (f"lattice_step {params.lattice_step!r} is coarser than the {want.lattice_step!r} the "
+                "calibration covers; re-noise with qdrant_guard.noise.privatize")
+    return None
 
 
 def privatize_seeded_for_tests(

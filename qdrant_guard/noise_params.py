@@ -20,7 +20,10 @@ class NoiseParams:
         radius: protected L2 radius: the guarantee holds between any two clipped inputs at L2
             distance <= radius.
         clip_norm: inputs were clipped to this L2 norm before noising (``None``: not clipped).
-        scale: sigma per coordinate (Gaussian) or the Gamma scale ``radius/epsilon`` (laplace_l2).
+        scale: sigma per coordinate (Gaussian) or the Gamma norm scale (laplace_l2); both are
+            calibrated at sensitivity ``radius + sqrt(dim)*lattice_step`` (the nominal radius plus
+            the most snapping can move two outputs apart), so for laplace_l2 it is
+            ``(radius + sqrt(dim)*lattice_step)/epsilon``.
         lattice_step: the output was snapped to multiples of this power of two.
         rng_id: which generator produced the randomness (e.g. ``"chacha20-getrandom-v1"``).
         dim: vector dimension.

@@ -160,7 +160,9 @@ class UtilityPolicy(_Strict):
     record: str | None = None
     """Path of a signed utility record from ``qdrant-guard calibrate``."""
     enforce: bool = True
-    """Refuse writes (UTILITY_DEGRADED) whose noise level the record measured above the threshold."""
+    """Refuse writes (UTILITY_DEGRADED) unless the record applies to the policy (same mechanism,
+    radius, delta, clip_norm) and measured a passing level with at least as much noise and no
+    failing level with as little; unmeasured levels are refused."""
 
 
 class CollectionPolicy(_Strict):

@@ -428,9 +428,12 @@ class ReadOps(PayloadOps, QueryChecks):
         if arr.ndim != 1:
             return vector
         n = pol.noise
+        # A key of their own: under the documents' key a query equal to a stored clean vector would
+        # get exactly the stored noise and confirm the guess with score 1.0.
+        key = _noise.query_noise_key(self.noise_key) if n.keyed else None
         noised, _ = _noise.privatize(arr, mechanism=n.mechanism, epsilon=n.epsilon, radius=n.radius,
                                      delta=n.delta if n.mechanism == "gaussian" else None,
-                                     clip_norm=n.clip_norm, key=self.noise_key if n.keyed else None)
+                                     clip_norm=n.clip_norm, key=key)
         return noised.tolist()
 
 

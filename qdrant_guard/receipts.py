@@ -37,6 +37,7 @@ __all__ = [
     "SIGNATURE_PREFIX",
     "BATCH_SIGNATURE_PREFIX",
     "REASONS",
+    "ISSUED_AT_LEEWAY_S",
     "stored_form",
     "stored_form_batch",
     "commitment_bytes",
@@ -63,6 +64,8 @@ SIGNATURE_PREFIX = b"qdrant-guard receipt v1\x00"
 BATCH_SIGNATURE_PREFIX = b"qdrant-guard receipt batch v1\x00"
 COMMITMENT_PREFIX = b"qg-vec-v1"
 SALT_BYTES = 16
+#: With ``max_age_s``, receipts issued more than this far after ``now`` are refused (clock skew).
+ISSUED_AT_LEEWAY_S = 300.0
 ALGORITHM = "Ed25519"
 
 REASONS = (
@@ -937,7 +940,8 @@ def verify_receipt(
         trusted_keys: key id -> Ed25519 public key.
         revoked: revoked key ids.
         now: current time in seconds (default: ``time.time()``).
-        max_age_s: reject receipts issued more than this many seconds before ``now``.
+        max_age_s: reject receipts issued more than this many seconds before ``now``, or more
+            than :data:`ISSUED_AT_LEEWAY_S` after it (both as ``"expired"``).
 
     Returns:
         :class:`ReceiptCheck`; never raises for a bad receipt.
@@ -969,6 +973,10 @@ def verify_receipt(
         if max_age_s is not None:
             current = time.time() if now is None else float(now)
             age = current - body["issued_at"] / 1000.0
+            if age < -ISSUED_AT_LEEWAY_S:
+                # A negative age never exceeds max_age_s: such a receipt would never expire.
+                raise _Reject("expired", f"receipt issued_at is {-age:.0f} s in the future, beyond the "
+                              f"{ISSUED_AT_LEEWAY_S:g} s clock-skew leeway; its age cannot be checked")
             if age > max_age_s:
                 raise _Reject("expired", f"receipt issued {age:.0f} s ago; max_age_s={max_age_s}")
         if body["collection"] != collection:
@@ -1048,7 +1056,8 @@ def verify(
         trusted_keys: key id -> Ed25519 public key.
         revoked: revoked key ids.
         now: current time in seconds (for ``max_age_s``).
-        max_age_s: reject receipts older than this.
+        max_age_s: reject receipts older than this, or issued more than
+            :data:`ISSUED_AT_LEEWAY_S` after ``now``.
         batch_size: points per scroll/retrieve request.
 
     Returns:

@@ -5,8 +5,11 @@ candidate privacy level (strongest noise, i.e. smallest epsilon, first), searche
 in-memory Qdrant collection with the same distance, and measures how much retrieval quality is lost
 against the clean collection. It picks the strongest noise whose loss stays within ``threshold``
 and signs the whole measured frontier into a :class:`UtilityRecord`. The SHA-256 of the record's
-signed body is the ``retrieval_utility_guard_hash``; the pipeline refuses writes whose noise level
-has a recorded drop above the threshold (``UTILITY_DEGRADED``).
+signed body is the ``retrieval_utility_guard_hash``. The pipeline refuses (``UTILITY_DEGRADED``)
+writes whose noise the record does not show to stay within the threshold: a record calibrated for
+another mechanism, radius, delta or clip_norm than the policy's, noise parameters other than the
+record's, or an epsilon without a passing measured level of at least as much noise or with a
+failing one of no more noise (:meth:`UtilityRecord.level_refusal`).
 
 Calibration needs the *clean* vectors, so it runs on a raw :class:`qdrant_client.QdrantClient`
 pointed at a clean staging collection (or at the in-boundary collection, by a principal allowed to
@@ -188,6 +191,78 @@ class UtilityRecord:
                 return float(level["drop"])
         return None
 
+    def parameter_mismatch(
+        self, *, mechanism: str, radius: float, delta: float, clip_norm: float | None
+    ) -> str | None:
+        """Return how these noise parameters differ from the calibrated ones, or None if they match.
+
+        Only levels of the same mechanism, radius, delta and clip_norm were measured; epsilon is
+        the one parameter the record spans.
+        """
+        diffs = []
+        if mechanism != self.mechanism:
+            diffs.append(f"mechanism {mechanism!r} (record: {self.mechanism!r})")
+        if not _same(radius, self.radius):
+            diffs.append(f"radius {radius!r} (record: {self.radius!r})")
+        if not _same(delta, self.delta):
+            diffs.append(f"delta {delta!r} (record: {self.delta!r})")
+        if not _same(clip_norm, self.clip_norm):
+            diffs.append(f"clip_norm {clip_norm!r} (record: {self.clip_norm!r})")
+        return ", ".join(diffs) or None
+
+    def frontier(self, max_drop: float) -> str:
+        """One line: the parameters and every measured epsilon with its drop, pass or fail."""
+        levels = ", ".join(
+            f"epsilon {lv['epsilon']!r} drop {lv['drop']:.4f} "
+            + ("pass" if lv["drop"] <= max_drop else "FAIL")
+            for lv in self.measured
+        )
+        return (f"measured {self.metric}@{self.k} drops ({self.mechanism}, radius {self.radius!r}, "
+                f"delta {self.delta!r}, clip_norm {self.clip_norm!r}; threshold {max_drop!r}): "
+                f"{levels}")
+
+    def level_refusal(
+        self,
+        *,
+        mechanism: str,
+        epsilon: float,
+        radius: float,
+        delta: float,
+        clip_norm: float | None,
+        max_drop: float,
+    ) -> str | None:
+        """Return why the record does not show this noise level keeps the drop <= ``max_drop``.
+
+        Conservative: the level is allowed (None) only when it has the record's mechanism,
+        radius, delta and clip_norm, the record measured a passing level with at least as much
+        noise (epsilon <= ``epsilon``) and no failing level with as little or less noise
+        (epsilon >= ``epsilon``). At fixed mechanism, radius, delta and dimension a smaller
+        epsilon means a larger noise scale, so epsilons order the levels by noise.
+
+        Returns:
+            None when allowed, else a message naming the cause and the measured frontier.
+        """
+        frontier = self.frontier(max_drop)
+        mismatch = self.parameter_mismatch(
+            mechanism=mechanism, radius=radius, delta=delta, clip_norm=clip_norm
+        )
+        if mismatch is not None:
+            return (f"noise with {mismatch} was never measured; re-noise with the record's "
+                    f"parameters or calibrate them. {frontier}")
+        failing = [lv for lv in self.measured
+                   if lv["drop"] > max_drop and _at_least(float(lv["epsilon"]), epsilon)]
+        if failing:
+            worst = failing[0]
+            return (f"epsilon {epsilon!r}: the record measured a drop of {worst['drop']:.4f} > "
+                    f"{max_drop!r} at epsilon {worst['epsilon']!r}, which has no more noise. "
+                    f"{frontier}")
+        if not any(lv["drop"] <= max_drop and _at_least(epsilon, float(lv["epsilon"]))
+                   for lv in self.measured):
+            return (f"epsilon {epsilon!r}: no level with at least this much noise (epsilon <= "
+                    f"{epsilon!r}) was measured to pass; calibrate with this epsilon in the ladder. "
+                    f"{frontier}")
+        return None
+
     def to_json(self) -> str:
         """Return the record (signature included) as canonical JSON text."""
         from .canonical import canonical_json
@@ -230,6 +305,16 @@ class UtilityRecord:
         if missing:
             raise ValueError(f"utility record lacks fields {missing}")
         return cls(**data)
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(float(a), float(b), rel_tol=1e-12, abs_tol=0.0)
+
+
+def _at_least(a: float, b: float) -> bool:
+    return a >= b or _same(a, b)
 
 
 def _public_keys(trusted_keys: Any) -> dict[str, Any]:
@@ -484,6 +569,14 @@ def _frontier_table(levels: Sequence[Mapping[str, Any]], metric: str) -> str:
     return "\n".join(lines)
 
 
+def _round_up_4(value: float) -> str:
+    """``value`` to 4 decimals, rounded up: advice to raise a bound to it must then be enough."""
+    text = f"{math.ceil(value * 10_000) / 10_000:.4f}"
+    if float(text) < value:  # value * 10_000 itself rounded down
+        text = f"{float(text) + 0.0001:.4f}"
+    return text
+
+
 def calibrate(
     client: Any,
     collection: str,
@@ -649,10 +742,12 @@ def calibrate(
         hints = []
         if under:
             best = min(lv["drop"] for lv in under)
-            hints.append(f"raise threshold to >= {best:.4f} (smallest drop under the ceiling)")
+            hints.append(
+                f"raise threshold to >= {_round_up_4(best)} (smallest drop under the ceiling)"
+            )
         if meeting:
             hints.append(
-                f"raise epsilon_ceiling to >= {meeting[0]['epsilon']:g} (smallest epsilon within "
+                f"raise epsilon_ceiling to >= {meeting[0]['epsilon']!r} (smallest epsilon within "
                 "the threshold)"
             )
         else:

@@ -44,8 +44,9 @@ _DIRECTIVES = {
         "(stronger noise) or raise epsilon_ceiling in the policy"
     ),
     Verdict.UTILITY_DEGRADED: (
-        "the utility record measured a recall@10 drop above the policy threshold at this noise "
-        "level; re-run `qdrant-guard calibrate` and use the recommended epsilon"
+        "the utility record does not show that this noise keeps the retrieval drop within the "
+        "policy's max_recall_drop; use a measured passing epsilon with the record's noise "
+        "parameters, or re-run `qdrant-guard calibrate` for this policy"
     ),
 }
 
@@ -309,6 +310,7 @@ class WriteOps(TextOps):
         to_noise: list[_Slot] = []
         counts = {"raw_in_boundary": 0, "receipted": 0, "noised": 0}
         eps_seen: list[float] = []
+        utility_why: str | None = None
         for i, p in enumerate(points):
             where = f"point {p.id!r}"
             payload = dict(p.payload or {})
@@ -333,6 +335,12 @@ class WriteOps(TextOps):
                         reasons[str(p.id)] = check.reason
                         continue
                     prm = check.params
+                    problem = _noise.check_release(prm)
+                    if problem is not None:
+                        # The signer's own parameters do not add up to a private release.
+                        faults.setdefault(Verdict.NOISE_REQUIRED, []).append(p.id)
+                        reasons[str(p.id)] = problem
+                        continue
                     if prm.epsilon > ceiling:
                         faults.setdefault(Verdict.EPSILON_ABOVE_CEILING, []).append(p.id)
                         reasons[str(p.id)] = f"epsilon {prm.epsilon} > ceiling {ceiling}"
@@ -348,8 +356,12 @@ class WriteOps(TextOps):
                             f"{pol.noise.radius} and delta <= {pol.noise.delta}"
                         )
                         continue
-                    if self.utility_drop_exceeded(pol, prm.mechanism, prm.epsilon):
+                    why = self.utility_refusal(pol, mechanism=prm.mechanism, epsilon=prm.epsilon,
+                                               radius=prm.radius, delta=prm.delta, clip_norm=prm.clip_norm)
+                    if why is not None:
                         faults.setdefault(Verdict.UTILITY_DEGRADED, []).append(p.id)
+                        reasons[str(p.id)] = why
+                        utility_why = utility_why or why
                         continue
                     kept_receipts[vname] = rec
                     eps_seen.append(prm.epsilon)
@@ -365,13 +377,23 @@ class WriteOps(TextOps):
             vectors.append(vecs)
             if kept_receipts:
                 payload[RECEIPT_KEY] = kept_receipts  # re-encoded below
-        if to_noise and self.utility_drop_exceeded(pol, pol.noise.mechanism, pol.noise.epsilon):
-            faults.setdefault(Verdict.UTILITY_DEGRADED, []).extend(points[s.point].id for s in to_noise)
+        if to_noise:
+            n = pol.noise
+            why = self.utility_refusal(pol, mechanism=n.mechanism, epsilon=n.epsilon, radius=n.radius,
+                                       delta=n.delta, clip_norm=n.clip_norm)
+            if why is not None:
+                for s in to_noise:
+                    faults.setdefault(Verdict.UTILITY_DEGRADED, []).append(points[s.point].id)
+                    reasons.setdefault(str(points[s.point].id), why)
+                utility_why = utility_why or why
         if faults:
             verdict = next(iter(faults))
             ids = [pid for v in faults.values() for pid in v]
+            directive = _DIRECTIVES[verdict]
+            if verdict is Verdict.UTILITY_DEGRADED and utility_why is not None:
+                directive = f"{directive}: {utility_why}"
             raise self.refuse(self.decision(
-                op, name, pol, verdict, _DIRECTIVES[verdict], point_ids=list(dict.fromkeys(ids)),
+                op, name, pol, verdict, directive, point_ids=list(dict.fromkeys(ids)),
                 utility_hash=self.utility_hash(pol),
                 details={"faults": {v.value: [str(x) for x in ids_] for v, ids_ in faults.items()},
                          "reasons": reasons, "points_in_call": len(points)},
