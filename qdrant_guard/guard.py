@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from qdrant_client.http import models
 
 from .decision import Verdict
-from .errors import ConfigError
+from .errors import ConfigError, UnsupportedWriteError
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .reads import ReadOps
@@ -70,27 +71,47 @@ class Guard(WriteOps, ReadOps):
 
     # -- operations spanning collections --------------------------------------------------
     def op_update_collection_aliases(self, method: str, args: dict[str, Any]) -> Op:
-        """An alias names a collection under another name: it must carry the same policy."""
+        """An alias names a collection under another name: it must carry the same policy.
+
+        Creating and renaming are checked alike (a renamed alias takes the policy of its new name);
+        deleting an alias exposes nothing. Any other operation type is refused.
+        """
         if self.transparent:
             return (yield Call(method, args))
-        for action in args["change_aliases_operations"]:
-            create = getattr(action, "create_alias", None)
-            if create is None:
+        aliases: dict[str, str] | None = None
+        for i, action in enumerate(args["change_aliases_operations"]):
+            if isinstance(action, models.CreateAliasOperation):
+                collection, alias = action.create_alias.collection_name, action.create_alias.alias_name
+            elif isinstance(action, models.RenameAliasOperation):
+                if aliases is None:
+                    resp = yield Call("get_aliases", {})
+                    aliases = {a.alias_name: a.collection_name for a in resp.aliases}
+                collection = aliases.get(action.rename_alias.old_alias_name)
+                if collection is None:
+                    continue  # no such alias: Qdrant reports it
+                alias = action.rename_alias.new_alias_name
+            elif isinstance(action, models.DeleteAliasOperation):
                 continue
-            target = self.policy(create.collection_name)
-            if target.is_public:
-                continue
-            self.require_access(method, create.collection_name, target, "admin")
-            alias_pol = self.config.collections.get(create.alias_name)
-            if alias_pol != target:
-                raise self.refuse(self.decision(
-                    method, create.collection_name, target, Verdict.REFUSED_CROSS_BOUNDARY,
-                    f"alias {create.alias_name!r} would expose {target.sensitivity.value} collection "
-                    f"{create.collection_name!r} under a name whose policy differs; add "
-                    f"[collections.{create.alias_name}] with the same policy first",
-                ))
+            else:
+                raise UnsupportedWriteError(
+                    f"{method}: change_aliases_operations[{i}] is a {type(action).__name__}; pass "
+                    "models.CreateAliasOperation, RenameAliasOperation or DeleteAliasOperation")
+            self._check_alias(method, collection, alias)
         self.forget_shape()
         return (yield Call(method, args))
+
+    def _check_alias(self, method: str, collection: str, alias: str) -> None:
+        target = self.policy(collection)
+        if target.is_public:
+            return
+        self.require_access(method, collection, target, "admin")
+        if self.config.collections.get(alias) != target:
+            raise self.refuse(self.decision(
+                method, collection, target, Verdict.REFUSED_CROSS_BOUNDARY,
+                f"alias {alias!r} would expose {target.sensitivity.value} collection "
+                f"{collection!r} under a name whose policy differs; add "
+                f"[collections.{alias}] with the same policy first",
+            ))
 
     def op_migrate(self, method: str, args: dict[str, Any]) -> Op:
         """Migration copies raw vectors out: the caller must own every sensitive collection moved."""

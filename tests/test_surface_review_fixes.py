@@ -216,3 +216,28 @@ def test_async_snapshot_recovery_is_refused_under_a_policy(kit):
 def test_snapshot_recovery_without_a_policy_is_qdrant_clients_own():
     with pytest.raises(NotImplementedError):  # local mode has no snapshots, exactly as in qdrant-client
         QdrantClient(":memory:").recover_snapshot("c", location="file:///x.snapshot")
+
+
+def test_renaming_an_alias_is_checked_like_creating_one(kit):
+    # A renamed alias takes the policy of its new name: renaming hr's alias to an unlisted name
+    # used to hand hr's points to anyone that name's (default) policy lets read.
+    pol = {"class": "PII", "owner": "hr", "raw_in_boundary": True}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol, "hr_alias": pol, "hr_alias2": pol}),
+                         principal=kit.principal("alice", "hr"))
+    create(owner, "hr")
+    owner.upsert("hr", [models.PointStruct(id=1, vector=unit(np.random.default_rng(1)), payload={"text": "secret"})])
+    owner.update_collection_aliases(change_aliases_operations=[
+        models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name="hr", alias_name="hr_alias"))])
+
+    def rename(who, new):
+        who.update_collection_aliases(change_aliases_operations=[
+            models.RenameAliasOperation(rename_alias=models.RenameAlias(old_alias_name="hr_alias", new_alias_name=new))])
+
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    for who in (bob, owner):  # bob may not administer hr; no one may rename it to a weaker name
+        with pytest.raises(GuardRefusal) as ei:
+            rename(who, "leak")
+        assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    assert [a.alias_name for a in owner.get_aliases().aliases] == ["hr_alias"]
+    rename(owner, "hr_alias2")
+    assert [a.alias_name for a in owner.get_aliases().aliases] == ["hr_alias2"]
