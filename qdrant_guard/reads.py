@@ -323,7 +323,10 @@ class ReadOps(PayloadOps, QueryChecks):
         out_groups = []
         for g in groups:
             hits = yield from self.finish(method, name, pol, plan, g.hits, details)
-            out_groups.append(g.model_copy(update={"hits": hits}))
+            # A group's id is its hits' payload value: a group whose every hit was capped or
+            # withheld must not come back empty, or its id leaks what the budget withheld.
+            if hits:
+                out_groups.append(g.model_copy(update={"hits": hits}))
         self._audit_read(method, name, pol, sum(len(g.hits) for g in out_groups), details)
         return models.GroupsResult(groups=out_groups)
 

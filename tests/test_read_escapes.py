@@ -273,3 +273,19 @@ def test_facet_in_monitor_mode_is_logged_not_refused(kit):
     assert len(dave.facet("memo", key="text", limit=100).hits) == 20
     rec = _last_audit(kit)
     assert rec["verdict"] == "ALLOW" and rec.get("monitor") is True and rec["details"]["key"] == "text"
+
+
+def test_groups_whose_hits_were_all_withheld_are_not_returned(kit):
+    # group_by keys are payload values: an empty group would still tell the reader the salary of
+    # every point the extraction budget withheld.
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+           "diversity": {"max_source_coverage": 0.2}}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("a", "hr"))
+    create(owner, "hr")
+    rng = np.random.default_rng(0)
+    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "payroll", "salary": 1000 + i})
+                        for i in range(10)])
+    bob = owner.with_principal(kit.principal("b", "support"))
+    res = bob.query_points_groups("hr", query=unit(rng), group_by="salary", limit=10, group_size=1)
+    assert all(g.hits for g in res.groups)
+    assert len(res.groups) == 2  # the budget lets bob see 2 of the source's 10 points
