@@ -128,26 +128,33 @@ def _binder(original: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
     return bind
 
 
-def _sync_method(name: str, original: Callable[..., Any], base: type) -> Callable[..., Any]:
+def _sync_method(name: str, original: Callable[..., Any], base: type,
+                 make_invoke: Callable[[Any, type], Callable[[Call], Any]] | None = None) -> Callable[..., Any]:
+    """A guarded plain method: the pipeline's requests run through ``make_invoke(client, base)``
+    (default: the base class's methods, under the local-mode lock)."""
     bind = _binder(original)
+    make_invoke = make_invoke or _locked_invoke
 
     @functools.wraps(original)
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         guard = self._guard
         if guard is None:
             return original(self, *args, **kwargs)
-
-        lock = self._local_lock
-
-        def invoke(call: Call) -> Any:
-            if lock is None:
-                return getattr(base, call.method)(self, **call.kwargs)
-            with lock:
-                return getattr(base, call.method)(self, **call.kwargs)
-
-        return drive_sync(guard.run(name, _bound(guard, name, bind(self, args, kwargs))), invoke)
+        return drive_sync(guard.run(name, _bound(guard, name, bind(self, args, kwargs))), make_invoke(self, base))
 
     return method
+
+
+def _locked_invoke(client: Any, base: type) -> Callable[[Call], Any]:
+    lock = client._local_lock
+
+    def invoke(call: Call) -> Any:
+        if lock is None:
+            return getattr(base, call.method)(client, **call.kwargs)
+        with lock:
+            return getattr(base, call.method)(client, **call.kwargs)
+
+    return invoke
 
 
 def _bound(guard: Any, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -179,23 +186,17 @@ def _async_upload_method(name: str, original: Callable[..., Any], base: type) ->
     client; this method cannot await them, so it completes them synchronously (see
     :func:`_complete`).
     """
-    bind = _binder(original)
+    return _sync_method(name, original, base, make_invoke=_completing_invoke)
 
-    @functools.wraps(original)
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        guard = self._guard
-        if guard is None:
-            return original(self, *args, **kwargs)
 
-        def invoke(call: Call) -> Any:
-            fn = getattr(base, call.method)
-            if not inspect.iscoroutinefunction(fn):
-                return fn(self, **call.kwargs)
-            return _complete(self, call, fn)
+def _completing_invoke(client: Any, base: type) -> Callable[[Call], Any]:
+    def invoke(call: Call) -> Any:
+        fn = getattr(base, call.method)
+        if not inspect.iscoroutinefunction(fn):
+            return fn(client, **call.kwargs)
+        return _complete(client, call, fn)
 
-        return drive_sync(guard.run(name, _bound(guard, name, bind(self, args, kwargs))), invoke)
-
-    return method
+    return invoke
 
 
 def _complete(client: Any, call: Call, fn: Callable[..., Coroutine[Any, Any, Any]]) -> Any:

@@ -77,3 +77,29 @@ def count(client: Any, name: str) -> int:
 
 
 __all__ = ["Kit", "make_kit", "create", "unit", "snapshot", "count", "QdrantClient", "DIM", "models"]
+
+
+def staging_store(dim: int = 32, n: int = 300, clusters: int = 30) -> tuple[RawClient, np.ndarray, list[list[float]]]:
+    """A raw local store with collection ``staging``: ``n`` unit vectors around ``clusters`` seeded
+    centres, and 40 queries near the first 40 of them. Returns (client, docs, queries)."""
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(clusters, dim))
+    x = centres[rng.integers(0, clusters, n)] + 0.35 * rng.normal(size=(n, dim))
+    docs = x / np.linalg.norm(x, axis=1, keepdims=True)
+    raw = RawClient(":memory:")
+    raw.create_collection("staging", vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE))
+    raw.upsert("staging", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(docs)])
+    queries = (docs[:40] + 0.05 * np.random.default_rng(9).normal(size=(40, dim))).tolist()
+    return raw, docs, queries
+
+
+def staging_record(kit: Kit, path: Path, *, radius: float = 0.01, dim: int = 32) -> tuple[Any, np.ndarray]:
+    """Calibrate the staging store at ``radius`` (epsilons 0.02, 0.1, 0.5, 2; threshold 0.05; signed
+    with the kit's guard key), write the record to ``path`` and return (record, docs)."""
+    from qdrant_guard.utility import calibrate
+
+    raw, docs, queries = staging_store(dim)
+    rec = calibrate(raw, "staging", queries, k=10, radius=radius, epsilons=(0.02, 0.1, 0.5, 2.0), threshold=0.05,
+                    signer=keys.load_private_key(kit.guard_key_path), progress=False, seed=1)
+    path.write_text(rec.to_json())
+    return rec, docs

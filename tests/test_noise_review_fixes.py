@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import qdrant_client
 
-from guardkit import make_kit, models
+from guardkit import make_kit, models, staging_record
 from qdrant_guard import GuardRefusal, QdrantClient, keys, noise
 from qdrant_guard.noise_params import NoiseParams
 from qdrant_guard.receipts import (
@@ -72,29 +72,14 @@ def test_query_noise_key_is_distinct_and_checked():
 UDIM = 32
 
 
-def _clustered(n: int = 300, clusters: int = 30, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(clusters, UDIM))
-    x = centres[rng.integers(0, clusters, n)] + 0.35 * rng.normal(size=(n, UDIM))
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
 @pytest.fixture(scope="module")
 def utility_setup(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("util_review")
     kit = make_kit(tmp)
-    raw = qdrant_client.QdrantClient(":memory:")
-    raw.create_collection("staging", vectors_config=models.VectorParams(size=UDIM, distance=models.Distance.COSINE))
-    docs = _clustered()
-    raw.upsert("staging", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(docs)])
-    queries = (docs[:40] + 0.05 * np.random.default_rng(9).normal(size=(40, UDIM))).tolist()
-    signer = keys.load_private_key(kit.guard_key_path)
     paths = {}
     for radius in (0.01, 0.0005):
-        rec = calibrate(raw, "staging", queries, k=10, radius=radius, epsilons=(0.02, 0.1, 0.5, 2.0),
-                        threshold=0.05, signer=signer, progress=False, seed=1)
         path = tmp / f"utility-{radius}.json"
-        path.write_text(rec.to_json())
+        rec, docs = staging_record(kit, path, radius=radius, dim=UDIM)
         paths[radius] = (rec, path)
     rec = paths[0.01][0]
     # The frontier these tests rely on: 0.02 and 0.1 fail, 0.5 and 2.0 pass.

@@ -5,38 +5,21 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import qdrant_client
 
-from guardkit import make_kit, models
-from qdrant_guard import ConfigError, GuardRefusal, QdrantClient, keys
-from qdrant_guard.utility import calibrate
+from guardkit import make_kit, models, staging_record
+from qdrant_guard import ConfigError, GuardRefusal, QdrantClient
 
 DIM = 32
-
-
-def _clustered(n=300, clusters=30, seed=0):
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(clusters, DIM))
-    x = centres[rng.integers(0, clusters, n)] + 0.35 * rng.normal(size=(n, DIM))
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 @pytest.fixture(scope="module")
 def record_and_kit(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("util")
     kit = make_kit(tmp)
-    raw = qdrant_client.QdrantClient(":memory:")
-    raw.create_collection("staging", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
-    docs = _clustered()
-    raw.upsert("staging", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(docs)])
-    queries = (docs[:40] + 0.05 * np.random.default_rng(9).normal(size=(40, DIM))).tolist()
-    signer = keys.load_private_key(kit.guard_key_path)
-    rec = calibrate(raw, "staging", queries, k=10, radius=0.01, epsilons=(0.02, 0.1, 0.5, 2.0),
-                    threshold=0.05, signer=signer, progress=False, seed=1)
     path = tmp / "utility.json"
-    path.write_text(rec.to_json())
+    rec, docs = staging_record(kit, path, dim=DIM)
     return rec, path, kit, docs
 
 
