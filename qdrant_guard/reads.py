@@ -352,25 +352,47 @@ class ReadOps(PayloadOps, QueryChecks):
 
     def op_facet(self, method: str, args: dict[str, Any]) -> Op:
         """``facet`` returns payload values of every source; where an extraction budget guards the
-        sources, only the owner boundary may facet keys other than the source field."""
+        sources, outside the owner boundary only the source field may be faceted, and the filter
+        may only name sources (see :meth:`budget_oracle`)."""
+        return (yield from self.budget_oracle(method, args, args.get("facet_filter"), facet_key=args.get("key")))
+
+    def op_count(self, method: str, args: dict[str, Any]) -> Op:
+        """``count`` with a filter answers whether matching points exist; under an extraction budget
+        outside the owner boundary the filter may only name sources (see :meth:`budget_oracle`)."""
+        return (yield from self.budget_oracle(method, args, args.get("count_filter")))
+
+    def budget_oracle(self, method: str, args: dict[str, Any], flt: Any, *, facet_key: str | None = None) -> Op:
+        """Refuse a call that would read payload values past the extraction budget.
+
+        ``count`` and ``facet`` return no points, so the budget cannot count them; a filter on any
+        other field (a salary range, a point id) would let a reader binary-search the values of
+        points the budget withholds. So on a budgeted collection, outside the owner boundary, the
+        filter may only hold conditions on the source field, and ``facet`` may only facet it.
+        """
         name = args["collection_name"]
         pol = self.gate(method, args, "read")
-        boundary = self.boundary()
-        if (pol is not None and pol.diversity.enabled and pol.diversity.max_source_coverage is not None
-                and boundary != pol.owner and args.get("key") != pol.source_field):
-            monitor = pol.diversity.mode == "monitor"
-            d = self.decision(
-                method, name, pol, Verdict.ALLOW if monitor else Verdict.REFUSED_CROSS_BOUNDARY,
-                f"facet on key {args.get('key')!r} returns payload values of every source of {name!r}, "
-                "past its extraction budget (diversity.max_source_coverage); outside the owner boundary "
-                f"{pol.owner!r} only key {pol.source_field!r} may be faceted. Read the points with "
-                "query_points or scroll, which the budget counts",
-                details={"key": args.get("key")}, monitor=monitor,
-            )
-            if not monitor:
-                raise self.refuse(d)
-            self.record(d)
-            return (yield Call(method, args))
+        budgeted = (pol is not None and pol.diversity.enabled and pol.diversity.max_source_coverage is not None
+                    and self.boundary() != pol.owner)
+        if budgeted and pol is not None:
+            problem = None
+            if method == "facet" and facet_key != pol.source_field:
+                problem = f"facet on key {facet_key!r} returns payload values of every source"
+            elif flt is not None and not _only_names_sources(flt, pol.source_field):
+                problem = f"{method} with a filter on fields other than {pol.source_field!r} answers for every point"
+            if problem is not None:
+                monitor = pol.diversity.mode == "monitor"
+                d = self.decision(
+                    method, name, pol, Verdict.ALLOW if monitor else Verdict.REFUSED_CROSS_BOUNDARY,
+                    f"{problem} of {name!r}, past its extraction budget (diversity.max_source_coverage); "
+                    f"outside the owner boundary {pol.owner!r} only the source field {pol.source_field!r} "
+                    "may be faceted or filtered on. Read the points with query_points or scroll, which "
+                    "the budget counts",
+                    details={"key": args.get("key"), "filtered": flt is not None}, monitor=monitor,
+                )
+                if not monitor:
+                    raise self.refuse(d)
+                self.record(d)
+                return (yield Call(method, args))
         return (yield from self.op_collection_access(method, args, "read"))
 
     def check_lookups(self, op: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -475,3 +497,25 @@ def _source(p: Any, field_name: str) -> str | None:
             return None
         node = node.get(part)
     return None if node is None or isinstance(node, (dict, list)) else str(node)
+
+
+def _only_names_sources(flt: Any, source_field: str) -> bool:
+    """Whether every condition of filter ``flt`` (nested filters included) is a field condition on
+    ``source_field``; anything else, or a form that is not a ``models.Filter``, is not."""
+    if isinstance(flt, dict):
+        try:
+            flt = models.Filter.model_validate(flt)
+        except ValueError:
+            return False
+    if not isinstance(flt, models.Filter):
+        return False
+    for part in (flt.must, flt.should, flt.must_not):
+        for cond in ([] if part is None else part if isinstance(part, list) else [part]):
+            if isinstance(cond, models.Filter):
+                if not _only_names_sources(cond, source_field):
+                    return False
+            elif not (isinstance(cond, models.FieldCondition) and cond.key == source_field):
+                return False
+    if flt.min_should is not None:
+        return all(_only_names_sources(models.Filter(must=[c]), source_field) for c in flt.min_should.conditions)
+    return True

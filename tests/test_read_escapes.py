@@ -289,3 +289,30 @@ def test_groups_whose_hits_were_all_withheld_are_not_returned(kit):
     res = bob.query_points_groups("hr", query=unit(rng), group_by="salary", limit=10, group_size=1)
     assert all(g.hits for g in res.groups)
     assert len(res.groups) == 2  # the budget lets bob see 2 of the source's 10 points
+
+
+def test_count_and_facet_filters_cannot_read_values_past_the_budget(kit):
+    # count/facet return no points, so the budget cannot count them; a salary-range filter would
+    # binary-search the salary of every point the budget withholds.
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+           "diversity": {"max_source_coverage": 0.2}}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("a", "hr"))
+    create(owner, "hr")
+    rng = np.random.default_rng(0)
+    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "payroll", "salary": 1000 + i})
+                        for i in range(10)])
+    bob = owner.with_principal(kit.principal("b", "support"))
+    by_salary = models.Filter(must=[models.HasIdCondition(has_id=[3]),
+                                    models.FieldCondition(key="salary", range=models.Range(gte=1003))])
+    by_source = models.Filter(must=[models.FieldCondition(key="source", match=models.MatchValue(value="payroll"))])
+    as_dict = {"must": [{"key": "salary", "range": {"gte": 1003}}]}  # the REST form; local mode takes models only
+    for call in (lambda c: c.count("hr", count_filter=by_salary),
+                 lambda c: c.facet("hr", key="source", facet_filter=by_salary),
+                 lambda c: c.count("hr", count_filter=as_dict)):
+        with pytest.raises(GuardRefusal) as ei:
+            call(bob)
+        assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    assert owner.count("hr", count_filter=by_salary).count == 1  # the owner boundary is not budgeted
+    assert bob.count("hr").count == 10
+    assert bob.count("hr", count_filter=by_source).count == 10
+    assert bob.facet("hr", key="source", facet_filter=by_source).hits[0].count == 10
