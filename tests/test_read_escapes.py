@@ -275,9 +275,10 @@ def test_facet_in_monitor_mode_is_logged_not_refused(kit):
     assert rec["verdict"] == "ALLOW" and rec.get("monitor") is True and rec["details"]["key"] == "text"
 
 
-def test_groups_whose_hits_were_all_withheld_are_not_returned(kit):
-    # group_by keys are payload values: an empty group would still tell the reader the salary of
-    # every point the extraction budget withheld.
+@pytest.fixture()
+def payroll(kit):
+    """(owner in hr, bob in support) on ``hr``: 10 points of source "payroll" with salaries
+    1000..1009, under an extraction budget that lets bob see 2 of them."""
     pol = {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
            "diversity": {"max_source_coverage": 0.2}}
     owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("a", "hr"))
@@ -286,22 +287,23 @@ def test_groups_whose_hits_were_all_withheld_are_not_returned(kit):
     owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "payroll", "salary": 1000 + i})
                         for i in range(10)])
     bob = owner.with_principal(kit.principal("b", "support"))
-    res = bob.query_points_groups("hr", query=unit(rng), group_by="salary", limit=10, group_size=1)
+    return owner, bob
+
+
+def test_groups_whose_hits_were_all_withheld_are_not_returned(payroll):
+    # group_by keys are payload values: an empty group would still tell the reader the salary of
+    # every point the extraction budget withheld.
+    _, bob = payroll
+    res = bob.query_points_groups("hr", query=unit(np.random.default_rng(1)), group_by="salary", limit=10,
+                                  group_size=1)
     assert all(g.hits for g in res.groups)
     assert len(res.groups) == 2  # the budget lets bob see 2 of the source's 10 points
 
 
-def test_count_and_facet_filters_cannot_read_values_past_the_budget(kit):
+def test_count_and_facet_filters_cannot_read_values_past_the_budget(payroll):
     # count/facet return no points, so the budget cannot count them; a salary-range filter would
     # binary-search the salary of every point the budget withholds.
-    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
-           "diversity": {"max_source_coverage": 0.2}}
-    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("a", "hr"))
-    create(owner, "hr")
-    rng = np.random.default_rng(0)
-    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "payroll", "salary": 1000 + i})
-                        for i in range(10)])
-    bob = owner.with_principal(kit.principal("b", "support"))
+    owner, bob = payroll
     by_salary = models.Filter(must=[models.HasIdCondition(has_id=[3]),
                                     models.FieldCondition(key="salary", range=models.Range(gte=1003))])
     by_source = models.Filter(must=[models.FieldCondition(key="source", match=models.MatchValue(value="payroll"))])
