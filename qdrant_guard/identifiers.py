@@ -24,7 +24,9 @@ Arabic, ...) they are not found; numbers and codes are, in any script.
 
 A sentence starts at the beginning of the text, after ``.``, ``!``, ``?``, ``:`` or a line break,
 ignoring spaces and opening quotes or brackets in between. Typed placeholders already in the text
-(``[SSN]``, ``[EMAIL]``, ``[NAME]``) are left as they are.
+(``[SSN]``, ``[EMAIL]``, ``[NAME]``: the detector types and this module's three) are left as they
+are; anything else in brackets (``[0]``, ``[Alice]``, ``[NASA]``) is generalised like any other
+word.
 
 Example:
     >>> generalize_identifiers("Raised by sys.path in PEP 572 when Alice calls __init__.")
@@ -33,6 +35,8 @@ Example:
 from __future__ import annotations
 
 import re
+
+from ._detect_py import FINDING_TYPES
 
 __all__ = ["generalize_identifiers", "identifier_kind", "PLACEHOLDERS"]
 
@@ -68,8 +72,15 @@ def _starts_sentence(text: str, at: int) -> bool:
     return j < 0 or text[j] in _SENTENCE_ENDS
 
 
+# The words of the typed placeholders redaction and this module write.
+_PLACEHOLDER_WORDS = frozenset(FINDING_TYPES) | {p.strip("[]") for p in PLACEHOLDERS}
+
+
 def _is_placeholder(text: str, start: int, end: int) -> bool:
-    return start > 0 and text[start - 1] == "[" and end < len(text) and text[end] == "]"
+    # Only typed placeholders ([SSN], [NUMBER]) are kept: "[Alice]", "[NASA]" or "[4111...]" in
+    # brackets are identifiers like any others.
+    return (start > 0 and text[start - 1] == "[" and end < len(text) and text[end] == "]"
+            and text[start:end] in _PLACEHOLDER_WORDS)
 
 
 def generalize_identifiers(text: str) -> str:

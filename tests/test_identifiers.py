@@ -34,6 +34,10 @@ def test_a_capitalised_word_is_a_name_only_mid_sentence():
         ('He said: "Hello there" to (Bob).', 'He said: "Hello there" to ([NAME]).'),
         ("first line\nSecond line", "first line\nSecond line"),
         ("her SSN is [SSN] and mail [EMAIL]", "her [CODE] is [SSN] and mail [EMAIL]"),
+        # Only typed placeholders are kept in brackets (hypothesis found "[0]" kept verbatim).
+        ("call [Alice] at [5551234] re [NASA]", "call [[NAME]] at [[NUMBER]] re [[CODE]]"),
+        ("[0]", "[[NUMBER]]"),
+        ("[AWS_ACCESS_KEY] then [NUMBER]", "[AWS_ACCESS_KEY] then [NUMBER]"),
         ("version 3.11 of CPython", "version [NUMBER] of [CODE]"),
         ("see e.g. os.path.join", "see e.g. [CODE]"),
         ("ask Zoë Müller and José", "ask [NAME] [NAME] and [NAME]"),
