@@ -35,10 +35,11 @@ Example:
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 from ._detect_py import FINDING_TYPES
 
-__all__ = ["generalize_identifiers", "identifier_kind", "PLACEHOLDERS"]
+__all__ = ["generalize_identifiers", "drop_identifiers", "identifier_kind", "PLACEHOLDERS"]
 
 #: The placeholders :func:`generalize_identifiers` writes.
 PLACEHOLDERS = ("[NUMBER]", "[CODE]", "[NAME]")
@@ -89,8 +90,22 @@ def generalize_identifiers(text: str) -> str:
     See the module docstring for the rules. Text without identifiers is returned unchanged (the
     same object).
     """
+    return _rewrite(text, "generalize_identifiers", lambda kind: f"[{kind}]")
+
+
+def drop_identifiers(text: str) -> str:
+    """Delete the words :func:`generalize_identifiers` would replace, leaving their surroundings.
+
+    Not used by the guard. The evaluation embeds this text as its topic-only reference: what an
+    attacker reads from the words a policy shares on purpose, with no trace of the identifiers,
+    not even a placeholder (docs/eval.md). Text without identifiers is returned unchanged.
+    """
+    return _rewrite(text, "drop_identifiers", lambda kind: "")
+
+
+def _rewrite(text: str, caller: str, replace: Callable[[str], str]) -> str:
     if not isinstance(text, str):
-        raise TypeError(f"generalize_identifiers() takes str, not {type(text).__name__}")
+        raise TypeError(f"{caller}() takes str, not {type(text).__name__}")
     parts: list[str] = []
     last = 0
     for m in _WORD.finditer(text):
@@ -101,7 +116,7 @@ def generalize_identifiers(text: str) -> str:
         if kind is None:
             continue
         parts.append(text[last:start])
-        parts.append(f"[{kind}]")
+        parts.append(replace(kind))
         last = end
     if not parts:
         return text

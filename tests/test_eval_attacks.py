@@ -85,6 +85,9 @@ def test_query_noise_knob_reaches_the_sweep_and_the_report(tmp_path, noise_queri
     ident = results["levels"][0]["bow_adaptive"]["identifier"]
     lo, hi = ident["advantage_ci"]
     assert lo <= ident["advantage"] <= hi
+    lo, hi = ident["over_reference_ci"]
+    assert lo <= ident["over_reference"] <= hi
+    assert "ident over topic-only" in text and "against the topic-only reference" in text
 
 
 def test_case_reveals_codes_and_rare_proper_tokens():
@@ -142,3 +145,22 @@ def test_generalisation_knob_changes_what_is_embedded_and_is_reported(tmp_path, 
     assert any("[CODE]" in t for t in seen) is generalize
     text = write_report(results, tmp_path, command="test").read_text()
     assert ("identifiers generalised" in text) is generalize
+
+
+def test_a_reference_attacker_is_compared_like_the_prior():
+    from qdrant_guard.evaluation.attacks import BowVocab, bow_inversion, probe_scores
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(120, 8))
+    y = (x[:, :4] > 0.5).astype(np.float64)
+    vocab = BowVocab(("a", "b", "c", "d"), np.array([True, True, False, False]), np.array([False, False, True, True]))
+    tr, te = slice(0, 80), slice(80, None)
+    own, _ = probe_scores(x[tr], y[tr], x[te])
+    same = bow_inversion(x[tr], y[tr], x[te], y[te], vocab, reference=own)
+    for cls in ("identifier", "topic"):
+        assert same[cls]["over_reference"] == 0.0
+        assert same[cls]["over_reference_ci"] == (0.0, 0.0)
+    # A reference that reads nothing (constant scores) is beaten by the informed probe.
+    blind = bow_inversion(x[tr], y[tr], x[te], y[te], vocab, reference=np.zeros((40, 4)))
+    assert blind["identifier"]["over_reference_ci"][0] > 0.0
+    assert "over_reference" not in bow_inversion(x[tr], y[tr], x[te], y[te], vocab)["identifier"]

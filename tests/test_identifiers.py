@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from qdrant_guard.identifiers import generalize_identifiers, identifier_kind
+from qdrant_guard.identifiers import drop_identifiers, generalize_identifiers, identifier_kind
 
 
 @pytest.mark.parametrize(
@@ -64,3 +64,23 @@ def test_output_keeps_no_ascii_digit_and_is_stable(text):
     out = generalize_identifiers(text)
     assert not any(c in "0123456789" for c in out if c.isascii())
     assert generalize_identifiers(out) == out
+
+
+def test_drop_identifiers_deletes_what_generalisation_replaces():
+    text = "Raised by sys.path in PEP 572 when Alice calls __init__ on [SSN]."
+    assert drop_identifiers(text) == "Raised by  in   when  calls  on [SSN]."
+    plain = "plain lower-case words only"
+    assert drop_identifiers(plain) is plain
+    with pytest.raises(TypeError, match=r"drop_identifiers\(\) takes str, not bytes"):
+        drop_identifiers(b"42")  # type: ignore[arg-type]
+
+
+@given(st.text())
+def test_dropping_leaves_the_words_generalisation_keeps(text):
+    # Same rules, so the two agree word for word outside the identifiers.
+    kept = generalize_identifiers(text)
+    for p in ("[NUMBER]", "[CODE]", "[NAME]"):
+        kept = kept.replace(p, "")
+    dropped = drop_identifiers(text)
+    if not any(p in text for p in ("[NUMBER]", "[CODE]", "[NAME]")):
+        assert dropped == kept

@@ -6,7 +6,8 @@
 2. :func:`bow_inversion` — bag-of-words inversion (Song & Raghunathan, CCS 2020): a multi-label
    linear probe (closed-form ridge regression, regularisation chosen on a held-out part of the
    training split) maps an embedding to the set of words of its text. Compared with the prior-only
-   baseline that predicts the most frequent words for every text.
+   baseline that predicts the most frequent words for every text, and optionally with a reference
+   attacker's scores (:func:`probe_scores`), such as the probe on texts without identifiers.
 3. :func:`reidentify` — nearest-neighbour re-identification of the source text in a candidate pool.
 
 Only numpy is used; the attack models are trained deterministically (no randomness at all). The
@@ -22,7 +23,10 @@ import numpy as np
 
 from .corpus import identifiers_by_case, is_identifier_token, is_topic_token, tokenize
 
-__all__ = ["candidate_ranking", "BowVocab", "build_vocab", "bow_inversion", "reidentify", "micro_f1_topk"]
+__all__ = [
+    "candidate_ranking", "BowVocab", "build_vocab", "probe_scores", "bow_inversion", "reidentify",
+    "micro_f1_topk",
+]
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -149,25 +153,20 @@ def _best_f1(scores: np.ndarray, truth: np.ndarray, max_k: int = 30) -> tuple[fl
     return best
 
 
-def bow_inversion(
+def probe_scores(
     train_x: np.ndarray,
     train_y: np.ndarray,
     test_x: np.ndarray,
-    test_y: np.ndarray,
-    vocab: BowVocab,
     *,
     lambdas: Sequence[float] = (0.1, 1.0, 10.0, 100.0),
-) -> dict[str, dict[str, float]]:
-    """Train the probe on ``(train_x, train_y)`` and score it on ``test_x`` against the prior.
+) -> tuple[np.ndarray, float]:
+    """Train the bag-of-words probe on ``(train_x, train_y)`` and score ``test_x``.
 
-    For each word class (``identifier``, ``topic``) the prediction is the top-k words of that class
-    per text; k is the best for the test set, for the attacker and for the prior-only baseline
-    alike (an optimistic choice for both sides).
+    The ridge regularisation is the one of ``lambdas`` with the best F1 on the last 20 % of the
+    training split, refitted on all of it.
 
     Returns:
-        ``{"identifier": {...}, "topic": {...}}`` with ``f1``, ``k``, ``prior_f1``, ``prior_k``,
-        ``advantage`` (``f1 - prior_f1``), ``advantage_ci`` (its 95 % bootstrap interval over the
-        test texts, see :func:`advantage_interval`) and ``labels`` (vocabulary size of the class).
+        ``(scores, lambda)``: one score per test text and label, and the chosen regularisation.
     """
     n_fit = int(len(train_x) * 0.8)
     best_lam, best_score = lambdas[0], -1.0
@@ -177,13 +176,45 @@ def bow_inversion(
         if score > best_score:
             best_lam, best_score = lam, score
     w, b = _ridge(train_x, train_y, best_lam)
-    scores = test_x @ w + b
+    return test_x @ w + b, best_lam
+
+
+def bow_inversion(
+    train_x: np.ndarray,
+    train_y: np.ndarray,
+    test_x: np.ndarray,
+    test_y: np.ndarray,
+    vocab: BowVocab,
+    *,
+    lambdas: Sequence[float] = (0.1, 1.0, 10.0, 100.0),
+    reference: np.ndarray | None = None,
+) -> dict[str, dict[str, float]]:
+    """Train the probe on ``(train_x, train_y)`` and score it on ``test_x`` against the prior.
+
+    For each word class (``identifier``, ``topic``) the prediction is the top-k words of that class
+    per text; k is the best for the test set, for the attacker and for the prior-only baseline
+    alike (an optimistic choice for both sides).
+
+    Args:
+        reference: optional scores of a second attacker on the same test texts
+            (:func:`probe_scores`), for example one that reads the vectors of the texts with their
+            identifiers deleted. The attacker is then also compared with it, like with the prior.
+
+    Returns:
+        ``{"identifier": {...}, "topic": {...}}`` with ``f1``, ``k``, ``prior_f1``, ``prior_k``,
+        ``advantage`` (``f1 - prior_f1``), ``advantage_ci`` (its 95 % bootstrap interval over the
+        test texts, see :func:`advantage_interval`) and ``labels`` (vocabulary size of the class);
+        with ``reference``, also ``reference_f1``, ``reference_k``, ``over_reference``
+        (``f1 - reference_f1``) and ``over_reference_ci``.
+    """
+    scores, best_lam = probe_scores(train_x, train_y, test_x, lambdas=lambdas)
     prior = np.broadcast_to(train_y.mean(axis=0), test_y.shape)
     out: dict[str, dict[str, float]] = {}
     for name, mask in (("identifier", vocab.identifier), ("topic", vocab.topic)):
-        f1, k = _best_f1(scores[:, mask], test_y[:, mask])
-        pf1, pk = _best_f1(np.array(prior[:, mask]), test_y[:, mask])
-        ci = advantage_interval(scores[:, mask], np.array(prior[:, mask]), test_y[:, mask], k, pk)
+        truth = test_y[:, mask]
+        f1, k = _best_f1(scores[:, mask], truth)
+        pf1, pk = _best_f1(np.array(prior[:, mask]), truth)
+        ci = advantage_interval(scores[:, mask], np.array(prior[:, mask]), truth, k, pk)
         out[name] = {
             "f1": f1,
             "k": k,
@@ -194,6 +225,14 @@ def bow_inversion(
             "labels": int(mask.sum()),
             "lambda": best_lam,
         }
+        if reference is not None:
+            rf1, rk = _best_f1(reference[:, mask], truth)
+            out[name].update(
+                reference_f1=rf1,
+                reference_k=rk,
+                over_reference=f1 - rf1,
+                over_reference_ci=advantage_interval(scores[:, mask], reference[:, mask], truth, k, rk),
+            )
     return out
 
 

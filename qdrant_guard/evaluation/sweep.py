@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..identifiers import generalize_identifiers
+from ..identifiers import drop_identifiers, generalize_identifiers
 from ..utility import progress_iter, retrieval_metrics
 from . import attacks
 from .corpus import load_paragraphs, make_carriers, make_queries
@@ -212,6 +212,11 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
     tr, te = np.sort(order[:n_train]), np.sort(order[n_train:])
     vocab = attacks.build_vocab([paragraphs[i] for i in tr])
     y = vocab.labels(paragraphs)
+    # The topic-only reference: the probe on noise-free vectors of the same texts with every
+    # identifier deleted. What it finds, the shared words alone give away.
+    topic_view = embed([drop_identifiers(redact(p)) for p in paragraphs], progress=pb,
+                       desc="embed docs (identifiers dropped)")
+    topic_scores, _ = attacks.probe_scores(topic_view[tr], y[tr], topic_view[te])
 
     # The same split, with topic-free identifiers planted (their own generator, so that adding
     # them left every other sample of a seed as it was).
@@ -258,7 +263,7 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
             noised_train, _ = _noised(docs[tr], level, policy, _key(config.seed, "bow-train", tag))
             test_x = nd[te]
             naive = attacks.bow_inversion(clean_docs[tr] if mode == "off" else docs[tr], y[tr], test_x, y[te], vocab)
-            adaptive = attacks.bow_inversion(noised_train, y[tr], test_x, y[te], vocab)
+            adaptive = attacks.bow_inversion(noised_train, y[tr], test_x, y[te], vocab, reference=topic_scores)
 
             pdocs = pviews[mode]
             p_test, _ = _noised(pdocs[te], level, policy, _key(config.seed, "planted", tag))
