@@ -88,9 +88,9 @@ def test_planted_identifiers_are_hidden_at_the_default_policy_only_with_generali
 
 @pytest.mark.xfail(strict=True, reason=(
     "known gap (issue 5): the corpus's own identifiers (code names such as __getitem__, TypeError) "
-    "travel with their topics; the full run measures +0.078 at the default policy, +0.142 with "
+    "travel with their topics; the full run measures +0.088 at the default policy, +0.147 with "
     "identifiers generalised and no noise at all. Met means the whole 95 % interval is within "
-    "0.05 (+0.061 here, interval up to +0.152). Strict: when the target is met this test fails, "
+    "0.05 (+0.091 here, interval up to +0.175). Strict: when the target is met this test fails, "
     "so the gap cannot close silently."))
 def test_identifier_target_at_the_default_policy_with_redaction(reduced):
     from qdrant_guard.evaluation.report import check_targets
