@@ -81,11 +81,16 @@ class ReadOps(PayloadOps, QueryChecks):
 
     # -- post-processing ------------------------------------------------------------------
     def finish(self, op: str, name: str, pol: CollectionPolicy, plan: ReadPlan, points: Sequence[Any],
-               details: dict[str, Any]) -> Any:
+               details: dict[str, Any], *, account: str | None = None) -> Any:
         """Diversity, budget, vector release and payload projection over returned points.
 
-        A generator (the budget may count a source's size). Returns the list to give back.
+        ``account`` is the collection the budgets are charged to (``name`` when None); reads pass
+        what :meth:`budget_collection` resolved. A generator (the budget may count a source's
+        size). Returns the list to give back.
         """
+        account = name if account is None else account
+        if account != name:
+            details["alias_of"] = account
         pts = list(points)
         div = pol.diversity
         monitor = div.mode == "monitor"
@@ -105,10 +110,11 @@ class ReadOps(PayloadOps, QueryChecks):
                 details["diversity"]["monitor"] = True
             else:
                 pts = list(outcome.kept)
-        if div.enabled and div.max_source_coverage is not None:
-            pts = yield from self.apply_budget(op, name, pol, pts, details, lambda p: source_of(id(p)))
-        if div.enabled and pol.sensitivity.value == "PROPRIETARY" and div.max_vectors is not None and plan.user_with_vectors:
-            pts = self.apply_vector_budget(name, pol, pts, details)
+        if _source_budgeted(pol):
+            pts = yield from self.apply_budget(op, name, pol, pts, details, lambda p: source_of(id(p)),
+                                               account=account)
+        if _vector_budgeted(pol, plan):
+            pts = self.apply_vector_budget(account, pol, pts, details)
         out = []
         for p in pts:
             updates: dict[str, Any] = {}
@@ -140,8 +146,12 @@ class ReadOps(PayloadOps, QueryChecks):
         return keep
 
     def apply_budget(self, op: str, name: str, pol: CollectionPolicy, pts: list[Any], details: dict[str, Any],
-                     source_of: Callable[[Any], str | None]) -> Any:
-        """The cross-query extraction budget: withhold points past a principal's coverage of a source."""
+                     source_of: Callable[[Any], str | None], *, account: str | None = None) -> Any:
+        """The cross-query extraction budget: withhold points past a principal's coverage of a source.
+
+        Points are charged, and sources counted, under collection ``account`` (``name`` when None).
+        """
+        account = name if account is None else account
         budget = self.extraction_budget(pol)
         principal = self.principal_label or "anonymous"
         by_source: dict[str, list[Any]] = {}
@@ -153,13 +163,13 @@ class ReadOps(PayloadOps, QueryChecks):
             if restricted and source not in restricted:
                 continue
             # A source holds at least the points just returned from it, whatever the count said.
-            size = max((yield from self.source_size(name, pol, source)), len(group))
+            size = max((yield from self.source_size(account, pol, source)), len(group))
             requests[source] = ([p.id for p in group], size)
         withheld: set[str] = set()
         report: dict[str, Any] = {}
         if requests:
             try:  # one store transaction for every source of this result
-                decisions = budget.admit_many(principal=principal, collection=name, requests=requests,
+                decisions = budget.admit_many(principal=principal, collection=account, requests=requests,
                                               max_source_coverage=pol.diversity.max_source_coverage)
             except BudgetStoreError as exc:  # an unreachable budget store must not mean "no budget"
                 if not pol.fail_closed:
@@ -196,6 +206,33 @@ class ReadOps(PayloadOps, QueryChecks):
             return pts
         held = {normalize_point_id(x) for x in dec.withheld}
         return [p.model_copy(update={"vector": None}) if normalize_point_id(p.id) in held else p for p in pts]
+
+    def budget_collection(self, op: str, name: str, pol: CollectionPolicy, plans: Sequence[ReadPlan]) -> Any:
+        """The collection a read of ``name`` is charged to and sent to: the one alias ``name`` names.
+
+        Budgets belong to the stored points, not to the name that reached them: keyed by the
+        caller's name, every alias of a collection would be a fresh budget. Only a read that draws
+        on a budget (under one of ``plans``) pays the ``get_aliases`` call. It is resolved on every
+        read, before it, and the read goes to the resolved collection, so the points counted are
+        the points of the collection charged even if another client moves the alias meanwhile.
+
+        A generator. Returns ``name`` when it is not an alias or no budget applies.
+        """
+        if not any(_source_budgeted(pol) or _vector_budgeted(pol, plan) for plan in plans):
+            return name
+        try:
+            resp = yield Call("get_aliases", {})
+        except Exception as exc:  # unresolved, the read could be charged to a fresh budget
+            if not pol.fail_closed:
+                log.error("alias resolution failed (fail_closed = false, charging the budget to %r): %r", name, exc)
+                return name
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.FAIL_CLOSED,
+                f"resolving aliases (get_aliases) failed ({exc}); a budgeted read of {name!r} is charged "
+                "to the collection an alias names, so nothing was read. Check that Qdrant is reachable",
+                details={"error": repr(exc)},
+            )) from exc
+        return {a.alias_name: a.collection_name for a in resp.aliases}.get(name, name)
 
     def source_size(self, name: str, pol: CollectionPolicy, source: str) -> Any:
         """Number of points of ``source`` in the collection (counted exactly, cached briefly)."""
@@ -259,8 +296,9 @@ class ReadOps(PayloadOps, QueryChecks):
         if pol is None:
             return (yield Call(method, args))
         new, plan = self.plan_read(pol, args)
-        resp = yield Call(method, new)
-        pts = yield from self.finish(method, name, pol, plan, resp.points, details)
+        account = yield from self.budget_collection(method, name, pol, [plan])
+        resp = yield Call(method, {**new, "collection_name": account})
+        pts = yield from self.finish(method, name, pol, plan, resp.points, details, account=account)
         self._audit_read(method, name, pol, len(pts), details)
         return models.QueryResponse(points=pts)
 
@@ -291,10 +329,11 @@ class ReadOps(PayloadOps, QueryChecks):
                                                "with_vector": new["with_vectors"]}))
             plans.append(plan)
             all_details.append(details)
-        resps = yield Call(method, {**args, "requests": reqs})
+        account = yield from self.budget_collection(method, name, pol, plans)
+        resps = yield Call(method, {**args, "collection_name": account, "requests": reqs})
         out = []
         for resp, plan, details in zip(resps, plans, all_details):
-            pts = yield from self.finish(method, name, pol, plan, resp.points, details)
+            pts = yield from self.finish(method, name, pol, plan, resp.points, details, account=account)
             out.append(models.QueryResponse(points=pts))
         self._audit_read(method, name, pol, sum(len(r.points) for r in out),
                          {"requests": all_details, **({"verdict": Verdict.BUDGET_EXCEEDED.value}
@@ -310,7 +349,8 @@ class ReadOps(PayloadOps, QueryChecks):
         group_size = int(args.get("group_size") or 3)
         if pol.diversity.enabled:
             new["group_size"] = overfetch_limit(group_size, factor=pol.diversity.overfetch_factor)
-        resp = yield Call(method, new)
+        account = yield from self.budget_collection(method, name, pol, [plan])
+        resp = yield Call(method, {**new, "collection_name": account})
         groups = list(resp.groups)
         if pol.diversity.enabled and pol.diversity.mode == "enforce":
             outcome = enforce_group_caps(
@@ -322,7 +362,7 @@ class ReadOps(PayloadOps, QueryChecks):
             details["group_caps"] = {"group_cap": outcome.group_cap, "response_cap": outcome.response_cap}
         out_groups = []
         for g in groups:
-            hits = yield from self.finish(method, name, pol, plan, g.hits, details)
+            hits = yield from self.finish(method, name, pol, plan, g.hits, details, account=account)
             # A group's id is its hits' payload value: a group whose every hit was capped or
             # withheld must not come back empty, or its id leaks what the budget withheld.
             if hits:
@@ -338,9 +378,10 @@ class ReadOps(PayloadOps, QueryChecks):
             return (yield Call(method, args))
         details: dict[str, Any] = {}
         new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
-        result = yield Call(method, new)
+        account = yield from self.budget_collection(method, name, pol, [plan])
+        result = yield Call(method, {**new, "collection_name": account})
         records, next_offset = result if scrolled else (result, None)
-        pts = yield from self.finish(method, name, pol, plan, records, details)
+        pts = yield from self.finish(method, name, pol, plan, records, details, account=account)
         self._audit_read(method, name, pol, len(pts), details)
         return (pts, next_offset) if scrolled else pts
 
@@ -486,6 +527,18 @@ def _lookup_target(value: Any, param: str, where: str) -> tuple[Any, str]:
             raise UncheckedForm(where, value) from None
         return found, found.collection
     raise UncheckedForm(where, value)
+
+
+def _source_budgeted(pol: CollectionPolicy) -> bool:
+    """Whether reads of ``pol``'s collection draw on the per-source extraction budget."""
+    return pol.diversity.enabled and pol.diversity.max_source_coverage is not None
+
+
+def _vector_budgeted(pol: CollectionPolicy, plan: ReadPlan) -> bool:
+    """Whether a read under ``plan`` draws on the PROPRIETARY vector (distillation) budget."""
+    div = pol.diversity
+    return (div.enabled and pol.sensitivity.value == "PROPRIETARY" and div.max_vectors is not None
+            and bool(plan.user_with_vectors))
 
 
 def _source(p: Any, field_name: str) -> str | None:
