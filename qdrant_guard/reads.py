@@ -114,7 +114,7 @@ class ReadOps(PayloadOps, QueryChecks):
             pts = yield from self.apply_budget(op, name, pol, pts, details, lambda p: source_of(id(p)),
                                                account=account)
         if _vector_budgeted(pol, plan):
-            pts = self.apply_vector_budget(account, pol, pts, details)
+            pts = self.apply_vector_budget(op, name, pol, pts, details, account=account)
         out = []
         for p in pts:
             updates: dict[str, Any] = {}
@@ -192,12 +192,27 @@ class ReadOps(PayloadOps, QueryChecks):
             details["verdict"] = Verdict.BUDGET_EXCEEDED.value
         return [p for p in pts if normalize_point_id(p.id) not in withheld]
 
-    def apply_vector_budget(self, name: str, pol: CollectionPolicy, pts: list[Any], details: dict[str, Any]) -> list[Any]:
-        """PROPRIETARY distillation budget: vectors one principal may receive within the window."""
+    def apply_vector_budget(self, op: str, name: str, pol: CollectionPolicy, pts: list[Any], details: dict[str, Any],
+                            *, account: str | None = None) -> list[Any]:
+        """PROPRIETARY distillation budget: vectors one principal may receive within the window.
+
+        Vectors are charged to collection ``account`` (``name`` when None).
+        """
         budget = self.extraction_budget(pol)
-        dec = budget.admit_vectors(principal=self.principal_label or "anonymous", collection=name,
-                                   point_ids=[p.id for p in pts if getattr(p, "vector", None) is not None],
-                                   max_vectors=int(pol.diversity.max_vectors or 0))
+        try:
+            dec = budget.admit_vectors(principal=self.principal_label or "anonymous",
+                                       collection=name if account is None else account,
+                                       point_ids=[p.id for p in pts if getattr(p, "vector", None) is not None],
+                                       max_vectors=int(pol.diversity.max_vectors or 0))
+        except BudgetStoreError as exc:  # as for the source budget: unreachable must not mean "no budget"
+            if not pol.fail_closed:
+                log.error("budget store failed (fail_closed = false, not withholding vectors): %r", exc)
+                return pts
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.FAIL_CLOSED,
+                f"the extraction-budget store failed ({exc}); the vector budget could not be applied, so "
+                "nothing was returned. Check the store in budget_store", details={"error": repr(exc)},
+            )) from exc
         if not dec.withheld:
             return pts
         details["vector_budget"] = {"withheld": len(dec.withheld), "cap": dec.cap}

@@ -88,3 +88,22 @@ def test_fail_open_is_configurable_per_collection(kit):
     owner.upsert("pii", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "s"}) for i in range(4)])
     bob = owner.with_principal(kit.principal("bob", "support"))
     assert bob.query_points("pii", query=[0.1] * DIM).points
+
+
+@pytest.mark.parametrize("fail_closed", [True, False])
+def test_budget_store_failure_and_the_vector_budget(kit, fail_closed):
+    cfg = kit.config({"model": {"class": "PROPRIETARY", "owner": "hr", "raw_in_boundary": True,
+                                "intent": {"enabled": False}, "fail_closed": fail_closed,
+                                "diversity": {"max_vectors": 3}}},
+                     budget_store="redis://127.0.0.1:1/0")  # nothing listens on port 1
+    alice = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(alice, "model")
+    rng = np.random.default_rng(0)
+    alice.upsert("model", [models.PointStruct(id=i, vector=unit(rng)) for i in range(4)])
+    if fail_closed:
+        with pytest.raises(GuardRefusal) as ei:
+            alice.query_points("model", query=[0.1] * DIM, with_vectors=True)
+        assert ei.value.verdict == "FAIL_CLOSED" and "vector budget" in str(ei.value)
+    else:
+        pts = alice.query_points("model", query=[0.1] * DIM, with_vectors=True).points
+        assert len(pts) == 4 and all(p.vector is not None for p in pts)
