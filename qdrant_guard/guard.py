@@ -73,8 +73,10 @@ class Guard(WriteOps, ReadOps):
     def op_update_collection_aliases(self, method: str, args: dict[str, Any]) -> Op:
         """An alias names a collection under another name: it must carry the same policy.
 
-        Creating and renaming are checked alike (a renamed alias takes the policy of its new name);
-        deleting an alias exposes nothing. Any other operation type is refused.
+        Creating and renaming are checked alike (a renamed alias takes the policy of its new name).
+        Deleting an alias of a sensitive collection exposes nothing but cuts off everyone who
+        reaches the collection by that name, so it needs the access deleting the collection needs.
+        Any other operation type is refused.
         """
         if self.transparent:
             return (yield Call(method, args))
@@ -82,16 +84,22 @@ class Guard(WriteOps, ReadOps):
         for i, action in enumerate(args["change_aliases_operations"]):
             if isinstance(action, models.CreateAliasOperation):
                 collection, alias = action.create_alias.collection_name, action.create_alias.alias_name
-            elif isinstance(action, models.RenameAliasOperation):
+            elif isinstance(action, (models.RenameAliasOperation, models.DeleteAliasOperation)):
                 if aliases is None:
                     resp = yield Call("get_aliases", {})
                     aliases = {a.alias_name: a.collection_name for a in resp.aliases}
-                collection = aliases.get(action.rename_alias.old_alias_name)
-                if collection is None:
+                old = (action.rename_alias.old_alias_name if isinstance(action, models.RenameAliasOperation)
+                       else action.delete_alias.alias_name)
+                found = aliases.get(old)
+                if found is None:
                     continue  # no such alias: Qdrant reports it
+                collection = found
+                if isinstance(action, models.DeleteAliasOperation):
+                    target = self.policy(collection)
+                    if not target.is_public:
+                        self.require_access(method, collection, target, "admin")
+                    continue
                 alias = action.rename_alias.new_alias_name
-            elif isinstance(action, models.DeleteAliasOperation):
-                continue
             else:
                 raise UnsupportedWriteError(
                     f"{method}: change_aliases_operations[{i}] is a {type(action).__name__}; pass "

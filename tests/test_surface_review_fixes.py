@@ -241,3 +241,28 @@ def test_renaming_an_alias_is_checked_like_creating_one(kit):
     assert [a.alias_name for a in owner.get_aliases().aliases] == ["hr_alias"]
     rename(owner, "hr_alias2")
     assert [a.alias_name for a in owner.get_aliases().aliases] == ["hr_alias2"]
+
+
+def test_deleting_an_alias_needs_the_access_deleting_the_collection_needs(kit):
+    # Another boundary could delete hr's alias and cut hr's own agents off the collection.
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol, "hr_alias": pol, "pub": {"class": "PUBLIC"}}),
+                         principal=kit.principal("alice", "hr"))
+    create(owner, "hr")
+    create(owner, "pub")
+    for collection, alias in (("hr", "hr_alias"), ("pub", "pub_alias")):
+        owner.update_collection_aliases(change_aliases_operations=[
+            models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=collection, alias_name=alias))])
+
+    def delete(who, alias):
+        who.update_collection_aliases(change_aliases_operations=[
+            models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias))])
+
+    bob = owner.with_principal(kit.principal("bob", "support"))  # may read hr, not administer it
+    with pytest.raises(GuardRefusal) as ei:
+        delete(bob, "hr_alias")
+    assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    assert sorted(a.alias_name for a in owner.get_aliases().aliases) == ["hr_alias", "pub_alias"]
+    delete(bob, "pub_alias")  # a PUBLIC collection's alias is anyone's to change
+    delete(owner, "hr_alias")
+    assert owner.get_aliases().aliases == []
