@@ -35,6 +35,9 @@
  * full at token k needs the position of token k - 2g + 1, so NG_KEEP >= 2 * MAX_NGRAM - 1. */
 #define NG_CHUNK 64
 #define NG_KEEP 16
+/* The block loop (fast_tokens) stores a whole 64-byte block's tokens, up to 32, before it checks
+ * for a full chunk: room for them past the chunk. */
+#define NG_SLACK 32
 
 /* ASCII byte classes. */
 #define C_ALNUM 1u  /* [A-Za-z0-9]: counted for the model-token estimate */
@@ -76,6 +79,18 @@ static const uint8_t *ascii_class(void)
     }
     ready = 1;
     return cls;
+}
+
+static inline unsigned popcount64(uint64_t x, int hw)
+{
+    if (hw)
+        return (unsigned)__builtin_popcountll(x);
+    /* Without hw (the build has no -mpopcnt) __builtin_popcountll is a library call: count in
+     * bit slices instead. */
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -298,11 +313,16 @@ typedef struct {
     int64_t streak_start[MAX_NGRAM + 1], streak_pos[MAX_NGRAM + 1];
     int64_t best_tok;
     unsigned ng_active;
-    uint32_t ng_next_id; /* ids handed out before the chunk (kept until the first repeat) */
+    uint32_t ng_next_id; /* the next id to hand out as of the chunk (kept until the first repeat) */
     uint64_t ng_prev[MAX_NGRAM + 1]; /* the previous chunk's match bits, per g */
-    /* Token ids and positions of the chunk being filled, after the NG_KEEP tokens before it. */
-    uint32_t ng_ids[NG_KEEP + NG_CHUNK];
-    int64_t ng_pos[NG_KEEP + NG_CHUNK];
+    /* Token ids (table entry number + 1) and positions of the chunk being filled, after the
+     * NG_KEEP tokens before it. */
+    uint32_t ng_ids[NG_KEEP + NG_CHUNK + NG_SLACK];
+    int64_t ng_pos[NG_KEEP + NG_CHUNK + NG_SLACK];
+    /* The stack table (small), last and not zeroed with the rest. Kept in the scanner, at fixed
+     * offsets from it, so that fast_tokens reaches it without registers of its own. */
+    uint16_t stack_index[STACK_SLOTS];
+    token_entry stack_entries[STACK_ENTRIES];
 } scanner;
 
 static qg_mark *push_mark(scanner *st, int kind, int64_t position, int64_t count, uint32_t value)
@@ -591,7 +611,7 @@ __attribute__((target("avx2"))) static void match_bits_avx2(const uint32_t *ids,
  * so for each g the common case is a few word operations, and only the rare transitions of `full`
  * cost a branch. Judging a chunk at a time, instead of a token at a time, takes the streak
  * bookkeeping out of the per-token path. */
-static void ngram_chunk(scanner *st, unsigned count, int64_t base, int hw)
+static void ngram_chunk(scanner *st, unsigned count, int64_t base, unsigned total, int hw)
 {
     const uint32_t *ids = st->ng_ids + NG_KEEP;
     const int64_t *pos = st->ng_pos + NG_KEEP;
@@ -643,9 +663,10 @@ static void ngram_chunk(scanner *st, unsigned count, int64_t base, int hw)
             }
         }
     }
-    /* Keep the last NG_KEEP ids and positions in front of the next chunk. */
-    memmove(st->ng_ids, st->ng_ids + count, NG_KEEP * sizeof st->ng_ids[0]);
-    memmove(st->ng_pos, st->ng_pos + count, NG_KEEP * sizeof st->ng_pos[0]);
+    /* Keep the last NG_KEEP ids and positions of the chunk, and the tokens after it (`total`
+     * stored in all), in front of the next chunk. */
+    memmove(st->ng_ids, st->ng_ids + count, (total - count) * sizeof st->ng_ids[0]);
+    memmove(st->ng_pos, st->ng_pos + count, (total - count) * sizeof st->ng_pos[0]);
 }
 
 /* Tokens up to 16 bytes hash without a length-dependent branch. The length joins the second
@@ -712,6 +733,16 @@ __attribute__((target("avx2,aes"))) static inline uint64_t aes_token_hash(const 
     x = _mm_aesenc_si128(x, k1);
     return (uint64_t)_mm_cvtsi128_si64(x);
 }
+
+/* aes_token_hash of a token of at most 16 bytes, with its round keys already in vectors. */
+__attribute__((target("avx2,aes"))) static inline uint64_t aes_hash16(__m128i v, size_t len, __m128i k0,
+                                                                     __m128i k1)
+{
+    __m128i x = _mm_aesenc_si128(_mm_xor_si128(v, k0), _mm_xor_si128(k1, _mm_cvtsi64_si128((long long)len)));
+    x = _mm_aesenc_si128(x, k0);
+    x = _mm_aesenc_si128(x, k1);
+    return (uint64_t)_mm_cvtsi128_si64(x);
+}
 #endif
 
 /* The hash the pass uses: aes_token_hash in the AVX2 variant (hw), token_hash otherwise. */
@@ -767,19 +798,28 @@ typedef struct {
     token_entry *entries;
     size_t mask, room;
     uint64_t key[4];
-    int64_t tokens, unique, model, probes;
-    unsigned ng_n; /* tokens in the n-gram chunk being filled (see ngram_chunk) */
+    int64_t unique, model, probes;
+    int64_t ng_base; /* the token index of ng_ids[NG_KEEP]; tokens so far: ng_base + ng_n - NG_KEEP */
+    unsigned ng_n;   /* ids stored in ng_ids (see ngram_chunk) */
     /* rules, as limits that need one compare */
     int64_t model_cap;   /* INT64_MAX: off or already reported */
     size_t blob_min;     /* SIZE_MAX: blobs off */
+    size_t fast_len;     /* tokens this long or longer leave fast_tokens: min(blob_min, 17) */
 } hot_state;
+
+/* Judge the full chunk of NG_CHUNK tokens in front of the NG_KEEP kept ones. */
+static void ng_flush(scanner *st, hot_state *h, int hw)
+{
+    ngram_chunk(st, NG_CHUNK, h->ng_base, h->ng_n, hw);
+    h->ng_base += NG_CHUNK;
+    h->ng_n -= NG_CHUNK;
+}
 
 static inline __attribute__((always_inline)) void
 token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int64_t letters,
            int64_t other_ascii, int64_t non_ascii, int hw)
 {
     const uint8_t *s = st->s, *end = st->s + st->n;
-    h->tokens++;
     h->model += (int64_t)(((uint64_t)letters + 3) >> 2) + other_ascii + non_ascii;
     if (h->model > h->model_cap) {
         st->out->model_cap_at = position;
@@ -905,15 +945,163 @@ insert:
 found:
 done:
 #undef SAME_HEAD
-    st->ng_ids[h->ng_n] = tid;
+    st->ng_ids[h->ng_n] = tid + 1;
     st->ng_pos[h->ng_n] = position;
-    if (++h->ng_n == NG_KEEP + NG_CHUNK) {
-        ngram_chunk(st, NG_CHUNK, h->tokens - NG_CHUNK, hw);
-        h->ng_n = NG_KEEP;
-    }
+    if (++h->ng_n >= NG_KEEP + NG_CHUNK)
+        ng_flush(st, h, hw);
     if (len >= h->blob_min)
         scan_blobs(st, a, b, position);
 }
+
+/* token_body out of line, for the rare tokens that leave fast_tokens. */
+static __attribute__((noinline)) void token_out_generic(scanner *st, hot_state *h, size_t a, size_t b,
+                                                        int64_t position, int64_t letters,
+                                                        int64_t other_ascii)
+{
+    token_body(st, h, a, b, position, letters, other_ascii, 0, 0);
+}
+
+#ifdef QG_SCAN_DISPATCH
+__attribute__((target("avx2,popcnt,bmi,bmi2,aes"), noinline)) static void
+token_out_hw(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int64_t letters,
+             int64_t other_ascii)
+{
+    token_body(st, h, a, b, position, letters, other_ascii, 0, 1);
+}
+#endif
+
+/* The tokens that start and end inside one block of the pass: s[i + a .. i + e] for the paired
+ * bits of *starts and ends (the lowest start goes with the lowest end; a start left over stays in
+ * *starts). token_body's work, for a block where none of its rare cases can come up: every token
+ * has 16 readable bytes (i + 80 <= n), the table has room for every token of the block (so no
+ * growth), the model-token cap cannot be crossed (the block adds at most 64) and the n-gram
+ * arrays have NG_SLACK room. Then most of token_body's state stays in registers and a token costs
+ * about half of what it does there; a token of fast_len bytes or more (a long token or a
+ * possible blob) still goes through token_body, out of line. */
+static inline __attribute__((always_inline)) uint64_t
+fast_tokens(scanner *st, hot_state *h, uint64_t starts, uint64_t ends, uint64_t alnum, size_t i,
+            int64_t pos0, int small, int hw)
+{
+    const uint8_t *base = st->s + i;
+    uint16_t *sm = small ? st->stack_index : NULL;
+    uint32_t *slots = small ? NULL : h->slots;
+    token_entry *entries = small ? st->stack_entries : h->entries;
+    unsigned ng = h->ng_n;
+    int64_t model = h->model;
+#ifdef QG_SCAN_DISPATCH
+    const __m128i k0 = _mm_set_epi64x((long long)h->key[1], (long long)h->key[0]);
+    const __m128i k1 = _mm_set_epi64x((long long)h->key[3], (long long)h->key[2]);
+#endif
+    do {
+        unsigned a = (unsigned)__builtin_ctzll(starts), e = (unsigned)__builtin_ctzll(ends);
+        starts &= starts - 1;
+        ends &= ends - 1;
+        size_t len = e + 1 - a;
+        unsigned al = popcount64(alnum & ((2ull << e) - (1ull << a)), hw);
+        if (__builtin_expect(len >= h->fast_len, 0)) {
+            h->ng_n = ng;
+            h->model = model;
+#ifdef QG_SCAN_DISPATCH
+            if (hw)
+                token_out_hw(st, h, i + a, i + a + len, pos0 + a, al, (int64_t)(len - al));
+            else
+#endif
+                token_out_generic(st, h, i + a, i + a + len, pos0 + a, al, (int64_t)(len - al));
+            ng = h->ng_n;
+            model = h->model;
+            continue;
+        }
+        /* len - al + ceil(al / 4), as token_body adds it. */
+        model += (int64_t)len - (int64_t)((3 * al) >> 2);
+        const uint8_t *t = base + a;
+        uint64_t hash, head = 0, next = 0;
+#ifdef QG_SCAN_DISPATCH
+        __m128i v = _mm_setzero_si128();
+        if (hw) {
+            v = _mm_and_si128(_mm_loadu_si128((const __m128i *)t),
+                              _mm_load_si128((const __m128i *)aes_masks[len]));
+            hash = aes_hash16(v, len, k0, k1);
+        } else
+#endif
+        {
+            size_t first = len < 8 ? len : 8, more = len > 8 ? len - 8 : 0;
+            memcpy(&head, t, 8);
+            memcpy(&next, t + 8, 8);
+            head &= ~0ull >> (64 - 8 * first);
+            next &= more >= 8 ? ~0ull : (1ull << (8 * more)) - 1;
+            hash = fold_mul(fold_mul(head ^ h->key[0], next ^ h->key[1] ^ (uint64_t)len),
+                            0x9E3779B97F4A7C15ull);
+        }
+        size_t slot = (size_t)hash & h->mask, id;
+        for (;;) {
+            id = small ? sm[slot] : slots[slot];
+            if (__builtin_expect(id == 0, 0)) {
+                token_entry *en = &entries[h->unique];
+#ifdef QG_SCAN_DISPATCH
+                if (hw)
+                    _mm_storeu_si128((__m128i *)&en->head, v);
+                else
+#endif
+                {
+                    en->head = head;
+                    en->next = next;
+                }
+                en->len = (uint32_t)len;
+                en->offset = (uint32_t)(t - st->s);
+                id = (size_t)++h->unique;
+                if (small)
+                    sm[slot] = (uint16_t)id;
+                else
+                    slots[slot] = (uint32_t)id;
+                break;
+            }
+            const token_entry *en = &entries[id - 1];
+#ifdef QG_SCAN_DISPATCH
+            if (hw) {
+                if ((_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)&en->head), v)) ==
+                     0xFFFF) & (en->len == len))
+                    break;
+            } else
+#endif
+                if (((en->len ^ len) | (en->head ^ head) | (en->next ^ next)) == 0)
+                    break;
+            slot = (slot + 1) & h->mask;
+            h->probes++;
+        }
+        st->ng_ids[ng] = (uint32_t)id;
+        st->ng_pos[ng] = pos0 + a;
+        ng++;
+    } while (ends);
+    h->ng_n = ng;
+    h->model = model;
+    if (ng >= NG_KEEP + NG_CHUNK)
+        ng_flush(st, h, hw);
+    return starts;
+}
+
+/* fast_tokens compiled apart from the pass, one per table kind and variant: inlined into the pass,
+ * whose other state competes for the registers, its loop spilled half of its variables. */
+#define FAST_ARGS scanner *st, hot_state *h, uint64_t starts, uint64_t ends, uint64_t alnum, size_t i, \
+                  int64_t pos0
+static __attribute__((noinline)) uint64_t fast_small_generic(FAST_ARGS)
+{
+    return fast_tokens(st, h, starts, ends, alnum, i, pos0, 1, 0);
+}
+static __attribute__((noinline)) uint64_t fast_heap_generic(FAST_ARGS)
+{
+    return fast_tokens(st, h, starts, ends, alnum, i, pos0, 0, 0);
+}
+#ifdef QG_SCAN_DISPATCH
+__attribute__((target("avx2,popcnt,bmi,bmi2,aes"), noinline)) static uint64_t fast_small_hw(FAST_ARGS)
+{
+    return fast_tokens(st, h, starts, ends, alnum, i, pos0, 1, 1);
+}
+__attribute__((target("avx2,popcnt,bmi,bmi2,aes"), noinline)) static uint64_t fast_heap_hw(FAST_ARGS)
+{
+    return fast_tokens(st, h, starts, ends, alnum, i, pos0, 0, 1);
+}
+#endif
+#undef FAST_ARGS
 
 /* ---------------------------------------------------------------------------------------------
  * Non-ASCII code points that are not whitespace. */
@@ -1060,32 +1248,54 @@ static inline void block_masks_of(const uint8_t *p, int escapes, block_masks *m)
 
 #ifdef QG_SCAN_DISPATCH
 
-/* block_masks_of in 32-byte vectors, for the AVX2 variant of the pass (the same bits). */
+/* block_masks_of in 32-byte vectors, for the AVX2 variant of the pass (the same bits). The
+ * constants are loaded from memory, from an array that is not const: as constants (written with
+ * _mm256_set1_epi8 or read from a const array), GCC rebuilt every one of them in every block
+ * (mov, vmovd, vpbroadcastb), which cost more than the classification itself. */
+static uint8_t avx2_consts[10][32] __attribute__((aligned(32))) = {
+#define R32(x) {x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}
+#define LUT(b0, b5, b6, b9, b10, b12, b13)                                                         \
+    {b0, 0, 0, 0, 0, b5, b6, 0, 0, b9, b10, 0, b12, b13, 0, 0,                                   \
+     b0, 0, 0, 0, 0, b5, b6, 0, 0, b9, b10, 0, b12, b13, 0, 0}
+    /* Indexed by the low nibble (vpshufb gives 0 for a byte >= 0x80): the one byte of the set
+     * with that low nibble, or 0 (the byte equals it only if it is in the set, or is NUL for
+     * the trigger table, and NUL takes the general path anyway). */
+    LUT(' ', 0, 0, '\t', '\n', 0, '\r'), /* 0: whitespace that is never flagged */
+    LUT(0, '%', '&', 0, 0, '\\', 0),      /* 1: escape triggers */
+    R32(0),                                /* 2: escape triggers when escapes are off: none */
+    R32(0x21),                             /* 3: b + 1 < 0x21 (signed): controls, DEL, non-ASCII */
+    R32(1),
+    R32(0x80 - '0'), /* 5: digits to -128.. */
+    R32(0x20),       /* 6: lower case */
+    R32(0x80 - 'a'), /* 7: letters to -128.. */
+    R32(0x80 + 10),  /* 8: -128 + 10 */
+    R32(0x80 + 26),  /* 9: -128 + 26 */
+#undef LUT
+#undef R32
+};
+
+__attribute__((target("avx2"))) static inline __m256i avx2_const(const uint8_t *c)
+{
+    return _mm256_load_si256((const __m256i *)c);
+}
+
 __attribute__((target("avx2"))) static inline void block_masks_avx2(const uint8_t *p, int escapes,
                                                                     block_masks *m)
 {
-    __m256i trig_on = _mm256_set1_epi8(escapes ? -1 : 0);
+    const uint8_t *trig_tbl = avx2_consts[escapes ? 1 : 2];
     uint32_t ws[2], slow[2], alnum[2];
     for (int half = 0; half < 2; half++) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(p + 32 * half));
-        __m256i w = _mm256_or_si256(_mm256_or_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi8(' ')),
-                                                    _mm256_cmpeq_epi8(v, _mm256_set1_epi8('\t'))),
-                                    _mm256_or_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi8('\n')),
-                                                    _mm256_cmpeq_epi8(v, _mm256_set1_epi8('\r'))));
-        __m256i ctl = _mm256_or_si256(_mm256_cmpgt_epi8(_mm256_set1_epi8(0x20), v),
-                                      _mm256_cmpeq_epi8(v, _mm256_set1_epi8(0x7F)));
-        __m256i trig = _mm256_or_si256(
-            _mm256_or_si256(_mm256_cmpeq_epi8(v, _mm256_set1_epi8('%')),
-                            _mm256_cmpeq_epi8(v, _mm256_set1_epi8('\\'))),
-            _mm256_cmpeq_epi8(v, _mm256_set1_epi8('&')));
-        __m256i sl = _mm256_or_si256(_mm256_andnot_si256(w, ctl), _mm256_and_si256(trig, trig_on));
-        __m256i digit = _mm256_cmpgt_epi8(
-            _mm256_set1_epi8((char)(-128 + 10)),
-            _mm256_add_epi8(v, _mm256_set1_epi8((char)(0x80 - '0'))));
+        __m256i w = _mm256_cmpeq_epi8(v, _mm256_shuffle_epi8(avx2_const(avx2_consts[0]), v));
+        __m256i trig = _mm256_cmpeq_epi8(v, _mm256_shuffle_epi8(avx2_const(trig_tbl), v));
+        __m256i ctl = _mm256_cmpgt_epi8(avx2_const(avx2_consts[3]),
+                                        _mm256_add_epi8(v, avx2_const(avx2_consts[4])));
+        __m256i sl = _mm256_or_si256(_mm256_andnot_si256(w, ctl), trig);
+        __m256i digit = _mm256_cmpgt_epi8(avx2_const(avx2_consts[8]),
+                                          _mm256_add_epi8(v, avx2_const(avx2_consts[5])));
         __m256i letter = _mm256_cmpgt_epi8(
-            _mm256_set1_epi8((char)(-128 + 26)),
-            _mm256_add_epi8(_mm256_or_si256(v, _mm256_set1_epi8(0x20)),
-                            _mm256_set1_epi8((char)(0x80 - 'a'))));
+            avx2_const(avx2_consts[9]),
+            _mm256_add_epi8(_mm256_or_si256(v, avx2_const(avx2_consts[6])), avx2_const(avx2_consts[7])));
         ws[half] = (uint32_t)_mm256_movemask_epi8(w);
         slow[half] = (uint32_t)_mm256_movemask_epi8(sl);
         alnum[half] = (uint32_t)_mm256_movemask_epi8(_mm256_or_si256(digit, letter));
@@ -1102,17 +1312,6 @@ static inline uint64_t bit_range(unsigned a, unsigned len)
     return (len >= 64 ? ~0ull : ((1ull << len) - 1)) << a;
 }
 
-static inline unsigned popcount64(uint64_t x, int hw)
-{
-    if (hw)
-        return (unsigned)__builtin_popcountll(x);
-    /* Without hw (the build has no -mpopcnt) __builtin_popcountll is a library call: count in
-     * bit slices instead. */
-    x = x - ((x >> 1) & 0x5555555555555555ull);
-    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
-    return (unsigned)((x * 0x0101010101010101ull) >> 56);
-}
 
 /* The pass, inlined twice: hw = 1 is compiled for CPUs with AVX2/POPCNT/BMI/AES-NI
  * (runtime-dispatched, the build targets baseline x86-64); both compute exactly the same figures. */
@@ -1122,7 +1321,7 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     out->first_repeat = out->token_cap_at = out->model_cap_at = -1;
 
     scanner st;
-    memset(&st, 0, sizeof st);
+    memset(&st, 0, offsetof(scanner, stack_index));
     st.s = s;
     st.n = n;
     st.rules = rules;
@@ -1133,14 +1332,12 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
 
     /* At most n/2 + 1 distinct tokens, but real text has far fewer: start on the stack (the index
      * sized down for short inputs so there is little to zero) and double on the heap when full. */
-    uint16_t stack_index[STACK_SLOTS];
-    token_entry stack_entries[STACK_ENTRIES];
     size_t slots = 64;
     while (slots < STACK_SLOTS && slots / STACK_LOAD < n / 2 + 1)
         slots *= 2;
-    memset(stack_index, 0, slots * sizeof stack_index[0]);
-    st.small = stack_index;
-    st.entries = stack_entries;
+    memset(st.stack_index, 0, slots * sizeof st.stack_index[0]);
+    st.small = st.stack_index;
+    st.entries = st.stack_entries;
     st.mask = slots - 1;
     st.room = slots / STACK_LOAD;
 
@@ -1150,8 +1347,9 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     hot.entries = st.entries;
     hot.mask = st.mask;
     hot.room = st.room;
-    hot.tokens = hot.unique = hot.model = hot.probes = 0;
+    hot.unique = hot.model = hot.probes = hot.ng_base = 0;
     hot.ng_n = NG_KEEP;
+    st.ng_next_id = 1;
     hash_key(st.key);
     memcpy(hot.key, st.key, sizeof hot.key);
     for (unsigned j = 0; j < NG_KEEP; j++)
@@ -1159,6 +1357,7 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     hot.model_cap = rules->max_model_tokens >= 0 ? rules->max_model_tokens : INT64_MAX;
     hot.blob_min = rules->encoded_payloads && rules->min_blob_len >= 0 ? (size_t)rules->min_blob_len
                                                                           : SIZE_MAX;
+    hot.fast_len = hot.blob_min < 17 ? hot.blob_min : 17;
 
     const uint8_t *cls = st.cls;
     const int str_input = rules->str_input, escapes = rules->encoded_payloads;
@@ -1232,6 +1431,19 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
         }
         /* Each end closes the start before it; a start left over opens a token that reaches the
          * limit. */
+        if (ends && (size_t)hot.unique + 32 <= hot.room && n - i >= 80 &&
+            hot.model <= hot.model_cap - 64) {
+            int64_t pos0 = (int64_t)i - shift;
+#ifdef QG_SCAN_DISPATCH
+            if (hw)
+                starts = hot.small ? fast_small_hw(&st, &hot, starts, ends, m.alnum, i, pos0)
+                                   : fast_heap_hw(&st, &hot, starts, ends, m.alnum, i, pos0);
+            else
+#endif
+                starts = hot.small ? fast_small_generic(&st, &hot, starts, ends, m.alnum, i, pos0)
+                                   : fast_heap_generic(&st, &hot, starts, ends, m.alnum, i, pos0);
+            ends = 0;
+        }
         while (ends) {
             unsigned a = (unsigned)__builtin_ctzll(starts);
             unsigned e = (unsigned)__builtin_ctzll(ends);
@@ -1243,6 +1455,13 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
         }
         if (starts) {
             unsigned a = (unsigned)__builtin_ctzll(starts);
+            if (limit == 64 && a > 0) {
+                /* The next block starts at this token, so that it ends inside a block and goes
+                 * through the block loop: a token carried over from one block to the next costs
+                 * the general token_body, about twice a re-read of its bytes. */
+                i += a;
+                continue;
+            }
             unsigned al = popcount64(m.alnum & bit_range(a, limit - a), hw);
             in_token = 1;
             tok_start = i + a;
@@ -1316,14 +1535,15 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
 #undef START_TOKEN
 #undef END_TOKEN
 
-    out->token_count = hot.tokens;
+    int64_t tokens = hot.ng_base + hot.ng_n - NG_KEEP;
+    out->token_count = tokens;
     out->probes = hot.probes;
     out->unique_tokens = hot.unique;
     out->model_tokens = hot.model;
     if (hot.ng_n > NG_KEEP)
-        ngram_chunk(&st, hot.ng_n - NG_KEEP, hot.tokens - (hot.ng_n - NG_KEEP), hw);
+        ngram_chunk(&st, hot.ng_n - NG_KEEP, hot.ng_base, hot.ng_n, hw);
     for (unsigned act = st.ng_active; act; act &= act - 1)
-        end_streak(&st, __builtin_ctz(act) + 1, hot.tokens);
+        end_streak(&st, __builtin_ctz(act) + 1, tokens);
     free(st.slots);
     if (!st.small)
         free(st.entries);
