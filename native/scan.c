@@ -319,6 +319,11 @@ typedef struct {
      * NG_KEEP tokens before it. */
     uint32_t ng_ids[NG_KEEP + NG_CHUNK + NG_SLACK];
     int64_t ng_pos[NG_KEEP + NG_CHUNK + NG_SLACK];
+#if defined(__SSE2__) || defined(QG_SCAN_DISPATCH)
+    /* For the block loop's AES hash of a token of len <= 16 bytes (hw): the mask of its first len
+     * bytes, then the second round key with len in it (as in aes_token_hash). */
+    uint8_t aes_len[17][2][16] __attribute__((aligned(16)));
+#endif
     /* The stack table (small), last and not zeroed with the rest. Kept in the scanner, at fixed
      * offsets from it, so that fast_tokens reaches it without registers of its own. */
     uint16_t stack_index[STACK_SLOTS];
@@ -601,6 +606,38 @@ __attribute__((target("avx2"))) static void match_bits_avx2(const uint32_t *ids,
         eq[g] = m;
     }
 }
+
+/* match_bits_avx2 for ids below 0xFFFF (the sentinels before the first token saturate to 0xFFFF,
+ * equal to each other but to no real id, and are only ever compared with real ids): packed to 16
+ * bits, twice the ids per compare, and the compare masks packed to bytes before they are
+ * extracted. */
+__attribute__((target("avx2"))) static void match_bits_avx2_narrow(const uint32_t *ids,
+                                                                    uint64_t eq[MAX_NGRAM + 1])
+{
+    uint16_t w[NG_KEEP + NG_CHUNK] __attribute__((aligned(32)));
+    const uint32_t *src = ids - NG_KEEP;
+    for (int k = 0; k < NG_KEEP + NG_CHUNK; k += 16) {
+        __m256i lo = _mm256_loadu_si256((const __m256i *)(src + k));
+        __m256i hi = _mm256_loadu_si256((const __m256i *)(src + k + 8));
+        /* packus works within 128-bit lanes: the permute puts the 16 words back in order. */
+        _mm256_store_si256((__m256i *)(w + k),
+                           _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xD8));
+    }
+    const uint16_t *x = w + NG_KEEP;
+    __m256i x0 = _mm256_load_si256((const __m256i *)x), x1 = _mm256_load_si256((const __m256i *)(x + 16));
+    __m256i x2 = _mm256_load_si256((const __m256i *)(x + 32)), x3 = _mm256_load_si256((const __m256i *)(x + 48));
+    for (int g = 1; g <= MAX_NGRAM; g++) {
+        __m256i c0 = _mm256_cmpeq_epi16(x0, _mm256_loadu_si256((const __m256i *)(x - g)));
+        __m256i c1 = _mm256_cmpeq_epi16(x1, _mm256_loadu_si256((const __m256i *)(x + 16 - g)));
+        __m256i c2 = _mm256_cmpeq_epi16(x2, _mm256_loadu_si256((const __m256i *)(x + 32 - g)));
+        __m256i c3 = _mm256_cmpeq_epi16(x3, _mm256_loadu_si256((const __m256i *)(x + 48 - g)));
+        uint32_t m01 = (uint32_t)_mm256_movemask_epi8(
+            _mm256_permute4x64_epi64(_mm256_packs_epi16(c0, c1), 0xD8));
+        uint32_t m23 = (uint32_t)_mm256_movemask_epi8(
+            _mm256_permute4x64_epi64(_mm256_packs_epi16(c2, c3), 0xD8));
+        eq[g] = m01 | (uint64_t)m23 << 32;
+    }
+}
 #endif
 
 /* The n-gram streaks of one chunk: `count` tokens from token index `base`, ids and positions in
@@ -611,7 +648,7 @@ __attribute__((target("avx2"))) static void match_bits_avx2(const uint32_t *ids,
  * so for each g the common case is a few word operations, and only the rare transitions of `full`
  * cost a branch. Judging a chunk at a time, instead of a token at a time, takes the streak
  * bookkeeping out of the per-token path. */
-static void ngram_chunk(scanner *st, unsigned count, int64_t base, unsigned total, int hw)
+static void ngram_chunk(scanner *st, unsigned count, int64_t base, unsigned total, int narrow, int hw)
 {
     const uint32_t *ids = st->ng_ids + NG_KEEP;
     const int64_t *pos = st->ng_pos + NG_KEEP;
@@ -632,20 +669,27 @@ static void ngram_chunk(scanner *st, unsigned count, int64_t base, unsigned tota
     }
     uint64_t eqs[MAX_NGRAM + 1];
 #ifdef QG_SCAN_DISPATCH
-    if (hw)
+    if (hw && narrow)
+        match_bits_avx2_narrow(ids, eqs);
+    else if (hw)
         match_bits_avx2(ids, count, eqs);
     else
 #endif
         match_bits(ids, count, eqs);
     (void)hw;
+    (void)narrow;
     uint64_t live = count >= 64 ? ~0ull : (1ull << count) - 1;
     for (int g = 1; g <= MAX_NGRAM; g++) {
         uint64_t eq = eqs[g] & live, prev = st->ng_prev[g];
-        uint64_t full = eq;
-        for (int i = 1; i < g; i++)
-            full &= (eq << i) | (prev >> (64 - i));
         st->ng_prev[g] = eq;
         unsigned bit = 1u << (g - 1), open = (st->ng_active & bit) != 0;
+        /* full needs a match and, for g > 1, the one before it: in ordinary text that rules out
+         * every g > 1 at once. */
+        uint64_t full = g == 1 ? eq : eq & ((eq << 1) | (prev >> 63));
+        if (!(full | open))
+            continue;
+        for (int i = 2; i < g; i++)
+            full &= (eq << i) | (prev >> (64 - i));
         if (!(full | open))
             continue;
         uint64_t turns = (full ^ ((full << 1) | open)) & live;
@@ -663,10 +707,14 @@ static void ngram_chunk(scanner *st, unsigned count, int64_t base, unsigned tota
             }
         }
     }
-    /* Keep the last NG_KEEP ids and positions of the chunk, and the tokens after it (`total`
-     * stored in all), in front of the next chunk. */
-    memmove(st->ng_ids, st->ng_ids + count, (total - count) * sizeof st->ng_ids[0]);
-    memmove(st->ng_pos, st->ng_pos + count, (total - count) * sizeof st->ng_pos[0]);
+    /* Keep the last NG_KEEP ids and positions of a full chunk, and the tokens after it (`total`
+     * stored in all), in front of the next chunk (copied at the largest size: a constant size
+     * is a few vector moves, a variable one a library call). The last chunk has no next. */
+    if (count == NG_CHUNK) {
+        (void)total;
+        memcpy(st->ng_ids, st->ng_ids + NG_CHUNK, (NG_KEEP + NG_SLACK) * sizeof st->ng_ids[0]);
+        memcpy(st->ng_pos, st->ng_pos + NG_CHUNK, (NG_KEEP + NG_SLACK) * sizeof st->ng_pos[0]);
+    }
 }
 
 /* Tokens up to 16 bytes hash without a length-dependent branch. The length joins the second
@@ -810,7 +858,7 @@ typedef struct {
 /* Judge the full chunk of NG_CHUNK tokens in front of the NG_KEEP kept ones. */
 static void ng_flush(scanner *st, hot_state *h, int hw)
 {
-    ngram_chunk(st, NG_CHUNK, h->ng_base, h->ng_n, hw);
+    ngram_chunk(st, NG_CHUNK, h->ng_base, h->ng_n, h->unique < 0xFFFF, hw);
     h->ng_base += NG_CHUNK;
     h->ng_n -= NG_CHUNK;
 }
@@ -953,155 +1001,6 @@ done:
         scan_blobs(st, a, b, position);
 }
 
-/* token_body out of line, for the rare tokens that leave fast_tokens. */
-static __attribute__((noinline)) void token_out_generic(scanner *st, hot_state *h, size_t a, size_t b,
-                                                        int64_t position, int64_t letters,
-                                                        int64_t other_ascii)
-{
-    token_body(st, h, a, b, position, letters, other_ascii, 0, 0);
-}
-
-#ifdef QG_SCAN_DISPATCH
-__attribute__((target("avx2,popcnt,bmi,bmi2,aes"), noinline)) static void
-token_out_hw(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int64_t letters,
-             int64_t other_ascii)
-{
-    token_body(st, h, a, b, position, letters, other_ascii, 0, 1);
-}
-#endif
-
-/* The tokens that start and end inside one block of the pass: s[i + a .. i + e] for the paired
- * bits of *starts and ends (the lowest start goes with the lowest end; a start left over stays in
- * *starts). token_body's work, for a block where none of its rare cases can come up: every token
- * has 16 readable bytes (i + 80 <= n), the table has room for every token of the block (so no
- * growth), the model-token cap cannot be crossed (the block adds at most 64) and the n-gram
- * arrays have NG_SLACK room. Then most of token_body's state stays in registers and a token costs
- * about half of what it does there; a token of fast_len bytes or more (a long token or a
- * possible blob) still goes through token_body, out of line. */
-static inline __attribute__((always_inline)) uint64_t
-fast_tokens(scanner *st, hot_state *h, uint64_t starts, uint64_t ends, uint64_t alnum, size_t i,
-            int64_t pos0, int small, int hw)
-{
-    const uint8_t *base = st->s + i;
-    uint16_t *sm = small ? st->stack_index : NULL;
-    uint32_t *slots = small ? NULL : h->slots;
-    token_entry *entries = small ? st->stack_entries : h->entries;
-    unsigned ng = h->ng_n;
-    int64_t model = h->model;
-#ifdef QG_SCAN_DISPATCH
-    const __m128i k0 = _mm_set_epi64x((long long)h->key[1], (long long)h->key[0]);
-    const __m128i k1 = _mm_set_epi64x((long long)h->key[3], (long long)h->key[2]);
-#endif
-    do {
-        unsigned a = (unsigned)__builtin_ctzll(starts), e = (unsigned)__builtin_ctzll(ends);
-        starts &= starts - 1;
-        ends &= ends - 1;
-        size_t len = e + 1 - a;
-        unsigned al = popcount64(alnum & ((2ull << e) - (1ull << a)), hw);
-        if (__builtin_expect(len >= h->fast_len, 0)) {
-            h->ng_n = ng;
-            h->model = model;
-#ifdef QG_SCAN_DISPATCH
-            if (hw)
-                token_out_hw(st, h, i + a, i + a + len, pos0 + a, al, (int64_t)(len - al));
-            else
-#endif
-                token_out_generic(st, h, i + a, i + a + len, pos0 + a, al, (int64_t)(len - al));
-            ng = h->ng_n;
-            model = h->model;
-            continue;
-        }
-        /* len - al + ceil(al / 4), as token_body adds it. */
-        model += (int64_t)len - (int64_t)((3 * al) >> 2);
-        const uint8_t *t = base + a;
-        uint64_t hash, head = 0, next = 0;
-#ifdef QG_SCAN_DISPATCH
-        __m128i v = _mm_setzero_si128();
-        if (hw) {
-            v = _mm_and_si128(_mm_loadu_si128((const __m128i *)t),
-                              _mm_load_si128((const __m128i *)aes_masks[len]));
-            hash = aes_hash16(v, len, k0, k1);
-        } else
-#endif
-        {
-            size_t first = len < 8 ? len : 8, more = len > 8 ? len - 8 : 0;
-            memcpy(&head, t, 8);
-            memcpy(&next, t + 8, 8);
-            head &= ~0ull >> (64 - 8 * first);
-            next &= more >= 8 ? ~0ull : (1ull << (8 * more)) - 1;
-            hash = fold_mul(fold_mul(head ^ h->key[0], next ^ h->key[1] ^ (uint64_t)len),
-                            0x9E3779B97F4A7C15ull);
-        }
-        size_t slot = (size_t)hash & h->mask, id;
-        for (;;) {
-            id = small ? sm[slot] : slots[slot];
-            if (__builtin_expect(id == 0, 0)) {
-                token_entry *en = &entries[h->unique];
-#ifdef QG_SCAN_DISPATCH
-                if (hw)
-                    _mm_storeu_si128((__m128i *)&en->head, v);
-                else
-#endif
-                {
-                    en->head = head;
-                    en->next = next;
-                }
-                en->len = (uint32_t)len;
-                en->offset = (uint32_t)(t - st->s);
-                id = (size_t)++h->unique;
-                if (small)
-                    sm[slot] = (uint16_t)id;
-                else
-                    slots[slot] = (uint32_t)id;
-                break;
-            }
-            const token_entry *en = &entries[id - 1];
-#ifdef QG_SCAN_DISPATCH
-            if (hw) {
-                if ((_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)&en->head), v)) ==
-                     0xFFFF) & (en->len == len))
-                    break;
-            } else
-#endif
-                if (((en->len ^ len) | (en->head ^ head) | (en->next ^ next)) == 0)
-                    break;
-            slot = (slot + 1) & h->mask;
-            h->probes++;
-        }
-        st->ng_ids[ng] = (uint32_t)id;
-        st->ng_pos[ng] = pos0 + a;
-        ng++;
-    } while (ends);
-    h->ng_n = ng;
-    h->model = model;
-    if (ng >= NG_KEEP + NG_CHUNK)
-        ng_flush(st, h, hw);
-    return starts;
-}
-
-/* fast_tokens compiled apart from the pass, one per table kind and variant: inlined into the pass,
- * whose other state competes for the registers, its loop spilled half of its variables. */
-#define FAST_ARGS scanner *st, hot_state *h, uint64_t starts, uint64_t ends, uint64_t alnum, size_t i, \
-                  int64_t pos0
-static __attribute__((noinline)) uint64_t fast_small_generic(FAST_ARGS)
-{
-    return fast_tokens(st, h, starts, ends, alnum, i, pos0, 1, 0);
-}
-static __attribute__((noinline)) uint64_t fast_heap_generic(FAST_ARGS)
-{
-    return fast_tokens(st, h, starts, ends, alnum, i, pos0, 0, 0);
-}
-#ifdef QG_SCAN_DISPATCH
-__attribute__((target("avx2,popcnt,bmi,bmi2,aes"), noinline)) static uint64_t fast_small_hw(FAST_ARGS)
-{
-    return fast_tokens(st, h, starts, ends, alnum, i, pos0, 1, 1);
-}
-__attribute__((target("avx2,popcnt,bmi,bmi2,aes"), noinline)) static uint64_t fast_heap_hw(FAST_ARGS)
-{
-    return fast_tokens(st, h, starts, ends, alnum, i, pos0, 0, 1);
-}
-#endif
-#undef FAST_ARGS
 
 /* ---------------------------------------------------------------------------------------------
  * Non-ASCII code points that are not whitespace. */
@@ -1313,6 +1212,323 @@ static inline uint64_t bit_range(unsigned a, unsigned len)
 }
 
 
+/* ---------------------------------------------------------------------------------------------
+ * The block loop for plain ASCII: token_body's work for the tokens of blocks where none of its
+ * rare cases can come up (fast_ok). Every token has 16 readable bytes (i + 80 <= n), the table
+ * has room for every token of the block (so it cannot grow), the model-token cap cannot be
+ * crossed (a block adds at most 64) and the n-gram arrays have NG_SLACK room. Then the state
+ * stays in registers and a token costs about half of what it does in token_body. A token of
+ * fast_len bytes or more (a long token or a possible blob) still goes through token_body, out of
+ * line. */
+
+/* token_body out of line, for the rare tokens that leave the block loop. */
+static __attribute__((noinline)) void token_out_generic(scanner *st, hot_state *h, size_t a, size_t b,
+                                                        int64_t position, int64_t letters,
+                                                        int64_t other_ascii)
+{
+    token_body(st, h, a, b, position, letters, other_ascii, 0, 0);
+}
+
+#ifdef QG_SCAN_DISPATCH
+__attribute__((target("avx2,popcnt,bmi,bmi2,aes"), noinline)) static void
+token_out_hw(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int64_t letters,
+             int64_t other_ascii)
+{
+    token_body(st, h, a, b, position, letters, other_ascii, 0, 1);
+}
+
+__attribute__((target("bmi"))) static inline size_t tzcnt64(uint64_t x)
+{
+    return (size_t)_tzcnt_u64(x);
+}
+
+__attribute__((target("bmi2"))) static inline unsigned alnum_in(uint64_t alnum, size_t a, size_t e)
+{
+    return (unsigned)__builtin_popcountll(_bzhi_u64(alnum, (unsigned)e + 1) >> a);
+}
+
+/* The token's first len <= 16 bytes, zero-padded, and their aes_token_hash (one table row per
+ * length: the mask and the second round key with the length in it). */
+__attribute__((target("avx2,aes"))) static inline __m128i fast_key(const uint8_t *t, const uint8_t *row)
+{
+    return _mm_and_si128(_mm_loadu_si128((const __m128i *)t), _mm_load_si128((const __m128i *)row));
+}
+
+__attribute__((target("avx2,aes"))) static inline uint64_t fast_aes_hash(__m128i v, const uint8_t *row,
+                                                                        __m128i k0, __m128i k1)
+{
+    __m128i x = _mm_aesenc_si128(_mm_xor_si128(v, k0), _mm_load_si128((const __m128i *)(row + 16)));
+    x = _mm_aesenc_si128(x, k0);
+    x = _mm_aesenc_si128(x, k1);
+    return (uint64_t)_mm_cvtsi128_si64(x);
+}
+
+__attribute__((target("avx2"))) static inline int same_bytes(const token_entry *en, __m128i v)
+{
+    __m128i x = _mm_xor_si128(_mm_loadu_si128((const __m128i *)&en->head), v);
+    return _mm_testz_si128(x, x);
+}
+#endif
+
+/* What the block loop keeps in locals: loop invariants, and (model, ng) the state it updates. */
+typedef struct {
+    const uint8_t *s;
+    uint32_t *slots;
+    token_entry *entries;
+    size_t mask, fast_len;
+#ifdef QG_SCAN_DISPATCH
+    __m128i k0, k1;
+#endif
+} fast_env;
+
+static inline __attribute__((always_inline)) fast_env fast_env_of(const scanner *st, const hot_state *h)
+{
+    fast_env env;
+    env.s = st->s;
+    env.slots = h->slots;
+    env.entries = h->entries;
+    env.mask = h->mask;
+    env.fast_len = h->fast_len;
+#ifdef QG_SCAN_DISPATCH
+    env.k0 = _mm_set_epi64x((long long)h->key[1], (long long)h->key[0]);
+    env.k1 = _mm_set_epi64x((long long)h->key[3], (long long)h->key[2]);
+#endif
+    return env;
+}
+
+/* The tokens that start and end inside the block at s[i]: s[i + a .. i + e] for the paired bits
+ * of starts and ends (the lowest start goes with the lowest end; a start left over is returned).
+ * tok: the block's token bytes. pos0: the position of s[i]. */
+static inline __attribute__((always_inline)) uint64_t
+fast_tokens(scanner *st, hot_state *h, const fast_env *env, int64_t *model_io, unsigned *ng_io,
+            uint64_t tok, uint64_t starts, uint64_t ends, uint64_t alnum, size_t i, int64_t pos0,
+            int small, int hw)
+{
+    unsigned ng = *ng_io;
+    const uint8_t *p = env->s + i;
+    /* The tokens' bytes now; per token below, what ceil(letters / 4) leaves of its letters. */
+    size_t first = (size_t)__builtin_ctzll(starts), last = 63 - (size_t)__builtin_clzll(ends);
+    int64_t model = *model_io + popcount64(tok & ((2ull << last) - (1ull << first)), hw);
+    do {
+        size_t a, e;
+#ifdef QG_SCAN_DISPATCH
+        if (hw) {
+            a = tzcnt64(starts);
+            e = tzcnt64(ends);
+        } else
+#endif
+        {
+            a = (size_t)__builtin_ctzll(starts);
+            e = (size_t)__builtin_ctzll(ends);
+        }
+        starts &= starts - 1;
+        ends &= ends - 1;
+        size_t len = e + 1 - a;
+        unsigned al;
+#ifdef QG_SCAN_DISPATCH
+        if (hw)
+            al = alnum_in(alnum, a, e);
+        else
+#endif
+            al = popcount64(alnum & ((2ull << e) - (1ull << a)), 0);
+        if (__builtin_expect(len >= env->fast_len, 0)) {
+            h->ng_n = ng;
+            h->model = model - (int64_t)len;
+#ifdef QG_SCAN_DISPATCH
+            if (hw)
+                token_out_hw(st, h, i + a, i + a + len, pos0 + (int64_t)a, al, (int64_t)(len - al));
+            else
+#endif
+                token_out_generic(st, h, i + a, i + a + len, pos0 + (int64_t)a, al,
+                                  (int64_t)(len - al));
+            ng = h->ng_n;
+            model = h->model;
+            continue;
+        }
+        /* len - al + ceil(al / 4) in all, as token_body adds it; len was added above. */
+        model -= (int64_t)((3 * al) >> 2);
+        const uint8_t *t = p + a;
+        uint64_t hash, head = 0, next = 0;
+#ifdef QG_SCAN_DISPATCH
+        __m128i v = _mm_setzero_si128();
+        if (hw) {
+            const uint8_t *row = st->aes_len[len][0];
+            v = fast_key(t, row);
+            hash = fast_aes_hash(v, row, env->k0, env->k1);
+        } else
+#endif
+        {
+            size_t w0 = len < 8 ? len : 8, more = len > 8 ? len - 8 : 0;
+            memcpy(&head, t, 8);
+            memcpy(&next, t + 8, 8);
+            head &= ~0ull >> (64 - 8 * w0);
+            next &= more >= 8 ? ~0ull : (1ull << (8 * more)) - 1;
+            hash = fold_mul(fold_mul(head ^ h->key[0], next ^ h->key[1] ^ (uint64_t)len),
+                            0x9E3779B97F4A7C15ull);
+        }
+        size_t slot = (size_t)hash & env->mask, id;
+        for (;;) {
+            id = small ? st->stack_index[slot] : env->slots[slot];
+            if (__builtin_expect(id == 0, 0)) {
+                token_entry *en = small ? &st->stack_entries[h->unique] : &env->entries[h->unique];
+#ifdef QG_SCAN_DISPATCH
+                if (hw)
+                    _mm_storeu_si128((__m128i *)&en->head, v);
+                else
+#endif
+                {
+                    en->head = head;
+                    en->next = next;
+                }
+                en->len = (uint32_t)len;
+                en->offset = (uint32_t)(t - st->s);
+                id = (size_t)++h->unique;
+                if (small)
+                    st->stack_index[slot] = (uint16_t)id;
+                else
+                    env->slots[slot] = (uint32_t)id;
+                break;
+            }
+            const token_entry *en = small ? &st->stack_entries[id - 1] : &env->entries[id - 1];
+#ifdef QG_SCAN_DISPATCH
+            if (hw) {
+                if (same_bytes(en, v) && en->len == len)
+                    break;
+            } else
+#endif
+                if (((en->len ^ len) | (en->head ^ head) | (en->next ^ next)) == 0)
+                    break;
+            slot = (slot + 1) & env->mask;
+            h->probes++;
+        }
+        st->ng_ids[ng] = (uint32_t)id;
+        st->ng_pos[ng] = pos0 + (int64_t)a;
+        ng++;
+    } while (ends);
+    if (ng >= NG_KEEP + NG_CHUNK) {
+        h->ng_n = ng;
+        ng_flush(st, h, hw);
+        ng = h->ng_n;
+    }
+    *ng_io = ng;
+    *model_io = model;
+    return starts;
+}
+
+/* Whether the block loop may take the block at s[i] (see above). */
+static inline int fast_ok(const scanner *st, const hot_state *h, size_t i)
+{
+    return st->n - i >= 80 && (size_t)h->unique + 32 <= h->room && h->model <= h->model_cap - 64;
+}
+
+/* One block for the pass (its first after the general path): fast_tokens with its state. */
+static inline __attribute__((always_inline)) uint64_t
+fast_block(scanner *st, hot_state *h, uint64_t tok, uint64_t starts, uint64_t ends, uint64_t alnum,
+           size_t i, int64_t pos0, int small, int hw)
+{
+    fast_env env = fast_env_of(st, h);
+    int64_t model = h->model;
+    unsigned ng = h->ng_n;
+    starts = fast_tokens(st, h, &env, &model, &ng, tok, starts, ends, alnum, i, pos0, small, hw);
+    h->model = model;
+    h->ng_n = ng;
+    return starts;
+}
+
+/* Blocks of plain ASCII from s[i], with no token open at i, for as long as fast_ok holds: the
+ * pass's block step for them, without the pass's general state. Returns where it stopped; if
+ * *fresh is set, m holds the masks of the block there (one the pass has to take). */
+static inline __attribute__((always_inline)) size_t
+fast_run(scanner *st, hot_state *h, size_t i, int64_t shift, block_masks *m, int *fresh, int small,
+         int hw)
+{
+    const int escapes = st->rules->encoded_payloads;
+    const size_t n = st->n, room = h->room;
+    const int64_t model_max = h->model_cap - 64;
+    fast_env env = fast_env_of(st, h);
+    int64_t model = h->model;
+    unsigned ng = h->ng_n;
+    *fresh = 0;
+    while (n - i >= 80 && (size_t)h->unique + 32 <= room && model <= model_max) {
+        block_masks bm;
+#ifdef QG_SCAN_DISPATCH
+        if (hw)
+            block_masks_avx2(env.s + i, escapes, &bm);
+        else
+#endif
+            block_masks_of(env.s + i, escapes, &bm);
+        if (bm.slow) {
+            *m = bm;
+            *fresh = 1;
+            break;
+        }
+        uint64_t tok = ~bm.ws;
+        uint64_t starts = tok & ~(tok << 1);
+        uint64_t ends = tok & ~(tok >> 1) & (~0ull >> 1); /* an end at bit 63 is not known yet */
+        if (ends)
+            starts = fast_tokens(st, h, &env, &model, &ng, tok, starts, ends, bm.alnum, i,
+                                 (int64_t)i - shift, small, hw);
+        if (!starts) {
+            i += 64;
+            continue;
+        }
+        size_t a = (size_t)__builtin_ctzll(starts);
+        if (a == 0) {
+            /* A token of 64 bytes or more: the pass carries it. */
+            *m = bm;
+            *fresh = 1;
+            break;
+        }
+        /* The next block starts at the open token, so that it ends inside a block. */
+        i += a;
+    }
+    h->model = model;
+    h->ng_n = ng;
+    return i;
+}
+
+#define FAST_ARGS scanner *st, hot_state *h, uint64_t tok, uint64_t starts, uint64_t ends, \
+                  uint64_t alnum, size_t i, int64_t pos0
+#define RUN_ARGS scanner *st, hot_state *h, size_t i, int64_t shift, block_masks *m, int *fresh
+/* Compiled apart from the pass, one per table kind and variant: inlined into the pass, whose
+ * other state competes for the registers, the token loop spilled half of its variables. */
+static __attribute__((noinline)) uint64_t fast_small_generic(FAST_ARGS)
+{
+    return fast_block(st, h, tok, starts, ends, alnum, i, pos0, 1, 0);
+}
+static __attribute__((noinline)) uint64_t fast_heap_generic(FAST_ARGS)
+{
+    return fast_block(st, h, tok, starts, ends, alnum, i, pos0, 0, 0);
+}
+static __attribute__((noinline)) size_t run_small_generic(RUN_ARGS)
+{
+    return fast_run(st, h, i, shift, m, fresh, 1, 0);
+}
+static __attribute__((noinline)) size_t run_heap_generic(RUN_ARGS)
+{
+    return fast_run(st, h, i, shift, m, fresh, 0, 0);
+}
+#ifdef QG_SCAN_DISPATCH
+__attribute__((target("avx2,popcnt,bmi,bmi2,aes"), noinline)) static uint64_t fast_small_hw(FAST_ARGS)
+{
+    return fast_block(st, h, tok, starts, ends, alnum, i, pos0, 1, 1);
+}
+__attribute__((target("avx2,popcnt,bmi,bmi2,aes"), noinline)) static uint64_t fast_heap_hw(FAST_ARGS)
+{
+    return fast_block(st, h, tok, starts, ends, alnum, i, pos0, 0, 1);
+}
+__attribute__((target("avx2,popcnt,bmi,bmi2,aes"), noinline)) static size_t run_small_hw(RUN_ARGS)
+{
+    return fast_run(st, h, i, shift, m, fresh, 1, 1);
+}
+__attribute__((target("avx2,popcnt,bmi,bmi2,aes"), noinline)) static size_t run_heap_hw(RUN_ARGS)
+{
+    return fast_run(st, h, i, shift, m, fresh, 0, 1);
+}
+#endif
+#undef FAST_ARGS
+#undef RUN_ARGS
+
 /* The pass, inlined twice: hw = 1 is compiled for CPUs with AVX2/POPCNT/BMI/AES-NI
  * (runtime-dispatched, the build targets baseline x86-64); both compute exactly the same figures. */
 static inline __attribute__((always_inline)) int
@@ -1352,6 +1568,14 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     st.ng_next_id = 1;
     hash_key(st.key);
     memcpy(hot.key, st.key, sizeof hot.key);
+#ifdef QG_SCAN_DISPATCH
+    if (hw)
+        for (unsigned len = 0; len <= 16; len++) {
+            uint64_t kl[2] = {st.key[2] ^ len, st.key[3]};
+            memcpy(st.aes_len[len][0], aes_masks[len], 16);
+            memcpy(st.aes_len[len][1], kl, 16);
+        }
+#endif
     for (unsigned j = 0; j < NG_KEEP; j++)
         st.ng_ids[j] = UINT32_MAX - j; /* before the first token: equal to nothing */
     hot.model_cap = rules->max_model_tokens >= 0 ? rules->max_model_tokens : INT64_MAX;
@@ -1383,11 +1607,25 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
         }                                                                                          \
     } while (0)
 
+    int clean = 1; /* the last block had no byte for the general path */
     while (i < n) {
         /* ---- blocks ---- */
         block_masks m;
+        int fresh = 0;
+        if (clean && !in_token && fast_ok(&st, &hot, i)) {
+#ifdef QG_SCAN_DISPATCH
+            if (hw)
+                i = hot.small ? run_small_hw(&st, &hot, i, shift, &m, &fresh)
+                              : run_heap_hw(&st, &hot, i, shift, &m, &fresh);
+            else
+#endif
+                i = hot.small ? run_small_generic(&st, &hot, i, shift, &m, &fresh)
+                              : run_heap_generic(&st, &hot, i, shift, &m, &fresh);
+        }
         size_t avail = n - i;
-        if (avail >= 64) {
+        if (fresh) {
+            /* fast_run stopped at a block it classified */
+        } else if (avail >= 64) {
 #ifdef QG_SCAN_DISPATCH
             if (hw)
                 block_masks_avx2(s + i, escapes, &m);
@@ -1404,6 +1642,7 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
         unsigned limit = m.slow ? (unsigned)__builtin_ctzll(m.slow) : 64;
         if (limit > avail)
             limit = (unsigned)avail;
+        clean = limit == 64;
         /* Token bytes, the first byte of each run and the last byte of each run that is known to
          * end inside the block (a run reaching the limit stays open). Walking starts and ends as
          * two independent bit sets keeps the per-token dependency chain short. */
@@ -1431,17 +1670,16 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
         }
         /* Each end closes the start before it; a start left over opens a token that reaches the
          * limit. */
-        if (ends && (size_t)hot.unique + 32 <= hot.room && n - i >= 80 &&
-            hot.model <= hot.model_cap - 64) {
+        if (ends && fast_ok(&st, &hot, i)) {
             int64_t pos0 = (int64_t)i - shift;
 #ifdef QG_SCAN_DISPATCH
             if (hw)
-                starts = hot.small ? fast_small_hw(&st, &hot, starts, ends, m.alnum, i, pos0)
-                                   : fast_heap_hw(&st, &hot, starts, ends, m.alnum, i, pos0);
+                starts = hot.small ? fast_small_hw(&st, &hot, tok, starts, ends, m.alnum, i, pos0)
+                                   : fast_heap_hw(&st, &hot, tok, starts, ends, m.alnum, i, pos0);
             else
 #endif
-                starts = hot.small ? fast_small_generic(&st, &hot, starts, ends, m.alnum, i, pos0)
-                                   : fast_heap_generic(&st, &hot, starts, ends, m.alnum, i, pos0);
+                starts = hot.small ? fast_small_generic(&st, &hot, tok, starts, ends, m.alnum, i, pos0)
+                                   : fast_heap_generic(&st, &hot, tok, starts, ends, m.alnum, i, pos0);
             ends = 0;
         }
         while (ends) {
@@ -1541,7 +1779,7 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     out->unique_tokens = hot.unique;
     out->model_tokens = hot.model;
     if (hot.ng_n > NG_KEEP)
-        ngram_chunk(&st, hot.ng_n - NG_KEEP, hot.ng_base, hot.ng_n, hw);
+        ngram_chunk(&st, hot.ng_n - NG_KEEP, hot.ng_base, hot.ng_n, hot.unique < 0xFFFF, hw);
     for (unsigned act = st.ng_active; act; act &= act - 1)
         end_streak(&st, __builtin_ctz(act) + 1, tokens);
     free(st.slots);
