@@ -318,14 +318,16 @@ typedef struct {
     /* Token ids (table entry number + 1) and positions of the chunk being filled, after the
      * NG_KEEP tokens before it. */
     uint32_t ng_ids[NG_KEEP + NG_CHUNK + NG_SLACK];
+    /* From here on nothing is zeroed when a scan starts: ng_pos is only read where a token was
+     * stored, and the rest is written before it is read. */
     int64_t ng_pos[NG_KEEP + NG_CHUNK + NG_SLACK];
-#if defined(__SSE2__) || defined(QG_SCAN_DISPATCH)
+#ifdef QG_SCAN_DISPATCH
     /* For the block loop's AES hash of a token of len <= 16 bytes (hw): the mask of its first len
      * bytes, then the second round key with len in it (as in aes_token_hash). */
     uint8_t aes_len[17][2][16] __attribute__((aligned(16)));
 #endif
-    /* The stack table (small), last and not zeroed with the rest. Kept in the scanner, at fixed
-     * offsets from it, so that fast_tokens reaches it without registers of its own. */
+    /* The stack table (small). Kept in the scanner, at fixed offsets from it, so that the block
+     * loop reaches it without registers of its own. */
     uint16_t stack_index[STACK_SLOTS];
     token_entry stack_entries[STACK_ENTRIES];
 } scanner;
@@ -1537,7 +1539,7 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     out->first_repeat = out->token_cap_at = out->model_cap_at = -1;
 
     scanner st;
-    memset(&st, 0, offsetof(scanner, stack_index));
+    memset(&st, 0, offsetof(scanner, ng_pos));
     st.s = s;
     st.n = n;
     st.rules = rules;
