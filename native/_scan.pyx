@@ -16,6 +16,16 @@ cdef extern from "Python.h":
                                 int *ptype) except NULL
     void PyMem_Free(void *p)
     int Py_DTSF_ADD_DOT_0
+    long long PyLong_AsLongLongAndOverflow(object obj, int *overflow) except? -1
+    void Py_INCREF(object o)
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef *d_member
+    int T_OBJECT_EX
+    int READONLY
 
 from operator import attrgetter
 
@@ -30,7 +40,7 @@ __all__ = ["KINDS", "ScanResult", "Violation", "scan_query"]
 # Below this size the scan takes about as long as releasing and re-taking the GIL.
 cdef size_t NOGIL_BYTES = 1 << 16
 # Limits above this are as good as infinite and still fit int64_t.
-cdef object HUGE = 1 << 62
+cdef int64_t HUGE = 1 << 62
 
 
 cdef inline bint _count_ok(object value, long minimum):
@@ -41,8 +51,14 @@ cdef inline bint _ratio_ok(object value):
     return value is None or (type(value) is float and 0.0 <= <double>value <= 1.0)
 
 
-cdef inline int64_t _limit(object value):
-    return -1 if value is None else <int64_t>min(value, HUGE)
+cdef inline int64_t _limit(object value) except? -2:
+    # min(value, HUGE) for None or an int >= 0 (checked before).
+    cdef int overflow = 0
+    cdef long long v
+    if value is None:
+        return -1
+    v = PyLong_AsLongLongAndOverflow(value, &overflow)
+    return HUGE if overflow > 0 or v > HUGE else v
 
 
 cdef object _EMPTY = ()
@@ -55,11 +71,49 @@ _SORT_KEY = attrgetter("position", "kind", "detail")
 
 # Frozen slots dataclasses built without their generated ``__init__``: it stores each field through
 # ``object.__setattr__`` looked up by name at Python speed, which was a third of a short scan's cost.
-# ``PyObject_GenericSetAttr`` is that same ``object.__setattr__`` (it bypasses the frozen
-# ``__setattr__`` exactly as ``__init__`` does), so the objects are the ones ``__init__`` builds.
+# Each field is a slot: a member descriptor that stores the object at a fixed offset in the
+# instance, which ``tp_new`` leaves NULL. Storing there is what ``object.__setattr__`` ends in (it
+# bypasses the frozen ``__setattr__`` exactly as ``__init__`` does), without looking the name up,
+# so the objects are the ones ``__init__`` builds. Offsets are read from the descriptors once; if a
+# field is not such a slot, _slot_offsets gives -1 and the fields go through
+# ``PyObject_GenericSetAttr`` by name instead.
+cdef Py_ssize_t _slot_offset(type cls, str name) except -2:
+    d = cls.__dict__.get(name)
+    if type(d).__name__ != "member_descriptor":
+        return -1
+    cdef PyMemberDef *member = (<PyMemberDescrObject *><PyObject *>d).d_member
+    if member.type != T_OBJECT_EX or member.flags & READONLY:
+        return -1
+    return member.offset
+
+
+cdef Py_ssize_t _OFF_OK = _slot_offset(ScanResult, "ok")
+cdef Py_ssize_t _OFF_VIOLATIONS = _slot_offset(ScanResult, "violations")
+cdef Py_ssize_t _OFF_TOKENS = _slot_offset(ScanResult, "token_count")
+cdef Py_ssize_t _OFF_MODEL = _slot_offset(ScanResult, "model_token_estimate")
+cdef Py_ssize_t _OFF_REP = _slot_offset(ScanResult, "repetition_ratio")
+cdef Py_ssize_t _OFF_NGRAM = _slot_offset(ScanResult, "ngram_run_ratio")
+cdef bint _RESULT_SLOTS = min(_OFF_OK, _OFF_VIOLATIONS, _OFF_TOKENS, _OFF_MODEL, _OFF_REP,
+                              _OFF_NGRAM) >= 0
+
+
+cdef inline void _set_slot(object obj, Py_ssize_t offset, object value):
+    # The slot is NULL (a fresh object): store a new reference.
+    Py_INCREF(value)
+    (<PyObject **>(<char *><PyObject *>obj + offset))[0] = <PyObject *>value
+
+
 cdef object _result(bint ok, tuple violations, int64_t token_count, int64_t model_tokens,
                     double repetition, double ngram):
     cdef object r = _RESULT_TYPE.tp_new(ScanResult, <PyObject *>_EMPTY, NULL)
+    if _RESULT_SLOTS:
+        _set_slot(r, _OFF_OK, ok)
+        _set_slot(r, _OFF_VIOLATIONS, violations)
+        _set_slot(r, _OFF_TOKENS, token_count)
+        _set_slot(r, _OFF_MODEL, model_tokens)
+        _set_slot(r, _OFF_REP, repetition)
+        _set_slot(r, _OFF_NGRAM, ngram)
+        return r
     PyObject_GenericSetAttr(r, "ok", ok)
     PyObject_GenericSetAttr(r, "violations", violations)
     PyObject_GenericSetAttr(r, "token_count", token_count)
@@ -130,6 +184,15 @@ cdef object _violation(str kind, int64_t position, str detail):
     return v
 
 
+# The rule arguments of the last call whose rules all passed the checks below as they were (None,
+# or int, float and bool objects: immutable, so the same objects are the same rules), and the
+# qg_scan_rules made of them. Callers pass the same objects call after call (the defaults, or a
+# policy's fields): then the checks and conversions are skipped. The tuple is replaced whole, after
+# _cached_rules, so a call that runs while the old tuple is being freed sees a consistent pair.
+cdef tuple _cached_args = None
+cdef qg_scan_rules _cached_rules
+
+
 def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
                encoded_payloads=True, max_model_tokens=None, min_blob_len=32, min_percent_run=2):
     cdef const char *data
@@ -141,17 +204,37 @@ def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
     cdef qg_mark *m
     cdef object keep = text
 
+    global _cached_args, _cached_rules
+    cdef tuple cached = _cached_args
+    cdef bint plain
     if not isinstance(text, (str, bytes)):
         _ref.check_text(text)
-    if not (_count_ok(max_tokens, 0) and _ratio_ok(max_repetition) and _ratio_ok(max_ngram_run)
-            and (encoded_payloads is True or encoded_payloads is False)
-            and _count_ok(max_model_tokens, 0) and _count_ok(min_blob_len, 8)
-            and _count_ok(min_percent_run, 1)):
-        # Unusual argument types or bad values: the reference validates and words the error.
-        (max_tokens, max_repetition, max_ngram_run, encoded_payloads, max_model_tokens,
-         min_blob_len, min_percent_run) = _ref.check_rules(
-            max_tokens, max_repetition, max_ngram_run, encoded_payloads, max_model_tokens,
-            min_blob_len, min_percent_run)
+    if (cached is not None and cached[0] is max_tokens and cached[1] is max_repetition
+            and cached[2] is max_ngram_run and cached[3] is encoded_payloads
+            and cached[4] is max_model_tokens and cached[5] is min_blob_len
+            and cached[6] is min_percent_run):
+        rules = _cached_rules
+    else:
+        plain = (_count_ok(max_tokens, 0) and _ratio_ok(max_repetition)
+                 and _ratio_ok(max_ngram_run)
+                 and (encoded_payloads is True or encoded_payloads is False)
+                 and _count_ok(max_model_tokens, 0) and _count_ok(min_blob_len, 8)
+                 and _count_ok(min_percent_run, 1))
+        if not plain:
+            # Unusual argument types or bad values: the reference validates and words the error.
+            (max_tokens, max_repetition, max_ngram_run, encoded_payloads, max_model_tokens,
+             min_blob_len, min_percent_run) = _ref.check_rules(
+                max_tokens, max_repetition, max_ngram_run, encoded_payloads, max_model_tokens,
+                min_blob_len, min_percent_run)
+        rules.max_tokens = _limit(max_tokens)
+        rules.max_model_tokens = _limit(max_model_tokens)
+        rules.min_blob_len = _limit(min_blob_len)
+        rules.min_percent_run = _limit(min_percent_run)
+        rules.encoded_payloads = encoded_payloads is True
+        if plain:
+            _cached_rules = rules
+            _cached_args = (max_tokens, max_repetition, max_ngram_run, encoded_payloads,
+                            max_model_tokens, min_blob_len, min_percent_run)
 
     if isinstance(text, bytes):
         data = PyBytes_AS_STRING(text)
@@ -171,11 +254,6 @@ def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
             f"scan_query() argument 'text' is {size} bytes of UTF-8; the scanner accepts at most "
             f"{QG_SCAN_MAX_BYTES} bytes, split the text")
 
-    rules.max_tokens = _limit(max_tokens)
-    rules.max_model_tokens = _limit(max_model_tokens)
-    rules.min_blob_len = _limit(min_blob_len)
-    rules.min_percent_run = _limit(min_percent_run)
-    rules.encoded_payloads = encoded_payloads is True
     memset(&out, 0, sizeof(out))
     if <size_t>size >= NOGIL_BYTES:
         with nogil:
