@@ -715,7 +715,21 @@ static void ngram_chunk(scanner *st, unsigned count, int64_t base, unsigned tota
     if (count == NG_CHUNK) {
         (void)total;
         memcpy(st->ng_ids, st->ng_ids + NG_CHUNK, (NG_KEEP + NG_SLACK) * sizeof st->ng_ids[0]);
+#ifdef QG_SCAN_SSE2
+        /* In vectors: for this size GCC's memcpy is a rep movsq, slow to start. */
+        const __m128i *from = (const __m128i *)(st->ng_pos + NG_CHUNK);
+        __m128i *to = (__m128i *)st->ng_pos;
+        for (int k = 0; k < (NG_KEEP + NG_SLACK) / 2; k += 4) {
+            __m128i a = _mm_loadu_si128(from + k), b = _mm_loadu_si128(from + k + 1);
+            __m128i c = _mm_loadu_si128(from + k + 2), d = _mm_loadu_si128(from + k + 3);
+            _mm_storeu_si128(to + k, a);
+            _mm_storeu_si128(to + k + 1, b);
+            _mm_storeu_si128(to + k + 2, c);
+            _mm_storeu_si128(to + k + 3, d);
+        }
+#else
         memcpy(st->ng_pos, st->ng_pos + NG_CHUNK, (NG_KEEP + NG_SLACK) * sizeof st->ng_pos[0]);
+#endif
     }
 }
 
@@ -1306,7 +1320,7 @@ fast_tokens(scanner *st, hot_state *h, const fast_env *env, int64_t *model_io, u
             uint64_t tok, uint64_t starts, uint64_t ends, uint64_t alnum, size_t i, int64_t pos0,
             int small, int hw)
 {
-    unsigned ng = *ng_io;
+    size_t ng = *ng_io;
     const uint8_t *p = env->s + i;
     /* The tokens' bytes now; per token below, what ceil(letters / 4) leaves of its letters. */
     size_t first = (size_t)__builtin_ctzll(starts), last = 63 - (size_t)__builtin_clzll(ends);
@@ -1334,7 +1348,7 @@ fast_tokens(scanner *st, hot_state *h, const fast_env *env, int64_t *model_io, u
 #endif
             al = popcount64(alnum & ((2ull << e) - (1ull << a)), 0);
         if (__builtin_expect(len >= env->fast_len, 0)) {
-            h->ng_n = ng;
+            h->ng_n = (unsigned)ng;
             h->model = model - (int64_t)len;
 #ifdef QG_SCAN_DISPATCH
             if (hw)
@@ -1394,7 +1408,7 @@ fast_tokens(scanner *st, hot_state *h, const fast_env *env, int64_t *model_io, u
             const token_entry *en = small ? &st->stack_entries[id - 1] : &env->entries[id - 1];
 #ifdef QG_SCAN_DISPATCH
             if (hw) {
-                if (same_bytes(en, v) && en->len == len)
+                if (same_bytes(en, v) && en->len == (uint32_t)len)
                     break;
             } else
 #endif
@@ -1408,11 +1422,11 @@ fast_tokens(scanner *st, hot_state *h, const fast_env *env, int64_t *model_io, u
         ng++;
     } while (ends);
     if (ng >= NG_KEEP + NG_CHUNK) {
-        h->ng_n = ng;
+        h->ng_n = (unsigned)ng;
         ng_flush(st, h, hw);
         ng = h->ng_n;
     }
-    *ng_io = ng;
+    *ng_io = (unsigned)ng;
     *model_io = model;
     return starts;
 }
