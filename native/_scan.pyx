@@ -176,8 +176,19 @@ cdef str _repetition_detail(double repetition, object max_repetition):
     return "repetition ratio " + _fixed3(repetition) + " > max_repetition=" + _max_rep_text
 
 
+cdef Py_ssize_t _OFF_KIND = _slot_offset(Violation, "kind")
+cdef Py_ssize_t _OFF_POSITION = _slot_offset(Violation, "position")
+cdef Py_ssize_t _OFF_DETAIL = _slot_offset(Violation, "detail")
+cdef bint _VIOLATION_SLOTS = min(_OFF_KIND, _OFF_POSITION, _OFF_DETAIL) >= 0
+
+
 cdef object _violation(str kind, int64_t position, str detail):
     cdef object v = _VIOLATION_TYPE.tp_new(Violation, <PyObject *>_EMPTY, NULL)
+    if _VIOLATION_SLOTS:
+        _set_slot(v, _OFF_KIND, kind)
+        _set_slot(v, _OFF_POSITION, position)
+        _set_slot(v, _OFF_DETAIL, detail)
+        return v
     PyObject_GenericSetAttr(v, "kind", kind)
     PyObject_GenericSetAttr(v, "position", position)
     PyObject_GenericSetAttr(v, "detail", detail)
@@ -273,6 +284,10 @@ def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
     if out.n_marks == 0:
         # Only whole-text findings: what _scan_py.assemble builds, with its wording functions.
         qg_scan_out_free(&out)
+        if (out.token_cap_at < 0 and out.model_cap_at < 0
+                and (max_repetition is None or not repetition > <double>max_repetition)
+                and (max_ngram_run is None or not ngram > <double>max_ngram_run)):
+            return _result(True, _EMPTY, out.token_count, out.model_tokens, repetition, ngram)
         found = []
         if out.token_cap_at >= 0:
             found.append(_violation("token_cap", out.token_cap_at,
