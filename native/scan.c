@@ -1314,11 +1314,12 @@ static inline __attribute__((always_inline)) fast_env fast_env_of(const scanner 
 
 /* The tokens that start and end inside the block at s[i]: s[i + a .. i + e] for the paired bits
  * of starts and ends (the lowest start goes with the lowest end; a start left over is returned).
- * tok: the block's token bytes. pos0: the position of s[i]. */
+ * tok: the block's token bytes. pos0: the position of s[i]. all_alnum: every token byte of the
+ * block is a letter or digit, so a token's letters are its length. */
 static inline __attribute__((always_inline)) uint64_t
-fast_tokens(scanner *st, hot_state *h, const fast_env *env, int64_t *model_io, unsigned *ng_io,
-            uint64_t tok, uint64_t starts, uint64_t ends, uint64_t alnum, size_t i, int64_t pos0,
-            int small, int hw)
+fast_tokens_loop(scanner *st, hot_state *h, const fast_env *env, int64_t *model_io,
+                 unsigned *ng_io, uint64_t tok, uint64_t starts, uint64_t ends, uint64_t alnum,
+                 size_t i, int64_t pos0, int all_alnum, int small, int hw)
 {
     size_t ng = *ng_io;
     const uint8_t *p = env->s + i;
@@ -1341,6 +1342,9 @@ fast_tokens(scanner *st, hot_state *h, const fast_env *env, int64_t *model_io, u
         ends &= ends - 1;
         size_t len = e + 1 - a;
         unsigned al;
+        if (all_alnum)
+            al = (unsigned)len;
+        else
 #ifdef QG_SCAN_DISPATCH
         if (hw)
             al = alnum_in(alnum, a, e);
@@ -1429,6 +1433,21 @@ fast_tokens(scanner *st, hot_state *h, const fast_env *env, int64_t *model_io, u
     *ng_io = (unsigned)ng;
     *model_io = model;
     return starts;
+}
+
+/* fast_tokens_loop; a block whose tokens are all letters and digits (common in plain queries)
+ * skips counting each token's letters: about 4% of the benchmark query's scan, and the same time
+ * as before on English with punctuation. */
+static inline __attribute__((always_inline)) uint64_t
+fast_tokens(scanner *st, hot_state *h, const fast_env *env, int64_t *model_io, unsigned *ng_io,
+            uint64_t tok, uint64_t starts, uint64_t ends, uint64_t alnum, size_t i, int64_t pos0,
+            int small, int hw)
+{
+    if ((tok & ~alnum) == 0)
+        return fast_tokens_loop(st, h, env, model_io, ng_io, tok, starts, ends, alnum, i, pos0, 1,
+                                small, hw);
+    return fast_tokens_loop(st, h, env, model_io, ng_io, tok, starts, ends, alnum, i, pos0, 0,
+                            small, hw);
 }
 
 /* Whether the block loop may take the block at s[i] (see above). */
