@@ -1318,11 +1318,10 @@ static inline __attribute__((always_inline)) fast_env fast_env_of(const scanner 
  * block is a letter or digit, so a token's letters are its length. */
 static inline __attribute__((always_inline)) uint64_t
 fast_tokens_loop(scanner *st, hot_state *h, const fast_env *env, int64_t *model_io,
-                 unsigned *ng_io, uint64_t tok, uint64_t starts, uint64_t ends, uint64_t alnum,
-                 size_t i, int64_t pos0, int all_alnum, int small, int hw)
+                 unsigned *ng_io, const uint8_t *p, uint64_t tok, uint64_t starts, uint64_t ends,
+                 uint64_t alnum, size_t i, int64_t pos0, int all_alnum, int small, int hw)
 {
     size_t ng = *ng_io;
-    const uint8_t *p = env->s + i;
     /* The tokens' bytes now; per token below, what ceil(letters / 4) leaves of its letters. */
     size_t first = (size_t)__builtin_ctzll(starts), last = 63 - (size_t)__builtin_clzll(ends);
     int64_t model = *model_io + popcount64(tok & ((2ull << last) - (1ull << first)), hw);
@@ -1401,7 +1400,7 @@ fast_tokens_loop(scanner *st, hot_state *h, const fast_env *env, int64_t *model_
                     en->next = next;
                 }
                 en->len = (uint32_t)len;
-                en->offset = (uint32_t)(t - st->s);
+                en->offset = (uint32_t)(i + a);
                 id = (size_t)++h->unique;
                 if (small)
                     st->stack_index[slot] = (uint16_t)id;
@@ -1440,13 +1439,13 @@ fast_tokens_loop(scanner *st, hot_state *h, const fast_env *env, int64_t *model_
  * as before on English with punctuation. */
 static inline __attribute__((always_inline)) uint64_t
 fast_tokens(scanner *st, hot_state *h, const fast_env *env, int64_t *model_io, unsigned *ng_io,
-            uint64_t tok, uint64_t starts, uint64_t ends, uint64_t alnum, size_t i, int64_t pos0,
-            int small, int hw)
+            const uint8_t *p, uint64_t tok, uint64_t starts, uint64_t ends, uint64_t alnum,
+            size_t i, int64_t pos0, int small, int hw)
 {
     if ((tok & ~alnum) == 0)
-        return fast_tokens_loop(st, h, env, model_io, ng_io, tok, starts, ends, alnum, i, pos0, 1,
-                                small, hw);
-    return fast_tokens_loop(st, h, env, model_io, ng_io, tok, starts, ends, alnum, i, pos0, 0,
+        return fast_tokens_loop(st, h, env, model_io, ng_io, p, tok, starts, ends, alnum, i, pos0,
+                                1, small, hw);
+    return fast_tokens_loop(st, h, env, model_io, ng_io, p, tok, starts, ends, alnum, i, pos0, 0,
                             small, hw);
 }
 
@@ -1464,7 +1463,8 @@ fast_block(scanner *st, hot_state *h, uint64_t tok, uint64_t starts, uint64_t en
     fast_env env = fast_env_of(st, h);
     int64_t model = h->model;
     unsigned ng = h->ng_n;
-    starts = fast_tokens(st, h, &env, &model, &ng, tok, starts, ends, alnum, i, pos0, small, hw);
+    starts = fast_tokens(st, h, &env, &model, &ng, st->s + i, tok, starts, ends, alnum, i, pos0,
+                         small, hw);
     h->model = model;
     h->ng_n = ng;
     return starts;
@@ -1483,15 +1483,26 @@ fast_run(scanner *st, hot_state *h, size_t i, int64_t shift, block_masks *m, int
     fast_env env = fast_env_of(st, h);
     int64_t model = h->model;
     unsigned ng = h->ng_n;
+    /* The last bytes (fewer than 80 from tail_at) are read from a copy padded with spaces, which
+     * gives every token 16 readable bytes and ends the last token where the text does (as the
+     * pass's padded tail block does). */
+    uint8_t tail[80 + 64 + 16];
+    size_t tail_at = SIZE_MAX;
     *fresh = 0;
-    while (n - i >= 80 && (size_t)h->unique + 32 <= room && model <= model_max) {
+    while (i < n && (size_t)h->unique + 32 <= room && model <= model_max) {
+        if (tail_at == SIZE_MAX && n - i < 80) {
+            tail_at = i;
+            memcpy(tail, env.s + i, n - i);
+            memset(tail + (n - i), ' ', sizeof tail - (n - i));
+        }
+        const uint8_t *p = tail_at == SIZE_MAX ? env.s + i : tail + (i - tail_at);
         block_masks bm;
 #ifdef QG_SCAN_DISPATCH
         if (hw)
-            block_masks_avx2(env.s + i, escapes, &bm);
+            block_masks_avx2(p, escapes, &bm);
         else
 #endif
-            block_masks_of(env.s + i, escapes, &bm);
+            block_masks_of(p, escapes, &bm);
         if (bm.slow) {
             *m = bm;
             *fresh = 1;
@@ -1501,7 +1512,7 @@ fast_run(scanner *st, hot_state *h, size_t i, int64_t shift, block_masks *m, int
         uint64_t starts = tok & ~(tok << 1);
         uint64_t ends = tok & ~(tok >> 1) & (~0ull >> 1); /* an end at bit 63 is not known yet */
         if (ends)
-            starts = fast_tokens(st, h, &env, &model, &ng, tok, starts, ends, bm.alnum, i,
+            starts = fast_tokens(st, h, &env, &model, &ng, p, tok, starts, ends, bm.alnum, i,
                                  (int64_t)i - shift, small, hw);
         if (!starts) {
             i += 64;
@@ -1519,7 +1530,7 @@ fast_run(scanner *st, hot_state *h, size_t i, int64_t shift, block_masks *m, int
     }
     h->model = model;
     h->ng_n = ng;
-    return i;
+    return i < n ? i : n;
 }
 
 #define FAST_ARGS scanner *st, hot_state *h, uint64_t tok, uint64_t starts, uint64_t ends, \
@@ -1647,7 +1658,8 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
         /* ---- blocks ---- */
         block_masks m;
         int fresh = 0;
-        if (clean && !in_token && fast_ok(&st, &hot, i)) {
+        if (clean && !in_token && (size_t)hot.unique + 32 <= hot.room &&
+            hot.model <= hot.model_cap - 64) {
 #ifdef QG_SCAN_DISPATCH
             if (hw)
                 i = hot.small ? run_small_hw(&st, &hot, i, shift, &m, &fresh)
@@ -1657,6 +1669,8 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
                 i = hot.small ? run_small_generic(&st, &hot, i, shift, &m, &fresh)
                               : run_heap_generic(&st, &hot, i, shift, &m, &fresh);
         }
+        if (i >= n)
+            break;
         size_t avail = n - i;
         if (fresh) {
             /* fast_run stopped at a block it classified */
