@@ -650,7 +650,7 @@ __attribute__((target("avx2"))) static void match_bits_avx2_narrow(const uint32_
  * so for each g the common case is a few word operations, and only the rare transitions of `full`
  * cost a branch. Judging a chunk at a time, instead of a token at a time, takes the streak
  * bookkeeping out of the per-token path. */
-static void ngram_chunk(scanner *st, unsigned count, int64_t base, unsigned total, int narrow, int hw)
+static void ngram_chunk(scanner *st, unsigned count, int64_t base, int narrow, int hw)
 {
     const uint32_t *ids = st->ng_ids + NG_KEEP;
     const int64_t *pos = st->ng_pos + NG_KEEP;
@@ -709,11 +709,10 @@ static void ngram_chunk(scanner *st, unsigned count, int64_t base, unsigned tota
             }
         }
     }
-    /* Keep the last NG_KEEP ids and positions of a full chunk, and the tokens after it (`total`
-     * stored in all), in front of the next chunk (copied at the largest size: a constant size
+    /* Keep the last NG_KEEP ids and positions of a full chunk, and the up to NG_SLACK tokens
+     * stored after it, in front of the next chunk (copied at the largest size: a constant size
      * is a few vector moves, a variable one a library call). The last chunk has no next. */
     if (count == NG_CHUNK) {
-        (void)total;
         memcpy(st->ng_ids, st->ng_ids + NG_CHUNK, (NG_KEEP + NG_SLACK) * sizeof st->ng_ids[0]);
 #ifdef QG_SCAN_SSE2
         /* In vectors: for this size GCC's memcpy is a rep movsq, slow to start. */
@@ -797,16 +796,6 @@ __attribute__((target("avx2,aes"))) static inline uint64_t aes_token_hash(const 
     x = _mm_aesenc_si128(x, k1);
     return (uint64_t)_mm_cvtsi128_si64(x);
 }
-
-/* aes_token_hash of a token of at most 16 bytes, with its round keys already in vectors. */
-__attribute__((target("avx2,aes"))) static inline uint64_t aes_hash16(__m128i v, size_t len, __m128i k0,
-                                                                     __m128i k1)
-{
-    __m128i x = _mm_aesenc_si128(_mm_xor_si128(v, k0), _mm_xor_si128(k1, _mm_cvtsi64_si128((long long)len)));
-    x = _mm_aesenc_si128(x, k0);
-    x = _mm_aesenc_si128(x, k1);
-    return (uint64_t)_mm_cvtsi128_si64(x);
-}
 #endif
 
 /* The hash the pass uses: aes_token_hash in the AVX2 variant (hw), token_hash otherwise. */
@@ -874,7 +863,7 @@ typedef struct {
 /* Judge the full chunk of NG_CHUNK tokens in front of the NG_KEEP kept ones. */
 static void ng_flush(scanner *st, hot_state *h, int hw)
 {
-    ngram_chunk(st, NG_CHUNK, h->ng_base, h->ng_n, h->unique < 0xFFFF, hw);
+    ngram_chunk(st, NG_CHUNK, h->ng_base, h->unique < 0xFFFF, hw);
     h->ng_base += NG_CHUNK;
     h->ng_n -= NG_CHUNK;
 }
@@ -1016,7 +1005,6 @@ done:
     if (len >= h->blob_min)
         scan_blobs(st, a, b, position);
 }
-
 
 /* ---------------------------------------------------------------------------------------------
  * Non-ASCII code points that are not whitespace. */
@@ -1227,15 +1215,14 @@ static inline uint64_t bit_range(unsigned a, unsigned len)
     return (len >= 64 ? ~0ull : ((1ull << len) - 1)) << a;
 }
 
-
 /* ---------------------------------------------------------------------------------------------
  * The block loop for plain ASCII: token_body's work for the tokens of blocks where none of its
- * rare cases can come up (fast_ok). Every token has 16 readable bytes (i + 80 <= n), the table
- * has room for every token of the block (so it cannot grow), the model-token cap cannot be
- * crossed (a block adds at most 64) and the n-gram arrays have NG_SLACK room. Then the state
- * stays in registers and a token costs about half of what it does in token_body. A token of
- * fast_len bytes or more (a long token or a possible blob) still goes through token_body, out of
- * line. */
+ * rare cases can come up. Every token has 16 readable bytes (i + 80 <= n, or a padded copy of
+ * the last bytes), the table has room for every token of the block (so it cannot grow), the
+ * model-token cap cannot be crossed (a block adds at most 64) and the n-gram arrays have
+ * NG_SLACK room. Then the state stays in registers and a token costs about half of what it does
+ * in token_body. A token of fast_len bytes or more (a long token or a possible blob) still goes
+ * through token_body, out of line. */
 
 /* token_body out of line, for the rare tokens that leave the block loop. */
 static __attribute__((noinline)) void token_out_generic(scanner *st, hot_state *h, size_t a, size_t b,
@@ -1449,7 +1436,7 @@ fast_tokens(scanner *st, hot_state *h, const fast_env *env, int64_t *model_io, u
                             small, hw);
 }
 
-/* Whether the block loop may take the block at s[i] (see above). */
+/* Whether the block loop may take the block at s[i] of the text itself (see above). */
 static inline int fast_ok(const scanner *st, const hot_state *h, size_t i)
 {
     return st->n - i >= 80 && (size_t)h->unique + 32 <= h->room && h->model <= h->model_cap - 64;
@@ -1828,7 +1815,7 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     out->unique_tokens = hot.unique;
     out->model_tokens = hot.model;
     if (hot.ng_n > NG_KEEP)
-        ngram_chunk(&st, hot.ng_n - NG_KEEP, hot.ng_base, hot.ng_n, hot.unique < 0xFFFF, hw);
+        ngram_chunk(&st, hot.ng_n - NG_KEEP, hot.ng_base, hot.unique < 0xFFFF, hw);
     for (unsigned act = st.ng_active; act; act &= act - 1)
         end_streak(&st, __builtin_ctz(act) + 1, tokens);
     free(st.slots);
