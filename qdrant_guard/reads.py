@@ -171,15 +171,9 @@ class ReadOps(PayloadOps, QueryChecks):
             try:  # one store transaction for every source of this result
                 decisions = budget.admit_many(principal=principal, collection=account, requests=requests,
                                               max_source_coverage=pol.diversity.max_source_coverage)
-            except BudgetStoreError as exc:  # an unreachable budget store must not mean "no budget"
-                if not pol.fail_closed:
-                    log.error("budget store failed (fail_closed = false, not withholding): %r", exc)
-                    return pts
-                raise self.refuse(self.decision(
-                    op, name, pol, Verdict.FAIL_CLOSED,
-                    f"the extraction-budget store failed ({exc}); results were withheld. Check the "
-                    "store in budget_store", details={"error": repr(exc)},
-                )) from exc
+            except BudgetStoreError as exc:
+                self.budget_store_failed(op, name, pol, exc, "results were withheld")
+                return pts
             for source, dec in decisions.items():
                 if dec.withheld:
                     withheld.update(normalize_point_id(x) for x in dec.withheld)
@@ -204,15 +198,9 @@ class ReadOps(PayloadOps, QueryChecks):
                                        collection=name if account is None else account,
                                        point_ids=[p.id for p in pts if getattr(p, "vector", None) is not None],
                                        max_vectors=int(pol.diversity.max_vectors or 0))
-        except BudgetStoreError as exc:  # as for the source budget: unreachable must not mean "no budget"
-            if not pol.fail_closed:
-                log.error("budget store failed (fail_closed = false, not withholding vectors): %r", exc)
-                return pts
-            raise self.refuse(self.decision(
-                op, name, pol, Verdict.FAIL_CLOSED,
-                f"the extraction-budget store failed ({exc}); the vector budget could not be applied, so "
-                "nothing was returned. Check the store in budget_store", details={"error": repr(exc)},
-            )) from exc
+        except BudgetStoreError as exc:
+            self.budget_store_failed(op, name, pol, exc, "the vector budget could not be applied, so nothing was returned")
+            return pts
         if not dec.withheld:
             return pts
         details["vector_budget"] = {"withheld": len(dec.withheld), "cap": dec.cap}
@@ -221,6 +209,19 @@ class ReadOps(PayloadOps, QueryChecks):
             return pts
         held = {normalize_point_id(x) for x in dec.withheld}
         return [p.model_copy(update={"vector": None}) if normalize_point_id(p.id) in held else p for p in pts]
+
+    def budget_store_failed(self, op: str, name: str, pol: CollectionPolicy, exc: BudgetStoreError,
+                            outcome: str) -> None:
+        """An unreachable budget store must not mean "no budget": refuse (``FAIL_CLOSED``, saying
+        ``outcome``), or, with ``fail_closed = false``, log it and return so nothing is withheld."""
+        if not pol.fail_closed:
+            log.error("budget store failed (fail_closed = false, not withholding): %r", exc)
+            return
+        raise self.refuse(self.decision(
+            op, name, pol, Verdict.FAIL_CLOSED,
+            f"the extraction-budget store failed ({exc}); {outcome}. Check the store in budget_store",
+            details={"error": repr(exc)},
+        )) from exc
 
     def budget_collection(self, op: str, name: str, pol: CollectionPolicy, plans: Sequence[ReadPlan]) -> Any:
         """The collection a read of ``name`` is charged to and sent to: the one alias ``name`` names.
