@@ -258,7 +258,7 @@ class GuardPipeline:
                 "`qdrant-guard credential issue` and reconnect",
             ))
         who = f"boundary {boundary!r}" if boundary else "an unverified principal"
-        allowed = {"read": [pol.owner, *pol.readers], "write": [pol.owner, *(pol.writers if pol.writers is not None else pol.readers)], "admin": [pol.owner]}[need]
+        allowed = {"read": [pol.owner, *pol.readers], "write": [pol.owner, *(pol.writers or ())], "admin": [pol.owner]}[need]
         raise self.refuse(self.decision(
             op, collection, pol, Verdict.REFUSED_CROSS_BOUNDARY,
             f"{who} may not {need} {pol.sensitivity.value} collection {collection!r}; allowed "

@@ -175,7 +175,10 @@ class CollectionPolicy(_Strict):
     readers: tuple[str, ...] = ()
     """Other boundaries allowed to read. ``"*"`` = any verified principal."""
     writers: tuple[str, ...] | None = None
-    """Boundaries allowed to write (default: owner + readers). Non-owners must noise."""
+    """Boundaries besides the owner allowed to write (default: none, only the owner writes;
+    ``"*"`` = any verified principal). Non-owners must noise. A boundary that may both read and
+    write can add points to a source and so raise its own extraction budget
+    (docs/threat-model.md): list only the boundaries that really write."""
     raw_in_boundary: bool = False
     """Allow raw (un-noised) vectors written and read by principals of the owner boundary."""
     noise_on_write: bool = True
@@ -239,7 +242,7 @@ class CollectionPolicy(_Strict):
             return True
         if boundary is None:
             return False
-        allowed = self.writers if self.writers is not None else self.readers
+        allowed = self.writers if self.writers is not None else ()
         return boundary == self.owner or boundary in allowed or "*" in allowed
 
     def raw_allowed(self, boundary: str | None) -> bool:

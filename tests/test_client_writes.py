@@ -304,3 +304,26 @@ def test_writer_outside_writers_is_refused_cross_boundary(kit):
         client.upsert("pii", [models.PointStruct(id=1, vector=unit(rng))])
     assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
     assert count(client, "pii") == 0
+
+
+def test_only_the_owner_writes_unless_writers_lists_more(kit):
+    # Readers used to be writers by default, which let a reader add points to a restricted source
+    # and raise its own extraction budget.
+    rng = np.random.default_rng(3)
+    for extra, support_may_write in (({}, False), ({"writers": ["support"]}, True), ({"writers": ["*"]}, True)):
+        cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "readers": ["support"], "noise_on_write": True,
+                                  **extra}})
+        owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+        create(owner, "pii")
+        owner.upsert("pii", [models.PointStruct(id=1, vector=unit(rng), payload={"source": "s"})])
+        bob = owner.with_principal(kit.principal("bob", "support"))
+        write = [models.PointStruct(id=2, vector=unit(rng), payload={"source": "s"})]
+        if support_may_write:
+            bob.upsert("pii", write)
+            assert count(owner, "pii") == 2
+        else:
+            with pytest.raises(GuardRefusal) as ei:
+                bob.upsert("pii", write)
+            assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY" and "allowed boundaries: ['hr']" in str(ei.value)
+            assert count(owner, "pii") == 1
+        assert len(bob.query_points("pii", query=unit(rng)).points) == count(owner, "pii")
