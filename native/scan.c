@@ -732,16 +732,39 @@ static void ngram_chunk(scanner *st, unsigned count, int64_t base, int narrow, i
     }
 }
 
+/* A token's first min(len, 16) bytes, zero-padded, into head and next, from 16 readable bytes at p
+ * (little-endian): two unaligned loads masked without a branch on the token length, which varies
+ * unpredictably from token to token. */
+typedef struct {
+    uint64_t head, next;
+} head16;
+
+static inline __attribute__((always_inline)) head16 head_next16(const uint8_t *p, size_t len)
+{
+    size_t first = len < 8 ? len : 8, more = len > 8 ? len - 8 : 0;
+    head16 w;
+    memcpy(&w.head, p, 8);
+    memcpy(&w.next, p + 8, 8);
+    w.head &= ~0ull >> (64 - 8 * first); /* first 1..8: a shift of 0..56 */
+    w.next &= more >= 8 ? ~0ull : (1ull << (8 * more)) - 1;
+    return w;
+}
+
 /* Tokens up to 16 bytes hash without a length-dependent branch. The length joins the second
  * operand: with the zero padding, (head, next, length) is the token. For a short token that
  * operand is the same for every token of its length, and one folded multiply by such a constant
  * clusters ids like u0000001, u0000002 badly for some keys (13 slots stepped per token at worst
  * over 200 keys); the second, fixed multiply spreads them like random words for every key tried. */
+static inline uint64_t token_hash16(const uint64_t key[4], uint64_t head, uint64_t next, size_t len)
+{
+    return fold_mul(fold_mul(head ^ key[0], next ^ key[1] ^ (uint64_t)len), 0x9E3779B97F4A7C15ull);
+}
+
+/* token_hash16, then one more folded multiply per further 8 bytes. */
 static inline uint64_t token_hash(const uint64_t key[4], const uint8_t *s, size_t a, size_t b,
                                   uint64_t head, uint64_t next, const uint8_t *end)
 {
-    uint64_t h = fold_mul(head ^ key[0], next ^ key[1] ^ (uint64_t)(b - a));
-    h = fold_mul(h, 0x9E3779B97F4A7C15ull);
+    uint64_t h = token_hash16(key, head, next, b - a);
     for (size_t p = a + 16; p < b; p += 8)
         h = fold_mul(h ^ load_word(s + p, b - p < 8 ? b - p : 8, end), key[1] ^ 0x9E3779B97F4A7C15ull);
     return h;
@@ -892,13 +915,9 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
     {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
         if (end - s >= (ptrdiff_t)(a + 16)) {
-            /* Two unaligned loads masked without a branch on the token length (which varies
-             * unpredictably from token to token). */
-            size_t first = len < 8 ? len : 8, more = len > 8 ? len - 8 : 0;
-            memcpy(&head, s + a, 8);
-            memcpy(&next, s + a + 8, 8);
-            head &= ~0ull >> (64 - 8 * first); /* first 1..8: a shift of 0..56 */
-            next &= more >= 8 ? ~0ull : (1ull << (8 * more)) - 1;
+            head16 w = head_next16(s + a, len);
+            head = w.head;
+            next = w.next;
         } else
 #endif
         {
@@ -1364,13 +1383,10 @@ fast_tokens_loop(scanner *st, hot_state *h, const fast_env *env, int64_t *model_
         } else
 #endif
         {
-            size_t w0 = len < 8 ? len : 8, more = len > 8 ? len - 8 : 0;
-            memcpy(&head, t, 8);
-            memcpy(&next, t + 8, 8);
-            head &= ~0ull >> (64 - 8 * w0);
-            next &= more >= 8 ? ~0ull : (1ull << (8 * more)) - 1;
-            hash = fold_mul(fold_mul(head ^ h->key[0], next ^ h->key[1] ^ (uint64_t)len),
-                            0x9E3779B97F4A7C15ull);
+            head16 w = head_next16(t, len);
+            head = w.head;
+            next = w.next;
+            hash = token_hash16(h->key, head, next, len); /* len <= 16: token_hash without a tail */
         }
         size_t slot = (size_t)hash & env->mask, id;
         for (;;) {
