@@ -464,6 +464,8 @@ class ReadOps(PayloadOps, QueryChecks):
                 if args.get(param) is not None:
                     new[param], other = _lookup_target(args[param], param, param)
                     self._require_lookup(op, other, param)
+            if args.get("with_lookup") is not None:
+                self._require_unbudgeted_lookup(op, new["with_lookup"])
             if args.get("prefetch") is not None:
                 new["prefetch"] = rest_prefetch(args["prefetch"], "prefetch")
                 for where, p in iter_prefetch(new["prefetch"], "prefetch"):
@@ -489,6 +491,23 @@ class ReadOps(PayloadOps, QueryChecks):
             f"receive raw vectors from it; query {other!r} directly (e.g. query_points({other!r}, ...)) "
             "so its results pass the guard",
             details={"lookup": where},
+        ))
+
+    def _require_unbudgeted_lookup(self, op: str, lookup: Any) -> None:
+        """Refuse ``with_lookup`` into a collection whose points or vectors a budget counts."""
+        other = lookup if isinstance(lookup, str) else lookup.collection
+        pol = self.policy(other)
+        with_vectors = not isinstance(lookup, str) and bool(lookup.with_vectors)
+        if pol.is_public or not (_source_budgeted(pol) or (with_vectors and _vector_budgeted_policy(pol))):
+            return
+        # Qdrant attaches the looked-up records itself: they would reach the caller without
+        # passing the extraction or distillation budget that every direct read of them draws on.
+        raise self.refuse(self.decision(
+            op, other, pol, Verdict.REFUSED_CROSS_BOUNDARY,
+            f"with_lookup returns points{' and vectors' if with_vectors else ''} of {other!r} past its "
+            "extraction budget (diversity.max_source_coverage / max_vectors); read them with "
+            f"query_points({other!r}, ...) or retrieve({other!r}, ids), which the budget counts",
+            details={"lookup": "with_lookup"},
         ))
 
     def _rest_request(self, op: str, name: str, req: Any, where: str) -> models.QueryRequest:
@@ -552,9 +571,13 @@ def _source_budgeted(pol: CollectionPolicy) -> bool:
 
 def _vector_budgeted(pol: CollectionPolicy, plan: ReadPlan) -> bool:
     """Whether a read under ``plan`` draws on the PROPRIETARY vector (distillation) budget."""
+    return _vector_budgeted_policy(pol) and bool(plan.user_with_vectors)
+
+
+def _vector_budgeted_policy(pol: CollectionPolicy) -> bool:
+    """Whether vectors read from ``pol``'s collection draw on the PROPRIETARY vector budget."""
     div = pol.diversity
-    return (div.enabled and pol.sensitivity.value == "PROPRIETARY" and div.max_vectors is not None
-            and bool(plan.user_with_vectors))
+    return div.enabled and pol.sensitivity.value == "PROPRIETARY" and div.max_vectors is not None
 
 
 def _source(p: Any, field_name: str) -> str | None:

@@ -318,3 +318,31 @@ def test_count_and_facet_filters_cannot_read_values_past_the_budget(payroll):
     assert bob.count("hr").count == 10
     assert bob.count("hr", count_filter=by_source).count == 10
     assert bob.facet("hr", key="source", facet_filter=by_source).hits[0].count == 10
+
+
+def test_group_with_lookup_cannot_read_past_a_budget_of_the_looked_up_collection(kit):
+    # with_lookup records come back from Qdrant itself, never through the budgets: even the owner
+    # boundary, which may receive raw vectors, would get every stored vector of a PROPRIETARY
+    # collection past its distillation budget, and every point of a budgeted source.
+    model = {"class": "PROPRIETARY", "owner": "hr", "raw_in_boundary": True, "intent": {"enabled": False},
+             "diversity": {"max_vectors": 3}}
+    memo = {"class": "PII", "owner": "hr", "raw_in_boundary": True, "intent": {"enabled": False},
+            "diversity": {"max_source_coverage": 0.25}}
+    alice = QdrantClient(":memory:", guard=kit.config({"model": model, "memo": memo, "pub": {"class": "PUBLIC"}}),
+                         principal=kit.principal("alice", "hr"))
+    rng = np.random.default_rng(5)
+    for name in ("model", "memo", "pub"):
+        create(alice, name)
+        alice.upsert(name, [models.PointStruct(id=i, vector=unit(rng), payload={"source": "memo", "ref": i})
+                            for i in range(20)])
+    assert sum(p.vector is not None for p in alice.retrieve("model", list(range(20)), with_vectors=True)) == 3
+    for lookup in (models.WithLookup(collection="model", with_vectors=True), {"collection": "model", "with_vectors": True},
+                   "memo", models.WithLookup(collection="memo", with_payload=True)):
+        with pytest.raises(GuardRefusal) as ei:
+            alice.query_points_groups("pub", query=unit(rng), group_by="ref", limit=20, group_size=1, with_lookup=lookup)
+        assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
+        assert "budget" in ei.value.directive
+    # Without vectors, a lookup into the PROPRIETARY collection draws on no budget and stays allowed.
+    res = alice.query_points_groups("pub", query=unit(rng), group_by="ref", limit=20, group_size=1,
+                                    with_lookup=models.WithLookup(collection="model", with_payload=True))
+    assert len(res.groups) == 20 and all(g.lookup is not None and g.lookup.vector is None for g in res.groups)
