@@ -418,6 +418,16 @@ class ReadOps(PayloadOps, QueryChecks):
         outside the owner boundary the filter may only name sources (see :meth:`budget_oracle`)."""
         return (yield from self.budget_oracle(method, args, args.get("count_filter")))
 
+    def op_search_matrix_pairs(self, method: str, args: dict[str, Any]) -> Op:
+        """The distance matrix returns the ids of the points its filter matches without returning
+        them to the budget; under an extraction budget outside the owner boundary the filter may
+        only name sources (see :meth:`budget_oracle`)."""
+        return (yield from self.budget_oracle(method, args, args.get("query_filter")))
+
+    def op_search_matrix_offsets(self, method: str, args: dict[str, Any]) -> Op:
+        """As :meth:`op_search_matrix_pairs`."""
+        return (yield from self.budget_oracle(method, args, args.get("query_filter")))
+
     def budget_oracle(self, method: str, args: dict[str, Any], flt: Any, *, facet_key: str | None = None) -> Op:
         """Refuse a call that would read payload values past the extraction budget.
 

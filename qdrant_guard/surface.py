@@ -15,8 +15,8 @@ PAYLOAD = frozenset({"set_payload", "overwrite_payload", "delete_payload", "clea
 # Methods that return points (payloads, vectors): boundary, query checks, diversity, budget, stripping.
 READ_POINTS = frozenset({"query_points", "query_batch_points", "query_points_groups", "scroll", "retrieve"})
 
-# One collection, no vectors returned: the caller must be allowed to read it (facet also obeys
-# the extraction budget, see ReadOps.op_facet).
+# One collection, no vectors returned: the caller must be allowed to read it (their filters, and
+# facet's key, also obey the extraction budget, see ReadOps.budget_oracle).
 READ_COLLECTION = frozenset({"count", "facet", "search_matrix_pairs", "search_matrix_offsets"})
 
 # One collection, changed without new vectors: the caller must be allowed to write it.

@@ -346,3 +346,19 @@ def test_group_with_lookup_cannot_read_past_a_budget_of_the_looked_up_collection
     res = alice.query_points_groups("pub", query=unit(rng), group_by="ref", limit=20, group_size=1,
                                     with_lookup=models.WithLookup(collection="model", with_payload=True))
     assert len(res.groups) == 20 and all(g.lookup is not None and g.lookup.vector is None for g in res.groups)
+
+
+@pytest.mark.parametrize("method", ["search_matrix_pairs", "search_matrix_offsets"])
+def test_search_matrix_filters_cannot_read_values_past_the_budget(payroll, method):
+    # The distance matrix returns the ids of the points a filter matches, without returning (or
+    # charging) the points: a salary-range filter would read the salary of every point, as count would.
+    owner, bob = payroll
+    by_salary = models.Filter(must=[models.FieldCondition(key="salary", range=models.Range(gte=1005))])
+    by_source = models.Filter(must=[models.FieldCondition(key="source", match=models.MatchValue(value="payroll"))])
+    with pytest.raises(GuardRefusal) as ei:
+        getattr(bob, method)("hr", query_filter=by_salary, sample=10, limit=9)
+    assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    assert "'source'" in ei.value.directive
+    assert getattr(owner, method)("hr", query_filter=by_salary, sample=10, limit=9)  # the owner boundary is not budgeted
+    assert getattr(bob, method)("hr", query_filter=by_source, sample=10, limit=9)
+    assert getattr(bob, method)("hr", sample=10, limit=9)
