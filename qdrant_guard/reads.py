@@ -111,7 +111,7 @@ class ReadOps(PayloadOps, QueryChecks):
             else:
                 pts = list(outcome.kept)
         if _source_budgeted(pol):
-            pts = yield from self.apply_budget(op, name, pol, pts, details, lambda p: source_of(id(p)),
+            pts = yield from self.apply_budget(op, name, pol, pts, details, lambda p: _sources(p, src),
                                                account=account)
         if _vector_budgeted(pol, plan):
             pts = self.apply_vector_budget(op, name, pol, pts, details, account=account)
@@ -146,17 +146,20 @@ class ReadOps(PayloadOps, QueryChecks):
         return keep
 
     def apply_budget(self, op: str, name: str, pol: CollectionPolicy, pts: list[Any], details: dict[str, Any],
-                     source_of: Callable[[Any], str | None], *, account: str | None = None) -> Any:
+                     sources_of: Callable[[Any], Sequence[str]], *, account: str | None = None) -> Any:
         """The cross-query extraction budget: withhold points past a principal's coverage of a source.
 
-        Points are charged, and sources counted, under collection ``account`` (``name`` when None).
+        A point of several sources (``sources_of``) is charged to each and withheld if any of them
+        withholds it. Points are charged, and sources counted, under collection ``account``
+        (``name`` when None).
         """
         account = name if account is None else account
         budget = self.extraction_budget(pol)
         principal = self.principal_label or "anonymous"
         by_source: dict[str, list[Any]] = {}
         for p in pts:
-            by_source.setdefault(source_of(p) or "__unknown__", []).append(p)
+            for source in sources_of(p) or ("__unknown__",):
+                by_source.setdefault(source, []).append(p)
         restricted = pol.diversity.restricted_sources
         requests: dict[str, tuple[list[Any], int]] = {}
         for source, group in by_source.items():
@@ -599,6 +602,19 @@ def _source(p: Any, field_name: str) -> str | None:
             return None
         node = node.get(part)
     return None if node is None or isinstance(node, (dict, list)) else str(node)
+
+
+def _sources(p: Any, field_name: str) -> tuple[str, ...]:
+    """Every source of the point, as a filter on the source field sees them: a list value names
+    several (Qdrant matches ``MatchValue("memo")`` against ``["memo", "q3"]``, and counts the point
+    in memo's size)."""
+    node: Any = getattr(p, "payload", None) or {}
+    for part in field_name.split("."):
+        if not isinstance(node, dict):
+            return ()
+        node = node.get(part)
+    values = node if isinstance(node, list) else [node]
+    return tuple(dict.fromkeys(str(v) for v in values if v is not None and not isinstance(v, (dict, list))))
 
 
 def _only_names_sources(flt: Any, source_field: str) -> bool:

@@ -236,3 +236,21 @@ def test_async_client_shares_the_budget_across_names(kit):
         assert await dave.retrieve("memo_v2", list(range(10, 20))) == []
 
     asyncio.run(main())
+
+
+def test_points_tagged_with_a_list_of_sources_are_charged_to_each(kit):
+    # Qdrant reads a list payload value as many values: {"source": ["memo", "q3"]} is one of memo's
+    # points to a filter, so it counts in memo's size. The budget must charge it to memo too, or
+    # list-tagged chunks of a restricted source are read past the cap (15 of 20 here, not 5).
+    alice = QdrantClient(":memory:", guard=kit.config({"memo": MEMO}), principal=kit.principal("alice", "hr"))
+    rng = np.random.default_rng(2)
+    create(alice, "memo")
+    alice.upsert("memo", [models.PointStruct(id=i, vector=unit(rng), payload={"source": ["memo", "q3"] if i % 2 else "memo"})
+                          for i in range(20)])
+    dave = alice.with_principal(kit.principal("dave", "support"))
+    got = _ids(dave.retrieve("memo", list(range(20))))
+    got |= _ids(dave.scroll("memo", limit=100)[0])
+    got |= _ids(dave.query_points("memo", query=unit(rng), limit=10).points)
+    assert len(got) == CAP
+    # A source the budget does not restrict ("q3") does not release memo's points either.
+    assert _ids(dave.retrieve("memo", [1, 3, 5, 7, 9, 11, 13])) <= got
