@@ -205,7 +205,8 @@ class CollectionPolicy(_Strict):
     noise unless generalised (docs/eval.md). Costs recall where queries name identifiers
     (about 3 points on the eval corpus); false keeps them in the embedded text."""
     keep_payload_text_in_boundary: bool = False
-    """Keep PII in the payload text when the writer is in the owner boundary (never credentials)."""
+    """Keep PII in the payload text when the writer is in the owner boundary (never credentials).
+    Readers of other boundaries get the text field redacted (payloads, facet values, group ids)."""
     allow_redaction_on_public: bool = False
     """On PUBLIC collections redact findings instead of refusing them as mislabelled."""
     fail_closed: bool = True

@@ -11,6 +11,7 @@ from qdrant_client import grpc
 from qdrant_client.conversions.conversion import GrpcToRest
 from qdrant_client.http import models
 
+from . import detect as _detect
 from . import noise as _noise
 from .budget import BudgetStoreError, ExtractionBudget, make_store, normalize_point_id
 from .decision import Verdict
@@ -115,6 +116,7 @@ class ReadOps(PayloadOps, QueryChecks):
                                                account=account)
         if _vector_budgeted(pol, plan):
             pts = self.apply_vector_budget(op, name, pol, pts, details, account=account)
+        redact_text = self.redacts_kept_text(pol)
         out = []
         for p in pts:
             updates: dict[str, Any] = {}
@@ -122,8 +124,18 @@ class ReadOps(PayloadOps, QueryChecks):
                 updates["vector"] = self.releasable_vectors(name, p)
             if plan.user_with_payload is not True:
                 updates["payload"] = project_payload(p.payload, plan.user_with_payload)
+            if redact_text:
+                payload = updates.get("payload", p.payload)
+                if isinstance(payload, dict) and isinstance(payload.get(pol.text_field), str):
+                    updates["payload"] = {**payload, pol.text_field: _detect.redact(payload[pol.text_field])}
             out.append(p.model_copy(update=updates) if updates else p)
         return out
+
+    def redacts_kept_text(self, pol: CollectionPolicy | None) -> bool:
+        """Whether the caller gets the text field redacted: PII that ``keep_payload_text_in_boundary``
+        kept in stored text is for the owner boundary only."""
+        return (pol is not None and pol.keep_payload_text_in_boundary and bool(pol.text_field)
+                and self.boundary() != pol.owner)
 
     def releasable_vectors(self, name: str, point: Any) -> Any:
         """Only vectors with a valid receipt leave the boundary; raw ones are stripped."""
@@ -379,13 +391,17 @@ class ReadOps(PayloadOps, QueryChecks):
             )
             groups = [g.model_copy(update={"hits": list(o.kept)}) for g, o in zip(groups, outcome.groups)]
             details["group_caps"] = {"group_cap": outcome.group_cap, "response_cap": outcome.response_cap}
+        redact_ids = self.redacts_kept_text(pol) and args.get("group_by") == pol.text_field
         out_groups = []
         for g in groups:
             hits = yield from self.finish(method, name, pol, plan, g.hits, details, account=account)
             # A group's id is its hits' payload value: a group whose every hit was capped or
             # withheld must not come back empty, or its id leaks what the budget withheld.
             if hits:
-                out_groups.append(g.model_copy(update={"hits": hits}))
+                update: dict[str, Any] = {"hits": hits}
+                if redact_ids and isinstance(g.id, str):
+                    update["id"] = _detect.redact(g.id)
+                out_groups.append(g.model_copy(update=update))
         self._audit_read(method, name, pol, sum(len(g.hits) for g in out_groups), details)
         return models.GroupsResult(groups=out_groups)
 
@@ -414,7 +430,12 @@ class ReadOps(PayloadOps, QueryChecks):
         """``facet`` returns payload values of every source; where an extraction budget guards the
         sources, outside the owner boundary only the source field may be faceted, and the filter
         may only name sources (see :meth:`budget_oracle`)."""
-        return (yield from self.budget_oracle(method, args, args.get("facet_filter"), facet_key=args.get("key")))
+        res = yield from self.budget_oracle(method, args, args.get("facet_filter"), facet_key=args.get("key"))
+        pol = None if self.transparent else self.policy(args["collection_name"])
+        if self.redacts_kept_text(pol) and pol is not None and args.get("key") == pol.text_field:
+            res = res.model_copy(update={"hits": [h.model_copy(update={"value": _detect.redact(h.value)})
+                                                  if isinstance(h.value, str) else h for h in res.hits]})
+        return res
 
     def op_count(self, method: str, args: dict[str, Any]) -> Op:
         """``count`` with a filter answers whether matching points exist; under an extraction budget

@@ -114,3 +114,27 @@ def test_with_generalisation_off_the_screened_text_is_embedded(tmp_path):
     client.upsert("c", [models.PointStruct(id=1, vector=models.Document(text=ORDER_TEXT, model="m"))])
     assert emb.seen == [ORDER_TEXT]
 
+
+
+def test_payload_pii_kept_inside_the_owner_boundary_does_not_leave_it(tmp_path):
+    # keep_payload_text_in_boundary keeps PII for the owner boundary; readers of another boundary
+    # get the text redacted, through every read that returns payloads or payload values.
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"c": {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True,
+                            "text_field": "text", "keep_payload_text_in_boundary": True, "intent": {"enabled": False}}})
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder=Recorder())
+    create(client, "c")
+    client.upsert("c", [models.PointStruct(id=1, vector=models.Document(text=SSN_TEXT, model="m"),
+                                           payload={"text": SSN_TEXT, "source": "s"})])
+    bob = client.with_principal(kit.principal("bob", "support"))
+    redacted = "Jane asked about payroll; her SSN is [SSN]"
+    query = [1.0] + [0.0] * (DIM - 1)
+    assert bob.retrieve("c", [1])[0].payload["text"] == redacted
+    assert bob.scroll("c")[0][0].payload["text"] == redacted
+    assert bob.query_points("c", query=query).points[0].payload["text"] == redacted
+    assert bob.query_batch_points("c", [models.QueryRequest(query=query, with_payload=True)])[0].points[0].payload["text"] == redacted
+    groups = bob.query_points_groups("c", query=query, group_by="text").groups
+    assert [g.id for g in groups] == [redacted] and groups[0].hits[0].payload["text"] == redacted
+    assert [h.value for h in bob.facet("c", key="text").hits] == [redacted]
+    assert client.retrieve("c", [1])[0].payload["text"] == SSN_TEXT  # the owner boundary keeps it
+    assert client.facet("c", key="text").hits[0].value == SSN_TEXT
