@@ -111,6 +111,20 @@ class Guard(WriteOps, ReadOps):
     def _check_alias(self, method: str, collection: str, alias: str) -> None:
         target = self.policy(collection)
         if target.is_public:
+            try:
+                named = self.policy(alias)
+            except ConfigError:
+                return  # unlisted = "refuse": nothing can be written under that name
+            if not named.is_public and (named.owner is not None or named.writers):
+                # Writes under the alias name are decided by its (sensitive) policy, raw in-boundary
+                # vectors and unredacted text included, but would land where anyone reads them.
+                raise self.refuse(self.decision(
+                    method, alias, named, Verdict.REFUSED_CROSS_BOUNDARY,
+                    f"alias {alias!r} would put {named.sensitivity.value} collection name {alias!r} on "
+                    f"PUBLIC collection {collection!r}, so writes made under {alias!r}'s policy would be "
+                    f"readable by anyone; give the alias a name whose policy is PUBLIC, or create "
+                    f"{alias!r} as its own collection",
+                ))
             return
         self.require_access(method, collection, target, "admin")
         if self.config.collections.get(alias) != target:
