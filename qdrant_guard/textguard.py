@@ -84,10 +84,14 @@ class TextOps(GuardPipeline):
         return payload
 
     def public_vector(self, op: str, name: str, pol: CollectionPolicy, vector: Any, *, point_id: Any) -> Any:
-        """A vector struct with each ``models.Document`` text screened (the same object when it has none)."""
+        """A vector struct with each ``models.Document`` text, and each ``models.InferenceObject``
+        string, screened (the same object when it has none)."""
         vecs = split_vector_struct(vector)
         docs = {k: v.model_copy(update={"text": self.screen_text(op, name, pol, v.text, point_ids=[point_id])})
                 for k, v in vecs.items() if isinstance(v, models.Document)}
+        # Qdrant's inference embeds an InferenceObject's string as text, exactly like a Document's.
+        docs.update({k: v.model_copy(update={"object": self.screen_text(op, name, pol, v.object, point_ids=[point_id])})
+                     for k, v in vecs.items() if isinstance(v, models.InferenceObject) and isinstance(v.object, str)})
         if not docs:
             return vector
         return join_vector_struct({**vecs, **docs})

@@ -46,3 +46,45 @@ def test_a_sensitive_name_cannot_be_made_an_alias_of_a_public_collection(tmp_pat
     alice.upsert("hr_records", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)),
                                                    payload={"text": "Jane Roe, SSN 123-45-6789"})])
     assert snapshot(alice, "kb") == []
+
+
+SSN = "Customer John Doe, SSN 123-45-6789"
+
+
+@pytest.fixture()
+def public(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({
+        "pub": {"class": "PUBLIC"},
+        "pub_ok": {"class": "PUBLIC", "allow_redaction_on_public": True},
+    })
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    for name in ("pub", "pub_ok"):
+        create(client, name)
+    return client
+
+
+@pytest.mark.parametrize("write", [
+    lambda c, v: c.upsert("pub", [models.PointStruct(id=1, vector=v)]),
+    lambda c, v: c.upsert("pub", models.Batch(ids=[1], vectors=[v])),
+    lambda c, v: c.upload_points("pub", [models.PointStruct(id=1, vector=v)]),
+    lambda c, v: c.batch_update_points("pub", [models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
+        points=[models.PointVectors(id=1, vector=v)]))]),
+], ids=["upsert", "upsert_batch", "upload_points", "batch_update_vectors"])
+def test_text_in_an_inference_object_is_screened_on_public_collections(public, write):
+    # An InferenceObject's string is text Qdrant's inference embeds, like a Document's.
+    obj = models.InferenceObject(object=SSN, model="sentence-transformers/all-minilm-l6-v2")
+    with pytest.raises(GuardRefusal) as ei:
+        write(public, obj)
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+    assert snapshot(public, "pub") == []
+
+
+def test_inference_object_text_is_redacted_where_the_public_policy_allows_it(public):
+    pol = public.guard.policy("pub_ok")
+    obj = models.InferenceObject(object=SSN, model="m", options={"k": 1})
+    screened = public.guard.public_vector("upsert", "pub_ok", pol, {"a": obj, "b": [0.5] * 4}, point_id=1)
+    assert screened["a"].object == "Customer John Doe, SSN [SSN]"
+    assert screened["a"].model == "m" and screened["a"].options == {"k": 1}
+    image = models.InferenceObject(object={"url": "https://example.com/x.png"}, model="m")
+    assert public.guard.public_vector("upsert", "pub_ok", pol, image, point_id=1) is image
