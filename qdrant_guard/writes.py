@@ -458,6 +458,14 @@ class WriteOps(TextOps):
         current = yield Call("retrieve", {"collection_name": name, "ids": ids, "shard_key_selector": shard_key,
                                            "with_payload": [RECEIPT_KEY], "with_vectors": False})
         existing = {normalize_point_id(r.id): stored_receipts(r.payload) for r in current}
+        missing = [i for i in ids if normalize_point_id(i) not in existing and normalize_point_id(i) not in fresh]
+        if missing:
+            # Qdrant applies the other points' vectors before failing on a missing one; the
+            # receipt operations after it would then never run, leaving vectors without receipts.
+            raise UnsupportedWriteError(
+                f"{op}: point(s) {missing} do not exist in collection {name!r}; a vector update cannot "
+                "create points. Upsert those points (with their vectors) instead, or leave their ids out"
+            )
         for pid, container in fresh.items():
             existing[pid] = stored_receipts({RECEIPT_KEY: container})
         pts = [models.PointStruct(id=u.id, vector=u.vector, payload=None) for u in updates]

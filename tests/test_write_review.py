@@ -88,3 +88,48 @@ def test_inference_object_text_is_redacted_where_the_public_policy_allows_it(pub
     assert screened["a"].model == "m" and screened["a"].options == {"k": 1}
     image = models.InferenceObject(object={"url": "https://example.com/x.png"}, model="m")
     assert public.guard.public_vector("upsert", "pub_ok", pol, image, point_id=1) is image
+
+
+@pytest.fixture()
+def noised(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii")
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    rng = np.random.default_rng(3)
+    bob.upsert("pii", [models.PointStruct(id=i, vector=unit(rng)) for i in (1, 2)])
+    return owner, bob, rng
+
+
+def _receipts_ok(owner):
+    from qdrant_guard.receipts import verify
+    return [(r.point_id, r.reason) for r in verify(owner, "pii", trusted_keys=owner.guard.trusted_receipt_keys)]
+
+
+@pytest.mark.parametrize("call", [
+    lambda c, vs: c.update_vectors("pii", [models.PointVectors(id=1, vector=vs[0]),
+                                           models.PointVectors(id=99, vector=vs[1])]),
+    lambda c, vs: c.batch_update_points("pii", [models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
+        points=[models.PointVectors(id=1, vector=vs[0]), models.PointVectors(id=99, vector=vs[1])]))]),
+], ids=["update_vectors", "batch_update_vectors"])
+def test_a_vector_update_naming_a_missing_point_changes_nothing(noised, call):
+    # Qdrant applies the other points' new vectors before failing on the missing one, and the
+    # receipts (set by later operations of the same request) were then never written.
+    from qdrant_guard import UnsupportedWriteError
+    owner, bob, rng = noised
+    before = snapshot(owner, "pii")
+    with pytest.raises(UnsupportedWriteError, match="99"):
+        call(bob, [unit(rng), unit(rng)])
+    assert snapshot(owner, "pii") == before
+    assert _receipts_ok(owner) == [(1, "ok"), (2, "ok")]
+
+
+def test_a_vector_update_of_a_point_upserted_earlier_in_the_batch_is_allowed(noised):
+    owner, bob, rng = noised
+    bob.batch_update_points("pii", [
+        models.UpsertOperation(upsert=models.PointsList(points=[models.PointStruct(id=5, vector=unit(rng))])),
+        models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
+            points=[models.PointVectors(id=5, vector=unit(rng))])),
+    ])
+    assert _receipts_ok(owner) == [(1, "ok"), (2, "ok"), (5, "ok")]
