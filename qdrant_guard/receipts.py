@@ -866,6 +866,9 @@ def _parse(receipt: Any) -> tuple[dict[str, Any], bytes, dict[str, Any] | None]:
         _check_fields(batch, {"index": int, "size": int, "path": list}, "receipt.batch")
         if not all(isinstance(h, str) for h in batch["path"]):
             raise _Reject("bad_merkle_proof", "batch.path must be a list of hex strings")
+        if batch["size"] >= 2 ** 64:
+            # The root signature encodes size as a uint64: a larger size was never signed.
+            raise _Reject("malformed", f"batch.size {batch['size']} does not fit the signed uint64")
     return dict(body), sig, (dict(batch) if batch is not None else None)
 
 

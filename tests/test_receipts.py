@@ -419,6 +419,19 @@ def test_batch_merkle_tampering(keys, rng):
     assert check(_mutate(r, ("batch", "index"), "2"), v, keys, point_id=2).reason == "malformed"
 
 
+def test_batch_size_beyond_uint64_is_a_rejection_not_an_exception(keys, rng):
+    # The signed size is a uint64: a size (or index) past it cannot have been signed, and must be
+    # reported like any other bad proof instead of raising out of verify_receipt (which would
+    # abort receipts.verify() over a whole collection and every read of the point).
+    receipts, vecs = _batch(keys, rng, 3)
+    r, v = receipts[0], vecs[0]
+    big = _mutate(_mutate(r, ("batch", "size"), 2 ** 64), ("batch", "path"), [r["batch"]["path"][0]] * 64)
+    res = check(big, v, keys, point_id=0)
+    assert not res.ok and res.reason == "malformed", res
+    huge = _mutate(_mutate(r, ("batch", "size"), 2 ** 70), ("batch", "index"), 2 ** 70 - 1)
+    assert check(huge, v, keys, point_id=0).reason == "malformed"
+
+
 def test_batch_argument_errors(keys):
     assert issue_receipts_batch(keys["signer"], []) == []
     with pytest.raises(TypeError):
