@@ -235,7 +235,7 @@ def verify_credential(
     except ValueError as exc:
         try:
             json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise CredentialRejected("malformed", "claims are not JSON") from None
         raise CredentialRejected("non_canonical", str(exc)) from None
     if not isinstance(claims, dict):

@@ -148,6 +148,10 @@ def decode_canonical(data: bytes) -> Any:
         value = json.loads(bytes(data).decode("utf-8"), parse_constant=_reject_constant)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not valid UTF-8 JSON: {exc}") from exc
+    except RecursionError:
+        # json's decoder raises RecursionError, not ValueError, on deep nesting; verifiers catch
+        # ValueError to turn bad input into a rejection.
+        raise ValueError("not valid JSON: nested too deeply to decode") from None
     if canonical_json(value) != bytes(data):
         raise ValueError("JSON is valid but not in canonical form (re-encoding gives other bytes)")
     return value

@@ -806,7 +806,7 @@ def _parse(receipt: Any) -> tuple[dict[str, Any], bytes, dict[str, Any] | None]:
         except (ValueError, TypeError) as exc:
             try:
                 json.loads(data)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise _Reject("malformed", f"receipt is not JSON: {exc}") from None
             raise _Reject("non_canonical", str(exc)) from None
     if not isinstance(receipt, Mapping):

@@ -161,6 +161,13 @@ def test_non_canonical_claims(auth):
         assert reason_of(f"{prefix}.{c}.{std}", auth) == "bad_signature"
 
 
+def test_deeply_nested_claims_are_rejected_not_raised(auth):
+    # json raises RecursionError on deep nesting; it must still be a CredentialRejected.
+    _, sig = split(token_for(auth))
+    for body in (b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 100_000 + b"1" + b"}" * 100_000):
+        assert reason_of(assemble(body, sig), auth) == "malformed"
+
+
 def test_algorithm_confusion_other_schemes(auth):
     claims, _ = split(token_for(auth))
     body = canonical_json(claims)

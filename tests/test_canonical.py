@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qdrant_guard.canonical import _encode, canonical_json, decode_canonical
+from qdrant_guard.canonical import _encode, canonical_json, decode_canonical, is_canonical
 
 
 def _reference_canonical_json(obj: Any) -> bytes:
@@ -177,3 +177,10 @@ def test_errors_name_the_path():
         canonical_json({"a": [0.0, math.nan]})
     with pytest.raises(TypeError, match=r"\$\.x has a key of type int"):
         canonical_json({"x": {1: 2}})
+
+
+def test_decode_canonical_deep_nesting_is_a_value_error():
+    # Verifiers turn ValueError into a rejection; json's RecursionError would escape them.
+    with pytest.raises(ValueError, match="nested too deeply"):
+        decode_canonical(b"[" * 100_000 + b"]" * 100_000)
+    assert not is_canonical(b'{"a":' * 100_000 + b"1" + b"}" * 100_000)

@@ -339,6 +339,15 @@ def test_non_canonical_json_encodings_rejected(keys, rng):
     assert check(b"{not json", vec, keys).reason == "malformed"
 
 
+def test_deeply_nested_receipt_json_is_malformed_not_an_exception(keys, rng):
+    # json's decoder raises RecursionError (not ValueError) on deep nesting: verify_receipt must
+    # still return a reason instead of raising.
+    _, vec = fresh(keys, rng)
+    for junk in (b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 100_000 + b"1" + b"}" * 100_000):
+        res = check(junk, vec, keys)
+        assert not res.ok and res.reason == "malformed", res
+
+
 def test_expiry(keys, rng):
     r, vec = fresh(keys, rng)
     assert check(r, vec, keys, max_age_s=60, now=NOW + 59).ok
