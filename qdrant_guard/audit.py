@@ -32,6 +32,7 @@ from .receipts import ReceiptSigner
 __all__ = [
     "GENESIS",
     "CHECKPOINT_PREFIX",
+    "DEFAULT_CHECKPOINT_EVERY",
     "AUDIT_PROBLEMS",
     "AuditLog",
     "AuditReport",
@@ -41,6 +42,7 @@ __all__ = [
 ]
 
 GENESIS = "0" * 64
+DEFAULT_CHECKPOINT_EVERY = 1000
 CHECKPOINT_PREFIX = b"qdrant-guard audit checkpoint v1\x00"
 AUDIT_PROBLEMS = (
     "torn_tail",       # last line has no newline: a writer died mid-entry
@@ -153,7 +155,8 @@ def _iter_lines(fh: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
             yield line, False
 
 
-def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None) -> AuditReport:
+def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
+          checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> AuditReport:
     p = os.fspath(path)
     try:
         fh = open(p, "rb")
@@ -211,6 +214,12 @@ def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None) -
             if trusted_keys is not None and "ckpt" in entry:
                 _check_ckpt(entry, trusted_keys)
                 ckpts += 1
+            elif trusted_keys is not None and seq % checkpoint_every == 0:
+                # ckpt is outside the hash: whoever rewrites the chain drops the checkpoints
+                # they cannot re-sign, so a missing one is as bad as a forged one.
+                raise _Bad("bad_checkpoint", f"seq {seq} carries no checkpoint; a log written with a "
+                                             f"signer has one every {checkpoint_every} entries "
+                                             "(stripped, or written without the signing key?)")
         except _Bad as exc:
             bad = exc
             if bad_line is None:
@@ -235,7 +244,8 @@ def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None) -
 
 
 def verify_audit_file(
-    path: PathLike, *, trusted_keys: Mapping[str, Ed25519PublicKey] | None = None
+    path: PathLike, *, trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
 ) -> AuditReport:
     """Verify an audit log file from its first line.
 
@@ -246,7 +256,9 @@ def verify_audit_file(
 
     Args:
         path: the JSONL file.
-        trusted_keys: key id -> public key; when given, checkpoint signatures are verified too.
+        trusted_keys: key id -> public key; when given, checkpoint signatures are verified too,
+            and every ``checkpoint_every``-th entry must carry one (``bad_checkpoint`` otherwise).
+        checkpoint_every: the writer's checkpoint period (:class:`AuditLog`'s, default 1000).
 
     Raises:
         TypeError: ``path`` is not a path.
@@ -256,7 +268,9 @@ def verify_audit_file(
         raise TypeError(f"verify_audit_file() path must be str or os.PathLike, not {type(path).__name__}")
     if trusted_keys is not None and not isinstance(trusted_keys, Mapping):
         raise TypeError("trusted_keys must be a mapping of key id to Ed25519PublicKey or None")
-    return _scan(path, trusted_keys)
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        raise ValueError(f"verify_audit_file() checkpoint_every must be a positive int, got {checkpoint_every!r}")
+    return _scan(path, trusted_keys, checkpoint_every)
 
 
 def _lock(fd: int) -> None:
@@ -399,7 +413,7 @@ class AuditLog:
         logger_name: str = "qdrant_guard.audit",
         fsync: bool = False,
         signer: ReceiptSigner | None = None,
-        checkpoint_every: int = 1000,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         verify_existing: bool = False,
     ) -> None:
         if path is not None and not isinstance(path, (str, os.PathLike)):

@@ -91,7 +91,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     if args.key:
         pks = [keys.load_public_key(k) for k in args.key]
         trusted = {keys.key_id(pk): pk for pk in pks}
-    rep = verify_audit_file(args.file, trusted_keys=trusted)
+    rep = verify_audit_file(args.file, trusted_keys=trusted, checkpoint_every=args.checkpoint_every)
     if rep.ok:
         signed = f", {rep.checkpoints} signed checkpoint(s) verified" if trusted is not None else ""
         print(f"OK: {rep.entries} entries, hash chain intact{signed} ({args.file})")
@@ -165,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     av.add_argument("--key", action="append", metavar="PUBLIC_KEY",
                     help="verify signed checkpoints with this public key (file or ed25519:... text; "
                          "repeatable), e.g. the guard's signing key's .pub")
+    av.add_argument("--checkpoint-every", type=int, default=1000, metavar="N",
+                    help="with --key: every N-th entry must carry a signed checkpoint (the writer's "
+                         "checkpoint_every; default 1000, the guard's)")
     av.set_defaults(func=cmd_audit_verify)
     ar = aud_p.add_parser("repair", help="cut a torn/tampered tail to the valid prefix, recording the cut")
     ar.add_argument("file")

@@ -209,6 +209,40 @@ def test_checkpoints_detect_full_rewrite(tmp_path):
     assert verify_audit_file(p, trusted_keys={}).problem == "bad_checkpoint"
 
 
+def test_stripping_checkpoints_does_not_hide_a_full_rewrite(tmp_path):
+    # ckpt is outside the hash, so an attacker who rewrites entry 2 and recomputes every later
+    # hash can simply drop the checkpoints they cannot re-sign. The verifier must expect one at
+    # every checkpoint_every-th seq, or a rewritten log "verifies" with the key, 0 checkpoints.
+    sk, pk = generate_keypair()
+    signer = ReceiptSigner(sk)
+    trusted = {signer.key_id: pk}
+    p = make_log(tmp_path / "a.jsonl", 1001, signer=signer)  # the default: every 1000th entry
+    assert verify_audit_file(p, trusted_keys=trusted).checkpoints == 1
+    entries = [json.loads(x) for x in lines_of(p)]
+    prev = entries[0]["hash"]
+    out = [lines_of(p)[0]]
+    for e in entries[1:]:
+        if e["seq"] == 2:
+            e["record"] = {"event": "rewritten"}
+        e.pop("ckpt", None)
+        e["prev"] = prev
+        e["hash"] = entry_hash(e)
+        prev = e["hash"]
+        out.append(canonical_json(e) + b"\n")
+    write_lines(p, out)
+    assert verify_audit_file(p).ok  # the bare chain cannot tell...
+    rep = verify_audit_file(p, trusted_keys=trusted)  # ...the missing checkpoint does
+    assert (rep.ok, rep.problem, rep.index, rep.valid_prefix) == (False, "bad_checkpoint", 1000, 999)
+    assert "no checkpoint" in rep.detail
+    # A custom period is verified with the same period.
+    q = make_log(tmp_path / "b.jsonl", 7, signer=signer, checkpoint_every=3)
+    assert verify_audit_file(q, trusted_keys=trusted, checkpoint_every=3).checkpoints == 2
+    write_lines(q, [canonical_json({k: v for k, v in json.loads(x).items() if k != "ckpt"}) + b"\n"
+                    for x in lines_of(q)])
+    rep = verify_audit_file(q, trusted_keys=trusted, checkpoint_every=3)
+    assert (rep.problem, rep.index) == ("bad_checkpoint", 3)
+
+
 def test_truncating_whole_entries_needs_an_anchor(tmp_path):
     p = tmp_path / "a.jsonl"
     log = AuditLog(p)

@@ -128,3 +128,32 @@ def test_guard_audit_log_carries_checkpoints_signed_with_the_guard_key(tmp_path)
     assert run("audit", "verify", str(log), check=False).returncode == 1
     assert "repaired" in run("audit", "repair", str(log), "--signing-key", str(kit.guard_key_path)).stdout
     assert "2 signed checkpoint(s) verified" in run("audit", "verify", str(log), "--key", str(guard_pub)).stdout
+
+
+def test_audit_verify_with_key_refuses_a_rewrite_with_checkpoints_stripped(tmp_path):
+    from qdrant_guard.audit import AuditLog, entry_hash
+    from qdrant_guard.canonical import canonical_json
+    from qdrant_guard.receipts import ReceiptSigner
+
+    sk, pk = keys.generate_keypair()
+    log = tmp_path / "audit.jsonl"
+    with AuditLog(log, signer=ReceiptSigner(sk), checkpoint_every=4) as a:
+        for i in range(9):
+            a.append({"event": "write", "i": i})
+    assert "2 signed checkpoint(s)" in run("audit", "verify", str(log), "--key", keys.public_key_to_str(pk),
+                                           "--checkpoint-every", "4").stdout
+    # Rewrite entry 1 and every later hash, dropping the checkpoints that cannot be re-signed.
+    prev, out = "0" * 64, []
+    for n, line in enumerate(log.read_bytes().splitlines()):
+        e = json.loads(line)
+        e.pop("ckpt", None)
+        if n == 0:
+            e["record"] = {"event": "forged"}
+        e["prev"], e["hash"] = prev, None
+        e["hash"] = prev = entry_hash(e)
+        out.append(canonical_json(e) + b"\n")
+    log.write_bytes(b"".join(out))
+    assert run("audit", "verify", str(log)).returncode == 0
+    proc = run("audit", "verify", str(log), "--key", keys.public_key_to_str(pk), "--checkpoint-every", "4",
+               check=False)
+    assert proc.returncode == 1 and "bad_checkpoint at line 4" in proc.stdout
