@@ -6,6 +6,7 @@ expectation fails, so ``make demo`` doubles as an end-to-end check.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import textwrap
@@ -98,8 +99,12 @@ def _verdict_of(fn: Callable[[], Any]) -> tuple[str, str, Any]:
 def _setup(work: Path) -> dict[str, Any]:
     def keypair(name: str) -> Any:
         sk, pk = keys.generate_keypair()
-        (work / name).write_bytes(keys.private_key_to_pem(sk))
-        (work / name).chmod(0o600)
+        # A new file created 0600: written first and chmod-ed after, the key was readable by
+        # others in between, and a file left by an earlier run may be open elsewhere already.
+        (work / name).unlink(missing_ok=True)
+        fd = os.open(work / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(keys.private_key_to_pem(sk))
         (work / f"{name}.pub").write_text(keys.public_key_to_str(pk) + "\n")
         return sk
 

@@ -157,3 +157,32 @@ def test_audit_verify_with_key_refuses_a_rewrite_with_checkpoints_stripped(tmp_p
     proc = run("audit", "verify", str(log), "--key", keys.public_key_to_str(pk), "--checkpoint-every", "4",
                check=False)
     assert proc.returncode == 1 and "bad_checkpoint at line 4" in proc.stdout
+
+
+def test_demo_never_leaves_a_private_key_readable_by_others(tmp_path):
+    # The demo used to write each key with the umask's mode (0644) and chmod it afterwards: in
+    # between, any local user could open the file and keep reading the key. An audit hook sees
+    # every later open/chmod and checks the key files that exist at that moment.
+    script = textwrap.dedent(f"""
+        import os, stat, sys
+        from pathlib import Path
+        from qdrant_guard.demo import _setup
+        work = Path({str(tmp_path)!r})
+        bad = []
+        def hook(event, args):
+            if event in ("open", "os.chmod"):
+                for p in work.glob("*.key"):
+                    mode = stat.S_IMODE(os.stat(p).st_mode)
+                    if mode & 0o077:
+                        bad.append((p.name, oct(mode)))
+        os.umask(0o022)
+        sys.addaudithook(hook)
+        _setup(work)
+        _setup(work)  # a rerun in the same workdir rewrites the keys just as safely
+        print("BAD", sorted(set(bad)) if bad else "none")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "BAD none" in proc.stdout, proc.stdout
+    for name in ("guard.key", "hr-authority.key", "support-authority.key", "support-agent.key"):
+        assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o600
