@@ -838,7 +838,9 @@ def _parse(receipt: Any) -> tuple[dict[str, Any], bytes, dict[str, Any] | None]:
         raise _Reject("malformed", f"salt has {len(salt)} bytes, expected {SALT_BYTES}")
     pid = receipt["point_id"]
     if pid.startswith("int:"):
-        if not _INT_ID.fullmatch(pid) or int(pid[4:]) >= 2 ** 64:
+        # 2^64 - 1 has 20 digits; the length check first keeps int() from refusing (ValueError)
+        # a string of more than 4300 digits.
+        if not _INT_ID.fullmatch(pid) or len(pid) > 24 or int(pid[4:]) >= 2 ** 64:
             raise _Reject("non_canonical" if pid[4:].isdigit() else "malformed",
                           f"point_id {pid!r} is not 'int:' + a canonical unsigned 64-bit decimal")
     elif pid.startswith("uuid:"):

@@ -348,6 +348,16 @@ def test_deeply_nested_receipt_json_is_malformed_not_an_exception(keys, rng):
         assert not res.ok and res.reason == "malformed", res
 
 
+def test_overlong_int_point_id_is_a_rejection_not_an_exception(keys, rng):
+    # int() refuses decimal strings over 4300 digits with ValueError; the range check must not
+    # let that escape verify_receipt.
+    r, vec = fresh(keys, rng)
+    for digits in ("1" * 21, "1" * 5000):
+        res = check(_mutate(r, ("point_id",), "int:" + digits), vec, keys)
+        assert not res.ok and res.reason == "non_canonical", res
+    assert check(_mutate(r, ("point_id",), f"int:{2 ** 64 - 1}"), vec, keys).reason == "bad_signature"
+
+
 def test_expiry(keys, rng):
     r, vec = fresh(keys, rng)
     assert check(r, vec, keys, max_age_s=60, now=NOW + 59).ok
