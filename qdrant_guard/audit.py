@@ -113,6 +113,9 @@ def _parse_line(raw: bytes) -> dict[str, Any]:
         entry = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise _Bad("corrupt", f"not valid JSON ({exc})") from None
+    except RecursionError:
+        # json raises this, not ValueError, on deep nesting: still just a corrupt line.
+        raise _Bad("corrupt", "not valid JSON (nested too deeply to decode)") from None
     if not isinstance(entry, dict) or not _FIELDS <= set(entry) or not set(entry) <= _FIELDS | {"ckpt"}:
         raise _Bad("corrupt", "not an audit entry object {seq, ts, prev, record, hash}")
     seq, prev, digest = entry["seq"], entry["prev"], entry["hash"]

@@ -243,6 +243,21 @@ def test_stripping_checkpoints_does_not_hide_a_full_rewrite(tmp_path):
     assert (rep.problem, rep.index) == ("bad_checkpoint", 3)
 
 
+def test_deeply_nested_line_is_corrupt_and_repairable(tmp_path):
+    # json raises RecursionError (not ValueError) on deep nesting: verify, repair and opening the
+    # log must still treat such a line as corrupt instead of crashing.
+    p = make_log(tmp_path / "a.jsonl", 3)
+    good = Path(p).read_bytes()
+    with open(p, "ab") as fh:
+        fh.write(b"[" * 100_000 + b"]" * 100_000 + b"\n")
+    rep = verify_audit_file(p)
+    assert (rep.ok, rep.problem, rep.index, rep.valid_prefix) == (False, "corrupt", 4, 3)
+    with pytest.raises(AuditIntegrityError):
+        AuditLog(p)
+    assert repair_audit_file(p).ok
+    assert Path(p).read_bytes().startswith(good) and verify_audit_file(p).entries == 4
+
+
 def test_truncating_whole_entries_needs_an_anchor(tmp_path):
     p = tmp_path / "a.jsonl"
     log = AuditLog(p)
