@@ -31,6 +31,11 @@ class Guard(WriteOps, ReadOps):
                     rec = UtilityRecord.from_json(fh.read())
             except OSError as exc:
                 raise ConfigError(f"utility record {path!r} cannot be read: {exc.strerror}") from None
+            if rec.signer_key_id in self.revoked_keys:
+                raise ConfigError(
+                    f"utility record {path!r} is signed by revoked key {rec.signer_key_id}; re-run "
+                    "`qdrant-guard calibrate` with the guard's current signing key"
+                )
             if not verify_utility_record(rec, self.trusted_receipt_keys):
                 raise ConfigError(
                     f"utility record {path!r} does not verify against the trusted keys; re-run "

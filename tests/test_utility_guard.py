@@ -66,6 +66,20 @@ def test_a_tampered_or_foreign_record_is_a_config_error(record_and_kit, tmp_path
         bob.upsert("pii", [models.PointStruct(id=1, vector=docs[0].tolist())])
 
 
+def test_a_record_signed_by_a_revoked_key_is_a_config_error(record_and_kit):
+    rec, path, kit, docs = record_and_kit
+    cfg = kit.config(
+        {"pii": {"class": "PII", "owner": "hr", "noise_on_write": True,
+                 "noise": {"epsilon": rec.epsilon, "radius": 0.01}, "utility": {"record": str(path)}}},
+        epsilon_ceiling={"PII": 5.0}, receipts={"revoked_keys": [rec.signer_key_id]},
+    )
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    with pytest.raises(ConfigError, match="revoked key"):
+        owner.upsert("pii", [models.PointStruct(id=1, vector=docs[0].tolist())])
+    assert qdrant_client.QdrantClient.count(owner, "pii").count == 0
+
+
 def test_calibrate_cli_writes_a_record(record_and_kit, tmp_path):
     import subprocess
     import sys
