@@ -203,6 +203,11 @@ class WriteOps(TextOps):
         # Receipt containers written by earlier operations of this batch, by normalised point id:
         # later payload rewrites must carry these, not the ones stored before the batch.
         fresh: dict[str, Any] = {}
+        # Points deleted earlier in the batch by id, and whether a delete by filter came earlier:
+        # a later vector update must not name a point that will no longer exist (see
+        # prepare_vector_updates).
+        deleted: set[str] = set()
+        deleted_by_filter = False
         for op in args["update_operations"]:
             if isinstance(op, models.UpsertOperation):
                 inner = op.upsert
@@ -211,6 +216,7 @@ class WriteOps(TextOps):
                 self._record_write(method, name, pol, prepared)
                 for p in prepared.points:
                     fresh[normalize_point_id(p.id)] = (p.payload or {}).get(RECEIPT_KEY)
+                    deleted.discard(normalize_point_id(p.id))
                 positions.append(len(out_ops))
                 out_ops.append(models.UpsertOperation(upsert=models.PointsList(
                     points=prepared.points, shard_key=inner.shard_key,
@@ -218,11 +224,26 @@ class WriteOps(TextOps):
             elif isinstance(op, models.UpdateVectorsOperation):
                 uv = op.update_vectors
                 _refuse_update_filter(method, name, uv.update_filter)
+                if deleted_by_filter:
+                    raise UnsupportedWriteError(
+                        f"{method}: a vector update after a delete by filter in the same batch on sensitive "
+                        f"collection {name!r}: the guard cannot tell which points will still exist, and "
+                        "Qdrant would apply part of the update before failing on a deleted point, "
+                        "without its receipts. Send the delete and the vector update as separate calls"
+                    )
                 new = yield from self.prepare_vector_updates(method, name, pol, list(uv.points),
-                                                             shard_key=uv.shard_key, fresh=fresh)
+                                                             shard_key=uv.shard_key, fresh=fresh,
+                                                             deleted=deleted)
                 positions.append(len(out_ops))
                 out_ops.extend(new)
             else:
+                if isinstance(op, models.DeleteOperation):
+                    if isinstance(op.delete, models.PointIdsList):
+                        for pid in map(normalize_point_id, op.delete.points):
+                            deleted.add(pid)
+                            fresh.pop(pid, None)
+                    else:
+                        deleted_by_filter = True
                 new = yield from self.payload_operation(method, name, pol, op, fresh)
                 out_ops.extend(new)
                 positions.append(len(out_ops) - 1 if new else None)
@@ -446,19 +467,22 @@ class WriteOps(TextOps):
 
     def prepare_vector_updates(self, op: str, name: str, pol: CollectionPolicy,
                                updates: list[models.PointVectors], *, shard_key: Any = None,
-                               fresh: dict[str, Any] | None = None) -> Any:
+                               fresh: dict[str, Any] | None = None, deleted: set[str] | None = None) -> Any:
         """``update_vectors`` on a sensitive collection: new vectors need new receipts, so the update
         becomes one batch of [UpdateVectors, SetPayload(receipts) per point].
 
         ``fresh`` holds the receipt containers written earlier in the same batch (by normalised
-        point id); it is updated with the containers these operations write.
+        point id); it is updated with the containers these operations write. ``deleted``: points
+        deleted earlier in the batch (and not upserted since), which count as missing.
         """
         fresh = {} if fresh is None else fresh
+        deleted = set() if deleted is None else deleted
         ids = [u.id for u in updates]
         current = yield Call("retrieve", {"collection_name": name, "ids": ids, "shard_key_selector": shard_key,
                                            "with_payload": [RECEIPT_KEY], "with_vectors": False})
         existing = {normalize_point_id(r.id): stored_receipts(r.payload) for r in current}
-        missing = [i for i in ids if normalize_point_id(i) not in existing and normalize_point_id(i) not in fresh]
+        missing = [i for i in ids if normalize_point_id(i) not in fresh
+                   and (normalize_point_id(i) not in existing or normalize_point_id(i) in deleted)]
         if missing:
             # Qdrant applies the other points' vectors before failing on a missing one; the
             # receipt operations after it would then never run, leaving vectors without receipts.

@@ -133,3 +133,31 @@ def test_a_vector_update_of_a_point_upserted_earlier_in_the_batch_is_allowed(noi
             points=[models.PointVectors(id=5, vector=unit(rng))])),
     ])
     assert _receipts_ok(owner) == [(1, "ok"), (2, "ok"), (5, "ok")]
+
+
+@pytest.mark.parametrize("delete", [
+    models.DeleteOperation(delete=models.PointIdsList(points=[2])),
+    models.DeleteOperation(delete=models.FilterSelector(filter=models.Filter(must=[models.HasIdCondition(has_id=[2])]))),
+], ids=["by_id", "by_filter"])
+def test_a_vector_update_after_a_delete_in_the_same_batch_changes_nothing(noised, delete):
+    # Point 2 is gone by the time the update runs: Qdrant would apply point 1's new vector and
+    # then fail on 2, and point 1's receipt, set by a later operation, would never be written.
+    from qdrant_guard import UnsupportedWriteError
+    owner, bob, rng = noised
+    before = snapshot(owner, "pii")
+    with pytest.raises(UnsupportedWriteError, match="delete|do not exist"):
+        bob.batch_update_points("pii", [delete, models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
+            points=[models.PointVectors(id=1, vector=unit(rng)), models.PointVectors(id=2, vector=unit(rng))]))])
+    assert snapshot(owner, "pii") == before
+    assert _receipts_ok(owner) == [(1, "ok"), (2, "ok")]
+
+
+def test_a_point_deleted_then_upserted_in_the_batch_may_have_its_vector_updated(noised):
+    owner, bob, rng = noised
+    bob.batch_update_points("pii", [
+        models.DeleteOperation(delete=models.PointIdsList(points=[2])),
+        models.UpsertOperation(upsert=models.PointsList(points=[models.PointStruct(id=2, vector=unit(rng))])),
+        models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
+            points=[models.PointVectors(id=1, vector=unit(rng)), models.PointVectors(id=2, vector=unit(rng))])),
+    ])
+    assert _receipts_ok(owner) == [(1, "ok"), (2, "ok")]
