@@ -55,13 +55,28 @@ as generic secrets, version strings, ordinary identifiers (``get_api_key_from_en
 Overlaps: the longer finding wins; on equal length the type earlier in :data:`FINDING_TYPES`
 (the more specific credential) wins; then the earlier one. Findings never overlap.
 
-Character classes are ASCII: a secret written with non-ASCII look-alike characters is not found.
+Character classes are ASCII, but a folded view of a text that contains certain non-ASCII
+characters is scanned as well: full-width forms (``１２３``, ``ＡＫＩＡ``, ``＠``) and other Unicode
+decimal digits become ASCII, Unicode spaces (no-break, narrow, ideographic) a space, Unicode
+hyphens and dashes (non-breaking hyphen, en dash, minus) ``-``, and invisible characters
+(zero-width space/joiners, soft hyphen, bidi marks and isolates, word joiner, BOM, variation
+selectors, tags, combining diacritical marks) are dropped. Readers and most embedders' tokenizers
+see through all of these, so ``123-45-67<ZWSP>89`` or a card number grouped with no-break spaces
+is found. Findings of the folded view are mapped back to the original text (the span covers the
+invisible characters inside it) and added to those of the plain scan; where one overlaps a plain
+finding, the two become one span covering both, typed by the overlap rule below, so folding never
+leaves part of a finding unredacted. Look-alike letters from other scripts (Cyrillic ``А`` in
+``AKIA``) are not folded: a secret written with them is not found.
 ``PROPRIETARY`` is not a result of :func:`classify_text`: it is a policy label for content whose
 owner says so, and no property of the text reveals it.
 """
 from __future__ import annotations
 
+import re
+import unicodedata
+from bisect import bisect_right
 from dataclasses import dataclass
+from typing import Callable
 
 from ._impl import load_kernel
 
@@ -79,6 +94,7 @@ _kernel = load_kernel("_detect", "_detect_py")
 #: Every finding type, strongest first (this order breaks ties between equally long overlaps).
 FINDING_TYPES: tuple[str, ...] = tuple(_kernel.FINDING_TYPES)
 _PII_TYPES = frozenset(_kernel.PII_TYPES)
+_RANK = {t: i for i, t in enumerate(FINDING_TYPES)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +114,95 @@ class Finding:
     end: int
     validator: str
     category: str
+
+
+# Invisible characters dropped from the folded view: soft hyphen, combining marks (diacritics,
+# strike-through overlays), Hangul fillers, Mongolian/zero-width/bidi format characters, word
+# joiner and invisible operators, variation selectors, BOM, tags.
+_DROP_CLASS_BMP = (
+    "\u00ad\u0300-\u036f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u1ab0-\u1aff\u1dc0-\u1dff"
+    "\u200b-\u200f\u202a-\u202e\u2060-\u206f\u20d0-\u20ff\u3164\ufe00-\ufe0f\ufe20-\ufe2f\ufeff"
+    "\uffa0"
+)
+_DROP_CLASS = _DROP_CLASS_BMP + "\U000e0000-\U000e0fff"
+_DROP = re.compile(f"[{_DROP_CLASS}]")
+_HYPHENS = "\u2010-\u2015\u2212\ufe58\ufe63"
+# The zero of every run of decimal digits outside ASCII in the BMP (Unicode 14; each run is 0-9).
+_DIGIT_ZEROS = (
+    0x660, 0x6F0, 0x7C0, 0x966, 0x9E6, 0xA66, 0xAE6, 0xB66, 0xBE6, 0xC66, 0xCE6, 0xD66, 0xDE6, 0xE50,
+    0xED0, 0xF20, 0x1040, 0x1090, 0x17E0, 0x1810, 0x1946, 0x19D0, 0x1A80, 0x1A90, 0x1B50, 0x1BB0,
+    0x1C40, 0x1C50, 0xA620, 0xA8D0, 0xA900, 0xA9D0, 0xA9F0, 0xAA50, 0xABF0, 0xFF10,
+)
+_SPACES = "\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+# The characters the folded view changes: one character class, which ``re`` tests quickly; the
+# two ranges outside the BMP (tags, mathematical digits) are only tested in texts that have
+# characters outside the BMP.
+_FOLD_BMP = f"{_HYPHENS}{_SPACES}\uff01-\uff5e" + "".join(f"{chr(z)}-{chr(z + 9)}" for z in _DIGIT_ZEROS)
+_FOLD_TRIGGER_BMP = re.compile(f"[{_DROP_CLASS_BMP}{_FOLD_BMP}]")
+_FOLD_TRIGGER = re.compile(f"[{_DROP_CLASS}{_FOLD_BMP}\U0001d7ce-\U0001d7ff]")
+
+
+def _fold_char(ch: str) -> str:
+    """What one character matched by :data:`_FOLD_TRIGGER` becomes in the folded view."""
+    c = ord(ch)
+    if _DROP.match(ch):
+        return ""
+    if 0xFF01 <= c <= 0xFF5E:  # full-width ASCII forms
+        return chr(c - 0xFEE0)
+    if unicodedata.decimal(ch, -1) >= 0:
+        return str(unicodedata.decimal(ch))
+    if ch.isspace():
+        return "\n" if c in (0x85, 0x2028, 0x2029) else " "
+    return "-"  # _HYPHENS
+
+
+_FOLDED: dict[str, str] = {}  # _fold_char, cached
+Spans = list[tuple[int, int, str, str]]
+
+
+def _find_spans(text: str, find_spans: Callable[[str], Spans] = _kernel.find_spans) -> Spans:
+    """The kernel's spans of ``text``, merged with those of its folded view (see the module doc)."""
+    spans = find_spans(text)
+    if text.isascii():
+        return spans
+    # A text has characters outside the BMP iff its UTF-16 form has surrogate pairs.
+    astral = len(text.encode("utf-16-le", "surrogatepass")) > 2 * len(text)
+    found = set((_FOLD_TRIGGER if astral else _FOLD_TRIGGER_BMP).findall(text))
+    if not found:
+        return spans
+    folded = text
+    for ch in found:  # each becomes ASCII or nothing, so the order of the replacements is free
+        rep = _FOLDED.get(ch)
+        if rep is None:
+            rep = _FOLDED[ch] = _fold_char(ch)
+        folded = folded.replace(ch, rep)
+    dropped = [m.start() for m in _DROP.finditer(text)] if len(folded) < len(text) else []
+
+    def original(k: int) -> int:
+        # Index in ``text`` of the k-th character that was not dropped: the least fixed point of
+        # o = k + (dropped characters at or before o).
+        o = k
+        while (nxt := k + bisect_right(dropped, o)) != o:
+            o = nxt
+        return o
+
+    cands = set(spans)
+    for s, e, t, v in find_spans(folded):
+        cands.add((original(s), original(e - 1) + 1, t, v) if dropped else (s, e, t, v))
+    if len(cands) == len(spans):
+        return spans
+    # Each scan's findings are disjoint; where one of the folded view overlaps one of the plain
+    # scan, the two become one span covering both (nothing of either is left unredacted), typed by
+    # the kernels' overlap rule: the longer finding, then the stronger type, then the earlier one.
+    out: Spans = []
+    group: Spans = []
+    for c in sorted(cands) + [(len(text) + 1, len(text) + 1, "", "")]:
+        if group and c[0] >= max(g[1] for g in group):
+            best = min(group, key=lambda g: (g[0] - g[1], _RANK[g[2]], g[0], g[3]))
+            out.append((group[0][0], max(g[1] for g in group), best[2], best[3]))
+            group = []
+        group.append(c)
+    return out
 
 
 def _check_text(fn: str, text: object) -> None:
@@ -120,7 +225,7 @@ def find_sensitive(text: str) -> list[Finding]:
     _check_text("find_sensitive", text)
     return [
         Finding(t, s, e, v, "PII" if t in _PII_TYPES else "CREDENTIAL")
-        for s, e, t, v in _kernel.find_spans(text)
+        for s, e, t, v in _find_spans(text)
     ]
 
 

@@ -211,3 +211,56 @@ def test_dispatcher_uses_selected_kernel() -> None:
 
     expected = NATIVE if implementation() == "native" else PYTHON
     assert detect._kernel is expected
+
+
+# Unicode the detectors' ASCII classes do not see, but a reader and most embedders do: full-width
+# and other decimal digits, no-break and other spaces, Unicode hyphens (Word's non-breaking hyphen),
+# and invisible format characters (zero-width space, soft hyphen, bidi marks) inside a value. BERT
+# style tokenizers drop the format characters and split on every Unicode space, so the embedder
+# gets the plain SSN. A folded view of the text is scanned too; findings keep original offsets.
+FOLDED = [
+    ("SSN \uff11\uff12\uff13-\uff14\uff15-\uff16\uff17\uff18\uff19", "SSN"),
+    ("SSN \u0661\u0662\u0663-\u0664\u0665-\u0666\u0667\u0668\u0669", "SSN"),
+    ("ssn 123\u00a045\u00a06789", "SSN"),
+    ("SSN 123-45-67\u200b89 on file", "SSN"),
+    ("SSN 123\u00ad-45-6789", "SSN"),
+    ("SSN 123\u201145\u20116789", "SSN"),
+    ("card 4111\u00a01111\u00a01111\u00a01111 exp", "CREDIT_CARD"),
+    ("card 4111\u202f1111\u202f1111\u202f1111", "CREDIT_CARD"),
+    ("card 41111111\u200c11111111", "CREDIT_CARD"),
+    ("IBAN DE89\u00a03704\u00a00044\u00a00532\u00a00130\u00a000", "IBAN"),
+    ("call (415)\u00a0555\u2011" + "0134", "PHONE"),
+    ("key \uff21\uff2b\uff29\uff21Z2Q3W4E5R6T7Y3U4", "AWS_ACCESS_KEY"),
+    ("key AKIAZ2Q3\u200dW4E5R6T7Y3U4", "AWS_ACCESS_KEY"),
+    ("token ghp_aB3dE5fG7hJ9kL1m\u2060N3pQ5rS7tU9vW1xY3z5A", "GITHUB_TOKEN"),
+    ("mail john.doe\u200b@corp.io", "EMAIL"),
+    ("mail john.doe\uff20corp.io", "EMAIL"),
+    ("SSN " + "".join(chr(0x1D7EC + int(c)) if c.isdigit() else c for c in "123-45-6789"), "SSN"),
+    ("SSN 1\u03362\u03363\u0336-45-6789", "SSN"),
+    ("key AKIAZ2Q3\U000e0041W4E5R6T7Y3U4", "AWS_ACCESS_KEY"),
+]
+
+
+def _spans(kernel, text):
+    return detect._find_spans(text, kernel.find_spans)
+
+
+@pytest.mark.parametrize(("text", "type_"), FOLDED)
+def test_unicode_digits_spaces_hyphens_and_invisible_characters_are_seen_through(text: str, type_: str) -> None:
+    got = assert_same(lambda t: _spans(NATIVE, t), lambda t: _spans(PYTHON, t), text)
+    assert [t for _, _, t, _ in got] == [type_]
+    (start, end, _, _), = got
+    # The span is the whole value in the original text: nothing of it is left after redaction.
+    assert text[start - 1] == " " and (end == len(text) or text[end] == " ")
+    assert redact(text) == text[:start] + f"[{type_}]" + text[end:]
+
+
+def test_folding_only_adds_findings() -> None:
+    # A zero-width character that separates a word from a number: the plain scan finds the SSN,
+    # and deleting the character in the folded view (which glues them) must not lose it.
+    text = "x\u200b123-45-6789 and \uff11\uff12\uff13-\uff14\uff15-\uff16\uff17\uff18\uff19"
+    assert [(f.type, text[f.start:f.end]) for f in find_sensitive(text)] == [
+        ("SSN", "123-45-6789"), ("SSN", "\uff11\uff12\uff13-\uff14\uff15-\uff16\uff17\uff18\uff19")]
+    for text in ("\uff11\uff12\uff13", "caf\u00e9 \u00a0 na\u00efve \u200b", "\u00a0" * 50, "\u200b" * 50,
+                 "\u0661\u0662\u0663\u0664"):
+        assert find_sensitive(text) == []

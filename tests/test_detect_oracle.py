@@ -117,3 +117,26 @@ def test_pathological_inputs_agree() -> None:
     ]
     for text in cases:
         assert_same(NATIVE.find_spans, PYTHON.find_spans, text)
+
+
+FOLD_CHARS = "\u00a0\u200b\u00ad\u2011\u2013\u202f\u3000\uff11\uff21\uff20\u0663\u0301\ufeff\U0001d7ed\U000e0041"
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(planted_text(), st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(FOLD_CHARS)), max_size=6))
+def test_oracle_folded_view(text: str, inserts: list[tuple[int, str]]) -> None:
+    # Unicode the folded view changes, inserted anywhere: both kernels still agree through the
+    # dispatcher, findings stay sorted, non-overlapping and in bounds, and every finding of the
+    # plain scan is still covered (folding only adds).
+    for pos, ch in inserts:
+        pos %= len(text) + 1
+        text = text[:pos] + ch + text[pos:]
+    from qdrant_guard.detect import _find_spans
+
+    got = assert_same(lambda t: _find_spans(t, NATIVE.find_spans), lambda t: _find_spans(t, PYTHON.find_spans), text)
+    assert got == sorted(got)
+    for (s1, e1, _, _), (s2, _, _, _) in zip(got, got[1:]):
+        assert e1 <= s2
+    assert all(0 <= s < e <= len(text) for s, e, _, _ in got)
+    for s, e, _, _ in PYTHON.find_spans(text):
+        assert any(gs <= s and e <= ge for gs, ge, _, _ in got), (text, (s, e), got)

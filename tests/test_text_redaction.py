@@ -138,3 +138,19 @@ def test_payload_pii_kept_inside_the_owner_boundary_does_not_leave_it(tmp_path):
     assert [h.value for h in bob.facet("c", key="text").hits] == [redacted]
     assert client.retrieve("c", [1])[0].payload["text"] == SSN_TEXT  # the owner boundary keeps it
     assert client.facet("c", key="text").hits[0].value == SSN_TEXT
+
+
+def test_pii_hidden_by_invisible_or_unicode_characters_is_redacted_in_payload_and_embedding(tmp_path):
+    # Copied from a web page or Word: a no-break space inside the card number, a zero-width space
+    # inside the SSN. A reader sees both numbers, and the embedder's tokenizer drops or splits on
+    # these characters, so they must be redacted like the plain forms.
+    text = "Card 4111\u00a01111\u00a01111\u00a01111, SSN 123-45-67\u200b89, SSN \uff11\uff12\uff13-\uff14\uff15-\uff16\uff17\uff18\uff19."
+    client, emb = _client(tmp_path, generalize_identifiers=False)
+    client.upsert("c", [models.PointStruct(id=1, vector=models.Document(text=text, model="m"),
+                                           payload={"text": text})])
+    assert emb.seen == ["Card [CREDIT_CARD], SSN [SSN], SSN [SSN]."]
+    (_, payload, _), = snapshot(client, "c")
+    assert payload["text"] == "Card [CREDIT_CARD], SSN [SSN], SSN [SSN]."
+    with pytest.raises(GuardRefusal) as ei:
+        client.upsert("pub", [models.PointStruct(id=2, vector=[0.1] * DIM, payload={"text": text})])
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
