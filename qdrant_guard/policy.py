@@ -192,7 +192,7 @@ class CollectionPolicy(_Strict):
     """Payload field naming a point's source document (diversity caps and budgets count by it). A
     dotted path reaches nested payload, e.g. ``metadata.source`` for langchain."""
     text_field: str | None = None
-    """Payload field holding the point's text; it is screened and redacted like embedded text."""
+    """Payload field holding the point's text; it is screened and redacted like embedded text (a string, or each string of a list; PII in a list is never kept)."""
     credentials_in_text: Literal["refuse", "redact"] = "refuse"
     """Text with credentials: refuse the call (CREDENTIAL_IN_TEXT) or redact to typed placeholders."""
     redact_pii: bool = True

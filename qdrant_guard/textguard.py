@@ -79,7 +79,7 @@ class TextOps(GuardPipeline):
     def public_payload(self, op: str, name: str, pol: CollectionPolicy, payload: Any, *,
                        point_id: Any = None) -> Any:
         """``payload`` with its text field screened (the same object when there is nothing to screen)."""
-        if pol.text_field and isinstance(payload, dict) and isinstance(payload.get(pol.text_field), str):
+        if pol.text_field and isinstance(payload, dict) and isinstance(payload.get(pol.text_field), (str, list)):
             return self.guard_payload_text(op, name, pol, dict(payload), point_id=point_id, in_boundary=False)
         return payload
 
@@ -108,9 +108,15 @@ class TextOps(GuardPipeline):
                            point_id: Any, in_boundary: bool) -> dict[str, Any]:
         """Redact the policy's text payload field (an unredacted SSN in the payload defeats the point)."""
         field = pol.text_field
-        if field and isinstance(payload.get(field), str):
+        value = payload.get(field) if field else None
+        if isinstance(value, str):
             keep = in_boundary and pol.keep_payload_text_in_boundary
-            payload[field] = self.screen_text(op, name, pol, payload[field], point_ids=[point_id], keep_pii=keep)
+            payload[field] = self.screen_text(op, name, pol, value, point_ids=[point_id], keep_pii=keep)  # type: ignore[index]
+        elif isinstance(value, list):
+            # Qdrant indexes an array of strings like text. PII is never kept in one: readers of
+            # other boundaries get only a string field redacted.
+            payload[field] = [self.screen_text(op, name, pol, v, point_ids=[point_id]) if isinstance(v, str) else v  # type: ignore[index]
+                              for v in value]
         return payload
 
     def embed_documents(self, op: str, name: str, pol: CollectionPolicy, vecs: dict[str, Any], *,

@@ -154,3 +154,19 @@ def test_pii_hidden_by_invisible_or_unicode_characters_is_redacted_in_payload_an
     with pytest.raises(GuardRefusal) as ei:
         client.upsert("pub", [models.PointStruct(id=2, vector=[0.1] * DIM, payload={"text": text})])
     assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+
+
+def test_a_list_of_strings_in_the_text_field_is_screened_like_a_string(tmp_path):
+    # Qdrant indexes an array of strings in a text field like one string; a list must not be a way
+    # around the redaction (or around the PUBLIC mislabelling check).
+    client, _ = _client(tmp_path, raw_in_boundary=True, keep_payload_text_in_boundary=True)
+    client.upsert("c", [models.PointStruct(id=1, vector=[0.1] * DIM, payload={"text": ["intro", SSN_TEXT, 7]})])
+    (_, payload, _), = snapshot(client, "c")
+    # Kept PII is only for a plain string field (the read-side redaction handles strings only).
+    assert payload["text"] == ["intro", "Jane asked about payroll; her SSN is [SSN]", 7]
+    with pytest.raises(GuardRefusal) as ei:
+        client.upsert("pub", [models.PointStruct(id=1, vector=[0.1] * DIM, payload={"text": [SSN_TEXT]})])
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+    with pytest.raises(GuardRefusal) as ei:
+        client.set_payload("c", payload={"text": [KEY_TEXT]}, points=[1])
+    assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
