@@ -66,7 +66,10 @@ is found. Findings of the folded view are mapped back to the original text (the 
 invisible characters inside it) and added to those of the plain scan; where one overlaps a plain
 finding, the two become one span covering both, typed by the overlap rule below, so folding never
 leaves part of a finding unredacted. Look-alike letters from other scripts (Cyrillic ``А`` in
-``AKIA``) are not folded: a secret written with them is not found.
+``AKIA``) are not folded: a secret written with them is not found. Letters outside ASCII end an
+e-mail address: ``josé.garcía@corp.io`` yields only ``a@corp.io`` (the rest of the local part is
+left), and an address at a non-ASCII domain (``john@münchen.de``) is not found. Encoded values
+(base64, ``%2D``) are not decoded. docs/threat-model.md lists these limits.
 ``PROPRIETARY`` is not a result of :func:`classify_text`: it is a policy label for content whose
 owner says so, and no property of the text reveals it.
 """
