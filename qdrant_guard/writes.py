@@ -112,6 +112,13 @@ def points_from_columns(vectors: Any, payload: Iterable[Any] | None, ids: Iterab
     return [models.PointStruct(id=i, vector=_plain(v), payload=p) for i, v, p in zip(id_list, rows, pl)]
 
 
+def _clipped_less(receipt_clip: float | None, policy_clip: float | None) -> bool:
+    """Whether a receipt clipped inputs at a larger norm than the policy (``None``: not at all)."""
+    if policy_clip is None:
+        return False
+    return receipt_clip is None or receipt_clip > policy_clip
+
+
 def _plain(v: Any) -> Any:
     if isinstance(v, np.ndarray):
         return v.tolist()
@@ -367,14 +374,18 @@ class WriteOps(TextOps):
                         reasons[str(p.id)] = f"epsilon {prm.epsilon} > ceiling {ceiling}"
                         continue
                     if (prm.epsilon > pol.noise.epsilon or prm.radius < pol.noise.radius
-                            or prm.delta > max(pol.noise.delta, 0.0)):
+                            or prm.delta > max(pol.noise.delta, 0.0)
+                            or _clipped_less(prm.clip_norm, pol.noise.clip_norm)):
                         # Weaker than the collection's own noise: a larger epsilon, a smaller
-                        # protected radius or a larger delta than the policy states.
+                        # protected radius, a larger delta or less clipping than the policy states
+                        # (the radius is measured between inputs clipped to clip_norm, and clipping
+                        # harder never increases a distance, so only a larger clip_norm is weaker).
                         faults.setdefault(Verdict.NOISE_REQUIRED, []).append(p.id)
                         reasons[str(p.id)] = (
                             f"receipt gives epsilon {prm.epsilon} at radius {prm.radius} with delta "
-                            f"{prm.delta}; the policy requires epsilon <= {pol.noise.epsilon}, radius >= "
-                            f"{pol.noise.radius} and delta <= {pol.noise.delta}"
+                            f"{prm.delta} and clip_norm {prm.clip_norm}; the policy requires epsilon <= "
+                            f"{pol.noise.epsilon}, radius >= {pol.noise.radius}, delta <= {pol.noise.delta} "
+                            f"and clip_norm <= {pol.noise.clip_norm}"
                         )
                         continue
                     why = self.utility_refusal(pol, mechanism=prm.mechanism, epsilon=prm.epsilon,

@@ -42,9 +42,9 @@ def _verify(client, name):
     return verify_stored(client._origin, name, trusted_keys=client.guard.trusted_receipt_keys)
 
 
-def _receipted(signer, vec, *, collection="pii", point_id=1, epsilon=1.0, radius=0.01):
+def _receipted(signer, vec, *, collection="pii", point_id=1, epsilon=1.0, radius=0.01, clip_norm=1.0):
     noised, params = privatize(np.asarray(vec, dtype=np.float32), mechanism="gaussian", epsilon=epsilon,
-                               delta=1e-6, radius=radius, clip_norm=1.0)
+                               delta=1e-6, radius=radius, clip_norm=clip_norm)
     final = stored_form(noised, distance="Cosine")
     rec = issue_receipts_batch(signer, [ReceiptItem(params=params, vector=final, collection=collection,
                                                     point_id=point_id, vector_name="")])[0]
@@ -177,6 +177,32 @@ def test_receipt_weaker_than_the_policy_is_refused_and_a_stronger_one_accepted(k
     vec, payload = _receipted(ReceiptSigner(agent_sk), unit(rng), epsilon=0.25, radius=noise["radius"])
     client.upsert("pii", [models.PointStruct(id=1, vector=vec, payload=payload)])
     assert count(client, "pii") == 1
+
+
+@pytest.mark.parametrize("clip_norm, accepted", [(None, False), (2.0, False), (1.0, True), (0.5, True)],
+                         ids=["unclipped", "larger_clip", "same_clip", "smaller_clip"])
+def test_receipt_clipped_less_than_the_policy_is_refused(kit, clip_norm, accepted):
+    # The policy protects inputs within radius *after clipping to its clip_norm* (1.0). A receipt
+    # clipped at a larger norm, or not at all, protects only inputs within radius as clipped by
+    # it: two embeddings of norm 10 at policy-clipped distance 0.01 are 0.1 apart unclipped, where
+    # the same sigma gives epsilon ~12.6, not 1. Clipping harder never increases a distance, so
+    # a smaller clip_norm is at least as strong.
+    rng = np.random.default_rng(12)
+    agent_sk, agent_pk = keys.generate_keypair()
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": False,
+                              "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01, "clip_norm": 1.0}}},
+                     receipts={"trusted_keys": [keys.public_key_to_str(agent_pk)]})
+    client = _client(kit, cfg)
+    vec, payload = _receipted(ReceiptSigner(agent_sk), unit(rng), clip_norm=clip_norm)
+    if accepted:
+        client.upsert("pii", [models.PointStruct(id=1, vector=vec, payload=payload)])
+        assert count(client, "pii") == 1
+        return
+    with pytest.raises(GuardRefusal) as ei:
+        client.upsert("pii", [models.PointStruct(id=1, vector=vec, payload=payload)])
+    assert ei.value.verdict == "NOISE_REQUIRED"
+    assert "clip_norm" in ei.value.details["reasons"]["1"]
+    assert count(client, "pii") == 0
 
 
 def test_one_bad_point_refuses_the_whole_batch_and_leaves_contents_unchanged(kit):
