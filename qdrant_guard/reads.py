@@ -177,8 +177,10 @@ class ReadOps(PayloadOps, QueryChecks):
         for source, group in by_source.items():
             if restricted and source not in restricted:
                 continue
-            # A source holds at least the points just returned from it, whatever the count said.
-            size = max((yield from self.source_size(account, pol, source)), len(group))
+            # A source holds at least the distinct points just returned from it, whatever the count
+            # said (retrieve returns a record once per requested id, so the same point can repeat).
+            distinct = len({normalize_point_id(p.id) for p in group})
+            size = max((yield from self.source_size(account, pol, source)), distinct)
             requests[source] = ([p.id for p in group], size)
         withheld: set[str] = set()
         report: dict[str, Any] = {}

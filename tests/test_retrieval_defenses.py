@@ -233,6 +233,17 @@ def test_scroll_is_charged_to_the_budget_too(kit):
     assert len(got) == 5
 
 
+def test_repeated_ids_in_one_retrieve_do_not_raise_the_cap(kit):
+    # Qdrant returns a record once per requested id, repeats included. Counted as the source's
+    # size, 20 memo ids asked four times made it an 80-point source: cap 20, the whole memo.
+    owner, corpus = _corpus_client(kit, diversity={"max_source_coverage": 0.25,
+                                                   "restricted_sources": [sc.RESTRICTED_SOURCE]})
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    got = bob.retrieve(sc.COLLECTION, corpus.memo_ids * 4)
+    assert len({p.id for p in got}) == 5
+    assert _audit_records(kit)[-1]["details"]["budget"][sc.RESTRICTED_SOURCE]["cap"] == 5
+
+
 def test_distillation_budget_counts_returned_vectors(kit):
     owner, corpus = _corpus_client(kit, raw_in_boundary=False, noise_on_write=True,
                                    diversity={"enabled": True, "max_vectors": 7})
