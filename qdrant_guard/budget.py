@@ -440,7 +440,7 @@ class _SqliteTransaction:
 #   -> per key: {flags..., before, after}, concatenated
 _REDIS_ADMIT = """
 local window = tonumber(ARGV[2])
-local ttl = ARGV[3]
+local ttl = tonumber(ARGV[3])
 local pos = 4
 local out = {}
 for k = 1, #KEYS do
@@ -469,7 +469,11 @@ for k = 1, #KEYS do
     end
   end
   pos = pos + n
-  if count > 0 then redis.call('PEXPIRE', key, ttl) end
+  -- Entries count until the newest one is a window old on the key's clock, which a clock that
+  -- stepped back puts further away than one window.
+  if count > 0 then
+    redis.call('PEXPIRE', key, string.format('%.0f', ttl + math.ceil((now - tonumber(ARGV[1])) * 1000)))
+  end
   out[#out + 1] = before
   out[#out + 1] = count
 end
@@ -494,8 +498,10 @@ class RedisBudgetStore(_CountingStore):
     """Redis store: one sorted set per key, one Lua script (EVALSHA) per admission.
 
     The script runs atomically on the server, so every client of the same Redis shares one exact
-    budget. Each key also gets a TTL of ``window_s`` after every admission, so idle keys disappear
-    server-side; the window itself is enforced from the timestamps passed in ``now``.
+    budget. Each key also gets a TTL after every admission, so idle keys disappear server-side: the
+    window plus how far the key's newest timestamp is ahead of ``now`` (a clock that stepped back),
+    so the TTL never ends a window early; the window itself is enforced from the timestamps passed
+    in ``now``.
 
     Args:
         client_or_url: a ``redis.Redis`` client, or a URL for ``redis.Redis.from_url``.

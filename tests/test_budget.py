@@ -367,6 +367,26 @@ def test_redis_ttl_window_and_prefix(redis_url):
     assert client.exists(prefix + "k") == 0 and client.get("unrelated") == b"1"
 
 
+@pytest.mark.redis
+def test_redis_ttl_never_cuts_a_window_the_clock_stepped_back_into(redis_url):
+    # After a step back, the key's entries count until newest + window on the key's clock, which
+    # is further away than one window; a TTL of one window deleted them early on the server.
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    prefix = f"qg:test:{uuid.uuid4().hex}:"
+    store = RedisBudgetStore(client, prefix=prefix)
+    store.admit("k", ["a"], cap=1, window_s=10, now=3700.0)
+    assert store.admit("k", ["b"], cap=1, window_s=10, now=100.0) == ([], ["b"])
+    assert client.pttl(prefix + "k") > 3_600_000
+    # The same with a window short enough to see the server expire it.
+    store.admit("short", ["a"], cap=1, window_s=0.05, now=200.0)
+    assert store.admit("short", ["b"], cap=1, window_s=0.05, now=100.0) == ([], ["b"])
+    time.sleep(0.2)
+    assert store.admit("short", ["b"], cap=1, window_s=0.05, now=100.2) == ([], ["b"])
+    store.reset()
+
+
 def test_redis_unreachable_is_a_budget_store_error():
     pytest.importorskip("redis")
     store = RedisBudgetStore(f"redis://127.0.0.1:{_free_port()}/0")
