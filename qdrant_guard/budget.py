@@ -428,11 +428,20 @@ class _SqliteTransaction:
                 self._conn.execute("COMMIT")
                 return
             except sqlite3.Error as commit_exc:
-                self._conn.execute("ROLLBACK")
+                self._rollback()
                 raise BudgetStoreError(f"budget database {self._path!r}: commit failed: {commit_exc}") from commit_exc
-        self._conn.execute("ROLLBACK")
+        self._rollback()
         if isinstance(exc, sqlite3.Error):
             raise BudgetStoreError(f"budget database {self._path!r}: {exc}") from exc
+
+    def _rollback(self) -> None:
+        # SQLite rolls a transaction back by itself on some errors (a full disk, an I/O error, an
+        # interrupt); a ROLLBACK then fails and must not replace the error that caused it.
+        if self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
 
 
 # KEYS[1..m]: the ZSETs (member = point id, score = timestamp), one per admission.

@@ -335,6 +335,20 @@ def test_sqlite_refuses_memory_and_reports_unreachable_paths(tmp_path):
     assert issubclass(BudgetStoreError, QdrantGuardError)
 
 
+def test_sqlite_full_database_is_a_budget_store_error(tmp_path):
+    # On a full disk SQLite rolls the transaction back itself; the ROLLBACK after it then failed
+    # and a raw sqlite3.OperationalError escaped, which the guard does not treat as a store failure.
+    store = SqliteBudgetStore(tmp_path / "full.db")
+    conn = store._connection()
+    conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0] + 1}")
+    ids = [f"{'x' * 300}{i}" for i in range(200)]
+    with pytest.raises(BudgetStoreError, match="database or disk is full"):
+        store.admit("k", ids, cap=1000, window_s=10, now=0.0)
+    conn.execute("PRAGMA max_page_count = 1073741823")
+    assert store.admit("k", ids[:2], cap=1, window_s=10, now=1.0) == (ids[:1], ids[1:2])
+    store.close()
+
+
 # --- redis specifics -------------------------------------------------------------------------
 
 
