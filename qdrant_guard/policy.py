@@ -6,8 +6,11 @@ allowed values.
 """
 from __future__ import annotations
 
+import base64
 import enum
+import json
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -15,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
+from .keys import key_id as _key_id, public_key_from_str as _public_key_from_str
 
 __all__ = [
     "SensitivityClass",
@@ -261,6 +265,21 @@ class BoundaryConfig(_Strict):
     revoked_credentials: tuple[str, ...] = ()
     """Credential ids (``jti``) that are no longer accepted."""
 
+    @field_validator("revoked_credentials")
+    @classmethod
+    def _jtis(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        # A credential is revoked by its jti claim; a whole token here would match nothing.
+        for i, jti in enumerate(v):
+            if _JTI_RE.fullmatch(jti):
+                continue
+            if jti.startswith(_TOKEN_PREFIX):
+                raise ValueError(
+                    f"entry {i} is a whole credential token, which revokes nothing; list its credential "
+                    f"id instead: {_jti_of(jti)!r}"
+                )
+            raise ValueError(f"entry {i} = {jti!r} is not a credential id (jti: base64url characters only)")
+        return v
+
 
 class ReceiptTrust(_Strict):
     """Which keys may sign receipts the guard accepts (the guard's own key is always trusted)."""
@@ -271,6 +290,47 @@ class ReceiptTrust(_Strict):
     """Key ids (``ed25519:<hex>``) whose receipts, credentials and utility records are rejected."""
     max_age_s: float | None = Field(None, gt=0)
     """Reject receipts issued longer ago than this (None: no limit)."""
+
+    @field_validator("revoked_keys")
+    @classmethod
+    def _key_ids(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        # Revocation matches key ids exactly; anything else (a public key string, a path) would
+        # revoke nothing while looking like it does.
+        for k in v:
+            if _KEY_ID_RE.fullmatch(k):
+                continue
+            try:
+                hint = f"; that is a public key: list its key id {_key_id(_public_key_from_str(k))!r}"
+            except Exception:
+                hint = " (`qdrant-guard keys new` prints a key's key_id)"
+            raise ValueError(f"{k!r} is not a key id 'ed25519:<32 lowercase hex digits>', so it would revoke "
+                             f"nothing{hint}")
+        return v
+
+
+_KEY_ID_RE = re.compile(r"ed25519:[0-9a-f]{32}")
+_JTI_RE = re.compile(r"[A-Za-z0-9_-]+")
+_TOKEN_PREFIX = "qgc1."
+
+
+def _jti_of(token: str) -> str:
+    """The jti claim of a credential token (unverified: only to name it in an error)."""
+    try:
+        body = token.split(".")[1]
+        return str(json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))["jti"])
+    except Exception:
+        return "<the token's jti claim>"
+
+
+def _mask_tokens(value: Any) -> Any:
+    """``value`` with credential tokens (bearer secrets) masked, for error messages."""
+    if isinstance(value, str) and value.startswith(_TOKEN_PREFIX):
+        return _TOKEN_PREFIX + "<credential>"
+    if isinstance(value, (list, tuple)):
+        return [_mask_tokens(x) for x in value]
+    if isinstance(value, dict):
+        return {k: _mask_tokens(x) for k, x in value.items()}
+    return value
 
 
 DEFAULT_CEILINGS: dict[str, float] = {"PII": 2.0, "CREDENTIAL": 1.0, "PROPRIETARY": 8.0}
@@ -389,7 +449,7 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> GuardCo
         lines = []
         for err in exc.errors():
             loc = _format_loc(tuple(err["loc"]))
-            value = _value_at(data, tuple(err["loc"]))
+            value = _mask_tokens(_value_at(data, tuple(err["loc"])))
             if err["type"] == "extra_forbidden":
                 lines.append(f"{source}: unknown key {loc!r} (value {value!r}); check the spelling — see docs/policy.md")
             else:
