@@ -362,6 +362,15 @@ class GuardConfig(_Strict):
     """Per-collection policies, keyed by collection name."""
     source_path: str | None = Field(None, exclude=True)
 
+    @field_validator("default", mode="before")
+    @classmethod
+    def _default_readers(cls, v: Any) -> Any:
+        # A [default] section replaces the whole default policy; keep its documented readers = ["*"]
+        # unless the section sets readers itself.
+        if isinstance(v, dict) and "readers" not in v:
+            return {**v, "readers": ("*",)}
+        return v
+
     @field_validator("epsilon_ceiling")
     @classmethod
     def _ceilings_positive(cls, v: dict[SensitivityClass, float]) -> dict[SensitivityClass, float]:

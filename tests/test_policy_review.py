@@ -45,3 +45,16 @@ def test_revoking_a_credential_by_its_whole_token_is_refused_not_ignored(kit):
     assert token not in msg  # a bearer token is never echoed into logs
     boundaries["support"]["revoked_credentials"] = [jti]
     assert kit.config({}, boundaries=boundaries).boundaries["support"].revoked_credentials == (jti,)
+
+
+def test_a_default_section_keeps_readers_star_unless_it_sets_readers(tmp_path):
+    # docs/policy.md: "The [default] section ... takes the collection keys; its readers default is ["*"]".
+    from qdrant_guard import load_policy
+
+    p = tmp_path / "policy.toml"
+    p.write_text('[default]\nclass = "PROPRIETARY"\n')
+    pol = load_policy(p).policy_for("unlisted_one")
+    assert pol.sensitivity.value == "PROPRIETARY"
+    assert pol.readers == ("*",)
+    p.write_text('[default]\nreaders = []\n')
+    assert load_policy(p).policy_for("unlisted_one").readers == ()
