@@ -153,7 +153,16 @@ class IntentPolicy(_Strict):
     """A blocked label is enforced only at this confidence or above; below it the query goes ahead
     and the audit record keeps the label (tune with ``qdrant-guard audit replay``)."""
     fail_closed: bool = True
-    """Refuse the query (FAIL_CLOSED) when the classifier raises or times out."""
+    """Refuse the query (FAIL_CLOSED) when the classifier raises or times out. A classifier that
+    cannot be loaded (a ``module:attr`` that does not import) refuses whatever this says."""
+
+    @field_validator("classifier")
+    @classmethod
+    def _classifier_spec(cls, v: str) -> str:
+        mod, sep, attr = v.partition(":")
+        if v in ("builtin", "llm") or (sep and mod and attr):
+            return v
+        raise ValueError(f"{v!r} is not 'builtin', 'llm' or 'module:attr' (e.g. 'mypkg.intent:MyClassifier')")
 
 
 class UtilityPolicy(_Strict):

@@ -168,6 +168,15 @@ class QueryChecks(TextOps):
             return
         try:
             clf = self.intent_classifier(ip.classifier)
+        except Exception as exc:  # a misconfiguration, not an outage: never a reason to go on
+            details["intent_error"] = repr(exc)
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.FAIL_CLOSED,
+                f"the intent classifier {ip.classifier!r} could not be loaded ({exc}); the query was refused "
+                "whatever intent.fail_closed says. Fix intent.classifier in the policy",
+                details={"error": repr(exc), "query_text": details.get("query_text")},
+            )) from exc
+        try:
             result = yield Offload(lambda: clf.classify(text))
         except Exception as exc:  # a broken classifier must never silently allow
             details["intent_error"] = repr(exc)

@@ -58,3 +58,31 @@ def test_a_default_section_keeps_readers_star_unless_it_sets_readers(tmp_path):
     assert pol.readers == ("*",)
     p.write_text('[default]\nreaders = []\n')
     assert load_policy(p).policy_for("unlisted_one").readers == ()
+
+
+@pytest.mark.parametrize("spec", ["bultin", "Builtin", "LLM", "mymodule.Classifier", "mymodule:", ":attr", ""])
+def test_an_intent_classifier_spec_of_no_accepted_form_is_refused_at_load(kit, spec):
+    # Accepted, a typo fails at the first query: refused with fail_closed = true, and with
+    # fail_closed = false intent classification silently never runs.
+    with pytest.raises(ConfigError) as ei:
+        kit.config({"c": {"owner": "hr", "intent": {"classifier": spec, "fail_closed": False}}})
+    msg = str(ei.value)
+    assert "collections.c.intent.classifier" in msg and "'builtin', 'llm' or 'module:attr'" in msg, msg
+
+
+def test_an_intent_classifier_that_cannot_be_loaded_refuses_even_when_configured_open(kit):
+    # fail_closed = false is for a classifier that fails at run time (a timeout), not for a policy
+    # naming a classifier that does not exist: that would switch the layer off without a word.
+    import extraction_scenario as sc
+    from qdrant_guard import GuardRefusal, QdrantClient
+
+    cfg = kit.config({sc.COLLECTION: {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"],
+                                      "raw_in_boundary": True, "text_field": None,
+                                      "intent": {"classifier": "no_such_module_qg:Clf", "fail_closed": False}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    sc.build_collection(owner)
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    with pytest.raises(GuardRefusal) as ei:
+        bob.query_points(sc.COLLECTION, query=sc.embed("x"), query_text="what is the leave policy?", limit=5)
+    assert ei.value.verdict == "FAIL_CLOSED"
+    assert "no_such_module_qg:Clf" in ei.value.directive
