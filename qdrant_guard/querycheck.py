@@ -176,8 +176,15 @@ class QueryChecks(TextOps):
                 "whatever intent.fail_closed says. Fix intent.classifier in the policy",
                 details={"error": repr(exc), "query_text": details.get("query_text")},
             )) from exc
+        from .intent import INTENT_LABELS, IntentClassifierError
+
         try:
             result = yield Offload(lambda: clf.classify(text))
+            if not isinstance(getattr(result, "label", None), str) or result.label not in INTENT_LABELS:
+                # Outside the contract (e.g. "ADVERSARIAL"): never in `block`, so it would pass as benign.
+                raise IntentClassifierError(
+                    f"classifier {ip.classifier!r} returned {getattr(result, 'label', result)!r}, not one of "
+                    f"{INTENT_LABELS}")
         except Exception as exc:  # a broken classifier must never silently allow
             details["intent_error"] = repr(exc)
             if ip.fail_closed and not pol.is_public:

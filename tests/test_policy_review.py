@@ -86,3 +86,38 @@ def test_an_intent_classifier_that_cannot_be_loaded_refuses_even_when_configured
         bob.query_points(sc.COLLECTION, query=sc.embed("x"), query_text="what is the leave policy?", limit=5)
     assert ei.value.verdict == "FAIL_CLOSED"
     assert "no_such_module_qg:Clf" in ei.value.directive
+
+
+class ShoutingClassifier:
+    """A user classifier outside the contract: upper-case labels (here: a blocked label, shouted)."""
+
+    name = "shouting"
+
+    def classify(self, text, *, embedding=None):
+        from qdrant_guard.intent import IntentResult
+        return IntentResult(label="ADVERSARIAL", confidence=0.99, reasoning="caps", classifier=self.name)
+
+
+class NoneClassifier:
+    name = "none"
+
+    def classify(self, text, *, embedding=None):
+        return None
+
+
+@pytest.mark.parametrize("clf", ["ShoutingClassifier", "NoneClassifier"])
+def test_a_classifier_result_outside_the_contract_is_a_classifier_failure(kit, clf):
+    # A label outside INTENT_LABELS (wrong case, a made-up name) is never in `block`, so it would
+    # pass as if benign; the pipeline treats an invalid result like a failing classifier.
+    import extraction_scenario as sc
+    from qdrant_guard import GuardRefusal, QdrantClient
+
+    cfg = kit.config({sc.COLLECTION: {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"],
+                                      "raw_in_boundary": True, "text_field": None,
+                                      "intent": {"classifier": f"test_policy_review:{clf}"}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    sc.build_collection(owner)
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    with pytest.raises(GuardRefusal) as ei:
+        bob.query_points(sc.COLLECTION, query=sc.embed("x"), query_text="what is the leave policy?", limit=5)
+    assert ei.value.verdict == "FAIL_CLOSED"
