@@ -114,6 +114,18 @@ class GuardPipeline:
             name: [self._load_public(k, where=f"boundaries.{name}.authority_keys") for k in b.authority_keys]
             for name, b in cfg.boundaries.items()
         }
+        first_boundary: dict[str, str] = {}
+        for name, pks in self.authorities.items():
+            for pk in pks:
+                kid = _keys.key_id(pk)
+                other = first_boundary.setdefault(kid, name)
+                if other != name:
+                    raise ConfigError(
+                        f"{cfg.source_path or '<config>'}: authority key {kid} is in both "
+                        f"boundaries.{other}.authority_keys and boundaries.{name}.authority_keys, so "
+                        f"either authority could issue credentials for the other boundary; give each "
+                        f"boundary its own key (`qdrant-guard keys new`)"
+                    )
         self.revoked_credentials = frozenset(
             c for b in cfg.boundaries.values() for c in b.revoked_credentials
         )

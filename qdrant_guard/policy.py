@@ -270,7 +270,8 @@ class BoundaryConfig(_Strict):
     """A trust boundary: the Ed25519 authority keys whose credentials prove membership."""
 
     authority_keys: tuple[str, ...] = Field(min_length=1)
-    """Public keys as ``"ed25519:<base64>"`` strings or paths to PEM/str files."""
+    """Public keys as ``"ed25519:<base64>"`` strings or paths to PEM/str files. A key belongs to one
+    boundary only (the same key in two is refused when the client is built)."""
     revoked_credentials: tuple[str, ...] = ()
     """Credential ids (``jti``) that are no longer accepted."""
 

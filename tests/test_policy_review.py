@@ -121,3 +121,23 @@ def test_a_classifier_result_outside_the_contract_is_a_classifier_failure(kit, c
     with pytest.raises(GuardRefusal) as ei:
         bob.query_points(sc.COLLECTION, query=sc.embed("x"), query_text="what is the leave policy?", limit=5)
     assert ei.value.verdict == "FAIL_CLOSED"
+
+
+def test_one_authority_key_in_two_boundaries_is_refused(kit):
+    # With the key in both, the hr authority could issue credentials for support (and back): the
+    # boundaries would no longer be separated by their keys. Usually a copy-paste slip.
+    from qdrant_guard import QdrantClient
+    from qdrant_guard.boundary import issue_credential
+    from qdrant_guard.policy import config_from_dict
+
+    cfg = config_from_dict({
+        "signing_key": str(kit.guard_key_path),
+        "boundaries": {"hr": {"authority_keys": [kit.authority_pub["hr"]]},
+                       "support": {"authority_keys": [kit.authority_pub["support"], kit.authority_pub["hr"]]}},
+        "collections": {"c": {"owner": "hr", "readers": ["support"]}}}, source="shared.toml")
+    forged = issue_credential(kit.authority["hr"], agent_id="mallory", boundary="support")
+    with pytest.raises(ConfigError) as ei:
+        QdrantClient(":memory:", guard=cfg, principal=forged)
+    msg = str(ei.value)
+    assert "shared.toml" in msg and "boundaries.hr" in msg and "boundaries.support" in msg, msg
+    assert keys.key_id(keys.public_key_from_str(kit.authority_pub["hr"])) in msg
