@@ -365,7 +365,8 @@ class GuardConfig(_Strict):
     receipts: ReceiptTrust = ReceiptTrust()
     """Which receipt signers are trusted or revoked."""
     budget_store: str = "memory"
-    """``memory``, ``sqlite:///path.db`` or ``redis://host:port/db`` for the extraction budget."""
+    """``memory``, ``sqlite:///path.db`` or ``redis://host:port/db`` for the extraction budget (a
+    relative sqlite path is relative to the policy file)."""
     default: CollectionPolicy = CollectionPolicy(readers=("*",))
     """The policy of unlisted collections when ``unlisted = "strict"``."""
     collections: dict[str, CollectionPolicy] = Field(default_factory=dict)
@@ -486,8 +487,8 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> GuardCo
 def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
     """Load and validate a TOML policy file.
 
-    Relative paths inside the file (keys, audit log, utility records) are resolved against the
-    file's directory.
+    Relative paths inside the file (keys, audit log, utility records, a ``sqlite:///`` budget store)
+    are resolved against the file's directory.
 
     Raises:
         ConfigError: the file is missing, is not valid TOML, or fails validation.
@@ -505,7 +506,11 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
     for key in ("signing_key", "audit_log"):
         if isinstance(data.get(key), str):
             data[key] = str(base / data[key])
-    for coll in (data.get("collections") or {}).values():
+    store = data.get("budget_store")
+    if isinstance(store, str) and store.startswith("sqlite:///") and not store[len("sqlite:///"):].startswith("/") \
+            and len(store) > len("sqlite:///"):
+        data["budget_store"] = "sqlite:///" + str(base / store[len("sqlite:///"):])
+    for coll in [data.get("default"), *(data.get("collections") or {}).values()]:
         util = coll.get("utility") if isinstance(coll, dict) else None
         if isinstance(util, dict) and isinstance(util.get("record"), str):
             util["record"] = str(base / util["record"])

@@ -141,3 +141,34 @@ def test_one_authority_key_in_two_boundaries_is_refused(kit):
     msg = str(ei.value)
     assert "shared.toml" in msg and "boundaries.hr" in msg and "boundaries.support" in msg, msg
     assert keys.key_id(keys.public_key_from_str(kit.authority_pub["hr"])) in msg
+
+
+def test_relative_utility_record_of_the_default_section_is_resolved_against_the_policy_file(tmp_path, monkeypatch):
+    from qdrant_guard import load_policy
+
+    d = tmp_path / "conf"
+    d.mkdir()
+    (d / "policy.toml").write_text('[default.utility]\nrecord = "records/u.json"\n'
+                                   '[collections.c.utility]\nrecord = "records/c.json"\n')
+    monkeypatch.chdir(tmp_path)
+    cfg = load_policy("conf/policy.toml")
+    assert cfg.policy_for("c").utility.record == str(d.resolve() / "records/c.json")
+    assert cfg.policy_for("unlisted").utility.record == str(d.resolve() / "records/u.json")
+
+
+def test_relative_sqlite_budget_store_is_resolved_against_the_policy_file(tmp_path, monkeypatch):
+    # docs/policy.example.toml writes budget_store = "sqlite:///budgets.db" next to relative key and
+    # audit paths. Resolved against the working directory, a process started elsewhere would count
+    # in a fresh, empty budget database: every extraction budget silently reset.
+    from qdrant_guard import load_policy
+    from qdrant_guard.budget import SqliteBudgetStore, make_store
+
+    d = tmp_path / "conf"
+    d.mkdir()
+    (d / "policy.toml").write_text('budget_store = "sqlite:///budgets.db"\n')
+    monkeypatch.chdir(tmp_path)
+    cfg = load_policy("conf/policy.toml")
+    assert cfg.budget_store == "sqlite:///" + str(d.resolve() / "budgets.db")
+    assert isinstance(make_store(cfg.budget_store), SqliteBudgetStore)
+    (d / "policy.toml").write_text(f'budget_store = "sqlite:///{tmp_path}/abs.db"\n')
+    assert load_policy(d / "policy.toml").budget_store == f"sqlite:///{tmp_path}/abs.db"
