@@ -182,7 +182,9 @@ class CollectionPolicy(_Strict):
     """Policy of one collection."""
 
     sensitivity: SensitivityClass = Field(SensitivityClass.PII, alias="class")
-    """``embedding_sensitivity_class``: PUBLIC (pass-through), PII, CREDENTIAL or PROPRIETARY."""
+    """``embedding_sensitivity_class``: PUBLIC (pass-through), PII, CREDENTIAL or PROPRIETARY. A PUBLIC
+    collection may not set the keys it would ignore (owner, readers, writers, raw_in_boundary,
+    noise_queries, noise, query, diversity, intent, utility)."""
     owner: str | None = None
     """Owner trust boundary. Principals verified in it may write raw vectors when allowed."""
     readers: tuple[str, ...] = ()
@@ -397,6 +399,15 @@ class GuardConfig(_Strict):
         items = [("default", self.default)] + [(f"collections.{n}", p) for n, p in self.collections.items()]
         for where, pol in items:
             if pol.is_public:
+                ignored = sorted(k for k in pol.model_fields_set & _IGNORED_ON_PUBLIC
+                                 if not (where == "default" and k == "readers" and pol.readers == ("*",)))
+                if ignored:
+                    raise ValueError(
+                        f"{where} is PUBLIC (pass-through: anyone, even without a credential, reads and "
+                        f"writes it; no noise, query, intent or budget checks), so its {', '.join(ignored)} "
+                        f"would be ignored; remove {'them' if len(ignored) > 1 else 'it'}, or give it class "
+                        "PII, CREDENTIAL or PROPRIETARY"
+                    )
                 continue
             ceiling = self.epsilon_ceiling[pol.sensitivity]
             if pol.noise.epsilon > ceiling:
@@ -437,6 +448,12 @@ class GuardConfig(_Strict):
         """A config under which every collection is PUBLIC: the guard changes nothing."""
         return cls(unlisted="public")
 
+
+# Collection keys a PUBLIC collection does not enforce (set explicitly, they promise protection).
+_IGNORED_ON_PUBLIC = frozenset({
+    "owner", "readers", "writers", "raw_in_boundary", "noise_queries", "noise", "query", "diversity", "intent",
+    "utility",
+})
 
 _PUBLIC = CollectionPolicy(**{"class": SensitivityClass.PUBLIC})
 

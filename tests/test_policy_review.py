@@ -172,3 +172,32 @@ def test_relative_sqlite_budget_store_is_resolved_against_the_policy_file(tmp_pa
     assert isinstance(make_store(cfg.budget_store), SqliteBudgetStore)
     (d / "policy.toml").write_text(f'budget_store = "sqlite:///{tmp_path}/abs.db"\n')
     assert load_policy(d / "policy.toml").budget_store == f"sqlite:///{tmp_path}/abs.db"
+
+
+@pytest.mark.parametrize("extra,key", [
+    ({"owner": "hr"}, "owner"),
+    ({"readers": ["support"]}, "readers"),
+    ({"writers": ["support"]}, "writers"),
+    ({"noise": {"epsilon": 0.5}}, "noise"),
+    ({"diversity": {"max_source_coverage": 0.25}}, "diversity"),
+    ({"intent": {"enabled": True}}, "intent"),
+])
+def test_public_collection_with_protection_keys_is_refused(kit, extra, key):
+    # PUBLIC is pass-through: anyone, even without a credential, reads and writes it, and no noise,
+    # query check, intent check or budget runs. Settings that say otherwise would be ignored.
+    with pytest.raises(ConfigError) as ei:
+        kit.config({"docs": {"class": "PUBLIC", **extra}})
+    msg = str(ei.value)
+    assert "collections.docs" in msg and key in msg and "PUBLIC" in msg, msg
+    # What the refusal prevents: on PUBLIC, owner/readers/writers are not enforced at all.
+    from qdrant_guard.policy import CollectionPolicy
+
+    ignored = CollectionPolicy(**{"class": "PUBLIC", "owner": "hr", "readers": ["support"]})
+    assert ignored.may_read(None) and ignored.may_write(None)
+
+
+def test_public_collection_keeps_the_keys_it_uses(kit):
+    cfg = kit.config({"pub": {"class": "PUBLIC", "text_field": "text", "allow_redaction_on_public": True,
+                              "source_field": "src"}},
+                     default={"class": "PUBLIC"})
+    assert cfg.policy_for("pub").is_public and cfg.policy_for("other").is_public
