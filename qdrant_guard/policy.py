@@ -69,7 +69,7 @@ class NoisePolicy(_Strict):
     """Failure probability of the Gaussian guarantee (must be 0 for ``laplace_l2``)."""
     radius: float = Field(0.01, gt=0, le=2)
     """Protected L2 radius of the metric-DP guarantee (inputs are clipped to ``clip_norm`` first)."""
-    clip_norm: float | None = Field(1.0, gt=0)
+    clip_norm: float | None = Field(1.0, gt=0, allow_inf_nan=False)
     """Inputs are clipped to this L2 norm before noising (1.0 suits normalised embeddings)."""
     keyed: bool = True
     """Derive the noise from a PRF of (guard key, clean vector): re-sending a vector yields the same

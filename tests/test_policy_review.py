@@ -201,3 +201,11 @@ def test_public_collection_keeps_the_keys_it_uses(kit):
                               "source_field": "src"}},
                      default={"class": "PUBLIC"})
     assert cfg.policy_for("pub").is_public and cfg.policy_for("other").is_public
+
+
+def test_an_infinite_clip_norm_is_refused_at_load_not_at_the_first_write(kit):
+    # The noise kernel needs a finite clip_norm; accepted here, every noised write failed later.
+    with pytest.raises(ConfigError) as ei:
+        kit.config({"c": {"owner": "hr", "noise": {"clip_norm": float("inf")}}})
+    assert "collections.c.noise.clip_norm = inf" in str(ei.value) and "finite" in str(ei.value)
+    assert kit.config({"c": {"owner": "hr", "noise": {"clip_norm": None}}}).collections["c"].noise.clip_norm is None
