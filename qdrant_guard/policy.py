@@ -375,6 +375,16 @@ class GuardConfig(_Strict):
     """Per-collection policies, keyed by collection name."""
     source_path: str | None = Field(None, exclude=True)
 
+    @field_validator("budget_store")
+    @classmethod
+    def _store_spec(cls, v: str) -> str:
+        # The store is built at the first budgeted read; a typo must fail here, not there.
+        if v == "memory" or (v.startswith("sqlite:///") and len(v) > len("sqlite:///")) \
+                or v.startswith(("redis://", "rediss://", "unix://")):
+            return v
+        raise ValueError(f"{v!r} is not 'memory', 'sqlite:///path.db' or 'redis://host:port/db' "
+                         "(also rediss:// and unix://)")
+
     @field_validator("default", mode="before")
     @classmethod
     def _default_readers(cls, v: Any) -> Any:

@@ -209,3 +209,15 @@ def test_an_infinite_clip_norm_is_refused_at_load_not_at_the_first_write(kit):
         kit.config({"c": {"owner": "hr", "noise": {"clip_norm": float("inf")}}})
     assert "collections.c.noise.clip_norm = inf" in str(ei.value) and "finite" in str(ei.value)
     assert kit.config({"c": {"owner": "hr", "noise": {"clip_norm": None}}}).collections["c"].noise.clip_norm is None
+
+
+@pytest.mark.parametrize("spec", ["sqlite://budgets.db", "sqlite:///", "redis:/localhost", "mem", ""])
+def test_an_unknown_budget_store_spec_is_refused_at_load(kit, spec):
+    with pytest.raises(ConfigError, match="budget_store"):
+        kit.config({}, budget_store=spec)
+
+
+@pytest.mark.parametrize("spec", ["memory", "sqlite:///b.db", "sqlite:////tmp/b.db", "redis://localhost:6379/0",
+                                  "rediss://h:1/0", "unix:///tmp/r.sock"])
+def test_every_documented_budget_store_spec_loads(kit, spec):
+    assert kit.config({}, budget_store=spec).budget_store == spec
