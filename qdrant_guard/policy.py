@@ -126,12 +126,25 @@ class DiversityPolicy(_Strict):
     max_source_coverage: float | None = Field(None, gt=0, le=1)
     """Fraction of a source's points one principal may see within ``window_s`` (None: no budget)."""
     restricted_sources: tuple[str, ...] = ()
-    """Sources the budget applies to (empty: every source). A budget on every source also costs
-    benign users their follow-up questions; restrict it to the confidential documents."""
+    """Sources the budget applies to (empty: every source; needs ``max_source_coverage``). A budget
+    on every source also costs benign users their follow-up questions; restrict it to the
+    confidential documents."""
     window_s: float = Field(86400.0, gt=0)
     """Sliding window of the extraction and distillation budgets, in seconds."""
     max_vectors: int | None = Field(None, ge=0)
-    """PROPRIETARY distillation budget: vectors one principal may receive within ``window_s``."""
+    """PROPRIETARY distillation budget: vectors one principal may receive within ``window_s`` (refused
+    on other classes, which it would not apply to)."""
+
+    @model_validator(mode="after")
+    def _budget_keys_that_apply(self) -> "DiversityPolicy":
+        # restricted_sources only narrows the extraction budget; without it, nothing is restricted.
+        if self.restricted_sources and self.max_source_coverage is None:
+            raise ValueError(
+                f"restricted_sources = {list(self.restricted_sources)!r} names the sources the extraction "
+                "budget applies to, but max_source_coverage is not set, so no budget would apply; set "
+                "max_source_coverage (e.g. 0.25) or remove restricted_sources"
+            )
+        return self
 
 
 class IntentPolicy(_Strict):
@@ -419,6 +432,12 @@ class GuardConfig(_Strict):
                         "PII, CREDENTIAL or PROPRIETARY"
                     )
                 continue
+            if pol.diversity.max_vectors is not None and pol.sensitivity is not SensitivityClass.PROPRIETARY:
+                raise ValueError(
+                    f"{where}.diversity.max_vectors is the PROPRIETARY distillation budget, but {where} is "
+                    f"{pol.sensitivity.value}, so it would be ignored; remove it or give the collection "
+                    "class PROPRIETARY"
+                )
             ceiling = self.epsilon_ceiling[pol.sensitivity]
             if pol.noise.epsilon > ceiling:
                 raise ValueError(

@@ -221,3 +221,18 @@ def test_an_unknown_budget_store_spec_is_refused_at_load(kit, spec):
                                   "rediss://h:1/0", "unix:///tmp/r.sock"])
 def test_every_documented_budget_store_spec_loads(kit, spec):
     assert kit.config({}, budget_store=spec).budget_store == spec
+
+
+def test_restricted_sources_without_a_coverage_budget_is_refused(kit):
+    with pytest.raises(ConfigError, match="max_source_coverage"):
+        kit.config({"c": {"owner": "hr", "diversity": {"restricted_sources": ["memo"]}}})
+    cfg = kit.config({"c": {"owner": "hr", "diversity": {"restricted_sources": ["memo"], "max_source_coverage": 0.25}}})
+    assert cfg.collections["c"].diversity.restricted_sources == ("memo",)
+
+
+@pytest.mark.parametrize("cls", ["PII", "CREDENTIAL"])
+def test_a_vector_budget_on_a_class_it_does_not_apply_to_is_refused(kit, cls):
+    with pytest.raises(ConfigError, match="max_vectors"):
+        kit.config({"c": {"class": cls, "owner": "hr", "diversity": {"max_vectors": 3}}})
+    cfg = kit.config({"c": {"class": "PROPRIETARY", "owner": "hr", "diversity": {"max_vectors": 3}}})
+    assert cfg.collections["c"].diversity.max_vectors == 3
