@@ -25,6 +25,9 @@ from .pipeline import Call, drive_async, drive_sync
 from .surface import GUARDED
 
 _RAW_HANDLES = ("http", "grpc_points", "grpc_collections")
+# The constructor options (api_key, headers, auth_token_provider) are made to be passed back to a
+# constructor: ``QdrantClient(**client.init_options)`` is a client on the same server without guard=.
+_OPTION_HANDLES = ("init_options",)
 
 # qdrant-client's async client makes these two plain methods (its uploaders use their own
 # synchronous connections); the guarded versions stay plain methods too.
@@ -219,7 +222,7 @@ def _complete(client: Any, call: Call, fn: Callable[..., Coroutine[Any, Any, Any
     origin = getattr(client, "_origin", client)
     sync = getattr(origin, "_sync_twin", None)
     if sync is None:
-        sync = qdrant_client.QdrantClient(**origin.init_options)
+        sync = qdrant_client.QdrantClient(**origin._init_options)  # init_options is refused under a policy
         origin._sync_twin = sync
     return getattr(qdrant_client.QdrantClient, call.method)(sync, **call.kwargs)
 
@@ -232,13 +235,13 @@ def _unimplemented(original: Callable[..., Any]) -> Callable[..., Any]:
     return method
 
 
-def _raw_handle(name: str, base: type) -> property:
+def _raw_handle(name: str, base: type, what: str = "a raw API handle") -> property:
     original = getattr(base, name)
 
     def getter(self: Any) -> Any:
         if self._guard is not None and not self._guard.transparent:
             raise QdrantGuardError(
-                f"client.{name} is a raw API handle that would bypass the guard policy; use the "
+                f"client.{name} is {what} that would bypass the guard policy; use the "
                 "client's methods, or a plain qdrant_client client outside the guard"
             )
         return original.fget(self)
@@ -264,6 +267,10 @@ def install(cls: type, base: type, *, is_async: bool) -> None:
     for name in _RAW_HANDLES:
         if isinstance(getattr(base, name, None), property):
             setattr(cls, name, _raw_handle(name, base))
+    for name in _OPTION_HANDLES:
+        if isinstance(getattr(base, name, None), property):
+            setattr(cls, name, _raw_handle(
+                name, base, "the connection's options and credentials (a client built from them has no guard)"))
 
 
 class PrincipalViews:

@@ -77,7 +77,8 @@ SAFE: dict[str, str] = {
     "list_late_interaction_text_models": "fastembed model catalogue",
     "list_late_interaction_multimodal_models": "fastembed model catalogue",
     "get_embedding_size": "model metadata",
-    "init_options": "constructor options (property)",
+    "init_options": "constructor options with the credentials: the facade refuses it under a guard policy "
+                    "(QdrantClient(**client.init_options) would be a client without the guard)",
     "DEFAULT_BATCH_SIZE": "constant",
     "http": "raw REST handle: the facade refuses it under a guard policy (it would bypass the guard)",
     "grpc_points": "raw gRPC handle: the facade refuses it under a guard policy (it would bypass the guard)",

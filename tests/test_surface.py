@@ -74,3 +74,17 @@ def test_raw_handles_are_refused_under_a_policy():
     plain = qdrant_guard.QdrantClient(":memory:")
     with pytest.raises(NotImplementedError):  # same behaviour as qdrant-client in local mode
         plain.http
+
+
+@pytest.mark.parametrize("cls", [qdrant_guard.QdrantClient, qdrant_guard.AsyncQdrantClient], ids=["sync", "async"])
+def test_init_options_are_refused_under_a_policy(cls):
+    # init_options holds the connection's api_key, headers and auth_token_provider, and is made to be
+    # passed back to a constructor: QdrantClient(**client.init_options) is a client without guard=
+    # on the same server, so under a policy it is refused like the raw handles (also for a view).
+    c = cls(":memory:", guard=qdrant_guard.GuardConfig(), api_key=None)
+    with pytest.raises(qdrant_guard.QdrantGuardError, match="bypass the guard"):
+        c.init_options
+    with pytest.raises(qdrant_guard.QdrantGuardError, match="bypass the guard"):
+        c.with_principal(None).init_options
+    plain = cls(":memory:")
+    assert plain.init_options == qdrant_client.QdrantClient(":memory:").init_options
