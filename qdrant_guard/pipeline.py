@@ -29,7 +29,7 @@ from .decision import Decision, Verdict
 from .errors import AuditError, ConfigError, CredentialError, QdrantGuardError
 from .policy import CollectionPolicy, GuardConfig, load_policy
 from .receipts import ReceiptSigner
-from .surface import ADMIN, OPERATOR_ONLY, READ_COLLECTION, WRITE_COLLECTION
+from .surface import ADMIN, OPERATOR_ONLY, READ_COLLECTION, SNAPSHOT_RECOVERY, WRITE_COLLECTION
 from .vectors import CollectionShape, shape_from_info
 
 log = logging.getLogger("qdrant_guard")
@@ -349,11 +349,15 @@ class GuardPipeline:
             return (yield Call(method, args))
         name = args.get("collection_name")
         pol = self.policy(name) if isinstance(name, str) else None
+        why = ("the guard cannot tell what a snapshot holds, so a copy of a sensitive collection could be "
+               "restored under a name with a weaker policy. Restore snapshots"
+               if method in SNAPSHOT_RECOVERY else
+               "it acts on the whole cluster (replicas or the full snapshots of every collection, whichever "
+               "boundary owns them). Do cluster maintenance")
         raise self.refuse(self.decision(
             method, name, pol, Verdict.REFUSED_CROSS_BOUNDARY,
-            f"{method} is refused under a guard policy: the guard cannot tell what a snapshot holds, so "
-            f"a copy of a sensitive collection could be restored under a name with a weaker policy. "
-            f"Restore snapshots as the operator, with a client constructed without guard=",
+            f"{method} is refused under a guard policy: {why} as the operator, with a client constructed "
+            "without guard=",
         ))
 
 

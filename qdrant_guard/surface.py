@@ -45,10 +45,13 @@ ADMIN = frozenset(
     }
 )
 
-# Snapshot recovery: refused under a guard policy. The target name says nothing about what the
-# snapshot holds (a copy of a sensitive collection can be restored under a PUBLIC name); restoring
-# is the operator's job, with a client constructed without guard=.
-OPERATOR_ONLY = frozenset({"recover_snapshot", "recover_shard_snapshot"})
+# Refused under a guard policy; the operator's job, with a client constructed without guard=.
+# Snapshot recovery: the target name says nothing about what the snapshot holds (a copy of a
+# sensitive collection can be restored under a PUBLIC name). Peer removal and recovery and
+# deleting full snapshots: no data leaks, but an agent could take replicas or the backups of every
+# collection away, whichever boundaries own them.
+SNAPSHOT_RECOVERY = frozenset({"recover_snapshot", "recover_shard_snapshot"})
+OPERATOR_ONLY = SNAPSHOT_RECOVERY | {"remove_peer", "recover_current_peer", "delete_full_snapshot"}
 
 # Guarded with dedicated logic spanning several collections.
 MULTI = frozenset({"update_collection_aliases", "migrate", "create_full_snapshot"})
@@ -67,10 +70,7 @@ SAFE: dict[str, str] = {
     "get_optimizations": "optimizer progress; no data",
     "cluster_status": "cluster topology; no data",
     "cluster_telemetry": "telemetry counters; no data",
-    "recover_current_peer": "cluster maintenance; no data returned",
-    "remove_peer": "cluster maintenance; no data returned",
     "list_full_snapshots": "lists snapshot names; creating one is guarded",
-    "delete_full_snapshot": "deletes a snapshot file; cannot leak data",
     "list_text_models": "fastembed model catalogue",
     "list_sparse_models": "fastembed model catalogue",
     "list_image_models": "fastembed model catalogue",
