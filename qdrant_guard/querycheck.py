@@ -158,6 +158,13 @@ class QueryChecks(TextOps):
             details={"violations": violations, "query_text": details.get("query_text")},
         ))
 
+    def _intent_failed(self, op: str, name: str, pol: CollectionPolicy, exc: Exception,
+                       details: dict[str, Any], directive: str) -> QdrantGuardError:
+        """The FAIL_CLOSED refusal of a query whose intent could not be classified."""
+        details["intent_error"] = repr(exc)
+        return self.refuse(self.decision(op, name, pol, Verdict.FAIL_CLOSED, directive,
+                                         details={"error": repr(exc), "query_text": details.get("query_text")}))
+
     def check_intent(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> Op:
         """Intent classification -> INTENT_BLOCKED, or FAIL_CLOSED when the classifier fails.
 
@@ -169,13 +176,10 @@ class QueryChecks(TextOps):
         try:
             clf = self.intent_classifier(ip.classifier)
         except Exception as exc:  # a misconfiguration, not an outage: never a reason to go on
-            details["intent_error"] = repr(exc)
-            raise self.refuse(self.decision(
-                op, name, pol, Verdict.FAIL_CLOSED,
+            raise self._intent_failed(
+                op, name, pol, exc, details,
                 f"the intent classifier {ip.classifier!r} could not be loaded ({exc}); the query was refused "
-                "whatever intent.fail_closed says. Fix intent.classifier in the policy",
-                details={"error": repr(exc), "query_text": details.get("query_text")},
-            )) from exc
+                "whatever intent.fail_closed says. Fix intent.classifier in the policy") from exc
         from .intent import INTENT_LABELS, IntentClassifierError
 
         try:
@@ -186,14 +190,12 @@ class QueryChecks(TextOps):
                     f"classifier {ip.classifier!r} returned {getattr(result, 'label', result)!r}, not one of "
                     f"{INTENT_LABELS}")
         except Exception as exc:  # a broken classifier must never silently allow
-            details["intent_error"] = repr(exc)
             if ip.fail_closed and not pol.is_public:
-                raise self.refuse(self.decision(
-                    op, name, pol, Verdict.FAIL_CLOSED,
+                raise self._intent_failed(
+                    op, name, pol, exc, details,
                     f"the intent classifier failed ({type(exc).__name__}); the query was refused because "
-                    "intent.fail_closed = true. Check the classifier service, or set fail_closed = false",
-                    details={"error": repr(exc), "query_text": details.get("query_text")},
-                )) from exc
+                    "intent.fail_closed = true. Check the classifier service, or set fail_closed = false") from exc
+            details["intent_error"] = repr(exc)
             return
         details["intent"] = {"label": result.label, "confidence": round(float(result.confidence), 4),
                              "reasoning": result.reasoning, "classifier": result.classifier}
