@@ -73,19 +73,24 @@ def test_an_intent_classifier_spec_of_no_accepted_form_is_refused_at_load(kit, s
 def test_an_intent_classifier_that_cannot_be_loaded_refuses_even_when_configured_open(kit):
     # fail_closed = false is for a classifier that fails at run time (a timeout), not for a policy
     # naming a classifier that does not exist: that would switch the layer off without a word.
+    refusal = _intent_refusal(kit, {"classifier": "no_such_module_qg:Clf", "fail_closed": False})
+    assert refusal.verdict == "FAIL_CLOSED"
+    assert "no_such_module_qg:Clf" in refusal.directive
+
+
+def _intent_refusal(kit, intent):
+    """The refusal of a reader's query on a collection with intent policy ``intent``."""
     import extraction_scenario as sc
     from qdrant_guard import GuardRefusal, QdrantClient
 
     cfg = kit.config({sc.COLLECTION: {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"],
-                                      "raw_in_boundary": True, "text_field": None,
-                                      "intent": {"classifier": "no_such_module_qg:Clf", "fail_closed": False}}})
+                                      "raw_in_boundary": True, "text_field": None, "intent": intent}})
     owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
     sc.build_collection(owner)
     bob = owner.with_principal(kit.principal("bob", "support"))
     with pytest.raises(GuardRefusal) as ei:
         bob.query_points(sc.COLLECTION, query=sc.embed("x"), query_text="what is the leave policy?", limit=5)
-    assert ei.value.verdict == "FAIL_CLOSED"
-    assert "no_such_module_qg:Clf" in ei.value.directive
+    return ei.value
 
 
 class ShoutingClassifier:
@@ -109,18 +114,7 @@ class NoneClassifier:
 def test_a_classifier_result_outside_the_contract_is_a_classifier_failure(kit, clf):
     # A label outside INTENT_LABELS (wrong case, a made-up name) is never in `block`, so it would
     # pass as if benign; the pipeline treats an invalid result like a failing classifier.
-    import extraction_scenario as sc
-    from qdrant_guard import GuardRefusal, QdrantClient
-
-    cfg = kit.config({sc.COLLECTION: {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"],
-                                      "raw_in_boundary": True, "text_field": None,
-                                      "intent": {"classifier": f"test_policy_review:{clf}"}}})
-    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
-    sc.build_collection(owner)
-    bob = owner.with_principal(kit.principal("bob", "support"))
-    with pytest.raises(GuardRefusal) as ei:
-        bob.query_points(sc.COLLECTION, query=sc.embed("x"), query_text="what is the leave policy?", limit=5)
-    assert ei.value.verdict == "FAIL_CLOSED"
+    assert _intent_refusal(kit, {"classifier": f"test_policy_review:{clf}"}).verdict == "FAIL_CLOSED"
 
 
 def test_one_authority_key_in_two_boundaries_is_refused(kit):
