@@ -215,6 +215,8 @@ class WriteOps(TextOps):
         # prepare_vector_updates).
         deleted: set[str] = set()
         deleted_by_filter = False
+        # Payload and delete operations, audited as one ALLOW like the methods they stand for.
+        others: dict[str, int] = {}
         for op in args["update_operations"]:
             if isinstance(op, models.UpsertOperation):
                 inner = op.upsert
@@ -254,6 +256,15 @@ class WriteOps(TextOps):
                 new = yield from self.payload_operation(method, name, pol, op, fresh)
                 out_ops.extend(new)
                 positions.append(len(out_ops) - 1 if new else None)
+                kind = type(op).__name__.removesuffix("Operation")
+                others[kind] = others.get(kind, 0) + 1
+        if others:
+            self.record(self.decision(
+                method, name, pol, Verdict.ALLOW,
+                "write access granted: " + ", ".join(f"{k}={v}" for k, v in sorted(others.items()))
+                + "; receipts untouched or preserved",
+                details={"operations": others},
+            ))
         results = (yield from self.forward(method, name, pol, Call(method, {**args, "update_operations": out_ops}))
                    ) if out_ops else []
         # An operation that matched no point sends nothing; it shares the outcome of the request.

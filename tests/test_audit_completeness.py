@@ -1,0 +1,46 @@
+"""Every decision on a guarded client reaches the audit log, with the right verdict."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from guardkit import create, make_kit, models, unit
+from qdrant_guard import QdrantClient
+
+
+def _records(kit):
+    path = kit.tmp / "audit.jsonl"
+    return [json.loads(line)["record"] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "noise_on_write": True, "text_field": "text"}},
+                     unlisted="refuse")
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii")
+    rng = np.random.default_rng(0)
+    owner.upsert("pii", [models.PointStruct(id=i, vector=unit(rng), payload={"n": i}) for i in range(4)])
+    return kit, owner
+
+
+@pytest.mark.parametrize("operation", [
+    models.DeleteOperation(delete=models.PointIdsList(points=[3])),
+    models.SetPayloadOperation(set_payload=models.SetPayload(payload={"x": 1}, points=[1])),
+    models.OverwritePayloadOperation(overwrite_payload=models.SetPayload(payload={"x": 1}, points=[1])),
+    models.ClearPayloadOperation(clear_payload=models.PointIdsList(points=[1])),
+    models.DeletePayloadOperation(delete_payload=models.DeletePayload(keys=["n"], points=[1])),
+    models.DeleteVectorsOperation(delete_vectors=models.DeleteVectors(points=[2], vector=[""])),
+])
+def test_batch_payload_and_delete_operations_are_audited(setup, operation):
+    # The same change made with delete()/set_payload()/... is audited; inside a batch it must be too.
+    kit, owner = setup
+    before = len(_records(kit))
+    owner.batch_update_points("pii", [operation])
+    new = _records(kit)[before:]
+    assert len(new) == 1
+    assert new[0]["op"] == "batch_update_points" and new[0]["verdict"] == "ALLOW"
+    assert new[0]["collection"] == "pii" and new[0]["principal"] == "alice@hr"
