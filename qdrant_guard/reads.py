@@ -221,9 +221,10 @@ class ReadOps(PayloadOps, QueryChecks):
         if not dec.withheld:
             return pts
         details["vector_budget"] = {"withheld": len(dec.withheld), "cap": dec.cap}
-        details["verdict"] = Verdict.BUDGET_EXCEEDED.value
-        if pol.diversity.mode == "monitor":
+        if pol.diversity.mode == "monitor":  # nothing withheld: logged as what would have been
+            details["vector_budget_monitor"] = True
             return pts
+        details["verdict"] = Verdict.BUDGET_EXCEEDED.value
         held = {normalize_point_id(x) for x in dec.withheld}
         return [p.model_copy(update={"vector": None}) if normalize_point_id(p.id) in held else p for p in pts]
 

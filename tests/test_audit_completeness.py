@@ -44,3 +44,19 @@ def test_batch_payload_and_delete_operations_are_audited(setup, operation):
     assert len(new) == 1
     assert new[0]["op"] == "batch_update_points" and new[0]["verdict"] == "ALLOW"
     assert new[0]["collection"] == "pii" and new[0]["principal"] == "alice@hr"
+
+
+def test_vector_budget_in_monitor_mode_is_not_audited_as_withheld(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"emb": {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"],
+                              "noise_on_write": True, "diversity": {"max_vectors": 2, "mode": "monitor"}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "emb")
+    rng = np.random.default_rng(1)
+    owner.upsert("emb", [models.PointStruct(id=i, vector=unit(rng), payload={"source": f"s{i}"}) for i in range(5)])
+    reader = owner.with_principal(kit.principal("bob", "support"))
+    records, _ = reader.scroll("emb", limit=5, with_vectors=True)
+    assert sum(r.vector is not None for r in records) == 5  # monitor: nothing withheld
+    rec = _records(kit)[-1]
+    assert rec["op"] == "scroll" and rec["verdict"] == "ALLOW"
+    assert rec["details"]["vector_budget"]["withheld"] == 3 and rec["details"]["vector_budget_monitor"] is True
