@@ -321,16 +321,30 @@ class GuardPipeline:
             raise TypeError(f"{method}() argument 'collection_name' must be str, not {type(name).__name__}")
         handler = getattr(self, f"op_{method}", None)
         if handler is not None:
-            return handler(method, args)
-        if method in READ_COLLECTION:
-            return self.op_collection_access(method, args, "read")
-        if method in WRITE_COLLECTION:
-            return self.op_collection_access(method, args, "write")
-        if method in ADMIN:
-            return self.op_collection_access(method, args, "admin")
-        if method in OPERATOR_ONLY:
-            return self.op_operator_only(method, args)
-        raise QdrantGuardError(f"qdrant_guard has no guard for method {method!r}; this is a bug")
+            op = handler(method, args)
+        elif method in READ_COLLECTION:
+            op = self.op_collection_access(method, args, "read")
+        elif method in WRITE_COLLECTION:
+            op = self.op_collection_access(method, args, "write")
+        elif method in ADMIN:
+            op = self.op_collection_access(method, args, "admin")
+        elif method in OPERATOR_ONLY:
+            op = self.op_operator_only(method, args)
+        else:
+            raise QdrantGuardError(f"qdrant_guard has no guard for method {method!r}; this is a bug")
+        return op if self.transparent else self._audit_unlisted(method, op)
+
+    def _audit_unlisted(self, method: str, op: Op) -> Op:
+        """``op``, with the refusal of a collection unlisted under ``unlisted = "refuse"`` (raised
+        as ConfigError wherever the operation looks a policy up) audited before it propagates."""
+        try:
+            return (yield from op)
+        except ConfigError as exc:
+            name = getattr(exc, "unlisted", None)
+            if name is not None:
+                self.record(self.decision(method, name, None, Verdict.REFUSED_CROSS_BOUNDARY, str(exc),
+                                          details={"unlisted": "refuse"}))
+            raise
 
     def op_collection_access(self, method: str, args: dict[str, Any], need: str) -> Op:
         """Boundary check for calls that touch one collection without returning its vectors."""

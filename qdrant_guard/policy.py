@@ -372,7 +372,8 @@ class GuardConfig(_Strict):
     """fsync the audit log after every entry (slower; survives power loss, not only crashes)."""
     unlisted: Literal["strict", "public", "refuse"] = "strict"
     """Collections not listed: ``strict`` = PII with the ``default`` policy (noised, readable by any
-    verified principal, vectors never returned raw); ``public`` = pass-through; ``refuse``."""
+    verified principal, vectors never returned raw); ``public`` = pass-through; ``refuse`` (a call
+    naming one raises ``ConfigError``, audited as ``REFUSED_CROSS_BOUNDARY``)."""
     epsilon_ceiling: dict[SensitivityClass, float] = Field(default_factory=lambda: dict(DEFAULT_CEILINGS))
     """Largest epsilon accepted per class (defaults: PII 2.0, CREDENTIAL 1.0, PROPRIETARY 8.0)."""
     boundaries: dict[str, BoundaryConfig] = Field(default_factory=dict)
@@ -465,11 +466,13 @@ class GuardConfig(_Strict):
         if self.unlisted == "public":
             return _PUBLIC
         if self.unlisted == "refuse":
-            raise ConfigError(
+            err = ConfigError(
                 f"collection {collection!r} is not listed in the policy"
                 f"{' ' + self.source_path if self.source_path else ''} and unlisted = \"refuse\"; "
                 f"add a [collections.{collection}] section"
             )
+            err.unlisted = collection  # type: ignore[attr-defined]  # the pipeline audits the refusal
+            raise err
         return self.default
 
     @classmethod

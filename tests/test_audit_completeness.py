@@ -8,6 +8,7 @@ import pytest
 
 from guardkit import create, make_kit, models, unit
 from qdrant_guard import QdrantClient
+from qdrant_guard.errors import ConfigError
 
 
 def _records(kit):
@@ -44,6 +45,17 @@ def test_batch_payload_and_delete_operations_are_audited(setup, operation):
     assert len(new) == 1
     assert new[0]["op"] == "batch_update_points" and new[0]["verdict"] == "ALLOW"
     assert new[0]["collection"] == "pii" and new[0]["principal"] == "alice@hr"
+
+
+def test_unlisted_collection_refusal_is_audited(setup):
+    kit, owner = setup
+    before = len(_records(kit))
+    with pytest.raises(ConfigError):
+        owner.scroll("elsewhere")
+    new = _records(kit)[before:]
+    assert len(new) == 1
+    assert new[0]["verdict"] == "REFUSED_CROSS_BOUNDARY" and new[0]["collection"] == "elsewhere"
+    assert new[0]["op"] == "scroll" and new[0]["principal"] == "alice@hr"
 
 
 def test_vector_budget_in_monitor_mode_is_not_audited_as_withheld(tmp_path):
