@@ -187,7 +187,7 @@ class WriteOps(TextOps):
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
-        _refuse_update_filter(method, name, args.get("update_filter"))
+        self._refuse_update_filter(method, name, pol, args.get("update_filter"))
         ops = yield from self.prepare_vector_updates(method, name, pol, list(args["points"]),
                                                      shard_key=args.get("shard_key_selector"))
         rest = {k: v for k, v in args.items() if k in ("wait", "ordering", "timeout")}
@@ -232,9 +232,10 @@ class WriteOps(TextOps):
                     update_filter=inner.update_filter, update_mode=inner.update_mode)))
             elif isinstance(op, models.UpdateVectorsOperation):
                 uv = op.update_vectors
-                _refuse_update_filter(method, name, uv.update_filter)
+                self._refuse_update_filter(method, name, pol, uv.update_filter)
                 if deleted_by_filter:
-                    raise UnsupportedWriteError(
+                    raise self.unsupported_write(
+                        method, name, pol,
                         f"{method}: a vector update after a delete by filter in the same batch on sensitive "
                         f"collection {name!r}: the guard cannot tell which points will still exist, and "
                         "Qdrant would apply part of the update before failing on a deleted point, "
@@ -508,7 +509,8 @@ class WriteOps(TextOps):
         if missing:
             # Qdrant applies the other points' vectors before failing on a missing one; the
             # receipt operations after it would then never run, leaving vectors without receipts.
-            raise UnsupportedWriteError(
+            raise self.unsupported_write(
+                op, name, pol,
                 f"{op}: point(s) {missing} do not exist in collection {name!r}; a vector update cannot "
                 "create points. Upsert those points (with their vectors) instead, or leave their ids out"
             )
@@ -531,15 +533,20 @@ class WriteOps(TextOps):
                 payload={RECEIPT_KEY: container}, points=[p.id], shard_key=shard_key)))
         return ops
 
+    def unsupported_write(self, op: str, name: str, pol: CollectionPolicy, message: str) -> UnsupportedWriteError:
+        """The error for a write the guard cannot enforce, audited (UNSUPPORTED_WRITE) first."""
+        self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))
+        return UnsupportedWriteError(message)
 
-def _refuse_update_filter(op: str, name: str, update_filter: Any) -> None:
-    if update_filter is not None:
-        raise UnsupportedWriteError(
-            f"{op}: update_filter is not supported for vector updates on sensitive collection "
-            f"{name!r}: each new vector's receipt is written by point id, so the guard must know "
-            "which points change. Select the points yourself (scroll with the filter) and pass "
-            "their ids without update_filter"
-        )
+    def _refuse_update_filter(self, op: str, name: str, pol: CollectionPolicy, update_filter: Any) -> None:
+        if update_filter is not None:
+            raise self.unsupported_write(
+                op, name, pol,
+                f"{op}: update_filter is not supported for vector updates on sensitive collection "
+                f"{name!r}: each new vector's receipt is written by point id, so the guard must know "
+                "which points change. Select the points yourself (scroll with the filter) and pass "
+                "their ids without update_filter"
+            )
 
 
 def _as_list(v: Any) -> Any:

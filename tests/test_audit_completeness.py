@@ -72,3 +72,27 @@ def test_vector_budget_in_monitor_mode_is_not_audited_as_withheld(tmp_path):
     rec = _records(kit)[-1]
     assert rec["op"] == "scroll" and rec["verdict"] == "ALLOW"
     assert rec["details"]["vector_budget"]["withheld"] == 3 and rec["details"]["vector_budget_monitor"] is True
+
+
+def _vectors(rng, *ids):
+    return [models.PointVectors(id=i, vector=unit(rng)) for i in ids]
+
+
+@pytest.mark.parametrize("call", [
+    lambda c, rng: c.update_vectors("pii", _vectors(rng, 1), update_filter=models.Filter(must=[])),
+    lambda c, rng: c.update_vectors("pii", _vectors(rng, 1, 99)),
+    lambda c, rng: c.batch_update_points("pii", [
+        models.DeleteOperation(delete=models.FilterSelector(filter=models.Filter(must=[]))),
+        models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(points=_vectors(rng, 1)))]),
+], ids=["update_filter", "missing_point", "after_delete_by_filter"])
+def test_writes_the_guard_cannot_enforce_are_audited(setup, call):
+    # UnsupportedWriteError is a refusal on policy grounds (receipts are bound by point id), not a
+    # malformed argument: it must leave a trace like every other refusal.
+    from qdrant_guard import UnsupportedWriteError
+    kit, owner = setup
+    before = len(_records(kit))
+    with pytest.raises(UnsupportedWriteError):
+        call(owner, np.random.default_rng(1))
+    new = _records(kit)[before:]
+    assert [r["verdict"] for r in new] == ["UNSUPPORTED_WRITE"]
+    assert new[0]["collection"] == "pii" and new[0]["principal"] == "alice@hr"
