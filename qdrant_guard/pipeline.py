@@ -135,7 +135,7 @@ class GuardPipeline:
         audit_signer = self.signer if cfg.signing_key else None
         self.audit = (AuditLog(cfg.audit_log, fsync=cfg.audit_fsync, signer=audit_signer)
                       if not self.transparent else None)
-        self.principal_label, self.verified = self._verify_principal(principal)
+        self.principal_label, self.verified = self._verify_audited("client", principal)
         # State shared by every principal view of this pipeline (budgets, classifiers, caches);
         # "lock" guards the first creation of shared objects against racing threads.
         self.shared: dict[str, Any] = {"lock": threading.Lock()}
@@ -143,8 +143,24 @@ class GuardPipeline:
     def for_principal(self, principal: Principal | str | None) -> "GuardPipeline":
         """A view of this pipeline for another principal: same policy, keys, audit log and budgets."""
         view = copy.copy(self)
-        view.principal_label, view.verified = self._verify_principal(principal)
+        view.principal_label, view.verified = self._verify_audited("with_principal", principal)
         return view
+
+    def _verify_audited(self, op: str, principal: Principal | str | None) -> tuple[str | None, VerifiedPrincipal | None]:
+        """:meth:`_verify_principal`, with a rejected credential audited (INVALID_CREDENTIAL) first:
+        a forged, revoked or mismatched credential is an attempt worth a trace."""
+        try:
+            return self._verify_principal(principal)
+        except CredentialError as exc:
+            if self.audit is not None:
+                claimed = (f"{principal.agent_id}@{principal.boundary}" if isinstance(principal, Principal)
+                           else "<bare credential>")
+                self.record(Decision(
+                    op=op, collection=None, verdict=Verdict.INVALID_CREDENTIAL,
+                    directive=f"credential rejected: {exc}", principal=f"{claimed} (rejected)",
+                    details={"reason": getattr(exc, "reason", "mismatch")},
+                ))
+            raise
 
     # -- set-up ---------------------------------------------------------------------------
     def _load_signing_key(self, cfg: GuardConfig) -> Ed25519PrivateKey:

@@ -96,3 +96,24 @@ def test_writes_the_guard_cannot_enforce_are_audited(setup, call):
     new = _records(kit)[before:]
     assert [r["verdict"] for r in new] == ["UNSUPPORTED_WRITE"]
     assert new[0]["collection"] == "pii" and new[0]["principal"] == "alice@hr"
+
+
+def test_a_rejected_credential_is_audited(setup):
+    # A forged or mismatched credential fails before any call, but the attempt must leave a trace.
+    from qdrant_guard import CredentialError, Principal
+    kit, owner = setup
+    support = kit.principal("bob", "support")
+    claims_hr = Principal(agent_id="bob", boundary="hr", credential=support.credential)
+    forged = support.credential[:-2] + ("AA" if not support.credential.endswith("AA") else "BB")
+    before = len(_records(kit))
+    with pytest.raises(CredentialError):
+        owner.with_principal(claims_hr)
+    with pytest.raises(CredentialError):
+        owner.with_principal(Principal(agent_id="bob", boundary="support", credential=forged))
+    new = _records(kit)[before:]
+    assert [(r["op"], r["verdict"], r["principal"]) for r in new] == [
+        ("with_principal", "INVALID_CREDENTIAL", "bob@hr (rejected)"),
+        ("with_principal", "INVALID_CREDENTIAL", "bob@support (rejected)"),
+    ]
+    assert new[1]["details"]["reason"] == "bad_signature"
+    assert forged not in json.dumps(new) and support.credential not in json.dumps(new)
