@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from qdrant_guard.policy import QueryRules
-from tests.oracle import both
+from oracle import both
 
 NATIVE, PYTHON = both("scan")
 TWINS = pytest.mark.parametrize("impl", [NATIVE, PYTHON], ids=["native", "python"])
