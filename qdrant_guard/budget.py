@@ -44,6 +44,7 @@ __all__ = [
     "RedisBudgetStore",
     "SqliteBudgetStore",
     "make_store",
+    "store_kind",
     "normalize_point_id",
 ]
 
@@ -598,17 +599,29 @@ def make_store(spec: str | None) -> BudgetStore:
         TypeError: ``spec`` is not a str or None.
         ValueError: the spec has none of the forms above.
     """
-    if spec is None or spec == "memory":
-        return MemoryBudgetStore()
-    if not isinstance(spec, str):
+    if spec is not None and not isinstance(spec, str):
         raise TypeError(f"spec must be a str or None, not {type(spec).__name__}")
-    if spec.startswith("sqlite:///") and len(spec) > len("sqlite:///"):
-        return SqliteBudgetStore(spec[len("sqlite:///"):])
-    if spec.startswith(("redis://", "rediss://", "unix://")):
-        return RedisBudgetStore(spec)
+    kind = store_kind(spec)
+    if kind == "memory":
+        return MemoryBudgetStore()
+    if kind == "sqlite":
+        return SqliteBudgetStore(str(spec)[len("sqlite:///"):])
+    if kind == "redis":
+        return RedisBudgetStore(str(spec))
     raise ValueError(
         f"unknown budget store spec {spec!r}; use 'memory', 'sqlite:///path.db' or 'redis://host:port/db'"
     )
+
+
+def store_kind(spec: str | None) -> str | None:
+    """``"memory"``, ``"sqlite"`` or ``"redis"`` for a spec :func:`make_store` accepts, else None."""
+    if spec is None or spec == "memory":
+        return "memory"
+    if spec.startswith("sqlite:///") and len(spec) > len("sqlite:///"):
+        return "sqlite"
+    if spec.startswith(("redis://", "rediss://", "unix://")):
+        return "redis"
+    return None
 
 
 # --- the budget ------------------------------------------------------------------------------

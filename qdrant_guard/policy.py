@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .boundary import TOKEN_PREFIX
+from .budget import store_kind
 from .errors import ConfigError
 from .keys import key_id as _key_id, public_key_from_str as _public_key_from_str
 
@@ -335,7 +337,7 @@ class ReceiptTrust(_Strict):
 
 _KEY_ID_RE = re.compile(r"ed25519:[0-9a-f]{32}")
 _JTI_RE = re.compile(r"[A-Za-z0-9_-]+")
-_TOKEN_PREFIX = "qgc1."
+_TOKEN_PREFIX = TOKEN_PREFIX + "."
 
 
 def _jti_of(token: str) -> str:
@@ -393,8 +395,7 @@ class GuardConfig(_Strict):
     @classmethod
     def _store_spec(cls, v: str) -> str:
         # The store is built at the first budgeted read; a typo must fail here, not there.
-        if v == "memory" or (v.startswith("sqlite:///") and len(v) > len("sqlite:///")) \
-                or v.startswith(("redis://", "rediss://", "unix://")):
+        if store_kind(v) is not None:
             return v
         raise ValueError(f"{v!r} is not 'memory', 'sqlite:///path.db' or 'redis://host:port/db' "
                          "(also rediss:// and unix://)")
@@ -556,8 +557,7 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
         if isinstance(data.get(key), str):
             data[key] = str(base / data[key])
     store = data.get("budget_store")
-    if isinstance(store, str) and store.startswith("sqlite:///") and not store[len("sqlite:///"):].startswith("/") \
-            and len(store) > len("sqlite:///"):
+    if isinstance(store, str) and store_kind(store) == "sqlite" and not store[len("sqlite:///"):].startswith("/"):
         data["budget_store"] = "sqlite:///" + str(base / store[len("sqlite:///"):])
     for coll in [data.get("default"), *(data.get("collections") or {}).values()]:
         util = coll.get("utility") if isinstance(coll, dict) else None

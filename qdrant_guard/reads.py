@@ -435,7 +435,7 @@ class ReadOps(PayloadOps, QueryChecks):
         may only name sources (see :meth:`budget_oracle`)."""
         res = yield from self.budget_oracle(method, args, args.get("facet_filter"), facet_key=args.get("key"))
         pol = None if self.transparent else self.policy(args["collection_name"])
-        if self.redacts_kept_text(pol) and pol is not None and args.get("key") == pol.text_field:
+        if pol is not None and self.redacts_kept_text(pol) and args.get("key") == pol.text_field:
             res = res.model_copy(update={"hits": [h.model_copy(update={"value": _detect.redact(h.value)})
                                                   if isinstance(h.value, str) else h for h in res.hits]})
         return res
@@ -617,14 +617,20 @@ def _vector_budgeted_policy(pol: CollectionPolicy) -> bool:
     return div.enabled and pol.sensitivity.value == "PROPRIETARY" and div.max_vectors is not None
 
 
-def _source(p: Any, field_name: str) -> str | None:
-    """The point's source, read like Qdrant reads a filter key (dotted paths reach nested payload,
-    e.g. langchain's ``metadata.source``)."""
+def _field(p: Any, field_name: str) -> Any:
+    """The point's payload value at ``field_name``, read like Qdrant reads a filter key (dotted paths
+    reach nested payload, e.g. langchain's ``metadata.source``); None when absent."""
     node: Any = getattr(p, "payload", None) or {}
     for part in field_name.split("."):
         if not isinstance(node, dict):
             return None
         node = node.get(part)
+    return node
+
+
+def _source(p: Any, field_name: str) -> str | None:
+    """The point's source, when the field holds one scalar value."""
+    node = _field(p, field_name)
     return None if node is None or isinstance(node, (dict, list)) else str(node)
 
 
@@ -632,11 +638,7 @@ def _sources(p: Any, field_name: str) -> tuple[str, ...]:
     """Every source of the point, as a filter on the source field sees them: a list value names
     several (Qdrant matches ``MatchValue("memo")`` against ``["memo", "q3"]``, and counts the point
     in memo's size)."""
-    node: Any = getattr(p, "payload", None) or {}
-    for part in field_name.split("."):
-        if not isinstance(node, dict):
-            return ()
-        node = node.get(part)
+    node = _field(p, field_name)
     values = node if isinstance(node, list) else [node]
     return tuple(dict.fromkeys(str(v) for v in values if v is not None and not isinstance(v, (dict, list))))
 

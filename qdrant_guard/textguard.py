@@ -108,14 +108,16 @@ class TextOps(GuardPipeline):
                            point_id: Any, in_boundary: bool) -> dict[str, Any]:
         """Redact the policy's text payload field (an unredacted SSN in the payload defeats the point)."""
         field = pol.text_field
-        value = payload.get(field) if field else None
+        if not field:
+            return payload
+        value = payload.get(field)
         if isinstance(value, str):
             keep = in_boundary and pol.keep_payload_text_in_boundary
-            payload[field] = self.screen_text(op, name, pol, value, point_ids=[point_id], keep_pii=keep)  # type: ignore[index]
+            payload[field] = self.screen_text(op, name, pol, value, point_ids=[point_id], keep_pii=keep)
         elif isinstance(value, list):
             # Qdrant indexes an array of strings like text. PII is never kept in one: readers of
             # other boundaries get only a string field redacted.
-            payload[field] = [self.screen_text(op, name, pol, v, point_ids=[point_id]) if isinstance(v, str) else v  # type: ignore[index]
+            payload[field] = [self.screen_text(op, name, pol, v, point_ids=[point_id]) if isinstance(v, str) else v
                               for v in value]
         return payload
 

@@ -504,8 +504,8 @@ class WriteOps(TextOps):
         current = yield Call("retrieve", {"collection_name": name, "ids": ids, "shard_key_selector": shard_key,
                                            "with_payload": [RECEIPT_KEY], "with_vectors": False})
         existing = {normalize_point_id(r.id): stored_receipts(r.payload) for r in current}
-        missing = [i for i in ids if normalize_point_id(i) not in fresh
-                   and (normalize_point_id(i) not in existing or normalize_point_id(i) in deleted)]
+        keys = {i: normalize_point_id(i) for i in ids}
+        missing = [i for i in ids if keys[i] not in fresh and (keys[i] not in existing or keys[i] in deleted)]
         if missing:
             # Qdrant applies the other points' vectors before failing on a missing one; the
             # receipt operations after it would then never run, leaving vectors without receipts.
