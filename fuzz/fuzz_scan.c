@@ -25,6 +25,21 @@ static int escape_min_len(int k)
     }
 }
 
+static unsigned hexv(uint8_t c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
+
+/* Whether the count %XX escapes at p escape an RFC 3986 unreserved character (bytes mode, where
+ * positions are byte offsets). */
+static int hides_unreserved(const uint8_t *p, int64_t count)
+{
+    for (int64_t k = 0; k < count; k++) {
+        unsigned b = hexv(p[3 * k + 1]) << 4 | hexv(p[3 * k + 2]);
+        if ((b >= '0' && b <= '9') || ((b | 0x20) >= 'a' && (b | 0x20) <= 'z') || b == '-' ||
+            b == '.' || b == '_' || b == '~')
+            return 1;
+    }
+    return 0;
+}
+
 static void check_out(const uint8_t *s, size_t n, const qg_scan_rules *r, const qg_scan_out *o)
 {
     /* In str mode an invalid continuation byte is its own unit, so bound by bytes there; the
@@ -78,11 +93,14 @@ static void check_out(const uint8_t *s, size_t n, const qg_scan_rules *r, const 
             CHECK(m->position + len * m->count <= units, "escape mark %zu runs past the end", k);
             esc_end = m->position + len * m->count;
             if (m->kind == QG_K_PERCENT)
-                CHECK(r->min_percent_run >= 1 && m->count >= r->min_percent_run, "percent run %lld",
-                      (long long)m->count);
+                CHECK(r->min_percent_run >= 1 &&
+                          (m->count >= r->min_percent_run ||
+                           (r->str_input || hides_unreserved(s + m->position, m->count))),
+                      "percent run %lld", (long long)m->count);
         } else {
-            CHECK(r->min_blob_len >= 0 && m->count >= r->min_blob_len, "blob of %lld < %lld",
-                  (long long)m->count, (long long)r->min_blob_len);
+            /* Runs from 12 characters are decoded whatever min_blob_len says. */
+            CHECK(r->min_blob_len >= 0 && (m->count >= r->min_blob_len || m->count >= 12),
+                  "blob of %lld < %lld", (long long)m->count, (long long)r->min_blob_len);
         }
         if (!r->encoded_payloads)
             CHECK(is_char_kind(m->kind), "escape/blob mark with encoded_payloads off");

@@ -21,6 +21,7 @@ SCAN_TEXTS = [
     b"\\x41\\x42\\x43 and \\u0041\\U0001F600",
     b"&lt;script&gt;alert(1)&lt;/script&gt; &#x41;&#65; &amp",
     b"aGVsbG8gd29ybGQgdGhpcyBpcyBhIGJhc2U2NCBibG9iIQ== deadbeef0123456789abcdef0123456789",
+    b"MTIzLTQ1LTY3ODk= 123%2D45%2D6789 0x3132332d34352d36373839 343131313131313131313131",
     "family \U0001F468\u200D\U0001F469\u200D\U0001F467 flag \U0001F3F4\U000E0067\U000E0062"
     "\U000E0065\U000E006E\U000E0067\U000E007F thumbs \U0001F44D\U0001F3FD".encode(),
     "bidi \u202Eevil\u202C zero\u200Bwidth soft\u00ADhyphen \uFEFFbom".encode(),

@@ -410,6 +410,16 @@ static size_t entity_len(const scanner *st, size_t i)
     return j + 1 - i;
 }
 
+static unsigned hex_value(uint8_t c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
+
+/* RFC 3986 unreserved characters: a URI never needs to escape them, so an escaped one is there to
+ * hide text (123%2D45%2D6789). */
+static int unreserved(unsigned b)
+{
+    return (b >= '0' && b <= '9') || ((b | 0x20) >= 'a' && (b | 0x20) <= 'z') || b == '-' ||
+           b == '.' || b == '_' || b == '~';
+}
+
 static void scan_escape(scanner *st, size_t i, int64_t position)
 {
     const uint8_t *s = st->s;
@@ -417,12 +427,15 @@ static void scan_escape(scanner *st, size_t i, int64_t position)
     int64_t count = 0;
     int kind;
     if (s[i] == '%') {
+        int hidden = 0;
         while (j < n && s[j] == '%' && hex_run(st, j + 1, 2)) {
+            hidden |= unreserved(hex_value(s[j + 1]) << 4 | hex_value(s[j + 2]));
             j += 3;
             count++;
         }
         kind = QG_K_PERCENT;
-        if (count && (st->rules->min_percent_run < 0 || count < st->rules->min_percent_run)) {
+        if (count && (st->rules->min_percent_run < 0 ||
+                      (count < st->rules->min_percent_run && !hidden))) {
             st->escape_end = j;
             return;
         }
@@ -538,6 +551,54 @@ static inline uint64_t load_word(const uint8_t *p, size_t len, const uint8_t *en
     return w;
 }
 
+/* Runs this long or longer are decoded (hex_text, base64_text) whatever min_blob_len says. */
+#define DECODE_MIN 12
+
+static int printable(unsigned b) { return b >= 0x20 && b <= 0x7E; }
+
+/* Whether the hex digits r[0..len) spell printable ASCII: an even length of at least 16 (24 when
+ * all are decimal digits, so that few long numbers qualify). */
+static int hex_text(const uint8_t *r, size_t len, int digits_only)
+{
+    if (len % 2 || len < (digits_only ? 24u : 16u))
+        return 0;
+    for (size_t k = 0; k < len; k += 2)
+        if (!printable(hex_value(r[k]) << 4 | hex_value(r[k + 1])))
+            return 0;
+    return 1;
+}
+
+static unsigned b64_value(uint8_t c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    return c == '+' ? 62 : 63;
+}
+
+/* Whether the base64 run r[0..len) decodes to printable ASCII (len % 4 == 1 decodes to nothing;
+ * bits left over at the end are ignored, as by base64 decoders). */
+static int base64_text(const uint8_t *r, size_t len)
+{
+    if (len < DECODE_MIN || len % 4 == 1)
+        return 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t k = 0; k < len; k++) {
+        acc = (acc << 6 | b64_value(r[k])) & 0xFFFFFF;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (!printable((acc >> bits) & 0xFF))
+                return 0;
+        }
+    }
+    return 1;
+}
+
 /* Blob runs inside one token s[a..b) (runs never cross whitespace). */
 static void scan_blobs(scanner *st, size_t a, size_t b, int64_t position)
 {
@@ -553,23 +614,42 @@ static void scan_blobs(scanner *st, size_t a, size_t b, int64_t position)
         }
         size_t start = i;
         unsigned all = 0xFF, any = 0;
-        int upper = 0, lower = 0, symbol = 0;
         while (i < b && (st->cls[s[i]] & C_B64)) {
-            uint8_t c = st->cls[s[i]];
-            all &= c;
-            any |= c;
-            upper |= s[i] >= 'A' && s[i] <= 'Z';
-            lower |= s[i] >= 'a' && s[i] <= 'z';
-            symbol |= !(c & C_ALNUM);
+            all &= st->cls[s[i]];
+            any |= st->cls[s[i]];
             i++;
         }
         size_t len = i - start;
-        if ((int64_t)len >= min_len) {
-            int digit = (any & C_DIGIT) != 0;
-            if ((all & C_HEX) && digit && (upper || lower))
-                push_mark(st, QG_K_HEXBLOB, position, (int64_t)len, 0);
-            else if ((digit || symbol) && upper && lower)
-                push_mark(st, QG_K_BASE64, position, (int64_t)len, 0);
+        if ((int64_t)len >= min_len || len >= DECODE_MIN) {
+            int upper = 0, lower = 0, symbol = 0;
+            if ((int64_t)len >= min_len)
+                for (size_t k = start; k < i; k++) {
+                    upper |= s[k] >= 'A' && s[k] <= 'Z';
+                    lower |= s[k] >= 'a' && s[k] <= 'z';
+                    symbol |= !(st->cls[s[k]] & C_ALNUM);
+                }
+            int kind = 0;
+            /* The hex digits: the run, or what follows a 0x / 0X prefix. */
+            const uint8_t *h = s + start;
+            size_t hlen = len;
+            int hex = (all & C_HEX) != 0, hdigit = (any & C_DIGIT) != 0, hletter = !(all & C_DIGIT);
+            if (!hex && len > 2 && h[0] == '0' && (h[1] | 0x20) == 'x' && hex_run(st, start + 2, len - 2)) {
+                h += 2;
+                hlen -= 2;
+                hex = 1;
+                hdigit = hletter = 0;
+                for (size_t k = 0; k < hlen; k++) {
+                    hdigit |= (st->cls[h[k]] & C_DIGIT) != 0;
+                    hletter |= !(st->cls[h[k]] & C_DIGIT);
+                }
+            }
+            if (hex && (((int64_t)hlen >= min_len && hdigit && hletter) || hex_text(h, hlen, !hletter)))
+                kind = QG_K_HEXBLOB;
+            else if (((int64_t)len >= min_len && ((any & C_DIGIT) || symbol) && upper && lower) ||
+                     base64_text(s + start, len))
+                kind = QG_K_BASE64;
+            if (kind)
+                push_mark(st, kind, position, (int64_t)len, 0);
         }
         position += (int64_t)len;
     }
@@ -899,7 +979,10 @@ typedef struct {
     /* rules, as limits that need one compare */
     int64_t model_cap;   /* INT64_MAX: off or already reported */
     size_t blob_min;     /* SIZE_MAX: blobs off */
-    size_t fast_len;     /* tokens this long or longer leave fast_tokens: min(blob_min, 17) */
+    size_t blob_scan;    /* tokens this long or longer are scanned for blobs: min(blob_min, DECODE_MIN) */
+    size_t out_len;      /* tokens this long or longer leave fast_tokens: min(blob_min, 17) */
+    size_t fast_len;     /* min(blob_scan, out_len): tokens this long or longer leave the fast
+                          * path (to token_body from out_len, else only to scan_blobs) */
 } hot_state;
 
 /* Judge the full chunk of NG_CHUNK tokens in front of the NG_KEEP kept ones. */
@@ -1040,7 +1123,7 @@ done:
     st->ng_pos[h->ng_n] = position;
     if (++h->ng_n >= NG_KEEP + NG_CHUNK)
         ng_flush(st, h, hw);
-    if (len >= h->blob_min)
+    if (len >= h->blob_scan)
         scan_blobs(st, a, b, position);
 }
 
@@ -1262,6 +1345,12 @@ static inline uint64_t bit_range(unsigned a, unsigned len)
  * in token_body. A token of fast_len bytes or more (a long token or a possible blob) still goes
  * through token_body, out of line. */
 
+/* scan_blobs out of line, for the block loop's tokens of blob_scan bytes up to out_len. */
+static __attribute__((noinline)) void scan_blobs_out(scanner *st, size_t a, size_t b, int64_t position)
+{
+    scan_blobs(st, a, b, position);
+}
+
 /* token_body out of line, for the rare tokens that leave the block loop. */
 static __attribute__((noinline)) void token_out_generic(scanner *st, hot_state *h, size_t a, size_t b,
                                                         int64_t position, int64_t letters,
@@ -1316,7 +1405,7 @@ typedef struct {
     const uint8_t *s;
     uint32_t *slots;
     token_entry *entries;
-    size_t mask, fast_len;
+    size_t mask, fast_len, out_len;
 #ifdef QG_SCAN_DISPATCH
     __m128i k0, k1;
 #endif
@@ -1330,6 +1419,7 @@ static inline __attribute__((always_inline)) fast_env fast_env_of(const scanner 
     env.entries = h->entries;
     env.mask = h->mask;
     env.fast_len = h->fast_len;
+    env.out_len = h->out_len;
 #ifdef QG_SCAN_DISPATCH
     env.k0 = _mm_set_epi64x((long long)h->key[1], (long long)h->key[0]);
     env.k1 = _mm_set_epi64x((long long)h->key[3], (long long)h->key[2]);
@@ -1376,18 +1466,24 @@ fast_tokens_loop(scanner *st, hot_state *h, const fast_env *env, int64_t *model_
 #endif
             al = popcount64(alnum & ((2ull << e) - (1ull << a)), 0);
         if (__builtin_expect(len >= env->fast_len, 0)) {
-            h->ng_n = (unsigned)ng;
-            h->model = model - (int64_t)len;
+            if (len < env->out_len) {
+                /* Long enough to decode as a blob, short enough to hash here. */
+                scan_blobs_out(st, i + a, i + a + len, pos0 + (int64_t)a);
+            } else {
+                h->ng_n = (unsigned)ng;
+                h->model = model - (int64_t)len;
 #ifdef QG_SCAN_DISPATCH
-            if (hw)
-                token_out_hw(st, h, i + a, i + a + len, pos0 + (int64_t)a, al, (int64_t)(len - al));
-            else
+                if (hw)
+                    token_out_hw(st, h, i + a, i + a + len, pos0 + (int64_t)a, al,
+                                 (int64_t)(len - al));
+                else
 #endif
-                token_out_generic(st, h, i + a, i + a + len, pos0 + (int64_t)a, al,
-                                  (int64_t)(len - al));
-            ng = h->ng_n;
-            model = h->model;
-            continue;
+                    token_out_generic(st, h, i + a, i + a + len, pos0 + (int64_t)a, al,
+                                      (int64_t)(len - al));
+                ng = h->ng_n;
+                model = h->model;
+                continue;
+            }
         }
         /* len - al + ceil(al / 4) in all, as token_body adds it; len was added above. */
         model -= (int64_t)((3 * al) >> 2);
@@ -1649,7 +1745,9 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     hot.model_cap = rules->max_model_tokens >= 0 ? rules->max_model_tokens : INT64_MAX;
     hot.blob_min = rules->encoded_payloads && rules->min_blob_len >= 0 ? (size_t)rules->min_blob_len
                                                                           : SIZE_MAX;
-    hot.fast_len = hot.blob_min < 17 ? hot.blob_min : 17;
+    hot.blob_scan = hot.blob_min < DECODE_MIN ? hot.blob_min : hot.blob_min == SIZE_MAX ? SIZE_MAX : DECODE_MIN;
+    hot.out_len = hot.blob_min < 17 ? hot.blob_min : 17;
+    hot.fast_len = hot.blob_scan < hot.out_len ? hot.blob_scan : hot.out_len;
 
     const uint8_t *cls = st.cls;
     const int str_input = rules->str_input, escapes = rules->encoded_payloads;

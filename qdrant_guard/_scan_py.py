@@ -34,15 +34,22 @@ Violation kinds (``Violation.kind``); rules set to ``None`` are not checked:
   or a ``model_token_estimate`` above ``max_model_tokens`` (position: the token that crosses it).
 - ``repetition``: ``repetition_ratio > max_repetition`` (position: the first repeated token).
 - ``ngram_run``: ``ngram_run_ratio > max_ngram_run`` (position: the start of the run).
-- ``percent_encoding``: a run of at least ``min_percent_run`` consecutive ``%XX`` (X a hex digit).
+- ``percent_encoding``: a run of at least ``min_percent_run`` consecutive ``%XX`` (X a hex digit), or a
+  shorter run (even one escape) that escapes an RFC 3986 unreserved character (``A-Z a-z 0-9 - . _
+  ~``): URIs never need to, so ``123%2D45%2D6789`` is hiding text. ``%20`` alone is not flagged.
 - ``hex_escape``: a run of consecutive ``\xXX`` escapes.
 - ``unicode_escape``: a run of consecutive ``\uXXXX`` / ``\UXXXXXXXX`` escapes.
 - ``html_entity``: a run of consecutive character references: ``&#DIGITS;``, ``&#xHEX;`` or ``&NAME;``
   with NAME in :data:`HTML_ENTITY_NAMES` (a subset of the HTML5 named references, case-sensitive).
-- ``hex_blob`` / ``base64_blob``: a maximal run of ``[A-Za-z0-9+/]`` of at least ``min_blob_len``
-  characters that is all hex digits with at least one digit and one letter (``hex_blob``), or else has
-  a digit, ``+`` or ``/`` and both upper- and lower-case letters (``base64_blob``). Runs of letters only
-  (ordinary words, however long) and long numbers are not flagged.
+- ``hex_blob`` / ``base64_blob``: a maximal run of ``[A-Za-z0-9+/]``. Its hex digits are the run, or
+  what follows a ``0x``/``0X`` prefix. ``hex_blob`` when the hex digits number at least
+  ``min_blob_len`` with at least one digit and one letter, or decode to printable ASCII (U+0020..U+007E)
+  from an even count of at least 16 (24 when all are decimal digits). Otherwise ``base64_blob`` when the
+  run has at least ``min_blob_len`` characters with a digit, ``+`` or ``/`` and both upper- and
+  lower-case letters, or has at least ``DECODE_MIN`` (12) characters, a length that is not 1 mod 4, and
+  decodes as base64 to printable ASCII (``MTIzLTQ1LTY3ODk`` is ``123-45-6789``). Encoded text is flagged
+  at any length from 12, whatever ``min_blob_len`` says; runs of letters only (ordinary words, however
+  long), hex ids and long numbers that do not decode to text are not flagged.
 - ``control_char``: U+0000..U+001F except TAB, LF, CR; U+007F; U+0080..U+009F.
 - ``invalid_utf8`` (bytes input only): bytes outside well-formed UTF-8.
 - ``lone_surrogate`` (str input only): U+D800..U+DFFF.
@@ -199,6 +206,35 @@ _HTML = re.compile(
 )
 _BLOB = re.compile(r"[A-Za-z0-9+/]+")
 _HEX_RUN = re.compile(r"[0-9A-Fa-f]+")
+_HEX_PREFIXED = re.compile(r"0[xX][0-9A-Fa-f]+")
+# RFC 3986: a URI never needs to escape these, so an escaped one hides text (123%2D45%2D6789).
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+#: Base64 and hex runs at least this long are decoded, whatever ``min_blob_len`` says.
+DECODE_MIN = 12
+_B64_VALUE = {c: v for v, c in enumerate(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
+
+
+def _printable(raw: bytes) -> bool:
+    return all(0x20 <= b <= 0x7E for b in raw)
+
+
+def _hex_text(digits: str, *, digits_only: bool) -> bool:
+    """Whether the hex digits spell printable ASCII: an even length of at least 16 (24 when all
+    are decimal digits, so that few long numbers qualify)."""
+    if len(digits) % 2 or len(digits) < (24 if digits_only else 16):
+        return False
+    return _printable(bytes.fromhex(digits))
+
+
+def _base64_text(run: str) -> bool:
+    """Whether a run of the base64 alphabet decodes to printable ASCII (a length of 1 mod 4
+    decodes to nothing; bits left over at the end are ignored, as by base64 decoders)."""
+    if len(run) < DECODE_MIN or len(run) % 4 == 1:
+        return False
+    bits = "".join(format(_B64_VALUE[c], "06b") for c in run)
+    raw = bytes(int(bits[k:k + 8], 2) for k in range(0, len(bits) - 7, 8))
+    return _printable(raw)
 _RGI_FLAG = re.compile("\U0001F3F4(" + "|".join(RGI_TAG_SEQUENCES) + ")")
 
 
@@ -470,8 +506,11 @@ def scan_query(
         max_ngram_run: cap on ``ngram_run_ratio``, in [0, 1] (``None``: not checked).
         encoded_payloads: check escapes, character references and blobs.
         max_model_tokens: cap on ``model_token_estimate`` (``None``: no cap).
-        min_blob_len: shortest base64/hex run reported, at least 8 (``None``: blobs not checked).
-        min_percent_run: fewest consecutive ``%XX`` reported, at least 1 (``None``: not checked).
+        min_blob_len: shortest base64/hex run reported by its characters, at least 8; runs from 12
+            characters that decode to text are reported whatever it says (``None``: blobs not
+            checked at all).
+        min_percent_run: fewest consecutive ``%XX`` reported, at least 1; an escaped unreserved
+            character is reported alone (``None``: percent escapes not checked at all).
 
     Returns:
         A :class:`ScanResult`; positions are code-point indices for ``str``, byte offsets for ``bytes``.
@@ -536,8 +575,11 @@ def scan_query(
     if rules.encoded_payloads:
         if rules.min_percent_run is not None:
             for m in _PERCENT.finditer(u):
-                if len(m.group()) // 3 >= rules.min_percent_run:
-                    marks.append((offsets[m.start()], K_PERCENT, len(m.group()) // 3, 0))
+                run = m.group()
+                hidden = any(chr(int(run[k + 1:k + 3], 16)) in _UNRESERVED
+                             for k in range(0, len(run), 3))
+                if len(run) // 3 >= rules.min_percent_run or hidden:
+                    marks.append((offsets[m.start()], K_PERCENT, len(run) // 3, 0))
         for m in _HEX_ESCAPE.finditer(u):
             marks.append((offsets[m.start()], K_HEX_ESCAPE, len(m.group()) // 4, 0))
         for m in _UNICODE_ESCAPE.finditer(u):
@@ -547,14 +589,25 @@ def scan_query(
         if rules.min_blob_len is not None:
             for m in _BLOB.finditer(u):
                 run = m.group()
-                if len(run) < rules.min_blob_len:
+                long_run = len(run) >= rules.min_blob_len
+                if not long_run and len(run) < DECODE_MIN:
                     continue
                 digit = any(c.isdigit() for c in run)
                 upper = any(c.isupper() for c in run)
                 lower = any(c.islower() for c in run)
-                if _HEX_RUN.fullmatch(run) and digit and (upper or lower):
+                hex_digits = run
+                if not _HEX_RUN.fullmatch(run) and _HEX_PREFIXED.fullmatch(run):
+                    hex_digits = run[2:]
+                hex_letter = any(not c.isdigit() for c in hex_digits)
+                if _HEX_RUN.fullmatch(hex_digits) and (
+                    (len(hex_digits) >= rules.min_blob_len and hex_letter
+                     and any(c.isdigit() for c in hex_digits))
+                    or _hex_text(hex_digits, digits_only=not hex_letter)
+                ):
                     marks.append((offsets[m.start()], K_HEXBLOB, len(run), 0))
-                elif (digit or "+" in run or "/" in run) and upper and lower:
+                elif (long_run and (digit or "+" in run or "/" in run) and upper and lower) or (
+                    _base64_text(run)
+                ):
                     marks.append((offsets[m.start()], K_BASE64, len(run), 0))
 
     return assemble(

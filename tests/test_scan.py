@@ -35,7 +35,8 @@ def test_clean_query(impl) -> None:
     ("text", "expected"),
     [
         ("a %41%42 b", [("percent_encoding", 2)]),
-        ("a %41 b", []),  # one %XX is below min_percent_run=2
+        ("a %20 b", []),  # one %XX of a reserved character is below min_percent_run=2
+        ("a %41 b", [("percent_encoding", 2)]),  # but an escaped unreserved character hides text
         ("path \\x2e\\x2e/", [("hex_escape", 5)]),
         ("\\u0041\\U0001F600 x", [("unicode_escape", 0)]),
         ("x &lt;&#60;&#x3C; y", [("html_entity", 2)]),

@@ -1,9 +1,10 @@
-"""Known bypasses of the structural query scanner's documented claims (security review).
+"""Encoded payloads a security review found passing the structural query scanner, now flagged.
 
 Each test asserts that the scanner, with the default ``[collections.NAME.query]`` rules, flags an
-encoded payload the docs say is refused; each is expected to fail today (``xfail(strict=True)``),
-so CI reports it as soon as a fix lands in both twins. The limitations are listed in
-docs/threat-model.md. Run against both twins (native and reference) like tests/test_scan.py.
+encoded payload the docs say is refused: single ``%XX`` escapes of unreserved characters, short
+base64 or hex that decodes to text, all-digit hex, and ``0x``-prefixed hex. The near misses below
+keep ordinary text (words, numbers, hex ids, URLs with ``%20``) unflagged. Run against both twins
+(native and reference) like tests/test_scan.py.
 """
 from __future__ import annotations
 
@@ -31,10 +32,6 @@ def kinds(impl, text: str) -> list[str]:
 
 
 @TWINS
-@pytest.mark.xfail(strict=True, reason=(
-    "known bypass: single %XX escapes separated by other characters are never a run of "
-    "min_percent_run=2, yet docs/threat-model.md names 123%2D45%2D6789 as refused query text"
-))
 @pytest.mark.parametrize("text", [
     "123%2D45%2D6789",  # the threat model's own example (an SSN)
     "ssn 078%2d05%2d1120 lookup",
@@ -44,10 +41,6 @@ def test_percent_encoding_split_by_plain_characters(impl, text: str) -> None:
 
 
 @TWINS
-@pytest.mark.xfail(strict=True, reason=(
-    "known bypass: base64 shorter than min_blob_len=32 is not a blob, yet docs/threat-model.md "
-    "says base64-encoded secrets/PII in query text are refused"
-))
 @pytest.mark.parametrize("text", [
     "MTIzLTQ1LTY3ODk=",  # base64("123-45-6789")
     "NDExMSAxMTExIDExMTEgMTExMQ==",  # base64("4111 1111 1111 1111"), 28 characters before '='
@@ -57,10 +50,6 @@ def test_short_base64_encoded_pii(impl, text: str) -> None:
 
 
 @TWINS
-@pytest.mark.xfail(strict=True, reason=(
-    "known bypass: hex shorter than min_blob_len=32, or all digits (hex of a digit string), is not "
-    "a hex blob, yet docs/threat-model.md says hex-encoded secrets/PII in query text are refused"
-))
 @pytest.mark.parametrize("text", [
     "3132332d34352d36373839",  # hex("123-45-6789"), 22 characters
     "34313131313131313131313131313131",  # hex("4111111111111111"), 32 digits: 'a long number'
@@ -70,10 +59,6 @@ def test_short_or_all_digit_hex_encoded_pii(impl, text: str) -> None:
 
 
 @TWINS
-@pytest.mark.xfail(strict=True, reason=(
-    "known bypass: a 0x prefix puts 'x' in the run, so 0x + lowercase hex (or 0X + uppercase) of "
-    "any length is neither a hex blob nor base64 (README/policy: hex blobs are rejected)"
-))
 @pytest.mark.parametrize("text", [
     "key 0x" + "deadbeef0123456789abcdef" * 4,
     "0X" + "DEADBEEF0123456789ABCDEF" * 4,
@@ -85,9 +70,49 @@ def test_0x_prefixed_hex_blob(impl, text: str) -> None:
 
 @TWINS
 def test_controls_that_hold(impl) -> None:
-    """The same families in the forms the scanner does catch (guards the tests above against a
-    broken import or wrong rules making them 'fail' for the wrong reason)."""
+    """The same families in the forms the scanner caught before the review."""
     assert "percent_encoding" in kinds(impl, "%31%32%33%2D%34%35")
     assert "base64_blob" in kinds(impl, "QWxhZGRpbjpvcGVuIHNlc2FtZSBzZWNy")
     assert "hex_blob" in kinds(impl, "deadbeef0123456789abcdefdeadbeef")
-    assert "base64_blob" in kinds(impl, "0x" + "DEADBEEF0123456789ABCDEF" * 2)
+    assert "hex_blob" in kinds(impl, "0x" + "DEADBEEF0123456789ABCDEF" * 2)
+
+
+@TWINS
+@pytest.mark.parametrize("text", [
+    "https://example.org/my%20file.pdf",  # one escape of a reserved character
+    "a 100%25 match",  # '%' itself is reserved
+    "set the mask to 0x7fffffff or 0xDEADBEEF",  # short hex constants
+    "deadbeefcafebabe0123",  # hex id that is not text (decodes to bytes >= 0x80)
+    "card 4111111111111111 and order 3333333333333333",  # 16-digit numbers: not 24+ digits
+    "internationalization Constantinople getElementById",  # long words
+    "os/path/join/dirname",  # a path is a base64-alphabet run that decodes to binary
+    "MTIzNDU2Nzg",  # 11 characters: under DECODE_MIN
+])
+def test_near_misses_stay_clean(impl, text: str) -> None:
+    assert not {"percent_encoding", "base64_blob", "hex_blob"} & set(kinds(impl, text))
+
+
+@TWINS
+def test_percent_escape_of_unreserved_character_alone(impl) -> None:
+    violations = impl.scan_query("user %41dmin", **RULES).violations
+    assert [(v.kind, v.position) for v in violations] == [("percent_encoding", 5)]
+
+
+@TWINS
+def test_decoded_blobs_respect_the_rules(impl) -> None:
+    """min_blob_len=None turns every blob check off, the decoding ones too; min_percent_run=None
+    turns every percent check off."""
+    off = dict(RULES, min_blob_len=None, min_percent_run=None)
+    for text in ("MTIzLTQ1LTY3ODk=", "3132332d34352d36373839", "123%2D45%2D6789"):
+        assert impl.scan_query(text, **off).violations == ()
+
+
+def test_python_documentation_is_not_flagged() -> None:
+    """The decoding rules on real prose and code: no paragraph of the standard library's pydoc
+    topics has a run that decodes to text or a hidden escape."""
+    from pydoc_data.topics import topics
+
+    flagged = {name: kinds(NATIVE, text) for name, text in topics.items()}
+    flagged = {name: k for name, k in flagged.items()
+               if {"percent_encoding", "base64_blob", "hex_blob"} & set(k)}
+    assert flagged == {}

@@ -55,10 +55,46 @@ rules = st.fixed_dictionaries(
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+def _encoded(raw: bytes, how: int, upper: bool) -> str:
+    """raw as base64 (padded or not), hex (0x-prefixed or not) or %XX escapes."""
+    import base64
+
+    if how == 0:
+        return base64.b64encode(raw).decode()
+    if how == 1:
+        return base64.b64encode(raw).decode().rstrip("=")
+    text = raw.hex().upper() if upper else raw.hex()
+    if how == 2:
+        return text
+    if how == 3:
+        return ("0X" if upper else "0x") + text
+    return "".join(f"%{b:02X}" if i % 2 else chr(b) if 0x21 <= b < 0x7F and b != 0x25 else f"%{b:02x}"
+                   for i, b in enumerate(raw))
+
+
+# Encoded payloads around the decoding rules' edges: printable text or not, every length about
+# DECODE_MIN and the hex minimums, digits-only or not, prefixed or not.
+encoded_piece = st.builds(
+    _encoded,
+    st.one_of(st.binary(max_size=30), st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=30)
+              .map(str.encode), st.text("0123456789", max_size=30).map(str.encode)),
+    st.integers(0, 4),
+    st.booleans(),
+)
+encoded_text = st.lists(st.one_of(encoded_piece, st.sampled_from(PIECES)), max_size=12).map("".join)
+
+
 @SETTINGS
 @given(text=adversarial_str, kwargs=rules)
 def test_str_twins_agree(text, kwargs) -> None:
     assert_same(NATIVE.scan_query, PYTHON.scan_query, text, **kwargs)
+
+
+@SETTINGS
+@given(text=encoded_text, kwargs=rules)
+def test_encoded_payload_twins_agree(text, kwargs) -> None:
+    assert_same(NATIVE.scan_query, PYTHON.scan_query, text, **kwargs)
+    assert_same(NATIVE.scan_query, PYTHON.scan_query, text.encode("utf-8", "surrogatepass"), **kwargs)
 
 
 @SETTINGS
@@ -158,6 +194,8 @@ def test_generic_native_pass_agrees() -> None:
         f"specials = {SPECIALS!r}\n"
         "rng = random.Random(5)\n"
         "words = ['alpha', 'beta', 'x' * 20, 'x' * 21] + specials\n"
+        "words += ['MTIzLTQ1LTY3ODk=', '3132332d34352d36373839', '0x' + '41' * 12, '4' * 24, '123%2D45%2D6789',\n"
+        "          'QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo5', 'deadbeefcafebabe0123', 'MTIzNDU2Nzg5']\n"
         "for size in (0, 1, 63, 64, 65, 200, 5000):\n"
         "    text = ' '.join(rng.choice(words) for _ in range(size))\n"
         "    assert_same(_scan.scan_query, _scan_py.scan_query, text, max_ngram_run=0.0)\n"
@@ -165,6 +203,8 @@ def test_generic_native_pass_agrees() -> None:
         "from tests.test_scan_oracle import _straddling_texts\n"
         "for text in _straddling_texts():\n"
         "    assert_same(_scan.scan_query, _scan_py.scan_query, text, max_ngram_run=0.0, max_tokens=None)\n"
+        "from tests.test_scan_oracle import test_short_blobs_in_the_block_loop_agree\n"
+        "test_short_blobs_in_the_block_loop_agree()\n"
         "print('ok')\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -246,3 +286,23 @@ def test_fast_ratio_format_matches_python() -> None:
     for _ in range(100_000):
         x = rng.random()
         assert fixed3(x) == f"{x:.3f}", x
+
+
+def test_short_blobs_in_the_block_loop_agree() -> None:
+    """Runs of 12-20 characters amid plain words, so they reach the native block loop (which
+    hands tokens from 12 bytes to the blob check) under every blob threshold around it."""
+    rng = random.Random(11)
+    words = ["alpha", "beta", "quarterly", "infrastructure", "x" * 15]
+    for _ in range(300):
+        pieces = []
+        for _ in range(rng.randrange(20, 120)):
+            if rng.random() < 0.15:
+                raw = bytes(rng.randrange(0x20, 0x7F) if rng.random() < 0.8 else rng.randrange(256)
+                            for _ in range(rng.randrange(6, 16)))
+                pieces.append(_encoded(raw, rng.randrange(5), rng.random() < 0.5))
+            else:
+                pieces.append(rng.choice(words))
+        text = " ".join(pieces)
+        for min_blob_len in (None, 8, 11, 12, 13, 16, 17, 20, 32):
+            assert_same(NATIVE.scan_query, PYTHON.scan_query, text, min_blob_len=min_blob_len,
+                        max_tokens=None)
