@@ -10,7 +10,7 @@ import numpy as np
 from qdrant_client.http import models
 
 from . import noise as _noise
-from .decision import Verdict
+from .decision import Decision, Verdict
 from .errors import UnsupportedWriteError
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
@@ -217,12 +217,15 @@ class WriteOps(TextOps):
         deleted_by_filter = False
         # Payload and delete operations, audited as one ALLOW like the methods they stand for.
         others: dict[str, int] = {}
+        # The accepted operations' decisions, audited only once the whole batch is accepted: a
+        # later operation's refusal sends nothing, so none of them was written.
+        accepted: list[Decision] = []
         for op in args["update_operations"]:
             if isinstance(op, models.UpsertOperation):
                 inner = op.upsert
                 pts = points_from_any(inner.batch if isinstance(inner, models.PointsBatch) else inner.points)
                 prepared = yield from self.prepare_points(method, name, pol, pts)
-                self._record_write(method, name, pol, prepared)
+                accepted.append(self._write_decision(method, name, pol, prepared))
                 for p in prepared.points:
                     fresh[normalize_point_id(p.id)] = (p.payload or {}).get(RECEIPT_KEY)
                     deleted.discard(normalize_point_id(p.id))
@@ -243,7 +246,7 @@ class WriteOps(TextOps):
                     )
                 new = yield from self.prepare_vector_updates(method, name, pol, list(uv.points),
                                                              shard_key=uv.shard_key, fresh=fresh,
-                                                             deleted=deleted)
+                                                             deleted=deleted, accepted=accepted)
                 positions.append(len(out_ops))
                 out_ops.extend(new)
             else:
@@ -259,6 +262,8 @@ class WriteOps(TextOps):
                 positions.append(len(out_ops) - 1 if new else None)
                 kind = type(op).__name__.removesuffix("Operation")
                 others[kind] = others.get(kind, 0) + 1
+        for decision in accepted:
+            self.record(decision)
         if others:
             self.record(self.decision(
                 method, name, pol, Verdict.ALLOW,
@@ -322,7 +327,10 @@ class WriteOps(TextOps):
 
     # -- the decision ---------------------------------------------------------------------
     def _record_write(self, op: str, name: str, pol: CollectionPolicy, prepared: PreparedPoints) -> None:
-        self.record(self.decision(
+        self.record(self._write_decision(op, name, pol, prepared))
+
+    def _write_decision(self, op: str, name: str, pol: CollectionPolicy, prepared: PreparedPoints) -> Decision:
+        return self.decision(
             op, name, pol, prepared.verdict,
             f"{len(prepared.points)} point(s) accepted: " + ", ".join(f"{k}={v}" for k, v in sorted(prepared.counts.items())),
             point_ids=[p.id for p in prepared.points],
@@ -330,7 +338,7 @@ class WriteOps(TextOps):
             receipt=prepared.receipt_digest,
             utility_hash=self.utility_hash(pol),
             details={"counts": prepared.counts},
-        ))
+        )
 
     def prepare_points(self, op: str, name: str, pol: CollectionPolicy,
                        points: list[models.PointStruct]) -> Any:
@@ -490,13 +498,16 @@ class WriteOps(TextOps):
 
     def prepare_vector_updates(self, op: str, name: str, pol: CollectionPolicy,
                                updates: list[models.PointVectors], *, shard_key: Any = None,
-                               fresh: dict[str, Any] | None = None, deleted: set[str] | None = None) -> Any:
+                               fresh: dict[str, Any] | None = None, deleted: set[str] | None = None,
+                               accepted: list[Decision] | None = None) -> Any:
         """``update_vectors`` on a sensitive collection: new vectors need new receipts, so the update
         becomes one batch of [UpdateVectors, SetPayload(receipts) per point].
 
         ``fresh`` holds the receipt containers written earlier in the same batch (by normalised
         point id); it is updated with the containers these operations write. ``deleted``: points
-        deleted earlier in the batch (and not upserted since), which count as missing.
+        deleted earlier in the batch (and not upserted since), which count as missing. ``accepted``:
+        where a batch collects the decisions it audits once every operation has passed (without it,
+        the decision is audited here).
         """
         fresh = {} if fresh is None else fresh
         deleted = set() if deleted is None else deleted
@@ -518,7 +529,10 @@ class WriteOps(TextOps):
             existing[pid] = stored_receipts({RECEIPT_KEY: container})
         pts = [models.PointStruct(id=u.id, vector=u.vector, payload=None) for u in updates]
         prepared = yield from self.prepare_points(op, name, pol, pts)
-        self._record_write(op, name, pol, prepared)
+        if accepted is None:
+            self._record_write(op, name, pol, prepared)
+        else:
+            accepted.append(self._write_decision(op, name, pol, prepared))
         ops: list[Any] = [models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
             points=[models.PointVectors(id=p.id, vector=p.vector) for p in prepared.points], shard_key=shard_key))]
         for p, u in zip(prepared.points, updates):

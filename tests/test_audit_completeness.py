@@ -117,3 +117,36 @@ def test_a_rejected_credential_is_audited(setup):
     ]
     assert new[1]["details"]["reason"] == "bad_signature"
     assert forged not in json.dumps(new) and support.credential not in json.dumps(new)
+
+
+def _batch(rng, missing_id):
+    return [
+        models.UpsertOperation(upsert=models.PointsList(points=[
+            models.PointStruct(id=i, vector=unit(rng), payload={"n": i}) for i in (10, 11)])),
+        models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(points=[
+            models.PointVectors(id=missing_id, vector=unit(rng))])),
+    ]
+
+
+def test_batch_refused_late_audits_no_earlier_acceptance(setup):
+    """A batch is sent whole or not at all: when its second operation is refused, the first's
+    acceptance must not be in the log (nothing was written)."""
+    from qdrant_guard.errors import UnsupportedWriteError
+
+    kit, owner = setup
+    before = len(_records(kit))
+    with pytest.raises(UnsupportedWriteError):
+        owner.batch_update_points("pii", _batch(np.random.default_rng(1), missing_id=999))
+    new = _records(kit)[before:]
+    assert [r["verdict"] for r in new] == ["UNSUPPORTED_WRITE"]
+    assert owner.retrieve("pii", [10, 11]) == []
+
+
+def test_batch_accepted_audits_every_operation_in_order(setup):
+    kit, owner = setup
+    before = len(_records(kit))
+    owner.batch_update_points("pii", _batch(np.random.default_rng(2), missing_id=1))
+    new = _records(kit)[before:]
+    assert len(new) == 2 and all(r["op"] == "batch_update_points" for r in new)
+    assert [r["point_ids"] for r in new] == [[10, 11], [1]]
+    assert all(r["verdict"] not in ("UNSUPPORTED_WRITE", "FAIL_CLOSED") for r in new)
