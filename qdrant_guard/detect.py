@@ -68,13 +68,24 @@ finding, the two become one span covering both, typed by the overlap rule below,
 leaves part of a finding unredacted. Look-alike letters from other scripts (Cyrillic ``А`` in
 ``AKIA``) are not folded: a secret written with them is not found. Letters outside ASCII end an
 e-mail address: ``josé.garcía@corp.io`` yields only ``a@corp.io`` (the rest of the local part is
-left), and an address at a non-ASCII domain (``john@münchen.de``) is not found. Encoded values
-(base64, ``%2D``) are not decoded. docs/threat-model.md lists these limits.
+left), and an address at a non-ASCII domain (``john@münchen.de``) is not found.
+
+Encoded values are decoded once, with the rules of the query scanner (``qdrant_guard.scan``), which
+finds them: a run of the base64 alphabet of 12+ characters, or of 16+ hex digits (24+ if all
+decimal, optionally after ``0x``), that decodes to printable ASCII is decoded and scanned, and if
+anything is found there the whole run (with its ``=`` padding) becomes one finding of the strongest
+type found, its validator suffixed ``+base64`` or ``+hex`` (``MTIzLTQ1LTY3ODk=`` is an SSN,
+"ssa-rules+base64"). ``%XX`` escapes are decoded in a view of the text (one character per escape);
+its findings that cover an escape are mapped back over the escapes, suffixed ``+percent``
+(``123%2D45%2D6789``). Not decoded: base64 of base64 (one level only), base64url, shorter runs,
+encodings of non-ASCII or binary data, ``\\x``/``\\u`` escapes and HTML character references.
+docs/threat-model.md lists these limits.
 ``PROPRIETARY`` is not a result of :func:`classify_text`: it is a policy label for content whose
 owner says so, and no property of the text reveals it.
 """
 from __future__ import annotations
 
+import base64
 import re
 import unicodedata
 from bisect import bisect_right
@@ -93,6 +104,7 @@ __all__ = [
 ]
 
 _kernel = load_kernel("_detect", "_detect_py")
+_scan = load_kernel("_scan", "_scan_py")
 
 #: Every finding type, strongest first (this order breaks ties between equally long overlaps).
 FINDING_TYPES: tuple[str, ...] = tuple(_kernel.FINDING_TYPES)
@@ -163,16 +175,15 @@ _FOLDED: dict[str, str] = {}  # _fold_char, cached
 Spans = list[tuple[int, int, str, str]]
 
 
-def _find_spans(text: str, find_spans: Callable[[str], Spans] = _kernel.find_spans) -> Spans:
-    """The kernel's spans of ``text``, merged with those of its folded view (see the module doc)."""
-    spans = find_spans(text)
+def _folded_spans(text: str, find_spans: Callable[[str], Spans]) -> Spans:
+    """The spans of the folded view of ``text``, in ``text``'s offsets (see the module doc)."""
     if text.isascii():
-        return spans
+        return []
     # A text has characters outside the BMP iff its UTF-16 form has surrogate pairs.
     astral = len(text.encode("utf-16-le", "surrogatepass")) > 2 * len(text)
     found = set((_FOLD_TRIGGER if astral else _FOLD_TRIGGER_BMP).findall(text))
     if not found:
-        return spans
+        return []
     folded = text
     for ch in found:  # each becomes ASCII or nothing, so the order of the replacements is free
         rep = _FOLDED.get(ch)
@@ -189,14 +200,97 @@ def _find_spans(text: str, find_spans: Callable[[str], Spans] = _kernel.find_spa
             o = nxt
         return o
 
+    return [(original(s), original(e - 1) + 1, t, v) if dropped else (s, e, t, v)
+            for s, e, t, v in find_spans(folded)]
+
+
+# What the query scanner reports as encoded text: with this min_blob_len only the runs that decode
+# to printable ASCII (12+ base64 characters, 16+ hex digits), and every %XX run.
+_ENCODED_RULES = dict(max_tokens=None, max_repetition=None, max_ngram_run=None, encoded_payloads=True,
+                      max_model_tokens=None, min_blob_len=1 << 62, min_percent_run=1)
+_B64_RUN = re.compile(r"[A-Za-z0-9+/]+")
+_PAD = re.compile(r"={1,2}")
+_PERCENT_RUN = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+
+
+def _decoded_spans(text: str, find_spans: Callable[[str], Spans]) -> Spans:
+    """Findings inside encoded text, as spans of ``text`` (see the module doc).
+
+    A base64 or hex run that decodes to printable ASCII is one finding, of the strongest type found
+    in its decoded text (padding included); findings of the %XX-decoded view that cover an escape
+    are mapped back over their escapes.
+    """
+    if "%" not in text and len(text) < 12:
+        return []
+    out: Spans = []
+    escapes: list[tuple[int, int]] = []
+    for v in _scan.scan_query(text, **_ENCODED_RULES).violations:
+        if v.kind == "percent_encoding":
+            m = _PERCENT_RUN.match(text, v.position)
+            if m:
+                escapes.append(m.span())
+            continue
+        if v.kind not in ("base64_blob", "hex_blob"):
+            continue
+        m = _B64_RUN.match(text, v.position)
+        if m is None:
+            continue
+        run, end = m.group(), m.end()
+        if v.kind == "hex_blob":
+            digits = run[2:] if run[:2] in ("0x", "0X") else run
+            decoded, how = bytes.fromhex(digits).decode("latin-1"), "+hex"
+        else:
+            decoded, how = base64.b64decode(run + "=" * (-len(run) % 4)).decode("latin-1"), "+base64"
+            pad = _PAD.match(text, end)
+            end = pad.end() if pad else end
+        inner = find_spans(decoded)
+        if inner:
+            best = min(inner, key=lambda f: (_RANK[f[2]], f[0]))
+            out.append((v.position, end, best[2], best[3] + how))
+    if escapes:
+        out.extend(_percent_spans(text, escapes, find_spans))
+    return out
+
+
+def _percent_spans(text: str, escapes: list[tuple[int, int]], find_spans: Callable[[str], Spans]) -> Spans:
+    """Findings of the view of ``text`` with its %XX runs decoded (one character per escape) that
+    cover at least one escape, mapped back to ``text``."""
+    pieces: list[str] = []
+    # For each character of the view: where it starts in ``text`` and where it ends.
+    starts: list[int] = []
+    ends: list[int] = []
+    escaped: list[bool] = []
+    pos = 0
+    for a, b in escapes:
+        pieces.append(text[pos:a])
+        starts.extend(range(pos, a))
+        ends.extend(range(pos + 1, a + 1))
+        escaped.extend([False] * (a - pos))
+        pieces.append(bytes.fromhex(text[a:b].replace("%", "")).decode("latin-1"))
+        starts.extend(range(a, b, 3))
+        ends.extend(range(a + 3, b + 1, 3))
+        escaped.extend([True] * ((b - a) // 3))
+        pos = b
+    pieces.append(text[pos:])
+    starts.extend(range(pos, len(text)))
+    ends.extend(range(pos + 1, len(text) + 1))
+    escaped.extend([False] * (len(text) - pos))
+    return [(starts[s], ends[e - 1], t, v + "+percent")
+            for s, e, t, v in find_spans("".join(pieces)) if any(escaped[s:e])]
+
+
+def _find_spans(text: str, find_spans: Callable[[str], Spans] = _kernel.find_spans) -> Spans:
+    """The kernel's spans of ``text``, merged with those of its folded and decoded views (see the
+    module doc)."""
+    spans = find_spans(text)
     cands = set(spans)
-    for s, e, t, v in find_spans(folded):
-        cands.add((original(s), original(e - 1) + 1, t, v) if dropped else (s, e, t, v))
+    cands.update(_folded_spans(text, find_spans))
+    cands.update(_decoded_spans(text, find_spans))
     if len(cands) == len(spans):
         return spans
-    # Each scan's findings are disjoint; where one of the folded view overlaps one of the plain
-    # scan, the two become one span covering both (nothing of either is left unredacted), typed by
-    # the kernels' overlap rule: the longer finding, then the stronger type, then the earlier one.
+    # Each scan's findings are disjoint; where findings of different views overlap, they become one
+    # span covering all of them (nothing of any is left unredacted), typed by the kernels' overlap
+    # rule: the longer finding, then the stronger type, then the earlier one.
     out: Spans = []
     group: Spans = []
     for c in sorted(cands) + [(len(text) + 1, len(text) + 1, "", "")]:

@@ -5,6 +5,7 @@ agreed result is compared with the expected findings.
 """
 from __future__ import annotations
 
+import base64
 import dataclasses
 
 import pytest
@@ -264,3 +265,48 @@ def test_folding_only_adds_findings() -> None:
     for text in ("\uff11\uff12\uff13", "caf\u00e9 \u00a0 na\u00efve \u200b", "\u00a0" * 50, "\u200b" * 50,
                  "\u0661\u0662\u0663\u0664"):
         assert find_sensitive(text) == []
+
+
+ENCODED = [
+    # (text, type, validator suffix, the encoded span)
+    ("ref MTIzLTQ1LTY3ODk= end", "SSN", "+base64", "MTIzLTQ1LTY3ODk="),
+    ("ref MTIzLTQ1LTY3ODk end", "SSN", "+base64", "MTIzLTQ1LTY3ODk"),
+    ("key " + base64.b64encode(b"AKIAIOSFODNN7ABCDEFG").decode() + " end", "AWS_ACCESS_KEY", "+base64",
+     base64.b64encode(b"AKIAIOSFODNN7ABCDEFG").decode()),
+    ("h 0x" + b"ssn 078-05-1121".hex() + " end", "SSN", "+hex", "0x" + b"ssn 078-05-1121".hex()),
+    ("h " + b"123-45-6789".hex().upper() + " end", "SSN", "+hex", b"123-45-6789".hex().upper()),
+    ("ssn 123%2D45%2D6789 end", "SSN", "+percent", "123%2D45%2D6789"),
+    ("mail bob%40corp.io end", "EMAIL", "+percent", "bob%40corp.io"),
+    ("card 4111%201111%201111%201111 end", "CREDIT_CARD", "+percent", "4111%201111%201111%201111"),
+]
+
+
+@pytest.mark.parametrize(("text", "type_", "how", "span"), ENCODED)
+def test_encoded_values_are_decoded_and_found(text: str, type_: str, how: str, span: str) -> None:
+    got = assert_same(lambda t: _spans(NATIVE, t), lambda t: _spans(PYTHON, t), text)
+    assert [(t, v.endswith(how)) for _, _, t, v in got] == [(type_, True)]
+    (start, end, _, _), = got
+    assert text[start:end] == span
+    assert redact(text) == text.replace(span, f"[{type_}]")
+
+
+@pytest.mark.parametrize("text", [
+    "aGVsbG8gd29ybGQgdGhpcyBpcyBhIHRlc3Q=",  # base64 of harmless text
+    "the digest 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "a path/to%20my%20file and %41dmin",
+    "ZXlKaGJHY2lPaUpJVXpJMU5pSjk=",  # base64 of base64: one level is decoded
+])
+def test_encoded_text_without_secrets_is_not_a_finding(text: str) -> None:
+    assert find_sensitive(text) == []
+
+
+def test_decoding_keeps_plain_findings() -> None:
+    text = "plain 123-45-6789 and MTIzLTQ1LTY3ODk="
+    assert [(f.type, f.validator) for f in find_sensitive(text)] == [
+        ("SSN", "ssa-rules"), ("SSN", "ssa-rules+base64")]
+    assert redact(text) == "plain [SSN] and [SSN]"
+
+
+def test_classify_text_sees_encoded_credentials() -> None:
+    assert classify_text("cfg " + base64.b64encode(b"ghp_" + b"aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A").decode()) \
+        == "CREDENTIAL"
