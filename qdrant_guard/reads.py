@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -135,6 +136,11 @@ class ReadOps(PayloadOps, QueryChecks):
         """Whether the caller gets the text field redacted: PII that ``keep_payload_text_in_boundary``
         kept in stored text is for the owner boundary only."""
         return (pol is not None and pol.keep_payload_text_in_boundary and bool(pol.text_field)
+                and self.boundary() != pol.owner)
+
+    def source_budgeted(self, pol: CollectionPolicy | None) -> bool:
+        """Whether the caller's reads of ``pol``'s collection draw on a source extraction budget."""
+        return (pol is not None and pol.diversity.enabled and pol.diversity.max_source_coverage is not None
                 and self.boundary() != pol.owner)
 
     def releasable_vectors(self, name: str, point: Any) -> Any:
@@ -420,6 +426,15 @@ class ReadOps(PayloadOps, QueryChecks):
         result = yield Call(method, {**new, "collection_name": account})
         records, next_offset = result if scrolled else (result, None)
         pts = yield from self.finish(method, name, pol, plan, records, details, account=account)
+        if scrolled and self.source_budgeted(pol):
+            # Qdrant's offset is the id of the next matching point, returned without the point: past
+            # the budget it would tell whether (and which) points match a filter. The guard's own
+            # offset depends only on what the caller received: just past the last point of a full
+            # page of released points, else none.
+            # (With order_by, Qdrant pages by start_from and gives no offset.)
+            full = (bool(pts) and len(pts) == len(records) == (new.get("limit") or 10)
+                    and new.get("order_by") is None)
+            next_offset = _successor(pts[-1].id) if full else None
         self._audit_read(method, name, pol, len(pts), details)
         return (pts, next_offset) if scrolled else pts
 
@@ -465,8 +480,7 @@ class ReadOps(PayloadOps, QueryChecks):
         """
         name = args["collection_name"]
         pol = self.gate(method, args, "read")
-        budgeted = (pol is not None and pol.diversity.enabled and pol.diversity.max_source_coverage is not None
-                    and self.boundary() != pol.owner)
+        budgeted = self.source_budgeted(pol)
         if budgeted and pol is not None:
             problem = None
             if method == "facet" and facet_key != pol.source_field:
@@ -615,6 +629,15 @@ def _vector_budgeted_policy(pol: CollectionPolicy) -> bool:
     """Whether vectors read from ``pol``'s collection draw on the PROPRIETARY vector budget."""
     div = pol.diversity
     return div.enabled and pol.sensitivity.value == "PROPRIETARY" and div.max_vectors is not None
+
+
+def _successor(point_id: Any) -> Any:
+    """The smallest point id after ``point_id`` in scroll order (integers, then UUIDs); None after
+    the last UUID."""
+    if isinstance(point_id, int):
+        return point_id + 1 if point_id < 2**64 - 1 else str(uuid.UUID(int=0))
+    value = uuid.UUID(str(point_id)).int
+    return str(uuid.UUID(int=value + 1)) if value < 2**128 - 1 else None
 
 
 def _field(p: Any, field_name: str) -> Any:

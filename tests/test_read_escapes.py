@@ -362,3 +362,49 @@ def test_search_matrix_filters_cannot_read_values_past_the_budget(payroll, metho
     assert getattr(owner, method)("hr", query_filter=by_salary, sample=10, limit=9)  # the owner boundary is not budgeted
     assert getattr(bob, method)("hr", query_filter=by_source, sample=10, limit=9)
     assert getattr(bob, method)("hr", sample=10, limit=9)
+
+
+def test_scroll_page_offset_does_not_read_values_past_the_budget(payroll):
+    # scroll's next_page_offset is the id of the next matching point, returned without the point:
+    # past the budget, a salary filter with limit=1 would tell whether a point matches (the offset)
+    # and so binary-search withheld salaries, as count would. Pages carried by a point the reader
+    # already has (HasId) must not leak it either.
+    _, bob = payroll
+    got, _ = bob.scroll("hr", limit=10)
+    assert [p.id for p in got] == [0, 1]  # the budget: 2 of the source's 10 points
+    for carrier in ([], [models.HasIdCondition(has_id=[0])]):
+        answers = set()
+        for lo in (1002, 1004, 1008, 1009, 2000):
+            salary = models.FieldCondition(key="salary", range=models.Range(gte=lo))
+            flt = models.Filter(should=[salary, *carrier])
+            page, offset = bob.scroll("hr", scroll_filter=flt, limit=1)
+            answers.add((tuple(p.id for p in page), offset))
+        assert answers == ({((), None)} if not carrier else {((0,), 1)})
+
+
+def test_scroll_pages_within_the_budget_keep_their_offset(payroll):
+    _, bob = payroll
+    page, offset = bob.scroll("hr", limit=1)
+    assert len(page) == 1 and offset is not None
+
+
+def test_budgeted_scroll_pages_through_every_released_point(kit):
+    # The guard's offset (just past the last point of a full page) still pages through a budgeted
+    # collection, across the largest integer id into the UUIDs: every point, in order, once.
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+           "diversity": {"max_source_coverage": 1.0}}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("a", "hr"))
+    create(owner, "hr")
+    rng = np.random.default_rng(0)
+    ids = [2, 5, 9, 2**64 - 1, "00000000-0000-0000-0000-000000000003", "ffffffff-ffff-ffff-ffff-ffffffffffff"]
+    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": f"s{k % 2}"})
+                        for k, i in enumerate(ids)])
+    bob = owner.with_principal(kit.principal("b", "support"))
+    seen, offset = [], None
+    for _ in range(10):
+        page, offset = bob.scroll("hr", limit=1, offset=offset)
+        seen += [p.id for p in page]
+        if offset is None:
+            break
+    assert seen == ids  # in scroll order: integers, then UUIDs; the last UUID ends the scroll
+    assert offset is None
