@@ -20,6 +20,7 @@ from qdrant_client.conversions.conversion import GrpcToRest
 from qdrant_client.http import models
 from qdrant_client.local.async_qdrant_local import AsyncQdrantLocal
 
+from .decision import Verdict
 from .errors import QdrantGuardError, UnsupportedWriteError
 from .pipeline import Call, drive_async, drive_sync
 from .surface import GUARDED
@@ -239,11 +240,13 @@ def _raw_handle(name: str, base: type, what: str = "a raw API handle") -> proper
     original = getattr(base, name)
 
     def getter(self: Any) -> Any:
-        if self._guard is not None and not self._guard.transparent:
-            raise QdrantGuardError(
+        guard = self._guard
+        if guard is not None and not guard.transparent:
+            raise guard.refuse(guard.decision(
+                name, None, None, Verdict.REFUSED_CROSS_BOUNDARY,
                 f"client.{name} is {what} that would bypass the guard policy; use the "
-                "client's methods, or a plain qdrant_client client outside the guard"
-            )
+                "client's methods, or a plain qdrant_client client outside the guard",
+            ))
         return original.fget(self)
 
     return property(getter, doc=original.__doc__)

@@ -150,3 +150,17 @@ def test_batch_accepted_audits_every_operation_in_order(setup):
     assert len(new) == 2 and all(r["op"] == "batch_update_points" for r in new)
     assert [r["point_ids"] for r in new] == [[10, 11], [1]]
     assert all(r["verdict"] not in ("UNSUPPORTED_WRITE", "FAIL_CLOSED") for r in new)
+
+
+@pytest.mark.parametrize("handle", ["http", "grpc_points", "init_options"])
+def test_raw_handle_refusals_are_audited(setup, handle):
+    # Reaching for a raw handle under a policy is an attempt to leave the guard: the log must show it.
+    from qdrant_guard import GuardRefusal
+
+    kit, owner = setup
+    before = len(_records(kit))
+    with pytest.raises(GuardRefusal, match="bypass the guard"):
+        getattr(owner, handle)
+    new = _records(kit)[before:]
+    assert [(r["op"], r["verdict"], r["principal"]) for r in new] == [
+        (handle, "REFUSED_CROSS_BOUNDARY", "alice@hr")]
