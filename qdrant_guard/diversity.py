@@ -13,7 +13,9 @@ the page, so when too few sources are available the result is *shorter* than ``k
 
 Items without a source all count as one shared source, ``missing_source``. Counting each of them
 as its own source would let anyone who can write points bypass the cap by leaving the source
-field out.
+field out. An item may name several sources (a payload list such as ``["memo", "q3"]``, which a
+Qdrant filter on either value matches): it counts under each of them, and is admitted only while
+every one of them is under the cap.
 
 Pagination (``offset``):
     The cap applies to each page separately. The caller applies ``offset`` to Qdrant's ranking
@@ -37,7 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Callable, Generic, Sequence, TypeVar, Union
 
 __all__ = [
     "DiversityOutcome",
@@ -50,6 +52,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+#: What ``source_of`` may return: one source, several, or None (or an empty sequence) for none.
+SourceNames = Union[str, Sequence[str], None]
 
 _MISSING_DEFAULT = "__unknown__"
 
@@ -62,7 +66,8 @@ class DiversityOutcome(Generic[T]):
         kept: the admitted items, in their original (score) order; at most ``k``.
         withheld: the items dropped by the cap (or by a diversity swap), in original order.
         short_by: ``k - len(kept)``; 0 when ``k`` items were returned.
-        per_source: number of kept items per source (sources with no kept item are absent).
+        per_source: number of kept items per source (sources with no kept item are absent); an
+            item with several sources counts under each.
         unique_sources: number of distinct sources among the kept items.
         min_unique_met: whether the kept items span the required number of sources. False when
             the candidates themselves span fewer sources (the pipeline logs it).
@@ -188,24 +193,26 @@ def overfetch_limit(limit: int, *, factor: float, max_limit: int = 1000) -> int:
 
 
 def _source_names(
-    items: Sequence[T], source_of: Callable[[T], str | None], missing_source: str
-) -> list[str]:
+    items: Sequence[T], source_of: Callable[[T], SourceNames], missing_source: str
+) -> list[tuple[str, ...]]:
+    """Each item's sources: distinct, in the order given; ``(missing_source,)`` for none."""
     names = []
     for index, item in enumerate(items):
-        name = source_of(item)
-        if name is None:
-            name = missing_source
-        elif not isinstance(name, str):
-            raise TypeError(
-                f"source_of(items[{index}]) must return str or None, not {type(name).__name__}; "
-                "convert the payload value to a string in source_of"
-            )
-        names.append(name)
+        value = source_of(item)
+        several = value if isinstance(value, (list, tuple)) else () if value is None else (value,)
+        for name in several:
+            if not isinstance(name, str):
+                raise TypeError(
+                    f"source_of(items[{index}]) must return str, a list or tuple of str, or None, "
+                    f"not {type(value).__name__ if value is name else f'a sequence holding {type(name).__name__}'}; "
+                    "convert the payload value to strings in source_of"
+                )
+        names.append(tuple(dict.fromkeys(several)) or (missing_source,))
     return names
 
 
 def _select(
-    sources: list[str],
+    sources: list[tuple[str, ...]],
     *,
     k: int,
     cap: int,
@@ -219,47 +226,57 @@ def _select(
     """
     counts: dict[str, int] = {}
     kept: list[int] = []
-    for index, name in enumerate(sources):
-        if len(kept) < k and counts.get(name, 0) < cap and totals.get(name, 0) < total_cap:
+    for index, names in enumerate(sources):
+        if len(kept) < k and all(counts.get(n, 0) < cap and totals.get(n, 0) < total_cap for n in names):
             kept.append(index)
-            counts[name] = counts.get(name, 0) + 1
-            totals[name] = totals.get(name, 0) + 1
+            for n in names:
+                counts[n] = counts.get(n, 0) + 1
+                totals[n] = totals.get(n, 0) + 1
 
     required = min(min_unique, k)
     if len(counts) < required:
-        # Best not-yet-represented source first; each swap adds one source and removes none,
-        # because the victim's source keeps at least one item.
+        # Best not-yet-represented source first; each swap adds at least one source and removes
+        # none, because every source of the victim keeps at least one item.
         best_of_missing: dict[str, int] = {}
-        for index, name in enumerate(sources):
-            if name not in counts and name not in best_of_missing:
-                best_of_missing[name] = index
+        for index, names in enumerate(sources):
+            for n in names:
+                if n not in counts and n not in best_of_missing:
+                    best_of_missing[n] = index
         for name, candidate in sorted(best_of_missing.items(), key=lambda kv: kv[1]):
             if len(counts) >= required:
                 break
-            if totals.get(name, 0) >= total_cap:
+            if name in counts:  # an earlier swap's item brought it in
                 continue
             if len(kept) < k:
                 victim = None
             else:
-                victim = next((i for i in reversed(kept) if counts[sources[i]] > 1), None)
+                victim = next((i for i in reversed(kept) if all(counts[n] > 1 for n in sources[i])), None)
                 if victim is None:
                     break
+            freed = sources[victim] if victim is not None else ()
+            if not all(counts.get(n, 0) - (n in freed) < cap and totals.get(n, 0) - (n in freed) < total_cap
+                       for n in sources[candidate]):
+                continue
             if victim is not None:
                 kept.remove(victim)
-                counts[sources[victim]] -= 1
-                totals[sources[victim]] -= 1
+                for n in freed:
+                    counts[n] -= 1
+                    totals[n] -= 1
             kept.append(candidate)
-            counts[name] = 1
-            totals[name] = totals.get(name, 0) + 1
+            for n in sources[candidate]:
+                counts[n] = counts.get(n, 0) + 1
+                totals[n] = totals.get(n, 0) + 1
         kept.sort()
     return kept, len(counts) >= required
 
 
-def _outcome(items: Sequence[T], sources: list[str], kept: list[int], k: int, met: bool) -> DiversityOutcome[T]:
+def _outcome(items: Sequence[T], sources: list[tuple[str, ...]], kept: list[int], k: int,
+             met: bool) -> DiversityOutcome[T]:
     kept_set = set(kept)
     per_source: dict[str, int] = {}
     for index in kept:
-        per_source[sources[index]] = per_source.get(sources[index], 0) + 1
+        for name in sources[index]:
+            per_source[name] = per_source.get(name, 0) + 1
     return DiversityOutcome(
         kept=[items[i] for i in kept],
         withheld=[item for i, item in enumerate(items) if i not in kept_set],
@@ -280,7 +297,7 @@ def enforce_diversity(
     items: Sequence[T],
     *,
     k: int,
-    source_of: Callable[[T], str | None],
+    source_of: Callable[[T], SourceNames],
     max_source_fraction: float = 0.4,
     min_unique_sources: int = 2,
     missing_source: str = _MISSING_DEFAULT,
@@ -295,12 +312,15 @@ def enforce_diversity(
     ``min(min_unique_sources, k)`` sources, the result does too. If needed, the lowest-ranked
     kept items of sources holding more than one kept item are replaced by the best item of each
     missing source (best-ranked missing source first). A swap never exceeds the cap or ``k``.
-    When the candidates span fewer sources, ``min_unique_met`` is False.
+    When the candidates span fewer sources, ``min_unique_met`` is False; with items of several
+    sources it is best effort (a swap that would push another of the item's sources over the cap
+    is skipped), and ``min_unique_met`` says whether it was met.
 
     Args:
         items: candidates in rank order (best first), e.g. over-fetched ``ScoredPoint``s.
         k: the number of results to return at most, at least 1.
-        source_of: returns an item's source name, or None when it has none.
+        source_of: returns an item's source name, a list or tuple of names when it has several,
+            or None (or an empty sequence) when it has none.
         max_source_fraction: the largest share of ``k`` one source may hold, in ``(0, 1]``.
         min_unique_sources: the number of distinct sources the result should span.
         missing_source: the one source that every item without a source counts under.
@@ -309,7 +329,8 @@ def enforce_diversity(
         A :class:`DiversityOutcome`.
 
     Raises:
-        TypeError: an argument has the wrong type, or ``source_of`` returned a non-string.
+        TypeError: an argument has the wrong type, or ``source_of`` returned something other than
+            a string, a list or tuple of strings, or None.
         ValueError: ``k < 1``, a negative ``min_unique_sources`` or a fraction outside ``(0, 1]``.
     """
     cap = source_cap(k, max_source_fraction)
@@ -323,7 +344,7 @@ def enforce_group_caps(
     groups: Sequence[Sequence[T]],
     *,
     group_size: int,
-    source_of: Callable[[T], str | None],
+    source_of: Callable[[T], SourceNames],
     max_source_fraction: float = 0.4,
     min_unique_sources: int = 2,
     missing_source: str = _MISSING_DEFAULT,
@@ -345,7 +366,8 @@ def enforce_group_caps(
     Args:
         groups: the hits of each group, each in rank order (e.g. ``[g.hits for g in result.groups]``).
         group_size: the ``group_size`` that was requested, at least 1.
-        source_of: returns a hit's source name, or None when it has none.
+        source_of: returns a hit's source name, a list or tuple of names, or None, as in
+            :func:`enforce_diversity`.
         max_source_fraction: the largest share one source may hold, in ``(0, 1]``.
         min_unique_sources: the number of distinct sources each group should span.
         missing_source: the one source that every hit without a source counts under.
@@ -354,7 +376,8 @@ def enforce_group_caps(
         A :class:`GroupCapsOutcome`.
 
     Raises:
-        TypeError: an argument has the wrong type, or ``source_of`` returned a non-string.
+        TypeError: an argument has the wrong type, or ``source_of`` returned something other than
+            a string, a list or tuple of strings, or None.
         ValueError: ``group_size < 1``, a negative ``min_unique_sources`` or a bad fraction.
     """
     group_cap = source_cap(group_size, max_source_fraction)

@@ -97,7 +97,7 @@ class ReadOps(PayloadOps, QueryChecks):
         div = pol.diversity
         monitor = div.mode == "monitor"
         src = pol.source_field
-        source_of = {id(p): _source(p, src) for p in pts}.__getitem__
+        source_of = {id(p): _sources(p, src) for p in pts}.__getitem__
         if plan.diversify:
             ranked = pts[plan.offset:]
             outcome = enforce_diversity(
@@ -394,7 +394,7 @@ class ReadOps(PayloadOps, QueryChecks):
         groups = list(resp.groups)
         if pol.diversity.enabled and pol.diversity.mode == "enforce":
             outcome = enforce_group_caps(
-                [g.hits for g in groups], group_size=group_size, source_of=lambda p: _source(p, pol.source_field),
+                [g.hits for g in groups], group_size=group_size, source_of=lambda p: _sources(p, pol.source_field),
                 max_source_fraction=pol.diversity.max_source_fraction,
                 min_unique_sources=pol.diversity.min_unique_sources,
             )
@@ -649,12 +649,6 @@ def _field(p: Any, field_name: str) -> Any:
             return None
         node = node.get(part)
     return node
-
-
-def _source(p: Any, field_name: str) -> str | None:
-    """The point's source, when the field holds one scalar value."""
-    node = _field(p, field_name)
-    return None if node is None or isinstance(node, (dict, list)) else str(node)
 
 
 def _sources(p: Any, field_name: str) -> tuple[str, ...]:

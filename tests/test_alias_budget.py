@@ -254,3 +254,21 @@ def test_points_tagged_with_a_list_of_sources_are_charged_to_each(kit):
     assert len(got) == CAP
     # A source the budget does not restrict ("q3") does not release memo's points either.
     assert _ids(dave.retrieve("memo", [1, 3, 5, 7, 9, 11, 13])) <= got
+
+
+def test_list_tagged_points_use_each_source_share_of_one_query(kit):
+    # The per-query cap counts a point tagged ["memo", "q3"] under memo, as a filter on memo would;
+    # counted apart, list-tagged chunks doubled memo's share of one result page.
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+           "diversity": {"max_source_fraction": 0.2, "min_unique_sources": 1}}
+    alice = QdrantClient(":memory:", guard=kit.config({"kb": pol}), principal=kit.principal("alice", "hr"))
+    rng = np.random.default_rng(3)
+    create(alice, "kb")
+    q = np.array(unit(rng))
+    memo = [models.PointStruct(id=i, vector=(q + 0.01 * np.array(unit(rng))).tolist(),
+                               payload={"source": ["memo", "q3"] if i % 2 else "memo"}) for i in range(10)]
+    other = [models.PointStruct(id=100 + i, vector=unit(rng), payload={"source": f"s{i}"}) for i in range(20)]
+    alice.upsert("kb", memo + other)
+    dave = alice.with_principal(kit.principal("dave", "support"))
+    hits = dave.query_points("kb", query=q.tolist(), limit=10).points
+    assert sum(1 for h in hits if h.id < 100) == 2  # the cap: floor(10 * 0.2)

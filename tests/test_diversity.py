@@ -147,8 +147,12 @@ def test_empty_candidates():
 
 
 def test_source_of_must_return_str_or_none():
-    with pytest.raises(TypeError, match=r"source_of\(items\[1\]\) must return str or None, not int"):
+    with pytest.raises(TypeError, match=r"source_of\(items\[1\]\) must return str, a list or tuple of str, or None, not int"):
         enforce_diversity([(0, "a"), (1, 5)], k=2, source_of=_src)
+    with pytest.raises(TypeError, match=r"not a sequence holding int"):
+        enforce_diversity([(0, ["a", 3])], k=2, source_of=_src)
+    with pytest.raises(TypeError, match=r"not set"):
+        enforce_diversity([(0, {"a"})], k=2, source_of=_src)
     with pytest.raises(TypeError, match="missing_source must be a str, not NoneType"):
         enforce_diversity([], k=2, source_of=_src, missing_source=None)
     with pytest.raises(ValueError, match="min_unique_sources must be >= 0, got -1"):
@@ -267,3 +271,71 @@ def test_group_cap_properties(groups, group_size, fraction, min_unique):
             totals[name] = totals.get(name, 0) + n
     assert totals == out.per_source
     assert all(n <= out.response_cap for n in totals.values())
+
+
+# --- items with several sources --------------------------------------------------------------
+
+
+def test_an_item_with_several_sources_counts_under_each():
+    # ["memo", "q3"] is matched by a filter on memo: it must use memo's share, not escape it.
+    items = _items([["memo", "q3"], "memo", ["memo"], "memo", "x", "y", "z", ("q3", "x"), [], None])
+    out = enforce_diversity(items, k=5, source_of=_src, max_source_fraction=0.4, min_unique_sources=0)
+    assert out.per_source["memo"] == 2 and out.per_source["q3"] == 1  # cap = 2
+    assert [i[0] for i in out.kept] == [0, 1, 4, 5, 6]
+    # Duplicates inside one item count once; an empty list is no source.
+    out = enforce_diversity(_items([["a", "a"], [], None]), k=3, source_of=_src, max_source_fraction=1.0)
+    assert out.per_source == {"a": 1, "__unknown__": 2}
+
+
+def test_min_unique_swap_skips_a_candidate_whose_other_source_is_full():
+    items = _items(["a", "a", ("a", "b"), "c"])
+    out = enforce_diversity(items, k=3, source_of=_src, max_source_fraction=0.34, min_unique_sources=3)
+    # cap 1: b's only item also names a, which is full, so b cannot be brought in.
+    assert [i[0] for i in out.kept] == [0, 3] and not out.min_unique_met
+    # With room for a second a, the same item is swapped in for the lower-ranked a.
+    out = enforce_diversity(items, k=2, source_of=_src, max_source_fraction=1.0, min_unique_sources=2)
+    assert [i[0] for i in out.kept] == [0, 2] and out.per_source == {"a": 2, "b": 1}
+
+
+multi_sources = st.lists(
+    st.one_of(st.none(), st.sampled_from("ABCDEFG"), st.lists(st.sampled_from("ABCDEFG"), max_size=3)),
+    max_size=60,
+)
+
+
+def _names(source):
+    several = source if isinstance(source, list) else [] if source is None else [source]
+    return set(several) or {"__unknown__"}
+
+
+@settings(max_examples=400, deadline=None)
+@given(sources=multi_sources, k=st.integers(1, 25), fraction=st.floats(0.01, 1.0), min_unique=st.integers(0, 8))
+def test_multi_source_properties(sources, k, fraction, min_unique):
+    items = _items(sources)
+    out = enforce_diversity(items, k=k, source_of=_src, max_source_fraction=fraction, min_unique_sources=min_unique)
+    cap = source_cap(k, fraction)
+    counts = {}
+    for item in out.kept:
+        for n in _names(item[1]):
+            counts[n] = counts.get(n, 0) + 1
+    # The cap holds for every source an item names, always.
+    assert counts == out.per_source and all(n <= cap for n in counts.values())
+    assert len(out.kept) <= k and out.short_by == k - len(out.kept)
+    assert sorted(out.kept + out.withheld) == items
+    assert out.min_unique_met == (len(counts) >= min(min_unique, k))
+    # Short only when no withheld item fits under the cap in all its sources.
+    if out.short_by:
+        assert all(any(counts.get(n, 0) >= cap for n in _names(i[1])) for i in out.withheld)
+
+
+@settings(max_examples=200, deadline=None)
+@given(groups=st.lists(multi_sources, max_size=5), group_size=st.integers(1, 8), fraction=st.floats(0.01, 1.0))
+def test_multi_source_group_caps_hold(groups, group_size, fraction):
+    out = enforce_group_caps([_items(g) for g in groups], group_size=group_size, source_of=_src,
+                             max_source_fraction=fraction)
+    totals = {}
+    for g in out.groups:
+        assert all(n <= out.group_cap for n in g.per_source.values())
+        for name, n in g.per_source.items():
+            totals[name] = totals.get(name, 0) + n
+    assert totals == out.per_source and all(n <= out.response_cap for n in totals.values())
