@@ -75,10 +75,13 @@ finds them: a run of the base64 alphabet of 12+ characters, or of 16+ hex digits
 decimal, optionally after ``0x``), that decodes to printable ASCII is decoded and scanned, and if
 anything is found there the whole run (with its ``=`` padding) becomes one finding of the strongest
 type found, its validator suffixed ``+base64`` or ``+hex`` (``MTIzLTQ1LTY3ODk=`` is an SSN,
-"ssa-rules+base64"). ``%XX`` escapes are decoded in a view of the text (one character per escape);
-its findings that cover an escape are mapped back over the escapes, suffixed ``+percent``
-(``123%2D45%2D6789``). Not decoded: base64 of base64 (one level only), base64url, shorter runs,
-encodings of non-ASCII or binary data, ``\\x``/``\\u`` escapes and HTML character references.
+"ssa-rules+base64"). Escapes (``%XX``, ``\\xXX``, ``\\uXXXX``/``\\UXXXXXXXX``, HTML character
+references) are decoded in a view of the text, one character each (a ``%XX`` byte read as
+Latin-1); its findings that cover an escape are mapped back over the escapes, suffixed
+``+percent``, ``+hex-escape``, ``+unicode-escape``, ``+html-entity``, or ``+escapes`` when they
+cover several kinds (``123%2D45%2D6789``, ``&#49;&#50;&#51;-45-6789``). Not decoded: base64 of
+base64 (one level only), base64url, shorter runs, encodings of non-ASCII or binary data, and
+named HTML references outside the scanner's list.
 docs/threat-model.md lists these limits.
 ``PROPRIETARY`` is not a result of :func:`classify_text`: it is a policy label for content whose
 owner says so, and no property of the text reveals it.
@@ -86,6 +89,7 @@ owner says so, and no property of the text reveals it.
 from __future__ import annotations
 
 import base64
+import html
 import re
 import unicodedata
 from bisect import bisect_right
@@ -210,25 +214,51 @@ _ENCODED_RULES = dict(max_tokens=None, max_repetition=None, max_ngram_run=None, 
                       max_model_tokens=None, min_blob_len=1 << 62, min_percent_run=1)
 _B64_RUN = re.compile(r"[A-Za-z0-9+/]+")
 _PAD = re.compile(r"={1,2}")
-_PERCENT_RUN = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+# One escape of each kind the scanner reports as a run, and the label of its findings.
+_ESCAPES = {
+    "percent_encoding": (re.compile(r"%([0-9A-Fa-f]{2})"), "+percent"),
+    "hex_escape": (re.compile(r"\\x([0-9A-Fa-f]{2})"), "+hex-escape"),
+    "unicode_escape": (re.compile(r"\\u([0-9A-Fa-f]{4})|\\U([0-9A-Fa-f]{8})"), "+unicode-escape"),
+    "html_entity": (re.compile(r"&(?:#([0-9]{1,8})|#[xX]([0-9A-Fa-f]{1,6})|[A-Za-z][A-Za-z0-9]{1,31});"),
+                    "+html-entity"),
+}
+Escape = tuple[int, int, str, str]  # start, end, the character it stands for, its label
+
+
+def _unescape(kind: str, m: re.Match[str]) -> str | None:
+    """The character one escape stands for; None for a code point that does not exist."""
+    if kind in ("percent_encoding", "hex_escape"):
+        return chr(int(m.group(1), 16))  # percent: one byte, read as Latin-1
+    if kind == "unicode_escape":
+        n = int(m.group(1) or m.group(2), 16)
+    elif m.group(1) is not None:
+        n = int(m.group(1))
+    elif m.group(2) is not None:
+        n = int(m.group(2), 16)
+    else:
+        ch = html.unescape(m.group())
+        return ch if len(ch) == 1 else None
+    return chr(n) if n <= 0x10FFFF else None
 
 
 def _decoded_spans(text: str, find_spans: Callable[[str], Spans]) -> Spans:
     """Findings inside encoded text, as spans of ``text`` (see the module doc).
 
     A base64 or hex run that decodes to printable ASCII is one finding, of the strongest type found
-    in its decoded text (padding included); findings of the %XX-decoded view that cover an escape
-    are mapped back over their escapes.
+    in its decoded text (padding included); findings of the view with every escape decoded (%XX,
+    \\x, \\u, HTML character references) that cover an escape are mapped back over their escapes.
     """
     if "%" not in text and len(text) < 12:
         return []
     out: Spans = []
-    escapes: list[tuple[int, int]] = []
+    escapes: list[Escape] = []
     for v in _scan.scan_query(text, **_ENCODED_RULES).violations:
-        if v.kind == "percent_encoding":
-            m = _PERCENT_RUN.match(text, v.position)
-            if m:
-                escapes.append(m.span())
+        if v.kind in _ESCAPES:
+            rx, label = _ESCAPES[v.kind]
+            pos = v.position
+            while (m := rx.match(text, pos)) is not None and (ch := _unescape(v.kind, m)) is not None:
+                escapes.append((m.start(), m.end(), ch, label))
+                pos = m.end()
             continue
         if v.kind not in ("base64_blob", "hex_blob"):
             continue
@@ -248,35 +278,38 @@ def _decoded_spans(text: str, find_spans: Callable[[str], Spans]) -> Spans:
             best = min(inner, key=lambda f: (_RANK[f[2]], f[0]))
             out.append((v.position, end, best[2], best[3] + how))
     if escapes:
-        out.extend(_percent_spans(text, escapes, find_spans))
+        out.extend(_escape_spans(text, sorted(escapes), find_spans))
     return out
 
 
-def _percent_spans(text: str, escapes: list[tuple[int, int]], find_spans: Callable[[str], Spans]) -> Spans:
-    """Findings of the view of ``text`` with its %XX runs decoded (one character per escape) that
-    cover at least one escape, mapped back to ``text``."""
+def _escape_spans(text: str, escapes: list[Escape], find_spans: Callable[[str], Spans]) -> Spans:
+    """Findings of the view of ``text`` with ``escapes`` decoded (one character each) that cover at
+    least one escape, mapped back to ``text`` and labelled by the escapes they cover."""
     pieces: list[str] = []
-    # For each character of the view: where it starts in ``text`` and where it ends.
+    # For each character of the view: where it starts and ends in ``text``, and its escape's label.
     starts: list[int] = []
     ends: list[int] = []
-    escaped: list[bool] = []
+    labels: list[str] = []
     pos = 0
-    for a, b in escapes:
-        pieces.append(text[pos:a])
-        starts.extend(range(pos, a))
+    for a, b, ch, label in escapes:
+        if a < pos:  # already decoded as part of an earlier run
+            continue
+        pieces.append(text[pos:a] + ch)
+        starts.extend(range(pos, a + 1))
         ends.extend(range(pos + 1, a + 1))
-        escaped.extend([False] * (a - pos))
-        pieces.append(bytes.fromhex(text[a:b].replace("%", "")).decode("latin-1"))
-        starts.extend(range(a, b, 3))
-        ends.extend(range(a + 3, b + 1, 3))
-        escaped.extend([True] * ((b - a) // 3))
+        ends.append(b)
+        labels.extend([""] * (a - pos) + [label])
         pos = b
     pieces.append(text[pos:])
     starts.extend(range(pos, len(text)))
     ends.extend(range(pos + 1, len(text) + 1))
-    escaped.extend([False] * (len(text) - pos))
-    return [(starts[s], ends[e - 1], t, v + "+percent")
-            for s, e, t, v in find_spans("".join(pieces)) if any(escaped[s:e])]
+    labels.extend([""] * (len(text) - pos))
+    out: Spans = []
+    for s, e, t, v in find_spans("".join(pieces)):
+        covered = set(labels[s:e]) - {""}
+        if covered:
+            out.append((starts[s], ends[e - 1], t, v + (covered.pop() if len(covered) == 1 else "+escapes")))
+    return out
 
 
 def _find_spans(text: str, find_spans: Callable[[str], Spans] = _kernel.find_spans) -> Spans:

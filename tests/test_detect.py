@@ -278,6 +278,11 @@ ENCODED = [
     ("ssn 123%2D45%2D6789 end", "SSN", "+percent", "123%2D45%2D6789"),
     ("mail bob%40corp.io end", "EMAIL", "+percent", "bob%40corp.io"),
     ("card 4111%201111%201111%201111 end", "CREDIT_CARD", "+percent", "4111%201111%201111%201111"),
+    ("ssn &#49;&#50;&#51;-45-6789 end", "SSN", "+html-entity", "&#49;&#50;&#51;-45-6789"),
+    ("mail bob&#x40;corp.io end", "EMAIL", "+html-entity", "bob&#x40;corp.io"),
+    ("ssn \\x31\\x32\\x33-45-6789 end", "SSN", "+hex-escape", "\\x31\\x32\\x33-45-6789"),
+    ("ssn \\u0031\\U00000032\\u0033-45-6789 end", "SSN", "+unicode-escape", "\\u0031\\U00000032\\u0033-45-6789"),
+    ("mix 123%2D45&#45;6789 end", "SSN", "+escapes", "123%2D45&#45;6789"),
 ]
 
 
@@ -295,6 +300,7 @@ def test_encoded_values_are_decoded_and_found(text: str, type_: str, how: str, s
     "the digest 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
     "a path/to%20my%20file and %41dmin",
     "ZXlKaGJHY2lPaUpJVXpJMU5pSjk=",  # base64 of base64: one level is decoded
+    "a &amp; b &#x41; &#9999999; \\uD800 \\U00110000 &nosuchname;",  # escapes of nothing sensitive
 ])
 def test_encoded_text_without_secrets_is_not_a_finding(text: str) -> None:
     assert find_sensitive(text) == []

@@ -140,3 +140,39 @@ def test_oracle_folded_view(text: str, inserts: list[tuple[int, str]]) -> None:
     assert all(0 <= s < e <= len(text) for s, e, _, _ in got)
     for s, e, _, _ in PYTHON.find_spans(text):
         assert any(gs <= s and e <= ge for gs, ge, _, _ in got), (text, (s, e), got)
+
+
+def _encode(piece: str, how: int) -> str:
+    import base64
+
+    raw = piece.encode()
+    if how == 0:
+        return base64.b64encode(raw).decode()
+    if how == 1:
+        return "0x" + raw.hex()
+    return "".join(
+        (f"%{b:02X}", f"\\x{b:02x}", f"\\u{b:04x}", f"&#{b};", f"&#x{b:x};", chr(b))[(how + i) % 6]
+        for i, b in enumerate(raw)
+    )
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(planted_text(), st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 10_000), st.integers(0, 7)),
+                                max_size=4))
+def test_oracle_decoded_views(text: str, encodings: list[tuple[int, int, int]]) -> None:
+    # Stretches of a planted text encoded (base64, hex, escapes of every kind, mixed): both kernels
+    # agree through the dispatcher, findings stay sorted, non-overlapping and in bounds, and every
+    # finding of the plain scan is still covered (decoding only adds).
+    for a, b, how in encodings:
+        a, b = sorted((a % (len(text) + 1), b % (len(text) + 1)))
+        if text[a:b].isascii():
+            text = text[:a] + _encode(text[a:b], how) + text[b:]
+    from qdrant_guard.detect import _find_spans
+
+    got = assert_same(lambda t: _find_spans(t, NATIVE.find_spans), lambda t: _find_spans(t, PYTHON.find_spans), text)
+    assert got == sorted(got)
+    for (s1, e1, _, _), (s2, _, _, _) in zip(got, got[1:]):
+        assert e1 <= s2
+    assert all(0 <= s < e <= len(text) for s, e, _, _ in got)
+    for s, e, _, _ in PYTHON.find_spans(text):
+        assert any(gs <= s and e <= ge for gs, ge, _, _ in got), (text, (s, e), got)
