@@ -96,6 +96,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Callable
 
+from . import scan as _scan
 from ._impl import load_kernel
 
 __all__ = [
@@ -108,7 +109,6 @@ __all__ = [
 ]
 
 _kernel = load_kernel("_detect", "_detect_py")
-_scan = load_kernel("_scan", "_scan_py")
 
 #: Every finding type, strongest first (this order breaks ties between equally long overlaps).
 FINDING_TYPES: tuple[str, ...] = tuple(_kernel.FINDING_TYPES)
