@@ -92,7 +92,7 @@ import base64
 import html
 import re
 import unicodedata
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Callable
 
@@ -286,29 +286,40 @@ def _escape_spans(text: str, escapes: list[Escape], find_spans: Callable[[str], 
     """Findings of the view of ``text`` with ``escapes`` decoded (one character each) that cover at
     least one escape, mapped back to ``text`` and labelled by the escapes they cover."""
     pieces: list[str] = []
-    # For each character of the view: where it starts and ends in ``text``, and its escape's label.
-    starts: list[int] = []
-    ends: list[int] = []
+    # Per escape: its index in the view, its span in ``text`` and its label; between escapes the
+    # view is ``text`` shifted by what the escapes before saved (memory grows with the escapes only).
+    at: list[int] = []
+    spans: list[tuple[int, int]] = []
     labels: list[str] = []
     pos = 0
+    view = 0
     for a, b, ch, label in escapes:
         if a < pos:  # already decoded as part of an earlier run
             continue
         pieces.append(text[pos:a] + ch)
-        starts.extend(range(pos, a + 1))
-        ends.extend(range(pos + 1, a + 1))
-        ends.append(b)
-        labels.extend([""] * (a - pos) + [label])
+        view += a - pos
+        at.append(view)
+        spans.append((a, b))
+        labels.append(label)
+        view += 1
         pos = b
     pieces.append(text[pos:])
-    starts.extend(range(pos, len(text)))
-    ends.extend(range(pos + 1, len(text) + 1))
-    labels.extend([""] * (len(text) - pos))
+
+    def start(k: int) -> int:
+        j = bisect_right(at, k) - 1
+        if j < 0:
+            return k
+        return spans[j][0] if at[j] == k else spans[j][1] + (k - at[j] - 1)
+
+    def end(k: int) -> int:  # where the view's character k ends in ``text``
+        j = bisect_right(at, k) - 1
+        return spans[j][1] if j >= 0 and at[j] == k else start(k) + 1
+
     out: Spans = []
     for s, e, t, v in find_spans("".join(pieces)):
-        covered = set(labels[s:e]) - {""}
+        covered = set(labels[bisect_left(at, s):bisect_left(at, e)])
         if covered:
-            out.append((starts[s], ends[e - 1], t, v + (covered.pop() if len(covered) == 1 else "+escapes")))
+            out.append((start(s), end(e - 1), t, v + (covered.pop() if len(covered) == 1 else "+escapes")))
     return out
 
 
