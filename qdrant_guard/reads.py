@@ -282,7 +282,8 @@ class ReadOps(PayloadOps, QueryChecks):
         now = time.monotonic()
         if hit is not None and now - hit[0] < _SOURCE_SIZE_TTL_S:
             return hit[1]
-        flt = models.Filter(must=[models.FieldCondition(key=pol.source_field, match=models.MatchValue(value=source))]) \
+        flt = models.Filter(should=[models.FieldCondition(key=pol.source_field, match=models.MatchValue(value=v))
+                                    for v in _stored_forms(source)]) \
             if source != "__unknown__" else models.Filter(must=[models.IsEmptyCondition(is_empty=models.PayloadField(key=pol.source_field))])
         res = yield Call("count", {"collection_name": name, "count_filter": flt, "exact": True})
         cache[key] = (now, int(res.count))
@@ -658,6 +659,26 @@ def _sources(p: Any, field_name: str) -> tuple[str, ...]:
     node = _field(p, field_name)
     values = node if isinstance(node, list) else [node]
     return tuple(dict.fromkeys(str(v) for v in values if v is not None and not isinstance(v, (dict, list))))
+
+
+def _stored_forms(source: str) -> list[str | int | bool]:
+    """The payload values :func:`_sources` names ``source`` that a ``MatchValue`` can match.
+
+    ``_sources`` names a value by ``str(value)``, so integer 7 and string "7" are one source; a
+    filter matches each type apart, and sizing by the string alone counted no integer source.
+    (A float source cannot be matched exactly; it stays sized by the points returned.)
+    """
+    forms: list[str | int | bool] = [source]
+    if source in ("True", "False"):
+        forms.append(source == "True")
+    else:
+        try:
+            number = int(source)
+        except ValueError:
+            return forms
+        if str(number) == source and -2**63 <= number < 2**63:
+            forms.append(number)
+    return forms
 
 
 def _only_names_sources(flt: Any, source_field: str) -> bool:

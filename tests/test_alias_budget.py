@@ -272,3 +272,25 @@ def test_list_tagged_points_use_each_source_share_of_one_query(kit):
     dave = alice.with_principal(kit.principal("dave", "support"))
     hits = dave.query_points("kb", query=q.tolist(), limit=10).points
     assert sum(1 for h in hits if h.id < 100) == 2  # the cap: floor(10 * 0.2)
+
+
+@pytest.mark.parametrize("source", [7, True, -3])
+def test_a_source_stored_as_a_number_or_boolean_is_sized_by_its_points(kit, source):
+    # The budget names a source by str(value) ("7") but sized it with MatchValue("7"), which
+    # matches no integer 7: the size came out 0, and a reader asking for one point at a time got
+    # none of a 20-point source whose coverage allows 5.
+    alice = QdrantClient(":memory:", guard=kit.config({"memo": MEMO | {"diversity": {"max_source_coverage": 0.25}}}),
+                         principal=kit.principal("alice", "hr"))
+    rng = np.random.default_rng(4)
+    create(alice, "memo")
+    alice.upsert("memo", [models.PointStruct(id=i, vector=unit(rng), payload={"source": source})
+                          for i in range(20)] +
+                 [models.PointStruct(id=100 + i, vector=unit(rng), payload={"source": str(source)})
+                  for i in range(4)])
+    dave = alice.with_principal(kit.principal("dave", "support"))
+    got = set()
+    for i in range(20):
+        got |= _ids(dave.retrieve("memo", [i]))
+    # str(value) is one source for the per-query cap and the budget alike: 24 points, cap 6.
+    got |= _ids(dave.retrieve("memo", list(range(100, 104))))
+    assert len(got) == 6
