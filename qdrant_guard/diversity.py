@@ -237,29 +237,42 @@ def _select(
     if len(counts) < required:
         # Best not-yet-represented source first; each swap adds at least one source and removes
         # none, because every source of the victim keeps at least one item.
-        best_of_missing: dict[str, int] = {}
+        items_of_missing: dict[str, list[int]] = {}
         for index, names in enumerate(sources):
             for n in names:
-                if n not in counts and n not in best_of_missing:
-                    best_of_missing[n] = index
-        for name, candidate in sorted(best_of_missing.items(), key=lambda kv: kv[1]):
+                if n not in counts:
+                    items_of_missing.setdefault(n, []).append(index)
+
+        def fits(candidate: int, freed: tuple[str, ...]) -> bool:
+            return all(counts.get(n, 0) - (n in freed) < cap and totals.get(n, 0) - (n in freed) < total_cap
+                       for n in sources[candidate])
+
+        for name, candidates in sorted(items_of_missing.items(), key=lambda kv: kv[1][0]):
             if len(counts) >= required:
                 break
             if name in counts:  # an earlier swap's item brought it in
                 continue
-            if len(kept) < k:
-                victim = None
-            else:
-                victim = next((i for i in reversed(kept) if all(counts[n] > 1 for n in sources[i])), None)
-                if victim is None:
+            # The best item of the source that fits, against the lowest-ranked victim that lets it
+            # fit: an item that also names a full source must not keep a lower-ranked item of
+            # this source out.
+            swap: tuple[int, int | None] | None = None
+            for candidate in candidates:
+                if len(kept) < k:
+                    if fits(candidate, ()):
+                        swap = (candidate, None)
+                else:
+                    victim = next((i for i in reversed(kept)
+                                   if all(counts[n] > 1 for n in sources[i]) and fits(candidate, sources[i])), None)
+                    if victim is not None:
+                        swap = (candidate, victim)
+                if swap is not None:
                     break
-            freed = sources[victim] if victim is not None else ()
-            if not all(counts.get(n, 0) - (n in freed) < cap and totals.get(n, 0) - (n in freed) < total_cap
-                       for n in sources[candidate]):
+            if swap is None:
                 continue
+            candidate, victim = swap
             if victim is not None:
                 kept.remove(victim)
-                for n in freed:
+                for n in sources[victim]:
                     counts[n] -= 1
                     totals[n] -= 1
             kept.append(candidate)
@@ -313,8 +326,9 @@ def enforce_diversity(
     kept items of sources holding more than one kept item are replaced by the best item of each
     missing source (best-ranked missing source first). A swap never exceeds the cap or ``k``.
     When the candidates span fewer sources, ``min_unique_met`` is False; with items of several
-    sources it is best effort (a swap that would push another of the item's sources over the cap
-    is skipped), and ``min_unique_met`` says whether it was met.
+    sources it is best effort (an item that would push another of its sources over the cap is
+    passed over for the next item of the missing source, or another victim that makes room), and
+    ``min_unique_met`` says whether it was met.
 
     Args:
         items: candidates in rank order (best first), e.g. over-fetched ``ScoredPoint``s.

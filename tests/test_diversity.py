@@ -339,3 +339,13 @@ def test_multi_source_group_caps_hold(groups, group_size, fraction):
         for name, n in g.per_source.items():
             totals[name] = totals.get(name, 0) + n
     assert totals == out.per_source and all(n <= out.response_cap for n in totals.values())
+
+
+def test_min_unique_swap_tries_the_next_item_of_a_missing_source():
+    # b's best item also names a, which is full: a lower-ranked item of b alone (or another victim)
+    # must still bring b in, as it does when the two-source item is absent.
+    base = ["a", "a", "c", "c", "b"]
+    for sources in (base, ["a", "a", "c", "c", ("a", "b"), "b"]):
+        out = enforce_diversity(_items(sources), k=4, source_of=_src, max_source_fraction=0.5, min_unique_sources=3)
+        assert out.min_unique_met and set(out.per_source) == {"a", "b", "c"}
+        assert all(n <= 2 for n in out.per_source.values())
