@@ -215,12 +215,16 @@ class WriteOps(TextOps):
         # prepare_vector_updates).
         deleted: set[str] = set()
         deleted_by_filter = False
-        # Payload and delete operations, audited as one ALLOW like the methods they stand for.
-        others: dict[str, int] = {}
         # The accepted operations' decisions, audited only once the whole batch is accepted: a
-        # later operation's refusal sends nothing, so none of them was written.
+        # later operation's refusal sends nothing, so none of them was written. They keep the
+        # batch's order ([delete 1, upsert 1] and [upsert 1, delete 1] end differently); a run of
+        # payload and delete operations is one ALLOW, like the methods they stand for.
         accepted: list[Decision] = []
+        others: dict[str, int] = {}
         for op in args["update_operations"]:
+            if others and isinstance(op, (models.UpsertOperation, models.UpdateVectorsOperation)):
+                accepted.append(self._others_decision(method, name, pol, others))
+                others = {}
             if isinstance(op, models.UpsertOperation):
                 inner = op.upsert
                 pts = points_from_any(inner.batch if isinstance(inner, models.PointsBatch) else inner.points)
@@ -262,21 +266,25 @@ class WriteOps(TextOps):
                 positions.append(len(out_ops) - 1 if new else None)
                 kind = type(op).__name__.removesuffix("Operation")
                 others[kind] = others.get(kind, 0) + 1
+        if others:
+            accepted.append(self._others_decision(method, name, pol, others))
         for decision in accepted:
             self.record(decision)
-        if others:
-            self.record(self.decision(
-                method, name, pol, Verdict.ALLOW,
-                "write access granted: " + ", ".join(f"{k}={v}" for k, v in sorted(others.items()))
-                + "; receipts untouched or preserved",
-                details={"operations": others},
-            ))
         results = (yield from self.forward(method, name, pol, Call(method, {**args, "update_operations": out_ops}))
                    ) if out_ops else []
         # An operation that matched no point sends nothing; it shares the outcome of the request.
         nothing = results[-1] if results else models.UpdateResult(
             operation_id=None, status=models.UpdateStatus.COMPLETED)
         return [results[i] if i is not None else nothing for i in positions]
+
+    def _others_decision(self, op: str, name: str, pol: CollectionPolicy, others: dict[str, int]) -> Decision:
+        """The ALLOW of a run of payload and delete operations of a batch (``others``: count by kind)."""
+        return self.decision(
+            op, name, pol, Verdict.ALLOW,
+            "write access granted: " + ", ".join(f"{k}={v}" for k, v in sorted(others.items()))
+            + "; receipts untouched or preserved",
+            details={"operations": others},
+        )
 
     def _public_vector_updates(self, op: str, name: str, pol: CollectionPolicy,
                                updates: list[models.PointVectors]) -> list[models.PointVectors]:

@@ -164,3 +164,22 @@ def test_raw_handle_refusals_are_audited(setup, handle):
     new = _records(kit)[before:]
     assert [(r["op"], r["verdict"], r["principal"]) for r in new] == [
         (handle, "REFUSED_CROSS_BOUNDARY", "alice@hr")]
+
+
+def test_batch_audits_its_operations_in_batch_order(setup):
+    # [delete 1, upsert 1] leaves point 1 stored, [upsert 1, delete 1] leaves it deleted: the log
+    # must tell them apart, so each operation's entry stands where the operation stood.
+    kit, owner = setup
+    rng = np.random.default_rng(3)
+    delete = models.DeleteOperation(delete=models.PointIdsList(points=[1]))
+    set_payload = models.SetPayloadOperation(set_payload=models.SetPayload(payload={"x": 1}, points=[1]))
+    upsert = models.UpsertOperation(upsert=models.PointsList(points=[models.PointStruct(id=1, vector=unit(rng))]))
+    for batch, verdicts, stored in (([delete, upsert, set_payload], ["ALLOW", "ALLOW_NOISED", "ALLOW"], True),
+                                    ([upsert, delete], ["ALLOW_NOISED", "ALLOW"], False)):
+        before = len(_records(kit))
+        owner.batch_update_points("pii", batch)
+        new = _records(kit)[before:]
+        assert [r["verdict"] for r in new] == verdicts
+        assert [r["details"].get("operations") for r in new if r["verdict"] == "ALLOW"] == [
+            {type(op).__name__.removesuffix("Operation"): 1} for op in batch if op is not upsert]
+        assert bool(owner.retrieve("pii", [1])) == stored
