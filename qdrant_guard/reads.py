@@ -658,7 +658,9 @@ def _sources(p: Any, field_name: str) -> tuple[str, ...]:
     in memo's size)."""
     node = _field(p, field_name)
     values = node if isinstance(node, list) else [node]
-    return tuple(dict.fromkeys(str(v) for v in values if v is not None and not isinstance(v, (dict, list))))
+    # An empty string names no source (a budget key needs a name): it counts as missing.
+    return tuple(dict.fromkeys(str(v) for v in values
+                               if v is not None and v != "" and not isinstance(v, (dict, list))))
 
 
 def _stored_forms(source: str) -> list[str | int | bool]:

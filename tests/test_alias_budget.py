@@ -316,3 +316,20 @@ def test_a_withheld_point_is_not_charged_to_its_other_sources(kit):
     assert len(dave.retrieve("kb", [0, 1, 2])) == 3  # memo used up
     assert dave.retrieve("kb", [4]) == []  # withheld by memo
     assert _ids(dave.retrieve("kb", [10, 11, 12, 13])) == {10, 11, 12}  # today {10, 11}
+
+
+def test_an_empty_string_source_does_not_break_budgeted_reads(kit):
+    # str(value) of "" is no budget key: one point written with source "" made every budgeted read
+    # that returned it raise ValueError (unaudited), for every reader of the collection.
+    alice = QdrantClient(":memory:", guard=kit.config({"memo": MEMO | {"diversity": {"max_source_coverage": 0.5}}}),
+                         principal=kit.principal("alice", "hr"))
+    rng = np.random.default_rng(8)
+    create(alice, "memo")
+    alice.upsert("memo", [models.PointStruct(id=i, vector=unit(rng), payload={"source": s})
+                          for i, s in enumerate(["", "", ["", "memo"], "memo", None, None])])
+    dave = alice.with_principal(kit.principal("dave", "support"))
+    got = _ids(dave.scroll("memo", limit=10)[0]) | _ids(dave.retrieve("memo", list(range(6))))
+    got |= _ids(dave.query_points("memo", query=unit(rng), limit=6).points)
+    # "" names no source: 0, 1, 4 and 5 share the missing source (4 points returned by the first
+    # read, cap 2) and point 2 counts under memo only (2 points, cap 1).
+    assert got == {0, 1, 2}
