@@ -579,11 +579,29 @@ static unsigned b64_value(uint8_t c)
     return c == '+' ? 62 : 63;
 }
 
+/* Whether r[0..len) is shaped like a word: letters only, and all lower-case, all upper-case, or
+ * one capital then lower-case (_WORD in the reference). */
+static int word_shaped(const uint8_t *r, size_t len)
+{
+    int lower = 0, upper_later = 0;
+    for (size_t k = 0; k < len; k++) {
+        unsigned c = r[k];
+        if (c >= 'a' && c <= 'z')
+            lower = 1;
+        else if (c >= 'A' && c <= 'Z')
+            upper_later |= k > 0;
+        else
+            return 0;
+    }
+    return !(lower && upper_later);
+}
+
 /* Whether the base64 run r[0..len) decodes to printable ASCII (len % 4 == 1 decodes to nothing;
- * bits left over at the end are ignored, as by base64 decoders). */
+ * bits left over at the end are ignored, as by base64 decoders). A run shaped like a word is never
+ * decoded: a few English words decode to printable bytes ("enchantments"). */
 static int base64_text(const uint8_t *r, size_t len)
 {
-    if (len < DECODE_MIN || len % 4 == 1)
+    if (len < DECODE_MIN || len % 4 == 1 || word_shaped(r, len))
         return 0;
     uint32_t acc = 0;
     int bits = 0;

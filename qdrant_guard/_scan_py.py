@@ -46,10 +46,12 @@ Violation kinds (``Violation.kind``); rules set to ``None`` are not checked:
   ``min_blob_len`` with at least one digit and one letter, or decode to printable ASCII (U+0020..U+007E)
   from an even count of at least 16 (24 when all are decimal digits). Otherwise ``base64_blob`` when the
   run has at least ``min_blob_len`` characters with a digit, ``+`` or ``/`` and both upper- and
-  lower-case letters, or has at least ``DECODE_MIN`` (12) characters, a length that is not 1 mod 4, and
-  decodes as base64 to printable ASCII (``MTIzLTQ1LTY3ODk`` is ``123-45-6789``). Encoded text is flagged
-  at any length from 12, whatever ``min_blob_len`` says; runs of letters only (ordinary words, however
-  long), hex ids and long numbers that do not decode to text are not flagged.
+  lower-case letters, or has at least ``DECODE_MIN`` (12) characters, a length that is not 1 mod 4, is
+  not shaped like a word (letters only, and all lower-case, all upper-case, or one capital then
+  lower-case: ``enchantments`` decodes to printable bytes) and decodes as base64 to printable ASCII
+  (``MTIzLTQ1LTY3ODk`` is ``123-45-6789``). Base64 that decodes to text is flagged from 12 characters
+  and hex from 16 digits, whatever ``min_blob_len`` says; words (however long), and other runs of
+  letters, hex ids and long numbers that do not decode to text, are not flagged.
 - ``control_char``: U+0000..U+001F except TAB, LF, CR; U+007F; U+0080..U+009F.
 - ``invalid_utf8`` (bytes input only): bytes outside well-formed UTF-8.
 - ``lone_surrogate`` (str input only): U+D800..U+DFFF.
@@ -211,6 +213,9 @@ _HEX_PREFIXED = re.compile(r"0[xX][0-9A-Fa-f]+")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 #: Base64 and hex runs at least this long are decoded, whatever ``min_blob_len`` says.
 DECODE_MIN = 12
+#: A run shaped like a word (all lower-case, all upper-case, or one capital then lower-case) is
+#: never decoded as base64.
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+")
 _B64_VALUE = {c: v for v, c in enumerate(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
 
@@ -229,8 +234,9 @@ def _hex_text(digits: str, *, digits_only: bool) -> bool:
 
 def _base64_text(run: str) -> bool:
     """Whether a run of the base64 alphabet decodes to printable ASCII (a length of 1 mod 4
-    decodes to nothing; bits left over at the end are ignored, as by base64 decoders)."""
-    if len(run) < DECODE_MIN or len(run) % 4 == 1:
+    decodes to nothing; bits left over at the end are ignored, as by base64 decoders). A run
+    shaped like a word is never decoded: a few English words decode to printable bytes."""
+    if len(run) < DECODE_MIN or len(run) % 4 == 1 or _WORD.fullmatch(run):
         return False
     bits = "".join(format(_B64_VALUE[c], "06b") for c in run)
     raw = bytes(int(bits[k:k + 8], 2) for k in range(0, len(bits) - 7, 8))
@@ -506,9 +512,9 @@ def scan_query(
         max_ngram_run: cap on ``ngram_run_ratio``, in [0, 1] (``None``: not checked).
         encoded_payloads: check escapes, character references and blobs.
         max_model_tokens: cap on ``model_token_estimate`` (``None``: no cap).
-        min_blob_len: shortest base64/hex run reported by its characters, at least 8; runs from 12
-            characters that decode to text are reported whatever it says (``None``: blobs not
-            checked at all).
+        min_blob_len: shortest base64/hex run reported by its characters, at least 8; base64
+            from 12 characters and hex from 16 digits that decode to text are reported whatever it
+            says (``None``: blobs not checked at all).
         min_percent_run: fewest consecutive ``%XX`` reported, at least 1; an escaped unreserved
             character is reported alone (``None``: percent escapes not checked at all).
 
