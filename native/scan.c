@@ -420,6 +420,12 @@ static int unreserved(unsigned b)
            b == '.' || b == '_' || b == '~';
 }
 
+/* The printf conversion letters that are hex digits (_PRINTF in the reference). */
+static int printf_letter(uint8_t c)
+{
+    return c == 'a' || c == 'c' || c == 'd' || c == 'e' || c == 'f' || c == 'A' || c == 'E' || c == 'F';
+}
+
 static void scan_escape(scanner *st, size_t i, int64_t position)
 {
     const uint8_t *s = st->s;
@@ -433,6 +439,11 @@ static void scan_escape(scanner *st, size_t i, int64_t position)
             j += 3;
             count++;
         }
+        /* A lone printf conversion ('%4d', '%2e') untouched by letters and digits hides nothing
+         * (_printf_conversion in the reference). */
+        if (hidden && count == 1 && (st->cls[s[i + 1]] & C_DIGIT) && printf_letter(s[i + 2]) &&
+            !(i > 0 && (st->cls[s[i - 1]] & C_ALNUM)) && !(j < n && (st->cls[s[j]] & C_ALNUM)))
+            hidden = 0;
         kind = QG_K_PERCENT;
         if (count && (st->rules->min_percent_run < 0 ||
                       (count < st->rules->min_percent_run && !hidden))) {

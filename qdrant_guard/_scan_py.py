@@ -36,7 +36,9 @@ Violation kinds (``Violation.kind``); rules set to ``None`` are not checked:
 - ``ngram_run``: ``ngram_run_ratio > max_ngram_run`` (position: the start of the run).
 - ``percent_encoding``: a run of at least ``min_percent_run`` consecutive ``%XX`` (X a hex digit), or a
   shorter run (even one escape) that escapes an RFC 3986 unreserved character (``A-Z a-z 0-9 - . _
-  ~``): URIs never need to, so ``123%2D45%2D6789`` is hiding text. ``%20`` alone is not flagged.
+  ~``): URIs never need to, so ``123%2D45%2D6789`` is hiding text. ``%20`` alone is not flagged, nor
+  is a lone escape that reads as a printf conversion: ``%``, a decimal digit and one of ``a c d e f A
+  E F``, with no ASCII letter or digit right before or after it (``'%4d:'``, ``[%2d]``).
 - ``hex_escape``: a run of consecutive ``\xXX`` escapes.
 - ``unicode_escape``: a run of consecutive ``\uXXXX`` / ``\UXXXXXXXX`` escapes.
 - ``html_entity``: a run of consecutive character references: ``&#DIGITS;``, ``&#xHEX;`` or ``&NAME;``
@@ -211,6 +213,19 @@ _HEX_RUN = re.compile(r"[0-9A-Fa-f]+")
 _HEX_PREFIXED = re.compile(r"0[xX][0-9A-Fa-f]+")
 # RFC 3986: a URI never needs to escape these, so an escaped one hides text (123%2D45%2D6789).
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+# A printf conversion ('%4d', '%2e') reads as one escape; it does not count as hiding a character
+# when no ASCII letter or digit touches it.
+_PRINTF = re.compile(r"%[0-9][acdefAEF]")
+
+
+def _ascii_alnum(u: str, k: int) -> bool:
+    return 0 <= k < len(u) and u[k].isascii() and u[k].isalnum()
+
+
+def _printf_conversion(u: str, start: int, end: int) -> bool:
+    """Whether the percent run u[start:end] is a lone printf conversion (see the module docstring)."""
+    return (_PRINTF.fullmatch(u, start, end) is not None and not _ascii_alnum(u, start - 1)
+            and not _ascii_alnum(u, end))
 #: Base64 and hex runs at least this long are decoded, whatever ``min_blob_len`` says.
 DECODE_MIN = 12
 #: A run shaped like a word (all lower-case, all upper-case, or one capital then lower-case) is
@@ -584,6 +599,8 @@ def scan_query(
                 run = m.group()
                 hidden = any(chr(int(run[k + 1:k + 3], 16)) in _UNRESERVED
                              for k in range(0, len(run), 3))
+                if hidden and _printf_conversion(u, m.start(), m.end()):
+                    hidden = False
                 if len(run) // 3 >= rules.min_percent_run or hidden:
                     marks.append((offsets[m.start()], K_PERCENT, len(run) // 3, 0))
         for m in _HEX_ESCAPE.finditer(u):
