@@ -356,13 +356,16 @@ def _find_spans(text: str, find_spans: Callable[[str], Spans] = _kernel.find_spa
     # Each scan's findings are disjoint; where findings of different views overlap, they become one
     # span covering all of them (nothing of any is left unredacted), typed by the kernels' overlap
     # rule: the longer finding, then the stronger type, then the earlier one.
+    # The group's end is kept as it grows: views can chain thousands of findings into one group.
     out: Spans = []
     group: Spans = []
+    end = 0
     for c in sorted(cands) + [(len(text) + 1, len(text) + 1, "", "")]:
-        if group and c[0] >= max(g[1] for g in group):
+        if group and c[0] >= end:
             best = min(group, key=lambda g: (g[0] - g[1], _RANK[g[2]], g[0], g[3]))
-            out.append((group[0][0], max(g[1] for g in group), best[2], best[3]))
+            out.append((group[0][0], end, best[2], best[3]))
             group = []
+        end = max(end, c[1]) if group else c[1]
         group.append(c)
     return out
 

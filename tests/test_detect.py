@@ -316,3 +316,15 @@ def test_decoding_keeps_plain_findings() -> None:
 def test_classify_text_sees_encoded_credentials() -> None:
     assert classify_text("cfg " + base64.b64encode(b"ghp_" + b"aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A").decode()) \
         == "CREDENTIAL"
+
+
+def test_overlapping_views_merge_in_linear_time() -> None:
+    # Each e-mail of the escape view overlaps two of the plain scan, so all of them chain into one
+    # merged group; keeping the group's end by rescanning the group made this quadratic (8 s).
+    import time
+
+    text = "x@a.io&#46;x@a.io" * 6000
+    t0 = time.perf_counter()
+    got = detect._find_spans(text, NATIVE.find_spans)
+    assert time.perf_counter() - t0 < 1.5
+    assert [(s, e, t) for s, e, t, _ in got] == [(0, len(text), "EMAIL")]
