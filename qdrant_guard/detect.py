@@ -209,9 +209,9 @@ def _folded_spans(text: str, find_spans: Callable[[str], Spans]) -> Spans:
 
 
 # What the query scanner reports as encoded text: with this min_blob_len only the runs that decode
-# to printable ASCII (12+ base64 characters, 16+ hex digits). Escape-dense text is scanned as a
-# copy with the escape triggers blanked (same offsets, the same base64 runs): its escapes would
-# each cost a violation object.
+# to printable ASCII (12+ base64 characters, 16+ hex digits). The scanner sees a copy with the
+# escapes blanked (see _blanked), and in escape-dense text every trigger too: its undecodable
+# escapes would each cost a violation object.
 _BLOB_RULES = dict(max_tokens=None, max_repetition=None, max_ngram_run=None, encoded_payloads=True,
                    max_model_tokens=None, min_blob_len=1 << 62, min_percent_run=None)
 _BLANK_TRIGGERS = str.maketrans("%\\&", "   ")
@@ -277,13 +277,14 @@ def _decoded_spans(text: str, find_spans: Callable[[str], Spans]) -> Spans:
     \\x, \\u, HTML character references) that cover an escape are mapped back over their escapes.
     """
     triggers = _triggers(text)
+    escapes = _escapes(text, triggers) if triggers else []
     out: Spans = []
     if len(text) >= 12:
-        scanned = text.translate(_BLANK_TRIGGERS) if len(triggers) > 64 else text
+        scanned = _blanked(text, escapes, len(triggers) > 64)
         for v in _scan.scan_query(scanned, **_BLOB_RULES).violations:
             if v.kind not in ("base64_blob", "hex_blob"):
                 continue
-            m = _B64_RUN.match(text, v.position)
+            m = _B64_RUN.match(scanned, v.position)
             if m is None:
                 continue
             run, end = m.group(), m.end()
@@ -298,11 +299,25 @@ def _decoded_spans(text: str, find_spans: Callable[[str], Spans]) -> Spans:
             if inner:
                 best = min(inner, key=lambda f: (_RANK[f[2]], f[0]))
                 out.append((v.position, end, best[2], best[3] + how))
-    if triggers:
-        escapes = _escapes(text, triggers)
-        if escapes:
-            out.extend(_escape_spans(text, escapes, find_spans))
+    if escapes:
+        out.extend(_escape_spans(text, escapes, find_spans))
     return out
+
+
+def _blanked(text: str, escapes: list[Escape], all_triggers: bool) -> str:
+    """``text`` with ``escapes`` (and with ``all_triggers`` every ``%``, ``\\`` and ``&``) made
+    spaces: the same offsets, and no base64 or hex run starts inside an escape (the ``20`` of
+    ``%20MTIzLTQ1LTY3ODk=`` misaligns the run)."""
+    if escapes:
+        parts = []
+        pos = 0
+        for a, b, _, _ in escapes:
+            parts.append(text[pos:a])
+            parts.append(" " * (b - a))
+            pos = b
+        parts.append(text[pos:])
+        text = "".join(parts)
+    return text.translate(_BLANK_TRIGGERS) if all_triggers else text
 
 
 def _escape_spans(text: str, escapes: list[Escape], find_spans: Callable[[str], Spans]) -> Spans:

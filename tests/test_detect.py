@@ -283,6 +283,10 @@ ENCODED = [
     ("ssn \\x31\\x32\\x33-45-6789 end", "SSN", "+hex-escape", "\\x31\\x32\\x33-45-6789"),
     ("ssn \\u0031\\U00000032\\u0033-45-6789 end", "SSN", "+unicode-escape", "\\u0031\\U00000032\\u0033-45-6789"),
     ("mix 123%2D45&#45;6789 end", "SSN", "+escapes", "123%2D45&#45;6789"),
+    # An escape just before a run: its hex digits are not part of the run (they misaligned it).
+    ("ssn:%20MTIzLTQ1LTY3ODk%3D end", "SSN", "+base64", "MTIzLTQ1LTY3ODk"),
+    ("x \\u003dMTIzLTQ1LTY3ODk= x", "SSN", "+base64", "MTIzLTQ1LTY3ODk="),
+    ("x%3D3132332d34352d36373839 x", "SSN", "+hex", "3132332d34352d36373839"),
 ]
 
 
