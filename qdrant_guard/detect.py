@@ -77,9 +77,10 @@ anything is found there the whole run (with its ``=`` padding) becomes one findi
 type found, its validator suffixed ``+base64`` or ``+hex`` (``MTIzLTQ1LTY3ODk=`` is an SSN,
 "ssa-rules+base64"). Escapes (``%XX``, ``\\xXX``, ``\\uXXXX``/``\\UXXXXXXXX``, HTML character
 references) are decoded in a view of the text, one character each (a ``%XX`` byte read as
-Latin-1); its findings that cover an escape are mapped back over the escapes, suffixed
-``+percent``, ``+hex-escape``, ``+unicode-escape``, ``+html-entity``, or ``+escapes`` when they
-cover several kinds (``123%2D45%2D6789``, ``&#49;&#50;&#51;-45-6789``). Not decoded: base64 of
+Latin-1), and that view is also folded as above (``4111&nbsp;1111&nbsp;1111&nbsp;1111``,
+``123-45-67\\u200b89``); its findings that cover an escape are mapped back over the escapes,
+suffixed ``+percent``, ``+hex-escape``, ``+unicode-escape``, ``+html-entity``, or ``+escapes`` when
+they cover several kinds (``123%2D45%2D6789``, ``&#49;&#50;&#51;-45-6789``). Not decoded: base64 of
 base64 (one level only), base64url, shorter runs, encodings of non-ASCII or binary data, and
 named HTML references outside the scanner's list.
 docs/threat-model.md lists these limits.
@@ -351,8 +352,10 @@ def _escape_spans(text: str, escapes: list[Escape], find_spans: Callable[[str], 
         j = bisect_right(at, k) - 1
         return spans[j][1] if j >= 0 and at[j] == k else start(k) + 1
 
+    # The view is folded too: an escape often stands for what folding sees through (&nbsp;, \u200b).
+    view = "".join(pieces)
     out: Spans = []
-    for s, e, t, v in find_spans("".join(pieces)):
+    for s, e, t, v in find_spans(view) + _folded_spans(view, find_spans):
         covered = set(labels[bisect_left(at, s):bisect_left(at, e)])
         if covered:
             out.append((start(s), end(e - 1), t, v + (covered.pop() if len(covered) == 1 else "+escapes")))

@@ -287,6 +287,14 @@ ENCODED = [
     ("ssn:%20MTIzLTQ1LTY3ODk%3D end", "SSN", "+base64", "MTIzLTQ1LTY3ODk"),
     ("x \\u003dMTIzLTQ1LTY3ODk= x", "SSN", "+base64", "MTIzLTQ1LTY3ODk="),
     ("x%3D3132332d34352d36373839 x", "SSN", "+hex", "3132332d34352d36373839"),
+    # Escapes of what the folded view sees through: the escape view is folded too.
+    ("card 4111&nbsp;1111&nbsp;1111&nbsp;1111 end", "CREDIT_CARD", "+html-entity",
+     "4111&nbsp;1111&nbsp;1111&nbsp;1111"),
+    ("card 4111\\u00a01111\\u00a01111\\u00a01111 end", "CREDIT_CARD", "+unicode-escape",
+     "4111\\u00a01111\\u00a01111\\u00a01111"),
+    ("ssn 123&ndash;45&ndash;6789 end", "SSN", "+html-entity", "123&ndash;45&ndash;6789"),
+    ("ssn 123-45-67\\u200b89 end", "SSN", "+unicode-escape", "123-45-67\\u200b89"),
+    ("ssn &#65297;&#65298;&#65299;-45-6789 end", "SSN", "+html-entity", "&#65297;&#65298;&#65299;-45-6789"),
 ]
 
 
