@@ -218,10 +218,12 @@ _BLOB_RULES = dict(max_tokens=None, max_repetition=None, max_ngram_run=None, enc
 _BLANK_TRIGGERS = str.maketrans("%\\&", "   ")
 _B64_RUN = re.compile(r"[A-Za-z0-9+/]+")
 _PAD = re.compile(r"={1,2}")
-# One escape of any kind; the group that matched names the kind (see _ESCAPE_LABELS).
+# One escape of any kind; the group that matched names the kind (see _ESCAPE_LABELS). Browsers
+# decode numeric references with any number of leading zeros and without the semicolon.
 _ESCAPE = re.compile(
     r"%([0-9A-Fa-f]{2})|\\x([0-9A-Fa-f]{2})|\\u([0-9A-Fa-f]{4})|\\U([0-9A-Fa-f]{8})"
-    r"|&#([0-9]{1,8});|&#[xX]([0-9A-Fa-f]{1,6});|(&[A-Za-z][A-Za-z0-9]{1,31};)"
+    r"|&#0*([0-9]{1,8})(?![0-9]);?|&#[xX]0*([0-9A-Fa-f]{1,6})(?![0-9A-Fa-f]);?"
+    r"|(&[A-Za-z][A-Za-z0-9]{1,31};)"
 )
 _ESCAPE_LABELS = ("", "+percent", "+hex-escape", "+unicode-escape", "+unicode-escape", "+html-entity",
                   "+html-entity", "+html-entity")
@@ -230,13 +232,14 @@ _UNESCAPED: dict[str, str | None] = {}  # _unescape, cached
 
 
 def _unescape(m: re.Match[str]) -> str | None:
-    """The character one escape stands for (a ``%XX`` byte read as Latin-1); None for a code point
-    that does not exist or a name HTML does not define."""
-    g = m.lastindex
-    if g == 7:
+    """The character one escape stands for (a ``%XX`` byte read as Latin-1, a character reference
+    as a browser reads it); None for a code point that does not exist or a name HTML does not
+    define."""
+    g = m.lastindex or 0
+    if g >= 5:  # html knows the references browsers remap (&#150; is an en dash, &#0; U+FFFD)
         ch = html.unescape(m.group())
         return ch if len(ch) == 1 else None
-    n = int(m.group(g), 10 if g == 5 else 16)
+    n = int(m.group(g), 16)
     return chr(n) if n <= 0x10FFFF else None
 
 

@@ -295,6 +295,13 @@ ENCODED = [
     ("ssn 123&ndash;45&ndash;6789 end", "SSN", "+html-entity", "123&ndash;45&ndash;6789"),
     ("ssn 123-45-67\\u200b89 end", "SSN", "+unicode-escape", "123-45-67\\u200b89"),
     ("ssn &#65297;&#65298;&#65299;-45-6789 end", "SSN", "+html-entity", "&#65297;&#65298;&#65299;-45-6789"),
+    # Numeric references as browsers read them: leading zeros, no semicolon, cp1252 remapping.
+    ("ssn &#0000000049;&#0000000050;&#0000000051;-45-6789 end", "SSN", "+html-entity",
+     "&#0000000049;&#0000000050;&#0000000051;-45-6789"),
+    ("ssn &#x0000031;&#X00000032;&#x0000033;-45-6789 end", "SSN", "+html-entity",
+     "&#x0000031;&#X00000032;&#x0000033;-45-6789"),
+    ("ssn &#49&#50&#51-45-6789 end", "SSN", "+html-entity", "&#49&#50&#51-45-6789"),
+    ("ssn 123&#150;45&#150;6789 end", "SSN", "+html-entity", "123&#150;45&#150;6789"),
 ]
 
 
