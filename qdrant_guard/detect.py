@@ -75,12 +75,15 @@ finds them: a run of the base64 alphabet of 12+ characters, or of 16+ hex digits
 decimal, optionally after ``0x``), that decodes to printable ASCII is decoded and scanned, and if
 anything is found there the whole run (with its ``=`` padding) becomes one finding of the strongest
 type found, its validator suffixed ``+base64`` or ``+hex`` (``MTIzLTQ1LTY3ODk=`` is an SSN,
-"ssa-rules+base64"). Escapes (``%XX``, ``\\xXX``, ``\\uXXXX``/``\\UXXXXXXXX``, HTML character
+"ssa-rules+base64"). Escapes (``%XX``, ``\\xXX``, ``\\uXXXX``/``\\UXXXXXXXX``, the one-character
+escapes ``\\n \\r \\t \\b \\f \\" \\' \\/`` of JSON and string literals, HTML character
 references) are decoded in a view of the text, one character each (a ``%XX`` byte read as
 Latin-1), and that view is also folded as above (``4111&nbsp;1111&nbsp;1111&nbsp;1111``,
-``123-45-67\\u200b89``); its findings that cover an escape are mapped back over the escapes,
-suffixed ``+percent``, ``+hex-escape``, ``+unicode-escape``, ``+html-entity``, or ``+escapes`` when
-they cover several kinds (``123%2D45%2D6789``, ``&#49;&#50;&#51;-45-6789``). Not decoded: base64 of
+``123-45-67\\u200b89``); its findings are mapped back over the escapes, and those that cover an
+escape are suffixed ``+percent``, ``+hex-escape``, ``+unicode-escape``, ``+json-escape``,
+``+html-entity``, or ``+escapes`` when they cover several kinds (``123%2D45%2D6789``,
+``&#49;&#50;&#51;-45-6789``, ``https:\\/\\/hooks.slack.com\\/...``). A finding next to an escape
+is found too (``\\n123-45-6789``, ``{\\"api_key\\": \\"...\\"}``). Not decoded: base64 of
 base64 (one level only), base64url, shorter runs, encodings of non-ASCII or binary data, and
 named HTML references outside the scanner's list.
 docs/threat-model.md lists these limits.
@@ -219,14 +222,17 @@ _BLANK_TRIGGERS = str.maketrans("%\\&", "   ")
 _B64_RUN = re.compile(r"[A-Za-z0-9+/]+")
 _PAD = re.compile(r"={1,2}")
 # One escape of any kind; the group that matched names the kind (see _ESCAPE_LABELS). Browsers
-# decode numeric references with any number of leading zeros and without the semicolon.
+# decode numeric references with any number of leading zeros and without the semicolon. An escaped
+# backslash is not an escape here, so that in \\u0031 (\u0031 escaped once more) the \u0031 is
+# still decoded.
 _ESCAPE = re.compile(
-    r"%([0-9A-Fa-f]{2})|\\x([0-9A-Fa-f]{2})|\\u([0-9A-Fa-f]{4})|\\U([0-9A-Fa-f]{8})"
+    r"%([0-9A-Fa-f]{2})|\\x([0-9A-Fa-f]{2})|\\u([0-9A-Fa-f]{4})|\\U([0-9A-Fa-f]{8})|\\([\"'/bfnrt])"
     r"|&#0*([0-9]{1,8})(?![0-9]);?|&#[xX]0*([0-9A-Fa-f]{1,6})(?![0-9A-Fa-f]);?"
     r"|(&[A-Za-z][A-Za-z0-9]{1,31};)"
 )
-_ESCAPE_LABELS = ("", "+percent", "+hex-escape", "+unicode-escape", "+unicode-escape", "+html-entity",
-                  "+html-entity", "+html-entity")
+_ESCAPE_LABELS = ("", "+percent", "+hex-escape", "+unicode-escape", "+unicode-escape", "+json-escape",
+                  "+html-entity", "+html-entity", "+html-entity")
+_JSON_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 Escape = tuple[int, int, str, str]  # start, end, the character it stands for, its label
 _UNESCAPED: dict[str, str | None] = {}  # _unescape, cached
 
@@ -236,7 +242,10 @@ def _unescape(m: re.Match[str]) -> str | None:
     as a browser reads it); None for a code point that does not exist or a name HTML does not
     define."""
     g = m.lastindex or 0
-    if g >= 5:  # html knows the references browsers remap (&#150; is an en dash, &#0; U+FFFD)
+    if g == 5:
+        c = m.group(g)
+        return _JSON_ESCAPES.get(c, c)
+    if g >= 6:  # html knows the references browsers remap (&#150; is an en dash, &#0; U+FFFD)
         ch = html.unescape(m.group())
         return ch if len(ch) == 1 else None
     n = int(m.group(g), 16)
@@ -278,7 +287,7 @@ def _decoded_spans(text: str, find_spans: Callable[[str], Spans]) -> Spans:
 
     A base64 or hex run that decodes to printable ASCII is one finding, of the strongest type found
     in its decoded text (padding included); findings of the view with every escape decoded (%XX,
-    \\x, \\u, HTML character references) that cover an escape are mapped back over their escapes.
+    \\x, \\u, \\n and the like, HTML character references) are mapped back over their escapes.
     """
     triggers = _triggers(text)
     escapes = _escapes(text, triggers) if triggers else []
@@ -325,8 +334,8 @@ def _blanked(text: str, escapes: list[Escape], all_triggers: bool) -> str:
 
 
 def _escape_spans(text: str, escapes: list[Escape], find_spans: Callable[[str], Spans]) -> Spans:
-    """Findings of the view of ``text`` with ``escapes`` decoded (one character each) that cover at
-    least one escape, mapped back to ``text`` and labelled by the escapes they cover."""
+    """Findings of the view of ``text`` with ``escapes`` decoded (one character each) and of its
+    folded view, mapped back to ``text`` and labelled by the escapes they cover."""
     pieces: list[str] = []
     # Per escape: its index in the view, its span in ``text`` and its label; between escapes the
     # view is ``text`` shifted by what the escapes before saved (memory grows with the escapes only).
@@ -357,11 +366,13 @@ def _escape_spans(text: str, escapes: list[Escape], find_spans: Callable[[str], 
 
     # The view is folded too: an escape often stands for what folding sees through (&nbsp;, \u200b).
     view = "".join(pieces)
+    # A finding that covers no escape is kept too: an escape next to it can be what hid it from
+    # the plain scan (\n123-45-6789, {\"api_key\": \"...\"}).
     out: Spans = []
     for s, e, t, v in find_spans(view) + _folded_spans(view, find_spans):
         covered = set(labels[bisect_left(at, s):bisect_left(at, e)])
-        if covered:
-            out.append((start(s), end(e - 1), t, v + (covered.pop() if len(covered) == 1 else "+escapes")))
+        how = "" if not covered else covered.pop() if len(covered) == 1 else "+escapes"
+        out.append((start(s), end(e - 1), t, v + how))
     return out
 
 

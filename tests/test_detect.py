@@ -302,6 +302,14 @@ ENCODED = [
      "&#x0000031;&#X00000032;&#x0000033;-45-6789"),
     ("ssn &#49&#50&#51-45-6789 end", "SSN", "+html-entity", "&#49&#50&#51-45-6789"),
     ("ssn 123&#150;45&#150;6789 end", "SSN", "+html-entity", "123&#150;45&#150;6789"),
+    # JSON's one-character escapes: an escaped slash inside a value, or an escape glued to one.
+    ("hook https:\\/\\/hooks.slack.com\\/services\\/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 ok",
+     "SLACK_TOKEN", "+json-escape",
+     "https:\\/\\/hooks.slack.com\\/services\\/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"),
+    ("ssn \\n123-45-6789 end", "SSN", "ssa-rules", "123-45-6789"),
+    ("x\\tAKIAZ2Q3W4E5R6T7Y3U4 end", "AWS_ACCESS_KEY", "format", "AKIAZ2Q3W4E5R6T7Y3U4"),
+    ('{\\"api_key\\": \\"Zk29fjA01kd8Gh3LmQ9x\\"}', "GENERIC_SECRET", "entropy>=3.5", "Zk29fjA01kd8Gh3LmQ9x"),
+    ("ssn \\nMTIzLTQ1LTY3ODk= end", "SSN", "+base64", "MTIzLTQ1LTY3ODk="),
 ]
 
 
