@@ -83,9 +83,13 @@ Latin-1), and that view is also folded as above (``4111&nbsp;1111&nbsp;1111&nbsp
 escape are suffixed ``+percent``, ``+hex-escape``, ``+unicode-escape``, ``+json-escape``,
 ``+html-entity``, or ``+escapes`` when they cover several kinds (``123%2D45%2D6789``,
 ``&#49;&#50;&#51;-45-6789``, ``https:\\/\\/hooks.slack.com\\/...``). A finding next to an escape
-is found too (``\\n123-45-6789``, ``{\\"api_key\\": \\"...\\"}``). Not decoded: base64 of
-base64 (one level only), base64url, shorter runs, encodings of non-ASCII or binary data, and
-named HTML references outside the scanner's list.
+is found too (``\\n123-45-6789``, ``{\\"api_key\\": \\"...\\"}``). Character references are read
+as a browser reads them: numeric ones with any leading zeros, without the semicolon, and
+``&#128;``-``&#159;`` as Windows-1252 (``&#150;`` is an en dash); named ones by HTML5's table, not
+only the scanner's list (``&UnderBar;`` is ``_``), and its legacy names without the semicolon
+(``4111&nbsp1111&nbsp1111&nbsp1111``). Not decoded: base64 of base64 (one level only), base64url,
+shorter runs, encodings of non-ASCII or binary data, and the named references that stand for
+two characters (``&fjlig;``).
 docs/threat-model.md lists these limits.
 ``PROPRIETARY`` is not a result of :func:`classify_text`: it is a policy label for content whose
 owner says so, and no property of the text reveals it.
@@ -94,6 +98,7 @@ from __future__ import annotations
 
 import base64
 import html
+import html.entities
 import re
 import unicodedata
 from bisect import bisect_left, bisect_right
@@ -222,16 +227,18 @@ _BLANK_TRIGGERS = str.maketrans("%\\&", "   ")
 _B64_RUN = re.compile(r"[A-Za-z0-9+/]+")
 _PAD = re.compile(r"={1,2}")
 # One escape of any kind; the group that matched names the kind (see _ESCAPE_LABELS). Browsers
-# decode numeric references with any number of leading zeros and without the semicolon. An escaped
-# backslash is not an escape here, so that in \\u0031 (\u0031 escaped once more) the \u0031 is
-# still decoded.
+# decode numeric references with any number of leading zeros and without the semicolon, and the
+# legacy names (nbsp, shy, amp, ...) without it too (&nbsp1111). An escaped backslash is not an
+# escape here, so that in \\u0031 (\u0031 escaped once more) the \u0031 is still decoded.
+_LEGACY_NAMES = "|".join(sorted((n for n in html.entities.html5 if not n.endswith(";")), key=len, reverse=True))
+_LEGACY_ENTITY = re.compile(f"&(?:{_LEGACY_NAMES})")
 _ESCAPE = re.compile(
     r"%([0-9A-Fa-f]{2})|\\x([0-9A-Fa-f]{2})|\\u([0-9A-Fa-f]{4})|\\U([0-9A-Fa-f]{8})|\\([\"'/bfnrt])"
     r"|&#0*([0-9]{1,8})(?![0-9]);?|&#[xX]0*([0-9A-Fa-f]{1,6})(?![0-9A-Fa-f]);?"
-    r"|(&[A-Za-z][A-Za-z0-9]{1,31};)"
+    rf"|(&[A-Za-z][A-Za-z0-9]{{1,31}};)|(&(?:{_LEGACY_NAMES}))"
 )
 _ESCAPE_LABELS = ("", "+percent", "+hex-escape", "+unicode-escape", "+unicode-escape", "+json-escape",
-                  "+html-entity", "+html-entity", "+html-entity")
+                  "+html-entity", "+html-entity", "+html-entity", "+html-entity")
 _JSON_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 Escape = tuple[int, int, str, str]  # start, end, the character it stands for, its label
 _UNESCAPED: dict[str, str | None] = {}  # _unescape, cached
@@ -270,15 +277,18 @@ def _escapes(text: str, triggers: list[int]) -> list[Escape]:
     for i in triggers:
         if i < done or (m := _ESCAPE.match(text, i)) is None:
             continue
-        done = m.end()
         key = m.group()
         ch = _UNESCAPED.get(key, "")
         if ch == "":
             ch = _unescape(m)
             if len(_UNESCAPED) < 4096:  # bounded: escapes are few distinct strings in real text
                 _UNESCAPED[key] = ch
+        label = _ESCAPE_LABELS[m.lastindex or 0]
+        if ch is None and m.lastindex == 8 and (legacy := _LEGACY_ENTITY.match(text, i)):
+            m, ch = legacy, html.unescape(legacy.group())  # &nbsp1111; is &nbsp then 1111;
+        done = m.end()
         if ch is not None:
-            out.append((m.start(), m.end(), ch, _ESCAPE_LABELS[m.lastindex or 0]))
+            out.append((i, done, ch, label))
     return out
 
 

@@ -302,6 +302,14 @@ ENCODED = [
      "&#x0000031;&#X00000032;&#x0000033;-45-6789"),
     ("ssn &#49&#50&#51-45-6789 end", "SSN", "+html-entity", "&#49&#50&#51-45-6789"),
     ("ssn 123&#150;45&#150;6789 end", "SSN", "+html-entity", "123&#150;45&#150;6789"),
+    # Legacy names without the semicolon, also where a later ';' makes a longer unknown name.
+    ("card 4111&nbsp1111&nbsp1111&nbsp1111 end", "CREDIT_CARD", "+html-entity", "4111&nbsp1111&nbsp1111&nbsp1111"),
+    ("card 4111&nbsp1111&nbsp1111&nbsp1111; end", "CREDIT_CARD", "+html-entity",
+     "4111&nbsp1111&nbsp1111&nbsp1111"),
+    ("ssn 123-45-67&shy89 end", "SSN", "+html-entity", "123-45-67&shy89"),
+    # Any HTML5 name, not only the scanner's list.
+    ("tok ghp&UnderBar;aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A end", "GITHUB_TOKEN", "+html-entity",
+     "ghp&UnderBar;aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A"),
     # JSON's one-character escapes: an escaped slash inside a value, or an escape glued to one.
     ("hook https:\\/\\/hooks.slack.com\\/services\\/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 ok",
      "SLACK_TOKEN", "+json-escape",
