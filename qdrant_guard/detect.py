@@ -75,7 +75,8 @@ finds them: a run of the base64 alphabet of 12+ characters, or of 16+ hex digits
 decimal, optionally after ``0x``), that decodes to printable ASCII is decoded and scanned, and if
 anything is found there the whole run (with its ``=`` padding) becomes one finding of the strongest
 type found, its validator suffixed ``+base64`` or ``+hex`` (``MTIzLTQ1LTY3ODk=`` is an SSN,
-"ssa-rules+base64"). Escapes (``%XX``, ``\\xXX``, ``\\uXXXX``/``\\UXXXXXXXX``, the one-character
+"ssa-rules+base64"). Escapes (``%XX``, ``\\xXX``, ``\\uXXXX``/``\\UXXXXXXXX`` (a surrogate pair of
+``\\u`` escapes, as JSON writes U+10000 and up, is one), the one-character
 escapes ``\\n \\r \\t \\b \\f \\" \\' \\/`` of JSON and string literals, HTML character
 references) are decoded in a view of the text, one character each (a ``%XX`` byte read as
 Latin-1), and that view is also folded as above (``4111&nbsp;1111&nbsp;1111&nbsp;1111``,
@@ -270,6 +271,15 @@ def _triggers(text: str) -> list[int]:
     return sorted(found)
 
 
+def _surrogate_pair(text: str, high: re.Match[str], ch: str) -> tuple[re.Match[str], str]:
+    """A ``\\uXXXX`` high surrogate and the low one that follows it as one escape of the character
+    they encode (JSON writes U+10000 and up so: ``\\ud835\\udfcf`` is a bold digit one)."""
+    low = _ESCAPE.match(text, high.end())
+    if low is None or low.lastindex != 3 or not 0xDC00 <= (lo := int(low.group(3), 16)) <= 0xDFFF:
+        return high, ch
+    return low, chr(0x10000 + ((ord(ch) - 0xD800) << 10) + (lo - 0xDC00))
+
+
 def _escapes(text: str, triggers: list[int]) -> list[Escape]:
     """The escapes of ``text``, left to right without overlap (as re.finditer would find them)."""
     out = []
@@ -286,6 +296,8 @@ def _escapes(text: str, triggers: list[int]) -> list[Escape]:
         label = _ESCAPE_LABELS[m.lastindex or 0]
         if ch is None and m.lastindex == 8 and (legacy := _LEGACY_ENTITY.match(text, i)):
             m, ch = legacy, html.unescape(legacy.group())  # &nbsp1111; is &nbsp then 1111;
+        elif m.lastindex == 3 and ch is not None and "\ud800" <= ch <= "\udbff":
+            m, ch = _surrogate_pair(text, m, ch)
         done = m.end()
         if ch is not None:
             out.append((i, done, ch, label))

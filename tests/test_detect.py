@@ -307,6 +307,10 @@ ENCODED = [
     ("card 4111&nbsp1111&nbsp1111&nbsp1111; end", "CREDIT_CARD", "+html-entity",
      "4111&nbsp1111&nbsp1111&nbsp1111"),
     ("ssn 123-45-67&shy89 end", "SSN", "+html-entity", "123-45-67&shy89"),
+    # JSON's surrogate pairs are one character: a mathematical digit, an invisible tag character.
+    ("ssn \\ud835\\udfcf\\ud835\\udfd0\\ud835\\udfd1-45-6789 end", "SSN", "+unicode-escape",
+     "\\ud835\\udfcf\\ud835\\udfd0\\ud835\\udfd1-45-6789"),
+    ("ssn 123-45-67\\udb40\\udc4189 end", "SSN", "+unicode-escape", "123-45-67\\udb40\\udc4189"),
     # Any HTML5 name, not only the scanner's list.
     ("tok ghp&UnderBar;aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A end", "GITHUB_TOKEN", "+html-entity",
      "ghp&UnderBar;aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A"),
