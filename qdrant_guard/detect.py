@@ -231,7 +231,8 @@ _PAD = re.compile(r"={1,2}")
 # decode numeric references with any number of leading zeros and without the semicolon, and the
 # legacy names (nbsp, shy, amp, ...) without it too (&nbsp1111). An escaped backslash is not an
 # escape here, so that in \\u0031 (\u0031 escaped once more) the \u0031 is still decoded.
-_LEGACY_NAMES = "|".join(sorted((n for n in html.entities.html5 if not n.endswith(";")), key=len, reverse=True))
+_LEGACY_NAMES = "|".join(
+    sorted((n for n in html.entities.html5 if not n.endswith(";")), key=len, reverse=True))
 _LEGACY_ENTITY = re.compile(f"&(?:{_LEGACY_NAMES})")
 _ESCAPE = re.compile(
     r"%([0-9A-Fa-f]{2})|\\x([0-9A-Fa-f]{2})|\\u([0-9A-Fa-f]{4})|\\U([0-9A-Fa-f]{8})|\\([\"'/bfnrt])"
@@ -387,11 +388,11 @@ def _escape_spans(text: str, escapes: list[Escape], find_spans: Callable[[str], 
         return spans[j][1] if j >= 0 and at[j] == k else start(k) + 1
 
     # The view is folded too: an escape often stands for what folding sees through (&nbsp;, \u200b).
-    view = "".join(pieces)
+    decoded = "".join(pieces)
     # A finding that covers no escape is kept too: an escape next to it can be what hid it from
     # the plain scan (\n123-45-6789, {\"api_key\": \"...\"}).
     out: Spans = []
-    for s, e, t, v in find_spans(view) + _folded_spans(view, find_spans):
+    for s, e, t, v in find_spans(decoded) + _folded_spans(decoded, find_spans):
         covered = set(labels[bisect_left(at, s):bisect_left(at, e)])
         how = "" if not covered else covered.pop() if len(covered) == 1 else "+escapes"
         out.append((start(s), end(e - 1), t, v + how))
