@@ -174,3 +174,21 @@ def test_oracle_decoded_views(text: str, encodings: list[tuple[int, int, int]]) 
         if text[a:b].isascii():
             text = text[:a] + _encode(text[a:b], how) + text[b:]
     _dispatcher_spans_hold(text)
+
+
+ESCAPED_FOLD_CHARS = [
+    "&nbsp;", "&nbsp", "&shy", "&ndash;", "&#150;", "&#x2011;", "&#0000065297;", "\\u00a0", "\\u200b",
+    "\\ud835\\udfcf", "\\udb40\\udc41", "\\ud835", "\\n", "\\t", "\\/", '\\"', "%20", "%C2%A0",
+]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(planted_text(), st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(ESCAPED_FOLD_CHARS)),
+                                max_size=6))
+def test_oracle_escapes_of_folded_characters(text: str, inserts: list[tuple[int, str]]) -> None:
+    # Escapes the escape view decodes to characters its folded view sees through (and JSON's
+    # one-character escapes, surrogate pairs, references without ';'), inserted anywhere.
+    for pos, esc in inserts:
+        pos %= len(text) + 1
+        text = text[:pos] + esc + text[pos:]
+    _dispatcher_spans_hold(text)
