@@ -52,6 +52,16 @@ def make_kit(tmp: Path) -> Kit:
     return kit
 
 
+def hr_shared(kit: Kit, name: str, diversity: dict[str, Any]) -> Any:
+    """A guarded client of alice@hr on a new PII collection ``name`` that hr owns and support
+    reads, intent checks off, with ``diversity`` as its [diversity] table."""
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+           "diversity": diversity}
+    owner = QdrantClient(":memory:", guard=kit.config({name: pol}), principal=kit.principal("alice", "hr"))
+    create(owner, name)
+    return owner
+
+
 def create(client: Any, name: str, *, dim: int = DIM, distance: models.Distance = models.Distance.COSINE,
            named: tuple[str, ...] = ()) -> None:
     if named:

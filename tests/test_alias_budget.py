@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import qdrant_client
 
-from guardkit import create, make_kit, models, unit
+from guardkit import create, hr_shared, make_kit, models, unit
 from qdrant_guard import AsyncQdrantClient, GuardRefusal, QdrantClient
 
 # The budget lets a support reader see floor(20 * 0.25) = 5 of the memo's 20 points.
@@ -259,11 +259,8 @@ def test_points_tagged_with_a_list_of_sources_are_charged_to_each(kit):
 def test_list_tagged_points_use_each_source_share_of_one_query(kit):
     # The per-query cap counts a point tagged ["memo", "q3"] under memo, as a filter on memo would;
     # counted apart, list-tagged chunks doubled memo's share of one result page.
-    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
-           "diversity": {"max_source_fraction": 0.2, "min_unique_sources": 1}}
-    alice = QdrantClient(":memory:", guard=kit.config({"kb": pol}), principal=kit.principal("alice", "hr"))
+    alice = hr_shared(kit, "kb", {"max_source_fraction": 0.2, "min_unique_sources": 1})
     rng = np.random.default_rng(3)
-    create(alice, "kb")
     q = np.array(unit(rng))
     memo = [models.PointStruct(id=i, vector=(q + 0.01 * np.array(unit(rng))).tolist(),
                                payload={"source": ["memo", "q3"] if i % 2 else "memo"}) for i in range(10)]
@@ -304,10 +301,7 @@ def test_a_withheld_point_is_not_charged_to_its_other_sources(kit):
     # Point 4 is tagged ["memo", "q3"]. Once memo is used up it is withheld, yet q3 was charged for
     # it: q3 then releases one point fewer, which both costs the reader a point it never received
     # and tells it whether a withheld point matched the probe (a count past the budget).
-    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
-           "diversity": {"max_source_coverage": 0.5}}
-    alice = QdrantClient(":memory:", guard=kit.config({"kb": pol}), principal=kit.principal("alice", "hr"))
-    create(alice, "kb")
+    alice = hr_shared(kit, "kb", {"max_source_coverage": 0.5})
     rng = np.random.default_rng(6)
     sources = {0: "memo", 1: "memo", 2: "memo", 3: "memo", 4: ["memo", "q3"], 5: ["memo", "q3"],
                10: "q3", 11: "q3", 12: "q3", 13: "q3"}  # memo and q3: 6 points each, cap 3
