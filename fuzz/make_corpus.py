@@ -48,6 +48,7 @@ DETECT_TEXTS = [
     b'api_key = "Zx9Qw2Lm8Rt4Yp6Vb3Nc"  password: hunter2hunter2XY',
     "caf\u00e9 4111-1111-1111-1111 \U0001F600 ssn 078-05-1120".encode(),
     b"nul\x00in 123-45-6789\x00 text \xed\xa0\x80 surrogate",
+    b"@a.io%" * 40 + b"123-45-6789" + b"@bb.com%1" * 40,  # one cluster past the pairwise check
 ]
 
 

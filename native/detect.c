@@ -856,11 +856,61 @@ static void to_code_points(const unsigned char *b, qg_findings *f) {
     }
 }
 
+typedef struct {
+    qg_finding f;
+    size_t rank; /* position in the cluster's (start, end) order */
+} ranked_finding;
+
+#define RESOLVE_PAIRWISE_MAX 32 /* larger clusters take resolve_large */
+
+static int cmp_ranked_priority(const void *x, const void *y) {
+    return cmp_priority(&((const ranked_finding *)x)->f, &((const ranked_finding *)y)->f);
+}
+
+/* The pairwise check of resolve is quadratic in a cluster's size, and one input can chain every
+ * candidate into a single cluster ("@a.io%" repeated: each address's domain starts the next one's
+ * local part). Taken candidates are disjoint, so of those starting before c.end only the last one
+ * can reach past c.start; a Fenwick tree of prefix maxima over the (start, end) order finds it.
+ * cl[0:m] is sorted by (start, end); the taken ones are written from dst. Returns how many. */
+static int64_t resolve_large(qg_finding *cl, size_t m, qg_finding *dst) {
+    ranked_finding *order = malloc(m * sizeof *order);
+    int64_t *starts = malloc(m * sizeof *starts), *ends = malloc(m * sizeof *ends);
+    size_t *tree = calloc(m + 1, sizeof *tree), taken = 0;
+    if (!order || !starts || !ends || !tree) {
+        free(order), free(starts), free(ends), free(tree);
+        return -1;
+    }
+    for (size_t q = 0; q < m; q++) {
+        order[q] = (ranked_finding){cl[q], q};
+        starts[q] = cl[q].start;
+        ends[q] = cl[q].end;
+    }
+    qsort(order, m, sizeof *order, cmp_ranked_priority);
+    for (size_t q = 0; q < m; q++) {
+        qg_finding c = order[q].f;
+        size_t lo = 0, hi = m; /* how many candidates start before c.end */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (starts[mid] < c.end) lo = mid + 1;
+            else hi = mid;
+        }
+        size_t last = 0; /* 1 + rank of the last taken candidate starting before c.end, or 0 */
+        for (size_t i = lo; i > 0; i -= i & (0 - i))
+            if (tree[i] > last) last = tree[i];
+        if (last && ends[last - 1] > c.start) continue;
+        for (size_t i = order[q].rank + 1; i <= m; i += i & (0 - i))
+            if (tree[i] < order[q].rank + 1) tree[i] = order[q].rank + 1;
+        dst[taken++] = c; /* dst never passes the cluster's own slots, which order has copied */
+    }
+    free(order), free(starts), free(ends), free(tree);
+    return (int64_t)taken;
+}
+
 /* Greedy selection, run per cluster of transitively overlapping candidates: candidates in
  * different clusters cannot overlap, so this equals the reference's global greedy pass. */
-static void resolve(qg_findings *f) {
+static int resolve(qg_findings *f) {
     size_t n = f->len, out = 0, k = 0;
-    if (n == 0) return; /* items may be NULL, and qsort(NULL, 0, ...) is undefined */
+    if (n == 0) return 0; /* items may be NULL, and qsort(NULL, 0, ...) is undefined */
     qsort(f->items, n, sizeof *f->items, cmp_start_end);
     while (k < n) {
         size_t c_end = k + 1;
@@ -868,6 +918,13 @@ static void resolve(qg_findings *f) {
         while (c_end < n && f->items[c_end].start < reach) {
             if (f->items[c_end].end > reach) reach = f->items[c_end].end;
             c_end++;
+        }
+        if (c_end - k > RESOLVE_PAIRWISE_MAX) {
+            int64_t taken = resolve_large(f->items + k, c_end - k, f->items + out);
+            if (taken < 0) return -1;
+            out += (size_t)taken;
+            k = c_end;
+            continue;
         }
         size_t taken_from = out;
         if (c_end - k > 1) qsort(f->items + k, c_end - k, sizeof *f->items, cmp_priority);
@@ -882,6 +939,7 @@ static void resolve(qg_findings *f) {
     }
     f->len = out;
     qsort(f->items, out, sizeof *f->items, cmp_start_end);
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------- driver */
@@ -908,8 +966,7 @@ int qg_detect(const unsigned char *b, size_t n, qg_findings *out) {
     }
     if (s.oom) return -1;
     if (!ascii) to_code_points(b, out);
-    resolve(out);
-    return 0;
+    return resolve(out);
 }
 
 void qg_findings_free(qg_findings *f) {

@@ -114,9 +114,26 @@ def test_pathological_inputs_agree() -> None:
         "@" * 5000, "a@" * 3000, "1 " * 5000, "1-" * 5000 + "1", "=" * 3000, "key=" * 2000, ":" * 3000,
         "-----BEGIN RSA PRIVATE KEY-----" * 500, "eyJ." * 2000, "://" * 2000, "A" * 10000, "9" * 10000,
         "x" * 100000 + "@corp.io", "key = '" + "Ab1" * 300 + "'", "\ud800" * 1000 + "123-45-6789",
+        # one cluster of thousands of overlapping candidates: each address's domain starts the next
+        # one's local part (the pairwise overlap check made this quadratic: 0.4 s at 256 KB)
+        "@a.io%" * 3000, "a.b@c.de." * 2000, "@a.io%123-45-6789-" * 500,
     ]
     for text in cases:
         assert_same(NATIVE.find_spans, PYTHON.find_spans, text)
+
+
+# Clusters of overlapping candidates larger than the native pairwise check takes
+# (RESOLVE_PAIRWISE_MAX = 32 in native/detect.c): in "@a.io%@a.io%..." each address's domain
+# starts the next one's local part; the links put other types and lengths into the chain.
+UNITS = ["@a.io%", "@bb.com%1", "@c.io-x%", "@d.org."]
+LINKS = ["@b.co", "x.y@corp.io.", "123-45-6789", "555-123-4567", "1", "%", "4111111111111111", "+1-",
+         "é", " ", ".", "-", "@", "key=Zk29fjA01kd8Gh3LmQ9x"]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(UNITS), st.integers(1, 60), st.sampled_from(LINKS)), max_size=8))
+def test_oracle_large_clusters(segments: list[tuple[str, int, str]]) -> None:
+    assert_same(NATIVE.find_spans, PYTHON.find_spans, "".join(u * n + link for u, n, link in segments))
 
 
 def _dispatcher_spans_hold(text: str) -> None:
