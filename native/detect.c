@@ -248,15 +248,68 @@ static int card_groups_ok(const int *g, int ng, int sep) {
     return g[ng - 1] >= 1 && g[ng - 1] <= 4;
 }
 
-static void chain(scan_t *s, size_t i) {
+/* The chain rules for groups g[0:ng] (digits d, the first 19 kept) from i to end; emits and
+ * returns 1 on a match. */
+static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d, size_t nd, int sep,
+                       size_t end) {
     static const int G_SSN[] = {3, 2, 4}, G_NANP[] = {3, 3, 4}, G_NANP1[] = {1, 3, 3, 4}, G_LOCAL[] = {3, 4};
+    const unsigned char *b = s->b;
+    int prev = at(s, (int64_t)i - 1);
+    int after = at(s, (int64_t)end);
+    if (after >= 0 && is_word(after)) return 0;
+    if (in_set(after, "-./:") && is_digit(at(s, (int64_t)end + 1))) return 0;
+    if (prev == '+') {
+        int pp = at(s, (int64_t)i - 2);
+        if (!(pp >= 0 && is_word(pp)) && (sep == 0 || sep == ' ' || sep == '-') && nd >= 8 && nd <= 15 && d[0] != '0') {
+            emit(s, i - 1, end, QG_PHONE, QG_V_E164);
+            return 1;
+        }
+        return 0;
+    }
+    if (groups_eq(g, ng, G_SSN, 3) && (sep == ' ' || sep == '-')) {
+        if (!ssa_valid(d)) return 0;
+        emit(s, i, end, QG_SSN, QG_V_SSA);
+        return 1;
+    }
+    if (ng == 1 && g[0] == 9 && window_has(s, i, 40, "ssn", "social security")) {
+        if (!ssa_valid(d)) return 0;
+        emit(s, i, end, QG_SSN, QG_V_SSA);
+        return 1;
+    }
+    if (nd >= 13 && nd <= 19 && card_groups_ok(g, ng, sep) && iin_known(d) && luhn(d, (int)nd)) {
+        emit(s, i, end, QG_CREDIT_CARD, QG_V_LUHN);
+        return 1;
+    }
+    if (sep == '-' || sep == '.' || sep == ' ') {
+        if ((groups_eq(g, ng, G_NANP, 3) && d[0] >= '2') || (groups_eq(g, ng, G_NANP1, 4) && d[0] == '1' && d[1] >= '2')) {
+            emit(s, i, end, QG_PHONE, QG_V_NANP);
+            return 1;
+        }
+    }
+    if (groups_eq(g, ng, G_LOCAL, 2) && sep == '-') {
+        for (int gap = 1; gap >= 0; gap--) {
+            int64_t p = (int64_t)i - gap - 5;
+            if (p >= 0 && b[p] == '(' && b[p + 4] == ')' && is_digit(b[p + 1]) && is_digit(b[p + 2]) &&
+                is_digit(b[p + 3]) && b[p + 1] >= '2' && (gap == 0 || b[p + 5] == ' ')) {
+                int pp = at(s, p - 1);
+                if (!(pp >= 0 && is_word(pp))) {
+                    emit(s, (size_t)p, end, QG_PHONE, QG_V_NANP);
+                    return 1;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static void chain(scan_t *s, size_t i) {
     const unsigned char *b = s->b;
     size_t n = s->n;
     int prev = at(s, (int64_t)i - 1);
     if (prev >= 0 && is_word(prev)) return;
     if (in_set(prev, "-./:") && is_digit(at(s, (int64_t)i - 2))) return;
-    int g[MAX_GROUPS + 1];
-    int ng = 0;
+    int g[MAX_GROUPS];
+    int ng = 0, whole = 1; /* whole = 0: the chain runs on past MAX_GROUPS groups */
     char d[20];
     size_t nd = 0; /* total digits; only the first 19 are kept (longer chains never match) */
     int sep = 0;
@@ -270,7 +323,10 @@ static void chain(scan_t *s, size_t i) {
         }
         g[ng++] = (int)(k - j);
         j = k;
-        if (ng > MAX_GROUPS) return;
+        if (ng == MAX_GROUPS) {
+            whole = !(j + 1 < n && b[j] == sep && is_digit(b[j + 1]));
+            break;
+        }
         if (j + 1 < n && (b[j] == ' ' || b[j] == '-' || b[j] == '.') && is_digit(b[j + 1]) && (!sep || b[j] == sep)) {
             sep = b[j];
             j++;
@@ -278,50 +334,17 @@ static void chain(scan_t *s, size_t i) {
         }
         break;
     }
-    size_t end = j;
-    int after = at(s, (int64_t)end);
-    if (after >= 0 && is_word(after)) return;
-    if (in_set(after, "-./:") && is_digit(at(s, (int64_t)end + 1))) return;
-    if (prev == '+') {
-        int pp = at(s, (int64_t)i - 2);
-        if (!(pp >= 0 && is_word(pp)) && (sep == 0 || sep == ' ' || sep == '-') && nd >= 8 && nd <= 15 && d[0] != '0')
-            emit(s, i - 1, end, QG_PHONE, QG_V_E164);
-        return;
-    }
-    if (groups_eq(g, ng, G_SSN, 3) && (sep == ' ' || sep == '-')) {
-        if (ssa_valid(d)) emit(s, i, end, QG_SSN, QG_V_SSA);
-        return;
-    }
-    if (ng == 1 && g[0] == 9 && window_has(s, i, 40, "ssn", "social security")) {
-        if (ssa_valid(d)) emit(s, i, end, QG_SSN, QG_V_SSA);
-        return;
-    }
-    if (nd >= 13 && nd <= 19 && card_groups_ok(g, ng, sep) && iin_known(d) && luhn(d, (int)nd)) {
-        emit(s, i, end, QG_CREDIT_CARD, QG_V_LUHN);
-        return;
-    }
-    if (sep == '-' || sep == '.' || sep == ' ') {
-        if (groups_eq(g, ng, G_NANP, 3) && d[0] >= '2') {
-            emit(s, i, end, QG_PHONE, QG_V_NANP);
-            return;
+    if (whole && chain_match(s, i, g, ng, d, nd, sep, j)) return;
+    if (sep != ' ') return;
+    /* A list of numbers separated by spaces ("4111111111111111 4012888888881881") chains into one
+     * run that matches nothing: its longest leading groups that do match are the finding. */
+    size_t end = j, digits = nd;
+    for (int p = whole ? ng - 1 : ng; p > 0; p--) {
+        if (p < ng) {
+            end -= (size_t)g[p] + 1;
+            digits -= (size_t)g[p];
         }
-        if (groups_eq(g, ng, G_NANP1, 4) && d[0] == '1' && d[1] >= '2') {
-            emit(s, i, end, QG_PHONE, QG_V_NANP);
-            return;
-        }
-    }
-    if (groups_eq(g, ng, G_LOCAL, 2) && sep == '-') {
-        for (int gap = 1; gap >= 0; gap--) {
-            int64_t p = (int64_t)i - gap - 5;
-            if (p >= 0 && b[p] == '(' && b[p + 4] == ')' && is_digit(b[p + 1]) && is_digit(b[p + 2]) &&
-                is_digit(b[p + 3]) && b[p + 1] >= '2' && (gap == 0 || b[p + 5] == ' ')) {
-                int pp = at(s, p - 1);
-                if (!(pp >= 0 && is_word(pp))) {
-                    emit(s, (size_t)p, end, QG_PHONE, QG_V_NANP);
-                    return;
-                }
-            }
-        }
+        if (chain_match(s, i, g, p, d, digits, p > 1 ? sep : 0, end)) return;
     }
 }
 

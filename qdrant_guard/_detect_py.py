@@ -190,6 +190,7 @@ def _chain(text: str, i: int) -> list[tuple[int, int, str, str]]:
     digits = []
     sep = ""
     j = i
+    whole = True  # False when the chain runs on past _MAX_GROUPS groups
     while True:
         k = j
         while k < n and text[k] in _DIGITS:
@@ -197,14 +198,33 @@ def _chain(text: str, i: int) -> list[tuple[int, int, str, str]]:
         groups.append(k - j)
         digits.append(text[j:k])
         j = k
-        if len(groups) > _MAX_GROUPS:
-            return []
+        if len(groups) == _MAX_GROUPS:
+            whole = not (j + 1 < n and text[j] == sep and text[j + 1] in _DIGITS)
+            break
         if j + 1 < n and text[j] in _CHAIN_SEPS and text[j + 1] in _DIGITS and (not sep or text[j] == sep):
             sep = text[j]
             j += 1
             continue
         break
-    end = j
+    if whole:
+        found = _chain_match(text, i, groups, digits, sep, j)
+        if found or sep != " ":
+            return found
+    elif sep != " ":
+        return []
+    # A list of numbers separated by spaces ("4111111111111111 4012888888881881") chains into one
+    # run that matches nothing: its longest leading groups that do match are the finding.
+    for g in range(len(groups) - 1 if whole else len(groups), 0, -1):
+        end = i + sum(groups[:g]) + g - 1
+        found = _chain_match(text, i, groups[:g], digits[:g], sep if g > 1 else "", end)
+        if found:
+            return found
+    return []
+
+
+def _chain_match(text: str, i: int, groups: list[int], digits: list[str], sep: str,
+                 end: int) -> list[tuple[int, int, str, str]]:
+    prev = _at(text, i - 1)
     after = _at(text, end)
     if after in _WORD:
         return []

@@ -71,6 +71,15 @@ POSITIVES = [
     ('apiKey := "Mn4Bv7Cx1Zl8Kj5Hg2Fd"', [("GENERIC_SECRET", "Mn4Bv7Cx1Zl8Kj5Hg2Fd", "entropy>=3.5")]),
     ("smtp_password: cx2KE0WmD4f3", [("GENERIC_SECRET", "cx2KE0WmD4f3", "password-charset")]),
     ('DB_PASS="k9#Lm2!q"', [("GENERIC_SECRET", "k9#Lm2!q", "password-charset")]),
+    # numbers listed with single spaces run into one chain; every number of the list is found
+    ("cards 4111111111111111 4012888888881881 5555555555554444",
+     [("CREDIT_CARD", c, "luhn") for c in ("4111111111111111", "4012888888881881", "5555555555554444")]),
+    ("4111 1111 1111 1111 4012 8888 8888 1881 on file",
+     [("CREDIT_CARD", "4111 1111 1111 1111", "luhn"), ("CREDIT_CARD", "4012 8888 8888 1881", "luhn")]),
+    ("ssns 123 45 6789 234 56 7890", [("SSN", "123 45 6789", "ssa-rules"), ("SSN", "234 56 7890", "ssa-rules")]),
+    ("card 4111 1111 1111 1111 123 exp", [("CREDIT_CARD", "4111 1111 1111 1111", "luhn")]),
+    ("call 555 123 4567 890", [("PHONE", "555 123 4567", "nanp")]),
+    ("1 2 3 4 5 6 7 4111111111111111", [("CREDIT_CARD", "4111111111111111", "luhn")]),
 ]
 
 NEGATIVES = [
@@ -113,6 +122,8 @@ NEGATIVES = [
     'author = "Jane Q. Public-Smith 2024"',
     "password: abcdefghijk", "password: Ab1cD2e",  # one class; too short
     "token: Ab1Cd2Ef3gH",  # not a password name, so the 16-character entropy rule applies
+    "1999 2000 2001 2002 2003 2004 2005 2006", "1 2 3 4 5 6 7 8 9 10 11 12",  # lists, nothing in them
+    "4111-1111-1111-1111-4012",  # a dashed run past a card is one longer number, not a card
 ]
 
 
