@@ -9,6 +9,7 @@ from .decision import Verdict
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id
+from .sources import reserved_claims
 from .textguard import TextOps
 
 _TAMPER = (
@@ -52,6 +53,7 @@ class PayloadOps(TextOps):
         if _touches_receipt(key) or (key is None and RECEIPT_KEY in payload) or (
                 key is not None and key.split(".")[0] == "" and RECEIPT_KEY in payload):
             raise self._refuse_tamper(op, name, pol, "set")
+        self.refuse_reserved_sources(op, name, pol, payload, key)
         if key is None:
             payload = self.guard_payload_text(op, name, pol, dict(payload), point_id=None,
                                               in_boundary=pol.raw_allowed(self.boundary()))

@@ -29,6 +29,7 @@ from .decision import Decision, Verdict
 from .errors import AuditError, ConfigError, CredentialError, QdrantGuardError
 from .policy import CollectionPolicy, GuardConfig, load_policy
 from .receipts import ReceiptSigner
+from .sources import reserved_claims
 from .surface import ADMIN, OPERATOR_ONLY, READ_COLLECTION, SNAPSHOT_RECOVERY, WRITE_COLLECTION
 from .vectors import CollectionShape, shape_from_info
 
@@ -265,6 +266,26 @@ class GuardPipeline:
     def refuse(self, d: Decision) -> QdrantGuardError:
         """Audit a refusing decision and return the exception to raise."""
         return d.refusal(self.record(d))
+
+    def refuse_reserved_sources(self, op: str, collection: str, pol: CollectionPolicy, payload: Any,
+                                key: str | None = None, point_id: Any = None) -> None:
+        """Refuse (REFUSED_CROSS_BOUNDARY) a payload that tags a point with a restricted source of a
+        budgeted collection when the caller is not in the owner boundary (see
+        :func:`~qdrant_guard.sources.reserved_claims`)."""
+        claims = reserved_claims(pol, self.boundary(), payload, key)
+        if not claims:
+            return
+        where = f"point {point_id!r}" if point_id is not None else "the payload"
+        fix = (f"write it from boundary {pol.owner!r}" if pol.owner is not None
+               else "set the collection's owner and write it from there")
+        raise self.refuse(self.decision(
+            op, collection, pol, Verdict.REFUSED_CROSS_BOUNDARY,
+            f"{where} names restricted source(s) {claims} of collection {collection!r} in "
+            f"{pol.source_field!r}, and only the owner boundary ({pol.owner!r}) writes restricted sources "
+            f"(the extraction budget is a share of each source's size, so a writer could raise it); "
+            f"{fix}, or tag the point with another source",
+            **({"point_ids": [point_id]} if point_id is not None else {}),
+        ))
 
     def require_access(self, op: str, collection: str, pol: CollectionPolicy, need: str) -> None:
         """Refuse (REFUSED_CROSS_BOUNDARY / INVALID_CREDENTIAL) unless the caller may ``need``."""

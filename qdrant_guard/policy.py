@@ -130,7 +130,7 @@ class DiversityPolicy(_Strict):
     restricted_sources: tuple[str, ...] = ()
     """Sources the budget applies to (empty: every source; needs ``max_source_coverage``). A budget
     on every source also costs benign users their follow-up questions; restrict it to the
-    confidential documents."""
+    confidential documents. Only the owner boundary may write points tagged with these."""
     window_s: float = Field(86400.0, gt=0)
     """Sliding window of the extraction and distillation budgets, in seconds."""
     max_vectors: int | None = Field(None, ge=0)
@@ -206,9 +206,11 @@ class CollectionPolicy(_Strict):
     """Other boundaries allowed to read. ``"*"`` = any verified principal."""
     writers: tuple[str, ...] | None = None
     """Boundaries besides the owner allowed to write (default: none, only the owner writes;
-    ``"*"`` = any verified principal). Non-owners must noise. A boundary that may both read and
-    write can add points to a source and so raise its own extraction budget
-    (docs/threat-model.md): list only the boundaries that really write."""
+    ``"*"`` = any verified principal). Non-owners must noise. Only the owner writes points tagged
+    with a ``restricted_sources`` entry (``REFUSED_CROSS_BOUNDARY``): a writer that also reads could
+    otherwise add points to a restricted source and raise its own extraction budget. A budget on
+    every source (no ``restricted_sources``) with a boundary that both reads and writes is a policy
+    error for the same reason."""
     raw_in_boundary: bool = False
     """Allow raw (un-noised) vectors written and read by principals of the owner boundary."""
     noise_on_write: bool = True
@@ -363,6 +365,26 @@ def _mask_tokens(value: Any) -> Any:
 DEFAULT_CEILINGS: dict[str, float] = {"PII": 2.0, "CREDENTIAL": 1.0, "PROPRIETARY": 8.0}
 
 
+def _check_budget_writers(where: str, pol: CollectionPolicy) -> None:
+    # The coverage cap is a share of a source's size, so a boundary that reads under the budget
+    # and may write could raise its own cap with junk points. With restricted_sources only the owner
+    # writes those (refused otherwise); with a budget on every source nothing can keep it out.
+    if pol.diversity.max_source_coverage is None or pol.diversity.restricted_sources:
+        return
+    writers = {b for b in pol.writers or () if b != pol.owner}
+    readers = {b for b in pol.readers if b != pol.owner}
+    both = sorted(writers & readers) or sorted(
+        (writers if "*" in readers else set()) | (readers if "*" in writers else set()))
+    if both:
+        raise ValueError(
+            f"{where}: boundary {both[0]!r} may both read and write, and the extraction budget "
+            f"(diversity.max_source_coverage) covers every source, so it could raise its own cap by "
+            f"writing points tagged with a source; list the confidential sources in "
+            f"{where}.diversity.restricted_sources (only the owner boundary may write those), or "
+            f"remove {both[0]!r} from {where}.writers"
+        )
+
+
 class GuardConfig(_Strict):
     """The whole guard configuration (one policy file)."""
 
@@ -447,6 +469,7 @@ class GuardConfig(_Strict):
                     f"{pol.sensitivity.value} ceiling {ceiling}; allowed: 0 < epsilon <= {ceiling} "
                     "(or raise epsilon_ceiling)"
                 )
+            _check_budget_writers(where, pol)
             for b in (pol.owner, *pol.readers, *(pol.writers or ())):
                 if b and b != "*" and self.boundaries and b not in self.boundaries:
                     raise ValueError(

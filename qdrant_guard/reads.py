@@ -22,6 +22,7 @@ from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .querycheck import QueryChecks, UncheckedForm, iter_prefetch, rest_prefetch
 from .receipts import stored_receipts, verify_receipt
+from .sources import point_sources as _sources
 from .vectors import split_vector_struct
 
 _SOURCE_SIZE_TTL_S = 30.0
@@ -639,28 +640,6 @@ def _successor(point_id: Any) -> Any:
         return point_id + 1 if point_id < 2**64 - 1 else str(uuid.UUID(int=0))
     value = uuid.UUID(str(point_id)).int
     return str(uuid.UUID(int=value + 1)) if value < 2**128 - 1 else None
-
-
-def _field(p: Any, field_name: str) -> Any:
-    """The point's payload value at ``field_name``, read like Qdrant reads a filter key (dotted paths
-    reach nested payload, e.g. langchain's ``metadata.source``); None when absent."""
-    node: Any = getattr(p, "payload", None) or {}
-    for part in field_name.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(part)
-    return node
-
-
-def _sources(p: Any, field_name: str) -> tuple[str, ...]:
-    """Every source of the point, as a filter on the source field sees them: a list value names
-    several (Qdrant matches ``MatchValue("memo")`` against ``["memo", "q3"]``, and counts the point
-    in memo's size)."""
-    node = _field(p, field_name)
-    values = node if isinstance(node, list) else [node]
-    # An empty string names no source (a budget key needs a name): it counts as missing.
-    return tuple(dict.fromkeys(str(v) for v in values
-                               if v is not None and v != "" and not isinstance(v, (dict, list))))
 
 
 def _stored_forms(source: str) -> list[str | int | bool]:

@@ -370,6 +370,7 @@ class WriteOps(TextOps):
         for i, p in enumerate(points):
             where = f"point {p.id!r}"
             payload = dict(p.payload or {})
+            self.refuse_reserved_sources(op, name, pol, payload, point_id=p.id)
             payload = self.guard_payload_text(op, name, pol, payload, point_id=p.id, in_boundary=raw_ok)
             receipts = receipts_from_payload(payload) if RECEIPT_KEY in payload else {}
             vecs = split_vector_struct(p.vector)

@@ -1,0 +1,57 @@
+"""Which sources a point names, read the way Qdrant's filters read its payload, and which of them a
+writer may not claim."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .policy import CollectionPolicy
+
+_KEY_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def field_value(payload: Any, field_name: str) -> Any:
+    """The payload value at ``field_name``, read like Qdrant reads a filter key (dotted paths reach
+    nested payload, e.g. langchain's ``metadata.source``); None when absent."""
+    node: Any = payload or {}
+    for part in field_name.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def payload_sources(payload: Any, field_name: str) -> tuple[str, ...]:
+    """Every source a payload names, as a filter on the source field sees them: a list value names
+    several (Qdrant matches ``MatchValue("memo")`` against ``["memo", "q3"]``, and counts the point
+    in memo's size)."""
+    node = field_value(payload, field_name)
+    values = node if isinstance(node, list) else [node]
+    # An empty string names no source (a budget key needs a name): it counts as missing.
+    return tuple(dict.fromkeys(str(v) for v in values
+                               if v is not None and v != "" and not isinstance(v, (dict, list))))
+
+
+def point_sources(p: Any, field_name: str) -> tuple[str, ...]:
+    """:func:`payload_sources` of a point (anything with a ``payload`` attribute)."""
+    return payload_sources(getattr(p, "payload", None), field_name)
+
+
+def reserved_claims(pol: CollectionPolicy, boundary: str | None, payload: Any, key: str | None = None) -> list[str]:
+    """The restricted sources that writing ``payload`` (below ``key``, as ``set_payload`` places it)
+    would tag a point with, when ``boundary`` may not: on a collection with an extraction budget and
+    ``restricted_sources``, only the owner boundary writes those. Otherwise a writer that also reads
+    could add points to a restricted source and so raise its own cap, a share of the source's size.
+    """
+    div = pol.diversity
+    if div.max_source_coverage is None or not div.restricted_sources or boundary == pol.owner:
+        return []
+    if key is not None:
+        parts = key.split(".")
+        if not all(_KEY_SEGMENT.fullmatch(part) for part in parts):
+            # A path Qdrant may read differently (quotes, [] indexing): refuse it if it could reach
+            # the source field.
+            return list(div.restricted_sources) if pol.source_field.split(".")[0] in key else []
+        for part in reversed(parts):
+            payload = {part: payload}
+    return [s for s in payload_sources(payload, pol.source_field) if s in div.restricted_sources]

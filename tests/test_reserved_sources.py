@@ -1,0 +1,102 @@
+"""Only the owner boundary writes restricted sources of a budgeted collection.
+
+The per-principal extraction budget caps each source at a share of its size. A boundary that reads
+the collection under that budget and may also write it could add junk points tagged with a
+restricted source, raise its own cap and read more of the real ones.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from qdrant_client.http import models
+
+from qdrant_guard import ConfigError, GuardRefusal, QdrantClient, Verdict
+from tests.guardkit import count, create, make_kit, unit
+
+BUDGETED = {"class": "PII", "owner": "hr", "readers": ["support"], "writers": ["support"],
+            "noise_on_write": True, "intent": {"enabled": False},
+            "diversity": {"max_source_coverage": 0.25, "restricted_sources": ["memo", "7"],
+                          "max_source_fraction": 1.0}}
+
+
+@pytest.fixture()
+def kit(tmp_path):
+    return make_kit(tmp_path)
+
+
+@pytest.fixture()
+def clients(kit):
+    alice = QdrantClient(":memory:", guard=kit.config({"kb": BUDGETED}), principal=kit.principal("alice", "hr"))
+    create(alice, "kb")
+    rng = np.random.default_rng(3)
+    alice.upsert("kb", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "memo"}) for i in range(8)])
+    return alice, alice.with_principal(kit.principal("sam", "support")), rng
+
+
+def _refused(kit, fn) -> GuardRefusal:
+    with pytest.raises(GuardRefusal) as ei:
+        fn()
+    assert ei.value.verdict == Verdict.REFUSED_CROSS_BOUNDARY
+    assert "restricted source" in str(ei.value) and "owner boundary ('hr')" in str(ei.value)
+    last = json.loads((kit.tmp / "audit.jsonl").read_text().splitlines()[-1])["record"]
+    assert last["verdict"] == "REFUSED_CROSS_BOUNDARY"
+    return ei.value
+
+
+@pytest.mark.parametrize("source", ["memo", ["tickets", "memo"], 7, "7"])
+def test_a_writer_outside_the_owner_cannot_add_points_to_a_restricted_source(kit, clients, source) -> None:
+    alice, sam, rng = clients
+    batch = [models.PointStruct(id=100, vector=unit(rng), payload={"source": "tickets"}),
+             models.PointStruct(id=101, vector=unit(rng), payload={"source": source})]
+    _refused(kit, lambda: sam.upsert("kb", batch))
+    assert count(alice, "kb") == 8  # nothing of the batch was written
+
+
+def test_the_owner_and_other_sources_are_unaffected(clients) -> None:
+    alice, sam, rng = clients
+    alice.upsert("kb", [models.PointStruct(id=50, vector=unit(rng), payload={"source": "memo"})])
+    sam.upsert("kb", [models.PointStruct(id=51, vector=unit(rng), payload={"source": "tickets"}),
+                      models.PointStruct(id=52, vector=unit(rng), payload={"source": 8})])
+    assert count(alice, "kb") == 11
+
+
+def test_payload_methods_cannot_retag_a_point_into_a_restricted_source(kit, clients) -> None:
+    alice, sam, rng = clients
+    sam.upsert("kb", [models.PointStruct(id=60, vector=unit(rng), payload={"source": "tickets"})])
+    _refused(kit, lambda: sam.set_payload("kb", payload={"source": "memo"}, points=[60]))
+    _refused(kit, lambda: sam.overwrite_payload("kb", payload={"source": ["memo"]}, points=[60]))
+    _refused(kit, lambda: sam.batch_update_points("kb", [
+        models.UpsertOperation(upsert=models.PointsList(points=[
+            models.PointStruct(id=61, vector=unit(rng), payload={"source": "tickets"})])),
+        models.SetPayloadOperation(set_payload=models.SetPayload(payload={"source": "memo"}, points=[60])),
+    ]))
+    got = alice.retrieve("kb", [60, 61])
+    assert [(p.id, p.payload["source"]) for p in got] == [(60, "tickets")]
+    sam.set_payload("kb", payload={"topic": "memo"}, points=[60])  # other keys stay writable
+
+
+def test_a_set_payload_key_that_reaches_a_nested_source_field(kit) -> None:
+    pol = {**BUDGETED, "source_field": "metadata.source"}
+    alice = QdrantClient(":memory:", guard=kit.config({"kb": pol}), principal=kit.principal("alice", "hr"))
+    create(alice, "kb")
+    sam = alice.with_principal(kit.principal("sam", "support"))
+    rng = np.random.default_rng(4)
+    sam.upsert("kb", [models.PointStruct(id=1, vector=unit(rng), payload={"metadata": {"source": "tickets"}})])
+    _refused(kit, lambda: sam.set_payload("kb", payload={"source": "memo"}, key="metadata", points=[1]))
+    _refused(kit, lambda: sam.set_payload("kb", payload={"x": "memo"}, key='"metadata".source', points=[1]))
+    _refused(kit, lambda: sam.upsert("kb", [models.PointStruct(id=2, vector=unit(rng),
+                                                               payload={"metadata": {"source": "memo"}})]))
+    sam.set_payload("kb", payload={"source": "memo"}, key="other", points=[1])  # not the source field
+
+
+@pytest.mark.parametrize(("readers", "writers"), [(["support"], ["support"]), (["*"], ["support"]),
+                                                  (["support"], ["*"])])
+def test_a_budget_on_every_source_with_a_reading_writer_is_a_policy_error(kit, readers, writers) -> None:
+    pol = {**BUDGETED, "readers": readers, "writers": writers,
+           "diversity": {"max_source_coverage": 0.25}}
+    with pytest.raises(ConfigError, match=r"restricted_sources.*remove '(support|\*)' from collections\.kb\.writers"):
+        kit.config({"kb": pol})
+    kit.config({"kb": {**pol, "writers": ["hr"]}})  # the owner writing is fine
+    kit.config({"kb": {**pol, "diversity": {"max_source_coverage": 0.25, "restricted_sources": ["memo"]}}})
