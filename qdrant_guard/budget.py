@@ -10,6 +10,10 @@ The count is exact: each store applies one admission atomically (a lock, one SQL
 ``BEGIN IMMEDIATE`` transaction, or one Redis Lua script), so concurrent threads or processes
 sharing a store can never admit more than ``cap`` distinct ids for one key within the window.
 
+A point of several sources is admitted under all of them or none (``admit_points``): a point one
+source withholds is not charged to the others, so what a source still releases says nothing
+about withheld points.
+
 Time per key never runs backwards: each admission uses ``max(now, newest timestamp stored for the
 key)``. A clock that steps back (NTP, clocks of different hosts) therefore never shortens a window;
 it can only keep entries slightly longer, which errs on the strict side.
@@ -21,6 +25,7 @@ counts once.
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 import os
 import sqlite3
@@ -97,6 +102,44 @@ def _check_admit_args(
         _check_real("window_s", window_s, positive=True),
         _check_real("now", now, positive=False),
     )
+
+
+def _check_points(keys: object, points: object) -> tuple[list[tuple[str, int]], list[tuple[str, list[int]]]]:
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
+        raise TypeError(f"keys must be a sequence of (key, cap), not {type(keys).__name__}")
+    checked_keys = []
+    for index, pair in enumerate(keys):
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise TypeError(f"keys[{index}] must be a (key, cap) tuple")
+        checked_keys.append((_check_str("key", pair[0]), _check_count("cap", pair[1])))
+    if len({key for key, _ in checked_keys}) != len(checked_keys):
+        raise ValueError("keys must be distinct")
+    if isinstance(points, (str, bytes)) or not isinstance(points, Sequence):
+        raise TypeError(f"points must be a sequence of (point_id, key_indices), not {type(points).__name__}")
+    checked_points = []
+    for index, pair in enumerate(points):
+        if not isinstance(pair, tuple) or len(pair) != 2 or not isinstance(pair[0], str):
+            raise TypeError(f"points[{index}] must be a (str point_id, key_indices) tuple")
+        members = pair[1]
+        if isinstance(members, (str, bytes)) or not isinstance(members, Sequence):
+            raise TypeError(f"points[{index}] key_indices must be a sequence of int")
+        members = [_check_int(f"points[{index}] key index", k, 0) for k in members]
+        if any(k >= len(checked_keys) for k in members) or len(set(members)) != len(members):
+            raise ValueError(f"points[{index}] key_indices must be distinct indices into keys")
+        checked_points.append((pair[0], members))
+    return checked_keys, checked_points
+
+
+def _ids_by_key(nkeys: int, points: Sequence[tuple[str, Sequence[int]]]) -> list[list[str]]:
+    lists: list[list[str]] = [[] for _ in range(nkeys)]
+    for pid, members in points:
+        for k in members:
+            lists[k].append(pid)
+    return lists
+
+
+def _released_where_all_admit(points: Sequence[tuple[str, Sequence[int]]], admitted: Sequence[set[str]]) -> list[bool]:
+    return [all(pid in admitted[k] for k in members) for pid, members in points]
 
 
 def normalize_point_id(point_id: int | str | uuid.UUID) -> str:
@@ -209,6 +252,37 @@ class _CountingStore:
             return []
         return self._admit_many(checked, window_s, now)
 
+    def admit_points(
+        self, keys: Sequence[tuple[str, int]], points: Sequence[tuple[str, Sequence[int]]], *,
+        window_s: float, now: float,
+    ) -> tuple[list[bool], list[tuple[int, int]]]:
+        """Admit points of several keys in rank order, each under all of its keys or none, atomically.
+
+        Every key first forgets entries older than its window. Then, point by point in the order
+        given, a point is released when each of its keys either holds it already (a re-read, free)
+        or holds fewer than its cap; a released point is then recorded (or refreshed) under every
+        one of its keys. A point any key refuses changes nothing anywhere: it is neither charged
+        to the keys that had room nor refreshed under the keys that held it. A point with no keys
+        is released. The whole call is one lock acquisition, one SQLite transaction or one Redis
+        script (on Redis Cluster see :class:`RedisBudgetStore`).
+
+        Args:
+            keys: ``(key, cap)`` pairs, distinct keys.
+            points: ``(point_id, key_indices)`` in rank order; ``key_indices`` index ``keys``.
+            window_s: the window length in seconds.
+            now: the current time in seconds.
+
+        Returns:
+            ``(released, counts)``: ``released[i]`` is True where ``points[i]`` may be returned;
+            ``counts[k]`` is ``(seen_before, seen_after)`` for ``keys[k]``.
+        """
+        window_s = _check_real("window_s", window_s, positive=True)
+        now = _check_real("now", now, positive=False)
+        checked_keys, checked_points = _check_points(keys, points)
+        if not checked_keys:
+            return [True] * len(checked_points), []
+        return self._admit_points(checked_keys, checked_points, window_s, now)
+
     def seen(self, key: str, *, window_s: float, now: float) -> int:
         """See :meth:`BudgetStore.seen`."""
         _check_str("key", key)
@@ -225,6 +299,11 @@ class _CountingStore:
     def _admit_many(
         self, requests: list[tuple[str, list[str], int]], window_s: float, now: float
     ) -> list[tuple[list[bool], int, int]]:
+        raise NotImplementedError
+
+    def _admit_points(
+        self, keys: list[tuple[str, int]], points: list[tuple[str, list[int]]], window_s: float, now: float
+    ) -> tuple[list[bool], list[tuple[int, int]]]:
         raise NotImplementedError
 
     def _seen(self, key: str, window_s: float, now: float) -> int:
@@ -284,6 +363,26 @@ class MemoryBudgetStore(_CountingStore):
         if entries:
             self._keys[key] = entries
         return flags, before, len(entries)
+
+    def _admit_points(
+        self, keys: list[tuple[str, int]], points: list[tuple[str, list[int]]], window_s: float, now: float
+    ) -> tuple[list[bool], list[tuple[int, int]]]:
+        with self._lock:
+            live = [self._expire(key, window_s, now) for key, _ in keys]
+            sets = [entries if entries is not None else OrderedDict() for entries, _ in live]
+            before = [len(entries) for entries in sets]
+            released = []
+            for pid, members in points:
+                ok = all(pid in sets[k] or len(sets[k]) < keys[k][1] for k in members)
+                if ok:
+                    for k in members:
+                        sets[k][pid] = live[k][1]
+                        sets[k].move_to_end(pid)
+                released.append(ok)
+            for (key, _), entries in zip(keys, sets):
+                if entries:
+                    self._keys[key] = entries
+            return released, [(b, len(entries)) for b, entries in zip(before, sets)]
 
     def _seen(self, key: str, window_s: float, now: float) -> int:
         with self._lock:
@@ -391,6 +490,28 @@ class SqliteBudgetStore(_CountingStore):
                 flags.append(False)
         return flags, before, count
 
+    def _admit_points(
+        self, keys: list[tuple[str, int]], points: list[tuple[str, list[int]]], window_s: float, now: float
+    ) -> tuple[list[bool], list[tuple[int, int]]]:
+        with self._transaction() as db:
+            stamps = [self._expire(db, key, window_s, now) for key, _ in keys]
+            counts = [self._count(db, key) for key, _ in keys]
+            before = list(counts)
+            released = []
+            for pid, members in points:
+                held = {k for k in members if db.execute(
+                    "SELECT 1 FROM qg_budget WHERE key = ? AND pid = ?", (keys[k][0], pid)).fetchone()}
+                ok = all(k in held or counts[k] < keys[k][1] for k in members)
+                if ok:
+                    for k in members:
+                        if k in held:
+                            db.execute("UPDATE qg_budget SET ts = ? WHERE key = ? AND pid = ?", (stamps[k], keys[k][0], pid))
+                        else:
+                            db.execute("INSERT INTO qg_budget (key, pid, ts) VALUES (?, ?, ?)", (keys[k][0], pid, stamps[k]))
+                            counts[k] += 1
+                released.append(ok)
+            return released, list(zip(before, counts))
+
     def _seen(self, key: str, window_s: float, now: float) -> int:
         with self._transaction() as db:
             self._expire(db, key, window_s, now)
@@ -490,6 +611,59 @@ end
 return out
 """
 
+# KEYS[1..m]: the ZSETs, one per source. ARGV: now, window_s, ttl_ms, cap1, ..., capm, then per
+# point in rank order: id, n, k1, ..., kn (1-based indices into KEYS)
+#   -> {released flag per point..., then before, after per key}
+_REDIS_ADMIT_POINTS = """
+local base = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[3])
+local m = #KEYS
+local nows, stamps, caps, counts, before = {}, {}, {}, {}, {}
+for k = 1, m do
+  local now = base
+  local newest = redis.call('ZRANGE', KEYS[k], -1, -1, 'WITHSCORES')
+  if newest[2] and tonumber(newest[2]) > now then now = tonumber(newest[2]) end
+  nows[k] = now
+  stamps[k] = string.format('%.17g', now)
+  redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', '(' .. string.format('%.17g', now - window))
+  caps[k] = tonumber(ARGV[3 + k])
+  counts[k] = redis.call('ZCARD', KEYS[k])
+  before[k] = counts[k]
+end
+local out = {}
+local pos = 4 + m
+while pos <= #ARGV do
+  local pid = ARGV[pos]
+  local last = pos + 1 + tonumber(ARGV[pos + 1])
+  local held, ok = {}, true
+  for i = pos + 2, last do
+    local k = tonumber(ARGV[i])
+    held[k] = redis.call('ZSCORE', KEYS[k], pid) ~= false
+    if not held[k] and counts[k] >= caps[k] then ok = false end
+  end
+  if ok then
+    for i = pos + 2, last do
+      local k = tonumber(ARGV[i])
+      redis.call('ZADD', KEYS[k], stamps[k], pid)
+      if not held[k] then counts[k] = counts[k] + 1 end
+    end
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+  pos = last + 1
+end
+for k = 1, m do
+  if counts[k] > 0 then
+    redis.call('PEXPIRE', KEYS[k], string.format('%.0f', ttl + math.ceil((nows[k] - base) * 1000)))
+  end
+  out[#out + 1] = before[k]
+  out[#out + 1] = counts[k]
+end
+return out
+"""
+
 _REDIS_SEEN = """
 local key = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -513,6 +687,13 @@ class RedisBudgetStore(_CountingStore):
     so the TTL never ends a window early; the window itself is enforced from the timestamps passed
     in ``now``.
 
+    :meth:`admit_points` (several keys, all-or-none) is one script over all its keys. A Redis
+    Cluster runs a script only over keys of one hash slot: there, keys of different slots are
+    admitted one script per key and a point is released only where every key admitted it, which
+    never lets a key count past its cap but leaves a point one key withheld charged to the others.
+    Give a cluster a prefix with a hash tag (``prefix="{qg}:"``) to keep every key in one slot and
+    admissions all-or-none, at the cost of one node holding the whole budget.
+
     Args:
         client_or_url: a ``redis.Redis`` client, or a URL for ``redis.Redis.from_url``.
         prefix: prepended to every budget key in Redis.
@@ -525,6 +706,7 @@ class RedisBudgetStore(_CountingStore):
         _check_str("prefix", prefix, empty_ok=True)
         try:
             import redis
+            from redis.crc import key_slot
         except ImportError as exc:
             raise BudgetStoreError(
                 "RedisBudgetStore needs the redis package: pip install 'redis>=5'"
@@ -536,7 +718,9 @@ class RedisBudgetStore(_CountingStore):
         self.prefix = prefix
         cluster = getattr(getattr(redis, "cluster", None), "RedisCluster", None)
         self._cluster = cluster is not None and isinstance(client_or_url, cluster)
+        self._key_slot = key_slot
         self._admit_script = self.client.register_script(_REDIS_ADMIT)
+        self._points_script = self.client.register_script(_REDIS_ADMIT_POINTS)
         self._seen_script = self.client.register_script(_REDIS_SEEN)
 
     def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
@@ -563,6 +747,31 @@ class RedisBudgetStore(_CountingStore):
             out.append(([bool(int(v)) for v in reply[pos:end]], int(reply[end]), int(reply[end + 1])))
             pos = end + 2
         return out
+
+    def _admit_points(
+        self, keys: list[tuple[str, int]], points: list[tuple[str, list[int]]], window_s: float, now: float
+    ) -> tuple[list[bool], list[tuple[int, int]]]:
+        if self._cluster and len({self._key_slot((self.prefix + key).encode()) for key, _ in keys}) > 1:
+            return self._admit_points_per_key(keys, points, window_s, now)
+        args: list[Any] = [repr(now), repr(window_s), max(1, math.ceil(window_s * 1000)), *(cap for _, cap in keys)]
+        for pid, members in points:
+            args += (pid, len(members), *(k + 1 for k in members))
+        reply = self._call(self._points_script, [key for key, _ in keys], args)
+        counts = reply[len(points):]
+        return ([bool(int(v)) for v in reply[:len(points)]],
+                [(int(counts[2 * k]), int(counts[2 * k + 1])) for k in range(len(keys))])
+
+    def _admit_points_per_key(
+        self, keys: list[tuple[str, int]], points: list[tuple[str, list[int]]], window_s: float, now: float
+    ) -> tuple[list[bool], list[tuple[int, int]]]:
+        # A cluster runs a script only over keys of one slot. Each key then decides on its own and
+        # a point is released only where every key admitted it: no key ever counts more than its
+        # cap, but a point one key withheld stays charged to the keys that admitted it. A prefix
+        # with a hash tag ("{qg}:") puts every key in one slot and keeps admissions all-or-none.
+        lists = _ids_by_key(len(keys), points)
+        results = self._admit_many([(key, ids, cap) for (key, cap), ids in zip(keys, lists)], window_s, now)
+        admitted = [{pid for pid, ok in zip(ids, flags) if ok} for ids, (flags, _, _) in zip(lists, results)]
+        return _released_where_all_admit(points, admitted), [(before, after) for _, before, after in results]
 
     def _seen(self, key: str, window_s: float, now: float) -> int:
         return int(self._call(self._seen_script, [key], [repr(now), repr(window_s)]))
@@ -632,8 +841,11 @@ class BudgetDecision:
     """The outcome of one budget admission.
 
     Attributes:
-        admitted: the point ids that may be returned, as passed in and in input order.
-        withheld: the point ids that must not be returned, as passed in and in input order.
+        admitted: the point ids that may be returned, as passed in and in input order; each is
+            counted under ``key``.
+        withheld: the point ids that must not be returned, as passed in and in input order
+            (from :meth:`ExtractionBudget.admit_many`, also those another source of the point
+            refused); the built-in stores count none of them anew under ``key``.
         seen_before: distinct ids in the window before this admission.
         seen_after: distinct ids in the window after it (never more than ``cap``).
         cap: the distinct-id cap that applied.
@@ -646,6 +858,67 @@ class BudgetDecision:
     seen_after: int
     cap: int
     key: str
+
+
+def _normalised_ids(charges: Sequence[tuple[str, Any, int]]) -> list[list[str]]:
+    normalised = []
+    for _, point_ids, _ in charges:
+        if isinstance(point_ids, (str, bytes)) or not isinstance(point_ids, Sequence):
+            raise TypeError(f"point_ids must be a sequence of point ids, not {type(point_ids).__name__}")
+        normalised.append([normalize_point_id(pid) for pid in point_ids])
+    return normalised
+
+
+def _decision(charge: tuple[str, list[Any], int], normalised: list[str], released: set[str],
+              before: int, after: int) -> BudgetDecision:
+    key, originals, cap = charge
+    return BudgetDecision(admitted=[o for o, n in zip(originals, normalised) if n in released],
+                          withheld=[o for o, n in zip(originals, normalised) if n not in released],
+                          seen_before=before, seen_after=after, cap=cap, key=key)
+
+
+def _rank_order(lists: Sequence[Sequence[str]]) -> list[str]:
+    """Every distinct id of ``lists``, in an order that keeps each list's order of first appearance.
+
+    Lists cut from one ranked result (each source's points, in rank order) admit the ranking
+    itself as such an order, and every such order decides an all-or-none admission the same way:
+    two ids that share a key appear in that key's list, so their order is fixed; ids that share no
+    key touch disjoint keys and commute. Ties go to the id read first (list by list). Lists that
+    contradict each other (``[a, b]`` and ``[b, a]``) have no such order: the earliest unplaced
+    id read first is then taken.
+    """
+    position: dict[str, int] = {}
+    after: dict[str, set[str]] = {}
+    waiting: dict[str, int] = {}
+    for ids in lists:
+        previous = None
+        for pid in dict.fromkeys(ids):
+            position.setdefault(pid, len(position))
+            waiting.setdefault(pid, 0)
+            if previous is not None and pid not in after.setdefault(previous, set()):
+                after[previous].add(pid)
+                waiting[pid] += 1
+            previous = pid
+    by_position = list(position)
+    ready = [position[pid] for pid, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
+    order: list[str] = []
+    placed: set[str] = set()
+    unplaced = iter(range(len(by_position)))
+    while len(order) < len(by_position):
+        if ready:
+            pid = by_position[heapq.heappop(ready)]
+        else:
+            pid = next(by_position[i] for i in unplaced if by_position[i] not in placed)
+        if pid in placed:
+            continue
+        placed.add(pid)
+        order.append(pid)
+        for nxt in after.get(pid, ()):
+            waiting[nxt] -= 1
+            if waiting[nxt] == 0:
+                heapq.heappush(ready, position[nxt])
+    return order
 
 
 @functools.lru_cache(maxsize=256)
@@ -717,29 +990,53 @@ class ExtractionBudget:
         return _floor_share(source_size, coverage)
 
     def _decide(self, charges: list[tuple[str, list[Any], int]]) -> list[BudgetDecision]:
-        # charges: (key, original point ids, cap) -> one decision each, from one store call when
-        # the store can take them together.
-        normalised = []
-        for _, point_ids, _ in charges:
-            if isinstance(point_ids, (str, bytes)) or not isinstance(point_ids, Sequence):
-                raise TypeError(f"point_ids must be a sequence of point ids, not {type(point_ids).__name__}")
-            normalised.append([normalize_point_id(pid) for pid in point_ids])
-        now = _check_real("clock()", self.clock(), positive=False)
+        # charges: (key, original point ids, cap) -> one decision each, every key on its own.
+        normalised = _normalised_ids(charges)
+        results = self._admit_per_key(charges, normalised, self._now())
+        return [_decision(charge, norm, admitted, before, after)
+                for charge, norm, (admitted, before, after) in zip(charges, normalised, results)]
+
+    def _decide_points(self, charges: list[tuple[str, list[Any], int]]) -> list[BudgetDecision]:
+        # One point per distinct id, under every key that lists it, decided in rank order: released
+        # (and charged to every key) only if all its keys admit it.
+        normalised = _normalised_ids(charges)
+        members: dict[str, list[int]] = {}
+        for index, ids in enumerate(normalised):
+            for pid in dict.fromkeys(ids):
+                members.setdefault(pid, []).append(index)
+        points = [(pid, members[pid]) for pid in _rank_order(normalised)]
+        now = self._now()
+        admit_points = getattr(self.store, "admit_points", None)
+        if admit_points is not None:
+            flags, counts = admit_points([(key, cap) for key, _, cap in charges], points,
+                                         window_s=self.window_s, now=now)
+        else:
+            # A store without admit_points can only charge each key on its own: never release a
+            # point any key withheld, though the keys that admitted it stay charged for it.
+            results = self._admit_per_key(charges, normalised, now)
+            flags = _released_where_all_admit(points, [admitted for admitted, _, _ in results])
+            counts = [(before, after) for _, before, after in results]
+        released = {pid for (pid, _), ok in zip(points, flags) if ok}
+        return [_decision(charge, norm, released, before, after)
+                for charge, norm, (before, after) in zip(charges, normalised, counts)]
+
+    def _now(self) -> float:
+        return _check_real("clock()", self.clock(), positive=False)
+
+    def _admit_per_key(self, charges: list[tuple[str, list[Any], int]], normalised: list[list[str]],
+                       now: float) -> list[tuple[set[str], int, int]]:
+        # Per charge: (normalised ids admitted, seen_before, seen_after), in one store call when
+        # the store can take several keys together.
         store = self.store
         many = getattr(store, "admit_many_counted", None)
         if many is not None:
             results = many([(key, norm, cap) for (key, _, cap), norm in zip(charges, normalised)],
                            window_s=self.window_s, now=now)
-            return [
-                BudgetDecision(
-                    admitted=[o for o, ok in zip(originals, flags) if ok],
-                    withheld=[o for o, ok in zip(originals, flags) if not ok],
-                    seen_before=before, seen_after=after, cap=cap, key=key)
-                for (key, originals, cap), (flags, before, after) in zip(charges, results)
-            ]
-        decisions = []
+            return [({n for n, ok in zip(norm, flags) if ok}, before, after)
+                    for norm, (flags, before, after) in zip(normalised, results)]
+        out = []
         counted = getattr(store, "admit_counted", None)
-        for (key, originals, cap), norm in zip(charges, normalised):
+        for (key, _, cap), norm in zip(charges, normalised):
             if counted is not None:
                 admitted, _, before, after = counted(key, norm, cap=cap, window_s=self.window_s, now=now)
             else:
@@ -747,12 +1044,8 @@ class ExtractionBudget:
                 before = store.seen(key, window_s=self.window_s, now=now)
                 admitted, _ = store.admit(key, norm, cap=cap, window_s=self.window_s, now=now)
                 after = store.seen(key, window_s=self.window_s, now=now)
-            ok = set(admitted)
-            decisions.append(BudgetDecision(
-                admitted=[o for o, n in zip(originals, norm) if n in ok],
-                withheld=[o for o, n in zip(originals, norm) if n not in ok],
-                seen_before=before, seen_after=after, cap=cap, key=key))
-        return decisions
+            out.append((set(admitted), before, after))
+        return out
 
     def admit(
         self,
@@ -793,12 +1086,21 @@ class ExtractionBudget:
         requests: Mapping[str, tuple[Sequence[int | str | uuid.UUID], int]],
         max_source_coverage: float,
     ) -> dict[str, BudgetDecision]:
-        """Charge several sources of one read at once: :meth:`admit` for each, in one store call.
+        """Charge several sources of one read at once, each point under all its sources or none.
 
-        Every source gets exactly the decision that calling :meth:`admit` for it would give at
-        the same clock reading (sources have separate keys). The built-in stores apply all of
-        them in one step: one lock acquisition, one SQLite ``BEGIN IMMEDIATE`` transaction, or
-        one Redis script (one per key on Redis Cluster, where a script cannot span hash slots).
+        A point id listed under several sources is one point of each of them. Points are decided
+        in rank order (an order that keeps every source's list order, so the ranking itself when
+        the lists come from one ranked result): a point is released only if every one of its
+        sources admits it, as :meth:`admit` would (already seen in the window, or the source
+        below its cap), and it is then charged to all of them. A point any source withholds is
+        charged to none and refreshed under none. Sources that share no point get exactly what
+        :meth:`admit` would give each. The built-in stores decide everything in one step
+        (:meth:`MemoryBudgetStore.admit_points`: one lock, one SQLite ``BEGIN IMMEDIATE``
+        transaction, or one Redis script; see :class:`RedisBudgetStore` for Redis Cluster).
+
+        A third-party store without ``admit_points`` is charged source by source with its
+        ``admit``: a point is still released only if every source admitted it, but the sources
+        that admitted a point another one withheld stay charged for it.
 
         Args:
             principal: who is reading.
@@ -808,7 +1110,9 @@ class ExtractionBudget:
             max_source_coverage: the largest share of each source one principal may see per window.
 
         Returns:
-            source -> :class:`BudgetDecision`, in the order of ``requests``.
+            source -> :class:`BudgetDecision`, in the order of ``requests``: ``admitted`` are the
+            source's points released (and charged), ``withheld`` the others, whichever of the
+            point's sources refused them; the counts are the source's own.
 
         Raises:
             TypeError, ValueError: bad arguments or point ids (nothing is charged then).
@@ -825,7 +1129,7 @@ class ExtractionBudget:
             _check_count("source_size", source_size)
             charges.append((self.budget_key(principal, collection, source), point_ids,
                             _floor_share(source_size, coverage)))
-        return dict(zip(requests, self._decide(charges))) if charges else {}
+        return dict(zip(requests, self._decide_points(charges))) if charges else {}
 
     def admit_vectors(
         self,

@@ -515,11 +515,19 @@ def test_make_store_redis(redis_url):
 
 
 # --- admit_many: one store transaction, the same decisions as admit per source ---------------
+# (for sources that share no point; shared points are tests/test_budget_all_or_none.py's)
+
+
+def _disjoint(requests):
+    # Source j lists ids 100*j.. only, and only the first source lists UUIDs.
+    return {source: (ids if j == 0 else [i + 100 * j for i in ids if isinstance(i, int)], size)
+            for j, (source, (ids, size)) in enumerate(requests.items())}
+
 
 _sources = st.sampled_from(["memo", "wiki", "a|b", "50%", "ünï"])
 _ids = st.lists(st.integers(0, 12) | st.sampled_from(["550e8400-e29b-41d4-a716-446655440000",
                                                         "550E8400E29B41D4A716446655440000"]), max_size=6)
-_request = st.dictionaries(_sources, st.tuples(_ids, st.integers(0, 14)), max_size=4)
+_request = st.dictionaries(_sources, st.tuples(_ids, st.integers(0, 14)), max_size=4).map(_disjoint)
 _script = st.lists(st.tuples(_request, st.sampled_from([0.0, 0.5, 1.0]), st.sampled_from([0.0, 3.0, 7.0, -2.0]),
                              st.sampled_from(["p", "q"])), min_size=1, max_size=6)
 
@@ -568,8 +576,8 @@ def test_admit_many_equals_sequential_admit_redis(redis_url, script):
 
 def test_admit_many_is_one_store_call(store, monkeypatch):
     calls = []
-    original = store._admit_many
-    monkeypatch.setattr(store, "_admit_many", lambda reqs, w, n: calls.append(len(reqs)) or original(reqs, w, n))
+    original = store._admit_points
+    monkeypatch.setattr(store, "_admit_points", lambda keys, pts, w, n: calls.append(len(keys)) or original(keys, pts, w, n))
     budget = ExtractionBudget(store, clock=lambda: 1.0)
     out = budget.admit_many(principal="p", collection="c", max_source_coverage=0.5,
                             requests={"a": ([1, 2, 3], 4), "b": ([7], 1), "c": ([], 10)})
