@@ -168,9 +168,9 @@ class ReadOps(PayloadOps, QueryChecks):
                      sources_of: Callable[[Any], Sequence[str]], *, account: str | None = None) -> Any:
         """The cross-query extraction budget: withhold points past a principal's coverage of a source.
 
-        A point of several sources (``sources_of``) is charged to each and withheld if any of them
-        withholds it. Points are charged, and sources counted, under collection ``account``
-        (``name`` when None).
+        A point of several sources (``sources_of``) is released, and charged to each, only if all
+        of them admit it; one any of them withholds is charged to none (``admit_many``). Points are
+        charged, and sources counted, under collection ``account`` (``name`` when None).
         """
         account = name if account is None else account
         budget = self.extraction_budget(pol)

@@ -293,14 +293,11 @@ def test_a_source_stored_as_a_number_or_boolean_is_sized_by_its_points(kit, sour
     assert len(got) == 6
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open: admit_many charges each source of a point on its own, so a point that one source "
-    "withholds is still charged to its other sources; charging only released points needs a store "
-    "admission that admits a point under all its keys or none (memory, SQLite and the Redis script)"))
 def test_a_withheld_point_is_not_charged_to_its_other_sources(kit):
-    # Point 4 is tagged ["memo", "q3"]. Once memo is used up it is withheld, yet q3 was charged for
-    # it: q3 then releases one point fewer, which both costs the reader a point it never received
-    # and tells it whether a withheld point matched the probe (a count past the budget).
+    # Point 4 is tagged ["memo", "q3"]. Once memo is used up it is withheld, and q3 was charged for
+    # it all the same: q3 then released one point fewer, which both cost the reader a point it never
+    # received and told it whether a withheld point matched the probe (a count past the budget).
+    # Admission is now all-or-none per point: charged to every source, or to none.
     alice = hr_shared(kit, "kb", {"max_source_coverage": 0.5})
     rng = np.random.default_rng(6)
     sources = {0: "memo", 1: "memo", 2: "memo", 3: "memo", 4: ["memo", "q3"], 5: ["memo", "q3"],
@@ -309,7 +306,7 @@ def test_a_withheld_point_is_not_charged_to_its_other_sources(kit):
     dave = alice.with_principal(kit.principal("dave", "support"))
     assert len(dave.retrieve("kb", [0, 1, 2])) == 3  # memo used up
     assert dave.retrieve("kb", [4]) == []  # withheld by memo
-    assert _ids(dave.retrieve("kb", [10, 11, 12, 13])) == {10, 11, 12}  # today {10, 11}
+    assert _ids(dave.retrieve("kb", [10, 11, 12, 13])) == {10, 11, 12}  # was {10, 11}
 
 
 def test_an_empty_string_source_does_not_break_budgeted_reads(kit):
