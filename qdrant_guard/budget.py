@@ -177,7 +177,12 @@ def normalize_point_id(point_id: int | str | uuid.UUID) -> str:
 
 @runtime_checkable
 class BudgetStore(Protocol):
-    """Where budget entries live. Every method is safe to call from many threads at once."""
+    """Where budget entries live. Every method is safe to call from many threads at once.
+
+    The built-in stores also offer ``admit_points`` (all-or-none admission of points of several
+    keys), which :meth:`ExtractionBudget.admit_many` uses. A store without it still works: each
+    key is then charged on its own, and a point is released only if every key admitted it.
+    """
 
     def admit(
         self, key: str, point_ids: Sequence[str], *, cap: int, window_s: float, now: float
@@ -869,7 +874,7 @@ def _normalised_ids(charges: Sequence[tuple[str, Any, int]]) -> list[list[str]]:
     return normalised
 
 
-def _decision(charge: tuple[str, list[Any], int], normalised: list[str], released: set[str],
+def _decision(charge: tuple[str, Sequence[Any], int], normalised: list[str], released: set[str],
               before: int, after: int) -> BudgetDecision:
     key, originals, cap = charge
     return BudgetDecision(admitted=[o for o, n in zip(originals, normalised) if n in released],
@@ -989,14 +994,14 @@ class ExtractionBudget:
         coverage = _check_fraction("max_source_coverage", max_source_coverage, allow_zero=True)
         return _floor_share(source_size, coverage)
 
-    def _decide(self, charges: list[tuple[str, list[Any], int]]) -> list[BudgetDecision]:
+    def _decide(self, charges: list[tuple[str, Sequence[Any], int]]) -> list[BudgetDecision]:
         # charges: (key, original point ids, cap) -> one decision each, every key on its own.
         normalised = _normalised_ids(charges)
         results = self._admit_per_key(charges, normalised, self._now())
         return [_decision(charge, norm, admitted, before, after)
                 for charge, norm, (admitted, before, after) in zip(charges, normalised, results)]
 
-    def _decide_points(self, charges: list[tuple[str, list[Any], int]]) -> list[BudgetDecision]:
+    def _decide_points(self, charges: list[tuple[str, Sequence[Any], int]]) -> list[BudgetDecision]:
         # One point per distinct id, under every key that lists it, decided in rank order: released
         # (and charged to every key) only if all its keys admit it.
         normalised = _normalised_ids(charges)
@@ -1023,7 +1028,7 @@ class ExtractionBudget:
     def _now(self) -> float:
         return _check_real("clock()", self.clock(), positive=False)
 
-    def _admit_per_key(self, charges: list[tuple[str, list[Any], int]], normalised: list[list[str]],
+    def _admit_per_key(self, charges: list[tuple[str, Sequence[Any], int]], normalised: list[list[str]],
                        now: float) -> list[tuple[set[str], int, int]]:
         # Per charge: (normalised ids admitted, seen_before, seen_after), in one store call when
         # the store can take several keys together.
