@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from tests.redis_server import redis_url  # noqa: F401  (fixture: one redis-server per session)
+
 NATIVE_MODULES = ("qdrant_guard._noise", "qdrant_guard._scan", "qdrant_guard._detect")
 
 

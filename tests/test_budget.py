@@ -2,10 +2,6 @@
 from __future__ import annotations
 
 import multiprocessing
-import os
-import shutil
-import socket
-import subprocess
 import threading
 import time
 import uuid
@@ -27,68 +23,7 @@ from qdrant_guard.budget import (
     normalize_point_id,
 )
 from qdrant_guard.errors import QdrantGuardError
-
-INSTALL_HINT = "redis-server is not on PATH; install it with: apt-get install -y redis-server"
-
-
-# --- a real redis-server for the session -----------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def redis_url(tmp_path_factory):
-    exe = shutil.which("redis-server")
-    missing = INSTALL_HINT if exe is None else None
-    try:
-        import redis
-    except ImportError:
-        redis = None
-        missing = missing or "the redis package is missing; install it with: pip install 'redis>=5'"
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(missing)
-        pytest.skip(missing)
-    workdir = tmp_path_factory.mktemp("redis")
-    for _attempt in range(3):
-        port = _free_port()
-        log = open(workdir / f"redis-{port}.log", "wb")
-        proc = subprocess.Popen(
-            [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(workdir)],
-            stdout=log, stderr=subprocess.STDOUT,
-        )
-        client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
-        deadline = time.monotonic() + 10
-        while proc.poll() is None and time.monotonic() < deadline:
-            try:
-                if client.ping():
-                    break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        else:
-            proc.kill()
-            proc.wait()
-            log.close()
-            continue  # port taken between probe and bind, or slow start: try another port
-        try:
-            yield f"redis://127.0.0.1:{port}/0"
-        finally:
-            client.close()
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            log.close()
-        return
-    pytest.fail(f"redis-server did not answer PING on 3 ports; see logs in {workdir}")
-
+from tests.redis_server import free_port
 
 STORE_KINDS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)]
 
@@ -403,7 +338,7 @@ def test_redis_ttl_never_cuts_a_window_the_clock_stepped_back_into(redis_url):
 
 def test_redis_unreachable_is_a_budget_store_error():
     pytest.importorskip("redis")
-    store = RedisBudgetStore(f"redis://127.0.0.1:{_free_port()}/0")
+    store = RedisBudgetStore(f"redis://127.0.0.1:{free_port()}/0")
     with pytest.raises(BudgetStoreError, match="redis budget store failed for key 'k'"):
         store.admit("k", ["a"], cap=1, window_s=1, now=0)
 

@@ -18,7 +18,6 @@ from qdrant_guard.budget import (
     RedisBudgetStore,
     SqliteBudgetStore,
 )
-from test_budget import redis_url  # noqa: F401  (the session's redis-server)
 
 STORE_KINDS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)]
 W = 10.0  # window_s
@@ -177,7 +176,7 @@ def test_memory_and_sqlite_match_the_model(tmp_path_factory, script):
 @pytest.mark.redis
 @settings(max_examples=60, deadline=None)
 @given(script=st.lists(_step, min_size=1, max_size=8))
-def test_redis_matches_the_model(redis_url, script):  # noqa: F811
+def test_redis_matches_the_model(redis_url, script):
     _run_script([RedisBudgetStore(redis_url, prefix=f"qg:aon:{uuid.uuid4().hex}:")], script)
 
 
@@ -242,7 +241,7 @@ def test_admit_many_decides_lists_of_one_ranking_in_rank_order(tmp_path_factory,
 @pytest.mark.redis
 @settings(max_examples=40, deadline=None)
 @given(script=_ranked_script)
-def test_admit_many_decides_lists_of_one_ranking_in_rank_order_redis(redis_url, script):  # noqa: F811
+def test_admit_many_decides_lists_of_one_ranking_in_rank_order_redis(redis_url, script):
     _run_ranked(lambda: RedisBudgetStore(redis_url, prefix=f"qg:ranked:{uuid.uuid4().hex}:"), script)
 
 
@@ -308,7 +307,7 @@ def test_a_protocol_only_store_never_releases_a_point_a_source_withheld():
 
 
 @pytest.mark.redis
-def test_redis_cluster_keys_of_different_slots_fall_back_without_over_releasing(redis_url):  # noqa: F811
+def test_redis_cluster_keys_of_different_slots_fall_back_without_over_releasing(redis_url):
     from redis.crc import key_slot
 
     # A plain client marked as a cluster's: the per-key fallback runs against a real server.
@@ -322,7 +321,7 @@ def test_redis_cluster_keys_of_different_slots_fall_back_without_over_releasing(
 
 
 @pytest.mark.redis
-def test_redis_cluster_with_a_hash_tag_prefix_stays_all_or_none(redis_url):  # noqa: F811
+def test_redis_cluster_with_a_hash_tag_prefix_stays_all_or_none(redis_url):
     store = RedisBudgetStore(redis_url, prefix=f"{{qg-{uuid.uuid4().hex}}}:")
     store._cluster = True
     out = _shared_point_read(ExtractionBudget(store, window_s=W, clock=lambda: 0.0))
