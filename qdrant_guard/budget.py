@@ -28,6 +28,7 @@ import functools
 import heapq
 import math
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -51,6 +52,7 @@ __all__ = [
     "make_store",
     "store_kind",
     "normalize_point_id",
+    "denormalize_point_id",
 ]
 
 
@@ -170,6 +172,30 @@ def normalize_point_id(point_id: int | str | uuid.UUID) -> str:
         raise ValueError(
             f"point id {point_id!r} is not a UUID string; Qdrant ids are unsigned ints or UUIDs"
         ) from None
+
+
+def _in_window(entries: Any, window_s: float, now: float) -> frozenset[str]:
+    """The ids of ``(id, timestamp)`` pairs an admission at ``now`` would still count: the window
+    ends at ``max(now, newest timestamp)``, as every store's admission reads it."""
+    pairs = list(entries)
+    if not pairs:
+        return frozenset()
+    cutoff = max(now, max(ts for _, ts in pairs)) - window_s
+    return frozenset(pid for pid, ts in pairs if ts >= cutoff)
+
+
+def denormalize_point_id(normalised: str) -> int | str:
+    """Return the Qdrant point id a :func:`normalize_point_id` string names (an int, or a UUID str).
+
+    Raises:
+        ValueError: not a string :func:`normalize_point_id` returns.
+    """
+    kind, _, value = str(normalised).partition(":")
+    if kind == "i" and value.isdigit():
+        return int(value)
+    if kind == "u":
+        return str(uuid.UUID(value))
+    raise ValueError(f"{normalised!r} is not a normalised point id ('i:<n>' or 'u:<uuid>')")
 
 
 # --- stores ----------------------------------------------------------------------------------
@@ -301,6 +327,21 @@ class _CountingStore:
             _check_str("key", key)
         self._reset(key)
 
+    def entries_by_prefix(self, prefix: str, *, window_s: float, now: float) -> dict[str, frozenset[str]]:
+        """Return every key starting with ``prefix`` that holds ids within the window, with its ids.
+
+        Read-only: nothing expires, nothing is refreshed. A key's window ends at ``max(now, its
+        newest timestamp)``, as in :meth:`BudgetStore.admit`, so the ids returned are exactly those
+        an admission at ``now`` would admit again. Keys whose ids all fall outside are left out.
+        """
+        _check_str("prefix", prefix, empty_ok=True)
+        return self._entries_by_prefix(
+            prefix, _check_real("window_s", window_s, positive=True), _check_real("now", now, positive=False)
+        )
+
+    def _entries_by_prefix(self, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]]:
+        raise NotImplementedError
+
     def _admit_many(
         self, requests: list[tuple[str, list[str], int]], window_s: float, now: float
     ) -> list[tuple[list[bool], int, int]]:
@@ -400,6 +441,12 @@ class MemoryBudgetStore(_CountingStore):
                 self._keys.clear()
             else:
                 self._keys.pop(key, None)
+
+    def _entries_by_prefix(self, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]]:
+        with self._lock:
+            found = {key: _in_window(entries.items(), window_s, now)
+                     for key, entries in self._keys.items() if key.startswith(prefix)}
+        return {key: ids for key, ids in found.items() if ids}
 
 
 _SQLITE_SCHEMA = """
@@ -521,6 +568,21 @@ class SqliteBudgetStore(_CountingStore):
         with self._transaction() as db:
             self._expire(db, key, window_s, now)
             return self._count(db, key)
+
+    def _entries_by_prefix(self, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]]:
+        # One SELECT reads one snapshot (WAL) and walks the primary key from the prefix on, so it
+        # needs no write lock; rows come ordered by key, and the first key past the prefix ends it.
+        rows: dict[str, list[tuple[str, float]]] = {}
+        try:
+            for key, pid, ts in self._connection().execute(
+                    "SELECT key, pid, ts FROM qg_budget WHERE key >= ? ORDER BY key", (prefix,)):
+                if not key.startswith(prefix):
+                    break
+                rows.setdefault(key, []).append((pid, ts))
+        except sqlite3.Error as exc:
+            raise BudgetStoreError(f"budget database {self.path!r}: {exc}") from exc
+        found = {key: _in_window(entries, window_s, now) for key, entries in rows.items()}
+        return {key: ids for key, ids in found.items() if ids}
 
     def _reset(self, key: str | None) -> None:
         with self._transaction() as db:
@@ -679,6 +741,20 @@ return redis.call('ZCARD', key)
 """
 
 
+# KEYS: ZSETs; ARGV: now, window_s -> per key, the ids an admission at now would still count
+# (read-only: nothing is removed).
+_REDIS_ENTRIES = """
+local out = {}
+for k = 1, #KEYS do
+  local now = tonumber(ARGV[1])
+  local newest = redis.call('ZRANGE', KEYS[k], -1, -1, 'WITHSCORES')
+  if newest[2] and tonumber(newest[2]) > now then now = tonumber(newest[2]) end
+  out[k] = redis.call('ZRANGEBYSCORE', KEYS[k], string.format('%.17g', now - tonumber(ARGV[2])), '+inf')
+end
+return out
+"""
+
+
 def _glob_escape(text: str) -> str:
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
@@ -727,6 +803,7 @@ class RedisBudgetStore(_CountingStore):
         self._admit_script = self.client.register_script(_REDIS_ADMIT)
         self._points_script = self.client.register_script(_REDIS_ADMIT_POINTS)
         self._seen_script = self.client.register_script(_REDIS_SEEN)
+        self._entries_script = self.client.register_script(_REDIS_ENTRIES)
 
     def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         try:
@@ -780,6 +857,25 @@ class RedisBudgetStore(_CountingStore):
 
     def _seen(self, key: str, window_s: float, now: float) -> int:
         return int(self._call(self._seen_script, [key], [repr(now), repr(window_s)]))
+
+    def _entries_by_prefix(self, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]]:
+        # SCAN visits every key of the Redis database (O(keys), in batches), then one read-only
+        # script per batch of keys found (per key on a cluster, whose scripts span one slot).
+        try:
+            names = [name.decode() if isinstance(name, bytes) else name for name in
+                     self.client.scan_iter(match=_glob_escape(self.prefix + prefix) + "*", count=500)]
+        except self._redis_error as exc:
+            raise BudgetStoreError(f"redis budget store scan failed for prefix {prefix!r}: {exc}") from exc
+        keys = [name[len(self.prefix):] for name in names]
+        step = 1 if self._cluster else 500
+        found: dict[str, frozenset[str]] = {}
+        for start in range(0, len(keys), step):
+            batch = keys[start:start + step]
+            reply = self._call(self._entries_script, batch, [repr(now), repr(window_s)])
+            for key, ids in zip(batch, reply):
+                if ids:
+                    found[key] = frozenset(i.decode() if isinstance(i, bytes) else i for i in ids)
+        return found
 
     def _reset(self, key: str | None) -> None:
         try:
@@ -942,6 +1038,11 @@ def _escape_part(text: str) -> str:
     return text.replace("%", "%25").replace("|", "%7C")
 
 
+def _unescape_part(text: str) -> str:
+    # One pass, so an escaped "%" never joins the text after it into another escape.
+    return re.sub("%(25|7C)", lambda m: "%" if m.group(1) == "25" else "|", text)
+
+
 class ExtractionBudget:
     """Caps the distinct points of each source a principal can see within a sliding window.
 
@@ -973,6 +1074,29 @@ class ExtractionBudget:
         """
         parts = (_check_str("principal", principal), _check_str("collection", collection), _check_str("source", source))
         return "src|" + "|".join(_escape_part(p) for p in parts)
+
+    def admitted_by_source(self, *, principal: str, collection: str) -> dict[str, frozenset[str]] | None:
+        """Return source -> the point ids (normalised) the principal holds within the window.
+
+        Only sources with at least one id in the window appear. Read-only: nothing is charged,
+        refreshed or forgotten. An id listed here is admitted again for free.
+
+        Returns:
+            The mapping, or None when the store cannot list its keys (a third-party store that
+            implements only :class:`BudgetStore`, without ``entries_by_prefix``).
+
+        Raises:
+            TypeError, ValueError: an empty or non-str principal or collection.
+            BudgetStoreError: the store is unavailable.
+        """
+        listing = getattr(self.store, "entries_by_prefix", None)
+        if listing is None:
+            return None
+        parts = (_check_str("principal", principal), _check_str("collection", collection))
+        prefix = "src|" + "|".join(_escape_part(p) for p in parts) + "|"
+        now = _check_real("clock()", self.clock(), positive=False)
+        found = listing(prefix, window_s=self.window_s, now=now)
+        return {_unescape_part(key[len(prefix):]): frozenset(ids) for key, ids in found.items()}
 
     @staticmethod
     def _vector_key(principal: str, collection: str) -> str:

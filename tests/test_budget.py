@@ -19,6 +19,7 @@ from qdrant_guard.budget import (
     MemoryBudgetStore,
     RedisBudgetStore,
     SqliteBudgetStore,
+    denormalize_point_id,
     make_store,
     normalize_point_id,
 )
@@ -93,6 +94,51 @@ def test_store_counts_from_the_same_atomic_step(store):
     assert store.admit_counted("k", ["b", "z"], cap=3, window_s=5, now=2.0) == (["b", "z"], [], 2, 3)
 
 
+def test_entries_by_prefix_lists_the_window_read_only(store):
+    store.admit("src|a|c|x", ["1", "2"], cap=5, window_s=10, now=100.0)
+    store.admit("src|a|c|y", ["3"], cap=5, window_s=10, now=105.0)
+    store.admit("src|a|cc|z", ["4"], cap=5, window_s=10, now=105.0)
+    store.admit("src|b|c|x", ["5"], cap=5, window_s=10, now=105.0)
+    assert store.entries_by_prefix("src|a|c|", window_s=10, now=105.0) == {
+        "src|a|c|x": frozenset({"1", "2"}), "src|a|c|y": frozenset({"3"})}
+    # x's ids are a window old at 110.5: gone from the listing, and the listing forgot nothing.
+    assert store.entries_by_prefix("src|a|c|", window_s=10, now=110.5) == {"src|a|c|y": frozenset({"3"})}
+    assert store.seen("src|a|c|x", window_s=10, now=105.0) == 2
+    # The key's own clock: an earlier now still sees what the newest admission keeps.
+    assert store.entries_by_prefix("src|a|c|y", window_s=10, now=0.0) == {"src|a|c|y": frozenset({"3"})}
+    assert store.entries_by_prefix("src|z", window_s=10, now=105.0) == {}
+    assert set(store.entries_by_prefix("", window_s=10, now=105.0)) == {
+        "src|a|c|x", "src|a|c|y", "src|a|cc|z", "src|b|c|x"}
+    with pytest.raises(TypeError, match="prefix must be a str, not NoneType"):
+        store.entries_by_prefix(None, window_s=10, now=0.0)
+
+
+def test_admitted_by_source_reads_one_principal_and_collection(store):
+    clock = [1000.0]
+    budget = ExtractionBudget(store, window_s=60, clock=lambda: clock[0])
+    for principal, collection, source, ids in [("p|1", "c", "memo", [1, 2]), ("p|1", "c", "a|b%7C", [3]),
+                                               ("p|1", "c|d", "memo", [4]), ("p", "1|c", "memo", [5]),
+                                               ("p|1", "c", "q3", ["00000000-0000-0000-0000-00000000000A"])]:
+        budget.admit(principal=principal, collection=collection, source=source, point_ids=ids, source_size=10,
+                     max_source_coverage=1.0)
+    assert budget.admitted_by_source(principal="p|1", collection="c") == {
+        "memo": frozenset({"i:1", "i:2"}), "a|b%7C": frozenset({"i:3"}),
+        "q3": frozenset({"u:00000000-0000-0000-0000-00000000000a"})}
+    clock[0] += 61
+    assert budget.admitted_by_source(principal="p|1", collection="c") == {}
+
+
+def test_admitted_by_source_is_none_for_a_protocol_only_store():
+    assert ExtractionBudget(_AdmitOnlyStore(), clock=lambda: 0.0).admitted_by_source(principal="p", collection="c") is None
+
+
+def test_denormalize_point_id_inverts_normalize():
+    for pid in (0, 7, 2**64 - 1, "00000000-0000-0000-0000-00000000000a"):
+        assert denormalize_point_id(normalize_point_id(pid)) == pid
+    with pytest.raises(ValueError, match="not a normalised point id"):
+        denormalize_point_id("x:1")
+
+
 @pytest.mark.parametrize(
     "call, exc, message",
     [
@@ -145,6 +191,16 @@ class _Model:
     def seen(self, key, window_s, now):
         return len(self._expire(key, window_s, now)[0])
 
+    def entries(self, prefix, window_s, now):
+        # Read-only: a copy of each key's entries, expired as an admission at ``now`` would.
+        out = {}
+        for key, entries in self.keys.items():
+            if key.startswith(prefix):
+                kept = {p: ts for p, ts in entries.items() if ts >= max([now, *entries.values()]) - window_s}
+                if kept:
+                    out[key] = frozenset(kept)
+        return out
+
 
 def _run_machine(stores):
     class BudgetMachine(RuleBasedStateMachine):
@@ -171,6 +227,14 @@ def _run_machine(stores):
             self.model.keys.pop(key, None)
             for s in stores:
                 s.reset(key)
+
+        @invariant()
+        def listings_agree(self):
+            # Listing is read-only, so it runs before the counts below and must not change them.
+            for prefix in ("", "k", "k1", "x"):
+                expected = self.model.entries(prefix, 5.0, self.now)
+                for s in stores:
+                    assert s.entries_by_prefix(prefix, window_s=5.0, now=self.now) == expected, type(s).__name__
 
         @invariant()
         def counts_agree(self):
