@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -14,7 +15,7 @@ from qdrant_client.http import models
 
 from . import detect as _detect
 from . import noise as _noise
-from .budget import BudgetStoreError, ExtractionBudget, make_store, normalize_point_id
+from .budget import BudgetStoreError, ExtractionBudget, denormalize_point_id, make_store, normalize_point_id
 from .decision import Verdict
 from .diversity import enforce_diversity, enforce_group_caps, overfetch_limit
 from .payloadops import PayloadOps
@@ -39,6 +40,58 @@ class ReadPlan:
     offset: int = 0
     diversify: bool = False
     strip_vectors: bool = False
+    withheld_sources: set[str] = field(default_factory=set)
+    """Sources whose budget withheld points of this read (enforce mode)."""
+    withheld_ids: set[str] = field(default_factory=set)
+    """Normalised ids of the points the budget withheld from this read (enforce mode)."""
+
+    def fresh(self) -> "ReadPlan":
+        """The same plan, with nothing recorded as withheld yet (for a re-run of the read)."""
+        return replace(self, withheld_sources=set(), withheld_ids=set())
+
+
+@dataclass
+class Exclusion:
+    """Points a budgeted read keeps out of Qdrant's page and ranking, in Qdrant's own filter.
+
+    A point the budget withholds would otherwise still take its place: a filter that also matches
+    a released point ranked after it returns that point only when no withheld point matches, which
+    reads withheld payload values one filter at a time.
+    """
+
+    source_field: str
+    sources: dict[str, frozenset[str] | None] = field(default_factory=dict)
+    """Exhausted source -> the normalised ids still admitted under it (None: the store cannot list
+    them, so the whole source is excluded)."""
+    ids: set[str] = field(default_factory=set)
+    """Normalised ids withheld by an earlier run of this read."""
+
+    def __bool__(self) -> bool:
+        return bool(self.sources or self.ids)
+
+    def conditions(self) -> list[Any]:
+        """The ``must_not`` conditions: a point of an exhausted source that it did not admit, and
+        every id withheld earlier. A point of several sources matches if any of them excludes it,
+        as the budget withholds it if any of them withholds it."""
+        out: list[Any] = []
+        for source, admitted in sorted(self.sources.items()):
+            named = _source_condition(self.source_field, source)
+            out.append(named if not admitted else models.Filter(
+                must=[named], must_not=[models.HasIdCondition(has_id=_point_ids(admitted))]))
+        if self.ids:
+            out.append(models.HasIdCondition(has_id=_point_ids(self.ids)))
+        return out
+
+    def wrap(self, flt: Any, where: str) -> Any:
+        """``flt`` with the exclusion added around it (``flt`` itself when there is nothing to exclude).
+
+        Raises:
+            UncheckedForm: ``flt`` is not a filter form the guard can combine.
+        """
+        if not self:
+            return flt
+        user = _rest_filter(flt, where)
+        return models.Filter(must=None if user is None else [user], must_not=self.conditions())
 
 
 def project_payload(payload: dict[str, Any] | None, selector: Any) -> dict[str, Any] | None:
@@ -115,7 +168,7 @@ class ReadOps(PayloadOps, QueryChecks):
                 pts = list(outcome.kept)
         if _source_budgeted(pol):
             pts = yield from self.apply_budget(op, name, pol, pts, details, lambda p: _sources(p, src),
-                                               account=account)
+                                               account=account, plan=plan)
         if _vector_budgeted(pol, plan):
             pts = self.apply_vector_budget(op, name, pol, pts, details, account=account)
         redact_text = self.redacts_kept_text(pol)
@@ -165,12 +218,14 @@ class ReadOps(PayloadOps, QueryChecks):
         return keep
 
     def apply_budget(self, op: str, name: str, pol: CollectionPolicy, pts: list[Any], details: dict[str, Any],
-                     sources_of: Callable[[Any], Sequence[str]], *, account: str | None = None) -> Any:
+                     sources_of: Callable[[Any], Sequence[str]], *, account: str | None = None,
+                     plan: ReadPlan | None = None) -> Any:
         """The cross-query extraction budget: withhold points past a principal's coverage of a source.
 
         A point of several sources (``sources_of``) is released, and charged to each, only if all
         of them admit it; one any of them withholds is charged to none (``admit_many``). Points are
-        charged, and sources counted, under collection ``account`` (``name`` when None).
+        charged, and sources counted, under collection ``account`` (``name`` when None). What is
+        withheld is recorded in ``plan`` (when given), for :meth:`read_excluding_withheld`.
         """
         account = name if account is None else account
         budget = self.extraction_budget(pol)
@@ -208,6 +263,9 @@ class ReadOps(PayloadOps, QueryChecks):
                 details["budget_monitor"] = True
                 return pts
             details["verdict"] = Verdict.BUDGET_EXCEEDED.value
+            if plan is not None:
+                plan.withheld_sources.update(report)
+                plan.withheld_ids.update(withheld)
         return [p for p in pts if normalize_point_id(p.id) not in withheld]
 
     def apply_vector_budget(self, op: str, name: str, pol: CollectionPolicy, pts: list[Any], details: dict[str, Any],
@@ -247,6 +305,102 @@ class ReadOps(PayloadOps, QueryChecks):
             f"the extraction-budget store failed ({exc}); {outcome}. Check the store in budget_store",
             details={"error": repr(exc)},
         )) from exc
+
+    def budget_exclusion(self, op: str, name: str, pol: CollectionPolicy, account: str) -> Any:
+        """What a budgeted read of ``account`` must exclude before it is sent: every source this
+        principal has used up in the window, but for the ids already admitted under it (those stay
+        readable: reading them again is free).
+
+        A generator (a source's cap needs its size). Returns None where no budget withholds
+        (the owner boundary, an unbudgeted collection, monitor mode), else an :class:`Exclusion`:
+        empty when the store cannot list what it admitted, in which case sources are excluded
+        whole once a read finds them used up (see :meth:`widen_exclusion`).
+        """
+        if not self.source_budgeted(pol) or pol.diversity.mode == "monitor":
+            return None
+        exclusion = Exclusion(pol.source_field)
+        listed = self._admitted_by_source(op, name, pol, account)
+        restricted = pol.diversity.restricted_sources
+        budget = self.extraction_budget(pol)
+        for source, ids in (listed or {}).items():
+            if restricted and source not in restricted:
+                continue
+            size = yield from self.source_size(account, pol, source)
+            if len(ids) >= budget.cap_for(size, pol.diversity.max_source_coverage):
+                exclusion.sources[source] = ids
+        return exclusion
+
+    def widen_exclusion(self, op: str, name: str, pol: CollectionPolicy, account: str, exclusion: Exclusion,
+                        plans: Sequence[ReadPlan]) -> None:
+        """Add to ``exclusion`` what the budget withheld under ``plans``: the sources it found used
+        up (with the ids they admitted, this read's included) and the withheld ids themselves (a
+        point whose source value no filter names, or whose admission expired meanwhile)."""
+        sources = set().union(*(p.withheld_sources for p in plans)) - set(exclusion.sources)
+        if sources:
+            listed = self._admitted_by_source(op, name, pol, account)
+            for source in sources:
+                exclusion.sources[source] = None if listed is None else listed.get(source, frozenset())
+        exclusion.ids.update(*(p.withheld_ids for p in plans))
+
+    def _admitted_by_source(self, op: str, name: str, pol: CollectionPolicy, account: str) -> Any:
+        try:
+            return self.extraction_budget(pol).admitted_by_source(
+                principal=self.principal_label or "anonymous", collection=account)
+        except BudgetStoreError as exc:
+            self.budget_store_failed(op, name, pol, exc, "nothing was read")
+            return None
+
+    def read_excluding_withheld(self, op: str, name: str, pol: CollectionPolicy, account: str,
+                                run: Callable[[Exclusion | None], Any]) -> Any:
+        """Run a budgeted read so that withheld points take no place in Qdrant's page or ranking.
+
+        ``run(exclusion)`` is a generator that sends the read with ``exclusion`` added to its
+        filter and returns ``(result, details, plans)``. When the budget still withholds points
+        of that run (a source used up by this very read, another reader's concurrent admission,
+        a source value no filter names), the read runs again with those excluded too, so the
+        page is filled as if they did not exist.
+
+        Bounded: a re-run happens only when the run before it withheld a point, and each withheld
+        point is then excluded (by its source, and by its id), so every re-run excludes at least
+        one point more than the one before: at most as many re-runs as points, and in practice one
+        per source used up during the read, since the source's condition removes all its other
+        withheld points at once. Nothing readable is lost: the exclusion only removes points the
+        budget withholds, never one it admitted (the admitted ids of a used-up source are kept
+        out of its condition), so every point admitted by a run stays in the next run's top-L
+        and is returned by it, re-admitted for free. (Per-query diversity and groups re-rank,
+        so there a point admitted by an earlier run can drop out of the last page; it then stays
+        charged without being returned.)
+
+        A generator. Returns ``(result, details)`` of the last run, its audit details carrying the
+        budget report of every run.
+        """
+        exclusion = yield from self.budget_exclusion(op, name, pol, account)
+        earlier: dict[str, Any] = {}
+        reruns = 0
+        while True:
+            result, details, plans = yield from run(exclusion)
+            if exclusion is None or not any(p.withheld_ids for p in plans):
+                break
+            earlier.update(details.get("budget", {}))
+            self.widen_exclusion(op, name, pol, account, exclusion, plans)
+            reruns += 1
+        if reruns:
+            details["budget"] = {**earlier, **details.get("budget", {})}
+            details["budget_reruns"] = reruns
+            details["verdict"] = Verdict.BUDGET_EXCEEDED.value
+        if exclusion:
+            details["budget_excluded"] = {"sources": len(exclusion.sources), "ids": len(exclusion.ids)}
+        return result, details
+
+    def excluding(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any], key: str,
+                  exclusion: Exclusion | None) -> dict[str, Any]:
+        """``args`` with ``exclusion`` added around the filter at ``key`` (unchanged without one)."""
+        if not exclusion:
+            return args
+        try:
+            return {**args, key: exclusion.wrap(args.get(key), key)}
+        except UncheckedForm as exc:
+            raise self.refuse_form(op, name, pol, exc) from None
 
     def budget_collection(self, op: str, name: str, pol: CollectionPolicy, plans: Sequence[ReadPlan]) -> Any:
         """The collection a read of ``name`` is charged to and sent to: the one alias ``name`` names.
@@ -339,8 +493,15 @@ class ReadOps(PayloadOps, QueryChecks):
             return (yield Call(method, args))
         new, plan = self.plan_read(pol, args)
         account = yield from self.budget_collection(method, name, pol, [plan])
-        resp = yield Call(method, {**new, "collection_name": account})
-        pts = yield from self.finish(method, name, pol, plan, resp.points, details, account=account)
+
+        def run(exclusion: Exclusion | None) -> Any:
+            run_plan, run_details = plan.fresh(), dict(details)
+            resp = yield Call(method, {**self.excluding(method, name, pol, new, "query_filter", exclusion),
+                                       "collection_name": account})
+            pts = yield from self.finish(method, name, pol, run_plan, resp.points, run_details, account=account)
+            return pts, run_details, [run_plan]
+
+        pts, details = yield from self.read_excluding_withheld(method, name, pol, account, run)
         self._audit_read(method, name, pol, len(pts), details)
         return models.QueryResponse(points=pts)
 
@@ -372,14 +533,24 @@ class ReadOps(PayloadOps, QueryChecks):
             plans.append(plan)
             all_details.append(details)
         account = yield from self.budget_collection(method, name, pol, plans)
-        resps = yield Call(method, {**args, "collection_name": account, "requests": reqs})
-        out = []
-        for resp, plan, details in zip(resps, plans, all_details):
-            pts = yield from self.finish(method, name, pol, plan, resp.points, details, account=account)
-            out.append(models.QueryResponse(points=pts))
-        self._audit_read(method, name, pol, sum(len(r.points) for r in out),
-                         {"requests": all_details, **({"verdict": Verdict.BUDGET_EXCEEDED.value}
-                                                      if any("budget" in d for d in all_details) else {})})
+
+        def run(exclusion: Exclusion | None) -> Any:
+            run_plans = [p.fresh() for p in plans]
+            run_details = [dict(d) for d in all_details]
+            sent = [req.model_copy(update=self.excluding(method, name, pol, {"filter": req.filter}, "filter",
+                                                          exclusion)) for req in reqs]
+            resps = yield Call(method, {**args, "collection_name": account, "requests": sent})
+            out = []
+            for resp, plan, details in zip(resps, run_plans, run_details):
+                pts = yield from self.finish(method, name, pol, plan, resp.points, details, account=account)
+                out.append(models.QueryResponse(points=pts))
+            return out, {"requests": run_details}, run_plans
+
+        # One exclusion for the whole batch: a source one request used up is excluded from all.
+        out, details = yield from self.read_excluding_withheld(method, name, pol, account, run)
+        if any("budget" in d for d in details["requests"]):
+            details["verdict"] = Verdict.BUDGET_EXCEEDED.value
+        self._audit_read(method, name, pol, sum(len(r.points) for r in out), details)
         return out
 
     def op_query_points_groups(self, method: str, args: dict[str, Any]) -> Op:
@@ -392,27 +563,35 @@ class ReadOps(PayloadOps, QueryChecks):
         if pol.diversity.enabled:
             new["group_size"] = overfetch_limit(group_size, factor=pol.diversity.overfetch_factor)
         account = yield from self.budget_collection(method, name, pol, [plan])
-        resp = yield Call(method, {**new, "collection_name": account})
-        groups = list(resp.groups)
-        if pol.diversity.enabled and pol.diversity.mode == "enforce":
-            outcome = enforce_group_caps(
-                [g.hits for g in groups], group_size=group_size, source_of=lambda p: _sources(p, pol.source_field),
-                max_source_fraction=pol.diversity.max_source_fraction,
-                min_unique_sources=pol.diversity.min_unique_sources,
-            )
-            groups = [g.model_copy(update={"hits": list(o.kept)}) for g, o in zip(groups, outcome.groups)]
-            details["group_caps"] = {"group_cap": outcome.group_cap, "response_cap": outcome.response_cap}
         redact_ids = self.redacts_kept_text(pol) and args.get("group_by") == pol.text_field
-        out_groups = []
-        for g in groups:
-            hits = yield from self.finish(method, name, pol, plan, g.hits, details, account=account)
-            # A group's id is its hits' payload value: a group whose every hit was capped or
-            # withheld must not come back empty, or its id leaks what the budget withheld.
-            if hits:
-                update: dict[str, Any] = {"hits": hits}
-                if redact_ids and isinstance(g.id, str):
-                    update["id"] = _detect.redact(g.id)
-                out_groups.append(g.model_copy(update=update))
+
+        def run(exclusion: Exclusion | None) -> Any:
+            run_plan, run_details = plan.fresh(), dict(details)
+            resp = yield Call(method, {**self.excluding(method, name, pol, new, "query_filter", exclusion),
+                                       "collection_name": account})
+            groups = list(resp.groups)
+            if pol.diversity.enabled and pol.diversity.mode == "enforce":
+                outcome = enforce_group_caps(
+                    [g.hits for g in groups], group_size=group_size,
+                    source_of=lambda p: _sources(p, pol.source_field),
+                    max_source_fraction=pol.diversity.max_source_fraction,
+                    min_unique_sources=pol.diversity.min_unique_sources,
+                )
+                groups = [g.model_copy(update={"hits": list(o.kept)}) for g, o in zip(groups, outcome.groups)]
+                run_details["group_caps"] = {"group_cap": outcome.group_cap, "response_cap": outcome.response_cap}
+            out_groups = []
+            for g in groups:
+                hits = yield from self.finish(method, name, pol, run_plan, g.hits, run_details, account=account)
+                # A group's id is its hits' payload value: a group whose every hit was capped or
+                # withheld must not come back empty, or its id leaks what the budget withheld.
+                if hits:
+                    update: dict[str, Any] = {"hits": hits}
+                    if redact_ids and isinstance(g.id, str):
+                        update["id"] = _detect.redact(g.id)
+                    out_groups.append(g.model_copy(update=update))
+            return out_groups, run_details, [run_plan]
+
+        out_groups, details = yield from self.read_excluding_withheld(method, name, pol, account, run)
         self._audit_read(method, name, pol, sum(len(g.hits) for g in out_groups), details)
         return models.GroupsResult(groups=out_groups)
 
@@ -422,12 +601,23 @@ class ReadOps(PayloadOps, QueryChecks):
         pol = self.gate(method, args, "read")
         if pol is None:
             return (yield Call(method, args))
-        details: dict[str, Any] = {}
         new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
         account = yield from self.budget_collection(method, name, pol, [plan])
-        result = yield Call(method, {**new, "collection_name": account})
-        records, next_offset = result if scrolled else (result, None)
-        pts = yield from self.finish(method, name, pol, plan, records, details, account=account)
+
+        def run(exclusion: Exclusion | None) -> Any:
+            run_plan, run_details = plan.fresh(), {}
+            result = yield Call(method, {**self.excluding(method, name, pol, new, "scroll_filter", exclusion),
+                                         "collection_name": account})
+            records, next_offset = result if scrolled else (result, None)
+            pts = yield from self.finish(method, name, pol, run_plan, records, run_details, account=account)
+            return (pts, records, next_offset), run_details, [run_plan]
+
+        if scrolled:
+            (pts, records, next_offset), details = yield from self.read_excluding_withheld(
+                method, name, pol, account, run)
+        else:
+            # retrieve names its points: none takes the place of another, so nothing to exclude.
+            (pts, records, next_offset), details, _ = yield from run(None)
         if scrolled and self.source_budgeted(pol):
             # Qdrant's offset is the id of the next matching point, returned without the point: past
             # the budget it would tell whether (and which) points match a filter. The guard's own
@@ -660,6 +850,62 @@ def _stored_forms(source: str) -> list[str | int | bool]:
         if str(number) == source and -2**63 <= number < 2**63:
             forms.append(number)
     return forms
+
+
+def _source_condition(field_name: str, source: str) -> models.Filter:
+    """A condition matching the points :func:`_sources` names ``source`` (the budget's key).
+
+    The missing source ``"__unknown__"`` (see :meth:`ReadOps.apply_budget`) matches an absent,
+    null or empty field and the empty string, and also a point tagged ``["", "memo"]``, which the
+    budget counts under memo only: such a point is excluded with the missing source too (hidden
+    from the reader, never released). A float source matches by a range, which an equal integer
+    matches too (``7.0`` and ``7`` name two sources; the integer's points are excluded with it).
+    Object values name no source but match no condition: a point withheld under them is excluded
+    by its id instead (:meth:`ReadOps.widen_exclusion`).
+    """
+    if source == "__unknown__":
+        conds: list[Any] = [models.IsEmptyCondition(is_empty=models.PayloadField(key=field_name)),
+                            *(models.FieldCondition(key=field_name, match=models.MatchValue(value=v))
+                              for v in ("", "__unknown__"))]
+        return models.Filter(should=conds)
+    conds = [models.FieldCondition(key=field_name, match=models.MatchValue(value=v)) for v in _stored_forms(source)]
+    number = _float_form(source)
+    if number is not None:
+        conds.append(models.FieldCondition(key=field_name, range=models.Range(gte=number, lte=number)))
+    return models.Filter(should=conds)
+
+
+def _float_form(source: str) -> float | None:
+    """The float whose ``str`` is ``source`` (the source's name for a float payload value), if any."""
+    try:
+        number = float(source)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and str(number) == source else None
+
+
+def _point_ids(normalised: Any) -> list[Any]:
+    """Qdrant point ids from normalised ones, in a stable order (integers, then UUIDs)."""
+    ids = [denormalize_point_id(n) for n in normalised]
+    return sorted(ids, key=lambda i: (isinstance(i, str), i))
+
+
+def _rest_filter(flt: Any, where: str) -> models.Filter | None:
+    """A user's filter as a ``models.Filter`` (None stays None), to wrap without editing it.
+
+    Raises:
+        UncheckedForm: not a ``models.Filter``, its dict form or a ``grpc.Filter``.
+    """
+    if flt is None or isinstance(flt, models.Filter):
+        return flt
+    if isinstance(flt, grpc.Filter):
+        return GrpcToRest.convert_filter(flt)
+    if isinstance(flt, dict):
+        try:
+            return models.Filter.model_validate(flt)
+        except ValueError:  # pydantic's ValidationError
+            pass
+    raise UncheckedForm(where, flt)
 
 
 def _only_names_sources(flt: Any, source_field: str) -> bool:
