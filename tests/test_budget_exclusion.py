@@ -1,0 +1,175 @@
+"""Withheld points take no place in Qdrant's page or ranking: a budgeted read excludes them in
+Qdrant's own filter, and re-runs when the budget withholds points mid-page. Real local-mode
+Qdrant and real budget stores (memory, SQLite, a redis-server) throughout."""
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+from test_budget import redis_url  # noqa: F401  (the session's redis-server)
+
+from guardkit import hr_shared, make_kit, models, unit
+from qdrant_guard.budget import MemoryBudgetStore
+
+NO_DIVERSITY_CAP = {"max_source_fraction": 1.0, "min_unique_sources": 1}
+
+
+@pytest.fixture()
+def kit(tmp_path):
+    return make_kit(tmp_path)
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def store_spec(request, tmp_path):
+    if request.param == "memory":
+        return "memory"
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / f'budget-{uuid.uuid4().hex}.db'}"
+    return request.getfixturevalue("redis_url")
+
+
+def _payroll(kit, store_spec="memory", diversity=None):
+    """(owner, bob) on ``hr``: payroll points 0..9 (salary 1000..1009, bob may see 2) and misc
+    points 100..104 (bob may see 1), under budget store ``store_spec``."""
+    owner = hr_shared(kit, "hr", {"max_source_coverage": 0.2, **(diversity or {})})
+    if store_spec != "memory":  # the store is made on first use, from the config
+        owner._guard.config = owner._guard.config.model_copy(update={"budget_store": store_spec})
+        owner._guard.shared.pop("budget_store", None)
+    rng = np.random.default_rng(0)
+    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "payroll", "salary": 1000 + i})
+                        for i in range(10)] +
+                 [models.PointStruct(id=100 + i, vector=unit(rng), payload={"source": "misc"}) for i in range(5)])
+    return owner, owner.with_principal(kit.principal(f"b-{uuid.uuid4().hex[:8]}", "support"))
+
+
+def _ids(points):
+    return [p.id for p in points]
+
+
+def _probe(lo, carrier=100):
+    return models.Filter(should=[models.FieldCondition(key="salary", range=models.Range(gte=lo)),
+                                 models.HasIdCondition(has_id=[carrier])])
+
+
+def test_a_point_withheld_mid_page_leaves_its_place_to_the_next(kit, store_spec):
+    # bob's first read uses up payroll inside the page: 2 admitted, the rest withheld. The page is
+    # filled as if the withheld points did not exist (old code: [0, 1], the page cut short).
+    _, bob = _payroll(kit, store_spec)
+    page, offset = bob.scroll("hr", scroll_filter=_probe(0), limit=3)
+    assert (_ids(page), offset) == ([0, 1, 100], 101)
+    # The admitted points stay readable, and the used-up source is excluded before the next read.
+    assert _ids(bob.scroll("hr", limit=20)[0]) == [0, 1, 100]
+
+
+@pytest.mark.parametrize("method", ["scroll", "query_points", "query_batch_points", "query_points_groups"])
+def test_no_read_tells_whether_a_withheld_point_matches(kit, store_spec, method):
+    owner, bob = _payroll(kit, store_spec)
+    assert _ids(bob.scroll("hr", limit=20)[0]) == [0, 1, 100]
+    # A query pointing away from the carrier ranks every payroll point before it.
+    away = (-np.asarray(owner.retrieve("hr", [100], with_vectors=True)[0].vector)).tolist()
+
+    def read(flt):
+        if method == "scroll":
+            return _ids(bob.scroll("hr", scroll_filter=flt, limit=1)[0])
+        if method == "query_points":
+            return _ids(bob.query_points("hr", query=away, query_filter=flt, limit=1).points)
+        if method == "query_batch_points":
+            (res,) = bob.query_batch_points("hr", requests=[models.QueryRequest(query=away, filter=flt, limit=1)])
+            return _ids(res.points)
+        groups = bob.query_points_groups("hr", query=away, query_filter=flt, group_by="source", limit=1,
+                                         group_size=1).groups
+        return [_ids(g.hits) for g in groups]
+
+    # Salaries 1000 and 1001 are bob's (points 0 and 1); every other payroll salary is withheld.
+    answers = {str(read(_probe(lo))) for lo in (1002, 1005, 1009, 1010, 2000)}
+    assert answers == {"[[100]]" if method == "query_points_groups" else "[100]"}
+
+
+def test_points_of_several_sources_are_excluded_if_any_source_is_used_up(kit):
+    # memo and q3 have 6 points each (cap 3 at coverage 0.5); 4 and 5 belong to both.
+    alice = hr_shared(kit, "kb", {"max_source_coverage": 0.5, **NO_DIVERSITY_CAP})
+    rng = np.random.default_rng(6)
+    sources = {0: "memo", 1: "memo", 2: "memo", 3: "memo", 4: ["memo", "q3"], 5: ["memo", "q3"],
+               10: "q3", 11: "q3", 12: "q3", 13: "q3"}
+    alice.upsert("kb", [models.PointStruct(id=i, vector=unit(rng), payload={"source": s}) for i, s in sources.items()])
+    dave = alice.with_principal(kit.principal("dave", "support"))
+    assert _ids(dave.retrieve("kb", [0, 1, 4])) == [0, 1, 4]  # memo used up, 4 admitted under it
+    q3 = models.Filter(must=[models.FieldCondition(key="source", match=models.MatchValue(value="q3"))])
+    # 5 is memo's too and memo withholds it: it takes no place (old code: [4], 5 filling the 2nd).
+    assert _ids(dave.scroll("kb", scroll_filter=q3, limit=2)[0]) == [4, 10]
+    assert _ids(dave.query_points("kb", query_filter=q3, limit=2).points) == [4, 10]
+
+
+def test_the_users_filter_keeps_its_meaning(kit):
+    _, bob = _payroll(kit, diversity=NO_DIVERSITY_CAP)
+    assert _ids(bob.scroll("hr", limit=20)[0]) == [0, 1, 100]
+    not_zero = models.Filter(must_not=[models.HasIdCondition(has_id=[0])])
+    assert _ids(bob.scroll("hr", scroll_filter=not_zero, limit=2)[0]) == [1, 100]
+    low = models.Filter(must=[models.FieldCondition(key="salary", range=models.Range(lte=1000))])
+    assert _ids(bob.scroll("hr", scroll_filter=low, limit=5)[0]) == [0]
+    either = models.Filter(should=[models.HasIdCondition(has_id=[1, 5]), models.HasIdCondition(has_id=[104])],
+                           min_should=None)
+    assert _ids(bob.query_points("hr", query_filter=either, limit=5).points) == [1]
+
+
+def test_a_used_up_source_the_filter_reads_on_is_sent_excluded(kit, monkeypatch):
+    # What reaches Qdrant: the user's filter untouched, inside must, the exclusion in must_not.
+    import qdrant_client
+
+    _, bob = _payroll(kit, diversity=NO_DIVERSITY_CAP)
+    bob.scroll("hr", limit=20)
+    sent = []
+    original = qdrant_client.QdrantClient.scroll
+
+    def recording(self, *a, **kw):
+        sent.append(kw.get("scroll_filter"))
+        return original(self, *a, **kw)
+
+    monkeypatch.setattr(qdrant_client.QdrantClient, "scroll", recording)
+    user = _probe(1005)
+    bob.scroll("hr", scroll_filter=user, limit=1)
+    (flt,) = sent
+    assert flt.must == [user]
+    assert len(flt.must_not) == 2  # payroll but for 0 and 1, misc but for 100
+    payroll = [c for c in flt.must_not if c.must_not[0].has_id == [0, 1]]
+    assert payroll and payroll[0].must[0].should[0].match.value == "payroll"
+    # The owner boundary's reads go out as they came in.
+    owner = bob.with_principal(kit.principal("alice", "hr"))
+    owner.scroll("hr", scroll_filter=user, limit=1)
+    assert sent[-1] is user
+
+
+class _ProtocolOnlyStore:
+    """A third-party store: admit, seen and reset, nothing to list what it admitted."""
+
+    def __init__(self):
+        self.inner = MemoryBudgetStore()
+
+    def admit(self, key, point_ids, *, cap, window_s, now):
+        return self.inner.admit(key, point_ids, cap=cap, window_s=window_s, now=now)
+
+    def seen(self, key, *, window_s, now):
+        return self.inner.seen(key, window_s=window_s, now=now)
+
+    def reset(self, key=None):
+        self.inner.reset(key)
+
+
+def test_a_store_that_cannot_list_excludes_used_up_sources_whole(kit):
+    # Fail closed: without the admitted ids, a source found used up is excluded entirely, so its
+    # withheld points still take no place (its admitted points then stay out of that read too).
+    owner, bob = _payroll(kit, diversity=NO_DIVERSITY_CAP)
+    owner._guard.shared["budget_store"] = _ProtocolOnlyStore()
+    page, _ = bob.scroll("hr", scroll_filter=_probe(0), limit=3)
+    assert _ids(page) == [100]  # 0 and 1 admitted, 2 withheld: payroll is excluded whole
+    answers = {str(_ids(bob.scroll("hr", scroll_filter=_probe(lo), limit=1)[0])) for lo in (1002, 1009, 2000)}
+    assert answers == {"[100]"}
+    # The cost: a read that finds a source used up returns none of its points, admitted or not.
+    assert _ids(bob.scroll("hr", limit=20)[0]) == []
+
+
+def test_monitor_mode_excludes_nothing(kit):
+    _, bob = _payroll(kit, diversity={**NO_DIVERSITY_CAP, "mode": "monitor"})
+    assert len(bob.scroll("hr", limit=20)[0]) == 15
+    assert _ids(bob.scroll("hr", scroll_filter=_probe(1005), limit=1)[0]) == [5]
