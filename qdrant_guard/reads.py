@@ -44,10 +44,12 @@ class ReadPlan:
     """Sources whose budget withheld points of this read (enforce mode)."""
     withheld_ids: set[str] = field(default_factory=set)
     """Normalised ids of the points the budget withheld from this read (enforce mode)."""
+    admitted: dict[str, set[str]] = field(default_factory=dict)
+    """Source -> normalised ids the budget admitted under it in this read."""
 
     def fresh(self) -> "ReadPlan":
-        """The same plan, with nothing recorded as withheld yet (for a re-run of the read)."""
-        return replace(self, withheld_sources=set(), withheld_ids=set())
+        """The same plan, with nothing recorded as admitted or withheld yet (for a re-run)."""
+        return replace(self, withheld_sources=set(), withheld_ids=set(), admitted={})
 
 
 @dataclass
@@ -60,11 +62,13 @@ class Exclusion:
     """
 
     source_field: str
-    sources: dict[str, frozenset[str] | None] = field(default_factory=dict)
-    """Exhausted source -> the normalised ids still admitted under it (None: the store cannot list
-    them, so the whole source is excluded)."""
+    sources: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Exhausted source -> the normalised ids still admitted under it (with a store that cannot
+    list them, only those this read admitted)."""
     ids: set[str] = field(default_factory=set)
     """Normalised ids withheld by an earlier run of this read."""
+    admitted_here: dict[str, set[str]] = field(default_factory=dict)
+    """Source -> normalised ids admitted by the earlier runs of this read."""
 
     def __bool__(self) -> bool:
         return bool(self.sources or self.ids)
@@ -254,6 +258,8 @@ class ReadOps(PayloadOps, QueryChecks):
                 self.budget_store_failed(op, name, pol, exc, "results were withheld")
                 return pts
             for source, dec in decisions.items():
+                if plan is not None:
+                    plan.admitted.setdefault(source, set()).update(normalize_point_id(x) for x in dec.admitted)
                 if dec.withheld:
                     withheld.update(normalize_point_id(x) for x in dec.withheld)
                     report[source] = {"withheld": len(dec.withheld), "seen": dec.seen_after, "cap": dec.cap}
@@ -312,34 +318,53 @@ class ReadOps(PayloadOps, QueryChecks):
         readable: reading them again is free).
 
         A generator (a source's cap needs its size). Returns None where no budget withholds
-        (the owner boundary, an unbudgeted collection, monitor mode), else an :class:`Exclusion`:
-        empty when the store cannot list what it admitted, in which case sources are excluded
-        whole once a read finds them used up (see :meth:`widen_exclusion`).
+        (the owner boundary, an unbudgeted collection, monitor mode), else an :class:`Exclusion`.
+        A store that cannot list what it admitted (a third-party store with only the
+        :class:`~qdrant_guard.budget.BudgetStore` methods) starts every read with nothing listed;
+        a source the read then finds used up is excluded but for what this read admitted, so
+        points admitted by earlier reads are hidden from it (fail closed, see
+        :meth:`widen_exclusion`).
         """
         if not self.source_budgeted(pol) or pol.diversity.mode == "monitor":
             return None
         exclusion = Exclusion(pol.source_field)
         listed = self._admitted_by_source(op, name, pol, account)
         restricted = pol.diversity.restricted_sources
-        budget = self.extraction_budget(pol)
         for source, ids in (listed or {}).items():
             if restricted and source not in restricted:
                 continue
-            size = yield from self.source_size(account, pol, source)
-            if len(ids) >= budget.cap_for(size, pol.diversity.max_source_coverage):
+            if len(ids) >= (yield from self._source_cap(pol, account, source)):
                 exclusion.sources[source] = ids
+        # A source too small for a single point (cap 0) admits nothing, so the store lists no key
+        # for it; those this process has sized are excluded up front rather than found mid-read.
+        sized = [source for (where, source), (_, size) in list(self.shared.get("source_sizes", {}).items())
+                 if where == account and source not in exclusion.sources
+                 and (not restricted or source in restricted)
+                 and self.extraction_budget(pol).cap_for(size, pol.diversity.max_source_coverage) == 0]
+        for source in sized:
+            if (yield from self._source_cap(pol, account, source)) == 0:
+                exclusion.sources[source] = frozenset()
         return exclusion
+
+    def _source_cap(self, pol: CollectionPolicy, account: str, source: str) -> Any:
+        size = yield from self.source_size(account, pol, source)
+        return self.extraction_budget(pol).cap_for(size, pol.diversity.max_source_coverage)
 
     def widen_exclusion(self, op: str, name: str, pol: CollectionPolicy, account: str, exclusion: Exclusion,
                         plans: Sequence[ReadPlan]) -> None:
         """Add to ``exclusion`` what the budget withheld under ``plans``: the sources it found used
         up (with the ids they admitted, this read's included) and the withheld ids themselves (a
         point whose source value no filter names, or whose admission expired meanwhile)."""
+        for plan in plans:
+            for source, ids in plan.admitted.items():
+                exclusion.admitted_here.setdefault(source, set()).update(ids)
         sources = set().union(*(p.withheld_sources for p in plans)) - set(exclusion.sources)
         if sources:
             listed = self._admitted_by_source(op, name, pol, account)
             for source in sources:
-                exclusion.sources[source] = None if listed is None else listed.get(source, frozenset())
+                # A store that cannot list keeps readable only what this read admitted.
+                exclusion.sources[source] = (frozenset(exclusion.admitted_here.get(source, ())) if listed is None
+                                             else listed.get(source, frozenset()))
         exclusion.ids.update(*(p.withheld_ids for p in plans))
 
     def _admitted_by_source(self, op: str, name: str, pol: CollectionPolicy, account: str) -> Any:

@@ -156,20 +156,49 @@ class _ProtocolOnlyStore:
         self.inner.reset(key)
 
 
-def test_a_store_that_cannot_list_excludes_used_up_sources_whole(kit):
-    # Fail closed: without the admitted ids, a source found used up is excluded entirely, so its
-    # withheld points still take no place (its admitted points then stay out of that read too).
+def test_a_store_that_cannot_list_still_keeps_withheld_points_out_of_the_page(kit):
+    # Fail closed: without the store's admitted ids, a source found used up keeps readable only
+    # what the same read admitted, so withheld points still take no place.
     owner, bob = _payroll(kit, diversity=NO_DIVERSITY_CAP)
     owner._guard.shared["budget_store"] = _ProtocolOnlyStore()
     page, _ = bob.scroll("hr", scroll_filter=_probe(0), limit=3)
-    assert _ids(page) == [100]  # 0 and 1 admitted, 2 withheld: payroll is excluded whole
+    assert _ids(page) == [0, 1, 100]  # 2 withheld: payroll excluded but for 0 and 1
     answers = {str(_ids(bob.scroll("hr", scroll_filter=_probe(lo), limit=1)[0])) for lo in (1002, 1009, 2000)}
     assert answers == {"[100]"}
-    # The cost: a read that finds a source used up returns none of its points, admitted or not.
-    assert _ids(bob.scroll("hr", limit=20)[0]) == []
+    # Points admitted by earlier reads stay readable where the same run re-admits them...
+    assert _ids(bob.scroll("hr", limit=20)[0]) == [0, 1, 100]
+    # ...the cost: a run that does not reach them, but finds the source used up, hides them.
+    near_5 = owner.retrieve("hr", [5], with_vectors=True)[0].vector
+    zero_or_5 = models.Filter(should=[models.HasIdCondition(has_id=[0, 5])])
+    assert _ids(bob.query_points("hr", query=near_5, query_filter=zero_or_5, limit=1).points) == []
 
 
 def test_monitor_mode_excludes_nothing(kit):
     _, bob = _payroll(kit, diversity={**NO_DIVERSITY_CAP, "mode": "monitor"})
     assert len(bob.scroll("hr", limit=20)[0]) == 15
     assert _ids(bob.scroll("hr", scroll_filter=_probe(1005), limit=1)[0]) == [5]
+
+
+def test_a_source_too_small_for_one_point_is_excluded_before_the_read(kit, monkeypatch):
+    # "tiny" has 3 points at coverage 0.2: cap 0, so the store never holds a key for it. The first
+    # read finds it mid-page and runs again; later reads exclude it up front (one call each).
+    import qdrant_client
+
+    owner, bob = _payroll(kit, diversity=NO_DIVERSITY_CAP)
+    rng = np.random.default_rng(9)
+    owner.upsert("hr", [models.PointStruct(id=50 + i, vector=unit(rng), payload={"source": "tiny", "salary": 5000 + i})
+                        for i in range(3)])
+    sent = []
+    original = qdrant_client.QdrantClient.scroll
+
+    def recording(self, *a, **kw):
+        sent.append(kw.get("scroll_filter"))
+        return original(self, *a, **kw)
+
+    monkeypatch.setattr(qdrant_client.QdrantClient, "scroll", recording)
+    tiny_or_100 = models.Filter(should=[models.FieldCondition(key="salary", range=models.Range(gte=5000)),
+                                        models.HasIdCondition(has_id=[100])])
+    assert _ids(bob.scroll("hr", scroll_filter=tiny_or_100, limit=1)[0]) == [100]
+    assert len(sent) == 2
+    assert _ids(bob.scroll("hr", scroll_filter=tiny_or_100, limit=1)[0]) == [100]
+    assert len(sent) == 3
