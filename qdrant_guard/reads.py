@@ -322,7 +322,7 @@ class ReadOps(PayloadOps, QueryChecks):
         A store that cannot list what it admitted (a third-party store with only the
         :class:`~qdrant_guard.budget.BudgetStore` methods) starts every read with nothing listed;
         a source the read then finds used up is excluded but for what this read admitted, so
-        points admitted by earlier reads are hidden from it (fail closed, see
+        points admitted only by earlier reads are hidden from its re-run (fail closed, see
         :meth:`widen_exclusion`).
         """
         if not self.source_budgeted(pol) or pol.diversity.mode == "monitor":
@@ -410,7 +410,9 @@ class ReadOps(PayloadOps, QueryChecks):
             self.widen_exclusion(op, name, pol, account, exclusion, plans)
             reruns += 1
         if reruns:
-            details["budget"] = {**earlier, **details.get("budget", {})}
+            merged = {**earlier, **details.get("budget", {})}
+            if merged:
+                details["budget"] = merged
             details["budget_reruns"] = reruns
             details["verdict"] = Verdict.BUDGET_EXCEEDED.value
         if exclusion:
@@ -630,7 +632,8 @@ class ReadOps(PayloadOps, QueryChecks):
         account = yield from self.budget_collection(method, name, pol, [plan])
 
         def run(exclusion: Exclusion | None) -> Any:
-            run_plan, run_details = plan.fresh(), {}
+            run_plan = plan.fresh()
+            run_details: dict[str, Any] = {}
             result = yield Call(method, {**self.excluding(method, name, pol, new, "scroll_filter", exclusion),
                                          "collection_name": account})
             records, next_offset = result if scrolled else (result, None)
