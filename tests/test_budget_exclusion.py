@@ -202,3 +202,28 @@ def test_a_source_too_small_for_one_point_is_excluded_before_the_read(kit, monke
     assert len(sent) == 2
     assert _ids(bob.scroll("hr", scroll_filter=tiny_or_100, limit=1)[0]) == [100]
     assert len(sent) == 3
+
+
+def test_a_source_condition_matches_the_points_the_budget_names_by_it():
+    # The exclusion names a source as the budget does (reads._sources): every stored form, the
+    # missing source for absent, null, empty and "" values. Over-matches are the documented ones.
+    from qdrant_client import QdrantClient as RawClient
+
+    from qdrant_guard.reads import _source_condition, _sources
+
+    values = [7, "7", True, "True", 1.5, "1.5", 7.0, None, "", [], ["a", "b"], ["", "a"], "__unknown__", "a|b",
+              {"x": 1}, "missing"]
+    raw = RawClient(":memory:")
+    raw.create_collection("c", vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE))
+    raw.upsert("c", [models.PointStruct(id=i, vector=[1.0, 0.0], payload={} if v == "missing" else {"meta": {"src": v}})
+                     for i, v in enumerate(values)])
+    points = raw.scroll("c", limit=100, with_payload=True)[0]
+    named = {p.id: _sources(p, "meta.src") or ("__unknown__",) for p in points}
+    over = {"__unknown__": {values.index(["", "a"])}, "7.0": {values.index(7)}}
+    for source in set().union(*named.values()):
+        flt = models.Filter(must=[_source_condition("meta.src", source)])
+        got = {p.id for p in raw.scroll("c", scroll_filter=flt, limit=100)[0]}
+        want = {i for i, names in named.items() if source in names}
+        if source == "__unknown__":
+            want -= {values.index({"x": 1})}  # an object matches no condition: excluded by id
+        assert got == want | over.get(source, set()), source
