@@ -9,7 +9,6 @@ from .decision import Verdict
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id
-from .sources import reserved_claims
 from .textguard import TextOps
 
 _TAMPER = (

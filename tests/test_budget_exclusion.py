@@ -7,7 +7,6 @@ import uuid
 
 import numpy as np
 import pytest
-from test_budget import redis_url  # noqa: F401  (the session's redis-server)
 
 from guardkit import hr_shared, make_kit, models, unit
 from qdrant_guard.budget import MemoryBudgetStore
