@@ -180,7 +180,7 @@ class ReadOps(PayloadOps, QueryChecks):
         for p in pts:
             updates: dict[str, Any] = {}
             if plan.strip_vectors and getattr(p, "vector", None) is not None:
-                updates["vector"] = self.releasable_vectors(name, p)
+                updates["vector"] = self.releasable_vectors(account, p, alias=name)
             if plan.user_with_payload is not True:
                 updates["payload"] = project_payload(p.payload, plan.user_with_payload)
             if redact_text:
@@ -201,8 +201,12 @@ class ReadOps(PayloadOps, QueryChecks):
         return (pol is not None and pol.diversity.enabled and pol.diversity.max_source_coverage is not None
                 and self.boundary() != pol.owner)
 
-    def releasable_vectors(self, name: str, point: Any) -> Any:
-        """Only vectors with a valid receipt leave the boundary; raw ones are stripped."""
+    def releasable_vectors(self, name: str, point: Any, *, alias: str | None = None) -> Any:
+        """Only vectors with a valid receipt leave the boundary; raw ones are stripped.
+
+        ``name`` is the collection the point is stored in; a receipt issued for a write through
+        ``alias`` (the name this read used, when it is an alias of ``name``) is accepted as well.
+        """
         vecs = split_vector_struct(point.vector)
         receipts = stored_receipts(point.payload)
         keep: dict[str, Any] = {}
@@ -210,10 +214,10 @@ class ReadOps(PayloadOps, QueryChecks):
             rec = receipts.get(vname)
             if rec is None or isinstance(value, (models.SparseVector,)):
                 continue
-            check = verify_receipt(rec, vector=np.asarray(value, dtype=np.float64), collection=name,
-                                   point_id=point.id, vector_name=vname,
-                                   trusted_keys=self.trusted_receipt_keys, revoked=self.revoked_keys)
-            if check.ok:
+            if any(verify_receipt(rec, vector=np.asarray(value, dtype=np.float64), collection=c,
+                                  point_id=point.id, vector_name=vname, trusted_keys=self.trusted_receipt_keys,
+                                  revoked=self.revoked_keys).ok
+                   for c in dict.fromkeys((name, alias or name))):
                 keep[vname] = value
         if not keep:
             return None
@@ -433,18 +437,23 @@ class ReadOps(PayloadOps, QueryChecks):
         """The collection a read of ``name`` is charged to and sent to: the one alias ``name`` names.
 
         Budgets belong to the stored points, not to the name that reached them: keyed by the
-        caller's name, every alias of a collection would be a fresh budget. Only a read that draws
-        on a budget (under one of ``plans``) pays the ``get_aliases`` call. It is resolved on every
-        read, before it, and the read goes to the resolved collection, so the points counted are
-        the points of the collection charged even if another client moves the alias meanwhile.
+        caller's name, every alias of a collection would be a fresh budget. Receipts likewise name
+        the collection their vector was stored in. Only a read that draws on a budget or releases
+        receipted vectors (under one of ``plans``) pays the ``get_aliases`` call. It is resolved on
+        every read, before it, and the read goes to the resolved collection, so the points counted
+        are the points of the collection charged even if another client moves the alias meanwhile.
 
-        A generator. Returns ``name`` when it is not an alias or no budget applies.
+        A generator. Returns ``name`` when it is not an alias or nothing above applies.
         """
-        if not any(_source_budgeted(pol) or _vector_budgeted(pol, plan) for plan in plans):
+        budgeted = any(_source_budgeted(pol) or _vector_budgeted(pol, plan) for plan in plans)
+        if not budgeted and not any(plan.strip_vectors for plan in plans):
             return name
         try:
             resp = yield Call("get_aliases", {})
         except Exception as exc:  # unresolved, the read could be charged to a fresh budget
+            if not budgeted:  # then receipts bound to the collection fail, and vectors are stripped
+                log.error("alias resolution failed (vectors of %r not released): %r", name, exc)
+                return name
             if not pol.fail_closed:
                 log.error("alias resolution failed (fail_closed = false, charging the budget to %r): %r", name, exc)
                 return name

@@ -154,6 +154,20 @@ def test_vector_budget_is_shared_by_a_collection_and_its_alias(kit, clients, fir
     assert vectors(second, list(range(10))) == vectors(first, list(range(10)))
 
 
+def test_receipted_vectors_are_released_through_an_alias(kit, clients):
+    # Receipts name the collection a vector is stored in; checked against the alias's name they
+    # failed, so a reader outside the owner boundary got every vector stripped through an alias.
+    alice, dave = clients
+    direct = {r.id: r.vector for r in dave.retrieve("open", [0, 1, 2], with_vectors=True)}
+    assert len(direct) == 3 and all(v is not None for v in direct.values())
+    assert {r.id: r.vector for r in dave.retrieve("open_v2", [0, 1, 2], with_vectors=True)} == direct
+    query = unit(np.random.default_rng(9))
+    hits = dave.query_points("open_v2", query=query, limit=3, with_vectors=True).points
+    assert [h.vector for h in hits] == [h.vector for h in dave.query_points("open", query=query, limit=3,
+                                                                               with_vectors=True).points]
+    assert all(h.vector is not None for h in hits)
+
+
 # -- what the resolution costs, and where the read goes ----------------------------------------
 
 def test_only_budgeted_reads_resolve_aliases(clients, calls):
