@@ -16,6 +16,7 @@ already taken is dropped. The survivors never overlap.
 from __future__ import annotations
 
 import base64
+from bisect import bisect_left
 import math
 from collections.abc import Iterator
 
@@ -695,11 +696,19 @@ def _generic(text: str, p: int) -> list[tuple[int, int, str, str]]:
 
 # ------------------------------------------------------------------------------ the scan
 def _resolve(cands: list[tuple[int, int, str, str]]) -> list[tuple[int, int, str, str]]:
-    taken: list[tuple[int, int, str, str]] = []
+    # Greedy by priority: a candidate is taken unless it overlaps one taken before. Taken ones are
+    # disjoint, so of those starting before c's end only the last can reach past c's start (one
+    # input can chain thousands of candidates together: "@a.io%" repeated).
+    taken: list[tuple[int, int, str, str]] = []  # sorted by start
+    starts: list[int] = []
     for c in sorted(set(cands), key=lambda c: (c[0] - c[1], _RANK[c[2]], c[0], c[3])):
-        if all(c[1] <= t[0] or t[1] <= c[0] for t in taken):
-            taken.append(c)
-    return sorted(taken)
+        j = bisect_left(starts, c[1])
+        if j and taken[j - 1][1] > c[0]:
+            continue
+        k = bisect_left(starts, c[0])
+        starts.insert(k, c[0])
+        taken.insert(k, c)
+    return taken
 
 
 def _word_starts(text: str, chars: frozenset[str]) -> Iterator[int]:

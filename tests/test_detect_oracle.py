@@ -209,3 +209,20 @@ def test_oracle_escapes_of_folded_characters(text: str, inserts: list[tuple[int,
         pos %= len(text) + 1
         text = text[:pos] + esc + text[pos:]
     _dispatcher_spans_hold(text)
+
+
+def _pairwise_greedy(cands: list[tuple[int, int, str, str]]) -> list[tuple[int, int, str, str]]:
+    # The overlap rule as first written: by priority, take what overlaps nothing taken.
+    taken: list[tuple[int, int, str, str]] = []
+    for c in sorted(set(cands), key=lambda c: (c[0] - c[1], PYTHON._RANK[c[2]], c[0], c[3])):
+        if all(c[1] <= t[0] or t[1] <= c[0] for t in taken):
+            taken.append(c)
+    return sorted(taken)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(1, 20), st.sampled_from(["SSN", "EMAIL", "PHONE", "JWT"]),
+                          st.sampled_from(["format", "luhn"])), max_size=80))
+def test_reference_resolve_is_the_pairwise_greedy(raw: list[tuple[int, int, str, str]]) -> None:
+    cands = [(s, s + n, t, v) for s, n, t, v in raw]
+    assert PYTHON._resolve(cands) == _pairwise_greedy(cands)
