@@ -24,6 +24,7 @@ from qdrant_guard.budget import (
     normalize_point_id,
 )
 from qdrant_guard.errors import QdrantGuardError
+from tests.protocol_store import ProtocolOnlyStore
 from tests.redis_server import free_port
 
 STORE_KINDS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)]
@@ -129,7 +130,7 @@ def test_admitted_by_source_reads_one_principal_and_collection(store):
 
 
 def test_admitted_by_source_is_none_for_a_protocol_only_store():
-    assert ExtractionBudget(_AdmitOnlyStore(), clock=lambda: 0.0).admitted_by_source(principal="p", collection="c") is None
+    assert ExtractionBudget(ProtocolOnlyStore(), clock=lambda: 0.0).admitted_by_source(principal="p", collection="c") is None
 
 
 def test_denormalize_point_id_inverts_normalize():
@@ -474,24 +475,8 @@ def test_vector_budget_is_separate(store):
     assert src.admitted == [3]
 
 
-class _AdmitOnlyStore:
-    """A third-party store that implements only the protocol (no admit_counted)."""
-
-    def __init__(self):
-        self.inner = MemoryBudgetStore()
-
-    def admit(self, key, point_ids, *, cap, window_s, now):
-        return self.inner.admit(key, point_ids, cap=cap, window_s=window_s, now=now)
-
-    def seen(self, key, *, window_s, now):
-        return self.inner.seen(key, window_s=window_s, now=now)
-
-    def reset(self, key=None):
-        self.inner.reset(key)
-
-
 def test_extraction_budget_works_with_protocol_only_store():
-    budget = ExtractionBudget(_AdmitOnlyStore(), clock=lambda: 0.0)
+    budget = ExtractionBudget(ProtocolOnlyStore(), clock=lambda: 0.0)
     d = budget.admit_vectors(principal="p", collection="c", point_ids=[1, 2, 3], max_vectors=2)
     assert (d.admitted, d.withheld, d.seen_before, d.seen_after) == ([1, 2], [3], 0, 2)
 
@@ -588,7 +573,7 @@ def test_admit_many_is_one_store_call(store, monkeypatch):
 
 
 def test_admit_many_with_a_protocol_only_store():
-    budget = ExtractionBudget(_AdmitOnlyStore(), clock=lambda: 0.0)
+    budget = ExtractionBudget(ProtocolOnlyStore(), clock=lambda: 0.0)
     out = budget.admit_many(principal="p", collection="c", max_source_coverage=1.0,
                             requests={"a": ([1, 2], 1), "b": ([3], 1)})
     assert (out["a"].admitted, out["a"].withheld, out["b"].admitted) == ([1], [2], [3])

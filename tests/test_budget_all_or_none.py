@@ -18,6 +18,7 @@ from qdrant_guard.budget import (
     RedisBudgetStore,
     SqliteBudgetStore,
 )
+from tests.protocol_store import ProtocolOnlyStore
 
 STORE_KINDS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)]
 W = 10.0  # window_s
@@ -277,22 +278,6 @@ def test_admit_many_with_contradictory_lists_still_decides_every_point(store):
 # --- stores that cannot admit all-or-none ------------------------------------------------------
 
 
-class _AdmitOnlyStore:
-    """A third-party store: only the protocol (admit, seen, reset)."""
-
-    def __init__(self):
-        self.inner = MemoryBudgetStore()
-
-    def admit(self, key, point_ids, *, cap, window_s, now):
-        return self.inner.admit(key, point_ids, cap=cap, window_s=window_s, now=now)
-
-    def seen(self, key, *, window_s, now):
-        return self.inner.seen(key, window_s=window_s, now=now)
-
-    def reset(self, key=None):
-        self.inner.reset(key)
-
-
 def _shared_point_read(budget):
     kw = dict(principal="p", collection="c", max_source_coverage=0.5)
     budget.admit_many(requests={"memo": ([0, 1], 4)}, **kw)
@@ -300,7 +285,7 @@ def _shared_point_read(budget):
 
 
 def test_a_protocol_only_store_never_releases_a_point_a_source_withheld():
-    out = _shared_point_read(ExtractionBudget(_AdmitOnlyStore(), window_s=W, clock=lambda: 0.0))
+    out = _shared_point_read(ExtractionBudget(ProtocolOnlyStore(), window_s=W, clock=lambda: 0.0))
     assert out["memo"].withheld == [4] and out["q3"].withheld == [4] and out["q3"].admitted == [10]
     # What remains: such a store was charged 4 under q3 all the same (q3 counts it).
     assert out["q3"].seen_after == 2

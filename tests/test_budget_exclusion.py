@@ -8,8 +8,8 @@ import uuid
 import numpy as np
 import pytest
 
-from guardkit import hr_shared, make_kit, models, unit
-from qdrant_guard.budget import MemoryBudgetStore
+from tests.guardkit import hr_shared, make_kit, models, unit
+from tests.protocol_store import ProtocolOnlyStore
 
 NO_DIVERSITY_CAP = {"max_source_fraction": 1.0, "min_unique_sources": 1}
 
@@ -139,27 +139,11 @@ def test_a_used_up_source_the_filter_reads_on_is_sent_excluded(kit, monkeypatch)
     assert sent[-1] is user
 
 
-class _ProtocolOnlyStore:
-    """A third-party store: admit, seen and reset, nothing to list what it admitted."""
-
-    def __init__(self):
-        self.inner = MemoryBudgetStore()
-
-    def admit(self, key, point_ids, *, cap, window_s, now):
-        return self.inner.admit(key, point_ids, cap=cap, window_s=window_s, now=now)
-
-    def seen(self, key, *, window_s, now):
-        return self.inner.seen(key, window_s=window_s, now=now)
-
-    def reset(self, key=None):
-        self.inner.reset(key)
-
-
 def test_a_store_that_cannot_list_still_keeps_withheld_points_out_of_the_page(kit):
     # Fail closed: without the store's admitted ids, a source found used up keeps readable only
     # what the same read admitted, so withheld points still take no place.
     owner, bob = _payroll(kit, diversity=NO_DIVERSITY_CAP)
-    owner._guard.shared["budget_store"] = _ProtocolOnlyStore()
+    owner._guard.shared["budget_store"] = ProtocolOnlyStore()
     page, _ = bob.scroll("hr", scroll_filter=_probe(0), limit=3)
     assert _ids(page) == [0, 1, 100]  # 2 withheld: payroll excluded but for 0 and 1
     answers = {str(_ids(bob.scroll("hr", scroll_filter=_probe(lo), limit=1)[0])) for lo in (1002, 1009, 2000)}
