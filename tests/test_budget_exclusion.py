@@ -112,13 +112,11 @@ def test_the_users_filter_keeps_its_meaning(kit):
     assert _ids(bob.query_points("hr", query_filter=either, limit=5).points) == [1]
 
 
-def test_a_used_up_source_the_filter_reads_on_is_sent_excluded(kit, monkeypatch):
-    # What reaches Qdrant: the user's filter untouched, inside must, the exclusion in must_not.
+def _record_scroll_filters(monkeypatch) -> list:
+    """The scroll_filter of every scroll that reaches qdrant-client from here on."""
     import qdrant_client
 
-    _, bob = _payroll(kit, diversity=NO_DIVERSITY_CAP)
-    bob.scroll("hr", limit=20)
-    sent = []
+    sent: list = []
     original = qdrant_client.QdrantClient.scroll
 
     def recording(self, *a, **kw):
@@ -126,6 +124,14 @@ def test_a_used_up_source_the_filter_reads_on_is_sent_excluded(kit, monkeypatch)
         return original(self, *a, **kw)
 
     monkeypatch.setattr(qdrant_client.QdrantClient, "scroll", recording)
+    return sent
+
+
+def test_a_used_up_source_the_filter_reads_on_is_sent_excluded(kit, monkeypatch):
+    # What reaches Qdrant: the user's filter untouched, inside must, the exclusion in must_not.
+    _, bob = _payroll(kit, diversity=NO_DIVERSITY_CAP)
+    bob.scroll("hr", limit=20)
+    sent = _record_scroll_filters(monkeypatch)
     user = _probe(1005)
     bob.scroll("hr", scroll_filter=user, limit=1)
     (flt,) = sent
@@ -165,20 +171,11 @@ def test_monitor_mode_excludes_nothing(kit):
 def test_a_source_too_small_for_one_point_is_excluded_before_the_read(kit, monkeypatch):
     # "tiny" has 3 points at coverage 0.2: cap 0, so the store never holds a key for it. The first
     # read finds it mid-page and runs again; later reads exclude it up front (one call each).
-    import qdrant_client
-
     owner, bob = _payroll(kit, diversity=NO_DIVERSITY_CAP)
     rng = np.random.default_rng(9)
     owner.upsert("hr", [models.PointStruct(id=50 + i, vector=unit(rng), payload={"source": "tiny", "salary": 5000 + i})
                         for i in range(3)])
-    sent = []
-    original = qdrant_client.QdrantClient.scroll
-
-    def recording(self, *a, **kw):
-        sent.append(kw.get("scroll_filter"))
-        return original(self, *a, **kw)
-
-    monkeypatch.setattr(qdrant_client.QdrantClient, "scroll", recording)
+    sent = _record_scroll_filters(monkeypatch)
     tiny_or_100 = models.Filter(should=[models.FieldCondition(key="salary", range=models.Range(gte=5000)),
                                         models.HasIdCondition(has_id=[100])])
     assert _ids(bob.scroll("hr", scroll_filter=tiny_or_100, limit=1)[0]) == [100]
