@@ -2,8 +2,11 @@
 writer may not claim."""
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
+
+from pydantic_core import to_jsonable_python
 
 from .policy import CollectionPolicy
 
@@ -37,6 +40,12 @@ def point_sources(p: Any, field_name: str) -> tuple[str, ...]:
     return payload_sources(getattr(p, "payload", None), field_name)
 
 
+def _as_sent(payload: Any) -> Any:
+    # The client sends the payload as JSON (as qdrant_client's local mode stores it): a tuple or set
+    # becomes a list and a str enum or str subclass its characters, whatever str() says of them.
+    return json.loads(json.dumps(payload, allow_nan=True, default=to_jsonable_python))
+
+
 def reserved_claims(pol: CollectionPolicy, boundary: str | None, payload: Any, key: str | None = None) -> list[str]:
     """The restricted sources that writing ``payload`` (below ``key``, as ``set_payload`` places it)
     would tag a point with, when ``boundary`` may not: on a collection with an extraction budget and
@@ -46,6 +55,7 @@ def reserved_claims(pol: CollectionPolicy, boundary: str | None, payload: Any, k
     div = pol.diversity
     if div.max_source_coverage is None or not div.restricted_sources or boundary == pol.owner:
         return []
+    payload = _as_sent(payload)
     if key is not None:
         parts = key.split(".")
         if not all(_KEY_SEGMENT.fullmatch(part) for part in parts):

@@ -100,3 +100,18 @@ def test_a_budget_on_every_source_with_a_reading_writer_is_a_policy_error(kit, r
         kit.config({"kb": pol})
     kit.config({"kb": {**pol, "writers": ["hr"]}})  # the owner writing is fine
     kit.config({"kb": {**pol, "diversity": {"max_source_coverage": 0.25, "restricted_sources": ["memo"]}}})
+
+
+class _Doc(str, __import__("enum").Enum):
+    MEMO = "memo"
+
+
+@pytest.mark.parametrize("source", [("memo",), {"memo"}, frozenset({"memo"}), _Doc.MEMO, ("tickets", "memo")],
+                         ids=["tuple", "set", "frozenset", "str-enum", "tuple-of-two"])
+def test_python_values_that_serialise_to_a_restricted_source_are_refused(kit, clients, source) -> None:
+    # The client sends the payload as JSON: a tuple or set becomes a list and a str enum its value,
+    # so Qdrant stores (and counts) these points under "memo" whatever str() says of them.
+    alice, sam, rng = clients
+    _refused(kit, lambda: sam.upsert("kb", [models.PointStruct(id=100, vector=unit(rng), payload={"source": source})]))
+    _refused(kit, lambda: sam.set_payload("kb", payload={"source": source}, points=[0]))
+    assert count(alice, "kb") == 8
