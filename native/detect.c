@@ -248,10 +248,14 @@ static int card_groups_ok(const int *g, int ng, int sep) {
     return g[ng - 1] >= 1 && g[ng - 1] <= 4;
 }
 
-/* The chain rules for groups g[0:ng] (digits d, the first 19 kept) from i to end; emits and
- * returns 1 on a match. */
+static void set_hit(qg_finding *hit, size_t start, size_t end, int type, int validator) {
+    *hit = (qg_finding){(int64_t)start, (int64_t)end, type, validator};
+}
+
+/* The chain rules for groups g[0:ng] (digits d, the first 19 kept) from i to end; on a match, fills
+ * hit and returns 1. */
 static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d, size_t nd, int sep,
-                       size_t end) {
+                       size_t end, qg_finding *hit) {
     static const int G_SSN[] = {3, 2, 4}, G_NANP[] = {3, 3, 4}, G_NANP1[] = {1, 3, 3, 4}, G_LOCAL[] = {3, 4};
     const unsigned char *b = s->b;
     int prev = at(s, (int64_t)i - 1);
@@ -261,28 +265,28 @@ static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d,
     if (prev == '+') {
         int pp = at(s, (int64_t)i - 2);
         if (!(pp >= 0 && is_word(pp)) && (sep == 0 || sep == ' ' || sep == '-') && nd >= 8 && nd <= 15 && d[0] != '0') {
-            emit(s, i - 1, end, QG_PHONE, QG_V_E164);
+            set_hit(hit, i - 1, end, QG_PHONE, QG_V_E164);
             return 1;
         }
         return 0;
     }
     if (groups_eq(g, ng, G_SSN, 3) && (sep == ' ' || sep == '-')) {
         if (!ssa_valid(d)) return 0;
-        emit(s, i, end, QG_SSN, QG_V_SSA);
+        set_hit(hit, i, end, QG_SSN, QG_V_SSA);
         return 1;
     }
     if (ng == 1 && g[0] == 9 && window_has(s, i, 40, "ssn", "social security")) {
         if (!ssa_valid(d)) return 0;
-        emit(s, i, end, QG_SSN, QG_V_SSA);
+        set_hit(hit, i, end, QG_SSN, QG_V_SSA);
         return 1;
     }
     if (nd >= 13 && nd <= 19 && card_groups_ok(g, ng, sep) && iin_known(d) && luhn(d, (int)nd)) {
-        emit(s, i, end, QG_CREDIT_CARD, QG_V_LUHN);
+        set_hit(hit, i, end, QG_CREDIT_CARD, QG_V_LUHN);
         return 1;
     }
     if (sep == '-' || sep == '.' || sep == ' ') {
         if ((groups_eq(g, ng, G_NANP, 3) && d[0] >= '2') || (groups_eq(g, ng, G_NANP1, 4) && d[0] == '1' && d[1] >= '2')) {
-            emit(s, i, end, QG_PHONE, QG_V_NANP);
+            set_hit(hit, i, end, QG_PHONE, QG_V_NANP);
             return 1;
         }
     }
@@ -293,7 +297,7 @@ static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d,
                 is_digit(b[p + 3]) && b[p + 1] >= '2' && (gap == 0 || b[p + 5] == ' ')) {
                 int pp = at(s, p - 1);
                 if (!(pp >= 0 && is_word(pp))) {
-                    emit(s, (size_t)p, end, QG_PHONE, QG_V_NANP);
+                    set_hit(hit, (size_t)p, end, QG_PHONE, QG_V_NANP);
                     return 1;
                 }
             }
@@ -302,12 +306,29 @@ static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d,
     return 0;
 }
 
-static void chain(scan_t *s, size_t i) {
+static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit);
+
+/* Whether a later number of the first p groups from i starts a finding of its own that runs past
+ * end: the prefix would take part of it and leave the rest in the clear ("4000 1005 1111 123 45
+ * 6789" is a Luhn-valid 15-digit "card" ending inside the SSN 123 45 6789). */
+static int cuts_later(scan_t *s, size_t i, const int *g, int p, size_t end) {
+    size_t pos = i;
+    qg_finding later;
+    for (int q = 1; q < p; q++) {
+        pos += (size_t)g[q - 1] + 1;
+        if (chain_find(s, pos, 0, &later) && (size_t)later.end > end) return 1;
+    }
+    return 0;
+}
+
+/* The finding of the number run from i (veto = 0: a list prefix is taken even where it cuts a
+ * later number's finding); fills hit and returns 1 when there is one. */
+static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit) {
     const unsigned char *b = s->b;
     size_t n = s->n;
     int prev = at(s, (int64_t)i - 1);
-    if (prev >= 0 && is_word(prev)) return;
-    if (in_set(prev, "-./:") && is_digit(at(s, (int64_t)i - 2))) return;
+    if (prev >= 0 && is_word(prev)) return 0;
+    if (in_set(prev, "-./:") && is_digit(at(s, (int64_t)i - 2))) return 0;
     int g[MAX_GROUPS];
     int ng = 0, whole = 1; /* whole = 0: the chain runs on past MAX_GROUPS groups */
     char d[20];
@@ -334,8 +355,8 @@ static void chain(scan_t *s, size_t i) {
         }
         break;
     }
-    if (whole && chain_match(s, i, g, ng, d, nd, sep, j)) return;
-    if (sep != ' ') return;
+    if (whole && chain_match(s, i, g, ng, d, nd, sep, j, hit)) return 1;
+    if (sep != ' ') return 0;
     /* A list of numbers separated by spaces ("4111111111111111 4012888888881881") chains into one
      * run that matches nothing: its longest leading groups that do match are the finding. */
     size_t end = j, digits = nd;
@@ -344,8 +365,15 @@ static void chain(scan_t *s, size_t i) {
             end -= (size_t)g[p] + 1;
             digits -= (size_t)g[p];
         }
-        if (chain_match(s, i, g, p, d, digits, p > 1 ? sep : 0, end)) return;
+        if (chain_match(s, i, g, p, d, digits, p > 1 ? sep : 0, end, hit) && !(veto && cuts_later(s, i, g, p, end)))
+            return 1;
     }
+    return 0;
+}
+
+static void chain(scan_t *s, size_t i) {
+    qg_finding hit;
+    if (chain_find(s, i, 1, &hit)) emit(s, (size_t)hit.start, (size_t)hit.end, hit.type, hit.validator);
 }
 
 /* ---------------------------------------------------------------------------------- IBAN */

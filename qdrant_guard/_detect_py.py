@@ -180,7 +180,7 @@ def _card_groups_ok(groups: list[int], sep: str) -> bool:
     return all(g == 4 for g in groups[:-1]) and 1 <= groups[-1] <= 4
 
 
-def _chain(text: str, i: int) -> list[tuple[int, int, str, str]]:
+def _chain(text: str, i: int, veto: bool = True) -> list[tuple[int, int, str, str]]:
     n = len(text)
     prev = _at(text, i - 1)
     if prev in _WORD:
@@ -218,9 +218,21 @@ def _chain(text: str, i: int) -> list[tuple[int, int, str, str]]:
     for g in range(len(groups) - 1 if whole else len(groups), 0, -1):
         end = i + sum(groups[:g]) + g - 1
         found = _chain_match(text, i, groups[:g], digits[:g], sep if g > 1 else "", end)
-        if found:
+        if found and not (veto and _cuts_later(text, i, groups, g, end)):
             return found
     return []
+
+
+def _cuts_later(text: str, i: int, groups: list[int], g: int, end: int) -> bool:
+    # Whether a later number of the first g groups starts a finding of its own that runs past end:
+    # the prefix would take part of it and leave the rest in the clear ("4000 1005 1111 123 45
+    # 6789" is a Luhn-valid 15-digit "card" ending inside the SSN 123 45 6789).
+    pos = i
+    for q in range(1, g):
+        pos += groups[q - 1] + 1
+        if any(e > end for _, e, _, _ in _chain(text, pos, veto=False)):
+            return True
+    return False
 
 
 def _chain_match(text: str, i: int, groups: list[int], digits: list[str], sep: str,

@@ -80,6 +80,10 @@ POSITIVES = [
     ("card 4111 1111 1111 1111 123 exp", [("CREDIT_CARD", "4111 1111 1111 1111", "luhn")]),
     ("call 555 123 4567 890", [("PHONE", "555 123 4567", "nanp")]),
     ("1 2 3 4 5 6 7 4111111111111111", [("CREDIT_CARD", "4111111111111111", "luhn")]),
+    # a list's leading groups are no finding where they would cut a later number's own finding
+    # (a Luhn-valid "card" 4000 1005 1111 123 took the SSN's area and left "45 6789" in the clear)
+    ("4000 1005 1111 123 45 6789", [("SSN", "123 45 6789", "ssa-rules")]),
+    ("4008 4111 1111 1111 1111", [("CREDIT_CARD", "4111 1111 1111 1111", "luhn")]),
 ]
 
 NEGATIVES = [
