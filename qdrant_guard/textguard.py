@@ -14,6 +14,9 @@ from .pipeline import GuardPipeline, Offload, Op
 from .policy import CollectionPolicy
 from .vectors import join_vector_struct, split_vector_struct
 
+# What the client sends as a JSON array (and Qdrant stores and indexes as one).
+_ARRAYS = (list, tuple, set, frozenset)
+
 
 class EmbedderError(QdrantGuardError):
     """The guard's embedder failed or returned something that is not a float matrix."""
@@ -79,7 +82,7 @@ class TextOps(GuardPipeline):
     def public_payload(self, op: str, name: str, pol: CollectionPolicy, payload: Any, *,
                        point_id: Any = None) -> Any:
         """``payload`` with its text field screened (the same object when there is nothing to screen)."""
-        if pol.text_field and isinstance(payload, dict) and isinstance(payload.get(pol.text_field), (str, list)):
+        if pol.text_field and isinstance(payload, dict) and isinstance(payload.get(pol.text_field), (str, *_ARRAYS)):
             return self.guard_payload_text(op, name, pol, dict(payload), point_id=point_id, in_boundary=False)
         return payload
 
@@ -114,9 +117,9 @@ class TextOps(GuardPipeline):
         if isinstance(value, str):
             keep = in_boundary and pol.keep_payload_text_in_boundary
             payload[field] = self.screen_text(op, name, pol, value, point_ids=[point_id], keep_pii=keep)
-        elif isinstance(value, list):
+        elif isinstance(value, _ARRAYS):
             # Qdrant indexes an array of strings like text. PII is never kept in one: readers of
-            # other boundaries get only a string field redacted.
+            # other boundaries get only a string field redacted. A tuple or set is sent as an array.
             payload[field] = [self.screen_text(op, name, pol, v, point_ids=[point_id]) if isinstance(v, str) else v
                               for v in value]
         return payload

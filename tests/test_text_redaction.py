@@ -170,3 +170,18 @@ def test_a_list_of_strings_in_the_text_field_is_screened_like_a_string(tmp_path)
     with pytest.raises(GuardRefusal) as ei:
         client.set_payload("c", payload={"text": [KEY_TEXT]}, points=[1])
     assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
+
+
+@pytest.mark.parametrize("wrap", [tuple, lambda xs: set(xs), frozenset], ids=["tuple", "set", "frozenset"])
+def test_a_tuple_or_set_in_the_text_field_is_screened_like_the_list_it_is_sent_as(tmp_path, wrap):
+    # The client sends a tuple or set as a JSON array: stored and indexed like a list of strings.
+    client, _ = _client(tmp_path)
+    client.upsert("c", [models.PointStruct(id=1, vector=[0.1] * DIM, payload={"text": wrap([SSN_TEXT])})])
+    (_, payload, _), = snapshot(client, "c")
+    assert payload["text"] == ["Jane asked about payroll; her SSN is [SSN]"]
+    client.set_payload("c", payload={"text": wrap([SSN_TEXT])}, points=[1])
+    (_, payload, _), = snapshot(client, "c")
+    assert payload["text"] == ["Jane asked about payroll; her SSN is [SSN]"]
+    with pytest.raises(GuardRefusal) as ei:
+        client.upsert("pub", [models.PointStruct(id=1, vector=[0.1] * DIM, payload={"text": wrap([SSN_TEXT])})])
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
