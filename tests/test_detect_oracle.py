@@ -226,3 +226,15 @@ def _pairwise_greedy(cands: list[tuple[int, int, str, str]]) -> list[tuple[int, 
 def test_reference_resolve_is_the_pairwise_greedy(raw: list[tuple[int, int, str, str]]) -> None:
     cands = [(s, s + n, t, v) for s, n, t, v in raw]
     assert PYTHON._resolve(cands) == _pairwise_greedy(cands)
+
+
+# Space-separated lists of numbers: the list-prefix rule and its check against later numbers'
+# findings (a prefix must not end inside one) in both twins.
+NUMBERS = ["4111111111111111", "4111", "1111", "4000", "1005", "123", "45", "6789", "555", "4567", "1",
+           "234", "56", "7890", "5555", "4444", "12", "0", "99", "+1", "(555)", "ssn"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(NUMBERS), min_size=2, max_size=14), st.sampled_from([" ", " ", "-", "."]))
+def test_oracle_number_lists(numbers: list[str], sep: str) -> None:
+    assert_same(NATIVE.find_spans, PYTHON.find_spans, sep.join(numbers))
