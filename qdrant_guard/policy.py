@@ -209,8 +209,8 @@ class CollectionPolicy(_Strict):
     ``"*"`` = any verified principal). Non-owners must noise. Only the owner writes points tagged
     with a ``restricted_sources`` entry (``REFUSED_CROSS_BOUNDARY``): a writer that also reads could
     otherwise add points to a restricted source and raise its own extraction budget. A budget on
-    every source (no ``restricted_sources``) with a boundary that both reads and writes is a policy
-    error for the same reason."""
+    every source (no ``restricted_sources``), or on ``"__unknown__"``, with a boundary that both reads
+    and writes is a policy error for the same reason."""
     raw_in_boundary: bool = False
     """Allow raw (un-noised) vectors written and read by principals of the owner boundary."""
     noise_on_write: bool = True
@@ -365,22 +365,33 @@ def _mask_tokens(value: Any) -> Any:
 DEFAULT_CEILINGS: dict[str, float] = {"PII": 2.0, "CREDENTIAL": 1.0, "PROPRIETARY": 8.0}
 
 
+_MISSING_SOURCE = "__unknown__"  # the budget's name for points without a source (reads.apply_budget)
+
+
 def _check_budget_writers(where: str, pol: CollectionPolicy) -> None:
     # The coverage cap is a share of a source's size, so a boundary that reads under the budget
     # and may write could raise its own cap with junk points. With restricted_sources only the owner
-    # writes those (refused otherwise); with a budget on every source nothing can keep it out.
-    if pol.diversity.max_source_coverage is None or pol.diversity.restricted_sources:
+    # writes those (refused otherwise); with a budget on every source nothing can keep it out, nor
+    # on "__unknown__" (points without a source), which any write without the source field joins.
+    restricted = pol.diversity.restricted_sources
+    if pol.diversity.max_source_coverage is None or (restricted and _MISSING_SOURCE not in restricted):
         return
     writers = {b for b in pol.writers or () if b != pol.owner}
     readers = {b for b in pol.readers if b != pol.owner}
     both = sorted(writers & readers) or sorted(
         (writers if "*" in readers else set()) | (readers if "*" in writers else set()))
     if both:
+        if restricted:
+            covers, how, fix = (f"{_MISSING_SOURCE!r} (points without a source)", "without a source",
+                                f"take {_MISSING_SOURCE!r} out of {where}.diversity.restricted_sources, or ")
+        else:
+            covers, how, fix = ("every source", "tagged with a source",
+                                f"list the confidential sources in {where}.diversity.restricted_sources "
+                                "(only the owner boundary may write those), or ")
         raise ValueError(
             f"{where}: boundary {both[0]!r} may both read and write, and the extraction budget "
-            f"(diversity.max_source_coverage) covers every source, so it could raise its own cap by "
-            f"writing points tagged with a source; list the confidential sources in "
-            f"{where}.diversity.restricted_sources (only the owner boundary may write those), or "
+            f"(diversity.max_source_coverage) covers {covers}, so it could raise its own cap by "
+            f"writing points {how}; {fix}"
             f"remove {both[0]!r} from {where}.writers"
         )
 

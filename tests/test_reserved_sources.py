@@ -115,3 +115,13 @@ def test_python_values_that_serialise_to_a_restricted_source_are_refused(kit, cl
     _refused(kit, lambda: sam.upsert("kb", [models.PointStruct(id=100, vector=unit(rng), payload={"source": source})]))
     _refused(kit, lambda: sam.set_payload("kb", payload={"source": source}, points=[0]))
     assert count(alice, "kb") == 8
+
+
+def test_restricting_points_without_a_source_with_a_reading_writer_is_a_policy_error(kit) -> None:
+    # "__unknown__" budgets the points that name no source. Any write without the source field
+    # (an upsert, clear_payload, delete_payload of the field) adds to it, and no payload names it,
+    # so only keeping reading writers out protects its cap.
+    pol = {**BUDGETED, "diversity": {"max_source_coverage": 0.25, "restricted_sources": ["memo", "__unknown__"]}}
+    with pytest.raises(ConfigError, match=r"'__unknown__'.*remove 'support' from collections\.kb\.writers"):
+        kit.config({"kb": pol})
+    kit.config({"kb": {**pol, "writers": ["hr"]}})
