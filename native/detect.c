@@ -365,8 +365,10 @@ static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit) {
             end -= (size_t)g[p] + 1;
             digits -= (size_t)g[p];
         }
-        if (chain_match(s, i, g, p, d, digits, p > 1 ? sep : 0, end, hit) && !(veto && cuts_later(s, i, g, p, end)))
-            return 1;
+        if (!chain_match(s, i, g, p, d, digits, p > 1 ? sep : 0, end, hit)) continue;
+        /* "sizes 512 64 1024 2048": a list of numbers has 3-2-4 windows everywhere */
+        if (hit->type == QG_SSN && !window_has(s, i, 40, "ssn", "social security")) continue;
+        if (!(veto && cuts_later(s, i, g, p, end))) return 1;
     }
     return 0;
 }

@@ -218,6 +218,8 @@ def _chain(text: str, i: int, veto: bool = True) -> list[tuple[int, int, str, st
     for g in range(len(groups) - 1 if whole else len(groups), 0, -1):
         end = i + sum(groups[:g]) + g - 1
         found = _chain_match(text, i, groups[:g], digits[:g], sep if g > 1 else "", end)
+        if found and found[0][2] == "SSN" and not _window_has(text, i, 40, ("ssn", "social security")):
+            continue  # "sizes 512 64 1024 2048": a list of numbers has 3-2-4 windows everywhere
         if found and not (veto and _cuts_later(text, i, groups, g, end)):
             return found
     return []

@@ -24,10 +24,11 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
 * Numbers in a list separated by single spaces run into one another (``4111111111111111
   4012888888881881``, ``123 45 6789 234 56 7890``): where the whole run matches nothing, its
   longest leading groups that match are the finding (unless they would end inside a later number's
-  own finding, which then stands), and each later number is tried the same way, so every number of
-  the list is found. The cost: a row of random space-separated 4-digit numbers
-  now has a Luhn-valid, IIN-known 4-group window (a "card") in about 15 % of 8-number rows (3.5 %
-  before); rows of years or of ordinary integers, none.
+  own finding, which then stands; an SSN taken this way needs "ssn" or "social security" in the 40
+  characters before it, since any list of numbers has 3-2-4 windows), and each later number is
+  tried the same way, so every number of the list is found. The cost: a row of random
+  space-separated 4-digit numbers now has a Luhn-valid, IIN-known 4-group window (a "card") in
+  about 15 % of 8-number rows (3.5 % before); rows of years or of ordinary integers, none.
 * ``AWS_ACCESS_KEY``: AKIA/ASIA/AGPA/AIDA/AROA/ANPA/ANVA/AIPA + 16 of ``[A-Z2-7]`` ("format").
 * ``AWS_SECRET_KEY``: an isolated 40-character ``[A-Za-z0-9+/]`` value with upper, lower and
   digits, not hex, entropy >= 3.5 bits/char and "aws" or "secret" within the 64 characters before

@@ -128,6 +128,8 @@ NEGATIVES = [
     "token: Ab1Cd2Ef3gH",  # not a password name, so the 16-character entropy rule applies
     "1999 2000 2001 2002 2003 2004 2005 2006", "1 2 3 4 5 6 7 8 9 10 11 12",  # lists, nothing in them
     "4111-1111-1111-1111-4012",  # a dashed run past a card is one longer number, not a card
+    # a 3-2-4 window of a list of numbers is no SSN without "ssn" nearby (alone it still is one)
+    "sizes 512 64 1024 2048 4096", "top ports 443 80 8080 22 3306 5432", "dims 768 12 3072 64",
 ]
 
 
