@@ -222,7 +222,8 @@ class CollectionPolicy(_Strict):
     """The noise mechanism and its privacy parameters."""
     source_field: str = "source"
     """Payload field naming a point's source document (diversity caps and budgets count by it). A
-    dotted path reaches nested payload, e.g. ``metadata.source`` for langchain."""
+    dotted path reaches nested payload, e.g. ``metadata.source`` for langchain (keys of letters,
+    digits, ``_`` and ``-``; no ``[]`` or quotes)."""
     text_field: str | None = None
     """Payload field holding the point's text; it is screened and redacted like embedded text (a string, or each string of a list; PII in a list is never kept)."""
     credentials_in_text: Literal["refuse", "redact"] = "refuse"
@@ -260,6 +261,19 @@ class CollectionPolicy(_Strict):
     def is_public(self) -> bool:
         """True for PUBLIC collections, which the guard passes through unchanged."""
         return self.sensitivity is SensitivityClass.PUBLIC
+
+    @field_validator("source_field")
+    @classmethod
+    def _plain_source_path(cls, v: str) -> str:
+        # The guard reads sources at plain dotted keys (sources.field_value); a path Qdrant reads
+        # otherwise ("metadata[].source", quotes) would name no source in the guard, so no budget
+        # or owner-only write rule would ever apply to it.
+        if all(part and all(c.isalnum() or c in "_-" for c in part) for part in v.split(".")):
+            return v
+        raise ValueError(
+            f"source_field {v!r} is not a dotted path of plain keys (letters, digits, '_', '-', e.g. "
+            "'metadata.source'); the guard cannot read '[]' indexing or quoted keys the way Qdrant does"
+        )
 
     def may_read(self, boundary: str | None) -> bool:
         """Whether a principal verified in ``boundary`` may read this collection."""

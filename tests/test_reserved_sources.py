@@ -125,3 +125,14 @@ def test_restricting_points_without_a_source_with_a_reading_writer_is_a_policy_e
     with pytest.raises(ConfigError, match=r"'__unknown__'.*remove 'support' from collections\.kb\.writers"):
         kit.config({"kb": pol})
     kit.config({"kb": {**pol, "writers": ["hr"]}})
+
+
+@pytest.mark.parametrize("field", ["metadata[].source", 'metadata."source"', "metadata[0].source", "meta..source",
+                                   "", "source ", "$.source"])
+def test_a_source_field_the_guard_would_read_differently_from_qdrant_is_a_policy_error(kit, field) -> None:
+    # The guard reads a point's sources at plain dotted keys. A path Qdrant reads through arrays or
+    # quotes ("metadata[].source") named no source in the guard, so every point counted as
+    # "__unknown__": a restricted source was never budgeted, nor its writes refused.
+    with pytest.raises(ConfigError, match="source_field"):
+        kit.config({"kb": {**BUDGETED, "source_field": field}})
+    kit.config({"kb": {**BUDGETED, "source_field": "metadata.doc-source_2"}})
