@@ -444,9 +444,17 @@ class MemoryBudgetStore(_CountingStore):
 
     def _entries_by_prefix(self, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]]:
         with self._lock:
-            found = {key: _in_window(entries.items(), window_s, now)
+            found = {key: self._live_ids(entries, window_s, now)
                      for key, entries in self._keys.items() if key.startswith(prefix)}
         return {key: ids for key, ids in found.items() if ids}
+
+    @staticmethod
+    def _live_ids(entries: OrderedDict[str, float], window_s: float, now: float) -> frozenset[str]:
+        # Entries are in timestamp order (oldest first): when the oldest is still in the window, so
+        # is every id, which is the common case and needs no pass over the timestamps.
+        if entries and next(iter(entries.values())) >= max(now, next(reversed(entries.values()))) - window_s:
+            return frozenset(entries)
+        return _in_window(entries.items(), window_s, now)
 
 
 _SQLITE_SCHEMA = """
@@ -1114,8 +1122,12 @@ class ExtractionBudget:
             TypeError: wrong argument types.
             ValueError: a negative size or a coverage outside ``[0, 1]``.
         """
-        _check_count("source_size", source_size)
-        coverage = _check_fraction("max_source_coverage", max_source_coverage, allow_zero=True)
+        # Reads call this once per listed source: skip the full checks for plain valid arguments.
+        if not (type(source_size) is int and source_size >= 0):
+            _check_count("source_size", source_size)
+        coverage = max_source_coverage
+        if not (type(coverage) is float and 0.0 <= coverage <= 1.0):
+            coverage = _check_fraction("max_source_coverage", max_source_coverage, allow_zero=True)
         return _floor_share(source_size, coverage)
 
     def _decide(self, charges: list[tuple[str, Sequence[Any], int]]) -> list[BudgetDecision]:

@@ -341,10 +341,11 @@ class ReadOps(PayloadOps, QueryChecks):
                 exclusion.sources[source] = ids
         # A source too small for a single point (cap 0) admits nothing, so the store lists no key
         # for it; those this process has sized are excluded up front rather than found mid-read.
+        coverage = pol.diversity.max_source_coverage
         sized = [source for (where, source), (_, size) in list(self.shared.get("source_sizes", {}).items())
-                 if where == account and source not in exclusion.sources
+                 if where == account and size * coverage < 1.000001 and source not in exclusion.sources
                  and (not restricted or source in restricted)
-                 and self.extraction_budget(pol).cap_for(size, pol.diversity.max_source_coverage) == 0]
+                 and self.extraction_budget(pol).cap_for(size, coverage) == 0]
         for source in sized:
             if (yield from self._source_cap(pol, account, source)) == 0:
                 exclusion.sources[source] = frozenset()
