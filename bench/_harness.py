@@ -358,14 +358,20 @@ def machine() -> dict[str, Any]:
     import importlib.metadata as md
 
     cpu = platform.processor() or platform.machine()
+    flags: set[str] = set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
-                if line.startswith("model name"):
+                if line.startswith("model name") and cpu == (platform.processor() or platform.machine()):
                     cpu = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
                     break
     except OSError:
         pass
+    # The kernels pick their SIMD path at run time (AVX-512 ChaCha20, AVX2/AES scanner), and the
+    # same VM name has come with and without AVX-512: record which extensions this run had.
+    simd = " ".join(f for f in ("avx2", "aes", "avx512f", "avx512vl", "avx512dq") if f in flags) or None
 
     def ver(pkg: str) -> str | None:
         try:
@@ -375,7 +381,7 @@ def machine() -> dict[str, Any]:
 
     from qdrant_guard import implementation
 
-    return {"cpu": cpu, "cores": os.cpu_count(), "machine": platform.machine(),
+    return {"cpu": cpu, "simd": simd, "cores": os.cpu_count(), "machine": platform.machine(),
             "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
             "numpy": np.__version__, "qdrant_client": ver("qdrant-client"), "pydantic": ver("pydantic"),
             "qdrant_guard_kernels": implementation(), "backend": backend(),
