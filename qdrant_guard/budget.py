@@ -369,6 +369,22 @@ class MemoryBudgetStore(_CountingStore):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._keys: dict[str, OrderedDict[str, float]] = {}
+        # Key -> keys by their part up to the last "|" (the budget's principal|collection| group),
+        # so listing one principal's sources in a collection does not walk every key.
+        self._groups: dict[str, set[str]] = {}
+
+    def _put(self, key: str, entries: OrderedDict[str, float]) -> None:
+        if key not in self._keys:
+            self._groups.setdefault(key[: key.rfind("|") + 1], set()).add(key)
+        self._keys[key] = entries
+
+    def _drop(self, key: str) -> None:
+        if self._keys.pop(key, None) is not None:
+            group = key[: key.rfind("|") + 1]
+            members = self._groups[group]
+            members.discard(key)
+            if not members:
+                del self._groups[group]
 
     def _expire(self, key: str, window_s: float, now: float) -> tuple[OrderedDict[str, float] | None, float]:
         entries = self._keys.get(key)
@@ -380,7 +396,7 @@ class MemoryBudgetStore(_CountingStore):
         while entries and next(iter(entries.values())) < cutoff:
             entries.popitem(last=False)
         if not entries:
-            del self._keys[key]
+            self._drop(key)
             return None, now
         return entries, now
 
@@ -407,7 +423,7 @@ class MemoryBudgetStore(_CountingStore):
             else:
                 flags.append(False)
         if entries:
-            self._keys[key] = entries
+            self._put(key, entries)
         return flags, before, len(entries)
 
     def _admit_points(
@@ -427,7 +443,7 @@ class MemoryBudgetStore(_CountingStore):
                 released.append(ok)
             for (key, _), entries in zip(keys, sets):
                 if entries:
-                    self._keys[key] = entries
+                    self._put(key, entries)
             return released, [(b, len(entries)) for b, entries in zip(before, sets)]
 
     def _seen(self, key: str, window_s: float, now: float) -> int:
@@ -439,13 +455,17 @@ class MemoryBudgetStore(_CountingStore):
         with self._lock:
             if key is None:
                 self._keys.clear()
+                self._groups.clear()
             else:
-                self._keys.pop(key, None)
+                self._drop(key)
 
     def _entries_by_prefix(self, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]]:
         with self._lock:
-            found = {key: self._live_ids(entries, window_s, now)
-                     for key, entries in self._keys.items() if key.startswith(prefix)}
+            # A key starts with prefix only if its group does, or the prefix runs past its group.
+            keys = [key for group, members in self._groups.items()
+                    if group.startswith(prefix) or prefix.startswith(group)
+                    for key in members if key.startswith(prefix)]
+            found = {key: self._live_ids(self._keys[key], window_s, now) for key in keys}
         return {key: ids for key, ids in found.items() if ids}
 
     @staticmethod
