@@ -203,6 +203,10 @@ class _Model:
         return out
 
 
+# Plain keys and budget-shaped ones (the memory store indexes keys by their part up to the last "|").
+KEYS = ["k1", "k2", "src|a|c|x", "src|a|c|y", "src|a|d|x", "src|ab|c|x"]
+
+
 def _run_machine(stores):
     class BudgetMachine(RuleBasedStateMachine):
         def __init__(self):
@@ -216,14 +220,14 @@ def _run_machine(stores):
         def tick(self, dt):
             self.now += dt
 
-        @rule(key=st.sampled_from(["k1", "k2"]), ids=st.lists(st.sampled_from("abcdefgh"), max_size=6),
+        @rule(key=st.sampled_from(KEYS), ids=st.lists(st.sampled_from("abcdefgh"), max_size=6),
               cap=st.integers(0, 5))
         def admit(self, key, ids, cap):
             expected = self.model.admit(key, ids, cap, 5.0, self.now)
             for s in stores:
                 assert s.admit(key, ids, cap=cap, window_s=5.0, now=self.now) == expected, type(s).__name__
 
-        @rule(key=st.sampled_from(["k1", "k2"]))
+        @rule(key=st.sampled_from(KEYS))
         def reset_one(self, key):
             self.model.keys.pop(key, None)
             for s in stores:
@@ -232,14 +236,14 @@ def _run_machine(stores):
         @invariant()
         def listings_agree(self):
             # Listing is read-only, so it runs before the counts below and must not change them.
-            for prefix in ("", "k", "k1", "x"):
+            for prefix in ("", "k", "k1", "x", "src|a", "src|a|", "src|a|c|", "src|a|c|x", "src|ab|c|", "src|a|d"):
                 expected = self.model.entries(prefix, 5.0, self.now)
                 for s in stores:
                     assert s.entries_by_prefix(prefix, window_s=5.0, now=self.now) == expected, type(s).__name__
 
         @invariant()
         def counts_agree(self):
-            for key in ("k1", "k2"):
+            for key in KEYS:
                 expected = self.model.seen(key, 5.0, self.now)
                 for s in stores:
                     assert s.seen(key, window_s=5.0, now=self.now) == expected, type(s).__name__
