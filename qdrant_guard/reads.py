@@ -334,26 +334,22 @@ class ReadOps(PayloadOps, QueryChecks):
         exclusion = Exclusion(pol.source_field)
         listed = self._admitted_by_source(op, name, pol, account)
         restricted = pol.diversity.restricted_sources
+        coverage = pol.diversity.max_source_coverage
+        cap_for = self.extraction_budget(pol).cap_for
         for source, ids in (listed or {}).items():
             if restricted and source not in restricted:
                 continue
-            if len(ids) >= (yield from self._source_cap(pol, account, source)):
+            if len(ids) >= cap_for((yield from self.source_size(account, pol, source)), coverage):
                 exclusion.sources[source] = ids
         # A source too small for a single point (cap 0) admits nothing, so the store lists no key
         # for it; those this process has sized are excluded up front rather than found mid-read.
-        coverage = pol.diversity.max_source_coverage
         sized = [source for (where, source), (_, size) in list(self.shared.get("source_sizes", {}).items())
                  if where == account and size * coverage < 1.000001 and source not in exclusion.sources
-                 and (not restricted or source in restricted)
-                 and self.extraction_budget(pol).cap_for(size, coverage) == 0]
+                 and (not restricted or source in restricted) and cap_for(size, coverage) == 0]
         for source in sized:
-            if (yield from self._source_cap(pol, account, source)) == 0:
+            if cap_for((yield from self.source_size(account, pol, source)), coverage) == 0:
                 exclusion.sources[source] = frozenset()
         return exclusion
-
-    def _source_cap(self, pol: CollectionPolicy, account: str, source: str) -> Any:
-        size = yield from self.source_size(account, pol, source)
-        return self.extraction_budget(pol).cap_for(size, pol.diversity.max_source_coverage)
 
     def widen_exclusion(self, op: str, name: str, pol: CollectionPolicy, account: str, exclusion: Exclusion,
                         plans: Sequence[ReadPlan]) -> None:
