@@ -163,9 +163,11 @@ def test_receipted_vectors_are_released_through_an_alias(kit, clients):
     assert {r.id: r.vector for r in dave.retrieve("open_v2", [0, 1, 2], with_vectors=True)} == direct
     query = unit(np.random.default_rng(9))
     hits = dave.query_points("open_v2", query=query, limit=3, with_vectors=True).points
-    assert [h.vector for h in hits] == [h.vector for h in dave.query_points("open", query=query, limit=3,
-                                                                               with_vectors=True).points]
+    direct_hits = dave.query_points("open", query=query, limit=3, with_vectors=True).points
+    assert [h.id for h in hits] == [h.id for h in direct_hits]
     assert all(h.vector is not None for h in hits)
+    # Local mode can hand the same stored vector back at float32 or float64 precision.
+    np.testing.assert_allclose([h.vector for h in hits], [h.vector for h in direct_hits], rtol=1e-6, atol=1e-7)
 
 
 # -- what the resolution costs, and where the read goes ----------------------------------------
