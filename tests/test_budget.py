@@ -203,8 +203,9 @@ class _Model:
         return out
 
 
-# Plain keys and budget-shaped ones (the memory store indexes keys by their part up to the last "|").
-KEYS = ["k1", "k2", "src|a|c|x", "src|a|c|y", "src|a|d|x", "src|ab|c|x"]
+# Plain keys and budget-shaped ones, and one a group below them (the memory and Redis stores index
+# keys by their part up to the last "|").
+KEYS = ["k1", "k2", "src|a|c|x", "src|a|c|y", "src|a|d|x", "src|ab|c|x", "src|a|c|x|y"]
 
 
 def _run_machine(stores):
@@ -233,10 +234,17 @@ def _run_machine(stores):
             for s in stores:
                 s.reset(key)
 
+        @rule()
+        def reset_all(self):
+            self.model.keys.clear()
+            for s in stores:
+                s.reset()
+
         @invariant()
         def listings_agree(self):
             # Listing is read-only, so it runs before the counts below and must not change them.
-            for prefix in ("", "k", "k1", "x", "src|a", "src|a|", "src|a|c|", "src|a|c|x", "src|ab|c|", "src|a|d"):
+            for prefix in ("", "k", "k1", "x", "src|a", "src|a|", "src|a|c|", "src|a|c|x", "src|a|c|x|", "src|ab|c|",
+                           "src|a|d"):
                 expected = self.model.entries(prefix, 5.0, self.now)
                 for s in stores:
                     assert s.entries_by_prefix(prefix, window_s=5.0, now=self.now) == expected, type(s).__name__
