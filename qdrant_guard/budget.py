@@ -330,7 +330,8 @@ class _CountingStore:
     def entries_by_prefix(self, prefix: str, *, window_s: float, now: float) -> dict[str, frozenset[str]]:
         """Return every key starting with ``prefix`` that holds ids within the window, with its ids.
 
-        Read-only: nothing expires, nothing is refreshed. A key's window ends at ``max(now, its
+        Read-only: nothing expires, nothing is refreshed (the Redis store only drops its listing
+        index's entries for keys already gone). A key's window ends at ``max(now, its
         newest timestamp)``, as in :meth:`BudgetStore.admit`, so the ids returned are exactly those
         an admission at ``now`` would admit again. Keys whose ids all fall outside are left out.
         """
@@ -975,13 +976,14 @@ class RedisBudgetStore(_CountingStore):
 
     Upgrading a store written by a version without the index: the first listing finds no
     ``prefix + "\\x00qg-index-ready"`` marker and indexes every key under the prefix with one
-    ``SCAN`` of the database (once per prefix, and once per process at a time), then sets the
+    ``SCAN`` of the database (once per prefix; the threads of a process wait for one run), then sets the
     marker. Keys that processes still running the old version create after that are not listed
     until a new version admits to them; call :meth:`rebuild_index` once the rollout is complete.
     Listing never decides an admission: an unlisted key still counts in full when its source is
-    read, so no principal gains budget; the read is only not pre-excluded (see
-    docs/diversity-budget.md). :meth:`reset` without a key ``SCAN`` s the database twice (delete,
-    then index anything admitted meanwhile).
+    read, so no principal gains budget; that read only excludes the source in a re-run instead of
+    up front, and its admission indexes the key (docs/diversity-budget.md). :meth:`reset` without
+    a key runs ``SCAN`` over the database twice (delete, then index what admissions wrote
+    meanwhile).
 
     :meth:`admit_points` (several keys, all-or-none) is one script over all its keys. A Redis
     Cluster runs a script only over keys of one hash slot: there, keys of different slots are
@@ -1048,9 +1050,10 @@ class RedisBudgetStore(_CountingStore):
         except self._redis_error as exc:
             raise BudgetStoreError(f"redis budget store failed for {what}: {exc}") from exc
 
-    def _call(self, script: Any, keys: list[str], args: list[Any], index_args: list[Any] | None = None) -> Any:
-        # Runs a script over budget keys (and, when index_args is given, their index: the index's
-        # names come first in index_args[0], its ARGV part second).
+    def _call(self, script: Any, keys: list[str], args: list[Any],
+              index_args: tuple[list[str], list[Any]] | None = None) -> Any:
+        # Runs a script over budget keys. index_args, from _index_args: the index keys, which
+        # follow the budget keys in KEYS, and the index's ARGV part, which follows ARGV[3].
         names = [self._name(key) for key in keys]
         what = f"key {keys[0]!r}" if len(keys) == 1 else f"key {keys!r}"
         if index_args is None:
