@@ -687,6 +687,8 @@ _NO_TTL_MS = 315_360_000_000
 # drops the members whose time has passed and keeps a TTL past its newest member's; a gone key
 # leaves its group's index.
 _REDIS_INDEX_LUA = """
+-- TIME before writes: Redis 5+ replicates a script's effects anyway; 3.2 and 4 need asking.
+if redis.replicate_commands then redis.replicate_commands() end
 local function args_from(m)
   local q = tonumber(ARGV[4])
   if q == 0 then return 5 end
@@ -873,6 +875,7 @@ return redis.call('ZCARD', key)
 # KEYS[1]: the ready marker, then index ZSETs -> {marker exists, then per index its members}.
 # Members whose time has passed are dropped first (their keys have expired).
 _REDIS_LIST = """
+if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local ms = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 local out = {redis.call('EXISTS', KEYS[1])}
