@@ -118,22 +118,23 @@ def test_listing_equals_the_scan_listing_for_every_prefix_and_window_edge(redis_
 def test_expired_keys_leave_the_index(redis_store):
     store, client = redis_store
     store.reset()
-    # 40 keys with a 50 ms TTL, one with a long one, in one group.
+    # 40 keys with a 500 ms TTL, one with a long one, in one group.
     for i in range(40):
-        store.admit(f"src|p|c|s{i}", ["a"], cap=1, window_s=0.05, now=0.0)
+        store.admit(f"src|p|c|s{i}", ["a"], cap=1, window_s=0.5, now=0.0)
     store.admit("src|p|c|keep", ["b"], cap=1, window_s=3600, now=0.0)
     assert len(_index(client, store, "src|p|c|")) == 41
     # The index outlives its longest-lived member, and every score is at or after its key's expiry.
     assert client.pttl(store.prefix + INDEX + "src|p|c|") >= client.pttl(store.prefix + "src|p|c|keep")
     assert _index(client, store, "src|p|c|")["=src|p|c|keep"] >= client.pexpiretime(store.prefix + "src|p|c|keep")
-    time.sleep(0.2)
+    time.sleep(0.7)
     assert client.exists(*(store.prefix + f"src|p|c|s{i}" for i in range(40))) == 0
     assert _list(store, client, "src|p|c|", window_s=3600, now=0.1) == {"src|p|c|keep": frozenset({"b"})}
     assert set(_index(client, store, "src|p|c|")) == {"=src|p|c|keep"}
     # Admissions drop expired members too, with no listing: the index never grows without bound.
     for i in range(40):
-        store.admit(f"src|p|c|t{i}", ["a"], cap=1, window_s=0.05, now=0.0)
-    time.sleep(0.2)
+        store.admit(f"src|p|c|t{i}", ["a"], cap=1, window_s=0.5, now=0.0)
+    assert len(_index(client, store, "src|p|c|")) == 41
+    time.sleep(0.7)
     store.admit("src|p|c|keep", ["b"], cap=1, window_s=3600, now=1.0)
     assert set(_index(client, store, "src|p|c|")) == {"=src|p|c|keep"}
     # A group whose keys have all expired disappears, index and marker in its parent alike (the
