@@ -680,7 +680,7 @@ _NO_TTL_MS = 315_360_000_000
 # KEYS[m+1..m+q] after the m budget keys, deepest group first (children before parents). With
 # q > 0, ARGV[5..] holds per budget key (its group's index position in 1..q, "=" .. key), then per
 # index (its parent's position, 0 for the root group, "/" .. group). The script's own arguments
-# start at ARGV[_args_from(m)].
+# start at ARGV[args_from(m)].
 # index_update(m, ttls): ttls[k] is the TTL (ms) the script just gave KEYS[k], or false when the
 # key is gone. A live key's member is raised to now + ttl (never lowered, so a score is always at
 # or after its key's expiry), each group's marker in its parent likewise, every touched index
@@ -980,8 +980,9 @@ class RedisBudgetStore(_CountingStore):
     Upgrading a store written by a version without the index: the first listing finds no
     ``prefix + "\\x00qg-index-ready"`` marker and indexes every key under the prefix with one
     ``SCAN`` of the database (once per prefix; the threads of a process wait for one run), then sets the
-    marker. Keys that processes still running the old version create after that are not listed
-    until a new version admits to them; call :meth:`rebuild_index` once the rollout is complete.
+    marker (call :meth:`rebuild_index` at deployment so that no read waits for it). Keys that
+    processes still running the old version create after that are not listed until a new version
+    admits to them; call :meth:`rebuild_index` again once the rollout is complete.
     Listing never decides an admission: an unlisted key still counts in full when its source is
     read, so no principal gains budget; that read only excludes the source in a re-run instead of
     up front, and its admission indexes the key (docs/diversity-budget.md). :meth:`reset` without
