@@ -86,36 +86,71 @@ static void blocks4_sse2(const uint32_t key[8], uint32_t counter, const uint32_t
 #ifdef QG_HAVE_AVX2_DISPATCH
 /* The build uses no -mavx2 (plain, portable flags), so AVX2 is compiled per function and chosen at
    run time from CPUID. */
-#define ROTV8(v, c) _mm256_or_si256(_mm256_slli_epi32(v, c), _mm256_srli_epi32(v, 32 - (c)))
-/* Rotations by 16 and 8 move whole bytes: one shuffle instead of two shifts and an or. */
-#define ROT16_8(v) _mm256_shuffle_epi8(v, rot16)
-#define ROT8_8(v) _mm256_shuffle_epi8(v, rot8)
-#define QRV8(a, b, c, d)                                                         \
-    a = _mm256_add_epi32(a, b); d = _mm256_xor_si256(d, a); d = ROT16_8(d);      \
-    c = _mm256_add_epi32(c, d); b = _mm256_xor_si256(b, c); b = ROTV8(b, 12);    \
-    a = _mm256_add_epi32(a, b); d = _mm256_xor_si256(d, a); d = ROT8_8(d);       \
-    c = _mm256_add_epi32(c, d); b = _mm256_xor_si256(b, c); b = ROTV8(b, 7);
+/* The 16 state rows and the rotation temporaries need 18 of AVX2's 16 registers, and the
+   compiler's spills cost about as much as the rounds themselves. So the rounds are written out:
+   rows a (ymm0-3), b (ymm4-7) and d (ymm12-15) stay in registers, and only two of the four c rows
+   are (ymm8, ymm9), swapped through memory between quarter-round pairs (a column pair uses c0,c1
+   then c2,c3; a diagonal pair c2,c3 then c0,c1), as in the usual 8-way implementations; ymm10 and
+   ymm11 are the rotation temporaries, and the shuffle masks are memory operands. */
+#define A8_OP(op, s, d) op " %%" #s ", %%" #d ", %%" #d "\n\t"
+#define A8_SHUF(m, d) "vpshufb %[" #m "], %%" #d ", %%" #d "\n\t"
+#define A8_ROT(r, l, b, t) "vpsrld $" #r ", %%" #b ", %%" #t "\n\t" \
+                           "vpslld $" #l ", %%" #b ", %%" #b "\n\t" \
+                           "vpor %%" #t ", %%" #b ", %%" #b "\n\t"
+/* Two independent quarter rounds, interleaved. */
+#define A8_QR2(a, b, c, d, t, e, f, g, h, u)                                                 \
+    A8_OP("vpaddd", b, a) A8_OP("vpaddd", f, e) A8_OP("vpxor", a, d) A8_OP("vpxor", e, h)  \
+    A8_SHUF(r16, d) A8_SHUF(r16, h) A8_OP("vpaddd", d, c) A8_OP("vpaddd", h, g)              \
+    A8_OP("vpxor", c, b) A8_OP("vpxor", g, f) A8_ROT(20, 12, b, t) A8_ROT(20, 12, f, u)      \
+    A8_OP("vpaddd", b, a) A8_OP("vpaddd", f, e) A8_OP("vpxor", a, d) A8_OP("vpxor", e, h)  \
+    A8_SHUF(r8, d) A8_SHUF(r8, h) A8_OP("vpaddd", d, c) A8_OP("vpaddd", h, g)                \
+    A8_OP("vpxor", c, b) A8_OP("vpxor", g, f) A8_ROT(25, 7, b, t) A8_ROT(25, 7, f, u)
+#define A8_LD(i, r) "vmovdqa " #i "*32(%[st]), %%" #r "\n\t"
+#define A8_ST(r, i) "vmovdqa %%" #r ", " #i "*32(%[st])\n\t"
 
 __attribute__((target("avx2")))
 static void blocks8_avx2(const uint32_t key[8], uint32_t counter, const uint32_t nonce[3], uint32_t *out)
 {
-    __m256i in[16], x[16];
-    const __m256i rot16 = _mm256_set_epi8(13, 12, 15, 14, 9, 8, 11, 10, 5, 4, 7, 6, 1, 0, 3, 2,
-                                          13, 12, 15, 14, 9, 8, 11, 10, 5, 4, 7, 6, 1, 0, 3, 2);
-    const __m256i rot8 = _mm256_set_epi8(14, 13, 12, 15, 10, 9, 8, 11, 6, 5, 4, 7, 2, 1, 0, 3,
-                                         14, 13, 12, 15, 10, 9, 8, 11, 6, 5, 4, 7, 2, 1, 0, 3);
+    static const uint8_t rot16[32] __attribute__((aligned(32))) = {
+        2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13,
+        2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13};
+    static const uint8_t rot8[32] __attribute__((aligned(32))) = {
+        3, 0, 1, 2, 7, 4, 5, 6, 11, 8, 9, 10, 15, 12, 13, 14,
+        3, 0, 1, 2, 7, 4, 5, 6, 11, 8, 9, 10, 15, 12, 13, 14};
+    __m256i in[16], x[16] __attribute__((aligned(32)));
+    unsigned long rounds;
     int i;
     for (i = 0; i < 4; i++) in[i] = _mm256_set1_epi32((int)SIGMA[i]);
     for (i = 0; i < 8; i++) in[4 + i] = _mm256_set1_epi32((int)key[i]);
     in[12] = _mm256_add_epi32(_mm256_set1_epi32((int)counter), _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0));
     for (i = 0; i < 3; i++) in[13 + i] = _mm256_set1_epi32((int)nonce[i]);
     for (i = 0; i < 16; i++) x[i] = in[i];
-    for (i = 0; i < 10; i++) {
-        QRV8(x[0], x[4], x[8], x[12]) QRV8(x[1], x[5], x[9], x[13])
-        QRV8(x[2], x[6], x[10], x[14]) QRV8(x[3], x[7], x[11], x[15])
-        QRV8(x[0], x[5], x[10], x[15]) QRV8(x[1], x[6], x[11], x[12])
-        QRV8(x[2], x[7], x[8], x[13]) QRV8(x[3], x[4], x[9], x[14])
-    }
+    __asm__ volatile(
+        A8_LD(0, ymm0) A8_LD(1, ymm1) A8_LD(2, ymm2) A8_LD(3, ymm3)
+        A8_LD(4, ymm4) A8_LD(5, ymm5) A8_LD(6, ymm6) A8_LD(7, ymm7)
+        A8_LD(8, ymm8) A8_LD(9, ymm9)
+        A8_LD(12, ymm12) A8_LD(13, ymm13) A8_LD(14, ymm14) A8_LD(15, ymm15)
+        "mov $10, %[n]\n\t"
+        "1:\n\t"
+        /* column round: (0,4,8,12) (1,5,9,13) | (2,6,10,14) (3,7,11,15) */
+        A8_QR2(ymm0, ymm4, ymm8, ymm12, ymm10, ymm1, ymm5, ymm9, ymm13, ymm11)
+        A8_ST(ymm8, 8) A8_ST(ymm9, 9) A8_LD(10, ymm8) A8_LD(11, ymm9)
+        A8_QR2(ymm2, ymm6, ymm8, ymm14, ymm10, ymm3, ymm7, ymm9, ymm15, ymm11)
+        /* diagonal round: (0,5,10,15) (1,6,11,12) | (2,7,8,13) (3,4,9,14) */
+        A8_QR2(ymm0, ymm5, ymm8, ymm15, ymm10, ymm1, ymm6, ymm9, ymm12, ymm11)
+        A8_ST(ymm8, 10) A8_ST(ymm9, 11) A8_LD(8, ymm8) A8_LD(9, ymm9)
+        A8_QR2(ymm2, ymm7, ymm8, ymm13, ymm10, ymm3, ymm4, ymm9, ymm14, ymm11)
+        "dec %[n]\n\t"
+        "jnz 1b\n\t"
+        A8_ST(ymm0, 0) A8_ST(ymm1, 1) A8_ST(ymm2, 2) A8_ST(ymm3, 3)
+        A8_ST(ymm4, 4) A8_ST(ymm5, 5) A8_ST(ymm6, 6) A8_ST(ymm7, 7)
+        A8_ST(ymm8, 8) A8_ST(ymm9, 9)
+        A8_ST(ymm12, 12) A8_ST(ymm13, 13) A8_ST(ymm14, 14) A8_ST(ymm15, 15)
+        : [n] "=&r"(rounds)
+        : [st] "r"(x), [r16] "m"(*(const __m256i *)rot16), [r8] "m"(*(const __m256i *)rot8)
+        : "cc", "memory", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8",
+          "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+    (void)rounds;
     for (i = 0; i < 16; i += 4) {
         __m256i a = _mm256_add_epi32(x[i], in[i]), b = _mm256_add_epi32(x[i + 1], in[i + 1]);
         __m256i c = _mm256_add_epi32(x[i + 2], in[i + 2]), d = _mm256_add_epi32(x[i + 3], in[i + 3]);
@@ -133,6 +168,7 @@ static void blocks8_avx2(const uint32_t key[8], uint32_t counter, const uint32_t
         _mm_storeu_si128((__m128i *)(out + 6 * 16 + i), _mm256_extracti128_si256(r2, 1));
         _mm_storeu_si128((__m128i *)(out + 7 * 16 + i), _mm256_extracti128_si256(r3, 1));
     }
+    explicit_bzero(x, sizeof x); /* keystream-derived state on the stack */
 }
 
 #define ROTV16(v, c) _mm512_rol_epi32(v, c)
