@@ -211,6 +211,28 @@ cdef object _run(cnp.ndarray src, int mech, double scale_c, double step_c, doubl
     raise MemoryError("cannot allocate the noise scratch row")
 
 
+THREADS_MIN_ELEMENTS = QG_NOISE_MT_MIN
+
+
+def set_threads(n):
+    """Limit the threads a large batch is split over (``n < 1``: the default); return the old limit.
+
+    Batches of at least ``THREADS_MIN_ELEMENTS`` values (rows x dim) with fresh or keyed noise are
+    split into row ranges over up to this many threads, the GIL released; keyed output is the same
+    as with one thread. The default is the number of CPUs the process may use (at most 8), or the
+    environment variable ``QG_NOISE_THREADS`` read at the first batch; ``set_threads(1)`` or
+    ``QG_NOISE_THREADS=1`` turns threading off. Call it while no batch is running.
+    """
+    if type(n) is not int:
+        raise TypeError(f"n must be an int, not {type(n).__name__}")
+    return qg_noise_set_threads(<int>max(-1, min(n, 1 << 20)))
+
+
+def get_threads():
+    """The current thread limit for large batches (see :func:`set_threads`)."""
+    return qg_noise_get_threads()
+
+
 cdef bytes _ZERO_NONCE = bytes(12)
 
 

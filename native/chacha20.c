@@ -393,3 +393,9 @@ qg_stream *qg_thread_stream(int *err)
     *err = 0;
     return s;
 }
+
+void qg_thread_stream_discard(void)
+{
+    qg_stream_wipe(&thread_stream);
+    thread_generation = 0;
+}

@@ -45,6 +45,10 @@ static inline uint32_t qg_stream_u32(qg_stream *s)
    Returns NULL with *err set to an errno value when the OS cannot provide randomness. */
 qg_stream *qg_thread_stream(int *err);
 
+/* Wipe the calling thread's production stream; its next use re-keys from getrandom(2). For a
+   thread about to end, whose thread-local storage is freed without being cleared. */
+void qg_thread_stream_discard(void);
+
 /* Fill buf from getrandom(2), looping on EINTR and short reads. Returns 0 or an errno value. */
 int qg_os_random(void *buf, size_t n);
 

@@ -4,9 +4,12 @@
  * computes: the same IEEE operations in the same order on each value, no fused multiply-add, and
  * the same consumption of keystream words. Rare Ziggurat rejections are handed to the scalar code
  * at the word where they occur, so the sample stream is the reference's word for word. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "noise.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -458,9 +461,10 @@ static size_t combine(const void *x, void *out, int is_f32, const double *z, siz
     return combine_scalar(x, out, is_f32, z, n, factor, scale, inv_step, step);
 }
 
-int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim, int mechanism,
-                  double scale, double step, double clip_norm, qg_stream *stream,
-                  const uint8_t *row_keys, const uint8_t nonce[12], size_t *bad_row, size_t *bad_col)
+static int noise_rows_serial(const void *x, void *out, int is_f32, size_t rows, size_t dim, int mechanism,
+                             double scale, double step, double clip_norm, qg_stream *stream,
+                             const uint8_t *row_keys, const uint8_t nonce[12], size_t *bad_row,
+                             size_t *bad_col)
 {
     const size_t width = is_f32 ? sizeof(float) : sizeof(double);
     double inv_step = 1.0 / step;
@@ -547,5 +551,121 @@ done:
     explicit_bzero(chunk, (dim < CHUNK ? dim : CHUNK) * sizeof(double));
     if (scratch) explicit_bzero(scratch, dim * sizeof(double));
     free(scratch);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ batch threads */
+
+static int threads_max = 0; /* 0: not read yet; then >= 1 */
+
+static int threads_default(void)
+{
+    const char *env = getenv("QG_NOISE_THREADS");
+    if (env && *env) {
+        long v = strtol(env, NULL, 10);
+        return v < 1 ? 1 : v > QG_NOISE_THREADS_CAP ? QG_NOISE_THREADS_CAP : (int)v;
+    } else {
+        cpu_set_t set;
+        int n = 1;
+        if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+        return n < 1 ? 1 : n > QG_NOISE_THREADS_CAP ? QG_NOISE_THREADS_CAP : n;
+    }
+}
+
+int qg_noise_set_threads(int n)
+{
+    int before = qg_noise_get_threads();
+    threads_max = n < 1 ? threads_default() : n > QG_NOISE_THREADS_CAP ? QG_NOISE_THREADS_CAP : n;
+    return before;
+}
+
+int qg_noise_get_threads(void)
+{
+    if (threads_max == 0) threads_max = threads_default();
+    return threads_max;
+}
+
+typedef struct {
+    const void *x;
+    void *out;
+    int is_f32, mechanism;
+    size_t rows, dim;
+    double scale, step, clip_norm;
+    const uint8_t *row_keys;
+    const uint8_t *nonce;
+    size_t bad_row, bad_col;
+    int rc;
+} rows_job;
+
+static void run_job(rows_job *j)
+{
+    j->rc = noise_rows_serial(j->x, j->out, j->is_f32, j->rows, j->dim, j->mechanism, j->scale, j->step,
+                              j->clip_norm, NULL, j->row_keys, j->nonce, &j->bad_row, &j->bad_col);
+}
+
+static void *job_thread(void *arg)
+{
+    run_job((rows_job *)arg);
+    /* A worker's production stream lives in its thread-local storage, which the C library frees
+       without clearing when the thread ends: wipe it first. */
+    qg_thread_stream_discard();
+    return NULL;
+}
+
+int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim, int mechanism,
+                  double scale, double step, double clip_norm, qg_stream *stream,
+                  const uint8_t *row_keys, const uint8_t nonce[12], size_t *bad_row, size_t *bad_col)
+{
+    const size_t width = is_f32 ? sizeof(float) : sizeof(double);
+    rows_job jobs[QG_NOISE_THREADS_CAP];
+    pthread_t tids[QG_NOISE_THREADS_CAP];
+    int started[QG_NOISE_THREADS_CAP];
+    size_t nthreads, total = rows * dim, start = 0, t;
+    int rc = QG_OK;
+
+    if (!zig_ready) qg_noise_init();
+    /* A shared seeded stream is read row after row (each row's share depends on the rejections
+       before it), so only independent rows are split: per-row keys, or fresh production noise
+       with a stream per thread. Rows are contiguous ranges, so the result is the same array as
+       the serial loop's for keyed noise, and the error reported is the first in row order. */
+    nthreads = (size_t)qg_noise_get_threads();
+    if (total / QG_NOISE_MT_GRAIN < nthreads) nthreads = total / QG_NOISE_MT_GRAIN;
+    if (rows < nthreads) nthreads = rows;
+    if (stream || total < QG_NOISE_MT_MIN || nthreads < 2)
+        return noise_rows_serial(x, out, is_f32, rows, dim, mechanism, scale, step, clip_norm, stream,
+                                 row_keys, nonce, bad_row, bad_col);
+    for (t = 0; t < nthreads; t++) {
+        size_t n = rows / nthreads + (t < rows % nthreads);
+        rows_job *j = &jobs[t];
+        j->x = (const char *)x + start * dim * width;
+        j->out = (char *)out + start * dim * width;
+        j->is_f32 = is_f32;
+        j->mechanism = mechanism;
+        j->rows = n;
+        j->dim = dim;
+        j->scale = scale;
+        j->step = step;
+        j->clip_norm = clip_norm;
+        j->row_keys = row_keys ? row_keys + 32 * start : NULL;
+        j->nonce = nonce;
+        j->bad_row = j->bad_col = 0;
+        j->rc = QG_OK;
+        start += n;
+        started[t] = t > 0 && pthread_create(&tids[t], NULL, job_thread, j) == 0;
+    }
+    run_job(&jobs[0]);
+    for (t = 1; t < nthreads; t++) {
+        if (started[t]) pthread_join(tids[t], NULL);
+        else run_job(&jobs[t]); /* no thread: do its rows here */
+    }
+    for (t = 0, start = 0; t < nthreads; start += jobs[t].rows, t++) {
+        if (jobs[t].rc != QG_OK) {
+            rc = jobs[t].rc;
+            *bad_row = start + jobs[t].bad_row;
+            *bad_col = jobs[t].bad_col;
+            break;
+        }
+    }
+    explicit_bzero(jobs, sizeof jobs);
     return rc;
 }

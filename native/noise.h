@@ -26,6 +26,20 @@ double qg_normal(qg_stream *s);
 void qg_normals(qg_stream *s, double *z, size_t n);
 double qg_gamma(qg_stream *s, double shape);
 
+/* Batches of at least QG_NOISE_MT_MIN elements (rows * dim) with per-row keys or fresh noise
+   are split into contiguous row ranges over up to qg_noise_get_threads() threads, each taking at
+   least QG_NOISE_MT_GRAIN elements; a worker draws fresh noise from its own getrandom-keyed
+   stream and wipes it before it ends. Keyed results are identical to the one-thread result. A
+   shared seeded stream is never split. The limit defaults to the CPUs this process may run on
+   (at most QG_NOISE_THREADS_CAP), or to QG_NOISE_THREADS from the environment; 1 turns it off. */
+#define QG_NOISE_MT_MIN ((size_t)1 << 20)
+#define QG_NOISE_MT_GRAIN ((size_t)1 << 19)
+#define QG_NOISE_THREADS_CAP 8
+/* Set the thread limit (n < 1: back to the default); returns the previous limit. Not
+   synchronised: call it while no batch is running. */
+int qg_noise_set_threads(int n);
+int qg_noise_get_threads(void);
+
 /* x: rows*dim contiguous input (float or double per is_f32); out: same layout and type.
    stream: shared stream for all rows (seeded mode) or NULL; row_keys: rows*32 bytes or NULL;
    with neither, the calling thread's production stream is used. clip_norm <= 0: no clipping. */

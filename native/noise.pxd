@@ -22,6 +22,9 @@ cdef extern from "noise.h" nogil:
         QG_ERR_OUTPUT_OVERFLOW
         QG_ERR_RANDOM
         QG_ERR_MEMORY
+    size_t QG_NOISE_MT_MIN
+    int qg_noise_set_threads(int n)
+    int qg_noise_get_threads()
     void qg_noise_init()
     double qg_normal(qg_stream *s)
     void qg_normals(qg_stream *s, double *z, size_t n)
