@@ -7,6 +7,10 @@ the baseline would skip a step the candidate must do. The uncast variant (the li
 ``x + rng.normal(size=d) * sigma``) is kept in each group, so its figures are printed too. The
 candidate is the full production release (validation, cached calibration, clip, ChaCha20 noise,
 lattice snapping).
+
+Batches of at least ``_noise.THREADS_MIN_ELEMENTS`` values are split over threads by default
+(QG_NOISE_THREADS, ``qdrant_guard._noise.set_threads``); ``test_privatize_one_thread`` measures the same release
+with threading off, so the single-core ratio is printed next to the default one.
 """
 from __future__ import annotations
 
@@ -46,3 +50,16 @@ def test_privatize(benchmark, label):
     benchmark.group = f"noise-{label}"
     x = _vectors(SHAPES[label])
     benchmark(lambda: noise.privatize(x, **KW))
+
+
+@pytest.mark.parametrize("label", ["batch10000x768"])
+def test_privatize_one_thread(benchmark, label):
+    benchmark.group = f"noise-{label}"
+    x = _vectors(SHAPES[label])
+    set_threads = getattr(noise._k, "set_threads", None)  # the native kernel's; Python has none
+    before = set_threads(1) if set_threads else None
+    try:
+        benchmark(lambda: noise.privatize(x, **KW))
+    finally:
+        if set_threads:
+            set_threads(before)
