@@ -374,6 +374,125 @@ static size_t combine_avx2(const void *x, void *out, int is_f32, const double *z
     }
     return bad == n - j ? n : j + bad;
 }
+/* One Gaussian row at the AVX2 level: fill_avx2's sampling and combine_avx2's arithmetic fused,
+   so a group of 8 samples goes from keystream words to output values in registers, without the
+   round trip through a buffer of doubles. The words and the operations on each value are those
+   of qg_normals + combine.
+
+   gauss_run_avx2 does whole groups of 8 accepted samples (no calls inside, so its accumulators
+   stay in registers) and stops at a group with a rejected word, a buffer with fewer than 8 words
+   left, or fewer than 8 values left. At a rejected group it leaves the group's samples in zb,
+   s->pos at the rejected word and *rej = its lane + 1; otherwise *rej = 0. Returns the values
+   done; sets *nonfinite if an output is not finite. */
+__attribute__((target("avx2")))
+static size_t gauss_run_avx2(qg_stream *s, const void *x, void *out, int is_f32, size_t n,
+                             double factor, double scale, double inv_step, double step, double *zb,
+                             unsigned *rej, int *nonfinite)
+{
+    const float *xf = (const float *)x;
+    const double *xd = (const double *)x;
+    const __m256i sign = _mm256_set1_epi64x((long long)0x8000000000000000ULL);
+    const __m256d fac = _mm256_set1_pd(factor), sc = _mm256_set1_pd(scale);
+    const __m256d inv = _mm256_set1_pd(inv_step), st = _mm256_set1_pd(step), zero = _mm256_setzero_pd();
+    const uint32_t *buf = s->buf;
+    __m256d fin = _mm256_setzero_pd();
+    __m128 fin32 = _mm_setzero_ps();
+    size_t j = 0, pos = s->pos, end = s->end;
+    *rej = 0;
+    while (n - j >= 8 && end - pos >= 8) {
+        const uint32_t *wp = buf + pos;
+        __m256i w = _mm256_loadu_si256((const __m256i *)wp);
+        __m256i u = _mm256_srli_epi32(w, 9);
+        const double *p0 = zig_pair[wp[0] & 255u], *p1 = zig_pair[wp[1] & 255u];
+        const double *p2 = zig_pair[wp[2] & 255u], *p3 = zig_pair[wp[3] & 255u];
+        const double *p4 = zig_pair[wp[4] & 255u], *p5 = zig_pair[wp[5] & 255u];
+        const double *p6 = zig_pair[wp[6] & 255u], *p7 = zig_pair[wp[7] & 255u];
+        __m256d a_lo = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p0)), _mm_load_pd(p2), 1);
+        __m256d b_lo = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p1)), _mm_load_pd(p3), 1);
+        __m256d a_hi = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p4)), _mm_load_pd(p6), 1);
+        __m256d b_hi = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p5)), _mm_load_pd(p7), 1);
+        __m128i w_lo = _mm256_castsi256_si128(w), w_hi = _mm256_extracti128_si256(w, 1);
+        __m256d z_lo = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(u)), _mm256_unpacklo_pd(a_lo, b_lo));
+        __m256d z_hi = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(u, 1)), _mm256_unpacklo_pd(a_hi, b_hi));
+        unsigned acc = (unsigned)_mm256_movemask_pd(_mm256_cmp_pd(z_lo, _mm256_unpackhi_pd(a_lo, b_lo), _CMP_LT_OQ)) |
+                       ((unsigned)_mm256_movemask_pd(_mm256_cmp_pd(z_hi, _mm256_unpackhi_pd(a_hi, b_hi), _CMP_LT_OQ)) << 4);
+        __m256i s_lo = _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepu32_epi64(w_lo), 55), sign);
+        __m256i s_hi = _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepu32_epi64(w_hi), 55), sign);
+        __m256d v_lo, v_hi, q_lo, q_hi;
+        z_lo = _mm256_xor_pd(z_lo, _mm256_castsi256_pd(s_lo));
+        z_hi = _mm256_xor_pd(z_hi, _mm256_castsi256_pd(s_hi));
+        if (acc != 0xFFu) {
+            _mm256_storeu_pd(zb, z_lo);
+            _mm256_storeu_pd(zb + 4, z_hi);
+            *rej = (unsigned)__builtin_ctz(~acc) + 1;
+            pos += *rej - 1;
+            break;
+        }
+        /* combine_avx2's operations, on two groups of 4 */
+        v_lo = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j)) : _mm256_loadu_pd(xd + j);
+        v_hi = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j + 4)) : _mm256_loadu_pd(xd + j + 4);
+        q_lo = _mm256_mul_pd(_mm256_add_pd(_mm256_mul_pd(v_lo, fac), _mm256_mul_pd(z_lo, sc)), inv);
+        q_hi = _mm256_mul_pd(_mm256_add_pd(_mm256_mul_pd(v_hi, fac), _mm256_mul_pd(z_hi, sc)), inv);
+        q_lo = _mm256_add_pd(_mm256_round_pd(q_lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
+        q_hi = _mm256_add_pd(_mm256_round_pd(q_hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
+        q_lo = _mm256_mul_pd(q_lo, st);
+        q_hi = _mm256_mul_pd(q_hi, st);
+        if (is_f32) {
+            __m128 f_lo = _mm256_cvtpd_ps(q_lo), f_hi = _mm256_cvtpd_ps(q_hi);
+            _mm_storeu_ps((float *)out + j, f_lo);
+            _mm_storeu_ps((float *)out + j + 4, f_hi);
+            fin32 = _mm_or_ps(fin32, _mm_or_ps(_mm_sub_ps(f_lo, f_lo), _mm_sub_ps(f_hi, f_hi)));
+        } else {
+            _mm256_storeu_pd((double *)out + j, q_lo);
+            _mm256_storeu_pd((double *)out + j + 4, q_hi);
+            fin = _mm256_or_pd(fin, _mm256_or_pd(_mm256_sub_pd(q_lo, q_lo), _mm256_sub_pd(q_hi, q_hi)));
+        }
+        pos += 8;
+        j += 8;
+    }
+    s->pos = pos;
+    if (_mm256_movemask_pd(_mm256_cmp_pd(fin, fin, _CMP_UNORD_Q)) || _mm_movemask_ps(_mm_cmpunord_ps(fin32, fin32)))
+        *nonfinite = 1;
+    return j;
+}
+
+/* The whole row: fused runs, and the unfused path through a small buffer for a group with a
+   rejected word and for the serial samples at a buffer end or the row's tail. Returns the first
+   index whose output is not finite, or dim. */
+__attribute__((target("avx2")))
+static size_t gauss_row_avx2(qg_stream *s, const void *x, void *out, int is_f32, size_t dim,
+                             double factor, double scale, double inv_step, double step)
+{
+    const size_t width = is_f32 ? sizeof(float) : sizeof(double);
+    double zb[8];
+    size_t j = 0, n;
+    unsigned rej;
+    int nonfinite = 0;
+    while (j < dim) {
+        j += gauss_run_avx2(s, (const char *)x + j * width, (char *)out + j * width, is_f32, dim - j,
+                            factor, scale, inv_step, step, zb, &rej, &nonfinite);
+        if (rej) {
+            n = rej;
+            zb[n - 1] = finish_rejected(s); /* may refill */
+        } else if (j < dim) {
+            n = 1;
+            zb[0] = normal_fast(s); /* may refill */
+        } else {
+            break;
+        }
+        if (combine_avx2((const char *)x + j * width, (char *)out + j * width, is_f32, zb, n, factor,
+                         scale, inv_step, step) < n)
+            nonfinite = 1;
+        j += n;
+    }
+    explicit_bzero(zb, sizeof zb);
+    if (nonfinite) {
+        for (j = 0; j < dim; j++)
+            if (!isfinite(is_f32 ? (double)((float *)out)[j] : ((double *)out)[j])) return j;
+    }
+    return dim;
+}
+
 /* row_scan_avx2 with the eight lanes in one register. */
 __attribute__((target("avx512f,avx512vl,avx512dq")))
 static size_t row_scan_avx512(const void *x, int is_f32, size_t dim, double *ss)
@@ -470,6 +589,7 @@ static int noise_rows_serial(const void *x, void *out, int is_f32, size_t rows, 
     double inv_step = 1.0 / step;
     double *scratch = NULL; /* laplace_l2 direction, one row, allocated once per call */
     double chunk[CHUNK];
+    int chunk_used = 0;
     qg_stream row_stream;
     int rc = QG_OK;
     size_t i, j;
@@ -516,6 +636,19 @@ static int noise_rows_serial(const void *x, void *out, int is_f32, size_t rows, 
             s = &row_stream;
         }
         if (mechanism == QG_GAUSSIAN) {
+#ifdef QG_HAVE_SIMD
+            if (simd_level == QG_SIMD_AVX2) {
+                bad = gauss_row_avx2(s, xr, orow, is_f32, dim, factor, scale, inv_step, step);
+                if (bad < dim) {
+                    *bad_row = i;
+                    *bad_col = bad;
+                    rc = QG_ERR_OUTPUT_OVERFLOW;
+                    goto done;
+                }
+                continue;
+            }
+#endif
+            chunk_used = 1;
             for (j = 0; j < dim; j += CHUNK) {
                 size_t n = dim - j < CHUNK ? dim - j : CHUNK;
                 qg_normals(s, chunk, n);
@@ -548,7 +681,7 @@ static int noise_rows_serial(const void *x, void *out, int is_f32, size_t rows, 
 done:
     if (row_keys) qg_stream_wipe(&row_stream);
     /* The noise is as secret as the key it came from: do not leave it behind. */
-    explicit_bzero(chunk, (dim < CHUNK ? dim : CHUNK) * sizeof(double));
+    if (chunk_used) explicit_bzero(chunk, (dim < CHUNK ? dim : CHUNK) * sizeof(double));
     if (scratch) explicit_bzero(scratch, dim * sizeof(double));
     free(scratch);
     return rc;
