@@ -379,15 +379,15 @@ static size_t combine_avx2(const void *x, void *out, int is_f32, const double *z
    round trip through a buffer of doubles. The words and the operations on each value are those
    of qg_normals + combine.
 
-   gauss_run_avx2 does whole groups of 8 accepted samples (no calls inside, so its accumulators
-   stay in registers) and stops at a group with a rejected word, a buffer with fewer than 8 words
-   left, or fewer than 8 values left. At a rejected group it leaves the group's samples in zb,
-   s->pos at the rejected word and *rej = its lane + 1; otherwise *rej = 0. Returns the values
-   done; sets *nonfinite if an output is not finite. */
+   gauss_run_avx2 does groups of 8 samples (no calls inside, so its accumulators stay in
+   registers) and stops at a rejected word (after storing the group's accepted lanes before it),
+   a buffer with fewer than 8 words left, or fewer than 8 values left. It leaves s->pos at the
+   next unread word, sets *rej when that word is a rejected one, and returns the values done;
+   sets *nonfinite if an output is not finite. */
 __attribute__((target("avx2")))
 static size_t gauss_run_avx2(qg_stream *s, const void *x, void *out, int is_f32, size_t n,
-                             double factor, double scale, double inv_step, double step, double *zb,
-                             unsigned *rej, int *nonfinite)
+                             double factor, double scale, double inv_step, double step, int *rej,
+                             int *nonfinite)
 {
     const float *xf = (const float *)x;
     const double *xd = (const double *)x;
@@ -421,13 +421,6 @@ static size_t gauss_run_avx2(qg_stream *s, const void *x, void *out, int is_f32,
         __m256d v_lo, v_hi, q_lo, q_hi;
         z_lo = _mm256_xor_pd(z_lo, _mm256_castsi256_pd(s_lo));
         z_hi = _mm256_xor_pd(z_hi, _mm256_castsi256_pd(s_hi));
-        if (acc != 0xFFu) {
-            _mm256_storeu_pd(zb, z_lo);
-            _mm256_storeu_pd(zb + 4, z_hi);
-            *rej = (unsigned)__builtin_ctz(~acc) + 1;
-            pos += *rej - 1;
-            break;
-        }
         /* combine_avx2's operations, on two groups of 4 */
         v_lo = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j)) : _mm256_loadu_pd(xd + j);
         v_hi = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j + 4)) : _mm256_loadu_pd(xd + j + 4);
@@ -437,18 +430,41 @@ static size_t gauss_run_avx2(qg_stream *s, const void *x, void *out, int is_f32,
         q_hi = _mm256_add_pd(_mm256_round_pd(q_hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
         q_lo = _mm256_mul_pd(q_lo, st);
         q_hi = _mm256_mul_pd(q_hi, st);
-        if (is_f32) {
-            __m128 f_lo = _mm256_cvtpd_ps(q_lo), f_hi = _mm256_cvtpd_ps(q_hi);
-            _mm_storeu_ps((float *)out + j, f_lo);
-            _mm_storeu_ps((float *)out + j + 4, f_hi);
-            fin32 = _mm_or_ps(fin32, _mm_or_ps(_mm_sub_ps(f_lo, f_lo), _mm_sub_ps(f_hi, f_hi)));
+        if (acc == 0xFFu) {
+            if (is_f32) {
+                __m128 f_lo = _mm256_cvtpd_ps(q_lo), f_hi = _mm256_cvtpd_ps(q_hi);
+                _mm_storeu_ps((float *)out + j, f_lo);
+                _mm_storeu_ps((float *)out + j + 4, f_hi);
+                fin32 = _mm_or_ps(fin32, _mm_or_ps(_mm_sub_ps(f_lo, f_lo), _mm_sub_ps(f_hi, f_hi)));
+            } else {
+                _mm256_storeu_pd((double *)out + j, q_lo);
+                _mm256_storeu_pd((double *)out + j + 4, q_hi);
+                fin = _mm256_or_pd(fin, _mm256_or_pd(_mm256_sub_pd(q_lo, q_lo), _mm256_sub_pd(q_hi, q_hi)));
+            }
+            pos += 8;
+            j += 8;
         } else {
-            _mm256_storeu_pd((double *)out + j, q_lo);
-            _mm256_storeu_pd((double *)out + j + 4, q_hi);
-            fin = _mm256_or_pd(fin, _mm256_or_pd(_mm256_sub_pd(q_lo, q_lo), _mm256_sub_pd(q_hi, q_hi)));
+            /* Lanes before the first rejected word are done; the rest of the group is not. */
+            unsigned f = (unsigned)__builtin_ctz(~acc);
+            __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)f), _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0));
+            __m256i m_lo = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(m));
+            __m256i m_hi = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(m, 1));
+            if (is_f32) {
+                __m256 f8 = _mm256_set_m128(_mm256_cvtpd_ps(q_hi), _mm256_cvtpd_ps(q_lo));
+                __m256 d8 = _mm256_and_ps(_mm256_sub_ps(f8, f8), _mm256_castsi256_ps(m));
+                _mm256_maskstore_ps((float *)out + j, m, f8);
+                fin32 = _mm_or_ps(fin32, _mm_or_ps(_mm256_castps256_ps128(d8), _mm256_extractf128_ps(d8, 1)));
+            } else {
+                _mm256_maskstore_pd((double *)out + j, m_lo, q_lo);
+                _mm256_maskstore_pd((double *)out + j + 4, m_hi, q_hi);
+                fin = _mm256_or_pd(fin, _mm256_and_pd(_mm256_sub_pd(q_lo, q_lo), _mm256_castsi256_pd(m_lo)));
+                fin = _mm256_or_pd(fin, _mm256_and_pd(_mm256_sub_pd(q_hi, q_hi), _mm256_castsi256_pd(m_hi)));
+            }
+            pos += f;
+            j += f;
+            *rej = 1;
+            break;
         }
-        pos += 8;
-        j += 8;
     }
     s->pos = pos;
     if (_mm256_movemask_pd(_mm256_cmp_pd(fin, fin, _CMP_UNORD_Q)) || _mm_movemask_ps(_mm_cmpunord_ps(fin32, fin32)))
@@ -456,36 +472,41 @@ static size_t gauss_run_avx2(qg_stream *s, const void *x, void *out, int is_f32,
     return j;
 }
 
-/* The whole row: fused runs, and the unfused path through a small buffer for a group with a
-   rejected word and for the serial samples at a buffer end or the row's tail. Returns the first
-   index whose output is not finite, or dim. */
+/* The whole row: fused runs, and one serial sample at a rejected word, a buffer end or the row's
+   tail, combined with the same operations (on one lane). Returns the first index whose output is
+   not finite, or dim. */
 __attribute__((target("avx2")))
 static size_t gauss_row_avx2(qg_stream *s, const void *x, void *out, int is_f32, size_t dim,
                              double factor, double scale, double inv_step, double step)
 {
+    const float *xf = (const float *)x;
+    const double *xd = (const double *)x;
     const size_t width = is_f32 ? sizeof(float) : sizeof(double);
-    double zb[8];
-    size_t j = 0, n;
-    unsigned rej;
-    int nonfinite = 0;
+    size_t j = 0;
+    int rej, nonfinite = 0;
     while (j < dim) {
+        __m128d z, q;
         j += gauss_run_avx2(s, (const char *)x + j * width, (char *)out + j * width, is_f32, dim - j,
-                            factor, scale, inv_step, step, zb, &rej, &nonfinite);
-        if (rej) {
-            n = rej;
-            zb[n - 1] = finish_rejected(s); /* may refill */
-        } else if (j < dim) {
-            n = 1;
-            zb[0] = normal_fast(s); /* may refill */
+                            factor, scale, inv_step, step, &rej, &nonfinite);
+        if (rej) z = _mm_set_sd(finish_rejected(s)); /* may refill */
+        else if (j < dim) z = _mm_set_sd(normal_fast(s)); /* may refill */
+        else break;
+        q = _mm_set_sd(is_f32 ? (double)xf[j] : xd[j]);
+        q = _mm_mul_sd(_mm_add_sd(_mm_mul_sd(q, _mm_set_sd(factor)), _mm_mul_sd(z, _mm_set_sd(scale))),
+                       _mm_set_sd(inv_step));
+        q = _mm_add_sd(_mm_round_sd(q, q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), _mm_setzero_pd());
+        q = _mm_mul_sd(q, _mm_set_sd(step));
+        if (is_f32) {
+            float f = _mm_cvtss_f32(_mm_cvtsd_ss(_mm_setzero_ps(), q));
+            ((float *)out)[j] = f;
+            if (!isfinite(f)) nonfinite = 1;
         } else {
-            break;
+            double d = _mm_cvtsd_f64(q);
+            ((double *)out)[j] = d;
+            if (!isfinite(d)) nonfinite = 1;
         }
-        if (combine_avx2((const char *)x + j * width, (char *)out + j * width, is_f32, zb, n, factor,
-                         scale, inv_step, step) < n)
-            nonfinite = 1;
-        j += n;
+        j += 1;
     }
-    explicit_bzero(zb, sizeof zb);
     if (nonfinite) {
         for (j = 0; j < dim; j++)
             if (!isfinite(is_f32 ? (double)((float *)out)[j] : ((double *)out)[j])) return j;
