@@ -31,6 +31,8 @@ static double zig_xs[QG_ZIG_LAYERS];
 static int32_t zig_k[QG_ZIG_LAYERS];
 /* zig_pair[i] = {zig_xs[i], X[i+1]}: what the AVX2 sampler needs for layer i, in one 16-byte load. */
 static double zig_pair[QG_ZIG_LAYERS][2] __attribute__((aligned(64)));
+static int8_t zig_shape[QG_ZIG_LAYERS]; /* wedge_test: 1 convex, 2 concave, 0 neither */
+static double zig_slope[QG_ZIG_LAYERS]; /* wedge_test: chord slope (F[i] - F[i+1]) / (X[i] - X[i+1]) */
 static int simd_level = 0;
 static int zig_ready = 0;
 
@@ -47,6 +49,8 @@ void qg_noise_init(void)
         zig_k[i] = lo;
         zig_pair[i][0] = zig_xs[i];
         zig_pair[i][1] = QG_ZIG_X[i + 1];
+        zig_slope[i] = (QG_ZIG_F[i] - QG_ZIG_F[i + 1]) / (QG_ZIG_X[i] - QG_ZIG_X[i + 1]);
+        zig_shape[i] = i == 0 ? 0 : QG_ZIG_X[i + 1] >= 1.0 ? 1 : QG_ZIG_X[i] <= 1.0 ? 2 : 0;
     }
     simd_level = qg_simd_level();
     zig_ready = 1;
@@ -77,6 +81,30 @@ static inline double uniform53_open0(qg_stream *s)
     return (double)(((lo | (hi << 32)) >> 11) + 1) * TWO_M53;
 }
 
+/* The wedge test "y < exp(-z*z/2)" for X[i+1] <= z <= X[i], decided without exp() when y is
+   clearly on one side. The density is convex for z >= 1 and concave for z <= 1, so on a layer
+   wholly on one side its chord and its end tangents bound it (convex: tangents <= f <= chord;
+   concave: chord <= f <= tangents). Those bounds, the table values F and exp() itself are all
+   within ~1e-15 of the true density, so outside a band of WEDGE_TOL they give the answer exp()
+   would; inside it (and on the layer holding z = 1) the caller evaluates exp() as before.
+   Returns 1 (accept), 0 (reject) or -1 (undecided). */
+#define WEDGE_TOL 1e-12
+
+static inline int wedge_test(unsigned i, double z, double y)
+{
+    double x0 = QG_ZIG_X[i + 1], f0 = QG_ZIG_F[i + 1], x1 = QG_ZIG_X[i], f1 = QG_ZIG_F[i];
+    double chord = f0 + (z - x0) * zig_slope[i];
+    double t0 = f0 * (1.0 - x0 * (z - x0)), t1 = f1 * (1.0 - x1 * (z - x1));
+    if (zig_shape[i] == 1) {
+        if (y > chord + WEDGE_TOL) return 0;
+        if (y < (t0 > t1 ? t0 : t1) - WEDGE_TOL) return 1;
+    } else if (zig_shape[i] == 2) {
+        if (y < chord - WEDGE_TOL) return 1;
+        if (y > (t0 < t1 ? t0 : t1) + WEDGE_TOL) return 0;
+    }
+    return -1;
+}
+
 static double normal_slow(qg_stream *s, uint32_t w, double z)
 {
     unsigned i = w & 255u;
@@ -92,7 +120,9 @@ static double normal_slow(qg_stream *s, uint32_t w, double z)
     }
     {
         double y = QG_ZIG_F[i] + uniform53(s) * (QG_ZIG_F[i + 1] - QG_ZIG_F[i]);
-        if (y < exp(-0.5 * z * z)) return ((w >> 8) & 1u) ? -z : z;
+        int accept = wedge_test(i, z, y);
+        if (accept < 0) accept = y < exp(-0.5 * z * z);
+        if (accept) return ((w >> 8) & 1u) ? -z : z;
     }
     return NAN; /* rejected: caller restarts with a fresh word */
 }
