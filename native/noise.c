@@ -850,6 +850,5 @@ int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim,
             break;
         }
     }
-    explicit_bzero(jobs, sizeof jobs);
     return rc;
 }
