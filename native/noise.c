@@ -769,22 +769,50 @@ int qg_noise_get_threads(void)
     return threads_max;
 }
 
+/* One batch shared by its threads: rows are claimed in chunks from a shared counter, so a thread
+   that gets less CPU (a busy machine) does fewer chunks instead of holding the others up. */
 typedef struct {
     const void *x;
     void *out;
     int is_f32, mechanism;
-    size_t rows, dim;
+    size_t rows, dim, chunk;
     double scale, step, clip_norm;
     const uint8_t *row_keys;
     const uint8_t *nonce;
-    size_t bad_row, bad_col;
+    size_t next;            /* first unclaimed row; atomic */
+    size_t err_row;         /* row of the first error found so far (rows: none); atomic reads */
+    pthread_mutex_t lock;   /* guards err_row, err_col and rc on update */
+    size_t err_col;
     int rc;
 } rows_job;
 
 static void run_job(rows_job *j)
 {
-    j->rc = noise_rows_serial(j->x, j->out, j->is_f32, j->rows, j->dim, j->mechanism, j->scale, j->step,
-                              j->clip_norm, NULL, j->row_keys, j->nonce, &j->bad_row, &j->bad_col);
+    const size_t width = j->is_f32 ? sizeof(float) : sizeof(double);
+    for (;;) {
+        size_t start = __atomic_fetch_add(&j->next, j->chunk, __ATOMIC_RELAXED);
+        size_t n, br = 0, bc = 0;
+        int rc;
+        /* Past the end, or past a row that already failed: nothing left worth doing. */
+        if (start >= j->rows || start > __atomic_load_n(&j->err_row, __ATOMIC_RELAXED)) break;
+        n = j->rows - start < j->chunk ? j->rows - start : j->chunk;
+        rc = noise_rows_serial((const char *)j->x + start * j->dim * width,
+                               (char *)j->out + start * j->dim * width, j->is_f32, n, j->dim, j->mechanism,
+                               j->scale, j->step, j->clip_norm, NULL, j->row_keys ? j->row_keys + 32 * start : NULL,
+                               j->nonce, &br, &bc);
+        if (rc != QG_OK) {
+            /* No randomness or memory: nothing was done, so the chunk's first row is where it failed. */
+            size_t row = start + (rc == QG_ERR_RANDOM || rc == QG_ERR_MEMORY ? 0 : br);
+            pthread_mutex_lock(&j->lock);
+            if (row < j->err_row) {
+                __atomic_store_n(&j->err_row, row, __ATOMIC_RELAXED);
+                j->err_col = bc;
+                j->rc = rc;
+            }
+            pthread_mutex_unlock(&j->lock);
+            break; /* every later chunk starts past this row */
+        }
+    }
 }
 
 static void *job_thread(void *arg)
@@ -800,55 +828,47 @@ int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim,
                   double scale, double step, double clip_norm, qg_stream *stream,
                   const uint8_t *row_keys, const uint8_t nonce[12], size_t *bad_row, size_t *bad_col)
 {
-    const size_t width = is_f32 ? sizeof(float) : sizeof(double);
-    rows_job jobs[QG_NOISE_THREADS_CAP];
+    rows_job job;
     pthread_t tids[QG_NOISE_THREADS_CAP];
     int started[QG_NOISE_THREADS_CAP];
-    size_t nthreads, total = rows * dim, start = 0, t;
-    int rc = QG_OK;
+    size_t nthreads, total = rows * dim, t;
 
     if (!zig_ready) qg_noise_init();
     /* A shared seeded stream is read row after row (each row's share depends on the rejections
        before it), so only independent rows are split: per-row keys, or fresh production noise
-       with a stream per thread. Rows are contiguous ranges, so the result is the same array as
-       the serial loop's for keyed noise, and the error reported is the first in row order. */
+       with a stream per thread. Each row is computed exactly as the serial loop would, so keyed
+       output is the same array, and the error reported is the first in row order. */
     nthreads = (size_t)qg_noise_get_threads();
     if (total / QG_NOISE_MT_GRAIN < nthreads) nthreads = total / QG_NOISE_MT_GRAIN;
     if (rows < nthreads) nthreads = rows;
     if (stream || total < QG_NOISE_MT_MIN || nthreads < 2)
         return noise_rows_serial(x, out, is_f32, rows, dim, mechanism, scale, step, clip_norm, stream,
                                  row_keys, nonce, bad_row, bad_col);
-    for (t = 0; t < nthreads; t++) {
-        size_t n = rows / nthreads + (t < rows % nthreads);
-        rows_job *j = &jobs[t];
-        j->x = (const char *)x + start * dim * width;
-        j->out = (char *)out + start * dim * width;
-        j->is_f32 = is_f32;
-        j->mechanism = mechanism;
-        j->rows = n;
-        j->dim = dim;
-        j->scale = scale;
-        j->step = step;
-        j->clip_norm = clip_norm;
-        j->row_keys = row_keys ? row_keys + 32 * start : NULL;
-        j->nonce = nonce;
-        j->bad_row = j->bad_col = 0;
-        j->rc = QG_OK;
-        start += n;
-        started[t] = t > 0 && pthread_create(&tids[t], NULL, job_thread, j) == 0;
-    }
-    run_job(&jobs[0]);
-    for (t = 1; t < nthreads; t++) {
+    job.x = x;
+    job.out = out;
+    job.is_f32 = is_f32;
+    job.mechanism = mechanism;
+    job.rows = rows;
+    job.dim = dim;
+    job.chunk = QG_NOISE_MT_CHUNK / dim ? QG_NOISE_MT_CHUNK / dim : 1;
+    job.scale = scale;
+    job.step = step;
+    job.clip_norm = clip_norm;
+    job.row_keys = row_keys;
+    job.nonce = nonce;
+    job.next = 0;
+    job.err_row = rows;
+    job.err_col = 0;
+    job.rc = QG_OK;
+    if (pthread_mutex_init(&job.lock, NULL) != 0) nthreads = 1;
+    for (t = 1; t < nthreads; t++) started[t] = pthread_create(&tids[t], NULL, job_thread, &job) == 0;
+    run_job(&job); /* a thread that could not start just leaves its share to the others */
+    for (t = 1; t < nthreads; t++)
         if (started[t]) pthread_join(tids[t], NULL);
-        else run_job(&jobs[t]); /* no thread: do its rows here */
+    if (nthreads > 1) pthread_mutex_destroy(&job.lock);
+    if (job.rc != QG_OK) {
+        *bad_row = job.err_row;
+        *bad_col = job.err_col;
     }
-    for (t = 0, start = 0; t < nthreads; start += jobs[t].rows, t++) {
-        if (jobs[t].rc != QG_OK) {
-            rc = jobs[t].rc;
-            *bad_row = start + jobs[t].bad_row;
-            *bad_col = jobs[t].bad_col;
-            break;
-        }
-    }
-    return rc;
+    return job.rc;
 }

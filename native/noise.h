@@ -27,13 +27,16 @@ void qg_normals(qg_stream *s, double *z, size_t n);
 double qg_gamma(qg_stream *s, double shape);
 
 /* Batches of at least QG_NOISE_MT_MIN elements (rows * dim) with per-row keys or fresh noise
-   are split into contiguous row ranges over up to qg_noise_get_threads() threads, each taking at
-   least QG_NOISE_MT_GRAIN elements; a worker draws fresh noise from its own getrandom-keyed
-   stream and wipes it before it ends. Keyed results are identical to the one-thread result. A
-   shared seeded stream is never split. The limit defaults to the CPUs this process may run on
-   (at most QG_NOISE_THREADS_CAP), or to QG_NOISE_THREADS from the environment; 1 turns it off. */
+   are shared by up to qg_noise_get_threads() threads (one per QG_NOISE_MT_GRAIN elements at
+   most), which claim about QG_NOISE_MT_CHUNK elements' worth of whole rows at a time. A worker
+   draws fresh noise from its own getrandom-keyed stream and wipes it before it ends. Keyed results
+   are identical to the one-thread result; errors are reported for the first failing row, as in
+   one thread. A shared seeded stream is never split. The limit defaults to the CPUs this process
+   may run on (at most QG_NOISE_THREADS_CAP), or to QG_NOISE_THREADS from the environment (read
+   once); 1 turns threading off. */
 #define QG_NOISE_MT_MIN ((size_t)1 << 20)
 #define QG_NOISE_MT_GRAIN ((size_t)1 << 19)
+#define QG_NOISE_MT_CHUNK ((size_t)1 << 16)
 #define QG_NOISE_THREADS_CAP 8
 /* Set the thread limit (n < 1: back to the default); returns the previous limit. Not
    synchronised: call it while no batch is running. */

@@ -107,3 +107,14 @@ def test_fresh_noise_over_threads_is_fresh_and_on_the_lattice(threads):
     assert len({row.tobytes() for row in out}) == ROWS
     first, last = out[: ROWS // 2].ravel(), out[ROWS // 2:].ravel()
     assert abs(np.corrcoef(first[: last.size], last[: first.size])[0, 1]) < 0.01
+
+
+@pytest.mark.parametrize("rows,dim", [(8, 1 << 17), (NATIVE.THREADS_MIN_ELEMENTS // 3 + 1, 3)])
+def test_very_wide_and_very_narrow_rows_split_identically(threads, rows, dim):
+    x = _batch(np.float32, rows=rows, dim=dim, seed=2)
+    row_keys = bytes(np.random.default_rng(3).integers(0, 256, 32 * rows, dtype=np.uint8))
+    threads(1)
+    one = NATIVE.noise_vectors(x, "gaussian", 0.05, 2.0**-12, None, None, row_keys, NONCE)
+    threads(3)
+    many = NATIVE.noise_vectors(x, "gaussian", 0.05, 2.0**-12, None, None, row_keys, NONCE)
+    assert one.tobytes() == many.tobytes()
