@@ -148,37 +148,47 @@ static double finish_rejected(qg_stream *s)
 }
 
 #ifdef QG_HAVE_SIMD
-/* 8 words per step. Gathers are slow on the CPUs we measured (AMD Zen: ~75% of the sampler's
-   time), so each lane loads its layer's (xs[i], X[i+1]) pair with one 16-byte load and two
-   unpacks transpose the pairs. The test "z < X[i+1]" is the reference's own test, and the same as
-   "u < zig_k[i]" (see zig_k). */
+/* The 8 samples of the words at wp, signed, and a mask of the lanes that pass the fast test
+   (bit k: lane k). Gathers are slow on the CPUs we measured (AMD Zen: ~75% of the sampler's time),
+   so each lane loads its layer's (xs[i], X[i+1]) pair with one 16-byte load and two unpacks
+   transpose the pairs. The test "z < X[i+1]" is the reference's own, the same as "u < zig_k[i]". */
+static inline __attribute__((always_inline, target("avx2")))
+unsigned sample8_avx2(const uint32_t *wp, __m256d *zl, __m256d *zh)
+{
+    const __m256i sign = _mm256_set1_epi64x((long long)0x8000000000000000ULL);
+    __m256i w = _mm256_loadu_si256((const __m256i *)wp);
+    __m256i u = _mm256_srli_epi32(w, 9);
+    const double *p0 = zig_pair[wp[0] & 255u], *p1 = zig_pair[wp[1] & 255u];
+    const double *p2 = zig_pair[wp[2] & 255u], *p3 = zig_pair[wp[3] & 255u];
+    const double *p4 = zig_pair[wp[4] & 255u], *p5 = zig_pair[wp[5] & 255u];
+    const double *p6 = zig_pair[wp[6] & 255u], *p7 = zig_pair[wp[7] & 255u];
+    __m256d a_lo = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p0)), _mm_load_pd(p2), 1);
+    __m256d b_lo = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p1)), _mm_load_pd(p3), 1);
+    __m256d a_hi = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p4)), _mm_load_pd(p6), 1);
+    __m256d b_hi = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p5)), _mm_load_pd(p7), 1);
+    __m128i w_lo = _mm256_castsi256_si128(w), w_hi = _mm256_extracti128_si256(w, 1);
+    __m256d z_lo = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(u)), _mm256_unpacklo_pd(a_lo, b_lo));
+    __m256d z_hi = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(u, 1)), _mm256_unpacklo_pd(a_hi, b_hi));
+    unsigned acc = (unsigned)_mm256_movemask_pd(_mm256_cmp_pd(z_lo, _mm256_unpackhi_pd(a_lo, b_lo), _CMP_LT_OQ)) |
+                   ((unsigned)_mm256_movemask_pd(_mm256_cmp_pd(z_hi, _mm256_unpackhi_pd(a_hi, b_hi), _CMP_LT_OQ)) << 4);
+    __m256i s_lo = _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepu32_epi64(w_lo), 55), sign);
+    __m256i s_hi = _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepu32_epi64(w_hi), 55), sign);
+    *zl = _mm256_xor_pd(z_lo, _mm256_castsi256_pd(s_lo));
+    *zh = _mm256_xor_pd(z_hi, _mm256_castsi256_pd(s_hi));
+    return acc;
+}
+
+/* 8 words per step (sample8_avx2); a rejected word is finished serially where it occurs. */
 __attribute__((target("avx2")))
 static size_t fill_avx2(qg_stream *s, double *z, size_t n)
 {
-    const __m256i sign = _mm256_set1_epi64x((long long)0x8000000000000000ULL);
     const uint32_t *buf = s->buf;
     size_t k = 0, pos = s->pos, end = s->end;
     while (n - k >= 8 && end - pos >= 8) {
-        const uint32_t *wp = buf + pos;
-        __m256i w = _mm256_loadu_si256((const __m256i *)wp);
-        __m256i u = _mm256_srli_epi32(w, 9);
-        const double *p0 = zig_pair[wp[0] & 255u], *p1 = zig_pair[wp[1] & 255u];
-        const double *p2 = zig_pair[wp[2] & 255u], *p3 = zig_pair[wp[3] & 255u];
-        const double *p4 = zig_pair[wp[4] & 255u], *p5 = zig_pair[wp[5] & 255u];
-        const double *p6 = zig_pair[wp[6] & 255u], *p7 = zig_pair[wp[7] & 255u];
-        __m256d a_lo = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p0)), _mm_load_pd(p2), 1);
-        __m256d b_lo = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p1)), _mm_load_pd(p3), 1);
-        __m256d a_hi = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p4)), _mm_load_pd(p6), 1);
-        __m256d b_hi = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p5)), _mm_load_pd(p7), 1);
-        __m128i w_lo = _mm256_castsi256_si128(w), w_hi = _mm256_extracti128_si256(w, 1);
-        __m256d z_lo = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(u)), _mm256_unpacklo_pd(a_lo, b_lo));
-        __m256d z_hi = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(u, 1)), _mm256_unpacklo_pd(a_hi, b_hi));
-        unsigned acc = (unsigned)_mm256_movemask_pd(_mm256_cmp_pd(z_lo, _mm256_unpackhi_pd(a_lo, b_lo), _CMP_LT_OQ)) |
-                       ((unsigned)_mm256_movemask_pd(_mm256_cmp_pd(z_hi, _mm256_unpackhi_pd(a_hi, b_hi), _CMP_LT_OQ)) << 4);
-        __m256i s_lo = _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepu32_epi64(w_lo), 55), sign);
-        __m256i s_hi = _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepu32_epi64(w_hi), 55), sign);
-        _mm256_storeu_pd(z + k, _mm256_xor_pd(z_lo, _mm256_castsi256_pd(s_lo)));
-        _mm256_storeu_pd(z + k + 4, _mm256_xor_pd(z_hi, _mm256_castsi256_pd(s_hi)));
+        __m256d z_lo, z_hi;
+        unsigned acc = sample8_avx2(buf + pos, &z_lo, &z_hi);
+        _mm256_storeu_pd(z + k, z_lo);
+        _mm256_storeu_pd(z + k + 4, z_hi);
         if (acc == 0xFFu) {
             pos += 8;
             k += 8;
@@ -421,7 +431,6 @@ static size_t gauss_run_avx2(qg_stream *s, const void *x, void *out, int is_f32,
 {
     const float *xf = (const float *)x;
     const double *xd = (const double *)x;
-    const __m256i sign = _mm256_set1_epi64x((long long)0x8000000000000000ULL);
     const __m256d fac = _mm256_set1_pd(factor), sc = _mm256_set1_pd(scale);
     const __m256d inv = _mm256_set1_pd(inv_step), st = _mm256_set1_pd(step), zero = _mm256_setzero_pd();
     const uint32_t *buf = s->buf;
@@ -430,27 +439,8 @@ static size_t gauss_run_avx2(qg_stream *s, const void *x, void *out, int is_f32,
     size_t j = 0, pos = s->pos, end = s->end;
     *rej = 0;
     while (n - j >= 8 && end - pos >= 8) {
-        const uint32_t *wp = buf + pos;
-        __m256i w = _mm256_loadu_si256((const __m256i *)wp);
-        __m256i u = _mm256_srli_epi32(w, 9);
-        const double *p0 = zig_pair[wp[0] & 255u], *p1 = zig_pair[wp[1] & 255u];
-        const double *p2 = zig_pair[wp[2] & 255u], *p3 = zig_pair[wp[3] & 255u];
-        const double *p4 = zig_pair[wp[4] & 255u], *p5 = zig_pair[wp[5] & 255u];
-        const double *p6 = zig_pair[wp[6] & 255u], *p7 = zig_pair[wp[7] & 255u];
-        __m256d a_lo = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p0)), _mm_load_pd(p2), 1);
-        __m256d b_lo = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p1)), _mm_load_pd(p3), 1);
-        __m256d a_hi = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p4)), _mm_load_pd(p6), 1);
-        __m256d b_hi = _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_load_pd(p5)), _mm_load_pd(p7), 1);
-        __m128i w_lo = _mm256_castsi256_si128(w), w_hi = _mm256_extracti128_si256(w, 1);
-        __m256d z_lo = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(u)), _mm256_unpacklo_pd(a_lo, b_lo));
-        __m256d z_hi = _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(u, 1)), _mm256_unpacklo_pd(a_hi, b_hi));
-        unsigned acc = (unsigned)_mm256_movemask_pd(_mm256_cmp_pd(z_lo, _mm256_unpackhi_pd(a_lo, b_lo), _CMP_LT_OQ)) |
-                       ((unsigned)_mm256_movemask_pd(_mm256_cmp_pd(z_hi, _mm256_unpackhi_pd(a_hi, b_hi), _CMP_LT_OQ)) << 4);
-        __m256i s_lo = _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepu32_epi64(w_lo), 55), sign);
-        __m256i s_hi = _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepu32_epi64(w_hi), 55), sign);
-        __m256d v_lo, v_hi, q_lo, q_hi;
-        z_lo = _mm256_xor_pd(z_lo, _mm256_castsi256_pd(s_lo));
-        z_hi = _mm256_xor_pd(z_hi, _mm256_castsi256_pd(s_hi));
+        __m256d z_lo, z_hi, v_lo, v_hi, q_lo, q_hi;
+        unsigned acc = sample8_avx2(buf + pos, &z_lo, &z_hi);
         /* combine_avx2's operations, on two groups of 4 */
         v_lo = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j)) : _mm256_loadu_pd(xd + j);
         v_hi = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j + 4)) : _mm256_loadu_pd(xd + j + 4);
