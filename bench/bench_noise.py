@@ -8,9 +8,10 @@ the baseline would skip a step the candidate must do. The uncast variant (the li
 candidate is the full production release (validation, cached calibration, clip, ChaCha20 noise,
 lattice snapping).
 
-Batches of at least ``_noise.THREADS_MIN_ELEMENTS`` values are split over threads by default
-(QG_NOISE_THREADS, ``qdrant_guard._noise.set_threads``); ``test_privatize_one_thread`` measures the same release
-with threading off, so the single-core ratio is printed next to the default one.
+Batches of at least ``qdrant_guard._noise.THREADS_MIN_ELEMENTS`` values are shared by threads by
+default (knobs: QG_NOISE_THREADS, ``qdrant_guard._noise.set_threads``); ``test_privatize_one_thread``
+times the same release with threading off, so the single-core ratio is printed next to the
+default one.
 """
 from __future__ import annotations
 

@@ -217,10 +217,11 @@ THREADS_MIN_ELEMENTS = QG_NOISE_MT_MIN
 def set_threads(n):
     """Limit the threads a large batch is split over (``n < 1``: the default); return the old limit.
 
-    Batches of at least ``THREADS_MIN_ELEMENTS`` values (rows x dim) with fresh or keyed noise are
-    split into row ranges over up to this many threads, the GIL released; keyed output is the same
-    as with one thread. The default is the number of CPUs the process may use (at most 8), or the
-    environment variable ``QG_NOISE_THREADS`` read at the first batch; ``set_threads(1)`` or
+    Batches of at least ``THREADS_MIN_ELEMENTS`` values (rows x dim) with fresh or per-row keyed
+    noise are shared, in chunks of whole rows, by up to this many threads (one per 2**19 values at
+    most), the GIL released; keyed output and errors are the same as with one thread, and a seeded
+    stream is never split. The default is the number of CPUs the process may use (at most 8), or
+    the environment variable ``QG_NOISE_THREADS`` read at the first batch; ``set_threads(1)`` or
     ``QG_NOISE_THREADS=1`` turns threading off. Call it while no batch is running.
     """
     if type(n) is not int:
