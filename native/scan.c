@@ -628,11 +628,39 @@ static int base64_text(const uint8_t *r, size_t len)
     return 1;
 }
 
+/* Whether p[0..len) is a word that scan_blobs passes over when len < min_blob_len: ASCII letters
+ * only (so one run, and no 0x prefix) and shaped like a word (so not base64 text); its hex digits,
+ * if all are, are letters a-f, whose pairs decode to bytes >= 0xA0 (so not hex text). That is most
+ * long tokens of prose ("infrastructure"), which otherwise cost the byte loops below. avail: bytes
+ * readable from p. 0 means "not known": scan_blobs decides. */
+static inline int word_token16(const uint8_t *p, size_t len, size_t avail)
+{
+#ifdef QG_SCAN_SSE2
+    if (len > 16 || avail < 16)
+        return 0;
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m128i lower = _mm_cmplt_epi8(_mm_add_epi8(v, _mm_set1_epi8((char)(0x80 - 'a'))),
+                                   _mm_set1_epi8((char)(-128 + 26)));
+    __m128i upper = _mm_cmplt_epi8(_mm_add_epi8(v, _mm_set1_epi8((char)(0x80 - 'A'))),
+                                   _mm_set1_epi8((char)(-128 + 26)));
+    unsigned in = (1u << len) - 1;
+    unsigned lo = (unsigned)_mm_movemask_epi8(lower) & in, up = (unsigned)_mm_movemask_epi8(upper) & in;
+    return (lo | up) == in && !(lo && (up & ~1u));
+#else
+    (void)p;
+    (void)len;
+    (void)avail;
+    return 0;
+#endif
+}
+
 /* Blob runs inside one token s[a..b) (runs never cross whitespace). */
 static void scan_blobs(scanner *st, size_t a, size_t b, int64_t position)
 {
     const uint8_t *s = st->s;
     int64_t min_len = st->rules->min_blob_len;
+    if ((int64_t)(b - a) < min_len && word_token16(s + a, b - a, st->n - a))
+        return;
     size_t i = a;
     while (i < b) {
         if (!(st->cls[s[i]] & C_B64)) {

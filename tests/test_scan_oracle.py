@@ -205,6 +205,8 @@ def test_generic_native_pass_agrees() -> None:
         "    assert_same(_scan.scan_query, _scan_py.scan_query, text, max_ngram_run=0.0, max_tokens=None)\n"
         "from tests.test_scan_oracle import test_short_blobs_in_the_block_loop_agree\n"
         "test_short_blobs_in_the_block_loop_agree()\n"
+        "from tests.test_scan_oracle import test_long_letter_tokens_agree\n"
+        "test_long_letter_tokens_agree()\n"
         "print('ok')\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -305,4 +307,57 @@ def test_short_blobs_in_the_block_loop_agree() -> None:
         text = " ".join(pieces)
         for min_blob_len in (None, 8, 11, 12, 13, 16, 17, 20, 32):
             assert_same(NATIVE.scan_query, PYTHON.scan_query, text, min_blob_len=min_blob_len,
+                        max_tokens=None)
+
+
+def _letter_token(rng: random.Random) -> str:
+    """Letters only, 10..18 of them: words in every case shape, hex-letter runs and mixed case
+    (which may decode as base64 text)."""
+    size = rng.randrange(10, 19)
+    shape = rng.randrange(7)
+    if shape == 6:
+        # Base64 of printable text that happens to be letters only: flagged from 12 characters.
+        import base64
+
+        out = ""
+        while len(out) < size:
+            group = base64.b64encode(bytes(rng.randrange(0x20, 0x7F) for _ in range(3))).decode()
+            if group.isalpha():
+                out += group
+        return out[:size]
+    if shape == 0:
+        return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(size))
+    if shape == 1:
+        return rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") + "".join(
+            rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(size - 1))
+    if shape == 2:
+        return "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(size))
+    if shape == 3:
+        return "".join(rng.choice("abcdefABCDEF") for _ in range(size))
+    if shape == 4:
+        # One upper-case letter after the first: not word-shaped.
+        word = [rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(size)]
+        word[rng.randrange(1, size)] = rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        return "".join(word)
+    return "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") for _ in range(size))
+
+
+def test_long_letter_tokens_agree() -> None:
+    """Tokens of 10-18 letters (the block loop passes word-shaped ones under 16 bytes over without
+    the blob scan), amid plain words, at the end of the text (fewer than 16 bytes readable) and
+    next to non-ASCII text, under blob thresholds around their lengths."""
+    rng = random.Random(17)
+    plain = ["alpha", "beta", "quarterly", "figures", "and"]
+    for case in range(400):
+        tokens = [rng.choice(plain) if rng.random() < 0.6 else _letter_token(rng)
+                  for _ in range(rng.randrange(1, 90))]
+        if case % 3 == 0:
+            tokens.append(_letter_token(rng))
+        text = " ".join(tokens)
+        if case % 5 == 0:
+            text = "é " + text
+        for min_blob_len in (None, 8, 12, 13, 16, 17, 32):
+            assert_same(NATIVE.scan_query, PYTHON.scan_query, text, min_blob_len=min_blob_len,
+                        max_tokens=None)
+            assert_same(NATIVE.scan_query, PYTHON.scan_query, text.encode(), min_blob_len=min_blob_len,
                         max_tokens=None)
