@@ -219,7 +219,7 @@ def test_generic_native_pass_agrees() -> None:
 def test_vocabulary_sizes_around_the_table_moves_agree() -> None:
     # The native table moves from the stack to the heap past 512 distinct tokens and then doubles:
     # repeats straddling each move must still be found (repetition and n-gram figures).
-    for distinct in (1, 127, 128, 129, 511, 512, 513, 514, 1023, 1024, 1025, 2049):
+    for distinct in (1, 127, 128, 129, 253, 254, 255, 256, 511, 512, 513, 514, 1023, 1024, 1025, 2049):
         words = [f"t{i}" for i in range(distinct)]
         text = " ".join(words + words[:9] + words[-3:] * 3)
         assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_ngram_run=0.0, max_tokens=None)
@@ -361,3 +361,18 @@ def test_long_letter_tokens_agree() -> None:
                         max_tokens=None)
             assert_same(NATIVE.scan_query, PYTHON.scan_query, text.encode(), min_blob_len=min_blob_len,
                         max_tokens=None)
+
+
+def test_token_lengths_around_the_block_loop_cut_agree() -> None:
+    """Tokens of 1..20 bytes (letters, digits and punctuation) under every blob threshold from 8
+    to 20: the native block loop checks a block for a token that leaves it (from min(min_blob_len,
+    12) bytes) with bit runs, and skips the per-token test in blocks without one."""
+    rng = random.Random(23)
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:!?-+/"
+    for case in range(60):
+        tokens = ["".join(rng.choice(alphabet[: rng.choice((26, 52, 62, len(alphabet)))])
+                          for _ in range(rng.randrange(1, 21))) for _ in range(rng.randrange(30, 200))]
+        text = " ".join(tokens)
+        for min_blob_len in (None, *range(8, 21)):
+            assert_same(NATIVE.scan_query, PYTHON.scan_query, text, min_blob_len=min_blob_len,
+                        max_tokens=None, max_ngram_run=0.0)
