@@ -864,7 +864,18 @@ static void ngram_chunk(scanner *st, unsigned count, int64_t base, int64_t uniqu
     (void)hw;
     (void)unique;
     uint64_t live = count >= 64 ? ~0ull : (1ull << count) - 1;
-    for (int g = 1; g <= MAX_NGRAM; g++) {
+    /* A streak of g >= 2 needs two matches in a row (below: full). In ordinary text no chunk has
+     * any, nor an open streak: then, after one pass over the masks without a branch, only g = 1
+     * is looked at. */
+    uint64_t pairs = 0;
+    for (int g = 2; g <= MAX_NGRAM; g++) {
+        uint64_t eq = eqs[g] & live;
+        pairs |= eq & ((eq << 1) | (st->ng_prev[g] >> 63));
+    }
+    int last_g = (pairs | (st->ng_active >> 1)) ? MAX_NGRAM : 1;
+    for (int g = last_g + 1; g <= MAX_NGRAM; g++)
+        st->ng_prev[g] = eqs[g] & live;
+    for (int g = 1; g <= last_g; g++) {
         uint64_t eq = eqs[g] & live, prev = st->ng_prev[g];
         st->ng_prev[g] = eq;
         unsigned bit = 1u << (g - 1), open = (st->ng_active & bit) != 0;
@@ -1720,12 +1731,15 @@ fast_run(scanner *st, hot_state *h, size_t i, int64_t shift, block_masks *m, int
     size_t tail_at = SIZE_MAX;
     *fresh = 0;
     while (i < n && (size_t)h->unique + 32 <= room && model <= model_max) {
-        if (tail_at == SIZE_MAX && n - i < 80) {
-            tail_at = i;
-            memcpy(tail, env.s + i, n - i);
-            memset(tail + (n - i), ' ', sizeof tail - (n - i));
+        const uint8_t *p = env.s + i;
+        if (__builtin_expect(n - i < 80, 0)) {
+            if (tail_at == SIZE_MAX) {
+                tail_at = i;
+                memcpy(tail, env.s + i, n - i);
+                memset(tail + (n - i), ' ', sizeof tail - (n - i));
+            }
+            p = tail + (i - tail_at);
         }
-        const uint8_t *p = tail_at == SIZE_MAX ? env.s + i : tail + (i - tail_at);
         block_masks bm;
 #ifdef QG_SCAN_DISPATCH
         if (hw)
