@@ -9,12 +9,13 @@ from cpython.object cimport PyObject, PyObject_GenericSetAttr, PyTypeObject
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdint cimport int64_t, uint8_t
 from libc.math cimport floor
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 cdef extern from "Python.h":
     char *PyOS_double_to_string(double val, char format_code, int precision, int flags,
                                 int *ptype) except NULL
     void PyMem_Free(void *p)
+    str PyUnicode_DecodeASCII(const char *s, Py_ssize_t size, const char *errors)
     int Py_DTSF_ADD_DOT_0
     long long PyLong_AsLongLongAndOverflow(object obj, int *overflow) except? -1
     void Py_INCREF(object o)
@@ -131,8 +132,8 @@ cdef str _double_str(double value, char code, int precision, int flags):
         PyMem_Free(text)
 
 
-cdef str _fixed3(double x):
-    """f"{x:.3f}" for a ratio 0 <= x <= 1.
+cdef int _fixed3_digits(double x, char *digits) noexcept:
+    """Write f"{x:.3f}" for a ratio 0 <= x <= 1 (5 characters) to digits; -1: not decided here.
 
     x * 1000 is within 2**-43 of the exact product, so unless that lies next to a half, rounding
     it to an integer rounds the exact value the same way; next to a half (ties included), the
@@ -142,15 +143,22 @@ cdef str _fixed3(double x):
     cdef double low = floor(y)
     cdef double frac = y - low
     cdef long r
-    cdef char digits[5]
     if not (0.0 <= x <= 1.0) or (frac > 0.4999999 and frac < 0.5000001):
-        return _double_str(x, b'f', 3, 0)
+        return -1
     r = <long>low + (1 if frac > 0.5 else 0)
     digits[0] = <char>(48 + r // 1000)
     digits[1] = b'.'
     digits[2] = <char>(48 + (r // 100) % 10)
     digits[3] = <char>(48 + (r // 10) % 10)
     digits[4] = <char>(48 + r % 10)
+    return 0
+
+
+cdef str _fixed3(double x):
+    """f"{x:.3f}" for a ratio 0 <= x <= 1 (see _fixed3_digits)."""
+    cdef char digits[5]
+    if _fixed3_digits(x, digits) < 0:
+        return _double_str(x, b'f', 3, 0)
     return digits[:5].decode("ascii")
 
 
@@ -159,21 +167,34 @@ def _fixed3_for_tests(double x):
     return _fixed3(x)
 
 
-# repr() of the last max_repetition seen: a policy passes the same float object on every call.
-cdef object _max_rep_obj = None
-cdef str _max_rep_text = None
+# The last max_repetition seen, its repr() and that as bytes: a policy passes the same float
+# object on every call. One tuple, replaced whole, so that a reader never pairs parts of two.
+cdef tuple _max_rep = (None, None, None)
 
 
 cdef str _repetition_detail(double repetition, object max_repetition):
     # _scan_py.repetition_detail without the format-spec parsing: f"{x:.3f}" of a ratio and f"{y}"
-    # of an exact float (the same digits as the reference).
-    global _max_rep_obj, _max_rep_text
+    # of an exact float (the same digits as the reference), written into one buffer and decoded
+    # once instead of joined from four strings.
+    global _max_rep
+    cdef tuple cached = _max_rep
+    cdef char buf[96]
+    cdef bytes tail
+    cdef Py_ssize_t m
     if type(max_repetition) is not float:
         return _ref.repetition_detail(repetition, max_repetition)
-    if max_repetition is not _max_rep_obj:
-        _max_rep_text = _double_str(<double>max_repetition, b'r', 0, Py_DTSF_ADD_DOT_0)
-        _max_rep_obj = max_repetition
-    return "repetition ratio " + _fixed3(repetition) + " > max_repetition=" + _max_rep_text
+    if cached[0] is not max_repetition:
+        text = _double_str(<double>max_repetition, b'r', 0, Py_DTSF_ADD_DOT_0)
+        cached = (max_repetition, text, text.encode("ascii"))
+        _max_rep = cached
+    tail = <bytes>cached[2]
+    m = PyBytes_GET_SIZE(tail)
+    if m > 96 - 40 or _fixed3_digits(repetition, buf + 17) < 0:
+        return "repetition ratio " + _fixed3(repetition) + " > max_repetition=" + <str>cached[1]
+    memcpy(buf, b"repetition ratio ", 17)
+    memcpy(buf + 22, b" > max_repetition=", 18)
+    memcpy(buf + 40, PyBytes_AS_STRING(tail), m)
+    return PyUnicode_DecodeASCII(buf, 40 + m, NULL)
 
 
 cdef Py_ssize_t _OFF_KIND = _slot_offset(Violation, "kind")
@@ -288,6 +309,12 @@ def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
                 and (max_repetition is None or not repetition > <double>max_repetition)
                 and (max_ngram_run is None or not ngram > <double>max_ngram_run)):
             return _result(True, _EMPTY, out.token_count, out.model_tokens, repetition, ngram)
+        if (out.token_cap_at < 0 and out.model_cap_at < 0
+                and (max_ngram_run is None or not ngram > <double>max_ngram_run)):
+            # Repetition alone (what stuffed queries get): one violation, no list to sort.
+            return _result(False, (_violation("repetition", out.first_repeat,
+                                              _repetition_detail(repetition, max_repetition)),),
+                           out.token_count, out.model_tokens, repetition, ngram)
         found = []
         if out.token_cap_at >= 0:
             found.append(_violation("token_cap", out.token_cap_at,

@@ -376,3 +376,18 @@ def test_token_lengths_around_the_block_loop_cut_agree() -> None:
         for min_blob_len in (None, *range(8, 21)):
             assert_same(NATIVE.scan_query, PYTHON.scan_query, text, min_blob_len=min_blob_len,
                         max_tokens=None, max_ngram_run=0.0)
+
+
+def test_repetition_details_agree() -> None:
+    """The native repetition detail is written into one buffer (ratio digits and the repr of
+    max_repetition): every ratio of up to 40 tokens, under caps with short and long reprs, alone
+    and next to other whole-text violations."""
+    caps = [0.0, 0.1, 0.25, 0.5, 1 / 3, 0.1 + 0.2, 1e-300, 5e-324, 0.999999999999]
+    for total in range(1, 41):
+        for unique in range(1, total + 1):
+            words = [f"w{i}" for i in range(unique)] + ["w0"] * (total - unique)
+            text = " ".join(words)
+            for cap in caps:
+                assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_repetition=cap)
+            assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_repetition=0.0, max_tokens=3,
+                        max_ngram_run=0.0)
