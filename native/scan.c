@@ -1585,8 +1585,11 @@ fast_tokens_loop(scanner *st, hot_state *h, const fast_env *env, int64_t *model_
             al = popcount64(alnum & ((2ull << e) - (1ull << a)), 0);
         if (may_be_long && __builtin_expect(len >= env->fast_len, 0)) {
             if (len < env->out_len) {
-                /* Long enough to decode as a blob, short enough to hash here. */
-                scan_blobs_out(st, i + a, i + a + len, pos0 + (int64_t)a);
+                /* Long enough to decode as a blob, short enough to hash here; shorter than
+                 * min_blob_len (out_len), and p + a has 16 readable bytes, so a plain word is
+                 * passed over here, without the call. */
+                if (!word_token16(p + a, len, 16))
+                    scan_blobs_out(st, i + a, i + a + len, pos0 + (int64_t)a);
             } else {
                 h->ng_n = (unsigned)ng;
                 h->model = model - (int64_t)len;
