@@ -953,6 +953,15 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _name_text(value: Any) -> str | None:
+    # A key name met by SCAN as text; None for a name that is not UTF-8, which no budget key has
+    # (they are str): another writer's key under the prefix, passed over rather than failing.
+    try:
+        return _text(value)
+    except UnicodeDecodeError:
+        return None
+
+
 class RedisBudgetStore(_CountingStore):
     """Redis store: one sorted set per key, one Lua script (EVALSHA) per admission.
 
@@ -1206,7 +1215,8 @@ class RedisBudgetStore(_CountingStore):
         try:
             batch: list[str] = []
             for name in self.client.scan_iter(match=_glob_escape(self.prefix) + "*", count=500):
-                key = _text(name)[len(self.prefix):]
+                name = _name_text(name)
+                key = name[len(self.prefix):] if name is not None else None
                 if key and not key.startswith(_RESERVED):
                     batch.append(key)
                 if len(batch) >= 200:
@@ -1228,8 +1238,8 @@ class RedisBudgetStore(_CountingStore):
         # (O(keys), in batches), then one read-only script per key found (a cluster's scripts
         # span one slot).
         try:
-            names = [_text(name) for name in
-                     self.client.scan_iter(match=_glob_escape(self.prefix + prefix) + "*", count=500)]
+            names = [name for name in map(_name_text, self.client.scan_iter(
+                match=_glob_escape(self.prefix + prefix) + "*", count=500)) if name is not None]
         except self._redis_error as exc:
             raise BudgetStoreError(f"redis budget store scan failed for prefix {prefix!r}: {exc}") from exc
         keys = [key for key in (name[len(self.prefix):] for name in names) if not key.startswith(_RESERVED)]
