@@ -43,6 +43,8 @@ void qg_chacha20_block(const uint32_t key[8], uint32_t counter, const uint32_t n
         QR(x[2], x[7], x[8], x[13]) QR(x[3], x[4], x[9], x[14])
     }
     for (i = 0; i < 16; i++) out[i] = x[i] + in[i];
+    explicit_bzero(in, sizeof in); /* the key, and state derived from it: fast key erasure */
+    explicit_bzero(x, sizeof x);
 }
 
 #ifdef __SSE2__
@@ -80,6 +82,8 @@ static void blocks4_sse2(const uint32_t key[8], uint32_t counter, const uint32_t
         _mm_storeu_si128((__m128i *)(out + 2 * 16 + i), _mm_unpacklo_epi64(ab1, cd1));
         _mm_storeu_si128((__m128i *)(out + 3 * 16 + i), _mm_unpackhi_epi64(ab1, cd1));
     }
+    explicit_bzero(in, sizeof in);
+    explicit_bzero(x, sizeof x);
 }
 #endif
 
@@ -168,7 +172,8 @@ static void blocks8_avx2(const uint32_t key[8], uint32_t counter, const uint32_t
         _mm_storeu_si128((__m128i *)(out + 6 * 16 + i), _mm256_extracti128_si256(r2, 1));
         _mm_storeu_si128((__m128i *)(out + 7 * 16 + i), _mm256_extracti128_si256(r3, 1));
     }
-    explicit_bzero(x, sizeof x); /* keystream-derived state on the stack */
+    explicit_bzero(in, sizeof in); /* the key, and state derived from it, on the stack */
+    explicit_bzero(x, sizeof x);
 }
 
 #define ROTV16(v, c) _mm512_rol_epi32(v, c)
@@ -218,6 +223,10 @@ static void blocks16_avx512(const uint32_t key[8], uint32_t counter, const uint3
         _mm512_storeu_si512((void *)(out + (8 + c) * 16), _mm512_shuffle_i32x4(e, f, 0x88));
         _mm512_storeu_si512((void *)(out + (12 + c) * 16), _mm512_shuffle_i32x4(e, f, 0xDD));
     }
+    explicit_bzero(in, sizeof in);
+    explicit_bzero(x, sizeof x);
+    explicit_bzero(t, sizeof t); /* output words: the first 8 may become the next key */
+    explicit_bzero(r, sizeof r);
 }
 #endif
 

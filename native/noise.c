@@ -53,6 +53,9 @@ void qg_noise_init(void)
         zig_shape[i] = i == 0 ? 0 : QG_ZIG_X[i + 1] >= 1.0 ? 1 : QG_ZIG_X[i] <= 1.0 ? 2 : 0;
     }
     simd_level = qg_simd_level();
+    /* Read QG_NOISE_THREADS now, at import under the GIL, not in the first batch, which runs
+       without it (getenv there could race a thread that changes os.environ). */
+    (void)qg_noise_get_threads();
     zig_ready = 1;
 }
 
@@ -850,12 +853,14 @@ int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim,
     job.err_row = rows;
     job.err_col = 0;
     job.rc = QG_OK;
-    if (pthread_mutex_init(&job.lock, NULL) != 0) nthreads = 1;
+    if (pthread_mutex_init(&job.lock, NULL) != 0) /* run_job would lock it on an error */
+        return noise_rows_serial(x, out, is_f32, rows, dim, mechanism, scale, step, clip_norm, stream,
+                                 row_keys, nonce, bad_row, bad_col);
     for (t = 1; t < nthreads; t++) started[t] = pthread_create(&tids[t], NULL, job_thread, &job) == 0;
     run_job(&job); /* a thread that could not start just leaves its share to the others */
     for (t = 1; t < nthreads; t++)
         if (started[t]) pthread_join(tids[t], NULL);
-    if (nthreads > 1) pthread_mutex_destroy(&job.lock);
+    pthread_mutex_destroy(&job.lock);
     if (job.rc != QG_OK) {
         *bad_row = job.err_row;
         *bad_col = job.err_col;
