@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 import qdrant_client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -79,6 +80,8 @@ def fresh(client):
 PUBLIC_POLICY = config_from_dict({"unlisted": "refuse", "collections": {"c": {"class": "PUBLIC"}}})
 
 
+# The keyword index is what a server needs for facet(); local mode warns that it ignores it.
+@pytest.mark.filterwarnings("ignore:Payload indexes have no effect in the local Qdrant")
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(op, min_size=1, max_size=15))
 def test_random_sequences_are_identical(ops):
