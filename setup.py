@@ -16,7 +16,7 @@ from setuptools import Extension, setup
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 EXTENSIONS = {
-    "_noise": ["native/_noise.pyx", "native/chacha20.c", "native/noise.c"],
+    "_noise": ["native/_noise.pyx", "native/chacha20.c", "native/aes256ctr.c", "native/noise.c"],
     "_scan": ["native/_scan.pyx", "native/scan.c"],
     "_detect": ["native/_detect.pyx", "native/detect.c"],
 }
