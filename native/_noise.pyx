@@ -1,10 +1,17 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Native noise kernel: ChaCha20 CSPRNG, Ziggurat/Gamma samplers, clip + noise + lattice.
+"""Native noise kernel: CSPRNG, Ziggurat/Gamma samplers, clip + noise + lattice.
+
+Fresh noise comes from a per-thread stream keyed from getrandom(2), re-keyed in a forked child,
+with fast key erasure after each 4 KiB refill: AES-256-CTR with AES-NI/VAES where the CPU has
+AES-NI (``PRODUCTION_CIPHER == "aes256ctr"``), else ChaCha20; ``QG_NOISE_CIPHER=chacha20`` forces
+ChaCha20 (read once, at import). Keyed and seeded streams are always ChaCha20.
 
 Twin of :mod:`qdrant_guard._noise_py` (the specification). Argument checks take a typed fast path
 here; anything unusual is handed to the reference's checker, so both twins accept the same inputs
 and raise the same errors.
 """
+import warnings
+
 import numpy as np
 
 cimport numpy as cnp
@@ -20,6 +27,20 @@ cnp.import_array()
 qg_noise_init()
 
 IMPLEMENTATION = (<bytes>qg_chacha20_impl()).decode()
+# "vaes", "aesni" or "none" (no AES instructions: the production stream stays ChaCha20).
+AES_IMPLEMENTATION = (<bytes>qg_aes_impl()).decode()
+# Chosen here, at import, once: QG_NOISE_CIPHER is not read again.
+PRODUCTION_CIPHER = (<bytes>qg_production_cipher_name()).decode()
+if qg_cipher_knob_status() == QG_CIPHER_KNOB_INVALID:
+    warnings.warn(f"QG_NOISE_CIPHER must be 'aes' or 'chacha20'; ignoring the unknown value and using "
+                  f"{PRODUCTION_CIPHER} for fresh noise", RuntimeWarning, stacklevel=2)
+elif qg_cipher_knob_status() == QG_CIPHER_KNOB_NO_AES:
+    warnings.warn("QG_NOISE_CIPHER=aes but this CPU has no AES-NI (and software AES is never used); "
+                  "using chacha20 for fresh noise", RuntimeWarning, stacklevel=2)
+
+
+def production_cipher():
+    return PRODUCTION_CIPHER
 
 
 cdef inline bint _positive(object value):
@@ -76,6 +97,29 @@ def chacha20_stream(key, nonce, counter, nbytes):
         with nogil:
             qg_chacha20_blocks(k, &c, n, &view[0], nblocks)
     return words.tobytes()[:nbytes]
+
+
+def aes256ctr_stream(key, counter_block, nbytes):
+    cdef uint8_t ctr[16]
+    cdef uint8_t k[32]
+    cdef size_t nblocks
+    cdef int rc = 0
+    _ref._check_bytes("key", key, 32)
+    _ref._check_bytes("counter_block", counter_block, 16)
+    _ref._check_count("nbytes", nbytes, 1 << 30)
+    if AES_IMPLEMENTATION == "none":
+        raise RuntimeError("this CPU has no AES-NI; software AES is deliberately not provided")
+    memcpy(ctr, <const uint8_t *><char *>counter_block, 16)
+    memcpy(k, <const uint8_t *><char *>key, 32)
+    nblocks = (<size_t>nbytes + 15) // 16
+    out = np.empty(nblocks * 16, dtype=np.uint8)
+    cdef uint8_t[::1] view = out
+    if nblocks:
+        with nogil:
+            rc = qg_aes256ctr(k, ctr, &view[0], nblocks)
+    if rc:
+        raise RuntimeError("AES-256-CTR keystream failed")
+    return out.tobytes()[:nbytes]
 
 
 cdef void _load_words(bytes data, uint32_t *dst, int count):
@@ -278,8 +322,8 @@ def fresh_noise_cached(vectors, cache, mechanism, epsilon, radius, delta, clip_n
 
 
 # One docstring per function, written on the reference (STYLE.md habit 3).
-for _name in ("check_vectors", "chacha20_block", "chacha20_stream", "normals", "gammas", "noise_vectors",
-              "fresh_noise_cached"):
+for _name in ("check_vectors", "chacha20_block", "chacha20_stream", "aes256ctr_stream", "normals", "gammas",
+              "noise_vectors", "fresh_noise_cached", "production_cipher"):
     try:
         globals()[_name].__doc__ = getattr(_ref, _name).__doc__
     except (AttributeError, TypeError):

@@ -4,6 +4,8 @@
  * the twin comparison in tests/test_noise*.py hold for whichever variant runs. */
 #include "chacha20.h"
 
+#include "aes256ctr.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -264,6 +266,39 @@ const char *qg_chacha20_impl(void)
     return names[qg_simd_level()];
 }
 
+static int cipher_knob_status = QG_CIPHER_KNOB_OK;
+
+int qg_production_cipher(void)
+{
+    static int cached = -1;
+    if (cached < 0) {
+        const char *env = getenv("QG_NOISE_CIPHER");
+        int want = QG_CIPHER_AES256CTR, status = QG_CIPHER_KNOB_OK;
+        if (env && *env) {
+            if (!strcmp(env, "chacha20")) want = QG_CIPHER_CHACHA20;
+            else if (strcmp(env, "aes")) status = QG_CIPHER_KNOB_INVALID;
+        }
+        if (want == QG_CIPHER_AES256CTR && qg_aes_level() == QG_AES_NONE) {
+            want = QG_CIPHER_CHACHA20;
+            if (env && !strcmp(env, "aes")) status = QG_CIPHER_KNOB_NO_AES;
+        }
+        cipher_knob_status = status;
+        cached = want;
+    }
+    return cached;
+}
+
+const char *qg_production_cipher_name(void)
+{
+    return qg_production_cipher() == QG_CIPHER_AES256CTR ? "aes256ctr" : "chacha20";
+}
+
+int qg_cipher_knob_status(void)
+{
+    (void)qg_production_cipher();
+    return cipher_knob_status;
+}
+
 static void advance(uint32_t *counter, uint32_t nonce[3], uint32_t n)
 {
     uint32_t before = *counter;
@@ -320,6 +355,8 @@ void qg_stream_init(qg_stream *s, const uint8_t key[32], const uint8_t nonce[12]
     s->counter = 0;
     s->key_erasure = 0;
     s->refill_blocks = QG_STREAM_BLOCKS;
+    s->cipher = QG_CIPHER_CHACHA20;
+    memset(s->ctr, 0, sizeof s->ctr);
     s->pos = s->end = 0;
 }
 
@@ -332,7 +369,12 @@ void qg_stream_size_hint(qg_stream *s, size_t words)
 
 void qg_stream_refill(qg_stream *s)
 {
-    qg_chacha20_blocks(s->key, &s->counter, s->nonce, s->buf, s->refill_blocks);
+    if (s->cipher == QG_CIPHER_AES256CTR)
+        /* Only a production stream is AES, and only where qg_aes_level() != QG_AES_NONE. The words
+           are the keystream bytes read little-endian (x86 is little-endian, so a plain copy). */
+        qg_aes256ctr((const uint8_t *)s->key, s->ctr, (uint8_t *)s->buf, s->refill_blocks * 4);
+    else
+        qg_chacha20_blocks(s->key, &s->counter, s->nonce, s->buf, s->refill_blocks);
     s->end = s->refill_blocks * 16;
     s->pos = 0;
     if (s->key_erasure) {
@@ -341,6 +383,7 @@ void qg_stream_refill(qg_stream *s)
         memcpy(s->key, s->buf, sizeof s->key);
         memset(s->buf, 0, sizeof s->key);
         s->counter = 0;
+        memset(s->ctr + 12, 0, 4); /* AES: nonce || 32-bit block counter 0 */
         s->pos = 8;
     }
 }
@@ -395,6 +438,12 @@ qg_stream *qg_thread_stream(int *err)
             return NULL;
         }
         qg_stream_init(s, seed, seed + 32);
+        if (qg_production_cipher() == QG_CIPHER_AES256CTR) {
+            /* Key: the same 32 bytes (s->key holds them as stored); counter block: nonce || 0. */
+            s->cipher = QG_CIPHER_AES256CTR;
+            memcpy(s->ctr, seed + 32, 12);
+            memset(s->ctr + 12, 0, 4);
+        }
         explicit_bzero(seed, sizeof seed);
         s->key_erasure = 1;
         thread_generation = fork_generation;

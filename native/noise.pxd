@@ -1,4 +1,4 @@
-# C declarations of the noise kernel (native/chacha20.h, native/noise.h).
+# C declarations of the noise kernel (native/chacha20.h, native/aes256ctr.h, native/noise.h).
 from libc.stdint cimport uint8_t, uint32_t
 
 
@@ -10,6 +10,17 @@ cdef extern from "chacha20.h" nogil:
     void qg_stream_init(qg_stream *s, const uint8_t *key, const uint8_t *nonce)
     void qg_stream_wipe(qg_stream *s)
     const char *qg_chacha20_impl()
+    int qg_cipher_knob_status()
+    const char *qg_production_cipher_name()
+    enum:
+        QG_CIPHER_KNOB_OK
+        QG_CIPHER_KNOB_INVALID
+        QG_CIPHER_KNOB_NO_AES
+
+
+cdef extern from "aes256ctr.h" nogil:
+    int qg_aes256ctr(const uint8_t *key, uint8_t *ctr, uint8_t *out, size_t nblocks)
+    const char *qg_aes_impl()
 
 
 cdef extern from "noise.h" nogil:

@@ -15,6 +15,11 @@ repeats a block). Word consumption order, shared by both twins:
 * laplace_l2 row: ``d`` normals (the direction; redrawn if all are zero), then one gamma(``d``).
 
 Clipping uses the squared norm summed in eight interleaved lanes (see ``_sum_squares``).
+
+Fresh noise here (no ``stream_key`` or ``row_keys``) is ChaCha20 keyed by 32 bytes of
+``os.urandom`` (zero nonce, no key erasure): :data:`PRODUCTION_CIPHER` is ``"chacha20"``. The
+native kernel's production stream is AES-256-CTR where the CPU has AES-NI; :func:`aes256ctr_stream`
+is the reference of that keystream (slow: for tests on small sizes only).
 """
 from __future__ import annotations
 
@@ -29,7 +34,9 @@ import numpy as np
 from .errors import InvalidVectorError
 
 __all__ = [
+    "PRODUCTION_CIPHER",
     "ZIGGURAT_LAYERS",
+    "aes256ctr_stream",
     "chacha20_block",
     "chacha20_stream",
     "check_vectors",
@@ -37,10 +44,13 @@ __all__ = [
     "fresh_noise_cached",
     "noise_vectors",
     "normals",
+    "production_cipher",
     "ziggurat_tables",
 ]
 
 MECHANISMS = ("gaussian", "laplace_l2")
+# Cipher of this twin's fresh noise; the native twin reports its own (AES-256-CTR or ChaCha20).
+PRODUCTION_CIPHER = "chacha20"
 ZIGGURAT_LAYERS = 256
 _MASK = 0xFFFFFFFF
 _TWO_M23 = 2.0**-23
@@ -114,6 +124,103 @@ def chacha20_stream(key: bytes, nonce: bytes, counter: int, nbytes: int) -> byte
     out = bytearray()
     while len(out) < nbytes:
         out += struct.pack("<16I", *stream.next_block())
+    return bytes(out[:nbytes])
+
+
+def production_cipher() -> str:
+    """Return the cipher of fresh (OS-keyed) noise: ``"aes256ctr"`` or ``"chacha20"``.
+
+    Native kernel: AES-256-CTR (AES-NI/VAES) where the CPU has AES-NI, else ChaCha20; the
+    environment variable ``QG_NOISE_CIPHER=chacha20`` forces ChaCha20 (``aes``, unset or empty:
+    the default). It is read once, at import; an unknown value, or ``aes`` on a CPU without AES-NI,
+    keeps the default or ChaCha20 with a ``RuntimeWarning``. This pure-Python twin always uses
+    ChaCha20. Keyed and seeded noise are ChaCha20 in both twins.
+    """
+    return PRODUCTION_CIPHER
+
+
+# ---------------------------------------------------------------- AES-256 (FIPS 197), CTR (SP 800-38A)
+# Reference only: Python table lookups are not constant time, and nothing in a release uses this.
+def _xtime(a: int) -> int:
+    return ((a << 1) ^ 0x1B) & 0xFF if a & 0x80 else a << 1
+
+
+def _gmul(a: int, b: int) -> int:
+    out = 0
+    while b:
+        if b & 1:
+            out ^= a
+        a = _xtime(a)
+        b >>= 1
+    return out
+
+
+def _make_sbox() -> list[int]:
+    sbox = []
+    for x in range(256):
+        inv = next((y for y in range(1, 256) if _gmul(x, y) == 1), 0)  # GF(2^8) inverse, 0 -> 0
+        b = inv
+        for shift in range(1, 5):
+            b ^= ((inv << shift) | (inv >> (8 - shift))) & 0xFF
+        sbox.append(b ^ 0x63)
+    return sbox
+
+
+_SBOX = _make_sbox()
+
+
+def _aes256_round_keys(key: bytes) -> list[list[int]]:
+    words = [list(key[4 * i: 4 * i + 4]) for i in range(8)]
+    rcon = 1
+    for i in range(8, 60):
+        t = list(words[i - 1])
+        if i % 8 == 0:
+            t = [_SBOX[b] for b in t[1:] + t[:1]]
+            t[0] ^= rcon
+            rcon = _xtime(rcon)
+        elif i % 8 == 4:
+            t = [_SBOX[b] for b in t]
+        words.append([a ^ b for a, b in zip(words[i - 8], t)])
+    return [sum(words[4 * r: 4 * r + 4], []) for r in range(15)]
+
+
+def _aes256_encrypt_block(round_keys: list[list[int]], block: bytes) -> bytes:
+    s = [a ^ b for a, b in zip(block, round_keys[0])]  # column-major: s[4*c + r]
+    for rnd in range(1, 15):
+        s = [_SBOX[b] for b in s]
+        s = [s[4 * ((c + r) % 4) + r] for c in range(4) for r in range(4)]  # ShiftRows
+        if rnd < 14:
+            mixed = []
+            for c in range(4):
+                a0, a1, a2, a3 = s[4 * c: 4 * c + 4]
+                mixed += [
+                    _gmul(a0, 2) ^ _gmul(a1, 3) ^ a2 ^ a3,
+                    a0 ^ _gmul(a1, 2) ^ _gmul(a2, 3) ^ a3,
+                    a0 ^ a1 ^ _gmul(a2, 2) ^ _gmul(a3, 3),
+                    _gmul(a0, 3) ^ a1 ^ a2 ^ _gmul(a3, 2),
+                ]
+            s = mixed
+        s = [a ^ b for a, b in zip(s, round_keys[rnd])]
+    return bytes(s)
+
+
+def aes256ctr_stream(key: bytes, counter_block: bytes, nbytes: int) -> bytes:
+    """Return ``nbytes`` of AES-256-CTR keystream: AES-256(``key``, counter), counter += 1, ...
+
+    ``counter_block`` is the 16-byte initial counter block, incremented as one big-endian 128-bit
+    integer (carrying through all 16 bytes, wrapping modulo 2**128), as in NIST SP 800-38A and
+    ``cryptography``'s ``modes.CTR``. The native production stream reads this keystream as
+    little-endian 32-bit words.
+    """
+    _check_bytes("key", key, 32)
+    _check_bytes("counter_block", counter_block, 16)
+    _check_count("nbytes", nbytes, 1 << 30)
+    round_keys = _aes256_round_keys(key)
+    counter = int.from_bytes(counter_block, "big")
+    out = bytearray()
+    while len(out) < nbytes:
+        out += _aes256_encrypt_block(round_keys, counter.to_bytes(16, "big"))
+        counter = (counter + 1) & ((1 << 128) - 1)
     return bytes(out[:nbytes])
 
 

@@ -17,10 +17,22 @@ a lattice hides the floating-point artefacts of the sampler), where scale₀ is 
 nominal sensitivity ``radius``. The calibration is conservative: it uses sensitivity
 ``radius + sqrt(d)·Λ``, the largest L2 displacement rounding can cause between two neighbours.
 
-Randomness comes from ChaCha20 keyed by getrandom(2) (per thread, re-keyed after fork, fast key
-erasure), turned into normals by a 256-layer Ziggurat with 23-bit uniform resolution and into
-Gamma norms by Marsaglia-Tsang. As for any implementation, the guarantee is stated for the ideal
-continuous distributions these samplers approximate.
+Randomness for fresh noise (``key=None``) comes from a per-thread stream keyed from getrandom(2)
+and re-keyed in a forked child, so parent and child never share keystream. Its cipher is
+AES-256 in CTR mode using the AES-NI instructions (VAES where available) on a CPU that has them,
+else ChaCha20 (RFC 8439); ``QG_NOISE_CIPHER=chacha20`` in the environment forces ChaCha20 (read
+once, when the kernel is imported; ``aes``, unset or empty: the default; another value, or ``aes``
+without AES-NI, keeps the default or ChaCha20 with a ``RuntimeWarning``). There is no software AES.
+Each 4 KiB refill uses its first 32 bytes as the next key (never output) and overwrites the old key
+(fast key erasure), so reading the process memory later does not reveal noise already drawn from
+earlier refills; it does not protect against a read of memory before a refill erases the key, or
+of keystream still buffered and not yet used. The release's ``rng_id`` names the cipher used:
+``"aes256ctr-getrandom-v1"`` or ``"chacha20-getrandom-v1"`` (the pure-Python kernel, selected with
+``QDRANT_GUARD_IMPLEMENTATION=python``, uses ChaCha20 keyed from ``os.urandom``). Keyed noise
+(``key=...``) is ChaCha20 keyed per row by HMAC-SHA256, and the TEST-ONLY seeded noise ChaCha20,
+whatever the production cipher. The keystream is turned into normals by a 256-layer Ziggurat with
+23-bit uniform resolution and into Gamma norms by Marsaglia-Tsang. As for any implementation, the
+guarantee is stated for the ideal continuous distributions these samplers approximate.
 """
 from __future__ import annotations
 
@@ -57,11 +69,14 @@ MECHANISM_VERSION = "3"
 # in how the sampler consumes the keystream, so their receipts are checked like the current one's.
 CALIBRATED_VERSIONS = ("1", "2", "3")
 LATTICE_DIVISOR = 1024.0
-RNG_PRODUCTION = "chacha20-getrandom-v1"
+RNG_PRODUCTION_CHACHA20 = "chacha20-getrandom-v1"
+RNG_PRODUCTION_AES = "aes256ctr-getrandom-v1"
+# The id of this process's fresh noise: the kernel's production cipher, chosen once at its import.
+RNG_PRODUCTION = {"aes256ctr": RNG_PRODUCTION_AES, "chacha20": RNG_PRODUCTION_CHACHA20}[_k.production_cipher()]
 RNG_KEYED = "chacha20-keyed-hmac-sha256-v1"
 RNG_SEEDED = "chacha20-seeded-TEST-ONLY-v2"
 # Generators whose releases carry the stated guarantee; RNG_SEEDED is deliberately absent.
-PRIVATE_RNG_IDS = (RNG_PRODUCTION, RNG_KEYED)
+PRIVATE_RNG_IDS = (RNG_PRODUCTION_CHACHA20, RNG_PRODUCTION_AES, RNG_KEYED)
 _QUERY_KEY_LABEL = b"qdrant-guard query noise key v1"
 
 
@@ -280,7 +295,8 @@ def privatize(
         radius: protected L2 radius (the sensitivity).
         delta: failure probability, required for ``"gaussian"``; ``None`` for ``"laplace_l2"``.
         clip_norm: clip each row to this L2 norm before noising (``None``: no clipping).
-        key: ``None`` for fresh noise from the CSPRNG. Or a secret of at least 32 bytes for
+        key: ``None`` for fresh noise from the CSPRNG (AES-256-CTR or ChaCha20, see the module
+            docstring and ``params.rng_id``). Or a secret of at least 32 bytes for
             *keyed deterministic* noise: each row's ChaCha20 key is HMAC-SHA256(key, params,
             exact row bytes), so releasing the same vector again returns the identical output
             and averaging releases gains nothing.

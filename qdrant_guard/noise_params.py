@@ -25,7 +25,8 @@ class NoiseParams:
             the most snapping can move two outputs apart), so for laplace_l2 it is
             ``(radius + sqrt(dim)*lattice_step)/epsilon``.
         lattice_step: the output was snapped to multiples of this power of two.
-        rng_id: which generator produced the randomness (e.g. ``"chacha20-getrandom-v1"``).
+        rng_id: which generator produced the randomness (e.g. ``"aes256ctr-getrandom-v1"`` or
+            ``"chacha20-getrandom-v1"`` for fresh noise).
         dim: vector dimension.
         dtype: numpy dtype name of the released vector (``"float32"``/``"float64"``).
         guarantee: one human-readable sentence stating the guarantee exactly.
