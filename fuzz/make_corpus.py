@@ -110,11 +110,26 @@ def chacha20_corpus() -> list[bytes]:
     return items
 
 
+def aes_corpus() -> list[bytes]:
+    # SP 800-38A F.5.5 key and counter block, then hashed keys; flags: counter carry (1: low 64
+    # bits, 2: all 128), output misalignment, 0x40 checks the production stream (0x80: 2 refills).
+    items = []
+    sp_key = bytes.fromhex("603deb1015ca71be2b73aef0857d77811f352c073b6108d72d9810a30914dff4")
+    sp_ctr = bytes.fromhex("f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff")
+    for k, (nb, flags) in enumerate([(1, 0x00), (7, 0x01), (200, 0x02), (14, 0x45), (255, 0xC6),
+                                     (0, 0x40), (33, 0x3D), (128, 0x81), (9, 0x42), (64, 0x03)]):
+        key = sp_key if k % 3 == 0 else hashlib.sha256(bytes([k, nb, flags])).digest()
+        ctr = sp_ctr if k % 2 == 0 else hashlib.sha256(key).digest()[:16]
+        items.append(key + ctr + bytes([nb, flags]) + bytes((nb * i + k) % 256 for i in range(k)))
+    return items
+
+
 if __name__ == "__main__":
     write("scan", scan_corpus())
     write("detect", detect_corpus())
     write("noise", noise_corpus())
     write("chacha20", chacha20_corpus())
-    for target in ("scan", "detect", "noise", "chacha20"):
+    write("aes", aes_corpus())
+    for target in ("scan", "detect", "noise", "chacha20", "aes"):
         files = list((ROOT / "corpus" / target).iterdir())
         print(f"{target}: {len(files)} files, {sum(f.stat().st_size for f in files)} bytes")

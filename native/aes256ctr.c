@@ -12,6 +12,7 @@
 #include <string.h>
 
 #if defined(__GNUC__) && defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define QG_HAVE_AES_DISPATCH 1
 #endif
@@ -22,11 +23,14 @@ int qg_aes_level(void)
     if (cached < 0) {
         int level = QG_AES_NONE;
 #ifdef QG_HAVE_AES_DISPATCH
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("aes") && __builtin_cpu_supports("ssse3")) {
+        /* CPUID directly: not every compiler's __builtin_cpu_supports knows "vaes" (clang 14).
+           Leaf 1 ECX: bit 9 SSSE3, bit 25 AES-NI; leaf 7 ECX: bit 9 VAES. VAES on 256-bit
+           registers also needs the OS to save them, which qg_simd_level()'s AVX2 check covers. */
+        unsigned a, b, c, d;
+        if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 25)) && (c & (1u << 9))) {
             level = QG_AES_NI;
             /* QG_NOISE_SIMD=sse2 (or lower) keeps the 128-bit path, so both can be tested. */
-            if (__builtin_cpu_supports("vaes") && __builtin_cpu_supports("avx2") &&
+            if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 9)) &&
                 qg_simd_level() >= QG_SIMD_AVX2)
                 level = QG_AES_VAES;
         }

@@ -14,7 +14,7 @@ case "$SECONDS_PER_TARGET" in ''|*[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${FUZZ_BUILD:-$ROOT/build/fuzz}"
 OUT="${FUZZ_OUT:-$BUILD/out}"
-TARGETS=(scan detect noise chacha20)
+TARGETS=(scan detect noise chacha20 aes)
 JOBS="${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 (( JOBS > 4 )) && JOBS=4
 (( JOBS < 1 )) && JOBS=1
@@ -36,11 +36,12 @@ sources() {
     case "$1" in
         scan) echo "$ROOT/native/scan.c";;
         detect) echo "$ROOT/native/detect.c";;
-        noise) echo "$ROOT/native/noise.c $ROOT/native/chacha20.c";;
-        chacha20) echo "$ROOT/native/chacha20.c";;
+        noise) echo "$ROOT/native/noise.c $ROOT/native/chacha20.c $ROOT/native/aes256ctr.c";;
+        chacha20) echo "$ROOT/native/chacha20.c $ROOT/native/aes256ctr.c";;
+        aes) echo "$ROOT/native/aes256ctr.c $ROOT/native/chacha20.c";;
     esac
 }
-max_len() { case "$1" in scan|detect) echo 8192;; noise) echo 4096;; chacha20) echo 1024;; esac; }
+max_len() { case "$1" in scan|detect) echo 8192;; noise) echo 4096;; chacha20|aes) echo 1024;; esac; }
 
 mkdir -p "$BUILD" "$OUT"
 echo "fuzz: $("$CC" --version | head -n1); ${SECONDS_PER_TARGET}s per target, $JOBS at a time"
