@@ -16,8 +16,9 @@ repeats a block). Word consumption order, shared by both twins:
 
 Clipping uses the squared norm summed in eight interleaved lanes (see ``_sum_squares``).
 
-Fresh noise here (no ``stream_key`` or ``row_keys``) is ChaCha20 keyed by 32 bytes of
-``os.urandom`` (zero nonce, no key erasure): :data:`PRODUCTION_CIPHER` is ``"chacha20"``. The
+Fresh noise here (no ``stream_key`` or ``row_keys``) is ChaCha20 with a new 32-byte key from
+``os.urandom`` per call (zero nonce; the key is not wiped from memory): :data:`PRODUCTION_CIPHER`
+is ``"chacha20"``. The
 native kernel's production stream is AES-256-CTR where the CPU has AES-NI; :func:`aes256ctr_stream`
 is the reference of that keystream (slow: for tests on small sizes only).
 """

@@ -23,10 +23,11 @@ AES-256 in CTR mode using the AES-NI instructions (VAES where available) on a CP
 else ChaCha20 (RFC 8439); ``QG_NOISE_CIPHER=chacha20`` in the environment forces ChaCha20 (read
 once, when the kernel is imported; ``aes``, unset or empty: the default; another value, or ``aes``
 without AES-NI, keeps the default or ChaCha20 with a ``RuntimeWarning``). There is no software AES.
-Each 4 KiB refill uses its first 32 bytes as the next key (never output) and overwrites the old key
-(fast key erasure), so reading the process memory later does not reveal noise already drawn from
-earlier refills; it does not protect against a read of memory before a refill erases the key, or
-of keystream still buffered and not yet used. The release's ``rng_id`` names the cipher used:
+Each 4 KiB refill of the stream takes the first 32 bytes of its keystream as the next key (never
+output) and overwrites the old key (fast key erasure), so a later read of the process memory does not reveal the noise drawn from
+earlier refills; it does not protect against a read that sees the current key or the current
+buffer (the keystream of noise drawn since the last refill and of noise still to be drawn), nor
+the released or input vectors themselves. The release's ``rng_id`` names the cipher used:
 ``"aes256ctr-getrandom-v1"`` or ``"chacha20-getrandom-v1"`` (the pure-Python kernel, selected with
 ``QDRANT_GUARD_IMPLEMENTATION=python``, uses ChaCha20 keyed from ``os.urandom``). Keyed noise
 (``key=...``) is ChaCha20 keyed per row by HMAC-SHA256, and the TEST-ONLY seeded noise ChaCha20,
