@@ -199,7 +199,7 @@ def noise_vectors(vectors, mechanism, scale, step, clip_norm, stream_key, row_ke
         if clip_norm is not None:
             clip_c = clip_norm
         if row_keys is not None:
-            fast = stream_key is None and type(row_keys) is bytes and len(<bytes>row_keys) == 32 * rows
+            fast = stream_key is None and type(row_keys) is bytes and <size_t>len(<bytes>row_keys) == 32 * rows
     if not fast:
         rows, _, scale_c, step_c, clip_c = _ref._check_noise_args(
             vectors, mechanism, scale, step, clip_norm, stream_key, row_keys, nonce
