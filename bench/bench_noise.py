@@ -5,8 +5,8 @@ The baseline adds numpy normals (rng created outside the timed loop) and returns
 dtype, float32, as privatize does: numpy's float64 normals promote the sum, so without the cast
 the baseline would skip a step the candidate must do. The uncast variant (the literal
 ``x + rng.normal(size=d) * sigma``) is kept in each group, so its figures are printed too. The
-candidate is the full production release (validation, cached calibration, clip, ChaCha20 noise,
-lattice snapping).
+candidate is the full production release (validation, cached calibration, clip, noise from the
+production CSPRNG (AES-256-CTR with AES-NI, else ChaCha20), lattice snapping).
 
 Batches of at least ``qdrant_guard._noise.THREADS_MIN_ELEMENTS`` values are shared by threads by
 default (knobs: QG_NOISE_THREADS, ``qdrant_guard._noise.set_threads``); ``test_privatize_one_thread``
