@@ -271,7 +271,8 @@ static int decode(const uint8_t *s, size_t n, size_t i, int allow_surrogates, ui
  *
  * Entries are appended in first-seen order; an open-addressing index of slots (entry number + 1,
  * 0: empty) finds them. Two sizes of slot. Small vocabularies (up to STACK_ENTRIES distinct tokens)
- * live on the stack with 2-byte slots, kept at most an eighth full: a lookup that misses its first
+ * live in the small table (entries on the stack, index per thread: tls_index) with 2-byte slots,
+ * kept at most an eighth full: a lookup that misses its first
  * slot costs a mispredicted branch, far more than the extra memory, and at an eighth nearly every
  * token is found in its first slot. Larger ones move to the heap with 4-byte slots, kept at most
  * half full, so that what is read at random stays small enough for the caches. */
@@ -314,27 +315,35 @@ typedef struct {
     /* n-gram runs: bit g-1 of ng_active is set while the last g or more tokens each repeat the
      * token g places back; that streak began at token index streak_start[g] (whose g-back token is
      * at streak_pos[g]). */
-    int64_t streak_start[MAX_NGRAM + 1], streak_pos[MAX_NGRAM + 1];
     int64_t best_tok;
     unsigned ng_active;
     uint32_t ng_next_id; /* the next id to hand out as of the chunk (kept until the first repeat) */
     uint64_t ng_prev[MAX_NGRAM + 1]; /* the previous chunk's match bits, per g */
+    /* Not set when a scan starts: streak_start and streak_pos are written when a streak opens, ng_ids
+     * and ng_pos where a token is stored (ids past the stored ones are read, by the vector
+     * compares, only for bits that are masked off), and the rest before it is read. */
+    int64_t streak_start[MAX_NGRAM + 1], streak_pos[MAX_NGRAM + 1];
     /* Token ids (table entry number + 1) and positions of the chunk being filled, after the
      * NG_KEEP tokens before it. */
     uint32_t ng_ids[NG_KEEP + NG_CHUNK + NG_SLACK];
-    /* From here on nothing is zeroed when a scan starts: ng_pos is only read where a token was
-     * stored, and the rest is written before it is read. */
     int64_t ng_pos[NG_KEEP + NG_CHUNK + NG_SLACK];
 #ifdef QG_SCAN_DISPATCH
     /* For the block loop's AES hash of a token of len <= 16 bytes (hw): the mask of its first len
      * bytes, then the second round key with len in it (as in aes_token_hash). */
     uint8_t aes_len[17][2][16] __attribute__((aligned(16)));
 #endif
-    /* The stack table (small). Kept in the scanner, at fixed offsets from it, so that the block
-     * loop reaches it without registers of its own. */
-    uint16_t stack_index[STACK_SLOTS];
+    /* The stack table (small): its entries, kept in the scanner at fixed offsets from it so that
+     * the block loop reaches them without a register of their own, and the slot of each entry in
+     * the thread's index (tls_index), which the scan clears through them when it ends. */
     token_entry stack_entries[STACK_ENTRIES];
+    uint16_t stack_used[STACK_ENTRIES];
 } scanner;
+
+/* The small table's index, one per thread and all zero between scans: a scan clears the slots it
+ * filled (stack_used) instead of zeroing the whole index when it starts, which cost a 500-token
+ * query more than its n-gram bookkeeping (8 KB of stores, started with a slow rep stos). Only one
+ * scan runs on a thread at a time: scans do not call out and are not called from signal handlers. */
+static __thread uint16_t tls_index[STACK_SLOTS] __attribute__((aligned(64)));
 
 static qg_mark *push_mark(scanner *st, int kind, int64_t position, int64_t count, uint32_t value)
 {
@@ -1146,6 +1155,7 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
             if (id == 0) {
                 if ((size_t)h->unique < h->room) {
                     h->small[slot] = (uint16_t)(h->unique + 1);
+                    st->stack_used[h->unique] = (uint16_t)slot;
                     tid = (uint32_t)h->unique;
                     e = &h->entries[tid];
                     goto insert;
@@ -1520,6 +1530,7 @@ static inline int has_run(uint64_t x, size_t k)
 /* What the block loop keeps in locals: loop invariants, and (model, ng) the state it updates. */
 typedef struct {
     const uint8_t *s;
+    uint16_t *small;
     uint32_t *slots;
     token_entry *entries;
     size_t mask, fast_len, out_len;
@@ -1532,6 +1543,7 @@ static inline __attribute__((always_inline)) fast_env fast_env_of(const scanner 
 {
     fast_env env;
     env.s = st->s;
+    env.small = h->small;
     env.slots = h->slots;
     env.entries = h->entries;
     env.mask = h->mask;
@@ -1626,7 +1638,7 @@ fast_tokens_loop(scanner *st, hot_state *h, const fast_env *env, int64_t *model_
         }
         size_t slot = (size_t)hash & env->mask, id;
         for (;;) {
-            id = small ? st->stack_index[slot] : env->slots[slot];
+            id = small ? env->small[slot] : env->slots[slot];
             if (__builtin_expect(id == 0, 0)) {
                 token_entry *en = small ? &st->stack_entries[h->unique] : &env->entries[h->unique];
 #ifdef QG_SCAN_DISPATCH
@@ -1641,9 +1653,10 @@ fast_tokens_loop(scanner *st, hot_state *h, const fast_env *env, int64_t *model_
                 en->len = (uint32_t)len;
                 en->offset = (uint32_t)(i + a);
                 id = (size_t)++h->unique;
-                if (small)
-                    st->stack_index[slot] = (uint16_t)id;
-                else
+                if (small) {
+                    env->small[slot] = (uint16_t)id;
+                    st->stack_used[id - 1] = (uint16_t)slot;
+                } else
                     env->slots[slot] = (uint32_t)id;
                 break;
             }
@@ -1829,26 +1842,31 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
 {
     out->first_repeat = out->token_cap_at = out->model_cap_at = -1;
 
+    /* Field by field, not a memset: GCC makes a memset of this size a rep stos, slow to start. */
     scanner st;
-    memset(&st, 0, offsetof(scanner, ng_pos));
     st.s = s;
     st.n = n;
     st.rules = rules;
     st.cls = ascii_class();
     st.out = out;
+    st.nomem = 0;
     st.run_kind = -1;
+    st.run_mark = st.run_end = 0;
     st.chain_end = st.selector_end = SIZE_MAX; /* no chain ends before the first byte */
+    st.tags_ok_end = st.escape_end = 0;
+    st.slots = NULL;
+    st.best_tok = 0;
+    st.ng_active = 0;
+    for (int g = 0; g <= MAX_NGRAM; g++)
+        st.ng_prev[g] = 0;
 
-    /* At most n/2 + 1 distinct tokens, but real text has far fewer: start on the stack (the index
-     * sized down for short inputs so there is little to zero) and double on the heap when full. */
-    size_t slots = 64;
-    while (slots < STACK_SLOTS && slots / STACK_LOAD < n / 2 + 1)
-        slots *= 2;
-    memset(st.stack_index, 0, slots * sizeof st.stack_index[0]);
-    st.small = st.stack_index;
+    /* At most n/2 + 1 distinct tokens, but real text has far fewer: start with the small table
+     * and double on the heap when full. */
+    uint16_t *index = tls_index;
+    st.small = index;
     st.entries = st.stack_entries;
-    st.mask = slots - 1;
-    st.room = slots / STACK_LOAD;
+    st.mask = STACK_SLOTS - 1;
+    st.room = STACK_ENTRIES;
 
     hot_state hot;
     hot.small = st.small;
@@ -2080,6 +2098,9 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
         ngram_chunk(&st, hot.ng_n - NG_KEEP, hot.ng_base, hot.unique, hw);
     for (unsigned act = st.ng_active; act; act &= act - 1)
         end_streak(&st, __builtin_ctz(act) + 1, tokens);
+    /* Leave the thread's index zeroed: the stack entries are the tokens that were put in it. */
+    for (size_t k = 0, used = hot.unique < STACK_ENTRIES ? (size_t)hot.unique : STACK_ENTRIES; k < used; k++)
+        index[st.stack_used[k]] = 0;
     free(st.slots);
     if (!st.small)
         free(st.entries);
