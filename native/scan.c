@@ -807,27 +807,36 @@ __attribute__((target("avx2"))) static void match_bits_avx2_narrow(const uint32_
 __attribute__((target("avx2"))) static void match_bits_avx2_byte(const uint32_t *ids,
                                                                   uint64_t eq[MAX_NGRAM + 1])
 {
-    uint8_t w[96] __attribute__((aligned(32)));
     const uint32_t *src = ids - NG_KEEP;
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    for (int k = 0; k < 96; k += 32) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(src + k));
-        __m256i b = _mm256_loadu_si256((const __m256i *)(src + k + 8));
-        __m256i c = _mm256_loadu_si256((const __m256i *)(src + k + 16));
-        __m256i d = _mm256_loadu_si256((const __m256i *)(src + k + 24));
+    __m256i w[3];
+    for (int k = 0; k < 3; k++) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(src + 32 * k));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(src + 32 * k + 8));
+        __m256i c = _mm256_loadu_si256((const __m256i *)(src + 32 * k + 16));
+        __m256i d = _mm256_loadu_si256((const __m256i *)(src + 32 * k + 24));
         /* Within 128-bit lanes: a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7, in 4-byte groups. */
         __m256i abcd = _mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d));
-        _mm256_store_si256((__m256i *)(w + k), _mm256_permutevar8x32_epi32(abcd, order));
+        w[k] = _mm256_permutevar8x32_epi32(abcd, order);
     }
-    const uint8_t *x = w + NG_KEEP;
-    __m256i x0 = _mm256_loadu_si256((const __m256i *)x), x1 = _mm256_loadu_si256((const __m256i *)(x + 32));
-    for (int g = 1; g <= MAX_NGRAM; g++) {
-        uint32_t m0 = (uint32_t)_mm256_movemask_epi8(
-            _mm256_cmpeq_epi8(x0, _mm256_loadu_si256((const __m256i *)(x - g))));
-        uint32_t m1 = (uint32_t)_mm256_movemask_epi8(
-            _mm256_cmpeq_epi8(x1, _mm256_loadu_si256((const __m256i *)(x + 32 - g))));
-        eq[g] = m0 | (uint64_t)m1 << 32;
-    }
+    /* w[k] holds ids[32k - 16 .. 32k + 16): the chunk's 64 ids are the middle of w[0..3), and the
+     * ids g back are shifted out of the same registers (alignr shifts within 128-bit lanes, so each
+     * pairs a vector with the one starting 16 ids earlier) instead of stored and read back at an
+     * offset, which no store forwards. */
+    __m256i x0 = _mm256_permute2x128_si256(w[0], w[1], 0x21), x1 = _mm256_permute2x128_si256(w[1], w[2], 0x21);
+#define EQ_G(g)                                                                                    \
+    eq[g] = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(x0, _mm256_alignr_epi8(x0, w[0], 16 - (g)))) | \
+            (uint64_t)(uint32_t)_mm256_movemask_epi8(                                              \
+                _mm256_cmpeq_epi8(x1, _mm256_alignr_epi8(x1, w[1], 16 - (g)))) << 32
+    EQ_G(1);
+    EQ_G(2);
+    EQ_G(3);
+    EQ_G(4);
+    EQ_G(5);
+    EQ_G(6);
+    EQ_G(7);
+    EQ_G(8);
+#undef EQ_G
 }
 #endif
 
