@@ -37,6 +37,7 @@ cdef extern from "scan.h" nogil:
         int64_t probes
         qg_mark *marks
         size_t n_marks
+        size_t cap_marks
 
     int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out)
     void qg_scan_out_free(qg_scan_out *out)
