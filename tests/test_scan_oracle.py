@@ -207,6 +207,8 @@ def test_generic_native_pass_agrees() -> None:
         "test_short_blobs_in_the_block_loop_agree()\n"
         "from tests.test_scan_oracle import test_long_letter_tokens_agree\n"
         "test_long_letter_tokens_agree()\n"
+        "from tests.test_scan_oracle import test_model_estimate_of_letter_and_digit_blocks_agrees\n"
+        "test_model_estimate_of_letter_and_digit_blocks_agrees()\n"
         "print('ok')\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -376,6 +378,24 @@ def test_token_lengths_around_the_block_loop_cut_agree() -> None:
         for min_blob_len in (None, *range(8, 21)):
             assert_same(NATIVE.scan_query, PYTHON.scan_query, text, min_blob_len=min_blob_len,
                         max_tokens=None, max_ngram_run=0.0)
+
+
+def test_model_estimate_of_letter_and_digit_blocks_agrees() -> None:
+    """Blocks whose tokens are all letters and digits count the model-token estimate for the whole
+    block (the bytes 0, 4, 8, 12 and 16 past each token start) instead of per token: tokens of
+    every length around those steps, between whitespace runs of 1-3 bytes, with and without a long
+    token (which leaves the block loop) in the block."""
+    rng = random.Random(29)
+    alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    for case in range(80):
+        top = 16 if case % 2 else 24
+        tokens = ["".join(rng.choice(alnum) for _ in range(rng.randrange(1, top + 1)))
+                  for _ in range(rng.randrange(20, 300))]
+        text = "".join(t + rng.choice((" ", " ", "\n", "  ", " \t ")) for t in tokens)
+        for min_blob_len in (None, 8, 12, 17, 32):
+            assert_same(NATIVE.scan_query, PYTHON.scan_query, text, min_blob_len=min_blob_len,
+                        max_tokens=None, max_ngram_run=0.0)
+        assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_model_tokens=len(text) // 5)
 
 
 def test_repetition_details_agree() -> None:
