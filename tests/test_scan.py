@@ -246,3 +246,35 @@ def test_agrees_with_lesson_validator(impl, query) -> None:
     assert ("token_cap" in kinds) == ("token_cap" in expected)
     assert ("repetition" in kinds) == ("repetition" in expected)
     assert bool(kinds & {"percent_encoding", "hex_escape"}) == ("encoded" in expected)
+
+
+def test_scans_on_several_threads_agree() -> None:
+    """The native small table's index is per thread and left zeroed by every scan: scans of texts
+    over the no-GIL size (64 KiB) on four threads at once, with vocabularies below and above the
+    512 tokens where the table moves to the heap, give the results of scans one at a time."""
+    import random
+    import threading
+
+    rng = random.Random(11)
+    words = [f"w{i}" for i in range(40)]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randrange(12_000, 30_000)))
+             + " " + " ".join(f"u{i}" for i in range(extra))
+             for extra in (0, 100, 480, 520, 3000, 0, 700, 50)]
+    texts.append("tiny text")
+    want = [NATIVE.scan_query(t, max_tokens=None) for t in texts]
+    for t, w in zip(texts[::3], want[::3]):
+        assert w == PYTHON.scan_query(t, max_tokens=None)
+    wrong: list[int] = []
+
+    def work(k: int) -> None:
+        for r in range(12):
+            i = (k + r) % len(texts)
+            if NATIVE.scan_query(texts[i], max_tokens=None) != want[i]:
+                wrong.append(i)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
