@@ -7,7 +7,7 @@ same :class:`~qdrant_guard._scan_py.ScanResult` objects (tests/test_scan_oracle.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.object cimport PyObject, PyObject_GenericSetAttr, PyTypeObject
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t
 from libc.math cimport floor
 from libc.string cimport memcpy
 
@@ -30,8 +30,8 @@ cdef extern from "Python.h":
 
 from operator import attrgetter
 
-from scan cimport (QG_SCAN_MAX_BYTES, QG_SCAN_NOMEM, QG_SCAN_OK, qg_mark, qg_scan, qg_scan_out,
-                   qg_scan_out_free, qg_scan_rules)
+from scan cimport (QG_SCAN_INDEX_SLOTS, QG_SCAN_MAX_BYTES, QG_SCAN_NOMEM, QG_SCAN_OK, qg_mark,
+                   qg_scan, qg_scan_index, qg_scan_out, qg_scan_out_free, qg_scan_rules)
 
 from qdrant_guard import _scan_py as _ref
 from qdrant_guard._scan_py import KINDS, ScanResult, Violation
@@ -40,6 +40,22 @@ __all__ = ["KINDS", "ScanResult", "Violation", "scan_query"]
 
 # Below this size the scan takes about as long as releasing and re-taking the GIL.
 cdef size_t NOGIL_BYTES = 1 << 16
+
+# The token table index of the scans that run with the GIL held, one at a time (scans do not call
+# back into Python): zeroed, and left zeroed by every scan, so that a call does not zero 8 KB of
+# index first (see qg_scan_index). Scans without the GIL use their own. Without a GIL (free-threaded
+# builds) every scan uses its own.
+cdef extern from *:
+    """
+    #ifdef Py_GIL_DISABLED
+    #define QG_SHARED_INDEX 0
+    #else
+    #define QG_SHARED_INDEX 1
+    #endif
+    """
+    int QG_SHARED_INDEX
+
+cdef uint16_t _index[QG_SCAN_INDEX_SLOTS]
 # Limits above this are as good as infinite and still fit int64_t.
 cdef int64_t HUGE = 1 << 62
 
@@ -295,7 +311,8 @@ def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
         with nogil:
             rc = qg_scan(<const uint8_t *>data, <size_t>size, &rules, &out)
     else:
-        rc = qg_scan(<const uint8_t *>data, <size_t>size, &rules, &out)
+        rc = qg_scan_index(<const uint8_t *>data, <size_t>size, &rules, &out,
+                           _index if QG_SHARED_INDEX else NULL)
     if rc == QG_SCAN_NOMEM:
         raise MemoryError(f"scan_query(): no memory for the token table of a {size}-byte text")
 

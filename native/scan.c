@@ -271,7 +271,7 @@ static int decode(const uint8_t *s, size_t n, size_t i, int allow_surrogates, ui
  *
  * Entries are appended in first-seen order; an open-addressing index of slots (entry number + 1,
  * 0: empty) finds them. Two sizes of slot. Small vocabularies (up to STACK_ENTRIES distinct tokens)
- * live in the small table (entries on the stack, index per thread: tls_index) with 2-byte slots,
+ * live in the small table (entries on the stack, index on the stack or the caller's) with 2-byte slots,
  * kept at most an eighth full: a lookup that misses its first
  * slot costs a mispredicted branch, far more than the extra memory, and at an eighth nearly every
  * token is found in its first slot. Larger ones move to the heap with 4-byte slots, kept at most
@@ -285,7 +285,7 @@ typedef struct {
 /* The AVX2 variant loads and stores head and next as one 16-byte vector. */
 _Static_assert(offsetof(token_entry, next) == offsetof(token_entry, head) + 8, "head, next adjacent");
 
-#define STACK_SLOTS 4096
+#define STACK_SLOTS QG_SCAN_INDEX_SLOTS
 #define STACK_LOAD 8
 #define STACK_ENTRIES (STACK_SLOTS / STACK_LOAD)
 #define HEAP_LOAD 2
@@ -334,16 +334,10 @@ typedef struct {
 #endif
     /* The stack table (small): its entries, kept in the scanner at fixed offsets from it so that
      * the block loop reaches them without a register of their own, and the slot of each entry in
-     * the thread's index (tls_index), which the scan clears through them when it ends. */
+     * the index, through which a caller's index (qg_scan_index) is cleared when the scan ends. */
     token_entry stack_entries[STACK_ENTRIES];
     uint16_t stack_used[STACK_ENTRIES];
 } scanner;
-
-/* The small table's index, one per thread and all zero between scans: a scan clears the slots it
- * filled (stack_used) instead of zeroing the whole index when it starts, which cost a 500-token
- * query more than its n-gram bookkeeping (8 KB of stores, started with a slow rep stos). Only one
- * scan runs on a thread at a time: scans do not call out and are not called from signal handlers. */
-static __thread uint16_t tls_index[STACK_SLOTS] __attribute__((aligned(64)));
 
 static qg_mark *push_mark(scanner *st, int kind, int64_t position, int64_t count, uint32_t value)
 {
@@ -1872,7 +1866,8 @@ __attribute__((target("avx2,popcnt,bmi,bmi2,aes"), noinline)) static size_t run_
 /* The pass, inlined twice: hw = 1 is compiled for CPUs with AVX2/POPCNT/BMI/AES-NI
  * (runtime-dispatched, the build targets baseline x86-64); both compute exactly the same figures. */
 static inline __attribute__((always_inline)) int
-scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out, int hw)
+scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out, uint16_t *shared,
+          int hw)
 {
     out->first_repeat = out->token_cap_at = out->model_cap_at = -1;
 
@@ -1895,12 +1890,25 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
         st.ng_prev[g] = 0;
 
     /* At most n/2 + 1 distinct tokens, but real text has far fewer: start with the small table
-     * and double on the heap when full. */
-    uint16_t *index = tls_index;
+     * and double on the heap when full. Its index is the caller's, kept zeroed between scans (the
+     * binding's, while it holds the GIL): zeroing 8 KB on every call, started with a slow rep stos,
+     * cost a 500-token query more than its n-gram bookkeeping, and a thread-local index instead
+     * cost a call to __tls_get_addr that misses the cache after the interpreter ran. Else one on
+     * the stack, sized down for short inputs so there is little to zero. */
+    uint16_t stack_index[STACK_SLOTS] __attribute__((aligned(64)));
+    size_t slots = STACK_SLOTS;
+    uint16_t *index = shared;
+    if (!index) {
+        slots = 64;
+        while (slots < STACK_SLOTS && slots / STACK_LOAD < n / 2 + 1)
+            slots *= 2;
+        memset(stack_index, 0, slots * sizeof stack_index[0]);
+        index = stack_index;
+    }
     st.small = index;
     st.entries = st.stack_entries;
-    st.mask = STACK_SLOTS - 1;
-    st.room = STACK_ENTRIES;
+    st.mask = slots - 1;
+    st.room = slots / STACK_LOAD;
 
     hot_state hot;
     hot.small = st.small;
@@ -2132,9 +2140,12 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
         ngram_chunk(&st, hot.ng_n - NG_KEEP, hot.ng_base, hot.unique, hw);
     for (unsigned act = st.ng_active; act; act &= act - 1)
         end_streak(&st, __builtin_ctz(act) + 1, tokens);
-    /* Leave the thread's index zeroed: the stack entries are the tokens that were put in it. */
-    for (size_t k = 0, used = hot.unique < STACK_ENTRIES ? (size_t)hot.unique : STACK_ENTRIES; k < used; k++)
-        index[st.stack_used[k]] = 0;
+    /* Leave the caller's index zeroed: the stack entries are the tokens that were put in it (all
+     * STACK_ENTRIES of them if the table moved to the heap). */
+    if (shared)
+        for (size_t k = 0, used = hot.unique < STACK_ENTRIES ? (size_t)hot.unique : STACK_ENTRIES;
+             k < used; k++)
+            shared[st.stack_used[k]] = 0;
     free(st.slots);
     if (!st.small)
         free(st.entries);
@@ -2145,20 +2156,27 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     return QG_SCAN_OK;
 }
 
-static int scan_generic(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out)
+static int scan_generic(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out,
+                        uint16_t *index)
 {
-    return scan_pass(s, n, rules, out, 0);
+    return scan_pass(s, n, rules, out, index, 0);
 }
 
 #ifdef QG_SCAN_DISPATCH
 __attribute__((target("avx2,popcnt,bmi,bmi2,aes"))) static int
-scan_bmi(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out)
+scan_bmi(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out, uint16_t *index)
 {
-    return scan_pass(s, n, rules, out, 1);
+    return scan_pass(s, n, rules, out, index, 1);
 }
 #endif
 
 int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out)
+{
+    return qg_scan_index(s, n, rules, out, NULL);
+}
+
+int qg_scan_index(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out,
+                  uint16_t *index)
 {
     if (n > QG_SCAN_MAX_BYTES)
         return QG_SCAN_TOO_BIG;
@@ -2176,9 +2194,9 @@ int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out 
                       : 1;
     }
     if (variant == 2)
-        return scan_bmi(s, n, rules, out);
+        return scan_bmi(s, n, rules, out, index);
 #endif
-    return scan_generic(s, n, rules, out);
+    return scan_generic(s, n, rules, out, index);
 }
 
 void qg_scan_out_free(qg_scan_out *out)

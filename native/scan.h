@@ -54,6 +54,13 @@ typedef struct {
 /* Scan s[0..n). Does not touch Python; safe to call without the GIL. `out` must be zeroed; free
  * its marks with qg_scan_out_free. Returns QG_SCAN_OK, QG_SCAN_NOMEM or QG_SCAN_TOO_BIG. */
 int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out);
+
+/* qg_scan with the index of the scan's first token table supplied: QG_SCAN_INDEX_SLOTS zeroed
+ * slots that no other scan uses meanwhile, left zeroed again when the call returns. Saves zeroing
+ * a fresh index on every call (what qg_scan does, on the stack); index NULL is qg_scan. */
+#define QG_SCAN_INDEX_SLOTS 4096
+int qg_scan_index(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out,
+                  uint16_t *index);
 void qg_scan_out_free(qg_scan_out *out);
 
 #endif

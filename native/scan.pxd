@@ -1,5 +1,5 @@
 # Declarations of native/scan.h for the Cython binding native/_scan.pyx.
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t
 
 
 cdef extern from "scan.h" nogil:
@@ -40,4 +40,8 @@ cdef extern from "scan.h" nogil:
         size_t cap_marks
 
     int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out)
+    enum:
+        QG_SCAN_INDEX_SLOTS
+    int qg_scan_index(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out,
+                      uint16_t *index)
     void qg_scan_out_free(qg_scan_out *out)
