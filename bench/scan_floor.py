@@ -13,6 +13,8 @@ import timeit
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The package of this tree, not one installed elsewhere (an editable install of another checkout).
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_scan import QUERY, lesson_validator  # noqa: E402
