@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from _paired import paired_ratio
 from qdrant_guard import noise
 
 KW = dict(mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=0.1, clip_norm=1.0)
@@ -51,6 +52,10 @@ def test_privatize(benchmark, label):
     benchmark.group = f"noise-{label}"
     x = _vectors(SHAPES[label])
     benchmark(lambda: noise.privatize(x, **KW))
+    sigma = noise.privatize(x, **KW)[1].scale
+    rng = np.random.default_rng()
+    benchmark.extra_info.update(paired_ratio(lambda: (x + rng.normal(size=x.shape) * sigma).astype(np.float32),
+                                             lambda: noise.privatize(x, **KW)))
 
 
 @pytest.mark.parametrize("label", ["batch10000x768"])

@@ -20,6 +20,7 @@ import re
 
 import pytest
 
+from _paired import paired_ratio
 from qdrant_guard import _scan
 
 WORDS = (
@@ -89,6 +90,9 @@ def test_scan_query_native_varied(benchmark):
     scan = _scan.scan_query
     result = benchmark(lambda: scan(next(texts)))
     assert result.token_count == 500
+    base_texts, cand_texts = itertools.cycle(VARIED), itertools.cycle(VARIED)
+    benchmark.extra_info.update(paired_ratio(lambda: lesson_validator(next(base_texts)),
+                                             lambda: scan(next(cand_texts))))
 
 
 @pytest.mark.parametrize("group", list(TEXTS))
@@ -105,6 +109,9 @@ def test_scan_query_native(benchmark, group):
     benchmark.group = group
     benchmark.extra_info["bytes"] = len(text.encode())
     benchmark.extra_info["tokens"] = len(text.split())
-    result = benchmark(_scan.scan_query, text, max_tokens=None if group.startswith("scan-1MiB") else 500)
+    max_tokens = None if group.startswith("scan-1MiB") else 500
+    result = benchmark(_scan.scan_query, text, max_tokens=max_tokens)
     assert result.token_count == len(text.split())
+    benchmark.extra_info.update(paired_ratio(lambda: lesson_validator(text),
+                                             lambda: _scan.scan_query(text, max_tokens=max_tokens)))
     benchmark.extra_info["GB_per_s"] = round(len(text.encode()) / benchmark.stats.stats.median / 1e9, 3)

@@ -2,6 +2,8 @@
 
 Convention: in each pytest-benchmark group, the test whose name contains "baseline" is the
 reference; every other test in the group gets ratio = baseline median / its median (>1: faster).
+A test that also measured a paired ratio against its baseline (bench/_paired.py: alternating
+rounds, robust to the machine's speed changing between tests) gets a second line with it.
 """
 from __future__ import annotations
 
@@ -40,7 +42,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             ratio = base_median / _median(bench)
             terminalreporter.write_line(f"{group}/{bench.name}: {ratio:.2f}x "
                                         f"({_median(bench) * 1e6:.2f} us vs {base_median * 1e6:.2f} us)")
-            rows.append({"name": bench.name, "median_s": _median(bench), "ratio": ratio})
+            row = {"name": bench.name, "median_s": _median(bench), "ratio": ratio}
+            paired = {k: v for k, v in (bench.extra_info or {}).items() if k.startswith("paired_")}
+            if paired:
+                terminalreporter.write_line(
+                    f"{group}/{bench.name}: paired {paired['paired_ratio']:.2f}x (quartiles "
+                    f"{paired['paired_q1']:.2f}-{paired['paired_q3']:.2f}x over {paired['paired_rounds']} "
+                    "alternating rounds, bench/_paired.py)")
+                row.update(paired)
+            rows.append(row)
         with open(os.path.join(RESULTS, f"{group}.json"), "w", encoding="utf-8") as fh:
             json.dump({"group": group, "baseline": base[0].name, "baseline_median_s": base_median,
                        "machine": platform.machine(), "python": platform.python_version(),

@@ -67,6 +67,7 @@ def run_pytest_suites(suites: list[Path], results: Path, tiny: bool, log: list[d
         return True
     opts = ["-p", "no:cacheprovider", "-q", "--benchmark-only", f"--benchmark-json={results / 'pytest-benchmark.json'}"]
     if tiny:
+        os.environ["QG_BENCH_PAIRED_S"] = "0.05"  # bench/_paired.py: a few short rounds
         opts += ["--benchmark-min-rounds=1", "--benchmark-max-time=0.001", "--benchmark-warmup=off",
                  "--benchmark-calibration-precision=1", "--benchmark-min-time=0"]
     if results.resolve() == (BENCH_DIR / "results").resolve():
@@ -75,7 +76,7 @@ def run_pytest_suites(suites: list[Path], results: Path, tiny: bool, log: list[d
     with tempfile.TemporaryDirectory(prefix="qg-bench-stage-") as tmp:
         stage = Path(tmp) / "bench"
         stage.mkdir()
-        for p in (BENCH_DIR / "conftest.py", *suites):
+        for p in (BENCH_DIR / "conftest.py", BENCH_DIR / "_paired.py", *suites):
             (stage / p.name).symlink_to(p.resolve())
         (stage / "results").symlink_to(results.resolve(), target_is_directory=True)
         return _step("pytest-benchmark suites",
