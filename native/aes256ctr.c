@@ -73,19 +73,16 @@ static void advance(uint64_t *hi, uint64_t *lo, uint64_t n)
 
 #ifdef QG_HAVE_AES_DISPATCH
 
-/* FIPS 197 key expansion for a 256-bit key, as in Intel's AES-NI white paper. */
-#define QG_EXP_A(prev, t)                                    \
-    (t = _mm_shuffle_epi32(t, 0xFF),                         \
+/* FIPS 197 key expansion for a 256-bit key, as in Intel's AES-NI white paper: word `lane` of the
+   aeskeygenassist result (3: RotWord+SubWord+Rcon, even round keys; 2: SubWord, odd ones). */
+#define QG_EXP(prev, t, lane)                                \
+    (t = _mm_shuffle_epi32(t, (lane) * 0x55),                \
      prev = _mm_xor_si128(prev, _mm_slli_si128(prev, 4)),    \
      prev = _mm_xor_si128(prev, _mm_slli_si128(prev, 4)),    \
      prev = _mm_xor_si128(prev, _mm_slli_si128(prev, 4)),    \
      _mm_xor_si128(prev, t))
-#define QG_EXP_B(prev, t)                                    \
-    (t = _mm_shuffle_epi32(t, 0xAA),                         \
-     prev = _mm_xor_si128(prev, _mm_slli_si128(prev, 4)),    \
-     prev = _mm_xor_si128(prev, _mm_slli_si128(prev, 4)),    \
-     prev = _mm_xor_si128(prev, _mm_slli_si128(prev, 4)),    \
-     _mm_xor_si128(prev, t))
+#define QG_EXP_A(prev, t) QG_EXP(prev, t, 3)
+#define QG_EXP_B(prev, t) QG_EXP(prev, t, 2)
 
 __attribute__((target("aes,ssse3")))
 static void expand_key(const uint8_t key[32], __m128i rk[15])

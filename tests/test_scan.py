@@ -253,7 +253,7 @@ def test_scans_on_several_threads_agree() -> None:
     table index) and under it (the index shared under the GIL), with vocabularies below and above
     the 512 tokens where the table moves to the heap, give the results of scans one at a time."""
     import random
-    import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     rng = random.Random(11)
     words = [f"w{i}" for i in range(40)]
@@ -264,19 +264,13 @@ def test_scans_on_several_threads_agree() -> None:
     want = [NATIVE.scan_query(t, max_tokens=None) for t in texts]
     for t, w in zip(texts[::3], want[::3]):
         assert w == PYTHON.scan_query(t, max_tokens=None)
-    wrong: list[int] = []
 
-    def work(k: int) -> None:
-        for r in range(12):
-            i = (k + r) % len(texts)
-            if NATIVE.scan_query(texts[i], max_tokens=None) != want[i]:
-                wrong.append(i)
+    def work(k: int) -> list[int]:
+        order = [(k + r) % len(texts) for r in range(12)]
+        return [i for i in order if NATIVE.scan_query(texts[i], max_tokens=None) != want[i]]
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        wrong = [i for found in pool.map(work, range(4)) for i in found]
     assert wrong == []
 
 
