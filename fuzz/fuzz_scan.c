@@ -1,8 +1,9 @@
-/* libFuzzer harness for qg_scan (native/scan.c).
+/* libFuzzer harness for qg_scan and qg_scan_index (native/scan.c).
  *
  * Input: 4 header bytes choosing the rules and the buffer misalignment, then the text.
  * Checks, besides the sanitizers: every figure and mark lies inside the text; character runs and
- * escapes come out in order without overlapping; the scan is deterministic; and on strict UTF-8
+ * escapes come out in order without overlapping; the scan is deterministic, also through a shared
+ * table index (qg_scan_index), which every scan leaves zeroed; and on strict UTF-8
  * the bytes mode and the str mode agree exactly once byte offsets are mapped to code points. */
 #include "fuzz_common.h"
 
@@ -135,14 +136,27 @@ static void check_modes_agree(const uint8_t *s, const qg_scan_out *b, const qg_s
     }
 }
 
-static int run(const uint8_t *s, size_t n, const qg_scan_rules *r, qg_scan_out *o)
+/* The index the binding shares between the scans it runs under the GIL: zero between scans,
+ * kept across inputs as it is across calls there, so a scan that leaves a slot set is caught by
+ * the check below and, failing that, by the next input's comparison with qg_scan. */
+static uint16_t shared_index[QG_SCAN_INDEX_SLOTS];
+
+static int run_with(const uint8_t *s, size_t n, const qg_scan_rules *r, qg_scan_out *o, uint16_t *index)
 {
     memset(o, 0, sizeof *o);
-    int rc = qg_scan(s, n, r, o);
+    int rc = index ? qg_scan_index(s, n, r, o, index) : qg_scan(s, n, r, o);
     CHECK(rc == QG_SCAN_OK || rc == QG_SCAN_NOMEM, "rc %d", rc);
     if (rc == QG_SCAN_NOMEM)
         CHECK(o->marks == NULL && o->n_marks == 0, "NOMEM left marks behind");
+    if (index)
+        for (size_t k = 0; k < QG_SCAN_INDEX_SLOTS; k++)
+            CHECK(index[k] == 0, "the shared index slot %zu is %u after a scan", k, index[k]);
     return rc;
+}
+
+static int run(const uint8_t *s, size_t n, const qg_scan_rules *r, qg_scan_out *o)
+{
+    return run_with(s, n, r, o, NULL);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -171,13 +185,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     qg_scan_out o1, o2;
     if (run(s, n, &r, &o1) == QG_SCAN_OK) {
         check_out(s, n, &r, &o1);
-        /* Deterministic, and independent of where the buffer sits. */
-        if (run(text, n, &r, &o2) == QG_SCAN_OK) {
+        /* Deterministic, independent of where the buffer sits, and the same with the binding's
+         * shared index as with a fresh one. */
+        if (run_with(text, n, &r, &o2, shared_index) == QG_SCAN_OK) {
             CHECK(o1.n_marks == o2.n_marks &&
                       (o1.n_marks == 0 ||
                        memcmp(o1.marks, o2.marks, o1.n_marks * sizeof *o1.marks) == 0) &&
                       o1.token_count == o2.token_count && o1.unique_tokens == o2.unique_tokens &&
-                      o1.run_length == o2.run_length && o1.first_repeat == o2.first_repeat,
+                      o1.model_tokens == o2.model_tokens && o1.run_length == o2.run_length &&
+                      o1.run_n == o2.run_n && o1.run_at == o2.run_at &&
+                      o1.first_repeat == o2.first_repeat,
                   "two scans of the same text differ");
             qg_scan_out_free(&o2);
         }
