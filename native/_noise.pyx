@@ -101,7 +101,7 @@ def chacha20_stream(key, nonce, counter, nbytes):
 
 def aes256ctr_stream(key, counter_block, nbytes):
     cdef uint8_t ctr[16]
-    cdef uint8_t k[32]
+    cdef const uint8_t *k
     cdef size_t nblocks
     cdef int rc = 0
     _ref._check_bytes("key", key, 32)
@@ -109,8 +109,8 @@ def aes256ctr_stream(key, counter_block, nbytes):
     _ref._check_count("nbytes", nbytes, 1 << 30)
     if AES_IMPLEMENTATION == "none":
         raise RuntimeError("this CPU has no AES-NI; software AES is deliberately not provided")
-    memcpy(ctr, <const uint8_t *><char *>counter_block, 16)
-    memcpy(k, <const uint8_t *><char *>key, 32)
+    memcpy(ctr, <const uint8_t *><char *>counter_block, 16)  # advanced by the call
+    k = <const uint8_t *><char *>key  # read in place: no copy of the key left on the stack
     nblocks = (<size_t>nbytes + 15) // 16
     out = np.empty(nblocks * 16, dtype=np.uint8)
     cdef uint8_t[::1] view = out
