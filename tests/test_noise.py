@@ -381,7 +381,32 @@ def test_every_simd_level_matches_the_reference(level):
     proc = subprocess.run([sys.executable, "-c", _SIMD_PROBE], env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.split()[0] in ("scalar", "sse2", "avx2", "avx512")
+    ran = proc.stdout.split()[0]
+    assert ran in ("scalar", "sse2", "avx2", "avx512")
+    # The cap must select exactly the level asked for whenever the CPU has it: a dispatcher that
+    # quietly stayed on a narrower path would leave that path unchecked on the one machine that can
+    # check it.
+    order = ["scalar", "sse2", "avx2", "avx512"]
+    widest = _cpu_simd_level()
+    if widest is None:
+        pytest.skip("no /proc/cpuinfo flags to say which SIMD levels this CPU has")
+    assert ran == order[min(order.index(level), order.index(widest))], (level, widest, ran)
+
+
+def _cpu_simd_level():
+    """The widest level the noise kernel may use on this CPU, from /proc/cpuinfo (None elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+    except OSError:
+        return None
+    if flags is None:
+        return None
+    if {"avx512f", "avx512vl", "avx512dq"} <= set(flags):
+        return "avx512"
+    if "avx2" in flags:
+        return "avx2"
+    return "sse2" if "sse2" in flags else "scalar"
 
 
 # ------------------------------------------------------------------ production fast path
