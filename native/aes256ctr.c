@@ -19,8 +19,10 @@
 
 int qg_aes_level(void)
 {
+    /* Atomic: the first call may come from several threads at once (they compute the same value). */
     static int cached = -1;
-    if (cached < 0) {
+    int known = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (known < 0) {
         int level = QG_AES_NONE;
 #ifdef QG_HAVE_AES_DISPATCH
         /* CPUID directly: not every compiler's __builtin_cpu_supports knows "vaes" (clang 14).
@@ -35,9 +37,10 @@ int qg_aes_level(void)
                 level = QG_AES_VAES;
         }
 #endif
-        cached = level;
+        __atomic_store_n(&cached, level, __ATOMIC_RELAXED);
+        known = level;
     }
-    return cached;
+    return known;
 }
 
 const char *qg_aes_impl(void)

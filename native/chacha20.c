@@ -236,8 +236,10 @@ static void blocks16_avx512(const uint32_t key[8], uint32_t counter, const uint3
    the tests can run every variant on one machine. All variants give identical results. */
 int qg_simd_level(void)
 {
+    /* Atomic: the first call may come from several threads at once (they compute the same value). */
     static int cached = -1;
-    if (cached < 0) {
+    int known = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (known < 0) {
         int level = QG_SIMD_SCALAR, cap = QG_SIMD_AVX512;
         const char *env = getenv("QG_NOISE_SIMD");
 #ifdef __SSE2__
@@ -255,9 +257,10 @@ int qg_simd_level(void)
             else if (!strcmp(env, "sse2")) cap = QG_SIMD_SSE2;
             else if (!strcmp(env, "avx2")) cap = QG_SIMD_AVX2;
         }
-        cached = level < cap ? level : cap;
+        known = level < cap ? level : cap;
+        __atomic_store_n(&cached, known, __ATOMIC_RELAXED);
     }
-    return cached;
+    return known;
 }
 
 const char *qg_chacha20_impl(void)
@@ -270,8 +273,11 @@ static int cipher_knob_status = QG_CIPHER_KNOB_OK;
 
 int qg_production_cipher(void)
 {
+    /* Release/acquire: a thread that reads the choice also reads cipher_knob_status. Threads that
+       race on the first call compute the same values. */
     static int cached = -1;
-    if (cached < 0) {
+    int known = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+    if (known < 0) {
         const char *env = getenv("QG_NOISE_CIPHER");
         int want = QG_CIPHER_AES256CTR, status = QG_CIPHER_KNOB_OK;
         if (env && *env) {
@@ -282,10 +288,11 @@ int qg_production_cipher(void)
             want = QG_CIPHER_CHACHA20;
             if (env && !strcmp(env, "aes")) status = QG_CIPHER_KNOB_NO_AES;
         }
-        cipher_knob_status = status;
-        cached = want;
+        __atomic_store_n(&cipher_knob_status, status, __ATOMIC_RELAXED);
+        __atomic_store_n(&cached, want, __ATOMIC_RELEASE);
+        known = want;
     }
-    return cached;
+    return known;
 }
 
 const char *qg_production_cipher_name(void)
@@ -296,7 +303,7 @@ const char *qg_production_cipher_name(void)
 int qg_cipher_knob_status(void)
 {
     (void)qg_production_cipher();
-    return cipher_knob_status;
+    return __atomic_load_n(&cipher_knob_status, __ATOMIC_RELAXED);
 }
 
 static void advance(uint32_t *counter, uint32_t nonce[3], uint32_t n)

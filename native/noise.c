@@ -56,7 +56,11 @@ void qg_noise_init(void)
     /* Read QG_NOISE_THREADS now, at import under the GIL, not in the first batch, which runs
        without it (getenv there could race a thread that changes os.environ). */
     (void)qg_noise_get_threads();
-    zig_ready = 1;
+    /* The same for the production cipher (QG_NOISE_CIPHER and the CPUID check), which each worker
+       of a threaded batch asks for when it keys its stream. */
+    (void)qg_production_cipher();
+    /* Release: a thread that sees zig_ready (acquire, below) also sees the tables. */
+    __atomic_store_n(&zig_ready, 1, __ATOMIC_RELEASE);
 }
 
 /* Flip the sign without a branch: the sign bit is random, so a branch would mispredict half the
@@ -215,7 +219,7 @@ static size_t fill_avx2(qg_stream *s, double *z, size_t n)
 void qg_normals(qg_stream *s, double *z, size_t n)
 {
     size_t k = 0;
-    if (!zig_ready) qg_noise_init();
+    if (!__atomic_load_n(&zig_ready, __ATOMIC_ACQUIRE)) qg_noise_init();
     while (k < n) {
 #ifdef QG_HAVE_SIMD
         if (simd_level >= QG_SIMD_AVX2) k += fill_avx2(s, z + k, n - k);
@@ -227,7 +231,7 @@ void qg_normals(qg_stream *s, double *z, size_t n)
 
 double qg_normal(qg_stream *s)
 {
-    if (!zig_ready) qg_noise_init();
+    if (!__atomic_load_n(&zig_ready, __ATOMIC_ACQUIRE)) qg_noise_init();
     return normal_fast(s);
 }
 
@@ -235,7 +239,7 @@ double qg_gamma(qg_stream *s, double shape)
 {
     double dd = shape - 1.0 / 3.0;
     double c = 1.0 / sqrt(9.0 * dd);
-    if (!zig_ready) qg_noise_init();
+    if (!__atomic_load_n(&zig_ready, __ATOMIC_ACQUIRE)) qg_noise_init();
     for (;;) {
         double x = normal_fast(s), v = 1.0 + c * x, u, x2;
         if (v <= 0.0) continue;
@@ -600,7 +604,7 @@ static int noise_rows_serial(const void *x, void *out, int is_f32, size_t rows, 
     int rc = QG_OK;
     size_t i, j;
 
-    if (!zig_ready) qg_noise_init();
+    if (!__atomic_load_n(&zig_ready, __ATOMIC_ACQUIRE)) qg_noise_init();
     if (mechanism == QG_LAPLACE_L2) {
         scratch = (double *)malloc(dim * sizeof(double));
         if (!scratch) return QG_ERR_MEMORY;
@@ -791,7 +795,7 @@ int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim,
     int started[QG_NOISE_THREADS_CAP];
     size_t nthreads, total = rows * dim, t;
 
-    if (!zig_ready) qg_noise_init();
+    if (!__atomic_load_n(&zig_ready, __ATOMIC_ACQUIRE)) qg_noise_init();
     /* A shared seeded stream is read row after row (each row's share depends on the rejections
        before it), so only independent rows are split: per-row keys, or fresh production noise
        with a stream per thread. Each row is computed exactly as the serial loop would, so keyed
