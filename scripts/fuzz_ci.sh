@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the libFuzzer harnesses in fuzz/ with ASan + UBSan and run each for a bounded time.
+# Build the libFuzzer harnesses in fuzz/ with ASan + UBSan and run each for a bounded time, then
+# run the noise kernel's threaded path under ThreadSanitizer (fuzz/tsan_noise_threads.c).
 #
 #   scripts/fuzz_ci.sh [SECONDS]   # seconds per target, default 25 (about 70 s in all on 2 cores)
 #
@@ -104,3 +105,19 @@ if (( failed )); then
     exit 1
 fi
 echo "fuzz: all targets clean"
+
+# The noise kernel's worker threads start only for batches of 2^20 elements and more, far beyond
+# the fuzz inputs: a ThreadSanitizer build runs such batches on 4 threads and on one, compares
+# them, and fails on any data race (fuzz/tsan_noise_threads.c).
+tsan_start=$(date +%s)
+# shellcheck disable=SC2046
+"$CC" -g -O1 -std=gnu99 -ffp-contract=off -fno-omit-frame-pointer -fsanitize=thread -I"$ROOT/native" \
+    "$ROOT/fuzz/tsan_noise_threads.c" $(sources noise) -lm -lpthread -o "$BUILD/tsan_noise_threads" \
+    || { echo "tsan: build failed (does $CC ship the ThreadSanitizer runtime? libclang-rt-*-dev)" >&2; exit 2; }
+if TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}" "$BUILD/tsan_noise_threads" 12 >"$BUILD/tsan.log" 2>&1; then
+    echo "tsan: threaded noise batches clean ($(grep -c '^round' "$BUILD/tsan.log") batches, $(( $(date +%s) - tsan_start ))s)"
+else
+    grep -v '^round' "$BUILD/tsan.log" | tail -n 60 >&2
+    echo "tsan: FAILED (full log: $BUILD/tsan.log)" >&2
+    exit 1
+fi
