@@ -157,9 +157,10 @@ for w in caught:
 """
 
 
-def _probe(cipher: str | None, impl: str = "native") -> list[str]:
-    env = {k: v for k, v in os.environ.items() if k != "QG_NOISE_CIPHER"}
+def _probe(cipher: str | None, impl: str = "native", **extra_env: str) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("QG_NOISE_CIPHER", "QG_NOISE_AES")}
     env["QDRANT_GUARD_IMPLEMENTATION"] = impl
+    env.update(extra_env)
     if cipher is not None:
         env["QG_NOISE_CIPHER"] = cipher
     proc = subprocess.run([sys.executable, "-c", _PROBE], env=env, cwd=ROOT, capture_output=True, text=True,
@@ -191,6 +192,32 @@ def test_unknown_cipher_knob_warns_and_keeps_the_default(bad):
     assert lines[0].split()[0] == default
     assert any(line.startswith("WARNING RuntimeWarning QG_NOISE_CIPHER must be 'aes' or 'chacha20'")
                for line in lines[1:]), lines
+
+
+@pytest.mark.parametrize("cipher", [None, "aes", "chacha20"])
+def test_without_aesni_fresh_noise_falls_back_to_chacha20(cipher):
+    # QG_NOISE_AES=off makes the kernel behave as on a CPU without AES-NI, so the fallback runs on
+    # every machine: ChaCha20 releases, labelled so, and a warning only when AES was asked for.
+    lines = _probe(cipher, QG_NOISE_AES="off")
+    assert lines[0] == "chacha20 chacha20-getrandom-v1 None", lines
+    warned = [line for line in lines[1:] if "QG_NOISE_CIPHER" in line]
+    if cipher == "aes":
+        assert len(warned) == 1 and "no AES-NI" in warned[0] and "using chacha20" in warned[0], lines
+    else:
+        assert not warned, lines
+
+
+def test_without_aesni_the_aes_binding_refuses_instead_of_using_software_aes():
+    code = ("from qdrant_guard import _noise\n"
+            "print(_noise.AES_IMPLEMENTATION)\n"
+            "try:\n    _noise.aes256ctr_stream(bytes(32), bytes(16), 16)\n"
+            "except RuntimeError as e:\n    print('refused:', e)\n")
+    env = {**os.environ, "QG_NOISE_AES": "off", "QDRANT_GUARD_IMPLEMENTATION": "native"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == [
+        "none", "refused: this CPU has no AES-NI; software AES is deliberately not provided"]
 
 
 def test_python_kernel_labels_its_releases_chacha20():
