@@ -59,8 +59,14 @@ void qg_noise_init(void)
     /* The same for the production cipher (QG_NOISE_CIPHER and the CPUID check), which each worker
        of a threaded batch asks for when it keys its stream. */
     (void)qg_production_cipher();
-    /* Release: a thread that sees zig_ready (acquire, below) also sees the tables. */
+    /* Release: pairs with ensure_init's acquire. */
     __atomic_store_n(&zig_ready, 1, __ATOMIC_RELEASE);
+}
+
+/* qg_noise_init on first use. Acquire: a thread that sees zig_ready also sees the tables. */
+static inline void ensure_init(void)
+{
+    if (!__atomic_load_n(&zig_ready, __ATOMIC_ACQUIRE)) qg_noise_init();
 }
 
 /* Flip the sign without a branch: the sign bit is random, so a branch would mispredict half the
@@ -256,7 +262,7 @@ static size_t fill_avx512(qg_stream *s, double *z, size_t n)
 void qg_normals(qg_stream *s, double *z, size_t n)
 {
     size_t k = 0;
-    if (!__atomic_load_n(&zig_ready, __ATOMIC_ACQUIRE)) qg_noise_init();
+    ensure_init();
     while (k < n) {
 #ifdef QG_HAVE_SIMD
         if (simd_level >= QG_SIMD_AVX512) k += fill_avx512(s, z + k, n - k);
@@ -269,7 +275,7 @@ void qg_normals(qg_stream *s, double *z, size_t n)
 
 double qg_normal(qg_stream *s)
 {
-    if (!__atomic_load_n(&zig_ready, __ATOMIC_ACQUIRE)) qg_noise_init();
+    ensure_init();
     return normal_fast(s);
 }
 
@@ -277,7 +283,7 @@ double qg_gamma(qg_stream *s, double shape)
 {
     double dd = shape - 1.0 / 3.0;
     double c = 1.0 / sqrt(9.0 * dd);
-    if (!__atomic_load_n(&zig_ready, __ATOMIC_ACQUIRE)) qg_noise_init();
+    ensure_init();
     for (;;) {
         double x = normal_fast(s), v = 1.0 + c * x, u, x2;
         if (v <= 0.0) continue;
@@ -642,7 +648,7 @@ static int noise_rows_serial(const void *x, void *out, int is_f32, size_t rows, 
     int rc = QG_OK;
     size_t i, j;
 
-    if (!__atomic_load_n(&zig_ready, __ATOMIC_ACQUIRE)) qg_noise_init();
+    ensure_init();
     if (mechanism == QG_LAPLACE_L2) {
         scratch = (double *)malloc(dim * sizeof(double));
         if (!scratch) return QG_ERR_MEMORY;
@@ -830,7 +836,7 @@ int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim,
     int started[QG_NOISE_THREADS_CAP];
     size_t nthreads, total = rows * dim, t;
 
-    if (!__atomic_load_n(&zig_ready, __ATOMIC_ACQUIRE)) qg_noise_init();
+    ensure_init();
     /* A shared seeded stream is read row after row (each row's share depends on the rejections
        before it), so only independent rows are split: per-row keys, or fresh production noise
        with a stream per thread. Each row is computed exactly as the serial loop would, so keyed
