@@ -187,10 +187,14 @@ def test_only_budgeted_reads_resolve_aliases(clients, calls):
 
 def test_a_budgeted_read_through_an_alias_goes_to_the_collection_it_names(kit, clients, calls):
     _, dave = clients
-    dave.query_points("memo_v2", query=unit(np.random.default_rng(2)), limit=5)
+    # The query admits points outside ids 0-4 only (the filter keeps it so whatever the noise), so
+    # the scroll's first page (ids 0-4) must take new admissions past memo's budget mid-page: it
+    # is sent again without the points withheld (reads.read_excluding_withheld), to the collection
+    # the alias names, both times.
+    past_first_page = models.Filter(must=[models.HasIdCondition(has_id=list(range(5, 20)))])
+    first = dave.query_points("memo_v2", query=unit(np.random.default_rng(2)), query_filter=past_first_page, limit=5)
+    assert first.points and all(p.id >= 5 for p in first.points)
     dave.scroll("memo_v2", limit=5)
-    # The scroll reaches memo's used-up budget mid-page, so it is sent again without the points
-    # withheld (reads.read_excluding_withheld): to the collection the alias names, both times.
     assert calls[("query_points", "memo")] == 1 and calls[("scroll", "memo")] == 2
     assert calls[("query_points", "memo_v2")] == 0 and calls[("scroll", "memo_v2")] == 0
     rec = _audit(kit)[-1]
