@@ -297,6 +297,26 @@ double qg_gamma(qg_stream *s, double shape)
 
 /* ------------------------------------------------------------------ row passes */
 
+/* A float64 coordinate below 2^-511 in magnitude is read as +0.0 (the reference does the same).
+   Arithmetic on subnormals, and squares that underflow, take microcode assists on some CPUs
+   (AMD Zen 4: a row of subnormals took 1.3-2.3x as long at the AVX2 and SSE2 levels), which would
+   make the time of a release depend on the input's values. Read as zero, such a coordinate costs
+   what any other does; the square of any coordinate kept is a normal double. Float32 inputs
+   need nothing: every float32, subnormals included, is at least 2^-149 or zero. The bits are
+   tested as integers, which take no assist. */
+#define TINY_BITS 0x2000000000000000ULL /* the bits of 2^-511 */
+#define ABS_BITS 0x7FFFFFFFFFFFFFFFULL
+
+static inline double read_f64(const double *p)
+{
+    double v;
+    uint64_t b;
+    memcpy(&b, p, sizeof b);
+    b &= (uint64_t)0 - (uint64_t)((b & ABS_BITS) >= TINY_BITS);
+    memcpy(&v, &b, sizeof v);
+    return v;
+}
+
 /* Check a row for NaN/Inf and sum its squares in 8 interleaved lanes (coordinate j goes to lane
    j % 8; lanes combine as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))), the order the reference
    specifies. Returns the first non-finite index, or dim. */
@@ -307,7 +327,7 @@ static size_t row_scan_scalar(const void *x, int is_f32, size_t dim, double *ss)
     double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, t[4];
     size_t j;
     for (j = 0; j < dim; j++) {
-        double v = is_f32 ? (double)xf[j] : xd[j];
+        double v = is_f32 ? (double)xf[j] : read_f64(xd + j);
         if (!isfinite(v)) return j;
         acc[j & 7] += v * v;
     }
@@ -337,7 +357,7 @@ static size_t combine_scalar(const void *x, void *out, int is_f32, const double 
     double *od = (double *)out;
     size_t j, bad = n;
     for (j = 0; j < n; j++) {
-        double v = snap((is_f32 ? (double)xf[j] : xd[j]) * factor + z[j] * scale, inv_step, step);
+        double v = snap((is_f32 ? (double)xf[j] : read_f64(xd + j)) * factor + z[j] * scale, inv_step, step);
         if (is_f32) {
             of[j] = (float)v;
             if (!isfinite(of[j]) && bad == n) bad = j;
@@ -350,6 +370,25 @@ static size_t combine_scalar(const void *x, void *out, int is_f32, const double 
 }
 
 #ifdef QG_HAVE_SIMD
+/* read_f64 on 4 and on 8 coordinates. */
+static inline __attribute__((always_inline, target("avx2")))
+__m256d load4_f64(const double *p)
+{
+    __m256i b = _mm256_loadu_si256((const __m256i *)p);
+    __m256i tiny = _mm256_cmpgt_epi64(_mm256_set1_epi64x((long long)TINY_BITS),
+                                      _mm256_and_si256(b, _mm256_set1_epi64x((long long)ABS_BITS)));
+    return _mm256_castsi256_pd(_mm256_andnot_si256(tiny, b));
+}
+
+static inline __attribute__((always_inline, target("avx512f")))
+__m512d load8_f64(const double *p)
+{
+    __m512i b = _mm512_loadu_si512((const void *)p);
+    __mmask8 keep = _mm512_cmpge_epi64_mask(_mm512_and_si512(b, _mm512_set1_epi64((long long)ABS_BITS)),
+                                            _mm512_set1_epi64((long long)TINY_BITS));
+    return _mm512_castsi512_pd(_mm512_maskz_mov_epi64(keep, b));
+}
+
 /* Lane layout matches row_scan_scalar: lo holds lanes 0-3, hi lanes 4-7. */
 __attribute__((target("avx2")))
 static size_t row_scan_avx2(const void *x, int is_f32, size_t dim, double *ss)
@@ -367,8 +406,8 @@ static size_t row_scan_avx2(const void *x, int is_f32, size_t dim, double *ss)
             a = _mm256_cvtps_pd(_mm256_castps256_ps128(f));
             b = _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
         } else {
-            a = _mm256_loadu_pd(xd + j);
-            b = _mm256_loadu_pd(xd + j + 4);
+            a = load4_f64(xd + j);
+            b = load4_f64(xd + j + 4);
         }
         /* v - v is +-0 for finite v and NaN for NaN/Inf; OR-ing such bit patterns keeps any NaN
            a NaN, and an OR does not chain the loop on add latency. */
@@ -381,7 +420,7 @@ static size_t row_scan_avx2(const void *x, int is_f32, size_t dim, double *ss)
     _mm256_storeu_pd(acc, lo);
     _mm256_storeu_pd(acc + 4, hi);
     for (; j < dim; j++) {
-        double v = is_f32 ? (double)xf[j] : xd[j];
+        double v = is_f32 ? (double)xf[j] : read_f64(xd + j);
         if (!isfinite(v)) return j;
         acc[j & 7] += v * v;
     }
@@ -403,7 +442,7 @@ static size_t combine_avx2(const void *x, void *out, int is_f32, const double *z
     __m128 fin32 = _mm_setzero_ps();
     size_t j, bad;
     for (j = 0; j + 4 <= n; j += 4) {
-        __m256d v = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j)) : _mm256_loadu_pd(xd + j);
+        __m256d v = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j)) : load4_f64(xd + j);
         __m256d q = _mm256_mul_pd(_mm256_add_pd(_mm256_mul_pd(v, fac), _mm256_mul_pd(_mm256_loadu_pd(z + j), sc)), inv);
         /* rint, then +0.0 turns a -0.0 into the +0.0 the magic-constant rounding gives. */
         q = _mm256_add_pd(_mm256_round_pd(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
@@ -455,8 +494,8 @@ static size_t gauss_run_avx2(qg_stream *s, const void *x, void *out, int is_f32,
         __m256d z_lo, z_hi, v_lo, v_hi, q_lo, q_hi;
         unsigned acc = sample8_avx2(buf + pos, &z_lo, &z_hi);
         /* combine_avx2's operations, on two groups of 4 */
-        v_lo = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j)) : _mm256_loadu_pd(xd + j);
-        v_hi = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j + 4)) : _mm256_loadu_pd(xd + j + 4);
+        v_lo = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j)) : load4_f64(xd + j);
+        v_hi = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j + 4)) : load4_f64(xd + j + 4);
         q_lo = _mm256_mul_pd(_mm256_add_pd(_mm256_mul_pd(v_lo, fac), _mm256_mul_pd(z_lo, sc)), inv);
         q_hi = _mm256_mul_pd(_mm256_add_pd(_mm256_mul_pd(v_hi, fac), _mm256_mul_pd(z_hi, sc)), inv);
         q_lo = _mm256_add_pd(_mm256_round_pd(q_lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
@@ -524,7 +563,7 @@ static size_t gauss_row_avx2(qg_stream *s, const void *x, void *out, int is_f32,
         if (rej) z = _mm_set_sd(finish_rejected(s)); /* may refill */
         else if (j < dim) z = _mm_set_sd(normal_fast(s)); /* may refill */
         else break;
-        q = _mm_set_sd(is_f32 ? (double)xf[j] : xd[j]);
+        q = _mm_set_sd(is_f32 ? (double)xf[j] : read_f64(xd + j));
         q = _mm_mul_sd(_mm_add_sd(_mm_mul_sd(q, _mm_set_sd(factor)), _mm_mul_sd(z, _mm_set_sd(scale))),
                        _mm_set_sd(inv_step));
         q = _mm_add_sd(_mm_round_sd(q, q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), _mm_setzero_pd());
@@ -559,7 +598,7 @@ static size_t row_scan_avx512(const void *x, int is_f32, size_t dim, double *ss)
     double acc[8];
     size_t j;
     for (j = 0; j + 8 <= dim; j += 8) {
-        __m512d a = is_f32 ? _mm512_cvtps_pd(_mm256_loadu_ps(xf + j)) : _mm512_loadu_pd(xd + j);
+        __m512d a = is_f32 ? _mm512_cvtps_pd(_mm256_loadu_ps(xf + j)) : load8_f64(xd + j);
         fin = _mm512_or_pd(fin, _mm512_sub_pd(a, a));
         acc8 = _mm512_add_pd(acc8, _mm512_mul_pd(a, a));
     }
@@ -567,7 +606,7 @@ static size_t row_scan_avx512(const void *x, int is_f32, size_t dim, double *ss)
         return row_scan_scalar(x, is_f32, dim, ss); /* locates the bad index */
     _mm512_storeu_pd(acc, acc8);
     for (; j < dim; j++) {
-        double v = is_f32 ? (double)xf[j] : xd[j];
+        double v = is_f32 ? (double)xf[j] : read_f64(xd + j);
         if (!isfinite(v)) return j;
         acc[j & 7] += v * v;
     }
@@ -590,7 +629,7 @@ static size_t combine_avx512(const void *x, void *out, int is_f32, const double 
     __m256 fin32 = _mm256_setzero_ps();
     size_t j, bad;
     for (j = 0; j + 8 <= n; j += 8) {
-        __m512d v = is_f32 ? _mm512_cvtps_pd(_mm256_loadu_ps(xf + j)) : _mm512_loadu_pd(xd + j);
+        __m512d v = is_f32 ? _mm512_cvtps_pd(_mm256_loadu_ps(xf + j)) : load8_f64(xd + j);
         __m512d q = _mm512_mul_pd(_mm512_add_pd(_mm512_mul_pd(v, fac), _mm512_mul_pd(_mm512_loadu_pd(z + j), sc)), inv);
         q = _mm512_add_pd(_mm512_roundscale_pd(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
         q = _mm512_mul_pd(q, st);

@@ -442,6 +442,9 @@ def _output_overflow_error(row: int, col: int, dtype: Any) -> InvalidVectorError
     )
 
 
+_TINY = 2.0 ** -511  # see noise_vectors: smaller coordinates are read as 0.0
+
+
 def _sum_squares(row: list[float]) -> float:
     # Eight interleaved partial sums (coordinate j in lane j % 8), combined in a fixed order, so
     # the native twin can add eight lanes at once and still get the same bits.
@@ -503,6 +506,10 @@ def noise_vectors(
         for j, v in enumerate(row):
             if not math.isfinite(v):
                 raise _nonfinite_error(i, j)
+        # Read coordinates below 2**-511 as 0.0, as the native kernel does so that subnormal
+        # arithmetic (slow on some CPUs) cannot make its time depend on the input. No float32
+        # is that small but 0.
+        row = [v if abs(v) >= _TINY else 0.0 for v in row]
         if clip_f > 0.0:
             ss = _sum_squares(row)
             if ss == math.inf:

@@ -17,6 +17,12 @@ a lattice hides the floating-point artefacts of the sampler), where scale₀ is 
 nominal sensitivity ``radius``. The calibration is conservative: it uses sensitivity
 ``radius + sqrt(d)·Λ``, the largest L2 displacement rounding can cause between two neighbours.
 
+Float64 coordinates below 2^-511 in magnitude (subnormals, and normals whose square underflows)
+are read as 0.0 by both kernels, before clipping: arithmetic on them takes microcode assists on
+some CPUs, which would make a release's time depend on the input. The guarantee is for the
+vectors as read; two float64 inputs within L2 distance r are within r + 2·sqrt(d)·2^-511 as read.
+Float32 inputs are read exactly (no float32 but 0 is that small).
+
 Randomness for fresh noise (``key=None``) comes from a per-thread stream keyed from getrandom(2)
 and re-keyed in a forked child, so parent and child never share keystream. Its cipher is
 AES-256 in CTR mode using the AES-NI instructions (VAES where available) on a CPU that has them,

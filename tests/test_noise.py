@@ -359,7 +359,22 @@ from qdrant_guard import _noise, _noise_py
 key, nonce = bytes(range(32)), bytes(12)
 x = np.random.default_rng(5).normal(size=(3, 300)).astype(np.float32)
 x[1] *= 1e-3  # an unclipped row
+# float64 rows with coordinates read as zero (below 2**-511: subnormals, tiny normals, -0.0),
+# the threshold itself and the double just below it, in clipped and unclipped rows and tails.
+t = np.random.default_rng(6).normal(size=(4, 301))
+t[0, ::3] = 5e-324
+t[0, 1::7] = -2.0**-1023
+t[1] = 1e-300
+t[1, 7], t[1, 8], t[1, 300] = 2.0**-511, np.nextafter(2.0**-511, 0), -2.0**-511
+t[2] *= 1e5
+t[2, ::5] = 1e-320
+t[3, ::2] = -0.0
+tiny = [np.array_equal(_noise.noise_vectors(t, mech, scale, step, clip, None, bytes(range(128)), nonce),
+                       _noise_py.noise_vectors(t, mech, scale, step, clip, None, bytes(range(128)), nonce))
+        for mech in ("gaussian", "laplace_l2") for scale, step in ((0.5, 2.0**-9), (2.0**-900, 2.0**-1000))
+        for clip in (None, 1.0)]
 checks = [
+    all(tiny),
     _noise.chacha20_stream(key, nonce, 0xFFFFFFF0, 64 * 40) == _noise_py.chacha20_stream(key, nonce, 0xFFFFFFF0, 64 * 40),
     np.array_equal(_noise.normals(key, nonce, 3000), _noise_py.normals(key, nonce, 3000)),
     np.array_equal(_noise.noise_vectors(x, "gaussian", 0.5, 2.0**-9, 1.0, key, None, nonce),
@@ -391,6 +406,26 @@ def test_every_simd_level_matches_the_reference(level):
     if widest is None:
         pytest.skip("no /proc/cpuinfo flags to say which SIMD levels this CPU has")
     assert ran == order[min(order.index(level), order.index(widest))], (level, widest, ran)
+
+
+@pytest.mark.parametrize("mod", [NATIVE, PY], ids=["native", "python"])
+@pytest.mark.parametrize("mechanism", ["gaussian", "laplace_l2"])
+def test_float64_coordinates_below_2_to_the_minus_511_are_read_as_zero(mod, mechanism):
+    # The kernel reads them as +0.0 so that no arithmetic sees a subnormal (slow on some CPUs,
+    # which would make the release time depend on the input); 2**-511 itself is kept.
+    x = np.random.default_rng(8).normal(size=(3, 37))
+    x[0, 3], x[0, 4], x[0, 5] = 5e-324, -1e-300, np.nextafter(2.0**-511, 0)
+    x[1, :] = 1e-310
+    x[2, 9] = -0.0
+    zeroed = np.where(np.abs(x) < 2.0**-511, 0.0, x)
+    for scale, step, clip in ((0.5, 2.0**-9, 1.0), (0.5, 2.0**-9, None), (2.0**-900, 2.0**-1000, None)):
+        args = (mechanism, scale, step, clip, None, KEY * 3, NONCE)
+        assert np.array_equal(mod.noise_vectors(x, *args), mod.noise_vectors(zeroed, *args))
+    # With noise far below it, a coordinate of 2**-511 survives and one just below it does not.
+    y = np.zeros((1, 9))
+    y[0, 0], y[0, 1] = 2.0**-511, np.nextafter(2.0**-511, 0)
+    out = mod.noise_vectors(y, mechanism, 2.0**-900, 2.0**-1000, None, None, KEY, NONCE)
+    assert abs(out[0, 0] - 2.0**-511) < 2.0**-880 and abs(out[0, 1]) < 2.0**-880
 
 
 def _cpu_simd_level():
