@@ -217,56 +217,18 @@ static size_t fill_avx2(qg_stream *s, double *z, size_t n)
     s->pos = pos;
     return k;
 }
-
-/* 16 words per step; same scheme with AVX-512 masks. (The 256-entry thresholds no longer fit
-   in registers as the 128-entry table did, so they are gathered like zig_xs.) */
-__attribute__((target("avx512f,avx512vl,avx512dq")))
-static size_t fill_avx512(qg_stream *s, double *z, size_t n)
-{
-    const __m512i m255 = _mm512_set1_epi32(255);
-    const __m512i sign = _mm512_set1_epi64((long long)0x8000000000000000ULL);
-    size_t k = 0;
-    /* The last group of a request may be partial: lanes past n are neither stored nor consumed. */
-    while (k < n && s->end - s->pos >= 16) {
-        unsigned live = n - k >= 16 ? 0xFFFFu : (1u << (n - k)) - 1u;
-        __m512i w = _mm512_loadu_si512((const void *)(s->buf + s->pos));
-        __m512i idx = _mm512_and_si512(w, m255);
-        __m512i u = _mm512_srli_epi32(w, 9);
-        __m512i lim = _mm512_i32gather_epi32(idx, (const void *)zig_k, 4);
-        unsigned acc = ((unsigned)_mm512_cmplt_epi32_mask(u, lim) | ~live) & 0xFFFFu;
-        __m256i w_lo = _mm512_castsi512_si256(w), w_hi = _mm512_extracti64x4_epi64(w, 1);
-        __m256i i_lo = _mm512_castsi512_si256(idx), i_hi = _mm512_extracti64x4_epi64(idx, 1);
-        __m512d z_lo = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(u)),
-                                     _mm512_i32gather_pd(i_lo, (const void *)zig_xs, 8));
-        __m512d z_hi = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(u, 1)),
-                                     _mm512_i32gather_pd(i_hi, (const void *)zig_xs, 8));
-        __m512i s_lo = _mm512_and_si512(_mm512_slli_epi64(_mm512_cvtepu32_epi64(w_lo), 55), sign);
-        __m512i s_hi = _mm512_and_si512(_mm512_slli_epi64(_mm512_cvtepu32_epi64(w_hi), 55), sign);
-        _mm512_mask_storeu_pd(z + k, (__mmask8)live, _mm512_xor_pd(z_lo, _mm512_castsi512_pd(s_lo)));
-        _mm512_mask_storeu_pd(z + k + 8, (__mmask8)(live >> 8), _mm512_xor_pd(z_hi, _mm512_castsi512_pd(s_hi)));
-        if (acc == 0xFFFFu) {
-            unsigned took = (unsigned)__builtin_popcount(live);
-            s->pos += took;
-            k += took;
-        } else {
-            unsigned f = (unsigned)__builtin_ctz(~acc);
-            s->pos += f;
-            z[k + f] = finish_rejected(s);
-            k += f + 1;
-        }
-    }
-    return k;
-}
 #endif
 
+/* The AVX-512 level samples with fill_avx2 too. A 16-lane sampler that gathered its table entries
+   (removed) made Laplace rows 5-12 % slower than this one on the AMD Zen 4 it was measured on
+   (384-d and 1536-d, paired against numpy, 2026-12-03), as gathers were on the Zen CPUs before. */
 void qg_normals(qg_stream *s, double *z, size_t n)
 {
     size_t k = 0;
     ensure_init();
     while (k < n) {
 #ifdef QG_HAVE_SIMD
-        if (simd_level >= QG_SIMD_AVX512) k += fill_avx512(s, z + k, n - k);
-        else if (simd_level >= QG_SIMD_AVX2) k += fill_avx2(s, z + k, n - k);
+        if (simd_level >= QG_SIMD_AVX2) k += fill_avx2(s, z + k, n - k);
 #endif
         /* Buffer end or tail: one serial sample (it may refill), then back to the wide path. */
         if (k < n) z[k++] = normal_fast(s);
@@ -730,7 +692,10 @@ static int noise_rows_serial(const void *x, void *out, int is_f32, size_t rows, 
         }
         if (mechanism == QG_GAUSSIAN) {
 #ifdef QG_HAVE_SIMD
-            if (simd_level == QG_SIMD_AVX2) {
+            /* Also at the AVX-512 level: the unfused path there (the gathering sampler into a
+               buffer, then combine_avx512) was 10-13 % slower per row on Zen 4 (384-d and 1536-d,
+               paired against numpy, 2026-12-03). */
+            if (simd_level >= QG_SIMD_AVX2) {
                 bad = gauss_row_avx2(s, xr, orow, is_f32, dim, factor, scale, inv_step, step);
                 if (bad < dim) {
                     *bad_row = i;
