@@ -355,6 +355,7 @@ class WriteOps(TextOps):
         A generator (it may fetch the collection layout). Returns :class:`PreparedPoints`.
         """
         self.require_access(op, name, pol, "write")
+        self._check_point_ids(op, name, pol, [p.id for p in points])
         shape: CollectionShape = yield from self.shape(name)
         boundary = self.boundary()
         raw_ok = pol.raw_allowed(boundary)
@@ -521,6 +522,7 @@ class WriteOps(TextOps):
         fresh = {} if fresh is None else fresh
         deleted = set() if deleted is None else deleted
         ids = [u.id for u in updates]
+        self._check_point_ids(op, name, pol, ids)
         current = yield Call("retrieve", {"collection_name": name, "ids": ids, "shard_key_selector": shard_key,
                                            "with_payload": [RECEIPT_KEY], "with_vectors": False})
         existing = {normalize_point_id(r.id): stored_receipts(r.payload) for r in current}
@@ -555,6 +557,20 @@ class WriteOps(TextOps):
             ops.append(models.SetPayloadOperation(set_payload=models.SetPayload(
                 payload={RECEIPT_KEY: container}, points=[p.id], shard_key=shard_key)))
         return ops
+
+    def _check_point_ids(self, op: str, name: str, pol: CollectionPolicy, ids: list[Any]) -> None:
+        """Refuse the call (audited) if an id is not one Qdrant accepts: every write path, raw
+        in-boundary ones included, since local mode would store an id a server refuses, and
+        receipts and budgets are keyed by the normalised id."""
+        for pid in ids:
+            try:
+                normalize_point_id(pid)
+            except (TypeError, ValueError) as exc:
+                raise self.unsupported_write(
+                    op, name, pol,
+                    f"{op}: {exc} (collection {name!r}); Qdrant point ids are integers 0 <= id < 2**64 "
+                    "or UUID strings. Nothing was written"
+                ) from None
 
     def unsupported_write(self, op: str, name: str, pol: CollectionPolicy, message: str) -> UnsupportedWriteError:
         """The error for a write the guard cannot enforce, audited (UNSUPPORTED_WRITE) first."""

@@ -134,3 +134,35 @@ def test_huge_batch_is_checked_whole_and_refused_whole(clients):
     bob.upload_points("pii", pts[:-1], batch_size=256, wait=True)
     assert count(owner, "pii") == 5000
     assert len(snapshot(owner, "pii")) == 5000
+
+
+@pytest.mark.parametrize("bad_id", [-4, 2**64, "not-a-uuid"])
+@pytest.mark.parametrize("collection", ["pii", "model"], ids=["noised", "raw-in-boundary"])
+def test_an_id_qdrant_refuses_is_refused_on_every_write_path_before_anything_is_written(tmp_path, bad_id, collection):
+    # Local mode stores such an id without complaint (a server refuses it), and the raw in-boundary
+    # path used to forward it while the noised path failed on it: now both refuse, audited.
+    kit = make_kit(tmp_path)
+    cfg = kit.config({
+        "pii": {"class": "PII", "owner": "hr", "intent": {"enabled": False}},
+        "model": {"class": "PROPRIETARY", "owner": "hr", "raw_in_boundary": True, "intent": {"enabled": False}},
+    })
+    alice = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(alice, collection)
+    rng = np.random.default_rng(3)
+    alice.upsert(collection, [models.PointStruct(id=1, vector=unit(rng), payload={"text": "kept"})])
+    before = snapshot(alice, collection)
+    good = models.PointStruct(id=2, vector=unit(rng), payload={"text": "x"})
+    bad = models.PointStruct(id=bad_id, vector=unit(rng), payload={"text": "x"})
+    writes = [
+        lambda: alice.upsert(collection, [good, bad]),
+        lambda: alice.upload_points(collection, [good, bad], wait=True),
+        lambda: alice.update_vectors(collection, [models.PointVectors(id=1, vector=unit(rng)),
+                                                  models.PointVectors(id=bad_id, vector=unit(rng))]),
+        lambda: alice.batch_update_points(collection, [models.UpsertOperation(upsert=models.PointsList(points=[good, bad]))]),
+    ]
+    for write in writes:
+        with pytest.raises(QdrantGuardError, match=r"point_id .* (outside Qdrant's unsigned 64-bit id range|neither an unsigned)"):
+            write()
+        assert snapshot(alice, collection) == before
+    audit = [line for line in (tmp_path / "audit.jsonl").read_text().splitlines() if "UNSUPPORTED_WRITE" in line]
+    assert len(audit) == len(writes)
