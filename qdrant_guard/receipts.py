@@ -682,7 +682,10 @@ def receipts_for_payload(receipts_by_name: Mapping[str, Mapping[str, Any]]) -> d
 
     The default (unnamed) vector uses the name ``""``.
     """
-    if not isinstance(receipts_by_name, Mapping):
+    # `type(x) is dict` first: isinstance against typing.Mapping goes through typing's generic
+    # alias checks (microseconds a call, twice per point on every guarded write); a dict is a
+    # Mapping, so the outcome is the same.
+    if type(receipts_by_name) is not dict and not isinstance(receipts_by_name, Mapping):
         raise TypeError(
             "receipts_for_payload() argument must be a mapping of vector name to receipt, not "
             f"{type(receipts_by_name).__name__}"
@@ -691,7 +694,7 @@ def receipts_for_payload(receipts_by_name: Mapping[str, Mapping[str, Any]]) -> d
     for name, receipt in receipts_by_name.items():
         if not isinstance(name, str):
             raise TypeError(f"vector name must be str, not {type(name).__name__}")
-        if not isinstance(receipt, Mapping):
+        if type(receipt) is not dict and not isinstance(receipt, Mapping):
             raise TypeError(f"receipt for {name!r} must be a dict, not {type(receipt).__name__}")
         vectors[name] = dict(receipt)
     return {"v": PAYLOAD_CONTAINER_VERSION, "vectors": vectors}
