@@ -4,9 +4,15 @@ from __future__ import annotations
 from collections import OrderedDict
 from types import MappingProxyType
 
+import numpy as np
 import pytest
 
+from guardkit import create, make_kit, models, snapshot, unit
+from qdrant_guard import QdrantClient
+from qdrant_guard.errors import InvalidVectorError
 from qdrant_guard.receipts import receipts_for_payload
+
+SSN = "Customer John Doe, SSN 123-45-6789"
 
 
 class _ReceiptDict(dict):
@@ -37,3 +43,27 @@ def test_receipts_for_payload_still_refuses_a_non_mapping_receipt(bad):
         receipts_for_payload({"v": bad})
     with pytest.raises(TypeError, match="vector name must be str"):
         receipts_for_payload({1: {}})
+
+
+# -- prepare_points skips embed_documents only for plain lists --------------------------------------
+
+def test_named_vectors_mixing_a_list_and_a_document_still_embed_the_document(tmp_path):
+    kit = make_kit(tmp_path)
+    seen: list[str] = []
+
+    def embedder(texts):
+        seen.extend(texts)
+        return [unit(np.random.default_rng(len(seen))) for _ in texts]
+
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "raw_in_boundary": True}})
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder=embedder)
+    create(client, "pii", named=("a", "b"))
+    plain = unit(np.random.default_rng(0))
+    client.upsert("pii", [models.PointStruct(id=1, vector={"a": plain, "b": models.Document(text=SSN, model="m")})])
+    assert len(seen) == 1 and "123-45-6789" not in seen[0] and "[SSN]" in seen[0]
+    (_, _, vector), = snapshot(client, "pii")
+    assert set(vector) == {"a", "b"} and np.allclose(vector["b"], unit(np.random.default_rng(1)), atol=1e-6)
+    image = models.InferenceObject(object={"url": "https://example.com/x.png"}, model="m")
+    with pytest.raises(InvalidVectorError, match="InferenceObject"):
+        client.upsert("pii", [models.PointStruct(id=2, vector={"a": plain, "b": image})])
+    assert len(snapshot(client, "pii")) == 1
