@@ -6,6 +6,8 @@ from types import MappingProxyType
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
+from qdrant_client import QdrantClient as RawClient
 
 from guardkit import create, make_kit, models, snapshot, unit
 from qdrant_guard import QdrantClient
@@ -67,3 +69,61 @@ def test_named_vectors_mixing_a_list_and_a_document_still_embed_the_document(tmp
     with pytest.raises(InvalidVectorError, match="InferenceObject"):
         client.upsert("pii", [models.PointStruct(id=2, vector={"a": plain, "b": image})])
     assert len(snapshot(client, "pii")) == 1
+
+
+# -- prepare_points sets each output vector after validating the id and payload ----------------------
+
+def _revalidated(p):
+    return models.PointStruct(id=p.id, vector=p.vector, payload=p.payload)
+
+
+def _floats(vector):
+    lists = vector.values() if isinstance(vector, dict) else [vector]
+    return all(type(v) is list and all(type(x) is float for x in v) for v in lists)
+
+
+def test_points_sent_to_qdrant_equal_fully_validated_points(tmp_path, monkeypatch):
+    sent: list = []
+    for method in ("upsert", "upload_points"):
+        original = getattr(RawClient, method)
+
+        def spy(self, *args, _original=original, **kwargs):
+            sent.extend(kwargs["points"])
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(RawClient, method, spy)
+    kit = make_kit(tmp_path)
+    cfg = kit.config({
+        "noised": {"class": "PII", "owner": "hr", "noise_on_write": True, "text_field": "text"},
+        "raw": {"class": "PII", "owner": "hr", "raw_in_boundary": True, "text_field": "text"},
+    })
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"),
+                          embedder=lambda texts: [unit(np.random.default_rng(7)) for _ in texts])
+    create(client, "noised")
+    create(client, "raw", named=("a", "b"))
+    rng = np.random.default_rng(0)
+    uid = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
+    client.upsert("noised", [models.PointStruct(id=i, vector=unit(rng), payload={"text": SSN, "n": i}) for i in range(3)]
+                  + [models.PointStruct(id=uid, vector=unit(rng)), models.PointStruct(id=9, vector=unit(rng), payload={})])
+    client.upload_collection("noised", vectors=[unit(rng)], payload=[{"k": [1, {"x": None}]}], ids=[11])
+    client.upsert("raw", [models.PointStruct(id=1, vector={"a": unit(rng), "b": models.Document(text=SSN, model="m")},
+                                             payload={"text": SSN}),
+                          models.PointStruct(id=2, vector={"a": unit(rng)})])
+    assert len(sent) == 8
+    for p in sent:
+        again = _revalidated(p)
+        assert again == p and again.model_fields_set == p.model_fields_set
+        assert p.model_dump_json() == again.model_dump_json() and _floats(p.vector)
+
+
+@pytest.mark.parametrize("point_id, payload", [(1.5, None), (1, {3: "x"}), (None, None)])
+def test_an_unvalidated_point_still_fails_validation_on_the_way_out(tmp_path, point_id, payload):
+    # Only the vector skips validation; an id or payload built around pydantic still fails it.
+    kit = make_kit(tmp_path)
+    client = QdrantClient(":memory:", guard=kit.config({"raw": {"class": "PII", "owner": "hr", "raw_in_boundary": True}}),
+                          principal=kit.principal("alice", "hr"))
+    create(client, "raw")
+    point = models.PointStruct.model_construct(id=point_id, vector=unit(np.random.default_rng(0)), payload=payload)
+    with pytest.raises(ValidationError):
+        client.upsert("raw", [point])
+    assert snapshot(client, "raw") == []
