@@ -12,7 +12,18 @@ from qdrant_client import QdrantClient as RawClient
 from guardkit import create, make_kit, models, snapshot, unit
 from qdrant_guard import QdrantClient
 from qdrant_guard.errors import InvalidVectorError
-from qdrant_guard.receipts import receipts_for_payload
+from qdrant_guard import receipts
+from qdrant_guard.keys import generate_keypair, key_id
+from qdrant_guard.noise_params import NoiseParams
+from qdrant_guard.receipts import (
+    ReceiptItem,
+    ReceiptSigner,
+    issue_receipts_batch,
+    receipts_for_payload,
+    stored_form_batch,
+    vector_commitment,
+    verify_receipt,
+)
 
 SSN = "Customer John Doe, SSN 123-45-6789"
 
@@ -127,3 +138,44 @@ def test_an_unvalidated_point_still_fails_validation_on_the_way_out(tmp_path, po
     with pytest.raises(ValidationError):
         client.upsert("raw", [point])
     assert snapshot(client, "raw") == []
+
+
+# -- _batch_bodies snaps and commits the vectors block by block ----------------------------------------
+
+def _params(dim):
+    return NoiseParams(mechanism="gaussian", mechanism_version="1", epsilon=2.0, delta=1e-6, radius=0.5,
+                       clip_norm=1.0, scale=0.31, lattice_step=2.0 ** -20, rng_id="chacha20-getrandom-v1",
+                       dim=dim, dtype="float32", guarantee="test guarantee")
+
+
+@pytest.mark.parametrize("n", [1, receipts._GRID_BLOCK_ROWS - 1, receipts._GRID_BLOCK_ROWS,
+                               receipts._GRID_BLOCK_ROWS + 1, 2 * receipts._GRID_BLOCK_ROWS + 3, 257])
+def test_batch_commitments_are_right_across_block_boundaries(n):
+    sk, pk = generate_keypair()
+    signer, trusted = ReceiptSigner(sk), {key_id(pk): pk}
+    vecs = stored_form_batch(np.random.default_rng(n).normal(size=(n, 8)), distance="Cosine")
+    params = _params(8)
+    items = [ReceiptItem(params, vecs[i], "docs", i) for i in range(n)]
+    out = issue_receipts_batch(signer, items)
+    for i, rec in enumerate(out):
+        assert rec["commitment"] == vector_commitment(vecs[i], receipts._unb64(rec["salt"]))
+        assert verify_receipt(rec, vector=vecs[i], collection="docs", point_id=i, trusted_keys=trusted).ok
+        # Another point's vector (in the same or another block) must not verify.
+        other = vecs[(i + 1) % n] if n > 1 else vecs[0] * -1
+        assert not verify_receipt(rec, vector=other, collection="docs", point_id=i, trusted_keys=trusted).ok
+
+
+@pytest.mark.parametrize("bad, error", [
+    (lambda v: v + 2.0 ** -22, "not on the 2\\^-20 commitment grid"),
+    (lambda v: np.full_like(v, np.nan), "NaN or Inf"),
+    (lambda v: np.full_like(v, 4096.0), "int32"),
+])
+def test_a_bad_vector_in_a_later_block_still_raises_the_item_error(bad, error):
+    sk, _ = generate_keypair()
+    n = 2 * receipts._GRID_BLOCK_ROWS + 5
+    vecs = list(stored_form_batch(np.random.default_rng(0).normal(size=(n, 8)), distance="Cosine"))
+    vecs[n - 2] = bad(vecs[n - 2])
+    items = [ReceiptItem(_params(8), vecs[i], "docs", i) for i in range(n)]
+    assert receipts._batch_bodies(ReceiptSigner(sk), items) is None
+    with pytest.raises(ValueError, match=error):
+        issue_receipts_batch(ReceiptSigner(sk), items)
