@@ -230,29 +230,62 @@ def _unit_grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
         # Position-major layout (one contiguous row of live rows per visiting position): each
         # row's p-th key (its coordinate index in the low bits) and |k| there.
         keys_t = np.ascontiguousarray((keys if live.size == n else keys[live]).T)
-        if n_pass == 0:
-            mag = np.subtract(1 << 21, keys_t >> shift, dtype=np.float64)
-        else:
-            mag = np.abs(flat_k[(keys_t & ((1 << shift) - 1)) + live * d])
-        aeff = np.maximum(mag, float(_NORM_TOL))
-        aeff[mag == 0.0] = np.inf
-        mag *= 2.0
-        deltas = np.zeros(mag.shape)
         if live.size == 1:
-            r, visited = _nudge_pass(float(residual[live[0]]), aeff[:, 0].tolist(),
-                                     mag[:, 0].tolist(), deltas[:, 0], lambda v: abs(v) <= _NORM_TOL)
+            r, _ = _positions(float(residual[live[0]]), keys_t, flat_k, live, n_pass == 0, shift, d)
         else:
-            r, visited = _nudge_pass(residual[live], list(aeff), list(mag), list(deltas),
-                                     lambda v: not (np.abs(v) > _NORM_TOL).any())
-        # Apply the pass's steps: k_j moves by sign(residual) * sign(k_j), its value at the
-        # start of the pass (each coordinate is visited once per pass).
-        stepped = np.flatnonzero(deltas[:visited] != 0.0)
-        at = (keys_t.reshape(-1)[stepped] & ((1 << shift) - 1)) + live[stepped % live.size] * d
-        current = flat_k[at]
-        flat_k[at] = current + np.sign(deltas.reshape(-1)[stepped]) * np.sign(current)
+            # Blocks of positions: the whole-pass arrays (three of d x n float64) were the peak
+            # of the write path and were page-faulted in again on every call.
+            r = residual[live]
+            for start in range(0, d, _POSITIONS_PER_BLOCK):
+                r, done = _positions(r, keys_t[start:start + _POSITIONS_PER_BLOCK], flat_k, live,
+                                     n_pass == 0, shift, d)
+                if done:
+                    break
         residual[live] = r
         live = live[np.abs(residual[live]) > _NORM_TOL]
     return k
+
+
+# Visiting positions handled per block by _unit_grid_rows: a multiple of 16, so the lockstep
+# pass checks for the end at the same positions as over the whole order; 32 x 256 rows of
+# float64 are 64 KiB, served from the heap instead of fresh pages.
+_POSITIONS_PER_BLOCK = 32
+
+
+def _positions(r: Any, keys_t: np.ndarray, flat_k: np.ndarray, live: np.ndarray, first: bool,
+               shift: int, d: int) -> tuple[Any, bool]:
+    # One run of a pass over consecutive visiting positions (keys_t: their keys, one row per
+    # position, a column per live row): nudge, then apply the steps taken to flat_k. Returns the
+    # residual(s) and whether the pass stopped inside these positions. Each coordinate is
+    # visited once per pass and only these positions' coordinates change, so reading |k| for
+    # later positions after applying these steps reads the values from the start of the pass.
+    if first:
+        mag = np.subtract(1 << 21, keys_t >> shift, dtype=np.float64)
+    else:
+        mag = np.abs(flat_k[(keys_t & ((1 << shift) - 1)) + live * d])
+    aeff = np.maximum(mag, float(_NORM_TOL))
+    aeff[mag == 0.0] = np.inf
+    mag *= 2.0
+    deltas = np.zeros(mag.shape)
+    if isinstance(r, float):
+        r, visited = _nudge_pass(r, aeff[:, 0].tolist(), mag[:, 0].tolist(), deltas[:, 0],
+                                 lambda v: abs(v) <= _NORM_TOL)
+        stopped = visited < len(keys_t)
+    else:
+        r, visited = _nudge_pass(r, list(aeff), list(mag), list(deltas), _settled)
+        # Settled rows take no further steps, so stopping here changes nothing either way.
+        stopped = visited < len(keys_t) or _settled(r)
+    # Apply the steps: k_j moves by sign(residual) * sign(k_j), its value at the start of the
+    # pass.
+    stepped = np.flatnonzero(deltas[:visited] != 0.0)
+    at = (keys_t.reshape(-1)[stepped] & ((1 << shift) - 1)) + live[stepped % live.size] * d
+    current = flat_k[at]
+    flat_k[at] = current + np.sign(deltas.reshape(-1)[stepped]) * np.sign(current)
+    return r, stopped
+
+
+def _settled(r: np.ndarray) -> bool:
+    return not (np.abs(r) > _NORM_TOL).any()
 
 
 def _grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:

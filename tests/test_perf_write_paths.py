@@ -20,6 +20,7 @@ from qdrant_guard.receipts import (
     ReceiptSigner,
     issue_receipts_batch,
     receipts_for_payload,
+    stored_form,
     stored_form_batch,
     vector_commitment,
     verify_receipt,
@@ -179,3 +180,19 @@ def test_a_bad_vector_in_a_later_block_still_raises_the_item_error(bad, error):
     assert receipts._batch_bodies(ReceiptSigner(sk), items) is None
     with pytest.raises(ValueError, match=error):
         issue_receipts_batch(ReceiptSigner(sk), items)
+
+
+# -- _unit_grid_rows walks the visiting positions in blocks ---------------------------------------------
+
+@pytest.mark.parametrize("dim", [receipts._POSITIONS_PER_BLOCK - 1, receipts._POSITIONS_PER_BLOCK,
+                                 receipts._POSITIONS_PER_BLOCK + 1, 3 * receipts._POSITIONS_PER_BLOCK // 2,
+                                 2 * receipts._POSITIONS_PER_BLOCK + 1, 384])
+def test_cosine_batch_across_position_blocks_equals_row_by_row(dim):
+    rng = np.random.default_rng(dim)
+    matrix = rng.normal(size=(60, dim))
+    matrix[1::6] = np.rint(matrix[1::6] * 2) / 2 + 0.5        # ties in the visiting order
+    matrix[::4, 0] = 40.0 * np.abs(matrix[::4]).max(axis=1)  # rows that settle late or early
+    matrix *= 10.0 ** rng.uniform(-3, 3, size=(60, 1))
+    batch = stored_form_batch(matrix, distance="Cosine")
+    rows = np.stack([stored_form(row, distance="Cosine") for row in matrix])
+    assert batch.tobytes() == rows.tobytes()
