@@ -11,7 +11,7 @@ from qdrant_client import QdrantClient as RawClient
 
 from guardkit import create, make_kit, models, snapshot, unit
 from qdrant_guard import QdrantClient
-from qdrant_guard.errors import InvalidVectorError
+from qdrant_guard.errors import InvalidVectorError, UnsupportedWriteError
 from qdrant_guard import receipts
 from qdrant_guard.keys import generate_keypair, key_id
 from qdrant_guard.noise_params import NoiseParams
@@ -128,15 +128,17 @@ def test_points_sent_to_qdrant_equal_fully_validated_points(tmp_path, monkeypatc
         assert p.model_dump_json() == again.model_dump_json() and _floats(p.vector)
 
 
-@pytest.mark.parametrize("point_id, payload", [(1.5, None), (1, {3: "x"}), (None, None)])
-def test_an_unvalidated_point_still_fails_validation_on_the_way_out(tmp_path, point_id, payload):
-    # Only the vector skips validation; an id or payload built around pydantic still fails it.
+@pytest.mark.parametrize("point_id, payload, error", [(1.5, None, UnsupportedWriteError), (1, {3: "x"}, ValidationError),
+                                                      (None, None, UnsupportedWriteError)])
+def test_an_unvalidated_point_still_fails_validation_on_the_way_out(tmp_path, point_id, payload, error):
+    # Only the vector skips validation; an id or payload built around pydantic still fails (an id
+    # at the guard's own check, before the point is rebuilt).
     kit = make_kit(tmp_path)
     client = QdrantClient(":memory:", guard=kit.config({"raw": {"class": "PII", "owner": "hr", "raw_in_boundary": True}}),
                           principal=kit.principal("alice", "hr"))
     create(client, "raw")
     point = models.PointStruct.model_construct(id=point_id, vector=unit(np.random.default_rng(0)), payload=payload)
-    with pytest.raises(ValidationError):
+    with pytest.raises(error):
         client.upsert("raw", [point])
     assert snapshot(client, "raw") == []
 
