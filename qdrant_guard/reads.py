@@ -171,7 +171,8 @@ class ReadOps(PayloadOps, QueryChecks):
             else:
                 pts = list(outcome.kept)
         if _source_budgeted(pol):
-            pts = yield from self.apply_budget(op, name, pol, pts, details, lambda p: _sources(p, src),
+            # pts are points of the list source_of was built from (kept or sliced, never copied).
+            pts = yield from self.apply_budget(op, name, pol, pts, details, lambda p: source_of(id(p)),
                                                account=account, plan=plan)
         if _vector_budgeted(pol, plan):
             pts = self.apply_vector_budget(op, name, pol, pts, details, account=account)
@@ -250,7 +251,10 @@ class ReadOps(PayloadOps, QueryChecks):
             # A source holds at least the distinct points just returned from it, whatever the count
             # said (retrieve returns a record once per requested id, so the same point can repeat).
             distinct = len({normalize_point_id(p.id) for p in group})
-            size = max((yield from self.source_size(account, pol, source)), distinct)
+            size = self.cached_source_size(account, source)
+            if size is None:
+                size = yield from self.source_size(account, pol, source)
+            size = max(size, distinct)
             requests[source] = ([p.id for p in group], size)
         withheld: set[str] = set()
         report: dict[str, Any] = {}
@@ -336,10 +340,14 @@ class ReadOps(PayloadOps, QueryChecks):
         restricted = pol.diversity.restricted_sources
         coverage = pol.diversity.max_source_coverage
         cap_for = self.extraction_budget(pol).cap_for
+        cached = self.cached_source_size
         for source, ids in (listed or {}).items():
             if restricted and source not in restricted:
                 continue
-            if len(ids) >= cap_for((yield from self.source_size(account, pol, source)), coverage):
+            size = cached(account, source)
+            if size is None:
+                size = yield from self.source_size(account, pol, source)
+            if len(ids) >= cap_for(size, coverage):
                 exclusion.sources[source] = ids
         # A source too small for a single point (cap 0) admits nothing, so the store lists no key
         # for it; those this process has sized are excluded up front rather than found mid-read.
@@ -347,7 +355,10 @@ class ReadOps(PayloadOps, QueryChecks):
                  if where == account and size * coverage < 1.000001 and source not in exclusion.sources
                  and (not restricted or source in restricted) and cap_for(size, coverage) == 0]
         for source in sized:
-            if cap_for((yield from self.source_size(account, pol, source)), coverage) == 0:
+            size = cached(account, source)
+            if size is None:
+                size = yield from self.source_size(account, pol, source)
+            if cap_for(size, coverage) == 0:
                 exclusion.sources[source] = frozenset()
         return exclusion
 
@@ -461,6 +472,14 @@ class ReadOps(PayloadOps, QueryChecks):
                 details={"error": repr(exc)},
             )) from exc
         return {a.alias_name: a.collection_name for a in resp.aliases}.get(name, name)
+
+    def cached_source_size(self, name: str, source: str) -> int | None:
+        """:meth:`source_size` while it is cached, else None. Not a generator: a read looks up the
+        size of every source it lists, and a generator per cached answer cost more than the lookup."""
+        hit = self.shared.get("source_sizes", {}).get((name, source))
+        if hit is not None and time.monotonic() - hit[0] < _SOURCE_SIZE_TTL_S:
+            return hit[1]
+        return None
 
     def source_size(self, name: str, pol: CollectionPolicy, source: str) -> Any:
         """Number of points of ``source`` in the collection (counted exactly, cached briefly)."""

@@ -1,0 +1,118 @@
+"""The read path's shortcuts keep the caches' meaning: a source's size is looked up without a
+generator while it is cached, and counted again once its time is up; the budget's parsed forms
+(UUID ids, decimal ratios) give what parsing each time gives. Real local-mode Qdrant throughout."""
+from __future__ import annotations
+
+import types
+import uuid
+
+import numpy as np
+import pytest
+import qdrant_client
+
+from qdrant_guard import budget as _budget
+from qdrant_guard import diversity as _diversity
+from qdrant_guard import reads as _reads
+from tests.guardkit import hr_shared, make_kit, models, unit
+
+
+@pytest.fixture()
+def kit(tmp_path):
+    return make_kit(tmp_path)
+
+
+@pytest.fixture()
+def clock(monkeypatch):
+    """reads' monotonic clock, moved forward by ``clock.skip(seconds)``."""
+    real = _reads.time.monotonic
+    state = {"offset": 0.0}
+    monkeypatch.setattr(_reads, "time", types.SimpleNamespace(monotonic=lambda: real() + state["offset"]))
+    return types.SimpleNamespace(skip=lambda s: state.__setitem__("offset", state["offset"] + s))
+
+
+@pytest.fixture()
+def counts(monkeypatch):
+    """The ``count`` requests the guard sends to Qdrant (source sizes), as their filters."""
+    sent: list = []
+    original = qdrant_client.QdrantClient.count
+
+    def count(self, *args, **kwargs):
+        sent.append(kwargs.get("count_filter"))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(qdrant_client.QdrantClient, "count", count)
+    return sent
+
+
+def _payroll(kit, n):
+    """(owner, bob) on ``hr``: payroll points 0..n-1 (bob may see a fifth) and misc points 100..104."""
+    owner = hr_shared(kit, "hr", {"max_source_coverage": 0.2, "max_source_fraction": 1.0, "min_unique_sources": 1})
+    rng = np.random.default_rng(0)
+    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "payroll"}) for i in range(n)]
+                 + [models.PointStruct(id=100 + i, vector=unit(rng), payload={"source": "misc"}) for i in range(5)])
+    return owner, owner.with_principal(kit.principal(f"b-{uuid.uuid4().hex[:8]}", "support"))
+
+
+def _payroll_seen(points):
+    return sorted(p.id for p in points if p.payload.get("source") == "payroll")
+
+
+@pytest.mark.parametrize("method", ["scroll", "query_points"])
+def test_a_cached_source_size_is_recounted_once_its_time_is_up(kit, clock, counts, method):
+    owner, bob = _payroll(kit, 10)
+    query = unit(np.random.default_rng(1))
+
+    def read():
+        if method == "scroll":
+            return bob.scroll("hr", limit=50)[0]
+        return bob.query_points("hr", query=query, limit=30).points
+
+    first = _payroll_seen(read())
+    assert len(first) == 2  # cap floor(10 * 0.2) = 2
+    assert counts  # the sizes were counted
+    # payroll doubles: its cap becomes 4, but only once the cached size of 10 has expired.
+    rng = np.random.default_rng(2)
+    owner.upsert("hr", [models.PointStruct(id=10 + i, vector=unit(rng), payload={"source": "payroll"})
+                        for i in range(10)])
+    counts.clear()
+    assert _payroll_seen(read()) == first
+    assert counts == []  # both sizes still cached: no count sent (exclusion and admission alike)
+    clock.skip(_reads._SOURCE_SIZE_TTL_S + 1)
+    seen = _payroll_seen(read())
+    assert len(seen) == 4 and set(first) <= set(seen)
+    assert counts  # recounted, and the new size set the cap
+
+
+def test_cached_source_size_answers_only_while_fresh(kit, clock):
+    owner, bob = _payroll(kit, 10)
+    guard = bob._guard
+    assert guard.cached_source_size("hr", "payroll") is None  # nothing counted yet
+    bob.scroll("hr", limit=50)
+    assert guard.cached_source_size("hr", "payroll") == 10
+    assert guard.cached_source_size("other", "payroll") is None
+    clock.skip(_reads._SOURCE_SIZE_TTL_S + 1)
+    assert guard.cached_source_size("hr", "payroll") is None
+
+
+def test_parsed_uuid_ids_are_the_ids_parsed_each_time():
+    u = uuid.uuid4()
+    for form in (str(u), str(u).upper(), u.hex, "{%s}" % u, "urn:uuid:%s" % u):
+        for _ in range(2):  # the second answer comes from the parsed-id cache
+            assert _budget.normalize_point_id(form) == f"u:{u}"
+    for _ in range(2):  # a refusal is never cached as an answer
+        with pytest.raises(ValueError, match="is not a UUID string"):
+            _budget.normalize_point_id("not-a-uuid")
+
+
+def test_cached_decimal_ratios_give_the_exact_shares():
+    from fractions import Fraction
+    import math
+
+    for fraction in (0.1, 0.25, 0.3, 0.57, 1 / 3, 1.0, 0.0):
+        for _ in range(2):
+            for n in (0, 1, 7, 100, 12345):
+                assert _diversity.floor_share(n, fraction) == math.floor(n * Fraction(repr(fraction)))
+    for factor in (1.0, 1.5, 2.57, 3, 7.77):
+        for limit in (1, 3, 10, 333):
+            want = max(limit, min(1000, math.ceil(limit * Fraction(repr(float(factor))))))
+            assert _diversity.overfetch_limit(limit, factor=factor) == want
