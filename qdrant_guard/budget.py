@@ -119,10 +119,14 @@ def _check_points(keys: object, points: object) -> tuple[list[tuple[str, int]], 
     if isinstance(points, (str, bytes)) or not isinstance(points, Sequence):
         raise TypeError(f"points must be a sequence of (point_id, key_indices), not {type(points).__name__}")
     checked_points = []
+    nkeys = len(checked_keys)
     for index, pair in enumerate(points):
         if not isinstance(pair, tuple) or len(pair) != 2 or not isinstance(pair[0], str):
             raise TypeError(f"points[{index}] must be a (str point_id, key_indices) tuple")
         members = pair[1]
+        if _plain_members(members, nkeys):
+            checked_points.append((pair[0], list(members)))
+            continue
         if isinstance(members, (str, bytes)) or not isinstance(members, Sequence):
             raise TypeError(f"points[{index}] key_indices must be a sequence of int")
         members = [_check_int(f"points[{index}] key index", k, 0) for k in members]
@@ -130,6 +134,18 @@ def _check_points(keys: object, points: object) -> tuple[list[tuple[str, int]], 
             raise ValueError(f"points[{index}] key_indices must be distinct indices into keys")
         checked_points.append((pair[0], members))
     return checked_keys, checked_points
+
+
+def _plain_members(members: object, nkeys: int) -> bool:
+    """Whether ``members`` is a list or tuple of distinct plain ints in ``range(nkeys)``: what the
+    full checks of :func:`_check_points` accept unchanged, tested without them (the common case)."""
+    kind = type(members)
+    if kind is not list and kind is not tuple:
+        return False
+    for k in members:  # type: ignore[attr-defined]
+        if type(k) is not int or not 0 <= k < nkeys:
+            return False
+    return len(members) < 2 or len(set(members)) == len(members)  # type: ignore[arg-type]
 
 
 def _ids_by_key(nkeys: int, points: Sequence[tuple[str, Sequence[int]]]) -> list[list[str]]:
@@ -158,6 +174,11 @@ def normalize_point_id(point_id: int | str | uuid.UUID) -> str:
         TypeError: the id is neither an int, a str nor a UUID (``bool`` is rejected).
         ValueError: a negative int or a string that is not a UUID.
     """
+    kind = type(point_id)
+    if kind is int and point_id >= 0:  # type: ignore[operator]
+        return f"i:{point_id}"
+    if kind is str:
+        return _normalize_uuid_text(point_id)  # type: ignore[arg-type]
     if isinstance(point_id, bool) or not isinstance(point_id, (int, str, uuid.UUID)):
         raise TypeError(f"point id must be an int, a UUID or a UUID string, not {type(point_id).__name__}")
     if isinstance(point_id, int):
@@ -166,6 +187,18 @@ def normalize_point_id(point_id: int | str | uuid.UUID) -> str:
         return f"i:{point_id}"
     if isinstance(point_id, uuid.UUID):
         return f"u:{point_id}"
+    try:
+        return f"u:{uuid.UUID(point_id)}"
+    except ValueError:
+        raise ValueError(
+            f"point id {point_id!r} is not a UUID string; Qdrant ids are unsigned ints or UUIDs"
+        ) from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _normalize_uuid_text(point_id: str) -> str:
+    # normalize_point_id of a plain str: parsing a UUID costs more than the rest of a read's
+    # bookkeeping per point, and the same ids come back read after read. A ValueError is not cached.
     try:
         return f"u:{uuid.UUID(point_id)}"
     except ValueError:
@@ -1350,7 +1383,8 @@ class BudgetDecision:
 def _normalised_ids(charges: Sequence[tuple[str, Any, int]]) -> list[list[str]]:
     normalised = []
     for _, point_ids, _ in charges:
-        if isinstance(point_ids, (str, bytes)) or not isinstance(point_ids, Sequence):
+        if type(point_ids) is not list and (isinstance(point_ids, (str, bytes))
+                                            or not isinstance(point_ids, Sequence)):
             raise TypeError(f"point_ids must be a sequence of point ids, not {type(point_ids).__name__}")
         normalised.append([normalize_point_id(pid) for pid in point_ids])
     return normalised
@@ -1374,6 +1408,11 @@ def _rank_order(lists: Sequence[Sequence[str]]) -> list[str]:
     contradict each other (``[a, b]`` and ``[b, a]``) have no such order: the earliest unplaced
     id read first is then taken.
     """
+    # Lists that share no id (points of one source each, the common case) have no order between
+    # them: the walk below then places them one after the other, as this does without it.
+    joined = [pid for ids in lists for pid in dict.fromkeys(ids)]
+    if len(set(joined)) == len(joined):
+        return joined
     position: dict[str, int] = {}
     after: dict[str, set[str]] = {}
     waiting: dict[str, int] = {}
@@ -1426,6 +1465,8 @@ def _escape_part(text: str) -> str:
 
 def _unescape_part(text: str) -> str:
     # One pass, so an escaped "%" never joins the text after it into another escape.
+    if "%" not in text:
+        return text
     return re.sub("%(25|7C)", lambda m: "%" if m.group(1) == "25" else "|", text)
 
 
