@@ -36,6 +36,7 @@ Pagination (``offset``):
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -137,7 +138,8 @@ def floor_share(n: int, fraction: float) -> int:
     """
     _check_int("n", n, 0)
     fraction = _check_fraction("fraction", fraction, allow_zero=True)
-    return math.floor(n * Fraction(repr(fraction)))
+    numerator, denominator = _decimal_ratio(fraction)
+    return n * numerator // denominator
 
 
 def source_cap(k: int, max_source_fraction: float) -> int:
@@ -188,8 +190,16 @@ def overfetch_limit(limit: int, *, factor: float, max_limit: int = 1000) -> int:
         raise TypeError(f"factor must be a float, not {type(factor).__name__}")
     if not (math.isfinite(factor) and factor >= 1.0):
         raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
-    wanted = math.ceil(limit * Fraction(repr(float(factor))))
+    numerator, denominator = _decimal_ratio(float(factor))
+    wanted = -(-limit * numerator // denominator)  # the exact ceiling
     return max(limit, min(max_limit, wanted))
+
+
+@functools.lru_cache(maxsize=256)
+def _decimal_ratio(value: float) -> tuple[int, int]:
+    # The decimal the caller wrote (the shortest repr of the float), as an exact ratio: a Fraction
+    # parsed on every read cost more than the cap it computes; policies hold few distinct values.
+    return Fraction(repr(value)).as_integer_ratio()
 
 
 def _source_names(
@@ -199,6 +209,9 @@ def _source_names(
     names = []
     for index, item in enumerate(items):
         value = source_of(item)
+        if type(value) is tuple and len(value) == 1 and type(value[0]) is str:
+            names.append(value)  # one source, as every check below would leave it
+            continue
         several = value if isinstance(value, (list, tuple)) else () if value is None else (value,)
         for name in several:
             if not isinstance(name, str):

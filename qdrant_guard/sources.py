@@ -16,6 +16,8 @@ _KEY_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
 def field_value(payload: Any, field_name: str) -> Any:
     """The payload value at ``field_name``, read like Qdrant reads a filter key (dotted paths reach
     nested payload, e.g. langchain's ``metadata.source``); None when absent."""
+    if type(payload) is dict and "." not in field_name:  # one key of a plain dict: read it directly
+        return payload.get(field_name)
     node: Any = payload or {}
     for part in field_name.split("."):
         if not isinstance(node, dict):
@@ -29,6 +31,8 @@ def payload_sources(payload: Any, field_name: str) -> tuple[str, ...]:
     several (Qdrant matches ``MatchValue("memo")`` against ``["memo", "q3"]``, and counts the point
     in memo's size)."""
     node = field_value(payload, field_name)
+    if type(node) is str:  # one plain string, what a source field holds most of the time
+        return (node,) if node else ()
     values = node if isinstance(node, list) else [node]
     # An empty string names no source (a budget key needs a name): it counts as missing.
     return tuple(dict.fromkeys(str(v) for v in values
