@@ -1459,6 +1459,12 @@ def _floor_share(n: int, fraction: float) -> int:
     return n * numerator // denominator
 
 
+@functools.lru_cache(maxsize=4096)
+def _source_key(principal: str, collection: str, source: str) -> str:
+    # ExtractionBudget.budget_key of checked plain strings: a read builds one per source it returns.
+    return "src|" + "|".join(_escape_part(p) for p in (principal, collection, source))
+
+
 def _escape_part(text: str) -> str:
     return text.replace("%", "%25").replace("|", "%7C")
 
@@ -1499,6 +1505,9 @@ class ExtractionBudget:
             TypeError: a part is not a str.
             ValueError: a part is empty.
         """
+        if type(principal) is str and type(collection) is str and type(source) is str \
+                and principal and collection and source:
+            return _source_key(principal, collection, source)
         parts = (_check_str("principal", principal), _check_str("collection", collection), _check_str("source", source))
         return "src|" + "|".join(_escape_part(p) for p in parts)
 

@@ -341,13 +341,17 @@ class ReadOps(PayloadOps, QueryChecks):
         coverage = pol.diversity.max_source_coverage
         cap_for = self.extraction_budget(pol).cap_for
         cached = self.cached_source_size
+        caps: dict[int, int] = {}  # size -> cap: the listing holds every source the principal read
         for source, ids in (listed or {}).items():
             if restricted and source not in restricted:
                 continue
             size = cached(account, source)
             if size is None:
                 size = yield from self.source_size(account, pol, source)
-            if len(ids) >= cap_for(size, coverage):
+            cap = caps.get(size)
+            if cap is None:
+                cap = caps[size] = cap_for(size, coverage)
+            if len(ids) >= cap:
                 exclusion.sources[source] = ids
         # A source too small for a single point (cap 0) admits nothing, so the store lists no key
         # for it; those this process has sized are excluded up front rather than found mid-read.

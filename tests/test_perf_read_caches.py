@@ -116,3 +116,21 @@ def test_cached_decimal_ratios_give_the_exact_shares():
         for limit in (1, 3, 10, 333):
             want = max(limit, min(1000, math.ceil(limit * Fraction(repr(float(factor))))))
             assert _diversity.overfetch_limit(limit, factor=factor) == want
+
+
+def test_cached_budget_keys_are_the_keys_built_each_time():
+    key = _budget.ExtractionBudget.budget_key
+    for parts in (("bob", "hr", "payroll"), ("a|b", "c", "d"), ("a", "b|c", "d"), ("100%", "x%7C", "|%|")):
+        built = "src|" + "|".join(p.replace("%", "%25").replace("|", "%7C") for p in parts)
+        for _ in range(2):  # the second answer comes from the key cache
+            assert key(*parts) == built
+    assert key("a|b", "c", "d") != key("a", "b|c", "d")
+
+    class Named(str):
+        pass
+
+    assert key(Named("bob"), "hr", "payroll") == key("bob", "hr", "payroll")  # a str subclass: checked path
+    for bad, err in ((("", "hr", "s"), ValueError), (("bob", "hr", 7), TypeError), (("bob", None, "s"), TypeError)):
+        for _ in range(2):
+            with pytest.raises(err):
+                key(*bad)
