@@ -406,6 +406,10 @@ class MemoryBudgetStore(_CountingStore):
         # Key -> keys by their part up to the last "|" (the budget's principal|collection| group),
         # so listing one principal's sources in a collection does not walk every key.
         self._groups: dict[str, set[str]] = {}
+        # Key -> frozenset of its ids, kept while they stay the same: every budgeted read lists all
+        # of the principal's sources (entries_by_prefix), and most of them did not change since.
+        # Dropped wherever an id is added or removed (admissions, expiry, _drop, reset).
+        self._frozen: dict[str, frozenset[str]] = {}
 
     def _put(self, key: str, entries: OrderedDict[str, float]) -> None:
         if key not in self._keys:
@@ -413,6 +417,7 @@ class MemoryBudgetStore(_CountingStore):
         self._keys[key] = entries
 
     def _drop(self, key: str) -> None:
+        self._frozen.pop(key, None)
         if self._keys.pop(key, None) is not None:
             group = key[: key.rfind("|") + 1]
             members = self._groups[group]
@@ -429,6 +434,7 @@ class MemoryBudgetStore(_CountingStore):
         cutoff = now - window_s
         while entries and next(iter(entries.values())) < cutoff:
             entries.popitem(last=False)
+            self._frozen.pop(key, None)
         if not entries:
             self._drop(key)
             return None, now
@@ -456,6 +462,8 @@ class MemoryBudgetStore(_CountingStore):
                 flags.append(True)
             else:
                 flags.append(False)
+        if len(entries) != before:  # after _expire, ids are only added
+            self._frozen.pop(key, None)
         if entries:
             self._put(key, entries)
         return flags, before, len(entries)
@@ -475,7 +483,9 @@ class MemoryBudgetStore(_CountingStore):
                         sets[k][pid] = live[k][1]
                         sets[k].move_to_end(pid)
                 released.append(ok)
-            for (key, _), entries in zip(keys, sets):
+            for (key, _), entries, count in zip(keys, sets, before):
+                if len(entries) != count:  # after _expire, ids are only added
+                    self._frozen.pop(key, None)
                 if entries:
                     self._put(key, entries)
             return released, [(b, len(entries)) for b, entries in zip(before, sets)]
@@ -490,6 +500,7 @@ class MemoryBudgetStore(_CountingStore):
             if key is None:
                 self._keys.clear()
                 self._groups.clear()
+                self._frozen.clear()
             else:
                 self._drop(key)
 
@@ -499,15 +510,18 @@ class MemoryBudgetStore(_CountingStore):
             keys = [key for group, members in self._groups.items()
                     if group.startswith(prefix) or prefix.startswith(group)
                     for key in members if key.startswith(prefix)]
-            found = {key: self._live_ids(self._keys[key], window_s, now) for key in keys}
+            found = {key: self._live_ids(key, window_s, now) for key in keys}
         return {key: ids for key, ids in found.items() if ids}
 
-    @staticmethod
-    def _live_ids(entries: OrderedDict[str, float], window_s: float, now: float) -> frozenset[str]:
+    def _live_ids(self, key: str, window_s: float, now: float) -> frozenset[str]:
         # Entries are in timestamp order (oldest first): when the oldest is still in the window, so
         # is every id, which is the common case and needs no pass over the timestamps.
+        entries = self._keys[key]
         if entries and next(iter(entries.values())) >= max(now, next(reversed(entries.values()))) - window_s:
-            return frozenset(entries)
+            frozen = self._frozen.get(key)
+            if frozen is None:
+                frozen = self._frozen[key] = frozenset(entries)
+            return frozen
         return _in_window(entries.items(), window_s, now)
 
 

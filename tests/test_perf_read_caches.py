@@ -134,3 +134,68 @@ def test_cached_budget_keys_are_the_keys_built_each_time():
         for _ in range(2):
             with pytest.raises(err):
                 key(*bad)
+
+
+# -- the memory store's listing keeps each key's ids while they are unchanged ---------------------
+W = 100.0
+
+
+def _listed(store, now):
+    return {key[len("src|p|c|"):]: set(ids) for key, ids in store.entries_by_prefix("src|p|c|", window_s=W, now=now).items()}
+
+
+def test_listing_follows_admit_points():
+    store = _budget.MemoryBudgetStore()
+    store.admit_points([("src|p|c|s", 5)], [("a", [0])], window_s=W, now=1.0)
+    assert _listed(store, 2.0) == {"s": {"a"}}
+    store.admit_points([("src|p|c|s", 5), ("src|p|c|t", 5)], [("b", [0, 1])], window_s=W, now=3.0)
+    assert _listed(store, 4.0) == {"s": {"a", "b"}, "t": {"b"}}
+    store.admit_points([("src|p|c|s", 5)], [("a", [0])], window_s=W, now=5.0)  # a re-read adds nothing
+    assert _listed(store, 6.0) == {"s": {"a", "b"}, "t": {"b"}}
+
+
+def test_listing_follows_admit_many():
+    store = _budget.MemoryBudgetStore()
+    store.admit("src|p|c|s", ["a"], cap=5, window_s=W, now=1.0)
+    assert _listed(store, 2.0) == {"s": {"a"}}
+    store.admit_many_counted([("src|p|c|s", ["b"], 5), ("src|p|c|s", ["c"], 5)], window_s=W, now=3.0)
+    assert _listed(store, 4.0) == {"s": {"a", "b", "c"}}
+    store.admit("src|p|c|s", ["d"], cap=3, window_s=W, now=5.0)  # withheld: nothing added
+    assert _listed(store, 6.0) == {"s": {"a", "b", "c"}}
+
+
+def test_listing_follows_expiry_drop_and_reset():
+    store = _budget.MemoryBudgetStore()
+    store.admit("src|p|c|s", ["a"], cap=5, window_s=W, now=0.0)
+    store.admit("src|p|c|s", ["b"], cap=5, window_s=W, now=50.0)
+    store.admit("src|p|c|t", ["x"], cap=5, window_s=W, now=50.0)
+    assert _listed(store, 60.0) == {"s": {"a", "b"}, "t": {"x"}}
+    assert store.seen("src|p|c|s", window_s=W, now=120.0) == 1  # expires a
+    assert _listed(store, 60.0) == {"s": {"b"}, "t": {"x"}}
+    assert store.seen("src|p|c|s", window_s=W, now=500.0) == 0  # expires b: the key is dropped
+    assert _listed(store, 60.0) == {"t": {"x"}}
+    store.admit("src|p|c|s", ["c"], cap=5, window_s=W, now=60.0)
+    assert _listed(store, 61.0) == {"s": {"c"}, "t": {"x"}}
+    store.reset("src|p|c|s")
+    store.admit("src|p|c|s", ["d"], cap=5, window_s=W, now=62.0)
+    assert _listed(store, 63.0) == {"s": {"d"}, "t": {"x"}}
+    store.reset()
+    store.admit_points([("src|p|c|t", 5)], [("y", [0])], window_s=W, now=64.0)
+    assert _listed(store, 65.0) == {"t": {"y"}}
+
+
+def test_listing_holds_no_ids_of_keys_gone():
+    # The kept frozensets must not outlive their keys (a dropped or reset key's ids are not kept).
+    store = _budget.MemoryBudgetStore()
+    store.admit("src|p|c|s", ["a"], cap=5, window_s=W, now=0.0)
+    store.admit("src|p|c|t", ["x"], cap=5, window_s=W, now=0.0)
+    assert _listed(store, 1.0) == {"s": {"a"}, "t": {"x"}}
+    assert store.seen("src|p|c|s", window_s=W, now=500.0) == 0
+    assert set(store._frozen) == {"src|p|c|t"}
+    assert _listed(store, 1.0) == {"t": {"x"}}
+    store.reset("src|p|c|t")
+    assert store._frozen == {}
+    store.admit("src|p|c|t", ["y"], cap=5, window_s=W, now=2.0)
+    assert _listed(store, 3.0) == {"t": {"y"}}
+    store.reset()
+    assert store._frozen == {}
