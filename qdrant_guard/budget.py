@@ -187,12 +187,7 @@ def normalize_point_id(point_id: int | str | uuid.UUID) -> str:
         return f"i:{point_id}"
     if isinstance(point_id, uuid.UUID):
         return f"u:{point_id}"
-    try:
-        return f"u:{uuid.UUID(point_id)}"
-    except ValueError:
-        raise ValueError(
-            f"point id {point_id!r} is not a UUID string; Qdrant ids are unsigned ints or UUIDs"
-        ) from None
+    return _normalize_uuid_text(str.__str__(point_id))  # a str subclass: read as its plain text
 
 
 @functools.lru_cache(maxsize=4096)
