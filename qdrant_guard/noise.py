@@ -296,7 +296,8 @@ def privatize(
 
     Args:
         vectors: one vector ``(d,)`` or a batch ``(n, d)`` of float32/float64 (any strides,
-            read-only is fine; never modified).
+            read-only is fine; never modified). Float64 coordinates below 2^-511 in magnitude
+            are read as 0 (see the module docstring).
         mechanism: ``"gaussian"`` or ``"laplace_l2"`` (see the module docstring).
         epsilon: privacy loss at L2 distance ``radius``.
         radius: protected L2 radius (the sensitivity).
