@@ -15,6 +15,23 @@ from collections import defaultdict
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """Run each group's tests back to back. Parametrised suites define the baseline for every size
+    first and the candidates after (bench_noise: all baselines, then all privatize), so a ratio
+    of medians compared timings taken a minute or more apart, and the shared VM's speed moves on
+    that scale. Items with the same ``label``/``group`` parameter are moved together, at the
+    place of the first one; nothing else changes order."""
+    first: dict[tuple, int] = {}
+    keys = []
+    for index, item in enumerate(items):
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        label = params.get("label", params.get("group"))
+        tag = (item.fspath, label) if label is not None else (item.fspath, "#", index)
+        keys.append(first.setdefault(tag, index))
+    order = sorted(range(len(items)), key=lambda i: (keys[i], i))
+    items[:] = [items[i] for i in order]
+
+
 def _median(bench) -> float:
     stats = getattr(bench, "stats", None)
     stats = getattr(stats, "stats", stats)
