@@ -1422,6 +1422,11 @@ def _rank_order(lists: Sequence[Sequence[str]]) -> list[str]:
     joined = [pid for ids in lists for pid in dict.fromkeys(ids)]
     if len(set(joined)) == len(joined):
         return joined
+    return _rank_walk(lists)
+
+
+def _rank_walk(lists: Sequence[Sequence[str]]) -> list[str]:
+    # _rank_order's general case: a topological walk that places the earliest-read ready id first.
     position: dict[str, int] = {}
     after: dict[str, set[str]] = {}
     waiting: dict[str, int] = {}

@@ -199,3 +199,38 @@ def test_listing_holds_no_ids_of_keys_gone():
     assert _listed(store, 3.0) == {"t": {"y"}}
     store.reset()
     assert store._frozen == {}
+
+
+# -- fast paths against the general code they skip --------------------------------------------------
+
+def test_rank_order_of_disjoint_lists_is_the_walks_order():
+    # The shortcut (lists sharing no id are placed one after the other) must give what the
+    # topological walk gives; lists that share ids still take the walk.
+    rng = np.random.default_rng(3)
+    for _ in range(500):
+        ids = [f"i:{k}" for k in rng.permutation(40)]
+        cuts = sorted(rng.choice(np.arange(1, 40), size=int(rng.integers(0, 6)), replace=False).tolist())
+        lists = [ids[a:b] for a, b in zip([0, *cuts], [*cuts, 40])]
+        lists = [chunk + chunk[: int(rng.integers(0, 3))] for chunk in lists]  # repeats inside a list
+        assert _budget._rank_order(lists) == _budget._rank_walk(lists)
+        shared = [*lists, [lists[0][0], ids[-1]]]
+        assert _budget._rank_order(shared) == _budget._rank_walk(shared)
+
+
+class _Members(list):
+    """A list subclass: not a plain list, so _check_points takes its general checks."""
+
+
+@pytest.mark.parametrize("members", [[0, 2], (1,), [], [2, 0, 1], [0, 0], [3], [-1], [True], [1.0],
+                                     [np.int64(1)], "01", None, [0, 1, 2, 3]])
+def test_plain_key_indices_decide_as_the_general_checks(members):
+    keys = [("k0", 1), ("k1", 2), ("k2", 3)]
+
+    def outcome(value):
+        try:
+            return _budget._check_points(keys, [("i:1", value)])
+        except (TypeError, ValueError) as exc:
+            return type(exc)
+
+    general = outcome(_Members(members) if isinstance(members, (list, tuple)) else members)
+    assert outcome(members) == general
