@@ -175,7 +175,7 @@ def lattice_step(scale: float) -> float:
 
 
 def _guarantee(mechanism: str, epsilon: float, delta: float, radius: float, clip_norm: float | None,
-               scale: float, step: float, sensitivity: float, dim: int) -> str:
+               scale: float, step: float, sensitivity: float, dim: int, dtype: str) -> str:
     if clip_norm is None:
         inputs = f"any two inputs (as given, not clipped) within L2 distance radius={radius:g}"
     else:
@@ -184,13 +184,15 @@ def _guarantee(mechanism: str, epsilon: float, delta: float, radius: float, clip
         inputs += ", so with radius >= 2*clip_norm this covers every pair)" if radius >= 2 * clip_norm else ")"
     lattice = (f"calibrated for L2 sensitivity {sensitivity:.9g} = radius + sqrt({dim})*{step:g} to "
                f"cover snapping the output to multiples of {step:g}")
+    read = " Inputs are float64: coordinates below 2^-511 in magnitude are read as 0 first." \
+        if dtype == "float64" else ""
     if mechanism == "gaussian":
         return (f"gaussian: (epsilon={epsilon:g}, delta={delta:g})-differential privacy per released "
                 f"vector between {inputs}; analytic Gaussian mechanism with sigma={scale:.9g} per "
-                f"coordinate, {lattice}.")
+                f"coordinate, {lattice}.{read}")
     return (f"laplace_l2: epsilon={epsilon:g} at L2 distance radius={radius:g} (metric DP, "
             f"delta=0: log-likelihood ratio <= epsilon*distance/radius) per released vector between "
-            f"{inputs}; multivariate L2 Laplace with Gamma({dim}) norm scale={scale:.9g}, {lattice}.")
+            f"{inputs}; multivariate L2 Laplace with Gamma({dim}) norm scale={scale:.9g}, {lattice}.{read}")
 
 
 @lru_cache(maxsize=1024, typed=True)  # typed: True must not hit the entry of 1.0 and skip the checks
@@ -227,7 +229,7 @@ def _params(mechanism: Any, epsilon: Any, delta: Any, radius: Any, clip_norm: An
         mechanism=mechanism, mechanism_version=MECHANISM_VERSION, epsilon=eps, delta=dlt,
         radius=rad, clip_norm=clip, scale=scale, lattice_step=step, rng_id=rng_id, dim=dim,
         dtype=dtype,
-        guarantee=_guarantee(mechanism, eps, dlt, rad, clip, scale, step, sensitivity, dim),
+        guarantee=_guarantee(mechanism, eps, dlt, rad, clip, scale, step, sensitivity, dim, dtype),
     )
 
 

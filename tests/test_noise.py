@@ -254,6 +254,12 @@ def test_unclipped_guarantee_says_inputs_as_given():
     assert p.rng_id == noise.RNG_PRODUCTION
 
 
+def test_a_float64_guarantee_says_tiny_coordinates_are_read_as_zero():
+    kw = dict(mechanism="gaussian", epsilon=1.0, radius=1.0, delta=1e-6)
+    assert "below 2^-511 in magnitude are read as 0" in noise.privatize(np.ones(4), **kw)[1].guarantee
+    assert "2^-511" not in noise.privatize(np.ones(4, np.float32), **kw)[1].guarantee
+
+
 # ------------------------------------------------------------------ public API
 def test_privatize_outputs_on_lattice_and_shape():
     x = np.random.default_rng(0).normal(size=(5, 64)).astype(np.float32)
