@@ -1522,8 +1522,8 @@ class ExtractionBudget:
         if type(principal) is str and type(collection) is str and type(source) is str \
                 and principal and collection and source:
             return _source_key(principal, collection, source)
-        parts = (_check_str("principal", principal), _check_str("collection", collection), _check_str("source", source))
-        return "src|" + "|".join(_escape_part(p) for p in parts)
+        return _source_key(_check_str("principal", principal), _check_str("collection", collection),
+                           _check_str("source", source))
 
     def admitted_by_source(self, *, principal: str, collection: str) -> dict[str, frozenset[str]] | None:
         """Return source -> the point ids (normalised) the principal holds within the window.

@@ -487,17 +487,15 @@ class ReadOps(PayloadOps, QueryChecks):
 
     def source_size(self, name: str, pol: CollectionPolicy, source: str) -> Any:
         """Number of points of ``source`` in the collection (counted exactly, cached briefly)."""
-        cache = self.shared.setdefault("source_sizes", {})
-        key = (name, source)
-        hit = cache.get(key)
+        hit = self.cached_source_size(name, source)
+        if hit is not None:
+            return hit
         now = time.monotonic()
-        if hit is not None and now - hit[0] < _SOURCE_SIZE_TTL_S:
-            return hit[1]
         flt = models.Filter(should=[models.FieldCondition(key=pol.source_field, match=models.MatchValue(value=v))
                                     for v in _stored_forms(source)]) \
             if source != "__unknown__" else models.Filter(must=[models.IsEmptyCondition(is_empty=models.PayloadField(key=pol.source_field))])
         res = yield Call("count", {"collection_name": name, "count_filter": flt, "exact": True})
-        cache[key] = (now, int(res.count))
+        self.shared.setdefault("source_sizes", {})[(name, source)] = (now, int(res.count))
         return int(res.count)
 
     def extraction_budget(self, pol: CollectionPolicy) -> Any:
