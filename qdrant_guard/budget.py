@@ -405,14 +405,20 @@ class MemoryBudgetStore(_CountingStore):
         # of the principal's sources (entries_by_prefix), and most of them did not change since.
         # Dropped wherever an id is added or removed (admissions, expiry, _drop, reset).
         self._frozen: dict[str, frozenset[str]] = {}
+        # Key -> (oldest, newest timestamp, frozenset) of its entries, kept while they stay the same:
+        # the listing's window check then needs no pass over them. Dropped wherever an entry is
+        # added, refreshed or removed (_put after every admission, expiry, _drop, reset).
+        self._spans: dict[str, tuple[float, float, frozenset[str]]] = {}
 
     def _put(self, key: str, entries: OrderedDict[str, float]) -> None:
+        self._spans.pop(key, None)
         if key not in self._keys:
             self._groups.setdefault(key[: key.rfind("|") + 1], set()).add(key)
         self._keys[key] = entries
 
     def _drop(self, key: str) -> None:
         self._frozen.pop(key, None)
+        self._spans.pop(key, None)
         if self._keys.pop(key, None) is not None:
             group = key[: key.rfind("|") + 1]
             members = self._groups[group]
@@ -430,6 +436,7 @@ class MemoryBudgetStore(_CountingStore):
         while entries and next(iter(entries.values())) < cutoff:
             entries.popitem(last=False)
             self._frozen.pop(key, None)
+            self._spans.pop(key, None)
         if not entries:
             self._drop(key)
             return None, now
@@ -496,6 +503,7 @@ class MemoryBudgetStore(_CountingStore):
                 self._keys.clear()
                 self._groups.clear()
                 self._frozen.clear()
+                self._spans.clear()
             else:
                 self._drop(key)
 
@@ -505,18 +513,32 @@ class MemoryBudgetStore(_CountingStore):
             keys = [key for group, members in self._groups.items()
                     if group.startswith(prefix) or prefix.startswith(group)
                     for key in members if key.startswith(prefix)]
-            found = {key: self._live_ids(key, window_s, now) for key in keys}
-        return {key: ids for key, ids in found.items() if ids}
+            found = {}
+            for key in keys:  # _live_ids, inlined: a read lists every source of its principal
+                span = self._spans.get(key)
+                if span is None:
+                    ids = self._live_ids(key, window_s, now)
+                else:
+                    oldest, newest, ids = span
+                    if oldest < (now if now > newest else newest) - window_s:
+                        ids = self._live_ids(key, window_s, now)
+                if ids:
+                    found[key] = ids
+        return found
 
     def _live_ids(self, key: str, window_s: float, now: float) -> frozenset[str]:
         # Entries are in timestamp order (oldest first): when the oldest is still in the window, so
         # is every id, which is the common case and needs no pass over the timestamps.
         entries = self._keys[key]
-        if entries and next(iter(entries.values())) >= max(now, next(reversed(entries.values()))) - window_s:
-            frozen = self._frozen.get(key)
-            if frozen is None:
-                frozen = self._frozen[key] = frozenset(entries)
-            return frozen
+        if entries:
+            values = entries.values()
+            oldest, newest = next(iter(values)), next(reversed(values))
+            if oldest >= max(now, newest) - window_s:
+                frozen = self._frozen.get(key)
+                if frozen is None:
+                    frozen = self._frozen[key] = frozenset(entries)
+                self._spans[key] = (oldest, newest, frozen)
+                return frozen
         return _in_window(entries.items(), window_s, now)
 
 
@@ -1546,7 +1568,13 @@ class ExtractionBudget:
         prefix = "src|" + "|".join(_escape_part(p) for p in parts) + "|"
         now = _check_real("clock()", self.clock(), positive=False)
         found = listing(prefix, window_s=self.window_s, now=now)
-        return {_unescape_part(key[len(prefix):]): frozenset(ids) for key, ids in found.items()}
+        cut = len(prefix)
+        out = {}
+        for key, ids in found.items():  # a read lists every source of its principal
+            source = key[cut:]
+            out[_unescape_part(source) if "%" in source else source] = \
+                ids if type(ids) is frozenset else frozenset(ids)
+        return out
 
     @staticmethod
     def _vector_key(principal: str, collection: str) -> str:
