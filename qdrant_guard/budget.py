@@ -111,6 +111,10 @@ def _check_points(keys: object, points: object) -> tuple[list[tuple[str, int]], 
         raise TypeError(f"keys must be a sequence of (key, cap), not {type(keys).__name__}")
     checked_keys = []
     for index, pair in enumerate(keys):
+        if type(pair) is tuple and len(pair) == 2 and type(pair[0]) is str and pair[0] \
+                and type(pair[1]) is int and pair[1] >= 0:
+            checked_keys.append(pair)  # a plain (key, cap), as the checks below would pass it
+            continue
         if not isinstance(pair, tuple) or len(pair) != 2:
             raise TypeError(f"keys[{index}] must be a (key, cap) tuple")
         checked_keys.append((_check_str("key", pair[0]), _check_count("cap", pair[1])))
@@ -442,6 +446,17 @@ class MemoryBudgetStore(_CountingStore):
             return None, now
         return entries, now
 
+    def _expire_listed(self, key: str, window_s: float, now: float) -> tuple[OrderedDict[str, float] | None, float]:
+        # _expire, answered from the key's kept span when it has one and nothing is due to expire:
+        # a read's admission follows its listing, which keeps the span of every key it lists.
+        span = self._spans.get(key)
+        if span is not None:
+            newest = span[1]
+            stamp = now if now > newest else newest
+            if span[0] >= stamp - window_s:
+                return self._keys[key], stamp
+        return self._expire(key, window_s, now)
+
     def _admit_many(
         self, requests: list[tuple[str, list[str], int]], window_s: float, now: float
     ) -> list[tuple[list[bool], int, int]]:
@@ -474,7 +489,7 @@ class MemoryBudgetStore(_CountingStore):
         self, keys: list[tuple[str, int]], points: list[tuple[str, list[int]]], window_s: float, now: float
     ) -> tuple[list[bool], list[tuple[int, int]]]:
         with self._lock:
-            live = [self._expire(key, window_s, now) for key, _ in keys]
+            live = [self._expire_listed(key, window_s, now) for key, _ in keys]
             sets = [entries if entries is not None else OrderedDict() for entries, _ in live]
             before = [len(entries) for entries in sets]
             released = []
@@ -510,9 +525,12 @@ class MemoryBudgetStore(_CountingStore):
     def _entries_by_prefix(self, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]]:
         with self._lock:
             # A key starts with prefix only if its group does, or the prefix runs past its group.
-            keys = [key for group, members in self._groups.items()
-                    if group.startswith(prefix) or prefix.startswith(group)
-                    for key in members if key.startswith(prefix)]
+            keys: list[str] = []
+            for group, members in self._groups.items():
+                if group.startswith(prefix):
+                    keys.extend(members)  # each key starts with its group
+                elif prefix.startswith(group):
+                    keys.extend(key for key in members if key.startswith(prefix))
             found = {}
             for key in keys:  # _live_ids, inlined: a read lists every source of its principal
                 span = self._spans.get(key)

@@ -244,6 +244,7 @@ class ReadOps(PayloadOps, QueryChecks):
             for source in sources_of(p) or ("__unknown__",):
                 by_source.setdefault(source, []).append(p)
         restricted = pol.diversity.restricted_sources
+        cached = self.cached_source_size
         requests: dict[str, tuple[list[Any], int]] = {}
         for source, group in by_source.items():
             if restricted and source not in restricted:
@@ -251,7 +252,7 @@ class ReadOps(PayloadOps, QueryChecks):
             # A source holds at least the distinct points just returned from it, whatever the count
             # said (retrieve returns a record once per requested id, so the same point can repeat).
             distinct = len({normalize_point_id(p.id) for p in group})
-            size = self.cached_source_size(account, source)
+            size = cached(account, source)
             if size is None:
                 size = yield from self.source_size(account, pol, source)
             size = max(size, distinct)
@@ -280,6 +281,8 @@ class ReadOps(PayloadOps, QueryChecks):
             if plan is not None:
                 plan.withheld_sources.update(report)
                 plan.withheld_ids.update(withheld)
+        if not withheld and not restricted:
+            return list(pts)  # every id was normalised above (into a request), and none is withheld
         return [p for p in pts if normalize_point_id(p.id) not in withheld]
 
     def apply_vector_budget(self, op: str, name: str, pol: CollectionPolicy, pts: list[Any], details: dict[str, Any],
@@ -341,12 +344,16 @@ class ReadOps(PayloadOps, QueryChecks):
         coverage = pol.diversity.max_source_coverage
         cap_for = self.extraction_budget(pol).cap_for
         cached = self.cached_source_size
+        sizes = self.shared.get("source_sizes", {})
         caps: dict[int, int] = {}  # size -> cap: the listing holds every source the principal read
         for source, ids in (listed or {}).items():
             if restricted and source not in restricted:
                 continue
-            size = cached(account, source)
-            if size is None:
+            # cached_source_size, inlined: the listing holds every source the principal read.
+            hit = sizes.get((account, source))
+            if hit is not None and time.monotonic() - hit[0] < _SOURCE_SIZE_TTL_S:
+                size = hit[1]
+            else:
                 size = yield from self.source_size(account, pol, source)
             cap = caps.get(size)
             if cap is None:

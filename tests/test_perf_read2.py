@@ -11,55 +11,72 @@ from qdrant_guard import budget as _budget
 WINDOWS = (50.0, 100.0)
 
 
-def _general_listing(store, prefix, window_s, now):
-    # What entries_by_prefix lists, read off every key's entries with no kept state.
-    return {key: _budget._in_window(entries.items(), window_s, now)
-            for key, entries in store._keys.items()
-            if key.startswith(prefix) and _budget._in_window(entries.items(), window_s, now)}
+class _General(_budget.MemoryBudgetStore):
+    """The memory store with the listing and expiry read off every entry: no kept state used."""
+
+    def _expire_listed(self, key, window_s, now):
+        return self._expire(key, window_s, now)
+
+    def _entries_by_prefix(self, prefix, window_s, now):
+        with self._lock:
+            found = {key: _budget._in_window(entries.items(), window_s, now)
+                     for key, entries in self._keys.items() if key.startswith(prefix)}
+        return {key: ids for key, ids in found.items() if ids}
 
 
-def _random_step(store, rng, keys, ids, now):
+def _random_step(stores, rng, keys, ids, now):
     window = float(rng.choice(WINDOWS))
     kind = int(rng.integers(0, 6))
     picked = [str(i) for i in rng.choice(ids, size=int(rng.integers(1, 5)))]
     if kind == 0:
-        store.admit(str(rng.choice(keys)), picked, cap=int(rng.integers(0, 6)), window_s=window, now=now)
-    elif kind == 1:
+        key, cap = str(rng.choice(keys)), int(rng.integers(0, 6))
+        return [s.admit_counted(key, picked, cap=cap, window_s=window, now=now) for s in stores]
+    if kind == 1:
         chosen = list(dict.fromkeys(str(k) for k in rng.choice(keys, size=int(rng.integers(1, 4)))))
         points = [(pid, sorted(set(int(m) for m in rng.choice(len(chosen), size=int(rng.integers(1, len(chosen) + 1))))))
                   for pid in dict.fromkeys(picked)]
-        store.admit_points([(k, int(rng.integers(0, 6))) for k in chosen], points, window_s=window, now=now)
-    elif kind == 2:
-        store.admit_many_counted([(str(rng.choice(keys)), picked, int(rng.integers(0, 6)))],
-                                 window_s=window, now=now)
-    elif kind == 3:
-        store.seen(str(rng.choice(keys)), window_s=window, now=now)
-    elif kind == 4 and rng.random() < 0.2:
-        store.reset(str(rng.choice(keys)) if rng.random() < 0.8 else None)
+        caps = [(k, int(rng.integers(0, 6))) for k in chosen]
+        return [s.admit_points(caps, points, window_s=window, now=now) for s in stores]
+    if kind == 2:
+        request = [(str(rng.choice(keys)), picked, int(rng.integers(0, 6)))]
+        return [s.admit_many_counted(request, window_s=window, now=now) for s in stores]
+    if kind == 3:
+        key = str(rng.choice(keys))
+        return [s.seen(key, window_s=window, now=now) for s in stores]
+    if kind == 4 and rng.random() < 0.2:
+        key = str(rng.choice(keys)) if rng.random() < 0.8 else None
+        return [s.reset(key) for s in stores]
+    return [None, None]
+
+
+PREFIXES = ["src|p|c|", "src|p|", "src|", "src|q|c|", "src|p|c|s1", "src|p|c|s", "src|p|d", ""]
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_kept_spans_list_what_a_pass_over_every_entry_lists(seed):
+def test_kept_spans_decide_and_list_as_a_pass_over_every_entry(seed):
     # Admissions (adding, refreshing, withholding), expiry, resets and listings interleaved, at
-    # times that jump forward and back, under two window lengths sharing the keys: every listing
-    # must equal the general pass over the raw entries.
+    # times that jump forward and back, under two window lengths sharing the keys: the store with
+    # kept spans answers every call as the store that reads every entry, and holds the same entries.
     rng = np.random.default_rng(seed)
-    store = _budget.MemoryBudgetStore()
+    fast, general = stores = (_budget.MemoryBudgetStore(), _General())
     keys = [f"src|p|c|s{i}" for i in range(4)] + ["src|p|d|s0", "src|q|c|s0"]
     ids = np.arange(12)
     now = 0.0
     listings = 0
     for _ in range(1500):
         now = max(0.0, now + float(rng.choice([0.0, 1.0, 7.0, 30.0, 60.0, -20.0, 0.5])))
-        _random_step(store, rng, keys, ids, now)
+        got, want = _random_step(stores, rng, keys, ids, now)
+        assert got == want
         for _ in range(int(rng.integers(0, 3))):
-            prefix = str(rng.choice(["src|p|c|", "src|p|", "src|", "src|q|c|"]))
+            prefix = str(rng.choice(PREFIXES))
             window = float(rng.choice(WINDOWS))
             at = max(0.0, now + float(rng.choice([0.0, -10.0, 5.0, 45.0])))
-            assert store.entries_by_prefix(prefix, window_s=window, now=at) == \
-                _general_listing(store, prefix, window, at)
+            got, want = (s.entries_by_prefix(prefix, window_s=window, now=at) for s in stores)
+            assert got == want
             listings += 1
-    assert listings > 1000 and store._spans  # the kept spans were exercised
+        assert {k: list(v.items()) for k, v in fast._keys.items()} == \
+            {k: list(v.items()) for k, v in general._keys.items()}
+    assert listings > 1000 and fast._spans  # the kept spans were exercised
 
 
 class _Listing:
@@ -90,3 +107,163 @@ def test_listing_by_source_is_the_general_comprehension(found):
     listed = budget.admitted_by_source(principal="bob", collection="hr")
     assert listed == general and list(listed) == list(general)
     assert all(type(ids) is frozenset for ids in listed.values())
+
+
+class _Pair(tuple):
+    """A tuple subclass: not a plain tuple, so _check_points takes its general checks."""
+
+
+class _Named(str):
+    pass
+
+
+@pytest.mark.parametrize("pair", [("k", 1), ("k", 0), ("", 1), ("k", -1), ("k", True), ("k", 1.0), (_Named("k"), 1),
+                                  ("k", np.int64(2)), (7, 1), ("k",), ("k", 1, 2), ("k", None), ("k", 10**30)])
+def test_plain_keys_check_as_the_general_checks(pair):
+    def outcome(first):
+        try:
+            keys, points = _budget._check_points([first, ("other", 3)], [("i:1", [0, 1])])
+        except (TypeError, ValueError) as exc:
+            return type(exc), str(exc)
+        return [(k, c, type(k), type(c)) for k, c in keys], points
+
+    assert outcome(pair) == outcome(_Pair(pair))
+    assert outcome(pair) != outcome(_Pair(("k", 2))) or pair == ("k", 2)
+
+
+# -- the read path: a source's cached size looked up inline, a budget with nothing to withhold ---
+
+import time as _time
+import types
+import uuid
+
+from qdrant_guard import reads as _reads
+from qdrant_guard.budget import normalize_point_id
+from tests.guardkit import hr_shared, make_kit
+
+
+def _drive(gen, sizes, calls):
+    """Run a read-path generator, answering each ``count`` from ``sizes`` (source -> size)."""
+    try:
+        call = next(gen)
+        while True:
+            calls.append(call)
+            source = call.kwargs["count_filter"].should[0].match.value if call.kwargs["count_filter"].should else None
+            call = gen.send(types.SimpleNamespace(count=sizes.get(source, 3)))
+    except StopIteration as stop:
+        return stop.value
+
+
+def _reader(tmp_path, restricted=()):
+    kit = make_kit(tmp_path)
+    diversity = {"max_source_coverage": 0.5, "max_source_fraction": 1.0, "min_unique_sources": 1}
+    if restricted:
+        diversity["restricted_sources"] = list(restricted)
+    owner = hr_shared(kit, "hr", diversity)
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    guard = bob._guard
+    return guard, guard.policy("hr")
+
+
+def _general_exclusion(self, op, name, pol, account):
+    # budget_exclusion as it read before its cached sizes were looked up inline.
+    exclusion = _reads.Exclusion(pol.source_field)
+    listed = self._admitted_by_source(op, name, pol, account)
+    restricted = pol.diversity.restricted_sources
+    coverage = pol.diversity.max_source_coverage
+    cap_for = self.extraction_budget(pol).cap_for
+    cached = self.cached_source_size
+    for source, ids in (listed or {}).items():
+        if restricted and source not in restricted:
+            continue
+        size = cached(account, source)
+        if size is None:
+            size = yield from self.source_size(account, pol, source)
+        if len(ids) >= cap_for(size, coverage):
+            exclusion.sources[source] = ids
+    sized = [source for (where, source), (_, size) in list(self.shared.get("source_sizes", {}).items())
+             if where == account and size * coverage < 1.000001 and source not in exclusion.sources
+             and (not restricted or source in restricted) and cap_for(size, coverage) == 0]
+    for source in sized:
+        size = cached(account, source)
+        if size is None:
+            size = yield from self.source_size(account, pol, source)
+        if cap_for(size, coverage) == 0:
+            exclusion.sources[source] = frozenset()
+    return exclusion
+
+
+@pytest.mark.parametrize("restricted", [(), ("s1", "s3", "s5")])
+def test_exclusion_with_inline_size_lookups_is_the_general_exclusion(tmp_path, restricted):
+    # Sources listed with fresh, stale and missing cached sizes, some used up: the same count
+    # requests in the same order, and the same exclusion, as looking each size up through
+    # cached_source_size.
+    guard, pol = _reader(tmp_path, restricted)
+    rng = np.random.default_rng(5)
+    budget = guard.extraction_budget(pol)
+    calls = excluded = 0
+    for trial in range(60):
+        budget.store.reset()
+        guard.shared["source_sizes"] = {}
+        sizes = {f"s{i}": int(rng.integers(1, 9)) for i in range(8)}
+        for source, size in sizes.items():
+            taken = int(rng.integers(0, size + 1))
+            budget.admit(principal=guard.principal_label, collection="hr", source=source, point_ids=list(range(100 * trial, 100 * trial + taken)),
+                         source_size=size, max_source_coverage=0.5)
+            age = float(rng.choice([-1.0, 1.0, _reads._SOURCE_SIZE_TTL_S - 0.5, _reads._SOURCE_SIZE_TTL_S + 1.0]))
+            if age >= 0:
+                cached = sizes[source] if rng.random() < 0.7 else int(rng.integers(0, 3))
+                guard.shared["source_sizes"][("hr", source)] = (_time.monotonic() - age, cached)
+        before = dict(guard.shared["source_sizes"])
+        want_calls: list = []
+        want = _drive(_general_exclusion(guard, "query_points", "hr", pol, "hr"), sizes, want_calls)
+        guard.shared["source_sizes"] = dict(before)
+        got_calls: list = []
+        got = _drive(guard.budget_exclusion("query_points", "hr", pol, "hr"), sizes, got_calls)
+        assert [c.kwargs for c in got_calls] == [c.kwargs for c in want_calls]
+        assert got == want
+        calls += len(want_calls)
+        excluded += len(want.sources)
+    assert calls > 50 and excluded > 50
+
+
+def _point(rng, ids, sources):
+    pid = ids[int(rng.integers(0, len(ids)))]
+    named = [sources[int(i)] for i in rng.integers(0, len(sources), size=int(rng.integers(0, 3)))]
+    value = named[0] if len(named) == 1 else named or None
+    return types.SimpleNamespace(id=pid, payload={"source": value})
+
+
+@pytest.mark.parametrize("restricted", [(), ("s1", "s2")])
+def test_budgeted_points_are_the_general_filter(tmp_path, restricted):
+    # Random reads (int and UUID ids in several forms, repeats, points of several sources or of
+    # none) against a budget that withholds some of them: the points returned are the points
+    # whose normalised id was not withheld, in order.
+    guard, pol = _reader(tmp_path, restricted)
+    rng = np.random.default_rng(9)
+    u = [uuid.UUID(int=int(x)) for x in rng.integers(1, 2**62, size=4)]
+    ids = [0, 1, 2, 3, 4, 5, str(u[0]), str(u[0]).upper(), u[1].hex, "{%s}" % u[2], str(u[3])]
+    sources = ["s1", "s2", "s3"]
+    withheld_some = nothing_withheld = 0
+    for _ in range(300):
+        if rng.random() < 0.3:
+            guard.extraction_budget(pol).store.reset()
+        pts = [_point(rng, ids, sources) for _ in range(int(rng.integers(0, 8)))]
+        plan = _reads.ReadPlan(user_with_payload=True, user_with_vectors=False)
+        out = _drive(guard.apply_budget("query_points", "hr", pol, pts, {},
+                                        lambda p: _reads._sources(p, "source"), plan=plan), {}, [])
+        assert out == [p for p in pts if normalize_point_id(p.id) not in plan.withheld_ids]
+        assert all(a is b for a, b in zip(out, [p for p in pts if normalize_point_id(p.id) not in plan.withheld_ids]))
+        withheld_some += bool(plan.withheld_ids)
+        nothing_withheld += bool(pts) and not plan.withheld_ids
+    assert withheld_some > 20 and nothing_withheld > 20
+
+
+@pytest.mark.parametrize("restricted", [(), ("payroll",)])
+def test_a_bad_id_is_refused_with_or_without_anything_withheld(tmp_path, restricted):
+    # Every returned id is normalised, also one of a source the budget does not restrict.
+    guard, pol = _reader(tmp_path, restricted)
+    pts = [types.SimpleNamespace(id=1, payload={"source": "payroll"}),
+           types.SimpleNamespace(id="not-a-uuid", payload={"source": "misc"})]
+    with pytest.raises(ValueError, match="is not a UUID string"):
+        _drive(guard.apply_budget("query_points", "hr", pol, pts, {}, lambda p: _reads._sources(p, "source")), {}, [])
