@@ -1442,6 +1442,9 @@ def _normalised_ids(charges: Sequence[tuple[str, Any, int]]) -> list[list[str]]:
 def _decision(charge: tuple[str, Sequence[Any], int], normalised: list[str], released: set[str],
               before: int, after: int) -> BudgetDecision:
     key, originals, cap = charge
+    if type(originals) is list and released.issuperset(normalised):  # the common case: all released
+        return BudgetDecision(admitted=list(originals), withheld=[], seen_before=before, seen_after=after,
+                              cap=cap, key=key)
     return BudgetDecision(admitted=[o for o, n in zip(originals, normalised) if n in released],
                           withheld=[o for o, n in zip(originals, normalised) if n not in released],
                           seen_before=before, seen_after=after, cap=cap, key=key)
@@ -1755,7 +1758,8 @@ class ExtractionBudget:
             if not isinstance(request, tuple) or len(request) != 2:
                 raise TypeError(f"requests[{source!r}] must be a (point_ids, source_size) tuple")
             point_ids, source_size = request
-            _check_count("source_size", source_size)
+            if not (type(source_size) is int and source_size >= 0):
+                _check_count("source_size", source_size)
             charges.append((self.budget_key(principal, collection, source), point_ids,
                             _floor_share(source_size, coverage)))
         return dict(zip(requests, self._decide_points(charges))) if charges else {}

@@ -240,7 +240,15 @@ def _select(
     counts: dict[str, int] = {}
     kept: list[int] = []
     for index, names in enumerate(sources):
-        if len(kept) < k and all(counts.get(n, 0) < cap and totals.get(n, 0) < total_cap for n in names):
+        if len(kept) >= k:
+            break  # kept only grows: no later item is taken
+        if len(names) == 1:  # one source, the loop below without its generator
+            n = names[0]
+            if counts.get(n, 0) < cap and totals.get(n, 0) < total_cap:
+                kept.append(index)
+                counts[n] = counts.get(n, 0) + 1
+                totals[n] = totals.get(n, 0) + 1
+        elif all(counts.get(n, 0) < cap and totals.get(n, 0) < total_cap for n in names):
             kept.append(index)
             for n in names:
                 counts[n] = counts.get(n, 0) + 1

@@ -41,7 +41,14 @@ def payload_sources(payload: Any, field_name: str) -> tuple[str, ...]:
 
 def point_sources(p: Any, field_name: str) -> tuple[str, ...]:
     """:func:`payload_sources` of a point (anything with a ``payload`` attribute)."""
-    return payload_sources(getattr(p, "payload", None), field_name)
+    payload = getattr(p, "payload", None)
+    if type(payload) is dict and "." not in field_name:
+        # One plain string under a top-level key, as payload_sources reads it: a read asks this of
+        # every point Qdrant returns, and the two calls below it cost more than the lookup.
+        node = payload.get(field_name)
+        if type(node) is str:
+            return (node,) if node else ()
+    return payload_sources(payload, field_name)
 
 
 def _as_sent(payload: Any) -> Any:

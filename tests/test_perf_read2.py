@@ -267,3 +267,94 @@ def test_a_bad_id_is_refused_with_or_without_anything_withheld(tmp_path, restric
            types.SimpleNamespace(id="not-a-uuid", payload={"source": "misc"})]
     with pytest.raises(ValueError, match="is not a UUID string"):
         _drive(guard.apply_budget("query_points", "hr", pol, pts, {}, lambda p: _reads._sources(p, "source")), {}, [])
+
+
+# -- a point's sources and the diversity selection ------------------------------------------------
+
+from qdrant_guard import diversity as _diversity
+from qdrant_guard import sources as _sources_mod
+
+
+class _Str(str):
+    pass
+
+
+@pytest.mark.parametrize("field", ["source", "meta.source", "other"])
+def test_a_points_sources_are_its_payloads_sources(field):
+    values = ["memo", "", _Str("memo"), ["a", "b", "a"], ["a", "", None, 3], 7, None, {"source": "x"},
+              {"source": ["y", "z"]}, True, 1.5, ("t",)]
+    payloads = [None, "text", [1], *({"source": v, "other": v} for v in values), *({"meta": v} for v in values), {}]
+    for payload in payloads:
+        for point in (types.SimpleNamespace(payload=payload), types.SimpleNamespace()):
+            want = _sources_mod.payload_sources(getattr(point, "payload", None), field)
+            got = _sources_mod.point_sources(point, field)
+            assert got == want and type(got) is type(want)
+
+
+def _general_select(sources, *, k, cap, min_unique, totals, total_cap):
+    # _select's first pass as it read before its one-source shortcut, then its unchanged rest.
+    counts: dict[str, int] = {}
+    kept: list[int] = []
+    for index, names in enumerate(sources):
+        if len(kept) < k and all(counts.get(n, 0) < cap and totals.get(n, 0) < total_cap for n in names):
+            kept.append(index)
+            for n in names:
+                counts[n] = counts.get(n, 0) + 1
+                totals[n] = totals.get(n, 0) + 1
+    return counts, kept
+
+
+def test_first_pass_of_select_is_the_general_pass(monkeypatch):
+    rng = np.random.default_rng(11)
+    names = ["a", "b", "c", "d", "e"]
+    for _ in range(3000):
+        sources = [tuple(dict.fromkeys(names[int(i)] for i in rng.integers(0, 5, size=int(rng.choice([1, 1, 1, 2, 3])))))
+                   for _ in range(int(rng.integers(0, 14)))]
+        k, cap, total_cap = int(rng.integers(1, 8)), int(rng.integers(1, 4)), int(rng.integers(1, 6))
+        totals = {n: int(rng.integers(0, 3)) for n in names if rng.random() < 0.4}
+        want_totals = dict(totals)
+        want_counts, want_kept = _general_select(sources, k=k, cap=cap, min_unique=0, totals=want_totals,
+                                                 total_cap=total_cap)
+        kept, met = _diversity._select(sources, k=k, cap=cap, min_unique=0, totals=totals, total_cap=total_cap)
+        assert kept == want_kept and totals == want_totals and met
+        assert len({n for i in kept for n in sources[i]}) == len(want_counts)
+
+
+# -- the budget's decisions --------------------------------------------------------------------------
+
+def _general_decision(charge, normalised, released, before, after):
+    key, originals, cap = charge
+    return _budget.BudgetDecision(admitted=[o for o, n in zip(originals, normalised) if n in released],
+                                  withheld=[o for o, n in zip(originals, normalised) if n not in released],
+                                  seen_before=before, seen_after=after, cap=cap, key=key)
+
+
+def test_decisions_are_the_general_decisions():
+    rng = np.random.default_rng(13)
+    pool = [0, 1, 2, 3, "00000000-0000-0000-0000-000000000001", "00000000000000000000000000000002"]
+    for _ in range(3000):
+        originals = [pool[int(i)] for i in rng.integers(0, len(pool), size=int(rng.integers(0, 6)))]
+        normalised = [_budget.normalize_point_id(o) for o in originals]
+        released = {_budget.normalize_point_id(pool[int(i)]) for i in rng.integers(0, len(pool), size=int(rng.integers(0, 7)))}
+        for given in (originals, tuple(originals)):
+            charge = ("src|p|c|s", given, int(rng.integers(0, 5)))
+            got = _budget._decision(charge, normalised, released, 1, 2)
+            assert got == _general_decision(charge, normalised, released, 1, 2)
+            assert type(got.admitted) is list and got.admitted is not given
+
+
+@pytest.mark.parametrize("size", [0, 3, -1, True, 1.0, np.int64(3), None, "3"])
+def test_source_sizes_check_as_the_general_check(size):
+    budget = _budget.ExtractionBudget(_budget.MemoryBudgetStore(), window_s=10.0, clock=lambda: 5.0)
+
+    def outcome(call):
+        try:
+            call()
+        except (TypeError, ValueError) as exc:
+            return type(exc), str(exc)
+        return None
+
+    want = outcome(lambda: _budget._check_count("source_size", size))
+    got = outcome(lambda: budget.admit_many(principal="p", collection="c", requests={"s": ([1], size)},
+                                            max_source_coverage=0.5))
+    assert got == want
