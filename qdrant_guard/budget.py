@@ -125,6 +125,11 @@ def _check_points(keys: object, points: object) -> tuple[list[tuple[str, int]], 
     checked_points = []
     nkeys = len(checked_keys)
     for index, pair in enumerate(points):
+        if type(pair) is tuple and len(pair) == 2 and type(pair[0]) is str:
+            members = pair[1]
+            if type(members) is list and len(members) == 1 and type(members[0]) is int and 0 <= members[0] < nkeys:
+                checked_points.append((pair[0], [members[0]]))  # one plain key index: _plain_members' case
+                continue
         if not isinstance(pair, tuple) or len(pair) != 2 or not isinstance(pair[0], str):
             raise TypeError(f"points[{index}] must be a (str point_id, key_indices) tuple")
         members = pair[1]
@@ -494,7 +499,11 @@ class MemoryBudgetStore(_CountingStore):
             before = [len(entries) for entries in sets]
             released = []
             for pid, members in points:
-                ok = all(pid in sets[k] or len(sets[k]) < keys[k][1] for k in members)
+                if len(members) == 1:  # a point of one source: the test below without a generator
+                    k = members[0]
+                    ok = pid in sets[k] or len(sets[k]) < keys[k][1]
+                else:
+                    ok = all(pid in sets[k] or len(sets[k]) < keys[k][1] for k in members)
                 if ok:
                     for k in members:
                         sets[k][pid] = live[k][1]
@@ -1585,8 +1594,11 @@ class ExtractionBudget:
         listing = getattr(self.store, "entries_by_prefix", None)
         if listing is None:
             return None
-        parts = (_check_str("principal", principal), _check_str("collection", collection))
-        prefix = "src|" + "|".join(_escape_part(p) for p in parts) + "|"
+        if type(principal) is str and type(collection) is str and principal and collection:
+            prefix = _source_key(principal, collection, "")  # every read lists: the cached key builder
+        else:
+            parts = (_check_str("principal", principal), _check_str("collection", collection))
+            prefix = "src|" + "|".join(_escape_part(p) for p in parts) + "|"
         now = _check_real("clock()", self.clock(), positive=False)
         found = listing(prefix, window_s=self.window_s, now=now)
         cut = len(prefix)

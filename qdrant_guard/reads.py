@@ -268,7 +268,7 @@ class ReadOps(PayloadOps, QueryChecks):
                 return pts
             for source, dec in decisions.items():
                 if plan is not None:
-                    plan.admitted.setdefault(source, set()).update(normalize_point_id(x) for x in dec.admitted)
+                    plan.admitted.setdefault(source, set()).update([normalize_point_id(x) for x in dec.admitted])
                 if dec.withheld:
                     withheld.update(normalize_point_id(x) for x in dec.withheld)
                     report[source] = {"withheld": len(dec.withheld), "seen": dec.seen_after, "cap": dec.cap}

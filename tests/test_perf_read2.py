@@ -3,6 +3,8 @@ store's listing (kept timestamp spans) against a pass over every entry, and the 
 by source against the comprehension it replaced."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,27 @@ class _General(_budget.MemoryBudgetStore):
 
     def _expire_listed(self, key, window_s, now):
         return self._expire(key, window_s, now)
+
+    def _admit_points(self, keys, points, window_s, now):
+        # As it read before its one-key shortcut, with _expire.
+        with self._lock:
+            live = [self._expire(key, window_s, now) for key, _ in keys]
+            sets = [entries if entries is not None else OrderedDict() for entries, _ in live]
+            before = [len(entries) for entries in sets]
+            released = []
+            for pid, members in points:
+                ok = all(pid in sets[k] or len(sets[k]) < keys[k][1] for k in members)
+                if ok:
+                    for k in members:
+                        sets[k][pid] = live[k][1]
+                        sets[k].move_to_end(pid)
+                released.append(ok)
+            for (key, _), entries, count in zip(keys, sets, before):
+                if len(entries) != count:
+                    self._frozen.pop(key, None)
+                if entries:
+                    self._put(key, entries)
+            return released, [(b, len(entries)) for b, entries in zip(before, sets)]
 
     def _entries_by_prefix(self, prefix, window_s, now):
         with self._lock:
@@ -358,3 +381,45 @@ def test_source_sizes_check_as_the_general_check(size):
     got = outcome(lambda: budget.admit_many(principal="p", collection="c", requests={"s": ([1], size)},
                                             max_source_coverage=0.5))
     assert got == want
+
+
+@pytest.mark.parametrize("pair", [("i:1", [0]), ("i:1", [1]), ("i:1", [2]), ("i:1", [-1]), ("i:1", [True]),
+                                  ("i:1", [np.int64(0)]), (_Named("i:1"), [0]), ("i:1", (0,)), ("i:1", [0, 1]),
+                                  ("i:1", [0.0]), (1, [0]), ("i:1", []), ("i:1", [1, 1]), ("i:1",), ("i:1", "0")])
+def test_one_key_points_check_as_the_general_checks(pair):
+    def outcome(point):
+        try:
+            keys, points = _budget._check_points([("k0", 1), ("k1", 2)], [point])
+        except (TypeError, ValueError) as exc:
+            return type(exc), str(exc)
+        return keys, [(pid, members, type(pid), type(members), [type(m) for m in members]) for pid, members in points]
+
+    assert outcome(pair) == outcome(_Pair(pair))
+
+
+@pytest.mark.parametrize("parts", [("bob", "hr"), ("a|b", "c"), ("100%", "x%7C"), ("|%|", "%25"), (_Named("bob"), "hr"),
+                                   ("", "hr"), ("bob", ""), (None, "hr"), ("bob", 7)])
+def test_listing_prefix_is_the_prefix_built_each_time(parts):
+    class Recording(_Listing):
+        def entries_by_prefix(self, prefix, *, window_s, now):
+            self.prefix = prefix
+            return {}
+
+    def outcome():
+        store = Recording({})
+        budget = _budget.ExtractionBudget(store, window_s=10.0, clock=lambda: 5.0)
+        try:
+            budget.admitted_by_source(principal=parts[0], collection=parts[1])
+        except (TypeError, ValueError) as exc:
+            return type(exc), str(exc)
+        return store.prefix, type(store.prefix)
+
+    def general():
+        try:
+            checked = (_budget._check_str("principal", parts[0]), _budget._check_str("collection", parts[1]))
+        except (TypeError, ValueError) as exc:
+            return type(exc), str(exc)
+        prefix = "src|" + "|".join(_budget._escape_part(p) for p in checked) + "|"
+        return prefix, type(prefix)
+
+    assert outcome() == general() == outcome()  # the second answer may come from the key cache
