@@ -74,9 +74,10 @@ class QueryChecks(TextOps):
         else:
             if not isinstance(text, str):
                 raise TypeError(f"query_text must be str, not {type(text).__name__}")
-            details["query_text"] = _detect.redact(text)
+            scanned = _detect.redact_with_findings(text)  # one scan for the audit entry and the screen
+            details["query_text"] = scanned[0]
             self.validate_structure(op, name, pol, text, details)
-            cleaned = self.screen_text(op, name, pol, text) if pol.query.redact_query_text else text
+            cleaned = self.screen_text(op, name, pol, text, scanned=scanned) if pol.query.redact_query_text else text
             yield from self.check_intent(op, name, pol, cleaned, details)
             if isinstance(query, models.Document):
                 embedded = self.embeddable_text(pol, cleaned)

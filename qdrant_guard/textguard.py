@@ -26,17 +26,19 @@ class TextOps(GuardPipeline):
     """Redaction before embedding and before storage (mixed into the pipeline)."""
 
     def screen_text(self, op: str, name: str, pol: CollectionPolicy, text: str, *,
-                    point_ids: Sequence[Any] = (), keep_pii: bool = False) -> str:
+                    point_ids: Sequence[Any] = (), keep_pii: bool = False,
+                    scanned: tuple[str, list[Any]] | None = None) -> str:
         """Apply the collection's text rules to ``text`` and return what may be embedded/stored.
 
         Credentials are refused (``CREDENTIAL_IN_TEXT``) or redacted per ``credentials_in_text``;
         PII is redacted on sensitive collections (unless ``keep_pii``); on a PUBLIC collection any
         finding is refused as mislabelled (``SENSITIVITY_MISMATCH``) unless
-        ``allow_redaction_on_public``.
+        ``allow_redaction_on_public``. ``scanned`` is ``redact_with_findings(text)`` when the
+        caller already has it (a query's text is also redacted for its audit entry).
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be str, not {type(text).__name__}")
-        redacted, findings = _detect.redact_with_findings(text)
+        redacted, findings = _detect.redact_with_findings(text) if scanned is None else scanned
         if not findings:
             return text
         kinds = sorted({f.type for f in findings})

@@ -423,3 +423,42 @@ def test_listing_prefix_is_the_prefix_built_each_time(parts):
         return prefix, type(prefix)
 
     assert outcome() == general() == outcome()  # the second answer may come from the key cache
+
+
+# -- a query's text is scanned once for its audit entry and its screen -----------------------------
+
+from qdrant_guard import QdrantClient
+
+from qdrant_guard import detect as _detect
+from qdrant_guard.errors import QdrantGuardError
+
+TEXTS = ["plain question about payroll", "SSN 123-45-6789 of jane@example.com", "",
+         "key AKIAIOSFODNN7EXAMPLE and ghp_" + "a" * 36, "call +1 415 555 0100 now", "caf\u00e9 \ud800 \x00 text",
+         "token=sk-" + "b" * 48]
+
+
+@pytest.mark.parametrize("pol", [
+    {"class": "PII"}, {"class": "PII", "credentials_in_text": "redact"}, {"class": "PII", "redact_pii": False},
+    {"class": "PUBLIC"}, {"class": "PUBLIC", "allow_redaction_on_public": True, "credentials_in_text": "redact"},
+])
+def test_a_screen_given_the_scan_is_the_screen_that_scans(tmp_path, pol):
+    kit = make_kit(tmp_path)
+    full = pol if pol["class"] == "PUBLIC" else {"owner": "hr", "intent": {"enabled": False}, **pol}
+    client = QdrantClient(":memory:", guard=kit.config({"c": full}),
+                          principal=kit.principal("alice", "hr"))
+    guard = client._guard
+    policy = guard.policy("c")
+
+    def outcome(**kw):
+        try:
+            return guard.screen_text("query_points", "c", policy, text, **kw)
+        except QdrantGuardError as exc:
+            return type(exc), str(exc)
+
+    outcomes = set()
+    for text in TEXTS:
+        want = outcome()
+        assert outcome(scanned=_detect.redact_with_findings(text)) == want
+        assert _detect.redact_with_findings(text)[0] == _detect.redact(text)
+        outcomes.add(want if isinstance(want, tuple) else want == text)
+    assert len(outcomes) >= 2  # the texts reach more than one outcome under this policy
