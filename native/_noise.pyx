@@ -16,7 +16,7 @@ import numpy as np
 
 cimport numpy as cnp
 from libc.math cimport frexp, isfinite
-from libc.stdint cimport uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 
 from qdrant_guard import _noise_py as _ref
@@ -329,3 +329,39 @@ for _name in ("check_vectors", "chacha20_block", "chacha20_stream", "aes256ctr_s
     except (AttributeError, TypeError):
         pass
 del _name
+
+
+def unit_grid_nudge(k, residual, order, shift, tol, max_passes):
+    """The Cosine stored form's norm correction, in place on ``k`` and ``residual`` (see
+    :func:`qdrant_guard._noise_py.unit_grid_nudge`, the reference, for the arguments)."""
+    cdef double[:, ::1] kv
+    cdef double[::1] rv
+    cdef cnp.int32_t[:, ::1] o32
+    cdef cnp.int64_t[:, ::1] o64
+    cdef const int32_t *p32 = NULL
+    cdef const int64_t *p64 = NULL
+    cdef int c_shift, c_passes
+    cdef double c_tol
+    if (type(k) is not cnp.ndarray or type(residual) is not cnp.ndarray or type(order) is not cnp.ndarray
+            or k.dtype != np.float64 or residual.dtype != np.float64
+            or order.dtype not in (np.int32, np.int64) or k.ndim != 2 or order.shape != k.shape
+            or residual.shape != (k.shape[0],) or not k.flags.c_contiguous or not k.flags.writeable
+            or not residual.flags.c_contiguous or not residual.flags.writeable
+            or not order.flags.c_contiguous or type(shift) is not int or not 1 <= shift <= 40
+            or type(tol) is not float or type(max_passes) is not int):
+        return _ref.unit_grid_nudge(k, residual, order, shift, tol, max_passes)
+    if k.shape[0] == 0 or k.shape[1] == 0:
+        return None
+    kv = k
+    rv = residual
+    if order.dtype == np.int32:
+        o32 = order
+        p32 = <const int32_t *>&o32[0, 0]
+    else:
+        o64 = order
+        p64 = <const int64_t *>&o64[0, 0]
+    c_shift, c_tol, c_passes = shift, tol, max_passes
+    with nogil:
+        qg_unit_grid_nudge(&kv[0, 0], &rv[0], p32, p64, <size_t>kv.shape[0], <size_t>kv.shape[1],
+                           c_shift, c_tol, c_passes)
+    return None

@@ -881,3 +881,36 @@ int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim,
     }
     return job.rc;
 }
+
+
+void qg_unit_grid_nudge(double *k, double *residual, const int32_t *order32, const int64_t *order64,
+                        size_t rows, size_t dim, int shift, double tol, int max_passes)
+{
+    const int64_t mask = ((int64_t)1 << shift) - 1;
+    size_t i, p;
+    int pass;
+    for (i = 0; i < rows; i++) {
+        double *row = k + i * dim;
+        double r = residual[i];
+        for (pass = 0; pass < max_passes && fabs(r) > tol; pass++) {
+            for (p = 0; p < dim; p++) {
+                int64_t key = order32 ? (int64_t)order32[i * dim + p] : order64[i * dim + p];
+                size_t j = (size_t)(key & mask);
+                double c = row[j];
+                /* The first pass reads |k_j| back from the key, as the reference does; an int32
+                   key of a zero coordinate at shift 10 has wrapped negative and reads 2^22. */
+                double a = pass ? fabs(c) : (double)(((int64_t)1 << 21) - (key >> shift));
+                /* Every value here is an integer far below 2^53, so each operation is exact and
+                   gives the bits of the reference's arithmetic. */
+                if (a != 0.0 && fabs(r) > (a > tol ? a : tol)) {
+                    double s = r > 0.0 ? 1.0 : -1.0;
+                    r = r - copysign(2.0 * a, r) - 1.0;
+                    row[j] = c + s * (c > 0.0 ? 1.0 : c < 0.0 ? -1.0 : 0.0);
+                } else if (fabs(r) <= tol) {
+                    break;
+                }
+            }
+        }
+        residual[i] = r;
+    }
+}

@@ -50,4 +50,14 @@ int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim,
                   double scale, double step, double clip_norm, qg_stream *stream,
                   const uint8_t *row_keys, const uint8_t nonce[12], size_t *bad_row, size_t *bad_col);
 
+/* The Cosine stored form's norm correction (qdrant_guard.receipts._unit_grid_rows; the reference
+   is unit_grid_nudge in qdrant_guard/_noise_py.py). k: rows*dim grid integers held as exact
+   doubles, corrected in place; residual: per row 2^40 - sum(k^2), updated; order: per row the
+   visiting order, its coordinate index in the low `shift` bits (int32 keys when order32 is not
+   NULL, else int64 in order64). Each row, for at most max_passes passes while |residual| > tol,
+   visits its coordinates in that order and steps k_j by one unit away from or towards zero
+   (towards closing the residual) where |residual| > max(|k_j|, tol) and k_j != 0. */
+void qg_unit_grid_nudge(double *k, double *residual, const int32_t *order32, const int64_t *order64,
+                        size_t rows, size_t dim, int shift, double tol, int max_passes);
+
 #endif

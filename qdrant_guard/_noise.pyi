@@ -48,3 +48,11 @@ def fresh_noise_cached(
     delta: object,
     clip_norm: object,
 ) -> tuple[npt.NDArray[np.floating], NoiseParams] | None: ...
+def unit_grid_nudge(
+    k: npt.NDArray[np.float64],
+    residual: npt.NDArray[np.float64],
+    order: npt.NDArray[np.int32] | npt.NDArray[np.int64],
+    shift: int,
+    tol: float,
+    max_passes: int,
+) -> None: ...
