@@ -18,6 +18,8 @@ cimport numpy as cnp
 from libc.math cimport frexp, isfinite
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
+from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 
 from qdrant_guard import _noise_py as _ref
 
@@ -365,3 +367,30 @@ def unit_grid_nudge(k, residual, order, shift, tol, max_passes):
         qg_unit_grid_nudge(&kv[0, 0], &rv[0], p32, p64, <size_t>kv.shape[0], <size_t>kv.shape[1],
                            c_shift, c_tol, c_passes)
     return None
+
+
+def dense_floats(value):
+    """``(float64 array, all finite)`` of a non-empty list of exact floats, else None (see
+    :func:`qdrant_guard._noise_py.dense_floats`)."""
+    cdef Py_ssize_t n, i
+    cdef object item
+    cdef double x
+    cdef double *dst
+    cdef bint finite = True
+    cdef cnp.ndarray out
+    if type(value) is not list:
+        return None
+    n = PyList_GET_SIZE(value)
+    if n == 0:
+        return None
+    out = cnp.PyArray_EMPTY(1, [n], cnp.NPY_FLOAT64, 0)
+    dst = <double *>cnp.PyArray_DATA(out)
+    # Nothing in this loop runs Python code, so the list cannot change under it.
+    for i in range(n):
+        item = <object>PyList_GET_ITEM(value, i)
+        if type(item) is not float:
+            return None
+        x = PyFloat_AS_DOUBLE(item)
+        finite = finite and isfinite(x)
+        dst[i] = x
+    return out, finite

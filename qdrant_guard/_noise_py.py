@@ -41,6 +41,7 @@ __all__ = [
     "chacha20_block",
     "chacha20_stream",
     "check_vectors",
+    "dense_floats",
     "gammas",
     "fresh_noise_cached",
     "noise_vectors",
@@ -608,3 +609,13 @@ def unit_grid_nudge(k: np.ndarray, residual: np.ndarray, order: np.ndarray, shif
                 elif abs(r) <= tol:
                     break
         residual[i] = r
+
+
+def dense_floats(value: Any) -> tuple[np.ndarray, bool] | None:
+    """``(np.asarray(value), whether every value is finite)`` when ``value`` is a non-empty list
+    whose items are all exactly ``float`` (no subclass), else None. For such a list
+    ``np.asarray`` gives a new 1-D float64 array of the same doubles."""
+    if type(value) is not list or not value or not all(type(x) is float for x in value):
+        return None
+    out = np.array(value, dtype=np.float64)
+    return out, bool(np.isfinite(out).all())

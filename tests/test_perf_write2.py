@@ -3,6 +3,8 @@
 * The Cosine norm correction runs in C (``_noise.unit_grid_nudge``) in native builds; the lockstep
   array passes of receipts._unit_grid_rows (still the pure-Python implementation) and the plain
   loops of the reference twin ``_noise_py.unit_grid_nudge`` must give the same bytes.
+* as_dense reads a list of exact floats in C (``_noise.dense_floats``); everything else, and the
+  result of every input, must be what ``np.asarray`` gave.
 """
 from __future__ import annotations
 
@@ -113,3 +115,99 @@ def test_kernel_hands_unusual_arguments_to_the_twin():
     _noise.unit_grid_nudge(k, r, order, 1, 10.0, 16)
     _noise_py.unit_grid_nudge(k2, r2, order, 1, 10.0, 16)
     assert np.array_equal(k, k2) and np.array_equal(r, r2)
+
+
+# --------------------------------------------------------------------------- dense conversion
+
+class _Float(float):
+    pass
+
+
+def _dense_inputs(seed: int):
+    rng = np.random.default_rng(seed)
+    for dim in (1, 2, 3, 17, 384):
+        base = rng.standard_normal(dim)
+        yield base.tolist()
+        yield (base * 1e300).tolist()                         # finite, large
+        yield (base * 5e-324).tolist()                        # subnormal / signed zeros
+        yield [-0.0] * dim
+        for special in (float("nan"), float("inf"), float("-inf")):
+            bad = base.tolist()
+            bad[int(rng.integers(0, dim))] = special
+            yield bad
+        yield [int(x) for x in rng.integers(-5, 5, dim)]      # ints: int64 array, accepted
+        yield [bool(x) for x in rng.integers(0, 2, dim)]      # bools: refused
+        mixed = base.tolist()
+        mixed[0] = 1                                          # one int among floats
+        yield mixed
+        mixed = base.tolist()
+        mixed[-1] = True
+        yield mixed
+        yield [_Float(x) for x in base]                        # float subclass
+        yield [np.float64(x) for x in base]
+        yield [np.float32(x) for x in base]
+        yield base.tolist()[:-1] + ["1.5"]                    # a string
+        yield base.tolist()[:-1] + [None]
+        yield base.tolist()[:-1] + [[1.0]]                    # ragged
+        yield [base.tolist()]                                 # 2-d
+        yield tuple(base.tolist())
+        yield base
+        yield base.astype(np.float32)
+        yield base.astype(np.float16)
+        yield base.astype(np.int8)
+        yield base.astype(">f8")
+    yield []
+    yield [[]]
+
+
+def _as_dense_outcome(value, spec, where="point 1"):
+    from qdrant_guard.vectors import as_dense
+
+    try:
+        out = as_dense(value, spec, where=where)
+    except Exception as exc:  # noqa: BLE001  (compared, not swallowed)
+        return ("error", type(exc), str(exc))
+    return ("ok", out.dtype.str, out.shape, out.tobytes(), out.flags.writeable)
+
+
+@native
+@pytest.mark.parametrize("seed", [0, 1])
+def test_as_dense_fast_path_matches_np_asarray(seed, monkeypatch):
+    from qdrant_guard import vectors
+    from qdrant_guard.vectors import VectorSpec
+
+    assert vectors._DENSE_FLOATS is not None
+    fast_taken = 0
+    for value in _dense_inputs(seed):
+        size = len(value) if len(value) else 1
+        for spec in (VectorSpec("v", size, "Cosine", False), VectorSpec("", size + 1, "Dot", False)):
+            got = _as_dense_outcome(value, spec)
+            with monkeypatch.context() as m:
+                m.setattr(vectors, "_DENSE_FLOATS", None)
+                want = _as_dense_outcome(value, spec)
+            assert got == want, (type(value), value[:3] if len(value) else value)
+        fast_taken += vectors._DENSE_FLOATS(value) is not None
+    assert fast_taken > 20
+
+
+@native
+def test_dense_floats_kernel_matches_twin():
+    from qdrant_guard import _noise
+
+    for value in _dense_inputs(3):
+        got, want = _noise.dense_floats(value), _noise_py.dense_floats(value)
+        assert (got is None) == (want is None)
+        if got is not None:
+            assert got[0].tobytes() == want[0].tobytes() and got[0].dtype == np.float64
+            assert got[1] is want[1]
+            assert got[0].tobytes() == np.asarray(value).tobytes()
+
+
+@native
+def test_as_dense_fast_path_copies_the_list():
+    from qdrant_guard.vectors import VectorSpec, as_dense
+
+    value = [0.5, -1.5, 2.0]
+    out = as_dense(value, VectorSpec("", 3, "Dot", False), where="p")
+    value[0] = 9.0
+    assert out.tolist() == [0.5, -1.5, 2.0] and out.flags.c_contiguous and out.flags.writeable
