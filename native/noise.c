@@ -897,9 +897,8 @@ void qg_unit_grid_nudge(double *k, double *residual, const int32_t *order32, con
                 int64_t key = order32 ? (int64_t)order32[i * dim + p] : order64[i * dim + p];
                 size_t j = (size_t)(key & mask);
                 double c = row[j];
-                /* The first pass reads |k_j| back from the key, as the reference does; an int32
-                   key of a zero coordinate at shift 10 has wrapped negative and reads 2^22. */
-                double a = pass ? fabs(c) : (double)(((int64_t)1 << 21) - (key >> shift));
+                /* The first pass reads |k_j| back from the key, as the reference does. */
+                double a = pass ? fabs(c) : (double)(((int64_t)1 << 20) - (key >> shift));
                 /* Every value here is an integer far below 2^53, so each operation is exact and
                    gives the bits of the reference's arithmetic. */
                 if (a != 0.0 && fabs(r) > (a > tol ? a : tol)) {

@@ -582,14 +582,14 @@ def unit_grid_nudge(k: np.ndarray, residual: np.ndarray, order: np.ndarray, shif
     """The Cosine stored form's norm correction (qdrant_guard.receipts._unit_grid_rows), in place.
 
     ``k``: n x d grid integers held as exact float64 values; ``residual``: per row 2^40 - sum(k^2)
-    (updated); ``order``: n x d int32/int64 sort keys ``(2^21 - |k_j|) << shift | j`` in visiting
+    (updated); ``order``: n x d int32/int64 sort keys ``(2^20 - |k_j|) << shift | j`` in visiting
     order (their low ``shift`` bits name the coordinate). Each row, for at most ``max_passes``
     passes while |residual| > ``tol``, visits its coordinates in that order, with a = |k_j| (in
-    the first pass read back from the key as ``2^21 - (key >> shift)``, so an int32 key that
-    wrapped negative reads 2^22); where a != 0 and |residual| > max(a, tol), the residual changes
-    by -(copysign(2a, residual) + 1) and k_j by sign(residual) * sign(k_j); a pass ends at the
-    first position where the row takes no step and |residual| <= ``tol``. All values are
-    integers far below 2^53, so float64 holds each step exactly.
+    the first pass read back from the key as ``2^20 - (key >> shift)``); where a != 0 and
+    |residual| > max(a, tol), the residual changes by -(copysign(2a, residual) + 1) and k_j by
+    sign(residual) * sign(k_j); a pass ends at the first position where the row takes no step
+    and |residual| <= ``tol``. All values are integers far below 2^53, so float64 holds each step
+    exactly.
     """
     mask = (1 << shift) - 1
     for i in range(k.shape[0]):
@@ -601,7 +601,7 @@ def unit_grid_nudge(k: np.ndarray, residual: np.ndarray, order: np.ndarray, shif
             for key in order[i].tolist():
                 j = key & mask
                 c = float(row[j])
-                a = abs(c) if n_pass else float((1 << 21) - (key >> shift))
+                a = abs(c) if n_pass else float((1 << 20) - (key >> shift))
                 if a != 0.0 and abs(r) > max(a, tol):
                     s = 1.0 if r > 0.0 else -1.0
                     r = r - math.copysign(2.0 * a, r) - 1.0

@@ -212,14 +212,14 @@ def _unit_grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
     # walk in lockstep, one array operation per position for the whole batch. All values here
     # are integers far below 2^53, so float64 holds them (and sums of their squares) exactly.
     residual = _UNIT_SQ - np.einsum("ij,ij->i", k, k)
-    # One unique sort key per coordinate, (2^21 - |k|) << shift | index (|k| <= 2^20 after
+    # One unique sort key per coordinate, (2^20 - |k|) << shift | index (|k| <= 2^20 after
     # normalising), so a plain sort gives the stable descending-|k| order; int32 keys when they
-    # fit, as they sort about three times faster.
+    # fit (at most 2^30 + 1023 up to shift 10), as they sort about three times faster.
     shift = max(1, (d - 1).bit_length())
     key_type = np.int32 if shift <= 10 else np.int64
     keys = k.astype(key_type)
     np.abs(keys, out=keys)
-    np.subtract(1 << 21, keys, out=keys)
+    np.subtract(1 << 20, keys, out=keys)
     keys <<= shift
     keys |= np.arange(d, dtype=key_type)
     keys.sort(axis=1)
@@ -269,7 +269,7 @@ def _positions(r: Any, keys_t: np.ndarray, flat_k: np.ndarray, live: np.ndarray,
     # visited once per pass and only these positions' coordinates change, so reading |k| for
     # later positions after applying these steps reads the values from the start of the pass.
     if first:
-        mag = np.subtract(1 << 21, keys_t >> shift, dtype=np.float64)
+        mag = np.subtract(1 << 20, keys_t >> shift, dtype=np.float64)
     else:
         mag = np.abs(flat_k[(keys_t & ((1 << shift) - 1)) + live * d])
     aeff = np.maximum(mag, float(_NORM_TOL))

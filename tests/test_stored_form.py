@@ -128,6 +128,27 @@ def test_batch_matches_reference_at_embedding_sizes(dim, rows):
             assert_batch_matches(m, distance)
 
 
+@pytest.mark.parametrize("dim", [513, 768, 1000, 1024])
+def test_zero_coordinates_at_int32_sort_keys_take_no_step(dim):
+    """Dims 513..1024 sort int32 keys at shift 10. Keys were once (2^21 - |k|) << shift, which
+    wraps negative for a zero coordinate: the first pass read its |k| as 2^22 and, while the
+    residual exceeded that, changed the residual without changing k (equal coordinates round the
+    same way, which builds such a residual), so the norm correction ended 2^23 away from unit."""
+    rng = np.random.default_rng(dim)
+    rows = np.ones((6, dim))
+    rows[:, rng.integers(0, dim, 3)] = 0.0
+    rows[1] *= -1.0
+    rows[2, : dim // 2] = 0.0
+    rows[3] = np.rint(rng.normal(size=dim) * 2) / 2             # ties and zeros
+    rows[4, ::3] = 0.0
+    rows[5] = rng.normal(size=dim)
+    rows[5, ::7] = 0.0
+    for distance in ("Cosine", "Dot"):
+        assert_batch_matches(rows, distance)
+    k = np.rint(stored_form_batch(rows[:1], distance="Cosine").astype(np.float64) * _GRID_INV)
+    assert abs(_UNIT_SQ - int(np.dot(k[0], k[0]))) < 1 << 22
+
+
 def test_layouts_and_inputs_are_left_untouched():
     rng = np.random.default_rng(11)
     base = rng.normal(size=(20, 97))
