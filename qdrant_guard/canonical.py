@@ -16,10 +16,36 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 # The same bytes as _encode for plain data: sort_keys orders (key, value) pairs of unique str keys
 # by key code points, str and int/float go through the same encode_basestring / int.__repr__ /
 # float.__repr__ that _encode uses, and allow_nan=False raises on NaN/Infinity.
-_fast_dumps = json.JSONEncoder(
+_fast_encoder = json.JSONEncoder(
     skipkeys=False, ensure_ascii=False, check_circular=False, allow_nan=False, sort_keys=True,
     separators=(",", ":"),
-).encode
+)
+_fast_dumps = _fast_encoder.encode
+
+
+def _c_dumps() -> Any:
+    # JSONEncoder.encode builds its C encoder (and a closure) on every call; the same C encoder,
+    # built once with _fast_encoder's settings, is reused. Used only if it agrees on a probe.
+    from json import encoder as _je
+
+    make = getattr(_je, "c_make_encoder", None)
+    if make is None:
+        return _fast_dumps
+    e = _fast_encoder
+    try:
+        c_encode = make(None, e.default, _je.encode_basestring, e.indent, e.key_separator,
+                        e.item_separator, e.sort_keys, e.skipkeys, e.allow_nan)
+    except TypeError:  # another signature in another Python version
+        return _fast_dumps
+
+    def dumps(obj: Any) -> str:
+        return "".join(c_encode(obj, 0))
+
+    probe = {"b": [1, 2.5, None, True, "é\u2028\x00\"\\"], "a": {"z": -0.0, "y": 10 ** 30}, "": ()}
+    return dumps if dumps(probe) == _fast_dumps(probe) else _fast_dumps
+
+
+_dumps = _c_dumps()
 
 
 def _plain(obj: Any) -> bool:
@@ -114,7 +140,7 @@ def canonical_json(obj: Any) -> bytes:
     """
     try:
         if _plain(obj):
-            return _fast_dumps(obj).encode("utf-8")
+            return _dumps(obj).encode("utf-8")
     except (ValueError, RecursionError):
         # NaN/Infinity, an int too long for str(), or nesting too deep: let _encode raise the
         # error (with its path) exactly as it always has.

@@ -1,0 +1,126 @@
+"""The third round of read-path shortcuts, each against the general code it skips: the cached
+query-noise key and row-key HMAC state against fresh HMACs, and the reused C JSON encoder
+against JSONEncoder.encode and the general encoder."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives import hashes, hmac
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qdrant_guard import canonical as _canonical
+from qdrant_guard import noise as _noise
+
+
+def _fresh_query_key(key: bytes) -> bytes:
+    h = hmac.HMAC(key, hashes.SHA256())
+    h.update(_noise._QUERY_KEY_LABEL)
+    return h.finalize()
+
+
+def _fresh_row_keys(rows: np.ndarray, key: bytes, prefix: bytes) -> bytes:
+    out = []
+    for row in rows:
+        h = hmac.HMAC(key, hashes.SHA256())
+        h.update(prefix)
+        h.update(row.tobytes())
+        out.append(h.finalize())
+    return b"".join(out)
+
+
+def test_query_noise_key_cache_matches_fresh_hmac():
+    keys = [bytes([i]) * 32 for i in range(4)] + [bytes(range(40)), b"k" * 33]
+    # The same key object again (a hit), an equal key in another object, and alternating keys.
+    order = [0, 0, 1, 0, 2, 2, 3, 4, 5, 4, 0]
+    for i in order:
+        key = keys[i]
+        assert _noise.query_noise_key(key) == _fresh_query_key(key)
+        copy = bytes(bytearray(key))
+        assert copy is not key
+        assert _noise.query_noise_key(copy) == _fresh_query_key(key)
+        assert _noise.query_noise_key(key) == _fresh_query_key(key)
+
+
+def test_query_noise_key_still_checks_after_a_hit():
+    good = b"g" * 32
+    _noise.query_noise_key(good)
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        _noise.query_noise_key(b"short")
+    with pytest.raises(TypeError, match="key must be bytes"):
+        _noise.query_noise_key(bytearray(good))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="key must be bytes"):
+        _noise.query_noise_key(None)  # type: ignore[arg-type]
+    assert _noise.query_noise_key(good) == _fresh_query_key(good)
+
+
+def test_row_keys_cache_matches_fresh_hmac():
+    rng = np.random.default_rng(7)
+    keys = [b"a" * 32, b"b" * 48, bytes(range(32))]
+    prefixes = [b"qg-noise-row|x|", b"qg-noise-row|y|", b""]
+    for step in range(40):
+        key = keys[step % 3] if step % 5 else bytes(bytearray(keys[0]))
+        prefix = prefixes[(step // 3) % 3]
+        rows = rng.standard_normal((1 + step % 4, 3 + step % 5)).astype(np.float32 if step % 2 else np.float64)
+        assert _noise._row_keys(rows, key, prefix) == _fresh_row_keys(rows, key, prefix)
+        # Twice: the second call reads the kept state.
+        assert _noise._row_keys(rows, key, prefix) == _fresh_row_keys(rows, key, prefix)
+        # The same key object under each prefix in turn, and each prefix under another key.
+        for other in prefixes:
+            assert _noise._row_keys(rows, key, other) == _fresh_row_keys(rows, key, other)
+        for other in keys:
+            assert _noise._row_keys(rows, other, prefix) == _fresh_row_keys(rows, other, prefix)
+
+
+def test_keyed_release_unchanged_by_the_cache():
+    rng = np.random.default_rng(11)
+    key = b"z" * 32
+    for i in range(6):
+        v = rng.standard_normal((1 + i % 2, 16))
+        kw = dict(mechanism="gaussian", epsilon=1.0 + i, radius=0.1, delta=1e-6, clip_norm=None, key=key)
+        _noise._ROW_BASE = None
+        cold, p1 = _noise.privatize(v, **kw)
+        warm, p2 = _noise.privatize(v, **kw)
+        assert p1 == p2
+        assert np.array_equal(cold, warm)
+
+
+_leaf = st.none() | st.booleans() | st.integers(-(10 ** 40), 10 ** 40) | st.text(max_size=12) | st.floats(
+    allow_nan=False, allow_infinity=False)
+_plain = st.recursive(
+    _leaf,
+    lambda inner: st.lists(inner, max_size=5) | st.tuples(inner, inner)
+    | st.dictionaries(st.text(max_size=6), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_plain)
+def test_reused_c_encoder_matches_json_encoder_and_general_path(obj):
+    assert _canonical._dumps(obj) == _canonical._fast_dumps(obj)
+    out: list[str] = []
+    _canonical._encode(obj, out, "$")
+    assert _canonical.canonical_json(obj) == "".join(out).encode("utf-8")
+
+
+def test_reused_c_encoder_is_in_use_and_raises_as_before():
+    assert _canonical._dumps is not _canonical._fast_dumps  # CPython has the C encoder
+    for bad in ({"a": math.nan}, [1, {"b": math.inf}]):
+        with pytest.raises(ValueError) as new:
+            _canonical._dumps(bad)
+        with pytest.raises(ValueError) as old:
+            _canonical._fast_dumps(bad)
+        assert str(new.value) == str(old.value)
+    with pytest.raises(ValueError, match="NaN and Infinity"):
+        _canonical.canonical_json({"a": [math.nan]})
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    out: list[str] = []
+    with pytest.raises(RecursionError):
+        _canonical._encode(deep, out, "$")
+    with pytest.raises(RecursionError):
+        _canonical.canonical_json(deep)
