@@ -115,6 +115,8 @@ class Decision:
 def _utf8_safe(text: str) -> str:
     # Lone surrogates (possible in Python str, e.g. a hostile query) cannot be UTF-8 encoded; the
     # audit record keeps them visible as escapes instead of failing the log.
+    if type(text) is str and text.isascii():  # ASCII always encodes; no UTF-8 copy built
+        return text
     try:
         text.encode("utf-8")
         return text
@@ -127,6 +129,12 @@ def _jsonable_id(pid: Any) -> Any:
 
 
 def _jsonable(obj: Any) -> Any:
+    # Exact str/int/bool/None first (most leaves): the answers the checks below give them.
+    t = type(obj)
+    if t is str:
+        return _utf8_safe(obj)
+    if t is int or t is bool or obj is None:
+        return obj
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):

@@ -124,3 +124,79 @@ def test_reused_c_encoder_is_in_use_and_raises_as_before():
         _canonical._encode(deep, out, "$")
     with pytest.raises(RecursionError):
         _canonical.canonical_json(deep)
+
+
+# -- decision records ------------------------------------------------------------------------
+def _old_utf8_safe(text):
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _old_jsonable(obj):
+    import enum
+
+    if isinstance(obj, dict):
+        return {str(k): _old_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [_old_jsonable(v) for v in obj]
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else str(obj)
+    if isinstance(obj, str):
+        return _old_utf8_safe(obj)
+    if obj is None or isinstance(obj, (bool, int)):
+        return obj
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    return str(obj)
+
+
+class _Str(str):
+    pass
+
+
+class _LoudStr(str):
+    def encode(self, encoding="utf-8", errors="strict"):  # must not take the ASCII path
+        if errors == "strict":
+            raise UnicodeEncodeError("utf-8", "x", 0, 1, "refused")
+        return str.encode(self, encoding, errors).upper()
+
+
+class _Int(int):
+    pass
+
+
+def _same(a, b):
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            _same(a[k], b[k])
+    elif isinstance(a, list):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        assert a == b or (a != a and b != b), (a, b)
+
+
+def test_jsonable_fast_paths_match_the_general_checks():
+    import enum
+
+    from qdrant_guard import decision as _decision
+    from qdrant_guard.decision import Verdict
+
+    class Color(enum.Enum):
+        RED = "red"
+
+    values = ["", "ascii", "é", "\ud800 lone", _Str("sub"), _Str("\udfff"), _LoudStr("abc"), 0, -5, 2 ** 70,
+              True, False, None, _Int(3), 1.5, math.nan, math.inf, -math.inf, -0.0, Verdict.ALLOW, Color.RED,
+              b"bytes", object, (1, "a"), {3, 4}, frozenset({"x"}), [1, [2, ["\ud83d"]]],
+              {"k": {"n": [None, True, 1.0]}, 1: "int key", _Str("s"): 2}, np.float64(2.5), np.int64(4)]
+    for v in values:
+        _same(_decision._jsonable(v), _old_jsonable(v))
+        _same(_decision._jsonable({"wrapped": [v, {"in": v}]}), _old_jsonable({"wrapped": [v, {"in": v}]}))
+    for text in ["", "plain", "é", "\ud800", _Str("a"), _Str("\ud800"), _LoudStr("abc")]:
+        _same(_decision._utf8_safe(text), _old_utf8_safe(text))
