@@ -8,7 +8,14 @@
  * Checks, besides the sanitizers: the return code matches the input (the first non-finite input
  * is reported at its position; an overflow is reported where it happened; a success is finite
  * and on the lattice); seeded and keyed runs are reproducible; a keyed row does not depend on
- * the other rows; the samplers return finite values (gammas > 0). */
+ * the other rows; the samplers return finite values (gammas > 0).
+ *
+ * The same bytes also drive qg_unit_grid_nudge (the Cosine stored form's norm correction):
+ * integer rows, residuals and a visiting order from the fuzzer, keys built as
+ * receipts._unit_grid_rows builds them, sometimes one key naming a coordinate past its row.
+ * Checks: such an order is refused with nothing changed; otherwise each row's residual + sum(k^2)
+ * is unchanged (every step moves both by the same integer), and no coordinate changes sign,
+ * leaves zero or moves by more than one unit per pass. */
 #include <math.h>
 
 #include "fuzz_common.h"
@@ -36,8 +43,89 @@ static double get(const void *p, int is_f32, size_t k)
     return is_f32 ? (double)((const float *)p)[k] : ((const double *)p)[k];
 }
 
+static double row_energy(const double *k, double r, size_t dim)
+{
+    double sum = r;
+    for (size_t j = 0; j < dim; j++)
+        sum += k[j] * k[j];
+    return sum;
+}
+
+static void fuzz_nudge(const uint8_t *data, size_t size)
+{
+    enum { NUDGE_ROWS = 4, NUDGE_DIM = 64 };
+    fuzz_reader rd = {data, size};
+    uint8_t flags = (uint8_t)take_u64(&rd, 1);
+    size_t rows = 1 + (size_t)take_u64(&rd, 1) % NUDGE_ROWS;
+    size_t dim = 1 + (size_t)take_u64(&rd, 1) % NUDGE_DIM;
+    int need = 1;
+    while (((size_t)1 << need) < dim)
+        need++;
+    int shift = need + (int)(take_u64(&rd, 1) % 8);
+    int wide = (flags & 1) || shift > 10; /* int32 keys fit up to shift 10, as in receipts.py */
+    double tol = (double)take_u64(&rd, 2);
+    int passes = (int)(take_u64(&rd, 1) % 17);
+    int plant_bad = (flags & 6) == 6 && ((size_t)1 << shift) > dim;
+    size_t count = rows * dim;
+    double *k = malloc(count * sizeof *k), *k0 = malloc(count * sizeof *k);
+    double *res = malloc(rows * sizeof *res), *res0 = malloc(rows * sizeof *res);
+    int64_t *o64 = malloc(count * sizeof *o64);
+    int32_t *o32 = malloc(count * sizeof *o32);
+    if (!k || !k0 || !res || !res0 || !o64 || !o32)
+        abort();
+    for (size_t i = 0; i < rows; i++) {
+        res[i] = (double)(int32_t)take_u64(&rd, 4);
+        for (size_t j = 0; j < dim; j++) {
+            double v = (double)(int16_t)take_u64(&rd, 2);
+            k[i * dim + j] = v;
+            o64[i * dim + j] = ((((int64_t)1 << 20) - (int64_t)fabs(v)) << shift) | (int64_t)j;
+        }
+        for (size_t j = dim; j > 1; j--) { /* a fuzzer-chosen visiting order */
+            size_t m = (size_t)take_u64(&rd, 1) % j;
+            int64_t t = o64[i * dim + j - 1];
+            o64[i * dim + j - 1] = o64[i * dim + m];
+            o64[i * dim + m] = t;
+        }
+    }
+    if (plant_bad) {
+        size_t at = (size_t)take_u64(&rd, 2) % count;
+        int64_t low = (int64_t)dim + (int64_t)(take_u64(&rd, 2) % (((size_t)1 << shift) - dim));
+        o64[at] = (o64[at] >> shift << shift) | low;
+    }
+    for (size_t c = 0; c < count; c++)
+        o32[c] = (int32_t)o64[c];
+    memcpy(k0, k, count * sizeof *k);
+    memcpy(res0, res, rows * sizeof *res);
+    int rc = qg_unit_grid_nudge(k, res, wide ? NULL : o32, wide ? o64 : NULL, rows, dim, shift, tol, passes);
+    if (plant_bad) {
+        CHECK(rc == -1, "an order naming a coordinate past the row was taken (rc %d)", rc);
+        CHECK(memcmp(k, k0, count * sizeof *k) == 0 && memcmp(res, res0, rows * sizeof *res) == 0,
+              "a refused call changed its inputs");
+    } else {
+        CHECK(rc == 0, "a valid order was refused (rc %d, dim %zu, shift %d)", rc, dim, shift);
+        for (size_t i = 0; i < rows; i++) {
+            CHECK(row_energy(k + i * dim, res[i], dim) == row_energy(k0 + i * dim, res0[i], dim),
+                  "row %zu: residual + sum(k^2) moved from %.17g to %.17g", i,
+                  row_energy(k0 + i * dim, res0[i], dim), row_energy(k + i * dim, res[i], dim));
+            for (size_t j = 0; j < dim; j++) {
+                double a = k0[i * dim + j], b = k[i * dim + j];
+                CHECK(a * b >= 0 && (a != 0 || b == 0), "k[%zu][%zu] changed sign or left zero: %g -> %g",
+                      i, j, a, b);
+                CHECK(fabs(b - a) <= passes, "k[%zu][%zu] moved %g in %d passes", i, j, b - a, passes);
+            }
+        }
+    }
+    free(k);
+    free(k0);
+    free(res);
+    free(res0);
+    free(o64);
+    free(o32);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    fuzz_nudge(data, size);
     if (size < HEADER)
         return 0;
     fuzz_reader rd = {data, size};

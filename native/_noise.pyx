@@ -342,7 +342,7 @@ def unit_grid_nudge(k, residual, order, shift, tol, max_passes):
     cdef cnp.int64_t[:, ::1] o64
     cdef const int32_t *p32 = NULL
     cdef const int64_t *p64 = NULL
-    cdef int c_shift, c_passes
+    cdef int c_shift, c_passes, rc
     cdef double c_tol
     if (type(k) is not cnp.ndarray or type(residual) is not cnp.ndarray or type(order) is not cnp.ndarray
             or k.dtype != np.float64 or residual.dtype != np.float64
@@ -364,8 +364,10 @@ def unit_grid_nudge(k, residual, order, shift, tol, max_passes):
         p64 = <const int64_t *>&o64[0, 0]
     c_shift, c_tol, c_passes = shift, tol, max_passes
     with nogil:
-        qg_unit_grid_nudge(&kv[0, 0], &rv[0], p32, p64, <size_t>kv.shape[0], <size_t>kv.shape[1],
-                           c_shift, c_tol, c_passes)
+        rc = qg_unit_grid_nudge(&kv[0, 0], &rv[0], p32, p64, <size_t>kv.shape[0], <size_t>kv.shape[1],
+                                c_shift, c_tol, c_passes)
+    if rc != 0:
+        raise ValueError(_ref.order_error(k.shape[1], shift))
     return None
 
 

@@ -883,12 +883,22 @@ int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim,
 }
 
 
-void qg_unit_grid_nudge(double *k, double *residual, const int32_t *order32, const int64_t *order64,
-                        size_t rows, size_t dim, int shift, double tol, int max_passes)
+int qg_unit_grid_nudge(double *k, double *residual, const int32_t *order32, const int64_t *order64,
+                       size_t rows, size_t dim, int shift, double tol, int max_passes)
 {
-    const int64_t mask = ((int64_t)1 << shift) - 1;
+    int64_t mask;
     size_t i, p;
     int pass;
+    if (shift < 1 || shift > 62)
+        return -1;
+    mask = ((int64_t)1 << shift) - 1;
+    /* Every key must name a coordinate of its row before anything changes: the row is indexed by
+       the key's low bits, and a caller's order is not trusted. */
+    for (i = 0; i < rows * dim; i++) {
+        int64_t key = order32 ? (int64_t)order32[i] : order64[i];
+        if ((size_t)(key & mask) >= dim)
+            return -1;
+    }
     for (i = 0; i < rows; i++) {
         double *row = k + i * dim;
         double r = residual[i];
@@ -912,4 +922,5 @@ void qg_unit_grid_nudge(double *k, double *residual, const int32_t *order32, con
         }
         residual[i] = r;
     }
+    return 0;
 }

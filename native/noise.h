@@ -56,8 +56,9 @@ int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim,
    visiting order, its coordinate index in the low `shift` bits (int32 keys when order32 is not
    NULL, else int64 in order64). Each row, for at most max_passes passes while |residual| > tol,
    visits its coordinates in that order and steps k_j by one unit away from or towards zero
-   (towards closing the residual) where |residual| > max(|k_j|, tol) and k_j != 0. */
-void qg_unit_grid_nudge(double *k, double *residual, const int32_t *order32, const int64_t *order64,
-                        size_t rows, size_t dim, int shift, double tol, int max_passes);
+   (towards closing the residual) where |residual| > max(|k_j|, tol) and k_j != 0. Returns 0, or
+   -1 with nothing changed when shift is outside 1..62 or a key names a coordinate >= dim. */
+int qg_unit_grid_nudge(double *k, double *residual, const int32_t *order32, const int64_t *order64,
+                       size_t rows, size_t dim, int shift, double tol, int max_passes);
 
 #endif

@@ -43,5 +43,5 @@ cdef extern from "noise.h" nogil:
     int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim, int mechanism,
                       double scale, double step, double clip_norm, qg_stream *stream,
                       const uint8_t *row_keys, const uint8_t *nonce, size_t *bad_row, size_t *bad_col)
-    void qg_unit_grid_nudge(double *k, double *residual, const int32_t *order32, const int64_t *order64,
+    int qg_unit_grid_nudge(double *k, double *residual, const int32_t *order32, const int64_t *order64,
                             size_t rows, size_t dim, int shift, double tol, int max_passes)

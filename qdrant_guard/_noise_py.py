@@ -590,8 +590,14 @@ def unit_grid_nudge(k: np.ndarray, residual: np.ndarray, order: np.ndarray, shif
     sign(residual) * sign(k_j); a pass ends at the first position where the row takes no step
     and |residual| <= ``tol``. All values are integers far below 2^53, so float64 holds each step
     exactly.
+
+    Raises:
+        ValueError: a key's low ``shift`` bits name a coordinate outside the row (nothing is
+            changed).
     """
     mask = (1 << shift) - 1
+    if k.shape[1] and any((key & mask) >= k.shape[1] for row in order for key in row.tolist()):
+        raise ValueError(order_error(k.shape[1], shift))
     for i in range(k.shape[0]):
         row = k[i]
         r = float(residual[i])
@@ -619,3 +625,9 @@ def dense_floats(value: Any) -> tuple[np.ndarray, bool] | None:
         return None
     out = np.array(value, dtype=np.float64)
     return out, bool(np.isfinite(out).all())
+
+
+def order_error(dim: int, shift: int) -> str:
+    """The error text of :func:`unit_grid_nudge` for an order whose keys leave the row."""
+    return (f"unit_grid_nudge(): every key's low {shift} bits must name a coordinate below the row "
+            f"length {dim}; build the order as receipts._unit_grid_rows does")

@@ -117,6 +117,33 @@ def test_kernel_hands_unusual_arguments_to_the_twin():
     assert np.array_equal(k, k2) and np.array_equal(r, r2)
 
 
+@native
+@pytest.mark.parametrize("key_type", [np.int32, np.int64])
+@pytest.mark.parametrize("dim,shift", [(5, 3), (600, 10), (3, 40)])
+def test_an_order_naming_a_coordinate_outside_the_row_is_refused_before_any_step(key_type, dim, shift):
+    # The row is indexed by each key's low bits: a key naming coordinate >= dim would have the C
+    # kernel read and write past the row. Both twins refuse the whole call, nothing changed, even
+    # when the bad key comes after keys that would step.
+    from qdrant_guard import _noise
+
+    if key_type is np.int32 and shift > 10:
+        pytest.skip("int32 keys hold shifts up to 10")
+    rng = np.random.default_rng(dim)
+    k = np.rint(rng.standard_normal((3, dim)) * 1000.0)
+    residual = np.array([1e7, -1e7, 3e6])
+    keys = (((1 << 20) - np.abs(k).astype(np.int64)) << shift | np.arange(dim)).astype(key_type)
+    keys.sort(axis=1)
+    bad = keys.copy()
+    bad[2, -1] = (bad[2, -1] >> shift << shift) | dim  # dim < 2^shift: a coordinate past the row
+    for twin in (_noise, _noise_py):
+        k1, r1 = k.copy(), residual.copy()
+        with pytest.raises(ValueError, match="must name a coordinate below the row length"):
+            twin.unit_grid_nudge(k1, r1, bad, shift, 10.0, 16)
+        assert np.array_equal(k1, k) and np.array_equal(r1, residual)
+        twin.unit_grid_nudge(k1, r1, keys, shift, 10.0, 16)  # the same call with a good order runs
+        assert not np.array_equal(k1, k)
+
+
 # --------------------------------------------------------------------------- dense conversion
 
 class _Float(float):
