@@ -451,15 +451,22 @@ class MemoryBudgetStore(_CountingStore):
             return None, now
         return entries, now
 
+    def _kept_span(self, key: str, window_s: float, now: float) -> tuple[float, frozenset[str]] | None:
+        # The key's kept span while every entry is still in the window: the time _expire would use
+        # (time never runs back past the newest entry) and the ids. None: read the entries.
+        span = self._spans.get(key)
+        if span is None:
+            return None
+        oldest, newest, ids = span
+        stamp = now if now > newest else newest
+        return (stamp, ids) if oldest >= stamp - window_s else None
+
     def _expire_listed(self, key: str, window_s: float, now: float) -> tuple[OrderedDict[str, float] | None, float]:
         # _expire, answered from the key's kept span when it has one and nothing is due to expire:
         # a read's admission follows its listing, which keeps the span of every key it lists.
-        span = self._spans.get(key)
-        if span is not None:
-            newest = span[1]
-            stamp = now if now > newest else newest
-            if span[0] >= stamp - window_s:
-                return self._keys[key], stamp
+        kept = self._kept_span(key, window_s, now)
+        if kept is not None:
+            return self._keys[key], kept[0]
         return self._expire(key, window_s, now)
 
     def _admit_many(
@@ -541,14 +548,9 @@ class MemoryBudgetStore(_CountingStore):
                 elif prefix.startswith(group):
                     keys.extend(key for key in members if key.startswith(prefix))
             found = {}
-            for key in keys:  # _live_ids, inlined: a read lists every source of its principal
-                span = self._spans.get(key)
-                if span is None:
-                    ids = self._live_ids(key, window_s, now)
-                else:
-                    oldest, newest, ids = span
-                    if oldest < (now if now > newest else newest) - window_s:
-                        ids = self._live_ids(key, window_s, now)
+            for key in keys:
+                kept = self._kept_span(key, window_s, now)
+                ids = kept[1] if kept is not None else self._live_ids(key, window_s, now)
                 if ids:
                     found[key] = ids
         return found
@@ -1594,11 +1596,9 @@ class ExtractionBudget:
         listing = getattr(self.store, "entries_by_prefix", None)
         if listing is None:
             return None
-        if type(principal) is str and type(collection) is str and principal and collection:
-            prefix = _source_key(principal, collection, "")  # every read lists: the cached key builder
-        else:
-            parts = (_check_str("principal", principal), _check_str("collection", collection))
-            prefix = "src|" + "|".join(_escape_part(p) for p in parts) + "|"
+        if not (type(principal) is str and type(collection) is str and principal and collection):
+            principal, collection = _check_str("principal", principal), _check_str("collection", collection)
+        prefix = _source_key(principal, collection, "")  # every read lists: the cached key builder
         now = _check_real("clock()", self.clock(), positive=False)
         found = listing(prefix, window_s=self.window_s, now=now)
         cut = len(prefix)

@@ -358,6 +358,11 @@ def privatize(
     return out, params
 
 
+# The last (key, derived query key): every read derives it again from the same key object, which
+# is matched by identity.
+_QUERY_KEY_LAST: tuple[bytes, bytes] | None = None
+
+
 def query_noise_key(key: bytes) -> bytes:
     """Return the key for keyed noise on *query* vectors, derived from the document noise ``key``.
 
@@ -372,7 +377,7 @@ def query_noise_key(key: bytes) -> bytes:
     """
     global _QUERY_KEY_LAST
     last = _QUERY_KEY_LAST
-    if last is not None and last[0] is key:  # every read derives it again from the same key object
+    if last is not None and last[0] is key:
         return last[1]
     if not isinstance(key, bytes):
         raise TypeError(f"key must be bytes, not {type(key).__name__}")
@@ -383,9 +388,6 @@ def query_noise_key(key: bytes) -> bytes:
     out = h.finalize()
     _QUERY_KEY_LAST = (key, out)
     return out
-
-
-_QUERY_KEY_LAST: tuple[bytes, bytes] | None = None
 
 
 def check_release(params: NoiseParams) -> str | None:

@@ -30,6 +30,13 @@ _SOURCE_SIZE_TTL_S = 30.0
 log = logging.getLogger("qdrant_guard")
 
 
+def _fresh_size(hit: tuple[float, int] | None) -> int | None:
+    """The size in a source-size cache entry ``(counted at, size)`` while it is fresh, else None."""
+    if hit is not None and time.monotonic() - hit[0] < _SOURCE_SIZE_TTL_S:
+        return hit[1]
+    return None
+
+
 @dataclass
 class ReadPlan:
     """How one read request was rewritten, and what to undo on the way back."""
@@ -349,11 +356,9 @@ class ReadOps(PayloadOps, QueryChecks):
         for source, ids in (listed or {}).items():
             if restricted and source not in restricted:
                 continue
-            # cached_source_size, inlined: the listing holds every source the principal read.
-            hit = sizes.get((account, source))
-            if hit is not None and time.monotonic() - hit[0] < _SOURCE_SIZE_TTL_S:
-                size = hit[1]
-            else:
+            # cached_source_size without the method call: the listing holds every source read.
+            size = _fresh_size(sizes.get((account, source)))
+            if size is None:
                 size = yield from self.source_size(account, pol, source)
             cap = caps.get(size)
             if cap is None:
@@ -487,10 +492,7 @@ class ReadOps(PayloadOps, QueryChecks):
     def cached_source_size(self, name: str, source: str) -> int | None:
         """:meth:`source_size` while it is cached, else None. Not a generator: a read looks up the
         size of every source it lists, and a generator per cached answer cost more than the lookup."""
-        hit = self.shared.get("source_sizes", {}).get((name, source))
-        if hit is not None and time.monotonic() - hit[0] < _SOURCE_SIZE_TTL_S:
-            return hit[1]
-        return None
+        return _fresh_size(self.shared.get("source_sizes", {}).get((name, source)))
 
     def source_size(self, name: str, pol: CollectionPolicy, source: str) -> Any:
         """Number of points of ``source`` in the collection (counted exactly, cached briefly)."""
