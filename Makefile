@@ -13,7 +13,7 @@ all: test
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "setuptools>=64" wheel "Cython>=3.0" "numpy>=1.26"
+	$(PY) -m pip install -q "setuptools>=77" wheel "Cython>=3.0" "numpy>=1.26"
 	$(PY) -m pip install -q --no-build-isolation -e '.[test]'
 	touch $(STAMP)
 
