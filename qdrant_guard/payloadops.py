@@ -71,7 +71,7 @@ class PayloadOps(TextOps):
             return (yield Call(method, args))
         payload = self._check_set(method, name, pol, args["payload"], args.get("key"))
         self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload set; receipts untouched"))
-        return (yield Call(method, {**args, "payload": payload}))
+        return (yield from self.forward(method, name, pol, Call(method, {**args, "payload": payload})))
 
     def op_delete_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -81,7 +81,7 @@ class PayloadOps(TextOps):
         if any(_touches_receipt(k) for k in args["keys"]):
             raise self._refuse_tamper(method, name, pol, "delete")
         self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload keys deleted; receipts untouched"))
-        return (yield Call(method, args))
+        return (yield from self.forward(method, name, pol, Call(method, args)))
 
     def op_overwrite_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -95,7 +95,7 @@ class PayloadOps(TextOps):
         ops = yield from self._preserving_overwrite(name, payload, args["points"])
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
                                   f"payload overwritten on {len(ops)} point(s); receipts preserved"))
-        return (yield from self._run_ops(name, ops, args))
+        return (yield from self._run_ops(method, name, pol, ops, args))
 
     def op_clear_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -105,13 +105,14 @@ class PayloadOps(TextOps):
         ops = yield from self._preserving_overwrite(name, {}, args["points_selector"])
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
                                   f"payload cleared on {len(ops)} point(s); receipts preserved"))
-        return (yield from self._run_ops(name, ops, args))
+        return (yield from self._run_ops(method, name, pol, ops, args))
 
-    def _run_ops(self, name: str, ops: list[Any], args: dict[str, Any]) -> Op:
+    def _run_ops(self, method: str, name: str, pol: CollectionPolicy, ops: list[Any], args: dict[str, Any]) -> Op:
         if not ops:
             return models.UpdateResult(operation_id=None, status=models.UpdateStatus.COMPLETED)
         rest = {k: args[k] for k in ("wait", "ordering") if k in args}
-        results = yield Call("batch_update_points", {"collection_name": name, "update_operations": ops, **rest})
+        results = yield from self.forward(method, name, pol, Call(
+            "batch_update_points", {"collection_name": name, "update_operations": ops, **rest}))
         return results[-1]
 
     def _preserving_overwrite(self, name: str, payload: dict[str, Any], selector: Any,

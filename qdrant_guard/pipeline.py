@@ -263,6 +263,28 @@ class GuardPipeline:
                 log.error("audit log could not be written (fail_closed = false, going on): %r", exc)
         return hashlib.sha256(canonical_json(rec)).hexdigest()
 
+    def forward(self, op: str, name: str | None, pol: CollectionPolicy | None, call: Call) -> Op:
+        """Send a decided call to Qdrant; if it fails, audit QDRANT_ERROR and re-raise.
+
+        Any failure counts, a cancellation (``asyncio.wait_for`` around a server round trip) or a
+        ``KeyboardInterrupt`` included: the allow entry is already written, so the log must say
+        the call may not have happened. ``upsert`` and ``batch_update_points`` are one request
+        each, applied by Qdrant as a unit. ``upload_points``/``upload_collection`` are split by
+        qdrant-client into ``batch_size`` requests: a failure after some of them leaves those
+        batches written (docs/atomicity.md).
+        """
+        try:
+            return (yield call)
+        except GeneratorExit:  # the operation was abandoned, not failed
+            raise
+        except BaseException as exc:
+            self.record(self.decision(
+                op, name, pol, Verdict.QDRANT_ERROR,
+                f"Qdrant failed after the guard allowed the call: {type(exc).__name__}: {exc}",
+                details={"method": call.method},
+            ))
+            raise
+
     def refuse(self, d: Decision) -> QdrantGuardError:
         """Audit a refusing decision and return the exception to raise."""
         return d.refusal(self.record(d))
@@ -392,7 +414,9 @@ class GuardPipeline:
         if method in ("create_collection", "recreate_collection", "delete_collection", "update_collection",
                       "create_vector_name", "delete_vector_name"):
             self.forget_shape(name)
-        return (yield Call(method, args))
+        if pol is None:
+            return (yield Call(method, args))
+        return (yield from self.forward(method, name, pol, Call(method, args)))
 
     def op_operator_only(self, method: str, args: dict[str, Any]) -> Op:
         """Refuse, under a policy, a call only an operator may make (see surface.OPERATOR_ONLY)."""

@@ -316,23 +316,6 @@ class WriteOps(TextOps):
                 update={"payload": self.public_payload(op, name, pol, sp.payload)}))
         return operation
 
-    def forward(self, op: str, name: str, pol: CollectionPolicy, call: Call) -> Op:
-        """Send the decided call to Qdrant; if Qdrant fails, audit QDRANT_ERROR and re-raise.
-
-        ``upsert`` and ``batch_update_points`` are one request each, applied by Qdrant as a unit.
-        ``upload_points``/``upload_collection`` are split by qdrant-client into ``batch_size``
-        requests: a failure after some of them leaves those batches written (docs/atomicity.md).
-        """
-        try:
-            return (yield call)
-        except Exception as exc:
-            self.record(self.decision(
-                op, name, pol, Verdict.QDRANT_ERROR,
-                f"Qdrant failed after the guard allowed the call: {type(exc).__name__}: {exc}",
-                details={"method": call.method},
-            ))
-            raise
-
     # -- the decision ---------------------------------------------------------------------
     def _record_write(self, op: str, name: str, pol: CollectionPolicy, prepared: PreparedPoints) -> None:
         self.record(self._write_decision(op, name, pol, prepared))

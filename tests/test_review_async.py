@@ -1,0 +1,125 @@
+"""Review of the async client, the facade and the pipeline drivers (local Qdrant, real crypto).
+
+A decided write whose Qdrant call fails must leave a QDRANT_ERROR entry after its allow entry
+(docs/atomicity.md), whatever the failure: an asyncio cancellation (a timeout around a guarded
+call on a server connection) or a payload/delete write, not only upserts.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+import qdrant_client
+
+from guardkit import DIM, create, make_kit, models, snapshot, unit
+from qdrant_guard import AsyncQdrantClient, QdrantClient
+from qdrant_guard.audit import verify_audit_file
+
+
+class Injected(RuntimeError):
+    pass
+
+
+def _cfg(kit):
+    return kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                               "text_field": "text", "intent": {"enabled": False}}})
+
+
+def _records(kit):
+    return [json.loads(x)["record"] for x in (kit.tmp / "audit.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture()
+def kit(tmp_path):
+    return make_kit(tmp_path)
+
+
+# -- 1. a cancelled async write is audited ------------------------------------------------------
+@pytest.mark.parametrize("method", ["upsert", "update_vectors", "batch_update_points", "overwrite_payload"])
+def test_async_write_cancelled_after_the_decision_is_audited(kit, monkeypatch, method):
+    """A server round trip can be cancelled (asyncio.wait_for) after the allow entry is written;
+    the log must then say so, as it does for any other transport failure."""
+    sent = "upsert" if method == "upsert" else "batch_update_points"
+
+    async def main():
+        owner = AsyncQdrantClient(":memory:", guard=_cfg(kit), principal=kit.principal("alice", "hr"))
+        await owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        rng = np.random.default_rng(0)
+        await owner.upsert("pii", [models.PointStruct(id=i, vector=unit(rng), payload={"n": i}) for i in range(3)])
+        before = await qdrant_client.AsyncQdrantClient.count(owner, "pii")  # unguarded: not audited
+        original = getattr(qdrant_client.AsyncQdrantClient, sent)
+
+        async def hung(self, *a, **kw):  # the request never comes back (a stalled connection)
+            await asyncio.sleep(30)
+            return await original(self, *a, **kw)
+
+        monkeypatch.setattr(qdrant_client.AsyncQdrantClient, sent, hung)
+        call = {
+            "upsert": lambda: owner.upsert("pii", [models.PointStruct(id=9, vector=unit(rng))]),
+            "update_vectors": lambda: owner.update_vectors("pii", [models.PointVectors(id=0, vector=unit(rng))]),
+            "batch_update_points": lambda: owner.batch_update_points("pii", [models.UpsertOperation(
+                upsert=models.PointsList(points=[models.PointStruct(id=9, vector=unit(rng))]))]),
+            "overwrite_payload": lambda: owner.overwrite_payload("pii", {"n": 7}, [1]),
+        }[method]
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(call(), timeout=0.05)
+        monkeypatch.undo()
+        assert (await qdrant_client.AsyncQdrantClient.count(owner, "pii")) == before
+        await owner.close()
+
+    asyncio.run(main())
+    records = _records(kit)
+    assert records[-2]["verdict"].startswith("ALLOW") and records[-2]["op"] == method
+    assert records[-1]["verdict"] == "QDRANT_ERROR" and records[-1]["op"] == method
+    assert "CancelledError" in records[-1]["directive"]
+    assert verify_audit_file(kit.tmp / "audit.jsonl").ok
+
+
+def test_sync_write_interrupted_after_the_decision_is_audited(kit, monkeypatch):
+    """KeyboardInterrupt during the Qdrant call (the process survives it): audited like a failure."""
+    owner = QdrantClient(":memory:", guard=_cfg(kit), principal=kit.principal("alice", "hr"))
+    create(owner, "pii")
+
+    def interrupted(self, *a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(qdrant_client.QdrantClient, "upsert", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        owner.upsert("pii", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)))])
+    monkeypatch.undo()
+    assert snapshot(owner, "pii") == []
+    records = _records(kit)
+    assert records[-1]["verdict"] == "QDRANT_ERROR" and "KeyboardInterrupt" in records[-1]["directive"]
+
+
+# -- 2. payload and delete writes failing in Qdrant are audited ---------------------------------
+@pytest.mark.parametrize("method,sent,call", [
+    ("set_payload", "set_payload", lambda c: c.set_payload("pii", {"k": 1}, [0])),
+    ("delete_payload", "delete_payload", lambda c: c.delete_payload("pii", ["n"], [0])),
+    ("overwrite_payload", "batch_update_points", lambda c: c.overwrite_payload("pii", {"k": 1}, [0])),
+    ("clear_payload", "batch_update_points", lambda c: c.clear_payload("pii", [0])),
+    ("delete", "delete", lambda c: c.delete("pii", [0])),
+    ("delete_vectors", "delete_vectors", lambda c: c.delete_vectors("pii", [""], [0])),
+])
+def test_payload_and_delete_writes_failing_in_qdrant_are_audited(kit, monkeypatch, method, sent, call):
+    owner = QdrantClient(":memory:", guard=_cfg(kit), principal=kit.principal("alice", "hr"))
+    create(owner, "pii")
+    owner.upsert("pii", [models.PointStruct(id=0, vector=unit(np.random.default_rng(0)), payload={"n": 0})])
+    before = snapshot(owner, "pii")
+
+    def fail(self, *a, **kw):
+        raise Injected("transport down")
+
+    monkeypatch.setattr(qdrant_client.QdrantClient, sent, fail)
+    with pytest.raises(Injected):
+        call(owner)
+    monkeypatch.undo()
+    assert snapshot(owner, "pii") == before
+    records = _records(kit)
+    assert records[-2]["verdict"] == "ALLOW" and records[-2]["op"] == method
+    assert records[-1]["verdict"] == "QDRANT_ERROR" and records[-1]["op"] == method
+    assert "transport down" in records[-1]["directive"]
+    assert verify_audit_file(kit.tmp / "audit.jsonl").ok
+
