@@ -86,6 +86,9 @@ class Guard(WriteOps, ReadOps):
         if self.transparent:
             return (yield Call(method, args))
         aliases: dict[str, str] | None = None
+        # Written only once every action has passed (like a batch's acceptances); PUBLIC targets
+        # pass unrecorded, as other calls on PUBLIC collections do.
+        accepted: list[tuple[str, str]] = []
         for i, action in enumerate(args["change_aliases_operations"]):
             if isinstance(action, models.CreateAliasOperation):
                 collection, alias = action.create_alias.collection_name, action.create_alias.alias_name
@@ -103,6 +106,7 @@ class Guard(WriteOps, ReadOps):
                     target = self.policy(collection)
                     if not target.is_public:
                         self.require_access(method, collection, target, "admin")
+                        accepted.append((collection, f"alias {old!r} deleted"))
                     continue
                 alias = action.rename_alias.new_alias_name
             else:
@@ -110,8 +114,15 @@ class Guard(WriteOps, ReadOps):
                     f"{method}: change_aliases_operations[{i}] is a {type(action).__name__}; pass "
                     "models.CreateAliasOperation, RenameAliasOperation or DeleteAliasOperation")
             self._check_alias(method, collection, alias)
+            if not self.policy(collection).is_public:
+                accepted.append((collection, f"alias {alias!r} now names it"))
         self.forget_shape()
-        return (yield Call(method, args))
+        if not accepted:
+            return (yield Call(method, args))
+        for collection, what in accepted:
+            self.record(self.decision(method, collection, self.policy(collection), Verdict.ALLOW,
+                                      f"admin access granted: {what}"))
+        return (yield from self.forward(method, accepted[-1][0], self.policy(accepted[-1][0]), Call(method, args)))
 
     def _check_alias(self, method: str, collection: str, alias: str) -> None:
         target = self.policy(collection)
@@ -143,21 +154,34 @@ class Guard(WriteOps, ReadOps):
     def op_migrate(self, method: str, args: dict[str, Any]) -> Op:
         """Migration copies raw vectors out: the caller must own every sensitive collection moved."""
         names = args.get("collection_names")
-        if not self.transparent:
-            if names is None:
-                resp = yield Call("get_collections", {})
-                names = [c.name for c in resp.collections]
-            for n in names:
-                self.require_access(method, n, self.policy(n), "admin")
-        return (yield Call(method, args))
+        if self.transparent:
+            return (yield Call(method, args))
+        if names is None:
+            resp = yield Call("get_collections", {})
+            names = [c.name for c in resp.collections]
+        for n in names:
+            self.require_access(method, n, self.policy(n), "admin")
+        return (yield from self._audited_multi(method, list(names), "migration", args))
+
+    def _audited_multi(self, method: str, names: list[str], what: str, args: dict[str, Any]) -> Op:
+        """Record an allowed call over several collections (when any is sensitive), then send it."""
+        sensitive = [n for n in names if not self.policy(n).is_public]
+        if not sensitive:
+            return (yield Call(method, args))
+        self.record(self.decision(method, None, None, Verdict.ALLOW,
+                                  f"{what} of {len(names)} collection(s) allowed: owner of every sensitive one",
+                                  details={"collections": sensitive}))
+        return (yield from self.forward(method, None, None, Call(method, args)))
 
     def op_create_full_snapshot(self, method: str, args: dict[str, Any]) -> Op:
         """A full snapshot holds every collection's raw vectors: owner of all sensitive ones only."""
-        if not self.transparent:
-            resp = yield Call("get_collections", {})
-            for c in resp.collections:
-                self.require_access(method, c.name, self.policy(c.name), "admin")
-        return (yield Call(method, args))
+        if self.transparent:
+            return (yield Call(method, args))
+        resp = yield Call("get_collections", {})
+        names = [c.name for c in resp.collections]
+        for n in names:
+            self.require_access(method, n, self.policy(n), "admin")
+        return (yield from self._audited_multi(method, names, "full snapshot", args))
 
 
 __all__ = ["Guard"]

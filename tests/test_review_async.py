@@ -123,3 +123,66 @@ def test_payload_and_delete_writes_failing_in_qdrant_are_audited(kit, monkeypatc
     assert "transport down" in records[-1]["directive"]
     assert verify_audit_file(kit.tmp / "audit.jsonl").ok
 
+
+# -- 3. allowed multi-collection calls are audited ----------------------------------------------
+def _alias_client(kit, cls=QdrantClient):
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"]}
+    return cls(":memory:", guard=kit.config({"pii": pol, "pii2": pol, "pub": {"class": "PUBLIC"}}),
+               principal=kit.principal("alice", "hr"))
+
+
+def _create_alias(collection, alias):
+    return models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=collection, alias_name=alias))
+
+
+def test_allowed_alias_changes_on_a_sensitive_collection_are_audited(kit):
+    owner = _alias_client(kit)
+    create(owner, "pii")
+    create(owner, "pub")
+    n = len(_records(kit))
+    owner.update_collection_aliases([_create_alias("pii", "pii2"), _create_alias("pub", "pub2")])
+    assert sorted(a.alias_name for a in owner.get_aliases().aliases) == ["pii2", "pub2"]
+    new = _records(kit)[n:]
+    # One entry for the sensitive collection's alias; the PUBLIC one passes unrecorded, as PUBLIC calls do.
+    assert [(r["op"], r["verdict"], r["collection"]) for r in new] == [("update_collection_aliases", "ALLOW", "pii")]
+    assert "pii2" in new[0]["directive"]
+    owner.update_collection_aliases([models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name="pii2"))])
+    new = _records(kit)[n + 1:]
+    assert [(r["op"], r["verdict"], r["collection"]) for r in new] == [("update_collection_aliases", "ALLOW", "pii")]
+    assert verify_audit_file(kit.tmp / "audit.jsonl").ok
+
+
+def test_alias_batch_refused_late_audits_no_earlier_acceptance(kit):
+    owner = _alias_client(kit)
+    create(owner, "pii")
+    n = len(_records(kit))
+    with pytest.raises(Exception):
+        owner.update_collection_aliases([_create_alias("pii", "pii2"), _create_alias("pii", "elsewhere")])
+    new = _records(kit)[n:]
+    assert [r["verdict"] for r in new] == ["REFUSED_CROSS_BOUNDARY"]
+    assert owner.get_aliases().aliases == []
+
+
+def test_allowed_migrate_is_audited_with_the_collections_moved(kit):
+    owner = _alias_client(kit)
+    create(owner, "pii")
+    owner.upsert("pii", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)))])
+    dest = qdrant_client.QdrantClient(":memory:")
+    n = len(_records(kit))
+    owner.migrate(dest, collection_names=["pii"])
+    assert dest.count("pii").count == 1
+    new = [r for r in _records(kit)[n:] if r["op"] == "migrate"]
+    assert len(new) == 1 and new[0]["verdict"] == "ALLOW" and new[0]["details"]["collections"] == ["pii"]
+
+
+def test_async_alias_changes_are_audited_like_sync(kit):
+    async def main():
+        owner = _alias_client(kit, AsyncQdrantClient)
+        await owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        n = len(_records(kit))
+        await owner.update_collection_aliases([_create_alias("pii", "pii2")])
+        await owner.close()
+        return _records(kit)[n:]
+
+    new = asyncio.run(main())
+    assert [(r["op"], r["verdict"], r["collection"]) for r in new] == [("update_collection_aliases", "ALLOW", "pii")]
