@@ -186,3 +186,82 @@ def test_async_alias_changes_are_audited_like_sync(kit):
 
     new = asyncio.run(main())
     assert [(r["op"], r["verdict"], r["collection"]) for r in new] == [("update_collection_aliases", "ALLOW", "pii")]
+
+
+# -- 4. many tasks on one async client, cancelled mid-call --------------------------------------
+class SlowClassifier:
+    """Blocks its worker thread a little, so timeouts land while a query is being classified."""
+
+    name = "slow-review"
+
+    def classify(self, text, *, embedding=None):
+        import time
+
+        from qdrant_guard.intent import IntentResult
+
+        time.sleep(0.004)
+        return IntentResult(label="benign", confidence=0.9, reasoning="fine", classifier="slow-review")
+
+
+def test_cancelled_tasks_leave_budgets_exact_writes_whole_and_the_audit_chain_intact(kit):
+    from qdrant_guard.hashing_embedder import HashingEmbedder
+
+    base = HashingEmbedder(DIM)
+
+    def slow_embed(texts):
+        import time
+
+        time.sleep(0.004)
+        return base(texts)
+
+    cfg = kit.config({"pii": {
+        "class": "PII", "owner": "hr", "readers": ["support"], "writers": ["support"], "noise_on_write": True,
+        "text_field": "text", "intent": {"enabled": True, "classifier": "test_review_async:SlowClassifier"},
+        "diversity": {"max_source_coverage": 0.25, "restricted_sources": ["memo"], "max_source_fraction": 1.0}}})
+    memo = 40
+
+    async def main():
+        owner = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder=slow_embed)
+        await owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        rng = np.random.default_rng(0)
+        await owner.upsert("pii", [models.PointStruct(id=10_000 + i, vector=unit(rng), payload={"source": "memo"})
+                                   for i in range(memo)])
+        bob = owner.with_principal(kit.principal("bob", "support"))
+        received: set = set()
+        memo_only = models.Filter(must=[models.FieldCondition(key="source", match=models.MatchValue(value="memo"))])
+
+        async def write(i):
+            await bob.upsert("pii", [models.PointStruct(
+                id=i, vector=models.Document(text=f"note {i}: call John Doe at 555-123-4567", model="m"),
+                payload={"text": f"note {i} for 555-123-4567", "source": "notes"})])
+
+        async def read(i):
+            res = await bob.query_points("pii", query=unit(np.random.default_rng(i)), query_text="what does the memo say",
+                                         limit=5, query_filter=memo_only)
+            received.update(p.id for p in res.points)
+
+        async def bounded(i):
+            try:
+                await asyncio.wait_for(write(i) if i % 2 else read(i), timeout=0.002 + 0.0004 * (i % 25))
+                return "done"
+            except asyncio.TimeoutError:
+                return "timed out"
+
+        outcomes = await asyncio.gather(*(bounded(i) for i in range(120)))
+        stored, _ = await qdrant_client.AsyncQdrantClient.scroll(owner, "pii", limit=1000, with_payload=True)
+        await owner.close()
+        return outcomes, received, stored
+
+    outcomes, received, stored = asyncio.run(main())
+    assert set(outcomes) <= {"done", "timed out"}
+    assert "timed out" in outcomes  # the timeouts really landed mid-call
+    assert len(received) <= memo // 4  # budget exact: floor(40 * 0.25)
+    written = {r.id for r in stored if r.id < 10_000}
+    for r in stored:
+        if r.id < 10_000:
+            assert r.payload["text"] == f"note {r.id} for [PHONE]"  # redacted, never half-written
+    records = _records(kit)
+    accepted = {pid for r in records if r["op"] == "upsert" and r["verdict"] == "ALLOW_NOISED"
+                and r["principal"] == "bob@support" for pid in r["point_ids"]}
+    assert accepted == written  # every stored point has its decision, and every decision its point
+    assert verify_audit_file(kit.tmp / "audit.jsonl").ok
