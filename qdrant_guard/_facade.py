@@ -135,30 +135,44 @@ def _binder(original: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
 def _sync_method(name: str, original: Callable[..., Any], base: type,
                  make_invoke: Callable[[Any, type], Callable[[Call], Any]] | None = None) -> Callable[..., Any]:
     """A guarded plain method: the pipeline's requests run through ``make_invoke(client, base)``
-    (default: the base class's methods, under the local-mode lock)."""
+    (default: the base class's methods, the whole operation under the local-mode lock)."""
     bind = _binder(original)
-    make_invoke = make_invoke or _locked_invoke
+
+    locked = make_invoke is None
+    make_invoke = make_invoke or _plain_invoke
 
     @functools.wraps(original)
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         guard = self._guard
         if guard is None:
             return original(self, *args, **kwargs)
-        return drive_sync(guard.run(name, _bound(guard, name, bind(self, args, kwargs))), make_invoke(self, base))
+        op = guard.run(name, _bound(guard, name, bind(self, args, kwargs)))
+        lock = self._local_lock if locked else None
+        if lock is None:
+            return drive_sync(op, make_invoke(self, base))
+        # The whole operation holds the local-mode lock but for its Offloads (embedder, classifier),
+        # as the async client runs it without suspending: a read-then-write (the receipts an
+        # overwrite_payload carries along) is not interleaved by another thread's write.
+        with lock:
+            return drive_sync(op, make_invoke(self, base), offload=functools.partial(_unlocked, lock))
 
     return method
 
 
-def _locked_invoke(client: Any, base: type) -> Callable[[Call], Any]:
-    lock = client._local_lock
-
+def _plain_invoke(client: Any, base: type) -> Callable[[Call], Any]:
     def invoke(call: Call) -> Any:
-        if lock is None:
-            return getattr(base, call.method)(client, **call.kwargs)
-        with lock:
-            return getattr(base, call.method)(client, **call.kwargs)
+        return getattr(base, call.method)(client, **call.kwargs)
 
     return invoke
+
+
+def _unlocked(lock: Any, fn: Callable[[], Any]) -> Any:
+    """``fn()`` with ``lock`` (held once more by this thread) released meanwhile."""
+    lock.release()
+    try:
+        return fn()
+    finally:
+        lock.acquire()
 
 
 def _bound(guard: Any, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

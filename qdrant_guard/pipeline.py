@@ -436,14 +436,16 @@ class GuardPipeline:
         ))
 
 
-def drive_sync(op: Op, invoke: Callable[[Call], Any] | None) -> Any:
-    """Run an operation to completion with a synchronous ``invoke``."""
+def drive_sync(op: Op, invoke: Callable[[Call], Any] | None,
+               offload: Callable[[Callable[[], Any]], Any] | None = None) -> Any:
+    """Run an operation to completion with a synchronous ``invoke``; ``offload(fn)`` runs its
+    :class:`Offload` requests (default: ``fn()``)."""
     try:
         call = next(op)
         while True:
             try:
                 if isinstance(call, Offload):
-                    result = call.fn()
+                    result = call.fn() if offload is None else offload(call.fn)
                 elif invoke is None:
                     raise RuntimeError(f"operation requested {call.method!r} but no backend was given")
                 else:

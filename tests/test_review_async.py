@@ -265,3 +265,55 @@ def test_cancelled_tasks_leave_budgets_exact_writes_whole_and_the_audit_chain_in
                 and r["principal"] == "bob@support" for pid in r["point_ids"]}
     assert accepted == written  # every stored point has its decision, and every decision its point
     assert verify_audit_file(kit.tmp / "audit.jsonl").ok
+
+
+# -- 5. a sync client's read-modify-write is not interleaved by another thread ------------------
+def test_overwrite_payload_racing_an_upsert_from_another_thread_keeps_a_valid_receipt(kit, monkeypatch):
+    """overwrite_payload reads each point's receipt, then writes the new payload with it. In local
+    mode another thread's upsert (a new vector, a new receipt) must not land in between, or the
+    point keeps the stale receipt of a vector it no longer holds. (The async client never
+    suspends between the two in local mode.)"""
+    import threading
+
+    from qdrant_guard.audit import AuditLog
+    from qdrant_guard.receipts import verify as verify_stored
+
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                              "intent": {"enabled": False}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii")
+    rng = np.random.default_rng(0)
+    owner.upsert("pii", [models.PointStruct(id=1, vector=unit(rng), payload={"n": 1})])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    paused, resume = threading.Event(), threading.Event()
+    append = AuditLog.append
+
+    def slow_append(self, record):  # A's decision is written after the receipt read, before the write
+        if record.get("op") == "overwrite_payload":
+            paused.set()
+            resume.wait(5)
+        return append(self, record)
+
+    monkeypatch.setattr(AuditLog, "append", slow_append)
+    errors: list[BaseException] = []
+
+    def run(fn):
+        try:
+            fn()
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    a = threading.Thread(target=run, args=(lambda: owner.overwrite_payload("pii", {"n": 2}, [1]),))
+    b = threading.Thread(target=run, args=(lambda: bob.upsert("pii", [models.PointStruct(
+        id=1, vector=unit(rng), payload={"n": 3})]),))
+    a.start()
+    assert paused.wait(5)
+    b.start()
+    b.join(0.3)  # unserialised, B's upsert completes here
+    resume.set()
+    a.join(5)
+    b.join(5)
+    monkeypatch.undo()
+    assert not errors, errors
+    reports = verify_stored(owner, "pii", trusted_keys=owner.guard.trusted_receipt_keys)
+    assert [(r.point_id, r.ok) for r in reports] == [(1, True)], reports
