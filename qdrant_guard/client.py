@@ -76,7 +76,8 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
             pool_size=pool_size, headers=headers, **kwargs,
         )
         # qdrant-client's local mode is not thread-safe; guarded calls into it are serialised so
-        # that agents sharing one embedded store from several threads cannot corrupt it.
+        # that agents sharing one embedded store from several threads cannot corrupt it. Each
+        # guarded operation holds it throughout but for its Offloads (see _facade._sync_method).
         self._local_lock = threading.RLock() if isinstance(self._client, QdrantLocal) else None
 
     def close(self, grpc_grace: float | None = None, **kwargs: Any) -> None:
