@@ -317,3 +317,45 @@ def test_overwrite_payload_racing_an_upsert_from_another_thread_keeps_a_valid_re
     assert not errors, errors
     reports = verify_stored(owner, "pii", trusted_keys=owner.guard.trusted_receipt_keys)
     assert [(r.point_id, r.ok) for r in reports] == [(1, True)], reports
+
+
+# -- 6. llama-index's async store: reader paths go through the guard -------------------------------
+def test_llamaindex_async_reader_paths_are_guarded(kit):
+    pytest.importorskip("llama_index.vector_stores.qdrant")
+    from llama_index.core.schema import TextNode
+    from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
+    from llama_index.vector_stores.qdrant import QdrantVectorStore
+
+    from integration_embeddings import TEXTS, LIHashingEmbedding
+    from qdrant_guard import GuardRefusal
+
+    emb = LIHashingEmbedding()
+    cfg = kit.config({"kb": {"class": "PII", "owner": "hr", "readers": ["support"], "noise_on_write": False,
+                             "raw_in_boundary": True, "text_field": "_node_content", "diversity": {"enabled": False}}})
+    nodes = [TextNode(text=f"{t}, call 555-123-4567", metadata={"source": f"d{i}"}, embedding=emb.get_text_embedding(t))
+             for i, t in enumerate(TEXTS)]
+
+    async def main():
+        owner = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+        await QdrantVectorStore(collection_name="kb", aclient=owner).async_add(nodes)
+        reader = QdrantVectorStore(collection_name="kb", aclient=owner.with_principal(kit.principal("bob", "support")))
+        anon = QdrantVectorStore(collection_name="kb", aclient=owner.with_principal(None))
+        got = await reader.aget_nodes(node_ids=[nodes[0].node_id])
+        raw = await qdrant_client.AsyncQdrantClient.retrieve(owner, "kb", [nodes[0].node_id], with_vectors=True)
+        refusals = []
+        for call in (lambda: reader.adelete_nodes(node_ids=[nodes[1].node_id]),
+                     lambda: reader.adelete_nodes(filters=MetadataFilters(filters=[MetadataFilter(key="source", value="d2")])),
+                     lambda: reader.aclear(),
+                     lambda: anon.aget_nodes(node_ids=[nodes[0].node_id])):
+            with pytest.raises(GuardRefusal) as ei:
+                await call()
+            refusals.append(ei.value.verdict)
+        n = (await qdrant_client.AsyncQdrantClient.count(owner, "kb")).count
+        await owner.close()
+        return got, raw, refusals, n
+
+    got, raw, refusals, n = asyncio.run(main())
+    assert [g.text for g in got] == [f"{TEXTS[0]}, call [PHONE]"]  # redacted inside _node_content
+    assert raw[0].vector is not None and "_qdrant_guard_receipt" not in raw[0].payload  # raw in-boundary vector
+    assert refusals == ["REFUSED_CROSS_BOUNDARY"] * 4
+    assert n == len(nodes)
