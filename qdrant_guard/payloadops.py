@@ -110,7 +110,7 @@ class PayloadOps(TextOps):
     def _run_ops(self, method: str, name: str, pol: CollectionPolicy, ops: list[Any], args: dict[str, Any]) -> Op:
         if not ops:
             return models.UpdateResult(operation_id=None, status=models.UpdateStatus.COMPLETED)
-        rest = {k: args[k] for k in ("wait", "ordering") if k in args}
+        rest: dict[str, Any] = {k: args[k] for k in ("wait", "ordering") if k in args}
         results = yield from self.forward(method, name, pol, Call(
             "batch_update_points", {"collection_name": name, "update_operations": ops, **rest}))
         return results[-1]
