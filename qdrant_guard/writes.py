@@ -17,6 +17,7 @@ from .policy import CollectionPolicy
 from .receipts import (
     RECEIPT_KEY,
     ReceiptItem,
+    commitment_bytes,
     normalize_point_id,
     issue_receipts_batch,
     receipts_for_payload,
@@ -117,6 +118,18 @@ def _clipped_less(receipt_clip: float | None, policy_clip: float | None) -> bool
     if policy_clip is None:
         return False
     return receipt_clip is None or receipt_clip > policy_clip
+
+
+def _altered_by_storage(arr: np.ndarray, distance: str) -> bool:
+    """Whether Qdrant's storage (float32, and unit length on Cosine collections) moves ``arr`` to
+    another point of the receipt commitment grid: its receipt would then verify now, but never
+    against the vector read back."""
+    stored = arr.astype(np.float32)
+    if distance == "Cosine":
+        norm = np.linalg.norm(stored)
+        if norm > 0:
+            stored = stored / norm
+    return commitment_bytes(stored) != commitment_bytes(arr)
 
 
 def _plain(v: Any) -> Any:
@@ -377,6 +390,15 @@ class WriteOps(TextOps):
                     if not check.ok or check.params is None:
                         faults.setdefault(Verdict.INVALID_RECEIPT, []).append(p.id)
                         reasons[str(p.id)] = check.reason
+                        continue
+                    if _altered_by_storage(arr, spec.distance):
+                        faults.setdefault(Verdict.INVALID_RECEIPT, []).append(p.id)
+                        reasons[str(p.id)] = (
+                            f"vector_mismatch: Qdrant would not store vector {vname or '<unnamed>'!r} as "
+                            f"signed (it keeps float32{', normalised to unit length' if spec.distance == 'Cosine' else ''}),"
+                            f" so the stored vector would not match the receipt; sign "
+                            f"stored_form(vector, distance={spec.distance!r}) and send exactly that vector"
+                        )
                         continue
                     prm = check.params
                     problem = _noise.check_release(prm)

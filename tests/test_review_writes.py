@@ -1,0 +1,210 @@
+"""Write-path review: receipts must certify exactly what Qdrant stores, and a batch the guard
+accepts must behave as qdrant-client's would (real local-mode Qdrant)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from guardkit import count, create, make_kit, models, snapshot, unit
+from qdrant_guard import GuardRefusal, QdrantClient, UnsupportedWriteError, keys
+from qdrant_guard.noise import privatize
+from qdrant_guard.receipts import (
+    RECEIPT_KEY,
+    ReceiptItem,
+    ReceiptSigner,
+    issue_receipts_batch,
+    receipts_for_payload,
+    stored_form,
+)
+from qdrant_guard.receipts import verify as verify_stored
+
+
+def _kit_client(tmp_path, *, noise_on_write: bool, named: tuple[str, ...] = (),
+                distance: models.Distance = models.Distance.COSINE):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"],
+                              "noise_on_write": noise_on_write,
+                              "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii", named=named, distance=distance)
+    return kit, owner, owner.with_principal(kit.principal("bob", "support"))
+
+
+def _receipts(owner):
+    return [(r.point_id, r.vector_name, r.reason)
+            for r in verify_stored(owner, "pii", trusted_keys=owner.guard.trusted_receipt_keys)]
+
+
+@pytest.fixture()
+def noised(tmp_path):
+    _, owner, bob = _kit_client(tmp_path, noise_on_write=True)
+    return owner, bob, np.random.default_rng(11)
+
+
+@pytest.fixture()
+def noised_named(tmp_path):
+    _, owner, bob = _kit_client(tmp_path, noise_on_write=True, named=("a", "b"))
+    return owner, bob, np.random.default_rng(12)
+
+
+# -- receipted vectors: the receipt must match what Qdrant stores -----------------------------
+
+def _caller_receipt(kit, vector, point_id):
+    signer = ReceiptSigner(keys.load_private_key(kit.guard_key_path))
+    noised, params = privatize(np.asarray(vector, dtype=np.float32), mechanism="gaussian", epsilon=1.0,
+                               delta=1e-6, radius=0.01, clip_norm=1.0)
+    # On the commitment grid, but not unit length: Qdrant normalises it on a Cosine collection.
+    final = stored_form(np.asarray(noised, dtype=np.float64) * 3.0, distance="Euclid")
+    rec = issue_receipts_batch(signer, [ReceiptItem(params=params, vector=final, collection="pii",
+                                                    point_id=point_id, vector_name="")])[0]
+    return final.tolist(), {RECEIPT_KEY: receipts_for_payload({"": rec})}
+
+
+def test_a_receipt_over_a_vector_qdrant_renormalises_is_refused_on_cosine(tmp_path):
+    kit, owner, bob = _kit_client(tmp_path, noise_on_write=False)
+    rng = np.random.default_rng(1)
+    vec, payload = _caller_receipt(kit, unit(rng), 1)
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("pii", [models.PointStruct(id=1, vector=vec, payload=payload)])
+    assert ei.value.verdict == "INVALID_RECEIPT"
+    assert count(owner, "pii") == 0
+
+
+def test_the_same_receipt_is_accepted_where_qdrant_stores_the_vector_as_given(tmp_path):
+    kit, owner, bob = _kit_client(tmp_path, noise_on_write=False, distance=models.Distance.EUCLID)
+    rng = np.random.default_rng(1)
+    vec, payload = _caller_receipt(kit, unit(rng), 1)
+    bob.upsert("pii", [models.PointStruct(id=1, vector=vec, payload=payload)])
+    assert _receipts(owner) == [(1, "", "ok")]
+
+
+# -- batches whose upserts may not apply ------------------------------------------------------
+
+_NO_MATCH = models.Filter(must=[models.FieldCondition(key="k", match=models.MatchValue(value="nope"))])
+
+
+@pytest.mark.parametrize("condition", [
+    {"update_mode": models.UpdateMode.INSERT_ONLY},
+    {"update_filter": _NO_MATCH},
+], ids=["insert_only", "update_filter"])
+def test_a_payload_rewrite_after_a_conditional_upsert_keeps_receipts_valid(noised, condition):
+    owner, bob, rng = noised
+    bob.upsert("pii", [models.PointStruct(id=1, vector=unit(rng), payload={"k": "old"})])
+    before = snapshot(owner, "pii")
+    try:
+        bob.batch_update_points("pii", [
+            models.UpsertOperation(upsert=models.PointsList(
+                points=[models.PointStruct(id=1, vector=unit(rng), payload={"k": "new"})], **condition)),
+            models.OverwritePayloadOperation(overwrite_payload=models.SetPayload(payload={"k": "o"}, points=[1])),
+        ])
+    except UnsupportedWriteError:
+        assert snapshot(owner, "pii") == before
+    assert _receipts(owner) == [(1, "", "ok")]
+
+
+def test_a_vector_update_after_a_conditional_upsert_keeps_receipts_valid(noised_named):
+    owner, bob, rng = noised_named
+    bob.upsert("pii", [models.PointStruct(id=1, vector={"a": unit(rng), "b": unit(rng)})])
+    before = snapshot(owner, "pii")
+    try:
+        bob.batch_update_points("pii", [
+            models.UpsertOperation(upsert=models.PointsList(
+                points=[models.PointStruct(id=1, vector={"a": unit(rng), "b": unit(rng)})],
+                update_mode=models.UpdateMode.INSERT_ONLY)),
+            models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
+                points=[models.PointVectors(id=1, vector={"a": unit(rng)})])),
+        ])
+    except UnsupportedWriteError:
+        assert snapshot(owner, "pii") == before
+    assert _receipts(owner) == [(1, "a", "ok"), (1, "b", "ok")]
+
+
+def test_a_vector_update_of_a_point_an_update_only_upsert_did_not_create_changes_nothing(noised):
+    owner, bob, rng = noised
+    bob.upsert("pii", [models.PointStruct(id=1, vector=unit(rng))])
+    before = snapshot(owner, "pii")
+    with pytest.raises(UnsupportedWriteError, match="2"):
+        bob.batch_update_points("pii", [
+            models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
+                points=[models.PointVectors(id=1, vector=unit(rng))])),
+            models.UpsertOperation(upsert=models.PointsList(
+                points=[models.PointStruct(id=2, vector=unit(rng))], update_mode=models.UpdateMode.UPDATE_ONLY)),
+            models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
+                points=[models.PointVectors(id=2, vector=unit(rng))])),
+        ])
+    assert snapshot(owner, "pii") == before
+
+
+def test_an_unconditional_upsert_mode_still_counts_as_written(noised):
+    owner, bob, rng = noised
+    bob.batch_update_points("pii", [
+        models.UpsertOperation(upsert=models.PointsList(
+            points=[models.PointStruct(id=3, vector=unit(rng))], update_mode=models.UpdateMode.UPSERT)),
+        models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
+            points=[models.PointVectors(id=3, vector=unit(rng))])),
+    ])
+    assert _receipts(owner) == [(3, "", "ok")]
+
+
+# -- one point named twice in a vector update -------------------------------------------------
+
+def test_a_point_named_twice_in_one_vector_update_keeps_both_receipts(noised_named):
+    owner, bob, rng = noised_named
+    bob.upsert("pii", [models.PointStruct(id=1, vector={"a": unit(rng), "b": unit(rng)})])
+    bob.update_vectors("pii", [models.PointVectors(id=1, vector={"a": unit(rng)}),
+                               models.PointVectors(id=1, vector={"b": unit(rng)})])
+    assert _receipts(owner) == [(1, "a", "ok"), (1, "b", "ok")]
+
+
+# -- payload rewrites by filter inside a batch ------------------------------------------------
+
+def _k(value):
+    return models.Filter(must=[models.FieldCondition(key="k", match=models.MatchValue(value=value))])
+
+
+@pytest.mark.parametrize("earlier", [
+    models.DeleteOperation(delete=models.PointIdsList(points=[1])),
+    models.SetPayloadOperation(set_payload=models.SetPayload(payload={"k": "x"}, points=[2])),
+    models.UpsertOperation(upsert=models.PointsList(points=[models.PointStruct(id=5, vector=[0.25] * 16,
+                                                                               payload={"k": "x"})])),
+], ids=["delete", "set_payload", "upsert"])
+@pytest.mark.parametrize("rewrite", [
+    models.OverwritePayloadOperation(overwrite_payload=models.SetPayload(payload={"k": "y"}, filter=_k("x"))),
+    models.ClearPayloadOperation(clear_payload=models.FilterSelector(filter=_k("x"))),
+], ids=["overwrite", "clear"])
+def test_a_payload_rewrite_by_filter_after_other_operations_is_not_half_applied(noised, earlier, rewrite):
+    # The guard resolves the filter to point ids against the store as it was before the batch;
+    # the earlier operation changes which points the filter names when Qdrant runs it.
+    owner, bob, rng = noised
+    bob.upsert("pii", [models.PointStruct(id=1, vector=unit(rng), payload={"k": "x"}),
+                       models.PointStruct(id=2, vector=unit(rng), payload={"k": "z"})])
+    before = snapshot(owner, "pii")
+    with pytest.raises(UnsupportedWriteError, match="filter"):
+        bob.batch_update_points("pii", [earlier, rewrite])
+    assert snapshot(owner, "pii") == before
+
+
+def test_a_payload_rewrite_by_filter_first_in_a_batch_still_works(noised):
+    owner, bob, rng = noised
+    bob.upsert("pii", [models.PointStruct(id=1, vector=unit(rng), payload={"k": "x"}),
+                       models.PointStruct(id=2, vector=unit(rng), payload={"k": "z"})])
+    bob.batch_update_points("pii", [
+        models.OverwritePayloadOperation(overwrite_payload=models.SetPayload(payload={"k": "y"}, filter=_k("x"))),
+        models.SetPayloadOperation(set_payload=models.SetPayload(payload={"n": 1}, points=[2])),
+    ])
+    assert [(p[0], {k: v for k, v in p[1].items() if k != RECEIPT_KEY}) for p in snapshot(owner, "pii")] == [
+        (1, {"k": "y"}), (2, {"k": "z", "n": 1})]
+    assert _receipts(owner) == [(1, "", "ok"), (2, "", "ok")]
+
+
+# -- a Batch whose columns disagree ------------------------------------------------------------
+
+@pytest.mark.parametrize("batch", [
+    models.Batch(ids=[1, 2, 3], vectors=[[0.25] * 16, [0.5] * 16]),
+    models.Batch(ids=[1, 2], vectors=[[0.25] * 16, [0.5] * 16], payloads=[{}]),
+], ids=["vectors", "payloads"])
+def test_a_batch_with_columns_of_different_lengths_is_refused_naming_them(noised, batch):
+    owner, bob, _ = noised
+    with pytest.raises(ValueError, match="ids"):
+        bob.upsert("pii", batch)
+    assert count(owner, "pii") == 0
