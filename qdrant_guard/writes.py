@@ -12,6 +12,7 @@ from qdrant_client.http import models
 from . import noise as _noise
 from .decision import Decision, Verdict
 from .errors import UnsupportedWriteError
+from .payloadops import _selector_ids
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .receipts import (
@@ -74,6 +75,16 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
     """Materialise the ``points`` argument of upsert/upload into a list of PointStruct."""
     if isinstance(points, models.Batch):
         n = len(points.ids)
+        columns = ({f"vectors[{k!r}]": len(v) for k, v in points.vectors.items()}
+                   if isinstance(points.vectors, dict) else {"vectors": len(points.vectors)})
+        if points.payloads is not None:
+            columns["payloads"] = len(points.payloads)
+        uneven = {k: m for k, m in columns.items() if m != n}
+        if uneven:
+            raise ValueError(
+                f"models.Batch has {n} ids but " + ", ".join(f"{m} {k}" for k, m in uneven.items())
+                + "; every column must have one entry per id"
+            )
         if isinstance(points.vectors, dict):
             vecs: list[Any] = [{k: v[i] for k, v in points.vectors.items()} for i in range(n)]
         else:
@@ -228,6 +239,10 @@ class WriteOps(TextOps):
         # prepare_vector_updates).
         deleted: set[str] = set()
         deleted_by_filter = False
+        # Points of a conditional upsert (update_filter, insert_only, update_only) earlier in the
+        # batch: Qdrant may or may not apply it, so neither the stored nor the new receipts are
+        # known to certify them, and a later operation that carries receipts must not name them.
+        uncertain: dict[str, Any] = {}
         # The accepted operations' decisions, audited only once the whole batch is accepted: a
         # later operation's refusal sends nothing, so none of them was written. They keep the
         # batch's order ([delete 1, upsert 1] and [upsert 1, delete 1] end differently); a run of
@@ -243,9 +258,17 @@ class WriteOps(TextOps):
                 pts = points_from_any(inner.batch if isinstance(inner, models.PointsBatch) else inner.points)
                 prepared = yield from self.prepare_points(method, name, pol, pts)
                 accepted.append(self._write_decision(method, name, pol, prepared))
+                conditional = inner.update_filter is not None or inner.update_mode not in (
+                    None, models.UpdateMode.UPSERT)
                 for p in prepared.points:
-                    fresh[normalize_point_id(p.id)] = (p.payload or {}).get(RECEIPT_KEY)
-                    deleted.discard(normalize_point_id(p.id))
+                    pid = normalize_point_id(p.id)
+                    if conditional:
+                        uncertain[pid] = p.id
+                        fresh.pop(pid, None)
+                    else:
+                        fresh[pid] = (p.payload or {}).get(RECEIPT_KEY)
+                        uncertain.pop(pid, None)
+                    deleted.discard(pid)
                 positions.append(len(out_ops))
                 out_ops.append(models.UpsertOperation(upsert=models.PointsList(
                     points=prepared.points, shard_key=inner.shard_key,
@@ -261,6 +284,7 @@ class WriteOps(TextOps):
                         "Qdrant would apply part of the update before failing on a deleted point, "
                         "without its receipts. Send the delete and the vector update as separate calls"
                     )
+                self._refuse_uncertain(method, name, pol, uncertain, [u.id for u in uv.points], "a vector update")
                 new = yield from self.prepare_vector_updates(method, name, pol, list(uv.points),
                                                              shard_key=uv.shard_key, fresh=fresh,
                                                              deleted=deleted, accepted=accepted)
@@ -272,8 +296,25 @@ class WriteOps(TextOps):
                         for pid in map(normalize_point_id, op.delete.points):
                             deleted.add(pid)
                             fresh.pop(pid, None)
+                            uncertain.pop(pid, None)
                     else:
                         deleted_by_filter = True
+                elif isinstance(op, (models.OverwritePayloadOperation, models.ClearPayloadOperation)):
+                    selector = (op.overwrite_payload.points if op.overwrite_payload.points is not None
+                                else op.overwrite_payload.filter) if isinstance(
+                        op, models.OverwritePayloadOperation) else op.clear_payload
+                    if out_ops and isinstance(selector, (models.Filter, models.FilterSelector)):
+                        # The guard turns it into per-point overwrites (each carrying its point's
+                        # receipt), resolving the filter against the store as it is before the batch.
+                        raise self.unsupported_write(
+                            method, name, pol,
+                            f"{method}: a payload {'overwrite' if isinstance(op, models.OverwritePayloadOperation) else 'clear'} "
+                            f"by filter after other operations in the same batch on sensitive collection "
+                            f"{name!r}: the guard resolves the filter to point ids before the batch runs, and "
+                            "the earlier operations change which points it matches. Send it as its own call, "
+                            "or first in the batch. Nothing was written"
+                        )
+                    self._refuse_uncertain(method, name, pol, uncertain, _selector_ids(selector), "a payload rewrite")
                 new = yield from self.payload_operation(method, name, pol, op, fresh)
                 out_ops.extend(new)
                 positions.append(len(out_ops) - 1 if new else None)
@@ -289,6 +330,19 @@ class WriteOps(TextOps):
         nothing = results[-1] if results else models.UpdateResult(
             operation_id=None, status=models.UpdateStatus.COMPLETED)
         return [results[i] if i is not None else nothing for i in positions]
+
+    def _refuse_uncertain(self, op: str, name: str, pol: CollectionPolicy, uncertain: dict[str, Any],
+                          ids: Iterable[Any], what: str) -> None:
+        """Refuse ``what`` in a batch if it names a point of an earlier conditional upsert."""
+        named = [uncertain[k] for k in dict.fromkeys(map(normalize_point_id, ids)) if k in uncertain]
+        if named:
+            raise self.unsupported_write(
+                op, name, pol,
+                f"{op}: {what} of point(s) {named} after a conditional upsert of them (update_filter, or "
+                f"update_mode insert_only/update_only) in the same batch on sensitive collection {name!r}: "
+                "the guard cannot tell whether the upsert applies, so not which vectors the points' receipts "
+                "must certify. Send the upsert and the later operation as separate calls. Nothing was written"
+            )
 
     def _others_decision(self, op: str, name: str, pol: CollectionPolicy, others: dict[str, int]) -> Decision:
         """The ALLOW of a run of payload and delete operations of a batch (``others``: count by kind)."""
@@ -561,6 +615,9 @@ class WriteOps(TextOps):
                 merged.update(receipts_from_payload(p.payload))
             container = receipts_for_payload(merged) if merged else None
             fresh[normalize_point_id(p.id)] = container
+            # A later update of the same point in this call builds on this one (each SetPayload
+            # replaces the whole container).
+            existing[normalize_point_id(p.id)] = merged
             ops.append(models.SetPayloadOperation(set_payload=models.SetPayload(
                 payload={RECEIPT_KEY: container}, points=[p.id], shard_key=shard_key)))
         return ops

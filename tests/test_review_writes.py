@@ -91,14 +91,13 @@ def test_a_payload_rewrite_after_a_conditional_upsert_keeps_receipts_valid(noise
     owner, bob, rng = noised
     bob.upsert("pii", [models.PointStruct(id=1, vector=unit(rng), payload={"k": "old"})])
     before = snapshot(owner, "pii")
-    try:
+    with pytest.raises(UnsupportedWriteError, match="conditional upsert"):
         bob.batch_update_points("pii", [
             models.UpsertOperation(upsert=models.PointsList(
                 points=[models.PointStruct(id=1, vector=unit(rng), payload={"k": "new"})], **condition)),
             models.OverwritePayloadOperation(overwrite_payload=models.SetPayload(payload={"k": "o"}, points=[1])),
         ])
-    except UnsupportedWriteError:
-        assert snapshot(owner, "pii") == before
+    assert snapshot(owner, "pii") == before
     assert _receipts(owner) == [(1, "", "ok")]
 
 
@@ -106,7 +105,7 @@ def test_a_vector_update_after_a_conditional_upsert_keeps_receipts_valid(noised_
     owner, bob, rng = noised_named
     bob.upsert("pii", [models.PointStruct(id=1, vector={"a": unit(rng), "b": unit(rng)})])
     before = snapshot(owner, "pii")
-    try:
+    with pytest.raises(UnsupportedWriteError, match="conditional upsert"):
         bob.batch_update_points("pii", [
             models.UpsertOperation(upsert=models.PointsList(
                 points=[models.PointStruct(id=1, vector={"a": unit(rng), "b": unit(rng)})],
@@ -114,8 +113,7 @@ def test_a_vector_update_after_a_conditional_upsert_keeps_receipts_valid(noised_
             models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
                 points=[models.PointVectors(id=1, vector={"a": unit(rng)})])),
         ])
-    except UnsupportedWriteError:
-        assert snapshot(owner, "pii") == before
+    assert snapshot(owner, "pii") == before
     assert _receipts(owner) == [(1, "a", "ok"), (1, "b", "ok")]
 
 
@@ -144,6 +142,19 @@ def test_an_unconditional_upsert_mode_still_counts_as_written(noised):
             points=[models.PointVectors(id=3, vector=unit(rng))])),
     ])
     assert _receipts(owner) == [(3, "", "ok")]
+
+
+def test_a_later_unconditional_upsert_makes_the_point_certain_again(noised):
+    owner, bob, rng = noised
+    bob.upsert("pii", [models.PointStruct(id=1, vector=unit(rng))])
+    bob.batch_update_points("pii", [
+        models.UpsertOperation(upsert=models.PointsList(
+            points=[models.PointStruct(id=1, vector=unit(rng))], update_mode=models.UpdateMode.INSERT_ONLY)),
+        models.UpsertOperation(upsert=models.PointsList(points=[models.PointStruct(id=1, vector=unit(rng))])),
+        models.OverwritePayloadOperation(overwrite_payload=models.SetPayload(payload={"k": "o"}, points=[1])),
+    ])
+    assert snapshot(owner, "pii")[0][1]["k"] == "o"
+    assert _receipts(owner) == [(1, "", "ok")]
 
 
 # -- one point named twice in a vector update -------------------------------------------------
