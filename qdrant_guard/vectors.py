@@ -25,6 +25,14 @@ class VectorSpec:
     size: int
     distance: str
     multivector: bool
+    # Storage datatype ("float32", "float16", "uint8", ...); None when the collection does not set it.
+    datatype: str | None = None
+
+    @property
+    def lossy(self) -> bool:
+        """Whether Qdrant stores this vector at less than float32 precision (a receipt commits to
+        the float32 values, so it would not verify against what is read back)."""
+        return self.datatype not in (None, "float32")
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,7 @@ def shape_from_info(info: models.CollectionInfo) -> CollectionShape:
             size=int(vp.size),
             distance=vp.distance.value if hasattr(vp.distance, "value") else str(vp.distance),
             multivector=vp.multivector_config is not None,
+            datatype=None if vp.datatype is None else str(getattr(vp.datatype, "value", vp.datatype)),
         )
     sparse = frozenset((params.sparse_vectors or {}).keys())
     return CollectionShape(dense=dense, sparse=sparse, unnamed=unnamed)

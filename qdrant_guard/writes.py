@@ -435,6 +435,14 @@ class WriteOps(TextOps):
                 arr = as_dense(value, spec, where=where)
                 vecs[vname] = arr
                 rec = receipts.get(vname)
+                if spec.lossy and (rec is not None or not raw_ok):
+                    raise self.unsupported_write(
+                        op, name, pol,
+                        f"{op}: {where}: vector {vname or '<unnamed>'!r} of sensitive collection {name!r} is "
+                        f"stored as {spec.datatype}, so Qdrant would round the noised float32 vector and its "
+                        "receipt would never verify against the stored one. Use datatype float32 for "
+                        "receipted vectors (quantization keeps the original vectors). Nothing was written"
+                    )
                 if rec is not None:
                     check = verify_receipt(
                         rec, vector=arr, collection=name, point_id=p.id, vector_name=vname,

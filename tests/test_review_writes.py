@@ -219,3 +219,38 @@ def test_a_batch_with_columns_of_different_lengths_is_refused_naming_them(noised
     with pytest.raises(ValueError, match="ids"):
         bob.upsert("pii", batch)
     assert count(owner, "pii") == 0
+
+
+# -- vector storage datatypes that do not keep the signed float32 values ----------------------
+
+def _typed_collection(tmp_path, datatype):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"],
+                              "noise_on_write": True, "raw_in_boundary": True}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(
+        size=16, distance=models.Distance.COSINE, datatype=datatype))
+    return owner, owner.with_principal(kit.principal("bob", "support"))
+
+
+@pytest.mark.parametrize("datatype", [models.Datatype.FLOAT16, models.Datatype.UINT8])
+def test_a_receipt_is_not_issued_for_a_vector_stored_at_lower_precision(tmp_path, datatype):
+    # A server stores float16/uint8 vectors rounded (local mode does not): the receipt's
+    # commitment to the float32 vector would never verify against the vector read back.
+    owner, bob = _typed_collection(tmp_path, datatype)
+    rng = np.random.default_rng(5)
+    with pytest.raises(UnsupportedWriteError, match=datatype.value):
+        bob.upsert("pii", [models.PointStruct(id=1, vector=unit(rng))])
+    assert count(owner, "pii") == 0
+
+
+def test_raw_in_boundary_writes_to_a_lower_precision_collection_still_work(tmp_path):
+    owner, _ = _typed_collection(tmp_path, models.Datatype.FLOAT16)
+    owner.upsert("pii", [models.PointStruct(id=1, vector=unit(np.random.default_rng(6)))])
+    assert count(owner, "pii") == 1
+
+
+def test_float32_datatype_is_receipted_as_usual(tmp_path):
+    owner, bob = _typed_collection(tmp_path, models.Datatype.FLOAT32)
+    bob.upsert("pii", [models.PointStruct(id=1, vector=unit(np.random.default_rng(7)))])
+    assert _receipts(owner) == [(1, "", "ok")]
