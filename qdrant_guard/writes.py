@@ -111,6 +111,12 @@ def points_from_columns(vectors: Any, payload: Iterable[Any] | None, ids: Iterab
     if isinstance(vectors, dict):
         names = list(vectors)
         n = len(vectors[names[0]]) if names else 0
+        lengths = {k: len(vectors[k]) for k in names}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(
+                f"upload_collection: the named vectors have different numbers of rows {lengths}; "
+                "give every name one row per point"
+            )
         rows: list[Any] = [{k: vectors[k][i] for k in names} for i in range(n)]
     else:
         rows = list(vectors)

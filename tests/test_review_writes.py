@@ -254,3 +254,13 @@ def test_float32_datatype_is_receipted_as_usual(tmp_path):
     owner, bob = _typed_collection(tmp_path, models.Datatype.FLOAT32)
     bob.upsert("pii", [models.PointStruct(id=1, vector=unit(np.random.default_rng(7)))])
     assert _receipts(owner) == [(1, "", "ok")]
+
+
+@pytest.mark.parametrize("rows", [(3, 2), (2, 3)])
+def test_upload_collection_with_named_columns_of_different_lengths_is_refused(noised_named, rows):
+    owner, bob, rng = noised_named
+    vectors = {"a": np.asarray([unit(rng) for _ in range(rows[0])]),
+               "b": np.asarray([unit(rng) for _ in range(rows[1])])}
+    with pytest.raises(ValueError, match="'a': 3|'b': 3"):
+        bob.upload_collection("pii", vectors=vectors, ids=None)
+    assert count(owner, "pii") == 0
