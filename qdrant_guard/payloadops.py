@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from qdrant_client import grpc
+from qdrant_client.conversions.conversion import GrpcToRest
 from qdrant_client.http import models
 
 from .decision import Verdict
@@ -141,6 +143,7 @@ class PayloadOps(TextOps):
 
     def _resolve(self, name: str, selector: Any) -> Any:
         """The points a selector names, with their receipts (ids, PointIdsList, Filter, FilterSelector)."""
+        selector = _rest_selector(selector)
         if isinstance(selector, models.PointIdsList):
             selector = selector.points
         if isinstance(selector, models.FilterSelector):
@@ -180,8 +183,21 @@ class PayloadOps(TextOps):
         return [operation]
 
 
+def _rest_selector(selector: Any) -> Any:
+    """``selector`` with gRPC filters, selectors and point ids converted to their REST models (as
+    qdrant-client's REST path does), so the guard can resolve them."""
+    if isinstance(selector, grpc.Filter):
+        return GrpcToRest.convert_filter(selector)
+    if isinstance(selector, grpc.PointsSelector):
+        return GrpcToRest.convert_points_selector(selector)
+    if isinstance(selector, (list, tuple)) and any(isinstance(p, grpc.PointId) for p in selector):
+        return [GrpcToRest.convert_point_id(p) if isinstance(p, grpc.PointId) else p for p in selector]
+    return selector
+
+
 def _selector_ids(selector: Any) -> list[Any]:
     """The point ids a selector names explicitly ([] for filters)."""
+    selector = _rest_selector(selector)
     if isinstance(selector, models.PointIdsList):
         return list(selector.points)
     if isinstance(selector, (models.Filter, models.FilterSelector)) or selector is None:

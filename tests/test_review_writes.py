@@ -264,3 +264,32 @@ def test_upload_collection_with_named_columns_of_different_lengths_is_refused(no
     with pytest.raises(ValueError, match="'a': 3|'b': 3"):
         bob.upload_collection("pii", vectors=vectors, ids=None)
     assert count(owner, "pii") == 0
+
+
+# -- gRPC selectors on payload rewrites (qdrant-client converts them for a server) -------------
+
+def _grpc_selectors():
+    from qdrant_client import grpc
+    gf = grpc.Filter(must=[grpc.Condition(field=grpc.FieldCondition(key="k", match=grpc.Match(keyword="x")))])
+    return {
+        "filter": gf,
+        "selector_ids": grpc.PointsSelector(points=grpc.PointsIdsList(ids=[grpc.PointId(num=1)])),
+        "selector_filter": grpc.PointsSelector(filter=gf),
+        "point_ids": [grpc.PointId(num=1)],
+    }
+
+
+@pytest.mark.parametrize("selector", list(_grpc_selectors()))
+@pytest.mark.parametrize("method", ["overwrite_payload", "clear_payload"])
+def test_payload_rewrites_accept_grpc_selectors_and_keep_receipts(noised, selector, method):
+    owner, bob, rng = noised
+    bob.upsert("pii", [models.PointStruct(id=1, vector=unit(rng), payload={"k": "x"}),
+                       models.PointStruct(id=2, vector=unit(rng), payload={"k": "z"})])
+    sel = _grpc_selectors()[selector]
+    if method == "overwrite_payload":
+        bob.overwrite_payload("pii", payload={"k": "y"}, points=sel)
+    else:
+        bob.clear_payload("pii", points_selector=sel)
+    kept = [(p[0], {k: v for k, v in p[1].items() if k != RECEIPT_KEY}) for p in snapshot(owner, "pii")]
+    assert kept == [(1, {"k": "y"} if method == "overwrite_payload" else {}), (2, {"k": "z"})]
+    assert _receipts(owner) == [(1, "", "ok"), (2, "", "ok")]
