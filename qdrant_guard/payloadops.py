@@ -94,7 +94,8 @@ class PayloadOps(TextOps):
         if pol is None:
             return (yield Call(method, args))
         payload = self._check_set(method, name, pol, args["payload"], None)
-        ops = yield from self._preserving_overwrite(name, payload, args["points"])
+        ops = yield from self._preserving_overwrite(name, payload, args["points"],
+                                                    shard_key=args.get("shard_key_selector"))
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
                                   f"payload overwritten on {len(ops)} point(s); receipts preserved"))
         return (yield from self._run_ops(method, name, pol, ops, args))
@@ -104,7 +105,8 @@ class PayloadOps(TextOps):
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
-        ops = yield from self._preserving_overwrite(name, {}, args["points_selector"])
+        ops = yield from self._preserving_overwrite(name, {}, args["points_selector"],
+                                                    shard_key=args.get("shard_key_selector"))
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
                                   f"payload cleared on {len(ops)} point(s); receipts preserved"))
         return (yield from self._run_ops(method, name, pol, ops, args))
@@ -112,20 +114,25 @@ class PayloadOps(TextOps):
     def _run_ops(self, method: str, name: str, pol: CollectionPolicy, ops: list[Any], args: dict[str, Any]) -> Op:
         if not ops:
             return models.UpdateResult(operation_id=None, status=models.UpdateStatus.COMPLETED)
-        rest: dict[str, Any] = {k: args[k] for k in ("wait", "ordering") if k in args}
+        rest: dict[str, Any] = {k: args[k] for k in ("wait", "ordering", "timeout") if k in args}
         results = yield from self.forward(method, name, pol, Call(
             "batch_update_points", {"collection_name": name, "update_operations": ops, **rest}))
         return results[-1]
 
     def _preserving_overwrite(self, name: str, payload: dict[str, Any], selector: Any,
-                              fresh: dict[str, Any] | None = None) -> Any:
+                              fresh: dict[str, Any] | None = None, *, shard_key: Any = None) -> Any:
         """Per-point overwrite operations that carry each point's own receipt along.
 
         ``fresh`` holds receipt containers written earlier in the same batch (by normalised point
         id); they replace the stored ones, which no longer certify the points' vectors.
+        ``shard_key``: the call's shard key selector (default: the selector's own ``shard_key``);
+        the points are looked up, and rewritten, in those shards only.
         """
         fresh = fresh or {}
-        records = yield from self._resolve(name, selector)
+        selector = _rest_selector(selector)
+        if shard_key is None:
+            shard_key = getattr(selector, "shard_key", None)
+        records = yield from self._resolve(name, selector, shard_key)
         targets = {normalize_point_id(r.id): (r.id, (r.payload or {}).get(RECEIPT_KEY)) for r in records}
         for pid in _selector_ids(selector):
             key = normalize_point_id(pid)
@@ -138,10 +145,10 @@ class PayloadOps(TextOps):
             if container is not None:
                 new[RECEIPT_KEY] = container
             ops.append(models.OverwritePayloadOperation(
-                overwrite_payload=models.SetPayload(payload=new, points=[pid])))
+                overwrite_payload=models.SetPayload(payload=new, points=[pid], shard_key=shard_key)))
         return ops
 
-    def _resolve(self, name: str, selector: Any) -> Any:
+    def _resolve(self, name: str, selector: Any, shard_key: Any = None) -> Any:
         """The points a selector names, with their receipts (ids, PointIdsList, Filter, FilterSelector)."""
         selector = _rest_selector(selector)
         if isinstance(selector, models.PointIdsList):
@@ -154,12 +161,14 @@ class PayloadOps(TextOps):
             while True:
                 page, offset = yield Call("scroll", {"collection_name": name, "scroll_filter": selector,
                                                      "limit": 1024, "offset": offset,
-                                                     "with_payload": [RECEIPT_KEY], "with_vectors": False})
+                                                     "with_payload": [RECEIPT_KEY], "with_vectors": False,
+                                                     "shard_key_selector": shard_key})
                 out.extend(page)
                 if offset is None:
                     return out
         return (yield Call("retrieve", {"collection_name": name, "ids": list(selector),
-                                         "with_payload": [RECEIPT_KEY], "with_vectors": False}))
+                                         "with_payload": [RECEIPT_KEY], "with_vectors": False,
+                                         "shard_key_selector": shard_key}))
 
     def payload_operation(self, op: str, name: str, pol: CollectionPolicy, operation: Any,
                           fresh: dict[str, Any] | None = None) -> Any:
@@ -177,7 +186,7 @@ class PayloadOps(TextOps):
             sp = operation.overwrite_payload
             payload = self._check_set(op, name, pol, sp.payload, None)
             sel = sp.points if sp.points is not None else sp.filter
-            return (yield from self._preserving_overwrite(name, payload, sel, fresh))
+            return (yield from self._preserving_overwrite(name, payload, sel, fresh, shard_key=sp.shard_key))
         if isinstance(operation, models.ClearPayloadOperation):
             return (yield from self._preserving_overwrite(name, {}, operation.clear_payload, fresh))
         return [operation]

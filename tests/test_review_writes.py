@@ -293,3 +293,61 @@ def test_payload_rewrites_accept_grpc_selectors_and_keep_receipts(noised, select
     kept = [(p[0], {k: v for k, v in p[1].items() if k != RECEIPT_KEY}) for p in snapshot(owner, "pii")]
     assert kept == [(1, {"k": "y"} if method == "overwrite_payload" else {}), (2, {"k": "z"})]
     assert _receipts(owner) == [(1, "", "ok"), (2, "", "ok")]
+
+
+# -- shard keys and timeouts of payload rewrites reach Qdrant -------------------------------
+# Local mode ignores shard keys (a server applies an update without one to every shard, so the
+# rewrite, with the resolved point's receipt, would reach a same-id point of another shard key):
+# the requests the guard sends to the real local client are recorded on the way.
+
+@pytest.fixture()
+def sent(monkeypatch):
+    import qdrant_client
+
+    calls: list[tuple[str, dict]] = []
+    for meth in ("batch_update_points", "retrieve", "scroll"):
+        original = getattr(qdrant_client.QdrantClient, meth)
+
+        def spy(self, *args, _original=original, _meth=meth, **kwargs):
+            calls.append((_meth, kwargs))
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(qdrant_client.QdrantClient, meth, spy)
+    return calls
+
+
+@pytest.mark.parametrize("selector", ["ids", "filter"])
+@pytest.mark.parametrize("method", ["overwrite_payload", "clear_payload"])
+def test_payload_rewrites_forward_shard_key_and_timeout(noised, sent, method, selector):
+    owner, bob, rng = noised
+    bob.upsert("pii", [models.PointStruct(id=1, vector=unit(rng), payload={"k": "x"})])
+    sel = [1] if selector == "ids" else _k("x")
+    sent.clear()
+    if method == "overwrite_payload":
+        bob.overwrite_payload("pii", {"k": "y"}, points=sel, shard_key_selector="s1", timeout=7)
+    else:
+        bob.clear_payload("pii", points_selector=sel, shard_key_selector="s1", timeout=7)
+    reads = [kw for m, kw in sent if m in ("retrieve", "scroll")]
+    assert reads and all(kw.get("shard_key_selector") == "s1" for kw in reads)
+    (write,) = [kw for m, kw in sent if m == "batch_update_points"]
+    assert write.get("timeout") == 7
+    assert [op.overwrite_payload.shard_key for op in write["update_operations"]] == ["s1"]
+    assert _receipts(owner) == [(1, "", "ok")]
+
+
+@pytest.mark.parametrize("operation", [
+    models.OverwritePayloadOperation(overwrite_payload=models.SetPayload(payload={"k": "y"}, points=[1],
+                                                                         shard_key="s1")),
+    models.ClearPayloadOperation(clear_payload=models.PointIdsList(points=[1], shard_key="s1")),
+    models.ClearPayloadOperation(clear_payload=models.FilterSelector(filter=_k("x"), shard_key="s1")),
+], ids=["overwrite", "clear_ids", "clear_filter"])
+def test_batch_payload_rewrites_keep_their_shard_key(noised, sent, operation):
+    owner, bob, rng = noised
+    bob.upsert("pii", [models.PointStruct(id=1, vector=unit(rng), payload={"k": "x"})])
+    sent.clear()
+    bob.batch_update_points("pii", [operation])
+    reads = [kw for m, kw in sent if m in ("retrieve", "scroll")]
+    assert reads and all(kw.get("shard_key_selector") == "s1" for kw in reads)
+    (write,) = [kw for m, kw in sent if m == "batch_update_points"]
+    assert [op.overwrite_payload.shard_key for op in write["update_operations"]] == ["s1"]
+    assert _receipts(owner) == [(1, "", "ok")]
