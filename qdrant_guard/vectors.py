@@ -11,6 +11,7 @@ from ._impl import implementation, load_kernel
 from .errors import InvalidVectorError
 
 UNNAMED = ""
+_F32_MAX = float(np.finfo(np.float32).max)
 # np.asarray of a list of Python floats, in C (~1 us instead of ~8-14 us a 384-d vector), and
 # whether all are finite; None sends anything else (and the pure-Python implementation, whose
 # twin is no faster than np.asarray) through np.asarray.
@@ -148,6 +149,13 @@ def as_dense(value: Any, spec: VectorSpec, *, where: str) -> np.ndarray:
         raise InvalidVectorError(
             f"{where}: vector {spec.name or '<unnamed>'!r} has a non-finite value "
             f"({out[bad]!r}) at index {bad}"
+        )
+    if out.size and (out.max() > _F32_MAX or out.min() < -_F32_MAX):
+        # Qdrant stores float32: such a value would be stored as +-inf.
+        bad = int(np.flatnonzero(np.abs(out) > _F32_MAX)[0])
+        raise InvalidVectorError(
+            f"{where}: vector {spec.name or '<unnamed>'!r} has the value {float(out[bad])!r} at index {bad}, "
+            f"outside the float32 range Qdrant stores (|v| <= {_F32_MAX:.4g}); rescale the vector"
         )
     return out
 

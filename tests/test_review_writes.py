@@ -351,3 +351,23 @@ def test_batch_payload_rewrites_keep_their_shard_key(noised, sent, operation):
     (write,) = [kw for m, kw in sent if m == "batch_update_points"]
     assert [op.overwrite_payload.shard_key for op in write["update_operations"]] == ["s1"]
     assert _receipts(owner) == [(1, "", "ok")]
+
+
+# -- values Qdrant's float32 storage cannot hold ---------------------------------------------
+
+@pytest.mark.parametrize("raw", [True, False], ids=["raw_in_boundary", "noised"])
+@pytest.mark.parametrize("value", [1e39, -1e300])
+def test_a_value_outside_float32_range_is_refused_naming_it(tmp_path, raw, value):
+    from qdrant_guard import InvalidVectorError
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                              "raw_in_boundary": True}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii", distance=models.Distance.EUCLID)
+    client = owner if raw else owner.with_principal(kit.principal("bob", "support"))
+    vec = [0.1] * 16
+    vec[3] = value
+    with pytest.raises(InvalidVectorError, match=r"index 3.*float32|float32.*index 3"):
+        client.upsert("pii", [models.PointStruct(id=1, vector=vec)])
+    assert count(owner, "pii") == 0
