@@ -10,7 +10,7 @@ from qdrant_client.http import models
 from .decision import Verdict
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
-from .receipts import RECEIPT_KEY, normalize_point_id
+from .receipts import RECEIPT_KEY, normalize_point_id, receipts_for_payload, stored_receipts
 from .textguard import TextOps
 
 _TAMPER = (
@@ -110,6 +110,45 @@ class PayloadOps(TextOps):
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
                                   f"payload cleared on {len(ops)} point(s); receipts preserved"))
         return (yield from self._run_ops(method, name, pol, ops, args))
+
+    def op_delete_vectors(self, method: str, args: dict[str, Any]) -> Op:
+        """Delete named vectors, and the receipts that certified them: a receipt left without its
+        vector would make the collection fail :func:`qdrant_guard.receipts.verify`."""
+        name = args["collection_name"]
+        pol = self.gate(method, args, "write")
+        if pol is None:
+            return (yield Call(method, args))
+        selector = _rest_selector(args["points"])
+        shard_key = args.get("shard_key_selector")
+        if shard_key is None:
+            shard_key = getattr(selector, "shard_key", None)
+        names = set(args["vectors"])
+        records = yield from self._resolve(name, selector, shard_key)
+        strip: list[Any] = []
+        for r in records:
+            receipts = stored_receipts(r.payload)
+            if not names & receipts.keys():
+                continue
+            kept = {k: v for k, v in receipts.items() if k not in names}
+            strip.append(models.SetPayloadOperation(set_payload=models.SetPayload(
+                payload={RECEIPT_KEY: receipts_for_payload(kept)}, points=[r.id], shard_key=shard_key))
+                if kept else models.DeletePayloadOperation(delete_payload=models.DeletePayload(
+                    keys=[RECEIPT_KEY], points=[r.id], shard_key=shard_key)))
+        self.record(self.decision(method, name, pol, Verdict.ALLOW,
+                                  f"write access granted; receipts of the deleted vectors dropped on "
+                                  f"{len(strip)} point(s)"))
+        if not strip:
+            return (yield from self.forward(method, name, pol, Call(method, args)))
+        if isinstance(selector, (models.Filter, models.FilterSelector)):
+            where: dict[str, Any] = {"filter": getattr(selector, "filter", selector)}
+        else:
+            where = {"points": list(getattr(selector, "points", selector))}
+        delete = models.DeleteVectorsOperation(delete_vectors=models.DeleteVectors(
+            vector=list(args["vectors"]), shard_key=shard_key, **where))
+        rest: dict[str, Any] = {k: args[k] for k in ("wait", "ordering", "timeout") if k in args}
+        results = yield from self.forward(method, name, pol, Call(
+            "batch_update_points", {"collection_name": name, "update_operations": [delete, *strip], **rest}))
+        return results[0]
 
     def _run_ops(self, method: str, name: str, pol: CollectionPolicy, ops: list[Any], args: dict[str, Any]) -> Op:
         if not ops:

@@ -371,3 +371,17 @@ def test_a_value_outside_float32_range_is_refused_naming_it(tmp_path, raw, value
     with pytest.raises(InvalidVectorError, match=r"index 3.*float32|float32.*index 3"):
         client.upsert("pii", [models.PointStruct(id=1, vector=vec)])
     assert count(owner, "pii") == 0
+
+
+# -- delete_vectors drops the receipts of the vectors it deletes ------------------------------
+
+@pytest.mark.parametrize("points", [[1], models.Filter(must=[models.HasIdCondition(has_id=[1])])],
+                         ids=["ids", "filter"])
+def test_delete_vectors_leaves_the_collection_verifiable(noised_named, points):
+    owner, bob, rng = noised_named
+    bob.upsert("pii", [models.PointStruct(id=1, vector={"a": unit(rng), "b": unit(rng)}, payload={"k": 1}),
+                       models.PointStruct(id=2, vector={"a": unit(rng), "b": unit(rng)})])
+    bob.delete_vectors("pii", ["a"], points=points)
+    assert _receipts(owner) == [(1, "b", "ok"), (2, "a", "ok"), (2, "b", "ok")]
+    assert snapshot(owner, "pii")[0][1]["k"] == 1
+    assert set(snapshot(owner, "pii")[0][2]) == {"b"}
