@@ -8,6 +8,7 @@ from qdrant_client.conversions.conversion import GrpcToRest
 from qdrant_client.http import models
 
 from .decision import Verdict
+from .errors import UnsupportedWriteError
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id, receipts_for_payload, stored_receipts
@@ -124,6 +125,14 @@ class PayloadOps(TextOps):
             shard_key = getattr(selector, "shard_key", None)
         names = set(args["vectors"])
         records = yield from self._resolve(name, selector, shard_key)
+        found = {normalize_point_id(r.id) for r in records}
+        missing = [p for p in _selector_ids(selector) if normalize_point_id(p) not in found]
+        if missing:
+            # Qdrant would delete the other points' vectors, then fail before their receipts go.
+            message = (f"{method}: point(s) {missing} do not exist in collection {name!r}; leave their ids "
+                       "out. Nothing was written")
+            self.record(self.decision(method, name, pol, Verdict.UNSUPPORTED_WRITE, message))
+            raise UnsupportedWriteError(message)
         strip: list[Any] = []
         for r in records:
             receipts = stored_receipts(r.payload)

@@ -385,3 +385,15 @@ def test_delete_vectors_leaves_the_collection_verifiable(noised_named, points):
     assert _receipts(owner) == [(1, "b", "ok"), (2, "a", "ok"), (2, "b", "ok")]
     assert snapshot(owner, "pii")[0][1]["k"] == 1
     assert set(snapshot(owner, "pii")[0][2]) == {"b"}
+
+
+def test_delete_vectors_naming_a_missing_point_changes_nothing(noised_named):
+    # Qdrant deletes the vectors of the points before the missing one and then fails: the
+    # receipt operations after it would never run.
+    owner, bob, rng = noised_named
+    bob.upsert("pii", [models.PointStruct(id=1, vector={"a": unit(rng), "b": unit(rng)})])
+    before = snapshot(owner, "pii")
+    with pytest.raises(UnsupportedWriteError, match="99"):
+        bob.delete_vectors("pii", ["a"], points=[1, 99])
+    assert snapshot(owner, "pii") == before
+    assert _receipts(owner) == [(1, "a", "ok"), (1, "b", "ok")]
