@@ -123,26 +123,8 @@ class PayloadOps(TextOps):
         shard_key = args.get("shard_key_selector")
         if shard_key is None:
             shard_key = getattr(selector, "shard_key", None)
-        names = set(args["vectors"])
-        records = yield from self._resolve(name, selector, shard_key)
-        found = {normalize_point_id(r.id) for r in records}
-        missing = [p for p in _selector_ids(selector) if normalize_point_id(p) not in found]
-        if missing:
-            # Qdrant would delete the other points' vectors, then fail before their receipts go.
-            message = (f"{method}: point(s) {missing} do not exist in collection {name!r}; leave their ids "
-                       "out. Nothing was written")
-            self.record(self.decision(method, name, pol, Verdict.UNSUPPORTED_WRITE, message))
-            raise UnsupportedWriteError(message)
-        strip: list[Any] = []
-        for r in records:
-            receipts = stored_receipts(r.payload)
-            if not names & receipts.keys():
-                continue
-            kept = {k: v for k, v in receipts.items() if k not in names}
-            strip.append(models.SetPayloadOperation(set_payload=models.SetPayload(
-                payload={RECEIPT_KEY: receipts_for_payload(kept)}, points=[r.id], shard_key=shard_key))
-                if kept else models.DeletePayloadOperation(delete_payload=models.DeletePayload(
-                    keys=[RECEIPT_KEY], points=[r.id], shard_key=shard_key)))
+        strip = yield from self._vector_receipt_strips(method, name, pol, selector, shard_key,
+                                                       set(args["vectors"]))
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
                                   f"write access granted; receipts of the deleted vectors dropped on "
                                   f"{len(strip)} point(s)"))
@@ -158,6 +140,44 @@ class PayloadOps(TextOps):
         results = yield from self.forward(method, name, pol, Call(
             "batch_update_points", {"collection_name": name, "update_operations": [delete, *strip], **rest}))
         return results[0]
+
+    def _vector_receipt_strips(self, op: str, name: str, pol: CollectionPolicy, selector: Any, shard_key: Any,
+                               names: set[str], fresh: dict[str, Any] | None = None) -> Any:
+        """The payload operations that drop the receipts of vectors ``names`` from the points
+        ``selector`` names (a generator). ``fresh``: receipt containers written earlier in the same
+        batch, by normalised point id; updated with the containers these operations leave.
+
+        Raises:
+            UnsupportedWriteError: an id names no point (Qdrant would delete the other points'
+                vectors, then fail before their receipts are dropped).
+        """
+        fresh = {} if fresh is None else fresh
+        records = yield from self._resolve(name, selector, shard_key)
+        current = {normalize_point_id(r.id): (r.id, stored_receipts(r.payload)) for r in records}
+        for pid in _selector_ids(selector):
+            key = normalize_point_id(pid)
+            if key in fresh and key not in current:  # upserted earlier in this batch
+                current[key] = (pid, {})
+        missing = [p for p in _selector_ids(selector) if normalize_point_id(p) not in current]
+        if missing:
+            message = (f"{op}: point(s) {missing} do not exist in collection {name!r}; a vector deletion "
+                       "naming them would be half applied. Leave their ids out. Nothing was written")
+            self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))
+            raise UnsupportedWriteError(message)
+        strip: list[Any] = []
+        for key, (pid, receipts) in current.items():
+            if key in fresh:
+                receipts = stored_receipts({RECEIPT_KEY: fresh[key]})
+            if not names & receipts.keys():
+                continue
+            kept = {k: v for k, v in receipts.items() if k not in names}
+            container = receipts_for_payload(kept) if kept else None
+            fresh[key] = container
+            strip.append(models.SetPayloadOperation(set_payload=models.SetPayload(
+                payload={RECEIPT_KEY: container}, points=[pid], shard_key=shard_key))
+                if container else models.DeletePayloadOperation(delete_payload=models.DeletePayload(
+                    keys=[RECEIPT_KEY], points=[pid], shard_key=shard_key)))
+        return strip
 
     def _run_ops(self, method: str, name: str, pol: CollectionPolicy, ops: list[Any], args: dict[str, Any]) -> Op:
         if not ops:
@@ -237,6 +257,11 @@ class PayloadOps(TextOps):
             return (yield from self._preserving_overwrite(name, payload, sel, fresh, shard_key=sp.shard_key))
         if isinstance(operation, models.ClearPayloadOperation):
             return (yield from self._preserving_overwrite(name, {}, operation.clear_payload, fresh))
+        if isinstance(operation, models.DeleteVectorsOperation):
+            dv = operation.delete_vectors
+            sel = dv.points if dv.points is not None else dv.filter
+            strip = yield from self._vector_receipt_strips(op, name, pol, sel, dv.shard_key, set(dv.vector), fresh)
+            return [operation, *strip]
         return [operation]
 
 

@@ -305,22 +305,38 @@ class WriteOps(TextOps):
                             uncertain.pop(pid, None)
                     else:
                         deleted_by_filter = True
-                elif isinstance(op, (models.OverwritePayloadOperation, models.ClearPayloadOperation)):
-                    selector = (op.overwrite_payload.points if op.overwrite_payload.points is not None
-                                else op.overwrite_payload.filter) if isinstance(
-                        op, models.OverwritePayloadOperation) else op.clear_payload
+                elif isinstance(op, (models.OverwritePayloadOperation, models.ClearPayloadOperation,
+                                     models.DeleteVectorsOperation)):
+                    if isinstance(op, models.OverwritePayloadOperation):
+                        what = "payload overwrite"
+                        selector = (op.overwrite_payload.points if op.overwrite_payload.points is not None
+                                    else op.overwrite_payload.filter)
+                    elif isinstance(op, models.ClearPayloadOperation):
+                        what, selector = "payload clear", op.clear_payload
+                    else:
+                        what = "vector deletion"
+                        selector = (op.delete_vectors.points if op.delete_vectors.points is not None
+                                    else op.delete_vectors.filter)
                     if out_ops and isinstance(selector, (models.Filter, models.FilterSelector)):
-                        # The guard turns it into per-point overwrites (each carrying its point's
-                        # receipt), resolving the filter against the store as it is before the batch.
+                        # The guard resolves the filter against the store as it is before the batch
+                        # (to carry each point's receipt along, or drop the deleted vectors' ones).
                         raise self.unsupported_write(
                             method, name, pol,
-                            f"{method}: a payload {'overwrite' if isinstance(op, models.OverwritePayloadOperation) else 'clear'} "
-                            f"by filter after other operations in the same batch on sensitive collection "
-                            f"{name!r}: the guard resolves the filter to point ids before the batch runs, and "
-                            "the earlier operations change which points it matches. Send it as its own call, "
-                            "or first in the batch. Nothing was written"
+                            f"{method}: a {what} by filter after other operations in the same batch on "
+                            f"sensitive collection {name!r}: the guard resolves the filter to point ids before "
+                            "the batch runs, and the earlier operations change which points it matches. Send "
+                            "it as its own call, or first in the batch. Nothing was written"
                         )
-                    self._refuse_uncertain(method, name, pol, uncertain, _selector_ids(selector), "a payload rewrite")
+                    ids = _selector_ids(selector)
+                    self._refuse_uncertain(method, name, pol, uncertain, ids, f"a {what}")
+                    gone = [pid for pid in ids if normalize_point_id(pid) in deleted]
+                    if gone and isinstance(op, models.DeleteVectorsOperation):
+                        raise self.unsupported_write(
+                            method, name, pol,
+                            f"{method}: a vector deletion of point(s) {gone} deleted earlier in the same batch "
+                            f"on sensitive collection {name!r} would fail half applied. Leave their ids out. "
+                            "Nothing was written"
+                        )
                 new = yield from self.payload_operation(method, name, pol, op, fresh)
                 out_ops.extend(new)
                 positions.append(len(out_ops) - 1 if new else None)

@@ -397,3 +397,34 @@ def test_delete_vectors_naming_a_missing_point_changes_nothing(noised_named):
         bob.delete_vectors("pii", ["a"], points=[1, 99])
     assert snapshot(owner, "pii") == before
     assert _receipts(owner) == [(1, "a", "ok"), (1, "b", "ok")]
+
+
+def _dv(points, names=("a",)):
+    return models.DeleteVectorsOperation(delete_vectors=models.DeleteVectors(points=points, vector=list(names)))
+
+
+def test_a_batch_vector_deletion_drops_the_receipts_it_orphans(noised_named):
+    owner, bob, rng = noised_named
+    bob.upsert("pii", [models.PointStruct(id=1, vector={"a": unit(rng), "b": unit(rng)})])
+    bob.batch_update_points("pii", [
+        _dv([1]),
+        models.UpsertOperation(upsert=models.PointsList(points=[
+            models.PointStruct(id=5, vector={"a": unit(rng), "b": unit(rng)})])),
+        _dv([5], ("a", "b")),
+        models.OverwritePayloadOperation(overwrite_payload=models.SetPayload(payload={"k": 1}, points=[1, 5])),
+    ])
+    assert _receipts(owner) == [(1, "b", "ok")]
+    assert RECEIPT_KEY not in snapshot(owner, "pii")[1][1]
+
+
+@pytest.mark.parametrize("before_op", [None, models.DeleteOperation(delete=models.PointIdsList(points=[1]))],
+                         ids=["missing", "deleted_earlier"])
+def test_a_batch_vector_deletion_of_a_missing_point_changes_nothing(noised_named, before_op):
+    owner, bob, rng = noised_named
+    bob.upsert("pii", [models.PointStruct(id=1, vector={"a": unit(rng), "b": unit(rng)}),
+                       models.PointStruct(id=2, vector={"a": unit(rng), "b": unit(rng)})])
+    before = snapshot(owner, "pii")
+    ops = [_dv([2, 99])] if before_op is None else [before_op, _dv([2, 1])]
+    with pytest.raises(UnsupportedWriteError, match="99|deleted earlier"):
+        bob.batch_update_points("pii", ops)
+    assert snapshot(owner, "pii") == before
