@@ -307,6 +307,7 @@ class WriteOps(TextOps):
                         deleted_by_filter = True
                 elif isinstance(op, (models.OverwritePayloadOperation, models.ClearPayloadOperation,
                                      models.DeleteVectorsOperation)):
+                    selector: Any
                     if isinstance(op, models.OverwritePayloadOperation):
                         what = "payload overwrite"
                         selector = (op.overwrite_payload.points if op.overwrite_payload.points is not None
