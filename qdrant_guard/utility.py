@@ -4,7 +4,7 @@
 candidate privacy level (strongest noise, i.e. smallest epsilon, first), searches a temporary
 in-memory Qdrant collection with the same distance, and measures how much retrieval quality is lost
 against the clean collection. It picks the strongest noise whose loss stays within ``threshold``
-and signs the whole measured frontier into a :class:`UtilityRecord`. The SHA-256 of the record's
+(and no weaker level's loss exceeds it, since measured losses need not be monotone) and signs the whole measured frontier into a :class:`UtilityRecord`. The SHA-256 of the record's
 signed body is the ``retrieval_utility_guard_hash``. The pipeline refuses (``UTILITY_DEGRADED``)
 writes whose noise the record does not show to stay within the threshold: a record calibrated for
 another mechanism, radius, delta or clip_norm than the policy's, noise parameters other than the
@@ -123,7 +123,9 @@ class UtilityRecord:
         epsilon_ceiling: the ceiling that applied (``None``: none).
         clean: the metrics of the clean collection.
         measured: one dict per candidate level: ``epsilon``, ``scale``, ``recall``, ``ndcg`` (qrels
-            mode), ``overlap``, ``drop`` (of ``metric``), ``drops`` (per metric), ``feasible``.
+            mode), ``overlap``, ``drop`` (of ``metric``), ``drops`` (per metric), ``feasible`` (its
+            drop and every drop at a larger epsilon within the threshold, epsilon within the
+            ceiling: the levels the guard would accept at this threshold).
         chosen_level: index of the chosen level in ``measured``.
         query_sample_digest: SHA-256 hex over the canonical encoding of the queries used.
         n_queries: number of queries measured.
@@ -601,6 +603,11 @@ def calibrate(
 ) -> UtilityRecord:
     """Choose the strongest noise level whose retrieval-quality drop stays within ``threshold``.
 
+    A level qualifies when its drop and the drop of every level with a larger epsilon (less noise)
+    are within ``threshold``, and its epsilon within ``epsilon_ceiling``: the guard refuses a level
+    when a weaker measured one fails (:meth:`UtilityRecord.level_refusal`), and with few queries
+    the measured drops need not grow monotonically with the noise.
+
     Args:
         client: a raw ``qdrant_client.QdrantClient`` that can read the clean vectors.
         collection: the (clean, staging or in-boundary) collection to calibrate.
@@ -729,21 +736,34 @@ def calibrate(
         level.update(noisy)
         level["drops"] = drops
         level["drop"] = drops[metric]
-        level["feasible"] = bool(
-            drops[metric] <= threshold and (epsilon_ceiling is None or eps <= epsilon_ceiling)
-        )
         measured.append(level)
+
+    # A level qualifies only when no level with less noise (a larger epsilon) fails as well: the
+    # guard refuses writes at a level with a failing weaker one (UtilityRecord.level_refusal), and
+    # measured drops need not grow monotonically with the noise.
+    worst_from = [0.0] * len(measured)  # worst_from[i]: the largest drop at epsilons >= level i's
+    worst = -math.inf
+    for i in range(len(measured) - 1, -1, -1):
+        worst = max(worst, measured[i]["drop"])
+        worst_from[i] = worst
+    for i, lv in enumerate(measured):
+        lv["feasible"] = bool(
+            worst_from[i] <= threshold
+            and (epsilon_ceiling is None or lv["epsilon"] <= epsilon_ceiling)
+        )
 
     chosen = next((i for i, lv in enumerate(measured) if lv["feasible"]), None)
     if chosen is None:
         table = _frontier_table(measured, metric)
-        under = [lv for lv in measured if epsilon_ceiling is None or lv["epsilon"] <= epsilon_ceiling]
-        meeting = [lv for lv in measured if lv["drop"] <= threshold]
+        under = [i for i, lv in enumerate(measured)
+                 if epsilon_ceiling is None or lv["epsilon"] <= epsilon_ceiling]
+        meeting = [lv for i, lv in enumerate(measured) if worst_from[i] <= threshold]
         hints = []
         if under:
-            best = min(lv["drop"] for lv in under)
+            best = min(worst_from[i] for i in under)
             hints.append(
-                f"raise threshold to >= {_round_up_4(best)} (smallest drop under the ceiling)"
+                f"raise threshold to >= {_round_up_4(best)} (smallest drop under the ceiling "
+                "with no weaker level dropping more)"
             )
         if meeting:
             hints.append(
@@ -754,8 +774,9 @@ def calibrate(
             hints.append("add larger epsilons to the ladder (weaker noise)")
         ceiling = "none" if epsilon_ceiling is None else f"{epsilon_ceiling:g}"
         raise UtilityCalibrationError(
-            f"no noise level keeps the {metric}@{k} drop <= {threshold:g} with epsilon <= "
-            f"{ceiling} on collection {collection!r}; relax a constraint: "
+            f"no noise level keeps the {metric}@{k} drop <= {threshold:g} (at it and at every "
+            f"weaker level measured) with epsilon <= {ceiling} on collection {collection!r}; "
+            "relax a constraint: "
             + "; or ".join(hints)
             + f". Measured frontier ({mechanism}, radius {radius:g}, clean {metric} "
             f"{clean[metric]:.4f}):\n{table}",

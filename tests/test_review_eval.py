@@ -1,0 +1,95 @@
+"""Review of the retrieval utility guard and the evaluation's metrics: each figure checked on tiny
+inputs against an independent plain-Python computation, and calibrate() against the guard."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from qdrant_client import QdrantClient as RawClient
+from qdrant_client import models as qmodels
+
+from guardkit import make_kit
+from qdrant_guard import GuardRefusal, QdrantClient, keys
+from qdrant_guard.utility import UtilityCalibrationError, calibrate
+
+# A small collection whose measured drops go up and down with epsilon (few queries, k=5): the
+# frontier is not monotone, so "the first level within the threshold" can sit below a weaker
+# level that fails.
+BUMPY_DIM = 8
+BUMPY_LADDER = (4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 12.0, 14.0, 16.0, 20.0, 25.0, 30.0, 40.0)
+BUMPY_RADIUS = 0.1
+
+
+@pytest.fixture(scope="module")
+def bumpy():
+    rng = np.random.default_rng(0)
+    docs = rng.normal(size=(60, BUMPY_DIM))
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    raw = RawClient(":memory:")
+    raw.create_collection("c", vectors_config=qmodels.VectorParams(size=BUMPY_DIM, distance=qmodels.Distance.COSINE))
+    raw.upsert("c", points=[qmodels.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(docs)])
+    queries = docs[:20] + rng.normal(scale=0.05, size=(20, BUMPY_DIM))
+    yield raw, docs, list(queries)
+    raw.close()
+
+
+def _bumpy_record(raw, queries, **kw):
+    kw.setdefault("threshold", 0.1)
+    return calibrate(raw, "c", queries, k=5, radius=BUMPY_RADIUS, epsilons=BUMPY_LADDER, seed=0,
+                     progress=False, metric="overlap", **kw)
+
+
+def test_calibrate_never_chooses_a_level_its_own_record_refuses(bumpy):
+    raw, _, queries = bumpy
+    rec = _bumpy_record(raw, queries)
+    drops = [lv["drop"] for lv in rec.measured]
+    # The frontier really is bumpy: some level within the threshold has a weaker one failing.
+    assert any(d <= 0.1 and any(e > 0.1 for e in drops[i + 1:]) for i, d in enumerate(drops)), drops
+    why = rec.level_refusal(mechanism=rec.mechanism, epsilon=rec.epsilon, radius=rec.radius,
+                            delta=rec.delta, clip_norm=rec.clip_norm, max_drop=rec.threshold)
+    assert why is None, why
+    # Still the strongest such level: every stronger one is refused by the same rule.
+    for lv in rec.measured[: rec.chosen_level]:
+        assert rec.level_refusal(mechanism=rec.mechanism, epsilon=lv["epsilon"], radius=rec.radius,
+                                 delta=rec.delta, clip_norm=rec.clip_norm, max_drop=rec.threshold)
+
+
+def test_the_guard_accepts_writes_at_the_calibrated_level(bumpy, tmp_path):
+    raw, docs, queries = bumpy
+    kit = make_kit(tmp_path)
+    rec = _bumpy_record(raw, queries, signer=keys.load_private_key(kit.guard_key_path))
+    path = tmp_path / "utility.json"
+    path.write_text(rec.to_json())
+    cfg = kit.config(
+        {"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                 "noise": {"epsilon": rec.epsilon, "radius": BUMPY_RADIUS},
+                 "utility": {"record": str(path), "max_recall_drop": rec.threshold}}},
+        epsilon_ceiling={"PII": 100.0},
+    )
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=qmodels.VectorParams(size=BUMPY_DIM, distance=qmodels.Distance.COSINE))
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    bob.upsert("pii", [qmodels.PointStruct(id=1, vector=docs[0].tolist())])
+    assert bob._origin.count("pii").count == 1
+
+
+def test_each_hint_of_an_infeasible_calibration_is_enough_on_a_bumpy_frontier(bumpy):
+    raw, _, queries = bumpy
+    ceiling = 14.0
+    with pytest.raises(UtilityCalibrationError) as ei:
+        _bumpy_record(raw, queries, epsilon_ceiling=ceiling)
+    msg = str(ei.value)
+    import re
+
+    threshold = float(re.search(r"raise threshold to >= ([0-9.]+)", msg).group(1))
+    new_ceiling = float(re.search(r"raise epsilon_ceiling to >= ([0-9.]+)", msg).group(1))
+    drops = {lv["epsilon"]: lv["drop"] for lv in ei.value.frontier}
+    # Independently: the smallest threshold under which some level <= ceiling has itself and every
+    # weaker level within it, and the smallest epsilon whose suffix is within 0.1.
+    want_t = min(max(d for e, d in drops.items() if e >= e0) for e0 in drops if e0 <= ceiling)
+    want_c = min(e0 for e0 in drops if all(d <= 0.1 for e, d in drops.items() if e >= e0))
+    assert threshold == pytest.approx(math.ceil(want_t * 10_000) / 10_000)
+    assert new_ceiling == want_c
+    assert _bumpy_record(raw, queries, epsilon_ceiling=ceiling, threshold=threshold).epsilon <= ceiling
+    assert _bumpy_record(raw, queries, epsilon_ceiling=new_ceiling).epsilon == want_c
