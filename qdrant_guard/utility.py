@@ -25,6 +25,7 @@ import json
 import math
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
@@ -361,6 +362,12 @@ def verify_utility_record(record: UtilityRecord, trusted_keys: Any) -> bool:
 
 
 def _norm_id(point_id: Any) -> str:
+    # Qdrant accepts a UUID in any form (upper case, no hyphens, braces) and returns it canonical.
+    if isinstance(point_id, str):
+        try:
+            return str(uuid.UUID(point_id))
+        except ValueError:
+            return point_id
     return str(point_id)
 
 
@@ -640,7 +647,8 @@ def calibrate(
     Raises:
         UtilityCalibrationError: no level meets both the threshold and the ceiling; the message
             shows the measured frontier and which constraint to relax.
-        TypeError, ValueError: a bad argument.
+        TypeError, ValueError: a bad argument, or a clean ``metric`` of 0 (qrels naming no point
+            the clean search returns: there is no quality to lose).
     """
     if not isinstance(collection, str) or not collection:
         raise TypeError("calibrate() argument 'collection' must be a non-empty str")
@@ -705,6 +713,12 @@ def calibrate(
     )
     if metric not in clean:
         raise ValueError(f"no query has relevance labels in qrels; cannot measure {metric!r}")
+    if clean[metric] <= 0.0:
+        # Nothing to lose: every level would show a drop of 0 and the strongest would be signed.
+        raise ValueError(
+            f"clean {metric}@{k} is 0 on collection {collection!r}: no relevant id in qrels is among "
+            "the clean results; check that qrels name the collection's point ids"
+        )
 
     from qdrant_client import QdrantClient, models
 

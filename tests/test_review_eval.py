@@ -93,3 +93,32 @@ def test_each_hint_of_an_infeasible_calibration_is_enough_on_a_bumpy_frontier(bu
     assert new_ceiling == want_c
     assert _bumpy_record(raw, queries, epsilon_ceiling=ceiling, threshold=threshold).epsilon <= ceiling
     assert _bumpy_record(raw, queries, epsilon_ceiling=new_ceiling).epsilon == want_c
+
+
+def _tiny(ids):
+    raw = RawClient(":memory:")
+    raw.create_collection("t", vectors_config=qmodels.VectorParams(size=4, distance=qmodels.Distance.COSINE))
+    vecs = np.eye(4)[: len(ids)]
+    raw.upsert("t", points=[qmodels.PointStruct(id=i, vector=v.tolist()) for i, v in zip(ids, vecs)])
+    return raw
+
+
+def test_qrels_name_uuid_points_in_any_form_qdrant_accepts():
+    simple = "550E8400E29B41D4A716446655440000"  # Qdrant stores it as 550e8400-e29b-...
+    raw = _tiny([simple, 5, 6])
+    try:
+        rec = calibrate(raw, "t", [[1.0, 0.0, 0.0, 0.1]], qrels={0: [simple]}, k=1, radius=0.01,
+                        epsilons=(1000.0,), progress=False, seed=0)
+    finally:
+        raw.close()
+    assert rec.clean["recall"] == 1.0 and rec.clean["ndcg"] == 1.0
+
+
+def test_a_clean_metric_of_zero_is_an_error_not_a_pass_at_the_strongest_noise():
+    raw = _tiny([5, 6, 7])
+    try:
+        with pytest.raises(ValueError, match="clean recall@1 is 0"):
+            calibrate(raw, "t", [[1.0, 0.0, 0.0, 0.1]], qrels={0: [99]}, k=1, radius=0.01,
+                      progress=False, seed=0)
+    finally:
+        raw.close()
