@@ -31,6 +31,11 @@ class Guard(WriteOps, ReadOps):
                     rec = UtilityRecord.from_json(fh.read())
             except OSError as exc:
                 raise ConfigError(f"utility record {path!r} cannot be read: {exc.strerror}") from None
+            except ValueError as exc:  # not UTF-8 JSON of a record (UnicodeDecodeError included)
+                raise ConfigError(
+                    f"utility record {path!r} is not a record written by `qdrant-guard calibrate`: "
+                    f"{exc}"
+                ) from None
             if rec.signer_key_id in self.revoked_keys:
                 raise ConfigError(
                     f"utility record {path!r} is signed by revoked key {rec.signer_key_id}; re-run "

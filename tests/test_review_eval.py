@@ -122,3 +122,23 @@ def test_a_clean_metric_of_zero_is_an_error_not_a_pass_at_the_strongest_noise():
                       progress=False, seed=0)
     finally:
         raw.close()
+
+
+@pytest.mark.parametrize("content", [b"not json at all", b"[1, 2]", b'{"collection": "x"}',
+                                     b'{"bogus": 1}', b"\xff\xfe\x00"])
+def test_an_unreadable_record_file_is_a_config_error_naming_it(tmp_path, content):
+    from qdrant_guard import ConfigError
+
+    kit = make_kit(tmp_path)
+    path = tmp_path / "utility.json"
+    path.write_bytes(content)
+    cfg = kit.config(
+        {"pii": {"class": "PII", "owner": "hr", "noise_on_write": True,
+                 "noise": {"epsilon": 1.0, "radius": 0.01}, "utility": {"record": str(path)}}},
+    )
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=qmodels.VectorParams(size=4, distance=qmodels.Distance.COSINE))
+    with pytest.raises(ConfigError, match="utility record") as ei:
+        owner.upsert("pii", [qmodels.PointStruct(id=1, vector=[1.0, 0.0, 0.0, 0.0])])
+    assert str(path) in str(ei.value)
+    assert RawClient.count(owner, "pii").count == 0
