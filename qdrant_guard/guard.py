@@ -71,7 +71,7 @@ class Guard(WriteOps, ReadOps):
         mismatch = rec.parameter_mismatch(mechanism=n.mechanism, radius=n.radius, delta=n.delta,
                                           clip_norm=n.clip_norm)
         if mismatch is not None:
-            clip = "" if n.clip_norm is None else f" --clip-norm {n.clip_norm!r}"
+            clip = f" --clip-norm {'none' if n.clip_norm is None else repr(n.clip_norm)}"
             return (f"utility record {pol.utility.record!r} was not calibrated for this policy's noise: "
                     f"policy {mismatch}; re-run `qdrant-guard calibrate` for this policy (--mechanism "
                     f"{n.mechanism} --radius {n.radius!r} --delta {n.delta!r}{clip} --epsilons "

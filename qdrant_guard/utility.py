@@ -833,6 +833,11 @@ def calibrate(
 # --------------------------------------------------------------------------- CLI
 
 
+def _clip_norm_arg(text: str) -> float | None:
+    """``--clip-norm``: a number, or ``none`` (no clipping, as a policy without ``clip_norm``)."""
+    return None if text.strip().lower() == "none" else float(text)
+
+
 def add_calibrate_arguments(parser: Any) -> None:
     """Add the ``qdrant-guard calibrate`` options to an argparse parser."""
     src = parser.add_mutually_exclusive_group(required=True)
@@ -847,7 +852,8 @@ def add_calibrate_arguments(parser: Any) -> None:
     parser.add_argument("--mechanism", default="gaussian", choices=("gaussian", "laplace_l2"))
     parser.add_argument("--radius", type=float, default=0.01)
     parser.add_argument("--delta", type=float, default=1e-6)
-    parser.add_argument("--clip-norm", type=float, default=1.0)
+    parser.add_argument("--clip-norm", type=_clip_norm_arg, default=1.0,
+                        help="L2 clipping norm, or 'none' for a policy with clip_norm unset")
     parser.add_argument("--epsilons", help="comma-separated candidate epsilons")
     parser.add_argument("--epsilon-ceiling", type=float)
     parser.add_argument("--k", type=int, default=10)

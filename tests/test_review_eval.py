@@ -142,3 +142,48 @@ def test_an_unreadable_record_file_is_a_config_error_naming_it(tmp_path, content
         owner.upsert("pii", [qmodels.PointStruct(id=1, vector=[1.0, 0.0, 0.0, 0.0])])
     assert str(path) in str(ei.value)
     assert RawClient.count(owner, "pii").count == 0
+
+
+def test_calibrate_cli_can_measure_a_policy_without_clipping_as_the_guard_advises(bumpy, tmp_path):
+    import argparse
+    import json
+    import re
+
+    from qdrant_guard.utility import UtilityRecord, add_calibrate_arguments, run_calibrate_cli
+
+    _, docs, queries = bumpy
+    kit = make_kit(tmp_path)
+    # A record calibrated with the default clipping, for a policy that does not clip.
+    rec = _bumpy_record(bumpy[0], queries, signer=keys.load_private_key(kit.guard_key_path))
+    path = tmp_path / "utility.json"
+    path.write_text(rec.to_json())
+    cfg = kit.config(
+        {"pii": {"class": "PII", "owner": "hr", "noise_on_write": True,
+                 "noise": {"epsilon": rec.epsilon, "radius": BUMPY_RADIUS, "clip_norm": None},
+                 "utility": {"record": str(path), "max_recall_drop": rec.threshold}}},
+        epsilon_ceiling={"PII": 100.0},
+    )
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=qmodels.VectorParams(size=BUMPY_DIM, distance=qmodels.Distance.COSINE))
+    with pytest.raises(GuardRefusal) as ei:
+        owner.upsert("pii", [qmodels.PointStruct(id=1, vector=docs[0].tolist())])
+    advice = re.search(r"re-run `qdrant-guard calibrate` for this policy \(([^)]*)\)", str(ei.value)).group(1)
+    # Follow the advice with the CLI on a copy of the staging store.
+    store = tmp_path / "store"
+    local = RawClient(path=str(store))
+    local.create_collection("c", vectors_config=qmodels.VectorParams(size=BUMPY_DIM, distance=qmodels.Distance.COSINE))
+    local.upsert("c", points=[qmodels.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(docs)])
+    local.close()
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps([float(x) for x in q]) + "\n" for q in queries))
+    out = tmp_path / "new.json"
+    parser = argparse.ArgumentParser()
+    add_calibrate_arguments(parser)
+    flags = advice.replace("--epsilons including", "--epsilons").split()
+    args = parser.parse_args(["--path", str(store), "--collection", "c", "--queries", str(qfile),
+                              "--out", str(out), "--key", str(kit.guard_key_path), "--threshold", "0.5",
+                              "--no-progress", "--seed", "0", "--k", "5", *flags])
+    assert run_calibrate_cli(args) == 0
+    new = UtilityRecord.from_json(out.read_text())
+    assert new.clip_norm is None
+    assert new.parameter_mismatch(mechanism="gaussian", radius=BUMPY_RADIUS, delta=1e-6, clip_norm=None) is None
