@@ -912,8 +912,14 @@ def run_calibrate_cli(args: Any) -> int:
     qrels = None
     if get("qrels"):
         qrels = {}
-        for row in _read_jsonl(get("qrels")):
-            qrels[int(row["query"])] = row["relevant"]
+        for line, row in enumerate(_read_jsonl(get("qrels")), 1):
+            q = int(row["query"])
+            if q in qrels:
+                raise ValueError(
+                    f"qrels file {get('qrels')!r}: query {q} is listed again in row {line}; give "
+                    "each query one row with all its relevant ids"
+                )
+            qrels[q] = row["relevant"]
     embedder = None
     if queries and isinstance(queries[0], str):
         from .evaluation.embed import Embedder

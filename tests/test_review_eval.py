@@ -187,3 +187,29 @@ def test_calibrate_cli_can_measure_a_policy_without_clipping_as_the_guard_advise
     new = UtilityRecord.from_json(out.read_text())
     assert new.clip_norm is None
     assert new.parameter_mismatch(mechanism="gaussian", radius=BUMPY_RADIUS, delta=1e-6, clip_norm=None) is None
+
+
+def test_calibrate_cli_refuses_a_query_listed_twice_in_qrels(bumpy, tmp_path):
+    import argparse
+    import json
+
+    from qdrant_guard.utility import add_calibrate_arguments, run_calibrate_cli
+
+    _, docs, queries = bumpy
+    store = tmp_path / "store"
+    local = RawClient(path=str(store))
+    local.create_collection("c", vectors_config=qmodels.VectorParams(size=BUMPY_DIM, distance=qmodels.Distance.COSINE))
+    local.upsert("c", points=[qmodels.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(docs)])
+    local.close()
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps([float(x) for x in q]) + "\n" for q in queries[:2]))
+    qrels = tmp_path / "qrels.jsonl"
+    # One row per relevant document (the TREC habit): the second row used to replace the first.
+    qrels.write_text('{"query": 0, "relevant": [0]}\n{"query": 1, "relevant": [1]}\n{"query": 0, "relevant": [7]}\n')
+    parser = argparse.ArgumentParser()
+    add_calibrate_arguments(parser)
+    args = parser.parse_args(["--path", str(store), "--collection", "c", "--queries", str(qfile),
+                              "--qrels", str(qrels), "--out", str(tmp_path / "r.json"), "--no-progress",
+                              "--seed", "0", "--epsilons", "1000"])
+    with pytest.raises(ValueError, match=r"query 0 .*row 3"):
+        run_calibrate_cli(args)
