@@ -213,3 +213,142 @@ def test_calibrate_cli_refuses_a_query_listed_twice_in_qrels(bumpy, tmp_path):
                               "--seed", "0", "--epsilons", "1000"])
     with pytest.raises(ValueError, match=r"query 0 .*row 3"):
         run_calibrate_cli(args)
+
+
+# --------------------------------------------------------------------------- signed record
+
+
+def test_altering_any_field_of_a_signed_record_fails_verification(bumpy):
+    import dataclasses
+
+    from qdrant_guard.utility import verify_utility_record
+
+    raw, _, queries = bumpy
+    sk, pk = keys.generate_keypair()
+    rec = _bumpy_record(raw, queries, signer=sk, threshold=0.3)
+    assert verify_utility_record(rec, [pk])
+    measured = [dict(lv) for lv in rec.measured]
+    measured[0]["drop"] += 0.01
+    changes = {
+        "collection": "other", "mechanism": "laplace_l2", "epsilon": rec.epsilon * 2,
+        "delta": 1e-5, "radius": 0.2, "clip_norm": None, "scale": rec.scale / 2, "k": 10,
+        "threshold": 0.9, "metric": "recall", "mode": "qrels", "epsilon_ceiling": 1.0,
+        "clean": {**rec.clean, "recall": 0.5}, "measured": measured, "chosen_level": rec.chosen_level + 1,
+        "query_sample_digest": "0" * 64, "n_queries": rec.n_queries + 1,
+        "n_documents": rec.n_documents - 1, "created_at": rec.created_at + 1, "version": 2,
+    }
+    names = {f.name for f in dataclasses.fields(rec)} - {"signature", "signer_key_id"}
+    assert set(changes) == names
+    for name, value in changes.items():
+        bad = dataclasses.replace(rec, **{name: value})
+        assert not verify_utility_record(bad, [pk]), name
+    assert not verify_utility_record(dataclasses.replace(rec, signer_key_id="ed25519:" + "0" * 64), [pk])
+
+
+# --------------------------------------------------------------------------- metrics by hand
+
+
+def _plain_ndcg(ranked, grades, k):
+    dcg = sum(grades.get(p, 0) / math.log2(i + 2) for i, p in enumerate(ranked[:k]))
+    ideal = sorted(grades.values(), reverse=True)[:k]
+    return dcg / sum(g / math.log2(i + 2) for i, g in enumerate(ideal))
+
+
+def test_retrieval_metrics_match_a_plain_computation():
+    from qdrant_guard.utility import retrieval_metrics
+
+    results = [[3, 1, 4, 5, 9], [2, 6, 5, 3, 5], [7, 8, 9, 10, 11]]
+    qrels = {0: {1: 3, 9: 1, 42: 2}, 1: {6, 3}, 2: {1, 2, 3, 4, 5, 6, 7}}
+    reference = [[1, 3, 4, 0, 0], [6, 2, 7, 8, 1], [7, 8, 9, 10, 11]]
+    got = retrieval_metrics(results, k=3, qrels=qrels, reference=reference)
+    # By hand, k = 3. q0 retrieves 3,1,4: one of three relevant; DCG 3/log2(3), ideal 3,2,1.
+    # q1 retrieves 2,6,5: one of two; DCG 1/log2(3), ideal 1,1. q2: 7 of 7 relevant, one retrieved.
+    recall = (1 / 3 + 1 / 2 + 1 / 7) / 3
+    ndcg0 = (3 / math.log2(3)) / (3 + 2 / math.log2(3) + 1 / 2)
+    ndcg1 = (1 / math.log2(3)) / (1 + 1 / math.log2(3))
+    ndcg2 = 1.0 / (1 + 1 / math.log2(3) + 1 / 2)
+    assert got["recall"] == pytest.approx(recall)
+    assert got["ndcg"] == pytest.approx((ndcg0 + ndcg1 + ndcg2) / 3)
+    assert got["ndcg"] == pytest.approx(np.mean([
+        _plain_ndcg(r, g if isinstance(g, dict) else dict.fromkeys(g, 1), 3)
+        for r, g in zip(results, qrels.values())]))
+    # Overlap of the top-3 with the clean top-3: {3,1,4}&{1,3,4}=3, {2,6,5}&{6,2,7}=2, 3.
+    assert got["overlap"] == pytest.approx((3 + 2 + 3) / 9)
+    # Known-item recall: the item anywhere in the top-k.
+    assert retrieval_metrics(results, k=2, known_items=[1, 5, 7])["recall"] == pytest.approx(2 / 3)
+
+
+def _plain_micro_f1(scores, truth, k):
+    tp = fp = fn = 0
+    for s, t in zip(scores.tolist(), truth.tolist()):
+        top = set(sorted(range(len(s)), key=lambda j: -s[j])[:k])
+        pos = {j for j, v in enumerate(t) if v}
+        tp += len(top & pos)
+        fp += len(top - pos)
+        fn += len(pos - top)
+    return 0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn)
+
+
+def test_micro_f1_pools_counts_over_texts_and_the_prior_gets_the_same_k_rule():
+    from qdrant_guard.evaluation import attacks
+
+    rng = np.random.default_rng(5)
+    truth = (rng.random((40, 12)) < 0.25).astype(float)
+    scores = truth * 0.6 + rng.random((40, 12))  # distinct floats: no ties
+    for k in (1, 2, 3, 5, 12):
+        assert attacks.micro_f1_topk(scores, truth, k) == pytest.approx(_plain_micro_f1(scores, truth, k))
+    # Micro, not macro: one text with many labels weighs more than one with a single label.
+    t2 = np.array([[1, 1, 1, 1], [1, 0, 0, 0]], dtype=float)
+    s2 = np.array([[4, 3, 2, 1], [0, 1, 2, 3]], dtype=float)
+    assert attacks.micro_f1_topk(s2, t2, 4) == pytest.approx(2 * 5 / (2 * 5 + 3 + 0))
+
+    # bow_inversion: the prior is the training label frequency, and its k is chosen as the probe's.
+    train_x = rng.normal(size=(50, 6))
+    train_y = (rng.random((50, 12)) < 0.3).astype(float)
+    test_x = rng.normal(size=(40, 6))
+    vocab = attacks.BowVocab(tuple(f"w{i}" for i in range(12)), np.arange(12) < 5, np.arange(12) >= 5)
+    out = attacks.bow_inversion(train_x, train_y, test_x, truth, vocab)
+    freq = train_y.mean(axis=0)
+    for name, mask in (("identifier", vocab.identifier), ("topic", vocab.topic)):
+        prior = np.tile(freq[mask] + np.arange(mask.sum()) * 1e-9, (40, 1))  # break ties stably
+        best = max((_plain_micro_f1(prior, truth[:, mask], k), -k) for k in range(1, mask.sum() + 1))
+        assert out[name]["prior_f1"] == pytest.approx(best[0])
+        assert out[name]["advantage"] == pytest.approx(out[name]["f1"] - out[name]["prior_f1"])
+
+
+def test_bootstrap_interval_resamples_texts_and_takes_percentiles():
+    from qdrant_guard.evaluation import attacks
+
+    rng = np.random.default_rng(9)
+    truth = (rng.random((30, 8)) < 0.3).astype(float)
+    a = truth + rng.normal(scale=0.8, size=truth.shape)
+    p = np.tile(truth.mean(axis=0), (30, 1)) + np.arange(8) * 1e-9
+    lo, hi = attacks.advantage_interval(a, p, truth, 2, 3, resamples=200, seed=4)
+    idx = np.random.default_rng(4).integers(0, 30, size=(200, 30))
+    diffs = sorted(_plain_micro_f1(a[i], truth[i], 2) - _plain_micro_f1(p[i], truth[i], 3) for i in idx)
+    want = np.percentile(diffs, [2.5, 97.5])
+    assert (lo, hi) == pytest.approx(tuple(want))
+    full = _plain_micro_f1(a, truth, 2) - _plain_micro_f1(p, truth, 3)
+    assert lo <= full <= hi
+
+
+def test_candidate_ranking_and_reidentification_by_hand():
+    from qdrant_guard.evaluation import attacks
+
+    cand = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    # Row j is released when candidate j is the truth. Row 0 points at candidate 0 (first), row 1
+    # at candidate 2 (truth second), row 2 ties candidates 0 and 2 exactly (ties count against).
+    released = np.array([[1.0, 0.1], [0.8, 1.0], [1.0, 0.0]])
+    released[2] = [1.0, 1.0]
+    out = attacks.candidate_ranking(cand, released)
+    sims = [[np.dot(r, c) / np.linalg.norm(r) / np.linalg.norm(c) for c in cand] for r in released]
+    ranks = []
+    for j, row in enumerate(sims):
+        better = sum(s > row[j] for s in row)
+        ties = sum(s == row[j] for s in row) - 1
+        ranks.append((better, ties))
+    assert out["top1"] == pytest.approx(np.mean([b == 0 and t == 0 for b, t in ranks]))
+    assert out["mean_rank_pct"] == pytest.approx(np.mean([(b + 0.5 * t) / 2 for b, t in ranks]))
+    assert out["chance"] == pytest.approx(1 / 3)
+    reid = attacks.reidentify(cand, np.array([[1.0, 0.1], [0.9, 1.0], [1.0, 1.0]]))
+    assert reid == {"top1": pytest.approx(2 / 3), "top10": 1.0, "chance": pytest.approx(1 / 3)}
