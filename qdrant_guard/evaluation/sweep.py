@@ -119,6 +119,8 @@ def make_levels(sigmas: Sequence[float], policy: dict[str, Any]) -> list[Level]:
 
     levels = []
     for s in sigmas:
+        if not (math.isfinite(s) and s >= 0):
+            raise ValueError(f"a noise level is a finite sigma >= 0 (0 = no noise), got {s!r}")
         if s == 0:
             levels.append(Level("clean", 0.0, None))
         else:
