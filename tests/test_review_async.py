@@ -101,7 +101,8 @@ def test_sync_write_interrupted_after_the_decision_is_audited(kit, monkeypatch):
     ("overwrite_payload", "batch_update_points", lambda c: c.overwrite_payload("pii", {"k": 1}, [0])),
     ("clear_payload", "batch_update_points", lambda c: c.clear_payload("pii", [0])),
     ("delete", "delete", lambda c: c.delete("pii", [0])),
-    ("delete_vectors", "delete_vectors", lambda c: c.delete_vectors("pii", [""], [0])),
+    # The point carries a receipt: the vector and the receipt go out as one batch.
+    ("delete_vectors", "batch_update_points", lambda c: c.delete_vectors("pii", [""], [0])),
 ])
 def test_payload_and_delete_writes_failing_in_qdrant_are_audited(kit, monkeypatch, method, sent, call):
     owner = QdrantClient(":memory:", guard=_cfg(kit), principal=kit.principal("alice", "hr"))
