@@ -625,6 +625,8 @@ class ReadOps(PayloadOps, QueryChecks):
         group_size = int(args.get("group_size") or 3)
         if pol.diversity.enabled:
             new["group_size"] = overfetch_limit(group_size, factor=pol.diversity.overfetch_factor)
+            # The group caps read each hit's source: without payload every hit is one missing source.
+            new["with_payload"] = True
         account = yield from self.budget_collection(method, name, pol, [plan])
         redact_ids = self.redacts_kept_text(pol) and args.get("group_by") == pol.text_field
 

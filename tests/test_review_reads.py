@@ -1,0 +1,48 @@
+"""Review of the read path: defects found by a fresh look at reads, diversity and budget, each
+reproduced on real local-mode Qdrant with real policies and credentials."""
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+from tests.guardkit import hr_shared, make_kit, models, unit
+
+
+@pytest.fixture()
+def kit(tmp_path):
+    return make_kit(tmp_path)
+
+
+def _grouped(kit, diversity):
+    """(owner, bob) on ``docs``: 60 points over sources s0..s5 and topics g0/g1."""
+    owner = hr_shared(kit, "docs", diversity)
+    rng = np.random.default_rng(1)
+    owner.upsert("docs", [models.PointStruct(id=i, vector=unit(rng),
+                                             payload={"text": "t", "source": f"s{i % 6}", "topic": f"g{i % 2}"})
+                          for i in range(60)])
+    return owner, owner.with_principal(kit.principal(f"b-{uuid.uuid4().hex[:8]}", "support"))
+
+
+@pytest.mark.parametrize("with_payload", [False, ["text"], models.PayloadSelectorExclude(exclude=["source"])])
+def test_group_caps_read_sources_even_when_the_caller_asks_for_no_payload(kit, with_payload):
+    # Each topic holds 30 points over 3 sources: a group of 5 fits under the per-source cap of 2.
+    # Without the payload in Qdrant's answer every hit counted as the one missing source, and each
+    # group was cut to 2 hits (old code: [2, 2]).
+    owner, bob = _grouped(kit, {"max_source_fraction": 0.4, "min_unique_sources": 1})
+    q = unit(np.random.default_rng(7))
+    for client in (owner, bob):
+        full = client.query_points_groups("docs", query=q, group_by="topic", limit=2, group_size=5)
+        res = client.query_points_groups("docs", query=q, group_by="topic", limit=2, group_size=5,
+                                         with_payload=with_payload)
+        assert [len(g.hits) for g in res.groups] == [5, 5]
+        assert [[h.id for h in g.hits] for g in res.groups] == [[h.id for h in g.hits] for g in full.groups]
+        for g in res.groups:
+            for h in g.hits:
+                if with_payload is False:
+                    assert h.payload is None
+                elif isinstance(with_payload, list):
+                    assert set(h.payload) == {"text"}
+                else:
+                    assert "source" not in h.payload
