@@ -136,7 +136,8 @@ def _jsonable(obj: Any) -> Any:
     if t is int or t is bool or obj is None:
         return obj
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        # Keys too: a budget report is keyed by source names, which come from stored payloads.
+        return {_utf8_safe(str(k)): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
         return [_jsonable(v) for v in obj]
     if isinstance(obj, float):

@@ -46,3 +46,20 @@ def test_group_caps_read_sources_even_when_the_caller_asks_for_no_payload(kit, w
                     assert set(h.payload) == {"text"}
                 else:
                     assert "source" not in h.payload
+
+
+def test_a_source_name_with_a_lone_surrogate_is_audited_not_refused(kit):
+    # The budget report keys the audit record by source name; a lone surrogate in a key failed the
+    # UTF-8 audit write, so the whole read was refused as AuditError (old code). Values were already
+    # kept as escapes (decision._utf8_safe); keys now are too.
+    from qdrant_guard.audit import verify_audit_file
+
+    owner = hr_shared(kit, "hr", {"max_source_coverage": 0.2, "max_source_fraction": 1.0, "min_unique_sources": 1})
+    rng = np.random.default_rng(0)
+    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "m\ud800"}) for i in range(10)])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    res = bob.query_points("hr", query=unit(rng), limit=5)
+    assert len(res.points) == 2  # the cap: 20 % of 10
+    text = (kit.tmp / "audit.jsonl").read_text(encoding="utf-8")
+    assert "m\\\\ud800" in text and '"BUDGET_EXCEEDED"' in text
+    assert verify_audit_file(kit.tmp / "audit.jsonl").ok
