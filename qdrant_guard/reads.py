@@ -23,6 +23,7 @@ from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .querycheck import QueryChecks, UncheckedForm, iter_prefetch, rest_prefetch
 from .receipts import stored_receipts, verify_receipt
+from .sources import path_head
 from .sources import point_sources as _sources
 from .vectors import split_vector_struct
 
@@ -628,7 +629,8 @@ class ReadOps(PayloadOps, QueryChecks):
             # The group caps read each hit's source: without payload every hit is one missing source.
             new["with_payload"] = True
         account = yield from self.budget_collection(method, name, pol, [plan])
-        redact_ids = self.redacts_kept_text(pol) and args.get("group_by") == pol.text_field
+        # Qdrant reads a quoted key ('"text"') as the plain one: compare the field the path starts at.
+        redact_ids = self.redacts_kept_text(pol) and path_head(args.get("group_by")) == pol.text_field
 
         def run(exclusion: Exclusion | None) -> Any:
             run_plan, run_details = plan.fresh(), dict(details)
@@ -708,7 +710,7 @@ class ReadOps(PayloadOps, QueryChecks):
         may only name sources (see :meth:`budget_oracle`)."""
         res = yield from self.budget_oracle(method, args, args.get("facet_filter"), facet_key=args.get("key"))
         pol = None if self.transparent else self.policy(args["collection_name"])
-        if pol is not None and self.redacts_kept_text(pol) and args.get("key") == pol.text_field:
+        if pol is not None and self.redacts_kept_text(pol) and path_head(args.get("key")) == pol.text_field:
             res = res.model_copy(update={"hits": [h.model_copy(update={"value": _detect.redact(h.value)})
                                                   if isinstance(h.value, str) else h for h in res.hits]})
         return res

@@ -26,6 +26,20 @@ def field_value(payload: Any, field_name: str) -> Any:
     return node
 
 
+def path_head(key: Any) -> str | None:
+    """The top-level payload key a Qdrant key path (``facet`` key, ``group_by``) starts at: ``text``
+    for ``text``, ``"text"`` (quoted) or ``text[0].x``; None when ``key`` is not such a path."""
+    if not isinstance(key, str):
+        return None
+    if key.startswith('"'):
+        end = key.find('"', 1)
+        return key[1:end] if end > 0 else None
+    n = 0
+    while n < len(key) and (key[n].isalnum() or key[n] in "_-"):
+        n += 1
+    return key[:n] or None
+
+
 def payload_sources(payload: Any, field_name: str) -> tuple[str, ...]:
     """Every source a payload names, as a filter on the source field sees them: a list value names
     several (Qdrant matches ``MatchValue("memo")`` against ``["memo", "q3"]``, and counts the point

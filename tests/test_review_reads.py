@@ -63,3 +63,35 @@ def test_a_source_name_with_a_lone_surrogate_is_audited_not_refused(kit):
     text = (kit.tmp / "audit.jsonl").read_text(encoding="utf-8")
     assert "m\\\\ud800" in text and '"BUDGET_EXCEEDED"' in text
     assert verify_audit_file(kit.tmp / "audit.jsonl").ok
+
+
+SSN_TEXT = "her SSN is 123-45-6780"
+
+
+def test_kept_pii_is_redacted_for_a_quoted_facet_key_or_group_by(kit):
+    # Qdrant reads the key path '"text"' (a quoted segment) as the field text. The guard compared
+    # the key with the text field as strings, so bob got the owner's kept SSN unredacted through
+    # facet(key='"text"') and query_points_groups(group_by='"text"') (old code).
+    from tests.guardkit import QdrantClient, create
+
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False}, "raw_in_boundary": True,
+           "text_field": "text", "keep_payload_text_in_boundary": True, "diversity": {"enabled": False}}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "hr")
+    owner.upsert("hr", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)), payload={"text": SSN_TEXT})])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    redacted = "her SSN is [SSN]"
+    for key in ("text", '"text"'):
+        assert [h.value for h in bob.facet("hr", key=key).hits] == [redacted]
+        groups = bob.query_points_groups("hr", query=[1.0] * 16, group_by=key, limit=3, group_size=1).groups
+        assert [g.id for g in groups] == [redacted]
+        assert owner.facet("hr", key=key).hits[0].value == SSN_TEXT  # the owner boundary keeps it
+
+
+@pytest.mark.parametrize("key, head", [("text", "text"), ('"text"', "text"), ("text[0]", "text"),
+                                       ("meta.source", "meta"), ('"a.b".c', "a.b"), ("", None), ('"x', None),
+                                       ("[0]", None), (None, None)])
+def test_path_head_names_the_top_level_key_qdrant_reads(key, head):
+    from qdrant_guard.sources import path_head
+
+    assert path_head(key) == head
