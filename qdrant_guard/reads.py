@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -28,6 +29,7 @@ from .sources import point_sources as _sources
 from .vectors import split_vector_struct
 
 _SOURCE_SIZE_TTL_S = 30.0
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")  # a top-level payload key, as Qdrant reads a key path
 log = logging.getLogger("qdrant_guard")
 
 
@@ -114,13 +116,21 @@ def project_payload(payload: dict[str, Any] | None, selector: Any) -> dict[str, 
         return None
     if isinstance(selector, models.PayloadSelectorInclude):
         keys = selector.include
-        return {k: v for k, v in payload.items() if k in keys}
-    if isinstance(selector, models.PayloadSelectorExclude):
+    elif isinstance(selector, models.PayloadSelectorExclude):
         keys = selector.exclude
+    elif isinstance(selector, (list, tuple)):
+        keys = selector
+    else:
+        return payload
+    if not all(isinstance(k, str) and _PLAIN_KEY.fullmatch(k) for k in keys):
+        # A key path (``meta.source``, ``"a.b"``, ``arr[].x``) selects inside the payload: project it
+        # as Qdrant (local mode mirrors the server) does.
+        from qdrant_client.local.local_collection import LocalCollection
+
+        return LocalCollection._process_payload(payload, selector)
+    if isinstance(selector, models.PayloadSelectorExclude):
         return {k: v for k, v in payload.items() if k not in keys}
-    if isinstance(selector, (list, tuple)):
-        return {k: v for k, v in payload.items() if k in selector}
-    return payload
+    return {k: v for k, v in payload.items() if k in keys}
 
 
 class ReadOps(PayloadOps, QueryChecks):

@@ -95,3 +95,36 @@ def test_path_head_names_the_top_level_key_qdrant_reads(key, head):
     from qdrant_guard.sources import path_head
 
     assert path_head(key) == head
+
+
+@pytest.mark.parametrize("selector", [
+    ["meta.source"], models.PayloadSelectorInclude(include=["meta.source", "text"]),
+    models.PayloadSelectorExclude(exclude=["meta.page"]), ["arr[].x"], ['"a.b"'], ["meta"],
+    models.PayloadSelectorExclude(exclude=["meta"]), ["text"], [],
+])
+@pytest.mark.parametrize("method", ["query_points", "scroll", "retrieve", "query_points_groups"])
+def test_payload_selectors_with_key_paths_project_as_qdrant_does(kit, selector, method):
+    # The guard fetches the whole payload (diversity and the budget read the source) and projects
+    # the caller's selector itself; it read every key as a top-level name, so include=["meta.source"]
+    # returned {} and exclude=["meta.page"] returned meta.page (old code).
+    from qdrant_client import QdrantClient as Raw
+
+    owner = hr_shared(kit, "hr", {"max_source_coverage": 1.0, "max_source_fraction": 1.0, "min_unique_sources": 1})
+    payload = {"meta": {"source": "a", "page": 3}, "text": "t", "arr": [{"x": 1, "y": 2}], "a.b": 5, "source": "s"}
+    owner.upsert("hr", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)), payload=payload)])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    want = Raw.retrieve(owner, "hr", [1], with_payload=selector)[0].payload
+    calls = {
+        "query_points": lambda c: c.query_points("hr", query=[1.0] * 16, with_payload=selector).points,
+        "scroll": lambda c: c.scroll("hr", with_payload=selector)[0],
+        "retrieve": lambda c: c.retrieve("hr", [1], with_payload=selector),
+        "query_points_groups": lambda c: c.query_points_groups("hr", query=[1.0] * 16, group_by="source",
+                                                               with_payload=selector).groups[0].hits,
+    }
+    for client in (owner, bob):
+        (point,) = calls[method](client)
+        got = dict(point.payload)
+        got.pop("_qdrant_guard_receipt", None)
+        expected = dict(want)
+        expected.pop("_qdrant_guard_receipt", None)
+        assert got == expected
