@@ -291,7 +291,11 @@ class ReadOps(PayloadOps, QueryChecks):
                     withheld.update(normalize_point_id(x) for x in dec.withheld)
                     report[source] = {"withheld": len(dec.withheld), "seen": dec.seen_after, "cap": dec.cap}
         if report:
-            details["budget"] = report
+            # A grouped read charges each group in turn: add this group's report to the earlier ones.
+            for source, earlier in (details.get("budget") or {}).items():
+                if source in report:
+                    report[source]["withheld"] += earlier["withheld"]
+            details["budget"] = {**details.get("budget", {}), **report}
             if pol.diversity.mode == "monitor":
                 details["budget_monitor"] = True
                 return pts
@@ -656,6 +660,8 @@ class ReadOps(PayloadOps, QueryChecks):
                 )
                 groups = [g.model_copy(update={"hits": list(o.kept)}) for g, o in zip(groups, outcome.groups)]
                 run_details["group_caps"] = {"group_cap": outcome.group_cap, "response_cap": outcome.response_cap}
+            elif pol.diversity.enabled:  # monitor: uncapped, but no more hits than asked for (not the over-fetch)
+                groups = [g.model_copy(update={"hits": g.hits[:group_size]}) for g in groups]
             out_groups = []
             for g in groups:
                 hits = yield from self.finish(method, name, pol, run_plan, g.hits, run_details, account=account)

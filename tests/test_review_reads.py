@@ -128,3 +128,42 @@ def test_payload_selectors_with_key_paths_project_as_qdrant_does(kit, selector, 
         expected = dict(want)
         expected.pop("_qdrant_guard_receipt", None)
         assert got == expected
+
+
+def _memo_groups(kit, mode):
+    owner = hr_shared(kit, "hr", {"max_source_coverage": 0.2, "max_source_fraction": 1.0, "min_unique_sources": 1,
+                                  "mode": mode})
+    rng = np.random.default_rng(0)
+    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "memo", "g": i % 3})
+                        for i in range(30)])
+    return owner, owner.with_principal(kit.principal(f"b-{uuid.uuid4().hex[:8]}", "support")), unit(rng)
+
+
+def _last_record(kit):
+    import json
+
+    return json.loads((kit.tmp / "audit.jsonl").read_text().splitlines()[-1])["record"]
+
+
+def test_monitor_mode_groups_hold_no_more_hits_than_group_size(kit):
+    # The guard over-fetches group_size for the group caps; in monitor mode the caps did not run and
+    # the over-fetched groups came back whole: 10 hits per group for group_size=5 (old code).
+    owner, bob, q = _memo_groups(kit, "monitor")
+    for client in (owner, bob):
+        res = client.query_points_groups("hr", query=q, group_by="g", limit=3, group_size=5)
+        assert [len(g.hits) for g in res.groups] == [5, 5, 5]
+
+
+@pytest.mark.parametrize("mode", ["monitor", "enforce"])
+def test_a_grouped_read_audits_what_every_group_withheld(kit, mode):
+    # Each group is charged on its own; the audit record kept only the last group's report, so a
+    # read that withheld (or in monitor mode would have withheld) 9 points was audited as 3 (old code).
+    _, bob, q = _memo_groups(kit, mode)
+    res = bob.query_points_groups("hr", query=q, group_by="g", limit=3, group_size=5)
+    returned = sum(len(g.hits) for g in res.groups)
+    report = _last_record(kit)["details"]["budget"]["memo"]
+    assert report["cap"] == 6
+    if mode == "monitor":
+        assert returned == 15 and report["withheld"] == 15 - 6
+    else:
+        assert returned == 6 and report["withheld"] == 15 - 6  # of the first run, before the re-run
