@@ -324,7 +324,9 @@ class ReadOps(PayloadOps, QueryChecks):
             return pts
         if not dec.withheld:
             return pts
-        details["vector_budget"] = {"withheld": len(dec.withheld), "cap": dec.cap}
+        earlier = details.get("vector_budget")  # a grouped read charges each group in turn
+        details["vector_budget"] = {"withheld": len(dec.withheld) + (earlier["withheld"] if earlier else 0),
+                                    "cap": dec.cap}
         if pol.diversity.mode == "monitor":  # nothing withheld: logged as what would have been
             details["vector_budget_monitor"] = True
             return pts

@@ -167,3 +167,19 @@ def test_a_grouped_read_audits_what_every_group_withheld(kit, mode):
         assert returned == 15 and report["withheld"] == 15 - 6
     else:
         assert returned == 6 and report["withheld"] == 15 - 6  # of the first run, before the re-run
+
+
+def test_a_grouped_read_audits_the_vectors_every_group_withheld(kit):
+    # The distillation budget is charged group by group; the audit kept only the last group's count.
+    from tests.guardkit import QdrantClient, create
+
+    pol = {"class": "PROPRIETARY", "owner": "hr", "raw_in_boundary": True, "intent": {"enabled": False},
+           "diversity": {"max_vectors": 3, "max_source_fraction": 1.0, "min_unique_sources": 1}}
+    owner = QdrantClient(":memory:", guard=kit.config({"m": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "m")
+    rng = np.random.default_rng(0)
+    owner.upsert("m", [models.PointStruct(id=i, vector=unit(rng), payload={"g": i % 3}) for i in range(30)])
+    res = owner.query_points_groups("m", query=unit(rng), group_by="g", limit=3, group_size=4, with_vectors=True)
+    hits = [h for g in res.groups for h in g.hits]
+    assert len(hits) == 12 and sum(h.vector is not None for h in hits) == 3
+    assert _last_record(kit)["details"]["vector_budget"] == {"withheld": 9, "cap": 3}
