@@ -183,3 +183,29 @@ def test_a_grouped_read_audits_the_vectors_every_group_withheld(kit):
     hits = [h for g in res.groups for h in g.hits]
     assert len(hits) == 12 and sum(h.vector is not None for h in hits) == 3
     assert _last_record(kit)["details"]["vector_budget"] == {"withheld": 9, "cap": 3}
+
+
+def test_the_async_client_gets_the_same_grouped_and_projected_reads(kit):
+    # The async client drives the same pipeline: groups without payload are capped by their real
+    # sources, monitor groups hold group_size hits, key-path selectors project as Qdrant does.
+    import asyncio
+
+    from qdrant_guard import AsyncQdrantClient
+
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+           "diversity": {"max_source_fraction": 0.4, "min_unique_sources": 1, "mode": "enforce"}}
+
+    async def main():
+        owner = AsyncQdrantClient(":memory:", guard=kit.config({"docs": pol}), principal=kit.principal("alice", "hr"))
+        await owner.create_collection("docs", vectors_config=models.VectorParams(size=16, distance=models.Distance.COSINE))
+        rng = np.random.default_rng(1)
+        await owner.upsert("docs", [models.PointStruct(id=i, vector=unit(rng), payload={
+            "source": f"s{i % 6}", "topic": f"g{i % 2}", "meta": {"page": i, "lang": "en"}}) for i in range(60)])
+        bob = owner.with_principal(kit.principal("bob", "support"))
+        res = await bob.query_points_groups("docs", query=unit(rng), group_by="topic", limit=2, group_size=5,
+                                            with_payload=["meta.page"])
+        assert [len(g.hits) for g in res.groups] == [5, 5]
+        assert all(set(h.payload) == {"meta"} and set(h.payload["meta"]) == {"page"} for g in res.groups for h in g.hits)
+        await owner.close()
+
+    asyncio.run(main())
