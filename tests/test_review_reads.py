@@ -209,3 +209,77 @@ def test_the_async_client_gets_the_same_grouped_and_projected_reads(kit):
         await owner.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_reads_through_every_read_api_stay_under_both_caps(kit, seed):
+    # Randomised: sources of every shape (missing, lists, numbers, booleans, ""), int and UUID ids,
+    # random filters and every point-returning read. Each query page obeys the per-source cap, and
+    # bob never receives more distinct points of a budgeted source than floor(size * coverage).
+    import random
+
+    from qdrant_guard.diversity import source_cap
+    from qdrant_guard.sources import point_sources
+
+    rnd = random.Random(seed)
+    cov, frac = rnd.choice([0.2, 0.3, 0.5]), rnd.choice([0.3, 0.5, 1.0])
+    div = {"max_source_coverage": cov, "max_source_fraction": frac, "min_unique_sources": rnd.choice([1, 2, 3])}
+    if seed == 1:
+        div["restricted_sources"] = ["s0", "s1"]
+    owner = hr_shared(kit, "hr", div)
+    rng = np.random.default_rng(seed)
+    pts = []
+    for i in range(60):
+        r = rnd.random()
+        source = (None if r < 0.1 else [f"s{rnd.randrange(4)}", f"s{rnd.randrange(4)}"] if r < 0.2
+                  else rnd.choice([7, "7", True, ""]) if r < 0.25 else f"s{rnd.randrange(4)}")
+        pid = i if rnd.random() < 0.7 else str(uuid.UUID(int=i + 1000))
+        pts.append(models.PointStruct(id=pid, vector=unit(rng), payload={"n": i} if source is None
+                                      else {"source": source, "n": i}))
+    owner.upsert("hr", pts)
+    sources_of = {str(p.id): point_sources(p, "source") or ("__unknown__",) for p in pts}
+    size: dict[str, int] = {}
+    for names in sources_of.values():
+        for s in names:
+            size[s] = size.get(s, 0) + 1
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    seen: dict[str, set[str]] = {}
+
+    def got(points, k=None):
+        per: dict[str, int] = {}
+        for p in points:
+            for s in sources_of[str(p.id)]:
+                per[s] = per.get(s, 0) + 1
+                seen.setdefault(s, set()).add(str(p.id))
+        if k is not None:
+            assert all(v <= source_cap(k, frac) for v in per.values())
+
+    int_ids = [p.id for p in pts if isinstance(p.id, int)]
+    for _ in range(15):
+        flt = (models.Filter(must=[models.FieldCondition(key="n", range=models.Range(gte=rnd.randrange(60)))])
+               if rnd.random() < 0.4 else None)
+        lim = rnd.randint(1, 12)
+        kind = rnd.choice(["q", "pid", "fusion", "batch", "groups", "scroll", "retrieve"])
+        if kind == "q":
+            got(bob.query_points("hr", query=unit(rng), query_filter=flt, limit=lim, offset=rnd.choice([None, 3])).points, lim)
+        elif kind == "pid":
+            got(bob.query_points("hr", query=rnd.choice(int_ids), query_filter=flt, limit=lim).points, lim)
+        elif kind == "fusion":
+            got(bob.query_points("hr", prefetch=[models.Prefetch(query=unit(rng), limit=20), models.Prefetch(query=unit(rng), limit=20)],
+                                 query=models.FusionQuery(fusion=models.Fusion.RRF), query_filter=flt, limit=lim).points, lim)
+        elif kind == "batch":
+            for r in bob.query_batch_points("hr", [models.QueryRequest(query=unit(rng), limit=lim, filter=flt,
+                                                                      with_payload=rnd.choice([True, False]))
+                                                   for _ in range(rnd.randint(1, 3))]):
+                got(r.points, lim)
+        elif kind == "groups":
+            for g in bob.query_points_groups("hr", query=unit(rng), group_by=rnd.choice(["source", "n"]), limit=rnd.randint(1, 5),
+                                             group_size=rnd.randint(1, 4), query_filter=flt).groups:
+                got(g.hits)
+        elif kind == "scroll":
+            got(bob.scroll("hr", scroll_filter=flt, limit=lim)[0])
+        else:
+            got(bob.retrieve("hr", [rnd.choice(pts).id for _ in range(lim)]))
+    for s, ids in seen.items():
+        if "restricted_sources" not in div or s in div["restricted_sources"]:
+            assert len(ids) <= size[s] * cov + 1e-9, (s, len(ids), size[s])
