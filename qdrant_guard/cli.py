@@ -11,6 +11,28 @@ from typing import Sequence
 from .errors import QdrantGuardError
 
 
+def _positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (0.0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
 def _write_private(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -26,9 +48,13 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
     if out.exists():
         print(f"error: {out} exists; refusing to overwrite a key (choose another --out)", file=sys.stderr)
         return 2
-    _write_private(out, keys.private_key_to_pem(sk))
     pub = out.with_suffix(out.suffix + ".pub")
-    pub.write_text(keys.public_key_to_str(pk) + "\n")
+    try:
+        _write_private(out, keys.private_key_to_pem(sk))
+        pub.write_text(keys.public_key_to_str(pk) + "\n")
+    except OSError as exc:
+        print(f"error: cannot write key file {out} (--out): {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(json.dumps({"private_key": str(out), "public_key_file": str(pub),
                       "public_key": keys.public_key_to_str(pk), "key_id": keys.key_id(pk)}, indent=2))
     return 0
@@ -145,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     ci.add_argument("--authority", required=True, help="the boundary authority's private key file")
     ci.add_argument("--agent", required=True, help="agent id")
     ci.add_argument("--boundary", required=True, help="boundary name")
-    ci.add_argument("--ttl", type=float, default=3600.0, help="lifetime in seconds (default 3600)")
+    ci.add_argument("--ttl", type=_positive_float, default=3600.0, help="lifetime in seconds (default 3600)")
     ci.set_defaults(func=cmd_credential_issue)
 
     rec_p = sub.add_parser("receipt", help="reconstruction-resistance receipts").add_subparsers(dest="sub", required=True)
@@ -165,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     av.add_argument("--key", action="append", metavar="PUBLIC_KEY",
                     help="verify signed checkpoints with this public key (file or ed25519:... text; "
                          "repeatable), e.g. the guard's signing key's .pub")
-    av.add_argument("--checkpoint-every", type=int, default=1000, metavar="N",
+    av.add_argument("--checkpoint-every", type=_positive_int, default=1000, metavar="N",
                     help="with --key: every N-th entry must carry a signed checkpoint (the writer's "
                          "checkpoint_every; default 1000, the guard's)")
     av.set_defaults(func=cmd_audit_verify)
@@ -209,6 +235,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except QdrantGuardError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        # A file that cannot be read or written, or a value the library refuses: the message names
+        # it; a traceback would only bury it.
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,45 @@
+"""Review of text handling, policy and CLI: each test pins a defect found and fixed."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "qdrant_guard.cli", *args], capture_output=True, text=True,
+                          env={**os.environ}, cwd=cwd, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def authority(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    proc = _cli("keys", "new", "--out", str(d / "a.key"))
+    assert proc.returncode == 0, proc.stderr
+    (d / "bad.jsonl").write_text("{not json\n")
+    return d
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["credential", "issue", "--agent", "a", "--boundary", "b", "--ttl", "-5"], "--ttl"),
+    (["credential", "issue", "--agent", "a", "--boundary", "b", "--ttl", "nan"], "--ttl"),
+    (["credential", "issue", "--agent", "a", "--boundary", "b", "--ttl", "inf"], "--ttl"),
+    (["credential", "issue", "--agent", "", "--boundary", "b"], "agent"),
+    (["audit", "verify", "--checkpoint-every", "0", "{dir}/bad.jsonl"], "--checkpoint-every"),
+    (["keys", "new", "--out", "/proc/no/such/dir/k.pem"], "/proc/no/such"),
+    (["calibrate", "--path", "{dir}/store", "--collection", "c", "--queries", "{dir}/missing.jsonl",
+      "--out", "{dir}/o.json"], "missing.jsonl"),
+    (["receipt", "verify", "--path", "{dir}/store", "--collection", "nope", "--trusted-key", "{dir}/a.key.pub"],
+     "nope"),
+], ids=["ttl-negative", "ttl-nan", "ttl-inf", "agent-empty", "checkpoint-zero", "out-unwritable",
+        "queries-missing", "collection-missing"])
+def test_cli_bad_input_is_a_clear_error_not_a_traceback(authority, argv, names):
+    argv = [a.replace("{dir}", str(authority)) for a in argv]
+    if argv[:2] == ["credential", "issue"]:
+        argv += ["--authority", str(authority / "a.key")]
+    proc = _cli(*argv)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "error" in proc.stderr and names in proc.stderr, proc.stderr
