@@ -225,7 +225,7 @@ class CollectionPolicy(_Strict):
     dotted path reaches nested payload, e.g. ``metadata.source`` for langchain (keys of letters,
     digits, ``_`` and ``-``; no ``[]`` or quotes)."""
     text_field: str | None = None
-    """Payload field holding the point's text; it is screened and redacted like embedded text (a string, or each string of a list; PII in a list is never kept)."""
+    """Top-level payload key holding the point's text (no dotted path); it is screened and redacted like embedded text (a string, or each string of a list; PII in a list is never kept)."""
     credentials_in_text: Literal["refuse", "redact"] = "refuse"
     """Text with credentials: refuse the call (CREDENTIAL_IN_TEXT) or redact to typed placeholders."""
     redact_pii: bool = True
@@ -273,6 +273,19 @@ class CollectionPolicy(_Strict):
         raise ValueError(
             f"source_field {v!r} is not a dotted path of plain keys (letters, digits, '_', '-', e.g. "
             "'metadata.source'); the guard cannot read '[]' indexing or quoted keys the way Qdrant does"
+        )
+
+    @field_validator("text_field")
+    @classmethod
+    def _top_level_text_key(cls, v: str | None) -> str | None:
+        # Only payload[text_field] is screened. A dotted or indexed path (which Qdrant reads as
+        # nested) names no top-level key, so the nested text would be stored unredacted, silently.
+        if v is None or (v and not any(c in v for c in '.[]"')):
+            return v
+        raise ValueError(
+            f"text_field {v!r} is not a top-level payload key: the guard screens only payload[text_field] "
+            "(no '.', '[]' or quotes, not empty). Store the text under a top-level key and name it "
+            "here, or remove text_field"
         )
 
     def may_read(self, boundary: str | None) -> bool:

@@ -43,3 +43,25 @@ def test_cli_bad_input_is_a_clear_error_not_a_traceback(authority, argv, names):
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "error" in proc.stderr and names in proc.stderr, proc.stderr
+
+
+# -- policy -------------------------------------------------------------------------------------
+from qdrant_guard.errors import ConfigError  # noqa: E402
+from qdrant_guard.policy import config_from_dict  # noqa: E402
+
+
+@pytest.mark.parametrize("value", ["metadata.text", "", "chunks[].text", '"a.b"'])
+def test_a_text_field_the_guard_cannot_read_is_a_policy_error(value):
+    # Only the top-level key named text_field is screened. "metadata.text" (written by analogy with
+    # source_field, which does reach nested payload) named no key the guard reads: the nested text
+    # was stored and indexed unredacted, silently.
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict({"collections": {"c": {"text_field": value}}}, source="p.toml")
+    msg = str(ei.value)
+    assert "collections.c.text_field" in msg and "top-level" in msg
+
+
+def test_a_plain_text_field_is_still_accepted():
+    for value in ("text", "page_content", "_node_content", "body-text"):
+        cfg = config_from_dict({"collections": {"c": {"text_field": value}}}, source="p.toml")
+        assert cfg.collections["c"].text_field == value
