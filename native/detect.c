@@ -117,6 +117,15 @@ static int window_has(const scan_t *s, size_t start, int width, const char *k1, 
     return contains_ci(s->b, w, start, k1) || contains_ci(s->b, w, start, k2);
 }
 
+/* The context of a bare SSN: "ssn", or "social" and "security" joined by one space, '_' or '-'
+   or by nothing (JSON/YAML keys spell it social_security_number or socialSecurityNumber). */
+static int ssn_context(const scan_t *s, size_t start) {
+    size_t w = window_start(s, start, 40);
+    return contains_ci(s->b, w, start, "ssn") || contains_ci(s->b, w, start, "social security")
+        || contains_ci(s->b, w, start, "social_security") || contains_ci(s->b, w, start, "social-security")
+        || contains_ci(s->b, w, start, "socialsecurity");
+}
+
 static void emit(scan_t *s, size_t start, size_t end, int type, int validator) {
     qg_findings *o = s->out;
     if (o->len == o->cap) {
@@ -275,7 +284,7 @@ static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d,
         set_hit(hit, i, end, QG_SSN, QG_V_SSA);
         return 1;
     }
-    if (ng == 1 && g[0] == 9 && window_has(s, i, 40, "ssn", "social security")) {
+    if (ng == 1 && g[0] == 9 && ssn_context(s, i)) {
         if (!ssa_valid(d)) return 0;
         set_hit(hit, i, end, QG_SSN, QG_V_SSA);
         return 1;
@@ -367,7 +376,7 @@ static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit) {
         }
         if (!chain_match(s, i, g, p, d, digits, p > 1 ? sep : 0, end, hit)) continue;
         /* "sizes 512 64 1024 2048": a list of numbers has 3-2-4 windows everywhere */
-        if (hit->type == QG_SSN && !window_has(s, i, 40, "ssn", "social security")) continue;
+        if (hit->type == QG_SSN && !ssn_context(s, i)) continue;
         if (!(veto && cuts_later(s, i, g, p, end))) return 1;
     }
     return 0;

@@ -83,6 +83,11 @@ def _positions(text: str, literal: str) -> Iterator[int]:
         i = text.find(literal, i + 1)
 
 
+# The context of a bare SSN: "social" and "security" joined by a space, "_", "-" or nothing too
+# (JSON/YAML keys spell it social_security_number or socialSecurityNumber).
+_SSN_WORDS = ("ssn", "social security", "social_security", "social-security", "socialsecurity")
+
+
 def _window_has(text: str, start: int, width: int, keywords: tuple[str, ...]) -> bool:
     window = _lower(text[max(0, start - width) : start])
     return any(k in window for k in keywords)
@@ -218,7 +223,7 @@ def _chain(text: str, i: int, veto: bool = True) -> list[tuple[int, int, str, st
     for g in range(len(groups) - 1 if whole else len(groups), 0, -1):
         end = i + sum(groups[:g]) + g - 1
         found = _chain_match(text, i, groups[:g], digits[:g], sep if g > 1 else "", end)
-        if found and found[0][2] == "SSN" and not _window_has(text, i, 40, ("ssn", "social security")):
+        if found and found[0][2] == "SSN" and not _window_has(text, i, 40, _SSN_WORDS):
             continue  # "sizes 512 64 1024 2048": a list of numbers has 3-2-4 windows everywhere
         if found and not (veto and _cuts_later(text, i, groups, g, end)):
             return found
@@ -254,7 +259,7 @@ def _chain_match(text: str, i: int, groups: list[int], digits: list[str], sep: s
         return []
     if groups == [3, 2, 4] and sep in (" ", "-"):
         return [(i, end, "SSN", "ssa-rules")] if _ssa_valid(d) else []
-    if groups == [9] and _window_has(text, i, 40, ("ssn", "social security")):
+    if groups == [9] and _window_has(text, i, 40, _SSN_WORDS):
         return [(i, end, "SSN", "ssa-rules")] if _ssa_valid(d) else []
     if 13 <= nd <= 19 and _card_groups_ok(groups, sep) and _iin_known(d) and _luhn(d):
         return [(i, end, "CREDIT_CARD", "luhn")]

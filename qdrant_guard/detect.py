@@ -6,7 +6,8 @@ The kernel (native ``qdrant_guard._detect``, or the reference ``qdrant_guard._de
 What is detected (each finding names the check that confirmed it in ``Finding.validator``):
 
 * ``SSN``: ``AAA-GG-SSSS`` or ``AAA GG SSSS``; a bare 9-digit number only when "ssn" or
-  "social security" occurs in the 40 characters before it. SSA rules ("ssa-rules"): area not 000,
+  "social security" (or ``social_security``, ``social-security``, ``socialSecurity``) occurs in
+  the 40 characters before it. SSA rules ("ssa-rules"): area not 000,
   666 or 900-999, group not 00, serial not 0000; the advertising numbers 078-05-1120 and
   219-09-9999 are skipped.
 * ``CREDIT_CARD``: 13-19 digits, ungrouped or in groups of 4 (last group 1-4) or 4-6-5 / 4-6-4,

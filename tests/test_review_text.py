@@ -65,3 +65,36 @@ def test_a_plain_text_field_is_still_accepted():
     for value in ("text", "page_content", "_node_content", "body-text"):
         cfg = config_from_dict({"collections": {"c": {"text_field": value}}}, source="p.toml")
         assert cfg.collections["c"].text_field == value
+
+
+# -- detection ----------------------------------------------------------------------------------
+from oracle import assert_same, both  # noqa: E402
+
+from qdrant_guard import detect  # noqa: E402
+
+
+@pytest.mark.parametrize("text", [
+    '{"social_security_number": "123456789"}',
+    "social_security_no: 123456789",
+    "socialSecurityNumber=123456789",
+    "SOCIAL_SECURITY=123456789",
+    "social-security number 123456789",
+    "Social Security: 123456789",
+    "social_security_numbers: 123 45 6789 234 56 7890",
+])
+def test_a_bare_ssn_after_a_snake_or_camel_case_social_security_key_is_found(text):
+    # JSON, YAML, .env and code spell the keyword "social_security", "socialSecurity" or
+    # "social-security": as much a context for a bare 9-digit number as "social security".
+    redacted, findings = detect.redact_with_findings(text)
+    assert findings and {f.type for f in findings} == {"SSN"}, (text, redacted)
+    assert "6789" not in redacted
+    native, python = both("detect")
+    assert_same(native.find_spans, python.find_spans, text)
+
+
+@pytest.mark.parametrize("text", ["socials 123456789", "security_number: 123456789", "social_media 123456789",
+                                  "social__security 123456789"])
+def test_the_ssn_keyword_still_needs_both_words(text):
+    native, python = both("detect")
+    assert_same(native.find_spans, python.find_spans, text)
+    assert detect.find_sensitive(text) == []
