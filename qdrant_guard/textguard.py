@@ -130,14 +130,15 @@ class TextOps(GuardPipeline):
                         where: str) -> Op:
         """Replace ``models.Document`` vectors by embeddings of their redacted text (a generator:
         the embedder runs as an :class:`Offload`)."""
+        # Checked even next to a Document: before anything is embedded, and by name.
+        for k, v in vecs.items():
+            if isinstance(v, (models.Image, models.InferenceObject)):
+                raise InvalidVectorError(
+                    f"{where}: vector {k or '<unnamed>'!r} is a {type(v).__name__}; the guard can only "
+                    "screen text, so embed it yourself and send the vector (with a receipt) instead"
+                )
         docs = {k: v for k, v in vecs.items() if isinstance(v, models.Document)}
         if not docs:
-            for k, v in vecs.items():
-                if isinstance(v, (models.Image, models.InferenceObject)):
-                    raise InvalidVectorError(
-                        f"{where}: vector {k or '<unnamed>'!r} is a {type(v).__name__}; the guard can only "
-                        "screen text, so embed it yourself and send the vector (with a receipt) instead"
-                    )
             return vecs
         texts = [self.embeddable_text(pol, self.screen_text(op, name, pol, d.text)) for d in docs.values()]
         matrix = yield Offload(lambda: self.embed(texts, where=where))

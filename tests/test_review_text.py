@@ -98,3 +98,49 @@ def test_the_ssn_keyword_still_needs_both_words(text):
     native, python = both("detect")
     assert_same(native.find_spans, python.find_spans, text)
     assert detect.find_sensitive(text) == []
+
+
+# -- text that reaches the embedder -------------------------------------------------------------
+from guardkit import DIM, count, create, make_kit, models, snapshot  # noqa: E402
+
+from qdrant_guard import GuardRefusal, QdrantClient  # noqa: E402
+from qdrant_guard.errors import InvalidVectorError  # noqa: E402
+from qdrant_guard.hashing_embedder import HashingEmbedder  # noqa: E402
+
+SSN_TEXT = "her SSN is 123-45-6789"
+
+
+class Recorder(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__(DIM)
+        self.seen: list[str] = []
+
+    def __call__(self, texts):
+        self.seen.extend(texts)
+        return super().__call__(texts)
+
+
+def _named_client(tmp_path):
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "raw_in_boundary": True, "text_field": "text"}
+    cfg = kit.config({"n": pol, "pubn": {"class": "PUBLIC", "text_field": "text"}})
+    emb = Recorder()
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder=emb)
+    create(client, "n", named=("a", "b"))
+    create(client, "pubn", named=("a", "b"))
+    return client, emb
+
+
+@pytest.mark.parametrize("other", [models.InferenceObject(object=SSN_TEXT, model="m"),
+                                   models.Image(image="https://example.org/x.png", model="m")],
+                         ids=["inference-object", "image"])
+def test_a_document_next_to_an_unscreenable_vector_is_refused_by_name_before_embedding(tmp_path, other):
+    # Alone, an InferenceObject or Image on a sensitive collection is refused with a message that
+    # names it; next to a models.Document the Document was embedded first and the call then failed
+    # with "vector has dtype object", naming neither the vector nor its type.
+    client, emb = _named_client(tmp_path)
+    with pytest.raises(InvalidVectorError) as ei:
+        client.upsert("n", [models.PointStruct(id=1, vector={"a": models.Document(text="hello", model="m"),
+                                                             "b": other})])
+    assert "'b'" in str(ei.value) and type(other).__name__ in str(ei.value)
+    assert emb.seen == [] and count(client, "n") == 0
