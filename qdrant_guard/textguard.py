@@ -94,12 +94,24 @@ class TextOps(GuardPipeline):
         vecs = split_vector_struct(vector)
         docs = {k: v.model_copy(update={"text": self.screen_text(op, name, pol, v.text, point_ids=[point_id])})
                 for k, v in vecs.items() if isinstance(v, models.Document)}
-        # Qdrant's inference embeds an InferenceObject's string as text, exactly like a Document's.
-        docs.update({k: v.model_copy(update={"object": self.screen_text(op, name, pol, v.object, point_ids=[point_id])})
-                     for k, v in vecs.items() if isinstance(v, models.InferenceObject) and isinstance(v.object, str)})
+        # Qdrant's inference embeds an InferenceObject's string as text, exactly like a Document's;
+        # a dict or list object hands its strings to the model as well.
+        docs.update({k: v.model_copy(update={"object": self._screen_leaves(op, name, pol, v.object, point_id)})
+                     for k, v in vecs.items() if isinstance(v, models.InferenceObject)
+                     and isinstance(v.object, (str, dict, *_ARRAYS))})
         if not docs:
             return vector
         return join_vector_struct({**vecs, **docs})
+
+    def _screen_leaves(self, op: str, name: str, pol: CollectionPolicy, value: Any, point_id: Any) -> Any:
+        """``value`` with every string in it (dict values, list items, nested) screened."""
+        if isinstance(value, str):
+            return self.screen_text(op, name, pol, value, point_ids=[point_id])
+        if isinstance(value, dict):
+            return {k: self._screen_leaves(op, name, pol, v, point_id) for k, v in value.items()}
+        if isinstance(value, _ARRAYS):
+            return [self._screen_leaves(op, name, pol, v, point_id) for v in value]
+        return value
 
     def public_policy(self, args: dict[str, Any]) -> CollectionPolicy | None:
         """The policy of the call's collection when it is PUBLIC under an explicit policy (its

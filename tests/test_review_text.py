@@ -144,3 +144,16 @@ def test_a_document_next_to_an_unscreenable_vector_is_refused_by_name_before_emb
                                                              "b": other})])
     assert "'b'" in str(ei.value) and type(other).__name__ in str(ei.value)
     assert emb.seen == [] and count(client, "n") == 0
+
+
+@pytest.mark.parametrize("obj", [{"text": SSN_TEXT}, [SSN_TEXT], {"parts": [{"text": SSN_TEXT}]}],
+                         ids=["dict", "list", "nested"])
+def test_public_inference_object_text_inside_a_structured_object_is_screened(tmp_path, obj):
+    # An InferenceObject string is screened on PUBLIC collections (README); the same text in a
+    # dict or list object went to qdrant-client's inference unscreened.
+    client, emb = _named_client(tmp_path)
+    with pytest.raises(GuardRefusal) as ei:
+        client.upsert("pubn", [models.PointStruct(id=1, vector={"a": models.InferenceObject(object=obj, model="m"),
+                                                                "b": [0.1] * DIM})])
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+    assert count(client, "pubn") == 0
