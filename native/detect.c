@@ -38,6 +38,8 @@ static inline int is_lower(int c) { return c >= 'a' && c <= 'z'; }
 static inline int is_alpha(int c) { return is_upper(c) || is_lower(c); }
 static inline int is_alnum(int c) { return is_digit(c) || is_alpha(c); }
 static inline int is_word(int c) { return is_alnum(c) || c == '_'; }
+/* Numbers (SSN, card, IBAN, phone) end at letters and digits only (is_alnum): "_123-45-6789_"
+   (Markdown emphasis) or "ssn_123456789" is still the number. */
 static inline int is_word_dash(int c) { return is_word(c) || c == '-'; }
 static inline int is_alnum_dash(int c) { return is_alnum(c) || c == '-'; }
 static inline int is_b64(int c) { return is_alnum(c) || c == '+' || c == '/'; }
@@ -269,11 +271,11 @@ static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d,
     const unsigned char *b = s->b;
     int prev = at(s, (int64_t)i - 1);
     int after = at(s, (int64_t)end);
-    if (after >= 0 && is_word(after)) return 0;
+    if (after >= 0 && is_alnum(after)) return 0;
     if (in_set(after, "-./:") && is_digit(at(s, (int64_t)end + 1))) return 0;
     if (prev == '+') {
         int pp = at(s, (int64_t)i - 2);
-        if (!(pp >= 0 && is_word(pp)) && (sep == 0 || sep == ' ' || sep == '-') && nd >= 8 && nd <= 15 && d[0] != '0') {
+        if (!(pp >= 0 && is_alnum(pp)) && (sep == 0 || sep == ' ' || sep == '-') && nd >= 8 && nd <= 15 && d[0] != '0') {
             set_hit(hit, i - 1, end, QG_PHONE, QG_V_E164);
             return 1;
         }
@@ -305,7 +307,7 @@ static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d,
             if (p >= 0 && b[p] == '(' && b[p + 4] == ')' && is_digit(b[p + 1]) && is_digit(b[p + 2]) &&
                 is_digit(b[p + 3]) && b[p + 1] >= '2' && (gap == 0 || b[p + 5] == ' ')) {
                 int pp = at(s, p - 1);
-                if (!(pp >= 0 && is_word(pp))) {
+                if (!(pp >= 0 && is_alnum(pp))) {
                     set_hit(hit, (size_t)p, end, QG_PHONE, QG_V_NANP);
                     return 1;
                 }
@@ -336,7 +338,7 @@ static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit) {
     const unsigned char *b = s->b;
     size_t n = s->n;
     int prev = at(s, (int64_t)i - 1);
-    if (prev >= 0 && is_word(prev)) return 0;
+    if (prev >= 0 && is_alnum(prev)) return 0;
     if (in_set(prev, "-./:") && is_digit(at(s, (int64_t)i - 2))) return 0;
     int g[MAX_GROUPS];
     int ng = 0, whole = 1; /* whole = 0: the chain runs on past MAX_GROUPS groups */
@@ -420,7 +422,7 @@ static int mod97(const char *iban, int len) {
 
 static void iban(scan_t *s, size_t i) {
     int prev = at(s, (int64_t)i - 1);
-    if (prev >= 0 && is_word(prev)) return;
+    if (prev >= 0 && is_alnum(prev)) return;
     if (!(is_upper(s->b[i]) && is_upper(at(s, i + 1)) && is_digit(at(s, i + 2)) && is_digit(at(s, i + 3)))) return;
     int length = iban_length(s->b + i);
     if (!length) return;
@@ -446,7 +448,7 @@ static void iban(scan_t *s, size_t i) {
         memcpy(compact, s->b + i, (size_t)length);
     }
     int after = at(s, (int64_t)end);
-    if (after >= 0 && is_word(after)) return;
+    if (after >= 0 && is_alnum(after)) return;
     if (mod97(compact, length) == 1) emit(s, i, end, QG_IBAN, QG_V_MOD97);
 }
 

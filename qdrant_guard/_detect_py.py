@@ -50,6 +50,8 @@ _UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
 _ALNUM = _DIGITS | _UPPER | _LOWER
 _WORD = _ALNUM | {"_"}
+# Numbers (SSN, card, IBAN, phone) end at letters and digits only: "_123-45-6789_" (Markdown
+# emphasis) or "ssn_123456789" is still the number.
 _WORD_DASH = _WORD | {"-"}
 _ALNUM_DASH = _ALNUM | {"-"}
 _B64 = _ALNUM | {"+", "/"}
@@ -188,7 +190,7 @@ def _card_groups_ok(groups: list[int], sep: str) -> bool:
 def _chain(text: str, i: int, veto: bool = True) -> list[tuple[int, int, str, str]]:
     n = len(text)
     prev = _at(text, i - 1)
-    if prev in _WORD:
+    if prev in _ALNUM:
         return []
     if prev in "-./:" and _at(text, i - 2) in _DIGITS:
         return []
@@ -246,7 +248,7 @@ def _chain_match(text: str, i: int, groups: list[int], digits: list[str], sep: s
                  end: int) -> list[tuple[int, int, str, str]]:
     prev = _at(text, i - 1)
     after = _at(text, end)
-    if after in _WORD:
+    if after in _ALNUM:
         return []
     if after in "-./:" and _at(text, end + 1) in _DIGITS:
         return []
@@ -254,7 +256,7 @@ def _chain_match(text: str, i: int, groups: list[int], digits: list[str], sep: s
     nd = len(d)
     # E.164: "+" then 8-15 digits, first digit not 0.
     if prev == "+":
-        if _at(text, i - 2) not in _WORD and sep in ("", " ", "-") and 8 <= nd <= 15 and d[0] != "0":
+        if _at(text, i - 2) not in _ALNUM and sep in ("", " ", "-") and 8 <= nd <= 15 and d[0] != "0":
             return [(i - 1, end, "PHONE", "e164")]
         return []
     if groups == [3, 2, 4] and sep in (" ", "-"):
@@ -278,7 +280,7 @@ def _chain_match(text: str, i: int, groups: list[int], digits: list[str], sep: s
                 and all(c in _DIGITS for c in text[p + 1 : p + 4])
                 and text[p + 1] in "23456789"
                 and (gap == 0 or text[p + 5] == " ")
-                and _at(text, p - 1) not in _WORD
+                and _at(text, p - 1) not in _ALNUM
             ):
                 return [(p, end, "PHONE", "nanp")]
     return []
@@ -308,7 +310,7 @@ def _mod97(iban: str) -> int:
 
 
 def _iban(text: str, i: int) -> list[tuple[int, int, str, str]]:
-    if _at(text, i - 1) in _WORD:
+    if _at(text, i - 1) in _ALNUM:
         return []
     if not (text[i] in _UPPER and _at(text, i + 1) in _UPPER and _at(text, i + 2) in _DIGITS and _at(text, i + 3) in _DIGITS):
         return []
@@ -336,7 +338,7 @@ def _iban(text: str, i: int) -> list[tuple[int, int, str, str]]:
         if end - i != length:
             return []
         compact = text[i:end]
-    if _at(text, end) in _WORD:
+    if _at(text, end) in _ALNUM:
         return []
     return [(i, end, "IBAN", "mod97")] if _mod97(compact) == 1 else []
 

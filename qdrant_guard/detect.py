@@ -22,6 +22,8 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
 * ``PHONE``: E.164 ``+`` and 8-15 digits, first not 0, optionally space/dash grouped ("e164"); NANP
   ``555-123-4567``, ``555.123.4567``, ``1-555-123-4567``, ``(555) 123-4567`` with an area code
   starting 2-9 ("nanp"). Dates, versions, IPs and bare long integers do not match.
+* A number (SSN, card, IBAN, phone) ends at a letter or digit, not at ``_``: Markdown emphasis
+  (``_123-45-6789_``) and snake_case glue (``ssn_123456789``) do not hide it.
 * Numbers in a list separated by single spaces run into one another (``4111111111111111
   4012888888881881``, ``123 45 6789 234 56 7890``): where the whole run matches nothing, its
   longest leading groups that match are the finding (unless they would end inside a later number's

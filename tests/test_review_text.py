@@ -157,3 +157,27 @@ def test_public_inference_object_text_inside_a_structured_object_is_screened(tmp
                                                                 "b": [0.1] * DIM})])
     assert ei.value.verdict == "SENSITIVITY_MISMATCH"
     assert count(client, "pubn") == 0
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("_123-45-6789_", "SSN"),                       # Markdown emphasis
+    ("__4111 1111 1111 1111__", "CREDIT_CARD"),     # Markdown strong
+    ("_DE89370400440532013000_", "IBAN"),
+    ("_(415) 555-2671_", "PHONE"),
+    ("_415-555-2671_", "PHONE"),
+    ("_+44 20 7946 0958_", "PHONE"),
+    ("ssn_123456789", "SSN"),                       # snake_case key glued to its value
+    ("invoice_4111111111111111.pdf", "CREDIT_CARD"),
+])
+def test_an_underscore_next_to_a_number_does_not_hide_it(text, kind):
+    redacted, findings = detect.redact_with_findings(text)
+    assert [f.type for f in findings] == [kind], (text, redacted)
+    native, python = both("detect")
+    assert_same(native.find_spans, python.find_spans, text)
+
+
+@pytest.mark.parametrize("text", ["x123-45-6789", "4111111111111111a", "id_12345678", "DE89370400440532013000x"])
+def test_a_letter_next_to_a_number_still_makes_it_part_of_a_word(text):
+    native, python = both("detect")
+    assert_same(native.find_spans, python.find_spans, text)
+    assert detect.find_sensitive(text) == []
