@@ -721,7 +721,8 @@ static void aws_secret(scan_t *s, size_t i) {
 /* ---------------------------------------------------------- generic name = value secrets */
 static const char *const SECRET_WORDS[] = {
     "key", "keys", "secret", "secrets", "token", "tokens", "password", "passwords", "passwd",
-    "pwd", "pass", "passphrase", "auth", "credential", "credentials", "apikey", "pw", "passcode", NULL,
+    "pwd", "pass", "passphrase", "auth", "credential", "credentials", "apikey", "pw", "passcode",
+    "authorization", NULL,
 };
 static const char *const PASSWORD_WORDS[] = {
     "password", "passwords", "passwd", "pwd", "pass", "passphrase", "pw", "passcode", NULL,
@@ -828,6 +829,21 @@ static int generic_value(const unsigned char *v, size_t n, int quoted, int passw
     return -1;
 }
 
+/* HTTP authorization schemes: "Authorization: Bearer <token>" assigns the token, not the scheme.
+ * Returns where the value starts when a scheme word and its spaces begin it at v. */
+static size_t scheme_skip(const scan_t *s, size_t v) {
+    static const char *const SCHEMES[] = {"bearer", "basic", "token", NULL};
+    for (int k = 0; SCHEMES[k]; k++) {
+        size_t m = strlen(SCHEMES[k]);
+        if (v + m > s->n || !eq_ci(s->b + v, m, SCHEMES[k]) || at(s, (int64_t)(v + m)) != ' ') continue;
+        size_t e = v + m;
+        while (at(s, (int64_t)e) == ' ') e++;
+        int c = at(s, (int64_t)e);
+        return (c < 0 || c == '\t' || c == '\r' || c == '\n') ? v : e;
+    }
+    return v;
+}
+
 static void generic(scan_t *s, size_t p) {
     const unsigned char *b = s->b;
     size_t n = s->n;
@@ -861,10 +877,12 @@ static void generic(scan_t *s, size_t p) {
         size_t e = v + 1;
         while (e < lim && is_value(b[e]) && b[e] != q) e++;
         if (at(s, (int64_t)e) != q) return;
-        start = v + 1;
+        start = scheme_skip(s, v + 1);
+        if (start > e) start = e;
         end = e;
         quoted = 1;
     } else {
+        v = scheme_skip(s, v);
         size_t e = RUN_END(s, v, is_bare, 257);
         if (e - v > 256 || at(s, (int64_t)e) == '(') return;
         start = v;

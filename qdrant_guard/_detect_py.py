@@ -584,6 +584,7 @@ _SECRET_WORDS = frozenset(
     {
         "key", "keys", "secret", "secrets", "token", "tokens", "password", "passwords", "passwd",
         "pwd", "pass", "passphrase", "auth", "credential", "credentials", "apikey", "pw", "passcode",
+        "authorization",
     }
 )
 _SECRET_SUFFIXES = ("secret", "token", "password", "passwd", "apikey", "privatekey", "accesskey", "secretkey")
@@ -668,6 +669,21 @@ def _generic_value(value: str, quoted: bool, password: bool) -> str | None:
     return None
 
 
+# HTTP authorization schemes: "Authorization: Bearer <token>" assigns the token, not the scheme.
+_AUTH_SCHEMES = ("bearer", "basic", "token")
+
+
+def _scheme_skip(text: str, v: int) -> int:
+    """Where the value starts when an authorization scheme word and its spaces begin it at ``v``."""
+    for w in _AUTH_SCHEMES:
+        e = v + len(w)
+        if _lower(text[v:e]) == w and _at(text, e) == " ":
+            while _at(text, e) == " ":
+                e += 1
+            return e if _at(text, e) not in ("", "\t", "\r", "\n") else v
+    return v
+
+
 def _generic(text: str, p: int) -> list[tuple[int, int, str, str]]:
     n = len(text)
     sep = text[p]
@@ -705,8 +721,9 @@ def _generic(text: str, p: int) -> list[tuple[int, int, str, str]]:
         e = _run_end(text, v + 1, _QUOTED[q], 513)
         if _at(text, e) != q:
             return []
-        start, end, quoted = v + 1, e, True
+        start, end, quoted = min(_scheme_skip(text, v + 1), e), e, True
     else:
+        v = _scheme_skip(text, v)
         e = _run_end(text, v, _BARE, 257)
         if e - v > 256 or _at(text, e) == "(":
             return []

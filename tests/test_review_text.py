@@ -181,3 +181,33 @@ def test_a_letter_next_to_a_number_still_makes_it_part_of_a_word(text):
     native, python = both("detect")
     assert_same(native.find_spans, python.find_spans, text)
     assert detect.find_sensitive(text) == []
+
+
+OPAQUE = "8f3kLm2Qx9Zt7Wv1Rb4Yn6Hc0Jd5Pe"
+
+
+@pytest.mark.parametrize("text, secret", [
+    (f"Authorization: Bearer {OPAQUE}", OPAQUE),
+    (f'curl -H "Authorization: Bearer {OPAQUE}" https://api.corp.io', OPAQUE),
+    (f'{{"headers": {{"Authorization": "Bearer {OPAQUE}"}}}}', OPAQUE),
+    ("authorization: Basic YWxhZGRpbjpvcGVuc2VzYW1lMTIz", "YWxhZGRpbjpvcGVuc2VzYW1lMTIz"),
+    (f"Authorization: token {OPAQUE}", OPAQUE),
+    (f"Proxy-Authorization: Bearer {OPAQUE}\r\n", OPAQUE),
+    (f"auth_token = Bearer {OPAQUE}", OPAQUE),
+])
+def test_an_http_authorization_header_value_is_a_generic_secret(text, secret):
+    # The commonest place a bearer token is pasted (logs, curl commands, tickets): the scheme word
+    # and its space kept the value from ever being read as the header's secret.
+    redacted, findings = detect.redact_with_findings(text)
+    assert secret not in redacted and [f.type for f in findings] == ["GENERIC_SECRET"], redacted
+    native, python = both("detect")
+    assert_same(native.find_spans, python.find_spans, text)
+
+
+@pytest.mark.parametrize("text", ["Authorization: Bearer <token>", "Authorization: Bearer ${TOKEN}",
+                                  "authorization: bearer token", "Authorization: Bearer",
+                                  "authorization_url = https://idp.corp.io/authorize"])
+def test_an_authorization_header_placeholder_is_not_a_secret(text):
+    native, python = both("detect")
+    assert_same(native.find_spans, python.find_spans, text)
+    assert detect.find_sensitive(text) == []
