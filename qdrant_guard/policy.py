@@ -12,10 +12,11 @@ import json
 import os
 import re
 import tomllib
+import types
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from .boundary import TOKEN_PREFIX
 from .budget import store_kind
@@ -49,8 +50,30 @@ class SensitivityClass(str, enum.Enum):
 Mode = Literal["enforce", "monitor"]
 
 
+def _scalar_kinds(annotation: Any) -> set[Any]:
+    """The non-None members of a field's type (``float | None`` -> ``{float}``)."""
+    union = get_origin(annotation) in (Union, types.UnionType)
+    return {a for a in (get_args(annotation) if union else (annotation,)) if a is not type(None)}
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, use_attribute_docstrings=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _typed_scalars(cls, v: Any, info: ValidationInfo) -> Any:
+        # TOML values are typed: "no" or 0 for a bool, true or "1.5" for a number are mistakes
+        # that pydantic's lax mode would silently read as False / 1.0 (lists for tuples and
+        # integers for floats stay accepted).
+        if info.field_name is None:
+            return v
+        kinds = _scalar_kinds(cls.model_fields[info.field_name].annotation)
+        if kinds == {bool} and not isinstance(v, bool):
+            raise ValueError(f"expected true or false, got {v!r} ({type(v).__name__})")
+        if kinds and kinds <= {int, float} and (isinstance(v, (bool, str)) or (kinds == {int} and isinstance(v, float))):
+            want = "an integer" if kinds == {int} else "a number"
+            raise ValueError(f"expected {want}, got {v!r} ({type(v).__name__})")
+        return v
 
 
 class NoisePolicy(_Strict):

@@ -211,3 +211,72 @@ def test_an_authorization_header_placeholder_is_not_a_secret(text):
     native, python = both("detect")
     assert_same(native.find_spans, python.find_spans, text)
     assert detect.find_sensitive(text) == []
+
+
+@pytest.mark.parametrize("section, key, value", [
+    ({}, "redact_pii", "no"),
+    ({}, "redact_pii", 0),
+    ({}, "raw_in_boundary", "yes"),
+    ({}, "noise_on_write", 1),
+    ("noise", "epsilon", True),
+    ("noise", "epsilon", "1.5"),
+    ("noise", "keyed", "false"),
+    ("query", "max_tokens", "500"),
+    ("query", "max_tokens", True),
+    ("query", "max_chars", 100.0),
+    ("diversity", "max_source_fraction", "0.4"),
+    ("intent", "fail_closed", "off"),
+])
+def test_a_policy_value_of_the_wrong_type_is_refused_not_coerced(section, key, value):
+    # TOML has typed values: "no" or 0 for a bool, true for epsilon, "500" for a count are
+    # mistakes, and silently reading them as False / 1.0 / 500 hides the mistake.
+    pol = {key: value} if not section else {section: {key: value}}
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict({"collections": {"c": pol}}, source="p.toml")
+    dotted = f"collections.c.{section + '.' if section else ''}{key}"
+    assert dotted in str(ei.value)
+
+
+def test_top_level_policy_values_of_the_wrong_type_are_refused():
+    for data in ({"audit_fsync": "true"}, {"receipts": {"max_age_s": True}}):
+        with pytest.raises(ConfigError):
+            config_from_dict(data, source="p.toml")
+
+
+def test_policy_numbers_written_as_integers_still_validate():
+    cfg = config_from_dict({"collections": {"c": {"noise": {"epsilon": 1, "radius": 1}, "query": {"max_tokens": 50},
+                                                  "diversity": {"max_source_fraction": 1}}}}, source="p.toml")
+    assert cfg.collections["c"].noise.epsilon == 1.0 and cfg.collections["c"].query.max_tokens == 50
+
+
+MIXED_TEXT = 'SSN 123-45-6789; deploy with aws_access_key_id = "AKIAZ7QP3LMNB4XKDT2Q"'
+
+
+def _pii_client(tmp_path, **pol):
+    kit = make_kit(tmp_path)
+    base = {"class": "PII", "owner": "hr", "raw_in_boundary": True, "text_field": "text",
+            "credentials_in_text": "redact", "generalize_identifiers": False}
+    base.update(pol)
+    emb = Recorder()
+    client = QdrantClient(":memory:", guard=kit.config({"c": base}), principal=kit.principal("alice", "hr"), embedder=emb)
+    create(client, "c")
+    return client, emb
+
+
+def test_kept_payload_pii_stays_kept_when_the_text_also_holds_a_redacted_credential(tmp_path):
+    # keep_payload_text_in_boundary keeps PII (never credentials): a credential in the same text
+    # was redacted, and the kept SSN with it.
+    client, _ = _pii_client(tmp_path, keep_payload_text_in_boundary=True)
+    client.upsert("c", [models.PointStruct(id=1, vector=[0.1] * DIM, payload={"text": MIXED_TEXT})])
+    (_, payload, _), = snapshot(client, "c")
+    assert payload["text"] == 'SSN 123-45-6789; deploy with aws_access_key_id = "[AWS_ACCESS_KEY]"'
+
+
+def test_redact_pii_false_keeps_pii_when_the_text_also_holds_a_redacted_credential(tmp_path):
+    client, emb = _pii_client(tmp_path, redact_pii=False)
+    client.upsert("c", [models.PointStruct(id=1, vector=models.Document(text=MIXED_TEXT, model="m"),
+                                           payload={"text": MIXED_TEXT})])
+    expected = 'SSN 123-45-6789; deploy with aws_access_key_id = "[AWS_ACCESS_KEY]"'
+    assert emb.seen == [expected]
+    (_, payload, _), = snapshot(client, "c")
+    assert payload["text"] == expected
