@@ -892,9 +892,37 @@ def query_text_transform(mode: str) -> Callable[[str], str]:
     raise ValueError(f"query text mode must be one of {QUERY_TEXT_MODES}, got {mode!r}")
 
 
-def _read_jsonl(path: str) -> list[Any]:
+def _read_jsonl(path: str) -> list[tuple[str, Any]]:
+    """``(where, value)`` of each non-blank line; ``where`` is ``path:line`` for error messages."""
+    rows = []
     with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        for n, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    rows.append((f"{path}:{n}", json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+    return rows
+
+
+def _calibration_query(where: str, q: Any) -> Any:
+    """A queries-file line as a text or a list of numbers (ValueError naming the line otherwise)."""
+    if isinstance(q, dict):
+        q = q["text"] if "text" in q else q.get("vector")
+    if isinstance(q, str) or (isinstance(q, list) and q and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in q)):
+        return q
+    raise ValueError(f"{where}: a query is a JSON string, a list of numbers, or an object with "
+                     f'"text" or "vector"; got {json.dumps(q)[:80]}')
+
+
+def _qrels_row(where: str, row: Any) -> tuple[int, Any]:
+    """A qrels-file line as ``(query index, relevant ids or {id: grade})``."""
+    if (isinstance(row, dict) and isinstance(row.get("query"), int) and not isinstance(row["query"], bool)
+            and isinstance(row.get("relevant"), (list, dict))):
+        return row["query"], row["relevant"]
+    raise ValueError(f'{where}: a qrels line is {{"query": <int>, "relevant": [ids] or {{id: grade}}}}; '
+                     f"got {json.dumps(row)[:80]}")
 
 
 def run_calibrate_cli(args: Any) -> int:
@@ -906,20 +934,18 @@ def run_calibrate_cli(args: Any) -> int:
     from qdrant_client import QdrantClient
 
     get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
-    queries = _read_jsonl(get("queries"))
-    queries = [q["text"] if isinstance(q, dict) and "text" in q else q for q in queries]
-    queries = [q["vector"] if isinstance(q, dict) and "vector" in q else q for q in queries]
+    queries = [_calibration_query(where, q) for where, q in _read_jsonl(get("queries"))]
     qrels = None
     if get("qrels"):
         qrels = {}
-        for line, row in enumerate(_read_jsonl(get("qrels")), 1):
-            q = int(row["query"])
+        for row_no, (where, row) in enumerate(_read_jsonl(get("qrels")), 1):
+            q, relevant = _qrels_row(where, row)
             if q in qrels:
                 raise ValueError(
-                    f"qrels file {get('qrels')!r}: query {q} is listed again in row {line}; give "
-                    "each query one row with all its relevant ids"
+                    f"{where}: query {q} is listed again (row {row_no}); give each query one row "
+                    "with all its relevant ids"
                 )
-            qrels[q] = row["relevant"]
+            qrels[q] = relevant
     embedder = None
     if queries and isinstance(queries[0], str):
         from .evaluation.embed import Embedder

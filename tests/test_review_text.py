@@ -280,3 +280,39 @@ def test_redact_pii_false_keeps_pii_when_the_text_also_holds_a_redacted_credenti
     assert emb.seen == [expected]
     (_, payload, _), = snapshot(client, "c")
     assert payload["text"] == expected
+
+
+@pytest.fixture(scope="module")
+def calib_store(tmp_path_factory):
+    from qdrant_client import QdrantClient as RawClient
+
+    d = tmp_path_factory.mktemp("calib")
+    raw = RawClient(path=str(d / "store"))
+    raw.create_collection("c", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    raw.upsert("c", [models.PointStruct(id=i, vector=[1.0, i / 10, 0.5, 0.2]) for i in range(12)])
+    raw.close()
+    (d / "q.jsonl").write_text("[0.1, 0.2, 0.3, 0.4]\n")
+    return d
+
+
+@pytest.mark.parametrize("queries, qrels, names", [
+    ('{"x": 1}\n', None, "q-bad.jsonl:1"),
+    ('[0.1, 0.2, 0.3, 0.4]\n{"vector": [1, "a", 3, 4]}\n', None, "q-bad.jsonl:2"),
+    ("[0.1, 0.2,\n", None, "q-bad.jsonl:1"),
+    (None, '{"query": 0, "relevant": 5}\n', "qrels.jsonl:1"),
+    (None, '{"relevant": [1]}\n', "qrels.jsonl:1"),
+], ids=["dict-without-text-or-vector", "non-number-in-vector", "broken-json", "relevant-int", "no-query"])
+def test_calibrate_names_the_bad_line_of_its_input_files(calib_store, queries, qrels, names):
+    d = calib_store
+    qfile = d / "q.jsonl"
+    if queries is not None:
+        qfile = d / "q-bad.jsonl"
+        qfile.write_text(queries)
+    argv = ["calibrate", "--path", str(d / "store"), "--collection", "c", "--queries", str(qfile),
+            "--out", str(d / "o.json"), "--no-progress"]
+    if qrels is not None:
+        (d / "qrels.jsonl").write_text(qrels)
+        argv += ["--qrels", str(d / "qrels.jsonl")]
+    proc = _cli(*argv)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert names in proc.stderr, proc.stderr
