@@ -875,7 +875,8 @@ static void generic(scan_t *s, size_t p) {
     if (q == '"' || q == '\'' || q == '`') {
         size_t lim = v + 1 + 513 > n ? n : v + 1 + 513;
         size_t e = v + 1;
-        while (e < lim && is_value(b[e]) && b[e] != q) e++;
+        /* A backslash takes the next character with it: \" inside "..." does not end the value. */
+        while (e < lim && is_value(b[e]) && b[e] != q) e += (b[e] == '\\' && e + 1 < lim && is_value(b[e + 1])) ? 2 : 1;
         if (at(s, (int64_t)e) != q) return;
         start = scheme_skip(s, v + 1);
         if (start > e) start = e;

@@ -684,6 +684,17 @@ def _scheme_skip(text: str, v: int) -> int:
     return v
 
 
+def _quoted_end(text: str, i: int, q: str, limit: int) -> int:
+    """End of a quoted value from ``i`` (at most ``limit`` characters): a backslash takes the next
+    character with it, so ``\\"`` inside ``"..."`` (JSON, most languages) does not end it."""
+    n = min(len(text), i + limit)
+    chars = _QUOTED[q]
+    j = i
+    while j < n and text[j] in chars:
+        j += 2 if text[j] == "\\" and j + 1 < n and text[j + 1] in _VALUE else 1
+    return j
+
+
 def _generic(text: str, p: int) -> list[tuple[int, int, str, str]]:
     n = len(text)
     sep = text[p]
@@ -718,7 +729,7 @@ def _generic(text: str, p: int) -> list[tuple[int, int, str, str]]:
         v += 1
     q = _at(text, v)
     if q in _QUOTES:
-        e = _run_end(text, v + 1, _QUOTED[q], 513)
+        e = _quoted_end(text, v + 1, q, 513)
         if _at(text, e) != q:
             return []
         start, end, quoted = min(_scheme_skip(text, v + 1), e), e, True

@@ -316,3 +316,17 @@ def test_calibrate_names_the_bad_line_of_its_input_files(calib_store, queries, q
     proc = _cli(*argv)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert names in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("text, secret", [
+    (r'{"password": "Ab1\"9xQ#k2LmP7zR"}', r'Ab1\"9xQ#k2LmP7zR'),       # json.dumps of a password with "
+    (r'password = "Ab1\"9xQ#k2LmP7zR"', r'Ab1\"9xQ#k2LmP7zR'),
+    (r"api_key = 'k9\'Lm2Qx9Zt7Wv1Rb4Yn6'", r"k9\'Lm2Qx9Zt7Wv1Rb4Yn6"),
+    (r'{"token": "8f3kLm2Qx9Zt7Wv1Rb4Yn6\\"}', r"8f3kLm2Qx9Zt7Wv1Rb4Yn6\\"),  # escaped backslash, then the end
+])
+def test_a_quoted_secret_with_an_escaped_quote_is_found_whole(text, secret):
+    redacted, findings = detect.redact_with_findings(text)
+    assert [f.type for f in findings] == ["GENERIC_SECRET"], redacted
+    assert text[findings[0].start:findings[0].end] == secret
+    native, python = both("detect")
+    assert_same(native.find_spans, python.find_spans, text)
