@@ -53,7 +53,8 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
 * ``GENERIC_SECRET``: a value of 16-256 printable characters without spaces assigned to a name
   with a word like key/secret/token/password/passwd/pwd/pass/auth/credential (``name = "v"``,
   ``name: v``, ``NAME=v``, ``"name": "v"``, ``name := "v"``; after an HTTP scheme word ``Bearer``,
-  ``Basic`` or ``token``, as in ``Authorization: Bearer v``), with at least two character classes
+  ``Basic`` or ``token``, as in ``Authorization: Bearer v``; a backslash-escaped quote inside a
+  quoted value is part of it), with at least two character classes
   and Shannon entropy >= 3.5 bits/char ("entropy>=3.5"). For password-like names (password,
   passwd, pwd, pass, passphrase, pw, passcode) a value of 8+ characters using three of
   lower/upper/digit/symbol is also accepted ("password-charset"): real passwords are often too
