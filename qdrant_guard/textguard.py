@@ -107,21 +107,27 @@ class TextOps(GuardPipeline):
                 for k, v in vecs.items() if isinstance(v, models.Document)}
         # Qdrant's inference embeds an InferenceObject's string as text, exactly like a Document's;
         # a dict or list object hands its strings to the model as well.
-        docs.update({k: v.model_copy(update={"object": self._screen_leaves(op, name, pol, v.object, point_id)})
-                     for k, v in vecs.items() if isinstance(v, models.InferenceObject)
-                     and isinstance(v.object, (str, dict, *_ARRAYS))})
+        for k, v in vecs.items():
+            if isinstance(v, models.InferenceObject):
+                obj = self._screen_leaves(op, name, pol, v.object, point_id)
+                if obj is not v.object:
+                    docs[k] = v.model_copy(update={"object": obj})
         if not docs:
             return vector
         return join_vector_struct({**vecs, **docs})
 
     def _screen_leaves(self, op: str, name: str, pol: CollectionPolicy, value: Any, point_id: Any) -> Any:
-        """``value`` with every string in it (dict values, list items, nested) screened."""
+        """``value`` with every string in it (dict values, list items, nested) screened; the same
+        object when nothing in it changed."""
         if isinstance(value, str):
             return self.screen_text(op, name, pol, value, point_ids=[point_id])
         if isinstance(value, dict):
-            return {k: self._screen_leaves(op, name, pol, v, point_id) for k, v in value.items()}
+            new = {k: self._screen_leaves(op, name, pol, v, point_id) for k, v in value.items()}
+            return value if all(new[k] is v for k, v in value.items()) else new
         if isinstance(value, _ARRAYS):
-            return [self._screen_leaves(op, name, pol, v, point_id) for v in value]
+            items = list(value)
+            out = [self._screen_leaves(op, name, pol, v, point_id) for v in items]
+            return value if all(a is b for a, b in zip(out, items)) else out
         return value
 
     def public_policy(self, args: dict[str, Any]) -> CollectionPolicy | None:
