@@ -59,14 +59,23 @@ class Guard(WriteOps, ReadOps):
         """Why the utility record does not allow writes with this noise, or None when it does.
 
         None as well when the policy has no record or ``enforce`` is false. The record must have
-        been calibrated for the policy's own mechanism, radius, delta and clip_norm, and must cover
-        this level (:meth:`qdrant_guard.utility.UtilityRecord.level_refusal`).
+        been calibrated for the policy's own mechanism, radius, delta and clip_norm, on the
+        policy's metric at its k, and must cover this level
+        (:meth:`qdrant_guard.utility.UtilityRecord.level_refusal`).
         """
         if not pol.utility.enforce:
             return None
         rec = self.utility_record(pol)
         if rec is None:
             return None
+        u = pol.utility
+        if rec.metric != u.metric or rec.k != u.k:
+            # A record of nDCG@10 or recall@50 can show a smaller drop than the recall@10 the
+            # policy limits, so it cannot vouch for it.
+            return (f"utility record {u.record!r} measured {rec.metric}@{rec.k}, but the policy limits "
+                    f"the drop of {u.metric}@{u.k}; re-run `qdrant-guard calibrate` with --metric "
+                    f"{u.metric} --k {u.k}, or set utility.metric = {rec.metric!r} and utility.k = "
+                    f"{rec.k} if that is the metric to hold. {rec.frontier(u.max_recall_drop)}")
         n = pol.noise
         mismatch = rec.parameter_mismatch(mechanism=n.mechanism, radius=n.radius, delta=n.delta,
                                           clip_norm=n.clip_norm)

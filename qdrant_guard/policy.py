@@ -207,13 +207,21 @@ class UtilityPolicy(_Strict):
     """The retrieval utility guard."""
 
     max_recall_drop: float = Field(0.05, ge=0, lt=1)
-    """Largest recall@10 drop (relative to clean retrieval) the noise may cause."""
+    """Largest drop of ``metric``@``k`` (default recall@10), relative to clean retrieval, the
+    noise may cause."""
+    metric: Literal["recall", "ndcg", "overlap"] = "recall"
+    """The retrieval metric ``max_recall_drop`` limits: ``recall`` (labelled recall, or known-item
+    recall without labels), ``ndcg`` (needs labels) or ``overlap`` with the clean top-k. The record
+    must have been calibrated for it (``qdrant-guard calibrate --metric``)."""
+    k: int = Field(10, ge=1)
+    """The cut-off of ``metric``. The record must have been calibrated at it (``--k``): a drop
+    measured at another cut-off says little about this one."""
     record: str | None = None
     """Path of a signed utility record from ``qdrant-guard calibrate``."""
     enforce: bool = True
     """Refuse writes (UTILITY_DEGRADED) unless the record applies to the policy (same mechanism,
-    radius, delta, clip_norm) and measured a passing level with at least as much noise and no
-    failing level with as little; unmeasured levels are refused."""
+    radius, delta, clip_norm, metric and k) and measured a passing level with at least as much
+    noise and no failing level with as little; unmeasured levels are refused."""
 
 
 class CollectionPolicy(_Strict):

@@ -99,3 +99,63 @@ def test_calibrate_cli_writes_a_record(record_and_kit, tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text())["collection"] == "staging"
+
+
+@pytest.fixture(scope="module")
+def overlap_at_5_record(record_and_kit, tmp_path_factory):
+    """A record of overlap@5 on the same store, signed by the kit's guard key."""
+    from guardkit import staging_store
+
+    from qdrant_guard import keys
+    from qdrant_guard.utility import calibrate
+
+    _, _, kit, docs = record_and_kit
+    raw, _, queries = staging_store(DIM)
+    rec = calibrate(raw, "staging", queries, k=5, metric="overlap", radius=0.01,
+                    epsilons=(0.02, 0.1, 0.5, 2.0, 8.0, 32.0), threshold=0.3,
+                    signer=keys.load_private_key(kit.guard_key_path), progress=False, seed=1)
+    path = tmp_path_factory.mktemp("util5") / "overlap5.json"
+    path.write_text(rec.to_json())
+    return rec, path
+
+
+def _client_with(kit, path, epsilon, **utility):
+    cfg = kit.config(
+        {"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                 "noise": {"epsilon": epsilon, "radius": 0.01},
+                 "utility": {"record": str(path), "max_recall_drop": 0.3, **utility}}},
+        epsilon_ceiling={"PII": 40.0},
+    )
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    return owner.with_principal(kit.principal("bob", "support"))
+
+
+def test_a_record_of_another_metric_or_cut_off_cannot_vouch_for_recall_at_10(record_and_kit, overlap_at_5_record):
+    _, _, kit, docs = record_and_kit
+    rec, path = overlap_at_5_record
+    assert (rec.metric, rec.k) == ("overlap", 5)
+    bob = _client_with(kit, path, rec.epsilon)  # the policy limits recall@10 (the default)
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("pii", [models.PointStruct(id=1, vector=docs[0].tolist())])
+    assert ei.value.verdict == "UTILITY_DEGRADED"
+    assert "overlap@5" in str(ei.value) and "recall@10" in str(ei.value)
+    assert "--metric recall --k 10" in str(ei.value)
+    assert bob._origin.count("pii").count == 0
+
+
+def test_a_policy_that_names_the_records_metric_and_cut_off_accepts_it(record_and_kit, overlap_at_5_record):
+    _, _, kit, docs = record_and_kit
+    rec, path = overlap_at_5_record
+    bob = _client_with(kit, path, rec.epsilon, metric="overlap", k=5)
+    bob.upsert("pii", [models.PointStruct(id=1, vector=docs[0].tolist())])
+    assert bob._origin.count("pii").count == 1
+
+
+def test_the_utility_metric_and_cut_off_are_validated():
+    from qdrant_guard.policy import UtilityPolicy
+
+    with pytest.raises(ValueError, match="metric"):
+        UtilityPolicy.model_validate({"metric": "precision"})
+    with pytest.raises(ValueError, match="k"):
+        UtilityPolicy.model_validate({"k": 0})
