@@ -15,7 +15,8 @@ import warnings
 import numpy as np
 
 cimport numpy as cnp
-from libc.math cimport frexp, isfinite
+from libc.float cimport FLT_MAX
+from libc.math cimport fabs, frexp, isfinite
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 from cpython.float cimport PyFloat_AS_DOUBLE
@@ -372,7 +373,7 @@ def unit_grid_nudge(k, residual, order, shift, tol, max_passes):
 
 
 def dense_floats(value):
-    """``(float64 array, all finite)`` of a non-empty list of exact floats, else None (see
+    """``(float64 array, all storable)`` of a non-empty list of exact floats, else None (see
     :func:`qdrant_guard._noise_py.dense_floats`)."""
     cdef Py_ssize_t n, i
     cdef object item
@@ -393,6 +394,7 @@ def dense_floats(value):
         if type(item) is not float:
             return None
         x = PyFloat_AS_DOUBLE(item)
-        finite = finite and isfinite(x)
+        # Finite and within float32 range, what Qdrant stores (NaN compares false).
+        finite = finite and fabs(x) <= FLT_MAX
         dst[i] = x
     return out, finite

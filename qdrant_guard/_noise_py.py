@@ -618,13 +618,14 @@ def unit_grid_nudge(k: np.ndarray, residual: np.ndarray, order: np.ndarray, shif
 
 
 def dense_floats(value: Any) -> tuple[np.ndarray, bool] | None:
-    """``(np.asarray(value), whether every value is finite)`` when ``value`` is a non-empty list
+    """``(np.asarray(value), whether every value is storable)`` when ``value`` is a non-empty list
     whose items are all exactly ``float`` (no subclass), else None. For such a list
-    ``np.asarray`` gives a new 1-D float64 array of the same doubles."""
+    ``np.asarray`` gives a new 1-D float64 array of the same doubles. Storable: finite and within
+    the float32 range Qdrant stores (``|x| <= float32 max``)."""
     if type(value) is not list or not value or not all(type(x) is float for x in value):
         return None
     out = np.array(value, dtype=np.float64)
-    return out, bool(np.isfinite(out).all())
+    return out, bool((np.abs(out) <= float(np.finfo(np.float32).max)).all())
 
 
 def order_error(dim: int, shift: int) -> str:

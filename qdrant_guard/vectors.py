@@ -13,8 +13,8 @@ from .errors import InvalidVectorError
 UNNAMED = ""
 _F32_MAX = float(np.finfo(np.float32).max)
 # np.asarray of a list of Python floats, in C (~1 us instead of ~8-14 us a 384-d vector), and
-# whether all are finite; None sends anything else (and the pure-Python implementation, whose
-# twin is no faster than np.asarray) through np.asarray.
+# whether all are finite and within float32 range; None sends anything else (and the pure-Python
+# implementation, whose twin is no faster than np.asarray) through np.asarray.
 _DENSE_FLOATS = load_kernel("_noise", "_noise_py").dense_floats if implementation() == "native" else None
 
 
@@ -125,9 +125,9 @@ def as_dense(value: Any, spec: VectorSpec, *, where: str) -> np.ndarray:
         )
     fast = _DENSE_FLOATS(value) if _DENSE_FLOATS is not None else None
     if fast is not None:
-        arr, finite = fast
+        arr, storable = fast
     else:
-        finite = False
+        storable = False
         try:
             arr = np.asarray(value)
         except (TypeError, ValueError) as exc:
@@ -144,7 +144,9 @@ def as_dense(value: Any, spec: VectorSpec, *, where: str) -> np.ndarray:
             f"the collection expects {spec.size}"
         )
     out = arr.astype(np.float64, copy=False)
-    if not finite and not np.isfinite(out).all():
+    if storable:
+        return out
+    if not np.isfinite(out).all():
         bad = int(np.flatnonzero(~np.isfinite(out))[0])
         raise InvalidVectorError(
             f"{where}: vector {spec.name or '<unnamed>'!r} has a non-finite value "

@@ -156,6 +156,11 @@ def _dense_inputs(seed: int):
         yield (base * 1e300).tolist()                         # finite, large
         yield (base * 5e-324).tolist()                        # subnormal / signed zeros
         yield [-0.0] * dim
+        f32max = float(np.finfo(np.float32).max)
+        yield [f32max, -f32max] * dim                         # the float32 range's edges: storable
+        edge = base.tolist()
+        edge[int(rng.integers(0, dim))] = float(np.nextafter(f32max, np.inf)) * (-1) ** dim
+        yield edge                                            # just past it: refused
         for special in (float("nan"), float("inf"), float("-inf")):
             bad = base.tolist()
             bad[int(rng.integers(0, dim))] = special
