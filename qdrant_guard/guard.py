@@ -83,8 +83,8 @@ class Guard(WriteOps, ReadOps):
             clip = f" --clip-norm {'none' if n.clip_norm is None else repr(n.clip_norm)}"
             return (f"utility record {pol.utility.record!r} was not calibrated for this policy's noise: "
                     f"policy {mismatch}; re-run `qdrant-guard calibrate` for this policy (--mechanism "
-                    f"{n.mechanism} --radius {n.radius!r} --delta {n.delta!r}{clip} --epsilons "
-                    f"including {n.epsilon!r}). {rec.frontier(pol.utility.max_recall_drop)}")
+                    f"{n.mechanism} --radius {n.radius!r} --delta {n.delta!r}{clip} --metric {u.metric} "
+                    f"--k {u.k} --epsilons including {n.epsilon!r}). {rec.frontier(u.max_recall_drop)}")
         return rec.level_refusal(mechanism=mechanism, epsilon=epsilon, radius=radius, delta=delta,
                                  clip_norm=clip_norm, max_drop=pol.utility.max_recall_drop)
 

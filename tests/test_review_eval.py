@@ -64,7 +64,8 @@ def test_the_guard_accepts_writes_at_the_calibrated_level(bumpy, tmp_path):
     cfg = kit.config(
         {"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
                  "noise": {"epsilon": rec.epsilon, "radius": BUMPY_RADIUS},
-                 "utility": {"record": str(path), "max_recall_drop": rec.threshold}}},
+                 "utility": {"record": str(path), "max_recall_drop": rec.threshold,
+                             "metric": rec.metric, "k": rec.k}}},
         epsilon_ceiling={"PII": 100.0},
     )
     owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
@@ -160,7 +161,8 @@ def test_calibrate_cli_can_measure_a_policy_without_clipping_as_the_guard_advise
     cfg = kit.config(
         {"pii": {"class": "PII", "owner": "hr", "noise_on_write": True,
                  "noise": {"epsilon": rec.epsilon, "radius": BUMPY_RADIUS, "clip_norm": None},
-                 "utility": {"record": str(path), "max_recall_drop": rec.threshold}}},
+                 "utility": {"record": str(path), "max_recall_drop": rec.threshold,
+                             "metric": rec.metric, "k": rec.k}}},
         epsilon_ceiling={"PII": 100.0},
     )
     owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
