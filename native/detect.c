@@ -844,9 +844,10 @@ static size_t scheme_skip(const scan_t *s, size_t v) {
     return v;
 }
 
+static void assigned(scan_t *s, size_t v, int password);
+
 static void generic(scan_t *s, size_t p) {
     const unsigned char *b = s->b;
-    size_t n = s->n;
     int sep = b[p];
     int nxt = at(s, (int64_t)p + 1);
     int prev = at(s, (int64_t)p - 1);
@@ -868,6 +869,13 @@ static void generic(scan_t *s, size_t p) {
     for (size_t q = k; q < ne; q++) letter |= is_alpha(b[q]);
     int name_flags = secret_name(b + k, ne - k);
     if (!(name_flags & 1) || !letter) return;
+    assigned(s, v, name_flags & 2);
+}
+
+/* _assigned of the reference: the GENERIC_SECRET finding for the value assigned from v. */
+static void assigned(scan_t *s, size_t v, int password) {
+    const unsigned char *b = s->b;
+    size_t n = s->n;
     while (v < n && (b[v] == ' ' || b[v] == '\t')) v++;
     int q = at(s, (int64_t)v);
     size_t start, end;
@@ -890,8 +898,96 @@ static void generic(scan_t *s, size_t p) {
         end = e;
         quoted = 0;
     }
-    int validator = generic_value(b + start, end - start, quoted, name_flags & 2);
+    int validator = generic_value(b + start, end - start, quoted, password);
     if (validator >= 0) emit(s, start, end, QG_GENERIC_SECRET, validator);
+}
+
+/* _secret_field of the reference: secret_name of a name that needs a letter. */
+static int secret_field(const unsigned char *name, size_t n) {
+    int letter = 0;
+    for (size_t q = 0; q < n; q++) letter |= is_alpha(name[q]);
+    return letter ? secret_name(name, n) : 0;
+}
+
+static inline int is_tag_value(int c) { return is_value(c) && c != '<'; }
+
+/* <password>value</password>: an element whose tag is a secret name (b[p] is '<'). */
+static void xml_element(scan_t *s, size_t p) {
+    const unsigned char *b = s->b;
+    size_t k = p + 1, e = RUN_END(s, k, is_name, 65);
+    if (e == k || e - k > 64 || at(s, (int64_t)e) != '>') return;
+    int flags = secret_field(b + k, e - k);
+    if (!(flags & 1)) return;
+    size_t nl = e - k, v = e + 1, ve = RUN_END(s, v, is_tag_value, 257);
+    if (ve - v > 256 || ve + 2 + nl >= s->n || b[ve] != '<' || b[ve + 1] != '/' ||
+        memcmp(b + ve + 2, b + k, nl) != 0 || b[ve + 2 + nl] != '>')
+        return;
+    int validator = generic_value(b + v, ve - v, 0, flags & 2);
+    if (validator >= 0) emit(s, v, ve, QG_GENERIC_SECRET, validator);
+}
+
+#define PAIR_WINDOW 200 /* how far past the name a pair's value field may start */
+
+/* _field_sep of the reference: after a field word at j, where its value starts, or -1. */
+static int64_t field_sep(const scan_t *s, size_t j) {
+    if (at(s, (int64_t)j) == '"' || at(s, (int64_t)j) == '\'') j++;
+    while (at(s, (int64_t)j) == ' ' || at(s, (int64_t)j) == '\t') j++;
+    int c = at(s, (int64_t)j);
+    return (c == ':' || c == '=') ? (int64_t)j + 1 : -1;
+}
+
+/* name: DB_PASSWORD / key="ApiKey" followed by a value field: see _pair in the reference. */
+static void pair(scan_t *s, size_t p) {
+    const unsigned char *b = s->b;
+    size_t n = s->n, e;
+    int prev = at(s, (int64_t)p - 1);
+    if (prev >= 0 && is_name(prev)) return;
+    int after;
+    if (prefix_ci(b + p, n - p, "name") && ((after = at(s, (int64_t)p + 4)) < 0 || !is_name(after))) e = p + 4;
+    else if (prefix_ci(b + p, n - p, "key") && ((after = at(s, (int64_t)p + 3)) < 0 || !is_name(after))) e = p + 3;
+    else return;
+    int64_t js = field_sep(s, e);
+    if (js < 0) return;
+    size_t j = (size_t)js;
+    while (at(s, (int64_t)j) == ' ' || at(s, (int64_t)j) == '\t') j++;
+    int q = at(s, (int64_t)j);
+    int quoted = q == '"' || q == '\'';
+    if (quoted) j++;
+    size_t ne = RUN_END(s, j, is_name, 65);
+    if (ne == j || ne - j > 64 || (quoted && at(s, (int64_t)ne) != q)) return;
+    int flags = secret_field(b + j, ne - j);
+    if (!(flags & 1)) return;
+    size_t lim = ne + PAIR_WINDOW > n ? n : ne + PAIR_WINDOW;
+    int line_start = 0;
+    for (size_t k = ne; k < lim; k++) {
+        int c = b[k];
+        if (c >= 0x7f || in_set(c, "{}[]<>") || (c == '-' && line_start)) return;
+        if (c == '\n') line_start = 1;
+        else if (c != ' ' && c != '\t' && c != '\r') line_start = 0;
+        if ((c == 'v' || c == 'V') && prefix_ci(b + k, n - k, "value") && !is_name(b[k - 1])) {
+            int a = at(s, (int64_t)k + 5);
+            if (a >= 0 && is_name(a)) continue;
+            int64_t v = field_sep(s, k + 5);
+            if (v >= 0) {
+                assigned(s, (size_t)v, flags & 2);
+                return;
+            }
+        }
+    }
+}
+
+/* --password VALUE: a command-line flag named like a secret (b[p] is '-'). */
+static void flag(scan_t *s, size_t p) {
+    int prev = at(s, (int64_t)p - 1);
+    if (at(s, (int64_t)p + 1) != '-' || (prev >= 0 && is_name(prev))) return;
+    size_t k = p + 2, e = RUN_END(s, k, is_name, 65);
+    if (e == k || e - k > 64 || at(s, (int64_t)e) != ' ') return;
+    int flags = secret_field(s->b + k, e - k);
+    if (!(flags & 1)) return;
+    size_t v = e;
+    while (at(s, (int64_t)v) == ' ') v++;
+    if (at(s, (int64_t)v) == '-') return;
+    assigned(s, v, flags & 2);
 }
 
 /* --------------------------------------------------------------------- overlap resolution */
@@ -1046,6 +1142,9 @@ int qg_detect(const unsigned char *b, size_t n, qg_findings *out) {
         if (c == '-' && starts_with(&s, i, PEM_BEGIN)) pem(&s, i);
         if (is_b64(c) && !(prev >= 0 && is_b64(prev))) aws_secret(&s, i);
         if (c == '=' || c == ':') generic(&s, i);
+        else if (c == '<') xml_element(&s, i);
+        else if (c == 'n' || c == 'N' || c == 'k' || c == 'K') pair(&s, i);
+        else if (c == '-') flag(&s, i);
     }
     if (s.oom) return -1;
     if (!ascii) to_code_points(b, out);

@@ -696,7 +696,6 @@ def _quoted_end(text: str, i: int, q: str, limit: int) -> int:
 
 
 def _generic(text: str, p: int) -> list[tuple[int, int, str, str]]:
-    n = len(text)
     sep = text[p]
     nxt = _at(text, p + 1)
     prev = _at(text, p - 1)
@@ -725,6 +724,12 @@ def _generic(text: str, p: int) -> list[tuple[int, int, str, str]]:
     secret, password = _secret_name(name)
     if not secret or not any(c in _UPPER or c in _LOWER for c in name):
         return []
+    return _assigned(text, v, password)
+
+
+def _assigned(text: str, v: int, password: bool) -> list[tuple[int, int, str, str]]:
+    """The GENERIC_SECRET finding for the value assigned from ``v`` (after spaces), if any."""
+    n = len(text)
     while v < n and text[v] in " \t":
         v += 1
     q = _at(text, v)
@@ -741,6 +746,110 @@ def _generic(text: str, p: int) -> list[tuple[int, int, str, str]]:
         start, end, quoted = v, e, False
     validator = _generic_value(text[start:end], quoted, password)
     return [(start, end, "GENERIC_SECRET", validator)] if validator else []
+
+
+def _secret_field(name: str) -> tuple[bool, bool]:
+    """``_secret_name`` of a name written in another field than its value (needs a letter)."""
+    if not any(c in _UPPER or c in _LOWER for c in name):
+        return False, False
+    return _secret_name(name)
+
+
+_TAG_VALUE = _VALUE - {"<"}
+
+
+def _xml_element(text: str, p: int) -> list[tuple[int, int, str, str]]:
+    """``<password>value</password>``: an element whose tag is a secret name (``text[p]`` is ``<``)."""
+    k = p + 1
+    e = _run_end(text, k, _NAME, 65)
+    if e == k or e - k > 64 or _at(text, e) != ">":
+        return []
+    name = text[k:e]
+    secret, password = _secret_field(name)
+    if not secret:
+        return []
+    v = e + 1
+    ve = _run_end(text, v, _TAG_VALUE, 257)
+    close = ve + 2 + len(name)
+    if ve - v > 256 or text[ve:ve + 2] != "</" or text[ve + 2:close] != name or _at(text, close) != ">":
+        return []
+    validator = _generic_value(text[v:ve], False, password)
+    return [(v, ve, "GENERIC_SECRET", validator)] if validator else []
+
+
+_PAIR_WINDOW = 200  # how far past the name a pair's value field may start
+
+
+def _field_sep(text: str, j: int) -> int:
+    """After a field word at ``j``: its closing quote, spaces and ``:``/``=``; where the value
+    starts, or -1."""
+    if _at(text, j) in ("\"", "'"):
+        j += 1
+    while _at(text, j) in (" ", "\t"):
+        j += 1
+    return j + 1 if _at(text, j) in (":", "=") else -1
+
+
+def _pair(text: str, p: int) -> list[tuple[int, int, str, str]]:
+    """``name: DB_PASSWORD`` / ``key="ApiKey"`` followed (within ``_PAIR_WINDOW``, in the same
+    object, element or list item) by a ``value`` field: the value is the secret."""
+    if _at(text, p - 1) in _NAME:
+        return []
+    for word in ("name", "key"):
+        e = p + len(word)
+        if _lower(text[p:e]) == word and _at(text, e) not in _NAME:
+            break
+    else:
+        return []
+    j = _field_sep(text, e)
+    if j < 0:
+        return []
+    while _at(text, j) in (" ", "\t"):
+        j += 1
+    q = _at(text, j)
+    if q in ("\"", "'"):
+        j += 1
+    ne = _run_end(text, j, _NAME, 65)
+    if ne == j or ne - j > 64 or (q in ("\"", "'") and _at(text, ne) != q):
+        return []
+    secret, password = _secret_field(text[j:ne])
+    if not secret:
+        return []
+    lim = min(len(text), ne + _PAIR_WINDOW)
+    line_start = False
+    for k in range(ne, lim):
+        c = text[k]
+        if c >= "\x7f" or c in "{}[]<>" or (c == "-" and line_start):
+            return []  # another object, element or YAML list item: not this name's value
+        if c == "\n":
+            line_start = True
+        elif c not in " \t\r":
+            line_start = False
+        if c in "vV" and _lower(text[k:k + 5]) == "value" and _at(text, k - 1) not in _NAME \
+                and _at(text, k + 5) not in _NAME:
+            v = _field_sep(text, k + 5)
+            if v >= 0:
+                return _assigned(text, v, password)
+    return []
+
+
+def _flag(text: str, p: int) -> list[tuple[int, int, str, str]]:
+    """``--password VALUE``: a command-line flag named like a secret, its value after spaces."""
+    if _at(text, p + 1) != "-" or _at(text, p - 1) in _NAME:
+        return []
+    k = p + 2
+    e = _run_end(text, k, _NAME, 65)
+    if e == k or e - k > 64 or _at(text, e) != " ":
+        return []
+    secret, password = _secret_field(text[k:e])
+    if not secret:
+        return []
+    v = e
+    while _at(text, v) == " ":
+        v += 1
+    if _at(text, v) == "-":
+        return []  # the next flag, not a value
+    return _assigned(text, v, password)
 
 
 # ------------------------------------------------------------------------------ the scan
@@ -800,4 +909,10 @@ def find_spans(text: str) -> list[tuple[int, int, str, str]]:
     for i, c in enumerate(text):
         if c in "=:":
             cands += _generic(text, i)
+        elif c == "<":
+            cands += _xml_element(text, i)
+        elif c in "nNkK":
+            cands += _pair(text, i)
+        elif c == "-":
+            cands += _flag(text, i)
     return _resolve(cands)
