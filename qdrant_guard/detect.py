@@ -54,7 +54,12 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   with a word like key/secret/token/password/passwd/pwd/pass/auth/credential (``name = "v"``,
   ``name: v``, ``NAME=v``, ``"name": "v"``, ``name := "v"``; after an HTTP scheme word ``Bearer``,
   ``Basic`` or ``token``, as in ``Authorization: Bearer v``; a backslash-escaped quote inside a
-  quoted value is part of it), with at least two character classes
+  quoted value is part of it; the name in one field and the value in another: an element
+  ``<password>v</password>`` whose closing tag matches, a ``name``/``key`` field holding the name
+  followed within 200 characters, in the same object, element or YAML list item, by a ``value``
+  field, as in ``- name: DB_PASSWORD`` / ``value: v``, ``{"name": "api_key", "value": "v"}`` and
+  ``<add key="ApiKey" value="v"/>``, and a command-line flag ``--password v``), with at least two
+  character classes
   and Shannon entropy >= 3.5 bits/char ("entropy>=3.5"). For password-like names (password,
   passwd, pwd, pass, passphrase, pw, passcode) a value of 8+ characters using three of
   lower/upper/digit/symbol is also accepted ("password-charset"): real passwords are often too
