@@ -12,6 +12,7 @@ from .errors import UnsupportedWriteError
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id, receipts_for_payload, stored_receipts
+from .sources import path_head
 from .textguard import TextOps
 
 _TAMPER = (
@@ -21,17 +22,13 @@ _TAMPER = (
 
 
 def _first_segment(key: str) -> str | None:
-    """The top-level payload key a Qdrant JSON path starts with: ``"quoted"`` or a run of
-    letters, digits, ``_`` and ``-`` (Qdrant's own key syntax). None when it does not parse."""
-    if key.startswith('"'):
-        end = key.find('"', 1)
-        return key[1:end] if end > 0 else None
-    n = 0
-    while n < len(key) and (key[n].isalnum() or key[n] in "_-"):
-        n += 1
-    if n == 0 or (n < len(key) and key[n] not in ".["):
-        return None
-    return key[:n]
+    """The top-level payload key a Qdrant JSON path starts with (:func:`~.sources.path_head`),
+    None when the rest of the path does not parse (an unquoted key must go on with ``.`` or ``[``)."""
+    head = path_head(key)
+    if head is None or key.startswith('"'):
+        return head
+    rest = key[len(head):]
+    return head if not rest or rest[0] in ".[" else None
 
 
 def _touches_receipt(key: str | None) -> bool:

@@ -10,6 +10,7 @@ from qdrant_client import QdrantClient as RawClient
 from qdrant_client.http import models
 
 from qdrant_guard import GuardConfig, Principal, QdrantClient, issue_credential, keys
+from qdrant_guard.hashing_embedder import HashingEmbedder
 from qdrant_guard.policy import config_from_dict
 
 DIM = 16
@@ -113,3 +114,15 @@ def staging_record(kit: Kit, path: Path, *, radius: float = 0.01, dim: int = 32)
                     signer=keys.load_private_key(kit.guard_key_path), progress=False, seed=1)
     path.write_text(rec.to_json())
     return rec, docs
+
+
+class Recorder(HashingEmbedder):
+    """The hashing embedder, keeping every text it was asked to embed (what reached the model)."""
+
+    def __init__(self) -> None:
+        super().__init__(DIM)
+        self.seen: list[str] = []
+
+    def __call__(self, texts):
+        self.seen.extend(texts)
+        return super().__call__(texts)

@@ -145,9 +145,22 @@ def test_an_unreadable_record_file_is_a_config_error_naming_it(tmp_path, content
     assert RawClient.count(owner, "pii").count == 0
 
 
+def _staging_files(tmp_path, docs, queries):
+    """An on-disk copy of the staging store as collection "c", and its queries as a JSONL file."""
+    import json
+
+    store = tmp_path / "store"
+    local = RawClient(path=str(store))
+    local.create_collection("c", vectors_config=qmodels.VectorParams(size=BUMPY_DIM, distance=qmodels.Distance.COSINE))
+    local.upsert("c", points=[qmodels.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(docs)])
+    local.close()
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps([float(x) for x in q]) + "\n" for q in queries))
+    return store, qfile
+
+
 def test_calibrate_cli_can_measure_a_policy_without_clipping_as_the_guard_advises(bumpy, tmp_path):
     import argparse
-    import json
     import re
 
     from qdrant_guard.utility import UtilityRecord, add_calibrate_arguments, run_calibrate_cli
@@ -171,13 +184,7 @@ def test_calibrate_cli_can_measure_a_policy_without_clipping_as_the_guard_advise
         owner.upsert("pii", [qmodels.PointStruct(id=1, vector=docs[0].tolist())])
     advice = re.search(r"re-run `qdrant-guard calibrate` for this policy \(([^)]*)\)", str(ei.value)).group(1)
     # Follow the advice with the CLI on a copy of the staging store.
-    store = tmp_path / "store"
-    local = RawClient(path=str(store))
-    local.create_collection("c", vectors_config=qmodels.VectorParams(size=BUMPY_DIM, distance=qmodels.Distance.COSINE))
-    local.upsert("c", points=[qmodels.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(docs)])
-    local.close()
-    qfile = tmp_path / "q.jsonl"
-    qfile.write_text("".join(json.dumps([float(x) for x in q]) + "\n" for q in queries))
+    store, qfile = _staging_files(tmp_path, docs, queries)
     out = tmp_path / "new.json"
     parser = argparse.ArgumentParser()
     add_calibrate_arguments(parser)
@@ -193,18 +200,11 @@ def test_calibrate_cli_can_measure_a_policy_without_clipping_as_the_guard_advise
 
 def test_calibrate_cli_refuses_a_query_listed_twice_in_qrels(bumpy, tmp_path):
     import argparse
-    import json
 
     from qdrant_guard.utility import add_calibrate_arguments, run_calibrate_cli
 
     _, docs, queries = bumpy
-    store = tmp_path / "store"
-    local = RawClient(path=str(store))
-    local.create_collection("c", vectors_config=qmodels.VectorParams(size=BUMPY_DIM, distance=qmodels.Distance.COSINE))
-    local.upsert("c", points=[qmodels.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(docs)])
-    local.close()
-    qfile = tmp_path / "q.jsonl"
-    qfile.write_text("".join(json.dumps([float(x) for x in q]) + "\n" for q in queries[:2]))
+    store, qfile = _staging_files(tmp_path, docs, queries[:2])
     qrels = tmp_path / "qrels.jsonl"
     # One row per relevant document (the TREC habit): the second row used to replace the first.
     qrels.write_text('{"query": 0, "relevant": [0]}\n{"query": 1, "relevant": [1]}\n{"query": 0, "relevant": [7]}\n')

@@ -101,23 +101,12 @@ def test_the_ssn_keyword_still_needs_both_words(text):
 
 
 # -- text that reaches the embedder -------------------------------------------------------------
-from guardkit import DIM, count, create, make_kit, models, snapshot  # noqa: E402
+from guardkit import DIM, Recorder, count, create, make_kit, models, snapshot  # noqa: E402
 
 from qdrant_guard import GuardRefusal, QdrantClient  # noqa: E402
 from qdrant_guard.errors import InvalidVectorError  # noqa: E402
-from qdrant_guard.hashing_embedder import HashingEmbedder  # noqa: E402
 
 SSN_TEXT = "her SSN is 123-45-6789"
-
-
-class Recorder(HashingEmbedder):
-    def __init__(self) -> None:
-        super().__init__(DIM)
-        self.seen: list[str] = []
-
-    def __call__(self, texts):
-        self.seen.extend(texts)
-        return super().__call__(texts)
 
 
 def _named_client(tmp_path):

@@ -3,22 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from guardkit import DIM, count, create, make_kit, models, snapshot
+from guardkit import DIM, Recorder, count, create, make_kit, models, snapshot
 from qdrant_guard import GuardRefusal, QdrantClient
-from qdrant_guard.hashing_embedder import HashingEmbedder
 
 SSN_TEXT = "Jane asked about payroll; her SSN is 123-45-6789"
 KEY_TEXT = 'deploy with aws_access_key_id = "AKIAZ7QP3LMNB4XKDT2Q"'
-
-
-class Recorder(HashingEmbedder):
-    def __init__(self) -> None:
-        super().__init__(DIM)
-        self.seen: list[str] = []
-
-    def __call__(self, texts):
-        self.seen.extend(texts)
-        return super().__call__(texts)
 
 
 def _client(tmp_path, who=("alice", "hr"), **pol):
