@@ -122,6 +122,7 @@ import re
 import unicodedata
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Callable
 
 from . import scan as _scan
@@ -134,6 +135,7 @@ __all__ = [
     "find_sensitive",
     "redact",
     "redact_with_findings",
+    "replace_findings",
 ]
 
 _kernel = load_kernel("_detect", "_detect_py")
@@ -481,6 +483,12 @@ def redact_with_findings(text: str) -> tuple[str, list[Finding]]:
     """
     _check_text("redact_with_findings", text)
     findings = find_sensitive(text)
+    return replace_findings(text, findings), findings
+
+
+def replace_findings(text: str, findings: Sequence[Finding]) -> str:
+    """Replace just ``findings`` (disjoint, in order, as :func:`find_sensitive` returns them) in
+    ``text`` with ``[TYPE]``: a subset of a text's findings redacts only those."""
     parts: list[str] = []
     pos = 0
     for f in findings:
@@ -488,7 +496,7 @@ def redact_with_findings(text: str) -> tuple[str, list[Finding]]:
         parts.append(f"[{f.type}]")
         pos = f.end
     parts.append(text[pos:])
-    return "".join(parts), findings
+    return "".join(parts)
 
 
 def redact(text: str) -> str:

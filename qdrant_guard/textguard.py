@@ -18,16 +18,6 @@ from .vectors import join_vector_struct, split_vector_struct
 _ARRAYS = (list, tuple, set, frozenset)
 
 
-def _redact_only(text: str, findings: Sequence[_detect.Finding]) -> str:
-    """``text`` with just ``findings`` (disjoint, in order) replaced by ``[TYPE]``."""
-    parts: list[str] = []
-    pos = 0
-    for f in findings:
-        parts += [text[pos:f.start], f"[{f.type}]"]
-        pos = f.end
-    return "".join(parts) + text[pos:]
-
-
 class EmbedderError(QdrantGuardError):
     """The guard's embedder failed or returned something that is not a float matrix."""
 
@@ -70,7 +60,7 @@ class TextOps(GuardPipeline):
             ))
         if keep_pii or not pol.redact_pii:
             # PII stays; only the credentials go (they are never kept).
-            return _redact_only(text, creds) if creds else text
+            return _detect.replace_findings(text, creds) if creds else text
         return redacted
 
     def embeddable_text(self, pol: CollectionPolicy, screened: str) -> str:
