@@ -14,6 +14,7 @@ from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id, receipts_for_payload, stored_receipts
 from .sources import path_head
 from .textguard import TextOps
+from .vectors import CollectionShape
 
 _TAMPER = (
     "the receipt payload key {key!r} is reserved: it can only be written by the guard together "
@@ -92,22 +93,30 @@ class PayloadOps(TextOps):
         if pol is None:
             return (yield Call(method, args))
         payload = self._check_set(method, name, pol, args["payload"], None)
-        ops = yield from self._preserving_overwrite(name, payload, args["points"],
-                                                    shard_key=args.get("shard_key_selector"))
-        self.record(self.decision(method, name, pol, Verdict.ALLOW,
-                                  f"payload overwritten on {len(ops)} point(s); receipts preserved"))
-        return (yield from self._run_ops(method, name, pol, ops, args))
+        return (yield from self._rewrite(method, name, pol, payload, args["points"], args, "overwritten"))
 
     def op_clear_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
-        ops = yield from self._preserving_overwrite(name, {}, args["points_selector"],
-                                                    shard_key=args.get("shard_key_selector"))
+        return (yield from self._rewrite(method, name, pol, {}, args["points_selector"], args, "cleared"))
+
+    def _rewrite(self, method: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], selector: Any,
+                 args: dict[str, Any], done: str) -> Op:
+        """A standalone receipt-preserving rewrite: the per-point operations in one request, then
+        :meth:`_settle_overwrite` for points whose receipts changed meanwhile."""
+        shard_key = args.get("shard_key_selector")
+        pending: dict[Any, Any] = {}
+        ops = yield from self._preserving_overwrite(name, payload, selector, shard_key=shard_key, pending=pending)
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
-                                  f"payload cleared on {len(ops)} point(s); receipts preserved"))
-        return (yield from self._run_ops(method, name, pol, ops, args))
+                                  f"payload {done} on {len(ops)} point(s); receipts preserved"))
+        result = yield from self._run_ops(method, name, pol, ops, args)
+        if shard_key is None:
+            shard_key = getattr(_rest_selector(selector), "shard_key", None)
+        rest: dict[str, Any] = {k: args[k] for k in ("wait", "ordering", "timeout") if k in args}
+        yield from self._settle_overwrite(method, name, pol, payload, pending, shard_key, rest)
+        return result
 
     def op_delete_vectors(self, method: str, args: dict[str, Any]) -> Op:
         """Delete named vectors, and the receipts that certified them: a receipt left without its
@@ -185,13 +194,21 @@ class PayloadOps(TextOps):
         return results[-1]
 
     def _preserving_overwrite(self, name: str, payload: dict[str, Any], selector: Any,
-                              fresh: dict[str, Any] | None = None, *, shard_key: Any = None) -> Any:
+                              fresh: dict[str, Any] | None = None, *, shard_key: Any = None,
+                              pending: dict[Any, Any] | None = None) -> Any:
         """Per-point overwrite operations that carry each point's own receipt along.
 
         ``fresh`` holds receipt containers written earlier in the same batch (by normalised point
         id); they replace the stored ones, which no longer certify the points' vectors.
         ``shard_key``: the call's shard key selector (default: the selector's own ``shard_key``);
         the points are looked up, and rewritten, in those shards only.
+
+        A point's stored receipts are read before the write, so another client may change them in
+        between (a concurrent ``update_vectors``). Each rewrite of a stored point therefore applies
+        only while its receipts are still the ones read (:func:`_receipts_unchanged`); writing the
+        old receipts back would leave the new vectors uncertified. ``pending`` (optional) collects
+        ``{normalised id: (id, receipts read)}`` of those conditional rewrites, for
+        :meth:`_settle_overwrite`.
         """
         fresh = fresh or {}
         selector = _rest_selector(selector)
@@ -203,15 +220,49 @@ class PayloadOps(TextOps):
             key = normalize_point_id(pid)
             if key in fresh and key not in targets:  # upserted earlier in this batch
                 targets[key] = (pid, None)
+        shape = (yield from self.shape(name)) if any(k not in fresh for k in targets) else None
         ops = []
         for key, (pid, stored) in targets.items():
-            container = fresh[key] if key in fresh else stored
-            new = dict(payload)
-            if container is not None:
-                new[RECEIPT_KEY] = container
-            ops.append(models.OverwritePayloadOperation(
-                overwrite_payload=models.SetPayload(payload=new, points=[pid], shard_key=shard_key)))
+            ops.append(_overwrite_op(payload, pid, fresh[key] if key in fresh else stored,
+                                     None if key in fresh else shape, shard_key))
+            if pending is not None and key not in fresh and ops[-1].overwrite_payload.filter is not None:
+                pending[key] = (pid, stored)
         return ops
+
+    def _settle_overwrite(self, method: str, name: str, pol: CollectionPolicy, payload: dict[str, Any],
+                          pending: dict[Any, Any], shard_key: Any, rest: dict[str, Any]) -> Any:
+        """Re-apply a standalone receipt-preserving rewrite where it may have been skipped (a generator).
+
+        A conditional rewrite is skipped on a point whose receipts changed after they were read.
+        Points whose receipts still are the ones the rewrite was conditioned on got it; the others
+        (unless deleted since) get it again over their current receipts, as if the call had come
+        after the concurrent write, up to three times.
+
+        Raises:
+            UnsupportedWriteError: the receipts kept changing under the rewrite.
+        """
+        for _ in range(3):
+            if not pending:
+                return
+            shape = yield from self.shape(name)
+            records = yield from self._resolve(name, [pid for pid, _ in pending.values()], shard_key)
+            moved = {}
+            for r in records:
+                key = normalize_point_id(r.id)
+                now = (r.payload or {}).get(RECEIPT_KEY)
+                if key in pending and now != pending[key][1]:
+                    moved[key] = (r.id, now)
+            pending = moved
+            if moved:
+                ops = [_overwrite_op(payload, pid, now, shape, shard_key) for pid, now in moved.values()]
+                yield from self.forward(method, name, pol, Call(
+                    "batch_update_points", {"collection_name": name, "update_operations": ops, **rest}))
+        if pending:
+            message = (f"{method}: the receipts of point(s) {[pid for pid, _ in pending.values()]} in "
+                       f"collection {name!r} kept changing (another client is updating their vectors); "
+                       "the payload rewrite may not have reached them. Retry the call")
+            self.record(self.decision(method, name, pol, Verdict.UNSUPPORTED_WRITE, message))
+            raise UnsupportedWriteError(message)
 
     def _resolve(self, name: str, selector: Any, shard_key: Any = None) -> Any:
         """The points a selector names, with their receipts (ids, PointIdsList, Filter, FilterSelector)."""
@@ -260,6 +311,52 @@ class PayloadOps(TextOps):
             strip = yield from self._vector_receipt_strips(op, name, pol, sel, dv.shard_key, set(dv.vector), fresh)
             return [operation, *strip]
         return [operation]
+
+
+def _quotable(name: str) -> bool:
+    # Qdrant's JSON paths quote a key as "..." with no escapes: a name holding '"' or '\\' cannot
+    # be addressed in a filter.
+    return '"' not in name and "\\" not in name
+
+
+def _receipts_unchanged(pid: Any, stored: Any, shape: CollectionShape) -> models.Filter | None:
+    """A filter matching point ``pid`` only while its receipt container is still ``stored`` (None:
+    no container), or None when ``stored`` cannot be pinned down by a filter (a malformed
+    container written around the guard, or a vector name a JSON path cannot quote).
+
+    Each receipt carries a salted commitment, unique per issuance: matching every stored
+    receipt's commitment, and no receipt for the collection's other dense vectors, pins the
+    container without comparing it whole (Qdrant matches scalars only)."""
+    must: list[Any] = [models.HasIdCondition(has_id=[pid])]
+    if stored is None:
+        must.append(models.IsEmptyCondition(is_empty=models.PayloadField(key=RECEIPT_KEY)))
+        return models.Filter(must=must)
+    vectors = stored.get("vectors") if isinstance(stored, dict) else None
+    if not isinstance(vectors, dict) or not all(
+            isinstance(n, str) and _quotable(n) and isinstance(r, dict) and isinstance(r.get("commitment"), str)
+            for n, r in vectors.items()):
+        return None
+    if not all(_quotable(n) for n in shape.dense):
+        return None
+    for n, r in vectors.items():
+        must.append(models.FieldCondition(key=f'{RECEIPT_KEY}.vectors."{n}".commitment',
+                                          match=models.MatchValue(value=r["commitment"])))
+    for n in shape.dense:
+        if n not in vectors:
+            must.append(models.IsEmptyCondition(is_empty=models.PayloadField(key=f'{RECEIPT_KEY}.vectors."{n}"')))
+    return models.Filter(must=must)
+
+
+def _overwrite_op(payload: dict[str, Any], pid: Any, container: Any, shape: CollectionShape | None,
+                  shard_key: Any) -> models.OverwritePayloadOperation:
+    """Overwrite point ``pid``'s payload with ``payload`` plus the receipt ``container``; with a
+    ``shape``, only while the stored container is still ``container`` (:func:`_receipts_unchanged`)."""
+    new = dict(payload)
+    if container is not None:
+        new[RECEIPT_KEY] = container
+    where = _receipts_unchanged(pid, container, shape) if shape is not None else None
+    return models.OverwritePayloadOperation(overwrite_payload=models.SetPayload(
+        payload=new, shard_key=shard_key, **({"filter": where} if where is not None else {"points": [pid]})))
 
 
 def _rest_selector(selector: Any) -> Any:

@@ -1,0 +1,139 @@
+"""Receipt-preserving payload rewrites racing another writer (real local-mode Qdrant).
+
+The guard reads a point's receipts, then rewrites its payload with them. Another client's write
+is made to land exactly between the read and the rewrite: the tests run it from inside the
+store's ``retrieve``/``scroll``, right after the guard's read returns.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from guardkit import create, make_kit, models, unit
+from qdrant_guard import QdrantClient, UnsupportedWriteError
+from qdrant_guard.receipts import RECEIPT_KEY
+from qdrant_guard.receipts import verify as verify_stored
+
+
+@pytest.fixture()
+def store(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                              "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii", named=("a", "b"))
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    rng = np.random.default_rng(5)
+    bob.upsert("pii", [models.PointStruct(id=i, vector={"a": unit(rng), "b": unit(rng)},
+                                          payload={"k": "orig", "n": i}) for i in (1, 2, 3)])
+    return owner, bob, rng
+
+
+def _receipts(owner):
+    return sorted((r.point_id, r.vector_name, r.reason)
+                  for r in verify_stored(owner, "pii", trusted_keys=owner.guard.trusted_receipt_keys))
+
+
+def _payload(owner, pid):
+    got = owner._client.retrieve("pii", [pid], with_payload=True)
+    return {k: v for k, v in got[0].payload.items() if k != RECEIPT_KEY} if got else None
+
+
+def _interleave(monkeypatch, owner, method, concurrent, times=1):
+    """Run ``concurrent()`` right after the store's next ``times`` ``method`` reads."""
+    store = owner._client
+    real = getattr(store, method)
+    left = [times]
+
+    busy = [False]
+
+    def read_then_race(*a, **kw):
+        out = real(*a, **kw)
+        if left[0] > 0 and not busy[0]:  # not for the concurrent write's own reads
+            left[0] -= 1
+            busy[0] = True
+            try:
+                concurrent()
+            finally:
+                busy[0] = False
+        return out
+
+    monkeypatch.setattr(store, method, read_then_race)
+
+
+@pytest.mark.parametrize("call", ["overwrite", "clear"])
+def test_a_vector_update_between_read_and_rewrite_keeps_the_new_receipt(store, monkeypatch, call):
+    owner, bob, rng = store
+    _interleave(monkeypatch, owner, "retrieve", lambda: bob.update_vectors(
+        "pii", [models.PointVectors(id=2, vector={"a": unit(rng)})]))
+    if call == "overwrite":
+        owner.overwrite_payload("pii", payload={"k": "new"}, points=[1, 2, 3])
+        expected = {"k": "new"}
+    else:
+        owner.clear_payload("pii", points_selector=[1, 2, 3])
+        expected = {}
+    assert _receipts(owner) == [(i, v, "ok") for i in (1, 2, 3) for v in ("a", "b")]
+    assert [_payload(owner, i) for i in (1, 2, 3)] == [expected] * 3
+
+
+def test_a_rewrite_by_filter_racing_a_vector_update_keeps_the_new_receipt(store, monkeypatch):
+    owner, bob, rng = store
+    _interleave(monkeypatch, owner, "scroll", lambda: bob.update_vectors(
+        "pii", [models.PointVectors(id=3, vector={"b": unit(rng)})]))
+    flt = models.Filter(must=[models.FieldCondition(key="k", match=models.MatchValue(value="orig"))])
+    owner.overwrite_payload("pii", payload={"k": "new"}, points=flt)
+    assert _receipts(owner) == [(i, v, "ok") for i in (1, 2, 3) for v in ("a", "b")]
+    assert [_payload(owner, i) for i in (1, 2, 3)] == [{"k": "new"}] * 3
+
+
+def test_a_full_upsert_between_read_and_rewrite_leaves_a_consistent_point(store, monkeypatch):
+    owner, bob, rng = store
+    _interleave(monkeypatch, owner, "retrieve", lambda: bob.upsert("pii", [models.PointStruct(
+        id=1, vector={"a": unit(rng), "b": unit(rng)}, payload={"k": "theirs"})]))
+    owner.overwrite_payload("pii", payload={"k": "new"}, points=[1])
+    assert _receipts(owner) == [(i, v, "ok") for i in (1, 2, 3) for v in ("a", "b")]
+    # As if the rewrite came after the upsert: the rewrite's payload over the upsert's vectors.
+    assert _payload(owner, 1) == {"k": "new"}
+
+
+def test_a_delete_between_read_and_rewrite_does_not_resurrect_or_fail(store, monkeypatch):
+    owner, bob, _ = store
+    _interleave(monkeypatch, owner, "retrieve", lambda: bob.delete("pii", points_selector=[2]))
+    owner.overwrite_payload("pii", payload={"k": "new"}, points=[1, 2])
+    assert _payload(owner, 2) is None
+    assert _payload(owner, 1) == {"k": "new"}
+    assert _receipts(owner) == [(i, v, "ok") for i in (1, 3) for v in ("a", "b")]
+
+
+def test_receipts_that_keep_changing_end_in_a_clear_error(store, monkeypatch):
+    owner, bob, rng = store
+    _interleave(monkeypatch, owner, "retrieve", lambda: bob.update_vectors(
+        "pii", [models.PointVectors(id=1, vector={"a": unit(rng)})]), times=10)
+    with pytest.raises(UnsupportedWriteError, match=r"point\(s\) \[1\].*kept changing.*Retry"):
+        owner.overwrite_payload("pii", payload={"k": "new"}, points=[1])
+    # Whatever was applied, no receipt was left stale.
+    assert _receipts(owner) == [(i, v, "ok") for i in (1, 2, 3) for v in ("a", "b")]
+
+
+def test_a_batch_rewrite_racing_a_vector_update_never_writes_a_stale_receipt(store, monkeypatch):
+    owner, bob, rng = store
+    _interleave(monkeypatch, owner, "retrieve", lambda: bob.update_vectors(
+        "pii", [models.PointVectors(id=2, vector={"a": unit(rng)})]))
+    owner.batch_update_points("pii", [models.OverwritePayloadOperation(
+        overwrite_payload=models.SetPayload(payload={"k": "new"}, points=[1, 2]))])
+    assert _receipts(owner) == [(i, v, "ok") for i in (1, 2, 3) for v in ("a", "b")]
+    assert _payload(owner, 1) == {"k": "new"}
+
+
+def test_without_a_race_the_rewrite_is_one_conditional_request_per_call(store, monkeypatch):
+    owner, _, _ = store
+    sent = []
+    store_ = owner._client
+    real = store_.batch_update_points
+    monkeypatch.setattr(store_, "batch_update_points",
+                        lambda *a, **kw: sent.append(kw.get("update_operations") or a[1]) or real(*a, **kw))
+    owner.overwrite_payload("pii", payload={"k": "new"}, points=[1, 2, 3])
+    assert len(sent) == 1
+    assert all(op.overwrite_payload.filter is not None and op.overwrite_payload.points is None
+               for op in sent[0])
+    assert [_payload(owner, i) for i in (1, 2, 3)] == [{"k": "new"}] * 3
