@@ -129,8 +129,9 @@ class PayloadOps(TextOps):
         shard_key = args.get("shard_key_selector")
         if shard_key is None:
             shard_key = getattr(selector, "shard_key", None)
+        pending: dict[Any, Any] = {}
         strip = yield from self._vector_receipt_strips(method, name, pol, selector, shard_key,
-                                                       set(args["vectors"]))
+                                                       set(args["vectors"]), pending=pending)
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
                                   f"write access granted; receipts of the deleted vectors dropped on "
                                   f"{len(strip)} point(s)"))
@@ -145,13 +146,46 @@ class PayloadOps(TextOps):
         rest: dict[str, Any] = {k: args[k] for k in ("wait", "ordering", "timeout") if k in args}
         results = yield from self.forward(method, name, pol, Call(
             "batch_update_points", {"collection_name": name, "update_operations": [delete, *strip], **rest}))
+        yield from self._settle_strips(method, name, pol, set(args["vectors"]), pending, shard_key, rest)
         return results[0]
 
+    def _settle_strips(self, method: str, name: str, pol: CollectionPolicy, names: set[str],
+                       pending: dict[Any, Any], shard_key: Any, rest: dict[str, Any]) -> Any:
+        """:meth:`_settle_overwrite` for ``delete_vectors``: where a point's receipts changed
+        between the read and the strip, drop the deleted vectors' receipts from the current ones."""
+        for _ in range(3):
+            if not pending:
+                return
+            shape = yield from self.shape(name)
+            records = yield from self._resolve(name, [pid for pid, _ in pending.values()], shard_key)
+            ops, moved = [], {}
+            for r in records:
+                key = normalize_point_id(r.id)
+                now = (r.payload or {}).get(RECEIPT_KEY)
+                if key in pending and now != pending[key][1]:
+                    one = _strip_op(r.id, now, names, shape, shard_key)
+                    if one is not None:
+                        ops.append(one[0])
+                        moved[key] = (r.id, now)
+            pending = moved
+            if ops:
+                yield from self.forward(method, name, pol, Call(
+                    "batch_update_points", {"collection_name": name, "update_operations": ops, **rest}))
+        if pending:
+            message = (f"{method}: the receipts of point(s) {[pid for pid, _ in pending.values()]} in "
+                       f"collection {name!r} kept changing (another client is updating their vectors); "
+                       "their deleted vectors' receipts may remain. Retry the call")
+            self.record(self.decision(method, name, pol, Verdict.UNSUPPORTED_WRITE, message))
+            raise UnsupportedWriteError(message)
+
     def _vector_receipt_strips(self, op: str, name: str, pol: CollectionPolicy, selector: Any, shard_key: Any,
-                               names: set[str], fresh: dict[str, Any] | None = None) -> Any:
+                               names: set[str], fresh: dict[str, Any] | None = None,
+                               pending: dict[Any, Any] | None = None) -> Any:
         """The payload operations that drop the receipts of vectors ``names`` from the points
         ``selector`` names (a generator). ``fresh``: receipt containers written earlier in the same
         batch, by normalised point id; updated with the containers these operations leave.
+        Like :meth:`_preserving_overwrite`, each strip of a stored point applies only while the
+        receipts read are still stored; ``pending`` collects those, for :meth:`_settle_strips`.
 
         Raises:
             UnsupportedWriteError: an id names no point (Qdrant would delete the other points'
@@ -159,30 +193,29 @@ class PayloadOps(TextOps):
         """
         fresh = {} if fresh is None else fresh
         records = yield from self._resolve(name, selector, shard_key)
-        current = {normalize_point_id(r.id): (r.id, stored_receipts(r.payload)) for r in records}
+        current = {normalize_point_id(r.id): (r.id, (r.payload or {}).get(RECEIPT_KEY)) for r in records}
         for pid in _selector_ids(selector):
             key = normalize_point_id(pid)
             if key in fresh and key not in current:  # upserted earlier in this batch
-                current[key] = (pid, {})
+                current[key] = (pid, None)
         missing = [p for p in _selector_ids(selector) if normalize_point_id(p) not in current]
         if missing:
             message = (f"{op}: point(s) {missing} do not exist in collection {name!r}; a vector deletion "
                        "naming them would be half applied. Leave their ids out. Nothing was written")
             self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))
             raise UnsupportedWriteError(message)
+        shape = (yield from self.shape(name)) if any(k not in fresh for k in current) else None
         strip: list[Any] = []
-        for key, (pid, receipts) in current.items():
-            if key in fresh:
-                receipts = stored_receipts({RECEIPT_KEY: fresh[key]})
-            if not names & receipts.keys():
+        for key, (pid, stored) in current.items():
+            from_batch = key in fresh
+            container = fresh[key] if from_batch else stored
+            one = _strip_op(pid, container, names, None if from_batch else shape, shard_key)
+            if one is None:
                 continue
-            kept = {k: v for k, v in receipts.items() if k not in names}
-            container = receipts_for_payload(kept) if kept else None
-            fresh[key] = container
-            strip.append(models.SetPayloadOperation(set_payload=models.SetPayload(
-                payload={RECEIPT_KEY: container}, points=[pid], shard_key=shard_key))
-                if container else models.DeletePayloadOperation(delete_payload=models.DeletePayload(
-                    keys=[RECEIPT_KEY], points=[pid], shard_key=shard_key)))
+            strip.append(one[0])
+            fresh[key] = one[1]
+            if pending is not None and not from_batch and _where(one[0]) is not None:
+                pending[key] = (pid, stored)
         return strip
 
     def _run_ops(self, method: str, name: str, pol: CollectionPolicy, ops: list[Any], args: dict[str, Any]) -> Op:
@@ -357,6 +390,31 @@ def _overwrite_op(payload: dict[str, Any], pid: Any, container: Any, shape: Coll
     where = _receipts_unchanged(pid, container, shape) if shape is not None else None
     return models.OverwritePayloadOperation(overwrite_payload=models.SetPayload(
         payload=new, shard_key=shard_key, **({"filter": where} if where is not None else {"points": [pid]})))
+
+
+def _where(op: Any) -> Any:
+    """The filter of a Set/DeletePayload operation (None when it names point ids)."""
+    inner = op.set_payload if isinstance(op, models.SetPayloadOperation) else op.delete_payload
+    return inner.filter
+
+
+def _strip_op(pid: Any, container: Any, names: set[str], shape: CollectionShape | None,
+              shard_key: Any) -> tuple[Any, Any] | None:
+    """The operation dropping the receipts of vectors ``names`` from point ``pid``'s receipt
+    ``container``, and the container it leaves (None: no receipts left); None when there is
+    nothing to drop. With a ``shape`` it applies only while ``container`` is still stored."""
+    receipts = stored_receipts({RECEIPT_KEY: container})
+    if not names & receipts.keys():
+        return None
+    kept = {k: v for k, v in receipts.items() if k not in names}
+    left = receipts_for_payload(kept) if kept else None
+    cond = _receipts_unchanged(pid, container, shape) if shape is not None else None
+    where: dict[str, Any] = {"filter": cond} if cond is not None else {"points": [pid]}
+    if left:
+        return models.SetPayloadOperation(set_payload=models.SetPayload(
+            payload={RECEIPT_KEY: left}, shard_key=shard_key, **where)), left
+    return models.DeletePayloadOperation(delete_payload=models.DeletePayload(
+        keys=[RECEIPT_KEY], shard_key=shard_key, **where)), None
 
 
 def _rest_selector(selector: Any) -> Any:

@@ -137,3 +137,24 @@ def test_without_a_race_the_rewrite_is_one_conditional_request_per_call(store, m
     assert all(op.overwrite_payload.filter is not None and op.overwrite_payload.points is None
                for op in sent[0])
     assert [_payload(owner, i) for i in (1, 2, 3)] == [{"k": "new"}] * 3
+
+
+def test_a_vector_update_racing_delete_vectors_keeps_the_other_vectors_new_receipt(store, monkeypatch):
+    owner, bob, rng = store
+    _interleave(monkeypatch, owner, "retrieve", lambda: bob.update_vectors(
+        "pii", [models.PointVectors(id=2, vector={"b": unit(rng)})]))
+    owner.delete_vectors("pii", vectors=["a"], points=[1, 2])
+    assert _receipts(owner) == sorted([(1, "b", "ok"), (2, "b", "ok"), (3, "a", "ok"), (3, "b", "ok")])
+    assert _payload(owner, 2) == {"k": "orig", "n": 2}
+
+
+def test_a_vector_update_racing_delete_vectors_in_a_batch_never_writes_a_stale_receipt(store, monkeypatch):
+    owner, bob, rng = store
+    _interleave(monkeypatch, owner, "retrieve", lambda: bob.update_vectors(
+        "pii", [models.PointVectors(id=2, vector={"b": unit(rng)})]))
+    owner.batch_update_points("pii", [models.DeleteVectorsOperation(
+        delete_vectors=models.DeleteVectors(points=[1, 2], vector=["a"]))])
+    # Point 2's strip was skipped: the new "b" receipt stays valid; the deleted "a" vector's
+    # receipt stays too, and verify reports it (the batch does not retry).
+    assert _receipts(owner) == [(1, "b", "ok"), (2, "a", "vector_mismatch"), (2, "b", "ok"),
+                                (3, "a", "ok"), (3, "b", "ok")]
