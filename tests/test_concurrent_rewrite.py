@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import qdrant_client
 
 from guardkit import create, make_kit, models, unit
 from qdrant_guard import QdrantClient, UnsupportedWriteError
-from qdrant_guard.receipts import RECEIPT_KEY
+from qdrant_guard.receipts import RECEIPT_KEY, receipts_from_payload, verify_receipt
 from qdrant_guard.receipts import verify as verify_stored
 
 
@@ -158,3 +159,46 @@ def test_a_vector_update_racing_delete_vectors_in_a_batch_never_writes_a_stale_r
     # receipt stays too, and verify reports it (the batch does not retry).
     assert _receipts(owner) == [(1, "b", "ok"), (2, "a", "vector_mismatch"), (2, "b", "ok"),
                                 (3, "a", "ok"), (3, "b", "ok")]
+
+
+def test_the_async_client_settles_a_raced_rewrite_too(tmp_path, monkeypatch):
+    import asyncio
+
+    from qdrant_guard import AsyncQdrantClient
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "noise_on_write": True,
+                              "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01}}})
+    rng = np.random.default_rng(9)
+
+    async def main():
+        owner = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+        await owner.create_collection("pii", vectors_config={
+            n: models.VectorParams(size=len(unit(rng)), distance=models.Distance.COSINE) for n in ("a", "b")})
+        await owner.upsert("pii", [models.PointStruct(id=i, vector={"a": unit(rng), "b": unit(rng)},
+                                                      payload={"k": "orig"}) for i in (1, 2)])
+        store = owner._client
+        real = store.retrieve
+        left = [1]
+
+        async def read_then_race(*a, **kw):
+            out = await real(*a, **kw)
+            if left[0]:
+                left[0] = 0
+                await owner.update_vectors("pii", [models.PointVectors(id=2, vector={"a": unit(rng)})])
+            return out
+
+        monkeypatch.setattr(store, "retrieve", read_then_race)
+        await owner.overwrite_payload("pii", payload={"k": "new"}, points=[1, 2])
+        monkeypatch.undo()
+        got = await qdrant_client.AsyncQdrantClient.retrieve(owner, "pii", [1, 2], with_payload=True,
+                                                             with_vectors=True)
+        found = sorted((r.id, n, verify_receipt(rec, vector=r.vector[n], collection="pii", point_id=r.id,
+                                                vector_name=n, trusted_keys=owner.guard.trusted_receipt_keys).reason)
+                       for r in got for n, rec in receipts_from_payload(r.payload).items())
+        await owner.close()
+        return found, [{k: v for k, v in r.payload.items() if k != RECEIPT_KEY} for r in got]
+
+    found, payloads = asyncio.run(main())
+    assert found == [(i, v, "ok") for i in (1, 2) for v in ("a", "b")]
+    assert payloads == [{"k": "new"}, {"k": "new"}]
