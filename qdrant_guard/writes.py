@@ -12,10 +12,11 @@ from qdrant_client.http import models
 from . import noise as _noise
 from .decision import Decision, Verdict
 from .errors import UnsupportedWriteError
-from .payloadops import _selector_ids
+from .payloadops import _quotable, _quote, _selector_ids
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .receipts import (
+    PAYLOAD_CONTAINER_VERSION,
     RECEIPT_KEY,
     ReceiptItem,
     commitment_bytes,
@@ -27,6 +28,7 @@ from .receipts import (
     stored_form_batch,
     verify_receipt,
 )
+from .sources import path_head
 from .textguard import TextOps
 from .vectors import CollectionShape, as_dense, join_vector_struct, split_vector_struct
 
@@ -255,6 +257,10 @@ class WriteOps(TextOps):
         # payload and delete operations is one ALLOW, like the methods they stand for.
         accepted: list[Decision] = []
         others: dict[str, int] = {}
+        # Top-level payload keys earlier operations may have written: a later payload rewrite
+        # deletes them too (it deletes keys instead of writing the receipts back, see
+        # PayloadOps._preserving_overwrite).
+        written: set[str] = set()
         for op in args["update_operations"]:
             if others and isinstance(op, (models.UpsertOperation, models.UpdateVectorsOperation)):
                 accepted.append(self._others_decision(method, name, pol, others))
@@ -268,6 +274,7 @@ class WriteOps(TextOps):
                     None, models.UpdateMode.UPSERT)
                 for p in prepared.points:
                     pid = normalize_point_id(p.id)
+                    written.update(p.payload or ())
                     if conditional:
                         uncertain[pid] = p.id
                         fresh.pop(pid, None)
@@ -338,7 +345,8 @@ class WriteOps(TextOps):
                             f"on sensitive collection {name!r} would fail half applied. Leave their ids out. "
                             "Nothing was written"
                         )
-                new = yield from self.payload_operation(method, name, pol, op, fresh)
+                new = yield from self.payload_operation(method, name, pol, op, fresh, written)
+                written.update(_keys_written(op))
                 out_ops.extend(new)
                 positions.append(len(out_ops) - 1 if new else None)
                 kind = type(op).__name__.removesuffix("Operation")
@@ -638,19 +646,38 @@ class WriteOps(TextOps):
             accepted.append(self._write_decision(op, name, pol, prepared))
         ops: list[Any] = [models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
             points=[models.PointVectors(id=p.id, vector=p.vector) for p in prepared.points], shard_key=shard_key))]
+        receipted: list[Any] = []
         for p, u in zip(prepared.points, updates):
             merged = dict(existing.get(normalize_point_id(p.id), {}))
-            for vname in split_vector_struct(u.vector):
+            names = set(split_vector_struct(u.vector))
+            for vname in names:
                 merged.pop(vname, None)  # a raw in-boundary update must not keep a stale receipt
-            if p.payload and RECEIPT_KEY in p.payload:
-                merged.update(receipts_from_payload(p.payload))
+            new = receipts_from_payload(p.payload) if p.payload and RECEIPT_KEY in p.payload else {}
+            merged.update(new)
             container = receipts_for_payload(merged) if merged else None
             fresh[normalize_point_id(p.id)] = container
-            # A later update of the same point in this call builds on this one (each SetPayload
-            # replaces the whole container).
+            # A later update of the same point in this call builds on this one.
             existing[normalize_point_id(p.id)] = merged
-            ops.append(models.SetPayloadOperation(set_payload=models.SetPayload(
-                payload={RECEIPT_KEY: container}, points=[p.id], shard_key=shard_key)))
+            stale = sorted(names - new.keys())
+            if not all(_quotable(n) for n in stale):
+                ops.append(models.SetPayloadOperation(set_payload=models.SetPayload(
+                    payload={RECEIPT_KEY: container}, points=[p.id], shard_key=shard_key)))
+                continue
+            # The updated vectors' receipts are written (or deleted) by their paths in the
+            # container, never the others': another client's concurrent update of another vector of
+            # this point keeps its new receipt (docs/atomicity.md).
+            if stale:
+                ops.append(models.DeletePayloadOperation(delete_payload=models.DeletePayload(
+                    keys=[f"{RECEIPT_KEY}.vectors.{_quote(n)}" for n in stale], points=[p.id], shard_key=shard_key)))
+            if new:
+                receipted.append(p.id)
+                ops.append(models.SetPayloadOperation(set_payload=models.SetPayload(
+                    payload=receipts_for_payload(new)["vectors"], key=f"{RECEIPT_KEY}.vectors", points=[p.id],
+                    shard_key=shard_key)))
+        if receipted:
+            # The container's version, written first (creating the container where there is none).
+            ops.insert(1, models.SetPayloadOperation(set_payload=models.SetPayload(
+                payload={"v": PAYLOAD_CONTAINER_VERSION}, key=RECEIPT_KEY, points=receipted, shard_key=shard_key)))
         return ops
 
     def _check_point_ids(self, op: str, name: str, pol: CollectionPolicy, ids: list[Any]) -> None:
@@ -705,3 +732,16 @@ def _batch_digest(receipts: list[dict[str, Any]]) -> str:
     sigs = sorted({str(r.get("sig", "")) for r in receipts})
     return hashlib.sha256("\n".join(sigs).encode("ascii")).hexdigest()
 
+
+
+def _keys_written(op: Any) -> Iterable[str]:
+    """The top-level payload keys a payload operation of a batch may write."""
+    if isinstance(op, models.OverwritePayloadOperation):
+        return op.overwrite_payload.payload.keys()
+    if isinstance(op, models.SetPayloadOperation):
+        sp = op.set_payload
+        if sp.key is None:
+            return sp.payload.keys()
+        head = path_head(sp.key)
+        return () if head is None else (head,)
+    return ()

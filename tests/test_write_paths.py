@@ -200,7 +200,9 @@ def test_payload_rewrite_after_a_vector_change_in_the_same_batch_keeps_the_new_r
         models.OverwritePayloadOperation(overwrite_payload=models.SetPayload(payload={"source": "new"}, points=[2, 7])),
     ])
     stored = {pid: p for pid, p, _ in snapshot(owner, "pii")}
-    assert RECEIPT_KEY not in stored[1]  # a raw in-boundary vector keeps no stale receipt
+    # A raw in-boundary vector keeps no stale receipt (its receipt is deleted by path; the empty
+    # container stays).
+    assert stored[1][RECEIPT_KEY] == {"v": 1, "vectors": {}}
     assert stored[2]["source"] == stored[7]["source"] == "new"
     reports = {r.point_id: r for r in verify_stored(owner, "pii", trusted_keys=owner.guard.trusted_receipt_keys)}
     assert reports[1].reason == "missing_receipt"
