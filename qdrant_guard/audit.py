@@ -193,8 +193,14 @@ def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
             expected = last_seq + 1
             if seq in seen:
                 first = seen[seq]
+                earlier = parsed[first - 1]
                 nxt = parsed[i + 1] if i + 1 < len(parsed) else None
-                if nxt is not None and nxt["prev"] == entry["hash"] and nxt["seq"] == seq + 1:
+                # The earlier line is the extra one only if this one is a different entry for the
+                # same place in the chain (same prev); a replayed copy, or a line that chains to
+                # nothing before it (spliced from another log), is itself the extra line.
+                if (earlier is not None and entry["prev"] == earlier["prev"]
+                        and entry["hash"] != earlier["hash"]
+                        and nxt is not None and nxt["prev"] == entry["hash"] and nxt["seq"] == seq + 1):
                     # This line is the one the chain continues from: the earlier one is extra.
                     bad_line = first
                     del good[first - 1:]
