@@ -12,6 +12,7 @@ import binascii
 import json
 import math
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Collection, Iterable, Mapping, Sequence, Union
@@ -41,6 +42,7 @@ CREDENTIAL_REASONS = (
     "not_yet_valid", "bad_signature", "algorithm",
 )
 _ALG = "Ed25519"
+_JTI = re.compile(r"[A-Za-z0-9_-]+")
 _CLAIMS = {"v": int, "agent_id": str, "boundary": str, "iat": int, "exp": int, "kid": str,
            "alg": str, "jti": str}
 
@@ -249,6 +251,13 @@ def verify_credential(
             raise CredentialRejected("malformed", f"claim {name!r} must be {typ.__name__}")
     if claims["v"] != 1:
         raise CredentialRejected("malformed", f"credential version {claims['v']} is not supported")
+    for name in ("agent_id", "boundary"):
+        if not claims[name]:
+            raise CredentialRejected("malformed", f"claim {name!r} is empty")
+    if not _JTI.fullmatch(claims["jti"]):
+        # boundaries.*.revoked_credentials accepts only base64url ids: any other jti could
+        # never be revoked.
+        raise CredentialRejected("malformed", "claim 'jti' must be a non-empty base64url id")
     if claims["exp"] <= claims["iat"]:
         raise CredentialRejected("malformed", "exp is not after iat")
     boundary = claims["boundary"]
@@ -274,8 +283,10 @@ def verify_credential(
         raise CredentialRejected("bad_signature", "Ed25519 signature does not verify") from None
     if claims["jti"] in set(revoked_credentials):
         raise CredentialRejected("revoked", f"credential {claims['jti']} is revoked")
-    if current > claims["exp"] + leeway:
+    # The claims are unbounded JSON ints: compare them with floats, never add floats to them
+    # (int + float overflows beyond 1e308).
+    if current - leeway > claims["exp"]:
         raise CredentialRejected("expired", f"credential expired at {claims['exp']}")
-    if current < claims["iat"] - leeway:
+    if current + leeway < claims["iat"]:
         raise CredentialRejected("not_yet_valid", f"credential is valid from {claims['iat']}")
     return VerifiedPrincipal(claims["agent_id"], boundary, claims["exp"], kid, claims["jti"])

@@ -4,9 +4,16 @@ Each test pins a defect found in review (it failed before the fix next to it).
 """
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
+import pytest
+
+from qdrant_guard import keys
 from qdrant_guard.audit import AuditLog, repair_audit_file, verify_audit_file
+from qdrant_guard.boundary import CREDENTIAL_SIGNATURE_PREFIX, CredentialRejected, verify_credential
+from qdrant_guard.canonical import canonical_json
+from qdrant_guard.policy import BoundaryConfig
 
 
 def _log(path: Path, n: int, tag: str = "a") -> list[bytes]:
@@ -39,3 +46,58 @@ def test_spliced_middle_of_another_log_blames_the_splice(tmp_path):
     p.write_bytes(b"".join(own + other[2:]))
     rep = verify_audit_file(p)
     assert (rep.problem, rep.index, rep.valid_prefix) == ("inserted", 6, 5), rep.detail
+
+
+# --------------------------------------------------------------------------- credentials
+
+def _signed_token(authority, **changes):
+    # A token signed by the real authority key, with claims an issuer other than
+    # issue_credential (or a buggy one) might produce.
+    claims = {"v": 1, "agent_id": "alice", "boundary": "hr", "iat": 1000, "exp": 2000,
+              "kid": keys.key_id(authority.public_key()), "alg": "Ed25519", "jti": "AAAAAAAAAAAAAAAAAAAAAA"}
+    claims.update(changes)
+    body = canonical_json(claims)
+    sig = authority.sign(CREDENTIAL_SIGNATURE_PREFIX + body)
+    b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()  # noqa: E731
+    return f"qgc1.{b64(body)}.{b64(sig)}"
+
+
+@pytest.mark.parametrize("jti", ["", "a b", "jti/with+slash", "é"])
+def test_credential_whose_jti_cannot_be_revoked_is_refused(jti):
+    # revoked_credentials only accepts base64url jtis (BoundaryConfig refuses anything else), so a
+    # credential with another jti could never be revoked: it must not be accepted either.
+    sk, pk = keys.generate_keypair()
+    with pytest.raises(ValueError):
+        BoundaryConfig(authority_keys=(keys.public_key_to_str(pk),), revoked_credentials=(jti,))
+    with pytest.raises(CredentialRejected) as exc:
+        verify_credential(_signed_token(sk, jti=jti), authorities={"hr": [pk]}, now=1500)
+    assert exc.value.reason == "malformed" and "jti" in str(exc.value)
+
+
+@pytest.mark.parametrize("claim", ["agent_id", "boundary"])
+def test_credential_with_empty_agent_or_boundary_is_refused(claim):
+    # issue_credential and Principal refuse empty ids; the verifier must not mint such a principal.
+    sk, pk = keys.generate_keypair()
+    token = _signed_token(sk, **{claim: ""})
+    with pytest.raises(CredentialRejected) as exc:
+        verify_credential(token, authorities={"hr": [pk], "": [pk]}, now=1500)
+    assert exc.value.reason == "malformed" and claim in str(exc.value)
+
+
+@pytest.mark.parametrize("changes,now,reason", [
+    ({"exp": 10 ** 400}, 10 ** 12, None),
+    ({"exp": 10 ** 400}, 500.0, "not_yet_valid"),
+    ({"iat": -(10 ** 400)}, 1500.0, None),
+    ({"iat": -(10 ** 400)}, 10 ** 12, "expired"),
+])
+def test_credential_times_beyond_float_range_do_not_crash(changes, now, reason):
+    # JSON ints are unbounded: a signed token with a far-away exp or iat gave OverflowError.
+    sk, pk = keys.generate_keypair()
+    token = _signed_token(sk, **changes)
+    if reason is None:
+        v = verify_credential(token, authorities={"hr": [pk]}, now=now)
+        assert v.agent_id == "alice"
+    else:
+        with pytest.raises(CredentialRejected) as exc:
+            verify_credential(token, authorities={"hr": [pk]}, now=now)
+        assert exc.value.reason == reason
