@@ -21,6 +21,20 @@ _PLACEHOLDER = re.compile(r"\[[A-Z][A-Z0-9_]+\]")
 _TEXT_VERDICTS = {Verdict.QUERY_REJECTED.value, Verdict.INTENT_BLOCKED.value}
 
 
+def _well_formed(rec: Any) -> bool:
+    # The fields replay reads, with the types the guard writes them with.
+    if not isinstance(rec, dict):
+        return False
+    if not all(isinstance(rec.get(k), (str, type(None))) for k in ("op", "collection", "verdict")):
+        return False
+    details = rec.get("details")
+    if details is None:
+        return True
+    if not isinstance(details, dict):
+        return False
+    return all(isinstance(details.get(k), (dict, type(None))) for k in ("scan", "intent"))
+
+
 def _old_outcome(rec: dict[str, Any]) -> str | None:
     verdict = rec.get("verdict")
     if verdict in _TEXT_VERDICTS:
@@ -63,6 +77,10 @@ def replay_log(log_path: str, policy_path: str, *, out: TextIO) -> int:
             try:
                 rec = json.loads(raw)["record"]
             except (ValueError, KeyError, TypeError):
+                counts["unreadable"] += 1
+                continue
+            if not _well_formed(rec):
+                # Not a record the guard writes (a hand-edited or foreign line): skip, don't crash.
                 counts["unreadable"] += 1
                 continue
             if rec.get("op") not in _QUERY_OPS:

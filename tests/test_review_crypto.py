@@ -5,6 +5,9 @@ Each test pins a defect found in review (it failed before the fix next to it).
 from __future__ import annotations
 
 import base64
+import io
+import json
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,9 @@ from qdrant_guard.audit import AuditLog, repair_audit_file, verify_audit_file
 from qdrant_guard.boundary import CREDENTIAL_SIGNATURE_PREFIX, CredentialRejected, verify_credential
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.policy import BoundaryConfig
+from qdrant_guard.replay import replay_log
+
+from guardkit import make_kit
 
 
 def _log(path: Path, n: int, tag: str = "a") -> list[bytes]:
@@ -101,3 +107,37 @@ def test_credential_times_beyond_float_range_do_not_crash(changes, now, reason):
         with pytest.raises(CredentialRejected) as exc:
             verify_credential(token, authorities={"hr": [pk]}, now=now)
         assert exc.value.reason == reason
+
+
+# --------------------------------------------------------------------------- audit replay
+
+def test_replay_counts_lines_of_the_wrong_shape_as_unreadable(tmp_path):
+    # A hand-edited or foreign JSON line must be skipped as unreadable, not crash the replay.
+    kit = make_kit(tmp_path)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(textwrap.dedent(f"""
+        [boundaries.hr]
+        authority_keys = ["{kit.authority_pub['hr']}"]
+        [collections.docs]
+        class = "PII"
+        owner = "hr"
+        [collections.docs.intent]
+        enabled = false
+    """))
+    log = tmp_path / "audit.jsonl"
+    good = {"op": "query_points", "collection": "docs", "details": {"query_text": "short query"}}
+    rows = [
+        {"record": ["not", "an", "object"]},
+        {"record": {"op": "query_points", "details": "not an object"}},
+        {"record": {"op": "query_points", "details": {"query_text": "x", "scan": "oops"}}},
+        {"record": {"op": "query_points", "collection": 7, "details": {"query_text": "short query"}}},
+        {"record": {"op": ["query_points"]}},
+        {"record": {"op": "query_points", "verdict": ["x"], "details": {"query_text": "x"}}},
+        {"record": good},
+    ]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = io.StringIO()
+    assert replay_log(str(log), str(policy), out=out) == 0
+    text = out.getvalue()
+    assert "replayed 1 logged queries" in text, text
+    assert "6 unreadable" in text, text
