@@ -83,6 +83,14 @@ def public_key_to_str(pk: Ed25519PublicKey) -> str:
     return KEY_PREFIX + base64.b64encode(public_key_bytes(pk)).decode("ascii")
 
 
+def _shown(text: str) -> str:
+    # A string that is not a valid public key may be a pasted private key: name it by its first
+    # characters and length, never echo it whole into an error (and so into logs).
+    body = text[len(KEY_PREFIX):] if text.startswith(KEY_PREFIX) else text
+    head = text[: len(text) - len(body)] + body[:6]
+    return f"{head + '...' if len(body) > 6 else text!r} ({len(text)} characters)"
+
+
 def public_key_from_str(s: str) -> Ed25519PublicKey:
     """Parse the output of :func:`public_key_to_str`.
 
@@ -103,10 +111,13 @@ def public_key_from_str(s: str) -> Ed25519PublicKey:
     try:
         raw = base64.b64decode(text[len(KEY_PREFIX):], validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise KeyStoreError(f"public key string {s!r} has invalid base64: {exc}") from exc
+        raise KeyStoreError(f"public key string {_shown(text)} has invalid base64: {exc}") from None
     if len(raw) != 32:
+        hint = (" (64 bytes is the secret key form of other Ed25519 tools: never paste a private key "
+                "here; give its public key)" if len(raw) == 64 else "")
         raise KeyStoreError(
-            f"public key string {s!r} decodes to {len(raw)} bytes; an Ed25519 key is 32 bytes"
+            f"public key string {_shown(text)} decodes to {len(raw)} bytes; an Ed25519 key is 32 "
+            f"bytes{hint}"
         )
     return Ed25519PublicKey.from_public_bytes(raw)
 

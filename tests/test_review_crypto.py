@@ -11,12 +11,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 
-from qdrant_guard import keys
+from qdrant_guard import QdrantClient, keys
 from qdrant_guard.audit import AuditLog, repair_audit_file, verify_audit_file
 from qdrant_guard.boundary import CREDENTIAL_SIGNATURE_PREFIX, CredentialRejected, verify_credential
 from qdrant_guard.canonical import canonical_json
-from qdrant_guard.policy import BoundaryConfig
+from qdrant_guard.errors import QdrantGuardError
+from qdrant_guard.policy import BoundaryConfig, config_from_dict
 from qdrant_guard.replay import replay_log
 
 from guardkit import make_kit
@@ -141,3 +143,43 @@ def test_replay_counts_lines_of_the_wrong_shape_as_unreadable(tmp_path):
     text = out.getvalue()
     assert "replayed 1 logged queries" in text, text
     assert "6 unreadable" in text, text
+
+
+# --------------------------------------------------------------------------- keys
+
+def _secret_key_text() -> tuple[str, str]:
+    # The 64-byte secret key form of other Ed25519 tools (seed || public key), written as a
+    # public key string by mistake.
+    sk, _ = keys.generate_keypair()
+    seed = sk.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                            serialization.NoEncryption())
+    raw = seed + keys.public_key_bytes(sk.public_key())
+    return "ed25519:" + base64.b64encode(raw).decode(), base64.b64encode(seed).decode()
+
+
+def test_key_errors_do_not_echo_a_pasted_secret_key(tmp_path):
+    text, seed_b64 = _secret_key_text()
+    with pytest.raises(keys.KeyStoreError) as exc:
+        keys.public_key_from_str(text)
+    assert seed_b64[:16] not in str(exc.value)
+    assert "64 bytes" in str(exc.value)
+    f = tmp_path / "authority.pub"
+    f.write_text(text + "\n")
+    with pytest.raises(keys.KeyStoreError) as exc:
+        keys.load_public_key(str(f))
+    assert seed_b64[:16] not in str(exc.value)
+    # Invalid base64 with secret-looking content is not echoed whole either.
+    with pytest.raises(keys.KeyStoreError) as exc:
+        keys.public_key_from_str(text[:-3] + "!!!")
+    assert seed_b64[:16] not in str(exc.value)
+
+
+def test_policy_error_for_a_pasted_secret_key_does_not_echo_it(tmp_path):
+    text, seed_b64 = _secret_key_text()
+    kit = make_kit(tmp_path)
+    cfg = config_from_dict({"boundaries": {"hr": {"authority_keys": [text]}},
+                            "collections": {"c": {"class": "PII", "owner": "hr"}}}, source="p")
+    with pytest.raises(QdrantGuardError) as exc:
+        QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    assert "authority_keys" in str(exc.value)
+    assert seed_b64[:16] not in str(exc.value)
