@@ -983,6 +983,17 @@ def _check_trusted(trusted_keys: Any, revoked: Any) -> None:
         raise TypeError(f"revoked must be a collection of key ids, not {type(revoked).__name__}")
 
 
+def _check_times(now: Any, max_age_s: Any) -> None:
+    for label, value in (("now", now), ("max_age_s", max_age_s)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise TypeError(f"{label} must be a number or None, not {type(value).__name__}")
+    # NaN compares false with everything: the age check would pass a receipt of any age.
+    if now is not None and not math.isfinite(now):
+        raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+    if max_age_s is not None and math.isnan(max_age_s):
+        raise ValueError("max_age_s must be a number of seconds or None, got nan")
+
+
 def verify_receipt(
     receipt: Any,
     *,
@@ -1019,6 +1030,7 @@ def verify_receipt(
 
     Raises:
         TypeError: an argument (not the receipt) has the wrong type.
+        ValueError: ``now`` is not finite or ``max_age_s`` is NaN.
     """
     if not isinstance(collection, str):
         raise TypeError(f"collection must be str, not {type(collection).__name__}")
@@ -1026,9 +1038,7 @@ def verify_receipt(
         raise TypeError(f"vector_name must be str, not {type(vector_name).__name__}")
     want_pid = normalize_point_id(point_id)
     _check_trusted(trusted_keys, revoked)
-    for label, value in (("now", now), ("max_age_s", max_age_s)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise TypeError(f"{label} must be a number or None, not {type(value).__name__}")
+    _check_times(now, max_age_s)
     if vector is None or isinstance(vector, (str, bytes, dict)):
         raise TypeError(f"vector must be a sequence of numbers, not {type(vector).__name__}")
     kid = None
@@ -1139,6 +1149,7 @@ def verify(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     _check_trusted(trusted_keys, revoked)
+    _check_times(now, max_age_s)
     points: list[Any] = []
     reports: list[PointReceiptReport] = []
     if ids is None:

@@ -10,6 +10,7 @@ import json
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from cryptography.hazmat.primitives import serialization
 
@@ -18,7 +19,9 @@ from qdrant_guard.audit import AuditLog, repair_audit_file, verify_audit_file
 from qdrant_guard.boundary import CREDENTIAL_SIGNATURE_PREFIX, CredentialRejected, verify_credential
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.errors import QdrantGuardError
+from qdrant_guard.noise_params import NoiseParams
 from qdrant_guard.policy import BoundaryConfig, config_from_dict
+from qdrant_guard.receipts import ReceiptSigner, issue_receipt, stored_form, verify_receipt
 from qdrant_guard.replay import replay_log
 
 from guardkit import make_kit
@@ -183,3 +186,27 @@ def test_policy_error_for_a_pasted_secret_key_does_not_echo_it(tmp_path):
         QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
     assert "authority_keys" in str(exc.value)
     assert seed_b64[:16] not in str(exc.value)
+
+
+# --------------------------------------------------------------------------- receipts
+
+def _receipt(dim: int = 8):
+    sk, pk = keys.generate_keypair()
+    signer = ReceiptSigner(sk)
+    prm = NoiseParams("gaussian", "3", 1.0, 1e-6, 0.5, 1.0, 0.1, 2.0 ** -10, "aes256ctr-getrandom-v1",
+                      dim, "float32", "test")
+    v = stored_form(np.arange(1, dim + 1, dtype=float), distance="Cosine")
+    rec = issue_receipt(signer, params=prm, vector=v, collection="c", point_id=1, issued_at=1000.0)
+    return rec, v, {signer.key_id: pk}
+
+
+@pytest.mark.parametrize("now,max_age_s", [(float("nan"), 10.0), (1000.0, float("nan")),
+                                           (float("inf"), 10.0)])
+def test_receipt_age_check_refuses_nan_instead_of_passing_everything(now, max_age_s):
+    # NaN compares false with everything, so a NaN now or max_age_s let a receipt of any age pass.
+    rec, v, trusted = _receipt()
+    assert verify_receipt(rec, vector=v, collection="c", point_id=1, trusted_keys=trusted,
+                          now=10 ** 9, max_age_s=10.0).reason == "expired"
+    with pytest.raises(ValueError, match="now|max_age_s"):
+        verify_receipt(rec, vector=v, collection="c", point_id=1, trusted_keys=trusted,
+                       now=now, max_age_s=max_age_s)
