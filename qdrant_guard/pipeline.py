@@ -111,6 +111,15 @@ class GuardPipeline:
             pk = self._load_public(spec, where="receipts.trusted_keys")
             self.trusted_receipt_keys[_keys.key_id(pk)] = pk
         self.revoked_keys = frozenset(cfg.receipts.revoked_keys)
+        own_kid = _keys.key_id(self._signing_key.public_key())
+        if own_kid in self.revoked_keys:
+            # Every receipt and audit checkpoint the guard signs would be rejected as revoked.
+            raise ConfigError(
+                f"{cfg.source_path or '<config>'}: the guard's signing_key {cfg.signing_key!r} has key id "
+                f"{own_kid}, which receipts.revoked_keys revokes; the guard would go on signing receipts "
+                "and audit checkpoints with a revoked key. Make a new key (`qdrant-guard keys new`) and "
+                "set signing_key to it"
+            )
         self.authorities: dict[str, list[Ed25519PublicKey]] = {
             name: [self._load_public(k, where=f"boundaries.{name}.authority_keys") for k in b.authority_keys]
             for name, b in cfg.boundaries.items()

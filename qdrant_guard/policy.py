@@ -374,7 +374,8 @@ class ReceiptTrust(_Strict):
     trusted_keys: tuple[str, ...] = ()
     """Public keys (``ed25519:<base64>`` or files) of writers whose receipts are accepted."""
     revoked_keys: tuple[str, ...] = ()
-    """Key ids (``ed25519:<hex>``) whose receipts, credentials and utility records are rejected."""
+    """Key ids (``ed25519:<hex>``) whose receipts, credentials and utility records are rejected. The
+    guard's own ``signing_key`` may not be listed (the client refuses to start: rotate it)."""
     max_age_s: float | None = Field(None, gt=0)
     """Reject receipts issued longer ago than this (None: no limit)."""
 

@@ -18,7 +18,7 @@ from qdrant_guard import QdrantClient, keys
 from qdrant_guard.audit import AuditLog, repair_audit_file, verify_audit_file
 from qdrant_guard.boundary import CREDENTIAL_SIGNATURE_PREFIX, CredentialRejected, verify_credential
 from qdrant_guard.canonical import canonical_json
-from qdrant_guard.errors import QdrantGuardError
+from qdrant_guard.errors import ConfigError, QdrantGuardError
 from qdrant_guard.noise_params import NoiseParams
 from qdrant_guard.policy import BoundaryConfig, config_from_dict
 from qdrant_guard.receipts import ReceiptSigner, issue_receipt, stored_form, verify_receipt
@@ -210,3 +210,16 @@ def test_receipt_age_check_refuses_nan_instead_of_passing_everything(now, max_ag
     with pytest.raises(ValueError, match="now|max_age_s"):
         verify_receipt(rec, vector=v, collection="c", point_id=1, trusted_keys=trusted,
                        now=now, max_age_s=max_age_s)
+
+
+def test_guard_refuses_to_sign_with_a_revoked_signing_key(tmp_path):
+    # Revoking the guard's own key (say it leaked) without rotating signing_key let the guard go on
+    # signing receipts (ALLOW_NOISED) and audit checkpoints with it; every such receipt is then
+    # rejected as revoked_key. The client must refuse to start instead.
+    kit = make_kit(tmp_path)
+    own = keys.key_id(keys.load_private_key(kit.guard_key_path).public_key())
+    cfg = kit.config({"c": {"class": "PII", "owner": "hr", "noise_on_write": True}},
+                     receipts={"revoked_keys": [own]})
+    with pytest.raises(ConfigError) as exc:
+        QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    assert own in str(exc.value) and "signing_key" in str(exc.value)
