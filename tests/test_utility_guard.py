@@ -66,12 +66,17 @@ def test_a_tampered_or_foreign_record_is_a_config_error(record_and_kit, tmp_path
         bob.upsert("pii", [models.PointStruct(id=1, vector=docs[0].tolist())])
 
 
-def test_a_record_signed_by_a_revoked_key_is_a_config_error(record_and_kit):
+def test_a_record_signed_by_a_revoked_key_is_a_config_error(record_and_kit, tmp_path):
     rec, path, kit, docs = record_and_kit
+    # The guard itself signs with another key: a guard whose own key is revoked refuses to start.
+    from qdrant_guard import keys
+    own = tmp_path / "guard2.key"
+    own.write_bytes(keys.private_key_to_pem(keys.generate_keypair()[0]))
+    own.chmod(0o600)
     cfg = kit.config(
         {"pii": {"class": "PII", "owner": "hr", "noise_on_write": True,
                  "noise": {"epsilon": rec.epsilon, "radius": 0.01}, "utility": {"record": str(path)}}},
-        epsilon_ceiling={"PII": 5.0}, receipts={"revoked_keys": [rec.signer_key_id]},
+        epsilon_ceiling={"PII": 5.0}, receipts={"revoked_keys": [rec.signer_key_id]}, signing_key=str(own),
     )
     owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
     owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
