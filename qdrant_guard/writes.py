@@ -448,6 +448,7 @@ class WriteOps(TextOps):
         to_noise: list[_Slot] = []
         counts = {"raw_in_boundary": 0, "receipted": 0, "noised": 0}
         eps_seen: list[float] = []
+        accepted_receipts: list[Any] = []  # the writer's receipts kept, for the manifest
         utility_why: str | None = None
         for i, p in enumerate(points):
             where = f"point {p.id!r}"
@@ -527,6 +528,7 @@ class WriteOps(TextOps):
                         utility_why = utility_why or why
                         continue
                     kept_receipts[vname] = rec
+                    accepted_receipts.append(rec)
                     eps_seen.append(prm.epsilon)
                     counts["receipted"] += 1
                 elif raw_ok:
@@ -561,11 +563,12 @@ class WriteOps(TextOps):
                 details={"faults": {v.value: [str(x) for x in ids_] for v, ids_ in faults.items()},
                          "reasons": reasons, "points_in_call": len(points)},
             ))
-        digest = None
         if to_noise:
-            digest = self._noise_and_sign(name, pol, shape, points, vectors, payloads, to_noise)
+            accepted_receipts += self._noise_and_sign(name, pol, shape, points, vectors, payloads, to_noise)
             counts["noised"] = len(to_noise)
             eps_seen.append(pol.noise.epsilon)
+        # The manifest names every receipt the stored vectors rest on, the writer's own included.
+        digest = _batch_digest(accepted_receipts) if accepted_receipts else None
         out = []
         for p, vecs, payload in zip(points, vectors, payloads):
             if RECEIPT_KEY in payload:
@@ -578,7 +581,7 @@ class WriteOps(TextOps):
 
     def _noise_and_sign(self, name: str, pol: CollectionPolicy, shape: CollectionShape,
                         points: list[models.PointStruct], vectors: list[dict[str, Any]],
-                        payloads: list[dict[str, Any]], slots: list[_Slot]) -> str:
+                        payloads: list[dict[str, Any]], slots: list[_Slot]) -> list[dict[str, Any]]:
         np_ = pol.noise
         items: list[tuple[_Slot, ReceiptItem]] = []
         by_name: dict[str, list[_Slot]] = {}
@@ -604,7 +607,7 @@ class WriteOps(TextOps):
             existing = payloads[s.point].get(RECEIPT_KEY) or {}
             existing[s.name] = rec
             payloads[s.point][RECEIPT_KEY] = existing
-        return _batch_digest(receipts)
+        return receipts
 
     def prepare_vector_updates(self, op: str, name: str, pol: CollectionPolicy,
                                updates: list[models.PointVectors], *, shard_key: Any = None,

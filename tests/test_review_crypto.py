@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives import serialization
+from qdrant_client import models
 
 from qdrant_guard import QdrantClient, keys
 from qdrant_guard.audit import AuditLog, repair_audit_file, verify_audit_file
@@ -21,10 +22,19 @@ from qdrant_guard.canonical import canonical_json
 from qdrant_guard.errors import ConfigError, QdrantGuardError
 from qdrant_guard.noise_params import NoiseParams
 from qdrant_guard.policy import BoundaryConfig, config_from_dict
-from qdrant_guard.receipts import ReceiptSigner, issue_receipt, stored_form, verify_receipt
+from qdrant_guard.noise import privatize
+from qdrant_guard.receipts import (
+    RECEIPT_KEY,
+    ReceiptSigner,
+    issue_receipt,
+    receipts_for_payload,
+    stored_form,
+    verify_receipt,
+)
 from qdrant_guard.replay import replay_log
+from qdrant_guard.writes import _batch_digest
 
-from guardkit import make_kit
+from guardkit import create, make_kit, unit
 
 
 def _log(path: Path, n: int, tag: str = "a") -> list[bytes]:
@@ -223,3 +233,41 @@ def test_guard_refuses_to_sign_with_a_revoked_signing_key(tmp_path):
     with pytest.raises(ConfigError) as exc:
         QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
     assert own in str(exc.value) and "signing_key" in str(exc.value)
+
+
+def _last_audit(kit) -> dict:
+    return json.loads((kit.tmp / "audit.jsonl").read_bytes().splitlines()[-1])["record"]
+
+
+def test_receipted_write_records_its_receipts_in_the_manifest(tmp_path):
+    # Every decision's manifest carries reconstruction_resistance_receipt (README); a write
+    # accepted on the writer's own receipts recorded null there, so the audit log did not say
+    # which signed statement the stored vectors rest on.
+    kit = make_kit(tmp_path)
+    agent_sk, agent_pk = keys.generate_keypair()
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                              "noise": {"radius": 0.01}, "intent": {"enabled": False}}},
+                     receipts={"trusted_keys": [keys.public_key_to_str(agent_pk)]})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii")
+    client = owner.with_principal(kit.principal("bob", "support"))
+    rng = np.random.default_rng(3)
+    noised, params = privatize(np.asarray(unit(rng), dtype=np.float32), mechanism="gaussian", epsilon=1.0,
+                               delta=1e-6, radius=0.01, clip_norm=1.0)
+    final = stored_form(noised, distance="Cosine")
+    rec = issue_receipt(ReceiptSigner(agent_sk), params=params, vector=final, collection="pii", point_id=1)
+    client.upsert("pii", [models.PointStruct(id=1, vector=final.tolist(),
+                                             payload={RECEIPT_KEY: receipts_for_payload({"": rec})})])
+    last = _last_audit(kit)
+    assert last["verdict"] == "ALLOW_RECEIPTED"
+    assert last["manifest"]["reconstruction_resistance_receipt"] == _batch_digest([rec])
+    # A call that mixes a receipted point and a point the guard noises records both.
+    rec2 = issue_receipt(ReceiptSigner(agent_sk), params=params, vector=final, collection="pii", point_id=2)
+    client.upsert("pii", [
+        models.PointStruct(id=2, vector=final.tolist(), payload={RECEIPT_KEY: receipts_for_payload({"": rec2})}),
+        models.PointStruct(id=3, vector=unit(rng)),
+    ])
+    last = _last_audit(kit)
+    assert last["verdict"] == "ALLOW_NOISED"
+    stored = {p.id: p.payload[RECEIPT_KEY]["vectors"][""] for p in owner.retrieve("pii", [2, 3])}
+    assert last["manifest"]["reconstruction_resistance_receipt"] == _batch_digest([stored[2], stored[3]])
