@@ -11,7 +11,7 @@ from qdrant_client.http import models
 
 from . import noise as _noise
 from .decision import Decision, Verdict
-from .errors import UnsupportedWriteError
+from .errors import ReceiptError, UnsupportedWriteError
 from .payloadops import _quotable, _quote, _selector_ids
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
@@ -455,7 +455,13 @@ class WriteOps(TextOps):
             payload = dict(p.payload or {})
             self.refuse_reserved_sources(op, name, pol, payload, point_id=p.id)
             payload = self.guard_payload_text(op, name, pol, payload, point_id=p.id, in_boundary=raw_ok)
-            receipts = receipts_from_payload(payload) if RECEIPT_KEY in payload else {}
+            try:
+                receipts = receipts_from_payload(payload) if RECEIPT_KEY in payload else {}
+            except ReceiptError as exc:
+                # A forged container is a receipt that does not verify: refused and audited as such.
+                faults.setdefault(Verdict.INVALID_RECEIPT, []).append(p.id)
+                reasons[str(p.id)] = f"malformed: {exc}"
+                receipts = {}
             vecs = split_vector_struct(p.vector)
             if not all(type(v) is list for v in vecs.values()):
                 # A plain list is never a Document, Image or InferenceObject, so embed_documents

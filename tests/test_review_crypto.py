@@ -15,7 +15,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from qdrant_client import models
 
-from qdrant_guard import QdrantClient, keys
+from qdrant_guard import GuardRefusal, QdrantClient, keys
 from qdrant_guard.audit import AuditLog, repair_audit_file, verify_audit_file
 from qdrant_guard.boundary import CREDENTIAL_SIGNATURE_PREFIX, CredentialRejected, verify_credential
 from qdrant_guard.canonical import canonical_json
@@ -271,3 +271,24 @@ def test_receipted_write_records_its_receipts_in_the_manifest(tmp_path):
     assert last["verdict"] == "ALLOW_NOISED"
     stored = {p.id: p.payload[RECEIPT_KEY]["vectors"][""] for p in owner.retrieve("pii", [2, 3])}
     assert last["manifest"]["reconstruction_resistance_receipt"] == _batch_digest([stored[2], stored[3]])
+
+
+@pytest.mark.parametrize("container", ["garbage", {"v": 2, "vectors": {}}, [1], {"v": 1, "vectors": []}])
+@pytest.mark.parametrize("who", [("bob", "support"), ("alice", "hr")])
+def test_malformed_receipt_container_is_an_audited_invalid_receipt(tmp_path, container, who):
+    # A forged receipt container is refused like any receipt that does not verify: INVALID_RECEIPT,
+    # audited, nothing written. It raised an unaudited ReceiptError instead.
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                              "raw_in_boundary": True, "intent": {"enabled": False}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii")
+    client = owner.with_principal(kit.principal(*who))
+    rng = np.random.default_rng(5)
+    with pytest.raises(GuardRefusal) as exc:
+        client.upsert("pii", [models.PointStruct(id=1, vector=unit(rng), payload={RECEIPT_KEY: container}),
+                              models.PointStruct(id=2, vector=unit(rng))])
+    assert exc.value.verdict == "INVALID_RECEIPT"
+    last = _last_audit(kit)
+    assert last["verdict"] == "INVALID_RECEIPT" and last["point_ids"] == [1]
+    assert owner.count("pii").count == 0
