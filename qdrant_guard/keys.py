@@ -164,7 +164,8 @@ def load_private_key(path: PathLike, *, allow_group_readable: bool = False) -> E
 
     Args:
         path: the key file.
-        allow_group_readable: accept a file the group may read (other users never).
+        allow_group_readable: accept a file the group may read (never write; other users
+            neither read nor write).
 
     Raises:
         KeyStoreError: the file is unreadable, readable by other users (``chmod 600 FILE``),
@@ -172,9 +173,10 @@ def load_private_key(path: PathLike, *, allow_group_readable: bool = False) -> E
         KeyAlgorithmError: the key is valid but not Ed25519 (e.g. RSA or EC).
     """
     p, data, st = _read_key_file(path, "load_private_key")
-    forbidden = stat.S_IROTH | stat.S_IWOTH
+    # Group write is refused either way: whoever can write the file chooses the guard's key.
+    forbidden = stat.S_IROTH | stat.S_IWOTH | stat.S_IWGRP
     if not allow_group_readable:
-        forbidden |= stat.S_IRGRP | stat.S_IWGRP
+        forbidden |= stat.S_IRGRP
     if os.name == "posix" and st.st_mode & forbidden:
         raise KeyStoreError(
             f"private key file {str(p)!r} is accessible by other users (mode "

@@ -292,3 +292,19 @@ def test_malformed_receipt_container_is_an_audited_invalid_receipt(tmp_path, con
     last = _last_audit(kit)
     assert last["verdict"] == "INVALID_RECEIPT" and last["point_ids"] == [1]
     assert owner.count("pii").count == 0
+
+
+def test_group_readable_allowance_does_not_accept_a_group_writable_key(tmp_path):
+    # allow_group_readable lets the group read the key; a group member who may write it could put
+    # their own key in its place and have the guard sign with it.
+    sk, _ = keys.generate_keypair()
+    p = tmp_path / "k.pem"
+    p.write_bytes(keys.private_key_to_pem(sk))
+    p.chmod(0o660)
+    with pytest.raises(keys.KeyStoreError, match="660"):
+        keys.load_private_key(p, allow_group_readable=True)
+    p.chmod(0o620)
+    with pytest.raises(keys.KeyStoreError):
+        keys.load_private_key(p, allow_group_readable=True)
+    p.chmod(0o640)
+    assert keys.load_private_key(p, allow_group_readable=True)
