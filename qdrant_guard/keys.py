@@ -145,6 +145,13 @@ def public_key_to_pem(pk: Ed25519PublicKey) -> bytes:
 def _read_key_file(path: PathLike, func: str) -> tuple[Path, bytes, os.stat_result]:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{func}() argument must be a path, not {type(path).__name__}")
+    text = os.fspath(path)
+    if isinstance(text, str) and ("-----BEGIN" in text or "\n" in text):
+        # Key content where a path belongs (say, from a secret store): never echo it.
+        raise KeyStoreError(
+            f"{func}() was given key text ({len(text)} characters), not a path; write the key to a "
+            "file (mode 600 for a private key) and give its path"
+        )
     p = Path(path)
     try:
         with open(p, "rb") as fh:

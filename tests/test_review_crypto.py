@@ -308,3 +308,19 @@ def test_group_readable_allowance_does_not_accept_a_group_writable_key(tmp_path)
         keys.load_private_key(p, allow_group_readable=True)
     p.chmod(0o640)
     assert keys.load_private_key(p, allow_group_readable=True)
+
+
+def test_key_text_given_instead_of_a_path_is_not_echoed(tmp_path):
+    # signing_key = the PEM text itself (e.g. from a secret store) instead of a file path: the
+    # "cannot read key file" error printed the whole private key.
+    sk, _ = keys.generate_keypair()
+    pem = keys.private_key_to_pem(sk).decode()
+    body = pem.splitlines()[1]
+    for load in (keys.load_private_key, keys.load_public_key):
+        with pytest.raises(keys.KeyStoreError) as exc:
+            load(pem)
+        assert body[-20:] not in str(exc.value) and "path" in str(exc.value)
+    cfg = config_from_dict({"signing_key": pem, "collections": {}}, source="p")
+    with pytest.raises(QdrantGuardError) as exc:
+        QdrantClient(":memory:", guard=cfg)
+    assert body[-20:] not in str(exc.value)
