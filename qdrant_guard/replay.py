@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any, TextIO
 
 from .decision import Verdict
-from .errors import GuardRefusal
+from .errors import ConfigError, GuardRefusal
 from .guard import Guard
 from .pipeline import drive_sync
 
@@ -48,8 +48,17 @@ def _old_outcome(rec: dict[str, Any]) -> str | None:
 
 
 def evaluate(guard: Guard, collection: str, text: str) -> str | None:
-    """The text-layer verdict ``guard`` reaches for ``text`` on ``collection`` (None: allowed)."""
-    pol = guard.policy(collection)
+    """The text-layer verdict ``guard`` reaches for ``text`` on ``collection`` (None: allowed).
+
+    A collection the policy refuses as unlisted (``unlisted = "refuse"``) gives the verdict a
+    live call gets, ``REFUSED_CROSS_BOUNDARY``.
+    """
+    try:
+        pol = guard.policy(collection)
+    except ConfigError as exc:
+        if getattr(exc, "unlisted", None) is None:
+            raise
+        return Verdict.REFUSED_CROSS_BOUNDARY.value
     if pol.is_public:
         return None
     details: dict[str, Any] = {}

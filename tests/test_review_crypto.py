@@ -324,3 +324,27 @@ def test_key_text_given_instead_of_a_path_is_not_echoed(tmp_path):
     with pytest.raises(QdrantGuardError) as exc:
         QdrantClient(":memory:", guard=cfg)
     assert body[-20:] not in str(exc.value)
+
+
+def test_replay_under_a_policy_that_refuses_the_logged_collection(tmp_path):
+    # A new policy that drops a collection with unlisted = "refuse" blocks its queries; replay
+    # aborted on the ConfigError instead of reporting them.
+    kit = make_kit(tmp_path)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(textwrap.dedent(f"""
+        unlisted = "refuse"
+        [boundaries.hr]
+        authority_keys = ["{kit.authority_pub['hr']}"]
+        [collections.other]
+        class = "PII"
+        owner = "hr"
+    """))
+    log = tmp_path / "audit.jsonl"
+    rec = {"op": "query_points", "collection": "docs", "verdict": "ALLOW",
+           "details": {"query_text": "short query"}}
+    log.write_text(json.dumps({"record": rec}) + "\n")
+    out = io.StringIO()
+    assert replay_log(str(log), str(policy), out=out) == 0
+    text = out.getvalue()
+    assert "replayed 1 logged queries" in text and "newly_blocked" in text, text
+    assert "REFUSED_CROSS_BOUNDARY" in text, text
