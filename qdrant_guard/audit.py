@@ -194,12 +194,16 @@ def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
             if seq in seen:
                 first = seen[seq]
                 earlier = parsed[first - 1]
+                after_earlier = parsed[first]  # the line after the earlier one (at most this one)
                 nxt = parsed[i + 1] if i + 1 < len(parsed) else None
                 # The earlier line is the extra one only if this one is a different entry for the
-                # same place in the chain (same prev); a replayed copy, or a line that chains to
-                # nothing before it (spliced from another log), is itself the extra line.
+                # same place in the chain (same prev), the chain continues from this one, and not
+                # from the earlier one. A replayed copy, a line that chains to nothing before it,
+                # or the start of a second log appended whole, is itself the extra line.
                 if (earlier is not None and entry["prev"] == earlier["prev"]
                         and entry["hash"] != earlier["hash"]
+                        and not (after_earlier is not None and after_earlier["prev"] == earlier["hash"]
+                                 and after_earlier["seq"] == seq + 1)
                         and nxt is not None and nxt["prev"] == entry["hash"] and nxt["seq"] == seq + 1):
                     # This line is the one the chain continues from: the earlier one is extra.
                     bad_line = first

@@ -69,6 +69,19 @@ def test_spliced_middle_of_another_log_blames_the_splice(tmp_path):
     assert (rep.problem, rep.index, rep.valid_prefix) == ("inserted", 6, 5), rep.detail
 
 
+def test_two_whole_logs_concatenated_blame_the_second_genesis(tmp_path):
+    # `cat a.jsonl b.jsonl`: line 1 has its own successor on line 2, so it is not an extra line;
+    # the second log's first line is. Repair then keeps the first log instead of cutting both.
+    own = _log(tmp_path / "a.jsonl", 5)
+    other = _log(tmp_path / "b.jsonl", 3, tag="b")
+    p = tmp_path / "both.jsonl"
+    p.write_bytes(b"".join(own + other))
+    rep = verify_audit_file(p)
+    assert (rep.problem, rep.index, rep.valid_prefix) == ("inserted", 6, 5), rep.detail
+    fixed = repair_audit_file(p)
+    assert fixed.ok and p.read_bytes().splitlines(keepends=True)[:5] == own
+
+
 # --------------------------------------------------------------------------- credentials
 
 def _signed_token(authority, **changes):
