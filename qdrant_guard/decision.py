@@ -88,8 +88,10 @@ class Decision:
         ids = [_jsonable_id(p) for p in self.point_ids[:MAX_IDS_IN_RECORD]]
         body: dict[str, Any] = {
             "op": self.op,
-            "collection": self.collection,
-            "principal": self.principal,
+            # Caller-chosen strings (a self-asserted agent id, a collection name) may hold lone
+            # surrogates, which would make the append fail and the decision go unaudited.
+            "collection": _utf8_safe(self.collection) if isinstance(self.collection, str) else self.collection,
+            "principal": _utf8_safe(self.principal) if isinstance(self.principal, str) else self.principal,
             "verdict": self.verdict.value,
             "directive": _utf8_safe(self.directive),
             "point_ids": ids,
@@ -125,7 +127,9 @@ def _utf8_safe(text: str) -> str:
 
 
 def _jsonable_id(pid: Any) -> Any:
-    return pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else str(pid)
+    if isinstance(pid, str):
+        return _utf8_safe(pid)
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) else _utf8_safe(str(pid))
 
 
 def _jsonable(obj: Any) -> Any:

@@ -15,7 +15,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from qdrant_client import models
 
-from qdrant_guard import GuardRefusal, QdrantClient, keys
+from qdrant_guard import GuardRefusal, Principal, QdrantClient, keys
 from qdrant_guard.audit import AuditLog, repair_audit_file, verify_audit_file
 from qdrant_guard.boundary import CREDENTIAL_SIGNATURE_PREFIX, CredentialRejected, verify_credential
 from qdrant_guard.canonical import canonical_json
@@ -361,3 +361,21 @@ def test_replay_under_a_policy_that_refuses_the_logged_collection(tmp_path):
     text = out.getvalue()
     assert "replayed 1 logged queries" in text and "newly_blocked" in text, text
     assert "REFUSED_CROSS_BOUNDARY" in text, text
+
+
+# --------------------------------------------------------------------------- audit completeness
+
+def test_refusal_of_a_principal_named_with_a_lone_surrogate_is_audited(tmp_path):
+    # A self-asserted agent id is any Python str; one that cannot be UTF-8 encoded made the audit
+    # append fail, so the cross-boundary attempt was refused with AuditError and left no entry.
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"c": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "c")
+    intruder = owner.with_principal(Principal("\ud800mallory", "support"))
+    with pytest.raises(GuardRefusal) as exc:
+        intruder.scroll("c")
+    assert exc.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    last = _last_audit(kit)
+    assert last["verdict"] == "REFUSED_CROSS_BOUNDARY" and "mallory" in last["principal"]
+    assert verify_audit_file(kit.tmp / "audit.jsonl").ok
