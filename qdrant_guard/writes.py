@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 from qdrant_client.http import models
@@ -481,6 +481,13 @@ class WriteOps(TextOps):
                         "receipt would never verify against the stored one. Use datatype float32 for "
                         "receipted vectors (quantization keeps the original vectors). Nothing was written"
                     )
+                if rec is not None and not isinstance(rec, Mapping):
+                    # The container stores receipt objects (verify_receipt would also read JSON
+                    # text, which the container cannot hold): anything else is malformed.
+                    faults.setdefault(Verdict.INVALID_RECEIPT, []).append(p.id)
+                    reasons[str(p.id)] = (f"malformed: the receipt of vector {vname or '<unnamed>'!r} is a "
+                                          f"{type(rec).__name__}, not a JSON object")
+                    continue
                 if rec is not None:
                     check = verify_receipt(
                         rec, vector=arr, collection=name, point_id=p.id, vector_name=vname,

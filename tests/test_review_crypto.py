@@ -379,3 +379,28 @@ def test_refusal_of_a_principal_named_with_a_lone_surrogate_is_audited(tmp_path)
     last = _last_audit(kit)
     assert last["verdict"] == "REFUSED_CROSS_BOUNDARY" and "mallory" in last["principal"]
     assert verify_audit_file(kit.tmp / "audit.jsonl").ok
+
+
+@pytest.mark.parametrize("form", ["text", "bytes", "list"])
+def test_receipt_that_is_not_a_json_object_is_an_audited_invalid_receipt(tmp_path, form):
+    # verify_receipt reads a receipt given as JSON text, but the payload container stores receipt
+    # objects: a receipt sent as text (or any non-object) crashed the write unaudited.
+    kit = make_kit(tmp_path)
+    agent_sk, agent_pk = keys.generate_keypair()
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": False,
+                              "noise": {"radius": 0.01}, "intent": {"enabled": False}}},
+                     receipts={"trusted_keys": [keys.public_key_to_str(agent_pk)]})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii")
+    client = owner.with_principal(kit.principal("bob", "support"))
+    noised, params = privatize(np.asarray(unit(np.random.default_rng(1)), dtype=np.float32), mechanism="gaussian",
+                               epsilon=1.0, delta=1e-6, radius=0.01, clip_norm=1.0)
+    final = stored_form(noised, distance="Cosine")
+    rec = issue_receipt(ReceiptSigner(agent_sk), params=params, vector=final, collection="pii", point_id=1)
+    sent = {"text": canonical_json(rec).decode(), "bytes": canonical_json(rec), "list": [rec]}[form]
+    with pytest.raises(GuardRefusal) as exc:
+        client.upsert("pii", [models.PointStruct(id=1, vector=final.tolist(),
+                                                 payload={RECEIPT_KEY: {"v": 1, "vectors": {"": sent}}})])
+    assert exc.value.verdict == "INVALID_RECEIPT"
+    assert _last_audit(kit)["verdict"] == "INVALID_RECEIPT"
+    assert owner.count("pii").count == 0
