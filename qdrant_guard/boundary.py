@@ -225,6 +225,9 @@ def verify_credential(
     current = time.time() if now is None else _number(now, "now")
     leeway = _number(leeway_s, "leeway_s")
 
+    if token != token.strip():
+        raise CredentialRejected(
+            "malformed", "token has leading or trailing whitespace (a newline read from a file?); strip it")
     parts = token.split(".")
     if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
         raise CredentialRejected("malformed", f"token must be '{TOKEN_PREFIX}.<claims>.<signature>'")

@@ -17,7 +17,7 @@ from qdrant_client import models
 
 from qdrant_guard import GuardRefusal, Principal, QdrantClient, keys
 from qdrant_guard.audit import AuditLog, repair_audit_file, verify_audit_file
-from qdrant_guard.boundary import CREDENTIAL_SIGNATURE_PREFIX, CredentialRejected, verify_credential
+from qdrant_guard.boundary import CREDENTIAL_SIGNATURE_PREFIX, CredentialRejected, issue_credential, verify_credential
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.errors import ConfigError, QdrantGuardError
 from qdrant_guard.noise_params import NoiseParams
@@ -404,3 +404,15 @@ def test_receipt_that_is_not_a_json_object_is_an_audited_invalid_receipt(tmp_pat
     assert exc.value.verdict == "INVALID_RECEIPT"
     assert _last_audit(kit)["verdict"] == "INVALID_RECEIPT"
     assert owner.count("pii").count == 0
+
+
+@pytest.mark.parametrize("pad", ["\n", " ", "\r\n"])
+def test_token_with_surrounding_whitespace_names_the_whitespace(pad):
+    # A token read from a file keeps its newline; it was rejected as bad_signature ("signature is
+    # not canonical base64url"), which sends the user after the wrong problem.
+    sk, pk = keys.generate_keypair()
+    token = issue_credential(sk, agent_id="alice", boundary="hr", now=1000)
+    with pytest.raises(CredentialRejected) as exc:
+        verify_credential(token + pad, authorities={"hr": [pk]}, now=1500)
+    assert exc.value.reason == "malformed" and "whitespace" in str(exc.value)
+    assert verify_credential(token, authorities={"hr": [pk]}, now=1500).agent_id == "alice"
