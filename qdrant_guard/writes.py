@@ -482,8 +482,8 @@ class WriteOps(TextOps):
                         "receipted vectors (quantization keeps the original vectors). Nothing was written"
                     )
                 if rec is not None and not isinstance(rec, Mapping):
-                    # The container stores receipt objects (verify_receipt would also read JSON
-                    # text, which the container cannot hold): anything else is malformed.
+                    # The guard stores receipts as JSON objects (receipts_for_payload); one in any
+                    # other form (JSON text, a list) is malformed, although verify_receipt reads text.
                     faults.setdefault(Verdict.INVALID_RECEIPT, []).append(p.id)
                     reasons[str(p.id)] = (f"malformed: the receipt of vector {vname or '<unnamed>'!r} is a "
                                           f"{type(rec).__name__}, not a JSON object")
