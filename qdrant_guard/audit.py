@@ -158,6 +158,18 @@ def _iter_lines(fh: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
             yield line, False
 
 
+def _run_length(parsed: list[dict[str, Any] | None], start: int) -> int:
+    """How many consecutive lines from ``start`` chain on from each other (seq + 1, prev = hash)."""
+    n, cur = 0, parsed[start]
+    while cur is not None:
+        n += 1
+        nxt = parsed[start + n] if start + n < len(parsed) else None
+        if nxt is None or nxt["prev"] != cur["hash"] or nxt["seq"] != cur["seq"] + 1:
+            break
+        cur = nxt
+    return n
+
+
 def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
           checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> AuditReport:
     p = os.fspath(path)
@@ -194,17 +206,14 @@ def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
             if seq in seen:
                 first = seen[seq]
                 earlier = parsed[first - 1]
-                after_earlier = parsed[first]  # the line after the earlier one (at most this one)
-                nxt = parsed[i + 1] if i + 1 < len(parsed) else None
                 # The earlier line is the extra one only if this one is a different entry for the
-                # same place in the chain (same prev), the chain continues from this one, and not
-                # from the earlier one. A replayed copy, a line that chains to nothing before it,
-                # or the start of a second log appended whole, is itself the extra line.
+                # same place in the chain (same prev) and the chain runs on longer from this one
+                # (a forged line, or forged lines, in front of the real ones). A replayed copy, a
+                # line that chains to nothing before it, or a shorter second log appended whole,
+                # is itself the extra line.
                 if (earlier is not None and entry["prev"] == earlier["prev"]
                         and entry["hash"] != earlier["hash"]
-                        and not (after_earlier is not None and after_earlier["prev"] == earlier["hash"]
-                                 and after_earlier["seq"] == seq + 1)
-                        and nxt is not None and nxt["prev"] == entry["hash"] and nxt["seq"] == seq + 1):
+                        and _run_length(parsed, i) > _run_length(parsed, first - 1)):
                     # This line is the one the chain continues from: the earlier one is extra.
                     bad_line = first
                     del good[first - 1:]

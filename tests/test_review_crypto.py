@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from qdrant_client import models
 
 from qdrant_guard import GuardRefusal, Principal, QdrantClient, keys
-from qdrant_guard.audit import AuditLog, repair_audit_file, verify_audit_file
+from qdrant_guard.audit import AuditLog, entry_hash, repair_audit_file, verify_audit_file
 from qdrant_guard.boundary import CREDENTIAL_SIGNATURE_PREFIX, CredentialRejected, issue_credential, verify_credential
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.errors import ConfigError, QdrantGuardError
@@ -67,6 +67,24 @@ def test_spliced_middle_of_another_log_blames_the_splice(tmp_path):
     p.write_bytes(b"".join(own + other[2:]))
     rep = verify_audit_file(p)
     assert (rep.problem, rep.index, rep.valid_prefix) == ("inserted", 6, 5), rep.detail
+
+
+def test_forged_segment_in_front_of_the_real_entries_is_still_blamed(tmp_path):
+    # Two forged entries chained from entry 3, followed by the real entries 4..8: the longer chain
+    # goes on from the real entry 4, so the forged line 4 is the extra one (as before the fixes
+    # above).
+    lines = _log(tmp_path / "a.jsonl", 8)
+    prev = json.loads(lines[2])["hash"]
+    forged = []
+    for seq in (4, 5):
+        e = {"seq": seq, "ts": 1.0, "prev": prev, "record": {"event": "forged"}}
+        e["hash"] = entry_hash(e)
+        forged.append(canonical_json(e) + b"\n")
+        prev = e["hash"]
+    p = tmp_path / "forged.jsonl"
+    p.write_bytes(b"".join(lines[:3] + forged + lines[3:]))
+    rep = verify_audit_file(p)
+    assert (rep.problem, rep.index, rep.valid_prefix) == ("inserted", 4, 3), rep.detail
 
 
 def test_two_whole_logs_concatenated_blame_the_second_genesis(tmp_path):
