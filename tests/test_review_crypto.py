@@ -110,8 +110,11 @@ def _signed_token(authority, **changes):
     claims.update(changes)
     body = canonical_json(claims)
     sig = authority.sign(CREDENTIAL_SIGNATURE_PREFIX + body)
-    b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()  # noqa: E731
-    return f"qgc1.{b64(body)}.{b64(sig)}"
+    return f"qgc1.{_b64url(body)}.{_b64url(sig)}"
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
 @pytest.mark.parametrize("jti", ["", "a b", "jti/with+slash", "é"])
