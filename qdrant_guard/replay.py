@@ -15,6 +15,7 @@ from .decision import Verdict
 from .errors import ConfigError, GuardRefusal
 from .guard import Guard
 from .pipeline import drive_sync
+from .policy import load_policy
 
 _QUERY_OPS = {"query_points", "query_points_groups", "query_batch_points"}
 _PLACEHOLDER = re.compile(r"\[[A-Z][A-Z0-9_]+\]")
@@ -76,8 +77,10 @@ def evaluate(guard: Guard, collection: str, text: str) -> str | None:
 
 def replay_log(log_path: str, policy_path: str, *, out: TextIO) -> int:
     """Print what would change under ``policy_path`` for the queries logged in ``log_path``."""
-    guard = Guard(policy_path)
-    guard.audit = None  # replaying must never write to the live audit log
+    # Replaying must never touch the live audit log: not create it, not need its tail intact.
+    cfg = load_policy(policy_path).model_copy(update={"audit_log": None})
+    guard = Guard(cfg)
+    guard.audit = None
     counts: Counter[str] = Counter()
     changes: Counter[tuple[str, str]] = Counter()
     examples: dict[tuple[str, str], str] = {}

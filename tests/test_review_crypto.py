@@ -437,3 +437,31 @@ def test_token_with_surrounding_whitespace_names_the_whitespace(pad):
         verify_credential(token + pad, authorities={"hr": [pk]}, now=1500)
     assert exc.value.reason == "malformed" and "whitespace" in str(exc.value)
     assert verify_credential(token, authorities={"hr": [pk]}, now=1500).agent_id == "alice"
+
+
+def test_replay_neither_creates_nor_needs_the_policys_live_audit_log(tmp_path):
+    # replay builds a Guard from the policy only to evaluate text: it created the policy's audit
+    # log file, and refused to run (AuditIntegrityError) when that live log had a torn tail, as a
+    # log whose writer crashed has.
+    kit = make_kit(tmp_path)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(textwrap.dedent(f"""
+        audit_log = "live.jsonl"
+        [boundaries.hr]
+        authority_keys = ["{kit.authority_pub['hr']}"]
+        [collections.docs]
+        class = "PII"
+        owner = "hr"
+        [collections.docs.intent]
+        enabled = false
+    """))
+    log = tmp_path / "replayed.jsonl"
+    rec = {"op": "query_points", "collection": "docs", "details": {"query_text": "short query"}}
+    log.write_text(json.dumps({"record": rec}) + "\n")
+    assert replay_log(str(log), str(policy), out=io.StringIO()) == 0
+    assert not (tmp_path / "live.jsonl").exists()
+    (tmp_path / "live.jsonl").write_bytes(b'{"seq":1,"torn')
+    out = io.StringIO()
+    assert replay_log(str(log), str(policy), out=out) == 0
+    assert "replayed 1 logged queries" in out.getvalue()
+    assert (tmp_path / "live.jsonl").read_bytes() == b'{"seq":1,"torn'
