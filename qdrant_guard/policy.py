@@ -372,12 +372,15 @@ class ReceiptTrust(_Strict):
     """Which keys may sign receipts the guard accepts (the guard's own key is always trusted)."""
 
     trusted_keys: tuple[str, ...] = ()
-    """Public keys (``ed25519:<base64>`` or files) of writers whose receipts are accepted."""
+    """Public keys (``ed25519:<base64>`` or files) of writers whose receipts are accepted. After
+    rotating ``signing_key``, list the old key's public key here: otherwise the receipts it signed
+    stop verifying, and the vectors they certify are stripped from reads outside the owner."""
     revoked_keys: tuple[str, ...] = ()
     """Key ids (``ed25519:<hex>``) whose receipts, credentials and utility records are rejected. The
     guard's own ``signing_key`` may not be listed (the client refuses to start: rotate it)."""
     max_age_s: float | None = Field(None, gt=0)
-    """Reject receipts issued longer ago than this (None: no limit)."""
+    """Refuse a write whose receipts were issued longer ago than this (None: no limit). Checked when
+    a write presents receipts; reads release stored vectors whatever their receipts' age."""
 
     @field_validator("revoked_keys")
     @classmethod
