@@ -47,7 +47,6 @@ static inline int is_hex(int c) { return is_digit(c) || (c >= 'a' && c <= 'f') |
 static inline int is_printable(int c) { return c >= 0x21 && c <= 0x7e; }
 static inline int is_base32(int c) { return is_upper(c) || (c >= '2' && c <= '7'); }
 static inline int lower_ascii(int c) { return is_upper(c) ? c + 32 : c; }
-static inline int is_iban_char(int c) { return is_upper(c) || is_digit(c); }
 static inline int is_local(int c) { return is_word(c) || c == '.' || c == '%' || c == '+' || c == '-'; }
 static inline int is_domain(int c) { return is_alnum(c) || c == '.' || c == '-'; }
 static inline int is_url_segment(int c) {
@@ -405,8 +404,9 @@ static const struct {
 };
 
 static int iban_length(const unsigned char *cc) {
+    int c0 = is_lower(cc[0]) ? cc[0] - 32 : cc[0], c1 = is_lower(cc[1]) ? cc[1] - 32 : cc[1];
     for (size_t k = 0; k < sizeof IBAN_LENGTHS / sizeof IBAN_LENGTHS[0]; k++)
-        if (IBAN_LENGTHS[k].cc[0] == cc[0] && IBAN_LENGTHS[k].cc[1] == cc[1]) return IBAN_LENGTHS[k].len;
+        if (IBAN_LENGTHS[k].cc[0] == c0 && IBAN_LENGTHS[k].cc[1] == c1) return IBAN_LENGTHS[k].len;
     return 0;
 }
 
@@ -414,27 +414,30 @@ static int mod97(const char *iban, int len) {
     int r = 0;
     for (int k = 0; k < len; k++) {
         char ch = iban[(k + 4) % len];
-        int v = is_digit(ch) ? ch - '0' : ch - 'A' + 10;
+        int v = is_digit(ch) ? ch - '0' : lower_ascii(ch) - 'a' + 10;
         r = v >= 10 ? (r * 100 + v) % 97 : (r * 10 + v) % 97;
     }
     return r;
 }
 
+/* An IBAN from i: compact, or in groups of 4 split by single spaces or dashes; see _iban in the
+ * reference for the extra rules of lower-case letters. */
 static void iban(scan_t *s, size_t i) {
     int prev = at(s, (int64_t)i - 1);
     if (prev >= 0 && is_alnum(prev)) return;
-    if (!(is_upper(s->b[i]) && is_upper(at(s, i + 1)) && is_digit(at(s, i + 2)) && is_digit(at(s, i + 3)))) return;
+    if (!(is_alpha(s->b[i]) && is_alpha(at(s, i + 1)) && is_digit(at(s, i + 2)) && is_digit(at(s, i + 3)))) return;
     int length = iban_length(s->b + i);
     if (!length) return;
     char compact[40];
     size_t end;
-    if (at(s, i + 4) == ' ') {
+    int sep = at(s, i + 4);
+    if (sep == ' ' || sep == '-') {
         memcpy(compact, s->b + i, 4);
         int count = 4;
         size_t j = i + 4;
         while (count < length) {
-            if (at(s, j) != ' ') return;
-            size_t g_end = RUN_END(s, j + 1, is_iban_char, 5);
+            if (at(s, j) != sep) return;
+            size_t g_end = RUN_END(s, j + 1, is_alnum, 5);
             int glen = (int)(g_end - (j + 1));
             if (glen == 0 || glen > 4 || count + glen > length || (glen < 4 && count + glen != length)) return;
             memcpy(compact + count, s->b + j + 1, (size_t)glen);
@@ -442,13 +445,20 @@ static void iban(scan_t *s, size_t i) {
             j = g_end;
         }
         end = j;
+        if (sep == '-' && at(s, (int64_t)end) == '-' && is_alnum(at(s, (int64_t)end + 1))) return;
     } else {
-        end = RUN_END(s, i, is_iban_char, length + 1);
+        end = RUN_END(s, i, is_alnum, length + 1);
         if ((int)(end - i) != length) return;
         memcpy(compact, s->b + i, (size_t)length);
     }
     int after = at(s, (int64_t)end);
     if (after >= 0 && is_alnum(after)) return;
+    int lower = 0, bban_digit = 0;
+    for (int k = 0; k < length; k++) {
+        lower |= is_lower(compact[k]);
+        if (k >= 4) bban_digit |= is_digit(compact[k]);
+    }
+    if (lower && (!bban_digit || (sep != ' ' && sep != '-' && !window_has(s, i, 40, "iban", "iban")))) return;
     if (mod97(compact, length) == 1) emit(s, i, end, QG_IBAN, QG_V_MOD97);
 }
 
@@ -578,17 +588,19 @@ static void token(scan_t *s, size_t i) {
             }
         }
     }
-    if (c == 'g' && !(prev >= 0 && is_word(prev))) {
-        size_t e = RUN_END(s, i, is_word, 257);
-        size_t len = e - i;
-        if (len >= 4 && b[i + 1] == 'h' && b[i + 3] == '_' && in_set(b[i + 2], "pousr")) {
-            if (len == 40 && all_alnum(b + i + 4, 36)) emit_token(s, i, e, QG_GITHUB_TOKEN);
-        } else if (len == 93 && starts_with(s, i, "github_pat_") && b[i + 33] == '_' && all_alnum(b + i + 11, 22) &&
-                   all_alnum(b + i + 34, 59)) {
-            emit_token(s, i, e, QG_GITHUB_TOKEN);
+    /* Tokens may be wrapped in '_' (Markdown emphasis, snake_case glue): '_' before a prefix and
+     * after a fixed-length body does not hide them. */
+    if (c == 'g' && !(prev >= 0 && is_alnum(prev))) {
+        if (i + 4 <= s->n && b[i + 1] == 'h' && b[i + 3] == '_' && in_set(b[i + 2], "pousr")) {
+            size_t e = RUN_END(s, i + 4, is_alnum, 37);
+            if (e - i == 40) emit_token(s, i, e, QG_GITHUB_TOKEN);
+        } else if (starts_with(s, i, "github_pat_") && RUN_END(s, i + 11, is_alnum, 23) == i + 33 &&
+                   at(s, (int64_t)i + 33) == '_') {
+            size_t e = RUN_END(s, i + 34, is_alnum, 60);
+            if (e - i == 93) emit_token(s, i, e, QG_GITHUB_TOKEN);
         }
     }
-    if (c == 'g' && !(prev >= 0 && is_word_dash(prev)) && starts_with(s, i, "glpat-")) {
+    if (c == 'g' && !(prev >= 0 && is_alnum_dash(prev)) && starts_with(s, i, "glpat-")) {
         size_t e = RUN_END(s, i, is_word_dash, 257);
         if (e - i - 6 >= 20 && e - i - 6 <= 50) emit_token(s, i, e, QG_GITLAB_TOKEN);
     }
@@ -599,14 +611,14 @@ static void token(scan_t *s, size_t i) {
         for (size_t q = i + 5; q < e; q++) digit |= is_digit(b[q]);
         if (e - i - 5 >= 10 && e - i <= 256 && digit) emit_token(s, i, e, QG_SLACK_TOKEN);
     }
-    if ((c == 's' || c == 'r') && !(prev >= 0 && is_word(prev)) &&
+    if ((c == 's' || c == 'r') && !(prev >= 0 && is_alnum(prev)) &&
         (starts_with(s, i, "sk_live_") || starts_with(s, i, "sk_test_") || starts_with(s, i, "rk_live_") ||
          starts_with(s, i, "rk_test_"))) {
-        size_t e = RUN_END(s, i, is_word, 257);
+        size_t e = RUN_END(s, i + 8, is_alnum, 248);
         size_t rest = e - i - 8;
-        if (rest >= 16 && rest <= 247 && all_alnum(b + i + 8, rest)) emit_token(s, i, e, QG_STRIPE_KEY);
+        if (rest >= 16 && rest <= 247) emit_token(s, i, e, QG_STRIPE_KEY);
     }
-    if (c == 's' && !(prev >= 0 && is_word_dash(prev)) && starts_with(s, i, "sk-")) {
+    if (c == 's' && !(prev >= 0 && is_alnum_dash(prev)) && starts_with(s, i, "sk-")) {
         size_t e = RUN_END(s, i, is_word_dash, 257);
         size_t rest = e - i - 3;
         int lo, up, dg;
@@ -654,7 +666,7 @@ static int jwt_header_ok(const unsigned char *seg, size_t len) {
 
 static void jwt(scan_t *s, size_t i) {
     int prev = at(s, (int64_t)i - 1);
-    if (prev >= 0 && (is_word_dash(prev) || prev == '.')) return;
+    if (prev >= 0 && (is_alnum_dash(prev) || prev == '.')) return; /* '_' may wrap it, as other tokens */
     size_t e1 = RUN_END(s, i, is_word_dash, 4097);
     if (e1 - i > 4096 || at(s, e1) != '.') return;
     size_t e2 = RUN_END(s, e1 + 1, is_word_dash, 65537);
@@ -727,9 +739,14 @@ static const char *const SECRET_WORDS[] = {
 static const char *const PASSWORD_WORDS[] = {
     "password", "passwords", "passwd", "pwd", "pass", "passphrase", "pw", "passcode", NULL,
 };
-static const char *const PASSWORD_SUFFIXES[] = {"password", "passwd", NULL};
+static const char *const PASSWORD_SUFFIXES[] = {"password", "passwd", "pwd", "pass", NULL};
 static const char *const SECRET_SUFFIXES[] = {
-    "secret", "token", "password", "passwd", "apikey", "privatekey", "accesskey", "secretkey", NULL,
+    "secret", "token", "password", "passwd", "pwd", "pass", "apikey", "authkey", "privatekey", "accesskey",
+    "secretkey", NULL,
+};
+/* English words that end in "pass" but name no password. */
+static const char *const NOT_PASS[] = {
+    "bypass", "compass", "encompass", "surpass", "trespass", "overpass", "underpass", NULL,
 };
 static const char *const NAME_STOP[] = {
     "url", "uri", "path", "file", "filename", "dir", "name", "id", "ids", "count", "len",
@@ -784,11 +801,17 @@ static int secret_name(const unsigned char *name, size_t n) {
         starts[np] = cur;
         ends[np++] = cur + cur_len;
     }
+    /* _word_core: without trailing digits, then without a trailing "value" (password1, tokenvalue) */
+    for (int k = 0; k < np; k++) {
+        while (ends[k] > starts[k] && is_digit(name[ends[k] - 1])) ends[k]--;
+        if (ends[k] - starts[k] > 5 && eq_ci(name + ends[k] - 5, 5, "value")) ends[k] -= 5;
+    }
     if (!np || in_list(name + starts[np - 1], ends[np - 1] - starts[np - 1], NAME_STOP)) return 0;
     int flags = 0;
     for (int k = 0; k < np; k++) {
         const unsigned char *w = name + starts[k];
         size_t wl = ends[k] - starts[k];
+        if (in_list(w, wl, NOT_PASS)) continue;
         if (in_list(w, wl, SECRET_WORDS) || ends_with_any(w, wl, SECRET_SUFFIXES)) flags |= 1;
         if (in_list(w, wl, PASSWORD_WORDS) || ends_with_any(w, wl, PASSWORD_SUFFIXES)) flags |= 2;
     }
@@ -872,6 +895,52 @@ static void generic(scan_t *s, size_t p) {
     assigned(s, v, name_flags & 2);
 }
 
+static inline int is_space(int c) { return c == ' '; }
+
+/* _line_indent of the reference: indentation of the line holding v, or -1 when its start is not
+ * within 256 printable ASCII characters before v. */
+static int64_t line_indent(const scan_t *s, size_t v) {
+    size_t k = v;
+    while (k > 0 && v - k < 256 && is_value(s->b[k - 1])) k--;
+    if (k > 0 && s->b[k - 1] != '\n') return -1;
+    return (int64_t)(RUN_END(s, k, is_space, v - k) - k);
+}
+
+/* _block_scalar of the reference: a YAML block scalar at v ('|' or '>', optional indicators, end of
+ * line). Returns 0 when it is not one; else 1, having emitted the finding of its first line if any. */
+static int block_scalar(scan_t *s, size_t v, int password) {
+    size_t j = v + 1;
+    for (int r = 0; r < 2; r++) {
+        int c = at(s, (int64_t)j);
+        if (c == '+' || c == '-' || (c >= '1' && c <= '9')) j++;
+    }
+    while (at(s, (int64_t)j) == ' ' || at(s, (int64_t)j) == '\t') j++;
+    if (at(s, (int64_t)j) == '\r') j++;
+    if (at(s, (int64_t)j) != '\n') return 0;
+    int64_t indent = line_indent(s, v);
+    j++;
+    size_t vs = RUN_END(s, j, is_space, 257);
+    if (indent < 0 || (int64_t)(vs - j) <= indent) return 1;
+    size_t e = RUN_END(s, vs, is_value, 257);
+    int after = at(s, (int64_t)e);
+    if (e - vs > 256 || !(after < 0 || after == '\r' || after == '\n')) return 1;
+    int validator = generic_value(s->b + vs, e - vs, 0, password);
+    if (validator >= 0) emit(s, vs, e, QG_GENERIC_SECRET, validator);
+    return 1;
+}
+
+/* _next_param of the reference: where a bare value b[v:e] ends when a query-string or form
+ * parameter ('&' or "&amp;", a name and '=') follows it; else e. */
+static size_t next_param(const scan_t *s, size_t v, size_t e) {
+    for (size_t j = v; j < e; j++) {
+        if (s->b[j] != '&') continue;
+        size_t k = starts_with(s, j + 1, "amp;") ? j + 5 : j + 1;
+        size_t ne = RUN_END(s, k, is_name, 65);
+        if (ne > k && ne <= k + 64 && at(s, (int64_t)ne) == '=') return j;
+    }
+    return e;
+}
+
 /* _assigned of the reference: the GENERIC_SECRET finding for the value assigned from v. */
 static void assigned(scan_t *s, size_t v, int password) {
     const unsigned char *b = s->b;
@@ -880,6 +949,7 @@ static void assigned(scan_t *s, size_t v, int password) {
     int q = at(s, (int64_t)v);
     size_t start, end;
     int quoted;
+    if ((q == '|' || q == '>') && block_scalar(s, v, password)) return;
     if (q == '"' || q == '\'' || q == '`') {
         size_t lim = v + 1 + 513 > n ? n : v + 1 + 513;
         size_t e = v + 1;
@@ -892,7 +962,7 @@ static void assigned(scan_t *s, size_t v, int password) {
         quoted = 1;
     } else {
         v = scheme_skip(s, v);
-        size_t e = RUN_END(s, v, is_bare, 257);
+        size_t e = next_param(s, v, RUN_END(s, v, is_bare, 257));
         if (e - v > 256 || at(s, (int64_t)e) == '(') return;
         start = v;
         end = e;
@@ -911,6 +981,8 @@ static int secret_field(const unsigned char *name, size_t n) {
 
 static inline int is_tag_value(int c) { return is_value(c) && c != '<'; }
 
+static const char CDATA[] = "<![CDATA[";
+
 /* <password>value</password>: an element whose tag is a secret name (b[p] is '<'). */
 static void xml_element(scan_t *s, size_t p) {
     const unsigned char *b = s->b;
@@ -918,9 +990,20 @@ static void xml_element(scan_t *s, size_t p) {
     if (e == k || e - k > 64 || at(s, (int64_t)e) != '>') return;
     int flags = secret_field(b + k, e - k);
     if (!(flags & 1)) return;
-    size_t nl = e - k, v = e + 1, ve = RUN_END(s, v, is_tag_value, 257);
-    if (ve - v > 256 || ve + 2 + nl >= s->n || b[ve] != '<' || b[ve + 1] != '/' ||
-        memcmp(b + ve + 2, b + k, nl) != 0 || b[ve + 2 + nl] != '>')
+    size_t nl = e - k, v = e + 1, ve, tail;
+    if (starts_with(s, v, CDATA)) { /* <password><![CDATA[value]]></password> */
+        v += sizeof CDATA - 1;
+        int64_t q = find_lit(s, "]]>", 3, v, RUN_END(s, v, is_value, 259));
+        if (q < 0 || (size_t)q - v > 256) return;
+        ve = (size_t)q;
+        tail = ve + 3;
+    } else {
+        ve = RUN_END(s, v, is_tag_value, 257);
+        if (ve - v > 256) return;
+        tail = ve;
+    }
+    if (tail + 2 + nl >= s->n || b[tail] != '<' || b[tail + 1] != '/' || memcmp(b + tail + 2, b + k, nl) != 0 ||
+        b[tail + 2 + nl] != '>')
         return;
     int validator = generic_value(b + v, ve - v, 0, flags & 2);
     if (validator >= 0) emit(s, v, ve, QG_GENERIC_SECRET, validator);
@@ -976,9 +1059,37 @@ static void pair(scan_t *s, size_t p) {
     }
 }
 
-/* --password VALUE: a command-line flag named like a secret (b[p] is '-'). */
+/* _user_flag_before of the reference: a -u/--user flag before p on its line (200 characters). */
+static int user_flag_before(const scan_t *s, size_t p) {
+    const unsigned char *b = s->b;
+    size_t k = p;
+    while (k > 0 && p - k < 200 && is_value(b[k - 1])) k--;
+    for (size_t q = k; q + 2 < p; q++) {
+        if (b[q] != '-' || b[q + 1] != 'u' || !(b[q + 2] == ' ' || is_alnum(b[q + 2]))) continue;
+        if (at(s, (int64_t)q - 1) == ' ' || (at(s, (int64_t)q - 1) == '-' && at(s, (int64_t)q - 2) == ' ')) return 1;
+    }
+    return 0;
+}
+
+/* mysql -u root -pVALUE: see _short_password_flag in the reference (b[p] is '-'). */
+static void short_password_flag(scan_t *s, size_t p) {
+    int a = at(s, (int64_t)p + 2);
+    if (at(s, (int64_t)p - 1) != ' ' || a < 0 || a == ' ' || a == '-' || !user_flag_before(s, p)) return;
+    size_t before = s->out->len;
+    assigned(s, p + 2, 1);
+    if (s->out->len > before) {
+        qg_finding *f = &s->out->items[s->out->len - 1];
+        if (memchr(s->b + f->start, '/', (size_t)(f->end - f->start))) s->out->len--;
+    }
+}
+
+/* --password VALUE: a command-line flag named like a secret (b[p] is '-'); and -pVALUE. */
 static void flag(scan_t *s, size_t p) {
     int prev = at(s, (int64_t)p - 1);
+    if (at(s, (int64_t)p + 1) == 'p') {
+        short_password_flag(s, p);
+        return;
+    }
     if (at(s, (int64_t)p + 1) != '-' || (prev >= 0 && is_name(prev))) return;
     size_t k = p + 2, e = RUN_END(s, k, is_name, 65);
     if (e == k || e - k > 64 || at(s, (int64_t)e) != ' ') return;
@@ -1134,7 +1245,7 @@ int qg_detect(const unsigned char *b, size_t n, qg_findings *out) {
         }
         int prev = i ? b[i - 1] : -1;
         if (is_digit(c) && !(prev >= 0 && is_digit(prev))) chain(&s, i);
-        if (is_upper(c)) iban(&s, i);
+        if (is_alpha(c)) iban(&s, i);
         if (c == 'A' || c == 'g' || c == 'x' || c == 's' || c == 'r') token(&s, i);
         if (c == '@') email(&s, i);
         if (c == ':' && i + 3 <= n && b[i + 1] == '/' && b[i + 2] == '/') url(&s, i);

@@ -48,7 +48,8 @@ _RANK = {t: i for i, t in enumerate(FINDING_TYPES)}
 _DIGITS = frozenset("0123456789")
 _UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
-_ALNUM = _DIGITS | _UPPER | _LOWER
+_LETTERS = _UPPER | _LOWER
+_ALNUM = _DIGITS | _LETTERS
 _WORD = _ALNUM | {"_"}
 # Numbers (SSN, card, IBAN, phone) end at letters and digits only: "_123-45-6789_" (Markdown
 # emphasis) or "ssn_123456789" is still the number.
@@ -297,7 +298,8 @@ _IBAN_LENGTHS = {
     "PS": 29, "PT": 25, "QA": 29, "RO": 24, "RS": 22, "SA": 24, "SE": 24, "SI": 19, "SK": 24,
     "SM": 27, "TN": 24, "TR": 26, "UA": 29, "VG": 24, "XK": 20,
 }
-_IBAN_CHARS = _UPPER | _DIGITS
+_IBAN_CHARS = _ALNUM
+_UPPER_TABLE = str.maketrans("abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
 def _mod97(iban: str) -> int:
@@ -310,19 +312,24 @@ def _mod97(iban: str) -> int:
 
 
 def _iban(text: str, i: int) -> list[tuple[int, int, str, str]]:
+    """An IBAN from ``i``: compact, or in groups of 4 split by single spaces or dashes. Letters
+    may be lower case; then the BBAN needs a digit, and a compact one "iban" in the 40
+    characters before it (a lower-case hex id of the right length passes mod-97 one time in 97)."""
     if _at(text, i - 1) in _ALNUM:
         return []
-    if not (text[i] in _UPPER and _at(text, i + 1) in _UPPER and _at(text, i + 2) in _DIGITS and _at(text, i + 3) in _DIGITS):
+    if not (text[i] in _LETTERS and _at(text, i + 1) in _LETTERS and _at(text, i + 2) in _DIGITS
+            and _at(text, i + 3) in _DIGITS):
         return []
-    length = _IBAN_LENGTHS.get(text[i : i + 2])
+    length = _IBAN_LENGTHS.get(text[i : i + 2].translate(_UPPER_TABLE))
     if length is None:
         return []
-    if _at(text, i + 4) == " ":
+    sep = _at(text, i + 4)
+    if sep in (" ", "-"):
         chars = [text[i : i + 4]]
         count = 4
         j = i + 4
         while count < length:
-            if _at(text, j) != " ":
+            if _at(text, j) != sep:
                 return []
             g_end = _run_end(text, j + 1, _IBAN_CHARS, 5)
             glen = g_end - (j + 1)
@@ -333,6 +340,8 @@ def _iban(text: str, i: int) -> list[tuple[int, int, str, str]]:
             j = g_end
         end = j
         compact = "".join(chars)
+        if sep == "-" and _at(text, end) == "-" and _at(text, end + 1) in _ALNUM:
+            return []  # runs on: a key or id grouped by dashes, not an IBAN
     else:
         end = _run_end(text, i, _IBAN_CHARS, length + 1)
         if end - i != length:
@@ -340,6 +349,12 @@ def _iban(text: str, i: int) -> list[tuple[int, int, str, str]]:
         compact = text[i:end]
     if _at(text, end) in _ALNUM:
         return []
+    if any(c in _LOWER for c in compact):
+        if not any(c in _DIGITS for c in compact[4:]):
+            return []
+        if sep not in (" ", "-") and not _window_has(text, i, 40, ("iban",)):
+            return []
+        compact = compact.translate(_UPPER_TABLE)
     return [(i, end, "IBAN", "mod97")] if _mod97(compact) == 1 else []
 
 
@@ -454,16 +469,18 @@ def _token(text: str, i: int) -> list[tuple[int, int, str, str]]:
         e = _run_end(text, i, _ALNUM, 21)
         if e - i == 20 and all(c in _BASE32 for c in text[i + 4 : e]):
             out.append((i, e, "AWS_ACCESS_KEY", "format"))
-    if prev not in _WORD and head[:1] == "g":
-        e = _run_end(text, i, _WORD, 257)
-        run = text[i:e]
-        if run[:4] in ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"):
-            if len(run) == 40 and all(c in _ALNUM for c in run[4:]):
+    # Tokens may be wrapped in "_" (Markdown emphasis, snake_case glue): "_" before a prefix and
+    # after a fixed-length body does not hide them.
+    if prev not in _ALNUM and head[:1] == "g":
+        if head[:4] in ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"):
+            e = _run_end(text, i + 4, _ALNUM, 37)
+            if e - i == 40 and _at(text, e) not in _ALNUM:
                 out.append((i, e, "GITHUB_TOKEN", "format"))
-        elif run.startswith("github_pat_") and len(run) == 93 and run[33] == "_":
-            if all(c in _ALNUM for c in run[11:33] + run[34:]):
+        elif head == "github_pat_" and _run_end(text, i + 11, _ALNUM, 23) == i + 33 and _at(text, i + 33) == "_":
+            e = _run_end(text, i + 34, _ALNUM, 60)
+            if e - i == 93:
                 out.append((i, e, "GITHUB_TOKEN", "format"))
-    if prev not in _WORD_DASH and head[:6] == "glpat-":
+    if prev not in _ALNUM_DASH and head[:6] == "glpat-":
         e = _run_end(text, i, _WORD_DASH, 257)
         if 20 <= e - i - 6 <= 50:
             out.append((i, e, "GITLAB_TOKEN", "format"))
@@ -472,12 +489,11 @@ def _token(text: str, i: int) -> list[tuple[int, int, str, str]]:
         rest = text[i + 5 : e]
         if 10 <= len(rest) and e - i <= 256 and any(c in _DIGITS for c in rest):
             out.append((i, e, "SLACK_TOKEN", "format"))
-    if prev not in _WORD and head[:8] in ("sk_live_", "sk_test_", "rk_live_", "rk_test_"):
-        e = _run_end(text, i, _WORD, 257)
-        rest = text[i + 8 : e]
-        if 16 <= len(rest) <= 247 and all(c in _ALNUM for c in rest):
+    if prev not in _ALNUM and head[:8] in ("sk_live_", "sk_test_", "rk_live_", "rk_test_"):
+        e = _run_end(text, i + 8, _ALNUM, 248)
+        if 16 <= e - (i + 8) <= 247:
             out.append((i, e, "STRIPE_KEY", "format"))
-    if prev not in _WORD_DASH and head[:3] == "sk-":
+    if prev not in _ALNUM_DASH and head[:3] == "sk-":
         e = _run_end(text, i, _WORD_DASH, 257)
         rest = text[i + 3 : e]
         if 32 <= len(rest) <= 253 and all(_classes(rest)):
@@ -510,7 +526,7 @@ def _jwt_header_ok(header: bytes) -> bool:
 
 def _jwt(text: str, i: int) -> list[tuple[int, int, str, str]]:
     prev = _at(text, i - 1)
-    if prev in _JWT_SEGMENT or prev == ".":
+    if prev in _ALNUM_DASH or prev == ".":  # "_" may wrap it, as it may wrap other tokens
         return []
     e1 = _run_end(text, i, _JWT_SEGMENT, 4097)
     if e1 - i > 4096 or _at(text, e1) != ".":
@@ -587,7 +603,10 @@ _SECRET_WORDS = frozenset(
         "authorization",
     }
 )
-_SECRET_SUFFIXES = ("secret", "token", "password", "passwd", "apikey", "privatekey", "accesskey", "secretkey")
+_SECRET_SUFFIXES = (
+    "secret", "token", "password", "passwd", "pwd", "pass", "apikey", "authkey", "privatekey", "accesskey",
+    "secretkey",
+)
 _NAME_STOP = frozenset(
     {
         "url", "uri", "path", "file", "filename", "dir", "name", "id", "ids", "count", "len",
@@ -626,15 +645,28 @@ def name_components(name: str) -> list[str]:
 
 
 _PASSWORD_WORDS = frozenset({"password", "passwords", "passwd", "pwd", "pass", "passphrase", "pw", "passcode"})
+_PASSWORD_SUFFIXES = ("password", "passwd", "pwd", "pass")
+# English words that end in "pass" but name no password.
+_NOT_PASS = frozenset({"bypass", "compass", "encompass", "surpass", "trespass", "overpass", "underpass"})
+
+
+def _word_core(part: str) -> str:
+    """A name component without trailing digits and then a trailing "value" (``password1``,
+    ``tokenvalue``): what is left is the word the checks look at."""
+    core = part.rstrip("0123456789")
+    if len(core) > 5 and core.endswith("value"):
+        core = core[:-5]
+    return core
 
 
 def _secret_name(name: str) -> tuple[bool, bool]:
     """``(secret-like, password-like)`` for an assigned name."""
-    parts = name_components(name)
+    parts = [_word_core(p) for p in name_components(name)]
     if not parts or parts[-1] in _NAME_STOP:
         return False, False
+    parts = [p for p in parts if p not in _NOT_PASS]
     secret = any(p in _SECRET_WORDS or p.endswith(_SECRET_SUFFIXES) for p in parts)
-    password = any(p in _PASSWORD_WORDS or p.endswith(("password", "passwd")) for p in parts)
+    password = any(p in _PASSWORD_WORDS or p.endswith(_PASSWORD_SUFFIXES) for p in parts)
     return secret, password
 
 
@@ -727,12 +759,65 @@ def _generic(text: str, p: int) -> list[tuple[int, int, str, str]]:
     return _assigned(text, v, password)
 
 
+def _line_indent(text: str, v: int) -> int:
+    """Indentation (spaces) of the line holding ``v``, or -1 when its start is not within 256
+    printable ASCII characters before ``v``."""
+    k = v
+    while k > 0 and v - k < 256 and text[k - 1] in _VALUE:
+        k -= 1
+    if k > 0 and text[k - 1] != "\n":
+        return -1
+    return _run_end(text, k, frozenset(" "), v - k) - k
+
+
+def _block_scalar(text: str, v: int, password: bool) -> list[tuple[int, int, str, str]] | None:
+    """A YAML block scalar at ``v`` (``|`` or ``>``, optional indicators, end of line): the
+    finding for its first line when indented deeper than the key's line; None if not one."""
+    j = v + 1
+    for _ in range(2):
+        if _at(text, j) in ("+", "-") or _at(text, j) in _DIGITS and _at(text, j) != "0":
+            j += 1
+    while _at(text, j) in (" ", "\t"):
+        j += 1
+    if _at(text, j) == "\r":
+        j += 1
+    if _at(text, j) != "\n":
+        return None
+    indent = _line_indent(text, v)
+    j += 1
+    vs = _run_end(text, j, frozenset(" "), 257)
+    if indent < 0 or vs - j <= indent:
+        return []
+    e = _run_end(text, vs, _VALUE, 257)
+    if e - vs > 256 or _at(text, e) not in ("", "\r", "\n"):
+        return []
+    validator = _generic_value(text[vs:e], False, password)
+    return [(vs, e, "GENERIC_SECRET", validator)] if validator else []
+
+
+def _next_param(text: str, v: int, e: int) -> int:
+    """Where a bare value ``text[v:e]`` ends when a query-string or form parameter follows it
+    (``&`` or ``&amp;``, a name and ``=``): ``token=v&page=2`` assigns ``v``; else ``e``."""
+    j = text.find("&", v, e)
+    while j != -1:
+        k = j + 5 if text.startswith("amp;", j + 1) else j + 1
+        ne = _run_end(text, k, _NAME, 65)
+        if k < ne <= k + 64 and _at(text, ne) == "=":
+            return j
+        j = text.find("&", j + 1, e)
+    return e
+
+
 def _assigned(text: str, v: int, password: bool) -> list[tuple[int, int, str, str]]:
     """The GENERIC_SECRET finding for the value assigned from ``v`` (after spaces), if any."""
     n = len(text)
     while v < n and text[v] in " \t":
         v += 1
     q = _at(text, v)
+    if q in ("|", ">"):
+        block = _block_scalar(text, v, password)
+        if block is not None:
+            return block
     if q in _QUOTES:
         e = _quoted_end(text, v + 1, q, 513)
         if _at(text, e) != q:
@@ -740,7 +825,7 @@ def _assigned(text: str, v: int, password: bool) -> list[tuple[int, int, str, st
         start, end, quoted = min(_scheme_skip(text, v + 1), e), e, True
     else:
         v = _scheme_skip(text, v)
-        e = _run_end(text, v, _BARE, 257)
+        e = _next_param(text, v, _run_end(text, v, _BARE, 257))
         if e - v > 256 or _at(text, e) == "(":
             return []
         start, end, quoted = v, e, False
@@ -758,8 +843,12 @@ def _secret_field(name: str) -> tuple[bool, bool]:
 _TAG_VALUE = _VALUE - {"<"}
 
 
+_CDATA = "<![CDATA["
+
+
 def _xml_element(text: str, p: int) -> list[tuple[int, int, str, str]]:
-    """``<password>value</password>``: an element whose tag is a secret name (``text[p]`` is ``<``)."""
+    """``<password>value</password>``: an element whose tag is a secret name (``text[p]`` is ``<``);
+    the value may be a CDATA section (``<password><![CDATA[value]]></password>``)."""
     k = p + 1
     e = _run_end(text, k, _NAME, 65)
     if e == k or e - k > 64 or _at(text, e) != ">":
@@ -769,9 +858,19 @@ def _xml_element(text: str, p: int) -> list[tuple[int, int, str, str]]:
     if not secret:
         return []
     v = e + 1
-    ve = _run_end(text, v, _TAG_VALUE, 257)
-    close = ve + 2 + len(name)
-    if ve - v > 256 or text[ve:ve + 2] != "</" or text[ve + 2:close] != name or _at(text, close) != ">":
+    if text.startswith(_CDATA, v):
+        v += len(_CDATA)
+        ve = text.find("]]>", v, _run_end(text, v, _VALUE, 259))
+        if ve < 0 or ve - v > 256:
+            return []
+        tail = ve + 3
+    else:
+        ve = _run_end(text, v, _TAG_VALUE, 257)
+        if ve - v > 256:
+            return []
+        tail = ve
+    close = tail + 2 + len(name)
+    if text[tail:tail + 2] != "</" or text[tail + 2:close] != name or _at(text, close) != ">":
         return []
     validator = _generic_value(text[v:ve], False, password)
     return [(v, ve, "GENERIC_SECRET", validator)] if validator else []
@@ -833,8 +932,32 @@ def _pair(text: str, p: int) -> list[tuple[int, int, str, str]]:
     return []
 
 
+def _user_flag_before(text: str, p: int) -> bool:
+    """Whether a ``-u``/``--user`` flag stands before ``p`` on its line (within 200 characters)."""
+    k = p
+    while k > 0 and p - k < 200 and text[k - 1] in _VALUE:
+        k -= 1
+    for q in range(k, p - 2):
+        if text[q] == "-" and text[q + 1] == "u" and (text[q + 2] == " " or text[q + 2] in _ALNUM):
+            if _at(text, q - 1) == " " or (_at(text, q - 1) == "-" and _at(text, q - 2) == " "):
+                return True
+    return False
+
+
+def _short_password_flag(text: str, p: int) -> list[tuple[int, int, str, str]]:
+    """``mysql -u root -pVALUE``: a ``-p`` flag with its value attached, after a ``-u`` flag.
+    ``-p VALUE`` with a space is not taken: mysql reads that VALUE as the database, and ``-p``
+    is also a port, a path or "parents" in other tools."""
+    if _at(text, p - 1) != " " or _at(text, p + 2) in ("", " ", "-") or not _user_flag_before(text, p):
+        return []
+    return [f for f in _assigned(text, p + 2, True) if "/" not in text[f[0]:f[1]]]
+
+
 def _flag(text: str, p: int) -> list[tuple[int, int, str, str]]:
-    """``--password VALUE``: a command-line flag named like a secret, its value after spaces."""
+    """``--password VALUE``: a command-line flag named like a secret, its value after spaces;
+    and ``-pVALUE`` (:func:`_short_password_flag`)."""
+    if _at(text, p + 1) == "p":
+        return _short_password_flag(text, p)
     if _at(text, p + 1) != "-" or _at(text, p - 1) in _NAME:
         return []
     k = p + 2
@@ -892,7 +1015,7 @@ def find_spans(text: str) -> list[tuple[int, int, str, str]]:
     for i in _word_starts(text, _DIGITS):
         cands += _chain(text, i)
     for i, c in enumerate(text):
-        if c in _UPPER:
+        if c in _LETTERS:
             cands += _iban(text, i)
         if c in "Agxsr":
             cands += _token(text, i)

@@ -14,8 +14,9 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   one consistent space or dash separator, a known IIN prefix, Luhn-valid ("luhn"). Published test
   numbers such as 4111 1111 1111 1111 ARE flagged: they are card-shaped data that look real to a
   model and to a human reader.
-* ``IBAN``: compact or in space-separated groups of 4, length from the country table, ISO 13616
-  mod-97 == 1 ("mod97").
+* ``IBAN``: compact or in groups of 4 split by spaces or dashes, length from the country table,
+  ISO 13616 mod-97 == 1 ("mod97"). Letters may be lower case; then a digit must follow the check
+  digits, and a compact one needs "iban" in the 40 characters before it.
 * ``EMAIL``: ``local@domain.tld`` with a letters-only TLD of 2+ characters ("format"); a
   ``user@host`` inside a URL authority is not an e-mail address. Addresses at example.com ARE
   flagged (an address is personal data whatever its domain).
@@ -23,7 +24,8 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   ``555-123-4567``, ``555.123.4567``, ``1-555-123-4567``, ``(555) 123-4567`` with an area code
   starting 2-9 ("nanp"). Dates, versions, IPs and bare long integers do not match.
 * A number (SSN, card, IBAN, phone) ends at a letter or digit, not at ``_``: Markdown emphasis
-  (``_123-45-6789_``) and snake_case glue (``ssn_123456789``) do not hide it.
+  (``_123-45-6789_``) and snake_case glue (``ssn_123456789``) do not hide it. Nor does ``_``
+  before a prefixed token or JWT, or after a fixed-length one (``_ghp_..._``, ``__sk_live_...__``).
 * Numbers in a list separated by single spaces run into one another (``4111111111111111
   4012888888881881``, ``123 45 6789 234 56 7890``): where the whole run matches nothing, its
   longest leading groups that match are the finding (unless they would end inside a later number's
@@ -58,12 +60,19 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   ``<password>v</password>`` whose closing tag matches, a ``name``/``key`` field holding the name
   followed within 200 characters, in the same object, element or YAML list item, by a ``value``
   field, as in ``- name: DB_PASSWORD`` / ``value: v``, ``{"name": "api_key", "value": "v"}`` and
-  ``<add key="ApiKey" value="v"/>``, and a command-line flag ``--password v``), with at least two
+  ``<add key="ApiKey" value="v"/>``, a command-line flag ``--password v``, and ``-pv`` attached
+  to ``-p`` after a ``-u``/``--user`` flag on the same line, as in ``mysql -u root -pv``); a CDATA
+  section ``<password><![CDATA[v]]></password>``; the first line of a YAML block scalar
+  (``password: |`` then ``v`` indented deeper on the next line); a bare value ends before
+  ``&name=`` or ``&amp;name=``, so only the secret parameter of a query string or form body is
+  taken (``?token=v&page=2``). The value needs at least two
   character classes
   and Shannon entropy >= 3.5 bits/char ("entropy>=3.5"). For password-like names (password,
   passwd, pwd, pass, passphrase, pw, passcode) a value of 8+ characters using three of
   lower/upper/digit/symbol is also accepted ("password-charset"): real passwords are often too
-  short to reach the entropy threshold. Names ending in a descriptive word (url, path, id, count,
+  short to reach the entropy threshold. A secret word also counts at the end of a longer word
+  (``dbpassword``, ``adminpass``, ``userpwd``, ``myapikey``) and followed by digits or "value"
+  (``password1``, ``apiKey2``, ``tokenvalue``). Names ending in a descriptive word (url, path, id, count,
   name, ...) are skipped, as are unquoted identifiers and calls.
 
 Not findings: placeholders (``${PASS}``, ``<token>``, ``****``, ``changeme``, ``your_...``),
