@@ -1022,9 +1022,16 @@ static int64_t field_sep(const scan_t *s, size_t j) {
 /* name: DB_PASSWORD / key="ApiKey" followed by a value field: see _pair in the reference. */
 static void pair(scan_t *s, size_t p) {
     const unsigned char *b = s->b;
-    size_t n = s->n, e;
+    size_t n = s->n, e, ps = p; /* b[ps:p]: the camelCase prefix of ParameterKey / ParameterValue */
     int prev = at(s, (int64_t)p - 1);
-    if (prev >= 0 && is_name(prev)) return;
+    if (prev >= 0 && is_name(prev)) {
+        if ((b[p] != 'K' && b[p] != 'N') || !is_lower(prev)) return;
+        ps = p - 1;
+        while (ps > 0 && p - ps < 64 && is_alnum(b[ps - 1])) ps--;
+        int pp = at(s, (int64_t)ps - 1);
+        if ((pp >= 0 && is_name(pp)) || !is_alpha(b[ps])) return;
+    }
+    size_t pl = p - ps;
     int after;
     if (prefix_ci(b + p, n - p, "name") && ((after = at(s, (int64_t)p + 4)) < 0 || !is_name(after))) e = p + 4;
     else if (prefix_ci(b + p, n - p, "key") && ((after = at(s, (int64_t)p + 3)) < 0 || !is_name(after))) e = p + 3;
@@ -1047,10 +1054,13 @@ static void pair(scan_t *s, size_t p) {
         if (c >= 0x7f || in_set(c, "{}[]<>") || (c == '-' && line_start)) return;
         if (c == '\n') line_start = 1;
         else if (c != ' ' && c != '\t' && c != '\r') line_start = 0;
-        if ((c == 'v' || c == 'V') && prefix_ci(b + k, n - k, "value") && !is_name(b[k - 1])) {
-            int a = at(s, (int64_t)k + 5);
+        size_t w = pl ? pl + 5 : 5;
+        int hit = pl ? k + w <= n && memcmp(b + k, b + ps, pl) == 0 && memcmp(b + k + pl, "Value", 5) == 0
+                     : (c == 'v' || c == 'V') && prefix_ci(b + k, n - k, "value");
+        if (hit && !is_name(b[k - 1])) {
+            int a = at(s, (int64_t)k + (int64_t)w);
             if (a >= 0 && is_name(a)) continue;
-            int64_t v = field_sep(s, k + 5);
+            int64_t v = field_sep(s, k + w);
             if (v >= 0) {
                 assigned(s, (size_t)v, flags & 2);
                 return;

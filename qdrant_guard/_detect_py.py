@@ -891,9 +891,19 @@ def _field_sep(text: str, j: int) -> int:
 
 def _pair(text: str, p: int) -> list[tuple[int, int, str, str]]:
     """``name: DB_PASSWORD`` / ``key="ApiKey"`` followed (within ``_PAIR_WINDOW``, in the same
-    object, element or list item) by a ``value`` field: the value is the secret."""
+    object, element or list item) by a ``value`` field: the value is the secret. The field names
+    may share a camelCase prefix: ``ParameterKey=DbPassword,ParameterValue=v``."""
+    prefix = ""
     if _at(text, p - 1) in _NAME:
-        return []
+        if text[p] not in "KN" or _at(text, p - 1) not in _LOWER:
+            return []
+        ps = p - 1
+        while ps > 0 and p - ps < 64 and text[ps - 1] in _ALNUM:
+            ps -= 1
+        if _at(text, ps - 1) in _NAME or text[ps] not in _LETTERS:
+            return []
+        prefix = text[ps:p]
+    value_word = prefix + "Value"
     for word in ("name", "key"):
         e = p + len(word)
         if _lower(text[p:e]) == word and _at(text, e) not in _NAME:
@@ -924,9 +934,14 @@ def _pair(text: str, p: int) -> list[tuple[int, int, str, str]]:
             line_start = True
         elif c not in " \t\r":
             line_start = False
-        if c in "vV" and _lower(text[k:k + 5]) == "value" and _at(text, k - 1) not in _NAME \
-                and _at(text, k + 5) not in _NAME:
-            v = _field_sep(text, k + 5)
+        if prefix:
+            w = len(value_word)
+            hit = text.startswith(value_word, k)
+        else:
+            w = 5
+            hit = c in "vV" and _lower(text[k:k + 5]) == "value"
+        if hit and _at(text, k - 1) not in _NAME and _at(text, k + w) not in _NAME:
+            v = _field_sep(text, k + w)
             if v >= 0:
                 return _assigned(text, v, password)
     return []
@@ -937,10 +952,12 @@ def _user_flag_before(text: str, p: int) -> bool:
     k = p
     while k > 0 and p - k < 200 and text[k - 1] in _VALUE:
         k -= 1
-    for q in range(k, p - 2):
-        if text[q] == "-" and text[q + 1] == "u" and (text[q + 2] == " " or text[q + 2] in _ALNUM):
+    q = text.find("-u", k, p)
+    while q != -1 and q + 2 < p:
+        if text[q + 2] == " " or text[q + 2] in _ALNUM:
             if _at(text, q - 1) == " " or (_at(text, q - 1) == "-" and _at(text, q - 2) == " "):
                 return True
+        q = text.find("-u", q + 1, p)
     return False
 
 
@@ -1015,7 +1032,7 @@ def find_spans(text: str) -> list[tuple[int, int, str, str]]:
     for i in _word_starts(text, _DIGITS):
         cands += _chain(text, i)
     for i, c in enumerate(text):
-        if c in _LETTERS:
+        if c in _LETTERS and _at(text, i + 2) in _DIGITS:
             cands += _iban(text, i)
         if c in "Agxsr":
             cands += _token(text, i)

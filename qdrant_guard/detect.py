@@ -60,7 +60,8 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   ``<password>v</password>`` whose closing tag matches, a ``name``/``key`` field holding the name
   followed within 200 characters, in the same object, element or YAML list item, by a ``value``
   field, as in ``- name: DB_PASSWORD`` / ``value: v``, ``{"name": "api_key", "value": "v"}`` and
-  ``<add key="ApiKey" value="v"/>``, a command-line flag ``--password v``, and ``-pv`` attached
+  ``<add key="ApiKey" value="v"/>`` (the two field names may share a camelCase prefix:
+  ``ParameterKey=DbPassword,ParameterValue=v``), a command-line flag ``--password v``, and ``-pv`` attached
   to ``-p`` after a ``-u``/``--user`` flag on the same line, as in ``mysql -u root -pv``); a CDATA
   section ``<password><![CDATA[v]]></password>``; the first line of a YAML block scalar
   (``password: |`` then ``v`` indented deeper on the next line); a bare value ends before
