@@ -833,6 +833,24 @@ static int is_uuid(const unsigned char *v, size_t n) {
     return 1;
 }
 
+/* _is_attr_path of the reference: module.attr / self.x.y, the first name lower-case, 3+ long. */
+static int is_attr_path(const unsigned char *v, size_t n) {
+    size_t k = 0, segs = 0;
+    while (k < n && (is_lower(v[k]) || is_digit(v[k]) || v[k] == '_')) k++;
+    if (k < 3 || k == n || v[k] != '.') return 0;
+    for (size_t a = 0; a <= n; a++) {
+        if (a == n || v[a] == '.') {
+            segs++;
+            continue;
+        }
+        if ((a == 0 || v[a - 1] == '.') && is_digit(v[a])) return 0;
+    }
+    if (v[n - 1] == '.') return 0;
+    for (size_t a = 1; a < n; a++)
+        if (v[a] == '.' && v[a - 1] == '.') return 0;
+    return segs >= 2;
+}
+
 /* Returns the accepting validator or -1; see _generic_value in the reference. */
 static int generic_value(const unsigned char *v, size_t n, int quoted, int password) {
     if (n < (password ? 8u : 16u) || n > 256 || memchr(v, ' ', n) || memchr(v, '\t', n)) return -1;
@@ -845,7 +863,7 @@ static int generic_value(const unsigned char *v, size_t n, int quoted, int passw
         if (!is_alnum(v[k]) && v[k] != '_' && v[k] != '-' && v[k] != '.') sym = 1;
         if (!is_word(v[k]) && v[k] != '.') ident = 0;
     }
-    if (!quoted && !dg && ident) return -1;
+    if (!quoted && ident && (!dg || is_attr_path(v, n))) return -1;
     int kinds = lo + up + dg + sym;
     if (n >= 16 && kinds >= 2 && entropy(v, n) >= 3.5) return QG_V_ENTROPY35;
     if (password && kinds >= 3) return QG_V_PASSWORD_CHARSET;
@@ -983,14 +1001,44 @@ static inline int is_tag_value(int c) { return is_value(c) && c != '<'; }
 
 static const char CDATA[] = "<![CDATA[";
 
-/* <password>value</password>: an element whose tag is a secret name (b[p] is '<'). */
+static inline int is_attrs(int c) { return is_value(c) && c != '<' && c != '>'; }
+
+/* _attr_secret of the reference: secret_field of the name in the first key="..."/name="..."
+ * attribute of the tag text b[a:e]; 0 without one. */
+static int attr_secret(const scan_t *s, size_t a, size_t e) {
+    static const char *const WORDS[] = {"key", "name", NULL};
+    for (size_t q = a; q < e; q++) {
+        if (s->b[q] != ' ') continue;
+        for (int w = 0; WORDS[w]; w++) {
+            size_t we = q + 1 + strlen(WORDS[w]);
+            int quote = at(s, (int64_t)we + 1);
+            if (!starts_with(s, q + 1, WORDS[w]) || at(s, (int64_t)we) != '=' || (quote != '"' && quote != '\''))
+                continue;
+            size_t ve = RUN_END(s, we + 2, is_name, 65);
+            if (ve > we + 2 && ve <= we + 66 && at(s, (int64_t)ve) == quote) return secret_field(s->b + we + 2, ve - (we + 2));
+        }
+    }
+    return 0;
+}
+
+/* <password>value</password> or <entry key="db.password">value</entry>: see _xml_element in the
+ * reference (b[p] is '<'). */
 static void xml_element(scan_t *s, size_t p) {
     const unsigned char *b = s->b;
     size_t k = p + 1, e = RUN_END(s, k, is_name, 65);
-    if (e == k || e - k > 64 || at(s, (int64_t)e) != '>') return;
-    int flags = secret_field(b + k, e - k);
+    if (e == k || e - k > 64) return;
+    size_t nl = e - k;
+    int flags = secret_field(b + k, nl);
+    if (at(s, (int64_t)e) == ' ') {
+        size_t te = RUN_END(s, e, is_attrs, 257);
+        if (te - e > 256 || at(s, (int64_t)te) != '>' || b[te - 1] == '/') return;
+        if (!(flags & 1)) flags = attr_secret(s, e, te);
+        e = te;
+    } else if (at(s, (int64_t)e) != '>') {
+        return;
+    }
     if (!(flags & 1)) return;
-    size_t nl = e - k, v = e + 1, ve, tail;
+    size_t v = e + 1, ve, tail;
     if (starts_with(s, v, CDATA)) { /* <password><![CDATA[value]]></password> */
         v += sizeof CDATA - 1;
         int64_t q = find_lit(s, "]]>", 3, v, RUN_END(s, v, is_value, 259));
@@ -1045,6 +1093,7 @@ static void pair(scan_t *s, size_t p) {
     if (quoted) j++;
     size_t ne = RUN_END(s, j, is_name, 65);
     if (ne == j || ne - j > 64 || (quoted && at(s, (int64_t)ne) != q)) return;
+    if (pl && memchr(b + j, '.', ne - j)) return; /* RegEnumKey = win32api.RegEnumKey: code */
     int flags = secret_field(b + j, ne - j);
     if (!(flags & 1)) return;
     size_t lim = ne + PAIR_WINDOW > n ? n : ne + PAIR_WINDOW;
@@ -1093,15 +1142,39 @@ static void short_password_flag(scan_t *s, size_t p) {
     }
 }
 
-/* --password VALUE: a command-line flag named like a secret (b[p] is '-'); and -pVALUE. */
+static inline int is_user(int c) { return is_name(c) || c == '@'; }
+
+/* curl -u user:VALUE from j: see _user_password in the reference. */
+static void user_password(scan_t *s, size_t j) {
+    if (at(s, (int64_t)j) == '"' || at(s, (int64_t)j) == '\'') j++;
+    size_t ue = RUN_END(s, j, is_user, 65);
+    int a = at(s, (int64_t)ue + 1);
+    if (ue == j || ue - j > 64 || at(s, (int64_t)ue) != ':' || a < 0 || a == ' ' || a == '\t' || a == ':') return;
+    assigned(s, ue + 1, 1);
+}
+
+/* --password VALUE: a command-line flag named like a secret (b[p] is '-'); -pVALUE; -u user:VALUE. */
 static void flag(scan_t *s, size_t p) {
     int prev = at(s, (int64_t)p - 1);
     if (at(s, (int64_t)p + 1) == 'p') {
         short_password_flag(s, p);
         return;
     }
+    if (at(s, (int64_t)p + 1) == 'u') {
+        if (prev != ' ') return;
+        size_t j = p + 2;
+        while (at(s, (int64_t)j) == ' ') j++;
+        user_password(s, j);
+        return;
+    }
     if (at(s, (int64_t)p + 1) != '-' || (prev >= 0 && is_name(prev))) return;
     size_t k = p + 2, e = RUN_END(s, k, is_name, 65);
+    if (e - k == 4 && memcmp(s->b + k, "user", 4) == 0 && (at(s, (int64_t)e) == ' ' || at(s, (int64_t)e) == '=')) {
+        size_t j = e + 1;
+        while (at(s, (int64_t)j) == ' ') j++;
+        user_password(s, j);
+        return;
+    }
     if (e == k || e - k > 64 || at(s, (int64_t)e) != ' ') return;
     int flags = secret_field(s->b + k, e - k);
     if (!(flags & 1)) return;

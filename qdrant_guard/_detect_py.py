@@ -675,6 +675,15 @@ def _is_uuid(value: str) -> bool:
     return tuple(len(g) for g in groups) == _UUID_SHAPE and all(c in _HEX for g in groups for c in g)
 
 
+def _is_attr_path(value: str) -> bool:
+    """``module.attr`` / ``self.x.y``: dotted names none of which starts with a digit, the first a
+    lower-case name of 3+ characters (``win32api.RegEnumKey``, ``x25519.X25519PublicKey``)."""
+    segs = value.split(".")
+    if len(segs) < 2 or any(not s or s[0] in _DIGITS for s in segs):
+        return False
+    return len(segs[0]) >= 3 and all(c in _LOWER or c in _DIGITS or c == "_" for c in segs[0])
+
+
 def _generic_value(value: str, quoted: bool, password: bool) -> str | None:
     """The validator that accepts ``value`` as an assigned secret, or None.
 
@@ -691,7 +700,7 @@ def _generic_value(value: str, quoted: bool, password: bool) -> str | None:
         return None
     lower, upper, digit = _classes(value)
     symbol = any(c not in _ALNUM and c not in "_-." for c in value)
-    if not quoted and not digit and all(c in _WORD or c == "." for c in value):
+    if not quoted and all(c in _WORD or c == "." for c in value) and (not digit or _is_attr_path(value)):
         return None  # a bare identifier or attribute path is a reference, not a literal
     kinds = lower + upper + digit + symbol
     if n >= 16 and kinds >= 2 and entropy(value) >= 3.5:
@@ -844,17 +853,45 @@ _TAG_VALUE = _VALUE - {"<"}
 
 
 _CDATA = "<![CDATA["
+_ATTRS = _VALUE - {"<", ">"}
+
+
+def _attr_secret(text: str, a: int, b: int) -> tuple[bool, bool]:
+    """``_secret_field`` of the name in the first ``key="..."``/``name="..."`` attribute of the
+    tag text ``text[a:b]``; ``(False, False)`` without one."""
+    q = text.find(" ", a, b)
+    while q != -1:
+        for word in ("key", "name"):
+            e = q + 1 + len(word)
+            quote = _at(text, e + 1)
+            if text.startswith(word, q + 1) and _at(text, e) == "=" and quote in ("\"", "'"):
+                ve = _run_end(text, e + 2, _NAME, 65)
+                if e + 2 < ve <= e + 66 and _at(text, ve) == quote:
+                    return _secret_field(text[e + 2 : ve])
+        q = text.find(" ", q + 1, b)
+    return False, False
 
 
 def _xml_element(text: str, p: int) -> list[tuple[int, int, str, str]]:
-    """``<password>value</password>``: an element whose tag is a secret name (``text[p]`` is ``<``);
-    the value may be a CDATA section (``<password><![CDATA[value]]></password>``)."""
+    """``<password>value</password>``: an element whose tag is a secret name (``text[p]`` is ``<``),
+    or that has attributes and one ``key``/``name`` attribute naming a secret
+    (``<entry key="db.password">value</entry>``); the value may be a CDATA section
+    (``<password><![CDATA[value]]></password>``)."""
     k = p + 1
     e = _run_end(text, k, _NAME, 65)
-    if e == k or e - k > 64 or _at(text, e) != ">":
+    if e == k or e - k > 64:
         return []
     name = text[k:e]
     secret, password = _secret_field(name)
+    if _at(text, e) == " ":
+        te = _run_end(text, e, _ATTRS, 257)
+        if te - e > 256 or _at(text, te) != ">" or text[te - 1] == "/":
+            return []
+        if not secret:
+            secret, password = _attr_secret(text, e, te)
+        e = te
+    elif _at(text, e) != ">":
+        return []
     if not secret:
         return []
     v = e + 1
@@ -877,6 +914,7 @@ def _xml_element(text: str, p: int) -> list[tuple[int, int, str, str]]:
 
 
 _PAIR_WINDOW = 200  # how far past the name a pair's value field may start
+_USER = _NAME | {"@"}
 
 
 def _field_sep(text: str, j: int) -> int:
@@ -921,6 +959,8 @@ def _pair(text: str, p: int) -> list[tuple[int, int, str, str]]:
     ne = _run_end(text, j, _NAME, 65)
     if ne == j or ne - j > 64 or (q in ("\"", "'") and _at(text, ne) != q):
         return []
+    if prefix and "." in text[j:ne]:
+        return []  # RegEnumKey = win32api.RegEnumKey: an attribute path in code, not a parameter
     secret, password = _secret_field(text[j:ne])
     if not secret:
         return []
@@ -970,15 +1010,39 @@ def _short_password_flag(text: str, p: int) -> list[tuple[int, int, str, str]]:
     return [f for f in _assigned(text, p + 2, True) if "/" not in text[f[0]:f[1]]]
 
 
+def _user_password(text: str, j: int) -> list[tuple[int, int, str, str]]:
+    """``curl -u user:VALUE`` from ``j`` (after ``-u``/``--user`` and spaces): the password after
+    the user name and ``:`` (none when a space follows the colon: curl then prompts)."""
+    if _at(text, j) in ("\"", "'"):
+        j += 1
+    ue = _run_end(text, j, _USER, 65)
+    if ue == j or ue - j > 64 or _at(text, ue) != ":" or _at(text, ue + 1) in ("", " ", "\t", ":"):
+        return []  # "::": perldoc -u Some::Module names a module
+    return _assigned(text, ue + 1, True)
+
+
 def _flag(text: str, p: int) -> list[tuple[int, int, str, str]]:
     """``--password VALUE``: a command-line flag named like a secret, its value after spaces;
-    and ``-pVALUE`` (:func:`_short_password_flag`)."""
+    ``-pVALUE`` (:func:`_short_password_flag`); ``-u``/``--user user:VALUE``
+    (:func:`_user_password`)."""
     if _at(text, p + 1) == "p":
         return _short_password_flag(text, p)
+    if _at(text, p + 1) == "u":
+        if _at(text, p - 1) != " ":
+            return []
+        j = p + 2
+        while _at(text, j) == " ":
+            j += 1
+        return _user_password(text, j)
     if _at(text, p + 1) != "-" or _at(text, p - 1) in _NAME:
         return []
     k = p + 2
     e = _run_end(text, k, _NAME, 65)
+    if text[k:e] == "user" and _at(text, e) in (" ", "="):
+        j = e + 1
+        while _at(text, j) == " ":
+            j += 1
+        return _user_password(text, j)
     if e == k or e - k > 64 or _at(text, e) != " ":
         return []
     secret, password = _secret_field(text[k:e])

@@ -74,7 +74,9 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   short to reach the entropy threshold. A secret word also counts at the end of a longer word
   (``dbpassword``, ``adminpass``, ``userpwd``, ``myapikey``) and followed by digits or "value"
   (``password1``, ``apiKey2``, ``tokenvalue``). Names ending in a descriptive word (url, path, id, count,
-  name, ...) are skipped, as are unquoted identifiers and calls.
+  name, ...) are skipped, as are unquoted identifiers and calls, and unquoted attribute paths
+  even with digits (``win32api.RegEnumKey``, ``key: x25519.X25519PublicKey``: dotted names, the
+  first a lower-case name of 3+ characters, none starting with a digit).
 
 Not findings: placeholders (``${PASS}``, ``<token>``, ``****``, ``changeme``, ``your_...``),
 anything containing "EXAMPLE" (any case) in a credential, UUIDs, 32/40/64-hex digests and git SHAs

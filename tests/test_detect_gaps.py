@@ -48,12 +48,27 @@ POSITIVES = [
     ("--parameters ParameterKey=DbPassword,ParameterValue=s3cr3t-Value-99", "s3cr3t-Value-99", "GENERIC_SECRET"),
     ('[{"ParameterKey": "ApiToken", "ParameterValue": "Zk29fjA01kd8Gh3LmQ9x"}]', "Zk29fjA01kd8Gh3LmQ9x",
      "GENERIC_SECRET"),
+    # documented misses (docs/threat-model.md)
     ("<SettingName>SmtpPassword</SettingName><SettingValue>Hq8#kLm2pQr9</SettingValue>", None, None),
+    ("OptionName=DbPassword,Value=Hq8#kLm2pQr9", None, None),
+    ("passwordhash=Zk3s9Qw2Lm8Rt5Yp", None, None),
+    ("password: |\n  first-line\n  Hq8#kLm2pQr9\n", None, None),
     # short -p flags after a -u flag on the same command line
     ("mysql -u root -pS3cr3tValue99 db", "S3cr3tValue99", "GENERIC_SECRET"),
     ("mysqldump -uroot -pHq8#kLm2pQr9 shop > dump.sql", "Hq8#kLm2pQr9", "GENERIC_SECRET"),
     ("mysql -u root -p's3cr3t#Val' db", "s3cr3t#Val", "GENERIC_SECRET"),
     ("mysql --user=root -pS3cr3tValue99 db", "S3cr3tValue99", "GENERIC_SECRET"),
+    # user:password after -u / --user (curl, wget)
+    ("curl -u admin:S3cr3t#Pw99 https://api.io", "S3cr3t#Pw99", "GENERIC_SECRET"),
+    ("curl -uadmin:S3cr3t#Pw99 https://api.io", "S3cr3t#Pw99", "GENERIC_SECRET"),
+    ("curl --user admin:S3cr3t#Pw99 https://api.io", "S3cr3t#Pw99", "GENERIC_SECRET"),
+    ("curl --user=ops.team:S3cr3t#Pw99 https://api.io", "S3cr3t#Pw99", "GENERIC_SECRET"),
+    ("curl -u 'admin:S3cr3t#Pw99' https://api.io", "S3cr3t#Pw99", "GENERIC_SECRET"),
+    # elements with attributes: named like a secret, or naming one in a key/name attribute
+    ('<password enc="no">Hq8#kLm2pQr9</password>', "Hq8#kLm2pQr9", "GENERIC_SECRET"),
+    ('<entry key="db.password">Hq8#kLm2pQr9</entry>', "Hq8#kLm2pQr9", "GENERIC_SECRET"),
+    ("<setting name='ApiToken' serializeAs='String'><![CDATA[Zk29fjA01kd8Gh3LmQ9x]]></setting>",
+     "Zk29fjA01kd8Gh3LmQ9x", "GENERIC_SECRET"),
     # secret words glued to digits or to "value"
     ("password1=s3cr3t-Value-99", "s3cr3t-Value-99", "GENERIC_SECRET"),
     ("PASSWORD2=s3cr3t-Value-99", "s3cr3t-Value-99", "GENERIC_SECRET"),
@@ -124,6 +139,19 @@ NEGATIVES = [
     "ParameterKey=DbHost,ParameterValue=s3cr3t-Value-99",
     "xParameterKey=DbPassword,ParameterValue=s3cr3t-Value-99".replace("xP", "x_P"),
     "ParameterKey=DbPassword,ParameterValues=s3cr3t-Value-99",
+    # -u without user:password, or a uid:gid
+    "docker run -u 1000:1000 img",
+    "git push -u origin main:Release2024",
+    "curl -u admin: https://api.io",
+    "sort -u -k 2 data.txt",
+    "perldoc -u Some::Modulename",
+    "ParameterKey=db.password,ParameterValue=s3cr3t-Value-99",  # a dotted name: code, not a parameter
+    # elements whose attributes name no secret, or that do not close with their own tag
+    '<entry key="db.host">Hq8#kLm2pQr9</entry>',
+    '<entry key="db.password">Hq8#kLm2pQr9</value>',
+    '<entry key="db.password"/>Hq8#kLm2pQr9</entry>',
+    '<input name="password" class="Form1-Input">Hq8 kLm2pQr9</input>',
+    '<entry value="db.password">Hq8#kLm2pQr9</entry>',
     # IBAN shapes that are not IBANs
     "id de89370400440532013000",  # lower-case compact without "iban" before it
     "gb82 west 1234 5698 7654 33",  # mod-97 fails
@@ -199,7 +227,8 @@ PIECES = [
     "iban ", "de89", "3704", "0044", "0532", "0130", "00", "_", "ghp_", GHP[4:], "sk_live_", STRIPE[8:],
     "glpat-", GITLAB[6:], "\u00e9", "\u20ac", "\U0001F600", "adminpass", "bypass", "keyvalue", "--user=root",
     "mysql", "'", '"', JWT[:20], ".", "abc", "X", "ParameterKey", "ParameterValue", "Key", "Value", "Name",
-    "DbPassword", ",",
+    "DbPassword", ",", "-u ", "--user ", "--user=", "admin:", ":", "@", '<entry key="db.password">', "<entry",
+    " key=", " name=", '"db.password"', "'ApiToken'", "</entry>", ' enc="no"', "/>",
 ]
 
 
@@ -208,3 +237,30 @@ def test_twins_agree_on_the_new_forms() -> None:
     rnd = random.Random(20261204)
     for _ in range(5000):
         spans("".join(rnd.choice(PIECES) for _ in range(rnd.randint(1, 30))))
+
+
+ATTRIBUTE_PATHS = [
+    # unquoted attribute paths are references, not literals, even with digits in them
+    "        RegEnumKey = win32api.RegEnumKey\n",
+    "    def encode_private(self, private_key: ed25519.Ed25519PrivateKey) -> bytes:",
+    "MLKEM768X25519PrivateKey = rust_openssl.hpke.MLKEM768X25519PrivateKey",
+    "        min_key = self.G2_node_order.__getitem__",
+    "api_key = settings.API_KEY_2024",
+]
+
+
+@pytest.mark.parametrize("text", ATTRIBUTE_PATHS)
+def test_attribute_paths_are_not_secrets(text: str) -> None:
+    assert spans(text) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'api_key = "settings.API_KEY_2024x"',  # quoted: a literal
+        "MAPBOX_TOKEN=pk.eyJ1IjoiZXhhbXBsZXIiLCJhIjoiY2p4YjN0ZHo0MDBpeDNvbzB5ZTl2In0.Xk2aPq9ZtL0mQ7rWv3sYbN",
+        "SENDGRID_API_KEY=SG.ngeVfQFYQlKU0ufo8x5d1A.TwL2iGABf9DHoTf09kqeF8tAmbihYzrnopKc1s5cr",
+    ],
+)
+def test_dotted_literals_still_found(text: str) -> None:
+    assert [t for _, _, t, _ in spans(text)] == ["GENERIC_SECRET"]
