@@ -57,12 +57,13 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   ``name: v``, ``NAME=v``, ``"name": "v"``, ``name := "v"``; after an HTTP scheme word ``Bearer``,
   ``Basic`` or ``token``, as in ``Authorization: Bearer v``; a backslash-escaped quote inside a
   quoted value is part of it; the name in one field and the value in another: an element
-  ``<password>v</password>`` whose closing tag matches, a ``name``/``key`` field holding the name
-  followed within 200 characters, in the same object, element or YAML list item, by a ``value``
+  ``<password>v</password>`` (or ``<entry key="db.password">v</entry>``) whose closing tag
+  matches, a ``name``/``key`` field holding the name followed within 200 characters, in the same object, element or YAML list item, by a ``value``
   field, as in ``- name: DB_PASSWORD`` / ``value: v``, ``{"name": "api_key", "value": "v"}`` and
   ``<add key="ApiKey" value="v"/>`` (the two field names may share a camelCase prefix:
-  ``ParameterKey=DbPassword,ParameterValue=v``), a command-line flag ``--password v``, and ``-pv`` attached
-  to ``-p`` after a ``-u``/``--user`` flag on the same line, as in ``mysql -u root -pv``); a CDATA
+  ``ParameterKey=DbPassword,ParameterValue=v``), a command-line flag ``--password v``, ``-pv``
+  attached to ``-p`` after a ``-u``/``--user`` flag on the same line, as in ``mysql -u root -pv``, and
+  ``-u``/``--user user:v`` as curl takes it); a CDATA
   section ``<password><![CDATA[v]]></password>``; the first line of a YAML block scalar
   (``password: |`` then ``v`` indented deeper on the next line); a bare value ends before
   ``&name=`` or ``&amp;name=``, so only the secret parameter of a query string or form body is
