@@ -102,8 +102,9 @@ class NoisePolicy(_Strict):
 
     @model_validator(mode="after")
     def _delta_fits_mechanism(self) -> "NoisePolicy":
-        if self.mechanism == "gaussian" and not (0 < self.delta < 1):
-            raise ValueError("gaussian needs 0 < delta < 1 (typical: 1e-6)")
+        if self.mechanism == "gaussian" and not (1e-300 <= self.delta < 1):
+            # Below 1e-300 the calibration cannot resolve delta in float64 (noise.calibrate_gaussian_sigma).
+            raise ValueError("gaussian needs 1e-300 <= delta < 1 (typical: 1e-6)")
         if self.mechanism == "laplace_l2" and self.delta != 0:
             raise ValueError("laplace_l2 is pure metric DP: set delta = 0")
         return self

@@ -125,3 +125,17 @@ def test_receipts_calibrated_before_the_accuracy_fix_still_check():
     assert noise.check_release(earlier) is None
     # ... but a scale visibly below the calibration still is.
     assert "below the calibrated" in noise.check_release(dataclasses.replace(want, scale=want.scale * (1 - 1e-9)))
+
+
+def test_policy_refuses_a_gaussian_delta_the_calibration_cannot_meet(tmp_path):
+    # The policy accepted delta = 1e-310; every noised write then failed with a bare ValueError.
+    from guardkit import make_kit
+
+    from qdrant_guard.errors import ConfigError
+
+    kit = make_kit(tmp_path)
+    with pytest.raises(ConfigError, match="delta"):
+        kit.config({"pii": {"class": "PII", "owner": "hr",
+                            "noise": {"mechanism": "gaussian", "epsilon": 1.0, "delta": 1e-310}}})
+    kit.config({"pii": {"class": "PII", "owner": "hr",
+                        "noise": {"mechanism": "gaussian", "epsilon": 1.0, "delta": 1e-300}}})
