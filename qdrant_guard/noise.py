@@ -360,7 +360,13 @@ def _row_keys(rows: np.ndarray, key: bytes, prefix: bytes) -> bytes:
 
 def _overflow_hint(exc: InvalidVectorError, params: NoiseParams) -> InvalidVectorError:
     """The kernel's output-overflow error, naming the noise scale as the other possible cause."""
-    if "after noising" not in str(exc):
+    # The implemented noise is bounded (docs/privacy.md): |z| <= 12.23 sigma a coordinate, and the
+    # Marsaglia-Tsang Gamma(d) norm <= (d - 1/3)(1 + 12.23/sqrt(9(d - 1/3)))^3 scale. Only a scale
+    # whose noise can reach the dtype's range is named.
+    shape = params.dim - 1.0 / 3.0
+    reach = params.scale * (12.3 if params.mechanism == "gaussian"
+                            else shape * (1.0 + 12.3 / math.sqrt(9.0 * shape)) ** 3)
+    if "after noising" not in str(exc) or reach < 0.5 * float(np.finfo(params.dtype).max):
         return exc
     per = "per coordinate" if params.mechanism == "gaussian" else "of the noise vector's norm"
     return InvalidVectorError(

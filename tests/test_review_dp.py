@@ -139,3 +139,10 @@ def test_policy_refuses_a_gaussian_delta_the_calibration_cannot_meet(tmp_path):
                             "noise": {"mechanism": "gaussian", "epsilon": 1.0, "delta": 1e-310}}})
     kit.config({"pii": {"class": "PII", "owner": "hr",
                         "noise": {"mechanism": "gaussian", "epsilon": 1.0, "delta": 1e-300}}})
+
+
+def test_an_overflow_from_the_values_does_not_blame_a_tiny_noise_scale():
+    x = np.full(8, 1e100)
+    with pytest.raises(noise.InvalidVectorError, match="values are too large") as info:
+        noise.privatize(x, mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=1e-250)
+    assert "noise scale" not in str(info.value)
