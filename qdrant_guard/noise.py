@@ -232,23 +232,31 @@ def lattice_step(scale: float) -> float:
     return math.ldexp(1.0, exponent - 1)
 
 
+def _exact(x: float) -> str:
+    # "%g" where it reads back as x (1, 0.01, 1e-06), else the shortest exact form: a rounded
+    # epsilon or radius would state a guarantee other than the one provided.
+    short = f"{x:g}"
+    return short if float(short) == x else repr(x)
+
+
 def _guarantee(mechanism: str, epsilon: float, delta: float, radius: float, clip_norm: float | None,
                scale: float, step: float, sensitivity: float, dim: int, dtype: str) -> str:
+    epsilon_s, delta_s, radius_s = _exact(epsilon), _exact(delta), _exact(radius)
     if clip_norm is None:
-        inputs = f"any two inputs (as given, not clipped) within L2 distance radius={radius:g}"
+        inputs = f"any two inputs (as given, not clipped) within L2 distance radius={radius_s}"
     else:
-        inputs = (f"any two inputs within L2 distance radius={radius:g} (rows are first clipped to L2 "
-                  f"norm {clip_norm:g}, which never increases distances")
+        inputs = (f"any two inputs within L2 distance radius={radius_s} (rows are first clipped to L2 "
+                  f"norm {_exact(clip_norm)}, which never increases distances")
         inputs += ", so with radius >= 2*clip_norm this covers every pair)" if radius >= 2 * clip_norm else ")"
-    lattice = (f"calibrated for L2 sensitivity {sensitivity:.9g} = radius + sqrt({dim})*{step:g} to "
-               f"cover snapping the output to multiples of {step:g}")
+    lattice = (f"calibrated for L2 sensitivity {sensitivity:.9g} = radius + sqrt({dim})*{_exact(step)} to "
+               f"cover snapping the output to multiples of {_exact(step)}")
     read = " Inputs are float64: coordinates below 2^-511 in magnitude are read as 0 first." \
         if dtype == "float64" else ""
     if mechanism == "gaussian":
-        return (f"gaussian: (epsilon={epsilon:g}, delta={delta:g})-differential privacy per released "
+        return (f"gaussian: (epsilon={epsilon_s}, delta={delta_s})-differential privacy per released "
                 f"vector between {inputs}; analytic Gaussian mechanism with sigma={scale:.9g} per "
                 f"coordinate, {lattice}.{read}")
-    return (f"laplace_l2: epsilon={epsilon:g} at L2 distance radius={radius:g} (metric DP, "
+    return (f"laplace_l2: epsilon={epsilon_s} at L2 distance radius={radius_s} (metric DP, "
             f"delta=0: log-likelihood ratio <= epsilon*distance/radius) per released vector between "
             f"{inputs}; multivariate L2 Laplace with Gamma({dim}) norm scale={scale:.9g}, {lattice}.{read}")
 

@@ -146,3 +146,22 @@ def test_an_overflow_from_the_values_does_not_blame_a_tiny_noise_scale():
     with pytest.raises(noise.InvalidVectorError, match="values are too large") as info:
         noise.privatize(x, mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=1e-250)
     assert "noise scale" not in str(info.value)
+
+
+# ------------------------------------------------------------- 3. the stated guarantee
+@pytest.mark.parametrize("mechanism,delta", [("gaussian", 1.23456789e-6), ("laplace_l2", None)])
+def test_the_guarantee_sentence_states_the_parameters_exactly(mechanism, delta):
+    # The sentence used f"{x:g}" (6 digits): epsilon 0.1234567 read "0.123457" and radius
+    # 0.0123456789 read "0.0123457" — a smaller epsilon at a larger radius than provided.
+    eps, radius, clip = 0.1234567, 0.0123456789, 0.987654321
+    _, p = noise.privatize(np.ones(16, np.float32) / 4, mechanism=mechanism, epsilon=eps, radius=radius,
+                           delta=delta, clip_norm=clip)
+    for fragment in (f"epsilon={eps!r}", f"radius={radius!r}", f"L2 norm {clip!r}",
+                     f"multiples of {p.lattice_step!r}"):
+        assert fragment in p.guarantee, (fragment, p.guarantee)
+    if delta is not None:
+        assert f"delta={delta!r}" in p.guarantee, p.guarantee
+    # Ordinary values read as before.
+    _, q = noise.privatize(np.ones(16, np.float32) / 4, mechanism="gaussian", epsilon=1.0, radius=0.01,
+                           delta=1e-6, clip_norm=1.0)
+    assert "(epsilon=1, delta=1e-06)" in q.guarantee and "radius=0.01 " in q.guarantee
