@@ -6,11 +6,11 @@ selects the pure-Python reference (``qdrant_guard._noise_py``); there is no sile
 Mechanisms:
 
 * ``"gaussian"``: the analytic Gaussian mechanism (Balle & Wang, ICML 2018), sigma per coordinate
-  calibrated for (epsilon, delta) at L2 sensitivity ``radius``.
+  calibrated for (epsilon, delta) at L2 sensitivity Δ = ``radius`` + sqrt(d)·Λ (Λ below).
 * ``"laplace_l2"``: multivariate Laplace in L2 norm, density ∝ exp(-ε_u‖z‖) with
-  ε_u = epsilon/radius: a uniformly random direction times a Gamma(d, 1/ε_u) norm. This is metric
-  DP: outputs for inputs x, x' differ in log-likelihood by at most ε_u·‖x - x'‖, i.e. ``epsilon``
-  at distance ``radius``.
+  ε_u = epsilon/Δ, Δ as above: a uniformly random direction times a Gamma(d, 1/ε_u) norm. This is
+  metric DP: outputs for inputs x, x' differ in log-likelihood by at most ε_u·‖x - x'‖, so by at
+  most ``epsilon`` at distance ``radius`` (< Δ).
 
 Outputs are snapped to multiples of a power of two Λ = 2^floor(log2(scale₀/1024)) (Mironov 2012:
 a lattice hides the floating-point artefacts of the sampler), where scale₀ is the scale for the
