@@ -252,6 +252,8 @@ def _guarantee(mechanism: str, epsilon: float, delta: float, radius: float, clip
                f"cover snapping the output to multiples of {_exact(step)}")
     read = " Inputs are float64: coordinates below 2^-511 in magnitude are read as 0 first." \
         if dtype == "float64" else ""
+    read += (f" Stated for the ideal noise distribution: the sampler's noise is bounded, which adds about "
+             f"{dim * 2.3e-34:.2g} or less to delta (docs/privacy.md).")
     if mechanism == "gaussian":
         return (f"gaussian: (epsilon={epsilon_s}, delta={delta_s})-differential privacy per released "
                 f"vector between {inputs}; analytic Gaussian mechanism with sigma={scale:.9g} per "

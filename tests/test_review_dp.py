@@ -165,3 +165,41 @@ def test_the_guarantee_sentence_states_the_parameters_exactly(mechanism, delta):
     _, q = noise.privatize(np.ones(16, np.float32) / 4, mechanism="gaussian", epsilon=1.0, radius=0.01,
                            delta=1e-6, clip_norm=1.0)
     assert "(epsilon=1, delta=1e-06)" in q.guarantee and "radius=0.01 " in q.guarantee
+
+
+# ------------------------------------------------------------- 4. keyed deterministic noise
+def test_keyed_noise_depends_on_key_parameters_and_exact_row_only():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(4, 64)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    kw = dict(mechanism="gaussian", epsilon=1.0, radius=0.01, delta=1e-6, clip_norm=1.0)
+    key = bytes(range(32))
+    batch, _ = noise.privatize(x, key=key, **kw)
+    # The same row alone, again, or in a strided view of another batch: the same release.
+    assert np.array_equal(noise.privatize(x[2], key=key, **kw)[0], batch[2])
+    wide = np.zeros((4, 128), np.float32)
+    wide[:, ::2] = x
+    assert np.array_equal(noise.privatize(wide[:, ::2], key=key, **kw)[0], batch)
+    # Another key, other parameters or one ulp in one coordinate: independent noise (so the noise
+    # differences are of the noise's size, not of the input change).
+    sigma = noise.privatize(x[0], key=key, **kw)[1].scale
+    other = [noise.privatize(x[0], key=bytes(32), **kw)[0],
+             noise.privatize(x[0], key=key, **{**kw, "epsilon": 1.0 + 1e-12})[0]]
+    y = x[0].copy()
+    y[5] = np.nextafter(y[5], np.float32(1))
+    other.append(noise.privatize(y, key=key, **kw)[0])
+    for o in other:
+        assert np.std(o - batch[0]) > 0.5 * sigma
+    # float32 and float64 copies of one vector are different releases (docs/privacy.md: "the same
+    # exact vector bytes (and dtype)").
+    assert not np.allclose(noise.privatize(x[0].astype(np.float64), key=key, **kw)[0], batch[0],
+                           atol=3 * noise.privatize(x[0], key=key, **kw)[1].lattice_step)
+
+
+@pytest.mark.parametrize("mechanism,delta", [("gaussian", 1e-6), ("laplace_l2", None)])
+def test_the_guarantee_sentence_says_it_is_for_the_ideal_noise(mechanism, delta):
+    # docs/privacy.md: bounded samplers cannot be pure DP (laplace_l2 is (epsilon, ~1e-34), the
+    # Gaussian's delta grows by about d * 2.3e-34); the per-release sentence said "delta=0" flatly.
+    _, p = noise.privatize(np.ones(384, np.float32) / 20, mechanism=mechanism, epsilon=1.0, radius=0.01,
+                           delta=delta, clip_norm=1.0)
+    assert "ideal noise" in p.guarantee and "8.8e-32" in p.guarantee, p.guarantee
