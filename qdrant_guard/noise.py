@@ -552,7 +552,11 @@ def privatize_seeded_for_tests(
 
 
 def clip_l2(vectors: np.ndarray, clip_norm: float) -> np.ndarray:
-    """Return a float64 copy of ``vectors`` with every row scaled down to L2 norm <= ``clip_norm``."""
+    """Return a float64 copy of ``vectors`` with every row longer than ``clip_norm`` scaled down to it.
+
+    The scaled row's norm is ``clip_norm`` up to rounding (a relative 1e-15 either side), as in
+    the kernel.
+    """
     _k.check_vectors(vectors)
     clip = _real("clip_norm", clip_norm)
     x = np.array(vectors, dtype=np.float64, ndmin=2)

@@ -203,3 +203,11 @@ def test_the_guarantee_sentence_says_it_is_for_the_ideal_noise(mechanism, delta)
     _, p = noise.privatize(np.ones(384, np.float32) / 20, mechanism=mechanism, epsilon=1.0, radius=0.01,
                            delta=delta, clip_norm=1.0)
     assert "ideal noise" in p.guarantee and "8.8e-32" in p.guarantee, p.guarantee
+
+
+def test_clip_l2_reaches_clip_norm_up_to_rounding_only():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(5000, 384)) * 3
+    norms = np.linalg.norm(noise.clip_l2(x, 1.0), axis=1)
+    assert np.all(np.abs(norms - 1.0) <= 1e-15)
+    assert "up to rounding" in noise.clip_l2.__doc__
