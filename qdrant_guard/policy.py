@@ -95,10 +95,13 @@ class NoisePolicy(_Strict):
     radius: float = Field(0.01, gt=0, le=2)
     """Protected L2 radius of the metric-DP guarantee (inputs are clipped to ``clip_norm`` first)."""
     clip_norm: float | None = Field(1.0, gt=0, allow_inf_nan=False)
-    """Inputs are clipped to this L2 norm before noising (1.0 suits normalised embeddings)."""
+    """Inputs are clipped to this L2 norm before noising (1.0 suits normalised embeddings). ``None``
+    (from Python; TOML has no null): not clipped, and the guarantee is between inputs as given."""
     keyed: bool = True
     """Derive the noise from a PRF of (guard key, clean vector): re-sending a vector yields the same
-    noised vector, so averaging repeated releases gains an attacker nothing."""
+    noised vector, so averaging repeated releases gains an attacker nothing. "The same" is the same
+    float32 values bit for bit (0.0 and -0.0 differ) under the same noise parameters; a changed
+    policy gives independent noise (docs/privacy.md)."""
 
     @model_validator(mode="after")
     def _delta_fits_mechanism(self) -> "NoisePolicy":

@@ -211,3 +211,18 @@ def test_clip_l2_reaches_clip_norm_up_to_rounding_only():
     norms = np.linalg.norm(noise.clip_l2(x, 1.0), axis=1)
     assert np.all(np.abs(norms - 1.0) <= 1e-15)
     assert "up to rounding" in noise.clip_l2.__doc__
+
+
+def test_keyed_noise_of_zero_and_negative_zero_differs_as_documented():
+    # policy.md (keyed): "the same float32 values bit for bit (0.0 and -0.0 differ)".
+    x = np.zeros(32, np.float32)
+    x[0] = 1.0
+    y = x.copy()
+    y[1] = -0.0
+    kw = dict(mechanism="gaussian", epsilon=1.0, radius=0.01, delta=1e-6, clip_norm=1.0, key=bytes(range(32)))
+    a, p = noise.privatize(x, **kw)
+    b, _ = noise.privatize(y, **kw)
+    assert np.std(a - b) > 0.5 * p.scale
+    from qdrant_guard.policy import NoisePolicy
+
+    assert "0.0 and -0.0 differ" in (NoisePolicy.model_fields["keyed"].description or "")
