@@ -226,3 +226,40 @@ def test_keyed_noise_of_zero_and_negative_zero_differs_as_documented():
     from qdrant_guard.policy import NoisePolicy
 
     assert "0.0 and -0.0 differ" in (NoisePolicy.model_fields["keyed"].description or "")
+
+
+def test_the_keyed_guess_oracle_spans_collections_with_the_same_noise_parameters(tmp_path):
+    # docs/privacy.md ("Known limit of keyed mode") said the remedy against write-then-compare is no
+    # write access to *the* collection. Keyed noise does not depend on the collection, so a reader
+    # of A who may write B (same guard key, same noise parameters and dimension) confirms a guess
+    # about A's vector through B.
+    from guardkit import make_kit, models
+
+    from qdrant_guard import QdrantClient
+
+    dim = 32
+    kit = make_kit(tmp_path)
+    off = {"diversity": {"enabled": False}, "intent": {"enabled": False}}
+    cfg = kit.config({
+        "victim": {"class": "PII", "owner": "hr", "readers": ["support"], **off},  # support cannot write
+        "mine": {"class": "PII", "owner": "support", **off},                      # support's own
+    })
+    alice = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    bob = alice.with_principal(kit.principal("bob", "support"))
+    for client, name in ((alice, "victim"), (bob, "mine")):
+        client.create_collection(name, vectors_config=models.VectorParams(size=dim, distance=models.Distance.DOT))
+    rng = np.random.default_rng(8)
+    secret = rng.normal(size=dim)
+    secret = (secret / np.linalg.norm(secret)).astype(np.float32).tolist()
+    alice.upsert("victim", [models.PointStruct(id=1, vector=secret, payload={"source": "a"})])
+    with pytest.raises(Exception):
+        bob.upsert("victim", [models.PointStruct(id=2, vector=secret, payload={"source": "a"})])
+    released = bob.retrieve("victim", ids=[1], with_vectors=True)[0].vector
+    guesses = {"right": secret, "wrong": (np.asarray(secret) * np.float32(0.999)).tolist()}
+    seen = {}
+    for i, (label, guess) in enumerate(guesses.items()):
+        bob.upsert("mine", [models.PointStruct(id=10 + i, vector=guess, payload={"source": "b"})])
+        seen[label] = bob.retrieve("mine", ids=[10 + i], with_vectors=True)[0].vector
+    assert seen["right"] == released and seen["wrong"] != released
+    text = " ".join(open(__file__.replace("tests/test_review_dp.py", "docs/privacy.md")).read().split())
+    assert "any collection the guard noises with the same key and noise parameters" in text
