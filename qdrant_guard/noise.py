@@ -497,7 +497,8 @@ def check_release(params: NoiseParams) -> str | None:
 
     Recomputes the calibration implied by the params' own (mechanism, epsilon, delta, radius,
     clip_norm, dim) and requires a generator that gives privacy (never the TEST-ONLY seeded one),
-    a mechanism version with this calibration, a scale at least the calibrated one and a lattice no coarser
+    a mechanism version with this calibration, a scale at least the calibrated one (to a relative
+    1e-12) and a lattice no coarser
     than the one the calibration covers. This checks the signer's assertions for consistency; it
     cannot prove that the noise was drawn.
     """
