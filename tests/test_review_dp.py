@@ -263,3 +263,23 @@ def test_the_keyed_guess_oracle_spans_collections_with_the_same_noise_parameters
     assert seen["right"] == released and seen["wrong"] != released
     text = " ".join(open(__file__.replace("tests/test_review_dp.py", "docs/privacy.md")).read().split())
     assert "any collection the guard noises with the same key and noise parameters" in text
+
+
+# ------------------------------------------------------------- 5. the lattice
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mechanism,epsilon,radius,delta", [
+    ("gaussian", 1.0, 0.01, 1e-6),        # step 2^-15
+    ("laplace_l2", 1.0, 0.01, None),
+    ("gaussian", 1.0, 1e-200, 1e-6),      # step far below float32's smallest subnormal
+    ("gaussian", 1e-3, 2.0, 1e-6),        # step 2: coarser than a float32 ulp up to 2^24
+    ("laplace_l2", 0.5, 1e-40, None),
+])
+@pytest.mark.parametrize("key", [None, bytes(range(32))])
+def test_every_release_is_on_its_lattice_at_every_magnitude(dtype, mechanism, epsilon, radius, delta, key):
+    rng = np.random.default_rng(1)
+    for mag in (0.0, 1e-40, 1e-10, 1.0, 1e10, 1e30):
+        x = (rng.normal(size=(3, 64)) * mag).astype(dtype)
+        out, p = noise.privatize(x, mechanism=mechanism, epsilon=epsilon, radius=radius, delta=delta, key=key)
+        assert out.dtype == dtype
+        q = out.astype(np.float64) / p.lattice_step
+        assert np.all(np.isfinite(q)) and np.array_equal(q, np.round(q)), (mag, p.lattice_step)
