@@ -51,7 +51,8 @@ _SEED_KEY_DOMAIN = b"qdrant-guard calibration seed v1\0"
 RECORD_VERSION = 1
 
 #: Candidate ladder, strongest noise first. At the policy default radius 0.01 and delta 1e-6 the
-#: analytic Gaussian sigma per coordinate runs from about 0.3 (0.125) down to about 0.002 (32).
+#: analytic Gaussian sigma per coordinate runs from about 0.44 (0.125; 0.29 without the lattice
+#: margin, see docs/privacy.md) down to about 0.002 (32), for 384-d vectors.
 DEFAULT_EPSILONS: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 
 _METRICS = ("recall", "ndcg", "overlap")
