@@ -227,9 +227,11 @@ _MIN_STEP = 2.0 ** -1000
 
 
 def lattice_step(scale: float) -> float:
-    """Return Λ = 2^floor(log2(scale/1024)), computed exactly."""
-    mantissa, exponent = math.frexp(_real("scale", scale) / LATTICE_DIVISOR)
-    return math.ldexp(1.0, exponent - 1)
+    """Return Λ = 2^floor(log2(scale/1024)), computed exactly (0.0 where it underflows float64)."""
+    # frexp of scale itself, not of scale/1024: that quotient underflows to 0 for a subnormal scale,
+    # and frexp(0) would make the step 0.5.
+    mantissa, exponent = math.frexp(_real("scale", scale))
+    return math.ldexp(1.0, exponent - 1 - int(math.log2(LATTICE_DIVISOR)))
 
 
 def _exact(x: float) -> str:

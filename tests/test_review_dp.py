@@ -283,3 +283,15 @@ def test_every_release_is_on_its_lattice_at_every_magnitude(dtype, mechanism, ep
         assert out.dtype == dtype
         q = out.astype(np.float64) / p.lattice_step
         assert np.all(np.isfinite(q)) and np.array_equal(q, np.round(q)), (mag, p.lattice_step)
+
+
+def test_lattice_step_of_a_subnormal_scale_is_not_one_half():
+    # scale/1024 underflowed to 0 and frexp(0) made the step 2^-1 = 0.5: a step 2^1074 times the
+    # noise scale instead of 1/1024 of it, and the "too small to snap" refusal never triggered.
+    assert noise.lattice_step(5e-324) == 0.0
+    assert noise.lattice_step(1e-310) == 2.0 ** (math.frexp(1e-310)[1] - 11)
+    for scale in (1e-300, 3e-5, 1.0, 1e300):  # unchanged elsewhere
+        assert noise.lattice_step(scale) == 2.0 ** math.floor(math.log2(scale / 1024))
+    for mechanism, delta in (("laplace_l2", None), ("gaussian", 1e-6)):
+        with pytest.raises(ValueError, match="too small to snap"):
+            noise.privatize(np.zeros(4), mechanism=mechanism, epsilon=1.0, delta=delta, radius=5e-324)
