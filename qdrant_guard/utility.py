@@ -664,8 +664,8 @@ def calibrate(
     _check_positive("radius", radius)
     _check_positive("clip_norm", clip_norm, allow_none=True)
     _check_positive("epsilon_ceiling", epsilon_ceiling, allow_none=True)
-    if mechanism == "gaussian" and not (0 < delta < 1):
-        raise ValueError(f"gaussian needs 0 < delta < 1, got delta={delta!r}")
+    if mechanism == "gaussian" and not (1e-300 <= delta < 1):
+        raise ValueError(f"gaussian needs 1e-300 <= delta < 1, got delta={delta!r}")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not (
         0 <= threshold < 1
     ):

@@ -295,3 +295,11 @@ def test_lattice_step_of_a_subnormal_scale_is_not_one_half():
     for mechanism, delta in (("laplace_l2", None), ("gaussian", 1e-6)):
         with pytest.raises(ValueError, match="too small to snap"):
             noise.privatize(np.zeros(4), mechanism=mechanism, epsilon=1.0, delta=delta, radius=5e-324)
+
+
+def test_utility_calibrate_refuses_an_unresolvable_delta_up_front():
+    from qdrant_guard.utility import calibrate
+
+    # Checked with the other arguments, before any client call (the client here has no methods).
+    with pytest.raises(ValueError, match=r"1e-300 <= delta"):
+        calibrate(object(), "c", ["q"], radius=0.01, delta=1e-310, progress=False)
