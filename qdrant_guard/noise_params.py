@@ -16,7 +16,9 @@ class NoiseParams:
             (multivariate Laplace in L2 norm, metric DP).
         mechanism_version: version of the sampler + calibration code (bumped on any change).
         epsilon: privacy loss at the protected radius (see ``radius``).
-        delta: failure probability (Gaussian); ``0.0`` for ``laplace_l2``.
+        delta: failure probability (Gaussian); ``0.0`` for ``laplace_l2``. Both are for the ideal
+            noise distribution; the bounded sampler adds at most about ``dim * 2.3e-34`` (stated
+            in ``guarantee``; docs/privacy.md).
         radius: protected L2 radius: the guarantee holds between any two clipped inputs at L2
             distance <= radius.
         clip_norm: inputs were clipped to this L2 norm before noising (``None``: not clipped).
