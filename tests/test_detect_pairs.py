@@ -118,12 +118,18 @@ def test_twins_agree_on_truncated_and_non_ascii_variants() -> None:
     ["name: db_password " * 1, "<password>", "--password ", "key=api_key value", "- name: x_token\n  "],
 )
 def test_long_repetitions_stay_linear(unit: str) -> None:
+    # A complexity check, not a speed target: 10x the input must not cost ~100x (quadratic). Each
+    # size's best of 5 runs, so that a load spike on a shared machine does not decide it.
     small, big = unit * 2000, unit * 20000
-    t0 = time.perf_counter()
-    NATIVE.find_spans(small)
-    t_small = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    NATIVE.find_spans(big)
-    t_big = time.perf_counter() - t0
-    assert t_big < max(20 * t_small, 0.05)
+
+    def best(text: str) -> float:
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            NATIVE.find_spans(text)
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    t_small, t_big = best(small), best(big)
+    assert t_big < max(30 * t_small, 0.05)
     spans(unit * 300)
