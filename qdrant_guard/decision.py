@@ -126,6 +126,27 @@ def _utf8_safe(text: str) -> str:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+# Marks an audit record key that had to be escaped (see _utf8_safe_key).
+_ESCAPED_KEY_PREFIX = "\\escaped:"
+
+
+def _utf8_safe_key(key: str) -> str:
+    # A dict key must stay distinct from every other key of its dict, so it is escaped injectively,
+    # unlike a value: _utf8_safe maps "m\ud800" and the literal text "m\\ud800" to one string, and
+    # two sources of a budget report then shared one entry. A key that is not valid UTF-8 (or
+    # starts with the marker) gets the marker, its backslashes doubled and its lone surrogates as
+    # \uXXXX; every other key stays as it is.
+    if type(key) is str and key.isascii() and not key.startswith(_ESCAPED_KEY_PREFIX):
+        return key
+    try:
+        key.encode("utf-8")
+        if not key.startswith(_ESCAPED_KEY_PREFIX):
+            return key
+    except UnicodeEncodeError:
+        pass
+    return _ESCAPED_KEY_PREFIX + key.replace("\\", "\\\\").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _jsonable_id(pid: Any) -> Any:
     if isinstance(pid, str):
         return _utf8_safe(pid)
@@ -141,7 +162,7 @@ def _jsonable(obj: Any) -> Any:
         return obj
     if isinstance(obj, dict):
         # Keys too: a budget report is keyed by source names, which come from stored payloads.
-        return {_utf8_safe(str(k)): _jsonable(v) for k, v in obj.items()}
+        return {_utf8_safe_key(str(k)): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set, frozenset)):
         return [_jsonable(v) for v in obj]
     if isinstance(obj, float):
