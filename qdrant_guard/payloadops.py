@@ -104,7 +104,8 @@ class PayloadOps(TextOps):
     def _rewrite(self, method: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], selector: Any,
                  args: dict[str, Any], done: str) -> Op:
         """A standalone receipt-preserving rewrite, sent as one request."""
-        ops, n = yield from self._preserving_overwrite(name, payload, selector, shard_key=args.get("shard_key_selector"))
+        ops, n = yield from self._preserving_overwrite(method, name, pol, payload, selector,
+                                                       shard_key=args.get("shard_key_selector"))
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
                                   f"payload {done} on {n} point(s); receipts preserved"))
         return (yield from self._run_ops(method, name, pol, ops, args))
@@ -197,8 +198,8 @@ class PayloadOps(TextOps):
             "batch_update_points", {"collection_name": name, "update_operations": ops, **rest}))
         return results[-1]
 
-    def _preserving_overwrite(self, name: str, payload: dict[str, Any], selector: Any,
-                              fresh: dict[str, Any] | None = None, *, shard_key: Any = None,
+    def _preserving_overwrite(self, op: str, name: str, pol: CollectionPolicy, payload: dict[str, Any],
+                              selector: Any, fresh: dict[str, Any] | None = None, *, shard_key: Any = None,
                               written: set[str] | frozenset[str] = frozenset()) -> Any:
         """The operations that overwrite the payload of the points ``selector`` names with
         ``payload`` and keep their receipts (a generator returning ``(operations, point count)``).
@@ -212,6 +213,10 @@ class PayloadOps(TextOps):
         batch, by normalised point id).
         ``shard_key``: the call's shard key selector (default: the selector's own ``shard_key``);
         the points are looked up, and rewritten, in those shards only.
+
+        Raises:
+            UnsupportedWriteError: an id names no point (audited; nothing is sent). qdrant-client
+                fails on such an id, after rewriting the ids before it.
         """
         fresh = fresh or {}
         selector = _rest_selector(selector)
@@ -223,6 +228,12 @@ class PayloadOps(TextOps):
             key = normalize_point_id(pid)
             if key in fresh and key not in targets:  # upserted earlier in this batch
                 targets[key] = (pid, {})
+        missing = [p for p in _selector_ids(selector) if normalize_point_id(p) not in targets]
+        if missing:
+            message = (f"{op}: point(s) {missing} do not exist in collection {name!r}; qdrant-client "
+                       "refuses a payload rewrite naming them. Leave their ids out. Nothing was written")
+            self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))
+            raise UnsupportedWriteError(message)
         if not targets:
             return [], 0
         held = set(written).union(*(p.keys() for _, p in targets.values()))
@@ -288,11 +299,12 @@ class PayloadOps(TextOps):
             sp = operation.overwrite_payload
             payload = self._check_set(op, name, pol, sp.payload, None)
             sel = sp.points if sp.points is not None else sp.filter
-            ops, _ = yield from self._preserving_overwrite(name, payload, sel, fresh, shard_key=sp.shard_key,
-                                                           written=written)
+            ops, _ = yield from self._preserving_overwrite(op, name, pol, payload, sel, fresh,
+                                                           shard_key=sp.shard_key, written=written)
             return ops
         if isinstance(operation, models.ClearPayloadOperation):
-            ops, _ = yield from self._preserving_overwrite(name, {}, operation.clear_payload, fresh, written=written)
+            ops, _ = yield from self._preserving_overwrite(op, name, pol, {}, operation.clear_payload, fresh,
+                                                           written=written)
             return ops
         if isinstance(operation, models.DeleteVectorsOperation):
             dv = operation.delete_vectors
