@@ -167,12 +167,12 @@ class WriteOps(TextOps):
         name = args["collection_name"]
         pub = self.public_policy(args)
         if pub is not None:
-            points = self.public_points(method, name, pub, points_from_any(args["points"]))
+            points = self.public_points(method, name, pub, self._upsert_points(method, name, pub, args["points"]))
             return (yield Call(method, {**args, "points": points}))
         pol = self.policy(name)
         if pol.is_public:
             return (yield Call(method, args))
-        points = points_from_any(args["points"])
+        points = self._upsert_points(method, name, pol, args["points"])
         prepared = yield from self.prepare_points(method, name, pol, points)
         self._record_write(method, name, pol, prepared)
         return (yield from self.forward(method, name, pol, Call(method, {**args, "points": prepared.points})))
@@ -338,10 +338,10 @@ class WriteOps(TextOps):
                     ids = _selector_ids(selector)
                     self._refuse_uncertain(method, name, pol, uncertain, ids, f"a {what}")
                     gone = [pid for pid in ids if normalize_point_id(pid) in deleted]
-                    if gone and isinstance(op, models.DeleteVectorsOperation):
+                    if gone:  # Qdrant would fail on them after applying the earlier operations
                         raise self.unsupported_write(
                             method, name, pol,
-                            f"{method}: a vector deletion of point(s) {gone} deleted earlier in the same batch "
+                            f"{method}: a {what} of point(s) {gone} deleted earlier in the same batch "
                             f"on sensitive collection {name!r} would fail half applied. Leave their ids out. "
                             "Nothing was written"
                         )
@@ -709,6 +709,18 @@ class WriteOps(TextOps):
                     f"{op}: {exc} (collection {name!r}); Qdrant point ids are integers 0 <= id < 2**64 "
                     "or UUID strings. Nothing was written"
                 ) from None
+
+    def _upsert_points(self, op: str, name: str, pol: CollectionPolicy, points: Any) -> list[models.PointStruct]:
+        """:func:`points_from_any` of ``upsert``'s ``points``, which qdrant-client takes as a list
+        or a ``models.Batch`` only (a tuple, generator or other iterable raises there and stores
+        nothing); another type is refused, audited, before anything is sent."""
+        if not isinstance(points, (list, models.Batch)):
+            raise self.unsupported_write(
+                op, name, pol,
+                f"{op}() argument 'points' must be a list of models.PointStruct or a models.Batch, as "
+                f"qdrant-client takes it, not {type(points).__name__}; pass list(points). Nothing was written"
+            )
+        return points_from_any(points)
 
     def unsupported_write(self, op: str, name: str, pol: CollectionPolicy, message: str) -> UnsupportedWriteError:
         """The error for a write the guard cannot enforce, audited (UNSUPPORTED_WRITE) first."""
