@@ -519,7 +519,7 @@ class ReadOps(PayloadOps, QueryChecks):
         now = time.monotonic()
         flt = models.Filter(should=[models.FieldCondition(key=pol.source_field, match=models.MatchValue(value=v))
                                     for v in _stored_forms(source)]) \
-            if source != "__unknown__" else models.Filter(must=[models.IsEmptyCondition(is_empty=models.PayloadField(key=pol.source_field))])
+            if source != "__unknown__" else _missing_source_count_filter(pol.source_field)
         res = yield Call("count", {"collection_name": name, "count_filter": flt, "exact": True})
         self.shared.setdefault("source_sizes", {})[(name, source)] = (now, int(res.count))
         return int(res.count)
@@ -959,6 +959,22 @@ def _source_condition(field_name: str, source: str) -> models.Filter:
     if number is not None:
         conds.append(models.FieldCondition(key=field_name, range=models.Range(gte=number, lte=number)))
     return models.Filter(should=conds)
+
+
+def _missing_source_count_filter(field_name: str) -> models.Filter:
+    """The points the budget counts under the missing source ``"__unknown__"`` (see
+    :func:`~.sources.payload_sources`): those whose field holds no value other than null and ``""``
+    (absent, null, ``""``, ``[]``, ``[null, ""]``), and those holding the literal name. Unlike
+    :func:`_source_condition` it leaves out ``["", "memo"]``, which the budget counts under memo
+    only. Object and nested-list values match no condition, so they are not counted (the
+    source's size then only errs low, which lowers its cap)."""
+    only_empty = models.Filter(must_not=[models.FieldCondition(
+        key=field_name, match=models.MatchExcept(**{"except": ["", "__unknown__"]}))])
+    return models.Filter(should=[
+        models.IsEmptyCondition(is_empty=models.PayloadField(key=field_name)),
+        only_empty,
+        models.FieldCondition(key=field_name, match=models.MatchValue(value="__unknown__")),
+    ])
 
 
 def _float_form(source: str) -> float | None:
