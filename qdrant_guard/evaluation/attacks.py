@@ -239,15 +239,22 @@ def bow_inversion(
 def reidentify(pool: np.ndarray, released: np.ndarray) -> dict[str, float]:
     """Top-1 re-identification: row i of ``released`` comes from row i of ``pool``.
 
+    Ties count against the attacker, as in :func:`candidate_ranking`: a candidate as similar as the
+    truth is ranked before it, so a truth tied with a wrong candidate is not a top-1 hit, and is a
+    top-10 hit only if fewer than 10 candidates are at least as similar (an all-zero released
+    vector, equally similar to every row, is no top-1 hit); a NaN similarity is a miss. Exact
+    float comparison and no randomness, so the result is the same on every run.
+
     Returns:
         ``top1`` (fraction re-identified), ``top10`` and ``chance`` (1/len(pool)).
     """
     sims = _unit(released) @ _unit(pool).T
     n = len(pool)
     truth = sims[np.arange(n), np.arange(n)]
-    better = (sims > truth[:, None]).sum(axis=1)
+    ahead = (sims >= truth[:, None]).sum(axis=1) - 1  # other candidates at least as similar
+    ranked = ~np.isnan(truth)  # a NaN similarity ranks nothing
     return {
-        "top1": float(np.mean(better == 0)),
-        "top10": float(np.mean(better < 10)),
+        "top1": float(np.mean(ranked & (ahead == 0))),
+        "top10": float(np.mean(ranked & (ahead < 10))),
         "chance": 1.0 / n,
     }
