@@ -941,19 +941,17 @@ def _stored_forms(source: str) -> list[str | int | bool]:
 def _source_condition(field_name: str, source: str) -> models.Filter:
     """A condition matching the points :func:`_sources` names ``source`` (the budget's key).
 
-    The missing source ``"__unknown__"`` (see :meth:`ReadOps.apply_budget`) matches an absent,
-    null or empty field and the empty string, and also a point tagged ``["", "memo"]``, which the
-    budget counts under memo only: such a point is excluded with the missing source too (hidden
-    from the reader, never released). A float source matches by a range, which an equal integer
+    The missing source ``"__unknown__"`` (see :meth:`ReadOps.apply_budget`) matches the points
+    its size counts (:func:`_missing_source_count_filter`: an absent, null or empty field, ``""``,
+    ``[null]``), and also a point tagged ``["", "memo"]``, which the budget counts under memo only:
+    such a point is excluded with the missing source too (hidden from the reader, never released). A float source matches by a range, which an equal integer
     matches too (``7.0`` and ``7`` name two sources; the integer's points are excluded with it).
     Object values name no source but match no condition: a point withheld under them is excluded
     by its id instead (:meth:`ReadOps.widen_exclusion`).
     """
     if source == "__unknown__":
-        conds: list[Any] = [models.IsEmptyCondition(is_empty=models.PayloadField(key=field_name)),
-                            *(models.FieldCondition(key=field_name, match=models.MatchValue(value=v))
-                              for v in ("", "__unknown__"))]
-        return models.Filter(should=conds)
+        return models.Filter(should=[_missing_source_count_filter(field_name),
+                                     models.FieldCondition(key=field_name, match=models.MatchValue(value=""))])
     conds = [models.FieldCondition(key=field_name, match=models.MatchValue(value=v)) for v in _stored_forms(source)]
     number = _float_form(source)
     if number is not None:

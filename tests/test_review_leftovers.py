@@ -162,7 +162,7 @@ def test_points_tagged_with_an_empty_source_count_in_the_missing_sources_size(ki
 
 
 def test_the_missing_sources_size_counts_the_points_the_budget_charges_to_it():
-    from qdrant_guard.reads import _missing_source_count_filter
+    from qdrant_guard.reads import _missing_source_count_filter, _source_condition
     from qdrant_guard.sources import payload_sources
 
     values = ["absent", None, "", [], [None], ["", ""], [""], [None, ""], ["", "a"], "a", 7, 1.5, True, False,
@@ -178,6 +178,11 @@ def test_the_missing_sources_size_counts_the_points_the_budget_charges_to_it():
                if (lambda s: not s or "__unknown__" in s)(payload_sources({} if v == "absent" else {"meta": {"src": v}}, "meta.src"))}
     assert counted == charged
     assert raw.count("c", count_filter=flt, exact=True).count == len(charged)
+    # The read's exclusion of the missing source matches those points too ([null] was missed, old
+    # code), and over-matches only the documented ["", "a"] (a "" next to another source).
+    excl = models.Filter(must=[_source_condition("meta.src", "__unknown__")])
+    excluded = {p.id for p in raw.scroll("c", scroll_filter=excl, limit=100)[0]}
+    assert excluded == charged | {values.index(["", "a"]), values.index([1.5, ""])}
 
 
 # -- 4. audit-record keys -------------------------------------------------------------------------
