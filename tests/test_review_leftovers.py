@@ -247,3 +247,19 @@ def test_reidentify_without_ties_is_unchanged():
     out = reidentify(pool, released)
     assert out["top1"] == pytest.approx(np.mean([r == 0 for r in ranks]))
     assert out["top10"] == pytest.approx(np.mean([r < 10 for r in ranks]))
+
+
+def test_a_log_with_entries_of_the_old_and_the_new_key_escaping_still_verifies(tmp_path):
+    from qdrant_guard.audit import AuditLog
+    from qdrant_guard.decision import _jsonable
+
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    log.append({"op": "query_points", "details": {"budget": {"m\\ud800": {"withheld": 8, "seen": 2, "cap": 2}}}})
+    log.append({"op": "query_points", "details": _jsonable({"budget": {"m\ud800": {"withheld": 8},
+                                                                       "m\\ud800": {"withheld": 8}}})})
+    log.close()
+    report = verify_audit_file(path)
+    assert report.ok
+    last = json.loads(path.read_text(encoding="utf-8").splitlines()[-1])["record"]
+    assert sorted(last["details"]["budget"]) == ["\\escaped:m\\ud800", "m\\ud800"]
