@@ -944,10 +944,11 @@ def _source_condition(field_name: str, source: str) -> models.Filter:
     The missing source ``"__unknown__"`` (see :meth:`ReadOps.apply_budget`) matches the points
     its size counts (:func:`_missing_source_count_filter`: an absent, null or empty field, ``""``,
     ``[null]``), and also a point tagged ``["", "memo"]``, which the budget counts under memo only:
-    such a point is excluded with the missing source too (hidden from the reader, never released). A float source matches by a range, which an equal integer
-    matches too (``7.0`` and ``7`` name two sources; the integer's points are excluded with it).
-    Object values name no source but match no condition: a point withheld under them is excluded
-    by its id instead (:meth:`ReadOps.widen_exclusion`).
+    such a point is excluded with the missing source too (hidden from the reader, never released).
+    A float source matches by a range, which an equal integer matches too (``7.0`` and ``7`` name
+    two sources; the integer's points are excluded with it). Object values name no source but
+    match no condition: a point withheld under them is excluded by its id instead
+    (:meth:`ReadOps.widen_exclusion`).
     """
     if source == "__unknown__":
         return models.Filter(should=[_missing_source_count_filter(field_name),
