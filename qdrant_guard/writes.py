@@ -98,7 +98,14 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
         if isinstance(p, models.PointStruct):
             out.append(p)
         elif isinstance(p, models.Record):
-            out.append(models.PointStruct(id=p.id, vector=p.vector or {}, payload=p.payload))
+            if p.vector is None:
+                # qdrant-client fails on it; storing it as vector={} would wipe the point's vectors.
+                raise UnsupportedWriteError(
+                    f"points: models.Record {p.id!r} has no vector (read with with_vectors=False?); "
+                    "upserting it would store the point without its vectors. Read the points with "
+                    "with_vectors=True, or use set_payload to change only the payload. Nothing was written"
+                )
+            out.append(models.PointStruct(id=p.id, vector=p.vector, payload=p.payload))
         else:
             raise TypeError(
                 f"points must be models.PointStruct (or a models.Batch); got {type(p).__name__}. "

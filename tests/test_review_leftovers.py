@@ -263,3 +263,30 @@ def test_a_log_with_entries_of_the_old_and_the_new_key_escaping_still_verifies(t
     assert report.ok
     last = json.loads(path.read_text(encoding="utf-8").splitlines()[-1])["record"]
     assert sorted(last["details"]["budget"]) == ["\\escaped:m\\ud800", "m\\ud800"]
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_re_upserting_records_read_without_vectors_keeps_the_stored_vectors(kit, policy):
+    # qdrant-client fails on a Record whose vector is None and keeps the point; the guard turned it
+    # into vector={} and stored the point without its vectors (old code): scroll() then upsert()
+    # wiped every vector on PUBLIC and sensitive collections alike.
+    raw = RawClient(":memory:")
+    create(raw, "c")
+    raw.upsert("c", _points())
+    with pytest.raises(AttributeError):
+        raw.upsert("c", raw.scroll("c", limit=10)[0])
+    assert all(p.vector for p in raw.scroll("c", limit=10, with_vectors=True)[0])
+
+    guarded = QdrantClient(":memory:", guard=kit.config({"c": POLICIES[policy]}), principal=kit.principal("alice", "hr"))
+    create(guarded, "c")
+    guarded.upsert("c", _points())
+    before = snapshot(guarded, "c")
+    records = guarded.scroll("c", limit=10, with_vectors=False)[0]
+    with pytest.raises(UnsupportedWriteError, match=r"models\.Record 0 has no vector"):
+        guarded.upsert("c", records)
+    assert snapshot(guarded, "c") == before
+    # Records read with their vectors are still accepted, as qdrant-client's local mode takes them.
+    guarded.upsert("c", guarded.scroll("c", limit=10, with_vectors=True)[0])
+    after = snapshot(guarded, "c")
+    assert [(i, p) for i, p, _ in after] == [(i, p) for i, p, _ in before]
+    assert all(np.allclose(v, w, atol=1e-6) for (_, _, v), (_, _, w) in zip(after, before))
