@@ -969,11 +969,11 @@ def _missing_source_count_filter(field_name: str) -> models.Filter:
     source's size then only errs low, which lowers its cap)."""
     only_empty = models.Filter(must_not=[models.FieldCondition(
         key=field_name, match=models.MatchExcept(**{"except": ["", "__unknown__"]}))])
-    return models.Filter(should=[
+    return models.Filter(must=[models.Filter(should=[
         models.IsEmptyCondition(is_empty=models.PayloadField(key=field_name)),
         only_empty,
         models.FieldCondition(key=field_name, match=models.MatchValue(value="__unknown__")),
-    ])
+    ])])
 
 
 def _float_form(source: str) -> float | None:
