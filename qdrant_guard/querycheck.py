@@ -190,6 +190,12 @@ class QueryChecks(TextOps):
                 raise IntentClassifierError(
                     f"classifier {ip.classifier!r} returned {getattr(result, 'label', result)!r}, not one of "
                     f"{INTENT_LABELS}")
+            conf = getattr(result, "confidence", None)
+            # Outside [0, 1] (or not a number) a confidence would crash the comparison below, or pass
+            # a blocked label as "below min_confidence": a broken result, like a bad label.
+            if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0.0 <= conf <= 1.0:
+                raise IntentClassifierError(
+                    f"classifier {ip.classifier!r} returned confidence {conf!r}, not a number in [0, 1]")
         except Exception as exc:  # a broken classifier must never silently allow
             if ip.fail_closed and not pol.is_public:
                 raise self._intent_failed(

@@ -1,0 +1,94 @@
+"""Review of the query-side defences: structural scan, intent classification and how reads apply them.
+
+Real local-mode Qdrant, real keys; custom classifiers are loaded by ``module:attr`` from this file.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from guardkit import create, make_kit, models, unit
+from qdrant_guard import GuardRefusal, QdrantClient
+from qdrant_guard.intent import IntentResult
+
+
+@pytest.fixture()
+def kit(tmp_path):
+    return make_kit(tmp_path)
+
+
+def _client(kit, **policy):
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "text_field": "text"}
+    pol.update(policy)
+    cl = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(cl, "c")
+    return cl
+
+
+def _records(kit):
+    return [json.loads(x)["record"] for x in (kit.tmp / "audit.jsonl").read_text().splitlines()]
+
+
+# -- intent: results outside the classifier contract --------------------------------------------
+
+class _Fixed:
+    """A classifier that returns one fixed (possibly out-of-contract) result."""
+
+    name = "fixed"
+    label = "adversarial"
+    confidence: object = 0.9
+    reasoning: object = "r"
+
+    def classify(self, text, *, embedding=None):
+        return IntentResult(self.label, self.confidence, self.reasoning, self.name)
+
+
+class NoneConfidence(_Fixed):
+    confidence = None
+
+
+class TextConfidence(_Fixed):
+    confidence = "0.99"
+
+
+class NegativeConfidence(_Fixed):
+    confidence = -1.0
+
+
+class NanConfidence(_Fixed):
+    label = "benign"
+    confidence = math.nan
+
+
+class AboveOneConfidence(_Fixed):
+    label = "benign"
+    confidence = 7.0
+
+
+BROKEN_RESULTS = ["NoneConfidence", "TextConfidence", "NegativeConfidence", "NanConfidence", "AboveOneConfidence"]
+
+
+@pytest.mark.parametrize("cls", BROKEN_RESULTS)
+def test_out_of_contract_confidence_fails_closed(kit, cls):
+    # IntentResult.confidence is a probability in [0, 1]; a classifier that returns anything else is
+    # broken, and a broken classifier must be refused as FAIL_CLOSED (audited), never crash the call
+    # with a TypeError nor pass an adversarial label as "below min_confidence".
+    cl = _client(kit, intent={"classifier": f"test_review_query:{cls}"})
+    with pytest.raises(GuardRefusal) as ei:
+        cl.query_points("c", query=unit(np.random.default_rng(0)), query_text="hello there", limit=3)
+    assert ei.value.verdict == "FAIL_CLOSED"
+    assert "confidence" in ei.value.details["error"]
+    last = _records(kit)[-1]
+    assert last["op"] == "query_points" and last["verdict"] == "FAIL_CLOSED"
+
+
+@pytest.mark.parametrize("cls", BROKEN_RESULTS)
+def test_out_of_contract_confidence_with_fail_open_goes_on_audited(kit, cls):
+    cl = _client(kit, intent={"classifier": f"test_review_query:{cls}", "fail_closed": False})
+    cl.query_points("c", query=unit(np.random.default_rng(0)), query_text="hello there", limit=3)
+    last = _records(kit)[-1]
+    assert last["op"] == "query_points" and last["verdict"] == "ALLOW"
+    assert "confidence" in last["details"]["intent_error"]
