@@ -63,6 +63,7 @@ class QueryChecks(TextOps):
                 details={"unchecked_text": unchecked},
             ))
         raw = [w for w, v in found if isinstance(v, _RAW_INPUTS)]
+        noising = pol.noise_queries and not pol.raw_allowed(self.boundary())
         if text is None:
             if pol.query.enabled and pol.query.require_text and raw:
                 raise self.refuse(self.decision(
@@ -81,12 +82,14 @@ class QueryChecks(TextOps):
             yield from self.check_intent(op, name, pol, cleaned, details)
             if isinstance(query, models.Document):
                 embedded = self.embeddable_text(pol, cleaned)
-                if self.embedder is not None:
+                # Under noise_queries the vector must be the guard's own: Qdrant's (or qdrant-client's)
+                # inference would make an exact one. embed() refuses without an embedder.
+                if self.embedder is not None or noising:
                     matrix = yield Offload(lambda: self.embed([embedded], where="query"))
                     args = {**args, "query": matrix[0].tolist()}
                 else:
                     args = {**args, "query": query.model_copy(update={"text": embedded})}
-        if pol.noise_queries and not pol.raw_allowed(self.boundary()):
+        if noising:
             noised: list[str] = []
 
             def noise(value: Any, where: str) -> Any:

@@ -92,3 +92,37 @@ def test_out_of_contract_confidence_with_fail_open_goes_on_audited(kit, cls):
     last = _records(kit)[-1]
     assert last["op"] == "query_points" and last["verdict"] == "ALLOW"
     assert "confidence" in last["details"]["intent_error"]
+
+
+# -- noise_queries and a models.Document query without embedder= ---------------------------------
+
+@pytest.fixture()
+def sent_queries(monkeypatch):
+    """The ``query`` argument of every call that reaches the real (unguarded) query_points."""
+    import qdrant_client
+
+    sent = []
+    original = qdrant_client.QdrantClient.query_points
+
+    def recording(self, *a, **kw):
+        sent.append(kw.get("query"))
+        return original(self, *a, **kw)
+
+    monkeypatch.setattr(qdrant_client.QdrantClient, "query_points", recording)
+    return sent
+
+
+def test_document_query_is_not_sent_unnoised_when_noise_queries_applies(kit, sent_queries):
+    # noise_queries: "Noise query vectors before they reach Qdrant, for every principal not allowed
+    # raw vectors". Without embedder= the guard handed the Document to qdrant-client, whose
+    # inference (fastembed locally, Qdrant's on a server) computed an exact, un-noised query vector.
+    cl = _client(kit, noise_queries=True, intent={"enabled": False})
+    bob = cl.with_principal(kit.principal("bob", "support"))
+    v = unit(np.random.default_rng(0))
+    bob.query_points("c", query=v, limit=3)
+    assert not np.allclose(sent_queries[-1], v)  # a raw vector is noised
+    before = len(sent_queries)
+    with pytest.raises(Exception) as ei:
+        bob.query_points("c", query=models.Document(text="refund policy", model="m"), limit=3)
+    assert "embedder=" in str(ei.value)
+    assert len(sent_queries) == before  # nothing reached qdrant-client
