@@ -739,7 +739,7 @@ class LLMIntentClassifier:
             raise IntentClassifierError(f"{where}: intent {label!r} is not one of {INTENT_LABELS}")
         if isinstance(conf, bool) or not isinstance(conf, (int, float)):
             raise IntentClassifierError(f"{where}: confidence {conf!r} is not a number")
-        if not (math.isfinite(conf) and 0.0 <= conf <= 1.0):
+        if not 0.0 <= conf <= 1.0:  # NaN and infinities fail too; math.isfinite overflows on huge ints
             raise IntentClassifierError(f"{where}: confidence {conf!r} is outside [0, 1]")
         if not isinstance(reasoning, str):
             raise IntentClassifierError(f"{where}: reasoning is {type(reasoning).__name__}, not a string")

@@ -126,3 +126,26 @@ def test_document_query_is_not_sent_unnoised_when_noise_queries_applies(kit, sen
         bob.query_points("c", query=models.Document(text="refund policy", model="m"), limit=3)
     assert "embedder=" in str(ei.value)
     assert len(sent_queries) == before  # nothing reached qdrant-client
+
+
+# -- LLM classifier: every malformed reply is an IntentClassifierError ----------------------------
+
+@pytest.fixture()
+def llm_server():
+    from test_intent_llm import ScriptedServer
+
+    srv = ScriptedServer()
+    yield srv
+    srv.close()
+
+
+@pytest.mark.parametrize("confidence", ["1" + "0" * 400, "-" + "9" * 400])
+def test_llm_reply_with_a_huge_integer_confidence_is_a_classifier_error(llm_server, confidence):
+    # docs/intent.md: "Every deviation raises IntentClassifierError"; a JSON integer too large for a
+    # float made math.isfinite raise OverflowError instead.
+    from qdrant_guard.intent import IntentClassifierError, LLMIntentClassifier
+
+    llm_server.queue('{"intent": "benign", "confidence": ' + confidence + ', "reasoning": "r"}')
+    clf = LLMIntentClassifier(base_url=llm_server.base_url, model="m", timeout_s=5)
+    with pytest.raises(IntentClassifierError, match="confidence"):
+        clf.classify("hello")
