@@ -93,8 +93,17 @@ class QueryChecks(TextOps):
             noised: list[str] = []
 
             def noise(value: Any, where: str) -> Any:
+                if isinstance(value, models.Image):
+                    # Inference makes a dense vector of it, which the guard could not noise.
+                    raise self.refuse(self.decision(
+                        op, name, pol, Verdict.QUERY_REJECTED,
+                        f"{where} is a models.Image: inference would embed it into an exact query vector, "
+                        f"and noise_queries on {pol.sensitivity.value} collection {name!r} needs every "
+                        "query vector noised; embed the image yourself and pass the vector",
+                        details={"where": where, "form": "Image"},
+                    ))
                 if not isinstance(value, (list, tuple, np.ndarray)):
-                    return value  # sparse vectors, ids, images: nothing dense to noise
+                    return value  # sparse vectors, ids: nothing dense to noise
                 noised.append(where)
                 return self.noise_query(pol, value)  # type: ignore[attr-defined]
 

@@ -149,3 +149,22 @@ def test_llm_reply_with_a_huge_integer_confidence_is_a_classifier_error(llm_serv
     clf = LLMIntentClassifier(base_url=llm_server.base_url, model="m", timeout_s=5)
     with pytest.raises(IntentClassifierError, match="confidence"):
         clf.classify("hello")
+
+
+@pytest.mark.parametrize("where", ["query", "nearest", "prefetch"])
+def test_image_query_is_not_sent_unnoised_when_noise_queries_applies(kit, sent_queries, where):
+    # An image is embedded into a dense vector by inference, exactly like a Document's text: under
+    # noise_queries it would reach Qdrant as an exact query vector. The guard cannot embed images.
+    cl = _client(kit, noise_queries=True, intent={"enabled": False})
+    bob = cl.with_principal(kit.principal("bob", "support"))
+    image = models.Image(image="https://example.org/x.png", model="m")
+    args = {"query": dict(query=image), "nearest": dict(query=models.NearestQuery(nearest=image)),
+            "prefetch": dict(prefetch=models.Prefetch(query=image), query=models.FusionQuery(fusion="rrf"))}[where]
+    with pytest.raises(Exception) as ei:
+        bob.query_points("c", limit=3, **args)
+    assert "Image" in str(ei.value) and "noise_queries" in str(ei.value)
+    assert sent_queries == []
+    # Inside the owner boundary (raw_in_boundary) queries are not noised: nothing to refuse.
+    cl2 = _client(kit, noise_queries=True, raw_in_boundary=True, intent={"enabled": False})
+    with pytest.raises(ImportError):  # qdrant-client's own inference (fastembed is not installed)
+        cl2.query_points("c", limit=3, **args)
