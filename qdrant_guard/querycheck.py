@@ -44,7 +44,7 @@ class QueryChecks(TextOps):
         A generator: the classifier and the embedder run as :class:`Offload` requests.
         """
         query = args.get("query")
-        text = query.text if isinstance(query, models.Document) else query_text
+        document = query if isinstance(query, models.Document) else None
         found: list[tuple[str, Any]] = []
 
         def collect(value: Any, where: str) -> Any:
@@ -64,31 +64,34 @@ class QueryChecks(TextOps):
             ))
         raw = [w for w, v in found if isinstance(v, _RAW_INPUTS)]
         noising = pol.noise_queries and not pol.raw_allowed(self.boundary())
-        if text is None:
-            if pol.query.enabled and pol.query.require_text and raw:
-                raise self.refuse(self.decision(
-                    op, name, pol, Verdict.TEXT_REQUIRED,
-                    f"this collection requires the query's text for its checks, and {raw[0]} is a raw "
-                    "vector: pass query_text= next to the vector, or query with models.Document(text=...)",
-                    details={"raw_vectors": raw},
-                ))
-        else:
-            if not isinstance(text, str):
-                raise TypeError(f"query_text must be str, not {type(text).__name__}")
+        if query_text is not None and not isinstance(query_text, str):
+            raise TypeError(f"query_text must be str, not {type(query_text).__name__}")
+        # The Document's text is its own; raw vectors next to it (in prefetches) still need query_text=.
+        if query_text is None and pol.query.enabled and pol.query.require_text and raw:
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.TEXT_REQUIRED,
+                f"this collection requires the query's text for its checks, and {raw[0]} is a raw "
+                "vector: pass query_text= next to the vector, or query with models.Document(text=...)",
+                details={"raw_vectors": raw},
+            ))
+        # query_text= (the raw vectors' text) and the Document's text are each checked.
+        texts = [t for t in (query_text, document.text if document is not None else None) if t is not None]
+        cleaned = ""
+        for text in dict.fromkeys(texts):
             scanned = _detect.redact_with_findings(text)  # one scan for the audit entry and the screen
             details["query_text"] = scanned[0]
             self.validate_structure(op, name, pol, text, details)
             cleaned = self.screen_text(op, name, pol, text, scanned=scanned) if pol.query.redact_query_text else text
             yield from self.check_intent(op, name, pol, cleaned, details)
-            if isinstance(query, models.Document):
-                embedded = self.embeddable_text(pol, cleaned)
-                # Under noise_queries the vector must be the guard's own: Qdrant's (or qdrant-client's)
-                # inference would make an exact one. embed() refuses without an embedder.
-                if self.embedder is not None or noising:
-                    matrix = yield Offload(lambda: self.embed([embedded], where="query"))
-                    args = {**args, "query": matrix[0].tolist()}
-                else:
-                    args = {**args, "query": query.model_copy(update={"text": embedded})}
+        if document is not None:
+            embedded = self.embeddable_text(pol, cleaned)  # the Document's text was checked last
+            # Under noise_queries the vector must be the guard's own: Qdrant's (or qdrant-client's)
+            # inference would make an exact one. embed() refuses without an embedder.
+            if self.embedder is not None or noising:
+                matrix = yield Offload(lambda: self.embed([embedded], where="query"))
+                args = {**args, "query": matrix[0].tolist()}
+            else:
+                args = {**args, "query": document.model_copy(update={"text": embedded})}
         if noising:
             noised: list[str] = []
 

@@ -168,3 +168,51 @@ def test_image_query_is_not_sent_unnoised_when_noise_queries_applies(kit, sent_q
     cl2 = _client(kit, noise_queries=True, raw_in_boundary=True, intent={"enabled": False})
     with pytest.raises(ImportError):  # qdrant-client's own inference (fastembed is not installed)
         cl2.query_points("c", limit=3, **args)
+
+
+# -- require_text and query_text next to a top-level models.Document -----------------------------
+
+class _Embedder:
+    def __call__(self, texts):
+        rng = np.random.default_rng(len(texts))
+        return [unit(rng) for _ in texts]
+
+
+def test_require_text_refuses_a_raw_prefetch_vector_behind_a_document(kit, sent_queries):
+    # README: TEXT_REQUIRED is "a raw query vector anywhere in the query (prefetches, ...) without
+    # query_text= where the policy requires text". A benign top-level Document carried a raw prefetch
+    # vector (which picks the candidates) past the rule.
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "text_field": "text",
+           "intent": {"enabled": False}, "query": {"require_text": True}}
+    cl = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"),
+                      embedder=_Embedder())
+    create(cl, "c")
+    raw = unit(np.random.default_rng(1))
+    with pytest.raises(GuardRefusal) as ei:
+        cl.query_points("c", query=models.Document(text="refund policy", model="m"),
+                        prefetch=models.Prefetch(query=raw, limit=20), limit=3)
+    assert ei.value.verdict == "TEXT_REQUIRED"
+    assert "prefetch.query" in str(ei.value)
+    assert sent_queries == []
+    # With the text of the raw vector given, the query goes ahead; a Document alone needs none.
+    cl.query_points("c", query=models.Document(text="refund policy", model="m"),
+                    prefetch=models.Prefetch(query=raw, limit=20), query_text="refund policy", limit=3)
+    cl.query_points("c", query=models.Document(text="refund policy", model="m"), limit=3)
+
+
+def test_query_text_next_to_a_document_is_checked_too(kit, sent_queries):
+    # query_text= is the text of the raw vectors next to the Document: it must pass the same checks,
+    # not be dropped because the Document's text was checked instead.
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "text_field": "text",
+           "intent": {"enabled": False}}
+    cl = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"),
+                      embedder=_Embedder())
+    create(cl, "c")
+    raw = unit(np.random.default_rng(1))
+    with pytest.raises(GuardRefusal) as ei:
+        cl.query_points("c", query=models.Document(text="refund policy", model="m"),
+                        prefetch=models.Prefetch(query=raw, limit=20),
+                        query_text="salary " * 40, limit=3)
+    assert ei.value.verdict == "QUERY_REJECTED"
+    assert "repetition" in {v["kind"] for v in ei.value.details["violations"]}
+    assert sent_queries == []
