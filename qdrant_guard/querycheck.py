@@ -78,6 +78,7 @@ class QueryChecks(TextOps):
         texts = [t for t in (query_text, document.text if document is not None else None) if t is not None]
         cleaned = ""
         for text in dict.fromkeys(texts):
+            self.check_size(op, name, pol, text, details)
             scanned = _detect.redact_with_findings(text)  # one scan for the audit entry and the screen
             details["query_text"] = scanned[0]
             self.validate_structure(op, name, pol, text, details)
@@ -138,24 +139,32 @@ class QueryChecks(TextOps):
             details={"where": exc.where, "form": exc.form},
         ))
 
+    def check_size(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> bool:
+        """The ``max_chars`` cap -> QUERY_REJECTED; ``True`` when the text is over it in monitor mode.
+
+        Checked before anything else reads the whole text (the detector, the scan, the audit entry).
+        """
+        rules = pol.query
+        if not rules.enabled or rules.max_chars is None or len(text) <= rules.max_chars:
+            return False
+        violation = {"kind": "size_cap", "position": rules.max_chars,
+                     "detail": f"{len(text)} characters > max_chars {rules.max_chars}"}
+        if rules.mode == "monitor":
+            details["scan"] = {"would_reject": [violation]}
+            return True
+        raise self.refuse(self.decision(
+            op, name, pol, Verdict.QUERY_REJECTED,
+            f"the query text has {len(text)} characters, above max_chars {rules.max_chars}; shorten it",
+            details={"violations": [violation]},
+        ))
+
     def validate_structure(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> None:
         """Native structural scan (token cap, repetition, encoded payloads) -> QUERY_REJECTED."""
         rules = pol.query
-        if not rules.enabled:
+        if not rules.enabled or self.check_size(op, name, pol, text, details):
             return
         from . import scan as _scan
 
-        if rules.max_chars is not None and len(text) > rules.max_chars:
-            violation = {"kind": "size_cap", "position": rules.max_chars,
-                         "detail": f"{len(text)} characters > max_chars {rules.max_chars}"}
-            if rules.mode == "monitor":
-                details["scan"] = {"would_reject": [violation]}
-                return
-            raise self.refuse(self.decision(
-                op, name, pol, Verdict.QUERY_REJECTED,
-                f"the query text has {len(text)} characters, above max_chars {rules.max_chars}; shorten it",
-                details={"violations": [violation], "query_text": details.get("query_text")},
-            ))
         result = _scan.scan_query(
             text, max_tokens=rules.max_tokens, max_repetition=rules.max_repetition,
             max_ngram_run=rules.max_ngram_run, encoded_payloads=rules.encoded_payloads,

@@ -216,3 +216,21 @@ def test_query_text_next_to_a_document_is_checked_too(kit, sent_queries):
     assert ei.value.verdict == "QUERY_REJECTED"
     assert "repetition" in {v["kind"] for v in ei.value.details["violations"]}
     assert sent_queries == []
+
+
+# -- max_chars is checked first -------------------------------------------------------------------
+
+def test_max_chars_is_checked_before_the_text_is_scanned_or_logged(kit, sent_queries):
+    # README: "65,536-character cap checked first". The whole oversized text was run through the
+    # PII detector (about 1.5 s per MB of base64-like text) and its redaction written into the
+    # refusal's audit entry before the cap refused it.
+    cl = _client(kit, intent={"enabled": False}, query={"max_chars": 1000})
+    text = "MTIzLTQ1LTY3ODk " * 20_000  # 320,000 characters
+    with pytest.raises(GuardRefusal) as ei:
+        cl.query_points("c", query=unit(np.random.default_rng(0)), query_text=text, limit=3)
+    assert ei.value.verdict == "QUERY_REJECTED"
+    assert [v["kind"] for v in ei.value.details["violations"]] == ["size_cap"]
+    assert "max_chars 1000" in str(ei.value)
+    raw = (kit.tmp / "audit.jsonl").read_text().splitlines()[-1]
+    assert len(raw) < 10_000
+    assert sent_queries == []
