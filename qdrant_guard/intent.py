@@ -682,7 +682,9 @@ class LLMIntentClassifier:
             with urllib.request.urlopen(req, timeout=self._timeout) as resp:
                 chunks, size = [], 0
                 while True:
-                    chunk = resp.read(65536)
+                    # read1: at most one socket read, so the deadline is checked between the bytes
+                    # of a trickling server (read() would wait for the whole Content-Length).
+                    chunk = resp.read1(65536)
                     if not chunk:
                         break
                     size += len(chunk)
