@@ -67,7 +67,7 @@ class QueryChecks(TextOps):
         if query_text is not None and not isinstance(query_text, str):
             raise TypeError(f"query_text must be str, not {type(query_text).__name__}")
         # The Document's text is its own; raw vectors next to it (in prefetches) still need query_text=.
-        if query_text is None and pol.query.enabled and pol.query.require_text and raw:
+        if query_text is None and pol.query.require_text and raw:  # not the scan's switch: it guards intent too
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.TEXT_REQUIRED,
                 f"this collection requires the query's text for its checks, and {raw[0]} is a raw "

@@ -320,3 +320,16 @@ def test_llm_server_trickling_its_headers_is_abandoned_after_about_twice_the_tim
         stop.set()
         thread.join(10)
         srv.close()
+
+
+def test_require_text_holds_with_structural_validation_off(kit, sent_queries):
+    # query.require_text: "Refuse a raw query vector that comes without query_text= (so text checks
+    # cannot be skipped)"; query.enabled only switches the structural scan. With enabled = false the
+    # rule was silently dropped, and a raw vector skipped intent classification and redaction.
+    cl = _client(kit, query={"enabled": False, "require_text": True})
+    v = unit(np.random.default_rng(0))
+    with pytest.raises(GuardRefusal) as ei:
+        cl.query_points("c", query=v, limit=1)
+    assert ei.value.verdict == "TEXT_REQUIRED"
+    assert sent_queries == []
+    cl.query_points("c", query=v, query_text="refund policy", limit=1)
