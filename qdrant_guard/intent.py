@@ -22,6 +22,7 @@ import math
 import os
 import re
 import socket
+import threading
 import time
 import unicodedata
 import urllib.error
@@ -678,8 +679,26 @@ class LLMIntentClassifier:
         req = urllib.request.Request(self._url, data=payload, headers=headers, method="POST")
         where = f"intent LLM at {self._url}"
         deadline = time.monotonic() + self._timeout
+        # Each socket read has its own timeout, so a server trickling its status line and headers
+        # (read inside urlopen) would hold the call indefinitely: the watchdog cuts the connection.
+        watchdog = _Watchdog(2 * self._timeout)
+        opener = urllib.request.build_opener(_DeadlineHTTPHandler(watchdog), _DeadlineHTTPSHandler(watchdog))
         try:
-            with urllib.request.urlopen(req, timeout=self._timeout) as resp:
+            raw = self._read(opener, req, where, deadline)
+            if watchdog.fired.is_set():  # the connection was cut: what was read may be a prefix
+                raise _Retryable(f"{where}: no complete response within {self._timeout:g} s")
+            return raw
+        except (OSError, http.client.HTTPException) as exc:
+            if watchdog.fired.is_set():
+                raise _Retryable(f"{where}: no complete response within {self._timeout:g} s") from None
+            raise _Retryable(f"{where}: transport error ({type(exc).__name__}: {exc})") from None
+        finally:
+            watchdog.cancel()
+
+    def _read(self, opener: urllib.request.OpenerDirector, req: urllib.request.Request, where: str,
+              deadline: float) -> bytes:
+        try:
+            with opener.open(req, timeout=self._timeout) as resp:
                 chunks, size = [], 0
                 while True:
                     # read1: at most one socket read, so the deadline is checked between the bytes
@@ -707,8 +726,6 @@ class LLMIntentClassifier:
             raise _Retryable(f"{where}: connection failed ({reason})") from None
         except (socket.timeout, TimeoutError):
             raise _Retryable(f"{where}: timed out after {self._timeout:g} s") from None
-        except (OSError, http.client.HTTPException) as exc:
-            raise _Retryable(f"{where}: transport error ({type(exc).__name__}: {exc})") from None
 
     def _parse(self, raw: bytes) -> IntentResult:
         where = "intent LLM reply"
@@ -750,6 +767,68 @@ class LLMIntentClassifier:
 
 class _Retryable(Exception):
     """Internal: a transport failure that may be retried."""
+
+
+class _Watchdog:
+    """Shuts down the sockets of one call once ``seconds`` have passed (see ``_post``)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.fired = threading.Event()
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            fired = self.fired.is_set()
+        if fired:
+            self._shutdown(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired.set()
+            socks = list(self._sockets)
+        for sock in socks:
+            self._shutdown(sock)
+
+    @staticmethod
+    def _shutdown(sock: socket.socket) -> None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # a blocked read returns at once
+        except OSError:
+            pass  # already closed
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _watched(base: type[http.client.HTTPConnection], watchdog: _Watchdog) -> type[http.client.HTTPConnection]:
+    class Watched(base):  # type: ignore[valid-type, misc]
+        def connect(self) -> None:
+            super().connect()
+            watchdog.watch(self.sock)
+    return Watched
+
+
+class _DeadlineHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, watchdog: _Watchdog) -> None:
+        super().__init__()
+        self._watchdog = watchdog
+
+    def do_open(self, http_class: Any, req: Any, **kw: Any) -> Any:
+        return super().do_open(_watched(http_class, self._watchdog), req, **kw)
+
+
+class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, watchdog: _Watchdog) -> None:
+        super().__init__()
+        self._watchdog = watchdog
+
+    def do_open(self, http_class: Any, req: Any, **kw: Any) -> Any:
+        return super().do_open(_watched(http_class, self._watchdog), req, **kw)
 
 
 # --------------------------------------------------------------------------------------------

@@ -281,9 +281,9 @@ def test_llm_trickling_server_is_abandoned_after_about_twice_the_timeout():
         srv.close()
 
 
-@pytest.mark.xfail(strict=True, reason="urlopen reads the status line and headers with the per-read "
-                   "socket timeout only: a server trickling its headers holds the call far past 2 x timeout_s")
 def test_llm_server_trickling_its_headers_is_abandoned_after_about_twice_the_timeout():
+    # urlopen reads the status line and headers with the per-read socket timeout only: a server
+    # trickling them held the call for (header bytes x delay), far past 2 x timeout_s.
     import socket
     import threading
     import time
@@ -310,12 +310,12 @@ def test_llm_server_trickling_its_headers_is_abandoned_after_about_twice_the_tim
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    clf = LLMIntentClassifier(base_url=f"http://127.0.0.1:{srv.getsockname()[1]}/v1", model="m", timeout_s=0.3)
+    clf = LLMIntentClassifier(base_url=f"http://127.0.0.1:{srv.getsockname()[1]}/v1", model="m", timeout_s=0.5)
     t0 = time.monotonic()
     try:
-        with pytest.raises(IntentClassifierError):
+        with pytest.raises(IntentClassifierError, match="no complete response within"):
             clf.classify("hello")
-        assert time.monotonic() - t0 < 3 * 0.3
+        assert time.monotonic() - t0 < 3 * 0.5
     finally:
         stop.set()
         thread.join(10)
