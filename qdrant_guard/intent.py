@@ -582,8 +582,9 @@ class LLMIntentClassifier:
             ``QDRANT_GUARD_INTENT_API_KEY``; may be absent for local servers. It is never logged
             nor included in errors or ``repr``.
         timeout_s: socket timeout for connecting and for each read; the whole call is abandoned
-            once ``timeout_s`` has elapsed after a read returns (so it is bounded by roughly twice
-            ``timeout_s`` even against a server trickling bytes).
+            once ``timeout_s`` has elapsed after a read returns, and its connection is cut at twice
+            ``timeout_s`` (so an attempt is bounded by roughly twice ``timeout_s`` even against a
+            server trickling bytes, headers included).
         max_retries: extra attempts after a timeout, connection error, HTTP 429 or 5xx. Invalid
             replies are not retried.
 
