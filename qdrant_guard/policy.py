@@ -119,7 +119,7 @@ class QueryRules(_Strict):
     mode: Mode = "enforce"
     """``enforce`` refuses (QUERY_REJECTED); ``monitor`` only logs what would have been refused."""
     enabled: bool = True
-    """Run structural validation on queries that carry text."""
+    """Run structural validation on queries that carry text (``require_text`` applies either way)."""
     max_chars: int | None = Field(65536, gt=0)
     """Hard size cap checked before scanning (None: no cap). It bounds the scan's cost on hostile
     input, including text crafted to collide in the scanner's token table."""
@@ -130,8 +130,9 @@ class QueryRules(_Strict):
     max_ngram_run: float | None = Field(None, ge=0, le=1)
     """Cap on the share of tokens in the longest immediately repeated n-gram run (None: off)."""
     encoded_payloads: bool = True
-    """Reject percent/hex/unicode escapes, HTML entities, base64/hex blobs, control, invisible and
-    bidi characters, invalid UTF-8 and lone surrogates (ZWJ inside emoji sequences is allowed)."""
+    """Reject percent/hex/unicode escapes, HTML entities and base64/hex blobs. Control, invisible
+    and bidi characters, invalid UTF-8 and lone surrogates are rejected whatever this says (ZWJ
+    inside emoji sequences is allowed); ``enabled = false`` switches every structural check off."""
     require_text: bool = False
     """Refuse a raw query vector that comes without ``query_text=`` (so text checks cannot be skipped)."""
     redact_query_text: bool = True
@@ -252,7 +253,9 @@ class CollectionPolicy(_Strict):
     """The guard noises vectors that arrive without a valid receipt (else it refuses them)."""
     noise_queries: bool = False
     """Noise query vectors before they reach Qdrant, for every principal not allowed raw vectors
-    (outside the owner boundary, or everyone when ``raw_in_boundary`` is false)."""
+    (outside the owner boundary, or everyone when ``raw_in_boundary`` is false). For them a
+    ``models.Document`` query is embedded by the guard (it needs ``embedder=``) and a
+    ``models.Image`` input is refused: inference would turn either into an exact query vector."""
     noise: NoisePolicy = NoisePolicy()
     """The noise mechanism and its privacy parameters."""
     source_field: str = "source"

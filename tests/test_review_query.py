@@ -333,3 +333,15 @@ def test_require_text_holds_with_structural_validation_off(kit, sent_queries):
     assert ei.value.verdict == "TEXT_REQUIRED"
     assert sent_queries == []
     cl.query_points("c", query=v, query_text="refund policy", limit=1)
+
+
+def test_encoded_payloads_off_keeps_character_checks_as_documented(kit):
+    # The policy reference said encoded_payloads covered "control, invisible and bidi characters,
+    # invalid UTF-8 and lone surrogates" too; the scan always checks those (scan_query's
+    # encoded_payloads: "check escapes, character references and blobs"). The reference now says so.
+    cl = _client(kit, query={"encoded_payloads": False}, intent={"enabled": False})
+    v = unit(np.random.default_rng(0))
+    cl.query_points("c", query=v, query_text="%41%42 x", limit=1)  # escapes: off
+    with pytest.raises(GuardRefusal) as ei:
+        cl.query_points("c", query=v, query_text="hello\u200bworld", limit=1)
+    assert [x["kind"] for x in ei.value.details["violations"]] == ["invisible_char"]
