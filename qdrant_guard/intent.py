@@ -866,8 +866,8 @@ def load_classifier(spec: str | None) -> IntentClassifier:
         obj: Any = importlib.import_module(mod_name)
         for part in attr.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ValueError(f"intent classifier spec {spec!r} cannot be loaded: {exc}") from exc
+    except Exception as exc:  # ImportError, AttributeError, or whatever the module raises on import
+        raise ValueError(f"intent classifier spec {spec!r} cannot be loaded: {type(exc).__name__}: {exc}") from exc
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "classify")):
         obj = obj()
     if not callable(getattr(obj, "classify", None)) or not isinstance(getattr(obj, "name", None), str):

@@ -345,3 +345,18 @@ def test_encoded_payloads_off_keeps_character_checks_as_documented(kit):
     with pytest.raises(GuardRefusal) as ei:
         cl.query_points("c", query=v, query_text="hello\u200bworld", limit=1)
     assert [x["kind"] for x in ei.value.details["violations"]] == ["invisible_char"]
+
+
+# -- load_classifier: a module that fails while importing ------------------------------------------
+
+@pytest.mark.parametrize("body", ["raise RuntimeError('no model server configured')", "def broken(:\n"])
+def test_load_classifier_reports_a_module_failing_at_import_as_valueerror(tmp_path, monkeypatch, body):
+    # load_classifier documents ValueError when the spec "cannot be imported"; only ImportError and
+    # AttributeError were turned into it, so a module raising anything else (or a SyntaxError)
+    # escaped as that type, without naming the spec.
+    from qdrant_guard.intent import load_classifier
+
+    (tmp_path / "qg_review_broken_clf.py").write_text(body + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match="qg_review_broken_clf:Clf"):
+        load_classifier("qg_review_broken_clf:Clf")
