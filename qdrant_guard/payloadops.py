@@ -157,16 +157,8 @@ class PayloadOps(TextOps):
         fresh = {} if fresh is None else fresh
         records = yield from self._resolve(name, selector, shard_key)
         current = {normalize_point_id(r.id): (r.id, (r.payload or {}).get(RECEIPT_KEY)) for r in records}
-        for pid in _selector_ids(selector):
-            key = normalize_point_id(pid)
-            if key in fresh and key not in current:  # upserted earlier in this batch
-                current[key] = (pid, None)
-        missing = [p for p in _selector_ids(selector) if normalize_point_id(p) not in current]
-        if missing:
-            message = (f"{op}: point(s) {missing} do not exist in collection {name!r}; a vector deletion "
-                       "naming them would be half applied. Leave their ids out. Nothing was written")
-            self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))
-            raise UnsupportedWriteError(message)
+        self._all_named(op, name, pol, selector, current, fresh, None,
+                        "a vector deletion naming them would be half applied")
         by_path = all(_quotable(n) for n in names)
         strip: list[Any] = []
         hit: list[Any] = []
@@ -189,6 +181,26 @@ class PayloadOps(TextOps):
                 keys=[f'{RECEIPT_KEY}.vectors.{_quote(n)}' for n in sorted(names)],
                 filter=models.Filter(must=[models.HasIdCondition(has_id=hit)]), shard_key=shard_key)))
         return strip
+
+    def _all_named(self, op: str, name: str, pol: CollectionPolicy, selector: Any, found: dict[Any, Any],
+                   fresh: dict[str, Any], empty: Any, why: str) -> None:
+        """Add to ``found`` (points read, by normalised id) the ids ``selector`` names that were
+        upserted earlier in the batch (``fresh``), as ``(id, empty)``; refuse (audited) the call if
+        it names any other point ``found`` lacks.
+
+        Raises:
+            UnsupportedWriteError: an id names no point.
+        """
+        for pid in _selector_ids(selector):
+            key = normalize_point_id(pid)
+            if key in fresh and key not in found:
+                found[key] = (pid, empty)
+        missing = [p for p in _selector_ids(selector) if normalize_point_id(p) not in found]
+        if missing:
+            message = (f"{op}: point(s) {missing} do not exist in collection {name!r}; {why}. Leave their "
+                       "ids out. Nothing was written")
+            self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))
+            raise UnsupportedWriteError(message)
 
     def _run_ops(self, method: str, name: str, pol: CollectionPolicy, ops: list[Any], args: dict[str, Any]) -> Op:
         if not ops:
@@ -224,16 +236,8 @@ class PayloadOps(TextOps):
             shard_key = getattr(selector, "shard_key", None)
         records = yield from self._resolve(name, selector, shard_key, payload=True)
         targets = {normalize_point_id(r.id): (r.id, r.payload or {}) for r in records}
-        for pid in _selector_ids(selector):
-            key = normalize_point_id(pid)
-            if key in fresh and key not in targets:  # upserted earlier in this batch
-                targets[key] = (pid, {})
-        missing = [p for p in _selector_ids(selector) if normalize_point_id(p) not in targets]
-        if missing:
-            message = (f"{op}: point(s) {missing} do not exist in collection {name!r}; qdrant-client "
-                       "refuses a payload rewrite naming them. Leave their ids out. Nothing was written")
-            self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))
-            raise UnsupportedWriteError(message)
+        self._all_named(op, name, pol, selector, targets, fresh, {},
+                        "qdrant-client refuses a payload rewrite naming them")
         if not targets:
             return [], 0
         held = set(written).union(*(p.keys() for _, p in targets.values()))

@@ -360,25 +360,31 @@ def test_key_text_given_instead_of_a_path_is_not_echoed(tmp_path):
     assert body[-20:] not in str(exc.value)
 
 
+def _replay_files(tmp_path, head: str, collection: str, rec: dict) -> tuple[str, str]:
+    """A policy (``head``, boundary hr, one PII collection owned by hr) and a one-query log."""
+    kit = make_kit(tmp_path)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(textwrap.dedent(head) + textwrap.dedent(f"""
+        [boundaries.hr]
+        authority_keys = ["{kit.authority_pub['hr']}"]
+        [collections.{collection}]
+        class = "PII"
+        owner = "hr"
+        [collections.{collection}.intent]
+        enabled = false
+    """))
+    log = tmp_path / "replayed.jsonl"
+    log.write_text(json.dumps({"record": rec}) + "\n")
+    return str(log), str(policy)
+
+
 def test_replay_under_a_policy_that_refuses_the_logged_collection(tmp_path):
     # A new policy that drops a collection with unlisted = "refuse" blocks its queries; replay
     # aborted on the ConfigError instead of reporting them.
-    kit = make_kit(tmp_path)
-    policy = tmp_path / "policy.toml"
-    policy.write_text(textwrap.dedent(f"""
-        unlisted = "refuse"
-        [boundaries.hr]
-        authority_keys = ["{kit.authority_pub['hr']}"]
-        [collections.other]
-        class = "PII"
-        owner = "hr"
-    """))
-    log = tmp_path / "audit.jsonl"
-    rec = {"op": "query_points", "collection": "docs", "verdict": "ALLOW",
-           "details": {"query_text": "short query"}}
-    log.write_text(json.dumps({"record": rec}) + "\n")
+    log, policy = _replay_files(tmp_path, 'unlisted = "refuse"\n', "other", {
+        "op": "query_points", "collection": "docs", "verdict": "ALLOW", "details": {"query_text": "short query"}})
     out = io.StringIO()
-    assert replay_log(str(log), str(policy), out=out) == 0
+    assert replay_log(log, policy, out=out) == 0
     text = out.getvalue()
     assert "replayed 1 logged queries" in text and "newly_blocked" in text, text
     assert "REFUSED_CROSS_BOUNDARY" in text, text
@@ -443,25 +449,12 @@ def test_replay_neither_creates_nor_needs_the_policys_live_audit_log(tmp_path):
     # replay builds a Guard from the policy only to evaluate text: it created the policy's audit
     # log file, and refused to run (AuditIntegrityError) when that live log had a torn tail, as a
     # log whose writer crashed has.
-    kit = make_kit(tmp_path)
-    policy = tmp_path / "policy.toml"
-    policy.write_text(textwrap.dedent(f"""
-        audit_log = "live.jsonl"
-        [boundaries.hr]
-        authority_keys = ["{kit.authority_pub['hr']}"]
-        [collections.docs]
-        class = "PII"
-        owner = "hr"
-        [collections.docs.intent]
-        enabled = false
-    """))
-    log = tmp_path / "replayed.jsonl"
-    rec = {"op": "query_points", "collection": "docs", "details": {"query_text": "short query"}}
-    log.write_text(json.dumps({"record": rec}) + "\n")
-    assert replay_log(str(log), str(policy), out=io.StringIO()) == 0
+    log, policy = _replay_files(tmp_path, 'audit_log = "live.jsonl"\n', "docs", {
+        "op": "query_points", "collection": "docs", "details": {"query_text": "short query"}})
+    assert replay_log(log, policy, out=io.StringIO()) == 0
     assert not (tmp_path / "live.jsonl").exists()
     (tmp_path / "live.jsonl").write_bytes(b'{"seq":1,"torn')
     out = io.StringIO()
-    assert replay_log(str(log), str(policy), out=out) == 0
+    assert replay_log(log, policy, out=out) == 0
     assert "replayed 1 logged queries" in out.getvalue()
     assert (tmp_path / "live.jsonl").read_bytes() == b'{"seq":1,"torn'
