@@ -273,18 +273,24 @@ def _last_audit(kit) -> dict:
     return json.loads((kit.tmp / "audit.jsonl").read_bytes().splitlines()[-1])["record"]
 
 
-def test_receipted_write_records_its_receipts_in_the_manifest(tmp_path):
-    # Every decision's manifest carries reconstruction_resistance_receipt (README); a write
-    # accepted on the writer's own receipts recorded null there, so the audit log did not say
-    # which signed statement the stored vectors rest on.
+def _agent_writer(tmp_path, *, noise_on_write: bool):
+    """The kit, the hr owner's client of a PII collection, a support writer's view of it, and the
+    writer's own receipt-signing key (trusted by the policy)."""
     kit = make_kit(tmp_path)
     agent_sk, agent_pk = keys.generate_keypair()
-    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": noise_on_write,
                               "noise": {"radius": 0.01}, "intent": {"enabled": False}}},
                      receipts={"trusted_keys": [keys.public_key_to_str(agent_pk)]})
     owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
     create(owner, "pii")
-    client = owner.with_principal(kit.principal("bob", "support"))
+    return kit, owner, owner.with_principal(kit.principal("bob", "support")), agent_sk
+
+
+def test_receipted_write_records_its_receipts_in_the_manifest(tmp_path):
+    # Every decision's manifest carries reconstruction_resistance_receipt (README); a write
+    # accepted on the writer's own receipts recorded null there, so the audit log did not say
+    # which signed statement the stored vectors rest on.
+    kit, owner, client, agent_sk = _agent_writer(tmp_path, noise_on_write=True)
     rng = np.random.default_rng(3)
     noised, params = privatize(np.asarray(unit(rng), dtype=np.float32), mechanism="gaussian", epsilon=1.0,
                                delta=1e-6, radius=0.01, clip_norm=1.0)
@@ -412,14 +418,7 @@ def test_refusal_of_a_principal_named_with_a_lone_surrogate_is_audited(tmp_path)
 def test_receipt_that_is_not_a_json_object_is_an_audited_invalid_receipt(tmp_path, form):
     # verify_receipt reads a receipt given as JSON text, but the payload container stores receipt
     # objects: a receipt sent as text (or any non-object) crashed the write unaudited.
-    kit = make_kit(tmp_path)
-    agent_sk, agent_pk = keys.generate_keypair()
-    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": False,
-                              "noise": {"radius": 0.01}, "intent": {"enabled": False}}},
-                     receipts={"trusted_keys": [keys.public_key_to_str(agent_pk)]})
-    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
-    create(owner, "pii")
-    client = owner.with_principal(kit.principal("bob", "support"))
+    kit, owner, client, agent_sk = _agent_writer(tmp_path, noise_on_write=False)
     noised, params = privatize(np.asarray(unit(np.random.default_rng(1)), dtype=np.float32), mechanism="gaussian",
                                epsilon=1.0, delta=1e-6, radius=0.01, clip_norm=1.0)
     final = stored_form(noised, distance="Cosine")

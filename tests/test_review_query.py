@@ -178,16 +178,22 @@ class _Embedder:
         return [unit(rng) for _ in texts]
 
 
+def _document_client(kit, **extra):
+    """An owner client of a PII collection "c" with an embedder (for Document queries), and a raw
+    query vector."""
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "text_field": "text",
+           "intent": {"enabled": False}, **extra}
+    cl = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"),
+                      embedder=_Embedder())
+    create(cl, "c")
+    return cl, unit(np.random.default_rng(1))
+
+
 def test_require_text_refuses_a_raw_prefetch_vector_behind_a_document(kit, sent_queries):
     # README: TEXT_REQUIRED is "a raw query vector anywhere in the query (prefetches, ...) without
     # query_text= where the policy requires text". A benign top-level Document carried a raw prefetch
     # vector (which picks the candidates) past the rule.
-    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "text_field": "text",
-           "intent": {"enabled": False}, "query": {"require_text": True}}
-    cl = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"),
-                      embedder=_Embedder())
-    create(cl, "c")
-    raw = unit(np.random.default_rng(1))
+    cl, raw = _document_client(kit, query={"require_text": True})
     with pytest.raises(GuardRefusal) as ei:
         cl.query_points("c", query=models.Document(text="refund policy", model="m"),
                         prefetch=models.Prefetch(query=raw, limit=20), limit=3)
@@ -203,12 +209,7 @@ def test_require_text_refuses_a_raw_prefetch_vector_behind_a_document(kit, sent_
 def test_query_text_next_to_a_document_is_checked_too(kit, sent_queries):
     # query_text= is the text of the raw vectors next to the Document: it must pass the same checks,
     # not be dropped because the Document's text was checked instead.
-    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "text_field": "text",
-           "intent": {"enabled": False}}
-    cl = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"),
-                      embedder=_Embedder())
-    create(cl, "c")
-    raw = unit(np.random.default_rng(1))
+    cl, raw = _document_client(kit)
     with pytest.raises(GuardRefusal) as ei:
         cl.query_points("c", query=models.Document(text="refund policy", model="m"),
                         prefetch=models.Prefetch(query=raw, limit=20),
