@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import mpmath as mp
 import numpy as np
 import pytest
 
@@ -16,8 +17,6 @@ from qdrant_guard import noise
 
 def _exact_delta(sigma: float, epsilon: float, sensitivity: float):
     """Balle & Wang (2018), Theorem 8, in 60-digit arithmetic."""
-    # Only the tests that need it skip without mpmath (it is not a declared test dependency).
-    mp = pytest.importorskip("mpmath")
     with mp.workdps(60):
         s, e, d = mp.mpf(sigma), mp.mpf(epsilon), mp.mpf(sensitivity)
         a, b = d / (2 * s), e * s / d
