@@ -69,7 +69,10 @@ class GuardPipeline:
         principal: who is calling: a :class:`Principal` with a credential, a credential token
             string, or None (anonymous: may use PUBLIC collections only).
         embedder: callable ``list[str] -> array (n, d)`` used to embed ``models.Document`` texts
-            after redaction. Its optional ``model_id`` attribute is recorded in receipts.
+            after redaction. Its optional ``model_id`` attribute (a str) is recorded in receipts.
+
+    Raises:
+        TypeError: ``embedder`` is not callable, or its ``model_id`` is not a str.
     """
 
     def __init__(
@@ -94,6 +97,14 @@ class GuardPipeline:
                 f"guard= must be a GuardConfig, a path to a TOML policy, or None, not {type(config).__name__}"
             )
         self.config = cfg
+        if embedder is not None:
+            if not callable(embedder):
+                raise TypeError(f"embedder= must be a callable list[str] -> array (n, d), not {type(embedder).__name__}")
+            model_id = getattr(embedder, "model_id", None)
+            if model_id is not None and not isinstance(model_id, str):
+                # Receipts record it; a wrong type would fail every noised write, unaudited.
+                raise TypeError(f"embedder.model_id must be a str or None (receipts record it), not "
+                                f"{type(model_id).__name__}")
         self.embedder = embedder
         self.clock = clock
         self._shapes: dict[str, CollectionShape] = {}

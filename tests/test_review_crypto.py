@@ -457,3 +457,21 @@ def test_replay_neither_creates_nor_needs_the_policys_live_audit_log(tmp_path):
     assert replay_log(log, policy, out=out) == 0
     assert "replayed 1 logged queries" in out.getvalue()
     assert (tmp_path / "live.jsonl").read_bytes() == b'{"seq":1,"torn'
+
+
+@pytest.mark.parametrize("model_id", [7, b"m", ["m"]])
+def test_an_embedder_model_id_that_is_not_a_str_is_refused_at_construction(tmp_path, model_id):
+    # Receipts record the embedder's model_id: a wrong type made every noised Document write raise
+    # a TypeError inside the receipt batch, after the checks and without an audit entry.
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "noise_on_write": True, "text_field": "text",
+                              "intent": {"enabled": False}}})
+
+    def embed(texts):
+        return np.ones((len(texts), 8))
+
+    embed.model_id = model_id
+    with pytest.raises(TypeError, match="model_id must be a str"):
+        QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder=embed)
+    with pytest.raises(TypeError, match="embedder= must be a callable"):
+        QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder="model-name")
