@@ -196,8 +196,10 @@ class IntentPolicy(_Strict):
     """A blocked label is enforced only at this confidence or above; below it the query goes ahead
     and the audit record keeps the label (tune with ``qdrant-guard audit replay``)."""
     fail_closed: bool = True
-    """Refuse the query (FAIL_CLOSED) when the classifier raises or times out. A classifier that
-    cannot be loaded (a ``module:attr`` that does not import) refuses whatever this says."""
+    """Refuse the query (FAIL_CLOSED) when the classifier raises or returns an invalid result. The
+    LLM classifier raises when it times out; the guard puts no time limit on a custom classifier,
+    which must bound its own calls. A classifier that cannot be loaded (a ``module:attr`` that
+    does not import) refuses whatever this says."""
 
     @field_validator("classifier")
     @classmethod
