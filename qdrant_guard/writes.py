@@ -450,6 +450,11 @@ class WriteOps(TextOps):
         ceiling = self.ceiling(pol)
         faults: dict[Verdict, list[Any]] = {}
         reasons: dict[str, str] = {}
+
+        def fault(verdict: Verdict, pid: Any, reason: str) -> None:
+            faults.setdefault(verdict, []).append(pid)
+            reasons[str(pid)] = reason
+
         payloads: list[dict[str, Any]] = []
         vectors: list[dict[str, Any]] = []
         to_noise: list[_Slot] = []
@@ -466,8 +471,7 @@ class WriteOps(TextOps):
                 receipts = receipts_from_payload(payload) if RECEIPT_KEY in payload else {}
             except ReceiptError as exc:
                 # A forged container is a receipt that does not verify: refused and audited as such.
-                faults.setdefault(Verdict.INVALID_RECEIPT, []).append(p.id)
-                reasons[str(p.id)] = f"malformed: {exc}"
+                fault(Verdict.INVALID_RECEIPT, p.id, f"malformed: {exc}")
                 receipts = {}
             vecs = split_vector_struct(p.vector)
             if not all(type(v) is list for v in vecs.values()):
@@ -491,9 +495,8 @@ class WriteOps(TextOps):
                 if rec is not None and not isinstance(rec, Mapping):
                     # The guard stores receipts as JSON objects (receipts_for_payload); one in any
                     # other form (JSON text, a list) is malformed, although verify_receipt reads text.
-                    faults.setdefault(Verdict.INVALID_RECEIPT, []).append(p.id)
-                    reasons[str(p.id)] = (f"malformed: the receipt of vector {vname or '<unnamed>'!r} is a "
-                                          f"{type(rec).__name__}, not a JSON object")
+                    fault(Verdict.INVALID_RECEIPT, p.id, f"malformed: the receipt of vector {vname or '<unnamed>'!r} "
+                                                         f"is a {type(rec).__name__}, not a JSON object")
                     continue
                 if rec is not None:
                     check = verify_receipt(
@@ -502,28 +505,24 @@ class WriteOps(TextOps):
                         now=self.clock(), max_age_s=self.config.receipts.max_age_s,
                     )
                     if not check.ok or check.params is None:
-                        faults.setdefault(Verdict.INVALID_RECEIPT, []).append(p.id)
-                        reasons[str(p.id)] = check.reason
+                        fault(Verdict.INVALID_RECEIPT, p.id, check.reason)
                         continue
                     if _altered_by_storage(arr, spec.distance):
-                        faults.setdefault(Verdict.INVALID_RECEIPT, []).append(p.id)
-                        reasons[str(p.id)] = (
+                        fault(Verdict.INVALID_RECEIPT, p.id, (
                             f"vector_mismatch: Qdrant would not store vector {vname or '<unnamed>'!r} as "
                             f"signed (it keeps float32{', normalised to unit length' if spec.distance == 'Cosine' else ''}),"
                             f" so the stored vector would not match the receipt; sign "
                             f"stored_form(vector, distance={spec.distance!r}) and send exactly that vector"
-                        )
+                        ))
                         continue
                     prm = check.params
                     problem = _noise.check_release(prm)
                     if problem is not None:
                         # The signer's own parameters do not add up to a private release.
-                        faults.setdefault(Verdict.NOISE_REQUIRED, []).append(p.id)
-                        reasons[str(p.id)] = problem
+                        fault(Verdict.NOISE_REQUIRED, p.id, problem)
                         continue
                     if prm.epsilon > ceiling:
-                        faults.setdefault(Verdict.EPSILON_ABOVE_CEILING, []).append(p.id)
-                        reasons[str(p.id)] = f"epsilon {prm.epsilon} > ceiling {ceiling}"
+                        fault(Verdict.EPSILON_ABOVE_CEILING, p.id, f"epsilon {prm.epsilon} > ceiling {ceiling}")
                         continue
                     if (prm.epsilon > pol.noise.epsilon or prm.radius < pol.noise.radius
                             or prm.delta > max(pol.noise.delta, 0.0)
@@ -532,19 +531,17 @@ class WriteOps(TextOps):
                         # protected radius, a larger delta or less clipping than the policy states
                         # (the radius is measured between inputs clipped to clip_norm, and clipping
                         # harder never increases a distance, so only a larger clip_norm is weaker).
-                        faults.setdefault(Verdict.NOISE_REQUIRED, []).append(p.id)
-                        reasons[str(p.id)] = (
+                        fault(Verdict.NOISE_REQUIRED, p.id, (
                             f"receipt gives epsilon {prm.epsilon} at radius {prm.radius} with delta "
                             f"{prm.delta} and clip_norm {prm.clip_norm}; the policy requires epsilon <= "
                             f"{pol.noise.epsilon}, radius >= {pol.noise.radius}, delta <= {pol.noise.delta} "
                             f"and clip_norm <= {pol.noise.clip_norm}"
-                        )
+                        ))
                         continue
                     why = self.utility_refusal(pol, mechanism=prm.mechanism, epsilon=prm.epsilon,
                                                radius=prm.radius, delta=prm.delta, clip_norm=prm.clip_norm)
                     if why is not None:
-                        faults.setdefault(Verdict.UTILITY_DEGRADED, []).append(p.id)
-                        reasons[str(p.id)] = why
+                        fault(Verdict.UTILITY_DEGRADED, p.id, why)
                         utility_why = utility_why or why
                         continue
                     kept_receipts[vname] = rec
