@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -336,12 +337,69 @@ def _check_record_bytes(record_bytes: Any) -> bytes:
     return record_bytes
 
 
+def _read_all(fd: int, offset: int, n: int) -> bytes:
+    parts, got = [], 0
+    while got < n:
+        chunk = os.pread(fd, n - got, offset + got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view, done = memoryview(data), 0
+    while done < len(data):
+        # os.pwrite may write less than asked (a file size limit, a full disk): go on or raise.
+        done += os.pwrite(fd, view[done:], offset + done)
+
+
+def _save_cut(p: str, last_seq: int, cut: bytes) -> str:
+    """Write ``cut`` to a new side file next to ``p`` (0600, never an existing one); its path."""
+    for _ in range(16):
+        # A random part, not only the second: two repairs of one log at the same seq within a
+        # second (or a squatter who can create files in the directory) must not collide.
+        side = f"{p}.cut-{last_seq}-{int(time.time())}-{secrets.token_hex(4)}"
+        try:
+            sfd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise AuditError(f"cannot create the side file {side!r} for the cut bytes of audit log "
+                             f"{p!r} ({exc.strerror or exc}); nothing was changed") from exc
+        try:
+            try:
+                _pwrite_all(sfd, cut, 0)
+                os.fsync(sfd)
+            finally:
+                os.close(sfd)
+            dfd = os.open(os.path.dirname(os.path.abspath(side)), os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            try:
+                os.unlink(side)
+            except OSError:
+                pass
+            raise AuditError(f"cannot save the cut bytes of audit log {p!r} to {side!r} "
+                             f"({exc.strerror or exc}); nothing was changed") from exc
+        return side
+    raise AuditError(f"cannot create a new side file {p!r}.cut-{last_seq}-*: 16 random names "
+                     "were all taken; nothing was changed")
+
+
 def repair_audit_file(path: PathLike, *, signer: ReceiptSigner | None = None) -> AuditReport:
     """Truncate a damaged log to its valid prefix and append a ``audit_repair`` entry.
 
-    The removed bytes are saved to ``<path>.cut-<seq>-<unix time>`` (mode 0600) so nothing is
-    destroyed; the repair entry records the problem, the line, the number of lines and bytes cut
-    and the SHA-256 of the cut bytes. A log that already verifies is left untouched.
+    The removed bytes are saved to a new ``<path>.cut-<seq>-<unix time>-<8 random hex>`` (mode
+    0600, fsynced with its directory) before the log is changed, so nothing is destroyed; the
+    repair entry records the problem, the line, the number of lines and bytes cut and the SHA-256
+    of the cut bytes. It is written over the cut bytes before the file is truncated behind it. A
+    log that already verifies is left untouched; if the cut bytes cannot all be saved, the side
+    file is removed and the log is not changed.
 
     Args:
         path: the JSONL file.
@@ -351,7 +409,8 @@ def repair_audit_file(path: PathLike, *, signer: ReceiptSigner | None = None) ->
         The report of the repaired file; ``detail`` says what was cut.
 
     Raises:
-        AuditError: the file cannot be read or rewritten.
+        AuditError: the file cannot be read, the cut bytes cannot be saved (nothing changed), or
+            the log cannot be rewritten (the message names the side file holding the cut).
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"repair_audit_file() path must be str or os.PathLike, not {type(path).__name__}")
@@ -366,21 +425,10 @@ def repair_audit_file(path: PathLike, *, signer: ReceiptSigner | None = None) ->
         if before.ok:
             return before
         size = os.fstat(fd).st_size
-        os.lseek(fd, before.valid_bytes, os.SEEK_SET)
-        cut = b""
-        while len(cut) < size - before.valid_bytes:
-            chunk = os.read(fd, size - before.valid_bytes - len(cut))
-            if not chunk:
-                break
-            cut += chunk
-        side = f"{p}.cut-{before.last_seq}-{int(time.time())}"
-        sfd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(sfd, cut)
-            os.fsync(sfd)
-        finally:
-            os.close(sfd)
-        os.ftruncate(fd, before.valid_bytes)
+        cut = _read_all(fd, before.valid_bytes, size - before.valid_bytes)
+        # The cut bytes are durable in the side file (and its name in the directory) before the
+        # log is changed; if saving them fails, the side file is removed and the log untouched.
+        side = _save_cut(p, before.last_seq, cut)
         record = {
             "event": "audit_repair",
             "problem": before.problem,
@@ -393,9 +441,16 @@ def repair_audit_file(path: PathLike, *, signer: ReceiptSigner | None = None) ->
         }
         _, line = _make_entry(before.last_seq + 1, before.last_hash, record, canonical_json(record),
                               signer, True)
-        os.lseek(fd, 0, os.SEEK_END)
-        os.write(fd, line)
-        os.fsync(fd)
+        # Repair entry first, over the cut bytes, then the truncation: a crash in between leaves
+        # the repair entry followed by leftovers that verify reports, never a silent clean cut.
+        try:
+            _pwrite_all(fd, line, before.valid_bytes)
+            os.ftruncate(fd, before.valid_bytes + len(line))
+            os.fsync(fd)
+        except OSError as exc:
+            raise AuditError(f"repair of audit log {p!r} failed while rewriting it ({exc.strerror or exc}); "
+                             f"the cut bytes are saved in {side!r}: run `qdrant-guard audit verify "
+                             f"{p}` and repair again") from exc
     except OSError as exc:
         raise AuditError(f"cannot repair audit log {p!r}: {exc.strerror or exc}") from exc
     finally:
