@@ -52,6 +52,7 @@ AUDIT_PROBLEMS = (
     "deleted",         # a seq is missing and never appears later
     "reordered",       # a seq is missing here but appears later
     "inserted",        # a seq that already appeared (an extra entry in the chain)
+    "second_genesis",  # a second chain from genesis in the same file (two logs in one, or a forged one)
     "chain_broken",    # seq is as expected but prev is not the previous hash (an earlier entry
                        # was rewritten with a recomputed hash, or entries were renumbered)
     "bad_checkpoint",  # a checkpoint signature does not verify under the trusted keys
@@ -87,6 +88,12 @@ class AuditReport:
         last_hash: hash of the last valid entry (``GENESIS`` if none).
         checkpoints: number of checkpoint signatures verified (only with ``trusted_keys``).
         valid_bytes: byte length of the valid prefix.
+        fork: ``(line_a, line_b)`` when the file holds two different chains for the same place
+            (two entries with the same seq and ``prev``; at seq 1, two chains from genesis) and
+            nothing in it shows which is real: the 1-based first lines of the two chains. The
+            valid prefix then ends before both, and :func:`repair_audit_file` refuses to pick one
+            unless told which (``keep_chain_from``). ``None`` otherwise, also when a signed
+            checkpoint settled it.
     """
 
     ok: bool
@@ -99,6 +106,27 @@ class AuditReport:
     last_hash: str = GENESIS
     checkpoints: int = 0
     valid_bytes: int = 0
+    fork: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class _Branch:
+    """One of two chains that claim the same place: its lines and bytes in the file."""
+
+    line: int       # 1-based first line
+    lines: int      # how many consecutive lines chain on from it
+    start: int      # byte offsets in the file
+    end: int
+    last_seq: int
+    last_hash: str
+    signed_at: int | None  # seq of its first checkpoint that verifies under the trusted keys
+
+
+@dataclass(frozen=True)
+class _Fork:
+    a: _Branch     # the chain that came first in the file
+    b: _Branch
+    winner: str | None  # "a", "b" (settled by a signed checkpoint) or None (undecidable)
 
 
 class _Bad(Exception):
@@ -171,8 +199,66 @@ def _run_length(parsed: list[dict[str, Any] | None], start: int) -> int:
     return n
 
 
+def _branch(lines: list[tuple[bytes, bool]], offsets: list[int], parsed: list[dict[str, Any] | None],
+            start: int, trusted_keys: Mapping[str, Ed25519PublicKey] | None, every: int) -> _Branch:
+    # The lines that chain on from ``start`` and, with trusted keys, pass the checkpoint rules
+    # verify applies (for the first branch the main scan already did).
+    n, signed_at = 0, None
+    for k in range(start, start + _run_length(parsed, start)):
+        e = parsed[k]
+        assert e is not None
+        if trusted_keys is not None:
+            if "ckpt" in e:
+                try:
+                    _check_ckpt(e, trusted_keys)
+                except _Bad:
+                    break
+                if signed_at is None:
+                    signed_at = e["seq"]
+            elif e["seq"] % every == 0:
+                break
+        n += 1
+    if n == 0:
+        # Its first line already breaks the checkpoint rules: a one-line branch that is not signed.
+        n = 1
+    last = parsed[start + n - 1]
+    assert last is not None
+    return _Branch(start + 1, n, offsets[start], offsets[start + n], last["seq"], last["hash"], signed_at)
+
+
+def _fork_detail(seq: int, fork: _Fork, keyed: bool) -> str:
+    a, b = fork.a, fork.b
+    chains = (f"the chain from line {a.line} (seq {seq}..{a.last_seq}, {a.lines} line(s)) and the "
+              f"one from line {b.line} (seq {seq}..{b.last_seq}, {b.lines} line(s))")
+    if seq == 1:
+        what = (f"line {b.line} starts a second chain from genesis: two logs in one file, or a "
+                f"forged one; {chains}")
+    else:
+        what = (f"seq {seq} appears on line {a.line} and again on line {b.line}, both chained to "
+                f"the entry before line {a.line}: the chain forks and one branch is inserted; {chains}")
+    if fork.winner == "a":
+        return (f"{what}; only the chain from line {a.line} carries a verified checkpoint (seq "
+                f"{a.signed_at}), so line {b.line} on is extra")
+    if fork.winner == "b":
+        return (f"{what}; only the chain from line {b.line} carries a verified checkpoint (seq "
+                f"{b.signed_at}), so lines {a.line}..{b.line - 1} are extra")
+    if not keyed:
+        why = "pass the trusted keys to decide by signed checkpoints"
+    elif a.signed_at is not None:
+        why = "both carry verified checkpoints: the signing key wrote both"
+    else:
+        why = "neither carries a checkpoint that verifies"
+    return (f"{what}; nothing in the file shows which is real ({why}), and length proves nothing: "
+            "whoever can write the file can make either longer")
+
+
 def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
           checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> AuditReport:
+    return _scan_fork(path, trusted_keys, checkpoint_every)[0]
+
+
+def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
+               checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> tuple[AuditReport, _Fork | None]:
     p = os.fspath(path)
     try:
         fh = open(p, "rb")
@@ -190,9 +276,13 @@ def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
             parsed.append(_parse_line(raw) if complete else None)
         except _Bad:
             parsed.append(None)
+    offsets = [0]
+    for raw, complete in lines:
+        offsets.append(offsets[-1] + len(raw) + complete)
     for i, e in enumerate(parsed):
         if e is not None:
             seqs_after.setdefault(e["seq"], i)
+    fork: _Fork | None = None
     seen: dict[int, int] = {}
     # Per valid line: (seq, hash, cumulative bytes), so the prefix can be cut back on "inserted".
     good: list[tuple[int, str, int]] = []
@@ -207,19 +297,12 @@ def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
             if seq in seen:
                 first = seen[seq]
                 earlier = parsed[first - 1]
-                # The earlier line is the extra one only if this one is a different entry for the
-                # same place in the chain (same prev) and the chain runs on longer from this one
-                # (a forged line, or forged lines, in front of the real ones). A replayed copy, a
-                # line that chains to nothing before it, or a shorter second log appended whole,
-                # is itself the extra line.
-                if (earlier is not None and entry["prev"] == earlier["prev"]
-                        and entry["hash"] != earlier["hash"]
-                        and _run_length(parsed, i) > _run_length(parsed, first - 1)):
-                    # This line is the one the chain continues from: the earlier one is extra.
-                    bad_line = first
-                    del good[first - 1:]
-                    raise _Bad("inserted", f"seq {seq} appears again on line {lineno} and the chain "
-                                           f"continues from line {lineno}; line {first} is extra")
+                assert earlier is not None
+                if entry["prev"] != earlier["prev"] or entry["hash"] == earlier["hash"]:
+                    # A replayed copy, or a line that chains to nothing before it: this line is
+                    # the extra one.
+                    raise _Bad("inserted", f"seq {seq} already appeared on line {first}")
+                # A different entry for the same place: a second chain, judged after the loop.
                 raise _Bad("inserted", f"seq {seq} already appeared on line {first}")
             if seq > expected:
                 later = seqs_after.get(expected)
@@ -252,18 +335,57 @@ def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
         last_seq, last_hash = seq, entry["hash"]
         nbytes += len(raw) + 1
         good.append((seq, last_hash, nbytes))
+    if bad is not None and bad_line is not None:
+        # Any line from the first problem on that is a different entry for a place the sound
+        # chain already filled (same seq, same prev) starts a second chain, whatever lies between:
+        # otherwise a forged chain from genesis put first, then a junk line, then the real log
+        # would verify as the valid prefix and repair would keep it. The earliest fork point wins.
+        found: tuple[int, int, int] | None = None
+        for m in range(bad_line - 1, len(lines)):
+            e = parsed[m]
+            first = seen.get(e["seq"]) if e is not None else None
+            if e is None or first is None:
+                continue
+            earlier = parsed[first - 1]
+            assert earlier is not None
+            if e["prev"] == earlier["prev"] and e["hash"] != earlier["hash"]:
+                if found is None or e["seq"] < found[0]:
+                    found = (e["seq"], first - 1, m)
+        if found is not None:
+            fseq, ia, ib = found
+            # Which chain the writer wrote cannot be told from the file (whoever can write it can
+            # make either one longer or put it first), only from a checkpoint signed by a trusted
+            # key on one of them and not the other.
+            fa = _branch(lines, offsets, parsed, ia, trusted_keys, checkpoint_every)
+            fb = _branch(lines, offsets, parsed, ib, trusted_keys, checkpoint_every)
+            winner = None
+            if (fa.signed_at is None) != (fb.signed_at is None):
+                winner = "a" if fa.signed_at is not None else "b"
+            fork = _Fork(fa, fb, winner)
+            problem = "second_genesis" if fseq == 1 else "inserted"
+            detail = _fork_detail(fseq, fork, trusted_keys is not None)
+            if winner != "a":
+                bad, bad_line = _Bad(problem, detail), ia + 1
+                del good[ia:]
+            elif ib == bad_line - 1:
+                bad = _Bad(problem, detail)
+            else:
+                # The signed chain breaks before the other one starts: that break is the first
+                # problem, and everything after it, the other chain included, is cut.
+                bad = _Bad(bad.problem, f"{bad.detail}; after it, {detail}")
     valid = len(good)
     last_seq, last_hash, nbytes = good[-1] if good else (0, GENESIS, 0)
     if bad is None:
         return AuditReport(True, len(lines), valid, None, None,
                            f"{valid} entries verified" + (f", {ckpts} checkpoints" if trusted_keys is not None else ""),
-                           last_seq, last_hash, ckpts, nbytes)
+                           last_seq, last_hash, ckpts, nbytes), None
     where = f"line {bad_line}"
     got = parsed[bad_line - 1] if bad_line is not None else None
     if got is not None:
         where += f" (seq {got['seq']})"
+    unresolved = (fork.a.line, fork.b.line) if fork is not None and fork.winner is None else None
     return AuditReport(False, len(lines), valid, bad.problem, bad_line, f"{where}: {bad.detail}",
-                       last_seq, last_hash, ckpts, nbytes)
+                       last_seq, last_hash, ckpts, nbytes, unresolved), fork
 
 
 def verify_audit_file(
@@ -391,7 +513,11 @@ def _save_cut(p: str, last_seq: int, cut: bytes) -> str:
                      "were all taken; nothing was changed")
 
 
-def repair_audit_file(path: PathLike, *, signer: ReceiptSigner | None = None) -> AuditReport:
+def repair_audit_file(
+    path: PathLike, *, signer: ReceiptSigner | None = None,
+    trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, keep_chain_from: int | None = None,
+) -> AuditReport:
     """Truncate a damaged log to its valid prefix and append a ``audit_repair`` entry.
 
     The removed bytes are saved to a new ``<path>.cut-<seq>-<unix time>-<8 random hex>`` (mode
@@ -401,19 +527,43 @@ def repair_audit_file(path: PathLike, *, signer: ReceiptSigner | None = None) ->
     log that already verifies is left untouched; if the cut bytes cannot all be saved, the side
     file is removed and the log is not changed.
 
+    A file holding two chains for the same place (``report.fork``: two chains from genesis, or a
+    fork) is not repaired by guessing: unless a checkpoint verified under ``trusted_keys`` is on
+    exactly one of them, the operator must say which chain is real (``keep_chain_from``). When the
+    kept chain is the later one, its lines are written back right after the prefix. The repair
+    entry then also records ``fork``, ``kept_chain_from``, ``decided_by`` and ``kept_lines``.
+
     Args:
         path: the JSONL file.
         signer: if given, the repair entry is a signed checkpoint.
+        trusted_keys: verify as ``verify_audit_file(path, trusted_keys=...)`` does (checkpoint
+            problems are cut too) and settle forks by signed checkpoints.
+        checkpoint_every: the writer's checkpoint period (with ``trusted_keys``).
+        keep_chain_from: for a log whose report has ``fork == (a, b)``: ``a`` or ``b``, the first
+            line of the chain the operator has established as the real one.
 
     Returns:
         The report of the repaired file; ``detail`` says what was cut.
 
     Raises:
+        AuditIntegrityError: the log holds two chains nothing in it tells apart and
+            ``keep_chain_from`` is not given; the message says how to decide. Nothing changed.
+        ValueError: ``keep_chain_from`` is not one of the two chains' first lines, or the log
+            has no such fork.
         AuditError: the file cannot be read, the cut bytes cannot be saved (nothing changed), or
             the log cannot be rewritten (the message names the side file holding the cut).
     """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"repair_audit_file() path must be str or os.PathLike, not {type(path).__name__}")
+    if signer is not None and not isinstance(signer, ReceiptSigner):
+        raise TypeError(f"repair_audit_file() signer must be a ReceiptSigner or None, not {type(signer).__name__}")
+    if trusted_keys is not None and not isinstance(trusted_keys, Mapping):
+        raise TypeError("repair_audit_file() trusted_keys must be a mapping of key id to Ed25519PublicKey or None")
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        raise ValueError(f"repair_audit_file() checkpoint_every must be a positive int, got {checkpoint_every!r}")
+    if keep_chain_from is not None and (isinstance(keep_chain_from, bool) or not isinstance(keep_chain_from, int)):
+        raise TypeError(f"repair_audit_file() keep_chain_from must be a line number (int) or None, "
+                        f"not {type(keep_chain_from).__name__}")
     p = os.fspath(path)
     try:
         fd = os.open(p, os.O_RDWR)
@@ -421,31 +571,72 @@ def repair_audit_file(path: PathLike, *, signer: ReceiptSigner | None = None) ->
         raise AuditError(f"cannot open audit log {p!r}: {exc.strerror or exc}") from exc
     try:
         _lock(fd)
-        before = _scan(p, None)
+        before, fork = _scan_fork(p, trusted_keys, checkpoint_every)
+        if keep_chain_from is not None and before.fork is None:
+            raise ValueError(
+                f"repair_audit_file() keep_chain_from={keep_chain_from} applies only to a log holding two "
+                f"chains that verify cannot tell apart (report.fork); {p!r} "
+                + ("verifies" if before.ok else f"has {before.problem} at {before.detail}")
+                + ": repair it without keep_chain_from")
         if before.ok:
             return before
+        valid_bytes, last_seq, last_hash = before.valid_bytes, before.last_seq, before.last_hash
+        kept_lines = before.valid_prefix
+        keep: _Branch | None = None  # a chain after the cut point to write back after the prefix
+        extra: dict[str, Any] = {}
+        if fork is not None:
+            decided_by, chosen = "checkpoint", fork.winner
+            if chosen is None:
+                a, b = fork.a.line, fork.b.line
+                if keep_chain_from is None:
+                    raise AuditIntegrityError(
+                        f"audit log {p!r} was not repaired: {before.problem} at {before.detail}. Decide which "
+                        f"chain is the real one: a checkpoint signed by the guard's key (repair with "
+                        f"trusted_keys / --key GUARD.pub keeps the chain that alone carries one); a copy "
+                        f"of the log kept elsewhere (the logging handler's stream, a backup) or a "
+                        f"last_hash/last_seq recorded outside the file; the records and timestamps of "
+                        f"each chain against what you know. Then repair with keep_chain_from={a} or "
+                        f"{b} (--keep-chain-from); the other chain is saved in the side file and the "
+                        f"choice is recorded in the repair entry. Nothing was changed.")
+                if keep_chain_from not in (a, b):
+                    raise ValueError(f"repair_audit_file() keep_chain_from must be {a} or {b}, the first "
+                                     f"lines of the two chains in {p!r}, got {keep_chain_from}")
+                decided_by, chosen = "operator", ("a" if keep_chain_from == a else "b")
+            branch = fork.a if chosen == "a" else fork.b
+            if branch is fork.a:
+                valid_bytes, last_seq, last_hash = branch.end, branch.last_seq, branch.last_hash
+                kept_lines = branch.line - 1 + branch.lines
+            else:
+                keep = branch
+            extra = {"fork": [fork.a.line, fork.b.line], "kept_chain_from": branch.line,
+                     "decided_by": decided_by, "kept_lines": [branch.line, branch.line + branch.lines - 1]}
         size = os.fstat(fd).st_size
-        cut = _read_all(fd, before.valid_bytes, size - before.valid_bytes)
+        cut = _read_all(fd, valid_bytes, size - valid_bytes)
         # The cut bytes are durable in the side file (and its name in the directory) before the
         # log is changed; if saving them fails, the side file is removed and the log untouched.
-        side = _save_cut(p, before.last_seq, cut)
+        side = _save_cut(p, last_seq, cut)
+        rewrite = b""
+        if keep is not None:
+            rewrite = cut[keep.start - valid_bytes:keep.end - valid_bytes]
+            last_seq, last_hash = keep.last_seq, keep.last_hash
+            kept_lines += keep.lines
         record = {
             "event": "audit_repair",
             "problem": before.problem,
             "line": before.index,
             "detail": before.detail,
-            "cut_lines": before.entries - before.valid_prefix,
-            "cut_bytes": len(cut),
+            "cut_lines": before.entries - kept_lines,
+            "cut_bytes": len(cut) - len(rewrite),
             "cut_sha256": hashlib.sha256(cut).hexdigest(),
             "cut_file": os.path.basename(side),
+            **extra,
         }
-        _, line = _make_entry(before.last_seq + 1, before.last_hash, record, canonical_json(record),
-                              signer, True)
+        _, line = _make_entry(last_seq + 1, last_hash, record, canonical_json(record), signer, True)
         # Repair entry first, over the cut bytes, then the truncation: a crash in between leaves
         # the repair entry followed by leftovers that verify reports, never a silent clean cut.
         try:
-            _pwrite_all(fd, line, before.valid_bytes)
-            os.ftruncate(fd, before.valid_bytes + len(line))
+            _pwrite_all(fd, rewrite + line, valid_bytes)
+            os.ftruncate(fd, valid_bytes + len(rewrite) + len(line))
             os.fsync(fd)
         except OSError as exc:
             raise AuditError(f"repair of audit log {p!r} failed while rewriting it ({exc.strerror or exc}); "
@@ -458,11 +649,13 @@ def repair_audit_file(path: PathLike, *, signer: ReceiptSigner | None = None) ->
             _unlock(fd)
         finally:
             os.close(fd)
-    after = _scan(p, None)
-    detail = (f"repaired: {before.problem} at {before.detail}; cut {record['cut_lines']} line(s), "
-              f"{len(cut)} bytes, saved to {side}; {after.detail}")
+    after = _scan(p, trusted_keys, checkpoint_every)
+    kept = f"; kept the chain from line {extra['kept_chain_from']} ({extra['decided_by']})" if extra else ""
+    detail = (f"repaired: {before.problem} at {before.detail}{kept}; cut {record['cut_lines']} line(s), "
+              f"{record['cut_bytes']} bytes, saved to {side}; {after.detail}")
     return AuditReport(after.ok, after.entries, after.valid_prefix, after.problem, after.index,
-                       detail, after.last_seq, after.last_hash, after.checkpoints, after.valid_bytes)
+                       detail, after.last_seq, after.last_hash, after.checkpoints, after.valid_bytes,
+                       after.fork)
 
 
 class AuditLog:

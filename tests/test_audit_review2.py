@@ -4,6 +4,7 @@ Each test pins a defect found in review (it failed before the fix next to it).
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,14 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from qdrant_guard.audit import AuditLog, repair_audit_file, verify_audit_file
-from qdrant_guard.errors import AuditError
+from qdrant_guard.audit import GENESIS, AuditLog, entry_hash, repair_audit_file, verify_audit_file
+from qdrant_guard.canonical import canonical_json
+from qdrant_guard.errors import AuditError, AuditIntegrityError
+from qdrant_guard.keys import generate_keypair
+from qdrant_guard.receipts import ReceiptSigner
 
 ROOT = str(Path(__file__).resolve().parents[1])
 
 
-def _log(path: Path, n: int, tag: str = "real") -> list[bytes]:
-    with AuditLog(path) as log:
+def _log(path: Path, n: int, tag: str = "real", **kw) -> list[bytes]:
+    with AuditLog(path, **kw) as log:
         for i in range(n):
             log.append({"event": tag, "i": i})
     return path.read_bytes().splitlines(keepends=True)
@@ -27,6 +31,20 @@ def _log(path: Path, n: int, tag: str = "real") -> list[bytes]:
 
 def _side_files(path: Path) -> list[Path]:
     return sorted(path.parent.glob(path.name + ".cut-*"))
+
+
+def _forged(n: int, prev: str = GENESIS, seq: int = 1) -> list[bytes]:
+    """``n`` entries chained from ``prev``, as anyone who can write the file can make them."""
+    out = []
+    for k in range(seq, seq + n):
+        e = {"seq": k, "ts": 1.0, "prev": prev, "record": {"event": "forged", "i": k}}
+        e["hash"] = prev = entry_hash(e)
+        out.append(canonical_json(e) + b"\n")
+    return out
+
+
+def _last_record(path: Path) -> dict:
+    return json.loads(path.read_bytes().splitlines()[-1])["record"]
 
 
 # --------------------------------------------------------------------------- repair: side file
@@ -113,3 +131,106 @@ def test_repair_that_cannot_write_its_entry_does_not_leave_a_silent_clean_cut(tm
     assert (rep.ok, rep.problem, rep.index) == (False, "corrupt", 4)
     (side,) = _side_files(p)
     assert side.read_bytes() == b"garbage\n"
+
+
+# --------------------------------------------------------------------------- two chains in one file
+
+@pytest.mark.parametrize("forged_first", [True, False])
+def test_a_longer_forged_chain_from_genesis_is_not_taken_for_the_log(tmp_path, forged_first):
+    # The longer of two chains from genesis used to win: a forged 10-entry chain put in front of a
+    # real 5-entry log verified as the valid prefix (the real log was the "inserted" part), and
+    # repair kept the forgery and cut the real entries; put behind it, it made verify blame line 1
+    # and repair cut the whole real log. A second genesis is reported as such, with both chains.
+    real = _log(tmp_path / "real.jsonl", 5)
+    forged = _forged(10)
+    p = tmp_path / "two.jsonl"
+    p.write_bytes(b"".join(forged + real if forged_first else real + forged))
+    before = p.read_bytes()
+    rep = verify_audit_file(p)
+    second = 11 if forged_first else 6
+    assert (rep.ok, rep.problem, rep.index, rep.valid_prefix, rep.last_seq) == (
+        False, "second_genesis", 1, 0, 0), rep.detail
+    assert rep.fork == (1, second)
+    assert f"line {second} starts a second chain from genesis" in rep.detail
+    # Repair will not guess: nothing changes, nothing is cut, and the message says how to decide.
+    with pytest.raises(AuditIntegrityError, match=r"keep_chain_from=1 or " + str(second)) as err:
+        repair_audit_file(p)
+    assert "signed" in str(err.value) and "copy" in str(err.value)
+    assert p.read_bytes() == before and _side_files(p) == []
+
+
+def test_junk_between_two_chains_from_genesis_does_not_hide_the_second(tmp_path):
+    # The first problem used to end the scan: forged chain, then one junk line, then the real log
+    # reported "corrupt" after the forged entries, which verified as the valid prefix.
+    real = _log(tmp_path / "real.jsonl", 5)
+    p = tmp_path / "two.jsonl"
+    p.write_bytes(b"".join(_forged(10) + [b"junk\n"] + real))
+    rep = verify_audit_file(p)
+    assert (rep.problem, rep.index, rep.valid_prefix) == ("second_genesis", 1, 0), rep.detail
+    assert rep.fork == (1, 12)
+
+
+def test_a_long_forged_branch_in_front_of_the_real_entries_is_not_kept(tmp_path):
+    # The same in mid-file: seventeen forged entries chained from entry 3, put before the real
+    # entries 4..8, were "the longer chain" and verified; the real entry 4 was blamed.
+    real = _log(tmp_path / "real.jsonl", 8)
+    forged = _forged(17, prev=json.loads(real[2])["hash"], seq=4)
+    p = tmp_path / "forked.jsonl"
+    p.write_bytes(b"".join(real[:3] + forged + real[3:]))
+    rep = verify_audit_file(p)
+    assert (rep.problem, rep.index, rep.valid_prefix) == ("inserted", 4, 3), rep.detail
+    assert rep.fork == (4, 21)
+    with pytest.raises(AuditIntegrityError):
+        repair_audit_file(p)
+
+
+def test_operator_keeps_the_chain_they_established_as_real(tmp_path):
+    real = _log(tmp_path / "real.jsonl", 5)
+    forged = _forged(10)
+    p = tmp_path / "two.jsonl"
+    before = b"".join(forged + real)
+    p.write_bytes(before)
+    with pytest.raises(ValueError, match="must be 1 or 11"):
+        repair_audit_file(p, keep_chain_from=6)
+    assert p.read_bytes() == before
+    rep = repair_audit_file(p, keep_chain_from=11)
+    assert rep.ok and rep.last_seq == 6 and rep.fork is None, rep.detail
+    assert p.read_bytes().splitlines(keepends=True)[:5] == real
+    rec = _last_record(p)
+    assert (rec["problem"], rec["fork"], rec["kept_chain_from"], rec["decided_by"], rec["kept_lines"]) == (
+        "second_genesis", [1, 11], 11, "operator", [11, 15])
+    assert (rec["cut_lines"], rec["cut_bytes"]) == (10, len(b"".join(forged)))
+    (side,) = _side_files(p)
+    assert side.read_bytes() == before  # everything from the end of the kept prefix, as it was
+    # The first chain can be kept too; keep_chain_from on a log without two chains is refused.
+    q = tmp_path / "two_b.jsonl"
+    q.write_bytes(b"".join(real + forged))
+    assert repair_audit_file(q, keep_chain_from=1).ok
+    assert q.read_bytes().splitlines(keepends=True)[:5] == real and _last_record(q)["cut_lines"] == 10
+    with pytest.raises(ValueError, match="applies only to a log holding two chains"):
+        repair_audit_file(q, keep_chain_from=1)
+
+
+@pytest.mark.parametrize("forged_first", [True, False])
+def test_a_signed_checkpoint_settles_which_chain_is_real(tmp_path, forged_first):
+    sk, pk = generate_keypair()
+    signer = ReceiptSigner(sk)
+    trusted = {signer.key_id: pk}
+    real = _log(tmp_path / "real.jsonl", 7, signer=signer, checkpoint_every=3)
+    forged = _forged(10)  # whoever forged it has no key: no checkpoint verifies on it
+    p = tmp_path / "two.jsonl"
+    p.write_bytes(b"".join(forged + real if forged_first else real + forged))
+    assert verify_audit_file(p).fork is not None  # without the key: undecidable
+    rep = verify_audit_file(p, trusted_keys=trusted, checkpoint_every=3)
+    assert rep.problem == "second_genesis" and rep.fork is None, rep.detail
+    if forged_first:
+        assert (rep.index, rep.valid_prefix) == (1, 0)
+        assert "only the chain from line 11 carries a verified checkpoint" in rep.detail
+    else:
+        assert (rep.index, rep.valid_prefix) == (8, 7)
+    fixed = repair_audit_file(p, signer=signer, trusted_keys=trusted, checkpoint_every=3)
+    assert fixed.ok and fixed.last_seq == 8, fixed.detail
+    assert p.read_bytes().splitlines(keepends=True)[:7] == real
+    rec = _last_record(p)
+    assert rec["decided_by"] == "checkpoint" and rec["kept_chain_from"] == (11 if forged_first else 1)
+    assert verify_audit_file(p, trusted_keys=trusted, checkpoint_every=3).ok
