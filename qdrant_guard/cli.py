@@ -133,7 +133,12 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
     from .receipts import ReceiptSigner
 
     signer = ReceiptSigner(keys.load_private_key(args.signing_key)) if args.signing_key else None
-    rep = repair_audit_file(args.file, signer=signer)
+    trusted = None
+    if args.key:
+        pks = [keys.load_public_key(k) for k in args.key]
+        trusted = {keys.key_id(pk): pk for pk in pks}
+    rep = repair_audit_file(args.file, signer=signer, trusted_keys=trusted,
+                            checkpoint_every=args.checkpoint_every, keep_chain_from=args.keep_chain_from)
     print(f"{'repaired' if rep.ok else 'NOT repaired'}: {rep.detail}")
     return 0 if rep.ok else 1
 
@@ -199,6 +204,14 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("file")
     ar.add_argument("--signing-key", metavar="PRIVATE_KEY",
                     help="sign the repair entry as a checkpoint with this key (the guard's signing key)")
+    ar.add_argument("--key", action="append", metavar="PUBLIC_KEY",
+                    help="verify as `audit verify --key` does; of two chains in one file, keep the one "
+                         "that alone carries a checkpoint signed with this key (repeatable)")
+    ar.add_argument("--checkpoint-every", type=_positive_int, default=1000, metavar="N",
+                    help="with --key: the writer's checkpoint period (default 1000)")
+    ar.add_argument("--keep-chain-from", type=_positive_int, metavar="LINE",
+                    help="the log holds two chains verify cannot tell apart: keep the one starting on "
+                         "LINE (one of the two lines verify names), as you established from a copy or anchor")
     ar.set_defaults(func=cmd_audit_repair)
     arp = aud_p.add_parser("replay", help="re-evaluate logged queries under a new policy")
     arp.add_argument("log")

@@ -234,3 +234,26 @@ def test_a_signed_checkpoint_settles_which_chain_is_real(tmp_path, forged_first)
     rec = _last_record(p)
     assert rec["decided_by"] == "checkpoint" and rec["kept_chain_from"] == (11 if forged_first else 1)
     assert verify_audit_file(p, trusted_keys=trusted, checkpoint_every=3).ok
+
+
+def test_the_repair_command_refuses_to_guess_and_takes_the_operators_choice_or_a_key(tmp_path, capsys):
+    # `qdrant-guard audit repair` had no way to pass the trusted key or the operator's decision.
+    from qdrant_guard import keys
+    from qdrant_guard.cli import main
+
+    real = _log(tmp_path / "real.jsonl", 5)
+    p = tmp_path / "two.jsonl"
+    p.write_bytes(b"".join(_forged(10) + real))
+    assert main(["audit", "repair", str(p)]) == 2
+    assert "--keep-chain-from" in capsys.readouterr().err and _side_files(p) == []
+    assert main(["audit", "repair", str(p), "--keep-chain-from", "11"]) == 0
+    assert p.read_bytes().splitlines(keepends=True)[:5] == real
+
+    sk, pk = generate_keypair()
+    signer = ReceiptSigner(sk)
+    signed = _log(tmp_path / "signed.jsonl", 4, signer=signer, checkpoint_every=2)
+    q = tmp_path / "two_signed.jsonl"
+    q.write_bytes(b"".join(_forged(6) + signed))
+    assert main(["audit", "repair", str(q), "--key", keys.public_key_to_str(pk), "--checkpoint-every", "2"]) == 0
+    assert q.read_bytes().splitlines(keepends=True)[:4] == signed
+    assert verify_audit_file(q).ok
