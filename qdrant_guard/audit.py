@@ -13,6 +13,7 @@ import base64
 import binascii
 import fcntl
 import hashlib
+import io
 import json
 import logging
 import os
@@ -258,14 +259,19 @@ def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
 
 
 def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
-               checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> tuple[AuditReport, _Fork | None]:
+               checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+               fd: int | None = None) -> tuple[AuditReport, _Fork | None]:
     p = os.fspath(path)
-    try:
-        fh = open(p, "rb")
-    except OSError as exc:
-        raise AuditError(f"cannot read audit log {p!r}: {exc.strerror or exc}") from exc
-    with fh:
-        lines = list(_iter_lines(fh))
+    if fd is not None:
+        # Repair reads the file it holds locked and will cut, not whatever the path names now.
+        lines = list(_iter_lines(io.BytesIO(_read_all(fd, 0, os.fstat(fd).st_size))))
+    else:
+        try:
+            fh = open(p, "rb")
+        except OSError as exc:
+            raise AuditError(f"cannot read audit log {p!r}: {exc.strerror or exc}") from exc
+        with fh:
+            lines = list(_iter_lines(fh))
     seqs_after: dict[int, int] = {}
     bad: _Bad | None = None
     bad_line = None
@@ -571,7 +577,11 @@ def repair_audit_file(
         raise AuditError(f"cannot open audit log {p!r}: {exc.strerror or exc}") from exc
     try:
         _lock(fd)
-        before, fork = _scan_fork(p, trusted_keys, checkpoint_every)
+        st, held = os.stat(p), os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (held.st_dev, held.st_ino):
+            raise AuditError(f"audit log {p!r} was replaced (rotated or moved) while repair waited for its "
+                             "lock; nothing was changed: run the repair again on the file you mean")
+        before, fork = _scan_fork(p, trusted_keys, checkpoint_every, fd)
         if keep_chain_from is not None and before.fork is None:
             raise ValueError(
                 f"repair_audit_file() keep_chain_from={keep_chain_from} applies only to a log holding two "
@@ -642,6 +652,7 @@ def repair_audit_file(
             raise AuditError(f"repair of audit log {p!r} failed while rewriting it ({exc.strerror or exc}); "
                              f"the cut bytes are saved in {side!r}: run `qdrant-guard audit verify "
                              f"{p}` and repair again") from exc
+        after = _scan_fork(p, trusted_keys, checkpoint_every, fd)[0]
     except OSError as exc:
         raise AuditError(f"cannot repair audit log {p!r}: {exc.strerror or exc}") from exc
     finally:
@@ -649,7 +660,6 @@ def repair_audit_file(
             _unlock(fd)
         finally:
             os.close(fd)
-    after = _scan(p, trusted_keys, checkpoint_every)
     kept = f"; kept the chain from line {extra['kept_chain_from']} ({extra['decided_by']})" if extra else ""
     detail = (f"repaired: {before.problem} at {before.detail}{kept}; cut {record['cut_lines']} line(s), "
               f"{record['cut_bytes']} bytes, saved to {side}; {after.detail}")

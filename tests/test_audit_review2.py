@@ -257,3 +257,47 @@ def test_the_repair_command_refuses_to_guess_and_takes_the_operators_choice_or_a
     assert main(["audit", "repair", str(q), "--key", keys.public_key_to_str(pk), "--checkpoint-every", "2"]) == 0
     assert q.read_bytes().splitlines(keepends=True)[:4] == signed
     assert verify_audit_file(q).ok
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd to see repair's open file")
+def test_repair_does_not_cut_a_file_by_what_a_replacement_at_its_path_holds(tmp_path):
+    # Repair opened the log, waited for its lock, then verified *the path* again: a log rotated
+    # or replaced meanwhile was verified in place of the file it held and would cut. Here the
+    # replacement is a sound log, so the damaged file repair held was reported sound and left
+    # damaged. The wait is made certain with a lock held by the test, no timing involved.
+    import fcntl
+    import threading
+
+    p = tmp_path / "a.jsonl"
+    lines = _log(p, 4)
+    damaged = b"".join(lines) + b"junk\n"
+    p.write_bytes(damaged)
+    holder = os.open(p, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    result: list[object] = []
+
+    def repair() -> None:
+        try:
+            result.append(repair_audit_file(p))
+        except AuditError as exc:
+            result.append(exc)
+
+    t = threading.Thread(target=repair)
+    t.start()
+    try:
+        # Wait until repair has the old file open (its fd and ours both link to it).
+        real = os.path.realpath(p)
+        while sum(os.path.realpath(f"/proc/self/fd/{n}") == real for n in os.listdir("/proc/self/fd")) < 2:
+            assert t.is_alive()
+            time.sleep(0.001)
+        os.rename(p, tmp_path / "a.jsonl.1")
+        _log(p, 2, tag="new")
+        fresh = p.read_bytes()
+    finally:
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        os.close(holder)
+        t.join()
+    (got,) = result
+    assert isinstance(got, AuditError) and "was replaced" in str(got), got
+    assert (tmp_path / "a.jsonl.1").read_bytes() == damaged and p.read_bytes() == fresh
+    assert _side_files(p) == []
