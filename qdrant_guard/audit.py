@@ -5,7 +5,8 @@ Each line is the canonical JSON of one entry ``{"seq", "ts", "prev", "record", "
 entry's hash (64 zeros for the first). With a signer, every ``checkpoint_every``-th entry (and
 every repair entry) also carries ``ckpt = {"kid", "sig"}``: an Ed25519 signature over
 ``b"qdrant-guard audit checkpoint v1\\0" + hash``, which covers the whole chain up to it.
-See docs/audit-log.md.
+A file holding two chains for the same place (a second genesis, or a fork) is reported with both
+chains; repair keeps one only on a signed checkpoint or the operator's word. See docs/audit-log.md.
 """
 from __future__ import annotations
 
@@ -400,8 +401,11 @@ def verify_audit_file(
 ) -> AuditReport:
     """Verify an audit log file from its first line.
 
-    Detects edited, deleted, inserted and reordered entries, corrupt lines and a torn tail, and
-    locates the first problem by 1-based line number and seq. Appending forged entries at the end
+    Detects edited, deleted, inserted and reordered entries, corrupt lines, a torn tail and two
+    chains in one file (a second genesis or a fork, anywhere after the first problem), and
+    locates the first problem by 1-based line number and seq. Which of two chains is real is
+    decided only by a checkpoint verified under ``trusted_keys`` on exactly one of them, never by
+    length or order; otherwise ``report.fork`` names both and the valid prefix ends before them. Appending forged entries at the end
     and truncating whole entries from the end are detectable only against an external anchor
     (a trusted checkpoint or a copy of the last hash); see docs/audit-log.md.
 
