@@ -291,7 +291,7 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
             seqs_after.setdefault(e["seq"], i)
     fork: _Fork | None = None
     seen: dict[int, int] = {}
-    # Per valid line: (seq, hash, cumulative bytes), so the prefix can be cut back on "inserted".
+    # Per valid line: (seq, hash, cumulative bytes), so the prefix can be cut back to a fork point.
     good: list[tuple[int, str, int]] = []
     for i, (raw, complete) in enumerate(lines):
         lineno = i + 1
@@ -302,15 +302,9 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
             seq = entry["seq"]
             expected = last_seq + 1
             if seq in seen:
-                first = seen[seq]
-                earlier = parsed[first - 1]
-                assert earlier is not None
-                if entry["prev"] != earlier["prev"] or entry["hash"] == earlier["hash"]:
-                    # A replayed copy, or a line that chains to nothing before it: this line is
-                    # the extra one.
-                    raise _Bad("inserted", f"seq {seq} already appeared on line {first}")
-                # A different entry for the same place: a second chain, judged after the loop.
-                raise _Bad("inserted", f"seq {seq} already appeared on line {first}")
+                # A replayed copy or a line that chains to nothing before it is the extra line; a
+                # different entry for the same place (a second chain) is judged after the loop.
+                raise _Bad("inserted", f"seq {seq} already appeared on line {seen[seq]}")
             if seq > expected:
                 later = seqs_after.get(expected)
                 if later is not None and later > i:
