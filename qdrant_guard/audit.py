@@ -553,7 +553,8 @@ def repair_audit_file(
         AuditIntegrityError: the log holds two chains nothing in it tells apart and
             ``keep_chain_from`` is not given; the message says how to decide. Nothing changed.
         ValueError: ``keep_chain_from`` is not one of the two chains' first lines, or the log
-            has no such fork.
+            has no such fork; or, with ``trusted_keys`` and no ``signer``, the repair entry
+            would fall on a checkpoint seq (verify with the keys would then fail on it).
         AuditError: the file cannot be read, the cut bytes cannot be saved (nothing changed), or
             the log cannot be rewritten (the message names the side file holding the cut).
     """
@@ -620,14 +621,20 @@ def repair_audit_file(
                      "decided_by": decided_by, "kept_lines": [branch.line, branch.line + branch.lines - 1]}
         size = os.fstat(fd).st_size
         cut = _read_all(fd, valid_bytes, size - valid_bytes)
-        # The cut bytes are durable in the side file (and its name in the directory) before the
-        # log is changed; if saving them fails, the side file is removed and the log untouched.
-        side = _save_cut(p, last_seq, cut)
         rewrite = b""
+        cut_at_seq = last_seq
         if keep is not None:
             rewrite = cut[keep.start - valid_bytes:keep.end - valid_bytes]
             last_seq, last_hash = keep.last_seq, keep.last_hash
             kept_lines += keep.lines
+        if trusted_keys is not None and signer is None and (last_seq + 1) % checkpoint_every == 0:
+            # Verified with the keys, an unsigned entry at a checkpoint seq is itself a problem.
+            raise ValueError(f"repair_audit_file(): the repair entry of {p!r} would be seq {last_seq + 1}, a "
+                             f"checkpoint seq (every {checkpoint_every}), and must be signed: pass signer "
+                             "(--signing-key, the guard's key). Nothing was changed")
+        # The cut bytes are durable in the side file (and its name in the directory) before the
+        # log is changed; if saving them fails, the side file is removed and the log untouched.
+        side = _save_cut(p, cut_at_seq, cut)
         record = {
             "event": "audit_repair",
             "problem": before.problem,

@@ -301,3 +301,22 @@ def test_repair_does_not_cut_a_file_by_what_a_replacement_at_its_path_holds(tmp_
     assert isinstance(got, AuditError) and "was replaced" in str(got), got
     assert (tmp_path / "a.jsonl.1").read_bytes() == damaged and p.read_bytes() == fresh
     assert _side_files(p) == []
+
+
+def test_repair_with_keys_but_no_signer_refuses_an_unsigned_entry_at_a_checkpoint_seq(tmp_path):
+    # With trusted_keys, repair verifies as `verify --key` does, and that requires a signed
+    # checkpoint at every checkpoint_every-th seq. An unsigned repair entry landing there was
+    # written and then reported as bad_checkpoint (the command said "NOT repaired" about a file it
+    # had just changed). Now it refuses up front.
+    sk, pk = generate_keypair()
+    signer = ReceiptSigner(sk)
+    trusted = {signer.key_id: pk}
+    p = tmp_path / "a.jsonl"
+    lines = _log(p, 5, signer=signer, checkpoint_every=3)
+    damaged = b"".join(lines) + b"junk\n"
+    p.write_bytes(damaged)
+    with pytest.raises(ValueError, match="seq 6, a checkpoint seq"):
+        repair_audit_file(p, trusted_keys=trusted, checkpoint_every=3)
+    assert p.read_bytes() == damaged and _side_files(p) == []
+    rep = repair_audit_file(p, trusted_keys=trusted, checkpoint_every=3, signer=signer)
+    assert rep.ok and rep.last_seq == 6
