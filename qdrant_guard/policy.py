@@ -134,7 +134,9 @@ class QueryRules(_Strict):
     and bidi characters, invalid UTF-8 and lone surrogates are rejected whatever this says (ZWJ
     inside emoji sequences is allowed); ``enabled = false`` switches every structural check off."""
     require_text: bool = False
-    """Refuse a raw query vector that comes without ``query_text=`` (so text checks cannot be skipped)."""
+    """Refuse (TEXT_REQUIRED) a raw query vector that comes without ``query_text=``, or with one that
+    has no letter or digit (``""``, spaces, punctuation, invisible characters), so text checks cannot be
+    skipped. The guard cannot tell whether the text is the one the vector was embedded from."""
     redact_query_text: bool = True
     """Redact PII in query text (and refuse credentials) before it is embedded or classified."""
 

@@ -67,13 +67,25 @@ class QueryChecks(TextOps):
         if query_text is not None and not isinstance(query_text, str):
             raise TypeError(f"query_text must be str, not {type(query_text).__name__}")
         # The Document's text is its own; raw vectors next to it (in prefetches) still need query_text=.
-        if query_text is None and pol.query.require_text and raw:  # not the scan's switch: it guards intent too
-            raise self.refuse(self.decision(
-                op, name, pol, Verdict.TEXT_REQUIRED,
-                f"this collection requires the query's text for its checks, and {raw[0]} is a raw "
-                "vector: pass query_text= next to the vector, or query with models.Document(text=...)",
-                details={"raw_vectors": raw},
-            ))
+        if pol.query.require_text and raw:  # not the scan's switch: it guards intent too
+            if query_text is None:
+                raise self.refuse(self.decision(
+                    op, name, pol, Verdict.TEXT_REQUIRED,
+                    f"this collection requires the query's text for its checks, and {raw[0]} is a raw "
+                    "vector: pass query_text= next to the vector, or query with models.Document(text=...)",
+                    details={"raw_vectors": raw},
+                ))
+            if is_blank(query_text):
+                # "" or "  " or "\u200b" passes every text check trivially, so it would let any raw
+                # vector through as if its text had been checked.
+                raise self.refuse(self.decision(
+                    op, name, pol, Verdict.TEXT_REQUIRED,
+                    f"this collection requires the query's text for its checks, and the query_text= given "
+                    f"({len(query_text)} characters) has no letter or digit, so there is nothing to check "
+                    f"for the raw vector at {raw[0]}: pass the text the vector was embedded from as "
+                    "query_text=, or query with models.Document(text=...)",
+                    details={"raw_vectors": raw, "blank_query_text": True},
+                ))
         # query_text= (the raw vectors' text) and the Document's text are each checked.
         texts = [t for t in (query_text, document.text if document is not None else None) if t is not None]
         cleaned = ""
@@ -253,6 +265,12 @@ class QueryChecks(TextOps):
 
             clf = cache[spec] = load_classifier(spec)
         return clf
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` has no letter or digit (empty, whitespace, punctuation, invisible characters):
+    it gives the text checks nothing to judge, so it cannot stand for a raw vector's text."""
+    return not any(c.isalnum() for c in text)
 
 
 def map_query(query: Any, visit: Visit, where: str) -> Any:
