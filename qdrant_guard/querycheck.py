@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from qdrant_client.http import models
@@ -93,7 +93,7 @@ class QueryChecks(TextOps):
             self.check_size(op, name, pol, text, details)
             scanned = _detect.redact_with_findings(text)  # one scan for the audit entry and the screen
             details["query_text"] = scanned[0]
-            self.validate_structure(op, name, pol, text, details)
+            self.validate_structure(op, name, pol, text, details, findings=scanned[1])
             cleaned = self.screen_text(op, name, pol, text, scanned=scanned) if pol.query.redact_query_text else text
             yield from self.check_intent(op, name, pol, cleaned, details)
         if document is not None:
@@ -170,10 +170,20 @@ class QueryChecks(TextOps):
             details={"violations": [violation]},
         ))
 
-    def validate_structure(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> None:
-        """Native structural scan (token cap, repetition, encoded payloads) -> QUERY_REJECTED."""
+    def validate_structure(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any],
+                           *, findings: Sequence[_detect.Finding] = ()) -> None:
+        """Native structural scan (token cap, repetition, encoded payloads) -> QUERY_REJECTED.
+
+        ``findings`` are the detector's findings in ``text`` when the audit entry holds the text
+        redacted (``details["query_text"]``): violation positions are then given in that text (a
+        position inside a redacted span is its placeholder's).
+        """
         rules = pol.query
-        if not rules.enabled or self.check_size(op, name, pol, text, details):
+        if not rules.enabled:
+            return
+        if self.check_size(op, name, pol, text, details):
+            for v in details["scan"]["would_reject"]:
+                v["position"] = redacted_position(v["position"], findings)
             return
         from . import scan as _scan
 
@@ -184,7 +194,8 @@ class QueryChecks(TextOps):
         details["scan"] = {"tokens": result.token_count, "repetition": round(result.repetition_ratio, 4)}
         if result.ok:
             return
-        violations = [{"kind": v.kind, "position": v.position, "detail": v.detail} for v in result.violations]
+        violations = [{"kind": v.kind, "position": redacted_position(v.position, findings), "detail": v.detail}
+                      for v in result.violations]
         if rules.mode == "monitor":
             details["scan"]["would_reject"] = violations
             return
@@ -265,6 +276,19 @@ class QueryChecks(TextOps):
 
             clf = cache[spec] = load_classifier(spec)
         return clf
+
+
+def redacted_position(position: int, findings: Sequence[_detect.Finding]) -> int:
+    """``position`` in a text, as a position in that text with ``findings`` replaced by ``[TYPE]``
+    (:func:`~qdrant_guard.detect.replace_findings`); inside a replaced span, its placeholder's start."""
+    shift = 0
+    for f in findings:
+        if position < f.start:
+            break
+        if position < f.end:
+            return f.start + shift
+        shift += len(f.type) + 2 - (f.end - f.start)
+    return position + shift
 
 
 def is_blank(text: str) -> bool:

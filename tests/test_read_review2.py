@@ -77,3 +77,54 @@ def test_require_text_refuses_blank_query_text(kit, sent, blank, scan):
 def test_blank_query_text_without_require_text_is_not_refused(kit):
     cl = _client(kit)
     cl.query_points("c", query=unit(np.random.default_rng(0)), query_text="", limit=1)
+
+
+# -- 3. violation positions index the text the audit entry holds ------------------------------------
+
+_LEAKY = "mail alice.smith@example.com or 123-45-6789 about %41%42%43 refund"
+
+
+@pytest.mark.parametrize("mode", ["enforce", "monitor"])
+def test_violation_positions_index_the_redacted_query_text_in_the_audit_entry(kit, mode):
+    # The audit entry holds the query text redacted, but the scan's positions indexed the original:
+    # 24 characters of e-mail and SSN became 12 of placeholders, so the position of the escape
+    # pointed 12 characters past it in the logged text.
+    cl = _client(kit, query={"mode": mode})
+    v = unit(np.random.default_rng(0))
+    if mode == "enforce":
+        with pytest.raises(GuardRefusal):
+            cl.query_points("c", query=v, query_text=_LEAKY, limit=1)
+        details = _records(kit)[-1]["details"]
+        violations = details["violations"]
+    else:
+        cl.query_points("c", query=v, query_text=_LEAKY, limit=1)
+        details = _records(kit)[-1]["details"]
+        violations = details["scan"]["would_reject"]
+    logged = details["query_text"]
+    assert logged == "mail [EMAIL] or [SSN] about %41%42%43 refund"
+    escapes = [x for x in violations if x["kind"] != "size_cap"]
+    assert escapes
+    for x in escapes:
+        assert logged[x["position"]:].startswith("%41"), (x, logged)
+
+
+def test_size_cap_position_is_in_the_redacted_text_in_monitor_mode(kit):
+    cl = _client(kit, query={"mode": "monitor", "max_chars": 40})
+    cl.query_points("c", query=unit(np.random.default_rng(0)), query_text="123-45-6789 " * 5, limit=1)
+    details = _records(kit)[-1]["details"]
+    [cap] = details["scan"]["would_reject"]
+    # Character 40 of the original is inside the fourth SSN: its placeholder in the logged text.
+    assert details["query_text"][cap["position"]:].startswith("[SSN]")
+    assert cap["position"] == details["query_text"].index("[SSN]", 3 * 6)
+
+
+def test_redacted_position_maps_through_placeholders():
+    from qdrant_guard.detect import redact_with_findings
+    from qdrant_guard.querycheck import redacted_position
+
+    text = "ab 123-45-6789 cd alice@example.com ef"
+    red, found = redact_with_findings(text)
+    for original, marker in ((0, "ab"), (text.index("cd"), "cd"), (text.index("ef"), "ef"),
+                             (text.index("45"), "[SSN]"), (text.index("example"), "[EMAIL]")):
+        assert red[redacted_position(original, found):].startswith(marker)
+    assert redacted_position(len(text), found) == len(red)
