@@ -421,7 +421,7 @@ class ReadOps(PayloadOps, QueryChecks):
             return None
 
     def read_excluding_withheld(self, op: str, name: str, pol: CollectionPolicy, account: str,
-                                run: Callable[[Exclusion | None], Any]) -> Any:
+                                run: Callable[[Exclusion | None], Any], progress: dict[str, Any] | None = None) -> Any:
         """Run a budgeted read so that withheld points take no place in Qdrant's page or ranking.
 
         ``run(exclusion)`` is a generator that sends the read with ``exclusion`` added to its
@@ -442,7 +442,8 @@ class ReadOps(PayloadOps, QueryChecks):
         charged without being returned.)
 
         A generator. Returns ``(result, details)`` of the last run, its audit details carrying the
-        budget report of every run.
+        budget report of every run. ``progress`` (when given) gets the budget reports of the runs
+        done so far, for the entry of a read that fails in a later run (:meth:`store_failures`).
         """
         exclusion = yield from self.budget_exclusion(op, name, pol, account)
         earlier: dict[str, Any] = {}
@@ -454,6 +455,8 @@ class ReadOps(PayloadOps, QueryChecks):
             earlier.update(details.get("budget", {}))
             self.widen_exclusion(op, name, pol, account, exclusion, plans)
             reruns += 1
+            if progress is not None:
+                progress.update(budget=dict(earlier), reruns=reruns)
         if reruns:
             merged = {**earlier, **details.get("budget", {})}
             if merged:
@@ -544,6 +547,60 @@ class ReadOps(PayloadOps, QueryChecks):
                     b = budgets[window] = ExtractionBudget(store, window_s=window, clock=self.clock)
         return b
 
+    def store_failures(self, op: str, name: str, pol: CollectionPolicy, read: Op, progress: dict[str, Any]) -> Op:
+        """Run admitted read ``read``; when a qdrant-client call it makes fails and the failure ends
+        the read, audit QDRANT_ERROR before it propagates.
+
+        The read's entry is written only once it has its result, so without this a read that
+        failed in the store (a missing collection, a bad filter, a server error) left no trace,
+        though the guard had admitted it and may have charged a budget in an earlier run.
+        ``progress["details"]`` is what the read had decided when it failed (its audit details
+        so far), ``progress["budget"]``/``["reruns"]`` the budget reports of its completed runs.
+        The entry names the failed method and the error's type, never its message (which can
+        quote the request). A failure the read handles itself (and audits, if it refuses) is not
+        logged again. If the entry cannot be written, :meth:`record` fails closed as for any entry.
+        """
+        try:
+            request = next(read)
+        except StopIteration as stop:
+            return stop.value
+        while True:
+            try:
+                result = yield request
+            except GeneratorExit:
+                read.close()
+                raise
+            except BaseException as exc:
+                try:
+                    request = read.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+                except BaseException as out:
+                    if out is exc and isinstance(request, Call):
+                        self._audit_failed_read(op, name, pol, request.method, exc, progress)
+                    raise
+            else:
+                try:
+                    request = read.send(result)
+                except StopIteration as stop:
+                    return stop.value
+
+    def _audit_failed_read(self, op: str, name: str, pol: CollectionPolicy, method: str, exc: BaseException,
+                           progress: dict[str, Any]) -> None:
+        details = dict(progress.get("details") or {})
+        details.pop("verdict", None)  # what the budget decided is in its report
+        if progress.get("budget"):
+            details["budget"] = {**progress["budget"], **details.get("budget", {})}
+        if progress.get("reruns"):
+            details["budget_reruns"] = progress["reruns"]
+        details.update(method=method, error=type(exc).__name__)
+        self.record(self.decision(
+            op, name, pol, Verdict.QDRANT_ERROR,
+            f"Qdrant failed after the guard admitted the read: {method} raised {type(exc).__name__} "
+            "(raised to the caller; its message is not logged); nothing was returned",
+            details=details,
+        ))
+
     def _audit_read(self, op: str, name: str, pol: CollectionPolicy, returned: int, details: dict[str, Any]) -> None:
         verdict = Verdict(details.pop("verdict", Verdict.ALLOW.value))
         self.record(self.decision(op, name, pol, verdict, f"{returned} point(s) returned", details=details))
@@ -571,19 +628,25 @@ class ReadOps(PayloadOps, QueryChecks):
         pol, args, details = yield from self._query_prelude(method, args)
         if pol is None:
             return (yield Call(method, args))
-        new, plan = self.plan_read(pol, args)
-        account = yield from self.budget_collection(method, name, pol, [plan])
+        progress: dict[str, Any] = {"details": details}
 
-        def run(exclusion: Exclusion | None) -> Any:
-            run_plan, run_details = plan.fresh(), dict(details)
-            resp = yield Call(method, {**self.excluding(method, name, pol, new, "query_filter", exclusion),
-                                       "collection_name": account})
-            pts = yield from self.finish(method, name, pol, run_plan, resp.points, run_details, account=account)
-            return pts, run_details, [run_plan]
+        def read() -> Op:
+            new, plan = self.plan_read(pol, args)
+            account = yield from self.budget_collection(method, name, pol, [plan])
 
-        pts, details = yield from self.read_excluding_withheld(method, name, pol, account, run)
-        self._audit_read(method, name, pol, len(pts), details)
-        return models.QueryResponse(points=pts)
+            def run(exclusion: Exclusion | None) -> Any:
+                run_plan, run_details = plan.fresh(), dict(details)
+                progress["details"] = run_details
+                resp = yield Call(method, {**self.excluding(method, name, pol, new, "query_filter", exclusion),
+                                           "collection_name": account})
+                pts = yield from self.finish(method, name, pol, run_plan, resp.points, run_details, account=account)
+                return pts, run_details, [run_plan]
+
+            pts, done = yield from self.read_excluding_withheld(method, name, pol, account, run, progress)
+            self._audit_read(method, name, pol, len(pts), done)
+            return models.QueryResponse(points=pts)
+
+        return (yield from self.store_failures(method, name, pol, read(), progress))
 
     def op_query_batch_points(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -612,32 +675,44 @@ class ReadOps(PayloadOps, QueryChecks):
                                                "with_vector": new["with_vectors"]}))
             plans.append(plan)
             all_details.append(details)
-        account = yield from self.budget_collection(method, name, pol, plans)
+        progress: dict[str, Any] = {"details": {"requests": all_details}}
 
-        def run(exclusion: Exclusion | None) -> Any:
-            run_plans = [p.fresh() for p in plans]
-            run_details = [dict(d) for d in all_details]
-            sent = [req.model_copy(update=self.excluding(method, name, pol, {"filter": req.filter}, "filter",
-                                                          exclusion)) for req in reqs]
-            resps = yield Call(method, {**args, "collection_name": account, "requests": sent})
-            out = []
-            for resp, plan, details in zip(resps, run_plans, run_details):
-                pts = yield from self.finish(method, name, pol, plan, resp.points, details, account=account)
-                out.append(models.QueryResponse(points=pts))
-            return out, {"requests": run_details}, run_plans
+        def read() -> Op:
+            account = yield from self.budget_collection(method, name, pol, plans)
 
-        # One exclusion for the whole batch: a source one request used up is excluded from all.
-        out, details = yield from self.read_excluding_withheld(method, name, pol, account, run)
-        if any("budget" in d for d in details["requests"]):
-            details["verdict"] = Verdict.BUDGET_EXCEEDED.value
-        self._audit_read(method, name, pol, sum(len(r.points) for r in out), details)
-        return out
+            def run(exclusion: Exclusion | None) -> Any:
+                run_plans = [p.fresh() for p in plans]
+                run_details = [dict(d) for d in all_details]
+                progress["details"] = {"requests": run_details}
+                sent = [req.model_copy(update=self.excluding(method, name, pol, {"filter": req.filter}, "filter",
+                                                              exclusion)) for req in reqs]
+                resps = yield Call(method, {**args, "collection_name": account, "requests": sent})
+                out = []
+                for resp, plan, details in zip(resps, run_plans, run_details):
+                    pts = yield from self.finish(method, name, pol, plan, resp.points, details, account=account)
+                    out.append(models.QueryResponse(points=pts))
+                return out, {"requests": run_details}, run_plans
+
+            # One exclusion for the whole batch: a source one request used up is excluded from all.
+            out, done = yield from self.read_excluding_withheld(method, name, pol, account, run, progress)
+            if any("budget" in d for d in done["requests"]):
+                done["verdict"] = Verdict.BUDGET_EXCEEDED.value
+            self._audit_read(method, name, pol, sum(len(r.points) for r in out), done)
+            return out
+
+        return (yield from self.store_failures(method, name, pol, read(), progress))
 
     def op_query_points_groups(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
         pol, args, details = yield from self._query_prelude(method, args)
         if pol is None:
             return (yield Call(method, args))
+        progress: dict[str, Any] = {"details": details}
+        read = self._groups_read(method, name, pol, args, details, progress)
+        return (yield from self.store_failures(method, name, pol, read, progress))
+
+    def _groups_read(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
+                     details: dict[str, Any], progress: dict[str, Any]) -> Op:
         new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
         group_size = int(args.get("group_size") or 3)
         if pol.diversity.enabled:
@@ -650,6 +725,7 @@ class ReadOps(PayloadOps, QueryChecks):
 
         def run(exclusion: Exclusion | None) -> Any:
             run_plan, run_details = plan.fresh(), dict(details)
+            progress["details"] = run_details
             resp = yield Call(method, {**self.excluding(method, name, pol, new, "query_filter", exclusion),
                                        "collection_name": account})
             groups = list(resp.groups)
@@ -676,7 +752,7 @@ class ReadOps(PayloadOps, QueryChecks):
                     out_groups.append(g.model_copy(update=update))
             return out_groups, run_details, [run_plan]
 
-        out_groups, details = yield from self.read_excluding_withheld(method, name, pol, account, run)
+        out_groups, details = yield from self.read_excluding_withheld(method, name, pol, account, run, progress)
         self._audit_read(method, name, pol, sum(len(g.hits) for g in out_groups), details)
         return models.GroupsResult(groups=out_groups)
 
@@ -686,12 +762,19 @@ class ReadOps(PayloadOps, QueryChecks):
         pol = self.gate(method, args, "read")
         if pol is None:
             return (yield Call(method, args))
+        progress: dict[str, Any] = {}
+        read = self._records_read_admitted(method, name, pol, args, scrolled, progress)
+        return (yield from self.store_failures(method, name, pol, read, progress))
+
+    def _records_read_admitted(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
+                               scrolled: bool, progress: dict[str, Any]) -> Op:
         new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
         account = yield from self.budget_collection(method, name, pol, [plan])
 
         def run(exclusion: Exclusion | None) -> Any:
             run_plan = plan.fresh()
             run_details: dict[str, Any] = {}
+            progress["details"] = run_details
             result = yield Call(method, {**self.excluding(method, name, pol, new, "scroll_filter", exclusion),
                                          "collection_name": account})
             records, next_offset = result if scrolled else (result, None)
@@ -700,7 +783,7 @@ class ReadOps(PayloadOps, QueryChecks):
 
         if scrolled:
             (pts, records, next_offset), details = yield from self.read_excluding_withheld(
-                method, name, pol, account, run)
+                method, name, pol, account, run, progress)
         else:
             # retrieve names its points: none takes the place of another, so nothing to exclude.
             (pts, records, next_offset), details, _ = yield from run(None)
@@ -778,7 +861,7 @@ class ReadOps(PayloadOps, QueryChecks):
                 if not monitor:
                     raise self.refuse(d)
                 self.record(d)
-                return (yield Call(method, args))
+                return (yield from self.forward(method, name, pol, Call(method, args)))
         return (yield from self.op_collection_access(method, args, "read"))
 
     def check_lookups(self, op: str, name: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -128,3 +128,177 @@ def test_redacted_position_maps_through_placeholders():
                              (text.index("45"), "[SSN]"), (text.index("example"), "[EMAIL]")):
         assert red[redacted_position(original, found):].startswith(marker)
     assert redacted_position(len(text), found) == len(red)
+
+
+# -- 4. a read that fails in the store is audited --------------------------------------------------
+
+_SECRET_MSG = "server says: no match for 123-45-6789 / sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+
+READS = {
+    "query_points": lambda c, n: c.query_points(n, query=[0.1] * 16, query_text="refund 123-45-6789 policy", limit=2),
+    "query_batch_points": lambda c, n: c.query_batch_points(n, [models.QueryRequest(query=[0.1] * 16, limit=2)]),
+    "query_points_groups": lambda c, n: c.query_points_groups(n, group_by="source", query=[0.1] * 16, limit=2),
+    "scroll": lambda c, n: c.scroll(n, limit=2),
+    "retrieve": lambda c, n: c.retrieve(n, [1, 2]),
+}
+
+
+def _seeded(kit, **policy):
+    cl = _client(kit, **policy)
+    rng = np.random.default_rng(3)
+    cl.upsert("c", [models.PointStruct(id=i, vector=unit(rng), payload={"source": f"d{i % 3}", "text": "t"})
+                    for i in range(12)])
+    return cl
+
+
+@pytest.mark.parametrize("method", sorted(READS))
+def test_read_of_a_missing_collection_is_audited(kit, method):
+    # The read's entry was written after its result: when local Qdrant raised (no such collection)
+    # after the guard admitted the read, the log had nothing.
+    cl = _client(kit)
+    before = len(_records(kit))
+    with pytest.raises(ValueError, match="not found"):
+        READS[method](cl, "nowhere")
+    new = _records(kit)[before:]
+    assert [r["verdict"] for r in new] == ["QDRANT_ERROR"]
+    assert new[0]["op"] == method and new[0]["collection"] == "nowhere"
+    assert new[0]["details"]["error"] == "ValueError"
+    assert new[0]["details"]["method"] in (method, "get_aliases")
+    assert "not found" not in new[0]["directive"]  # the type, not the message
+    if method == "query_points":
+        assert new[0]["details"]["query_text"] == "refund [SSN] policy"  # what was decided, redacted
+    from qdrant_guard.audit import verify_audit_file
+    assert verify_audit_file(kit.tmp / "audit.jsonl").ok
+
+
+class Down(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("method", sorted(READS))
+def test_read_failing_in_the_store_is_audited_without_its_message(kit, monkeypatch, method):
+    import qdrant_client
+
+    cl = _seeded(kit)
+
+    def fail(self, *a, **kw):
+        raise Down(_SECRET_MSG)
+
+    monkeypatch.setattr(qdrant_client.QdrantClient, method, fail)
+    before = len(_records(kit))
+    with pytest.raises(Down):
+        READS[method](cl, "c")
+    new = _records(kit)[before:]
+    assert [r["verdict"] for r in new] == ["QDRANT_ERROR"]
+    assert new[0]["details"]["method"] == method and new[0]["details"]["error"] == "Down"
+    raw = (kit.tmp / "audit.jsonl").read_text()
+    assert "123-45-6789" not in raw and "sk_live" not in raw
+
+
+@pytest.mark.parametrize("method", sorted(READS))
+def test_async_read_failing_in_the_store_is_audited(kit, monkeypatch, method):
+    import asyncio
+
+    import qdrant_client
+
+    from qdrant_guard import AsyncQdrantClient
+
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "text_field": "text", "intent": {"enabled": False}}
+
+    async def main():
+        cl = AsyncQdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+        await cl.create_collection("c", vectors_config=models.VectorParams(size=16, distance=models.Distance.COSINE))
+
+        async def fail(self, *a, **kw):
+            raise Down(_SECRET_MSG)
+
+        monkeypatch.setattr(qdrant_client.AsyncQdrantClient, method, fail)
+        before = len(_records(kit))
+        with pytest.raises(Down):
+            await READS[method](cl, "c")
+        monkeypatch.undo()
+        with pytest.raises(ValueError, match="not found"):
+            await READS[method](cl, "nowhere")
+        await cl.close()
+        return before
+
+    before = asyncio.run(main())
+    new = _records(kit)[before:]
+    assert [(r["verdict"], r["collection"], r["details"]["error"]) for r in new] == [
+        ("QDRANT_ERROR", "c", "Down"), ("QDRANT_ERROR", "nowhere", "ValueError")]
+    assert "123-45-6789" not in (kit.tmp / "audit.jsonl").read_text()
+
+
+def test_failed_read_whose_audit_entry_cannot_be_written_fails_closed(kit, monkeypatch):
+    from qdrant_guard.errors import AuditError
+
+    cl = _client(kit)
+
+    def broken(record):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(cl.guard.audit, "append", broken)
+    with pytest.raises(AuditError):
+        cl.scroll("nowhere", limit=2)
+
+
+def test_failed_read_is_not_logged_twice_when_the_guard_refuses_it(kit, monkeypatch):
+    # Alias resolution failing on a budgeted read is the guard's own FAIL_CLOSED refusal (audited):
+    # no second, QDRANT_ERROR entry for the same failure.
+    import qdrant_client
+
+    cl = _seeded(kit, diversity={"max_source_coverage": 0.5})
+    bob = cl.with_principal(kit.principal("bob", "support"))
+
+    def fail(self, *a, **kw):
+        raise Down("aliases unavailable")
+
+    monkeypatch.setattr(qdrant_client.QdrantClient, "get_aliases", fail)
+    before = len(_records(kit))
+    with pytest.raises(GuardRefusal) as ei:
+        bob.scroll("c", limit=2)
+    assert ei.value.verdict == "FAIL_CLOSED"
+    assert [r["verdict"] for r in _records(kit)[before:]] == ["FAIL_CLOSED"]
+
+
+def test_failed_rerun_of_a_budgeted_read_records_the_budget_already_charged(kit, monkeypatch):
+    # A budgeted read runs again when the budget withheld points of its first run; the first run
+    # has charged the budget by then, so the entry of a failing re-run says what was charged.
+    import qdrant_client
+
+    cl = _seeded(kit, diversity={"max_source_coverage": 0.5, "enabled": True})
+    bob = cl.with_principal(kit.principal("bob", "support"))
+    original = qdrant_client.QdrantClient.scroll
+    calls = []
+
+    def second_fails(self, *a, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            raise Down("connection reset")
+        return original(self, *a, **kw)
+
+    monkeypatch.setattr(qdrant_client.QdrantClient, "scroll", second_fails)
+    before = len(_records(kit))
+    with pytest.raises(Down):
+        bob.scroll("c", limit=12)
+    [entry] = _records(kit)[before:]
+    assert entry["verdict"] == "QDRANT_ERROR" and entry["details"]["budget_reruns"] == 1
+    assert entry["details"]["budget"]  # the sources the first run charged and withheld
+    assert len(calls) == 2
+
+
+def test_count_allowed_in_budget_monitor_mode_failing_in_the_store_is_audited(kit, monkeypatch):
+    # budget_oracle's monitor branch sent the call without forward(): its failure left no entry.
+    import qdrant_client
+
+    cl = _seeded(kit, diversity={"max_source_coverage": 0.5, "mode": "monitor"})
+    bob = cl.with_principal(kit.principal("bob", "support"))
+
+    def fail(self, *a, **kw):
+        raise Down("connection reset")
+
+    monkeypatch.setattr(qdrant_client.QdrantClient, "count", fail)
+    flt = models.Filter(must=[models.FieldCondition(key="n", range=models.Range(gte=1))])
+    with pytest.raises(Down):
+        bob.count("c", count_filter=flt)
+    assert [r["verdict"] for r in _records(kit)[-2:]] == ["ALLOW", "QDRANT_ERROR"]
