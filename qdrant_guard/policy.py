@@ -119,7 +119,9 @@ class QueryRules(_Strict):
     mode: Mode = "enforce"
     """``enforce`` refuses (QUERY_REJECTED); ``monitor`` only logs what would have been refused."""
     enabled: bool = True
-    """Run structural validation on queries that carry text (``require_text`` applies either way)."""
+    """Run structural validation on queries that carry text, and on the strings of full-text filter
+    matches (``MatchText``, ``MatchTextAny``, ``MatchPhrase``) of reads (``require_text`` and
+    ``filter_pii`` apply either way)."""
     max_chars: int | None = Field(65536, gt=0)
     """Hard size cap checked before scanning (None: no cap). It bounds the scan's cost on hostile
     input, including text crafted to collide in the scanner's token table."""
@@ -139,6 +141,16 @@ class QueryRules(_Strict):
     skipped. The guard cannot tell whether the text is the one the vector was embedded from."""
     redact_query_text: bool = True
     """Redact PII in query text (and refuse credentials) before it is embedded or classified."""
+    filter_pii: Literal["refuse", "owner", "allow"] = "refuse"
+    """Reads whose filters match on personal data: the detector screens every match value of
+    every read filter (``query_filter``, prefetch and batch-request filters, formula conditions,
+    ``scroll_filter``, ``count_filter``, ``facet_filter``) as ``key: value``. Such a filter is a
+    presence probe: ``MatchText("123-45-6789")`` answers whether a stored point holds that SSN,
+    whatever the read returns. ``refuse`` (QUERY_REJECTED for everyone); ``owner``: principals of
+    the owner boundary may (their own lookups, e.g. by e-mail), others are refused; ``allow``: no
+    one is refused, and the audit entry lists the filters that matched on PII (``filter_pii``).
+    Credentials in a filter are refused (CREDENTIAL_IN_TEXT) whatever this says. Partial values
+    (``MatchPrefix("123-45-")``) are not personal data to the detector and pass."""
 
 
 class DiversityPolicy(_Strict):

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
+from pydantic import BaseModel
+from qdrant_client import grpc
+from qdrant_client.conversions.conversion import GrpcToRest
 from qdrant_client.http import models
 
 from . import detect as _detect
@@ -22,6 +25,12 @@ _RAW_INPUTS = (list, tuple, np.ndarray, models.SparseVector)
 _NO_INPUTS = (models.FusionQuery, models.RrfQuery, models.OrderByQuery, models.SampleQuery, models.FormulaQuery)
 
 Visit = Callable[[Any, str], Any]
+
+# Match forms whose string is full text (tokenised like a query): structurally validated too.
+_FULL_TEXT = {models.MatchText: "text", models.MatchTextAny: "text_any", models.MatchPhrase: "phrase"}
+# Match forms compared with stored keyword values, by their field.
+_KEYWORD = {models.MatchValue: "value", models.MatchPrefix: "prefix", models.MatchSubstring: "substring",
+            models.MatchAny: "any", models.MatchExcept: "except_"}
 
 
 class UncheckedForm(QdrantGuardError):
@@ -151,6 +160,106 @@ class QueryChecks(TextOps):
             details={"where": exc.where, "form": exc.form},
         ))
 
+    def screen_filters(self, op: str, name: str, pol: CollectionPolicy, roots: Iterable[tuple[str, Any]],
+                       details: dict[str, Any]) -> None:
+        """Screen the values a read's filters match against (``roots``: ``(where, filter or query)``).
+
+        A filter goes to Qdrant as given and answers for every stored point, so a match value is
+        both text sent to the store and a question about it: ``MatchText("123-45-6789")`` on a
+        payload field asks whether any point holds that SSN, one guess at a time, whatever the
+        result returns. Each string (and integer) of a ``MatchValue``, ``MatchAny``, ``MatchExcept``,
+        ``MatchText``, ``MatchTextAny``, ``MatchPhrase``, ``MatchPrefix`` or ``MatchSubstring``, in
+        nested filters and formula conditions too, is run through the detector as ``key: value``
+        (so ``ssn`` next to a bare number counts). Credentials are refused (CREDENTIAL_IN_TEXT)
+        always; PII per ``query.filter_pii`` (QUERY_REJECTED). Full-text match strings also pass
+        the structural scan of query text (``query.mode``/``enabled`` as for query text).
+
+        Raises:
+            GuardRefusal: as above (audited; the value itself is not logged).
+        """
+        try:
+            found = [(w, c) for where, root in roots if root is not None
+                     for w, c in _iter_conditions(as_filter(root, where), where)]
+        except UncheckedForm as exc:
+            raise self.refuse_form(op, name, pol, exc) from None
+        pii_ok = pol.query.filter_pii == "allow" or (
+            pol.query.filter_pii == "owner" and pol.owner is not None and self.boundary() == pol.owner)
+        allowed: list[dict[str, Any]] = []
+        for where, cond in found:
+            match = cond.match
+            kind = type(match).__name__
+            field_name = _FULL_TEXT.get(type(match)) or _KEYWORD.get(type(match))
+            if field_name is None:
+                continue
+            value = getattr(match, field_name)
+            for i, item in enumerate(value if isinstance(value, list) else [value]):
+                if isinstance(item, bool) or not isinstance(item, (str, int)):
+                    continue
+                at = f"{where}.match.{field_name.rstrip('_')}" + (f"[{i}]" if isinstance(value, list) else "")
+                text = str(item)
+                if type(match) in _FULL_TEXT:
+                    self._filter_structure(op, name, pol, at, text, details)
+                findings = _detect.find_sensitive(f"{cond.key}: {text}")
+                if not findings:
+                    continue
+                types = sorted({f.type for f in findings})
+                creds = sorted({f.type for f in findings if f.category == "CREDENTIAL"})
+                about = {"filter": at, "key": cond.key, "match": kind, "findings": types}
+                if creds:
+                    raise self.refuse(self.decision(
+                        op, name, pol, Verdict.CREDENTIAL_IN_TEXT,
+                        f"the filter at {at} ({kind} on key {cond.key!r}) holds credentials {creds}; a "
+                        "credential is never sent to the store nor matched against it: remove it from the "
+                        "filter (if the key holds no credential, filter on another field)",
+                        details=about,
+                    ))
+                if not pii_ok:
+                    who = f"the owner boundary {pol.owner!r}" if pol.owner else "an owner boundary"
+                    raise self.refuse(self.decision(
+                        op, name, pol, Verdict.QUERY_REJECTED,
+                        f"the filter at {at} ({kind} on key {cond.key!r}) matches on personal data {types}; "
+                        f"on {pol.sensitivity.value} collection {name!r} such a filter is a probe (it answers "
+                        "whether a stored point holds that value, whatever the read returns). Filter on "
+                        "fields that hold no personal data (an id, a source, a category), or set "
+                        f"query.filter_pii = \"owner\" to let {who} filter on PII",
+                        details=about,
+                    ))
+                allowed.append(about)
+        if allowed:
+            details["filter_pii"] = allowed
+
+    def _filter_structure(self, op: str, name: str, pol: CollectionPolicy, at: str, text: str,
+                          details: dict[str, Any]) -> None:
+        """The structural scan of query text, on a full-text match string (QUERY_REJECTED)."""
+        rules = pol.query
+        if not rules.enabled:
+            return
+        violations: list[dict[str, Any]]
+        if rules.max_chars is not None and len(text) > rules.max_chars:
+            violations = [{"kind": "size_cap", "position": rules.max_chars,
+                           "detail": f"{len(text)} characters > max_chars {rules.max_chars}"}]
+        else:
+            from . import scan as _scan
+
+            result = _scan.scan_query(
+                text, max_tokens=rules.max_tokens, max_repetition=rules.max_repetition,
+                max_ngram_run=rules.max_ngram_run, encoded_payloads=rules.encoded_payloads,
+            )
+            if result.ok:
+                return
+            # Positions index the match string, which is not logged (it may hold what the scan hides).
+            violations = [{"kind": v.kind, "position": v.position, "detail": v.detail} for v in result.violations]
+        if rules.mode == "monitor":
+            details.setdefault("filter_scan", []).append({"filter": at, "would_reject": violations})
+            return
+        raise self.refuse(self.decision(
+            op, name, pol, Verdict.QUERY_REJECTED,
+            f"the full-text match at {at} failed structural validation ("
+            + ", ".join(sorted({v["kind"] for v in violations}))
+            + "); shorten it, remove repetition or encoded/invisible characters",
+            details={"filter": at, "violations": violations},
+        ))
+
     def check_size(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> bool:
         """The ``max_chars`` cap -> QUERY_REJECTED; ``True`` when the text is over it in monitor mode.
 
@@ -276,6 +385,58 @@ class QueryChecks(TextOps):
 
             clf = cache[spec] = load_classifier(spec)
         return clf
+
+
+def as_filter(value: Any, where: str) -> Any:
+    """A filter given as ``models.Filter``, its dict form or a ``grpc.Filter``, as a ``models.Filter``;
+    anything else (a query, a condition) is returned as it is, to be walked.
+
+    Raises:
+        UncheckedForm: a dict that is not a valid filter.
+    """
+    if isinstance(value, grpc.Filter):
+        return GrpcToRest.convert_filter(value)
+    if isinstance(value, dict):
+        try:
+            return models.Filter.model_validate(value)
+        except ValueError:  # pydantic's ValidationError
+            raise UncheckedForm(where, value) from None
+    return value
+
+
+def _iter_conditions(value: Any, where: str) -> Iterator[tuple[str, models.FieldCondition]]:
+    """Every ``FieldCondition`` in ``value`` (a filter, a formula, nested to any depth) with its path."""
+    if isinstance(value, models.FieldCondition):
+        yield where, value
+    elif isinstance(value, BaseModel):
+        for key, item in value.__dict__.items():
+            if isinstance(item, (BaseModel, list, tuple, dict)):
+                yield from _iter_conditions(item, f"{where}.{key.rstrip('_')}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            if isinstance(item, (BaseModel, list, tuple, dict)):
+                yield from _iter_conditions(item, f"{where}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, (BaseModel, list, tuple, dict)):
+                yield from _iter_conditions(item, f"{where}.{key}")
+
+
+def query_filter_roots(args: dict[str, Any], filter_key: str, where: str = "") -> Iterator[tuple[str, Any]]:
+    """The filters of a query's arguments (the one at ``filter_key`` and each prefetch's) and its
+    formula queries (whose conditions are filters too), as ``(where, value)`` for
+    :meth:`QueryChecks.screen_filters`. Prefetches must be ``models.Prefetch`` already.
+
+    Raises:
+        UncheckedForm: (while iterated) a prefetch that is not a ``models.Prefetch``.
+    """
+    yield f"{where}{filter_key}", args.get(filter_key)
+    if isinstance(args.get("query"), models.FormulaQuery):
+        yield f"{where}query", args["query"]
+    for path, p in iter_prefetch(args.get("prefetch"), f"{where}prefetch"):
+        yield f"{path}.filter", p.filter
+        if isinstance(p.query, models.FormulaQuery):
+            yield f"{path}.query", p.query
 
 
 def redacted_position(position: int, findings: Sequence[_detect.Finding]) -> int:

@@ -22,7 +22,7 @@ from .diversity import enforce_diversity, enforce_group_caps, overfetch_limit
 from .payloadops import PayloadOps
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
-from .querycheck import QueryChecks, UncheckedForm, iter_prefetch, rest_prefetch
+from .querycheck import QueryChecks, UncheckedForm, iter_prefetch, query_filter_roots, rest_prefetch
 from .receipts import stored_receipts, verify_receipt
 from .sources import path_head
 from .sources import point_sources as _sources
@@ -620,6 +620,7 @@ class ReadOps(PayloadOps, QueryChecks):
         if pol is None:
             return None, args, {}
         details: dict[str, Any] = {}
+        self.screen_filters(method, args["collection_name"], pol, query_filter_roots(args, "query_filter"), details)
         args = yield from self.prepare_query(method, args["collection_name"], pol, args, query_text, details)
         return pol, args, details
 
@@ -661,8 +662,11 @@ class ReadOps(PayloadOps, QueryChecks):
         if pol is None:
             return (yield Call(method, {**args, "requests": checked}))
         plans, reqs, all_details = [], [], []
-        for req in checked:
+        for i, req in enumerate(checked):
             details: dict[str, Any] = {}
+            self.screen_filters(method, name, pol, query_filter_roots(
+                {"filter": req.filter, "query": req.query, "prefetch": req.prefetch}, "filter", f"requests[{i}]."),
+                details)
             fields = {"query": req.query, "prefetch": req.prefetch, "using": req.using, "limit": req.limit,
                       "offset": req.offset,
                       "with_payload": req.with_payload if req.with_payload is not None else False,
@@ -762,18 +766,20 @@ class ReadOps(PayloadOps, QueryChecks):
         pol = self.gate(method, args, "read")
         if pol is None:
             return (yield Call(method, args))
-        progress: dict[str, Any] = {}
-        read = self._records_read_admitted(method, name, pol, args, scrolled, progress)
+        details: dict[str, Any] = {}
+        self.screen_filters(method, name, pol, [("scroll_filter", args.get("scroll_filter"))], details)
+        progress: dict[str, Any] = {"details": details}
+        read = self._records_read_admitted(method, name, pol, args, scrolled, details, progress)
         return (yield from self.store_failures(method, name, pol, read, progress))
 
     def _records_read_admitted(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
-                               scrolled: bool, progress: dict[str, Any]) -> Op:
+                               scrolled: bool, base: dict[str, Any], progress: dict[str, Any]) -> Op:
         new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
         account = yield from self.budget_collection(method, name, pol, [plan])
 
         def run(exclusion: Exclusion | None) -> Any:
             run_plan = plan.fresh()
-            run_details: dict[str, Any] = {}
+            run_details = dict(base)
             progress["details"] = run_details
             result = yield Call(method, {**self.excluding(method, name, pol, new, "scroll_filter", exclusion),
                                          "collection_name": account})
@@ -841,8 +847,12 @@ class ReadOps(PayloadOps, QueryChecks):
         """
         name = args["collection_name"]
         pol = self.gate(method, args, "read")
-        budgeted = self.source_budgeted(pol)
-        if budgeted and pol is not None:
+        if pol is None:
+            return (yield from self.op_collection_access(method, args, "read"))
+        filter_key = {"count": "count_filter", "facet": "facet_filter"}.get(method, "query_filter")
+        details: dict[str, Any] = {}
+        self.screen_filters(method, name, pol, [(filter_key, flt)], details)
+        if self.source_budgeted(pol):
             problem = None
             if method == "facet" and facet_key != pol.source_field:
                 problem = f"facet on key {facet_key!r} returns payload values of every source"
@@ -856,13 +866,14 @@ class ReadOps(PayloadOps, QueryChecks):
                     f"outside the owner boundary {pol.owner!r} only the source field {pol.source_field!r} "
                     "may be faceted or filtered on. Read the points with query_points or scroll, which "
                     "the budget counts",
-                    details={"key": args.get("key"), "filtered": flt is not None}, monitor=monitor,
+                    details={**details, "key": args.get("key"), "filtered": flt is not None}, monitor=monitor,
                 )
                 if not monitor:
                     raise self.refuse(d)
                 self.record(d)
                 return (yield from self.forward(method, name, pol, Call(method, args)))
-        return (yield from self.op_collection_access(method, args, "read"))
+        self.record(self.decision(method, name, pol, Verdict.ALLOW, "read access granted", details=details))
+        return (yield from self.forward(method, name, pol, Call(method, args)))
 
     def check_lookups(self, op: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
         """Refuse lookups (``lookup_from``, ``with_lookup``, at the top level and in every nested

@@ -302,3 +302,188 @@ def test_count_allowed_in_budget_monitor_mode_failing_in_the_store_is_audited(ki
     with pytest.raises(Down):
         bob.count("c", count_filter=flt)
     assert [r["verdict"] for r in _records(kit)[-2:]] == ["ALLOW", "QDRANT_ERROR"]
+
+
+# -- 2. filters are screened: credentials always, PII per query.filter_pii ---------------------------
+
+SSN = "123-45-6789"
+STRIPE = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+V = [0.1] * 16
+
+
+def _fc(key, match):
+    return models.FieldCondition(key=key, match=match)
+
+
+def _f(cond):
+    return models.Filter(must=[cond])
+
+
+PII_FILTERS = {
+    "match_text": _f(_fc("text", models.MatchText(text=SSN))),
+    "match_phrase": _f(_fc("text", models.MatchPhrase(phrase=f"ssn {SSN}"))),
+    "match_text_any": _f(_fc("text", models.MatchTextAny(text_any="refund alice@example.com"))),
+    "match_value": _f(_fc("email", models.MatchValue(value="alice@example.com"))),
+    "match_value_int_with_key_context": _f(_fc("ssn", models.MatchValue(value=123456789))),
+    "match_any": _f(_fc("email", models.MatchAny(any=["x", "alice@example.com"]))),
+    "match_except": _f(_fc("email", models.MatchExcept(**{"except": ["alice@example.com"]}))),
+    "match_prefix": _f(_fc("text", models.MatchPrefix(prefix=SSN))),
+    "match_substring": _f(_fc("text", models.MatchSubstring(substring=SSN))),
+    "nested_should": models.Filter(must=[models.Filter(should=[_fc("n", models.MatchValue(value=1)),
+                                                               _fc("text", models.MatchText(text=SSN))])]),
+    "must_not": models.Filter(must_not=[_fc("text", models.MatchText(text=SSN))]),
+    "min_should": models.Filter(min_should=models.MinShould(
+        conditions=[_fc("text", models.MatchText(text=SSN))], min_count=1)),
+    "nested_condition": _f(models.NestedCondition(nested=models.Nested(
+        key="people", filter=_f(_fc("ssn", models.MatchValue(value=SSN)))))),
+    "dict_form": {"must": [{"key": "text", "match": {"text": SSN}}]},
+}
+
+
+@pytest.mark.parametrize("form", sorted(PII_FILTERS))
+def test_query_filter_matching_on_pii_is_refused(kit, sent, form):
+    # A filter went to Qdrant unscreened: MatchText("123-45-6789") on a payload field answers
+    # whether a stored point holds that SSN, one guess at a time, whatever the read returns.
+    cl = _seeded(kit)
+    bob = cl.with_principal(kit.principal("bob", "support"))
+    before = len(_records(kit))
+    with pytest.raises(GuardRefusal) as ei:
+        bob.query_points("c", query=V, query_filter=PII_FILTERS[form], limit=2)
+    assert ei.value.verdict == "QUERY_REJECTED"
+    assert "personal data" in str(ei.value) and "filter_pii" in str(ei.value)
+    assert "query_filter" in ei.value.details["filter"]
+    assert sent == []
+    [entry] = _records(kit)[before:]
+    assert entry["verdict"] == "QUERY_REJECTED" and entry["details"]["findings"]
+    raw = (kit.tmp / "audit.jsonl").read_text()
+    assert SSN not in raw and "alice@example.com" not in raw and "123456789" not in raw
+
+
+def test_grpc_filter_matching_on_pii_is_refused(kit, sent):
+    from qdrant_client import grpc
+
+    cl = _seeded(kit)
+    flt = grpc.Filter(must=[grpc.Condition(field=grpc.FieldCondition(key="text", match=grpc.Match(text=SSN)))])
+    with pytest.raises(GuardRefusal) as ei:
+        cl.scroll("c", scroll_filter=flt, limit=2)
+    assert ei.value.verdict == "QUERY_REJECTED"
+    assert sent == []
+
+
+def _formula_with(cond):
+    return models.FormulaQuery(formula=models.SumExpression(sum=["$score", models.MultExpression(mult=[0.5, cond])]))
+
+
+CALLS = {
+    "query_points.prefetch": lambda c, f: c.query_points(
+        "c", prefetch=models.Prefetch(query=V, filter=f, limit=5), query=models.FusionQuery(fusion="rrf"), limit=2),
+    "query_points.nested_prefetch": lambda c, f: c.query_points(
+        "c", prefetch=models.Prefetch(prefetch=[models.Prefetch(query=V, filter=f, limit=5)], query=V, limit=5),
+        query=models.FusionQuery(fusion="rrf"), limit=2),
+    "query_points.formula": lambda c, f: c.query_points(
+        "c", prefetch=models.Prefetch(query=V, limit=5), query=_formula_with(f.must[0]), limit=2),
+    "query_batch_points.filter": lambda c, f: c.query_batch_points(
+        "c", [models.QueryRequest(query=V, limit=2), models.QueryRequest(query=V, filter=f, limit=2)]),
+    "query_batch_points.prefetch": lambda c, f: c.query_batch_points(
+        "c", [models.QueryRequest(prefetch=models.Prefetch(query=V, filter=f), query=V, limit=2)]),
+    "query_points_groups": lambda c, f: c.query_points_groups("c", group_by="source", query=V, query_filter=f),
+    "scroll": lambda c, f: c.scroll("c", scroll_filter=f, limit=2),
+    "count": lambda c, f: c.count("c", count_filter=f),
+    "facet": lambda c, f: c.facet("c", key="source", facet_filter=f),
+    "search_matrix_pairs": lambda c, f: c.search_matrix_pairs("c", query_filter=f),
+    "search_matrix_offsets": lambda c, f: c.search_matrix_offsets("c", query_filter=f),
+}
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_every_read_filter_is_screened(kit, sent, call):
+    cl = _seeded(kit)
+    bob = cl.with_principal(kit.principal("bob", "support"))
+    with pytest.raises(GuardRefusal) as ei:
+        CALLS[call](bob, PII_FILTERS["match_text"])
+    assert ei.value.verdict == "QUERY_REJECTED", call
+    assert sent == []
+    with pytest.raises(GuardRefusal) as ei:
+        CALLS[call](bob, _f(_fc("token", models.MatchValue(value=STRIPE))))
+    assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
+    assert sent == []
+    assert STRIPE not in (kit.tmp / "audit.jsonl").read_text()
+    # A filter on non-personal values goes ahead.
+    CALLS[call](bob, _f(_fc("source", models.MatchValue(value="d1"))))
+    CALLS[call](bob, _f(_fc("text", models.MatchText(text="refund policy"))))
+    assert sent
+
+
+@pytest.mark.parametrize("setting", ["refuse", "owner", "allow"])
+def test_filter_pii_setting(kit, sent, setting):
+    cl = _seeded(kit, query={"filter_pii": setting})
+    bob = cl.with_principal(kit.principal("bob", "support"))
+    flt = PII_FILTERS["match_value"]
+    for who, may in ((cl, setting != "refuse"), (bob, setting == "allow")):
+        if may:
+            who.scroll("c", scroll_filter=flt, limit=2)
+            entry = _records(kit)[-1]
+            assert entry["verdict"] == "ALLOW"
+            assert entry["details"]["filter_pii"] == [{"filter": "scroll_filter.must[0].match.value", "key": "email",
+                                                       "match": "MatchValue", "findings": ["EMAIL"]}]
+        else:
+            with pytest.raises(GuardRefusal) as ei:
+                who.scroll("c", scroll_filter=flt, limit=2)
+            assert ei.value.verdict == "QUERY_REJECTED"
+        # Credentials are refused whatever filter_pii says.
+        with pytest.raises(GuardRefusal) as ei:
+            who.scroll("c", scroll_filter=_f(_fc("text", models.MatchText(text=f"key {STRIPE}"))), limit=2)
+        assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
+    assert "alice@example.com" not in (kit.tmp / "audit.jsonl").read_text()
+
+
+def test_public_collection_filters_pass_through(kit, sent):
+    cl = QdrantClient(":memory:", guard=kit.config({"pub": {"class": "PUBLIC"}}))
+    create(cl, "pub")
+    cl.scroll("pub", scroll_filter=PII_FILTERS["match_value"], limit=2)
+    assert sent
+
+
+@pytest.mark.parametrize("mode", ["enforce", "monitor"])
+def test_full_text_match_is_structurally_validated(kit, sent, mode):
+    cl = _seeded(kit, query={"mode": mode})
+    flt = _f(_fc("text", models.MatchText(text="refund %41%42%43 policy")))
+    if mode == "enforce":
+        with pytest.raises(GuardRefusal) as ei:
+            cl.scroll("c", scroll_filter=flt, limit=2)
+        assert ei.value.verdict == "QUERY_REJECTED"
+        assert ei.value.details["filter"] == "scroll_filter.must[0].match.text"
+        assert ei.value.details["violations"] == [{"kind": "percent_encoding", "position": 7,
+                                                   "detail": ei.value.details["violations"][0]["detail"]}]
+        assert sent == []
+    else:
+        cl.scroll("c", scroll_filter=flt, limit=2)
+        [scan] = _records(kit)[-1]["details"]["filter_scan"]
+        assert scan["filter"] == "scroll_filter.must[0].match.text" and scan["would_reject"]
+    # Keyword values are compared, not tokenised like a query: a hex id is a legitimate value.
+    cl.scroll("c", scroll_filter=_f(_fc("sha", models.MatchValue(value="9f86d081884c7d659a2feaa0c55ad015a3bf4f1b"))),
+              limit=2)
+    # query.enabled = false switches the structural checks off, for filters too.
+    off = _client(kit, query={"enabled": False})
+    off.scroll("c", scroll_filter=flt, limit=2)
+
+
+def test_async_read_filter_is_screened(kit):
+    import asyncio
+
+    from qdrant_guard import AsyncQdrantClient
+
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "text_field": "text", "intent": {"enabled": False}}
+
+    async def main():
+        cl = AsyncQdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+        await cl.create_collection("c", vectors_config=models.VectorParams(size=16, distance=models.Distance.COSINE))
+        with pytest.raises(GuardRefusal) as ei:
+            await cl.query_points("c", query=V, query_filter=PII_FILTERS["match_text"], limit=2)
+        assert ei.value.verdict == "QUERY_REJECTED"
+        with pytest.raises(GuardRefusal) as ei:
+            await cl.count("c", count_filter=_f(_fc("k", models.MatchValue(value=STRIPE))))
+        assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
+        await cl.close()
+
+    asyncio.run(main())
