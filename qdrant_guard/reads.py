@@ -871,9 +871,9 @@ class ReadOps(PayloadOps, QueryChecks):
                 if not monitor:
                     raise self.refuse(d)
                 self.record(d)
-                return (yield from self.forward(method, name, pol, Call(method, args)))
+                return (yield from self.store_failures(method, name, pol, _sent(Call(method, args)), {}))
         self.record(self.decision(method, name, pol, Verdict.ALLOW, "read access granted", details=details))
-        return (yield from self.forward(method, name, pol, Call(method, args)))
+        return (yield from self.store_failures(method, name, pol, _sent(Call(method, args)), {"details": details}))
 
     def check_lookups(self, op: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
         """Refuse lookups (``lookup_from``, ``with_lookup``, at the top level and in every nested
@@ -959,6 +959,11 @@ class ReadOps(PayloadOps, QueryChecks):
                                      delta=n.delta if n.mechanism == "gaussian" else None,
                                      clip_norm=n.clip_norm, key=key)
         return noised.tolist()
+
+
+def _sent(call: Call) -> Op:
+    """An operation that only sends ``call`` (for :meth:`ReadOps.store_failures`)."""
+    return (yield call)
 
 
 def _lookup_target(value: Any, param: str, where: str) -> tuple[Any, str]:

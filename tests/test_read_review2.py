@@ -487,3 +487,23 @@ def test_async_read_filter_is_screened(kit):
         await cl.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("method", ["count", "facet", "search_matrix_pairs"])
+def test_count_facet_matrix_failing_in_the_store_are_audited_without_the_message(kit, monkeypatch, method):
+    import qdrant_client
+
+    cl = _seeded(kit)
+
+    def fail(self, *a, **kw):
+        raise Down(_SECRET_MSG)
+
+    monkeypatch.setattr(qdrant_client.QdrantClient, method, fail)
+    call = {"count": lambda: cl.count("c"), "facet": lambda: cl.facet("c", key="source"),
+            "search_matrix_pairs": lambda: cl.search_matrix_pairs("c")}[method]
+    with pytest.raises(Down):
+        call()
+    first, last = _records(kit)[-2:]
+    assert first["verdict"] == "ALLOW" and last["verdict"] == "QDRANT_ERROR"
+    assert last["details"]["error"] == "Down"
+    assert "123-45-6789" not in (kit.tmp / "audit.jsonl").read_text()
