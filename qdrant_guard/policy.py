@@ -120,8 +120,8 @@ class QueryRules(_Strict):
     """``enforce`` refuses (QUERY_REJECTED); ``monitor`` only logs what would have been refused."""
     enabled: bool = True
     """Run structural validation on queries that carry text, and on the strings of full-text filter
-    matches (``MatchText``, ``MatchTextAny``, ``MatchPhrase``) of reads (``require_text`` and
-    ``filter_pii`` apply either way)."""
+    matches (``MatchText``, ``MatchTextAny``, ``MatchPhrase``) of reads; ``max_chars`` caps every
+    match string of a read filter too (``require_text`` and ``filter_pii`` apply either way)."""
     max_chars: int | None = Field(65536, gt=0)
     """Hard size cap checked before scanning (None: no cap). It bounds the scan's cost on hostile
     input, including text crafted to collide in the scanner's token table."""

@@ -27,9 +27,9 @@ _NO_INPUTS = (models.FusionQuery, models.RrfQuery, models.OrderByQuery, models.S
 Visit = Callable[[Any, str], Any]
 
 # Match forms whose string is full text (tokenised like a query): structurally validated too.
-_FULL_TEXT = {models.MatchText: "text", models.MatchTextAny: "text_any", models.MatchPhrase: "phrase"}
+_FULL_TEXT: dict[type, str] = {models.MatchText: "text", models.MatchTextAny: "text_any", models.MatchPhrase: "phrase"}
 # Match forms compared with stored keyword values, by their field.
-_KEYWORD = {models.MatchValue: "value", models.MatchPrefix: "prefix", models.MatchSubstring: "substring",
+_KEYWORD: dict[type, str] = {models.MatchValue: "value", models.MatchPrefix: "prefix", models.MatchSubstring: "substring",
             models.MatchAny: "any", models.MatchExcept: "except_"}
 
 
@@ -197,8 +197,7 @@ class QueryChecks(TextOps):
                     continue
                 at = f"{where}.match.{field_name.rstrip('_')}" + (f"[{i}]" if isinstance(value, list) else "")
                 text = str(item)
-                if type(match) in _FULL_TEXT:
-                    self._filter_structure(op, name, pol, at, text, details)
+                self._filter_structure(op, name, pol, at, text, details, full_text=type(match) in _FULL_TEXT)
                 findings = _detect.find_sensitive(f"{cond.key}: {text}")
                 if not findings:
                     continue
@@ -229,8 +228,10 @@ class QueryChecks(TextOps):
             details["filter_pii"] = allowed
 
     def _filter_structure(self, op: str, name: str, pol: CollectionPolicy, at: str, text: str,
-                          details: dict[str, Any]) -> None:
-        """The structural scan of query text, on a full-text match string (QUERY_REJECTED)."""
+                          details: dict[str, Any], *, full_text: bool) -> None:
+        """``max_chars`` on a match string, before the detector reads it, and on a full-text match
+        string the structural scan of query text (QUERY_REJECTED). A keyword value is compared, not
+        tokenised: a hash or an encoded id is a legitimate one."""
         rules = pol.query
         if not rules.enabled:
             return
@@ -238,6 +239,8 @@ class QueryChecks(TextOps):
         if rules.max_chars is not None and len(text) > rules.max_chars:
             violations = [{"kind": "size_cap", "position": rules.max_chars,
                            "detail": f"{len(text)} characters > max_chars {rules.max_chars}"}]
+        elif not full_text:
+            return
         else:
             from . import scan as _scan
 
@@ -254,7 +257,7 @@ class QueryChecks(TextOps):
             return
         raise self.refuse(self.decision(
             op, name, pol, Verdict.QUERY_REJECTED,
-            f"the full-text match at {at} failed structural validation ("
+            f"the match at {at} failed structural validation ("
             + ", ".join(sorted({v["kind"] for v in violations}))
             + "); shorten it, remove repetition or encoded/invisible characters",
             details={"filter": at, "violations": violations},

@@ -507,3 +507,13 @@ def test_count_facet_matrix_failing_in_the_store_are_audited_without_the_message
     assert first["verdict"] == "ALLOW" and last["verdict"] == "QDRANT_ERROR"
     assert last["details"]["error"] == "Down"
     assert "123-45-6789" not in (kit.tmp / "audit.jsonl").read_text()
+
+
+def test_max_chars_caps_every_match_string_before_the_detector_reads_it(kit, sent):
+    cl = _seeded(kit, query={"max_chars": 1000})
+    with pytest.raises(GuardRefusal) as ei:
+        cl.scroll("c", scroll_filter=_f(_fc("id", models.MatchAny(any=["ok", "x" * 5000]))), limit=2)
+    assert ei.value.verdict == "QUERY_REJECTED"
+    assert ei.value.details == {"filter": "scroll_filter.must[0].match.any[1]", "violations": [
+        {"kind": "size_cap", "position": 1000, "detail": "5000 characters > max_chars 1000"}]}
+    assert sent == []
