@@ -150,7 +150,9 @@ class QueryRules(_Strict):
     the owner boundary may (their own lookups, e.g. by e-mail), others are refused; ``allow``: no
     one is refused, and the audit entry lists the filters that matched on PII (``filter_pii``).
     Credentials in a filter are refused (CREDENTIAL_IN_TEXT) whatever this says. Partial values
-    (``MatchPrefix("123-45-")``) are not personal data to the detector and pass."""
+    (``MatchPrefix("123-45-")``) are not personal data to the detector and pass; so, unless this is
+    ``allow``, with ``keep_payload_text_in_boundary`` a boundary other than the owner may not match
+    on the ``text_field`` at all (REFUSED_CROSS_BOUNDARY): it gets that text redacted."""
 
 
 class DiversityPolicy(_Strict):

@@ -15,6 +15,7 @@ from .decision import Verdict
 from .errors import QdrantGuardError
 from .pipeline import Offload, Op
 from .policy import CollectionPolicy
+from .sources import path_head
 from .textguard import TextOps
 
 # Inputs that carry text the guard did not check (a top-level models.Document is checked).
@@ -178,19 +179,33 @@ class QueryChecks(TextOps):
             GuardRefusal: as above (audited; the value itself is not logged).
         """
         try:
-            found = [(w, c) for where, root in roots if root is not None
-                     for w, c in _iter_conditions(as_filter(root, where), where)]
+            found = [found for where, root in roots if root is not None
+                     for found in _iter_conditions(as_filter(root, where), where)]
         except UncheckedForm as exc:
             raise self.refuse_form(op, name, pol, exc) from None
         pii_ok = pol.query.filter_pii == "allow" or (
             pol.query.filter_pii == "owner" and pol.owner is not None and self.boundary() == pol.owner)
+        # PII that keep_payload_text_in_boundary kept in the text field is redacted for other
+        # boundaries; a match on that field would read it back through the filter.
+        kept = (pol.keep_payload_text_in_boundary and pol.text_field is not None and self.boundary() != pol.owner
+                and pol.query.filter_pii != "allow")
         allowed: list[dict[str, Any]] = []
-        for where, cond in found:
+        for where, key, cond in found:
             match = cond.match
             kind = type(match).__name__
             field_name = _FULL_TEXT.get(type(match)) or _KEYWORD.get(type(match))
             if field_name is None:
                 continue
+            if kept and path_head(key) == pol.text_field:
+                raise self.refuse(self.decision(
+                    op, name, pol, Verdict.REFUSED_CROSS_BOUNDARY,
+                    f"the filter at {where} ({kind} on key {key!r}) matches the text field {pol.text_field!r}, "
+                    f"whose stored text keeps personal data for the owner boundary {pol.owner!r} "
+                    "(keep_payload_text_in_boundary); other boundaries get it redacted, and a filter on it "
+                    "would read what the redaction hides. Filter on other fields, or read from the owner "
+                    "boundary",
+                    details={"filter": where, "key": key, "match": kind},
+                ))
             value = getattr(match, field_name)
             for i, item in enumerate(value if isinstance(value, list) else [value]):
                 if isinstance(item, bool) or not isinstance(item, (str, int)):
@@ -198,16 +213,16 @@ class QueryChecks(TextOps):
                 at = f"{where}.match.{field_name.rstrip('_')}" + (f"[{i}]" if isinstance(value, list) else "")
                 text = str(item)
                 self._filter_structure(op, name, pol, at, text, details, full_text=type(match) in _FULL_TEXT)
-                findings = _detect.find_sensitive(f"{cond.key}: {text}")
+                findings = _detect.find_sensitive(f"{key}: {text}")
                 if not findings:
                     continue
                 types = sorted({f.type for f in findings})
                 creds = sorted({f.type for f in findings if f.category == "CREDENTIAL"})
-                about = {"filter": at, "key": cond.key, "match": kind, "findings": types}
+                about = {"filter": at, "key": key, "match": kind, "findings": types}
                 if creds:
                     raise self.refuse(self.decision(
                         op, name, pol, Verdict.CREDENTIAL_IN_TEXT,
-                        f"the filter at {at} ({kind} on key {cond.key!r}) holds credentials {creds}; a "
+                        f"the filter at {at} ({kind} on key {key!r}) holds credentials {creds}; a "
                         "credential is never sent to the store nor matched against it: remove it from the "
                         "filter (if the key holds no credential, filter on another field)",
                         details=about,
@@ -216,7 +231,7 @@ class QueryChecks(TextOps):
                     who = f"the owner boundary {pol.owner!r}" if pol.owner else "an owner boundary"
                     raise self.refuse(self.decision(
                         op, name, pol, Verdict.QUERY_REJECTED,
-                        f"the filter at {at} ({kind} on key {cond.key!r}) matches on personal data {types}; "
+                        f"the filter at {at} ({kind} on key {key!r}) matches on personal data {types}; "
                         f"on {pol.sensitivity.value} collection {name!r} such a filter is a probe (it answers "
                         "whether a stored point holds that value, whatever the read returns). Filter on "
                         "fields that hold no personal data (an id, a source, a category), or set "
@@ -407,22 +422,26 @@ def as_filter(value: Any, where: str) -> Any:
     return value
 
 
-def _iter_conditions(value: Any, where: str) -> Iterator[tuple[str, models.FieldCondition]]:
-    """Every ``FieldCondition`` in ``value`` (a filter, a formula, nested to any depth) with its path."""
+def _iter_conditions(value: Any, where: str, prefix: str = "") -> Iterator[tuple[str, str, models.FieldCondition]]:
+    """Every ``FieldCondition`` in ``value`` (a filter, a formula, nested to any depth) with its path
+    and its key as a payload path (``people[].ssn`` inside ``NestedCondition`` ``people``)."""
     if isinstance(value, models.FieldCondition):
-        yield where, value
+        yield where, prefix + value.key, value
+    elif isinstance(value, models.NestedCondition):
+        nested = value.nested
+        yield from _iter_conditions(nested.filter, f"{where}.nested.filter", f"{prefix}{nested.key}[].")
     elif isinstance(value, BaseModel):
         for key, item in value.__dict__.items():
             if isinstance(item, (BaseModel, list, tuple, dict)):
-                yield from _iter_conditions(item, f"{where}.{key.rstrip('_')}")
+                yield from _iter_conditions(item, f"{where}.{key.rstrip('_')}", prefix)
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
             if isinstance(item, (BaseModel, list, tuple, dict)):
-                yield from _iter_conditions(item, f"{where}[{i}]")
+                yield from _iter_conditions(item, f"{where}[{i}]", prefix)
     elif isinstance(value, dict):
         for key, item in value.items():
             if isinstance(item, (BaseModel, list, tuple, dict)):
-                yield from _iter_conditions(item, f"{where}.{key}")
+                yield from _iter_conditions(item, f"{where}.{key}", prefix)
 
 
 def query_filter_roots(args: dict[str, Any], filter_key: str, where: str = "") -> Iterator[tuple[str, Any]]:

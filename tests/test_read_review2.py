@@ -517,3 +517,29 @@ def test_max_chars_caps_every_match_string_before_the_detector_reads_it(kit, sen
     assert ei.value.details == {"filter": "scroll_filter.must[0].match.any[1]", "violations": [
         {"kind": "size_cap", "position": 1000, "detail": "5000 characters > max_chars 1000"}]}
     assert sent == []
+
+
+@pytest.mark.parametrize("setting", ["refuse", "owner", "allow"])
+def test_other_boundaries_may_not_match_on_kept_text(kit, sent, setting):
+    # keep_payload_text_in_boundary keeps PII in the stored text for the owner; readers of other
+    # boundaries get it redacted, but a match on the field read the kept text: MatchPrefix("123-45-")
+    # is no PII to the detector, and answered whether a stored SSN starts so.
+    cl = _client(kit, keep_payload_text_in_boundary=True, raw_in_boundary=True, query={"filter_pii": setting})
+    cl.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)),
+                                       payload={"text": f"employee ssn {SSN}", "source": "d"})])
+    bob = cl.with_principal(kit.principal("bob", "support"))
+    probes = [_f(_fc("text", models.MatchPrefix(prefix="employee ssn 123-45"))),
+              _f(_fc("text", models.MatchSubstring(substring="45-67"))),
+              _f(_fc("text", models.MatchText(text="employee"))),
+              models.Filter(should=[_fc('"text"', models.MatchValue(value="x"))])]
+    for flt in probes:
+        if setting == "allow":
+            bob.scroll("c", scroll_filter=flt, limit=2)
+            continue
+        with pytest.raises(GuardRefusal) as ei:
+            bob.scroll("c", scroll_filter=flt, limit=2)
+        assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
+        assert "keep_payload_text_in_boundary" in str(ei.value)
+    bob.scroll("c", scroll_filter=_f(_fc("source", models.MatchValue(value="d"))), limit=2)
+    got, _ = cl.scroll("c", scroll_filter=probes[0], limit=2)  # the owner reads its own text
+    assert [p.id for p in got] == [1]
