@@ -196,15 +196,16 @@ class QueryChecks(TextOps):
             field_name = _FULL_TEXT.get(type(match)) or _KEYWORD.get(type(match))
             if field_name is None:
                 continue
+            shown = _detect.redact(key)  # a key is the caller's string too: never logged with a secret in it
             if kept and path_head(key) == pol.text_field:
                 raise self.refuse(self.decision(
                     op, name, pol, Verdict.REFUSED_CROSS_BOUNDARY,
-                    f"the filter at {where} ({kind} on key {key!r}) matches the text field {pol.text_field!r}, "
+                    f"the filter at {where} ({kind} on key {shown!r}) matches the text field {pol.text_field!r}, "
                     f"whose stored text keeps personal data for the owner boundary {pol.owner!r} "
                     "(keep_payload_text_in_boundary); other boundaries get it redacted, and a filter on it "
                     "would read what the redaction hides. Filter on other fields, or read from the owner "
                     "boundary",
-                    details={"filter": where, "key": key, "match": kind},
+                    details={"filter": where, "key": shown, "match": kind},
                 ))
             value = getattr(match, field_name)
             for i, item in enumerate(value if isinstance(value, list) else [value]):
@@ -218,11 +219,11 @@ class QueryChecks(TextOps):
                     continue
                 types = sorted({f.type for f in findings})
                 creds = sorted({f.type for f in findings if f.category == "CREDENTIAL"})
-                about = {"filter": at, "key": key, "match": kind, "findings": types}
+                about = {"filter": at, "key": shown, "match": kind, "findings": types}
                 if creds:
                     raise self.refuse(self.decision(
                         op, name, pol, Verdict.CREDENTIAL_IN_TEXT,
-                        f"the filter at {at} ({kind} on key {key!r}) holds credentials {creds}; a "
+                        f"the filter at {at} ({kind} on key {shown!r}) holds credentials {creds}; a "
                         "credential is never sent to the store nor matched against it: remove it from the "
                         "filter (if the key holds no credential, filter on another field)",
                         details=about,
@@ -231,7 +232,7 @@ class QueryChecks(TextOps):
                     who = f"the owner boundary {pol.owner!r}" if pol.owner else "an owner boundary"
                     raise self.refuse(self.decision(
                         op, name, pol, Verdict.QUERY_REJECTED,
-                        f"the filter at {at} ({kind} on key {key!r}) matches on personal data {types}; "
+                        f"the filter at {at} ({kind} on key {shown!r}) matches on personal data {types}; "
                         f"on {pol.sensitivity.value} collection {name!r} such a filter is a probe (it answers "
                         "whether a stored point holds that value, whatever the read returns). Filter on "
                         "fields that hold no personal data (an id, a source, a category), or set "

@@ -543,3 +543,13 @@ def test_other_boundaries_may_not_match_on_kept_text(kit, sent, setting):
     bob.scroll("c", scroll_filter=_f(_fc("source", models.MatchValue(value="d"))), limit=2)
     got, _ = cl.scroll("c", scroll_filter=probes[0], limit=2)  # the owner reads its own text
     assert [p.id for p in got] == [1]
+
+
+def test_a_secret_in_a_filter_key_is_refused_and_not_logged(kit, sent):
+    cl = _seeded(kit)
+    with pytest.raises(GuardRefusal) as ei:
+        cl.scroll("c", scroll_filter=_f(_fc(STRIPE, models.MatchValue(value="x"))), limit=2)
+    assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
+    assert STRIPE not in str(ei.value)
+    assert STRIPE not in (kit.tmp / "audit.jsonl").read_text()
+    assert sent == []
