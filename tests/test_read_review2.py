@@ -553,3 +553,20 @@ def test_a_secret_in_a_filter_key_is_refused_and_not_logged(kit, sent):
     assert STRIPE not in str(ei.value)
     assert STRIPE not in (kit.tmp / "audit.jsonl").read_text()
     assert sent == []
+
+
+def test_failed_read_with_fail_closed_false_raises_the_store_error_when_the_log_fails(kit, monkeypatch):
+    cl = _client(kit, fail_closed=False)
+
+    def broken(record):
+        raise OSError("disk full")
+
+    def fail(self, *a, **kw):
+        raise Down("connection reset")
+
+    import qdrant_client
+
+    monkeypatch.setattr(qdrant_client.QdrantClient, "scroll", fail)
+    monkeypatch.setattr(cl.guard.audit, "append", broken)
+    with pytest.raises(Down):
+        cl.scroll("c", limit=2)
