@@ -1,6 +1,7 @@
 """Checks on a query before it reaches Qdrant: structure (native scan), redaction, intent."""
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -475,10 +476,13 @@ def redacted_position(position: int, findings: Sequence[_detect.Finding]) -> int
     return position + shift
 
 
+_ALNUM = re.compile(r"[^\W_]")  # a character str.isalnum() accepts, found at C speed in a huge text
+
+
 def is_blank(text: str) -> bool:
     """Whether ``text`` has no letter or digit (empty, whitespace, punctuation, invisible characters):
     it gives the text checks nothing to judge, so it cannot stand for a raw vector's text."""
-    return not any(c.isalnum() for c in text)
+    return _ALNUM.search(text) is None
 
 
 def map_query(query: Any, visit: Visit, where: str) -> Any:
