@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from . import merkle
 from ._impl import implementation, load_kernel
 from .canonical import canonical_json, decode_canonical
-from .errors import ReceiptError
+from .errors import InvalidVectorError, ReceiptError
 from .keys import key_id as _key_id
 from .noise_params import MECHANISMS, NoiseParams
 
@@ -968,6 +968,37 @@ def _verify_signature(body: dict[str, Any], sig: bytes, batch: dict[str, Any] | 
                       "the Merkle root rebuilt from this receipt is not the signed root") from None
 
 
+def _verify_values(vector: Any) -> np.ndarray:
+    """The ``vector`` argument of :func:`verify_receipt` as float64 values (any shape).
+
+    A stored vector is real numbers; Qdrant returns a list of floats. Numbers in any exact form
+    are read as their values (float32 and float64 arrays of the same values verify alike, since
+    the commitment is to the 2^-20 grid integers). What numpy would otherwise convert silently is
+    refused: complex values (numpy drops the imaginary part), strings (numpy parses them), bools,
+    Python objects, float16 (it cannot hold a stored float32 vector, so it would fail as if the
+    stored vector had changed) and masked arrays with masked entries (numpy reads the hidden data).
+    """
+    if vector is None or isinstance(vector, (str, bytes, dict)):
+        raise TypeError(f"vector must be a sequence of numbers, not {type(vector).__name__}")
+    fix = ("pass the vector as read from Qdrant (a list of floats) or a float32/float64 numpy "
+           "array of it")
+    if isinstance(vector, np.ma.MaskedArray) and np.ma.is_masked(vector):
+        raise InvalidVectorError(f"vector is a masked array with masked entries, which have no value; {fix}")
+    try:
+        arr = np.asarray(vector)
+    except (TypeError, ValueError) as exc:
+        raise InvalidVectorError(f"vector is not an array of numbers ({exc}); {fix}") from None
+    kind, size = arr.dtype.kind, arr.dtype.itemsize
+    if kind not in "fiu" or (kind == "f" and size < 4):
+        if kind == "f":
+            raise InvalidVectorError(f"vector has dtype {arr.dtype}, which cannot hold the stored float32 "
+                                     f"values exactly; {fix}")
+        what = {"c": "complex values", "b": "bools", "U": "strings", "S": "bytes",
+                "O": "Python objects"}.get(kind, f"values of dtype {arr.dtype}")
+        raise InvalidVectorError(f"vector holds {what}, not real numbers; {fix}")
+    return arr.astype(np.float64, copy=False)
+
+
 def _check_trusted(trusted_keys: Any, revoked: Any) -> None:
     if not isinstance(trusted_keys, Mapping):
         raise TypeError(
@@ -1015,7 +1046,10 @@ def verify_receipt(
     Args:
         receipt: the receipt dict (as stored in the payload), or its JSON bytes/str, which must
             then be canonical.
-        vector: the vector read back from Qdrant.
+        vector: the vector read back from Qdrant: a list of numbers (numpy scalars too) or a
+            float32/float64 (or integer) numpy array, any strides. The receipt commits to the
+            values rounded to the 2^-20 grid, so float32 and float64 forms of the same values
+            verify alike. A vector of another shape or length is ``"vector_mismatch"``.
         collection: the collection it was read from.
         point_id: the point it was read from.
         vector_name: the named vector it was read from ("" for the default vector).
@@ -1030,6 +1064,8 @@ def verify_receipt(
 
     Raises:
         TypeError: an argument (not the receipt) has the wrong type.
+        InvalidVectorError: ``vector`` holds something other than real numbers (complex values,
+            strings, bools, objects, float16, masked entries), which numpy would convert silently.
         ValueError: ``now`` is not finite or ``max_age_s`` is NaN.
     """
     if not isinstance(collection, str):
@@ -1039,8 +1075,7 @@ def verify_receipt(
     want_pid = normalize_point_id(point_id)
     _check_trusted(trusted_keys, revoked)
     _check_times(now, max_age_s)
-    if vector is None or isinstance(vector, (str, bytes, dict)):
-        raise TypeError(f"vector must be a sequence of numbers, not {type(vector).__name__}")
+    values = _verify_values(vector)
     kid = None
     try:
         body, sig, batch = _parse(receipt)
@@ -1068,12 +1103,15 @@ def verify_receipt(
         if body["vector_name"] != vector_name:
             raise _Reject("vector_name_mismatch",
                           f"receipt is for vector {body['vector_name']!r}, not {vector_name!r}")
+        if values.ndim != 1:
+            raise _Reject("vector_mismatch",
+                          f"vector has shape {values.shape}; a receipt binds one 1-D dense vector of "
+                          f"{body['params']['dim']} values (for an array of shape (1, d) pass vector[0])")
+        if values.size != body["params"]["dim"]:
+            raise _Reject("vector_mismatch",
+                          f"vector has {values.size} values; the receipt's dim is {body['params']['dim']}")
         try:
-            arr = np.asarray(vector, dtype=np.float64)
-            if arr.ndim != 1 or arr.size != body["params"]["dim"]:
-                raise _Reject("vector_mismatch",
-                              f"vector has shape {arr.shape}; receipt dim is {body['params']['dim']}")
-            got = vector_commitment(arr, _unb64(body["salt"]))
+            got = vector_commitment(values, _unb64(body["salt"]))
         except (TypeError, ValueError) as exc:
             raise _Reject("vector_mismatch", f"vector cannot be committed: {exc}") from None
         if got != body["commitment"]:
@@ -1105,12 +1143,18 @@ class PointReceiptReport:
         return self.check.reason
 
 
+def _is_dense(v: Any) -> bool:
+    # Not `v and ...`: the truth value of a numpy array of two or more values is an error.
+    if isinstance(v, np.ndarray):
+        return v.ndim == 1 and v.size > 0
+    return isinstance(v, (list, tuple)) and len(v) > 0 and not isinstance(v[0], (list, tuple, np.ndarray))
+
+
 def _dense_vectors(vector: Any) -> dict[str, Any]:
     if vector is None:
         return {}
     if isinstance(vector, Mapping):
-        return {name: v for name, v in vector.items()
-                if isinstance(v, (list, tuple, np.ndarray)) and v and not isinstance(v[0], (list, tuple))}
+        return {name: v for name, v in vector.items() if _is_dense(v)}
     return {"": vector}
 
 
@@ -1188,9 +1232,13 @@ def verify(
                 check = ReceiptCheck(False, "vector_mismatch", None, None,
                                      f"receipt for vector {name!r} but the point has no such dense vector")
             else:
-                check = verify_receipt(stored[name], vector=vectors[name], collection=collection_name,
-                                       point_id=point.id, vector_name=name,
-                                       trusted_keys=trusted_keys, revoked=revoked, now=now,
-                                       max_age_s=max_age_s)
+                try:
+                    check = verify_receipt(stored[name], vector=vectors[name], collection=collection_name,
+                                           point_id=point.id, vector_name=name,
+                                           trusted_keys=trusted_keys, revoked=revoked, now=now,
+                                           max_age_s=max_age_s)
+                except (TypeError, InvalidVectorError) as exc:
+                    # What the client returned is not numbers: one point's report, not a crash.
+                    check = ReceiptCheck(False, "vector_mismatch", None, None, str(exc))
             reports.append(PointReceiptReport(point.id, name, check))
     return reports

@@ -1,0 +1,180 @@
+"""Second receipt review: the verify API with numpy vectors, huge coordinates and the lattice,
+and keyed noise across representations of the same values."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from qdrant_client import QdrantClient, models
+
+from qdrant_guard import noise
+from qdrant_guard.errors import InvalidVectorError
+from qdrant_guard.receipts import (
+    COMMIT_GRID,
+    RECEIPT_KEY,
+    ReceiptSigner,
+    issue_receipt,
+    receipts_for_payload,
+    stored_form,
+    verify,
+    verify_receipt,
+)
+
+DIM = 8
+KEY = bytes(range(32))
+GAUSS = dict(mechanism="gaussian", epsilon=1.0, radius=0.01, delta=1e-6)
+
+
+@pytest.fixture(scope="module")
+def signer() -> ReceiptSigner:
+    return ReceiptSigner(Ed25519PrivateKey.generate())
+
+
+@pytest.fixture(scope="module")
+def trusted(signer: ReceiptSigner) -> dict:
+    return {signer.key_id: signer.public_key}
+
+
+def _release(rows: int = 1, distance: str = "Cosine") -> tuple[np.ndarray, noise.NoiseParams]:
+    x = np.random.default_rng(3).normal(size=(rows, DIM)).astype(np.float32)
+    out, params = noise.privatize(x, clip_norm=1.0, key=KEY, **GAUSS)
+    return np.stack([stored_form(r, distance=distance) for r in out]), params
+
+
+@pytest.fixture(scope="module")
+def stored(signer: ReceiptSigner) -> tuple[np.ndarray, dict]:
+    vecs, params = _release()
+    rec = issue_receipt(signer, params=params, vector=vecs[0], collection="c", point_id=1)
+    return vecs[0], rec
+
+
+def _check(rec: dict, vector, trusted: dict, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's ComplexWarning must not be the only signal
+        return verify_receipt(rec, vector=vector, collection="c", point_id=1, trusted_keys=trusted, **kw)
+
+
+# ------------------------------------------------------------------ 1. verify with numpy vectors
+def _same_values(v: np.ndarray) -> dict:
+    wide = np.zeros(2 * DIM, np.float32)
+    wide[::2] = v
+    return {
+        "list": v.tolist(),
+        "tuple": tuple(v.tolist()),
+        "float32": v,
+        "float64": v.astype(np.float64),
+        "float32 strided view": wide[::2],
+        "float64 strided view": wide.astype(np.float64)[::2],
+        "Fortran column": np.asfortranarray(np.stack([v, v], axis=1))[:, 0],
+        "big-endian float32": v.astype(">f4"),
+        "list of np.float32": [np.float32(t) for t in v],
+        "list of np.float64": [np.float64(t) for t in v],
+        "read-only": np.frombuffer(v.tobytes(), np.float32),
+    }
+
+
+@pytest.mark.parametrize("form", list(_same_values(np.zeros(DIM, np.float32))))
+def test_every_exact_form_of_the_stored_values_verifies(stored, trusted, form):
+    # The commitment is to the 2^-20 grid integers, so float32 and float64 of the same values
+    # (and views of them) are the same vector.
+    v, rec = stored
+    assert _check(rec, _same_values(v)[form], trusted).ok
+
+
+def test_float64_values_off_the_stored_float32_by_a_grid_step_are_a_mismatch(stored, trusted):
+    v, rec = stored
+    moved = v.astype(np.float64)
+    moved[3] += COMMIT_GRID
+    assert _check(rec, moved, trusted).reason == "vector_mismatch"
+    # Within half a grid step the rounding gives the same integers: the documented resolution.
+    near = v.astype(np.float64)
+    near[3] += 0.4 * COMMIT_GRID
+    assert _check(rec, near, trusted).ok
+
+
+def test_a_complex_vector_is_refused_not_verified_on_its_real_part(stored, trusted):
+    # numpy's float64 conversion drops the imaginary part with only a ComplexWarning: a complex
+    # vector whose real part is the stored one verified (a false accept).
+    v, rec = stored
+    with pytest.raises(InvalidVectorError, match="complex values.*list of floats"):
+        _check(rec, v.astype(np.complex128) + 1j, trusted)
+
+
+@pytest.mark.parametrize("bad,what", [
+    (lambda v: [repr(float(t)) for t in v], "strings"),
+    (lambda v: np.array([repr(float(t)) for t in v]), "strings"),
+    (lambda v: v != 0, "bools"),
+    (lambda v: np.array(list(v), dtype=object), "Python objects"),
+    (lambda v: v.astype(np.float16), "float16, which cannot hold"),
+    (lambda v: np.ma.masked_array(v, mask=[True] + [False] * (DIM - 1)), "masked"),
+])
+def test_values_numpy_would_convert_silently_are_refused_with_the_fix(stored, trusted, bad, what):
+    # Strings were parsed (and verified), masked entries read from the hidden data, float16
+    # reported as a changed stored vector.
+    v, rec = stored
+    with pytest.raises(InvalidVectorError, match=what) as info:
+        _check(rec, bad(v), trusted)
+    assert "float32/float64 numpy array" in str(info.value)
+
+
+def test_the_argument_is_checked_before_the_receipt(trusted):
+    # A bad vector argument raises whatever the receipt holds, as the other arguments do.
+    with pytest.raises(InvalidVectorError, match="complex"):
+        verify_receipt({}, vector=np.ones(DIM, np.complex64), collection="c", point_id=1,
+                       trusted_keys=trusted)
+
+
+@pytest.mark.parametrize("shape", [(1, DIM), (DIM, 1), ()])
+def test_a_vector_that_is_not_1d_is_a_mismatch_naming_the_shape_and_the_fix(stored, trusted, shape):
+    v, rec = stored
+    arr = v.reshape(shape) if shape else np.float32(v[0])
+    check = _check(rec, arr, trusted)
+    assert check.reason == "vector_mismatch"
+    assert f"shape {np.shape(arr)}" in check.detail and "pass vector[0]" in check.detail
+
+
+def test_a_vector_of_another_length_is_a_mismatch_naming_both_lengths(stored, trusted):
+    v, rec = stored
+    check = _check(rec, np.concatenate([v, v]), trusted)
+    assert check.reason == "vector_mismatch" and f"{2 * DIM} values" in check.detail
+    assert f"dim is {DIM}" in check.detail
+
+
+class _NumpyVectors(QdrantClient):
+    """A real local-mode client whose reads hand back numpy vectors, as a caller's wrapper may."""
+
+    def _arrays(self, points):
+        for p in points:
+            if isinstance(p.vector, dict):
+                p.vector = {k: np.asarray(v, np.float32) for k, v in p.vector.items()}
+            elif p.vector is not None:
+                p.vector = np.asarray(p.vector, np.float32)
+        return points
+
+    def retrieve(self, *args, **kwargs):
+        return self._arrays(super().retrieve(*args, **kwargs))
+
+    def scroll(self, *args, **kwargs):
+        points, offset = super().scroll(*args, **kwargs)
+        return self._arrays(points), offset
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_verify_reads_numpy_vectors_of_named_and_default_vectors(signer, trusted, named):
+    # Named numpy vectors crashed verify(): `v and ...` asks for an array's truth value.
+    client = _NumpyVectors(":memory:")
+    vname = "x" if named else ""
+    params_cfg = models.VectorParams(size=DIM, distance=models.Distance.COSINE)
+    client.create_collection("c", vectors_config={vname: params_cfg} if named else params_cfg)
+    vecs, params = _release(rows=3)
+    points = []
+    for i, v in enumerate(vecs):
+        rec = issue_receipt(signer, params=params, vector=v, collection="c", point_id=i + 1, vector_name=vname)
+        points.append(models.PointStruct(id=i + 1, vector={vname: v.tolist()} if named else v.tolist(),
+                                         payload={RECEIPT_KEY: receipts_for_payload({vname: rec})}))
+    client.upsert("c", points)
+    for ids in (None, [1, 2, 3]):
+        reports = verify(client, "c", ids, trusted_keys=trusted)
+        assert [(r.point_id, r.vector_name, r.reason) for r in reports] == [(i, vname, "ok") for i in (1, 2, 3)]
