@@ -1088,7 +1088,11 @@ def verify_receipt(
         _verify_signature(body, sig, batch, pk)
         if max_age_s is not None:
             current = time.time() if now is None else float(now)
-            age = current - body["issued_at"] / 1000.0
+            try:
+                issued_s = body["issued_at"] / 1000.0
+            except OverflowError:  # a signed int beyond float range: far in the future
+                issued_s = math.inf
+            age = current - issued_s
             if age < -ISSUED_AT_LEEWAY_S:
                 # A negative age never exceeds max_age_s: such a receipt would never expire.
                 raise _Reject("expired", f"receipt issued_at is {-age:.0f} s in the future, beyond the "

@@ -2,6 +2,7 @@
 and keyed noise across representations of the same values."""
 from __future__ import annotations
 
+import base64
 import warnings
 
 import numpy as np
@@ -10,10 +11,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from qdrant_client import QdrantClient, models
 
 from qdrant_guard import noise
+from qdrant_guard.canonical import canonical_json
 from qdrant_guard.errors import InvalidVectorError
 from qdrant_guard.receipts import (
     COMMIT_GRID,
     RECEIPT_KEY,
+    SIGNATURE_PREFIX,
     ReceiptSigner,
     issue_receipt,
     receipts_for_payload,
@@ -178,3 +181,15 @@ def test_verify_reads_numpy_vectors_of_named_and_default_vectors(signer, trusted
     for ids in (None, [1, 2, 3]):
         reports = verify(client, "c", ids, trusted_keys=trusted)
         assert [(r.point_id, r.vector_name, r.reason) for r in reports] == [(i, vname, "ok") for i in (1, 2, 3)]
+
+
+def test_a_receipt_signed_far_in_the_future_is_expired_not_an_overflow(stored, signer, trusted):
+    # issued_at beyond float range raised OverflowError from verify_receipt with max_age_s
+    # ("never raises for a bad receipt").
+    v, rec = stored
+    body = {k: val for k, val in rec.items() if k != "sig"}
+    body["issued_at"] = 10 ** 400
+    forged = dict(body, sig=base64.b64encode(signer.sign(SIGNATURE_PREFIX + canonical_json(body))).decode())
+    assert _check(forged, v, trusted).ok  # without max_age_s the date is not checked
+    check = _check(forged, v, trusted, now=1.7e9, max_age_s=60.0)
+    assert check.reason == "expired" and "future" in check.detail
