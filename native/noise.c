@@ -298,13 +298,19 @@ static size_t row_scan_scalar(const void *x, int is_f32, size_t dim, double *ss)
     return dim;
 }
 
+/* From |v * inv_step| >= 2^52 on, v's float spacing is step or coarser, so v is already a
+   multiple of step and is returned as it is: computing q * step there would give v back, but q
+   itself can overflow (a huge v with a tiny step), which made a release of a finite, on-lattice
+   value fail as an overflow. A NaN v is returned as it is, as before. */
 static inline double snap(double v, double inv_step, double step)
 {
     double q = v * inv_step;
     if (fabs(q) < 0x1p51)
         q = (q + ROUND_MAGIC) - ROUND_MAGIC;
-    else
+    else if (fabs(q) < 0x1p52)
         q = rint(q);
+    else
+        return v;
     return q * step;
 }
 
@@ -349,6 +355,13 @@ __m512d load8_f64(const double *p)
     __mmask8 keep = _mm512_cmpge_epi64_mask(_mm512_and_si512(b, _mm512_set1_epi64((long long)ABS_BITS)),
                                             _mm512_set1_epi64((long long)TINY_BITS));
     return _mm512_castsi512_pd(_mm512_maskz_mov_epi64(keep, b));
+}
+
+/* Lanes where |q| >= 2^52 (or q is +-Inf): there snap() returns its input unchanged. */
+static inline __attribute__((always_inline, target("avx2")))
+__m256d big_avx2(__m256d q)
+{
+    return _mm256_cmp_pd(_mm256_andnot_pd(_mm256_set1_pd(-0.0), q), _mm256_set1_pd(0x1p52), _CMP_GE_OQ);
 }
 
 /* Lane layout matches row_scan_scalar: lo holds lanes 0-3, hi lanes 4-7. */
@@ -405,10 +418,12 @@ static size_t combine_avx2(const void *x, void *out, int is_f32, const double *z
     size_t j, bad;
     for (j = 0; j + 4 <= n; j += 4) {
         __m256d v = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j)) : load4_f64(xd + j);
-        __m256d q = _mm256_mul_pd(_mm256_add_pd(_mm256_mul_pd(v, fac), _mm256_mul_pd(_mm256_loadu_pd(z + j), sc)), inv);
+        __m256d sum = _mm256_add_pd(_mm256_mul_pd(v, fac), _mm256_mul_pd(_mm256_loadu_pd(z + j), sc));
+        __m256d q = _mm256_mul_pd(sum, inv);
+        __m256d big = big_avx2(q);
         /* rint, then +0.0 turns a -0.0 into the +0.0 the magic-constant rounding gives. */
         q = _mm256_add_pd(_mm256_round_pd(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
-        q = _mm256_mul_pd(q, st);
+        q = _mm256_blendv_pd(_mm256_mul_pd(q, st), sum, big); /* see snap() */
         if (is_f32) {
             __m128 f = _mm256_cvtpd_ps(q);
             _mm_storeu_ps((float *)out + j, f);
@@ -453,17 +468,21 @@ static size_t gauss_run_avx2(qg_stream *s, const void *x, void *out, int is_f32,
     size_t j = 0, pos = s->pos, end = s->end;
     *rej = 0;
     while (n - j >= 8 && end - pos >= 8) {
-        __m256d z_lo, z_hi, v_lo, v_hi, q_lo, q_hi;
+        __m256d z_lo, z_hi, v_lo, v_hi, q_lo, q_hi, s_lo, s_hi, big_lo, big_hi;
         unsigned acc = sample8_avx2(buf + pos, &z_lo, &z_hi);
         /* combine_avx2's operations, on two groups of 4 */
         v_lo = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j)) : load4_f64(xd + j);
         v_hi = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j + 4)) : load4_f64(xd + j + 4);
-        q_lo = _mm256_mul_pd(_mm256_add_pd(_mm256_mul_pd(v_lo, fac), _mm256_mul_pd(z_lo, sc)), inv);
-        q_hi = _mm256_mul_pd(_mm256_add_pd(_mm256_mul_pd(v_hi, fac), _mm256_mul_pd(z_hi, sc)), inv);
+        s_lo = _mm256_add_pd(_mm256_mul_pd(v_lo, fac), _mm256_mul_pd(z_lo, sc));
+        s_hi = _mm256_add_pd(_mm256_mul_pd(v_hi, fac), _mm256_mul_pd(z_hi, sc));
+        q_lo = _mm256_mul_pd(s_lo, inv);
+        q_hi = _mm256_mul_pd(s_hi, inv);
+        big_lo = big_avx2(q_lo);
+        big_hi = big_avx2(q_hi);
         q_lo = _mm256_add_pd(_mm256_round_pd(q_lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
         q_hi = _mm256_add_pd(_mm256_round_pd(q_hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
-        q_lo = _mm256_mul_pd(q_lo, st);
-        q_hi = _mm256_mul_pd(q_hi, st);
+        q_lo = _mm256_blendv_pd(_mm256_mul_pd(q_lo, st), s_lo, big_lo);
+        q_hi = _mm256_blendv_pd(_mm256_mul_pd(q_hi, st), s_hi, big_hi);
         if (acc == 0xFFu) {
             if (is_f32) {
                 __m128 f_lo = _mm256_cvtpd_ps(q_lo), f_hi = _mm256_cvtpd_ps(q_hi);
@@ -519,17 +538,20 @@ static size_t gauss_row_avx2(qg_stream *s, const void *x, void *out, int is_f32,
     size_t j = 0;
     int rej, nonfinite = 0;
     while (j < dim) {
-        __m128d z, q;
+        __m128d z, q, sum;
+        double qv;
         j += gauss_run_avx2(s, (const char *)x + j * width, (char *)out + j * width, is_f32, dim - j,
                             factor, scale, inv_step, step, &rej, &nonfinite);
         if (rej) z = _mm_set_sd(finish_rejected(s)); /* may refill */
         else if (j < dim) z = _mm_set_sd(normal_fast(s)); /* may refill */
         else break;
         q = _mm_set_sd(is_f32 ? (double)xf[j] : read_f64(xd + j));
-        q = _mm_mul_sd(_mm_add_sd(_mm_mul_sd(q, _mm_set_sd(factor)), _mm_mul_sd(z, _mm_set_sd(scale))),
-                       _mm_set_sd(inv_step));
+        sum = _mm_add_sd(_mm_mul_sd(q, _mm_set_sd(factor)), _mm_mul_sd(z, _mm_set_sd(scale)));
+        q = _mm_mul_sd(sum, _mm_set_sd(inv_step));
+        qv = _mm_cvtsd_f64(q);
         q = _mm_add_sd(_mm_round_sd(q, q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), _mm_setzero_pd());
         q = _mm_mul_sd(q, _mm_set_sd(step));
+        if (fabs(qv) >= 0x1p52) q = sum; /* see snap() */
         if (is_f32) {
             float f = _mm_cvtss_f32(_mm_cvtsd_ss(_mm_setzero_ps(), q));
             ((float *)out)[j] = f;
@@ -592,9 +614,11 @@ static size_t combine_avx512(const void *x, void *out, int is_f32, const double 
     size_t j, bad;
     for (j = 0; j + 8 <= n; j += 8) {
         __m512d v = is_f32 ? _mm512_cvtps_pd(_mm256_loadu_ps(xf + j)) : load8_f64(xd + j);
-        __m512d q = _mm512_mul_pd(_mm512_add_pd(_mm512_mul_pd(v, fac), _mm512_mul_pd(_mm512_loadu_pd(z + j), sc)), inv);
+        __m512d sum = _mm512_add_pd(_mm512_mul_pd(v, fac), _mm512_mul_pd(_mm512_loadu_pd(z + j), sc));
+        __m512d q = _mm512_mul_pd(sum, inv);
+        __mmask8 big = _mm512_cmp_pd_mask(_mm512_abs_pd(q), _mm512_set1_pd(0x1p52), _CMP_GE_OQ);
         q = _mm512_add_pd(_mm512_roundscale_pd(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
-        q = _mm512_mul_pd(q, st);
+        q = _mm512_mask_mov_pd(_mm512_mul_pd(q, st), big, sum); /* see snap() */
         if (is_f32) {
             __m256 f = _mm512_cvtpd_ps(q);
             _mm256_storeu_ps((float *)out + j, f);

@@ -461,8 +461,13 @@ def _snap(v: float, inv_step: float, step: float) -> float:
     q = v * inv_step
     if abs(q) < 2251799813685248.0:  # 2**51: the magic-constant rounding is exact below this
         q = (q + _ROUND_MAGIC) - _ROUND_MAGIC
-    elif abs(q) < math.inf:
+    elif abs(q) < 4503599627370496.0:  # 2**52
         q = float(round(q))
+    else:
+        # |q| >= 2**52 (or inf, a huge v with a tiny step): v's float spacing is step or coarser,
+        # so v is already a multiple of step. q * step would give v back, but q can overflow,
+        # which made a finite, on-lattice release fail as an overflow. A NaN v stays NaN.
+        return v
     return q * step
 
 

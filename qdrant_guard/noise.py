@@ -421,7 +421,10 @@ def privatize(
 
     Raises:
         TypeError: ``vectors`` is not a numpy array, or an argument has the wrong type.
-        InvalidVectorError: wrong dtype/shape, empty, NaN/Inf, or values too large.
+        InvalidVectorError: wrong dtype/shape, empty, NaN/Inf, or a noised value beyond the
+            dtype's range. (A value already at least 2^52 lattice steps in magnitude is a
+            multiple of the step and is kept as computed, however small the step:
+            docs/privacy.md.)
         ValueError: a parameter is out of range.
         OSError: the OS cannot provide randomness.
     """
@@ -571,9 +574,21 @@ def clip_l2(vectors: np.ndarray, clip_norm: float) -> np.ndarray:
 
 
 def snap_to_lattice(vectors: np.ndarray, step: float) -> np.ndarray:
-    """Return ``vectors`` rounded (half to even) to multiples of ``step``, a power of two."""
+    """Return ``vectors`` rounded (half to even) to multiples of ``step``, a power of two.
+
+    Snaps as the kernel does: in float64, then cast back to the input's dtype; a zero is +0.0,
+    and a value whose float64 spacing is already ``step`` or coarser (``|v| >= 2^52 * step``) is
+    a multiple of it and is returned unchanged.
+    """
     _k.check_vectors(vectors)
     s = _real("step", step)
     if math.frexp(s)[0] != 0.5:
         raise ValueError(f"step must be a power of two, got {step!r}")
-    return (np.rint(np.asarray(vectors) / s) * s).astype(vectors.dtype)
+    # Not in the input's dtype: float32 arithmetic overflowed v / step to inf (a float32 3e38 at
+    # step 2^-15) and turned a step below float32's range into 0 (every value NaN); v / step
+    # overflows float64 too for a huge v and a tiny step, where v is already on the lattice.
+    x = np.asarray(vectors, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        q = x / s
+    out = np.where(np.abs(q) < 2.0 ** 52, (np.rint(q) + 0.0) * s, x)
+    return out.astype(vectors.dtype)

@@ -193,3 +193,114 @@ def test_a_receipt_signed_far_in_the_future_is_expired_not_an_overflow(stored, s
     assert _check(forged, v, trusted).ok  # without max_age_s the date is not checked
     check = _check(forged, v, trusted, now=1.7e9, max_age_s=60.0)
     assert check.reason == "expired" and "future" in check.detail
+
+
+# ------------------------------------------- 2. huge unclipped coordinates and a tiny lattice step
+def _on_lattice(out: np.ndarray, step: float) -> bool:
+    # v / step overflows for a huge v and a tiny step; such a v (|v| >= 2^52 step) has a float
+    # spacing of step or coarser, so it is a multiple of step.
+    x = out.astype(np.float64)
+    with np.errstate(over="ignore"):
+        q = x / step
+    return bool(np.all((np.abs(x) >= 2.0 ** 52 * step) | (np.rint(q) == q)))
+
+
+HUGE = [
+    # (label, values, mechanism kwargs): coordinate / lattice_step overflows float64
+    ("1.7e308 at step 2^-15", [1.7e308, -1.7e308, np.finfo(np.float64).max, 0.5], GAUSS),
+    ("1e120 at a step near 2^-680", [1e120, -3e150, 1.0, 0.0],
+     dict(mechanism="gaussian", epsilon=1.0, radius=1e-200, delta=1e-6)),
+    ("laplace_l2, 1e300 at a step near 2^-1000", [1e300, -1e300, 1.0, 0.0],
+     dict(mechanism="laplace_l2", epsilon=0.5, radius=1e-298)),
+]
+
+
+@pytest.mark.parametrize("label,values,kw", HUGE, ids=[h[0] for h in HUGE])
+@pytest.mark.parametrize("key", [None, KEY], ids=["fresh", "keyed"])
+def test_an_unclipped_huge_coordinate_is_released_not_refused_as_an_overflow(label, values, kw, key):
+    # v * (1/step) overflowed to inf and the release of a finite value, already a multiple of the
+    # step, failed as "overflows float64 after noising".
+    x = np.tile(np.asarray(values), (3, 5))  # 20 coordinates: the SIMD body and its tail
+    out, params = noise.privatize(x, clip_norm=None, key=key, **kw)
+    assert np.isfinite(out).all() and _on_lattice(out, params.lattice_step)
+    huge = np.abs(x) >= 2.0 ** 53 * params.lattice_step
+    # Their float spacing is far above the noise scale: float64 cannot hold the noise there.
+    assert np.array_equal(out[huge], x[huge])
+
+
+@pytest.mark.parametrize("label,values,kw", HUGE, ids=[h[0] for h in HUGE])
+def test_huge_coordinates_release_identically_in_both_kernels(label, values, kw):
+    from qdrant_guard import _noise, _noise_py
+
+    x = np.tile(np.asarray(values), (2, 9))  # 36 coordinates
+    _, params = noise.privatize(x, clip_norm=None, key=KEY, **kw)
+    args = (kw["mechanism"], params.scale, params.lattice_step, None, None, bytes(range(64)), bytes(12))
+    assert np.array_equal(_noise.noise_vectors(x, *args), _noise_py.noise_vectors(x, *args))
+
+
+_SIMD_HUGE = """
+import sys, numpy as np
+from qdrant_guard import _noise, _noise_py
+rows = np.tile(np.array([1.7e308, -1.7e308, 1.0, 0.0, 1e300, np.finfo(np.float64).max, -0.25]), (3, 11))
+rows[1] *= 1e-8   # still overflowing v / step at step 2^-1000
+rows[2, ::2] = 0.5
+keys, nonce = bytes(range(96)), bytes(12)
+same = []
+for x in (rows, rows[:, :13], np.clip(rows, -3e38, 3e38).astype(np.float32)):
+    for mech in ("gaussian", "laplace_l2"):
+        for scale, step in ((0.05, 2.0**-15), (2.0**-900, 2.0**-1000)):
+            a = _noise.noise_vectors(x, mech, scale, step, None, None, keys[:32 * x.shape[0]], nonce)
+            b = _noise_py.noise_vectors(x, mech, scale, step, None, None, keys[:32 * x.shape[0]], nonce)
+            same.append(bool(np.array_equal(a, b) and np.isfinite(a).all()))
+print(_noise.IMPLEMENTATION, same)
+sys.exit(0 if all(same) else 1)
+"""
+
+
+@pytest.mark.parametrize("level", ["scalar", "sse2", "avx2", "avx512"])
+def test_every_simd_level_releases_huge_coordinates_as_the_reference(level):
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _SIMD_HUGE], env={**os.environ, "QG_NOISE_SIMD": level},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("mod", ["_noise", "_noise_py"])
+def test_a_release_that_really_overflows_is_still_refused(mod):
+    import importlib
+
+    kernel = importlib.import_module(f"qdrant_guard.{mod}")
+    x = np.full((1, 16), np.finfo(np.float64).max)
+    # Noise of scale 1e307 pushes some coordinate of the maximal double past the float64 range.
+    with pytest.raises(InvalidVectorError, match="overflows float64 after noising"):
+        kernel.noise_vectors(x, "gaussian", 1e307, 2.0 ** 990, None, None, KEY, bytes(12))
+
+
+@pytest.mark.parametrize("dtype,values,step", [
+    (np.float32, [3e38, 1.0, 0.3, -2.5e-7], 2.0 ** -15),    # float32 v / step overflowed to inf
+    (np.float32, [3e38, 1.0, 0.3, -2.5e-7], 2.0 ** -200),   # a step below float32's range: NaN
+    (np.float64, [1e300, 1.0, 0.3, -2.5e-7], 2.0 ** -1000),  # float64 v / step overflowed to inf
+    (np.float64, [1.5, -0.2, 0.3, -2.5e-7], 2.0 ** -2),
+])
+def test_snap_to_lattice_snaps_as_the_kernel_does(dtype, values, step):
+    from qdrant_guard import _noise_py
+
+    x = np.asarray(values, dtype=dtype)
+    got = noise.snap_to_lattice(x, step)
+    want = np.array([_noise_py._snap(float(v), 1.0 / step, step) for v in x]).astype(dtype)
+    assert got.dtype == dtype and np.isfinite(got).all()
+    assert got.tobytes() == want.tobytes()  # -0.0 snaps to +0.0, as in the kernel
+
+
+def test_a_tiny_step_release_is_receipted_and_verifies_below_the_grid_limit(signer, trusted):
+    # The receipt path: privatize at a lattice step near 2^-1000, stored_form, issue, verify.
+    x = np.array([[2000.0, -1999.5, 1e-3, 0.0] * 2])
+    out, params = noise.privatize(x, clip_norm=None, key=KEY, mechanism="gaussian", epsilon=1.0,
+                                  radius=1e-298, delta=1e-6)
+    assert params.lattice_step <= 2.0 ** -980 and noise.check_release(params) is None
+    v = stored_form(out[0], distance="Euclid")
+    rec = issue_receipt(signer, params=params, vector=v, collection="c", point_id=1)
+    assert _check(rec, v.tolist(), trusted).ok
