@@ -119,14 +119,21 @@ def _as_vector(vector: Any, func: str) -> np.ndarray:
     return arr
 
 
+def _range_error(func: str, what: str, magnitude: float) -> InvalidVectorError:
+    # magnitude is read from the values themselves: scaled to the grid it overflowed to inf.
+    return InvalidVectorError(
+        f"{func}() {what} has a coordinate of magnitude {magnitude:g}; the commitment grid 2^-20 "
+        "holds |v| < 2048 in int32, rescale the vectors (on a guarded collection: noise them with "
+        "a clip_norm, which keeps noised coordinates far below that)"
+    )
+
+
 def _grid_ints(arr: np.ndarray, func: str) -> np.ndarray:
-    scaled = np.rint(arr * _GRID_INV)
+    with np.errstate(over="ignore"):  # a coordinate near float64's limit: refused just below
+        scaled = np.rint(arr * _GRID_INV)
     worst = float(np.max(np.abs(scaled)))
     if worst > _INT32_LIMIT:
-        raise ValueError(
-            f"{func}() vector has a coordinate of magnitude {worst * COMMIT_GRID:g}; the commitment "
-            "grid 2^-20 holds |v| < 2048 in int32, rescale the vectors"
-        )
+        raise _range_error(func, "vector", float(np.max(np.abs(arr))))
     return scaled.astype(np.int64)
 
 
@@ -298,16 +305,13 @@ def _settled(r: np.ndarray) -> bool:
 
 
 def _grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
-    scaled = np.rint(arr * _GRID_INV)
+    with np.errstate(over="ignore"):  # a coordinate near float64's limit: refused just below
+        scaled = np.rint(arr * _GRID_INV)
     worst = np.max(np.abs(scaled), axis=1)
     too_big = worst > _INT32_LIMIT
     if too_big.any():
         row = int(np.argmax(too_big))
-        what = "vector" if single else f"row {row}"
-        raise ValueError(
-            f"{func}() {what} has a coordinate of magnitude {float(worst[row]) * COMMIT_GRID:g}; the "
-            "commitment grid 2^-20 holds |v| < 2048 in int32, rescale the vectors"
-        )
+        raise _range_error(func, "vector" if single else f"row {row}", float(np.max(np.abs(arr[row]))))
     return scaled
 
 
@@ -345,7 +349,9 @@ def stored_form(vector: Any, *, distance: str) -> np.ndarray:
 
     Raises:
         TypeError: ``vector`` is not a sequence of numbers or ``distance`` is not a str.
-        ValueError: NaN/Inf, wrong shape, a zero vector for Cosine, |v| >= 2048, unknown distance.
+        ValueError: NaN/Inf, wrong shape, a zero vector for Cosine, unknown distance.
+        InvalidVectorError: a coordinate too large for the commitment grid (|v| >= 2048, not
+            Cosine); a ValueError too.
     """
     name = _distance_name(distance, "stored_form")
     arr = _as_vector(vector, "stored_form")[None, :]

@@ -304,3 +304,16 @@ def test_a_tiny_step_release_is_receipted_and_verifies_below_the_grid_limit(sign
     v = stored_form(out[0], distance="Euclid")
     rec = issue_receipt(signer, params=params, vector=v, collection="c", point_id=1)
     assert _check(rec, v.tolist(), trusted).ok
+
+
+def test_past_the_grid_limit_the_receipt_refuses_with_a_guard_error_naming_clip_norm():
+    # privatize releases 3000 (on its lattice); the commitment grid cannot hold it. That was a
+    # bare ValueError; it is an InvalidVectorError (still a ValueError) naming the fix.
+    out, _ = noise.privatize(np.array([3000.0, 0.5, 0.25, 1.0]), clip_norm=None, key=KEY, **GAUSS)
+    for call in (lambda: stored_form(out, distance="Euclid"),
+                 lambda: issue_receipt(ReceiptSigner(Ed25519PrivateKey.generate()), params=_,
+                                       vector=out, collection="c", point_id=1)):
+        with pytest.raises(InvalidVectorError, match=r"magnitude (2999|300)\S*;.*clip_norm"):
+            call()
+    with pytest.raises(InvalidVectorError, match="magnitude 1.7e"):
+        stored_form([1.7e308, 0.0], distance="Dot")  # the magnitude, not inf

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from qdrant_guard.errors import InvalidVectorError
 from qdrant_guard.receipts import COMMIT_GRID, stored_form, stored_form_batch
 
 _GRID_INV = 2.0 ** 20
@@ -27,9 +28,10 @@ def _ref_grid_ints(arr: np.ndarray) -> np.ndarray:
     scaled = np.rint(arr * _GRID_INV)
     worst = float(np.max(np.abs(scaled)))
     if worst > _INT32_LIMIT:
-        raise ValueError(
-            f"stored_form() vector has a coordinate of magnitude {worst * COMMIT_GRID:g}; the commitment "
-            "grid 2^-20 holds |v| < 2048 in int32, rescale the vectors"
+        raise InvalidVectorError(
+            f"stored_form() vector has a coordinate of magnitude {float(np.max(np.abs(arr))):g}; the "
+            "commitment grid 2^-20 holds |v| < 2048 in int32, rescale the vectors (on a guarded "
+            "collection: noise them with a clip_norm, which keeps noised coordinates far below that)"
         )
     return scaled.astype(np.int64)
 
