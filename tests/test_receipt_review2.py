@@ -317,3 +317,24 @@ def test_past_the_grid_limit_the_receipt_refuses_with_a_guard_error_naming_clip_
             call()
     with pytest.raises(InvalidVectorError, match="magnitude 1.7e"):
         stored_form([1.7e308, 0.0], distance="Dot")  # the magnitude, not inf
+
+
+def test_a_guarded_write_without_clip_norm_past_the_grid_limit_is_refused_as_a_guard_error(tmp_path):
+    from tests.guardkit import make_kit
+    from qdrant_guard.client import QdrantClient as GuardedClient
+    from qdrant_guard.errors import QdrantGuardError
+
+    kit = make_kit(tmp_path)
+    off = {"diversity": {"enabled": False}, "intent": {"enabled": False}}
+    cfg = kit.config({name: {"class": "PII", "owner": "hr", "noise": {"clip_norm": None}, **off}
+                      for name in ("euclid", "cosine")})
+    alice = GuardedClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    for name, dist in (("euclid", models.Distance.EUCLID), ("cosine", models.Distance.COSINE)):
+        alice.create_collection(name, vectors_config=models.VectorParams(size=4, distance=dist))
+    with pytest.raises(QdrantGuardError, match="magnitude .*clip_norm"):
+        alice.upsert("euclid", [models.PointStruct(id=1, vector=[3000.0, 0.5, 0.25, 1.0], payload={"source": "a"})])
+    assert alice.count("euclid").count == 0
+    # Cosine normalises the release, so no coordinate is large and the write is receipted.
+    alice.upsert("cosine", [models.PointStruct(id=1, vector=[1e30, 0.5, 0.25, 1.0], payload={"source": "a"})])
+    stored = alice.retrieve("cosine", [1], with_vectors=True)[0]
+    assert abs(float(np.linalg.norm(stored.vector)) - 1.0) < 1e-6
