@@ -338,3 +338,35 @@ def test_a_guarded_write_without_clip_norm_past_the_grid_limit_is_refused_as_a_g
     alice.upsert("cosine", [models.PointStruct(id=1, vector=[1e30, 0.5, 0.25, 1.0], payload={"source": "a"})])
     stored = alice.retrieve("cosine", [1], with_vectors=True)[0]
     assert abs(float(np.linalg.norm(stored.vector)) - 1.0) < 1e-6
+
+
+# --------------------------------- 3. keyed noise is keyed by the exact bytes, not canonicalised
+def test_keyed_noise_follows_the_exact_row_bytes_and_stays_bit_identical():
+    # Deliberately not canonicalised (docs/privacy.md): canonicalising would change the keyed
+    # noise of every vector already released. 0.0 and -0.0, float32 and float64 of the same
+    # values, and a float64 coordinate below 2^-511 (read as 0.0) and 0.0 get independent noise.
+    import hashlib
+
+    base = np.array([0.5, 0.0, -0.25, 0.125, 0.0, 1.0, -0.5, 0.75])
+    neg, tiny = base.copy(), base.copy()
+    neg[1], tiny[4] = -0.0, 1e-300
+    known = {  # SHA-256 (first 32 hex digits) of the keyed releases; both kernels give these
+        "float64": (base, "c2f9b56a1b195749c30ef0cc334980eb"),
+        "float64 with -0.0": (neg, "f9686fec67a02030f58d5bee7d3fc309"),
+        "float64 with 1e-300": (tiny, "78e644a6b5239d80a64f84d14a545e75"),
+        "float32": (base.astype(np.float32), "ffa29e24db0ef47b5099f318b65b4884"),
+        "float32 with -0.0": (neg.astype(np.float32), "d90d4feeda7529cbbe81093a3d9b7128"),
+    }
+    outs = {}
+    for label, (x, digest) in known.items():
+        out, _ = noise.privatize(x, clip_norm=1.0, key=KEY, **GAUSS)
+        again, _ = noise.privatize(x.copy(), clip_norm=1.0, key=KEY, **GAUSS)
+        assert out.tobytes() == again.tobytes(), label
+        assert hashlib.sha256(out.tobytes()).hexdigest()[:32] == digest, label
+        outs[label] = out.astype(np.float64)
+    labels = list(outs)
+    for i, a in enumerate(labels):
+        for b in labels[i + 1:]:
+            assert not np.array_equal(outs[a], outs[b]), (a, b)
+    text = " ".join(open(__file__.replace("tests/test_receipt_review2.py", "docs/privacy.md")).read().split())
+    assert "`0.0` and `-0.0`" in text and "not canonicalised" in text
