@@ -1189,7 +1189,7 @@ def verify(
         collection_name: collection to check.
         ids: point ids to check (default: every point, by scrolling).
         trusted_keys: key id -> Ed25519 public key.
-        revoked: revoked key ids.
+        revoked: revoked key ids (any iterable; read once).
         now: current time in seconds (for ``max_age_s``).
         max_age_s: reject receipts older than this, or issued more than
             :data:`ISSUED_AT_LEEWAY_S` after ``now``.
@@ -1204,6 +1204,9 @@ def verify(
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     _check_trusted(trusted_keys, revoked)
     _check_times(now, max_age_s)
+    # Read once: a one-shot iterable (a generator) passed on to every verify_receipt call was
+    # empty from the second point on, so a revoked key verified there.
+    revoked = frozenset(revoked)
     points: list[Any] = []
     reports: list[PointReceiptReport] = []
     if ids is None:

@@ -370,3 +370,19 @@ def test_keyed_noise_follows_the_exact_row_bytes_and_stays_bit_identical():
             assert not np.array_equal(outs[a], outs[b]), (a, b)
     text = " ".join(open(__file__.replace("tests/test_receipt_review2.py", "docs/privacy.md")).read().split())
     assert "`0.0` and `-0.0`" in text and "not canonicalised" in text
+
+
+# ------------------------------------------------------------------ 4. other verification gaps
+@pytest.mark.parametrize("one_shot", [iter, lambda ids: (k for k in ids)], ids=["iterator", "generator"])
+def test_verify_applies_a_one_shot_revocation_list_to_every_point(signer, trusted, one_shot):
+    # verify() handed the same iterable to each verify_receipt call: the first point consumed it
+    # and the revoked key verified on every later point (a false accept).
+    client = QdrantClient(":memory:")
+    client.create_collection("c", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    vecs, params = _release(rows=3)
+    client.upsert("c", [
+        models.PointStruct(id=i + 1, vector=v.tolist(), payload={RECEIPT_KEY: receipts_for_payload(
+            {"": issue_receipt(signer, params=params, vector=v, collection="c", point_id=i + 1)})})
+        for i, v in enumerate(vecs)])
+    reports = verify(client, "c", trusted_keys=trusted, revoked=one_shot([signer.key_id]))
+    assert [r.reason for r in reports] == ["revoked_key"] * 3
