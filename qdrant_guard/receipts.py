@@ -1047,7 +1047,9 @@ def verify_receipt(
 
     Checks, in order: format and algorithm, field types and canonical form, signer key (trusted,
     not revoked), signature (or Merkle proof + root signature), age, collection, point id, vector
-    name, and the salted commitment of ``vector`` rounded to the 2^-20 grid.
+    name, and the salted commitment of ``vector`` rounded to the 2^-20 grid. It does not judge the
+    signed noise parameters (a TEST-ONLY seeded release verifies too): apply
+    :func:`qdrant_guard.noise.check_release` to ``params`` for that, as the guard does on writes.
 
     Args:
         receipt: the receipt dict (as stored in the payload), or its JSON bytes/str, which must
