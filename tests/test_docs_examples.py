@@ -1,0 +1,728 @@
+"""The README and docs/*.md, read as a new user reads them: their examples run, their commands parse.
+
+Every fenced Python block compiles, imports what exists, and uses no name it does not define
+except the placeholders registered in ``GIVEN`` (so a block that forgets ``import os`` fails).
+The blocks that can run on local-mode Qdrant are run (``RUN``); the server example only compiles.
+The README's quick start runs end to end: its shell commands through the CLI, its policy, its
+client construction, and the refusal it quotes is the one the guard raises. Every ``qdrant-guard``
+command and option shown exists, make targets, modules, files and tests the docs cite exist,
+policy keys named exist, and the defaults the README states are the policy's. Measurement figures
+(docs/benchmarks.md, docs/performance-notes.md, the eval tables) are not checked here.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import builtins
+import importlib
+import importlib.util
+import inspect
+import json
+import re
+import shlex
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guardkit import make_kit
+from qdrant_guard import GuardRefusal, Principal, QdrantClient, Verdict, cli
+from qdrant_guard.policy import CollectionPolicy, GuardConfig, config_from_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README, *sorted(DOCS.glob("*.md"))]
+# Measurement history: its figures are not examples, and its test names are benchmark ids.
+MEASUREMENTS = {"benchmarks.md", "performance-notes.md"}
+
+
+@dataclass(frozen=True)
+class Block:
+    page: str
+    line: int
+    lang: str
+    text: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def fenced_blocks(path: Path) -> list[Block]:
+    """Every ``` fenced block of a Markdown page, with the line of its opening fence."""
+    out, lines, i = [], path.read_text().splitlines(), 0
+    while i < len(lines):
+        m = re.match(r"^\s*```(\S*)\s*$", lines[i])
+        if m:
+            j = i + 1
+            while j < len(lines) and not lines[j].strip().startswith("```"):
+                j += 1
+            out.append(Block(rel(path), i + 1, m.group(1), "\n".join(lines[i + 1:j]) + "\n"))
+            i = j
+        i += 1
+    return out
+
+
+def python_blocks() -> list[Block]:
+    return [b for p in PAGES for b in fenced_blocks(p) if b.lang == "python"]
+
+
+def prose(path: Path) -> str:
+    """A page without its fenced blocks."""
+    return re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+
+
+def spans(path: Path) -> list[str]:
+    """The inline ``code`` spans of a page's prose."""
+    return re.findall(r"`([^`\n]+)`", prose(path))
+
+
+def block(page: str, first_line_contains: str) -> Block:
+    found = [b for b in python_blocks() if b.page == page and first_line_contains in b.text]
+    assert len(found) == 1, f"expected one Python block of {page} holding {first_line_contains!r}, found {len(found)}"
+    return found[0]
+
+
+# Names a block uses without defining them: the reader's own objects, set up in the prose around
+# it. Keyed by (page, a string only that block holds). A block not listed may use none.
+GIVEN: dict[tuple[str, str], set[str]] = {
+    ("README.md", "from langchain_qdrant import QdrantVectorStore"):
+        {"guarded_client", "embeddings", "guarded_async_client"},
+    ("docs/diversity-budget.md", "enforce_diversity"): {"client", "c", "v"},
+    ("docs/diversity-budget.md", "ExtractionBudget"): {"kept_from_memo", "memo_ids", "hb_ids"},
+    ("docs/integrations.md", "from langchain_qdrant"): {"alice", "bob", "my_embeddings"},
+    ("docs/integrations.md", "from llama_index.core"): {"alice", "bob", "docs", "my_embed_model", "nodes", "query"},
+    # a signature, imported by the page's API block
+    ("docs/intent.md", "LLMIntentClassifier(base_url=None"): {"LLMIntentClassifier"},
+}
+
+
+def given_for(b: Block) -> set[str]:
+    hits = [names for (page, marker), names in GIVEN.items() if page == b.page and marker in b.text]
+    assert len(hits) <= 1, f"{b.where}: several GIVEN entries match"
+    return hits[0] if hits else set()
+
+
+def compile_block(b: Block) -> Any:
+    return compile(b.text, b.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+
+
+def free_names(tree: ast.AST) -> set[str]:
+    """Names loaded but never bound anywhere in ``tree`` (flat: a block is a few lines)."""
+    bound: set[str] = set()
+    loaded: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return loaded - bound - set(dir(builtins))
+
+
+def run_block(b: Block, ns: dict[str, Any]) -> dict[str, Any]:
+    """Execute a block in ``ns``; a block with top-level ``await`` runs in a fresh event loop."""
+    code = compile_block(b)
+    result = eval(code, ns)  # noqa: S307 - the docs' own examples
+    if inspect.iscoroutine(result):
+        asyncio.run(result)
+    return ns
+
+
+# --- every Python block -------------------------------------------------------------------------
+
+PY_BLOCKS = python_blocks()
+
+
+@pytest.mark.parametrize("b", PY_BLOCKS, ids=[b.where for b in PY_BLOCKS])
+def test_python_block_compiles_and_defines_what_it_uses(b):
+    tree = ast.parse(b.text, b.where)  # a SyntaxError names the page and line
+    compile_block(b)
+    missing = free_names(tree) - given_for(b)
+    assert not missing, (f"{b.where} uses {sorted(missing)} without defining or importing them; fix the "
+                         "example, or register them in GIVEN if the prose says where they come from")
+
+
+def _imports(tree: ast.AST) -> list[tuple[str, list[str]]]:
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            out.extend((a.name, []) for a in node.names)
+    return out
+
+
+@pytest.mark.parametrize("b", PY_BLOCKS, ids=[b.where for b in PY_BLOCKS])
+def test_python_block_imports_exist(b):
+    for module, names in _imports(ast.parse(b.text)):
+        if not module.startswith("qdrant_guard") and importlib.util.find_spec(module.split(".")[0]) is None:
+            pytest.skip(f"{module} is not installed")
+        mod = importlib.import_module(module)
+        for name in names:
+            assert hasattr(mod, name), f"{b.where}: `from {module} import {name}`: {module} has no {name!r}"
+
+
+# --- the README quick start, end to end -----------------------------------------------------------
+
+def _readme_blocks() -> list[Block]:
+    return fenced_blocks(README)
+
+
+def _cli(capsys, argv: list[str]) -> str:
+    capsys.readouterr()
+    rc = cli.main(argv)
+    out = capsys.readouterr()
+    assert rc == 0, f"qdrant-guard {shlex.join(argv)} exited {rc}: {out.err}"
+    return out.out
+
+
+def _quick_start_commands() -> list[list[str]]:
+    blocks = [b for b in _readme_blocks() if b.lang == "bash" and "credential issue" in b.text]
+    assert len(blocks) == 1, "README: the key/credential set-up block is gone"
+    cmds = [shlex.split(line, comments=True) for line in blocks[0].text.splitlines()]
+    cmds = [c for c in cmds if c]
+    assert all(c[0] == "qdrant-guard" for c in cmds)
+    return [c[1:] for c in cmds]
+
+
+def _quick_start_code() -> str:
+    diff = [b for b in _readme_blocks() if b.lang == "diff"]
+    assert len(diff) == 1, "README: the quick-start diff is gone"
+    added = [line[2:] for line in diff[0].text.splitlines() if line.startswith("+")]
+    assert added and all(not line.startswith("-") for line in added)
+    return "\n".join(added) + "\n"
+
+
+def _readme_policy() -> str:
+    tomls = [b for b in _readme_blocks() if b.lang == "toml"]
+    assert len(tomls) == 1
+    return tomls[0].text
+
+
+@pytest.fixture()
+def quick_start(tmp_path, monkeypatch, capsys):
+    """The README's set-up run as written in a fresh directory: keys, credential, policy."""
+    monkeypatch.chdir(tmp_path)
+    token = ""
+    for argv in _quick_start_commands():
+        out = _cli(capsys, argv)
+        if argv[:2] == ["credential", "issue"]:
+            token = out.strip()
+    assert token, "the README's commands issue no credential"
+    (tmp_path / "policy.toml").write_text(_readme_policy())
+    return tmp_path, token
+
+
+def test_readme_quick_start_runs_as_written(quick_start, capsys):
+    tmp, token = quick_start
+    ns: dict[str, Any] = {"credential_token": token}
+    exec(compile(_quick_start_code(), "README.md (quick start)", "exec"), ns)
+    client = ns["client"]
+    assert isinstance(client, QdrantClient) and client.get_collections().collections == []
+    # The audit log the policy names exists and verifies with the command the README gives.
+    log = tmp / "audit.jsonl"
+    assert log.exists()
+    assert "OK:" in _cli(capsys, ["audit", "verify", str(log)])
+    assert _cli(capsys, ["audit", "replay", str(log), "--policy", "policy.toml"]) is not None
+
+
+def test_readme_quoted_refusal_is_the_one_raised(quick_start, capsys):
+    tmp, support_token = quick_start
+    quoted = [b for b in _readme_blocks() if b.text.startswith("GuardRefusal: ")]
+    assert len(quoted) == 1, "README: the quoted GuardRefusal is gone"
+    expected = " ".join(line.strip() for line in quoted[0].text.splitlines() if line.strip())
+    # The README's policy noises support's writes; the refusal it quotes is the one without that.
+    policy = _readme_policy().replace("noise_on_write = true", "noise_on_write = false")
+    assert policy != _readme_policy()
+    (tmp / "policy.toml").write_text(policy)
+    hr_token = _cli(capsys, ["credential", "issue", "--authority", "keys/hr-authority.key",
+                             "--agent", "alice", "--boundary", "hr"]).strip()
+    from qdrant_client import models
+
+    owner = QdrantClient(path="./store", guard="policy.toml", principal=Principal("alice", "hr", hr_token))
+    owner.create_collection("employee_records", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    support = owner.with_principal(Principal("agent-7", "support", support_token))
+    with pytest.raises(GuardRefusal) as exc:
+        support.upsert("employee_records", [models.PointStruct(id=1, vector=[0.5, 0.5, 0.5, 0.5])])
+    assert f"GuardRefusal: {exc.value}" == expected
+
+
+def test_readme_demo_output_is_what_the_demo_prints(tmp_path, capsys):
+    from qdrant_guard.demo import run_demo
+
+    shown = [b for b in _readme_blocks() if b.text.startswith("qdrant_guard demo (")]
+    assert len(shown) == 1, "README: the demo output block is gone"
+    assert run_demo(workdir=str(tmp_path / "demo")) == 0
+    printed = capsys.readouterr().out.splitlines()
+    want = shown[0].text.splitlines()
+    assert len(printed) == len(want), "the demo prints another number of lines than the README shows"
+    assert printed[0].startswith("qdrant_guard demo (kernels: ")
+    for got, doc in zip(printed[1:], want[1:]):
+        assert got.rstrip() == doc.rstrip(), f"README demo line differs:\n  README: {doc}\n  demo:   {got}"
+
+
+# --- blocks that run on local-mode Qdrant ---------------------------------------------------------
+
+def _kit_policy(kit, toml_text: str) -> str:
+    """A policy file: the kit's boundaries and keys, then a docs page's collection section."""
+    head = f'signing_key = "{kit.guard_key_path}"\naudit_log = "audit.jsonl"\n'
+    for b, pub in kit.authority_pub.items():
+        head += f'[boundaries.{b}]\nauthority_keys = ["{pub}"]\n'
+    return head + toml_text
+
+
+def test_readme_integration_block_runs(tmp_path):
+    pytest.importorskip("langchain_qdrant")
+    pytest.importorskip("llama_index.vector_stores.qdrant")
+    from integration_embeddings import DIM, LCHashingEmbeddings
+    from qdrant_client import models
+
+    from qdrant_guard import AsyncQdrantClient
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"kb": {"class": "PII", "owner": "hr", "readers": ["support"], "text_field": "page_content",
+                             "source_field": "metadata.source"}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("kb", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    aclient = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    b = block("README.md", "from langchain_qdrant import QdrantVectorStore")
+    reader = owner.with_principal(kit.principal("bob", "support"))
+    ns = run_block(b, {"guarded_client": reader, "embeddings": LCHashingEmbeddings(), "guarded_async_client": aclient})
+    assert ns["store"].client is reader and ns["vector_store"]._client is reader
+
+
+def _small_collection():
+    import numpy as np
+    from qdrant_client import QdrantClient as RawClient
+    from qdrant_client import models
+
+    client = RawClient(":memory:")
+    client.create_collection("docs", vectors_config=models.VectorParams(size=8, distance=models.Distance.COSINE))
+    rng = np.random.default_rng(0)
+    client.upsert("docs", [models.PointStruct(id=i, vector=rng.normal(size=8).tolist(), payload={"source": f"s{i % 3}"})
+                           for i in range(40)])
+    return client, rng.normal(size=8).tolist()
+
+
+def test_diversity_example_runs():
+    client, v = _small_collection()
+    ns = run_block(block("docs/diversity-budget.md", "enforce_diversity"), {"client": client, "c": "docs", "v": v})
+    out = ns["out"]
+    assert len(out.kept) == 10 and max(out.per_source.values()) <= 4 and out.min_unique_met
+
+
+def test_budget_example_runs(tmp_path):
+    b = block("docs/diversity-budget.md", "ExtractionBudget")
+    assert "sqlite:////var/lib/qg/budget.db" in b.text
+    b = Block(b.page, b.line, b.lang, b.text.replace("/var/lib/qg", str(tmp_path)))
+
+    @dataclass
+    class Hit:
+        id: int
+
+    ns = run_block(b, {"kept_from_memo": [Hit(i) for i in range(8)], "memo_ids": list(range(8, 16)),
+                       "hb_ids": [100, 101]})
+    assert ns["released"] == [0, 1, 2, 3, 4]  # floor(20 * 0.25)
+    assert ns["ds"]["board-memo"].admitted == [] and ns["ds"]["handbook"].admitted == [100, 101]
+
+
+def test_intent_example_runs_and_labels_as_shown():
+    ns = run_block(block("docs/intent.md", "load_classifier(\"builtin\")"), {})
+    assert ns["res"].label == "suspicious" and ns["res"].features
+
+
+def test_intent_llm_signature_is_the_documented_one():
+    from qdrant_guard.intent import LLMIntentClassifier
+
+    call = ast.parse(block("docs/intent.md", "LLMIntentClassifier(base_url=None").text).body[0].value
+    shown = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    params = inspect.signature(LLMIntentClassifier).parameters
+    assert shown == {n: p.default for n, p in params.items()}
+
+
+def test_langchain_example_runs_with_its_policy(tmp_path, monkeypatch):
+    pytest.importorskip("langchain_qdrant")
+    from integration_embeddings import TEXTS, LCHashingEmbeddings
+
+    monkeypatch.chdir(tmp_path)
+    kit = make_kit(tmp_path)
+    tomls = [b for b in fenced_blocks(DOCS / "integrations.md") if b.lang == "toml"]
+    (tmp_path / "policy.toml").write_text(_kit_policy(kit, tomls[0].text))
+    ns = run_block(block("docs/integrations.md", "from langchain_qdrant"),
+                   {"alice": kit.principal("alice", "hr"), "bob": kit.principal("bob", "support"),
+                    "my_embeddings": LCHashingEmbeddings(384)})
+    ns["store"].add_texts(TEXTS, metadatas=[{"source": f"doc{i}"} for i in range(len(TEXTS))])
+    # With the page's policy the source caps read langchain's nested metadata: 4 sources, 4 hits.
+    assert len(ns["reader"].similarity_search("refund policy", k=4, query_text="refund policy")) == 4
+
+
+def test_llamaindex_example_runs_with_its_policy(tmp_path, monkeypatch):
+    pytest.importorskip("llama_index.vector_stores.qdrant")
+    from integration_embeddings import LIHashingEmbedding
+    from llama_index.core import Document
+    from llama_index.core.schema import TextNode
+    from llama_index.core.vector_stores.types import VectorStoreQuery
+
+    monkeypatch.chdir(tmp_path)
+    kit = make_kit(tmp_path)
+    tomls = [b for b in fenced_blocks(DOCS / "integrations.md") if b.lang == "toml"]
+    (tmp_path / "policy.toml").write_text(_kit_policy(kit, tomls[1].text))
+    emb = LIHashingEmbedding()
+    node = TextNode(text="payroll runs on fridays", metadata={"source": "hr"},
+                    embedding=emb.get_text_embedding("payroll runs on fridays"))
+    ns = run_block(block("docs/integrations.md", "from llama_index.core"),
+                   {"alice": kit.principal("alice", "hr"), "bob": kit.principal("bob", "support"),
+                    "my_embed_model": emb, "nodes": [node],
+                    "docs": [Document(text="refund policy for damaged goods", metadata={"source": "handbook"})],
+                    "query": VectorStoreQuery(query_embedding=emb.get_query_embedding("payroll"), similarity_top_k=2)})
+    assert ns["index"] is not None
+
+
+# --- policies, keys and defaults ------------------------------------------------------------------
+
+def _policy_fields() -> dict[str, set[str]]:
+    """Every policy key, by the section it lives in ('' for the top level and collections)."""
+    from pydantic import BaseModel
+
+    out: dict[str, set[str]] = {}
+
+    def walk(model: type[BaseModel], section: str) -> None:
+        for name, f in model.model_fields.items():
+            key = f.alias or name
+            out.setdefault(section, set()).add(key)
+            if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
+                walk(f.annotation, key)
+
+    walk(GuardConfig, "")
+    walk(CollectionPolicy, "")
+    return out
+
+
+def test_policy_keys_named_in_the_docs_exist():
+    fields = _policy_fields()
+    every = set().union(*fields.values())
+    bad = []
+    # Pages whose `name = value` spans are policy settings (the others also hold formulas).
+    for page in (README, *(DOCS / n for n in ("atomicity.md", "diversity-budget.md", "eval.md", "integrations.md",
+                                               "security-testing.md", "server.md", "threat-model.md"))):
+        for span in spans(page):
+            m = re.fullmatch(r"([a-z_]+(?:\.[a-z_]+)?) = .+", span)
+            if not m or span.startswith("key = "):  # threat-model quotes a code line `key = win32api...`
+                continue
+            *section, key = m.group(1).split(".")
+            ok = key in fields.get(section[0], set()) if section else key in every
+            if not ok:
+                bad.append(f"{rel(page)}: `{span}`")
+    assert not bad, "policy keys that do not exist:\n  " + "\n  ".join(bad)
+
+
+def test_toml_examples_validate():
+    from qdrant_guard import keys
+
+    for page in (README, DOCS / "integrations.md"):
+        for b in fenced_blocks(page):
+            if b.lang != "toml":
+                continue
+            data = tomllib.loads(b.text)
+            # Key files are made by the quick start (run above); here only the schema is checked. A
+            # collection-only section (integrations.md) names the hr and support boundaries.
+            names = data.get("boundaries") or {"hr": {}, "support": {}}
+            data["boundaries"] = {n: {**v, "authority_keys": [keys.public_key_to_str(keys.generate_keypair()[1])]}
+                                  for n, v in names.items()}
+            config_from_dict(data, source=b.where)
+
+
+def _readme_defaults_table() -> dict[str, str]:
+    text = README.read_text()
+    start = text.index("| layer | default on sensitive collections |")
+    rows = {}
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = cells[1]
+    return rows
+
+
+def test_readme_defaults_are_the_policy_defaults():
+    pol = CollectionPolicy()
+    rows = _readme_defaults_table()
+    fields = {**{k: getattr(pol.query, k) for k in type(pol.query).model_fields},
+              **{k: getattr(pol.diversity, k) for k in type(pol.diversity).model_fields},
+              **{k: getattr(pol.intent, k) for k in type(pol.intent).model_fields},
+              **{k: getattr(pol, k) for k in type(pol).model_fields}}
+    stated = [m for cell in rows.values() for m in re.findall(r"`([a-z_]+) = ([^`]+)`", cell)]
+    assert stated, "README defaults table: no `key = value` found"
+    for key, value in stated:
+        assert key in fields, f"README defaults table names {key!r}, which is no policy key"
+        assert fields[key] == tomllib.loads(f"v = {value}")["v"], f"README says {key} = {value}, policy: {fields[key]!r}"
+    # The same table in words.
+    structural = rows["structural validation (native)"]
+    assert f"{pol.query.max_chars:,}-character cap" in structural
+    assert f"{pol.query.max_tokens} whitespace tokens" in structural
+    assert f"repetition ratio ≤ {pol.query.max_repetition}" in structural
+    intent = rows["intent (built-in, offline)"]
+    assert pol.intent.enabled and pol.intent.classifier == "builtin" and pol.intent.fail_closed
+    assert f"blocks `{pol.intent.block[0]}` and `{pol.intent.block[1]}` at confidence ≥ {pol.intent.min_confidence}" in intent
+    diversity = rows["per-source diversity"]
+    assert f"over-fetch × {pol.diversity.overfetch_factor:g}" in diversity
+    budget = rows["extraction budget"]
+    assert pol.diversity.max_source_coverage is None and "off until `max_source_coverage` is set" in budget
+    assert f"sliding {pol.diversity.window_s / 3600:g} h window" in budget
+
+
+def test_readme_verdict_table_lists_every_verdict():
+    text = README.read_text()
+    table = text[text.index("| verdict | when |"):text.index("Every decision is written to the audit log")]
+    named = set(re.findall(r"^\| ([^|]+) \|", table, flags=re.M)[1:])  # after the header
+    named = {v for cell in named for v in re.findall(r"`([A-Z_]+)`", cell)}
+    assert named == {v.value for v in Verdict}
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+def _subparsers(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for a in p._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            return dict(a.choices)
+    return {}
+
+
+def _parser_for(words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The ``qdrant-guard`` (sub)parser that ``words`` select, and the words after the subcommands."""
+    from qdrant_guard.evaluation import build_parser as eval_parser
+
+    if words[:1] == ["eval"]:
+        return eval_parser(), words[1:]
+    p, i = cli.build_parser(), 0
+    while i < len(words) and words[i] in _subparsers(p):  # FILE, LOG: positional placeholders
+        p, i = _subparsers(p)[words[i]], i + 1
+    assert not _subparsers(p), f"`qdrant-guard {' '.join(words)}`: incomplete subcommand"
+    return p, words[i:]
+
+
+def _options(p: argparse.ArgumentParser) -> set[str]:
+    return {s for a in p._actions for s in a.option_strings}
+
+
+def _all_options() -> set[str]:
+    from qdrant_guard.evaluation import build_parser as eval_parser
+
+    out = _options(eval_parser())
+    todo = [cli.build_parser()]
+    while todo:
+        p = todo.pop()
+        out |= _options(p)
+        todo.extend(_subparsers(p).values())
+    return out
+
+
+def _invocations() -> list[tuple[str, str, bool]]:
+    """(where, command after `qdrant-guard`, whether it is shown to be run verbatim)."""
+    out = []
+    for page in PAGES:
+        for b in fenced_blocks(page):
+            if b.lang in ("", "bash", "sh", "console"):
+                for line in b.text.splitlines():
+                    if line.startswith("qdrant-guard "):
+                        out.append((b.where, line[len("qdrant-guard "):], True))
+        for span in spans(page):
+            m = re.match(r"qdrant-guard ([a-z][^`]*)$", span)
+            if m and not re.search(r"\bv1\b", span):  # signature domain strings, not commands
+                out.append((rel(page), m.group(1), False))
+    return out
+
+
+INVOCATIONS = _invocations()
+
+
+@pytest.mark.parametrize("where,command,verbatim", INVOCATIONS, ids=[f"{w} {c}"[:80] for w, c, _ in INVOCATIONS])
+def test_documented_command_exists(where, command, verbatim):
+    words = shlex.split(command, comments=True)
+    parser, rest = _parser_for(words)
+    known = _options(parser)
+    for w in rest:
+        opt = w.strip("[]").split("=")[0]
+        if opt.startswith("--"):
+            assert opt in known, f"{where}: `qdrant-guard {command}`: {opt} is not an option of {parser.prog}"
+    if verbatim and "[" not in command and not command.startswith("eval"):
+        # shown as a command to type: it must parse (positional placeholders such as FILE parse too)
+        try:
+            parser.parse_args(rest)
+        except SystemExit as exc:
+            pytest.fail(f"{where}: `qdrant-guard {command}` does not parse (exit {exc.code})")
+    if verbatim and command.startswith("eval"):
+        parser.parse_args(rest)
+
+
+def test_options_named_alone_exist():
+    known = _all_options() | {"--dataset"}  # python -m qdrant_guard.intent_train --dataset (docs/intent.md)
+    bad = []
+    for page in PAGES:
+        if page.name in MEASUREMENTS or page.name == "threat-model.md":  # it quotes curl's options
+            continue
+        for span in spans(page):
+            if span.startswith(("qdrant-guard ", "python ", "pytest ")):
+                continue
+            for opt in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", span):
+                if opt not in known:
+                    bad.append(f"{rel(page)}: {opt} in `{span}`")
+    assert not bad, "options the qdrant-guard command does not have:\n  " + "\n  ".join(bad)
+
+
+def test_documented_option_values_parse():
+    from qdrant_guard.evaluation import build_parser as eval_parser
+    from qdrant_guard.utility import add_calibrate_arguments
+
+    cal = argparse.ArgumentParser()
+    add_calibrate_arguments(cal)
+    base = ["--path", "x", "--collection", "c", "--queries", "q.jsonl", "--out", "r.json"]
+    assert cal.parse_args(base + ["--clip-norm", "none"]).clip_norm is None  # docs/eval.md
+    assert cal.parse_args(base).query_text == "generalized"  # "--query-text generalized by default"
+    assert eval_parser().parse_args(["--no-generalize-identifiers"]).generalize_identifiers is False
+    assert eval_parser().parse_args([]).seed == 0  # `make eval` = `qdrant-guard eval --seed 0 --out docs/eval-report`
+
+
+def test_make_targets_modules_and_cited_files_exist():
+    targets = set(re.findall(r"^([a-z-]+):", (ROOT / "Makefile").read_text(), flags=re.M))
+    bad = []
+    for page in PAGES:
+        text = page.read_text()
+        for target in re.findall(r"`(?:[A-Z_]+=\S+ )*make ([a-z-]+)`", text) + re.findall(r"^make ([a-z-]+)", text, re.M):
+            if target not in targets:
+                bad.append(f"{rel(page)}: make {target}")
+        for mod in re.findall(r"python -m ([\w.]+)", text):
+            if importlib.util.find_spec(mod) is None:
+                bad.append(f"{rel(page)}: python -m {mod}")
+        for path, test in re.findall(r"((?:tests|bench|scripts|fuzz|native|docs)/[\w./-]+\.\w+)(?:::(\w+))?", text):
+            found = [p for p in (ROOT / path, DOCS / path) if p.exists()]
+            if not found:
+                bad.append(f"{rel(page)}: {path} does not exist")
+            elif test and not re.search(rf"def {test}\b", found[0].read_text()):
+                bad.append(f"{rel(page)}: {path} has no {test}")
+        if page.name in MEASUREMENTS:
+            continue
+        for test in re.findall(r"`(test_\w+)`", text):
+            if not any(re.search(rf"def {test}\b", p.read_text()) for p in (ROOT / "tests").glob("*.py")):
+                bad.append(f"{rel(page)}: no test named {test}")
+    assert not bad, "cited but missing:\n  " + "\n  ".join(bad)
+
+
+# --- public names ---------------------------------------------------------------------------------
+
+def _resolve(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for p in parts[i:]:
+            fields = getattr(obj, "__dataclass_fields__", {})
+            if p in fields and not hasattr(obj, p):
+                obj = None  # a dataclass field without a default: named on the class, set per instance
+                break
+            if not hasattr(obj, p):
+                return False
+            obj = getattr(obj, p)
+        return True
+    return False
+
+
+def test_qualified_names_in_the_docs_exist():
+    bad = []
+    for page in PAGES:
+        for span in spans(page):
+            for name in re.findall(r"\bqdrant_guard(?:\.\w+)+", span):
+                if not _resolve(name):
+                    bad.append(f"{rel(page)}: `{name}`")
+    assert not bad, "names the docs give that do not exist:\n  " + "\n  ".join(bad)
+
+
+# Unqualified API names per page, resolved in the modules the page documents. Names of other
+# libraries, the standard library and prose are the exceptions listed.
+PAGE_MODULES: dict[str, tuple[str, ...]] = {
+    "README.md": ("qdrant_guard", "qdrant_guard.client", "qdrant_guard.noise"),
+    "docs/diversity-budget.md": ("qdrant_guard.diversity", "qdrant_guard.budget", "qdrant_guard.budget.ExtractionBudget",
+                                 "qdrant_guard.budget.RedisBudgetStore", "qdrant_guard.budget.MemoryBudgetStore",
+                                 "qdrant_guard.errors"),
+    "docs/eval.md": ("qdrant_guard.utility", "qdrant_guard.utility.UtilityRecord", "qdrant_guard.noise",
+                     "qdrant_guard.detect", "qdrant_guard.errors"),
+    "docs/integrations.md": ("qdrant_guard",),
+    "docs/atomicity.md": ("qdrant_guard",),
+    "docs/server.md": ("qdrant_guard",),
+}
+FOREIGN = {
+    "InferenceObject", "NearestQuery", "TextQuery", "TypeError", "ValueError", "KeyboardInterrupt", "ClearPayload",
+    "OverwritePayload", "UpdateVectorsOperation", "Filter", "HasId", "MatchValue", "QdrantClient", "QdrantVectorStore",
+    "RetrievalMode", "VectorStoreQuery", "default_rng", "getrandom", "ceil", "floor", "min", "max", "str", "reset",
+    "query", "aquery", "similarity_search", "create_payload_index", "classify", "to_json", "from_json",
+    "pydoc_data", "asyncio", "client", "models", "qdrant_client", "langchain_qdrant", "llama_index", "aclient",
+    "store", "record", "e", "i", "detect", "AsyncQdrantClient",
+}
+
+
+@pytest.mark.parametrize("page", sorted(PAGE_MODULES))
+def test_api_names_of_a_page_exist(page):
+    mods = [m for m in PAGE_MODULES[page]]
+    objs = []
+    for m in mods:
+        parts = m.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj: Any = importlib.import_module(".".join(parts[:i]))
+                break
+            except ImportError:
+                continue
+        for p in parts[i:]:
+            obj = getattr(obj, p)
+        objs.append(obj)
+    bad = []
+    for span in spans(ROOT / page):
+        m = re.match(r"^([A-Za-z_][\w.]*)(\(|$)", span)
+        if not m or m.group(1).startswith("qdrant_guard."):
+            continue
+        name = m.group(1)
+        looks_api = m.group(2) == "(" or re.search(r"[a-z][A-Z]|^[A-Z][a-z]+[A-Z]", name) or name.endswith("Error")
+        if not looks_api or name.split(".")[0] in FOREIGN or name in FOREIGN:
+            continue
+        head, *rest = name.split(".")
+        if not any(hasattr(o, head) for o in objs):
+            bad.append(name)
+            continue
+        obj = next(getattr(o, head) for o in objs if hasattr(o, head))
+        for r in rest:
+            if not hasattr(obj, r) and r not in getattr(obj, "__dataclass_fields__", {}):
+                bad.append(name)
+                break
+            obj = getattr(obj, r, None)
+    assert not bad, f"{page} names {sorted(set(bad))}, which {', '.join(mods)} do not have"
+
+
+def test_audit_line_format_is_the_documented_one(tmp_path):
+    from qdrant_guard.audit import AuditLog
+
+    shown = [b for b in fenced_blocks(DOCS / "audit-log.md") if b.lang == "json"]
+    assert len(shown) == 1
+    keys = set(re.findall(r'"(\w+)":', shown[0].text))
+    log = AuditLog(str(tmp_path / "a.jsonl"))
+    log.append({"op": "x"})
+    line = json.loads((tmp_path / "a.jsonl").read_text().splitlines()[0])
+    assert set(line) == keys, f"docs/audit-log.md shows {sorted(keys)}, the log writes {sorted(line)}"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))
