@@ -712,6 +712,53 @@ def test_api_names_of_a_page_exist(page):
     assert not bad, f"{page} names {sorted(set(bad))}, which {', '.join(mods)} do not have"
 
 
+def _documented_signature(text: str, name: str) -> list[tuple[str, Any, Any]]:
+    """The signature a page gives as `name(...) -> T` (possibly over several lines), as Python."""
+    m = re.search(rf"`{name}\((.*?)\)(?: -> \w+)?`", text.replace("\n", " "), flags=re.S)
+    assert m, f"no `{name}(...)` signature found"
+    fn = ast.parse(f"def {name}({m.group(1)}): pass").body[0]
+    args = fn.args
+    params = []
+    positional = args.args
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    for a, d in zip(positional, defaults):
+        params.append((a.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, d))
+    for a, d in zip(args.kwonlyargs, args.kw_defaults):
+        params.append((a.arg, inspect.Parameter.KEYWORD_ONLY, d))
+    return params
+
+
+def test_calibrate_signature_is_the_documented_one():
+    from qdrant_guard import utility
+
+    shown = _documented_signature((DOCS / "eval.md").read_text(), "calibrate")
+    real = inspect.signature(utility.calibrate).parameters
+    assert [n for n, _, _ in shown] == list(real), "docs/eval.md: calibrate's parameters differ"
+    for name, kind, default in shown:
+        assert real[name].kind == kind, f"docs/eval.md: calibrate's {name} is {real[name].kind.description}"
+        want = inspect.Parameter.empty if default is None else (
+            getattr(utility, default.id) if isinstance(default, ast.Name) else ast.literal_eval(default))
+        assert real[name].default == want, f"docs/eval.md: calibrate({name}=...) defaults to {real[name].default!r}"
+
+
+def test_diversity_page_worked_examples_hold():
+    from qdrant_guard.budget import ExtractionBudget, MemoryBudgetStore
+    from qdrant_guard.diversity import overfetch_limit, source_cap
+
+    text = " ".join(prose(DOCS / "diversity-budget.md").split())
+    examples = re.findall(r"`(source_cap\([\d., ]+\)) = (\d+)`", text)
+    assert len(examples) >= 2
+    for call, value in examples:
+        assert eval(call, {"source_cap": source_cap}) == int(value), f"docs/diversity-budget.md: {call} = {value}"
+    assert "`source_cap(100, 0.57)` is 57" in text and source_cap(100, 0.57) == 57
+    assert "a 3-chunk source at coverage 0.25 has a cap of 0" in text
+    assert ExtractionBudget(MemoryBudgetStore()).cap_for(3, 0.25) == 0
+    assert "`overfetch_limit(limit, factor=, max_limit=1000)` returns `ceil(limit·factor)`" in text
+    assert overfetch_limit(10, factor=3.0) == 30 and overfetch_limit(10, factor=1000.0) == 1000
+    assert "`%` and `|` percent-escaped" in text
+    assert ExtractionBudget.budget_key("a|b", "c%", "s") == "src|a%7Cb|c%25|s"
+
+
 def test_audit_line_format_is_the_documented_one(tmp_path):
     from qdrant_guard.audit import AuditLog
 
