@@ -23,6 +23,7 @@ import re
 import shlex
 import sys
 import tomllib
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -403,8 +404,9 @@ def _policy_fields() -> dict[str, set[str]]:
         for name, f in model.model_fields.items():
             key = f.alias or name
             out.setdefault(section, set()).add(key)
-            if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
-                walk(f.annotation, key)
+            for t in (f.annotation, *typing.get_args(f.annotation)):  # a section, or a table of them
+                if isinstance(t, type) and issubclass(t, BaseModel):
+                    walk(t, key)
 
     walk(GuardConfig, "")
     walk(CollectionPolicy, "")
@@ -443,6 +445,33 @@ def test_toml_examples_validate():
             data["boundaries"] = {n: {**v, "authority_keys": [keys.public_key_to_str(keys.generate_keypair()[1])]}
                                   for n, v in names.items()}
             config_from_dict(data, source=b.where)
+
+
+def _default_of(key: str) -> Any:
+    """The default of a collection or top-level policy key, by its (possibly dotted) name."""
+    *section, name = key.split(".")
+    for model in (CollectionPolicy(), GuardConfig()):
+        obj: Any = model
+        for part in section:
+            obj = getattr(obj, part, None)
+        if obj is not None and name in type(obj).model_fields:
+            return getattr(obj, name)
+    raise AssertionError(f"{key!r} is no policy key")
+
+
+def test_defaults_stated_in_prose_are_the_policy_defaults():
+    stated = []
+    for page in PAGES:
+        if page.name in MEASUREMENTS or page.name == "policy.md":
+            continue
+        text = " ".join(prose(page).split())
+        for m in re.finditer(r"default (?:policy )?\(?`([a-z_.]+) = ([^`]+)`"
+                             r"|`([a-z_.]+) = ([^`]+)`,? (?:the|by) default", text):
+            key, value = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+            stated.append((rel(page), key, value))
+            assert _default_of(key) == tomllib.loads(f"v = {value}")["v"], (
+                f"{rel(page)} says the default is `{key} = {value}`; policy.py: {_default_of(key)!r}")
+    assert len(stated) >= 3, stated
 
 
 def _readme_defaults_table() -> dict[str, str]:
