@@ -259,6 +259,11 @@ def test_readme_quoted_refusal_is_the_one_raised(quick_start, capsys):
     with pytest.raises(GuardRefusal) as exc:
         support.upsert("employee_records", [models.PointStruct(id=1, vector=[0.5, 0.5, 0.5, 0.5])])
     assert f"GuardRefusal: {exc.value}" == expected
+    # "carrying the verdict, a directive ..., the point ids at fault and the manifest digest (the
+    # hash of the audit-log entry that records the decision)"
+    last = json.loads((tmp / "audit.jsonl").read_text().splitlines()[-1])
+    assert (exc.value.verdict, exc.value.point_ids) == ("NOISE_REQUIRED", [1]) and exc.value.directive
+    assert exc.value.manifest_digest == last["hash"] and last["record"]["verdict"] == "NOISE_REQUIRED"
 
 
 def test_readme_demo_output_is_what_the_demo_prints(tmp_path, capsys):
