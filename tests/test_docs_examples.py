@@ -518,6 +518,28 @@ def test_readme_defaults_are_the_policy_defaults():
     assert f"sliding {pol.diversity.window_s / 3600:g} h window" in budget
 
 
+def test_readme_privacy_paragraph_is_the_default_policys_calibration():
+    import numpy as np
+    from scipy.optimize import brentq
+
+    from qdrant_guard import noise
+
+    text = " ".join(README.read_text().split())
+    m = re.search(r"At the default PII policy \(Gaussian, epsilon ([\d.]+) at radius ([\d.]+), delta ([\de.-]+), "
+                  r"(\d+)-d\) sigma is ([\d.]+) per coordinate; between two arbitrary texts the same noise gives "
+                  r"epsilon ≈ ([\d,]+)\.", text)
+    assert m, "README: the privacy paragraph changed shape; update this test"
+    eps, radius, delta, dim, sigma, far = m.groups()
+    pol = CollectionPolicy().noise
+    assert (pol.mechanism, pol.epsilon, pol.radius, pol.delta) == ("gaussian", float(eps), float(radius), float(delta))
+    _, params = noise.privatize(np.full((1, int(dim)), 0.01), mechanism=pol.mechanism, epsilon=pol.epsilon,
+                                radius=pol.radius, delta=pol.delta, clip_norm=pol.clip_norm)
+    assert f"{params.scale:.{len(sigma) - 2}f}" == sigma
+    # any two clipped inputs are at most 2 * clip_norm apart
+    far_eps = brentq(lambda e: noise.analytic_gaussian_delta(params.scale, e, 2 * pol.clip_norm) - pol.delta, 1, 1e6)
+    assert round(far_eps, -1) == float(far.replace(",", ""))
+
+
 def test_readme_verdict_table_lists_every_verdict():
     text = README.read_text()
     table = text[text.index("| verdict | when |"):text.index("Every decision is written to the audit log")]
