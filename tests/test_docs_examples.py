@@ -182,12 +182,16 @@ def _readme_blocks() -> list[Block]:
     return fenced_blocks(README)
 
 
-def _cli(capsys, argv: list[str]) -> str:
+def _run_cli(capsys, argv: list[str]) -> tuple[int, str]:
     capsys.readouterr()
     rc = cli.main(argv)
-    out = capsys.readouterr()
-    assert rc == 0, f"qdrant-guard {shlex.join(argv)} exited {rc}: {out.err}"
-    return out.out
+    return rc, capsys.readouterr().out
+
+
+def _cli(capsys, argv: list[str]) -> str:
+    rc, out = _run_cli(capsys, argv)
+    assert rc == 0, f"qdrant-guard {shlex.join(argv)} exited {rc}: {out}"
+    return out
 
 
 def _quick_start_commands() -> list[list[str]]:
@@ -264,6 +268,39 @@ def test_readme_quoted_refusal_is_the_one_raised(quick_start, capsys):
     last = json.loads((tmp / "audit.jsonl").read_text().splitlines()[-1])
     assert (exc.value.verdict, exc.value.point_ids) == ("NOISE_REQUIRED", [1]) and exc.value.directive
     assert exc.value.manifest_digest == last["hash"] and last["record"]["verdict"] == "NOISE_REQUIRED"
+    # "with the seeds' four recorded elements"
+    four = re.search(r"four recorded elements \(([^)]*)\)", " ".join(README.read_text().split())).group(1)
+    assert set(re.findall(r"`(\w+)`", four)) <= set(last["record"]["manifest"])
+
+
+def test_readme_receipt_and_audit_commands_do_what_it_says(quick_start, capsys):
+    tmp, support_token = quick_start
+    from qdrant_client import models
+
+    hr_token = _cli(capsys, ["credential", "issue", "--authority", "keys/hr-authority.key",
+                             "--agent", "alice", "--boundary", "hr"]).strip()
+    owner = QdrantClient(path="./store", guard="policy.toml", principal=Principal("alice", "hr", hr_token))
+    owner.create_collection("employee_records", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    support = owner.with_principal(Principal("agent-7", "support", support_token))
+    support.upsert("employee_records", [models.PointStruct(id=1, vector=[0.5, 0.5, 0.5, 0.5])])  # noised + receipt
+    owner.upsert("employee_records", [models.PointStruct(id=2, vector=[0.1, 0.5, 0.5, 0.5])])  # raw in boundary
+    owner.close()
+
+    text = " ".join(prose(README).split())
+    shown = [s for s in spans(README) if s.startswith("qdrant-guard receipt verify ")]
+    assert len(shown) == 1, "README: the receipt verify command is gone"
+    rc, out = _run_cli(capsys, shlex.split(shown[0])[1:] + ["--verbose"])
+    reports = {r["id"]: r for r in map(json.loads, out.splitlines()[:-1])}
+    assert reports["1"]["ok"] and reports["2"]["reason"] == "missing_receipt" and "`missing_receipt`" in text
+    assert rc == 1 and "any failure makes the exit status 1" in text
+
+    log = tmp / "audit.jsonl"
+    with open(log, "a") as fh:
+        fh.write('{"seq": 9')  # a writer killed mid-entry
+    rc, out = _run_cli(capsys, ["audit", "verify", str(log)])
+    assert rc == 1 and "torn_tail" in out
+    _cli(capsys, ["audit", "repair", str(log), "--signing-key", "keys/guard.key"])
+    assert "OK:" in _cli(capsys, ["audit", "verify", str(log), "--key", "keys/guard.key.pub"])
 
 
 def test_readme_demo_output_is_what_the_demo_prints(tmp_path, capsys):
