@@ -837,6 +837,41 @@ def test_calibrate_signature_is_the_documented_one():
         assert real[name].default == want, f"docs/eval.md: calibrate({name}=...) defaults to {real[name].default!r}"
 
 
+def test_calibrate_key_is_needed_as_eval_page_says(tmp_path, capsys):
+    import numpy as np
+    from qdrant_client import QdrantClient as RawClient
+    from qdrant_client import models
+
+    from qdrant_guard import ConfigError
+
+    text = " ".join(prose(DOCS / "eval.md").split())
+    assert "`--key` signs the record: pass the guard's `signing_key`" in text
+    assert 'raises `ConfigError` ("does not verify against the trusted keys") on every noised write' in text
+    kit = make_kit(tmp_path)
+    raw = RawClient(path=str(tmp_path / "staging"))
+    raw.create_collection("docs", vectors_config=models.VectorParams(size=8, distance=models.Distance.COSINE))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 8))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    raw.upsert("docs", [models.PointStruct(id=i, vector=x[i].tolist()) for i in range(40)])
+    raw.close()
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(x[i].tolist()) + "\n" for i in range(8)))
+    for signed in (False, True):
+        out = tmp_path / f"record-{signed}.json"
+        _cli(capsys, ["calibrate", "--path", str(tmp_path / "staging"), "--collection", "docs", "--queries",
+                      str(tmp_path / "q.jsonl"), "--out", str(out), "--epsilons", "1", "--threshold", "0.9",
+                      "--no-progress"] + (["--key", str(kit.guard_key_path)] if signed else []))
+        cfg = kit.config({"kb": {"class": "PII", "owner": "hr", "utility": {"record": str(out)}}})
+        client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+        client.create_collection("kb", vectors_config=models.VectorParams(size=8, distance=models.Distance.COSINE))
+        write = lambda: client.upsert("kb", [models.PointStruct(id=1, vector=x[0].tolist())])  # noqa: E731
+        if signed:
+            write()
+        else:
+            with pytest.raises(ConfigError, match="does not verify against the trusted keys"):
+                write()
+
+
 def test_diversity_page_worked_examples_hold():
     from qdrant_guard.budget import ExtractionBudget, MemoryBudgetStore
     from qdrant_guard.diversity import overfetch_limit, source_cap
