@@ -906,6 +906,64 @@ def test_diversity_page_worked_examples_hold():
     assert ExtractionBudget.budget_key("a|b", "c%", "s") == "src|a%7Cb|c%25|s"
 
 
+def _page_objects(page: str) -> list[Any]:
+    objs = []
+    for m in PAGE_MODULES[page]:
+        parts = m.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj: Any = importlib.import_module(".".join(parts[:i]))
+                break
+            except ImportError:
+                continue
+        for p in parts[i:]:
+            obj = getattr(obj, p)
+        objs.append(obj)
+    return objs
+
+
+def _check_call_shapes(page: str) -> list[str]:
+    objs = _page_objects(page)
+    checked: list[str] = []
+    bad: list[str] = []
+    for span in spans(ROOT / page):
+        m = re.fullmatch(r"([A-Za-z_]\w*)\((.*)\)(?: -> \w+)?", span)
+        if not m or not m.group(2) or m.group(1) in FOREIGN:
+            continue
+        target = next((getattr(o, m.group(1)) for o in objs if hasattr(o, m.group(1))), None)
+        params = re.sub(r"(\w+)=(?=\s*[,)]|\s*$)", r"\1=None", m.group(2))
+        try:
+            args = ast.parse(f"def f({params}): pass").body[0].args
+        except SyntaxError:  # not a parameter list (a formula, an expression)
+            continue
+        if not callable(target) or args.vararg or args.kwarg:
+            continue
+        sig = inspect.signature(target)
+        n_pos = len(args.args) - len(args.defaults)
+        positional = [object() for _ in args.args[:n_pos]]
+        if next(iter(sig.parameters), None) == "self":
+            positional.insert(0, object())
+        named = {a.arg: object() for a in args.args[n_pos:] + args.kwonlyargs}
+        try:
+            sig.bind(*positional, **named)
+        except TypeError as exc:
+            bad.append(f"`{span}`: {exc}; the real signature is {m.group(1)}{sig}")
+        checked.append(m.group(1))
+    assert not bad, f"{page}:\n  " + "\n  ".join(bad)
+    return checked
+
+
+@pytest.mark.parametrize("page", sorted(PAGE_MODULES))
+def test_call_shapes_in_a_page_bind_to_the_real_signatures(page):
+    """`f(a, b=..., *, c=)` in prose: a positional name must be passable positionally, a named one by name."""
+    _check_call_shapes(page)
+
+
+def test_call_shape_check_sees_the_api_calls():
+    assert {"admit_vectors", "overfetch_limit", "RedisBudgetStore"} <= set(_check_call_shapes("docs/diversity-budget.md"))
+    assert {"run_calibrate_cli", "add_calibrate_arguments"} <= set(_check_call_shapes("docs/eval.md"))
+
+
 def test_audit_line_format_is_the_documented_one(tmp_path):
     from qdrant_guard.audit import AuditLog
 
