@@ -893,6 +893,22 @@ def test_calibrate_key_is_needed_as_eval_page_says(tmp_path, capsys):
                 write()
 
 
+def test_diversity_page_store_specs_work(tmp_path, monkeypatch):
+    from qdrant_guard import budget
+
+    text = " ".join(prose(DOCS / "diversity-budget.md").split())
+    specs = re.search(r"`make_store\(([^`]*)\)`", text).group(1).split(" | ")
+    kinds = {"None": "MemoryBudgetStore", "memory": "MemoryBudgetStore", "sqlite": "SqliteBudgetStore",
+             "redis": "RedisBudgetStore"}  # the Redis store connects at its first admission
+    monkeypatch.chdir(tmp_path)
+    for spec in specs:
+        value = None if spec == "None" else (ast.literal_eval(spec).replace("/abs.db", str(tmp_path / "abs.db"))
+                                             .replace("host:port", "127.0.0.1:6379"))
+        store = budget.make_store(value)
+        assert type(store).__name__ == kinds[spec.strip('"').split(":")[0]], spec
+    assert len(specs) == 5 and (tmp_path / "rel.db").exists() and (tmp_path / "abs.db").exists()
+
+
 def test_diversity_page_worked_examples_hold():
     from qdrant_guard.budget import ExtractionBudget, MemoryBudgetStore
     from qdrant_guard.diversity import overfetch_limit, source_cap
