@@ -263,6 +263,22 @@ def test_readme_quick_start_runs_as_written(quick_start, capsys):
     assert _cli(capsys, ["audit", "replay", str(log), "--policy", "policy.toml"]) is not None
 
 
+def test_readme_quick_start_works_the_same_way_async(quick_start):
+    _, token = quick_start
+    assert "`AsyncQdrantClient` works the same way" in README.read_text()
+    code = _quick_start_code().replace("QdrantClient", "AsyncQdrantClient")
+    ns: dict[str, Any] = {"credential_token": token}
+    exec(compile(code, "README.md (quick start, async)", "exec"), ns)
+
+    async def use(client):
+        try:
+            return (await client.get_collections()).collections
+        finally:
+            await client.close()
+
+    assert asyncio.run(use(ns["client"])) == []
+
+
 def test_readme_quoted_refusal_is_the_one_raised(quick_start, capsys):
     tmp, support_token = quick_start
     quoted = [b for b in _readme_blocks() if b.text.startswith("GuardRefusal: ")]
