@@ -291,8 +291,9 @@ class CollectionPolicy(_Strict):
     (models.Document writes and queries) on sensitive collections; the payload text keeps them.
     On by default because noise that keeps retrieval useful does not hide them: in the eval,
     identifiers planted independently of the text stay readable from vectors under the default
-    noise unless generalised (docs/eval.md). Costs recall where queries name identifiers
-    (about 3 points on the eval corpus); false keeps them in the embedded text."""
+    noise unless generalised (docs/eval.md). Costs recall where queries name identifiers (on the
+    eval corpus, recall@10 as a share of clean: 96.6 % instead of 97.3 % at the default noise, 97.0 %
+    instead of 100 % without noise); false keeps them in the embedded text."""
     keep_payload_text_in_boundary: bool = False
     """Keep PII in the payload text when the writer is in the owner boundary (never credentials).
     Readers of other boundaries get the text field redacted (payloads, facet values, group ids)."""
