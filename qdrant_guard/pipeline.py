@@ -350,11 +350,22 @@ class GuardPipeline:
             ))
         who = f"boundary {boundary!r}" if boundary else "an unverified principal"
         allowed = {"read": [pol.owner, *pol.readers], "write": [pol.owner, *(pol.writers or ())], "admin": [pol.owner]}[need]
+        allowed = [b for b in allowed if b]
+        if allowed:
+            fix = (f"allowed boundaries: {allowed}. Pass principal= with a credential issued by one of "
+                   "those boundaries' authority keys")
+        else:
+            # Naming an empty list of boundaries to get a credential from is a dead end: say what
+            # to change in the policy instead.
+            keys = {"read": "owner or readers", "write": "owner or writers", "admin": "owner or writers"}[need]
+            section = (f"[collections.{collection}]" if collection in self.config.collections else
+                       f"a [collections.{collection}] section (unlisted collections take [default], "
+                       "which sets none)")
+            fix = (f"no boundary may: its policy names no {keys}. Set owner = \"<boundary>\" in {section} "
+                   "and pass principal= with a credential from that boundary's authority")
         raise self.refuse(self.decision(
             op, collection, pol, Verdict.REFUSED_CROSS_BOUNDARY,
-            f"{who} may not {need} {pol.sensitivity.value} collection {collection!r}; allowed "
-            f"boundaries: {[b for b in allowed if b]}. Pass principal= with a credential issued by "
-            "one of those boundaries' authority keys",
+            f"{who} may not {need} {pol.sensitivity.value} collection {collection!r}; {fix}",
         ))
 
     def gate(self, method: str, args: dict[str, Any], need: str) -> CollectionPolicy | None:
