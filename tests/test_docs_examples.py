@@ -263,6 +263,23 @@ def test_readme_quick_start_runs_as_written(quick_start, capsys):
     assert _cli(capsys, ["audit", "replay", str(log), "--policy", "policy.toml"]) is not None
 
 
+def test_readme_policy_tells_a_new_user_how_to_write_an_unlisted_collection(quick_start):
+    _, token = quick_start
+    from qdrant_client import models
+
+    assert re.search(r'unlisted = "strict" +# collections not listed: PII, readable by any verified agent, '
+                     r"written by none", _readme_policy())
+    ns: dict[str, Any] = {"credential_token": token}
+    exec(compile(_quick_start_code(), "README.md (quick start)", "exec"), ns)
+    client = ns["client"]
+    with pytest.raises(GuardRefusal) as exc:
+        client.create_collection("notes", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    # The refusal used to name "allowed boundaries: []" and ask for a credential from one of them.
+    assert "allowed boundaries" not in str(exc.value)
+    assert 'Set owner = "<boundary>" in a [collections.notes] section' in exc.value.directive
+    assert client.get_collections().collections == []
+
+
 def test_readme_quick_start_works_the_same_way_async(quick_start):
     _, token = quick_start
     assert "`AsyncQdrantClient` works the same way" in README.read_text()
