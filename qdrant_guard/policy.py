@@ -494,9 +494,10 @@ class GuardConfig(_Strict):
     audit_fsync: bool = False
     """fsync the audit log after every entry (slower; survives power loss, not only crashes)."""
     unlisted: Literal["strict", "public", "refuse"] = "strict"
-    """Collections not listed: ``strict`` = PII with the ``default`` policy (noised, readable by any
-    verified principal, vectors never returned raw); ``public`` = pass-through; ``refuse`` (a call
-    naming one raises ``ConfigError``, audited as ``REFUSED_CROSS_BOUNDARY``)."""
+    """Collections not listed: ``strict`` = PII with the ``default`` policy (readable by any verified
+    principal, vectors never returned raw; created and written by no one unless ``[default]`` sets
+    ``owner`` or ``writers``, and then noised); ``public`` = pass-through; ``refuse`` (a call naming
+    one raises ``ConfigError``, audited as ``REFUSED_CROSS_BOUNDARY``)."""
     epsilon_ceiling: dict[SensitivityClass, float] = Field(default_factory=lambda: dict(DEFAULT_CEILINGS))
     """Largest epsilon accepted per class (defaults: PII 2.0, CREDENTIAL 1.0, PROPRIETARY 8.0)."""
     boundaries: dict[str, BoundaryConfig] = Field(default_factory=dict)
