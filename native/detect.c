@@ -1130,10 +1130,32 @@ static int user_flag_before(const scan_t *s, size_t p) {
     return 0;
 }
 
-/* mysql -u root -pVALUE: see _short_password_flag in the reference (b[p] is '-'). */
+/* _sshpass_before of the reference: "sshpass" then only spaces and -v flags before p (200). */
+static int sshpass_before(const scan_t *s, size_t p) {
+    const unsigned char *b = s->b;
+    size_t k = p;
+    while (p - k <= 200) {
+        while (k > 0 && b[k - 1] == ' ') k--;
+        if (k >= 3 && b[k - 3] == ' ' && b[k - 2] == '-' && b[k - 1] == 'v') {
+            k -= 2;
+            continue;
+        }
+        break;
+    }
+    if (k < 7 || memcmp(b + k - 7, "sshpass", 7) != 0) return 0;
+    int c = at(s, (int64_t)k - 8);
+    return c < 0 || !is_name(c);
+}
+
+/* mysql -u root -pVALUE, sshpass -p VALUE: see _short_password_flag in the reference (b[p] is '-'). */
 static void short_password_flag(scan_t *s, size_t p) {
     int a = at(s, (int64_t)p + 2);
-    if (at(s, (int64_t)p - 1) != ' ' || a < 0 || a == ' ' || a == '-' || !user_flag_before(s, p)) return;
+    if (at(s, (int64_t)p - 1) != ' ') return;
+    if (sshpass_before(s, p)) {
+        assigned(s, p + 2, 1);
+        return;
+    }
+    if (a < 0 || a == ' ' || a == '-' || !user_flag_before(s, p)) return;
     size_t before = s->out->len;
     assigned(s, p + 2, 1);
     if (s->out->len > before) {
@@ -1153,11 +1175,32 @@ static void user_password(scan_t *s, size_t j) {
     assigned(s, ue + 1, 1);
 }
 
-/* --password VALUE: a command-line flag named like a secret (b[p] is '-'); -pVALUE; -u user:VALUE. */
+/* redis-cli -h host -p 6379 -a VALUE: see _redis_password_flag in the reference (b[p] is '-'). */
+static void redis_password_flag(scan_t *s, size_t p) {
+    const unsigned char *b = s->b;
+    if (at(s, (int64_t)p - 1) != ' ' || at(s, (int64_t)p + 2) != ' ') return;
+    size_t k = p;
+    while (k > 0 && p - k < 200 && is_value(b[k - 1]) && !strchr("|;&<>`()", b[k - 1])) k--;
+    for (size_t c = k; c + 9 <= p; c++) {
+        if (b[c] != 'r' || memcmp(b + c, "redis-cli", 9) != 0) continue;
+        int before = at(s, (int64_t)c - 1);
+        if ((before < 0 || !is_name(before)) && at(s, (int64_t)c + 9) == ' ') {
+            assigned(s, p + 2, 1);
+            return;
+        }
+    }
+}
+
+/* --password VALUE: a command-line flag named like a secret (b[p] is '-'); -pVALUE; -u user:VALUE;
+ * redis-cli -a VALUE. */
 static void flag(scan_t *s, size_t p) {
     int prev = at(s, (int64_t)p - 1);
     if (at(s, (int64_t)p + 1) == 'p') {
         short_password_flag(s, p);
+        return;
+    }
+    if (at(s, (int64_t)p + 1) == 'a') {
+        redis_password_flag(s, p);
         return;
     }
     if (at(s, (int64_t)p + 1) == 'u') {

@@ -1001,11 +1001,32 @@ def _user_flag_before(text: str, p: int) -> bool:
     return False
 
 
+def _sshpass_before(text: str, p: int) -> bool:
+    """Whether the ``-p`` at ``p`` is an option of sshpass: the word ``sshpass`` (or a path
+    ending in it) then, within 200 characters, only spaces and ``-v`` flags (verbose, which takes
+    no value) before ``p``. An ``-p`` after the command sshpass runs (``ssh -p 2222``) is not."""
+    k = p
+    while p - k <= 200:
+        while k > 0 and text[k - 1] == " ":
+            k -= 1
+        if k >= 3 and text[k - 3 : k] == " -v":
+            k -= 2
+            continue
+        break
+    s = k - 7
+    return s >= 0 and text[s:k] == "sshpass" and _at(text, s - 1) not in _NAME
+
+
 def _short_password_flag(text: str, p: int) -> list[tuple[int, int, str, str]]:
     """``mysql -u root -pVALUE``: a ``-p`` flag with its value attached, after a ``-u`` flag.
     ``-p VALUE`` with a space is not taken: mysql reads that VALUE as the database, and ``-p``
-    is also a port, a path or "parents" in other tools."""
-    if _at(text, p - 1) != " " or _at(text, p + 2) in ("", " ", "-") or not _user_flag_before(text, p):
+    is also a port, a path or "parents" in other tools. sshpass's ``-p`` always takes the
+    password, attached or after spaces (:func:`_sshpass_before`)."""
+    if _at(text, p - 1) != " ":
+        return []
+    if _sshpass_before(text, p):
+        return _assigned(text, p + 2, True)
+    if _at(text, p + 2) in ("", " ", "-") or not _user_flag_before(text, p):
         return []
     return [f for f in _assigned(text, p + 2, True) if "/" not in text[f[0]:f[1]]]
 
@@ -1021,12 +1042,35 @@ def _user_password(text: str, j: int) -> list[tuple[int, int, str, str]]:
     return _assigned(text, ue + 1, True)
 
 
+# Shell punctuation that ends one command: redis-cli before it does not own a later -a.
+_COMMAND_END = frozenset("|;&<>`()")
+
+
+def _redis_password_flag(text: str, p: int) -> list[tuple[int, int, str, str]]:
+    """``redis-cli -h host -p 6379 -a VALUE``: redis-cli's ``-a`` (its password; spaced only,
+    as redis-cli parses it) when the word ``redis-cli`` stands before it on its line, within 200
+    characters and with no ``|;&<>`()`` between (``-a`` of another command is not a password)."""
+    if _at(text, p - 1) != " " or _at(text, p + 2) != " ":
+        return []
+    k = p
+    while k > 0 and p - k < 200 and text[k - 1] in _VALUE and text[k - 1] not in _COMMAND_END:
+        k -= 1
+    c = text.find("redis-cli", k, p)
+    while c != -1:
+        if _at(text, c - 1) not in _NAME and _at(text, c + 9) == " ":
+            return _assigned(text, p + 2, True)
+        c = text.find("redis-cli", c + 1, p)
+    return []
+
+
 def _flag(text: str, p: int) -> list[tuple[int, int, str, str]]:
     """``--password VALUE``: a command-line flag named like a secret, its value after spaces;
     ``-pVALUE`` (:func:`_short_password_flag`); ``-u``/``--user user:VALUE``
-    (:func:`_user_password`)."""
+    (:func:`_user_password`); redis-cli's ``-a VALUE`` (:func:`_redis_password_flag`)."""
     if _at(text, p + 1) == "p":
         return _short_password_flag(text, p)
+    if _at(text, p + 1) == "a":
+        return _redis_password_flag(text, p)
     if _at(text, p + 1) == "u":
         if _at(text, p - 1) != " ":
             return []

@@ -62,8 +62,11 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   field, as in ``- name: DB_PASSWORD`` / ``value: v``, ``{"name": "api_key", "value": "v"}`` and
   ``<add key="ApiKey" value="v"/>`` (the two field names may share a camelCase prefix:
   ``ParameterKey=DbPassword,ParameterValue=v``), a command-line flag ``--password v``, ``-pv``
-  attached to ``-p`` after a ``-u``/``--user`` flag on the same line, as in ``mysql -u root -pv``, and
-  ``-u``/``--user user:v`` as curl takes it); a CDATA
+  attached to ``-p`` after a ``-u``/``--user`` flag on the same line, as in ``mysql -u root -pv``,
+  ``-u``/``--user user:v`` as curl takes it, sshpass's own ``-p v`` or ``-pv`` (``sshpass -p v
+  ssh host``: only ``-v`` flags between ``sshpass`` and ``-p``), and redis-cli's ``-a v`` on the
+  line of a ``redis-cli`` command with no ``|;&<>`()`` between, as in ``redis-cli -h host -p
+  6379 -a v``); a CDATA
   section ``<password><![CDATA[v]]></password>``; the first line of a YAML block scalar
   (``password: |`` then ``v`` indented deeper on the next line); a bare value ends before
   ``&name=`` or ``&amp;name=``, so only the secret parameter of a query string or form body is

@@ -1,0 +1,136 @@
+"""Second round of secret forms the detector missed: sshpass's ``-p``, redis-cli's ``-a``, the
+Dockerfile ``ENV name value`` form and values with spaces inside an element named like a password.
+
+Every case runs through both twins (native and pure-Python reference) via the oracle helper, and
+the positives through the public ``redact`` too.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from qdrant_guard.detect import redact
+from tests.oracle import assert_same, both
+
+NATIVE, PYTHON = both("detect")
+
+PW = "Hq8#kLm2pQr9"  # 12 characters, four classes: a password by the password-charset rule
+KEY = "Zk29fjA01kd8Gh3LmQ9x"  # 20 characters, entropy > 3.5: a secret by the entropy rule
+
+
+def spans(text: str) -> list[tuple[int, int, str, str]]:
+    """find_spans of both twins, asserted identical."""
+    return assert_same(NATIVE.find_spans, PYTHON.find_spans, text)
+
+
+def assert_found(text: str, secret: str, validator: str | None = None) -> None:
+    found = spans(text)
+    start = text.index(secret)
+    assert [(s, e, t) for s, e, t, _ in found] == [(start, start + len(secret), "GENERIC_SECRET")], found
+    if validator is not None:
+        assert found[0][3] == validator
+    assert secret not in redact(text)
+
+
+# ------------------------------------------------------------------------------------ sshpass
+SSHPASS = [
+    (f"sshpass -p {PW} ssh deploy@host", PW),
+    (f"sshpass -p{PW} ssh deploy@host", PW),
+    (f"sshpass -p '{PW}' ssh deploy@host", PW),
+    (f'sshpass -p "{PW}" scp a.tgz deploy@host:/srv', PW),
+    (f"/usr/bin/sshpass -p {PW} rsync -a src/ host:dst/", PW),
+    (f"sshpass -v -p {PW} ssh -p 2222 deploy@host", PW),
+    (f"$ sshpass  -p  {KEY} ssh -o StrictHostKeyChecking=no root@10.0.0.5", KEY),
+    (f"RUN sshpass -p {PW} ssh-copy-id user@host", PW),
+    (f"sshpass -p {PW}/x ssh h", f"{PW}/x"),  # sshpass's -p takes no path: a '/' is part of it
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), SSHPASS)
+def test_sshpass_password(text: str, secret: str) -> None:
+    assert_found(text, secret)
+
+
+SSHPASS_NEGATIVES = [
+    "sshpass -p $SSHPASS ssh deploy@host",  # a variable, not the password
+    'sshpass -p "${DEPLOY_PW}" ssh deploy@host',
+    "sshpass -p password ssh deploy@host",  # a placeholder word
+    "sshpass -e ssh -p 2222 deploy@host",  # -p of ssh: a port
+    f"sshpass -f ~/.pw ssh -p {PW} deploy@host",  # -p after sshpass's command belongs to it
+    f"notsshpass -p {PW} x",
+    f"ssh -p {PW} deploy@host",
+    "sshpass -p secret ssh h",  # too short and plain for the password rules
+]
+
+
+@pytest.mark.parametrize("text", SSHPASS_NEGATIVES)
+def test_sshpass_negatives(text: str) -> None:
+    assert spans(text) == []
+
+
+# ---------------------------------------------------------------------------------- redis-cli
+REDIS = [
+    (f"redis-cli -a {PW} ping", PW),
+    (f"redis-cli -h cache.internal -p 6379 -a {PW} ping", PW),
+    (f"redis-cli -h cache.internal -p 6379 -a '{PW}' --no-auth-warning info", PW),
+    (f"/opt/redis/bin/redis-cli -n 2 -a {KEY} KEYS '*'", KEY),
+    (f"docker exec -it cache redis-cli -a {PW} FLUSHALL", PW),
+    (f"redis-cli --pass {PW} ping", PW),  # the long form: a flag named like a password
+    (f"redis-cli --user app --pass {PW} ping", PW),
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), REDIS)
+def test_redis_cli_password(text: str, secret: str) -> None:
+    assert_found(text, secret)
+
+
+REDIS_NEGATIVES = [
+    "redis-cli -h cache.internal -p 6379 ping",  # -p is the port
+    "redis-cli -p 6379 -a $REDIS_PASSWORD ping",
+    "redis-cli -a \"$(cat /run/secrets/redis)\" ping",
+    f"ls -a {PW}",  # -a of other tools
+    f"git commit -a -m {PW}",
+    f"redis-cli info | grep -a {PW}",  # -a of the next command in a pipeline
+    f"redis-cli ping; uname -a {PW}",
+    f"redis-cli -a{PW} ping",  # redis-cli reads an attached value as an unknown option
+    f"myredis-cli -a {PW} ping",
+    f"redis-cli\n-a {PW}",  # another line
+]
+
+
+@pytest.mark.parametrize("text", REDIS_NEGATIVES)
+def test_redis_cli_negatives(text: str) -> None:
+    assert spans(text) == []
+
+
+# ------------------------------------------------------------------------ -p stays conservative
+@pytest.mark.parametrize(
+    "text",
+    [
+        "mysql -p dbname",  # mysql reads a spaced value as the database name
+        "mysql -u root -p MyDatabase2024",
+        f"mysql -u root -p {PW}",
+        "ssh -p 2222 deploy@host",
+        "mkdir -p build/Release2024x",
+        "redis-cli -h host -p 6379 -a",  # -a with nothing after it
+        f"scp -P 2222 -p {PW} host:x .",
+    ],
+)
+def test_other_short_p_flags_stay_unflagged(text: str) -> None:
+    assert spans(text) == []
+
+
+# ------------------------------------------------------------------------------ twin agreement
+PIECES = [
+    "sshpass", "redis-cli", "/usr/bin/", " ", "  ", "\n", "\t", "-p", "-a", "-v", "-h", "-u", "--pass", "-e",
+    "host", "6379", PW, KEY, "'", '"', "|", ";", "&", "(", ")", "`", "$X", "ssh", "x", "=", "\u00e9", "\U0001F600",
+]
+
+
+def test_twins_agree_on_the_new_forms() -> None:
+    """Seeded random texts built from the pieces of every new form: both twins give the same spans."""
+    rnd = random.Random(20261204)
+    for _ in range(5000):
+        spans("".join(rnd.choice(PIECES) for _ in range(rnd.randint(1, 30))))
