@@ -1227,6 +1227,33 @@ static void flag(scan_t *s, size_t p) {
     assigned(s, v, flags & 2);
 }
 
+/* ENV NAME value, Dockerfile's legacy form: see _docker_env in the reference (b[p] is 'E' or 'e'). */
+static void docker_env(scan_t *s, size_t p) {
+    const unsigned char *b = s->b;
+    int c = at(s, (int64_t)p + 3);
+    if ((c != ' ' && c != '\t') || !eq_ci(b + p, 3, "env")) return;
+    size_t k = p;
+    while (k > 0 && (b[k - 1] == ' ' || b[k - 1] == '\t')) k--;
+    if (k > 0 && b[k - 1] != '\n') return;
+    size_t j = p + 3;
+    while (at(s, (int64_t)j) == ' ' || at(s, (int64_t)j) == '\t') j++;
+    size_t ne = RUN_END(s, j, is_name, 65);
+    c = at(s, (int64_t)ne);
+    if (ne == j || ne - j > 64 || (c != ' ' && c != '\t')) return;
+    int flags = secret_field(b + j, ne - j);
+    if (!(flags & 1)) return;
+    size_t v = ne;
+    while (at(s, (int64_t)v) == ' ' || at(s, (int64_t)v) == '\t') v++;
+    size_t e = RUN_END(s, v, is_value, 257);
+    c = at(s, (int64_t)e);
+    if (e - v > 256 || !(c < 0 || c == '\r' || c == '\n')) return;
+    while (e > v && b[e - 1] == ' ') e--;
+    int quoted = e - v >= 2 && (b[v] == '"' || b[v] == '\'') && b[e - 1] == b[v];
+    if (quoted) v++, e--;
+    int validator = generic_value(b + v, e - v, quoted, flags & 2);
+    if (validator >= 0) emit(s, v, e, QG_GENERIC_SECRET, validator);
+}
+
 /* --------------------------------------------------------------------- overlap resolution */
 static int cmp_start_end(const void *x, const void *y) {
     const qg_finding *a = x, *b = y;
@@ -1382,6 +1409,7 @@ int qg_detect(const unsigned char *b, size_t n, qg_findings *out) {
         else if (c == '<') xml_element(&s, i);
         else if (c == 'n' || c == 'N' || c == 'k' || c == 'K') pair(&s, i);
         else if (c == '-') flag(&s, i);
+        else if (c == 'E' || c == 'e') docker_env(&s, i);
     }
     if (s.oom) return -1;
     if (!ascii) to_code_points(b, out);

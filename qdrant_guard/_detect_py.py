@@ -1100,6 +1100,42 @@ def _flag(text: str, p: int) -> list[tuple[int, int, str, str]]:
     return _assigned(text, v, password)
 
 
+def _docker_env(text: str, i: int) -> list[tuple[int, int, str, str]]:
+    """Dockerfile's legacy ``ENV NAME value`` (no ``=``; the instruction in any case, as Docker
+    reads it): at a line's start (after indentation), a name like a secret, spaces or tabs, then
+    the value, which is the rest of the line (trailing spaces dropped, and one pair of enclosing
+    quotes). ``ENV NAME=value`` and ``ARG NAME=value`` are ordinary assignments."""
+    if _lower(text[i : i + 3]) != "env" or _at(text, i + 3) not in (" ", "\t"):
+        return []
+    k = i
+    while k > 0 and text[k - 1] in " \t":
+        k -= 1
+    if k > 0 and text[k - 1] != "\n":
+        return []
+    j = i + 3
+    while _at(text, j) in (" ", "\t"):
+        j += 1
+    ne = _run_end(text, j, _NAME, 65)
+    if ne == j or ne - j > 64 or _at(text, ne) not in (" ", "\t"):
+        return []
+    secret, password = _secret_field(text[j:ne])
+    if not secret:
+        return []
+    v = ne
+    while _at(text, v) in (" ", "\t"):
+        v += 1
+    e = _run_end(text, v, _VALUE, 257)
+    if e - v > 256 or _at(text, e) not in ("", "\r", "\n"):
+        return []
+    while e > v and text[e - 1] == " ":
+        e -= 1
+    quoted = e - v >= 2 and text[v] in "\"'" and text[e - 1] == text[v]
+    if quoted:
+        v, e = v + 1, e - 1
+    validator = _generic_value(text[v:e], quoted, password)
+    return [(v, e, "GENERIC_SECRET", validator)] if validator else []
+
+
 # ------------------------------------------------------------------------------ the scan
 def _resolve(cands: list[tuple[int, int, str, str]]) -> list[tuple[int, int, str, str]]:
     # Greedy by priority: a candidate is taken unless it overlaps one taken before. Taken ones are
@@ -1163,4 +1199,6 @@ def find_spans(text: str) -> list[tuple[int, int, str, str]]:
             cands += _pair(text, i)
         elif c == "-":
             cands += _flag(text, i)
+        elif c in "Ee":
+            cands += _docker_env(text, i)
     return _resolve(cands)

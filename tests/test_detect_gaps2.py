@@ -122,10 +122,54 @@ def test_other_short_p_flags_stay_unflagged(text: str) -> None:
     assert spans(text) == []
 
 
+# ------------------------------------------------------------------------- Dockerfile ENV/ARG
+DOCKER = [
+    (f"ENV DB_PASSWORD {PW}", PW),  # the legacy form: name, space, value (no '=')
+    (f"FROM python:3.12\nENV DB_PASSWORD {PW}\nRUN make\n", PW),
+    (f"  ENV\tAPI_TOKEN\t{KEY}\r\nEXPOSE 80", KEY),
+    (f"env DB_PASSWORD {PW}", PW),  # Docker reads instructions in any case
+    (f'ENV DB_PASSWORD "{PW}"', PW),
+    (f"ENV DB_PASSWORD '{PW}'   \n", PW),
+    (f"ENV DB_PASSWORD {PW},x;(y)", f"{PW},x;(y)"),  # the value is the whole rest of the line
+    # the '=' forms were already found; kept here so they stay so
+    (f"ENV DB_PASSWORD={PW}", PW),
+    (f"ARG DB_PASSWORD={PW}", PW),
+    (f"ENV APP_ENV=prod DB_PASSWORD={PW}", PW),
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), DOCKER)
+def test_dockerfile_env(text: str, secret: str) -> None:
+    assert_found(text, secret)
+
+
+DOCKER_NEGATIVES = [
+    "ENV DB_PASSWORD_FILE /run/secrets/db_password",  # names a file, and the value is a path
+    "ENV DB_PASSWORD ${DB_PASSWORD}",
+    "ENV DB_PASSWORD changeme",
+    "ENV API_TOKEN_URL https://auth.example.io/token",
+    f"ENV DB_PASSWORD {PW} \\",  # a continued line: the value runs on (not taken, see the docs)
+    f"ENV DB_PASSWORD my {PW}",  # a value with spaces is not taken (as for NAME=value)
+    f"ENV PATH /usr/local/{PW}/bin",
+    "ARG DB_PASSWORD",
+    f"RUN echo ENV DB_PASSWORD {PW}",  # not an instruction: ENV is not at the line's start
+    f"Set the environment: ENV DB_PASSWORD {PW}",
+    f"DEV DB_PASSWORD {PW}",
+    f"ENVIRONMENT DB_PASSWORD {PW}",
+    "env:\n  DB_PASSWORD: ${{ secrets.DB }}",
+    "env = os.environ.copy()",
+]
+
+
+@pytest.mark.parametrize("text", DOCKER_NEGATIVES)
+def test_dockerfile_env_negatives(text: str) -> None:
+    assert spans(text) == []
+
+
 # ------------------------------------------------------------------------------ twin agreement
 PIECES = [
     "sshpass", "redis-cli", "/usr/bin/", " ", "  ", "\n", "\t", "-p", "-a", "-v", "-h", "-u", "--pass", "-e",
-    "host", "6379", PW, KEY, "'", '"', "|", ";", "&", "(", ")", "`", "$X", "ssh", "x", "=", "\u00e9", "\U0001F600",
+    "host", "6379", PW, KEY, "ENV", "env", "En", "ARG", "DB_PASSWORD", "API_TOKEN", "\r\n", "\\", "'", '"', "|", ";", "&", "(", ")", "`", "$X", "ssh", "x", "=", "\u00e9", "\U0001F600",
 ]
 
 
