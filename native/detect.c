@@ -21,7 +21,7 @@ const char *const qg_type_names[QG_NTYPES] = {
 
 const char *const qg_validator_names[QG_NVALIDATORS] = {
     "aws-context", "e164", "entropy>=3.5", "entropy>=4.5", "format", "jwt-header-json",
-    "luhn", "mod97", "nanp", "password-charset", "pem-armor", "pem-begin", "ssa-rules", "url-userinfo",
+    "luhn", "mod97", "nanp", "passphrase", "password-charset", "pem-armor", "pem-begin", "ssa-rules", "url-userinfo",
 };
 
 typedef struct {
@@ -1021,6 +1021,60 @@ static int attr_secret(const scan_t *s, size_t a, size_t e) {
     return 0;
 }
 
+/* _PROSE_WORDS of the reference, with PLACEHOLDER_WORDS. */
+static const char *const PROSE_WORDS[] = {
+    "a", "an", "the", "this", "that", "these", "those", "it", "its", "you", "your", "me", "my", "we",
+    "our", "they", "their", "he", "his", "she", "her", "here", "there", "where", "when", "what",
+    "which", "who", "how", "why", "is", "are", "was", "were", "be", "been", "am", "do", "does",
+    "did", "has", "have", "had", "will", "would", "can", "could", "should", "must", "may",
+    "might", "to", "of", "in", "on", "at", "by", "for", "from", "with", "without", "into", "over",
+    "under", "about", "as", "via", "per", "than", "then", "and", "or", "but", "not", "no", "if",
+    "else", "so", "all", "any", "each", "every", "some", "see", "use", "used", "using", "enter",
+    "insert", "put", "type", "set", "unset", "change", "replace", "ask", "same", "get", "please",
+    "note", "value", "required", "optional", "unknown", "hidden", "passwords", "passphrase",
+    "secrets", "key", "keys", "api", "credential", "credentials", "e.g", "i.e", "etc", NULL,
+};
+
+static const char WORD_PUNCT[] = "\"'`()[]{},.;:!?"; /* _WORD_PUNCT of the reference */
+
+static inline int is_key_char(int c) { return is_alnum(c) || (c > 0 && strchr("+/=_-.", c)); }
+
+/* _spaced_value of the reference: an element's value with spaces in it; validator or -1. */
+static int spaced_value(const unsigned char *v, size_t n, int password) {
+    if (is_placeholder(v, n)) return -1;
+    size_t words = 0, w = 0;
+    int empty = 0, prose = 0, mixed = 0;
+    for (size_t k = 0; k <= n; k++) {
+        if (k < n && v[k] != ' ') continue;
+        size_t a = w, e = k; /* the word without the punctuation around it */
+        while (a < e && strchr(WORD_PUNCT, v[a])) a++;
+        while (e > a && strchr(WORD_PUNCT, v[e - 1])) e--;
+        int key_chars = 1, digit = 0;
+        for (size_t q = a; q < e; q++) {
+            key_chars &= is_key_char(v[q]);
+            digit |= is_digit(v[q]);
+        }
+        if (key_chars && digit) {
+            int validator = generic_value(v + a, e - a, 0, 0);
+            if (validator >= 0) return validator;
+        }
+        if (in_list(v + a, e - a, PROSE_WORDS) || in_list(v + a, e - a, PLACEHOLDER_WORDS)) prose = 1;
+        int lo, up, dg, sym = 0;
+        classes(v + w, k - w, &lo, &up, &dg);
+        for (size_t q = w; q < k; q++) sym |= !is_alnum(v[q]);
+        if (dg && lo + up + dg + sym >= 3) mixed = 1;
+        empty |= k == w;
+        words++;
+        w = k + 1;
+    }
+    if (!password || n < 12 || words < 2 || words > 8 || empty || prose) return -1;
+    int lower_only = 1;
+    for (size_t k = 0; k < n; k++)
+        if (!is_lower(v[k]) && v[k] != ' ') lower_only = 0;
+    if (words >= 3 && lower_only) return QG_V_PASSPHRASE;
+    return mixed ? QG_V_PASSPHRASE : -1;
+}
+
 /* <password>value</password> or <entry key="db.password">value</entry>: see _xml_element in the
  * reference (b[p] is '<'). */
 static void xml_element(scan_t *s, size_t p) {
@@ -1053,7 +1107,10 @@ static void xml_element(scan_t *s, size_t p) {
     if (tail + 2 + nl >= s->n || b[tail] != '<' || b[tail + 1] != '/' || memcmp(b + tail + 2, b + k, nl) != 0 ||
         b[tail + 2 + nl] != '>')
         return;
-    int validator = generic_value(b + v, ve - v, 0, flags & 2);
+    while (v < ve && b[v] == ' ') v++;
+    while (ve > v && b[ve - 1] == ' ') ve--;
+    int validator = memchr(b + v, ' ', ve - v) ? spaced_value(b + v, ve - v, flags & 2)
+                                               : generic_value(b + v, ve - v, 0, flags & 2);
     if (validator >= 0) emit(s, v, ve, QG_GENERIC_SECRET, validator);
 }
 

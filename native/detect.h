@@ -15,7 +15,7 @@ enum qg_type {
 /* Validators in byte order of their names, so comparing the enums compares the names. */
 enum qg_validator {
     QG_V_AWS_CONTEXT, QG_V_E164, QG_V_ENTROPY35, QG_V_ENTROPY45, QG_V_FORMAT, QG_V_JWT_HEADER,
-    QG_V_LUHN, QG_V_MOD97, QG_V_NANP, QG_V_PASSWORD_CHARSET, QG_V_PEM_ARMOR, QG_V_PEM_BEGIN, QG_V_SSA, QG_V_URL_USERINFO,
+    QG_V_LUHN, QG_V_MOD97, QG_V_NANP, QG_V_PASSPHRASE, QG_V_PASSWORD_CHARSET, QG_V_PEM_ARMOR, QG_V_PEM_BEGIN, QG_V_SSA, QG_V_URL_USERINFO,
     QG_NVALIDATORS
 };
 

@@ -909,8 +909,71 @@ def _xml_element(text: str, p: int) -> list[tuple[int, int, str, str]]:
     close = tail + 2 + len(name)
     if text[tail:tail + 2] != "</" or text[tail + 2:close] != name or _at(text, close) != ">":
         return []
-    validator = _generic_value(text[v:ve], False, password)
+    while v < ve and text[v] == " ":
+        v += 1
+    while ve > v and text[ve - 1] == " ":
+        ve -= 1
+    value = text[v:ve]
+    validator = _spaced_value(value, password) if " " in value else _generic_value(value, False, password)
     return [(v, ve, "GENERIC_SECRET", validator)] if validator else []
+
+
+# Words that make an element's spaced value read as prose or a placeholder, not a passphrase
+# ("Enter your password here", "Same as the admin one", "not set").
+_PROSE_WORDS = _PLACEHOLDER_WORDS | frozenset(
+    {
+        "a", "an", "the", "this", "that", "these", "those", "it", "its", "you", "your", "me", "my", "we",
+        "our", "they", "their", "he", "his", "she", "her", "here", "there", "where", "when", "what",
+        "which", "who", "how", "why", "is", "are", "was", "were", "be", "been", "am", "do", "does",
+        "did", "has", "have", "had", "will", "would", "can", "could", "should", "must", "may",
+        "might", "to", "of", "in", "on", "at", "by", "for", "from", "with", "without", "into", "over",
+        "under", "about", "as", "via", "per", "than", "then", "and", "or", "but", "not", "no", "if",
+        "else", "so", "all", "any", "each", "every", "some", "see", "use", "used", "using", "enter",
+        "insert", "put", "type", "set", "unset", "change", "replace", "ask", "same", "get", "please",
+        "note", "value", "required", "optional", "unknown", "hidden", "passwords", "passphrase",
+        "secrets", "key", "keys", "api", "credential", "credentials", "e.g", "i.e", "etc",
+    }
+)
+_PASSPHRASE_WORDS = (2, 8)  # how many words a passphrase has
+_WORD_PUNCT = "\"'`()[]{},.;:!?"  # stripped from the ends of a word before it is judged
+_KEY_CHARS = _ALNUM | set("+/=_-.")  # what a word that is a key by itself is made of
+
+
+def _spaced_value(value: str, password: bool) -> str | None:
+    """The validator that accepts ``value``, which has spaces inside, as the content of an
+    element named like a secret (``<password>correct horse battery staple</password>``), or None.
+
+    Not a placeholder as a whole, and then: one of its words, without the punctuation around it
+    (:data:`_WORD_PUNCT`), is a key by itself: only :data:`_KEY_CHARS`, a digit, and accepted by
+    :func:`_generic_value` as an unquoted value of a name that is not password-like (16+
+    characters, entropy); or, for a password-like name only, a passphrase ("passphrase"): 12+
+    characters, 2-8 words split by single spaces, none of them (punctuation aside) in
+    :data:`_PROSE_WORDS`, and either 3+ words of lower-case letters only or a word with a digit
+    among three of lower/upper/digit/symbol. Other secret names (``<key>Track ID</key>`` in a
+    plist, ``<token>New York</token>``) need the word that is a key by itself.
+    """
+    if is_placeholder(value):
+        return None
+    words = value.split(" ")
+    for w in words:
+        w = w.strip(_WORD_PUNCT)
+        if all(c in _KEY_CHARS for c in w) and any(c in _DIGITS for c in w):
+            validator = _generic_value(w, False, False)
+            if validator:
+                return validator
+    lo, hi = _PASSPHRASE_WORDS
+    if not password or len(value) < 12 or not lo <= len(words) <= hi or "" in words:
+        return None
+    if any(_lower(w.strip(_WORD_PUNCT)) in _PROSE_WORDS for w in words):
+        return None
+    if len(words) >= 3 and all(c in _LOWER or c == " " for c in value):
+        return "passphrase"
+    for w in words:
+        lower, upper, digit = _classes(w)
+        symbol = any(c not in _ALNUM for c in w)
+        if digit and lower + upper + digit + symbol >= 3:
+            return "passphrase"
+    return None
 
 
 _PAIR_WINDOW = 200  # how far past the name a pair's value field may start

@@ -59,7 +59,14 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   ``Basic`` or ``token``, as in ``Authorization: Bearer v``; a backslash-escaped quote inside a
   quoted value is part of it; the name in one field and the value in another: an element
   ``<password>v</password>`` (or ``<entry key="db.password">v</entry>``) whose closing tag
-  matches, a ``name``/``key`` field holding the name followed within 200 characters, in the same object, element or YAML list item, by a ``value``
+  matches on the same line (spaces around ``v`` are not part of it; a ``v`` with spaces inside is
+  taken whole when one of its words, punctuation around it aside, is a key by itself: only
+  ``[A-Za-z0-9+/=_.-]``, a digit, 16+ characters, entropy >= 3.5; or, for a password-like name,
+  when it reads as a passphrase, "passphrase": 12+ characters, 2-8 words split by single
+  spaces, no common English or placeholder word such as the/your/here/enter/password among
+  them, and 3+ words of lower-case letters only, as in ``<password>correct horse battery
+  staple</password>``, or a word with a digit among three of lower/upper/digit/symbol, as in
+  ``Tr0ub4dor &3``), a ``name``/``key`` field holding the name followed within 200 characters, in the same object, element or YAML list item, by a ``value``
   field, as in ``- name: DB_PASSWORD`` / ``value: v``, ``{"name": "api_key", "value": "v"}`` and
   ``<add key="ApiKey" value="v"/>`` (the two field names may share a camelCase prefix:
   ``ParameterKey=DbPassword,ParameterValue=v``), a command-line flag ``--password v``, ``-pv``

@@ -150,7 +150,6 @@ NEGATIVES = [
     '<entry key="db.host">Hq8#kLm2pQr9</entry>',
     '<entry key="db.password">Hq8#kLm2pQr9</value>',
     '<entry key="db.password"/>Hq8#kLm2pQr9</entry>',
-    '<input name="password" class="Form1-Input">Hq8 kLm2pQr9</input>',
     '<entry value="db.password">Hq8#kLm2pQr9</entry>',
     # IBAN shapes that are not IBANs
     "id de89370400440532013000",  # lower-case compact without "iban" before it

@@ -166,10 +166,76 @@ def test_dockerfile_env_negatives(text: str) -> None:
     assert spans(text) == []
 
 
+# ------------------------------------------------------------- spaced values inside elements
+ELEMENTS = [
+    ("<password>correct horse battery staple</password>", "correct horse battery staple", "passphrase"),
+    ("<Password>purple monkey dishwasher lamp</Password>", "purple monkey dishwasher lamp", "passphrase"),
+    ("<db_password>Tr0ub4dor and 3 more</db_password>", "Tr0ub4dor and 3 more", None),  # 'and' is prose...
+    ("<passphrase>Tr0ub4dor &3x</passphrase>", "Tr0ub4dor &3x", "passphrase"),  # ...but 2 words pass
+    ('<input name="password" class="Form1-Input">Hq8 kLm2pQr9</input>', "Hq8 kLm2pQr9", "passphrase"),
+    ('<entry key="db.password">correct horse battery staple</entry>', "correct horse battery staple", "passphrase"),
+    ("<password><![CDATA[correct horse battery staple]]></password>", "correct horse battery staple", "passphrase"),
+    ("<password> correct horse battery staple </password>", "correct horse battery staple", "passphrase"),
+    (f"<password> {PW} </password>", PW, "password-charset"),  # spaces around a value are not part of it
+    # any secret name: a word that is a key by itself takes the whole value
+    (f"<api_key>{KEY} (rotated 2026-11)</api_key>", f"{KEY} (rotated 2026-11)", "entropy>=3.5"),
+    (f"<client_secret>prod: {KEY}</client_secret>", f"prod: {KEY}", "entropy>=3.5"),
+    (f"<token>Bearer {KEY}</token>", f"Bearer {KEY}", "entropy>=3.5"),
+]
+
+
+@pytest.mark.parametrize(("text", "secret", "validator"), ELEMENTS)
+def test_spaced_element_value(text: str, secret: str, validator: str | None) -> None:
+    if validator is None:
+        assert spans(text) == []
+        return
+    assert_found(text, secret, validator)
+
+
+ELEMENT_NEGATIVES = [
+    "<password>your password here</password>",  # placeholders and prose
+    "<password>Enter the admin password</password>",
+    "<password>not set</password>",
+    "<password>same as the database one</password>",
+    "<password>see vault</password>",  # under 12 characters
+    "<password>changeme please now</password>",
+    "<password>Stored in Vault since 2024</password>",
+    "<password>Login Page Loads Correctly</password>",  # capitalised words, no digit
+    "<password>correct horse battery staple foo bar baz qux quux</password>",  # more than 8 words
+    "<password>correct  horse  battery</password>",  # double spaces: not one passphrase
+    "<password>correct horse\nbattery staple</password>",  # another line
+    "<password>correct horse battery staple</passwd>",  # does not close with its own tag
+    "<password>${DB_PASS} or default</password>",
+    # names that are secret-like but not password-like need a word that is a key by itself
+    "<key>Track ID</key>",  # plist / iTunes library keys
+    "<key>Application Category Type</key>",
+    "<token>New York City</token>",
+    "<api_key>correct horse battery staple</api_key>",
+    "<secret>object.__ior__(self, other)</secret>",  # code: a call is not a key
+    "<api_key>Numeric_Type=Digit or Decimal</api_key>",  # no digit in the word
+    "<username>correct horse battery staple</username>",  # not a secret name
+    "<description>correct horse battery staple</description>",
+]
+
+
+@pytest.mark.parametrize("text", ELEMENT_NEGATIVES)
+def test_spaced_element_negatives(text: str) -> None:
+    assert spans(text) == []
+
+
+def test_assigned_values_with_spaces_stay_unflagged() -> None:
+    # Outside elements a quoted value with spaces is a message more often than a passphrase
+    # (PASSWORD_HELP = "Use at least 12 characters"): still not taken (docs/threat-model.md).
+    assert spans('password = "correct horse battery staple"') == []
+    assert spans("password: correct horse battery staple") == []
+
+
 # ------------------------------------------------------------------------------ twin agreement
 PIECES = [
     "sshpass", "redis-cli", "/usr/bin/", " ", "  ", "\n", "\t", "-p", "-a", "-v", "-h", "-u", "--pass", "-e",
-    "host", "6379", PW, KEY, "ENV", "env", "En", "ARG", "DB_PASSWORD", "API_TOKEN", "\r\n", "\\", "'", '"', "|", ";", "&", "(", ")", "`", "$X", "ssh", "x", "=", "\u00e9", "\U0001F600",
+    "host", "6379", PW, KEY, "ENV", "env", "En", "ARG", "DB_PASSWORD", "API_TOKEN", "\r\n", "\\",
+    "<password>", "</password>", "<api_key>", "</api_key>", "<![CDATA[", "]]>", "correct", "horse", "the", "Tr0ub4dor",
+    "&3x", ".", ",", "(", "<key>", "</key>", "'", '"', "|", ";", "&", "(", ")", "`", "$X", "ssh", "x", "=", "\u00e9", "\U0001F600",
 ]
 
 
