@@ -52,6 +52,15 @@ DETECT_TEXTS = [
 ]
 
 
+# Appended after the planted rows, so the seeds above keep their header bytes and file names.
+DETECT_TEXTS_2 = [
+    b"sshpass -v -p Hq8#kLm2pQr9 ssh -p 2222 deploy@host; sshpass -pHq8#kLm2pQr9 x",
+    b"redis-cli -h cache -p 6379 -a 'Hq8#kLm2pQr9' ping | grep -a x",
+    b"FROM alpine\n  ENV\tDB_PASSWORD \"Hq8#kLm2pQr9\"  \r\nenv API_TOKEN Zk29fjA01kd8Gh3LmQ9x",
+    b"<password> correct horse battery staple </password><api_key>Zk29fjA01kd8Gh3LmQ9x (new)</api_key>",
+]
+
+
 def write(target: str, items: list[bytes]) -> None:
     out = ROOT / "corpus" / target
     shutil.rmtree(out, ignore_errors=True)
@@ -71,7 +80,7 @@ def scan_corpus() -> list[bytes]:
 
 def detect_corpus() -> list[bytes]:
     rows = [json.loads(line) for line in (REPO / "tests/data/planted_secrets.jsonl").open()]
-    texts = DETECT_TEXTS + [r["text"].encode("utf-8", "surrogatepass") for r in rows[::10]]
+    texts = DETECT_TEXTS + [r["text"].encode("utf-8", "surrogatepass") for r in rows[::10]] + DETECT_TEXTS_2
     return [bytes([k % 16]) + t for k, t in enumerate(texts)]
 
 
