@@ -54,9 +54,9 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   keeps the host and user, which are useful context and not secret.
 * ``GENERIC_SECRET``: a value of 16-256 printable characters without spaces assigned to a name
   with a word like key/secret/token/password/passwd/pwd/pass/auth/credential (``name = "v"``,
-  ``name: v``, ``NAME=v``, ``"name": "v"``, ``name := "v"``; Dockerfile's legacy ``ENV NAME v``, at a line's start, whose value is the rest
-  of the line, trailing spaces and one pair of enclosing quotes dropped; after an HTTP scheme word ``Bearer``,
-  ``Basic`` or ``token``, as in ``Authorization: Bearer v``; a backslash-escaped quote inside a
+  ``name: v``, ``NAME=v``, ``"name": "v"``, ``name := "v"``; Dockerfile's legacy ``ENV NAME v``,
+  at a line's start, whose value is the rest of the line, trailing spaces and one pair of
+  enclosing quotes dropped; after an HTTP scheme word ``Bearer``, ``Basic`` or ``token``, as in ``Authorization: Bearer v``; a backslash-escaped quote inside a
   quoted value is part of it; the name in one field and the value in another: an element
   ``<password>v</password>`` (or ``<entry key="db.password">v</entry>``) whose closing tag
   matches on the same line (spaces around ``v`` are not part of it; a ``v`` with spaces inside is
