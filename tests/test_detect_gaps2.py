@@ -244,3 +244,20 @@ def test_twins_agree_on_the_new_forms() -> None:
     rnd = random.Random(20261204)
     for _ in range(5000):
         spans("".join(rnd.choice(PIECES) for _ in range(rnd.randint(1, 30))))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # escaped newlines: the decoded view puts ENV at a line's start
+        ('{"dockerfile": "FROM x\\nENV DB_PASSWORD Hq8#kLm2pQr9\\nRUN y"}',
+         '{"dockerfile": "FROM x\\nENV DB_PASSWORD [GENERIC_SECRET]\\nRUN y"}'),
+        # HTML-escaped tags
+        ("&lt;password&gt;correct horse battery staple&lt;/password&gt;",
+         "&lt;password&gt;[GENERIC_SECRET]&lt;/password&gt;"),
+        # a percent-encoded character inside sshpass's password
+        ("sshpass -p Hq8%23kLm2pQr9 ssh h", "sshpass -p [GENERIC_SECRET] ssh h"),
+    ],
+)
+def test_new_forms_through_the_decoded_views(text: str, expected: str) -> None:
+    assert redact(text) == expected
