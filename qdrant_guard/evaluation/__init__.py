@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-docs", type=int)
     p.add_argument("--queries", type=int)
     p.add_argument("--carriers-per-kind", type=int)
+    p.add_argument("--utility-draws", type=int,
+                   help="independent noise draws per level for the recall measurement (default 20); the "
+                        "recall target is judged on their mean")
     p.add_argument("--cache-dir", help="embedding cache (default .cache/qdrant-guard-eval)")
     p.add_argument("--no-progress", action="store_true")
     return p
@@ -65,6 +68,11 @@ def run_eval_cli(argv: Sequence[str] | None = None) -> int:
         cfg.n_queries = args.queries
     if args.carriers_per_kind is not None:
         cfg.carriers_per_kind = args.carriers_per_kind
+    if args.utility_draws is not None:
+        if args.utility_draws < 1:
+            print(f"qdrant-guard eval: --utility-draws must be >= 1, got {args.utility_draws}", file=sys.stderr)
+            return 2
+        cfg.utility_draws = args.utility_draws
     from ..detect import redact
 
     embedder = Embedder(args.cache_dir)

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["check_targets", "recommend", "write_report", "CLASS_CEILINGS"]
+__all__ = ["check_targets", "recall_ratio", "recommend", "write_report", "CLASS_CEILINGS"]
 
 #: Epsilon ceilings per sensitivity class (the policy defaults; PUBLIC has none).
 try:
@@ -27,6 +27,13 @@ def _row(results: dict[str, Any], *, policy_default: bool, redaction: bool) -> d
     raise KeyError("no such level in the results")
 
 
+def recall_ratio(row: dict[str, Any]) -> float:
+    """A level's known-item recall / clean: the mean over its noise draws (runs made before draws
+    existed have one)."""
+    u = row["utility"]
+    return float(u.get("recall_ratio_mean", u["recall_ratio"]))
+
+
 def check_targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Check the three targets at the policy default level with redaction on.
 
@@ -34,6 +41,9 @@ def check_targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     within the limit: with a few dozen identifier labels the point estimate moves by several
     hundredths from one sample of texts to the next, so a point estimate under the limit is not
     evidence that the leak is that small.
+
+    The recall target is judged on the mean over the level's noise draws (one draw is one sample
+    of the keyed noise; the entry's ``draws`` gives their range and how many fell below).
 
     The identifier target is checked twice: on the corpus's own identifier tokens
     (``identifier_adaptive_advantage``: mostly code names that name their paragraph's subject, so
@@ -48,7 +58,7 @@ def check_targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """
     r = _row(results, policy_default=True, redaction=True)
     secret = r["secret"]["all"]["x_chance"]
-    ratio = r["utility"]["recall_ratio"]
+    ratio = recall_ratio(r)
     out = {
         "secret_x_chance": {"value": secret, "limit": f"<= {SECRET_MAX_X_CHANCE:g}", "ok": secret <= SECRET_MAX_X_CHANCE},
         "identifier_adaptive_advantage": _advantage_target(r["bow_adaptive"]["identifier"]),
@@ -56,6 +66,11 @@ def check_targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if "planted" in r:
         out["planted_identifier_adaptive_advantage"] = _advantage_target(r["planted"]["adaptive"])
     out["recall_ratio"] = {"value": ratio, "limit": f">= {MIN_RECALL_RATIO:g}", "ok": ratio >= MIN_RECALL_RATIO}
+    draws = r["utility"].get("recall_ratio_draws")
+    if draws and len(draws) > 1:
+        out["recall_ratio"]["limit"] += f" (mean of {len(draws)} noise draws)"
+        out["recall_ratio"]["draws"] = {"n": len(draws), "min": min(draws), "max": max(draws),
+                                        "below": sum(1 for x in draws if x < MIN_RECALL_RATIO)}
     return out
 
 
@@ -70,11 +85,36 @@ def _advantage_target(attack: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: Share of noise draws allowed under the recall limit at a recommended level.
+MAX_DRAWS_BELOW = 0.1
+
+
+def _draws(row: dict[str, Any]) -> list[float]:
+    u = row["utility"]
+    return list(u.get("recall_ratio_draws") or [u["recall_ratio"]])
+
+
+def _reliable(row: dict[str, Any]) -> bool:
+    draws = _draws(row)
+    below = sum(1 for x in draws if x < MIN_RECALL_RATIO)
+    return recall_ratio(row) >= MIN_RECALL_RATIO and below <= MAX_DRAWS_BELOW * len(draws)
+
+
+def _draw_note(row: dict[str, Any]) -> str:
+    draws = _draws(row)
+    if len(draws) < 2:
+        return ""
+    below = sum(1 for x in draws if x < MIN_RECALL_RATIO)
+    return f" (mean of {len(draws)} noise draws, {below} under {MIN_RECALL_RATIO:.0%})"
+
+
 def recommend(results: dict[str, Any]) -> dict[str, str]:
     """Recommended operating point per sensitivity class, from the measured frontier.
 
     With redaction on, the strongest measured noise whose epsilon is within the class ceiling and
-    whose known-item recall stays >= 95 % of clean.
+    whose known-item recall stays >= 95 % of clean on average over the noise draws and in at least
+    90 % of them (one collection gets one draw, so a level that meets the target only on average
+    is not recommended).
     """
     out: dict[str, str] = {}
     rows = [r for r in results["levels"] if r["redaction"]]
@@ -87,11 +127,12 @@ def recommend(results: dict[str, Any]) -> dict[str, str]:
             for r in rows
             if r["epsilon"] is not None
             and r["epsilon"] <= ceiling
-            and r["utility"]["recall_ratio"] >= MIN_RECALL_RATIO
+            and _reliable(r)
         ]
         if not ok:
             out[cls] = (
-                f"no measured level meets both epsilon <= {ceiling:g} and recall >= 95 % of clean: "
+                f"no measured level meets both epsilon <= {ceiling:g} and recall >= 95 % of clean "
+                "(on average and in 90 % of noise draws): "
                 "calibrate on your own collection (`qdrant-guard calibrate`) or accept more recall loss"
             )
             continue
@@ -99,7 +140,7 @@ def recommend(results: dict[str, Any]) -> dict[str, str]:
         out[cls] = (
             f"redaction on + gaussian epsilon {best['epsilon']:.3g} at radius "
             f"{results['config']['policy']['radius']:g} (sigma {best['scale']:.4f}): recall "
-            f"{best['utility']['recall_ratio']:.1%} of clean, secret top-1 "
+            f"{recall_ratio(best):.1%} of clean{_draw_note(best)}, secret top-1 "
             f"{best['secret']['all']['x_chance']:.1f}x chance"
         )
     return out
@@ -120,7 +161,7 @@ def _plot(results: dict[str, Any], path: Path) -> None:
         rows = sorted((r for r in results["levels"] if r["redaction"] == red), key=lambda r: r["sigma"])
         xs = [r["scale"] for r in rows]
         tag = "redaction on" if red else "redaction off"
-        axes[0].plot(xs, [r["utility"]["recall_ratio"] for r in rows], style, marker="o", label=f"recall@10 / clean ({tag})")
+        axes[0].plot(xs, [recall_ratio(r) for r in rows], style, marker="o", label=f"recall@10 / clean ({tag})")
         axes[0].plot(xs, [r["utility"]["overlap"] for r in rows], style, marker="s", label=f"overlap@10 ({tag})")
         axes[1].plot(xs, [r["secret"]["all"]["top1"] for r in rows], style, marker="o", label=f"secret top-1 ({tag})")
         axes[1].plot(xs, [r["reid"]["top1"] for r in rows], style, marker="^", label=f"re-identification top-1 ({tag})")
@@ -189,10 +230,20 @@ def write_report(results: dict[str, Any], out_dir: str | Path, *, command: str =
         "| target | measured | 95 % bootstrap interval | limit | ok |",
         "|---|---|---|---|---|",
     ]
-    for name, t in check_targets(results).items():
+    targets = check_targets(results)
+    for name, t in targets.items():
         ci = t.get("interval")
         span = f"{ci[0]:+.3f} .. {ci[1]:+.3f}" if ci else "—"
         lines.append(f"| {name} | {t['value']:.4f} | {span} | {t['limit']} | {'yes' if t['ok'] else 'NO'} |")
+    d = targets["recall_ratio"].get("draws")
+    if d:
+        lines += [
+            "",
+            f"Known-item recall / clean over {d['n']} independent noise draws at the policy default: "
+            f"{d['min']:.3f} .. {d['max']:.3f}, {d['below']} of {d['n']} draws under "
+            f"{MIN_RECALL_RATIO:g}. One collection gets one draw (keyed noise); the target is judged "
+            "on the mean.",
+        ]
     ident = _row(results, policy_default=True, redaction=True)["bow_adaptive"]["identifier"]
     if "over_reference" in ident:
         lo, hi = ident["over_reference_ci"]
@@ -213,14 +264,20 @@ def write_report(results: dict[str, Any], out_dir: str | Path, *, command: str =
         "",
         f"Clean known-item recall@10 = {results['clean']['recall']:.3f}, nDCG@10 = {results['clean']['ndcg']:.3f}.",
         "",
-        "| level | sigma | epsilon | redaction | recall@10 | / clean | nDCG@10 | overlap@10 |",
-        "|---|---|---|---|---|---|---|---|",
+        "recall@10, nDCG@10 and overlap@10 are draw 0's (the draw the attacks see); the last column is "
+        "recall / clean over every noise draw: mean (standard deviation, min .. max).",
+        "",
+        "| level | sigma | epsilon | redaction | recall@10 | / clean | nDCG@10 | overlap@10 | / clean over draws |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["levels"]:
         u = r["utility"]
+        draws = u.get("recall_ratio_draws") or [u["recall_ratio"]]
+        spread = (f"{recall_ratio(r):.3f} ({u.get('recall_ratio_sd', 0.0):.3f}, {min(draws):.3f} .. {max(draws):.3f})"
+                  if len(draws) > 1 else "—")
         lines.append(
             f"| {r['level']} | {r['scale']:.4f} | {_fmt(r['epsilon'], '.3g')} | {'on' if r['redaction'] else 'off'} "
-            f"| {u['recall']:.3f} | {u['recall_ratio']:.3f} | {u['ndcg']:.3f} | {u['overlap']:.3f} |"
+            f"| {u['recall']:.3f} | {u['recall_ratio']:.3f} | {u['ndcg']:.3f} | {u['overlap']:.3f} | {spread} |"
         )
     lines += [
         "",
