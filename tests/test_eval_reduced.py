@@ -88,9 +88,9 @@ def test_planted_identifiers_are_hidden_at_the_default_policy_only_with_generali
 
 @pytest.mark.xfail(strict=True, reason=(
     "known gap (issue 5): the corpus's own identifiers (code names such as __getitem__, TypeError) "
-    "travel with their topics; the full run measures +0.088 at the default policy, +0.147 with "
+    "travel with their topics; the full run measures +0.069 at the default policy, +0.147 with "
     "identifiers generalised and no noise at all. Met means the whole 95 % interval is within "
-    "0.05 (+0.091 here, interval up to +0.175). Strict: when the target is met this test fails, "
+    "0.05 (+0.041 here on 2026-12-04, interval up to +0.128). Strict: when the target is met this test fails, "
     "so the gap cannot close silently."))
 def test_identifier_target_at_the_default_policy_with_redaction(reduced):
     from qdrant_guard.evaluation.report import check_targets
@@ -106,3 +106,14 @@ def test_report_and_plot_are_written(reduced):
     assert "## Targets" in text and "Recommended operating point" in text
     assert (out / "frontier.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "results.json").read_text())["config"]["n_docs"] == results["config"]["n_docs"]
+
+
+def test_recall_is_measured_over_independent_noise_draws(reduced):
+    from qdrant_guard.evaluation.report import check_targets
+
+    results, out = reduced
+    row = _row(results, policy_default=True, redaction=True)
+    draws = row["utility"]["recall_ratio_draws"]
+    assert len(draws) == results["config"]["utility_draws"] == 20
+    assert check_targets(results)["recall_ratio"]["value"] == row["utility"]["recall_ratio_mean"]
+    assert "independent noise draws at the policy default" in (out / "report.md").read_text()
