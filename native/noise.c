@@ -468,21 +468,18 @@ static size_t gauss_run_avx2(qg_stream *s, const void *x, void *out, int is_f32,
     size_t j = 0, pos = s->pos, end = s->end;
     *rej = 0;
     while (n - j >= 8 && end - pos >= 8) {
-        __m256d z_lo, z_hi, v_lo, v_hi, q_lo, q_hi, s_lo, s_hi, big_lo, big_hi;
+        __m256d z_lo, z_hi, v_lo, v_hi, q_lo, q_hi;
         unsigned acc = sample8_avx2(buf + pos, &z_lo, &z_hi);
-        /* combine_avx2's operations, on two groups of 4 */
+        /* combine_avx2's operations, on two groups of 4, without its |q| >= 2^52 blend: only rows
+           that cannot reach it come here (row_snap_safe), and for them it changes no bit. */
         v_lo = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j)) : load4_f64(xd + j);
         v_hi = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j + 4)) : load4_f64(xd + j + 4);
-        s_lo = _mm256_add_pd(_mm256_mul_pd(v_lo, fac), _mm256_mul_pd(z_lo, sc));
-        s_hi = _mm256_add_pd(_mm256_mul_pd(v_hi, fac), _mm256_mul_pd(z_hi, sc));
-        q_lo = _mm256_mul_pd(s_lo, inv);
-        q_hi = _mm256_mul_pd(s_hi, inv);
-        big_lo = big_avx2(q_lo);
-        big_hi = big_avx2(q_hi);
+        q_lo = _mm256_mul_pd(_mm256_add_pd(_mm256_mul_pd(v_lo, fac), _mm256_mul_pd(z_lo, sc)), inv);
+        q_hi = _mm256_mul_pd(_mm256_add_pd(_mm256_mul_pd(v_hi, fac), _mm256_mul_pd(z_hi, sc)), inv);
         q_lo = _mm256_add_pd(_mm256_round_pd(q_lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
         q_hi = _mm256_add_pd(_mm256_round_pd(q_hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
-        q_lo = _mm256_blendv_pd(_mm256_mul_pd(q_lo, st), s_lo, big_lo);
-        q_hi = _mm256_blendv_pd(_mm256_mul_pd(q_hi, st), s_hi, big_hi);
+        q_lo = _mm256_mul_pd(q_lo, st);
+        q_hi = _mm256_mul_pd(q_hi, st);
         if (acc == 0xFFu) {
             if (is_f32) {
                 __m128 f_lo = _mm256_cvtpd_ps(q_lo), f_hi = _mm256_cvtpd_ps(q_hi);
@@ -659,6 +656,16 @@ static size_t combine(const void *x, void *out, int is_f32, const double *z, siz
     return combine_scalar(x, out, is_f32, z, n, factor, scale, inv_step, step);
 }
 
+/* Whether no coordinate of the row can reach |q| = |(v * factor + z * scale) / step| >= 2^52, where
+   snap() returns its input instead of rounding. |v * factor| <= sqrt(ss) * factor, and the
+   samplers' normals stay far below 2^10 in magnitude. Rows that could reach it take the chunked
+   path, whose combine() handles it; for every other row the two paths give the same bits. */
+static inline int row_snap_safe(double ss, double factor, double scale, double inv_step)
+{
+    double bound = (sqrt(ss) * factor + 0x1p10 * scale) * inv_step;
+    return bound < 0x1p51; /* false for NaN and infinity too */
+}
+
 static int noise_rows_serial(const void *x, void *out, int is_f32, size_t rows, size_t dim, int mechanism,
                              double scale, double step, double clip_norm, qg_stream *stream,
                              const uint8_t *row_keys, const uint8_t nonce[12], size_t *bad_row,
@@ -719,7 +726,7 @@ static int noise_rows_serial(const void *x, void *out, int is_f32, size_t rows, 
             /* Also at the AVX-512 level: the unfused path there (the gathering sampler into a
                buffer, then combine_avx512) was 10-13 % slower per row on Zen 4 (384-d and 1536-d,
                paired against numpy, 2026-12-03). */
-            if (simd_level >= QG_SIMD_AVX2) {
+            if (simd_level >= QG_SIMD_AVX2 && row_snap_safe(ss, factor, scale, inv_step)) {
                 bad = gauss_row_avx2(s, xr, orow, is_f32, dim, factor, scale, inv_step, step);
                 if (bad < dim) {
                     *bad_row = i;
