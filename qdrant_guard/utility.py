@@ -952,7 +952,7 @@ def run_calibrate_cli(args: Any) -> int:
         from .evaluation.embed import Embedder
 
         model = Embedder().encode
-        transform = query_text_transform(get("query_text", "redacted"))
+        transform = query_text_transform(get("query_text", "generalized"))  # the CLI default
         embedder = lambda texts: model([transform(t) for t in texts])  # noqa: E731
     signer = None
     if get("key"):

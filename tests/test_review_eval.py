@@ -371,3 +371,36 @@ def test_eval_cli_refuses_such_levels_before_embedding_anything(levels, capsys):
 
     assert run_eval_cli(["--levels", levels, "--out", "/nonexistent/never-written", "--no-progress"]) == 2
     assert levels in capsys.readouterr().err
+
+
+def test_calibrate_cli_without_query_text_embeds_queries_as_the_guard_does(tmp_path, monkeypatch):
+    # A hand-built Namespace without query_text got "redacted" while the CLI's documented
+    # default is "generalized" (what the guard embeds under the default policy).
+    import argparse
+    import json
+
+    from qdrant_guard.evaluation import embed as eval_embed
+    from qdrant_guard.hashing_embedder import HashingEmbedder
+    from qdrant_guard.utility import run_calibrate_cli
+
+    hashing = HashingEmbedder(32)
+    seen: list[str] = []
+
+    def encode(self, texts, **_):
+        seen.extend(texts)
+        return hashing(list(texts))
+
+    monkeypatch.setattr(eval_embed.Embedder, "encode", encode)
+    texts = [f"ticket {1000 + i} about TypeError number {i}" for i in range(12)]
+    store = tmp_path / "store"
+    local = RawClient(path=str(store))
+    local.create_collection("c", vectors_config=qmodels.VectorParams(size=32, distance=qmodels.Distance.COSINE))
+    local.upsert("c", points=[qmodels.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(hashing(texts))])
+    local.close()
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps(t) + "\n" for t in texts[:4]))
+    args = argparse.Namespace(path=str(store), url=None, collection="c", queries=str(qfile), qrels=None,
+                              out=str(tmp_path / "r.json"), progress=False, no_progress=True, seed=0,
+                              epsilons="1000", threshold=0.9)
+    run_calibrate_cli(args)
+    assert seen and all("[NUMBER]" in t and "1000" not in t for t in seen), seen
