@@ -831,19 +831,7 @@ FOREIGN = {
 
 @pytest.mark.parametrize("page", sorted(PAGE_MODULES))
 def test_api_names_of_a_page_exist(page):
-    mods = [m for m in PAGE_MODULES[page]]
-    objs = []
-    for m in mods:
-        parts = m.split(".")
-        for i in range(len(parts), 0, -1):
-            try:
-                obj: Any = importlib.import_module(".".join(parts[:i]))
-                break
-            except ImportError:
-                continue
-        for p in parts[i:]:
-            obj = getattr(obj, p)
-        objs.append(obj)
+    objs = _page_objects(page)
     bad = []
     for span in spans(ROOT / page):
         m = re.match(r"^([A-Za-z_][\w.]*)(\(|$)", span)
