@@ -23,6 +23,7 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 import numpy as np
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from qdrant_client.http import models
 
 from . import merkle
 from ._impl import implementation, load_kernel
@@ -87,6 +88,9 @@ REASONS = (
     # Only from verify(): the point or its receipt is absent.
     "missing_point",
     "missing_receipt",
+    # Only from verify(): a sparse vector or multivector, which the guard never stores on a
+    # sensitive collection (no receipt can cover one).
+    "unsupported_vector",
 )
 
 _GRID_INV = 2.0 ** 20
@@ -1155,19 +1159,37 @@ class PointReceiptReport:
         return self.check.reason
 
 
-def _is_dense(v: Any) -> bool:
-    # Not `v and ...`: the truth value of a numpy array of two or more values is an error.
+def _unsupported_kind(v: Any) -> str | None:
+    """``"sparse vector"`` or ``"multivector"`` for a value the guard never stores on a sensitive
+    collection (vectors.as_dense refuses both, receipted or not), else None."""
+    if isinstance(v, models.SparseVector):
+        return "sparse vector"
     if isinstance(v, np.ndarray):
-        return v.ndim == 1 and v.size > 0
-    return isinstance(v, (list, tuple)) and len(v) > 0 and not isinstance(v[0], (list, tuple, np.ndarray))
+        return "multivector" if v.ndim == 2 else None
+    if isinstance(v, (list, tuple)) and len(v) > 0 and isinstance(v[0], (list, tuple, np.ndarray)):
+        return "multivector"
+    return None
 
 
-def _dense_vectors(vector: Any) -> dict[str, Any]:
+def _split_vectors(vector: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """``({name: dense value}, {name: unsupported kind})`` of a point's vector field.
+
+    Every value that is not a sparse vector or a multivector counts as dense, so that anything
+    else read back (an empty list, a scalar) is reported by verify_receipt or as missing_receipt
+    rather than skipped.
+    """
     if vector is None:
-        return {}
-    if isinstance(vector, Mapping):
-        return {name: v for name, v in vector.items() if _is_dense(v)}
-    return {"": vector}
+        return {}, {}
+    items = vector.items() if isinstance(vector, Mapping) else (("", vector),)
+    dense: dict[str, Any] = {}
+    unsupported: dict[str, str] = {}
+    for name, v in items:
+        kind = _unsupported_kind(v)
+        if kind is None:
+            dense[name] = v
+        else:
+            unsupported[name] = kind
+    return dense, unsupported
 
 
 def verify(
@@ -1184,7 +1206,9 @@ def verify(
     """Read points from Qdrant and verify each stored receipt against the stored vector.
 
     Every dense vector of every point must carry a valid receipt; a vector without one is
-    reported as ``"missing_receipt"``, an id not found as ``"missing_point"``.
+    reported as ``"missing_receipt"``, an id not found as ``"missing_point"``. A sparse vector or
+    a multivector (named or the default vector) is ``"unsupported_vector"`` whatever its receipt:
+    the guard refuses both on sensitive collections, so one can only have been written around it.
 
     Args:
         client: any ``qdrant_client.QdrantClient`` (a raw one: the guard must not alter reads).
@@ -1238,9 +1262,14 @@ def verify(
             reports.append(PointReceiptReport(point.id, "", ReceiptCheck(False, "malformed", None,
                                                                          None, str(exc))))
             continue
-        vectors = _dense_vectors(point.vector)
-        for name in sorted(set(vectors) | set(stored)):
-            if name not in stored:
+        vectors, unsupported = _split_vectors(point.vector)
+        for name in sorted(set(vectors) | set(stored) | set(unsupported)):
+            if name in unsupported:
+                check = ReceiptCheck(False, "unsupported_vector", None, None, (
+                    f"vector {name!r} is a {unsupported[name]}; the guard refuses "
+                    f"{unsupported[name]}s on sensitive collections (no receipt can cover one), so on a "
+                    "sensitive collection it was written around the guard"))
+            elif name not in stored:
                 check = ReceiptCheck(False, "missing_receipt", None, None,
                                      f"vector {name!r} has no receipt")
             elif name not in vectors:
