@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .errors import QdrantGuardError
+from .errors import ConfigError, QdrantGuardError
 
 
 def _positive_float(text: str) -> float:
@@ -87,8 +87,17 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
         pk = keys.load_public_key(spec)
         trusted[keys.key_id(pk)] = pk
     revoked: tuple[str, ...] = ()
+    noise_policy = None
     if args.policy:
         cfg = load_policy(args.policy)
+        if args.check_noise:
+            try:
+                pol = cfg.policy_for(args.collection)
+            except ConfigError as exc:
+                print(f"error: --check-noise: {exc}", file=sys.stderr)
+                return 2
+            # A PUBLIC collection states no noise; its receipts are then judged by check_release only.
+            noise_policy = None if pol.is_public else pol.noise
         for spec in cfg.receipts.trusted_keys:
             pk = keys.load_public_key(spec)
             trusted[keys.key_id(pk)] = pk
@@ -100,11 +109,15 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
         print("error: no trusted keys: pass --trusted-key or --policy", file=sys.stderr)
         return 2
     client = _client_from(args)
-    reports = receipts.verify(client, args.collection, trusted_keys=trusted, revoked=revoked)
+    reports = receipts.verify(client, args.collection, trusted_keys=trusted, revoked=revoked,
+                              check_noise=args.check_noise, noise_policy=noise_policy)
     bad = [r for r in reports if not r.ok]
     for r in reports:
         if args.verbose or not r.ok:
-            print(json.dumps({"id": str(r.point_id), "vector": r.vector_name, "ok": r.ok, "reason": r.reason}))
+            line = {"id": str(r.point_id), "vector": r.vector_name, "ok": r.ok, "reason": r.reason}
+            if not r.ok:
+                line["detail"] = r.check.detail
+            print(json.dumps(line))
     print(f"{len(reports) - len(bad)}/{len(reports)} receipted vectors verify in {args.collection!r}")
     return 1 if bad else 0
 
@@ -187,6 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     rv.add_argument("--collection", required=True)
     rv.add_argument("--trusted-key", action="append", help="trusted public key (ed25519:... or file); repeatable")
     rv.add_argument("--policy", help="take trusted/revoked keys from this policy file")
+    rv.add_argument("--check-noise", action="store_true",
+                    help="also refuse receipts whose signed noise a guarded write refuses "
+                         "(noise.check_release: the TEST-ONLY seeded generator, a scale below the "
+                         "calibration); with --policy, also noise weaker than the collection's "
+                         "[noise] section. Reported as insufficient_noise")
     rv.add_argument("--verbose", action="store_true")
     rv.set_defaults(func=cmd_receipt_verify)
 

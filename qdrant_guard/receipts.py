@@ -30,6 +30,7 @@ from ._impl import implementation, load_kernel
 from .canonical import canonical_json, decode_canonical
 from .errors import InvalidVectorError, ReceiptError
 from .keys import key_id as _key_id
+from .noise import check_release as _check_release
 from .noise_params import MECHANISMS, NoiseParams
 
 __all__ = [
@@ -91,6 +92,9 @@ REASONS = (
     # Only from verify(): a sparse vector or multivector, which the guard never stores on a
     # sensitive collection (no receipt can cover one).
     "unsupported_vector",
+    # Only from verify(check_noise=True): the signature verified but the signed noise parameters
+    # are ones a guarded write refuses (noise.check_release, or weaker than noise_policy).
+    "insufficient_noise",
 )
 
 _GRID_INV = 2.0 ** 20
@@ -818,7 +822,7 @@ class ReceiptCheck:
     Attributes:
         ok: True only if every check passed.
         reason: ``"ok"`` or one of :data:`REASONS`.
-        params: the signed noise parameters (only when ``ok``).
+        params: the signed noise parameters (only when ``ok``, or ``"insufficient_noise"``).
         key_id: the key id named by the receipt (when it could be read).
         detail: a human-readable explanation.
     """
@@ -1192,6 +1196,23 @@ def _split_vectors(vector: Any) -> tuple[dict[str, Any], dict[str, str]]:
     return dense, unsupported
 
 
+def _noise_shortfall(params: NoiseParams, noise_policy: Any) -> str | None:
+    """Why ``params`` are weaker than ``noise_policy`` (a policy.NoisePolicy), or None.
+
+    The same comparison a guarded write makes on a receipted vector (writes.py): a larger epsilon,
+    a smaller protected radius, a larger delta, or less clipping than the policy states.
+    """
+    clip = noise_policy.clip_norm
+    clipped_less = clip is not None and (params.clip_norm is None or params.clip_norm > clip)
+    if (params.epsilon > noise_policy.epsilon or params.radius < noise_policy.radius
+            or params.delta > max(noise_policy.delta, 0.0) or clipped_less):
+        return (f"receipt gives epsilon {params.epsilon} at radius {params.radius} with delta "
+                f"{params.delta} and clip_norm {params.clip_norm}; the policy requires epsilon <= "
+                f"{noise_policy.epsilon}, radius >= {noise_policy.radius}, delta <= {noise_policy.delta} "
+                f"and clip_norm <= {clip}")
+    return None
+
+
 def verify(
     client: Any,
     collection_name: str,
@@ -1202,6 +1223,8 @@ def verify(
     now: float | None = None,
     max_age_s: float | None = None,
     batch_size: int = 256,
+    check_noise: bool = False,
+    noise_policy: Any = None,
 ) -> list[PointReceiptReport]:
     """Read points from Qdrant and verify each stored receipt against the stored vector.
 
@@ -1220,9 +1243,23 @@ def verify(
         max_age_s: reject receipts older than this, or issued more than
             :data:`ISSUED_AT_LEEWAY_S` after ``now``.
         batch_size: points per scroll/retrieve request.
+        check_noise: also judge the signed noise parameters of each receipt that verifies, as a
+            guarded write does: one that :func:`qdrant_guard.noise.check_release` refuses (the
+            TEST-ONLY seeded generator, a scale below the calibration, an unknown mechanism
+            version) is ``"insufficient_noise"``, with check_release's explanation in ``detail``
+            and the params in ``check.params``. Off by default: without it a receipt's
+            parameters are not judged (the signature and binding only).
+        noise_policy: a :class:`qdrant_guard.policy.NoisePolicy` (e.g.
+            ``config.policy_for(name).noise``); implies ``check_noise`` and also reports as
+            ``"insufficient_noise"`` a receipt weaker than it (larger epsilon or delta, smaller
+            radius, larger or no clip_norm), the comparison a guarded write makes.
 
     Returns:
         One :class:`PointReceiptReport` per (point, vector name), in read order.
+
+    Raises:
+        TypeError: ``check_noise`` is not a bool, ``noise_policy`` lacks epsilon, delta, radius or
+            clip_norm, or another argument has the wrong type.
     """
     if not isinstance(collection_name, str):
         raise TypeError(f"collection_name must be str, not {type(collection_name).__name__}")
@@ -1230,6 +1267,15 @@ def verify(
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     _check_trusted(trusted_keys, revoked)
     _check_times(now, max_age_s)
+    if not isinstance(check_noise, bool):
+        raise TypeError(f"check_noise must be True or False, not {type(check_noise).__name__}")
+    if noise_policy is not None:
+        missing = [a for a in ("epsilon", "delta", "radius", "clip_norm") if not hasattr(noise_policy, a)]
+        if missing:
+            raise TypeError(f"noise_policy must be a qdrant_guard.policy.NoisePolicy (e.g. "
+                            f"config.policy_for(collection).noise); a {type(noise_policy).__name__} "
+                            f"has no {', '.join(missing)}")
+        check_noise = True
     # Read once: a one-shot iterable (a generator) passed on to every verify_receipt call was
     # empty from the second point on, so a revoked key verified there.
     revoked = frozenset(revoked)
@@ -1284,5 +1330,11 @@ def verify(
                 except (TypeError, InvalidVectorError) as exc:
                     # What the client returned is not numbers: one point's report, not a crash.
                     check = ReceiptCheck(False, "vector_mismatch", None, None, str(exc))
+                if check_noise and check.ok and check.params is not None:
+                    problem = _check_release(check.params)
+                    if problem is None and noise_policy is not None:
+                        problem = _noise_shortfall(check.params, noise_policy)
+                    if problem is not None:
+                        check = ReceiptCheck(False, "insufficient_noise", check.params, check.key_id, problem)
             reports.append(PointReceiptReport(point.id, name, check))
     return reports

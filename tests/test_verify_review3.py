@@ -4,6 +4,7 @@ guarded write would refuse. Real local-mode Qdrant throughout."""
 from __future__ import annotations
 
 import json
+import textwrap
 
 import numpy as np
 import pytest
@@ -12,11 +13,17 @@ from qdrant_client import QdrantClient as RawClient
 from qdrant_client import models
 
 from guardkit import DIM, make_kit, unit
-from qdrant_guard import InvalidVectorError, QdrantClient, keys
+from qdrant_guard import InvalidVectorError, QdrantClient, keys, noise
 from qdrant_guard.cli import main as cli_main
+from qdrant_guard.policy import NoisePolicy
 from qdrant_guard.receipts import (
     REASONS,
+    RECEIPT_KEY,
+    ReceiptItem,
     ReceiptSigner,
+    issue_receipts_batch,
+    receipts_for_payload,
+    stored_form,
     verify,
 )
 
@@ -124,21 +131,155 @@ def test_a_default_multivector_is_reported_as_the_named_one_is():
     assert (r.point_id, r.vector_name, r.reason) == (7, "", "unsupported_vector")
 
 
-def test_the_new_reason_is_listed_and_the_old_ones_kept():
+def test_new_reasons_are_listed_and_the_old_ones_kept():
     for reason in ("ok", "missing_point", "missing_receipt", "vector_mismatch", "bad_signature"):
         assert reason in REASONS
-    assert "unsupported_vector" in REASONS
+    assert "unsupported_vector" in REASONS and "insufficient_noise" in REASONS
 
 
+# ------------------------------------------------------------------ 2. the signed noise parameters
 @pytest.fixture(scope="module")
 def signer() -> ReceiptSigner:
     return ReceiptSigner(Ed25519PrivateKey.generate())
+
+
+def _store(signer: ReceiptSigner, releases: dict[int, tuple[np.ndarray, noise.NoiseParams]],
+           client: RawClient | None = None) -> RawClient:
+    """A collection "c" holding each (vector, params) release with a receipt signed by signer."""
+    raw = client or RawClient(":memory:")
+    raw.create_collection("c", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    items = [ReceiptItem(params=params, vector=vec, collection="c", point_id=pid, vector_name="")
+             for pid, (vec, params) in releases.items()]
+    recs = issue_receipts_batch(signer, items)
+    raw.upsert("c", [models.PointStruct(id=it.point_id, vector=it.vector.tolist(),
+                                        payload={RECEIPT_KEY: receipts_for_payload({"": rec})})
+                     for it, rec in zip(items, recs)])
+    return raw
+
+
+def _release(seed: int, *, seeded: bool = False, **kw) -> tuple[np.ndarray, noise.NoiseParams]:
+    x = np.asarray(unit(np.random.default_rng(seed)), np.float32)[None, :]
+    args = dict(mechanism="gaussian", epsilon=1.0, radius=0.01, delta=1e-6, clip_norm=1.0)
+    args.update(kw)
+    if seeded:
+        out, params = noise.privatize_seeded_for_tests(x, seed=seed, **args)
+    else:
+        out, params = noise.privatize(x, key=KEY, **args)
+    return stored_form(out[0], distance="Cosine"), params
+
+
+def test_a_test_only_seeded_release_is_ok_by_default_and_refused_with_check_noise(signer):
+    raw = _store(signer, {1: _release(1), 2: _release(2, seeded=True)})
+    trusted = {signer.key_id: signer.public_key}
+    # Backwards compatible: without the option only the signature and the binding are checked.
+    assert [r.reason for r in verify(raw, "c", trusted_keys=trusted)] == ["ok", "ok"]
+    got = {r.point_id: r for r in verify(raw, "c", trusted_keys=trusted, check_noise=True)}
+    assert got[1].ok
+    assert got[2].reason == "insufficient_noise"
+    assert "TEST-ONLY" in got[2].check.detail
+    # The parameters stay readable on the refusal, and it is the guard's own judgement.
+    assert got[2].check.params is not None and got[2].check.params.rng_id == noise.RNG_SEEDED
+    assert noise.check_release(got[2].check.params) == got[2].check.detail
+
+
+def test_a_scale_below_the_calibration_is_refused_with_check_noise(signer):
+    vec, params = _release(3)
+    # A signer claiming the calibrated epsilon with a tenth of the noise (what a buggy or lying
+    # signer can sign; the receipt is otherwise valid).
+    weak = noise.NoiseParams(**{**params.__dict__, "scale": params.scale / 10})
+    raw = _store(signer, {1: (vec, weak)})
+    trusted = {signer.key_id: signer.public_key}
+    assert verify(raw, "c", trusted_keys=trusted)[0].ok
+    (r,) = verify(raw, "c", trusted_keys=trusted, check_noise=True)
+    assert r.reason == "insufficient_noise" and "below the calibrated" in r.check.detail
+
+
+@pytest.mark.parametrize("weaker, named", [
+    (dict(epsilon=4.0), "epsilon 4.0"),
+    (dict(radius=0.001), "radius 0.001"),
+    (dict(delta=1e-3), "delta 0.001"),
+    (dict(clip_norm=2.0), "clip_norm 2.0"),
+    (dict(clip_norm=None), "clip_norm None"),
+])
+def test_noise_weaker_than_the_policy_is_refused_with_noise_policy(signer, weaker, named):
+    # Each release is consistent (check_release passes) but weaker than the collection's policy.
+    raw = _store(signer, {1: _release(4), 2: _release(5, **weaker)})
+    trusted = {signer.key_id: signer.public_key}
+    pol = NoisePolicy(epsilon=1.0, delta=1e-6, radius=0.01, clip_norm=1.0)
+    assert [r.reason for r in verify(raw, "c", trusted_keys=trusted, check_noise=True)] == ["ok", "ok"]
+    got = {r.point_id: r for r in verify(raw, "c", trusted_keys=trusted, noise_policy=pol)}
+    assert got[1].ok
+    assert got[2].reason == "insufficient_noise" and named in got[2].check.detail
+
+
+def test_noise_policy_accepts_what_the_guard_itself_wrote(kit):
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "noise_on_write": True,
+                              "noise": {"epsilon": 0.5, "delta": 1e-7, "radius": 0.02}}})
+    store = str(kit.tmp / "store")
+    owner = QdrantClient(path=store, guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    rng = np.random.default_rng(6)
+    owner.upsert("pii", [models.PointStruct(id=i, vector=unit(rng)) for i in range(3)])
+    trusted = dict(owner.guard.trusted_receipt_keys)
+    owner.close()
+    reports = verify(RawClient(path=store), "pii", trusted_keys=trusted,
+                     noise_policy=cfg.policy_for("pii").noise)
+    assert [r.reason for r in reports] == ["ok"] * 3
+
+
+def test_a_noise_policy_of_the_wrong_type_is_a_clear_error(signer):
+    raw = _store(signer, {1: _release(7)})
+    with pytest.raises(TypeError, match="NoisePolicy.*epsilon"):
+        verify(raw, "c", trusted_keys={signer.key_id: signer.public_key}, noise_policy={"epsilon": 1.0})
+    with pytest.raises(TypeError, match="check_noise must be True or False"):
+        verify(raw, "c", trusted_keys={signer.key_id: signer.public_key}, check_noise="no")
 
 
 # ------------------------------------------------------------------ the CLI
 def _cli(capsys, argv):
     rc = cli_main(argv)
     return rc, capsys.readouterr().out
+
+
+def test_cli_check_noise_reports_a_seeded_release_and_plain_verify_stays_as_it_was(tmp_path, signer, capsys):
+    raw = _store(signer, {1: _release(8), 2: _release(9, seeded=True)}, RawClient(path=str(tmp_path / "store")))
+    raw.close()
+    pub = keys.public_key_to_str(signer.public_key)
+    base = ["receipt", "verify", "--path", str(tmp_path / "store"), "--collection", "c", "--trusted-key", pub]
+    rc, out = _cli(capsys, base)
+    assert rc == 0 and "2/2 receipted vectors verify" in out
+    rc, out = _cli(capsys, base + ["--check-noise"])
+    lines = out.splitlines()
+    assert rc == 1 and lines[-1].startswith("1/2 receipted vectors verify")
+    (bad,) = map(json.loads, lines[:-1])
+    assert (bad["id"], bad["reason"], bad["ok"]) == ("2", "insufficient_noise", False)
+    assert "TEST-ONLY" in bad["detail"]
+
+
+def test_cli_check_noise_with_policy_applies_the_collections_noise(kit, tmp_path, signer, capsys):
+    raw = _store(signer, {1: _release(10), 2: _release(11, epsilon=1.5)}, RawClient(path=str(tmp_path / "store")))
+    raw.close()
+    policy = tmp_path / "policy.toml"
+    policy.write_text(textwrap.dedent(f"""\
+        [boundaries.hr]
+        authority_keys = ["{kit.authority_pub['hr']}"]
+
+        [receipts]
+        trusted_keys = ["{keys.public_key_to_str(signer.public_key)}"]
+
+        [collections.c]
+        class = "PII"
+        owner = "hr"
+        noise = {{ epsilon = 1.0, delta = 1e-6, radius = 0.01 }}
+        """))
+    base = ["receipt", "verify", "--path", str(tmp_path / "store"), "--collection", "c", "--policy", str(policy)]
+    rc, out = _cli(capsys, base)
+    assert rc == 0 and "2/2 receipted vectors verify" in out
+    rc, out = _cli(capsys, base + ["--check-noise"])
+    assert rc == 1
+    (bad,) = map(json.loads, out.splitlines()[:-1])
+    assert (bad["id"], bad["reason"]) == ("2", "insufficient_noise")
+    assert "epsilon 1.5" in bad["detail"] and "epsilon <= 1.0" in bad["detail"]
 
 
 def test_cli_reports_a_sparse_vector_with_its_reason(tmp_path, signer, capsys):
