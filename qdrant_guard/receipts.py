@@ -1196,11 +1196,13 @@ def _split_vectors(vector: Any) -> tuple[dict[str, Any], dict[str, str]]:
     return dense, unsupported
 
 
-def _noise_shortfall(params: NoiseParams, noise_policy: Any) -> str | None:
+def noise_shortfall(params: NoiseParams, noise_policy: Any) -> str | None:
     """Why ``params`` are weaker than ``noise_policy`` (a policy.NoisePolicy), or None.
 
-    The same comparison a guarded write makes on a receipted vector (writes.py): a larger epsilon,
-    a smaller protected radius, a larger delta, or less clipping than the policy states.
+    The comparison a guarded write makes on a receipted vector (writes.py) and ``verify`` makes with
+    ``noise_policy=``: a larger epsilon, a smaller protected radius, a larger delta, or less
+    clipping than the policy states (the radius is measured between inputs clipped to clip_norm,
+    and clipping harder never increases a distance, so only a larger clip_norm is weaker).
     """
     clip = noise_policy.clip_norm
     clipped_less = clip is not None and (params.clip_norm is None or params.clip_norm > clip)
@@ -1333,7 +1335,7 @@ def verify(
                 if check_noise and check.ok and check.params is not None:
                     problem = _check_release(check.params)
                     if problem is None and noise_policy is not None:
-                        problem = _noise_shortfall(check.params, noise_policy)
+                        problem = noise_shortfall(check.params, noise_policy)
                     if problem is not None:
                         check = ReceiptCheck(False, "insufficient_noise", check.params, check.key_id, problem)
             reports.append(PointReceiptReport(point.id, name, check))

@@ -22,6 +22,7 @@ from .receipts import (
     commitment_bytes,
     normalize_point_id,
     issue_receipts_batch,
+    noise_shortfall,
     receipts_for_payload,
     receipts_from_payload,
     stored_receipts,
@@ -137,13 +138,6 @@ def points_from_columns(vectors: Any, payload: Iterable[Any] | None, ids: Iterab
             "the three must have the same length"
         )
     return [models.PointStruct(id=i, vector=_plain(v), payload=p) for i, v, p in zip(id_list, rows, pl)]
-
-
-def _clipped_less(receipt_clip: float | None, policy_clip: float | None) -> bool:
-    """Whether a receipt clipped inputs at a larger norm than the policy (``None``: not at all)."""
-    if policy_clip is None:
-        return False
-    return receipt_clip is None or receipt_clip > policy_clip
 
 
 def _altered_by_storage(arr: np.ndarray, distance: str) -> bool:
@@ -524,19 +518,9 @@ class WriteOps(TextOps):
                     if prm.epsilon > ceiling:
                         fault(Verdict.EPSILON_ABOVE_CEILING, p.id, f"epsilon {prm.epsilon} > ceiling {ceiling}")
                         continue
-                    if (prm.epsilon > pol.noise.epsilon or prm.radius < pol.noise.radius
-                            or prm.delta > max(pol.noise.delta, 0.0)
-                            or _clipped_less(prm.clip_norm, pol.noise.clip_norm)):
-                        # Weaker than the collection's own noise: a larger epsilon, a smaller
-                        # protected radius, a larger delta or less clipping than the policy states
-                        # (the radius is measured between inputs clipped to clip_norm, and clipping
-                        # harder never increases a distance, so only a larger clip_norm is weaker).
-                        fault(Verdict.NOISE_REQUIRED, p.id, (
-                            f"receipt gives epsilon {prm.epsilon} at radius {prm.radius} with delta "
-                            f"{prm.delta} and clip_norm {prm.clip_norm}; the policy requires epsilon <= "
-                            f"{pol.noise.epsilon}, radius >= {pol.noise.radius}, delta <= {pol.noise.delta} "
-                            f"and clip_norm <= {pol.noise.clip_norm}"
-                        ))
+                    weaker = noise_shortfall(prm, pol.noise)
+                    if weaker is not None:
+                        fault(Verdict.NOISE_REQUIRED, p.id, weaker)
                         continue
                     why = self.utility_refusal(pol, mechanism=prm.mechanism, epsilon=prm.epsilon,
                                                radius=prm.radius, delta=prm.delta, clip_norm=prm.clip_norm)

@@ -851,7 +851,7 @@ def test_api_names_of_a_page_exist(page):
                 bad.append(name)
                 break
             obj = getattr(obj, r, None)
-    assert not bad, f"{page} names {sorted(set(bad))}, which {', '.join(mods)} do not have"
+    assert not bad, f"{page} names {sorted(set(bad))}, which {', '.join(PAGE_MODULES[page])} do not have"
 
 
 def _documented_signature(text: str, name: str) -> list[tuple[str, Any, Any]]:
