@@ -200,7 +200,9 @@ class PayloadOps(TextOps):
             message = (f"{op}: point(s) {missing} do not exist in collection {name!r}; {why}. Leave their "
                        "ids out. Nothing was written")
             self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))
-            raise UnsupportedWriteError(message)
+            exc = UnsupportedWriteError(message)
+            exc._qg_audited = True  # type: ignore[attr-defined]  # see WriteOps._audit_input_errors
+            raise exc
 
     def _run_ops(self, method: str, name: str, pol: CollectionPolicy, ops: list[Any], args: dict[str, Any]) -> Op:
         if not ops:

@@ -53,17 +53,26 @@ class CollectionShape:
         found = self.dense.get(name)
         if found is None:
             if name in self.sparse:
-                raise InvalidVectorError(
+                raise _invalid(
+                    "sparse_vector",
                     f"{where}: vector {name!r} is a sparse vector; sparse vectors are lexical term "
                     "weights (the words themselves) and are refused on sensitive collections — "
                     "store them in a PUBLIC collection or drop them"
                 )
             known = sorted(n or "<unnamed>" for n in self.dense)
             shown = name or "<unnamed>"
-            raise InvalidVectorError(
-                f"{where}: unknown vector name {shown!r}; this collection has: {known}"
+            raise _invalid(
+                "unknown_vector_name", f"{where}: unknown vector name {shown!r}; this collection has: {known}"
             )
         return found
+
+
+def _invalid(reason: str, message: str) -> InvalidVectorError:
+    """An InvalidVectorError carrying ``reason``, a fixed word the audit records in place of the
+    message (which can quote the caller's values)."""
+    exc = InvalidVectorError(message)
+    exc.reason = reason  # type: ignore[attr-defined]
+    return exc
 
 
 def shape_from_info(info: models.CollectionInfo) -> CollectionShape:
@@ -114,12 +123,12 @@ def as_dense(value: Any, spec: VectorSpec, *, where: str) -> np.ndarray:
         InvalidVectorError: multivector, sparse, wrong dimension, non-numeric, NaN or Inf values.
     """
     if isinstance(value, models.SparseVector):
-        raise InvalidVectorError(
-            f"{where}: sparse vector given for dense vector {spec.name or '<unnamed>'!r}"
+        raise _invalid(
+            "sparse_vector", f"{where}: sparse vector given for dense vector {spec.name or '<unnamed>'!r}"
         )
     if spec.multivector:
-        raise InvalidVectorError(
-            f"{where}: multivector {spec.name or '<unnamed>'!r} on a sensitive collection is not "
+        raise _invalid(
+            "multivector", f"{where}: multivector {spec.name or '<unnamed>'!r} on a sensitive collection is not "
             "supported by the guard yet (no receipt format for matrices); store multivectors in a "
             "PUBLIC collection"
         )
@@ -131,16 +140,16 @@ def as_dense(value: Any, spec: VectorSpec, *, where: str) -> np.ndarray:
         try:
             arr = np.asarray(value)
         except (TypeError, ValueError) as exc:
-            raise InvalidVectorError(f"{where}: vector is not numeric: {exc}") from None
+            raise _invalid("not_numeric", f"{where}: vector is not numeric: {exc}") from None
     if arr.dtype.kind not in "fiu" or arr.dtype.kind == "b":
-        raise InvalidVectorError(f"{where}: vector has dtype {arr.dtype}, expected floats")
+        raise _invalid("bad_dtype", f"{where}: vector has dtype {arr.dtype}, expected floats")
     if arr.ndim != 1:
-        raise InvalidVectorError(
-            f"{where}: expected a 1-d vector for {spec.name or '<unnamed>'!r}, got shape {arr.shape}"
+        raise _invalid(
+            "bad_shape", f"{where}: expected a 1-d vector for {spec.name or '<unnamed>'!r}, got shape {arr.shape}"
         )
     if arr.shape[0] != spec.size:
-        raise InvalidVectorError(
-            f"{where}: vector {spec.name or '<unnamed>'!r} has dimension {arr.shape[0]}, "
+        raise _invalid(
+            "wrong_dimension", f"{where}: vector {spec.name or '<unnamed>'!r} has dimension {arr.shape[0]}, "
             f"the collection expects {spec.size}"
         )
     out = arr.astype(np.float64, copy=False)
@@ -148,15 +157,15 @@ def as_dense(value: Any, spec: VectorSpec, *, where: str) -> np.ndarray:
         return out
     if not np.isfinite(out).all():
         bad = int(np.flatnonzero(~np.isfinite(out))[0])
-        raise InvalidVectorError(
-            f"{where}: vector {spec.name or '<unnamed>'!r} has a non-finite value "
+        raise _invalid(
+            "non_finite", f"{where}: vector {spec.name or '<unnamed>'!r} has a non-finite value "
             f"({out[bad]!r}) at index {bad}"
         )
     if out.size and (out.max() > _F32_MAX or out.min() < -_F32_MAX):
         # Qdrant stores float32: such a value would be stored as +-inf.
         bad = int(np.flatnonzero(np.abs(out) > _F32_MAX)[0])
-        raise InvalidVectorError(
-            f"{where}: vector {spec.name or '<unnamed>'!r} has the value {float(out[bad])!r} at index {bad}, "
+        raise _invalid(
+            "beyond_float32", f"{where}: vector {spec.name or '<unnamed>'!r} has the value {float(out[bad])!r} at index {bad}, "
             f"outside the float32 range Qdrant stores (|v| <= {_F32_MAX:.4g}); rescale the vector"
         )
     return out

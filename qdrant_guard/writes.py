@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -11,7 +13,8 @@ from qdrant_client.http import models
 
 from . import noise as _noise
 from .decision import Decision, Verdict
-from .errors import ReceiptError, UnsupportedWriteError
+from .errors import (AuditError, ConfigError, GuardRefusal, InvalidVectorError, QdrantGuardError, ReceiptError,
+                     UnsupportedWriteError)
 from .payloadops import _quotable, _quote, _selector_ids
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
@@ -54,6 +57,28 @@ _DIRECTIVES = {
         "parameters, or re-run `qdrant-guard calibrate` for this policy"
     ),
 }
+
+
+# What the guard raises when it refuses a write's input (a malformed vector, point or argument);
+# raised before anything is sent, each is audited once (see WriteOps._audit_input_errors).
+_INPUT_ERRORS = (QdrantGuardError, TypeError, ValueError)
+_REASON = re.compile(r"[a-z0-9_]{1,40}")
+_ROW = re.compile(r"\brow (\d+)")
+# The commitment grid holds |v| < 2048 (receipts.commitment_bytes).
+_GRID_LIMIT = 2048.0
+
+
+def _located(exc: BaseException, point_id: Any, vector_name: str | None) -> BaseException:
+    """``exc``, marked (once, innermost first) with the point and vector it was raised for."""
+    if not hasattr(exc, "_qg_point"):
+        exc._qg_point = point_id  # type: ignore[attr-defined]
+        exc._qg_vector = vector_name  # type: ignore[attr-defined]
+    return exc
+
+
+def _mark_audited(exc: BaseException) -> BaseException:
+    exc._qg_audited = True  # type: ignore[attr-defined]
+    return exc
 
 
 @dataclass
@@ -173,6 +198,9 @@ class WriteOps(TextOps):
         pol = self.policy(name)
         if pol.is_public:
             return (yield Call(method, args))
+        return (yield from self._audit_input_errors(method, name, pol, self._upsert(method, name, pol, args)))
+
+    def _upsert(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> Op:
         points = self._upsert_points(method, name, pol, args["points"])
         prepared = yield from self.prepare_points(method, name, pol, points)
         self._record_write(method, name, pol, prepared)
@@ -187,6 +215,9 @@ class WriteOps(TextOps):
         pol = self.policy(name)
         if pol.is_public:
             return (yield Call(method, args))
+        return (yield from self._audit_input_errors(method, name, pol, self._upload_points(method, name, pol, args)))
+
+    def _upload_points(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> Op:
         # The whole iterable is checked before anything is sent: a refusal leaves Qdrant unchanged.
         points = points_from_any(list(args["points"]))
         prepared = yield from self.prepare_points(method, name, pol, points)
@@ -205,6 +236,11 @@ class WriteOps(TextOps):
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
+        return (yield from self._audit_input_errors(method, name, pol, self._upload_collection(
+            method, name, pol, args, forwarded)))
+
+    def _upload_collection(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
+                           forwarded: dict[str, Any]) -> Op:
         points = points_from_columns(args["vectors"], args.get("payload"), args.get("ids"))
         prepared = yield from self.prepare_points(method, name, pol, points)
         self._record_write(method, name, pol, prepared)
@@ -220,6 +256,9 @@ class WriteOps(TextOps):
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
+        return (yield from self._audit_input_errors(method, name, pol, self._update_vectors(method, name, pol, args)))
+
+    def _update_vectors(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> Op:
         self._refuse_update_filter(method, name, pol, args.get("update_filter"))
         ops = yield from self.prepare_vector_updates(method, name, pol, list(args["points"]),
                                                      shard_key=args.get("shard_key_selector"))
@@ -237,6 +276,9 @@ class WriteOps(TextOps):
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
+        return (yield from self._audit_input_errors(method, name, pol, self._batch_update(method, name, pol, args)))
+
+    def _batch_update(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> Op:
         out_ops: list[Any] = []
         # Index in out_ops of the result each caller operation gets (None: it expanded to nothing).
         positions: list[int | None] = []
@@ -363,6 +405,55 @@ class WriteOps(TextOps):
             operation_id=None, status=models.UpdateStatus.COMPLETED)
         return [results[i] if i is not None else nothing for i in positions]
 
+    def _audit_input_errors(self, op: str, name: str, pol: CollectionPolicy, inner: Op) -> Op:
+        """``inner`` (a write to a sensitive collection, up to its call to Qdrant), with a refusal of
+        its input that no decision audited yet (an InvalidVectorError, a malformed point or
+        argument: raised by the guard, so before anything is sent) audited as UNSUPPORTED_WRITE
+        before it propagates, unchanged. An error Qdrant raised (thrown in at a :class:`Call`) is
+        passed on as it is: forward() audits the ones after the decision."""
+        thrown: BaseException | None = None
+        try:
+            request = next(inner)
+            while True:
+                try:
+                    result = yield request
+                except BaseException as exc:
+                    thrown = exc if isinstance(request, Call) else None
+                    request = inner.throw(exc)
+                else:
+                    thrown = None
+                    request = inner.send(result)
+        except StopIteration as stop:
+            return stop.value
+        except _INPUT_ERRORS as exc:
+            if not (exc is thrown or getattr(exc, "_qg_audited", False)
+                    or isinstance(exc, (GuardRefusal, AuditError, ConfigError))):
+                self._record_input_refusal(op, name, pol, exc)
+            raise
+
+    def _record_input_refusal(self, op: str, name: str, pol: CollectionPolicy, exc: BaseException) -> None:
+        """Audit the refusal of a write's input. The record names the method, the error type, a
+        fixed reason word and the point and vector where known, never the message: it can quote
+        vector values or payload text."""
+        reason = getattr(exc, "reason", None) if isinstance(exc, InvalidVectorError) else None
+        if not (isinstance(reason, str) and _REASON.fullmatch(reason)):
+            reason = "invalid_input"
+        pid = getattr(exc, "_qg_point", None)
+        vname = getattr(exc, "_qg_vector", None)
+        at = "" if pid is None else f" at point {pid!r}"
+        if pid is not None and isinstance(vname, str):
+            at += f", vector {vname or '<unnamed>'!r}"
+        details: dict[str, Any] = {"error": type(exc).__name__, "reason": reason}
+        if isinstance(vname, str):
+            details["vector_name"] = vname
+        self.record(self.decision(
+            op, name, pol, Verdict.UNSUPPORTED_WRITE,
+            f"{op}: the guard refused the call's input ({type(exc).__name__}: {reason}{at}) before sending "
+            "anything; the error raised to the caller names the fix. Nothing was written",
+            point_ids=[] if pid is None else [pid], details=details,
+        ))
+        _mark_audited(exc)
+
     def _refuse_uncertain(self, op: str, name: str, pol: CollectionPolicy, uncertain: dict[str, Any],
                           ids: Iterable[Any], what: str) -> None:
         """Refuse ``what`` in a batch if it names a point of an earlier conditional upsert."""
@@ -468,14 +559,20 @@ class WriteOps(TextOps):
                 fault(Verdict.INVALID_RECEIPT, p.id, f"malformed: {exc}")
                 receipts = {}
             vecs = split_vector_struct(p.vector)
-            if not all(type(v) is list for v in vecs.values()):
-                # A plain list is never a Document, Image or InferenceObject, so embed_documents
-                # would return vecs unchanged; skipping it saves ~2 us a point.
-                vecs = yield from self.embed_documents(op, name, pol, vecs, where=where)
+            try:
+                if not all(type(v) is list for v in vecs.values()):
+                    # A plain list is never a Document, Image or InferenceObject, so embed_documents
+                    # would return vecs unchanged; skipping it saves ~2 us a point.
+                    vecs = yield from self.embed_documents(op, name, pol, vecs, where=where)
+            except _INPUT_ERRORS as exc:
+                raise _located(exc, p.id, None)
             kept_receipts: dict[str, Any] = {}
             for vname, value in vecs.items():
-                spec = shape.spec(vname, where=where)
-                arr = as_dense(value, spec, where=where)
+                try:
+                    spec = shape.spec(vname, where=where)
+                    arr = as_dense(value, spec, where=where)
+                except InvalidVectorError as exc:
+                    raise _located(exc, p.id, vname)
                 vecs[vname] = arr
                 rec = receipts.get(vname)
                 if spec.lossy and (rec is not None or not raw_ok):
@@ -589,15 +686,25 @@ class WriteOps(TextOps):
         for s in slots:
             by_name.setdefault(s.name, []).append(s)
         model_id = getattr(self.embedder, "model_id", None)
+        batches = {vname: np.stack([s.vector for s in group]).astype(np.float32) for vname, group in by_name.items()}
+        for vname, group in by_name.items():
+            self._refuse_past_grid(pol, shape.spec(vname, where=f"collection {name!r}"), points, group,
+                                   batches[vname])
         for vname, group in by_name.items():
             spec = shape.spec(vname, where=f"collection {name!r}")
-            batch = np.stack([s.vector for s in group]).astype(np.float32)
+            batch = batches[vname]
             noised, params = _noise.privatize(
                 batch, mechanism=np_.mechanism, epsilon=np_.epsilon, radius=np_.radius,
                 delta=np_.delta if np_.mechanism == "gaussian" else None, clip_norm=np_.clip_norm,
                 key=self.noise_key if np_.keyed else None,
             )
-            finals = stored_form_batch(noised, distance=spec.distance)
+            try:
+                finals = stored_form_batch(noised, distance=spec.distance)
+            except InvalidVectorError as exc:
+                # A noised coordinate beyond the commitment grid (|v| >= 2048; only without clipping).
+                row = _ROW.search(str(exc))
+                exc.reason = "beyond_commit_grid"  # type: ignore[attr-defined]
+                raise _located(exc, points[group[int(row.group(1))].point].id if row else None, vname)
             for s, final in zip(group, finals):
                 vectors[s.point][vname] = final
                 items.append((s, ReceiptItem(params=params, vector=final, collection=name,
@@ -609,6 +716,50 @@ class WriteOps(TextOps):
             existing[s.name] = rec
             payloads[s.point][RECEIPT_KEY] = existing
         return receipts
+
+    @staticmethod
+    def _refuse_past_grid(pol: CollectionPolicy, spec: Any, points: list[models.PointStruct], group: list[_Slot],
+                          batch: np.ndarray) -> None:
+        """Refuse, before any noise is drawn, a vector whose noised release must land past the
+        commitment grid (|v| >= 2048), which stored_form_batch would refuse after noising.
+
+        Only a coordinate beyond 2048 by more than the noise can ever move it (the sampler's noise
+        is bounded: docs/privacy.md) is refused here, so every vector the check after noising
+        would accept still is, with the same output. Clipping to clip_norm <= 2048 keeps every
+        coordinate within reach, and Cosine releases are normalised: neither is checked.
+        """
+        np_ = pol.noise
+        if spec.distance == "Cosine" or (np_.clip_norm is not None and np_.clip_norm <= _GRID_LIMIT):
+            return
+        rows = batch.astype(np.float64)
+        mags = np.abs(rows).max(axis=1)
+        if np_.clip_norm is not None:
+            norms = np.linalg.norm(rows, axis=1)
+            mags = mags * np.minimum(1.0, np_.clip_norm / np.maximum(norms, np.finfo(np.float64).tiny))
+        if not (mags > _GRID_LIMIT).any():
+            return
+        gaussian = np_.mechanism == "gaussian"
+        params = _noise._params(np_.mechanism, np_.epsilon, np_.delta if gaussian else None, np_.radius,
+                                np_.clip_norm, batch.shape[1], "float32", _noise.RNG_KEYED)
+        # |z| <= 12.23 sigma a coordinate; the laplace_l2 norm <= (d - 1/3)(1 + 12.23/sqrt(9(d - 1/3)))^3
+        # scale (noise._overflow_hint); 12.3, a lattice step and 1.0 are margin.
+        shape_ = params.dim - 1.0 / 3.0
+        reach = params.scale * (12.3 if gaussian else shape_ * (1.0 + 12.3 / math.sqrt(9.0 * shape_)) ** 3)
+        reach += params.lattice_step + 1.0
+        past = np.flatnonzero(mags > _GRID_LIMIT + reach)
+        if past.size:
+            row = int(past[0])
+            pid, vname = points[group[row].point].id, group[row].name
+            exc = InvalidVectorError(
+                f"point {pid!r}: vector {vname or '<unnamed>'!r} has a coordinate of magnitude "
+                f"{float(mags[row]):g}{' after clipping' if np_.clip_norm is not None else ''}, beyond what "
+                f"noise (at most {reach:.4g} a coordinate) can bring back under the commitment grid's limit: "
+                "the commitment grid 2^-20 holds |v| < 2048 in int32, rescale the vectors (on a guarded "
+                "collection: noise them with a clip_norm, which keeps noised coordinates far below that). "
+                "Nothing was noised or written"
+            )
+            exc.reason = "beyond_commit_grid"  # type: ignore[attr-defined]
+            raise _located(exc, pid, vname)
 
     def prepare_vector_updates(self, op: str, name: str, pol: CollectionPolicy,
                                updates: list[models.PointVectors], *, shard_key: Any = None,
@@ -713,7 +864,7 @@ class WriteOps(TextOps):
     def unsupported_write(self, op: str, name: str, pol: CollectionPolicy, message: str) -> UnsupportedWriteError:
         """The error for a write the guard cannot enforce, audited (UNSUPPORTED_WRITE) first."""
         self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))
-        return UnsupportedWriteError(message)
+        return _mark_audited(UnsupportedWriteError(message))  # type: ignore[return-value]
 
     def _refuse_update_filter(self, op: str, name: str, pol: CollectionPolicy, update_filter: Any) -> None:
         if update_filter is not None:
