@@ -261,9 +261,12 @@ def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
 
 def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
                checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-               fd: int | None = None) -> tuple[AuditReport, _Fork | None]:
+               fd: int | None = None, data: bytes | None = None) -> tuple[AuditReport, _Fork | None]:
     p = os.fspath(path)
-    if fd is not None:
+    if data is not None:
+        # Replay verifies exactly the bytes it then replays, not a second read of the path.
+        lines = list(_iter_lines(io.BytesIO(data)))
+    elif fd is not None:
         # Repair reads the file it holds locked and will cut, not whatever the path names now.
         lines = list(_iter_lines(io.BytesIO(_read_all(fd, 0, os.fstat(fd).st_size))))
     else:

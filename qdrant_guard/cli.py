@@ -157,9 +157,16 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_replay(args: argparse.Namespace) -> int:
+    from . import keys
     from .replay import replay_log
 
-    return replay_log(args.log, args.policy, out=sys.stdout)
+    trusted = None
+    if args.key:
+        pks = [keys.load_public_key(k) for k in args.key]
+        trusted = {keys.key_id(pk): pk for pk in pks}
+    mode = "prefix" if args.verified_prefix else "unverified" if args.unverified else "verified"
+    return replay_log(args.log, args.policy, out=sys.stdout, trusted_keys=trusted,
+                      checkpoint_every=args.checkpoint_every, mode=mode)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -231,9 +238,21 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the log holds two chains verify cannot tell apart: keep the one starting on "
                          "LINE (one of the two lines verify names), as you established from a copy or anchor")
     ar.set_defaults(func=cmd_audit_repair)
-    arp = aud_p.add_parser("replay", help="re-evaluate logged queries under a new policy")
+    arp = aud_p.add_parser("replay", help="re-evaluate logged queries under a new policy (the log is "
+                                          "verified first; one that does not verify is not replayed)")
     arp.add_argument("log")
     arp.add_argument("--policy", required=True)
+    arp.add_argument("--key", action="append", metavar="PUBLIC_KEY",
+                     help="verify the log's signed checkpoints with this public key, as `audit verify "
+                          "--key` (repeatable)")
+    arp.add_argument("--checkpoint-every", type=_positive_int, default=1000, metavar="N",
+                     help="with --key: the writer's checkpoint period (default 1000)")
+    damaged = arp.add_mutually_exclusive_group()
+    damaged.add_argument("--verified-prefix", action="store_true",
+                         help="a log that does not verify: replay only its verified prefix (exit 1)")
+    damaged.add_argument("--unverified", action="store_true",
+                         help="a log that does not verify: replay every line anyway, forged or edited "
+                              "ones included; the output is labelled UNVERIFIED (exit 1)")
     arp.set_defaults(func=cmd_audit_replay)
 
     d = sub.add_parser("demo", help="two agents, two boundaries, one store: the guard's verdicts")

@@ -3,16 +3,26 @@
 Only the pre-retrieval text layers (structural validation and intent) are replayed: they depend on
 the query text alone. Entries whose logged text was redacted are counted and skipped, because the
 original text is not in the log (by design) and the redacted form would be judged differently.
+
+The log is verified first (as ``qdrant-guard audit verify`` does, with the same optional trusted
+keys), on the very bytes that are then replayed: a log that does not verify is not replayed unless
+the caller asks for its verified prefix (``mode="prefix"``) or, explicitly, for every line
+(``mode="unverified"``). See docs/audit-log.md.
 """
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 from collections import Counter
-from typing import Any, TextIO
+from typing import Any, Mapping, TextIO
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from .audit import DEFAULT_CHECKPOINT_EVERY, AuditReport, _scan_fork
 from .decision import Verdict
-from .errors import ConfigError, GuardRefusal
+from .errors import AuditError, ConfigError, GuardRefusal
 from .guard import Guard
 from .pipeline import drive_sync
 from .policy import load_policy
@@ -20,6 +30,7 @@ from .policy import load_policy
 _QUERY_OPS = {"query_points", "query_points_groups", "query_batch_points"}
 _PLACEHOLDER = re.compile(r"\[[A-Z][A-Z0-9_]+\]")
 _TEXT_VERDICTS = {Verdict.QUERY_REJECTED.value, Verdict.INTENT_BLOCKED.value}
+REPLAY_MODES = ("verified", "prefix", "unverified")
 
 
 def _well_formed(rec: Any) -> bool:
@@ -75,8 +86,84 @@ def evaluate(guard: Guard, collection: str, text: str) -> str | None:
     return None
 
 
-def replay_log(log_path: str, policy_path: str, *, out: TextIO) -> int:
-    """Print what would change under ``policy_path`` for the queries logged in ``log_path``."""
+def _read_log(log_path: str) -> bytes:
+    try:
+        fd = os.open(log_path, os.O_RDONLY)
+    except OSError as exc:
+        raise AuditError(f"cannot read audit log {log_path!r}: {exc.strerror or exc}") from exc
+    try:
+        # A shared lock: a writer's append (under its exclusive lock) is never read half-written.
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise AuditError(f"cannot read audit log {log_path!r}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def _integrity_lines(log_path: str, rep: AuditReport, mode: str, keyed: bool) -> tuple[list[str], bool]:
+    """What to say about the log's verification, and whether to replay at all."""
+    if rep.ok:
+        how = (f"{rep.checkpoints} signed checkpoint(s) verified" if keyed
+               else "checkpoint signatures not checked (no trusted keys)")
+        return [f"log: {rep.entries} entries verified, hash chain intact, {how} ({log_path})\n"], True
+    where = f"{rep.problem} at {rep.detail}"
+    rest = rep.entries - rep.valid_prefix
+    if mode == "verified":
+        return [f"NOT REPLAYED: audit log {log_path} does not verify: {where}\n",
+                f"valid prefix: {rep.valid_prefix} entries, then {rest} line(s) that do not verify. "
+                "`qdrant-guard audit verify` locates the problem and docs/audit-log.md describes repair; "
+                f"--verified-prefix replays only the {rep.valid_prefix} verified entries, --unverified "
+                "every line (forged or edited ones included)\n"], False
+    if mode == "prefix":
+        return [f"WARNING: audit log {log_path} does not verify: {where}\n",
+                f"WARNING: replayed only its verified prefix, the first {rep.valid_prefix} entries; the "
+                f"{rest} line(s) after it were NOT replayed\n"], True
+    return [f"WARNING: UNVERIFIED REPLAY: audit log {log_path} does not verify: {where}\n",
+            f"WARNING: every line was replayed, including the {rest} line(s) from the problem on, which "
+            "may be forged or edited: the counts below are not evidence of what was logged\n"], True
+
+
+def replay_log(log_path: str, policy_path: str, *, out: TextIO,
+               trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
+               checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, mode: str = "verified") -> int:
+    """Print what would change under ``policy_path`` for the queries logged in ``log_path``.
+
+    The log is read once (under a shared lock) and those bytes are verified as
+    :func:`qdrant_guard.audit.verify_audit_file` verifies a file (with ``trusted_keys``, checkpoint
+    signatures too), then replayed.
+
+    Args:
+        log_path: the audit log (JSONL).
+        policy_path: the policy to evaluate the logged queries under.
+        out: where the report is written.
+        trusted_keys: key id -> public key: verify checkpoint signatures, as ``audit verify --key``.
+        checkpoint_every: the writer's checkpoint period (with ``trusted_keys``).
+        mode: ``"verified"`` (default): a log that does not verify is not replayed;
+            ``"prefix"``: replay only its verified prefix; ``"unverified"``: replay every line.
+            The output says which, and the problem verify found.
+
+    Returns:
+        0 when the log verified and was replayed; 1 when it does not verify (replayed in part or
+        in whole only in ``"prefix"`` / ``"unverified"`` mode).
+
+    Raises:
+        AuditError: the log cannot be read.
+        ValueError: ``mode`` is not one of :data:`REPLAY_MODES`.
+    """
+    if mode not in REPLAY_MODES:
+        raise ValueError(f"replay_log() mode must be one of {', '.join(REPLAY_MODES)}, got {mode!r}")
+    data = _read_log(log_path)
+    rep = _scan_fork(log_path, trusted_keys, checkpoint_every, data=data)[0]
+    notes, go = _integrity_lines(log_path, rep, mode, trusted_keys is not None)
+    if not go:
+        out.writelines(notes)
+        return 1
+    if not rep.ok and mode == "prefix":
+        data = data[:rep.valid_bytes]
     # Replaying must never touch the live audit log: not create it, not need its tail intact.
     cfg = load_policy(policy_path).model_copy(update={"audit_log": None})
     guard = Guard(cfg)
@@ -84,35 +171,38 @@ def replay_log(log_path: str, policy_path: str, *, out: TextIO) -> int:
     counts: Counter[str] = Counter()
     changes: Counter[tuple[str, str]] = Counter()
     examples: dict[tuple[str, str], str] = {}
-    with open(log_path, "rb") as fh:
-        for raw in fh:
-            try:
-                rec = json.loads(raw)["record"]
-            except (ValueError, KeyError, TypeError):
-                counts["unreadable"] += 1
-                continue
-            if not _well_formed(rec):
-                # Not a record the guard writes (a hand-edited or foreign line): skip, don't crash.
-                counts["unreadable"] += 1
-                continue
-            if rec.get("op") not in _QUERY_OPS:
-                continue
-            details = rec.get("details") or {}
-            text = details.get("query_text")
-            if not isinstance(text, str):
-                counts["no_text"] += 1
-                continue
-            if _PLACEHOLDER.search(text):
-                counts["redacted_skipped"] += 1
-                continue
-            counts["replayed"] += 1
-            old = _old_outcome(rec)
-            new = evaluate(guard, rec.get("collection") or "", text)
-            if old == new:
-                continue
-            key = ("newly_blocked", new) if new is not None else ("newly_allowed", old or "")
-            changes[key] += 1
-            examples.setdefault(key, text[:80])
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    for raw in lines:
+        try:
+            rec = json.loads(raw)["record"]
+        except (ValueError, KeyError, TypeError):
+            counts["unreadable"] += 1
+            continue
+        if not _well_formed(rec):
+            # Not a record the guard writes (a hand-edited or foreign line): skip, don't crash.
+            counts["unreadable"] += 1
+            continue
+        if rec.get("op") not in _QUERY_OPS:
+            continue
+        details = rec.get("details") or {}
+        text = details.get("query_text")
+        if not isinstance(text, str):
+            counts["no_text"] += 1
+            continue
+        if _PLACEHOLDER.search(text):
+            counts["redacted_skipped"] += 1
+            continue
+        counts["replayed"] += 1
+        old = _old_outcome(rec)
+        new = evaluate(guard, rec.get("collection") or "", text)
+        if old == new:
+            continue
+        key = ("newly_blocked", new) if new is not None else ("newly_allowed", old or "")
+        changes[key] += 1
+        examples.setdefault(key, text[:80])
+    out.writelines(notes)
     out.write(f"replayed {counts['replayed']} logged queries under {policy_path}\n")
     out.write(f"skipped: {counts['redacted_skipped']} with redacted text, {counts['no_text']} without text, "
               f"{counts['unreadable']} unreadable\n")
@@ -120,4 +210,4 @@ def replay_log(log_path: str, policy_path: str, *, out: TextIO) -> int:
         out.write("no change\n")
     for (kind, rule), n in sorted(changes.items()):
         out.write(f"{kind:14s} {rule:16s} {n:6d}   e.g. {examples[(kind, rule)]!r}\n")
-    return 0
+    return 0 if rep.ok else 1

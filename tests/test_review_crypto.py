@@ -187,8 +187,10 @@ def test_replay_counts_lines_of_the_wrong_shape_as_unreadable(tmp_path):
     ]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = io.StringIO()
-    assert replay_log(str(log), str(policy), out=out) == 0
+    # Not a hash chain at all: replayed only on request, labelled, and exit 1.
+    assert replay_log(str(log), str(policy), out=out, mode="unverified") == 1
     text = out.getvalue()
+    assert "UNVERIFIED REPLAY" in text, text
     assert "replayed 1 logged queries" in text, text
     assert "6 unreadable" in text, text
 
@@ -381,7 +383,8 @@ def _replay_files(tmp_path, head: str, collection: str, rec: dict) -> tuple[str,
         enabled = false
     """))
     log = tmp_path / "replayed.jsonl"
-    log.write_text(json.dumps({"record": rec}) + "\n")
+    with AuditLog(log) as audit:  # replay refuses a log that does not verify
+        audit.append(rec)
     return str(log), str(policy)
 
 

@@ -1,0 +1,198 @@
+"""Third review of the audit log: `audit replay` verifies first; the writer's checks on its file.
+
+Each test pins a defect found in review (it failed before the fix next to it).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from guardkit import make_kit
+from qdrant_guard import keys
+from qdrant_guard.audit import AuditLog, entry_hash, verify_audit_file
+from qdrant_guard.canonical import canonical_json
+from qdrant_guard.errors import AuditError
+from qdrant_guard.receipts import ReceiptSigner
+from qdrant_guard.replay import replay_log
+
+ROOT = str(Path(__file__).resolve().parents[1])
+
+SHORT, LONG = "short query", "a much longer query with many words in it"
+
+
+def _policy(tmp_path: Path, extra: str = "") -> Path:
+    kit = make_kit(tmp_path)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(textwrap.dedent(f"""
+        [boundaries.hr]
+        authority_keys = ["{kit.authority_pub['hr']}"]
+        [collections.docs]
+        class = "PII"
+        owner = "hr"
+        [collections.docs.intent]
+        enabled = false
+    """) + extra)
+    return policy
+
+
+def _query(text: str) -> dict:
+    return {"op": "query_points", "collection": "docs", "verdict": "ALLOW", "details": {"query_text": text}}
+
+
+def _log(path: Path, texts: list[str], **kw) -> list[bytes]:
+    with AuditLog(path, **kw) as log:
+        for t in texts:
+            log.append(_query(t))
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def _edit_text(line: bytes, text: str, rehash: bool = False, prev: str | None = None) -> tuple[bytes, str]:
+    """``line`` with its query text replaced (and its hash recomputed when ``rehash``, as a forger would)."""
+    e = json.loads(line)
+    e.pop("ckpt", None)
+    e["record"]["details"]["query_text"] = text
+    if prev is not None:
+        e["prev"] = prev
+    if rehash:
+        e["hash"] = entry_hash(e)
+    return canonical_json(e) + b"\n", e["hash"]
+
+
+def _strict(tmp_path: Path) -> Path:
+    # Queries of more than 4 tokens are rejected under this policy: LONG is, SHORT is not.
+    return _policy(tmp_path, "[collections.docs.query]\nmax_tokens = 4\n")
+
+
+# --------------------------------------------------------------------------- replay verifies first
+
+def test_replay_does_not_replay_a_log_that_does_not_verify(tmp_path):
+    # Replay read every line as if logged: an entry edited after the fact (a LONG query planted
+    # where a SHORT one was logged) was replayed and reported as a newly blocked logged query.
+    p = tmp_path / "audit.jsonl"
+    lines = _log(p, [SHORT, SHORT, SHORT])
+    lines[1], _ = _edit_text(lines[1], LONG)
+    p.write_bytes(b"".join(lines))
+    out = io.StringIO()
+    assert replay_log(str(p), str(_strict(tmp_path)), out=out) == 1
+    text = out.getvalue()
+    assert text.startswith(f"NOT REPLAYED: audit log {p} does not verify: edited at line 2"), text
+    assert "valid prefix: 1 entries" in text and "--verified-prefix" in text, text
+    assert "replayed" not in text.replace("NOT REPLAYED", "") and "newly_blocked" not in text, text
+
+
+def test_replay_of_a_verified_prefix_leaves_out_what_follows_the_problem(tmp_path):
+    p = tmp_path / "audit.jsonl"
+    lines = _log(p, [LONG, SHORT, LONG, LONG])
+    lines[1], _ = _edit_text(lines[1], LONG)
+    p.write_bytes(b"".join(lines))
+    out = io.StringIO()
+    assert replay_log(str(p), str(_strict(tmp_path)), out=out, mode="prefix") == 1
+    text = out.getvalue()
+    assert "WARNING: replayed only its verified prefix, the first 1 entries; the 3 line(s) after it were NOT replayed" in text, text
+    assert "replayed 1 logged queries" in text and "newly_blocked  QUERY_REJECTED        1" in text, text
+
+
+def test_unverified_replay_is_labelled(tmp_path):
+    p = tmp_path / "audit.jsonl"
+    lines = _log(p, [SHORT, SHORT])
+    lines[1], _ = _edit_text(lines[1], LONG)
+    p.write_bytes(b"".join(lines))
+    out = io.StringIO()
+    assert replay_log(str(p), str(_strict(tmp_path)), out=out, mode="unverified") == 1
+    text = out.getvalue()
+    assert text.startswith(f"WARNING: UNVERIFIED REPLAY: audit log {p} does not verify: edited at line 2"), text
+    assert "replayed 2 logged queries" in text and "newly_blocked" in text, text
+
+
+def test_replay_of_a_sound_log_says_what_was_verified(tmp_path):
+    p = tmp_path / "audit.jsonl"
+    _log(p, [SHORT, LONG])
+    out = io.StringIO()
+    assert replay_log(str(p), str(_strict(tmp_path)), out=out) == 0
+    text = out.getvalue()
+    assert text.startswith(f"log: 2 entries verified, hash chain intact, checkpoint signatures not "
+                           f"checked (no trusted keys) ({p})\n"), text
+    assert "replayed 2 logged queries" in text and "newly_blocked  QUERY_REJECTED        1" in text, text
+
+
+def test_replay_with_trusted_keys_refuses_a_rehashed_chain(tmp_path):
+    # A forger who rewrites an entry and recomputes every hash after it gets a chain that verifies
+    # without keys; the checkpoints they cannot re-sign give it away when replay is given the key.
+    sk, pk = keys.generate_keypair()
+    p = tmp_path / "audit.jsonl"
+    lines = _log(p, [SHORT, SHORT, SHORT, SHORT], signer=ReceiptSigner(sk), checkpoint_every=2)
+    prev = None
+    forged = []
+    for i, line in enumerate(lines):
+        new, prev = _edit_text(line, LONG if i == 0 else json.loads(line)["record"]["details"]["query_text"],
+                               rehash=True, prev=prev)
+        forged.append(new)
+    p.write_bytes(b"".join(forged))
+    assert verify_audit_file(p).ok  # the chain alone cannot tell
+    policy = str(_strict(tmp_path))
+    trusted = {keys.key_id(pk): pk}
+    out = io.StringIO()
+    assert replay_log(str(p), policy, out=out, trusted_keys=trusted, checkpoint_every=2) == 1
+    assert out.getvalue().startswith(f"NOT REPLAYED: audit log {p} does not verify: bad_checkpoint at line 2"), out.getvalue()
+    # The genuine log replays with its checkpoints verified.
+    p.write_bytes(b"".join(lines))
+    out = io.StringIO()
+    assert replay_log(str(p), policy, out=out, trusted_keys=trusted, checkpoint_every=2) == 0
+    assert "2 signed checkpoint(s) verified" in out.getvalue(), out.getvalue()
+
+
+def test_replay_of_a_missing_log_raises_audit_error(tmp_path):
+    with pytest.raises(AuditError, match=r"cannot read audit log '.*missing\.jsonl': No such file or directory"):
+        replay_log(str(tmp_path / "missing.jsonl"), str(_policy(tmp_path)), out=io.StringIO())
+
+
+def test_replay_rejects_an_unknown_mode(tmp_path):
+    p = tmp_path / "audit.jsonl"
+    _log(p, [SHORT])
+    with pytest.raises(ValueError, match="mode must be one of verified, prefix, unverified"):
+        replay_log(str(p), str(_policy(tmp_path)), out=io.StringIO(), mode="lenient")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "qdrant_guard.cli", *args], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=ROOT), timeout=300)
+
+
+def test_cli_replay_of_a_missing_log_says_cannot_read_audit_log(tmp_path):
+    # `audit replay` printed the raw "[Errno 2] No such file or directory: ..." where the other
+    # audit commands say "cannot read audit log ...".
+    missing = str(tmp_path / "missing.jsonl")
+    proc = _cli("audit", "replay", missing, "--policy", str(_policy(tmp_path)))
+    assert proc.returncode == 2
+    assert proc.stderr == f"error: cannot read audit log {missing!r}: No such file or directory\n", proc.stderr
+    verify = _cli("audit", "verify", missing)
+    assert verify.stderr == proc.stderr
+
+
+def test_cli_replay_modes_and_keys(tmp_path):
+    sk, pk = keys.generate_keypair()
+    pub = tmp_path / "guard.pub"
+    pub.write_text(keys.public_key_to_str(pk) + "\n")
+    p = tmp_path / "audit.jsonl"
+    lines = _log(p, [SHORT, LONG], signer=ReceiptSigner(sk), checkpoint_every=2)
+    policy = str(_strict(tmp_path))
+    ok = _cli("audit", "replay", str(p), "--policy", policy, "--key", str(pub), "--checkpoint-every", "2")
+    assert ok.returncode == 0 and "1 signed checkpoint(s) verified" in ok.stdout, ok.stdout + ok.stderr
+    p.write_bytes(lines[0] + b'{"torn')
+    refused = _cli("audit", "replay", str(p), "--policy", policy)
+    assert refused.returncode == 1 and refused.stdout.startswith("NOT REPLAYED:"), refused.stdout
+    assert "torn_tail at line 2" in refused.stdout, refused.stdout
+    prefix = _cli("audit", "replay", str(p), "--policy", policy, "--verified-prefix")
+    assert prefix.returncode == 1 and "replayed 1 logged queries" in prefix.stdout, prefix.stdout
+    assert "the first 1 entries; the 1 line(s) after it were NOT replayed" in prefix.stdout, prefix.stdout
+    loose = _cli("audit", "replay", str(p), "--policy", policy, "--unverified")
+    assert loose.returncode == 1 and "UNVERIFIED REPLAY" in loose.stdout, loose.stdout
+    both = _cli("audit", "replay", str(p), "--policy", policy, "--unverified", "--verified-prefix")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr, both.stderr
