@@ -477,6 +477,22 @@ def _read_all(fd: int, offset: int, n: int) -> bytes:
     return b"".join(parts)
 
 
+def _read_line(fd: int, offset: int, size: int) -> bytes:
+    """The line starting at ``offset`` (with its newline; without one if it is the torn last line)."""
+    parts, pos = [], offset
+    while pos < size:
+        chunk = os.pread(fd, min(65536, size - pos), pos)
+        if not chunk:
+            break
+        cut = chunk.find(b"\n")
+        if cut >= 0:
+            parts.append(chunk[:cut + 1])
+            break
+        parts.append(chunk)
+        pos += len(chunk)
+    return b"".join(parts)
+
+
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
     view, done = memoryview(data), 0
     while done < len(data):
@@ -720,7 +736,11 @@ class AuditLog:
         self._lock = threading.Lock()
         self._seq = 0
         self._prev = GENESIS
-        self._size = -1  # file size after our last append; another writer changes it
+        # Where this object's last known entry is: the file's bytes [_size - len(_line), _size)
+        # are _line (its line as written or read). -1: unknown, re-read the tail.
+        self._size = -1
+        self._line: bytes | None = None
+        self._broken: str | None = None  # set once that entry was found changed: every append refuses
         self._fd: int | None = None
         self._pid = os.getpid()
         if self.path is not None:
@@ -752,12 +772,57 @@ class AuditLog:
         self._pid = os.getpid()
         self._size = -1
 
-    def _read_tail(self, fd: int) -> None:
-        size = os.fstat(fd).st_size
+    def _tail_changed(self, what: str) -> AuditIntegrityError:
+        msg = (f"audit log {self.path!r}: the entry this writer last wrote or read (seq {self._seq}, hash "
+               f"{self._prev}) {what}: someone else rewrote or cut the log. This AuditLog refuses to "
+               "append until it is reopened; keep this message (the hash is evidence even if the file "
+               "still verifies, since hashes can be recomputed), then "
+               + _REPAIR_HINT.format(path=self.path))
+        self._broken = msg
+        # The logging stream is the copy kept outside the file; the alert must reach it.
+        self._logger.error("qdrant_guard audit tail changed: %s", msg, extra={"qdrant_guard_alert": {
+            "event": "audit_tail_changed", "path": self.path, "seq": self._seq, "hash": self._prev}})
+        return AuditIntegrityError(msg)
+
+    def _check_known(self, fd: int, size: int) -> bool:
+        """Check the entry this object knows of is still in place and what follows chains to it.
+
+        True when nothing was appended since (nothing more to read).
+        """
+        line = self._line
+        assert line is not None
+        start = self._size - len(line)
+        if size < self._size:
+            raise self._tail_changed(f"was cut off (the file shrank from {self._size} to {size} bytes)")
+        # One pread, of bytes already in the page cache: the only extra cost of an append.
+        if _read_all(fd, start, len(line)) != line:
+            raise self._tail_changed(f"is no longer on the bytes {start}..{self._size} where it was")
         if size == self._size:
+            return True
+        nxt = _read_line(fd, self._size, size)
+        if nxt.endswith(b"\n"):  # a torn line is reported by the tail read that follows
+            try:
+                entry = _parse_line(nxt[:-1])
+            except _Bad as exc:
+                raise AuditIntegrityError(
+                    f"the entry after seq {self._seq} in audit log {self.path!r} does not verify "
+                    f"({exc.problem}: {exc.detail}); " + _REPAIR_HINT.format(path=self.path)) from None
+            if entry["seq"] != self._seq + 1 or entry["prev"] != self._prev:
+                raise self._tail_changed(
+                    f"is followed by an entry that does not chain to it (seq {entry['seq']}, prev {entry['prev']})")
+        return False
+
+    def _read_tail(self, fd: int) -> None:
+        if self._broken is not None:
+            raise AuditIntegrityError(self._broken)
+        size = os.fstat(fd).st_size
+        if self._size >= 0 and self._line is not None:
+            if self._check_known(fd, size):
+                return
+        elif size == self._size:
             return
         if size == 0:
-            self._seq, self._prev, self._size = 0, GENESIS, 0
+            self._seq, self._prev, self._size, self._line = 0, GENESIS, 0, None
             return
         # Read backwards in blocks until the start of the last line is found.
         block, pos, tail = 65536, size, b""
@@ -778,7 +843,7 @@ class AuditLog:
             raise AuditIntegrityError(
                 f"the last entry of audit log {self.path!r} does not verify ({exc.problem}: "
                 f"{exc.detail}); " + _REPAIR_HINT.format(path=self.path)) from None
-        self._seq, self._prev, self._size = entry["seq"], entry["hash"], size
+        self._seq, self._prev, self._size, self._line = entry["seq"], entry["hash"], size, last + b"\n"
 
     @property
     def seq(self) -> int:
@@ -880,7 +945,9 @@ class AuditLog:
                 self._seq, self._prev = saved
                 self._size = -1
                 raise AuditError(f"cannot write audit log {self.path!r}: {exc}") from exc
-            self._size = os.fstat(fd).st_size
+            # O_APPEND under the lock: the line went right after the size _read_tail just checked.
+            self._size += len(line)
+            self._line = line
             return entry
         finally:
             _unlock(fd)

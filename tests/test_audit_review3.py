@@ -18,7 +18,7 @@ from guardkit import make_kit
 from qdrant_guard import keys
 from qdrant_guard.audit import AuditLog, entry_hash, verify_audit_file
 from qdrant_guard.canonical import canonical_json
-from qdrant_guard.errors import AuditError
+from qdrant_guard.errors import AuditError, AuditIntegrityError
 from qdrant_guard.receipts import ReceiptSigner
 from qdrant_guard.replay import replay_log
 
@@ -196,3 +196,88 @@ def test_cli_replay_modes_and_keys(tmp_path):
     assert loose.returncode == 1 and "UNVERIFIED REPLAY" in loose.stdout, loose.stdout
     both = _cli("audit", "replay", str(p), "--policy", policy, "--unverified", "--verified-prefix")
     assert both.returncode == 2 and "not allowed with argument" in both.stderr, both.stderr
+
+
+# --------------------------------------------------------------------------- the writer's own tail
+
+def _entry_line(seq: int, prev: str, record: dict) -> bytes:
+    e = {"seq": seq, "ts": 1.0, "prev": prev, "record": record}
+    e["hash"] = entry_hash(e)
+    return canonical_json(e) + b"\n"
+
+
+def test_writer_refuses_to_append_after_its_last_entry_was_rewritten_in_place(tmp_path, caplog):
+    # The writer noticed other writers only by the file's size: a same-size rewrite of its last
+    # entry (hash recomputed, so the file still verifies) went unnoticed and it went on appending.
+    p = tmp_path / "audit.jsonl"
+    log = AuditLog(p)
+    for i in range(3):
+        log.append({"event": "real", "i": i})
+    lines = p.read_bytes().splitlines(keepends=True)
+    e = json.loads(lines[-1])
+    real_hash = e["hash"]
+    e["record"]["i"] = 7  # same length
+    e["hash"] = entry_hash(e)
+    lines[-1] = canonical_json(e) + b"\n"
+    p.write_bytes(b"".join(lines))  # same inode, same size
+    assert verify_audit_file(p).ok
+    with caplog.at_level("ERROR", logger="qdrant_guard.audit"):
+        with pytest.raises(AuditIntegrityError, match=f"seq 3, hash {real_hash}"):
+            log.append({"event": "after"})
+    (alert,) = [r for r in caplog.records if hasattr(r, "qdrant_guard_alert")]
+    assert alert.qdrant_guard_alert == {"event": "audit_tail_changed", "path": str(p), "seq": 3, "hash": real_hash}
+    with pytest.raises(AuditIntegrityError, match="refuses to append until it is reopened"):
+        log.append({"event": "again"})
+    assert p.read_bytes() == b"".join(lines)
+    log.close()
+
+
+def test_writer_refuses_to_append_after_its_last_entry_was_cut_off(tmp_path):
+    p = tmp_path / "audit.jsonl"
+    log = AuditLog(p)
+    for i in range(3):
+        log.append({"event": "real", "i": i})
+    lines = p.read_bytes().splitlines(keepends=True)
+    p.write_bytes(b"".join(lines[:2]))  # whole entries cut off the end: the file still verifies
+    with pytest.raises(AuditIntegrityError, match="was cut off"):
+        log.append({"event": "after"})
+    log.close()
+    # Reopening is the operator's decision to go on from the file as it is.
+    with AuditLog(p) as again:
+        assert again.append({"event": "resumed"})["seq"] == 3
+    assert verify_audit_file(p).ok
+
+
+def test_writer_refuses_a_tail_that_does_not_chain_to_its_last_entry(tmp_path):
+    # A self-consistent line appended by someone else was adopted as the tail whatever it chained to.
+    p = tmp_path / "audit.jsonl"
+    log = AuditLog(p)
+    log.append({"event": "real"})
+    with open(p, "ab") as fh:
+        fh.write(_entry_line(2, "ab" * 32, {"event": "forged"}))
+    with pytest.raises(AuditIntegrityError, match=r"followed by an entry that does not chain to it \(seq 2"):
+        log.append({"event": "after"})
+    log.close()
+
+
+def test_writer_follows_other_writers_and_a_repair_that_keeps_its_entry(tmp_path):
+    # What the writer accepts: entries appended by another writer, and a repair that cut only
+    # lines after its own entry.
+    p = tmp_path / "audit.jsonl"
+    a, b = AuditLog(p), AuditLog(p)
+    a.append({"w": "a"})
+    b.append({"w": "b"})
+    b.append({"w": "b"})
+    assert a.append({"w": "a"})["seq"] == 4
+    with open(p, "ab") as fh:
+        fh.write(b"junk\n")
+    with pytest.raises(AuditIntegrityError, match="the entry after seq 4"):
+        a.append({"w": "a"})
+    from qdrant_guard.audit import repair_audit_file
+    assert repair_audit_file(p).ok
+    assert a.append({"w": "a"})["seq"] == 6
+    assert b.append({"w": "b"})["seq"] == 7
+    rep = verify_audit_file(p)
+    assert rep.ok and rep.entries == 7, rep.detail
+    a.close()
+    b.close()
