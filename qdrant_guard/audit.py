@@ -757,6 +757,7 @@ class AuditLog:
                 _lock(fd)
                 try:
                     self._read_tail(fd)
+                    self._check_recent(fd)
                 finally:
                     _unlock(fd)
             except BaseException:
@@ -844,6 +845,52 @@ class AuditLog:
                 f"the last entry of audit log {self.path!r} does not verify ({exc.problem}: "
                 f"{exc.detail}); " + _REPAIR_HINT.format(path=self.path)) from None
         self._seq, self._prev, self._size, self._line = entry["seq"], entry["hash"], size, last + b"\n"
+
+    def _check_recent(self, fd: int) -> None:
+        """On open: the entries back to the most recent checkpoint (at most ``checkpoint_every``)
+        verify and chain, and a checkpoint under this writer's own key verifies.
+
+        Bounded so opening a large log stays cheap; the whole file is ``verify_existing``'s and
+        ``audit verify``'s job.
+        """
+        end = self._size
+        if end <= 0:
+            return
+        # Lines from the end, newest first, read backwards in blocks.
+        pos, buf, later = end, b"", None
+        for _ in range(self._every + 1):
+            while pos > 0 and buf.count(b"\n") < 2:
+                step = min(65536, pos)
+                pos -= step
+                buf = _read_all(fd, pos, step) + buf
+            body = buf[:-1]
+            cut = body.rfind(b"\n")
+            raw = body[cut + 1:]
+            buf = body[:cut + 1] if cut >= 0 else b""
+            try:
+                entry = _parse_line(raw)
+            except _Bad as exc:
+                raise AuditIntegrityError(
+                    f"audit log {self.path!r}: the entry before seq {later['seq'] if later else '?'} does not "
+                    f"verify ({exc.problem}: {exc.detail}); " + _REPAIR_HINT.format(path=self.path)) from None
+            if later is not None and (later["prev"] != entry["hash"] or later["seq"] != entry["seq"] + 1):
+                raise AuditIntegrityError(
+                    f"audit log {self.path!r}: seq {later['seq']} does not chain to the entry before it "
+                    f"(seq {entry['seq']}); " + _REPAIR_HINT.format(path=self.path))
+            if "ckpt" in entry:
+                signer = self._signer
+                if signer is not None and isinstance(entry["ckpt"], dict) and entry["ckpt"].get("kid") == signer.key_id:
+                    try:
+                        _check_ckpt(entry, {signer.key_id: signer.public_key})
+                    except _Bad as exc:
+                        raise AuditIntegrityError(
+                            f"audit log {self.path!r}: the checkpoint at seq {entry['seq']} does not verify under "
+                            f"this writer's key {signer.key_id} ({exc.detail}); "
+                            + _REPAIR_HINT.format(path=self.path)) from None
+                return
+            if cut < 0 and pos == 0:
+                return
+            later = entry
 
     @property
     def seq(self) -> int:

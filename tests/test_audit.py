@@ -144,9 +144,12 @@ def test_open_refuses_damaged_file(tmp_path):
     write_lines(p, ls[:-1] + [ls[-1].replace(b'"i":4', b'"i":5')])
     with pytest.raises(AuditIntegrityError, match="does not verify"):
         AuditLog(p)
-    # Mid-file damage is found on open only with verify_existing=True.
+    # Damage before the entries checked on open (back to the last checkpoint, at most
+    # checkpoint_every) is found on open only with verify_existing=True.
     write_lines(p, [ls[0], ls[1].replace(b'"i":1', b'"i":9')] + ls[2:])
-    AuditLog(p).close()
+    AuditLog(p, checkpoint_every=2).close()
+    with pytest.raises(AuditIntegrityError, match="the entry before seq 3 does not verify"):
+        AuditLog(p)
     with pytest.raises(AuditIntegrityError, match="edited"):
         AuditLog(p, verify_existing=True)
 

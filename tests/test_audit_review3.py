@@ -281,3 +281,67 @@ def test_writer_follows_other_writers_and_a_repair_that_keeps_its_entry(tmp_path
     assert rep.ok and rep.entries == 7, rep.detail
     a.close()
     b.close()
+
+
+# --------------------------------------------------------------------------- the writer on open
+
+def test_open_refuses_an_edited_entry_before_the_last_line(tmp_path):
+    # On open only the last line was checked: an entry edited just before it, or a last line that
+    # chains to nothing, was taken as the tail and appended to.
+    p = tmp_path / "audit.jsonl"
+    lines = _log(p, [SHORT, SHORT, SHORT, SHORT])
+    edited, _ = _edit_text(lines[2], LONG)
+    p.write_bytes(b"".join(lines[:2] + [edited] + lines[3:]))
+    with pytest.raises(AuditIntegrityError, match=r"the entry before seq 4 does not verify \(edited"):
+        AuditLog(p)
+    unchained = _entry_line(5, "cd" * 32, _query(LONG))
+    p.write_bytes(b"".join(lines) + unchained)
+    with pytest.raises(AuditIntegrityError, match="seq 5 does not chain to the entry before it"):
+        AuditLog(p)
+
+
+def test_open_with_a_signer_refuses_a_recent_checkpoint_that_does_not_verify(tmp_path):
+    sk, _ = keys.generate_keypair()
+    signer = ReceiptSigner(sk)
+    p = tmp_path / "audit.jsonl"
+    lines = _log(p, [SHORT, SHORT, SHORT], signer=signer, checkpoint_every=2)
+    e = json.loads(lines[1])
+    assert "ckpt" in e
+    ckpt = e.pop("ckpt")
+    e["record"]["details"]["query_text"] = LONG
+    e["hash"] = entry_hash(e)
+    e["ckpt"] = ckpt  # the forger cannot re-sign it
+    third = json.loads(lines[2])
+    third["prev"] = e["hash"]
+    third["hash"] = entry_hash(third)
+    p.write_bytes(lines[0] + canonical_json(e) + b"\n" + canonical_json(third) + b"\n")
+    with pytest.raises(AuditIntegrityError, match=f"checkpoint at seq 2 does not verify under this writer's key {signer.key_id}"):
+        AuditLog(p, signer=signer, checkpoint_every=2)
+
+
+def test_open_checks_back_to_the_last_checkpoint_only(tmp_path):
+    # The bound that keeps opening a large log cheap, as docs/audit-log.md states it: damage older
+    # than the last checkpoint (or than checkpoint_every entries) is left to `audit verify`.
+    sk, _ = keys.generate_keypair()
+    signer = ReceiptSigner(sk)
+    p = tmp_path / "audit.jsonl"
+    lines = _log(p, [SHORT] * 5, signer=signer, checkpoint_every=2)
+    edited, _ = _edit_text(lines[0], LONG)
+    p.write_bytes(edited + b"".join(lines[1:]))
+    with AuditLog(p, signer=signer, checkpoint_every=2) as log:
+        assert log.seq == 5
+    with pytest.raises(AuditIntegrityError, match="failed verification: edited"):
+        AuditLog(p, signer=signer, checkpoint_every=2, verify_existing=True)
+    # A checkpoint under another key (a rotated guard key) is not held against the writer.
+    other = ReceiptSigner(keys.generate_keypair()[0])
+    p.write_bytes(b"".join(lines))
+    with AuditLog(p, signer=other, checkpoint_every=2) as log:
+        assert log.append({"event": "rotated"})["seq"] == 6
+    # Without checkpoints the window is checkpoint_every entries: an edit further back is not read.
+    q = tmp_path / "plain.jsonl"
+    plain = _log(q, [SHORT] * 6, checkpoint_every=3)
+    q.write_bytes(_edit_text(plain[1], LONG)[0].join([plain[0], b"".join(plain[2:])]))
+    with AuditLog(q, checkpoint_every=3) as log:
+        assert log.seq == 6
+    with pytest.raises(AuditIntegrityError, match="the entry before seq 3 does not verify"):
+        AuditLog(q, checkpoint_every=4)
