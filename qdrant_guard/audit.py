@@ -702,11 +702,19 @@ class AuditLog:
         fsync: fsync after each append (durable across power loss, slower).
         signer: sign a checkpoint every ``checkpoint_every`` entries.
         checkpoint_every: checkpoint period in entries (with a signer).
-        verify_existing: verify the whole existing file on open (default: only its last line).
+        verify_existing: verify the whole existing file on open (default: only the entries
+            back to the most recent checkpoint, at most ``checkpoint_every``, and a checkpoint
+            among them under ``signer``'s key).
+
+    Before each append the writer also checks that the entry it last wrote or read is still in
+    place and that what others appended after it chains to it; if not, it raises
+    :class:`AuditIntegrityError`, logs an ``audit_tail_changed`` alert at ERROR, and refuses to
+    append until reopened. docs/audit-log.md says exactly what is and is not checked.
 
     Raises:
-        AuditIntegrityError: the existing file does not verify (torn or altered last line, or
-            any problem when ``verify_existing``); the message says how to verify and repair.
+        AuditIntegrityError: the existing file does not verify (torn or altered recent entries,
+            a bad checkpoint under ``signer``'s key, or any problem when ``verify_existing``);
+            the message says how to verify and repair.
         AuditError: the file cannot be opened.
     """
 
@@ -914,7 +922,8 @@ class AuditLog:
         Raises:
             TypeError: ``record`` is not a dict or holds a non-JSON value.
             ValueError: ``record`` holds NaN/Inf.
-            AuditIntegrityError: the file's tail was damaged by someone else.
+            AuditIntegrityError: the file's tail was damaged, or the writer's last entry
+                rewritten or cut, by someone else (then every later append refuses too).
             AuditError: the write failed (the caller must fail closed).
         """
         if not isinstance(record, dict):
@@ -942,7 +951,8 @@ class AuditLog:
         Raises:
             TypeError: ``record`` is not a dict or ``record_bytes`` not bytes.
             ValueError: ``record_bytes`` is not one JSON object on one line in UTF-8.
-            AuditIntegrityError: the file's tail was damaged by someone else.
+            AuditIntegrityError: the file's tail was damaged, or the writer's last entry
+                rewritten or cut, by someone else (then every later append refuses too).
             AuditError: the write failed (the caller must fail closed).
         """
         if not isinstance(record, dict):
