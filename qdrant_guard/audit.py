@@ -867,7 +867,7 @@ class AuditLog:
         # Lines from the end, newest first, read backwards in blocks.
         pos, buf, later = end, b"", None
         for _ in range(self._every + 1):
-            while pos > 0 and buf.count(b"\n") < 2:
+            while pos > 0 and buf.rfind(b"\n", 0, len(buf) - 1) < 0:
                 step = min(65536, pos)
                 pos -= step
                 buf = _read_all(fd, pos, step) + buf
