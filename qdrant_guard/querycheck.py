@@ -17,7 +17,7 @@ from .errors import QdrantGuardError
 from .pipeline import Offload, Op
 from .policy import CollectionPolicy
 from .sources import path_head
-from .textguard import TextOps
+from .textguard import EmbedderError, TextOps
 
 # Inputs that carry text the guard did not check (a top-level models.Document is checked).
 _TEXT_INPUTS = (models.Document, models.InferenceObject, models.TextQuery)
@@ -112,7 +112,7 @@ class QueryChecks(TextOps):
             # Under noise_queries the vector must be the guard's own: Qdrant's (or qdrant-client's)
             # inference would make an exact one. embed() refuses without an embedder.
             if self.embedder is not None or noising:
-                matrix = yield Offload(lambda: self.embed([embedded], where="query"))
+                matrix = yield from self._embed_query(op, name, pol, embedded, details)
                 args = {**args, "query": matrix[0].tolist()}
             else:
                 args = {**args, "query": document.model_copy(update={"text": embedded})}
@@ -138,6 +138,34 @@ class QueryChecks(TextOps):
             if noised:
                 details["query_noised"] = True
         return args
+
+    def _embed_query(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> Op:
+        """The guard's embedding of a query's (checked) Document text, a refusal audited either way:
+        without an embedder (QUERY_REJECTED), or when it fails (FAIL_CLOSED, then its
+        :class:`EmbedderError` is raised)."""
+        if self.embedder is None:
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.QUERY_REJECTED,
+                f"query is a models.Document, and noise_queries on {pol.sensitivity.value} collection {name!r} "
+                "needs every query vector noised: inference would embed it into an exact one. Pass embedder= "
+                "to the client so that the guard embeds (and noises) it, or embed the text yourself and pass "
+                "the vector with query_text=",
+                details={**details, "where": "query", "form": "Document"},
+            ))
+        try:
+            return (yield Offload(lambda: self.embed([text], where="query")))
+        except EmbedderError as exc:
+            # Types only: the embedder's message (kept in the raised error) can quote the text.
+            cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else None
+            self.record(self.decision(
+                op, name, pol, Verdict.FAIL_CLOSED,
+                "the embedder failed on the query's models.Document text ("
+                + (f"it raised {cause}" if cause else "its output is not an (n_texts, dim) matrix")
+                + "; raised to the caller as EmbedderError, its message is not logged); the query was refused. "
+                "Check the embedder passed as embedder=",
+                details={**details, "error": type(exc).__name__, "cause": cause},
+            ))
+            raise
 
     def map_inputs(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
                    visit: Visit) -> dict[str, Any]:

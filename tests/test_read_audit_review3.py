@@ -1,0 +1,197 @@
+"""Third review of the read path's audit trail: a query the guard's embedder fails on, a query that
+carries two texts (query_text= and a models.Document), and read failures that left no entry.
+
+Real local-mode Qdrant, real keys (see guardkit); a failing embedder is a plain callable.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from guardkit import create, make_kit, models, unit
+from qdrant_guard import AsyncQdrantClient, GuardRefusal, QdrantClient
+from qdrant_guard.errors import AuditError
+from qdrant_guard.textguard import EmbedderError
+
+SSN = "123-45-6789"
+POLICY = {"class": "PII", "owner": "hr", "readers": ["support"], "text_field": "text", "intent": {"enabled": False}}
+
+
+@pytest.fixture()
+def kit(tmp_path):
+    return make_kit(tmp_path)
+
+
+def _records(kit):
+    return [json.loads(x)["record"] for x in (kit.tmp / "audit.jsonl").read_text().splitlines()]
+
+
+def _raw_log(kit):
+    return (kit.tmp / "audit.jsonl").read_text()
+
+
+@pytest.fixture()
+def sent(monkeypatch):
+    """The method of every call that reaches the real (unguarded) query methods."""
+    import qdrant_client
+
+    calls = []
+    for method in ("query_points", "query_batch_points", "query_points_groups"):
+        original = getattr(qdrant_client.QdrantClient, method)
+
+        def recording(self, *a, _original=original, _method=method, **kw):
+            calls.append(_method)
+            return _original(self, *a, **kw)
+
+        monkeypatch.setattr(qdrant_client.QdrantClient, method, recording)
+    return calls
+
+
+class Unreachable(ConnectionError):
+    pass
+
+
+def failing_embedder(texts):
+    # Its message quotes the text it was given, as real clients' errors often do.
+    raise Unreachable(f"embedding service refused {texts!r}")
+
+
+def wrong_shape_embedder(texts):
+    return [[0.1, 0.2]] * (len(texts) + 1)
+
+
+def working_embedder(texts):
+    rng = np.random.default_rng(len(texts))
+    return [unit(rng) for _ in texts]
+
+
+def _client(kit, embedder, **policy):
+    cl = QdrantClient(":memory:", guard=kit.config({"c": {**POLICY, **policy}}),
+                      principal=kit.principal("alice", "hr"), embedder=embedder)
+    create(cl, "c")
+    return cl
+
+
+def _document(text=f"refund for {SSN} please"):
+    return models.Document(text=text, model="m")
+
+
+# -- 1. an embedder failing on a query is audited -------------------------------------------------
+
+QUERIES = {
+    "query_points": lambda c: c.query_points("c", query=_document(), limit=2),
+    "query_points_groups": lambda c: c.query_points_groups("c", group_by="source", query=_document(), limit=2),
+    "query_batch_points": lambda c: c.query_batch_points("c", [models.QueryRequest(query=_document(), limit=2)]),
+}
+
+
+@pytest.mark.parametrize("method", sorted(QUERIES))
+@pytest.mark.parametrize("noised", [False, True])
+def test_embedder_failing_on_a_query_is_audited(kit, sent, method, noised):
+    # The guard embeds a Document query itself (embedder=, or noise_queries for a principal not
+    # allowed raw vectors); when the embedder raised, EmbedderError reached the caller and the log
+    # had no entry for the refused query.
+    cl = _client(kit, failing_embedder, noise_queries=noised)
+    who = cl.with_principal(kit.principal("bob", "support")) if noised else cl
+    before = len(_records(kit))
+    with pytest.raises(EmbedderError) as ei:
+        QUERIES[method](who)
+    assert isinstance(ei.value.__cause__, Unreachable)  # the caller still gets the embedder's error
+    new = _records(kit)[before:]
+    assert [r["verdict"] for r in new] == ["FAIL_CLOSED"]  # exactly one entry
+    entry = new[0]
+    assert entry["op"] == method and entry["collection"] == "c"
+    assert entry["details"]["error"] == "EmbedderError" and entry["details"]["cause"] == "Unreachable"
+    assert entry["details"]["query_text"] == "refund for [SSN] please"  # what was checked, redacted
+    assert "Unreachable" in entry["directive"] and "embedder=" in entry["directive"]
+    raw = _raw_log(kit)
+    assert SSN not in raw and "embedding service refused" not in raw  # the type, not the message
+    assert sent == []
+
+
+def test_embedder_returning_the_wrong_shape_is_audited(kit, sent):
+    cl = _client(kit, wrong_shape_embedder)
+    with pytest.raises(EmbedderError, match="shape"):
+        cl.query_points("c", query=_document(), limit=2)
+    entry = _records(kit)[-1]
+    assert entry["verdict"] == "FAIL_CLOSED"
+    assert entry["details"]["error"] == "EmbedderError" and entry["details"]["cause"] is None
+    assert "(n_texts, dim)" in entry["directive"]
+    assert sent == []
+
+
+def test_embedder_failure_entry_keeps_what_the_query_checks_decided(kit):
+    # Monitor-mode findings are part of the decision: the entry keeps them next to the error.
+    cl = _client(kit, failing_embedder, query={"mode": "monitor"})
+    with pytest.raises(EmbedderError):
+        cl.query_points("c", query=_document("refund %41%42%43 policy"), limit=2)
+    entry = _records(kit)[-1]
+    assert entry["verdict"] == "FAIL_CLOSED"
+    assert entry["details"]["scan"]["would_reject"]
+
+
+def test_async_embedder_failing_on_a_query_is_audited(kit):
+    async def main():
+        cl = AsyncQdrantClient(":memory:", guard=kit.config({"c": POLICY}), principal=kit.principal("alice", "hr"),
+                               embedder=failing_embedder)
+        await cl.create_collection("c", vectors_config=models.VectorParams(size=16, distance=models.Distance.COSINE))
+        before = len(_records(kit))
+        with pytest.raises(EmbedderError):
+            await cl.query_points("c", query=_document(), limit=2)
+        with pytest.raises(EmbedderError):
+            await cl.query_batch_points("c", [models.QueryRequest(query=_document(), limit=2)])
+        await cl.close()
+        return before
+
+    before = asyncio.run(main())
+    new = _records(kit)[before:]
+    assert [(r["op"], r["verdict"], r["details"]["cause"]) for r in new] == [
+        ("query_points", "FAIL_CLOSED", "Unreachable"), ("query_batch_points", "FAIL_CLOSED", "Unreachable")]
+    assert SSN not in _raw_log(kit)
+
+
+def test_embedder_failure_whose_entry_cannot_be_written_fails_closed(kit, sent, monkeypatch):
+    cl = _client(kit, failing_embedder)
+
+    def broken(record):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(cl.guard.audit, "append", broken)
+    with pytest.raises(AuditError, match="disk full"):
+        cl.query_points("c", query=_document(), limit=2)
+    assert sent == []
+
+
+def test_embedder_failure_with_fail_closed_false_and_a_broken_log_still_refuses(kit, sent, monkeypatch):
+    # fail_closed = false lets the call go on without its entry; an embedder failure still has no
+    # vector to go on with, so the embedder's error is raised.
+    cl = _client(kit, failing_embedder, fail_closed=False)
+
+    def broken(record):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(cl.guard.audit, "append", broken)
+    with pytest.raises(EmbedderError):
+        cl.query_points("c", query=_document(), limit=2)
+    assert sent == []
+
+
+def test_document_query_without_embedder_under_noise_queries_is_an_audited_refusal(kit, sent):
+    # Under noise_queries the guard must embed a Document itself; without embedder= it raised an
+    # InvalidVectorError from inside the pipeline, and the refused query left no entry.
+    cl = _client(kit, None, noise_queries=True)
+    bob = cl.with_principal(kit.principal("bob", "support"))
+    before = len(_records(kit))
+    with pytest.raises(GuardRefusal) as ei:
+        bob.query_points("c", query=_document(), limit=2)
+    assert ei.value.verdict == "QUERY_REJECTED"
+    assert "embedder=" in str(ei.value) and "noise_queries" in str(ei.value)
+    new = _records(kit)[before:]
+    assert [r["verdict"] for r in new] == ["QUERY_REJECTED"]
+    assert new[0]["details"]["form"] == "Document"
+    assert new[0]["details"]["query_text"] == "refund for [SSN] please"
+    assert ei.value.manifest_digest
+    assert sent == []
