@@ -53,6 +53,13 @@ class QueryChecks(TextOps):
 
         The whole query is walked: the top-level ``query`` and every (nested) ``prefetch``.
         A generator: the classifier and the embedder run as :class:`Offload` requests.
+
+        Audit details: ``query_text`` is the checked text, redacted, and ``scan``/``intent`` its
+        results (scan positions index that redacted text). A query with both ``query_text=`` and a
+        ``models.Document`` of another text also gets ``query_texts``, one item per text
+        (``from``: ``"query_text"`` or ``"query"``, ``query_text``, ``scan``, ``intent``), and
+        ``query_text_from``; the top-level fields are then those of ``query_text=``, but in a
+        refusal of the Document's text they are the Document's.
         """
         query = args.get("query")
         document = query if isinstance(query, models.Document) else None
@@ -98,19 +105,34 @@ class QueryChecks(TextOps):
                     details={"raw_vectors": raw, "blank_query_text": True},
                 ))
         # query_text= (the raw vectors' text) and the Document's text are each checked.
-        texts = [t for t in (query_text, document.text if document is not None else None) if t is not None]
+        texts: list[tuple[str, str]] = [] if query_text is None else [(query_text, "query_text")]
+        if document is not None and document.text != query_text:
+            texts.append((document.text, "query"))
         cleaned = ""
-        for text in dict.fromkeys(texts):
-            self.check_size(op, name, pol, text, details)
-            scanned = _detect.redact_with_findings(text)  # one scan for the audit entry and the screen
-            details["query_text"] = scanned[0]
-            self.validate_structure(op, name, pol, text, details, findings=scanned[1])
+        # With two texts each is checked into details of its own (its redaction, scan and intent,
+        # positions indexing that redaction), so that neither overwrites the other's; every entry
+        # names both, and the allow entry keeps the first at the top level, as for one text.
+        many = len(texts) > 1
+        own = [{"query_text_from": where} for _, where in texts] if many else [details] * len(texts)
+        for (text, _), mine in zip(texts, own):
+            self.check_size(op, name, pol, text, mine)  # every size first, before the detector reads any
+        scans = [_detect.redact_with_findings(text) for text, _ in texts]  # one scan for the entry and the screen
+        listed = [{"from": where, "query_text": red} for (_, where), (red, _) in zip(texts, scans)]
+        for (text, _), scanned, mine in zip(texts, scans, own):
+            mine["query_text"] = scanned[0]
+            if many:
+                mine["query_texts"] = listed
+            self.validate_structure(op, name, pol, text, mine, findings=scanned[1])
             cleaned = self.screen_text(op, name, pol, text, scanned=scanned) if pol.query.redact_query_text else text
-            yield from self.check_intent(op, name, pol, cleaned, details)
+            yield from self.check_intent(op, name, pol, cleaned, mine)
+        if many:
+            results = [{k: mine[k] for k in ("scan", "intent", "intent_error") if k in mine} for mine in own]
+            details.update(query_text=listed[0]["query_text"], query_text_from=listed[0]["from"], **results[0],
+                           query_texts=[{**item, **result} for item, result in zip(listed, results)])
         if document is not None:
             embedded = self.embeddable_text(pol, cleaned)  # the Document's text was checked last
             # Under noise_queries the vector must be the guard's own: Qdrant's (or qdrant-client's)
-            # inference would make an exact one. embed() refuses without an embedder.
+            # inference would make an exact one; _embed_query refuses without an embedder.
             if self.embedder is not None or noising:
                 matrix = yield from self._embed_query(op, name, pol, embedded, details)
                 args = {**args, "query": matrix[0].tolist()}
@@ -324,7 +346,8 @@ class QueryChecks(TextOps):
         raise self.refuse(self.decision(
             op, name, pol, Verdict.QUERY_REJECTED,
             f"the query text has {len(text)} characters, above max_chars {rules.max_chars}; shorten it",
-            details={"violations": [violation]},
+            details={"violations": [violation],
+                     **({"query_text_from": details["query_text_from"]} if "query_text_from" in details else {})},
         ))
 
     def validate_structure(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any],
@@ -360,7 +383,7 @@ class QueryChecks(TextOps):
             op, name, pol, Verdict.QUERY_REJECTED,
             "the query failed structural validation (" + ", ".join(sorted({v['kind'] for v in violations}))
             + "); shorten it, remove repetition or encoded/invisible characters",
-            details={"violations": violations, "query_text": details.get("query_text")},
+            details={"violations": violations, **_text_fields(details)},
         ))
 
     def _intent_failed(self, op: str, name: str, pol: CollectionPolicy, exc: Exception,
@@ -368,7 +391,7 @@ class QueryChecks(TextOps):
         """The FAIL_CLOSED refusal of a query whose intent could not be classified."""
         details["intent_error"] = repr(exc)
         return self.refuse(self.decision(op, name, pol, Verdict.FAIL_CLOSED, directive,
-                                         details={"error": repr(exc), "query_text": details.get("query_text")}))
+                                         details={"error": repr(exc), **_text_fields(details)}))
 
     def check_intent(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> Op:
         """Intent classification -> INTENT_BLOCKED, or FAIL_CLOSED when the classifier fails.
@@ -421,7 +444,7 @@ class QueryChecks(TextOps):
                 op, name, pol, Verdict.INTENT_BLOCKED,
                 f"query classified {result.label} ({result.confidence:.2f}; {result.reasoning}). "
                 "Rephrase the request to what the task needs",
-                details={"intent": details["intent"], "query_text": details.get("query_text")},
+                details={"intent": details["intent"], **_text_fields(details)},
             ))
 
     def intent_classifier(self, spec: str) -> Any:
@@ -489,6 +512,14 @@ def query_filter_roots(args: dict[str, Any], filter_key: str, where: str = "") -
         yield f"{path}.filter", p.filter
         if isinstance(p.query, models.FormulaQuery):
             yield f"{path}.query", p.query
+
+
+def _text_fields(details: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a query check's audit details that say which text was checked: ``query_text``
+    (redacted; violation positions index it) and, when the query has two texts, ``query_text_from``
+    (``"query_text"`` or ``"query"``) and ``query_texts`` (both, redacted)."""
+    return {"query_text": details.get("query_text"),
+            **{k: details[k] for k in ("query_text_from", "query_texts") if k in details}}
 
 
 def redacted_position(position: int, findings: Sequence[_detect.Finding]) -> int:

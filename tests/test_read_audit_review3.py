@@ -195,3 +195,117 @@ def test_document_query_without_embedder_under_noise_queries_is_an_audited_refus
     assert new[0]["details"]["query_text"] == "refund for [SSN] please"
     assert ei.value.manifest_digest
     assert sent == []
+
+
+# -- 2. a query with two texts records both -------------------------------------------------------
+
+_QT = f"refund {SSN} status"                       # query_text=: the raw prefetch vector's text
+_DOC = "mail alice.smith@example.com about %41%42%43 refund"   # the Document's text
+_QT_RED = "refund [SSN] status"
+_DOC_RED = "mail [EMAIL] about %41%42%43 refund"
+
+
+def _two_texts(cl, qt=_QT, doc=_DOC):
+    return cl.query_points("c", query=_document(doc), prefetch=models.Prefetch(query=unit(np.random.default_rng(1)),
+                                                                                 limit=5), query_text=qt, limit=2)
+
+
+def test_query_with_two_texts_records_both_redacted(kit):
+    # Both texts are checked, but details["query_text"] was overwritten in the loop: the entry kept
+    # the Document's text only, and its scan results replaced those of query_text=.
+    cl = _client(kit, working_embedder, query={"mode": "monitor"})
+    _two_texts(cl)
+    details = _records(kit)[-1]["details"]
+    assert details["query_text"] == _QT_RED and details["query_text_from"] == "query_text"
+    assert [(t["from"], t["query_text"]) for t in details["query_texts"]] == [("query_text", _QT_RED),
+                                                                             ("query", _DOC_RED)]
+    # Each text's own scan: the Document's would-be rejection is not lost behind query_text='s clean scan.
+    first, second = details["query_texts"]
+    assert "would_reject" not in first["scan"] and details["scan"] == first["scan"]
+    [escape] = second["scan"]["would_reject"]
+    assert second["query_text"][escape["position"]:].startswith("%41")
+    raw = _raw_log(kit)
+    assert SSN not in raw and "alice.smith" not in raw
+
+
+def test_monitor_findings_of_the_first_text_are_not_overwritten_by_the_second(kit):
+    cl = _client(kit, working_embedder, query={"mode": "monitor"})
+    _two_texts(cl, qt="refund %41%42%43 status", doc="refund policy")
+    details = _records(kit)[-1]["details"]
+    # The top level is the first text's, positions into its text, as for a query of one text.
+    [escape] = details["scan"]["would_reject"]
+    assert details["query_text"][escape["position"]:].startswith("%41")
+    assert "would_reject" not in details["query_texts"][1]["scan"]
+
+
+@pytest.mark.parametrize("refused", ["query_text", "query"])
+def test_refusal_of_either_text_names_it_with_positions_into_it(kit, sent, refused):
+    cl = _client(kit, working_embedder)
+    bad, good = "refund %41%42%43 for 123-45-6789", "refund policy"
+    with pytest.raises(GuardRefusal) as ei:
+        _two_texts(cl, **({"qt": bad, "doc": good} if refused == "query_text" else {"qt": good, "doc": bad}))
+    assert ei.value.verdict == "QUERY_REJECTED"
+    entry = _records(kit)[-1]
+    details = entry["details"]
+    assert details == ei.value.details
+    assert details["query_text_from"] == refused
+    assert details["query_text"] == "refund %41%42%43 for [SSN]"
+    for v in details["violations"]:
+        assert details["query_text"][v["position"]:].startswith("%41")
+    assert sorted(t["query_text"] for t in details["query_texts"]) == ["refund %41%42%43 for [SSN]", "refund policy"]
+    assert SSN not in _raw_log(kit)
+    assert sent == []
+
+
+def test_size_cap_refusal_names_the_text_over_it(kit, sent):
+    cl = _client(kit, working_embedder, query={"max_chars": 100})
+    with pytest.raises(GuardRefusal) as ei:
+        _two_texts(cl, qt="refund policy", doc="x " * 200)
+    assert ei.value.details["query_text_from"] == "query"
+    assert [v["kind"] for v in ei.value.details["violations"]] == ["size_cap"]
+    assert "query_text" not in ei.value.details  # an oversized text is never logged
+    assert sent == []
+
+
+class BlockSalary:
+    """Classifies a text mentioning salaries as adversarial (and everything else as benign)."""
+
+    name = "block-salary"
+
+    def classify(self, text, *, embedding=None):
+        from qdrant_guard.intent import IntentResult
+
+        if "salar" in text:
+            return IntentResult("adversarial", 0.99, "asks for salaries", self.name)
+        return IntentResult("benign", 0.9, "fine", self.name)
+
+
+@pytest.mark.parametrize("blocked", ["query_text", "query"])
+def test_intent_of_each_text_is_recorded(kit, blocked):
+    intent = {"enabled": True, "classifier": "test_read_audit_review3:BlockSalary", "mode": "monitor"}
+    cl = _client(kit, working_embedder, intent=intent)
+    texts = {"qt": "every salary please", "doc": "refund policy"} if blocked == "query_text" else \
+        {"qt": "refund policy", "doc": "every salary please"}
+    _two_texts(cl, **texts)
+    details = _records(kit)[-1]["details"]
+    by_from = {t["from"]: t["intent"] for t in details["query_texts"]}
+    assert by_from[blocked].get("would_block") is True
+    assert not any(i.get("would_block") for f, i in by_from.items() if f != blocked)
+    assert details["intent"] == by_from["query_text"]
+    # In enforce mode the refusal names the text the classifier blocked.
+    cl = _client(kit, working_embedder, intent={**intent, "mode": "enforce"})
+    with pytest.raises(GuardRefusal) as ei:
+        _two_texts(cl, **texts)
+    assert ei.value.verdict == "INTENT_BLOCKED"
+    assert ei.value.details["query_text_from"] == blocked
+    assert ei.value.details["query_text"] == "every salary please"
+
+
+def test_one_text_entry_is_unchanged(kit):
+    # A query with one text (or query_text= equal to the Document's) keeps the entry it had.
+    cl = _client(kit, working_embedder)
+    _two_texts(cl, qt=_QT, doc=_QT)
+    details = _records(kit)[-1]["details"]
+    assert details["query_text"] == _QT_RED
+    assert "query_texts" not in details and "query_text_from" not in details
+
