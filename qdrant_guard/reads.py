@@ -255,7 +255,6 @@ class ReadOps(PayloadOps, QueryChecks):
         withheld is recorded in ``plan`` (when given), for :meth:`read_excluding_withheld`.
         """
         account = name if account is None else account
-        budget = self.extraction_budget(pol)
         principal = self.principal_label or "anonymous"
         by_source: dict[str, list[Any]] = {}
         for p in pts:
@@ -278,9 +277,10 @@ class ReadOps(PayloadOps, QueryChecks):
         withheld: set[str] = set()
         report: dict[str, Any] = {}
         if requests:
-            try:  # one store transaction for every source of this result
-                decisions = budget.admit_many(principal=principal, collection=account, requests=requests,
-                                              max_source_coverage=pol.diversity.max_source_coverage)
+            try:  # one store transaction for every source of this result (the store made on first use)
+                decisions = self.extraction_budget(pol).admit_many(
+                    principal=principal, collection=account, requests=requests,
+                    max_source_coverage=pol.diversity.max_source_coverage)
             except BudgetStoreError as exc:
                 self.budget_store_failed(op, name, pol, exc, "results were withheld")
                 return pts
@@ -313,9 +313,8 @@ class ReadOps(PayloadOps, QueryChecks):
 
         Vectors are charged to collection ``account`` (``name`` when None).
         """
-        budget = self.extraction_budget(pol)
         try:
-            dec = budget.admit_vectors(principal=self.principal_label or "anonymous",
+            dec = self.extraction_budget(pol).admit_vectors(principal=self.principal_label or "anonymous",
                                        collection=name if account is None else account,
                                        point_ids=[p.id for p in pts if getattr(p, "vector", None) is not None],
                                        max_vectors=int(pol.diversity.max_vectors or 0))
@@ -362,11 +361,16 @@ class ReadOps(PayloadOps, QueryChecks):
         """
         if not self.source_budgeted(pol) or pol.diversity.mode == "monitor":
             return None
+        try:  # the store is made on first use: one that cannot be is a failed store, not a crash
+            budget = self.extraction_budget(pol)
+        except BudgetStoreError as exc:
+            self.budget_store_failed(op, name, pol, exc, "nothing was read")
+            return None
         exclusion = Exclusion(pol.source_field)
         listed = self._admitted_by_source(op, name, pol, account)
         restricted = pol.diversity.restricted_sources
         coverage = pol.diversity.max_source_coverage
-        cap_for = self.extraction_budget(pol).cap_for
+        cap_for = budget.cap_for
         cached = self.cached_source_size
         sizes = self.shared.get("source_sizes", {})
         caps: dict[int, int] = {}  # size -> cap: the listing holds every source the principal read

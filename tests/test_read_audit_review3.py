@@ -309,3 +309,68 @@ def test_one_text_entry_is_unchanged(kit):
     assert details["query_text"] == _QT_RED
     assert "query_texts" not in details and "query_text_from" not in details
 
+
+# -- 3. a budget store that cannot be made -------------------------------------------------------
+
+def _budgeted(kit, fail_closed):
+    # A file where the store's directory should be: the SQLite store cannot be opened (made on first use).
+    (kit.tmp / "blocker").write_text("not a directory")
+    pol = {**POLICY, "diversity": {"max_source_coverage": 0.5}, "fail_closed": fail_closed}
+    cfg = kit.config({"c": pol}, budget_store="sqlite:///" + str(kit.tmp / "blocker" / "budget.db"))
+    cl = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(cl, "c")
+    cl.upsert("c", [models.PointStruct(id=i, vector=unit(np.random.default_rng(i)), payload={"source": f"d{i % 2}"})
+                    for i in range(4)])
+    return cl.with_principal(kit.principal("bob", "support"))
+
+
+BUDGETED_READS = {
+    "retrieve": lambda c: c.retrieve("c", [1, 2]),
+    "scroll": lambda c: c.scroll("c", limit=2),
+    "query_points": lambda c: c.query_points("c", query=unit(np.random.default_rng(9)), limit=2),
+    "query_points_groups": lambda c: c.query_points_groups("c", group_by="source", query=[0.1] * 16, limit=2),
+}
+
+
+@pytest.mark.parametrize("method", sorted(BUDGETED_READS))
+def test_budget_store_that_cannot_be_made_is_an_audited_fail_closed_refusal(kit, method):
+    # The store is made on a read's first use of the budget, outside the try that turns a store
+    # failure into FAIL_CLOSED: retrieve (which reads before it charges) got a bare BudgetStoreError
+    # after the read had reached Qdrant, and no entry.
+    bob = _budgeted(kit, fail_closed=True)
+    before = len(_records(kit))
+    with pytest.raises(GuardRefusal) as ei:
+        BUDGETED_READS[method](bob)
+    assert ei.value.verdict == "FAIL_CLOSED" and "budget" in str(ei.value)
+    assert [(r["op"], r["verdict"]) for r in _records(kit)[before:]] == [(method, "FAIL_CLOSED")]
+
+
+@pytest.mark.parametrize("method", sorted(BUDGETED_READS))
+def test_budget_store_that_cannot_be_made_with_fail_closed_false_goes_on_audited(kit, method):
+    # fail_closed = false: "log it and return so nothing is withheld"; every budgeted read crashed
+    # with BudgetStoreError instead (the store was made again outside the try), leaving no entry.
+    bob = _budgeted(kit, fail_closed=False)
+    before = len(_records(kit))
+    BUDGETED_READS[method](bob)
+    assert [(r["op"], r["verdict"]) for r in _records(kit)[before:]] == [(method, "ALLOW")]
+
+
+def test_async_budget_store_that_cannot_be_made_is_audited(kit):
+    (kit.tmp / "blocker").write_text("not a directory")
+    pol = {**POLICY, "diversity": {"max_source_coverage": 0.5}}
+    cfg = kit.config({"c": pol}, budget_store="sqlite:///" + str(kit.tmp / "blocker" / "budget.db"))
+
+    async def main():
+        cl = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+        await cl.create_collection("c", vectors_config=models.VectorParams(size=16, distance=models.Distance.COSINE))
+        await cl.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(1)), payload={"source": "d"})])
+        bob = cl.with_principal(kit.principal("bob", "support"))
+        before = len(_records(kit))
+        with pytest.raises(GuardRefusal) as ei:
+            await bob.retrieve("c", [1])
+        await cl.close()
+        return before, ei.value.verdict
+
+    before, verdict = asyncio.run(main())
+    assert verdict == "FAIL_CLOSED"
+    assert [(r["op"], r["verdict"]) for r in _records(kit)[before:]] == [("retrieve", "FAIL_CLOSED")]
