@@ -175,14 +175,19 @@ class QueryChecks(TextOps):
                 details={**details, "where": "query", "form": "Document"},
             ))
         try:
-            return (yield Offload(lambda: self.embed([text], where="query")))
+            matrix = yield Offload(lambda: self.embed([text], where="query"))
+            if not np.isfinite(matrix).all():
+                # Sent on, NaN fails in the store (which then got the guard's garbage); noised, it
+                # failed in the noise as an unaudited InvalidVectorError.
+                raise EmbedderError("query: the embedder returned NaN or Inf values; the call was refused")
+            return matrix
         except EmbedderError as exc:
             # Types only: the embedder's message (kept in the raised error) can quote the text.
             cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else None
             self.record(self.decision(
                 op, name, pol, Verdict.FAIL_CLOSED,
                 "the embedder failed on the query's models.Document text ("
-                + (f"it raised {cause}" if cause else "its output is not an (n_texts, dim) matrix")
+                + (f"it raised {cause}" if cause else "its output is not a finite (n_texts, dim) matrix")
                 + "; raised to the caller as EmbedderError, its message is not logged); the query was refused. "
                 "Check the embedder passed as embedder=",
                 details={**details, "error": type(exc).__name__, "cause": cause},

@@ -123,6 +123,25 @@ def test_embedder_returning_the_wrong_shape_is_audited(kit, sent):
     assert sent == []
 
 
+def nan_embedder(texts):
+    return [[float("nan")] * 16 for _ in texts]
+
+
+@pytest.mark.parametrize("noised", [False, True])
+def test_embedder_returning_nan_is_an_audited_embedder_failure(kit, sent, noised):
+    # NaN reached the store as the query vector (which refused it), or, under noise_queries, the
+    # noise raised an unaudited InvalidVectorError: either way the embedder had failed.
+    cl = _client(kit, nan_embedder, noise_queries=noised)
+    bob = cl.with_principal(kit.principal("bob", "support"))
+    before = len(_records(kit))
+    with pytest.raises(EmbedderError, match="NaN or Inf"):
+        bob.query_points("c", query=_document(), limit=2)
+    new = _records(kit)[before:]
+    assert [(r["verdict"], r["details"]["error"], r["details"]["cause"]) for r in new] == [
+        ("FAIL_CLOSED", "EmbedderError", None)]
+    assert sent == []
+
+
 def test_embedder_failure_entry_keeps_what_the_query_checks_decided(kit):
     # Monitor-mode findings are part of the decision: the entry keeps them next to the error.
     cl = _client(kit, failing_embedder, query={"mode": "monitor"})
