@@ -282,7 +282,7 @@ class ReadOps(PayloadOps, QueryChecks):
                     principal=principal, collection=account, requests=requests,
                     max_source_coverage=pol.diversity.max_source_coverage)
             except BudgetStoreError as exc:
-                self.budget_store_failed(op, name, pol, exc, "results were withheld")
+                self.budget_store_failed(op, name, pol, exc, "results were withheld", details)
                 return pts
             for source, dec in decisions.items():
                 if plan is not None:
@@ -319,7 +319,8 @@ class ReadOps(PayloadOps, QueryChecks):
                                        point_ids=[p.id for p in pts if getattr(p, "vector", None) is not None],
                                        max_vectors=int(pol.diversity.max_vectors or 0))
         except BudgetStoreError as exc:
-            self.budget_store_failed(op, name, pol, exc, "the vector budget could not be applied, so nothing was returned")
+            self.budget_store_failed(op, name, pol, exc, "the vector budget could not be applied, so nothing was returned",
+                                     details)
             return pts
         if not dec.withheld:
             return pts
@@ -334,11 +335,15 @@ class ReadOps(PayloadOps, QueryChecks):
         return [p.model_copy(update={"vector": None}) if normalize_point_id(p.id) in held else p for p in pts]
 
     def budget_store_failed(self, op: str, name: str, pol: CollectionPolicy, exc: BudgetStoreError,
-                            outcome: str) -> None:
+                            outcome: str, details: dict[str, Any] | None = None) -> None:
         """An unreachable budget store must not mean "no budget": refuse (``FAIL_CLOSED``, saying
-        ``outcome``), or, with ``fail_closed = false``, log it and return so nothing is withheld."""
+        ``outcome``), or, with ``fail_closed = false``, log it and return so nothing is withheld;
+        then the read's audit ``details`` (when given) say so in ``budget_error``."""
         if not pol.fail_closed:
             log.error("budget store failed (fail_closed = false, not withholding): %r", exc)
+            if details is not None:
+                # The read's entry would otherwise say ALLOW as if the budget had been applied.
+                details["budget_error"] = repr(exc)
             return
         raise self.refuse(self.decision(
             op, name, pol, Verdict.FAIL_CLOSED,

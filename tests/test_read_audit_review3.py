@@ -371,7 +371,10 @@ def test_budget_store_that_cannot_be_made_with_fail_closed_false_goes_on_audited
     bob = _budgeted(kit, fail_closed=False)
     before = len(_records(kit))
     BUDGETED_READS[method](bob)
-    assert [(r["op"], r["verdict"]) for r in _records(kit)[before:]] == [(method, "ALLOW")]
+    new = _records(kit)[before:]
+    assert [(r["op"], r["verdict"]) for r in new] == [(method, "ALLOW")]
+    # The entry says the budget was not applied (it read like a budgeted read that withheld nothing).
+    assert "BudgetStoreError" in new[0]["details"]["budget_error"]
 
 
 def test_async_budget_store_that_cannot_be_made_is_audited(kit):
@@ -393,3 +396,25 @@ def test_async_budget_store_that_cannot_be_made_is_audited(kit):
     before, verdict = asyncio.run(main())
     assert verdict == "FAIL_CLOSED"
     assert [(r["op"], r["verdict"]) for r in _records(kit)[before:]] == [("retrieve", "FAIL_CLOSED")]
+
+
+def test_vector_budget_store_failure_with_fail_closed_false_is_in_the_entry(kit):
+    (kit.tmp / "blocker").write_text("not a directory")
+    pol = {**POLICY, "class": "PROPRIETARY", "diversity": {"max_vectors": 10}, "fail_closed": False}
+    cfg = kit.config({"c": pol}, budget_store="sqlite:///" + str(kit.tmp / "blocker" / "budget.db"))
+    cl = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(cl, "c")
+    cl.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(1)), payload={"source": "d"})])
+    bob = cl.with_principal(kit.principal("bob", "support"))
+    bob.retrieve("c", [1], with_vectors=True)
+    entry = _records(kit)[-1]
+    assert entry["verdict"] == "ALLOW" and "BudgetStoreError" in entry["details"]["budget_error"]
+    # fail_closed = true refuses, audited.
+    pol["fail_closed"] = True
+    cl = QdrantClient(":memory:", guard=kit.config({"c": pol}, budget_store=cfg.budget_store),
+                      principal=kit.principal("alice", "hr"))
+    create(cl, "c")
+    cl.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(1)), payload={"source": "d"})])
+    with pytest.raises(GuardRefusal) as ei:
+        cl.with_principal(kit.principal("bob", "support")).retrieve("c", [1], with_vectors=True)
+    assert ei.value.verdict == "FAIL_CLOSED" and _records(kit)[-1]["verdict"] == "FAIL_CLOSED"
