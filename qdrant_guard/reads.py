@@ -351,7 +351,8 @@ class ReadOps(PayloadOps, QueryChecks):
             details={"error": repr(exc)},
         )) from exc
 
-    def budget_exclusion(self, op: str, name: str, pol: CollectionPolicy, account: str) -> Any:
+    def budget_exclusion(self, op: str, name: str, pol: CollectionPolicy, account: str,
+                         details: dict[str, Any] | None = None) -> Any:
         """What a budgeted read of ``account`` must exclude before it is sent: every source this
         principal has used up in the window, but for the ids already admitted under it (those stay
         readable: reading them again is free).
@@ -362,17 +363,18 @@ class ReadOps(PayloadOps, QueryChecks):
         :class:`~qdrant_guard.budget.BudgetStore` methods) starts every read with nothing listed;
         a source the read then finds used up is excluded but for what this read admitted, so
         points admitted only by earlier reads are hidden from its re-run (fail closed, see
-        :meth:`widen_exclusion`).
+        :meth:`widen_exclusion`). A store failure with ``fail_closed = false`` is noted in
+        ``details`` (see :meth:`budget_store_failed`).
         """
         if not self.source_budgeted(pol) or pol.diversity.mode == "monitor":
             return None
         try:  # the store is made on first use: one that cannot be is a failed store, not a crash
             budget = self.extraction_budget(pol)
         except BudgetStoreError as exc:
-            self.budget_store_failed(op, name, pol, exc, "nothing was read")
+            self.budget_store_failed(op, name, pol, exc, "nothing was read", details)
             return None
         exclusion = Exclusion(pol.source_field)
-        listed = self._admitted_by_source(op, name, pol, account)
+        listed = self._admitted_by_source(op, name, pol, account, details)
         restricted = pol.diversity.restricted_sources
         coverage = pol.diversity.max_source_coverage
         cap_for = budget.cap_for
@@ -405,7 +407,7 @@ class ReadOps(PayloadOps, QueryChecks):
         return exclusion
 
     def widen_exclusion(self, op: str, name: str, pol: CollectionPolicy, account: str, exclusion: Exclusion,
-                        plans: Sequence[ReadPlan]) -> None:
+                        plans: Sequence[ReadPlan], details: dict[str, Any] | None = None) -> None:
         """Add to ``exclusion`` what the budget withheld under ``plans``: the sources it found used
         up (with the ids they admitted, this read's included) and the withheld ids themselves (a
         point whose source value no filter names, or whose admission expired meanwhile)."""
@@ -414,19 +416,20 @@ class ReadOps(PayloadOps, QueryChecks):
                 exclusion.admitted_here.setdefault(source, set()).update(ids)
         sources = set().union(*(p.withheld_sources for p in plans)) - set(exclusion.sources)
         if sources:
-            listed = self._admitted_by_source(op, name, pol, account)
+            listed = self._admitted_by_source(op, name, pol, account, details)
             for source in sources:
                 # A store that cannot list keeps readable only what this read admitted.
                 exclusion.sources[source] = (frozenset(exclusion.admitted_here.get(source, ())) if listed is None
                                              else listed.get(source, frozenset()))
         exclusion.ids.update(*(p.withheld_ids for p in plans))
 
-    def _admitted_by_source(self, op: str, name: str, pol: CollectionPolicy, account: str) -> Any:
+    def _admitted_by_source(self, op: str, name: str, pol: CollectionPolicy, account: str,
+                            details: dict[str, Any] | None = None) -> Any:
         try:
             return self.extraction_budget(pol).admitted_by_source(
                 principal=self.principal_label or "anonymous", collection=account)
         except BudgetStoreError as exc:
-            self.budget_store_failed(op, name, pol, exc, "nothing was read")
+            self.budget_store_failed(op, name, pol, exc, "nothing was read", details)
             return None
 
     def read_excluding_withheld(self, op: str, name: str, pol: CollectionPolicy, account: str,
@@ -454,7 +457,8 @@ class ReadOps(PayloadOps, QueryChecks):
         budget report of every run. ``progress`` (when given) gets the budget reports of the runs
         done so far, for the entry of a read that fails in a later run (:meth:`store_failures`).
         """
-        exclusion = yield from self.budget_exclusion(op, name, pol, account)
+        noted: dict[str, Any] = {}  # a store failure passed over (fail_closed = false), for the entry
+        exclusion = yield from self.budget_exclusion(op, name, pol, account, noted)
         earlier: dict[str, Any] = {}
         reruns = 0
         while True:
@@ -462,7 +466,7 @@ class ReadOps(PayloadOps, QueryChecks):
             if exclusion is None or not any(p.withheld_ids for p in plans):
                 break
             earlier.update(details.get("budget", {}))
-            self.widen_exclusion(op, name, pol, account, exclusion, plans)
+            self.widen_exclusion(op, name, pol, account, exclusion, plans, noted)
             reruns += 1
             if progress is not None:
                 progress.update(budget=dict(earlier), reruns=reruns)
@@ -474,6 +478,8 @@ class ReadOps(PayloadOps, QueryChecks):
             details["verdict"] = Verdict.BUDGET_EXCEEDED.value
         if exclusion:
             details["budget_excluded"] = {"sources": len(exclusion.sources), "ids": len(exclusion.ids)}
+        for key, value in noted.items():
+            details.setdefault(key, value)
         return result, details
 
     def excluding(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any], key: str,

@@ -418,3 +418,31 @@ def test_vector_budget_store_failure_with_fail_closed_false_is_in_the_entry(kit)
     with pytest.raises(GuardRefusal) as ei:
         cl.with_principal(kit.principal("bob", "support")).retrieve("c", [1], with_vectors=True)
     assert ei.value.verdict == "FAIL_CLOSED" and _records(kit)[-1]["verdict"] == "FAIL_CLOSED"
+
+
+def test_budget_listing_failure_with_fail_closed_false_is_in_the_entry(kit):
+    # The exclusion of used-up sources reads the store before the read is sent; with fail_closed =
+    # false its failure was only logged, and a read that returned nothing (so charged nothing) got an
+    # entry saying nothing of the exclusion it went without.
+    import sqlite3
+
+    db = kit.tmp / "budget.db"
+    pol = {**POLICY, "diversity": {"max_source_coverage": 0.5}, "fail_closed": False}
+    cl = QdrantClient(":memory:", guard=kit.config({"c": pol}, budget_store="sqlite:///" + str(db)),
+                      principal=kit.principal("alice", "hr"))
+    create(cl, "c")
+    cl.upsert("c", [models.PointStruct(id=i, vector=unit(np.random.default_rng(i)), payload={"source": f"d{i % 2}"})
+                    for i in range(4)])
+    bob = cl.with_principal(kit.principal("bob", "support"))
+    bob.scroll("c", limit=2)  # the store is made, and works
+    assert "budget_error" not in _records(kit)[-1]["details"]
+    con = sqlite3.connect(db)  # then breaks under the guard
+    for (table,) in con.execute("select name from sqlite_master where type = 'table'").fetchall():
+        con.execute(f"drop table {table}")
+    con.commit()
+    con.close()
+    none = models.Filter(must=[models.FieldCondition(key="source", match=models.MatchValue(value="nowhere"))])
+    got, _ = bob.scroll("c", scroll_filter=none, limit=2)
+    assert got == []
+    entry = _records(kit)[-1]
+    assert entry["verdict"] == "ALLOW" and "BudgetStoreError" in entry["details"]["budget_error"]
