@@ -298,19 +298,22 @@ static size_t row_scan_scalar(const void *x, int is_f32, size_t dim, double *ss)
     return dim;
 }
 
-/* From |v * inv_step| >= 2^52 on, v's float spacing is step or coarser, so v is already a
-   multiple of step and is returned as it is: computing q * step there would give v back, but q
-   itself can overflow (a huge v with a tiny step), which made a release of a finite, on-lattice
-   value fail as an overflow. A NaN v is returned as it is, as before. */
+/* From |v| >= 2^52 * step on, v's float spacing is step or coarser, so v is already a multiple
+   of step and is returned as it is: rint(v * inv_step) * step gives v back there, but v * inv_step
+   can overflow (a huge v with a tiny step), which made a release of a finite, on-lattice value fail
+   as an overflow. The test is on v, not on q: with a step below 2^-1024, inv_step is infinite and
+   every q is, so a test on q would return values that are not on the lattice (those rows stay
+   refused, as before). A NaN v gives NaN, as before. */
 static inline double snap(double v, double inv_step, double step)
 {
-    double q = v * inv_step;
+    double q;
+    if (fabs(v) >= 0x1p52 * step)
+        return v;
+    q = v * inv_step;
     if (fabs(q) < 0x1p51)
         q = (q + ROUND_MAGIC) - ROUND_MAGIC;
-    else if (fabs(q) < 0x1p52)
-        q = rint(q);
     else
-        return v;
+        q = rint(q);
     return q * step;
 }
 
@@ -357,11 +360,11 @@ __m512d load8_f64(const double *p)
     return _mm512_castsi512_pd(_mm512_maskz_mov_epi64(keep, b));
 }
 
-/* Lanes where |q| >= 2^52 (or q is +-Inf): there snap() returns its input unchanged. */
+/* Lanes where |v| >= 2^52 * step: there snap() returns its input unchanged. */
 static inline __attribute__((always_inline, target("avx2")))
-__m256d big_avx2(__m256d q)
+__m256d big_avx2(__m256d v, double step)
 {
-    return _mm256_cmp_pd(_mm256_andnot_pd(_mm256_set1_pd(-0.0), q), _mm256_set1_pd(0x1p52), _CMP_GE_OQ);
+    return _mm256_cmp_pd(_mm256_andnot_pd(_mm256_set1_pd(-0.0), v), _mm256_set1_pd(0x1p52 * step), _CMP_GE_OQ);
 }
 
 /* Lane layout matches row_scan_scalar: lo holds lanes 0-3, hi lanes 4-7. */
@@ -420,7 +423,7 @@ static size_t combine_avx2(const void *x, void *out, int is_f32, const double *z
         __m256d v = is_f32 ? _mm256_cvtps_pd(_mm_loadu_ps(xf + j)) : load4_f64(xd + j);
         __m256d sum = _mm256_add_pd(_mm256_mul_pd(v, fac), _mm256_mul_pd(_mm256_loadu_pd(z + j), sc));
         __m256d q = _mm256_mul_pd(sum, inv);
-        __m256d big = big_avx2(q);
+        __m256d big = big_avx2(sum, step);
         /* rint, then +0.0 turns a -0.0 into the +0.0 the magic-constant rounding gives. */
         q = _mm256_add_pd(_mm256_round_pd(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
         q = _mm256_blendv_pd(_mm256_mul_pd(q, st), sum, big); /* see snap() */
@@ -536,7 +539,6 @@ static size_t gauss_row_avx2(qg_stream *s, const void *x, void *out, int is_f32,
     int rej, nonfinite = 0;
     while (j < dim) {
         __m128d z, q, sum;
-        double qv;
         j += gauss_run_avx2(s, (const char *)x + j * width, (char *)out + j * width, is_f32, dim - j,
                             factor, scale, inv_step, step, &rej, &nonfinite);
         if (rej) z = _mm_set_sd(finish_rejected(s)); /* may refill */
@@ -545,10 +547,9 @@ static size_t gauss_row_avx2(qg_stream *s, const void *x, void *out, int is_f32,
         q = _mm_set_sd(is_f32 ? (double)xf[j] : read_f64(xd + j));
         sum = _mm_add_sd(_mm_mul_sd(q, _mm_set_sd(factor)), _mm_mul_sd(z, _mm_set_sd(scale)));
         q = _mm_mul_sd(sum, _mm_set_sd(inv_step));
-        qv = _mm_cvtsd_f64(q);
         q = _mm_add_sd(_mm_round_sd(q, q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), _mm_setzero_pd());
         q = _mm_mul_sd(q, _mm_set_sd(step));
-        if (fabs(qv) >= 0x1p52) q = sum; /* see snap() */
+        if (fabs(_mm_cvtsd_f64(sum)) >= 0x1p52 * step) q = sum; /* see snap() */
         if (is_f32) {
             float f = _mm_cvtss_f32(_mm_cvtsd_ss(_mm_setzero_ps(), q));
             ((float *)out)[j] = f;
@@ -613,7 +614,7 @@ static size_t combine_avx512(const void *x, void *out, int is_f32, const double 
         __m512d v = is_f32 ? _mm512_cvtps_pd(_mm256_loadu_ps(xf + j)) : load8_f64(xd + j);
         __m512d sum = _mm512_add_pd(_mm512_mul_pd(v, fac), _mm512_mul_pd(_mm512_loadu_pd(z + j), sc));
         __m512d q = _mm512_mul_pd(sum, inv);
-        __mmask8 big = _mm512_cmp_pd_mask(_mm512_abs_pd(q), _mm512_set1_pd(0x1p52), _CMP_GE_OQ);
+        __mmask8 big = _mm512_cmp_pd_mask(_mm512_abs_pd(sum), _mm512_set1_pd(0x1p52 * step), _CMP_GE_OQ);
         q = _mm512_add_pd(_mm512_roundscale_pd(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zero);
         q = _mm512_mask_mov_pd(_mm512_mul_pd(q, st), big, sum); /* see snap() */
         if (is_f32) {

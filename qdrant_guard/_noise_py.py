@@ -458,17 +458,18 @@ def _sum_squares(row: list[float]) -> float:
 
 
 def _snap(v: float, inv_step: float, step: float) -> float:
+    if abs(v) >= 4503599627370496.0 * step:
+        # |v| >= 2**52 * step: v's float spacing is step or coarser, so v is already a multiple of
+        # step. rint(v * inv_step) * step gives v back, but v * inv_step can overflow (a huge v with
+        # a tiny step), which made a finite, on-lattice release fail as an overflow. Tested on v,
+        # not q: below a step of 2**-1024 inv_step is inf, and so is every q.
+        return v
     q = v * inv_step
     if abs(q) < 2251799813685248.0:  # 2**51: the magic-constant rounding is exact below this
         q = (q + _ROUND_MAGIC) - _ROUND_MAGIC
-    elif abs(q) < 4503599627370496.0:  # 2**52
+    elif math.isfinite(q):
         q = float(round(q))
-    else:
-        # |q| >= 2**52 (or inf, a huge v with a tiny step): v's float spacing is step or coarser,
-        # so v is already a multiple of step. q * step would give v back, but q can overflow,
-        # which made a finite, on-lattice release fail as an overflow. A NaN v stays NaN.
-        return v
-    return q * step
+    return q * step  # an inf or NaN q (a step below 2**-1024, a NaN v) gives a non-finite output
 
 
 def noise_vectors(

@@ -590,5 +590,6 @@ def snap_to_lattice(vectors: np.ndarray, step: float) -> np.ndarray:
     x = np.asarray(vectors, dtype=np.float64)
     with np.errstate(over="ignore"):
         q = x / s
-    out = np.where(np.abs(q) < 2.0 ** 52, (np.rint(q) + 0.0) * s, x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.where(np.abs(x) >= 2.0 ** 52 * s, x, (np.rint(q) + 0.0) * s)
     return out.astype(vectors.dtype)

@@ -183,6 +183,32 @@ def test_tiny_radius_is_refused_with_a_clear_error(radius: float) -> None:
                                        radius=radius, seed=1)
 
 
+# Finding 4 (fuzz_noise in CI, 2026-12-04): the huge-value fix returned v unsnapped wherever
+# |v * inv_step| >= 2^52. With a step below 2^-1024 (the raw kernel takes one; privatize refuses
+# the scale) inv_step is inf and so is every q, so a tiny value such as -3.3e-320 was released
+# off the lattice. The test is now on |v| >= 2^52 * step; such rows overflow and are refused, as
+# before the fix, and a huge value with an ordinary step is still released as it is.
+@needs_native
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mechanism", ["gaussian", "laplace_l2"])
+def test_a_step_below_2_to_minus_1024_never_releases_off_the_lattice(mechanism: str, dtype: type) -> None:
+    step = 2.0 ** -1054
+    rows = np.array([[-3.3e-320, 0.0, 1e-310, 5e-324], [1e-300, -2e-308, 0.0, 0.0]], dtype=np.float64).astype(dtype)
+    for kernel in (_noise, _noise_py):
+        try:
+            out = kernel.noise_vectors(rows, mechanism, 2.0 ** -1040, step, None, bytes(range(32)), None, bytes(12))
+        except ValueError as exc:
+            assert "overflow" in str(exc).lower() or "finite" in str(exc).lower(), exc
+            continue
+        q = out.astype(np.float64) / step
+        assert np.isfinite(out).all() and np.array_equal(q, np.round(q)), (kernel.__name__, out)
+    big = np.array([[1e300, -1e300, 3.0, 0.0]])
+    for kernel in (_noise, _noise_py):
+        out = kernel.noise_vectors(big, "gaussian", 2.0 ** -20, 2.0 ** -30, None, bytes(range(32)), None, bytes(12))
+        assert out[0, 0] == 1e300 and out[0, 1] == -1e300
+        assert np.array_equal(out / 2.0 ** -30, np.round(out / 2.0 ** -30))
+
+
 # ---------------------------------------------------------------------------------- chacha20
 @needs_native
 @pytest.mark.parametrize("path", _corpus("chacha20"), ids=lambda p: p.name[:12])
