@@ -126,3 +126,18 @@ class Recorder(HashingEmbedder):
     def __call__(self, texts):
         self.seen.extend(texts)
         return super().__call__(texts)
+
+
+def replay_policy_file(kit: Kit, extra: str = "") -> Path:
+    """A policy file with one PII collection ``docs`` owned by ``hr``, intent off (for replays)."""
+    policy = kit.tmp / "policy.toml"
+    policy.write_text(f"""
+[boundaries.hr]
+authority_keys = ["{kit.authority_pub['hr']}"]
+[collections.docs]
+class = "PII"
+owner = "hr"
+[collections.docs.intent]
+enabled = false
+""" + extra)
+    return policy

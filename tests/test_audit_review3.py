@@ -9,12 +9,11 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from guardkit import make_kit
+from guardkit import make_kit, replay_policy_file
 from qdrant_guard import keys
 from qdrant_guard.audit import AuditLog, entry_hash, verify_audit_file
 from qdrant_guard.canonical import canonical_json
@@ -28,18 +27,7 @@ SHORT, LONG = "short query", "a much longer query with many words in it"
 
 
 def _policy(tmp_path: Path, extra: str = "") -> Path:
-    kit = make_kit(tmp_path)
-    policy = tmp_path / "policy.toml"
-    policy.write_text(textwrap.dedent(f"""
-        [boundaries.hr]
-        authority_keys = ["{kit.authority_pub['hr']}"]
-        [collections.docs]
-        class = "PII"
-        owner = "hr"
-        [collections.docs.intent]
-        enabled = false
-    """) + extra)
-    return policy
+    return replay_policy_file(make_kit(tmp_path), extra)
 
 
 def _query(text: str) -> dict:

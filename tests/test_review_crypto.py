@@ -34,7 +34,7 @@ from qdrant_guard.receipts import (
 from qdrant_guard.replay import replay_log
 from qdrant_guard.writes import _batch_digest
 
-from guardkit import create, make_kit, unit
+from guardkit import create, make_kit, replay_policy_file, unit
 
 
 def _log(path: Path, n: int, tag: str = "a") -> list[bytes]:
@@ -163,17 +163,7 @@ def test_credential_times_beyond_float_range_do_not_crash(changes, now, reason):
 
 def test_replay_counts_lines_of_the_wrong_shape_as_unreadable(tmp_path):
     # A hand-edited or foreign JSON line must be skipped as unreadable, not crash the replay.
-    kit = make_kit(tmp_path)
-    policy = tmp_path / "policy.toml"
-    policy.write_text(textwrap.dedent(f"""
-        [boundaries.hr]
-        authority_keys = ["{kit.authority_pub['hr']}"]
-        [collections.docs]
-        class = "PII"
-        owner = "hr"
-        [collections.docs.intent]
-        enabled = false
-    """))
+    policy = replay_policy_file(make_kit(tmp_path))
     log = tmp_path / "audit.jsonl"
     good = {"op": "query_points", "collection": "docs", "details": {"query_text": "short query"}}
     rows = [
