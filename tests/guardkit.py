@@ -141,3 +141,10 @@ owner = "hr"
 enabled = false
 """ + extra)
     return policy
+
+
+def audit_records(kit: Kit) -> list[dict[str, Any]]:
+    """The ``record`` of every entry of the kit's audit log, oldest first."""
+    import json
+
+    return [json.loads(x)["record"] for x in (kit.tmp / "audit.jsonl").read_text().splitlines()]

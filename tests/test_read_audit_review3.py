@@ -6,12 +6,11 @@ Real local-mode Qdrant, real keys (see guardkit); a failing embedder is a plain 
 from __future__ import annotations
 
 import asyncio
-import json
 
 import numpy as np
 import pytest
 
-from guardkit import create, make_kit, models, unit
+from guardkit import audit_records, create, make_kit, models, unit
 from qdrant_guard import AsyncQdrantClient, GuardRefusal, QdrantClient
 from qdrant_guard.errors import AuditError
 from qdrant_guard.textguard import EmbedderError
@@ -25,8 +24,7 @@ def kit(tmp_path):
     return make_kit(tmp_path)
 
 
-def _records(kit):
-    return [json.loads(x)["record"] for x in (kit.tmp / "audit.jsonl").read_text().splitlines()]
+_records = audit_records
 
 
 def _raw_log(kit):

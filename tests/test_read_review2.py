@@ -5,12 +5,11 @@ Real local-mode Qdrant, real keys (see guardkit).
 """
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
 
-from guardkit import create, make_kit, models, unit
+from guardkit import audit_records, create, make_kit, models, unit
 from qdrant_guard import GuardRefusal, QdrantClient
 
 
@@ -28,8 +27,7 @@ def _client(kit, **policy):
     return cl
 
 
-def _records(kit):
-    return [json.loads(x)["record"] for x in (kit.tmp / "audit.jsonl").read_text().splitlines()]
+_records = audit_records
 
 
 @pytest.fixture()

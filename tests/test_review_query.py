@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from guardkit import create, make_kit, models, unit
+from guardkit import audit_records, create, make_kit, models, unit
 from qdrant_guard import GuardRefusal, QdrantClient
 from qdrant_guard.intent import IntentResult
 
@@ -28,8 +28,7 @@ def _client(kit, **policy):
     return cl
 
 
-def _records(kit):
-    return [json.loads(x)["record"] for x in (kit.tmp / "audit.jsonl").read_text().splitlines()]
+_records = audit_records
 
 
 # -- intent: results outside the classifier contract --------------------------------------------
