@@ -69,8 +69,10 @@ class PayloadOps(TextOps):
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
+        filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
         payload = self._check_set(method, name, pol, args["payload"], args.get("key"))
-        self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload set; receipts untouched"))
+        self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload set; receipts untouched",
+                                  details=filters))
         return (yield from self.forward(method, name, pol, Call(method, {**args, "payload": payload})))
 
     def op_delete_payload(self, method: str, args: dict[str, Any]) -> Op:
@@ -78,9 +80,11 @@ class PayloadOps(TextOps):
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
+        filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
         if any(_touches_receipt(k) for k in args["keys"]):
             raise self._refuse_tamper(method, name, pol, "delete")
-        self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload keys deleted; receipts untouched"))
+        self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload keys deleted; receipts untouched",
+                                  details=filters))
         return (yield from self.forward(method, name, pol, Call(method, args)))
 
     def op_overwrite_payload(self, method: str, args: dict[str, Any]) -> Op:
@@ -91,23 +95,26 @@ class PayloadOps(TextOps):
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
+        filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
         payload = self._check_set(method, name, pol, args["payload"], None)
-        return (yield from self._rewrite(method, name, pol, payload, args["points"], args, "overwritten"))
+        return (yield from self._rewrite(method, name, pol, payload, args["points"], args, "overwritten", filters))
 
     def op_clear_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
-        return (yield from self._rewrite(method, name, pol, {}, args["points_selector"], args, "cleared"))
+        filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
+        return (yield from self._rewrite(method, name, pol, {}, args["points_selector"], args, "cleared", filters))
 
     def _rewrite(self, method: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], selector: Any,
-                 args: dict[str, Any], done: str) -> Op:
-        """A standalone receipt-preserving rewrite, sent as one request."""
+                 args: dict[str, Any], done: str, filters: dict[str, Any]) -> Op:
+        """A standalone receipt-preserving rewrite, sent as one request (``filters``: what the
+        screen of its filter reported, for the allow entry)."""
         ops, n = yield from self._preserving_overwrite(method, name, pol, payload, selector,
                                                        shard_key=args.get("shard_key_selector"))
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
-                                  f"payload {done} on {n} point(s); receipts preserved"))
+                                  f"payload {done} on {n} point(s); receipts preserved", details=filters))
         return (yield from self._run_ops(method, name, pol, ops, args))
 
     def op_delete_vectors(self, method: str, args: dict[str, Any]) -> Op:
@@ -117,6 +124,7 @@ class PayloadOps(TextOps):
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
+        filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
         selector = _rest_selector(args["points"])
         shard_key = args.get("shard_key_selector")
         if shard_key is None:
@@ -125,7 +133,7 @@ class PayloadOps(TextOps):
                                                        set(args["vectors"]))
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
                                   f"write access granted; receipts of the deleted vectors dropped on "
-                                  f"{len(strip)} point(s)"))
+                                  f"{len(strip)} point(s)", details=filters))
         if not strip:
             return (yield from self.forward(method, name, pol, Call(method, args)))
         if isinstance(selector, (models.Filter, models.FilterSelector)):

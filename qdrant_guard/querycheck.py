@@ -219,7 +219,8 @@ class QueryChecks(TextOps):
 
     def screen_filters(self, op: str, name: str, pol: CollectionPolicy, roots: Iterable[tuple[str, Any]],
                        details: dict[str, Any]) -> None:
-        """Screen the values a read's filters match against (``roots``: ``(where, filter or query)``).
+        """Screen the values a read's or a write's filters match against (``roots``: ``(where,
+        filter or query)``).
 
         A filter goes to Qdrant as given and answers for every stored point, so a match value is
         both text sent to the store and a question about it: ``MatchText("123-45-6789")`` on a
@@ -298,6 +299,19 @@ class QueryChecks(TextOps):
                 allowed.append(about)
         if allowed:
             details["filter_pii"] = allowed
+
+    def screen_write_filters(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`screen_filters` on the filters of write ``op`` (:func:`write_filter_roots`), before
+        anything is sent: a delete or payload change by filter is a probe too (which points it
+        matched shows in what is left), and its values reach the store. Returns the details
+        (``filter_pii``, ``filter_scan``) for the write's allow entry.
+
+        Raises:
+            GuardRefusal: as :meth:`screen_filters` (audited; nothing is written).
+        """
+        details: dict[str, Any] = {}
+        self.screen_filters(op, name, pol, write_filter_roots(op, args), details)
+        return details
 
     def _filter_structure(self, op: str, name: str, pol: CollectionPolicy, at: str, text: str,
                           details: dict[str, Any], *, full_text: bool) -> None:
@@ -517,6 +531,52 @@ def query_filter_roots(args: dict[str, Any], filter_key: str, where: str = "") -
         yield f"{path}.filter", p.filter
         if isinstance(p.query, models.FormulaQuery):
             yield f"{path}.query", p.query
+
+
+# The argument by which each write method may select its points with a filter.
+_WRITE_SELECTORS = {"delete": "points_selector", "clear_payload": "points_selector", "set_payload": "points",
+                    "overwrite_payload": "points", "delete_payload": "points", "delete_vectors": "points"}
+
+
+def write_filter_roots(method: str, args: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The filters of a write call (its points selector when that is a filter, and its
+    ``update_filter``), as ``(where, filter)`` for :meth:`QueryChecks.screen_filters`; for
+    ``batch_update_points`` those of every operation (``update_operations[i]...``)."""
+    if method == "batch_update_points":
+        return [root for i, operation in enumerate(args.get("update_operations") or ())
+                for root in operation_filter_roots(operation, f"update_operations[{i}]")]
+    roots = []
+    if method in _WRITE_SELECTORS:
+        roots.extend(_selector_filter_roots(args.get(_WRITE_SELECTORS[method]), _WRITE_SELECTORS[method]))
+    if args.get("update_filter") is not None:
+        roots.append(("update_filter", args["update_filter"]))
+    return roots
+
+
+def operation_filter_roots(operation: Any, where: str) -> list[tuple[str, Any]]:
+    """The filters of one ``batch_update_points`` operation (a ``models.*Operation``): its
+    ``FilterSelector``, ``filter`` or ``update_filter``."""
+    roots: list[tuple[str, Any]] = []
+    if not isinstance(operation, BaseModel):
+        return roots
+    for field_name in type(operation).model_fields:
+        inner, path = getattr(operation, field_name), f"{where}.{field_name}"
+        roots.extend(_selector_filter_roots(inner, path))
+        for attr in ("filter", "update_filter"):
+            if not isinstance(inner, models.FilterSelector) and getattr(inner, attr, None) is not None:
+                roots.append((f"{path}.{attr}", getattr(inner, attr)))
+    return roots
+
+
+def _selector_filter_roots(selector: Any, where: str) -> list[tuple[str, Any]]:
+    """The filter of a points selector (``models.Filter``/``FilterSelector``, their gRPC forms), if any."""
+    if isinstance(selector, grpc.PointsSelector):
+        selector = GrpcToRest.convert_points_selector(selector)
+    if isinstance(selector, models.FilterSelector):
+        return [(f"{where}.filter", selector.filter)]
+    if isinstance(selector, (models.Filter, grpc.Filter)):
+        return [(where, selector)]
+    return []
 
 
 def _text_fields(details: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from .errors import (AuditError, ConfigError, GuardRefusal, InvalidVectorError, 
 from .payloadops import _quotable, _quote, _selector_ids
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
+from .querycheck import operation_filter_roots
 from .receipts import (
     PAYLOAD_CONTAINER_VERSION,
     RECEIPT_KEY,
@@ -201,9 +202,10 @@ class WriteOps(TextOps):
         return (yield from self._audit_input_errors(method, name, pol, self._upsert(method, name, pol, args)))
 
     def _upsert(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> Op:
+        filters = self._screen_write(method, name, pol, args)
         points = self._upsert_points(method, name, pol, args["points"])
         prepared = yield from self.prepare_points(method, name, pol, points)
-        self._record_write(method, name, pol, prepared)
+        self._record_write(method, name, pol, prepared, filters)
         return (yield from self.forward(method, name, pol, Call(method, {**args, "points": prepared.points})))
 
     def op_upload_points(self, method: str, args: dict[str, Any]) -> Op:
@@ -219,9 +221,10 @@ class WriteOps(TextOps):
 
     def _upload_points(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> Op:
         # The whole iterable is checked before anything is sent: a refusal leaves Qdrant unchanged.
+        filters = self._screen_write(method, name, pol, args)
         points = points_from_any(list(args["points"]))
         prepared = yield from self.prepare_points(method, name, pol, points)
-        self._record_write(method, name, pol, prepared)
+        self._record_write(method, name, pol, prepared, filters)
         return (yield from self.forward(method, name, pol, Call(method, {**args, "points": prepared.points})))
 
     def op_upload_collection(self, method: str, args: dict[str, Any]) -> Op:
@@ -241,9 +244,10 @@ class WriteOps(TextOps):
 
     def _upload_collection(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
                            forwarded: dict[str, Any]) -> Op:
+        filters = self._screen_write(method, name, pol, args)
         points = points_from_columns(args["vectors"], args.get("payload"), args.get("ids"))
         prepared = yield from self.prepare_points(method, name, pol, points)
-        self._record_write(method, name, pol, prepared)
+        self._record_write(method, name, pol, prepared, filters)
         return (yield from self.forward(method, name, pol, Call(
             "upload_points", {"collection_name": name, "points": prepared.points, **forwarded})))
 
@@ -259,6 +263,7 @@ class WriteOps(TextOps):
         return (yield from self._audit_input_errors(method, name, pol, self._update_vectors(method, name, pol, args)))
 
     def _update_vectors(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> Op:
+        self._screen_write(method, name, pol, args)
         self._refuse_update_filter(method, name, pol, args.get("update_filter"))
         ops = yield from self.prepare_vector_updates(method, name, pol, list(args["points"]),
                                                      shard_key=args.get("shard_key_selector"))
@@ -266,6 +271,20 @@ class WriteOps(TextOps):
         results = yield from self.forward(method, name, pol, Call(
             "batch_update_points", {"collection_name": name, "update_operations": ops, **rest}))
         return results[0]
+
+    def op_delete(self, method: str, args: dict[str, Any]) -> Op:
+        name = args["collection_name"]
+        pol = self.gate(method, args, "write")
+        if pol is None:
+            return (yield Call(method, args))
+        filters = self._screen_write(method, name, pol, args)
+        self.record(self.decision(method, name, pol, Verdict.ALLOW, "write access granted", details=filters))
+        return (yield from self.forward(method, name, pol, Call(method, args)))
+
+    def _screen_write(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> dict[str, Any]:
+        """The filter screen of a write (after its access check): the details for its allow entry."""
+        self.require_access(method, name, pol, "write")
+        return self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined, no-any-return]
 
     def op_batch_update_points(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -304,15 +323,24 @@ class WriteOps(TextOps):
         # deletes them too (it deletes keys instead of writing the receipts back, see
         # PayloadOps._preserving_overwrite).
         written: set[str] = set()
-        for op in args["update_operations"]:
+        # Every operation's filters are screened before any is looked at (nothing is sent before a
+        # refusal); what each one's screen reports goes into the entry of the run it belongs to.
+        screened = []
+        for i, op in enumerate(args["update_operations"]):
+            found: dict[str, Any] = {}
+            self.screen_filters(method, name, pol,  # type: ignore[attr-defined]
+                                operation_filter_roots(op, f"update_operations[{i}]"), found)
+            screened.append(found)
+        run: dict[str, Any] = {}
+        for op, filters in zip(args["update_operations"], screened):
             if others and isinstance(op, (models.UpsertOperation, models.UpdateVectorsOperation)):
-                accepted.append(self._others_decision(method, name, pol, others))
-                others = {}
+                accepted.append(self._others_decision(method, name, pol, others, run))
+                others, run = {}, {}
             if isinstance(op, models.UpsertOperation):
                 inner = op.upsert
                 pts = points_from_any(inner.batch if isinstance(inner, models.PointsBatch) else inner.points)
                 prepared = yield from self.prepare_points(method, name, pol, pts)
-                accepted.append(self._write_decision(method, name, pol, prepared))
+                accepted.append(self._write_decision(method, name, pol, prepared, filters))
                 conditional = inner.update_filter is not None or inner.update_mode not in (
                     None, models.UpdateMode.UPSERT)
                 for p in prepared.points:
@@ -394,8 +422,10 @@ class WriteOps(TextOps):
                 positions.append(len(out_ops) - 1 if new else None)
                 kind = type(op).__name__.removesuffix("Operation")
                 others[kind] = others.get(kind, 0) + 1
+                for key, items in filters.items():
+                    run.setdefault(key, []).extend(items)
         if others:
-            accepted.append(self._others_decision(method, name, pol, others))
+            accepted.append(self._others_decision(method, name, pol, others, run))
         for decision in accepted:
             self.record(decision)
         results = (yield from self.forward(method, name, pol, Call(method, {**args, "update_operations": out_ops}))
@@ -467,13 +497,15 @@ class WriteOps(TextOps):
                 "must certify. Send the upsert and the later operation as separate calls. Nothing was written"
             )
 
-    def _others_decision(self, op: str, name: str, pol: CollectionPolicy, others: dict[str, int]) -> Decision:
-        """The ALLOW of a run of payload and delete operations of a batch (``others``: count by kind)."""
+    def _others_decision(self, op: str, name: str, pol: CollectionPolicy, others: dict[str, int],
+                         filters: dict[str, Any]) -> Decision:
+        """The ALLOW of a run of payload and delete operations of a batch (``others``: count by kind;
+        ``filters``: what the filter screen reported on them)."""
         return self.decision(
             op, name, pol, Verdict.ALLOW,
             "write access granted: " + ", ".join(f"{k}={v}" for k, v in sorted(others.items()))
             + "; receipts untouched or preserved",
-            details={"operations": others},
+            details={"operations": others, **filters},
         )
 
     def _public_vector_updates(self, op: str, name: str, pol: CollectionPolicy,
@@ -507,10 +539,13 @@ class WriteOps(TextOps):
         return operation
 
     # -- the decision ---------------------------------------------------------------------
-    def _record_write(self, op: str, name: str, pol: CollectionPolicy, prepared: PreparedPoints) -> None:
-        self.record(self._write_decision(op, name, pol, prepared))
+    def _record_write(self, op: str, name: str, pol: CollectionPolicy, prepared: PreparedPoints,
+                      filters: Mapping[str, Any] | None = None) -> None:
+        self.record(self._write_decision(op, name, pol, prepared, filters))
 
-    def _write_decision(self, op: str, name: str, pol: CollectionPolicy, prepared: PreparedPoints) -> Decision:
+    def _write_decision(self, op: str, name: str, pol: CollectionPolicy, prepared: PreparedPoints,
+                        filters: Mapping[str, Any] | None = None) -> Decision:
+        """The decision on prepared points; ``filters``: what the screen of the call's filters reported."""
         return self.decision(
             op, name, pol, prepared.verdict,
             f"{len(prepared.points)} point(s) accepted: " + ", ".join(f"{k}={v}" for k, v in sorted(prepared.counts.items())),
@@ -518,7 +553,7 @@ class WriteOps(TextOps):
             epsilon=prepared.epsilon,
             receipt=prepared.receipt_digest,
             utility_hash=self.utility_hash(pol),
-            details={"counts": prepared.counts},
+            details={"counts": prepared.counts, **(filters or {})},
         )
 
     def prepare_points(self, op: str, name: str, pol: CollectionPolicy,
