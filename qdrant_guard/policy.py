@@ -120,8 +120,8 @@ class QueryRules(_Strict):
     """``enforce`` refuses (QUERY_REJECTED); ``monitor`` only logs what would have been refused."""
     enabled: bool = True
     """Run structural validation on queries that carry text, and on the strings of full-text filter
-    matches (``MatchText``, ``MatchTextAny``, ``MatchPhrase``) of reads; ``max_chars`` caps every
-    match string of a read filter too (``require_text`` and ``filter_pii`` apply either way)."""
+    matches (``MatchText``, ``MatchTextAny``, ``MatchPhrase``) of reads and writes; ``max_chars``
+    caps every match string of a filter too (``require_text`` and ``filter_pii`` apply either way)."""
     max_chars: int | None = Field(65536, gt=0)
     """Hard size cap checked before scanning (None: no cap). It bounds the scan's cost on hostile
     input, including text crafted to collide in the scanner's token table."""
@@ -142,14 +142,21 @@ class QueryRules(_Strict):
     redact_query_text: bool = True
     """Redact PII in query text (and refuse credentials) before it is embedded or classified."""
     filter_pii: Literal["refuse", "owner", "allow"] = "refuse"
-    """Reads whose filters match on personal data: the detector screens every match value of
-    every read filter (``query_filter``, prefetch and batch-request filters, formula conditions,
-    ``scroll_filter``, ``count_filter``, ``facet_filter``) as ``key: value``. Such a filter is a
-    presence probe: ``MatchText("123-45-6789")`` answers whether a stored point holds that SSN,
-    whatever the read returns. ``refuse`` (QUERY_REJECTED for everyone); ``owner``: principals of
-    the owner boundary may (their own lookups, e.g. by e-mail), others are refused; ``allow``: no
-    one is refused, and the audit entry lists the filters that matched on PII (``filter_pii``).
-    Credentials in a filter are refused (CREDENTIAL_IN_TEXT) whatever this says. Partial values
+    """Reads and writes whose filters match on personal data: the detector screens every match
+    value of every read filter (``query_filter``, prefetch and batch-request filters, formula
+    conditions, ``scroll_filter``, ``count_filter``, ``facet_filter``) and of every write by filter
+    (the filter or ``FilterSelector`` of ``delete``, ``set_payload``, ``overwrite_payload``,
+    ``delete_payload``, ``clear_payload``, ``delete_vectors``, the ``update_filter`` of ``upsert``,
+    ``upload_points``, ``upload_collection``, ``update_vectors``, and those of every
+    ``batch_update_points`` operation) as ``key: value``. Such a filter is a presence probe:
+    ``MatchText("123-45-6789")`` answers whether a stored point holds that SSN, whatever the read
+    returns (a write by it answers in what it leaves). ``refuse`` (QUERY_REJECTED for everyone, the
+    call sends nothing); ``owner``: principals of the owner boundary may (their own lookups, e.g.
+    by e-mail, and erasing a person's points by the value that names them), others are refused;
+    ``allow``: no one is refused, and the audit entry lists the filters that matched on PII
+    (``filter_pii``). Credentials in a filter are refused (CREDENTIAL_IN_TEXT) whatever this says;
+    a name-like value (``google-oauth2-provider``) under a field whose last word names an attribute
+    of a credential (``auth_provider``, ``token_issuer``, ``key_region``) is no credential. Partial values
     (``MatchPrefix("123-45-")``) are not personal data to the detector and pass; so, unless this is
     ``allow``, with ``keep_payload_text_in_boundary`` a boundary other than the owner may not match
     on the ``text_field`` at all (REFUSED_CROSS_BOUNDARY): it gets that text redacted."""

@@ -229,7 +229,10 @@ class QueryChecks(TextOps):
         ``MatchText``, ``MatchTextAny``, ``MatchPhrase``, ``MatchPrefix`` or ``MatchSubstring``, in
         nested filters and formula conditions too, is run through the detector as ``key: value``
         (so ``ssn`` next to a bare number counts). Credentials are refused (CREDENTIAL_IN_TEXT)
-        always; PII per ``query.filter_pii`` (QUERY_REJECTED). Full-text match strings also pass
+        always, but for a GENERIC_SECRET that only the key made, when the key's last word names an
+        attribute of a credential (:func:`names_attribute`: ``auth_provider``) and the value reads
+        as a name (:func:`identifier_like`: ``google-oauth2-provider``); PII per
+        ``query.filter_pii`` (QUERY_REJECTED). Full-text match strings also pass
         the structural scan of query text (``query.mode``/``enabled`` as for query text).
 
         Raises:
