@@ -490,10 +490,13 @@ def as_filter(value: Any, where: str) -> Any:
     anything else (a query, a condition) is returned as it is, to be walked.
 
     Raises:
-        UncheckedForm: a dict that is not a valid filter.
+        UncheckedForm: a dict that is not a valid filter, a gRPC filter that does not convert.
     """
     if isinstance(value, grpc.Filter):
-        return GrpcToRest.convert_filter(value)
+        try:
+            return GrpcToRest.convert_filter(value)
+        except ValueError:  # a condition with no field set: qdrant-client cannot send it either
+            raise UncheckedForm(where, value) from None
     if isinstance(value, dict):
         try:
             return models.Filter.model_validate(value)
@@ -581,45 +584,48 @@ _WRITE_SELECTORS = {"delete": "points_selector", "clear_payload": "points_select
                     "overwrite_payload": "points", "delete_payload": "points", "delete_vectors": "points"}
 
 
-def write_filter_roots(method: str, args: dict[str, Any]) -> list[tuple[str, Any]]:
+def write_filter_roots(method: str, args: dict[str, Any]) -> Iterator[tuple[str, Any]]:
     """The filters of a write call (its points selector when that is a filter, and its
     ``update_filter``), as ``(where, filter)`` for :meth:`QueryChecks.screen_filters`; for
-    ``batch_update_points`` those of every operation (``update_operations[i]...``)."""
+    ``batch_update_points`` those of every operation (``update_operations[i]...``).
+
+    Raises:
+        UncheckedForm: (while iterated) a gRPC points selector that does not convert.
+    """
     if method == "batch_update_points":
-        return [root for i, operation in enumerate(args.get("update_operations") or ())
-                for root in operation_filter_roots(operation, f"update_operations[{i}]")]
-    roots = []
+        for i, operation in enumerate(args.get("update_operations") or ()):
+            yield from operation_filter_roots(operation, f"update_operations[{i}]")
+        return
     if method in _WRITE_SELECTORS:
-        roots.extend(_selector_filter_roots(args.get(_WRITE_SELECTORS[method]), _WRITE_SELECTORS[method]))
+        yield from _selector_filter_roots(args.get(_WRITE_SELECTORS[method]), _WRITE_SELECTORS[method])
     if args.get("update_filter") is not None:
-        roots.append(("update_filter", args["update_filter"]))
-    return roots
+        yield "update_filter", args["update_filter"]
 
 
-def operation_filter_roots(operation: Any, where: str) -> list[tuple[str, Any]]:
+def operation_filter_roots(operation: Any, where: str) -> Iterator[tuple[str, Any]]:
     """The filters of one ``batch_update_points`` operation (a ``models.*Operation``): its
     ``FilterSelector``, ``filter`` or ``update_filter``."""
-    roots: list[tuple[str, Any]] = []
     if not isinstance(operation, BaseModel):
-        return roots
+        return
     for field_name in type(operation).model_fields:
         inner, path = getattr(operation, field_name), f"{where}.{field_name}"
-        roots.extend(_selector_filter_roots(inner, path))
+        yield from _selector_filter_roots(inner, path)
         for attr in ("filter", "update_filter"):
             if not isinstance(inner, models.FilterSelector) and getattr(inner, attr, None) is not None:
-                roots.append((f"{path}.{attr}", getattr(inner, attr)))
-    return roots
+                yield f"{path}.{attr}", getattr(inner, attr)
 
 
-def _selector_filter_roots(selector: Any, where: str) -> list[tuple[str, Any]]:
+def _selector_filter_roots(selector: Any, where: str) -> Iterator[tuple[str, Any]]:
     """The filter of a points selector (``models.Filter``/``FilterSelector``, their gRPC forms), if any."""
     if isinstance(selector, grpc.PointsSelector):
-        selector = GrpcToRest.convert_points_selector(selector)
+        try:
+            selector = GrpcToRest.convert_points_selector(selector)
+        except ValueError:  # neither ids nor a filter set: qdrant-client cannot send it either
+            raise UncheckedForm(where, selector) from None
     if isinstance(selector, models.FilterSelector):
-        return [(f"{where}.filter", selector.filter)]
-    if isinstance(selector, (models.Filter, grpc.Filter)):
-        return [(where, selector)]
-    return []
+        yield f"{where}.filter", selector.filter
+    elif isinstance(selector, (models.Filter, grpc.Filter)):
+        yield where, selector
 
 
 def _text_fields(details: dict[str, Any]) -> dict[str, Any]:

@@ -381,3 +381,20 @@ def test_a_secret_under_any_field_is_still_refused(kit, sent, key, value):
             assert ei.value.verdict == "CREDENTIAL_IN_TEXT", (key, value)
     assert sent == []
     assert value not in (kit.tmp / "audit.jsonl").read_text()
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: c.delete("c", points_selector=grpc.PointsSelector()),
+    lambda c: c.clear_payload("c", points_selector=grpc.Filter(must=[grpc.Condition()])),
+    lambda c: c.scroll("c", scroll_filter=grpc.Filter(must=[grpc.Condition()]), limit=1),
+], ids=["empty grpc selector", "grpc condition without a field (write)", "grpc condition without a field (read)"])
+def test_a_grpc_filter_that_does_not_convert_is_refused_and_audited(kit, sent, call):
+    # It raised qdrant-client's ValueError from inside the screen, with no audit entry.
+    owner = _owner(kit)
+    before, sent[:] = snapshot(owner, "c"), []
+    n = len(audit_records(kit))
+    with pytest.raises(GuardRefusal) as ei:
+        call(owner)
+    assert ei.value.verdict == "QUERY_REJECTED" and "cannot check" in str(ei.value)
+    assert [e["verdict"] for e in audit_records(kit)[n:]] == ["QUERY_REJECTED"]
+    assert sent == [] and snapshot(owner, "c") == before
