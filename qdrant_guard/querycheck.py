@@ -546,8 +546,9 @@ def query_filter_roots(args: dict[str, Any], filter_key: str, where: str = "") -
 
 # Last words of a field name that name an attribute of a credential, not the credential: the
 # detector reads `auth_provider: google-oauth2-provider` as a secret assigned to an "auth" name
-# (its own stop words, `type`, `id`, `policy`..., cover only their singular forms). None of these
-# names a field that holds the secret itself (no `value`, `data`, `code`, `hash`, `state`, `store`).
+# (its own stop words, `type`, `id`, `policy`..., are mostly singular: these add their plurals).
+# None of these names a field that holds the secret itself (no `value`, `data`, `code`, `hash`,
+# `state`, `store`, `grant`, `nonce`, `session`).
 _ATTRIBUTE_WORDS = frozenset({
     "provider", "providers", "issuer", "issuers", "audience", "audiences", "scheme", "schemes", "realm", "realms",
     "tenant", "tenants", "domain", "domains", "server", "servers", "service", "services", "backend", "backends",
