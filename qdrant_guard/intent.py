@@ -12,14 +12,19 @@ Two implementations ship:
   n-grams, character trigrams and hand-written cue features. Inference needs numpy only.
 * :class:`LLMIntentClassifier` - a client for any OpenAI-compatible ``/chat/completions`` endpoint,
   using only the standard library.
+
+:func:`classify_with_timeout` is how the pipeline calls a classifier: the built-in one inline, any
+other on a worker thread, abandoned (as a timeout) when it does not answer in time.
 """
 from __future__ import annotations
 
+import contextvars
 import http.client
 import importlib
 import json
 import math
 import os
+import queue
 import re
 import socket
 import threading
@@ -28,9 +33,10 @@ import unicodedata
 import urllib.error
 import urllib.request
 import zlib
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -44,7 +50,9 @@ __all__ = [
     "BuiltinIntentClassifier",
     "LLMIntentClassifier",
     "load_classifier",
+    "classify_with_timeout",
     "default_model_path",
+    "MAX_ABANDONED_CALLS",
 ]
 
 INTENT_LABELS: tuple[str, ...] = ("benign", "exploratory", "suspicious", "adversarial")
@@ -837,7 +845,7 @@ class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
 # --------------------------------------------------------------------------------------------
 
 
-def load_classifier(spec: str | None) -> IntentClassifier:
+def load_classifier(spec: str | None, *, timeout_s: float | None = None) -> IntentClassifier:
     """Build a classifier from a policy value.
 
     Args:
@@ -845,6 +853,8 @@ def load_classifier(spec: str | None) -> IntentClassifier:
             :class:`LLMIntentClassifier` configured from the environment; ``"module:attr"`` for a
             user classifier: ``attr`` may be an instance, or a class/factory called with no
             arguments.
+        timeout_s: the LLM classifier's ``timeout_s`` (default 5 s); the other classifiers take
+            none (the pipeline bounds their calls with :func:`classify_with_timeout`).
 
     Returns:
         An object with a ``name`` and a ``classify`` method.
@@ -858,7 +868,7 @@ def load_classifier(spec: str | None) -> IntentClassifier:
     if not isinstance(spec, str):
         raise TypeError(f"load_classifier() argument 'spec' must be str or None, not {type(spec).__name__}")
     if spec == "llm":
-        return LLMIntentClassifier()
+        return LLMIntentClassifier() if timeout_s is None else LLMIntentClassifier(timeout_s=timeout_s)
     mod_name, sep, attr = spec.partition(":")
     if not sep or not mod_name or not attr:
         raise ValueError(f"intent classifier spec {spec!r} is not 'builtin', 'llm' or 'module:attr'")
@@ -873,3 +883,110 @@ def load_classifier(spec: str | None) -> IntentClassifier:
     if not callable(getattr(obj, "classify", None)) or not isinstance(getattr(obj, "name", None), str):
         raise TypeError(f"{spec!r} gave {type(obj).__name__}, which has no str 'name' and classify() method")
     return obj
+
+
+# --------------------------------------------------------------------------------------------
+# Time limit
+# --------------------------------------------------------------------------------------------
+
+#: Most timed-out classifier calls that may still hold a worker thread, process-wide. A thread
+#: cannot be killed, so a hung call keeps its thread; past this many, further calls of any
+#: classifier but the built-in one fail at once (``IntentClassifierError``) instead of waiting.
+MAX_ABANDONED_CALLS = 16
+# Worker threads are reused and never exceed this, so hung calls cannot pile up threads without
+# limit, and half the workers stay for live calls when MAX_ABANDONED_CALLS are hung.
+_MAX_WORKERS = 2 * MAX_ABANDONED_CALLS
+
+
+class _ClassifierPool:
+    """Daemon worker threads for classifier calls (``concurrent.futures.ThreadPoolExecutor``
+    joins its workers at exit, so one hung classifier call would hang the interpreter's exit)."""
+
+    def __init__(self, max_workers: int, max_abandoned: int) -> None:
+        self._max_workers = max_workers
+        self._max_abandoned = max_abandoned
+        self._lock = threading.Lock()
+        self._tasks: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]]] = queue.SimpleQueue()
+        self._threads = 0
+        self._idle = 0
+        self._abandoned = 0
+
+    def abandoned(self) -> int:
+        """Calls that timed out and are still running."""
+        with self._lock:
+            return self._abandoned
+
+    def call(self, fn: Callable[[], Any], timeout_s: float, what: str) -> Any:
+        with self._lock:
+            if self._abandoned >= self._max_abandoned:
+                raise IntentClassifierError(
+                    f"{what} was not called: {self._abandoned} earlier intent classifier calls timed out "
+                    f"and are still running (at most {self._max_abandoned} are kept waiting, since a hung "
+                    "thread cannot be stopped). Fix the classifier so that it answers within "
+                    "intent.timeout_s, then restart the process")
+            spawn = not self._idle and self._threads < self._max_workers
+            if spawn:
+                self._threads += 1
+            elif self._idle:
+                self._idle -= 1
+        fut: Future[Any] = Future()
+        ctx = contextvars.copy_context()  # as asyncio.to_thread does: context variables follow the call
+        self._tasks.put((fut, lambda: ctx.run(fn)))
+        if spawn:
+            threading.Thread(target=self._work, name="qdrant-guard-intent", daemon=True).start()
+        try:
+            return fut.result(timeout=timeout_s)
+        except TimeoutError:
+            if fut.done() and not fut.cancelled():  # an exception of the classifier's own, or just in time
+                return fut.result()
+            if fut.cancel():  # still queued: no worker came free in time; it will never run
+                raise IntentClassifierError(
+                    f"{what} did not start within intent.timeout_s = {timeout_s:g} s: all {self._max_workers} "
+                    "classifier workers were busy") from None
+            with self._lock:
+                self._abandoned += 1
+            fut.add_done_callback(self._release)  # runs at once if the call ended meanwhile
+            raise IntentClassifierError(
+                f"{what} did not answer within intent.timeout_s = {timeout_s:g} s; the query was not "
+                "classified (the call keeps running on its thread until it returns)") from None
+
+    def _release(self, _fut: Future[Any]) -> None:
+        with self._lock:
+            self._abandoned -= 1
+
+    def _work(self) -> None:
+        while True:
+            fut, fn = self._tasks.get()
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn())
+                except BaseException as exc:  # handed to the caller, who decides
+                    fut.set_exception(exc)
+            fut = fn = None  # type: ignore[assignment]  # hold no result while idle
+            with self._lock:
+                self._idle += 1
+
+
+_POOL = _ClassifierPool(_MAX_WORKERS, MAX_ABANDONED_CALLS)
+
+
+def classify_with_timeout(clf: Any, text: str, timeout_s: float) -> Any:
+    """``clf.classify(text)``, bounded by ``timeout_s`` unless ``clf`` is the built-in classifier.
+
+    The built-in classifier runs inline: it is bounded by construction (lexical features over a
+    bounded prefix) and a thread hop would cost more than it does. Any other classifier (the LLM
+    one, a ``module:attr``) runs on a shared worker thread; if it has not answered after
+    ``timeout_s`` its result is abandoned and :class:`IntentClassifierError` raised, as for any
+    failed classification. The abandoned call keeps its thread until it returns; once
+    :data:`MAX_ABANDONED_CALLS` are, further calls fail at once. At most 32 calls run at once; a
+    call waiting for a worker counts its wait against ``timeout_s``.
+
+    Raises:
+        IntentClassifierError: the call timed out, or too many earlier ones are still running.
+        Exception: whatever ``clf.classify`` raised.
+    """
+    if type(clf) is BuiltinIntentClassifier:
+        return clf.classify(text)
+    name = getattr(clf, "name", None)
+    what = f"intent classifier {name!r}" if isinstance(name, str) else "the intent classifier"
+    return _POOL.call(lambda: clf.classify(text), timeout_s, what)

@@ -219,10 +219,16 @@ class IntentPolicy(_Strict):
     """A blocked label is enforced only at this confidence or above; below it the query goes ahead
     and the audit record keeps the label (tune with ``qdrant-guard audit replay``)."""
     fail_closed: bool = True
-    """Refuse the query (FAIL_CLOSED) when the classifier raises or returns an invalid result. The
-    LLM classifier raises when it times out; the guard puts no time limit on a custom classifier,
-    which must bound its own calls. A classifier that cannot be loaded (a ``module:attr`` that
-    does not import) refuses whatever this says."""
+    """Refuse the query (FAIL_CLOSED) when the classifier raises, returns an invalid result or
+    does not answer within ``timeout_s``. A classifier that cannot be loaded (a ``module:attr``
+    that does not import) refuses whatever this says."""
+    timeout_s: float = Field(5.0, gt=0, le=3600, allow_inf_nan=False)
+    """Longest wait, in seconds, for the ``llm`` or a ``module:attr`` classifier's answer; past it
+    the query is treated as a classifier failure (see ``fail_closed``). Such a classifier runs on
+    a worker thread, which a hung call keeps until it returns: at most 16 timed-out calls are kept
+    running per process, and while they are, every such classifier call fails at once. ``llm``
+    also uses it as its socket timeout. The ``builtin`` classifier runs inline, unbounded by this
+    (its work is bounded by the text prefix it reads)."""
 
     @field_validator("classifier")
     @classmethod

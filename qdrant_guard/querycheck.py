@@ -429,16 +429,16 @@ class QueryChecks(TextOps):
         if not ip.enabled:
             return
         try:
-            clf = self.intent_classifier(ip.classifier)
+            clf = self.intent_classifier(ip.classifier, ip.timeout_s)
         except Exception as exc:  # a misconfiguration, not an outage: never a reason to go on
             raise self._intent_failed(
                 op, name, pol, exc, details,
                 f"the intent classifier {ip.classifier!r} could not be loaded ({exc}); the query was refused "
                 "whatever intent.fail_closed says. Fix intent.classifier in the policy") from exc
-        from .intent import INTENT_LABELS, IntentClassifierError
+        from .intent import INTENT_LABELS, IntentClassifierError, classify_with_timeout
 
         try:
-            result = yield Offload(lambda: clf.classify(text))
+            result = yield Offload(lambda: classify_with_timeout(clf, text, ip.timeout_s))
             if not isinstance(getattr(result, "label", None), str) or result.label not in INTENT_LABELS:
                 # Outside the contract (e.g. "ADVERSARIAL"): never in `block`, so it would pass as benign.
                 raise IntentClassifierError(
@@ -474,14 +474,15 @@ class QueryChecks(TextOps):
                 details={"intent": details["intent"], **_text_fields(details)},
             ))
 
-    def intent_classifier(self, spec: str) -> Any:
-        """The classifier for ``spec`` (loaded once per pipeline)."""
+    def intent_classifier(self, spec: str, timeout_s: float) -> Any:
+        """The classifier for ``spec`` (loaded once per pipeline; ``llm`` once per timeout)."""
         cache = self.shared.setdefault("classifiers", {})
-        clf = cache.get(spec)
+        key = (spec, timeout_s) if spec == "llm" else spec
+        clf = cache.get(key)
         if clf is None:
             from .intent import load_classifier
 
-            clf = cache[spec] = load_classifier(spec)
+            clf = cache[key] = load_classifier(spec, timeout_s=timeout_s)
         return clf
 
 
