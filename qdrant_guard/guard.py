@@ -108,7 +108,17 @@ class Guard(WriteOps, ReadOps):
                 collection, alias = action.create_alias.collection_name, action.create_alias.alias_name
             elif isinstance(action, (models.RenameAliasOperation, models.DeleteAliasOperation)):
                 if aliases is None:
-                    resp = yield Call("get_aliases", {})
+                    try:
+                        resp = yield Call("get_aliases", {})
+                    except Exception as exc:
+                        # Nothing is changed, but an attempted alias change is an admin act worth a trace.
+                        self.record(self.decision(
+                            method, None, None, Verdict.QDRANT_ERROR,
+                            f"Qdrant failed before the guard could decide: get_aliases raised "
+                            f"{type(exc).__name__} (raised to the caller; its message is not logged); "
+                            "no alias was changed",
+                            details={"method": "get_aliases", "error": type(exc).__name__}))
+                        raise
                     aliases = {a.alias_name: a.collection_name for a in resp.aliases}
                 old = (action.rename_alias.old_alias_name if isinstance(action, models.RenameAliasOperation)
                        else action.delete_alias.alias_name)

@@ -492,7 +492,8 @@ class ReadOps(PayloadOps, QueryChecks):
         except UncheckedForm as exc:
             raise self.refuse_form(op, name, pol, exc) from None
 
-    def budget_collection(self, op: str, name: str, pol: CollectionPolicy, plans: Sequence[ReadPlan]) -> Any:
+    def budget_collection(self, op: str, name: str, pol: CollectionPolicy, plans: Sequence[ReadPlan],
+                          details: dict[str, Any]) -> Any:
         """The collection a read of ``name`` is charged to and sent to: the one alias ``name`` names.
 
         Budgets belong to the stored points, not to the name that reached them: keyed by the
@@ -502,7 +503,9 @@ class ReadOps(PayloadOps, QueryChecks):
         every read, before it, and the read goes to the resolved collection, so the points counted
         are the points of the collection charged even if another client moves the alias meanwhile.
 
-        A generator. Returns ``name`` when it is not an alias or nothing above applies.
+        A generator. Returns ``name`` when it is not an alias or nothing above applies. A failed
+        ``get_aliases`` that the read goes on past (vectors stripped, or ``fail_closed = false``)
+        is noted in the read's audit ``details`` as ``alias_error``.
         """
         budgeted = any(_source_budgeted(pol) or _vector_budgeted(pol, plan) for plan in plans)
         if not budgeted and not any(plan.strip_vectors for plan in plans):
@@ -512,9 +515,12 @@ class ReadOps(PayloadOps, QueryChecks):
         except Exception as exc:  # unresolved, the read could be charged to a fresh budget
             if not budgeted:  # then receipts bound to the collection fail, and vectors are stripped
                 log.error("alias resolution failed (vectors of %r not released): %r", name, exc)
+                details["alias_error"] = repr(exc)
                 return name
             if not pol.fail_closed:
                 log.error("alias resolution failed (fail_closed = false, charging the budget to %r): %r", name, exc)
+                # The entry would otherwise read as a read charged to the collection the alias names.
+                details["alias_error"] = repr(exc)
                 return name
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.FAIL_CLOSED,
@@ -648,7 +654,7 @@ class ReadOps(PayloadOps, QueryChecks):
 
         def read() -> Op:
             new, plan = self.plan_read(pol, args)
-            account = yield from self.budget_collection(method, name, pol, [plan])
+            account = yield from self.budget_collection(method, name, pol, [plan], details)
 
             def run(exclusion: Exclusion | None) -> Any:
                 run_plan, run_details = plan.fresh(), dict(details)
@@ -694,15 +700,17 @@ class ReadOps(PayloadOps, QueryChecks):
                                                "with_vector": new["with_vectors"]}))
             plans.append(plan)
             all_details.append(details)
+        batch: dict[str, Any] = {}  # notes on the whole batch (alias_error)
         progress: dict[str, Any] = {"details": {"requests": all_details}}
 
         def read() -> Op:
-            account = yield from self.budget_collection(method, name, pol, plans)
+            account = yield from self.budget_collection(method, name, pol, plans, batch)
+            progress["details"] = {"requests": all_details, **batch}
 
             def run(exclusion: Exclusion | None) -> Any:
                 run_plans = [p.fresh() for p in plans]
                 run_details = [dict(d) for d in all_details]
-                progress["details"] = {"requests": run_details}
+                progress["details"] = {"requests": run_details, **batch}
                 sent = [req.model_copy(update=self.excluding(method, name, pol, {"filter": req.filter}, "filter",
                                                               exclusion)) for req in reqs]
                 resps = yield Call(method, {**args, "collection_name": account, "requests": sent})
@@ -710,7 +718,7 @@ class ReadOps(PayloadOps, QueryChecks):
                 for resp, plan, details in zip(resps, run_plans, run_details):
                     pts = yield from self.finish(method, name, pol, plan, resp.points, details, account=account)
                     out.append(models.QueryResponse(points=pts))
-                return out, {"requests": run_details}, run_plans
+                return out, {"requests": run_details, **batch}, run_plans
 
             # One exclusion for the whole batch: a source one request used up is excluded from all.
             out, done = yield from self.read_excluding_withheld(method, name, pol, account, run, progress)
@@ -738,7 +746,7 @@ class ReadOps(PayloadOps, QueryChecks):
             new["group_size"] = overfetch_limit(group_size, factor=pol.diversity.overfetch_factor)
             # The group caps read each hit's source: without payload every hit is one missing source.
             new["with_payload"] = True
-        account = yield from self.budget_collection(method, name, pol, [plan])
+        account = yield from self.budget_collection(method, name, pol, [plan], details)
         # Qdrant reads a quoted key ('"text"') as the plain one: compare the field the path starts at.
         redact_ids = self.redacts_kept_text(pol) and path_head(args.get("group_by")) == pol.text_field
 
@@ -790,7 +798,7 @@ class ReadOps(PayloadOps, QueryChecks):
     def _records_read_admitted(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
                                scrolled: bool, base: dict[str, Any], progress: dict[str, Any]) -> Op:
         new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
-        account = yield from self.budget_collection(method, name, pol, [plan])
+        account = yield from self.budget_collection(method, name, pol, [plan], base)
 
         def run(exclusion: Exclusion | None) -> Any:
             run_plan = plan.fresh()
