@@ -109,8 +109,9 @@ class IntentClassifier(Protocol):
 # Feature extraction (shared by the runtime and by qdrant_guard.intent_train)
 # --------------------------------------------------------------------------------------------
 
-# Lexical features look at a bounded prefix so a stuffed multi-megabyte query costs bounded time;
-# the length and repetition cues still see that the query is long.
+# Lexical features look at a bounded prefix (before and after normalisation) so a stuffed
+# multi-megabyte query costs bounded time; the length and repetition cues still see that the
+# query is long.
 _MAX_LEXICAL_CHARS = 2048
 _MAX_CHARGRAM_TOKEN = 24
 
@@ -167,7 +168,7 @@ _REGEX_CUES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"treat (?:me|everything) as|who always complies)\b")),
     ("markup_injection", "prompt markup", re.compile(
         r"</?\s*(?:system|context|instructions?|admin|user|assistant)\s*>|\[/?inst\]|"
-        r"(?:^|\n)\s*(?:system|assistant|developer)\s*:|#{3}|\{\{[^}]*\}\}|\$\{jndi:")),
+        r"(?:^|\n)[^\S\n]*(?:system|assistant|developer)\s*:|#{3}|\{\{[^}]*\}\}|\$\{jndi:")),
     ("code_injection", "injection syntax", re.compile(
         r"'\s*or\s+1\s*=\s*1|\bunion\s+select\b|;\s*drop\s+table\b|\s--\s*$")),
     ("exfil_channel", "exfiltration channel", re.compile(
@@ -263,8 +264,9 @@ def featurize(text: str) -> Featurized:
     if not raw.isascii():
         styled = sum(1 for ch in raw if _is_styled(ch))
     zw_in_word = len(_ZW_IN_WORD_RE.findall(raw))
-    cased = unicodedata.normalize("NFKC", raw).translate(_ZW_STRIP)
-    low = cased.casefold()
+    # NFKC expands some characters up to 18-fold (U+FDFA) and casefold up to 3-fold: cut again.
+    cased = unicodedata.normalize("NFKC", raw)[:_MAX_LEXICAL_CHARS].translate(_ZW_STRIP)
+    low = cased.casefold()[:_MAX_LEXICAL_CHARS]
 
     tokens = _TOKEN_RE.findall(low)
     keys: dict[str, None] = {}
