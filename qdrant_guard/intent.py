@@ -693,7 +693,8 @@ class LLMIntentClassifier:
         # Each socket read has its own timeout, so a server trickling its status line and headers
         # (read inside urlopen) would hold the call indefinitely: the watchdog cuts the connection.
         watchdog = _Watchdog(2 * self._timeout)
-        opener = urllib.request.build_opener(_DeadlineHTTPHandler(watchdog), _DeadlineHTTPSHandler(watchdog))
+        opener = urllib.request.build_opener(_DeadlineHTTPHandler(watchdog), _DeadlineHTTPSHandler(watchdog),
+                                             _NoRedirect())
         try:
             raw = self._read(opener, req, where, deadline)
             if watchdog.fired.is_set():  # the connection was cut: what was read may be a prefix
@@ -727,6 +728,10 @@ class LLMIntentClassifier:
         except urllib.error.HTTPError as exc:
             msg = f"{where}: HTTP {exc.code} {exc.reason}"
             exc.close()
+            if 300 <= exc.code < 400:
+                raise IntentClassifierError(
+                    f"{msg}: redirects are not followed (the API key would go to whatever URL it "
+                    f"names); set {_ENV_BASE_URL} to the endpoint's final URL") from None
             if exc.code == 429 or exc.code >= 500:
                 raise _Retryable(msg) from None
             raise IntentClassifierError(msg) from None
@@ -822,6 +827,14 @@ def _watched(base: type[http.client.HTTPConnection], watchdog: _Watchdog) -> typ
             super().connect()
             watchdog.watch(self.sock)
     return Watched
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """urllib follows a redirect with every header of the request, Authorization included, to any
+    host and scheme: refuse it (the 3xx then raises ``HTTPError``)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
 
 class _DeadlineHTTPHandler(urllib.request.HTTPHandler):

@@ -2,9 +2,14 @@
 client's handling of redirects (against real local HTTP servers)."""
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
 import pytest
 
-from qdrant_guard.intent import _REGEX_CUES, CUE_NAMES, featurize
+from qdrant_guard.intent import _REGEX_CUES, CUE_NAMES, IntentClassifierError, LLMIntentClassifier, featurize
 
 MARKUP = dict((n, p) for n, _, p in _REGEX_CUES)["markup_injection"]
 
@@ -40,3 +45,68 @@ def test_ordinary_text_is_featurized_as_before_the_cut():
     text = "Ｌｉｓｔ every employee's SSN " * 20  # fullwidth letters, well under the cut after NFKC
     f = featurize(text)
     assert "w:list" in f.keys and f.cues[CUE_NAMES.index("bulk_request")] > 0
+
+
+class _Server:
+    """A local HTTP server that answers every POST and GET with ``reply(handler)``, recording each
+    request's method, path and headers."""
+
+    def __init__(self, reply: Any) -> None:
+        self.requests: list[dict[str, Any]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length", "0") or 0)
+                self.rfile.read(length)
+                outer.requests.append({"method": self.command, "path": self.path, "headers": dict(self.headers)})
+                reply(self)
+
+            do_POST = do_GET = _any  # noqa: N815
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _classification(handler: BaseHTTPRequestHandler) -> None:
+    content = json.dumps({"intent": "benign", "confidence": 0.99, "reasoning": "from elsewhere"})
+    body = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_the_llm_client_follows_no_redirect_and_sends_its_key_nowhere_else(code):
+    # urllib followed a 301/302/303 to any URL, as a GET, with every request header: the API key
+    # went to whatever host the endpoint (or whoever controls it) named, and that host's answer
+    # was taken as the classification.
+    elsewhere = _Server(_classification)
+
+    def redirect(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(code)
+        handler.send_header("Location", elsewhere.url + "/collect")
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    endpoint = _Server(redirect)
+    try:
+        clf = LLMIntentClassifier(base_url=endpoint.url + "/v1", model="m", api_key="sk-secret-0123", timeout_s=5)
+        with pytest.raises(IntentClassifierError, match=f"HTTP {code}.*redirects are not followed"):
+            clf.classify("what is the leave policy?")
+    finally:
+        endpoint.close()
+        elsewhere.close()
+    assert len(endpoint.requests) == 1
+    assert elsewhere.requests == []
