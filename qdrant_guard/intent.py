@@ -920,6 +920,11 @@ class _ClassifierPool:
     def __init__(self, max_workers: int, max_abandoned: int) -> None:
         self._max_workers = max_workers
         self._max_abandoned = max_abandoned
+        self._reset()
+
+    def _reset(self) -> None:
+        # Also run in a forked child, which has none of the parent's threads: counted as idle,
+        # they would take its tasks and never run them.
         self._lock = threading.Lock()
         self._tasks: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]]] = queue.SimpleQueue()
         self._threads = 0
@@ -948,7 +953,14 @@ class _ClassifierPool:
         ctx = contextvars.copy_context()  # as asyncio.to_thread does: context variables follow the call
         self._tasks.put((fut, lambda: ctx.run(fn)))
         if spawn:
-            threading.Thread(target=self._work, name="qdrant-guard-intent", daemon=True).start()
+            try:
+                threading.Thread(target=self._work, name="qdrant-guard-intent", daemon=True).start()
+            except RuntimeError as exc:  # "can't start new thread": out of threads or memory
+                with self._lock:
+                    self._threads -= 1
+                fut.cancel()  # its queued task is then skipped by whichever worker takes it
+                raise IntentClassifierError(f"{what} was not called: no worker thread could be started "
+                                            f"({exc})") from None
         try:
             return fut.result(timeout=timeout_s)
         except TimeoutError:
@@ -983,6 +995,8 @@ class _ClassifierPool:
 
 
 _POOL = _ClassifierPool(_MAX_WORKERS, MAX_ABANDONED_CALLS)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_POOL._reset)
 
 
 def classify_with_timeout(clf: Any, text: str, timeout_s: float) -> Any:

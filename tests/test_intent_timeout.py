@@ -7,6 +7,7 @@ sets after a minute, so that code without the time limit ends the test by failin
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 
@@ -199,3 +200,31 @@ def test_timeout_s_out_of_range_is_refused_at_load(kit, bad):
     with pytest.raises(ConfigError) as ei:
         kit.config({"c": {"class": "PII", "owner": "hr", "intent": {"timeout_s": bad}}})
     assert "collections.c.intent.timeout_s" in str(ei.value)
+
+
+class Quick:
+    name = "quick"
+
+    def classify(self, text, *, embedding=None):
+        return IntentResult("benign", 0.9, "quick", self.name)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_runs_classifier_calls_on_workers_of_its_own():
+    # The parent's pool has an idle worker after this; a child inherits the count but not the
+    # thread, and without a reset at fork its calls waited for a worker that does not exist.
+    assert intent_mod.classify_with_timeout(Quick(), "warm", 5.0).label == "benign"
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (child)
+        try:
+            out = intent_mod.classify_with_timeout(Quick(), "child", 5.0).label
+        except BaseException as exc:
+            out = repr(exc)
+        os.write(w, out.encode()[:1000])
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        got = fh.read().decode()
+    os.waitpid(pid, 0)
+    assert got == "benign"
