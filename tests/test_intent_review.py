@@ -110,3 +110,23 @@ def test_the_llm_client_follows_no_redirect_and_sends_its_key_nowhere_else(code)
         elsewhere.close()
     assert len(endpoint.requests) == 1
     assert elsewhere.requests == []
+
+
+def test_a_long_llm_reasoning_is_cut_before_it_reaches_the_audit_log():
+    # The reply may hold up to 1 MiB; the reasoning went whole into every audit entry and refusal.
+    def long_reasoning(handler: BaseHTTPRequestHandler) -> None:
+        content = json.dumps({"intent": "benign", "confidence": 0.5, "reasoning": "because " * 20_000})
+        body = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    srv = _Server(long_reasoning)
+    try:
+        res = LLMIntentClassifier(base_url=srv.url + "/v1", model="m", timeout_s=5).classify("hello")
+    finally:
+        srv.close()
+    assert res.label == "benign"
+    assert res.reasoning.startswith("because because") and len(res.reasoning) == 501
+
