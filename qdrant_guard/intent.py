@@ -899,7 +899,11 @@ def load_classifier(spec: str | None, *, timeout_s: float | None = None) -> Inte
     except Exception as exc:  # ImportError, AttributeError, or whatever the module raises on import
         raise ValueError(f"intent classifier spec {spec!r} cannot be loaded: {type(exc).__name__}: {exc}") from exc
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "classify")):
-        obj = obj()
+        try:
+            obj = obj()
+        except Exception as exc:  # a constructor that fails is a spec that cannot be loaded
+            raise ValueError(f"intent classifier spec {spec!r} cannot be loaded: calling {attr} raised "
+                             f"{type(exc).__name__}: {exc}") from exc
     if not callable(getattr(obj, "classify", None)) or not isinstance(getattr(obj, "name", None), str):
         raise TypeError(f"{spec!r} gave {type(obj).__name__}, which has no str 'name' and classify() method")
     return obj

@@ -130,3 +130,19 @@ def test_a_long_llm_reasoning_is_cut_before_it_reaches_the_audit_log():
     assert res.label == "benign"
     assert res.reasoning.startswith("because because") and len(res.reasoning) == 501
 
+
+class FailingFactory:
+    name = "failing"
+
+    def __init__(self):
+        raise RuntimeError("model weights missing")
+
+
+def test_a_classifier_whose_constructor_fails_is_a_spec_that_cannot_be_loaded():
+    # load_classifier documents TypeError/ValueError; a failing constructor escaped as itself.
+    from qdrant_guard.intent import load_classifier
+
+    with pytest.raises(ValueError, match=r"'test_intent_review:FailingFactory' cannot be loaded.*"
+                                         r"RuntimeError: model weights missing"):
+        load_classifier("test_intent_review:FailingFactory")
+
