@@ -429,7 +429,11 @@ def model_from_dict(doc: dict[str, Any], source: str = "<dict>") -> _LinearModel
         base = 1 << bits
         w = np.zeros((base + len(CUE_NAMES), len(labels)), dtype=np.float64)
         for bucket, row in doc["hashed_weights"].items():
-            w[int(bucket)] = row
+            b = int(bucket)
+            if not 0 <= b < base:  # numpy would take -1 as the last row, a cue's
+                raise IntentClassifierError(f"intent model {source}: hashed bucket {bucket!r} is outside "
+                                            f"0..{base - 1}")
+            w[b] = row
         for j, name in enumerate(CUE_NAMES):
             w[base + j] = doc["cue_weights"][name]
         bias = np.asarray(doc["bias"], dtype=np.float64)

@@ -146,3 +146,14 @@ def test_a_classifier_whose_constructor_fails_is_a_spec_that_cannot_be_loaded():
                                          r"RuntimeError: model weights missing"):
         load_classifier("test_intent_review:FailingFactory")
 
+
+@pytest.mark.parametrize("bucket", ["-1", "-30", "65536", "70000"])
+def test_a_model_with_a_hashed_bucket_out_of_range_is_refused(bucket):
+    # numpy took "-1" as the last row (a cue's) and "-30" as a row counted from the end.
+    from qdrant_guard.intent import IntentClassifierError as Err
+    from qdrant_guard.intent import default_model_path, model_from_dict
+
+    doc = json.loads(open(default_model_path(), encoding="utf-8").read())
+    doc["hashed_weights"] = {**doc["hashed_weights"], bucket: [0.0] * 4}
+    with pytest.raises(Err, match="outside 0..65535"):
+        model_from_dict(doc, "test")
