@@ -917,12 +917,13 @@ def load_classifier(spec: str | None, *, timeout_s: float | None = None) -> Inte
 # Time limit
 # --------------------------------------------------------------------------------------------
 
-#: Most timed-out classifier calls that may still hold a worker thread, process-wide. A thread
-#: cannot be killed, so a hung call keeps its thread; past this many, further calls of any
-#: classifier but the built-in one fail at once (``IntentClassifierError``) instead of waiting.
+#: Most timed-out calls of one classifier that may still hold a worker thread. A thread cannot
+#: be killed, so a hung call keeps its thread; past this many, further calls of that classifier
+#: fail at once (``IntentClassifierError``) instead of waiting, and other classifiers keep the
+#: other workers.
 MAX_ABANDONED_CALLS = 16
-# Worker threads are reused and never exceed this, so hung calls cannot pile up threads without
-# limit, and half the workers stay for live calls when MAX_ABANDONED_CALLS are hung.
+# Worker threads are reused and never exceed this (process-wide), so hung calls cannot pile up
+# threads without limit, and one hung classifier leaves half the workers to the others.
 _MAX_WORKERS = 2 * MAX_ABANDONED_CALLS
 
 
@@ -942,21 +943,22 @@ class _ClassifierPool:
         self._tasks: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]]] = queue.SimpleQueue()
         self._threads = 0
         self._idle = 0
-        self._abandoned = 0
+        self._abandoned: dict[int, int] = {}  # id of the classifier -> its calls timed out and running
 
     def abandoned(self) -> int:
-        """Calls that timed out and are still running."""
+        """Calls that timed out and are still running, of every classifier."""
         with self._lock:
-            return self._abandoned
+            return sum(self._abandoned.values())
 
-    def call(self, fn: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    def call(self, key: int, fn: Callable[[], Any], timeout_s: float, what: str) -> Any:
         with self._lock:
-            if self._abandoned >= self._max_abandoned:
+            hung = self._abandoned.get(key, 0)
+            if hung >= self._max_abandoned:
                 raise IntentClassifierError(
-                    f"{what} was not called: {self._abandoned} earlier intent classifier calls timed out "
-                    f"and are still running (at most {self._max_abandoned} are kept waiting, since a hung "
-                    "thread cannot be stopped). Fix the classifier so that it answers within "
-                    "intent.timeout_s, then restart the process")
+                    f"{what} was not called: {hung} earlier calls of it timed out and are still running "
+                    f"(at most {self._max_abandoned} are kept waiting, since a hung thread cannot be "
+                    "stopped). Fix the classifier so that it answers within intent.timeout_s, then "
+                    "restart the process")
             spawn = not self._idle and self._threads < self._max_workers
             if spawn:
                 self._threads += 1
@@ -984,15 +986,19 @@ class _ClassifierPool:
                     f"{what} did not start within intent.timeout_s = {timeout_s:g} s: all {self._max_workers} "
                     "classifier workers were busy") from None
             with self._lock:
-                self._abandoned += 1
-            fut.add_done_callback(self._release)  # runs at once if the call ended meanwhile
+                self._abandoned[key] = self._abandoned.get(key, 0) + 1
+            fut.add_done_callback(lambda _: self._release(key))  # at once if the call ended meanwhile
             raise IntentClassifierError(
                 f"{what} did not answer within intent.timeout_s = {timeout_s:g} s; the query was not "
                 "classified (the call keeps running on its thread until it returns)") from None
 
-    def _release(self, _fut: Future[Any]) -> None:
+    def _release(self, key: int) -> None:
         with self._lock:
-            self._abandoned -= 1
+            left = self._abandoned[key] - 1
+            if left:
+                self._abandoned[key] = left
+            else:
+                del self._abandoned[key]
 
     def _work(self) -> None:
         while True:
@@ -1020,8 +1026,9 @@ def classify_with_timeout(clf: Any, text: str, timeout_s: float) -> Any:
     one, a ``module:attr``) runs on a shared worker thread; if it has not answered after
     ``timeout_s`` its result is abandoned and :class:`IntentClassifierError` raised, as for any
     failed classification. The abandoned call keeps its thread until it returns; once
-    :data:`MAX_ABANDONED_CALLS` are, further calls fail at once. At most 32 calls run at once; a
-    call waiting for a worker counts its wait against ``timeout_s``.
+    :data:`MAX_ABANDONED_CALLS` of one classifier are, its further calls fail at once. At most 32
+    calls run at once (process-wide); a call waiting for a worker counts its wait against
+    ``timeout_s``.
 
     Raises:
         IntentClassifierError: the call timed out, or too many earlier ones are still running.
@@ -1031,4 +1038,4 @@ def classify_with_timeout(clf: Any, text: str, timeout_s: float) -> Any:
         return clf.classify(text)
     name = getattr(clf, "name", None)
     what = f"intent classifier {name!r}" if isinstance(name, str) else "the intent classifier"
-    return _POOL.call(lambda: clf.classify(text), timeout_s, what)
+    return _POOL.call(id(clf), lambda: clf.classify(text), timeout_s, what)

@@ -225,8 +225,8 @@ class IntentPolicy(_Strict):
     timeout_s: float = Field(5.0, gt=0, le=3600, allow_inf_nan=False)
     """Longest wait, in seconds, for the ``llm`` or a ``module:attr`` classifier's answer; past it
     the query is treated as a classifier failure (see ``fail_closed``). Such a classifier runs on
-    a worker thread, which a hung call keeps until it returns: at most 16 timed-out calls are kept
-    running per process, and while they are, every such classifier call fails at once. ``llm``
+    a worker thread, which a hung call keeps until it returns: at most 16 timed-out calls of one
+    classifier are kept running, and while they are, its further calls fail at once. ``llm``
     also uses it as its socket timeout. The ``builtin`` classifier runs inline, unbounded by this
     (its work is bounded by the text prefix it reads)."""
 

@@ -111,8 +111,14 @@ def test_hung_calls_are_bounded_and_past_the_bound_refused_without_calling_the_c
     with pytest.raises(GuardRefusal) as ei:
         _query(cl, "one more")
     assert ei.value.verdict == "FAIL_CLOSED"
-    assert "16 earlier intent classifier calls timed out and are still running" in ei.value.details["error"]
+    assert "16 earlier calls of it timed out and are still running" in ei.value.details["error"]
     assert len(CALLS) == intent_mod.MAX_ABANDONED_CALLS  # no thread was spent on it
+    # Another classifier of the process is not refused for this one's hung calls.
+    other = QdrantClient(":memory:", guard=kit.config({"c": _policy(classifier="test_intent_timeout:Quick")}),
+                         principal=kit.principal("alice", "hr"))
+    create(other, "c")
+    _query(other)
+    assert audit_records(kit)[-1]["details"]["intent"]["reasoning"] == "quick"
     # Once the hung calls return, their threads serve again.
     RELEASE.set()
     waiter = threading.Event()
