@@ -88,14 +88,16 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
         trusted[keys.key_id(pk)] = pk
     revoked: tuple[str, ...] = ()
     noise_policy = None
+    pol = None
     if args.policy:
         cfg = load_policy(args.policy)
+        try:
+            # The collection's class decides whether its vectors need receipts at all.
+            pol = cfg.policy_for(args.collection)
+        except ConfigError as exc:
+            print(f"error: --policy: {exc}", file=sys.stderr)
+            return 2
         if args.check_noise:
-            try:
-                pol = cfg.policy_for(args.collection)
-            except ConfigError as exc:
-                print(f"error: --check-noise: {exc}", file=sys.stderr)
-                return 2
             # A PUBLIC collection states no noise; its receipts are then judged by check_release only.
             noise_policy = None if pol.is_public else pol.noise
         for spec in cfg.receipts.trusted_keys:
@@ -110,15 +112,25 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
         return 2
     client = _client_from(args)
     reports = receipts.verify(client, args.collection, trusted_keys=trusted, revoked=revoked,
-                              check_noise=args.check_noise, noise_policy=noise_policy)
+                              check_noise=args.check_noise, noise_policy=noise_policy, policy=pol)
     bad = [r for r in reports if not r.ok]
+    unneeded = sum(r.reason == "not_required" for r in reports)
     for r in reports:
         if args.verbose or not r.ok:
             line = {"id": str(r.point_id), "vector": r.vector_name, "ok": r.ok, "reason": r.reason}
             if not r.ok:
                 line["detail"] = r.check.detail
             print(json.dumps(line))
-    print(f"{len(reports) - len(bad)}/{len(reports)} receipted vectors verify in {args.collection!r}")
+    checked = len(reports) - unneeded
+    if pol is None:
+        why = ("no --policy, so every vector is taken to need a receipt (pass --policy to apply the "
+               "collection's class: a PUBLIC collection needs none)")
+    elif pol.is_public:
+        why = (f"class PUBLIC in {args.policy}: its vectors need no receipt; {unneeded} vector(s) without "
+               "one not checked, the receipts present verified")
+    else:
+        why = f"class {pol.sensitivity.value} in {args.policy}: every dense vector needs a receipt"
+    print(f"{checked - len(bad)}/{checked} receipted vectors verify in {args.collection!r} ({why})")
     return 1 if bad else 0
 
 

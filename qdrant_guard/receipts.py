@@ -95,6 +95,9 @@ REASONS = (
     # Only from verify(check_noise=True): the signature verified but the signed noise parameters
     # are ones a guarded write refuses (noise.check_release, or weaker than noise_policy).
     "insufficient_noise",
+    # Only from verify(policy=...) on a PUBLIC collection: a vector without a receipt, which that
+    # class does not need. Not a failure (PointReceiptReport.ok is True), but no receipt verified.
+    "not_required",
 )
 
 _GRID_INV = 2.0 ** 20
@@ -1154,8 +1157,10 @@ class PointReceiptReport:
 
     @property
     def ok(self) -> bool:
-        """True if the receipt verified."""
-        return self.check.ok
+        """True if the receipt verified, or the vector has none and its collection's class needs
+        none (reason ``"not_required"``, only with ``verify(policy=...)``; ``check.ok`` is then
+        False: no receipt was verified)."""
+        return self.check.ok or self.check.reason == "not_required"
 
     @property
     def reason(self) -> str:
@@ -1215,6 +1220,21 @@ def noise_shortfall(params: NoiseParams, noise_policy: Any) -> str | None:
     return None
 
 
+def _receipts_required(policy: Any, collection: str) -> bool:
+    """Whether the vectors of ``collection`` need receipts under ``policy`` (see :func:`verify`):
+    every class but PUBLIC, which the guard passes through unchanged (writes.py noises and
+    receipts what a sensitive collection stores; a PUBLIC one stores vectors as given)."""
+    if policy is None:
+        return True
+    if callable(getattr(policy, "policy_for", None)):
+        policy = policy.policy_for(collection)
+    public = getattr(policy, "is_public", None)
+    if not isinstance(public, bool):
+        raise TypeError(f"policy must be a qdrant_guard.policy.GuardConfig (e.g. load_policy(path)) or "
+                        f"CollectionPolicy (config.policy_for(collection)), not {type(policy).__name__}")
+    return not public
+
+
 def verify(
     client: Any,
     collection_name: str,
@@ -1227,13 +1247,20 @@ def verify(
     batch_size: int = 256,
     check_noise: bool = False,
     noise_policy: Any = None,
+    policy: Any = None,
 ) -> list[PointReceiptReport]:
     """Read points from Qdrant and verify each stored receipt against the stored vector.
 
-    Every dense vector of every point must carry a valid receipt; a vector without one is
-    reported as ``"missing_receipt"``, an id not found as ``"missing_point"``. A sparse vector or
-    a multivector (named or the default vector) is ``"unsupported_vector"`` whatever its receipt:
-    the guard refuses both on sensitive collections, so one can only have been written around it.
+    On a sensitive collection (the default, without ``policy``) every dense vector of every point
+    must carry a valid receipt; a vector without one is reported as ``"missing_receipt"``, an id
+    not found as ``"missing_point"``. A sparse vector or a multivector (named or the default
+    vector) is ``"unsupported_vector"`` whatever its receipt: the guard refuses both on sensitive
+    collections, so one can only have been written around it.
+
+    On a PUBLIC collection (``policy`` says so) the guard stores vectors as given, unreceipted:
+    a vector without a receipt, of any kind, is ``"not_required"``, which is not a failure
+    (``report.ok`` is True). A receipt that is there is still verified, and a bad one reported:
+    it asserts something about the stored vector, true or not.
 
     Args:
         client: any ``qdrant_client.QdrantClient`` (a raw one: the guard must not alter reads).
@@ -1255,13 +1282,21 @@ def verify(
             ``config.policy_for(name).noise``); implies ``check_noise`` and also reports as
             ``"insufficient_noise"`` a receipt weaker than it (larger epsilon or delta, smaller
             radius, larger or no clip_norm), the comparison a guarded write makes.
+        policy: the collection's policy, which decides whether its vectors need receipts: a
+            :class:`qdrant_guard.policy.GuardConfig` (e.g. ``load_policy("policy.toml")``; its
+            ``policy_for(collection_name)`` is used) or a
+            :class:`qdrant_guard.policy.CollectionPolicy`. Only PUBLIC needs none. None (the
+            default): every vector is taken to need one.
 
     Returns:
         One :class:`PointReceiptReport` per (point, vector name), in read order.
 
     Raises:
         TypeError: ``check_noise`` is not a bool, ``noise_policy`` lacks epsilon, delta, radius or
-            clip_norm, or another argument has the wrong type.
+            clip_norm, ``policy`` is neither a GuardConfig nor a CollectionPolicy, or another
+            argument has the wrong type.
+        ConfigError: ``policy`` is a GuardConfig with ``unlisted = "refuse"`` that does not list
+            the collection (it states no class for it).
     """
     if not isinstance(collection_name, str):
         raise TypeError(f"collection_name must be str, not {type(collection_name).__name__}")
@@ -1278,6 +1313,7 @@ def verify(
                             f"config.policy_for(collection).noise); a {type(noise_policy).__name__} "
                             f"has no {', '.join(missing)}")
         check_noise = True
+    required = _receipts_required(policy, collection_name)
     # Read once: a one-shot iterable (a generator) passed on to every verify_receipt call was
     # empty from the second point on, so a revoked key verified there.
     revoked = frozenset(revoked)
@@ -1312,7 +1348,15 @@ def verify(
             continue
         vectors, unsupported = _split_vectors(point.vector)
         for name in sorted(set(vectors) | set(stored) | set(unsupported)):
-            if name in unsupported:
+            if not required and name not in stored:
+                check = ReceiptCheck(False, "not_required", None, None,
+                                     f"vector {name!r} has no receipt; the collection is PUBLIC, whose "
+                                     "vectors the guard stores as given and needs none")
+            elif not required and name in unsupported:
+                check = ReceiptCheck(False, "unsupported_vector", None, None, (
+                    f"vector {name!r} is a {unsupported[name]} but carries a receipt, which commits to "
+                    "one dense vector: it certifies nothing stored here"))
+            elif name in unsupported:
                 check = ReceiptCheck(False, "unsupported_vector", None, None, (
                     f"vector {name!r} is a {unsupported[name]}; the guard refuses "
                     f"{unsupported[name]}s on sensitive collections (no receipt can cover one), so on a "

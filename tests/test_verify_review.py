@@ -1,0 +1,201 @@
+"""receipts.verify and `qdrant-guard receipt verify` against the collection's policy: a PUBLIC
+collection's vectors need no receipt (the guard stores them as given), so they are not failures;
+a receipt that is there is still verified. Real local-mode Qdrant throughout."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from qdrant_client import QdrantClient as RawClient
+from qdrant_client import models
+
+from guardkit import DIM, make_kit, unit
+from qdrant_guard import ConfigError, QdrantClient, keys, noise
+from qdrant_guard.cli import main as cli_main
+from qdrant_guard.policy import config_from_dict
+from qdrant_guard.receipts import (
+    REASONS,
+    RECEIPT_KEY,
+    ReceiptSigner,
+    issue_receipt,
+    receipts_for_payload,
+    stored_form,
+    verify,
+)
+
+KEY = bytes(range(32))
+
+
+@pytest.fixture()
+def kit(tmp_path):
+    return make_kit(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def signer() -> ReceiptSigner:
+    return ReceiptSigner(Ed25519PrivateKey.generate())
+
+
+def _receipted(signer: ReceiptSigner, collection: str, pid: int, seed: int, *, for_pid: int | None = None):
+    """(stored vector, payload) of a release of a random unit vector with a receipt signed for
+    ``for_pid`` (default ``pid``)."""
+    x = np.asarray(unit(np.random.default_rng(seed)), np.float32)[None, :]
+    out, params = noise.privatize(x, key=KEY, mechanism="gaussian", epsilon=1.0, radius=0.01,
+                                  delta=1e-6, clip_norm=1.0)
+    vec = stored_form(out[0], distance="Cosine")
+    rec = issue_receipt(signer, params=params, vector=vec, collection=collection,
+                        point_id=pid if for_pid is None else for_pid)
+    return vec.tolist(), {RECEIPT_KEY: receipts_for_payload({"": rec})}
+
+
+def _public_store(kit, signer, *, bad: bool):
+    """A PUBLIC collection "pub" on disk: points 1 and 2 written through the guard (stored as
+    given, unreceipted), point 3 with a valid receipt, and with ``bad`` point 4 carrying a receipt
+    signed for point 3. Returns (raw client on the store, the config)."""
+    cfg = kit.config({"pub": {"class": "PUBLIC"}})
+    store = str(kit.tmp / "store")
+    guarded = QdrantClient(path=store, guard=cfg)
+    guarded.create_collection("pub", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    rng = np.random.default_rng(0)
+    guarded.upsert("pub", [models.PointStruct(id=i, vector=unit(rng)) for i in (1, 2)])
+    guarded.close()
+    raw = RawClient(path=store)
+    points = []
+    vec, payload = _receipted(signer, "pub", 3, 3)
+    points.append(models.PointStruct(id=3, vector=vec, payload=payload))
+    if bad:
+        vec, payload = _receipted(signer, "pub", 4, 4, for_pid=3)
+        points.append(models.PointStruct(id=4, vector=vec, payload=payload))
+    raw.upsert("pub", points)
+    return raw, cfg
+
+
+def test_the_guard_stores_public_vectors_unreceipted(kit, signer):
+    # The premise: nothing the guard writes to a PUBLIC collection has a receipt.
+    raw, _ = _public_store(kit, signer, bad=False)
+    (p,) = raw.retrieve("pub", [1], with_payload=True)
+    assert not (p.payload or {}).get(RECEIPT_KEY)
+
+
+def test_public_collection_vectors_without_receipts_are_not_failures(kit, signer):
+    # Before: verify had no notion of the class, so points 1 and 2 were missing_receipt failures
+    # (every point of a PUBLIC collection the guard wrote) and the report was useless.
+    raw, cfg = _public_store(kit, signer, bad=True)
+    trusted = {signer.key_id: signer.public_key}
+    got = {r.point_id: r for r in verify(raw, "pub", trusted_keys=trusted, policy=cfg)}
+    assert {k: r.reason for k, r in got.items()} == {1: "not_required", 2: "not_required", 3: "ok",
+                                                       4: "point_mismatch"}
+    assert [got[k].ok for k in (1, 2, 3, 4)] == [True, True, True, False]
+    # No receipt was verified on 1 and 2: the check itself says so.
+    assert not got[1].check.ok and "PUBLIC" in got[1].check.detail
+    # The CollectionPolicy works as the GuardConfig does.
+    again = verify(raw, "pub", trusted_keys=trusted, policy=cfg.policy_for("pub"))
+    assert [r.reason for r in again] == [got[k].reason for k in (1, 2, 3, 4)]
+    assert "not_required" in REASONS
+
+
+def test_without_a_policy_every_vector_still_needs_a_receipt(kit, signer):
+    raw, _ = _public_store(kit, signer, bad=False)
+    reports = verify(raw, "pub", trusted_keys={signer.key_id: signer.public_key})
+    assert [r.reason for r in reports] == ["missing_receipt", "missing_receipt", "ok"]
+
+
+def test_sensitive_classes_still_need_receipts_under_a_policy(kit):
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "raw_in_boundary": True}})
+    store = str(kit.tmp / "store")
+    owner = QdrantClient(path=store, guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    owner.upsert("pii", [models.PointStruct(id=1, vector=unit(np.random.default_rng(1)))])  # raw in boundary
+    trusted = dict(owner.guard.trusted_receipt_keys)
+    owner.close()
+    (r,) = verify(RawClient(path=store), "pii", trusted_keys=trusted, policy=cfg)
+    assert (r.reason, r.ok) == ("missing_receipt", False)
+
+
+def test_unlisted_collections_follow_the_policys_unlisted_rule(kit, signer):
+    raw, _ = _public_store(kit, signer, bad=False)
+    trusted = {signer.key_id: signer.public_key}
+    public = config_from_dict({"unlisted": "public"})
+    assert [r.reason for r in verify(raw, "pub", trusted_keys=trusted, policy=public)] == [
+        "not_required", "not_required", "ok"]
+    strict = config_from_dict({"unlisted": "strict"})
+    assert [r.reason for r in verify(raw, "pub", trusted_keys=trusted, policy=strict)] == [
+        "missing_receipt", "missing_receipt", "ok"]
+    with pytest.raises(ConfigError, match="not listed"):
+        verify(raw, "pub", trusted_keys=trusted, policy=config_from_dict({"unlisted": "refuse"}))
+    with pytest.raises(TypeError, match="GuardConfig.*CollectionPolicy"):
+        verify(raw, "pub", trusted_keys=trusted, policy={"class": "PUBLIC"})
+
+
+def test_sparse_and_multivectors_of_a_public_collection_need_no_receipt(signer):
+    raw = RawClient(":memory:")
+    raw.create_collection("pub", vectors_config={}, sparse_vectors_config={"s": models.SparseVectorParams()})
+    raw.upsert("pub", [models.PointStruct(id=1, vector={"s": models.SparseVector(indices=[2], values=[0.7])})])
+    cfg = config_from_dict({"collections": {"pub": {"class": "PUBLIC"}}})
+    (r,) = verify(raw, "pub", trusted_keys={signer.key_id: signer.public_key}, policy=cfg)
+    assert (r.vector_name, r.reason, r.ok) == ("s", "not_required", True)
+
+
+# ------------------------------------------------------------------ the CLI
+def _policy_file(kit, signer) -> str:
+    path = kit.tmp / "policy.toml"
+    path.write_text(textwrap.dedent(f"""\
+        [receipts]
+        trusted_keys = ["{keys.public_key_to_str(signer.public_key)}"]
+
+        [collections.pub]
+        class = "PUBLIC"
+        """))
+    return str(path)
+
+
+def _cli(capsys, argv):
+    rc = cli_main(argv)
+    return rc, capsys.readouterr().out
+
+
+def test_cli_on_a_public_collection_passes_and_says_what_it_checked(kit, signer, capsys):
+    # Before: exit 1 with a missing_receipt line for every point the guard had written.
+    raw, _ = _public_store(kit, signer, bad=False)
+    raw.close()
+    base = ["receipt", "verify", "--path", str(kit.tmp / "store"), "--collection", "pub"]
+    rc, out = _cli(capsys, base + ["--policy", _policy_file(kit, signer)])
+    assert rc == 0, out
+    (summary,) = out.splitlines()
+    assert summary.startswith("1/1 receipted vectors verify in 'pub'")
+    assert "class PUBLIC" in summary and "need no receipt" in summary and "2 vector(s) without one" in summary
+    # --verbose lists the unchecked vectors as ok, with their reason.
+    rc, out = _cli(capsys, base + ["--policy", _policy_file(kit, signer), "--verbose"])
+    lines = [json.loads(x) for x in out.splitlines()[:-1]]
+    assert rc == 0 and [(x["id"], x["reason"], x["ok"]) for x in lines] == [
+        ("1", "not_required", True), ("2", "not_required", True), ("3", "ok", True)]
+    # Without --policy the class is unknown: every vector needs a receipt, and the summary says so.
+    rc, out = _cli(capsys, base + ["--trusted-key", keys.public_key_to_str(signer.public_key)])
+    assert rc == 1 and out.splitlines()[-1].startswith("1/3 receipted vectors verify")
+    assert "no --policy" in out.splitlines()[-1]
+
+
+def test_cli_on_a_public_collection_still_reports_a_bad_receipt(kit, signer, capsys):
+    raw, _ = _public_store(kit, signer, bad=True)
+    raw.close()
+    rc, out = _cli(capsys, ["receipt", "verify", "--path", str(kit.tmp / "store"), "--collection", "pub",
+                            "--policy", _policy_file(kit, signer)])
+    lines = out.splitlines()
+    assert rc == 1
+    (bad,) = map(json.loads, lines[:-1])
+    assert (bad["id"], bad["reason"], bad["ok"]) == ("4", "point_mismatch", False)
+    assert lines[-1].startswith("1/2 receipted vectors verify in 'pub'")
+
+
+def test_cli_policy_not_listing_the_collection_is_an_error(kit, signer, capsys):
+    raw, _ = _public_store(kit, signer, bad=False)
+    raw.close()
+    policy = kit.tmp / "refuse.toml"
+    policy.write_text(f'unlisted = "refuse"\n[receipts]\ntrusted_keys = ["{keys.public_key_to_str(signer.public_key)}"]\n')
+    rc = cli_main(["receipt", "verify", "--path", str(kit.tmp / "store"), "--collection", "pub",
+                   "--policy", str(policy)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "not listed" in err and "[collections.pub]" in err
