@@ -1,7 +1,7 @@
 """Payload changes on sensitive collections: receipts cannot be forged, altered or stripped."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Collection
 
 from qdrant_client import grpc
 from qdrant_client.conversions.conversion import GrpcToRest
@@ -71,9 +71,11 @@ class PayloadOps(TextOps):
             return (yield Call(method, args))
         filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
         payload = self._check_set(method, name, pol, args["payload"], args.get("key"))
+        points = yield from self._existing_only(method, name, pol, args["points"], args.get("shard_key_selector"))
         self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload set; receipts untouched",
                                   details=filters))
-        return (yield from self.forward(method, name, pol, Call(method, {**args, "payload": payload})))
+        return (yield from self.forward(method, name, pol, Call(method, {**args, "payload": payload,
+                                                                         "points": points})))
 
     def op_delete_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -83,9 +85,58 @@ class PayloadOps(TextOps):
         filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
         if any(_touches_receipt(k) for k in args["keys"]):
             raise self._refuse_tamper(method, name, pol, "delete")
+        points = yield from self._existing_only(method, name, pol, args["points"], args.get("shard_key_selector"))
         self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload keys deleted; receipts untouched",
                                   details=filters))
-        return (yield from self.forward(method, name, pol, Call(method, args)))
+        return (yield from self.forward(method, name, pol, Call(method, {**args, "points": points})))
+
+    def _existing_only(self, op: str, name: str, pol: CollectionPolicy, selector: Any, shard_key: Any,
+                       fresh: dict[str, Any] | None = None, deleted: Collection[str] = ()) -> Any:
+        """The selector to send for a ``set_payload``/``delete_payload`` naming ``selector``'s
+        points (a generator): a filter is returned as it is; ids are looked up first, and the call
+        refused (audited UNSUPPORTED_WRITE, nothing sent) if one names no point or is no point id,
+        since Qdrant (local mode and server alike) writes the other points, then fails. The ids
+        are then sent as a ``has_id`` filter: a point deleted by another client after the look-up
+        is skipped, as if the deletion had come just after this call, instead of failing it half
+        applied. The look-up costs one ``retrieve`` of the ids (no payload, no vectors); calls by
+        filter read nothing. In a batch, ``fresh`` holds the points upserted (unconditionally)
+        earlier in it and ``deleted`` those deleted earlier by id, by normalised id: the former
+        count as present, the latter as missing.
+
+        Raises:
+            UnsupportedWriteError: a missing point or an invalid id.
+        """
+        selector = _rest_selector(selector)
+        ids = _selector_ids(selector)
+        if not ids:
+            return selector
+        for pid in ids:
+            try:
+                normalize_point_id(pid)
+            except (TypeError, ValueError) as exc:
+                raise self._unsupported(op, name, pol, f"{op}: {exc} (collection {name!r}); Qdrant point ids "
+                                        "are integers 0 <= id < 2**64 or UUID strings. Nothing was written"
+                                        ) from None
+        gone = [pid for pid in ids if normalize_point_id(pid) in deleted]
+        if gone:
+            raise self._unsupported(op, name, pol, (
+                f"{op}: a payload change of point(s) {gone} deleted earlier in the same batch on sensitive "
+                f"collection {name!r} would fail half applied. Leave their ids out. Nothing was written"))
+        if shard_key is None:
+            shard_key = getattr(selector, "shard_key", None)
+        found = yield Call("retrieve", {"collection_name": name, "ids": ids, "with_payload": False,
+                                         "with_vectors": False, "shard_key_selector": shard_key})
+        present = {normalize_point_id(r.id): (r.id, None) for r in found}
+        why = "Qdrant would write the other points, then fail on them"
+        if fresh is not None:
+            why = ("Qdrant would apply the batch up to this operation, then fail on them (a conditional "
+                   "upsert earlier in the batch does not count: whether it creates a point is not known "
+                   "beforehand)")
+        self._all_named(op, name, pol, selector, present, fresh or {}, None, why)
+        where = models.Filter(must=[models.HasIdCondition(has_id=ids)])
+        if isinstance(selector, models.PointIdsList):
+            return models.FilterSelector(filter=where, shard_key=selector.shard_key)
+        return where
 
     def op_overwrite_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -296,18 +347,41 @@ class PayloadOps(TextOps):
                                          "with_payload": fields, "with_vectors": False,
                                          "shard_key_selector": shard_key}))
 
+    def _unsupported(self, op: str, name: str, pol: CollectionPolicy, message: str) -> UnsupportedWriteError:
+        self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))
+        err = UnsupportedWriteError(message)
+        err._qg_audited = True  # type: ignore[attr-defined]  # see WriteOps._audit_input_errors
+        return err
+
+    def _batch_existing(self, op: str, name: str, pol: CollectionPolicy, spec: Any, fresh: dict[str, Any] | None,
+                        deleted: Collection[str]) -> Any:
+        """The ``has_id`` filter to send for a batch's SetPayload/DeletePayload ``spec`` naming
+        points by (at least one) id (:meth:`_existing_only`; a generator)."""
+        return (yield from self._existing_only(op, name, pol, list(spec.points), spec.shard_key,
+                                               {} if fresh is None else fresh, deleted))
+
     def payload_operation(self, op: str, name: str, pol: CollectionPolicy, operation: Any,
-                          fresh: dict[str, Any] | None = None, written: set[str] | frozenset[str] = frozenset()) -> Any:
+                          fresh: dict[str, Any] | None = None, written: set[str] | frozenset[str] = frozenset(),
+                          deleted: Collection[str] = ()) -> Any:
         """Check one payload/delete operation of a batch; returns the operations to send (a
         generator). ``fresh``: receipt containers written earlier in the batch, by point id;
-        ``written``: top-level payload keys earlier operations of the batch may have written."""
+        ``written``: top-level payload keys earlier operations of the batch may have written;
+        ``deleted``: points deleted earlier in the batch by id (normalised)."""
         if isinstance(operation, models.SetPayloadOperation):
             sp = operation.set_payload
             payload = self._check_set(op, name, pol, sp.payload, sp.key)
-            return [models.SetPayloadOperation(set_payload=sp.model_copy(update={"payload": payload}))]
+            update: dict[str, Any] = {"payload": payload}
+            if sp.points:
+                update.update(points=None, filter=(yield from self._batch_existing(op, name, pol, sp, fresh, deleted)))
+            return [models.SetPayloadOperation(set_payload=sp.model_copy(update=update))]
         if isinstance(operation, models.DeletePayloadOperation):
-            if any(_touches_receipt(k) for k in operation.delete_payload.keys):
+            dp = operation.delete_payload
+            if any(_touches_receipt(k) for k in dp.keys):
                 raise self._refuse_tamper(op, name, pol, "delete")
+            if dp.points:
+                where = yield from self._batch_existing(op, name, pol, dp, fresh, deleted)
+                return [models.DeletePayloadOperation(delete_payload=dp.model_copy(
+                    update={"points": None, "filter": where}))]
             return [operation]
         if isinstance(operation, models.OverwritePayloadOperation):
             sp = operation.overwrite_payload

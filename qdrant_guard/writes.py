@@ -416,7 +416,7 @@ class WriteOps(TextOps):
                             f"on sensitive collection {name!r} would fail half applied. Leave their ids out. "
                             "Nothing was written"
                         )
-                new = yield from self.payload_operation(method, name, pol, op, fresh, written)
+                new = yield from self.payload_operation(method, name, pol, op, fresh, written, deleted)
                 written.update(_keys_written(op))
                 out_ops.extend(new)
                 positions.append(len(out_ops) - 1 if new else None)
