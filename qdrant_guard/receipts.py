@@ -1265,7 +1265,8 @@ def verify(
     Args:
         client: any ``qdrant_client.QdrantClient`` (a raw one: the guard must not alter reads).
         collection_name: collection to check.
-        ids: point ids to check (default: every point, by scrolling).
+        ids: point ids to check (default: every point, by scrolling); an id named twice (in any
+            spelling of the same id) is checked once.
         trusted_keys: key id -> Ed25519 public key.
         revoked: revoked key ids (any iterable; read once).
         now: current time in seconds (for ``max_age_s``).
@@ -1328,7 +1329,11 @@ def verify(
             if offset is None:
                 break
     else:
-        id_list = list(ids)
+        # One report per point, as documented: Qdrant returns a point once per time it is named.
+        by_key: dict[str, Any] = {}
+        for pid in ids:
+            by_key.setdefault(normalize_point_id(pid), pid)
+        id_list = list(by_key.values())
         for start in range(0, len(id_list), batch_size):
             chunk = id_list[start:start + batch_size]
             got = client.retrieve(collection_name, chunk, with_payload=True, with_vectors=True)

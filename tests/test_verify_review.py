@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ from qdrant_guard.receipts import (
 )
 
 KEY = bytes(range(32))
+RECEIPT_DOC = Path(__file__).resolve().parent.parent / "docs" / "receipt-format.md"
 
 
 @pytest.fixture()
@@ -199,3 +201,49 @@ def test_cli_policy_not_listing_the_collection_is_an_error(kit, signer, capsys):
                    "--policy", str(policy)])
     err = capsys.readouterr().err
     assert rc == 2 and "not listed" in err and "[collections.pub]" in err
+
+
+# ------------------------------------------------------------------ review of the verification paths
+def test_an_id_named_twice_is_reported_once(signer):
+    # Before: one report per time the id was named (Qdrant returns the point once per mention),
+    # so a point counted twice in the CLI's and a caller's totals; the docs promise one per point.
+    raw = RawClient(":memory:")
+    raw.create_collection("pub", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    vec, payload = _receipted(signer, "pub", 1, 1)
+    raw.upsert("pub", [models.PointStruct(id=1, vector=vec, payload=payload)])
+    trusted = {signer.key_id: signer.public_key}
+    uid = "5c56c793-69f3-4fbf-87e6-c4bf54c28c26"
+    got = verify(raw, "pub", [1, 1, uid, uid.upper(), 1], trusted_keys=trusted, batch_size=2)
+    assert [(r.point_id, r.reason) for r in got] == [(uid, "missing_point"), (1, "ok")]
+
+
+def test_a_receipt_lets_its_holder_confirm_a_guess_of_the_stored_vector(signer):
+    # docs/receipt-format.md said the salt stops a receipt exported without its vector from
+    # confirming a guessed vector; the salt is in the receipt, so it does not (doc corrected).
+    from qdrant_guard.receipts import _unb64, vector_commitment
+
+    vec, payload = _receipted(signer, "pub", 1, 1)
+    rec = payload[RECEIPT_KEY]["vectors"][""]
+    salt = _unb64(rec["salt"])
+    assert vector_commitment(np.asarray(vec) + 2.0 ** -23, salt) == rec["commitment"]
+    assert vector_commitment(unit(np.random.default_rng(1)), salt) != rec["commitment"]  # the clean one
+    text = " ".join(RECEIPT_DOC.read_text().split())
+    assert "keeps a receipt exported without its vector from confirming" not in text
+    assert "does not stop whoever holds a receipt from testing a guessed vector" in text
+
+
+def test_a_replaced_vector_and_its_receipt_written_back_verify_again(signer):
+    # A limit the docs now state: a receipt binds a place, not the latest write there.
+    raw = RawClient(":memory:")
+    raw.create_collection("pub", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    old_vec, old_payload = _receipted(signer, "pub", 1, 1)
+    old = models.PointStruct(id=1, vector=old_vec, payload=old_payload)
+    new_vec, new_payload = _receipted(signer, "pub", 1, 2)
+    raw.upsert("pub", [old])
+    raw.upsert("pub", [models.PointStruct(id=1, vector=new_vec, payload=new_payload)])
+    trusted = {signer.key_id: signer.public_key}
+    assert [r.reason for r in verify(raw, "pub", trusted_keys=trusted)] == ["ok"]
+    raw.upsert("pub", [old])
+    assert [r.reason for r in verify(raw, "pub", trusted_keys=trusted)] == ["ok"]
+    text = " ".join(RECEIPT_DOC.read_text().split())
+    assert "does not prove that the vector is the latest one written there" in text
