@@ -124,8 +124,19 @@ class PayloadOps(TextOps):
                 f"collection {name!r} would fail half applied. Leave their ids out. Nothing was written"))
         if shard_key is None:
             shard_key = getattr(selector, "shard_key", None)
-        found = yield Call("retrieve", {"collection_name": name, "ids": ids, "with_payload": False,
-                                         "with_vectors": False, "shard_key_selector": shard_key})
+        try:
+            found = yield Call("retrieve", {"collection_name": name, "ids": ids, "with_payload": False,
+                                             "with_vectors": False, "shard_key_selector": shard_key})
+        except GeneratorExit:  # abandoned, not failed
+            raise
+        except BaseException as exc:
+            # Sent without the look-up, the call had an ALLOW and a QDRANT_ERROR entry; it must not
+            # fail with none now.
+            self.record(self.decision(
+                op, name, pol, Verdict.QDRANT_ERROR,
+                f"Qdrant failed while the guard looked up the points the call names; nothing was written: "
+                f"{type(exc).__name__}: {exc}", details={"method": "retrieve"}))
+            raise
         present = {normalize_point_id(r.id): (r.id, None) for r in found}
         why = "Qdrant would write the other points, then fail on them"
         if fresh is not None:

@@ -111,3 +111,16 @@ def test_a_batch_payload_operation_naming_a_point_deleted_earlier_in_it_is_refus
             _del([1, 3]),
         ])
     assert snapshot(owner, "c") == before
+
+
+def test_a_failing_look_up_is_audited_and_writes_nothing(kit):
+    # The look-up is a new request of these calls: when Qdrant fails it (here: no such
+    # collection), the call must still leave an entry, as it did when sent without one.
+    cfg = kit.config({"gone": {"class": "PII", "owner": "hr"}})
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    n_before = len(audit_records(kit))
+    with pytest.raises(ValueError, match="not found"):
+        client.set_payload("gone", payload={"x": 1}, points=[1])
+    (entry,) = audit_records(kit)[n_before:]
+    assert (entry["verdict"], entry["op"]) == ("QDRANT_ERROR", "set_payload")
+    assert "nothing was written" in entry["directive"]
