@@ -1220,6 +1220,14 @@ def noise_shortfall(params: NoiseParams, noise_policy: Any) -> str | None:
     return None
 
 
+def _collection_names(client: Any, name: str) -> frozenset[str]:
+    """The names that denote collection ``name`` now: the collection itself (also when ``name``
+    is an alias) and every alias of it, read with one ``get_aliases``."""
+    aliases = client.get_aliases().aliases
+    target = next((a.collection_name for a in aliases if a.alias_name == name), name)
+    return frozenset({name, target} | {a.alias_name for a in aliases if a.collection_name == target})
+
+
 def _receipts_required(policy: Any, collection: str) -> bool:
     """Whether the vectors of ``collection`` need receipts under ``policy`` (see :func:`verify`):
     every class but PUBLIC, which the guard passes through unchanged (writes.py noises and
@@ -1256,6 +1264,11 @@ def verify(
     not found as ``"missing_point"``. A sparse vector or a multivector (named or the default
     vector) is ``"unsupported_vector"`` whatever its receipt: the guard refuses both on sensitive
     collections, so one can only have been written around it.
+
+    A receipt bound to an alias that names the collection now (the guard binds a vector written
+    through an alias to the alias's name) verifies as one bound to the collection; ``collection_name``
+    may be an alias too. One bound to an alias that names another collection now, or no longer
+    exists, is ``"collection_mismatch"``.
 
     On a PUBLIC collection (``policy`` says so) the guard stores vectors as given, unreceipted:
     a vector without a receipt, of any kind, is ``"not_required"``, which is not a failure
@@ -1315,6 +1328,7 @@ def verify(
                             f"has no {', '.join(missing)}")
         check_noise = True
     required = _receipts_required(policy, collection_name)
+    names = _collection_names(client, collection_name)
     # Read once: a one-shot iterable (a generator) passed on to every verify_receipt call was
     # empty from the second point on, so a revoked key verified there.
     revoked = frozenset(revoked)
@@ -1373,8 +1387,12 @@ def verify(
                 check = ReceiptCheck(False, "vector_mismatch", None, None,
                                      f"receipt for vector {name!r} but the point has no such dense vector")
             else:
+                bound = stored[name].get("collection") if isinstance(stored[name], Mapping) else None
+                # A vector the guard wrote through an alias has a receipt bound to the alias's name;
+                # the signature still covers that name, which must name this collection now.
+                where = bound if isinstance(bound, str) and bound in names else collection_name
                 try:
-                    check = verify_receipt(stored[name], vector=vectors[name], collection=collection_name,
+                    check = verify_receipt(stored[name], vector=vectors[name], collection=where,
                                            point_id=point.id, vector_name=name,
                                            trusted_keys=trusted_keys, revoked=revoked, now=now,
                                            max_age_s=max_age_s)

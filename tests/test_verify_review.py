@@ -247,3 +247,34 @@ def test_a_replaced_vector_and_its_receipt_written_back_verify_again(signer):
     assert [r.reason for r in verify(raw, "pub", trusted_keys=trusted)] == ["ok"]
     text = " ".join(RECEIPT_DOC.read_text().split())
     assert "does not prove that the vector is the latest one written there" in text
+
+
+def test_a_vector_written_through_an_alias_verifies_under_the_collection_and_the_alias(kit):
+    # Before: the guard binds such a vector's receipt to the alias's name, so verify reported it
+    # as collection_mismatch under the collection's name (and the others under the alias's).
+    cfg = kit.config({"c": {"class": "PII", "owner": "hr"}, "cur": {"class": "PII", "owner": "hr"},
+                      "other": {"class": "PII", "owner": "hr"}})
+    store = str(kit.tmp / "store")
+    owner = QdrantClient(path=store, guard=cfg, principal=kit.principal("alice", "hr"))
+    for name in ("c", "other"):
+        owner.create_collection(name, vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    owner.update_collection_aliases(change_aliases_operations=[models.CreateAliasOperation(
+        create_alias=models.CreateAlias(collection_name="c", alias_name="cur"))])
+    rng = np.random.default_rng(0)
+    owner.upsert("c", [models.PointStruct(id=1, vector=unit(rng))])
+    owner.upsert("cur", [models.PointStruct(id=2, vector=unit(rng))])
+    owner.upsert("other", [models.PointStruct(id=3, vector=unit(rng))])
+    trusted = dict(owner.guard.trusted_receipt_keys)
+    owner.close()
+    raw = RawClient(path=store)
+    for name in ("c", "cur"):
+        assert [(r.point_id, r.reason) for r in verify(raw, name, trusted_keys=trusted)] == [(1, "ok"), (2, "ok")]
+    # A receipt bound to a name that does not denote the collection still fails.
+    (p3,) = raw.retrieve("other", [3], with_payload=True, with_vectors=True)
+    raw.upsert("c", [models.PointStruct(id=3, vector=p3.vector, payload=p3.payload)])
+    got = {r.point_id: r.reason for r in verify(raw, "c", trusted_keys=trusted)}
+    assert got == {1: "ok", 2: "ok", 3: "collection_mismatch"}
+    # Once the alias is gone, so is the vector's cover.
+    raw.update_collection_aliases(change_aliases_operations=[models.DeleteAliasOperation(
+        delete_alias=models.DeleteAlias(alias_name="cur"))])
+    assert {r.point_id: r.reason for r in verify(raw, "c", trusted_keys=trusted)}[2] == "collection_mismatch"
