@@ -124,3 +124,14 @@ def test_a_failing_look_up_is_audited_and_writes_nothing(kit):
     (entry,) = audit_records(kit)[n_before:]
     assert (entry["verdict"], entry["op"]) == ("QDRANT_ERROR", "set_payload")
     assert "nothing was written" in entry["directive"]
+
+
+def test_a_batch_payload_operation_after_a_delete_by_filter_skips_the_deleted_point(owner):
+    # Plain qdrant-client applies the delete and point 3's payload, then fails on point 1; the
+    # guard sends the ids as a has_id filter, so the batch applies whole.
+    owner.batch_update_points("c", [
+        models.DeleteOperation(delete=models.FilterSelector(filter=models.Filter(must=[
+            models.HasIdCondition(has_id=[1])]))),
+        _set([1, 3]),
+    ])
+    assert _payloads(owner) == {3: {"a": 3, "x": 1}}
