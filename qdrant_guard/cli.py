@@ -130,6 +130,9 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
                "one not checked, the receipts present verified")
     else:
         why = f"class {pol.sensitivity.value} in {args.policy}: every dense vector needs a receipt"
+        if pol.raw_in_boundary:
+            why += ("; raw_in_boundary is on, so the owner's raw writes have none and are listed as "
+                    "missing_receipt (un-noised vectors)")
     print(f"{checked - len(bad)}/{checked} receipted vectors verify in {args.collection!r} ({why})")
     return 1 if bad else 0
 

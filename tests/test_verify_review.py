@@ -278,3 +278,29 @@ def test_a_vector_written_through_an_alias_verifies_under_the_collection_and_the
     raw.update_collection_aliases(change_aliases_operations=[models.DeleteAliasOperation(
         delete_alias=models.DeleteAlias(alias_name="cur"))])
     assert {r.point_id: r.reason for r in verify(raw, "c", trusted_keys=trusted)}[2] == "collection_mismatch"
+
+
+def test_cli_summary_names_raw_in_boundary_as_the_cause_of_missing_receipts(kit, capsys):
+    cfg_text = textwrap.dedent(f"""\
+        [boundaries.hr]
+        authority_keys = ["{kit.authority_pub['hr']}"]
+
+        [collections.pii]
+        class = "PII"
+        owner = "hr"
+        raw_in_boundary = true
+        """)
+    policy = kit.tmp / "raw.toml"
+    policy.write_text(cfg_text)
+    store = str(kit.tmp / "store")
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "raw_in_boundary": True}})
+    owner = QdrantClient(path=store, guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    owner.upsert("pii", [models.PointStruct(id=1, vector=unit(np.random.default_rng(1)))])
+    pub = keys.public_key_to_str(owner.guard.signer.public_key)
+    owner.close()
+    rc = cli_main(["receipt", "verify", "--path", store, "--collection", "pii", "--policy", str(policy),
+                   "--trusted-key", pub])
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert rc == 1 and last.startswith("0/1 receipted vectors verify in 'pii' (class PII in")
+    assert "raw_in_boundary is on" in last
