@@ -23,7 +23,7 @@ from .payloadops import PayloadOps
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .querycheck import QueryChecks, UncheckedForm, iter_prefetch, query_filter_roots, rest_prefetch
-from .receipts import stored_receipts, verify_receipt
+from .receipts import noise_shortfall, stored_receipts, verify_receipt
 from .sources import path_head
 from .sources import point_sources as _sources
 from .vectors import split_vector_struct
@@ -199,7 +199,7 @@ class ReadOps(PayloadOps, QueryChecks):
         for p in pts:
             updates: dict[str, Any] = {}
             if plan.strip_vectors and getattr(p, "vector", None) is not None:
-                updates["vector"] = self.releasable_vectors(account, p, alias=name)
+                updates["vector"] = self.releasable_vectors(account, pol, p, alias=name)
             if plan.user_with_payload is not True:
                 updates["payload"] = project_payload(p.payload, plan.user_with_payload)
             if redact_text:
@@ -220,11 +220,17 @@ class ReadOps(PayloadOps, QueryChecks):
         return (pol is not None and pol.diversity.enabled and pol.diversity.max_source_coverage is not None
                 and self.boundary() != pol.owner)
 
-    def releasable_vectors(self, name: str, point: Any, *, alias: str | None = None) -> Any:
-        """Only vectors with a valid receipt leave the boundary; raw ones are stripped.
+    def releasable_vectors(self, name: str, pol: CollectionPolicy, point: Any, *, alias: str | None = None) -> Any:
+        """Only vectors with a valid receipt whose noise a guarded write would accept now leave
+        the boundary; raw ones, and those of weaker or unsound noise, are stripped.
 
         ``name`` is the collection the point is stored in; a receipt issued for a write through
         ``alias`` (the name this read used, when it is an alias of ``name``) is accepted as well.
+        A signature only proves what its signer asserted, and a vector can reach the store around
+        the guard, so the receipt's parameters face the write path's checks again: a private
+        generator and a consistent calibration (``noise.check_release``), epsilon within the class
+        ceiling, and noise no weaker than the collection's ``[noise]`` policy (``noise_shortfall``;
+        after a policy is tightened, vectors released under the old one are stripped).
         """
         vecs = split_vector_struct(point.vector)
         receipts = stored_receipts(point.payload)
@@ -233,16 +239,34 @@ class ReadOps(PayloadOps, QueryChecks):
             rec = receipts.get(vname)
             if rec is None or isinstance(value, (models.SparseVector,)):
                 continue
-            if any(verify_receipt(rec, vector=np.asarray(value, dtype=np.float64), collection=c,
-                                  point_id=point.id, vector_name=vname, trusted_keys=self.trusted_receipt_keys,
-                                  revoked=self.revoked_keys).ok
-                   for c in dict.fromkeys((name, alias or name))):
-                keep[vname] = value
+            for c in dict.fromkeys((name, alias or name)):
+                check = verify_receipt(rec, vector=np.asarray(value, dtype=np.float64), collection=c,
+                                       point_id=point.id, vector_name=vname, trusted_keys=self.trusted_receipt_keys,
+                                       revoked=self.revoked_keys)
+                if check.ok:
+                    if check.params is not None and self._release_accepted(pol, check.params):
+                        keep[vname] = value
+                    break
         if not keep:
             return None
         if set(keep) == {""}:
             return keep[""]
         return keep
+
+    def _release_accepted(self, pol: CollectionPolicy, params: _noise.NoiseParams) -> bool:
+        """Whether a guarded write would accept a receipt of ``params`` into ``pol``'s collection
+        now (the noise checks of ``WriteOps.prepare_points``; cached per parameters and policy values)."""
+        cache = self.shared.setdefault("release_accepted", {})
+        n = pol.noise
+        key = (params, n.epsilon, n.radius, n.delta, n.clip_norm, self.ceiling(pol))
+        ok = cache.get(key)
+        if ok is None:
+            ok = (_noise.check_release(params) is None and params.epsilon <= self.ceiling(pol)
+                  and noise_shortfall(params, pol.noise) is None)
+            if len(cache) > 4096:
+                cache.clear()
+            cache[key] = ok
+        return bool(ok)
 
     def apply_budget(self, op: str, name: str, pol: CollectionPolicy, pts: list[Any], details: dict[str, Any],
                      sources_of: Callable[[Any], Sequence[str]], *, account: str | None = None,
