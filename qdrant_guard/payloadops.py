@@ -124,19 +124,9 @@ class PayloadOps(TextOps):
                 f"collection {name!r} would fail half applied. Leave their ids out. Nothing was written"))
         if shard_key is None:
             shard_key = getattr(selector, "shard_key", None)
-        try:
-            found = yield Call("retrieve", {"collection_name": name, "ids": ids, "with_payload": False,
-                                             "with_vectors": False, "shard_key_selector": shard_key})
-        except GeneratorExit:  # abandoned, not failed
-            raise
-        except BaseException as exc:
-            # Sent without the look-up, the call had an ALLOW and a QDRANT_ERROR entry; it must not
-            # fail with none now.
-            self.record(self.decision(
-                op, name, pol, Verdict.QDRANT_ERROR,
-                f"Qdrant failed while the guard looked up the points the call names; nothing was written: "
-                f"{type(exc).__name__}: {exc}", details={"method": "retrieve"}))
-            raise
+        found = yield from self.lookup(op, name, pol, Call(
+            "retrieve", {"collection_name": name, "ids": ids, "with_payload": False, "with_vectors": False,
+                         "shard_key_selector": shard_key}))
         present = {normalize_point_id(r.id): (r.id, None) for r in found}
         why = "Qdrant would write the other points, then fail on them"
         if fresh is not None:
@@ -225,7 +215,7 @@ class PayloadOps(TextOps):
                 vectors, then fail before their receipts are dropped).
         """
         fresh = {} if fresh is None else fresh
-        records = yield from self._resolve(name, selector, shard_key)
+        records = yield from self._resolve(op, name, pol, selector, shard_key)
         current = {normalize_point_id(r.id): (r.id, (r.payload or {}).get(RECEIPT_KEY)) for r in records}
         self._all_named(op, name, pol, selector, current, fresh, None,
                         "a vector deletion naming them would be half applied")
@@ -306,7 +296,7 @@ class PayloadOps(TextOps):
         selector = _rest_selector(selector)
         if shard_key is None:
             shard_key = getattr(selector, "shard_key", None)
-        records = yield from self._resolve(name, selector, shard_key, payload=True)
+        records = yield from self._resolve(op, name, pol, selector, shard_key, payload=True)
         targets = {normalize_point_id(r.id): (r.id, r.payload or {}) for r in records}
         self._all_named(op, name, pol, selector, targets, fresh, {},
                         "qdrant-client refuses a payload rewrite naming them")
@@ -334,9 +324,27 @@ class PayloadOps(TextOps):
                 overwrite_payload=models.SetPayload(payload=new, points=[pid], shard_key=shard_key)))
         return ops, len(targets)
 
-    def _resolve(self, name: str, selector: Any, shard_key: Any = None, *, payload: bool = False) -> Any:
+    def lookup(self, op: str, name: str, pol: CollectionPolicy, call: Call) -> Any:
+        """Send ``call``, a read the guard makes before deciding a write (a generator). If Qdrant
+        fails it, the failure is audited (QDRANT_ERROR, naming the method and the error type: the
+        message can quote a filter) and re-raised: sent without the look-up, the write would have
+        had an entry, and it must not fail with none now."""
+        try:
+            return (yield call)
+        except GeneratorExit:  # abandoned, not failed
+            raise
+        except BaseException as exc:
+            self.record(self.decision(
+                op, name, pol, Verdict.QDRANT_ERROR,
+                f"Qdrant failed while the guard looked up the points the call names ({call.method} raised "
+                f"{type(exc).__name__}; its message is not logged); nothing was written",
+                details={"method": call.method, "error": type(exc).__name__}))
+            raise
+
+    def _resolve(self, op: str, name: str, pol: CollectionPolicy, selector: Any, shard_key: Any = None, *,
+                 payload: bool = False) -> Any:
         """The points a selector names (ids, PointIdsList, Filter, FilterSelector), with their
-        receipts (``payload``: their whole payloads)."""
+        receipts (``payload``: their whole payloads); a failed look-up is audited (:meth:`lookup`)."""
         fields: Any = True if payload else [RECEIPT_KEY]
         selector = _rest_selector(selector)
         if isinstance(selector, models.PointIdsList):
@@ -347,16 +355,15 @@ class PayloadOps(TextOps):
             out: list[Any] = []
             offset = None
             while True:
-                page, offset = yield Call("scroll", {"collection_name": name, "scroll_filter": selector,
-                                                     "limit": 1024, "offset": offset,
-                                                     "with_payload": fields, "with_vectors": False,
-                                                     "shard_key_selector": shard_key})
+                page, offset = yield from self.lookup(op, name, pol, Call(
+                    "scroll", {"collection_name": name, "scroll_filter": selector, "limit": 1024, "offset": offset,
+                               "with_payload": fields, "with_vectors": False, "shard_key_selector": shard_key}))
                 out.extend(page)
                 if offset is None:
                     return out
-        return (yield Call("retrieve", {"collection_name": name, "ids": list(selector),
-                                         "with_payload": fields, "with_vectors": False,
-                                         "shard_key_selector": shard_key}))
+        return (yield from self.lookup(op, name, pol, Call(
+            "retrieve", {"collection_name": name, "ids": list(selector), "with_payload": fields,
+                         "with_vectors": False, "shard_key_selector": shard_key})))
 
     def _unsupported(self, op: str, name: str, pol: CollectionPolicy, message: str) -> UnsupportedWriteError:
         self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))

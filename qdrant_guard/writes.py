@@ -813,8 +813,9 @@ class WriteOps(TextOps):
         deleted = set() if deleted is None else deleted
         ids = [u.id for u in updates]
         self._check_point_ids(op, name, pol, ids)
-        current = yield Call("retrieve", {"collection_name": name, "ids": ids, "shard_key_selector": shard_key,
-                                           "with_payload": [RECEIPT_KEY], "with_vectors": False})
+        current = yield from self.lookup(op, name, pol, Call(  # type: ignore[attr-defined]
+            "retrieve", {"collection_name": name, "ids": ids, "shard_key_selector": shard_key,
+                         "with_payload": [RECEIPT_KEY], "with_vectors": False}))
         existing = {normalize_point_id(r.id): stored_receipts(r.payload) for r in current}
         keys = {i: normalize_point_id(i) for i in ids}
         missing = [i for i in ids if keys[i] not in fresh and (keys[i] not in existing or keys[i] in deleted)]

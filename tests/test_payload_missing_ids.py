@@ -135,3 +135,26 @@ def test_a_batch_payload_operation_after_a_delete_by_filter_skips_the_deleted_po
         _set([1, 3]),
     ])
     assert _payloads(owner) == {3: {"a": 3, "x": 1}}
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: c.overwrite_payload("gone", payload={"x": 1}, points=[1]),
+    lambda c: c.clear_payload("gone", points_selector=[1]),
+    lambda c: c.clear_payload("gone", points_selector=models.Filter(must=[
+        models.FieldCondition(key="a", match=models.MatchValue(value=1))])),
+    lambda c: c.delete_vectors("gone", vectors=[""], points=[1]),
+    lambda c: c.update_vectors("gone", points=[models.PointVectors(id=1, vector=[0.25] * 16)]),
+], ids=["overwrite_payload", "clear_payload", "clear_payload-filter", "delete_vectors", "update_vectors"])
+def test_every_look_up_before_a_write_is_audited_when_qdrant_fails_it(kit, call):
+    # The guard reads the points these calls name before it decides; a failure there (here: no
+    # such collection) left no entry at all. It names the method and the error type only.
+    cfg = kit.config({"gone": {"class": "PII", "owner": "hr", "raw_in_boundary": True}})
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    n_before = len(audit_records(kit))
+    with pytest.raises(ValueError, match="not found"):
+        call(client)
+    (entry,) = audit_records(kit)[n_before:]
+    assert entry["verdict"] == "QDRANT_ERROR"
+    assert entry["details"]["error"] == "ValueError"
+    assert entry["details"]["method"] in ("retrieve", "scroll")
+    assert "not found" not in entry["directive"]
