@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .errors import ConfigError, QdrantGuardError
 
@@ -78,6 +78,28 @@ def _client_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return qdrant_client.QdrantClient(path=args.path)
 
 
+
+def _signing_public_key(path: str) -> Any:
+    """The public key of the guard's ``signing_key``: from ``<path>.pub`` (written beside it by
+    ``keys new``) when that exists, so an auditor needs no read access to the private key; if the
+    private key is readable too, the two must match."""
+    from . import keys
+
+    pub = Path(str(path) + ".pub")
+    if not pub.exists():
+        return keys.load_private_key(path).public_key()
+    pk = keys.load_public_key(pub)
+    try:
+        own = keys.load_private_key(path).public_key()
+    except QdrantGuardError as exc:
+        if isinstance(exc.__cause__, OSError):  # unreadable (or absent) to this user: the .pub decides
+            return pk
+        raise
+    if keys.key_id(own) != keys.key_id(pk):
+        raise ValueError(f"{pub} holds {keys.key_id(pk)}, not the public key of {path} ({keys.key_id(own)}); "
+                         "rewrite it from the private key or remove it")
+    return pk
+
 def cmd_receipt_verify(args: argparse.Namespace) -> int:
     from . import keys, receipts
     from .policy import load_policy
@@ -104,7 +126,11 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
             pk = keys.load_public_key(spec)
             trusted[keys.key_id(pk)] = pk
         if cfg.signing_key:
-            pk = keys.load_private_key(cfg.signing_key).public_key()
+            try:
+                pk = _signing_public_key(cfg.signing_key)
+            except (QdrantGuardError, OSError, ValueError) as exc:
+                print(f"error: --policy: signing_key: {exc}", file=sys.stderr)
+                return 2
             trusted[keys.key_id(pk)] = pk
         revoked = cfg.receipts.revoked_keys
     if not trusted:

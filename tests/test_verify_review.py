@@ -304,3 +304,46 @@ def test_cli_summary_names_raw_in_boundary_as_the_cause_of_missing_receipts(kit,
     last = capsys.readouterr().out.splitlines()[-1]
     assert rc == 1 and last.startswith("0/1 receipted vectors verify in 'pii' (class PII in")
     assert "raw_in_boundary is on" in last
+
+
+def _noised_store(kit, tmp: Path) -> tuple[str, Path]:
+    """A store with one guard-noised vector in PII collection 'pii', and a policy file naming the
+    kit's signing key (the receipt's signer) and no trusted keys."""
+    store = str(tmp / "store")
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "noise_on_write": True}})
+    owner = QdrantClient(path=store, guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    owner.upsert("pii", [models.PointStruct(id=1, vector=unit(np.random.default_rng(1)))])
+    owner.close()
+    policy = tmp / "sig.toml"
+    policy.write_text(textwrap.dedent(f"""\
+        signing_key = "{kit.guard_key_path}"
+        [boundaries.hr]
+        authority_keys = ["{kit.authority_pub['hr']}"]
+        [collections.pii]
+        class = "PII"
+        owner = "hr"
+        """))
+    return store, policy
+
+
+def test_cli_policy_reads_the_signing_keys_pub_file_so_an_auditor_needs_no_private_key(kit, capsys):
+    store, policy = _noised_store(kit, kit.tmp)
+    argv = ["receipt", "verify", "--path", store, "--collection", "pii", "--policy", str(policy)]
+    sk = keys.load_private_key(kit.guard_key_path)
+    pub = Path(str(kit.guard_key_path) + ".pub")
+    pub.write_text(keys.public_key_to_str(sk.public_key()) + "\n")
+    assert cli_main(argv) == 0
+    # An auditor's copy: the .pub beside a private key it cannot read (here: absent) is enough.
+    pem = kit.guard_key_path.read_bytes()
+    kit.guard_key_path.unlink()
+    try:
+        assert cli_main(argv) == 0
+    finally:
+        kit.guard_key_path.write_bytes(pem)
+        kit.guard_key_path.chmod(0o600)
+    # A .pub that is not the private key's public key is an error, not a silent choice.
+    pub.write_text(keys.public_key_to_str(Ed25519PrivateKey.generate().public_key()) + "\n")
+    capsys.readouterr()
+    assert cli_main(argv) == 2
+    assert "not the public key of" in capsys.readouterr().err
