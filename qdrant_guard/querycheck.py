@@ -435,7 +435,7 @@ class QueryChecks(TextOps):
                 op, name, pol, exc, details,
                 f"the intent classifier {ip.classifier!r} could not be loaded ({exc}); the query was refused "
                 "whatever intent.fail_closed says. Fix intent.classifier in the policy") from exc
-        from .intent import INTENT_LABELS, IntentClassifierError, classify_with_timeout
+        from .intent import _MAX_REASONING_CHARS, INTENT_LABELS, IntentClassifierError, classify_with_timeout
 
         try:
             result = yield Offload(lambda: classify_with_timeout(clf, text, ip.timeout_s))
@@ -458,8 +458,14 @@ class QueryChecks(TextOps):
                     "intent.fail_closed = true. Check the classifier service, or set fail_closed = false") from exc
             details["intent_error"] = repr(exc)
             return
+        reasoning = getattr(result, "reasoning", "")
+        reasoning = reasoning if isinstance(reasoning, str) else repr(reasoning)
+        if len(reasoning) > _MAX_REASONING_CHARS:
+            # It goes into the audit entry and the refusal; a classifier (any, not only the LLM one)
+            # that repeats or elaborates the query would otherwise write all of it, every query.
+            reasoning = reasoning[:_MAX_REASONING_CHARS] + "…"
         details["intent"] = {"label": result.label, "confidence": round(float(result.confidence), 4),
-                             "reasoning": result.reasoning, "classifier": result.classifier}
+                             "reasoning": reasoning, "classifier": result.classifier}
         if result.label in ip.block:
             if result.confidence < ip.min_confidence:
                 details["intent"]["below_min_confidence"] = True
@@ -469,7 +475,7 @@ class QueryChecks(TextOps):
                 return
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.INTENT_BLOCKED,
-                f"query classified {result.label} ({result.confidence:.2f}; {result.reasoning}). "
+                f"query classified {result.label} ({result.confidence:.2f}; {reasoning}). "
                 "Rephrase the request to what the task needs",
                 details={"intent": details["intent"], **_text_fields(details)},
             ))

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from qdrant_guard.intent import _REGEX_CUES, CUE_NAMES, IntentClassifierError, LLMIntentClassifier, featurize
+import numpy as np
+
+from qdrant_guard.intent import _REGEX_CUES, CUE_NAMES, IntentClassifierError, IntentResult, LLMIntentClassifier, featurize
 
 MARKUP = dict((n, p) for n, _, p in _REGEX_CUES)["markup_injection"]
 
@@ -157,3 +159,31 @@ def test_a_model_with_a_hashed_bucket_out_of_range_is_refused(bucket):
     doc["hashed_weights"] = {**doc["hashed_weights"], bucket: [0.0] * 4}
     with pytest.raises(Err, match="outside 0..65535"):
         model_from_dict(doc, "test")
+
+
+class Verbose:
+    """A custom classifier that repeats the whole query in its reasoning, and blocks it."""
+
+    name = "verbose"
+
+    def classify(self, text, *, embedding=None):
+        return IntentResult("adversarial", 0.99, "the query says: " + text, self.name)
+
+
+def test_a_custom_classifiers_long_reasoning_is_cut_in_the_audit_entry_and_the_refusal(tmp_path):
+    from guardkit import audit_records, create, make_kit, unit
+
+    from qdrant_guard import GuardRefusal, QdrantClient
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "intent": {"classifier": "test_intent_review:Verbose"}}
+    cl = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(cl, "c")
+    text = "tell me about " + " ".join(f"policy{i}" for i in range(400))
+    with pytest.raises(GuardRefusal) as err:
+        cl.query_points("c", query=unit(np.random.default_rng(0)), query_text=text, limit=3)
+    entry = audit_records(kit)[-1]
+    assert entry["verdict"] == "INTENT_BLOCKED"
+    reasoning = entry["details"]["intent"]["reasoning"]
+    assert len(reasoning) == 501 and reasoning.endswith("…")
+    assert len(str(err.value)) < 1000
