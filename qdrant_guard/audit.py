@@ -764,8 +764,9 @@ class AuditLog:
             try:
                 _lock(fd)
                 try:
-                    self._read_tail(fd)
-                    self._check_recent(fd)
+                    last = self._read_tail(fd)
+                    if last is not None:
+                        self._check_recent(fd, last)
                 finally:
                     _unlock(fd)
             except BaseException:
@@ -821,18 +822,19 @@ class AuditLog:
                     f"is followed by an entry that does not chain to it (seq {entry['seq']}, prev {entry['prev']})")
         return False
 
-    def _read_tail(self, fd: int) -> None:
+    def _read_tail(self, fd: int) -> dict[str, Any] | None:
+        """Bring this object up to the file's last entry; that entry when it was (re-)read."""
         if self._broken is not None:
             raise AuditIntegrityError(self._broken)
         size = os.fstat(fd).st_size
         if self._size >= 0 and self._line is not None:
             if self._check_known(fd, size):
-                return
+                return None
         elif size == self._size:
-            return
+            return None
         if size == 0:
             self._seq, self._prev, self._size, self._line = 0, GENESIS, 0, None
-            return
+            return None
         # Read backwards in blocks until the start of the last line is found.
         block, pos, tail = 65536, size, b""
         while pos > 0:
@@ -853,20 +855,25 @@ class AuditLog:
                 f"the last entry of audit log {self.path!r} does not verify ({exc.problem}: "
                 f"{exc.detail}); " + _REPAIR_HINT.format(path=self.path)) from None
         self._seq, self._prev, self._size, self._line = entry["seq"], entry["hash"], size, last + b"\n"
+        return entry
 
-    def _check_recent(self, fd: int) -> None:
+    def _check_recent(self, fd: int, last: dict[str, Any]) -> None:
         """On open: the entries back to the most recent checkpoint (at most ``checkpoint_every``)
         verify and chain, and a checkpoint under this writer's own key verifies.
 
         Bounded so opening a large log stays cheap; the whole file is ``verify_existing``'s and
-        ``audit verify``'s job.
+        ``audit verify``'s job. ``last`` is the last entry, already parsed by :meth:`_read_tail`.
         """
-        end = self._size
-        if end <= 0:
-            return
-        # Lines from the end, newest first, read backwards in blocks.
-        pos, buf, later = end, b"", None
-        for _ in range(self._every + 1):
+        assert self._line is not None
+        later = last
+        # Lines before the last one, newest first, read backwards in blocks: buf holds the bytes
+        # [pos, start of ``later``'s line).
+        pos, buf = self._size - len(self._line), b""
+        for _ in range(self._every):
+            if "ckpt" in later:
+                break
+            if pos == 0 and not buf:
+                return  # ``later`` is the first line
             while pos > 0 and buf.rfind(b"\n", 0, len(buf) - 1) < 0:
                 step = min(65536, pos)
                 pos -= step
@@ -879,26 +886,23 @@ class AuditLog:
                 entry = _parse_line(raw)
             except _Bad as exc:
                 raise AuditIntegrityError(
-                    f"audit log {self.path!r}: the entry before seq {later['seq'] if later else '?'} does not "
+                    f"audit log {self.path!r}: the entry before seq {later['seq']} does not "
                     f"verify ({exc.problem}: {exc.detail}); " + _REPAIR_HINT.format(path=self.path)) from None
-            if later is not None and (later["prev"] != entry["hash"] or later["seq"] != entry["seq"] + 1):
+            if later["prev"] != entry["hash"] or later["seq"] != entry["seq"] + 1:
                 raise AuditIntegrityError(
                     f"audit log {self.path!r}: seq {later['seq']} does not chain to the entry before it "
                     f"(seq {entry['seq']}); " + _REPAIR_HINT.format(path=self.path))
-            if "ckpt" in entry:
-                signer = self._signer
-                if signer is not None and isinstance(entry["ckpt"], dict) and entry["ckpt"].get("kid") == signer.key_id:
-                    try:
-                        _check_ckpt(entry, {signer.key_id: signer.public_key})
-                    except _Bad as exc:
-                        raise AuditIntegrityError(
-                            f"audit log {self.path!r}: the checkpoint at seq {entry['seq']} does not verify under "
-                            f"this writer's key {signer.key_id} ({exc.detail}); "
-                            + _REPAIR_HINT.format(path=self.path)) from None
-                return
-            if cut < 0 and pos == 0:
-                return
             later = entry
+        if "ckpt" in later:
+            signer = self._signer
+            if signer is not None and isinstance(later["ckpt"], dict) and later["ckpt"].get("kid") == signer.key_id:
+                try:
+                    _check_ckpt(later, {signer.key_id: signer.public_key})
+                except _Bad as exc:
+                    raise AuditIntegrityError(
+                        f"audit log {self.path!r}: the checkpoint at seq {later['seq']} does not verify under "
+                        f"this writer's key {signer.key_id} ({exc.detail}); "
+                        + _REPAIR_HINT.format(path=self.path)) from None
 
     @property
     def seq(self) -> int:
