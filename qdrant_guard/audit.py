@@ -703,8 +703,10 @@ class AuditLog:
         signer: sign a checkpoint every ``checkpoint_every`` entries.
         checkpoint_every: checkpoint period in entries (with a signer).
         verify_existing: verify the whole existing file on open (default: only the entries
-            back to the most recent checkpoint, at most ``checkpoint_every``, and a checkpoint
-            among them under ``signer``'s key).
+            back to the most recent checkpoint, at most ``checkpoint_every``, and that checkpoint).
+        trusted_keys: key id -> public key of earlier signing keys of this log (a rotated guard
+            key): the most recent checkpoint on open must verify under ``signer``'s key or one
+            of these; one under any other key is refused, since nothing could check it.
 
     Before each append the writer also checks that the entry it last wrote or read is still in
     place and that what others appended after it chains to it; if not, it raises
@@ -713,8 +715,9 @@ class AuditLog:
 
     Raises:
         AuditIntegrityError: the existing file does not verify (torn or altered recent entries,
-            a bad checkpoint under ``signer``'s key, or any problem when ``verify_existing``);
-            the message says how to verify and repair.
+            a checkpoint that does not verify, or one under a key that is neither ``signer``'s nor
+            in ``trusted_keys``, or any problem when ``verify_existing``); the message says how to
+            verify and repair, or which key to trust.
         AuditError: the file cannot be opened.
     """
 
@@ -727,6 +730,7 @@ class AuditLog:
         signer: ReceiptSigner | None = None,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         verify_existing: bool = False,
+        trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
     ) -> None:
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"AuditLog() path must be str, os.PathLike or None, not {type(path).__name__}")
@@ -736,6 +740,10 @@ class AuditLog:
             raise TypeError(f"AuditLog() signer must be a ReceiptSigner or None, not {type(signer).__name__}")
         if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
             raise ValueError(f"AuditLog() checkpoint_every must be a positive int, got {checkpoint_every!r}")
+        if trusted_keys is not None and (not isinstance(trusted_keys, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, Ed25519PublicKey) for k, v in trusted_keys.items())):
+            raise TypeError("AuditLog() trusted_keys must be a mapping of key id to Ed25519PublicKey or None")
+        self._trusted: dict[str, Ed25519PublicKey] = dict(trusted_keys or {})
         self.path = None if path is None else os.fspath(path)
         self._logger = logging.getLogger(logger_name)
         self._fsync = bool(fsync)
@@ -894,15 +902,43 @@ class AuditLog:
                     f"(seq {entry['seq']}); " + _REPAIR_HINT.format(path=self.path))
             later = entry
         if "ckpt" in later:
-            signer = self._signer
-            if signer is not None and isinstance(later["ckpt"], dict) and later["ckpt"].get("kid") == signer.key_id:
-                try:
-                    _check_ckpt(later, {signer.key_id: signer.public_key})
-                except _Bad as exc:
-                    raise AuditIntegrityError(
-                        f"audit log {self.path!r}: the checkpoint at seq {later['seq']} does not verify under "
-                        f"this writer's key {signer.key_id} ({exc.detail}); "
-                        + _REPAIR_HINT.format(path=self.path)) from None
+            self._check_open_checkpoint(later)
+
+    def _check_open_checkpoint(self, entry: dict[str, Any]) -> None:
+        """The most recent checkpoint on open must verify under a key this writer knows.
+
+        It is what the bounded check on open stops at, so one under a key nobody checks (a
+        rotated key not configured, or any key id a forger writes) would make the writer build
+        on a chain nobody verified.
+        """
+        ck, seq = entry["ckpt"], entry["seq"]
+        known = dict(self._trusted)
+        signer = self._signer
+        if signer is not None:
+            known[signer.key_id] = signer.public_key
+        kid = ck.get("kid") if isinstance(ck, dict) else None
+        if isinstance(kid, str) and kid not in known:
+            own = (f"its own key is {signer.key_id}" if signer is not None
+                   else "it signs nothing itself (no signing key)")
+            others = f", trusted: {', '.join(sorted(self._trusted))}" if self._trusted else ", and no trusted keys"
+            raise AuditIntegrityError(
+                f"audit log {self.path!r}: the most recent checkpoint (seq {seq}) is signed by key {kid}, "
+                f"which this writer does not know ({own}{others}), so it cannot verify it and will not "
+                f"append to a chain it cannot check. If {kid} is an earlier signing key of this guard "
+                "(a rotated key), add its public key (the .pub `qdrant-guard keys new` wrote next to it, "
+                "or its ed25519:... text) to audit_trusted_keys in the policy (AuditLog(trusted_keys=...)), "
+                f"after checking the log with `qdrant-guard audit verify {self.path} --key OLD.pub --key "
+                "NEW.pub`. If it is not a key of yours, the log was tampered with: "
+                + _REPAIR_HINT.format(path=self.path))
+        try:
+            _check_ckpt(entry, known)
+        except _Bad as exc:
+            whose = ("this writer's key" if signer is not None and kid == signer.key_id
+                     else "trusted key" if isinstance(kid, str) else "any key")
+            raise AuditIntegrityError(
+                f"audit log {self.path!r}: the checkpoint at seq {seq} does not verify under {whose}"
+                f"{' ' + kid if isinstance(kid, str) else ''} ({exc.detail}): the log was tampered with; "
+                + _REPAIR_HINT.format(path=self.path)) from None
 
     @property
     def seq(self) -> int:

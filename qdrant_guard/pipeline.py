@@ -154,8 +154,20 @@ class GuardPipeline:
         # public half, `qdrant-guard audit verify --key` proves the chain up to it came from here.
         # An ephemeral key (no signing_key) signs nothing: its public half is gone with the process.
         audit_signer = self.signer if cfg.signing_key else None
-        self.audit = (AuditLog(cfg.audit_log, fsync=cfg.audit_fsync, signer=audit_signer)
-                      if not self.transparent else None)
+        audit_keys: dict[str, Ed25519PublicKey] = {}
+        for spec in cfg.audit_trusted_keys:
+            pk = self._load_public(spec, where="audit_trusted_keys")
+            kid = _keys.key_id(pk)
+            if kid in self.revoked_keys:
+                # A revoked (compromised) key's checkpoint proves nothing about who wrote the log.
+                raise ConfigError(
+                    f"{cfg.source_path or '<config>'}: audit_trusted_keys lists key {kid}, which "
+                    "receipts.revoked_keys revokes: a checkpoint it signed proves nothing. Remove it from "
+                    "audit_trusted_keys; if the audit log's most recent checkpoint is under it, check the "
+                    "log with `qdrant-guard audit verify` and start a new audit_log file")
+            audit_keys[kid] = pk
+        self.audit = (AuditLog(cfg.audit_log, fsync=cfg.audit_fsync, signer=audit_signer,
+                               trusted_keys=audit_keys) if not self.transparent else None)
         self.principal_label, self.verified = self._verify_audited("client", principal)
         # State shared by every principal view of this pipeline (budgets, classifiers, caches);
         # "lock" guards the first creation of shared objects against racing threads.

@@ -507,6 +507,12 @@ class GuardConfig(_Strict):
     """Path of the hash-chained JSONL audit log (None: audit through `logging` only)."""
     audit_fsync: bool = False
     """fsync the audit log after every entry (slower; survives power loss, not only crashes)."""
+    audit_trusted_keys: tuple[str, ...] = ()
+    """Public keys (``ed25519:<base64>`` or files) of earlier signing keys of this audit log. On
+    start the guard checks the log back to its most recent signed checkpoint, which must verify
+    under ``signing_key`` or one of these; one under any other key (after rotating
+    ``signing_key``, the old key's) refuses to start, since nothing could check it. After a
+    rotation, list the old key's ``.pub`` here (a key in ``receipts.revoked_keys`` may not be)."""
     unlisted: Literal["strict", "public", "refuse"] = "strict"
     """Collections not listed: ``strict`` = PII with the ``default`` policy (readable by any verified
     principal, vectors never returned raw; created and written by no one unless ``[default]`` sets
@@ -705,6 +711,9 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
             b["authority_keys"] = [
                 k if not isinstance(k, str) or k.startswith("ed25519:") else str(base / k) for k in b["authority_keys"]
             ]
+    if isinstance(data.get("audit_trusted_keys"), list):
+        data["audit_trusted_keys"] = [k if not isinstance(k, str) or k.startswith("ed25519:") else str(base / k)
+                                      for k in data["audit_trusted_keys"]]
     rec = data.get("receipts")
     if isinstance(rec, dict) and isinstance(rec.get("trusted_keys"), list):
         rec["trusted_keys"] = [k if not isinstance(k, str) or k.startswith("ed25519:") else str(base / k)

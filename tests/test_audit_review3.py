@@ -320,10 +320,11 @@ def test_open_checks_back_to_the_last_checkpoint_only(tmp_path):
         assert log.seq == 5
     with pytest.raises(AuditIntegrityError, match="failed verification: edited"):
         AuditLog(p, signer=signer, checkpoint_every=2, verify_existing=True)
-    # A checkpoint under another key (a rotated guard key) is not held against the writer.
+    # A checkpoint under another key (a rotated guard key) verifies under that key given as
+    # trusted (test_audit_review4: under an unknown key the writer refuses to open).
     other = ReceiptSigner(keys.generate_keypair()[0])
     p.write_bytes(b"".join(lines))
-    with AuditLog(p, signer=other, checkpoint_every=2) as log:
+    with AuditLog(p, signer=other, checkpoint_every=2, trusted_keys={signer.key_id: signer.public_key}) as log:
         assert log.append({"event": "rotated"})["seq"] == 6
     # Without checkpoints the window is checkpoint_every entries: an edit further back is not read.
     q = tmp_path / "plain.jsonl"

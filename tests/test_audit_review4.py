@@ -4,10 +4,17 @@ Each test pins a defect found in review (it failed before the fix next to it).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from qdrant_guard import audit
-from qdrant_guard.audit import AuditLog
+import pytest
+
+from guardkit import create, make_kit
+from qdrant_guard import QdrantClient, audit, keys
+from qdrant_guard.audit import AuditLog, entry_hash, verify_audit_file
+from qdrant_guard.canonical import canonical_json
+from qdrant_guard.errors import AuditIntegrityError, ConfigError
+from qdrant_guard.receipts import ReceiptSigner
 
 
 def _rec(i: int) -> dict:
@@ -19,6 +26,104 @@ def _log(path: Path, n: int, **kw) -> list[bytes]:
         for i in range(n):
             log.append(_rec(i))
     return path.read_bytes().splitlines(keepends=True)
+
+
+def _signer() -> ReceiptSigner:
+    return ReceiptSigner(keys.generate_keypair()[0])
+
+
+# --------------------------------------------------------------------------- checkpoints under other keys
+
+def test_open_after_key_rotation_verifies_the_old_keys_checkpoint_when_it_is_trusted(tmp_path):
+    # A checkpoint under another key than the writer's was skipped unverified on open; now it must
+    # verify under a key given as trusted_keys (the rotated guard key).
+    old, new = _signer(), _signer()
+    p = tmp_path / "audit.jsonl"
+    _log(p, 5, signer=old, checkpoint_every=2)
+    with AuditLog(p, signer=new, checkpoint_every=2, trusted_keys={old.key_id: old.public_key}) as log:
+        assert log.append(_rec(5))["seq"] == 6
+    rep = verify_audit_file(p, trusted_keys={old.key_id: old.public_key, new.key_id: new.public_key},
+                            checkpoint_every=2)
+    assert rep.ok and rep.checkpoints == 3, rep
+
+
+def test_open_refuses_a_checkpoint_under_a_key_it_does_not_know_and_names_the_knob(tmp_path):
+    # Before: a rotated guard reopened its log without checking the old key's checkpoint at all.
+    old, new = _signer(), _signer()
+    p = tmp_path / "audit.jsonl"
+    lines = _log(p, 5, signer=old, checkpoint_every=2)
+    with pytest.raises(AuditIntegrityError, match=rf"seq 4\) is signed by key {old.key_id}.*audit_trusted_keys") as ei:
+        AuditLog(p, signer=new, checkpoint_every=2)
+    assert f"its own key is {new.key_id}" in str(ei.value)
+    assert p.read_bytes() == b"".join(lines)  # nothing written
+    # Nor without a signer of its own: a guard that lost signing_key does not build on it unchecked.
+    with pytest.raises(AuditIntegrityError, match="it signs nothing itself"):
+        AuditLog(p, checkpoint_every=2)
+
+
+def test_open_refuses_a_forged_checkpoint_under_a_trusted_old_key(tmp_path):
+    # The rehashed chain keeps the old key's checkpoint the forger cannot re-sign: before, a writer
+    # with another key skipped it and appended to the forged chain.
+    old, new = _signer(), _signer()
+    p = tmp_path / "audit.jsonl"
+    lines = _log(p, 4, signer=old, checkpoint_every=2)
+    e = json.loads(lines[3])
+    ckpt = e.pop("ckpt")
+    e["record"]["details"]["query_text"] = "forged"
+    e["hash"] = entry_hash(e)
+    e["ckpt"] = ckpt
+    p.write_bytes(b"".join(lines[:3]) + canonical_json(e) + b"\n")
+    with pytest.raises(AuditIntegrityError, match=f"checkpoint at seq 4 does not verify under trusted key {old.key_id}"):
+        AuditLog(p, signer=new, checkpoint_every=2, trusted_keys={old.key_id: old.public_key})
+
+
+def test_a_checkpoint_with_a_made_up_key_id_no_longer_ends_the_check_on_open(tmp_path):
+    # The check on open stops at the most recent checkpoint. A forger who edited an entry put a
+    # checkpoint with any key id on the last line (ckpt is outside the hash): the writer stopped
+    # there, unverified, and appended to the edited log.
+    p = tmp_path / "audit.jsonl"
+    lines = _log(p, 4)
+    edited = json.loads(lines[2])
+    edited["record"]["details"]["query_text"] = "edited"
+    last = json.loads(lines[3])
+    last["ckpt"] = {"kid": "ed25519:" + "0" * 32, "sig": "AAAA"}
+    p.write_bytes(b"".join(lines[:2]) + canonical_json(edited) + b"\n" + canonical_json(last) + b"\n")
+    with pytest.raises(AuditIntegrityError, match=r"signed by key ed25519:0{32}, which this writer does not know"):
+        AuditLog(p)
+    # A ckpt that is not even {kid, sig} was skipped the same way.
+    last["ckpt"] = "x"
+    p.write_bytes(b"".join(lines[:3]) + canonical_json(last) + b"\n")
+    with pytest.raises(AuditIntegrityError, match=r"checkpoint at seq 4 does not verify under any key \(checkpoint must be \{kid, sig\}\)"):
+        AuditLog(p)
+
+
+def test_guard_policy_audit_trusted_keys_lets_a_rotated_guard_reopen_its_log(tmp_path):
+    kit = make_kit(tmp_path)
+    pol = {"docs": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}}
+    c = QdrantClient(":memory:", guard=kit.config(pol), principal=kit.principal("alice", "hr"))
+    c.close()
+    # A checkpoint under the first key at the end of the log (as the 1000th entry would be).
+    old = ReceiptSigner(keys.load_private_key(str(kit.guard_key_path)))
+    log = tmp_path / "audit.jsonl"
+    with AuditLog(log, signer=old, checkpoint_every=1) as a:
+        a.append({"event": "checkpoint"})
+    old_pub = tmp_path / "old.pub"
+    old_pub.write_text(keys.public_key_to_str(old.public_key) + "\n")
+    new_sk, _ = keys.generate_keypair()
+    kit.guard_key_path.unlink()
+    kit.guard_key_path.write_bytes(keys.private_key_to_pem(new_sk))
+    kit.guard_key_path.chmod(0o600)
+    with pytest.raises(AuditIntegrityError, match="audit_trusted_keys"):
+        QdrantClient(":memory:", guard=kit.config(pol), principal=kit.principal("alice", "hr"))
+    c = QdrantClient(":memory:", guard=kit.config(pol, audit_trusted_keys=[str(old_pub)]),
+                     principal=kit.principal("alice", "hr"))
+    create(c, "docs")
+    c.close()
+    # A revoked old key is not accepted as a trusted one.
+    with pytest.raises(ConfigError, match="audit_trusted_keys lists key .* revokes"):
+        QdrantClient(":memory:", guard=kit.config(pol, audit_trusted_keys=[str(old_pub)],
+                                                  receipts={"revoked_keys": [old.key_id]}),
+                     principal=kit.principal("alice", "hr"))
 
 
 # --------------------------------------------------------------------------- parsing on open
