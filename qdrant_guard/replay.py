@@ -1,8 +1,14 @@
 """``qdrant-guard audit replay``: re-evaluate logged queries under a changed policy.
 
 Only the pre-retrieval text layers (structural validation and intent) are replayed: they depend on
-the query text alone. Entries whose logged text was redacted are counted and skipped, because the
-original text is not in the log (by design) and the redacted form would be judged differently.
+the query text alone. Every text an entry holds is replayed, in the order the guard checked them:
+``query_text``, each of ``query_texts`` (a query with both ``query_text=`` and a
+``models.Document``), and those of each request of a ``query_batch_points`` entry (``requests``);
+the entry's new verdict is that of its first text the new policy refuses, as a live call would
+get. Entries whose logged text was redacted are counted and skipped, because the original text is
+not in the log (by design) and the redacted form would be judged differently. An entry only some
+of whose texts can be replayed is not replayed at all (so not counted as replayed) and is listed
+with the texts that could not be, and why.
 
 The log is verified first (as ``qdrant-guard audit verify`` does, with the same optional trusted
 keys), on the very bytes that are then replayed: a log that does not verify is not replayed unless
@@ -33,6 +39,20 @@ _TEXT_VERDICTS = {Verdict.QUERY_REJECTED.value, Verdict.INTENT_BLOCKED.value}
 REPLAY_MODES = ("verified", "prefix", "unverified")
 
 
+def _text_item(item: Any) -> bool:
+    # One checked text's fields, with the types the guard writes them with.
+    return (isinstance(item, dict) and isinstance(item.get("query_text"), (str, type(None)))
+            and all(isinstance(item.get(k), (dict, type(None))) for k in ("scan", "intent")))
+
+
+def _checked(details: dict[str, Any]) -> bool:
+    # The text fields of one query check (an entry's details, or one batch request's).
+    if not _text_item(details):
+        return False
+    many = details.get("query_texts")
+    return many is None or (isinstance(many, list) and all(_text_item(x) for x in many))
+
+
 def _well_formed(rec: Any) -> bool:
     # The fields replay reads, with the types the guard writes them with.
     if not isinstance(rec, dict):
@@ -42,21 +62,53 @@ def _well_formed(rec: Any) -> bool:
     details = rec.get("details")
     if details is None:
         return True
-    if not isinstance(details, dict):
+    if not isinstance(details, dict) or not _checked(details):
         return False
-    return all(isinstance(details.get(k), (dict, type(None))) for k in ("scan", "intent"))
+    requests = details.get("requests")
+    return requests is None or (isinstance(requests, list) and all(_checked(d) for d in requests))
 
 
-def _old_outcome(rec: dict[str, Any]) -> str | None:
-    verdict = rec.get("verdict")
-    if verdict in _TEXT_VERDICTS:
-        return verdict
-    details = rec.get("details") or {}
-    if (details.get("scan") or {}).get("would_reject"):
+def _flagged(item: dict[str, Any]) -> str | None:
+    # What a monitor-mode check noted it would have refused (the call itself went through).
+    if (item.get("scan") or {}).get("would_reject"):
         return Verdict.QUERY_REJECTED.value
-    if (details.get("intent") or {}).get("would_block"):
+    if (item.get("intent") or {}).get("would_block"):
         return Verdict.INTENT_BLOCKED.value
     return None
+
+
+def _texts(details: dict[str, Any], where: str = "") -> list[tuple[str, Any, dict[str, Any]]]:
+    """Every query text in ``details`` as ``(where, text, its check's fields)``, in the order the
+    guard checked them; the text is None where the entry has the place but not the text."""
+    requests = details.get("requests")
+    if isinstance(requests, list):
+        return [t for i, d in enumerate(requests) for t in _texts(d, f"{where}requests[{i}].")]
+    many = details.get("query_texts")
+    if isinstance(many, list) and many:
+        # The top-level query_text is one of these (the first, or the refused one): not twice.
+        return [(f"{where}query_texts[{i}] (from {item.get('from')})", item.get("query_text"), item)
+                for i, item in enumerate(many)]
+    if "query_text" in details:
+        return [(f"{where}query_text", details["query_text"], details)]
+    return []
+
+
+def _old_outcome(rec: dict[str, Any], texts: list[tuple[str, Any, dict[str, Any]]]) -> tuple[str | None, str]:
+    """The logged text-layer verdict of an entry (None: allowed) and the text it was about."""
+    verdict = rec.get("verdict")
+    details = rec.get("details") or {}
+    if verdict in _TEXT_VERDICTS:
+        # A refusal's top-level query_text is the refused text.
+        text = details.get("query_text")
+        return verdict, text if isinstance(text, str) else ""
+    for _, text, item in texts:
+        flagged = _flagged(item)
+        if flagged is not None:
+            return flagged, text
+    # Before query_texts, a monitor note on the top-level fields alone.
+    flagged = _flagged(details)
+    text = details.get("query_text")
+    return flagged, text if flagged is not None and isinstance(text, str) else ""
 
 
 def evaluate(guard: Guard, collection: str, text: str) -> str | None:
@@ -174,9 +226,12 @@ def replay_log(log_path: str, policy_path: str, *, out: TextIO,
     lines = data.split(b"\n")
     if lines[-1] == b"":
         lines.pop()
-    for raw in lines:
+    partly: list[str] = []
+    texts_replayed = 0
+    for lineno, raw in enumerate(lines, 1):
         try:
-            rec = json.loads(raw)["record"]
+            entry = json.loads(raw)
+            rec = entry["record"]
         except (ValueError, KeyError, TypeError):
             counts["unreadable"] += 1
             continue
@@ -186,26 +241,44 @@ def replay_log(log_path: str, policy_path: str, *, out: TextIO,
             continue
         if rec.get("op") not in _QUERY_OPS:
             continue
-        details = rec.get("details") or {}
-        text = details.get("query_text")
-        if not isinstance(text, str):
-            counts["no_text"] += 1
+        texts = _texts(rec.get("details") or {})
+        unplayable = [(where, "text not logged" if not isinstance(text, str) else "redacted")
+                      for where, text, _ in texts if not isinstance(text, str) or _PLACEHOLDER.search(text)]
+        if len(unplayable) == len(texts):
+            if any(why == "redacted" for _, why in unplayable):
+                counts["redacted_skipped"] += 1
+            else:
+                counts["no_text"] += 1
             continue
-        if _PLACEHOLDER.search(text):
-            counts["redacted_skipped"] += 1
+        if unplayable:
+            bad = {where for where, _ in unplayable}
+            seq = entry.get("seq") if isinstance(entry, dict) else None
+            partly.append(f"  line {lineno} (seq {seq}) {rec.get('op')}: not replayed: "
+                          + ", ".join(f"{where} ({why})" for where, why in unplayable)
+                          + "; replayable alone: " + ", ".join(w for w, _, _ in texts if w not in bad) + "\n")
             continue
         counts["replayed"] += 1
-        old = _old_outcome(rec)
-        new = evaluate(guard, rec.get("collection") or "", text)
+        texts_replayed += len(texts)
+        old, old_text = _old_outcome(rec, texts)
+        new, new_text = None, ""
+        for _, text, _ in texts:
+            new = evaluate(guard, rec.get("collection") or "", text)
+            if new is not None:
+                new_text = text
+                break
         if old == new:
             continue
         key = ("newly_blocked", new) if new is not None else ("newly_allowed", old or "")
         changes[key] += 1
-        examples.setdefault(key, text[:80])
+        examples.setdefault(key, (new_text if new is not None else old_text)[:80])
     out.writelines(notes)
-    out.write(f"replayed {counts['replayed']} logged queries under {policy_path}\n")
+    out.write(f"replayed {counts['replayed']} logged queries ({texts_replayed} texts) under {policy_path}\n")
     out.write(f"skipped: {counts['redacted_skipped']} with redacted text, {counts['no_text']} without text, "
-              f"{counts['unreadable']} unreadable\n")
+              f"{counts['unreadable']} unreadable, {len(partly)} with only some texts replayable\n")
+    if partly:
+        out.write(f"NOT REPLAYED: {len(partly)} entries hold texts that cannot be replayed next to ones that "
+                  "could; an entry is replayed whole or not at all, so these are not counted above:\n")
+        out.writelines(partly)
     if not changes:
         out.write("no change\n")
     for (kind, rule), n in sorted(changes.items()):
