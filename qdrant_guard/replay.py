@@ -35,7 +35,6 @@ from .policy import load_policy
 
 _QUERY_OPS = {"query_points", "query_points_groups", "query_batch_points"}
 _PLACEHOLDER = re.compile(r"\[[A-Z][A-Z0-9_]+\]")
-_TEXT_VERDICTS = {Verdict.QUERY_REJECTED.value, Verdict.INTENT_BLOCKED.value}
 REPLAY_MODES = ("verified", "prefix", "unverified")
 
 
@@ -97,7 +96,11 @@ def _old_outcome(rec: dict[str, Any], texts: list[tuple[str, Any, dict[str, Any]
     """The logged text-layer verdict of an entry (None: allowed) and the text it was about."""
     verdict = rec.get("verdict")
     details = rec.get("details") or {}
-    if verdict in _TEXT_VERDICTS:
+    # QUERY_REJECTED is also the verdict of refusals replay does not re-run (a Document with no
+    # embedder under noise_queries, a form the guard cannot inspect, a filter's match): those
+    # entries can hold a text that passed. Only the text scan's refusal lists "violations" of it.
+    if verdict == Verdict.INTENT_BLOCKED.value or (
+            verdict == Verdict.QUERY_REJECTED.value and "violations" in details and "filter" not in details):
         # A refusal's top-level query_text is the refused text.
         text = details.get("query_text")
         return verdict, text if isinstance(text, str) else ""

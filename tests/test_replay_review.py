@@ -99,3 +99,24 @@ def test_a_refused_second_text_is_newly_allowed_under_a_looser_policy(tmp_path):
     text = _replay(kit)
     assert "replayed 1 logged queries (2 texts)" in text, text
     assert f"newly_allowed  QUERY_REJECTED        1   e.g. {LONG!r}" in text, text
+
+
+def test_a_refusal_for_another_reason_than_the_text_is_not_newly_allowed(tmp_path):
+    # A Document query without an embedder under noise_queries is refused QUERY_REJECTED after its
+    # text passed the checks, and the entry holds that text: replay took the verdict for the text's,
+    # so the very same policy reported it "newly_allowed".
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "intent": {"enabled": False}, "noise_queries": True}
+    c = QdrantClient(":memory:", guard=kit.config({"docs": pol}), principal=kit.principal("alice", "hr"))
+    create(c, "docs")
+    with pytest.raises(GuardRefusal, match="noise_queries"):
+        c.query_points("docs", query=_doc(SHORT))
+    c.close()
+    (rec,) = [r for r in audit_records(kit) if r["op"] == "query_points"]
+    assert rec["verdict"] == "QUERY_REJECTED" and rec["details"]["query_text"] == SHORT
+    # The same text checks (replay re-runs only those, so noise_queries does not matter to it).
+    text = _replay(kit)
+    assert "replayed 1 logged queries" in text and "no change" in text, text
+    # Under a policy whose text checks reject it, the text is newly blocked (checked before the embed).
+    text = _replay(kit, STRICT.replace("max_tokens = 4", "max_tokens = 1"))
+    assert f"newly_blocked  QUERY_REJECTED        1   e.g. {SHORT!r}" in text, text
