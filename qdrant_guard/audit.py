@@ -878,10 +878,8 @@ class AuditLog:
         # [pos, start of ``later``'s line).
         pos, buf = self._size - len(self._line), b""
         for _ in range(self._every):
-            if "ckpt" in later:
+            if "ckpt" in later or (pos == 0 and not buf):  # a checkpoint, or the file's first line
                 break
-            if pos == 0 and not buf:
-                return  # ``later`` is the first line
             while pos > 0 and buf.rfind(b"\n", 0, len(buf) - 1) < 0:
                 step = min(65536, pos)
                 pos -= step
@@ -901,6 +899,12 @@ class AuditLog:
                     f"audit log {self.path!r}: seq {later['seq']} does not chain to the entry before it "
                     f"(seq {entry['seq']}); " + _REPAIR_HINT.format(path=self.path))
             later = entry
+        if pos == 0 and not buf and (later["seq"] != 1 or later["prev"] != GENESIS):
+            # The chain must start at the file's start: else entries were cut off its head.
+            raise AuditIntegrityError(
+                f"audit log {self.path!r}: its first line is seq {later['seq']} with prev {later['prev']}, "
+                f"not the start of a chain (seq 1 after {GENESIS[:8]}...): the entries before it were "
+                "cut off; " + _REPAIR_HINT.format(path=self.path))
         if "ckpt" in later:
             self._check_open_checkpoint(later)
 

@@ -138,3 +138,32 @@ def test_open_parses_each_line_it_checks_once(tmp_path, monkeypatch):
     with AuditLog(p) as log:
         assert log.seq == 5
     assert len(calls) == 5 and len(set(calls)) == 5, calls
+
+
+# --------------------------------------------------------------------------- the start of the file
+
+def test_open_refuses_a_log_whose_first_entries_were_cut_off(tmp_path):
+    # When the check on open reached the file's first line it took any entry there as the start:
+    # a log with its head cut off (entries 1 and 2 deleted) was appended to; verify says "deleted".
+    p = tmp_path / "audit.jsonl"
+    lines = _log(p, 5)
+    p.write_bytes(b"".join(lines[2:]))
+    assert verify_audit_file(p).problem == "deleted"
+    with pytest.raises(AuditIntegrityError, match="its first line is seq 3 .* the entries before it were cut off"):
+        AuditLog(p)
+    assert p.read_bytes() == b"".join(lines[2:])
+    # Also when that first line is a checkpoint that verifies (it signs seq 4 and what it chains to,
+    # not that the file starts at seq 1).
+    signer = _signer()
+    q = tmp_path / "signed.jsonl"
+    signed = _log(q, 5, signer=signer, checkpoint_every=4)
+    q.write_bytes(b"".join(signed[3:]))
+    with pytest.raises(AuditIntegrityError, match="its first line is seq 4"):
+        AuditLog(q, signer=signer, checkpoint_every=4)
+    # A whole log still opens, and one whose first line is beyond the window is left to verify.
+    with AuditLog(tmp_path / "fresh.jsonl") as log:
+        log.append(_rec(0))
+    with AuditLog(tmp_path / "fresh.jsonl") as log:
+        assert log.seq == 1
+    with AuditLog(p, checkpoint_every=1) as log:  # reads seq 5 and 4
+        assert log.seq == 5
