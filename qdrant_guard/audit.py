@@ -181,6 +181,30 @@ def _check_ckpt(entry: Mapping[str, Any], trusted_keys: Mapping[str, Ed25519Publ
         raise _Bad("bad_checkpoint", "checkpoint signature does not verify") from None
 
 
+def _read_locked(path: PathLike) -> bytes:
+    """The whole file, read under a shared ``flock``: a writer's append (made under its exclusive
+    lock) is never read half-written, which would look like a torn tail.
+
+    Raises:
+        AuditError: the file cannot be read.
+    """
+    p = os.fspath(path)
+    try:
+        fd = os.open(p, os.O_RDONLY)
+    except OSError as exc:
+        raise AuditError(f"cannot read audit log {p!r}: {exc.strerror or exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise AuditError(f"cannot read audit log {p!r}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
 def _iter_lines(fh: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
     for line in fh:
         if line.endswith(b"\n"):
@@ -270,12 +294,7 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
         # Repair reads the file it holds locked and will cut, not whatever the path names now.
         lines = list(_iter_lines(io.BytesIO(_read_all(fd, 0, os.fstat(fd).st_size))))
     else:
-        try:
-            fh = open(p, "rb")
-        except OSError as exc:
-            raise AuditError(f"cannot read audit log {p!r}: {exc.strerror or exc}") from exc
-        with fh:
-            lines = list(_iter_lines(fh))
+        lines = list(_iter_lines(io.BytesIO(_read_locked(p))))
     seqs_after: dict[int, int] = {}
     bad: _Bad | None = None
     bad_line = None

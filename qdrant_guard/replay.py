@@ -17,18 +17,16 @@ the caller asks for its verified prefix (``mode="prefix"``) or, explicitly, for 
 """
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import re
 from collections import Counter
 from typing import Any, Mapping, TextIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from .audit import DEFAULT_CHECKPOINT_EVERY, AuditReport, _scan_fork
+from .audit import DEFAULT_CHECKPOINT_EVERY, AuditReport, _scan_fork, _read_locked
 from .decision import Verdict
-from .errors import AuditError, ConfigError, GuardRefusal
+from .errors import ConfigError, GuardRefusal
 from .guard import Guard
 from .pipeline import drive_sync
 from .policy import load_policy
@@ -141,24 +139,6 @@ def evaluate(guard: Guard, collection: str, text: str) -> str | None:
     return None
 
 
-def _read_log(log_path: str) -> bytes:
-    try:
-        fd = os.open(log_path, os.O_RDONLY)
-    except OSError as exc:
-        raise AuditError(f"cannot read audit log {log_path!r}: {exc.strerror or exc}") from exc
-    try:
-        # A shared lock: a writer's append (under its exclusive lock) is never read half-written.
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError as exc:
-        raise AuditError(f"cannot read audit log {log_path!r}: {exc.strerror or exc}") from exc
-    finally:
-        os.close(fd)
-
-
 def _integrity_lines(log_path: str, rep: AuditReport, mode: str, keyed: bool) -> tuple[list[str], bool]:
     """What to say about the log's verification, and whether to replay at all."""
     if rep.ok:
@@ -211,7 +191,7 @@ def replay_log(log_path: str, policy_path: str, *, out: TextIO,
     """
     if mode not in REPLAY_MODES:
         raise ValueError(f"replay_log() mode must be one of {', '.join(REPLAY_MODES)}, got {mode!r}")
-    data = _read_log(log_path)
+    data = _read_locked(log_path)
     rep = _scan_fork(log_path, trusted_keys, checkpoint_every, data=data)[0]
     notes, go = _integrity_lines(log_path, rep, mode, trusted_keys is not None)
     if not go:

@@ -4,7 +4,11 @@ Each test pins a defect found in review (it failed before the fix next to it).
 """
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -167,3 +171,42 @@ def test_open_refuses_a_log_whose_first_entries_were_cut_off(tmp_path):
         assert log.seq == 1
     with AuditLog(p, checkpoint_every=1) as log:  # reads seq 5 and 4
         assert log.seq == 5
+
+
+# --------------------------------------------------------------------------- verify and a live writer
+
+def _someone_waits_for_a_lock_on(path: Path) -> bool:
+    # /proc/locks lists a blocked request as "N: -> FLOCK ... maj:min:inode ..."
+    ino = os.stat(path).st_ino
+    with open("/proc/locks") as fh:
+        return any("->" in line and line.split()[6].split(":")[-1] == str(ino) for line in fh)
+
+
+def test_verify_does_not_read_an_append_half_written(tmp_path):
+    # `audit verify` read the file without the lock the writer appends under (replay and repair
+    # take it), so a verify run while the guard appended could report a half-written line as a
+    # torn tail: TAMPERED on a sound log.
+    p = tmp_path / "audit.jsonl"
+    lines = _log(p, 3)
+    p.write_bytes(b"".join(lines[:2]))
+    entry = lines[2]
+    fd = os.open(p, os.O_WRONLY | os.O_APPEND)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as AuditLog.append holds it while it writes
+        os.write(fd, entry[:40])
+        got = {}
+        t = threading.Thread(target=lambda: got.update(rep=verify_audit_file(p)))
+        t.start()
+        # Until verify has either finished (it read without the lock) or waits for ours.
+        for _ in range(100_000):  # a bound only so that a broken /proc/locks cannot hang the suite
+            if not t.is_alive() or _someone_waits_for_a_lock_on(p):
+                break
+            time.sleep(0.001)
+        else:
+            pytest.fail("verify neither finished nor was seen waiting for the writer's lock in /proc/locks")
+        os.write(fd, entry[40:])
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+    t.join()
+    assert got["rep"].ok and got["rep"].entries == 3, got["rep"]
