@@ -173,7 +173,8 @@ def _check_ckpt(entry: Mapping[str, Any], trusted_keys: Mapping[str, Ed25519Publ
         raise _Bad("bad_checkpoint", "checkpoint must be {kid, sig}")
     pk = trusted_keys.get(ck["kid"])
     if pk is None:
-        raise _Bad("bad_checkpoint", f"checkpoint key {ck['kid']} is not trusted")
+        raise _Bad("bad_checkpoint", f"checkpoint key {ck['kid']} is not trusted (if it is a signing key of this "
+                                     "log, e.g. the one before a rotation, pass its public key too: --key)")
     try:
         sig = base64.b64decode(ck["sig"], validate=True)
         pk.verify(sig, CHECKPOINT_PREFIX + bytes.fromhex(entry["hash"]))

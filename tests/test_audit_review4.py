@@ -210,3 +210,16 @@ def test_verify_does_not_read_an_append_half_written(tmp_path):
         os.close(fd)
     t.join()
     assert got["rep"].ok and got["rep"].entries == 3, got["rep"]
+
+
+def test_verify_of_a_rotated_log_with_only_the_new_key_says_to_pass_the_old_one(tmp_path):
+    # It said only "checkpoint key ... is not trusted", not what to do about it.
+    old, new = _signer(), _signer()
+    p = tmp_path / "audit.jsonl"
+    _log(p, 2, signer=old, checkpoint_every=2)
+    with AuditLog(p, signer=new, checkpoint_every=2, trusted_keys={old.key_id: old.public_key}) as log:
+        log.append(_rec(2))
+        log.append(_rec(3))
+    rep = verify_audit_file(p, trusted_keys={new.key_id: new.public_key}, checkpoint_every=2)
+    assert rep.problem == "bad_checkpoint" and rep.index == 2, rep
+    assert f"checkpoint key {old.key_id} is not trusted" in rep.detail and "pass its public key too: --key" in rep.detail
