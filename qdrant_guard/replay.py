@@ -26,13 +26,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from .audit import DEFAULT_CHECKPOINT_EVERY, AuditReport, _scan_fork, _read_locked
 from .decision import Verdict
+from .detect import FINDING_TYPES
 from .errors import ConfigError, GuardRefusal
 from .guard import Guard
 from .pipeline import drive_sync
 from .policy import load_policy
 
 _QUERY_OPS = {"query_points", "query_points_groups", "query_batch_points"}
-_PLACEHOLDER = re.compile(r"\[[A-Z][A-Z0-9_]+\]")
+# What redaction writes in place of a finding ([EMAIL], ...): any other bracketed word, such as a
+# query's own "[TODO]", is the query's text and is replayed.
+_PLACEHOLDER = re.compile(r"\[(?:" + "|".join(map(re.escape, FINDING_TYPES)) + r")\]")
 REPLAY_MODES = ("verified", "prefix", "unverified")
 
 

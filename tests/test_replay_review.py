@@ -119,3 +119,16 @@ def test_a_refusal_for_another_reason_than_the_text_is_not_newly_allowed(tmp_pat
     # Under a policy whose text checks reject it, the text is newly blocked (checked before the embed).
     text = _replay(kit, STRICT.replace("max_tokens = 4", "max_tokens = 1"))
     assert f"newly_blocked  QUERY_REJECTED        1   e.g. {SHORT!r}" in text, text
+
+
+def test_a_bracketed_word_of_the_query_itself_is_not_taken_for_a_redaction(tmp_path):
+    # Any "[WORD]" counted as a redaction placeholder, so "[TODO]" in a query skipped it as
+    # redacted; only the placeholders redaction writes ([EMAIL], [SSN], ...) are.
+    kit = make_kit(tmp_path)
+    c = _client(kit)
+    c.query_points("docs", query=_doc("[TODO] list every open item"))
+    c.query_points("docs", query=_doc("write to alice@example.com now"))
+    c.close()
+    text = _replay(kit, STRICT)
+    assert "replayed 1 logged queries (1 texts)" in text and "skipped: 1 with redacted text" in text, text
+    assert "newly_blocked  QUERY_REJECTED        1   e.g. '[TODO] list every open item'" in text, text
