@@ -822,6 +822,19 @@ class AuditLog:
             "event": "audit_tail_changed", "path": self.path, "seq": self._seq, "hash": self._prev}})
         return AuditIntegrityError(msg)
 
+    def _check_path(self, held: os.stat_result) -> None:
+        # A file put in its place (or the log renamed away) leaves this descriptor on the old one:
+        # the checks below would pass while every later entry went to a file nobody reads.
+        assert self.path is not None
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            raise self._tail_changed(f"is in a file its path no longer names ({exc.strerror or exc}: the log "
+                                     "was renamed or deleted)") from None
+        if (st.st_dev, st.st_ino) != (held.st_dev, held.st_ino):
+            raise self._tail_changed("is in a file its path no longer names (another file was put in its "
+                                     "place, or the log was renamed: rotate the log only with the guard stopped)")
+
     def _check_known(self, fd: int, size: int) -> bool:
         """Check the entry this object knows of is still in place and what follows chains to it.
 
@@ -854,8 +867,10 @@ class AuditLog:
         """Bring this object up to the file's last entry; that entry when it was (re-)read."""
         if self._broken is not None:
             raise AuditIntegrityError(self._broken)
-        size = os.fstat(fd).st_size
+        held = os.fstat(fd)
+        size = held.st_size
         if self._size >= 0 and self._line is not None:
+            self._check_path(held)
             if self._check_known(fd, size):
                 return None
         elif size == self._size:

@@ -223,3 +223,31 @@ def test_verify_of_a_rotated_log_with_only_the_new_key_says_to_pass_the_old_one(
     rep = verify_audit_file(p, trusted_keys={new.key_id: new.public_key}, checkpoint_every=2)
     assert rep.problem == "bad_checkpoint" and rep.index == 2, rep
     assert f"checkpoint key {old.key_id} is not trusted" in rep.detail and "pass its public key too: --key" in rep.detail
+
+
+# --------------------------------------------------------------------------- the path
+
+def test_append_refuses_when_the_path_names_another_file(tmp_path):
+    # The writer checked its own descriptor only: with the log renamed away and a forged log put
+    # in its place, appends went on into the renamed file (or an unlinked one), every check passed,
+    # and the path showed only the forged log.
+    p = tmp_path / "audit.jsonl"
+    log = AuditLog(p)
+    log.append(_rec(0))
+    log.append(_rec(1))
+    os.rename(p, tmp_path / "audit.jsonl.old")
+    _log(p, 3)  # the forged log at the path
+    forged = p.read_bytes()
+    with pytest.raises(AuditIntegrityError, match="is in a file its path no longer names"):
+        log.append(_rec(2))
+    with pytest.raises(AuditIntegrityError, match="refuses to append until it is reopened"):
+        log.append(_rec(3))
+    assert p.read_bytes() == forged and len((tmp_path / "audit.jsonl.old").read_bytes().splitlines()) == 2
+    log.close()
+    # Deleted: the same.
+    q = tmp_path / "deleted.jsonl"
+    with AuditLog(q) as gone:
+        gone.append(_rec(0))
+        q.unlink()
+        with pytest.raises(AuditIntegrityError, match="renamed or deleted"):
+            gone.append(_rec(1))
