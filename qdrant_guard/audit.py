@@ -765,6 +765,8 @@ class AuditLog:
             raise TypeError("AuditLog() trusted_keys must be a mapping of key id to Ed25519PublicKey or None")
         self._trusted: dict[str, Ed25519PublicKey] = dict(trusted_keys or {})
         self.path = None if path is None else os.fspath(path)
+        # What the path names now: a relative one must not follow a later chdir of the process.
+        self._abs = None if self.path is None else os.path.abspath(self.path)
         self._logger = logging.getLogger(logger_name)
         self._fsync = bool(fsync)
         self._signer = signer
@@ -802,9 +804,9 @@ class AuditLog:
                 raise
 
     def _open(self) -> None:
-        assert self.path is not None
+        assert self._abs is not None
         try:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            self._fd = os.open(self._abs, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         except OSError as exc:
             raise AuditError(f"cannot open audit log {self.path!r}: {exc.strerror or exc}") from exc
         self._pid = os.getpid()
@@ -825,9 +827,9 @@ class AuditLog:
     def _check_path(self, held: os.stat_result) -> None:
         # A file put in its place (or the log renamed away) leaves this descriptor on the old one:
         # the checks below would pass while every later entry went to a file nobody reads.
-        assert self.path is not None
+        assert self._abs is not None
         try:
-            st = os.stat(self.path)
+            st = os.stat(self._abs)
         except OSError as exc:
             raise self._tail_changed(f"is in a file its path no longer names ({exc.strerror or exc}: the log "
                                      "was renamed or deleted)") from None

@@ -251,3 +251,16 @@ def test_append_refuses_when_the_path_names_another_file(tmp_path):
         q.unlink()
         with pytest.raises(AuditIntegrityError, match="renamed or deleted"):
             gone.append(_rec(1))
+
+
+def test_a_relative_path_stays_the_same_file_after_a_chdir(tmp_path, monkeypatch):
+    # Guards the path check above against a false alarm: the path is resolved when the log opens.
+    monkeypatch.chdir(tmp_path)
+    log = AuditLog("audit.jsonl")
+    log.append(_rec(0))
+    sub = tmp_path / "elsewhere"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+    log.append(_rec(1))
+    log.close()
+    assert len((tmp_path / "audit.jsonl").read_bytes().splitlines()) == 2 and not (sub / "audit.jsonl").exists()
