@@ -1091,12 +1091,15 @@ class AuditLog:
             _unlock(fd)
 
     def close(self) -> None:
-        """Close the file (idempotent)."""
-        if self._fd is not None:
-            try:
-                os.close(self._fd)
-            finally:
-                self._fd = None
+        """Close the file (idempotent); waits for an append in progress in another thread."""
+        # Under the append lock: closed mid-append, the descriptor number could be reused by a
+        # file opened meanwhile, and the entry written into that file.
+        with self._lock:
+            if self._fd is not None:
+                try:
+                    os.close(self._fd)
+                finally:
+                    self._fd = None
 
     def __enter__(self) -> "AuditLog":
         return self

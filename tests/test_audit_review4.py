@@ -264,3 +264,65 @@ def test_a_relative_path_stays_the_same_file_after_a_chdir(tmp_path, monkeypatch
     log.append(_rec(1))
     log.close()
     assert len((tmp_path / "audit.jsonl").read_bytes().splitlines()) == 2 and not (sub / "audit.jsonl").exists()
+
+
+# --------------------------------------------------------------------------- close during an append
+
+class _CountingLock:
+    """A lock that counts the threads waiting for it (so a test can see one block, no timing)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.waiting = 0
+
+    def __enter__(self) -> "_CountingLock":
+        if not self._lock.acquire(blocking=False):
+            self.waiting += 1
+            self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_close_waits_for_an_append_in_progress(tmp_path, monkeypatch):
+    # close() did not take the append lock: another thread's close in the middle of an append
+    # closed the descriptor under it (the append then failed, or, with the number reused by a
+    # file opened meanwhile, wrote the entry into that file).
+    p = tmp_path / "audit.jsonl"
+    log = AuditLog(p)
+    log.append(_rec(0))
+    lock = _CountingLock()
+    log._lock = lock
+    inside, go = threading.Event(), threading.Event()
+    real = audit._lock
+
+    def held(fd: int) -> None:  # the append has its descriptor and takes the file lock
+        real(fd)
+        inside.set()
+        go.wait()
+
+    monkeypatch.setattr(audit, "_lock", held)
+    got = {}
+
+    def append() -> None:
+        try:
+            got["entry"] = log.append(_rec(1))
+        except Exception as exc:
+            got["error"] = exc
+
+    a = threading.Thread(target=append)
+    a.start()
+    inside.wait()
+    c = threading.Thread(target=log.close)
+    c.start()
+    for _ in range(100_000):  # until close has finished (old) or waits for the append (fixed)
+        if not c.is_alive() or lock.waiting:
+            break
+        time.sleep(0.001)
+    go.set()
+    a.join()
+    c.join()
+    assert "error" not in got, got
+    assert got["entry"]["seq"] == 2 and len(p.read_bytes().splitlines()) == 2
+    assert log._fd is None
