@@ -960,7 +960,7 @@ class AuditLog:
         kid = ck.get("kid") if isinstance(ck, dict) else None
         if isinstance(kid, str) and kid not in known:
             own = (f"its own key is {signer.key_id}" if signer is not None
-                   else "it signs nothing itself (no signing key)")
+                   else "it has no signing key of its own: if that is the guard's key, set signing_key to it")
             others = f", trusted: {', '.join(sorted(self._trusted))}" if self._trusted else ", and no trusted keys"
             raise AuditIntegrityError(
                 f"audit log {self.path!r}: the most recent checkpoint (seq {seq}) is signed by key {kid}, "

@@ -61,7 +61,7 @@ def test_open_refuses_a_checkpoint_under_a_key_it_does_not_know_and_names_the_kn
     assert f"its own key is {new.key_id}" in str(ei.value)
     assert p.read_bytes() == b"".join(lines)  # nothing written
     # Nor without a signer of its own: a guard that lost signing_key does not build on it unchecked.
-    with pytest.raises(AuditIntegrityError, match="it signs nothing itself"):
+    with pytest.raises(AuditIntegrityError, match="it has no signing key of its own: if that is the guard's key, set signing_key"):
         AuditLog(p, checkpoint_every=2)
 
 
