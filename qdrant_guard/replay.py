@@ -62,10 +62,13 @@ def _well_formed(rec: Any) -> bool:
     details = rec.get("details")
     if details is None:
         return True
-    if not isinstance(details, dict) or not _checked(details):
+    if not isinstance(details, dict):
         return False
+    if rec.get("op") not in _QUERY_OPS:
+        return all(isinstance(details.get(k), (dict, type(None))) for k in ("scan", "intent"))
     requests = details.get("requests")
-    return requests is None or (isinstance(requests, list) and all(_checked(d) for d in requests))
+    return _checked(details) and (
+        requests is None or (isinstance(requests, list) and all(_checked(d) for d in requests)))
 
 
 def _flagged(item: dict[str, Any]) -> str | None:

@@ -132,3 +132,17 @@ def test_a_bracketed_word_of_the_query_itself_is_not_taken_for_a_redaction(tmp_p
     text = _replay(kit, STRICT)
     assert "replayed 1 logged queries (1 texts)" in text and "skipped: 1 with redacted text" in text, text
     assert "newly_blocked  QUERY_REJECTED        1   e.g. '[TODO] list every open item'" in text, text
+
+
+def test_the_text_fields_are_checked_only_on_query_records(tmp_path):
+    # Guards the shape checks added with the texts above: a record of another operation is not
+    # read for texts, so its fields of those names are not held against it as "unreadable".
+    kit = make_kit(tmp_path)
+    log = kit.tmp / "audit.jsonl"
+    rows = [{"record": {"op": "upsert", "collection": "docs", "details": {"requests": 3, "query_text": 1}}},
+            {"record": {"op": "query_batch_points", "collection": "docs", "details": {"requests": [{"query_text": 1}]}}},
+            {"record": {"op": "query_points", "collection": "docs", "details": {"query_texts": [{"query_text": SHORT}]}}}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = io.StringIO()
+    assert replay_log(str(log), str(replay_policy_file(kit)), out=out, mode="unverified") == 1
+    assert "replayed 1 logged queries (1 texts)" in out.getvalue() and "1 unreadable" in out.getvalue(), out.getvalue()
