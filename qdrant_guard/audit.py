@@ -809,8 +809,9 @@ class AuditLog:
             self._fd = os.open(self._abs, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         except OSError as exc:
             raise AuditError(f"cannot open audit log {self.path!r}: {exc.strerror or exc}") from exc
+        # The entry this object knows of (_size, _line) stays known across a reopen (a forked
+        # child, an append after close()): the next append checks it is still where it was.
         self._pid = os.getpid()
-        self._size = -1
 
     def _tail_changed(self, what: str) -> AuditIntegrityError:
         msg = (f"audit log {self.path!r}: the entry this writer last wrote or read (seq {self._seq}, hash "

@@ -326,3 +326,69 @@ def test_close_waits_for_an_append_in_progress(tmp_path, monkeypatch):
     assert "error" not in got, got
     assert got["entry"]["seq"] == 2 and len(p.read_bytes().splitlines()) == 2
     assert log._fd is None
+
+
+# --------------------------------------------------------------------------- reopening
+
+def _rewrite_last(p: Path) -> None:
+    # The last entry rewritten with a recomputed hash, same size: the file still verifies.
+    lines = p.read_bytes().splitlines(keepends=True)
+    e = json.loads(lines[-1])
+    e["record"]["details"]["query_text"] = "q" + "x" * (len(e["record"]["details"]["query_text"]) - 1)
+    e["hash"] = entry_hash(e)
+    new = canonical_json(e) + b"\n"
+    assert len(new) == len(lines[-1]) and new != lines[-1]
+    p.write_bytes(b"".join(lines[:-1]) + new)
+    assert verify_audit_file(p).ok
+
+
+def test_an_append_after_close_still_checks_the_entry_it_knew(tmp_path):
+    # A reopen (after close(), or in a forked child) forgot the entry the writer last wrote, so
+    # the next append did not check it: a rewrite made meanwhile went unnoticed, and a deleted log
+    # was silently started afresh from seq 1.
+    p = tmp_path / "audit.jsonl"
+    log = AuditLog(p)
+    log.append(_rec(0))
+    log.append(_rec(1))
+    log.close()
+    _rewrite_last(p)
+    with pytest.raises(AuditIntegrityError, match=r"seq 2, hash .* is no longer on the bytes"):
+        log.append(_rec(2))
+    q = tmp_path / "gone.jsonl"
+    log = AuditLog(q)
+    log.append(_rec(0))
+    log.close()
+    q.unlink()
+    with pytest.raises(AuditIntegrityError, match="was cut off"):
+        log.append(_rec(1))
+    # Nothing changed meanwhile: the append goes on from where it was.
+    r = tmp_path / "fine.jsonl"
+    log = AuditLog(r)
+    log.append(_rec(0))
+    log.close()
+    assert log.append(_rec(1))["seq"] == 2
+    log.close()
+    assert verify_audit_file(r).ok
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_checks_the_entry_its_parent_wrote(tmp_path):
+    p = tmp_path / "audit.jsonl"
+    log = AuditLog(p)
+    log.append(_rec(0))
+    log.append(_rec(1))
+    _rewrite_last(p)
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if its first append refuses
+        code = 1
+        try:
+            log.append(_rec(2))
+        except AuditIntegrityError:
+            code = 0
+        except BaseException:
+            code = 2
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(p.read_bytes().splitlines()) == 2
+    log.close()
