@@ -905,7 +905,8 @@ class AuditLog:
 
     def _check_recent(self, fd: int, last: dict[str, Any]) -> None:
         """On open: the entries back to the most recent checkpoint (at most ``checkpoint_every``)
-        verify and chain, and a checkpoint under this writer's own key verifies.
+        verify and chain, a first line among them starts the chain, and that checkpoint verifies
+        under a key the writer knows.
 
         Bounded so opening a large log stays cheap; the whole file is ``verify_existing``'s and
         ``audit verify``'s job. ``last`` is the last entry, already parsed by :meth:`_read_tail`.
