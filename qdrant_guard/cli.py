@@ -193,7 +193,11 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
         trusted = {keys.key_id(pk): pk for pk in pks}
     rep = repair_audit_file(args.file, signer=signer, trusted_keys=trusted,
                             checkpoint_every=args.checkpoint_every, keep_chain_from=args.keep_chain_from)
-    print(f"{'repaired' if rep.ok else 'NOT repaired'}: {rep.detail}")
+    if rep.ok and not rep.detail.startswith("repaired: "):
+        # repair_audit_file leaves a log that verifies as it is, and returns its report.
+        print(f"nothing to repair: {rep.detail}; {args.file} verifies and was not changed")
+        return 0
+    print(rep.detail if rep.ok else f"NOT repaired: {rep.detail}")  # the detail says "repaired: ..."
     return 0 if rep.ok else 1
 
 

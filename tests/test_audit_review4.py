@@ -392,3 +392,21 @@ def test_a_forked_child_checks_the_entry_its_parent_wrote(tmp_path):
     assert os.waitstatus_to_exitcode(status) == 0
     assert len(p.read_bytes().splitlines()) == 2
     log.close()
+
+
+# --------------------------------------------------------------------------- the command
+
+def test_cli_repair_of_a_sound_log_does_not_say_repaired(tmp_path, capsys):
+    # It printed "repaired: 3 entries verified" about a file it had not touched (and "repaired:
+    # repaired: ..." about one it had).
+    from qdrant_guard.cli import main
+
+    p = tmp_path / "audit.jsonl"
+    lines = _log(p, 3)
+    assert main(["audit", "repair", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("nothing to repair: 3 entries verified;") and "was not changed" in out, out
+    assert p.read_bytes() == b"".join(lines)
+    p.write_bytes(b"".join(lines) + b"junk\n")
+    assert main(["audit", "repair", str(p)]) == 0
+    assert capsys.readouterr().out.startswith("repaired: corrupt at line 4")
