@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import fcntl
 import hashlib
 import io
@@ -182,6 +183,9 @@ def _check_ckpt(entry: Mapping[str, Any], trusted_keys: Mapping[str, Ed25519Publ
         raise _Bad("bad_checkpoint", "checkpoint signature does not verify") from None
 
 
+_NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
+
+
 def _read_locked(path: PathLike) -> bytes:
     """The whole file, read under a shared ``flock``: a writer's append (made under its exclusive
     lock) is never read half-written, which would look like a torn tail.
@@ -195,7 +199,13 @@ def _read_locked(path: PathLike) -> bytes:
     except OSError as exc:
         raise AuditError(f"cannot read audit log {p!r}: {exc.strerror or exc}") from exc
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except OSError as exc:
+            # A file system without flock (some network or FUSE mounts, an archive copy): no
+            # writer can append there (appends need the lock), so there is nothing to wait for.
+            if exc.errno not in _NO_FLOCK:
+                raise
         chunks = []
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
