@@ -425,3 +425,13 @@ def test_verify_reads_a_log_on_a_file_system_without_flock(tmp_path, monkeypatch
 
     monkeypatch.setattr(fcntl, "flock", unsupported)
     assert verify_audit_file(p).ok
+
+
+def test_policy_file_resolves_audit_trusted_keys_next_to_it(tmp_path):
+    from qdrant_guard.policy import load_policy
+
+    sub = tmp_path / "conf"
+    sub.mkdir()
+    (sub / "policy.toml").write_text('audit_trusted_keys = ["old.pub", "ed25519:AAAA"]\n')
+    cfg = load_policy(sub / "policy.toml")
+    assert cfg.audit_trusted_keys == (str(sub / "old.pub"), "ed25519:AAAA")
