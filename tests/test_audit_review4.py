@@ -1,6 +1,8 @@
-"""Fourth review of the audit log: what the writer checks when it opens an existing log.
+"""Fourth review of the audit log: what the writer checks on open and before each append,
+checkpoints under rotated keys, verify's read of a live log, and the repair command's output.
 
-Each test pins a defect found in review (it failed before the fix next to it).
+Each test pins a defect found in review (it failed before the fix next to it), unless it says it
+guards a fix against a false alarm.
 """
 from __future__ import annotations
 
