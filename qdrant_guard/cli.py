@@ -176,7 +176,9 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         signed = f", {rep.checkpoints} signed checkpoint(s) verified" if trusted is not None else ""
         print(f"OK: {rep.entries} entries, hash chain intact{signed} ({args.file})")
         return 0
-    print(f"TAMPERED: {rep.problem} at line {rep.index}: {rep.detail}")
+    # A torn last line is what a writer killed mid-append leaves: damage, not evidence of tampering.
+    label = "INCOMPLETE" if rep.problem == "torn_tail" else "TAMPERED"
+    print(f"{label}: {rep.problem} at line {rep.index}: {rep.detail}")
     print(f"valid prefix: {rep.valid_prefix} entries; see docs/audit-log.md for the repair procedure")
     return 1
 

@@ -437,3 +437,17 @@ def test_policy_file_resolves_audit_trusted_keys_next_to_it(tmp_path):
     (sub / "policy.toml").write_text('audit_trusted_keys = ["old.pub", "ed25519:AAAA"]\n')
     cfg = load_policy(sub / "policy.toml")
     assert cfg.audit_trusted_keys == (str(sub / "old.pub"), "ed25519:AAAA")
+
+
+def test_cli_verify_does_not_call_a_torn_tail_tampering(tmp_path, capsys):
+    # A writer killed mid-append leaves a torn last line; `audit verify` said TAMPERED.
+    from qdrant_guard.cli import main
+
+    p = tmp_path / "audit.jsonl"
+    lines = _log(p, 3)
+    p.write_bytes(b"".join(lines) + lines[0][:20])
+    assert main(["audit", "verify", str(p)]) == 1
+    assert capsys.readouterr().out.startswith("INCOMPLETE: torn_tail at line 4:")
+    p.write_bytes(b"".join(lines[:2]) + b"junk\n")
+    assert main(["audit", "verify", str(p)]) == 1
+    assert capsys.readouterr().out.startswith("TAMPERED: corrupt at line 3:")
