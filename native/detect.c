@@ -15,7 +15,8 @@
 
 const char *const qg_type_names[QG_NTYPES] = {
     "PRIVATE_KEY", "AWS_ACCESS_KEY", "AWS_SECRET_KEY", "GITHUB_TOKEN", "GITLAB_TOKEN",
-    "SLACK_TOKEN", "STRIPE_KEY", "OPENAI_KEY", "JWT", "DATABASE_URL_PASSWORD",
+    "SLACK_TOKEN", "STRIPE_KEY", "ANTHROPIC_KEY", "OPENAI_KEY", "GOOGLE_API_KEY", "GOOGLE_OAUTH_SECRET",
+    "NPM_TOKEN", "PYPI_TOKEN", "SENDGRID_KEY", "TWILIO_KEY", "HUGGINGFACE_TOKEN", "JWT", "DATABASE_URL_PASSWORD",
     "GENERIC_SECRET", "IBAN", "CREDIT_CARD", "SSN", "EMAIL", "PHONE",
 };
 
@@ -559,6 +560,8 @@ static void url(scan_t *s, size_t p) {
 }
 
 /* ------------------------------------------------------------------------ prefixed tokens */
+/* base64 of a PyPI macaroon's first bytes, which name its location: pypi.org or test.pypi.org. */
+static const char *const PYPI_MACAROONS[] = {"AgEIcHlwaS5vcmc", "AgENdGVzdC5weXBpLm9yZw"};
 static const char *const AWS_PREFIXES[] = {"AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA", NULL};
 
 static void emit_token(scan_t *s, size_t i, size_t e, int type) {
@@ -623,7 +626,48 @@ static void token(scan_t *s, size_t i) {
         size_t rest = e - i - 3;
         int lo, up, dg;
         classes(b + i + 3, rest, &lo, &up, &dg);
-        if (rest >= 32 && rest <= 253 && lo && up && dg) emit_token(s, i, e, QG_OPENAI_KEY);
+        if (rest >= 32 && rest <= 253 && lo && up && dg)
+            emit_token(s, i, e, starts_with(s, i, "sk-ant-") ? QG_ANTHROPIC_KEY : QG_OPENAI_KEY);
+    }
+    /* Bodies that may hold '_' and '-' end where that alphabet ends: no match inside a longer token. */
+    int no_alnum_dash = !(prev >= 0 && is_alnum_dash(prev)), no_alnum = !(prev >= 0 && is_alnum(prev));
+    if (c == 'A' && no_alnum_dash && starts_with(s, i, "AIza") && RUN_END(s, i + 4, is_word_dash, 36) == i + 39)
+        emit_token(s, i, i + 39, QG_GOOGLE_API_KEY);
+    if (c == 'G' && no_alnum_dash && starts_with(s, i, "GOCSPX-") && RUN_END(s, i + 7, is_word_dash, 29) == i + 35)
+        emit_token(s, i, i + 35, QG_GOOGLE_OAUTH_SECRET);
+    if (c == 'n' && no_alnum && starts_with(s, i, "npm_") && RUN_END(s, i + 4, is_alnum, 37) == i + 40) {
+        int lo, up, dg;
+        classes(b + i + 4, 36, &lo, &up, &dg);
+        if (lo && up && dg) emit_token(s, i, i + 40, QG_NPM_TOKEN);
+    }
+    if (c == 'p' && no_alnum_dash && starts_with(s, i, "pypi-") &&
+        (starts_with(s, i + 5, PYPI_MACAROONS[0]) || starts_with(s, i + 5, PYPI_MACAROONS[1]))) {
+        size_t e = RUN_END(s, i, is_word_dash, 1025);
+        if (e - i >= 70 && e - i <= 1024) emit_token(s, i, e, QG_PYPI_TOKEN);
+    }
+    if (c == 'S' && no_alnum_dash && prev != '.' && starts_with(s, i, "SG.") &&
+        RUN_END(s, i + 3, is_word_dash, 23) == i + 25 && at(s, (int64_t)i + 25) == '.' &&
+        RUN_END(s, i + 26, is_word_dash, 44) == i + 69) {
+        int a = at(s, (int64_t)i + 70);
+        if (!(at(s, (int64_t)i + 69) == '.' && a >= 0 && is_word_dash(a))) emit_token(s, i, i + 69, QG_SENDGRID_KEY);
+    }
+    if (c == 'S' && no_alnum && i + 2 <= s->n && b[i + 1] == 'K' && RUN_END(s, i + 2, is_alnum, 33) == i + 34) {
+        int hex = 1, digit = 0, letter = 0;
+        for (size_t q = i + 2; q < i + 34; q++) {
+            hex &= is_hex(b[q]);
+            digit |= is_digit(b[q]);
+            letter |= is_alpha(b[q]);
+        }
+        if (hex && digit && letter) emit_token(s, i, i + 34, QG_TWILIO_KEY);
+    }
+    if (c == 'h' && no_alnum && starts_with(s, i, "hf_") && RUN_END(s, i + 3, is_alnum, 35) == i + 37) {
+        int upper = 0, lower = 0;
+        for (size_t q = i + 3; q < i + 37; q++) {
+            upper += is_upper(b[q]);
+            lower += is_lower(b[q]);
+        }
+        /* A camelCase name of 34 letters (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) has a few capitals. */
+        if (upper + lower == 34 && upper >= 8 && lower >= 8) emit_token(s, i, i + 37, QG_HUGGINGFACE_TOKEN);
     }
 }
 
@@ -1456,7 +1500,7 @@ int qg_detect(const unsigned char *b, size_t n, qg_findings *out) {
         int prev = i ? b[i - 1] : -1;
         if (is_digit(c) && !(prev >= 0 && is_digit(prev))) chain(&s, i);
         if (is_alpha(c)) iban(&s, i);
-        if (c == 'A' || c == 'g' || c == 'x' || c == 's' || c == 'r') token(&s, i);
+        if (c && strchr("AGSghnprsx", c)) token(&s, i);
         if (c == '@') email(&s, i);
         if (c == ':' && i + 3 <= n && b[i + 1] == '/' && b[i + 2] == '/') url(&s, i);
         if (c == 'e' && i + 3 <= n && b[i + 1] == 'y' && b[i + 2] == 'J') jwt(&s, i);

@@ -31,7 +31,15 @@ FINDING_TYPES: tuple[str, ...] = (
     "GITLAB_TOKEN",
     "SLACK_TOKEN",
     "STRIPE_KEY",
+    "ANTHROPIC_KEY",
     "OPENAI_KEY",
+    "GOOGLE_API_KEY",
+    "GOOGLE_OAUTH_SECRET",
+    "NPM_TOKEN",
+    "PYPI_TOKEN",
+    "SENDGRID_KEY",
+    "TWILIO_KEY",
+    "HUGGINGFACE_TOKEN",
     "JWT",
     "DATABASE_URL_PASSWORD",
     "GENERIC_SECRET",
@@ -448,6 +456,8 @@ def _url(text: str, p: int) -> list[tuple[int, int, str, str]]:
 
 
 # -------------------------------------------------------------------------- prefixed tokens
+# base64 of a PyPI macaroon's first bytes, which name its location: pypi.org or test.pypi.org.
+_PYPI_MACAROONS = ("AgEIcHlwaS5vcmc", "AgENdGVzdC5weXBpLm9yZw")
 _AWS_PREFIXES = ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA")
 _BASE32 = _UPPER | set("234567")
 
@@ -497,7 +507,35 @@ def _token(text: str, i: int) -> list[tuple[int, int, str, str]]:
         e = _run_end(text, i, _WORD_DASH, 257)
         rest = text[i + 3 : e]
         if 32 <= len(rest) <= 253 and all(_classes(rest)):
-            out.append((i, e, "OPENAI_KEY", "format"))
+            out.append((i, e, "ANTHROPIC_KEY" if head[:7] == "sk-ant-" else "OPENAI_KEY", "format"))
+    # Bodies that may hold "_" and "-" end where that alphabet ends: no match inside a longer token.
+    if prev not in _ALNUM_DASH and head[:4] == "AIza" and _run_end(text, i + 4, _WORD_DASH, 36) == i + 39:
+        out.append((i, i + 39, "GOOGLE_API_KEY", "format"))
+    if prev not in _ALNUM_DASH and head[:7] == "GOCSPX-" and _run_end(text, i + 7, _WORD_DASH, 29) == i + 35:
+        out.append((i, i + 35, "GOOGLE_OAUTH_SECRET", "format"))
+    if prev not in _ALNUM and head[:4] == "npm_" and _run_end(text, i + 4, _ALNUM, 37) == i + 40:
+        if all(_classes(text[i + 4 : i + 40])):
+            out.append((i, i + 40, "NPM_TOKEN", "format"))
+    if prev not in _ALNUM_DASH and head[:5] == "pypi-" and text.startswith(_PYPI_MACAROONS, i + 5):
+        e = _run_end(text, i, _WORD_DASH, 1025)
+        if 70 <= e - i <= 1024:
+            out.append((i, e, "PYPI_TOKEN", "format"))
+    if prev not in _ALNUM_DASH and prev != "." and head[:3] == "SG.":
+        e1 = _run_end(text, i + 3, _WORD_DASH, 23)
+        if e1 == i + 25 and _at(text, e1) == "." and _run_end(text, i + 26, _WORD_DASH, 44) == i + 69:
+            if not (_at(text, i + 69) == "." and _at(text, i + 70) in _WORD_DASH):
+                out.append((i, i + 69, "SENDGRID_KEY", "format"))
+    if prev not in _ALNUM and head[:2] == "SK" and _run_end(text, i + 2, _ALNUM, 33) == i + 34:
+        body = text[i + 2 : i + 34]
+        if all(c in _HEX for c in body) and any(c in _DIGITS for c in body) and any(c in _LETTERS for c in body):
+            out.append((i, i + 34, "TWILIO_KEY", "format"))
+    if prev not in _ALNUM and head[:3] == "hf_" and _run_end(text, i + 3, _ALNUM, 35) == i + 37:
+        body = text[i + 3 : i + 37]
+        upper = sum(c in _UPPER for c in body)
+        lower = sum(c in _LOWER for c in body)
+        # A camelCase name of 34 letters (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) has a few capitals.
+        if upper + lower == 34 and upper >= 8 and lower >= 8:
+            out.append((i, i + 37, "HUGGINGFACE_TOKEN", "format"))
     return [f for f in out if not _has_example(text, f[0], f[1])]
 
 
@@ -1241,7 +1279,7 @@ def find_spans(text: str) -> list[tuple[int, int, str, str]]:
     for i, c in enumerate(text):
         if c in _LETTERS and _at(text, i + 2) in _DIGITS:
             cands += _iban(text, i)
-        if c in "Agxsr":
+        if c in "AGSghnprsx":
             cands += _token(text, i)
     for i in _positions(text, "@"):
         cands += _email(text, i)

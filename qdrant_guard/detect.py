@@ -42,7 +42,19 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   59), ``GITLAB_TOKEN`` (``glpat-`` + 20-50), ``SLACK_TOKEN`` (``xox[baprs]-`` tokens and
   ``https://hooks.slack.com/services/T.../B.../...`` webhooks), ``STRIPE_KEY`` (``sk_live_
   sk_test_ rk_live_ rk_test_`` + 16+ alphanumerics), ``OPENAI_KEY`` (``sk-`` + 32+ of
-  ``[A-Za-z0-9_-]`` with upper, lower and digits, e.g. ``sk-proj-...``): "format".
+  ``[A-Za-z0-9_-]`` with upper, lower and digits, e.g. ``sk-proj-...``), ``ANTHROPIC_KEY`` (the
+  same shape starting ``sk-ant-``), ``GOOGLE_API_KEY`` (``AIza`` + 35 of ``[A-Za-z0-9_-]``),
+  ``GOOGLE_OAUTH_SECRET`` (an OAuth client secret, ``GOCSPX-`` + 28 of ``[A-Za-z0-9_-]``),
+  ``NPM_TOKEN`` (``npm_`` + 36 alphanumerics with upper, lower and digits), ``PYPI_TOKEN``
+  (``pypi-`` and a macaroon for pypi.org or test.pypi.org, ``AgEIcHlwaS5vcmc`` or
+  ``AgENdGVzdC5weXBpLm9yZw``, 70-1024 characters of ``[A-Za-z0-9_-]`` in all), ``SENDGRID_KEY``
+  (``SG.`` + 22 + ``.`` + 43 of ``[A-Za-z0-9_-]``), ``TWILIO_KEY`` (an API key SID, ``SK`` + 32
+  hex digits with a letter and a digit), ``HUGGINGFACE_TOKEN`` (``hf_`` + 34 letters, 8+ of them
+  upper and 8+ lower case, so that a camelCase name such as
+  ``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`` is not one): "format". Tokens whose alphabet has
+  ``_`` and ``-`` end where that alphabet ends: one character more (``AIza...x``) is a longer
+  token, not a key. No vendor's documented example key is excepted beyond the "EXAMPLE" rule
+  below (none of Google's could be confirmed).
 * ``PRIVATE_KEY``: ``-----BEGIN <label containing PRIVATE KEY>-----`` through the matching END line
   ("pem-armor"); with no END before the next BEGIN, the header and the base64 body that follows
   ("pem-begin").

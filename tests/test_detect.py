@@ -58,6 +58,15 @@ POSITIVES = [
     ("stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc", [("STRIPE_KEY", "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "format")]),
     ("rk_test_51HqLyjWDarjtT1zdp7dcAbCd", [("STRIPE_KEY", "rk_test_51HqLyjWDarjtT1zdp7dcAbCd", "format")]),
     ("OPENAI=sk-proj-Ab3dEf7hIj9kLmN0pQrStUvWxYz123456789", [("OPENAI_KEY", "sk-proj-Ab3dEf7hIj9kLmN0pQrStUvWxYz123456789", "format")]),
+    ("ANTHROPIC=sk-ant-api03-Ab3dEf7hIj9kLmN0pQrStUvWxYz123456789", [("ANTHROPIC_KEY", "sk-ant-api03-Ab3dEf7hIj9kLmN0pQrStUvWxYz123456789", "format")]),
+    ("maps key=AIzaSyA1b2C3d4E5f6G7h8I9j0K_L-m3N4o5P6q", [("GOOGLE_API_KEY", "AIzaSyA1b2C3d4E5f6G7h8I9j0K_L-m3N4o5P6q", "format")]),
+    ("oauth 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 ok", [("GOOGLE_OAUTH_SECRET", "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", "format")]),
+    ("//registry.npmjs.org/:_authToken=npm_Ab3dEf7hIj9kLmN0pQrStUvWxYz123456789", [("NPM_TOKEN", "npm_Ab3dEf7hIj9kLmN0pQrStUvWxYz123456789", "format")]),
+    (f"password = {'pypi-AgEIcHlwaS5vcmc' + 'Ab3dEf7hIj9kLmN0pQrStUvWxYz123456789_-' * 2}",
+     [("PYPI_TOKEN", "pypi-AgEIcHlwaS5vcmc" + "Ab3dEf7hIj9kLmN0pQrStUvWxYz123456789_-" * 2, "format")]),
+    ("SG.Ab3dEf7hIj9kLmN0pQ_rSt.Uv-WxYz123456789Ab3dEf7hIj9kLmN0pQrStUvWxYz", [("SENDGRID_KEY", "SG.Ab3dEf7hIj9kLmN0pQ_rSt.Uv-WxYz123456789Ab3dEf7hIj9kLmN0pQrStUvWxYz", "format")]),
+    ("twilio SK2f9c0e4b7d1a8f3e6c5b2a9d8e7f6a5b", [("TWILIO_KEY", "SK2f9c0e4b7d1a8f3e6c5b2a9d8e7f6a5b", "format")]),
+    ("HF_TOKEN hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh", [("HUGGINGFACE_TOKEN", "hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh", "format")]),
     (f"Authorization: Bearer {JWT}", [("JWT", JWT, "jwt-header-json")]),
     (f"key:\n{PEM}\n", [("PRIVATE_KEY", PEM, "pem-armor")]),
     ('{"k": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEA\n"}', [("PRIVATE_KEY", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEA", "pem-begin")]),
@@ -169,7 +178,7 @@ def test_categories() -> None:
 def test_finding_types_constant() -> None:
     assert FINDING_TYPES == NATIVE.FINDING_TYPES == PYTHON.FINDING_TYPES
     assert NATIVE.PII_TYPES == PYTHON.PII_TYPES == {"IBAN", "CREDIT_CARD", "SSN", "EMAIL", "PHONE"}
-    assert len(set(FINDING_TYPES)) == 16
+    assert len(set(FINDING_TYPES)) == 24
     found = {t for text, items in POSITIVES for t, _, _ in items}
     assert found == set(FINDING_TYPES), "every type has a positive table case"
 

@@ -23,7 +23,11 @@ PIECES = [
     "ghp_0123456789abcdefghijklmnopqrstuvwxyz", "github_pat_11ABCDEFG0abcdefghijkl_" + "Ab1" * 19 + "Zz",
     "glpat-abcdefghij0123456789", "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
     "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXabcdefghXXXXXXXX", "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
-    "sk-proj-Ab3dEf7hIj9kLmN0pQrStUvWxYz123456789",
+    "sk-proj-Ab3dEf7hIj9kLmN0pQrStUvWxYz123456789", "sk-ant-api03-Ab3dEf7hIj9kLmN0pQrStUvWxYz1234567",
+    "AIzaSyA1b2C3d4E5f6G7h8I9j0K_L-m3N4o5P6q", "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",
+    "npm_Ab3dEf7hIj9kLmN0pQrStUvWxYz123456789", "pypi-AgEIcHlwaS5vcmc" + "CJGE0ZjM3YjM0LWQ5ZWQtNGQ0Mi1hY2Yy" * 2,
+    "SG.Ab3dEf7hIj9kLmN0pQ_rSt.Uv-WxYz123456789Ab3dEf7hIj9kLmN0pQrStUvWxYz", "SK2f9c0e4b7d1a8f3e6c5b2a9d8e7f6a5b",
+    "hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh",
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
     "postgres://app:S3cr3t#Pw!@db.internal:5432/x", "redis://:password@h", 'API_KEY = "Zk29fjA01kd8Gh3LmQ9x"',
     "password: Hq8#kLm2$pQr9vXz", "clientSecret := 'q8W#e2R!t6Y@u0I$o4P'",
@@ -32,7 +36,7 @@ PIECES = [
     "é", "😀", "👩\u200d👩\u200d👧", "\ud800", "\udfff", "\x00", " ", "\n", "\t", "=", ":", "@", "-", ".", "/", "'", '"',
     "(", ")", "+", "1", "9", "A", "eyJ", "://", "-----BEGIN ", "x", "K", "\u212a",
 ]
-ALPHABET = "aAzZ0129 -_.:/=@+()'\"\n\t#$é😀\ud800\x00kKsSxXgGyJ\u212a"
+ALPHABET = "aAzZ0129 -_.:/=@+()'\"\n\t#$é😀\ud800\x00kKsSxXgGyJ\u212aGhnpf"
 
 
 @st.composite

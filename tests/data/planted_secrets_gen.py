@@ -6,7 +6,9 @@ digits, a real RSA private key, HMAC-signed JWTs. The expected spans come from w
 plants each value, never from a detector. Some positives are deliberately hard (a passphrase with
 spaces, a secret in a prose sentence) so recall can fall short of 1.
 
-Run: python tests/data/planted_secrets_gen.py  (rewrites the .jsonl next to this file)
+Run: python tests/data/planted_secrets_gen.py  (rewrites the .jsonl next to this file; the RSA and
+EC keys are new on every run). ``--append`` adds only the rows of :func:`extra_rows` to the existing
+file, leaving its rows as they are.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import hmac
 import json
 import random
 import string
+import sys
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -336,7 +339,114 @@ NEGATIVES = [
 ]
 
 
+# ------------------------------------------------------- prefixed tokens added in 2026-12
+# Their own random stream, and their rows come after all the others: the earlier rows stay exactly
+# as generated before (main --append adds only these to the existing file).
+R2 = random.Random(20261204)
+WORD_DASH = ALNUM + "_-"
+
+
+def rand2(alphabet: str, n: int) -> str:
+    return "".join(R2.choice(alphabet) for _ in range(n))
+
+
+def mixed2(alphabet: str, n: int) -> str:
+    while True:
+        v = rand2(alphabet, n)
+        if any(c.islower() for c in v) and any(c.isupper() for c in v) and any(c.isdigit() for c in v):
+            return v
+
+
+def google_api_key() -> str:
+    return "AIza" + rand2(WORD_DASH, 35)
+
+
+def google_oauth_secret() -> str:
+    return "GOCSPX-" + rand2(WORD_DASH, 28)
+
+
+def npm_token() -> str:
+    return "npm_" + mixed2(ALNUM, 36)
+
+
+def pypi_token() -> str:
+    # A macaroon's bytes start with its location, b"\x02\x01\x08pypi.org", then the next field.
+    raw = b"\x02\x01\x08pypi.org\x02\x24" + bytes(R2.randrange(256) for _ in range(R2.randint(120, 160)))
+    return "pypi-" + b64url(raw)
+
+
+def sendgrid_key() -> str:
+    return "SG." + rand2(WORD_DASH, 22) + "." + rand2(WORD_DASH, 43)
+
+
+def twilio_key() -> str:
+    while True:
+        v = rand2(string.digits + "abcdef", 32)
+        if any(c.isdigit() for c in v) and any(c.isalpha() for c in v):
+            return "SK" + v
+
+
+def huggingface_token() -> str:
+    while True:
+        v = rand2(string.ascii_letters, 34)
+        if sum(c.isupper() for c in v) >= 8 and sum(c.islower() for c in v) >= 8:
+            return "hf_" + v
+
+
+def anthropic_key() -> str:
+    return "sk-ant-api03-" + mixed2(WORD_DASH, 93) + "AA"
+
+
+def prefixed_doc(k: int) -> Doc:
+    """The prefixed tokens of 2026-12 in the places they are usually pasted."""
+    kind, shape = ["config", "code", "config", "chat", "chat"][k % 5], k % 10
+    d = Doc(kind)
+    if kind == "config" and shape == 0:
+        d.add("# .env\nGOOGLE_API_KEY=").plant("GOOGLE_API_KEY", google_api_key()).add("\nSENDGRID_API_KEY=")
+        d.plant("SENDGRID_KEY", sendgrid_key()).add("\nTWILIO_API_KEY=").plant("TWILIO_KEY", twilio_key())
+        d.add("\nHF_TOKEN=").plant("HUGGINGFACE_TOKEN", huggingface_token()).add("\nANTHROPIC_API_KEY=")
+        d.plant("ANTHROPIC_KEY", anthropic_key()).add("\nLOG_LEVEL=debug\n")
+    elif kind == "config" and shape == 2:
+        d.add("# ~/.npmrc\n//registry.npmjs.org/:_authToken=").plant("NPM_TOKEN", npm_token()).add("\n\n# ~/.pypirc\n")
+        d.add("[pypi]\n  username = __token__\n  password = ").plant("PYPI_TOKEN", pypi_token()).add("\n")
+    elif kind == "config" and shape == 5:
+        d.add('{"installed":{"client_id":"4815162342-abcdefgh.apps.googleusercontent.com","project_id":"demo",')
+        d.add('"client_secret":"').plant("GOOGLE_OAUTH_SECRET", google_oauth_secret()).add('","redirect_uris":["http://localhost"]}}\n')
+    elif kind == "config":
+        d.add("maps:\n  geocode: https://maps.googleapis.com/maps/api/geocode/json?address=Paris&key=")
+        d.plant("GOOGLE_API_KEY", google_api_key()).add("\nmail:\n  provider: sendgrid\n  key: ")
+        d.plant("SENDGRID_KEY", sendgrid_key()).add("\n")
+    elif kind == "code" and shape == 1:
+        d.add("import anthropic\nclient = anthropic.Anthropic(api_key=\"").plant("ANTHROPIC_KEY", anthropic_key()).add("\")\n")
+        d.add("from huggingface_hub import login\nlogin(token=\"").plant("HUGGINGFACE_TOKEN", huggingface_token()).add("\")\n")
+    elif kind == "code" and shape == 6:
+        d.add("flow = Flow.from_client_config({'web': {'client_id': CLIENT_ID, 'client_secret': '")
+        d.plant("GOOGLE_OAUTH_SECRET", google_oauth_secret()).add("'}}, scopes=SCOPES)\n")
+        d.add("client = Client('").plant("TWILIO_KEY", twilio_key()).add("', api_secret, account_sid)\n")
+    else:
+        d.add("hey, npm publish fails with 403, I used ").plant("NPM_TOKEN", npm_token()).add(" from the CI settings. ")
+        d.add("Also the maps key ").plant("GOOGLE_API_KEY", google_api_key()).add(" works locally but not in prod?")
+        d.add(" and twine wants ").plant("PYPI_TOKEN", pypi_token()).add(" I think")
+    return d
+
+
+PREFIXED_NEGATIVES = [
+    "Google API keys start with AIza; AIzaSy is the usual head. GOCSPX- starts OAuth client secrets.\n",
+    "short AIzaSyA1b2C3d4E5f6G7h8I9j0K_L-m3N4o5P6 and long AIzaSyA1b2C3d4E5f6G7h8I9j0K_L-m3N4o5P6qR\n",
+    "npm_config_cache=/tmp/.npm npm_package_version=1.2.3 npm_lifecycle_event=build\n",
+    "pip install --index-url https://pypi-mirror.internal/simple pkg; pypi-AgEIcHlwaS5vcmc alone\n",
+    "Widgets: SG.Widget.Button and SG.Layout.Grid render the form; SKU 1234-5678.\n",
+    "md5 SKd41d8cd98f00b204e9800998ecf8427e0 and xSK0123456789abcdef0123456789abcdef\n",
+    "from huggingface_hub import hf_hub_download\nmodel = 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\n",
+]
+
+
 def main() -> None:
+    if "--append" in sys.argv:
+        rows = [json.loads(line) for line in OUT.read_text(encoding="utf-8").splitlines()]
+        rows += extra_rows(len(rows))
+        write(rows)
+        return
     makers = [code_python, code_js, config_env, config_yaml, config_json, pem_doc, chat, email_doc]
     weights = [30, 15, 12, 12, 12, 6, 45, 20]
     rows = []
@@ -346,6 +456,20 @@ def main() -> None:
     rows += [{"kind": "negative", "text": t, "expected": []} for t in NEGATIVES]
     for i, row in enumerate(rows):
         row["id"] = i
+    rows += extra_rows(len(rows))
+    write(rows)
+
+
+def extra_rows(first_id: int) -> list[dict]:
+    rows = [prefixed_doc(k).row() for k in range(20)]
+    rows += [{"kind": "negative", "text": t, "expected": []} for t in PREFIXED_NEGATIVES]
+    for i, row in enumerate(rows):
+        row["id"] = first_id + i
+    return rows
+
+
+def write(rows: list[dict]) -> None:
+    for row in rows:
         for e in row["expected"]:
             assert row["text"][e["start"] : e["end"]] == e["value"]
     with OUT.open("w", encoding="utf-8") as fh:
