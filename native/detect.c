@@ -800,6 +800,26 @@ static const char *const NAME_STOP[] = {
     "version", "algorithm", "alg", "location", "host", "port", "user", "username", "enabled", NULL,
 };
 
+/* Last words of a name that name an attribute of a credential, not the credential: _ATTRIBUTE_WORDS
+ * of the reference. */
+static const char *const ATTRIBUTE_WORDS[] = {
+    "provider", "providers", "issuer", "issuers", "audience", "audiences", "scheme", "schemes",
+    "realm", "realms", "tenant", "tenants", "domain", "domains", "server", "servers", "service",
+    "services", "backend", "backends", "vendor", "vendors", "client", "clients", "strategy",
+    "strategies", "protocol", "protocols", "flow", "flows", "factor", "factors", "usage",
+    "rotation", "strength", "level", "levels", "status", "statuses", "region", "regions", "zone",
+    "zones", "owner", "owners", "source", "sources", "group", "groups", "role", "roles", "scope",
+    "scopes", "tier", "tiers", "vault", "vaults", "manager", "managers", "algo", "algos",
+    "purpose", "types", "policies", "methods", "modes", "kinds", "names", "labels", "versions",
+    "algorithms", "formats", NULL,
+};
+
+/* Flags of secret_name; NAME_PASSWORD and NAME_ATTRIBUTE are what a value's checks take. */
+#define NAME_SECRET 1
+#define NAME_PASSWORD 2
+#define NAME_ATTRIBUTE 4
+#define VALUE_FLAGS(f) ((f) & (NAME_PASSWORD | NAME_ATTRIBUTE))
+
 static int in_list(const unsigned char *v, size_t n, const char *const *list) {
     for (int k = 0; list[k]; k++)
         if (eq_ci(v, n, list[k])) return 1;
@@ -815,7 +835,8 @@ static int ends_with_any(const unsigned char *v, size_t n, const char *const *li
 }
 
 /* name_components + _secret_name of the reference: words split at _ . - and camelCase.
- * Returns bit 1 for a secret-like name and bit 2 for a password-like one. */
+ * Returns NAME_SECRET for a secret-like name, NAME_PASSWORD for a password-like one and
+ * NAME_ATTRIBUTE when its last word is in ATTRIBUTE_WORDS. */
 static int secret_name(const unsigned char *name, size_t n) {
     size_t starts[65], ends[65];
     int np = 0;
@@ -851,13 +872,13 @@ static int secret_name(const unsigned char *name, size_t n) {
         if (ends[k] - starts[k] > 5 && eq_ci(name + ends[k] - 5, 5, "value")) ends[k] -= 5;
     }
     if (!np || in_list(name + starts[np - 1], ends[np - 1] - starts[np - 1], NAME_STOP)) return 0;
-    int flags = 0;
+    int flags = in_list(name + starts[np - 1], ends[np - 1] - starts[np - 1], ATTRIBUTE_WORDS) ? NAME_ATTRIBUTE : 0;
     for (int k = 0; k < np; k++) {
         const unsigned char *w = name + starts[k];
         size_t wl = ends[k] - starts[k];
         if (in_list(w, wl, NOT_PASS)) continue;
-        if (in_list(w, wl, SECRET_WORDS) || ends_with_any(w, wl, SECRET_SUFFIXES)) flags |= 1;
-        if (in_list(w, wl, PASSWORD_WORDS) || ends_with_any(w, wl, PASSWORD_SUFFIXES)) flags |= 2;
+        if (in_list(w, wl, SECRET_WORDS) || ends_with_any(w, wl, SECRET_SUFFIXES)) flags |= NAME_SECRET;
+        if (in_list(w, wl, PASSWORD_WORDS) || ends_with_any(w, wl, PASSWORD_SUFFIXES)) flags |= NAME_PASSWORD;
     }
     return flags;
 }
@@ -895,8 +916,32 @@ static int is_attr_path(const unsigned char *v, size_t n) {
     return segs >= 2;
 }
 
-/* Returns the accepting validator or -1; see _generic_value in the reference. */
-static int generic_value(const unsigned char *v, size_t n, int quoted, int password) {
+static inline int is_ident_sep(int c) { return c == '-' || c == '_' || c == '.' || c == ':' || c == '/'; }
+
+/* _identifier_like of the reference: alphanumeric runs joined by single - _ . : /, changing between
+ * lower case, upper case and digits at most 4 times. */
+static int identifier_like(const unsigned char *v, size_t n) {
+    if (n == 0 || is_ident_sep(v[0]) || is_ident_sep(v[n - 1])) return 0;
+    int changes = 0;
+    for (size_t k = 0; k < n; k++) {
+        int a = v[k];
+        if (!is_alnum(a) && !is_ident_sep(a)) return 0;
+        if (k + 1 == n) break;
+        int c = v[k + 1];
+        if (is_ident_sep(a)) {
+            if (is_ident_sep(c)) return 0;
+        } else if ((is_lower(a) && (is_upper(c) || is_digit(c))) || (is_upper(a) && is_digit(c)) ||
+                   (is_digit(a) && is_alpha(c))) {
+            changes++;
+        }
+    }
+    return changes <= 4;
+}
+
+/* Returns the accepting validator or -1; see _generic_value in the reference (flags: VALUE_FLAGS of
+ * the name). */
+static int generic_value(const unsigned char *v, size_t n, int quoted, int flags) {
+    int password = flags & NAME_PASSWORD;
     if (n < (password ? 8u : 16u) || n > 256 || memchr(v, ' ', n) || memchr(v, '\t', n)) return -1;
     if (is_placeholder(v, n) || contains_ci(v, 0, n, "://") || v[0] == '/' || v[0] == '~') return -1;
     if (prefix_ci(v, n, "./") || prefix_ci(v, n, "../")) return -1;
@@ -908,6 +953,7 @@ static int generic_value(const unsigned char *v, size_t n, int quoted, int passw
         if (!is_word(v[k]) && v[k] != '.') ident = 0;
     }
     if (!quoted && ident && (!dg || is_attr_path(v, n))) return -1;
+    if ((flags & NAME_ATTRIBUTE) && identifier_like(v, n)) return -1;
     int kinds = lo + up + dg + sym;
     if (n >= 16 && kinds >= 2 && entropy(v, n) >= 3.5) return QG_V_ENTROPY35;
     if (password && kinds >= 3) return QG_V_PASSWORD_CHARSET;
@@ -929,7 +975,7 @@ static size_t scheme_skip(const scan_t *s, size_t v) {
     return v;
 }
 
-static void assigned(scan_t *s, size_t v, int password);
+static void assigned(scan_t *s, size_t v, int flags);
 
 static void generic(scan_t *s, size_t p) {
     const unsigned char *b = s->b;
@@ -953,8 +999,8 @@ static void generic(scan_t *s, size_t p) {
     int letter = 0;
     for (size_t q = k; q < ne; q++) letter |= is_alpha(b[q]);
     int name_flags = secret_name(b + k, ne - k);
-    if (!(name_flags & 1) || !letter) return;
-    assigned(s, v, name_flags & 2);
+    if (!(name_flags & NAME_SECRET) || !letter) return;
+    assigned(s, v, VALUE_FLAGS(name_flags));
 }
 
 static inline int is_space(int c) { return c == ' '; }
@@ -970,7 +1016,7 @@ static int64_t line_indent(const scan_t *s, size_t v) {
 
 /* _block_scalar of the reference: a YAML block scalar at v ('|' or '>', optional indicators, end of
  * line). Returns 0 when it is not one; else 1, having emitted the finding of its first line if any. */
-static int block_scalar(scan_t *s, size_t v, int password) {
+static int block_scalar(scan_t *s, size_t v, int flags) {
     size_t j = v + 1;
     for (int r = 0; r < 2; r++) {
         int c = at(s, (int64_t)j);
@@ -986,7 +1032,7 @@ static int block_scalar(scan_t *s, size_t v, int password) {
     size_t e = RUN_END(s, vs, is_value, 257);
     int after = at(s, (int64_t)e);
     if (e - vs > 256 || !(after < 0 || after == '\r' || after == '\n')) return 1;
-    int validator = generic_value(s->b + vs, e - vs, 0, password);
+    int validator = generic_value(s->b + vs, e - vs, 0, flags);
     if (validator >= 0) emit(s, vs, e, QG_GENERIC_SECRET, validator);
     return 1;
 }
@@ -1004,14 +1050,14 @@ static size_t next_param(const scan_t *s, size_t v, size_t e) {
 }
 
 /* _assigned of the reference: the GENERIC_SECRET finding for the value assigned from v. */
-static void assigned(scan_t *s, size_t v, int password) {
+static void assigned(scan_t *s, size_t v, int flags) {
     const unsigned char *b = s->b;
     size_t n = s->n;
     while (v < n && (b[v] == ' ' || b[v] == '\t')) v++;
     int q = at(s, (int64_t)v);
     size_t start, end;
     int quoted;
-    if ((q == '|' || q == '>') && block_scalar(s, v, password)) return;
+    if ((q == '|' || q == '>') && block_scalar(s, v, flags)) return;
     if (q == '"' || q == '\'' || q == '`') {
         size_t lim = v + 1 + 513 > n ? n : v + 1 + 513;
         size_t e = v + 1;
@@ -1030,7 +1076,7 @@ static void assigned(scan_t *s, size_t v, int password) {
         end = e;
         quoted = 0;
     }
-    int validator = generic_value(b + start, end - start, quoted, password);
+    int validator = generic_value(b + start, end - start, quoted, flags);
     if (validator >= 0) emit(s, start, end, QG_GENERIC_SECRET, validator);
 }
 
@@ -1084,7 +1130,7 @@ static const char WORD_PUNCT[] = "\"'`()[]{},.;:!?"; /* _WORD_PUNCT of the refer
 static inline int is_key_char(int c) { return is_alnum(c) || (c > 0 && strchr("+/=_-.", c)); }
 
 /* _spaced_value of the reference: an element's value with spaces in it; validator or -1. */
-static int spaced_value(const unsigned char *v, size_t n, int password) {
+static int spaced_value(const unsigned char *v, size_t n, int flags) {
     if (is_placeholder(v, n)) return -1;
     size_t words = 0, w = 0;
     int empty = 0, prose = 0, mixed = 0;
@@ -1099,7 +1145,7 @@ static int spaced_value(const unsigned char *v, size_t n, int password) {
             digit |= is_digit(v[q]);
         }
         if (key_chars && digit) {
-            int validator = generic_value(v + a, e - a, 0, 0);
+            int validator = generic_value(v + a, e - a, 0, flags & NAME_ATTRIBUTE);
             if (validator >= 0) return validator;
         }
         if (in_list(v + a, e - a, PROSE_WORDS) || in_list(v + a, e - a, PLACEHOLDER_WORDS)) prose = 1;
@@ -1111,7 +1157,7 @@ static int spaced_value(const unsigned char *v, size_t n, int password) {
         words++;
         w = k + 1;
     }
-    if (!password || n < 12 || words < 2 || words > 8 || empty || prose) return -1;
+    if (!(flags & NAME_PASSWORD) || (flags & NAME_ATTRIBUTE) || n < 12 || words < 2 || words > 8 || empty || prose) return -1;
     int lower_only = 1;
     for (size_t k = 0; k < n; k++)
         if (!is_lower(v[k]) && v[k] != ' ') lower_only = 0;
@@ -1130,12 +1176,12 @@ static void xml_element(scan_t *s, size_t p) {
     if (at(s, (int64_t)e) == ' ') {
         size_t te = RUN_END(s, e, is_attrs, 257);
         if (te - e > 256 || at(s, (int64_t)te) != '>' || b[te - 1] == '/') return;
-        if (!(flags & 1)) flags = attr_secret(s, e, te);
+        if (!(flags & NAME_SECRET)) flags = attr_secret(s, e, te);
         e = te;
     } else if (at(s, (int64_t)e) != '>') {
         return;
     }
-    if (!(flags & 1)) return;
+    if (!(flags & NAME_SECRET)) return;
     size_t v = e + 1, ve, tail;
     if (starts_with(s, v, CDATA)) { /* <password><![CDATA[value]]></password> */
         v += sizeof CDATA - 1;
@@ -1153,8 +1199,8 @@ static void xml_element(scan_t *s, size_t p) {
         return;
     while (v < ve && b[v] == ' ') v++;
     while (ve > v && b[ve - 1] == ' ') ve--;
-    int validator = memchr(b + v, ' ', ve - v) ? spaced_value(b + v, ve - v, flags & 2)
-                                               : generic_value(b + v, ve - v, 0, flags & 2);
+    int validator = memchr(b + v, ' ', ve - v) ? spaced_value(b + v, ve - v, VALUE_FLAGS(flags))
+                                               : generic_value(b + v, ve - v, 0, VALUE_FLAGS(flags));
     if (validator >= 0) emit(s, v, ve, QG_GENERIC_SECRET, validator);
 }
 
@@ -1196,7 +1242,7 @@ static void pair(scan_t *s, size_t p) {
     if (ne == j || ne - j > 64 || (quoted && at(s, (int64_t)ne) != q)) return;
     if (pl && memchr(b + j, '.', ne - j)) return; /* RegEnumKey = win32api.RegEnumKey: code */
     int flags = secret_field(b + j, ne - j);
-    if (!(flags & 1)) return;
+    if (!(flags & NAME_SECRET)) return;
     size_t lim = ne + PAIR_WINDOW > n ? n : ne + PAIR_WINDOW;
     int line_start = 0;
     for (size_t k = ne; k < lim; k++) {
@@ -1212,7 +1258,7 @@ static void pair(scan_t *s, size_t p) {
             if (a >= 0 && is_name(a)) continue;
             int64_t v = field_sep(s, k + w);
             if (v >= 0) {
-                assigned(s, (size_t)v, flags & 2);
+                assigned(s, (size_t)v, VALUE_FLAGS(flags));
                 return;
             }
         }
@@ -1253,12 +1299,12 @@ static void short_password_flag(scan_t *s, size_t p) {
     int a = at(s, (int64_t)p + 2);
     if (at(s, (int64_t)p - 1) != ' ') return;
     if (sshpass_before(s, p)) {
-        assigned(s, p + 2, 1);
+        assigned(s, p + 2, NAME_PASSWORD);
         return;
     }
     if (a < 0 || a == ' ' || a == '-' || !user_flag_before(s, p)) return;
     size_t before = s->out->len;
-    assigned(s, p + 2, 1);
+    assigned(s, p + 2, NAME_PASSWORD);
     if (s->out->len > before) {
         qg_finding *f = &s->out->items[s->out->len - 1];
         if (memchr(s->b + f->start, '/', (size_t)(f->end - f->start))) s->out->len--;
@@ -1273,7 +1319,7 @@ static void user_password(scan_t *s, size_t j) {
     size_t ue = RUN_END(s, j, is_user, 65);
     int a = at(s, (int64_t)ue + 1);
     if (ue == j || ue - j > 64 || at(s, (int64_t)ue) != ':' || a < 0 || a == ' ' || a == '\t' || a == ':') return;
-    assigned(s, ue + 1, 1);
+    assigned(s, ue + 1, NAME_PASSWORD);
 }
 
 /* redis-cli -h host -p 6379 -a VALUE: see _redis_password_flag in the reference (b[p] is '-'). */
@@ -1286,7 +1332,7 @@ static void redis_password_flag(scan_t *s, size_t p) {
         if (b[c] != 'r' || memcmp(b + c, "redis-cli", 9) != 0) continue;
         int before = at(s, (int64_t)c - 1);
         if ((before < 0 || !is_name(before)) && at(s, (int64_t)c + 9) == ' ') {
-            assigned(s, p + 2, 1);
+            assigned(s, p + 2, NAME_PASSWORD);
             return;
         }
     }
@@ -1321,11 +1367,11 @@ static void flag(scan_t *s, size_t p) {
     }
     if (e == k || e - k > 64 || at(s, (int64_t)e) != ' ') return;
     int flags = secret_field(s->b + k, e - k);
-    if (!(flags & 1)) return;
+    if (!(flags & NAME_SECRET)) return;
     size_t v = e;
     while (at(s, (int64_t)v) == ' ') v++;
     if (at(s, (int64_t)v) == '-') return;
-    assigned(s, v, flags & 2);
+    assigned(s, v, VALUE_FLAGS(flags));
 }
 
 /* ENV NAME value, Dockerfile's legacy form: see _docker_env in the reference (b[p] is 'E' or 'e'). */
@@ -1342,7 +1388,7 @@ static void docker_env(scan_t *s, size_t p) {
     c = at(s, (int64_t)ne);
     if (ne == j || ne - j > 64 || (c != ' ' && c != '\t')) return;
     int flags = secret_field(b + j, ne - j);
-    if (!(flags & 1)) return;
+    if (!(flags & NAME_SECRET)) return;
     size_t v = ne;
     while (at(s, (int64_t)v) == ' ' || at(s, (int64_t)v) == '\t') v++;
     size_t e = RUN_END(s, v, is_value, 257);
@@ -1351,7 +1397,7 @@ static void docker_env(scan_t *s, size_t p) {
     while (e > v && b[e - 1] == ' ') e--;
     int quoted = e - v >= 2 && (b[v] == '"' || b[v] == '\'') && b[e - 1] == b[v];
     if (quoted) v++, e--;
-    int validator = generic_value(b + v, e - v, quoted, flags & 2);
+    int validator = generic_value(b + v, e - v, quoted, VALUE_FLAGS(flags));
     if (validator >= 0) emit(s, v, e, QG_GENERIC_SECRET, validator);
 }
 

@@ -697,15 +697,59 @@ def _word_core(part: str) -> str:
     return core
 
 
-def _secret_name(name: str) -> tuple[bool, bool]:
-    """``(secret-like, password-like)`` for an assigned name."""
+# Last words of a name that name an attribute of a credential, not the credential:
+# ``auth_provider: google-oauth2-provider`` names who issues it. Under such a name a value is a
+# secret only when it does not read as a name (:func:`_identifier_like`). The singular stop words
+# (type, policy, method...) are in _NAME_STOP already; none of these names a field that holds the
+# secret itself (no value, data, code, hash, state, grant, nonce, session).
+_ATTRIBUTE_WORDS = frozenset(
+    {
+        "provider", "providers", "issuer", "issuers", "audience", "audiences", "scheme", "schemes",
+        "realm", "realms", "tenant", "tenants", "domain", "domains", "server", "servers", "service",
+        "services", "backend", "backends", "vendor", "vendors", "client", "clients", "strategy",
+        "strategies", "protocol", "protocols", "flow", "flows", "factor", "factors", "usage",
+        "rotation", "strength", "level", "levels", "status", "statuses", "region", "regions", "zone",
+        "zones", "owner", "owners", "source", "sources", "group", "groups", "role", "roles", "scope",
+        "scopes", "tier", "tiers", "vault", "vaults", "manager", "managers", "algo", "algos",
+        "purpose", "types", "policies", "methods", "modes", "kinds", "names", "labels", "versions",
+        "algorithms", "formats",
+    }
+)
+
+
+def _secret_name(name: str) -> tuple[bool, bool, bool]:
+    """``(secret-like, password-like, attribute)`` for an assigned name; ``attribute`` when its
+    last word is in :data:`_ATTRIBUTE_WORDS`."""
     parts = [_word_core(p) for p in name_components(name)]
     if not parts or parts[-1] in _NAME_STOP:
-        return False, False
+        return False, False, False
+    attribute = parts[-1] in _ATTRIBUTE_WORDS
     parts = [p for p in parts if p not in _NOT_PASS]
     secret = any(p in _SECRET_WORDS or p.endswith(_SECRET_SUFFIXES) for p in parts)
     password = any(p in _PASSWORD_WORDS or p.endswith(_PASSWORD_SUFFIXES) for p in parts)
-    return secret, password
+    return secret, password, attribute
+
+
+_IDENT_SEPS = frozenset("-_.:/")
+
+
+def _identifier_like(value: str) -> bool:
+    """Whether ``value`` reads as a name (``google-oauth2-provider``, ``eu-west-1``): runs of
+    letters and digits joined by single ``- _ . : /``, changing between lower case, upper case and
+    digits at most 4 times (a lower-case letter then an upper-case letter or digit, an upper-case
+    letter then a digit, a digit then a letter). A random token changes at nearly every other
+    character."""
+    if not value or value[0] in _IDENT_SEPS or value[-1] in _IDENT_SEPS:
+        return False
+    changes = 0
+    for a, b in zip(value, value[1:]):
+        if a in _IDENT_SEPS:
+            if b in _IDENT_SEPS:
+                return False
+        elif (a in _LOWER and (b in _UPPER or b in _DIGITS)) or (a in _UPPER and b in _DIGITS) or (
+                a in _DIGITS and b in _LETTERS):
+            changes += 1
+    return changes <= 4 and all(c in _ALNUM or c in _IDENT_SEPS for c in value)
 
 
 def _is_uuid(value: str) -> bool:
@@ -722,12 +766,14 @@ def _is_attr_path(value: str) -> bool:
     return len(segs[0]) >= 3 and all(c in _LOWER or c in _DIGITS or c == "_" for c in segs[0])
 
 
-def _generic_value(value: str, quoted: bool, password: bool) -> str | None:
+def _generic_value(value: str, quoted: bool, password: bool, attribute: bool = False) -> str | None:
     """The validator that accepts ``value`` as an assigned secret, or None.
 
     Any secret-like name: 16+ characters, two character classes, entropy >= 3.5 bits/char.
     A password-like name also accepts 8+ characters using three of lower/upper/digit/symbol,
-    because real passwords are often too short to reach the entropy threshold.
+    because real passwords are often too short to reach the entropy threshold. Under a name that
+    names an attribute of a credential (``attribute``: ``auth_provider``) a value that reads as a
+    name (:func:`_identifier_like`) is not accepted.
     """
     n = len(value)
     if not (8 if password else 16) <= n <= 256 or " " in value or "\t" in value:
@@ -740,6 +786,8 @@ def _generic_value(value: str, quoted: bool, password: bool) -> str | None:
     symbol = any(c not in _ALNUM and c not in "_-." for c in value)
     if not quoted and all(c in _WORD or c == "." for c in value) and (not digit or _is_attr_path(value)):
         return None  # a bare identifier or attribute path is a reference, not a literal
+    if attribute and _identifier_like(value):
+        return None
     kinds = lower + upper + digit + symbol
     if n >= 16 and kinds >= 2 and entropy(value) >= 3.5:
         return "entropy>=3.5"
@@ -800,10 +848,10 @@ def _generic(text: str, p: int) -> list[tuple[int, int, str, str]]:
     if ne - k > 64 or ne == k:
         return []
     name = text[k:ne]
-    secret, password = _secret_name(name)
+    secret, password, attribute = _secret_name(name)
     if not secret or not any(c in _UPPER or c in _LOWER for c in name):
         return []
-    return _assigned(text, v, password)
+    return _assigned(text, v, password, attribute)
 
 
 def _line_indent(text: str, v: int) -> int:
@@ -817,7 +865,7 @@ def _line_indent(text: str, v: int) -> int:
     return _run_end(text, k, frozenset(" "), v - k) - k
 
 
-def _block_scalar(text: str, v: int, password: bool) -> list[tuple[int, int, str, str]] | None:
+def _block_scalar(text: str, v: int, password: bool, attribute: bool) -> list[tuple[int, int, str, str]] | None:
     """A YAML block scalar at ``v`` (``|`` or ``>``, optional indicators, end of line): the
     finding for its first line when indented deeper than the key's line; None if not one."""
     j = v + 1
@@ -838,7 +886,7 @@ def _block_scalar(text: str, v: int, password: bool) -> list[tuple[int, int, str
     e = _run_end(text, vs, _VALUE, 257)
     if e - vs > 256 or _at(text, e) not in ("", "\r", "\n"):
         return []
-    validator = _generic_value(text[vs:e], False, password)
+    validator = _generic_value(text[vs:e], False, password, attribute)
     return [(vs, e, "GENERIC_SECRET", validator)] if validator else []
 
 
@@ -855,14 +903,14 @@ def _next_param(text: str, v: int, e: int) -> int:
     return e
 
 
-def _assigned(text: str, v: int, password: bool) -> list[tuple[int, int, str, str]]:
+def _assigned(text: str, v: int, password: bool, attribute: bool = False) -> list[tuple[int, int, str, str]]:
     """The GENERIC_SECRET finding for the value assigned from ``v`` (after spaces), if any."""
     n = len(text)
     while v < n and text[v] in " \t":
         v += 1
     q = _at(text, v)
     if q in ("|", ">"):
-        block = _block_scalar(text, v, password)
+        block = _block_scalar(text, v, password, attribute)
         if block is not None:
             return block
     if q in _QUOTES:
@@ -876,14 +924,14 @@ def _assigned(text: str, v: int, password: bool) -> list[tuple[int, int, str, st
         if e - v > 256 or _at(text, e) == "(":
             return []
         start, end, quoted = v, e, False
-    validator = _generic_value(text[start:end], quoted, password)
+    validator = _generic_value(text[start:end], quoted, password, attribute)
     return [(start, end, "GENERIC_SECRET", validator)] if validator else []
 
 
-def _secret_field(name: str) -> tuple[bool, bool]:
+def _secret_field(name: str) -> tuple[bool, bool, bool]:
     """``_secret_name`` of a name written in another field than its value (needs a letter)."""
     if not any(c in _UPPER or c in _LOWER for c in name):
-        return False, False
+        return False, False, False
     return _secret_name(name)
 
 
@@ -894,9 +942,9 @@ _CDATA = "<![CDATA["
 _ATTRS = _VALUE - {"<", ">"}
 
 
-def _attr_secret(text: str, a: int, b: int) -> tuple[bool, bool]:
+def _attr_secret(text: str, a: int, b: int) -> tuple[bool, bool, bool]:
     """``_secret_field`` of the name in the first ``key="..."``/``name="..."`` attribute of the
-    tag text ``text[a:b]``; ``(False, False)`` without one."""
+    tag text ``text[a:b]``; ``(False, False, False)`` without one."""
     q = text.find(" ", a, b)
     while q != -1:
         for word in ("key", "name"):
@@ -907,7 +955,7 @@ def _attr_secret(text: str, a: int, b: int) -> tuple[bool, bool]:
                 if e + 2 < ve <= e + 66 and _at(text, ve) == quote:
                     return _secret_field(text[e + 2 : ve])
         q = text.find(" ", q + 1, b)
-    return False, False
+    return False, False, False
 
 
 def _xml_element(text: str, p: int) -> list[tuple[int, int, str, str]]:
@@ -920,13 +968,13 @@ def _xml_element(text: str, p: int) -> list[tuple[int, int, str, str]]:
     if e == k or e - k > 64:
         return []
     name = text[k:e]
-    secret, password = _secret_field(name)
+    secret, password, attribute = _secret_field(name)
     if _at(text, e) == " ":
         te = _run_end(text, e, _ATTRS, 257)
         if te - e > 256 or _at(text, te) != ">" or text[te - 1] == "/":
             return []
         if not secret:
-            secret, password = _attr_secret(text, e, te)
+            secret, password, attribute = _attr_secret(text, e, te)
         e = te
     elif _at(text, e) != ">":
         return []
@@ -952,7 +1000,8 @@ def _xml_element(text: str, p: int) -> list[tuple[int, int, str, str]]:
     while ve > v and text[ve - 1] == " ":
         ve -= 1
     value = text[v:ve]
-    validator = _spaced_value(value, password) if " " in value else _generic_value(value, False, password)
+    validator = (_spaced_value(value, password, attribute) if " " in value
+                 else _generic_value(value, False, password, attribute))
     return [(v, ve, "GENERIC_SECRET", validator)] if validator else []
 
 
@@ -977,7 +1026,7 @@ _WORD_PUNCT = "\"'`()[]{},.;:!?"  # stripped from the ends of a word before it i
 _KEY_CHARS = _ALNUM | set("+/=_-.")  # what a word that is a key by itself is made of
 
 
-def _spaced_value(value: str, password: bool) -> str | None:
+def _spaced_value(value: str, password: bool, attribute: bool) -> str | None:
     """The validator that accepts ``value``, which has spaces inside, as the content of an
     element named like a secret (``<password>correct horse battery staple</password>``), or None.
 
@@ -988,7 +1037,9 @@ def _spaced_value(value: str, password: bool) -> str | None:
     characters, 2-8 words split by single spaces, none of them (punctuation aside) in
     :data:`_PROSE_WORDS`, and either 3+ words of lower-case letters only or a word with a digit
     among three of lower/upper/digit/symbol. Other secret names (``<key>Track ID</key>`` in a
-    plist, ``<token>New York</token>``) need the word that is a key by itself.
+    plist, ``<token>New York</token>``) need the word that is a key by itself. Under an attribute
+    name (``attribute``, see :func:`_generic_value`) a word that reads as a name is no key, and
+    no value is a passphrase: it would read as the attribute's name.
     """
     if is_placeholder(value):
         return None
@@ -996,11 +1047,11 @@ def _spaced_value(value: str, password: bool) -> str | None:
     for w in words:
         w = w.strip(_WORD_PUNCT)
         if all(c in _KEY_CHARS for c in w) and any(c in _DIGITS for c in w):
-            validator = _generic_value(w, False, False)
+            validator = _generic_value(w, False, False, attribute)
             if validator:
                 return validator
     lo, hi = _PASSPHRASE_WORDS
-    if not password or len(value) < 12 or not lo <= len(words) <= hi or "" in words:
+    if not password or attribute or len(value) < 12 or not lo <= len(words) <= hi or "" in words:
         return None
     if any(_lower(w.strip(_WORD_PUNCT)) in _PROSE_WORDS for w in words):
         return None
@@ -1062,7 +1113,7 @@ def _pair(text: str, p: int) -> list[tuple[int, int, str, str]]:
         return []
     if prefix and "." in text[j:ne]:
         return []  # RegEnumKey = win32api.RegEnumKey: an attribute path in code, not a parameter
-    secret, password = _secret_field(text[j:ne])
+    secret, password, attribute = _secret_field(text[j:ne])
     if not secret:
         return []
     lim = min(len(text), ne + _PAIR_WINDOW)
@@ -1084,7 +1135,7 @@ def _pair(text: str, p: int) -> list[tuple[int, int, str, str]]:
         if hit and _at(text, k - 1) not in _NAME and _at(text, k + w) not in _NAME:
             v = _field_sep(text, k + w)
             if v >= 0:
-                return _assigned(text, v, password)
+                return _assigned(text, v, password, attribute)
     return []
 
 
@@ -1190,7 +1241,7 @@ def _flag(text: str, p: int) -> list[tuple[int, int, str, str]]:
         return _user_password(text, j)
     if e == k or e - k > 64 or _at(text, e) != " ":
         return []
-    secret, password = _secret_field(text[k:e])
+    secret, password, attribute = _secret_field(text[k:e])
     if not secret:
         return []
     v = e
@@ -1198,7 +1249,7 @@ def _flag(text: str, p: int) -> list[tuple[int, int, str, str]]:
         v += 1
     if _at(text, v) == "-":
         return []  # the next flag, not a value
-    return _assigned(text, v, password)
+    return _assigned(text, v, password, attribute)
 
 
 def _docker_env(text: str, i: int) -> list[tuple[int, int, str, str]]:
@@ -1219,7 +1270,7 @@ def _docker_env(text: str, i: int) -> list[tuple[int, int, str, str]]:
     ne = _run_end(text, j, _NAME, 65)
     if ne == j or ne - j > 64 or _at(text, ne) not in (" ", "\t"):
         return []
-    secret, password = _secret_field(text[j:ne])
+    secret, password, attribute = _secret_field(text[j:ne])
     if not secret:
         return []
     v = ne
@@ -1233,7 +1284,7 @@ def _docker_env(text: str, i: int) -> list[tuple[int, int, str, str]]:
     quoted = e - v >= 2 and text[v] in "\"'" and text[e - 1] == text[v]
     if quoted:
         v, e = v + 1, e - 1
-    validator = _generic_value(text[v:e], quoted, password)
+    validator = _generic_value(text[v:e], quoted, password, attribute)
     return [(v, e, "GENERIC_SECRET", validator)] if validator else []
 
 

@@ -100,7 +100,19 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   (``password1``, ``apiKey2``, ``tokenvalue``). Names ending in a descriptive word (url, path, id, count,
   name, ...) are skipped, as are unquoted identifiers and calls, and unquoted attribute paths
   even with digits (``win32api.RegEnumKey``, ``key: x25519.X25519PublicKey``: dotted names, the
-  first a lower-case name of 3+ characters, none starting with a digit).
+  first a lower-case name of 3+ characters, none starting with a digit). Under a name whose last
+  word names an attribute of a credential, not the credential (provider, issuer, audience,
+  scheme, realm, tenant, domain, server, service, backend, client, protocol, flow, usage,
+  rotation, strength, level, status, region, zone, owner, source, group, role, scope, tier,
+  vault, manager, algo, purpose, and plurals such as types, policies, methods; the full list is
+  ``_ATTRIBUTE_WORDS`` of the reference), a value that reads as a name is not a secret
+  (``auth_provider: google-oauth2-provider``, ``key_status: active-2024-rotated``): runs of
+  letters and digits joined by single ``- _ . : /`` that change between lower case, upper case
+  and digits at most 4 times (a lower-case letter then an upper-case one or a digit, an upper-case
+  letter then a digit, a digit then a letter); nor is a passphrase in an element so named. A
+  random value there changes class at nearly every other character and is still found, as is any
+  credential known by its form; the cost is a random secret of one character class only
+  (``auth_provider: qwhxkzmvplrtybnsdjfa``), which is not found under such a name.
 
 Not findings: placeholders (``${PASS}``, ``<token>``, ``****``, ``changeme``, ``your_...``),
 anything containing "EXAMPLE" (any case) in a credential, UUIDs, 32/40/64-hex digests and git SHAs

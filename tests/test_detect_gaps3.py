@@ -138,3 +138,100 @@ def test_the_twins_agree_on_near_tokens() -> None:
     for _ in range(4000):
         text = " ".join(_near_token(rng) for _ in range(rng.randint(1, 3)))
         assert _detect.find_spans(text) == _detect_py.find_spans(text), text
+
+
+# -- names whose last word names an attribute of a credential ------------------------------------
+# `auth_provider: google-oauth2-provider` names who issues a credential: the value reads as a name
+# and is no secret, though the name holds "auth" and the value has digits and entropy.
+
+ATTRIBUTE_PAIRS = [
+    ("auth_provider", "google-oauth2-provider"),
+    ("authProvider", "google-oauth2-provider"),
+    ("auth_scheme", "oauth2-client-credentials"),
+    ("token_issuer", "accounts-google-com-v2"),
+    ("token_audience", "api-gateway-prod-v2"),
+    ("key_vault", "kv-prod-westeurope-01"),
+    ("key_status", "active-2024-rotated"),
+    ("auth_backend", "ldap2-backend-primary"),
+    ("password_strength", "strong-12chars-min"),
+    ("key_usage", "digitalSignature-keyEncipherment"),
+    ("key_region", "eu-west-1-primary"),
+    ("token_status", "expired-after-3600s"),
+    ("auth_service", "keycloak-v21-prod"),
+    ("token_types", "access-token-v2-jwt"),
+    ("password_policies", "strong-passwords-required-v2"),
+    ("auth_methods", "oauth2-saml2-passkey"),
+    ("password_hash_algo", "argon2id-v19-m65536"),
+    ("password_rotation", "Every90Days"),
+    ("api_key_source", "vault:secret/data/app"),
+    ("auth_provider2", "google-oauth2-provider"),
+]
+
+FORMS = [
+    "{k}: {v}",
+    '{{"{k}": "{v}"}}',
+    "{k} = '{v}'",
+    "export {K}={v}",
+    "<{k}>{v}</{k}>",
+    "cmd --{k} {v}",
+    '{{"name": "{k}", "value": "{v}"}}',
+    "{k}: |\n  {v}\n",
+    "FROM x\nENV {K} {v}\n",
+]
+
+
+def _forms(key: str, value: str) -> list[str]:
+    return [f.format(k=key, K=key.upper(), v=value) for f in FORMS]
+
+
+@pytest.mark.parametrize("kernel", TWINS)
+@pytest.mark.parametrize("key,value", ATTRIBUTE_PAIRS)
+def test_a_name_under_a_credential_attribute_is_no_secret(kernel, key: str, value: str) -> None:
+    for text in _forms(key, value):
+        assert kernel.find_spans(text) == [], text
+
+
+# Real secrets stay found: under a name that is the secret, a value that is no name (random,
+# symbols), one the detector knows by its form, or a name whose last word is not an attribute.
+STILL_SECRETS = [
+    ("auth", "google-oauth2-provider", "GENERIC_SECRET"),
+    ("token", "google-oauth2-provider", "GENERIC_SECRET"),
+    ("api_key", "google-oauth2-provider", "GENERIC_SECRET"),
+    ("auth_provider_value", "google-oauth2-provider", "GENERIC_SECRET"),
+    ("auth_provider_secret", "google-oauth2-provider", "GENERIC_SECRET"),
+    ("auth_provider", "aB3dE5fG7hJ9kL1mN3pQ", "GENERIC_SECRET"),
+    ("auth_provider", "xK9mP2vL7qR4tW8zY3nB", "GENERIC_SECRET"),
+    ("auth_provider", "A1B2-C3D4-E5F6-G7H8-J9K0", "GENERIC_SECRET"),
+    ("key_status", "f83Kd92nLq0Zp7Xc4Vb1", "GENERIC_SECRET"),
+    ("auth_provider", "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY", "GOOGLE_API_KEY"),
+    ("token_issuer", "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "STRIPE_KEY"),
+    ("auth_provider", "AKIAQ3EGRZ7XPLMN4HTB", "AWS_ACCESS_KEY"),
+    ("password_strength", "Tr0ub4dor&3xyz!", "GENERIC_SECRET"),
+]
+
+
+@pytest.mark.parametrize("kernel", TWINS)
+@pytest.mark.parametrize("key,value,type_", STILL_SECRETS)
+def test_a_secret_under_any_name_is_still_found(kernel, key: str, value: str, type_: str) -> None:
+    for text in _forms(key, value):
+        found = kernel.find_spans(text)
+        s = text.index(value)
+        assert [(a, b, t) for a, b, t, _ in found] == [(s, s + len(value), type_)], (text, found)
+
+
+@pytest.mark.parametrize("kernel", TWINS)
+def test_no_passphrase_under_an_attribute_name(kernel) -> None:
+    # An element named for a password's attribute holds words about it, not the password.
+    assert kernel.find_spans("<password_strength>very strong indeed</password_strength>") == []
+    assert kernel.find_spans("<password_strength>Xk9mP2vL7qR4tWz8 (set)</password_strength>") != []
+    assert kernel.find_spans("<password>correct horse battery staple</password>") != []
+
+
+def test_the_twins_agree_on_values_under_attribute_names() -> None:
+    rng = random.Random(7)
+    alphabet = "aZ09-_.:/x Q#"
+    for _ in range(3000):
+        key = rng.choice(["auth_provider", "tokenIssuer", "password_strength", "key_types", "api_key"])
+        value = "".join(rng.choice(alphabet) for _ in range(rng.randint(8, 30)))
+        for text in _forms(key, value)[:5]:
+            assert _detect.find_spans(text) == _detect_py.find_spans(text), text

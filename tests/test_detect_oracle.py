@@ -27,7 +27,7 @@ PIECES = [
     "AIzaSyA1b2C3d4E5f6G7h8I9j0K_L-m3N4o5P6q", "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",
     "npm_Ab3dEf7hIj9kLmN0pQrStUvWxYz123456789", "pypi-AgEIcHlwaS5vcmc" + "CJGE0ZjM3YjM0LWQ5ZWQtNGQ0Mi1hY2Yy" * 2,
     "SG.Ab3dEf7hIj9kLmN0pQ_rSt.Uv-WxYz123456789Ab3dEf7hIj9kLmN0pQrStUvWxYz", "SK2f9c0e4b7d1a8f3e6c5b2a9d8e7f6a5b",
-    "hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh",
+    "hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh", "auth_provider: google-oauth2-provider", "<key_status>v2-Ab</key_status>",
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
     "postgres://app:S3cr3t#Pw!@db.internal:5432/x", "redis://:password@h", 'API_KEY = "Zk29fjA01kd8Gh3LmQ9x"',
     "password: Hq8#kLm2$pQr9vXz", "clientSecret := 'q8W#e2R!t6Y@u0I$o4P'",

@@ -438,6 +438,7 @@ PREFIXED_NEGATIVES = [
     "Widgets: SG.Widget.Button and SG.Layout.Grid render the form; SKU 1234-5678.\n",
     "md5 SKd41d8cd98f00b204e9800998ecf8427e0 and xSK0123456789abcdef0123456789abcdef\n",
     "from huggingface_hub import hf_hub_download\nmodel = 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\n",
+    "auth_provider: google-oauth2-provider\nkey_status: active-2024-rotated\nauth_scheme: oauth2-client-credentials\n",
 ]
 
 
