@@ -835,8 +835,8 @@ static int ends_with_any(const unsigned char *v, size_t n, const char *const *li
 }
 
 /* name_components + _secret_name of the reference: words split at _ . - and camelCase.
- * Returns NAME_SECRET for a secret-like name, NAME_PASSWORD for a password-like one and
- * NAME_ATTRIBUTE when its last word is in ATTRIBUTE_WORDS. */
+ * Returns NAME_SECRET for a secret-like name, NAME_PASSWORD for a password-like one and, for a
+ * secret-like one, NAME_ATTRIBUTE when its last word is in ATTRIBUTE_WORDS. */
 static int secret_name(const unsigned char *name, size_t n) {
     size_t starts[65], ends[65];
     int np = 0;
@@ -872,7 +872,7 @@ static int secret_name(const unsigned char *name, size_t n) {
         if (ends[k] - starts[k] > 5 && eq_ci(name + ends[k] - 5, 5, "value")) ends[k] -= 5;
     }
     if (!np || in_list(name + starts[np - 1], ends[np - 1] - starts[np - 1], NAME_STOP)) return 0;
-    int flags = in_list(name + starts[np - 1], ends[np - 1] - starts[np - 1], ATTRIBUTE_WORDS) ? NAME_ATTRIBUTE : 0;
+    int flags = 0;
     for (int k = 0; k < np; k++) {
         const unsigned char *w = name + starts[k];
         size_t wl = ends[k] - starts[k];
@@ -880,6 +880,9 @@ static int secret_name(const unsigned char *name, size_t n) {
         if (in_list(w, wl, SECRET_WORDS) || ends_with_any(w, wl, SECRET_SUFFIXES)) flags |= NAME_SECRET;
         if (in_list(w, wl, PASSWORD_WORDS) || ends_with_any(w, wl, PASSWORD_SUFFIXES)) flags |= NAME_PASSWORD;
     }
+    /* Only a secret name's values are judged: most names need not be looked up. */
+    if ((flags & NAME_SECRET) && in_list(name + starts[np - 1], ends[np - 1] - starts[np - 1], ATTRIBUTE_WORDS))
+        flags |= NAME_ATTRIBUTE;
     return flags;
 }
 
@@ -1546,7 +1549,10 @@ int qg_detect(const unsigned char *b, size_t n, qg_findings *out) {
         int prev = i ? b[i - 1] : -1;
         if (is_digit(c) && !(prev >= 0 && is_digit(prev))) chain(&s, i);
         if (is_alpha(c)) iban(&s, i);
-        if (c && strchr("AGSghnprsx", c)) token(&s, i);
+        if (c == 'A' || c == 'g' || c == 'x' || c == 's' || c == 'r') token(&s, i);
+        /* The later prefixes all need a start of word: most of their letters are not one. */
+        else if ((c == 'G' || c == 'S' || c == 'h' || c == 'n' || c == 'p') && !(prev >= 0 && is_alnum(prev)))
+            token(&s, i);
         if (c == '@') email(&s, i);
         if (c == ':' && i + 3 <= n && b[i + 1] == '/' && b[i + 2] == '/') url(&s, i);
         if (c == 'e' && i + 3 <= n && b[i + 1] == 'y' && b[i + 2] == 'J') jwt(&s, i);

@@ -718,16 +718,16 @@ _ATTRIBUTE_WORDS = frozenset(
 
 
 def _secret_name(name: str) -> tuple[bool, bool, bool]:
-    """``(secret-like, password-like, attribute)`` for an assigned name; ``attribute`` when its
-    last word is in :data:`_ATTRIBUTE_WORDS`."""
+    """``(secret-like, password-like, attribute)`` for an assigned name; ``attribute`` when it is
+    secret-like and its last word is in :data:`_ATTRIBUTE_WORDS`."""
     parts = [_word_core(p) for p in name_components(name)]
     if not parts or parts[-1] in _NAME_STOP:
         return False, False, False
-    attribute = parts[-1] in _ATTRIBUTE_WORDS
+    last = parts[-1]
     parts = [p for p in parts if p not in _NOT_PASS]
     secret = any(p in _SECRET_WORDS or p.endswith(_SECRET_SUFFIXES) for p in parts)
     password = any(p in _PASSWORD_WORDS or p.endswith(_PASSWORD_SUFFIXES) for p in parts)
-    return secret, password, attribute
+    return secret, password, secret and last in _ATTRIBUTE_WORDS
 
 
 _IDENT_SEPS = frozenset("-_.:/")
