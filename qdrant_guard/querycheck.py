@@ -229,9 +229,8 @@ class QueryChecks(TextOps):
         ``MatchText``, ``MatchTextAny``, ``MatchPhrase``, ``MatchPrefix`` or ``MatchSubstring``, in
         nested filters and formula conditions too, is run through the detector as ``key: value``
         (so ``ssn`` next to a bare number counts). Credentials are refused (CREDENTIAL_IN_TEXT)
-        always, but for a GENERIC_SECRET that only the key made, when the key's last word names an
-        attribute of a credential (:func:`names_attribute`: ``auth_provider``) and the value reads
-        as a name (:func:`identifier_like`: ``google-oauth2-provider``); PII per
+        always (a name-like value under a field named for a credential's attribute, such as
+        ``auth_provider: google-oauth2-provider``, is no credential to the detector); PII per
         ``query.filter_pii`` (QUERY_REJECTED). Full-text match strings also pass
         the structural scan of query text (``query.mode``/``enabled`` as for query text).
 
@@ -275,11 +274,6 @@ class QueryChecks(TextOps):
                 text = str(item)
                 self._filter_structure(op, name, pol, at, text, details, full_text=type(match) in _FULL_TEXT)
                 findings = _detect.find_sensitive(f"{key}: {text}")
-                if any(f.type == "GENERIC_SECRET" for f in findings) and names_attribute(key) and \
-                        identifier_like(text) and not any(f.type == "GENERIC_SECRET" for f in _detect.find_sensitive(text)):
-                    # Only the key made the value a secret, and the key names what a credential is
-                    # attributed to (its provider, issuer...), not the credential.
-                    findings = [f for f in findings if f.type != "GENERIC_SECRET"]
                 if not findings:
                     continue
                 types = sorted({f.type for f in findings})
@@ -549,42 +543,6 @@ def query_filter_roots(args: dict[str, Any], filter_key: str, where: str = "") -
         yield f"{path}.filter", p.filter
         if isinstance(p.query, models.FormulaQuery):
             yield f"{path}.query", p.query
-
-
-# Last words of a field name that name an attribute of a credential, not the credential: the
-# detector reads `auth_provider: google-oauth2-provider` as a secret assigned to an "auth" name
-# (its own stop words, `type`, `id`, `policy`..., are mostly singular: these add their plurals).
-# None of these names a field that holds the secret itself (no `value`, `data`, `code`, `hash`,
-# `state`, `store`, `grant`, `nonce`, `session`).
-_ATTRIBUTE_WORDS = frozenset({
-    "provider", "providers", "issuer", "issuers", "audience", "audiences", "scheme", "schemes", "realm", "realms",
-    "tenant", "tenants", "domain", "domains", "server", "servers", "service", "services", "backend", "backends",
-    "vendor", "vendors", "client", "clients", "strategy", "strategies", "protocol", "protocols", "flow", "flows",
-    "factor", "factors", "usage", "rotation", "strength", "level", "levels", "status", "statuses", "region",
-    "regions", "zone", "zones", "owner", "owners", "source", "sources", "group", "groups", "role", "roles",
-    "scope", "scopes", "tier", "tiers", "vault", "vaults", "manager", "managers", "algo", "algos", "purpose",
-    "types", "policies", "methods", "modes", "kinds", "names", "labels", "versions", "algorithms", "formats",
-})
-_NAME_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
-# Words, numbers and camelCase joined by - _ . : or /: what a provider, a region or a version is called.
-_IDENTIFIER = re.compile(r"[A-Za-z0-9]+(?:[-_.:/][A-Za-z0-9]+)*")
-_CLASS_CHANGE = re.compile(r"[a-z](?=[A-Z0-9])|[A-Z](?=[0-9])|[0-9](?=[A-Za-z])")
-
-
-def names_attribute(key: str) -> bool:
-    """Whether the last word of payload path ``key`` (``people[].authProvider`` -> ``provider``)
-    names an attribute of a credential (:data:`_ATTRIBUTE_WORDS`), not the credential."""
-    last = key.rsplit(".", 1)[-1].replace("[]", "")
-    words = _NAME_WORDS.findall(last)
-    return bool(words) and words[-1].lower() in _ATTRIBUTE_WORDS
-
-
-def identifier_like(value: str) -> bool:
-    """Whether ``value`` reads as a name (``google-oauth2-provider``, ``eu-west-1``,
-    ``digitalSignature``): word runs joined by ``- _ . : /`` that change between lower case, upper
-    case and digits at most 4 times in all (an upper-case letter starting a word is no change).
-    A random token changes class at nearly every other character."""
-    return _IDENTIFIER.fullmatch(value) is not None and len(_CLASS_CHANGE.findall(value)) <= 4
 
 
 # The argument by which each write method may select its points with a filter.

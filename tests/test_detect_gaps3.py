@@ -235,16 +235,3 @@ def test_the_twins_agree_on_values_under_attribute_names() -> None:
         value = "".join(rng.choice(alphabet) for _ in range(rng.randint(8, 30)))
         for text in _forms(key, value)[:5]:
             assert _detect.find_spans(text) == _detect_py.find_spans(text), text
-
-
-def test_the_attribute_rule_is_the_filter_screens_rule() -> None:
-    # querycheck drops the same findings for filters (names_attribute/identifier_like); while both
-    # copies exist they must say the same.
-    from qdrant_guard import querycheck
-
-    assert _detect_py._ATTRIBUTE_WORDS == querycheck._ATTRIBUTE_WORDS
-    rng = random.Random(11)
-    alphabet = "aZ09-_.:/ #é"
-    for _ in range(20000):
-        value = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
-        assert _detect_py._identifier_like(value) == querycheck.identifier_like(value), value
