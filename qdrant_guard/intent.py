@@ -917,10 +917,10 @@ def load_classifier(spec: str | None, *, timeout_s: float | None = None) -> Inte
 # Time limit
 # --------------------------------------------------------------------------------------------
 
-#: Most timed-out calls of one classifier that may still hold a worker thread. A thread cannot
-#: be killed, so a hung call keeps its thread; past this many, further calls of that classifier
-#: fail at once (``IntentClassifierError``) instead of waiting, and other classifiers keep the
-#: other workers.
+#: Most calls of one classifier that may hold a worker thread at once, timed-out ones included. A
+#: thread cannot be killed, so a hung call keeps its thread; once this many of one classifier have
+#: timed out and are still running, its further calls fail at once (``IntentClassifierError``),
+#: and other classifiers keep the other workers.
 MAX_ABANDONED_CALLS = 16
 # Worker threads are reused and never exceed this (process-wide), so hung calls cannot pile up
 # threads without limit, and one hung classifier leaves half the workers to the others.
@@ -940,25 +940,40 @@ class _ClassifierPool:
         # Also run in a forked child, which has none of the parent's threads: counted as idle,
         # they would take its tasks and never run them.
         self._lock = threading.Lock()
-        self._tasks: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]]] = queue.SimpleQueue()
+        self._freed = threading.Condition(self._lock)
+        self._tasks: queue.SimpleQueue[tuple[Future[Any], Any, Callable[[], Any]]] = queue.SimpleQueue()
         self._threads = 0
         self._idle = 0
-        self._abandoned: dict[int, int] = {}  # id of the classifier -> its calls timed out and running
+        self._abandoned: dict[Any, int] = {}  # classifier key -> its calls timed out and running
+        # classifier key -> its calls queued or running, timed out or not. Bounded per classifier:
+        # counting only the timed-out ones let calls in flight together take every worker.
+        self._busy: dict[Any, int] = {}
 
     def abandoned(self) -> int:
         """Calls that timed out and are still running, of every classifier."""
         with self._lock:
             return sum(self._abandoned.values())
 
-    def call(self, key: int, fn: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    def call(self, key: Any, fn: Callable[[], Any], timeout_s: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout_s
         with self._lock:
-            hung = self._abandoned.get(key, 0)
-            if hung >= self._max_abandoned:
-                raise IntentClassifierError(
-                    f"{what} was not called: {hung} earlier calls of it timed out and are still running "
-                    f"(at most {self._max_abandoned} are kept waiting, since a hung thread cannot be "
-                    "stopped). Fix the classifier so that it answers within intent.timeout_s, then "
-                    "restart the process")
+            while True:
+                hung = self._abandoned.get(key, 0)
+                if hung >= self._max_abandoned:
+                    raise IntentClassifierError(
+                        f"{what} was not called: {hung} earlier calls of it timed out and are still running "
+                        f"(at most {self._max_abandoned} are kept waiting, since a hung thread cannot be "
+                        "stopped). Fix the classifier so that it answers within intent.timeout_s, then "
+                        "restart the process")
+                if self._busy.get(key, 0) < self._max_abandoned:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise IntentClassifierError(
+                        f"{what} did not start within intent.timeout_s = {timeout_s:g} s: "
+                        f"{self._max_abandoned} calls of it were already running")
+                self._freed.wait(left)
+            self._busy[key] = self._busy.get(key, 0) + 1
             spawn = not self._idle and self._threads < self._max_workers
             if spawn:
                 self._threads += 1
@@ -966,22 +981,24 @@ class _ClassifierPool:
                 self._idle -= 1
         fut: Future[Any] = Future()
         ctx = contextvars.copy_context()  # as asyncio.to_thread does: context variables follow the call
-        self._tasks.put((fut, lambda: ctx.run(fn)))
+        self._tasks.put((fut, key, lambda: ctx.run(fn)))
         if spawn:
             try:
                 threading.Thread(target=self._work, name="qdrant-guard-intent", daemon=True).start()
             except RuntimeError as exc:  # "can't start new thread": out of threads or memory
                 with self._lock:
                     self._threads -= 1
-                fut.cancel()  # its queued task is then skipped by whichever worker takes it
+                if fut.cancel():  # its queued task is then skipped by whichever worker takes it
+                    self._finished(key)
                 raise IntentClassifierError(f"{what} was not called: no worker thread could be started "
                                             f"({exc})") from None
         try:
-            return fut.result(timeout=timeout_s)
+            return fut.result(timeout=max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             if fut.done() and not fut.cancelled():  # an exception of the classifier's own, or just in time
                 return fut.result()
             if fut.cancel():  # still queued: no worker came free in time; it will never run
+                self._finished(key)
                 raise IntentClassifierError(
                     f"{what} did not start within intent.timeout_s = {timeout_s:g} s: all {self._max_workers} "
                     "classifier workers were busy") from None
@@ -992,7 +1009,7 @@ class _ClassifierPool:
                 f"{what} did not answer within intent.timeout_s = {timeout_s:g} s; the query was not "
                 "classified (the call keeps running on its thread until it returns)") from None
 
-    def _release(self, key: int) -> None:
+    def _release(self, key: Any) -> None:
         with self._lock:
             left = self._abandoned[key] - 1
             if left:
@@ -1000,15 +1017,27 @@ class _ClassifierPool:
             else:
                 del self._abandoned[key]
 
+    def _finished(self, key: Any) -> None:
+        """A call of ``key`` ran to its end, or was cancelled before it started: its slot is free."""
+        with self._lock:
+            left = self._busy[key] - 1
+            if left:
+                self._busy[key] = left
+            else:
+                del self._busy[key]
+            self._freed.notify_all()
+
     def _work(self) -> None:
         while True:
-            fut, fn = self._tasks.get()
-            if fut.set_running_or_notify_cancel():
+            fut, key, fn = self._tasks.get()
+            if fut.set_running_or_notify_cancel():  # else cancelled, and the canceller freed its slot
                 try:
                     fut.set_result(fn())
                 except BaseException as exc:  # handed to the caller, who decides
                     fut.set_exception(exc)
-            fut = fn = None  # type: ignore[assignment]  # hold no result while idle
+                finally:
+                    self._finished(key)
+            fut = fn = key = None  # type: ignore[assignment]  # hold no result while idle
             with self._lock:
                 self._idle += 1
 
@@ -1026,9 +1055,10 @@ def classify_with_timeout(clf: Any, text: str, timeout_s: float) -> Any:
     one, a ``module:attr``) runs on a shared worker thread; if it has not answered after
     ``timeout_s`` its result is abandoned and :class:`IntentClassifierError` raised, as for any
     failed classification. The abandoned call keeps its thread until it returns; once
-    :data:`MAX_ABANDONED_CALLS` of one classifier are, its further calls fail at once. At most 32
-    calls run at once (process-wide); a call waiting for a worker counts its wait against
-    ``timeout_s``.
+    :data:`MAX_ABANDONED_CALLS` of one classifier are, its further calls fail at once. One
+    classifier (its class and name, whichever client loaded it) has at most that many calls
+    running at once, timed out or not; at most 32 calls run at once (process-wide). A call waiting
+    for a worker counts its wait against ``timeout_s``.
 
     Raises:
         IntentClassifierError: the call timed out, or too many earlier ones are still running.
@@ -1038,4 +1068,13 @@ def classify_with_timeout(clf: Any, text: str, timeout_s: float) -> Any:
         return clf.classify(text)
     name = getattr(clf, "name", None)
     what = f"intent classifier {name!r}" if isinstance(name, str) else "the intent classifier"
-    return _POOL.call(id(clf), lambda: clf.classify(text), timeout_s, what)
+    return _POOL.call(_pool_key(clf), lambda: clf.classify(text), timeout_s, what)
+
+
+def _pool_key(clf: Any) -> Any:
+    """Which classifier a call belongs to, for the bound on its calls: its class and name (and an
+    LLM's endpoint), not the instance. A ``module:Class`` spec makes one instance per client, and
+    bounded per instance, two clients of one hung classifier held every worker."""
+    name = getattr(clf, "name", None)
+    return (type(clf), name if isinstance(name, str) else None,
+            clf._url if isinstance(clf, LLMIntentClassifier) else None)

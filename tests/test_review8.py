@@ -1,0 +1,92 @@
+"""Review 8 of the changes merged on 2026-12-04: the intent classifier pool's per-classifier bound,
+and batch payload operations naming an empty id list.
+
+Real local-mode Qdrant and real keys; classifiers are loaded by ``module:attr`` from this file. A
+hung classifier blocks on a threading.Event that the test sets at its end (a safety timer sets it
+after a minute, so that code without the bound ends the test by failing, not hanging).
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from guardkit import audit_records, create, make_kit, models, unit
+from qdrant_guard import GuardRefusal, QdrantClient
+from qdrant_guard import intent as intent_mod
+from qdrant_guard.intent import IntentResult
+
+RELEASE = threading.Event()
+
+
+class Hung:
+    """A classifier class (each client that loads it makes its own instance) that blocks until
+    RELEASE is set."""
+
+    name = "review8-hung"
+
+    def classify(self, text, *, embedding=None):
+        RELEASE.wait()
+        return IntentResult("benign", 0.9, "released", self.name)
+
+
+class Quick:
+    name = "review8-quick"
+
+    def classify(self, text, *, embedding=None):
+        return IntentResult("benign", 0.9, "quick", self.name)
+
+
+@pytest.fixture()
+def kit(tmp_path):
+    return make_kit(tmp_path)
+
+
+@pytest.fixture()
+def hung():
+    RELEASE.clear()
+    safety = threading.Timer(60.0, RELEASE.set)
+    safety.daemon = True
+    safety.start()
+    try:
+        yield
+    finally:
+        safety.cancel()
+        RELEASE.set()
+        done = threading.Event()
+        for _ in range(3000):  # the released calls end at once; this only waits for their threads
+            if intent_mod._POOL.abandoned() == 0:
+                break
+            done.wait(0.01)
+        assert intent_mod._POOL.abandoned() == 0
+
+
+def _client(kit, classifier, timeout_s):
+    pol = {"class": "PII", "owner": "hr", "intent": {"classifier": classifier, "timeout_s": timeout_s}}
+    cl = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(cl, "c")
+    cl.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(1)))])
+    return cl
+
+
+def _query(cl, text="what is the leave policy?"):
+    return cl.query_points("c", query=unit(np.random.default_rng(0)), query_text=text, limit=3)
+
+
+def test_a_hung_classifier_loaded_by_two_clients_leaves_workers_to_other_classifiers(kit, hung):
+    # The bound on hung calls was kept per classifier *instance* (id(clf)). A "module:Class" spec
+    # gives each client its own instance, so two clients of the same hung classifier held all 32
+    # workers (16 each) and every other classifier of the process then failed ("all 32 classifier
+    # workers were busy"), against the documented "a hung one leaves at least 16 to the others".
+    for _ in range(2):
+        cl = _client(kit, "test_review8:Hung", 0.02)
+        for i in range(intent_mod.MAX_ABANDONED_CALLS):
+            with pytest.raises(GuardRefusal) as ei:
+                _query(cl, f"query {i}")
+            assert ei.value.verdict == "FAIL_CLOSED"
+    assert intent_mod._POOL.abandoned() <= intent_mod.MAX_ABANDONED_CALLS
+    other = _client(kit, "test_review8:Quick", 30.0)
+    assert len(_query(other).points) == 1
+    rec = audit_records(kit)[-1]
+    assert rec["verdict"] == "ALLOW" and rec["details"]["intent"]["reasoning"] == "quick"
