@@ -101,13 +101,19 @@ class PayloadOps(TextOps):
         applied. The look-up costs one ``retrieve`` of the ids (no payload, no vectors); calls by
         filter read nothing. In a batch, ``fresh`` holds the points upserted (unconditionally)
         earlier in it and ``deleted`` those deleted earlier by id, by normalised id: the former
-        count as present, the latter as missing.
+        count as present, the latter as missing; and an empty id list is refused too.
 
         Raises:
-            UnsupportedWriteError: a missing point or an invalid id.
+            UnsupportedWriteError: a missing point, an invalid id, or (in a batch) no id at all.
         """
         selector = _rest_selector(selector)
         ids = _selector_ids(selector)
+        if not ids and fresh is not None and not isinstance(selector, (models.Filter, models.FilterSelector)):
+            # Qdrant fails an empty id list, after applying the batch's earlier operations.
+            raise self._unsupported(op, name, pol, (
+                f"{op}: a payload change in a batch on sensitive collection {name!r} names no point (an "
+                "empty id list); Qdrant would apply the batch up to it, then fail. Leave the operation "
+                "out, or name its points. Nothing was written"))
         if not ids:
             return selector
         for pid in ids:
@@ -389,14 +395,14 @@ class PayloadOps(TextOps):
             sp = operation.set_payload
             payload = self._check_set(op, name, pol, sp.payload, sp.key)
             update: dict[str, Any] = {"payload": payload}
-            if sp.points:
+            if sp.points is not None:
                 update.update(points=None, filter=(yield from self._batch_existing(op, name, pol, sp, fresh, deleted)))
             return [models.SetPayloadOperation(set_payload=sp.model_copy(update=update))]
         if isinstance(operation, models.DeletePayloadOperation):
             dp = operation.delete_payload
             if any(_touches_receipt(k) for k in dp.keys):
                 raise self._refuse_tamper(op, name, pol, "delete")
-            if dp.points:
+            if dp.points is not None:
                 where = yield from self._batch_existing(op, name, pol, dp, fresh, deleted)
                 return [models.DeletePayloadOperation(delete_payload=dp.model_copy(
                     update={"points": None, "filter": where}))]

@@ -12,8 +12,8 @@ import threading
 import numpy as np
 import pytest
 
-from guardkit import audit_records, create, make_kit, models, unit
-from qdrant_guard import GuardRefusal, QdrantClient
+from guardkit import audit_records, create, make_kit, models, snapshot, unit
+from qdrant_guard import GuardRefusal, QdrantClient, UnsupportedWriteError
 from qdrant_guard import intent as intent_mod
 from qdrant_guard.intent import IntentResult
 
@@ -90,3 +90,30 @@ def test_a_hung_classifier_loaded_by_two_clients_leaves_workers_to_other_classif
     assert len(_query(other).points) == 1
     rec = audit_records(kit)[-1]
     assert rec["verdict"] == "ALLOW" and rec["details"]["intent"]["reasoning"] == "quick"
+
+
+def _owner(kit):
+    pol = {"class": "PII", "owner": "hr", "raw_in_boundary": True, "intent": {"enabled": False}}
+    cl = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(cl, "c")
+    cl.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(1)), payload={"a": 1})])
+    return cl
+
+
+@pytest.mark.parametrize("operation", [
+    models.SetPayloadOperation(set_payload=models.SetPayload(payload={"z": 1}, points=[])),
+    models.DeletePayloadOperation(delete_payload=models.DeletePayload(keys=["a"], points=[])),
+], ids=["SetPayload", "DeletePayload"])
+def test_a_batch_payload_change_naming_no_id_is_refused_before_anything_is_written(kit, operation):
+    # The id check passed an empty id list through unchanged: Qdrant (local mode as the server)
+    # applies the operations before it, then fails on it ("Empty update request"), so the
+    # upsert below was stored and the call raised: half applied.
+    owner = _owner(kit)
+    before = snapshot(owner, "c")
+    n = len(audit_records(kit))
+    upsert = models.UpsertOperation(upsert=models.PointsList(points=[
+        models.PointStruct(id=2, vector=unit(np.random.default_rng(2)))]))
+    with pytest.raises(UnsupportedWriteError, match="names no point"):
+        owner.batch_update_points("c", [upsert, operation])
+    assert snapshot(owner, "c") == before
+    assert [e["verdict"] for e in audit_records(kit)[n:]] == ["UNSUPPORTED_WRITE"]
