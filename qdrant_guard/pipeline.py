@@ -395,11 +395,25 @@ class GuardPipeline:
         return pol
 
     # -- collection shape -----------------------------------------------------------------
-    def shape(self, collection: str) -> Generator[Call, Any, CollectionShape]:
-        """The vector layout of ``collection`` (cached; fetched with ``get_collection``)."""
+    def shape(self, collection: str, *, op: str | None = None,
+              pol: CollectionPolicy | None = None) -> Generator[Call, Any, CollectionShape]:
+        """The vector layout of ``collection`` (cached; fetched with ``get_collection``). With
+        ``op`` (the write it is read for), a failed fetch is audited (QDRANT_ERROR, the method and
+        the error type: the write fails before its decision, and must not fail with no entry)."""
         found = self._shapes.get(collection)
         if found is None:
-            info = yield Call("get_collection", {"collection_name": collection})
+            try:
+                info = yield Call("get_collection", {"collection_name": collection})
+            except GeneratorExit:  # abandoned, not failed
+                raise
+            except BaseException as exc:
+                if op is not None:
+                    self.record(self.decision(
+                        op, collection, pol, Verdict.QDRANT_ERROR,
+                        f"Qdrant failed while the guard read the collection's vector layout (get_collection "
+                        f"raised {type(exc).__name__}; its message is not logged); nothing was written",
+                        details={"method": "get_collection", "error": type(exc).__name__}))
+                raise
             found = shape_from_info(info)
             self._shapes[collection] = found
         return found

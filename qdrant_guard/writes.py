@@ -564,7 +564,7 @@ class WriteOps(TextOps):
         """
         self.require_access(op, name, pol, "write")
         self._check_point_ids(op, name, pol, [p.id for p in points])
-        shape: CollectionShape = yield from self.shape(name)
+        shape: CollectionShape = yield from self.shape(name, op=op, pol=pol)
         boundary = self.boundary()
         raw_ok = pol.raw_allowed(boundary)
         ceiling = self.ceiling(pol)

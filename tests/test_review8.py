@@ -117,3 +117,22 @@ def test_a_batch_payload_change_naming_no_id_is_refused_before_anything_is_writt
         owner.batch_update_points("c", [upsert, operation])
     assert snapshot(owner, "c") == before
     assert [e["verdict"] for e in audit_records(kit)[n:]] == ["UNSUPPORTED_WRITE"]
+
+
+@pytest.mark.parametrize("call", [
+    lambda c, p: c.upsert("gone", [p]),
+    lambda c, p: c.upload_points("gone", [p]),
+    lambda c, p: c.batch_update_points("gone", [models.UpsertOperation(upsert=models.PointsList(points=[p]))]),
+], ids=["upsert", "upload_points", "batch_update_points"])
+def test_a_write_whose_collection_layout_cannot_be_read_is_audited(kit, call):
+    # update_vectors, delete_vectors and the payload methods audit a failed look-up before their
+    # decision (QDRANT_ERROR); an upsert's look-up of the collection's layout failed with no
+    # entry at all, so a write attempt on a sensitive collection left no trace.
+    pol = {"class": "PII", "owner": "hr", "raw_in_boundary": True, "intent": {"enabled": False}}
+    cl = QdrantClient(":memory:", guard=kit.config({"gone": pol}), principal=kit.principal("alice", "hr"))
+    point = models.PointStruct(id=1, vector=unit(np.random.default_rng(1)))
+    with pytest.raises(ValueError, match="not found"):
+        call(cl, point)
+    (entry,) = audit_records(kit)
+    assert entry["verdict"] == "QDRANT_ERROR" and entry["collection"] == "gone"
+    assert entry["details"] == {"method": "get_collection", "error": "ValueError"}
