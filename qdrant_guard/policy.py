@@ -226,7 +226,8 @@ class IntentPolicy(_Strict):
     """Longest wait, in seconds, for the ``llm`` or a ``module:attr`` classifier's answer; past it
     the query is treated as a classifier failure (see ``fail_closed``). Such a classifier runs on
     a worker thread, which a hung call keeps until it returns: at most 16 timed-out calls of one
-    classifier are kept running, and while they are, its further calls fail at once. ``llm``
+    classifier are kept running, and while they are, its further calls fail at once; at most 16
+    of its calls run at once (a 17th waits, within this limit), whichever client loaded it. ``llm``
     also uses it as its socket timeout. The ``builtin`` classifier runs inline, unbounded by this
     (its work is bounded by the text prefix it reads)."""
 
