@@ -375,6 +375,19 @@ class WriteOps(TextOps):
                 positions.append(len(out_ops))
                 out_ops.extend(new)
             else:
+                named: Any = None  # the ids a delete names, None when it selects by filter
+                if isinstance(op, models.DeleteOperation) and isinstance(op.delete, models.PointIdsList):
+                    named = op.delete.points
+                elif isinstance(op, models.DeleteVectorsOperation):
+                    named = op.delete_vectors.points
+                if named is not None and not named:
+                    # Qdrant fails an empty id list, after applying the batch's earlier operations.
+                    raise self.unsupported_write(
+                        method, name, pol,
+                        f"{method}: a {type(op).__name__.removesuffix('Operation')} in a batch on sensitive "
+                        f"collection {name!r} names no point (an empty id list); Qdrant would apply the batch "
+                        "up to it, then fail. Leave the operation out, or name its points. Nothing was written"
+                    )
                 if isinstance(op, models.DeleteOperation):
                     if isinstance(op.delete, models.PointIdsList):
                         for pid in map(normalize_point_id, op.delete.points):

@@ -1,5 +1,5 @@
 """Review 8 of the changes merged on 2026-12-04: the intent classifier pool's per-classifier bound,
-and batch payload operations naming an empty id list.
+batch operations naming an empty id list, and the audit of a failed read of a collection's layout.
 
 Real local-mode Qdrant and real keys; classifiers are loaded by ``module:attr`` from this file. A
 hung classifier blocks on a threading.Event that the test sets at its end (a safety timer sets it
@@ -103,8 +103,10 @@ def _owner(kit):
 @pytest.mark.parametrize("operation", [
     models.SetPayloadOperation(set_payload=models.SetPayload(payload={"z": 1}, points=[])),
     models.DeletePayloadOperation(delete_payload=models.DeletePayload(keys=["a"], points=[])),
-], ids=["SetPayload", "DeletePayload"])
-def test_a_batch_payload_change_naming_no_id_is_refused_before_anything_is_written(kit, operation):
+    models.DeleteOperation(delete=models.PointIdsList(points=[])),
+    models.DeleteVectorsOperation(delete_vectors=models.DeleteVectors(points=[], vector=[""])),
+], ids=["SetPayload", "DeletePayload", "Delete", "DeleteVectors"])
+def test_a_batch_operation_naming_an_empty_id_list_is_refused_before_anything_is_written(kit, operation):
     # The id check passed an empty id list through unchanged: Qdrant (local mode as the server)
     # applies the operations before it, then fails on it ("Empty update request"), so the
     # upsert below was stored and the call raised: half applied.
