@@ -981,17 +981,18 @@ class _ClassifierPool:
                 self._idle -= 1
         fut: Future[Any] = Future()
         ctx = contextvars.copy_context()  # as asyncio.to_thread does: context variables follow the call
-        self._tasks.put((fut, key, lambda: ctx.run(fn)))
         if spawn:
+            # Started before the task is queued: a task left queued by a failed start would be
+            # skipped by the next worker, which would then count itself idle once too often.
             try:
                 threading.Thread(target=self._work, name="qdrant-guard-intent", daemon=True).start()
             except RuntimeError as exc:  # "can't start new thread": out of threads or memory
                 with self._lock:
                     self._threads -= 1
-                if fut.cancel():  # its queued task is then skipped by whichever worker takes it
-                    self._finished(key)
+                self._finished(key)
                 raise IntentClassifierError(f"{what} was not called: no worker thread could be started "
                                             f"({exc})") from None
+        self._tasks.put((fut, key, lambda: ctx.run(fn)))
         try:
             return fut.result(timeout=max(0.0, deadline - time.monotonic()))
         except TimeoutError:

@@ -138,3 +138,37 @@ def test_a_write_whose_collection_layout_cannot_be_read_is_audited(kit, call):
     (entry,) = audit_records(kit)
     assert entry["verdict"] == "QDRANT_ERROR" and entry["collection"] == "gone"
     assert entry["details"] == {"method": "get_collection", "error": "ValueError"}
+
+
+def test_a_worker_that_could_not_start_leaves_no_phantom_idle_worker(monkeypatch):
+    # A call whose worker thread could not start left its (cancelled) task queued; the next worker
+    # skipped it and counted itself idle once more, so the pool believed a worker idle that was
+    # busy: a later call waited for it instead of starting one, and failed ("all workers busy")
+    # with a worker slot unused. A private pool: 2 workers, at most 2 calls per classifier.
+    pool = intent_mod._ClassifierPool(2, 2)
+    release = threading.Event()
+    safety = threading.Timer(60.0, release.set)
+    safety.daemon = True
+    safety.start()
+
+    def refuse_to_start(self):
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as m:
+        m.setattr(threading.Thread, "start", refuse_to_start)
+        with pytest.raises(intent_mod.IntentClassifierError, match="no worker thread could be started"):
+            pool.call("a", lambda: "never", 5.0, "a")
+    assert pool.call("a", lambda: "ok", 30.0, "a") == "ok"
+    idle = threading.Event()
+    for _ in range(3000):  # the worker counts itself idle just after handing back the result
+        with pool._lock:
+            if pool._idle >= pool._threads:
+                break
+        idle.wait(0.01)
+    try:
+        with pytest.raises(intent_mod.IntentClassifierError, match="did not answer"):
+            pool.call("hung", release.wait, 0.05, "hung")  # takes the one worker, for good
+        assert pool.call("quick", lambda: "quick", 10.0, "quick") == "quick"
+    finally:
+        safety.cancel()
+        release.set()
