@@ -458,8 +458,10 @@ class QueryChecks(TextOps):
             # It goes into the audit entry and the refusal; a classifier (any, not only the LLM one)
             # that repeats or elaborates the query would otherwise write all of it, every query.
             reasoning = reasoning[:_MAX_REASONING_CHARS] + "…"
+        # The classifier's own name (checked when it was loaded) where its result names none.
+        named = getattr(result, "classifier", None)
         details["intent"] = {"label": result.label, "confidence": round(float(result.confidence), 4),
-                             "reasoning": reasoning, "classifier": result.classifier}
+                             "reasoning": reasoning, "classifier": named if isinstance(named, str) else clf.name}
         if result.label in ip.block:
             if result.confidence < ip.min_confidence:
                 details["intent"]["below_min_confidence"] = True

@@ -187,3 +187,32 @@ def test_a_custom_classifiers_long_reasoning_is_cut_in_the_audit_entry_and_the_r
     reasoning = entry["details"]["intent"]["reasoning"]
     assert len(reasoning) == 501 and reasoning.endswith("…")
     assert len(str(err.value)) < 1000
+
+
+class Bare:
+    """A custom classifier whose result has the contract's label and confidence, nothing else."""
+
+    name = "bare"
+
+    def classify(self, text, *, embedding=None):
+        class Result:
+            label = "adversarial"
+            confidence = 0.97
+
+        return Result()
+
+
+def test_a_result_without_reasoning_or_classifier_is_still_decided_and_audited(tmp_path):
+    from guardkit import audit_records, create, make_kit, unit
+
+    from qdrant_guard import GuardRefusal, QdrantClient
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "intent": {"classifier": "test_intent_review:Bare"}}
+    cl = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(cl, "c")
+    with pytest.raises(GuardRefusal):
+        cl.query_points("c", query=unit(np.random.default_rng(0)), query_text="what is the leave policy", limit=3)
+    entry = audit_records(kit)[-1]
+    assert entry["verdict"] == "INTENT_BLOCKED"
+    assert entry["details"]["intent"]["classifier"] == "bare"
