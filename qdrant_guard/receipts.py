@@ -1311,6 +1311,8 @@ def verify(
             argument has the wrong type.
         ConfigError: ``policy`` is a GuardConfig with ``unlisted = "refuse"`` that does not list
             the collection (it states no class for it).
+        ValueError: ``batch_size`` is not a positive int, or an id in ``ids`` is not a Qdrant point
+            id (an int 0 <= id < 2**64 or a UUID string), before any point is read.
     """
     if not isinstance(collection_name, str):
         raise TypeError(f"collection_name must be str, not {type(collection_name).__name__}")
@@ -1346,7 +1348,12 @@ def verify(
         # One report per point, as documented: Qdrant returns a point once per time it is named.
         by_key: dict[str, Any] = {}
         for pid in ids:
-            by_key.setdefault(normalize_point_id(pid), pid)
+            try:
+                key = normalize_point_id(pid)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"verify(ids=...): {pid!r} is not a Qdrant point id ({exc}); pass ints "
+                                 "0 <= id < 2**64 or UUID strings") from None
+            by_key.setdefault(key, pid)
         id_list = list(by_key.values())
         for start in range(0, len(id_list), batch_size):
             chunk = id_list[start:start + batch_size]

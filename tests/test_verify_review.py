@@ -347,3 +347,12 @@ def test_cli_policy_reads_the_signing_keys_pub_file_so_an_auditor_needs_no_priva
     capsys.readouterr()
     assert cli_main(argv) == 2
     assert "not the public key of" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [-1, "not-a-uuid", 1.5])
+def test_verify_names_an_id_that_is_no_point_id(bad):
+    raw = RawClient(":memory:")
+    raw.create_collection("c", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    key = Ed25519PrivateKey.generate().public_key()
+    with pytest.raises(ValueError, match=r"verify\(ids=\.\.\.\): .* is not a Qdrant point id"):
+        verify(raw, "c", ids=[1, bad], trusted_keys={keys.key_id(key): key})
