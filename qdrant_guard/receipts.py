@@ -1222,8 +1222,13 @@ def noise_shortfall(params: NoiseParams, noise_policy: Any) -> str | None:
 
 def _collection_names(client: Any, name: str) -> frozenset[str]:
     """The names that denote collection ``name`` now: the collection itself (also when ``name``
-    is an alias) and every alias of it, read with one ``get_aliases``."""
-    aliases = client.get_aliases().aliases
+    is an alias) and every alias of it, read with one ``get_aliases``. A client that may not list
+    aliases (a server key scoped to one collection) gets ``name`` alone: receipts bound to an alias
+    then report ``collection_mismatch``, as before aliases were resolved."""
+    try:
+        aliases = client.get_aliases().aliases
+    except Exception:  # not allowed, or no such endpoint: verify what can be verified
+        return frozenset({name})
     target = next((a.collection_name for a in aliases if a.alias_name == name), name)
     return frozenset({name, target} | {a.alias_name for a in aliases if a.collection_name == target})
 

@@ -356,3 +356,19 @@ def test_verify_names_an_id_that_is_no_point_id(bad):
     key = Ed25519PrivateKey.generate().public_key()
     with pytest.raises(ValueError, match=r"verify\(ids=\.\.\.\): .* is not a Qdrant point id"):
         verify(raw, "c", ids=[1, bad], trusted_keys={keys.key_id(key): key})
+
+
+def test_verify_works_for_a_client_that_may_not_list_aliases(monkeypatch):
+    # A server API key scoped to one collection can be refused get_aliases; verify then checks
+    # against the collection's own name instead of failing whole.
+    raw = RawClient(":memory:")
+    raw.create_collection("c", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    raw.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(1)))])
+
+    def refused(*args, **kwargs):
+        raise PermissionError("403: listing aliases is not allowed for this key")
+
+    monkeypatch.setattr(raw, "get_aliases", refused)
+    key = Ed25519PrivateKey.generate().public_key()
+    (report,) = verify(raw, "c", trusted_keys={keys.key_id(key): key})
+    assert report.reason == "missing_receipt"
