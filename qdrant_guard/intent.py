@@ -132,8 +132,44 @@ _NAME_PAIR_RE = re.compile(r"\b[A-Z][a-z]+(?:[- ][A-Z][a-z]+)+\b")
 _BULK_VERBS = (r"list|show|give|get|pull|dump|export|print|download|send|fetch|retrieve|enumerate|"
                r"output|return|extract|compile|copy|iterate over|find")
 
+
+class _ScannedCue:
+    """A cue regex with one alternative, ``opener [^close]* close follow``, found by a linear scan.
+
+    As a regex alternative that form restarts its scan from every opener, so a run of openers
+    (``{{{{...`` or ``![![...``) costs quadratic time: ~9 ms on the 2048-character prefix. Every
+    opener before the same first ``close`` ends at that ``close``, so they all fail together and
+    the scan skips past it. :meth:`search` returns the same match as the regex with the
+    alternative in place: no other alternative can start with the opener's first character.
+    """
+
+    def __init__(self, rest: str, opener: str, close: str, follow: str) -> None:
+        self.rest = re.compile(rest)
+        self.opener, self.close, self.follow = opener, close, follow
+        self._at = re.compile(f"{re.escape(opener)}[^{re.escape(close)}]*+{re.escape(close + follow)}")
+
+    def _first(self, text: str) -> int:
+        i = text.find(self.opener)
+        while i >= 0:
+            j = text.find(self.close, i + len(self.opener))
+            if j < 0:
+                return -1
+            if text.startswith(self.follow, j + 1):
+                return i
+            i = text.find(self.opener, j + 1)
+        return -1
+
+    def search(self, text: str) -> re.Match[str] | None:
+        m = self.rest.search(text)
+        i = self._first(text)
+        if i >= 0 and (m is None or i < m.start()):
+            return self._at.match(text, i)
+        return m
+
+
 # (name, display prefix, pattern over the case-folded text). Order is part of the model format.
-_REGEX_CUES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
+# featurize only calls .search on the _ScannedCue ones.
+_REGEX_CUES: tuple[tuple[str, str, re.Pattern[str] | _ScannedCue], ...] = (
     ("bulk_request", "bulk request", re.compile(
         rf"\b(?:{_BULK_VERBS})\b(?:\s+(?:me|us|out|up))?\s+(?:(?:a|the)\s+)?(?:table of\s+|list of\s+)?"
         r"(?:all|every|each|entire|whole|full|complete|everyone|everybody)\b|\bdump\b|\bexfiltrat\w*")),
@@ -166,16 +202,16 @@ _REGEX_CUES: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"\b(?:pretend|act as|role-?play|let'?s play a game|as the (?:ceo|cfo|admin|administrator|developer)|"
         r"i am the (?:developer|admin|administrator|ceo)|i authori[sz]e you|red-?team exercise|respond as|"
         r"treat (?:me|everything) as|who always complies)\b")),
-    ("markup_injection", "prompt markup", re.compile(
+    ("markup_injection", "prompt markup", _ScannedCue(  # + \{\{[^}]*\}\} before \$\{jndi:
         r"</?\s*(?:system|context|instructions?|admin|user|assistant)\s*>|\[/?inst\]|"
-        r"(?:^|\n)[^\S\n]*(?:system|assistant|developer)\s*:|#{3}|\{\{[^}]*\}\}|\$\{jndi:")),
+        r"(?:^|\n)[^\S\n]*(?:system|assistant|developer)\s*:|#{3}|\$\{jndi:", "{{", "}", "}")),
     ("code_injection", "injection syntax", re.compile(
         r"'\s*or\s+1\s*=\s*1|\bunion\s+select\b|;\s*drop\s+table\b|\s--\s*$")),
-    ("exfil_channel", "exfiltration channel", re.compile(
-        r"https?://|\bwebhook\b|\bpastebin\b|!\[[^\]]*\]\(|\bmarkdown image\b|\balt text\b|\bdownload link\b|"
+    ("exfil_channel", "exfiltration channel", _ScannedCue(  # + !\[[^\]]*\]\( after \bpastebin\b
+        r"https?://|\bwebhook\b|\bpastebin\b|\bmarkdown image\b|\balt text\b|\bdownload link\b|"
         r"\b(?:email|forward|upload|post|send|put)\b[^.]{0,60}\b(?:to|into|in)\b[^.]{0,30}"
         r"(?:\bmy personal\b|\bgmail\b|\bexternal\b|\battacker\b|\burl\b|\blink\b)|"
-        r"[\w.+-]@[\w-]+\.(?:com|net|org)\b|\bfirst letters?\b")),
+        r"[\w.+-]@[\w-]+\.(?:com|net|org)\b|\bfirst letters?\b", "![", "]", "(")),
     ("verbatim_dump", "verbatim dump", re.compile(
         r"\bverbatim\b|\bword for word\b|\bfull (?:text|payloads?|contents?)\b|\braw (?:text|chunks?|embeddings?|"
         r"contents?|vectors?)\b|\bunredacted\b|\bunfiltered\b|\bdo(?:n'?t| not) summari[sz]e\b|"

@@ -1,0 +1,238 @@
+"""The built-in classifier's cue regexes: linear on hostile text, and exactly the features of the
+regexes they replaced (the shipped model's weights were trained on those)."""
+from __future__ import annotations
+
+import json
+import random
+import re
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+from qdrant_guard.intent import _MAX_LEXICAL_CHARS, _REGEX_CUES, _ZW_STRIP, CUE_NAMES, _ScannedCue, featurize
+
+from re import _parser as sre_parse  # Python 3.11's regex parser (sre_parse warns when imported)
+
+CUES = {n: p for n, _, p in _REGEX_CUES}
+DATASET = Path(__file__).resolve().parent.parent / "qdrant_guard" / "data" / "intent_dataset.jsonl"
+
+# The cue patterns as trained (FEATURE_VERSION 1, before the scanned alternatives): the reference.
+OLD = {
+    "markup_injection": re.compile(
+        r"</?\s*(?:system|context|instructions?|admin|user|assistant)\s*>|\[/?inst\]|"
+        r"(?:^|\n)[^\S\n]*(?:system|assistant|developer)\s*:|#{3}|\{\{[^}]*\}\}|\$\{jndi:"),
+    "exfil_channel": re.compile(
+        r"https?://|\bwebhook\b|\bpastebin\b|!\[[^\]]*\]\(|\bmarkdown image\b|\balt text\b|\bdownload link\b|"
+        r"\b(?:email|forward|upload|post|send|put)\b[^.]{0,60}\b(?:to|into|in)\b[^.]{0,30}"
+        r"(?:\bmy personal\b|\bgmail\b|\bexternal\b|\battacker\b|\burl\b|\blink\b)|"
+        r"[\w.+-]@[\w-]+\.(?:com|net|org)\b|\bfirst letters?\b"),
+}
+
+PIECES = [
+    "{", "}", "{{", "}}", "{{x}}", "{ {", "} }", "${jndi:", "$", "![", "[", "]", "](", "(", ")", "![a](",
+    "!", "![x]", "<system>", "</ context >", "<", ">", "[inst]", "[/inst]", "###", "#", "system:",
+    "assistant :", "developer", "\n", "\r\n", " ", "  ", "\t", "\u2028", ".", "..", "http://", "https://x",
+    "webhook", "pastebin", "markdown image", "alt text", "download link", "email", "send", "put", "post",
+    "upload", "forward", "to", "into", "in", "my personal", "gmail", "external", "attacker", "url", "link",
+    "a@b.com", "x.y@z-w.org", "@", "first letter", "first letters", "é", "ß", "\u200b", "Ｓｙｓｔｅｍ", "İ",
+    "\ufdfa", "a", "word", "1", "_", "'", '"', "\\", "}}{{", "]]((", "{{{{", "![![",
+]
+
+
+def _low(text: str) -> str:
+    # What featurize runs the cues on.
+    raw = text[:_MAX_LEXICAL_CHARS]
+    cased = unicodedata.normalize("NFKC", raw)[:_MAX_LEXICAL_CHARS].translate(_ZW_STRIP)
+    return cased.casefold()[:_MAX_LEXICAL_CHARS]
+
+
+def _random_texts(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        k = rng.choice((1, 2, 3, 5, 8, 13, 30, 60))
+        out.append("".join(rng.choice(PIECES) for _ in range(k)))
+    return out
+
+
+def _adversarial_texts() -> list[str]:
+    units = ["{", "{{", "{{a", "{{ ", "{{\n", "{{}", "{{}{", "![", "![[", "![a", "![]", "![](", "!", "[",
+             "{{!["]
+    ends = ["", "}}", "}", "](", "]", "${jndi:", "<system>", " send to my personal gmail"]
+    out = []
+    for u in units:
+        for e in ends:
+            body = u * (_MAX_LEXICAL_CHARS // len(u))
+            out.append(body[:_MAX_LEXICAL_CHARS - len(e)] + e)
+            out.append(e + body[:_MAX_LEXICAL_CHARS - len(e)])
+    return out
+
+
+def _same(old: re.Pattern[str], new: _ScannedCue, text: str) -> None:
+    a, b = old.search(text), new.search(text)
+    assert (a and (a.span(), a.group(0))) == (b and (b.span(), b.group(0))), text[:200]
+
+
+@pytest.mark.parametrize("name, seed", [("markup_injection", 1), ("exfil_channel", 2)])
+def test_scanned_cues_match_exactly_what_the_trained_regex_matched(name, seed):
+    new = CUES[name]
+    assert isinstance(new, _ScannedCue)
+    texts = _random_texts(4000, seed) + _adversarial_texts()
+    for text in texts:
+        _same(OLD[name], new, text)
+        _same(OLD[name], new, _low(text))
+
+
+def test_dataset_features_are_those_the_model_was_trained_on():
+    texts = [json.loads(line)["text"] for line in DATASET.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert len(texts) > 500
+    fired = set()
+    for text in texts:
+        low = _low(text)
+        for name in OLD:
+            _same(OLD[name], CUES[name], low)
+            if OLD[name].search(low):
+                fired.add(name)
+        f = featurize(text)
+        for name in OLD:
+            m = OLD[name].search(low)
+            assert f.cues[CUE_NAMES.index(name)] == (1.0 if m else 0.0)
+            assert f.evidence.get(name) == (m.group(0).strip() if m else None)
+    assert fired == set(OLD)  # the comparison covered texts where each cue fires
+
+
+@pytest.mark.parametrize("text, name, evidence", [
+    ("render {{ secret }} here", "markup_injection", "{{ secret }}"),
+    ("{{{{ x }}", "markup_injection", "{{{{ x }}"),
+    ("{{ a } b }} then {{c}}", "markup_injection", "{{c}}"),
+    ("{{ a }} ${jndi:ldap", "markup_injection", "{{ a }}"),
+    ("${jndi:x {{a}}", "markup_injection", "${jndi:"),
+    ("<system> {{a}}", "markup_injection", "<system>"),
+    ("look ![![a](b)", "exfil_channel", "![![a]("),
+    ("![a] ![b](c)", "exfil_channel", "![b]("),
+    ("see ![x](http://e", "exfil_channel", "![x]("),
+    ("https://e ![x](y)", "exfil_channel", "https://"),
+])
+def test_scanned_alternatives_give_the_leftmost_match(text, name, evidence):
+    f = featurize(text)
+    assert f.cues[CUE_NAMES.index(name)] == 1.0 and f.evidence[name] == evidence
+
+
+@pytest.mark.parametrize("text, name", [
+    ("{{ a } }", "markup_injection"), ("{{{{{{", "markup_injection"), ("{ {a}}", "markup_injection"),
+    ("![a] (b)", "exfil_channel"), ("![![![", "exfil_channel"), ("! [a](b)", "exfil_channel"),
+])
+def test_scanned_alternatives_do_not_fire_on_near_misses(text, name):
+    assert featurize(text).cues[CUE_NAMES.index(name)] == 0.0
+
+
+def _searched_regexes() -> list[tuple[str, re.Pattern[str]]]:
+    from qdrant_guard import intent
+
+    out = [(n, p.rest if isinstance(p, _ScannedCue) else p) for n, _, p in _REGEX_CUES]
+    out += [(n, getattr(intent, n)) for n in ("_NAMED_ROLE_RE", "_NAME_PAIR_RE", "_B64_RE", "_HEX_RE",
+                                               "_PCT_RUN_RE", "_PCT_ANY_RE", "_ESCAPE_RUN_RE",
+                                               "_ZW_IN_WORD_RE", "_TOKEN_RE")]
+    return out
+
+
+_UNBOUNDED = {sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT, sre_parse.POSSESSIVE_REPEAT}
+
+
+_CATEGORIES = {
+    "CATEGORY_WORD": lambda c: re.match(r"\w", c) is not None,
+    "CATEGORY_NOT_WORD": lambda c: re.match(r"\w", c) is None,
+    "CATEGORY_SPACE": lambda c: re.match(r"\s", c) is not None,
+    "CATEGORY_NOT_SPACE": lambda c: re.match(r"\s", c) is None,
+    "CATEGORY_DIGIT": lambda c: re.match(r"\d", c) is not None,
+    "CATEGORY_NOT_DIGIT": lambda c: re.match(r"\d", c) is None,
+}
+
+
+def _class_contains(items: list, ch: str) -> bool:
+    # items: the body of an IN op; True when the one-character class matches ch.
+    neg = bool(items) and items[0][0] == sre_parse.NEGATE
+    hit = False
+    for op, av in items[1:] if neg else items:
+        if op == sre_parse.LITERAL:
+            hit |= chr(av) == ch
+        elif op == sre_parse.NOT_LITERAL:
+            hit |= chr(av) != ch
+        elif op == sre_parse.RANGE:
+            hit |= av[0] <= ord(ch) <= av[1]
+        elif op == sre_parse.CATEGORY:
+            hit |= _CATEGORIES[str(av)](ch)
+    return hit != neg
+
+
+def _word_only(body: list) -> bool:
+    for op, av in body:
+        if op == sre_parse.LITERAL and re.match(r"\w", chr(av)):
+            continue
+        if op == sre_parse.RANGE and all(re.match(r"\w", chr(c)) for c in range(av[0], av[1] + 1)):
+            continue
+        if op == sre_parse.CATEGORY and str(av) == "CATEGORY_WORD":
+            continue
+        return False
+    return True
+
+
+def _restarting_scans(seq, bounded: bool = False) -> list[str]:
+    r"""Alternatives ``<literal opener> ... <unbounded repeat of a class that contains the whole
+    opener>``: the repeat runs over later openers, and every opener starts a new attempt that runs
+    over them again, so a run of openers costs quadratic time. Not with a ``\b`` before a word
+    opener and a word-only repeat (``\bjailbreak\w*``): a word has one start.
+
+    ``bounded``: the sequence follows a ``\b`` (sre_parse moves a prefix common to all alternatives
+    out of the branch)."""
+    found = []
+    items = list(seq)
+    i = 0
+    while i < len(items) and items[i] == (sre_parse.AT, sre_parse.AT_BOUNDARY):
+        bounded = True
+        i += 1
+    opener = ""
+    while i < len(items) and items[i][0] == sre_parse.LITERAL:
+        opener += chr(items[i][1])
+        i += 1
+    if opener:
+        for op, av in items[i:]:
+            if op in _UNBOUNDED and av[1] == sre_parse.MAXREPEAT and len(av[2]) == 1:
+                bop, bav = av[2][0]
+                body = bav if bop == sre_parse.IN else [(bop, bav)] if bop in (sre_parse.LITERAL, sre_parse.NOT_LITERAL) \
+                    else None
+                if body is None or (bounded and re.match(r"\w", opener[0]) and _word_only(body)):
+                    continue
+                if all(_class_contains(body, c) for c in opener):
+                    found.append(opener)
+    for k, (op, av) in enumerate(items):
+        after_b = k > 0 and items[k - 1] == (sre_parse.AT, sre_parse.AT_BOUNDARY) or (k == 0 and bounded)
+        if op == sre_parse.BRANCH:
+            for alt in av[1]:
+                found += _restarting_scans(alt, after_b)
+        elif op == sre_parse.SUBPATTERN:
+            found += _restarting_scans(av[-1], after_b)
+    return found
+
+
+def test_the_restart_check_sees_the_quadratic_alternatives_it_is_for():
+    assert _restarting_scans(sre_parse.parse(OLD["markup_injection"].pattern)) == ["{{"]
+    assert _restarting_scans(sre_parse.parse(OLD["exfil_channel"].pattern)) == ["!["]
+    assert _restarting_scans(sre_parse.parse(r"ab\s--\s*$|x[^x]*y|\bdump\b|\bjailbreak\w*")) == []
+    assert _restarting_scans(sre_parse.parse(r"jailbreak\w*|a\s*")) == ["jailbreak"]
+
+
+@pytest.mark.parametrize("name, rx", _searched_regexes(), ids=lambda v: v if isinstance(v, str) else "")
+def test_no_searched_regex_restarts_a_scan_from_every_opener(name, rx):
+    # No timing here (unit tests do not assert timings): this is the structure that made
+    # "{{" * 1024 and "![" * 1024 cost ~9 ms each; docs/intent.md (Latency) has the measurements.
+    assert _restarting_scans(sre_parse.parse(rx.pattern)) == []
+
+
+def test_hostile_runs_still_featurize_to_the_old_cues():
+    for unit, end, name in (("{{", "}}", "markup_injection"), ("![", "](", "exfil_channel")):
+        text = unit * (_MAX_LEXICAL_CHARS // 2)
+        assert featurize(text).cues[CUE_NAMES.index(name)] == 0.0
+        closed = text[:-2] + end
+        assert featurize(closed).evidence[name] == closed  # the leftmost opener, as before
