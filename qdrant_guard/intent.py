@@ -18,9 +18,11 @@ other on a worker thread, abandoned (as a timeout) when it does not answer in ti
 """
 from __future__ import annotations
 
+import bisect
 import contextvars
 import http.client
 import importlib
+import itertools
 import json
 import math
 import os
@@ -36,7 +38,7 @@ import zlib
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -133,42 +135,103 @@ _BULK_VERBS = (r"list|show|give|get|pull|dump|export|print|download|send|fetch|r
                r"output|return|extract|compile|copy|iterate over|find")
 
 
-class _ScannedCue:
-    """A cue regex with one alternative, ``opener [^close]* close follow``, found by a linear scan.
+class _OpenerScan:
+    """The regex alternative ``opener [^close]* close follow``, found by a linear scan.
 
-    As a regex alternative that form restarts its scan from every opener, so a run of openers
+    As a regex alternative it restarts its scan from every opener, so a run of openers
     (``{{{{...`` or ``![![...``) costs quadratic time: ~9 ms on the 2048-character prefix. Every
-    opener before the same first ``close`` ends at that ``close``, so they all fail together and
-    the scan skips past it. :meth:`search` returns the same match as the regex with the
-    alternative in place: no other alternative can start with the opener's first character.
+    opener before the same first ``close`` ends at that ``close``: they match or fail together.
     """
 
-    def __init__(self, rest: str, opener: str, close: str, follow: str) -> None:
-        self.rest = re.compile(rest)
+    def __init__(self, opener: str, close: str, follow: str) -> None:
         self.opener, self.close, self.follow = opener, close, follow
-        self._at = re.compile(f"{re.escape(opener)}[^{re.escape(close)}]*+{re.escape(close + follow)}")
+        self.at = re.compile(f"{re.escape(opener)}[^{re.escape(close)}]*+{re.escape(close + follow)}")
 
-    def _first(self, text: str) -> int:
-        i = text.find(self.opener)
-        while i >= 0:
-            j = text.find(self.close, i + len(self.opener))
-            if j < 0:
-                return -1
-            if text.startswith(self.follow, j + 1):
-                return i
-            i = text.find(self.opener, j + 1)
-        return -1
+    def prepare(self, text: str) -> Callable[[int], int]:
+        """The function giving the first start at or after ``pos`` where the alternative matches."""
+        def first(pos: int) -> int:
+            i = text.find(self.opener, pos)
+            while i >= 0:
+                j = text.find(self.close, i + len(self.opener))
+                if j < 0:
+                    return -1
+                if text.startswith(self.follow, j + 1):
+                    return i
+                i = text.find(self.opener, j + 1)
+            return -1
+        return first
+
+
+class _WindowScan:
+    """The regex alternative ``head [^.]{0,gap1} mid [^.]{0,gap2} tail`` (lazy gaps if ``lazy``),
+    found from the positions of its three word-bounded parts.
+
+    As a regex alternative every head retries every mid within ``gap1`` and every mid retries each
+    of ``gap2`` positions for a tail: ``put in in in ...`` cost ~7 ms on the 2048-character prefix.
+    Here each part is searched once; a mid counts if the nearest tail after it is close enough, a
+    head if the nearest such mid after it is (nearest is best: the gaps may not hold a ``.``).
+    """
+
+    def __init__(self, head: str, gap1: int, mid: str, gap2: int, tail: str, lazy: bool) -> None:
+        self.head, self.mid, self.tail = re.compile(head), re.compile(mid), re.compile(tail)
+        self.gap1, self.gap2 = gap1, gap2
+        q = "?" if lazy else ""
+        self.at = re.compile(f"{head}[^.]{{0,{gap1}}}{q}{mid}[^.]{{0,{gap2}}}{q}{tail}")
+
+    def prepare(self, text: str) -> Callable[[int], int]:
+        """The function giving the first start at or after ``pos`` where the alternative matches."""
+        starts: list[int] = []
+        heads = [(m.start(), m.end()) for m in self.head.finditer(text)]
+        tails = [m.start() for m in self.tail.finditer(text)] if heads else []
+        mids: list[int] = []
+        for m in self.mid.finditer(text) if tails else ():
+            e = m.end()
+            k = bisect.bisect_left(tails, e)
+            if k < len(tails) and tails[k] - e <= self.gap2 and "." not in text[e:tails[k]]:
+                mids.append(m.start())
+        for hs, he in heads if mids else ():
+            k = bisect.bisect_left(mids, he)
+            if k < len(mids) and mids[k] - he <= self.gap1 and "." not in text[he:mids[k]]:
+                starts.append(hs)
+
+        def first(pos: int) -> int:
+            k = bisect.bisect_left(starts, pos)
+            return starts[k] if k < len(starts) else -1
+        return first
+
+
+class _ScannedCue:
+    """A cue regex (``rest``) plus alternatives found by scans, matching as the whole alternation.
+
+    Each scan's alternative either comes before every alternative of ``rest`` that can match at
+    the same position or cannot start where one of them does, so the scan wins a tie. None of the
+    alternatives matches the empty string.
+    """
+
+    def __init__(self, rest: str, *scans: _OpenerScan | _WindowScan) -> None:
+        self.rest = re.compile(rest)
+        self.scans = scans
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        firsts = [(scan.prepare(text), scan.at) for scan in self.scans]
+        pos = 0
+        while pos <= len(text):
+            m = self.rest.search(text, pos)
+            best = m.start() if m else len(text) + 1
+            for first, at in firsts:
+                i = first(pos)
+                if 0 <= i <= best:
+                    best, m = i, at.match(text, i)
+            if m is None:
+                return
+            yield m
+            pos = m.end()
 
     def search(self, text: str) -> re.Match[str] | None:
-        m = self.rest.search(text)
-        i = self._first(text)
-        if i >= 0 and (m is None or i < m.start()):
-            return self._at.match(text, i)
-        return m
+        return next(self.finditer(text), None)
 
 
 # (name, display prefix, pattern over the case-folded text). Order is part of the model format.
-# featurize only calls .search on the _ScannedCue ones.
 _REGEX_CUES: tuple[tuple[str, str, re.Pattern[str] | _ScannedCue], ...] = (
     ("bulk_request", "bulk request", re.compile(
         rf"\b(?:{_BULK_VERBS})\b(?:\s+(?:me|us|out|up))?\s+(?:(?:a|the)\s+)?(?:table of\s+|list of\s+)?"
@@ -190,28 +253,32 @@ _REGEX_CUES: tuple[tuple[str, str, re.Pattern[str] | _ScannedCue], ...] = (
         r"\b(?:confidential|internal[- ]only|restricted|privileged|classified|secret(?:ly)?|unreleased|"
         r"undisclosed|unpublished|unannounced|not (?:yet )?public|embargoed|closed (?:board )?session|hidden|"
         r"before (?:it'?s|they'?re|the) (?:announced|public|announcement|earnings))\b")),
-    ("instruction_override", "instruction override", re.compile(
-        r"\b(?:ignore|disregard|forget|override|skip|bypass)\b[^.]{0,40}?\b(?:previous|prior|above|earlier|all|"
-        r"your|the|every|any|my)\b[^.]{0,30}?\b(?:instructions?|rules|prompt|guidelines|polic(?:y|ies)|"
-        r"restrictions?|filters?|guardrails?|trust (?:level|boundary)|access controls?)\b|\bsystem (?:prompt|"
-        r"message)\b|\byou are now\b|\bfrom now on\b|\b(?:developer|debug|maintenance) mode\b|"
+    # + the _WindowScan before \bsystem (?:prompt|message)\b.
+    ("instruction_override", "instruction override", _ScannedCue(
+        r"\bsystem (?:prompt|message)\b|\byou are now\b|\bfrom now on\b|\b(?:developer|debug|maintenance) mode\b|"
         r"\bno (?:restrictions|content filters|filters)\b|\bwithout (?:any )?restrictions\b|\bjailbreak\w*|"
         r"\bdan\b|\bhigher priority\b|\bhas been (?:updated|disabled)\b|\bis disabled\b|"
-        r"\binstructions you were given\b|\bprevious instructions\b|\boverride\b")),
+        r"\binstructions you were given\b|\bprevious instructions\b|\boverride\b",
+        _WindowScan(r"\b(?:ignore|disregard|forget|override|skip|bypass)\b", 40,
+                    r"\b(?:previous|prior|above|earlier|all|your|the|every|any|my)\b", 30,
+                    r"\b(?:instructions?|rules|prompt|guidelines|polic(?:y|ies)|restrictions?|filters?|guardrails?|"
+                    r"trust (?:level|boundary)|access controls?)\b", lazy=True))),
     ("role_play", "role-play or authority claim", re.compile(
         r"\b(?:pretend|act as|role-?play|let'?s play a game|as the (?:ceo|cfo|admin|administrator|developer)|"
         r"i am the (?:developer|admin|administrator|ceo)|i authori[sz]e you|red-?team exercise|respond as|"
         r"treat (?:me|everything) as|who always complies)\b")),
     ("markup_injection", "prompt markup", _ScannedCue(  # + \{\{[^}]*\}\} before \$\{jndi:
         r"</?\s*(?:system|context|instructions?|admin|user|assistant)\s*>|\[/?inst\]|"
-        r"(?:^|\n)[^\S\n]*(?:system|assistant|developer)\s*:|#{3}|\$\{jndi:", "{{", "}", "}")),
+        r"(?:^|\n)[^\S\n]*(?:system|assistant|developer)\s*:|#{3}|\$\{jndi:", _OpenerScan("{{", "}", "}"))),
     ("code_injection", "injection syntax", re.compile(
         r"'\s*or\s+1\s*=\s*1|\bunion\s+select\b|;\s*drop\s+table\b|\s--\s*$")),
-    ("exfil_channel", "exfiltration channel", _ScannedCue(  # + !\[[^\]]*\]\( after \bpastebin\b
+    # + !\[[^\]]*\]\( after \bpastebin\b and the _WindowScan after \bdownload link\b.
+    ("exfil_channel", "exfiltration channel", _ScannedCue(
         r"https?://|\bwebhook\b|\bpastebin\b|\bmarkdown image\b|\balt text\b|\bdownload link\b|"
-        r"\b(?:email|forward|upload|post|send|put)\b[^.]{0,60}\b(?:to|into|in)\b[^.]{0,30}"
-        r"(?:\bmy personal\b|\bgmail\b|\bexternal\b|\battacker\b|\burl\b|\blink\b)|"
-        r"[\w.+-]@[\w-]+\.(?:com|net|org)\b|\bfirst letters?\b", "![", "]", "(")),
+        r"[\w.+-]@[\w-]+\.(?:com|net|org)\b|\bfirst letters?\b",
+        _OpenerScan("![", "]", "("),
+        _WindowScan(r"\b(?:email|forward|upload|post|send|put)\b", 60, r"\b(?:to|into|in)\b", 30,
+                    r"(?:\bmy personal\b|\bgmail\b|\bexternal\b|\battacker\b|\burl\b|\blink\b)", lazy=False))),
     ("verbatim_dump", "verbatim dump", re.compile(
         r"\bverbatim\b|\bword for word\b|\bfull (?:text|payloads?|contents?)\b|\braw (?:text|chunks?|embeddings?|"
         r"contents?|vectors?)\b|\bunredacted\b|\bunfiltered\b|\bdo(?:n'?t| not) summari[sz]e\b|"
@@ -329,19 +396,21 @@ def featurize(text: str) -> Featurized:
     evidence: dict[str, str] = {}
     cues: list[float] = []
     for name, _, pattern in _REGEX_CUES:
-        found = pattern.findall(low) if name in ("bulk_request", "sensitive_noun", "instruction_override") else None
-        if found is None:
+        if name in ("bulk_request", "sensitive_noun", "instruction_override"):
+            # The value counts at most 3 matches; the patterns have no groups (evidence is group 0).
+            found = list(itertools.islice(pattern.finditer(low), 3))
+            if found:
+                evidence[name] = found[0].group(0).strip()
+                cues.append(len(found) / 3.0 + 0.5)
+            else:
+                cues.append(0.0)
+        else:
             m = pattern.search(low)
             if m:
                 evidence[name] = m.group(0).strip()
                 cues.append(1.0)
             else:
                 cues.append(0.0)
-        elif found:
-            evidence[name] = found[0].strip() if isinstance(found[0], str) else ""
-            cues.append(min(len(found), 3) / 3.0 + 0.5)
-        else:
-            cues.append(0.0)
 
     named = ""
     for m in _NAME_PAIR_RE.finditer(cased):

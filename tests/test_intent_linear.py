@@ -27,7 +27,16 @@ OLD = {
         r"\b(?:email|forward|upload|post|send|put)\b[^.]{0,60}\b(?:to|into|in)\b[^.]{0,30}"
         r"(?:\bmy personal\b|\bgmail\b|\bexternal\b|\battacker\b|\burl\b|\blink\b)|"
         r"[\w.+-]@[\w-]+\.(?:com|net|org)\b|\bfirst letters?\b"),
+    "instruction_override": re.compile(
+        r"\b(?:ignore|disregard|forget|override|skip|bypass)\b[^.]{0,40}?\b(?:previous|prior|above|earlier|all|"
+        r"your|the|every|any|my)\b[^.]{0,30}?\b(?:instructions?|rules|prompt|guidelines|polic(?:y|ies)|"
+        r"restrictions?|filters?|guardrails?|trust (?:level|boundary)|access controls?)\b|\bsystem (?:prompt|"
+        r"message)\b|\byou are now\b|\bfrom now on\b|\b(?:developer|debug|maintenance) mode\b|"
+        r"\bno (?:restrictions|content filters|filters)\b|\bwithout (?:any )?restrictions\b|\bjailbreak\w*|"
+        r"\bdan\b|\bhigher priority\b|\bhas been (?:updated|disabled)\b|\bis disabled\b|"
+        r"\binstructions you were given\b|\bprevious instructions\b|\boverride\b"),
 }
+COUNTED = ("bulk_request", "sensitive_noun", "instruction_override")  # featurize counts up to 3 matches
 
 PIECES = [
     "{", "}", "{{", "}}", "{{x}}", "{ {", "} }", "${jndi:", "$", "![", "[", "]", "](", "(", ")", "![a](",
@@ -37,7 +46,15 @@ PIECES = [
     "upload", "forward", "to", "into", "in", "my personal", "gmail", "external", "attacker", "url", "link",
     "a@b.com", "x.y@z-w.org", "@", "first letter", "first letters", "é", "ß", "\u200b", "Ｓｙｓｔｅｍ", "İ",
     "\ufdfa", "a", "word", "1", "_", "'", '"', "\\", "}}{{", "]]((", "{{{{", "![![",
+    "ignore", "disregard", "forget", "override", "skip", "bypass", "previous", "prior", "above", "all", "your",
+    "the", "every", "any", "my", "instructions", "instruction", "rules", "prompt", "policies", "polic",
+    "filters", "trust level", "trust", "access controls", "system prompt", "jailbreaks", "dan", "intox", "tot",
+    "x" * 7, "y" * 13, "z" * 22, " " * 9, "q" * 29, "w" * 31,
 ]
+# The windowed alternatives' heads, mids and tails, and fillers of lengths around their gaps.
+WORDY = ["ignore", "skip", "override", "bypass", "all", "the", "my", "previous", "rules", "instructions",
+         "prompt", "trust level", "put", "send", "email", "to", "into", "in", "url", "link", "gmail",
+         "my personal", "x" * 7, "y" * 13, "z" * 22, "w" * 31, "it", "a", ".", "\n", "-", "'", "![x](", "{{x}}"]
 
 
 def _low(text: str) -> str:
@@ -50,16 +67,21 @@ def _low(text: str) -> str:
 def _random_texts(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     out = []
-    for _ in range(n):
-        k = rng.choice((1, 2, 3, 5, 8, 13, 30, 60))
-        out.append("".join(rng.choice(PIECES) for _ in range(k)))
+    for j in range(n):
+        k = rng.choice((1, 2, 3, 5, 8, 13, 30, 60, 120))
+        if j % 2:
+            out.append("".join(rng.choice(PIECES) for _ in range(k)))
+        else:  # dense in the windowed alternatives' words
+            out.append(" ".join(rng.choice(WORDY) for _ in range(k)))
     return out
 
 
 def _adversarial_texts() -> list[str]:
     units = ["{", "{{", "{{a", "{{ ", "{{\n", "{{}", "{{}{", "![", "![[", "![a", "![]", "![](", "!", "[",
-             "{{!["]
-    ends = ["", "}}", "}", "](", "]", "${jndi:", "<system>", " send to my personal gmail"]
+             "{{![", "put in ", "put in in ", "put to to ", "send into ", "put " + "in " * 20,
+             "skip all ", "skip my ", "skip the ", "ignore all all ", "override the ", "skip " + "all " * 12]
+    ends = ["", "}}", "}", "](", "]", "${jndi:", "<system>", " send to my personal gmail", " url", " rules",
+            ". url", " the rules"]
     out = []
     for u in units:
         for e in ends:
@@ -69,19 +91,36 @@ def _adversarial_texts() -> list[str]:
     return out
 
 
-def _same(old: re.Pattern[str], new: _ScannedCue, text: str) -> None:
+def _gap_edges() -> list[str]:
+    # Head, mid and tail at distances around the windows' bounds (60/30 and 40/30), with and
+    # without a "." in a gap.
+    out = []
+    for head, mid, tail in (("put", "in", "url"), ("send", "into", "my personal"), ("skip", "the", "rules"),
+                            ("override", "all", "trust level")):
+        for a in range(36, 64):
+            for b in range(26, 33):
+                for dot in ("", "."):
+                    out.append(f"{head} {'x' * (a - 2)}{dot} {mid} {'y' * (b - 2)} {tail} end")
+                    out.append(f"{head} {'x' * (a - 2)} {mid} {'y' * (b - 2)}{dot} {tail} end")
+    return out
+
+
+def _same(name: str, text: str) -> None:
+    old, new = OLD[name], CUES[name]
     a, b = old.search(text), new.search(text)
     assert (a and (a.span(), a.group(0))) == (b and (b.span(), b.group(0))), text[:200]
+    if name in COUNTED:
+        assert [m.span() for m in old.finditer(text)] == [m.span() for m in new.finditer(text)], text[:200]
 
 
-@pytest.mark.parametrize("name, seed", [("markup_injection", 1), ("exfil_channel", 2)])
+@pytest.mark.parametrize("name, seed", [("markup_injection", 1), ("exfil_channel", 2), ("instruction_override", 3)])
 def test_scanned_cues_match_exactly_what_the_trained_regex_matched(name, seed):
     new = CUES[name]
     assert isinstance(new, _ScannedCue)
-    texts = _random_texts(4000, seed) + _adversarial_texts()
+    texts = _random_texts(4000, seed) + _adversarial_texts() + _gap_edges()
     for text in texts:
-        _same(OLD[name], new, text)
-        _same(OLD[name], new, _low(text))
+        _same(name, text)
+        _same(name, _low(text))
 
 
 def test_dataset_features_are_those_the_model_was_trained_on():
@@ -91,13 +130,16 @@ def test_dataset_features_are_those_the_model_was_trained_on():
     for text in texts:
         low = _low(text)
         for name in OLD:
-            _same(OLD[name], CUES[name], low)
+            _same(name, low)
             if OLD[name].search(low):
                 fired.add(name)
         f = featurize(text)
-        for name in OLD:
-            m = OLD[name].search(low)
-            assert f.cues[CUE_NAMES.index(name)] == (1.0 if m else 0.0)
+        for name, _, pattern in _REGEX_CUES:  # featurize's cue values, as computed before
+            rx = OLD.get(name, pattern)
+            found = rx.findall(low) if name in COUNTED else None
+            m = rx.search(low)
+            value = (min(len(found), 3) / 3.0 + 0.5 if found else 0.0) if found is not None else float(bool(m))
+            assert f.cues[CUE_NAMES.index(name)] == value
             assert f.evidence.get(name) == (m.group(0).strip() if m else None)
     assert fired == set(OLD)  # the comparison covered texts where each cue fires
 
@@ -130,7 +172,12 @@ def test_scanned_alternatives_do_not_fire_on_near_misses(text, name):
 def _searched_regexes() -> list[tuple[str, re.Pattern[str]]]:
     from qdrant_guard import intent
 
-    out = [(n, p.rest if isinstance(p, _ScannedCue) else p) for n, _, p in _REGEX_CUES]
+    out = [(n, p) for n, _, p in _REGEX_CUES if isinstance(p, re.Pattern)]
+    for n, _, p in _REGEX_CUES:
+        if isinstance(p, _ScannedCue):
+            out.append((n, p.rest))
+            out += [(n, rx) for scan in p.scans for rx in vars(scan).values() if isinstance(rx, re.Pattern)
+                    and rx is not scan.at]  # .at is only matched at a start the scan found
     out += [(n, getattr(intent, n)) for n in ("_NAMED_ROLE_RE", "_NAME_PAIR_RE", "_B64_RE", "_HEX_RE",
                                                "_PCT_RUN_RE", "_PCT_ANY_RE", "_ESCAPE_RUN_RE",
                                                "_ZW_IN_WORD_RE", "_TOKEN_RE")]
@@ -216,6 +263,34 @@ def _restarting_scans(seq, bounded: bool = False) -> list[str]:
     return found
 
 
+_REPEATS = _UNBOUNDED | {sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT}
+
+
+def _word_spanning_gaps(seq) -> int:
+    r"""The largest number of gaps that can span words (a repeat of 16 or more of a class holding
+    both a space and a letter) in one alternative. Two in a row make every start retry every
+    candidate of the first gap against every position of the second: ``put in in in ...`` cost
+    ~7 ms in ``\b(?:...|put)\b[^.]{0,60}\b(?:to|into|in)\b[^.]{0,30}(?:...)``."""
+    here, inner = 0, 0
+    for op, av in seq:
+        if op in _REPEATS and (av[1] == sre_parse.MAXREPEAT or av[1] >= 16) and len(av[2]) == 1:
+            bop, bav = av[2][0]
+            body = bav if bop == sre_parse.IN else [(bop, bav)] if bop == sre_parse.NOT_LITERAL else None
+            if body is not None and _class_contains(body, " ") and _class_contains(body, "a"):
+                here += 1
+        if op == sre_parse.BRANCH:
+            inner = max([inner] + [_word_spanning_gaps(alt) for alt in av[1]])
+        elif op == sre_parse.SUBPATTERN:
+            inner = max(inner, _word_spanning_gaps(av[-1]))
+    return max(here, inner)
+
+
+def test_the_gap_check_sees_the_windowed_alternatives_it_is_for():
+    assert _word_spanning_gaps(sre_parse.parse(OLD["exfil_channel"].pattern)) == 2
+    assert _word_spanning_gaps(sre_parse.parse(OLD["instruction_override"].pattern)) == 2
+    assert _word_spanning_gaps(sre_parse.parse(r"\b[a-z]+ [a-z]+'s\b|a\s+b\s+c|x[^.]{0,9}y[^.]{0,9}z")) == 0
+
+
 def test_the_restart_check_sees_the_quadratic_alternatives_it_is_for():
     assert _restarting_scans(sre_parse.parse(OLD["markup_injection"].pattern)) == ["{{"]
     assert _restarting_scans(sre_parse.parse(OLD["exfil_channel"].pattern)) == ["!["]
@@ -228,6 +303,11 @@ def test_no_searched_regex_restarts_a_scan_from_every_opener(name, rx):
     # No timing here (unit tests do not assert timings): this is the structure that made
     # "{{" * 1024 and "![" * 1024 cost ~9 ms each; docs/intent.md (Latency) has the measurements.
     assert _restarting_scans(sre_parse.parse(rx.pattern)) == []
+
+
+@pytest.mark.parametrize("name, rx", _searched_regexes(), ids=lambda v: v if isinstance(v, str) else "")
+def test_no_searched_regex_has_two_word_spanning_gaps_in_a_row(name, rx):
+    assert _word_spanning_gaps(sre_parse.parse(rx.pattern)) <= 1
 
 
 def test_hostile_runs_still_featurize_to_the_old_cues():
