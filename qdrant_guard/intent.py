@@ -149,16 +149,22 @@ class _OpenerScan:
 
     def prepare(self, text: str) -> Callable[[int], int]:
         """The function giving the first start at or after ``pos`` where the alternative matches."""
+        none = len(text) + 1
+        found = [-1]  # the last answer, none for "no start"; it holds for any pos up to itself
+
         def first(pos: int) -> int:
-            i = text.find(self.opener, pos)
-            while i >= 0:
-                j = text.find(self.close, i + len(self.opener))
-                if j < 0:
-                    return -1
-                if text.startswith(self.follow, j + 1):
-                    return i
-                i = text.find(self.opener, j + 1)
-            return -1
+            if found[0] < pos:
+                found[0] = none
+                i = text.find(self.opener, pos)
+                while i >= 0:
+                    j = text.find(self.close, i + len(self.opener))
+                    if j < 0:
+                        break
+                    if text.startswith(self.follow, j + 1):
+                        found[0] = i
+                        break
+                    i = text.find(self.opener, j + 1)
+            return -1 if found[0] == none else found[0]
         return first
 
 
@@ -215,8 +221,12 @@ class _ScannedCue:
     def finditer(self, text: str) -> Iterator[re.Match[str]]:
         firsts = [(scan.prepare(text), scan.at) for scan in self.scans]
         pos = 0
+        rest = self.rest.search(text)
         while pos <= len(text):
-            m = self.rest.search(text, pos)
+            if rest is not None and rest.start() < pos:
+                # Only then: searching again from every match would make a run of them quadratic.
+                rest = self.rest.search(text, pos)
+            m = rest
             best = m.start() if m else len(text) + 1
             for first, at in firsts:
                 i = first(pos)
