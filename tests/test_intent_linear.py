@@ -7,12 +7,11 @@ import random
 import re
 import unicodedata
 from pathlib import Path
+from re import _parser as sre_parse  # Python 3.11's regex parser (sre_parse warns when imported)
 
 import pytest
 
 from qdrant_guard.intent import _MAX_LEXICAL_CHARS, _REGEX_CUES, _ZW_STRIP, CUE_NAMES, _ScannedCue, featurize
-
-from re import _parser as sre_parse  # Python 3.11's regex parser (sre_parse warns when imported)
 
 CUES = {n: p for n, _, p in _REGEX_CUES}
 DATASET = Path(__file__).resolve().parent.parent / "qdrant_guard" / "data" / "intent_dataset.jsonl"
@@ -142,6 +141,15 @@ def test_dataset_features_are_those_the_model_was_trained_on():
             assert f.cues[CUE_NAMES.index(name)] == value
             assert f.evidence.get(name) == (m.group(0).strip() if m else None)
     assert fired == set(OLD)  # the comparison covered texts where each cue fires
+
+
+def test_counted_cues_have_no_groups():
+    # featurize takes group 0 of the first match as evidence, which is what findall gave only
+    # for a pattern without groups.
+    for name in COUNTED:
+        p = CUES[name]
+        rxs = [p.rest] + [s.at for s in p.scans] if isinstance(p, _ScannedCue) else [p]
+        assert all(rx.groups == 0 for rx in rxs), name
 
 
 @pytest.mark.parametrize("text, name, evidence", [
