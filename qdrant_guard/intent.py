@@ -135,6 +135,10 @@ _BULK_VERBS = (r"list|show|give|get|pull|dump|export|print|download|send|fetch|r
                r"output|return|extract|compile|copy|iterate over|find")
 
 
+def _nowhere(pos: int) -> int:
+    return -1
+
+
 class _OpenerScan:
     """The regex alternative ``opener [^close]* close follow``, found by a linear scan.
 
@@ -149,6 +153,8 @@ class _OpenerScan:
 
     def prepare(self, text: str) -> Callable[[int], int]:
         """The function giving the first start at or after ``pos`` where the alternative matches."""
+        if self.opener not in text:
+            return _nowhere
         none = len(text) + 1
         found = [-1]  # the last answer, none for "no start"; it holds for any pos up to itself
 
@@ -186,11 +192,14 @@ class _WindowScan:
 
     def prepare(self, text: str) -> Callable[[int], int]:
         """The function giving the first start at or after ``pos`` where the alternative matches."""
+        h = self.head.search(text)
+        if h is None or self.tail.search(text, h.end()) is None:
+            return _nowhere
         starts: list[int] = []
-        heads = [(m.start(), m.end()) for m in self.head.finditer(text)]
-        tails = [m.start() for m in self.tail.finditer(text)] if heads else []
+        heads = [(m.start(), m.end()) for m in self.head.finditer(text, h.start())]
+        tails = [m.start() for m in self.tail.finditer(text, h.end())]
         mids: list[int] = []
-        for m in self.mid.finditer(text) if tails else ():
+        for m in self.mid.finditer(text, h.end()):
             e = m.end()
             k = bisect.bisect_left(tails, e)
             if k < len(tails) and tails[k] - e <= self.gap2 and "." not in text[e:tails[k]]:
@@ -219,9 +228,13 @@ class _ScannedCue:
         self.scans = scans
 
     def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        m = self.search(text)
+        if m is None:
+            return
+        yield m
+        pos = m.end()
         firsts = [(scan.prepare(text), scan.at) for scan in self.scans]
-        pos = 0
-        rest = self.rest.search(text)
+        rest = self.rest.search(text, pos)
         while pos <= len(text):
             if rest is not None and rest.start() < pos:
                 # Only then: searching again from every match would make a run of them quadratic.
@@ -238,7 +251,14 @@ class _ScannedCue:
             pos = m.end()
 
     def search(self, text: str) -> re.Match[str] | None:
-        return next(self.finditer(text), None)
+        # finditer's first step, without its set-up: this runs on every query.
+        m = self.rest.search(text)
+        best = m.start() if m else len(text) + 1
+        for scan in self.scans:
+            i = scan.prepare(text)(0)
+            if 0 <= i <= best:
+                best, m = i, scan.at.match(text, i)
+        return m
 
 
 # (name, display prefix, pattern over the case-folded text). Order is part of the model format.
@@ -406,21 +426,24 @@ def featurize(text: str) -> Featurized:
     evidence: dict[str, str] = {}
     cues: list[float] = []
     for name, _, pattern in _REGEX_CUES:
-        if name in ("bulk_request", "sensitive_noun", "instruction_override"):
-            # The value counts at most 3 matches; the patterns have no groups (evidence is group 0).
-            found = list(itertools.islice(pattern.finditer(low), 3))
-            if found:
-                evidence[name] = found[0].group(0).strip()
-                cues.append(len(found) / 3.0 + 0.5)
-            else:
-                cues.append(0.0)
-        else:
+        if name not in ("bulk_request", "sensitive_noun", "instruction_override"):
+            found = None
+        elif isinstance(pattern, re.Pattern):
+            found = pattern.findall(low)
+        else:  # the value counts at most 3 matches; the cue has no groups, so findall gave group 0
+            found = [m.group(0) for m in itertools.islice(pattern.finditer(low), 3)]
+        if found is None:
             m = pattern.search(low)
             if m:
                 evidence[name] = m.group(0).strip()
                 cues.append(1.0)
             else:
                 cues.append(0.0)
+        elif found:
+            evidence[name] = found[0].strip() if isinstance(found[0], str) else ""
+            cues.append(min(len(found), 3) / 3.0 + 0.5)
+        else:
+            cues.append(0.0)
 
     named = ""
     for m in _NAME_PAIR_RE.finditer(cased):
