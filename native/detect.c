@@ -16,7 +16,8 @@
 const char *const qg_type_names[QG_NTYPES] = {
     "PRIVATE_KEY", "AWS_ACCESS_KEY", "AWS_SECRET_KEY", "GITHUB_TOKEN", "GITLAB_TOKEN",
     "SLACK_TOKEN", "STRIPE_KEY", "ANTHROPIC_KEY", "OPENAI_KEY", "GOOGLE_API_KEY", "GOOGLE_OAUTH_SECRET",
-    "NPM_TOKEN", "PYPI_TOKEN", "SENDGRID_KEY", "TWILIO_KEY", "HUGGINGFACE_TOKEN", "JWT", "DATABASE_URL_PASSWORD",
+    "NPM_TOKEN", "PYPI_TOKEN", "SENDGRID_KEY", "TWILIO_KEY", "HUGGINGFACE_TOKEN", "SHOPIFY_TOKEN", "DIGITALOCEAN_TOKEN",
+    "MAILGUN_KEY", "DATABRICKS_TOKEN", "POSTMAN_KEY", "JWT", "DATABASE_URL_PASSWORD",
     "GENERIC_SECRET", "IBAN", "CREDIT_CARD", "SSN", "EMAIL", "PHONE",
 };
 
@@ -576,6 +577,19 @@ static int all_of(const unsigned char *v, size_t n, int (*pred)(int)) {
 
 static int all_alnum(const unsigned char *v, size_t n) { return all_of(v, n, is_alnum); }
 
+/* The run of letters and digits at p is exactly n long: lowercase hex with a letter and a digit. */
+static int hex_body(const scan_t *s, size_t p, size_t n) {
+    if (RUN_END(s, p, is_alnum, n + 1) != p + n) return 0;
+    int digit = 0, letter = 0;
+    for (size_t q = p; q < p + n; q++) {
+        int c = s->b[q];
+        if (!is_digit(c) && !(c >= 'a' && c <= 'f')) return 0;
+        digit |= is_digit(c);
+        letter |= !is_digit(c);
+    }
+    return digit && letter;
+}
+
 static void token(scan_t *s, size_t i) {
     const unsigned char *b = s->b;
     int prev = at(s, (int64_t)i - 1);
@@ -669,6 +683,34 @@ static void token(scan_t *s, size_t i) {
         /* A camelCase name of 34 letters (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) has a few capitals. */
         if (upper + lower == 34 && upper >= 8 && lower >= 8) emit_token(s, i, i + 37, QG_HUGGINGFACE_TOKEN);
     }
+    if (c == 's' && no_alnum && starts_with(s, i, "shp") && at(s, (int64_t)i + 5) == '_' &&
+        (starts_with(s, i + 3, "at") || starts_with(s, i + 3, "ca") || starts_with(s, i + 3, "pa") ||
+         starts_with(s, i + 3, "ss")) &&
+        hex_body(s, i + 6, 32))
+        emit_token(s, i, i + 38, QG_SHOPIFY_TOKEN);
+    if (c == 'd' && no_alnum && at(s, (int64_t)i + 1) == 'o' && in_set(at(s, (int64_t)i + 2), "por") &&
+        starts_with(s, i + 3, "_v1_") && hex_body(s, i + 7, 64))
+        emit_token(s, i, i + 71, QG_DIGITALOCEAN_TOKEN);
+    /* "key-" is an everyday word: not after a name's '_', '-' or '.', and not before more of a
+     * name (key-<md5>-v2, key-<md5>.json). */
+    if (c == 'k' && !(prev >= 0 && (is_word_dash(prev) || prev == '.')) && starts_with(s, i, "key-") &&
+        hex_body(s, i + 4, 32)) {
+        int a = at(s, (int64_t)i + 36), a2 = at(s, (int64_t)i + 37);
+        if (!(a >= 0 && is_word_dash(a)) && !(a == '.' && a2 >= 0 && is_word_dash(a2))) emit_token(s, i, i + 36, QG_MAILGUN_KEY);
+    }
+    if (c == 'd' && no_alnum && starts_with(s, i, "dapi") && hex_body(s, i + 4, 32)) {
+        /* A token may carry a "-2" suffix; any other '-' continues a longer name. */
+        size_t e = i + 36;
+        if (at(s, (int64_t)e) == '-') {
+            size_t d = RUN_END(s, e + 1, is_digit, 3);
+            int a = at(s, (int64_t)d);
+            e = (d > e + 1 && d <= e + 3 && !(a >= 0 && is_alnum_dash(a))) ? d : 0;
+        }
+        if (e) emit_token(s, i, e, QG_DATABRICKS_TOKEN);
+    }
+    if (c == 'P' && no_alnum_dash && starts_with(s, i, "PMAK-") && hex_body(s, i + 5, 24) &&
+        at(s, (int64_t)i + 29) == '-' && hex_body(s, i + 30, 34) && at(s, (int64_t)i + 64) != '-')
+        emit_token(s, i, i + 64, QG_POSTMAN_KEY);
 }
 
 /* ----------------------------------------------------------------------------------- JWT */
@@ -1551,7 +1593,8 @@ int qg_detect(const unsigned char *b, size_t n, qg_findings *out) {
         if (is_alpha(c)) iban(&s, i);
         if (c == 'A' || c == 'g' || c == 'x' || c == 's' || c == 'r') token(&s, i);
         /* The later prefixes all need a start of word: most of their letters are not one. */
-        else if ((c == 'G' || c == 'S' || c == 'h' || c == 'n' || c == 'p') && !(prev >= 0 && is_alnum(prev)))
+        else if ((c == 'G' || c == 'S' || c == 'h' || c == 'n' || c == 'p' || c == 'P' || c == 'd' || c == 'k') &&
+                 !(prev >= 0 && is_alnum(prev)))
             token(&s, i);
         if (c == '@') email(&s, i);
         if (c == ':' && i + 3 <= n && b[i + 1] == '/' && b[i + 2] == '/') url(&s, i);

@@ -40,6 +40,11 @@ FINDING_TYPES: tuple[str, ...] = (
     "SENDGRID_KEY",
     "TWILIO_KEY",
     "HUGGINGFACE_TOKEN",
+    "SHOPIFY_TOKEN",
+    "DIGITALOCEAN_TOKEN",
+    "MAILGUN_KEY",
+    "DATABRICKS_TOKEN",
+    "POSTMAN_KEY",
     "JWT",
     "DATABASE_URL_PASSWORD",
     "GENERIC_SECRET",
@@ -470,6 +475,20 @@ def _classes(value: str) -> tuple[bool, bool, bool]:
     )
 
 
+_LOWER_HEX = frozenset("0123456789abcdef")
+
+
+def _hex_body(text: str, p: int, n: int) -> bool:
+    """The run of letters and digits at ``p`` is exactly ``n`` long: lowercase hex with a letter and a digit."""
+    body = text[p : p + n]
+    return (
+        _run_end(text, p, _ALNUM, n + 1) == p + n
+        and all(c in _LOWER_HEX for c in body)
+        and any(c in _DIGITS for c in body)
+        and any(c in _LETTERS for c in body)
+    )
+
+
 def _token(text: str, i: int) -> list[tuple[int, int, str, str]]:
     """Prefixed tokens: every anchor is the start of a maximal run of the token's alphabet."""
     out = []
@@ -536,6 +555,27 @@ def _token(text: str, i: int) -> list[tuple[int, int, str, str]]:
         # A camelCase name of 34 letters (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) has a few capitals.
         if upper + lower == 34 and upper >= 8 and lower >= 8:
             out.append((i, i + 37, "HUGGINGFACE_TOKEN", "format"))
+    if prev not in _ALNUM and head[:3] == "shp" and head[3:6] in ("at_", "ca_", "pa_", "ss_") and _hex_body(text, i + 6, 32):
+        out.append((i, i + 38, "SHOPIFY_TOKEN", "format"))
+    if prev not in _ALNUM and head[:7] in ("dop_v1_", "doo_v1_", "dor_v1_") and _hex_body(text, i + 7, 64):
+        out.append((i, i + 71, "DIGITALOCEAN_TOKEN", "format"))
+    # "key-" is an everyday word: not after a name's "_", "-" or ".", and not before more of a
+    # name (key-<md5>-v2, key-<md5>.json).
+    if prev not in _WORD_DASH and prev != "." and head[:4] == "key-" and _hex_body(text, i + 4, 32):
+        a, a2 = _at(text, i + 36), _at(text, i + 37)
+        if a not in _WORD_DASH and not (a == "." and a2 in _WORD_DASH):
+            out.append((i, i + 36, "MAILGUN_KEY", "format"))
+    if prev not in _ALNUM and head[:4] == "dapi" and _hex_body(text, i + 4, 32):
+        # A token may carry a "-2" suffix; any other "-" continues a longer name.
+        e = i + 36
+        if _at(text, e) == "-":
+            d = _run_end(text, e + 1, _DIGITS, 3)
+            e = d if e + 1 < d <= e + 3 and _at(text, d) not in _ALNUM_DASH else 0
+        if e:
+            out.append((i, e, "DATABRICKS_TOKEN", "format"))
+    if prev not in _ALNUM_DASH and head[:5] == "PMAK-" and _hex_body(text, i + 5, 24) and _at(text, i + 29) == "-":
+        if _hex_body(text, i + 30, 34) and _at(text, i + 64) != "-":
+            out.append((i, i + 64, "POSTMAN_KEY", "format"))
     return [f for f in out if not _has_example(text, f[0], f[1])]
 
 
@@ -1330,7 +1370,7 @@ def find_spans(text: str) -> list[tuple[int, int, str, str]]:
     for i, c in enumerate(text):
         if c in _LETTERS and _at(text, i + 2) in _DIGITS:
             cands += _iban(text, i)
-        if c in "AGSghnprsx":
+        if c in "AGSghnprsx" or (c in "Pdk" and _at(text, i - 1) not in _ALNUM):
             cands += _token(text, i)
     for i in _positions(text, "@"):
         cands += _email(text, i)

@@ -51,7 +51,13 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   (``SG.`` + 22 + ``.`` + 43 of ``[A-Za-z0-9_-]``), ``TWILIO_KEY`` (an API key SID, ``SK`` + 32
   hex digits with a letter and a digit), ``HUGGINGFACE_TOKEN`` (``hf_`` + 34 letters, 8+ of them
   upper and 8+ lower case, so that a camelCase name such as
-  ``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`` is not one): "format". Tokens whose alphabet has
+  ``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`` is not one), ``SHOPIFY_TOKEN`` (``shpat_ shpca_
+  shppa_ shpss_`` + 32), ``DIGITALOCEAN_TOKEN`` (``dop_v1_ doo_v1_ dor_v1_`` + 64),
+  ``MAILGUN_KEY`` (``key-`` + 32, not after ``_``, ``-``, ``.`` or a letter or digit and not
+  followed by ``-``, ``_`` or ``.`` and a name: ``api_key-<md5>``, ``key-<md5>.json`` are not
+  keys), ``DATABRICKS_TOKEN`` (``dapi`` + 32, with an optional ``-N`` suffix of 1-2 digits),
+  ``POSTMAN_KEY`` (``PMAK-`` + 24 + ``-`` + 34); in these five the digits are lowercase hex with
+  at least one letter and one digit in each part: "format". Tokens whose alphabet has
   ``_`` and ``-`` end where that alphabet ends: one character more (``AIza...x``) is a longer
   token, not a key. No vendor's documented example key is excepted beyond the "EXAMPLE" rule
   below (none of Google's could be confirmed).

@@ -67,6 +67,11 @@ POSITIVES = [
     ("SG.Ab3dEf7hIj9kLmN0pQ_rSt.Uv-WxYz123456789Ab3dEf7hIj9kLmN0pQrStUvWxYz", [("SENDGRID_KEY", "SG.Ab3dEf7hIj9kLmN0pQ_rSt.Uv-WxYz123456789Ab3dEf7hIj9kLmN0pQrStUvWxYz", "format")]),
     ("twilio SK2f9c0e4b7d1a8f3e6c5b2a9d8e7f6a5b", [("TWILIO_KEY", "SK2f9c0e4b7d1a8f3e6c5b2a9d8e7f6a5b", "format")]),
     ("HF_TOKEN hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh", [("HUGGINGFACE_TOKEN", "hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh", "format")]),
+    ("shopify 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", [("SHOPIFY_TOKEN", "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", "format")]),
+    ("doctl auth init -t dop_v1_" + "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d" * 2, [("DIGITALOCEAN_TOKEN", "dop_v1_" + "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d" * 2, "format")]),
+    ("mailgun api key-1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d", [("MAILGUN_KEY", "key-1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d", "format")]),
+    ("DATABRICKS_HOST=x dapi1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d-2", [("DATABRICKS_TOKEN", "dapi1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d-2", "format")]),
+    ("x-api-key: PMAK-1a2b3c4d5e6f7a8b9c0d1e2f-1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e", [("POSTMAN_KEY", "PMAK-1a2b3c4d5e6f7a8b9c0d1e2f-1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e", "format")]),
     (f"Authorization: Bearer {JWT}", [("JWT", JWT, "jwt-header-json")]),
     (f"key:\n{PEM}\n", [("PRIVATE_KEY", PEM, "pem-armor")]),
     ('{"k": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEA\n"}', [("PRIVATE_KEY", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEA", "pem-begin")]),
@@ -178,7 +183,7 @@ def test_categories() -> None:
 def test_finding_types_constant() -> None:
     assert FINDING_TYPES == NATIVE.FINDING_TYPES == PYTHON.FINDING_TYPES
     assert NATIVE.PII_TYPES == PYTHON.PII_TYPES == {"IBAN", "CREDIT_CARD", "SSN", "EMAIL", "PHONE"}
-    assert len(set(FINDING_TYPES)) == 24
+    assert len(set(FINDING_TYPES)) == 29
     found = {t for text, items in POSITIVES for t, _, _ in items}
     assert found == set(FINDING_TYPES), "every type has a positive table case"
 

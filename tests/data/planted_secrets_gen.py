@@ -7,8 +7,8 @@ plants each value, never from a detector. Some positives are deliberately hard (
 spaces, a secret in a prose sentence) so recall can fall short of 1.
 
 Run: python tests/data/planted_secrets_gen.py  (rewrites the .jsonl next to this file; the RSA and
-EC keys are new on every run). ``--append`` adds only the rows of :func:`extra_rows` to the existing
-file, leaving its rows as they are.
+EC keys are new on every run). ``--append`` adds only the rows of the newest round,
+:func:`vendor_rows`, to the existing file, leaving its rows as they are.
 """
 from __future__ import annotations
 
@@ -442,10 +442,88 @@ PREFIXED_NEGATIVES = [
 ]
 
 
+# ------------------------------------------------- vendors' tokens added later in 2026-12
+# Again a stream of their own, and rows after all the others.
+R3 = random.Random(20261205)
+LOWER_HEX = string.digits + "abcdef"
+
+
+def hex3(n: int) -> str:
+    while True:
+        v = "".join(R3.choice(LOWER_HEX) for _ in range(n))
+        if any(c.isdigit() for c in v) and any(c.isalpha() for c in v):
+            return v
+
+
+def shopify_token() -> str:
+    return R3.choice(["shpat_", "shpca_", "shppa_", "shpss_"]) + hex3(32)
+
+
+def digitalocean_token() -> str:
+    return R3.choice(["dop_v1_", "doo_v1_", "dor_v1_"]) + hex3(64)
+
+
+def mailgun_key() -> str:
+    return "key-" + hex3(32)
+
+
+def databricks_token() -> str:
+    return "dapi" + hex3(32) + R3.choice(["", "", "-2", "-3"])
+
+
+def postman_key() -> str:
+    return "PMAK-" + hex3(24) + "-" + hex3(34)
+
+
+def vendor_doc(k: int) -> Doc:
+    """The vendors' tokens of the threat model's missed list, in the places they are usually pasted."""
+    kind, shape = ["config", "code", "chat", "config", "chat"][k % 5], k % 10
+    d = Doc(kind)
+    if kind == "config" and shape == 0:
+        d.add("# .env\nSHOPIFY_ACCESS_TOKEN=").plant("SHOPIFY_TOKEN", shopify_token()).add("\nDIGITALOCEAN_TOKEN=")
+        d.plant("DIGITALOCEAN_TOKEN", digitalocean_token()).add("\nMAILGUN_API_KEY=").plant("MAILGUN_KEY", mailgun_key())
+        d.add("\nDATABRICKS_TOKEN=").plant("DATABRICKS_TOKEN", databricks_token()).add("\nPOSTMAN_API_KEY=")
+        d.plant("POSTMAN_KEY", postman_key()).add("\nLOG_LEVEL=info\n")
+    elif kind == "config":
+        d.add("[DEFAULT]\nhost = https://adb-1234567890123456.7.azuredatabricks.net\ntoken = ")
+        d.plant("DATABRICKS_TOKEN", databricks_token()).add("\n\n# doctl\naccess-token: ")
+        d.plant("DIGITALOCEAN_TOKEN", digitalocean_token()).add("\n")
+    elif kind == "code" and shape == 1:
+        d.add("session = shopify.Session(shop_url, api_version, '").plant("SHOPIFY_TOKEN", shopify_token()).add("')\n")
+        d.add("requests.post(MAILGUN_URL, auth=('api', '").plant("MAILGUN_KEY", mailgun_key()).add("'), data=msg)\n")
+    elif kind == "code":
+        d.add('headers = {"X-API-Key": "').plant("POSTMAN_KEY", postman_key()).add('"}\n')
+        d.add("client = pydo.Client(token=\"").plant("DIGITALOCEAN_TOKEN", digitalocean_token()).add("\")\n")
+    elif shape == 2:
+        d.add("the storefront app fails with 401, token is ").plant("SHOPIFY_TOKEN", shopify_token())
+        d.add(" and the mail key ").plant("MAILGUN_KEY", mailgun_key()).add(" - did someone rotate them?")
+    else:
+        d.add("can you run the collection with ").plant("POSTMAN_KEY", postman_key()).add(" and the PAT ")
+        d.plant("DATABRICKS_TOKEN", databricks_token()).add(" please")
+    return d
+
+
+VENDOR_NEGATIVES = [
+    "Shopify tokens start shpat_, shpca_, shppa_ or shpss_; DigitalOcean's dop_v1_, doo_v1_ or dor_v1_.\n",
+    "cache miss for monkey-5d41402abc4b2a76b9719d911017c592 and api_key-5d41402abc4b2a76b9719d911017c592\n",
+    "wrote key-5d41402abc4b2a76b9719d911017c592.json and key-5d41402abc4b2a76b9719d911017c592-v2\n",
+    "dapi_version = 2  # rapidapi7d793037a0760186574b0282f2f435e7 is a digest\n",
+    "PMAK- keys have two hex parts; see the Postman docs. key-value-store, dop_v2_ is not a prefix.\n",
+]
+
+
+def vendor_rows(first_id: int) -> list[dict]:
+    rows = [vendor_doc(k).row() for k in range(20)]
+    rows += [{"kind": "negative", "text": t, "expected": []} for t in VENDOR_NEGATIVES]
+    for i, row in enumerate(rows):
+        row["id"] = first_id + i
+    return rows
+
+
 def main() -> None:
     if "--append" in sys.argv:
         rows = [json.loads(line) for line in OUT.read_text(encoding="utf-8").splitlines()]
-        rows += extra_rows(len(rows))
+        rows += vendor_rows(len(rows))
         write(rows)
         return
     makers = [code_python, code_js, config_env, config_yaml, config_json, pem_doc, chat, email_doc]
@@ -458,6 +536,7 @@ def main() -> None:
     for i, row in enumerate(rows):
         row["id"] = i
     rows += extra_rows(len(rows))
+    rows += vendor_rows(len(rows))
     write(rows)
 
 
