@@ -17,7 +17,7 @@ const char *const qg_type_names[QG_NTYPES] = {
     "PRIVATE_KEY", "AWS_ACCESS_KEY", "AWS_SECRET_KEY", "GITHUB_TOKEN", "GITLAB_TOKEN",
     "SLACK_TOKEN", "STRIPE_KEY", "ANTHROPIC_KEY", "OPENAI_KEY", "GOOGLE_API_KEY", "GOOGLE_OAUTH_SECRET",
     "NPM_TOKEN", "PYPI_TOKEN", "SENDGRID_KEY", "TWILIO_KEY", "HUGGINGFACE_TOKEN", "SHOPIFY_TOKEN", "DIGITALOCEAN_TOKEN",
-    "MAILGUN_KEY", "DATABRICKS_TOKEN", "POSTMAN_KEY", "JWT", "DATABASE_URL_PASSWORD",
+    "MAILGUN_KEY", "DATABRICKS_TOKEN", "POSTMAN_KEY", "LINEAR_KEY", "DOPPLER_TOKEN", "AZURE_STORAGE_KEY", "JWT", "DATABASE_URL_PASSWORD",
     "GENERIC_SECRET", "IBAN", "CREDIT_CARD", "SSN", "EMAIL", "PHONE",
 };
 
@@ -563,6 +563,11 @@ static void url(scan_t *s, size_t p) {
 /* ------------------------------------------------------------------------ prefixed tokens */
 /* base64 of a PyPI macaroon's first bytes, which name its location: pypi.org or test.pypi.org. */
 static const char *const PYPI_MACAROONS[] = {"AgEIcHlwaS5vcmc", "AgENdGVzdC5weXBpLm9yZw"};
+/* Doppler's documented token kinds (docs.doppler.com, "Auth Token Formats"); "st." last: only a
+ * service token may name its config before the token (dp.st.dev.<token>). */
+static const char *const DOPPLER_KINDS[] = {"ct.", "pt.", "sa.", "said.", "scim.", "audit.", "st.", NULL};
+static inline int is_doppler_config(int c) { return is_lower(c) || is_digit(c) || c == '_' || c == '-'; }
+static inline int is_upper_digit(int c) { return is_upper(c) || is_digit(c); }
 static const char *const AWS_PREFIXES[] = {"AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA", NULL};
 
 static void emit_token(scan_t *s, size_t i, size_t e, int type) {
@@ -711,6 +716,50 @@ static void token(scan_t *s, size_t i) {
     if (c == 'P' && no_alnum_dash && starts_with(s, i, "PMAK-") && hex_body(s, i + 5, 24) &&
         at(s, (int64_t)i + 29) == '-' && hex_body(s, i + 30, 34) && at(s, (int64_t)i + 64) != '-')
         emit_token(s, i, i + 64, QG_POSTMAN_KEY);
+    if (c == 'l' && no_alnum && starts_with(s, i, "lin_api_") && RUN_END(s, i + 8, is_alnum, 41) == i + 48) {
+        int lo, up, dg;
+        classes(b + i + 8, 40, &lo, &up, &dg);
+        if (lo + up + dg >= 2) emit_token(s, i, i + 48, QG_LINEAR_KEY);
+    }
+    if (c == 'd' && no_alnum_dash && prev != '.' && starts_with(s, i, "dp.")) {
+        for (int k = 0; DOPPLER_KINDS[k]; k++) {
+            if (!starts_with(s, i + 3, DOPPLER_KINDS[k])) continue;
+            size_t p = i + 3 + strlen(DOPPLER_KINDS[k]);
+            if (!DOPPLER_KINDS[k + 1]) {
+                size_t g = RUN_END(s, p, is_doppler_config, 36);
+                if (g - p >= 2 && g - p <= 35 && at(s, (int64_t)g) == '.') p = g + 1;
+            }
+            size_t e = RUN_END(s, p, is_alnum, 45);
+            int a = at(s, (int64_t)e), a2 = at(s, (int64_t)e + 1), lo, up, dg;
+            classes(b + p, e - p, &lo, &up, &dg);
+            if (e - p >= 40 && e - p <= 44 && lo + up + dg >= 2 && !(a >= 0 && is_word_dash(a)) &&
+                !(a == '.' && a2 >= 0 && is_word_dash(a2)))
+                emit_token(s, i, e, QG_DOPPLER_TOKEN);
+            break;
+        }
+    }
+    /* Slack app-level token: xapp-<digit>-<app id>-<digits>-<64 hex>. */
+    if (c == 'x' && no_alnum_dash && starts_with(s, i, "xapp-") && is_digit(at(s, (int64_t)i + 5)) &&
+        at(s, (int64_t)i + 6) == '-') {
+        size_t p = i + 7, q = RUN_END(s, p, is_upper_digit, 21);
+        if (q - p >= 5 && q - p <= 20 && at(s, (int64_t)q) == '-') {
+            size_t r = RUN_END(s, q + 1, is_digit, 21);
+            if (r - q - 1 >= 5 && r - q - 1 <= 20 && at(s, (int64_t)r) == '-' && hex_body(s, r + 1, 64) &&
+                at(s, (int64_t)r + 65) != '-')
+                emit_token(s, i, r + 65, QG_SLACK_TOKEN);
+        }
+    }
+    /* An Azure storage connection string's AccountKey: base64 of 64 bytes, so 86 characters, the
+     * last of them one of "AQgw" (2 bits of data), then "==". Only the value is the secret. */
+    if (c == 'A' && no_alnum && starts_with(s, i, "AccountKey=")) {
+        size_t p = i + 11;
+        int a = at(s, (int64_t)p + 88), lo, up, dg;
+        if (RUN_END(s, p, is_b64, 87) == p + 86 && in_set(b[p + 85], "AQgw") && at(s, (int64_t)p + 86) == '=' &&
+            at(s, (int64_t)p + 87) == '=' && !(a >= 0 && (is_b64(a) || a == '='))) {
+            classes(b + p, 86, &lo, &up, &dg);
+            if (lo && up && dg) emit_token(s, p, p + 88, QG_AZURE_STORAGE_KEY);
+        }
+    }
 }
 
 /* ----------------------------------------------------------------------------------- JWT */
@@ -1593,7 +1642,8 @@ int qg_detect(const unsigned char *b, size_t n, qg_findings *out) {
         if (is_alpha(c)) iban(&s, i);
         if (c == 'A' || c == 'g' || c == 'x' || c == 's' || c == 'r') token(&s, i);
         /* The later prefixes all need a start of word: most of their letters are not one. */
-        else if ((c == 'G' || c == 'S' || c == 'h' || c == 'n' || c == 'p' || c == 'P' || c == 'd' || c == 'k') &&
+        else if ((c == 'G' || c == 'S' || c == 'h' || c == 'n' || c == 'p' || c == 'P' || c == 'd' || c == 'k' ||
+                  c == 'l') &&
                  !(prev >= 0 && is_alnum(prev)))
             token(&s, i);
         if (c == '@') email(&s, i);

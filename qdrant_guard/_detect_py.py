@@ -45,6 +45,9 @@ FINDING_TYPES: tuple[str, ...] = (
     "MAILGUN_KEY",
     "DATABRICKS_TOKEN",
     "POSTMAN_KEY",
+    "LINEAR_KEY",
+    "DOPPLER_TOKEN",
+    "AZURE_STORAGE_KEY",
     "JWT",
     "DATABASE_URL_PASSWORD",
     "GENERIC_SECRET",
@@ -463,6 +466,11 @@ def _url(text: str, p: int) -> list[tuple[int, int, str, str]]:
 # -------------------------------------------------------------------------- prefixed tokens
 # base64 of a PyPI macaroon's first bytes, which name its location: pypi.org or test.pypi.org.
 _PYPI_MACAROONS = ("AgEIcHlwaS5vcmc", "AgENdGVzdC5weXBpLm9yZw")
+# Doppler's documented token kinds (docs.doppler.com, "Auth Token Formats"); "st." last: only a
+# service token may name its config before the token (dp.st.dev.<token>).
+_DOPPLER_KINDS = ("ct.", "pt.", "sa.", "said.", "scim.", "audit.", "st.")
+_DOPPLER_CONFIG = _LOWER | _DIGITS | {"_", "-"}
+_UPPER_DIGITS = _UPPER | _DIGITS
 _AWS_PREFIXES = ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA")
 _BASE32 = _UPPER | set("234567")
 
@@ -576,6 +584,40 @@ def _token(text: str, i: int) -> list[tuple[int, int, str, str]]:
     if prev not in _ALNUM_DASH and head[:5] == "PMAK-" and _hex_body(text, i + 5, 24) and _at(text, i + 29) == "-":
         if _hex_body(text, i + 30, 34) and _at(text, i + 64) != "-":
             out.append((i, i + 64, "POSTMAN_KEY", "format"))
+    if prev not in _ALNUM and head[:8] == "lin_api_" and _run_end(text, i + 8, _ALNUM, 41) == i + 48:
+        if sum(_classes(text[i + 8 : i + 48])) >= 2:
+            out.append((i, i + 48, "LINEAR_KEY", "format"))
+    if prev not in _ALNUM_DASH and prev != "." and head[:3] == "dp.":
+        for kind in _DOPPLER_KINDS:
+            if not text.startswith(kind, i + 3):
+                continue
+            p = i + 3 + len(kind)
+            if kind == "st.":
+                g = _run_end(text, p, _DOPPLER_CONFIG, 36)
+                if 2 <= g - p <= 35 and _at(text, g) == ".":
+                    p = g + 1
+            e = _run_end(text, p, _ALNUM, 45)
+            a, a2 = _at(text, e), _at(text, e + 1)
+            if 40 <= e - p <= 44 and sum(_classes(text[p:e])) >= 2 and a not in _WORD_DASH:
+                if not (a == "." and a2 in _WORD_DASH):
+                    out.append((i, e, "DOPPLER_TOKEN", "format"))
+            break
+    # Slack app-level token: xapp-<digit>-<app id>-<digits>-<64 hex>.
+    if prev not in _ALNUM_DASH and head[:5] == "xapp-" and _at(text, i + 5) in _DIGITS and _at(text, i + 6) == "-":
+        p = i + 7
+        q = _run_end(text, p, _UPPER_DIGITS, 21)
+        if 5 <= q - p <= 20 and _at(text, q) == "-":
+            r = _run_end(text, q + 1, _DIGITS, 21)
+            if 5 <= r - q - 1 <= 20 and _at(text, r) == "-" and _hex_body(text, r + 1, 64) and _at(text, r + 65) != "-":
+                out.append((i, r + 65, "SLACK_TOKEN", "format"))
+    # An Azure storage connection string's AccountKey: base64 of 64 bytes, so 86 characters, the
+    # last of them one of "AQgw" (2 bits of data), then "==". Only the value is the secret.
+    if prev not in _ALNUM and text.startswith("AccountKey=", i):
+        p = i + 11
+        a = _at(text, p + 88)
+        if _run_end(text, p, _B64, 87) == p + 86 and text[p + 85] in "AQgw" and text[p + 86 : p + 88] == "==":
+            if a not in _B64 and a != "=" and all(_classes(text[p : p + 86])):
+                out.append((p, p + 88, "AZURE_STORAGE_KEY", "format"))
     return [f for f in out if not _has_example(text, f[0], f[1])]
 
 
@@ -1370,7 +1412,7 @@ def find_spans(text: str) -> list[tuple[int, int, str, str]]:
     for i, c in enumerate(text):
         if c in _LETTERS and _at(text, i + 2) in _DIGITS:
             cands += _iban(text, i)
-        if c in "AGSghnprsx" or (c in "Pdk" and _at(text, i - 1) not in _ALNUM):
+        if c in "AGSghnprsx" or (c in "Pdkl" and _at(text, i - 1) not in _ALNUM):
             cands += _token(text, i)
     for i in _positions(text, "@"):
         cands += _email(text, i)

@@ -39,8 +39,9 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   digits, not hex, entropy >= 3.5 bits/char and "aws" or "secret" within the 64 characters before
   it ("aws-context"), or without that context entropy >= 4.5 and a ``+`` or ``/`` ("entropy>=4.5").
 * ``GITHUB_TOKEN`` (``ghp_ gho_ ghu_ ghs_ ghr_`` + 36 alphanumerics, ``github_pat_`` 22 + ``_`` +
-  59), ``GITLAB_TOKEN`` (``glpat-`` + 20-50), ``SLACK_TOKEN`` (``xox[baprs]-`` tokens and
-  ``https://hooks.slack.com/services/T.../B.../...`` webhooks), ``STRIPE_KEY`` (``sk_live_
+  59), ``GITLAB_TOKEN`` (``glpat-`` + 20-50), ``SLACK_TOKEN`` (``xox[baprs]-`` tokens,
+  ``https://hooks.slack.com/services/T.../B.../...`` webhooks and app-level tokens
+  ``xapp-<digit>-<5-20 of [A-Z0-9]>-<5-20 digits>-<64 lowercase hex>``), ``STRIPE_KEY`` (``sk_live_
   sk_test_ rk_live_ rk_test_`` + 16+ alphanumerics), ``OPENAI_KEY`` (``sk-`` + 32+ of
   ``[A-Za-z0-9_-]`` with upper, lower and digits, e.g. ``sk-proj-...``), ``ANTHROPIC_KEY`` (the
   same shape starting ``sk-ant-``), ``GOOGLE_API_KEY`` (``AIza`` + 35 of ``[A-Za-z0-9_-]``),
@@ -57,7 +58,13 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   followed by ``-``, ``_`` or ``.`` and a name: ``api_key-<md5>``, ``key-<md5>.json`` are not
   keys), ``DATABRICKS_TOKEN`` (``dapi`` + 32, with an optional ``-N`` suffix of 1-2 digits),
   ``POSTMAN_KEY`` (``PMAK-`` + 24 + ``-`` + 34); in these five the digits are lowercase hex with
-  at least one letter and one digit in each part: "format". Tokens whose alphabet has
+  at least one letter and one digit in each part, ``LINEAR_KEY`` (``lin_api_`` + 40
+  alphanumerics of at least two of upper, lower, digits), ``DOPPLER_TOKEN`` (``dp.`` + ``ct pt sa
+  said scim audit st`` + ``.`` + 40-44 alphanumerics of at least two classes; a service token may
+  name its config, ``dp.st.dev.<token>``), ``AZURE_STORAGE_KEY`` (only the value of
+  ``AccountKey=`` in a connection string when it is base64 of 64 bytes: 86 characters with upper,
+  lower and digits, the last one of ``AQgw``, then ``==``; the same key pasted alone is not
+  found by its form): "format". Tokens whose alphabet has
   ``_`` and ``-`` end where that alphabet ends: one character more (``AIza...x``) is a longer
   token, not a key. No vendor's documented example key is excepted beyond the "EXAMPLE" rule
   below (none of Google's could be confirmed).

@@ -71,6 +71,9 @@ POSITIVES = [
     ("doctl auth init -t dop_v1_" + "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d" * 2, [("DIGITALOCEAN_TOKEN", "dop_v1_" + "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d" * 2, "format")]),
     ("mailgun api key-1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d", [("MAILGUN_KEY", "key-1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d", "format")]),
     ("DATABRICKS_HOST=x dapi1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d-2", [("DATABRICKS_TOKEN", "dapi1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d-2", "format")]),
+    ("LINEAR_API_KEY lin_api_Ab3dEf7hIj9kLmN0pQrStUvWxYz1234567890abc", [("LINEAR_KEY", "lin_api_Ab3dEf7hIj9kLmN0pQrStUvWxYz1234567890abc", "format")]),
+    ("doppler dp.st.dev.bAqhcVzrhy5cRHkOlNTc0Ve6w5NUDCpcutm8vGE9myi", [("DOPPLER_TOKEN", "dp.st.dev.bAqhcVzrhy5cRHkOlNTc0Ve6w5NUDCpcutm8vGE9myi", "format")]),
+    ("DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=BwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2Nzg5Ojs8PT4/QEFCQ0RFRg==;EndpointSuffix=core.windows.net", [("AZURE_STORAGE_KEY", "BwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2Nzg5Ojs8PT4/QEFCQ0RFRg==", "format")]),
     ("x-api-key: PMAK-1a2b3c4d5e6f7a8b9c0d1e2f-1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e", [("POSTMAN_KEY", "PMAK-1a2b3c4d5e6f7a8b9c0d1e2f-1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e", "format")]),
     (f"Authorization: Bearer {JWT}", [("JWT", JWT, "jwt-header-json")]),
     (f"key:\n{PEM}\n", [("PRIVATE_KEY", PEM, "pem-armor")]),
@@ -183,7 +186,7 @@ def test_categories() -> None:
 def test_finding_types_constant() -> None:
     assert FINDING_TYPES == NATIVE.FINDING_TYPES == PYTHON.FINDING_TYPES
     assert NATIVE.PII_TYPES == PYTHON.PII_TYPES == {"IBAN", "CREDIT_CARD", "SSN", "EMAIL", "PHONE"}
-    assert len(set(FINDING_TYPES)) == 29
+    assert len(set(FINDING_TYPES)) == 32
     found = {t for text, items in POSITIVES for t, _, _ in items}
     assert found == set(FINDING_TYPES), "every type has a positive table case"
 

@@ -29,7 +29,9 @@ PIECES = [
     "SG.Ab3dEf7hIj9kLmN0pQ_rSt.Uv-WxYz123456789Ab3dEf7hIj9kLmN0pQrStUvWxYz", "SK2f9c0e4b7d1a8f3e6c5b2a9d8e7f6a5b",
     "hf_AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh", "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", "dop_v1_" + "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d" * 2,
     "key-1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d", "dapi1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d-2",
-    "PMAK-1a2b3c4d5e6f7a8b9c0d1e2f-1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e", "auth_provider: google-oauth2-provider", "<key_status>v2-Ab</key_status>",
+    "PMAK-1a2b3c4d5e6f7a8b9c0d1e2f-1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e", "lin_api_Ab3dEf7hIj9kLmN0pQrStUvWxYz1234567890abc",
+    "dp.st.dev.bAqhcVzrhy5cRHkOlNTc0Ve6w5NUDCpcutm8vGE9myi", "xapp-1-A0123456789-1234567890123-" + "1a2b3c4d" * 8,
+    "AccountName=a;AccountKey=BwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2Nzg5Ojs8PT4/QEFCQ0RFRg==;", "auth_provider: google-oauth2-provider", "<key_status>v2-Ab</key_status>",
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
     "postgres://app:S3cr3t#Pw!@db.internal:5432/x", "redis://:password@h", 'API_KEY = "Zk29fjA01kd8Gh3LmQ9x"',
     "password: Hq8#kLm2$pQr9vXz", "clientSecret := 'q8W#e2R!t6Y@u0I$o4P'",
@@ -38,7 +40,7 @@ PIECES = [
     "é", "😀", "👩\u200d👩\u200d👧", "\ud800", "\udfff", "\x00", " ", "\n", "\t", "=", ":", "@", "-", ".", "/", "'", '"',
     "(", ")", "+", "1", "9", "A", "eyJ", "://", "-----BEGIN ", "x", "K", "\u212a",
 ]
-ALPHABET = "aAzZ0129 -_.:/=@+()'\"\n\t#$é😀\ud800\x00kKsSxXgGyJ\u212aGhnpfdPMb"
+ALPHABET = "aAzZ0129 -_.:/=@+()'\"\n\t#$é😀\ud800\x00kKsSxXgGyJ\u212aGhnpfdPMblQw"
 
 
 @st.composite

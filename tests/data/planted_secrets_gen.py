@@ -475,6 +475,27 @@ def postman_key() -> str:
     return "PMAK-" + hex3(24) + "-" + hex3(34)
 
 
+def linear_key() -> str:
+    return "lin_api_" + "".join(R3.choice(ALNUM) for _ in range(40))
+
+
+def doppler_token() -> str:
+    kind = R3.choice(["dp.pt.", "dp.st.", "dp.st.prd.", "dp.ct.", "dp.sa."])
+    while True:
+        v = "".join(R3.choice(ALNUM) for _ in range(R3.choice([43, 44])))
+        if sum([any(c.islower() for c in v), any(c.isupper() for c in v), any(c.isdigit() for c in v)]) >= 2:
+            return kind + v
+
+
+def slack_app_token() -> str:
+    app = "A0" + "".join(R3.choice(string.ascii_uppercase + string.digits) for _ in range(9))
+    return f"xapp-1-{app}-{''.join(R3.choice(string.digits) for _ in range(13))}-{hex3(64)}"
+
+
+def azure_storage_key() -> str:
+    return base64.b64encode(bytes(R3.randrange(256) for _ in range(64))).decode()
+
+
 def vendor_doc(k: int) -> Doc:
     """The vendors' tokens of the threat model's missed list, in the places they are usually pasted."""
     kind, shape = ["config", "code", "chat", "config", "chat"][k % 5], k % 10
@@ -483,7 +504,12 @@ def vendor_doc(k: int) -> Doc:
         d.add("# .env\nSHOPIFY_ACCESS_TOKEN=").plant("SHOPIFY_TOKEN", shopify_token()).add("\nDIGITALOCEAN_TOKEN=")
         d.plant("DIGITALOCEAN_TOKEN", digitalocean_token()).add("\nMAILGUN_API_KEY=").plant("MAILGUN_KEY", mailgun_key())
         d.add("\nDATABRICKS_TOKEN=").plant("DATABRICKS_TOKEN", databricks_token()).add("\nPOSTMAN_API_KEY=")
-        d.plant("POSTMAN_KEY", postman_key()).add("\nLOG_LEVEL=info\n")
+        d.plant("POSTMAN_KEY", postman_key()).add("\nLINEAR_API_KEY=").plant("LINEAR_KEY", linear_key())
+        d.add("\nDOPPLER_TOKEN=").plant("DOPPLER_TOKEN", doppler_token()).add("\nLOG_LEVEL=info\n")
+    elif kind == "config" and shape == 5:
+        d.add('{\n  "ConnectionStrings": {\n    "Storage": "DefaultEndpointsProtocol=https;AccountName=acmeprod;AccountKey=')
+        d.plant("AZURE_STORAGE_KEY", azure_storage_key()).add(';EndpointSuffix=core.windows.net"\n  },\n')
+        d.add('  "Slack": { "AppToken": "').plant("SLACK_TOKEN", slack_app_token()).add('" }\n}\n')
     elif kind == "config":
         d.add("[DEFAULT]\nhost = https://adb-1234567890123456.7.azuredatabricks.net\ntoken = ")
         d.plant("DATABRICKS_TOKEN", databricks_token()).add("\n\n# doctl\naccess-token: ")
@@ -494,6 +520,13 @@ def vendor_doc(k: int) -> Doc:
     elif kind == "code":
         d.add('headers = {"X-API-Key": "').plant("POSTMAN_KEY", postman_key()).add('"}\n')
         d.add("client = pydo.Client(token=\"").plant("DIGITALOCEAN_TOKEN", digitalocean_token()).add("\")\n")
+        d.add("linear = LinearClient(api_key='").plant("LINEAR_KEY", linear_key()).add("')\n")
+        d.add("blob = BlobServiceClient.from_connection_string('AccountName=acme;AccountKey=")
+        d.plant("AZURE_STORAGE_KEY", azure_storage_key()).add(";EndpointSuffix=core.windows.net')\n")
+    elif shape == 7:
+        d.add("socket mode needs the app token, I set ").plant("SLACK_TOKEN", slack_app_token())
+        d.add(" and doppler run uses ").plant("DOPPLER_TOKEN", doppler_token()).add(", linear sync with ")
+        d.plant("LINEAR_KEY", linear_key()).add(" still 401s")
     elif shape == 2:
         d.add("the storefront app fails with 401, token is ").plant("SHOPIFY_TOKEN", shopify_token())
         d.add(" and the mail key ").plant("MAILGUN_KEY", mailgun_key()).add(" - did someone rotate them?")
@@ -509,6 +542,8 @@ VENDOR_NEGATIVES = [
     "wrote key-5d41402abc4b2a76b9719d911017c592.json and key-5d41402abc4b2a76b9719d911017c592-v2\n",
     "dapi_version = 2  # rapidapi7d793037a0760186574b0282f2f435e7 is a digest\n",
     "PMAK- keys have two hex parts; see the Postman docs. key-value-store, dop_v2_ is not a prefix.\n",
+    "lin_api_key = load('linear'); lin_api_version_2024_01_15_preview; dp.pt. and dp.st. tokens; xapp-config-v2\n",
+    "AccountName=acmeprod;AccountKey=${AZURE_STORAGE_KEY};EndpointSuffix=core.windows.net\n",
 ]
 
 
