@@ -1,9 +1,11 @@
 """Shared set-up for the client tests: keys, boundaries, credentials, policies, real local Qdrant."""
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 from qdrant_client import QdrantClient as RawClient
@@ -148,3 +150,28 @@ def audit_records(kit: Kit) -> list[dict[str, Any]]:
     import json
 
     return [json.loads(x)["record"] for x in (kit.tmp / "audit.jsonl").read_text().splitlines()]
+
+
+@contextmanager
+def hung_calls_released(release: threading.Event) -> Iterator[None]:
+    """Around a test whose classifiers block on ``release``: clear it first; at the end set it and
+    wait until the intent pool holds no abandoned call, so no test leaves any for the next. A
+    safety timer sets it after a minute, so code without a time limit fails the test instead of
+    hanging it."""
+    from qdrant_guard import intent as intent_mod
+
+    release.clear()
+    safety = threading.Timer(60.0, release.set)
+    safety.daemon = True
+    safety.start()
+    try:
+        yield
+    finally:
+        safety.cancel()
+        release.set()
+        done = threading.Event()
+        for _ in range(3000):  # the released calls end at once; this only waits for their threads
+            if intent_mod._POOL.abandoned() == 0:
+                break
+            done.wait(0.01)
+        assert intent_mod._POOL.abandoned() == 0

@@ -14,7 +14,7 @@ import threading
 import numpy as np
 import pytest
 
-from guardkit import audit_records, create, make_kit, models, unit
+from guardkit import audit_records, create, hung_calls_released, make_kit, models, unit
 from qdrant_guard import AsyncQdrantClient, ConfigError, GuardRefusal, QdrantClient
 from qdrant_guard import intent as intent_mod
 from qdrant_guard.intent import BuiltinIntentClassifier, IntentResult
@@ -45,22 +45,9 @@ def kit(tmp_path):
 def hung():
     """Resets the hung classifier; at the end releases every call and waits until none is left
     running, so no test leaves abandoned calls behind for the next."""
-    RELEASE.clear()
     CALLS.clear()
-    safety = threading.Timer(60.0, RELEASE.set)
-    safety.daemon = True
-    safety.start()
-    try:
+    with hung_calls_released(RELEASE):
         yield
-    finally:
-        safety.cancel()
-        RELEASE.set()
-        done = threading.Event()
-        for _ in range(3000):  # the released calls end at once; this only waits for their threads
-            if intent_mod._POOL.abandoned() == 0:
-                break
-            done.wait(0.01)
-        assert intent_mod._POOL.abandoned() == 0
 
 
 def _policy(**intent):

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 
-from guardkit import audit_records, create, make_kit, models, snapshot, unit
+from guardkit import audit_records, create, hung_calls_released, make_kit, models, snapshot, unit
 from qdrant_guard import GuardRefusal, QdrantClient, UnsupportedWriteError
 from qdrant_guard import intent as intent_mod
 from qdrant_guard.intent import IntentResult
@@ -45,21 +45,8 @@ def kit(tmp_path):
 
 @pytest.fixture()
 def hung():
-    RELEASE.clear()
-    safety = threading.Timer(60.0, RELEASE.set)
-    safety.daemon = True
-    safety.start()
-    try:
+    with hung_calls_released(RELEASE):
         yield
-    finally:
-        safety.cancel()
-        RELEASE.set()
-        done = threading.Event()
-        for _ in range(3000):  # the released calls end at once; this only waits for their threads
-            if intent_mod._POOL.abandoned() == 0:
-                break
-            done.wait(0.01)
-        assert intent_mod._POOL.abandoned() == 0
 
 
 def _client(kit, classifier, timeout_s):
