@@ -168,7 +168,13 @@ class PayloadOps(TextOps):
     def _rewrite(self, method: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], selector: Any,
                  args: dict[str, Any], done: str, filters: dict[str, Any]) -> Op:
         """A standalone receipt-preserving rewrite, sent as one request (``filters``: what the
-        screen of its filter reported, for the allow entry)."""
+        screen of its filter reported, for the allow entry). An empty id list goes to Qdrant as
+        given, which refuses it ("Empty update request") as it does for plain qdrant-client."""
+        plain = _rest_selector(selector)
+        if isinstance(plain, (list, tuple, models.PointIdsList)) and not _selector_ids(plain):
+            self.record(self.decision(method, name, pol, Verdict.ALLOW, f"payload {done} on no point (empty id list)",
+                                      details=filters))
+            return (yield from self.forward(method, name, pol, Call(method, args)))
         ops, n = yield from self._preserving_overwrite(method, name, pol, payload, selector,
                                                        shard_key=args.get("shard_key_selector"))
         self.record(self.decision(method, name, pol, Verdict.ALLOW,

@@ -158,3 +158,21 @@ def test_every_look_up_before_a_write_is_audited_when_qdrant_fails_it(kit, call)
     assert entry["details"]["error"] == "ValueError"
     assert entry["details"]["method"] in ("retrieve", "scroll")
     assert "not found" not in entry["directive"]
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: c.overwrite_payload("c", payload={"x": 1}, points=[]),
+    lambda c: c.clear_payload("c", points_selector=[]),
+    lambda c: c.clear_payload("c", points_selector=models.PointIdsList(points=[])),
+], ids=["overwrite_payload", "clear_payload", "clear_payload-PointIdsList"])
+def test_an_empty_id_list_is_refused_as_plain_qdrant_client_refuses_it(owner, call):
+    # Plain qdrant-client raises "Empty update request"; the guard answered COMPLETED without
+    # sending anything. Nothing is written either way; the error is now the same.
+    raw = RawClient(":memory:")
+    create(raw, "c")
+    with pytest.raises(ValueError, match="Empty update request"):
+        call(raw)
+    before = snapshot(owner, "c")
+    with pytest.raises(ValueError, match="Empty update request"):
+        call(owner)
+    assert snapshot(owner, "c") == before
