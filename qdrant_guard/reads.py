@@ -7,7 +7,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 from qdrant_client import grpc
@@ -56,6 +56,15 @@ class ReadPlan:
     """Normalised ids of the points the budget withheld from this read (enforce mode)."""
     admitted: dict[str, set[str]] = field(default_factory=dict)
     """Source -> normalised ids the budget admitted under it in this read."""
+    aliases: dict[str, str] | None = None
+    """Alias -> collection, as this read's ``get_aliases`` listed them (None: not listed). For
+    this read only: aliases can move between reads."""
+
+    def names_of(self, collection: str) -> frozenset[str]:
+        """The names that denote ``collection`` as of this read: itself and its aliases."""
+        if not self.aliases:
+            return frozenset((collection,))
+        return frozenset((collection, *(a for a, c in self.aliases.items() if c == collection)))
 
     def fresh(self) -> "ReadPlan":
         """The same plan, with nothing recorded as admitted or withheld yet (for a re-run)."""
@@ -195,11 +204,12 @@ class ReadOps(PayloadOps, QueryChecks):
         if _vector_budgeted(pol, plan):
             pts = self.apply_vector_budget(op, name, pol, pts, details, account=account)
         redact_text = self.redacts_kept_text(pol)
+        names = plan.names_of(account) if plan.strip_vectors else frozenset()
         out = []
         for p in pts:
             updates: dict[str, Any] = {}
             if plan.strip_vectors and getattr(p, "vector", None) is not None:
-                updates["vector"] = self.releasable_vectors(account, pol, p, alias=name)
+                updates["vector"] = self.releasable_vectors(account, pol, p, names=names)
             if plan.user_with_payload is not True:
                 updates["payload"] = project_payload(p.payload, plan.user_with_payload)
             if redact_text:
@@ -220,12 +230,16 @@ class ReadOps(PayloadOps, QueryChecks):
         return (pol is not None and pol.diversity.enabled and pol.diversity.max_source_coverage is not None
                 and self.boundary() != pol.owner)
 
-    def releasable_vectors(self, name: str, pol: CollectionPolicy, point: Any, *, alias: str | None = None) -> Any:
+    def releasable_vectors(self, name: str, pol: CollectionPolicy, point: Any, *,
+                           names: Collection[str] = ()) -> Any:
         """Only vectors with a valid receipt whose noise a guarded write would accept now leave
         the boundary; raw ones, and those of weaker or unsound noise, are stripped.
 
-        ``name`` is the collection the point is stored in; a receipt issued for a write through
-        ``alias`` (the name this read used, when it is an alias of ``name``) is accepted as well.
+        ``name`` is the collection the point is stored in. A write through an alias binds its
+        receipt to the alias, so a receipt bound to any of ``names`` (the names that denote
+        ``name`` as of this read: :meth:`ReadPlan.names_of`) is accepted too, as
+        ``receipts.verify`` accepts it; one bound to a name that denotes another collection now
+        (an alias since moved, an unrelated collection) is not.
         A signature only proves what its signer asserted, and a vector can reach the store around
         the guard, so the receipt's parameters face the write path's checks again: a private
         generator and a consistent calibration (``noise.check_release``), epsilon within the class
@@ -239,14 +253,15 @@ class ReadOps(PayloadOps, QueryChecks):
             rec = receipts.get(vname)
             if rec is None or isinstance(value, (models.SparseVector,)):
                 continue
-            for c in dict.fromkeys((name, alias or name)):
-                check = verify_receipt(rec, vector=np.asarray(value, dtype=np.float64), collection=c,
-                                       point_id=point.id, vector_name=vname, trusted_keys=self.trusted_receipt_keys,
-                                       revoked=self.revoked_keys)
-                if check.ok:
-                    if check.params is not None and self._release_accepted(pol, check.params):
-                        keep[vname] = value
-                    break
+            bound = rec.get("collection") if isinstance(rec, Mapping) else None
+            # The signature covers the bound name, so verifying against it proves only that the
+            # receipt names it: whether it denotes this collection now is the membership test.
+            where = bound if isinstance(bound, str) and bound in names else name
+            check = verify_receipt(rec, vector=np.asarray(value, dtype=np.float64), collection=where,
+                                   point_id=point.id, vector_name=vname, trusted_keys=self.trusted_receipt_keys,
+                                   revoked=self.revoked_keys)
+            if check.ok and check.params is not None and self._release_accepted(pol, check.params):
+                keep[vname] = value
         if not keep:
             return None
         if set(keep) == {""}:
@@ -521,8 +536,10 @@ class ReadOps(PayloadOps, QueryChecks):
         """The collection a read of ``name`` is charged to and sent to: the one alias ``name`` names.
 
         Budgets belong to the stored points, not to the name that reached them: keyed by the
-        caller's name, every alias of a collection would be a fresh budget. Receipts likewise name
-        the collection their vector was stored in. Only a read that draws on a budget or releases
+        caller's name, every alias of a collection would be a fresh budget. Receipts name the
+        collection or the alias their vector was written through; the alias list is kept on
+        ``plans`` (``ReadPlan.aliases``) so vector release accepts every name of the collection
+        without a second call. Only a read that draws on a budget or releases
         receipted vectors (under one of ``plans``) pays the ``get_aliases`` call. It is resolved on
         every read, before it, and the read goes to the resolved collection, so the points counted
         are the points of the collection charged even if another client moves the alias meanwhile.
@@ -552,7 +569,10 @@ class ReadOps(PayloadOps, QueryChecks):
                 "to the collection an alias names, so nothing was read. Check that Qdrant is reachable",
                 details={"error": repr(exc)},
             )) from exc
-        return {a.alias_name: a.collection_name for a in resp.aliases}.get(name, name)
+        aliases = {a.alias_name: a.collection_name for a in resp.aliases}
+        for plan in plans:
+            plan.aliases = aliases
+        return aliases.get(name, name)
 
     def cached_source_size(self, name: str, source: str) -> int | None:
         """:meth:`source_size` while it is cached, else None. Not a generator: a read looks up the
