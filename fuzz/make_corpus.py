@@ -1,15 +1,22 @@
 """Write the seed corpora in fuzz/corpus/<target>/ (deterministic; rerun after changing a format).
 
 Each file is a harness input: the header bytes the harness reads first (see the comment at the top
-of fuzz/fuzz_<target>.c), then the payload. Run: ``python fuzz/make_corpus.py``.
+of fuzz/fuzz_<target>.c), then the payload, named by its SHA-1. Run: ``python fuzz/make_corpus.py``.
+
+Append-only: a seed's bytes must not depend on how many seeds come before it, so adding texts
+(here or as new rows of tests/data/planted_secrets.jsonl, which only grows) adds files and
+renames none, and rerunning writes the same files. Files in a corpus that this script does not
+write are kept (and listed); after changing a harness's header format, rerun with ``--prune`` to
+drop the seeds that no longer match. tests/test_fuzz_regressions.py checks that every file this
+script writes is committed.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import shutil
 import struct
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -52,7 +59,9 @@ DETECT_TEXTS = [
 ]
 
 
-# Appended after the planted rows, so the seeds above keep their header bytes and file names.
+# Appended after the planted rows. Their header bytes continue the count where it stood when they
+# were committed (11 texts + 20 planted rows), not where it stands now: the planted rows grew.
+DETECT_TEXTS_2_FIRST_HEADER = 31
 DETECT_TEXTS_2 = [
     b"sshpass -v -p Hq8#kLm2pQr9 ssh -p 2222 deploy@host; sshpass -pHq8#kLm2pQr9 x",
     b"redis-cli -h cache -p 6379 -a 'Hq8#kLm2pQr9' ping | grep -a x",
@@ -61,12 +70,22 @@ DETECT_TEXTS_2 = [
 ]
 
 
-def write(target: str, items: list[bytes]) -> None:
+def write(target: str, items: list[bytes], prune: bool = False) -> None:
     out = ROOT / "corpus" / target
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    for data in items:
-        (out / hashlib.sha1(data).hexdigest()).write_bytes(data)
+    out.mkdir(parents=True, exist_ok=True)
+    wanted = {hashlib.sha1(data).hexdigest(): data for data in items}
+    others = sorted(f.name for f in out.iterdir() if f.name not in wanted)
+    # Files this script does not write (a minimised crash added by hand, a seed whose text or
+    # header changed) stay unless asked: the fuzzer and tests/test_fuzz_regressions.py read them.
+    if others and prune:
+        for name in others:
+            (out / name).unlink()
+    elif others:
+        print(f"{target}: kept {len(others)} file(s) this script does not write "
+              f"({', '.join(n[:12] for n in others[:4])}{', ...' if len(others) > 4 else ''}); "
+              f"--prune removes them")
+    for name, data in wanted.items():
+        (out / name).write_bytes(data)
 
 
 def scan_corpus() -> list[bytes]:
@@ -80,8 +99,10 @@ def scan_corpus() -> list[bytes]:
 
 def detect_corpus() -> list[bytes]:
     rows = [json.loads(line) for line in (REPO / "tests/data/planted_secrets.jsonl").open()]
-    texts = DETECT_TEXTS + [r["text"].encode("utf-8", "surrogatepass") for r in rows[::10]] + DETECT_TEXTS_2
-    return [bytes([k % 16]) + t for k, t in enumerate(texts)]
+    texts = DETECT_TEXTS + [r["text"].encode("utf-8", "surrogatepass") for r in rows[::10]]
+    items = [bytes([k % 16]) + t for k, t in enumerate(texts)]
+    items += [bytes([(DETECT_TEXTS_2_FIRST_HEADER + k) % 16]) + t for k, t in enumerate(DETECT_TEXTS_2)]
+    return items
 
 
 def noise_corpus() -> list[bytes]:
@@ -133,12 +154,15 @@ def aes_corpus() -> list[bytes]:
     return items
 
 
+def corpora() -> dict[str, list[bytes]]:
+    return {"scan": scan_corpus(), "detect": detect_corpus(), "noise": noise_corpus(),
+            "chacha20": chacha20_corpus(), "aes": aes_corpus()}
+
+
 if __name__ == "__main__":
-    write("scan", scan_corpus())
-    write("detect", detect_corpus())
-    write("noise", noise_corpus())
-    write("chacha20", chacha20_corpus())
-    write("aes", aes_corpus())
+    prune = "--prune" in sys.argv[1:]
+    for target, items in corpora().items():
+        write(target, items, prune)
     for target in ("scan", "detect", "noise", "chacha20", "aes"):
         files = list((ROOT / "corpus" / target).iterdir())
         print(f"{target}: {len(files)} files, {sum(f.stat().st_size for f in files)} bytes")
