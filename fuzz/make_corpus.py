@@ -70,6 +70,116 @@ DETECT_TEXTS_2 = [
 ]
 
 
+def _stream(tag: str, n: int, alphabet: str) -> str:
+    """``n`` characters of ``alphabet`` derived from SHA-256 of ``tag``: fixed, token-like bodies."""
+    out, k = [], 0
+    while len(out) < n:
+        for b in hashlib.sha256(f"{tag}/{k}".encode()).digest():
+            if b < 256 - 256 % len(alphabet):
+                out.append(alphabet[b % len(alphabet)])
+        k += 1
+    return "".join(out[:n])
+
+
+def _hx(tag: str, n: int) -> str:
+    return _stream(tag, n, "0123456789abcdef")
+
+
+def _an(tag: str, n: int) -> str:
+    return _stream(tag, n, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+
+
+def _wd(tag: str, n: int) -> str:
+    return _stream(tag, n, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def detect_texts_3() -> list[bytes]:
+    """Vendor token forms, the credential-attribute rule and Azure connection strings: each rule's
+    token in a few contexts, then near misses one step past its boundaries (length, alphabet,
+    prefix, the character before or after). Header bytes count from 0 in this list, so texts
+    appended here leave the files above alone."""
+    ak = _an("azure", 85) + "w=="
+    ak2 = _an("azure2", 85) + "Q=="
+    mac = "AgEIcHlwaS5vcmc"
+    texts = [
+        # Google API key (AIza + 35 of [A-Za-z0-9_-]) and OAuth client secret (GOCSPX- + 28).
+        f"GOOGLE_API_KEY=AIza{_wd('g1', 35)}\n?key=AIza{_wd('g2', 35)}&x=1 _AIza{_an('g3', 35)}",
+        f"AIza{_wd('g4', 34)} AIza{_wd('g5', 36)} -AIza{_wd('g6', 35)} xAIza{_wd('g7', 35)} AIza",
+        f'"client_secret":"GOCSPX-{_wd("o1", 28)}" GOCSPX-{_wd("o2", 27)} GOCSPX-{_wd("o3", 29)}',
+        # npm (npm_ + 36 letters and digits of all three classes) and PyPI (pypi- + macaroon).
+        f"//registry.npmjs.org/:_authToken=npm_{_an('n1', 36)}\n_npm_{_an('n2', 36)}_ done",
+        f"npm_{_hx('n3', 36)} npm_{_an('n4', 35)} npm_{_an('n5', 37)} anpm_{_an('n6', 36)}",
+        f"password = pypi-{mac}{_wd('p1', 60)}\npypi-AgENdGVzdC5weXBpLm9yZw{_wd('p2', 80)}",
+        f"pypi-{mac}{_wd('p3', 49)} pypi-AgEIcHlwaS5vcmd{_wd('p4', 80)} pypi-upload -pypi-{mac}x",
+        # SendGrid: SG. + 22 + . + 43; not after ".", not before ".<word>".
+        f"key: SG.{_wd('s1', 22)}.{_wd('s2', 43)}\nSG.{_wd('s3', 22)}.{_wd('s4', 43)}. end",
+        f"x.SG.{_wd('s5', 22)}.{_wd('s6', 43)} SG.{_wd('s7', 21)}.{_wd('s8', 43)} "
+        f"SG.{_wd('s9', 22)}.{_wd('sa', 43)}.com SG.{_wd('sb', 22)}.{_wd('sc', 44)}",
+        # Twilio API key SID: SK + 32 hex with a letter and a digit.
+        f"Client('SK{_hx('t1', 32)}', s) SK{_hx('t2', 32).upper()} SK{'0' * 32} SK{_hx('t3', 31)}",
+        f"SK{_hx('t4', 33)} xSK{_hx('t5', 32)} SK{_hx('t6', 30)}zz SKU-{_hx('t7', 32)}",
+        # Hugging Face: hf_ + 34 letters, 8+ upper and 8+ lower case; camelCase names are not.
+        f"login(token=\"hf_{_stream('h1', 34, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz')}\")",
+        "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 hf_abcdefghijklmnopqrstuvwxyzabcdefgh "
+        f"hf_{_an('h2', 34)} hf_ABCDEFGHIJKLmnopqrstuvwxyzabcdefg",
+        # Anthropic (sk-ant-) beside OpenAI-style sk- keys.
+        f"ANTHROPIC_API_KEY=sk-ant-api03-{_wd('a1', 93)}AA\nsk-ant-{_hx('a2', 20)} sk-{_an('a3', 48)}",
+        # Shopify (shpat_/shpca_/shppa_/shpss_ + 32 lower hex), DigitalOcean (do?_v1_ + 64 hex).
+        f"shpat_{_hx('y1', 32)} 'shpca_{_hx('y2', 32)}' shppa_{_hx('y3', 32)},shpss_{_hx('y4', 32)}",
+        f"shpxx_{_hx('y5', 32)} shpat_{_hx('y6', 32).upper()} shpat_{_hx('y7', 33)} shpat_{'a' * 32}",
+        f"token=\"dop_v1_{_hx('d1', 64)}\" doo_v1_{_hx('d2', 64)}\ndor_v1_{_hx('d3', 64)}",
+        f"dop_v2_{_hx('d4', 64)} dop_v1_{_hx('d5', 63)} dop_v1_{_hx('d6', 65)} xdop_v1_{_hx('d7', 64)}",
+        # Mailgun: key- + 32 hex, not inside a name (api_key-, -key-, .key-, key-<hex>-v2, .json).
+        f"auth=('api', 'key-{_hx('m1', 32)}') key-{_hx('m2', 32)}. end (key-{_hx('m3', 32)})",
+        f"api_key-{_hx('m4', 32)} my-key-{_hx('m5', 32)} a.key-{_hx('m6', 32)} "
+        f"key-{_hx('m7', 32)}-v2 key-{_hx('m8', 32)}.json key-{_hx('m9', 31)}",
+        # Databricks: dapi + 32 hex, optionally -<1-2 digits>.
+        f"token = dapi{_hx('b1', 32)}-2\nDATABRICKS_TOKEN=dapi{_hx('b2', 32)}",
+        f"dapi{_hx('b3', 32)}-12 dapi{_hx('b4', 32)}-123 dapi{_hx('b5', 32)}-x "
+        f"rapidapi{_hx('b6', 32)} dapi_version dapi{_hx('b7', 32)}-",
+        # Postman: PMAK- + 24 hex + - + 34 hex.
+        f'{{"X-API-Key": "PMAK-{_hx("k1", 24)}-{_hx("k2", 34)}"}} PMAK-{_hx("k3", 24)}-{_hx("k4", 34)}-x',
+        f"PMAK-{_hx('k5', 23)}-{_hx('k6', 34)} PMAK-{_hx('k7', 24)}-{_hx('k8', 33)} PMAK- keys",
+        # Linear: lin_api_ + 40 letters and digits of two classes or more.
+        f"LinearClient(api_key='lin_api_{_an('l1', 40)}') lin_api_{_an('l2', 39)} lin_api_{_an('l3', 41)}",
+        f"lin_api_{'abcdefghij' * 4} lin_api_key = load() lin_api_version_2024_01_15_preview",
+        # Doppler: dp.<kind>. + 40-44 letters and digits; dp.st.<config>.<token>.
+        f"DOPPLER_TOKEN=dp.st.prd.{_an('q1', 44)}\ndp.pt.{_an('q2', 43)} dp.sa.{_an('q3', 40)}",
+        f"dp.ct.{_an('q4', 41)} dp.said.{_an('q5', 42)} dp.scim.{_an('q6', 40)} dp.audit.{_an('q7', 40)}",
+        f"dp.pt.{_an('q8', 39)} dp.pt.{_an('q9', 45)} x.dp.pt.{_an('qa', 42)} dp.xx.{_an('qb', 42)} "
+        f"dp.pt.{_an('qc', 42)}.ext dp.st.{'c' * 36}.{_an('qd', 42)} dp.pt. and dp.st. tokens",
+        # Slack app-level token: xapp-<digit>-<app id>-<digits>-<64 hex>.
+        f'"AppToken": "xapp-1-A0{_an("x1", 9).upper()}-{"7" * 13}-{_hx("x2", 64)}"',
+        f"xapp-1-A0{_an('x3', 9).upper()}-{'7' * 13}-{_hx('x4', 64)}- xapp-config-v2 "
+        f"xapp-1-A0-123-{_hx('x5', 64)} xapp-12-A0ABCDEF-1234567-{_hx('x6', 64)}",
+        # Azure storage connection strings: only the AccountKey value (86 base64 + "AQgw" + "==").
+        f"DefaultEndpointsProtocol=https;AccountName=acme;AccountKey={ak};EndpointSuffix=core.windows.net",
+        f'{{"Storage": "AccountName=a;AccountKey={ak2}"}}\nAZURE_STORAGE_CONNECTION_STRING='
+        f"'BlobEndpoint=https://a.blob.core.windows.net/;AccountKey={ak}'",
+        f"AccountKey=${{AZURE_STORAGE_KEY}}; AccountKey={_an('z1', 85)}B== AccountKey={ak[:-2]} "
+        f"AccountKey={ak}= AccountKey={ak}x SecondaryAccountKey={ak2} AccountKey={'a' * 85}w==",
+        f"AccountKey=\"{ak}\" accountkey={ak2};AccountKey= ;AccountKey={_an('z2', 84)}w==",
+        # Credential attributes: under auth_provider & co. a value that reads as a name is none;
+        # a random value still is. "aa1Bb2Cc" style values cross the 4-changes boundary.
+        "auth_provider: google-oauth2-provider\nkey_status: active-2024-rotated\n"
+        "auth_scheme: oauth2-client-credentials\ntoken_issuer = https://issuer.example.org/",
+        '{"auth_provider": "google-oauth2-provider", "secret_region": "eu-west-1-primary-zone", '
+        '"api_key_provider": "Zx9Qw2Lm8Rt4Yp6Vb3NcQ7"}',
+        "<auth_provider>google-oauth2-provider</auth_provider><token_vault>hashicorp-vault-prod"
+        "</token_vault> secret_tier=enterpriseTier2Plus2Gold",
+        "api_key_status: deprecatedKeyV2Rotated9x\nkey_status: rotatedKeyV2Rotated9\nauth_provider = aB1cD2eF3gH4iJ5kL6\n"
+        "token_owner: platform-team/identity-svc\nsecret_source: vault:kv/data/app/prod",
+        "AUTH_PROVIDER=google-oauth2-provider\nauth_provider_token=google-oauth2-provider-xK9q2\n"
+        "password_policy: strong-enough-2024 key_statuses=[active, revoked]",
+        # Several forms next to each other, in non-ASCII text and after a NUL.
+        f"caf\u00e9 npm_{_an('c1', 36)}\u00e9 \U0001F511hf_{_stream('c2', 34, 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz')}"
+        f"\x00shpat_{_hx('c3', 32)}\u2028key-{_hx('c4', 32)}\r\nAIza{_wd('c5', 35)}",
+        f"AIza{_wd('c6', 35)}GOCSPX-{_wd('c7', 28)} SK{_hx('c8', 32)}SK{_hx('c9', 32)} "
+        f"dapi{_hx('ca', 32)}dapi{_hx('cb', 32)} example AIza{_wd('cc', 31)}EXAMPLE",
+    ]
+    return [t.encode("utf-8") for t in texts]
+
+
 def write(target: str, items: list[bytes], prune: bool = False) -> None:
     out = ROOT / "corpus" / target
     out.mkdir(parents=True, exist_ok=True)
@@ -102,7 +212,7 @@ def detect_corpus() -> list[bytes]:
     texts = DETECT_TEXTS + [r["text"].encode("utf-8", "surrogatepass") for r in rows[::10]]
     items = [bytes([k % 16]) + t for k, t in enumerate(texts)]
     items += [bytes([(DETECT_TEXTS_2_FIRST_HEADER + k) % 16]) + t for k, t in enumerate(DETECT_TEXTS_2)]
-    return items
+    return items + [bytes([k % 16]) + t for k, t in enumerate(detect_texts_3())]
 
 
 def noise_corpus() -> list[bytes]:
