@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, get_args
 
 import numpy as np
 from pydantic import BaseModel
@@ -234,12 +234,18 @@ class QueryChecks(TextOps):
         ``query.filter_pii`` (QUERY_REJECTED). Full-text match strings also pass
         the structural scan of query text (``query.mode``/``enabled`` as for query text).
 
+        Every field name the filters and formulas name (of any ``FieldCondition``, range and geo
+        ones too, ``is_empty``/``is_null``, ``NestedCondition``, ``has_vector``, formula keys and
+        ``defaults``) is run through the detector alone, once per call, with the same outcome: a
+        key is sent to the store as well, and ``is_empty`` on a key named for a person asks about
+        that person.
+
         Raises:
-            GuardRefusal: as above (audited; the value itself is not logged).
+            GuardRefusal: as above (audited; the value itself is not logged, a key only redacted).
         """
         try:
             found = [found for where, root in roots if root is not None
-                     for found in _iter_conditions(as_filter(root, where), where)]
+                     for found in _iter_keys(as_filter(root, where), where)]
         except UncheckedForm as exc:
             raise self.refuse_form(op, name, pol, exc) from None
         pii_ok = pol.query.filter_pii == "allow" or (
@@ -249,13 +255,25 @@ class QueryChecks(TextOps):
         kept = (pol.keep_payload_text_in_boundary and pol.text_field is not None and self.boundary() != pol.owner
                 and pol.query.filter_pii != "allow")
         allowed: list[dict[str, Any]] = []
-        for where, key, cond in found:
+        keys: dict[str, str] = {}  # key -> its redacted form; each key is scanned once per call
+        for key_at, key, cond in found:
+            shown = keys.get(key)
+            if shown is None:
+                # A key is the caller's string too: it reaches the store, and is never logged with a secret in it.
+                shown, key_findings = _detect.redact_with_findings(key)
+                keys[key] = shown
+                if key_findings:
+                    kind = type(cond).__name__
+                    self._filter_findings(op, name, pol, key_findings, pii_ok, allowed, key_at, shown, kind,
+                                          {"filter": key_at, "key": shown, "condition": kind})
+            if not isinstance(cond, models.FieldCondition):
+                continue
+            where = key_at.removesuffix(".key")
             match = cond.match
             kind = type(match).__name__
             field_name = _FULL_TEXT.get(type(match)) or _KEYWORD.get(type(match))
             if field_name is None:
                 continue
-            shown = _detect.redact(key)  # a key is the caller's string too: never logged with a secret in it
             if kept and path_head(key) == pol.text_field:
                 raise self.refuse(self.decision(
                     op, name, pol, Verdict.REFUSED_CROSS_BOUNDARY,
@@ -274,33 +292,44 @@ class QueryChecks(TextOps):
                 text = str(item)
                 self._filter_structure(op, name, pol, at, text, details, full_text=type(match) in _FULL_TEXT)
                 findings = _detect.find_sensitive(f"{key}: {text}")
-                if not findings:
-                    continue
-                types = sorted({f.type for f in findings})
-                creds = sorted({f.type for f in findings if f.category == "CREDENTIAL"})
-                about = {"filter": at, "key": shown, "match": kind, "findings": types}
-                if creds:
-                    raise self.refuse(self.decision(
-                        op, name, pol, Verdict.CREDENTIAL_IN_TEXT,
-                        f"the filter at {at} ({kind} on key {shown!r}) holds credentials {creds}; a "
-                        "credential is never sent to the store nor matched against it: remove it from the "
-                        "filter (if the key holds no credential, filter on another field)",
-                        details=about,
-                    ))
-                if not pii_ok:
-                    who = f"the owner boundary {pol.owner!r}" if pol.owner else "an owner boundary"
-                    raise self.refuse(self.decision(
-                        op, name, pol, Verdict.QUERY_REJECTED,
-                        f"the filter at {at} ({kind} on key {shown!r}) matches on personal data {types}; "
-                        f"on {pol.sensitivity.value} collection {name!r} such a filter is a probe (it answers "
-                        "whether a stored point holds that value, whatever the read returns). Filter on "
-                        "fields that hold no personal data (an id, a source, a category), or set "
-                        f"query.filter_pii = \"owner\" to let {who} filter on PII",
-                        details=about,
-                    ))
-                allowed.append(about)
+                if findings:
+                    self._filter_findings(op, name, pol, findings, pii_ok, allowed, at, shown, kind,
+                                          {"filter": at, "key": shown, "match": kind})
         if allowed:
             details["filter_pii"] = allowed
+
+    def _filter_findings(self, op: str, name: str, pol: CollectionPolicy, findings: Sequence[_detect.Finding],
+                         pii_ok: bool, allowed: list[dict[str, Any]], at: str, shown: str, kind: str,
+                         about: dict[str, Any]) -> None:
+        """Refuse a filter's credentials (CREDENTIAL_IN_TEXT) and, unless ``pii_ok``, its personal
+        data (QUERY_REJECTED); allowed personal data is added to ``allowed``. ``at`` is a match
+        value's path or a key's (``...key``); only ``shown`` (the redacted key) is logged."""
+        types = sorted({f.type for f in findings})
+        creds = sorted({f.type for f in findings if f.category == "CREDENTIAL"})
+        about = {**about, "findings": types}
+        value = "match" in about
+        if creds:
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.CREDENTIAL_IN_TEXT,
+                f"the filter at {at} ({kind} on key {shown!r}) holds credentials {creds}; a "
+                "credential is never sent to the store nor matched against it: remove it from the "
+                "filter (if the key holds no credential, filter on another field)",
+                details=about,
+            ))
+        if not pii_ok:
+            who = f"the owner boundary {pol.owner!r}" if pol.owner else "an owner boundary"
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.QUERY_REJECTED,
+                f"the filter at {at} ({kind} on key {shown!r}) "
+                + ("matches on" if value else "names a field by") + f" personal data {types}; "
+                f"on {pol.sensitivity.value} collection {name!r} such a filter is a probe (it answers "
+                "whether a stored point holds that " + ("value" if value else "field")
+                + ", whatever the read returns). Filter on "
+                "fields that hold no personal data (an id, a source, a category), or set "
+                f"query.filter_pii = \"owner\" to let {who} filter on PII",
+                details=about,
+            ))
+        allowed.append(about)
 
     def screen_write_filters(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> dict[str, Any]:
         """:meth:`screen_filters` on the filters of write ``op`` (:func:`write_filter_roots`), before
@@ -508,26 +537,61 @@ def as_filter(value: Any, where: str) -> Any:
     return value
 
 
-def _iter_conditions(value: Any, where: str, prefix: str = "") -> Iterator[tuple[str, str, models.FieldCondition]]:
-    """Every ``FieldCondition`` in ``value`` (a filter, a formula, nested to any depth) with its path
-    and its key as a payload path (``people[].ssn`` inside ``NestedCondition`` ``people``)."""
+def _expression_fields(cls: type) -> frozenset[str]:
+    """The fields of model ``cls`` that hold a formula expression, where a string is a payload
+    key (or a ``$score`` variable) sent to the store as it is."""
+    found = _EXPRESSION_FIELDS.get(cls)
+    if found is None:
+        def holds(annotation: Any) -> bool:
+            return annotation is models.MultExpression or any(holds(a) for a in get_args(annotation))
+
+        found = _EXPRESSION_FIELDS[cls] = frozenset(
+            name for name, info in getattr(cls, "model_fields", {}).items() if holds(info.annotation))
+    return found
+
+
+_EXPRESSION_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def _iter_keys(value: Any, where: str, prefix: str = "") -> Iterator[tuple[str, str, Any]]:
+    """Every field name in ``value`` (a filter, a formula, nested to any depth) as ``(where, key,
+    node)``: ``where`` is the path of the key itself (``...must[0].key``, ``...is_empty.key``,
+    ``...nested.key``, ``...formula.sum[1]``), ``key`` a payload path (``people[].ssn`` inside
+    ``NestedCondition`` ``people``), ``node`` the ``FieldCondition`` (whose ``match`` is screened
+    too) or what named the key."""
     if isinstance(value, models.FieldCondition):
-        yield where, prefix + value.key, value
+        yield f"{where}.key", prefix + value.key, value
     elif isinstance(value, models.NestedCondition):
         nested = value.nested
-        yield from _iter_conditions(nested.filter, f"{where}.nested.filter", f"{prefix}{nested.key}[].")
+        yield f"{where}.nested.key", prefix + nested.key, value
+        yield from _iter_keys(nested.filter, f"{where}.nested.filter", f"{prefix}{nested.key}[].")
+    elif isinstance(value, (models.IsEmptyCondition, models.IsNullCondition)):
+        field = "is_empty" if isinstance(value, models.IsEmptyCondition) else "is_null"
+        yield f"{where}.{field}.key", prefix + getattr(value, field).key, value
+    elif isinstance(value, models.HasVectorCondition):
+        yield f"{where}.has_vector", value.has_vector, value
+    elif isinstance(value, models.GeoDistanceParams):
+        yield f"{where}.to", value.to, value
+    elif isinstance(value, models.DatetimeKeyExpression):
+        yield f"{where}.datetime_key", value.datetime_key, value
     elif isinstance(value, BaseModel):
+        expressions = _expression_fields(type(value))
+        if isinstance(value, models.FormulaQuery):
+            for key in value.defaults or ():
+                if isinstance(key, str):
+                    yield f"{where}.defaults", key, value
         for key, item in value.__dict__.items():
-            if isinstance(item, (BaseModel, list, tuple, dict)):
-                yield from _iter_conditions(item, f"{where}.{key.rstrip('_')}", prefix)
+            at = f"{where}.{key.rstrip('_')}"
+            if key in expressions:
+                for i, one in enumerate(item if isinstance(item, list) else [item]):
+                    if isinstance(one, str):
+                        yield at + (f"[{i}]" if isinstance(item, list) else ""), one, value
+            if isinstance(item, (BaseModel, list, tuple)):
+                yield from _iter_keys(item, at, prefix)
     elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            if isinstance(item, (BaseModel, list, tuple, dict)):
-                yield from _iter_conditions(item, f"{where}[{i}]", prefix)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(item, (BaseModel, list, tuple, dict)):
-                yield from _iter_conditions(item, f"{where}.{key}", prefix)
+            if isinstance(item, (BaseModel, list, tuple)):
+                yield from _iter_keys(item, f"{where}[{i}]", prefix)
 
 
 def query_filter_roots(args: dict[str, Any], filter_key: str, where: str = "") -> Iterator[tuple[str, Any]]:
