@@ -154,7 +154,9 @@ class QueryRules(_Strict):
     call sends nothing); ``owner``: principals of the owner boundary may (their own lookups, e.g.
     by e-mail, and erasing a person's points by the value that names them), others are refused;
     ``allow``: no one is refused, and the audit entry lists the filters that matched on PII
-    (``filter_pii``). Credentials in a filter are refused (CREDENTIAL_IN_TEXT) whatever this says;
+    (``filter_pii``). Field names are screened too (every key a filter or formula names, and
+    ``facet``'s ``key``): a key holding personal data follows this setting, and is logged redacted.
+    Credentials in a filter or a key are refused (CREDENTIAL_IN_TEXT) whatever this says;
     a name-like value (``google-oauth2-provider``) under a field whose last word names an attribute
     of a credential (``auth_provider``, ``token_issuer``, ``key_region``) is no credential. Partial values
     (``MatchPrefix("123-45-")``) are not personal data to the detector and pass; so, unless this is

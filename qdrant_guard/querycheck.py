@@ -248,8 +248,7 @@ class QueryChecks(TextOps):
                      for found in _iter_keys(as_filter(root, where), where)]
         except UncheckedForm as exc:
             raise self.refuse_form(op, name, pol, exc) from None
-        pii_ok = pol.query.filter_pii == "allow" or (
-            pol.query.filter_pii == "owner" and pol.owner is not None and self.boundary() == pol.owner)
+        pii_ok = self._filter_pii_ok(pol)
         # PII that keep_payload_text_in_boundary kept in the text field is redacted for other
         # boundaries; a match on that field would read it back through the filter.
         kept = (pol.keep_payload_text_in_boundary and pol.text_field is not None and self.boundary() != pol.owner
@@ -297,6 +296,30 @@ class QueryChecks(TextOps):
                                           {"filter": at, "key": shown, "match": kind})
         if allowed:
             details["filter_pii"] = allowed
+
+    def _filter_pii_ok(self, pol: CollectionPolicy) -> bool:
+        """Whether this principal may name personal data in a filter or key (``query.filter_pii``)."""
+        return pol.query.filter_pii == "allow" or (
+            pol.query.filter_pii == "owner" and pol.owner is not None and self.boundary() == pol.owner)
+
+    def screen_key(self, op: str, name: str, pol: CollectionPolicy, key: Any, where: str,
+                   details: dict[str, Any]) -> Any:
+        """A field name given outside a filter (``facet``'s ``key``), screened as filter keys are
+        (:meth:`screen_filters`): credentials refused, personal data per ``query.filter_pii``.
+        Returns the key as it may be logged (redacted), or ``key`` itself when it is not a str.
+
+        Raises:
+            GuardRefusal: as :meth:`screen_filters` (audited; the key only redacted).
+        """
+        if not isinstance(key, str):
+            return key
+        shown, findings = _detect.redact_with_findings(key)
+        if findings:
+            allowed: list[dict[str, Any]] = []
+            self._filter_findings(op, name, pol, findings, self._filter_pii_ok(pol), allowed, where, shown,
+                                  op, {"filter": where, "key": shown, "condition": op})
+            details.setdefault("filter_pii", []).extend(allowed)
+        return shown
 
     def _filter_findings(self, op: str, name: str, pol: CollectionPolicy, findings: Sequence[_detect.Finding],
                          pii_ok: bool, allowed: list[dict[str, Any]], at: str, shown: str, kind: str,

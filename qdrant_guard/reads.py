@@ -919,10 +919,12 @@ class ReadOps(PayloadOps, QueryChecks):
         filter_key = {"count": "count_filter", "facet": "facet_filter"}.get(method, "query_filter")
         details: dict[str, Any] = {}
         self.screen_filters(method, name, pol, [(filter_key, flt)], details)
+        # The faceted field name reaches the store and the audit entry like a filter's keys do.
+        shown_key = self.screen_key(method, name, pol, facet_key, "key", details) if method == "facet" else None
         if self.source_budgeted(pol):
             problem = None
             if method == "facet" and facet_key != pol.source_field:
-                problem = f"facet on key {facet_key!r} returns payload values of every source"
+                problem = f"facet on key {shown_key!r} returns payload values of every source"
             elif flt is not None and not _only_names_sources(flt, pol.source_field):
                 problem = f"{method} with a filter on fields other than {pol.source_field!r} answers for every point"
             if problem is not None:
@@ -933,7 +935,7 @@ class ReadOps(PayloadOps, QueryChecks):
                     f"outside the owner boundary {pol.owner!r} only the source field {pol.source_field!r} "
                     "may be faceted or filtered on. Read the points with query_points or scroll, which "
                     "the budget counts",
-                    details={**details, "key": args.get("key"), "filtered": flt is not None}, monitor=monitor,
+                    details={**details, "key": shown_key, "filtered": flt is not None}, monitor=monitor,
                 )
                 if not monitor:
                     raise self.refuse(d)

@@ -232,3 +232,26 @@ def test_a_key_is_scanned_once_per_call(kit, monkeypatch):
         _fc(key, match=models.MatchValue(value="d1")), _fc(key, match=models.MatchValue(value="d2")),
         _fc(key, match=models.MatchAny(any=["d3"])), _fc(key, range=models.Range(gte=1))]), limit=2)
     assert seen.count(key) == 1
+
+
+def test_a_facet_key_is_screened_like_a_filters_keys(kit):
+    # facet(key=...) names a field outside any filter; it reaches the store, and on a budgeted
+    # collection a refusal quoted it in the audit entry as given.
+    owner = _owner(kit, diversity={"max_source_coverage": 0.5, "restricted_sources": ["d1"]})
+    reader = owner.with_principal(kit.principal("bob", "support"))
+    n = len(audit_records(kit))
+    with pytest.raises(GuardRefusal) as ei:
+        reader.facet("c", key=f"meta.{STRIPE}")
+    assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
+    assert "[STRIPE_KEY]" in ei.value.details["key"]
+    assert [e["verdict"] for e in audit_records(kit)[n:]] == ["CREDENTIAL_IN_TEXT"]
+    # A field name that is personal data follows filter_pii; an ordinary key past the budget is
+    # refused as before, and the key is logged as given only when the detector finds nothing.
+    with pytest.raises(GuardRefusal) as ei:
+        reader.facet("c", key=EMAIL)
+    assert ei.value.verdict == "QUERY_REJECTED"
+    with pytest.raises(GuardRefusal) as ei:
+        reader.facet("c", key="x")
+    assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY" and ei.value.details["key"] == "x"
+    assert STRIPE not in (kit.tmp / "audit.jsonl").read_text()
+    assert EMAIL not in (kit.tmp / "audit.jsonl").read_text()
