@@ -175,3 +175,19 @@ def hung_calls_released(release: threading.Event) -> Iterator[None]:
                 break
             done.wait(0.01)
         assert intent_mod._POOL.abandoned() == 0
+
+
+def record_sent(monkeypatch: Any, methods: tuple[str, ...], *, with_kwargs: bool = False) -> list[Any]:
+    """The calls that reach the real (unguarded) qdrant-client ``methods``, the guard's own
+    included, in order: each method's name, or ``(name, kwargs)`` with ``with_kwargs``. The calls
+    still run on local Qdrant."""
+    calls: list[Any] = []
+    for method in methods:
+        original = getattr(RawClient, method)
+
+        def recording(self: Any, *a: Any, _original: Any = original, _method: str = method, **kw: Any) -> Any:
+            calls.append((_method, kw) if with_kwargs else _method)
+            return _original(self, *a, **kw)
+
+        monkeypatch.setattr(RawClient, method, recording)
+    return calls

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from qdrant_client import grpc
 
-from guardkit import audit_records, make_kit, models, snapshot
+from guardkit import audit_records, make_kit, models, record_sent, snapshot
 from qdrant_guard import GuardRefusal, QdrantClient
 
 STRIPE = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
@@ -26,18 +26,7 @@ def kit(tmp_path):
 @pytest.fixture()
 def sent(monkeypatch):
     """The methods of every call that reaches the real (unguarded) client."""
-    import qdrant_client
-
-    calls = []
-    for method in SENT:
-        original = getattr(qdrant_client.QdrantClient, method)
-
-        def recording(self, *a, _original=original, _method=method, **kw):
-            calls.append(_method)
-            return _original(self, *a, **kw)
-
-        monkeypatch.setattr(qdrant_client.QdrantClient, method, recording)
-    return calls
+    return record_sent(monkeypatch, SENT)
 
 
 def _owner(kit, **policy):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from qdrant_client import grpc
 
-from guardkit import audit_records, make_kit, models, snapshot
+from guardkit import audit_records, make_kit, models, record_sent, snapshot
 from qdrant_guard import GuardRefusal, QdrantClient, UnsupportedWriteError
 
 SSN = "123-45-6789"
@@ -28,18 +28,7 @@ def kit(tmp_path):
 @pytest.fixture()
 def sent(monkeypatch):
     """The methods of every call that reaches the real (unguarded) client, the guard's own included."""
-    import qdrant_client
-
-    calls = []
-    for method in WRITE_METHODS:
-        original = getattr(qdrant_client.QdrantClient, method)
-
-        def recording(self, *a, _original=original, _method=method, **kw):
-            calls.append(_method)
-            return _original(self, *a, **kw)
-
-        monkeypatch.setattr(qdrant_client.QdrantClient, method, recording)
-    return calls
+    return record_sent(monkeypatch, WRITE_METHODS)
 
 
 def _owner(kit, **policy):

@@ -10,7 +10,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from guardkit import audit_records, create, make_kit, models, unit
+from guardkit import audit_records, create, make_kit, models, record_sent, unit
 from qdrant_guard import AsyncQdrantClient, GuardRefusal, QdrantClient
 from qdrant_guard.errors import AuditError
 from qdrant_guard.textguard import EmbedderError
@@ -34,18 +34,7 @@ def _raw_log(kit):
 @pytest.fixture()
 def sent(monkeypatch):
     """The method of every call that reaches the real (unguarded) query methods."""
-    import qdrant_client
-
-    calls = []
-    for method in ("query_points", "query_batch_points", "query_points_groups"):
-        original = getattr(qdrant_client.QdrantClient, method)
-
-        def recording(self, *a, _original=original, _method=method, **kw):
-            calls.append(_method)
-            return _original(self, *a, **kw)
-
-        monkeypatch.setattr(qdrant_client.QdrantClient, method, recording)
-    return calls
+    return record_sent(monkeypatch, ("query_points", "query_batch_points", "query_points_groups"))
 
 
 class Unreachable(ConnectionError):

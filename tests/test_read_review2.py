@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from guardkit import audit_records, create, make_kit, models, unit
+from guardkit import audit_records, create, make_kit, models, record_sent, unit
 from qdrant_guard import GuardRefusal, QdrantClient
 
 
@@ -33,19 +33,8 @@ _records = audit_records
 @pytest.fixture()
 def sent(monkeypatch):
     """The (method, kwargs) of every call that reaches the real (unguarded) read methods."""
-    import qdrant_client
-
-    calls = []
-    for method in ("query_points", "query_batch_points", "query_points_groups", "scroll", "count", "facet",
-                   "search_matrix_pairs", "search_matrix_offsets"):
-        original = getattr(qdrant_client.QdrantClient, method)
-
-        def recording(self, *a, _original=original, _method=method, **kw):
-            calls.append((_method, kw))
-            return _original(self, *a, **kw)
-
-        monkeypatch.setattr(qdrant_client.QdrantClient, method, recording)
-    return calls
+    return record_sent(monkeypatch, ("query_points", "query_batch_points", "query_points_groups", "scroll", "count", "facet",
+                                     "search_matrix_pairs", "search_matrix_offsets"), with_kwargs=True)
 
 
 # -- 1. require_text: blank text is no text --------------------------------------------------------
