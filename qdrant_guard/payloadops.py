@@ -8,7 +8,6 @@ from qdrant_client.conversions.conversion import GrpcToRest
 from qdrant_client.http import models
 
 from .decision import Verdict
-from .errors import UnsupportedWriteError
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id, receipts_for_payload, stored_receipts
@@ -110,22 +109,16 @@ class PayloadOps(TextOps):
         ids = _selector_ids(selector)
         if not ids and fresh is not None and not isinstance(selector, (models.Filter, models.FilterSelector)):
             # Qdrant fails an empty id list, after applying the batch's earlier operations.
-            raise self._unsupported(op, name, pol, (
+            raise self.unsupported_write(op, name, pol, (
                 f"{op}: a payload change in a batch on sensitive collection {name!r} names no point (an "
                 "empty id list); Qdrant would apply the batch up to it, then fail. Leave the operation "
                 "out, or name its points. Nothing was written"))
         if not ids:
             return selector
-        for pid in ids:
-            try:
-                normalize_point_id(pid)
-            except (TypeError, ValueError) as exc:
-                raise self._unsupported(op, name, pol, f"{op}: {exc} (collection {name!r}); Qdrant point ids "
-                                        "are integers 0 <= id < 2**64 or UUID strings. Nothing was written"
-                                        ) from None
+        self.check_point_ids(op, name, pol, ids)
         gone = [pid for pid in ids if normalize_point_id(pid) in deleted]
         if gone:
-            raise self._unsupported(op, name, pol, (
+            raise self.unsupported_write(op, name, pol, (
                 f"{op}: a payload change of point(s) {gone} deleted earlier in the same batch on sensitive "
                 f"collection {name!r} would fail half applied. Leave their ids out. Nothing was written"))
         if shard_key is None:
@@ -271,10 +264,7 @@ class PayloadOps(TextOps):
         if missing:
             message = (f"{op}: point(s) {missing} do not exist in collection {name!r}; {why}. Leave their "
                        "ids out. Nothing was written")
-            self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))
-            exc = UnsupportedWriteError(message)
-            exc._qg_audited = True  # type: ignore[attr-defined]  # see WriteOps._audit_input_errors
-            raise exc
+            raise self.unsupported_write(op, name, pol, message)
 
     def _run_ops(self, method: str, name: str, pol: CollectionPolicy, ops: list[Any], args: dict[str, Any]) -> Op:
         if not ops:
@@ -376,12 +366,6 @@ class PayloadOps(TextOps):
         return (yield from self.lookup(op, name, pol, Call(
             "retrieve", {"collection_name": name, "ids": list(selector), "with_payload": fields,
                          "with_vectors": False, "shard_key_selector": shard_key})))
-
-    def _unsupported(self, op: str, name: str, pol: CollectionPolicy, message: str) -> UnsupportedWriteError:
-        self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))
-        err = UnsupportedWriteError(message)
-        err._qg_audited = True  # type: ignore[attr-defined]  # see WriteOps._audit_input_errors
-        return err
 
     def _batch_existing(self, op: str, name: str, pol: CollectionPolicy, spec: Any, fresh: dict[str, Any] | None,
                         deleted: Collection[str]) -> Any:

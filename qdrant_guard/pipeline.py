@@ -26,9 +26,9 @@ from .canonical import canonical_json
 from .audit import AuditLog
 from .boundary import Principal, VerifiedPrincipal, verify_credential
 from .decision import Decision, Verdict
-from .errors import AuditError, ConfigError, CredentialError, QdrantGuardError
+from .errors import AuditError, ConfigError, CredentialError, QdrantGuardError, UnsupportedWriteError
 from .policy import CollectionPolicy, GuardConfig, load_policy
-from .receipts import ReceiptSigner
+from .receipts import ReceiptSigner, normalize_point_id
 from .sources import reserved_claims
 from .surface import ADMIN, OPERATOR_ONLY, READ_COLLECTION, SNAPSHOT_RECOVERY, WRITE_COLLECTION
 from .vectors import CollectionShape, shape_from_info
@@ -58,6 +58,12 @@ class Offload:
 
 
 Op = Generator["Call | Offload", Any, Any]
+
+
+def mark_audited(exc: BaseException) -> BaseException:
+    """Mark ``exc`` as already audited, so the write path's catch-all does not audit it again."""
+    exc._qg_audited = True  # type: ignore[attr-defined]
+    return exc
 
 
 class GuardPipeline:
@@ -320,6 +326,27 @@ class GuardPipeline:
     def refuse(self, d: Decision) -> QdrantGuardError:
         """Audit a refusing decision and return the exception to raise."""
         return d.refusal(self.record(d))
+
+    def unsupported_write(self, op: str, name: str, pol: CollectionPolicy, message: str) -> UnsupportedWriteError:
+        """The error for a write the guard cannot enforce, audited (UNSUPPORTED_WRITE) first."""
+        self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))
+        err = UnsupportedWriteError(message)
+        mark_audited(err)
+        return err
+
+    def check_point_ids(self, op: str, name: str, pol: CollectionPolicy, ids: list[Any]) -> None:
+        """Refuse the call (audited) if an id is not one Qdrant accepts: every write path, raw
+        in-boundary ones included, since local mode would store an id a server refuses, and
+        receipts and budgets are keyed by the normalised id."""
+        for pid in ids:
+            try:
+                normalize_point_id(pid)
+            except (TypeError, ValueError) as exc:
+                raise self.unsupported_write(
+                    op, name, pol,
+                    f"{op}: {exc} (collection {name!r}); Qdrant point ids are integers 0 <= id < 2**64 "
+                    "or UUID strings. Nothing was written"
+                ) from None
 
     def refuse_reserved_sources(self, op: str, collection: str, pol: CollectionPolicy, payload: Any,
                                 key: str | None = None, point_id: Any = None) -> None:

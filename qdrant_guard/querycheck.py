@@ -258,13 +258,8 @@ class QueryChecks(TextOps):
         for key_at, key, cond in found:
             shown = keys.get(key)
             if shown is None:
-                # A key is the caller's string too: it reaches the store, and is never logged with a secret in it.
-                shown, key_findings = _detect.redact_with_findings(key)
-                keys[key] = shown
-                if key_findings:
-                    kind = type(cond).__name__
-                    self._filter_findings(op, name, pol, key_findings, pii_ok, allowed, key_at, shown, kind,
-                                          {"filter": key_at, "key": shown, "condition": kind})
+                shown = keys[key] = self._screen_one_key(op, name, pol, key, key_at, type(cond).__name__,
+                                                         pii_ok, allowed)
             if not isinstance(cond, models.FieldCondition):
                 continue
             where = key_at.removesuffix(".key")
@@ -313,12 +308,21 @@ class QueryChecks(TextOps):
         """
         if not isinstance(key, str):
             return key
+        allowed: list[dict[str, Any]] = []
+        shown = self._screen_one_key(op, name, pol, key, where, op, self._filter_pii_ok(pol), allowed)
+        if allowed:
+            details.setdefault("filter_pii", []).extend(allowed)
+        return shown
+
+    def _screen_one_key(self, op: str, name: str, pol: CollectionPolicy, key: str, at: str, kind: str,
+                        pii_ok: bool, allowed: list[dict[str, Any]]) -> str:
+        """Run a field name through the detector: refuse its credentials, and its personal data
+        unless ``pii_ok`` (allowed ones are added to ``allowed``). Returns the key redacted, the
+        only form of it that is logged: a key is the caller's string too, and reaches the store."""
         shown, findings = _detect.redact_with_findings(key)
         if findings:
-            allowed: list[dict[str, Any]] = []
-            self._filter_findings(op, name, pol, findings, self._filter_pii_ok(pol), allowed, where, shown,
-                                  op, {"filter": where, "key": shown, "condition": op})
-            details.setdefault("filter_pii", []).extend(allowed)
+            self._filter_findings(op, name, pol, findings, pii_ok, allowed, at, shown, kind,
+                                  {"filter": at, "key": shown, "condition": kind})
         return shown
 
     def _filter_findings(self, op: str, name: str, pol: CollectionPolicy, findings: Sequence[_detect.Finding],

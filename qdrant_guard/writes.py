@@ -16,7 +16,7 @@ from .decision import Decision, Verdict
 from .errors import (AuditError, ConfigError, GuardRefusal, InvalidVectorError, QdrantGuardError, ReceiptError,
                      UnsupportedWriteError)
 from .payloadops import _quotable, _quote, _selector_ids
-from .pipeline import Call, Op
+from .pipeline import Call, Op, mark_audited
 from .policy import CollectionPolicy
 from .querycheck import operation_filter_roots
 from .receipts import (
@@ -74,11 +74,6 @@ def _located(exc: BaseException, point_id: Any, vector_name: str | None) -> Base
     if not hasattr(exc, "_qg_point"):
         exc._qg_point = point_id  # type: ignore[attr-defined]
         exc._qg_vector = vector_name  # type: ignore[attr-defined]
-    return exc
-
-
-def _mark_audited(exc: BaseException) -> BaseException:
-    exc._qg_audited = True  # type: ignore[attr-defined]
     return exc
 
 
@@ -495,7 +490,7 @@ class WriteOps(TextOps):
             "anything; the error raised to the caller names the fix. Nothing was written",
             point_ids=[] if pid is None else [pid], details=details,
         ))
-        _mark_audited(exc)
+        mark_audited(exc)
 
     def _refuse_uncertain(self, op: str, name: str, pol: CollectionPolicy, uncertain: dict[str, Any],
                           ids: Iterable[Any], what: str) -> None:
@@ -576,7 +571,7 @@ class WriteOps(TextOps):
         A generator (it may fetch the collection layout). Returns :class:`PreparedPoints`.
         """
         self.require_access(op, name, pol, "write")
-        self._check_point_ids(op, name, pol, [p.id for p in points])
+        self.check_point_ids(op, name, pol, [p.id for p in points])
         shape: CollectionShape = yield from self.shape(name, op=op, pol=pol)
         boundary = self.boundary()
         raw_ok = pol.raw_allowed(boundary)
@@ -825,7 +820,7 @@ class WriteOps(TextOps):
         fresh = {} if fresh is None else fresh
         deleted = set() if deleted is None else deleted
         ids = [u.id for u in updates]
-        self._check_point_ids(op, name, pol, ids)
+        self.check_point_ids(op, name, pol, ids)
         current = yield from self.lookup(op, name, pol, Call(  # type: ignore[attr-defined]
             "retrieve", {"collection_name": name, "ids": ids, "shard_key_selector": shard_key,
                          "with_payload": [RECEIPT_KEY], "with_vectors": False}))
@@ -884,20 +879,6 @@ class WriteOps(TextOps):
                 payload={"v": PAYLOAD_CONTAINER_VERSION}, key=RECEIPT_KEY, points=receipted, shard_key=shard_key)))
         return ops
 
-    def _check_point_ids(self, op: str, name: str, pol: CollectionPolicy, ids: list[Any]) -> None:
-        """Refuse the call (audited) if an id is not one Qdrant accepts: every write path, raw
-        in-boundary ones included, since local mode would store an id a server refuses, and
-        receipts and budgets are keyed by the normalised id."""
-        for pid in ids:
-            try:
-                normalize_point_id(pid)
-            except (TypeError, ValueError) as exc:
-                raise self.unsupported_write(
-                    op, name, pol,
-                    f"{op}: {exc} (collection {name!r}); Qdrant point ids are integers 0 <= id < 2**64 "
-                    "or UUID strings. Nothing was written"
-                ) from None
-
     def _upsert_points(self, op: str, name: str, pol: CollectionPolicy, points: Any) -> list[models.PointStruct]:
         """:func:`points_from_any` of ``upsert``'s ``points``, which qdrant-client takes as a list
         or a ``models.Batch`` only (a tuple, generator or other iterable raises there and stores
@@ -909,11 +890,6 @@ class WriteOps(TextOps):
                 f"qdrant-client takes it, not {type(points).__name__}; pass list(points). Nothing was written"
             )
         return points_from_any(points)
-
-    def unsupported_write(self, op: str, name: str, pol: CollectionPolicy, message: str) -> UnsupportedWriteError:
-        """The error for a write the guard cannot enforce, audited (UNSUPPORTED_WRITE) first."""
-        self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))
-        return _mark_audited(UnsupportedWriteError(message))  # type: ignore[return-value]
 
     def _refuse_update_filter(self, op: str, name: str, pol: CollectionPolicy, update_filter: Any) -> None:
         if update_filter is not None:

@@ -139,7 +139,7 @@ def test_a_malformed_write_argument_is_audited_once(setup, call, error, match):
 
 
 def test_a_refusal_already_audited_is_not_audited_again(setup):
-    # _check_point_ids audits its own UnsupportedWriteError: the input audit must not add a second.
+    # check_point_ids audits its own UnsupportedWriteError: the input audit must not add a second.
     kit, owner = setup
     before = len(_records(kit))
     with pytest.raises(UnsupportedWriteError, match="point ids are integers"):
