@@ -494,7 +494,10 @@ class GuardPipeline:
         name = args.get("collection_name")
         pol = self.gate(method, args, need) if name is not None else None
         if pol is not None:
-            self.record(self.decision(method, name, pol, Verdict.ALLOW, f"{need} access granted"))
+            # A payload index's field_name is sent to the store like a filter's keys: screened as they are.
+            details = (self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
+                       if method in ("create_payload_index", "delete_payload_index") else {})
+            self.record(self.decision(method, name, pol, Verdict.ALLOW, f"{need} access granted", details=details))
         if method in ("create_collection", "recreate_collection", "delete_collection", "update_collection",
                       "create_vector_name", "delete_vector_name"):
             self.forget_shape(name)

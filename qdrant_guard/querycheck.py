@@ -238,7 +238,8 @@ class QueryChecks(TextOps):
         ones too, ``is_empty``/``is_null``, ``NestedCondition``, ``has_vector``, formula keys and
         ``defaults``) is run through the detector alone, once per call, with the same outcome: a
         key is sent to the store as well, and ``is_empty`` on a key named for a person asks about
-        that person.
+        that person. So are the field names a call gives outside its filters, given as
+        :class:`FieldNames` roots (:func:`field_name_roots`), and an ``OrderByQuery``'s key.
 
         Raises:
             GuardRefusal: as above (audited; the value itself is not logged, a key only redacted).
@@ -258,8 +259,7 @@ class QueryChecks(TextOps):
         for key_at, key, cond in found:
             shown = keys.get(key)
             if shown is None:
-                shown = keys[key] = self._screen_one_key(op, name, pol, key, key_at, type(cond).__name__,
-                                                         pii_ok, allowed)
+                shown = keys[key] = self._screen_one_key(op, name, pol, key, key_at, _kind(cond), pii_ok, allowed)
             if not isinstance(cond, models.FieldCondition):
                 continue
             where = key_at.removesuffix(".key")
@@ -588,6 +588,18 @@ def _iter_keys(value: Any, where: str, prefix: str = "") -> Iterator[tuple[str, 
     too) or what named the key."""
     if isinstance(value, models.FieldCondition):
         yield f"{where}.key", prefix + value.key, value
+    elif isinstance(value, FieldNames):
+        yield from _iter_names(value, value.names, where)
+    elif isinstance(value, models.OrderBy):
+        yield f"{where}.key", value.key, value
+    elif isinstance(value, models.OrderByQuery):
+        if isinstance(value.order_by, str):
+            yield f"{where}.order_by", value.order_by, value
+        else:
+            yield from _iter_keys(value.order_by, f"{where}.order_by")
+    elif isinstance(value, (models.PayloadSelectorInclude, models.PayloadSelectorExclude)):
+        field = "include" if isinstance(value, models.PayloadSelectorInclude) else "exclude"
+        yield from _iter_names(value, getattr(value, field), f"{where}.{field}")
     elif isinstance(value, models.NestedCondition):
         nested = value.nested
         yield f"{where}.nested.key", prefix + nested.key, value
@@ -630,12 +642,89 @@ def query_filter_roots(args: dict[str, Any], filter_key: str, where: str = "") -
         UncheckedForm: (while iterated) a prefetch that is not a ``models.Prefetch``.
     """
     yield f"{where}{filter_key}", args.get(filter_key)
-    if isinstance(args.get("query"), models.FormulaQuery):
+    if isinstance(args.get("query"), _KEYED_QUERIES):
         yield f"{where}query", args["query"]
     for path, p in iter_prefetch(args.get("prefetch"), f"{where}prefetch"):
         yield f"{path}.filter", p.filter
-        if isinstance(p.query, models.FormulaQuery):
+        if isinstance(p.query, _KEYED_QUERIES):
             yield f"{path}.query", p.query
+
+
+# Query forms that name payload fields: a formula's keys and conditions, the key an OrderByQuery orders by.
+_KEYED_QUERIES = (models.FormulaQuery, models.OrderByQuery)
+
+
+class FieldNames:
+    """Field names a call gives outside its filters (``names``: a key, a list of keys, an
+    ``OrderBy`` or a ``with_payload`` selector), as a root for :meth:`QueryChecks.screen_filters`,
+    which screens them as it screens a filter's keys. ``kind`` (the argument, ``order_by``) is
+    logged as the key's ``condition``."""
+
+    __slots__ = ("kind", "names")
+
+    def __init__(self, kind: str, names: Any) -> None:
+        self.kind, self.names = kind, names
+
+
+# The arguments of each method that name payload fields outside a filter (facet's ``key`` is
+# screened by ReadOps.budget_oracle, with_lookup's selector by field_name_roots).
+_NAME_ARGS: dict[str, tuple[str, ...]] = {
+    "scroll": ("order_by", "with_payload"), "retrieve": ("with_payload",), "query_points": ("with_payload",),
+    "query_points_groups": ("group_by", "with_payload"), "set_payload": ("key",), "delete_payload": ("keys",),
+    "create_payload_index": ("field_name",), "delete_payload_index": ("field_name",),
+}
+
+
+def field_name_roots(method: str, args: dict[str, Any], where: str = "") -> Iterator[tuple[str, Any]]:
+    """The field names ``method``'s arguments give outside its filters (``scroll``'s ``order_by``,
+    ``group_by``, ``with_payload`` and ``with_lookup``'s, ``set_payload``'s ``key``, ``delete_payload``'s
+    ``keys``, a payload index's ``field_name``), as :class:`FieldNames` roots for
+    :meth:`QueryChecks.screen_filters`: like a filter's keys, each is sent to the store (an index on,
+    or an order by, a field named for a person asks about that person), and a refusal logs it.
+
+    Raises:
+        UncheckedForm: (while iterated) a gRPC ``OrderBy`` or payload selector that does not convert.
+    """
+    for arg in _NAME_ARGS.get(method, ()):
+        if args.get(arg) is not None:
+            yield f"{where}{arg}", FieldNames(arg, _rest_names(args[arg], f"{where}{arg}"))
+    lookup = args.get("with_lookup") if method == "query_points_groups" else None
+    if isinstance(lookup, models.WithLookup) and lookup.with_payload is not None:
+        at = f"{where}with_lookup.with_payload"
+        yield at, FieldNames("with_lookup", _rest_names(lookup.with_payload, at))
+
+
+def _rest_names(value: Any, where: str) -> Any:
+    """A gRPC ``OrderBy`` or payload selector as its REST model (what qdrant-client sends); anything else as it is."""
+    try:
+        if isinstance(value, grpc.OrderBy):
+            return GrpcToRest.convert_order_by(value)
+        if isinstance(value, grpc.WithPayloadSelector):
+            return GrpcToRest.convert_with_payload_selector(value)
+    except ValueError:  # no field set: qdrant-client cannot send it either
+        raise UncheckedForm(where, value) from None
+    return value
+
+
+def _iter_names(node: Any, names: Any, where: str) -> Iterator[tuple[str, str, Any]]:
+    """The keys of ``names`` (a key, a list of keys, a model, or a dict a client would validate into
+    one: every string it holds) as :func:`_iter_keys` yields them, each with ``node``."""
+    if isinstance(names, str):
+        yield where, names, node
+    elif isinstance(names, (list, tuple)):
+        for i, item in enumerate(names):
+            yield from _iter_names(node, item, f"{where}[{i}]")
+    elif isinstance(names, dict):
+        for k, item in names.items():
+            yield from _iter_names(node, item, f"{where}.{k}")
+    elif isinstance(names, BaseModel):
+        yield from _iter_keys(names, where)
+
+
+def _kind(node: Any) -> str:
+    """What named a key, as its audit entry's ``condition``: the argument for :class:`FieldNames`,
+    else the model's type (``FieldCondition``, ``OrderBy``)."""
+    return node.kind if isinstance(node, FieldNames) else type(node).__name__
 
 
 # The argument by which each write method may select its points with a filter.
@@ -659,13 +748,19 @@ def write_filter_roots(method: str, args: dict[str, Any]) -> Iterator[tuple[str,
         yield from _selector_filter_roots(args.get(_WRITE_SELECTORS[method]), _WRITE_SELECTORS[method])
     if args.get("update_filter") is not None:
         yield "update_filter", args["update_filter"]
+    yield from field_name_roots(method, args)
 
 
 def operation_filter_roots(operation: Any, where: str) -> Iterator[tuple[str, Any]]:
     """The filters of one ``batch_update_points`` operation (a ``models.*Operation``): its
-    ``FilterSelector``, ``filter`` or ``update_filter``."""
+    ``FilterSelector``, ``filter`` or ``update_filter``; and the field names of a ``SetPayload``'s
+    ``key`` and a ``DeletePayload``'s ``keys`` (:func:`field_name_roots`)."""
     if not isinstance(operation, BaseModel):
         return
+    if isinstance(operation, models.SetPayloadOperation) and operation.set_payload.key is not None:
+        yield f"{where}.set_payload.key", FieldNames("key", operation.set_payload.key)
+    if isinstance(operation, models.DeletePayloadOperation):
+        yield f"{where}.delete_payload.keys", FieldNames("keys", operation.delete_payload.keys)
     for field_name in type(operation).model_fields:
         inner, path = getattr(operation, field_name), f"{where}.{field_name}"
         yield from _selector_filter_roots(inner, path)

@@ -7,6 +7,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
@@ -22,7 +23,8 @@ from .diversity import enforce_diversity, enforce_group_caps, overfetch_limit
 from .payloadops import PayloadOps
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
-from .querycheck import QueryChecks, UncheckedForm, iter_prefetch, query_filter_roots, rest_prefetch
+from .querycheck import (QueryChecks, UncheckedForm, field_name_roots, iter_prefetch, query_filter_roots,
+                         rest_prefetch)
 from .receipts import noise_shortfall, stored_receipts, verify_receipt
 from .sources import path_head
 from .sources import point_sources as _sources
@@ -685,7 +687,8 @@ class ReadOps(PayloadOps, QueryChecks):
         if pol is None:
             return None, args, {}
         details: dict[str, Any] = {}
-        self.screen_filters(method, args["collection_name"], pol, query_filter_roots(args, "query_filter"), details)
+        self.screen_filters(method, args["collection_name"], pol, chain(
+            query_filter_roots(args, "query_filter"), field_name_roots(method, args)), details)
         args = yield from self.prepare_query(method, args["collection_name"], pol, args, query_text, details)
         return pol, args, details
 
@@ -729,9 +732,9 @@ class ReadOps(PayloadOps, QueryChecks):
         plans, reqs, all_details = [], [], []
         for i, req in enumerate(checked):
             details: dict[str, Any] = {}
-            self.screen_filters(method, name, pol, query_filter_roots(
+            self.screen_filters(method, name, pol, chain(query_filter_roots(
                 {"filter": req.filter, "query": req.query, "prefetch": req.prefetch}, "filter", f"requests[{i}]."),
-                details)
+                field_name_roots("query_points", {"with_payload": req.with_payload}, f"requests[{i}].")), details)
             fields = {"query": req.query, "prefetch": req.prefetch, "using": req.using, "limit": req.limit,
                       "offset": req.offset,
                       "with_payload": req.with_payload if req.with_payload is not None else False,
@@ -834,7 +837,8 @@ class ReadOps(PayloadOps, QueryChecks):
         if pol is None:
             return (yield Call(method, args))
         details: dict[str, Any] = {}
-        self.screen_filters(method, name, pol, [("scroll_filter", args.get("scroll_filter"))], details)
+        self.screen_filters(method, name, pol, chain([("scroll_filter", args.get("scroll_filter"))],
+                                                     field_name_roots(method, args)), details)
         progress: dict[str, Any] = {"details": details}
         read = self._records_read_admitted(method, name, pol, args, scrolled, details, progress)
         return (yield from self.store_failures(method, name, pol, read, progress))
