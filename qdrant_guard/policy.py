@@ -154,8 +154,10 @@ class QueryRules(_Strict):
     call sends nothing); ``owner``: principals of the owner boundary may (their own lookups, e.g.
     by e-mail, and erasing a person's points by the value that names them), others are refused;
     ``allow``: no one is refused, and the audit entry lists the filters that matched on PII
-    (``filter_pii``). Field names are screened too (every key a filter or formula names, and
-    ``facet``'s ``key``): a key holding personal data follows this setting, and is logged redacted.
+    (``filter_pii``). Field names are screened too (every key a filter or formula names, and those
+    given outside a filter: ``facet``'s ``key``, ``order_by`` and an ``OrderByQuery``'s, ``group_by``,
+    ``with_payload`` keys, ``set_payload``'s ``key``, ``delete_payload``'s ``keys``, a payload index's
+    ``field_name``): a key holding personal data follows this setting, and is logged redacted.
     Credentials in a filter or a key are refused (CREDENTIAL_IN_TEXT) whatever this says;
     a name-like value (``google-oauth2-provider``) under a field whose last word names an attribute
     of a credential (``auth_provider``, ``token_issuer``, ``key_region``) is no credential. Partial values
