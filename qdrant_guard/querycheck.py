@@ -259,7 +259,8 @@ class QueryChecks(TextOps):
         for key_at, key, cond in found:
             shown = keys.get(key)
             if shown is None:
-                shown = keys[key] = self._screen_one_key(op, name, pol, key, key_at, _kind(cond), pii_ok, allowed)
+                shown = keys[key] = self._screen_one_key(op, name, pol, key, key_at, _kind(cond), pii_ok, allowed,
+                                                         outside=isinstance(cond, _OUTSIDE))
             if not isinstance(cond, models.FieldCondition):
                 continue
             where = key_at.removesuffix(".key")
@@ -309,28 +310,31 @@ class QueryChecks(TextOps):
         if not isinstance(key, str):
             return key
         allowed: list[dict[str, Any]] = []
-        shown = self._screen_one_key(op, name, pol, key, where, op, self._filter_pii_ok(pol), allowed)
+        shown = self._screen_one_key(op, name, pol, key, where, op, self._filter_pii_ok(pol), allowed, outside=True)
         if allowed:
             details.setdefault("filter_pii", []).extend(allowed)
         return shown
 
     def _screen_one_key(self, op: str, name: str, pol: CollectionPolicy, key: str, at: str, kind: str,
-                        pii_ok: bool, allowed: list[dict[str, Any]]) -> str:
+                        pii_ok: bool, allowed: list[dict[str, Any]], *, outside: bool = False) -> str:
         """Run a field name through the detector: refuse its credentials, and its personal data
         unless ``pii_ok`` (allowed ones are added to ``allowed``). Returns the key redacted, the
-        only form of it that is logged: a key is the caller's string too, and reaches the store."""
+        only form of it that is logged: a key is the caller's string too, and reaches the store.
+        ``outside``: the key was given outside a filter (an argument such as ``order_by``), which
+        the refusal's directive names instead of a filter."""
         shown, findings = _detect.redact_with_findings(key)
         if findings:
             self._filter_findings(op, name, pol, findings, pii_ok, allowed, at, shown, kind,
-                                  {"filter": at, "key": shown, "condition": kind})
+                                  {"filter": at, "key": shown, "condition": kind}, outside=outside)
         return shown
 
     def _filter_findings(self, op: str, name: str, pol: CollectionPolicy, findings: Sequence[_detect.Finding],
                          pii_ok: bool, allowed: list[dict[str, Any]], at: str, shown: str, kind: str,
-                         about: dict[str, Any]) -> None:
+                         about: dict[str, Any], *, outside: bool = False) -> None:
         """Refuse a filter's credentials (CREDENTIAL_IN_TEXT) and, unless ``pii_ok``, its personal
         data (QUERY_REJECTED); allowed personal data is added to ``allowed``. ``at`` is a match
-        value's path or a key's (``...key``); only ``shown`` (the redacted key) is logged."""
+        value's path or a key's (``...key``); only ``shown`` (the redacted key) is logged.
+        ``outside``: a field name given outside a filter (see :meth:`_screen_one_key`)."""
         types = sorted({f.type for f in findings})
         creds = sorted({f.type for f in findings if f.category == "CREDENTIAL"})
         about = {**about, "findings": types}
@@ -338,22 +342,28 @@ class QueryChecks(TextOps):
         if creds:
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.CREDENTIAL_IN_TEXT,
-                f"the filter at {at} ({kind} on key {shown!r}) holds credentials {creds}; a "
-                "credential is never sent to the store nor matched against it: remove it from the "
-                "filter (if the key holds no credential, filter on another field)",
+                (f"the field name {shown!r} at {at} ({kind}) holds credentials {creds}; a credential is "
+                 "never sent to the store: name another field (one whose name holds no credential)")
+                if outside else
+                (f"the filter at {at} ({kind} on key {shown!r}) holds credentials {creds}; a "
+                 "credential is never sent to the store nor matched against it: remove it from the "
+                 "filter (if the key holds no credential, filter on another field)"),
                 details=about,
             ))
         if not pii_ok:
             who = f"the owner boundary {pol.owner!r}" if pol.owner else "an owner boundary"
+            what = (f"the field name {shown!r} at {at} ({kind}) is" if outside else
+                    f"the filter at {at} ({kind} on key {shown!r}) "
+                    + ("matches on" if value else "names a field by"))
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.QUERY_REJECTED,
-                f"the filter at {at} ({kind} on key {shown!r}) "
-                + ("matches on" if value else "names a field by") + f" personal data {types}; "
-                f"on {pol.sensitivity.value} collection {name!r} such a filter is a probe (it answers "
+                f"{what} personal data {types}; "
+                f"on {pol.sensitivity.value} collection {name!r} such a "
+                + ("key" if outside else "filter") + " is a probe (it answers "
                 "whether a stored point holds that " + ("value" if value else "field")
-                + ", whatever the read returns). Filter on "
-                "fields that hold no personal data (an id, a source, a category), or set "
-                f"query.filter_pii = \"owner\" to let {who} filter on PII",
+                + ", whatever the read returns). " + ("Name " if outside else "Filter on ")
+                + "fields that hold no personal data (an id, a source, a category), or set "
+                f"query.filter_pii = \"owner\" to let {who} " + ("name" if outside else "filter on") + " PII",
                 details=about,
             ))
         allowed.append(about)
@@ -719,6 +729,11 @@ def _iter_names(node: Any, names: Any, where: str) -> Iterator[tuple[str, str, A
             yield from _iter_names(node, item, f"{where}.{k}")
     elif isinstance(names, BaseModel):
         yield from _iter_keys(names, where)
+
+
+# What names a key given outside a filter (FieldNames and the models it may hold, an OrderByQuery's order).
+_OUTSIDE = (FieldNames, models.OrderBy, models.OrderByQuery, models.PayloadSelectorInclude,
+            models.PayloadSelectorExclude)
 
 
 def _kind(node: Any) -> str:

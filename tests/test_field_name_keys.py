@@ -176,11 +176,17 @@ def test_personal_data_as_a_field_name_follows_filter_pii(kit, sent, call):
     assert EMAIL not in (kit.tmp / "audit.jsonl").read_text()
 
 
-def test_the_argument_is_named_in_the_entry(kit):
+def test_the_refusal_names_the_argument_and_the_fix(kit):
     owner = _owner(kit)
     with pytest.raises(GuardRefusal) as ei:
         owner.scroll("c", order_by=STRIPE, limit=2)
     assert ei.value.details["condition"] == "order_by"
+    assert "the field name '[STRIPE_KEY]' at order_by (order_by) holds credentials" in str(ei.value)
+    assert "name another field" in str(ei.value) and "filter" not in str(ei.value)
+    with pytest.raises(GuardRefusal) as ei:
+        owner.scroll("c", with_payload=["x", EMAIL], limit=2)
+    assert "the field name '[EMAIL]' at with_payload[1] (with_payload) is personal data" in str(ei.value)
+    assert 'Name fields that hold no personal data' in str(ei.value) and 'filter_pii = "owner"' in str(ei.value)
     with pytest.raises(GuardRefusal) as ei:
         owner.query_points("c", query=models.OrderByQuery(order_by=models.OrderBy(key=STRIPE)), limit=2)
     assert ei.value.details["condition"] == "OrderBy"
