@@ -8,6 +8,8 @@ Real local-mode Qdrant, real keys (see guardkit); an ordinary key gives what qdr
 """
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from qdrant_client import QdrantClient as RawClient
 from qdrant_client import grpc
@@ -208,3 +210,26 @@ def test_a_key_is_scanned_once_per_call(kit, monkeypatch):
     owner.scroll("c", scroll_filter=models.Filter(must=[models.IsEmptyCondition(is_empty=models.PayloadField(key=key))]),
                  order_by=key, with_payload=[key, "x"], limit=2)
     assert seen.count(key) == 1 and seen.count("x") == 1
+
+
+def test_the_async_client_screens_them_too(kit):
+    from qdrant_guard import AsyncQdrantClient
+
+    pol = {"class": "PII", "owner": "hr", "raw_in_boundary": True, "intent": {"enabled": False}}
+
+    async def main():
+        cl = AsyncQdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+        await cl.create_collection("c", vectors_config=models.VectorParams(size=16, distance=models.Distance.COSINE))
+        await cl.upsert("c", _points())
+        with pytest.raises(GuardRefusal) as ei:
+            await cl.scroll("c", order_by=models.OrderBy(key=STRIPE), limit=2)
+        assert ei.value.verdict == "CREDENTIAL_IN_TEXT" and ei.value.details["filter"] == "order_by.key"
+        with pytest.raises(GuardRefusal) as ei:
+            await cl.query_points_groups("c", group_by=EMAIL, query=V, limit=2)
+        assert ei.value.verdict == "QUERY_REJECTED" and ei.value.details["filter"] == "group_by"
+        records, _ = await cl.scroll("c", order_by="x", limit=2, with_payload=["x"])
+        assert [(r.id, r.payload) for r in records] == [(1, {"x": 1}), (2, {"x": 2})]
+
+    asyncio.run(main())
+    text = (kit.tmp / "audit.jsonl").read_text()
+    assert STRIPE not in text and EMAIL not in text
