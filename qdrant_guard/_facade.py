@@ -34,6 +34,21 @@ _OPTION_HANDLES = ("init_options",)
 # synchronous connections); the guarded versions stay plain methods too.
 _SYNC_IN_ASYNC = frozenset({"upload_points", "upload_collection"})
 
+# Arguments the guarded client adds to qdrant-client's methods. Without guard= they are dropped
+# before the original is called (qdrant-client refuses unknown arguments with a bare
+# AssertionError), so code written for the guard also runs on a client built without a policy.
+_ADDED_KWARGS: dict[str, tuple[str, ...]] = {
+    "query_points": ("query_text",),
+    "query_points_groups": ("query_text",),
+}
+
+
+def _without_added(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    added = _ADDED_KWARGS.get(name)
+    if not added or not any(k in kwargs for k in added):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k not in added}
+
 
 def _by_key(union: Any) -> dict[str, type[pydantic.BaseModel]]:
     """Each operation model of ``union`` by its one field (``{"upsert": models.UpsertOperation}``)."""
@@ -145,7 +160,7 @@ def _sync_method(name: str, original: Callable[..., Any], base: type,
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         guard = self._guard
         if guard is None:
-            return original(self, *args, **kwargs)
+            return original(self, *args, **_without_added(name, kwargs))
         op = guard.run(name, _bound(guard, name, bind(self, args, kwargs)))
         lock = self._local_lock if locked else None
         if lock is None:
@@ -187,7 +202,7 @@ def _async_method(name: str, original: Callable[..., Any], base: type) -> Callab
     async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         guard = self._guard
         if guard is None:
-            return await original(self, *args, **kwargs)
+            return await original(self, *args, **_without_added(name, kwargs))
 
         async def invoke(call: Call) -> Any:
             return await getattr(base, call.method)(self, **call.kwargs)
