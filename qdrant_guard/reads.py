@@ -265,7 +265,10 @@ class ReadOps(PayloadOps, QueryChecks):
             if check.ok and check.params is not None and self._release_accepted(pol, check.params):
                 keep[vname] = value
         if not keep:
-            return None
+            # As Qdrant shapes it: a point read as named vectors stays a dict (its stripped names
+            # absent, as when some are kept; ``{}`` is also what Qdrant returns for a point without
+            # vectors); a single unnamed vector stripped is None.
+            return {} if isinstance(point.vector, dict) else None
         if set(keep) == {""}:
             return keep[""]
         return keep

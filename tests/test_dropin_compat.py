@@ -62,3 +62,53 @@ def test_other_unknown_arguments_still_fail_as_in_qdrant_client():
             client.query_points("kb", query=[1.0] * DIM, query_txt="typo")
         errors.append(str(info.value))
     assert errors[0] == errors[1]
+
+
+def _shape(vector):
+    """The shape a caller's code depends on: a dict's names, a list's length, or None."""
+    if isinstance(vector, dict):
+        return ("dict", sorted(vector))
+    return None if vector is None else ("list", len(vector))
+
+
+def test_stripped_vectors_keep_qdrant_clients_shape(tmp_path):
+    # A reader outside the owner boundary gets receipted vectors, the others stripped (README). The
+    # stripping returned None where qdrant-client returns a dict: for a point with no vector left
+    # ({}), and for named vectors once all were stripped, though a partly stripped point stayed a
+    # dict, so `hit.vector.items()` raised AttributeError only for some points.
+    from tests.guardkit import make_kit
+
+    kit = make_kit(tmp_path)
+    pii = {"class": "PII", "owner": "hr", "readers": ["support"], "writers": ["support"],
+           "raw_in_boundary": True, "noise_on_write": True, "diversity": {"enabled": False}}
+    owner = qdrant_guard.QdrantClient(":memory:", guard=kit.config({"u": pii, "n": pii}),
+                                      principal=kit.principal("alice", "hr"))
+    reader = owner.with_principal(kit.principal("bob", "support"))
+    raw = qdrant_client.QdrantClient(":memory:")
+    for client in (raw, owner):
+        client.create_collection("u", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        client.create_collection("n", vectors_config={
+            "a": models.VectorParams(size=DIM, distance=models.Distance.COSINE),
+            "b": models.VectorParams(size=DIM, distance=models.Distance.COSINE)})
+    for client, noised_writer in ((raw, raw), (owner, reader)):
+        # Points 1 and 2 are written noised (receipted), point 3 raw by the owner boundary.
+        noised_writer.upsert("u", [models.PointStruct(id=1, vector=[1.0, 0, 0, 0]),
+                                   models.PointStruct(id=2, vector=[0, 1.0, 0, 0])])
+        client.upsert("u", [models.PointStruct(id=3, vector=[1.0, 1, 0, 0])])
+        client.delete_vectors("u", [""], [2])
+        noised_writer.upsert("n", [models.PointStruct(id=1, vector={"a": [1.0, 0, 0, 0], "b": [0, 1.0, 0, 0]}),
+                                   models.PointStruct(id=2, vector={"a": [1.0, 0, 0, 0]})])
+        client.upsert("n", [models.PointStruct(id=3, vector={"a": [1.0, 1, 0, 0]})])
+
+    def shapes(client, name, with_vectors):
+        return [(r.id, _shape(r.vector)) for r in client.retrieve(name, [1, 2, 3], with_vectors=with_vectors)]
+
+    # Unnamed: the point without a vector is {} as in qdrant-client; the raw vector is stripped to None.
+    assert shapes(raw, "u", True) == [(1, ("list", DIM)), (2, ("dict", [])), (3, ("list", DIM))]
+    assert shapes(reader, "u", True) == [(1, ("list", DIM)), (2, ("dict", [])), (3, None)]
+    # Named: always a dict; the stripped raw vector 'a' of point 3 is absent.
+    assert shapes(raw, "n", True) == [(1, ("dict", ["a", "b"])), (2, ("dict", ["a"])), (3, ("dict", ["a"]))]
+    assert shapes(reader, "n", True) == [(1, ("dict", ["a", "b"])), (2, ("dict", ["a"])), (3, ("dict", []))]
+    assert shapes(raw, "n", ["b"]) == shapes(reader, "n", ["b"]) == [(1, ("dict", ["b"])), (2, ("dict", [])), (3, ("dict", []))]
+    hits = reader.query_points("n", query=[1.0, 0, 0, 0], using="a", with_vectors=True, limit=3).points
+    assert all(isinstance(h.vector, dict) for h in hits) and "a" not in next(h.vector for h in hits if h.id == 3)
