@@ -144,6 +144,13 @@ def project_payload(payload: dict[str, Any] | None, selector: Any) -> dict[str, 
     return {k: v for k, v in payload.items() if k in keys}
 
 
+def _given_count(value: Any) -> bool:
+    """Whether a ``limit``/``group_size`` may be widened for over-fetching: None (Qdrant's default)
+    or a positive count. Zero or a negative one goes to Qdrant as given, which refuses it (read as
+    "the default", ``limit=0`` returned ten points)."""
+    return value is None or isinstance(value, bool) or not isinstance(value, int) or value >= 1
+
+
 class ReadOps(PayloadOps, QueryChecks):
     """The read half of the pipeline."""
 
@@ -157,7 +164,7 @@ class ReadOps(PayloadOps, QueryChecks):
         div = pol.diversity
         needs_source = div.enabled and (diversify or div.max_source_coverage is not None)
         plan.strip_vectors = bool(plan.user_with_vectors) and not pol.raw_allowed(self.boundary())
-        if limit_key is not None and diversify and div.enabled:
+        if limit_key is not None and diversify and div.enabled and _given_count(args.get(limit_key)):
             limit = int(args.get(limit_key) or 10)
             offset = int(args.get("offset") or 0)
             plan.limit, plan.offset, plan.diversify = limit, offset, True
@@ -792,7 +799,7 @@ class ReadOps(PayloadOps, QueryChecks):
                      details: dict[str, Any], progress: dict[str, Any]) -> Op:
         new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
         group_size = int(args.get("group_size") or 3)
-        if pol.diversity.enabled:
+        if pol.diversity.enabled and _given_count(args.get("group_size")):
             new["group_size"] = overfetch_limit(group_size, factor=pol.diversity.overfetch_factor)
             # The group caps read each hit's source: without payload every hit is one missing source.
             new["with_payload"] = True

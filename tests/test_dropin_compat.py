@@ -112,3 +112,42 @@ def test_stripped_vectors_keep_qdrant_clients_shape(tmp_path):
     assert shapes(raw, "n", ["b"]) == shapes(reader, "n", ["b"]) == [(1, ("dict", ["b"])), (2, ("dict", [])), (3, ("dict", []))]
     hits = reader.query_points("n", query=[1.0, 0, 0, 0], using="a", with_vectors=True, limit=3).points
     assert all(isinstance(h.vector, dict) for h in hits) and "a" not in next(h.vector for h in hits if h.id == 3)
+
+
+@pytest.mark.parametrize("kwargs", [{"limit": 0}, {"limit": -1}, {"limit": 0, "offset": 2}])
+def test_invalid_limit_fails_as_in_qdrant_client_on_a_diversified_collection(tmp_path, kwargs):
+    # The source cap over-fetches, and read limit=0 as "the default": query_points(limit=0) on a PII
+    # collection returned ten points where qdrant-client raises; limit=-1 raised the guard's own
+    # "limit must be >= 1" instead of qdrant-client's error.
+    from tests.guardkit import make_kit
+
+    kit = make_kit(tmp_path)
+    pii = {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True}
+    guarded = qdrant_guard.QdrantClient(":memory:", guard=kit.config({"kb": pii}), principal=kit.principal("alice", "hr"))
+    errors = []
+    for client in (_fill(qdrant_client.QdrantClient(":memory:")), _fill(guarded)):
+        with pytest.raises(ValueError) as info:
+            client.query_points("kb", query=[1.0] * DIM, **kwargs)
+        errors.append(str(info.value))
+    assert errors[1] == errors[0]
+    # Only counts Qdrant refuses pass through: a valid limit still gets the source cap.
+    hits = guarded.query_points("kb", query=[1.0] * DIM, limit=5).points
+    sources = [h.payload["source"] for h in hits]
+    assert len(hits) <= 5 and max(sources.count(s) for s in set(sources)) <= 2  # floor(0.4 * 5)
+
+
+@pytest.mark.parametrize("kwargs", [{"group_size": 0}, {"group_size": -2}])
+def test_invalid_group_counts_fail_as_in_qdrant_client_on_a_diversified_collection(tmp_path, kwargs):
+    # group_size=0 was read as the default (3) and returned groups; -2 raised the guard's own error.
+    from tests.guardkit import make_kit
+
+    kit = make_kit(tmp_path)
+    pii = {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True}
+    guarded = qdrant_guard.QdrantClient(":memory:", guard=kit.config({"kb": pii}), principal=kit.principal("alice", "hr"))
+    errors = []
+    for client in (_fill(qdrant_client.QdrantClient(":memory:")), _fill(guarded)):
+        with pytest.raises(ValueError) as info:
+            client.query_points_groups("kb", "source", query=[1.0] * DIM, **kwargs)
+        errors.append(str(info.value))
+    assert errors[1] == errors[0]
+
