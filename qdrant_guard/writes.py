@@ -130,8 +130,26 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
             out.append(models.PointStruct(id=p.id, vector=p.vector, payload=p.payload))
         else:
             raise TypeError(
-                f"points must be models.PointStruct (or a models.Batch); got {type(p).__name__}. "
+                f"points must be models.PointStruct (or a models.Batch); got {_kind(p)}. "
                 "gRPC PointStruct is not accepted by the guard; convert it to models.PointStruct"
+            )
+    return out
+
+
+def _kind(value: Any) -> str:
+    """A type name that tells a gRPC message from the qdrant_client.models class of the same name."""
+    cls = type(value)
+    return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"
+
+
+def vector_updates_from_any(updates: Any) -> list[models.PointVectors]:
+    """``update_vectors``' ``points`` as a list of models.PointVectors (the form the checks read)."""
+    out = list(updates)
+    for u in out:
+        if not isinstance(u, models.PointVectors):
+            raise TypeError(
+                f"update_vectors points must be models.PointVectors; got {_kind(u)}. gRPC "
+                "PointVectors is not accepted by the guard; convert it to models.PointVectors"
             )
     return out
 
@@ -250,7 +268,7 @@ class WriteOps(TextOps):
         name = args["collection_name"]
         pub = self.public_policy(args)
         if pub is not None:
-            points = self._public_vector_updates(method, name, pub, list(args["points"]))
+            points = self._public_vector_updates(method, name, pub, vector_updates_from_any(args["points"]))
             return (yield Call(method, {**args, "points": points}))
         pol = self.gate(method, args, "write")
         if pol is None:
@@ -260,7 +278,7 @@ class WriteOps(TextOps):
     def _update_vectors(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> Op:
         self._screen_write(method, name, pol, args)
         self._refuse_update_filter(method, name, pol, args.get("update_filter"))
-        ops = yield from self.prepare_vector_updates(method, name, pol, list(args["points"]),
+        ops = yield from self.prepare_vector_updates(method, name, pol, vector_updates_from_any(args["points"]),
                                                      shard_key=args.get("shard_key_selector"))
         rest = {k: v for k, v in args.items() if k in ("wait", "ordering", "timeout")}
         results = yield from self.forward(method, name, pol, Call(

@@ -151,3 +151,27 @@ def test_invalid_group_counts_fail_as_in_qdrant_client_on_a_diversified_collecti
         errors.append(str(info.value))
     assert errors[1] == errors[0]
 
+
+
+@pytest.mark.parametrize("klass", ["PUBLIC", "PII"])
+def test_update_vectors_refuses_a_grpc_point_by_name(tmp_path, klass):
+    # qdrant-client types update_vectors' points as models.PointVectors or grpc.PointVectors. The
+    # guard refuses gRPC points on writes (upsert says so, naming the fix), but update_vectors
+    # crashed with a bare "AttributeError: vector" on a PUBLIC collection and blamed the point id
+    # on a PII one. Nothing may be written either way.
+    from qdrant_client import grpc
+    from qdrant_client.conversions.conversion import RestToGrpc
+
+    from tests.guardkit import make_kit
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PUBLIC"} if klass == "PUBLIC" else {"class": "PII", "owner": "hr", "raw_in_boundary": True}
+    client = _fill(qdrant_guard.QdrantClient(":memory:", guard=kit.config({"kb": pol}), principal=kit.principal("alice", "hr")))
+    before = qdrant_client.QdrantClient.retrieve(client, "kb", [1], with_vectors=True)
+    update = grpc.PointVectors(id=RestToGrpc.convert_extended_point_id(1),
+                               vectors=RestToGrpc.convert_vector_struct([0.0, 1.0, 0.0, 0.0]))
+    with pytest.raises(TypeError, match=r"got points_pb2\.PointVectors.*convert it to models\.PointVectors"):
+        client.update_vectors("kb", [update])
+    with pytest.raises(TypeError, match=r"must be models\.PointVectors; got dict"):
+        client.update_vectors("kb", [{"id": 1, "vector": [0.0, 1.0, 0.0, 0.0]}])
+    assert qdrant_client.QdrantClient.retrieve(client, "kb", [1], with_vectors=True) == before
