@@ -136,6 +136,10 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
     return out
 
 
+# InvalidVectorError reasons that may come from a stale cached layout rather than from the point.
+_LAYOUT_REASONS = frozenset({"unknown_vector_name", "wrong_dimension", "sparse_vector", "multivector"})
+
+
 def _kind(value: Any) -> str:
     """A type name that tells a gRPC message from the qdrant_client.models class of the same name."""
     cls = type(value)
@@ -587,7 +591,25 @@ class WriteOps(TextOps):
         """Check every point; noise and receipt what needs it; refuse the whole call on any fault.
 
         A generator (it may fetch the collection layout). Returns :class:`PreparedPoints`.
+
+        The layout is cached per collection, and another client (an agent in another process, an
+        operator) may have recreated the collection since: a point that does not fit the cached
+        layout gets the layout read again, once, before it is refused, as Qdrant would accept it.
         """
+        stale = self._shapes.get(name)
+        try:
+            return (yield from self._prepare_points(op, name, pol, points))
+        except InvalidVectorError as exc:
+            if stale is None or getattr(exc, "reason", None) not in _LAYOUT_REASONS:
+                raise
+            self.forget_shape(name)
+            fresh = yield from self.shape(name, op=op, pol=pol)
+            if fresh == stale:
+                raise
+        return (yield from self._prepare_points(op, name, pol, points))
+
+    def _prepare_points(self, op: str, name: str, pol: CollectionPolicy,
+                        points: list[models.PointStruct]) -> Any:
         self.require_access(op, name, pol, "write")
         self.check_point_ids(op, name, pol, [p.id for p in points])
         shape: CollectionShape = yield from self.shape(name, op=op, pol=pol)

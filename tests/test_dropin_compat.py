@@ -175,3 +175,32 @@ def test_update_vectors_refuses_a_grpc_point_by_name(tmp_path, klass):
     with pytest.raises(TypeError, match=r"must be models\.PointVectors; got dict"):
         client.update_vectors("kb", [{"id": 1, "vector": [0.0, 1.0, 0.0, 0.0]}])
     assert qdrant_client.QdrantClient.retrieve(client, "kb", [1], with_vectors=True) == before
+
+
+def test_writes_follow_a_collection_recreated_by_another_client(tmp_path):
+    # Agents share one store; another agent's process (or an operator) may recreate a collection
+    # with another layout. The guard cached the first layout per collection and then refused every
+    # write that fit the new one ("unknown vector name", "has dimension 5, the collection expects
+    # 4") until restarted, where qdrant-client writes. The base-class call below stands for that
+    # other client: it changes the store without this guard seeing it.
+    from tests.guardkit import make_kit
+
+    kit = make_kit(tmp_path)
+    pii = {"class": "PII", "owner": "hr", "readers": ["support"], "writers": ["support"],
+           "raw_in_boundary": True, "noise_on_write": True}
+    owner = qdrant_guard.QdrantClient(":memory:", guard=kit.config({"kb": pii}), principal=kit.principal("alice", "hr"))
+    writer = owner.with_principal(kit.principal("bob", "support"))
+    owner.create_collection("kb", vectors_config={"a": models.VectorParams(size=3, distance=models.Distance.COSINE)})
+    writer.upsert("kb", [models.PointStruct(id=1, vector={"a": [1.0, 0.0, 0.0]})])  # caches the layout
+
+    qdrant_client.QdrantClient.delete_collection(owner, "kb")
+    qdrant_client.QdrantClient.create_collection(
+        owner, "kb", vectors_config=models.VectorParams(size=5, distance=models.Distance.COSINE))
+    v = [1.0, 0.0, 0.0, 0.0, 0.0]
+    writer.upsert("kb", [models.PointStruct(id=1, vector=v)])
+    owner.upload_collection("kb", vectors=[v], ids=[2])
+    writer.update_vectors("kb", [models.PointVectors(id=1, vector=[0.0, 1.0, 0.0, 0.0, 0.0])])
+    assert qdrant_client.QdrantClient.count(owner, "kb").count == 2
+    # A point that fits neither layout is still refused, naming the current one.
+    with pytest.raises(qdrant_guard.InvalidVectorError, match="has dimension 3, the collection expects 5"):
+        writer.upsert("kb", [models.PointStruct(id=3, vector=[1.0, 0.0, 0.0])])
