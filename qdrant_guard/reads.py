@@ -132,7 +132,9 @@ def project_payload(payload: dict[str, Any] | None, selector: Any) -> dict[str, 
     elif isinstance(selector, (list, tuple)):
         keys = selector
     else:
-        return payload
+        from qdrant_client.local.local_collection import LocalCollection
+
+        return LocalCollection._process_payload(payload, selector)
     if not all(isinstance(k, str) and _PLAIN_KEY.fullmatch(k) for k in keys):
         # A key path (``meta.source``, ``"a.b"``, ``arr[].x``) selects inside the payload: project it
         # as Qdrant (local mode mirrors the server) does.
@@ -142,6 +144,19 @@ def project_payload(payload: dict[str, Any] | None, selector: Any) -> dict[str, 
     if isinstance(selector, models.PayloadSelectorExclude):
         return {k: v for k, v in payload.items() if k not in keys}
     return {k: v for k, v in payload.items() if k in keys}
+
+
+def _user_selector(selector: Any) -> Any:
+    """The caller's ``with_payload`` as qdrant-client sends it (a gRPC selector as its REST model),
+    for :func:`project_payload` to apply after the guard fetched the whole payload. A form
+    qdrant-client refuses (a str) raises its error here, before anything is read."""
+    if isinstance(selector, grpc.WithPayloadSelector):
+        return GrpcToRest.convert_with_payload_selector(selector)
+    if selector is not None and not isinstance(selector, bool):
+        from qdrant_client.local.local_collection import LocalCollection
+
+        LocalCollection._process_payload({}, selector)
+    return selector
 
 
 def _given_count(value: Any) -> bool:
@@ -172,6 +187,7 @@ class ReadOps(PayloadOps, QueryChecks):
             if "offset" in args:
                 new["offset"] = None
         if (needs_source or plan.strip_vectors) and plan.user_with_payload is not True:
+            plan.user_with_payload = _user_selector(plan.user_with_payload)
             new["with_payload"] = True
         return new, plan
 
@@ -802,6 +818,8 @@ class ReadOps(PayloadOps, QueryChecks):
         if pol.diversity.enabled and _given_count(args.get("group_size")):
             new["group_size"] = overfetch_limit(group_size, factor=pol.diversity.overfetch_factor)
             # The group caps read each hit's source: without payload every hit is one missing source.
+            if plan.user_with_payload is not True:
+                plan.user_with_payload = _user_selector(plan.user_with_payload)
             new["with_payload"] = True
         account = yield from self.budget_collection(method, name, pol, [plan], details)
         # Qdrant reads a quoted key ('"text"') as the plain one: compare the field the path starts at.

@@ -204,3 +204,46 @@ def test_writes_follow_a_collection_recreated_by_another_client(tmp_path):
     # A point that fits neither layout is still refused, naming the current one.
     with pytest.raises(qdrant_guard.InvalidVectorError, match="has dimension 3, the collection expects 5"):
         writer.upsert("kb", [models.PointStruct(id=3, vector=[1.0, 0.0, 0.0])])
+
+
+def _pii_client(tmp_path):
+    from tests.guardkit import make_kit
+
+    kit = make_kit(tmp_path)
+    pii = {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True}
+    return qdrant_guard.QdrantClient(":memory:", guard=kit.config({"kb": pii}), principal=kit.principal("alice", "hr"))
+
+
+@pytest.mark.parametrize("method", ["query_points", "query_points_groups"])
+def test_with_payload_as_a_str_fails_as_in_qdrant_client_on_a_diversified_collection(tmp_path, method):
+    # The source cap fetches the whole payload and projects the caller's selector afterwards; a
+    # str selector, which qdrant-client refuses, fell through the projection and returned every
+    # payload key.
+    extra = {"group_by": "source"} if method == "query_points_groups" else {}
+    errors = []
+    for client in (_fill(qdrant_client.QdrantClient(":memory:")), _fill(_pii_client(tmp_path))):
+        with pytest.raises(ValueError) as info:
+            getattr(client, method)("kb", query=[1.0] * DIM, limit=2, with_payload="source", **extra)
+        errors.append(str(info.value))
+    assert errors[1] == errors[0]
+
+
+@pytest.mark.parametrize("method", ["query_points", "query_points_groups"])
+def test_grpc_payload_selector_is_projected_on_a_diversified_collection(tmp_path, method):
+    # qdrant-client takes a grpc.WithPayloadSelector too (sent as its REST model). Projected after
+    # the guard fetched the whole payload, it returned every key; it must select what the REST
+    # selector it stands for selects.
+    from qdrant_client import grpc
+
+    extra = {"group_by": "source"} if method == "query_points_groups" else {}
+    client = _pii_client(tmp_path)
+    client.create_collection("kb", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    client.upsert("kb", [models.PointStruct(id=i, vector=v.tolist(), payload={"source": "ab"[i % 2], "n": i, "note": "x"})
+                         for i, v in enumerate(_vectors())])
+    q = _vectors()[0].tolist()
+    grpc_sel = grpc.WithPayloadSelector(include=grpc.PayloadIncludeSelector(fields=["n"]))
+    got = getattr(client, method)("kb", query=q, limit=2, with_payload=grpc_sel, **extra)
+    want = getattr(client, method)("kb", query=q, limit=2, with_payload=models.PayloadSelectorInclude(include=["n"]), **extra)
+    assert got == want
+    hits = got.points if method == "query_points" else [h for g in got.groups for h in g.hits]
+    assert hits and all(set(h.payload) == {"n"} for h in hits)
