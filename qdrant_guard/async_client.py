@@ -11,7 +11,7 @@ import qdrant_client
 
 from ._facade import PrincipalViews, install
 from .boundary import Principal
-from .guard import Guard
+from .guard import Guard, build_guard
 from .pipeline import Embedder
 from .policy import GuardConfig
 
@@ -52,7 +52,7 @@ class AsyncQdrantClient(PrincipalViews, qdrant_client.AsyncQdrantClient):
         embedder: Embedder | None = None,
         **kwargs: Any,
     ) -> None:
-        self._guard = Guard(guard, principal, embedder=embedder) if (guard is not None) else None
+        self._guard = build_guard(guard, principal, embedder)
         super().__init__(
             location=location, url=url, port=port, grpc_port=grpc_port, prefer_grpc=prefer_grpc,
             https=https, api_key=api_key, prefix=prefix, timeout=timeout, host=host, path=path,

@@ -10,7 +10,7 @@ from qdrant_client.local.qdrant_local import QdrantLocal
 
 from ._facade import PrincipalViews, install
 from .boundary import Principal
-from .guard import Guard
+from .guard import Guard, build_guard
 from .pipeline import Embedder
 from .policy import GuardConfig
 
@@ -33,7 +33,8 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
     process, in front of whichever backend qdrant-client selected.
 
     Raises:
-        ConfigError: the policy is invalid. CredentialError: the principal's credential is invalid.
+        ConfigError: the policy is invalid, or ``principal=``/``embedder=`` is given
+            without ``guard=`` (it would be ignored). CredentialError: the principal's credential is invalid.
     """
 
     _guard: Guard | None
@@ -66,7 +67,7 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
         **kwargs: Any,
     ) -> None:
         # The guard is built first: an invalid policy or credential must fail before connecting.
-        self._guard = Guard(guard, principal, embedder=embedder) if (guard is not None) else None
+        self._guard = build_guard(guard, principal, embedder)
         super().__init__(
             location=location, url=url, port=port, grpc_port=grpc_port, prefer_grpc=prefer_grpc,
             https=https, api_key=api_key, prefix=prefix, timeout=timeout, host=host, path=path,

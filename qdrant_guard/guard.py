@@ -13,6 +13,24 @@ from .reads import ReadOps
 from .writes import WriteOps
 
 
+def build_guard(config: Any, principal: Any, embedder: Any) -> Guard | None:
+    """The guard of a client's constructor arguments; None for a plain client (no ``guard=``).
+
+    ``principal=`` and ``embedder=`` act only through a guard: given without one they would be
+    ignored, and a caller who forgot ``guard=`` would believe the store protected.
+    """
+    if config is not None:
+        return Guard(config, principal, embedder=embedder)
+    given = [name for name, value in (("principal", principal), ("embedder", embedder)) if value is not None]
+    if given:
+        raise ConfigError(
+            f"{' and '.join(n + '=' for n in given)} given without guard=: without a policy the client is "
+            "plain qdrant-client and would ignore them; pass guard= (a policy file path or a "
+            "GuardConfig), or drop " + " and ".join(n + "=" for n in given)
+        )
+    return None
+
+
 class Guard(WriteOps, ReadOps):
     """The one guard pipeline that both facades drive (see :mod:`qdrant_guard.pipeline`)."""
 

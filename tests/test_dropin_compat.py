@@ -247,3 +247,24 @@ def test_grpc_payload_selector_is_projected_on_a_diversified_collection(tmp_path
     assert got == want
     hits = got.points if method == "query_points" else [h for g in got.groups for h in g.hits]
     assert hits and all(set(h.payload) == {"n"} for h in hits)
+
+
+@pytest.mark.parametrize("cls", [qdrant_guard.QdrantClient, qdrant_guard.AsyncQdrantClient])
+@pytest.mark.parametrize("given", [{"principal": "tok"}, {"embedder": lambda texts: np.zeros((len(texts), DIM))},
+                                   {"principal": "tok", "embedder": lambda texts: np.zeros((len(texts), DIM))}])
+def test_guard_arguments_without_guard_are_refused(cls, given):
+    # principal=/embedder= act only through a policy. Without guard= they were silently ignored, so
+    # a caller who forgot guard= got plain qdrant-client and believed the store protected.
+    with pytest.raises(qdrant_guard.ConfigError) as err:
+        cls(":memory:", **given)
+    msg = str(err.value)
+    for name in given:
+        assert f"{name}=" in msg
+    assert "without guard=" in msg and "pass guard=" in msg
+
+
+def test_plain_client_without_guard_arguments_still_builds():
+    client = qdrant_guard.QdrantClient(":memory:", principal=None, embedder=None)
+    assert client.guard is None
+    _fill(client)
+    assert client.count("kb").count == 8
