@@ -55,6 +55,10 @@ class PayloadOps(TextOps):
         if key is None:
             payload = self.guard_payload_text(op, name, pol, dict(payload), point_id=None,
                                               in_boundary=pol.raw_allowed(self.boundary()))
+        else:
+            # Set below the key: no text field or receipt container there (the key itself is
+            # screened as a field name, with the call's filters).
+            payload = self.screen_payload_fields(op, name, pol, payload, point_id=None, top=False)
         return payload
 
     def op_set_payload(self, method: str, args: dict[str, Any]) -> Op:
@@ -62,9 +66,8 @@ class PayloadOps(TextOps):
         pub = self.public_policy(args)
         if pub is not None:
             # With a key the payload lands below it, never in the top-level text field.
-            if args.get("key") is None:
-                args = {**args, "payload": self.public_payload(method, name, pub, args["payload"])}
-            return (yield Call(method, args))
+            payload = self.public_payload(method, name, pub, args["payload"], key=args.get("key"))
+            return (yield Call(method, {**args, "payload": payload}))
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))

@@ -318,6 +318,35 @@ class CollectionPolicy(_Strict):
     Readers of other boundaries get the text field redacted (payloads, facet values, group ids)."""
     allow_redaction_on_public: bool = False
     """On PUBLIC collections redact findings instead of refusing them as mislabelled."""
+    payload_fields: Literal["text_field", "credentials", "all"] = "credentials"
+    """Which strings of a stored payload, besides the ``text_field``, the detector screens on every
+    write that stores payload (``upsert`` points and ``models.Batch`` payloads, ``upload_points``,
+    ``upload_collection``, ``set_payload`` and ``overwrite_payload``, and the upsert, set and
+    overwrite operations of ``batch_update_points``; the async client too). ``credentials`` (the
+    default): every other string value, at any depth (nested objects, lists), and every key, at
+    any depth, is screened; credentials are refused (CREDENTIAL_IN_TEXT) or redacted per
+    ``credentials_in_text``, and personal data is stored as given. ``all``: personal data in those
+    strings is redacted too (per ``redact_pii``), also for writers of the owner boundary
+    (``keep_payload_text_in_boundary`` keeps PII in the text field only, the one field other
+    boundaries' reads redact). On PUBLIC collections ``credentials`` and ``all`` alike refuse any
+    finding as mislabelled (SENSITIVITY_MISMATCH) unless ``allow_redaction_on_public``, which
+    redacts it (and refuses credentials unless ``credentials_in_text = "redact"``).
+    ``text_field``: only the text field is screened; every other field and key is stored as given.
+
+    A value is screened as ``key: "value"`` with its nearest key (a list's items with the list's
+    key), so a secret the detector finds only next to a secret-like name is found under such a
+    key: ``{"api_key": "a8f3k2j9x0q7w1e5r4t6"}`` (16+ characters, two character classes, entropy
+    >= 3.5 bits a character), and under a password-like key (``password``, ``pwd``, ``passphrase``)
+    8+ characters of three of lower case, upper case, digits and symbols (``Hunter2hunter2x``).
+    Not found: shorter or simpler values (``{"password": "hunter2hunter2x"}``: two classes, 15
+    characters), a UUID or hex digest under any key, a value whose name sits in another field
+    (``{"name": "password", "value": "..."}``), and numbers, booleans and nulls (only strings are
+    screened: an SSN stored as the integer ``123456789`` is not). A key is screened alone and
+    redacted in place (``{"[GITHUB_TOKEN]": 1}``); two keys of one object that would redact to the
+    same key are refused (UNSUPPORTED_WRITE). On sensitive collections the top-level receipt
+    container (``_qdrant_guard_receipt``), which the guard verifies and writes itself, is not
+    screened; ``set_payload``'s ``key`` is screened as a field name (``query.filter_pii``), and on
+    PUBLIC collections refused on any finding (a path cannot be redacted)."""
     fail_closed: bool = True
     """Refuse the call when the audit log or the budget store fails (False: log the failure through
     `logging` and go on). A failing embedder or key store always refuses."""

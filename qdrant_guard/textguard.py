@@ -1,7 +1,7 @@
 """Text that is about to be embedded or stored: detect, refuse or redact before anything sees it."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from qdrant_client.http import models
@@ -12,6 +12,7 @@ from .decision import Verdict
 from .errors import InvalidVectorError, QdrantGuardError
 from .pipeline import GuardPipeline, Offload, Op
 from .policy import CollectionPolicy
+from .receipts import RECEIPT_KEY
 from .vectors import join_vector_struct, split_vector_struct
 
 # What the client sends as a JSON array (and Qdrant stores and indexes as one).
@@ -27,14 +28,16 @@ class TextOps(GuardPipeline):
 
     def screen_text(self, op: str, name: str, pol: CollectionPolicy, text: str, *,
                     point_ids: Sequence[Any] = (), keep_pii: bool = False,
-                    scanned: tuple[str, list[Any]] | None = None) -> str:
+                    scanned: tuple[str, list[Any]] | None = None, field: str | None = None) -> str:
         """Apply the collection's text rules to ``text`` and return what may be embedded/stored.
 
         Credentials are refused (``CREDENTIAL_IN_TEXT``) or redacted per ``credentials_in_text``;
         PII is redacted on sensitive collections (unless ``keep_pii``); on a PUBLIC collection any
         finding is refused as mislabelled (``SENSITIVITY_MISMATCH``) unless
         ``allow_redaction_on_public``. ``scanned`` is ``redact_with_findings(text)`` when the
-        caller already has it (a query's text is also redacted for its audit entry).
+        caller already has it (a query's text is also redacted for its audit entry). ``field``:
+        where in a payload ``text`` is (``payload field 'meta.e'``, already redacted: it is
+        logged) when it is not the text field (``payload_fields``).
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be str, not {type(text).__name__}")
@@ -46,17 +49,19 @@ class TextOps(GuardPipeline):
         if pol.is_public and not pol.allow_redaction_on_public:
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.SENSITIVITY_MISMATCH,
-                f"text sent to PUBLIC collection {name!r} contains {kinds}; the collection is "
+                f"{field or 'text'} sent to PUBLIC collection {name!r} contains {kinds}; the collection is "
                 "mislabelled: store it in a sensitive collection, remove the data, or set "
-                "allow_redaction_on_public = true to redact it",
-                point_ids=list(point_ids), details={"findings": kinds},
+                "allow_redaction_on_public = true to redact it"
+                + (" (or payload_fields = \"text_field\" to store fields besides the text field as given)"
+                   if field else ""),
+                point_ids=list(point_ids), details=_where({"findings": kinds}, field),
             ))
         if creds and pol.credentials_in_text == "refuse":
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.CREDENTIAL_IN_TEXT,
-                f"text contains credentials {sorted({f.type for f in creds})}; credentials are never "
-                "embedded: remove them, or set credentials_in_text = \"redact\"",
-                point_ids=list(point_ids), details={"findings": kinds},
+                f"{field or 'text'} contains credentials {sorted({f.type for f in creds})}; credentials are never "
+                + ("stored" if field else "embedded") + ": remove them, or set credentials_in_text = \"redact\"",
+                point_ids=list(point_ids), details=_where({"findings": kinds}, field),
             ))
         if keep_pii or not pol.redact_pii:
             # PII stays; only the credentials go (they are never kept).
@@ -83,11 +88,36 @@ class TextOps(GuardPipeline):
         return out
 
     def public_payload(self, op: str, name: str, pol: CollectionPolicy, payload: Any, *,
-                       point_id: Any = None) -> Any:
-        """``payload`` with its text field screened (the same object when there is nothing to screen)."""
-        if pol.text_field and isinstance(payload, dict) and isinstance(payload.get(pol.text_field), (str, *_ARRAYS)):
+                       point_id: Any = None, key: str | None = None) -> Any:
+        """``payload`` with its text field and (``payload_fields``) its other strings screened (the
+        same object when there is nothing to screen). ``key``: ``set_payload``'s path, under which
+        the payload lands (no text field there); it is refused on any finding."""
+        if key is not None:
+            self.public_key_path(op, name, pol, key)
+            return self.screen_payload_fields(op, name, pol, payload, point_id=point_id, top=False)
+        if not isinstance(payload, dict):
+            return payload
+        if pol.payload_fields != "text_field" or (
+                pol.text_field and isinstance(payload.get(pol.text_field), (str, *_ARRAYS))):
             return self.guard_payload_text(op, name, pol, dict(payload), point_id=point_id, in_boundary=False)
         return payload
+
+    def public_key_path(self, op: str, name: str, pol: CollectionPolicy, key: Any) -> None:
+        """Refuse (SENSITIVITY_MISMATCH) ``set_payload``'s ``key`` on a PUBLIC collection when it holds
+        a finding (``payload_fields`` other than ``text_field``): a key path cannot be redacted
+        (``[EMAIL]`` is an array index to Qdrant), and it is stored as a key."""
+        if pol.payload_fields == "text_field" or not isinstance(key, str):
+            return
+        shown, findings = _detect.redact_with_findings(key)
+        if findings:
+            kinds = sorted({f.type for f in findings})
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.SENSITIVITY_MISMATCH,
+                f"set_payload's key {shown!r} sent to PUBLIC collection {name!r} contains {kinds}; the "
+                "collection is mislabelled, and a key path cannot be redacted: set the payload under a key "
+                "that holds no such data, or store it in a sensitive collection",
+                details={"findings": kinds, "key": shown},
+            ))
 
     def public_vector(self, op: str, name: str, pol: CollectionPolicy, vector: Any, *, point_id: Any) -> Any:
         """A vector struct with each ``models.Document`` text, and each ``models.InferenceObject``
@@ -130,8 +160,11 @@ class TextOps(GuardPipeline):
 
     def guard_payload_text(self, op: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], *,
                            point_id: Any, in_boundary: bool) -> dict[str, Any]:
-        """Redact the policy's text payload field (an unredacted SSN in the payload defeats the point)."""
+        """Redact the policy's text payload field (an unredacted SSN in the payload defeats the point),
+        and screen the payload's other strings per ``payload_fields`` (:meth:`screen_payload_fields`)."""
         field = pol.text_field
+        if pol.payload_fields != "text_field":
+            payload = self.screen_payload_fields(op, name, pol, payload, point_id=point_id)
         if not field:
             return payload
         value = payload.get(field)
@@ -144,6 +177,30 @@ class TextOps(GuardPipeline):
             payload[field] = [self.screen_text(op, name, pol, v, point_ids=[point_id]) if isinstance(v, str) else v
                               for v in value]
         return payload
+
+    def screen_payload_fields(self, op: str, name: str, pol: CollectionPolicy, payload: Any, *,
+                              point_id: Any, top: bool = True) -> Any:
+        """``payload`` with every string besides the text field, values and keys at any depth,
+        screened per ``payload_fields`` (the same object when nothing changed; a dict otherwise).
+        ``top``: ``payload`` is the point's whole payload (its text field, screened by
+        :meth:`guard_payload_text`, and on sensitive collections its receipt container, which the
+        guard verifies and writes itself, are skipped), not a ``set_payload`` value under a key.
+
+        Raises:
+            GuardRefusal: CREDENTIAL_IN_TEXT or SENSITIVITY_MISMATCH as :meth:`screen_text` (the
+                field is named with its keys redacted; no value is logged); UNSUPPORTED_WRITE when
+                two keys of one object redact to the same key.
+        """
+        if pol.payload_fields == "text_field" or not isinstance(payload, dict):
+            return payload
+        keep_pii = not (pol.is_public or pol.payload_fields == "all")
+        skip: dict[str, str] = {}
+        if top:
+            if pol.text_field:
+                skip[pol.text_field] = "text"
+            if not pol.is_public:
+                skip[RECEIPT_KEY] = "receipt"
+        return _FieldScreen(self, op, name, pol, point_id, keep_pii).obj(payload, "", skip)
 
     def embed_documents(self, op: str, name: str, pol: CollectionPolicy, vecs: dict[str, Any], *,
                         where: str) -> Op:
@@ -183,3 +240,84 @@ class TextOps(GuardPipeline):
                 "expected (n_texts, dim)"
             )
         return matrix
+
+
+def _where(details: dict[str, Any], field: str | None) -> dict[str, Any]:
+    return {**details, "field": field} if field else details
+
+
+class _FieldScreen:
+    """One payload's screen (:meth:`TextOps.screen_payload_fields`)."""
+
+    def __init__(self, ops: TextOps, op: str, name: str, pol: CollectionPolicy, point_id: Any,
+                 keep_pii: bool) -> None:
+        self.ops, self.op, self.name, self.pol, self.point_id, self.keep_pii = ops, op, name, pol, point_id, keep_pii
+
+    def obj(self, value: dict[Any, Any], path: str, skip: Mapping[str, str] | None = None) -> dict[Any, Any]:
+        out: dict[Any, Any] = {}
+        changed = False
+        for k, v in value.items():
+            kind = skip.get(k) if skip and isinstance(k, str) else None
+            if kind == "receipt":
+                out[k] = v
+                continue
+            nk, shown = self.key(k, path)
+            at = f"{path}.{shown}" if path else shown
+            if kind == "text" and isinstance(v, str):
+                nv = v
+            elif kind == "text" and isinstance(v, _ARRAYS):
+                # Its strings are the text field's (guard_payload_text); anything else in it is not.
+                items = list(v)
+                screened = [x if isinstance(x, str) else self.node(x, nk, f"{at}[{i}]") for i, x in enumerate(items)]
+                nv = v if all(a is b for a, b in zip(screened, items)) else screened
+            else:
+                nv = self.node(v, nk, at)
+            if nk in out:
+                raise self.ops.unsupported_write(
+                    self.op, self.name, self.pol,
+                    f"{self.op}: two keys of the payload object at {path or '<top level>'!r} of point "
+                    f"{self.point_id!r} would both be stored as {shown!r} once redacted, and one would "
+                    "overwrite the other; remove the data from the keys. Nothing was written")
+            changed = changed or nk is not k or nv is not v
+            out[nk] = nv
+        return out if changed else value
+
+    def node(self, value: Any, key: Any, at: str) -> Any:
+        if isinstance(value, str):
+            return self.value(value, key, at)
+        if isinstance(value, dict):
+            return self.obj(value, at)
+        if isinstance(value, _ARRAYS):
+            items = list(value)
+            out = [self.node(x, key, f"{at}[{i}]") for i, x in enumerate(items)]
+            return value if all(a is b for a, b in zip(out, items)) else out
+        return value
+
+    def key(self, key: Any, path: str) -> tuple[Any, str]:
+        """The key to store and the key as it may be logged (redacted: a path names it in refusals)."""
+        if not isinstance(key, str):
+            return key, str(key)
+        redacted, findings = _detect.redact_with_findings(key)
+        if not findings:
+            return key, key
+        where = f"payload key {(path + '.' if path else '') + redacted!r}"
+        return self.ops.screen_text(self.op, self.name, self.pol, key, point_ids=[self.point_id],
+                                    keep_pii=self.keep_pii, scanned=(redacted, findings), field=where), redacted
+
+    def value(self, value: str, key: Any, at: str) -> str:
+        # The value is read as JSON assigns it, after its key: the detector finds a generic secret
+        # only next to a secret-like name ("api_key: ..."). A quote or backslash inside would end or
+        # escape the quoted form early, so such a value is given bare.
+        name = key if isinstance(key, str) else str(key)
+        quote = '' if '"' in value or "\\" in value else '"'
+        head = f"{name}: {quote}"
+        n, h = len(value), len(head)
+        found = [f for f in _detect.find_sensitive(f"{head}{value}{quote}") if f.end > h and f.start < h + n]
+        if not found:
+            return value
+        # Offsets back into the value (a finding that began in the key is clipped to the value).
+        findings = [_detect.Finding(f.type, max(f.start - h, 0), min(f.end - h, n), f.validator, f.category)
+                    for f in found]
+        return self.ops.screen_text(self.op, self.name, self.pol, value, point_ids=[self.point_id],
+                                    keep_pii=self.keep_pii, field=f"payload field {at!r}",
+                                    scanned=(_detect.replace_findings(value, findings), findings))

@@ -448,6 +448,8 @@ class WriteOps(TextOps):
                         )
                 new = yield from self.payload_operation(method, name, pol, op, fresh, written, deleted)
                 written.update(_keys_written(op))
+                for sent in new:  # the keys as stored (a redacted key is not the caller's)
+                    written.update(_keys_written(sent))
                 out_ops.extend(new)
                 positions.append(len(out_ops) - 1 if new else None)
                 kind = type(op).__name__.removesuffix("Operation")
@@ -558,10 +560,10 @@ class WriteOps(TextOps):
             uv = operation.update_vectors
             return models.UpdateVectorsOperation(update_vectors=uv.model_copy(
                 update={"points": self._public_vector_updates(op, name, pol, list(uv.points))}))
-        if isinstance(operation, models.SetPayloadOperation) and operation.set_payload.key is None:
+        if isinstance(operation, models.SetPayloadOperation):
             sp = operation.set_payload
             return models.SetPayloadOperation(set_payload=sp.model_copy(
-                update={"payload": self.public_payload(op, name, pol, sp.payload)}))
+                update={"payload": self.public_payload(op, name, pol, sp.payload, key=sp.key)}))
         if isinstance(operation, models.OverwritePayloadOperation):
             sp = operation.overwrite_payload
             return models.OverwritePayloadOperation(overwrite_payload=sp.model_copy(

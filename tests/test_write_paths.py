@@ -80,7 +80,10 @@ def test_public_redaction_reaches_document_text(public):
 
 def test_public_clean_text_passes_unchanged(public):
     WRITE_FORMS["upsert Batch"](public, "pub", "nothing to see")
-    public.set_payload("pub", payload={"text": SSN}, points=[1], key="nested")  # below a key: not the text field
+    # Below a key it is not the text field, but every payload string is screened (payload_fields).
+    with pytest.raises(GuardRefusal) as ei:
+        public.set_payload("pub", payload={"text": SSN}, points=[1], key="nested")
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
     assert count(public, "pub") == 2
 
 
