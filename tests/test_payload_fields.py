@@ -297,3 +297,15 @@ def test_async_client_screens_every_field(tmp_path):
     payload = {k: v for k, v in record.payload.items() if k != RECEIPT_KEY}
     assert payload == {"m": {"k": "[STRIPE_KEY]"}, "[GITHUB_TOKEN]": 1, "password": "[GENERIC_SECRET]"}
     _no_raw(_audit_text(kit))
+
+
+def test_only_keys_without_findings_are_remembered_between_calls(tmp_path):
+    from qdrant_guard import textguard
+
+    kit, client = _kit_client(tmp_path, sens={"credentials_in_text": "redact"})
+    _write(client, "c", "upsert", {GHP: 1, "plain_key": 2})
+    assert _stored(client, "c", "upsert") == {"[GITHUB_TOKEN]": 1, "plain_key": 2}
+    assert "plain_key" in textguard._CLEAN_KEYS and GHP not in textguard._CLEAN_KEYS
+    # A remembered key is still screened with its value.
+    _write(client, "c", "upsert", {"plain_key": STRIPE}, pid=3)
+    assert _stored(client, "c", "upsert", pid=3) == {"plain_key": "[STRIPE_KEY]"}
