@@ -309,3 +309,13 @@ def test_only_keys_without_findings_are_remembered_between_calls(tmp_path):
     # A remembered key is still screened with its value.
     _write(client, "c", "upsert", {"plain_key": STRIPE}, pid=3)
     assert _stored(client, "c", "upsert", pid=3) == {"plain_key": "[STRIPE_KEY]"}
+
+
+def test_what_the_docs_say_is_and_is_not_found(tmp_path):
+    # docs/threat-model.md and the payload_fields docstring: found under a secret-like key by the
+    # detector's rules for assigned secrets; a plainer value, a name in another field and numbers pass.
+    kit, client = _kit_client(tmp_path, sens={"credentials_in_text": "redact"})
+    passes = {"password_plain": {"password": "hunter2hunter2x"}, "ssn_int": 123456789,
+              "split": {"name": "db_password", "value": API}}
+    _write(client, "c", "upsert", {**passes, "api_key": API, "pwd": PASSWORD})
+    assert _stored(client, "c", "upsert") == {**passes, "api_key": "[GENERIC_SECRET]", "pwd": "[GENERIC_SECRET]"}
