@@ -346,7 +346,9 @@ class CollectionPolicy(_Strict):
     same key are refused (UNSUPPORTED_WRITE). On sensitive collections the top-level receipt
     container (``_qdrant_guard_receipt``), which the guard verifies and writes itself, is not
     screened; ``set_payload``'s ``key`` is screened as a field name (``query.filter_pii``), and on
-    PUBLIC collections refused on any finding (a path cannot be redacted)."""
+    PUBLIC collections refused on any finding (a path cannot be redacted). Collections left
+    unlisted under ``unlisted = "public"`` (pass-through) are not screened: list a collection to
+    screen it."""
     fail_closed: bool = True
     """Refuse the call when the audit log or the budget store fails (False: log the failure through
     `logging` and go on). A failing embedder or key store always refuses."""
@@ -665,7 +667,8 @@ _IGNORED_ON_PUBLIC = frozenset({
     "utility",
 })
 
-_PUBLIC = CollectionPolicy(**{"class": SensitivityClass.PUBLIC})
+# unlisted = "public" promises pass-through: its payloads are not screened (it has no text field).
+_PUBLIC = CollectionPolicy(**{"class": SensitivityClass.PUBLIC, "payload_fields": "text_field"})
 
 
 def _format_loc(loc: tuple[Any, ...]) -> str:

@@ -319,3 +319,16 @@ def test_what_the_docs_say_is_and_is_not_found(tmp_path):
               "split": {"name": "db_password", "value": API}}
     _write(client, "c", "upsert", {**passes, "api_key": API, "pwd": PASSWORD})
     assert _stored(client, "c", "upsert") == {**passes, "api_key": "[GENERIC_SECRET]", "pwd": "[GENERIC_SECRET]"}
+
+
+def test_listed_public_collections_are_screened_and_unlisted_public_ones_pass_through(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pub": {"class": "PUBLIC"}}, unlisted="public")
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    for col in ("pub", "elsewhere"):
+        create(client, col)
+    with pytest.raises(GuardRefusal) as ei:
+        _write(client, "pub", "upsert", {"meta": {"e": SSN}})
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+    _write(client, "elsewhere", "upsert", {"meta": {"e": SSN}, "note": STRIPE})  # unlisted = "public": as given
+    assert _stored(client, "elsewhere", "upsert") == {"meta": {"e": SSN}, "note": STRIPE}
