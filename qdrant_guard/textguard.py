@@ -97,9 +97,9 @@ class TextOps(GuardPipeline):
             return self.screen_payload_fields(op, name, pol, payload, point_id=point_id, top=False)
         if not isinstance(payload, dict):
             return payload
-        if pol.payload_fields != "text_field" or (
-                pol.text_field and isinstance(payload.get(pol.text_field), (str, *_ARRAYS))):
-            return self.guard_payload_text(op, name, pol, dict(payload), point_id=point_id, in_boundary=False)
+        payload = self.screen_payload_fields(op, name, pol, payload, point_id=point_id)
+        if pol.text_field and isinstance(payload.get(pol.text_field), (str, *_ARRAYS)):
+            return self._guard_text_field(op, name, pol, dict(payload), point_id=point_id, in_boundary=False)
         return payload
 
     def public_key_path(self, op: str, name: str, pol: CollectionPolicy, key: Any) -> None:
@@ -162,9 +162,12 @@ class TextOps(GuardPipeline):
                            point_id: Any, in_boundary: bool) -> dict[str, Any]:
         """Redact the policy's text payload field (an unredacted SSN in the payload defeats the point),
         and screen the payload's other strings per ``payload_fields`` (:meth:`screen_payload_fields`)."""
+        payload = self.screen_payload_fields(op, name, pol, payload, point_id=point_id)
+        return self._guard_text_field(op, name, pol, payload, point_id=point_id, in_boundary=in_boundary)
+
+    def _guard_text_field(self, op: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], *,
+                          point_id: Any, in_boundary: bool) -> dict[str, Any]:
         field = pol.text_field
-        if pol.payload_fields != "text_field":
-            payload = self.screen_payload_fields(op, name, pol, payload, point_id=point_id)
         if not field:
             return payload
         value = payload.get(field)
