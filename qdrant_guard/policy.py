@@ -385,13 +385,14 @@ class CollectionPolicy(_Strict):
     @field_validator("text_field")
     @classmethod
     def _top_level_text_key(cls, v: str | None) -> str | None:
-        # Only payload[text_field] is screened. A dotted or indexed path (which Qdrant reads as
-        # nested) names no top-level key, so the nested text would be stored unredacted, silently.
+        # Only payload[text_field] is screened as text (PII redacted there; payload_fields covers the
+        # rest). A dotted or indexed path (which Qdrant reads as nested) names no top-level key, so
+        # the nested text would keep its PII, silently.
         if v is None or (v and not any(c in v for c in '.[]"')):
             return v
         raise ValueError(
             f"text_field {v!r} is not a top-level payload key: the guard screens only payload[text_field] "
-            "(no '.', '[]' or quotes, not empty). Store the text under a top-level key and name it "
+            "as text (no '.', '[]' or quotes, not empty). Store the text under a top-level key and name it "
             "here, or remove text_field"
         )
 
