@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Build the libFuzzer harnesses in fuzz/ with ASan + UBSan and run each for a bounded time, then
-# run the noise kernel's threaded path under ThreadSanitizer (fuzz/tsan_noise_threads.c).
+# Build the libFuzzer harnesses in fuzz/ with ASan + UBSan and run each for a bounded time, replay
+# every scan/detect/noise input (grown and seed) through the native binding and its Python twin
+# (scripts/fuzz_diff.py), then run the noise kernel's threaded path under ThreadSanitizer
+# (fuzz/tsan_noise_threads.c).
 #
-#   scripts/fuzz_ci.sh [SECONDS]   # seconds per target, default 25 (about 70 s in all on 2 cores)
+#   scripts/fuzz_ci.sh [SECONDS]   # seconds per target, default 25 (about 75 s in all on 2 cores)
 #
-# Exits nonzero on any crash, leak, sanitizer report, harness invariant failure or timeout, and
-# leaves the reproducer in $FUZZ_OUT (default build/fuzz/out). Prints the executions per target.
+# Exits nonzero on any crash, leak, sanitizer report, harness invariant failure, timeout or
+# native/twin disagreement, and leaves the reproducer in $FUZZ_OUT (default build/fuzz/out).
+# Prints the executions per target and the inputs compared with the twins.
 # Environment: CC (a clang with libFuzzer; default: the newest clang found), FUZZ_JOBS (targets
-# run at once, default: number of CPUs, at most 4), FUZZ_OUT.
+# run at once, default: number of CPUs, at most 4), FUZZ_OUT, FUZZ_PYTHON (a Python that can
+# import this checkout's in-place native build; default: `make build`, then .venv/bin/python).
 set -euo pipefail
 
 SECONDS_PER_TARGET="${1:-25}"
@@ -105,6 +109,24 @@ if (( failed )); then
     exit 1
 fi
 echo "fuzz: all targets clean"
+
+# The harnesses check C-side invariants only: replay what they found, and the seeds, through the
+# Python API, native against the reference twin. Any disagreement fails the run (the input is
+# copied to $OUT as diff-<target>-<name>); so does a replay that compares nothing or that would
+# not load the native extension.
+if [[ -z "${FUZZ_PYTHON:-}" ]]; then
+    make -C "$ROOT" -s build >"$BUILD/native_build.log" 2>&1 \
+        || { tail -n 30 "$BUILD/native_build.log" >&2; echo "fuzz-diff: make build failed" >&2; exit 2; }
+    FUZZ_PYTHON="$ROOT/.venv/bin/python"
+fi
+diff_args=()
+for t in scan detect noise; do diff_args+=("$t:$BUILD/work_$t" "$t:$ROOT/fuzz/corpus/$t"); done
+diff_rc=0
+"$FUZZ_PYTHON" "$ROOT/scripts/fuzz_diff.py" --out "$OUT" "${diff_args[@]}" || diff_rc=$?
+if (( diff_rc )); then
+    echo "fuzz-diff: FAILED (exit $diff_rc); reproducers in $OUT (run: $FUZZ_PYTHON scripts/fuzz_diff.py <target>:<file>)" >&2
+    exit "$diff_rc"
+fi
 
 # The noise kernel's worker threads start only for batches of 2^20 elements and more, far beyond
 # the fuzz inputs: a ThreadSanitizer build runs such batches on 4 threads and on one, compares
