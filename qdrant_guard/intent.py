@@ -382,6 +382,67 @@ def _is_styled(ch: str) -> bool:
     return 0x1D400 <= cp <= 0x1D7FF or 0x2460 <= cp <= 0x24FF or 0x1F100 <= cp <= 0x1F1E5 or 0xFF01 <= cp <= 0xFF5E
 
 
+# NFKC expands a character up to 18-fold (U+FDFA) and casefolding up to 3-fold, so normalising
+# the whole prefix and then cutting did up to 36 864 characters of work for 2048 kept. Both are
+# done in pieces instead, stopping once the cut is reached, with the same result:
+# NFKC(a + b) == NFKC(a) + NFKC(b) when the compatibility decomposition of b's first character
+# starts with a starter (combining class 0) that is never the second character of a canonical
+# composition. Nothing in b then reorders with a or composes onto it. The starters that are such
+# second characters are Hangul medial vowels and final consonants and the Indic, Myanmar,
+# Balinese and other vowel and length marks below. tests/test_intent_normalize.py rebuilds this
+# set from unicodedata and fails when a Unicode update changes it (a missing one would let a split
+# fall between two characters that compose); scripts/check_nfkc_pieces.py checks the rule over
+# all of Unicode.
+_COMPOSING_STARTERS = frozenset(
+    "\u09be\u09d7\u0b3e\u0b56\u0b57\u0bbe\u0bd7\u0cc2\u0cd5\u0cd6\u0d3e\u0d57\u0dcf\u0ddf\u102e\u1b35"
+    "\U00011127\U0001133e\U00011357\U000114b0\U000114ba\U000114bd\U000115af\U00011930"
+    + "".join(map(chr, range(0x1161, 0x1176))) + "".join(map(chr, range(0x11A8, 0x11C3))))
+_NFKC_PIECE = 128
+_CASEFOLD_PIECE = 512
+
+
+@lru_cache(maxsize=4096)
+def _starts_nfkc_piece(ch: str) -> bool:
+    first = unicodedata.normalize("NFKD", ch)[0]
+    return not unicodedata.combining(first) and first not in _COMPOSING_STARTERS
+
+
+def _nfkc_prefix(raw: str, limit: int, piece_len: int = _NFKC_PIECE) -> str:
+    """``unicodedata.normalize("NFKC", raw)[:limit]``.
+
+    The pieces normalised give fewer than ``limit + 18 * piece_len`` characters, plus twice the
+    length of any run of characters that may not start a piece (none of those expands further).
+    """
+    if raw.isascii():
+        return raw[:limit]
+    pieces: list[str] = []
+    done = start = 0
+    n = len(raw)
+    while start < n and done < limit:
+        end = start + piece_len
+        while end < n and not _starts_nfkc_piece(raw[end]):
+            end += 1
+        piece = unicodedata.normalize("NFKC", raw[start:end])
+        pieces.append(piece)
+        done += len(piece)
+        start = end
+    return "".join(pieces)[:limit]
+
+
+def _casefold_prefix(text: str, limit: int, piece_len: int = _CASEFOLD_PIECE) -> str:
+    """``text.casefold()[:limit]``; case folding maps each character on its own."""
+    if text.isascii() or len(text) * 3 <= limit:
+        return text.casefold()[:limit]
+    pieces: list[str] = []
+    done = start = 0
+    while start < len(text) and done < limit:
+        piece = text[start:start + piece_len].casefold()
+        pieces.append(piece)
+        done += len(piece)
+        start += piece_len
+    return "".join(pieces)[:limit]
+
+
 def featurize(text: str) -> Featurized:
     """Extract the model's features from one query text.
 
@@ -397,9 +458,8 @@ def featurize(text: str) -> Featurized:
     if not raw.isascii():
         styled = sum(1 for ch in raw if _is_styled(ch))
     zw_in_word = len(_ZW_IN_WORD_RE.findall(raw))
-    # NFKC expands some characters up to 18-fold (U+FDFA) and casefold up to 3-fold: cut again.
-    cased = unicodedata.normalize("NFKC", raw)[:_MAX_LEXICAL_CHARS].translate(_ZW_STRIP)
-    low = cased.casefold()[:_MAX_LEXICAL_CHARS]
+    cased = _nfkc_prefix(raw, _MAX_LEXICAL_CHARS).translate(_ZW_STRIP)
+    low = _casefold_prefix(cased, _MAX_LEXICAL_CHARS)
 
     tokens = _TOKEN_RE.findall(low)
     keys: dict[str, None] = {}
