@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from pydantic_core import to_jsonable_python
 from qdrant_client.http import models
 
 from . import detect as _detect
@@ -17,6 +18,22 @@ from .vectors import join_vector_struct, split_vector_struct
 
 # What the client sends as a JSON array (and Qdrant stores and indexes as one).
 _ARRAYS = (list, tuple, set, frozenset)
+# What the screens read as they are; anything else is sent as pydantic serialises it.
+_AS_IS = (str, int, float, bool, type(None), dict, *_ARRAYS)
+
+
+def _as_sent(value: Any) -> Any:
+    """``value`` as qdrant-client sends and stores it (local mode, REST and gRPC alike serialise a
+    payload with pydantic): bytes and a str-valued Enum become the string, a dataclass or model an
+    object, a deque or generator a list. The screens read that form: the Python object hid it (a
+    secret as ``b"sk_live_..."`` was stored as the string, unscreened). A value pydantic cannot
+    serialise is returned as it is (the client refuses it)."""
+    if isinstance(value, _AS_IS):
+        return value
+    try:
+        return to_jsonable_python(value)
+    except (ValueError, TypeError):
+        return value
 
 
 class EmbedderError(QdrantGuardError):
@@ -98,7 +115,7 @@ class TextOps(GuardPipeline):
         if not isinstance(payload, dict):
             return payload
         payload = self.screen_payload_fields(op, name, pol, payload, point_id=point_id)
-        if pol.text_field and isinstance(payload.get(pol.text_field), (str, *_ARRAYS)):
+        if pol.text_field and isinstance(_as_sent(payload.get(pol.text_field)), (str, *_ARRAYS)):
             return self._guard_text_field(op, name, pol, dict(payload), point_id=point_id, in_boundary=False)
         return payload
 
@@ -170,7 +187,9 @@ class TextOps(GuardPipeline):
         field = pol.text_field
         if not field:
             return payload
-        value = payload.get(field)
+        value = _as_sent(payload.get(field))
+        if isinstance(value, _ARRAYS):
+            value = [_as_sent(v) for v in value]
         if isinstance(value, str):
             keep = in_boundary and pol.keep_payload_text_in_boundary
             payload[field] = self.screen_text(op, name, pol, value, point_ids=[point_id], keep_pii=keep)
@@ -273,13 +292,14 @@ class _FieldScreen:
                 continue
             nk, shown = self.key(k, path)
             at = f"{path}.{shown}" if path else shown
-            if kind == "text" and isinstance(v, str):
-                nv = v
-            elif kind == "text" and isinstance(v, _ARRAYS):
+            sent = _as_sent(v) if kind == "text" else v
+            if kind == "text" and isinstance(sent, str):
+                nv = sent
+            elif kind == "text" and isinstance(sent, _ARRAYS):
                 # Its strings are the text field's (guard_payload_text); anything else in it is not.
-                items = list(v)
+                items = [_as_sent(x) for x in sent]
                 screened = [x if isinstance(x, str) else self.node(x, nk, f"{at}[{i}]") for i, x in enumerate(items)]
-                nv = v if all(a is b for a, b in zip(screened, items)) else screened
+                nv = v if sent is v and all(a is b for a, b in zip(screened, sent)) else screened
             else:
                 nv = self.node(v, nk, at)
             if nk in out:
@@ -293,6 +313,7 @@ class _FieldScreen:
         return out if changed else value
 
     def node(self, value: Any, key: Any, at: str) -> Any:
+        value = _as_sent(value)
         if isinstance(value, str):
             return self.value(value, key, at)
         if isinstance(value, dict):

@@ -1,0 +1,119 @@
+"""Ninth review: the evening's field-name screen, payload_fields and drop-in fixes, attacked
+against real local-mode Qdrant (no mocks)."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+
+import numpy as np
+import pydantic
+import pytest
+
+from guardkit import create, make_kit, models, snapshot, unit
+from qdrant_guard import GuardRefusal, QdrantClient
+from qdrant_guard.receipts import RECEIPT_KEY
+
+STRIPE = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+SSN = "123-45-6789"
+
+
+class _Kind(enum.Enum):
+    KEY = STRIPE
+
+
+@dataclasses.dataclass
+class _Conf:
+    note: str
+
+
+class _Model(pydantic.BaseModel):
+    note: str
+
+
+# Values qdrant-client serialises (pydantic) into strings or objects holding the secret: each was
+# stored as that string, unscreened, because the screen read only str, dict and list values.
+HIDDEN = {
+    "bytes": lambda: {"b": STRIPE.encode()},
+    "bytearray": lambda: {"b": bytearray(STRIPE.encode())},
+    "enum": lambda: {"e": _Kind.KEY},
+    "dataclass": lambda: {"d": _Conf(STRIPE)},
+    "model": lambda: {"m": _Model(note=STRIPE)},
+    "deque": lambda: {"q": collections.deque([STRIPE])},
+    "nested bytes": lambda: {"meta": {"x": [STRIPE.encode()]}},
+}
+
+
+def _client(tmp_path, **sens_over):
+    kit = make_kit(tmp_path)
+    sens = {"class": "PII", "owner": "hr", "text_field": "text", "intent": {"enabled": False}, **sens_over}
+    cfg = kit.config({"c": sens, "pub": {"class": "PUBLIC", "text_field": "text"}})
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    for name in ("c", "pub"):
+        create(client, name)
+        client.upsert(name, [models.PointStruct(id=1, vector=unit(np.random.default_rng(1)),
+                                                payload={"text": "hello"})])
+    return kit, client
+
+
+def _write(client, col, form, payload):
+    vec = unit(np.random.default_rng(2))
+    {
+        "upsert": lambda: client.upsert(col, [models.PointStruct(id=2, vector=vec, payload=payload)]),
+        "upload_collection": lambda: client.upload_collection(col, vectors=[vec], payload=[payload], ids=[2],
+                                                              wait=True),
+        "set_payload": lambda: client.set_payload(col, payload=payload, points=[1]),
+        "set_payload key": lambda: client.set_payload(col, payload=payload, points=[1], key="meta"),
+        "batch set_payload": lambda: client.batch_update_points(col, [models.SetPayloadOperation(
+            set_payload=models.SetPayload(payload=payload, points=[1]))]),
+    }[form]()
+
+
+FORMS = ["upsert", "upload_collection", "set_payload", "set_payload key", "batch set_payload"]
+
+
+@pytest.mark.parametrize("shape", list(HIDDEN))
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("col,verdict", [("c", "CREDENTIAL_IN_TEXT"), ("pub", "SENSITIVITY_MISMATCH")])
+def test_a_secret_in_a_value_the_client_serialises_is_screened(tmp_path, form, shape, col, verdict):
+    kit, client = _client(tmp_path)
+    before = snapshot(client, col)
+    with pytest.raises(GuardRefusal) as ei:
+        _write(client, col, form, HIDDEN[shape]())
+    assert ei.value.verdict == verdict
+    assert snapshot(client, col) == before
+    assert STRIPE not in str(ei.value)
+    assert STRIPE not in (kit.tmp / "audit.jsonl").read_text()
+
+
+@pytest.mark.parametrize("shape", ["bytes", "model", "deque"])
+def test_a_serialised_value_is_stored_redacted_under_redact(tmp_path, shape):
+    _, client = _client(tmp_path, credentials_in_text="redact")
+    client.upsert("c", [models.PointStruct(id=2, vector=unit(np.random.default_rng(2)), payload=HIDDEN[shape]())])
+    stored = {pid: p for pid, p, _ in snapshot(client, "c")}[2]
+    stored.pop(RECEIPT_KEY, None)
+    assert STRIPE not in repr(stored)
+    assert "[STRIPE_KEY]" in repr(stored)
+
+
+def test_an_ordinary_serialised_value_is_stored_as_qdrant_client_would(tmp_path):
+    _, client = _client(tmp_path)
+    payload = {"b": b"plain bytes", "m": _Model(note="nothing here"), "q": collections.deque(["a", 1])}
+    client.upsert("c", [models.PointStruct(id=2, vector=unit(np.random.default_rng(2)), payload=payload)])
+    stored = {pid: p for pid, p, _ in snapshot(client, "c")}[2]
+    stored.pop(RECEIPT_KEY, None)
+    assert stored == {"b": "plain bytes", "m": {"note": "nothing here"}, "q": ["a", 1]}
+
+
+@pytest.mark.parametrize("payload_fields", ["text_field", "credentials"])
+def test_a_text_field_given_as_bytes_is_screened_as_the_text_field(tmp_path, payload_fields):
+    # bytes are stored as the string: its PII must be redacted as the str text field's is.
+    _, client = _client(tmp_path, payload_fields=payload_fields)
+    client.upsert("c", [models.PointStruct(id=2, vector=unit(np.random.default_rng(2)),
+                                           payload={"text": f"ssn {SSN}".encode()})])
+    stored = {pid: p for pid, p, _ in snapshot(client, "c")}[2]
+    assert stored["text"] == "ssn [SSN]"
+    with pytest.raises(GuardRefusal) as ei:
+        client.upsert("pub", [models.PointStruct(id=2, vector=unit(np.random.default_rng(2)),
+                                                 payload={"text": [f"ssn {SSN}".encode()]})])
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
