@@ -696,8 +696,10 @@ def field_name_roots(method: str, args: dict[str, Any], where: str = "") -> Iter
         UncheckedForm: (while iterated) a gRPC ``OrderBy`` or payload selector that does not convert.
     """
     for arg in _NAME_ARGS.get(method, ()):
-        if args.get(arg) is not None:
-            yield f"{where}{arg}", FieldNames(arg, _rest_names(args[arg], f"{where}{arg}"))
+        value = args.get(arg)
+        # None and a bool (with_payload=True, the common read) name no field: not walked (~4 us a read).
+        if value is not None and not isinstance(value, bool):
+            yield f"{where}{arg}", FieldNames(arg, _rest_names(value, f"{where}{arg}"))
     lookup = args.get("with_lookup") if method == "query_points_groups" else None
     if isinstance(lookup, models.WithLookup) and lookup.with_payload is not None:
         at = f"{where}with_lookup.with_payload"

@@ -117,3 +117,26 @@ def test_a_text_field_given_as_bytes_is_screened_as_the_text_field(tmp_path, pay
         client.upsert("pub", [models.PointStruct(id=2, vector=unit(np.random.default_rng(2)),
                                                  payload={"text": [f"ssn {SSN}".encode()]})])
     assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+
+
+# -- field names outside filters: the common read names none, and is not walked --------------------
+
+def test_a_bool_with_payload_gives_no_field_name_root():
+    # Every scroll (with_payload=True by default) walked a FieldNames root holding True: ~4 us a
+    # read for nothing (no timing asserted here; the roots are what the screen walks).
+    from qdrant_guard.querycheck import field_name_roots
+    for method in ("scroll", "retrieve", "query_points", "query_points_groups"):
+        assert list(field_name_roots(method, {"with_payload": True})) == []
+        assert list(field_name_roots(method, {"with_payload": False})) == []
+    assert [w for w, _ in field_name_roots("scroll", {"with_payload": ["a"], "order_by": "b"})] == \
+        ["order_by", "with_payload"]
+
+
+def test_a_key_in_with_payload_is_still_screened_after_the_bool_fast_path(tmp_path):
+    _, client = _client(tmp_path)
+    ghp = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+    for kw in ({"with_payload": [ghp]}, {"with_payload": models.PayloadSelectorExclude(exclude=[ghp])}):
+        with pytest.raises(GuardRefusal) as ei:
+            client.scroll("c", **kw)
+        assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
+    assert client.scroll("c", with_payload=True)[0][0].payload["text"] == "hello"
