@@ -109,6 +109,7 @@ class TextOps(GuardPipeline):
         """``payload`` with its text field and (``payload_fields``) its other strings screened (the
         same object when there is nothing to screen). ``key``: ``set_payload``'s path, under which
         the payload lands (no text field there); it is refused on any finding."""
+        payload = _as_dict(payload)
         if key is not None:
             self.public_key_path(op, name, pol, key)
             return self.screen_payload_fields(op, name, pol, payload, point_id=point_id, top=False)
@@ -213,6 +214,7 @@ class TextOps(GuardPipeline):
                 field is named with its keys redacted; no value is logged); UNSUPPORTED_WRITE when
                 two keys of one object redact to the same key.
         """
+        payload = _as_dict(payload)
         if pol.payload_fields == "text_field" or not isinstance(payload, dict):
             return payload
         keep_pii = not (pol.is_public or pol.payload_fields == "all")
@@ -262,6 +264,13 @@ class TextOps(GuardPipeline):
                 "expected (n_texts, dim)"
             )
         return matrix
+
+
+def _as_dict(payload: Any) -> Any:
+    """A ``set_payload``/``overwrite_payload`` payload given as another Mapping (``UserDict``,
+    ``MappingProxyType``) as the dict qdrant-client's REST model validates it into and sends: read as
+    it is, it was passed on unscreened."""
+    return dict(payload) if isinstance(payload, Mapping) and not isinstance(payload, dict) else payload
 
 
 def _where(details: dict[str, Any], field: str | None) -> dict[str, Any]:

@@ -140,3 +140,31 @@ def test_a_key_in_with_payload_is_still_screened_after_the_bool_fast_path(tmp_pa
             client.scroll("c", **kw)
         assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
     assert client.scroll("c", with_payload=True)[0][0].payload["text"] == "hello"
+
+
+# -- a set_payload/overwrite_payload payload given as another Mapping ------------------------------
+
+MAPPINGS = {"UserDict": collections.UserDict, "MappingProxyType": lambda d: __import__("types").MappingProxyType(d)}
+
+
+@pytest.mark.parametrize("mapping", list(MAPPINGS))
+@pytest.mark.parametrize("col,form", [("pub", "set"), ("pub", "set key"), ("pub", "overwrite"), ("c", "set key")])
+def test_a_payload_given_as_another_mapping_is_screened(tmp_path, mapping, col, form):
+    # qdrant-client's REST model validates any Mapping into the dict it sends; the screen read only
+    # a dict and passed the rest on as it was (local mode happens to fail serialising it).
+    kit, client = _client(tmp_path)
+    payload = MAPPINGS[mapping]({"note": STRIPE})
+    before = snapshot(client, col)
+    with pytest.raises(GuardRefusal) as ei:
+        {"set": lambda: client.set_payload(col, payload=payload, points=[1]),
+         "set key": lambda: client.set_payload(col, payload=payload, points=[1], key="meta"),
+         "overwrite": lambda: client.overwrite_payload(col, payload=payload, points=[1])}[form]()
+    assert ei.value.verdict == ("SENSITIVITY_MISMATCH" if col == "pub" else "CREDENTIAL_IN_TEXT")
+    assert snapshot(client, col) == before
+    assert STRIPE not in (kit.tmp / "audit.jsonl").read_text()
+
+
+def test_an_ordinary_mapping_payload_is_stored(tmp_path):
+    _, client = _client(tmp_path)
+    client.set_payload("pub", payload=collections.UserDict({"note": "fine"}), points=[1], key="meta")
+    assert {pid: p for pid, p, _ in snapshot(client, "pub")}[1] == {"text": "hello", "meta": {"note": "fine"}}
