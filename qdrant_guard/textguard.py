@@ -116,8 +116,11 @@ class TextOps(GuardPipeline):
         if not isinstance(payload, dict):
             return payload
         payload = self.screen_payload_fields(op, name, pol, payload, point_id=point_id)
-        if pol.text_field and isinstance(_as_sent(payload.get(pol.text_field)), (str, *_ARRAYS)):
-            return self._guard_text_field(op, name, pol, dict(payload), point_id=point_id, in_boundary=False)
+        text = _as_sent(payload.get(pol.text_field)) if pol.text_field else None
+        if isinstance(text, (str, *_ARRAYS)):
+            # The form read is the one stored (a generator read twice would be stored empty).
+            payload = {**payload, pol.text_field: text}
+            return self._guard_text_field(op, name, pol, payload, point_id=point_id, in_boundary=False)
         return payload
 
     def public_key_path(self, op: str, name: str, pol: CollectionPolicy, key: Any) -> None:

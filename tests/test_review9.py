@@ -168,3 +168,19 @@ def test_an_ordinary_mapping_payload_is_stored(tmp_path):
     _, client = _client(tmp_path)
     client.set_payload("pub", payload=collections.UserDict({"note": "fine"}), points=[1], key="meta")
     assert {pid: p for pid, p, _ in snapshot(client, "pub")}[1] == {"text": "hello", "meta": {"note": "fine"}}
+
+
+def test_a_text_field_given_as_a_generator_is_read_once_on_public(tmp_path):
+    # payload_fields = "text_field": only the text field's screen reads it; the form it read is stored.
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pub": {"class": "PUBLIC", "text_field": "text", "payload_fields": "text_field"}})
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(client, "pub")
+    client.upsert("pub", [models.PointStruct(id=1, vector=unit(np.random.default_rng(1)),
+                                             payload={"text": "hello"})])
+    client.set_payload("pub", payload={"text": (t for t in ["a", "b"])}, points=[1])
+    assert snapshot(client, "pub")[0][1] == {"text": ["a", "b"]}
+    with pytest.raises(GuardRefusal) as ei:
+        client.set_payload("pub", payload={"text": (t for t in [f"ssn {SSN}"])}, points=[1])
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+    assert snapshot(client, "pub")[0][1] == {"text": ["a", "b"]}
