@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import re
 import time
 import uuid
@@ -162,8 +163,9 @@ def _user_selector(selector: Any) -> Any:
 def _given_count(value: Any) -> bool:
     """Whether a ``limit``/``group_size`` may be widened for over-fetching: None (Qdrant's default)
     or a positive count. Zero or a negative one goes to Qdrant as given, which refuses it (read as
-    "the default", ``limit=0`` returned ten points)."""
-    return value is None or isinstance(value, bool) or not isinstance(value, int) or value >= 1
+    "the default", ``limit=0`` returned ten points); so does a numpy integer or a float below 1
+    (``np.int64(0)``, ``0.0``), which qdrant-client refuses as it refuses ``0``."""
+    return value is None or isinstance(value, bool) or not isinstance(value, numbers.Real) or value >= 1
 
 
 class ReadOps(PayloadOps, QueryChecks):

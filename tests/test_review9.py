@@ -184,3 +184,18 @@ def test_a_text_field_given_as_a_generator_is_read_once_on_public(tmp_path):
         client.set_payload("pub", payload={"text": (t for t in [f"ssn {SSN}"])}, points=[1])
     assert ei.value.verdict == "SENSITIVITY_MISMATCH"
     assert snapshot(client, "pub")[0][1] == {"text": ["a", "b"]}
+
+
+# -- limit / group_size pass-through ---------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [np.int64(0), np.int64(-1), 0.0], ids=["np0", "np-1", "float0"])
+def test_a_limit_below_one_in_any_numeric_type_goes_to_qdrant_as_given(tmp_path, bad):
+    # 7445644 passed int 0 through, but a numpy integer or a float 0 was still read as "the
+    # default" (ten points for limit, three a group) where qdrant-client refuses it.
+    _, client = _client(tmp_path)
+    q = unit(np.random.default_rng(3))
+    with pytest.raises(ValueError, match="limit value"):
+        client.query_points("c", query=q, limit=bad)
+    with pytest.raises(ValueError, match="group_size value"):
+        client.query_points_groups("c", query=q, group_by="text", group_size=bad)
+    assert len(client.query_points("c", query=q, limit=np.int64(1)).points) == 1
