@@ -728,7 +728,12 @@ def _iter_names(node: Any, names: Any, where: str) -> Iterator[tuple[str, str, A
             yield from _iter_names(node, item, f"{where}[{i}]")
     elif isinstance(names, dict):
         for k, item in names.items():
-            yield from _iter_names(node, item, f"{where}.{k}")
+            # The key is the caller's string too: screened as a name, and only redacted in the path
+            # (the path is logged; a secret as a dict key was logged as it was).
+            at = f"{where}.{_detect.redact(k) if isinstance(k, str) else k}"
+            if isinstance(k, str):
+                yield at, k, node
+            yield from _iter_names(node, item, at)
     elif isinstance(names, BaseModel):
         yield from _iter_keys(names, where)
 

@@ -199,3 +199,34 @@ def test_a_limit_below_one_in_any_numeric_type_goes_to_qdrant_as_given(tmp_path,
     with pytest.raises(ValueError, match="group_size value"):
         client.query_points_groups("c", query=q, group_by="text", group_size=bad)
     assert len(client.query_points("c", query=q, limit=np.int64(1)).points) == 1
+
+
+# -- a field-name argument given as a dict: its keys reach the log ---------------------------------
+
+GHP = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+
+
+@pytest.mark.parametrize("call", ["with_payload", "order_by"])
+@pytest.mark.parametrize("value", [STRIPE, "alice@example.com", "x"], ids=["cred", "pii", "plain"])
+def test_a_secret_dict_key_of_a_field_name_argument_is_refused_and_never_logged(tmp_path, call, value):
+    # The dict's values were screened, but its keys went raw into the refusal's path
+    # ("order_by.ghp_...") and the audit entry; a key alone was not screened at all.
+    kit, client = _client(tmp_path, query={"filter_pii": "allow"})
+    with pytest.raises(GuardRefusal) as ei:
+        if call == "with_payload":
+            client.query_points("c", query=unit(np.random.default_rng(3)), with_payload={GHP: [value]})
+        else:
+            client.scroll("c", order_by={GHP: value})
+    assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
+    assert GHP not in str(ei.value) and STRIPE not in str(ei.value)
+    audit = (kit.tmp / "audit.jsonl").read_text()
+    assert GHP not in audit and STRIPE not in audit
+
+
+def test_valid_dict_forms_of_field_name_arguments_still_pass(tmp_path):
+    # (local mode cannot read an order_by dict; REST validates it into models.OrderBy)
+    from qdrant_guard.querycheck import FieldNames, _iter_keys
+    names = [k for _, k, _ in _iter_keys(FieldNames("order_by", {"key": "text", "direction": "asc"}), "order_by")]
+    assert names == ["key", "text", "direction", "asc"]
+    _, client = _client(tmp_path)
+    client.query_points("c", query=unit(np.random.default_rng(3)), with_payload={"include": ["text"]})
