@@ -230,3 +230,41 @@ def test_valid_dict_forms_of_field_name_arguments_still_pass(tmp_path):
     assert names == ["key", "text", "direction", "asc"]
     _, client = _client(tmp_path)
     client.query_points("c", query=unit(np.random.default_rng(3)), with_payload={"include": ["text"]})
+
+
+# -- the async client shares these screens -----------------------------------------------------------
+
+def test_async_client_screens_serialised_values_and_mapping_payloads(tmp_path):
+    import asyncio
+
+    from qdrant_guard import AsyncQdrantClient
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"c": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}})
+
+    async def main():
+        client = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+        await client.create_collection("c", vectors_config=models.VectorParams(size=16, distance="Cosine"))
+        await client.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(1)), payload={})])
+        with pytest.raises(GuardRefusal) as ei:
+            await client.upsert("c", [models.PointStruct(id=2, vector=unit(np.random.default_rng(2)),
+                                                         payload={"b": STRIPE.encode()})])
+        assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
+        with pytest.raises(GuardRefusal) as ei:
+            await client.set_payload("c", payload=collections.UserDict({"n": STRIPE}), points=[1], key="m")
+        assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
+        await client.close()
+
+    asyncio.run(main())
+    assert STRIPE not in (kit.tmp / "audit.jsonl").read_text()
+
+
+def test_a_key_kept_on_a_sensitive_collection_is_still_refused_on_a_public_one(tmp_path):
+    # _CLEAN_KEYS holds only keys the detector finds nothing in, and the detector reads a key alone
+    # (no policy, no collection): a key stored on one collection decides nothing for another.
+    _, client = _client(tmp_path)
+    vec = unit(np.random.default_rng(2))
+    client.upsert("c", [models.PointStruct(id=2, vector=vec, payload={"alice@example.com": 1})])
+    with pytest.raises(GuardRefusal) as ei:
+        client.upsert("pub", [models.PointStruct(id=2, vector=vec, payload={"alice@example.com": 1})])
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
