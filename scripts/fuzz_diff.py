@@ -103,14 +103,14 @@ def _as_str(data: bytes) -> str | None:
 
 
 # ------------------------------------------------------------------------------------ scan
-def scan_cases(data: bytes, native: ModuleType, python: ModuleType) -> list[Case]:
-    rd = Reader(data)
+def scan_rules(header: bytes) -> dict[str, Any]:
+    """The limits fuzz/fuzz_scan.c sets in qg_scan_rules from its 4 header bytes (missing bytes
+    read as zero), as scan_query arguments (the binding maps None to -1 and caps ints at 2**62).
+    The two ratios are applied in Python only, on the kernel's counts: fixed. The committed seeds'
+    replay (tests/test_fuzz_regressions.py) uses this too."""
+    rd = Reader(header)
     flags, cap, blob, pct = rd.take(1), rd.take(1), rd.take(1), rd.take(1)
-    payload = rd.rest()
-    # The limits fuzz_scan.c sets in qg_scan_rules, as scan_query arguments (the binding maps
-    # None to -1 and caps ints at 2**62). The two ratios are applied in Python only, on the
-    # kernel's counts: fixed, as in tests/test_fuzz_regressions.py.
-    rules = {
+    return {
         "max_tokens": None if flags & 4 else (cap if flags & 8 else 1 << 62),
         "max_model_tokens": None if flags & 16 else cap * 3,
         "min_blob_len": None if blob == 0 else 8 + (blob & 63),
@@ -118,6 +118,10 @@ def scan_cases(data: bytes, native: ModuleType, python: ModuleType) -> list[Case
         "encoded_payloads": bool(flags & 2),
         "max_ngram_run": 0.25,
     }
+
+
+def scan_cases(data: bytes, native: ModuleType, python: ModuleType) -> list[Case]:
+    rules, payload = scan_rules(data[:4]), data[4:]
     cases: list[Case] = [("scan_query(bytes)", native.scan_query, python.scan_query, (payload,), rules)]
     text = _as_str(payload)
     if text is not None:

@@ -8,6 +8,7 @@ and inside the text; redaction leaves valid text).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import struct
@@ -99,17 +100,19 @@ def test_detect_corpus_replay(path: Path) -> None:
 
 
 # -------------------------------------------------------------------------------------- scan
+@functools.cache
+def _fuzz_diff():
+    path = Path(__file__).resolve().parent.parent / "scripts" / "fuzz_diff.py"
+    spec = importlib.util.spec_from_file_location("fuzz_diff", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _scan_rules(header: bytes) -> dict[str, object]:
-    """The rules fuzz/fuzz_scan.c derives from its 4 header bytes, as scan_query arguments."""
-    flags, cap, blob, pct = header
-    return {
-        "max_tokens": None if flags & 4 else (cap if flags & 8 else 1 << 62),
-        "max_model_tokens": None if flags & 16 else cap * 3,
-        "min_blob_len": None if blob == 0 else 8 + (blob & 63),
-        "min_percent_run": None if pct == 0 else 1 + (pct & 7),
-        "encoded_payloads": bool(flags & 2),
-        "max_ngram_run": 0.25,
-    }
+    """The rules fuzz/fuzz_scan.c derives from its 4 header bytes (scripts/fuzz_diff.py decodes
+    the harnesses' inputs for the fuzz pass's own replay: one decoder for both)."""
+    return _fuzz_diff().scan_rules(header)
 
 
 @needs_native
