@@ -114,21 +114,33 @@ def test_stripped_vectors_keep_qdrant_clients_shape(tmp_path):
     assert all(isinstance(h.vector, dict) for h in hits) and "a" not in next(h.vector for h in hits if h.id == 3)
 
 
+def _diversified(tmp_path):
+    """A PII collection "kb" under the default source cap, filled as _fill does, read by its owner."""
+    from tests.guardkit import make_kit
+
+    kit = make_kit(tmp_path)
+    pii = {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True}
+    return _fill(qdrant_guard.QdrantClient(":memory:", guard=kit.config({"kb": pii}),
+                                           principal=kit.principal("alice", "hr")))
+
+
+def _errors_of(guarded, call):
+    """The ValueError texts of ``call`` on plain qdrant-client and on ``guarded``."""
+    errors = []
+    for client in (_fill(qdrant_client.QdrantClient(":memory:")), guarded):
+        with pytest.raises(ValueError) as info:
+            call(client)
+        errors.append(str(info.value))
+    return errors
+
+
 @pytest.mark.parametrize("kwargs", [{"limit": 0}, {"limit": -1}, {"limit": 0, "offset": 2}])
 def test_invalid_limit_fails_as_in_qdrant_client_on_a_diversified_collection(tmp_path, kwargs):
     # The source cap over-fetches, and read limit=0 as "the default": query_points(limit=0) on a PII
     # collection returned ten points where qdrant-client raises; limit=-1 raised the guard's own
     # "limit must be >= 1" instead of qdrant-client's error.
-    from tests.guardkit import make_kit
-
-    kit = make_kit(tmp_path)
-    pii = {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True}
-    guarded = qdrant_guard.QdrantClient(":memory:", guard=kit.config({"kb": pii}), principal=kit.principal("alice", "hr"))
-    errors = []
-    for client in (_fill(qdrant_client.QdrantClient(":memory:")), _fill(guarded)):
-        with pytest.raises(ValueError) as info:
-            client.query_points("kb", query=[1.0] * DIM, **kwargs)
-        errors.append(str(info.value))
+    guarded = _diversified(tmp_path)
+    errors = _errors_of(guarded, lambda client: client.query_points("kb", query=[1.0] * DIM, **kwargs))
     assert errors[1] == errors[0]
     # Only counts Qdrant refuses pass through: a valid limit still gets the source cap.
     hits = guarded.query_points("kb", query=[1.0] * DIM, limit=5).points
@@ -139,18 +151,9 @@ def test_invalid_limit_fails_as_in_qdrant_client_on_a_diversified_collection(tmp
 @pytest.mark.parametrize("kwargs", [{"group_size": 0}, {"group_size": -2}])
 def test_invalid_group_counts_fail_as_in_qdrant_client_on_a_diversified_collection(tmp_path, kwargs):
     # group_size=0 was read as the default (3) and returned groups; -2 raised the guard's own error.
-    from tests.guardkit import make_kit
-
-    kit = make_kit(tmp_path)
-    pii = {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True}
-    guarded = qdrant_guard.QdrantClient(":memory:", guard=kit.config({"kb": pii}), principal=kit.principal("alice", "hr"))
-    errors = []
-    for client in (_fill(qdrant_client.QdrantClient(":memory:")), _fill(guarded)):
-        with pytest.raises(ValueError) as info:
-            client.query_points_groups("kb", "source", query=[1.0] * DIM, **kwargs)
-        errors.append(str(info.value))
+    errors = _errors_of(_diversified(tmp_path),
+                        lambda client: client.query_points_groups("kb", "source", query=[1.0] * DIM, **kwargs))
     assert errors[1] == errors[0]
-
 
 
 @pytest.mark.parametrize("klass", ["PUBLIC", "PII"])
