@@ -285,6 +285,13 @@ def _where(details: dict[str, Any], field: str | None) -> dict[str, Any]:
 # kept (no secret stays in memory past its call); bounded, and emptied when full.
 _CLEAN_KEYS: set[str] = set()
 _CLEAN_KEYS_MAX = 4096
+# The same for (key, value) pairs: metadata values (a source, a language, a category) recur too,
+# and their screen was most of the field screen's time. A value is screened as ``key: "value"``,
+# so the key is part of what was found clean (an API key is a finding only under a secret-like
+# name). Short pairs only: long values seldom recur.
+_CLEAN_VALUES: set[tuple[str, str]] = set()
+_CLEAN_VALUES_MAX = 4096
+_CLEAN_VALUE_MAX_LEN = 256
 
 
 class _FieldScreen:
@@ -358,11 +365,18 @@ class _FieldScreen:
         # only next to a secret-like name ("api_key: ..."). A quote or backslash inside would end or
         # escape the quoted form early, so such a value is given bare.
         name = key if isinstance(key, str) else str(key)
+        pair = (name, value)
+        if pair in _CLEAN_VALUES:
+            return value
         quote = '' if '"' in value or "\\" in value else '"'
         head = f"{name}: {quote}"
         n, h = len(value), len(head)
         found = [f for f in _detect.find_sensitive(f"{head}{value}{quote}") if f.end > h and f.start < h + n]
         if not found:
+            if len(name) + n <= _CLEAN_VALUE_MAX_LEN:
+                if len(_CLEAN_VALUES) >= _CLEAN_VALUES_MAX:
+                    _CLEAN_VALUES.clear()
+                _CLEAN_VALUES.add(pair)
             return value
         # Offsets back into the value (a finding that began in the key is clipped to the value).
         findings = [_detect.Finding(f.type, max(f.start - h, 0), min(f.end - h, n), f.validator, f.category)

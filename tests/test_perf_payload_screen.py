@@ -1,0 +1,113 @@
+"""The payload field screen remembers (key, value) pairs the detector found nothing in
+(textguard._CLEAN_VALUES): a remembered pair must screen exactly as the detector would, and a pair
+with a finding, or a value that is a finding only under another key, must never be let through."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from guardkit import create, make_kit, models, unit
+from qdrant_guard import GuardRefusal, QdrantClient, textguard
+
+STRIPE = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+GHP = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+API = "a8f3k2j9x0q7w1e5r4t6"         # a finding only as the value of a secret-like key
+PASSWORD = "Hunter2hunter2x"         # a finding only as the value of a password-like key
+SSN = "123-45-6789"
+EMAIL = "alice@example.com"
+
+# Clean metadata, a finding in one leaf of several, findings split or joined across a leaf
+# boundary (key/value, value/value), findings in keys, values that are findings only under a
+# secret-like key, quotes and backslashes (the value is then screened bare), a long value.
+PAYLOADS = [
+    {"source": "doc7", "lang": "en", "title": "Onboarding guide part 3", "chunk": 4},
+    {"a": "plain", "b": SSN, "c": "plain"},
+    {"a": "ends with 123", "b": "-45-6789 starts the rest"},
+    {"ssn 123-45": "-6789"}, {"123": "-45-6789"},
+    {"a": "alice@", "b": "example.com"},
+    {"note": API}, {"api_key": API}, {"note": API},
+    {"note": PASSWORD}, {"pwd": PASSWORD}, {"password": PASSWORD}, {"note": PASSWORD},
+    {"meta": {"deep": [{"api_key": API}, "x", EMAIL], "note": API}},
+    {GHP: 1, "plain_key": "v"}, {"email_" + EMAIL: "v"}, {"v": GHP},
+    {"q": 'has "quotes" and \\ a backslash ' + SSN}, {"q": 'has "quotes" only'},
+    {"a": "x" * 300}, {"b": "y" * 300 + SSN},
+    {"note": STRIPE}, {"note": "see " + STRIPE + " now"}, {1: API}, {"1": API},
+]
+
+
+def _guard(tmp_path, **over):
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "noise_on_write": True, "text_field": "text", "intent": {"enabled": False}}
+    pol.update(over)
+    client = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(client, "c")
+    return client, client.guard, client.guard.policy("c")
+
+
+def _screen(guard, pol, payload):
+    """What the screen makes of ``payload``: the payload to store, or the refusal's message."""
+    try:
+        return ("stored", guard.screen_payload_fields("upsert", "c", pol, dict(payload), point_id=9))
+    except GuardRefusal as exc:
+        return ("refused", str(exc))
+
+
+@pytest.mark.parametrize("over", [{"credentials_in_text": "redact"}, {},
+                                  {"credentials_in_text": "redact", "payload_fields": "all"}])
+def test_remembered_pairs_screen_exactly_as_the_detector(tmp_path, over):
+    _, guard, pol = _guard(tmp_path, **over)
+    # The detector's answer for each payload, with nothing remembered.
+    fresh = []
+    for p in PAYLOADS:
+        textguard._CLEAN_VALUES.clear()
+        fresh.append(_screen(guard, pol, p))
+    # Then all in turn, twice, remembering as they go: every answer must be the same.
+    textguard._CLEAN_VALUES.clear()
+    for _ in range(2):
+        assert [_screen(guard, pol, p) for p in PAYLOADS] == fresh
+    assert ("source", "doc7") in textguard._CLEAN_VALUES  # the shortcut did run
+    assert any(r[0] == "refused" for r in fresh) or any(
+        "[GENERIC_SECRET]" in str(r[1]) for r in fresh)  # and findings were among the inputs
+
+
+def test_a_value_clean_under_one_key_is_still_found_under_a_secret_like_key(tmp_path):
+    _, guard, pol = _guard(tmp_path, credentials_in_text="redact")
+    textguard._CLEAN_VALUES.clear()
+    assert _screen(guard, pol, {"note": API}) == ("stored", {"note": API})
+    assert ("note", API) in textguard._CLEAN_VALUES
+    assert _screen(guard, pol, {"api_key": API}) == ("stored", {"api_key": "[GENERIC_SECRET]"})
+    assert _screen(guard, pol, {"note": PASSWORD}) == ("stored", {"note": PASSWORD})
+    assert _screen(guard, pol, {"password": PASSWORD}) == ("stored", {"password": "[GENERIC_SECRET]"})
+
+
+def test_pairs_with_a_finding_are_never_remembered(tmp_path):
+    _, guard, pol = _guard(tmp_path, credentials_in_text="redact", payload_fields="all")
+    textguard._CLEAN_VALUES.clear()
+    for _ in range(2):
+        assert _screen(guard, pol, {"note": STRIPE, "who": EMAIL, "api_key": API}) == (
+            "stored", {"note": "[STRIPE_KEY]", "who": "[EMAIL]", "api_key": "[GENERIC_SECRET]"})
+    remembered = {v for _, v in textguard._CLEAN_VALUES}
+    assert not remembered & {STRIPE, EMAIL, API}
+
+
+def test_refusals_are_repeated_and_audited_each_time(tmp_path):
+    client, guard, pol = _guard(tmp_path)
+    textguard._CLEAN_VALUES.clear()
+    rng = np.random.default_rng(0)
+    for pid in (1, 2):
+        with pytest.raises(GuardRefusal, match="credentials"):
+            client.upsert("c", [models.PointStruct(id=pid, vector=unit(rng), payload={"lang": "en", "note": STRIPE})])
+    audit = (tmp_path / "audit.jsonl").read_text()
+    assert audit.count("CREDENTIAL_IN_TEXT") == 2 and STRIPE not in audit
+
+
+def test_the_memory_is_bounded(tmp_path, monkeypatch):
+    _, guard, pol = _guard(tmp_path, credentials_in_text="redact")
+    monkeypatch.setattr(textguard, "_CLEAN_VALUES_MAX", 8)
+    textguard._CLEAN_VALUES.clear()
+    for i in range(20):
+        assert _screen(guard, pol, {"k": f"value {i}"}) == ("stored", {"k": f"value {i}"})
+        assert len(textguard._CLEAN_VALUES) <= 8
+    long = "z" * (textguard._CLEAN_VALUE_MAX_LEN + 1)
+    assert _screen(guard, pol, {"k": long}) == ("stored", {"k": long})
+    assert ("k", long) not in textguard._CLEAN_VALUES
