@@ -292,6 +292,8 @@ _CLEAN_KEYS_MAX = 4096
 _CLEAN_VALUES: set[tuple[str, str]] = set()
 _CLEAN_VALUES_MAX = 4096
 _CLEAN_VALUE_MAX_LEN = 256
+# Leaves the screen passes as they are (bool is an int; subclasses take the screen's own path).
+_SCALARS = (int, float, bool, type(None))
 
 
 class _FieldScreen:
@@ -305,6 +307,12 @@ class _FieldScreen:
         out: dict[Any, Any] = {}
         changed = False
         for k, v in value.items():
+            # A remembered clean key with a remembered clean string, or a number, is what the
+            # screen below returns unchanged; only the check for a key stored twice is left.
+            if (type(k) is str and k in _CLEAN_KEYS and (not skip or k not in skip) and k not in out
+                    and (type(v) in _SCALARS or (type(v) is str and (k, v) in _CLEAN_VALUES))):
+                out[k] = v
+                continue
             kind = skip.get(k) if skip and isinstance(k, str) else None
             if kind == "receipt":
                 out[k] = v

@@ -84,6 +84,8 @@ CRAFTED = [
     {"a": "x" * 300, "b": "y" * 300 + SSN},
     {"q": 'has "quotes" and \\ backslash ' + SSN},
     {"pwd": "Hunter2hunter2x"}, {"note": "Hunter2hunter2x"},
+    {"[EMAIL]": "x"}, {EMAIL: "y", "[EMAIL]": "x"}, {"[GITHUB_TOKEN]": 2}, {GHP: 1, "[GITHUB_TOKEN]": 2},
+    {"text": "hello " + SSN, "meta": {"text": "hello", "n": None, "f": 1.5, "b": True}},
 ]
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from guardkit import create, make_kit, models, unit
 from qdrant_guard import GuardRefusal, QdrantClient, textguard
+from qdrant_guard.errors import QdrantGuardError
 
 STRIPE = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
 GHP = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
@@ -32,6 +33,9 @@ PAYLOADS = [
     {"q": 'has "quotes" and \\ a backslash ' + SSN}, {"q": 'has "quotes" only'},
     {"a": "x" * 300}, {"b": "y" * 300 + SSN},
     {"note": STRIPE}, {"note": "see " + STRIPE + " now"}, {1: API}, {"1": API},
+    # A clean key that a redacted key before it in the same object became: refused as a collision.
+    {"[EMAIL]": "x"}, {EMAIL: "y", "[EMAIL]": "x"}, {"[GITHUB_TOKEN]": 2}, {GHP: 1, "[GITHUB_TOKEN]": 2},
+    {"text": "hello", "meta": {"text": "hello", "n": None, "f": 1.5, "b": True}},
 ]
 
 
@@ -48,19 +52,22 @@ def _screen(guard, pol, payload):
     """What the screen makes of ``payload``: the payload to store, or the refusal's message."""
     try:
         return ("stored", guard.screen_payload_fields("upsert", "c", pol, dict(payload), point_id=9))
-    except GuardRefusal as exc:
-        return ("refused", str(exc))
+    except QdrantGuardError as exc:
+        return ("refused", f"{type(exc).__name__}: {exc}")
 
 
 @pytest.mark.parametrize("over", [{"credentials_in_text": "redact"}, {},
                                   {"credentials_in_text": "redact", "payload_fields": "all"}])
-def test_remembered_pairs_screen_exactly_as_the_detector(tmp_path, over):
+def test_remembered_pairs_screen_exactly_as_the_detector(tmp_path, over, monkeypatch):
     _, guard, pol = _guard(tmp_path, **over)
-    # The detector's answer for each payload, with nothing remembered.
+    # The detector's answer for each payload, with nothing remembered and no leaf passed as is.
     fresh = []
-    for p in PAYLOADS:
-        textguard._CLEAN_VALUES.clear()
-        fresh.append(_screen(guard, pol, p))
+    with monkeypatch.context() as m:
+        m.setattr(textguard, "_SCALARS", ())
+        for p in PAYLOADS:
+            textguard._CLEAN_VALUES.clear()
+            textguard._CLEAN_KEYS.clear()
+            fresh.append(_screen(guard, pol, p))
     # Then all in turn, twice, remembering as they go: every answer must be the same.
     textguard._CLEAN_VALUES.clear()
     for _ in range(2):
