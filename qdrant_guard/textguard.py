@@ -288,7 +288,7 @@ _CLEAN_KEYS_MAX = 4096
 # The same for (key, value) pairs: metadata values (a source, a language, a category) recur too,
 # and their screen was most of the field screen's time. A value is screened as ``key: "value"``,
 # so the key is part of what was found clean (an API key is a finding only under a secret-like
-# name). Short pairs only: long values seldom recur.
+# name). Short pairs under clean keys only: long values seldom recur.
 _CLEAN_VALUES: set[tuple[str, str]] = set()
 _CLEAN_VALUES_MAX = 4096
 _CLEAN_VALUE_MAX_LEN = 256
@@ -381,7 +381,9 @@ class _FieldScreen:
         n, h = len(value), len(head)
         found = [f for f in _detect.find_sensitive(f"{head}{value}{quote}") if f.end > h and f.start < h + n]
         if not found:
-            if len(name) + n <= _CLEAN_VALUE_MAX_LEN:
+            # Not under a key with a finding (PII stays in a key on payload_fields = "credentials"):
+            # nothing found stays in memory past its call.
+            if len(name) + n <= _CLEAN_VALUE_MAX_LEN and name in _CLEAN_KEYS:
                 if len(_CLEAN_VALUES) >= _CLEAN_VALUES_MAX:
                     _CLEAN_VALUES.clear()
                 _CLEAN_VALUES.add(pair)

@@ -118,3 +118,12 @@ def test_the_memory_is_bounded(tmp_path, monkeypatch):
     long = "z" * (textguard._CLEAN_VALUE_MAX_LEN + 1)
     assert _screen(guard, pol, {"k": long}) == ("stored", {"k": long})
     assert ("k", long) not in textguard._CLEAN_VALUES
+
+
+def test_a_clean_value_under_a_key_with_personal_data_is_not_remembered(tmp_path):
+    # payload_fields = "credentials" stores the key as given, PII and all; it must not stay in memory.
+    _, guard, pol = _guard(tmp_path, credentials_in_text="redact")
+    textguard._CLEAN_VALUES.clear()
+    key = "contact " + EMAIL
+    assert _screen(guard, pol, {key: "v"}) == ("stored", {key: "v"})
+    assert not any(EMAIL in k or EMAIL in v for k, v in textguard._CLEAN_VALUES)
