@@ -204,6 +204,14 @@ class TextOps(GuardPipeline):
                               for v in value]
         return payload
 
+    def clean_values(self, name: str) -> set[tuple[str, str]]:
+        """The (key, value) pairs the payload screen found clean in writes to collection ``name``
+        by the caller's boundary (bounded; see ``_CLEAN_VALUES_MAX``)."""
+        scopes = self.shared.get("clean_values")
+        if scopes is None:
+            scopes = self.shared.setdefault("clean_values", {})
+        return scopes.setdefault((name, self.boundary()), set())
+
     def screen_payload_fields(self, op: str, name: str, pol: CollectionPolicy, payload: Any, *,
                               point_id: Any, top: bool = True) -> Any:
         """``payload`` with every string besides the text field, values and keys at any depth,
@@ -227,7 +235,7 @@ class TextOps(GuardPipeline):
                 skip[pol.text_field] = "text"
             if not pol.is_public:
                 skip[RECEIPT_KEY] = "receipt"
-        return _FieldScreen(self, op, name, pol, point_id, keep_pii).obj(payload, "", skip)
+        return _FieldScreen(self, op, name, pol, point_id, keep_pii, self.clean_values(name)).obj(payload, "", skip)
 
     def embed_documents(self, op: str, name: str, pol: CollectionPolicy, vecs: dict[str, Any], *,
                         where: str) -> Op:
@@ -288,8 +296,9 @@ _CLEAN_KEYS_MAX = 4096
 # The same for (key, value) pairs: metadata values (a source, a language, a category) recur too,
 # and their screen was most of the field screen's time. A value is screened as ``key: "value"``,
 # so the key is part of what was found clean (an API key is a finding only under a secret-like
-# name). Short pairs under clean keys only: long values seldom recur.
-_CLEAN_VALUES: set[tuple[str, str]] = set()
+# name). Short pairs under clean keys only: long values seldom recur. Unlike keys, values are
+# data: each (collection, writer boundary) has its own memory (TextOps.clean_values), so a writer
+# cannot time whether another boundary stored a value, and nothing is shared across guards.
 _CLEAN_VALUES_MAX = 4096
 _CLEAN_VALUE_MAX_LEN = 256
 # Leaves the screen passes as they are (bool is an int; subclasses take the screen's own path).
@@ -300,17 +309,19 @@ class _FieldScreen:
     """One payload's screen (:meth:`TextOps.screen_payload_fields`)."""
 
     def __init__(self, ops: TextOps, op: str, name: str, pol: CollectionPolicy, point_id: Any,
-                 keep_pii: bool) -> None:
+                 keep_pii: bool, clean_values: set[tuple[str, str]]) -> None:
         self.ops, self.op, self.name, self.pol, self.point_id, self.keep_pii = ops, op, name, pol, point_id, keep_pii
+        self.clean_values = clean_values
 
     def obj(self, value: dict[Any, Any], path: str, skip: Mapping[str, str] | None = None) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
         changed = False
+        clean_values = self.clean_values
         for k, v in value.items():
             # A remembered clean key with a remembered clean string, or a number, is what the
             # screen below returns unchanged; only the check for a key stored twice is left.
             if (type(k) is str and k in _CLEAN_KEYS and (not skip or k not in skip) and k not in out
-                    and (type(v) in _SCALARS or (type(v) is str and (k, v) in _CLEAN_VALUES))):
+                    and (type(v) in _SCALARS or (type(v) is str and (k, v) in clean_values))):
                 out[k] = v
                 continue
             kind = skip.get(k) if skip and isinstance(k, str) else None
@@ -374,7 +385,7 @@ class _FieldScreen:
         # escape the quoted form early, so such a value is given bare.
         name = key if isinstance(key, str) else str(key)
         pair = (name, value)
-        if pair in _CLEAN_VALUES:
+        if pair in self.clean_values:
             return value
         quote = '' if '"' in value or "\\" in value else '"'
         head = f"{name}: {quote}"
@@ -384,9 +395,9 @@ class _FieldScreen:
             # Not under a key with a finding (PII stays in a key on payload_fields = "credentials"):
             # nothing found stays in memory past its call.
             if len(name) + n <= _CLEAN_VALUE_MAX_LEN and name in _CLEAN_KEYS:
-                if len(_CLEAN_VALUES) >= _CLEAN_VALUES_MAX:
-                    _CLEAN_VALUES.clear()
-                _CLEAN_VALUES.add(pair)
+                if len(self.clean_values) >= _CLEAN_VALUES_MAX:
+                    self.clean_values.clear()
+                self.clean_values.add(pair)
             return value
         # Offsets back into the value (a finding that began in the key is clipped to the value).
         findings = [_detect.Finding(f.type, max(f.start - h, 0), min(f.end - h, n), f.validator, f.category)

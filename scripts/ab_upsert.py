@@ -61,8 +61,9 @@ def child(rounds: int) -> None:
                "guard_only": lambda b: reps[b].run()}
         if os.environ.get("QG_AB_FORGET"):
             # Metadata never seen before: the new build forgets every (key, value) pair first.
-            from qdrant_guard import textguard
-            forget = getattr(textguard, "_CLEAN_VALUES", set()).clear
+            guard = bed.owner.guard
+            memory = guard.clean_values(g_name) if hasattr(guard, "clean_values") else set()
+            forget = memory.clear
             fns = {k: (lambda f: lambda b: (forget(), f(b)))(f) for k, f in fns.items()}
         s = H.interleaved(fns, 4, rounds, seed=int.from_bytes(os.urandom(4), "little"))
         print(json.dumps({k: np.median(v.reshape(rounds, 4), axis=1).tolist() for k, v in s.items()}))

@@ -1,5 +1,5 @@
 """The payload field screen remembers (key, value) pairs the detector found nothing in
-(textguard._CLEAN_VALUES): a remembered pair must screen exactly as the detector would, and a pair
+(TextOps.clean_values): a remembered pair must screen exactly as the detector would, and a pair
 with a finding, or a value that is a finding only under another key, must never be let through."""
 from __future__ import annotations
 
@@ -65,23 +65,23 @@ def test_remembered_pairs_screen_exactly_as_the_detector(tmp_path, over, monkeyp
     with monkeypatch.context() as m:
         m.setattr(textguard, "_SCALARS", ())
         for p in PAYLOADS:
-            textguard._CLEAN_VALUES.clear()
+            guard.clean_values("c").clear()
             textguard._CLEAN_KEYS.clear()
             fresh.append(_screen(guard, pol, p))
     # Then all in turn, twice, remembering as they go: every answer must be the same.
-    textguard._CLEAN_VALUES.clear()
+    guard.clean_values("c").clear()
     for _ in range(2):
         assert [_screen(guard, pol, p) for p in PAYLOADS] == fresh
-    assert ("source", "doc7") in textguard._CLEAN_VALUES  # the shortcut did run
+    assert ("source", "doc7") in guard.clean_values("c")  # the shortcut did run
     assert any(r[0] == "refused" for r in fresh) or any(
         "[GENERIC_SECRET]" in str(r[1]) for r in fresh)  # and findings were among the inputs
 
 
 def test_a_value_clean_under_one_key_is_still_found_under_a_secret_like_key(tmp_path):
     _, guard, pol = _guard(tmp_path, credentials_in_text="redact")
-    textguard._CLEAN_VALUES.clear()
+    guard.clean_values("c").clear()
     assert _screen(guard, pol, {"note": API}) == ("stored", {"note": API})
-    assert ("note", API) in textguard._CLEAN_VALUES
+    assert ("note", API) in guard.clean_values("c")
     assert _screen(guard, pol, {"api_key": API}) == ("stored", {"api_key": "[GENERIC_SECRET]"})
     assert _screen(guard, pol, {"note": PASSWORD}) == ("stored", {"note": PASSWORD})
     assert _screen(guard, pol, {"password": PASSWORD}) == ("stored", {"password": "[GENERIC_SECRET]"})
@@ -89,17 +89,17 @@ def test_a_value_clean_under_one_key_is_still_found_under_a_secret_like_key(tmp_
 
 def test_pairs_with_a_finding_are_never_remembered(tmp_path):
     _, guard, pol = _guard(tmp_path, credentials_in_text="redact", payload_fields="all")
-    textguard._CLEAN_VALUES.clear()
+    guard.clean_values("c").clear()
     for _ in range(2):
         assert _screen(guard, pol, {"note": STRIPE, "who": EMAIL, "api_key": API}) == (
             "stored", {"note": "[STRIPE_KEY]", "who": "[EMAIL]", "api_key": "[GENERIC_SECRET]"})
-    remembered = {v for _, v in textguard._CLEAN_VALUES}
+    remembered = {v for _, v in guard.clean_values("c")}
     assert not remembered & {STRIPE, EMAIL, API}
 
 
 def test_refusals_are_repeated_and_audited_each_time(tmp_path):
     client, guard, pol = _guard(tmp_path)
-    textguard._CLEAN_VALUES.clear()
+    guard.clean_values("c").clear()
     rng = np.random.default_rng(0)
     for pid in (1, 2):
         with pytest.raises(GuardRefusal, match="credentials"):
@@ -111,19 +111,34 @@ def test_refusals_are_repeated_and_audited_each_time(tmp_path):
 def test_the_memory_is_bounded(tmp_path, monkeypatch):
     _, guard, pol = _guard(tmp_path, credentials_in_text="redact")
     monkeypatch.setattr(textguard, "_CLEAN_VALUES_MAX", 8)
-    textguard._CLEAN_VALUES.clear()
+    guard.clean_values("c").clear()
     for i in range(20):
         assert _screen(guard, pol, {"k": f"value {i}"}) == ("stored", {"k": f"value {i}"})
-        assert len(textguard._CLEAN_VALUES) <= 8
+        assert len(guard.clean_values("c")) <= 8
     long = "z" * (textguard._CLEAN_VALUE_MAX_LEN + 1)
     assert _screen(guard, pol, {"k": long}) == ("stored", {"k": long})
-    assert ("k", long) not in textguard._CLEAN_VALUES
+    assert ("k", long) not in guard.clean_values("c")
 
 
 def test_a_clean_value_under_a_key_with_personal_data_is_not_remembered(tmp_path):
     # payload_fields = "credentials" stores the key as given, PII and all; it must not stay in memory.
     _, guard, pol = _guard(tmp_path, credentials_in_text="redact")
-    textguard._CLEAN_VALUES.clear()
+    guard.clean_values("c").clear()
     key = "contact " + EMAIL
     assert _screen(guard, pol, {key: "v"}) == ("stored", {key: "v"})
-    assert not any(EMAIL in k or EMAIL in v for k, v in textguard._CLEAN_VALUES)
+    assert not any(EMAIL in k or EMAIL in v for k, v in guard.clean_values("c"))
+
+
+def test_the_memory_is_per_collection_and_writer_boundary(tmp_path):
+    # Values are data: a writer of one boundary must not be able to time whether another boundary
+    # (or a write to another collection) stored a value, so each has a memory of its own.
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True, "intent": {"enabled": False}}
+    client = QdrantClient(":memory:", guard=kit.config({"c": pol, "d": pol}), principal=kit.principal("alice", "hr"))
+    hr = client.guard
+    support = client.with_principal(kit.principal("bob", "support")).guard
+    payload = {"diagnosis": "seasonal flu"}
+    assert _screen(hr, hr.policy("c"), payload) == ("stored", payload)
+    assert ("diagnosis", "seasonal flu") in hr.clean_values("c")
+    assert not support.clean_values("c") and not hr.clean_values("d")
+    assert support.clean_values("c") is not hr.clean_values("c")
