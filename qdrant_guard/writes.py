@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 import numpy as np
+import pydantic
 from qdrant_client.http import models
 
 from . import noise as _noise
@@ -116,9 +117,11 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
         payloads = list(points.payloads) if points.payloads is not None else [None] * n
         return [models.PointStruct(id=points.ids[i], vector=vecs[i], payload=payloads[i]) for i in range(n)]
     out = []
-    for p in points:
+    for i, p in enumerate(points):
         if isinstance(p, models.PointStruct):
             out.append(p)
+        elif isinstance(p, dict):
+            out.append(_dict_point(i, p))
         elif isinstance(p, models.Record):
             if p.vector is None:
                 # qdrant-client fails on it; storing it as vector={} would wipe the point's vectors.
@@ -134,6 +137,20 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
                 "gRPC PointStruct is not accepted by the guard; convert it to models.PointStruct"
             )
     return out
+
+
+def _dict_point(i: int, p: dict[str, Any]) -> models.PointStruct:
+    """A point given as a dict, read as qdrant-client's REST client reads it (it validates the list
+    into ``models.PointsList``, so a server stores it; local mode fails on it). The error names the
+    fields at fault, never their values (a payload may hold a secret)."""
+    try:
+        return models.PointStruct.model_validate(p)
+    except pydantic.ValidationError as exc:
+        wrong = ", ".join(sorted({str(e["loc"][0]) if e["loc"] else "<point>" for e in exc.errors()}))
+        raise TypeError(
+            f"points[{i}] is a dict that is not a models.PointStruct (invalid: {wrong}); give id, "
+            "vector and payload as models.PointStruct takes them"
+        ) from None
 
 
 # InvalidVectorError reasons that may come from a stale cached layout rather than from the point.

@@ -271,3 +271,41 @@ def test_plain_client_without_guard_arguments_still_builds():
     assert client.guard is None
     _fill(client)
     assert client.count("kb").count == 8
+
+
+@pytest.mark.parametrize("klass", ["PUBLIC", "PII"])
+def test_dict_points_are_stored_as_the_rest_client_stores_them(tmp_path, klass):
+    # qdrant-client's REST client validates a list of dicts into models.PointsList, so against a
+    # server upsert(points=[{...}]) stores them; the guard refused them with a TypeError. They are
+    # now read as those PointStructs (local mode itself still fails on them, with or without guard).
+    from tests.guardkit import make_kit
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PUBLIC"} if klass == "PUBLIC" else {"class": "PII", "owner": "hr", "raw_in_boundary": True}
+    vecs = _vectors()
+    as_dicts, as_models = (qdrant_guard.QdrantClient(":memory:", guard=kit.config({"kb": pol}),
+                                                     principal=kit.principal("alice", "hr")) for _ in range(2))
+    for client in (as_dicts, as_models):
+        client.create_collection("kb", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    as_dicts.upsert("kb", [{"id": i, "vector": v.tolist(), "payload": {"source": "ab"[i % 2]}} for i, v in enumerate(vecs)])
+    as_dicts.upload_points("kb", [{"id": 100 + i, "vector": v.tolist()} for i, v in enumerate(vecs[:2])])
+    as_models.upsert("kb", [models.PointStruct(id=i, vector=v.tolist(), payload={"source": "ab"[i % 2]})
+                            for i, v in enumerate(vecs)])
+    as_models.upload_points("kb", [models.PointStruct(id=100 + i, vector=v.tolist()) for i, v in enumerate(vecs[:2])])
+
+    def stored(client):
+        points = qdrant_client.QdrantClient.scroll(client, "kb", limit=100, with_vectors=True)[0]
+        return [(p.id, p.vector, {k: v for k, v in (p.payload or {}).items() if k != "_qdrant_guard_receipt"})
+                for p in points]
+
+    assert stored(as_dicts) == stored(as_models) and len(stored(as_dicts)) == 10
+
+
+def test_an_invalid_dict_point_is_refused_by_field_without_its_values():
+    client = qdrant_guard.QdrantClient(":memory:", guard=PUBLIC_POLICY)
+    _fill(client)
+    secret = "hunter2-secret-value"
+    with pytest.raises(TypeError, match=r"points\[1\] is a dict that is not a models\.PointStruct \(invalid: vector\)") as info:
+        client.upsert("kb", [{"id": 20, "vector": [0.0] * DIM}, {"id": 21, "vector": secret, "payload": {}}])
+    assert secret not in str(info.value)
+    assert client.count("kb").count == 8  # nothing was written
