@@ -139,6 +139,19 @@ def _nowhere(pos: int) -> int:
     return -1
 
 
+def _word_led(*alts: str) -> str:
+    r"""``\b(?:alt|alt|...)`` for alternatives that each start with a letter, without the group.
+
+    Written as ``a(?<!\w.)lt|...``: the lookbehind after the first letter is the ``\b`` before
+    it. A pattern led by ``\b`` makes re try it at every position (about 70 us per pattern on the
+    2048-character prefix); led by literals, re skips in C to the positions holding one of them.
+    """
+    for alt in alts:
+        if not ("a" <= alt[0] <= "z"):
+            raise ValueError(f"_word_led: alternative {alt!r} does not start with a letter a-z")
+    return "|".join(alt[0] + r"(?<!\w.)" + alt[1:] for alt in alts)
+
+
 class _OpenerScan:
     """The regex alternative ``opener [^close]* close follow``, found by a linear scan.
 
@@ -215,6 +228,33 @@ class _WindowScan:
         return first
 
 
+class _CharThenScan:
+    r"""The regex alternative ``[chars]@tail``: one character of ``chars``, then ``@`` and ``tail``.
+
+    Found by a search led by the literal ``@`` (re skips to it in C), with the character before
+    it checked by a lookbehind; as a regex alternative its leading class is tried at every
+    position.
+    """
+
+    def __init__(self, chars: str, tail: str) -> None:
+        self.find = re.compile(f"@(?<={chars}@){tail}")
+        self.at = re.compile(f"{chars}@{tail}")
+
+    def prepare(self, text: str) -> Callable[[int], int]:
+        """The function giving the first start at or after ``pos`` where the alternative matches."""
+        if "@" not in text:
+            return _nowhere
+        none = len(text) + 1
+        found = [-1, -1]  # the last (pos, answer), none for "no start"; it holds from pos to itself
+
+        def first(pos: int) -> int:
+            if not found[0] <= pos <= found[1]:
+                m = self.find.search(text, pos + 1)
+                found[0], found[1] = pos, (m.start() - 1 if m else none)
+            return -1 if found[1] == none else found[1]
+        return first
+
+
 class _ScannedCue:
     """A cue regex (``rest``) plus alternatives found by scans, matching as the whole alternation.
 
@@ -223,7 +263,7 @@ class _ScannedCue:
     alternatives matches the empty string.
     """
 
-    def __init__(self, rest: str, *scans: _OpenerScan | _WindowScan) -> None:
+    def __init__(self, rest: str, *scans: _OpenerScan | _WindowScan | _CharThenScan) -> None:
         self.rest = re.compile(rest)
         self.scans = scans
 
@@ -284,15 +324,19 @@ _REGEX_CUES: tuple[tuple[str, str, re.Pattern[str] | _ScannedCue], ...] = (
         r"undisclosed|unpublished|unannounced|not (?:yet )?public|embargoed|closed (?:board )?session|hidden|"
         r"before (?:it'?s|they'?re|the) (?:announced|public|announcement|earnings))\b")),
     # + the _WindowScan before \bsystem (?:prompt|message)\b.
+    # \b(?:developer|debug|maintenance) mode\b is split in three, in that order.
     ("instruction_override", "instruction override", _ScannedCue(
-        r"\bsystem (?:prompt|message)\b|\byou are now\b|\bfrom now on\b|\b(?:developer|debug|maintenance) mode\b|"
-        r"\bno (?:restrictions|content filters|filters)\b|\bwithout (?:any )?restrictions\b|\bjailbreak\w*|"
-        r"\bdan\b|\bhigher priority\b|\bhas been (?:updated|disabled)\b|\bis disabled\b|"
-        r"\binstructions you were given\b|\bprevious instructions\b|\boverride\b",
-        _WindowScan(r"\b(?:ignore|disregard|forget|override|skip|bypass)\b", 40,
-                    r"\b(?:previous|prior|above|earlier|all|your|the|every|any|my)\b", 30,
-                    r"\b(?:instructions?|rules|prompt|guidelines|polic(?:y|ies)|restrictions?|filters?|guardrails?|"
-                    r"trust (?:level|boundary)|access controls?)\b", lazy=True))),
+        _word_led(r"system (?:prompt|message)\b", r"you are now\b", r"from now on\b", r"developer mode\b",
+                  r"debug mode\b", r"maintenance mode\b", r"no (?:restrictions|content filters|filters)\b",
+                  r"without (?:any )?restrictions\b", r"jailbreak\w*", r"dan\b", r"higher priority\b",
+                  r"has been (?:updated|disabled)\b", r"is disabled\b", r"instructions you were given\b",
+                  r"previous instructions\b", r"override\b"),
+        _WindowScan("(?:" + _word_led("ignore", "disregard", "forget", "override", "skip", "bypass") + r")\b", 40,
+                    "(?:" + _word_led("previous", "prior", "above", "earlier", "all", "your", "the", "every", "any",
+                                      "my") + r")\b", 30,
+                    "(?:" + _word_led("instructions?", "rules", "prompt", "guidelines", "polic(?:y|ies)",
+                                      "restrictions?", "filters?", "guardrails?", "trust (?:level|boundary)",
+                                      "access controls?") + r")\b", lazy=True))),
     ("role_play", "role-play or authority claim", re.compile(
         r"\b(?:pretend|act as|role-?play|let'?s play a game|as the (?:ceo|cfo|admin|administrator|developer)|"
         r"i am the (?:developer|admin|administrator|ceo)|i authori[sz]e you|red-?team exercise|respond as|"
@@ -302,13 +346,18 @@ _REGEX_CUES: tuple[tuple[str, str, re.Pattern[str] | _ScannedCue], ...] = (
         r"(?:^|\n)[^\S\n]*(?:system|assistant|developer)\s*:|#{3}|\$\{jndi:", _OpenerScan("{{", "}", "}"))),
     ("code_injection", "injection syntax", re.compile(
         r"'\s*or\s+1\s*=\s*1|\bunion\s+select\b|;\s*drop\s+table\b|\s--\s*$")),
-    # + !\[[^\]]*\]\( after \bpastebin\b and the _WindowScan after \bdownload link\b.
+    # + !\[[^\]]*\]\( after \bpastebin\b, the _WindowScan after \bdownload link\b and the
+    # _CharThenScan [\w.+-]@[\w-]+\.(?:com|net|org)\b before \bfirst letters?\b (its second
+    # character, @, is no other alternative's: it cannot start where they do).
     ("exfil_channel", "exfiltration channel", _ScannedCue(
-        r"https?://|\bwebhook\b|\bpastebin\b|\bmarkdown image\b|\balt text\b|\bdownload link\b|"
-        r"[\w.+-]@[\w-]+\.(?:com|net|org)\b|\bfirst letters?\b",
+        r"https?://|" + _word_led(r"webhook\b", r"pastebin\b", r"markdown image\b", r"alt text\b",
+                                  r"download link\b", r"first letters?\b"),
         _OpenerScan("![", "]", "("),
-        _WindowScan(r"\b(?:email|forward|upload|post|send|put)\b", 60, r"\b(?:to|into|in)\b", 30,
-                    r"(?:\bmy personal\b|\bgmail\b|\bexternal\b|\battacker\b|\burl\b|\blink\b)", lazy=False))),
+        _WindowScan("(?:" + _word_led("email", "forward", "upload", "post", "send", "put") + r")\b", 60,
+                    "(?:" + _word_led("to", "into", "in") + r")\b", 30,
+                    "(?:" + _word_led(r"my personal\b", r"gmail\b", r"external\b", r"attacker\b", r"url\b",
+                                      r"link\b") + ")", lazy=False),
+        _CharThenScan(r"[\w.+-]", r"[\w-]+\.(?:com|net|org)\b"))),
     ("verbatim_dump", "verbatim dump", re.compile(
         r"\bverbatim\b|\bword for word\b|\bfull (?:text|payloads?|contents?)\b|\braw (?:text|chunks?|embeddings?|"
         r"contents?|vectors?)\b|\bunredacted\b|\bunfiltered\b|\bdo(?:n'?t| not) summari[sz]e\b|"
@@ -376,10 +425,9 @@ class Featurized:
     evidence: dict[str, str]
 
 
-def _is_styled(ch: str) -> bool:
-    cp = ord(ch)
-    # Mathematical alphanumerics and enclosed/squared letters; regional indicators (flags) excluded.
-    return 0x1D400 <= cp <= 0x1D7FF or 0x2460 <= cp <= 0x24FF or 0x1F100 <= cp <= 0x1F1E5 or 0xFF01 <= cp <= 0xFF5E
+# Mathematical alphanumerics, enclosed/squared letters and fullwidth forms; regional indicators
+# (flags, from U+1F1E6) excluded.
+_STYLED_RE = re.compile("[\U0001D400-\U0001D7FF\u2460-\u24FF\U0001F100-\U0001F1E5\uFF01-\uFF5E]")
 
 
 # NFKC expands a character up to 18-fold (U+FDFA) and casefolding up to 3-fold, so normalising
@@ -456,7 +504,7 @@ def featurize(text: str) -> Featurized:
     raw = text[:_MAX_LEXICAL_CHARS]
     styled = 0
     if not raw.isascii():
-        styled = sum(1 for ch in raw if _is_styled(ch))
+        styled = len(_STYLED_RE.findall(raw))
     zw_in_word = len(_ZW_IN_WORD_RE.findall(raw))
     cased = _nfkc_prefix(raw, _MAX_LEXICAL_CHARS).translate(_ZW_STRIP)
     low = _casefold_prefix(cased, _MAX_LEXICAL_CHARS)

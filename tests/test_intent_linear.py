@@ -233,6 +233,14 @@ def _word_only(body: list) -> bool:
     return True
 
 
+_BOUNDARY_BEHIND = str(list(sre_parse.parse(r"\w.")))
+
+
+def _is_boundary_behind(item) -> bool:
+    op, av = item
+    return op == sre_parse.ASSERT_NOT and av[0] == -1 and str(list(av[1])) == _BOUNDARY_BEHIND
+
+
 def _restarting_scans(seq, bounded: bool = False) -> list[str]:
     r"""Alternatives ``<literal opener> ... <unbounded repeat of a class that contains the whole
     opener>``: the repeat runs over later openers, and every opener starts a new attempt that runs
@@ -251,6 +259,9 @@ def _restarting_scans(seq, bounded: bool = False) -> list[str]:
     while i < len(items) and items[i][0] == sre_parse.LITERAL:
         opener += chr(items[i][1])
         i += 1
+        if len(opener) == 1 and i < len(items) and _is_boundary_behind(items[i]):
+            bounded = True  # intent._word_led's x(?<!\w.): the \b before x, written after it
+            i += 1
     if opener:
         for op, av in items[i:]:
             if op in _UNBOUNDED and av[1] == sre_parse.MAXREPEAT and len(av[2]) == 1:
@@ -304,6 +315,7 @@ def test_the_restart_check_sees_the_quadratic_alternatives_it_is_for():
     assert _restarting_scans(sre_parse.parse(OLD["exfil_channel"].pattern)) == ["!["]
     assert _restarting_scans(sre_parse.parse(r"ab\s--\s*$|x[^x]*y|\bdump\b|\bjailbreak\w*")) == []
     assert _restarting_scans(sre_parse.parse(r"jailbreak\w*|a\s*")) == ["jailbreak"]
+    assert _restarting_scans(sre_parse.parse(r"j(?<!\w.)ailbreak\w*|x(?<!\w)ab\w*")) == ["x"]
 
 
 @pytest.mark.parametrize("name, rx", _searched_regexes(), ids=lambda v: v if isinstance(v, str) else "")
