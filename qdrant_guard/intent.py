@@ -139,17 +139,28 @@ def _nowhere(pos: int) -> int:
     return -1
 
 
-def _word_led(*alts: str) -> str:
-    r"""``\b(?:alt|alt|...)`` for alternatives that each start with a letter, without the group.
+def _word_led(*alts: str, free: tuple[str, ...] = ()) -> str:
+    r"""``\b(?:alt|alt|...)`` (then ``|free|...``) for alternatives that each start with a letter,
+    as an alternation without a group around it.
 
-    Written as ``a(?<!\w.)lt|...``: the lookbehind after the first letter is the ``\b`` before
-    it. A pattern led by ``\b`` makes re try it at every position (about 70 us per pattern on the
-    2048-character prefix); led by literals, re skips in C to the positions holding one of them.
+    A pattern led by ``\b`` makes re try it at every position (about 70 us per pattern on the
+    2048-character prefix). Written ``a(?<!\w.)(?:lt|...)|b(?<!\w.)(?:...)``, one branch per first
+    letter (``(?<!\w.)`` after the letter is the ``\b`` before it), it starts with literals: re
+    skips in C to the positions holding one of them, and a branch whose letter is not there costs
+    one comparison. Alternatives with different first letters cannot match at one position, so
+    only the order within a branch matters, and it is kept. ``free`` alternatives have no ``\b``
+    and first letters of their own.
     """
-    for alt in alts:
-        if not ("a" <= alt[0] <= "z"):
-            raise ValueError(f"_word_led: alternative {alt!r} does not start with a letter a-z")
-    return "|".join(alt[0] + r"(?<!\w.)" + alt[1:] for alt in alts)
+    groups: dict[str, list[str]] = {}
+    free_groups: dict[str, list[str]] = {}
+    for alt, into in [(a, groups) for a in alts] + [(a, free_groups) for a in free]:
+        if not ("a" <= alt[0] <= "z") or alt[1:2] in ("", "?", "*", "+", "{"):
+            raise ValueError(f"_word_led: alternative {alt!r} does not start with a letter a-z of its own")
+        into.setdefault(alt[0], []).append(f"(?:{alt[1:]})")
+    if groups.keys() & free_groups.keys():
+        raise ValueError(f"_word_led: free alternatives share first letters with the others: {sorted(free_groups)}")
+    return "|".join([rf"{c}(?<!\w.)(?:{'|'.join(rests)})" for c, rests in groups.items()]
+                    + [f"{c}(?:{'|'.join(rests)})" for c, rests in free_groups.items()])
 
 
 class _OpenerScan:
@@ -303,26 +314,32 @@ class _ScannedCue:
 
 # (name, display prefix, pattern over the case-folded text). Order is part of the model format.
 _REGEX_CUES: tuple[tuple[str, str, re.Pattern[str] | _ScannedCue], ...] = (
-    ("bulk_request", "bulk request", re.compile(
-        rf"\b(?:{_BULK_VERBS})\b(?:\s+(?:me|us|out|up))?\s+(?:(?:a|the)\s+)?(?:table of\s+|list of\s+)?"
-        r"(?:all|every|each|entire|whole|full|complete|everyone|everybody)\b|\bdump\b|\bexfiltrat\w*")),
-    ("bulk_scope", "bulk scope", re.compile(
-        r"\b(?:the\s+)?(?:entire|whole|full)\s+(?:\w+\s+)?(?:collection|index|database|vector store|folder|"
-        r"table|list|pipeline)\b|\bevery\s+(?:document|chunk|record|file|payload|ssn|password)s?\b|"
-        r"\ball\s+(?:the\s+)?(?:documents|chunks|payloads|records|files|vectors|hits)\b|\bvector\s+(?:store|database)\b|"
-        r"\btop\s+\d{2,}\b|\blimit\s+\d{3,}\b")),
-    ("sensitive_noun", "sensitive noun", re.compile(
-        r"\b(?:ssns?|social security(?: numbers?)?|salar(?:y|ies)|passwords?|passw0rds?|api keys?|private keys?|"
-        r"secret (?:access )?keys?|credentials?|mergers?|acquisitions?|board (?:memos?|minutes|pack|session|"
-        r"documents?)|layoffs?|laid off|medical|diagnos[ie]s|bank (?:accounts?|details)|account numbers?|"
-        r"routing numbers?|credit cards?|card numbers?|home address(?:es)?|date of birth|passports?|"
-        r"performance (?:reviews?|ratings?)|disciplinary|payroll|severance|settlements?|lawsuits?|harassment|"
-        r"hiv|psychiatric|compensation|bonus(?:es)?|tax ids?|wire instructions|due diligence|term sheet|"
-        r"root password|admin credentials|lab results|medications?)\b")),
-    ("confidential_marker", "confidentiality marker", re.compile(
-        r"\b(?:confidential|internal[- ]only|restricted|privileged|classified|secret(?:ly)?|unreleased|"
-        r"undisclosed|unpublished|unannounced|not (?:yet )?public|embargoed|closed (?:board )?session|hidden|"
-        r"before (?:it'?s|they'?re|the) (?:announced|public|announcement|earnings))\b")),
+    # Each pattern below led by \b is written with _word_led, its groups of leading words split into
+    # alternatives in their order: the same matches.
+    ("bulk_request", "bulk request", re.compile(_word_led(
+        *(verb + r"\b(?:\s+(?:me|us|out|up))?\s+(?:(?:a|the)\s+)?(?:table of\s+|list of\s+)?"
+                 r"(?:all|every|each|entire|whole|full|complete|everyone|everybody)\b" for verb in _BULK_VERBS.split("|")),
+        r"dump\b", r"exfiltrat\w*"))),
+    ("bulk_scope", "bulk scope", re.compile(_word_led(
+        *(lead + r"\s+(?:\w+\s+)?(?:collection|index|database|vector store|folder|table|list|pipeline)\b"
+          for lead in (r"the\s+(?:entire|whole|full)", "entire", "whole", "full")),
+        r"every\s+(?:document|chunk|record|file|payload|ssn|password)s?\b",
+        r"all\s+(?:the\s+)?(?:documents|chunks|payloads|records|files|vectors|hits)\b", r"vector\s+(?:store|database)\b",
+        r"top\s+\d{2,}\b", r"limit\s+\d{3,}\b"))),
+    ("sensitive_noun", "sensitive noun", re.compile("(?:" + _word_led(
+        "ssns?", "social security(?: numbers?)?", "salar(?:y|ies)", "passwords?", "passw0rds?", "api keys?",
+        "private keys?", "secret (?:access )?keys?", "credentials?", "mergers?", "acquisitions?",
+        "board (?:memos?|minutes|pack|session|documents?)", "layoffs?", "laid off", "medical", "diagnos[ie]s",
+        "bank (?:accounts?|details)", "account numbers?", "routing numbers?", "credit cards?", "card numbers?",
+        "home address(?:es)?", "date of birth", "passports?", "performance (?:reviews?|ratings?)", "disciplinary",
+        "payroll", "severance", "settlements?", "lawsuits?", "harassment", "hiv", "psychiatric", "compensation",
+        "bonus(?:es)?", "tax ids?", "wire instructions", "due diligence", "term sheet", "root password",
+        "admin credentials", "lab results", "medications?") + r")\b")),
+    ("confidential_marker", "confidentiality marker", re.compile("(?:" + _word_led(
+        "confidential", "internal[- ]only", "restricted", "privileged", "classified", "secret(?:ly)?", "unreleased",
+        "undisclosed", "unpublished", "unannounced", "not (?:yet )?public", "embargoed",
+        "closed (?:board )?session", "hidden",
+        "before (?:it'?s|they'?re|the) (?:announced|public|announcement|earnings)") + r")\b")),
     # + the _WindowScan before \bsystem (?:prompt|message)\b.
     # \b(?:developer|debug|maintenance) mode\b is split in three, in that order.
     ("instruction_override", "instruction override", _ScannedCue(
@@ -337,10 +354,10 @@ _REGEX_CUES: tuple[tuple[str, str, re.Pattern[str] | _ScannedCue], ...] = (
                     "(?:" + _word_led("instructions?", "rules", "prompt", "guidelines", "polic(?:y|ies)",
                                       "restrictions?", "filters?", "guardrails?", "trust (?:level|boundary)",
                                       "access controls?") + r")\b", lazy=True))),
-    ("role_play", "role-play or authority claim", re.compile(
-        r"\b(?:pretend|act as|role-?play|let'?s play a game|as the (?:ceo|cfo|admin|administrator|developer)|"
-        r"i am the (?:developer|admin|administrator|ceo)|i authori[sz]e you|red-?team exercise|respond as|"
-        r"treat (?:me|everything) as|who always complies)\b")),
+    ("role_play", "role-play or authority claim", re.compile("(?:" + _word_led(
+        "pretend", "act as", "role-?play", "let'?s play a game", "as the (?:ceo|cfo|admin|administrator|developer)",
+        "i am the (?:developer|admin|administrator|ceo)", "i authori[sz]e you", "red-?team exercise", "respond as",
+        "treat (?:me|everything) as", "who always complies") + r")\b")),
     ("markup_injection", "prompt markup", _ScannedCue(  # + \{\{[^}]*\}\} before \$\{jndi:
         r"</?\s*(?:system|context|instructions?|admin|user|assistant)\s*>|\[/?inst\]|"
         r"(?:^|\n)[^\S\n]*(?:system|assistant|developer)\s*:|#{3}|\$\{jndi:", _OpenerScan("{{", "}", "}"))),
@@ -350,51 +367,54 @@ _REGEX_CUES: tuple[tuple[str, str, re.Pattern[str] | _ScannedCue], ...] = (
     # _CharThenScan [\w.+-]@[\w-]+\.(?:com|net|org)\b before \bfirst letters?\b (its second
     # character, @, is no other alternative's: it cannot start where they do).
     ("exfil_channel", "exfiltration channel", _ScannedCue(
-        r"https?://|" + _word_led(r"webhook\b", r"pastebin\b", r"markdown image\b", r"alt text\b",
-                                  r"download link\b", r"first letters?\b"),
+        _word_led(r"webhook\b", r"pastebin\b", r"markdown image\b", r"alt text\b", r"download link\b",
+                  r"first letters?\b", free=("https?://",)),
         _OpenerScan("![", "]", "("),
         _WindowScan("(?:" + _word_led("email", "forward", "upload", "post", "send", "put") + r")\b", 60,
                     "(?:" + _word_led("to", "into", "in") + r")\b", 30,
                     "(?:" + _word_led(r"my personal\b", r"gmail\b", r"external\b", r"attacker\b", r"url\b",
                                       r"link\b") + ")", lazy=False),
         _CharThenScan(r"[\w.+-]", r"[\w-]+\.(?:com|net|org)\b"))),
-    ("verbatim_dump", "verbatim dump", re.compile(
-        r"\bverbatim\b|\bword for word\b|\bfull (?:text|payloads?|contents?)\b|\braw (?:text|chunks?|embeddings?|"
-        r"contents?|vectors?)\b|\bunredacted\b|\bunfiltered\b|\bdo(?:n'?t| not) summari[sz]e\b|"
-        r"\bno summar(?:y|ies)\b|\bin full\b|\buntil (?:you have returned|done|the entire|every)\b|"
-        r"\bone (?:by|after) (?:one|another)\b")),
-    ("evasion", "evasion", re.compile(
-        r"\bwithout (?:going through )?(?:approval|permission|logging|anyone knowing|telling)\b|"
-        r"\bdo(?:n'?t| not) (?:log|tell|record)\b|\bquietly\b|\bnot supposed to\b|\baccess (?:was|has been) "
-        r"revoked\b|\bwon'?t approve\b|\bso the filter\b|\bnot notice\b|\boff the record\b|\bbefore it'?s public\b")),
+    ("verbatim_dump", "verbatim dump", re.compile(_word_led(
+        r"verbatim\b", r"word for word\b", r"full (?:text|payloads?|contents?)\b",
+        r"raw (?:text|chunks?|embeddings?|contents?|vectors?)\b", r"unredacted\b", r"unfiltered\b",
+        r"do(?:n'?t| not) summari[sz]e\b", r"no summar(?:y|ies)\b", r"in full\b",
+        r"until (?:you have returned|done|the entire|every)\b", r"one (?:by|after) (?:one|another)\b"))),
+    ("evasion", "evasion", re.compile(_word_led(
+        r"without (?:going through )?(?:approval|permission|logging|anyone knowing|telling)\b",
+        r"do(?:n'?t| not) (?:log|tell|record)\b", r"quietly\b", r"not supposed to\b",
+        r"access (?:was|has been) revoked\b", r"won'?t approve\b", r"so the filter\b", r"not notice\b",
+        r"off the record\b", r"before it'?s public\b"))),
     ("other_person", "another person's data", re.compile(
         r"\b(?:his|her|their|colleague'?s?|coworkers?'?s?|manager'?s|boss'?s|someone else'?s|other people'?s|"
         r"everyone'?s|everybody'?s|[a-z]+ [a-z]+'s)\b")),
-    ("own_account", "own-account request", re.compile(
-        r"\b(?:my own|for myself|i forgot my|(?:reset|change|update|rotate|revoke|see|download|correct) my|"
-        r"my (?:password|login|account|payslip|pay stub|salary statement|2fa|w-2|records|medical records|"
-        r"performance review|bank details|home address|api key|credentials|personal access token|token|"
-        r"bearer token|npm token|url|regex|code|json|build|ci|tests?))\b")),
+    ("own_account", "own-account request", re.compile("(?:" + _word_led(
+        "my own", "for myself", "i forgot my",
+        *(verb + " my" for verb in ("reset", "change", "update", "rotate", "revoke", "see", "download", "correct")),
+        "my (?:password|login|account|payslip|pay stub|salary statement|2fa|w-2|records|medical records|"
+        "performance review|bank details|home address|api key|credentials|personal access token|token|"
+        "bearer token|npm token|url|regex|code|json|build|ci|tests?)") + r")\b")),
     ("howto_question", "how-to question", re.compile(
         r"^\s*(?:how (?:do|can|should|does|are|is) (?:i|we|the company)|how to|what(?:'s| is| are| does| counts)|"
         r"why (?:does|is|do|did|was)|explain|can i|can you explain|should i|where (?:do|can|would|is) i?|"
         r"where's|when (?:is|are)|is (?:it|there|my|bereavement)|who (?:do|can|approves|reviews|signs)|"
         r"do (?:i|we)|any tips|in \w+, how|our ci|the (?:build|customer|user|link))\b")),
-    ("exploratory_cue", "exploratory browsing", re.compile(
-        r"\bwhat (?:documents|docs|files|policies|information|resources|guides|topics|kinds|types|categories|"
+    ("exploratory_cue", "exploratory browsing", re.compile(_word_led(
+        r"what (?:documents|docs|files|policies|information|resources|guides|topics|kinds|types|categories|"
         r"reports|materials|templates|training|courses|collections|dashboards|services|datasets|"
-        r"(?:\w+ )?(?:exists?|is available))\b|\boverview\b|\bhigh[- ]level\b|\bbig picture\b|"
-        r"\bwhat do we have\b|\bwhat'?s (?:available|in the|new)\b|\bwhat can i search\b|\bbrowse\b|"
-        r"\btour of\b|\bwhich (?:policies|guides|documents|docs|teams|dashboards|collections|training|"
-        r"internal|clinical|regulations|finance|industries|jurisdictions|product|coding)\b|\blandscape\b|"
-        r"\btable of contents\b|\bjust titles\b|\btitles only\b|\bin general\b|\bbroadly\b|\bat a high level\b|"
-        r"\bgeneral (?:info|principles|process)\b|\bwhat should i read\b|\bany docs\b|"
-        r"\bsummar(?:y|ize) (?:of )?(?:the )?(?:kinds|main|types)\b")),
+        r"(?:\w+ )?(?:exists?|is available))\b", r"overview\b", r"high[- ]level\b", r"big picture\b",
+        r"what do we have\b", r"what'?s (?:available|in the|new)\b", r"what can i search\b", r"browse\b",
+        r"tour of\b", r"which (?:policies|guides|documents|docs|teams|dashboards|collections|training|"
+        r"internal|clinical|regulations|finance|industries|jurisdictions|product|coding)\b", r"landscape\b",
+        r"table of contents\b", r"just titles\b", r"titles only\b", r"in general\b", r"broadly\b",
+        r"at a high level\b", r"general (?:info|principles|process)\b", r"what should i read\b", r"any docs\b",
+        r"summar(?:y|ize) (?:of )?(?:the )?(?:kinds|main|types)\b"))),
 )
-_NAMED_ROLE_RE = re.compile(
-    r"\b(?:ceo|cfo|cto|coo|vp of \w+|general counsel|hr director|head of \w+|skip-level)'s\b|"
-    r"\b(?:employee|patient|ticket|user|customer|room|bed|ward)\s*#?\d+\b|\bproject [a-z]+\b|"
-    r"\b(?:q[1-4]|h[12]|fy\d{2,4})\b")
+_NAMED_ROLE_RE = re.compile(_word_led(
+    *(role + r"'s\b" for role in ("ceo", "cfo", "cto", "coo", r"vp of \w+", "general counsel", "hr director",
+                                  r"head of \w+", "skip-level")),
+    *(kind + r"\s*#?\d+\b" for kind in ("employee", "patient", "ticket", "user", "customer", "room", "bed", "ward")),
+    r"project [a-z]+\b", r"q[1-4]\b", r"h[12]\b", r"fy\d{2,4}\b"))
 
 #: Names of the dense (non-hashed) features, in model order.
 CUE_NAMES: tuple[str, ...] = tuple(n for n, _, _ in _REGEX_CUES) + (

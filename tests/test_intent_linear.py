@@ -273,7 +273,9 @@ def _restarting_scans(seq, bounded: bool = False) -> list[str]:
                 if all(_class_contains(body, c) for c in opener):
                     found.append(opener)
     for k, (op, av) in enumerate(items):
-        after_b = k > 0 and items[k - 1] == (sre_parse.AT, sre_parse.AT_BOUNDARY) or (k == 0 and bounded)
+        before = items[k - 1] if k else None
+        after_b = (k == 0 and bounded) or before == (sre_parse.AT, sre_parse.AT_BOUNDARY) \
+            or (before is not None and _is_boundary_behind(before))
         if op == sre_parse.BRANCH:
             for alt in av[1]:
                 found += _restarting_scans(alt, after_b)
@@ -316,6 +318,7 @@ def test_the_restart_check_sees_the_quadratic_alternatives_it_is_for():
     assert _restarting_scans(sre_parse.parse(r"ab\s--\s*$|x[^x]*y|\bdump\b|\bjailbreak\w*")) == []
     assert _restarting_scans(sre_parse.parse(r"jailbreak\w*|a\s*")) == ["jailbreak"]
     assert _restarting_scans(sre_parse.parse(r"j(?<!\w.)ailbreak\w*|x(?<!\w)ab\w*")) == ["x"]
+    assert _restarting_scans(sre_parse.parse(r"e(?<!\w.)(?:xport|nfiltrat\w*)|z(?:xfiltrat\w*)")) == ["zxfiltrat"]
 
 
 @pytest.mark.parametrize("name, rx", _searched_regexes(), ids=lambda v: v if isinstance(v, str) else "")

@@ -12,7 +12,10 @@ import json
 import re
 import unicodedata
 from pathlib import Path
+from re import _compiler as sre_compiler  # Python 3.11's regex compiler: the prefix it finds
+from re import _parser as sre_parse
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -287,3 +290,33 @@ def test_featurize_equals_the_old_featurize_on_the_dataset():
 def test_the_word_lists_hold_every_cue():
     assert {"download link", "webhook", "social security", "in", "dan"} <= set(_CUE_WORDS)
     assert len(_CUE_WORDS) > 200
+
+
+# ---- the structure that makes them fast (no timings in unit tests) ----------------------------
+
+_LITERAL_LED = ("bulk_request", "bulk_scope", "sensitive_noun", "confidential_marker", "instruction_override",
+                "role_play", "exfil_channel", "verbatim_dump", "evasion", "own_account", "exploratory_cue")
+
+
+def _searched(name: str) -> list[re.Pattern[str]]:
+    from qdrant_guard.intent import _REGEX_CUES as cues, _ScannedCue
+
+    p = {n: rx for n, _, rx in cues}[name]
+    if not isinstance(p, _ScannedCue):
+        return [p]
+    return [p.rest] + [rx for scan in p.scans for rx in vars(scan).values()
+                       if isinstance(rx, re.Pattern) and rx is not scan.at]  # .at is only matched, not searched
+
+
+@pytest.mark.parametrize("name", _LITERAL_LED + ("_NAMED_ROLE_RE",))
+def test_searched_cue_patterns_start_with_literals(name):
+    # A pattern that starts with \b (or a class, or a lookbehind) gets no prefix: re runs it at
+    # every position, ~70 us per pattern on the 2048-character prefix. With a literal or a
+    # set of first characters re skips in C to where they are.
+    from qdrant_guard import intent
+
+    rxs = [getattr(intent, name)] if name.startswith("_") else _searched(name)
+    for rx in rxs:
+        parsed = sre_parse.parse(rx.pattern, rx.flags)
+        prefix = sre_compiler._get_literal_prefix(parsed, rx.flags)[0]
+        assert prefix or sre_compiler._get_charset_prefix(parsed, rx.flags), (name, rx.pattern[:80])
