@@ -124,12 +124,16 @@ _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t
 _LEET_TOKEN_RE = re.compile(r"^(?=.*[a-z])(?=.*[013457])[a-z013457]{4,}$")
 
 _B64_RE = re.compile(r"[A-Za-z0-9+/]{16,}={0,2}")
-_HEX_RE = re.compile(r"\b[0-9a-fA-F]{16,}\b")
-_PCT_RUN_RE = re.compile(r"(?:%[0-9A-Fa-f]{2}){3,}")
+_HEX_RE = re.compile(r"[0-9a-fA-F](?<!\w.)[0-9a-fA-F]{15,}\b")  # \b[0-9a-fA-F]{16,}\b; see _word_led
+# The first repetition of each run is written out: led by a literal (or a choice of them), a
+# pattern is searched in C from where they are; led by a repeat, it is tried at every position.
+_PCT_RUN_RE = re.compile(r"%[0-9A-Fa-f]{2}(?:%[0-9A-Fa-f]{2}){2,}")
 _PCT_ANY_RE = re.compile(r"%[0-9A-Fa-f]{2}")
-_ESCAPE_RUN_RE = re.compile(r"(?:\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|&#x?[0-9a-fA-F]+;){3,}")
-_ZW_IN_WORD_RE = re.compile(r"(?<=\w)[\u200b\u200c\u200d\u2060\ufeff]+(?=\w)")
-_NAME_PAIR_RE = re.compile(r"\b[A-Z][a-z]+(?:[- ][A-Z][a-z]+)+\b")
+_ESCAPE_RUN_RE = re.compile(r"(?:\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|&#x?[0-9a-fA-F]+;)"
+                            r"(?:\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|&#x?[0-9a-fA-F]+;){2,}")
+_ZW_IN_WORD_RE = re.compile(  # (?<=\w)[zero-width]+(?=\w), led by its first character
+    r"[\u200b\u200c\u200d\u2060\ufeff](?<=\w[\u200b\u200c\u200d\u2060\ufeff])[\u200b\u200c\u200d\u2060\ufeff]*(?=\w)")
+_NAME_PAIR_RE = re.compile(r"[A-Z](?<!\w.)[a-z]+(?:[- ][A-Z][a-z]+)+\b")  # \b[A-Z][a-z]+...; see _word_led
 
 _BULK_VERBS = (r"list|show|give|get|pull|dump|export|print|download|send|fetch|retrieve|enumerate|"
                r"output|return|extract|compile|copy|iterate over|find")
@@ -279,13 +283,11 @@ class _ScannedCue:
         self.scans = scans
 
     def finditer(self, text: str) -> Iterator[re.Match[str]]:
-        m = self.search(text)
-        if m is None:
-            return
-        yield m
-        pos = m.end()
+        # Each scan is prepared once: its set-up is most of its cost (a window scan lists every
+        # head, mid and tail).
+        pos = 0
         firsts = [(scan.prepare(text), scan.at) for scan in self.scans]
-        rest = self.rest.search(text, pos)
+        rest = self.rest.search(text)
         while pos <= len(text):
             if rest is not None and rest.start() < pos:
                 # Only then: searching again from every match would make a run of them quadratic.
@@ -385,9 +387,12 @@ _REGEX_CUES: tuple[tuple[str, str, re.Pattern[str] | _ScannedCue], ...] = (
         r"do(?:n'?t| not) (?:log|tell|record)\b", r"quietly\b", r"not supposed to\b",
         r"access (?:was|has been) revoked\b", r"won'?t approve\b", r"so the filter\b", r"not notice\b",
         r"off the record\b", r"before it'?s public\b"))),
+    # \b(?:his|her|their|colleague'?s?|coworkers?'?s?|manager'?s|boss'?s|someone else'?s|other people'?s|
+    # everyone'?s|everybody'?s|[a-z]+ [a-z]+'s)\b, led by [a-z] as _word_led does with literals.
     ("other_person", "another person's data", re.compile(
-        r"\b(?:his|her|their|colleague'?s?|coworkers?'?s?|manager'?s|boss'?s|someone else'?s|other people'?s|"
-        r"everyone'?s|everybody'?s|[a-z]+ [a-z]+'s)\b")),
+        r"[a-z](?<!\w.)(?:(?<=h)(?:is|er)|(?<=t)heir|(?<=c)(?:olleague'?s?|oworkers?'?s?)|(?<=m)anager'?s|"
+        r"(?<=b)oss'?s|(?<=s)omeone else'?s|(?<=o)ther people'?s|(?<=e)(?:veryone'?s|verybody'?s)|"
+        r"[a-z]* [a-z]+'s)\b")),
     ("own_account", "own-account request", re.compile("(?:" + _word_led(
         "my own", "for myself", "i forgot my",
         *(verb + " my" for verb in ("reset", "change", "update", "rotate", "revoke", "see", "download", "correct")),

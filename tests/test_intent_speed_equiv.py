@@ -295,7 +295,10 @@ def test_the_word_lists_hold_every_cue():
 # ---- the structure that makes them fast (no timings in unit tests) ----------------------------
 
 _LITERAL_LED = ("bulk_request", "bulk_scope", "sensitive_noun", "confidential_marker", "instruction_override",
-                "role_play", "exfil_channel", "verbatim_dump", "evasion", "own_account", "exploratory_cue")
+                "role_play", "exfil_channel", "verbatim_dump", "evasion", "other_person", "own_account",
+                "exploratory_cue")
+_LITERAL_LED_RES = ("_NAMED_ROLE_RE", "_NAME_PAIR_RE", "_HEX_RE", "_PCT_RUN_RE", "_ESCAPE_RUN_RE", "_ZW_IN_WORD_RE",
+                    "_STYLED_RE")
 
 
 def _searched(name: str) -> list[re.Pattern[str]]:
@@ -308,7 +311,7 @@ def _searched(name: str) -> list[re.Pattern[str]]:
                        if isinstance(rx, re.Pattern) and rx is not scan.at]  # .at is only matched, not searched
 
 
-@pytest.mark.parametrize("name", _LITERAL_LED + ("_NAMED_ROLE_RE",))
+@pytest.mark.parametrize("name", _LITERAL_LED + _LITERAL_LED_RES)
 def test_searched_cue_patterns_start_with_literals(name):
     # A pattern that starts with \b (or a class, or a lookbehind) gets no prefix: re runs it at
     # every position, ~70 us per pattern on the 2048-character prefix. With a literal or a
