@@ -279,6 +279,20 @@ def test_featurize_equals_the_old_featurize_on_long_text(text):
     _check(text)
 
 
+_CONTEXTS = ["{}", "x {}", "{}.", "({})", "a{}", "{}x", "{} all the records", "the {}'s", "\n{}:", "{} {}",
+             "\u0130{}", "{}\u0130", "\u2474 {}"]
+_RUNS = ["0123456789abcdef"[:k] + "0" * max(0, k - 16) for k in range(13, 20)] + \
+        ["%41" * k for k in range(1, 5)] + ["\\u00e9" * k for k in range(1, 5)] + ["&#x41;" * k for k in range(1, 5)]
+
+
+def test_featurize_equals_the_old_featurize_on_each_cue_word_in_context():
+    # Random texts rarely hold a given word where only its own alternative matches (at the start,
+    # after punctuation): every word and run in every context, once.
+    for word in _CUE_WORDS + [w.upper() for w in _CUE_WORDS] + _RUNS:
+        for context in _CONTEXTS:
+            _check(context.format(word, word))
+
+
 def test_featurize_equals_the_old_featurize_on_the_dataset():
     texts = [json.loads(line)["text"] for line in DATASET.read_text(encoding="utf-8").splitlines() if line.strip()]
     assert len(texts) > 500
