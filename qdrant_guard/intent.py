@@ -452,7 +452,10 @@ class Featurized:
 
 # Mathematical alphanumerics, enclosed/squared letters and fullwidth forms; regional indicators
 # (flags, from U+1F1E6) excluded.
-_STYLED_RE = re.compile("[\U0001D400-\U0001D7FF\u2460-\u24FF\U0001F100-\U0001F1E5\uFF01-\uFF5E]")
+# Counted as the length their runs remove: one match per run, not per character (findall made
+# a string of each of 2048 fullwidth letters, ~0.2 ms).
+_STYLED_CLASS = "[\U0001D400-\U0001D7FF\u2460-\u24FF\U0001F100-\U0001F1E5\uFF01-\uFF5E]"
+_STYLED_RE = re.compile(f"{_STYLED_CLASS}{_STYLED_CLASS}*")  # [...]+, led by the class: searched in C
 
 
 # NFKC expands a character up to 18-fold (U+FDFA) and casefolding up to 3-fold, so normalising
@@ -529,7 +532,7 @@ def featurize(text: str) -> Featurized:
     raw = text[:_MAX_LEXICAL_CHARS]
     styled = 0
     if not raw.isascii():
-        styled = len(_STYLED_RE.findall(raw))
+        styled = len(raw) - len(_STYLED_RE.sub("", raw))
     zw_in_word = len(_ZW_IN_WORD_RE.findall(raw))
     cased = _nfkc_prefix(raw, _MAX_LEXICAL_CHARS).translate(_ZW_STRIP)
     low = _casefold_prefix(cased, _MAX_LEXICAL_CHARS)
