@@ -320,13 +320,15 @@ _REGEX_CUES: tuple[tuple[str, str, re.Pattern[str] | _ScannedCue], ...] = (
     # alternatives in their order: the same matches.
     ("bulk_request", "bulk request", re.compile(_word_led(
         *(verb + r"\b(?:\s+(?:me|us|out|up))?\s+(?:(?:a|the)\s+)?(?:table of\s+|list of\s+)?"
-                 r"(?:all|every|each|entire|whole|full|complete|everyone|everybody)\b" for verb in _BULK_VERBS.split("|")),
+                 r"(?:all|every|each|entire|whole|full|complete|everyone|everybody)\b"
+          for verb in _BULK_VERBS.split("|")),
         r"dump\b", r"exfiltrat\w*"))),
     ("bulk_scope", "bulk scope", re.compile(_word_led(
         *(lead + r"\s+(?:\w+\s+)?(?:collection|index|database|vector store|folder|table|list|pipeline)\b"
           for lead in (r"the\s+(?:entire|whole|full)", "entire", "whole", "full")),
         r"every\s+(?:document|chunk|record|file|payload|ssn|password)s?\b",
-        r"all\s+(?:the\s+)?(?:documents|chunks|payloads|records|files|vectors|hits)\b", r"vector\s+(?:store|database)\b",
+        r"all\s+(?:the\s+)?(?:documents|chunks|payloads|records|files|vectors|hits)\b",
+        r"vector\s+(?:store|database)\b",
         r"top\s+\d{2,}\b", r"limit\s+\d{3,}\b"))),
     ("sensitive_noun", "sensitive noun", re.compile("(?:" + _word_led(
         "ssns?", "social security(?: numbers?)?", "salar(?:y|ies)", "passwords?", "passw0rds?", "api keys?",

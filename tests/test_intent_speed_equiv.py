@@ -304,7 +304,8 @@ def test_featurize_equals_the_old_featurize_on_the_dataset():
 
 
 def test_the_word_lists_hold_every_cue():
-    assert {"download link", "webhook", "social security", "in", "dan", "everyone's", "won't approve"} <= set(_CUE_WORDS)
+    assert {"download link", "webhook", "social security", "in", "dan", "everyone's",
+            "won't approve"} <= set(_CUE_WORDS)
     assert len(_CUE_WORDS) > 200
 
 
