@@ -548,9 +548,17 @@ class MemoryBudgetStore(_CountingStore):
                 elif prefix.startswith(group):
                     keys.extend(key for key in members if key.startswith(prefix))
             found = {}
+            spans = self._spans
             for key in keys:
-                kept = self._kept_span(key, window_s, now)
-                ids = kept[1] if kept is not None else self._live_ids(key, window_s, now)
+                # _kept_span inline: a read lists every source of its principal.
+                span = spans.get(key)
+                if span is not None:
+                    oldest, newest, ids = span
+                    if oldest >= (now if now > newest else newest) - window_s:
+                        if ids:
+                            found[key] = ids
+                        continue
+                ids = self._live_ids(key, window_s, now)
                 if ids:
                     found[key] = ids
         return found
@@ -1454,11 +1462,20 @@ def _decision(charge: tuple[str, Sequence[Any], int], normalised: list[str], rel
               before: int, after: int) -> BudgetDecision:
     key, originals, cap = charge
     if type(originals) is list and released.issuperset(normalised):  # the common case: all released
-        return BudgetDecision(admitted=list(originals), withheld=[], seen_before=before, seen_after=after,
-                              cap=cap, key=key)
-    return BudgetDecision(admitted=[o for o, n in zip(originals, normalised) if n in released],
-                          withheld=[o for o, n in zip(originals, normalised) if n not in released],
-                          seen_before=before, seen_after=after, cap=cap, key=key)
+        return _new_decision(list(originals), [], before, after, cap, key)
+    return _new_decision([o for o, n in zip(originals, normalised) if n in released],
+                         [o for o, n in zip(originals, normalised) if n not in released], before, after, cap, key)
+
+
+def _new_decision(admitted: list[Any], withheld: list[Any], before: int, after: int, cap: int,
+                  key: str) -> BudgetDecision:
+    # BudgetDecision(...) without the frozen dataclass's __init__, which sets each field with its
+    # own object.__setattr__ (a read makes one per source it returns): the same fields, in the
+    # same order, in the instance's __dict__.
+    decision = object.__new__(BudgetDecision)
+    decision.__dict__.update(admitted=admitted, withheld=withheld, seen_before=before, seen_after=after,
+                             cap=cap, key=key)
+    return decision
 
 
 def _rank_order(lists: Sequence[Sequence[str]]) -> list[str]:
@@ -1602,11 +1619,10 @@ class ExtractionBudget:
         now = _check_real("clock()", self.clock(), positive=False)
         found = listing(prefix, window_s=self.window_s, now=now)
         cut = len(prefix)
-        out = {}
-        for key, ids in found.items():  # a read lists every source of its principal
-            source = key[cut:]
-            out[_unescape_part(source) if "%" in source else source] = \
-                ids if type(ids) is frozenset else frozenset(ids)
+        # A read lists every source of its principal: one comprehension, the escapes undone after.
+        out = {key[cut:]: ids if type(ids) is frozenset else frozenset(ids) for key, ids in found.items()}
+        if any("%" in source for source in out):
+            out = {_unescape_part(source) if "%" in source else source: ids for source, ids in out.items()}
         return out
 
     @staticmethod
@@ -1650,8 +1666,18 @@ class ExtractionBudget:
                 members.setdefault(pid, []).append(index)
         points = [(pid, members[pid]) for pid in _rank_order(normalised)]
         now = self._now()
-        admit_points = getattr(self.store, "admit_points", None)
-        if admit_points is not None:
+        store = self.store
+        admit_points = getattr(store, "admit_points", None)
+        window = self.window_s  # a public attribute: checked again as admit_points would
+        if admit_points is not None and type(store).admit_points is _CountingStore.admit_points \
+                and type(window) is float and 0.0 < window < math.inf \
+                and len({key for key, _, _ in charges}) == len(charges):
+            # A built-in store's admit_points only checks its arguments before _admit_points, and
+            # these passed the same checks here: non-empty str keys (distinct, as tested above: two
+            # str subclasses can be distinct sources of one key), caps from _floor_share, one entry
+            # per distinct id with distinct key indices, window_s and now finite floats.
+            flags, counts = store._admit_points([(key, cap) for key, _, cap in charges], points, window, now)
+        elif admit_points is not None:
             flags, counts = admit_points([(key, cap) for key, _, cap in charges], points,
                                          window_s=self.window_s, now=now)
         else:

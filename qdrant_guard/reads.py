@@ -208,12 +208,14 @@ class ReadOps(PayloadOps, QueryChecks):
         pts = list(points)
         div = pol.diversity
         monitor = div.mode == "monitor"
-        src = pol.source_field
-        source_of = {id(p): _sources(p, src) for p in pts}.__getitem__
+        srcs = _sources_of_points(pts, pol.source_field)
+        source_of = dict(zip(map(id, pts), srcs)).__getitem__
         if plan.diversify:
             ranked = pts[plan.offset:]
+            # Diversity picks among the ranked points' indices, whose sources are listed: the same
+            # picks as over the points, without a Python call per point to look its sources up.
             outcome = enforce_diversity(
-                ranked, k=plan.limit or 10, source_of=lambda p: source_of(id(p)),
+                range(len(ranked)), k=plan.limit or 10, source_of=srcs[plan.offset:].__getitem__,
                 max_source_fraction=div.max_source_fraction, min_unique_sources=div.min_unique_sources,
             )
             details["diversity"] = {"kept": len(outcome.kept), "withheld": len(outcome.withheld),
@@ -223,7 +225,7 @@ class ReadOps(PayloadOps, QueryChecks):
                 pts = ranked[: plan.limit]
                 details["diversity"]["monitor"] = True
             else:
-                pts = list(outcome.kept)
+                pts = [ranked[i] for i in outcome.kept]
         if _source_budgeted(pol):
             # pts are points of the list source_of was built from (kept or sliced, never copied).
             pts = yield from self.apply_budget(op, name, pol, pts, details, lambda p: source_of(id(p)),
@@ -450,13 +452,18 @@ class ReadOps(PayloadOps, QueryChecks):
         cached = self.cached_source_size
         sizes = self.shared.get("source_sizes", {})
         caps: dict[int, int] = {}  # size -> cap: the listing holds every source the principal read
+        # cached_source_size inline, with one clock read until a count is awaited: the listing
+        # holds every source the principal read.
+        now = time.monotonic()
         for source, ids in (listed or {}).items():
             if restricted and source not in restricted:
                 continue
-            # cached_source_size without the method call: the listing holds every source read.
-            size = _fresh_size(sizes.get((account, source)))
-            if size is None:
+            hit = sizes.get((account, source))
+            if hit is not None and now - hit[0] < _SOURCE_SIZE_TTL_S:
+                size = hit[1]
+            else:
                 size = yield from self.source_size(account, pol, source)
+                now = time.monotonic()
             cap = caps.get(size)
             if cap is None:
                 cap = caps[size] = cap_for(size, coverage)
@@ -1093,6 +1100,17 @@ def _lookup_target(value: Any, param: str, where: str) -> tuple[Any, str]:
             raise UncheckedForm(where, value) from None
         return found, found.collection
     raise UncheckedForm(where, value)
+
+
+def _sources_of_points(pts: Sequence[Any], field_name: str) -> list[tuple[str, ...]]:
+    """``point_sources(p, field_name)`` of each point, in order."""
+    if "." in field_name:
+        return [_sources(p, field_name) for p in pts]
+    # point_sources' own first case (a dict payload whose top-level value is a non-empty str)
+    # without the call: a read asks this of every point Qdrant returns.
+    return [(node,) if type(payload := getattr(p, "payload", None)) is dict
+            and type(node := payload.get(field_name)) is str and node else _sources(p, field_name)
+            for p in pts]
 
 
 def _source_budgeted(pol: CollectionPolicy) -> bool:
