@@ -1,0 +1,81 @@
+"""Guard-only read time of two source trees, timed in turn (an A/B for read-path changes).
+
+Run: python bench/read_ab.py OLD_TREE NEW_TREE [--points 1000] [--rounds 31] [--calls 300]
+     (OLD_TREE e.g. from `git archive <commit> | tar -x -C /tmp/old`, with the built *.so copied in)
+
+Each tree gets a worker process with its own bed (bench_overhead.read_bed, every read defence on)
+and 20 replayed top-10 reads (Qdrant's answer replayed, as ``guard_only``). Each round both workers
+time ``--calls`` reads and report their median; the order alternates per round, so a slow phase of
+the shared machine slows both. Prints each tree's median and quartiles over rounds, and the median
+and quartiles of the per-round ratio new/old.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def worker(points: int) -> None:
+    sys.path.insert(0, str(Path.cwd() / "bench"))
+    import _harness as H
+    import bench_overhead as B
+
+    texts = H.realistic_queries(20)
+    bed, name = B.read_bed(points, 384)
+    qv = [row.tolist() for row in H.unit_rows(len(texts), 384, H.SEED + 1)]
+    reps = [H.Replay(bed.reader, "query_points", (name,), {"query": qv[i], "query_text": texts[i], "limit": 10})
+            for i in range(len(texts))]
+    for r in reps:
+        r.record()
+        r.check()
+    for j in range(200):
+        reps[j % 20].run()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        ts = []
+        for j in range(int(line)):
+            t = time.perf_counter()
+            reps[j % 20].run()
+            ts.append(time.perf_counter() - t)
+        print(f"{statistics.median(ts) * 1e6:.2f}", flush=True)
+    bed.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("old", nargs="?")
+    ap.add_argument("new", nargs="?")
+    ap.add_argument("--points", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=31)
+    ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        return worker(a.points)
+    trees = {"old": a.old, "new": a.new}
+    procs = {k: subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", "--points", str(a.points)],
+                                 cwd=d, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for k, d in trees.items()}
+    for p in procs.values():
+        assert p.stdout.readline().strip() == "ready"
+    got: dict[str, list[float]] = {"old": [], "new": []}
+    for r in range(a.rounds):
+        for k in (("old", "new") if r % 2 == 0 else ("new", "old")):
+            procs[k].stdin.write(f"{a.calls}\n")
+            procs[k].stdin.flush()
+            got[k].append(float(procs[k].stdout.readline()))
+    for p in procs.values():
+        p.stdin.close()
+        p.wait()
+    ratios = [n / o for o, n in zip(got["old"], got["new"])]
+    for k, xs in [*got.items(), ("new/old", ratios)]:
+        q = statistics.quantiles(xs, n=4)
+        print(f"{k:8s} median {statistics.median(xs):8.3f}  quartiles {q[0]:.3f}-{q[2]:.3f}  "
+              f"min {min(xs):.3f}  max {max(xs):.3f}" + ("" if k == "new/old" else " us/read"))
+
+
+if __name__ == "__main__":
+    main()
