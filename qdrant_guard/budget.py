@@ -1621,7 +1621,7 @@ class ExtractionBudget:
         cut = len(prefix)
         # A read lists every source of its principal: one comprehension, the escapes undone after.
         out = {key[cut:]: ids if type(ids) is frozenset else frozenset(ids) for key, ids in found.items()}
-        if any("%" in source for source in out):
+        if "%" in "".join(out):  # in one of the names (a "%" cannot span two)
             out = {_unescape_part(source) if "%" in source else source: ids for source, ids in out.items()}
         return out
 

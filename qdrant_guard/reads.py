@@ -332,17 +332,27 @@ class ReadOps(PayloadOps, QueryChecks):
             for source in sources_of(p) or ("__unknown__",):
                 by_source.setdefault(source, []).append(p)
         restricted = pol.diversity.restricted_sources
-        cached = self.cached_source_size
         requests: dict[str, tuple[list[Any], int]] = {}
+        # cached_source_size inline, with one clock read until a count is awaited.
+        sizes = self.shared.get("source_sizes", {})
+        now = time.monotonic()
         for source, group in by_source.items():
             if restricted and source not in restricted:
                 continue
             # A source holds at least the distinct points just returned from it, whatever the count
             # said (retrieve returns a record once per requested id, so the same point can repeat).
-            distinct = len({normalize_point_id(p.id) for p in group})
-            size = cached(account, source)
-            if size is None:
+            if len(group) == 1:
+                normalize_point_id(group[0].id)  # raises for a bad id, as the set below would
+                distinct = 1
+            else:
+                distinct = len({normalize_point_id(p.id) for p in group})
+            hit = sizes.get((account, source))
+            if hit is not None and now - hit[0] < _SOURCE_SIZE_TTL_S:
+                size = hit[1]
+            else:
                 size = yield from self.source_size(account, pol, source)
+                sizes = self.shared.get("source_sizes", {})
+                now = time.monotonic()
             size = max(size, distinct)
             requests[source] = ([p.id for p in group], size)
         withheld: set[str] = set()

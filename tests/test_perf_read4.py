@@ -198,10 +198,11 @@ def test_exclusion_reads_the_clock_again_after_a_count(tmp_path, monkeypatch):
     for source in ("s0", "s1"):
         budget.admit(principal=guard.principal_label, collection="hr", source=source, point_ids=[1],
                      source_size=4, max_source_coverage=0.5)
+    first, second = budget.admitted_by_source(principal=guard.principal_label, collection="hr")  # listing order
     clock = [1000.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
-    # s0 has no size (counted first, in listing order); s1's is fresh until the count takes 20 s.
-    guard.shared["source_sizes"] = {("hr", "s1"): (clock[0] - _reads._SOURCE_SIZE_TTL_S + 10.0, 4)}
+    # The first source listed has no size; the second's is fresh until that count takes 20 s.
+    guard.shared["source_sizes"] = {("hr", second): (clock[0] - _reads._SOURCE_SIZE_TTL_S + 10.0, 4)}
     gen = guard.budget_exclusion("query_points", "hr", pol, "hr")
     counted = []
     try:
@@ -212,4 +213,88 @@ def test_exclusion_reads_the_clock_again_after_a_count(tmp_path, monkeypatch):
             call = gen.send(types.SimpleNamespace(count=4))
     except StopIteration:
         pass
-    assert counted == ["s0", "s1"]
+    assert counted == [first, second]
+
+
+def _drive_counts(gen, sizes, calls, clock=None):
+    """Run a read-path generator, answering each ``count`` from ``sizes``; ``clock`` (a one-item
+    list) moves on by 20 s during each count."""
+    try:
+        call = next(gen)
+        while True:
+            calls.append(call.kwargs["count_filter"].should[0].match.value)
+            if clock is not None:
+                clock[0] += 20.0
+            call = gen.send(types.SimpleNamespace(count=sizes[calls[-1]]))
+    except StopIteration as stop:
+        return stop.value
+
+
+def test_budget_sizes_are_the_cached_or_counted_sizes(tmp_path, monkeypatch):
+    # Points of one, several or repeated sources, whose sizes are cached fresh, cached stale or not
+    # at all: each source is counted when its cached size is not fresh, in the order the sources
+    # first appear, and charged with max(its size, its distinct points), as when each size was
+    # looked up through cached_source_size.
+    guard, pol = _reader(tmp_path, {"max_source_coverage": 0.5, "max_source_fraction": 1.0, "min_unique_sources": 1})
+    budget = guard.extraction_budget(pol)
+    seen: list = []
+    admit_many = budget.admit_many
+    monkeypatch.setattr(budget, "admit_many", lambda **kw: seen.append(kw["requests"]) or admit_many(**kw))
+    rng = np.random.default_rng(21)
+    counted_any = cached_any = 0
+    for _ in range(150):
+        budget.store.reset()
+        true = {f"s{i}": int(rng.integers(1, 9)) for i in range(6)}
+        now = time.monotonic()
+        guard.shared["source_sizes"] = {}
+        for source in true:
+            age = float(rng.choice([-1.0, 1.0, _reads._SOURCE_SIZE_TTL_S - 5.0, _reads._SOURCE_SIZE_TTL_S + 1.0]))
+            if age >= 0:
+                guard.shared["source_sizes"][("hr", source)] = (now - age, int(rng.integers(0, 9)))
+        cache = dict(guard.shared["source_sizes"])
+        pts = []
+        for _ in range(int(rng.integers(1, 9))):
+            named = [f"s{int(i)}" for i in rng.integers(0, 6, size=int(rng.integers(1, 3)))]
+            pts.append(types.SimpleNamespace(id=int(rng.integers(0, 6)),
+                                             payload={"source": named[0] if len(named) == 1 else named}))
+        order = list(dict.fromkeys(s for p in pts for s in point_sources(p, "source")))
+        fresh = {s: cache[("hr", s)][1] for s in order
+                 if ("hr", s) in cache and time.monotonic() - cache[("hr", s)][0] < _reads._SOURCE_SIZE_TTL_S - 1.0}
+        want_calls = [s for s in order if s not in fresh]
+        want = {s: ([p.id for p in pts if s in point_sources(p, "source")],
+                    max(fresh.get(s, true[s]), len({p.id for p in pts if s in point_sources(p, "source")})))
+                for s in order}
+        seen.clear()
+        calls: list = []
+        plan = _reads.ReadPlan(user_with_payload=True, user_with_vectors=False)
+        _drive_counts(guard.apply_budget("query_points", "hr", pol, pts, {},
+                                         lambda p: point_sources(p, "source"), plan=plan), true, calls)
+        assert calls == want_calls
+        assert seen == [want]
+        counted_any += bool(calls)
+        cached_any += len(calls) < len(order)
+    assert counted_any > 50 and cached_any > 50
+
+
+def test_budget_sizes_read_the_clock_again_after_a_count(tmp_path, monkeypatch):
+    guard, pol = _reader(tmp_path, {"max_source_coverage": 0.5, "max_source_fraction": 1.0, "min_unique_sources": 1})
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    # s0 is counted first; s1's cached size goes stale while that count takes 20 s.
+    guard.shared["source_sizes"] = {("hr", "s1"): (clock[0] - _reads._SOURCE_SIZE_TTL_S + 10.0, 4)}
+    pts = [types.SimpleNamespace(id=1, payload={"source": "s0"}), types.SimpleNamespace(id=2, payload={"source": "s1"})]
+    calls: list = []
+    _drive_counts(guard.apply_budget("query_points", "hr", pol, pts, {}, lambda p: point_sources(p, "source")),
+                  {"s0": 4, "s1": 4}, calls, clock)
+    assert calls == ["s0", "s1"]
+
+
+def test_a_bad_id_alone_in_its_source_is_refused_before_its_source_is_counted(tmp_path):
+    guard, pol = _reader(tmp_path, {"max_source_coverage": 0.5, "max_source_fraction": 1.0, "min_unique_sources": 1})
+    guard.shared["source_sizes"] = {}
+    pts = [types.SimpleNamespace(id="not-a-uuid", payload={"source": "misc"})]
+    calls: list = []
+    with pytest.raises(ValueError, match="is not a UUID string"):
+        _drive_counts(guard.apply_budget("query_points", "hr", pol, pts, {}, lambda p: point_sources(p, "source")),
+                      {"misc": 4}, calls)
+    assert calls == []
