@@ -6,7 +6,7 @@ import math
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypeVar
 
 import numpy as np
 import pydantic
@@ -121,7 +121,7 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
         if isinstance(p, models.PointStruct):
             out.append(p)
         elif isinstance(p, dict):
-            out.append(_dict_point(i, p))
+            out.append(_from_dict(f"points[{i}]", p, models.PointStruct))
         elif isinstance(p, models.Record):
             if p.vector is None:
                 # qdrant-client fails on it; storing it as vector={} would wipe the point's vectors.
@@ -139,17 +139,20 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
     return out
 
 
-def _dict_point(i: int, p: dict[str, Any]) -> models.PointStruct:
+_M = TypeVar("_M", bound=pydantic.BaseModel)
+
+
+def _from_dict(where: str, p: dict[str, Any], cls: type[_M]) -> _M:
     """A point given as a dict, read as qdrant-client's REST client reads it (it validates the list
-    into ``models.PointsList``, so a server stores it; local mode fails on it). The error names the
-    fields at fault, never their values (a payload may hold a secret)."""
+    into ``models.PointsList`` or ``models.UpdateVectors``, so a server stores it; local mode fails
+    on it). The error names the fields at fault, never their values (a payload may hold a secret)."""
     try:
-        return models.PointStruct.model_validate(p)
+        return cls.model_validate(p)
     except pydantic.ValidationError as exc:
         wrong = ", ".join(sorted({str(e["loc"][0]) if e["loc"] else "<point>" for e in exc.errors()}))
         raise TypeError(
-            f"points[{i}] is a dict that is not a models.PointStruct (invalid: {wrong}); give id, "
-            "vector and payload as models.PointStruct takes them"
+            f"{where} is a dict that is not a models.{cls.__name__} (invalid: {wrong}); give its "
+            f"fields as models.{cls.__name__} takes them"
         ) from None
 
 
@@ -165,7 +168,8 @@ def _kind(value: Any) -> str:
 
 def vector_updates_from_any(updates: Any) -> list[models.PointVectors]:
     """``update_vectors``' ``points`` as a list of models.PointVectors (the form the checks read)."""
-    out = list(updates)
+    out = [_from_dict(f"points[{i}]", u, models.PointVectors) if isinstance(u, dict) else u
+           for i, u in enumerate(updates)]
     for u in out:
         if not isinstance(u, models.PointVectors):
             raise TypeError(

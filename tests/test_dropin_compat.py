@@ -175,8 +175,8 @@ def test_update_vectors_refuses_a_grpc_point_by_name(tmp_path, klass):
                                vectors=RestToGrpc.convert_vector_struct([0.0, 1.0, 0.0, 0.0]))
     with pytest.raises(TypeError, match=r"got points_pb2\.PointVectors.*convert it to models\.PointVectors"):
         client.update_vectors("kb", [update])
-    with pytest.raises(TypeError, match=r"must be models\.PointVectors; got dict"):
-        client.update_vectors("kb", [{"id": 1, "vector": [0.0, 1.0, 0.0, 0.0]}])
+    with pytest.raises(TypeError, match=r"points\[0\] is a dict that is not a models\.PointVectors \(invalid: vector\)"):
+        client.update_vectors("kb", [{"id": 1, "vector": "not a vector"}])
     assert qdrant_client.QdrantClient.retrieve(client, "kb", [1], with_vectors=True) == before
 
 
@@ -309,3 +309,20 @@ def test_an_invalid_dict_point_is_refused_by_field_without_its_values():
         client.upsert("kb", [{"id": 20, "vector": [0.0] * DIM}, {"id": 21, "vector": secret, "payload": {}}])
     assert secret not in str(info.value)
     assert client.count("kb").count == 8  # nothing was written
+
+
+@pytest.mark.parametrize("klass", ["PUBLIC", "PII"])
+def test_dict_vector_updates_are_applied_as_the_rest_client_applies_them(tmp_path, klass):
+    # As with upsert: qdrant-client's REST client validates update_vectors' dicts into
+    # models.UpdateVectors, so a server applies them.
+    from tests.guardkit import make_kit
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PUBLIC"} if klass == "PUBLIC" else {"class": "PII", "owner": "hr", "raw_in_boundary": True}
+    a, b = (_fill(qdrant_guard.QdrantClient(":memory:", guard=kit.config({"kb": pol}), principal=kit.principal("alice", "hr")))
+            for _ in range(2))
+    a.update_vectors("kb", [{"id": 1, "vector": [0.0, 1.0, 0.0, 0.0]}])
+    b.update_vectors("kb", [models.PointVectors(id=1, vector=[0.0, 1.0, 0.0, 0.0])])
+    got = [qdrant_client.QdrantClient.retrieve(c, "kb", [1], with_vectors=True)[0].vector for c in (a, b)]
+    assert got[0] == got[1] and got[0] != qdrant_client.QdrantClient.retrieve(
+        _fill(qdrant_client.QdrantClient(":memory:")), "kb", [1], with_vectors=True)[0].vector
