@@ -1669,7 +1669,10 @@ class ExtractionBudget:
         store = self.store
         admit_points = getattr(store, "admit_points", None)
         window = self.window_s  # a public attribute: checked again as admit_points would
-        if admit_points is not None and type(store).admit_points is _CountingStore.admit_points \
+        # The bound method's function, not the class attribute: an admit_points set on the instance
+        # (a wrapper) is the one to call, as the checked path below does.
+        if getattr(admit_points, "__func__", None) is _CountingStore.admit_points \
+                and getattr(admit_points, "__self__", None) is store \
                 and type(window) is float and 0.0 < window < math.inf \
                 and len({key for key, _, _ in charges}) == len(charges):
             # A built-in store's admit_points only checks its arguments before _admit_points, and
