@@ -27,8 +27,12 @@ def _as_sent(value: Any) -> Any:
     payload with pydantic): bytes and a str-valued Enum become the string, a dataclass or model an
     object, a deque or generator a list. The screens read that form: the Python object hid it (a
     secret as ``b"sk_live_..."`` was stored as the string, unscreened). A value pydantic cannot
-    serialise is returned as it is (the client refuses it)."""
+    serialise is returned as it is (the client refuses it). A str subclass (a ``(str, Enum)``
+    member, a class whose ``__str__`` masks it) is its characters, as it is stored: its
+    ``__str__``, ``__format__``, ``__eq__`` or ``__hash__`` could show the screens something else."""
     if isinstance(value, _AS_IS):
+        if isinstance(value, str) and type(value) is not str:
+            return str.__str__(value)
         return value
     try:
         return to_jsonable_python(value)
@@ -324,9 +328,13 @@ class _FieldScreen:
                     and (type(v) in _SCALARS or (type(v) is str and (k, v) in clean_values))):
                 out[k] = v
                 continue
+            given = k
+            if isinstance(k, str) and type(k) is not str:
+                k = str.__str__(k)  # a str subclass key is stored as its characters: screen those (_as_sent)
             kind = skip.get(k) if skip and isinstance(k, str) else None
             if kind == "receipt":
                 out[k] = v
+                changed = changed or k is not given
                 continue
             nk, shown = self.key(k, path)
             at = f"{path}.{shown}" if path else shown
@@ -346,7 +354,7 @@ class _FieldScreen:
                     f"{self.op}: two keys of the payload object at {path or '<top level>'!r} of point "
                     f"{self.point_id!r} would both be stored as {shown!r} once redacted, and one would "
                     "overwrite the other; remove the data from the keys. Nothing was written")
-            changed = changed or nk is not k or nv is not v
+            changed = changed or nk is not given or nv is not v
             out[nk] = nv
         return out if changed else value
 

@@ -2,11 +2,20 @@
 attacked against real stores and real local-mode Qdrant (no mocks)."""
 from __future__ import annotations
 
+import enum
 import uuid
 
+import numpy as np
 import pytest
 
+from guardkit import create, make_kit, models, snapshot, unit
+from qdrant_guard import GuardRefusal, QdrantClient
 from qdrant_guard.budget import ExtractionBudget, MemoryBudgetStore, RedisBudgetStore, SqliteBudgetStore
+from qdrant_guard.receipts import RECEIPT_KEY
+
+STRIPE = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+# A secret the detector finds only next to a secret-like name: clean as a title, a finding as a password.
+PASSWORD = "Tr0ub4dor&3xQz"
 
 
 # -- the budget: admit_many's call of a built-in store's _admit_points ---------------------------
@@ -71,3 +80,122 @@ def test_the_built_in_path_still_admits_as_the_checked_path(store_spec, tmp_path
     assert decisions["memo"].admitted == [1, 2] and decisions["memo"].withheld == [3]
     assert decisions["wiki"].admitted == [4] and decisions["wiki"].withheld == [3]
     assert decisions["wiki"].seen_after == 1
+
+
+# -- the payload screen: str subclasses are screened as the characters the client stores ----------
+
+class _Config(str, enum.Enum):
+    KEY = STRIPE
+
+
+class _Masked(str):
+    """A str that hides itself from logs: str() and f-strings show stars, the client stores it."""
+
+    def __str__(self):
+        return "****"
+
+    def __repr__(self):
+        return "_Masked('****')"
+
+
+class _PoseAsTitle(str):
+    """A str that compares and hashes as "title" (so as a key and a pair the screen remembered)."""
+
+    def __eq__(self, other):
+        return other == "title" or str.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    def __hash__(self):
+        return hash("title")
+
+
+def _client(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"c": {"class": "PII", "owner": "hr", "text_field": "text", "intent": {"enabled": False}},
+                      "pub": {"class": "PUBLIC", "text_field": "text"}})
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    for name in ("c", "pub"):
+        create(client, name)
+        client.upsert(name, [models.PointStruct(id=1, vector=unit(np.random.default_rng(1)),
+                                                payload={"text": "hello"})])
+    return kit, client
+
+
+def _write(client, col, form, payload):
+    vec = unit(np.random.default_rng(2))
+    {
+        "upsert": lambda: client.upsert(col, [models.PointStruct(id=2, vector=vec, payload=payload)]),
+        "upsert dict point": lambda: client.upsert(col, [{"id": 2, "vector": vec, "payload": payload}]),
+        "set_payload": lambda: client.set_payload(col, payload=payload, points=[1]),
+        "set_payload key": lambda: client.set_payload(col, payload=payload, points=[1], key="meta"),
+        "batch set_payload": lambda: client.batch_update_points(col, [models.SetPayloadOperation(
+            set_payload=models.SetPayload(payload=payload, points=[1]))]),
+    }[form]()
+
+
+FORMS = ["upsert", "upsert dict point", "set_payload", "set_payload key", "batch set_payload"]
+VERDICT = {"c": "CREDENTIAL_IN_TEXT", "pub": "SENSITIVITY_MISMATCH"}
+SHAPES = {
+    "str enum": lambda: {"note": _Config.KEY},
+    "masked str": lambda: {"note": _Masked(STRIPE)},
+    "masked str in a list": lambda: {"note": ["ok", _Masked(STRIPE)]},
+    "masked str nested": lambda: {"meta": {"x": _Masked(STRIPE)}},
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("col", ["c", "pub"])
+def test_a_secret_in_a_str_subclass_is_screened_as_stored(tmp_path, col, form, shape):
+    # The value screen read a str subclass through an f-string, i.e. its __str__: a (str, Enum)
+    # member showed "_Config.KEY" and a masking class "****", and the Stripe key the client stores
+    # (the characters) was written unscreened to PII and PUBLIC collections alike.
+    kit, client = _client(tmp_path)
+    before = snapshot(client, col)
+    with pytest.raises(GuardRefusal) as ei:
+        _write(client, col, form, SHAPES[shape]())
+    assert ei.value.verdict == VERDICT[col]
+    assert snapshot(client, col) == before
+    assert STRIPE not in (kit.tmp / "audit.jsonl").read_text()
+
+
+@pytest.mark.parametrize("col", ["c", "pub"])
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_key_posing_as_a_remembered_one_does_not_reuse_its_clean_pairs(tmp_path, col, nested):
+    # ("title", PASSWORD) is clean and remembered; a str subclass key "password" that hashes and
+    # compares as "title" found that pair, so the password under "password" (a finding there) was
+    # stored unscreened. It is screened as the key "password" it is stored under.
+    _, client = _client(tmp_path)
+    client.set_payload(col, payload={"title": PASSWORD}, points=[1])
+    before = snapshot(client, col)
+    payload = {_PoseAsTitle("password"): PASSWORD}
+    with pytest.raises(GuardRefusal) as ei:
+        client.set_payload(col, payload={"m": payload} if nested else payload, points=[1])
+    assert ei.value.verdict == VERDICT[col]
+    assert snapshot(client, col) == before
+
+
+def test_a_key_posing_as_a_clean_key_is_screened_for_what_it_holds(tmp_path):
+    # The key screen's memory of clean keys was looked up by the key's __eq__/__hash__.
+    _, client = _client(tmp_path)
+    client.set_payload("pub", payload={"title": "x"}, points=[1])
+    before = snapshot(client, "pub")
+    with pytest.raises(GuardRefusal) as ei:
+        client.set_payload("pub", payload={_PoseAsTitle("ssn 123-45-6789"): 1}, points=[1])
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+    assert snapshot(client, "pub") == before
+
+
+def test_a_clean_str_subclass_is_stored_as_the_client_stores_it(tmp_path):
+    # Nothing changes for a str subclass without a finding: stored as its characters, as before.
+    _, client = _client(tmp_path)
+    payload = {"lang": _Masked("en"), _Masked("kind"): np.str_("memo"), "tags": [_Masked("a")]}
+    client.upsert("c", [models.PointStruct(id=2, vector=unit(np.random.default_rng(2)), payload=payload)])
+    client.set_payload("pub", payload=payload, points=[1])
+    stored = {pid: p for pid, p, _ in snapshot(client, "c")}[2]
+    stored.pop(RECEIPT_KEY, None)
+    assert stored == {"lang": "en", "kind": "memo", "tags": ["a"]}
+    assert {pid: p for pid, p, _ in snapshot(client, "pub")}[1] == {"text": "hello", "lang": "en", "kind": "memo",
+                                                                    "tags": ["a"]}
