@@ -12,7 +12,7 @@ from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id, receipts_for_payload, stored_receipts
 from .sources import path_head
-from .textguard import TextOps
+from .textguard import TextOps, _as_dict
 
 _TAMPER = (
     "the receipt payload key {key!r} is reserved: it can only be written by the guard together "
@@ -28,6 +28,16 @@ def _first_segment(key: str) -> str | None:
         return head
     rest = key[len(head):]
     return head if not rest or rest[0] in ".[" else None
+
+
+def _stored_keys(payload: Any) -> Any:
+    """A ``set_payload``/``overwrite_payload`` payload with its top-level keys as the client stores
+    them: a str subclass key is its characters. Looked up by its own ``__eq__``/``__hash__``, a key
+    stored as the receipt key could pass the reserved-key check as another name."""
+    payload = _as_dict(payload)
+    if isinstance(payload, dict) and any(isinstance(k, str) and type(k) is not str for k in payload):
+        return {str.__str__(k) if isinstance(k, str) else k: v for k, v in payload.items()}
+    return payload
 
 
 def _touches_receipt(key: str | None) -> bool:
@@ -48,6 +58,7 @@ class PayloadOps(TextOps):
             op, name, pol, Verdict.RECEIPT_TAMPERING, _TAMPER.format(key=RECEIPT_KEY) + f" ({what})"))
 
     def _check_set(self, op: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], key: str | None) -> dict[str, Any]:
+        payload = _stored_keys(payload)
         if _touches_receipt(key) or (key is None and RECEIPT_KEY in payload) or (
                 key is not None and key.split(".")[0] == "" and RECEIPT_KEY in payload):
             raise self._refuse_tamper(op, name, pol, "set")

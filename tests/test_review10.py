@@ -199,3 +199,15 @@ def test_a_clean_str_subclass_is_stored_as_the_client_stores_it(tmp_path):
     assert stored == {"lang": "en", "kind": "memo", "tags": ["a"]}
     assert {pid: p for pid, p, _ in snapshot(client, "pub")}[1] == {"text": "hello", "lang": "en", "kind": "memo",
                                                                     "tags": ["a"]}
+
+
+@pytest.mark.parametrize("method", ["set_payload", "overwrite_payload"])
+def test_a_key_posing_as_another_name_cannot_write_the_receipt_container(tmp_path, method):
+    # The reserved-key check asked `RECEIPT_KEY in payload`, by the key's __eq__/__hash__: a key
+    # stored as the receipt key but comparing as "title" passed it and replaced the receipts.
+    _, client = _client(tmp_path)
+    before = snapshot(client, "c")
+    with pytest.raises(GuardRefusal) as ei:
+        getattr(client, method)("c", payload={_PoseAsTitle(RECEIPT_KEY): {"v": 1}}, points=[1])
+    assert ei.value.verdict == "RECEIPT_TAMPERING"
+    assert snapshot(client, "c") == before
