@@ -20,6 +20,7 @@ from .vectors import join_vector_struct, split_vector_struct
 _ARRAYS = (list, tuple, set, frozenset)
 # What the screens read as they are; anything else is sent as pydantic serialises it.
 _AS_IS = (str, int, float, bool, type(None), dict, *_ARRAYS)
+_EXACT = frozenset(_AS_IS)
 
 
 def _as_sent(value: Any) -> Any:
@@ -29,11 +30,15 @@ def _as_sent(value: Any) -> Any:
     secret as ``b"sk_live_..."`` was stored as the string, unscreened). A value pydantic cannot
     serialise is returned as it is (the client refuses it). A str subclass (a ``(str, Enum)``
     member, a class whose ``__str__`` masks it) is its characters, as it is stored: its
-    ``__str__``, ``__format__``, ``__eq__`` or ``__hash__`` could show the screens something else."""
+    ``__str__``, ``__format__``, ``__eq__`` or ``__hash__`` could show the screens something else;
+    a dict or list subclass is what pydantic serialises of it."""
     if isinstance(value, _AS_IS):
-        if isinstance(value, str) and type(value) is not str:
+        if type(value) in _EXACT or not isinstance(value, (str, dict, *_ARRAYS)):
+            return value  # numbers (and their subclasses) hold no string
+        if isinstance(value, str):
             return str.__str__(value)
-        return value
+        # A dict or list subclass: REST sends its stored entries (pydantic's serialiser reads the
+        # dict or list itself), whatever its items() or __iter__ show the screen.
     try:
         return to_jsonable_python(value)
     except (ValueError, TypeError):

@@ -211,3 +211,48 @@ def test_a_key_posing_as_another_name_cannot_write_the_receipt_container(tmp_pat
         getattr(client, method)("c", payload={_PoseAsTitle(RECEIPT_KEY): {"v": 1}}, points=[1])
     assert ei.value.verdict == "RECEIPT_TAMPERING"
     assert snapshot(client, "c") == before
+
+
+class _QuietDict(dict):
+    """A dict whose items() leave out its "secret" entry: what qdrant-client's REST serialiser
+    (model_dump_json) sends is the dict's storage, the entry included."""
+
+    def items(self):
+        return [(k, v) for k, v in dict.items(self) if k != "secret"]
+
+
+class _QuietList(list):
+    """A list whose iteration skips the Stripe key; pydantic serialises the list's storage."""
+
+    def __iter__(self):
+        return iter([x for x in list.__iter__(self) if x != STRIPE])
+
+
+@pytest.mark.parametrize("payload", [lambda: {"meta": _QuietDict(title="x", secret=STRIPE)},
+                                     lambda: {"tags": _QuietList(["a", STRIPE])},
+                                     lambda: {"meta": {"deep": [_QuietDict(secret=STRIPE)]}}],
+                         ids=["dict items()", "list __iter__", "nested"])
+@pytest.mark.parametrize("col", ["c", "pub"])
+def test_a_container_subclass_is_screened_as_pydantic_sends_it(tmp_path, col, payload):
+    # The screen walked a nested dict by items() and a list by iteration; the points the guard
+    # forwards are serialised by REST with model_dump_json, which reads the containers' storage:
+    # the hidden Stripe key went to the server unscreened (local mode happens to store the view).
+    kit, client = _client(tmp_path)
+    point = models.PointStruct(id=2, vector=unit(np.random.default_rng(2)), payload=payload())
+    assert STRIPE in point.model_dump_json()
+    before = snapshot(client, col)
+    with pytest.raises(GuardRefusal) as ei:
+        client.upsert(col, [point])
+    assert ei.value.verdict == VERDICT[col]
+    assert snapshot(client, col) == before
+
+
+def test_an_ordinary_container_subclass_is_stored_with_its_entries(tmp_path):
+    import collections
+    _, client = _client(tmp_path)
+    payload = {"meta": collections.OrderedDict(a="x", b=collections.defaultdict(list, c=["y"])),
+               "n": collections.Counter(k=2)}
+    client.upsert("c", [models.PointStruct(id=2, vector=unit(np.random.default_rng(2)), payload=payload)])
+    stored = {pid: p for pid, p, _ in snapshot(client, "c")}[2]
+    stored.pop(RECEIPT_KEY, None)
+    assert stored == {"meta": {"a": "x", "b": {"c": ["y"]}}, "n": {"k": 2}}
