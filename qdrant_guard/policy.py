@@ -343,7 +343,8 @@ class CollectionPolicy(_Strict):
     (``{"name": "password", "value": "..."}``), and numbers, booleans and nulls (only strings are
     screened: an SSN stored as the integer ``123456789`` is not). A value qdrant-client serialises
     into JSON (bytes, a str-valued Enum, a str subclass whatever its ``__str__`` shows, a dict or list
-    subclass whatever its ``items()`` shows, a dataclass or pydantic model, a deque or generator, a ``set_payload`` payload given as a ``UserDict``) is screened in the form it is sent and stored
+    subclass whatever its ``items()`` shows, a dataclass or pydantic model, a deque or generator, a
+    ``set_payload`` payload given as a ``UserDict``) is screened in the form it is sent and stored
     in, the text field too. A key is screened alone and
     redacted in place (``{"[GITHUB_TOKEN]": 1}``); two keys of one object that would redact to the
     same key are refused (UNSUPPORTED_WRITE). On sensitive collections the top-level receipt
