@@ -168,7 +168,9 @@ class TextOps(GuardPipeline):
 
     def _screen_leaves(self, op: str, name: str, pol: CollectionPolicy, value: Any, point_id: Any) -> Any:
         """``value`` with every string in it (dict values, list items, nested) screened; the same
-        object when nothing in it changed."""
+        object when nothing in it changed (a str, dict or list subclass: what pydantic sends of it)."""
+        if type(value) not in _EXACT and isinstance(value, (str, dict, *_ARRAYS)):
+            value = _as_sent(value)  # its items() or __iter__ may hide what REST sends
         if isinstance(value, str):
             return self.screen_text(op, name, pol, value, point_ids=[point_id])
         if isinstance(value, dict):

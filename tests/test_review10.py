@@ -256,3 +256,14 @@ def test_an_ordinary_container_subclass_is_stored_with_its_entries(tmp_path):
     stored = {pid: p for pid, p, _ in snapshot(client, "c")}[2]
     stored.pop(RECEIPT_KEY, None)
     assert stored == {"meta": {"a": "x", "b": {"c": ["y"]}}, "n": {"k": 2}}
+
+
+def test_a_container_subclass_in_an_inference_object_is_screened_as_sent(tmp_path):
+    # A PUBLIC InferenceObject's strings are screened before qdrant-client sends the object to
+    # inference; a dict subclass was walked by its items(), which hid the key REST sends.
+    _, client = _client(tmp_path)
+    obj = models.InferenceObject(object={"m": _QuietDict(note="x", secret=STRIPE)}, model="m")
+    assert STRIPE in obj.model_dump_json()
+    with pytest.raises(GuardRefusal) as ei:
+        client.upsert("pub", [models.PointStruct(id=2, vector=obj)])
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
