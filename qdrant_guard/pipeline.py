@@ -31,6 +31,13 @@ from .policy import CollectionPolicy, GuardConfig, load_policy
 from .receipts import ReceiptSigner, normalize_point_id
 from .sources import reserved_claims
 from .surface import ADMIN, OPERATOR_ONLY, READ_COLLECTION, SNAPSHOT_RECOVERY, WRITE_COLLECTION
+
+# Methods that may add, retag or delete points of a source (see _forget_source_sizes_after).
+_CHANGES_SOURCES = frozenset({
+    "upsert", "upload_points", "upload_collection", "batch_update_points", "set_payload",
+    "overwrite_payload", "delete_payload", "clear_payload", "delete", "delete_collection",
+    "recreate_collection", "update_collection_aliases", "migrate",
+})
 from .vectors import CollectionShape, shape_from_info
 
 log = logging.getLogger("qdrant_guard")
@@ -475,7 +482,23 @@ class GuardPipeline:
             op = self.op_operator_only(method, args)
         else:
             raise QdrantGuardError(f"qdrant_guard has no guard for method {method!r}; this is a bug")
+        if method in _CHANGES_SOURCES:
+            op = self._forget_source_sizes_after(op)
         return op if self.transparent else self._audit_unlisted(method, op)
+
+    def _forget_source_sizes_after(self, op: Op) -> Op:
+        """``op``, after which (done, failed or abandoned) the cached source sizes are dropped.
+
+        The extraction budget's cap is a share of a source's size, cached for reads. A write may
+        add, retag or delete points of a source: kept, the size of before would set the cap of
+        after (after the owner deletes points, a reader's share of what is left could exceed
+        ``max_source_coverage``). All collections' sizes go, as the write may name an alias.
+        """
+        try:
+            return (yield from op)
+        finally:
+            self.shared["source_sizes_dropped_at"] = time.monotonic()
+            self.shared.pop("source_sizes", None)
 
     def _audit_unlisted(self, method: str, op: Op) -> Op:
         """``op``, with the refusal of a collection unlisted under ``unlisted = "refuse"`` (raised

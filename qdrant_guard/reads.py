@@ -636,7 +636,9 @@ class ReadOps(PayloadOps, QueryChecks):
                                     for v in _stored_forms(source)]) \
             if source != "__unknown__" else _missing_source_count_filter(pol.source_field)
         res = yield Call("count", {"collection_name": name, "count_filter": flt, "exact": True})
-        self.shared.setdefault("source_sizes", {})[(name, source)] = (now, int(res.count))
+        # A write that ended while this count ran may have changed the source: not cached then.
+        if self.shared.get("source_sizes_dropped_at", -math.inf) < now:
+            self.shared.setdefault("source_sizes", {})[(name, source)] = (now, int(res.count))
         return int(res.count)
 
     def extraction_budget(self, pol: CollectionPolicy) -> Any:

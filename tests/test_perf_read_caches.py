@@ -70,10 +70,12 @@ def test_a_cached_source_size_is_recounted_once_its_time_is_up(kit, clock, count
     first = _payroll_seen(read())
     assert len(first) == 2  # cap floor(10 * 0.2) = 2
     assert counts  # the sizes were counted
-    # payroll doubles: its cap becomes 4, but only once the cached size of 10 has expired.
+    # payroll doubles by a write the guard does not see (another process's, here the unguarded
+    # client): its cap becomes 4, but only once the cached size of 10 has expired. (A write
+    # through the guard drops the cached sizes: tests/test_budget_size_after_write.py.)
     rng = np.random.default_rng(2)
-    owner.upsert("hr", [models.PointStruct(id=10 + i, vector=unit(rng), payload={"source": "payroll"})
-                        for i in range(10)])
+    qdrant_client.QdrantClient.upsert(owner, "hr", [
+        models.PointStruct(id=10 + i, vector=unit(rng), payload={"source": "payroll"}) for i in range(10)])
     counts.clear()
     assert _payroll_seen(read()) == first
     assert counts == []  # both sizes still cached: no count sent (exclusion and admission alike)
