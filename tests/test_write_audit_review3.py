@@ -124,9 +124,12 @@ def test_a_document_without_an_embedder_is_audited(setup):
      ValueError, "the three must have the same length"),
     (lambda c: c.upsert("pii", [models.Record(id=1, payload={"n": 1})]),
      UnsupportedWriteError, "has no vector"),
-    (lambda c: c.upload_points("pii", [{"id": 20, "vector": [0.0] * DIM}]),
+    (lambda c: c.upload_points("pii", [(20, [0.0] * DIM)]),
      TypeError, "must be models.PointStruct"),
-], ids=["uneven_batch", "uneven_columns", "record_without_vector", "not_a_point"])
+    # A dict is read as the REST client reads it; one that is no PointStruct is refused the same way.
+    (lambda c: c.upload_points("pii", [{"id": 20, "vector": "not a vector"}]),
+     TypeError, "is a dict that is not a models.PointStruct"),
+], ids=["uneven_batch", "uneven_columns", "record_without_vector", "not_a_point", "invalid_dict_point"])
 def test_a_malformed_write_argument_is_audited_once(setup, call, error, match):
     kit, owner = setup
     before, stored = len(_records(kit)), snapshot(owner, "pii")
