@@ -33,10 +33,11 @@ from .sources import reserved_claims
 from .surface import ADMIN, OPERATOR_ONLY, READ_COLLECTION, SNAPSHOT_RECOVERY, WRITE_COLLECTION
 
 # Methods that may add, retag or delete points of a source (see _forget_source_sizes_after).
+# delete_shard_key deletes the points of its shard.
 _CHANGES_SOURCES = frozenset({
     "upsert", "upload_points", "upload_collection", "batch_update_points", "set_payload",
     "overwrite_payload", "delete_payload", "clear_payload", "delete", "delete_collection",
-    "recreate_collection", "update_collection_aliases", "migrate",
+    "recreate_collection", "update_collection_aliases", "migrate", "delete_shard_key",
 })
 from .vectors import CollectionShape, shape_from_info
 
