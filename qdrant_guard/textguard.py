@@ -221,7 +221,28 @@ class TextOps(GuardPipeline):
         scopes = self.shared.get("clean_values")
         if scopes is None:
             scopes = self.shared.setdefault("clean_values", {})
-        return scopes.setdefault((name, self.boundary()), set())
+        scope = (name, self.boundary())
+        found = scopes.get(scope)
+        if found is None:
+            # Any name gets a scope before Qdrant sees the call (one that does not exist too):
+            # bounded like the pairs, emptied when full.
+            if len(scopes) >= _CLEAN_VALUE_SCOPES_MAX:
+                scopes.clear()
+                self.shared["clean_values_held"] = 0
+            found = scopes.setdefault(scope, set())
+        return found
+
+    def remember_clean_value(self, memory: set[tuple[str, str]], pair: tuple[str, str]) -> None:
+        """Add ``pair`` to ``memory`` (a :meth:`clean_values` set). All scopes together hold at
+        most ``_CLEAN_VALUES_MAX`` pairs, as the process-wide memory did: all are emptied when full."""
+        held = self.shared.get("clean_values_held", 0)  # added since all were last emptied
+        if held >= _CLEAN_VALUES_MAX:
+            for s in list((self.shared.get("clean_values") or {}).values()):
+                s.clear()
+            memory.clear()
+            held = 0
+        memory.add(pair)
+        self.shared["clean_values_held"] = held + 1
 
     def screen_payload_fields(self, op: str, name: str, pol: CollectionPolicy, payload: Any, *,
                               point_id: Any, top: bool = True) -> Any:
@@ -310,7 +331,8 @@ _CLEAN_KEYS_MAX = 4096
 # name). Short pairs under clean keys only: long values seldom recur. Unlike keys, values are
 # data: each (collection, writer boundary) has its own memory (TextOps.clean_values), so a writer
 # cannot time whether another boundary stored a value, and nothing is shared across guards.
-_CLEAN_VALUES_MAX = 4096
+_CLEAN_VALUES_MAX = 4096  # pairs, over all scopes
+_CLEAN_VALUE_SCOPES_MAX = 64
 _CLEAN_VALUE_MAX_LEN = 256
 # Leaves the screen passes as they are (bool is an int; subclasses take the screen's own path).
 _SCALARS = (int, float, bool, type(None))
@@ -410,9 +432,7 @@ class _FieldScreen:
             # Not under a key with a finding (PII stays in a key on payload_fields = "credentials"):
             # nothing found stays in memory past its call.
             if len(name) + n <= _CLEAN_VALUE_MAX_LEN and name in _CLEAN_KEYS:
-                if len(self.clean_values) >= _CLEAN_VALUES_MAX:
-                    self.clean_values.clear()
-                self.clean_values.add(pair)
+                self.ops.remember_clean_value(self.clean_values, pair)
             return value
         # Offsets back into the value (a finding that began in the key is clipped to the value).
         findings = [_detect.Finding(f.type, max(f.start - h, 0), min(f.end - h, n), f.validator, f.category)
