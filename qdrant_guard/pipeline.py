@@ -32,6 +32,8 @@ from .receipts import ReceiptSigner, normalize_point_id
 from .sources import reserved_claims
 from .surface import ADMIN, OPERATOR_ONLY, READ_COLLECTION, SNAPSHOT_RECOVERY, WRITE_COLLECTION
 
+# How long a budgeted read keeps a source's counted size (reads.ReadOps.source_size).
+SOURCE_SIZE_TTL_S = 30.0
 # Methods that may add, retag or delete points of a source (see _forget_source_sizes_after).
 # delete_shard_key deletes the points of its shard.
 _CHANGES_SOURCES = frozenset({
@@ -484,21 +486,26 @@ class GuardPipeline:
         else:
             raise QdrantGuardError(f"qdrant_guard has no guard for method {method!r}; this is a bug")
         if method in _CHANGES_SOURCES:
-            op = self._forget_source_sizes_after(op)
+            op = self._forget_source_sizes_after(op, unwaited=not args.get("wait", True))
         return op if self.transparent else self._audit_unlisted(method, op)
 
-    def _forget_source_sizes_after(self, op: Op) -> Op:
+    def _forget_source_sizes_after(self, op: Op, *, unwaited: bool = False) -> Op:
         """``op``, after which (done, failed or abandoned) the cached source sizes are dropped.
 
         The extraction budget's cap is a share of a source's size, cached for reads. A write may
         add, retag or delete points of a source: kept, the size of before would set the cap of
         after (after the owner deletes points, a reader's share of what is left could exceed
         ``max_source_coverage``). All collections' sizes go, as the write may name an alias.
+        ``unwaited``: sent with ``wait=False`` (upload_points' default), so Qdrant acknowledged it
+        before applying it, and a count made meanwhile is of before it: no count begun within
+        ``SOURCE_SIZE_TTL_S`` of the acknowledgement is kept.
         """
         try:
             return (yield from op)
         finally:
-            self.shared["source_sizes_dropped_at"] = time.monotonic()
+            now = time.monotonic()
+            until = now + SOURCE_SIZE_TTL_S if unwaited else now
+            self.shared["source_sizes_dropped_at"] = max(until, self.shared.get("source_sizes_dropped_at", until))
             self.shared.pop("source_sizes", None)
 
     def _audit_unlisted(self, method: str, op: Op) -> Op:

@@ -22,6 +22,7 @@ from .budget import BudgetStoreError, ExtractionBudget, denormalize_point_id, ma
 from .decision import Verdict
 from .diversity import enforce_diversity, enforce_group_caps, overfetch_limit
 from .payloadops import PayloadOps
+from .pipeline import SOURCE_SIZE_TTL_S as _SOURCE_SIZE_TTL_S
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .querycheck import (QueryChecks, UncheckedForm, field_name_roots, iter_prefetch, query_filter_roots,
@@ -31,7 +32,6 @@ from .sources import path_head
 from .sources import point_sources as _sources
 from .vectors import split_vector_struct
 
-_SOURCE_SIZE_TTL_S = 30.0
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")  # a top-level payload key, as Qdrant reads a key path
 log = logging.getLogger("qdrant_guard")
 

@@ -45,3 +45,27 @@ def test_remembered_clean_values_stay_bounded_across_scopes(tmp_path):
     with pytest.raises(ValueError):
         writer.set_payload("again", payload={"lang": "en"}, points=[1])
     assert ("lang", "en") in writer.guard.clean_values("again")
+
+
+@pytest.mark.parametrize("write", ["delete", "upload_points"])
+def test_a_count_after_an_unwaited_write_is_not_kept(tmp_path, write):
+    # wait=False (upload_points' default): Qdrant acknowledges the write before applying it, so a
+    # read that counts right after the guard dropped the sizes may count the points of before (a
+    # server applies it later; local mode at once). That count served the read and, kept, set the
+    # cap for 30 s after the write applied: after a delete or a retag, a share above the coverage.
+    kit = make_kit(tmp_path)
+    owner = hr_shared(kit, "hr", {"max_source_coverage": 0.2, "max_source_fraction": 1.0, "min_unique_sources": 1})
+    rng = np.random.default_rng(0)
+    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "payroll"}) for i in range(10)])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    if write == "delete":
+        owner.delete("hr", points_selector=models.PointIdsList(points=[0, 1, 2, 3, 4]), wait=False)
+    else:  # retag five points by upsert, sent unwaited as upload_points sends by default
+        owner.upload_points("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "archive"})
+                                   for i in range(5)])
+    assert len(bob.scroll("hr", scroll_filter=PAYROLL, limit=100)[0]) == 1  # 5 left: cap 1
+    assert owner.guard.cached_source_size("hr", "payroll") is None
+    # A waited write after it does not shorten the unwaited one's horizon.
+    owner.delete("hr", points_selector=models.PointIdsList(points=[5]))
+    bob.scroll("hr", scroll_filter=PAYROLL, limit=100)
+    assert owner.guard.cached_source_size("hr", "payroll") is None
