@@ -147,17 +147,39 @@ def project_payload(payload: dict[str, Any] | None, selector: Any) -> dict[str, 
     return {k: v for k, v in payload.items() if k in keys}
 
 
-def _user_selector(selector: Any) -> Any:
-    """The caller's ``with_payload`` as qdrant-client sends it (a gRPC selector as its REST model),
-    for :func:`project_payload` to apply after the guard fetched the whole payload. A form
-    qdrant-client refuses (a str) raises its error here, before anything is read."""
+# The REST request model qdrant-client validates a read's ``with_payload`` into, per guarded method
+# (required fields given placeholders: only ``with_payload``'s errors can be raised).
+_REST_READ_REQUESTS: dict[str, Callable[[Any], Any]] = {
+    "query_points": lambda sel: models.QueryRequest(with_payload=sel),
+    "query_batch_points": lambda sel: models.QueryRequest(with_payload=sel),
+    "query_points_groups": lambda sel: models.QueryGroupsRequest(group_by="", with_payload=sel),
+    "scroll": lambda sel: models.ScrollRequest(with_payload=sel),
+    "retrieve": lambda sel: models.PointRequest(ids=[], with_payload=sel),
+}
+
+
+def _user_selector(selector: Any, method: str) -> Any:
+    """The caller's ``with_payload`` as qdrant-client sends it to a server, for
+    :func:`project_payload` to apply after the guard fetched the whole payload.
+
+    A gRPC selector becomes its REST model. A form that is none of qdrant-client's declared types
+    (a dict such as ``{"include": ["a"]}``, a set) becomes what qdrant-client's REST client
+    validates it into for ``method`` (``models.PayloadSelectorInclude``, a list), and a form that
+    fails that validation raises the REST client's ``ValidationError``, before anything is read.
+    Local mode without the guard reads such a dict as a list of its keys instead (``{}`` for
+    ``{"include": ["a"]}``); the guard projects what a server returns. A str and a list of
+    non-str keys raise local mode's error, as both refuse them.
+    """
     if isinstance(selector, grpc.WithPayloadSelector):
         return GrpcToRest.convert_with_payload_selector(selector)
-    if selector is not None and not isinstance(selector, bool):
+    if selector is None or isinstance(selector, bool):
+        return selector
+    if isinstance(selector, (str, list, tuple, models.PayloadSelectorInclude, models.PayloadSelectorExclude)):
         from qdrant_client.local.local_collection import LocalCollection
 
         LocalCollection._process_payload({}, selector)
-    return selector
+        return selector
+    return _REST_READ_REQUESTS.get(method, _REST_READ_REQUESTS["query_points"])(selector).with_payload
 
 
 def _given_count(value: Any) -> bool:
@@ -172,7 +194,7 @@ class ReadOps(PayloadOps, QueryChecks):
     """The read half of the pipeline."""
 
     # -- planning -------------------------------------------------------------------------
-    def plan_read(self, pol: CollectionPolicy, args: dict[str, Any], *, limit_key: str | None = "limit",
+    def plan_read(self, method: str, pol: CollectionPolicy, args: dict[str, Any], *, limit_key: str | None = "limit",
                   diversify: bool = True, vectors_key: str = "with_vectors") -> tuple[dict[str, Any], ReadPlan]:
         """Rewrite a read's arguments: over-fetch for diversity, fetch what post-processing needs."""
         plan = ReadPlan(user_with_payload=args.get("with_payload", True),
@@ -189,7 +211,7 @@ class ReadOps(PayloadOps, QueryChecks):
             if "offset" in args:
                 new["offset"] = None
         if (needs_source or plan.strip_vectors) and plan.user_with_payload is not True:
-            plan.user_with_payload = _user_selector(plan.user_with_payload)
+            plan.user_with_payload = _user_selector(plan.user_with_payload, method)
             new["with_payload"] = True
         return new, plan
 
@@ -747,7 +769,7 @@ class ReadOps(PayloadOps, QueryChecks):
         progress: dict[str, Any] = {"details": details}
 
         def read() -> Op:
-            new, plan = self.plan_read(pol, args)
+            new, plan = self.plan_read(method, pol, args)
             account = yield from self.budget_collection(method, name, pol, [plan], details)
 
             def run(exclusion: Exclusion | None) -> Any:
@@ -787,7 +809,7 @@ class ReadOps(PayloadOps, QueryChecks):
                       "with_payload": req.with_payload if req.with_payload is not None else False,
                       "with_vectors": req.with_vector if req.with_vector is not None else False}
             fields = yield from self.prepare_query(method, name, pol, fields, None, details)
-            new, plan = self.plan_read(pol, fields)
+            new, plan = self.plan_read(method, pol, fields)
             reqs.append(req.model_copy(update={"query": new["query"], "prefetch": new["prefetch"],
                                                "limit": new["limit"], "offset": new.get("offset"),
                                                "with_payload": new["with_payload"],
@@ -834,13 +856,13 @@ class ReadOps(PayloadOps, QueryChecks):
 
     def _groups_read(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
                      details: dict[str, Any], progress: dict[str, Any]) -> Op:
-        new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
+        new, plan = self.plan_read(method, pol, args, limit_key=None, diversify=False)
         group_size = int(args.get("group_size") or 3)
         if pol.diversity.enabled and _given_count(args.get("group_size")):
             new["group_size"] = overfetch_limit(group_size, factor=pol.diversity.overfetch_factor)
             # The group caps read each hit's source: without payload every hit is one missing source.
             if plan.user_with_payload is not True:
-                plan.user_with_payload = _user_selector(plan.user_with_payload)
+                plan.user_with_payload = _user_selector(plan.user_with_payload, method)
             new["with_payload"] = True
         account = yield from self.budget_collection(method, name, pol, [plan], details)
         # Qdrant reads a quoted key ('"text"') as the plain one: compare the field the path starts at.
@@ -894,7 +916,7 @@ class ReadOps(PayloadOps, QueryChecks):
 
     def _records_read_admitted(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
                                scrolled: bool, base: dict[str, Any], progress: dict[str, Any]) -> Op:
-        new, plan = self.plan_read(pol, args, limit_key=None, diversify=False)
+        new, plan = self.plan_read(method, pol, args, limit_key=None, diversify=False)
         account = yield from self.budget_collection(method, name, pol, [plan], base)
 
         def run(exclusion: Exclusion | None) -> Any:
