@@ -244,20 +244,22 @@ class _WindowScan:
 
 
 class _CharThenScan:
-    r"""The regex alternative ``[chars]@tail``: one character of ``chars``, then ``@`` and ``tail``.
+    r"""The regex alternative ``[chars]<lit>tail``: one character of ``chars``, then the character
+    ``lit`` (``@`` unless given) and ``tail``.
 
-    Found by a search led by the literal ``@`` (re skips to it in C), with the character before
+    Found by a search led by the literal ``lit`` (re skips to it in C), with the character before
     it checked by a lookbehind; as a regex alternative its leading class is tried at every
     position.
     """
 
-    def __init__(self, chars: str, tail: str) -> None:
-        self.find = re.compile(f"@(?<={chars}@){tail}")
-        self.at = re.compile(f"{chars}@{tail}")
+    def __init__(self, chars: str, tail: str, lit: str = "@") -> None:
+        self.lit = lit
+        self.find = re.compile(f"{re.escape(lit)}(?<={chars}{re.escape(lit)}){tail}")
+        self.at = re.compile(f"{chars}{re.escape(lit)}{tail}")
 
     def prepare(self, text: str) -> Callable[[int], int]:
         """The function giving the first start at or after ``pos`` where the alternative matches."""
-        if "@" not in text:
+        if self.lit not in text:
             return _nowhere
         none = len(text) + 1
         found = [-1, -1]  # the last (pos, answer), none for "no start"; it holds from pos to itself
@@ -270,6 +272,27 @@ class _CharThenScan:
         return first
 
 
+class _AtStartScan:
+    r"""The regex alternative ``^rest`` (without MULTILINE: at position 0 only).
+
+    In an alternation ``^`` gives re no first character to skip to, so the whole alternation
+    ran at every position; here ``rest`` is matched once, at 0.
+    """
+
+    def __init__(self, rest: str) -> None:
+        self.at = re.compile(rest)
+
+    def prepare(self, text: str) -> Callable[[int], int]:
+        """The function giving the first start at or after ``pos`` where the alternative matches."""
+        if self.at.match(text) is None:
+            return _nowhere
+        return _at_start
+
+
+def _at_start(pos: int) -> int:
+    return 0 if pos == 0 else -1
+
+
 class _ScannedCue:
     """A cue regex (``rest``) plus alternatives found by scans, matching as the whole alternation.
 
@@ -278,7 +301,7 @@ class _ScannedCue:
     alternatives matches the empty string.
     """
 
-    def __init__(self, rest: str, *scans: _OpenerScan | _WindowScan | _CharThenScan) -> None:
+    def __init__(self, rest: str, *scans: _OpenerScan | _WindowScan | _CharThenScan | _AtStartScan) -> None:
         self.rest = re.compile(rest)
         self.scans = scans
 
@@ -362,11 +385,17 @@ _REGEX_CUES: tuple[tuple[str, str, re.Pattern[str] | _ScannedCue], ...] = (
         "pretend", "act as", "role-?play", "let'?s play a game", "as the (?:ceo|cfo|admin|administrator|developer)",
         "i am the (?:developer|admin|administrator|ceo)", "i authori[sz]e you", "red-?team exercise", "respond as",
         "treat (?:me|everything) as", "who always complies") + r")\b")),
-    ("markup_injection", "prompt markup", _ScannedCue(  # + \{\{[^}]*\}\} before \$\{jndi:
+    # + \{\{[^}]*\}\} before \$\{jndi:, and (?:^|\n)[^\S\n]*... split into its \n alternative and the
+    # _AtStartScan of its ^ one (which needs a space or s, a or d at 0, where no other can start);
+    # #{3} is written ###: every alternative then starts with a literal.
+    ("markup_injection", "prompt markup", _ScannedCue(
         r"</?\s*(?:system|context|instructions?|admin|user|assistant)\s*>|\[/?inst\]|"
-        r"(?:^|\n)[^\S\n]*(?:system|assistant|developer)\s*:|#{3}|\$\{jndi:", _OpenerScan("{{", "}", "}"))),
-    ("code_injection", "injection syntax", re.compile(
-        r"'\s*or\s+1\s*=\s*1|\bunion\s+select\b|;\s*drop\s+table\b|\s--\s*$")),
+        r"\n[^\S\n]*(?:system|assistant|developer)\s*:|###|\$\{jndi:", _OpenerScan("{{", "}", "}"),
+        _AtStartScan(r"[^\S\n]*(?:system|assistant|developer)\s*:"))),
+    # + the _CharThenScan \s--\s*$ after ;\s*drop\s+table\b (it starts with a space, where no other can).
+    ("code_injection", "injection syntax", _ScannedCue(
+        r"'\s*or\s+1\s*=\s*1|" + _word_led(r"union\s+select\b") + r"|;\s*drop\s+table\b",
+        _CharThenScan(r"\s", r"-\s*$", lit="-"))),
     # + !\[[^\]]*\]\( after \bpastebin\b, the _WindowScan after \bdownload link\b and the
     # _CharThenScan [\w.+-]@[\w-]+\.(?:com|net|org)\b before \bfirst letters?\b (its second
     # character, @, is no other alternative's: it cannot start where they do).

@@ -26,6 +26,7 @@ OLD = {
         r"\b(?:email|forward|upload|post|send|put)\b[^.]{0,60}\b(?:to|into|in)\b[^.]{0,30}"
         r"(?:\bmy personal\b|\bgmail\b|\bexternal\b|\battacker\b|\burl\b|\blink\b)|"
         r"[\w.+-]@[\w-]+\.(?:com|net|org)\b|\bfirst letters?\b"),
+    "code_injection": re.compile(r"'\s*or\s+1\s*=\s*1|\bunion\s+select\b|;\s*drop\s+table\b|\s--\s*$"),
     "instruction_override": re.compile(
         r"\b(?:ignore|disregard|forget|override|skip|bypass)\b[^.]{0,40}?\b(?:previous|prior|above|earlier|all|"
         r"your|the|every|any|my)\b[^.]{0,30}?\b(?:instructions?|rules|prompt|guidelines|polic(?:y|ies)|"
@@ -49,6 +50,7 @@ PIECES = [
     "the", "every", "any", "my", "instructions", "instruction", "rules", "prompt", "policies", "polic",
     "filters", "trust level", "trust", "access controls", "system prompt", "jailbreaks", "dan", "intox", "tot",
     "x" * 7, "y" * 13, "z" * 22, " " * 9, "q" * 29, "w" * 31,
+    "-", "--", " --", "' or 1=1", "'or  1 = 1", "union select", "union", "; drop table", ";drop", "\u3000",
 ]
 # The windowed alternatives' heads, mids and tails, and fillers of lengths around their gaps.
 WORDY = ["ignore", "skip", "override", "bypass", "all", "the", "my", "previous", "rules", "instructions",
@@ -78,9 +80,10 @@ def _random_texts(n: int, seed: int) -> list[str]:
 def _adversarial_texts() -> list[str]:
     units = ["{", "{{", "{{a", "{{ ", "{{\n", "{{}", "{{}{", "![", "![[", "![a", "![]", "![](", "!", "[",
              "{{![", "put in ", "put in in ", "put to to ", "send into ", "put " + "in " * 20,
-             "skip all ", "skip my ", "skip the ", "ignore all all ", "override the ", "skip " + "all " * 12]
+             "skip all ", "skip my ", "skip the ", "ignore all all ", "override the ", "skip " + "all " * 12,
+             "-", " -", " --", "\n", " \n"]
     ends = ["", "}}", "}", "](", "]", "${jndi:", "<system>", " send to my personal gmail", " url", " rules",
-            ". url", " the rules"]
+            ". url", " the rules", " --", " -- \n", "\nsystem:", "system:"]
     out = []
     for u in units:
         for e in ends:
@@ -112,7 +115,8 @@ def _same(name: str, text: str) -> None:
         assert [m.span() for m in old.finditer(text)] == [m.span() for m in new.finditer(text)], text[:200]
 
 
-@pytest.mark.parametrize("name, seed", [("markup_injection", 1), ("exfil_channel", 2), ("instruction_override", 3)])
+@pytest.mark.parametrize("name, seed", [("markup_injection", 1), ("exfil_channel", 2), ("instruction_override", 3),
+                                        ("code_injection", 4)])
 def test_scanned_cues_match_exactly_what_the_trained_regex_matched(name, seed):
     new = CUES[name]
     assert isinstance(new, _ScannedCue)
@@ -241,6 +245,19 @@ def _is_boundary_behind(item) -> bool:
     return op == sre_parse.ASSERT_NOT and av[0] == -1 and str(list(av[1])) == _BOUNDARY_BEHIND
 
 
+def _first_chars(op, av) -> list[str] | None:
+    """The characters a required literal, or a group or branch of literal-led alternatives, can
+    start with (None: another item, or not known)."""
+    if op == sre_parse.LITERAL:
+        return [chr(av)]
+    if op == sre_parse.SUBPATTERN:
+        return _first_chars(*av[-1][0]) if len(av[-1]) else None
+    if op == sre_parse.BRANCH:
+        firsts = [_first_chars(*alt[0]) if len(alt) else None for alt in av[1]]
+        return None if None in firsts else [c for f in firsts for c in f]
+    return None
+
+
 def _restarting_scans(seq, bounded: bool = False) -> list[str]:
     r"""Alternatives ``<literal opener> ... <unbounded repeat of a class that contains the whole
     opener>``: the repeat runs over later openers, and every opener starts a new attempt that runs
@@ -263,6 +280,7 @@ def _restarting_scans(seq, bounded: bool = False) -> list[str]:
             bounded = True  # intent._word_led's x(?<!\w.): the \b before x, written after it
             i += 1
     if opener:
+        guards: list[list[str]] = []  # the first characters of each required item after the opener
         for op, av in items[i:]:
             if op in _UNBOUNDED and av[1] == sre_parse.MAXREPEAT and len(av[2]) == 1:
                 bop, bav = av[2][0]
@@ -270,8 +288,14 @@ def _restarting_scans(seq, bounded: bool = False) -> list[str]:
                     else None
                 if body is None or (bounded and re.match(r"\w", opener[0]) and _word_only(body)):
                     continue
+                # A required item before the repeat that starts outside its class (\n...(?:system|...)\s*:)
+                # ends each attempt's run before the next attempt's reaches the repeat: linear.
+                if any(not any(_class_contains(body, c) for c in g) for g in guards):
+                    continue
                 if all(_class_contains(body, c) for c in opener):
                     found.append(opener)
+            elif (first := _first_chars(op, av)) is not None:
+                guards.append(first)
     for k, (op, av) in enumerate(items):
         before = items[k - 1] if k else None
         after_b = (k == 0 and bounded) or before == (sre_parse.AT, sre_parse.AT_BOUNDARY) \
@@ -319,6 +343,11 @@ def test_the_restart_check_sees_the_quadratic_alternatives_it_is_for():
     assert _restarting_scans(sre_parse.parse(r"jailbreak\w*|a\s*")) == ["jailbreak"]
     assert _restarting_scans(sre_parse.parse(r"j(?<!\w.)ailbreak\w*|x(?<!\w)ab\w*")) == ["x"]
     assert _restarting_scans(sre_parse.parse(r"e(?<!\w.)(?:xport|nfiltrat\w*)|z(?:xfiltrat\w*)")) == ["zxfiltrat"]
+    # A required word between the opener and the repeat, outside the repeat's class, bounds each run.
+    assert _restarting_scans(sre_parse.parse(r"\n[^\S\n]*(?:system|dev)\s*:")) == []
+    assert _restarting_scans(sre_parse.parse(r"\na\s*")) == []
+    for rx in (r"\n[^\S\n]*(?:system|dev)?\s*:", r"\n\s*a", r"\n(?:\s|a)\s*"):
+        assert _restarting_scans(sre_parse.parse(rx)) == ["\n"], rx
 
 
 @pytest.mark.parametrize("name, rx", _searched_regexes(), ids=lambda v: v if isinstance(v, str) else "")
