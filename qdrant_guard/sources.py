@@ -71,6 +71,12 @@ def _as_sent(payload: Any) -> Any:
     return json.loads(json.dumps(payload, allow_nan=True, default=to_jsonable_python))
 
 
+def restricts_sources(pol: CollectionPolicy) -> bool:
+    """Whether :func:`reserved_claims` can name anything on collection ``pol`` (for any writer)."""
+    div = pol.diversity
+    return div.max_source_coverage is not None and bool(div.restricted_sources)
+
+
 def reserved_claims(pol: CollectionPolicy, boundary: str | None, payload: Any, key: str | None = None) -> list[str]:
     """The restricted sources that writing ``payload`` (below ``key``, as ``set_payload`` places it)
     would tag a point with, when ``boundary`` may not: on a collection with an extraction budget and
@@ -78,7 +84,7 @@ def reserved_claims(pol: CollectionPolicy, boundary: str | None, payload: Any, k
     could add points to a restricted source and so raise its own cap, a share of the source's size.
     """
     div = pol.diversity
-    if div.max_source_coverage is None or not div.restricted_sources or boundary == pol.owner:
+    if not restricts_sources(pol) or boundary == pol.owner:
         return []
     payload = _as_sent(payload)
     if key is not None:

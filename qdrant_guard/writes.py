@@ -34,9 +34,9 @@ from .receipts import (
     stored_form_batch,
     verify_receipt,
 )
-from .sources import path_head
+from .sources import path_head, restricts_sources
 from .textguard import TextOps
-from .vectors import CollectionShape, as_dense, join_vector_struct, split_vector_struct
+from .vectors import UNNAMED, CollectionShape, as_dense, join_vector_struct, split_vector_struct
 
 _DIRECTIVES = {
     Verdict.NOISE_REQUIRED: (
@@ -653,10 +653,13 @@ class WriteOps(TextOps):
         eps_seen: list[float] = []
         accepted_receipts: list[Any] = []  # the writer's receipts kept, for the manifest
         utility_why: str | None = None
+        # reserved_claims finds nothing on a collection without restricted sources, for any writer.
+        check_sources = restricts_sources(pol)
         for i, p in enumerate(points):
             where = f"point {p.id!r}"
             payload = dict(p.payload or {})
-            self.refuse_reserved_sources(op, name, pol, payload, point_id=p.id)
+            if check_sources:
+                self.refuse_reserved_sources(op, name, pol, payload, point_id=p.id)
             payload = self.guard_payload_text(op, name, pol, payload, point_id=p.id, in_boundary=raw_ok)
             try:
                 receipts = receipts_from_payload(payload) if RECEIPT_KEY in payload else {}
@@ -777,7 +780,11 @@ class WriteOps(TextOps):
         for p, vecs, payload in zip(points, vectors, payloads):
             if RECEIPT_KEY in payload:
                 payload[RECEIPT_KEY] = receipts_for_payload(payload[RECEIPT_KEY])
-            out.append(_point(p.id, join_vector_struct({k: _as_list(v) for k, v in vecs.items()}), payload or None))
+            if len(vecs) == 1 and UNNAMED in vecs:
+                vector = _as_list(vecs[UNNAMED])  # what join_vector_struct returns for it
+            else:
+                vector = join_vector_struct({k: _as_list(v) for k, v in vecs.items()})
+            out.append(_point(p.id, vector, payload or None))
         verdict = (Verdict.ALLOW_NOISED if counts["noised"] else Verdict.ALLOW_RECEIPTED if counts["receipted"]
                    else Verdict.ALLOW_IN_BOUNDARY_RAW)
         return PreparedPoints(points=out, verdict=verdict, epsilon=max(eps_seen) if eps_seen else None,
@@ -811,8 +818,10 @@ class WriteOps(TextOps):
                 row = _ROW.search(str(exc))
                 exc.reason = "beyond_commit_grid"  # type: ignore[attr-defined]
                 raise _located(exc, points[group[int(row.group(1))].point].id if row else None, vname)
-            for s, final in zip(group, finals):
-                vectors[s.point][vname] = final
+            # One tolist of the matrix (the same floats as each row's tolist, ~1.3 us a point less);
+            # the receipts take the float32 rows.
+            for s, final, row in zip(group, finals, finals.tolist()):
+                vectors[s.point][vname] = row
                 items.append((s, ReceiptItem(params=params, vector=final, collection=name,
                                              point_id=points[s.point].id, vector_name=vname,
                                              model_id=model_id)))
@@ -973,9 +982,51 @@ def _point(point_id: Any, vector: Any, payload: dict[str, Any] | None) -> models
     is set after validation, because validating it re-checked each of its floats (~5 us a 384-d
     point) and could neither refuse nor change lists of Python floats.
     """
+    if _BUILD_OK and (type(point_id) is int or type(point_id) is str) and (
+            payload is None or all(type(k) is str for k in payload)):
+        # What validation would give, field for field: an exact int or str id and a dict of str
+        # keys validate to themselves (the payload's values are Any), so validating them again
+        # (every output point came from a validated PointStruct) bought nothing but ~1.4 us a point.
+        return _built_point(point_id, vector, payload)
     point = models.PointStruct(id=point_id, vector=[], payload=payload)
     point.vector = vector
     return point
+
+
+_set = object.__setattr__
+
+
+def _built_point(point_id: Any, vector: Any, payload: dict[str, Any] | None) -> models.PointStruct:
+    """A PointStruct holding these values, set as pydantic's model_construct sets them (without its
+    per-field default handling: all three fields are given)."""
+    point = object.__new__(models.PointStruct)
+    _set(point, "__dict__", {"id": point_id, "vector": vector, "payload": dict(payload) if payload is not None else None})
+    _set(point, "__pydantic_fields_set__", {"id", "vector", "payload"})
+    _set(point, "__pydantic_extra__", None)
+    _set(point, "__pydantic_private__", None)
+    return point
+
+
+def _build_matches() -> bool:
+    """Whether :func:`_built_point` gives what validation gives on this pydantic and qdrant-client
+    (checked once at import; if not, every point is validated as before)."""
+    try:
+        payload = {"k": [1, {"x": None}], "f": 1.5}
+        for pid, pl in ((7, payload), ("8c1a5a2e-6b0c-4a43-9d4e-1f3b2d6c7e90", None)):
+            want = models.PointStruct(id=pid, vector=[], payload=pl)
+            want.vector = [0.5, -1.0]
+            got = _built_point(pid, [0.5, -1.0], pl)
+            if (got.__dict__ != want.__dict__ or got.__pydantic_fields_set__ != want.__pydantic_fields_set__
+                    or got.__pydantic_extra__ != want.__pydantic_extra__
+                    or got.__pydantic_private__ != want.__pydantic_private__
+                    or got.model_dump_json() != want.model_dump_json() or got != want):
+                return False
+        return True
+    except Exception:  # noqa: BLE001 - any difference means: validate as before
+        return False
+
+
+_BUILD_OK = _build_matches()
 
 
 def _as_list(v: Any) -> Any:
