@@ -508,6 +508,17 @@ class ReceiptItem:
     issued_at: float | None = None
 
 
+def new_item(params: NoiseParams, vector: Any, collection: str, point_id: Any, vector_name: str,
+             model_id: str | None) -> ReceiptItem:
+    """``ReceiptItem(...)`` (issued_at None) without the frozen dataclass's ``__init__``, which sets
+    each field with its own object.__setattr__ (~1.2 us; the guarded upsert makes one a point): the
+    same fields, in the same order, in the instance's __dict__."""
+    item = object.__new__(ReceiptItem)
+    item.__dict__.update(params=params, vector=vector, collection=collection, point_id=point_id,
+                         vector_name=vector_name, model_id=model_id, issued_at=None)
+    return item
+
+
 def _body(signer: ReceiptSigner, item: ReceiptItem) -> dict[str, Any]:
     if not isinstance(item.params, NoiseParams):
         raise TypeError(f"params must be NoiseParams, not {type(item.params).__name__}")

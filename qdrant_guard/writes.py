@@ -27,6 +27,7 @@ from .receipts import (
     commitment_bytes,
     normalize_point_id,
     issue_receipts_batch,
+    new_item,
     noise_shortfall,
     receipts_for_payload,
     receipts_from_payload,
@@ -822,9 +823,7 @@ class WriteOps(TextOps):
             # the receipts take the float32 rows.
             for s, final, row in zip(group, finals, finals.tolist()):
                 vectors[s.point][vname] = row
-                items.append((s, ReceiptItem(params=params, vector=final, collection=name,
-                                             point_id=points[s.point].id, vector_name=vname,
-                                             model_id=model_id)))
+                items.append((s, new_item(params, final, name, points[s.point].id, vname, model_id)))
         receipts = issue_receipts_batch(self.signer, [it for _, it in items])
         for (s, _), rec in zip(items, receipts):
             existing = payloads[s.point].get(RECEIPT_KEY) or {}

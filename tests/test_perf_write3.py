@@ -231,3 +231,22 @@ def test_restricted_source_still_refused_on_upsert(tmp_path):
     owner.upsert("c", points=[models.PointStruct(id=3, vector=[0.0, 1.0] + [0.0] * 14, payload={"source": "memo"})])
     assert RawClient.count(owner, "c").count == 2
     owner.close()
+
+
+def test_new_item_is_the_receipt_item_init_makes():
+    import dataclasses
+
+    from qdrant_guard.noise import privatize
+    from qdrant_guard.receipts import ReceiptItem, new_item
+    _, params = privatize(np.ones((1, 4), dtype=np.float32), mechanism="gaussian", epsilon=2.0, radius=0.5,
+                          delta=1e-6, key=b"k" * 32)
+    vec = np.ones(4, dtype=np.float32)
+    for pid, vname, model in ((1, "", None), (UUIDS[0], "a", "m")):
+        got = new_item(params, vec, "c", pid, vname, model)
+        want = ReceiptItem(params=params, vector=vec, collection="c", point_id=pid, vector_name=vname, model_id=model)
+        assert type(got) is ReceiptItem
+        assert list(got.__dict__) == list(want.__dict__) == [f.name for f in dataclasses.fields(ReceiptItem)]
+        assert all(got.__dict__[k] is want.__dict__[k] or got.__dict__[k] == want.__dict__[k] for k in want.__dict__)
+        assert got == want
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            got.collection = "d"
