@@ -1,6 +1,7 @@
 """Dump everything a guarded upsert produces, with every random input fixed, to compare two builds.
 
-Run it once per build (PYTHONPATH picks the build) and compare the files byte for byte:
+Run it once per build (PYTHONPATH picks the build; without it, this checkout's; the build used is
+printed on stderr) and compare the files byte for byte:
 
     PYTHONPATH=/path/to/old python scripts/compare_upsert_outputs.py /tmp/old.json
     python scripts/compare_upsert_outputs.py /tmp/new.json
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -30,6 +32,9 @@ time.time = lambda: 1_800_000_000.0
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+if not os.environ.get("PYTHONPATH"):
+    # Without it the venv's editable install (another checkout's qdrant_guard) would be imported.
+    sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "tests"))
 
 _counter = [0]
@@ -90,7 +95,9 @@ CRAFTED = [
 
 
 def main(out: Path) -> None:
+    import qdrant_guard
     from qdrant_guard import keys, receipts
+    print(f"qdrant_guard from {Path(qdrant_guard.__file__).parent}", file=sys.stderr)
     keys.generate_keypair = _fixed_keypair
     receipts.os = type("os_fixed", (), {"urandom": staticmethod(_fixed_urandom_factory())})
 
