@@ -26,6 +26,7 @@ import pytest
 from guardkit import create, make_kit, record_sent
 from qdrant_client import QdrantClient as RawClient
 from qdrant_client.http import models
+from qdrant_client.http.api.points_api import jsonable_encoder as rest_body  # the REST client's body
 
 from qdrant_guard import QdrantClient, keys, receipts, writes
 from qdrant_guard.errors import GuardRefusal
@@ -128,6 +129,7 @@ def _run(tmp: Path, monkeypatch: pytest.MonkeyPatch, *, shortcuts: bool) -> tupl
             assert isinstance(pts, list) and all(type(p) is models.PointStruct for p in pts), method
             sent.append([method, kw["collection_name"], models.PointsList(points=pts).model_dump_json(),
                          models.PointsList(points=pts).model_dump_json(exclude_unset=True),
+                         rest_body(models.PointsList(points=pts)),
                          [[p.model_dump_json(), sorted(p.__pydantic_fields_set__), p.__pydantic_extra__,
                            p.__pydantic_private__, type(p.id).__name__] for p in pts]])
             for p in pts:
