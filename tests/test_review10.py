@@ -8,8 +8,9 @@ import uuid
 import numpy as np
 import pytest
 
-from guardkit import create, make_kit, models, snapshot, unit
-from qdrant_guard import GuardRefusal, QdrantClient
+from guardkit import models, snapshot, unit
+from test_review9 import _client  # the same PII and PUBLIC pair, one point each
+from qdrant_guard import GuardRefusal
 from qdrant_guard.budget import ExtractionBudget, MemoryBudgetStore, RedisBudgetStore, SqliteBudgetStore
 from qdrant_guard.receipts import RECEIPT_KEY
 
@@ -109,18 +110,6 @@ class _PoseAsTitle(str):
 
     def __hash__(self):
         return hash("title")
-
-
-def _client(tmp_path):
-    kit = make_kit(tmp_path)
-    cfg = kit.config({"c": {"class": "PII", "owner": "hr", "text_field": "text", "intent": {"enabled": False}},
-                      "pub": {"class": "PUBLIC", "text_field": "text"}})
-    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
-    for name in ("c", "pub"):
-        create(client, name)
-        client.upsert(name, [models.PointStruct(id=1, vector=unit(np.random.default_rng(1)),
-                                                payload={"text": "hello"})])
-    return kit, client
 
 
 def _write(client, col, form, payload):
