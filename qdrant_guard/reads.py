@@ -15,6 +15,7 @@ import numpy as np
 from qdrant_client import grpc
 from qdrant_client.conversions.conversion import GrpcToRest
 from qdrant_client.http import models
+from qdrant_client.local.local_collection import LocalCollection
 
 from . import detect as _detect
 from . import noise as _noise
@@ -133,14 +134,10 @@ def project_payload(payload: dict[str, Any] | None, selector: Any) -> dict[str, 
     elif isinstance(selector, (list, tuple)):
         keys = selector
     else:
-        from qdrant_client.local.local_collection import LocalCollection
-
-        return LocalCollection._process_payload(payload, selector)
-    if not all(isinstance(k, str) and _PLAIN_KEY.fullmatch(k) for k in keys):
-        # A key path (``meta.source``, ``"a.b"``, ``arr[].x``) selects inside the payload: project it
-        # as Qdrant (local mode mirrors the server) does.
-        from qdrant_client.local.local_collection import LocalCollection
-
+        keys = None
+    if keys is None or not all(isinstance(k, str) and _PLAIN_KEY.fullmatch(k) for k in keys):
+        # Another form, or a key path (``meta.source``, ``"a.b"``, ``arr[].x``) that selects inside
+        # the payload: project it as Qdrant (local mode mirrors the server) does.
         return LocalCollection._process_payload(payload, selector)
     if isinstance(selector, models.PayloadSelectorExclude):
         return {k: v for k, v in payload.items() if k not in keys}
@@ -175,8 +172,6 @@ def _user_selector(selector: Any, method: str) -> Any:
     if selector is None or isinstance(selector, bool):
         return selector
     if isinstance(selector, (str, list, tuple, models.PayloadSelectorInclude, models.PayloadSelectorExclude)):
-        from qdrant_client.local.local_collection import LocalCollection
-
         LocalCollection._process_payload({}, selector)
         return selector
     return _REST_READ_REQUESTS.get(method, _REST_READ_REQUESTS["query_points"])(selector).with_payload
