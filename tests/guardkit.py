@@ -191,3 +191,18 @@ def record_sent(monkeypatch: Any, methods: tuple[str, ...], *, with_kwargs: bool
 
         monkeypatch.setattr(RawClient, method, recording)
     return calls
+
+
+def record_scans(monkeypatch: Any) -> list[str]:
+    """The texts the guard hands to ``detect.redact_with_findings`` from now on, in order."""
+    from qdrant_guard import detect
+
+    seen: list[str] = []
+    original = detect.redact_with_findings
+
+    def counting(text: str) -> Any:
+        seen.append(text)
+        return original(text)
+
+    monkeypatch.setattr(detect, "redact_with_findings", counting)
+    return seen

@@ -14,7 +14,7 @@ import pytest
 from qdrant_client import QdrantClient as RawClient
 from qdrant_client import grpc
 
-from guardkit import audit_records, make_kit, models, record_sent, snapshot
+from guardkit import audit_records, make_kit, models, record_scans, record_sent, snapshot
 from qdrant_guard import GuardRefusal, QdrantClient
 from qdrant_guard.receipts import RECEIPT_KEY
 
@@ -195,17 +195,8 @@ def test_the_refusal_names_the_argument_and_the_fix(kit):
 
 
 def test_a_key_is_scanned_once_per_call(kit, monkeypatch):
-    from qdrant_guard import detect
-
     owner = _owner(kit)
-    seen = []
-    original = detect.redact_with_findings
-
-    def counting(text):
-        seen.append(text)
-        return original(text)
-
-    monkeypatch.setattr(detect, "redact_with_findings", counting)
+    seen = record_scans(monkeypatch)
     key = "source_of_record"
     owner.scroll("c", scroll_filter=models.Filter(must=[models.IsEmptyCondition(is_empty=models.PayloadField(key=key))]),
                  order_by=key, with_payload=[key, "x"], limit=2)

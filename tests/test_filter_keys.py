@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from qdrant_client import grpc
 
-from guardkit import audit_records, make_kit, models, record_sent, snapshot
+from guardkit import audit_records, make_kit, models, record_scans, record_sent, snapshot
 from qdrant_guard import GuardRefusal, QdrantClient
 
 STRIPE = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
@@ -205,17 +205,8 @@ def test_personal_data_as_a_field_name_follows_filter_pii(kit, sent, form):
 
 
 def test_a_key_is_scanned_once_per_call(kit, monkeypatch):
-    from qdrant_guard import detect
-
     owner = _owner(kit)
-    seen = []
-    original = detect.redact_with_findings
-
-    def counting(text):
-        seen.append(text)
-        return original(text)
-
-    monkeypatch.setattr(detect, "redact_with_findings", counting)
+    seen = record_scans(monkeypatch)
     key = "source_of_record"
     owner.scroll("c", scroll_filter=models.Filter(should=[
         _fc(key, match=models.MatchValue(value="d1")), _fc(key, match=models.MatchValue(value="d2")),
