@@ -55,14 +55,31 @@ def make_kit(tmp: Path) -> Kit:
     return kit
 
 
+def hr_policy(diversity: dict[str, Any]) -> dict[str, Any]:
+    """The policy of a PII collection that hr owns and support reads, intent checks off, with
+    ``diversity`` as its [diversity] table."""
+    return {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+            "diversity": diversity}
+
+
 def hr_shared(kit: Kit, name: str, diversity: dict[str, Any]) -> Any:
-    """A guarded client of alice@hr on a new PII collection ``name`` that hr owns and support
-    reads, intent checks off, with ``diversity`` as its [diversity] table."""
-    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
-           "diversity": diversity}
-    owner = QdrantClient(":memory:", guard=kit.config({name: pol}), principal=kit.principal("alice", "hr"))
+    """A guarded client of alice@hr on a new collection ``name`` of :func:`hr_policy`."""
+    owner = QdrantClient(":memory:", guard=kit.config({name: hr_policy(diversity)}), principal=kit.principal("alice", "hr"))
     create(owner, name)
     return owner
+
+
+# A budget of 20 % of each source, nothing else capped.
+PAYROLL_DIVERSITY = {"max_source_coverage": 0.2, "max_source_fraction": 1.0, "min_unique_sources": 1}
+
+
+def payroll(kit: Kit) -> tuple[Any, Any]:
+    """alice@hr's client on collection ``hr`` (:data:`PAYROLL_DIVERSITY`) holding points 0-9 of
+    source ``payroll``, and bob@support's view of it."""
+    owner = hr_shared(kit, "hr", PAYROLL_DIVERSITY)
+    rng = np.random.default_rng(0)
+    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "payroll"}) for i in range(10)])
+    return owner, owner.with_principal(kit.principal("bob", "support"))
 
 
 def create(client: Any, name: str, *, dim: int = DIM, distance: models.Distance = models.Distance.COSINE,

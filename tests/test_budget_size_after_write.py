@@ -5,17 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.guardkit import hr_shared, make_kit, models, unit
+from tests.guardkit import make_kit, models, payroll, unit
 
 PAYROLL = models.Filter(must=[models.FieldCondition(key="source", match=models.MatchValue(value="payroll"))])
 
 
 def _payroll(tmp_path):
-    kit = make_kit(tmp_path)
-    owner = hr_shared(kit, "hr", {"max_source_coverage": 0.2, "max_source_fraction": 1.0, "min_unique_sources": 1})
-    rng = np.random.default_rng(0)
-    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "payroll"}) for i in range(10)])
-    return owner, owner.with_principal(kit.principal("bob", "support"))
+    return payroll(make_kit(tmp_path))
 
 
 def _seen(bob):
