@@ -61,6 +61,8 @@ class AsyncQdrantClient(PrincipalViews, qdrant_client.AsyncQdrantClient):
             local_inference_batch_size=local_inference_batch_size, check_compatibility=check_compatibility,
             pool_size=pool_size, headers=headers, **kwargs,
         )
+        if self._guard is not None:  # its writes drop the source sizes of every guard on this store
+            self._guard.bind_store(self._client)
 
     async def close(self, grpc_grace: float | None = None, **kwargs: Any) -> None:
         """Close the connection (a :meth:`with_principal` view leaves the shared one open)."""

@@ -76,6 +76,8 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
             local_inference_batch_size=local_inference_batch_size, check_compatibility=check_compatibility,
             pool_size=pool_size, headers=headers, **kwargs,
         )
+        if self._guard is not None:  # its writes drop the source sizes of every guard on this store
+            self._guard.bind_store(self._client)
         # qdrant-client's local mode is not thread-safe; guarded calls into it are serialised so
         # that agents sharing one embedded store from several threads cannot corrupt it. Each
         # guarded operation holds it throughout but for its Offloads (see _facade._sync_method).

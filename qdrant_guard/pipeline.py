@@ -13,13 +13,20 @@ import asyncio
 import copy
 import hashlib
 import logging
+import math
+import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Generator
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from qdrant_client.async_qdrant_remote import AsyncQdrantRemote
+from qdrant_client.local.async_qdrant_local import AsyncQdrantLocal
+from qdrant_client.local.qdrant_local import QdrantLocal
+from qdrant_client.qdrant_remote import QdrantRemote
 
 from . import keys as _keys
 from .canonical import canonical_json
@@ -41,7 +48,91 @@ _CHANGES_SOURCES = frozenset({
     "overwrite_payload", "delete_payload", "clear_payload", "delete", "delete_collection",
     "recreate_collection", "update_collection_aliases", "migrate", "delete_shard_key",
 })
+# The reads such a method's operation may make before its write. Any other call it sends counts
+# as the write: once it is sent, the store may have changed, whether or not the call then fails.
+_READS_BEFORE_WRITE = frozenset({
+    "get_collection", "get_collections", "get_aliases", "get_collection_aliases", "collection_exists",
+    "retrieve", "scroll", "count",
+})
 from .vectors import CollectionShape, shape_from_info
+
+
+class _SizesOf:
+    """A guard's ``shared`` state, held weakly by the epochs it reads (a dict cannot be)."""
+
+    __slots__ = ("shared", "__weakref__")
+
+    def __init__(self, shared: dict[str, Any]) -> None:
+        self.shared = shared
+
+
+class SourceSizeEpoch:
+    """The writes to one store that the guards of this process send, and whose cached source
+    sizes they end.
+
+    Every guard reading the same store (see :func:`store_identity`) joins the same epoch; a write
+    through any of them that may have changed the store drops the cached sizes of all of them.
+    Each guard's cached sizes are one dict (``shared["source_sizes"]``), which a write replaces
+    rather than empties: a count stores its size in the dict it found before it was sent, so a
+    count that a write overlapped lands in a dict no read sees any more, wherever a thread switch
+    falls. ``quiet_until``: a count begun before this (monotonic) time may be of before a write
+    Qdrant has acknowledged but not yet applied, and is not kept.
+    """
+
+    __slots__ = ("quiet_until", "_members", "_lock", "__weakref__")
+
+    def __init__(self) -> None:
+        self.quiet_until = -math.inf
+        self._members: "weakref.WeakSet[_SizesOf]" = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def join(self, member: _SizesOf) -> None:
+        with self._lock:
+            self._members.add(member)
+
+    def wrote(self, *, unwaited: bool) -> None:
+        """A write that may have changed the store has ended (done, failed or abandoned)."""
+        with self._lock:  # two writers ending at once must not lose the later horizon
+            if unwaited:
+                self.quiet_until = max(self.quiet_until, time.monotonic() + SOURCE_SIZE_TTL_S)
+            members = list(self._members)
+        for member in members:
+            member.shared.pop("source_sizes", None)
+
+
+# One epoch per store identity while a guard holds it.
+_EPOCHS: "weakref.WeakValueDictionary[tuple[str, str], SourceSizeEpoch]" = weakref.WeakValueDictionary()
+_EPOCHS_LOCK = threading.Lock()
+
+
+def store_identity(backend: Any) -> tuple[str, str] | None:
+    """What makes two qdrant-client backends one store, or None for a store no other client
+    reaches (``":memory:"``, or a backend of unknown type).
+
+    A server is its REST address as qdrant-client builds it (scheme, host, port, prefix; also for
+    a gRPC client, whose REST address names the same server); the same server reached under
+    another name is another identity, and its guards see each other's writes as another
+    process's. A local-mode directory is its real path (qdrant-client lets one client at a time
+    open it, in or out of this process).
+    """
+    if isinstance(backend, (QdrantRemote, AsyncQdrantRemote)):
+        return ("server", str(backend.rest_uri))
+    if isinstance(backend, (QdrantLocal, AsyncQdrantLocal)) and backend.persistent:
+        return ("local", os.path.realpath(backend.location))
+    return None
+
+
+def size_epoch_for(backend: Any) -> SourceSizeEpoch:
+    """The epoch every guard of this process reading ``backend``'s store shares."""
+    key = store_identity(backend)
+    if key is None:
+        return SourceSizeEpoch()
+    with _EPOCHS_LOCK:
+        epoch = _EPOCHS.get(key)
+        if epoch is None:
+            epoch = _EPOCHS[key] = SourceSizeEpoch()
+        return epoch
+
 
 log = logging.getLogger("qdrant_guard")
 
@@ -188,6 +279,20 @@ class GuardPipeline:
         # State shared by every principal view of this pipeline (budgets, classifiers, caches);
         # "lock" guards the first creation of shared objects against racing threads.
         self.shared: dict[str, Any] = {"lock": threading.Lock()}
+        # Held by this pipeline and its views, not by shared: no cycle keeps shared alive.
+        self._sizes_of = _SizesOf(self.shared)
+        self._join_epoch(SourceSizeEpoch())  # a store of its own until bind_store names one
+
+    def bind_store(self, backend: Any) -> None:
+        """Read and write ``backend``'s store (the client's qdrant-client backend): join the
+        :class:`SourceSizeEpoch` of every other guard of this process on the same store, so a
+        write through any of them drops the source sizes all of them cached."""
+        self._join_epoch(size_epoch_for(backend))
+
+    def _join_epoch(self, epoch: SourceSizeEpoch) -> None:
+        epoch.join(self._sizes_of)
+        self.shared["size_epoch"] = epoch
+        self.shared.pop("source_sizes", None)
 
     def for_principal(self, principal: Principal | str | None) -> "GuardPipeline":
         """A view of this pipeline for another principal: same policy, keys, audit log and budgets."""
@@ -490,7 +595,8 @@ class GuardPipeline:
         return op if self.transparent else self._audit_unlisted(method, op)
 
     def _forget_source_sizes_after(self, op: Op, *, unwaited: bool = False) -> Op:
-        """``op``, after which (done, failed or abandoned) the cached source sizes are dropped.
+        """``op``, after which (done, failed or abandoned), if it sent its write, every guard of
+        this process on the same store drops its cached source sizes.
 
         The extraction budget's cap is a share of a source's size, cached for reads. A write may
         add, retag or delete points of a source: kept, the size of before would set the cap of
@@ -498,15 +604,33 @@ class GuardPipeline:
         ``max_source_coverage``). All collections' sizes go, as the write may name an alias.
         ``unwaited``: sent with ``wait=False`` (upload_points' default), so Qdrant acknowledged it
         before applying it, and a count made meanwhile is of before it: no count begun within
-        ``SOURCE_SIZE_TTL_S`` of the acknowledgement is kept.
+        ``SOURCE_SIZE_TTL_S`` of the acknowledgement is kept. A write that failed or was abandoned
+        once sent is taken as unwaited: a server may still apply it (a request the client timed
+        out, an async write cancelled in flight). A write refused before it was sent (by the
+        guard, or by a read of its operation failing) changed nothing, and keeps the sizes.
         """
+        sent = ended = False
         try:
-            return (yield from op)
+            request = next(op)
+            while True:
+                if not sent and isinstance(request, Call) and request.method not in _READS_BEFORE_WRITE:
+                    sent = True
+                try:
+                    result = yield request
+                except GeneratorExit:
+                    op.close()
+                    raise
+                except BaseException as exc:
+                    request = op.throw(exc)
+                else:
+                    request = op.send(result)
+        except StopIteration as stop:
+            ended = True
+            return stop.value
         finally:
-            now = time.monotonic()
-            until = now + SOURCE_SIZE_TTL_S if unwaited else now
-            self.shared["source_sizes_dropped_at"] = max(until, self.shared.get("source_sizes_dropped_at", until))
-            self.shared.pop("source_sizes", None)
+            if sent:
+                self.shared.pop("source_sizes", None)
+                self.shared["size_epoch"].wrote(unwaited=unwaited or not ended)
 
     def _audit_unlisted(self, method: str, op: Op) -> Op:
         """``op``, with the refusal of a collection unlisted under ``unlisted = "refuse"`` (raised

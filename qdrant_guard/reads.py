@@ -648,15 +648,19 @@ class ReadOps(PayloadOps, QueryChecks):
         hit = self.cached_source_size(name, source)
         if hit is not None:
             return hit
+        # The dict the size goes to is taken before the count is sent: a write that ends after
+        # that (however the threads switch) replaces it (pipeline.SourceSizeEpoch), so a count the
+        # write overlapped serves this read and no other.
+        sizes = self.shared.setdefault("source_sizes", {})
         now = time.monotonic()
         flt = models.Filter(should=[models.FieldCondition(key=pol.source_field, match=models.MatchValue(value=v))
                                     for v in _stored_forms(source)]) \
             if source != "__unknown__" else _missing_source_count_filter(pol.source_field)
         res = yield Call("count", {"collection_name": name, "count_filter": flt, "exact": True})
-        # A write that ended while this count ran may have changed the source: not cached then.
-        if self.shared.get("source_sizes_dropped_at", -math.inf) < now:
-            self.shared.setdefault("source_sizes", {})[(name, source)] = (now, int(res.count))
-        return int(res.count)
+        size = int(res.count)
+        if self.shared["size_epoch"].quiet_until < now:  # else Qdrant may not have applied a write yet
+            sizes[(name, source)] = (now, size)
+        return size
 
     def extraction_budget(self, pol: CollectionPolicy) -> Any:
         """The :class:`ExtractionBudget` for this collection's window (created on first use).
