@@ -37,6 +37,10 @@ _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")  # a top-level payload key, as Qdrant
 log = logging.getLogger("qdrant_guard")
 
 
+# Cached source sizes are swept of stale ones from this many on (see ReadOps.source_size).
+_SIZES_SWEPT_FROM = 1024
+
+
 def _fresh_size(hit: tuple[float, int] | None) -> int | None:
     """The size in a source-size cache entry ``(counted at, size)`` while it is fresh, else None."""
     if hit is not None and time.monotonic() - hit[0] < _SOURCE_SIZE_TTL_S:
@@ -660,6 +664,14 @@ class ReadOps(PayloadOps, QueryChecks):
         size = int(res.count)
         if self.shared["size_epoch"].quiet_until < now:  # else Qdrant may not have applied a write yet
             sizes[(name, source)] = (now, size)
+            if len(sizes) >= self.shared.get("source_sizes_sweep_at", _SIZES_SWEPT_FROM):
+                # Without a write to replace it, the cache would keep every source ever counted,
+                # and each budgeted read walks it (its cap-0 sources): the stale entries go,
+                # once per doubling, so the cache stays within twice what 30 s of counts hold.
+                for key, (at, _) in list(sizes.items()):
+                    if now - at >= _SOURCE_SIZE_TTL_S:
+                        sizes.pop(key, None)
+                self.shared["source_sizes_sweep_at"] = max(_SIZES_SWEPT_FROM, 2 * len(sizes))
         return size
 
     def extraction_budget(self, pol: CollectionPolicy) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -28,10 +29,10 @@ def refusing_port():
         yield s.getsockname()[1]
 
 
-def _count_answered(guard, size):
-    """``source_size`` of payroll in hr, with Qdrant's count answered ``size`` (no server here):
-    what a budgeted read counts, and keeps unless a write intervenes."""
-    op = guard.source_size("hr", guard.policy("hr"), "payroll")
+def _count_answered(guard, size, source="payroll"):
+    """``source_size`` of ``source`` in hr, with Qdrant's count answered ``size`` (no server
+    here): what a budgeted read counts, and keeps unless a write intervenes."""
+    op = guard.source_size("hr", guard.policy("hr"), source)
     assert next(op).method == "count"
     with pytest.raises(StopIteration):
         op.send(SimpleNamespace(count=size))
@@ -189,3 +190,17 @@ def test_a_write_that_failed_once_sent_is_taken_as_unwaited(tmp_path):
     assert owner.guard.cached_source_size("hr", "payroll") is None
     bob.scroll("hr", scroll_filter=PAYROLL, limit=1)
     assert owner.guard.cached_source_size("hr", "payroll") is None
+
+
+def test_stale_sizes_are_swept_without_a_write(tmp_path, monkeypatch):
+    # In a process that only reads, no write replaces the cache: every source ever counted stayed
+    # in it, and each budgeted read's exclusion walked them all (its cap-0 sources). Now the
+    # stale ones go, once per doubling, and the fresh ones stay.
+    _, bob = payroll(make_kit(tmp_path))
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    for n in range(3000):  # one source counted every 0.1 s: 300 within any 30 s
+        _count_answered(bob.guard, 4, f"s{n}")
+        clock[0] += 0.1
+        assert len(bob.guard.shared["source_sizes"]) <= 1024  # reads._SIZES_SWEPT_FROM
+    assert all(bob.guard.cached_source_size("hr", f"s{n}") == 4 for n in range(2701, 3000))
