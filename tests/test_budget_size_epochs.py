@@ -1,7 +1,8 @@
-"""The extraction budget's cached source sizes across guards, threads and refused writes (the
-eleventh review's open points): a write through any guard of this process drops the sizes every
-guard on the same store cached; a count that a write overlapped is never kept, wherever the
-thread switch falls; a write refused before it was sent keeps them."""
+"""The extraction budget's cached source sizes (the eleventh review's open points): a write
+through any guard of this process drops the sizes every guard on the same store cached; a count
+that a write overlapped is never kept, wherever the thread switch falls; a write refused before it
+was sent keeps them, one that failed once sent is taken as unwaited; stale sizes are swept out
+without a write. Real local mode, or a loopback port where nothing listens for a server."""
 from __future__ import annotations
 
 import os
