@@ -1,6 +1,7 @@
 """Text that is about to be embedded or stored: detect, refuse or redact before anything sees it."""
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -218,19 +219,33 @@ class TextOps(GuardPipeline):
     def clean_values(self, name: str) -> set[tuple[str, str]]:
         """The (key, value) pairs the payload screen found clean in writes to collection ``name``
         by the caller's boundary (bounded; see ``_CLEAN_VALUES_MAX``)."""
-        scopes = self.shared.get("clean_values")
-        if scopes is None:
-            scopes = self.shared.setdefault("clean_values", {})
+        return self.clean_memory(name)[1]
+
+    def clean_keys(self, name: str) -> dict[str, int]:
+        """The payload keys the payload screen found clean in writes to collection ``name`` by the
+        caller's boundary, each with its ``_KEY_*`` flags (bounded; see ``_CLEAN_KEYS_MAX``)."""
+        return self.clean_memory(name)[0]
+
+    def clean_memory(self, name: str) -> tuple[dict[str, int], set[tuple[str, str]]]:
+        """:meth:`clean_keys` and :meth:`clean_values` of ``name`` and the caller's boundary. Keys
+        are scoped like values: a process-wide set let a writer time whether another boundary (or a
+        write to another collection) had used a key."""
+        shared = self.shared
+        values, keys = shared.get("clean_values"), shared.get("clean_keys")
+        if values is None or keys is None:
+            values, keys = shared.setdefault("clean_values", {}), shared.setdefault("clean_keys", {})
         scope = (name, self.boundary())
-        found = scopes.get(scope)
-        if found is None:
+        found = values.get(scope)
+        if found is None or scope not in keys:
             # Any name gets a scope before Qdrant sees the call (one that does not exist too):
             # bounded like the pairs, emptied when full.
-            if len(scopes) >= _CLEAN_VALUE_SCOPES_MAX:
-                scopes.clear()
-                self.shared["clean_values_held"] = 0
-            found = scopes.setdefault(scope, set())
-        return found
+            if len(values) >= _CLEAN_VALUE_SCOPES_MAX:
+                values.clear()
+                keys.clear()
+                shared["clean_values_held"] = shared["clean_keys_held"] = 0
+            found = values.setdefault(scope, set())
+            keys.setdefault(scope, {})
+        return keys[scope], found
 
     def remember_clean_value(self, memory: set[tuple[str, str]], pair: tuple[str, str]) -> None:
         """Add ``pair`` to ``memory`` (a :meth:`clean_values` set). All scopes together hold at
@@ -243,6 +258,18 @@ class TextOps(GuardPipeline):
             held = 0
         memory.add(pair)
         self.shared["clean_values_held"] = held + 1
+
+    def remember_clean_key(self, memory: dict[str, int], key: str, flags: int) -> None:
+        """Add ``key`` to ``memory`` (a :meth:`clean_keys` dict); at most ``_CLEAN_KEYS_MAX`` keys
+        over all scopes, all emptied when full."""
+        held = self.shared.get("clean_keys_held", 0)
+        if held >= _CLEAN_KEYS_MAX:
+            for d in list((self.shared.get("clean_keys") or {}).values()):
+                d.clear()
+            memory.clear()
+            held = 0
+        memory[key] = flags
+        self.shared["clean_keys_held"] = held + 1
 
     def screen_payload_fields(self, op: str, name: str, pol: CollectionPolicy, payload: Any, *,
                               point_id: Any, top: bool = True) -> Any:
@@ -267,7 +294,7 @@ class TextOps(GuardPipeline):
                 skip[pol.text_field] = "text"
             if not pol.is_public:
                 skip[RECEIPT_KEY] = "receipt"
-        return _FieldScreen(self, op, name, pol, point_id, keep_pii, self.clean_values(name)).obj(payload, "", skip)
+        return _FieldScreen(self, op, name, pol, point_id, keep_pii, *self.clean_memory(name)).obj(payload, "", skip)
 
     def embed_documents(self, op: str, name: str, pol: CollectionPolicy, vecs: dict[str, Any], *,
                         where: str) -> Op:
@@ -322,41 +349,112 @@ def _where(details: dict[str, Any], field: str | None) -> dict[str, Any]:
 
 # Payload keys the detector found nothing in: the same few keys recur on every point of every
 # write, and scanning them again cost about a third of the screen. Only keys without a finding are
-# kept (no secret stays in memory past its call); bounded, and emptied when full.
-_CLEAN_KEYS: set[str] = set()
+# kept (no secret stays in memory past its call); per (collection, writer boundary) like values
+# (TextOps.clean_keys), bounded over all scopes, and emptied when full.
 _CLEAN_KEYS_MAX = 4096
 # The same for (key, value) pairs: metadata values (a source, a language, a category) recur too,
 # and their screen was most of the field screen's time. A value is screened as ``key: "value"``,
 # so the key is part of what was found clean (an API key is a finding only under a secret-like
-# name). Short pairs under clean keys only: long values seldom recur. Unlike keys, values are
-# data: each (collection, writer boundary) has its own memory (TextOps.clean_values), so a writer
-# cannot time whether another boundary stored a value, and nothing is shared across guards.
+# name). Short pairs under clean keys only: long values seldom recur. Values are data: each
+# (collection, writer boundary) has its own memory (TextOps.clean_values), so a writer cannot
+# time whether another boundary stored a value, and nothing is shared across guards.
 _CLEAN_VALUES_MAX = 4096  # pairs, over all scopes
 _CLEAN_VALUE_SCOPES_MAX = 64
 _CLEAN_VALUE_MAX_LEN = 256
-# Leaves the screen passes as they are (bool is an int; subclasses take the screen's own path).
-_SCALARS = (int, float, bool, type(None))
+# Leaves the screen passes as they are: JSON true/false/null hold no digits or characters.
+_SCALARS = (bool, type(None))
+# A number is screened as the digits JSON stores (``key: "4111111111111111"``), as a string of
+# those digits would be. One of fewer than 9 digits (|n| < 10**8, signed or not) holds no finding
+# under a plain key (letters, digits, ``_ . -``: nothing in it reaches across ``: "``), by the
+# detector's rules: numbers need 9+ digits (a bare SSN 9, with "ssn" before it; a card 13; a NANP
+# phone 10 and separators; E.164 a "+"; an IBAN letters), the encodings 12+ characters (base64 of
+# digits only never decodes to ASCII) or 24+ decimal digits (hex), and assigned secrets 16+
+# characters of two classes or 8+ of three (a sign and digits are two). test_payload_values pins
+# the bound against the detector. Under any other key or a password name, every number is screened.
+_SHORT_NUMBER = 10**8
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]*")
+# Flags of a remembered clean key: numbers under it below _SHORT_NUMBER need no screen; it is a
+# password name (_password_name).
+_KEY_SHORT_NUMBERS_CLEAN = 1
+_KEY_PASSWORD = 2
+# Integral floats are the integers JSON readers see (JavaScript has no other kind); above 2**53 a
+# float no longer holds every integer, and a fraction is no number form the detector finds.
+_EXACT_FLOAT = 2.0**53
+# In a structured payload the key is explicit: a value under a password name is a password,
+# whatever its entropy (the detector, reading free text, needs three classes or entropy >= 3.5).
+# "token", "secret" and "key" keep the detector's rules ({"token": "the"} in NLP payloads), and so
+# do "pass" and "pw" alone (a boarding pass, a first pass).
+_PASSWORD_WORDS = ("password", "passwd", "passphrase", "passcode", "pwd")
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+# Not a password: placeholders such as "[REDACTED]", "<your password>", "${DB_PASSWORD}",
+# "{{ db_password }}", and the guard's own "[GENERIC_SECRET]" (empty and one-character runs apart).
+_PLACEHOLDER = re.compile(r"\[[A-Za-z_ .-]+\]|<[A-Za-z_ .-]+>|\$\{[A-Za-z0-9_]+\}|\{\{ ?[A-Za-z0-9_.]+ ?\}\}")
+# A name field and a value field of one object (Kubernetes env lists, AWS tags): the value is read
+# under the name too.
+_NAME_FIELDS = ("name", "key", "field", "Name", "Key", "Field")
+_VALUE_FIELDS = ("value", "Value")
+
+
+def _password_name(name: str) -> bool:
+    """True when ``name``'s last word (snake_case, kebab-case, dotted or camelCase; trailing digits
+    aside) is a password word, or ends with one other than ``pwd`` (``dbpassword``): ``password``,
+    ``DB_PASSWORD``, ``userPassword2``, ``adminpasswd``, ``pwd``. Not ``password_policy``,
+    ``passwordHash``, ``passwords`` (a count as often as a list), ``pass``, ``bypass``, ``passport``."""
+    words = _WORDS.findall(name)
+    while words and words[-1].isdigit():
+        words.pop()
+    if not words:
+        return False
+    last = words[-1].lower()
+    return last in _PASSWORD_WORDS or last.endswith(_PASSWORD_WORDS[:4])
+
+
+def _key_flags(key: str) -> int:
+    if _password_name(key):
+        return _KEY_PASSWORD
+    return _KEY_SHORT_NUMBERS_CLEAN if _PLAIN_KEY.fullmatch(key) else 0
+
+
+def _placeholder(value: str) -> bool:
+    return not value or value == value[0] * len(value) or _PLACEHOLDER.fullmatch(value) is not None
+
+
+def _number_text(value: Any) -> str | None:
+    """The digits JSON stores of an int (an int subclass's value, not its ``__str__``) or of an
+    integral float below 2**53; None for anything else (bool is JSON true/false)."""
+    if isinstance(value, int):
+        return None if isinstance(value, bool) else int.__repr__(value)
+    if isinstance(value, float) and value.is_integer() and -_EXACT_FLOAT <= value <= _EXACT_FLOAT:
+        return int.__repr__(int(value))
+    return None
 
 
 class _FieldScreen:
     """One payload's screen (:meth:`TextOps.screen_payload_fields`)."""
 
     def __init__(self, ops: TextOps, op: str, name: str, pol: CollectionPolicy, point_id: Any,
-                 keep_pii: bool, clean_values: set[tuple[str, str]]) -> None:
+                 keep_pii: bool, clean_keys: dict[str, int], clean_values: set[tuple[str, str]]) -> None:
         self.ops, self.op, self.name, self.pol, self.point_id, self.keep_pii = ops, op, name, pol, point_id, keep_pii
-        self.clean_values = clean_values
+        self.clean_keys, self.clean_values = clean_keys, clean_values
 
     def obj(self, value: dict[Any, Any], path: str, skip: Mapping[str, str] | None = None) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
         changed = False
-        clean_values = self.clean_values
+        clean_keys, clean_values = self.clean_keys, self.clean_values
+        names = _sibling_names(value) if ("value" in value or "Value" in value) else ()
         for k, v in value.items():
-            # A remembered clean key with a remembered clean string, or a number, is what the
-            # screen below returns unchanged; only the check for a key stored twice is left.
-            if (type(k) is str and k in _CLEAN_KEYS and (not skip or k not in skip) and k not in out
-                    and (type(v) in _SCALARS or (type(v) is str and (k, v) in clean_values))):
-                out[k] = v
-                continue
+            # A remembered clean key with a remembered clean string, a short number, true, false
+            # or null, is what the screen below returns unchanged; only the check for a key stored
+            # twice is left.
+            if type(k) is str and (not skip or k not in skip) and k not in out and not (names and k in _VALUE_FIELDS):
+                flags = clean_keys.get(k)
+                if flags is not None:
+                    tv = type(v)
+                    if ((tv is str and (k, v) in clean_values) or tv in _SCALARS
+                            or ((tv is int or tv is float) and flags & _KEY_SHORT_NUMBERS_CLEAN
+                                and -_SHORT_NUMBER < v < _SHORT_NUMBER)):
+                        out[k] = v
+                        continue
             given = k
             if isinstance(k, str) and type(k) is not str:
                 k = str.__str__(k)  # a str subclass key is stored as its characters: screen those (_as_sent)
@@ -377,6 +475,10 @@ class _FieldScreen:
                 nv = v if sent is v and all(a is b for a, b in zip(screened, sent)) else screened
             else:
                 nv = self.node(v, nk, at)
+                if names and k in _VALUE_FIELDS:
+                    # {"name": "db_password", "value": v}: v is read under its name as well.
+                    for n in names:
+                        nv = self.node(nv, n, at)
             if nk in out:
                 raise self.ops.unsupported_write(
                     self.op, self.name, self.pol,
@@ -397,19 +499,23 @@ class _FieldScreen:
             items = list(value)
             out = [self.node(x, key, f"{at}[{i}]") for i, x in enumerate(items)]
             return value if all(a is b for a, b in zip(out, items)) else out
-        return value
+        digits = _number_text(value)
+        if digits is None:
+            return value
+        # Screened as the digits JSON stores; redacted, it becomes the redacted string ("[SSN]"),
+        # as a string would: no number can stand for a placeholder.
+        screened = self.value(digits, key, at)
+        return value if screened == digits else screened
 
     def key(self, key: Any, path: str) -> tuple[Any, str]:
         """The key to store and the key as it may be logged (redacted: a path names it in refusals)."""
         if not isinstance(key, str):
             return key, str(key)
-        if key in _CLEAN_KEYS:
+        if key in self.clean_keys:
             return key, key
         findings = _detect.find_sensitive(key)
         if not findings:
-            if len(_CLEAN_KEYS) >= _CLEAN_KEYS_MAX:
-                _CLEAN_KEYS.clear()
-            _CLEAN_KEYS.add(key)
+            self.ops.remember_clean_key(self.clean_keys, key, _key_flags(key))
             return key, key
         redacted = _detect.replace_findings(key, findings)
         where = f"payload key {(path + '.' if path else '') + redacted!r}"
@@ -429,14 +535,24 @@ class _FieldScreen:
         n, h = len(value), len(head)
         found = [f for f in _detect.find_sensitive(f"{head}{value}{quote}") if f.end > h and f.start < h + n]
         if not found:
-            # Not under a key with a finding (PII stays in a key on payload_fields = "credentials"):
-            # nothing found stays in memory past its call.
-            if len(name) + n <= _CLEAN_VALUE_MAX_LEN and name in _CLEAN_KEYS:
-                self.ops.remember_clean_value(self.clean_values, pair)
-            return value
+            flags = self.clean_keys.get(name)
+            password = _password_name(name) if flags is None else flags & _KEY_PASSWORD
+            if password and not _placeholder(value):
+                found = [_detect.Finding("GENERIC_SECRET", h, h + n, "password-name", "CREDENTIAL")]
+            else:
+                # Not under a key with a finding (PII stays in a key on payload_fields = "credentials"):
+                # nothing found stays in memory past its call.
+                if len(name) + n <= _CLEAN_VALUE_MAX_LEN and flags is not None:
+                    self.ops.remember_clean_value(self.clean_values, pair)
+                return value
         # Offsets back into the value (a finding that began in the key is clipped to the value).
         findings = [_detect.Finding(f.type, max(f.start - h, 0), min(f.end - h, n), f.validator, f.category)
                     for f in found]
         return self.ops.screen_text(self.op, self.name, self.pol, value, point_ids=[self.point_id],
                                     keep_pii=self.keep_pii, field=f"payload field {at!r}",
                                     scanned=(_detect.replace_findings(value, findings), findings))
+
+
+def _sibling_names(obj: dict[Any, Any]) -> list[str]:
+    """The names an object's ``value`` field is assigned to: its ``name``/``key``/``field`` strings."""
+    return [n for n in (_as_sent(obj[f]) for f in _NAME_FIELDS if f in obj) if isinstance(n, str)]

@@ -300,12 +300,10 @@ def test_async_client_screens_every_field(tmp_path):
 
 
 def test_only_keys_without_findings_are_remembered_between_calls(tmp_path):
-    from qdrant_guard import textguard
-
     kit, client = _kit_client(tmp_path, sens={"credentials_in_text": "redact"})
     _write(client, "c", "upsert", {GHP: 1, "plain_key": 2})
     assert _stored(client, "c", "upsert") == {"[GITHUB_TOKEN]": 1, "plain_key": 2}
-    assert "plain_key" in textguard._CLEAN_KEYS and GHP not in textguard._CLEAN_KEYS
+    assert "plain_key" in client.guard.clean_keys("c") and GHP not in client.guard.clean_keys("c")
     # A remembered key is still screened with its value.
     _write(client, "c", "upsert", {"plain_key": STRIPE}, pid=3)
     assert _stored(client, "c", "upsert", pid=3) == {"plain_key": "[STRIPE_KEY]"}
@@ -313,12 +311,17 @@ def test_only_keys_without_findings_are_remembered_between_calls(tmp_path):
 
 def test_what_the_docs_say_is_and_is_not_found(tmp_path):
     # docs/threat-model.md and the payload_fields docstring: found under a secret-like key by the
-    # detector's rules for assigned secrets; a plainer value, a name in another field and numbers pass.
+    # detector's rules for assigned secrets, any value under a password name (here or in a sibling
+    # "name" field), numbers as their digits; a plain value under another name, a name in a field
+    # not so named, PII under "credentials" (numbers too) and fractions pass.
     kit, client = _kit_client(tmp_path, sens={"credentials_in_text": "redact"})
-    passes = {"password_plain": {"password": "hunter2hunter2x"}, "ssn_int": 123456789,
-              "split": {"name": "db_password", "value": API}}
-    _write(client, "c", "upsert", {**passes, "api_key": API, "pwd": PASSWORD})
-    assert _stored(client, "c", "upsert") == {**passes, "api_key": "[GENERIC_SECRET]", "pwd": "[GENERIC_SECRET]"}
+    passes = {"db_pass": {"token": "hunter2hunter2x"}, "ssn_int": 123456789, "ratio": 4111111111111111.5,
+              "split": {"label": "db_password", "data": "hunter2hunter2x"}, "masked": {"password": "********"}}
+    _write(client, "c", "upsert", {**passes, "api_key": API, "pwd": PASSWORD, "plain": {"password": "hunter2x"},
+                                   "env": [{"name": "db_password", "value": "hunter2x"}]})
+    assert _stored(client, "c", "upsert") == {**passes, "api_key": "[GENERIC_SECRET]", "pwd": "[GENERIC_SECRET]",
+                                              "plain": {"password": "[GENERIC_SECRET]"},
+                                              "env": [{"name": "db_password", "value": "[GENERIC_SECRET]"}]}
 
 
 def test_listed_public_collections_are_screened_and_unlisted_public_ones_pass_through(tmp_path):

@@ -36,6 +36,10 @@ PAYLOADS = [
     # A clean key that a redacted key before it in the same object became: refused as a collision.
     {"[EMAIL]": "x"}, {EMAIL: "y", "[EMAIL]": "x"}, {"[GITHUB_TOKEN]": 2}, {GHP: 1, "[GITHUB_TOKEN]": 2},
     {"text": "hello", "meta": {"text": "hello", "n": None, "f": 1.5, "b": True}},
+    # Numbers, short and long, under plain, secret-like and password names; a name in a sibling field.
+    {"chunk": 4, "ts": 1733356800000, "card": 4111111111111111, "ssn": 123456789, "f": 4111111111111111.0},
+    {"db_password": 1234, "pwd": "hunter2hunter2x", "password": "********", "ssn": -12345678},
+    {"env": [{"name": "DB_PASSWORD", "value": "hunter2hunter2x"}, {"name": "LOG_LEVEL", "value": "debug"}]},
 ]
 
 
@@ -64,9 +68,10 @@ def test_remembered_pairs_screen_exactly_as_the_detector(tmp_path, over, monkeyp
     fresh = []
     with monkeypatch.context() as m:
         m.setattr(textguard, "_SCALARS", ())
+        m.setattr(textguard, "_SHORT_NUMBER", 0)
         for p in PAYLOADS:
             guard.clean_values("c").clear()
-            textguard._CLEAN_KEYS.clear()
+            guard.clean_keys("c").clear()
             fresh.append(_screen(guard, pol, p))
     # Then all in turn, twice, remembering as they go: every answer must be the same.
     guard.clean_values("c").clear()
