@@ -336,12 +336,26 @@ class CollectionPolicy(_Strict):
     A value is screened as ``key: "value"`` with its nearest key (a list's items with the list's
     key), so a secret the detector finds only next to a secret-like name is found under such a
     key: ``{"api_key": "a8f3k2j9x0q7w1e5r4t6"}`` (16+ characters, two character classes, entropy
-    >= 3.5 bits a character), and under a password-like key (``password``, ``pwd``, ``passphrase``)
-    8+ characters of three of lower case, upper case, digits and symbols (``Hunter2hunter2x``).
-    Not found: shorter or simpler values (``{"password": "hunter2hunter2x"}``: two classes, 15
-    characters), a UUID or hex digest under any key, a value whose name sits in another field
-    (``{"name": "password", "value": "..."}``), and numbers, booleans and nulls (only strings are
-    screened: an SSN stored as the integer ``123456789`` is not). A value qdrant-client serialises
+    >= 3.5 bits a character). Under a password name (the key's last word, trailing digits aside, is
+    ``password``, ``passwd``, ``passphrase``, ``passcode`` or ``pwd``, or ends with one of the first
+    four: ``DB_PASSWORD``, ``userPassword2``, ``adminpasswd``; not ``password_policy``,
+    ``passwords``, ``pass`` or ``db_pass``) any value is a credential (``GENERIC_SECRET``, validator
+    ``password-name``), whatever its entropy (``{"password": "hunter2"}``), unless it is a
+    placeholder: empty, one character repeated (``********``), or ``[REDACTED]``, ``<redacted>``,
+    ``${DB_PASSWORD}``, ``{{ db_password }}`` (the guard's own ``[GENERIC_SECRET]`` among them).
+    "token", "secret" and "key" keep the detector's rules (16+ characters, entropy). In an object
+    with a ``value`` (or ``Value``) field and a string ``name``, ``key`` or ``field`` (or
+    capitalised) field, the value is also read under that name: ``[{"name": "DB_PASSWORD",
+    "value": "..."}]`` as in Kubernetes env lists. Numbers are screened as the digits JSON stores
+    (an int, an int subclass's value, an integral float below 2**53): ``{"ssn": 123456789}`` and
+    ``{"card": 4111111111111111}`` are read as ``ssn: "123456789"`` and found where those strings
+    are (personal data: stored as given on sensitive collections under ``credentials``, refused on
+    PUBLIC ones); a redacted number is stored as the redacted string (``"[CREDIT_CARD]"``): no
+    number can stand for the placeholder. Not found: shorter or simpler values under other names
+    (``{"token": "hunter2hunter2x"}``), a UUID or hex digest under any key, a name in a field not
+    so named (``{"label": "password", "data": "..."}``), fractions, booleans and nulls. numpy
+    integers are refused by qdrant-client itself (pydantic cannot serialise them). A value
+    qdrant-client serialises
     into JSON (bytes, a str-valued Enum, a str subclass whatever its ``__str__`` shows, a dict or list
     subclass whatever its ``items()`` shows, a dataclass or pydantic model, a deque or generator, a
     ``set_payload`` payload given as a ``UserDict``) is screened in the form it is sent and stored
