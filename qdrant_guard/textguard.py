@@ -223,7 +223,7 @@ class TextOps(GuardPipeline):
 
     def clean_keys(self, name: str) -> dict[str, int]:
         """The payload keys the payload screen found clean in writes to collection ``name`` by the
-        caller's boundary, each with its ``_KEY_*`` flags (bounded; see ``_CLEAN_KEYS_MAX``)."""
+        caller's boundary, each with its ``_number_bound`` (bounded; see ``_CLEAN_KEYS_MAX``)."""
         return self.clean_memory(name)[0]
 
     def clean_memory(self, name: str) -> tuple[dict[str, int], set[tuple[str, str]]]:
@@ -259,7 +259,7 @@ class TextOps(GuardPipeline):
         memory.add(pair)
         self.shared["clean_values_held"] = held + 1
 
-    def remember_clean_key(self, memory: dict[str, int], key: str, flags: int) -> None:
+    def remember_clean_key(self, memory: dict[str, int], key: str, bound: int) -> None:
         """Add ``key`` to ``memory`` (a :meth:`clean_keys` dict); at most ``_CLEAN_KEYS_MAX`` keys
         over all scopes, all emptied when full."""
         held = self.shared.get("clean_keys_held", 0)
@@ -268,7 +268,7 @@ class TextOps(GuardPipeline):
                 d.clear()
             memory.clear()
             held = 0
-        memory[key] = flags
+        memory[key] = bound
         self.shared["clean_keys_held"] = held + 1
 
     def screen_payload_fields(self, op: str, name: str, pol: CollectionPolicy, payload: Any, *,
@@ -364,19 +364,20 @@ _CLEAN_VALUE_MAX_LEN = 256
 # Leaves the screen passes as they are: JSON true/false/null hold no digits or characters.
 _SCALARS = (bool, type(None))
 # A number is screened as the digits JSON stores (``key: "4111111111111111"``), as a string of
-# those digits would be. One of fewer than 9 digits (|n| < 10**8, signed or not) holds no finding
-# under a plain key (letters, digits, ``_ . -``: nothing in it reaches across ``: "``), by the
-# detector's rules: numbers need 9+ digits (a bare SSN 9, with "ssn" before it; a card 13; a NANP
-# phone 10 and separators; E.164 a "+"; an IBAN letters), the encodings 12+ characters (base64 of
-# digits only never decodes to ASCII) or 24+ decimal digits (hex), and assigned secrets 16+
-# characters of two classes or 8+ of three (a sign and digits are two). test_payload_values pins
-# the bound against the detector. Under any other key or a password name, every number is screened.
-_SHORT_NUMBER = 10**8
+# those digits would be. Under a plain key (letters, digits, ``_ . -``: nothing in it reaches
+# across ``: "``, nothing decodes or folds), one of fewer than 13 digits (signed or not) holds no
+# finding by the detector's rules unless it has 9 digits and the key names an SSN: numbers need a
+# card's 13+ digits, an SSN's 9 bare only after "ssn" or "social security" (any case, joined or
+# not), a NANP phone separators, E.164 a "+", an IBAN letters; the encodings 12+ characters (base64
+# of digits only never decodes to ASCII: its first byte is 0xD0 or more) or 24+ decimal digits
+# (hex); assigned secrets 16+ characters of two classes or 8+ of three (a sign and digits are two).
+# So a remembered clean key holds the bound below which its numbers skip the detector: 10**12, or
+# 10**8 under a key containing "ssn" or "social", 0 under any other key; test_payload_values pins
+# both bounds against the detector. A password name (the rule below) is -1: every number screened.
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]*")
-# Flags of a remembered clean key: numbers under it below _SHORT_NUMBER need no screen; it is a
-# password name (_password_name).
-_KEY_SHORT_NUMBERS_CLEAN = 1
-_KEY_PASSWORD = 2
+_SHORT_NUMBER = 10**12
+_SHORT_SSN_NUMBER = 10**8
+_KEY_PASSWORD = -1
 # Integral floats are the integers JSON readers see (JavaScript has no other kind); above 2**53 a
 # float no longer holds every integer, and a fraction is no number form the detector finds.
 _EXACT_FLOAT = 2.0**53
@@ -409,10 +410,15 @@ def _password_name(name: str) -> bool:
     return last in _PASSWORD_WORDS or last.endswith(_PASSWORD_WORDS[:4])
 
 
-def _key_flags(key: str) -> int:
+def _number_bound(key: str) -> int:
+    """What a clean key is remembered with: numbers of smaller magnitude under it need no screen
+    (``_SHORT_NUMBER``), or ``_KEY_PASSWORD``."""
     if _password_name(key):
         return _KEY_PASSWORD
-    return _KEY_SHORT_NUMBERS_CLEAN if _PLAIN_KEY.fullmatch(key) else 0
+    if not _PLAIN_KEY.fullmatch(key):
+        return 0
+    lower = key.lower()
+    return _SHORT_SSN_NUMBER if "ssn" in lower or "social" in lower else _SHORT_NUMBER
 
 
 def _placeholder(value: str) -> bool:
@@ -447,12 +453,11 @@ class _FieldScreen:
             # or null, is what the screen below returns unchanged; only the check for a key stored
             # twice is left.
             if type(k) is str and (not skip or k not in skip) and k not in out and not (names and k in _VALUE_FIELDS):
-                flags = clean_keys.get(k)
-                if flags is not None:
+                bound = clean_keys.get(k)
+                if bound is not None:
                     tv = type(v)
                     if ((tv is str and (k, v) in clean_values) or tv in _SCALARS
-                            or ((tv is int or tv is float) and flags & _KEY_SHORT_NUMBERS_CLEAN
-                                and -_SHORT_NUMBER < v < _SHORT_NUMBER)):
+                            or ((tv is int or tv is float) and -bound < v < bound)):
                         out[k] = v
                         continue
             given = k
@@ -515,7 +520,7 @@ class _FieldScreen:
             return key, key
         findings = _detect.find_sensitive(key)
         if not findings:
-            self.ops.remember_clean_key(self.clean_keys, key, _key_flags(key))
+            self.ops.remember_clean_key(self.clean_keys, key, _number_bound(key))
             return key, key
         redacted = _detect.replace_findings(key, findings)
         where = f"payload key {(path + '.' if path else '') + redacted!r}"
@@ -535,14 +540,14 @@ class _FieldScreen:
         n, h = len(value), len(head)
         found = [f for f in _detect.find_sensitive(f"{head}{value}{quote}") if f.end > h and f.start < h + n]
         if not found:
-            flags = self.clean_keys.get(name)
-            password = _password_name(name) if flags is None else flags & _KEY_PASSWORD
+            bound = self.clean_keys.get(name)
+            password = _password_name(name) if bound is None else bound == _KEY_PASSWORD
             if password and not _placeholder(value):
                 found = [_detect.Finding("GENERIC_SECRET", h, h + n, "password-name", "CREDENTIAL")]
             else:
                 # Not under a key with a finding (PII stays in a key on payload_fields = "credentials"):
                 # nothing found stays in memory past its call.
-                if len(name) + n <= _CLEAN_VALUE_MAX_LEN and flags is not None:
+                if len(name) + n <= _CLEAN_VALUE_MAX_LEN and bound is not None:
                     self.ops.remember_clean_value(self.clean_values, pair)
                 return value
         # Offsets back into the value (a finding that began in the key is clipped to the value).

@@ -31,25 +31,29 @@ def _found(key: str, text: str) -> list:
 
 # -- 1. numbers ------------------------------------------------------------------------------------
 
-def test_the_short_number_bound_holds_against_the_detector():
-    # Numbers under 10**8 (fewer than 9 digits) skip the detector under a plain key: pin that no
-    # digit string that short, signed or not, is a finding under names that give numbers context.
-    assert textguard._SHORT_NUMBER == 10**8
-    keys = ["x", "ssn", "social_security", "card", "credit_card_number", "phone", "tel", "iban", "api_key",
-            "secret", "token", "access_token", "pin", "a.b-c_d", "Number1"]
-    assert all(textguard._key_flags(k) == textguard._KEY_SHORT_NUMBERS_CLEAN for k in keys)
+def test_the_short_number_bounds_hold_against_the_detector():
+    # Under a plain key, numbers under 10**12 (10**8 where the key names an SSN) skip the detector:
+    # pin that no digit string that short, signed or not, is a finding under names that give
+    # numbers context, and that the bounds are tight.
+    assert (textguard._SHORT_NUMBER, textguard._SHORT_SSN_NUMBER) == (10**12, 10**8)
+    plain = ["x", "card", "credit_card_number", "phone", "tel", "mobile", "iban", "api_key", "secret", "token",
+             "access_token", "pin", "a.b-c_d", "Number1", "created_at", "zip"]
+    ssn = ["ssn", "SSN", "customer_ssn", "social_security_number", "socialSecurity", "Social-Security", "social"]
+    assert {textguard._number_bound(k) for k in plain} == {10**12}
+    assert {textguard._number_bound(k) for k in ssn} == {10**8}
+    assert textguard._number_bound("db_password") == textguard._KEY_PASSWORD
+    assert textguard._number_bound("my key") == 0  # not plain: every number under it is screened
     rng = random.Random(0)
-    for length in range(1, 9):
+    for length in range(1, 13):
         lo, hi = 10 ** (length - 1) if length > 1 else 0, 10**length - 1
-        sample = {lo, hi, int("12345678"[:length]), int("41111111"[:length]), int("55555555"[:length])}
+        sample = {lo, hi, *(int(p[:length]) for p in ("123456789012", "411111111111", "555555555555",
+                                                         "212555123412", "121255512341", "498765432101"))}
         sample |= {rng.randint(lo, hi) for _ in range(150)}
         for n in sample:
             for text in (str(n), f"-{n}"):
-                assert not any(_found(k, text) for k in keys), (length, text)
-    # And the bound is tight: nine digits are an SSN next to "ssn".
+                assert not any(_found(k, text) for k in plain + (ssn if length < 9 else [])), (length, text)
     assert [f.type for f in _found("ssn", "123456789")] == ["SSN"]
-    assert textguard._key_flags("db_password") == textguard._KEY_PASSWORD
-    assert textguard._key_flags("my key") == 0  # not plain: every number under it is screened
+    assert [f.type for f in _found("x", "4222222222222")] == ["CREDIT_CARD"]  # 13 digits
 
 
 @pytest.mark.parametrize("form", FORMS)

@@ -37,7 +37,8 @@ PAYLOADS = [
     {"[EMAIL]": "x"}, {EMAIL: "y", "[EMAIL]": "x"}, {"[GITHUB_TOKEN]": 2}, {GHP: 1, "[GITHUB_TOKEN]": 2},
     {"text": "hello", "meta": {"text": "hello", "n": None, "f": 1.5, "b": True}},
     # Numbers, short and long, under plain, secret-like and password names; a name in a sibling field.
-    {"chunk": 4, "ts": 1733356800000, "card": 4111111111111111, "ssn": 123456789, "f": 4111111111111111.0},
+    {"chunk": 4, "ts": 1733356800, "ts_ms": 1733356800000, "card": 4111111111111111, "ssn": 123456789,
+     "f": 4111111111111111.0, "n": 123456789, "SocialSecurityNo": 987654321, "my ssn": 123456789},
     {"db_password": 1234, "pwd": "hunter2hunter2x", "password": "********", "ssn": -12345678},
     {"env": [{"name": "DB_PASSWORD", "value": "hunter2hunter2x"}, {"name": "LOG_LEVEL", "value": "debug"}]},
 ]
@@ -69,6 +70,7 @@ def test_remembered_pairs_screen_exactly_as_the_detector(tmp_path, over, monkeyp
     with monkeypatch.context() as m:
         m.setattr(textguard, "_SCALARS", ())
         m.setattr(textguard, "_SHORT_NUMBER", 0)
+        m.setattr(textguard, "_SHORT_SSN_NUMBER", 0)
         for p in PAYLOADS:
             guard.clean_values("c").clear()
             guard.clean_keys("c").clear()
