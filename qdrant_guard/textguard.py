@@ -235,17 +235,16 @@ class TextOps(GuardPipeline):
         if values is None or keys is None:
             values, keys = shared.setdefault("clean_values", {}), shared.setdefault("clean_keys", {})
         scope = (name, self.boundary())
-        found = values.get(scope)
-        if found is None or scope not in keys:
+        found, known = values.get(scope), keys.get(scope)
+        if found is None or known is None:
             # Any name gets a scope before Qdrant sees the call (one that does not exist too):
             # bounded like the pairs, emptied when full.
             if len(values) >= _CLEAN_VALUE_SCOPES_MAX:
                 values.clear()
                 keys.clear()
                 shared["clean_values_held"] = shared["clean_keys_held"] = 0
-            found = values.setdefault(scope, set())
-            keys.setdefault(scope, {})
-        return keys[scope], found
+            found, known = values.setdefault(scope, set()), keys.setdefault(scope, {})
+        return known, found
 
     def remember_clean_value(self, memory: set[tuple[str, str]], pair: tuple[str, str]) -> None:
         """Add ``pair`` to ``memory`` (a :meth:`clean_values` set). All scopes together hold at
