@@ -342,7 +342,8 @@ class CollectionPolicy(_Strict):
     ``passwords``, ``pass`` or ``db_pass``) any value is a credential (``GENERIC_SECRET``, validator
     ``password-name``), whatever its entropy (``{"password": "hunter2"}``), unless it is a
     placeholder: empty, one character repeated (``********``), or ``[REDACTED]``, ``<redacted>``,
-    ``${DB_PASSWORD}``, ``{{ db_password }}`` (the guard's own ``[GENERIC_SECRET]`` among them).
+    ``${DB_PASSWORD}``, ``{{ db_password }}`` (the guard's own ``[GENERIC_SECRET]`` among them),
+    or a POSIX path under a ``pwd`` name (an environment dump's ``{"PWD": "/home/alice"}``).
     "token", "secret" and "key" keep the detector's rules (16+ characters, entropy). In an object
     with a ``value`` (or ``Value``) field and a string ``name``, ``key`` or ``field`` (or
     capitalised) field, the value is also read under that name: ``[{"name": "DB_PASSWORD",

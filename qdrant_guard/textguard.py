@@ -393,6 +393,8 @@ _PLACEHOLDER = re.compile(r"\[[A-Za-z_ .-]+\]|<[A-Za-z_ .-]+>|\$\{[A-Za-z0-9_]+\
 # under the name too.
 _NAME_FIELDS = ("name", "key", "field", "Name", "Key", "Field")
 _VALUE_FIELDS = ("value", "Value")
+# An absolute or home-relative POSIX path without spaces.
+_PATH_VALUE = re.compile(r"~?/\S*\Z")
 
 
 def _password_name(name: str) -> bool:
@@ -422,6 +424,11 @@ def _number_bound(key: str) -> int:
 
 def _placeholder(value: str) -> bool:
     return not value or value == value[0] * len(value) or _PLACEHOLDER.fullmatch(value) is not None
+
+
+def _working_directory(name: str, value: str) -> bool:
+    """``{"PWD": "/home/alice"}``: an environment dump's working directory, not a password."""
+    return _PATH_VALUE.match(value) is not None and _WORDS.findall(name)[-1].lower() in ("pwd", "oldpwd")
 
 
 def _number_text(value: Any) -> str | None:
@@ -541,7 +548,7 @@ class _FieldScreen:
         if not found:
             bound = self.clean_keys.get(name)
             password = _password_name(name) if bound is None else bound == _KEY_PASSWORD
-            if password and not _placeholder(value):
+            if password and not _placeholder(value) and not _working_directory(name, value):
                 found = [_detect.Finding("GENERIC_SECRET", h, h + n, "password-name", "CREDENTIAL")]
             else:
                 # Not under a key with a finding (PII stays in a key on payload_fields = "credentials"):

@@ -151,7 +151,7 @@ def test_any_value_under_a_password_name_is_a_credential(tmp_path, form):
 
 def test_password_names_redact_and_placeholders_and_other_names_pass(tmp_path):
     kit, client = _kit_client(tmp_path, sens={"credentials_in_text": "redact"})
-    ordinary = {"token": "the", "secret": WEAK, "key": "abc", "password_policy": "strict", "passwordHash": "x",
+    ordinary = {"PWD": "/home/alice", "OLDPWD": "~/src", "env": {"pwd": "/srv/app"}, "token": "the", "secret": WEAK, "key": "abc", "password_policy": "strict", "passwordHash": "x",
                 "passport": "X1234567", "bypass": "on", "pass": "first", "compass": "north", "db_pass": "x",
                 "passwords": 3, "password_changed": True}
     held = {f"p{i}": {"password": v} for i, v in enumerate(PLACEHOLDERS)}
