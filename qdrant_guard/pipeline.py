@@ -42,11 +42,13 @@ from .surface import ADMIN, OPERATOR_ONLY, READ_COLLECTION, SNAPSHOT_RECOVERY, W
 # How long a budgeted read keeps a source's counted size (reads.ReadOps.source_size).
 SOURCE_SIZE_TTL_S = 30.0
 # Methods that may add, retag or delete points of a source (see _forget_source_sizes_after).
-# delete_shard_key deletes the points of its shard.
+# delete_shard_key deletes the points of its shard; cluster_collection_update can too
+# (DropShardingKey), or copy points into another shard key (ReplicatePoints).
 _CHANGES_SOURCES = frozenset({
     "upsert", "upload_points", "upload_collection", "batch_update_points", "set_payload",
     "overwrite_payload", "delete_payload", "clear_payload", "delete", "delete_collection",
     "recreate_collection", "update_collection_aliases", "migrate", "delete_shard_key",
+    "cluster_collection_update",
 })
 # The reads such a method's operation may make before its write. Any other call it sends counts
 # as the write: once it is sent, the store may have changed, whether or not the call then fails.

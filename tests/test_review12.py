@@ -1,0 +1,56 @@
+"""Twelfth review (docs/security-testing.md): the source-size cache of the extraction budget after
+its per-store epochs. Real local mode, or a loopback port where nothing listens for a server."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from tests.guardkit import PAYROLL_DIVERSITY, hr_policy, make_kit, models, payroll
+from qdrant_guard import QdrantClient
+
+PAYROLL = models.Filter(must=[models.FieldCondition(key="source", match=models.MatchValue(value="payroll"))])
+
+
+@pytest.fixture
+def refusing_port():
+    """A loopback port where nothing listens (bound, never listening)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
+@pytest.mark.parametrize("operation", [
+    models.DropShardingKeyOperation(drop_sharding_key=models.DropShardingKey(shard_key="tenant-a")),
+    models.ReplicatePointsOperation(replicate_points=models.ReplicatePoints(
+        filter=PAYROLL, from_shard_key="tenant-a", to_shard_key="tenant-b")),
+])
+def test_a_cluster_update_that_drops_or_copies_points_drops_the_sizes(tmp_path, operation):
+    # cluster_collection_update's DropShardingKey deletes the points of the shard key (as
+    # delete_shard_key does, which dropped the sizes) and ReplicatePoints copies points into
+    # another: either changes a source's size. Before, it kept them, so after the owner dropped a
+    # shard of payroll points a reader's cap stayed a share of the size of before for 30 s. Local
+    # mode has no cluster and fails the call once it is sent.
+    owner, bob = payroll(make_kit(tmp_path))
+    bob.scroll("hr", scroll_filter=PAYROLL, limit=1)
+    assert owner.guard.cached_source_size("hr", "payroll") == 10
+    with pytest.raises(NotImplementedError):
+        owner.cluster_collection_update("hr", operation)
+    assert owner.guard.cached_source_size("hr", "payroll") is None
+
+
+def test_a_cluster_update_on_a_server_drops_every_guards_sizes(tmp_path, refusing_port):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"hr": hr_policy(PAYROLL_DIVERSITY)})
+    url = f"http://127.0.0.1:{refusing_port}"
+    owner = QdrantClient(url=url, guard=cfg, principal=kit.principal("alice", "hr"), check_compatibility=False)
+    reader = QdrantClient(url=url, guard=cfg, principal=kit.principal("bob", "support"), check_compatibility=False)
+    op = reader.guard.source_size("hr", reader.guard.policy("hr"), "payroll")
+    assert next(op).method == "count"
+    with pytest.raises(StopIteration):
+        op.send(models.CountResult(count=10))
+    assert reader.guard.cached_source_size("hr", "payroll") == 10
+    with pytest.raises(Exception, match="Connection refused"):
+        owner.cluster_collection_update("hr", models.DropShardingKeyOperation(
+            drop_sharding_key=models.DropShardingKey(shard_key="tenant-a")))
+    assert reader.guard.cached_source_size("hr", "payroll") is None
