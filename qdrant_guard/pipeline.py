@@ -112,13 +112,17 @@ def store_identity(backend: Any) -> tuple[str, str] | None:
     reaches (``":memory:"``, or a backend of unknown type).
 
     A server is its REST address as qdrant-client builds it (scheme, host, port, prefix; also for
-    a gRPC client, whose REST address names the same server); the same server reached under
-    another name is another identity, and its guards see each other's writes as another
-    process's. A local-mode directory is its real path (qdrant-client lets one client at a time
-    open it, in or out of this process).
+    a gRPC client, whose REST address names the same server), the host's case and a trailing
+    ``/`` aside; the same server reached under another name is another identity, and its guards
+    see each other's writes as another process's. A local-mode directory is its real path
+    (qdrant-client lets one client at a time open it, in or out of this process).
     """
     if isinstance(backend, (QdrantRemote, AsyncQdrantRemote)):
-        return ("server", str(backend.rest_uri))
+        # Taking two spellings for one server costs only extra drops; taking one server for two
+        # lets a guard keep a size the other's write made stale.
+        scheme, _, rest = str(backend.rest_uri).partition("://")
+        address, slash, path = rest.partition("/")
+        return ("server", f"{scheme.lower()}://{address.lower()}{(slash + path).rstrip('/')}")
     if isinstance(backend, (QdrantLocal, AsyncQdrantLocal)) and backend.persistent:
         return ("local", os.path.realpath(backend.location))
     return None

@@ -45,12 +45,41 @@ def test_a_cluster_update_on_a_server_drops_every_guards_sizes(tmp_path, refusin
     url = f"http://127.0.0.1:{refusing_port}"
     owner = QdrantClient(url=url, guard=cfg, principal=kit.principal("alice", "hr"), check_compatibility=False)
     reader = QdrantClient(url=url, guard=cfg, principal=kit.principal("bob", "support"), check_compatibility=False)
-    op = reader.guard.source_size("hr", reader.guard.policy("hr"), "payroll")
-    assert next(op).method == "count"
-    with pytest.raises(StopIteration):
-        op.send(models.CountResult(count=10))
+    _count_answered(reader.guard, 10)
     assert reader.guard.cached_source_size("hr", "payroll") == 10
     with pytest.raises(Exception, match="Connection refused"):
         owner.cluster_collection_update("hr", models.DropShardingKeyOperation(
             drop_sharding_key=models.DropShardingKey(shard_key="tenant-a")))
     assert reader.guard.cached_source_size("hr", "payroll") is None
+
+
+def test_a_server_under_a_trailing_slash_or_another_case_is_one_store(tmp_path, refusing_port):
+    # qdrant-client keeps url="http://h:p/" and host="H" as written in its REST address, and
+    # each spelling was a store of its own: the reader kept the owner's size of before a delete
+    # for 30 s, as another process would.
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"hr": hr_policy(PAYROLL_DIVERSITY)})
+    owner = QdrantClient(url=f"http://127.0.0.1:{refusing_port}/", guard=cfg, principal=kit.principal("alice", "hr"),
+                         check_compatibility=False)
+    bob = kit.principal("bob", "support")
+    readers = [QdrantClient(url=f"HTTP://127.0.0.1:{refusing_port}", guard=cfg, principal=bob, check_compatibility=False),
+               QdrantClient(host="LocalHost", port=refusing_port, guard=cfg, principal=bob, check_compatibility=False),
+               QdrantClient(url=f"http://localhost:{refusing_port}//", guard=cfg, principal=bob, check_compatibility=False)]
+    for reader in readers:
+        _count_answered(reader.guard, 10)
+    with pytest.raises(Exception, match="Connection refused"):
+        owner.delete("hr", points_selector=models.PointIdsList(points=[1, 2, 3]))
+    assert readers[0].guard.cached_source_size("hr", "payroll") is None
+    # localhost is 127.0.0.1 only by name resolution: still another store, the 30 s apply.
+    assert [r.guard.cached_source_size("hr", "payroll") for r in readers[1:]] == [10, 10]
+    with pytest.raises(Exception, match="Connection refused"):
+        QdrantClient(url=f"http://LOCALHOST:{refusing_port}", guard=cfg, principal=kit.principal("alice", "hr"),
+                     check_compatibility=False).delete("hr", points_selector=models.PointIdsList(points=[1]))
+    assert [r.guard.cached_source_size("hr", "payroll") for r in readers[1:]] == [None, None]
+
+
+def _count_answered(guard, size):
+    op = guard.source_size("hr", guard.policy("hr"), "payroll")
+    assert next(op).method == "count"
+    with pytest.raises(StopIteration):
+        op.send(models.CountResult(count=size))
