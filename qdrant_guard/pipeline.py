@@ -86,7 +86,9 @@ class SourceSizeEpoch:
     def __init__(self) -> None:
         self.quiet_until = -math.inf
         self._members: "weakref.WeakSet[_SizesOf]" = weakref.WeakSet()
-        self._lock = threading.Lock()
+        # Re-entrant: the collector can finalise an abandoned write (which ends here) while this
+        # thread holds it.
+        self._lock = threading.RLock()
 
     def join(self, member: _SizesOf) -> None:
         with self._lock:

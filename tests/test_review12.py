@@ -84,3 +84,59 @@ def _count_answered(guard, size):
     assert next(op).method == "count"
     with pytest.raises(StopIteration):
         op.send(models.CountResult(count=size))
+
+
+def test_a_write_collected_while_the_epoch_is_locked_does_not_deadlock(tmp_path, refusing_port, monkeypatch):
+    # An abandoned operation that sent its write drops the sizes when it is finalised, and an
+    # abandoned async write in a reference cycle is finalised by the cyclic collector, which runs
+    # in whatever thread allocates: inside SourceSizeEpoch.wrote() or join() too, whose lock was
+    # not re-entrant, so that thread, and then every write and client construction on the store,
+    # blocked for good. Here the collector runs where wrote() reads the clock under its lock.
+    import gc
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from qdrant_guard import pipeline
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"hr": hr_policy(PAYROLL_DIVERSITY)})
+    owner = QdrantClient(url=f"http://127.0.0.1:{refusing_port}", guard=cfg, principal=kit.principal("alice", "hr"),
+                         check_compatibility=False)
+    reader = QdrantClient(url=f"http://127.0.0.1:{refusing_port}", guard=cfg, principal=kit.principal("bob", "support"),
+                          check_compatibility=False)
+    _count_answered(reader.guard, 10)
+    epoch = owner.guard.shared["size_epoch"]
+    collected = []
+
+    def clock():
+        if not collected:  # once: the finalised write reads the clock too
+            collected.append(None)
+            collected[0] = gc.collect()
+        return time.monotonic()
+
+    gc.disable()
+    try:
+        op = owner.guard.run("delete", {"collection_name": "hr", "points_selector": models.PointIdsList(points=[1]),
+                                        "wait": True, "ordering": None, "shard_key_selector": None})
+        assert next(op).method == "delete"  # handed over: once finalised, it drops the sizes
+        cycle = [op]
+        cycle.append(cycle)
+        del op, cycle
+        monkeypatch.setattr(pipeline, "time", SimpleNamespace(monotonic=clock, time=time.time))
+        done = threading.Event()
+
+        def write_ends():
+            epoch.wrote(unwaited=True)
+            done.set()
+
+        worker = threading.Thread(target=write_ends, daemon=True)
+        worker.start()
+        # No timing decides the outcome: the thread ends at once or never; the bound only stops
+        # a deadlock from hanging the suite.
+        worker.join(60)
+    finally:
+        gc.enable()
+    assert done.is_set(), "the write's thread deadlocked on the epoch's lock"
+    assert collected[0] > 0  # the abandoned write was collected under the lock
+    assert reader.guard.cached_source_size("hr", "payroll") is None
