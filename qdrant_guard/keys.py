@@ -142,7 +142,7 @@ def public_key_to_pem(pk: Ed25519PublicKey) -> bytes:
     )
 
 
-def _read_key_file(path: PathLike, func: str) -> tuple[Path, bytes, os.stat_result]:
+def _read_key_file(path: PathLike, func: str, *, private: bool) -> tuple[Path, bytes, os.stat_result]:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{func}() argument must be a path, not {type(path).__name__}")
     text = os.fspath(path)
@@ -158,8 +158,21 @@ def _read_key_file(path: PathLike, func: str) -> tuple[Path, bytes, os.stat_resu
             st = os.fstat(fh.fileno())
             data = fh.read()
     except OSError as exc:
-        raise KeyStoreError(f"cannot read key file {str(p)!r}: {exc.strerror or exc}") from exc
+        hint = ""
+        if isinstance(exc, FileNotFoundError):
+            hint = (f"; create it with `qdrant-guard keys new --out {p}`, or fix the path" if private else
+                    "; `qdrant-guard keys new --out KEY` writes the public key beside the private one, as KEY.pub")
+        raise KeyStoreError(f"cannot read key file {str(p)!r}: {exc.strerror or exc}{hint}") from exc
     return p, data, st
+
+
+def _holds_public_key(data: bytes) -> bool:
+    text = data.strip()
+    return text.startswith(KEY_PREFIX.encode()) or b"-----BEGIN PUBLIC KEY-----" in text
+
+
+def _holds_private_key(data: bytes) -> bool:
+    return b"PRIVATE KEY-----" in data
 
 
 def _algorithm_name(key: object) -> str:
@@ -179,7 +192,14 @@ def load_private_key(path: PathLike, *, allow_group_readable: bool = False) -> E
             or not a PEM private key.
         KeyAlgorithmError: the key is valid but not Ed25519 (e.g. RSA or EC).
     """
-    p, data, st = _read_key_file(path, "load_private_key")
+    p, data, st = _read_key_file(path, "load_private_key", private=True)
+    if _holds_public_key(data):
+        # Checked before the file mode: a .pub is meant to be readable, and "chmod 600" would not help.
+        stem = p.with_suffix("") if p.suffix == ".pub" else None
+        raise KeyStoreError(
+            f"key file {str(p)!r} holds a public key, but a private key is needed here; give the private "
+            f"key file{f' ({str(stem)!r})' if stem else ''}, the --out file of `qdrant-guard keys new`"
+        )
     # Group write is refused either way: whoever can write the file chooses the guard's key.
     forbidden = stat.S_IROTH | stat.S_IWOTH | stat.S_IWGRP
     if not allow_group_readable:
@@ -220,7 +240,14 @@ def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519Pu
         return path_or_str
     if isinstance(path_or_str, str) and path_or_str.strip().startswith(KEY_PREFIX):
         return public_key_from_str(path_or_str)
-    p, data, _ = _read_key_file(path_or_str, "load_public_key")  # type: ignore[arg-type]
+    p, data, _ = _read_key_file(path_or_str, "load_public_key", private=False)  # type: ignore[arg-type]
+    if _holds_private_key(data):
+        # Never load (or echo) a private key where a public one belongs: point at the .pub instead.
+        raise KeyStoreError(
+            f"key file {str(p)!r} holds a private key, but a public key is needed here; give its public "
+            f"key file ({str(p) + '.pub'!r}, written beside it by `qdrant-guard keys new`) or its "
+            "'ed25519:...' text"
+        )
     text = data.strip()
     if text.startswith(KEY_PREFIX.encode()):
         return public_key_from_str(text.decode("ascii", "replace"))
