@@ -724,6 +724,10 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> GuardCo
                 lines.append(f"{source}: unknown key {loc!r} (value {value!r}); check the spelling — see docs/policy.md")
             else:
                 msg = err["msg"].removeprefix("Value error, ")
+                if err["type"] in ("tuple_type", "list_type") and err["loc"]:
+                    # pydantic's "a valid tuple" names a Python type; a TOML author writes an array.
+                    example = json.dumps([value] if isinstance(value, str) else ["..."])
+                    msg = f"expected a list (a TOML array), e.g. {err['loc'][-1]} = {example}"
                 ctx = err.get("ctx") or {}
                 allowed = ""
                 if "expected" in ctx and str(ctx["expected"]) not in msg:
