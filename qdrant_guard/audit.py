@@ -818,7 +818,10 @@ class AuditLog:
         try:
             self._fd = os.open(self._abs, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         except OSError as exc:
-            raise AuditError(f"cannot open audit log {self.path!r}: {exc.strerror or exc}") from exc
+            # The log file is created, its directory is not (a typo there must not grow a tree).
+            hint = (f"; create the directory {os.path.dirname(self._abs)!r}, or set audit_log to a path in "
+                    "an existing one" if isinstance(exc, FileNotFoundError) else "")
+            raise AuditError(f"cannot open audit log {self.path!r}: {exc.strerror or exc}{hint}") from exc
         # The entry this object knows of (_size, _line) stays known across a reopen (a forked
         # child, an append after close()): the next append checks it is still where it was.
         self._pid = os.getpid()
