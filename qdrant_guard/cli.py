@@ -70,11 +70,21 @@ def cmd_credential_issue(args: argparse.Namespace) -> int:
     return 0
 
 
+def _require_local_store(path: str) -> None:
+    """Refuse a ``--path`` that is not a qdrant-client local store: local mode would create an empty
+    one there, and a mistyped path would then report "collection not found" and leave a directory."""
+    if not (Path(path) / "meta.json").is_file():
+        what = "does not exist" if not Path(path).exists() else "holds no qdrant-client local store (no meta.json)"
+        raise ConfigError(f"--path {path!r} {what}; give the directory the client was opened with "
+                          "(QdrantClient(path=...)), or --url for a server")
+
+
 def _client_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     import qdrant_client
 
     if args.url:
         return qdrant_client.QdrantClient(url=args.url, api_key=os.environ.get("QDRANT_API_KEY"))
+    _require_local_store(args.path)
     return qdrant_client.QdrantClient(path=args.path)
 
 
@@ -225,6 +235,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .utility import run_calibrate_cli
 
+    if getattr(args, "path", None):
+        _require_local_store(args.path)
     return run_calibrate_cli(args)
 
 

@@ -19,6 +19,11 @@ def authority(tmp_path_factory):
     proc = _cli("keys", "new", "--out", str(d / "a.key"))
     assert proc.returncode == 0, proc.stderr
     (d / "bad.jsonl").write_text("{not json\n")
+    # An existing (empty) local store, so the cases below reach the input they name (a --path that
+    # is no store is refused first: tests/test_newuser.py).
+    from qdrant_client import QdrantClient
+
+    QdrantClient(path=str(d / "store")).close()
     return d
 
 
