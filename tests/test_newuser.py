@@ -1,0 +1,153 @@
+"""A new user's first mistakes: each error names the bad input and the fix, and changes nothing.
+
+Every case here is one a first-time user hit following the README: the public key given where the
+private one belongs (and the reverse), a key file not made yet, a policy value written as a string
+instead of a list, an audit log in a directory that does not exist, a mistyped store path.
+"""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from qdrant_client import models
+
+from qdrant_guard import AuditError, ConfigError, QdrantClient, QdrantGuardError, cli
+
+
+def _keys(tmp: Path, *names: str) -> None:
+    for name in names:
+        assert cli.main(["keys", "new", "--out", str(tmp / "keys" / name)]) == 0
+
+
+def _policy(tmp: Path, **over: str) -> Path:
+    """The README's quick-start policy (its shape), with ``over`` replacing whole lines by key."""
+    fields = {
+        "signing_key": '"keys/guard.key"',
+        "audit_log": '"audit.jsonl"',
+        "authority": '["keys/hr-authority.key.pub"]',
+        "readers": '["hr"]',
+    }
+    fields.update(over)
+    text = textwrap.dedent(f"""\
+        signing_key = {fields['signing_key']}
+        audit_log = {fields['audit_log']}
+
+        [boundaries.hr]
+        authority_keys = {fields['authority']}
+
+        [collections.employee_records]
+        class = "PII"
+        owner = "hr"
+        readers = {fields['readers']}
+        """)
+    p = tmp / "policy.toml"
+    p.write_text(text)
+    return p
+
+
+@pytest.fixture()
+def keydir(tmp_path: Path) -> Path:
+    _keys(tmp_path, "guard.key", "hr-authority.key")
+    return tmp_path
+
+
+def test_signing_key_naming_the_pub_file_says_so_not_chmod(keydir: Path) -> None:
+    # Before: "private key file '.../guard.key.pub' is accessible by other users (mode 644); run
+    # `chmod 600 ...`": chmod would not have helped, the file holds the public key.
+    pol = _policy(keydir, signing_key='"keys/guard.key.pub"')
+    with pytest.raises(QdrantGuardError) as ei:
+        QdrantClient(":memory:", guard=str(pol))
+    msg = str(ei.value)
+    assert "holds a public key" in msg and "chmod" not in msg
+    assert repr(str(keydir / "keys" / "guard.key")) in msg  # the file to give instead
+
+
+def test_missing_signing_key_names_the_command_that_makes_it(tmp_path: Path) -> None:
+    _keys(tmp_path, "hr-authority.key")
+    pol = _policy(tmp_path)
+    with pytest.raises(QdrantGuardError) as ei:
+        QdrantClient(":memory:", guard=str(pol))
+    msg = str(ei.value)
+    assert str(tmp_path / "keys" / "guard.key") in msg
+    assert f"qdrant-guard keys new --out {tmp_path / 'keys' / 'guard.key'}" in msg
+
+
+def test_authority_key_naming_the_private_file_points_at_its_pub(keydir: Path) -> None:
+    pol = _policy(keydir, authority='["keys/hr-authority.key"]')
+    with pytest.raises(ConfigError) as ei:
+        QdrantClient(":memory:", guard=str(pol))
+    msg = str(ei.value)
+    assert "boundaries.hr.authority_keys" in msg and "holds a private key" in msg
+    assert repr(str(keydir / "keys" / "hr-authority.key.pub")) in msg
+    assert "-----BEGIN" not in msg and "Are you sure" not in msg
+
+
+def test_missing_public_key_file_says_where_pub_files_come_from(keydir: Path) -> None:
+    pol = _policy(keydir, authority='["keys/hr.key.pub"]')
+    with pytest.raises(ConfigError) as ei:
+        QdrantClient(":memory:", guard=str(pol))
+    assert "No such file" in str(ei.value) and "qdrant-guard keys new" in str(ei.value)
+
+
+def test_a_string_where_a_list_belongs_shows_the_list(keydir: Path) -> None:
+    # Before: "Input should be a valid tuple", a Python type a TOML author never wrote.
+    pol = _policy(keydir, readers='"hr"')
+    with pytest.raises(ConfigError) as ei:
+        QdrantClient(":memory:", guard=str(pol))
+    msg = str(ei.value)
+    assert "collections.employee_records.readers = 'hr'" in msg
+    assert 'readers = ["hr"]' in msg and "tuple" not in msg
+
+
+def test_audit_log_in_a_missing_directory_names_the_directory(keydir: Path) -> None:
+    pol = _policy(keydir, audit_log='"logs/audit.jsonl"')
+    with pytest.raises(AuditError) as ei:
+        QdrantClient(":memory:", guard=str(pol))
+    assert f"create the directory {str(keydir / 'logs')!r}" in str(ei.value)
+    assert not (keydir / "logs").exists()
+
+
+def test_cli_credential_issue_with_the_pub_file_says_so(keydir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["credential", "issue", "--authority", str(keydir / "keys" / "hr-authority.key.pub"),
+                   "--agent", "alice", "--boundary", "hr"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "holds a public key" in err and "chmod" not in err
+
+
+def test_cli_audit_verify_with_the_private_key_points_at_its_pub(keydir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = keydir / "audit.jsonl"
+    log.write_text("")
+    rc = cli.main(["audit", "verify", str(log), "--key", str(keydir / "keys" / "guard.key")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "holds a private key" in err and "guard.key.pub" in err
+
+
+@pytest.mark.parametrize("command", ["receipt", "calibrate"])
+def test_cli_mistyped_store_path_is_refused_and_not_created(
+        keydir: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: local mode created an empty store at the mistyped path, and the command reported
+    # "Collection employee_records not found", leaving the new directory behind.
+    real = keydir / "store"
+    c = QdrantClient(path=str(real))
+    c.create_collection("employee_records", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    c.close()
+    typo = keydir / "stroe"
+    if command == "receipt":
+        argv = ["receipt", "verify", "--path", str(typo), "--collection", "employee_records",
+                "--trusted-key", str(keydir / "keys" / "guard.key.pub")]
+    else:
+        queries = keydir / "q.jsonl"
+        queries.write_text(json.dumps([0.1, 0.2, 0.3, 0.4]) + "\n")
+        argv = ["calibrate", "--path", str(typo), "--collection", "employee_records", "--queries", str(queries),
+                "--out", str(keydir / "record.json"), "--no-progress"]
+    rc = cli.main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and repr(str(typo)) in err and "does not exist" in err
+    assert not typo.exists()
+    # An existing directory that is no store is named as such, and left as it was.
+    typo.mkdir()
+    rc = cli.main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and "no meta.json" in err and list(typo.iterdir()) == []
