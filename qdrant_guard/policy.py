@@ -558,7 +558,11 @@ class GuardConfig(_Strict):
     """The whole guard configuration (one policy file)."""
 
     signing_key: str | None = None
-    """Path of the guard's Ed25519 private key (PEM). None: an ephemeral key for this process."""
+    """Path of the guard's Ed25519 private key (PEM), made by ``qdrant-guard keys new``. It signs the
+    receipts of the vectors the guard noises and the audit log's checkpoints, and keys the keyed
+    noise. Unset (None): a fresh key for each process, fit for ``":memory:"`` only: after a restart
+    the receipts it signed no longer verify, so the vectors it noised are stripped (``vector=None``)
+    from reads outside the owner boundary, and the same vector gets other noise."""
     audit_log: str | None = None
     """Path of the hash-chained JSONL audit log (None: audit through `logging` only)."""
     audit_fsync: bool = False
