@@ -242,7 +242,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``qdrant-guard``."""
-    p = argparse.ArgumentParser(prog="qdrant-guard", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="qdrant-guard", description="qdrant_guard's command: keys, credentials, receipts, audit log, "
+        "demo, utility calibration, eval. `qdrant-guard COMMAND SUBCOMMAND --help` describes each.",
+        epilog="first run: `keys new --out keys/guard.key` (the policy's signing_key), one `keys new` per "
+               "boundary authority (the policy lists its .pub), then `credential issue` for each agent "
+               "(it prints the token the agent passes as Principal(agent, boundary, token)). README.md "
+               "has the quick start, docs/policy.md every policy key.")
     sub = p.add_subparsers(dest="command", required=True)
 
     keys_p = sub.add_parser("keys", help="key management").add_subparsers(dest="sub", required=True)
@@ -251,10 +257,14 @@ def build_parser() -> argparse.ArgumentParser:
     kn.set_defaults(func=cmd_keys_new)
 
     cred_p = sub.add_parser("credential", help="boundary credentials").add_subparsers(dest="sub", required=True)
-    ci = cred_p.add_parser("issue", help="issue a credential proving an agent is in a boundary")
-    ci.add_argument("--authority", required=True, help="the boundary authority's private key file")
-    ci.add_argument("--agent", required=True, help="agent id")
-    ci.add_argument("--boundary", required=True, help="boundary name")
+    ci = cred_p.add_parser("issue", help="issue a credential proving an agent is in a boundary",
+                           description="Print a credential token (qgc1....) on stdout; the agent passes it as "
+                                       "Principal(agent, boundary, token).")
+    ci.add_argument("--authority", required=True,
+                    help="the boundary authority's private key file (from `keys new`; the policy lists its "
+                         ".pub in [boundaries.NAME] authority_keys)")
+    ci.add_argument("--agent", required=True, help="agent id (the Principal's agent_id)")
+    ci.add_argument("--boundary", required=True, help="boundary name, as in the policy's [boundaries.NAME]")
     ci.add_argument("--ttl", type=_positive_float, default=3600.0, help="lifetime in seconds (default 3600)")
     ci.set_defaults(func=cmd_credential_issue)
 
@@ -263,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     where = rv.add_mutually_exclusive_group(required=True)
     where.add_argument("--path", help="local-mode storage directory")
     where.add_argument("--url", help="Qdrant server URL (API key from QDRANT_API_KEY)")
-    rv.add_argument("--collection", required=True)
+    rv.add_argument("--collection", required=True, help="the collection whose points are checked")
     rv.add_argument("--trusted-key", action="append", help="trusted public key (ed25519:... or file); repeatable")
     rv.add_argument("--policy", help="take trusted/revoked keys from this policy file")
     rv.add_argument("--check-noise", action="store_true",
@@ -271,12 +281,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "(noise.check_release: the TEST-ONLY seeded generator, a scale below the "
                          "calibration); with --policy, also noise weaker than the collection's "
                          "[noise] section. Reported as insufficient_noise")
-    rv.add_argument("--verbose", action="store_true")
+    rv.add_argument("--verbose", action="store_true", help="print a line for every vector, not only failures")
     rv.set_defaults(func=cmd_receipt_verify)
 
     aud_p = sub.add_parser("audit", help="the hash-chained audit log").add_subparsers(dest="sub", required=True)
     av = aud_p.add_parser("verify", help="detect edited, deleted, inserted, reordered or torn entries")
-    av.add_argument("file")
+    av.add_argument("file", help="the audit log (the policy's audit_log)")
     av.add_argument("--key", action="append", metavar="PUBLIC_KEY",
                     help="verify signed checkpoints with this public key (file or ed25519:... text; "
                          "repeatable), e.g. the guard's signing key's .pub")
@@ -285,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "checkpoint_every; default 1000, the guard's)")
     av.set_defaults(func=cmd_audit_verify)
     ar = aud_p.add_parser("repair", help="cut a torn/tampered tail to the valid prefix, recording the cut")
-    ar.add_argument("file")
+    ar.add_argument("file", help="the audit log (the policy's audit_log); stop the guard first")
     ar.add_argument("--signing-key", metavar="PRIVATE_KEY",
                     help="sign the repair entry as a checkpoint with this key (the guard's signing key)")
     ar.add_argument("--key", action="append", metavar="PUBLIC_KEY",
@@ -299,8 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     ar.set_defaults(func=cmd_audit_repair)
     arp = aud_p.add_parser("replay", help="re-evaluate logged queries under a new policy (the log is "
                                           "verified first; one that does not verify is not replayed)")
-    arp.add_argument("log")
-    arp.add_argument("--policy", required=True)
+    arp.add_argument("log", help="the audit log (the policy's audit_log)")
+    arp.add_argument("--policy", required=True, help="the changed policy file to evaluate the logged queries under")
     arp.add_argument("--key", action="append", metavar="PUBLIC_KEY",
                      help="verify the log's signed checkpoints with this public key, as `audit verify "
                           "--key` (repeatable)")

@@ -844,24 +844,35 @@ def add_calibrate_arguments(parser: Any) -> None:
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--path", help="local Qdrant storage directory")
     src.add_argument("--url", help="Qdrant server URL")
-    parser.add_argument("--collection", required=True)
+    parser.add_argument("--collection", required=True,
+                        help="the collection to measure, read with plain qdrant-client (its clean vectors)")
     parser.add_argument("--queries", required=True, help="JSONL: one text or vector per line")
     parser.add_argument("--qrels", help="JSONL: {\"query\": i, \"relevant\": [ids] or {id: grade}}")
-    parser.add_argument("--threshold", type=float, default=0.05)
+    parser.add_argument("--threshold", type=float, default=0.05,
+                        help="largest accepted relative drop of --metric (the policy's "
+                             "utility.max_recall_drop; default 0.05)")
     parser.add_argument("--out", required=True, help="where to write the signed record (JSON)")
-    parser.add_argument("--key", help="Ed25519 private key (PEM) that signs the record")
-    parser.add_argument("--mechanism", default="gaussian", choices=("gaussian", "laplace_l2"))
-    parser.add_argument("--radius", type=float, default=0.01)
-    parser.add_argument("--delta", type=float, default=1e-6)
+    parser.add_argument("--key", help="Ed25519 private key (PEM) that signs the record: the guard's "
+                                      "signing_key, or a key whose .pub is in receipts.trusted_keys (a guard "
+                                      "refuses noised writes under an unsigned record)")
+    parser.add_argument("--mechanism", default="gaussian", choices=("gaussian", "laplace_l2"),
+                        help="the collection's noise.mechanism (default gaussian)")
+    parser.add_argument("--radius", type=float, default=0.01, help="the collection's noise.radius (default 0.01)")
+    parser.add_argument("--delta", type=float, default=1e-6,
+                        help="the collection's noise.delta (default 1e-6; ignored for laplace_l2)")
     parser.add_argument("--clip-norm", type=_clip_norm_arg, default=1.0,
                         help="L2 clipping norm, or 'none' for a policy with clip_norm unset")
-    parser.add_argument("--epsilons", help="comma-separated candidate epsilons")
-    parser.add_argument("--epsilon-ceiling", type=float)
-    parser.add_argument("--k", type=int, default=10)
-    parser.add_argument("--metric", default="recall", choices=_METRICS)
-    parser.add_argument("--sample-limit", type=int)
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--epsilons", help="comma-separated candidate epsilons, measured from the smallest "
+                                           "(most noise) up (default: %s)" % ",".join(f"{e:g}" for e in DEFAULT_EPSILONS))
+    parser.add_argument("--epsilon-ceiling", type=float,
+                        help="levels above it are measured and recorded but never chosen (the class's "
+                             "epsilon_ceiling)")
+    parser.add_argument("--k", type=int, default=10, help="cut-off of the metric (the policy's utility.k; default 10)")
+    parser.add_argument("--metric", default="recall", choices=_METRICS,
+                        help="the policy's utility.metric (default recall; ndcg needs --qrels)")
+    parser.add_argument("--sample-limit", type=int, help="measure at most this many queries (a random sample)")
+    parser.add_argument("--seed", type=int, help="reproducible measurement (test noise; never for production writes)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument(
         "--query-text", default="generalized", choices=QUERY_TEXT_MODES,
         help="what text queries look like when embedded: PII redacted and identifiers generalised, "

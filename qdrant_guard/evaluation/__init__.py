@@ -30,14 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="redaction on = detect.redact, then identifiers generalised to [NUMBER]/[CODE]/"
                         "[NAME] (generalize_identifiers = true, the policy default); "
                         "--no-generalize-identifiers: detect.redact only")
-    p.add_argument("--max-docs", type=int)
-    p.add_argument("--queries", type=int)
-    p.add_argument("--carriers-per-kind", type=int)
+    p.add_argument("--max-docs", type=int, help="use at most this many paragraphs (default: all; --reduced: 500)")
+    p.add_argument("--queries", type=int, help="known-item queries (default 300; --reduced: 120)")
+    p.add_argument("--carriers-per-kind", type=int,
+                   help="paragraphs carrying a planted secret, per secret kind (default 4; --reduced: 1)")
     p.add_argument("--utility-draws", type=int,
                    help="independent noise draws per level for the recall measurement (default 20); the "
                         "recall target is judged on their mean")
     p.add_argument("--cache-dir", help="embedding cache (default .cache/qdrant-guard-eval)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return p
 
 
