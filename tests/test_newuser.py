@@ -187,3 +187,33 @@ def test_top_level_help_shows_the_first_run_order(capsys: pytest.CaptureFixture[
     out = " ".join(capsys.readouterr().out.split())
     assert "``" not in out  # the module docstring's reST markup was the description
     assert "first run: `keys new --out keys/guard.key`" in out and "credential issue" in out
+
+
+def test_the_complete_example_policy_names_every_key() -> None:
+    # docs/policy.example.toml calls itself complete; it lacked 15 keys (query.max_chars,
+    # filter_pii, the modes, utility.metric/k/enforce, receipts.max_age_s, ...). A key may be
+    # commented out (one whose default is "unset", which TOML cannot write).
+    import re
+    import tomllib
+
+    from qdrant_guard.policy import CollectionPolicy, GuardConfig
+
+    path = Path(__file__).resolve().parent.parent / "docs" / "policy.example.toml"
+    text = path.read_text()
+    data = tomllib.loads(text)
+    commented = set(re.findall(r"^# ?([a-z_]+) = ", text, flags=re.M))
+
+    def missing(model: type, section: dict, where: str) -> list[str]:
+        names = [f.alias or k for k, f in model.model_fields.items() if not f.exclude]
+        return [where + n for n in names if n not in section and n not in commented]
+
+    gaps = missing(GuardConfig, data, "")
+    gaps += missing(type(GuardConfig().receipts), data["receipts"], "receipts.")
+    coll = data["collections"]["employee_records"]
+    gaps += missing(CollectionPolicy, coll, "collections.employee_records.")
+    for sec in ("noise", "query", "diversity", "intent", "utility"):
+        model = type(getattr(CollectionPolicy(), sec))
+        gaps += [g for g in missing(model, coll[sec], f"collections.employee_records.{sec}.")
+                 if not g.endswith(".max_vectors")]  # PROPRIETARY only: set on model_embeddings
+    assert data["collections"]["model_embeddings"]["diversity"]["max_vectors"]
+    assert not gaps, f"{path.name} lacks: {gaps}"
