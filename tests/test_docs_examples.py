@@ -105,6 +105,7 @@ GIVEN: dict[tuple[str, str], set[str]] = {
     ("docs/diversity-budget.md", "ExtractionBudget"): {"kept_from_memo", "memo_ids", "hb_ids"},
     ("docs/integrations.md", "from langchain_qdrant"): {"alice", "bob", "my_embeddings"},
     ("docs/integrations.md", "from llama_index.core"): {"alice", "bob", "docs", "my_embed_model", "nodes", "query"},
+    ("docs/receipt-format.md", "ReceiptSigner(load_private_key"): {"client", "vector"},
     # a signature, imported by the page's API block
     ("docs/intent.md", "LLMIntentClassifier(base_url=None"): {"LLMIntentClassifier"},
 }
@@ -357,6 +358,45 @@ def test_readme_receipt_and_audit_commands_do_what_it_says(quick_start, capsys):
     assert rc == 1 and "torn_tail" in out
     _cli(capsys, ["audit", "repair", str(log), "--signing-key", "keys/guard.key"])
     assert "OK:" in _cli(capsys, ["audit", "verify", str(log), "--key", "keys/guard.key.pub"])
+
+
+def test_receipt_page_own_receipt_example_writes_under_the_readme_policy(quick_start, capsys):
+    import numpy as np
+    from qdrant_client import models
+
+    from qdrant_guard.audit import verify_audit_file
+
+    tmp, token = quick_start
+    _cli(capsys, ["keys", "new", "--out", "keys/support-agent.key"])
+    policy = tmp / "policy.toml"
+    policy.write_text(policy.read_text() + '\n[receipts]\ntrusted_keys = ["keys/support-agent.key.pub"]\n')
+    hr_token = _cli(capsys, ["credential", "issue", "--authority", "keys/hr-authority.key", "--agent", "alice",
+                             "--boundary", "hr"]).strip()
+    owner = QdrantClient(path="./store", guard="policy.toml", principal=Principal("alice", "hr", hr_token))
+    owner.create_collection("employee_records",
+                            vectors_config=models.VectorParams(size=8, distance=models.Distance.COSINE))
+    client = owner.with_principal(Principal("agent-7", "support", token))
+    rng = np.random.default_rng(0)
+    vector = rng.normal(size=8).astype(np.float32)
+    b = block("docs/receipt-format.md", "ReceiptSigner(load_private_key")
+
+    def last_verdict() -> str:
+        lines = (tmp / "audit.jsonl").read_text().splitlines()
+        return json.loads(lines[-1])["record"]["verdict"]
+
+    ns = run_block(b, {"client": client, "vector": vector})
+    assert last_verdict() == Verdict.ALLOW_RECEIPTED.value
+    assert owner.retrieve("employee_records", [7], with_vectors=True)[0].vector == ns["final"].tolist()
+    # What the page says the guard refuses: a receipt for another point, and weaker noise.
+    with pytest.raises(GuardRefusal) as exc:
+        run_block(Block(b.page, b.line, b.lang, b.text.replace("id=7,", "id=8,")), {"client": client, "vector": vector})
+    assert exc.value.verdict == Verdict.INVALID_RECEIPT.value
+    with pytest.raises(GuardRefusal) as exc:
+        run_block(Block(b.page, b.line, b.lang, b.text.replace("epsilon=1.0", "epsilon=1.5")),
+                  {"client": client, "vector": vector})
+    assert exc.value.verdict == Verdict.NOISE_REQUIRED.value
+    owner.close()
+    assert verify_audit_file(tmp / "audit.jsonl").ok
 
 
 def test_readme_demo_output_is_what_the_demo_prints(tmp_path, capsys):
