@@ -751,11 +751,19 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
     Raises:
         ConfigError: the file is missing, is not valid TOML, or fails validation.
     """
+    if os.fspath(path) == "":
+        raise ConfigError("the policy path is empty; give the path of a TOML policy file")
     p = Path(path)
     try:
         raw = p.read_bytes()
     except OSError as exc:
-        raise ConfigError(f"cannot read policy file {str(p)!r}: {exc.strerror}") from None
+        hint = ""
+        if isinstance(exc, FileNotFoundError):
+            # A relative path is read from the working directory, which is not always the one meant.
+            where = f" (that is {str(p.absolute())!r})" if not p.is_absolute() else ""
+            hint = (f"{where}; fix the path, or start from docs/policy.example.toml (every key) or the "
+                    "README's quick-start policy")
+        raise ConfigError(f"cannot read policy file {str(p)!r}: {exc.strerror}{hint}") from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

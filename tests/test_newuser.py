@@ -217,3 +217,14 @@ def test_the_complete_example_policy_names_every_key() -> None:
                  if not g.endswith(".max_vectors")]  # PROPRIETARY only: set on model_embeddings
     assert data["collections"]["model_embeddings"]["diversity"]["max_vectors"]
     assert not gaps, f"{path.name} lacks: {gaps}"
+
+
+def test_a_missing_policy_file_says_where_it_was_looked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as ei:
+        QdrantClient(":memory:", guard="policy.toml")
+    msg = str(ei.value)
+    assert repr(str(tmp_path / "policy.toml")) in msg and "docs/policy.example.toml" in msg
+    # An empty path used to read as the directory ".": "Is a directory".
+    with pytest.raises(ConfigError, match="policy path is empty"):
+        QdrantClient(":memory:", guard="")
