@@ -41,7 +41,12 @@ class AuditIntegrityError(AuditError):
 
 
 class GuardRefusal(QdrantGuardError):
-    """The guard refused a call. Nothing reached Qdrant.
+    """The guard refused a call: a refused write changed nothing, a refused read returns nothing.
+
+    Most refusals are decided before Qdrant is called. Some follow a look-up the guard makes
+    first (the points a write names, the collection's vector layout, its aliases), and a read whose
+    extraction-budget store fails after Qdrant answered is refused with its results withheld
+    (``FAIL_CLOSED``). Every refusal is audited before it is raised (``manifest_digest``).
 
     Attributes:
         verdict: machine-readable verdict name, e.g. ``"NOISE_REQUIRED"``.
