@@ -23,8 +23,9 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
     Args:
         guard: a :class:`GuardConfig`, or the path of a TOML policy file. None (default): no
             policy; the client behaves exactly like qdrant-client.
-        principal: who is calling: a :class:`Principal` carrying a boundary credential, or the
-            credential token itself. None: anonymous (PUBLIC collections only).
+        principal: who is calling: a :class:`Principal` carrying a boundary credential (the token
+            ``qdrant-guard credential issue`` prints), or the token itself. None, or a Principal
+            without a credential: unverified, which reaches PUBLIC collections only.
         embedder: callable ``list[str] -> array (n, d)`` used to embed ``models.Document`` texts
             after redaction on sensitive collections.
 
@@ -33,8 +34,13 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
     process, in front of whichever backend qdrant-client selected.
 
     Raises:
-        ConfigError: the policy is invalid, or ``principal=``/``embedder=`` is given
-            without ``guard=`` (it would be ignored). CredentialError: the principal's credential is invalid.
+        ConfigError: the policy is missing or invalid, or ``principal=``/``embedder=`` is given
+            without ``guard=`` (it would be ignored).
+        CredentialError: the principal's credential is malformed, forged, revoked, from a key no
+            ``[boundaries.NAME]`` lists, or for another agent or boundary than the Principal names.
+        KeyStoreError: the policy's ``signing_key`` cannot be loaded (see the message for the fix).
+        AuditError: the policy's ``audit_log`` cannot be opened, or does not verify back to its
+            last signed checkpoint.
     """
 
     _guard: Guard | None
