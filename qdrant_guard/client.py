@@ -38,7 +38,8 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
             without ``guard=`` (it would be ignored).
         CredentialError: the principal's credential is malformed, forged, revoked, from a key no
             ``[boundaries.NAME]`` lists, or for another agent or boundary than the Principal names.
-        KeyStoreError: the policy's ``signing_key`` cannot be loaded (see the message for the fix).
+        qdrant_guard.keys.KeyStoreError: the policy's ``signing_key`` cannot be loaded (the message
+            says how to fix it).
         AuditError: the policy's ``audit_log`` cannot be opened, or does not verify back to its
             last signed checkpoint.
     """
