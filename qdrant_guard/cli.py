@@ -237,7 +237,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     if getattr(args, "path", None):
         _require_local_store(args.path)
-    return run_calibrate_cli(args)
+    rc = run_calibrate_cli(args)
+    if rc == 0 and not getattr(args, "key", None):
+        # A measurement is still useful unsigned, but a guard refuses the record.
+        print(f"note: no --key, so {args.out} is unsigned: a guard whose policy names it as utility.record "
+              "refuses it (ConfigError); re-run with --key set to the guard's signing_key to use it there",
+              file=sys.stderr)
+    return rc
 
 
 def build_parser() -> argparse.ArgumentParser:

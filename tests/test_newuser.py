@@ -228,3 +228,23 @@ def test_a_missing_policy_file_says_where_it_was_looked_for(tmp_path: Path, monk
     # An empty path used to read as the directory ".": "Is a directory".
     with pytest.raises(ConfigError, match="policy path is empty"):
         QdrantClient(":memory:", guard="")
+
+
+def test_cli_calibrate_without_key_says_the_record_is_unusable_by_a_guard(
+        keydir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: exit 0 and a "chosen epsilon" line only; the guard then refused the record at its
+    # first noised write ("does not verify against the trusted keys").
+    store = keydir / "store"
+    c = QdrantClient(path=str(store))
+    c.create_collection("kb", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    c.upsert("kb", [models.PointStruct(id=i, vector=[1.0 + i, 0.5, 0.25 * i, 0.1]) for i in range(6)])
+    c.close()
+    queries = keydir / "q.jsonl"
+    queries.write_text("[1.0, 0.5, 0.0, 0.1]\n[3.0, 0.5, 0.5, 0.1]\n")
+    base = ["calibrate", "--path", str(store), "--collection", "kb", "--queries", str(queries), "--no-progress",
+            "--seed", "0"]
+    assert cli.main([*base, "--out", str(keydir / "unsigned.json")]) == 0
+    err = capsys.readouterr().err
+    assert "unsigned" in err and "--key" in err and "utility.record" in err
+    assert cli.main([*base, "--out", str(keydir / "signed.json"), "--key", str(keydir / "keys" / "guard.key")]) == 0
+    assert "unsigned" not in capsys.readouterr().err
