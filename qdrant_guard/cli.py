@@ -367,6 +367,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         # it; a traceback would only bury it.
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        from qdrant_client.http.exceptions import ResponseHandlingException
+
+        url = getattr(args, "url", None)
+        if url and isinstance(exc, ResponseHandlingException):
+            # A wrong --url (or a server that is down) is the user's input, not a bug to trace.
+            print(f"error: cannot reach Qdrant at --url {url}: {exc}; check the URL and that the server "
+                  "is up", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

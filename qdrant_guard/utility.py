@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import sys
 import time
 import uuid
@@ -843,7 +844,7 @@ def add_calibrate_arguments(parser: Any) -> None:
     """Add the ``qdrant-guard calibrate`` options to an argparse parser."""
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--path", help="local Qdrant storage directory")
-    src.add_argument("--url", help="Qdrant server URL")
+    src.add_argument("--url", help="Qdrant server URL (API key from QDRANT_API_KEY)")
     parser.add_argument("--collection", required=True,
                         help="the collection to measure, read with plain qdrant-client (its clean vectors)")
     parser.add_argument("--queries", required=True, help="JSONL: one text or vector per line")
@@ -973,7 +974,8 @@ def run_calibrate_cli(args: Any) -> int:
     epsilons = DEFAULT_EPSILONS
     if get("epsilons"):
         epsilons = tuple(float(x) for x in str(get("epsilons")).split(",") if x.strip())
-    client = QdrantClient(path=get("path")) if get("path") else QdrantClient(url=get("url"))
+    client = (QdrantClient(path=get("path")) if get("path")
+              else QdrantClient(url=get("url"), api_key=os.environ.get("QDRANT_API_KEY")))
     try:
         record = calibrate(
             client,

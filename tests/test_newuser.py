@@ -248,3 +248,33 @@ def test_cli_calibrate_without_key_says_the_record_is_unusable_by_a_guard(
     assert "unsigned" in err and "--key" in err and "utility.record" in err
     assert cli.main([*base, "--out", str(keydir / "signed.json"), "--key", str(keydir / "keys" / "guard.key")]) == 0
     assert "unsigned" not in capsys.readouterr().err
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("command", ["receipt", "calibrate"])
+def test_cli_url_of_no_server_is_an_error_naming_it_and_calibrate_sends_the_api_key(
+        keydir: Path, command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: a traceback ending in ResponseHandlingException; and calibrate --url ignored
+    # QDRANT_API_KEY (receipt verify read it), so it could not read a server that needs one.
+    url = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("QDRANT_API_KEY", "k")
+    if command == "receipt":
+        argv = ["receipt", "verify", "--url", url, "--collection", "kb",
+                "--trusted-key", str(keydir / "keys" / "guard.key.pub")]
+    else:
+        queries = keydir / "q.jsonl"
+        queries.write_text("[0.1, 0.2, 0.3, 0.4]\n")
+        argv = ["calibrate", "--url", url, "--collection", "kb", "--queries", str(queries),
+                "--out", str(keydir / "r.json"), "--no-progress"]
+    # qdrant-client warns when it is given an API key for plain http: the key reached the client.
+    with pytest.warns(UserWarning, match="Api key is used with an insecure connection"):
+        rc = cli.main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and f"cannot reach Qdrant at --url {url}" in err
