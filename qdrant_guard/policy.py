@@ -576,8 +576,9 @@ class GuardConfig(_Strict):
     unlisted: Literal["strict", "public", "refuse"] = "strict"
     """Collections not listed: ``strict`` = PII with the ``default`` policy (readable by any verified
     principal, vectors never returned raw; created and written by no one unless ``[default]`` sets
-    ``owner`` or ``writers``, and then noised); ``public`` = pass-through; ``refuse`` (a call naming
-    one raises ``ConfigError``, audited as ``REFUSED_CROSS_BOUNDARY``)."""
+    ``owner`` or ``writers``, and then noised); ``public`` = pass-through; ``refuse`` (a call that
+    reads, writes, creates or deletes one raises ``ConfigError``, audited as ``REFUSED_CROSS_BOUNDARY``;
+    the metadata calls ``collection_exists``, ``get_collection`` and ``get_collections`` still answer)."""
     epsilon_ceiling: dict[SensitivityClass, float] = Field(default_factory=lambda: dict(DEFAULT_CEILINGS))
     """Largest epsilon accepted per class (defaults: PII 2.0, CREDENTIAL 1.0, PROPRIETARY 8.0)."""
     boundaries: dict[str, BoundaryConfig] = Field(default_factory=dict)
