@@ -733,6 +733,12 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> GuardCo
                     # pydantic's "a valid tuple" names a Python type; a TOML author writes an array.
                     example = json.dumps([value] if isinstance(value, str) else ["..."])
                     msg = f"expected a list (a TOML array), e.g. {err['loc'][-1]} = {example}"
+                elif err["type"] in ("model_type", "dict_type") and err["loc"]:
+                    # "a valid dictionary or instance of NoisePolicy": the TOML form is a table.
+                    msg = f"expected a table: a [{loc}] section (or an inline table {{ ... }}) holding its keys"
+                elif err["type"] == "missing" and len(err["loc"]) > 1:
+                    section = _format_loc(tuple(err["loc"][:-1]))
+                    msg = f"required key missing: add {err['loc'][-1]} to [{section}] (docs/policy.md)"
                 ctx = err.get("ctx") or {}
                 allowed = ""
                 if "expected" in ctx and str(ctx["expected"]) not in msg:

@@ -278,3 +278,19 @@ def test_cli_url_of_no_server_is_an_error_naming_it_and_calibrate_sends_the_api_
         rc = cli.main(argv)
     err = capsys.readouterr().err
     assert rc == 2 and f"cannot reach Qdrant at --url {url}" in err
+
+
+@pytest.mark.parametrize("data, shown", [
+    ({"collections": {"c": {"noise": 1.0}}},
+     "collections.c.noise = 1.0: expected a table: a [collections.c.noise] section"),
+    ({"receipts": 3}, "receipts = 3: expected a table: a [receipts] section"),
+    ({"boundaries": {"hr": {}}}, "boundaries.hr.authority_keys: required key missing: add authority_keys to [boundaries.hr]"),
+])
+def test_a_value_where_a_section_belongs_and_a_missing_key_read_in_toml_terms(data: dict, shown: str) -> None:
+    # Before: "Input should be a valid dictionary or instance of NoisePolicy", "Field required".
+    from qdrant_guard.policy import config_from_dict
+
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(data, source="p.toml")
+    assert f"p.toml: {shown}" in str(ei.value)
+    assert "instance of" not in str(ei.value) and "Field required" not in str(ei.value)
