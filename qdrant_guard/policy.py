@@ -712,6 +712,32 @@ def _value_at(data: Any, loc: tuple[Any, ...]) -> Any:
     return cur
 
 
+# Where each key of a policy file belongs, for "did you mean" hints on unknown keys.
+_SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
+    ("the top level", GuardConfig), ("[boundaries.NAME]", BoundaryConfig), ("[receipts]", ReceiptTrust),
+    ("[collections.NAME]", CollectionPolicy), ("[collections.NAME.noise]", NoisePolicy),
+    ("[collections.NAME.query]", QueryRules), ("[collections.NAME.diversity]", DiversityPolicy),
+    ("[collections.NAME.intent]", IntentPolicy), ("[collections.NAME.utility]", UtilityPolicy),
+)
+
+
+def _key_hint(key: str) -> str:
+    """A hint for an unknown key: the section it belongs in, or the key it is probably a typo of."""
+    import difflib
+
+    where: dict[str, list[str]] = {}
+    for section, model in _SECTIONS:
+        for name, field in model.model_fields.items():
+            if not field.exclude:
+                where.setdefault(field.alias or name, []).append(section)
+    if key in where:
+        return f"{key!r} is a key of {' and '.join(where[key])}, not of this section; "
+    close = difflib.get_close_matches(key, list(where), n=1, cutoff=0.8)
+    if close:
+        return f"did you mean {close[0]!r} (a key of {' and '.join(where[close[0]])})? "
+    return "check the spelling — "
+
+
 def config_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> GuardConfig:
     """Validate a policy given as a dict (as parsed from TOML).
 
@@ -726,7 +752,10 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> GuardCo
             loc = _format_loc(tuple(err["loc"]))
             value = _mask_tokens(_value_at(data, tuple(err["loc"])))
             if err["type"] == "extra_forbidden":
-                lines.append(f"{source}: unknown key {loc!r} (value {value!r}); check the spelling — see docs/policy.md")
+                shown = repr(value)
+                shown = shown if len(shown) <= 80 else shown[:76] + " ..."  # a whole mistyped section
+                lines.append(f"{source}: unknown key {loc!r} (value {shown}); "
+                             f"{_key_hint(str(err['loc'][-1]))}see docs/policy.md")
             else:
                 msg = err["msg"].removeprefix("Value error, ")
                 if err["type"] in ("tuple_type", "list_type") and err["loc"]:

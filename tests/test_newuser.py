@@ -294,3 +294,30 @@ def test_a_value_where_a_section_belongs_and_a_missing_key_read_in_toml_terms(da
         config_from_dict(data, source="p.toml")
     assert f"p.toml: {shown}" in str(ei.value)
     assert "instance of" not in str(ei.value) and "Field required" not in str(ei.value)
+
+
+@pytest.mark.parametrize("data, hint", [
+    ({"collections": {"c": {"raw_in_bounday": True}}}, "did you mean 'raw_in_boundary' (a key of [collections.NAME])?"),
+    ({"collections": {"c": {"noise": {"epsilom": 1.0}}}}, "did you mean 'epsilon' (a key of [collections.NAME.noise])?"),
+    ({"audit_logg": "a.jsonl"}, "did you mean 'audit_log' (a key of the top level)?"),
+    # A right key in the wrong section: the README's policy sets epsilon under [..noise].
+    ({"collections": {"c": {"epsilon": 1.0}}}, "'epsilon' is a key of [collections.NAME.noise], not of this section"),
+])
+def test_an_unknown_key_names_the_key_it_is_probably_meant_to_be(data: dict, hint: str) -> None:
+    # Before: only "check the spelling — see docs/policy.md".
+    from qdrant_guard.policy import config_from_dict
+
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(data, source="p.toml")
+    assert hint in str(ei.value)
+
+
+def test_an_unknown_section_is_not_echoed_whole() -> None:
+    from qdrant_guard.policy import config_from_dict
+
+    section = {f"key_{i}": "x" * 40 for i in range(20)}
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict({"collections": {"c": {"diversty": section}}}, source="p.toml")
+    line = str(ei.value).splitlines()[1]
+    assert "unknown key 'collections.c.diversty'" in line and "did you mean 'diversity'" in line
+    assert len(line) < 300
