@@ -712,21 +712,15 @@ def _value_at(data: Any, loc: tuple[Any, ...]) -> Any:
     return cur
 
 
-# Where each key of a policy file belongs, for "did you mean" hints on unknown keys.
-_SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
-    ("the top level", GuardConfig), ("[boundaries.NAME]", BoundaryConfig), ("[receipts]", ReceiptTrust),
-    ("[collections.NAME]", CollectionPolicy), ("[collections.NAME.noise]", NoisePolicy),
-    ("[collections.NAME.query]", QueryRules), ("[collections.NAME.diversity]", DiversityPolicy),
-    ("[collections.NAME.intent]", IntentPolicy), ("[collections.NAME.utility]", UtilityPolicy),
-)
-
-
 def _key_hint(key: str) -> str:
     """A hint for an unknown key: the section it belongs in, or the key it is probably a typo of."""
     import difflib
 
+    from .policy_doc import SECTIONS  # the reference's sections (it imports this module)
+
     where: dict[str, list[str]] = {}
-    for section, model in _SECTIONS:
+    for title, model, _ in SECTIONS:
+        section = "the top level" if title == "Top level" else title
         for name, field in model.model_fields.items():
             if not field.exclude:
                 where.setdefault(field.alias or name, []).append(section)

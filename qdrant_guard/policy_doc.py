@@ -58,13 +58,40 @@ def _default(field: Any) -> str:
     if isinstance(value, tuple):
         return "[" + ", ".join(f'"{v}"' for v in value) + "]"
     if value is None:
-        return "none"
+        return "unset"
     return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
+def _toml_type(annotation: Any) -> str:
+    """A field's type as a policy author writes it in TOML (not the Python annotation)."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        kinds = [a for a in args if a is not type(None)]
+        inner = _toml_type(kinds[0]) if len(kinds) == 1 else " or ".join(_toml_type(k) for k in kinds)
+        return f"{inner}, or unset" if type(None) in args else inner
+    if origin is typing.Literal:
+        return " or ".join(f'"{a}"' for a in args)
+    if origin is tuple:
+        item = _toml_type(args[0])
+        return "list of strings" if item == "string" else f"list of {item}"
+    if origin is dict:
+        return "table of numbers by class" if args[1] is float else "tables by name"
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return " or ".join(f'"{m.value}"' for m in annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "table"
+    return {bool: "true or false", int: "integer", float: "number", str: "string"}.get(annotation, repr(annotation))
+
+
 def _type(field: Any) -> str:
-    text = repr(field.annotation).replace("typing.", "").replace("qdrant_guard.policy.", "")
-    return text.replace("<enum 'SensitivityClass'>", "SensitivityClass").replace("<class '", "").replace("'>", "")
+    text = _toml_type(field.annotation)
+    if text.endswith(", or unset") and field.default is not None and field.default_factory is None:
+        # TOML has no null: leaving the key out gives the default, so None is reachable from Python only.
+        text = text.removesuffix(", or unset") + " (None: from Python only)"
+    return text
 
 
 def render() -> str:

@@ -297,7 +297,7 @@ def test_a_value_where_a_section_belongs_and_a_missing_key_read_in_toml_terms(da
 
 
 @pytest.mark.parametrize("data, hint", [
-    ({"collections": {"c": {"raw_in_bounday": True}}}, "did you mean 'raw_in_boundary' (a key of [collections.NAME])?"),
+    ({"collections": {"c": {"raw_in_bounday": True}}}, "did you mean 'raw_in_boundary' (a key of [collections.NAME] (and [default]))?"),
     ({"collections": {"c": {"noise": {"epsilom": 1.0}}}}, "did you mean 'epsilon' (a key of [collections.NAME.noise])?"),
     ({"audit_logg": "a.jsonl"}, "did you mean 'audit_log' (a key of the top level)?"),
     # A right key in the wrong section: the README's policy sets epsilon under [..noise].
@@ -321,3 +321,20 @@ def test_an_unknown_section_is_not_echoed_whole() -> None:
     line = str(ei.value).splitlines()[1]
     assert "unknown key 'collections.c.diversty'" in line and "did you mean 'diversity'" in line
     assert len(line) < 300
+
+
+def test_the_policy_reference_gives_types_as_toml_spells_them() -> None:
+    # Before: `tuple[str, ...]`, `Literal['strict', 'public', 'refuse']`, `float | None` with a default
+    # of `none`, for a file format that has arrays, strings and no null.
+    from qdrant_guard.policy_doc import render
+
+    rows = [line.split(" | ") for line in render().splitlines() if line.startswith("| `")]
+    types = {r[0].strip("| `"): r[1].strip("`") for r in rows}
+    defaults = {r[0].strip("| `"): r[2].strip("`") for r in rows}
+    for python in ("tuple[", "Literal", "None |", "| None", "\\| None", "SensitivityClass", "dict["):
+        assert not any(python in t for t in types.values()), python
+    assert types["collections.NAME.readers"] == "list of strings"
+    assert types["unlisted"] == '"strict" or "public" or "refuse"'
+    assert types["collections.NAME.owner"] == "string, or unset" and defaults["collections.NAME.owner"] == "unset"
+    # A None that TOML cannot write: leaving the key out gives the default, not None.
+    assert types["collections.NAME.query.max_tokens"] == "integer (None: from Python only)"
