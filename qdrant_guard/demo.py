@@ -121,8 +121,22 @@ def _setup(work: Path) -> dict[str, Any]:
 
 
 def run_demo(workdir: str | None = None) -> int:
-    """Run the demo; return 0 when every expectation holds, 1 otherwise."""
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="qdrant-guard-demo-"))
+    """Run the demo; return 0 when every expectation holds, 1 otherwise.
+
+    ``workdir`` keeps the keys, policy, store and audit log there; without it they go to a
+    temporary directory that is removed at the end.
+    """
+    if workdir:
+        return _run(Path(workdir), kept=True)
+    # Each `make demo` used to leave a store and private keys behind in /tmp.
+    work = Path(tempfile.mkdtemp(prefix="qdrant-guard-demo-"))
+    try:
+        return _run(work, kept=False)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(work: Path, *, kept: bool) -> int:
     work.mkdir(parents=True, exist_ok=True)
     for name in ("audit.jsonl", "store"):
         p = work / name
@@ -204,16 +218,17 @@ def run_demo(workdir: str | None = None) -> int:
     s.note = f"{rep.entries} entries"
     steps.append(s)
 
-    _print(steps, work)
+    _print(steps, work, kept)
     return 0 if all(st.ok for st in steps) else 1
 
 
-def _print(steps: list[Step], work: Path) -> None:
+def _print(steps: list[Step], work: Path, kept: bool) -> None:
     w1 = max(len(s.label) for s in steps)
     w2 = max(len(s.actor) for s in steps)
     w3 = max(len(s.expected) for s in steps)
     w4 = max(len(s.got) for s in steps)
-    print(f"qdrant_guard demo (kernels: {implementation()}, workdir: {work})\n")
+    where = f"workdir: {work}" if kept else f"workdir: {work}, removed at the end; --workdir DIR keeps it"
+    print(f"qdrant_guard demo (kernels: {implementation()}, {where})\n")
     print(f"{'step':<{w1}}  {'actor':<{w2}}  {'expected':<{w3}}  {'got':<{w4}}  ok  note")
     print("-" * (w1 + w2 + w3 + w4 + 16))
     for s in steps:

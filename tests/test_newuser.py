@@ -338,3 +338,25 @@ def test_the_policy_reference_gives_types_as_toml_spells_them() -> None:
     assert types["collections.NAME.owner"] == "string, or unset" and defaults["collections.NAME.owner"] == "unset"
     # A None that TOML cannot write: leaving the key out gives the default, not None.
     assert types["collections.NAME.query.max_tokens"] == "integer (None: from Python only)"
+
+
+def test_demo_without_workdir_leaves_nothing_behind(capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: every `make demo` left a store, an audit log and four private keys in /tmp.
+    import re
+
+    from qdrant_guard.demo import run_demo
+
+    assert run_demo() == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    m = re.search(r"workdir: (\S+?),? ", first)
+    assert m and "removed at the end; --workdir DIR keeps it" in first
+    assert not Path(m.group(1)).exists()
+
+
+def test_demo_with_workdir_keeps_what_the_readme_commands_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from qdrant_guard.demo import run_demo
+
+    assert run_demo(workdir=str(tmp_path / "d")) == 0
+    assert "removed" not in capsys.readouterr().out.splitlines()[0]
+    for name in ("policy.toml", "audit.jsonl", "store", "guard.key"):
+        assert (tmp_path / "d" / name).exists()
