@@ -286,7 +286,9 @@ class CollectionPolicy(_Strict):
     raw_in_boundary: bool = False
     """Allow raw (un-noised) vectors written and read by principals of the owner boundary."""
     noise_on_write: bool = True
-    """The guard noises vectors that arrive without a valid receipt (else it refuses them)."""
+    """The guard noises, and signs a receipt for, vectors that arrive without a valid receipt (else
+    it refuses them: NOISE_REQUIRED). Principals of the owner boundary under ``raw_in_boundary``
+    may store raw vectors either way."""
     noise_queries: bool = False
     """Noise query vectors before they reach Qdrant, for every principal not allowed raw vectors
     (outside the owner boundary, or everyone when ``raw_in_boundary`` is false). For them a
