@@ -566,7 +566,9 @@ class GuardConfig(_Strict):
     the receipts it signed no longer verify, so the vectors it noised are stripped (``vector=None``)
     from reads outside the owner boundary, and the same vector gets other noise."""
     audit_log: str | None = None
-    """Path of the hash-chained JSONL audit log (None: audit through `logging` only)."""
+    """Path of the hash-chained JSONL audit log, created (mode 600) if missing; its directory must
+    exist. Every entry is also logged at INFO to the ``qdrant_guard.audit`` logger. Unset (None):
+    that logger only, and no file for ``qdrant-guard audit verify``."""
     audit_fsync: bool = False
     """fsync the audit log after every entry (slower; survives power loss, not only crashes)."""
     audit_trusted_keys: tuple[str, ...] = ()
