@@ -45,6 +45,12 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
 
     sk, pk = keys.generate_keypair()
     out = Path(args.out)
+    if not args.out or out.is_dir():
+        # "exists; refusing to overwrite a key" would call a directory (or ".") a key.
+        what = "is empty" if not args.out else f"{args.out!r} is a directory"
+        print(f"error: --out {what}; give the path of the key file to create, e.g. --out keys/guard.key "
+              "(its public key goes beside it, as keys/guard.key.pub)", file=sys.stderr)
+        return 2
     if out.exists():
         print(f"error: {out} exists; refusing to overwrite a key (choose another --out)", file=sys.stderr)
         return 2

@@ -360,3 +360,14 @@ def test_demo_with_workdir_keeps_what_the_readme_commands_read(tmp_path: Path, c
     assert "removed" not in capsys.readouterr().out.splitlines()[0]
     for name in ("policy.toml", "audit.jsonl", "store", "guard.key"):
         assert (tmp_path / "d" / name).exists()
+
+
+@pytest.mark.parametrize("out", ["DIR", ""])
+def test_cli_keys_new_into_a_directory_says_to_give_a_file(tmp_path: Path, out: str,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: "keys exists; refusing to overwrite a key", for a directory (and "." for "").
+    arg = str(tmp_path) + "/" if out == "DIR" else out
+    assert cli.main(["keys", "new", "--out", arg]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to overwrite" not in err and "give the path of the key file" in err
+    assert list(tmp_path.iterdir()) == []
