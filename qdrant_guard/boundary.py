@@ -63,6 +63,11 @@ class CredentialRejected(CredentialError):
 class Principal:
     """Who is calling: an agent inside a trust boundary, optionally with its credential token.
 
+    ``Principal("agent-7", "support", token)``, ``token`` as ``qdrant-guard credential issue``
+    prints it. The guard trusts the boundary only once the credential verifies against that
+    boundary's ``authority_keys``; without a credential the principal is unverified, and reaches
+    PUBLIC collections only. ``repr()`` never shows the token.
+
     Raises:
         TypeError: a field has the wrong type.
         ValueError: ``agent_id`` or ``boundary`` is empty.
