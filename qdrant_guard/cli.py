@@ -191,6 +191,10 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     if rep.ok:
         signed = f", {rep.checkpoints} signed checkpoint(s) verified" if trusted is not None else ""
         print(f"OK: {rep.entries} entries, hash chain intact{signed} ({args.file})")
+        # Entries cut off the end leave a chain that verifies: only a copy of its end, kept
+        # elsewhere and compared on the next run, shows the cut.
+        print(f"last entry: seq {rep.last_seq}, hash {rep.last_hash} (keep it elsewhere: a log cut "
+              "after an entry verifies up to it)")
         return 0
     # A torn last line is what a writer killed mid-append leaves: damage, not evidence of tampering.
     label = "INCOMPLETE" if rep.problem == "torn_tail" else "TAMPERED"
@@ -297,7 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
     rv.set_defaults(func=cmd_receipt_verify)
 
     aud_p = sub.add_parser("audit", help="the hash-chained audit log").add_subparsers(dest="sub", required=True)
-    av = aud_p.add_parser("verify", help="detect edited, deleted, inserted, reordered or torn entries")
+    av = aud_p.add_parser(
+        "verify", help="detect edited, deleted, inserted, reordered or torn entries",
+        description="Check an audit log's hash chain and name the first bad line. A writer of the file "
+                    "can recompute every hash after a change (--key checks the signed checkpoints, which "
+                    "catches that up to the last one) or cut entries off the end (compare the last entry's "
+                    "seq and hash printed here with a copy kept elsewhere).")
     av.add_argument("file", help="the audit log (the policy's audit_log)")
     av.add_argument("--key", action="append", metavar="PUBLIC_KEY",
                     help="verify signed checkpoints with this public key (file or ed25519:... text; "

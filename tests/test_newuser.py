@@ -371,3 +371,18 @@ def test_cli_keys_new_into_a_directory_says_to_give_a_file(tmp_path: Path, out: 
     err = capsys.readouterr().err
     assert "refusing to overwrite" not in err and "give the path of the key file" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_audit_verify_prints_the_last_entry_to_keep(keydir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A log cut after any entry verifies; the README and docs/audit-log.md say truncation is found
+    # by comparing last_hash with a copy, but the command printed no hash to keep.
+    pol = _policy(keydir)
+    c = QdrantClient(":memory:", guard=str(pol))
+    with pytest.raises(QdrantGuardError):  # anonymous, refused: one audited decision
+        c.count("employee_records")
+    c.close()
+    log = keydir / "audit.jsonl"
+    last = json.loads(log.read_text().splitlines()[-1])
+    assert cli.main(["audit", "verify", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert f"last entry: seq {last['seq']}, hash {last['hash']}" in out
