@@ -386,3 +386,13 @@ def test_cli_audit_verify_prints_the_last_entry_to_keep(keydir: Path, capsys: py
     assert cli.main(["audit", "verify", str(log)]) == 0
     out = capsys.readouterr().out
     assert f"last entry: seq {last['seq']}, hash {last['hash']}" in out
+
+
+def test_python_dash_m_qdrant_guard_is_the_command() -> None:
+    # Before: "No module named qdrant_guard.__main__" for a user whose venv bin is not on PATH.
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "qdrant_guard", "keys", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "usage: qdrant-guard keys" in proc.stdout
