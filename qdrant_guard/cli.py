@@ -385,7 +385,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         from qdrant_client.http.exceptions import ResponseHandlingException
 
-        url = getattr(args, "url", None)
+        url, path = getattr(args, "url", None), getattr(args, "path", None)
+        if path and isinstance(exc, RuntimeError) and "already accessed by another instance" in str(exc):
+            # Local mode lets one client hold a store; the guarded application usually has it open.
+            print(f"error: --path {path!r} is open in another client (local mode allows one at a time): stop "
+                  "the application that uses it and retry, or run Qdrant as a server and pass --url",
+                  file=sys.stderr)
+            return 2
         if url and isinstance(exc, ResponseHandlingException):
             # A wrong --url (or a server that is down) is the user's input, not a bug to trace.
             print(f"error: cannot reach Qdrant at --url {url}: {exc}; check the URL and that the server "

@@ -396,3 +396,27 @@ def test_python_dash_m_qdrant_guard_is_the_command() -> None:
     proc = subprocess.run([sys.executable, "-m", "qdrant_guard", "keys", "--help"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0 and "usage: qdrant-guard keys" in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["receipt", "calibrate"])
+def test_cli_store_held_by_another_client_is_an_error_naming_it(
+        keydir: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: a RuntimeError traceback from qdrant-client when the guarded application (or any
+    # client) had the local store open, the usual case while it runs.
+    store = keydir / "store"
+    holder = QdrantClient(path=str(store))
+    holder.create_collection("kb", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    try:
+        if command == "receipt":
+            argv = ["receipt", "verify", "--path", str(store), "--collection", "kb",
+                    "--trusted-key", str(keydir / "keys" / "guard.key.pub")]
+        else:
+            queries = keydir / "q.jsonl"
+            queries.write_text("[0.1, 0.2, 0.3, 0.4]\n")
+            argv = ["calibrate", "--path", str(store), "--collection", "kb", "--queries", str(queries),
+                    "--out", str(keydir / "r.json"), "--no-progress"]
+        rc = cli.main(argv)
+    finally:
+        holder.close()
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--path {str(store)!r} is open in another client" in err
