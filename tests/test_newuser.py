@@ -1,8 +1,11 @@
-"""A new user's first mistakes: each error names the bad input and the fix, and changes nothing.
+"""A new user's first run: each error names the bad input and the fix, and changes nothing.
 
 Every case here is one a first-time user hit following the README: the public key given where the
-private one belongs (and the reverse), a key file not made yet, a policy value written as a string
-instead of a list, an audit log in a directory that does not exist, a mistyped store path.
+private one belongs (and the reverse), a key file not made yet, policy values and keys written the
+way TOML invites (a string for a list, a typo, a key in the wrong section), an audit log in a
+directory that does not exist, a mistyped or busy store path, a --url with no server, CLI options
+without help, an unsigned utility record, and the demo's leftovers. Each test failed on the code
+before its fix.
 """
 from __future__ import annotations
 
