@@ -42,8 +42,9 @@ from .vectors import UNNAMED, CollectionShape, as_dense, join_vector_struct, spl
 _DIRECTIVES = {
     Verdict.NOISE_REQUIRED: (
         "sensitive vectors need a valid reconstruction-resistance receipt: noise them with "
-        "qdrant_guard.noise.privatize and sign a receipt, enable noise_on_write in the policy, or "
-        "write from a principal of the owner boundary with raw_in_boundary = true"
+        "qdrant_guard.noise.privatize and sign a receipt (docs/receipt-format.md, 'Writing with a "
+        "receipt of your own'), enable noise_on_write in the policy, or write from a principal of "
+        "the owner boundary with raw_in_boundary = true"
     ),
     Verdict.INVALID_RECEIPT: (
         "the receipt does not verify for this vector, collection and point (forged, altered, "

@@ -423,3 +423,15 @@ def test_cli_store_held_by_another_client_is_an_error_naming_it(
         holder.close()
     err = capsys.readouterr().err
     assert rc == 2 and f"--path {str(store)!r} is open in another client" in err
+
+
+def test_noise_required_names_the_page_that_shows_how_to_sign_a_receipt() -> None:
+    # Before: "noise them with qdrant_guard.noise.privatize and sign a receipt", and no page showed
+    # how; docs/receipt-format.md now does, under the heading the directive names.
+    from qdrant_guard.decision import Verdict
+    from qdrant_guard.writes import _DIRECTIVES
+
+    directive = _DIRECTIVES[Verdict.NOISE_REQUIRED]
+    assert "docs/receipt-format.md, 'Writing with a receipt of your own'" in directive
+    page = (Path(__file__).resolve().parent.parent / "docs" / "receipt-format.md").read_text()
+    assert "\n### Writing with a receipt of your own\n" in page
