@@ -328,7 +328,11 @@ class GuardPipeline:
     def _load_signing_key(self, cfg: GuardConfig) -> Ed25519PrivateKey:
         if cfg.signing_key is None:
             return Ed25519PrivateKey.generate()
-        return _keys.load_private_key(cfg.signing_key)
+        try:
+            return _keys.load_private_key(cfg.signing_key)
+        except _keys.KeyStoreError as exc:
+            # The key module names the file; a user with several key files also needs the policy key.
+            raise type(exc)(f"{cfg.source_path or '<config>'}: signing_key: {exc}") from None
 
     def _load_public(self, spec: str, *, where: str) -> Ed25519PublicKey:
         try:
@@ -510,7 +514,13 @@ class GuardPipeline:
                 "the principal's credential has expired; issue a new one with "
                 "`qdrant-guard credential issue` and reconnect",
             ))
-        who = f"boundary {boundary!r}" if boundary else "an unverified principal"
+        if boundary:
+            who = f"boundary {boundary!r}"
+        elif self.principal_label is None:
+            who = "a client without principal="
+        else:
+            # A Principal without a credential: its boundary is only claimed, so it counts for nothing.
+            who = f"unverified principal {self.principal_label!r} (no credential was given)"
         allowed = {"read": [pol.owner, *pol.readers], "write": [pol.owner, *(pol.writers or ())], "admin": [pol.owner]}[need]
         allowed = [b for b in allowed if b]
         if allowed:

@@ -435,3 +435,28 @@ def test_noise_required_names_the_page_that_shows_how_to_sign_a_receipt() -> Non
     assert "docs/receipt-format.md, 'Writing with a receipt of your own'" in directive
     page = (Path(__file__).resolve().parent.parent / "docs" / "receipt-format.md").read_text()
     assert "\n### Writing with a receipt of your own\n" in page
+
+
+def test_a_signing_key_error_names_the_policy_key_and_file(tmp_path: Path) -> None:
+    # Before: only the key file was named; a policy with several key files did not say which
+    # setting pointed at it.
+    from qdrant_guard.keys import KeyStoreError
+    _keys(tmp_path, "hr-authority.key")
+    pol = _policy(tmp_path)
+    with pytest.raises(KeyStoreError) as ei:
+        QdrantClient(":memory:", guard=str(pol))
+    assert str(ei.value).startswith(f"{pol}: signing_key: ")
+
+
+def test_a_principal_without_a_credential_is_told_it_gave_none(keydir: Path) -> None:
+    # Before: "an unverified principal may not read ...", which did not say why it was unverified.
+    from qdrant_guard import GuardRefusal, Principal
+    pol = _policy(keydir)
+    client = QdrantClient(":memory:", guard=str(pol), principal=Principal("agent-7", "hr"))
+    with pytest.raises(GuardRefusal) as ei:
+        client.create_collection("employee_records", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    assert "unverified principal 'agent-7@unverified' (no credential was given)" in str(ei.value)
+    bare = QdrantClient(":memory:", guard=str(pol))
+    with pytest.raises(GuardRefusal) as ei:
+        bare.create_collection("employee_records", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    assert "a client without principal=" in str(ei.value)
