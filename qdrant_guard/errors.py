@@ -40,6 +40,10 @@ class AuditIntegrityError(AuditError):
     """An audit log failed verification (edited, deleted, inserted, reordered or torn entry)."""
 
 
+class BenchmarkError(QdrantGuardError, ValueError):
+    """``qdrant-guard bench`` cannot measure what was asked; the message names the input and the fix."""
+
+
 class GuardRefusal(QdrantGuardError):
     """The guard refused a call: a refused write changed nothing, a refused read returns nothing.
 

@@ -1,0 +1,694 @@
+"""Benchmark the guard's overhead for *your* policy and collection shape (``qdrant-guard bench``).
+
+:func:`measure_overhead` builds a scratch store (qdrant-client local mode, ``":memory:"``, unless
+``url=`` names a server), fills it with seeded random unit vectors and ordinary English text, and
+times, in interleaved rounds (every variant of one item in a shuffled order, item after item, so
+drift and other load on the machine hit all variants alike):
+
+* ``upsert`` of batches of ``batch`` points: raw qdrant-client into a twin collection vs the
+  guarded client (as the writing principal) into the collection the policy names;
+* top-``limit`` ``query_points``: raw vs guarded (as the reading principal), on the same stored
+  points;
+* ``guard_only`` for both: the guarded call driven through the guard's sans-IO pipeline with the
+  final Qdrant request answered by the answer real Qdrant gave to that very request in a recording
+  pass (:class:`Replay`), so only the guard is on the clock.
+
+"Raw" calls the unguarded ``qdrant_client.QdrantClient`` method on the same client object, i.e.
+the same connection and store. Figures depend on the machine, the load on it and the backend.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import qdrant_client
+from qdrant_client.http import models
+
+from .errors import BenchmarkError, CredentialError, GuardRefusal
+from .pipeline import Call, drive_sync
+from .policy import CollectionPolicy, GuardConfig, load_policy
+from .receipts import RECEIPT_KEY
+
+RawClient = qdrant_client.QdrantClient
+
+
+# -- data ---------------------------------------------------------------------------------
+def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
+    """``n`` seeded unit vectors of ``dim`` float32 components."""
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal((n, dim)).astype(np.float32)
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    return m
+
+
+def realistic_queries(n: int) -> list[str]:
+    """Benign, human-written queries from the project's labelled intent dataset (first ``n``).
+
+    They pass the default structural scan and the built-in intent model, so every measured call
+    takes the allowing path (a refusal is a different, shorter path).
+    """
+    from .intent import BuiltinIntentClassifier
+    from .intent_train import load_dataset
+    from .scan import scan_query
+
+    clf = BuiltinIntentClassifier()
+    out = []
+    for row in load_dataset():
+        text = row["text"]
+        if row.get("label") != "benign" or len(text.split()) < 8:
+            continue
+        if not scan_query(text).ok or clf.classify(text).label != "benign":
+            continue
+        out.append(text)
+        if len(out) == n:
+            break
+    if not out:
+        raise RuntimeError("no benign query in the intent dataset passed the scan and the classifier")
+    return out
+
+
+_SUBJECTS = ("The quarterly report", "This short guide", "The warehouse team", "Our release notes",
+             "The library catalogue", "The garden handbook", "The travel checklist", "This cooking article",
+             "The support article", "The project plan")
+_VERBS = ("describes", "summarises", "explains", "lists", "compares", "reviews", "outlines")
+_OBJECTS = ("shipping schedules for the spring season", "the steps of the onboarding checklist",
+            "inventory levels across the northern stores", "how to prune roses after the first frost",
+            "the differences between the two printer models", "ways to reduce energy use in the office",
+            "the menu for the annual team picnic", "common questions about returning a parcel",
+            "the reading list for the history course", "options for storing old photographs")
+_TAILS = ("in plain language.", "with a short worked example.", "for the next planning cycle.",
+          "and links to the relevant forms.", "for new members of staff.", "in fewer than two pages.")
+
+
+def english_text(i: int, seed: int) -> str:
+    """Seeded ordinary English text without personal data (two sentences), for point ``i``."""
+    rng = np.random.default_rng([seed, i])
+    return " ".join(f"{_SUBJECTS[rng.integers(len(_SUBJECTS))]} {_VERBS[rng.integers(len(_VERBS))]} "
+                    f"{_OBJECTS[rng.integers(len(_OBJECTS))]} {_TAILS[rng.integers(len(_TAILS))]}"
+                    for _ in range(2))
+
+
+def _nested(path: str, value: Any) -> dict[str, Any]:
+    """``{"a": {"b": value}}`` for the dotted ``path`` ``"a.b"`` (how the guard reads source_field)."""
+    out: Any = value
+    for part in reversed(path.split(".")):
+        out = {part: out}
+    return out
+
+
+# -- sans-IO driving ----------------------------------------------------------------------
+class Replay:
+    """Drives one guarded call through the pipeline with Qdrant's latency taken off the clock.
+
+    ``record()`` runs the call once against real Qdrant and keeps Qdrant's answer to the pipeline's
+    final ``method`` request (and that request). ``run()`` then does what the facade does (bind the
+    arguments with the same binder, ``Guard.run``, ``drive_sync``) but answers that final request
+    with the kept answer. Other requests (a collection-layout or source-count cache miss) still go
+    to real Qdrant and are counted in ``forwarded``. ``check()`` proves the pipeline still asks
+    Qdrant the very request it asked in ``record()`` (the query noise is keyed, so it does).
+    """
+
+    def __init__(self, client: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        from ._facade import _binder
+
+        self.client, self.method, self.args, self.kwargs = client, method, args, kwargs
+        self.bind = _binder(getattr(RawClient, method))
+        self.answer: Any = None
+        self.request: str | None = None
+        self.forwarded = 0
+
+    def _real(self, call: Call) -> Any:
+        return getattr(RawClient, call.method)(self.client, **call.kwargs)
+
+    def _drive(self, invoke: Callable[[Call], Any]) -> Any:
+        guard = self.client.guard
+        return drive_sync(guard.run(self.method, self.bind(self.client, self.args, self.kwargs)), invoke)
+
+    def record(self) -> Any:
+        """Run the call against real Qdrant, keeping the answer to its final request."""
+        def invoke(call: Call) -> Any:
+            res = self._real(call)
+            if call.method == self.method:
+                self.answer, self.request = res, _fingerprint(call.kwargs)
+            return res
+
+        return self._drive(invoke)
+
+    def check(self) -> None:
+        """Raise RuntimeError when the pipeline now asks Qdrant another request than recorded."""
+        def invoke(call: Call) -> Any:
+            if call.method == self.method:
+                if _fingerprint(call.kwargs) != self.request:
+                    raise RuntimeError(f"the pipeline asked Qdrant a different {self.method} than when recorded")
+                return self.answer
+            return self._real(call)
+
+        self._drive(invoke)
+
+    def _invoke(self, call: Call) -> Any:
+        if call.method == self.method:
+            return self.answer
+        self.forwarded += 1
+        return self._real(call)
+
+    def run(self) -> Any:
+        """The guarded call with the final request answered by the recorded answer."""
+        return self._drive(self._invoke)
+
+
+def _fingerprint(kwargs: dict[str, Any]) -> str:
+    def enc(v: Any) -> Any:
+        if isinstance(v, np.ndarray):
+            return v.tolist()
+        if hasattr(v, "model_dump"):
+            return v.model_dump()
+        return repr(v)
+
+    return json.dumps({k: v if isinstance(v, (int, float, str, bool, type(None), list)) else enc(v)
+                       for k, v in sorted(kwargs.items())}, default=repr, sort_keys=True)
+
+
+# -- timing -------------------------------------------------------------------------------
+def interleaved(fns: dict[str, Callable[[int], Any]], n_items: int, rounds: int, *, seed: int = 20240611,
+                warmup: int = 1, progress: bool = False, desc: str = "") -> dict[str, np.ndarray]:
+    """Time every ``fns[name](i)`` for each item ``i`` in each round, in a seeded shuffled order per
+    (round, item), so drift and other load on the machine hit every variant alike.
+
+    Returns:
+        ``{name: array of seconds, shape (rounds * n_items,)}`` in call order per name.
+    """
+    from .utility import progress_iter
+
+    rng = np.random.default_rng(seed)
+    names = list(fns)
+    for _ in range(warmup):
+        for i in range(n_items):
+            for nm in names:
+                fns[nm](i)
+    out: dict[str, list[float]] = {nm: [] for nm in names}
+    clock = time.perf_counter
+    for _ in progress_iter(range(rounds), total=rounds, desc=desc, enabled=progress):
+        for i in range(n_items):
+            for j in rng.permutation(len(names)):
+                nm = names[j]
+                f = fns[nm]
+                t0 = clock()
+                f(i)
+                out[nm].append(clock() - t0)
+    return {nm: np.asarray(v) for nm, v in out.items()}
+
+
+def stats_us(samples: np.ndarray) -> dict[str, float]:
+    """p50/p90/p99/mean in microseconds, and the sample count."""
+    s = np.asarray(samples) * 1e6
+    return {"p50_us": float(np.percentile(s, 50)), "p90_us": float(np.percentile(s, 90)),
+            "p99_us": float(np.percentile(s, 99)), "mean_us": float(s.mean()), "n": int(s.size)}
+
+
+# -- report -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Timing:
+    """Per-call latency of one variant: percentiles in microseconds and the number of timed calls."""
+
+    p50_us: float
+    p90_us: float
+    calls: int
+
+    @classmethod
+    def of(cls, samples: np.ndarray) -> "Timing":
+        s = stats_us(samples)
+        return cls(p50_us=s["p50_us"], p90_us=s["p90_us"], calls=s["n"])
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Raw qdrant-client vs the guarded client (and the guard alone) for one operation."""
+
+    raw: Timing
+    guarded: Timing
+    guard_only: Timing
+
+    @property
+    def ratio_p50(self) -> float:
+        """guarded p50 / raw p50."""
+        return self.guarded.p50_us / self.raw.p50_us
+
+    @property
+    def ratio_p90(self) -> float:
+        """guarded p90 / raw p90."""
+        return self.guarded.p90_us / self.raw.p90_us
+
+    @property
+    def guard_only_share_p50(self) -> float:
+        """guard-only p50 / raw p50: the guard's own cost relative to the raw call."""
+        return self.guard_only.p50_us / self.raw.p50_us
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"raw": asdict(self.raw), "guarded": asdict(self.guarded), "guard_only": asdict(self.guard_only),
+                "guarded_over_raw_p50": self.ratio_p50, "guarded_over_raw_p90": self.ratio_p90,
+                "guard_only_over_raw_p50": self.guard_only_share_p50}
+
+
+@dataclass
+class OverheadReport:
+    """What :func:`measure_overhead` measured, and on what.
+
+    ``upsert`` and ``query`` hold the timings; ``notes`` says what of the user's policy was
+    replaced for the run (audit log, budget store, throwaway credentials); ``checks`` holds
+    evidence that the guarded calls went through the guard (audit entries, receipted points).
+    """
+
+    collection: str
+    policy: str
+    backend: str
+    writer: str
+    reader: str
+    dim: int
+    points: int
+    batch: int
+    queries: int
+    limit: int
+    rounds: int
+    seed: int
+    sources: int
+    text_field: str | None
+    upsert: Comparison
+    query: Comparison
+    notes: list[str] = field(default_factory=list)
+    checks: dict[str, Any] = field(default_factory=dict)
+    machine: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of the whole report."""
+        d = {k: v for k, v in asdict(self).items() if k not in ("upsert", "query")}
+        d["upsert"] = self.upsert.to_dict()
+        d["query"] = self.query.to_dict()
+        d["measured"] = MEASURED
+        return d
+
+    def format_table(self) -> str:
+        """The report as the short text table ``qdrant-guard bench`` prints."""
+        def ms(us: float) -> str:
+            return f"{us / 1e3:9.3f}"
+
+        lines = [
+            f"qdrant-guard bench: collection {self.collection!r} of {self.policy} on {self.backend}",
+            f"  writer {self.writer}, reader {self.reader}; {self.points} points x {self.dim} dims in "
+            f"{self.sources} source(s), "
+            f"upsert batches of {self.batch}, {self.queries} top-{self.limit} queries, {self.rounds} "
+            "interleaved round(s)",
+            "",
+            f"  {'operation':<8} {'variant':<11} {'calls':>6} {'p50 ms':>9} {'p90 ms':>9}",
+        ]
+        for op, c in (("upsert", self.upsert), ("query", self.query)):
+            for name, t in (("raw", c.raw), ("guarded", c.guarded), ("guard-only", c.guard_only)):
+                lines.append(f"  {op:<8} {name:<11} {t.calls:>6} {ms(t.p50_us)} {ms(t.p90_us)}")
+            lines.append(f"  {op:<8} guarded/raw: {c.ratio_p50:.2f}x at p50, {c.ratio_p90:.2f}x at p90; "
+                         f"guard alone {c.guard_only_share_p50 * 100:.1f} % of raw p50")
+        lines.append("")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        lines.append(f"  {MEASURED}")
+        return "\n".join(lines)
+
+
+MEASURED = ("Measured: per-call wall time of raw qdrant-client vs the guarded client on the same "
+            "store, interleaved; guard-only = the guard's pipeline with Qdrant's recorded answer "
+            "replayed. Figures depend on this machine, its load and the backend.")
+
+
+# -- set-up -------------------------------------------------------------------------------
+def read_credential(spec: str, flag: str = "--credential") -> str:
+    """A credential token given as the token itself (``qgc1.``...) or as a file holding it."""
+    if spec.startswith("qgc1."):
+        return spec
+    try:
+        return Path(spec).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        raise BenchmarkError(
+            f"{flag} {spec!r} is neither a credential token (qgc1....) nor a readable file ({why}); pass the "
+            "token `qdrant-guard credential issue` printed, or a file holding it") from None
+
+
+def _policy_of(cfg: GuardConfig, collection: str, source: str) -> CollectionPolicy:
+    pol = cfg.collections.get(collection)
+    if pol is None:
+        listed = ", ".join(sorted(cfg.collections)) or "none"
+        raise BenchmarkError(
+            f"collection {collection!r} is not listed in the policy {source} (listed: {listed}); pass one "
+            f"of them with --collection, or add a [collections.{collection}] section")
+    return pol
+
+
+def _throwaway(cfg: GuardConfig, pol: CollectionPolicy, write_boundary: str | None,
+               read_boundary: str | None) -> tuple[GuardConfig, str, str, list[str]]:
+    """A copy of ``cfg`` whose write and read boundaries trust a fresh authority key, and credentials
+    from it. Returns (config, write token, read token, notes)."""
+    from . import keys
+    from .boundary import issue_credential
+    from .policy import BoundaryConfig
+
+    if pol.is_public:
+        raise BenchmarkError("the collection is PUBLIC: anyone reads and writes it without a credential, "
+                             "so --throwaway-credentials has nothing to emulate; drop it")
+    wb = write_boundary or pol.owner or next((b for b in (pol.writers or ()) if b != "*"), None)
+    if wb is None:
+        raise BenchmarkError("the collection has no owner and no named writer boundary; pass "
+                             "--write-boundary NAME for the throwaway credential")
+    if not pol.may_write(wb):
+        raise BenchmarkError(f"--write-boundary {wb!r} may not write this collection (owner {pol.owner!r}, "
+                             f"writers {list(pol.writers or ())}); pass one that may")
+    rb = read_boundary or next((b for b in pol.readers if b not in ("*", pol.owner)), None) or wb
+    if not pol.may_read(rb):
+        raise BenchmarkError(f"--read-boundary {rb!r} may not read this collection (owner {pol.owner!r}, "
+                             f"readers {list(pol.readers)}); pass one that may")
+    sk, pk = keys.generate_keypair()
+    pub = keys.public_key_to_str(pk)
+    bounds = dict(cfg.boundaries)
+    for b in {wb, rb}:
+        old = bounds.get(b)
+        revoked = old.revoked_credentials if old is not None else ()
+        bounds[b] = BoundaryConfig(authority_keys=(pub,), revoked_credentials=revoked)
+    note = (f"THROWAWAY CREDENTIALS: boundaries {', '.join(sorted({wb, rb}))} trusted a throwaway authority "
+            f"key ({keys.key_id(pk)}) in an in-memory copy of the policy, not the authority_keys of the "
+            "policy file; the credentials were verified against it (same Ed25519 check), so your "
+            "authority keys and your credentials' expiry and revocation were not exercised")
+    return (cfg.model_copy(update={"boundaries": bounds}),
+            issue_credential(sk, agent_id="bench-writer", boundary=wb, ttl_s=3600),
+            issue_credential(sk, agent_id="bench-reader", boundary=rb, ttl_s=3600), [note])
+
+
+def _scratch_config(cfg: GuardConfig, tmp: Path, collection: str, scratch: str,
+                    pol: CollectionPolicy) -> tuple[GuardConfig, list[str]]:
+    """``cfg`` with its side effects moved into ``tmp``: nothing of the user's is written."""
+    notes: list[str] = []
+    update: dict[str, Any] = {}
+    if cfg.audit_log is not None:
+        update["audit_log"] = str(tmp / "audit.jsonl")
+        notes.append(f"audit log written to a temporary file, not {cfg.audit_log} (fsync "
+                     f"{'on' if cfg.audit_fsync else 'off'}, as the policy says)")
+    else:
+        notes.append("the policy sets no audit_log: decisions go to `logging` only, as in production")
+    if cfg.budget_store.startswith("sqlite"):
+        update["budget_store"] = f"sqlite:///{tmp / 'budget.db'}"
+        notes.append("extraction budgets kept in a temporary sqlite file, not the policy's budget_store")
+    elif cfg.budget_store != "memory":
+        update["budget_store"] = "memory"
+        notes.append(f"budget_store {cfg.budget_store.split('@')[-1]!r} replaced by 'memory' so the run "
+                     "spends no real budget: its network round trips are NOT in these figures")
+    if scratch != collection:
+        if scratch in cfg.collections and cfg.collections[scratch] != pol:
+            raise BenchmarkError(
+                f"--scratch-collection {scratch!r} is listed in the policy with another policy than "
+                f"{collection!r}; choose a name the policy does not list")
+        update["collections"] = {**cfg.collections, scratch: pol}
+        notes.append(f"scratch collection {scratch!r} guarded by the policy of {collection!r}")
+    return cfg.model_copy(update=update), notes
+
+
+def _machine() -> dict[str, Any]:
+    import importlib.metadata as md
+
+    from . import implementation
+
+    return {"machine": platform.machine(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "os": f"{platform.system()} {platform.release()}", "numpy": np.__version__,
+            "qdrant_client": md.version("qdrant-client"), "qdrant_guard_kernels": implementation(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def _same_request(replay: Replay) -> bool:
+    try:
+        replay.check()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _refused(what: str, who: str, exc: GuardRefusal) -> BenchmarkError:
+    return BenchmarkError(
+        f"the policy refused the benchmark's {what} as {who}: {exc}. The benchmark times accepted calls "
+        "only; use a principal and a policy under which this call is allowed")
+
+
+# -- the measurement ----------------------------------------------------------------------
+def measure_overhead(
+    policy: str | os.PathLike[str] | GuardConfig,
+    collection: str,
+    *,
+    credential: str | None = None,
+    read_credential: str | None = None,
+    throwaway_credentials: bool = False,
+    write_boundary: str | None = None,
+    read_boundary: str | None = None,
+    dim: int = 384,
+    points: int = 1000,
+    batch: int = 256,
+    queries: int = 200,
+    limit: int = 10,
+    rounds: int = 3,
+    sources: int | None = None,
+    seed: int = 20240611,
+    query_text: bool = True,
+    url: str | None = None,
+    scratch_collection: str | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+) -> OverheadReport:
+    """Time raw qdrant-client against the guarded client under ``policy`` for ``collection``.
+
+    Args:
+        policy: a policy file path, or a :class:`GuardConfig`.
+        collection: the collection whose policy is measured (must be listed in the policy).
+        credential: the writing principal's credential token (the guarded upserts run as it); also
+            the reader unless ``read_credential`` is given.
+        read_credential: the reading principal's credential token (the guarded queries run as it).
+        throwaway_credentials: instead of credentials, mint a throwaway authority key that the write
+            and read boundaries trust in an in-memory copy of the policy (said in ``notes``).
+        write_boundary, read_boundary: with ``throwaway_credentials``: the boundaries to act in
+            (default: the owner, and the first named reader other than the owner, else the owner).
+        dim: vector dimension of the scratch collection (cosine distance, one unnamed vector).
+        points: points stored (and read); upserted in ``ceil(points / batch)`` batches.
+        batch: points per upsert call.
+        queries: distinct top-``limit`` queries per round.
+        limit: the ``limit`` of each ``query_points``.
+        rounds: timed rounds, after one untimed warm-up round.
+        sources: distinct values of the policy's ``source_field`` (point ``i`` is in source
+            ``doc{i % sources}``; default: 50, or one per 20 points below 1,000 points).
+        seed: seeds vectors, texts and the interleaving order.
+        query_text: pass a benign ``query_text=`` with each guarded query (scan, intent), as an
+            application that supplies the user's words would.
+        url: a Qdrant server instead of a fresh local ``":memory:"`` store (API key from
+            ``QDRANT_API_KEY``); needs ``scratch_collection``.
+        scratch_collection: name of a collection that must not exist yet: it (and
+            ``<name>_raw``) is created, guarded by the policy of ``collection``, and deleted at the end.
+        workdir: keep the local store (``workdir/store``) and the temporary audit log here
+            (must not exist, or be an empty directory); default: a temporary directory, removed.
+        progress: draw a progress bar on stderr.
+
+    Returns:
+        :class:`OverheadReport`; each timing holds ``rounds * ceil(points / batch)`` upsert calls and
+        ``rounds * queries`` query calls per variant.
+
+    Raises:
+        BenchmarkError: a bad argument, an unlisted collection, a principal that may not write or
+            read the collection, an existing scratch collection, or a guarded call the policy refused.
+        ConfigError, CredentialError: the policy file or a credential does not verify.
+    """
+    from .client import QdrantClient
+
+    for name, value, least in (("dim", dim, 1), ("points", points, 1), ("batch", batch, 1),
+                               ("queries", queries, 1), ("limit", limit, 1), ("rounds", rounds, 1),
+                               ("sources", 1 if sources is None else sources, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise BenchmarkError(f"{name} must be an integer >= {least}, got {value!r}")
+    if throwaway_credentials and (credential or read_credential):
+        raise BenchmarkError("pass either --credential/--read-credential or --throwaway-credentials, not both")
+    if not throwaway_credentials and credential is None:
+        raise BenchmarkError("no principal: pass --credential TOKEN_OR_FILE (a credential of a boundary that "
+                             "may write the collection), or --throwaway-credentials for a quick look")
+    if (write_boundary or read_boundary) and not throwaway_credentials:
+        raise BenchmarkError("--write-boundary/--read-boundary choose the boundaries of "
+                             "--throwaway-credentials; with --credential the credential names its boundary")
+    if url is not None and not scratch_collection:
+        raise BenchmarkError(
+            f"--url {url}: the benchmark writes, and never into an existing collection; pass "
+            "--scratch-collection NAME, a collection that does not exist yet (it is deleted afterwards)")
+    if url is not None and workdir is not None:
+        raise BenchmarkError("--workdir keeps a local store; it does not apply with --url")
+
+    cfg = policy if isinstance(policy, GuardConfig) else load_policy(policy)
+    source = cfg.source_path or str(policy)
+    pol = _policy_of(cfg, collection, source)
+    name = scratch_collection or collection
+    raw_name = f"{name}_raw"
+    if raw_name in cfg.collections:
+        raise BenchmarkError(f"the raw twin collection {raw_name!r} is listed in the policy; pass "
+                             "--scratch-collection with a name whose '<name>_raw' is not listed")
+
+    tmp_ctx = None
+    if workdir is None:
+        tmp_ctx = tempfile.TemporaryDirectory(prefix="qdrant-guard-bench-")
+        tmp = Path(tmp_ctx.name)
+    else:
+        tmp = Path(workdir)
+        if tmp.exists() and (not tmp.is_dir() or any(tmp.iterdir())):
+            raise BenchmarkError(f"--workdir {tmp} exists and is not an empty directory; pass a new path")
+        tmp.mkdir(parents=True, exist_ok=True)
+    client: Any = None
+    created: list[str] = []
+    try:
+        cfg, notes = _scratch_config(cfg, tmp, collection, name, pol)
+        if throwaway_credentials:
+            cfg, credential, read_credential, more = _throwaway(cfg, pol, write_boundary, read_boundary)
+            notes = more + notes
+        where: dict[str, Any]
+        if url is not None:
+            where = {"url": url, "api_key": os.environ.get("QDRANT_API_KEY")}
+            backend = f"server {url} (untested path: same code as local mode)"
+        elif workdir is not None:
+            where = {"path": str(tmp / "store")}
+            backend = f"local mode, on disk ({tmp / 'store'})"
+        else:
+            where = {"location": ":memory:"}
+            backend = "local mode :memory:"
+        try:
+            client = QdrantClient(**where, guard=cfg, principal=credential)
+            reader = client if read_credential is None else client.with_principal(read_credential)
+        except CredentialError as exc:
+            raise BenchmarkError(
+                f"a credential was rejected: {exc}. Pass --credential/--read-credential tokens issued by the "
+                f"authority of a boundary listed in {source}, or --throwaway-credentials") from None
+        writer_b = client.guard.verified.boundary if client.guard.verified else None
+        reader_b = reader.guard.verified.boundary if reader.guard.verified else None
+        writer_label = client.guard.principal_label or "anonymous"
+        reader_label = reader.guard.principal_label or "anonymous"
+        if not pol.may_write(writer_b):
+            raise BenchmarkError(
+                f"--credential is for {writer_label}, and boundary {writer_b!r} may not write {collection!r} "
+                f"(owner {pol.owner!r}, writers {list(pol.writers or ())}); pass a credential of one of those "
+                "boundaries")
+        if not pol.may_read(reader_b):
+            flag = "--read-credential" if read_credential is not None and read_credential != credential else "--credential"
+            raise BenchmarkError(
+                f"{flag} is for {reader_label}, and boundary {reader_b!r} may not read {collection!r} (owner "
+                f"{pol.owner!r}, readers {list(pol.readers)}); pass --read-credential of one of those boundaries")
+
+        for n in (name, raw_name):
+            if RawClient.collection_exists(client, n):
+                raise BenchmarkError(
+                    f"collection {n!r} already exists at {url}; the benchmark never writes into an existing "
+                    "collection: pass --scratch-collection with a name that does not exist")
+        for n in (name, raw_name):
+            RawClient.create_collection(client, n, vectors_config=models.VectorParams(
+                size=dim, distance=models.Distance.COSINE))
+            created.append(n)
+
+        n_sources = sources or (50 if points >= 50 * 20 else max(1, points // 20))
+        rows = unit_rows(points, dim, seed)
+        n_batches = math.ceil(points / batch)
+
+        def payload(i: int) -> dict[str, Any]:
+            p = _nested(pol.source_field, f"doc{i % n_sources}")
+            if pol.text_field:
+                p[pol.text_field] = english_text(i, seed)
+            return p
+
+        batches = [[models.PointStruct(id=i, vector=rows[i].tolist(), payload=payload(i))
+                    for i in range(b * batch, min(points, (b + 1) * batch))] for b in range(n_batches)]
+        try:
+            client.upsert(name, points=batches[0])
+        except GuardRefusal as exc:
+            raise _refused(f"upsert of {len(batches[0])} points into {name!r}", writer_label, exc) from None
+        up_replays = [Replay(client, "upsert", (name, batches[b]), {}) for b in range(n_batches)]
+        for r in up_replays:
+            r.record()
+        up = interleaved({
+            "raw": lambda b: RawClient.upsert(client, raw_name, points=batches[b]),
+            "guarded": lambda b: client.upsert(name, points=batches[b]),
+            "guard_only": lambda b: up_replays[b].run(),
+        }, n_batches, rounds, seed=seed, progress=progress, desc="bench upsert")
+
+        qv = [row.tolist() for row in unit_rows(queries, dim, seed + 1)]
+        texts = realistic_queries(queries) if query_text else []
+        kw = [{"query": qv[i], "limit": limit, **({"query_text": texts[i % len(texts)]} if texts else {})}
+              for i in range(queries)]
+        try:
+            reader.query_points(name, **kw[0])
+        except GuardRefusal as exc:
+            raise _refused(f"top-{limit} query_points on {name!r}", reader_label, exc) from None
+        q_replays = [Replay(reader, "query_points", (name,), kw[i]) for i in range(queries)]
+        for r in q_replays:
+            r.record()
+        short = {"n": 0}
+
+        def guarded_query(i: int) -> None:
+            if len(reader.query_points(name, **kw[i]).points) < min(limit, points):
+                short["n"] += 1
+
+        q = interleaved({
+            "raw": lambda i: RawClient.query_points(client, name, query=qv[i], limit=limit),
+            "guarded": guarded_query,
+            "guard_only": lambda i: q_replays[i].run(),
+        }, queries, rounds, seed=seed + 1, progress=progress, desc="bench query")
+
+        stored, _ = RawClient.scroll(client, name, limit=points, with_payload=True)
+        checks: dict[str, Any] = {
+            "stored_points": len(stored),
+            "receipted_points": sum(1 for p in stored if RECEIPT_KEY in (p.payload or {})),
+            "guarded_reads_short": short["n"],
+            "guard_only_forwarded_calls": sum(r.forwarded for r in up_replays + q_replays),
+        }
+        if short["n"]:
+            notes.append(f"{short['n']} guarded read(s) returned fewer than {limit} points (diversity caps or "
+                         "the extraction budget withheld some): they are timed as served")
+        excluded: int | None = None
+        if cfg.audit_log is not None:
+            ops: dict[str, int] = {}
+            excluded = 0
+            for line in Path(cfg.audit_log).read_text(encoding="utf-8").splitlines():
+                rec = json.loads(line).get("record", {})
+                ops[rec.get("op")] = ops.get(rec.get("op"), 0) + 1
+                excluded += rec.get("op") == "query_points" and "budget_excluded" in (rec.get("details") or {})
+            checks["audit_entries"] = ops
+            checks["audited_reads_with_budget_exclusion"] = excluded
+        elif pol.diversity.enabled and pol.diversity.max_source_coverage is not None:
+            excluded = sum(not _same_request(r) for r in q_replays)  # after the clock: no audit log to ask
+            checks["queries_whose_request_changed"] = excluded
+        if excluded:
+            notes.append(
+                f"the extraction budget (max_source_coverage {pol.diversity.max_source_coverage}) ran out for "
+                f"some sources during the run: {excluded} read(s) were sent with a filter excluding them, a "
+                "slower search, so the guarded figures include it (the guard-only ones replay the answer). "
+                "Fewer --queries/--rounds, or more points per source (--points, --sources), keep it from "
+                "running out")
+        return OverheadReport(
+            collection=name, policy=source, sources=n_sources, backend=backend, writer=writer_label, reader=reader_label,
+            dim=dim, points=points, batch=batch, queries=queries, limit=limit, rounds=rounds, seed=seed,
+            text_field=pol.text_field,
+            upsert=Comparison(Timing.of(up["raw"]), Timing.of(up["guarded"]), Timing.of(up["guard_only"])),
+            query=Comparison(Timing.of(q["raw"]), Timing.of(q["guarded"]), Timing.of(q["guard_only"])),
+            notes=notes, checks=checks, machine=_machine())
+    finally:
+        if client is not None:
+            if url is not None:
+                for n in created:
+                    try:
+                        RawClient.delete_collection(client, n)
+                    except Exception:  # a cleanup failure must not hide the result or the error
+                        pass
+            client.close()
+        if tmp_ctx is not None:
+            tmp_ctx.cleanup()
+
+
+__all__ = ["BenchmarkError", "Comparison", "OverheadReport", "Replay", "Timing", "interleaved",
+           "measure_overhead", "read_credential", "realistic_queries", "stats_us", "unit_rows"]
