@@ -32,7 +32,6 @@ import json
 import platform
 import sys
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,47 +51,14 @@ for _p in (BENCH_DIR, ROOT / "tests", ROOT):  # the in-place build; guardkit (ke
 from guardkit import Kit, make_kit  # noqa: E402
 
 from qdrant_guard import QdrantClient  # noqa: E402
-from qdrant_guard.pipeline import Call, drive_sync  # noqa: E402
+# The measuring pieces `qdrant-guard bench` ships (one copy: the package may not import bench/).
+from qdrant_guard.overhead import Replay, interleaved, realistic_queries, stats_us, unit_rows  # noqa: E402,F401
 
 RawClient = qdrant_client.QdrantClient
 SEED = 20240611
 
 
 # -- data ---------------------------------------------------------------------------------
-def unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
-    """``n`` seeded unit vectors of ``dim`` float32 components."""
-    rng = np.random.default_rng(seed)
-    m = rng.standard_normal((n, dim)).astype(np.float32)
-    m /= np.linalg.norm(m, axis=1, keepdims=True)
-    return m
-
-
-def realistic_queries(n: int) -> list[str]:
-    """Benign, human-written queries from the project's labelled intent dataset (first ``n``).
-
-    They pass the default structural scan and the built-in intent model, so every measured call
-    takes the allowing path (a refusal is a different, shorter path).
-    """
-    from qdrant_guard.intent import BuiltinIntentClassifier
-    from qdrant_guard.intent_train import load_dataset
-    from qdrant_guard.scan import scan_query
-
-    clf = BuiltinIntentClassifier()
-    out = []
-    for row in load_dataset():
-        text = row["text"]
-        if row.get("label") != "benign" or len(text.split()) < 8:
-            continue
-        if not scan_query(text).ok or clf.classify(text).label != "benign":
-            continue
-        out.append(text)
-        if len(out) == n:
-            break
-    if not out:
-        raise RuntimeError("no benign query in the intent dataset passed the scan and the classifier")
-    return out
-
-
 def long_query(n_tokens: int, seed: int) -> str:
     """Seeded English-like text of ``n_tokens`` words (the vocabulary of bench/bench_scan.py)."""
     from bench_scan import english
@@ -186,109 +152,7 @@ def fill(bed: Bed, base: str, n: int, dim: int, *, seed: int = SEED, n_sources: 
 
 
 # -- sans-IO driving ----------------------------------------------------------------------
-class Replay:
-    """Drives one guarded call through the pipeline with Qdrant's latency taken off the clock.
-
-    ``record()`` runs the call once against real Qdrant and keeps Qdrant's answer to the pipeline's
-    final ``method`` request (and that request). ``run()`` then does what the facade does (bind the
-    arguments with the same binder, ``Guard.run``, ``drive_sync``) but answers that final request
-    with the kept answer. Other requests (a collection-layout or source-count cache miss) still go
-    to real Qdrant and are counted in ``forwarded``. ``check()`` proves the pipeline still asks
-    Qdrant the very request it asked in ``record()`` (the query noise is keyed, so it does).
-    """
-
-    def __init__(self, client: QdrantClient, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        from qdrant_guard._facade import _binder
-
-        self.client, self.method, self.args, self.kwargs = client, method, args, kwargs
-        self.bind = _binder(getattr(RawClient, method))
-        self.answer: Any = None
-        self.request: str | None = None
-        self.forwarded = 0
-
-    def _real(self, call: Call) -> Any:
-        return getattr(RawClient, call.method)(self.client, **call.kwargs)
-
-    def _drive(self, invoke: Callable[[Call], Any]) -> Any:
-        guard = self.client.guard
-        return drive_sync(guard.run(self.method, self.bind(self.client, self.args, self.kwargs)), invoke)
-
-    def record(self) -> Any:
-        def invoke(call: Call) -> Any:
-            res = self._real(call)
-            if call.method == self.method:
-                self.answer, self.request = res, _fingerprint(call.kwargs)
-            return res
-
-        return self._drive(invoke)
-
-    def check(self) -> None:
-        def invoke(call: Call) -> Any:
-            if call.method == self.method:
-                if _fingerprint(call.kwargs) != self.request:
-                    raise RuntimeError(f"the pipeline asked Qdrant a different {self.method} than when recorded")
-                return self.answer
-            return self._real(call)
-
-        self._drive(invoke)
-
-    def _invoke(self, call: Call) -> Any:
-        if call.method == self.method:
-            return self.answer
-        self.forwarded += 1
-        return self._real(call)
-
-    def run(self) -> Any:
-        return self._drive(self._invoke)
-
-
-def _fingerprint(kwargs: dict[str, Any]) -> str:
-    def enc(v: Any) -> Any:
-        if isinstance(v, np.ndarray):
-            return v.tolist()
-        if hasattr(v, "model_dump"):
-            return v.model_dump()
-        return repr(v)
-
-    return json.dumps({k: v if isinstance(v, (int, float, str, bool, type(None), list)) else enc(v)
-                       for k, v in sorted(kwargs.items())}, default=repr, sort_keys=True)
-
-
 # -- timing -------------------------------------------------------------------------------
-def interleaved(fns: dict[str, Callable[[int], Any]], n_items: int, rounds: int, *, seed: int = SEED,
-                warmup: int = 1) -> dict[str, np.ndarray]:
-    """Time every ``fns[name](i)`` for each item ``i`` in each round, in a seeded shuffled order per
-    (round, item), so drift and other load on the machine hit every variant alike.
-
-    Returns:
-        ``{name: array of seconds, shape (rounds * n_items,)}`` in call order per name.
-    """
-    rng = np.random.default_rng(seed)
-    names = list(fns)
-    for _ in range(warmup):
-        for i in range(n_items):
-            for nm in names:
-                fns[nm](i)
-    out: dict[str, list[float]] = {nm: [] for nm in names}
-    clock = time.perf_counter
-    for _ in range(rounds):
-        for i in range(n_items):
-            for j in rng.permutation(len(names)):
-                nm = names[j]
-                f = fns[nm]
-                t0 = clock()
-                f(i)
-                out[nm].append(clock() - t0)
-    return {nm: np.asarray(v) for nm, v in out.items()}
-
-
-def stats_us(samples: np.ndarray) -> dict[str, float]:
-    """p50/p90/p99/mean in microseconds, and the sample count."""
-    s = np.asarray(samples) * 1e6
-    return {"p50_us": float(np.percentile(s, 50)), "p90_us": float(np.percentile(s, 90)),
-            "p99_us": float(np.percentile(s, 99)), "mean_us": float(s.mean()), "n": int(s.size)}
-
-
 def paired_delta_us(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
     """Percentiles of the per-call difference ``a - b`` (both timed in the same slot of each round)."""
     d = (np.asarray(a) - np.asarray(b)) * 1e6
