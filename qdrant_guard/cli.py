@@ -256,6 +256,25 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return rc
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .overhead import measure_overhead, read_credential
+
+    report = measure_overhead(
+        args.policy, args.collection,
+        credential=read_credential(args.credential) if args.credential else None,
+        read_credential=read_credential(args.read_credential, "--read-credential") if args.read_credential else None,
+        throwaway_credentials=args.throwaway_credentials, write_boundary=args.write_boundary,
+        read_boundary=args.read_boundary, dim=args.dim, points=args.points, batch=args.batch,
+        queries=args.queries, limit=args.limit, rounds=args.rounds, sources=args.sources, seed=args.seed,
+        query_text=not args.no_query_text, url=args.url, scratch_collection=args.scratch_collection,
+        workdir=args.workdir, progress=not args.no_progress)
+    print(report.format_table())
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``qdrant-guard``."""
     p = argparse.ArgumentParser(
@@ -357,6 +376,55 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:  # pragma: no cover
         pass
     cal.set_defaults(func=cmd_calibrate)
+
+    bn = sub.add_parser(
+        "bench", help="time raw qdrant-client vs the guarded client under your policy (a scratch store)",
+        description="Time upserts and top-k queries, raw qdrant-client vs the guarded client (and the guard "
+                    "alone, Qdrant's recorded answer replayed), under the policy of --collection, in "
+                    "interleaved rounds on a fresh local-mode store (:memory:); nothing of yours is written "
+                    "(the audit log and a sqlite budget store go to a temporary directory). Figures depend "
+                    "on the machine.")
+    bn.add_argument("--policy", required=True, help="your policy file (TOML)")
+    bn.add_argument("--collection", required=True, help="the collection whose policy is measured (listed in --policy)")
+    bn.add_argument("--credential", metavar="TOKEN_OR_FILE",
+                    help="credential of the writing principal (a boundary that may write the collection), as "
+                         "the token `credential issue` printed or a file holding it; also the reader unless "
+                         "--read-credential is given")
+    bn.add_argument("--read-credential", metavar="TOKEN_OR_FILE",
+                    help="credential of the reading principal (a boundary that may read the collection)")
+    bn.add_argument("--throwaway-credentials", action="store_true",
+                    help="no credentials: mint a throwaway authority key that the write and read boundaries "
+                         "trust in an in-memory copy of the policy (the output says so; your authority keys are "
+                         "not exercised)")
+    bn.add_argument("--write-boundary", metavar="B",
+                    help="with --throwaway-credentials: the writer's boundary (default: the collection's owner)")
+    bn.add_argument("--read-boundary", metavar="B",
+                    help="with --throwaway-credentials: the reader's boundary (default: the first reader "
+                         "boundary other than the owner, else the owner)")
+    bn.add_argument("--dim", type=_positive_int, default=384, help="vector dimension (default 384)")
+    bn.add_argument("--points", type=_positive_int, default=1000, help="points stored and searched (default 1000)")
+    bn.add_argument("--batch", type=_positive_int, default=256, help="points per upsert call (default 256)")
+    bn.add_argument("--queries", type=_positive_int, default=200, help="distinct queries per round (default 200)")
+    bn.add_argument("--limit", type=_positive_int, default=10, help="top-k of each query (default 10)")
+    bn.add_argument("--rounds", type=_positive_int, default=3,
+                    help="timed interleaved rounds, after one untimed warm-up (default 3)")
+    bn.add_argument("--sources", type=_positive_int,
+                    help="distinct values of the policy's source_field (default 50, or one per 20 points "
+                         "below 1000 points); budgets and diversity caps count by source")
+    bn.add_argument("--seed", type=int, default=20240611, help="seeds vectors, texts and the order (default 20240611)")
+    bn.add_argument("--no-query-text", action="store_true",
+                    help="send guarded queries without query_text= (no text scan or intent check)")
+    bn.add_argument("--json", metavar="OUT", help="also write the full report as JSON to this file")
+    bn.add_argument("--url", help="a Qdrant server instead of local :memory: (API key from QDRANT_API_KEY; "
+                                  "same code path, untested here); needs --scratch-collection")
+    bn.add_argument("--scratch-collection", metavar="NAME",
+                    help="with --url: a collection that must not exist yet; it and NAME_raw are created, "
+                         "guarded by the policy of --collection, and deleted at the end")
+    bn.add_argument("--workdir", metavar="DIR",
+                    help="keep the local store (on disk, so slower than :memory:) and the audit log in DIR "
+                         "(new or empty)")
+    bn.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    bn.set_defaults(func=cmd_bench)
 
     ev = sub.add_parser("eval", help="privacy-utility report with real inversion attacks (needs [eval])", add_help=False)
     ev.set_defaults(func=None)

@@ -370,20 +370,21 @@ def _throwaway(cfg: GuardConfig, pol: CollectionPolicy, write_boundary: str | No
     if not pol.may_read(rb):
         raise BenchmarkError(f"--read-boundary {rb!r} may not read this collection (owner {pol.owner!r}, "
                              f"readers {list(pol.readers)}); pass one that may")
-    sk, pk = keys.generate_keypair()
-    pub = keys.public_key_to_str(pk)
     bounds = dict(cfg.boundaries)
-    for b in {wb, rb}:
+    authority: dict[str, Any] = {}
+    for b in sorted({wb, rb}):  # one key per boundary: the guard refuses a key shared by two
+        sk, pk = keys.generate_keypair()
+        authority[b] = sk
         old = bounds.get(b)
-        revoked = old.revoked_credentials if old is not None else ()
-        bounds[b] = BoundaryConfig(authority_keys=(pub,), revoked_credentials=revoked)
-    note = (f"THROWAWAY CREDENTIALS: boundaries {', '.join(sorted({wb, rb}))} trusted a throwaway authority "
-            f"key ({keys.key_id(pk)}) in an in-memory copy of the policy, not the authority_keys of the "
-            "policy file; the credentials were verified against it (same Ed25519 check), so your "
-            "authority keys and your credentials' expiry and revocation were not exercised")
+        bounds[b] = BoundaryConfig(authority_keys=(keys.public_key_to_str(pk),),
+                                   revoked_credentials=old.revoked_credentials if old is not None else ())
+    note = (f"THROWAWAY CREDENTIALS: boundaries {', '.join(sorted(authority))} trusted throwaway authority "
+            "keys in an in-memory copy of the policy, not the authority_keys of the policy file; the "
+            "credentials were verified against them (the same Ed25519 check), so your authority keys and "
+            "your credentials' expiry and revocation were not exercised")
     return (cfg.model_copy(update={"boundaries": bounds}),
-            issue_credential(sk, agent_id="bench-writer", boundary=wb, ttl_s=3600),
-            issue_credential(sk, agent_id="bench-reader", boundary=rb, ttl_s=3600), [note])
+            issue_credential(authority[wb], agent_id="bench-writer", boundary=wb, ttl_s=3600),
+            issue_credential(authority[rb], agent_id="bench-reader", boundary=rb, ttl_s=3600), [note])
 
 
 def _scratch_config(cfg: GuardConfig, tmp: Path, collection: str, scratch: str,
