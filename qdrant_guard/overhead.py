@@ -223,7 +223,7 @@ class Timing:
     calls: int
 
     @classmethod
-    def of(cls, samples: np.ndarray) -> "Timing":
+    def of(cls, samples: np.ndarray) -> Timing:
         s = stats_us(samples)
         return cls(p50_us=s["p50_us"], p90_us=s["p90_us"], calls=s["n"])
 
@@ -301,10 +301,9 @@ class OverheadReport:
 
         lines = [
             f"qdrant-guard bench: collection {self.collection!r} of {self.policy} on {self.backend}",
-            f"  writer {self.writer}, reader {self.reader}; {self.points} points x {self.dim} dims in "
-            f"{self.sources} source(s), "
-            f"upsert batches of {self.batch}, {self.queries} top-{self.limit} queries, {self.rounds} "
-            "interleaved round(s)",
+            (f"  writer {self.writer}, reader {self.reader}; {self.points} points x {self.dim} dims in "
+             f"{self.sources} source(s), upsert batches of {self.batch}, {self.queries} top-{self.limit} "
+             f"queries, {self.rounds} interleaved round(s)"),
             "",
             f"  {'operation':<8} {'variant':<11} {'calls':>6} {'p50 ms':>9} {'p90 ms':>9}",
         ]

@@ -94,8 +94,8 @@ def test_throwaway_credentials_say_which_check_they_emulate(kit):
     ("writer_boundary", "boundary 'support' may not write 'docs'"),
     ("reader_boundary", "boundary 'support' may not read 'docs'"),
     ("foreign_authority", "a credential was rejected"),
-    ("policy_refuses_write", "the policy refused the benchmark's upsert of 16 points into 'docs' as bob@support: "
-                             "NOISE_REQUIRED"),
+    ("policy_refuses_write", ("the policy refused the benchmark's upsert of 16 points into 'docs' as "
+                              "bob@support: NOISE_REQUIRED")),
     ("url_without_scratch", "pass --scratch-collection NAME"),
     ("no_principal", "pass --credential TOKEN_OR_FILE"),
     ("bad_dim", "dim must be an integer >= 1, got 0"),
@@ -142,7 +142,7 @@ def test_workdir_must_be_new_or_empty(kit, tmp_path):
 
 def cli(*args, cwd):
     return subprocess.run([sys.executable, "-m", "qdrant_guard.cli", "bench", *args], capture_output=True,
-                          text=True, env={**os.environ}, cwd=cwd, timeout=300)
+                          text=True, env={**os.environ}, cwd=cwd, timeout=300, check=False)
 
 
 def test_cli_end_to_end_with_a_policy_file_and_a_credential_file(kit, tmp_path):
