@@ -512,9 +512,6 @@ def measure_overhead(
             raise BenchmarkError(f"{name} must be an integer >= {least}, got {value!r}")
     if throwaway_credentials and (credential or read_credential):
         raise BenchmarkError("pass either --credential/--read-credential or --throwaway-credentials, not both")
-    if not throwaway_credentials and credential is None:
-        raise BenchmarkError("no principal: pass --credential TOKEN_OR_FILE (a credential of a boundary that "
-                             "may write the collection), or --throwaway-credentials for a quick look")
     if (write_boundary or read_boundary) and not throwaway_credentials:
         raise BenchmarkError("--write-boundary/--read-boundary choose the boundaries of "
                              "--throwaway-credentials; with --credential the credential names its boundary")
@@ -528,6 +525,10 @@ def measure_overhead(
     cfg = policy if isinstance(policy, GuardConfig) else load_policy(policy)
     source = cfg.source_path or str(policy)
     pol = _policy_of(cfg, collection, source)
+    if not throwaway_credentials and credential is None and not pol.is_public:
+        raise BenchmarkError(f"no principal: {collection!r} is {pol.sensitivity.value}; pass --credential "
+                             "TOKEN_OR_FILE (a credential of a boundary that may write it), or "
+                             "--throwaway-credentials for a quick look")
     name = scratch_collection or collection
     raw_name = f"{name}_raw"
     if raw_name in cfg.collections:
@@ -553,7 +554,7 @@ def measure_overhead(
         where: dict[str, Any]
         if url is not None:
             where = {"url": url, "api_key": os.environ.get("QDRANT_API_KEY")}
-            backend = f"server {url} (untested path: same code as local mode)"
+            backend = f"Qdrant server {url}"
         elif workdir is not None:
             where = {"path": str(tmp / "store")}
             backend = f"local mode, on disk ({tmp / 'store'})"

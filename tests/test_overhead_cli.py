@@ -174,3 +174,21 @@ def test_cli_help_documents_every_flag(tmp_path):
                  "--rounds", "--sources", "--seed", "--no-query-text", "--json", "--url", "--scratch-collection",
                  "--workdir", "--no-progress"):
         assert flag in proc.stdout
+
+
+@pytest.mark.parametrize("audit_log", [True, False])
+def test_a_budget_that_runs_out_during_the_run_is_reported(kit, audit_log):
+    # 2 sources of 20 points, at most 5 of each per reader: the reader's reads use both up.
+    cfg = kit.config(shared(diversity={"max_source_coverage": 0.25}), **({} if audit_log else {"audit_log": None}))
+    rep = measure_overhead(cfg, "docs", credential=kit.principal("alice", "hr").credential,
+                           read_credential=kit.principal("bob", "support").credential, sources=2, **TINY)
+    found = rep.checks["audited_reads_with_budget_exclusion" if audit_log else "queries_whose_request_changed"]
+    assert found > 0
+    assert any(n.startswith("the extraction budget (max_source_coverage 0.25) ran out") for n in rep.notes)
+    assert rep.sources == 2 and rep.checks["guarded_reads_short"] > 0
+
+
+def test_a_public_collection_needs_no_credential(kit):
+    rep = measure_overhead(kit.config({"open": {"class": "PUBLIC"}}), "open", **TINY)
+    assert rep.writer == rep.reader == "anonymous" and rep.checks["receipted_points"] == 0
+    assert rep.query.guarded.calls == TINY["rounds"] * TINY["queries"]
