@@ -312,6 +312,10 @@ class OverheadReport:
                 lines.append(f"  {op:<8} {name:<11} {t.calls:>6} {ms(t.p50_us)} {ms(t.p90_us)}")
             lines.append(f"  {op:<8} guarded/raw: {c.ratio_p50:.2f}x at p50, {c.ratio_p90:.2f}x at p90; "
                          f"guard alone {c.guard_only_share_p50 * 100:.1f} % of raw p50")
+        c = self.checks
+        if "stored_points" in c:
+            lines.append(f"  stored by the guarded upserts: {c['stored_points']} points, {c['receipted_points']} "
+                         "with a receipt (noised by the guard or brought receipted)")
         lines.append("")
         lines.extend(f"  note: {n}" for n in self.notes)
         lines.append(f"  {MEASURED}")
@@ -396,7 +400,7 @@ def _scratch_config(cfg: GuardConfig, tmp: Path, collection: str, scratch: str,
         notes.append(f"audit log written to a temporary file, not {cfg.audit_log} (fsync "
                      f"{'on' if cfg.audit_fsync else 'off'}, as the policy says)")
     else:
-        notes.append("the policy sets no audit_log: decisions go to `logging` only, as in production")
+        notes.append("the policy sets no audit_log: decisions go to `logging` only, as the policy says")
     if cfg.budget_store.startswith("sqlite"):
         update["budget_store"] = f"sqlite:///{tmp / 'budget.db'}"
         notes.append("extraction budgets kept in a temporary sqlite file, not the policy's budget_store")
@@ -584,7 +588,12 @@ def measure_overhead(
                 f"{pol.owner!r}, readers {list(pol.readers)}); pass --read-credential of one of those boundaries")
 
         for n in (name, raw_name):
-            if RawClient.collection_exists(client, n):
+            try:
+                exists = RawClient.collection_exists(client, n)
+            except Exception as exc:  # the first request: a server that cannot be reached fails here
+                raise BenchmarkError(f"--url {url}: cannot ask Qdrant whether {n!r} exists: "
+                                     f"{type(exc).__name__}: {exc}; check the URL and QDRANT_API_KEY") from None
+            if exists:
                 raise BenchmarkError(
                     f"collection {n!r} already exists at {url}; the benchmark never writes into an existing "
                     "collection: pass --scratch-collection with a name that does not exist")

@@ -89,6 +89,7 @@ def test_throwaway_credentials_say_which_check_they_emulate(kit):
     assert cfg.boundaries["hr"].authority_keys == (kit.authority_pub["hr"],)
 
 
+@pytest.mark.filterwarnings("ignore:Failed to obtain server version:UserWarning")  # the unreachable server
 @pytest.mark.parametrize("case, needle", [
     ("unlisted", "collection 'nope' is not listed in the policy test-policy (listed: docs)"),
     ("writer_boundary", "boundary 'support' may not write 'docs'"),
@@ -97,6 +98,7 @@ def test_throwaway_credentials_say_which_check_they_emulate(kit):
     ("policy_refuses_write", ("the policy refused the benchmark's upsert of 16 points into 'docs' as "
                               "bob@support: NOISE_REQUIRED")),
     ("url_without_scratch", "pass --scratch-collection NAME"),
+    ("unreachable_server", "--url http://127.0.0.1:9: cannot ask Qdrant whether 'bench_tmp' exists"),
     ("no_principal", "pass --credential TOKEN_OR_FILE"),
     ("bad_dim", "dim must be an integer >= 1, got 0"),
 ])
@@ -121,6 +123,8 @@ def test_refusals_name_the_input_and_the_fix(kit, case, needle):
         args["credential"] = bob
     elif case == "url_without_scratch":
         args["url"] = "http://localhost:6333"
+    elif case == "unreachable_server":  # nothing listens on the discard port: connection refused
+        args.update(url="http://127.0.0.1:9", scratch_collection="bench_tmp")
     elif case == "no_principal":
         args["credential"] = None
     elif case == "bad_dim":
