@@ -406,8 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--batch", type=_positive_int, default=256, help="points per upsert call (default 256)")
     bn.add_argument("--queries", type=_positive_int, default=200, help="distinct queries per round (default 200)")
     bn.add_argument("--limit", type=_positive_int, default=10, help="top-k of each query (default 10)")
-    bn.add_argument("--rounds", type=_positive_int, default=3,
-                    help="timed interleaved rounds, after one untimed warm-up (default 3)")
+    bn.add_argument("--rounds", type=_positive_int, default=5,
+                    help="timed interleaved rounds, after one untimed warm-up (default 5)")
     bn.add_argument("--sources", type=_positive_int,
                     help="distinct values of the policy's source_field (default 50, or one per 20 points "
                          "below 1000 points); budgets and diversity caps count by source")

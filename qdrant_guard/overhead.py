@@ -458,7 +458,7 @@ def measure_overhead(
     batch: int = 256,
     queries: int = 200,
     limit: int = 10,
-    rounds: int = 3,
+    rounds: int = 5,
     sources: int | None = None,
     seed: int = 20240611,
     query_text: bool = True,
