@@ -443,6 +443,119 @@ def _refused(what: str, who: str, exc: GuardRefusal) -> BenchmarkError:
         "only; use a principal and a policy under which this call is allowed")
 
 
+@dataclass
+class _Bed:
+    """The clients and names one run times."""
+
+    client: Any  # the guarded client, as the writer
+    reader: Any  # its view as the reader (the client itself when they are the same principal)
+    name: str
+    raw_name: str
+    writer_label: str
+    reader_label: str
+    pol: CollectionPolicy
+    rounds: int
+    seed: int
+    progress: bool
+
+
+def _time_upserts(bed: _Bed, *, points: int, dim: int, batch: int,
+                  n_sources: int) -> tuple[dict[str, np.ndarray], list[Replay]]:
+    """Interleaved raw / guarded / guard-only upserts of the same batches (which fill ``bed.name``)."""
+    pol, seed, client = bed.pol, bed.seed, bed.client
+    rows = unit_rows(points, dim, seed)
+
+    def payload(i: int) -> dict[str, Any]:
+        p = _nested(pol.source_field, f"doc{i % n_sources}")
+        if pol.text_field:
+            p[pol.text_field] = english_text(i, seed)
+        return p
+
+    batches = [[models.PointStruct(id=i, vector=rows[i].tolist(), payload=payload(i))
+                for i in range(b * batch, min(points, (b + 1) * batch))] for b in range(math.ceil(points / batch))]
+    what = f"upsert of {len(batches[0])} points into {bed.name!r}"
+    try:
+        client.upsert(bed.name, points=batches[0])
+        replays = [Replay(client, "upsert", (bed.name, b), {}) for b in batches]
+        for r in replays:
+            r.record()
+        return interleaved({
+            "raw": lambda b: RawClient.upsert(client, bed.raw_name, points=batches[b]),
+            "guarded": lambda b: client.upsert(bed.name, points=batches[b]),
+            "guard_only": lambda b: replays[b].run(),
+        }, len(batches), bed.rounds, seed=seed, progress=bed.progress, desc="bench upsert"), replays
+    except GuardRefusal as exc:
+        raise _refused(what, bed.writer_label, exc) from None
+
+
+def _time_queries(bed: _Bed, *, points: int, dim: int, queries: int, limit: int,
+                  query_text: bool) -> tuple[dict[str, np.ndarray], list[Replay], int]:
+    """Interleaved raw / guarded / guard-only top-``limit`` reads of ``bed.name``; also returns how
+    many guarded reads returned fewer than ``limit`` points."""
+    client, reader, name = bed.client, bed.reader, bed.name
+    qv = [row.tolist() for row in unit_rows(queries, dim, bed.seed + 1)]
+    texts = realistic_queries(queries) if query_text else []
+    kw = [{"query": qv[i], "limit": limit, **({"query_text": texts[i % len(texts)]} if texts else {})}
+          for i in range(queries)]
+    short = [0]
+
+    def guarded_query(i: int) -> None:
+        if len(reader.query_points(name, **kw[i]).points) < min(limit, points):
+            short[0] += 1
+
+    try:
+        reader.query_points(name, **kw[0])
+        replays = [Replay(reader, "query_points", (name,), kw[i]) for i in range(queries)]
+        for r in replays:
+            r.record()
+        timed = interleaved({
+            "raw": lambda i: RawClient.query_points(client, name, query=qv[i], limit=limit),
+            "guarded": guarded_query,
+            "guard_only": lambda i: replays[i].run(),
+        }, queries, bed.rounds, seed=bed.seed + 1, progress=bed.progress, desc="bench query")
+    except GuardRefusal as exc:
+        raise _refused(f"top-{limit} query_points on {name!r}", bed.reader_label, exc) from None
+    return timed, replays, short[0]
+
+
+def _checks(bed: _Bed, cfg: GuardConfig, *, points: int, limit: int, replays: list[Replay],
+            query_replays: list[Replay], short: int, notes: list[str]) -> dict[str, Any]:
+    """Evidence that the guarded calls went through the guard, and what changed their path (in
+    ``notes``)."""
+    pol = bed.pol
+    stored, _ = RawClient.scroll(bed.client, bed.name, limit=points, with_payload=True)
+    checks: dict[str, Any] = {
+        "stored_points": len(stored),
+        "receipted_points": sum(1 for p in stored if RECEIPT_KEY in (p.payload or {})),
+        "guarded_reads_short": short,
+        "guard_only_forwarded_calls": sum(r.forwarded for r in replays),
+    }
+    if short:
+        notes.append(f"{short} guarded read(s) returned fewer than {limit} points (diversity caps or the "
+                     "extraction budget withheld some): they are timed as served")
+    excluded: int | None = None
+    if cfg.audit_log is not None:
+        ops: dict[str, int] = {}
+        excluded = 0
+        for line in Path(cfg.audit_log).read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line).get("record", {})
+            ops[rec.get("op")] = ops.get(rec.get("op"), 0) + 1
+            excluded += rec.get("op") == "query_points" and "budget_excluded" in (rec.get("details") or {})
+        checks["audit_entries"] = ops
+        checks["audited_reads_with_budget_exclusion"] = excluded
+    elif pol.diversity.enabled and pol.diversity.max_source_coverage is not None:
+        excluded = sum(not _same_request(r) for r in query_replays)  # after the clock: no audit log to ask
+        checks["queries_whose_request_changed"] = excluded
+    if excluded:
+        notes.append(
+            f"the extraction budget (max_source_coverage {pol.diversity.max_source_coverage}) ran out for "
+            f"some sources during the run: {excluded} read(s) were sent with a filter excluding them, a "
+            "slower search, so the guarded figures include it (the guard-only ones replay the answer). "
+            "Fewer --queries/--rounds, or more points per source (--points, --sources), keep it from "
+            "running out")
+    return checks
+
+
 # -- the measurement ----------------------------------------------------------------------
 def measure_overhead(
     policy: str | os.PathLike[str] | GuardConfig,
@@ -603,83 +716,12 @@ def measure_overhead(
             created.append(n)
 
         n_sources = sources or (50 if points >= 50 * 20 else max(1, points // 20))
-        rows = unit_rows(points, dim, seed)
-        n_batches = math.ceil(points / batch)
-
-        def payload(i: int) -> dict[str, Any]:
-            p = _nested(pol.source_field, f"doc{i % n_sources}")
-            if pol.text_field:
-                p[pol.text_field] = english_text(i, seed)
-            return p
-
-        batches = [[models.PointStruct(id=i, vector=rows[i].tolist(), payload=payload(i))
-                    for i in range(b * batch, min(points, (b + 1) * batch))] for b in range(n_batches)]
-        try:
-            client.upsert(name, points=batches[0])
-        except GuardRefusal as exc:
-            raise _refused(f"upsert of {len(batches[0])} points into {name!r}", writer_label, exc) from None
-        up_replays = [Replay(client, "upsert", (name, batches[b]), {}) for b in range(n_batches)]
-        for r in up_replays:
-            r.record()
-        up = interleaved({
-            "raw": lambda b: RawClient.upsert(client, raw_name, points=batches[b]),
-            "guarded": lambda b: client.upsert(name, points=batches[b]),
-            "guard_only": lambda b: up_replays[b].run(),
-        }, n_batches, rounds, seed=seed, progress=progress, desc="bench upsert")
-
-        qv = [row.tolist() for row in unit_rows(queries, dim, seed + 1)]
-        texts = realistic_queries(queries) if query_text else []
-        kw = [{"query": qv[i], "limit": limit, **({"query_text": texts[i % len(texts)]} if texts else {})}
-              for i in range(queries)]
-        try:
-            reader.query_points(name, **kw[0])
-        except GuardRefusal as exc:
-            raise _refused(f"top-{limit} query_points on {name!r}", reader_label, exc) from None
-        q_replays = [Replay(reader, "query_points", (name,), kw[i]) for i in range(queries)]
-        for r in q_replays:
-            r.record()
-        short = {"n": 0}
-
-        def guarded_query(i: int) -> None:
-            if len(reader.query_points(name, **kw[i]).points) < min(limit, points):
-                short["n"] += 1
-
-        q = interleaved({
-            "raw": lambda i: RawClient.query_points(client, name, query=qv[i], limit=limit),
-            "guarded": guarded_query,
-            "guard_only": lambda i: q_replays[i].run(),
-        }, queries, rounds, seed=seed + 1, progress=progress, desc="bench query")
-
-        stored, _ = RawClient.scroll(client, name, limit=points, with_payload=True)
-        checks: dict[str, Any] = {
-            "stored_points": len(stored),
-            "receipted_points": sum(1 for p in stored if RECEIPT_KEY in (p.payload or {})),
-            "guarded_reads_short": short["n"],
-            "guard_only_forwarded_calls": sum(r.forwarded for r in up_replays + q_replays),
-        }
-        if short["n"]:
-            notes.append(f"{short['n']} guarded read(s) returned fewer than {limit} points (diversity caps or "
-                         "the extraction budget withheld some): they are timed as served")
-        excluded: int | None = None
-        if cfg.audit_log is not None:
-            ops: dict[str, int] = {}
-            excluded = 0
-            for line in Path(cfg.audit_log).read_text(encoding="utf-8").splitlines():
-                rec = json.loads(line).get("record", {})
-                ops[rec.get("op")] = ops.get(rec.get("op"), 0) + 1
-                excluded += rec.get("op") == "query_points" and "budget_excluded" in (rec.get("details") or {})
-            checks["audit_entries"] = ops
-            checks["audited_reads_with_budget_exclusion"] = excluded
-        elif pol.diversity.enabled and pol.diversity.max_source_coverage is not None:
-            excluded = sum(not _same_request(r) for r in q_replays)  # after the clock: no audit log to ask
-            checks["queries_whose_request_changed"] = excluded
-        if excluded:
-            notes.append(
-                f"the extraction budget (max_source_coverage {pol.diversity.max_source_coverage}) ran out for "
-                f"some sources during the run: {excluded} read(s) were sent with a filter excluding them, a "
-                "slower search, so the guarded figures include it (the guard-only ones replay the answer). "
-                "Fewer --queries/--rounds, or more points per source (--points, --sources), keep it from "
-                "running out")
+        bed = _Bed(client, reader, name, raw_name, writer_label, reader_label, pol, rounds, seed, progress)
+        up, up_replays = _time_upserts(bed, points=points, dim=dim, batch=batch, n_sources=n_sources)
+        q, q_replays, short = _time_queries(bed, points=points, dim=dim, queries=queries, limit=limit,
+                                            query_text=query_text)
+        checks = _checks(bed, cfg, points=points, limit=limit, replays=up_replays + q_replays,
+                         query_replays=q_replays, short=short, notes=notes)
         return OverheadReport(
             collection=name, policy=source, sources=n_sources, backend=backend, writer=writer_label, reader=reader_label,
             dim=dim, points=points, batch=batch, queries=queries, limit=limit, rounds=rounds, seed=seed,
