@@ -164,6 +164,10 @@ def test_cli_end_to_end_with_a_policy_file_and_a_credential_file(kit, tmp_path):
     assert doc["upsert"]["guarded"]["calls"] == 3 and doc["query"]["raw"]["calls"] == 2
     assert doc["writer"] == doc["reader"] == "alice@hr" and doc["text_field"] == "text"
     assert doc["upsert"]["guarded_over_raw_p50"] > 0 and doc["checks"]["stored_points"] == 30
+    quick = cli("--policy", str(policy), "--collection", "notes", "--throwaway-credentials", "--dim", "8",
+                "--points", "10", "--batch", "10", "--queries", "1", "--rounds", "1", "--no-progress", cwd=repo)
+    assert quick.returncode == 0, quick.stderr
+    assert "note: THROWAWAY CREDENTIALS: boundaries hr trusted throwaway authority keys" in quick.stdout
     bad = cli("--policy", str(policy), "--collection", "tickets", "--credential", str(cred), cwd=repo)
     assert bad.returncode == 2 and "error: collection 'tickets' is not listed" in bad.stderr
     missing = cli("--policy", str(policy), "--collection", "notes", "--credential", str(tmp_path / "none"), cwd=repo)
