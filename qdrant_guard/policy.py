@@ -158,7 +158,9 @@ class QueryRules(_Strict):
     given outside a filter: ``facet``'s ``key``, ``order_by`` and an ``OrderByQuery``'s, ``group_by``,
     ``with_payload`` keys, ``set_payload``'s ``key``, ``delete_payload``'s ``keys``, a payload index's
     ``field_name``): a key holding personal data follows this setting, and is logged redacted.
-    Credentials in a filter or a key are refused (CREDENTIAL_IN_TEXT) whatever this says;
+    Credentials in a filter or a key are refused (CREDENTIAL_IN_TEXT) whatever this says, and so
+    is a match value under a password name by ``payload_fields``' rule (``MatchValue`` of
+    ``"hunter2"`` on ``db_password``; a placeholder such as ``""`` is not);
     a name-like value (``google-oauth2-provider``) under a field whose last word names an attribute
     of a credential (``auth_provider``, ``token_issuer``, ``key_region``) is no credential. Partial values
     (``MatchPrefix("123-45-")``) are not personal data to the detector and pass; so, unless this is

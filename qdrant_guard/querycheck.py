@@ -17,7 +17,7 @@ from .errors import QdrantGuardError
 from .pipeline import Offload, Op
 from .policy import CollectionPolicy
 from .sources import path_head
-from .textguard import EmbedderError, TextOps
+from .textguard import EmbedderError, TextOps, password_value
 
 # Inputs that carry text the guard did not check (a top-level models.Document is checked).
 _TEXT_INPUTS = (models.Document, models.InferenceObject, models.TextQuery)
@@ -228,7 +228,9 @@ class QueryChecks(TextOps):
         result returns. Each string (and integer) of a ``MatchValue``, ``MatchAny``, ``MatchExcept``,
         ``MatchText``, ``MatchTextAny``, ``MatchPhrase``, ``MatchPrefix`` or ``MatchSubstring``, in
         nested filters and formula conditions too, is run through the detector as ``key: value``
-        (so ``ssn`` next to a bare number counts). Credentials are refused (CREDENTIAL_IN_TEXT)
+        (so ``ssn`` next to a bare number counts), and under a password name by the payload screen's
+        rule (any value but a placeholder: ``MatchValue(key="db_password", value="hunter2hunter2x")``
+        is a credential, ``value=""`` is not). Credentials are refused (CREDENTIAL_IN_TEXT)
         always (a name-like value under a field named for a credential's attribute, such as
         ``auth_provider: google-oauth2-provider``, is no credential to the detector); PII per
         ``query.filter_pii`` (QUERY_REJECTED). Full-text match strings also pass
@@ -287,6 +289,10 @@ class QueryChecks(TextOps):
                 text = str(item)
                 self._filter_structure(op, name, pol, at, text, details, full_text=type(match) in _FULL_TEXT)
                 findings = _detect.find_sensitive(f"{key}: {text}")
+                if not findings and password_value(key, text):
+                    # As in a payload: a filter that names a password field carries a password, and
+                    # matching it asks whether a point holds that password.
+                    findings = [_detect.Finding("GENERIC_SECRET", 0, len(text), "password-name", "CREDENTIAL")]
                 if findings:
                     self._filter_findings(op, name, pol, findings, pii_ok, allowed, at, shown, kind,
                                           {"filter": at, "key": shown, "match": kind})

@@ -431,6 +431,13 @@ def _working_directory(name: str, value: str) -> bool:
     return _PATH_VALUE.match(value) is not None and _WORDS.findall(name)[-1].lower() in ("pwd", "oldpwd")
 
 
+def password_value(name: str, value: str) -> bool:
+    """Whether ``value`` given under field ``name`` is a password by the password-name rule (a
+    password name, not a placeholder, not a working directory under ``pwd``): what the payload
+    screen finds besides the detector, and so do filters (a match on a password field names one)."""
+    return _password_name(name) and not _placeholder(value) and not _working_directory(name, value)
+
+
 def _number_text(value: Any) -> str | None:
     """The digits JSON stores of an int (an int subclass's value, not its ``__str__``) or of an
     integral float below 2**53; None for anything else (bool is JSON true/false)."""
