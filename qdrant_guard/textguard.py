@@ -1,6 +1,7 @@
 """Text that is about to be embedded or stored: detect, refuse or redact before anything sees it."""
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Mapping, Sequence
 
@@ -335,6 +336,19 @@ class TextOps(GuardPipeline):
         return matrix
 
 
+def _sent_key(key: Any) -> Any:
+    """A payload key as it is stored: a str subclass its characters; bytes or an Enum the string
+    pydantic makes of it (qdrant-client's models validate payload keys so); a number, boolean or
+    None as JSON writes a key (local mode stores ``{7: v}`` as ``{"7": v}``); anything else as it
+    is (the client refuses it). Read as given, a bytes key holding a secret was never screened."""
+    if isinstance(key, str):
+        return str.__str__(key)
+    sent = _as_sent(key)
+    if isinstance(sent, str):
+        return str.__str__(sent)
+    return json.dumps(sent) if sent is None or isinstance(sent, (int, float)) else key
+
+
 def _as_dict(payload: Any) -> Any:
     """A ``set_payload``/``overwrite_payload`` payload given as another Mapping (``UserDict``,
     ``MappingProxyType``) as the dict qdrant-client's REST model validates it into and sends: read as
@@ -461,6 +475,7 @@ class _FieldScreen:
         changed = False
         clean_keys, clean_values = self.clean_keys, self.clean_values
         names = _sibling_names(value) if ("value" in value or "Value" in value) else ()
+        late = False  # a name or value field given as another kind of key (found only as stored)
         for k, v in value.items():
             # A remembered clean key with a remembered clean string, a short number, true, false
             # or null, is what the screen below returns unchanged; only the check for a key stored
@@ -474,8 +489,9 @@ class _FieldScreen:
                         out[k] = v
                         continue
             given = k
-            if isinstance(k, str) and type(k) is not str:
-                k = str.__str__(k)  # a str subclass key is stored as its characters: screen those (_as_sent)
+            if type(k) is not str:
+                k = _sent_key(k)  # screen the key as it is stored (a str subclass's characters, bytes' text)
+                late = late or k in _NAME_FIELDS or k in _VALUE_FIELDS
             kind = skip.get(k) if skip and isinstance(k, str) else None
             if kind == "receipt":
                 out[k] = v
@@ -505,6 +521,17 @@ class _FieldScreen:
                     "overwrite the other; remove the data from the keys. Nothing was written")
             changed = changed or nk is not given or nv is not v
             out[nk] = nv
+        if late:
+            # The names and value fields as stored: a str subclass "value" key that hides from a
+            # lookup by its __hash__/__eq__, or b"name", is that field once sent.
+            extra = [n for n in _sibling_names(out) if n not in names]
+            for f in _VALUE_FIELDS:
+                if extra and f in out:
+                    nv = out[f]
+                    for n in extra:
+                        nv = self.node(nv, n, f"{path}.{f}" if path else f)
+                    changed = changed or nv is not out[f]
+                    out[f] = nv
         return out if changed else value
 
     def node(self, value: Any, key: Any, at: str) -> Any:
