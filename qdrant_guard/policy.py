@@ -340,19 +340,21 @@ class CollectionPolicy(_Strict):
     A value is screened as ``key: "value"`` with its nearest key (a list's items with the list's
     key), so a secret the detector finds only next to a secret-like name is found under such a
     key: ``{"api_key": "a8f3k2j9x0q7w1e5r4t6"}`` (16+ characters, two character classes, entropy
-    >= 3.5 bits a character). Under a password name (the key's last word, trailing digits aside, is
-    ``password``, ``passwd``, ``passphrase``, ``passcode`` or ``pwd``, or ends with one of the first
-    four: ``DB_PASSWORD``, ``userPassword2``, ``adminpasswd``; not ``password_policy``,
+    >= 3.5 bits a character). Under a password name (the key's last word, trailing digits aside and
+    full-width forms and invisible characters read as the detector reads them, is ``password``,
+    ``passwd``, ``passphrase``, ``passcode`` or ``pwd``, or ends with one of the first four:
+    ``DB_PASSWORD``, ``userPassword2``, ``adminpasswd``; not ``password_policy``,
     ``passwords``, ``pass`` or ``db_pass``) any value is a credential (``GENERIC_SECRET``, validator
     ``password-name``), whatever its entropy (``{"password": "hunter2"}``), unless it is a
     placeholder: empty, one character repeated (``********``), or ``[REDACTED]``, ``<redacted>``,
     ``${DB_PASSWORD}``, ``{{ db_password }}`` (the guard's own ``[GENERIC_SECRET]`` among them),
     or a POSIX path under a ``pwd`` name (an environment dump's ``{"PWD": "/home/alice"}``).
     "token", "secret" and "key" keep the detector's rules (16+ characters, entropy). In an object
-    with a ``value`` (or ``Value``) field and a string ``name``, ``key`` or ``field`` (or
-    capitalised) field, the value is also read under that name: ``[{"name": "DB_PASSWORD",
-    "value": "..."}]`` as in Kubernetes env lists. Numbers are screened as the digits JSON stores
-    (an int, an int subclass's value, an integral float below 2**53): ``{"ssn": 123456789}`` and
+    with a ``value`` (or ``Value``, ``VALUE``) field and a string ``name``, ``key`` or ``field`` (or
+    capitalised, or upper case) field, the value is also read under that name:
+    ``[{"name": "DB_PASSWORD", "value": "..."}]`` as in Kubernetes env lists. Numbers are screened
+    as the digits JSON stores (an int, an int subclass's value, an integral float below 10**19 as
+    the integer it holds, above 2**53 too): ``{"ssn": 123456789}`` and
     ``{"card": 4111111111111111}`` are read as ``ssn: "123456789"`` and found where those strings
     are (personal data: stored as given on sensitive collections under ``credentials``, refused on
     PUBLIC ones); a redacted number is stored as the redacted string (``"[CREDIT_CARD]"``): no
@@ -364,8 +366,8 @@ class CollectionPolicy(_Strict):
     into JSON (bytes, a str-valued Enum, a str subclass whatever its ``__str__`` shows, a dict or list
     subclass whatever its ``items()`` shows, a dataclass or pydantic model, a deque or generator, a
     ``set_payload`` payload given as a ``UserDict``) is screened in the form it is sent and stored
-    in, the text field too. A key is screened alone and
-    redacted in place (``{"[GITHUB_TOKEN]": 1}``); two keys of one object that would redact to the
+    in, the text field too. A key is screened alone, as it is stored (a bytes or Enum key as its
+    text), and redacted in place (``{"[GITHUB_TOKEN]": 1}``); two keys of one object that would redact to the
     same key are refused (UNSUPPORTED_WRITE). On sensitive collections the top-level receipt
     container (``_qdrant_guard_receipt``), which the guard verifies and writes itself, is not
     screened; ``set_payload``'s ``key`` is screened as a field name (``query.filter_pii``), and on

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -391,9 +392,13 @@ _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]*")
 _SHORT_NUMBER = 10**12
 _SHORT_SSN_NUMBER = 10**8
 _KEY_PASSWORD = -1
-# Integral floats are the integers JSON readers see (JavaScript has no other kind); above 2**53 a
-# float no longer holds every integer, and a fraction is no number form the detector finds.
-_EXACT_FLOAT = 2.0**53
+# Integral floats are the integers JSON readers see (JavaScript has no other kind), and a fraction
+# is no number form the detector finds. Above 2**53 a float no longer holds every integer, but the
+# one it holds it holds exactly: 6.200000010156593e+17 is the 18-digit card 620000001015659264 to
+# int() or pandas. Below 10**19 (19 digits, a card's most) each is screened as its integer; a
+# larger one has 20+ digits, which no rule finds in a run of digits (hex wants 24+ that spell
+# ASCII, which the 53 bits of a float cannot choose).
+_EXACT_FLOAT = 1e19
 # In a structured payload the key is explicit: a value under a password name is a password,
 # whatever its entropy (the detector, reading free text, needs three classes or entropy >= 3.5).
 # "token", "secret" and "key" keep the detector's rules ({"token": "the"} in NLP payloads), and so
@@ -404,19 +409,29 @@ _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 # "{{ db_password }}", and the guard's own "[GENERIC_SECRET]" (empty and one-character runs apart).
 _PLACEHOLDER = re.compile(r"\[[A-Za-z_ .-]+\]|<[A-Za-z_ .-]+>|\$\{[A-Za-z0-9_]+\}|\{\{ ?[A-Za-z0-9_.]+ ?\}\}")
 # A name field and a value field of one object (Kubernetes env lists, AWS tags): the value is read
-# under the name too.
-_NAME_FIELDS = ("name", "key", "field", "Name", "Key", "Field")
-_VALUE_FIELDS = ("value", "Value")
+# under the name too. Upper case as well: the detector reads "NAME: x ... VALUE: y" in text so.
+_NAME_FIELDS = ("name", "key", "field", "Name", "Key", "Field", "NAME", "KEY", "FIELD")
+_VALUE_FIELDS = ("value", "Value", "VALUE")
 # An absolute or home-relative POSIX path without spaces.
 _PATH_VALUE = re.compile(r"~?/\S*\Z")
 
 
+def _name_words(name: str) -> list[str]:
+    """The words of a field name, read as the detector reads text: full-width and other compatibility
+    forms as ASCII (NFKC) and invisible format characters dropped (``ＰＡＳＳＷＯＲＤ``,
+    ``pass<ZWSP>word``). Look-alike letters of other scripts stay what they are, as for the detector."""
+    if not name.isascii():
+        name = "".join(c for c in unicodedata.normalize("NFKC", name) if unicodedata.category(c) != "Cf")
+    return _WORDS.findall(name)
+
+
 def _password_name(name: str) -> bool:
     """True when ``name``'s last word (snake_case, kebab-case, dotted or camelCase; trailing digits
-    aside) is a password word, or ends with one other than ``pwd`` (``dbpassword``): ``password``,
-    ``DB_PASSWORD``, ``userPassword2``, ``adminpasswd``, ``pwd``. Not ``password_policy``,
-    ``passwordHash``, ``passwords`` (a count as often as a list), ``pass``, ``bypass``, ``passport``."""
-    words = _WORDS.findall(name)
+    aside; :func:`_name_words`) is a password word, or ends with one other than ``pwd``
+    (``dbpassword``): ``password``, ``DB_PASSWORD``, ``userPassword2``, ``adminpasswd``, ``pwd``. Not
+    ``password_policy``, ``passwordHash``, ``passwords`` (a count as often as a list), ``pass``,
+    ``bypass``, ``passport``."""
+    words = _name_words(name)
     while words and words[-1].isdigit():
         words.pop()
     if not words:
@@ -442,7 +457,7 @@ def _placeholder(value: str) -> bool:
 
 def _working_directory(name: str, value: str) -> bool:
     """``{"PWD": "/home/alice"}``: an environment dump's working directory, not a password."""
-    return _PATH_VALUE.match(value) is not None and _WORDS.findall(name)[-1].lower() in ("pwd", "oldpwd")
+    return _PATH_VALUE.match(value) is not None and _name_words(name)[-1].lower() in ("pwd", "oldpwd")
 
 
 def password_value(name: str, value: str) -> bool:
@@ -453,11 +468,11 @@ def password_value(name: str, value: str) -> bool:
 
 
 def _number_text(value: Any) -> str | None:
-    """The digits JSON stores of an int (an int subclass's value, not its ``__str__``) or of an
-    integral float below 2**53; None for anything else (bool is JSON true/false)."""
+    """The digits JSON stores of an int (an int subclass's value, not its ``__str__``), or of the
+    integer an integral float below 10**19 is; None for anything else (bool is JSON true/false)."""
     if isinstance(value, int):
         return None if isinstance(value, bool) else int.__repr__(value)
-    if isinstance(value, float) and value.is_integer() and -_EXACT_FLOAT <= value <= _EXACT_FLOAT:
+    if isinstance(value, float) and value.is_integer() and -_EXACT_FLOAT < value < _EXACT_FLOAT:
         return int.__repr__(int(value))
     return None
 
@@ -474,7 +489,7 @@ class _FieldScreen:
         out: dict[Any, Any] = {}
         changed = False
         clean_keys, clean_values = self.clean_keys, self.clean_values
-        names = _sibling_names(value) if ("value" in value or "Value" in value) else ()
+        names = _sibling_names(value) if ("value" in value or "Value" in value or "VALUE" in value) else ()
         late = False  # a name or value field given as another kind of key (found only as stored)
         for k, v in value.items():
             # A remembered clean key with a remembered clean string, a short number, true, false
@@ -560,7 +575,8 @@ class _FieldScreen:
             return key, key
         findings = _detect.find_sensitive(key)
         if not findings:
-            self.ops.remember_clean_key(self.clean_keys, key, _number_bound(key))
+            if len(key) <= _CLEAN_VALUE_MAX_LEN:  # keys are the writer's data: 4,096 of 1 MB each would stay
+                self.ops.remember_clean_key(self.clean_keys, key, _number_bound(key))
             return key, key
         redacted = _detect.replace_findings(key, findings)
         where = f"payload key {(path + '.' if path else '') + redacted!r}"

@@ -8,9 +8,9 @@ import enum
 import pytest
 
 from guardkit import audit_records, models, snapshot
-from test_payload_fields import _kit_client, _vec, _write
+from test_payload_fields import _kit_client, _stored, _vec, _write
 from test_payload_values import WEAK
-from test_perf_payload_screen import STRIPE
+from test_perf_payload_screen import API, STRIPE, _guard, _screen
 from qdrant_guard import GuardRefusal
 from qdrant_guard.receipts import RECEIPT_KEY
 from qdrant_guard.receipts import verify as verify_stored
@@ -117,3 +117,67 @@ def test_a_sibling_name_or_value_field_behind_an_odd_key_is_read_as_stored(tmp_p
         with pytest.raises(GuardRefusal) as ei:
             _set(client, "pub", "set_payload nested", entry)
         assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+
+
+# -- numbers: an integral float above 2**53 is the integer it holds -----------------------------------
+
+# Luhn-valid card numbers (UnionPay 18 digits, 17 digits) that a float64 holds exactly.
+FLOAT_CARDS = (6.200000010156593e+17, 4.000000000000005e+16)
+
+
+@pytest.mark.parametrize("form", ["upsert", "set_payload", "upload_collection"])
+def test_an_integral_float_above_2_53_holding_a_card_is_found(tmp_path, form):
+    assert [int(f) for f in FLOAT_CARDS] == [620000001015659264, 40000000000000048]
+    kit, client = _kit_client(tmp_path, sens={"payload_fields": "all"})
+    before = snapshot(client, "pub")
+    for f in FLOAT_CARDS:
+        with pytest.raises(GuardRefusal) as ei:
+            _write(client, "pub", form, {"card": f})
+        assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+    assert snapshot(client, "pub") == before
+    _write(client, "c", form, {"card": FLOAT_CARDS[0], "m": [FLOAT_CARDS[1]], "score": 1e300, "big": 1e19, "f": 2.0**60})
+    assert _stored(client, "c", form) == {"card": "[CREDIT_CARD]", "m": ["[CREDIT_CARD]"], "score": 1e300, "big": 1e19,
+                                          "f": 2.0**60}
+
+
+# -- password names read as the detector reads text ----------------------------------------------------
+
+FOLDED_PASSWORD_NAMES = ("ＰＡＳＳＷＯＲＤ", "pass\u200bword", "db_pass\u00adword", "\U0001d429\U0001d41a\U0001d42c\U0001d42c\U0001d430\U0001d428\U0001d42b\U0001d41d")
+
+
+def test_a_password_name_in_full_width_or_with_invisible_characters_is_a_password_name(tmp_path):
+    # The detector folds full-width forms and drops invisible characters before it reads a text;
+    # the password-name rule read the key as given, so these names stored a password.
+    kit, client = _kit_client(tmp_path, sens={"credentials_in_text": "redact"})
+    _write(client, "c", "upsert", {k: WEAK for k in FOLDED_PASSWORD_NAMES} | {"pаssword": "x"})  # Cyrillic а: not folded
+    assert _stored(client, "c", "upsert") == {k: "[GENERIC_SECRET]" for k in FOLDED_PASSWORD_NAMES} | {"pаssword": "x"}
+    for k in FOLDED_PASSWORD_NAMES:
+        with pytest.raises(GuardRefusal) as ei:
+            _write(client, "pub", "set_payload", {"env": [{"name": k, "value": WEAK}]})
+        assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+        with pytest.raises(GuardRefusal) as ei:
+            client.count("c", count_filter=_by(k, models.MatchValue(value=WEAK)))
+        assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
+
+
+def test_upper_case_name_and_value_fields_are_siblings(tmp_path):
+    # The detector reads {"NAME": "DB_PASSWORD", "VALUE": ...} as a pair in text; the screen knew
+    # only name/key/field and value in lower case or capitalised.
+    kit, client = _kit_client(tmp_path, sens={"credentials_in_text": "redact"})
+    _write(client, "c", "upsert", {"env": [{"NAME": "DB_PASSWORD", "VALUE": WEAK}, {"KEY": "api_key", "VALUE": API}],
+                                   "ok": {"NAME": "LOG_LEVEL", "VALUE": "debug"}})
+    assert _stored(client, "c", "upsert") == {
+        "env": [{"NAME": "DB_PASSWORD", "VALUE": "[GENERIC_SECRET]"}, {"KEY": "api_key", "VALUE": "[GENERIC_SECRET]"}],
+        "ok": {"NAME": "LOG_LEVEL", "VALUE": "debug"}}
+
+
+# -- the clean-key memory ---------------------------------------------------------------------------
+
+def test_long_keys_are_not_remembered(tmp_path):
+    # Keys are the writer's data: remembered whatever their length, 4,096 keys of a megabyte each
+    # stayed in memory after their writes.
+    _, guard, pol = _guard(tmp_path)
+    long_key = "k" * 100_000
+    assert _screen(guard, pol, {long_key: 1, "short": 1}) == ("stored", {long_key: 1, "short": 1})
+    assert "short" in guard.clean_keys("c") and long_key not in guard.clean_keys("c")
+    assert _screen(guard, pol, {long_key: WEAK, ("x" * 300) + "_password": WEAK})[0] == "refused"
