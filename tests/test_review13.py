@@ -3,15 +3,16 @@ memory (f7bf6ef..bb4a3e4), tried against real local-mode Qdrant. Each test fails
 before its fix (see docs/security-testing.md, "Thirteenth review")."""
 from __future__ import annotations
 
+import asyncio
 import enum
 
 import pytest
 
-from guardkit import audit_records, models, snapshot
+from guardkit import DIM, audit_records, make_kit, models, snapshot
 from test_payload_fields import _kit_client, _stored, _vec, _write
 from test_payload_values import WEAK
 from test_perf_payload_screen import API, STRIPE, _guard, _screen
-from qdrant_guard import GuardRefusal
+from qdrant_guard import AsyncQdrantClient, GuardRefusal
 from qdrant_guard.receipts import RECEIPT_KEY
 from qdrant_guard.receipts import verify as verify_stored
 
@@ -181,3 +182,26 @@ def test_long_keys_are_not_remembered(tmp_path):
     assert _screen(guard, pol, {long_key: 1, "short": 1}) == ("stored", {long_key: 1, "short": 1})
     assert "short" in guard.clean_keys("c") and long_key not in guard.clean_keys("c")
     assert _screen(guard, pol, {long_key: WEAK, ("x" * 300) + "_password": WEAK})[0] == "refused"
+
+
+def test_the_async_client_screens_keys_floats_and_password_filters_alike(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"c": {"class": "PII", "owner": "hr", "noise_on_write": True, "intent": {"enabled": False},
+                            "credentials_in_text": "redact", "payload_fields": "all"}})
+
+    async def main():
+        client = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+        await client.create_collection("c", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        await client.upsert("c", [models.PointStruct(id=1, vector=_vec(1), payload={"card": FLOAT_CARDS[0]})])
+        await client.overwrite_payload("c", payload={STRIPE.encode(): 1, "ＰＡＳＳＷＯＲＤ": WEAK}, points=[1])
+        with pytest.raises(GuardRefusal) as ei:
+            await client.count("c", count_filter=_by("db_password", models.MatchValue(value=WEAK)))
+        assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
+        with pytest.raises(GuardRefusal) as ei:
+            await client.set_payload("c", payload={RECEIPT_KEY.encode(): {}}, points=[1])
+        assert ei.value.verdict == "RECEIPT_TAMPERING"
+        records, _ = await client.scroll("c", limit=10, with_payload=True)
+        return records
+
+    (record,) = asyncio.run(main())
+    assert {k: v for k, v in record.payload.items() if k != RECEIPT_KEY} == {"[STRIPE_KEY]": 1, "ＰＡＳＳＷＯＲＤ": "[GENERIC_SECRET]"}
