@@ -469,11 +469,14 @@ def password_value(name: str, value: str) -> bool:
 
 def _number_text(value: Any) -> str | None:
     """The digits JSON stores of an int (an int subclass's value, not its ``__str__``), or of the
-    integer an integral float below 10**19 is; None for anything else (bool is JSON true/false)."""
+    integer an integral float (a float subclass's value) below 10**19 is; None for anything else (bool is JSON true/false)."""
     if isinstance(value, int):
         return None if isinstance(value, bool) else int.__repr__(value)
-    if isinstance(value, float) and value.is_integer() and -_EXACT_FLOAT < value < _EXACT_FLOAT:
-        return int.__repr__(int(value))
+    if isinstance(value, float):
+        # A float subclass's value, as for ints: its own is_integer() or __lt__ could hide the card.
+        value = float.__float__(value)
+        if value.is_integer() and -_EXACT_FLOAT < value < _EXACT_FLOAT:
+            return int.__repr__(int(value))
     return None
 
 

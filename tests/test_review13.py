@@ -205,3 +205,26 @@ def test_the_async_client_screens_keys_floats_and_password_filters_alike(tmp_pat
 
     (record,) = asyncio.run(main())
     assert {k: v for k, v in record.payload.items() if k != RECEIPT_KEY} == {"[STRIPE_KEY]": 1, "ＰＡＳＳＷＯＲＤ": "[GENERIC_SECRET]"}
+
+
+class _Float(float):
+    """A float whose own methods deny it is a whole number in range; sent as its value."""
+
+    def is_integer(self):
+        return False
+
+    def __lt__(self, other):
+        return False
+
+    def __gt__(self, other):
+        return False
+
+
+@pytest.mark.parametrize("form", ["upsert", "overwrite_payload", "upload_collection"])
+def test_a_float_subclass_is_screened_by_its_value(tmp_path, form):
+    kit, client = _kit_client(tmp_path)
+    before = snapshot(client, "pub")
+    with pytest.raises(GuardRefusal) as ei:
+        _write(client, "pub", form, {"card": _Float(4111111111111111.0)})
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+    assert snapshot(client, "pub") == before
