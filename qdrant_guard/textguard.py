@@ -129,7 +129,7 @@ class TextOps(GuardPipeline):
             return payload
         payload = self.screen_payload_fields(op, name, pol, payload, point_id=point_id)
         text = _as_sent(payload.get(pol.text_field)) if pol.text_field else None
-        if isinstance(text, (str, *_ARRAYS)):
+        if isinstance(text, (str, *_ARRAYS)) or _number_text(text) is not None:
             # The form read is the one stored (a generator read twice would be stored empty).
             payload = {**payload, pol.text_field: text}
             return self._guard_text_field(op, name, pol, payload, point_id=point_id, in_boundary=False)
@@ -208,15 +208,27 @@ class TextOps(GuardPipeline):
         value = _as_sent(payload.get(field))
         if isinstance(value, _ARRAYS):
             value = [_as_sent(v) for v in value]
+        keep = in_boundary and pol.keep_payload_text_in_boundary
         if isinstance(value, str):
-            keep = in_boundary and pol.keep_payload_text_in_boundary
             payload[field] = self.screen_text(op, name, pol, value, point_ids=[point_id], keep_pii=keep)
         elif isinstance(value, _ARRAYS):
             # Qdrant indexes an array of strings like text. PII is never kept in one: readers of
             # other boundaries get only a string field redacted. A tuple or set is sent as an array.
-            payload[field] = [self.screen_text(op, name, pol, v, point_ids=[point_id]) if isinstance(v, str) else v
-                              for v in value]
+            payload[field] = [self.screen_text(op, name, pol, v, point_ids=[point_id]) if isinstance(v, str)
+                              else self._text_number(op, name, pol, v, point_id, False) for v in value]
+        elif _number_text(value) is not None:
+            payload[field] = self._text_number(op, name, pol, value, point_id, keep)
         return payload
+
+    def _text_number(self, op: str, name: str, pol: CollectionPolicy, value: Any, point_id: Any, keep: bool) -> Any:
+        """A number in the text field, screened as its digits by the text field's rules (as the
+        payload screen reads numbers): ``{"text": 4111111111111111}`` kept the card the string lost.
+        Redacted, it becomes the redacted string."""
+        digits = _number_text(value)
+        if digits is None:
+            return value
+        screened = self.screen_text(op, name, pol, digits, point_ids=[point_id], keep_pii=keep)
+        return value if screened == digits else screened
 
     def clean_values(self, name: str) -> set[tuple[str, str]]:
         """The (key, value) pairs the payload screen found clean in writes to collection ``name``

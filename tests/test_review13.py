@@ -10,7 +10,7 @@ import pytest
 
 from guardkit import DIM, audit_records, make_kit, models, snapshot
 from test_payload_fields import _kit_client, _stored, _vec, _write
-from test_payload_values import WEAK
+from test_payload_values import CARD, WEAK
 from test_perf_payload_screen import API, STRIPE, _guard, _screen
 from qdrant_guard import AsyncQdrantClient, GuardRefusal
 from qdrant_guard.receipts import RECEIPT_KEY
@@ -228,3 +228,31 @@ def test_a_float_subclass_is_screened_by_its_value(tmp_path, form):
         _write(client, "pub", form, {"card": _Float(4111111111111111.0)})
     assert ei.value.verdict == "SENSITIVITY_MISMATCH"
     assert snapshot(client, "pub") == before
+
+
+# -- a number in the text field --------------------------------------------------------------------
+
+@pytest.mark.parametrize("form", ["upsert", "upsert Batch", "upload_collection", "overwrite_payload"])
+def test_a_number_in_the_text_field_is_redacted_as_its_digits_are(tmp_path, form):
+    # The text field's rules redact PII for every writer unless kept in boundary; they read strings
+    # and lists of strings only, so {"text": 4111111111111111} kept the card the string lost (and on
+    # PUBLIC under payload_fields = "text_field" it was stored).
+    kit, client = _kit_client(tmp_path, pub={"payload_fields": "text_field"})
+    for text, want in ((CARD, "[CREDIT_CARD]"), ([CARD, "x", 5], ["[CREDIT_CARD]", "x", 5]), (7, 7)):
+        _write(client, "c", form, {"text": text})
+        assert _stored(client, "c", form) == {"text": want}
+    assert all(r.ok for r in verify_stored(client, "c", trusted_keys=client.guard.trusted_receipt_keys))
+    before = snapshot(client, "pub")
+    for text in (CARD, [CARD]):
+        with pytest.raises(GuardRefusal) as ei:
+            _write(client, "pub", form, {"text": text})
+        assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+    assert snapshot(client, "pub") == before
+
+
+def test_a_number_in_the_text_field_is_kept_in_boundary_when_the_text_is(tmp_path):
+    kit, client = _kit_client(tmp_path, sens={"keep_payload_text_in_boundary": True, "raw_in_boundary": True})
+    _write(client, "c", "upsert", {"text": CARD, "t2": str(CARD)})
+    assert _stored(client, "c", "upsert") == {"text": CARD, "t2": str(CARD)}
+    _write(client, "c", "upsert", {"text": str(CARD)})
+    assert _stored(client, "c", "upsert") == {"text": str(CARD)}
