@@ -358,7 +358,8 @@ class CollectionPolicy(_Strict):
     ``{"card": 4111111111111111}`` are read as ``ssn: "123456789"`` and found where those strings
     are (personal data: stored as given on sensitive collections under ``credentials``, refused on
     PUBLIC ones); a redacted number is stored as the redacted string (``"[CREDIT_CARD]"``): no
-    number can stand for the placeholder. Not found: shorter or simpler values under other names
+    number can stand for the placeholder. A number in the text field is read as its digits by the
+    text field's rules (whatever this setting), as the text would be. Not found: shorter or simpler values under other names
     (``{"token": "hunter2hunter2x"}``), a UUID or hex digest under any key, a name in a field not
     so named (``{"label": "password", "data": "..."}``), fractions, booleans and nulls. numpy
     integers are refused by qdrant-client itself (pydantic cannot serialise them). A value
