@@ -12,7 +12,7 @@ from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id, receipts_for_payload, stored_receipts
 from .sources import path_head
-from .textguard import TextOps, _as_dict, _sent_key
+from .textguard import TextOps, _stored_keys
 
 _TAMPER = (
     "the receipt payload key {key!r} is reserved: it can only be written by the guard together "
@@ -28,17 +28,6 @@ def _first_segment(key: str) -> str | None:
         return head
     rest = key[len(head):]
     return head if not rest or rest[0] in ".[" else None
-
-
-def _stored_keys(payload: Any) -> Any:
-    """A ``set_payload``/``overwrite_payload`` payload with its top-level keys as the client stores
-    them: a str subclass key is its characters, bytes or an Enum its text (``_sent_key``). Looked
-    up by its own ``__eq__``/``__hash__`` (or as bytes), a key stored as the receipt key could pass
-    the reserved-key check as another name."""
-    payload = _as_dict(payload)
-    if isinstance(payload, dict) and any(type(k) is not str for k in payload):
-        return {_sent_key(k): v for k, v in payload.items()}
-    return payload
 
 
 def _touches_receipt(key: str | None) -> bool:

@@ -121,7 +121,7 @@ class TextOps(GuardPipeline):
         """``payload`` with its text field and (``payload_fields``) its other strings screened (the
         same object when there is nothing to screen). ``key``: ``set_payload``'s path, under which
         the payload lands (no text field there); it is refused on any finding."""
-        payload = _as_dict(payload)
+        payload = _stored_keys(payload)
         if key is not None:
             self.public_key_path(op, name, pol, key)
             return self.screen_payload_fields(op, name, pol, payload, point_id=point_id, top=False)
@@ -367,6 +367,17 @@ def _as_dict(payload: Any) -> Any:
     ``MappingProxyType``) as the dict qdrant-client's REST model validates it into and sends: read as
     it is, it was passed on unscreened."""
     return dict(payload) if isinstance(payload, Mapping) and not isinstance(payload, dict) else payload
+
+
+def _stored_keys(payload: Any) -> Any:
+    """A ``set_payload``/``overwrite_payload`` payload with its top-level keys as the client stores
+    them: a str subclass key is its characters, bytes or an Enum its text (``_sent_key``). Looked
+    up by its own ``__eq__``/``__hash__`` (or as bytes), a key stored as the receipt key could pass
+    the reserved-key check as another name, and ``b"text"`` the text field's screen."""
+    payload = _as_dict(payload)
+    if isinstance(payload, dict) and any(type(k) is not str for k in payload):
+        return {_sent_key(k): v for k, v in payload.items()}
+    return payload
 
 
 def _where(details: dict[str, Any], field: str | None) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import enum
 
 import pytest
 
-from guardkit import DIM, audit_records, make_kit, models, snapshot
+from guardkit import DIM, audit_records, make_kit, models, record_sent, snapshot
 from test_payload_fields import _kit_client, _stored, _vec, _write
 from test_payload_values import CARD, WEAK
 from test_perf_payload_screen import API, STRIPE, _guard, _screen
@@ -256,3 +256,16 @@ def test_a_number_in_the_text_field_is_kept_in_boundary_when_the_text_is(tmp_pat
     assert _stored(client, "c", "upsert") == {"text": CARD, "t2": str(CARD)}
     _write(client, "c", "upsert", {"text": str(CARD)})
     assert _stored(client, "c", "upsert") == {"text": str(CARD)}
+
+
+@pytest.mark.parametrize("method", ["set_payload", "overwrite_payload"])
+def test_the_text_field_given_as_a_bytes_key_is_screened_on_public_collections(tmp_path, monkeypatch, method):
+    # Under payload_fields = "text_field" nothing but the text field is screened, and b"text" was
+    # not it: the SSN reached qdrant-client, whose models store it as "text" (over REST; local
+    # mode's json then fails).
+    kit, client = _kit_client(tmp_path, pub={"payload_fields": "text_field"})
+    sent = record_sent(monkeypatch, (method,))
+    with pytest.raises(GuardRefusal) as ei:
+        getattr(client, method)("pub", payload={b"text": "ssn 123-45-6789"}, points=[1])
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+    assert sent == []
