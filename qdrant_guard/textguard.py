@@ -217,13 +217,14 @@ class TextOps(GuardPipeline):
             payload[field] = [self.screen_text(op, name, pol, v, point_ids=[point_id]) if isinstance(v, str)
                               else self._text_number(op, name, pol, v, point_id, False) for v in value]
         elif _number_text(value) is not None:
-            payload[field] = self._text_number(op, name, pol, value, point_id, keep)
+            # Never kept either: other boundaries' reads redact a string text field only.
+            payload[field] = self._text_number(op, name, pol, value, point_id, False)
         return payload
 
     def _text_number(self, op: str, name: str, pol: CollectionPolicy, value: Any, point_id: Any, keep: bool) -> Any:
         """A number in the text field, screened as its digits by the text field's rules (as the
         payload screen reads numbers): ``{"text": 4111111111111111}`` kept the card the string lost.
-        Redacted, it becomes the redacted string."""
+        Redacted, it becomes the redacted string; ``keep``: PII may stay (a credential never)."""
         digits = _number_text(value)
         if digits is None:
             return value

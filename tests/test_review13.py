@@ -250,10 +250,12 @@ def test_a_number_in_the_text_field_is_redacted_as_its_digits_are(tmp_path, form
     assert snapshot(client, "pub") == before
 
 
-def test_a_number_in_the_text_field_is_kept_in_boundary_when_the_text_is(tmp_path):
+def test_a_number_in_the_text_field_is_not_kept_in_boundary(tmp_path):
+    # keep_payload_text_in_boundary keeps PII in a string text field, which other boundaries' reads
+    # redact; they redact no number, so a number holding PII is redacted at the write.
     kit, client = _kit_client(tmp_path, sens={"keep_payload_text_in_boundary": True, "raw_in_boundary": True})
     _write(client, "c", "upsert", {"text": CARD, "t2": str(CARD)})
-    assert _stored(client, "c", "upsert") == {"text": CARD, "t2": str(CARD)}
+    assert _stored(client, "c", "upsert") == {"text": "[CREDIT_CARD]", "t2": str(CARD)}
     _write(client, "c", "upsert", {"text": str(CARD)})
     assert _stored(client, "c", "upsert") == {"text": str(CARD)}
 
