@@ -319,7 +319,8 @@ class CollectionPolicy(_Strict):
     alone); false keeps them in the embedded text."""
     keep_payload_text_in_boundary: bool = False
     """Keep PII in the payload text when the writer is in the owner boundary (never credentials).
-    Readers of other boundaries get the text field redacted (payloads, facet values, group ids)."""
+    Readers of other boundaries get the text field redacted (payloads, facet values, group ids).
+    A string only: PII in a number or a list in the text field is redacted for every writer."""
     allow_redaction_on_public: bool = False
     """On PUBLIC collections redact findings instead of refusing them as mislabelled."""
     payload_fields: Literal["text_field", "credentials", "all"] = "credentials"
@@ -359,7 +360,8 @@ class CollectionPolicy(_Strict):
     are (personal data: stored as given on sensitive collections under ``credentials``, refused on
     PUBLIC ones); a redacted number is stored as the redacted string (``"[CREDIT_CARD]"``): no
     number can stand for the placeholder. A number in the text field is read as its digits by the
-    text field's rules (whatever this setting), as the text would be. Not found: shorter or simpler values under other names
+    text field's rules (whatever this setting), as the text would be, and PII in it is never kept
+    (``keep_payload_text_in_boundary`` keeps it in a string only). Not found: shorter or simpler values under other names
     (``{"token": "hunter2hunter2x"}``), a UUID or hex digest under any key, a name in a field not
     so named (``{"label": "password", "data": "..."}``), fractions, booleans and nulls. numpy
     integers are refused by qdrant-client itself (pydantic cannot serialise them). A value
