@@ -511,6 +511,8 @@ class _FieldScreen:
                  keep_pii: bool, clean_keys: dict[str, int], clean_values: set[tuple[str, str]]) -> None:
         self.ops, self.op, self.name, self.pol, self.point_id, self.keep_pii = ops, op, name, pol, point_id, keep_pii
         self.clean_keys, self.clean_values = clean_keys, clean_values
+        self.remember = True  # False while a sibling object's value is read under "value" (obj)
+        self.found = 0  # values with a finding so far
 
     def obj(self, value: dict[Any, Any], path: str, skip: Mapping[str, str] | None = None) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
@@ -550,11 +552,19 @@ class _FieldScreen:
                 screened = [x if isinstance(x, str) else self.node(x, nk, f"{at}[{i}]") for i, x in enumerate(items)]
                 nv = v if sent is v and all(a is b for a, b in zip(screened, sent)) else screened
             else:
-                nv = self.node(v, nk, at)
                 if names and k in _VALUE_FIELDS:
-                    # {"name": "db_password", "value": v}: v is read under its name as well.
+                    # {"name": "db_password", "value": v}: v is read under its name as well. Under
+                    # "value" it is remembered only once every name found it clean too: what a
+                    # name finds is a secret, and none stays in memory past its call.
+                    remember, self.remember, found = self.remember, False, self.found
+                    nv = self.node(v, nk, at)
+                    self.remember = remember
                     for n in names:
                         nv = self.node(nv, n, at)
+                    if self.found == found and type(v) is str:
+                        self.remember_pair(k, v)
+                else:
+                    nv = self.node(v, nk, at)
             if nk in out:
                 raise self.ops.unsupported_write(
                     self.op, self.name, self.pol,
@@ -570,6 +580,8 @@ class _FieldScreen:
             for f in _VALUE_FIELDS:
                 if extra and f in out:
                     nv = out[f]
+                    if isinstance(nv, str):
+                        clean_values.discard((f, nv))  # remembered before its name was known
                     for n in extra:
                         nv = self.node(nv, n, f"{path}.{f}" if path else f)
                     changed = changed or nv is not out[f]
@@ -630,15 +642,20 @@ class _FieldScreen:
             else:
                 # Not under a key with a finding (PII stays in a key on payload_fields = "credentials"):
                 # nothing found stays in memory past its call.
-                if len(name) + n <= _CLEAN_VALUE_MAX_LEN and bound is not None:
-                    self.ops.remember_clean_value(self.clean_values, pair)
+                self.remember_pair(name, value)
                 return value
+        self.found += 1
         # Offsets back into the value (a finding that began in the key is clipped to the value).
         findings = [_detect.Finding(f.type, max(f.start - h, 0), min(f.end - h, n), f.validator, f.category)
                     for f in found]
         return self.ops.screen_text(self.op, self.name, self.pol, value, point_ids=[self.point_id],
                                     keep_pii=self.keep_pii, field=f"payload field {at!r}",
                                     scanned=(_detect.replace_findings(value, findings), findings))
+
+    def remember_pair(self, name: str, value: str) -> None:
+        """Remember ``(name, value)`` as clean when it may be: short, under a remembered clean key."""
+        if self.remember and len(name) + len(value) <= _CLEAN_VALUE_MAX_LEN and name in self.clean_keys:
+            self.ops.remember_clean_value(self.clean_values, (name, value))
 
 
 def _sibling_names(obj: dict[Any, Any]) -> list[str]:

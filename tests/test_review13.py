@@ -271,3 +271,15 @@ def test_the_text_field_given_as_a_bytes_key_is_screened_on_public_collections(t
         getattr(client, method)("pub", payload={b"text": "ssn 123-45-6789"}, points=[1])
     assert ei.value.verdict == "SENSITIVITY_MISMATCH"
     assert sent == []
+
+
+def test_a_value_its_sibling_name_finds_is_not_remembered(tmp_path):
+    # Read under "value" first, a password or key whose name sits beside it was remembered as a
+    # clean ("value", ...) pair: the secret stayed in memory past its call.
+    _, guard, pol = _guard(tmp_path, credentials_in_text="redact")
+    for entry in ({"name": "DB_PASSWORD", "value": WEAK}, {"Key": "api_key", "Value": API},
+                  {b"name": "db_password", "value": WEAK + "2"}, {"env": [{"NAME": "PASSWD", "VALUE": WEAK + "3"}]}):
+        assert "[GENERIC_SECRET]" in str(_screen(guard, pol, {"cfg": [entry]}))
+    assert not [p for p in guard.clean_values("c") if WEAK in p[1] or API in p[1]]
+    assert _screen(guard, pol, {"env": [{"name": "LOG_LEVEL", "value": "debug"}]})[0] == "stored"
+    assert ("value", "debug") in guard.clean_values("c")  # clean under every name: remembered
