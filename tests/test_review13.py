@@ -283,3 +283,14 @@ def test_a_value_its_sibling_name_finds_is_not_remembered(tmp_path):
     assert not [p for p in guard.clean_values("c") if WEAK in p[1] or API in p[1]]
     assert _screen(guard, pol, {"env": [{"name": "LOG_LEVEL", "value": "debug"}]})[0] == "stored"
     assert ("value", "debug") in guard.clean_values("c")  # clean under every name: remembered
+
+
+def test_a_number_key_is_screened_as_the_string_key_it_is_stored_as(tmp_path):
+    # Local mode stores {4111111111111111: 1} as {"4111111111111111": 1}; the key was passed as it was.
+    kit, client = _kit_client(tmp_path, sens={"payload_fields": "all"})
+    client.set_payload("c", payload={CARD: 1, "m": {7: "x"}}, points=[1])
+    stored = snapshot(client, "c")[0][1]
+    assert stored["[CREDIT_CARD]"] == 1 and stored["m"] == {"7": "x"} and str(CARD) not in str(stored)
+    with pytest.raises(GuardRefusal) as ei:
+        client.set_payload("pub", payload={"m": {CARD: 1}}, points=[1])
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
