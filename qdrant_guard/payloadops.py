@@ -67,7 +67,8 @@ class PayloadOps(TextOps):
         pub = self.public_policy(args)
         if pub is not None:
             # With a key the payload lands below it, never in the top-level text field.
-            payload = self.public_payload(method, name, pub, args["payload"], key=args.get("key"))
+            # Its keys as stored: under payload_fields = "text_field", b"text" is the text field.
+            payload = self.public_payload(method, name, pub, _stored_keys(args["payload"]), key=args.get("key"))
             return (yield Call(method, {**args, "payload": payload}))
         pol = self.gate(method, args, "write")
         if pol is None:
@@ -146,7 +147,8 @@ class PayloadOps(TextOps):
         name = args["collection_name"]
         pub = self.public_policy(args)
         if pub is not None:
-            return (yield Call(method, {**args, "payload": self.public_payload(method, name, pub, args["payload"])}))
+            payload = self.public_payload(method, name, pub, _stored_keys(args["payload"]))
+            return (yield Call(method, {**args, "payload": payload}))
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))

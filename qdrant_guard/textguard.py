@@ -121,7 +121,7 @@ class TextOps(GuardPipeline):
         """``payload`` with its text field and (``payload_fields``) its other strings screened (the
         same object when there is nothing to screen). ``key``: ``set_payload``'s path, under which
         the payload lands (no text field there); it is refused on any finding."""
-        payload = _stored_keys(payload)
+        payload = _as_dict(payload)
         if key is not None:
             self.public_key_path(op, name, pol, key)
             return self.screen_payload_fields(op, name, pol, payload, point_id=point_id, top=False)
