@@ -215,20 +215,20 @@ class TextOps(GuardPipeline):
             # Qdrant indexes an array of strings like text. PII is never kept in one: readers of
             # other boundaries get only a string field redacted. A tuple or set is sent as an array.
             payload[field] = [self.screen_text(op, name, pol, v, point_ids=[point_id]) if isinstance(v, str)
-                              else self._text_number(op, name, pol, v, point_id, False) for v in value]
+                              else self._text_number(op, name, pol, v, point_id) for v in value]
         elif _number_text(value) is not None:
             # Never kept either: other boundaries' reads redact a string text field only.
-            payload[field] = self._text_number(op, name, pol, value, point_id, False)
+            payload[field] = self._text_number(op, name, pol, value, point_id)
         return payload
 
-    def _text_number(self, op: str, name: str, pol: CollectionPolicy, value: Any, point_id: Any, keep: bool) -> Any:
+    def _text_number(self, op: str, name: str, pol: CollectionPolicy, value: Any, point_id: Any) -> Any:
         """A number in the text field, screened as its digits by the text field's rules (as the
         payload screen reads numbers): ``{"text": 4111111111111111}`` kept the card the string lost.
-        Redacted, it becomes the redacted string; ``keep``: PII may stay (a credential never)."""
+        Redacted, it becomes the redacted string."""
         digits = _number_text(value)
         if digits is None:
             return value
-        screened = self.screen_text(op, name, pol, digits, point_ids=[point_id], keep_pii=keep)
+        screened = self.screen_text(op, name, pol, digits, point_ids=[point_id])
         return value if screened == digits else screened
 
     def clean_values(self, name: str) -> set[tuple[str, str]]:
@@ -493,7 +493,8 @@ def password_value(name: str, value: str) -> bool:
 
 def _number_text(value: Any) -> str | None:
     """The digits JSON stores of an int (an int subclass's value, not its ``__str__``), or of the
-    integer an integral float (a float subclass's value) below 10**19 is; None for anything else (bool is JSON true/false)."""
+    integer an integral float (a float subclass's value) below 10**19 is; None for anything else
+    (bool is JSON true/false)."""
     if isinstance(value, int):
         return None if isinstance(value, bool) else int.__repr__(value)
     if isinstance(value, float):
