@@ -433,9 +433,12 @@ _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 # "{{ db_password }}", and the guard's own "[GENERIC_SECRET]" (empty and one-character runs apart).
 _PLACEHOLDER = re.compile(r"\[[A-Za-z_ .-]+\]|<[A-Za-z_ .-]+>|\$\{[A-Za-z0-9_]+\}|\{\{ ?[A-Za-z0-9_.]+ ?\}\}")
 # A name field and a value field of one object (Kubernetes env lists, AWS tags): the value is read
-# under the name too. Upper case as well: the detector reads "NAME: x ... VALUE: y" in text so.
-_NAME_FIELDS = ("name", "key", "field", "Name", "Key", "Field", "NAME", "KEY", "FIELD")
-_VALUE_FIELDS = ("value", "Value", "VALUE")
+# under the name too. Upper case as well: the detector reads "NAME: x ... VALUE: y" in text so, and
+# the prefixed pairs of CloudFormation parameters and outputs and Elastic Beanstalk option settings
+# (the detector reads any prefix in text; a look at every key of every object would cost the screen).
+_NAME_FIELDS = ("name", "key", "field", "Name", "Key", "Field", "NAME", "KEY", "FIELD", "ParameterKey", "OutputKey",
+                "OptionName")
+_VALUE_FIELDS = ("value", "Value", "VALUE", "ParameterValue", "OutputValue")
 # An absolute or home-relative POSIX path without spaces.
 _PATH_VALUE = re.compile(r"~?/\S*\Z")
 
@@ -519,7 +522,8 @@ class _FieldScreen:
         out: dict[Any, Any] = {}
         changed = False
         clean_keys, clean_values = self.clean_keys, self.clean_values
-        names = _sibling_names(value) if ("value" in value or "Value" in value or "VALUE" in value) else ()
+        names = (_sibling_names(value) if ("value" in value or "Value" in value or "VALUE" in value
+                                            or "ParameterValue" in value or "OutputValue" in value) else ())
         late = False  # a name or value field given as another kind of key (found only as stored)
         for k, v in value.items():
             # A remembered clean key with a remembered clean string, a short number, true, false

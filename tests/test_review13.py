@@ -172,6 +172,23 @@ def test_upper_case_name_and_value_fields_are_siblings(tmp_path):
         "ok": {"NAME": "LOG_LEVEL", "VALUE": "debug"}}
 
 
+def test_cloudformation_and_beanstalk_name_value_pairs_are_siblings(tmp_path):
+    # describe_stacks' Parameters/Outputs and Elastic Beanstalk option settings name a value in a
+    # prefixed field; the detector reads "ParameterKey=DbPassword,ParameterValue=..." in text.
+    kit, client = _kit_client(tmp_path, sens={"credentials_in_text": "redact"})
+    _write(client, "c", "upsert", {
+        "Parameters": [{"ParameterKey": "DbPassword", "ParameterValue": WEAK}, {"ParameterKey": "Env", "ParameterValue": "prod"}],
+        "Outputs": [{"OutputKey": "ApiKey", "OutputValue": API}],
+        "OptionSettings": [{"Namespace": "aws:elasticbeanstalk:application:environment", "OptionName": "DB_PASSWORD",
+                            "Value": WEAK}]})
+    assert _stored(client, "c", "upsert") == {
+        "Parameters": [{"ParameterKey": "DbPassword", "ParameterValue": "[GENERIC_SECRET]"},
+                       {"ParameterKey": "Env", "ParameterValue": "prod"}],
+        "Outputs": [{"OutputKey": "ApiKey", "OutputValue": "[GENERIC_SECRET]"}],
+        "OptionSettings": [{"Namespace": "aws:elasticbeanstalk:application:environment", "OptionName": "DB_PASSWORD",
+                            "Value": "[GENERIC_SECRET]"}]}
+
+
 # -- the clean-key memory ---------------------------------------------------------------------------
 
 def test_long_keys_are_not_remembered(tmp_path):
