@@ -353,7 +353,9 @@ class CollectionPolicy(_Strict):
     "token", "secret" and "key" keep the detector's rules (16+ characters, entropy). In an object
     with a ``value`` (or ``Value``, ``VALUE``) field and a string ``name``, ``key`` or ``field`` (or
     capitalised, or upper case) field, the value is also read under that name:
-    ``[{"name": "DB_PASSWORD", "value": "..."}]`` as in Kubernetes env lists. Numbers are screened
+    ``[{"name": "DB_PASSWORD", "value": "..."}]`` as in Kubernetes env lists, and so are
+    CloudFormation's ``ParameterKey``/``ParameterValue`` and ``OutputKey``/``OutputValue`` and
+    Elastic Beanstalk's ``OptionName``/``Value``. Numbers are screened
     as the digits JSON stores (an int, an int subclass's value, an integral float below 10**19 as
     the integer it holds, above 2**53 too): ``{"ssn": 123456789}`` and
     ``{"card": 4111111111111111}`` are read as ``ssn: "123456789"`` and found where those strings
