@@ -50,6 +50,16 @@ def _policy(tmp: Path, **over: str) -> Path:
     return p
 
 
+def _store(path: Path, collection: str) -> QdrantClient:
+    """A plain local store at ``path`` holding an empty 4-d ``collection`` (the client left open)."""
+    client = QdrantClient(path=str(path))
+    client.create_collection(collection, vectors_config=VECTORS)
+    return client
+
+
+VECTORS = models.VectorParams(size=4, distance=models.Distance.COSINE)
+
+
 @pytest.fixture()
 def keydir(tmp_path: Path) -> Path:
     _keys(tmp_path, "guard.key", "hr-authority.key")
@@ -133,9 +143,7 @@ def test_cli_mistyped_store_path_is_refused_and_not_created(
     # Before: local mode created an empty store at the mistyped path, and the command reported
     # "Collection employee_records not found", leaving the new directory behind.
     real = keydir / "store"
-    c = QdrantClient(path=str(real))
-    c.create_collection("employee_records", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
-    c.close()
+    _store(real, "employee_records").close()
     typo = keydir / "stroe"
     if command == "receipt":
         argv = ["receipt", "verify", "--path", str(typo), "--collection", "employee_records",
@@ -238,8 +246,7 @@ def test_cli_calibrate_without_key_says_the_record_is_unusable_by_a_guard(
     # Before: exit 0 and a "chosen epsilon" line only; the guard then refused the record at its
     # first noised write ("does not verify against the trusted keys").
     store = keydir / "store"
-    c = QdrantClient(path=str(store))
-    c.create_collection("kb", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    c = _store(store, "kb")
     c.upsert("kb", [models.PointStruct(id=i, vector=[1.0 + i, 0.5, 0.25 * i, 0.1]) for i in range(6)])
     c.close()
     queries = keydir / "q.jsonl"
@@ -407,8 +414,7 @@ def test_cli_store_held_by_another_client_is_an_error_naming_it(
     # Before: a RuntimeError traceback from qdrant-client when the guarded application (or any
     # client) had the local store open, the usual case while it runs.
     store = keydir / "store"
-    holder = QdrantClient(path=str(store))
-    holder.create_collection("kb", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    holder = _store(store, "kb")
     try:
         if command == "receipt":
             argv = ["receipt", "verify", "--path", str(store), "--collection", "kb",
@@ -454,9 +460,9 @@ def test_a_principal_without_a_credential_is_told_it_gave_none(keydir: Path) -> 
     pol = _policy(keydir)
     client = QdrantClient(":memory:", guard=str(pol), principal=Principal("agent-7", "hr"))
     with pytest.raises(GuardRefusal) as ei:
-        client.create_collection("employee_records", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+        client.create_collection("employee_records", vectors_config=VECTORS)
     assert "unverified principal 'agent-7@unverified' (no credential was given)" in str(ei.value)
     bare = QdrantClient(":memory:", guard=str(pol))
     with pytest.raises(GuardRefusal) as ei:
-        bare.create_collection("employee_records", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+        bare.create_collection("employee_records", vectors_config=VECTORS)
     assert "a client without principal=" in str(ei.value)
