@@ -30,6 +30,7 @@ from .querycheck import (QueryChecks, UncheckedForm, field_name_roots, iter_pref
                          rest_prefetch)
 from .receipts import noise_shortfall, stored_receipts, verify_receipt
 from .sources import path_head
+from .textguard import _number_text
 from .sources import point_sources as _sources
 from .vectors import split_vector_struct
 
@@ -264,8 +265,14 @@ class ReadOps(PayloadOps, QueryChecks):
                 updates["payload"] = project_payload(p.payload, plan.user_with_payload)
             if redact_text:
                 payload = updates.get("payload", p.payload)
-                if isinstance(payload, dict) and isinstance(payload.get(pol.text_field), str):
-                    updates["payload"] = {**payload, pol.text_field: _detect.redact(payload[pol.text_field])}
+                if isinstance(payload, dict):
+                    text = payload.get(pol.text_field)
+                    if isinstance(text, str):
+                        updates["payload"] = {**payload, pol.text_field: _detect.redact(text)}
+                    elif text is not None:
+                        shown = _redacted_text(text)
+                        if shown is not text:
+                            updates["payload"] = {**payload, pol.text_field: shown}
             out.append(p.model_copy(update=updates) if updates else p)
         return out
 
@@ -903,8 +910,8 @@ class ReadOps(PayloadOps, QueryChecks):
                 # withheld must not come back empty, or its id leaks what the budget withheld.
                 if hits:
                     update: dict[str, Any] = {"hits": hits}
-                    if redact_ids and isinstance(g.id, str):
-                        update["id"] = _detect.redact(g.id)
+                    if redact_ids:
+                        update["id"] = _redacted_text(g.id)
                     out_groups.append(g.model_copy(update=update))
             return out_groups, run_details, [run_plan]
 
@@ -971,8 +978,8 @@ class ReadOps(PayloadOps, QueryChecks):
         res = yield from self.budget_oracle(method, args, args.get("facet_filter"), facet_key=args.get("key"))
         pol = None if self.transparent else self.policy(args["collection_name"])
         if pol is not None and self.redacts_kept_text(pol) and path_head(args.get("key")) == pol.text_field:
-            res = res.model_copy(update={"hits": [h.model_copy(update={"value": _detect.redact(h.value)})
-                                                  if isinstance(h.value, str) else h for h in res.hits]})
+            res = res.model_copy(update={"hits": [h.model_copy(update={"value": _redacted_text(h.value)})
+                                                  if isinstance(h.value, (str, int)) else h for h in res.hits]})
         return res
 
     def op_count(self, method: str, args: dict[str, Any]) -> Op:
@@ -1156,6 +1163,28 @@ def _sources_of_points(pts: Sequence[Any], field_name: str) -> list[tuple[str, .
     return [(node,) if type(payload := getattr(p, "payload", None)) is dict
             and type(node := payload.get(field_name)) is str and node else _sources(p, field_name)
             for p in pts]
+
+
+def _redacted_text(value: Any) -> Any:
+    """A text field's ``value`` (or a facet value or group id of it) as a reader outside the owner
+    boundary gets it, read as writes read it (``TextOps._guard_text_field``): a string redacted; a
+    number as the digits JSON stores (``_number_text``), the redacted string if they hold PII; an
+    array item by item. A number or array written around the guard, or before writes screened
+    them, kept the card a string lost. The same object when nothing in it was redacted."""
+    if isinstance(value, str):
+        return _detect.redact(value)
+    if isinstance(value, list):
+        items = [_detect.redact(v) if isinstance(v, str) else _redacted_number(v) for v in value]
+        return value if items == value else items
+    return _redacted_number(value)
+
+
+def _redacted_number(value: Any) -> Any:
+    digits = _number_text(value)
+    if digits is None:
+        return value
+    shown = _detect.redact(digits)
+    return value if shown == digits else shown
 
 
 def _source_budgeted(pol: CollectionPolicy) -> bool:
