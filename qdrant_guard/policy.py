@@ -320,7 +320,9 @@ class CollectionPolicy(_Strict):
     keep_payload_text_in_boundary: bool = False
     """Keep PII in the payload text when the writer is in the owner boundary (never credentials).
     Readers of other boundaries get the text field redacted (payloads, facet values, group ids).
-    A string only: PII in a number or a list in the text field is redacted for every writer."""
+    A string only: PII in a number or a list in the text field is redacted for every writer. Reads
+    redact a number (as its digits) or a list in the text field as they redact a string, for points
+    stored around the guard."""
     allow_redaction_on_public: bool = False
     """On PUBLIC collections redact findings instead of refusing them as mislabelled."""
     payload_fields: Literal["text_field", "credentials", "all"] = "credentials"
