@@ -1,13 +1,16 @@
 """Open points of the twelfth and thirteenth reviews, tried against real local-mode Qdrant. Each
-test fails on the code before its fix (see docs/security-testing.md, "Thirteenth review")."""
+fix's test fails on the code before it (see docs/security-testing.md, "Thirteenth review"); the
+last test pins why the twelfth review's point stays open ("Twelfth review", *not fixed*)."""
 from __future__ import annotations
 
 import asyncio
 
 import numpy as np
 import pytest
+from qdrant_client import QdrantClient as RawClient
 
-from guardkit import QdrantClient, create, hr_policy, make_kit, models, unit
+from guardkit import PAYROLL_DIVERSITY, QdrantClient, create, hr_policy, make_kit, models, unit
+from test_budget_size_epochs import PAYROLL
 from test_payload_values import CARD
 from qdrant_guard import AsyncQdrantClient
 
@@ -99,3 +102,30 @@ def test_the_read_side_reads_a_number_as_the_write_side_does(value, shown):
 
     assert _redacted_text(value) == shown
     assert _redacted_text([value]) == [shown]
+
+
+# -- source sizes: why writes to PUBLIC names still drop them (twelfth review, "Cost, not a cap bypass")
+
+def test_a_public_write_through_an_alias_made_around_the_guard_drops_the_sizes(tmp_path):
+    # Not a fix: it pins why writes to PUBLIC names are not left out of the drop. An alias made by
+    # a client without guard= puts the PUBLIC name "pub" on budgeted "hr"; a write to "pub" needs
+    # no access and changes hr's sources, so bob's cached size of before must go.
+    kit = make_kit(tmp_path)
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": hr_policy(PAYROLL_DIVERSITY), "pub": {"class": "PUBLIC"}}),
+                         principal=kit.principal("alice", "hr"))
+    create(owner, "hr")
+    rng = np.random.default_rng(0)
+    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "payroll"}) for i in range(10)])
+    RawClient.update_collection_aliases(owner, change_aliases_operations=[models.CreateAliasOperation(
+        create_alias=models.CreateAlias(collection_name="hr", alias_name="pub"))])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    bob.scroll("hr", scroll_filter=PAYROLL, limit=1)
+    assert owner.guard.cached_source_size("hr", "payroll") == 10
+    anyone = owner.with_principal(None)
+    anyone.delete("pub", points_selector=models.PointIdsList(points=list(range(8))))
+    assert owner.guard.cached_source_size("hr", "payroll") is None
+    bob.scroll("hr", scroll_filter=PAYROLL, limit=1)
+    assert owner.guard.cached_source_size("hr", "payroll") == 2
+    # Through such an alias anyone reads the budgeted collection unbudgeted too (the alias rule
+    # the guard enforces on the aliases it makes is what keeps this out).
+    assert len(anyone.scroll("pub", limit=100)[0]) == 2
