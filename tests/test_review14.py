@@ -11,6 +11,7 @@ from qdrant_client import QdrantClient as RawClient
 
 from guardkit import PAYROLL_DIVERSITY, QdrantClient, create, hr_policy, make_kit, models, unit
 from test_budget_size_epochs import PAYROLL
+from test_perf_payload_screen import _guard
 from test_payload_values import CARD
 from qdrant_guard import AsyncQdrantClient
 
@@ -95,13 +96,16 @@ def test_without_keep_in_boundary_numbers_pass_reads_as_strings_do(tmp_path):
 
 @pytest.mark.parametrize("value, shown", [(CARD, "[CREDIT_CARD]"), (-CARD, "-[CREDIT_CARD]"), (True, True),
                                           (1.5, 1.5), (None, None), ({"a": str(CARD)}, {"a": str(CARD)})])
-def test_the_read_side_reads_a_number_as_the_write_side_does(value, shown):
+def test_the_read_side_reads_a_number_as_the_write_side_does(tmp_path, value, shown):
     # The digits are the write side's (textguard._number_text): a bool, a fraction, a dict are
-    # not numbers of the text field there either.
+    # not numbers of the text field there either. What a write stores of the text field, a read
+    # outside the owner boundary gives.
     from qdrant_guard.reads import _redacted_text
 
-    assert _redacted_text(value) == shown
-    assert _redacted_text([value]) == [shown]
+    _, guard, pol = _guard(tmp_path)
+    for text in (value, [value]):
+        stored = guard.guard_payload_text("upsert", "c", pol, {"text": text}, point_id=1, in_boundary=False)["text"]
+        assert _redacted_text(text) == stored == (shown if text is value else [shown])
 
 
 # -- source sizes: why writes to PUBLIC names still drop them (twelfth review, "Cost, not a cap bypass")
