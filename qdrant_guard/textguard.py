@@ -217,7 +217,7 @@ class TextOps(GuardPipeline):
             payload[field] = [self.screen_text(op, name, pol, v, point_ids=[point_id]) if isinstance(v, str)
                               else self._text_number(op, name, pol, v, point_id) for v in value]
         elif _number_text(value) is not None:
-            # Never kept either: other boundaries' reads redact a string text field only.
+            # Never kept either (the stricter choice: reads redact a number for other boundaries too).
             payload[field] = self._text_number(op, name, pol, value, point_id)
         return payload
 
