@@ -257,21 +257,33 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from .errors import BenchmarkError
     from .overhead import measure_overhead, read_credential
 
-    report = measure_overhead(
-        args.policy, args.collection,
-        credential=read_credential(args.credential) if args.credential else None,
-        read_credential=read_credential(args.read_credential, "--read-credential") if args.read_credential else None,
-        throwaway_credentials=args.throwaway_credentials, write_boundary=args.write_boundary,
-        read_boundary=args.read_boundary, dim=args.dim, points=args.points, batch=args.batch,
-        queries=args.queries, limit=args.limit, rounds=args.rounds, sources=args.sources, seed=args.seed,
-        query_text=not args.no_query_text, url=args.url, scratch_collection=args.scratch_collection,
-        workdir=args.workdir, progress=not args.no_progress)
+    out = Path(args.json) if args.json else None
+    if out is not None and (out.is_dir() or not out.parent.is_dir()):
+        # Checked before the run: finding it afterwards would throw the measurement away.
+        raise BenchmarkError(
+            f"--json {args.json}: {'is a directory' if out.is_dir() else f'directory {out.parent} does not exist'}; "
+            "pass a file path in an existing directory (e.g. --json bench.json)")
+    try:
+        report = measure_overhead(
+            args.policy, args.collection,
+            credential=read_credential(args.credential) if args.credential else None,
+            read_credential=read_credential(args.read_credential, "--read-credential") if args.read_credential else None,
+            throwaway_credentials=args.throwaway_credentials, write_boundary=args.write_boundary,
+            read_boundary=args.read_boundary, dim=args.dim, points=args.points, batch=args.batch,
+            queries=args.queries, limit=args.limit, rounds=args.rounds, sources=args.sources, seed=args.seed,
+            query_text=not args.no_query_text, url=args.url, scratch_collection=args.scratch_collection,
+            workdir=args.workdir, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print("\ninterrupted: nothing measured is kept; the scratch collections were deleted and the "
+              "temporary files removed (a --workdir stays)", file=sys.stderr)
+        return 130
     print(report.format_table())
-    if args.json:
-        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.json}")
+    if out is not None:
+        out.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {out}")
     return 0
 
 
