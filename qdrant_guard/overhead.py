@@ -24,10 +24,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,6 +35,21 @@ import qdrant_client
 from qdrant_client.http import models
 
 from .errors import BenchmarkError, CredentialError, GuardRefusal
+from .overhead_report import (
+    MEASURED,
+    Comparison,
+    OverheadReport,
+    Timing,
+    machine_info,
+    stats_us,
+)
+from .overhead_setup import (
+    listed_policy,
+    read_credential,
+    scratch_config,
+    shown_url,
+    with_throwaway_authorities,
+)
 from .pipeline import Call, drive_sync
 from .policy import CollectionPolicy, GuardConfig, load_policy
 from .receipts import RECEIPT_KEY
@@ -209,232 +223,6 @@ def interleaved(fns: dict[str, Callable[[int], Any]], n_items: int, rounds: int,
                 f(i)
                 out[nm].append(clock() - t0)
     return {nm: np.asarray(v) for nm, v in out.items()}
-
-
-def stats_us(samples: np.ndarray) -> dict[str, float]:
-    """p50/p90/p99/mean in microseconds, and the sample count."""
-    s = np.asarray(samples) * 1e6
-    return {"p50_us": float(np.percentile(s, 50)), "p90_us": float(np.percentile(s, 90)),
-            "p99_us": float(np.percentile(s, 99)), "mean_us": float(s.mean()), "n": int(s.size)}
-
-
-# -- report -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Timing:
-    """Per-call latency of one variant: percentiles in microseconds and the number of timed calls."""
-
-    p50_us: float
-    p90_us: float
-    calls: int
-
-    @classmethod
-    def of(cls, samples: np.ndarray) -> Timing:
-        s = stats_us(samples)
-        return cls(p50_us=s["p50_us"], p90_us=s["p90_us"], calls=s["n"])
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Raw qdrant-client vs the guarded client (and the guard alone) for one operation."""
-
-    raw: Timing
-    guarded: Timing
-    guard_only: Timing
-
-    @property
-    def ratio_p50(self) -> float:
-        """guarded p50 / raw p50."""
-        return self.guarded.p50_us / self.raw.p50_us
-
-    @property
-    def ratio_p90(self) -> float:
-        """guarded p90 / raw p90."""
-        return self.guarded.p90_us / self.raw.p90_us
-
-    @property
-    def guard_only_share_p50(self) -> float:
-        """guard-only p50 / raw p50: the guard's own cost relative to the raw call."""
-        return self.guard_only.p50_us / self.raw.p50_us
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"raw": asdict(self.raw), "guarded": asdict(self.guarded), "guard_only": asdict(self.guard_only),
-                "guarded_over_raw_p50": self.ratio_p50, "guarded_over_raw_p90": self.ratio_p90,
-                "guard_only_over_raw_p50": self.guard_only_share_p50}
-
-
-@dataclass
-class OverheadReport:
-    """What :func:`measure_overhead` measured, and on what.
-
-    ``upsert`` and ``query`` hold the timings; ``notes`` says what of the user's policy was
-    replaced for the run (audit log, budget store, throwaway credentials); ``checks`` holds
-    evidence that the guarded calls went through the guard (audit entries, receipted points).
-    """
-
-    collection: str
-    policy: str
-    backend: str
-    writer: str
-    reader: str
-    dim: int
-    points: int
-    batch: int
-    queries: int
-    limit: int
-    rounds: int
-    seed: int
-    sources: int
-    text_field: str | None
-    upsert: Comparison
-    query: Comparison
-    notes: list[str] = field(default_factory=list)
-    checks: dict[str, Any] = field(default_factory=dict)
-    machine: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of the whole report."""
-        d = {k: v for k, v in asdict(self).items() if k not in ("upsert", "query")}
-        d["upsert"] = self.upsert.to_dict()
-        d["query"] = self.query.to_dict()
-        d["measured"] = MEASURED
-        return d
-
-    def format_table(self) -> str:
-        """The report as the short text table ``qdrant-guard bench`` prints."""
-        def ms(us: float) -> str:
-            return f"{us / 1e3:9.3f}"
-
-        lines = [
-            f"qdrant-guard bench: collection {self.collection!r} of {self.policy} on {self.backend}",
-            (f"  writer {self.writer}, reader {self.reader}; {self.points} points x {self.dim} dims in "
-             f"{self.sources} source(s), upsert batches of {self.batch}, {self.queries} top-{self.limit} "
-             f"queries, {self.rounds} interleaved round(s)"),
-            "",
-            f"  {'operation':<8} {'variant':<11} {'calls':>6} {'p50 ms':>9} {'p90 ms':>9}",
-        ]
-        for op, c in (("upsert", self.upsert), ("query", self.query)):
-            for name, t in (("raw", c.raw), ("guarded", c.guarded), ("guard-only", c.guard_only)):
-                lines.append(f"  {op:<8} {name:<11} {t.calls:>6} {ms(t.p50_us)} {ms(t.p90_us)}")
-            lines.append(f"  {op:<8} guarded/raw: {c.ratio_p50:.2f}x at p50, {c.ratio_p90:.2f}x at p90; "
-                         f"guard alone {c.guard_only_share_p50 * 100:.1f} % of raw p50")
-        c = self.checks
-        if "stored_points" in c:
-            lines.append(f"  stored by the guarded upserts: {c['stored_points']} points, {c['receipted_points']} "
-                         "with a receipt (noised by the guard or brought receipted)")
-        lines.append("")
-        lines.extend(f"  note: {n}" for n in self.notes)
-        lines.append(f"  {MEASURED}")
-        return "\n".join(lines)
-
-
-MEASURED = ("Measured: per-call wall time, interleaved, of raw qdrant-client on a twin collection (the "
-            "same points as stored without the guard) vs the guarded client; guard-only = the guard's "
-            "pipeline with Qdrant's recorded answer to the final request replayed. Figures depend on "
-            "this machine, its load and the backend.")
-
-
-# -- set-up -------------------------------------------------------------------------------
-def read_credential(spec: str, flag: str = "--credential") -> str:
-    """A credential token given as the token itself (``qgc1.``...) or as a file holding it."""
-    if spec.strip().startswith("qgc1."):
-        return spec.strip()
-    try:
-        return Path(spec).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or exc
-        # A mistyped or truncated token is a secret all the same: name it by its length, not its text.
-        shown = repr(spec) if len(spec) < 64 or os.sep in spec else f"(a value of {len(spec)} characters, not shown)"
-        raise BenchmarkError(
-            f"{flag} {shown} is neither a credential token (qgc1....) nor a readable file ({why}); pass the "
-            "token `qdrant-guard credential issue` printed, or a file holding it") from None
-
-
-def _policy_of(cfg: GuardConfig, collection: str, source: str) -> CollectionPolicy:
-    pol = cfg.collections.get(collection)
-    if pol is None:
-        listed = ", ".join(sorted(cfg.collections)) or "none"
-        raise BenchmarkError(
-            f"collection {collection!r} is not listed in the policy {source} (listed: {listed}); pass one "
-            f"of them with --collection, or add a [collections.{collection}] section")
-    return pol
-
-
-def _throwaway(cfg: GuardConfig, pol: CollectionPolicy, write_boundary: str | None,
-               read_boundary: str | None) -> tuple[GuardConfig, str, str, list[str]]:
-    """A copy of ``cfg`` whose write and read boundaries trust a fresh authority key, and credentials
-    from it. Returns (config, write token, read token, notes)."""
-    from . import keys
-    from .boundary import issue_credential
-    from .policy import BoundaryConfig
-
-    if pol.is_public:
-        raise BenchmarkError("the collection is PUBLIC: anyone reads and writes it without a credential, "
-                             "so --throwaway-credentials has nothing to emulate; drop it")
-    wb = write_boundary or pol.owner or next((b for b in (pol.writers or ()) if b != "*"), None)
-    if wb is None:
-        raise BenchmarkError("the collection has no owner and no named writer boundary; pass "
-                             "--write-boundary NAME for the throwaway credential")
-    if not pol.may_write(wb):
-        raise BenchmarkError(f"--write-boundary {wb!r} may not write this collection (owner {pol.owner!r}, "
-                             f"writers {list(pol.writers or ())}); pass one that may")
-    rb = read_boundary or next((b for b in pol.readers if b not in ("*", pol.owner)), None) or wb
-    if not pol.may_read(rb):
-        raise BenchmarkError(f"--read-boundary {rb!r} may not read this collection (owner {pol.owner!r}, "
-                             f"readers {list(pol.readers)}); pass one that may")
-    bounds = dict(cfg.boundaries)
-    authority: dict[str, Any] = {}
-    for b in sorted({wb, rb}):  # one key per boundary: the guard refuses a key shared by two
-        sk, pk = keys.generate_keypair()
-        authority[b] = sk
-        old = bounds.get(b)
-        bounds[b] = BoundaryConfig(authority_keys=(keys.public_key_to_str(pk),),
-                                   revoked_credentials=old.revoked_credentials if old is not None else ())
-    note = (f"THROWAWAY CREDENTIALS: boundaries {', '.join(sorted(authority))} trusted throwaway authority "
-            "keys in an in-memory copy of the policy, not the authority_keys of the policy file; the "
-            "credentials were verified against them (the same Ed25519 check), so your authority keys and "
-            "your credentials' expiry and revocation were not exercised")
-    return (cfg.model_copy(update={"boundaries": bounds}),
-            issue_credential(authority[wb], agent_id="bench-writer", boundary=wb, ttl_s=3600),
-            issue_credential(authority[rb], agent_id="bench-reader", boundary=rb, ttl_s=3600), [note])
-
-
-def _scratch_config(cfg: GuardConfig, tmp: Path, collection: str, scratch: str,
-                    pol: CollectionPolicy) -> tuple[GuardConfig, list[str]]:
-    """``cfg`` with its side effects moved into ``tmp``: nothing of the user's is written."""
-    notes: list[str] = []
-    update: dict[str, Any] = {}
-    if cfg.audit_log is not None:
-        update["audit_log"] = str(tmp / "audit.jsonl")
-        notes.append(f"audit log written to a temporary file, not {cfg.audit_log} (fsync "
-                     f"{'on' if cfg.audit_fsync else 'off'}, as the policy says)")
-    else:
-        notes.append("the policy sets no audit_log: decisions go to `logging` only, as the policy says")
-    if cfg.budget_store.startswith("sqlite"):
-        update["budget_store"] = f"sqlite:///{tmp / 'budget.db'}"
-        notes.append("extraction budgets kept in a temporary sqlite file, not the policy's budget_store")
-    elif cfg.budget_store != "memory":
-        update["budget_store"] = "memory"
-        notes.append(f"budget_store {cfg.budget_store.split('@')[-1]!r} replaced by 'memory' so the run "
-                     "spends no real budget: its network round trips are NOT in these figures")
-    if scratch != collection:
-        if scratch in cfg.collections and cfg.collections[scratch] != pol:
-            raise BenchmarkError(
-                f"--scratch-collection {scratch!r} is listed in the policy with another policy than "
-                f"{collection!r}; choose a name the policy does not list")
-        update["collections"] = {**cfg.collections, scratch: pol}
-        notes.append(f"scratch collection {scratch!r} guarded by the policy of {collection!r}")
-    return cfg.model_copy(update=update), notes
-
-
-def _machine() -> dict[str, Any]:
-    import importlib.metadata as md
-
-    from . import implementation
-
-    return {"machine": platform.machine(), "cores": os.cpu_count(), "python": platform.python_version(),
-            "os": f"{platform.system()} {platform.release()}", "numpy": np.__version__,
-            "qdrant_client": md.version("qdrant-client"), "qdrant_guard_kernels": implementation(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 def _same_request(replay: Replay) -> bool:
@@ -658,16 +446,17 @@ def measure_overhead(
     if (write_boundary or read_boundary) and not throwaway_credentials:
         raise BenchmarkError("--write-boundary/--read-boundary choose the boundaries of "
                              "--throwaway-credentials; with --credential the credential names its boundary")
+    shown = shown_url(url) if url is not None else None  # a URL can carry a password: never shown
     if url is not None and not scratch_collection:
         raise BenchmarkError(
-            f"--url {url}: the benchmark writes, and never into an existing collection; pass "
+            f"--url {shown}: the benchmark writes, and never into an existing collection; pass "
             "--scratch-collection NAME, a collection that does not exist yet (it is deleted afterwards)")
     if url is not None and workdir is not None:
         raise BenchmarkError("--workdir keeps a local store; it does not apply with --url")
 
     cfg = policy if isinstance(policy, GuardConfig) else load_policy(policy)
     source = cfg.source_path or str(policy)
-    pol = _policy_of(cfg, collection, source)
+    pol = listed_policy(cfg, collection, source)
     if not throwaway_credentials and credential is None and not pol.is_public:
         raise BenchmarkError(f"no principal: {collection!r} is {pol.sensitivity.value}; pass --credential "
                              "TOKEN_OR_FILE (a credential of a boundary that may write it), or "
@@ -690,14 +479,14 @@ def measure_overhead(
     client: Any = None
     created: list[str] = []
     try:
-        cfg, notes = _scratch_config(cfg, tmp, collection, name, pol)
+        cfg, notes = scratch_config(cfg, tmp, collection, name, pol)
         if throwaway_credentials:
-            cfg, credential, read_credential, more = _throwaway(cfg, pol, write_boundary, read_boundary)
+            cfg, credential, read_credential, more = with_throwaway_authorities(cfg, pol, write_boundary, read_boundary)
             notes = more + notes
         where: dict[str, Any]
         if url is not None:
             where = {"url": url, "api_key": os.environ.get("QDRANT_API_KEY")}
-            backend = f"Qdrant server {url}"
+            backend = f"Qdrant server {shown}"
         elif workdir is not None:
             where = {"path": str(tmp / "store")}
             backend = f"local mode, on disk ({tmp / 'store'})"
@@ -730,11 +519,11 @@ def measure_overhead(
             try:
                 exists = RawClient.collection_exists(client, n)
             except Exception as exc:  # the first request: a server that cannot be reached fails here
-                raise BenchmarkError(f"--url {url}: cannot ask Qdrant whether {n!r} exists: "
+                raise BenchmarkError(f"--url {shown}: cannot ask Qdrant whether {n!r} exists: "
                                      f"{type(exc).__name__}: {exc}; check the URL and QDRANT_API_KEY") from None
             if exists:
                 raise BenchmarkError(
-                    f"collection {n!r} already exists at {url}; the benchmark never writes into an existing "
+                    f"collection {n!r} already exists at {shown}; the benchmark never writes into an existing "
                     "collection: pass --scratch-collection with a name that does not exist")
         for n in (name, raw_name):
             RawClient.create_collection(client, n, vectors_config=models.VectorParams(
@@ -754,7 +543,7 @@ def measure_overhead(
             text_field=pol.text_field,
             upsert=Comparison(Timing.of(up["raw"]), Timing.of(up["guarded"]), Timing.of(up["guard_only"])),
             query=Comparison(Timing.of(q["raw"]), Timing.of(q["guarded"]), Timing.of(q["guard_only"])),
-            notes=notes, checks=checks, machine=_machine())
+            notes=notes, checks=checks, machine=machine_info())
     finally:
         if client is not None:
             if url is not None:
@@ -768,5 +557,5 @@ def measure_overhead(
             tmp_ctx.cleanup()
 
 
-__all__ = ["BenchmarkError", "Comparison", "OverheadReport", "Replay", "Timing", "interleaved",
-           "measure_overhead", "read_credential", "realistic_queries", "stats_us", "unit_rows"]
+__all__ = ["MEASURED", "BenchmarkError", "Comparison", "OverheadReport", "Replay", "Timing", "english_text",
+           "interleaved", "measure_overhead", "read_credential", "realistic_queries", "stats_us", "unit_rows"]

@@ -148,3 +148,14 @@ def test_an_error_inside_a_round_removes_the_temporary_directory(kit, tmp_path, 
     with pytest.raises(BenchmarkError, match="NOISE_REQUIRED"):
         measure_overhead(kit.config(pol), "docs", credential=kit.principal("bob", "support").credential, **TINY)
     assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.filterwarnings("ignore:Failed to obtain server version:UserWarning")  # the unreachable server
+@pytest.mark.parametrize("scratch", [None, "bench_tmp"])
+def test_a_password_in_the_url_is_never_shown(kit, scratch):
+    url = "http://bench:s3cret@127.0.0.1:9/?api_key=k3y"  # nothing listens on the discard port
+    with pytest.raises(BenchmarkError) as err:
+        measure_overhead(kit.config(shared()), "docs", credential=kit.principal("alice", "hr").credential,
+                         url=url, scratch_collection=scratch, **TINY)
+    assert "--url http://127.0.0.1:9/:" in str(err.value)
+    assert "s3cret" not in str(err.value) and "k3y" not in str(err.value)

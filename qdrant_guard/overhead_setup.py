@@ -1,0 +1,109 @@
+"""Set-up of a ``qdrant-guard bench`` run: credentials given or minted, and the user's policy with
+every side effect (audit log, budget store) moved into the run's scratch directory."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .errors import BenchmarkError
+from .policy import CollectionPolicy, GuardConfig
+
+
+def read_credential(spec: str, flag: str = "--credential") -> str:
+    """A credential token given as the token itself (``qgc1.``...) or as a file holding it."""
+    if spec.strip().startswith("qgc1."):
+        return spec.strip()
+    try:
+        return Path(spec).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        # A mistyped or truncated token is a secret all the same: name it by its length, not its text.
+        shown = repr(spec) if len(spec) < 64 or os.sep in spec else f"(a value of {len(spec)} characters, not shown)"
+        raise BenchmarkError(
+            f"{flag} {shown} is neither a credential token (qgc1....) nor a readable file ({why}); pass the "
+            "token `qdrant-guard credential issue` printed, or a file holding it") from None
+
+
+def listed_policy(cfg: GuardConfig, collection: str, source: str) -> CollectionPolicy:
+    pol = cfg.collections.get(collection)
+    if pol is None:
+        listed = ", ".join(sorted(cfg.collections)) or "none"
+        raise BenchmarkError(
+            f"collection {collection!r} is not listed in the policy {source} (listed: {listed}); pass one "
+            f"of them with --collection, or add a [collections.{collection}] section")
+    return pol
+
+
+def with_throwaway_authorities(cfg: GuardConfig, pol: CollectionPolicy, write_boundary: str | None,
+               read_boundary: str | None) -> tuple[GuardConfig, str, str, list[str]]:
+    """A copy of ``cfg`` whose write and read boundaries trust a fresh authority key, and credentials
+    from it. Returns (config, write token, read token, notes)."""
+    from . import keys
+    from .boundary import issue_credential
+    from .policy import BoundaryConfig
+
+    if pol.is_public:
+        raise BenchmarkError("the collection is PUBLIC: anyone reads and writes it without a credential, "
+                             "so --throwaway-credentials has nothing to emulate; drop it")
+    wb = write_boundary or pol.owner or next((b for b in (pol.writers or ()) if b != "*"), None)
+    if wb is None:
+        raise BenchmarkError("the collection has no owner and no named writer boundary; pass "
+                             "--write-boundary NAME for the throwaway credential")
+    if not pol.may_write(wb):
+        raise BenchmarkError(f"--write-boundary {wb!r} may not write this collection (owner {pol.owner!r}, "
+                             f"writers {list(pol.writers or ())}); pass one that may")
+    rb = read_boundary or next((b for b in pol.readers if b not in ("*", pol.owner)), None) or wb
+    if not pol.may_read(rb):
+        raise BenchmarkError(f"--read-boundary {rb!r} may not read this collection (owner {pol.owner!r}, "
+                             f"readers {list(pol.readers)}); pass one that may")
+    bounds = dict(cfg.boundaries)
+    authority: dict[str, Any] = {}
+    for b in sorted({wb, rb}):  # one key per boundary: the guard refuses a key shared by two
+        sk, pk = keys.generate_keypair()
+        authority[b] = sk
+        old = bounds.get(b)
+        bounds[b] = BoundaryConfig(authority_keys=(keys.public_key_to_str(pk),),
+                                   revoked_credentials=old.revoked_credentials if old is not None else ())
+    note = (f"THROWAWAY CREDENTIALS: boundaries {', '.join(sorted(authority))} trusted throwaway authority "
+            "keys in an in-memory copy of the policy, not the authority_keys of the policy file; the "
+            "credentials were verified against them (the same Ed25519 check), so your authority keys and "
+            "your credentials' expiry and revocation were not exercised")
+    return (cfg.model_copy(update={"boundaries": bounds}),
+            issue_credential(authority[wb], agent_id="bench-writer", boundary=wb, ttl_s=3600),
+            issue_credential(authority[rb], agent_id="bench-reader", boundary=rb, ttl_s=3600), [note])
+
+
+def scratch_config(cfg: GuardConfig, tmp: Path, collection: str, scratch: str,
+                    pol: CollectionPolicy) -> tuple[GuardConfig, list[str]]:
+    """``cfg`` with its side effects moved into ``tmp``: nothing of the user's is written."""
+    notes: list[str] = []
+    update: dict[str, Any] = {}
+    if cfg.audit_log is not None:
+        update["audit_log"] = str(tmp / "audit.jsonl")
+        notes.append(f"audit log written to a temporary file, not {cfg.audit_log} (fsync "
+                     f"{'on' if cfg.audit_fsync else 'off'}, as the policy says)")
+    else:
+        notes.append("the policy sets no audit_log: decisions go to `logging` only, as the policy says")
+    if cfg.budget_store.startswith("sqlite"):
+        update["budget_store"] = f"sqlite:///{tmp / 'budget.db'}"
+        notes.append("extraction budgets kept in a temporary sqlite file, not the policy's budget_store")
+    elif cfg.budget_store != "memory":
+        update["budget_store"] = "memory"
+        notes.append(f"budget_store {cfg.budget_store.split('@')[-1]!r} replaced by 'memory' so the run "
+                     "spends no real budget: its network round trips are NOT in these figures")
+    if scratch != collection:
+        if scratch in cfg.collections and cfg.collections[scratch] != pol:
+            raise BenchmarkError(
+                f"--scratch-collection {scratch!r} is listed in the policy with another policy than "
+                f"{collection!r}; choose a name the policy does not list")
+        update["collections"] = {**cfg.collections, scratch: pol}
+        notes.append(f"scratch collection {scratch!r} guarded by the policy of {collection!r}")
+    return cfg.model_copy(update=update), notes
+
+
+def shown_url(url: str) -> str:
+    """``url`` without its ``user:password@`` part and query string, as messages and the report show it."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, "", ""))
