@@ -391,11 +391,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     bn = sub.add_parser(
         "bench", help="time raw qdrant-client vs the guarded client under your policy (a scratch store)",
-        description="Time upserts and top-k queries, raw qdrant-client vs the guarded client (and the guard "
-                    "alone, Qdrant's recorded answer replayed), under the policy of --collection, in "
-                    "interleaved rounds on a fresh local-mode store (:memory:); nothing of yours is written "
-                    "(the audit log and a sqlite budget store go to a temporary directory). Figures depend "
-                    "on the machine.")
+        description="Time upserts and top-k queries, raw qdrant-client on a twin collection vs the guarded "
+                    "client (and the guard alone, Qdrant's recorded answer replayed), under the policy of "
+                    "--collection, in interleaved rounds on a fresh local-mode store (:memory:); nothing of "
+                    "yours is written (the audit log and a sqlite budget store go to a temporary directory). "
+                    "Figures depend on the machine. The defaults take about 10 s on a 2-core machine; "
+                    "README.md, 'Benchmark your own policy', describes the output and the --json fields.")
     bn.add_argument("--policy", required=True, help="your policy file (TOML)")
     bn.add_argument("--collection", required=True, help="the collection whose policy is measured (listed in --policy)")
     bn.add_argument("--credential", metavar="TOKEN_OR_FILE",
