@@ -15,19 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from guardkit import make_kit, replay_policy_file
+from test_overhead_cli import TINY, shared
 
 from qdrant_guard.errors import BenchmarkError, QdrantGuardError
 from qdrant_guard.overhead import measure_overhead, read_credential, stats_us
 
-TINY = {"dim": 16, "points": 40, "batch": 16, "queries": 3, "rounds": 2, "progress": False}
 REPO = Path(__file__).resolve().parent.parent
 NOTES = '[collections.notes]\nclass = "PII"\nowner = "hr"\ntext_field = "text"\n'
-
-
-def shared(**over):
-    """A PII collection hr owns and support reads; noised writes (receipts), intent off."""
-    return {"docs": {"class": "PII", "owner": "hr", "readers": ["support"], "text_field": "text",
-                     "noise_queries": True, "intent": {"enabled": False}, **over}}
 
 
 @pytest.fixture
