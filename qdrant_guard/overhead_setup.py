@@ -107,3 +107,13 @@ def shown_url(url: str) -> str:
     """``url`` without its ``user:password@`` part and query string, as messages and the report show it."""
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, "", ""))
+
+
+def files_of(cfg: GuardConfig, policy: str | os.PathLike[str]) -> dict[Path, str]:
+    """The user's files a run reads or stands in for, by resolved path: the policy file, its
+    audit log, signing key and sqlite budget store, for refusing an output path that is one of them."""
+    named = {"the policy file": policy, "the policy's audit_log": cfg.audit_log,
+             "the policy's signing_key": cfg.signing_key}
+    if cfg.budget_store.startswith("sqlite:///"):
+        named["the policy's budget_store"] = cfg.budget_store[len("sqlite:///"):]
+    return {Path(v).resolve(): k for k, v in named.items() if v}

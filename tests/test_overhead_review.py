@@ -153,3 +153,20 @@ def test_a_password_in_the_url_is_never_shown(kit, scratch):
                          url=url, scratch_collection=scratch, **TINY)
     assert "--url http://127.0.0.1:9/:" in str(err.value)
     assert "s3cret" not in str(err.value) and "k3y" not in str(err.value)
+
+
+@pytest.mark.parametrize("target", ["policy", "audit_log", "credential"])
+def test_json_never_overwrites_a_file_of_the_user(kit, tmp_path, target):
+    policy = replay_policy_file(kit, NOTES)
+    policy.write_text(f'audit_log = "{tmp_path / "audit.jsonl"}"\n' + policy.read_text())
+    (tmp_path / "audit.jsonl").write_text("")
+    cred = tmp_path / "alice.cred"
+    cred.write_text(kit.principal("alice", "hr").credential + "\n")
+    path = {"policy": policy, "audit_log": tmp_path / "audit.jsonl", "credential": cred}[target]
+    before = path.read_text()
+    rc, out, err = run("--policy", str(policy), "--collection", "notes", "--credential", str(cred), "--dim", "8",
+                       "--points", "10", "--batch", "10", "--queries", "1", "--rounds", "1", "--no-progress",
+                       "--json", str(path))
+    what = {"policy": "the policy file", "audit_log": "the policy's audit_log", "credential": "the --credential file"}
+    assert rc == 2 and f"--json {path} is {what[target]}, which the benchmark never writes" in err
+    assert path.read_text() == before and "guarded/raw" not in out
