@@ -28,8 +28,9 @@ class Timing:
 
     @classmethod
     def of(cls, samples: np.ndarray) -> Timing:
+        """The timing of ``samples`` (per-call seconds)."""
         s = stats_us(samples)
-        return cls(p50_us=s["p50_us"], p90_us=s["p90_us"], calls=s["n"])
+        return cls(p50_us=s["p50_us"], p90_us=s["p90_us"], calls=int(s["n"]))
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Comparison:
         return self.guard_only.p50_us / self.raw.p50_us
 
     def to_dict(self) -> dict[str, Any]:
+        """The three timings and the ratios, JSON-ready."""
         return {"raw": asdict(self.raw), "guarded": asdict(self.guarded), "guard_only": asdict(self.guard_only),
                 "guarded_over_raw_p50": self.ratio_p50, "guarded_over_raw_p90": self.ratio_p90,
                 "guard_only_over_raw_p50": self.guard_only_share_p50}
@@ -116,9 +118,9 @@ class OverheadReport:
                 lines.append(f"  {op:<8} {name:<11} {t.calls:>6} {ms(t.p50_us)} {ms(t.p90_us)}")
             lines.append(f"  {op:<8} guarded/raw: {c.ratio_p50:.2f}x at p50, {c.ratio_p90:.2f}x at p90; "
                          f"guard alone {c.guard_only_share_p50 * 100:.1f} % of raw p50")
-        c = self.checks
-        if "stored_points" in c:
-            lines.append(f"  stored by the guarded upserts: {c['stored_points']} points, {c['receipted_points']} "
+        chk = self.checks
+        if "stored_points" in chk:
+            lines.append(f"  stored by the guarded upserts: {chk['stored_points']} points, {chk['receipted_points']} "
                          "with a receipt (noised by the guard or brought receipted)")
         lines.append("")
         lines.extend(f"  note: {n}" for n in self.notes)

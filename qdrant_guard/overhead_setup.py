@@ -27,6 +27,7 @@ def read_credential(spec: str, flag: str = "--credential") -> str:
 
 
 def listed_policy(cfg: GuardConfig, collection: str, source: str) -> CollectionPolicy:
+    """The policy of ``collection``; a :class:`BenchmarkError` naming the listed ones if it has none."""
     pol = cfg.collections.get(collection)
     if pol is None:
         listed = ", ".join(sorted(cfg.collections)) or "none"
