@@ -333,6 +333,15 @@ def _checks(bed: _Bed, cfg: GuardConfig, *, points: int, limit: int, upsert_repl
         "guard_only_forwarded_calls": sum(r.forwarded for r in upsert_replays + query_replays),
         "raw_query_points_with_receipt": sum(1 for p in bed.raw_sample if RECEIPT_KEY in (p.payload or {})),
     }
+    verified = bed.client.guard.verified
+    writer_b = verified.boundary if verified else None
+    if not pol.is_public and pol.raw_allowed(writer_b):
+        others = [b for b in (pol.writers or ()) if b not in (pol.owner, "*")]
+        notes.append(
+            f"the writer is of the owner boundary {writer_b!r} and the policy sets raw_in_boundary, so the guarded "
+            "upserts stored raw vectors: noising and receipt signing are NOT in the upsert figures"
+            + (f"; a writer of {', '.join(others)} times them (--credential of one, or --write-boundary "
+               "with --throwaway-credentials)" if others else ""))
     for op, replays in (("upsert", upsert_replays), ("query", query_replays)):
         sent: dict[str, int] = {}
         for r in replays:

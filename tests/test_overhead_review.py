@@ -170,3 +170,15 @@ def test_json_never_overwrites_a_file_of_the_user(kit, tmp_path, target):
     what = {"policy": "the policy file", "audit_log": "the policy's audit_log", "credential": "the --credential file"}
     assert rc == 2 and f"--json {path} is {what[target]}, which the benchmark never writes" in err
     assert path.read_text() == before and "guarded/raw" not in out
+
+
+def test_an_owner_writing_raw_is_told_the_noise_is_not_timed(kit):
+    # The throwaway default writer is the owner: under raw_in_boundary its writes are stored raw.
+    cfg = kit.config(shared(raw_in_boundary=True, writers=["support"]))
+    rep = measure_overhead(cfg, "docs", throwaway_credentials=True, **TINY)
+    assert rep.writer == "bench-writer@hr" and rep.checks["receipted_points"] == 0
+    assert any("noising and receipt signing are NOT in the upsert figures; a writer of support times them" in n
+               for n in rep.notes)
+    noised = measure_overhead(cfg, "docs", throwaway_credentials=True, write_boundary="support", **TINY)
+    assert noised.checks["receipted_points"] == TINY["points"]
+    assert not any("NOT in the upsert figures" in n for n in noised.notes)
