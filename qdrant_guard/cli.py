@@ -411,8 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--collection", required=True, help="the collection whose policy is measured (listed in --policy)")
     bn.add_argument("--credential", metavar="TOKEN_OR_FILE",
                     help="credential of the writing principal (a boundary that may write the collection), as "
-                         "the token `credential issue` printed or a file holding it; also the reader unless "
-                         "--read-credential is given")
+                         "the token `credential issue` printed or a file holding it (a file keeps the token out "
+                         "of the shell history and the process list); also the reader unless --read-credential "
+                         "is given")
     bn.add_argument("--read-credential", metavar="TOKEN_OR_FILE",
                     help="credential of the reading principal (a boundary that may read the collection)")
     bn.add_argument("--throwaway-credentials", action="store_true",

@@ -5,6 +5,7 @@ No timed assertions: the tests check what was measured and what the user is told
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -182,3 +183,10 @@ def test_an_owner_writing_raw_is_told_the_noise_is_not_timed(kit):
     noised = measure_overhead(cfg, "docs", throwaway_credentials=True, write_boundary="support", **TINY)
     assert noised.checks["receipted_points"] == TINY["points"]
     assert not any("NOT in the upsert figures" in n for n in noised.notes)
+
+
+def test_no_token_in_the_report(kit):
+    alice, bob = kit.principal("alice", "hr").credential, kit.principal("bob", "support").credential
+    rep = measure_overhead(kit.config(shared()), "docs", credential=alice, read_credential=bob, **TINY)
+    text = json.dumps(rep.to_dict()) + rep.format_table()
+    assert alice not in text and bob not in text and "alice@hr" in text
