@@ -435,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--sources", type=_positive_int,
                     help="distinct values of the policy's source_field (default 50, or one per 20 points "
                          "below 1000 points); budgets and diversity caps count by source")
-    bn.add_argument("--seed", type=int, default=20240611, help="seeds vectors, texts and the order (default 20240611)")
+    bn.add_argument("--seed", type=int, default=20240611, help="seeds vectors, texts and the order (an integer >= 0; default 20240611)")
     bn.add_argument("--no-query-text", action="store_true",
                     help="send guarded queries without query_text= (no text scan or intent check)")
     bn.add_argument("--json", metavar="OUT", help="also write the full report as JSON to this file")

@@ -447,7 +447,7 @@ def measure_overhead(
 
     for name, value, least in (("dim", dim, 1), ("points", points, 1), ("batch", batch, 1),
                                ("queries", queries, 1), ("limit", limit, 1), ("rounds", rounds, 1),
-                               ("sources", 1 if sources is None else sources, 1)):
+                               ("sources", 1 if sources is None else sources, 1), ("seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise BenchmarkError(f"{name} must be an integer >= {least}, got {value!r}")
     if throwaway_credentials and (credential or read_credential):

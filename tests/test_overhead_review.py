@@ -98,7 +98,8 @@ def test_json_in_a_missing_directory_is_refused_before_the_run(kit, tmp_path):
 @pytest.mark.parametrize("args, needle", [
     (["--points", "0"], "argument --points: must be an integer >= 1, got '0'"),
     (["--rounds", "-1"], "argument --rounds: must be an integer >= 1, got '-1'"),
-    (["--policy", "missing.toml"], "missing.toml"),
+    (["--policy", "/nonexistent/missing.toml"], "/nonexistent/missing.toml"),
+    (["--seed", "-3"], "seed must be an integer >= 0, got -3"),
 ])
 def test_bad_flags_exit_non_zero_naming_the_flag(kit, tmp_path, args, needle):
     policy = replay_policy_file(kit, NOTES)
@@ -106,7 +107,7 @@ def test_bad_flags_exit_non_zero_naming_the_flag(kit, tmp_path, args, needle):
     for k, v in zip(args[::2], args[1::2]):
         base[k] = v
     argv = [x for k, v in base.items() for x in ((k,) if v is None else (k, v))]
-    rc, _, err = run(*argv, cwd=tmp_path)
+    rc, _, err = run(*argv)  # from the checkout: the venv's qdrant_guard may be another one
     assert rc == 2 and needle in err and "Traceback" not in err
 
 
