@@ -257,25 +257,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .errors import BenchmarkError
     from .overhead import measure_overhead, read_credential
-    from .overhead_setup import files_of
-    from .policy import load_policy
+    from .overhead_setup import json_path
 
-    out = Path(args.json) if args.json else None
-    if out is not None and (out.is_dir() or not out.parent.is_dir()):
-        # Checked before the run: finding it afterwards would throw the measurement away.
-        raise BenchmarkError(
-            f"--json {args.json}: {'is a directory' if out.is_dir() else f'directory {out.parent} does not exist'}; "
-            "pass a file path in an existing directory (e.g. --json bench.json)")
-    if out is not None:
-        mine = files_of(load_policy(args.policy), args.policy)
-        for flag, spec in (("--credential", args.credential), ("--read-credential", args.read_credential)):
-            if spec and not spec.strip().startswith("qgc1."):
-                mine[Path(spec).resolve()] = f"the {flag} file"
-        if out.resolve() in mine:
-            raise BenchmarkError(f"--json {args.json} is {mine[out.resolve()]}, which the benchmark never writes; "
-                                 "pass another file (e.g. --json bench.json)")
+    out = json_path(args.json, args.policy, {"--credential": args.credential,
+                                             "--read-credential": args.read_credential}) if args.json else None
     try:
         report = measure_overhead(
             args.policy, args.collection,

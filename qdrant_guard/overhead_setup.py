@@ -110,7 +110,7 @@ def shown_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, "", ""))
 
 
-def files_of(cfg: GuardConfig, policy: str | os.PathLike[str]) -> dict[Path, str]:
+def _user_files(cfg: GuardConfig, policy: str | os.PathLike[str]) -> dict[Path, str]:
     """The user's files a run reads or stands in for, by resolved path: the policy file, its
     audit log, signing key and sqlite budget store, for refusing an output path that is one of them."""
     named = {"the policy file": policy, "the policy's audit_log": cfg.audit_log,
@@ -118,3 +118,24 @@ def files_of(cfg: GuardConfig, policy: str | os.PathLike[str]) -> dict[Path, str
     if cfg.budget_store.startswith("sqlite:///"):
         named["the policy's budget_store"] = cfg.budget_store[len("sqlite:///"):]
     return {Path(v).resolve(): k for k, v in named.items() if v}
+
+
+def json_path(spec: str, policy: str | os.PathLike[str], credentials: dict[str, str | None]) -> Path:
+    """The ``--json`` output path, checked before the run (finding it unwritable afterwards would
+    throw the measurement away): in an existing directory, and none of the user's files the run
+    reads (``credentials``: flag -> token or file, as given)."""
+    from .policy import load_policy
+
+    out = Path(spec)
+    if out.is_dir() or not out.parent.is_dir():
+        raise BenchmarkError(
+            f"--json {spec}: {'is a directory' if out.is_dir() else f'directory {out.parent} does not exist'}; "
+            "pass a file path in an existing directory (e.g. --json bench.json)")
+    mine = _user_files(load_policy(policy), policy)
+    for flag, given in credentials.items():
+        if given and not given.strip().startswith("qgc1."):
+            mine[Path(given).resolve()] = f"the {flag} file"
+    if out.resolve() in mine:
+        raise BenchmarkError(f"--json {spec} is {mine[out.resolve()]}, which the benchmark never writes; "
+                             "pass another file (e.g. --json bench.json)")
+    return out
