@@ -508,7 +508,7 @@ class ReadOps(PayloadOps, QueryChecks):
             if len(ids) >= cap:
                 exclusion.sources[source] = ids
         # A source too small for a single point (cap 0) admits nothing, so the store lists no key
-        # for it; those this process has sized are excluded up front rather than found mid-read.
+        # for it; those this client has sized are excluded up front rather than found mid-read.
         sized = [source for (where, source), (_, size) in list(self.shared.get("source_sizes", {}).items())
                  if where == account and size * coverage < 1.000001 and source not in exclusion.sources
                  and (not restricted or source in restricted) and cap_for(size, coverage) == 0]
