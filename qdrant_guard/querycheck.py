@@ -17,7 +17,7 @@ from .errors import QdrantGuardError
 from .pipeline import Offload, Op
 from .policy import CollectionPolicy
 from .sources import path_head
-from .textguard import EmbedderError, TextOps, password_value
+from .textguard import EmbedderError, TextOps, password_name_why, password_value
 
 # Inputs that carry text the guard did not check (a top-level models.Document is checked).
 _TEXT_INPUTS = (models.Document, models.InferenceObject, models.TextQuery)
@@ -294,8 +294,9 @@ class QueryChecks(TextOps):
                     # matching it asks whether a point holds that password.
                     findings = [_detect.Finding("GENERIC_SECRET", 0, len(text), "password-name", "CREDENTIAL")]
                 if findings:
+                    why = password_name_why(key, "match") if findings[0].validator == "password-name" else ""
                     self._filter_findings(op, name, pol, findings, pii_ok, allowed, at, shown, kind,
-                                          {"filter": at, "key": shown, "match": kind})
+                                          {"filter": at, "key": shown, "match": kind}, why=why)
         if allowed:
             details["filter_pii"] = allowed
 
@@ -336,11 +337,12 @@ class QueryChecks(TextOps):
 
     def _filter_findings(self, op: str, name: str, pol: CollectionPolicy, findings: Sequence[_detect.Finding],
                          pii_ok: bool, allowed: list[dict[str, Any]], at: str, shown: str, kind: str,
-                         about: dict[str, Any], *, outside: bool = False) -> None:
+                         about: dict[str, Any], *, outside: bool = False, why: str = "") -> None:
         """Refuse a filter's credentials (CREDENTIAL_IN_TEXT) and, unless ``pii_ok``, its personal
         data (QUERY_REJECTED); allowed personal data is added to ``allowed``. ``at`` is a match
         value's path or a key's (``...key``); only ``shown`` (the redacted key) is logged.
-        ``outside``: a field name given outside a filter (see :meth:`_screen_one_key`)."""
+        ``outside``: a field name given outside a filter (see :meth:`_screen_one_key`). ``why``: a
+        sentence the credential refusal adds (:func:`~qdrant_guard.textguard.password_name_why`)."""
         types = sorted({f.type for f in findings})
         creds = sorted({f.type for f in findings if f.category == "CREDENTIAL"})
         about = {**about, "findings": types}
@@ -353,7 +355,7 @@ class QueryChecks(TextOps):
                 if outside else
                 (f"the filter at {at} ({kind} on key {shown!r}) holds credentials {creds}; a "
                  "credential is never sent to the store nor matched against it: remove it from the "
-                 "filter (if the key holds no credential, filter on another field)"),
+                 "filter (if the key holds no credential, filter on another field)" + why),
                 details=about,
             ))
         if not pii_ok:

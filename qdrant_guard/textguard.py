@@ -57,7 +57,8 @@ class TextOps(GuardPipeline):
 
     def screen_text(self, op: str, name: str, pol: CollectionPolicy, text: str, *,
                     point_ids: Sequence[Any] = (), keep_pii: bool = False,
-                    scanned: tuple[str, list[Any]] | None = None, field: str | None = None) -> str:
+                    scanned: tuple[str, list[Any]] | None = None, field: str | None = None,
+                    why: str = "") -> str:
         """Apply the collection's text rules to ``text`` and return what may be embedded/stored.
 
         Credentials are refused (``CREDENTIAL_IN_TEXT``) or redacted per ``credentials_in_text``;
@@ -66,7 +67,8 @@ class TextOps(GuardPipeline):
         ``allow_redaction_on_public``. ``scanned`` is ``redact_with_findings(text)`` when the
         caller already has it (a query's text is also redacted for its audit entry). ``field``:
         where in a payload ``text`` is (``payload field 'meta.e'``, already redacted: it is
-        logged) when it is not the text field (``payload_fields``).
+        logged) when it is not the text field (``payload_fields``). ``why``: a sentence the refusal
+        adds (what made a value a finding when the detector's types alone would not say).
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be str, not {type(text).__name__}")
@@ -82,14 +84,14 @@ class TextOps(GuardPipeline):
                 "mislabelled: store it in a sensitive collection, remove the data, or set "
                 "allow_redaction_on_public = true to redact it"
                 + (" (or payload_fields = \"text_field\" to store fields besides the text field as given)"
-                   if field else ""),
+                   if field else "") + why,
                 point_ids=list(point_ids), details=_where({"findings": kinds}, field),
             ))
         if creds and pol.credentials_in_text == "refuse":
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.CREDENTIAL_IN_TEXT,
                 f"{field or 'text'} contains credentials {sorted({f.type for f in creds})}; credentials are never "
-                + ("stored" if field else "embedded") + ": remove them, or set credentials_in_text = \"redact\"",
+                + ("stored" if field else "embedded") + ": remove them, or set credentials_in_text = \"redact\"" + why,
                 point_ids=list(point_ids), details=_where({"findings": kinds}, field),
             ))
         if keep_pii or not pol.redact_pii:
@@ -494,6 +496,16 @@ def password_value(name: str, value: str) -> bool:
     return _password_name(name) and not _placeholder(value) and not _working_directory(name, value)
 
 
+def password_name_why(name: str, verb: str = "store") -> str:
+    """What a refusal by the password-name rule adds: which name made the value a password (a
+    sibling ``name`` field is not in the value's path) and how to store a flag or a label under it,
+    since the detector's ``GENERIC_SECRET`` alone does not say why ``"yes"`` is one."""
+    return (f". The value is read under the password name {_detect.redact(name)!r}: any value under a "
+            "field named for a password (its last word) is taken as a password, a flag such as \"yes\" "
+            "or a label too, but for placeholders (\"\", \"********\", \"[REDACTED]\", \"${VAR}\"); "
+            f"{verb} a flag as true/false, or name the field for what it holds")
+
+
 def _number_text(value: Any) -> str | None:
     """The digits JSON stores of an int (an int subclass's value, not its ``__str__``), or of the
     integer an integral float (a float subclass's value) below 10**19 is; None for anything else
@@ -638,12 +650,14 @@ class _FieldScreen:
         quote = '' if '"' in value or "\\" in value else '"'
         head = f"{name}: {quote}"
         n, h = len(value), len(head)
+        why = ""
         found = [f for f in _detect.find_sensitive(f"{head}{value}{quote}") if f.end > h and f.start < h + n]
         if not found:
             bound = self.clean_keys.get(name)
             password = _password_name(name) if bound is None else bound == _KEY_PASSWORD
             if password and not _placeholder(value) and not _working_directory(name, value):
                 found = [_detect.Finding("GENERIC_SECRET", h, h + n, "password-name", "CREDENTIAL")]
+                why = password_name_why(name)
             else:
                 # Not under a key with a finding (PII stays in a key on payload_fields = "credentials"):
                 # nothing found stays in memory past its call.
@@ -654,7 +668,7 @@ class _FieldScreen:
         findings = [_detect.Finding(f.type, max(f.start - h, 0), min(f.end - h, n), f.validator, f.category)
                     for f in found]
         return self.ops.screen_text(self.op, self.name, self.pol, value, point_ids=[self.point_id],
-                                    keep_pii=self.keep_pii, field=f"payload field {at!r}",
+                                    keep_pii=self.keep_pii, field=f"payload field {at!r}", why=why,
                                     scanned=(_detect.replace_findings(value, findings), findings))
 
     def remember_pair(self, name: str, value: str) -> None:
