@@ -63,12 +63,12 @@ def test_a_filter_flag_under_a_password_name_is_refused_naming_the_rule_and_the_
         flt = models.Filter(must=[models.FieldCondition(key="has_password", match=models.MatchValue(value=value))])
         return c.count("kb", count_filter=flt).count
 
-    msg = _refused(lambda: count("yes"))
+    msg = _refused(lambda: count("enabled"))
     assert "key 'has_password'" in msg and "password name 'has_password'" in msg and "match a flag as true/false" in msg
+    assert "enabled" not in msg
     assert count(True) == 1
-    # The audit entry holds neither the value nor the hint's name beyond the (redacted) key.
     audit = (kit.tmp / "audit.jsonl").read_text()
-    assert '"yes"' not in audit
+    assert "CREDENTIAL_IN_TEXT" in audit and "enabled" not in audit  # the value is in neither
 
 
 def test_a_detector_finding_adds_no_password_hint(kit):
