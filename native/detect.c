@@ -120,11 +120,27 @@ static int window_has(const scan_t *s, size_t start, int width, const char *k1, 
     return contains_ci(s->b, w, start, k1) || contains_ci(s->b, w, start, k2);
 }
 
-/* The context of a bare SSN: "ssn", or "social" and "security" joined by one space, '_' or '-'
-   or by nothing (JSON/YAML keys spell it social_security_number or socialSecurityNumber). */
+static int ascii_alpha(unsigned char c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; }
+
+/* "ssn" in [w, start) as a word of its own: "SSN", or not glued to a letter before it, or starting
+   a camelCase word ("userSsn"). Any "ssn" also matched "businessNumber" and "classNumber". */
+static int ssn_word(const scan_t *s, size_t w, size_t start) {
+    const unsigned char *b = s->b;
+    for (size_t i = w; i + 3 <= start; i++) {
+        if (lower_ascii(b[i]) != 's' || lower_ascii(b[i + 1]) != 's' || lower_ascii(b[i + 2]) != 'n') continue;
+        if ((b[i] == 'S' && b[i + 1] == 'S' && b[i + 2] == 'N') || i == 0 || !ascii_alpha(b[i - 1])
+            || (b[i] == 'S' && b[i - 1] >= 'a' && b[i - 1] <= 'z'))
+            return 1;
+    }
+    return 0;
+}
+
+/* The context of a bare SSN: "ssn" as a word (ssn_word), or "social" and "security" joined by one
+   space, '_' or '-' or by nothing (JSON/YAML keys spell it social_security_number or
+   socialSecurityNumber). */
 static int ssn_context(const scan_t *s, size_t start) {
     size_t w = window_start(s, start, 40);
-    return contains_ci(s->b, w, start, "ssn") || contains_ci(s->b, w, start, "social security")
+    return ssn_word(s, w, start) || contains_ci(s->b, w, start, "social security")
         || contains_ci(s->b, w, start, "social_security") || contains_ci(s->b, w, start, "social-security")
         || contains_ci(s->b, w, start, "socialsecurity");
 }

@@ -102,9 +102,33 @@ def _positions(text: str, literal: str) -> Iterator[int]:
         i = text.find(literal, i + 1)
 
 
-# The context of a bare SSN: "social" and "security" joined by a space, "_", "-" or nothing too
-# (JSON/YAML keys spell it social_security_number or socialSecurityNumber).
-_SSN_WORDS = ("ssn", "social security", "social_security", "social-security", "socialsecurity")
+# The context of a bare SSN: "ssn" as a word (_ssn_word), or "social" and "security" joined by a
+# space, "_", "-" or nothing (JSON/YAML keys spell it social_security_number or socialSecurityNumber).
+_SOCIAL_WORDS = ("social security", "social_security", "social-security", "socialsecurity")
+
+
+def _ascii_alpha(ch: str) -> bool:
+    return ("a" <= ch <= "z") or ("A" <= ch <= "Z")
+
+
+def _ssn_word(text: str, start: int) -> bool:
+    """"ssn" in the 40 characters before ``start`` as a word of its own: "SSN", or not glued to a
+    letter before it, or starting a camelCase word ("userSsn"). Any "ssn" also matched
+    "businessNumber" and "classNumber"."""
+    w = max(0, start - 40)
+    window = _lower(text[w:start])
+    i = window.find("ssn")
+    while i != -1:
+        p = w + i
+        if (text[p : p + 3] == "SSN" or p == 0 or not _ascii_alpha(text[p - 1])
+                or (text[p] == "S" and "a" <= text[p - 1] <= "z")):
+            return True
+        i = window.find("ssn", i + 1)
+    return False
+
+
+def _ssn_context(text: str, start: int) -> bool:
+    return _ssn_word(text, start) or _window_has(text, start, 40, _SOCIAL_WORDS)
 
 
 def _window_has(text: str, start: int, width: int, keywords: tuple[str, ...]) -> bool:
@@ -242,7 +266,7 @@ def _chain(text: str, i: int, veto: bool = True) -> list[tuple[int, int, str, st
     for g in range(len(groups) - 1 if whole else len(groups), 0, -1):
         end = i + sum(groups[:g]) + g - 1
         found = _chain_match(text, i, groups[:g], digits[:g], sep if g > 1 else "", end)
-        if found and found[0][2] == "SSN" and not _window_has(text, i, 40, _SSN_WORDS):
+        if found and found[0][2] == "SSN" and not _ssn_context(text, i):
             continue  # "sizes 512 64 1024 2048": a list of numbers has 3-2-4 windows everywhere
         if found and not (veto and _cuts_later(text, i, groups, g, end)):
             return found
@@ -278,7 +302,7 @@ def _chain_match(text: str, i: int, groups: list[int], digits: list[str], sep: s
         return []
     if groups == [3, 2, 4] and sep in (" ", "-"):
         return [(i, end, "SSN", "ssa-rules")] if _ssa_valid(d) else []
-    if groups == [9] and _window_has(text, i, 40, _SSN_WORDS):
+    if groups == [9] and _ssn_context(text, i):
         return [(i, end, "SSN", "ssa-rules")] if _ssa_valid(d) else []
     if 13 <= nd <= 19 and _card_groups_ok(groups, sep) and _iin_known(d) and _luhn(d):
         return [(i, end, "CREDIT_CARD", "luhn")]

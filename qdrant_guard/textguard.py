@@ -407,7 +407,7 @@ _SCALARS = (bool, type(None))
 # those digits would be. Under a plain key (letters, digits, ``_ . -``: nothing in it reaches
 # across ``: "``, nothing decodes or folds), one of fewer than 13 digits (signed or not) holds no
 # finding by the detector's rules unless it has 9 digits and the key names an SSN: numbers need a
-# card's 13+ digits, an SSN's 9 bare only after "ssn" or "social security" (any case, joined or
+# card's 13+ digits, an SSN's 9 bare only after "ssn" (as a word) or "social security" (any case, joined or
 # not), a NANP phone separators, E.164 a "+", an IBAN letters; the encodings 12+ characters (base64
 # of digits only never decodes to ASCII: its first byte is 0xD0 or more) or 24+ decimal digits
 # (hex); assigned secrets 16+ characters of two classes or 8+ of three (a sign and digits are two).
