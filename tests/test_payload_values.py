@@ -231,3 +231,30 @@ def test_clean_keys_stay_bounded_over_all_scopes(tmp_path, monkeypatch):
         assert _screen_in(guard, col, {f"k{i}": 1}) == {f"k{i}": 1}
         assert sum(len(d) for d in hr.shared["clean_keys"].values()) <= 8
     assert len(hr.shared["clean_keys"]) == 4  # two boundaries on two collections
+
+
+# -- 5. product barcodes ---------------------------------------------------------------------------
+
+# Valid EAN-13s (GS1 check digit) with a German 4 prefix that also pass Luhn: the detector finds
+# each as a 13-digit Visa number in free text.
+EANS = ["4684847513501", "4195364052591", "4059292244698"]
+
+
+def test_barcodes_that_pass_luhn_are_stored_under_a_barcode_name(tmp_path):
+    # Before: a product catalogue on a PUBLIC collection had about one EAN-13 in ten refused as a card.
+    kit, client = _kit_client(tmp_path)
+    assert all(_found("note", e) for e in EANS)
+    payload = {"ean": EANS[0], "gtin13": int(EANS[1]), "item": {"productEan": EANS[2]}, "isbn": "9780306406157"}
+    _write(client, "pub", "upsert", payload)
+    assert _stored(client, "pub", "upsert") == payload
+
+
+@pytest.mark.parametrize("payload", [{"card": EANS[0]}, {"note": int(EANS[1])}, {"ean": "4398259791907"},
+                                     {"ean": "4111111111111111"}])
+def test_the_barcode_exemption_needs_the_name_and_a_valid_check_digit(tmp_path, payload):
+    # Another name, a 13-digit Luhn number whose GS1 check digit is wrong, or a card's length keep
+    # the card finding.
+    kit, client = _kit_client(tmp_path)
+    with pytest.raises(GuardRefusal) as ei:
+        _write(client, "pub", "upsert", payload)
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
