@@ -365,7 +365,10 @@ class CollectionPolicy(_Strict):
     PUBLIC ones); a redacted number is stored as the redacted string (``"[CREDIT_CARD]"``): no
     number can stand for the placeholder. A number in the text field is read as its digits by the
     text field's rules (whatever this setting), as the text would be, and PII in it is never kept
-    (``keep_payload_text_in_boundary`` keeps it in a string only). Not found: shorter or simpler values under other names
+    (``keep_payload_text_in_boundary`` keeps it in a string only). A product barcode under a field
+    named for one (last word ``ean``, ``gtin``, ``upc``, ``isbn`` or ``barcode``: 8, 12, 13 or 14
+    digits with a valid GS1 check digit) is not a card number, though one EAN-13 in ten passes
+    Luhn. Not found: shorter or simpler values under other names
     (``{"token": "hunter2hunter2x"}``), a UUID or hex digest under any key, a name in a field not
     so named (``{"label": "password", "data": "..."}``), fractions, booleans and nulls. numpy
     integers are refused by qdrant-client itself (pydantic cannot serialise them). A value
