@@ -456,18 +456,22 @@ def _name_words(name: str) -> list[str]:
     return _WORDS.findall(name)
 
 
+def _last_word(name: str) -> str:
+    """``name``'s last word in lower case, trailing digits aside (``userPassword2``: ``password``);
+    empty when it has none."""
+    words = _name_words(name)
+    while words and words[-1].isdigit():
+        words.pop()
+    return words[-1].lower() if words else ""
+
+
 def _password_name(name: str) -> bool:
     """True when ``name``'s last word (snake_case, kebab-case, dotted or camelCase; trailing digits
     aside; :func:`_name_words`) is a password word, or ends with one other than ``pwd``
     (``dbpassword``): ``password``, ``DB_PASSWORD``, ``userPassword2``, ``adminpasswd``, ``pwd``. Not
     ``password_policy``, ``passwordHash``, ``passwords`` (a count as often as a list), ``pass``,
     ``bypass``, ``passport``."""
-    words = _name_words(name)
-    while words and words[-1].isdigit():
-        words.pop()
-    if not words:
-        return False
-    last = words[-1].lower()
+    last = _last_word(name)
     return last in _PASSWORD_WORDS or last.endswith(_PASSWORD_WORDS[:4])
 
 
@@ -515,10 +519,7 @@ def _barcode(name: str, value: str) -> bool:
     13-digit Visa number, which refused product catalogues on PUBLIC collections."""
     if not (value.isascii() and value.isdigit() and len(value) in (8, 12, 13, 14)):
         return False
-    words = _name_words(name)
-    while words and words[-1].isdigit():
-        words.pop()
-    if not words or words[-1].lower() not in _BARCODE_WORDS:
+    if _last_word(name) not in _BARCODE_WORDS:
         return False
     body = [int(c) for c in reversed(value[:-1])]
     return (10 - sum(d * (3 if i % 2 == 0 else 1) for i, d in enumerate(body)) % 10) % 10 == int(value[-1])
