@@ -26,6 +26,7 @@ import math
 import os
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -380,6 +381,25 @@ def _checks(bed: _Bed, cfg: GuardConfig, *, points: int, limit: int, upsert_repl
 
 
 # -- the measurement ----------------------------------------------------------------------
+def drop_scratch(client: Any, names: list[str], shown: str | None) -> list[str]:
+    """Delete the benchmark's scratch collections; warn naming any left behind, and return them.
+
+    A failed deletion must neither hide the run's result or error nor pass unnoticed: a server keeps
+    the scratch collections (and their points) until someone deletes them.
+    """
+    left: list[str] = []
+    for n in names:
+        try:
+            RawClient.delete_collection(client, n)
+        except Exception as exc:
+            left.append(n)
+            warnings.warn(
+                f"qdrant-guard bench could not delete its scratch collection {n!r} at {shown}: "
+                f"{type(exc).__name__}: {exc}; delete it by hand "
+                f"(qdrant_client.QdrantClient(url=...).delete_collection({n!r}))", RuntimeWarning, stacklevel=2)
+    return left
+
+
 def measure_overhead(
     policy: str | os.PathLike[str] | GuardConfig,
     collection: str,
@@ -556,11 +576,7 @@ def measure_overhead(
     finally:
         if client is not None:
             if url is not None:
-                for n in created:
-                    try:
-                        RawClient.delete_collection(client, n)
-                    except Exception:  # a cleanup failure must not hide the result or the error
-                        pass
+                drop_scratch(client, created, shown)
             client.close()
         if tmp_ctx is not None:
             tmp_ctx.cleanup()

@@ -19,7 +19,7 @@ from guardkit import make_kit, replay_policy_file
 from test_overhead_cli import TINY, shared
 
 from qdrant_guard.errors import BenchmarkError, QdrantGuardError
-from qdrant_guard.overhead import measure_overhead, read_credential, stats_us
+from qdrant_guard.overhead import drop_scratch, measure_overhead, read_credential, stats_us
 
 REPO = Path(__file__).resolve().parent.parent
 NOTES = '[collections.notes]\nclass = "PII"\nowner = "hr"\ntext_field = "text"\n'
@@ -191,3 +191,24 @@ def test_no_token_in_the_report(kit):
     rep = measure_overhead(kit.config(shared()), "docs", credential=alice, read_credential=bob, **TINY)
     text = json.dumps(rep.to_dict()) + rep.format_table()
     assert alice not in text and bob not in text and "alice@hr" in text
+
+
+def test_a_scratch_collection_left_behind_is_named_not_swallowed():
+    # The --url path deletes its scratch collections at the end; no server here, so the same
+    # clean-up runs on local mode: once where deletion works, once on a closed client where it fails.
+    import warnings
+
+    import qdrant_client
+    from qdrant_client.http import models
+
+    c = qdrant_client.QdrantClient(":memory:")
+    for n in ("a", "b"):
+        c.create_collection(n, vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert drop_scratch(c, ["a"], "http://host:6333") == []
+    assert not c.collection_exists("a") and c.collection_exists("b")
+    c.close()
+    with pytest.warns(RuntimeWarning, match=r"could not delete its scratch collection 'b' at http://host:6333.*"
+                                            r"delete it by hand"):
+        assert drop_scratch(c, ["b"], "http://host:6333") == ["b"]
