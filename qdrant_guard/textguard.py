@@ -427,9 +427,27 @@ _KEY_PASSWORD = -1
 _EXACT_FLOAT = 1e19
 # In a structured payload the key is explicit: a value under a password name is a password,
 # whatever its entropy (the detector, reading free text, needs three classes or entropy >= 3.5).
-# "token", "secret" and "key" keep the detector's rules ({"token": "the"} in NLP payloads), and so
-# do "pass" and "pw" alone (a boarding pass, a first pass).
+# "token", "secret" and "key" keep the detector's rules ({"token": "the"} in NLP payloads).
 _PASSWORD_WORDS = ("password", "passwd", "passphrase", "passcode", "pwd")
+# Abbreviations that name nothing but a password as the last word (``db_pw``, ``PW``, ``smtpPswd``).
+_PASSWORD_SHORT = frozenset({"pw", "pswd", "pword"})
+# "pass" names a password after the account or service it opens (``db_pass``, ``SMTP_PASS``,
+# ``mysql_root_pass``); alone or after any other word it is as often a ticket, a round or a result
+# (``{"pass": "first"}``, ``boarding_pass``, ``day_pass``, ``first_pass``). A list of the senses that
+# are no password could never be complete, and each miss would refuse ordinary data; a miss here
+# leaves a password to the detector, as before.
+_PASS_OWNERS = frozenset({
+    "db", "database", "sql", "mysql", "mariadb", "pg", "postgres", "postgresql", "psql", "mssql", "oracle",
+    "mongo", "mongodb", "redis", "rabbitmq", "amqp", "mq", "kafka", "sasl", "elastic", "es", "jdbc", "ldap",
+    "bind", "smtp", "imap", "pop", "pop3", "mail", "email", "ftp", "sftp", "ssh", "vnc", "rdp", "vpn",
+    "proxy", "wifi", "wlan", "router", "user", "username", "usr", "admin", "root", "sudo", "master", "login",
+    "logon", "account", "acct", "auth", "api", "app", "client", "service", "svc", "keystore", "truststore",
+    "key", "cert", "registry", "docker", "git", "repo", "web", "http", "basic",
+})
+# "pin" only after what it unlocks: alone it is also India's postal code (``{"pin": "560001"}``),
+# and ``map_pin`` or ``pin_code`` (a postal code again) name no secret.
+_PIN_OWNERS = frozenset({"card", "sim", "atm", "debit", "credit", "bank", "account", "login", "security",
+                         "access", "unlock", "wallet", "phone", "device"})
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 # Not a password: placeholders such as "[REDACTED]", "<your password>", "${DB_PASSWORD}",
 # "{{ db_password }}", and the guard's own "[GENERIC_SECRET]" (empty and one-character runs apart).
@@ -468,11 +486,32 @@ def _last_word(name: str) -> str:
 def _password_name(name: str) -> bool:
     """True when ``name``'s last word (snake_case, kebab-case, dotted or camelCase; trailing digits
     aside; :func:`_name_words`) is a password word, or ends with one other than ``pwd``
-    (``dbpassword``): ``password``, ``DB_PASSWORD``, ``userPassword2``, ``adminpasswd``, ``pwd``. Not
-    ``password_policy``, ``passwordHash``, ``passwords`` (a count as often as a list), ``pass``,
-    ``bypass``, ``passport``."""
-    last = _last_word(name)
-    return last in _PASSWORD_WORDS or last.endswith(_PASSWORD_WORDS[:4])
+    (``dbpassword``): ``password``, ``DB_PASSWORD``, ``userPassword2``, ``adminpasswd``, ``pwd``;
+    or ``pw``, ``pswd``, ``pword`` (``db_pw``, ``PW``); or ``word``/``phrase``/``code`` after
+    ``pass`` (``pass_word``, ``pass-word``); or ``pass`` after an account or service word
+    (``_PASS_OWNERS``: ``db_pass``, ``SMTP_PASS``, ``admin_pass``); or ``pin`` after what it unlocks
+    (``_PIN_OWNERS``: ``card_pin``, ``SIM_PIN``). Not ``password_policy``, ``passwordHash``,
+    ``passwords`` (a count as often as a list), ``pass``, ``boarding_pass``, ``first_pass``,
+    ``bypass``, ``passport``, ``pin``, ``map_pin``, ``pin_code``."""
+    words = _name_words(name)
+    while words and words[-1].isdigit():
+        words.pop()
+    if not words:
+        return False
+    last = words[-1].lower()
+    if last in _PASSWORD_WORDS or last.endswith(_PASSWORD_WORDS[:4]) or last in _PASSWORD_SHORT:
+        return True
+    if last not in ("pass", "word", "phrase", "code", "pin"):
+        return False
+    words.pop()
+    while words and words[-1].isdigit():
+        words.pop()  # db2_pass: the word before the digits
+    before = words[-1].lower() if words else ""
+    if last == "pass":
+        return before in _PASS_OWNERS
+    if last == "pin":
+        return before in _PIN_OWNERS
+    return before == "pass"
 
 
 def _number_bound(key: str) -> int:

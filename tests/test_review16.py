@@ -1,0 +1,75 @@
+"""Fourteenth pass: the gaps the thirteenth review left in the password-name rule (spellings outside
+it, an object under a password name, ``set_payload``'s ``key``) and Instagram-style media ids read
+as JCB cards, tried against real local-mode Qdrant. Each fix's test fails on the code before it
+(see docs/security-testing.md, "Fourteenth pass"); the others pin what still passes."""
+from __future__ import annotations
+
+
+import pytest
+
+from guardkit import models, snapshot
+from test_payload_fields import _kit_client, _stored, _write
+from test_payload_values import WEAK
+from qdrant_guard import GuardRefusal
+
+# A Luhn-valid 19-digit number in JCB's 3528..3589 range, as one Instagram media id in ten is.
+MEDIA = "3560417806123456789"
+VISA19 = "4560417806123456788"
+BCRYPT = "$2b$12$R9h/cIPz0gi.URNNX3kh2OPST9/PgBkqquzi.Ss7KIUgO2t0jWMUW"
+
+
+def _by(key, match):
+    return models.Filter(must=[models.FieldCondition(key=key, match=match)])
+
+
+def _refused(call) -> GuardRefusal:
+    with pytest.raises(GuardRefusal) as ei:
+        call()
+    return ei.value
+
+
+# -- 1. spellings outside the rule -------------------------------------------------------------------
+
+SPELLED = ["pass_word", "pass-word", "passWord", "db_pass_word", "db_pw", "PW", "pw", "userPw", "pswd", "smtp_pswd",
+           "db_pword", "db_pass", "DB_PASS", "smtp_pass", "mysql_pass", "user_pass", "admin_pass", "root_pass",
+           "ldap_pass", "redis_pass", "wifi_pass", "login_pass", "api_pass", "MYSQL_ROOT_PASS", "db2_pass",
+           "pass_phrase", "card_pin", "sim_pin", "SIM_PIN", "atmPin"]
+# Names whose values are ordinary data: tickets and rounds named "pass", postal PIN codes, map pins,
+# and the false positives the rule already passed.
+ORDINARY = {"boarding_pass": "BA0117-14C", "bus_pass": "monthly", "day_pass": "2026-12-05", "season_pass": "gold",
+            "first_pass": "tokenize", "second_pass": "link", "hall_pass": "library", "bypass": "on",
+            "compass": "north", "pass": "first", "pin": "560001", "PIN": "110001", "map_pin": "45.52,-122.68",
+            "pin_code": "400001", "pinned": "yes", "password_hash": BCRYPT, "password_changed_ms": 1733356800000,
+            "has_password": True, "PWD": "/home/alice", "keyword": "hunter", "zip_code": "94103",
+            "passage": "Call me Ishmael", "passenger": "Alice Smith", "pass_rate": "0.93", "pword_count": 3}
+
+
+@pytest.mark.parametrize("name", SPELLED)
+def test_password_spellings_outside_the_old_rule_are_credentials(tmp_path, name):
+    # Before: only password/passwd/passphrase/passcode/pwd as the last word were password names, so
+    # {"db_pass": "hunter2hunter2x"} and {"card_pin": 4921} were stored (the detector needs more
+    # than two character classes or high entropy) and filters on them passed.
+    kit, client = _kit_client(tmp_path)
+    before = snapshot(client, "c")
+    for payload in ({name: WEAK}, {"cfg": [{name: 4921}]}):
+        err = _refused(lambda: _write(client, "c", "upsert", payload))
+        assert err.verdict == "CREDENTIAL_IN_TEXT" and "password name" in str(err)
+    err = _refused(lambda: client.scroll("c", scroll_filter=_by(name, models.MatchValue(value=WEAK))))
+    assert err.verdict == "CREDENTIAL_IN_TEXT"
+    assert snapshot(client, "c") == before
+    assert WEAK not in (kit.tmp / "audit.jsonl").read_text()
+
+
+def test_ordinary_names_near_the_new_spellings_still_pass(tmp_path):
+    kit, client = _kit_client(tmp_path)
+    for col in ("c", "pub"):
+        _write(client, col, "upsert", ORDINARY)
+        assert _stored(client, col, "upsert") == ORDINARY
+    for key, value in ORDINARY.items():
+        if isinstance(value, str):
+            client.count("c", count_filter=_by(key, models.MatchValue(value=value)))
+    assert client.count("c", count_filter=_by("boarding_pass", models.MatchValue(value="BA0117-14C"))).count == 1
+    # Placeholders under the new names pass as under the old ones.
+    held = {"db_pass": "${DB_PASS}", "card_pin": "****", "PW": "[REDACTED]", "pass_word": ""}
+    _write(client, "c", "upsert", held, pid=3)
+    assert _stored(client, "c", "upsert", pid=3) == held
