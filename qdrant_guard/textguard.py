@@ -448,6 +448,14 @@ _PASS_OWNERS = frozenset({
 # and ``map_pin`` or ``pin_code`` (a postal code again) name no secret.
 _PIN_OWNERS = frozenset({"card", "sim", "atm", "debit", "credit", "bank", "account", "login", "security",
                          "access", "unlock", "wallet", "phone", "device"})
+# Keys of an object under a password name that hold the password itself (``{"password": {"value":
+# p}}``, ``{"db_password": {"current": p, "new": q}}``): a key made only of these words, or one of
+# no word or one character (``{"x": p}``, ``{"0": p}``). Any other key describes the password and
+# is read under its own name (``min_length``, ``algorithm``, ``hash``, and JSON Schema's ``type``,
+# ``title``, ``description``, ``format``).
+_HOLDER_WORDS = frozenset({"value", "val", "v", "plain", "plaintext", "clear", "cleartext", "secret", "current",
+                           "new", "old", "previous", "confirm", "confirmation", "initial", "temp", "temporary",
+                           "default", "raw", "data", "text", "string", "str", "input"})
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 # Not a password: placeholders such as "[REDACTED]", "<your password>", "${DB_PASSWORD}",
 # "{{ db_password }}", and the guard's own "[GENERIC_SECRET]" (empty and one-character runs apart).
@@ -461,6 +469,8 @@ _NAME_FIELDS = ("name", "key", "field", "Name", "Key", "Field", "NAME", "KEY", "
 _VALUE_FIELDS = ("value", "Value", "VALUE", "ParameterValue", "OutputValue")
 # Field names of product barcodes (_barcode).
 _BARCODE_WORDS = frozenset({"ean", "gtin", "upc", "isbn", "barcode"})
+# One key of a Qdrant key path: quoted, or up to the next "." or "["; an index ("[0]", "[]") aside.
+_PATH_PART = re.compile(r'"([^"]*)"|\[[^\]]*\]|([^.\["]+)')
 # An absolute or home-relative POSIX path without spaces.
 _PATH_VALUE = re.compile(r"~?/\S*\Z")
 
@@ -514,6 +524,33 @@ def _password_name(name: str) -> bool:
     return before == "pass"
 
 
+def _holder_key(key: str) -> bool:
+    """Whether ``key``, in an object under a password name, holds the password (``_HOLDER_WORDS``)."""
+    if len(key) <= 1:
+        return True
+    words = _name_words(key)
+    return all(w.isdigit() or w.lower() in _HOLDER_WORDS for w in words)
+
+
+def _path_names(path: str) -> list[str]:
+    """The keys of a Qdrant key path (``creds.password``, ``env[0].value``, ``"a.b".c``), indexes aside."""
+    return [m.group(1) if m.group(1) is not None else m.group(2) for m in _PATH_PART.finditer(path)
+            if m.group(1) is not None or m.group(2)]
+
+
+def path_password_name(path: str) -> str | None:
+    """The password name a value at key path ``path`` is read under, None when there is none: its
+    last key when that is a password name (:func:`_password_name`), or the password name an object
+    of it holds the value under (``password.value``, ``db_password.x``: :func:`_holder_key`)."""
+    names = _path_names(path) or [path]
+    for i in range(len(names) - 1, -1, -1):
+        if _password_name(names[i]):
+            return names[i]
+        if i == 0 or not _holder_key(names[i]):
+            return None
+    return None
+
+
 def _number_bound(key: str) -> int:
     """What a clean key is remembered with: numbers of smaller magnitude under it need no screen
     (``_SHORT_NUMBER``), or ``_KEY_PASSWORD``."""
@@ -535,10 +572,12 @@ def _working_directory(name: str, value: str) -> bool:
 
 
 def password_value(name: str, value: str) -> bool:
-    """Whether ``value`` given under field ``name`` is a password by the password-name rule (a
-    password name, not a placeholder, not a working directory under ``pwd``): what the payload
-    screen finds besides the detector, and so do filters (a match on a password field names one)."""
-    return _password_name(name) and not _placeholder(value) and not _working_directory(name, value)
+    """Whether ``value`` given under field ``name`` (a key path: :func:`path_password_name`) is a
+    password by the password-name rule (a password name, not a placeholder, not a working directory
+    under ``pwd``): what the payload screen finds besides the detector, and so do filters (a match
+    on a password field names one, as does one on ``password.value``)."""
+    held = path_password_name(name)
+    return held is not None and not _placeholder(value) and not _working_directory(held, value)
 
 
 def password_name_why(name: str, verb: str = "store") -> str:
@@ -588,7 +627,10 @@ class _FieldScreen:
         self.remember = True  # False while a sibling object's value is read under "value" (obj)
         self.found = 0  # values with a finding so far
 
-    def obj(self, value: dict[Any, Any], path: str, skip: Mapping[str, str] | None = None) -> dict[Any, Any]:
+    def obj(self, value: dict[Any, Any], path: str, skip: Mapping[str, str] | None = None,
+            secret: str | None = None) -> dict[Any, Any]:
+        """``value`` screened (``path``: where it is, for refusals). ``secret``: the password name the
+        object is under; its keys that hold the password (:func:`_holder_key`) are read under it."""
         out: dict[Any, Any] = {}
         changed = False
         clean_keys, clean_values = self.clean_keys, self.clean_values
@@ -599,7 +641,8 @@ class _FieldScreen:
             # A remembered clean key with a remembered clean string, a short number, true, false
             # or null, is what the screen below returns unchanged; only the check for a key stored
             # twice is left.
-            if type(k) is str and (not skip or k not in skip) and k not in out and not (names and k in _VALUE_FIELDS):
+            if (type(k) is str and (not skip or k not in skip) and k not in out and not (names and k in _VALUE_FIELDS)
+                    and not (secret and _holder_key(k))):
                 bound = clean_keys.get(k)
                 if bound is not None:
                     tv = type(v)
@@ -627,7 +670,11 @@ class _FieldScreen:
                 screened = [x if isinstance(x, str) else self.node(x, nk, f"{at}[{i}]") for i, x in enumerate(items)]
                 nv = v if sent is v and all(a is b for a, b in zip(screened, sent)) else screened
             else:
-                if names and k in _VALUE_FIELDS:
+                if secret and isinstance(k, str) and _holder_key(k):
+                    # {"password": {"value": p}}: p is the password, read under the password name
+                    # only (under "value" first, a clean answer would be remembered for "value").
+                    nv = self.node(v, secret, at)
+                elif names and k in _VALUE_FIELDS:
                     # {"name": "db_password", "value": v}: v is read under its name as well. Under
                     # "value" it is remembered only once every name found it clean too: what a
                     # name finds is a secret, and none stays in memory past its call.
@@ -668,7 +715,7 @@ class _FieldScreen:
         if isinstance(value, str):
             return self.value(value, key, at)
         if isinstance(value, dict):
-            return self.obj(value, at)
+            return self.obj(value, at, secret=key if isinstance(key, str) and self.password_key(key) else None)
         if isinstance(value, _ARRAYS):
             items = list(value)
             out = [self.node(x, key, f"{at}[{i}]") for i, x in enumerate(items)]
@@ -680,6 +727,11 @@ class _FieldScreen:
         # as a string would: no number can stand for a placeholder.
         screened = self.value(digits, key, at)
         return value if screened == digits else screened
+
+    def password_key(self, key: str) -> bool:
+        """Whether ``key`` is a password name (:func:`_password_name`), remembered or not."""
+        bound = self.clean_keys.get(key)
+        return _password_name(key) if bound is None else bound == _KEY_PASSWORD
 
     def key(self, key: Any, path: str) -> tuple[Any, str]:
         """The key to store and the key as it may be logged (redacted: a path names it in refusals)."""
@@ -713,9 +765,7 @@ class _FieldScreen:
         if found and _barcode(name, value):
             found = [f for f in found if f.type != "CREDIT_CARD"]
         if not found:
-            bound = self.clean_keys.get(name)
-            password = _password_name(name) if bound is None else bound == _KEY_PASSWORD
-            if password and not _placeholder(value) and not _working_directory(name, value):
+            if self.password_key(name) and not _placeholder(value) and not _working_directory(name, value):
                 found = [_detect.Finding("GENERIC_SECRET", h, h + n, "password-name", "CREDENTIAL")]
                 why = password_name_why(name)
             else:

@@ -73,3 +73,60 @@ def test_ordinary_names_near_the_new_spellings_still_pass(tmp_path):
     held = {"db_pass": "${DB_PASS}", "card_pin": "****", "PW": "[REDACTED]", "pass_word": ""}
     _write(client, "c", "upsert", held, pid=3)
     assert _stored(client, "c", "upsert", pid=3) == held
+
+
+# -- 2. an object under a password name --------------------------------------------------------------
+
+HELD = [{"password": {"value": WEAK}}, {"db_password": {"current": WEAK, "previous": "x"}},
+        {"password": {"v": WEAK}}, {"password": {"x": WEAK}}, {"password": {"0": WEAK}},
+        {"password": {"newValue": WEAK}}, {"cfg": {"pw": [{"plaintext": WEAK}]}}, {"password": {"value": {"text": WEAK}}},
+        {"password": {"value": 12345678}}, {"password": {"value": [WEAK]}}, {"db_pass": {"Value": WEAK}},
+        {"password": {"confirm": WEAK}}, {"admin_password": {"default": WEAK}}]
+
+
+@pytest.mark.parametrize("payload", HELD)
+def test_a_password_held_in_an_object_under_a_password_name_is_a_credential(tmp_path, payload):
+    # Before: the object's keys were read as names of their own, so {"password": {"value": p}}
+    # stored p in the clear.
+    kit, client = _kit_client(tmp_path)
+    before = snapshot(client, "c")
+    err = _refused(lambda: _write(client, "c", "upsert", payload))
+    assert err.verdict == "CREDENTIAL_IN_TEXT" and "password name" in str(err)
+    assert snapshot(client, "c") == before
+    assert _refused(lambda: _write(client, "pub", "upsert", payload)).verdict == "SENSITIVITY_MISMATCH"
+
+
+def test_a_held_password_is_redacted_and_not_passed_by_a_remembered_pair(tmp_path):
+    kit, client = _kit_client(tmp_path, sens={"credentials_in_text": "redact"})
+    # {"value": p} alone is no password, and the screen remembers the pair as clean: under a
+    # password name the pair must not pass from that memory.
+    _write(client, "c", "upsert", {"value": WEAK}, pid=3)
+    assert _stored(client, "c", "upsert", pid=3) == {"value": WEAK}
+    _write(client, "c", "upsert", {"password": {"value": WEAK, "algorithm": "bcrypt"}, "n": [{"pw": {"v": 1234}}]})
+    assert _stored(client, "c", "upsert") == {"password": {"value": "[GENERIC_SECRET]", "algorithm": "bcrypt"},
+                                              "n": [{"pw": {"v": "[GENERIC_SECRET]"}}]}
+
+
+def test_objects_describing_a_password_still_pass(tmp_path):
+    kit, client = _kit_client(tmp_path)
+    ordinary = {
+        "password": {"min_length": 12, "require_symbols": True, "algorithm": "bcrypt", "hash": BCRYPT,
+                     "help_text": "At least 12 characters", "expires_days": 90},
+        "form": {"properties": {"password": {"type": "string", "format": "password", "title": "Password",
+                                             "description": "Your account password", "minLength": 8}}},
+        "db_password": {"value": "${DB_PASSWORD}", "source": "vault"},
+        "policy": {"value": WEAK},
+    }
+    for col in ("c", "pub"):
+        _write(client, col, "upsert", ordinary)
+        assert _stored(client, col, "upsert") == ordinary
+
+
+def test_a_filter_on_a_held_password_is_refused(tmp_path):
+    kit, client = _kit_client(tmp_path)
+    for key in ("password.value", "users[].db_password.current", "cfg.pw[0].v", "password.value.text"):
+        err = _refused(lambda: client.count("c", count_filter=_by(key, models.MatchValue(value=WEAK))))
+        assert err.verdict == "CREDENTIAL_IN_TEXT" and "password name" in str(err)
+    for key, value in (("password.algorithm", "bcrypt"), ("password.value", "[REDACTED]"),
+                       ("policy.value", WEAK), ("form.properties.password.format", "password")):
+        client.count("c", count_filter=_by(key, models.MatchValue(value=value)))
