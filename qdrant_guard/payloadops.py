@@ -59,7 +59,7 @@ class PayloadOps(TextOps):
         else:
             # Set below the key: no text field or receipt container there (the key itself is
             # screened as a field name, with the call's filters).
-            payload = self.screen_payload_fields(op, name, pol, payload, point_id=None, top=False)
+            payload = self.screen_payload_fields(op, name, pol, payload, point_id=None, top=False, under=key)
         return payload
 
     def op_set_payload(self, method: str, args: dict[str, Any]) -> Op:

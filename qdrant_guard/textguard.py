@@ -126,7 +126,7 @@ class TextOps(GuardPipeline):
         payload = _as_dict(payload)
         if key is not None:
             self.public_key_path(op, name, pol, key)
-            return self.screen_payload_fields(op, name, pol, payload, point_id=point_id, top=False)
+            return self.screen_payload_fields(op, name, pol, payload, point_id=point_id, top=False, under=key)
         if not isinstance(payload, dict):
             return payload
         payload = self.screen_payload_fields(op, name, pol, payload, point_id=point_id)
@@ -288,12 +288,16 @@ class TextOps(GuardPipeline):
         self.shared["clean_keys_held"] = held + 1
 
     def screen_payload_fields(self, op: str, name: str, pol: CollectionPolicy, payload: Any, *,
-                              point_id: Any, top: bool = True) -> Any:
+                              point_id: Any, top: bool = True, under: Any = None) -> Any:
         """``payload`` with every string besides the text field, values and keys at any depth,
         screened per ``payload_fields`` (the same object when nothing changed; a dict otherwise).
         ``top``: ``payload`` is the point's whole payload (its text field, screened by
         :meth:`guard_payload_text`, and on sensitive collections its receipt container, which the
         guard verifies and writes itself, are skipped), not a ``set_payload`` value under a key.
+        ``under``: that key (a Qdrant key path); the payload is read as the object it is stored as
+        there, so under a password name (``key="db_password"``, ``key="creds.password"``) its keys
+        that hold a password are read as one (``_holder_key``). Only the path is known: a stored
+        sibling (``key="env[0]"`` beside a stored ``name``) is not read.
 
         Raises:
             GuardRefusal: CREDENTIAL_IN_TEXT or SENSITIVITY_MISMATCH as :meth:`screen_text` (the
@@ -310,7 +314,9 @@ class TextOps(GuardPipeline):
                 skip[pol.text_field] = "text"
             if not pol.is_public:
                 skip[RECEIPT_KEY] = "receipt"
-        return _FieldScreen(self, op, name, pol, point_id, keep_pii, *self.clean_memory(name)).obj(payload, "", skip)
+        secret = path_password_name(under) if isinstance(under, str) else None
+        return _FieldScreen(self, op, name, pol, point_id, keep_pii, *self.clean_memory(name)).obj(
+            payload, "", skip, secret)
 
     def embed_documents(self, op: str, name: str, pol: CollectionPolicy, vecs: dict[str, Any], *,
                         where: str) -> Op:

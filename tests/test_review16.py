@@ -4,13 +4,14 @@ as JCB cards, tried against real local-mode Qdrant. Each fix's test fails on the
 (see docs/security-testing.md, "Fourteenth pass"); the others pin what still passes."""
 from __future__ import annotations
 
+import asyncio
 
 import pytest
 
-from guardkit import models, snapshot
-from test_payload_fields import _kit_client, _stored, _write
+from guardkit import audit_records, models, snapshot
+from test_payload_fields import _kit_client, _stored, _vec, _write
 from test_payload_values import WEAK
-from qdrant_guard import GuardRefusal
+from qdrant_guard import AsyncQdrantClient, GuardRefusal
 
 # A Luhn-valid 19-digit number in JCB's 3528..3589 range, as one Instagram media id in ten is.
 MEDIA = "3560417806123456789"
@@ -130,3 +131,58 @@ def test_a_filter_on_a_held_password_is_refused(tmp_path):
     for key, value in (("password.algorithm", "bcrypt"), ("password.value", "[REDACTED]"),
                        ("policy.value", WEAK), ("form.properties.password.format", "password")):
         client.count("c", count_filter=_by(key, models.MatchValue(value=value)))
+
+
+# -- 3. set_payload's key ----------------------------------------------------------------------------
+
+KEYED = [({"x": WEAK}, "db_password"), ({"value": WEAK}, "creds.password"), ({"x": WEAK}, "password.value"),
+         ({"v": 12345678}, "users[0].db_pass"), ({"a": {"b": 1}, "0": WEAK}, '"my.password"')]
+
+
+@pytest.mark.parametrize("payload,key", KEYED)
+def test_set_payload_under_a_password_key_reads_the_payload_there(tmp_path, payload, key):
+    # Before: the payload was screened without the path it is stored under, so {"x": p} set at
+    # key="db_password" stored p as db_password.x.
+    kit, client = _kit_client(tmp_path)
+    before = snapshot(client, "c")
+    calls = (lambda: client.set_payload("c", payload=payload, points=[1], key=key),
+             lambda: client.batch_update_points("c", [models.SetPayloadOperation(
+                 set_payload=models.SetPayload(payload=payload, points=[1], key=key))]))
+    for call in calls:
+        assert _refused(call).verdict == "CREDENTIAL_IN_TEXT"
+    assert snapshot(client, "c") == before
+    assert _refused(lambda: client.set_payload("pub", payload=payload, points=[1], key=key)).verdict \
+        == "SENSITIVITY_MISMATCH"
+    assert WEAK not in (kit.tmp / "audit.jsonl").read_text()
+    assert any(r.get("verdict") == "CREDENTIAL_IN_TEXT" for r in audit_records(kit))
+
+
+def test_set_payload_under_other_keys_and_describing_objects_still_pass(tmp_path):
+    kit, client = _kit_client(tmp_path)
+    for payload, key in (({"x": WEAK}, "meta"), ({"min_length": 12, "algorithm": "bcrypt"}, "password"),
+                         ({"value": "${DB_PASSWORD}"}, "db_password"), ({"value": WEAK}, "env[0]")):
+        client.set_payload("c", payload=payload, points=[1], key=key)
+    stored = {p: pl for p, pl, _ in snapshot(client, "c")}[1]
+    assert stored["meta"] == {"x": WEAK}
+    assert stored["password"] == {"min_length": 12, "algorithm": "bcrypt"}
+
+
+def test_async_set_payload_under_a_password_key_is_refused(tmp_path):
+    kit, _ = _kit_client(tmp_path)
+
+    async def run():
+        a = AsyncQdrantClient(":memory:", guard=kit.config({"c": {"class": "PII", "owner": "hr", "text_field": "text",
+                                                                  "intent": {"enabled": False}}}),
+                              principal=kit.principal("alice", "hr"))
+        await a.create_collection("c", vectors_config=models.VectorParams(size=len(_vec(1)),
+                                                                          distance=models.Distance.COSINE))
+        await a.upsert("c", [models.PointStruct(id=1, vector=_vec(1), payload={"text": "hello"})])
+        with pytest.raises(GuardRefusal) as ei:
+            await a.set_payload("c", payload={"x": WEAK}, points=[1], key="db_password")
+        await a.set_payload("c", payload={"x": WEAK}, points=[1], key="meta")
+        (rec,), _ = await a.scroll("c", with_payload=True)
+        return ei.value, rec.payload
+
+    err, payload = asyncio.run(run())
+    assert err.verdict == "CREDENTIAL_IN_TEXT" and "password name 'db_password'" in str(err)
+    assert "db_password" not in payload and payload["meta"] == {"x": WEAK}
