@@ -17,7 +17,7 @@ from .errors import QdrantGuardError
 from .pipeline import Offload, Op
 from .policy import CollectionPolicy
 from .sources import path_head
-from .textguard import EmbedderError, TextOps, password_name_why, password_value
+from .textguard import EmbedderError, TextOps, no_card, password_name_why, password_value
 
 # Inputs that carry text the guard did not check (a top-level models.Document is checked).
 _TEXT_INPUTS = (models.Document, models.InferenceObject, models.TextQuery)
@@ -289,6 +289,9 @@ class QueryChecks(TextOps):
                 text = str(item)
                 self._filter_structure(op, name, pol, at, text, details, full_text=type(match) in _FULL_TEXT)
                 findings = _detect.find_sensitive(f"{key}: {text}")
+                if findings and no_card(key, text):
+                    # As in a payload: a barcode or a media id under a name for one is no card.
+                    findings = [f for f in findings if f.type != "CREDIT_CARD"]
                 if not findings and password_value(key, text):
                     # As in a payload: a filter that names a password field carries a password, and
                     # matching it asks whether a point holds that password.

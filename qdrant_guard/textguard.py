@@ -475,6 +475,8 @@ _NAME_FIELDS = ("name", "key", "field", "Name", "Key", "Field", "NAME", "KEY", "
 _VALUE_FIELDS = ("value", "Value", "VALUE", "ParameterValue", "OutputValue")
 # Field names of product barcodes (_barcode).
 _BARCODE_WORDS = frozenset({"ean", "gtin", "upc", "isbn", "barcode"})
+# Words of a field name that say it may hold a card number (_media_id).
+_CARD_WORDS = frozenset({"card", "cards", "pan", "cc", "credit", "payment", "payments", "jcb"})
 # One key of a Qdrant key path: quoted, or up to the next "." or "["; an index ("[0]", "[]") aside.
 _PATH_PART = re.compile(r'"([^"]*)"|\[[^\]]*\]|([^.\["]+)')
 # An absolute or home-relative POSIX path without spaces.
@@ -607,6 +609,25 @@ def _barcode(name: str, value: str) -> bool:
         return False
     body = [int(c) for c in reversed(value[:-1])]
     return (10 - sum(d * (3 if i % 2 == 0 else 1) for i, d in enumerate(body)) % 10) % 10 == int(value[-1])
+
+
+def _media_id(name: str, value: str) -> bool:
+    """A 19-digit id in 3528..3589e15 under a field whose last word is ``id``/``ids`` (``media_id``,
+    ``id``) and none of whose words names a card (``_CARD_WORDS``): Instagram's media ids fall in
+    JCB's 19-digit range, and one in ten passes Luhn (``card_id`` holding a card still is one)."""
+    if not (len(value) == 19 and value.isascii() and value.isdigit() and "3528" <= value[:4] <= "3589"):
+        return False
+    words = [w.lower() for w in _name_words(name)]
+    while words and words[-1].isdigit():
+        words.pop()
+    return bool(words) and words[-1] in ("id", "ids") and not _CARD_WORDS.intersection(words)
+
+
+def no_card(name: str, value: str) -> bool:
+    """Whether ``value`` under field ``name`` (a key or key path) is no card number whatever Luhn says:
+    a product barcode (:func:`_barcode`) or a media id (:func:`_media_id`). The payload screen and
+    filters drop their ``CREDIT_CARD`` findings alike."""
+    return _barcode(name, value) or _media_id(name, value)
 
 
 def _number_text(value: Any) -> str | None:
@@ -768,7 +789,7 @@ class _FieldScreen:
         n, h = len(value), len(head)
         why = ""
         found = [f for f in _detect.find_sensitive(f"{head}{value}{quote}") if f.end > h and f.start < h + n]
-        if found and _barcode(name, value):
+        if found and no_card(name, value):
             found = [f for f in found if f.type != "CREDIT_CARD"]
         if not found:
             if self.password_key(name) and not _placeholder(value) and not _working_directory(name, value):

@@ -10,7 +10,7 @@ import pytest
 
 from guardkit import audit_records, models, snapshot
 from test_payload_fields import _kit_client, _stored, _vec, _write
-from test_payload_values import WEAK
+from test_payload_values import CARD, WEAK, _found
 from qdrant_guard import AsyncQdrantClient, GuardRefusal
 
 # A Luhn-valid 19-digit number in JCB's 3528..3589 range, as one Instagram media id in ten is.
@@ -186,3 +186,41 @@ def test_async_set_payload_under_a_password_key_is_refused(tmp_path):
     err, payload = asyncio.run(run())
     assert err.verdict == "CREDENTIAL_IN_TEXT" and "password name 'db_password'" in str(err)
     assert "db_password" not in payload and payload["meta"] == {"x": WEAK}
+
+
+# -- 4. 19-digit media ids in JCB's range ----------------------------------------------------------
+
+def test_media_ids_in_the_jcb_range_are_stored_under_an_id_name(tmp_path):
+    # Before: a PUBLIC collection refused about one Instagram media id in ten as a JCB card.
+    kit, client = _kit_client(tmp_path)
+    assert _found("note", MEDIA) and [f.type for f in _found("media_id", MEDIA)] == ["CREDIT_CARD"]
+    payload = {"media_id": int(MEDIA), "id": MEDIA, "post": {"mediaIds": [int(MEDIA), MEDIA]}, "ig_id2": MEDIA}
+    _write(client, "pub", "upsert", payload)
+    assert _stored(client, "pub", "upsert") == payload
+    (tmp_path / "all").mkdir()
+    kit, client = _kit_client(tmp_path / "all", sens={"payload_fields": "all"})
+    _write(client, "c", "upsert", payload)
+    assert _stored(client, "c", "upsert") == payload
+
+
+@pytest.mark.parametrize("payload", [{"card_id": MEDIA}, {"cc_id": int(MEDIA)}, {"paymentId": MEDIA},
+                                     {"media": int(MEDIA)}, {"id": "4111111111111111"}, {"id": CARD},
+                                     {"media_id": VISA19}])
+def test_the_media_id_exemption_needs_an_id_name_without_a_card_word_and_the_jcb_range(tmp_path, payload):
+    kit, client = _kit_client(tmp_path)
+    assert _found("media_id", VISA19)  # a 19-digit Visa number, outside JCB's range
+    assert _refused(lambda: _write(client, "pub", "upsert", payload)).verdict == "SENSITIVITY_MISMATCH"
+
+
+def test_a_filter_on_a_media_id_or_a_barcode_is_no_card_probe(tmp_path):
+    # Before: the filter screen read the id as a JCB card (and an EAN-13 as a Visa number), so a
+    # sensitive collection refused a lookup by media id or barcode (filter_pii = "refuse").
+    kit, client = _kit_client(tmp_path)
+    _write(client, "c", "upsert", {"media_id": int(MEDIA), "ean": "4684847513501"})
+    for key, value in (("media_id", int(MEDIA)), ("media_id", MEDIA), ("post.mediaIds[]", int(MEDIA)),
+                       ("ean", "4684847513501")):
+        client.count("c", count_filter=_by(key, models.MatchValue(value=value)))
+    assert client.count("c", count_filter=_by("media_id", models.MatchValue(value=int(MEDIA)))).count == 1
+    for key, value in (("card_id", int(MEDIA)), ("media", MEDIA), ("media_id", VISA19), ("ean", "4111111111111111")):
+        err = _refused(lambda: client.count("c", count_filter=_by(key, models.MatchValue(value=value))))
+        assert err.verdict == "QUERY_REJECTED"
