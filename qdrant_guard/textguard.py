@@ -296,7 +296,8 @@ class TextOps(GuardPipeline):
         guard verifies and writes itself, are skipped), not a ``set_payload`` value under a key.
         ``under``: that key (a Qdrant key path); the payload is read as the object it is stored as
         there, so under a password name (``key="db_password"``, ``key="creds.password"``) its keys
-        that hold a password are read as one (``_holder_key``). Only the path is known: a stored
+        that hold a password are read as one (``_holder_key``), and under an account or service
+        name (``key="smtp"``) a bare ``pass`` key is ``smtp.pass``. Only the path is known: a stored
         sibling (``key="env[0]"`` beside a stored ``name``) is not read.
 
         Raises:
@@ -314,9 +315,13 @@ class TextOps(GuardPipeline):
                 skip[pol.text_field] = "text"
             if not pol.is_public:
                 skip[RECEIPT_KEY] = "receipt"
-        secret = path_password_name(under) if isinstance(under, str) else None
+        secret = owner = None
+        if isinstance(under, str):
+            secret = path_password_name(under)
+            last = (_path_names(under) or [under])[-1]
+            owner = last if secret is None and _pass_owner(last) else None
         return _FieldScreen(self, op, name, pol, point_id, keep_pii, *self.clean_memory(name)).obj(
-            payload, "", skip, secret)
+            payload, "", skip, secret, owner)
 
     def embed_documents(self, op: str, name: str, pol: CollectionPolicy, vecs: dict[str, Any], *,
                         where: str) -> Op:
@@ -438,18 +443,22 @@ _PASSWORD_WORDS = ("password", "passwd", "passphrase", "passcode", "pwd")
 # Abbreviations that name nothing but a password as the last word (``db_pw``, ``PW``, ``smtpPswd``).
 _PASSWORD_SHORT = frozenset({"pw", "pswd", "pword"})
 # "pass" names a password after the account or service it opens (``db_pass``, ``SMTP_PASS``,
-# ``mysql_root_pass``); alone or after any other word it is as often a ticket, a round or a result
-# (``{"pass": "first"}``, ``boarding_pass``, ``day_pass``, ``first_pass``). A list of the senses that
-# are no password could never be complete, and each miss would refuse ordinary data; a miss here
-# leaves a password to the detector, as before.
+# ``mysql_root_pass``), and so does a bare "pass" key in an object under such a name (nodemailer's
+# ``{"auth": {"user": u, "pass": p}}``, ``{"smtp": {"pass": p}}``: read as ``auth.pass``); alone or
+# after any other word it is as often a ticket, a round or a result (``{"pass": "first"}``,
+# ``boarding_pass``, ``day_pass``, ``first_pass``). A list of the senses that are no password could
+# never be complete, and each miss would refuse ordinary data; a miss here leaves a password to the
+# detector, as before.
 _PASS_OWNERS = frozenset({
     "db", "database", "sql", "mysql", "mariadb", "pg", "postgres", "postgresql", "psql", "mssql", "oracle",
     "mongo", "mongodb", "redis", "rabbitmq", "amqp", "mq", "kafka", "sasl", "elastic", "es", "jdbc", "ldap",
     "bind", "smtp", "imap", "pop", "pop3", "mail", "email", "ftp", "sftp", "ssh", "vnc", "rdp", "vpn",
     "proxy", "wifi", "wlan", "router", "user", "username", "usr", "admin", "root", "sudo", "master", "login",
     "logon", "account", "acct", "auth", "api", "app", "client", "service", "svc", "keystore", "truststore",
-    "key", "cert", "registry", "docker", "git", "repo", "web", "http", "basic",
+    "key", "cert", "registry", "docker", "git", "repo", "web", "http", "basic", "credential", "credentials", "creds",
 })
+# A bare "pass" key, read under its object's name (_FieldScreen.node).
+_BARE_PASS = ("pass", "PASS", "Pass")
 # "pin" only after what it unlocks: alone it is also India's postal code (``{"pin": "560001"}``),
 # and ``map_pin`` or ``pin_code`` (a postal code again) name no secret.
 _PIN_OWNERS = frozenset({"card", "sim", "atm", "debit", "credit", "bank", "account", "login", "security",
@@ -546,14 +555,23 @@ def _path_names(path: str) -> list[str]:
             if m.group(1) is not None or m.group(2)]
 
 
+def _pass_owner(name: str) -> bool:
+    """Whether a bare ``pass`` key in an object under ``name`` names a password (``auth``, ``smtp``,
+    ``db``: ``_PASS_OWNERS``), as ``auth_pass`` would."""
+    return _password_name(name + "_pass")
+
+
 def path_password_name(path: str) -> str | None:
     """The password name a value at key path ``path`` is read under, None when there is none: its
-    last key when that is a password name (:func:`_password_name`), or the password name an object
-    of it holds the value under (``password.value``, ``db_password.x``: :func:`_holder_key`)."""
+    last key when that is a password name (:func:`_password_name`; a bare ``pass`` under an account
+    or service name as ``auth.pass``), or the password name an object of it holds the value under
+    (``password.value``, ``db_password.x``: :func:`_holder_key`)."""
     names = _path_names(path) or [path]
     for i in range(len(names) - 1, -1, -1):
         if _password_name(names[i]):
             return names[i]
+        if i and names[i] in _BARE_PASS and _pass_owner(names[i - 1]):
+            return f"{names[i - 1]}.{names[i]}"
         if i == 0 or not _holder_key(names[i]):
             return None
     return None
@@ -655,9 +673,11 @@ class _FieldScreen:
         self.found = 0  # values with a finding so far
 
     def obj(self, value: dict[Any, Any], path: str, skip: Mapping[str, str] | None = None,
-            secret: str | None = None) -> dict[Any, Any]:
+            secret: str | None = None, owner: str | None = None) -> dict[Any, Any]:
         """``value`` screened (``path``: where it is, for refusals). ``secret``: the password name the
-        object is under; its keys that hold the password (:func:`_holder_key`) are read under it."""
+        object is under; its keys that hold the password (:func:`_holder_key`) are read under it.
+        ``owner``: the account or service name it is under (:func:`_pass_owner`); a bare ``pass``
+        key's value is read under ``owner.pass``."""
         out: dict[Any, Any] = {}
         changed = False
         clean_keys, clean_values = self.clean_keys, self.clean_values
@@ -669,7 +689,7 @@ class _FieldScreen:
             # or null, is what the screen below returns unchanged; only the check for a key stored
             # twice is left.
             if (type(k) is str and (not skip or k not in skip) and k not in out and not (names and k in _VALUE_FIELDS)
-                    and not (secret and _holder_key(k))):
+                    and not (secret and _holder_key(k)) and not (owner and k in _BARE_PASS)):
                 bound = clean_keys.get(k)
                 if bound is not None:
                     tv = type(v)
@@ -701,6 +721,8 @@ class _FieldScreen:
                     # {"password": {"value": p}}: p is the password, read under the password name
                     # only (under "value" first, a clean answer would be remembered for "value").
                     nv = self.node(v, secret, at)
+                elif owner and k in _BARE_PASS:
+                    nv = self.node(v, f"{owner}.{k}", at)  # {"auth": {"pass": p}}: auth.pass
                 elif names and k in _VALUE_FIELDS:
                     # {"name": "db_password", "value": v}: v is read under its name as well. Under
                     # "value" it is remembered only once every name found it clean too: what a
@@ -742,7 +764,12 @@ class _FieldScreen:
         if isinstance(value, str):
             return self.value(value, key, at)
         if isinstance(value, dict):
-            return self.obj(value, at, secret=key if isinstance(key, str) and self.password_key(key) else None)
+            if isinstance(key, str):
+                if self.password_key(key):
+                    return self.obj(value, at, secret=key)
+                if ("pass" in value or "PASS" in value or "Pass" in value) and _pass_owner(key):
+                    return self.obj(value, at, owner=key)
+            return self.obj(value, at)
         if isinstance(value, _ARRAYS):
             items = list(value)
             out = [self.node(x, key, f"{at}[{i}]") for i, x in enumerate(items)]

@@ -76,6 +76,30 @@ def test_ordinary_names_near_the_new_spellings_still_pass(tmp_path):
     assert _stored(client, "c", "upsert", pid=3) == held
 
 
+def test_a_bare_pass_under_an_account_or_service_name_is_a_password(tmp_path):
+    # nodemailer's {"auth": {"user": u, "pass": p}} and {"smtp": {"pass": p}}: before, a bare "pass"
+    # key was data wherever it stood, so p was stored and a filter on auth.pass passed.
+    kit, client = _kit_client(tmp_path)
+    before = snapshot(client, "c")
+    for payload in ({"mail": {"auth": {"user": "bob", "pass": WEAK}}}, {"smtp": [{"host": "mx", "PASS": WEAK}]},
+                    {"db": {"pass": 12345678}}, {"credentials": {"Pass": WEAK}}):
+        err = _refused(lambda: _write(client, "c", "upsert", payload))
+        assert err.verdict == "CREDENTIAL_IN_TEXT" and "password name" in str(err)
+    err = _refused(lambda: client.set_payload("c", payload={"user": "bob", "pass": WEAK}, points=[1], key="smtp"))
+    assert err.verdict == "CREDENTIAL_IN_TEXT"
+    for key in ("mail.auth.pass", "smtp[].PASS"):
+        err = _refused(lambda: client.count("c", count_filter=_by(key, models.MatchValue(value=WEAK))))
+        assert err.verdict == "CREDENTIAL_IN_TEXT"
+    assert snapshot(client, "c") == before
+    # A pass that is a ticket, or a bare pass with no account or service name over it, is data.
+    ordinary = {"ticket": {"pass": "gold"}, "pass": "first", "visit": {"user": "bob", "pass": "season"},
+                "auth": {"user": "bob", "pass": "${SMTP_PASS}"}}
+    _write(client, "c", "upsert", ordinary)
+    assert _stored(client, "c", "upsert") == ordinary
+    client.set_payload("c", payload={"pass": "gold"}, points=[1], key="ticket")
+    client.count("c", count_filter=_by("ticket.pass", models.MatchValue(value="gold")))
+
+
 # -- 2. an object under a password name --------------------------------------------------------------
 
 HELD = [{"password": {"value": WEAK}}, {"db_password": {"current": WEAK, "previous": "x"}},
