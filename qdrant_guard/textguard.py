@@ -514,8 +514,9 @@ def _password_name(name: str) -> bool:
     """True when ``name``'s last word (snake_case, kebab-case, dotted or camelCase; trailing digits
     aside; :func:`_name_words`) is a password word, or ends with one other than ``pwd``
     (``dbpassword``): ``password``, ``DB_PASSWORD``, ``userPassword2``, ``adminpasswd``, ``pwd``;
-    or ``pw``, ``pswd``, ``pword`` (``db_pw``, ``PW``); or ``word``/``phrase``/``code`` after
-    ``pass`` (``pass_word``, ``pass-word``); or ``pass`` after an account or service word
+    or ``pw``, ``pswd``, ``pword`` (``db_pw``, ``PW``); or ``word``/``phrase``/``code`` after a
+    ``pass`` that is the first word or a password name itself (``pass_word``, ``pass-word``,
+    ``db_pass_code``; not ``boarding_pass_code``); or ``pass`` after an account or service word
     (``_PASS_OWNERS``: ``db_pass``, ``SMTP_PASS``, ``admin_pass``); or ``pin`` after what it unlocks
     (``_PIN_OWNERS``: ``card_pin``, ``SIM_PIN``). Not ``password_policy``, ``passwordHash``,
     ``passwords`` (a count as often as a list), ``pass``, ``boarding_pass``, ``first_pass``,
@@ -538,7 +539,8 @@ def _password_name(name: str) -> bool:
         return before in _PASS_OWNERS
     if last == "pin":
         return before in _PIN_OWNERS
-    return before == "pass"
+    # pass_word, db_pass_code; not boarding_pass_code (a ticket's code).
+    return before == "pass" and (len(words) < 2 or _password_name("_".join(words)))
 
 
 def _holder_key(key: str) -> bool:

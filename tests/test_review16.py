@@ -34,7 +34,7 @@ def _refused(call) -> GuardRefusal:
 SPELLED = ["pass_word", "pass-word", "passWord", "db_pass_word", "db_pw", "PW", "pw", "userPw", "pswd", "smtp_pswd",
            "db_pword", "db_pass", "DB_PASS", "smtp_pass", "mysql_pass", "user_pass", "admin_pass", "root_pass",
            "ldap_pass", "redis_pass", "wifi_pass", "login_pass", "api_pass", "MYSQL_ROOT_PASS", "db2_pass",
-           "pass_phrase", "card_pin", "sim_pin", "SIM_PIN", "atmPin"]
+           "pass_phrase", "pass_code", "user_pass_code", "card_pin", "sim_pin", "SIM_PIN", "atmPin"]
 # Names whose values are ordinary data: tickets and rounds named "pass", postal PIN codes, map pins,
 # and the false positives the rule already passed.
 ORDINARY = {"boarding_pass": "BA0117-14C", "bus_pass": "monthly", "day_pass": "2026-12-05", "season_pass": "gold",
@@ -42,7 +42,8 @@ ORDINARY = {"boarding_pass": "BA0117-14C", "bus_pass": "monthly", "day_pass": "2
             "compass": "north", "pass": "first", "pin": "560001", "PIN": "110001", "map_pin": "45.52,-122.68",
             "pin_code": "400001", "pinned": "yes", "password_hash": BCRYPT, "password_changed_ms": 1733356800000,
             "has_password": True, "PWD": "/home/alice", "keyword": "hunter", "zip_code": "94103",
-            "passage": "Call me Ishmael", "passenger": "Alice Smith", "pass_rate": "0.93", "pword_count": 3}
+            "passage": "Call me Ishmael", "passenger": "Alice Smith", "pass_rate": "0.93", "pword_count": 3,
+            "boarding_pass_code": "QX7T2K", "season_pass_word": "gold"}
 
 
 @pytest.mark.parametrize("name", SPELLED)
