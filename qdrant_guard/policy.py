@@ -160,7 +160,9 @@ class QueryRules(_Strict):
     ``field_name``): a key holding personal data follows this setting, and is logged redacted.
     Credentials in a filter or a key are refused (CREDENTIAL_IN_TEXT) whatever this says, and so
     is a match value under a password name by ``payload_fields``' rule (``MatchValue`` of
-    ``"hunter2"`` on ``db_password``; a placeholder such as ``""`` is not);
+    ``"hunter2"`` on ``db_password``, or on ``password.value``, a key that holds the password in
+    an object under one; a placeholder such as ``""`` is not); a product barcode or a media id
+    under a field named for one is no card number here either (``payload_fields``);
     a name-like value (``google-oauth2-provider``) under a field whose last word names an attribute
     of a credential (``auth_provider``, ``token_issuer``, ``key_region``) is no credential. Partial values
     (``MatchPrefix("123-45-")``) are not personal data to the detector and pass; so, unless this is
@@ -345,13 +347,33 @@ class CollectionPolicy(_Strict):
     key: ``{"api_key": "a8f3k2j9x0q7w1e5r4t6"}`` (16+ characters, two character classes, entropy
     >= 3.5 bits a character). Under a password name (the key's last word, trailing digits aside and
     full-width forms and invisible characters read as the detector reads them, is ``password``,
-    ``passwd``, ``passphrase``, ``passcode`` or ``pwd``, or ends with one of the first four:
-    ``DB_PASSWORD``, ``userPassword2``, ``adminpasswd``; not ``password_policy``,
-    ``passwords``, ``pass`` or ``db_pass``) any value is a credential (``GENERIC_SECRET``, validator
+    ``passwd``, ``passphrase``, ``passcode``, ``pwd``, ``pw``, ``pswd`` or ``pword`` (``DB_PASSWORD``,
+    ``userPassword2``, ``db_pw``, ``PW``), or ends with one of the first four (``adminpasswd``);
+    or is ``word``, ``phrase`` or ``code`` after a ``pass`` that starts the name or names a password
+    itself: ``pass_word``, ``pass-word``, ``db_pass_code``; or is ``pass`` after an account or
+    service word (db, mysql, postgres, redis, ldap, smtp, mail, ftp, ssh, wifi, user, admin, root,
+    login, api, auth, credentials and a few more): ``db_pass``, ``SMTP_PASS``, ``admin_pass``, and
+    a bare ``pass`` key in an object under such a name (``{"auth": {"user": ..., "pass": ...}}``,
+    read as ``auth.pass``); or is ``pin`` after what it unlocks (card, sim, atm, debit, credit,
+    bank, account, login, security, access, unlock, wallet, phone, device): ``card_pin``,
+    ``SIM_PIN``; not ``password_policy``, ``passwords``, a bare ``pass`` elsewhere,
+    ``boarding_pass``, ``first_pass``, ``boarding_pass_code``, a bare ``pin`` (India's postal
+    code), ``map_pin`` or ``pin_code``) any value is a credential (``GENERIC_SECRET``, validator
     ``password-name``), whatever its entropy (``{"password": "hunter2"}``), unless it is a
     placeholder: empty, one character repeated (``********``), or ``[REDACTED]``, ``<redacted>``,
     ``${DB_PASSWORD}``, ``{{ db_password }}`` (the guard's own ``[GENERIC_SECRET]`` among them),
-    or a POSIX path under a ``pwd`` name (an environment dump's ``{"PWD": "/home/alice"}``).
+    or a POSIX path under a ``pwd`` name (an environment dump's ``{"PWD": "/home/alice"}``). In an
+    object under a password name, a key that holds the password is read under that name: one
+    made only of the words value, val, v, plain, plaintext, clear, cleartext, secret, current,
+    new, old, previous, confirm, confirmation, initial, temp, temporary, default, raw, data, text,
+    string, str or input (``{"password": {"value": ...}}``, ``{"db_password": {"current": ...,
+    "newValue": ...}}``), or one of no word or one character (``{"password": {"x": ...}}``); other
+    keys describe the password and are read under their own names (``{"password": {"min_length":
+    12, "algorithm": "bcrypt", "hash": "$2b$..."}}``, JSON Schema's ``type``, ``format``,
+    ``title``). ``set_payload``'s payload is read as the object it is stored as under its
+    ``key``: ``set_payload(payload={"x": ...}, key="db_password")`` holds a password as
+    ``{"db_password": {"x": ...}}`` would (a sibling already stored beside the key, as a ``name``
+    beside ``key="env[0]"``, is not read: the guard does not read the point first).
     "token", "secret" and "key" keep the detector's rules (16+ characters, entropy). In an object
     with a ``value`` (or ``Value``, ``VALUE``) field and a string ``name``, ``key`` or ``field`` (or
     capitalised, or upper case) field, the value is also read under that name:
@@ -368,7 +390,10 @@ class CollectionPolicy(_Strict):
     (``keep_payload_text_in_boundary`` keeps it in a string only). A product barcode under a field
     named for one (last word ``ean``, ``gtin``, ``upc``, ``isbn`` or ``barcode``: 8, 12, 13 or 14
     digits with a valid GS1 check digit) is not a card number, though one EAN-13 in ten passes
-    Luhn. Not found: shorter or simpler values under other names
+    Luhn; nor is a 19-digit id from ``3528``..``3589`` (Instagram's media ids, one in ten a
+    Luhn-valid JCB number) under a field whose last word is ``id`` or ``ids`` (``media_id``) and
+    none of whose words names a card (card, pan, cc, credit, payment, jcb: ``card_id`` keeps its
+    card). Filters drop those two card findings alike. Not found: shorter or simpler values under other names
     (``{"token": "hunter2hunter2x"}``), a UUID or hex digest under any key, a name in a field not
     so named (``{"label": "password", "data": "..."}``), fractions, booleans and nulls. numpy
     integers are refused by qdrant-client itself (pydantic cannot serialise them). A value
