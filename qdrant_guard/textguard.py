@@ -675,11 +675,12 @@ class _FieldScreen:
         self.found = 0  # values with a finding so far
 
     def obj(self, value: dict[Any, Any], path: str, skip: Mapping[str, str] | None = None,
-            secret: str | None = None, owner: str | None = None) -> dict[Any, Any]:
+            secret: str | None = None, owner: str | None = None, parent: str | None = None) -> dict[Any, Any]:
         """``value`` screened (``path``: where it is, for refusals). ``secret``: the password name the
         object is under; its keys that hold the password (:func:`_holder_key`) are read under it.
         ``owner``: the account or service name it is under (:func:`_pass_owner`); a bare ``pass``
-        key's value is read under ``owner.pass``."""
+        key's value is read under ``owner.pass``. ``parent``: the key the object is under (an owner
+        found only once a bytes or str subclass key is read as the ``pass`` it is stored as)."""
         out: dict[Any, Any] = {}
         changed = False
         clean_keys, clean_values = self.clean_keys, self.clean_values
@@ -703,6 +704,8 @@ class _FieldScreen:
             if type(k) is not str:
                 k = _sent_key(k)  # screen the key as it is stored (a str subclass's characters, bytes' text)
                 late = late or k in _NAME_FIELDS or k in _VALUE_FIELDS
+                if owner is None and k in _BARE_PASS and parent is not None and _pass_owner(parent):
+                    owner = parent  # {"auth": {b"pass": p}}: node() looked for "pass" as a str key
             kind = skip.get(k) if skip and isinstance(k, str) else None
             if kind == "receipt":
                 out[k] = v
@@ -771,6 +774,7 @@ class _FieldScreen:
                     return self.obj(value, at, secret=key)
                 if ("pass" in value or "PASS" in value or "Pass" in value) and _pass_owner(key):
                     return self.obj(value, at, owner=key)
+                return self.obj(value, at, parent=key)
             return self.obj(value, at)
         if isinstance(value, _ARRAYS):
             items = list(value)

@@ -86,6 +86,9 @@ def test_a_bare_pass_under_an_account_or_service_name_is_a_password(tmp_path):
                     {"db": {"pass": 12345678}}, {"credentials": {"Pass": WEAK}}):
         err = _refused(lambda: _write(client, "c", "upsert", payload))
         assert err.verdict == "CREDENTIAL_IN_TEXT" and "password name" in str(err)
+    # A key qdrant-client stores as "pass" (bytes, a str subclass) is that key.
+    err = _refused(lambda: _write(client, "c", "upsert", {"auth": {b"pass": WEAK}}))
+    assert err.verdict == "CREDENTIAL_IN_TEXT"
     err = _refused(lambda: client.set_payload("c", payload={"user": "bob", "pass": WEAK}, points=[1], key="smtp"))
     assert err.verdict == "CREDENTIAL_IN_TEXT"
     for key in ("mail.auth.pass", "smtp[].PASS"):
