@@ -179,8 +179,12 @@ def test_set_payload_under_a_password_key_reads_the_payload_there(tmp_path, payl
     for call in calls:
         assert _refused(call).verdict == "CREDENTIAL_IN_TEXT"
     assert snapshot(client, "c") == before
+    before = snapshot(client, "pub")
     assert _refused(lambda: client.set_payload("pub", payload=payload, points=[1], key=key)).verdict \
         == "SENSITIVITY_MISMATCH"
+    assert _refused(lambda: client.batch_update_points("pub", [models.SetPayloadOperation(
+        set_payload=models.SetPayload(payload=payload, points=[1], key=key))])).verdict == "SENSITIVITY_MISMATCH"
+    assert snapshot(client, "pub") == before
     assert WEAK not in (kit.tmp / "audit.jsonl").read_text()
     assert any(r.get("verdict") == "CREDENTIAL_IN_TEXT" for r in audit_records(kit))
 
