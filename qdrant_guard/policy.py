@@ -366,7 +366,7 @@ class CollectionPolicy(_Strict):
     object under a password name, a key that holds the password is read under that name: one
     made only of the words value, val, v, plain, plaintext, clear, cleartext, secret, current,
     new, old, previous, confirm, confirmation, initial, temp, temporary, default, raw, data, text,
-    string, str or input (``{"password": {"value": ...}}``, ``{"db_password": {"current": ...,
+    string or str (``{"password": {"value": ...}}``, ``{"db_password": {"current": ...,
     "newValue": ...}}``), or one of no word or one character (``{"password": {"x": ...}}``); other
     keys describe the password and are read under their own names (``{"password": {"min_length":
     12, "algorithm": "bcrypt", "hash": "$2b$..."}}``, JSON Schema's ``type``, ``format``,

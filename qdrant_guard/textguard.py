@@ -470,7 +470,7 @@ _PIN_OWNERS = frozenset({"card", "sim", "atm", "debit", "credit", "bank", "accou
 # ``title``, ``description``, ``format``).
 _HOLDER_WORDS = frozenset({"value", "val", "v", "plain", "plaintext", "clear", "cleartext", "secret", "current",
                            "new", "old", "previous", "confirm", "confirmation", "initial", "temp", "temporary",
-                           "default", "raw", "data", "text", "string", "str", "input"})
+                           "default", "raw", "data", "text", "string", "str"})
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 # Not a password: placeholders such as "[REDACTED]", "<your password>", "${DB_PASSWORD}",
 # "{{ db_password }}", and the guard's own "[GENERIC_SECRET]" (empty and one-character runs apart).

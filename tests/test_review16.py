@@ -144,6 +144,8 @@ def test_objects_describing_a_password_still_pass(tmp_path):
         "form": {"properties": {"password": {"type": "string", "format": "password", "title": "Password",
                                              "description": "Your account password", "minLength": 8}}},
         "db_password": {"value": "${DB_PASSWORD}", "source": "vault"},
+        "fields": [{"password": {"label": "Password", "input": "password", "inputType": "password",
+                                 "placeholder": "Enter your password", "value": ""}}],
         "policy": {"value": WEAK},
     }
     for col in ("c", "pub"):
