@@ -315,13 +315,12 @@ class TextOps(GuardPipeline):
                 skip[pol.text_field] = "text"
             if not pol.is_public:
                 skip[RECEIPT_KEY] = "receipt"
-        secret = owner = None
+        secret = parent = None
         if isinstance(under, str):
             secret = path_password_name(under)
-            last = (_path_names(under) or [under])[-1]
-            owner = last if secret is None and _pass_owner(last) else None
+            parent = None if secret is not None else (_path_names(under) or [under])[-1]
         return _FieldScreen(self, op, name, pol, point_id, keep_pii, *self.clean_memory(name)).obj(
-            payload, "", skip, secret, owner)
+            payload, "", skip, secret, parent)
 
     def embed_documents(self, op: str, name: str, pol: CollectionPolicy, vecs: dict[str, Any], *,
                         where: str) -> Op:
@@ -457,12 +456,18 @@ _PASS_OWNERS = frozenset({
     "logon", "account", "acct", "auth", "api", "app", "client", "service", "svc", "keystore", "truststore",
     "key", "cert", "registry", "docker", "git", "repo", "web", "http", "basic", "credential", "credentials", "creds",
 })
-# A bare "pass" key, read under its object's name (_FieldScreen.node).
-_BARE_PASS = ("pass", "PASS", "Pass")
+# A bare "pass" or "pin" key, read under its object's name (``{"auth": {"pass": p}}`` as
+# ``auth.pass``, ``{"card": {"pin": p}}`` as ``card.pin``): these spellings are looked up as they
+# are; any other (``pass1``, ``ＰＡＳＳ``, ``_pin``) is never remembered as a clean key (_bare_word).
+_BARE_EXACT = {"pass": "pass", "PASS": "pass", "Pass": "pass", "pin": "pin", "PIN": "pin", "Pin": "pin"}
 # "pin" only after what it unlocks: alone it is also India's postal code (``{"pin": "560001"}``),
 # and ``map_pin`` or ``pin_code`` (a postal code again) name no secret.
 _PIN_OWNERS = frozenset({"card", "sim", "atm", "debit", "credit", "bank", "account", "login", "security",
                          "access", "unlock", "wallet", "phone", "device"})
+# A bare "pin" key is read as a PIN only in an object named for a card or a SIM (``{"card": {"pin":
+# p}}``); under a device, phone or account it is as often a GPIO pin or a postal code
+# (``{"device": {"pin": 13}}``, ``{"account": {"address": ..., "pin": "560001"}}``).
+_BARE_PIN_OWNERS = frozenset({"card", "sim", "atm", "debit", "credit", "bank"})
 # Keys of an object under a password name that hold the password itself (``{"password": {"value":
 # p}}``, ``{"db_password": {"current": p, "new": q}}``): a key made only of these words, or one of
 # no word or one character (``{"x": p}``, ``{"0": p}``). Any other key describes the password and
@@ -557,10 +562,25 @@ def _path_names(path: str) -> list[str]:
             if m.group(1) is not None or m.group(2)]
 
 
-def _pass_owner(name: str) -> bool:
-    """Whether a bare ``pass`` key in an object under ``name`` names a password (``auth``, ``smtp``,
-    ``db``: ``_PASS_OWNERS``), as ``auth_pass`` would."""
-    return _password_name(name + "_pass")
+def _bare_word(key: str) -> str:
+    """``pass`` or ``pin`` when ``key`` is that word alone, in any spelling :func:`_password_name`
+    reads (``PASS``, ``pass2``, ``_pin``, full-width or with invisible characters); else ``""``."""
+    words = _name_words(key)
+    while words and words[-1].isdigit():
+        words.pop()
+    word = words[0].lower() if len(words) == 1 else ""
+    return word if word in ("pass", "pin") else ""
+
+
+def _held_name(parent: str, key: str) -> str | None:
+    """The password name a bare ``pass``/``pin`` ``key`` of an object under ``parent`` is read under
+    (``auth.pass``, ``user.pass2``: ``_PASS_OWNERS``; ``card.pin``: ``_BARE_PIN_OWNERS``), None for
+    any other key or parent."""
+    word = _BARE_EXACT.get(key) or _bare_word(key)
+    if word == "pin" and _last_word(parent) not in _BARE_PIN_OWNERS:
+        return None
+    held = f"{parent}.{key}"
+    return held if word and _password_name(held) else None
 
 
 def path_password_name(path: str) -> str | None:
@@ -572,7 +592,7 @@ def path_password_name(path: str) -> str | None:
     for i in range(len(names) - 1, -1, -1):
         if _password_name(names[i]):
             return names[i]
-        if i and names[i] in _BARE_PASS and _pass_owner(names[i - 1]):
+        if i and _held_name(names[i - 1], names[i]):
             return f"{names[i - 1]}.{names[i]}"
         if i == 0 or not _holder_key(names[i]):
             return None
@@ -675,12 +695,11 @@ class _FieldScreen:
         self.found = 0  # values with a finding so far
 
     def obj(self, value: dict[Any, Any], path: str, skip: Mapping[str, str] | None = None,
-            secret: str | None = None, owner: str | None = None, parent: str | None = None) -> dict[Any, Any]:
+            secret: str | None = None, parent: str | None = None) -> dict[Any, Any]:
         """``value`` screened (``path``: where it is, for refusals). ``secret``: the password name the
         object is under; its keys that hold the password (:func:`_holder_key`) are read under it.
-        ``owner``: the account or service name it is under (:func:`_pass_owner`); a bare ``pass``
-        key's value is read under ``owner.pass``. ``parent``: the key the object is under (an owner
-        found only once a bytes or str subclass key is read as the ``pass`` it is stored as)."""
+        ``parent``: the key the object is under; a bare ``pass`` or ``pin`` key (:func:`_held_name`)
+        is read as ``parent.pass`` (``auth.pass``, ``card.pin``)."""
         out: dict[Any, Any] = {}
         changed = False
         clean_keys, clean_values = self.clean_keys, self.clean_values
@@ -692,7 +711,7 @@ class _FieldScreen:
             # or null, is what the screen below returns unchanged; only the check for a key stored
             # twice is left.
             if (type(k) is str and (not skip or k not in skip) and k not in out and not (names and k in _VALUE_FIELDS)
-                    and not (secret and _holder_key(k)) and not (owner and k in _BARE_PASS)):
+                    and not (secret and _holder_key(k)) and not (parent is not None and k in _BARE_EXACT)):
                 bound = clean_keys.get(k)
                 if bound is not None:
                     tv = type(v)
@@ -704,8 +723,6 @@ class _FieldScreen:
             if type(k) is not str:
                 k = _sent_key(k)  # screen the key as it is stored (a str subclass's characters, bytes' text)
                 late = late or k in _NAME_FIELDS or k in _VALUE_FIELDS
-                if owner is None and k in _BARE_PASS and parent is not None and _pass_owner(parent):
-                    owner = parent  # {"auth": {b"pass": p}}: node() looked for "pass" as a str key
             kind = skip.get(k) if skip and isinstance(k, str) else None
             if kind == "receipt":
                 out[k] = v
@@ -726,8 +743,10 @@ class _FieldScreen:
                     # {"password": {"value": p}}: p is the password, read under the password name
                     # only (under "value" first, a clean answer would be remembered for "value").
                     nv = self.node(v, secret, at)
-                elif owner and k in _BARE_PASS:
-                    nv = self.node(v, f"{owner}.{k}", at)  # {"auth": {"pass": p}}: auth.pass
+                elif (parent is not None and isinstance(k, str) and (k in _BARE_EXACT or k not in clean_keys)
+                      and (held := _held_name(parent, k))):
+                    # A remembered key other than _BARE_EXACT is no bare pass or pin (key()).
+                    nv = self.node(v, held, at)  # {"auth": {"pass": p}}: auth.pass
                 elif names and k in _VALUE_FIELDS:
                     # {"name": "db_password", "value": v}: v is read under its name as well. Under
                     # "value" it is remembered only once every name found it clean too: what a
@@ -772,8 +791,6 @@ class _FieldScreen:
             if isinstance(key, str):
                 if self.password_key(key):
                     return self.obj(value, at, secret=key)
-                if ("pass" in value or "PASS" in value or "Pass" in value) and _pass_owner(key):
-                    return self.obj(value, at, owner=key)
                 return self.obj(value, at, parent=key)
             return self.obj(value, at)
         if isinstance(value, _ARRAYS):
@@ -801,7 +818,9 @@ class _FieldScreen:
             return key, key
         findings = _detect.find_sensitive(key)
         if not findings:
-            if len(key) <= _CLEAN_VALUE_MAX_LEN:  # keys are the writer's data: 4,096 of 1 MB each would stay
+            # Keys are the writer's data: 4,096 of 1 MB each would stay. A bare pass or pin spelled
+            # otherwise than _BARE_EXACT (pass1, ＰＡＳＳ) is not kept: obj() reads a kept key as none.
+            if len(key) <= _CLEAN_VALUE_MAX_LEN and (key in _BARE_EXACT or not _bare_word(key)):
                 self.ops.remember_clean_key(self.clean_keys, key, _number_bound(key))
             return key, key
         redacted = _detect.replace_findings(key, findings)

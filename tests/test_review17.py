@@ -1,0 +1,109 @@
+"""Fifteenth review: the fourteenth pass's password-name rule (tests/test_review16.py) tried in both
+directions against real local-mode Qdrant. Each fix's test fails on the code before it (see
+docs/security-testing.md, "Fifteenth review"); the others pin what still passes."""
+from __future__ import annotations
+
+import asyncio
+import enum
+
+import pytest
+
+from guardkit import models, snapshot
+from test_payload_fields import FORMS, _kit_client, _stored, _vec, _write
+from test_payload_values import WEAK
+from qdrant_guard import AsyncQdrantClient, GuardRefusal
+
+MEDIA = "3560417806123456789"  # Luhn-valid, in JCB's 19-digit range (one Instagram media id in ten)
+
+
+class _Key(str, enum.Enum):
+    PASS1 = "pass1"
+
+
+def _by(key, value):
+    return models.Filter(must=[models.FieldCondition(key=key, match=models.MatchValue(value=value))])
+
+
+def _refused(call) -> GuardRefusal:
+    with pytest.raises(GuardRefusal) as ei:
+        call()
+    return ei.value
+
+
+# -- 1. a bare pass (or pin) under its owner, in another spelling ------------------------------------
+
+# Before: only "pass", "PASS" and "Pass" were looked up (and no bare pin at all), so WordPress's
+# pass1/pass2, a full-width or zero-width pass, and {"card": {"pin": p}} were stored, though
+# auth_pass1, ＡＵＴＨ_ＰＡＳＳ and card_pin were refused.
+SPELLED = [{"user": {"login": "bob", "pass1": WEAK, "pass2": WEAK}}, {"auth": {"ｐａｓｓ": WEAK}},
+           {"smtp": {"pa\u200bss": WEAK}}, {"db": [{"_pass": WEAK}]}, {"auth": {_Key.PASS1: WEAK}},
+           {"card": {"number": "[CARD]", "pin": 4921}}, {"sim": {"PIN": "4921"}}, {"auth": {"pass": {"value": WEAK}}},
+           {"mail": {"auth": {"Pass_2": WEAK}}}]
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("payload", SPELLED, ids=range(len(SPELLED)))
+def test_a_bare_pass_or_pin_in_any_spelling_under_its_owner_is_a_credential(tmp_path, payload, form):
+    kit, client = _kit_client(tmp_path)
+    before = snapshot(client, "c"), snapshot(client, "pub")
+    err = _refused(lambda: _write(client, "c", form, payload))
+    assert err.verdict == "CREDENTIAL_IN_TEXT" and "password name" in str(err)
+    assert _refused(lambda: _write(client, "pub", form, payload)).verdict == "SENSITIVITY_MISMATCH"
+    assert (snapshot(client, "c"), snapshot(client, "pub")) == before
+    assert WEAK not in (kit.tmp / "audit.jsonl").read_text()
+
+
+def test_a_bare_pass_remembered_clean_elsewhere_is_read_again_under_its_owner(tmp_path):
+    kit, client = _kit_client(tmp_path)
+    # At the top level pass1 is data (a bare pass with no owner), and the pair is found clean ...
+    _write(client, "c", "upsert", {"pass1": WEAK, "ｐａｓｓ": WEAK}, pid=3)
+    assert _stored(client, "c", "upsert", pid=3) == {"pass1": WEAK, "ｐａｓｓ": WEAK}
+    # ... which must not let it pass under an owner.
+    for payload in ({"auth": {"pass1": WEAK}}, {"auth": {"ｐａｓｓ": WEAK}}):
+        assert _refused(lambda: _write(client, "c", "upsert", payload)).verdict == "CREDENTIAL_IN_TEXT"
+
+
+def test_set_payload_and_filters_read_a_bare_pass_or_pin_in_any_spelling(tmp_path):
+    kit, client = _kit_client(tmp_path)
+    before = snapshot(client, "pub")
+    for key, payload in (("auth", {"pass1": WEAK}), ("smtp", {"ｐａｓｓ": WEAK}), ("card", {"pin": 4921}),
+                         ("auth.pass2", {"x": WEAK})):
+        assert _refused(lambda: client.set_payload("pub", payload=payload, points=[1], key=key)).verdict \
+            == "SENSITIVITY_MISMATCH"
+        assert _refused(lambda: client.set_payload("c", payload=payload, points=[1], key=key)).verdict \
+            == "CREDENTIAL_IN_TEXT"
+    assert snapshot(client, "pub") == before
+    for key, value in (("user.pass1", WEAK), ("auth.ｐａｓｓ", WEAK), ("card.pin", 4921), ("phone.sim[].PIN", "4921")):
+        err = _refused(lambda: client.count("c", count_filter=_by(key, value)))
+        assert err.verdict == "CREDENTIAL_IN_TEXT"
+
+
+def test_async_upsert_of_a_spelled_bare_pass_is_refused(tmp_path):
+    kit, _ = _kit_client(tmp_path)
+
+    async def run():
+        a = AsyncQdrantClient(":memory:", guard=kit.config({"c": {"class": "PII", "owner": "hr", "text_field": "text",
+                                                                  "intent": {"enabled": False}}}),
+                              principal=kit.principal("alice", "hr"))
+        await a.create_collection("c", vectors_config=models.VectorParams(size=len(_vec(1)),
+                                                                          distance=models.Distance.COSINE))
+        with pytest.raises(GuardRefusal) as ei:
+            await a.upsert("c", [models.PointStruct(id=1, vector=_vec(1), payload={"user": {"pass2": WEAK}})])
+        return ei.value, (await a.count("c")).count
+
+    err, n = asyncio.run(run())
+    assert err.verdict == "CREDENTIAL_IN_TEXT" and n == 0
+
+
+def test_bare_pass_and_pin_without_an_owner_stay_data(tmp_path):
+    kit, client = _kit_client(tmp_path)
+    ordinary = {"stats": {"pass1": "12", "pass2": "9"}, "address": {"pin": "560001", "PIN2": "110001"},
+                "auth": {"pin": "560001"}, "ticket": {"ｐａｓｓ": "gold"}, "card": {"pass": "gold"},
+                "pass1": "first", "pins": {"pin": "45.5,-122.6"},
+                # A GPIO pin, a postal code: a bare pin is a PIN under a card or SIM only.
+                "device": {"pin": 13, "mode": "out"}, "account": {"city": "Bengaluru", "pin": "560001"}}
+    for col in ("c", "pub"):
+        _write(client, col, "upsert", ordinary)
+        assert _stored(client, col, "upsert") == ordinary
+    for key, value in (("address.pin", "560001"), ("device.pin", 13), ("stats.pass1", "12")):
+        client.count("c", count_filter=_by(key, value))
