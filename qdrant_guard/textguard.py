@@ -452,7 +452,7 @@ _PASS_OWNERS = frozenset({
     "db", "database", "sql", "mysql", "mariadb", "pg", "postgres", "postgresql", "psql", "mssql", "oracle",
     "mongo", "mongodb", "redis", "rabbitmq", "amqp", "mq", "kafka", "sasl", "elastic", "es", "jdbc", "ldap",
     "bind", "smtp", "imap", "pop", "pop3", "mail", "email", "ftp", "sftp", "ssh", "vnc", "rdp", "vpn",
-    "proxy", "wifi", "wlan", "router", "user", "username", "usr", "admin", "root", "sudo", "master", "login",
+    "wifi", "wlan", "router", "user", "username", "usr", "admin", "root", "sudo", "master", "login",
     "logon", "account", "acct", "auth", "api", "app", "client", "service", "svc", "keystore", "truststore",
     "key", "cert", "registry", "docker", "git", "repo", "web", "http", "basic", "credential", "credentials", "creds",
 })

@@ -107,3 +107,20 @@ def test_bare_pass_and_pin_without_an_owner_stay_data(tmp_path):
         assert _stored(client, col, "upsert") == ordinary
     for key, value in (("address.pin", "560001"), ("device.pin", 13), ("stats.pass1", "12")):
         client.count("c", count_filter=_by(key, value))
+
+
+# -- 3. nginx's proxy_pass ---------------------------------------------------------------------------
+
+def test_nginx_proxy_pass_is_no_password(tmp_path):
+    # Before: "proxy" was an owner of "pass", so every nginx location's proxy_pass URL (as JSON from
+    # crossplane or an Ansible role's variables) was refused on a PUBLIC collection, and a filter on it.
+    kit, client = _kit_client(tmp_path)
+    conf = {"server": {"listen": 443, "locations": [{"path": "/", "proxy_pass": "http://app:8000"},
+                                                    {"path": "/api", "PROXY_PASS": "http://api.internal:9000/v1"}]}}
+    for col in ("c", "pub"):
+        _write(client, col, "upsert", conf)
+        assert _stored(client, col, "upsert") == conf
+    client.count("c", count_filter=_by("server.locations[].proxy_pass", "http://app:8000"))
+    # A password of a named service is still one.
+    assert _refused(lambda: _write(client, "pub", "upsert", {"smtp_pass": WEAK, "proxy_password": WEAK})).verdict \
+        == "SENSITIVITY_MISMATCH"
