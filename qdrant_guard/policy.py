@@ -392,8 +392,9 @@ class CollectionPolicy(_Strict):
     digits with a valid GS1 check digit) is not a card number, though one EAN-13 in ten passes
     Luhn; nor is a 19-digit id from ``3528``..``3589`` (Instagram's media ids, one in ten a
     Luhn-valid JCB number) under a field whose last word is ``id`` or ``ids`` (``media_id``) and
-    none of whose words names a card (card, pan, cc, credit, payment, jcb: ``card_id`` keeps its
-    card). Filters drop those two card findings alike. Not found: shorter or simpler values under other names
+    none of whose words, nor those of the keys it is under, names a card (card, pan, cc, credit,
+    payment, jcb: ``card_id`` and ``{"card": {"id": ...}}`` keep their card). Filters drop those
+    two card findings alike. Not found: shorter or simpler values under other names
     (``{"token": "hunter2hunter2x"}``), a UUID or hex digest under any key, a name in a field not
     so named (``{"label": "password", "data": "..."}``), fractions, booleans and nulls. numpy
     integers are refused by qdrant-client itself (pydantic cannot serialise them). A value

@@ -319,8 +319,10 @@ class TextOps(GuardPipeline):
         if isinstance(under, str):
             secret = path_password_name(under)
             parent = None if secret is not None else (_path_names(under) or [under])[-1]
-        return _FieldScreen(self, op, name, pol, point_id, keep_pii, *self.clean_memory(name)).obj(
-            payload, "", skip, secret, parent)
+        screen = _FieldScreen(self, op, name, pol, point_id, keep_pii, *self.clean_memory(name))
+        if isinstance(under, str):
+            screen.under = under
+        return screen.obj(payload, "", skip, secret, parent)
 
     def embed_documents(self, op: str, name: str, pol: CollectionPolicy, vecs: dict[str, Any], *,
                         where: str) -> Op:
@@ -651,23 +653,25 @@ def _barcode(name: str, value: str) -> bool:
     return (10 - sum(d * (3 if i % 2 == 0 else 1) for i, d in enumerate(body)) % 10) % 10 == int(value[-1])
 
 
-def _media_id(name: str, value: str) -> bool:
+def _media_id(name: str, value: str, path: str = "") -> bool:
     """A 19-digit id in 3528..3589e15 under a field whose last word is ``id``/``ids`` (``media_id``,
-    ``id``) and none of whose words names a card (``_CARD_WORDS``): Instagram's media ids fall in
-    JCB's 19-digit range, and one in ten passes Luhn (``card_id`` holding a card still is one)."""
+    ``id``) and none of whose words, nor those of the ``path`` it is in, names a card
+    (``_CARD_WORDS``): Instagram's media ids fall in JCB's 19-digit range, and one in ten passes
+    Luhn (``card_id``, ``card.id`` or ``payment.card.id`` holding a card still is one)."""
     if not (len(value) == 19 and value.isascii() and value.isdigit() and "3528" <= value[:4] <= "3589"):
         return False
     words = [w.lower() for w in _name_words(name)]
     while words and words[-1].isdigit():
         words.pop()
-    return bool(words) and words[-1] in ("id", "ids") and not _CARD_WORDS.intersection(words)
+    return (bool(words) and words[-1] in ("id", "ids") and not _CARD_WORDS.intersection(words)
+            and not _CARD_WORDS.intersection(w.lower() for w in _name_words(path)))
 
 
-def no_card(name: str, value: str) -> bool:
-    """Whether ``value`` under field ``name`` (a key or key path) is no card number whatever Luhn says:
-    a product barcode (:func:`_barcode`) or a media id (:func:`_media_id`). The payload screen and
-    filters drop their ``CREDIT_CARD`` findings alike."""
-    return _barcode(name, value) or _media_id(name, value)
+def no_card(name: str, value: str, path: str = "") -> bool:
+    """Whether ``value`` under field ``name`` (a key or key path; ``path``: the keys it is under) is
+    no card number whatever Luhn says: a product barcode (:func:`_barcode`) or a media id
+    (:func:`_media_id`). The payload screen and filters drop their ``CREDIT_CARD`` findings alike."""
+    return _barcode(name, value) or _media_id(name, value, path)
 
 
 def _number_text(value: Any) -> str | None:
@@ -692,6 +696,7 @@ class _FieldScreen:
         self.ops, self.op, self.name, self.pol, self.point_id, self.keep_pii = ops, op, name, pol, point_id, keep_pii
         self.clean_keys, self.clean_values = clean_keys, clean_values
         self.remember = True  # False while a sibling object's value is read under "value" (obj)
+        self.under = ""  # set_payload's key path the payload is stored under (a card's id is a card)
         self.found = 0  # values with a finding so far
 
     def obj(self, value: dict[Any, Any], path: str, skip: Mapping[str, str] | None = None,
@@ -841,7 +846,7 @@ class _FieldScreen:
         n, h = len(value), len(head)
         why = ""
         found = [f for f in _detect.find_sensitive(f"{head}{value}{quote}") if f.end > h and f.start < h + n]
-        if found and no_card(name, value):
+        if found and no_card(name, value, f"{self.under}.{at}"):
             found = [f for f in found if f.type != "CREDIT_CARD"]
         if not found:
             if self.password_key(name) and not _placeholder(value) and not _working_directory(name, value):

@@ -109,6 +109,32 @@ def test_bare_pass_and_pin_without_an_owner_stay_data(tmp_path):
         client.count("c", count_filter=_by(key, value))
 
 
+# -- 2. a media id in a card's object ------------------------------------------------------------------
+
+@pytest.mark.parametrize("payload", [{"card": {"id": MEDIA}}, {"cards": [{"id": int(MEDIA)}]},
+                                     {"payment": {"media_id": MEDIA}}, {"credit_card": {"ids": [MEDIA]}}])
+def test_a_jcb_number_under_an_id_in_a_card_object_is_a_card(tmp_path, payload):
+    # Before: the exemption read the last key only, so {"card": {"id": n}} stored a 19-digit JCB
+    # card on a PUBLIC collection, while a filter on card.id (the whole path) was refused as PII.
+    kit, client = _kit_client(tmp_path)
+    before = snapshot(client, "pub")
+    assert _refused(lambda: _write(client, "pub", "upsert", payload)).verdict == "SENSITIVITY_MISMATCH"
+    assert snapshot(client, "pub") == before
+
+
+def test_set_payload_of_an_id_under_a_card_key_is_a_card_and_media_ids_still_pass(tmp_path):
+    kit, client = _kit_client(tmp_path)
+    before = snapshot(client, "pub")
+    for key in ("card", "payment.card", "cards[0]"):
+        assert _refused(lambda: client.set_payload("pub", payload={"id": MEDIA}, points=[1], key=key)).verdict \
+            == "SENSITIVITY_MISMATCH"
+    assert snapshot(client, "pub") == before
+    client.set_payload("pub", payload={"id": MEDIA}, points=[1], key="post.media")
+    media = {"post": {"media_id": int(MEDIA), "carousel": [{"id": MEDIA}]}, "media_ids": [MEDIA]}
+    _write(client, "pub", "upsert", media)
+    assert _stored(client, "pub", "upsert") == media
+
+
 # -- 3. nginx's proxy_pass ---------------------------------------------------------------------------
 
 def test_nginx_proxy_pass_is_no_password(tmp_path):
