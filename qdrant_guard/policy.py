@@ -161,7 +161,8 @@ class QueryRules(_Strict):
     Credentials in a filter or a key are refused (CREDENTIAL_IN_TEXT) whatever this says, and so
     is a match value under a password name by ``payload_fields``' rule (``MatchValue`` of
     ``"hunter2"`` on ``db_password``, or on ``password.value``, a key that holds the password in
-    an object under one; a placeholder such as ``""`` is not); a product barcode or a media id
+    an object under one; a placeholder such as ``""`` is not), and so is a numeric ``Range`` bound
+    there (``Range(gte=4921, lte=4921)`` on ``card_pin`` asks what its match would); a product barcode or a media id
     under a field named for one is no card number here either (``payload_fields``);
     a name-like value (``google-oauth2-provider``) under a field whose last word names an attribute
     of a credential (``auth_provider``, ``token_issuer``, ``key_region``) is no credential. Partial values

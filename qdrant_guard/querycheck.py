@@ -17,7 +17,7 @@ from .errors import QdrantGuardError
 from .pipeline import Offload, Op
 from .policy import CollectionPolicy
 from .sources import path_head
-from .textguard import EmbedderError, TextOps, no_card, password_name_why, password_value
+from .textguard import EmbedderError, TextOps, _number_text, no_card, password_name_why, password_value
 
 # Inputs that carry text the guard did not check (a top-level models.Document is checked).
 _TEXT_INPUTS = (models.Document, models.InferenceObject, models.TextQuery)
@@ -230,7 +230,7 @@ class QueryChecks(TextOps):
         nested filters and formula conditions too, is run through the detector as ``key: value``
         (so ``ssn`` next to a bare number counts), and under a password name by the payload screen's
         rule (any value but a placeholder: ``MatchValue(key="db_password", value="hunter2hunter2x")``
-        is a credential, ``value=""`` is not). Credentials are refused (CREDENTIAL_IN_TEXT)
+        is a credential, ``value=""`` is not; a numeric ``Range`` bound there too). Credentials are refused (CREDENTIAL_IN_TEXT)
         always (a name-like value under a field named for a credential's attribute, such as
         ``auth_provider: google-oauth2-provider``, is no credential to the detector); PII per
         ``query.filter_pii`` (QUERY_REJECTED). Full-text match strings also pass
@@ -266,6 +266,20 @@ class QueryChecks(TextOps):
             if not isinstance(cond, models.FieldCondition):
                 continue
             where = key_at.removesuffix(".key")
+            if isinstance(cond.range, models.Range):
+                # A numeric PIN or password is probed by ranges as by a match (Range(gte=p, lte=p),
+                # or a count's binary search): a bound under a password name is one, as a value is.
+                for bound in ("gt", "gte", "lt", "lte"):
+                    b = getattr(cond.range, bound)
+                    if not isinstance(b, (int, float)) or isinstance(b, bool):
+                        continue
+                    text = _number_text(b) or float.__repr__(float(b))  # 4920.5 brackets 4921 too
+                    if password_value(key, text):
+                        at = f"{where}.range.{bound}"
+                        self._filter_findings(
+                            op, name, pol, [_detect.Finding("GENERIC_SECRET", 0, len(text), "password-name", "CREDENTIAL")],
+                            pii_ok, allowed, at, shown, "Range", {"filter": at, "key": shown, "match": "Range"},
+                            why=password_name_why(key, "match"))
             match = cond.match
             kind = type(match).__name__
             field_name = _FULL_TEXT.get(type(match)) or _KEYWORD.get(type(match))

@@ -150,3 +150,23 @@ def test_nginx_proxy_pass_is_no_password(tmp_path):
     # A password of a named service is still one.
     assert _refused(lambda: _write(client, "pub", "upsert", {"smtp_pass": WEAK, "proxy_password": WEAK})).verdict \
         == "SENSITIVITY_MISMATCH"
+
+
+# -- 4. a range on a password name -------------------------------------------------------------------
+
+def test_a_range_on_a_pin_or_password_name_is_refused_as_its_match_is(tmp_path):
+    # Before: MatchValue(4921) on card_pin was refused, but Range(gte=4921, lte=4921) (or a count's
+    # binary search over ranges) sent the PIN and asked whether a point held it.
+    kit, client = _kit_client(tmp_path)
+    _write(client, "c", "upsert", {"stats": {"pass": 42}, "pass_rate": 93, "password_changed_ms": 1733356800000})
+    for key, rng in (("card_pin", models.Range(gte=4921, lte=4921)), ("card.pin", models.Range(gt=4920.5, lt=4921.5)),
+                     ("db_password", models.Range(lte=12345678)), ("auth.pass1", models.Range(gte=10**7))):
+        cond = models.FieldCondition(key=key, range=rng)
+        for call in (lambda: client.count("c", count_filter=models.Filter(must=[cond])),
+                     lambda: client.scroll("c", scroll_filter=models.Filter(should=[cond]))):
+            err = _refused(call)
+            assert err.verdict == "CREDENTIAL_IN_TEXT" and "password name" in str(err)
+    assert "4921" not in (kit.tmp / "audit.jsonl").read_text()
+    for key, rng in (("stats.pass", models.Range(gte=40, lte=45)), ("pass_rate", models.Range(gt=90)),
+                     ("password_changed_ms", models.Range(gte=1733356800000))):
+        assert client.count("c", count_filter=models.Filter(must=[models.FieldCondition(key=key, range=rng)])).count == 1
