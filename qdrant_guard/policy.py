@@ -355,11 +355,14 @@ class CollectionPolicy(_Strict):
     service word (db, mysql, postgres, redis, ldap, smtp, mail, ftp, ssh, wifi, user, admin, root,
     login, api, auth, credentials and a few more): ``db_pass``, ``SMTP_PASS``, ``admin_pass``, and
     a bare ``pass`` key in an object under such a name (``{"auth": {"user": ..., "pass": ...}}``,
-    read as ``auth.pass``); or is ``pin`` after what it unlocks (card, sim, atm, debit, credit,
-    bank, account, login, security, access, unlock, wallet, phone, device): ``card_pin``,
-    ``SIM_PIN``; not ``password_policy``, ``passwords``, a bare ``pass`` elsewhere,
-    ``boarding_pass``, ``first_pass``, ``boarding_pass_code``, a bare ``pin`` (India's postal
-    code), ``map_pin`` or ``pin_code``) any value is a credential (``GENERIC_SECRET``, validator
+    read as ``auth.pass``; spelled as the name rule reads it, ``pass1``, ``PASS``, full-width,
+    too); or is ``pin`` after what it unlocks (card, sim, atm, debit, credit, bank, account,
+    login, security, access, unlock, wallet, phone, device): ``card_pin``, ``SIM_PIN``, and a bare
+    ``pin`` key in an object named for a card or SIM (card, sim, atm, debit, credit, bank:
+    ``{"card": {"pin": ...}}``); not ``password_policy``, ``passwords``, a bare ``pass``
+    elsewhere, ``boarding_pass``, ``first_pass``, ``boarding_pass_code``, nginx's ``proxy_pass``,
+    a bare ``pin`` elsewhere (India's postal code, a GPIO pin: ``{"device": {"pin": 13}}``),
+    ``map_pin`` or ``pin_code``) any value is a credential (``GENERIC_SECRET``, validator
     ``password-name``), whatever its entropy (``{"password": "hunter2"}``), unless it is a
     placeholder: empty, one character repeated (``********``), or ``[REDACTED]``, ``<redacted>``,
     ``${DB_PASSWORD}``, ``{{ db_password }}`` (the guard's own ``[GENERIC_SECRET]`` among them),
