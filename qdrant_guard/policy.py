@@ -360,7 +360,9 @@ class CollectionPolicy(_Strict):
     login, security, access, unlock, wallet, phone, device): ``card_pin``, ``SIM_PIN``, and a bare
     ``pin`` key in an object named for a card or SIM (card, sim, atm, debit, credit, bank:
     ``{"card": {"pin": ...}}``); not ``password_policy``, ``passwords``, a bare ``pass``
-    elsewhere, ``boarding_pass``, ``first_pass``, ``boarding_pass_code``, nginx's ``proxy_pass``,
+    elsewhere, a number under a bare ``pass`` beside a ``fail``, ``skip``, ``error`` or ``total``
+    key (a tally of test results: ``{"api": {"pass": 120, "fail": 3}}``), ``boarding_pass``,
+    ``first_pass``, ``boarding_pass_code``, nginx's ``proxy_pass``,
     a bare ``pin`` elsewhere (India's postal code, a GPIO pin: ``{"device": {"pin": 13}}``),
     ``map_pin`` or ``pin_code``) any value is a credential (``GENERIC_SECRET``, validator
     ``password-name``), whatever its entropy (``{"password": "hunter2"}``), unless it is a

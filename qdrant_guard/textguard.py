@@ -470,6 +470,10 @@ _PIN_OWNERS = frozenset({"card", "sim", "atm", "debit", "credit", "bank", "accou
 # p}}``); under a device, phone or account it is as often a GPIO pin or a postal code
 # (``{"device": {"pin": 13}}``, ``{"account": {"address": ..., "pin": "560001"}}``).
 _BARE_PIN_OWNERS = frozenset({"card", "sim", "atm", "debit", "credit", "bank"})
+# Keys beside a bare "pass" that make a number under it a tally of test results (``{"api": {"pass":
+# 120, "fail": 3}}``): a password is not stored beside a count of failures (_tally).
+_TALLY_KEYS = frozenset({"fail", "failed", "fails", "failure", "failures", "skip", "skipped", "skips", "error",
+                         "errors", "xfail", "xfailed", "broken", "total", "warn", "warning", "warnings"})
 # Keys of an object under a password name that hold the password itself (``{"password": {"value":
 # p}}``, ``{"db_password": {"current": p, "new": q}}``): a key made only of these words, or one of
 # no word or one character (``{"x": p}``, ``{"0": p}``). Any other key describes the password and
@@ -583,6 +587,15 @@ def _held_name(parent: str, key: str) -> str | None:
         return None
     held = f"{parent}.{key}"
     return held if word and _password_name(held) else None
+
+
+def _tally(obj: Mapping[Any, Any], v: Any) -> bool:
+    """Whether ``v``, under a bare ``pass`` key of ``obj``, is a count of test results: a number
+    (not a bool) beside a ``fail``/``skip``/``error``/``total`` key (``_TALLY_KEYS``, any case).
+    YAML's ``db: {pass: 12345678}`` has no such sibling and stays a password."""
+    if type(v) is bool or not isinstance(v, (int, float)):
+        return False
+    return any(isinstance(x, str) and x.lower() in _TALLY_KEYS for x in obj)
 
 
 def path_password_name(path: str) -> str | None:
@@ -749,7 +762,7 @@ class _FieldScreen:
                     # only (under "value" first, a clean answer would be remembered for "value").
                     nv = self.node(v, secret, at)
                 elif (parent is not None and isinstance(k, str) and (k in _BARE_EXACT or k not in clean_keys)
-                      and (held := _held_name(parent, k))):
+                      and (held := _held_name(parent, k)) and not _tally(value, v)):
                     # A remembered key other than _BARE_EXACT is no bare pass or pin (key()).
                     nv = self.node(v, held, at)  # {"auth": {"pass": p}}: auth.pass
                 elif names and k in _VALUE_FIELDS:

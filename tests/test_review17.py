@@ -170,3 +170,28 @@ def test_a_range_on_a_pin_or_password_name_is_refused_as_its_match_is(tmp_path):
     for key, rng in (("stats.pass", models.Range(gte=40, lte=45)), ("pass_rate", models.Range(gt=90)),
                      ("password_changed_ms", models.Range(gte=1733356800000))):
         assert client.count("c", count_filter=models.Filter(must=[models.FieldCondition(key=key, range=rng)])).count == 1
+
+
+# -- 5. a tally of test results under a bare pass (the lead, after the review) -------------------------
+
+TALLIES = [{"results": {"api": {"pass": 120, "fail": 3, "skip": 1}}}, {"user": {"pass": 23, "total": 25}},
+           {"db": {"PASS": 57.0, "Failed": 0}}, {"web": [{"pass": 40, "errors": 2}]}]
+
+
+@pytest.mark.parametrize("payload", TALLIES, ids=range(len(TALLIES)))
+def test_a_count_under_a_bare_pass_beside_a_count_of_failures_is_data(tmp_path, payload):
+    # Before: {"api": {"pass": 120, "fail": 3}} was read as the API's password on every collection.
+    kit, client = _kit_client(tmp_path)
+    for col in ("c", "pub"):
+        _write(client, col, "upsert", payload)
+        assert _stored(client, col, "upsert") == payload
+
+
+@pytest.mark.parametrize("payload", [{"db": {"pass": 12345678}}, {"db": {"pass": "12345678", "fail": 3}},
+                                     {"smtp": {"pass": 12345678, "user": "bob"}},
+                                     {"auth": {"pass": 4921.0, "status": "failed"}}])
+def test_a_number_under_a_bare_pass_without_a_tally_beside_it_is_still_a_password(tmp_path, payload):
+    kit, client = _kit_client(tmp_path)
+    before = snapshot(client, "pub")
+    assert _refused(lambda: _write(client, "pub", "upsert", payload)).verdict == "SENSITIVITY_MISMATCH"
+    assert snapshot(client, "pub") == before
