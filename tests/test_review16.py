@@ -201,15 +201,20 @@ def test_set_payload_under_other_keys_and_describing_objects_still_pass(tmp_path
     assert stored["password"] == {"min_length": 12, "algorithm": "bcrypt"}
 
 
+async def async_pii_client(kit) -> AsyncQdrantClient:
+    """An async guarded client of hr's owner with an empty PII collection "c" (text field "text")."""
+    a = AsyncQdrantClient(":memory:", guard=kit.config({"c": {"class": "PII", "owner": "hr", "text_field": "text",
+                                                              "intent": {"enabled": False}}}),
+                          principal=kit.principal("alice", "hr"))
+    await a.create_collection("c", vectors_config=models.VectorParams(size=len(_vec(1)), distance=models.Distance.COSINE))
+    return a
+
+
 def test_async_set_payload_under_a_password_key_is_refused(tmp_path):
     kit, _ = _kit_client(tmp_path)
 
     async def run():
-        a = AsyncQdrantClient(":memory:", guard=kit.config({"c": {"class": "PII", "owner": "hr", "text_field": "text",
-                                                                  "intent": {"enabled": False}}}),
-                              principal=kit.principal("alice", "hr"))
-        await a.create_collection("c", vectors_config=models.VectorParams(size=len(_vec(1)),
-                                                                          distance=models.Distance.COSINE))
+        a = await async_pii_client(kit)
         await a.upsert("c", [models.PointStruct(id=1, vector=_vec(1), payload={"text": "hello"})])
         with pytest.raises(GuardRefusal) as ei:
             await a.set_payload("c", payload={"x": WEAK}, points=[1], key="db_password")

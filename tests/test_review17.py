@@ -11,7 +11,8 @@ import pytest
 from guardkit import models, snapshot
 from test_payload_fields import FORMS, _kit_client, _stored, _vec, _write
 from test_payload_values import WEAK
-from qdrant_guard import AsyncQdrantClient, GuardRefusal
+from test_review16 import async_pii_client
+from qdrant_guard import GuardRefusal
 
 MEDIA = "3560417806123456789"  # Luhn-valid, in JCB's 19-digit range (one Instagram media id in ten)
 
@@ -82,11 +83,7 @@ def test_async_upsert_of_a_spelled_bare_pass_is_refused(tmp_path):
     kit, _ = _kit_client(tmp_path)
 
     async def run():
-        a = AsyncQdrantClient(":memory:", guard=kit.config({"c": {"class": "PII", "owner": "hr", "text_field": "text",
-                                                                  "intent": {"enabled": False}}}),
-                              principal=kit.principal("alice", "hr"))
-        await a.create_collection("c", vectors_config=models.VectorParams(size=len(_vec(1)),
-                                                                          distance=models.Distance.COSINE))
+        a = await async_pii_client(kit)
         with pytest.raises(GuardRefusal) as ei:
             await a.upsert("c", [models.PointStruct(id=1, vector=_vec(1), payload={"user": {"pass2": WEAK}})])
         return ei.value, (await a.count("c")).count
