@@ -159,3 +159,14 @@ def test_group_caps_response_cap_counts_the_groups_returned(ngroups, response_ca
     groups = [_items(["a"] * 5) for _ in range(ngroups)]
     out = enforce_group_caps(groups, group_size=5, source_of=_src, max_source_fraction=0.4)
     assert out.group_cap == 2 and out.response_cap == response_cap
+
+
+def test_a_source_brought_in_by_a_swap_counts_its_item_for_later_swaps():
+    # cap 2 (k=6, fraction 0.34), min_unique 6; greedy keeps a,a,b,b,c,c. d comes in for a c,
+    # ("e","d") for a b, which puts d at its cap of 2; ("f","d") must then free a d (rank 6), not an
+    # a: a result with three d items would break the cap.
+    names = ["a", "a", "b", "b", "c", "c", "d", ("e", "d"), ("f", "d")]
+    out = enforce_diversity(_items(names), k=6, source_of=_src, max_source_fraction=0.34, min_unique_sources=6)
+    assert [i[0] for i in out.kept] == [0, 1, 2, 4, 7, 8]
+    assert out.per_source == {"a": 2, "b": 1, "c": 1, "d": 2, "e": 1, "f": 1}
+    assert out.min_unique_met
