@@ -59,3 +59,23 @@ def test_cap_for_refuses_a_source_size_that_is_not_a_count(size, exc):
     with pytest.raises(exc, match="source_size"):
         budget.cap_for(size, 0.5)
     assert budget.cap_for(0, 0.5) == 0 and budget.cap_for(10, 0.5) == 5
+
+
+@pytest.mark.parametrize("coverage, exc", [(2, ValueError), (-1, ValueError), (True, TypeError), ("0.5", TypeError),
+                                           (1.5, ValueError), (float("nan"), ValueError)])
+def test_cap_for_refuses_a_coverage_outside_the_unit_interval_whatever_its_type(coverage, exc):
+    # An int coverage of 2 would otherwise give a cap of twice the source.
+    budget = ExtractionBudget(MemoryBudgetStore(), window_s=W, clock=lambda: 0.0)
+    with pytest.raises(exc, match="max_source_coverage"):
+        budget.cap_for(10, coverage)
+    assert budget.cap_for(10, 1) == 10 and budget.cap_for(10, 0) == 0
+
+
+@pytest.mark.parametrize("size, exc", [(10.0, TypeError), (True, TypeError), (-1, ValueError)])
+def test_admit_many_refuses_a_source_size_that_is_not_a_count_and_charges_nothing(size, exc):
+    store = MemoryBudgetStore()
+    budget = ExtractionBudget(store, window_s=W, clock=lambda: 0.0)
+    with pytest.raises(exc, match="source_size"):
+        budget.admit_many(principal="p", collection="c", requests={"a": ([1], 4), "b": ([2], size)},
+                          max_source_coverage=0.5)
+    assert store.entries_by_prefix("", window_s=W, now=0.0) == {}
