@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""Mutation testing for one module of this project (stdlib only).
+
+Generates mutants of one Python file one at a time, writes each in place, runs a pytest
+selection against it and reports the mutants no test killed. The original file is always put
+back (try/finally, and on Ctrl-C or SIGTERM), byte for byte and with its old mtime.
+
+Mutations (on the code of the chosen functions, not on docstrings, annotations, f-strings or
+the arguments of a ``raise``, which only format messages):
+
+- comparison operators: ``<``<->``<=``, ``>``<->``>=``, ``==``<->``!=``, ``in``<->``not in``,
+  ``is``<->``is not`` (one operator of a chain at a time);
+- ``and``<->``or``;
+- ``if``/``elif``/``while``/conditional-expression tests negated (``not (...)``);
+- ``True``<->``False``; integer constants +1 and -1 (so 0<->1);
+- ``return X`` -> ``return None`` (not when X is already None);
+- a ``raise`` statement or a call statement deleted (replaced by ``pass``);
+- ``+``<->``-`` (binary and augmented assignment).
+
+Usage::
+
+    QDRANT_GUARD_REQUIRE_NATIVE=1 /work/main/.venv/bin/python scripts/mutate.py \\
+        qdrant_guard/boundary.py -f verify_credential -f _unb64url \\
+        -t tests/test_boundary.py -t tests/test_client_writes.py
+
+    scripts/mutate.py qdrant_guard/merkle.py --list          # only list the mutants
+    scripts/mutate.py qdrant_guard/merkle.py -t tests/test_receipts.py --lines 40-60
+
+A mutant is *killed* when the selection fails (any exit code but 0 and 5) or runs past
+``--timeout`` seconds; it *survives* when the selection passes. Survivors are printed as
+``file:line: original -> mutant``. A baseline run on the original must pass first. Keep the
+selection small: each mutant costs one pytest run (``-x -q -p no:cacheprovider``).
+
+``-f NAME`` selects a function or method by name (``Class.method`` or ``method``); nested
+functions inside a selected one are mutated with it. Without ``-f`` the whole module is.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_PYTHON = "/work/main/.venv/bin/python"
+
+_CMP_FLIP = {
+    ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In,
+    ast.Is: ast.IsNot, ast.IsNot: ast.Is,
+}
+
+
+@dataclass
+class Mutant:
+    line: int
+    start: int  # byte offsets into the source
+    end: int
+    original: str
+    replacement: str
+    kind: str
+
+    def describe(self) -> str:
+        def one(s: str) -> str:
+            s = " ".join(s.split())
+            return s if len(s) <= 90 else s[:87] + "..."
+        return f"{one(self.original)} -> {one(self.replacement)}"
+
+
+class _Offsets:
+    def __init__(self, src: bytes) -> None:
+        self.src = src
+        self.starts = [0]
+        for i, b in enumerate(src):
+            if b == 0x0A:
+                self.starts.append(i + 1)
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return (self.starts[node.lineno - 1] + node.col_offset,
+                self.starts[node.end_lineno - 1] + node.end_col_offset)
+
+
+def _selected_functions(tree: ast.Module, names: list[str]) -> list[ast.AST]:
+    if not names:
+        return [tree]
+    out, found = [], set()
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                qual = prefix + node.name
+                for want in names:
+                    if want in (qual, node.name):
+                        out.append(node)
+                        found.add(want)
+            elif isinstance(node, ast.ClassDef):
+                visit(node.body, prefix + node.name + ".")
+
+    visit(tree.body, "")
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise SystemExit(f"mutate.py: no function named {', '.join(missing)} in the module")
+    return out
+
+
+def _skipped_subtrees(root: ast.AST) -> set[int]:
+    """ids of nodes not to mutate: docstrings, annotations, f-strings, raise arguments."""
+    skip: set[int] = set()
+
+    def mark(node: ast.AST | None) -> None:
+        if node is not None:
+            for sub in ast.walk(node):
+                skip.add(id(sub))
+
+    for node in ast.walk(root):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                mark(body[0])
+            if not isinstance(node, (ast.ClassDef, ast.Module)):
+                mark(node.returns)
+                for a in node.args.args + node.args.kwonlyargs + node.args.posonlyargs:
+                    mark(a.annotation)
+        elif isinstance(node, (ast.AnnAssign, ast.arg)):
+            mark(node.annotation)
+        elif isinstance(node, ast.JoinedStr):
+            mark(node)
+        elif isinstance(node, ast.Raise):
+            mark(node.exc)
+            mark(node.cause)
+    return skip
+
+
+def _negation_is_a_flip(test: ast.expr) -> bool:
+    # not (a == b) is the compare flip a != b: one mutant, not two.
+    return isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(
+        test.ops[0], (ast.Eq, ast.NotEq, ast.In, ast.NotIn, ast.Is, ast.IsNot))
+
+
+def generate(path: Path, functions: list[str]) -> list[Mutant]:
+    src = path.read_bytes()
+    tree = ast.parse(src, filename=str(path))
+    off = _Offsets(src)
+    mutants: list[Mutant] = []
+    seen: set[int] = set()
+
+    def orig(node: ast.AST) -> str:
+        a, b = off.span(node)
+        return src[a:b].decode("utf-8")
+
+    def add(node: ast.AST, new: ast.AST | str, kind: str, expr: bool = True) -> None:
+        text = new if isinstance(new, str) else ast.unparse(new)
+        if expr and not isinstance(new, str):
+            text = f"({text})"
+        a, b = off.span(node)
+        mutants.append(Mutant(node.lineno, a, b, orig(node), text, kind))
+
+    for root in _selected_functions(tree, functions):
+        skip = _skipped_subtrees(root)
+        for node in ast.walk(root):
+            if id(node) in skip or id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node, ast.Compare):
+                for i, op in enumerate(node.ops):
+                    flip = _CMP_FLIP.get(type(op))
+                    if flip:
+                        m = copy.deepcopy(node)
+                        m.ops[i] = flip()
+                        add(node, m, "compare")
+            elif isinstance(node, ast.BoolOp):
+                m = copy.deepcopy(node)
+                m.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+                add(node, m, "boolop")
+            elif isinstance(node, (ast.If, ast.While, ast.IfExp)) and id(node.test) not in skip \
+                    and not _negation_is_a_flip(node.test):
+                add(node.test, f"(not ({orig(node.test)}))", "negate")
+            elif isinstance(node, ast.Constant):
+                v = node.value
+                if v is True or v is False:
+                    add(node, "False" if v else "True", "bool")
+                elif isinstance(v, int):
+                    add(node, str(v + 1), "int+1")
+                    add(node, str(v - 1), "int-1")
+            elif isinstance(node, ast.Return) and node.value is not None and not (
+                    isinstance(node.value, ast.Constant) and node.value.value is None):
+                add(node, "return None", "return", expr=False)
+            elif isinstance(node, ast.Raise):
+                add(node, "pass", "del-raise", expr=False)
+            elif isinstance(node, ast.Expr) and isinstance(node.value, (ast.Call, ast.Await)):
+                add(node, "pass", "del-call", expr=False)
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+                m = copy.deepcopy(node)
+                m.op = ast.Sub() if isinstance(node.op, ast.Add) else ast.Add()
+                add(node, m, "arith")
+            elif isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)):
+                m = copy.deepcopy(node)
+                m.op = ast.Sub() if isinstance(node.op, ast.Add) else ast.Add()
+                add(node, m, "arith", expr=False)
+    mutants.sort(key=lambda m: (m.start, m.kind))
+    return mutants
+
+
+def apply(src: bytes, m: Mutant) -> bytes:
+    return src[:m.start] + m.replacement.encode("utf-8") + src[m.end:]
+
+
+def _drop_pyc(path: Path) -> None:
+    cache = path.parent / "__pycache__"
+    for pyc in cache.glob(path.stem + ".*.pyc"):
+        try:
+            pyc.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def run_tests(cmd: list[str], timeout: float, env: dict[str, str]) -> tuple[str, float]:
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=env, start_new_session=True)
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return "timeout", time.monotonic() - t0
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    dt = time.monotonic() - t0
+    if rc == 0:
+        return "survived", dt
+    if rc == 5:
+        return "no-tests", dt
+    return "killed", dt
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("module", type=Path, help="the .py file to mutate (in this worktree)")
+    ap.add_argument("-f", "--function", action="append", default=[],
+                    help="function or Class.method to mutate (repeatable; default: whole module)")
+    ap.add_argument("-t", "--tests", action="append", default=[],
+                    help="pytest argument (file or node id; repeatable)")
+    ap.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run (timeout = killed)")
+    ap.add_argument("--python", default=DEFAULT_PYTHON)
+    ap.add_argument("--lines", default=None, help="only mutants on lines A-B")
+    ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    args = ap.parse_args(argv)
+
+    path = args.module.resolve()
+    mutants = generate(path, args.function)
+    if args.lines:
+        lo, _, hi = args.lines.partition("-")
+        mutants = [m for m in mutants if int(lo) <= m.line <= int(hi or lo)]
+    rel = os.path.relpath(path)
+    if args.list:
+        for i, m in enumerate(mutants):
+            print(f"{i:4d} {rel}:{m.line}: [{m.kind}] {m.describe()}")
+        print(f"{len(mutants)} mutants")
+        return 0
+    if not args.tests:
+        ap.error("give the test selection with -t")
+
+    env = dict(os.environ)
+    env.setdefault("QDRANT_GUARD_REQUIRE_NATIVE", "1")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    cmd = [args.python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *args.tests]
+    if args.keyword:
+        cmd += ["-k", args.keyword]
+
+    # The run must import the file being mutated, not an installed copy.
+    mod = os.path.relpath(path.with_suffix(""), Path.cwd()).replace(os.sep, ".")
+    where = subprocess.run([args.python, "-c", f"import {mod} as m; print(m.__file__)"],
+                           capture_output=True, text=True, env=env, check=True).stdout.strip()
+    if Path(where).resolve() != path:
+        print(f"mutate.py: `import {mod}` loads {where}, not {path}; run from the worktree root",
+              file=sys.stderr)
+        return 2
+
+    original = path.read_bytes()
+    st = path.stat()
+
+    def restore() -> None:
+        if path.read_bytes() != original:
+            path.write_bytes(original)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        _drop_pyc(path)
+
+    def on_term(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    counts = {"killed": 0, "timeout": 0, "survived": 0, "no-tests": 0, "invalid": 0}
+    survivors: list[Mutant] = []
+    try:
+        _drop_pyc(path)
+        status, dt = run_tests(cmd, args.timeout * 3, env)
+        if status != "survived":
+            print(f"mutate.py: the baseline run does not pass ({status}): {' '.join(cmd)}",
+                  file=sys.stderr)
+            return 2
+        print(f"baseline passed in {dt:.1f}s; {len(mutants)} mutants of {rel}", flush=True)
+        for i, m in enumerate(mutants):
+            text = apply(original, m)
+            try:
+                compile(text, str(path), "exec")
+            except SyntaxError:
+                counts["invalid"] += 1
+                continue
+            path.write_bytes(text)
+            _drop_pyc(path)
+            status, dt = run_tests(cmd, args.timeout, env)
+            counts[status] += 1
+            mark = "SURVIVED" if status == "survived" else status
+            print(f"[{i + 1}/{len(mutants)}] {rel}:{m.line}: [{m.kind}] {m.describe()}  "
+                  f"{mark} ({dt:.1f}s)", flush=True)
+            if status == "survived":
+                survivors.append(m)
+            restore()
+    except KeyboardInterrupt:
+        print("\nmutate.py: interrupted; original restored", file=sys.stderr)
+        return 130
+    finally:
+        restore()
+
+    print(f"\n{rel}: {len(mutants)} mutants, killed {counts['killed']} "
+          f"(+{counts['timeout']} by timeout), survived {counts['survived']}, "
+          f"no tests {counts['no-tests']}, invalid {counts['invalid']}")
+    for m in survivors:
+        print(f"{rel}:{m.line}: {m.describe()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
