@@ -252,15 +252,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run (timeout = killed)")
     ap.add_argument("--python", default=DEFAULT_PYTHON)
-    ap.add_argument("--lines", default=None, help="only mutants on lines A-B")
+    ap.add_argument("--lines", default=None, help="only mutants on these lines: A-B,C,...")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     args = ap.parse_args(argv)
 
     path = args.module.resolve()
     mutants = generate(path, args.function)
     if args.lines:
-        lo, _, hi = args.lines.partition("-")
-        mutants = [m for m in mutants if int(lo) <= m.line <= int(hi or lo)]
+        spans = []
+        for part in args.lines.split(","):
+            lo, _, hi = part.partition("-")
+            spans.append((int(lo), int(hi or lo)))
+        mutants = [m for m in mutants if any(lo <= m.line <= hi for lo, hi in spans)]
     rel = os.path.relpath(path)
     if args.list:
         for i, m in enumerate(mutants):
