@@ -158,12 +158,28 @@ def _read_key_file(path: PathLike, func: str, *, private: bool) -> tuple[Path, b
             st = os.fstat(fh.fileno())
             data = fh.read()
     except OSError as exc:
+        if isinstance(exc, FileNotFoundError) and isinstance(text, str) and _looks_like_key_body(text):
+            # A PEM body on one line (no -----BEGIN, no newline), pasted where the path belongs.
+            raise KeyStoreError(
+                f"{func}() was given {len(text)} characters that look like base64 key material, not the path of "
+                "an existing key file (not shown); write the key to a file (mode 600 for a private key) and give "
+                "its path"
+            ) from None
         hint = ""
         if isinstance(exc, FileNotFoundError):
             hint = (f"; create it with `qdrant-guard keys new --out {p}`, or fix the path" if private else
                     "; `qdrant-guard keys new --out KEY` writes the public key beside the private one, as KEY.pub")
         raise KeyStoreError(f"cannot read key file {str(p)!r}: {exc.strerror or exc}{hint}") from exc
     return p, data, st
+
+
+def _looks_like_key_body(text: str) -> bool:
+    """Whether ``text`` reads as base64 key material rather than a path: 40 or more characters of
+    the base64 alphabets with upper case, lower case and a digit, and no dot or space (an Ed25519
+    PKCS#8 body is 64 characters; a path without a dot this long and this mixed is rare, and one
+    only loses its echo)."""
+    return (len(text) >= 40 and "." not in text and all(c.isascii() and (c.isalnum() or c in "+/=_-") for c in text)
+            and any(c.isupper() for c in text) and any(c.islower() for c in text) and any(c.isdigit() for c in text))
 
 
 def _holds_public_key(data: bytes) -> bool:

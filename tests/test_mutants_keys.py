@@ -103,3 +103,24 @@ def test_a_private_key_file_where_a_public_key_belongs_says_so(tmp_path):
     os.chmod(p, 0o600)
     with pytest.raises(KeyStoreError, match="holds a private key, but a public key is needed"):
         load_public_key(p)
+
+
+@pytest.mark.parametrize("loader", [load_private_key, load_public_key])
+def test_a_one_line_key_body_given_as_a_path_is_not_echoed(loader, tmp_path):
+    # Found by the mutation pass, fixed by the lead: the PEM body alone (no -----BEGIN, no newline),
+    # pasted where the path belongs, was echoed whole in "cannot read key file '...'".
+    for _ in range(20):
+        sk, _ = generate_keypair()
+        body = "".join(private_key_to_pem(sk).decode().splitlines()[1:-1])
+        with pytest.raises(KeyStoreError, match="look like base64 key material") as info:
+            loader(body)
+        assert body not in str(info.value) and body[:16] not in str(info.value)
+    # A missing path is still named, with the command that creates it.
+    missing = tmp_path / "keys" / "guard.key"
+    with pytest.raises(KeyStoreError, match="cannot read key file") as info:
+        loader(missing)
+    assert str(missing) in str(info.value)
+    # The price of the heuristic: a missing path of 40+ characters with no dot and mixed case and
+    # digits is taken for key material too, and is not echoed; the error still says to give a path.
+    with pytest.raises(KeyStoreError, match="give its path"):
+        loader("/srv/app/config/keys/GuardSigningKey2026")
