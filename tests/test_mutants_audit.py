@@ -19,6 +19,13 @@ from qdrant_guard.keys import generate_keypair
 from qdrant_guard.receipts import ReceiptSigner
 
 
+def _signer() -> tuple[ReceiptSigner, dict]:
+    """A fresh checkpoint signer and the trusted-keys map that verifies it."""
+    sk, pk = generate_keypair()
+    signer = ReceiptSigner(sk)
+    return signer, {signer.key_id: pk}
+
+
 def _log(path: Path, n: int, **kw) -> list[bytes]:
     with AuditLog(path, **kw) as log:
         for i in range(n):
@@ -98,9 +105,7 @@ def test_an_entry_json_reads_but_canonical_json_cannot_encode_is_edited(tmp_path
 def test_a_checkpoint_signature_in_non_canonical_base64_is_refused(tmp_path):
     # b64decode without validate drops characters outside the alphabet: the same signature
     # spelled with junk in it would verify.
-    sk, pk = generate_keypair()
-    signer = ReceiptSigner(sk)
-    trusted = {signer.key_id: pk}
+    signer, trusted = _signer()
     p = tmp_path / "log.jsonl"
     lines = _log(p, 4, signer=signer, checkpoint_every=3)
     assert verify_audit_file(p, trusted_keys=trusted, checkpoint_every=3).ok
@@ -115,9 +120,7 @@ def test_a_checkpoint_signature_in_non_canonical_base64_is_refused(tmp_path):
 def test_a_forged_checkpoint_does_not_make_a_chain_signed_in_a_fork(tmp_path, forged_first):
     # Two chains from genesis; the real one carries checkpoints, the forged one a checkpoint that
     # names the trusted key but is signed by another. Only verified checkpoints decide a fork.
-    sk, pk = generate_keypair()
-    signer = ReceiptSigner(sk)
-    trusted = {signer.key_id: pk}
+    signer, trusted = _signer()
     real = _log(tmp_path / "real.jsonl", 7, signer=signer, checkpoint_every=3)
     other, _ = generate_keypair()
     forged = _forged(10)
@@ -158,9 +161,7 @@ def test_the_earliest_fork_point_is_reported(tmp_path, branches, fork):
 
 
 def test_fork_detail_measures_each_branch_by_the_checkpoint_rules(tmp_path):
-    sk, pk = generate_keypair()
-    signer = ReceiptSigner(sk)
-    trusted = {signer.key_id: pk}
+    signer, trusted = _signer()
     real = _log(tmp_path / "real.jsonl", 7, signer=signer, checkpoint_every=3)
     forged = [_line(e) for e in _forged(10)]
     p = tmp_path / "two.jsonl"
@@ -177,9 +178,7 @@ def test_fork_detail_measures_each_branch_by_the_checkpoint_rules(tmp_path):
 
 
 def test_a_branch_whose_first_line_breaks_the_checkpoint_rules_counts_as_one_line(tmp_path):
-    sk, pk = generate_keypair()
-    signer = ReceiptSigner(sk)
-    trusted = {signer.key_id: pk}
+    signer, trusted = _signer()
     real = _log(tmp_path / "real.jsonl", 7, signer=signer, checkpoint_every=3)
     # An unsigned entry at seq 3, a checkpoint seq, chained to the real entry 2.
     branch = _branch_entry(json.loads(real[1])["hash"], 3, "forged")
@@ -203,9 +202,7 @@ def test_unresolved_fork_with_keys_says_neither_chain_is_signed(tmp_path):
 
 
 def test_report_detail_names_the_line_and_seq_and_counts_checkpoints(tmp_path):
-    sk, pk = generate_keypair()
-    signer = ReceiptSigner(sk)
-    trusted = {signer.key_id: pk}
+    signer, trusted = _signer()
     p = tmp_path / "log.jsonl"
     lines = _log(p, 7, signer=signer, checkpoint_every=3)
     rep = verify_audit_file(p, trusted_keys=trusted, checkpoint_every=3)

@@ -6,16 +6,15 @@ signature, so only that check can refuse it.
 from __future__ import annotations
 
 import base64
-import copy
 
 import numpy as np
 import pytest
+from test_receipts import _mutate as altered
+from test_receipts import _resign
 
-from qdrant_guard.canonical import canonical_json
 from qdrant_guard.keys import generate_keypair, key_id
 from qdrant_guard.noise_params import NoiseParams
 from qdrant_guard.receipts import (
-    SIGNATURE_PREFIX,
     ReceiptSigner,
     issue_receipt,
     stored_form,
@@ -56,19 +55,7 @@ def check(receipt, vec, keys, **kw):
 
 
 def resign(receipt, keys):
-    body = {k: v for k, v in receipt.items() if k != "sig"}
-    out = dict(body)
-    out["sig"] = base64.b64encode(keys["signer"].sign(SIGNATURE_PREFIX + canonical_json(body))).decode()
-    return out
-
-
-def altered(receipt, path, value):
-    r = copy.deepcopy(receipt)
-    target = r
-    for key in path[:-1]:
-        target = target[key]
-    target[path[-1]] = value
-    return r
+    return _resign(receipt, keys["signer"])
 
 
 def test_int_where_optional_float_is_signed_is_non_canonical(keys):
