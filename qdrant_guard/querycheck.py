@@ -17,7 +17,8 @@ from .errors import QdrantGuardError
 from .pipeline import Offload, Op
 from .policy import CollectionPolicy
 from .sources import path_head
-from .textguard import EmbedderError, TextOps, _number_text, no_card, password_name_why, password_value
+from .textguard import (EmbedderError, TextOps, _number_text, no_card, password_finding, password_name_why,
+                        password_value)
 
 # Inputs that carry text the guard did not check (a top-level models.Document is checked).
 _TEXT_INPUTS = (models.Document, models.InferenceObject, models.TextQuery)
@@ -277,7 +278,7 @@ class QueryChecks(TextOps):
                     if password_value(key, text):
                         at = f"{where}.range.{bound}"
                         self._filter_findings(
-                            op, name, pol, [_detect.Finding("GENERIC_SECRET", 0, len(text), "password-name", "CREDENTIAL")],
+                            op, name, pol, [password_finding(0, len(text))],
                             pii_ok, allowed, at, shown, "Range", {"filter": at, "key": shown, "match": "Range"},
                             why=password_name_why(key, "match"))
             match = cond.match
@@ -309,7 +310,7 @@ class QueryChecks(TextOps):
                 if not findings and password_value(key, text):
                     # As in a payload: a filter that names a password field carries a password, and
                     # matching it asks whether a point holds that password.
-                    findings = [_detect.Finding("GENERIC_SECRET", 0, len(text), "password-name", "CREDENTIAL")]
+                    findings = [password_finding(0, len(text))]
                 if findings:
                     why = password_name_why(key, "match") if findings[0].validator == "password-name" else ""
                     self._filter_findings(op, name, pol, findings, pii_ok, allowed, at, shown, kind,

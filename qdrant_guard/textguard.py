@@ -512,12 +512,17 @@ def _name_words(name: str) -> list[str]:
     return _WORDS.findall(name)
 
 
+def _drop_digits(words: list[str]) -> list[str]:
+    """``words`` without its trailing digit words (``userPassword2``, ``db2``), in place."""
+    while words and words[-1].isdigit():
+        words.pop()
+    return words
+
+
 def _last_word(name: str) -> str:
     """``name``'s last word in lower case, trailing digits aside (``userPassword2``: ``password``);
     empty when it has none."""
-    words = _name_words(name)
-    while words and words[-1].isdigit():
-        words.pop()
+    words = _drop_digits(_name_words(name))
     return words[-1].lower() if words else ""
 
 
@@ -532,9 +537,7 @@ def _password_name(name: str) -> bool:
     (``_PIN_OWNERS``: ``card_pin``, ``SIM_PIN``). Not ``password_policy``, ``passwordHash``,
     ``passwords`` (a count as often as a list), ``pass``, ``boarding_pass``, ``first_pass``,
     ``bypass``, ``passport``, ``pin``, ``map_pin``, ``pin_code``."""
-    words = _name_words(name)
-    while words and words[-1].isdigit():
-        words.pop()
+    words = _drop_digits(_name_words(name))
     if not words:
         return False
     last = words[-1].lower()
@@ -543,8 +546,7 @@ def _password_name(name: str) -> bool:
     if last not in ("pass", "word", "phrase", "code", "pin"):
         return False
     words.pop()
-    while words and words[-1].isdigit():
-        words.pop()  # db2_pass: the word before the digits
+    _drop_digits(words)  # db2_pass: the word before the digits
     before = words[-1].lower() if words else ""
     if last == "pass":
         return before in _PASS_OWNERS
@@ -571,9 +573,7 @@ def _path_names(path: str) -> list[str]:
 def _bare_word(key: str) -> str:
     """``pass`` or ``pin`` when ``key`` is that word alone, in any spelling :func:`_password_name`
     reads (``PASS``, ``pass2``, ``_pin``, full-width or with invisible characters); else ``""``."""
-    words = _name_words(key)
-    while words and words[-1].isdigit():
-        words.pop()
+    words = _drop_digits(_name_words(key))
     word = words[0].lower() if len(words) == 1 else ""
     return word if word in ("pass", "pin") else ""
 
@@ -634,6 +634,12 @@ def _working_directory(name: str, value: str) -> bool:
     return _PATH_VALUE.match(value) is not None and _name_words(name)[-1].lower() in ("pwd", "oldpwd")
 
 
+def password_finding(start: int, end: int) -> _detect.Finding:
+    """The finding the password-name rule gives a value at ``start:end`` (GENERIC_SECRET, validator
+    ``password-name``): the payload screen and filters report it alike."""
+    return _detect.Finding("GENERIC_SECRET", start, end, "password-name", "CREDENTIAL")
+
+
 def password_value(name: str, value: str) -> bool:
     """Whether ``value`` given under field ``name`` (a key path: :func:`path_password_name`) is a
     password by the password-name rule (a password name, not a placeholder, not a working directory
@@ -673,9 +679,7 @@ def _media_id(name: str, value: str, path: str = "") -> bool:
     Luhn (``card_id``, ``card.id`` or ``payment.card.id`` holding a card still is one)."""
     if not (len(value) == 19 and value.isascii() and value.isdigit() and "3528" <= value[:4] <= "3589"):
         return False
-    words = [w.lower() for w in _name_words(name)]
-    while words and words[-1].isdigit():
-        words.pop()
+    words = [w.lower() for w in _drop_digits(_name_words(name))]
     return (bool(words) and words[-1] in ("id", "ids") and not _CARD_WORDS.intersection(words)
             and not _CARD_WORDS.intersection(w.lower() for w in _name_words(path)))
 
@@ -863,7 +867,7 @@ class _FieldScreen:
             found = [f for f in found if f.type != "CREDIT_CARD"]
         if not found:
             if self.password_key(name) and not _placeholder(value) and not _working_directory(name, value):
-                found = [_detect.Finding("GENERIC_SECRET", h, h + n, "password-name", "CREDENTIAL")]
+                found = [password_finding(h, h + n)]
                 why = password_name_why(name)
             else:
                 # Not under a key with a finding (PII stays in a key on payload_fields = "credentials"):
