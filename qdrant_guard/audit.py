@@ -337,6 +337,8 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
             if seq in seen:
                 # A replayed copy or a line that chains to nothing before it is the extra line; a
                 # different entry for the same place (a second chain) is judged after the loop.
+                # Every seq below `expected` is in `seen` (seqs start at 1 and the prefix so far
+                # is contiguous), so an earlier seq always lands here.
                 raise _Bad("inserted", f"seq {seq} already appeared on line {seen[seq]}")
             if seq > expected:
                 later = seqs_after.get(expected)
@@ -346,8 +348,6 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
                 missing = f"{expected}" if seq == expected + 1 else f"{expected}..{seq - 1}"
                 raise _Bad("deleted", f"expected seq {expected}, found seq {seq}: entr"
                                       f"{'y' if seq == expected + 1 else 'ies'} {missing} missing")
-            if seq < expected:
-                raise _Bad("reordered", f"expected seq {expected}, found earlier seq {seq}")
             if entry["prev"] != last_hash:
                 raise _Bad("chain_broken", f"prev does not match the hash of the entry before it "
                                            f"(line {lineno - 1} was rewritten, or lines were renumbered)")
