@@ -25,14 +25,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .intent import (
-    CUE_NAMES,
-    FEATURE_VERSION,
-    INTENT_LABELS,
-    BuiltinIntentClassifier,
-    feature_rows,
-    featurize,
-)
+from .intent import INTENT_LABELS, BuiltinIntentClassifier
+from .intent_features import CUE_NAMES, FEATURE_VERSION, feature_rows, featurize
 
 __all__ = ["SEED", "TEST_FRACTION", "load_dataset", "split_dataset", "train", "evaluate", "main"]
 

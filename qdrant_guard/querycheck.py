@@ -521,7 +521,8 @@ class QueryChecks(TextOps):
                 op, name, pol, exc, details,
                 f"the intent classifier {ip.classifier!r} could not be loaded ({exc}); the query was refused "
                 "whatever intent.fail_closed says. Fix intent.classifier in the policy") from exc
-        from .intent import _MAX_REASONING_CHARS, INTENT_LABELS, IntentClassifierError, classify_with_timeout
+        from .intent import INTENT_LABELS, IntentClassifierError, classify_with_timeout
+        from .intent_llm import _MAX_REASONING_CHARS
 
         try:
             result = yield Offload(lambda: classify_with_timeout(clf, text, ip.timeout_s))

@@ -13,7 +13,7 @@ import random
 import sys
 import unicodedata as ud
 
-from qdrant_guard.intent import _starts_nfkc_piece
+from qdrant_guard.intent_features import _starts_nfkc_piece
 
 
 def main() -> int:

@@ -175,7 +175,7 @@ def hung_calls_released(release: threading.Event) -> Iterator[None]:
     wait until the intent pool holds no abandoned call, so no test leaves any for the next. A
     safety timer sets it after a minute, so code without a time limit fails the test instead of
     hanging it."""
-    from qdrant_guard import intent as intent_mod
+    from qdrant_guard import intent_pool
 
     release.clear()
     safety = threading.Timer(60.0, release.set)
@@ -188,10 +188,10 @@ def hung_calls_released(release: threading.Event) -> Iterator[None]:
         release.set()
         done = threading.Event()
         for _ in range(3000):  # the released calls end at once; this only waits for their threads
-            if intent_mod._POOL.abandoned() == 0:
+            if intent_pool._POOL.abandoned() == 0:
                 break
             done.wait(0.01)
-        assert intent_mod._POOL.abandoned() == 0
+        assert intent_pool._POOL.abandoned() == 0
 
 
 def record_sent(monkeypatch: Any, methods: tuple[str, ...], *, with_kwargs: bool = False) -> list[Any]:

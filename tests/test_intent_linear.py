@@ -11,7 +11,14 @@ from re import _parser as sre_parse  # Python 3.11's regex parser (sre_parse war
 
 import pytest
 
-from qdrant_guard.intent import _MAX_LEXICAL_CHARS, _REGEX_CUES, _ZW_STRIP, CUE_NAMES, _ScannedCue, featurize
+from qdrant_guard.intent_features import (
+    _MAX_LEXICAL_CHARS,
+    _REGEX_CUES,
+    _ZW_STRIP,
+    CUE_NAMES,
+    _ScannedCue,
+    featurize,
+)
 
 CUES = {n: p for n, _, p in _REGEX_CUES}
 DATASET = Path(__file__).resolve().parent.parent / "qdrant_guard" / "data" / "intent_dataset.jsonl"
@@ -182,7 +189,7 @@ def test_scanned_alternatives_do_not_fire_on_near_misses(text, name):
 
 
 def _searched_regexes() -> list[tuple[str, re.Pattern[str]]]:
-    from qdrant_guard import intent
+    from qdrant_guard import intent_features
 
     out = [(n, p) for n, _, p in _REGEX_CUES if isinstance(p, re.Pattern)]
     for n, _, p in _REGEX_CUES:
@@ -190,7 +197,7 @@ def _searched_regexes() -> list[tuple[str, re.Pattern[str]]]:
             out.append((n, p.rest))
             out += [(n, rx) for scan in p.scans for rx in vars(scan).values() if isinstance(rx, re.Pattern)
                     and rx is not scan.at]  # .at is only matched at a start the scan found
-    out += [(n, getattr(intent, n)) for n in ("_NAMED_ROLE_RE", "_NAME_PAIR_RE", "_B64_RE", "_HEX_RE",
+    out += [(n, getattr(intent_features, n)) for n in ("_NAMED_ROLE_RE", "_NAME_PAIR_RE", "_B64_RE", "_HEX_RE",
                                                "_PCT_RUN_RE", "_PCT_ANY_RE", "_ESCAPE_RUN_RE",
                                                "_ZW_IN_WORD_RE", "_TOKEN_RE")]
     return out
@@ -277,7 +284,7 @@ def _restarting_scans(seq, bounded: bool = False) -> list[str]:
         opener += chr(items[i][1])
         i += 1
         if len(opener) == 1 and i < len(items) and _is_boundary_behind(items[i]):
-            bounded = True  # intent._word_led's x(?<!\w.): the \b before x, written after it
+            bounded = True  # intent_features._word_led's x(?<!\w.): the \b before x, written after it
             i += 1
     if opener:
         guards: list[list[str]] = []  # the first characters of each required item after the opener

@@ -11,12 +11,12 @@ import pytest
 
 from qdrant_guard.intent import (
     INTENT_LABELS,
-    SYSTEM_PROMPT,
     IntentClassifier,
     IntentClassifierError,
     IntentResult,
     LLMIntentClassifier,
 )
+from qdrant_guard.intent_llm import SYSTEM_PROMPT
 
 API_KEY = "sk-test-0123456789abcdef"
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qdrant_guard import intent
-from qdrant_guard.intent import _MAX_LEXICAL_CHARS, featurize
+from qdrant_guard import intent_features
+from qdrant_guard.intent_features import _MAX_LEXICAL_CHARS, featurize
 
 # ASCII, combining marks (some composing, some not, one that decomposes to two), Hangul jamo L, V,
 # T and syllables, starters that compose onto the character before them, characters whose NFKD
@@ -53,9 +53,9 @@ def _back_composing_starters() -> frozenset[str]:
 
 
 def test_the_piece_starts_exclude_every_composing_starter_of_this_unicode_version():
-    assert intent._COMPOSING_STARTERS == _back_composing_starters(), (
+    assert intent_features._COMPOSING_STARTERS == _back_composing_starters(), (
         f"Unicode {unicodedata.unidata_version} changed the starters that compose onto the character "
-        "before them: update _COMPOSING_STARTERS in qdrant_guard/intent.py to this set")
+        "before them: update _COMPOSING_STARTERS in qdrant_guard/intent_features.py to this set")
 
 
 @pytest.mark.slow
@@ -72,7 +72,7 @@ def test_nfkc_splits_before_every_piece_start():
     firsts |= {chr(c) for c in range(0x1100, 0x1113)} | {chr(0xAC00 + 28 * i) for i in range(0, 399, 7)}
     ranges = (range(0x20, 0x1200), range(0x1B00, 0x1B80), range(0x3040, 0x3100), range(0xAC00, 0xAD00),
               range(0xFF00, 0x10000), range(0x11000, 0x11A00))
-    starts = [chr(c) for r in ranges for c in r if intent._starts_nfkc_piece(chr(c))]
+    starts = [chr(c) for r in ranges for c in r if intent_features._starts_nfkc_piece(chr(c))]
     assert len(starts) > 7000
     want = [unicodedata.normalize("NFKC", x) for x in starts]
     for first in sorted(firsts):
@@ -91,23 +91,23 @@ def test_nfkc_prefix_is_nfkc_then_cut(parts, limit, piece_len):
     # Short pieces put a split at almost every place one is allowed.
     raw = _text(parts)
     want = unicodedata.normalize("NFKC", raw)
-    assert intent._nfkc_prefix(raw, limit, piece_len) == want[:limit]
-    assert intent._nfkc_prefix(raw, len(want) + 1, piece_len) == want
-    assert intent._nfkc_prefix(raw, limit) == want[:limit]
+    assert intent_features._nfkc_prefix(raw, limit, piece_len) == want[:limit]
+    assert intent_features._nfkc_prefix(raw, len(want) + 1, piece_len) == want
+    assert intent_features._nfkc_prefix(raw, limit) == want[:limit]
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(_PIECES, _SHORT_RUNS), st.integers(1, 300), st.integers(1, 9))
 def test_casefold_prefix_is_casefold_then_cut(parts, limit, piece_len):
     text = unicodedata.normalize("NFKC", _text(parts))
-    assert intent._casefold_prefix(text, limit, piece_len) == text.casefold()[:limit]
-    assert intent._casefold_prefix(text, limit) == text.casefold()[:limit]
+    assert intent_features._casefold_prefix(text, limit, piece_len) == text.casefold()[:limit]
+    assert intent_features._casefold_prefix(text, limit) == text.casefold()[:limit]
 
 
-def _featurize_as_before(text: str) -> intent.Featurized:
+def _featurize_as_before(text: str) -> intent_features.Featurized:
     """featurize with the normalisation it had: NFKC and casefold of the whole prefix, then cut."""
-    with mock.patch.object(intent, "_nfkc_prefix", lambda raw, limit: unicodedata.normalize("NFKC", raw)[:limit]), \
-            mock.patch.object(intent, "_casefold_prefix", lambda text, limit: text.casefold()[:limit]):
+    with mock.patch.object(intent_features, "_nfkc_prefix", lambda raw, limit: unicodedata.normalize("NFKC", raw)[:limit]), \
+            mock.patch.object(intent_features, "_casefold_prefix", lambda text, limit: text.casefold()[:limit]):
         return featurize(text)
 
 
@@ -162,5 +162,5 @@ class _CountingStr(str):
 def test_casefold_reads_only_what_the_cut_keeps():
     _CountingStr.folded = []
     text = "\u0130" * _MAX_LEXICAL_CHARS  # each folds to 2 characters
-    assert intent._casefold_prefix(_CountingStr(text), _MAX_LEXICAL_CHARS) == text.casefold()[:_MAX_LEXICAL_CHARS]
+    assert intent_features._casefold_prefix(_CountingStr(text), _MAX_LEXICAL_CHARS) == text.casefold()[:_MAX_LEXICAL_CHARS]
     assert sum(_CountingStr.folded) <= 1536  # 2 each: 1024 are needed

@@ -11,7 +11,8 @@ import pytest
 
 import numpy as np
 
-from qdrant_guard.intent import _REGEX_CUES, CUE_NAMES, IntentClassifierError, IntentResult, LLMIntentClassifier, featurize
+from qdrant_guard.intent import IntentClassifierError, IntentResult, LLMIntentClassifier
+from qdrant_guard.intent_features import _REGEX_CUES, CUE_NAMES, featurize
 
 MARKUP = dict((n, p) for n, _, p in _REGEX_CUES)["markup_injection"]
 
@@ -153,7 +154,8 @@ def test_a_classifier_whose_constructor_fails_is_a_spec_that_cannot_be_loaded():
 def test_a_model_with_a_hashed_bucket_out_of_range_is_refused(bucket):
     # numpy took "-1" as the last row (a cue's) and "-30" as a row counted from the end.
     from qdrant_guard.intent import IntentClassifierError as Err
-    from qdrant_guard.intent import default_model_path, model_from_dict
+    from qdrant_guard.intent import default_model_path
+    from qdrant_guard.intent_builtin import model_from_dict
 
     doc = json.loads(open(default_model_path(), encoding="utf-8").read())
     doc["hashed_weights"] = {**doc["hashed_weights"], bucket: [0.0] * 4}

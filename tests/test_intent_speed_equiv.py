@@ -19,7 +19,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from qdrant_guard.intent import featurize
+from qdrant_guard.intent_features import featurize
 
 DATASET = Path(__file__).resolve().parent.parent / "qdrant_guard" / "data" / "intent_dataset.jsonl"
 
@@ -338,7 +338,7 @@ _LITERAL_LED_RES = ("_NAMED_ROLE_RE", "_NAME_PAIR_RE", "_HEX_RE", "_PCT_RUN_RE",
 
 
 def _searched(name: str) -> list[re.Pattern[str]]:
-    from qdrant_guard.intent import _REGEX_CUES as cues, _ScannedCue
+    from qdrant_guard.intent_features import _REGEX_CUES as cues, _ScannedCue
 
     p = {n: rx for n, _, rx in cues}[name]
     if not isinstance(p, _ScannedCue):
@@ -352,9 +352,9 @@ def test_searched_cue_patterns_start_with_literals(name):
     # A pattern that starts with \b (or a class, or a lookbehind) gets no prefix: re runs it at
     # every position, ~70 us per pattern on the 2048-character prefix. With a literal or a
     # set of first characters re skips in C to where they are.
-    from qdrant_guard import intent
+    from qdrant_guard import intent_features
 
-    rxs = [getattr(intent, name)] if name.startswith("_") else _searched(name)
+    rxs = [getattr(intent_features, name)] if name.startswith("_") else _searched(name)
     for rx in rxs:
         parsed = sre_parse.parse(rx.pattern, rx.flags)
         prefix = sre_compiler._get_literal_prefix(parsed, rx.flags)[0]

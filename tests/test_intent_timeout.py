@@ -16,7 +16,7 @@ import pytest
 
 from guardkit import audit_records, create, hung_calls_released, make_kit, models, unit
 from qdrant_guard import AsyncQdrantClient, ConfigError, GuardRefusal, QdrantClient
-from qdrant_guard import intent as intent_mod
+from qdrant_guard import intent_pool
 from qdrant_guard.intent import BuiltinIntentClassifier, IntentResult
 
 RELEASE = threading.Event()
@@ -89,17 +89,17 @@ def test_a_hung_classifier_under_fail_closed_false_goes_ahead_and_the_entry_says
 
 def test_hung_calls_are_bounded_and_past_the_bound_refused_without_calling_the_classifier(kit, hung):
     cl = _client(kit)
-    for i in range(intent_mod.MAX_ABANDONED_CALLS):
+    for i in range(intent_pool.MAX_ABANDONED_CALLS):
         with pytest.raises(GuardRefusal) as ei:
             _query(cl, f"query {i}")
         assert "did not answer within" in ei.value.details["error"]
-    assert len(CALLS) == intent_mod.MAX_ABANDONED_CALLS
-    assert intent_mod._POOL.abandoned() == intent_mod.MAX_ABANDONED_CALLS
+    assert len(CALLS) == intent_pool.MAX_ABANDONED_CALLS
+    assert intent_pool._POOL.abandoned() == intent_pool.MAX_ABANDONED_CALLS
     with pytest.raises(GuardRefusal) as ei:
         _query(cl, "one more")
     assert ei.value.verdict == "FAIL_CLOSED"
     assert "16 earlier calls of it timed out and are still running" in ei.value.details["error"]
-    assert len(CALLS) == intent_mod.MAX_ABANDONED_CALLS  # no thread was spent on it
+    assert len(CALLS) == intent_pool.MAX_ABANDONED_CALLS  # no thread was spent on it
     # Another classifier of the process is not refused for this one's hung calls.
     other = QdrantClient(":memory:", guard=kit.config({"c": _policy(classifier="test_intent_timeout:Quick")}),
                          principal=kit.principal("alice", "hr"))
@@ -110,10 +110,10 @@ def test_hung_calls_are_bounded_and_past_the_bound_refused_without_calling_the_c
     RELEASE.set()
     waiter = threading.Event()
     for _ in range(3000):
-        if intent_mod._POOL.abandoned() == 0:
+        if intent_pool._POOL.abandoned() == 0:
             break
         waiter.wait(0.01)
-    assert intent_mod._POOL.abandoned() == 0
+    assert intent_pool._POOL.abandoned() == 0
     assert len(_query(cl, "after").points) == 1
     assert audit_records(kit)[-1]["details"]["intent"]["reasoning"] == "released"
 
@@ -206,12 +206,12 @@ class Quick:
 def test_a_forked_child_runs_classifier_calls_on_workers_of_its_own():
     # The parent's pool has an idle worker after this; a child inherits the count but not the
     # thread, and without a reset at fork its calls waited for a worker that does not exist.
-    assert intent_mod.classify_with_timeout(Quick(), "warm", 5.0).label == "benign"
+    assert intent_pool.classify_with_timeout(Quick(), "warm", 5.0).label == "benign"
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover (child)
         try:
-            out = intent_mod.classify_with_timeout(Quick(), "child", 5.0).label
+            out = intent_pool.classify_with_timeout(Quick(), "child", 5.0).label
         except BaseException as exc:
             out = repr(exc)
         os.write(w, out.encode()[:1000])

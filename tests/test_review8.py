@@ -14,7 +14,7 @@ import pytest
 
 from guardkit import audit_records, create, hung_calls_released, make_kit, models, snapshot, unit
 from qdrant_guard import GuardRefusal, QdrantClient, UnsupportedWriteError
-from qdrant_guard import intent as intent_mod
+from qdrant_guard import intent_pool
 from qdrant_guard.intent import IntentResult
 
 RELEASE = threading.Event()
@@ -68,11 +68,11 @@ def test_a_hung_classifier_loaded_by_two_clients_leaves_workers_to_other_classif
     # workers were busy"), against the documented "a hung one leaves at least 16 to the others".
     for _ in range(2):
         cl = _client(kit, "test_review8:Hung", 0.02)
-        for i in range(intent_mod.MAX_ABANDONED_CALLS):
+        for i in range(intent_pool.MAX_ABANDONED_CALLS):
             with pytest.raises(GuardRefusal) as ei:
                 _query(cl, f"query {i}")
             assert ei.value.verdict == "FAIL_CLOSED"
-    assert intent_mod._POOL.abandoned() <= intent_mod.MAX_ABANDONED_CALLS
+    assert intent_pool._POOL.abandoned() <= intent_pool.MAX_ABANDONED_CALLS
     other = _client(kit, "test_review8:Quick", 30.0)
     assert len(_query(other).points) == 1
     rec = audit_records(kit)[-1]
@@ -132,7 +132,7 @@ def test_a_worker_that_could_not_start_leaves_no_phantom_idle_worker(monkeypatch
     # skipped it and counted itself idle once more, so the pool believed a worker idle that was
     # busy: a later call waited for it instead of starting one, and failed ("all workers busy")
     # with a worker slot unused. A private pool: 2 workers, at most 2 calls per classifier.
-    pool = intent_mod._ClassifierPool(2, 2)
+    pool = intent_pool._ClassifierPool(2, 2)
     release = threading.Event()
     safety = threading.Timer(60.0, release.set)
     safety.daemon = True
@@ -143,7 +143,7 @@ def test_a_worker_that_could_not_start_leaves_no_phantom_idle_worker(monkeypatch
 
     with monkeypatch.context() as m:
         m.setattr(threading.Thread, "start", refuse_to_start)
-        with pytest.raises(intent_mod.IntentClassifierError, match="no worker thread could be started"):
+        with pytest.raises(intent_pool.IntentClassifierError, match="no worker thread could be started"):
             pool.call("a", lambda: "never", 5.0, "a")
     assert pool.call("a", lambda: "ok", 30.0, "a") == "ok"
     idle = threading.Event()
@@ -153,7 +153,7 @@ def test_a_worker_that_could_not_start_leaves_no_phantom_idle_worker(monkeypatch
                 break
         idle.wait(0.01)
     try:
-        with pytest.raises(intent_mod.IntentClassifierError, match="did not answer"):
+        with pytest.raises(intent_pool.IntentClassifierError, match="did not answer"):
             pool.call("hung", release.wait, 0.05, "hung")  # takes the one worker, for good
         assert pool.call("quick", lambda: "quick", 10.0, "quick") == "quick"
     finally:
