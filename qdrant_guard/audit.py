@@ -11,24 +11,34 @@ chains; repair keeps one only on a signed checkpoint or the operator's word. See
 from __future__ import annotations
 
 import base64
-import binascii
-import errno
 import fcntl
 import hashlib
-import io
-import json
 import logging
 import os
-import re
 import secrets
 import threading
 import time
-from dataclasses import dataclass
-from typing import IO, Any, Iterator, Mapping, Union
+from typing import Any, Mapping
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from .audit_verify import (
+    AUDIT_PROBLEMS,
+    CHECKPOINT_PREFIX,
+    DEFAULT_CHECKPOINT_EVERY,
+    GENESIS,
+    AuditReport,
+    PathLike,
+    _Bad,
+    _Branch,
+    _REPAIR_HINT,
+    _check_ckpt,
+    _parse_line,
+    _read_all,
+    _scan_fork,
+    entry_hash,
+    verify_audit_file,
+)
 from .canonical import canonical_json
 from .errors import AuditError, AuditIntegrityError
 from .receipts import ReceiptSigner
@@ -44,415 +54,6 @@ __all__ = [
     "verify_audit_file",
     "repair_audit_file",
 ]
-
-GENESIS = "0" * 64
-DEFAULT_CHECKPOINT_EVERY = 1000
-CHECKPOINT_PREFIX = b"qdrant-guard audit checkpoint v1\x00"
-AUDIT_PROBLEMS = (
-    "torn_tail",       # last line has no newline: a writer died mid-entry
-    "corrupt",         # a complete line that is not a JSON entry
-    "edited",          # the line's content does not match its hash, or is not canonical
-    "deleted",         # a seq is missing and never appears later
-    "reordered",       # a seq is missing here but appears later
-    "inserted",        # a seq that already appeared (an extra entry in the chain)
-    "second_genesis",  # a second chain from genesis in the same file (two logs in one, or a forged one)
-    "chain_broken",    # seq is as expected but prev is not the previous hash (an earlier entry
-                       # was rewritten with a recomputed hash, or entries were renumbered)
-    "bad_checkpoint",  # a checkpoint signature does not verify under the trusted keys
-)
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_FIELDS = {"seq", "ts", "prev", "record", "hash"}
-_REPAIR_HINT = (
-    "run `qdrant-guard audit verify {path}` to locate the problem, then "
-    "`qdrant-guard audit repair {path}` to truncate it to the valid prefix (the cut bytes are "
-    "kept in a side file and a hashed repair entry records the cut)"
-)
-PathLike = Union[str, "os.PathLike[str]"]
-
-
-def entry_hash(entry: Mapping[str, Any]) -> str:
-    """Return hex SHA-256 of the canonical JSON of ``entry`` without its ``hash`` and ``ckpt``."""
-    body = {k: v for k, v in entry.items() if k not in ("hash", "ckpt")}
-    return hashlib.sha256(canonical_json(body)).hexdigest()
-
-
-@dataclass(frozen=True)
-class AuditReport:
-    """Result of :func:`verify_audit_file` or :func:`repair_audit_file`.
-
-    Attributes:
-        ok: True if every line verified.
-        entries: number of lines in the file (a torn last line counts).
-        valid_prefix: number of leading entries that verify.
-        problem: ``None`` or one of :data:`AUDIT_PROBLEMS`.
-        index: 1-based line number of the first bad line (``None`` when ok).
-        detail: human-readable explanation (names the line and seq).
-        last_seq: seq of the last valid entry (0 if none).
-        last_hash: hash of the last valid entry (``GENESIS`` if none).
-        checkpoints: number of checkpoint signatures verified (only with ``trusted_keys``).
-        valid_bytes: byte length of the valid prefix.
-        fork: ``(line_a, line_b)`` when the file holds two different chains for the same place
-            (two entries with the same seq and ``prev``; at seq 1, two chains from genesis) and
-            nothing in it shows which is real: the 1-based first lines of the two chains. The
-            valid prefix then ends before both, and :func:`repair_audit_file` refuses to pick one
-            unless told which (``keep_chain_from``). ``None`` otherwise, also when a signed
-            checkpoint settled it.
-    """
-
-    ok: bool
-    entries: int
-    valid_prefix: int
-    problem: str | None
-    index: int | None
-    detail: str
-    last_seq: int = 0
-    last_hash: str = GENESIS
-    checkpoints: int = 0
-    valid_bytes: int = 0
-    fork: tuple[int, int] | None = None
-
-
-@dataclass(frozen=True)
-class _Branch:
-    """One of two chains that claim the same place: its lines and bytes in the file."""
-
-    line: int       # 1-based first line
-    lines: int      # how many consecutive lines chain on from it
-    start: int      # byte offsets in the file
-    end: int
-    last_seq: int
-    last_hash: str
-    signed_at: int | None  # seq of its first checkpoint that verifies under the trusted keys
-
-
-@dataclass(frozen=True)
-class _Fork:
-    a: _Branch     # the chain that came first in the file
-    b: _Branch
-    winner: str | None  # "a", "b" (settled by a signed checkpoint) or None (undecidable)
-
-
-class _Bad(Exception):
-    def __init__(self, problem: str, detail: str) -> None:
-        super().__init__(detail)
-        self.problem = problem
-        self.detail = detail
-
-
-def _parse_line(raw: bytes) -> dict[str, Any]:
-    """Parse one complete line (without newline) into a self-consistent entry."""
-    try:
-        entry = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _Bad("corrupt", f"not valid JSON ({exc})") from None
-    except RecursionError:
-        # json raises this, not ValueError, on deep nesting: still just a corrupt line.
-        raise _Bad("corrupt", "not valid JSON (nested too deeply to decode)") from None
-    if not isinstance(entry, dict) or not _FIELDS <= set(entry) or not set(entry) <= _FIELDS | {"ckpt"}:
-        raise _Bad("corrupt", "not an audit entry object {seq, ts, prev, record, hash}")
-    seq, prev, digest = entry["seq"], entry["prev"], entry["hash"]
-    if (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1
-            or not isinstance(prev, str) or not _HEX64.fullmatch(prev)
-            or not isinstance(digest, str) or not _HEX64.fullmatch(digest)
-            or not isinstance(entry["record"], dict)
-            or isinstance(entry["ts"], bool) or not isinstance(entry["ts"], (int, float))):
-        raise _Bad("edited", "a field has the wrong type or form")
-    try:
-        canonical = canonical_json(entry)
-    except (TypeError, ValueError) as exc:
-        raise _Bad("edited", f"entry cannot be canonically encoded ({exc})") from None
-    if canonical != raw:
-        raise _Bad("edited", "line is not the canonical encoding of its entry")
-    if entry_hash(entry) != digest:
-        raise _Bad("edited", "content does not match its hash")
-    return entry
-
-
-def _check_ckpt(entry: Mapping[str, Any], trusted_keys: Mapping[str, Ed25519PublicKey]) -> None:
-    ck = entry["ckpt"]
-    if not isinstance(ck, dict) or set(ck) != {"kid", "sig"} or not all(isinstance(v, str) for v in ck.values()):
-        raise _Bad("bad_checkpoint", "checkpoint must be {kid, sig}")
-    pk = trusted_keys.get(ck["kid"])
-    if pk is None:
-        raise _Bad("bad_checkpoint", f"checkpoint key {ck['kid']} is not trusted (if it is a signing key of this "
-                                     "log, e.g. the one before a rotation, pass its public key too: --key)")
-    try:
-        sig = base64.b64decode(ck["sig"], validate=True)
-        pk.verify(sig, CHECKPOINT_PREFIX + bytes.fromhex(entry["hash"]))
-    except (binascii.Error, ValueError, InvalidSignature):
-        raise _Bad("bad_checkpoint", "checkpoint signature does not verify") from None
-
-
-_NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
-
-
-def _read_locked(path: PathLike) -> bytes:
-    """The whole file, read under a shared ``flock``: a writer's append (made under its exclusive
-    lock) is never read half-written, which would look like a torn tail.
-
-    Raises:
-        AuditError: the file cannot be read.
-    """
-    p = os.fspath(path)
-    try:
-        fd = os.open(p, os.O_RDONLY)
-    except OSError as exc:
-        raise AuditError(f"cannot read audit log {p!r}: {exc.strerror or exc}") from exc
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-        except OSError as exc:
-            # A file system without flock (some network or FUSE mounts, an archive copy): no
-            # writer can append there (appends need the lock), so there is nothing to wait for.
-            if exc.errno not in _NO_FLOCK:
-                raise
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError as exc:
-        raise AuditError(f"cannot read audit log {p!r}: {exc.strerror or exc}") from exc
-    finally:
-        os.close(fd)
-
-
-def _iter_lines(fh: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
-    for line in fh:
-        if line.endswith(b"\n"):
-            yield line[:-1], True
-        else:
-            yield line, False
-
-
-def _run_length(parsed: list[dict[str, Any] | None], start: int) -> int:
-    """How many consecutive lines from ``start`` chain on from each other (seq + 1, prev = hash)."""
-    n, cur = 0, parsed[start]
-    while cur is not None:
-        n += 1
-        nxt = parsed[start + n] if start + n < len(parsed) else None
-        if nxt is None or nxt["prev"] != cur["hash"] or nxt["seq"] != cur["seq"] + 1:
-            break
-        cur = nxt
-    return n
-
-
-def _branch(lines: list[tuple[bytes, bool]], offsets: list[int], parsed: list[dict[str, Any] | None],
-            start: int, trusted_keys: Mapping[str, Ed25519PublicKey] | None, every: int) -> _Branch:
-    # The lines that chain on from ``start`` and, with trusted keys, pass the checkpoint rules
-    # verify applies (for the first branch the main scan already did).
-    n, signed_at = 0, None
-    for k in range(start, start + _run_length(parsed, start)):
-        e = parsed[k]
-        assert e is not None
-        if trusted_keys is not None:
-            if "ckpt" in e:
-                try:
-                    _check_ckpt(e, trusted_keys)
-                except _Bad:
-                    break
-                if signed_at is None:
-                    signed_at = e["seq"]
-            elif e["seq"] % every == 0:
-                break
-        n += 1
-    if n == 0:
-        # Its first line already breaks the checkpoint rules: a one-line branch that is not signed.
-        n = 1
-    last = parsed[start + n - 1]
-    assert last is not None
-    return _Branch(start + 1, n, offsets[start], offsets[start + n], last["seq"], last["hash"], signed_at)
-
-
-def _fork_detail(seq: int, fork: _Fork, keyed: bool) -> str:
-    a, b = fork.a, fork.b
-    chains = (f"the chain from line {a.line} (seq {seq}..{a.last_seq}, {a.lines} line(s)) and the "
-              f"one from line {b.line} (seq {seq}..{b.last_seq}, {b.lines} line(s))")
-    if seq == 1:
-        what = (f"line {b.line} starts a second chain from genesis: two logs in one file, or a "
-                f"forged one; {chains}")
-    else:
-        what = (f"seq {seq} appears on line {a.line} and again on line {b.line}, both chained to "
-                f"the entry before line {a.line}: the chain forks and one branch is inserted; {chains}")
-    if fork.winner == "a":
-        return (f"{what}; only the chain from line {a.line} carries a verified checkpoint (seq "
-                f"{a.signed_at}), so line {b.line} on is extra")
-    if fork.winner == "b":
-        return (f"{what}; only the chain from line {b.line} carries a verified checkpoint (seq "
-                f"{b.signed_at}), so lines {a.line}..{b.line - 1} are extra")
-    if not keyed:
-        why = "pass the trusted keys to decide by signed checkpoints"
-    elif a.signed_at is not None:
-        why = "both carry verified checkpoints: the signing key wrote both"
-    else:
-        why = "neither carries a checkpoint that verifies"
-    return (f"{what}; nothing in the file shows which is real ({why}), and length proves nothing: "
-            "whoever can write the file can make either longer")
-
-
-def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
-          checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> AuditReport:
-    return _scan_fork(path, trusted_keys, checkpoint_every)[0]
-
-
-def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
-               checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-               fd: int | None = None, data: bytes | None = None) -> tuple[AuditReport, _Fork | None]:
-    p = os.fspath(path)
-    if data is not None:
-        # Replay verifies exactly the bytes it then replays, not a second read of the path.
-        lines = list(_iter_lines(io.BytesIO(data)))
-    elif fd is not None:
-        # Repair reads the file it holds locked and will cut, not whatever the path names now.
-        lines = list(_iter_lines(io.BytesIO(_read_all(fd, 0, os.fstat(fd).st_size))))
-    else:
-        lines = list(_iter_lines(io.BytesIO(_read_locked(p))))
-    seqs_after: dict[int, int] = {}
-    bad: _Bad | None = None
-    bad_line = None
-    last_seq, last_hash, nbytes, ckpts = 0, GENESIS, 0, 0
-    parsed: list[dict[str, Any] | None] = []
-    for raw, complete in lines:
-        try:
-            parsed.append(_parse_line(raw) if complete else None)
-        except _Bad:
-            parsed.append(None)
-    offsets = [0]
-    for raw, complete in lines:
-        offsets.append(offsets[-1] + len(raw) + complete)
-    for i, e in enumerate(parsed):
-        if e is not None:
-            seqs_after.setdefault(e["seq"], i)
-    fork: _Fork | None = None
-    seen: dict[int, int] = {}
-    # Per valid line: (seq, hash, cumulative bytes), so the prefix can be cut back to a fork point.
-    good: list[tuple[int, str, int]] = []
-    for i, (raw, complete) in enumerate(lines):
-        lineno = i + 1
-        try:
-            if not complete:
-                raise _Bad("torn_tail", "last line is incomplete (no newline): a writer stopped mid-entry")
-            entry = parsed[i] or _parse_line(raw)  # re-parse only to raise the line's error
-            seq = entry["seq"]
-            expected = last_seq + 1
-            if seq in seen:
-                # A replayed copy or a line that chains to nothing before it is the extra line; a
-                # different entry for the same place (a second chain) is judged after the loop.
-                # Every seq below `expected` is in `seen` (seqs start at 1 and the prefix so far
-                # is contiguous), so an earlier seq always lands here.
-                raise _Bad("inserted", f"seq {seq} already appeared on line {seen[seq]}")
-            if seq > expected:
-                later = seqs_after.get(expected)
-                if later is not None and later > i:
-                    raise _Bad("reordered", f"expected seq {expected}, found seq {seq}; seq {expected} "
-                                            f"appears later on line {later + 1}")
-                missing = f"{expected}" if seq == expected + 1 else f"{expected}..{seq - 1}"
-                raise _Bad("deleted", f"expected seq {expected}, found seq {seq}: entr"
-                                      f"{'y' if seq == expected + 1 else 'ies'} {missing} missing")
-            if entry["prev"] != last_hash:
-                raise _Bad("chain_broken", f"prev does not match the hash of the entry before it "
-                                           f"(line {lineno - 1} was rewritten, or lines were renumbered)")
-            if trusted_keys is not None and "ckpt" in entry:
-                _check_ckpt(entry, trusted_keys)
-                ckpts += 1
-            elif trusted_keys is not None and seq % checkpoint_every == 0:
-                # ckpt is outside the hash: whoever rewrites the chain drops the checkpoints
-                # they cannot re-sign, so a missing one is as bad as a forged one.
-                raise _Bad("bad_checkpoint", f"seq {seq} carries no checkpoint; a log written with a "
-                                             f"signer has one every {checkpoint_every} entries "
-                                             "(stripped, or written without the signing key?)")
-        except _Bad as exc:
-            bad = exc
-            if bad_line is None:
-                bad_line = lineno
-            break
-        seen[seq] = lineno
-        last_seq, last_hash = seq, entry["hash"]
-        nbytes += len(raw) + 1
-        good.append((seq, last_hash, nbytes))
-    if bad is not None and bad_line is not None:
-        # Any line from the first problem on that is a different entry for a place the sound
-        # chain already filled (same seq, same prev) starts a second chain, whatever lies between:
-        # otherwise a forged chain from genesis put first, then a junk line, then the real log
-        # would verify as the valid prefix and repair would keep it. The earliest fork point wins.
-        found: tuple[int, int, int] | None = None
-        for m in range(bad_line - 1, len(lines)):
-            e = parsed[m]
-            first = seen.get(e["seq"]) if e is not None else None
-            if e is None or first is None:
-                continue
-            earlier = parsed[first - 1]
-            assert earlier is not None
-            if e["prev"] == earlier["prev"] and e["hash"] != earlier["hash"]:
-                if found is None or e["seq"] < found[0]:
-                    found = (e["seq"], first - 1, m)
-        if found is not None:
-            fseq, ia, ib = found
-            # Which chain the writer wrote cannot be told from the file (whoever can write it can
-            # make either one longer or put it first), only from a checkpoint signed by a trusted
-            # key on one of them and not the other.
-            fa = _branch(lines, offsets, parsed, ia, trusted_keys, checkpoint_every)
-            fb = _branch(lines, offsets, parsed, ib, trusted_keys, checkpoint_every)
-            winner = None
-            if (fa.signed_at is None) != (fb.signed_at is None):
-                winner = "a" if fa.signed_at is not None else "b"
-            fork = _Fork(fa, fb, winner)
-            problem = "second_genesis" if fseq == 1 else "inserted"
-            detail = _fork_detail(fseq, fork, trusted_keys is not None)
-            if winner != "a":
-                bad, bad_line = _Bad(problem, detail), ia + 1
-                del good[ia:]
-            elif ib == bad_line - 1:
-                bad = _Bad(problem, detail)
-            else:
-                # The signed chain breaks before the other one starts: that break is the first
-                # problem, and everything after it, the other chain included, is cut.
-                bad = _Bad(bad.problem, f"{bad.detail}; after it, {detail}")
-    valid = len(good)
-    last_seq, last_hash, nbytes = good[-1] if good else (0, GENESIS, 0)
-    if bad is None:
-        return AuditReport(True, len(lines), valid, None, None,
-                           f"{valid} entries verified" + (f", {ckpts} checkpoints" if trusted_keys is not None else ""),
-                           last_seq, last_hash, ckpts, nbytes), None
-    where = f"line {bad_line}"
-    got = parsed[bad_line - 1] if bad_line is not None else None
-    if got is not None:
-        where += f" (seq {got['seq']})"
-    unresolved = (fork.a.line, fork.b.line) if fork is not None and fork.winner is None else None
-    return AuditReport(False, len(lines), valid, bad.problem, bad_line, f"{where}: {bad.detail}",
-                       last_seq, last_hash, ckpts, nbytes, unresolved), fork
-
-
-def verify_audit_file(
-    path: PathLike, *, trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
-    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-) -> AuditReport:
-    """Verify an audit log file from its first line.
-
-    Detects edited, deleted, inserted and reordered entries, corrupt lines, a torn tail and two
-    chains in one file (a second genesis or a fork, anywhere after the first problem), and
-    locates the first problem by 1-based line number and seq. Which of two chains is real is
-    decided only by a checkpoint verified under ``trusted_keys`` on exactly one of them, never by
-    length or order; otherwise ``report.fork`` names both and the valid prefix ends before them. Appending forged entries at the end
-    and truncating whole entries from the end are detectable only against an external anchor
-    (a trusted checkpoint or a copy of the last hash); see docs/audit-log.md.
-
-    Args:
-        path: the JSONL file.
-        trusted_keys: key id -> public key; when given, checkpoint signatures are verified too,
-            and every ``checkpoint_every``-th entry must carry one (``bad_checkpoint`` otherwise).
-        checkpoint_every: the writer's checkpoint period (:class:`AuditLog`'s, default 1000).
-
-    Raises:
-        TypeError: ``path`` is not a path.
-        AuditError: the file cannot be read.
-    """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"verify_audit_file() path must be str or os.PathLike, not {type(path).__name__}")
-    if trusted_keys is not None and not isinstance(trusted_keys, Mapping):
-        raise TypeError("trusted_keys must be a mapping of key id to Ed25519PublicKey or None")
-    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
-        raise ValueError(f"verify_audit_file() checkpoint_every must be a positive int, got {checkpoint_every!r}")
-    return _scan(path, trusted_keys, checkpoint_every)
 
 
 def _lock(fd: int) -> None:
@@ -494,17 +95,6 @@ def _check_record_bytes(record_bytes: Any) -> bytes:
     except UnicodeDecodeError as exc:
         raise ValueError(f"AuditLog.append_encoded() record_bytes is not UTF-8 ({exc})") from None
     return record_bytes
-
-
-def _read_all(fd: int, offset: int, n: int) -> bytes:
-    parts, got = [], 0
-    while got < n:
-        chunk = os.pread(fd, n - got, offset + got)
-        if not chunk:
-            break
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
 
 
 def _read_line(fd: int, offset: int, size: int) -> bytes:

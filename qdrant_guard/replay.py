@@ -24,7 +24,7 @@ from typing import Any, Mapping, TextIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from .audit import DEFAULT_CHECKPOINT_EVERY, AuditReport, _scan_fork, _read_locked
+from .audit_verify import DEFAULT_CHECKPOINT_EVERY, AuditReport, _read_locked, _scan_fork
 from .decision import Verdict
 from .detect import FINDING_TYPES
 from .errors import ConfigError, GuardRefusal
