@@ -102,6 +102,8 @@ REASONS = (
 
 _GRID_INV = 2.0 ** 20
 _INT32_LIMIT = 2 ** 31 - 1
+# Grid values float32 rounds to 2^31 (= 2048 / COMMIT_GRID): half a float32 step (2^6 grid units) below.
+_FLOAT32_TO_2048 = 2.0 ** 31 - 2.0 ** 6
 _DISTANCES = ("Cosine", "Euclid", "Dot", "Manhattan")
 # Target for sum(k_i^2) of a Cosine stored form, on the integer grid: (1 / COMMIT_GRID)^2.
 _UNIT_SQ = 1 << 40
@@ -132,8 +134,9 @@ def _as_vector(vector: Any, func: str) -> np.ndarray:
 
 def _range_error(func: str, what: str, magnitude: float) -> InvalidVectorError:
     # magnitude is read from the values themselves: scaled to the grid it overflowed to inf.
+    shown = f"{magnitude:g}" if magnitude >= 2048.0 else f"{magnitude!r}, which float32 rounds to 2048"
     return InvalidVectorError(
-        f"{func}() {what} has a coordinate of magnitude {magnitude:g}; the commitment grid 2^-20 "
+        f"{func}() {what} has a coordinate of magnitude {shown}; the commitment grid 2^-20 "
         "holds |v| < 2048 in int32, rescale the vectors (on a guarded collection: noise them with "
         "a clip_norm, which keeps noised coordinates far below that)"
     )
@@ -319,7 +322,9 @@ def _grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
     with np.errstate(over="ignore"):  # a coordinate near float64's limit: refused just below
         scaled = np.rint(arr * _GRID_INV)
     worst = np.max(np.abs(scaled), axis=1)
-    too_big = worst > _INT32_LIMIT
+    # Not _INT32_LIMIT: from 2048 - 2^-14 up, the float32 cast in _stored_rows rounds a coordinate
+    # to 2048 itself, a stored vector that no receipt could commit to (commitment_bytes refuses it).
+    too_big = worst >= _FLOAT32_TO_2048
     if too_big.any():
         row = int(np.argmax(too_big))
         raise _range_error(func, "vector" if single else f"row {row}", float(np.max(np.abs(arr[row]))))
