@@ -36,3 +36,54 @@ def test_stored_form_keeps_the_largest_coordinate_float32_holds_below_2048():
     # Values that float32 rounds down to it are kept too (they never reach 2048).
     assert stored_form(np.array([2048 - 2.0 ** -14 - 2.0 ** -20]), distance="Dot").tolist() == [top]
     assert math.isfinite(float(out[0]))
+
+
+# docs/privacy.md, "The mechanisms" 2-3 and "Every receipt ... states the mechanism, epsilon, delta,
+# radius, clip norm, sigma/scale, lattice step ... (no rounded epsilon or radius)"; noise_params.py:
+# the scale is calibrated at sensitivity radius + sqrt(dim)*lattice_step, the step being
+# 2^floor(log2(scale0/1024)) for the scale0 the nominal radius needs. Through a real guarded write,
+# with parameters that are not round numbers, on a Euclid collection (no normalisation after the
+# noise, so the stored vector is still on the lattice).
+@pytest.mark.parametrize("mechanism", ["gaussian", "laplace_l2"])
+def test_a_guarded_release_records_the_policy_exactly_and_its_lattice_margin(tmp_path, mechanism):
+    from qdrant_guard import keys, noise
+    from qdrant_guard.receipts import stored_receipts, verify_receipt
+    from tests.guardkit import DIM, QdrantClient, create, make_kit, models, snapshot
+
+    kit = make_kit(tmp_path)
+    eps, radius, delta = 0.7, 0.013, 3e-7
+    section = {"mechanism": mechanism, "epsilon": eps, "radius": radius, "clip_norm": 0.9}
+    section["delta"] = delta if mechanism == "gaussian" else 0.0
+    pol = {"class": "PII", "owner": "hr", "intent": {"enabled": False}, "noise": section}
+    client = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(client, "c", distance=models.Distance.EUCLID)
+    clean = np.random.default_rng(3).normal(size=DIM)
+    client.upsert("c", [models.PointStruct(id=1, vector=clean.tolist(), payload={"text": "x"})])
+    [(pid, payload, stored)] = snapshot(client, "c")
+    rec = stored_receipts(payload)[""]
+    guard_pk = keys.load_private_key(kit.guard_key_path).public_key()
+    check = verify_receipt(rec, vector=stored, collection="c", point_id=1,
+                           trusted_keys={keys.key_id(guard_pk): guard_pk})
+    assert check.ok, check.detail
+    p = check.params
+    # The policy's own floats, bit for bit, not a rounding of them.
+    assert (p.mechanism, p.epsilon, p.radius, p.clip_norm, p.dim) == (mechanism, eps, radius, 0.9, DIM)
+    assert f"epsilon={eps!r}" in p.guarantee and f"radius={radius!r}" in p.guarantee
+    if mechanism == "gaussian":
+        assert p.delta == delta and f"delta={delta!r}" in p.guarantee
+        step = noise.lattice_step(noise.calibrate_gaussian_sigma(eps, delta, radius))
+        assert p.scale == noise.calibrate_gaussian_sigma(eps, delta, radius + math.sqrt(DIM) * step)
+    else:
+        assert p.delta == 0.0 and "delta=0" in p.guarantee
+        step = noise.lattice_step(radius / eps)
+        assert p.scale == (radius + math.sqrt(DIM) * step) / eps
+    assert p.lattice_step == step and step == 2.0 ** math.floor(math.log2(
+        (noise.calibrate_gaussian_sigma(eps, delta, radius) if mechanism == "gaussian" else radius / eps) / 1024))
+    # The margin is really there: the scale is above what the nominal radius alone would need.
+    assert p.scale > (noise.calibrate_gaussian_sigma(eps, delta, radius) if mechanism == "gaussian" else radius / eps)
+    assert noise.check_release(p) is None
+    assert p.rng_id == noise.RNG_KEYED  # keyed = true is the default
+    # Snapped to that lattice: every stored coordinate is a multiple of the recorded step.
+    q = np.asarray(stored, dtype=np.float64) / p.lattice_step
+    assert np.array_equal(q, np.rint(q))
+    assert not np.array_equal(np.asarray(stored, np.float64), noise.clip_l2(clean.astype(np.float32), 0.9))
