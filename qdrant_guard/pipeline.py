@@ -443,10 +443,13 @@ class GuardPipeline:
         except GeneratorExit:  # the operation was abandoned, not failed
             raise
         except BaseException as exc:
+            # The type only, as for a failed read or look-up: the message (a server's response
+            # body) can quote the filter or payload values the call carried.
             self.record(self.decision(
                 op, name, pol, Verdict.QDRANT_ERROR,
-                f"Qdrant failed after the guard allowed the call: {type(exc).__name__}: {exc}",
-                details={"method": call.method},
+                f"Qdrant failed after the guard allowed the call: {call.method} raised {type(exc).__name__} "
+                "(raised to the caller; its message is not logged)",
+                details={"method": call.method, "error": type(exc).__name__},
             ))
             raise
 

@@ -58,7 +58,8 @@ def test_failure_between_decision_and_call_leaves_qdrant_unchanged(owner, monkey
     assert called
     assert snapshot(client, "pii") == before
     records = [json.loads(x)["record"] for x in (kit.tmp / "audit.jsonl").read_text().splitlines()]
-    assert records[-1]["verdict"] == "QDRANT_ERROR" and "transport down" in records[-1]["directive"]
+    assert records[-1]["verdict"] == "QDRANT_ERROR" and records[-1]["details"]["error"] == "Injected"
+    assert "transport down" not in json.dumps(records[-1])  # the type, never the message
     assert verify_audit_file(kit.tmp / "audit.jsonl").ok
 
 

@@ -87,3 +87,39 @@ def test_a_guarded_release_records_the_policy_exactly_and_its_lattice_margin(tmp
     q = np.asarray(stored, dtype=np.float64) / p.lattice_step
     assert np.array_equal(q, np.rint(q))
     assert not np.array_equal(np.asarray(stored, np.float64), noise.clip_l2(clean.astype(np.float32), 0.9))
+
+
+# README, verdict QDRANT_ERROR: "the entry names the method and the error type, not the message,
+# which can quote the filter"; docs/audit-log.md likewise for reads. A decided write that Qdrant
+# fails logged the exception's message in its directive (a server's response body can quote the
+# filter or payload values of the call), unlike a failed read or look-up. Made to fail for real:
+# the collection is deleted around the guard after it cached the collection's layout.
+@pytest.mark.parametrize("call", ["upsert", "delete_by_filter"])
+def test_a_write_qdrant_fails_is_audited_by_method_and_error_type_not_message(tmp_path, call):
+    import json
+
+    from qdrant_client import QdrantClient as RawClient
+
+    from qdrant_guard.audit import verify_audit_file
+    from tests.guardkit import QdrantClient, create, make_kit, models, unit
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "intent": {"enabled": False}}
+    client = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(client, "c")
+    client.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)), payload={"text": "x"})])
+    RawClient.delete_collection(client, "c")
+    with pytest.raises(Exception) as info:
+        if call == "upsert":
+            client.upsert("c", [models.PointStruct(id=2, vector=unit(np.random.default_rng(1)), payload={"n": 2})])
+        else:
+            client.delete("c", models.FilterSelector(filter=models.Filter(
+                must=[models.FieldCondition(key="team", match=models.MatchValue(value="zeta"))])))
+    message = str(info.value)
+    assert message  # the caller still gets the message
+    record = json.loads((tmp_path / "audit.jsonl").read_text().splitlines()[-1])["record"]
+    assert record["verdict"] == "QDRANT_ERROR"
+    assert message not in json.dumps(record)
+    assert record["details"]["error"] == type(info.value).__name__
+    assert record["details"]["method"] == ("upsert" if call == "upsert" else "delete")
+    assert verify_audit_file(tmp_path / "audit.jsonl").ok

@@ -121,7 +121,7 @@ def test_payload_and_delete_writes_failing_in_qdrant_are_audited(kit, monkeypatc
     records = _records(kit)
     assert records[-2]["verdict"] == "ALLOW" and records[-2]["op"] == method
     assert records[-1]["verdict"] == "QDRANT_ERROR" and records[-1]["op"] == method
-    assert "transport down" in records[-1]["directive"]
+    assert records[-1]["details"]["error"] == "Injected" and "transport down" not in json.dumps(records[-1])
     assert verify_audit_file(kit.tmp / "audit.jsonl").ok
 
 
