@@ -123,3 +123,42 @@ def test_a_write_qdrant_fails_is_audited_by_method_and_error_type_not_message(tm
     assert record["details"]["error"] == type(info.value).__name__
     assert record["details"]["method"] == ("upsert" if call == "upsert" else "delete")
     assert verify_audit_file(tmp_path / "audit.jsonl").ok
+
+
+# docs/privacy.md, "Known limit of keyed mode": the remedies against write-then-compare are
+# "different noise parameters or separate guards with separate signing keys (the noise key is
+# derived from the signing key), or set keyed = false". Each must really give independent noise;
+# the same key and parameters (the limit itself) give the identical release, so the test can fail.
+def test_the_documented_remedies_for_the_keyed_guess_oracle_give_independent_noise(tmp_path):
+    from qdrant_guard import noise
+    from qdrant_guard.receipts import stored_receipts
+    from tests.guardkit import QdrantClient, create, make_kit, models, snapshot
+
+    off = {"diversity": {"enabled": False}, "intent": {"enabled": False}}
+
+    def pol(**noise_section):
+        return {"class": "PII", "owner": "hr", **off, "noise": {"epsilon": 1.0, "radius": 0.01, **noise_section}}
+
+    secret = np.random.default_rng(11).normal(size=16)
+    secret = (secret / np.linalg.norm(secret)).astype(np.float32).tolist()
+
+    def release(kit, policy, pid=1, name="c"):
+        client = QdrantClient(":memory:", guard=kit.config({name: policy}), principal=kit.principal("alice", "hr"))
+        create(client, name, distance=models.Distance.DOT)
+        client.upsert(name, [models.PointStruct(id=pid, vector=secret, payload={"text": "t"})])
+        return client, snapshot(client, name)
+
+    kit = make_kit(tmp_path)
+    (tmp_path / "other").mkdir()
+    other_key = make_kit(tmp_path / "other")
+    _, [(_, _, same)] = release(kit, pol())
+    _, [(_, _, again)] = release(kit, pol(), pid=2, name="d")  # another guard, same key and parameters
+    assert again == same  # the oracle the doc warns about
+    _, [(_, _, other_params)] = release(kit, pol(epsilon=0.9))
+    _, [(_, _, other_guard)] = release(other_key, pol())
+    assert other_params != same and other_guard != same
+    client, _ = release(kit, pol(keyed=False))
+    client.upsert("c", [models.PointStruct(id=2, vector=secret, payload={"text": "t"})])
+    rows = {pid: (vector, payload) for pid, payload, vector in snapshot(client, "c")}
+    assert rows[1][0] != rows[2][0] and same not in (rows[1][0], rows[2][0])
+    assert stored_receipts(rows[1][1])[""]["params"]["rng_id"] == noise.RNG_PRODUCTION
