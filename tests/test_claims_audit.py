@@ -162,3 +162,27 @@ def test_the_documented_remedies_for_the_keyed_guess_oracle_give_independent_noi
     rows = {pid: (vector, payload) for pid, payload, vector in snapshot(client, "c")}
     assert rows[1][0] != rows[2][0] and same not in (rows[1][0], rows[2][0])
     assert stored_receipts(rows[1][1])[""]["params"]["rng_id"] == noise.RNG_PRODUCTION
+
+
+# docs/threat-model.md, "Credential expiry leeway": "A credential up to 30 s past its expiry is
+# accepted when a client is built (clock skew); every call with it after its expiry is refused
+# (INVALID_CREDENTIAL)". Tested before only for a credential that expired after the build.
+def test_a_credential_inside_the_build_leeway_but_expired_is_refused_on_every_call(tmp_path):
+    import time
+
+    from qdrant_guard.errors import GuardRefusal
+    from tests.guardkit import QdrantClient, count, create, make_kit, models, unit
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "intent": {"enabled": False}}
+    cfg = kit.config({"c": pol})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "c")
+    late = kit.principal("alice", "hr", ttl_s=60, now=time.time() - 70)  # expired 10 s ago
+    view = owner.with_principal(late)  # accepted: within the 30 s leeway
+    with pytest.raises(GuardRefusal) as read:
+        view.query_points("c", query=[0.1] * 16)
+    with pytest.raises(GuardRefusal) as write:
+        view.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)), payload={"text": "t"})])
+    assert read.value.verdict == write.value.verdict == "INVALID_CREDENTIAL"
+    assert count(owner, "c") == 0
