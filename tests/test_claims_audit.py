@@ -186,3 +186,102 @@ def test_a_credential_inside_the_build_leeway_but_expired_is_refused_on_every_ca
         view.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)), payload={"text": "t"})])
     assert read.value.verdict == write.value.verdict == "INVALID_CREDENTIAL"
     assert count(owner, "c") == 0
+
+
+# docs/receipt-format.md, "Verifying in another language", steps 1-7, written from the doc alone
+# (hashlib, json and cryptography; nothing from qdrant_guard's verifier): the guard's batch
+# receipts on a real store verify by them, as does a single receipt, and the steps reject an
+# altered field, a moved vector and a promoted-node path entry. A drift between the doc's
+# prefixes, Merkle rule or commitment layout and the code fails here.
+def _doc_canonical(obj):
+    import json
+
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def _doc_verify(receipt, *, vector, collection, point_id, vector_name, trusted):
+    import base64
+    import hashlib
+    import struct
+
+    from cryptography.exceptions import InvalidSignature
+
+    def sha(data):
+        return hashlib.sha256(data).digest()
+
+    if receipt["format"] != "qg-receipt/1" or receipt["alg"] != "Ed25519":  # step 2
+        return "format"
+    pk = trusted.get(receipt["kid"])  # step 3
+    if pk is None:
+        return "unknown_key"
+    body = {k: v for k, v in receipt.items() if k not in ("sig", "batch")}  # step 4
+    sig = base64.b64decode(receipt["sig"], validate=True)
+    try:  # step 5
+        if "batch" not in receipt:
+            pk.verify(sig, b"qdrant-guard receipt v1\0" + _doc_canonical(body))
+        else:
+            b = receipt["batch"]
+            h, i, w, k, path = sha(b"\x00" + _doc_canonical(body)), b["index"], b["size"], 0, b["path"]
+            while w > 1:
+                if i % 2 == 1:
+                    h, k = sha(b"\x01" + bytes.fromhex(path[k]) + h), k + 1
+                elif i + 1 < w:
+                    h, k = sha(b"\x01" + h + bytes.fromhex(path[k])), k + 1
+                i, w = i // 2, (w + 1) // 2
+            if k != len(path):
+                return "path"
+            pk.verify(sig, b"qdrant-guard receipt batch v1\0" + h + struct.pack(">Q", b["size"]))
+    except (InvalidSignature, IndexError):
+        return "signature"
+    want_pid = f"int:{point_id}" if isinstance(point_id, int) else f"uuid:{point_id}"
+    if (receipt["collection"], receipt["point_id"], receipt["vector_name"]) != (collection, want_pid, vector_name):
+        return "place"  # step 6
+    ints = np.rint(np.asarray(vector, dtype=np.float64) * 2.0 ** 20).astype("<i4")  # step 7
+    digest = sha(b"qg-vec-v1" + base64.b64decode(receipt["salt"]) + struct.pack("<I", ints.size) + ints.tobytes())
+    return "ok" if digest.hex() == receipt["commitment"] else "commitment"
+
+
+def test_receipts_verify_by_the_docs_steps_for_other_languages(tmp_path):
+    import copy
+    import hashlib
+
+    from qdrant_guard import keys, noise
+    from qdrant_guard.receipts import ReceiptSigner, issue_receipt, stored_receipts
+    from tests.guardkit import QdrantClient, create, make_kit, models, snapshot, unit
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "intent": {"enabled": False}, "diversity": {"enabled": False}}
+    client = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(client, "c")
+    rng = np.random.default_rng(5)
+    client.upsert("c", [models.PointStruct(id=i, vector=unit(rng), payload={"text": "t"}) for i in range(5)])
+    sk = keys.load_private_key(kit.guard_key_path)
+    raw_pk = keys.public_key_bytes(sk.public_key())
+    kid = "ed25519:" + hashlib.sha256(raw_pk).digest()[:16].hex()
+    trusted = {kid: sk.public_key()}
+    rows = snapshot(client, "c")
+    for pid, payload, vector in rows:
+        rec = stored_receipts(payload)[""]
+        assert rec["batch"]["size"] == 5  # one signature over the batch; index 4 is promoted
+        assert _doc_verify(rec, vector=vector, collection="c", point_id=pid, vector_name="", trusted=trusted) == "ok"
+    pid, payload, vector = rows[4]
+    rec = stored_receipts(payload)[""]
+    assert len(rec["batch"]["path"]) == 1  # levels where it was promoted add no path entry
+    for field, value in (("collection", "d"), ("issued_at", rec["issued_at"] + 1)):
+        altered = copy.deepcopy(rec)
+        altered[field] = value
+        assert _doc_verify(altered, vector=vector, collection=altered["collection"], point_id=pid, vector_name="",
+                           trusted=trusted) == "signature"
+    padded = copy.deepcopy(rec)
+    padded["batch"]["path"].append(padded["batch"]["path"][0])
+    assert _doc_verify(padded, vector=vector, collection="c", point_id=pid, vector_name="", trusted=trusted) == "path"
+    moved = list(vector)
+    moved[0] += 2.0 ** -20
+    assert _doc_verify(rec, vector=moved, collection="c", point_id=pid, vector_name="", trusted=trusted) == "commitment"
+    # A single receipt (no batch): the other domain-separated prefix.
+    out, params = noise.privatize(np.asarray(vector, np.float32), mechanism="gaussian", epsilon=1.0, delta=1e-6,
+                                  radius=0.01, clip_norm=1.0)
+    final = stored_form(out, distance="Cosine")
+    single = issue_receipt(ReceiptSigner(sk), params=params, vector=final, collection="c", point_id=9)
+    assert "batch" not in single
+    assert _doc_verify(single, vector=final.tolist(), collection="c", point_id=9, vector_name="", trusted=trusted) == "ok"
