@@ -285,3 +285,58 @@ def test_receipts_verify_by_the_docs_steps_for_other_languages(tmp_path):
     single = issue_receipt(ReceiptSigner(sk), params=params, vector=final, collection="c", point_id=9)
     assert "batch" not in single
     assert _doc_verify(single, vector=final.tolist(), collection="c", point_id=9, vector_name="", trusted=trusted) == "ok"
+
+
+# docs/audit-log.md, "Writing": "If the write fails, append raises AuditError and nothing is
+# logged; callers fail closed." Under a real file-size limit (RLIMIT_FSIZE in a child, no mocks) a
+# write that fits only partly leaves a torn line in the file; what keeps the log sound is that
+# the append raises, the writer then refuses every later append, and verify and repair see the
+# torn tail. (The doc now says so instead of "nothing is logged".)
+_SHORT_WRITE = r"""
+import resource, signal, sys
+from qdrant_guard.audit import AuditLog
+from qdrant_guard.errors import AuditError, AuditIntegrityError
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+log = AuditLog(sys.argv[1])
+log.append({"event": "before"})
+size = len(open(sys.argv[1], "rb").read())
+hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 40, hard))
+try:
+    log.append({"event": "x" * 200})
+except AuditError as exc:
+    print("first:", type(exc).__name__)
+resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+try:
+    log.append({"event": "after"})
+except AuditIntegrityError as exc:
+    print("second:", type(exc).__name__, "torn" in str(exc))
+else:
+    print("second: appended")
+"""
+
+
+def test_a_short_audit_write_fails_closed_and_leaves_a_torn_tail_that_repair_cuts(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from qdrant_guard.audit import AuditLog, repair_audit_file, verify_audit_file
+    from qdrant_guard.errors import AuditIntegrityError
+
+    p = tmp_path / "audit.jsonl"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    out = subprocess.run([sys.executable, "-c", _SHORT_WRITE, str(p)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["first: AuditError", "second: AuditIntegrityError True"], out.stdout
+    data = p.read_bytes()
+    assert not data.endswith(b"\n") and data.count(b"\n") == 1  # one entry, then the torn part
+    assert verify_audit_file(p).problem == "torn_tail"
+    with pytest.raises(AuditIntegrityError):
+        AuditLog(p)
+    rep = repair_audit_file(p)
+    assert rep.ok and verify_audit_file(p).ok
+    AuditLog(p).append({"event": "resumed"})
+    assert verify_audit_file(p).last_seq == 3  # "before", the repair entry, "resumed"
