@@ -340,3 +340,24 @@ def test_a_short_audit_write_fails_closed_and_leaves_a_torn_tail_that_repair_cut
     assert rep.ok and verify_audit_file(p).ok
     AuditLog(p).append({"event": "resumed"})
     assert verify_audit_file(p).last_seq == 3  # "before", the repair entry, "resumed"
+
+
+# docs/privacy.md, "Guarantee": "Keyed mode (default) makes re-releases of the same vector
+# identical, so an attacker gains nothing by averaging repeated writes of the same content".
+# Pinned before only for two points of one call; a re-release in a later call, at another place
+# in a batch of other vectors, must be the same vector too, or the writes could be averaged.
+def test_a_keyed_re_release_is_identical_whatever_batch_it_comes_in(tmp_path):
+    from tests.guardkit import QdrantClient, create, make_kit, models, snapshot, unit
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "intent": {"enabled": False}, "diversity": {"enabled": False}}
+    client = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(client, "c")
+    rng = np.random.default_rng(21)
+    v = unit(rng)
+    client.upsert("c", [models.PointStruct(id=0, vector=v, payload={"text": "t"})])
+    others = [models.PointStruct(id=i, vector=unit(rng), payload={"text": "t"}) for i in range(1, 6)]
+    client.upsert("c", others[:3] + [models.PointStruct(id=9, vector=v, payload={"text": "t"})] + others[3:])
+    stored = {pid: vector for pid, _, vector in snapshot(client, "c")}
+    assert stored[9] == stored[0]
+    assert all(stored[i] != stored[0] for i in range(1, 6))
