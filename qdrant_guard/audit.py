@@ -685,8 +685,10 @@ class AuditLog:
                 if self._fsync:
                     os.fsync(fd)
             except OSError as exc:
+                # Keep where the last known entry is: the next append checks it is still there and
+                # that whatever this write left after it (nothing, a torn line, or the whole entry
+                # when only fsync failed) chains to it. Forgetting it skipped those checks once.
                 self._seq, self._prev = saved
-                self._size = -1
                 raise AuditError(f"cannot write audit log {self.path!r}: {exc}") from exc
             # O_APPEND under the lock: the line went right after the size _read_tail just checked.
             self._size += len(line)

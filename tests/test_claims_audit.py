@@ -361,3 +361,57 @@ def test_a_keyed_re_release_is_identical_whatever_batch_it_comes_in(tmp_path):
     stored = {pid: vector for pid, _, vector in snapshot(client, "c")}
     assert stored[9] == stored[0]
     assert all(stored[i] != stored[0] for i in range(1, 6))
+
+
+# docs/audit-log.md, "Before each append the writer checks that its path still names the file it
+# holds open ... that the entry it last wrote or read is still on the bytes where it was". After
+# an append whose write failed, the writer forgot where its last entry was and skipped both checks
+# on the next append: a same-size rewrite of that entry (hash recomputed, so the file verifies)
+# was taken as the tail and chained onto. The write fails for real here: RLIMIT_FSIZE at the
+# file's size in a child, so EFBIG with nothing written.
+_FAILED_WRITE_THEN_REWRITE = r"""
+import json, resource, signal, sys
+from qdrant_guard.audit import AuditLog, entry_hash
+from qdrant_guard.canonical import canonical_json
+from qdrant_guard.errors import AuditError, AuditIntegrityError
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+path = sys.argv[1]
+log = AuditLog(path)
+for i in range(3):
+    log.append({"event": "real", "i": i})
+data = open(path, "rb").read()
+hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+resource.setrlimit(resource.RLIMIT_FSIZE, (len(data), hard))
+try:
+    log.append({"event": "refused"})
+except AuditError as exc:
+    print("write failed:", type(exc).__name__)
+resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+lines = data.splitlines(keepends=True)
+e = json.loads(lines[-1])
+e["record"]["i"] = 7  # same length
+e["hash"] = entry_hash(e)
+lines[-1] = canonical_json(e) + b"\n"
+open(path, "r+b").write(b"".join(lines))  # same inode, same size
+try:
+    log.append({"event": "after"})
+except AuditIntegrityError as exc:
+    print("after:", "refused", "seq 3" in str(exc))
+else:
+    print("after: appended")
+"""
+
+
+def test_a_failed_audit_write_does_not_switch_off_the_writers_tail_check(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    p = tmp_path / "audit.jsonl"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    out = subprocess.run([sys.executable, "-c", _FAILED_WRITE_THEN_REWRITE, str(p)], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["write failed: AuditError", "after: refused True"], out.stdout
+    assert p.read_bytes().count(b"\n") == 3  # nothing chained onto the rewritten entry
