@@ -73,13 +73,13 @@ class Guard(WriteOps, ReadOps):
         return None if rec is None else rec.digest
 
     def utility_refusal(self, pol: CollectionPolicy, *, mechanism: str, epsilon: float, radius: float,
-                        delta: float, clip_norm: float | None) -> str | None:
+                        delta: float, clip_norm: float | None, dim: int) -> str | None:
         """Why the utility record does not allow writes with this noise, or None when it does.
 
         None as well when the policy has no record or ``enforce`` is false. The record must have
         been calibrated for the policy's own mechanism, radius, delta and clip_norm, on the
-        policy's metric at its k, and must cover this level
-        (:meth:`qdrant_guard.utility.UtilityRecord.level_refusal`).
+        policy's metric at its k, on vectors of this ``dim`` (records of version 2 on), and
+        must cover this level (:meth:`qdrant_guard.utility.UtilityRecord.level_refusal`).
         """
         if not pol.utility.enforce:
             return None
@@ -94,6 +94,10 @@ class Guard(WriteOps, ReadOps):
                     f"the drop of {u.metric}@{u.k}; re-run `qdrant-guard calibrate` with --metric "
                     f"{u.metric} --k {u.k}, or set utility.metric = {rec.metric!r} and utility.k = "
                     f"{rec.k} if that is the metric to hold. {rec.frontier(u.max_recall_drop)}")
+        if rec.dim is not None and rec.dim != dim:
+            return (f"utility record {u.record!r} was calibrated on {rec.dim}-d vectors, but this write's "
+                    f"vectors have {dim} dimensions: the same noise costs them a different drop; re-run "
+                    "`qdrant-guard calibrate` on a collection embedded with this collection's model")
         n = pol.noise
         mismatch = rec.parameter_mismatch(mechanism=n.mechanism, radius=n.radius, delta=n.delta,
                                           clip_norm=n.clip_norm)

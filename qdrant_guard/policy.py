@@ -266,7 +266,8 @@ class UtilityPolicy(_Strict):
     """Path of a signed utility record from ``qdrant-guard calibrate``."""
     enforce: bool = True
     """Refuse writes (UTILITY_DEGRADED) unless the record applies to the policy (same mechanism,
-    radius, delta, clip_norm, metric and k) and measured a passing level with at least as much
+    radius, delta, clip_norm, metric and k) and to the write (vectors of the calibrated dimension;
+    records from before version 2 carry none) and measured a passing level with at least as much
     noise and no failing level with as little; unmeasured levels are refused."""
 
 

@@ -49,7 +49,7 @@ __all__ = [
 UTILITY_DOMAIN = b"qdrant-guard utility v1\0"
 _QUERY_DOMAIN = b"qdrant-guard utility queries v1\0"
 _SEED_KEY_DOMAIN = b"qdrant-guard calibration seed v1\0"
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 
 #: Candidate ladder, strongest noise first. At the policy default radius 0.01 and delta 1e-6 the
 #: analytic Gaussian sigma per coordinate runs from about 0.44 (0.125; 0.29 without the lattice
@@ -134,6 +134,9 @@ class UtilityRecord:
         n_queries: number of queries measured.
         n_documents: number of points read from the collection.
         created_at: integer milliseconds since the Unix epoch.
+        dim: dimension of the calibrated vectors (version 2 on; ``None`` in version-1 records,
+            which predate it). Noise of one scale per coordinate costs vectors of another
+            dimension a different drop, so the guard refuses writes of any other dimension.
         signer_key_id: key id of the Ed25519 signer (``None``: unsigned).
         signature: base64 Ed25519 signature over ``UTILITY_DOMAIN + canonical_json(body)``.
         version: record format version.
@@ -158,6 +161,7 @@ class UtilityRecord:
     n_queries: int
     n_documents: int
     created_at: int
+    dim: int | None = None
     signer_key_id: str | None = None
     signature: str | None = None
     version: int = RECORD_VERSION
@@ -166,6 +170,8 @@ class UtilityRecord:
         """Return every field except ``signature``: the signed content."""
         out = dataclasses.asdict(self)
         del out["signature"]
+        if self.version < 2:
+            del out["dim"]  # version 1 had no such field; its signatures cover the body without it
         return out
 
     def signed_bytes(self) -> bytes:
@@ -309,6 +315,17 @@ class UtilityRecord:
         missing = sorted(required - set(data))
         if missing:
             raise ValueError(f"utility record lacks fields {missing}")
+        version = data.get("version", RECORD_VERSION)
+        if version not in (1, 2):
+            raise ValueError(f"utility record has version {version!r}; this qdrant_guard reads versions 1 "
+                             "and 2 (re-run `qdrant-guard calibrate` to write a current record)")
+        dim = data.get("dim")
+        if version == 1 and dim is not None:
+            raise ValueError("utility record of version 1 has a 'dim' field, which version 1 records "
+                             "do not carry (was its version edited?)")
+        if version >= 2 and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
+            raise ValueError(f"utility record of version {version} needs 'dim', the calibrated vector "
+                             f"dimension, as a positive integer; got {dim!r}")
         return cls(**data)
 
 
@@ -824,6 +841,7 @@ def calibrate(
         n_queries=len(used),
         n_documents=len(ids),
         created_at=int(time.time() * 1000),
+        dim=int(docs.shape[1]),
         signer_key_id=key_id_str,
     )
     if signer is not None:

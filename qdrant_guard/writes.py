@@ -731,7 +731,8 @@ class WriteOps(TextOps):
                         fault(Verdict.NOISE_REQUIRED, p.id, weaker)
                         continue
                     why = self.utility_refusal(pol, mechanism=prm.mechanism, epsilon=prm.epsilon,
-                                               radius=prm.radius, delta=prm.delta, clip_norm=prm.clip_norm)
+                                               radius=prm.radius, delta=prm.delta, clip_norm=prm.clip_norm,
+                                               dim=int(arr.shape[-1]))
                     if why is not None:
                         fault(Verdict.UTILITY_DEGRADED, p.id, why)
                         utility_why = utility_why or why
@@ -753,13 +754,18 @@ class WriteOps(TextOps):
                 payload[RECEIPT_KEY] = kept_receipts  # re-encoded below
         if to_noise:
             n = pol.noise
-            why = self.utility_refusal(pol, mechanism=n.mechanism, epsilon=n.epsilon, radius=n.radius,
-                                       delta=n.delta, clip_norm=n.clip_norm)
-            if why is not None:
-                for s in to_noise:
+            whys: dict[int, str | None] = {}
+            for s in to_noise:
+                dim = int(s.vector.shape[-1])
+                if dim not in whys:
+                    whys[dim] = self.utility_refusal(pol, mechanism=n.mechanism, epsilon=n.epsilon,
+                                                     radius=n.radius, delta=n.delta, clip_norm=n.clip_norm,
+                                                     dim=dim)
+                why = whys[dim]
+                if why is not None:
                     faults.setdefault(Verdict.UTILITY_DEGRADED, []).append(points[s.point].id)
                     reasons.setdefault(str(points[s.point].id), why)
-                utility_why = utility_why or why
+                    utility_why = utility_why or why
         if faults:
             verdict = next(iter(faults))
             ids = [pid for v in faults.values() for pid in v]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import qdrant_client
 
@@ -23,14 +24,14 @@ def record_and_kit(tmp_path_factory):
     return rec, path, kit, docs
 
 
-def _client(kit, path, epsilon):
+def _client(kit, path, epsilon, dim=DIM):
     cfg = kit.config(
         {"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
                  "noise": {"epsilon": epsilon, "radius": 0.01}, "utility": {"record": str(path)}}},
         epsilon_ceiling={"PII": 5.0},
     )
     owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
-    owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE))
     return owner.with_principal(kit.principal("bob", "support"))
 
 
@@ -164,3 +165,59 @@ def test_the_utility_metric_and_cut_off_are_validated():
         UtilityPolicy.model_validate({"metric": "precision"})
     with pytest.raises(ValueError, match="k"):
         UtilityPolicy.model_validate({"k": 0})
+
+
+# --------------------------------------------------------------------------- the record's dimension
+
+
+def test_a_record_vouches_only_for_vectors_of_its_dimension(record_and_kit):
+    # Noise of one sigma per coordinate costs vectors of another dimension another drop: a record
+    # calibrated on 32-d staging vectors says nothing about a 64-d collection's writes.
+    rec, path, kit, docs = record_and_kit
+    assert rec.dim == DIM and rec.version == 2
+    bob = _client(kit, path, rec.epsilon, dim=2 * DIM)
+    wide = np.concatenate([docs[0], docs[1]]).tolist()
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("pii", [models.PointStruct(id=1, vector=wide)])
+    assert ei.value.verdict == "UTILITY_DEGRADED"
+    assert f"calibrated on {DIM}-d vectors" in str(ei.value) and f"have {2 * DIM} dimensions" in str(ei.value)
+    assert bob._origin.count("pii").count == 0
+
+
+def test_a_version_1_record_without_a_dimension_still_verifies_and_applies(record_and_kit, tmp_path):
+    # Records written before the dimension was recorded are signed over a body without it.
+    import base64
+    import dataclasses
+
+    from qdrant_guard import keys
+    from qdrant_guard.utility import UTILITY_DOMAIN, UtilityRecord, verify_utility_record
+
+    rec, _, kit, docs = record_and_kit
+    old = dataclasses.replace(rec, version=1, dim=None, signature=None)
+    assert "dim" not in old.body()
+    sig = keys.load_private_key(kit.guard_key_path).sign(UTILITY_DOMAIN + old.signed_bytes())
+    old = dataclasses.replace(old, signature=base64.b64encode(sig).decode("ascii"))
+    path = tmp_path / "v1.json"
+    path.write_text(old.to_json())
+    back = UtilityRecord.from_json(path.read_text())
+    assert back.dim is None and verify_utility_record(back, [keys.load_private_key(kit.guard_key_path).public_key()])
+    bob = _client(kit, path, rec.epsilon)
+    bob.upsert("pii", [models.PointStruct(id=1, vector=docs[0].tolist())])
+    assert bob._origin.count("pii").count == 1
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"dim": None}, "needs 'dim'"),
+    ({"dim": 0}, "needs 'dim'"),
+    ({"dim": True}, "needs 'dim'"),
+    ({"version": 3}, "reads versions 1 and 2"),
+    ({"version": 1}, "version 1 records do not carry"),
+])
+def test_a_record_whose_version_and_dimension_disagree_is_not_read(record_and_kit, edit, message):
+    from qdrant_guard.utility import UtilityRecord
+
+    rec, path, _, _ = record_and_kit
+    data = json.loads(path.read_text())
+    data.update(edit)
+    with pytest.raises(ValueError, match=message):
+        UtilityRecord.from_json(json.dumps(data))
