@@ -323,8 +323,11 @@ class PrincipalViews:
         """
         if self._guard is None:
             raise QdrantGuardError("with_principal needs a client constructed with guard=")
+        # Verified before the copy: a view that failed half-built would be collected as an origin,
+        # and an origin's __del__ closes the connection this client still uses.
+        guard = self._guard.for_principal(principal)
         view = copy.copy(self)
-        view._guard = self._guard.for_principal(principal)
+        view._guard = guard
         view._is_view = True
         # The view keeps its origin alive: the origin's __del__ closes the shared connection.
         view._origin = getattr(self, "_origin", self)
