@@ -179,6 +179,28 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _not_an_audit_log(path: str, rep: Any) -> str | None:
+    """Why ``path`` is no audit log at all (no line of it is an entry), or None.
+
+    A policy file or another JSONL given by mistake fails verification at line 1; "TAMPERED" and a
+    repair would then turn it into an audit log (its text moved to a side file)."""
+    if rep.ok or rep.valid_prefix or rep.problem == "torn_tail":
+        return None
+    try:
+        with open(path, "rb") as fh:
+            for line in fh:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict) and {"hash", "prev", "seq", "record"} <= entry.keys():
+                    return None
+    except OSError:
+        return None  # the caller's own read reports it
+    return (f"none of its lines is an audit entry (a JSON object with hash, prev, seq and record; "
+            f"{rep.problem} at line {rep.index}). Check the path: the policy's audit_log names the file")
+
+
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from . import keys
     from .audit import verify_audit_file
@@ -196,6 +218,10 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         print(f"last entry: seq {rep.last_seq}, hash {rep.last_hash} (keep it elsewhere: a log cut "
               "after an entry verifies up to it)")
         return 0
+    wrong_file = _not_an_audit_log(args.file, rep)
+    if wrong_file:
+        print(f"NOT AN AUDIT LOG: {args.file}: {wrong_file}")
+        return 1
     # A torn last line is what a writer killed mid-append leaves: damage, not evidence of tampering.
     label = "INCOMPLETE" if rep.problem == "torn_tail" else "TAMPERED"
     print(f"{label}: {rep.problem} at line {rep.index}: {rep.detail}")
@@ -205,7 +231,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 def cmd_audit_repair(args: argparse.Namespace) -> int:
     from . import keys
-    from .audit import repair_audit_file
+    from .audit import repair_audit_file, verify_audit_file
     from .receipts import ReceiptSigner
 
     signer = ReceiptSigner(keys.load_private_key(args.signing_key)) if args.signing_key else None
@@ -213,6 +239,11 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
     if args.key:
         pks = [keys.load_public_key(k) for k in args.key]
         trusted = {keys.key_id(pk): pk for pk in pks}
+    wrong_file = _not_an_audit_log(args.file, verify_audit_file(args.file, trusted_keys=trusted,
+                                                                 checkpoint_every=args.checkpoint_every))
+    if wrong_file:
+        print(f"error: {args.file} is not an audit log, so nothing was changed: {wrong_file}", file=sys.stderr)
+        return 2
     rep = repair_audit_file(args.file, signer=signer, trusted_keys=trusted,
                             checkpoint_every=args.checkpoint_every, keep_chain_from=args.keep_chain_from)
     if rep.ok and not rep.detail.startswith("repaired: "):

@@ -33,3 +33,37 @@ def test_a_rejected_with_principal_leaves_the_shared_store_open(tmp_path: Path, 
     client.upsert("kb", points=[models.PointStruct(id=1, vector=[1.0] + [0.0] * (DIM - 1))])
     assert client.count("kb").count == 1
     client.close()
+
+
+def test_audit_repair_of_a_file_that_is_no_audit_log_changes_nothing(tmp_path: Path, capsys) -> None:
+    # `audit repair policy.toml` (a wrong path) "repaired" the policy into a one-entry audit log and
+    # moved its text to a side file; `audit verify` called it TAMPERED and pointed at the repair.
+    from qdrant_guard import cli
+
+    policy = tmp_path / "policy.toml"
+    text = 'signing_key = "keys/guard.key"\naudit_log = "audit.jsonl"\n\n[collections.kb]\nclass = "PII"\n'
+    policy.write_text(text)
+    assert cli.main(["audit", "verify", str(policy)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"NOT AN AUDIT LOG: {policy}: none of its lines is an audit entry") and "TAMPERED" not in out
+    assert cli.main(["audit", "repair", str(policy)]) == 2
+    assert "is not an audit log, so nothing was changed" in capsys.readouterr().err
+    assert policy.read_text() == text
+    assert [p.name for p in tmp_path.iterdir()] == ["policy.toml"]
+
+
+def test_audit_repair_still_cuts_a_log_whose_first_entry_was_overwritten(tmp_path: Path, capsys) -> None:
+    from qdrant_guard import cli
+    from qdrant_guard.audit import AuditLog, verify_audit_file
+
+    log = tmp_path / "audit.jsonl"
+    writer = AuditLog(str(log))
+    for i in range(3):
+        writer.append({"event": "test", "i": i})
+    writer.close()
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text("garbage\n" + "".join(lines[1:]))
+    assert cli.main(["audit", "verify", str(log)]) == 1
+    assert capsys.readouterr().out.startswith("TAMPERED: corrupt at line 1")
+    assert cli.main(["audit", "repair", str(log)]) == 0
+    assert verify_audit_file(str(log)).ok
