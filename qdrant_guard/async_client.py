@@ -11,7 +11,7 @@ import qdrant_client
 
 from ._facade import PrincipalViews, install
 from .boundary import Principal
-from .guard import Guard, build_guard
+from .guard import Guard, build_guard, warn_if_key_dies_with_the_process
 from .pipeline import Embedder
 from .policy import GuardConfig
 
@@ -63,6 +63,7 @@ class AsyncQdrantClient(PrincipalViews, qdrant_client.AsyncQdrantClient):
         )
         if self._guard is not None:  # its writes drop the source sizes of every guard on this store
             self._guard.bind_store(self._client)
+        warn_if_key_dies_with_the_process(self._guard, self._client)
 
     async def close(self, grpc_grace: float | None = None, **kwargs: Any) -> None:
         """Close the connection (a :meth:`with_principal` view leaves the shared one open)."""

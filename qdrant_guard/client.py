@@ -10,7 +10,7 @@ from qdrant_client.local.qdrant_local import QdrantLocal
 
 from ._facade import PrincipalViews, install
 from .boundary import Principal
-from .guard import Guard, build_guard
+from .guard import Guard, build_guard, warn_if_key_dies_with_the_process
 from .pipeline import Embedder
 from .policy import GuardConfig
 
@@ -85,6 +85,7 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
         )
         if self._guard is not None:  # its writes drop the source sizes of every guard on this store
             self._guard.bind_store(self._client)
+        warn_if_key_dies_with_the_process(self._guard, self._client)
         # qdrant-client's local mode is not thread-safe; guarded calls into it are serialised so
         # that agents sharing one embedded store from several threads cannot corrupt it. Each
         # guarded operation holds it throughout but for its Offloads (see _facade._sync_method).

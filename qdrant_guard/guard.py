@@ -1,6 +1,7 @@
 """The assembled guard pipeline: writes, payloads, reads, utility records and multi-collection ops."""
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from qdrant_client.http import models
@@ -29,6 +30,31 @@ def build_guard(config: Any, principal: Any, embedder: Any) -> Guard | None:
             "GuardConfig), or drop " + " and ".join(n + "=" for n in given)
         )
     return None
+
+
+def warn_if_key_dies_with_the_process(guard: Guard | None, backend: Any) -> None:
+    """Warn when a policy without ``signing_key`` guards a store that outlives the process.
+
+    The throwaway key's receipts stop verifying after a restart, so the vectors it noised are
+    stripped from reads outside the owner boundary from then on, silently; ``":memory:"`` dies
+    with the key and is not warned about.
+    """
+    if guard is None or guard.config.signing_key is not None or not getattr(backend, "persistent", True):
+        return
+    cfg = guard.config
+    pols = list(cfg.collections.values())
+    if cfg.unlisted == "strict" and (cfg.default.owner or cfg.default.writers):
+        pols.append(cfg.default)
+    if all(pol.is_public for pol in pols):
+        return
+    warnings.warn(
+        f"qdrant_guard: the policy {cfg.source_path or '<GuardConfig>'} sets no signing_key, so this process "
+        "signs receipts with a throwaway key: after a restart the vectors it noised into this persistent "
+        "store no longer verify and are stripped (vector=None) from reads outside the owner boundary. "
+        "Make a key with `qdrant-guard keys new --out keys/guard.key` and set signing_key = "
+        '"keys/guard.key" in the policy',
+        UserWarning, stacklevel=3,
+    )
 
 
 class Guard(WriteOps, ReadOps):

@@ -611,7 +611,9 @@ class GuardConfig(_Strict):
     receipts of the vectors the guard noises and the audit log's checkpoints, and keys the keyed
     noise. Unset (None): a fresh key for each process, fit for ``":memory:"`` only: after a restart
     the receipts it signed no longer verify, so the vectors it noised are stripped (``vector=None``)
-    from reads outside the owner boundary, and the same vector gets other noise."""
+    from reads outside the owner boundary, and the same vector gets other noise. A client on a store
+    that outlives the process (``path=``, a server) warns of it (``UserWarning``) when the policy has a
+    sensitive collection."""
     audit_log: str | None = None
     """Path of the hash-chained JSONL audit log, created (mode 600) if missing; its directory must
     exist. Every entry is also logged at INFO to the ``qdrant_guard.audit`` logger. Unset (None):

@@ -67,3 +67,55 @@ def test_audit_repair_still_cuts_a_log_whose_first_entry_was_overwritten(tmp_pat
     assert capsys.readouterr().out.startswith("TAMPERED: corrupt at line 1")
     assert cli.main(["audit", "repair", str(log)]) == 0
     assert verify_audit_file(str(log)).ok
+
+
+def _kb_policy(kit, **extra):
+    return kit.config({"kb": {"class": "PII", "owner": "hr", "readers": ["support"]}}, **extra)
+
+
+def test_a_persistent_store_under_a_policy_without_signing_key_is_warned_about(tmp_path: Path) -> None:
+    # Before: silence, and after a restart every vector the guard had noised came back vector=None
+    # to the other boundary's readers.
+    import warnings
+
+    kit = make_kit(tmp_path)
+    cfg = _kb_policy(kit, signing_key=None)
+    with pytest.warns(UserWarning, match=r"sets no signing_key.*qdrant-guard keys new --out keys/guard.key"):
+        client = QdrantClient(path=str(tmp_path / "store"), guard=cfg, principal=kit.principal("alice", "hr"))
+    client.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        QdrantClient(":memory:", guard=cfg).close()  # the store dies with the key
+        client = QdrantClient(path=str(tmp_path / "store"), guard=_kb_policy(kit))  # a key of its own
+        client.close()
+        public = kit.config({"kb": {"class": "PUBLIC"}}, signing_key=None, unlisted="public")
+        QdrantClient(path=str(tmp_path / "store"), guard=public).close()  # nothing is noised
+
+
+def test_the_warning_names_the_restart_loss_it_prevents(tmp_path: Path) -> None:
+    # What the warning says happens does: the support reader gets vector=None after a restart.
+    import warnings
+
+    kit = make_kit(tmp_path)
+    cfg = _kb_policy(kit, signing_key=None)
+    store = str(tmp_path / "store")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        owner = QdrantClient(path=store, guard=cfg, principal=kit.principal("alice", "hr"))
+        create(owner, "kb")
+        owner.upsert("kb", points=[models.PointStruct(id=1, vector=[1.0] + [0.0] * (DIM - 1),
+                                                      payload={"source": "a"})])
+        reader = owner.with_principal(kit.principal("bob", "support"))
+        assert reader.retrieve("kb", [1], with_vectors=True)[0].vector is not None
+        owner.close()
+        again = QdrantClient(path=store, guard=cfg, principal=kit.principal("bob", "support"))
+        assert again.retrieve("kb", [1], with_vectors=True)[0].vector is None
+        again.close()
+
+
+def test_the_async_client_warns_alike(tmp_path: Path) -> None:
+    from qdrant_guard import AsyncQdrantClient
+
+    kit = make_kit(tmp_path)
+    with pytest.warns(UserWarning, match="sets no signing_key"):
+        AsyncQdrantClient(path=str(tmp_path / "astore"), guard=_kb_policy(kit, signing_key=None))
