@@ -820,7 +820,9 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> GuardCo
                 if "expected" in ctx and str(ctx["expected"]) not in msg:
                     allowed = f"; allowed: {ctx['expected']}"
                 shown = "" if value is None or not err["loc"] else f" = {value!r}"
-                lines.append(f"{source}: {loc or '<root>'}{shown}: {msg}{allowed}")
+                # A check across keys has no location of its own, and its message names the keys.
+                where = f"{loc}{shown}: " if loc else ""
+                lines.append(f"{source}: {where}{msg}{allowed}")
         raise ConfigError("invalid qdrant_guard policy:\n  " + "\n  ".join(lines)) from None
     return cfg.model_copy(update={"source_path": source})
 

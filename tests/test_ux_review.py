@@ -119,3 +119,17 @@ def test_the_async_client_warns_alike(tmp_path: Path) -> None:
     kit = make_kit(tmp_path)
     with pytest.warns(UserWarning, match="sets no signing_key"):
         AsyncQdrantClient(path=str(tmp_path / "astore"), guard=_kb_policy(kit, signing_key=None))
+
+
+def test_a_check_across_policy_keys_is_not_located_at_root() -> None:
+    # Before: "p.toml: <root>: collections.kb names boundary 'suport', ...": a pydantic location
+    # no TOML author wrote; the message itself names the key.
+    from qdrant_guard import ConfigError
+    from qdrant_guard.policy import config_from_dict
+
+    data = {"boundaries": {"support": {"authority_keys": ["ed25519:" + "A" * 43 + "="]}},
+            "collections": {"kb": {"class": "PII", "owner": "support", "readers": ["suport"]}}}
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(data, source="p.toml")
+    assert "<root>" not in str(ei.value)
+    assert "p.toml: collections.kb names boundary 'suport'" in str(ei.value)
