@@ -320,6 +320,7 @@ class PrincipalViews:
         Raises:
             QdrantGuardError: the client has no guard policy.
             CredentialError: the principal's credential does not verify.
+            GuardArgumentTypeError: ``principal`` is neither a Principal nor a token.
         """
         if self._guard is None:
             raise QdrantGuardError("with_principal needs a client constructed with guard=")

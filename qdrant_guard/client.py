@@ -35,7 +35,8 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
 
     Raises:
         ConfigError: the policy is missing or invalid, or ``principal=``/``embedder=`` is given
-            without ``guard=`` (it would be ignored).
+            without ``guard=`` (it would be ignored); ``GuardArgumentTypeError`` (a ConfigError and a
+            TypeError) when ``guard=`` or ``principal=`` is of the wrong type.
         CredentialError: the principal's credential is malformed, forged, revoked, from a key no
             ``[boundaries.NAME]`` lists, or for another agent or boundary than the Principal names.
         qdrant_guard.keys.KeyStoreError: the policy's ``signing_key`` cannot be loaded (the message

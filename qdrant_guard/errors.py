@@ -12,6 +12,12 @@ class ConfigError(QdrantGuardError, ValueError):
     """A policy file or a GuardConfig is invalid. The message names the file, key, value and fix."""
 
 
+class GuardArgumentTypeError(ConfigError, TypeError):
+    """A guarded client's ``guard=`` or ``principal=`` (or ``with_principal``'s) is of the wrong type.
+
+    A TypeError too, as Python raises for a wrong argument type; the message names the fix."""
+
+
 class NativeUnavailableError(QdrantGuardError, ImportError):
     """The native kernels were requested (the default) but are not built or not importable."""
 

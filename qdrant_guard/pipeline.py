@@ -33,7 +33,8 @@ from .canonical import canonical_json
 from .audit import AuditLog
 from .boundary import Principal, VerifiedPrincipal, verify_credential
 from .decision import Decision, Verdict
-from .errors import AuditError, ConfigError, CredentialError, QdrantGuardError, UnsupportedWriteError
+from .errors import (AuditError, ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError,
+                     UnsupportedWriteError)
 from .policy import CollectionPolicy, GuardConfig, load_policy
 from .receipts import ReceiptSigner, normalize_point_id
 from .sources import reserved_claims
@@ -208,8 +209,10 @@ class GuardPipeline:
             cfg = load_policy(config)  # type: ignore[arg-type]
             self.transparent = False
         else:
-            raise TypeError(
-                f"guard= must be a GuardConfig, a path to a TOML policy, or None, not {type(config).__name__}"
+            hint = ("; a dict is read by qdrant_guard.policy.config_from_dict(...), whose GuardConfig guard= "
+                    "takes" if isinstance(config, dict) else "")
+            raise GuardArgumentTypeError(
+                f"guard= must be a GuardConfig, a path to a TOML policy, or None, not {type(config).__name__}{hint}"
             )
         self.config = cfg
         if embedder is not None:
@@ -350,8 +353,10 @@ class GuardPipeline:
         elif isinstance(principal, Principal):
             claimed_agent, claimed_boundary, credential = principal.agent_id, principal.boundary, principal.credential
         else:
-            raise TypeError(
-                f"principal= must be a qdrant_guard.Principal or a credential string, not {type(principal).__name__}"
+            raise GuardArgumentTypeError(
+                f"principal= must be a qdrant_guard.Principal or a credential string, not "
+                f"{type(principal).__name__}: pass Principal(agent_id, boundary, token), with the token "
+                "`qdrant-guard credential issue` printed"
             )
         if credential is None:
             # A boundary without a credential is self-asserted: it is recorded, never trusted.
@@ -366,12 +371,16 @@ class GuardPipeline:
         if claimed_agent and claimed_agent != verified.agent_id:
             raise CredentialError(
                 f"principal agent_id {claimed_agent!r} does not match the credential's "
-                f"agent_id {verified.agent_id!r}"
+                f"agent_id {verified.agent_id!r}; pass Principal({verified.agent_id!r}, "
+                f"{verified.boundary!r}, token), or issue {claimed_agent!r} a credential of its own "
+                "(`qdrant-guard credential issue --agent`)"
             )
         if claimed_boundary and claimed_boundary != verified.boundary:
             raise CredentialError(
                 f"principal boundary {claimed_boundary!r} does not match the credential's "
-                f"boundary {verified.boundary!r}"
+                f"boundary {verified.boundary!r}; pass Principal({verified.agent_id!r}, "
+                f"{verified.boundary!r}, token), or issue a credential for {claimed_boundary!r} with that "
+                "boundary's authority key (`qdrant-guard credential issue --boundary`)"
             )
         return f"{verified.agent_id}@{verified.boundary}", verified
 

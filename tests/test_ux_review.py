@@ -133,3 +133,34 @@ def test_a_check_across_policy_keys_is_not_located_at_root() -> None:
         config_from_dict(data, source="p.toml")
     assert "<root>" not in str(ei.value)
     assert "p.toml: collections.kb names boundary 'suport'" in str(ei.value)
+
+
+@pytest.mark.parametrize("agent,boundary,fix", [
+    ("bob", "hr", "pass Principal('alice', 'hr', token), or issue 'bob' a credential of its own"),
+    ("alice", "support", "pass Principal('alice', 'hr', token), or issue a credential for 'support'"),
+])
+def test_a_principal_that_misnames_its_credential_is_told_the_fix(tmp_path: Path, agent, boundary, fix) -> None:
+    # Before: only "principal boundary 'support' does not match the credential's boundary 'hr'".
+    kit = make_kit(tmp_path)
+    token = kit.principal("alice", "hr").credential
+    with pytest.raises(CredentialError, match="does not match the credential's") as ei:
+        QdrantClient(":memory:", guard=_kb_policy(kit), principal=Principal(agent, boundary, token))
+    assert fix in str(ei.value)
+
+
+def test_a_wrong_guard_or_principal_type_is_a_guard_error_naming_the_fix(tmp_path: Path) -> None:
+    # Before: a bare TypeError, outside QdrantGuardError, and for a dict policy no word of how to
+    # pass one. It stays a TypeError, as Python raises for a wrong argument type.
+    from qdrant_guard import QdrantGuardError
+
+    with pytest.raises(QdrantGuardError, match=r"not dict; a dict is read by qdrant_guard.policy.config_from_dict") as ei:
+        QdrantClient(":memory:", guard={"unlisted": "public"})
+    assert isinstance(ei.value, TypeError)
+    kit = make_kit(tmp_path)
+    token = kit.principal("alice", "hr").credential
+    client = QdrantClient(":memory:", guard=_kb_policy(kit))
+    for call in (lambda: QdrantClient(":memory:", guard=_kb_policy(kit), principal=("alice", "hr", token)),
+                 lambda: client.with_principal(("alice", "hr", token))):
+        with pytest.raises(QdrantGuardError, match=r"not tuple: pass Principal\(agent_id, boundary, token\)") as ei:
+            call()
+        assert isinstance(ei.value, TypeError)
