@@ -74,7 +74,10 @@ class Guard(WriteOps, ReadOps):
                 with open(path, "rb") as fh:
                     rec = UtilityRecord.from_json(fh.read())
             except OSError as exc:
-                raise ConfigError(f"utility record {path!r} cannot be read: {exc.strerror}") from None
+                raise ConfigError(
+                    f"utility record {path!r} (the policy's utility.record) cannot be read: {exc.strerror}; "
+                    f"write it with `qdrant-guard calibrate ... --out {path}` (docs/eval.md), or fix the path"
+                ) from None
             except ValueError as exc:  # not UTF-8 JSON of a record (UnicodeDecodeError included)
                 raise ConfigError(
                     f"utility record {path!r} is not a record written by `qdrant-guard calibrate`: "

@@ -164,3 +164,19 @@ def test_a_wrong_guard_or_principal_type_is_a_guard_error_naming_the_fix(tmp_pat
         with pytest.raises(QdrantGuardError, match=r"not tuple: pass Principal\(agent_id, boundary, token\)") as ei:
             call()
         assert isinstance(ei.value, TypeError)
+
+
+def test_a_missing_utility_record_names_the_policy_key_and_the_command_that_writes_it(tmp_path: Path) -> None:
+    # Before: "utility record '.../nope.json' cannot be read: No such file or directory", no fix.
+    from qdrant_guard import ConfigError
+
+    kit = make_kit(tmp_path)
+    missing = tmp_path / "nope.json"
+    cfg = kit.config({"kb": {"class": "PII", "owner": "hr", "utility": {"record": str(missing)}}})
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(client, "kb")
+    with pytest.raises(ConfigError) as ei:
+        client.upsert("kb", points=[models.PointStruct(id=1, vector=[1.0] + [0.0] * (DIM - 1))])
+    assert "the policy's utility.record" in str(ei.value)
+    assert f"qdrant-guard calibrate ... --out {missing}" in str(ei.value)
+    assert client.count("kb").count == 0
