@@ -318,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``qdrant-guard``."""
     p = argparse.ArgumentParser(
         prog="qdrant-guard", description="qdrant_guard's command: keys, credentials, receipts, audit log, "
-        "demo, utility calibration, eval. `qdrant-guard COMMAND SUBCOMMAND --help` describes each.",
+        "demo, utility calibration, overhead benchmark, eval. `qdrant-guard COMMAND SUBCOMMAND --help` describes each.",
         epilog="first run: `keys new --out keys/guard.key` (the policy's signing_key), one `keys new` per "
                "boundary authority (the policy lists its .pub), then `credential issue` for each agent "
                "(it prints the token the agent passes as Principal(agent, boundary, token)). README.md "
@@ -326,7 +326,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     keys_p = sub.add_parser("keys", help="key management").add_subparsers(dest="sub", required=True)
-    kn = keys_p.add_parser("new", help="make an Ed25519 key pair (private PEM 0600 + .pub)")
+    kn = keys_p.add_parser("new", help="make an Ed25519 key pair (private PEM 0600 + .pub)",
+                           description="Write a new Ed25519 private key (PEM, mode 0600) to --out and its "
+                                       "public key to OUT.pub, and print both key ids; an existing file is "
+                                       "never overwritten.")
     kn.add_argument("--out", required=True, help="path of the private key file to create")
     kn.set_defaults(func=cmd_keys_new)
 
@@ -343,7 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
     ci.set_defaults(func=cmd_credential_issue)
 
     rec_p = sub.add_parser("receipt", help="reconstruction-resistance receipts").add_subparsers(dest="sub", required=True)
-    rv = rec_p.add_parser("verify", help="verify the receipts of stored points against their vectors")
+    rv = rec_p.add_parser("verify", help="verify the receipts of stored points against their vectors",
+                          description="Check the receipt of every stored vector of --collection against that "
+                                      "vector and print the failures (missing_receipt, unsupported_vector, ...); "
+                                      "exit 1 if any. A local store only while no other client holds it.")
     where = rv.add_mutually_exclusive_group(required=True)
     where.add_argument("--path", help="local-mode storage directory")
     where.add_argument("--url", help="Qdrant server URL (API key from QDRANT_API_KEY)")
@@ -373,7 +379,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --key: every N-th entry must carry a signed checkpoint (the writer's "
                          "checkpoint_every; default 1000, the guard's)")
     av.set_defaults(func=cmd_audit_verify)
-    ar = aud_p.add_parser("repair", help="cut a torn/tampered tail to the valid prefix, recording the cut")
+    ar = aud_p.add_parser("repair", help="cut a torn/tampered tail to the valid prefix, recording the cut",
+                          description="Cut the log after its valid prefix: the cut bytes go to a side file "
+                                      "FILE.cut-..., and an audit_repair entry records what was cut "
+                                      "(docs/audit-log.md). A log that verifies, or a file that is no audit "
+                                      "log, is not changed.")
     ar.add_argument("file", help="the audit log (the policy's audit_log); stop the guard first")
     ar.add_argument("--signing-key", metavar="PRIVATE_KEY",
                     help="sign the repair entry as a checkpoint with this key (the guard's signing key)")
@@ -387,7 +397,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "LINE (one of the two lines verify names), as you established from a copy or anchor")
     ar.set_defaults(func=cmd_audit_repair)
     arp = aud_p.add_parser("replay", help="re-evaluate logged queries under a new policy (the log is "
-                                          "verified first; one that does not verify is not replayed)")
+                                          "verified first; one that does not verify is not replayed)",
+                           description="Run the texts of the logged queries through --policy's query checks and "
+                                       "list what it would newly block or allow. The log is verified first; "
+                                       "entries with redacted text are counted and skipped.")
     arp.add_argument("log", help="the audit log (the policy's audit_log)")
     arp.add_argument("--policy", required=True, help="the changed policy file to evaluate the logged queries under")
     arp.add_argument("--key", action="append", metavar="PUBLIC_KEY",
@@ -403,11 +416,17 @@ def build_parser() -> argparse.ArgumentParser:
                               "ones included; the output is labelled UNVERIFIED (exit 1)")
     arp.set_defaults(func=cmd_audit_replay)
 
-    d = sub.add_parser("demo", help="two agents, two boundaries, one store: the guard's verdicts")
+    d = sub.add_parser("demo", help="two agents, two boundaries, one store: the guard's verdicts",
+                       description="Two agents (alice@hr, bob@support) share one local-mode store: each step "
+                                   "prints the verdict expected and the one the guard gave; exit 1 if any "
+                                   "differs.")
     d.add_argument("--workdir", help="keep keys, policy and audit log here (default: a temp dir)")
     d.set_defaults(func=cmd_demo)
 
-    cal = sub.add_parser("calibrate", help="measure recall under noise and sign a utility record")
+    cal = sub.add_parser("calibrate", help="measure recall under noise and sign a utility record",
+                         description="Measure --metric@--k of --collection's clean vectors under noise at each "
+                                     "of --epsilons and write the signed utility record the policy's "
+                                     "utility.record names (docs/eval.md).")
     try:
         from .utility import add_calibrate_arguments
 

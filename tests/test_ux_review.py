@@ -180,3 +180,28 @@ def test_a_missing_utility_record_names_the_policy_key_and_the_command_that_writ
     assert "the policy's utility.record" in str(ei.value)
     assert f"qdrant-guard calibrate ... --out {missing}" in str(ei.value)
     assert client.count("kb").count == 0
+
+
+def test_every_cli_command_help_says_what_the_command_does() -> None:
+    # Before: `demo`, `calibrate`, `keys new`, `receipt verify`, `audit repair` and `audit replay`
+    # printed only usage and options under --help.
+    import argparse
+
+    from qdrant_guard import cli
+
+    def leaves(p: argparse.ArgumentParser, path: str):
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            yield path, p
+        for a in subs:
+            for name, child in a.choices.items():
+                yield from leaves(child, f"{path} {name}")
+
+    from qdrant_guard.evaluation import build_parser as eval_parser
+
+    # `eval` is parsed by its own parser (cli.main hands it over), which has its description.
+    silent = [path for path, p in leaves(cli.build_parser(), "qdrant-guard")
+              if path != "qdrant-guard eval" and not (p.description or "").strip()]
+    assert not silent
+    assert eval_parser().description
+    assert "overhead benchmark" in cli.build_parser().description
