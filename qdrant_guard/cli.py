@@ -153,6 +153,13 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
         print("error: no trusted keys: pass --trusted-key or --policy", file=sys.stderr)
         return 2
     client = _client_from(args)
+    if not client.collection_exists(args.collection):
+        names = sorted(c.name for c in client.get_collections().collections)
+        print(f"error: --collection {args.collection!r} is not in the store at "
+              f"{'--path ' + repr(args.path) if args.path else '--url ' + args.url} (its collections: "
+              f"{', '.join(names) or 'none'}); check the name and the store", file=sys.stderr)
+        client.close()
+        return 2
     reports = receipts.verify(client, args.collection, trusted_keys=trusted, revoked=revoked,
                               check_noise=args.check_noise, noise_policy=noise_policy, policy=pol)
     bad = [r for r in reports if not r.ok]

@@ -205,3 +205,22 @@ def test_every_cli_command_help_says_what_the_command_does() -> None:
     assert not silent
     assert eval_parser().description
     assert "overhead benchmark" in cli.build_parser().description
+
+
+def test_receipt_verify_of_a_collection_the_store_lacks_names_the_ones_it_has(tmp_path: Path, capsys) -> None:
+    # Before: "error: Collection employee_record not found" (qdrant-client's words, no store, no list).
+    from qdrant_client import QdrantClient as RawClient
+
+    from qdrant_guard import cli, keys
+
+    store = tmp_path / "store"
+    raw = RawClient(path=str(store))
+    raw.create_collection("employee_records", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    raw.close()
+    _, pk = keys.generate_keypair()
+    args = ["receipt", "verify", "--path", str(store), "--trusted-key", keys.public_key_to_str(pk)]
+    assert cli.main([*args, "--collection", "employee_record"]) == 2
+    err = capsys.readouterr().err
+    assert f"--collection 'employee_record' is not in the store at --path {str(store)!r}" in err
+    assert "(its collections: employee_records)" in err
+    assert cli.main([*args, "--collection", "employee_records"]) == 0  # the store was closed for the next client
