@@ -533,7 +533,9 @@ class GuardPipeline:
         else:
             # A Principal without a credential: its boundary is only claimed, so it counts for nothing.
             who = f"unverified principal {self.principal_label!r} (no credential was given)"
-        allowed = {"read": [pol.owner, *pol.readers], "write": [pol.owner, *(pol.writers or ())], "admin": [pol.owner]}[need]
+        # Without an owner, the writers administer the collection (the check above).
+        admins = [pol.owner] if pol.owner else list(pol.writers or ())
+        allowed = {"read": [pol.owner, *pol.readers], "write": [pol.owner, *(pol.writers or ())], "admin": admins}[need]
         allowed = [b for b in allowed if b]
         if allowed:
             fix = (f"allowed boundaries: {allowed}. Pass principal= with a credential issued by one of "
@@ -549,7 +551,8 @@ class GuardPipeline:
                    "and pass principal= with a credential from that boundary's authority")
         raise self.refuse(self.decision(
             op, collection, pol, Verdict.REFUSED_CROSS_BOUNDARY,
-            f"{who} may not {need} {pol.sensitivity.value} collection {collection!r}; {fix}",
+            f"{who} may not {'administer' if need == 'admin' else need} {pol.sensitivity.value} collection "
+            f"{collection!r}; {fix}",
         ))
 
     def gate(self, method: str, args: dict[str, Any], need: str) -> CollectionPolicy | None:

@@ -224,3 +224,19 @@ def test_receipt_verify_of_a_collection_the_store_lacks_names_the_ones_it_has(tm
     assert f"--collection 'employee_record' is not in the store at --path {str(store)!r}" in err
     assert "(its collections: employee_records)" in err
     assert cli.main([*args, "--collection", "employee_records"]) == 0  # the store was closed for the next client
+
+
+def test_an_admin_refusal_under_a_policy_without_owner_names_the_writers_who_may(tmp_path: Path) -> None:
+    # Before: "boundary 'hr' may not admin PII collection 'kb'; no boundary may: its policy names no
+    # owner or writers", while the writer 'support' could create it.
+    from qdrant_guard import GuardRefusal
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"kb": {"class": "PII", "writers": ["support"], "readers": ["hr"]}})
+    hr = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    with pytest.raises(GuardRefusal) as ei:
+        create(hr, "kb")
+    msg = str(ei.value)
+    assert "boundary 'hr' may not administer PII collection 'kb'; allowed boundaries: ['support']" in msg
+    assert "no boundary may" not in msg
+    create(hr.with_principal(kit.principal("bob", "support")), "kb")  # as the message says
