@@ -240,3 +240,26 @@ def test_an_admin_refusal_under_a_policy_without_owner_names_the_writers_who_may
     assert "boundary 'hr' may not administer PII collection 'kb'; allowed boundaries: ['support']" in msg
     assert "no boundary may" not in msg
     create(hr.with_principal(kit.principal("bob", "support")), "kb")  # as the message says
+
+
+def test_a_langchain_retriever_forwards_query_text_per_call_as_integrations_md_says(tmp_path: Path) -> None:
+    # docs/integrations.md, "New-user review": invoke(question, query_text=question) reaches the
+    # guard; the question alone does not, and require_text refuses it.
+    pytest.importorskip("langchain_qdrant")
+    from langchain_qdrant import QdrantVectorStore
+
+    from integration_embeddings import DIM as LC_DIM, LCHashingEmbeddings
+    from qdrant_guard import GuardRefusal
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"kb": {"class": "PII", "owner": "hr", "text_field": "page_content",
+                             "query": {"require_text": True}, "diversity": {"enabled": False}}})
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(client, "kb", dim=LC_DIM)
+    store = QdrantVectorStore(client=client, collection_name="kb", embedding=LCHashingEmbeddings())
+    store.add_texts(["holidays are 25 days a year"], metadatas=[{"source": "handbook"}])
+    retriever = store.as_retriever(search_kwargs={"k": 1})
+    question = "how many holidays do I get"
+    assert len(retriever.invoke(question, query_text=question)) == 1
+    with pytest.raises(GuardRefusal, match="TEXT_REQUIRED"):
+        retriever.invoke(question)
