@@ -235,7 +235,9 @@ def verify_credential(
             "malformed", "token has leading or trailing whitespace (a newline read from a file?); strip it")
     parts = token.split(".")
     if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
-        raise CredentialRejected("malformed", f"token must be '{TOKEN_PREFIX}.<claims>.<signature>'")
+        raise CredentialRejected(
+            "malformed", f"token must be '{TOKEN_PREFIX}.<claims>.<signature>', the text `qdrant-guard credential "
+            "issue` printed (from a file, pass its contents: open(path).read().strip(), not the path)")
     try:
         body = _unb64url(parts[1])
     except (binascii.Error, ValueError) as exc:

@@ -263,3 +263,12 @@ def test_a_langchain_retriever_forwards_query_text_per_call_as_integrations_md_s
     assert len(retriever.invoke(question, query_text=question)) == 1
     with pytest.raises(GuardRefusal, match="TEXT_REQUIRED"):
         retriever.invoke(question)
+
+
+def test_a_credential_file_path_given_as_the_token_is_told_to_pass_the_contents(tmp_path: Path) -> None:
+    # `bench --credential` takes a file, so a user passed Principal(..., "agent-7.cred") to the client
+    # and got only "token must be 'qgc1.<claims>.<signature>'".
+    kit = make_kit(tmp_path)
+    with pytest.raises(CredentialError, match=r"open\(path\).read\(\).strip\(\), not the path") as ei:
+        QdrantClient(":memory:", guard=_kb_policy(kit), principal=Principal("agent-7", "support", "agent-7.cred"))
+    assert "agent-7.cred" not in str(ei.value)  # a mistyped token is never echoed
