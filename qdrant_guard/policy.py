@@ -750,7 +750,9 @@ _PUBLIC = CollectionPolicy(**{"class": SensitivityClass.PUBLIC, "payload_fields"
 
 
 def _format_loc(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in loc if not (isinstance(p, str) and p.startswith("function-")))
+    # "[key]" is pydantic's mark for a table key (not its value) that failed: the path ends at the key.
+    return ".".join(str(p) for p in loc
+                    if not (isinstance(p, str) and (p.startswith("function-") or p == "[key]")))
 
 
 def _value_at(data: Any, loc: tuple[Any, ...]) -> Any:
@@ -801,8 +803,11 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> GuardCo
             if err["type"] == "extra_forbidden":
                 shown = repr(value)
                 shown = shown if len(shown) <= 80 else shown[:76] + " ..."  # a whole mistyped section
-                lines.append(f"{source}: unknown key {loc!r} (value {shown}); "
-                             f"{_key_hint(str(err['loc'][-1]))}see docs/policy.md")
+                hint = _key_hint(str(err["loc"][-1]))
+                if len(err["loc"]) == 1 and isinstance(value, dict) and "class" in value:
+                    # [kb] written for [collections.kb]: the table holds a collection's keys.
+                    hint = f"a collection's section is [collections.{err['loc'][0]}]; "
+                lines.append(f"{source}: unknown key {loc!r} (value {shown}); {hint}see docs/policy.md")
             else:
                 msg = err["msg"].removeprefix("Value error, ")
                 if err["type"] in ("tuple_type", "list_type") and err["loc"]:
@@ -812,6 +817,9 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<dict>") -> GuardCo
                 elif err["type"] in ("model_type", "dict_type") and err["loc"]:
                     # "a valid dictionary or instance of NoisePolicy": the TOML form is a table.
                     msg = f"expected a table: a [{loc}] section (or an inline table {{ ... }}) holding its keys"
+                elif err["type"] == "too_short" and err["loc"][-1] == "authority_keys":
+                    msg = ("a boundary needs at least one authority key: the .pub file `qdrant-guard keys new` "
+                           "writes beside the authority's private key, or its 'ed25519:...' text")
                 elif err["type"] == "missing" and len(err["loc"]) > 1:
                     section = _format_loc(tuple(err["loc"][:-1]))
                     msg = f"required key missing: add {err['loc'][-1]} to [{section}] (docs/policy.md)"

@@ -272,3 +272,21 @@ def test_a_credential_file_path_given_as_the_token_is_told_to_pass_the_contents(
     with pytest.raises(CredentialError, match=r"open\(path\).read\(\).strip\(\), not the path") as ei:
         QdrantClient(":memory:", guard=_kb_policy(kit), principal=Principal("agent-7", "support", "agent-7.cred"))
     assert "agent-7.cred" not in str(ei.value)  # a mistyped token is never echoed
+
+
+@pytest.mark.parametrize("data,shown,gone", [
+    # Before: "epsilon_ceiling.SECRET.[key]: ...", pydantic's mark for a failing table key.
+    ({"epsilon_ceiling": {"SECRET": 1.0}}, "p.toml: epsilon_ceiling.SECRET: Input should be 'PUBLIC'", "[key]"),
+    # Before: "Tuple should have at least 1 item after validation, not 0".
+    ({"boundaries": {"hr": {"authority_keys": []}}},
+     "boundaries.hr.authority_keys = []: a boundary needs at least one authority key: the .pub file", "Tuple"),
+    # Before: "unknown key 'kb' (...); check the spelling — see docs/policy.md".
+    ({"kb": {"class": "PII", "owner": "hr"}}, "a collection's section is [collections.kb]", "check the spelling"),
+])
+def test_policy_mistakes_read_in_toml_terms(data: dict, shown: str, gone: str) -> None:
+    from qdrant_guard import ConfigError
+    from qdrant_guard.policy import config_from_dict
+
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(data, source="p.toml")
+    assert shown in str(ei.value) and gone not in str(ei.value)
