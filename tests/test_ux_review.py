@@ -290,3 +290,23 @@ def test_policy_mistakes_read_in_toml_terms(data: dict, shown: str, gone: str) -
     with pytest.raises(ConfigError) as ei:
         config_from_dict(data, source="p.toml")
     assert shown in str(ei.value) and gone not in str(ei.value)
+
+
+def test_an_unreachable_server_raises_what_docs_server_md_says(tmp_path: Path) -> None:
+    # docs/server.md, "A server that cannot be reached": qdrant-client's error, except a budgeted
+    # read, which is FAIL_CLOSED chained to it. Port 1 on loopback refuses at once.
+    from qdrant_client.http.exceptions import ResponseHandlingException
+
+    from qdrant_guard import GuardRefusal
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"kb": {"class": "PII", "owner": "hr", "readers": ["support"],
+                             "diversity": {"max_source_coverage": 0.25}}})
+    client = QdrantClient(url="http://127.0.0.1:1", check_compatibility=False, timeout=5, guard=cfg,
+                          principal=kit.principal("bob", "support"))
+    with pytest.raises(ResponseHandlingException):
+        client.get_collections()
+    with pytest.raises(GuardRefusal, match=r"FAIL_CLOSED: resolving aliases \(get_aliases\) failed") as ei:
+        client.query_points("kb", query=[1.0] + [0.0] * (DIM - 1), limit=3)
+    assert isinstance(ei.value.__cause__, ResponseHandlingException)
+    assert "Check that Qdrant is reachable" in str(ei.value)
