@@ -21,7 +21,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .canonical import canonical_json, decode_canonical
-from .errors import CredentialError
+from .errors import ConfigError, CredentialError, GuardArgumentTypeError
 from .keys import key_id as _key_id
 
 __all__ = [
@@ -69,8 +69,8 @@ class Principal:
     PUBLIC collections only. ``repr()`` never shows the token.
 
     Raises:
-        TypeError: a field has the wrong type.
-        ValueError: ``agent_id`` or ``boundary`` is empty.
+        GuardArgumentTypeError: (a TypeError) a field has the wrong type.
+        ConfigError: (a ValueError) ``agent_id`` or ``boundary`` is empty.
     """
 
     agent_id: str
@@ -81,12 +81,14 @@ class Principal:
         for name in ("agent_id", "boundary"):
             value = getattr(self, name)
             if not isinstance(value, str):
-                raise TypeError(f"Principal.{name} must be str, not {type(value).__name__}")
+                raise GuardArgumentTypeError(f"Principal.{name} must be str, not {type(value).__name__}")
             if not value:
-                raise ValueError(f"Principal.{name} must not be empty")
+                raise ConfigError(f"Principal.{name} must not be empty")
         if self.credential is not None and not isinstance(self.credential, str):
-            raise TypeError(
-                f"Principal.credential must be str or None, not {type(self.credential).__name__}"
+            # bytes: a token read from its file in binary mode, or subprocess output.
+            hint = ": decode it (token.decode().strip())" if isinstance(self.credential, bytes) else ""
+            raise GuardArgumentTypeError(
+                f"Principal.credential must be str or None, not {type(self.credential).__name__}{hint}"
             )
 
     def __repr__(self) -> str:

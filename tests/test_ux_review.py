@@ -310,3 +310,19 @@ def test_an_unreachable_server_raises_what_docs_server_md_says(tmp_path: Path) -
         client.query_points("kb", query=[1.0] + [0.0] * (DIM - 1), limit=3)
     assert isinstance(ei.value.__cause__, ResponseHandlingException)
     assert "Check that Qdrant is reachable" in str(ei.value)
+
+
+def test_a_principal_built_wrong_raises_a_guard_error_and_bytes_are_told_to_decode() -> None:
+    # Before: bare TypeError / ValueError outside QdrantGuardError; a token read as bytes (binary
+    # file, subprocess output) got no word of decoding it.
+    from qdrant_guard import ConfigError, QdrantGuardError
+
+    with pytest.raises(QdrantGuardError, match=r"not bytes: decode it \(token.decode\(\).strip\(\)\)") as ei:
+        Principal("agent-7", "support", b"qgc1.x.y\n")
+    assert isinstance(ei.value, TypeError)
+    with pytest.raises(QdrantGuardError, match="must be str, not int") as ei:
+        Principal("agent-7", 7)  # type: ignore[arg-type]
+    assert isinstance(ei.value, TypeError)
+    with pytest.raises(ConfigError, match="Principal.boundary must not be empty") as ei:
+        Principal("agent-7", "")
+    assert isinstance(ei.value, ValueError)
