@@ -534,7 +534,7 @@ class GuardPipeline:
             # A Principal without a credential: its boundary is only claimed, so it counts for nothing.
             who = f"unverified principal {self.principal_label!r} (no credential was given)"
         # Without an owner, the writers administer the collection (the check above).
-        admins = [pol.owner] if pol.owner else list(pol.writers or ())
+        admins: list[str | None] = [pol.owner] if pol.owner else list(pol.writers or ())
         allowed = {"read": [pol.owner, *pol.readers], "write": [pol.owner, *(pol.writers or ())], "admin": admins}[need]
         allowed = [b for b in allowed if b]
         if allowed:
