@@ -217,11 +217,12 @@ class GuardPipeline:
         self.config = cfg
         if embedder is not None:
             if not callable(embedder):
-                raise TypeError(f"embedder= must be a callable list[str] -> array (n, d), not {type(embedder).__name__}")
+                raise GuardArgumentTypeError(
+                    f"embedder= must be a callable list[str] -> array (n, d), not {type(embedder).__name__}")
             model_id = getattr(embedder, "model_id", None)
             if model_id is not None and not isinstance(model_id, str):
                 # Receipts record it; a wrong type would fail every noised write, unaudited.
-                raise TypeError(f"embedder.model_id must be a str or None (receipts record it), not "
+                raise GuardArgumentTypeError(f"embedder.model_id must be a str or None (receipts record it), not "
                                 f"{type(model_id).__name__}")
         self.embedder = embedder
         self.clock = clock

@@ -326,3 +326,12 @@ def test_a_principal_built_wrong_raises_a_guard_error_and_bytes_are_told_to_deco
     with pytest.raises(ConfigError, match="Principal.boundary must not be empty") as ei:
         Principal("agent-7", "")
     assert isinstance(ei.value, ValueError)
+
+
+def test_a_wrong_embedder_is_a_guard_error_too(tmp_path: Path) -> None:
+    from qdrant_guard import QdrantGuardError
+
+    kit = make_kit(tmp_path)
+    with pytest.raises(QdrantGuardError, match="embedder= must be a callable") as ei:
+        QdrantClient(":memory:", guard=_kb_policy(kit), embedder="all-MiniLM-L6-v2")  # type: ignore[arg-type]
+    assert isinstance(ei.value, TypeError)
