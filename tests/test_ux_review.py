@@ -8,7 +8,7 @@ import pytest
 from qdrant_client import models
 
 from guardkit import DIM, create, make_kit
-from qdrant_guard import CredentialError, Principal, QdrantClient
+from qdrant_guard import CredentialError, GuardArgumentTypeError, Principal, QdrantClient
 
 
 @pytest.mark.parametrize("bad", [
@@ -335,3 +335,10 @@ def test_a_wrong_embedder_is_a_guard_error_too(tmp_path: Path) -> None:
     with pytest.raises(QdrantGuardError, match="embedder= must be a callable") as ei:
         QdrantClient(":memory:", guard=_kb_policy(kit), embedder="all-MiniLM-L6-v2")  # type: ignore[arg-type]
     assert isinstance(ei.value, TypeError)
+
+
+def test_the_argument_type_error_is_exported_and_is_both_kinds() -> None:
+    assert issubclass(GuardArgumentTypeError, TypeError) and issubclass(GuardArgumentTypeError, ValueError)
+    import qdrant_guard
+
+    assert "GuardArgumentTypeError" in qdrant_guard.__all__
