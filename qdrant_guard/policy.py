@@ -860,7 +860,12 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+        head = raw.lstrip()[:16]
+        what = ("a PEM key file" if head.startswith(b"-----BEGIN") else
+                "a JSON file (an audit log, a utility record?)" if head.startswith((b"{", b"[{")) else "")
+        hint = (f"; it looks like {what}, not a policy: give the TOML policy file (start from "
+                "docs/policy.example.toml), which names keys and logs by path") if what else ""
+        raise ConfigError(f"{p}: not valid TOML: {exc}{hint}") from None
     base = p.resolve().parent
     for key in ("signing_key", "audit_log"):
         if isinstance(data.get(key), str):

@@ -342,3 +342,18 @@ def test_the_argument_type_error_is_exported_and_is_both_kinds() -> None:
     import qdrant_guard
 
     assert "GuardArgumentTypeError" in qdrant_guard.__all__
+
+
+@pytest.mark.parametrize("name,text,what", [
+    ("guard.key", "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n", "a PEM key file"),
+    ("audit.jsonl", '{"hash": "00", "prev": "00", "record": {}, "seq": 1}\n', "a JSON file"),
+])
+def test_a_key_or_log_given_as_the_policy_is_named_for_what_it_is(tmp_path: Path, name: str, text: str, what: str) -> None:
+    # Before: only the TOML parser's "Expected '=' after a key ..." for the guard's key file.
+    from qdrant_guard import ConfigError
+
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=f"it looks like {what}.*not a policy: give the TOML policy file") as ei:
+        QdrantClient(":memory:", guard=str(path))
+    assert "MC4CAQAw" not in str(ei.value)  # key material is never echoed
