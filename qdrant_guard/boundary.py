@@ -177,6 +177,15 @@ def issue_credential(
 AuthorityKeys = Union[Ed25519PublicKey, Sequence[Ed25519PublicKey]]
 
 
+def _holds_kid(authorities: Any, boundary: str, kid: str) -> bool:
+    """Whether ``boundary`` lists the authority key ``kid`` (False for a malformed entry: this only
+    words an error about another boundary)."""
+    try:
+        return any(_key_id(k) == kid for k in _keys_of(authorities, boundary))
+    except TypeError:
+        return False
+
+
 def _keys_of(authorities: Any, boundary: str) -> list[Ed25519PublicKey]:
     keys = authorities[boundary]
     if isinstance(keys, Ed25519PublicKey):
@@ -274,14 +283,21 @@ def verify_credential(
         raise CredentialRejected("malformed", "exp is not after iat")
     boundary = claims["boundary"]
     if boundary not in authorities:
-        raise CredentialRejected("unknown_boundary", f"no authority is configured for boundary {boundary!r}")
+        raise CredentialRejected(
+            "unknown_boundary", f"no authority is configured for boundary {boundary!r} (the policy's boundaries: "
+            f"{sorted(authorities)}); issue the credential for one of those (`credential issue --boundary`), or "
+            f"add a [boundaries.{boundary}] section listing its authority's .pub")
     kid = claims["kid"]
     if kid in set(revoked_keys):
         raise CredentialRejected("revoked", f"authority key {kid} is revoked")
     pk = next((k for k in _keys_of(authorities, boundary) if _key_id(k) == kid), None)
     if pk is None:
+        # The claims are not verified yet: the other boundary is named only to explain the mix-up.
+        other = [b for b in authorities if b != boundary and _holds_kid(authorities, b, kid)]
+        mixed = f" (it is an authority of {sorted(other)[0]!r})" if other else ""
         raise CredentialRejected(
-            "unknown_key", f"key {kid} is not an authority of boundary {boundary!r}"
+            "unknown_key", f"key {kid} is not an authority of boundary {boundary!r}{mixed}; issue the credential "
+            f"with the private key whose .pub [boundaries.{boundary}] authority_keys lists"
         )
     try:
         sig = _unb64url(parts[2])

@@ -357,3 +357,22 @@ def test_a_key_or_log_given_as_the_policy_is_named_for_what_it_is(tmp_path: Path
     with pytest.raises(ConfigError, match=f"it looks like {what}.*not a policy: give the TOML policy file") as ei:
         QdrantClient(":memory:", guard=str(path))
     assert "MC4CAQAw" not in str(ei.value)  # key material is never echoed
+
+
+def test_a_credential_from_the_wrong_authority_or_for_an_unknown_boundary_says_what_to_do(tmp_path: Path) -> None:
+    # Before: "key ed25519:... is not an authority of boundary 'support'" and "no authority is
+    # configured for boundary 'sales'", neither naming the mix-up or the fix.
+    from qdrant_guard import issue_credential
+
+    kit = make_kit(tmp_path)
+    cfg = _kb_policy(kit)
+    wrong_key = issue_credential(kit.authority["hr"], agent_id="bob", boundary="support", ttl_s=600)
+    with pytest.raises(CredentialError) as ei:
+        QdrantClient(":memory:", guard=cfg, principal=Principal("bob", "support", wrong_key))
+    assert "is not an authority of boundary 'support' (it is an authority of 'hr'); issue the credential with " \
+           "the private key whose .pub [boundaries.support] authority_keys lists" in str(ei.value)
+    unknown = issue_credential(kit.authority["hr"], agent_id="bob", boundary="sales", ttl_s=600)
+    with pytest.raises(CredentialError) as ei:
+        QdrantClient(":memory:", guard=cfg, principal=Principal("bob", "sales", unknown))
+    assert "no authority is configured for boundary 'sales' (the policy's boundaries: ['hr', 'support'])" in str(ei.value)
+    assert "add a [boundaries.sales] section" in str(ei.value)
