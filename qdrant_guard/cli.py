@@ -33,6 +33,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _nonempty(text: str) -> str:
+    """argparse type: a name that is not empty or blank."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
 def _write_private(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -347,8 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     ci.add_argument("--authority", required=True,
                     help="the boundary authority's private key file (from `keys new`; the policy lists its "
                          ".pub in [boundaries.NAME] authority_keys)")
-    ci.add_argument("--agent", required=True, help="agent id (the Principal's agent_id)")
-    ci.add_argument("--boundary", required=True, help="boundary name, as in the policy's [boundaries.NAME]")
+    ci.add_argument("--agent", required=True, type=_nonempty, help="agent id (the Principal's agent_id)")
+    ci.add_argument("--boundary", required=True, type=_nonempty,
+                    help="boundary name, as in the policy's [boundaries.NAME]")
     ci.add_argument("--ttl", type=_positive_float, default=3600.0, help="lifetime in seconds (default 3600)")
     ci.set_defaults(func=cmd_credential_issue)
 

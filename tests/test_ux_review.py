@@ -376,3 +376,17 @@ def test_a_credential_from_the_wrong_authority_or_for_an_unknown_boundary_says_w
         QdrantClient(":memory:", guard=cfg, principal=Principal("bob", "sales", unknown))
     assert "no authority is configured for boundary 'sales' (the policy's boundaries: ['hr', 'support'])" in str(ei.value)
     assert "add a [boundaries.sales] section" in str(ei.value)
+
+
+def test_credential_issue_with_an_empty_agent_names_the_option(tmp_path: Path, capsys) -> None:
+    # Before: "error: Principal.agent_id must not be empty", a name the CLI user never wrote.
+    from qdrant_guard import cli
+
+    key = tmp_path / "hr.key"
+    assert cli.main(["keys", "new", "--out", str(key)]) == 0
+    for opt in ("--agent", "--boundary"):
+        args = {"--agent": "bob", "--boundary": "hr", opt: ""}
+        with pytest.raises(SystemExit) as ei:
+            cli.main(["credential", "issue", "--authority", str(key), *[x for kv in args.items() for x in kv]])
+        assert ei.value.code == 2
+        assert f"argument {opt}: must not be empty" in capsys.readouterr().err
