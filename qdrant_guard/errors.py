@@ -13,8 +13,8 @@ class ConfigError(QdrantGuardError, ValueError):
 
 
 class GuardArgumentTypeError(ConfigError, TypeError):
-    """A guarded client's ``guard=``, ``principal=`` (or ``with_principal``'s) or ``embedder=``, or a
-    :class:`~qdrant_guard.Principal` field, is of the wrong type.
+    """A guarded client's ``guard=``, ``principal=`` (or ``with_principal``'s) or ``embedder=``, a
+    :class:`~qdrant_guard.Principal` field, or a read's ``query_text=`` is of the wrong type.
 
     A TypeError too, as Python raises for a wrong argument type; the message names the fix."""
 

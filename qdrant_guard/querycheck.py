@@ -13,7 +13,7 @@ from qdrant_client.http import models
 
 from . import detect as _detect
 from .decision import Verdict
-from .errors import QdrantGuardError
+from .errors import GuardArgumentTypeError, QdrantGuardError
 from .pipeline import Offload, Op
 from .policy import CollectionPolicy
 from .sources import path_head
@@ -84,7 +84,9 @@ class QueryChecks(TextOps):
         raw = [w for w, v in found if isinstance(v, _RAW_INPUTS)]
         noising = pol.noise_queries and not pol.raw_allowed(self.boundary())
         if query_text is not None and not isinstance(query_text, str):
-            raise TypeError(f"query_text must be str, not {type(query_text).__name__}")
+            raise GuardArgumentTypeError(
+                f"query_text= must be the query's text as a str, not {type(query_text).__name__}: pass "
+                "the text the query vector was embedded from (query_text='...')")
         # The Document's text is its own; raw vectors next to it (in prefetches) still need query_text=.
         if pol.query.require_text and raw:  # not the scan's switch: it guards intent too
             if query_text is None:

@@ -390,3 +390,15 @@ def test_credential_issue_with_an_empty_agent_names_the_option(tmp_path: Path, c
             cli.main(["credential", "issue", "--authority", str(key), *[x for kv in args.items() for x in kv]])
         assert ei.value.code == 2
         assert f"argument {opt}: must not be empty" in capsys.readouterr().err
+
+
+def test_a_query_text_of_the_wrong_type_is_a_guard_error_naming_the_fix(tmp_path: Path) -> None:
+    # Before: a bare TypeError from the read screen, outside QdrantGuardError.
+    from qdrant_guard import QdrantGuardError
+
+    kit = make_kit(tmp_path)
+    client = QdrantClient(":memory:", guard=_kb_policy(kit), principal=kit.principal("alice", "hr"))
+    create(client, "kb")
+    with pytest.raises(QdrantGuardError, match=r"query_text= must be the query's text as a str, not bytes") as ei:
+        client.query_points("kb", query=[0.1] * DIM, query_text=b"quarterly revenue")
+    assert isinstance(ei.value, TypeError)
