@@ -200,3 +200,15 @@ def test_a_public_collection_needs_no_credential(kit):
     rep = measure_overhead(kit.config({"open": {"class": "PUBLIC"}}), "open", **TINY)
     assert rep.writer == rep.reader == "anonymous" and rep.checks["receipted_points"] == 0
     assert rep.query.guarded.calls == TINY["rounds"] * TINY["queries"]
+
+
+def test_a_workdir_run_under_a_policy_without_signing_key_does_not_warn_about_restarts(kit, tmp_path):
+    # The scratch store is removed after the run; the warning meant for lasting stores was noise here.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=r".*sets no signing_key", category=UserWarning)
+        measure_overhead(kit.config(shared(), signing_key=None), "docs",
+                         credential=kit.principal("alice", "hr").credential,
+                         read_credential=kit.principal("bob", "support").credential, workdir=tmp_path / "wd",
+                         **TINY)
