@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import enum
 import json
+import math
 import os
 import re
 import tomllib
@@ -73,7 +74,33 @@ class _Strict(BaseModel):
         if kinds and kinds <= {int, float} and (isinstance(v, (bool, str)) or (kinds == {int} and isinstance(v, float))):
             want = "an integer" if kinds == {int} else "a number"
             raise ValueError(f"expected {want}, got {v!r} ({type(v).__name__})")
+        if kinds and kinds <= {int, float} and isinstance(v, float) and not math.isfinite(v):
+            # TOML's inf and nan: nan fails every bound with a misleading message, and inf passed
+            # unbounded keys (window_s = inf broke every budgeted read with a bare ValueError).
+            none = " (leave the key out for its default)" if type(None) in get_args(
+                cls.model_fields[info.field_name].annotation) else ""
+            raise ValueError(f"expected a finite number, got {v!r}{none}")
+        if v == "" and info.field_name in _EMPTY:
+            raise ValueError(_EMPTY[info.field_name])
+        if isinstance(v, (list, tuple)) and "" in v and info.field_name in _EMPTY:
+            raise ValueError(f"entry {list(v).index('')} is empty: {_EMPTY[info.field_name]}")
         return v
+
+
+# What an empty string would mean for a key, and the fix. A relative path is resolved against the
+# policy file's directory, so "" named the directory itself; an empty boundary name names no boundary.
+_EMPTY: dict[str, str] = {
+    **dict.fromkeys(("signing_key", "audit_log", "record"),
+                    "an empty path names no file (it would be read as the policy's directory); give a "
+                    "file path or leave the key out"),
+    **dict.fromkeys(("audit_trusted_keys", "trusted_keys", "authority_keys"),
+                    "give each key as 'ed25519:<base64>' or the path of its .pub file"),
+    "owner": "an empty owner names no boundary; name a [boundaries.NAME] section or leave owner out",
+    **dict.fromkeys(("readers", "writers"), "an empty name is no boundary; name a [boundaries.NAME] section or "
+                    "\"*\" (any verified principal)"),
+    "restricted_sources": ("a point whose source is \"\" counts as having none, so \"\" restricts nothing; name a source (a "
+                           "source_field value), or \"__unknown__\" for points without one"),
+}
 
 
 class NoisePolicy(_Strict):
@@ -665,6 +692,18 @@ class GuardConfig(_Strict):
             return {**v, "readers": ("*",)}
         return v
 
+    @field_validator("epsilon_ceiling", mode="before")
+    @classmethod
+    def _ceilings_numbers(cls, v: Any) -> Any:
+        # The per-field type check does not reach a table's values: pydantic's lax mode read
+        # PII = "2" as 2.0, and inf passed as "no ceiling" to the receipts of other writers.
+        if isinstance(v, dict):
+            for k, val in v.items():
+                if isinstance(val, (bool, str)) or not isinstance(val, (int, float)) or not math.isfinite(val):
+                    raise ValueError(f"ceiling for {k} must be a finite number > 0, got {val!r} "
+                                     f"({type(val).__name__}); e.g. {k} = {DEFAULT_CEILINGS.get(str(k), 2.0)}")
+        return v
+
     @field_validator("epsilon_ceiling")
     @classmethod
     def _ceilings_positive(cls, v: dict[SensitivityClass, float]) -> dict[SensitivityClass, float]:
@@ -867,26 +906,27 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
                 "docs/policy.example.toml), which names keys and logs by path") if what else ""
         raise ConfigError(f"{p}: not valid TOML: {exc}{hint}") from None
     base = p.resolve().parent
+    # An empty path stays empty, for the loader to refuse: base / "" would be the directory itself.
     for key in ("signing_key", "audit_log"):
-        if isinstance(data.get(key), str):
+        if isinstance(data.get(key), str) and data[key]:
             data[key] = str(base / data[key])
     store = data.get("budget_store")
     if isinstance(store, str) and store_kind(store) == "sqlite" and not store[len("sqlite:///"):].startswith("/"):
         data["budget_store"] = "sqlite:///" + str(base / store[len("sqlite:///"):])
     for coll in [data.get("default"), *(data.get("collections") or {}).values()]:
         util = coll.get("utility") if isinstance(coll, dict) else None
-        if isinstance(util, dict) and isinstance(util.get("record"), str):
+        if isinstance(util, dict) and isinstance(util.get("record"), str) and util["record"]:
             util["record"] = str(base / util["record"])
     for b in (data.get("boundaries") or {}).values():
         if isinstance(b, dict) and isinstance(b.get("authority_keys"), list):
             b["authority_keys"] = [
-                k if not isinstance(k, str) or k.startswith("ed25519:") else str(base / k) for k in b["authority_keys"]
+                k if not isinstance(k, str) or not k or k.startswith("ed25519:") else str(base / k) for k in b["authority_keys"]
             ]
     if isinstance(data.get("audit_trusted_keys"), list):
-        data["audit_trusted_keys"] = [k if not isinstance(k, str) or k.startswith("ed25519:") else str(base / k)
+        data["audit_trusted_keys"] = [k if not isinstance(k, str) or not k or k.startswith("ed25519:") else str(base / k)
                                       for k in data["audit_trusted_keys"]]
     rec = data.get("receipts")
     if isinstance(rec, dict) and isinstance(rec.get("trusted_keys"), list):
-        rec["trusted_keys"] = [k if not isinstance(k, str) or k.startswith("ed25519:") else str(base / k)
+        rec["trusted_keys"] = [k if not isinstance(k, str) or not k or k.startswith("ed25519:") else str(base / k)
                                for k in rec["trusted_keys"]]
     return config_from_dict(data, source=str(p))

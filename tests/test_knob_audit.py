@@ -1,0 +1,189 @@
+"""Policy knob audit: each knob's documented behaviour, at its edges, where no other test pins it,
+and bad values refused at load naming the key, the value and the fix.
+
+Real local-mode Qdrant, real keys; the intent classifier is loaded by ``module:attr`` from this file.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from guardkit import Recorder, audit_records, create, hr_policy, make_kit, models, record_sent, unit
+from qdrant_guard import GuardRefusal, QdrantClient
+from qdrant_guard.errors import ConfigError
+from qdrant_guard.intent import IntentResult
+from qdrant_guard.policy import config_from_dict, load_policy
+
+
+@pytest.fixture()
+def kit(tmp_path):
+    return make_kit(tmp_path)
+
+
+def _refused(data, *needles):
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(data, source="p.toml")
+    msg = str(ei.value)
+    for needle in needles:
+        assert needle in msg, msg
+    return msg
+
+
+# -- bad values are refused at load -------------------------------------------------------------
+
+def test_an_infinite_window_is_refused_when_the_policy_loads(kit):
+    # It was accepted, and then every budgeted read raised a bare ValueError from the budget store.
+    policy = kit.tmp / "p.toml"
+    policy.write_text("[collections.c.diversity]\nmax_source_coverage = 0.2\nwindow_s = inf\n")
+    with pytest.raises(ConfigError) as ei:
+        load_policy(policy)
+    assert "collections.c.diversity.window_s = inf" in str(ei.value)
+    assert "finite number" in str(ei.value)
+
+
+@pytest.mark.parametrize("section, key", [
+    ("noise", "epsilon"), ("noise", "delta"), ("noise", "radius"), ("query", "max_repetition"),
+    ("diversity", "max_source_fraction"), ("diversity", "overfetch_factor"), ("intent", "min_confidence"),
+    ("utility", "max_recall_drop"),
+])
+def test_nan_is_refused_as_not_finite_not_as_out_of_range(section, key):
+    # nan failed the upper bound, so the message said e.g. "should be less than or equal to 1000".
+    _refused({"collections": {"c": {section: {key: float("nan")}}}}, f"collections.c.{section}.{key} = nan",
+             "expected a finite number")
+
+
+def test_infinite_receipt_age_is_refused():
+    _refused({"receipts": {"max_age_s": float("inf")}}, "receipts.max_age_s = inf", "leave the key out")
+
+
+@pytest.mark.parametrize("value", ["2", float("inf"), True])
+def test_an_epsilon_ceiling_must_be_a_finite_number(value):
+    # A table's values escaped the per-key type check: "2" was read as 2.0, inf as no ceiling at
+    # all for the receipts of other writers (whose epsilon the noise key's 1000 bound does not cap).
+    _refused({"epsilon_ceiling": {"PII": value}}, "epsilon_ceiling", "ceiling for PII must be a finite number",
+             repr(value))
+
+
+@pytest.mark.parametrize("data, where", [
+    ({"signing_key": ""}, "signing_key = ''"),
+    ({"audit_log": ""}, "audit_log = ''"),
+    ({"audit_trusted_keys": [""]}, "audit_trusted_keys = ['']"),
+    ({"receipts": {"trusted_keys": [""]}}, "receipts.trusted_keys = ['']"),
+    ({"boundaries": {"hr": {"authority_keys": [""]}}}, "boundaries.hr.authority_keys = ['']"),
+    ({"collections": {"c": {"utility": {"record": ""}}}}, "collections.c.utility.record = ''"),
+    ({"collections": {"c": {"owner": ""}}}, "collections.c.owner = ''"),
+    ({"collections": {"c": {"readers": ["support", ""]}}}, "collections.c.readers = ['support', '']"),
+    ({"collections": {"c": {"writers": [""]}}}, "collections.c.writers = ['']"),
+    ({"collections": {"c": {"diversity": {"max_source_coverage": 0.2, "restricted_sources": [""]}}}},
+     "collections.c.diversity.restricted_sources = ['']"),
+])
+def test_an_empty_string_is_refused_where_it_would_name_nothing(data, where):
+    # A relative path "" was resolved to the policy's own directory (then "Is a directory" when the
+    # client was built, or, for a utility record, at the first write); an empty boundary name was
+    # skipped by the check that boundary names exist, and a source "" counts as no source.
+    _refused(data, where)
+
+
+def test_empty_path_in_a_policy_file_is_refused_at_load_not_at_first_write(kit):
+    policy = kit.tmp / "p.toml"
+    policy.write_text('[collections.c.utility]\nrecord = ""\n')
+    with pytest.raises(ConfigError, match="empty path names no file"):
+        load_policy(policy)
+
+
+# -- documented behaviour at the edges ----------------------------------------------------------
+
+@pytest.mark.parametrize("factor, limit, fetched", [(2.5, 4, 10), (1.0, 4, 4)])
+def test_overfetch_factor_sets_how_many_candidates_are_fetched(kit, monkeypatch, factor, limit, fetched):
+    owner = QdrantClient(":memory:", guard=kit.config({"c": hr_policy({"overfetch_factor": factor})}),
+                         principal=kit.principal("alice", "hr"))
+    create(owner, "c")
+    rng = np.random.default_rng(0)
+    owner.upsert("c", [models.PointStruct(id=i, vector=unit(rng), payload={"source": f"s{i}"}) for i in range(20)])
+    sent = record_sent(monkeypatch, ("query_points",), with_kwargs=True)
+    got = owner.query_points("c", query=unit(rng), limit=limit)
+    assert [kw["limit"] for _, kw in sent] == [fetched]
+    assert len(got.points) == limit
+
+
+QUERY = "what is the status of the claim for jane.doe@example.com"
+
+
+@pytest.mark.parametrize("redact, seen", [
+    (True, "what is the status of the claim for [EMAIL]"),
+    (False, QUERY),
+])
+def test_redact_query_text_decides_what_the_embedder_sees(kit, redact, seen):
+    pol = {**hr_policy({}), "generalize_identifiers": False, "query": {"redact_query_text": redact}}
+    emb = Recorder()
+    owner = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"), embedder=emb)
+    create(owner, "c")
+    owner.query_points("c", query=models.Document(text=QUERY, model="m"), limit=3)
+    assert emb.seen == [seen]
+
+
+def test_redact_query_text_false_lets_a_credential_in_query_text_through(kit):
+    # Documented: the key switches the whole screen off, credential refusal included.
+    key = 'deploy with aws_access_key_id = "AKIAZ7QP3LMNB4XKDT2Q"'
+    pol = {**hr_policy({}), "generalize_identifiers": False}
+    for redact, refused in ((True, True), (False, False)):
+        emb = Recorder()
+        cfg = kit.config({"c": {**pol, "query": {"redact_query_text": redact}}})
+        owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder=emb)
+        create(owner, "c")
+        if refused:
+            with pytest.raises(GuardRefusal) as ei:
+                owner.query_points("c", query=models.Document(text=key, model="m"), limit=3)
+            assert ei.value.verdict == "CREDENTIAL_IN_TEXT" and emb.seen == []
+        else:
+            owner.query_points("c", query=models.Document(text=key, model="m"), limit=3)
+            assert emb.seen == [key]
+
+
+class HalfSure:
+    """An intent classifier that calls everything adversarial at confidence 0.5."""
+
+    name = "half-sure"
+
+    def classify(self, text, *, embedding=None):
+        return IntentResult("adversarial", 0.5, "r", self.name)
+
+
+@pytest.mark.parametrize("min_confidence, blocked", [(0.6, False), (0.5, True), (0.0, True), (1.0, False)])
+def test_min_confidence_is_the_lowest_confidence_at_which_a_blocked_label_is_enforced(kit, min_confidence, blocked):
+    pol = {"class": "PII", "owner": "hr",
+           "intent": {"classifier": "test_knob_audit:HalfSure", "min_confidence": min_confidence}}
+    owner = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "c")
+    ask = dict(query=unit(np.random.default_rng(0)), query_text="list every record", limit=3)
+    if blocked:
+        with pytest.raises(GuardRefusal) as ei:
+            owner.query_points("c", **ask)
+        assert ei.value.verdict == "INTENT_BLOCKED"
+    else:
+        owner.query_points("c", **ask)
+        last = audit_records(kit)[-1]
+        assert last["verdict"] == "ALLOW" and last["details"]["intent"]["below_min_confidence"] is True
+
+
+def test_max_vectors_zero_returns_points_without_their_vectors(kit):
+    pol = {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+           "diversity": {"max_vectors": 0}}
+    owner = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "c")
+    rng = np.random.default_rng(0)
+    owner.upsert("c", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "s"}) for i in range(3)])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    got = bob.retrieve("c", [0, 1, 2], with_vectors=True)
+    assert sorted(p.id for p in got) == [0, 1, 2]
+    assert [p.vector for p in got] == [None, None, None]
+
+
+def test_writers_empty_list_is_the_default_only_the_owner_writes(kit):
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "writers": [], "intent": {"enabled": False}}
+    owner = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "c")
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)))])
+    assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
