@@ -150,12 +150,13 @@ class QueryRules(_Strict):
     matches (``MatchText``, ``MatchTextAny``, ``MatchPhrase``) of reads and writes; ``max_chars``
     caps every match string of a filter too (``require_text`` and ``filter_pii`` apply either way)."""
     max_chars: int | None = Field(65536, gt=0)
-    """Hard size cap checked before scanning (None: no cap). It bounds the scan's cost on hostile
+    """Hard size cap, in characters, checked before scanning (None, from Python: no cap). It bounds the scan's cost on hostile
     input, including text crafted to collide in the scanner's token table."""
     max_tokens: int | None = Field(500, gt=0)
-    """Whitespace-token cap (None: no cap)."""
+    """Whitespace-token cap (None, from Python: no cap; in a file, set a large value)."""
     max_repetition: float | None = Field(0.5, ge=0, le=1)
-    """Cap on 1 - unique/total tokens (None: no cap)."""
+    """Cap on 1 - unique/total tokens: a query above it is refused (None, from Python, or 1 in a
+    file: no cap; 0 refuses any repeated token)."""
     max_ngram_run: float | None = Field(None, ge=0, le=1)
     """Cap on the share of tokens in the longest immediately repeated n-gram run (None: off)."""
     encoded_payloads: bool = True
@@ -167,7 +168,11 @@ class QueryRules(_Strict):
     has no letter or digit (``""``, spaces, punctuation, invisible characters), so text checks cannot be
     skipped. The guard cannot tell whether the text is the one the vector was embedded from."""
     redact_query_text: bool = True
-    """Redact PII in query text (and refuse credentials) before it is embedded or classified."""
+    """Screen query text (``query_text=`` and a ``models.Document`` query's text) before it is
+    embedded or classified: credentials are refused or redacted per ``credentials_in_text``, and
+    PII redacted when ``redact_pii`` is on. ``false`` switches the whole screen off: the text goes
+    to the embedder and the intent classifier (an ``llm`` one is a remote service) as given,
+    credentials included; the audit entry still logs it redacted."""
     filter_pii: Literal["refuse", "owner", "allow"] = "refuse"
     """Reads and writes whose filters match on personal data: the detector screens every match
     value of every read filter (``query_filter``, prefetch and batch-request filters, formula
@@ -211,7 +216,9 @@ class DiversityPolicy(_Strict):
     min_unique_sources: int = Field(2, ge=1)
     """At least this many sources appear in a result when the candidates have them."""
     overfetch_factor: float = Field(3.0, ge=1, le=50)
-    """Fetch limit * factor candidates from Qdrant so the cap can still return k results."""
+    """Fetch ``ceil(limit * factor)`` candidates from Qdrant (at most 1000, never fewer than the
+    limit; ``group_size`` likewise for grouped queries) so the cap can still return k results. 1:
+    no over-fetch, so a capped result can come back short."""
     max_source_coverage: float | None = Field(None, gt=0, le=1)
     """Fraction of a source's points one principal may see within ``window_s`` (None: no budget)."""
     restricted_sources: tuple[str, ...] = ()
@@ -219,10 +226,13 @@ class DiversityPolicy(_Strict):
     on every source also costs benign users their follow-up questions; restrict it to the
     confidential documents. Only the owner boundary may write points tagged with these."""
     window_s: float = Field(86400.0, gt=0)
-    """Sliding window of the extraction and distillation budgets, in seconds."""
+    """Sliding window of the extraction and distillation budgets, in seconds (finite: for a budget
+    that never resets, use a long window)."""
     max_vectors: int | None = Field(None, ge=0)
-    """PROPRIETARY distillation budget: vectors one principal may receive within ``window_s`` (refused
-    on other classes, which it would not apply to)."""
+    """PROPRIETARY distillation budget: distinct vectors one principal may receive within ``window_s``
+    (refused on other classes, which it would not apply to). Charged only by reads that return
+    vectors; past it points come back without them (``vector=None``). 0: no vector is ever returned
+    to anyone (the owner included); unset: no budget."""
 
     @model_validator(mode="after")
     def _budget_keys_that_apply(self) -> "DiversityPolicy":
@@ -253,7 +263,8 @@ class IntentPolicy(_Strict):
     """Labels that are refused."""
     min_confidence: float = Field(0.6, ge=0, le=1)
     """A blocked label is enforced only at this confidence or above; below it the query goes ahead
-    and the audit record keeps the label (tune with ``qdrant-guard audit replay``)."""
+    and the audit record keeps the label (``below_min_confidence``; tune with ``qdrant-guard audit
+    replay``). 0: every blocked label is enforced; 1: only those the classifier is certain of."""
     fail_closed: bool = True
     """Refuse the query (FAIL_CLOSED) when the classifier raises, returns an invalid result or
     does not answer within ``timeout_s``. A classifier that cannot be loaded (a ``module:attr``
@@ -310,7 +321,7 @@ class CollectionPolicy(_Strict):
     readers: tuple[str, ...] = ()
     """Other boundaries allowed to read. ``"*"`` = any verified principal."""
     writers: tuple[str, ...] | None = None
-    """Boundaries besides the owner allowed to write (default: none, only the owner writes;
+    """Boundaries besides the owner allowed to write (default, or ``[]``: none, only the owner writes;
     ``"*"`` = any verified principal). Non-owners must noise. Only the owner writes points tagged
     with a ``restricted_sources`` entry (``REFUSED_CROSS_BOUNDARY``): a writer that also reads could
     otherwise add points to a restricted source and raise its own extraction budget. A budget on
@@ -338,7 +349,9 @@ class CollectionPolicy(_Strict):
     credentials_in_text: Literal["refuse", "redact"] = "refuse"
     """Text with credentials: refuse the call (CREDENTIAL_IN_TEXT) or redact to typed placeholders."""
     redact_pii: bool = True
-    """Redact PII in text to typed placeholders ([SSN], [EMAIL], ...) before embedding and storage."""
+    """Redact PII in text to typed placeholders ([SSN], [EMAIL], ...) before embedding and storage,
+    and in query text (``query.redact_query_text``). ``false``: PII is embedded, stored and queried
+    as given; credentials still follow ``credentials_in_text``."""
     generalize_identifiers: bool = True
     """Replace numbers, codes and proper names by [NUMBER], [CODE], [NAME] in text the guard embeds
     (models.Document writes and queries) on sensitive collections; the payload text keeps them.
@@ -660,7 +673,9 @@ class GuardConfig(_Strict):
     reads, writes, creates or deletes one raises ``ConfigError``, audited as ``REFUSED_CROSS_BOUNDARY``;
     the metadata calls ``collection_exists``, ``get_collection`` and ``get_collections`` still answer)."""
     epsilon_ceiling: dict[SensitivityClass, float] = Field(default_factory=lambda: dict(DEFAULT_CEILINGS))
-    """Largest epsilon accepted per class (defaults: PII 2.0, CREDENTIAL 1.0, PROPRIETARY 8.0)."""
+    """Largest epsilon accepted per class (defaults: PII 2.0, CREDENTIAL 1.0, PROPRIETARY 8.0), for
+    the policy's ``noise.epsilon`` and for the receipts of writers that noise their own vectors.
+    Each a finite number > 0; a class left out keeps its default."""
     boundaries: dict[str, BoundaryConfig] = Field(default_factory=dict)
     """Trust boundaries and their authority keys."""
     receipts: ReceiptTrust = ReceiptTrust()

@@ -94,6 +94,19 @@ def _type(field: Any) -> str:
     return text
 
 
+def _range(field: Any) -> str:
+    """The bounds a field's value is checked against (``> 0, <= 1000``), as the loader enforces them."""
+    import annotated_types as at
+
+    parts = []
+    for m in field.metadata:
+        for cls, op, attr in ((at.Gt, ">", "gt"), (at.Ge, ">=", "ge"), (at.Lt, "<", "lt"), (at.Le, "<=", "le"),
+                              (at.MinLen, "at least", "min_length")):
+            if isinstance(m, cls):
+                parts.append(f"{op} {getattr(m, attr)!r}" if cls is not at.MinLen else f"{op} {m.min_length} item")
+    return ", ".join(parts)
+
+
 def render() -> str:
     """The Markdown policy reference."""
     out = [
@@ -102,12 +115,14 @@ def render() -> str:
         "Generated from `qdrant_guard/policy.py` by `python -m qdrant_guard.policy_doc`; do not edit by",
         "hand. Every key, its default and its meaning. Unknown keys are rejected. A complete example:",
         "[policy.example.toml](policy.example.toml). The `[default]` section (unlisted collections) takes",
-        "the collection keys; its `readers` default is `[\"*\"]` (any verified principal).",
+        "the collection keys; its `readers` default is `[\"*\"]` (any verified principal). Numbers must",
+        "be finite (TOML's `inf` and `nan` are refused) and within `range`; path and name strings may",
+        "not be empty.",
         "",
     ]
     for title, model, prefix in SECTIONS:
-        out += [f"## {title}", "", (model.__doc__ or "").strip().splitlines()[0], "", "| key | type | default | meaning |",
-                "|---|---|---|---|"]
+        out += [f"## {title}", "", (model.__doc__ or "").strip().splitlines()[0], "", "| key | type | default | range | meaning |",
+                "|---|---|---|---|---|"]
         for name, field in model.model_fields.items():
             if field.exclude:
                 continue
@@ -116,7 +131,8 @@ def render() -> str:
             if key in _NESTED and not desc:
                 desc = "see its section"
             typ = _type(field).replace("|", "\\|")
-            out.append(f"| `{prefix}{key}` | `{typ}` | `{_default(field)}` | {desc} |")
+            rng = _range(field)
+            out.append(f"| `{prefix}{key}` | `{typ}` | `{_default(field)}` | {f'`{rng}`' if rng else ''} | {desc} |")
         out.append("")
     return "\n".join(out)
 

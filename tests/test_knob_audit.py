@@ -177,6 +177,23 @@ def test_max_vectors_zero_returns_points_without_their_vectors(kit):
     got = bob.retrieve("c", [0, 1, 2], with_vectors=True)
     assert sorted(p.id for p in got) == [0, 1, 2]
     assert [p.vector for p in got] == [None, None, None]
+    assert [p.vector for p in owner.retrieve("c", [0], with_vectors=True)] == [None]  # the owner too
+
+
+@pytest.mark.parametrize("cap, refused", [(0.5, True), (1.0, False), (0.0, True)])
+def test_max_repetition_one_is_no_cap_and_zero_refuses_any_repeat(kit, cap, refused):
+    # TOML has no null: 1 is how a file turns the cap off (the ratio is never above 1).
+    owner = QdrantClient(":memory:", guard=kit.config({"c": {**hr_policy({}), "query": {"max_repetition": cap}}}),
+                         principal=kit.principal("alice", "hr"))
+    create(owner, "c")
+    text = "payroll payroll payroll payroll report" if cap else "payroll report payroll"
+    ask = dict(query=unit(np.random.default_rng(0)), query_text=text, limit=3)
+    if refused:
+        with pytest.raises(GuardRefusal) as ei:
+            owner.query_points("c", **ask)
+        assert ei.value.verdict == "QUERY_REJECTED"
+    else:
+        owner.query_points("c", **ask)
 
 
 def test_writers_empty_list_is_the_default_only_the_owner_writes(kit):
@@ -187,3 +204,14 @@ def test_writers_empty_list_is_the_default_only_the_owner_writes(kit):
     with pytest.raises(GuardRefusal) as ei:
         bob.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)))])
     assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
+
+
+def test_the_policy_reference_gives_each_number_its_range():
+    # The bounds the loader enforces were in the code only: the reference gave epsilon as "number".
+    from qdrant_guard.policy_doc import render
+
+    text = render()
+    assert "| `collections.NAME.noise.epsilon` | `number` | `1.0` | `> 0, <= 1000` |" in text
+    assert "| `collections.NAME.diversity.overfetch_factor` | `number` | `3.0` | `>= 1, <= 50` |" in text
+    assert "| `boundaries.NAME.authority_keys` | `list of strings` | `required` | `at least 1 item` |" in text
+    assert "TOML's `inf` and `nan` are refused" in text
