@@ -109,12 +109,14 @@ def test_overfetch_factor_sets_how_many_candidates_are_fetched(kit, monkeypatch,
 QUERY = "what is the status of the claim for jane.doe@example.com"
 
 
-@pytest.mark.parametrize("redact, seen", [
-    (True, "what is the status of the claim for [EMAIL]"),
-    (False, QUERY),
+@pytest.mark.parametrize("redact, redact_pii, seen", [
+    (True, True, "what is the status of the claim for [EMAIL]"),
+    (False, True, QUERY),
+    (True, False, QUERY),  # redact_pii covers query text too
 ])
-def test_redact_query_text_decides_what_the_embedder_sees(kit, redact, seen):
-    pol = {**hr_policy({}), "generalize_identifiers": False, "query": {"redact_query_text": redact}}
+def test_redact_query_text_decides_what_the_embedder_sees(kit, redact, redact_pii, seen):
+    pol = {**hr_policy({}), "generalize_identifiers": False, "redact_pii": redact_pii,
+           "query": {"redact_query_text": redact}}
     emb = Recorder()
     owner = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"), embedder=emb)
     create(owner, "c")
