@@ -148,7 +148,8 @@ class QueryRules(_Strict):
     enabled: bool = True
     """Run structural validation on queries that carry text, and on the strings of full-text filter
     matches (``MatchText``, ``MatchTextAny``, ``MatchPhrase``) of reads and writes; ``max_chars``
-    caps every match string of a filter too (``require_text`` and ``filter_pii`` apply either way)."""
+    caps every match string of a filter too (``require_text`` and ``filter_pii`` apply either way).
+    ``false`` switches ``max_chars`` off as well, so the detector then reads text of any length."""
     max_chars: int | None = Field(65536, gt=0)
     """Hard size cap, in characters, checked before scanning (None, from Python: no cap). It bounds the scan's cost on hostile
     input, including text crafted to collide in the scanner's token table."""
@@ -214,7 +215,9 @@ class DiversityPolicy(_Strict):
     """No source holds more than max(1, floor(k * fraction)) of a returned top-k. A hard cap: the
     guard returns fewer results rather than backfill over it."""
     min_unique_sources: int = Field(2, ge=1)
-    """At least this many sources appear in a result when the candidates have them."""
+    """At least ``min(min_unique_sources, k)`` sources appear in a result when the candidates have
+    them (1: no minimum): the best candidate of a missing source replaces the lowest-ranked kept
+    point of a source holding several (docs/diversity-budget.md)."""
     overfetch_factor: float = Field(3.0, ge=1, le=50)
     """Fetch ``ceil(limit * factor)`` candidates from Qdrant (at most 1000, never fewer than the
     limit; ``group_size`` likewise for grouped queries) so the cap can still return k results. 1:
@@ -260,7 +263,7 @@ class IntentPolicy(_Strict):
         "suspicious",
         "adversarial",
     )
-    """Labels that are refused."""
+    """Labels that are refused (``[]``: none; the classifier still runs and its label is audited)."""
     min_confidence: float = Field(0.6, ge=0, le=1)
     """A blocked label is enforced only at this confidence or above; below it the query goes ahead
     and the audit record keeps the label (``below_min_confidence``; tune with ``qdrant-guard audit
@@ -301,12 +304,15 @@ class UtilityPolicy(_Strict):
     """The cut-off of ``metric``. The record must have been calibrated at it (``--k``): a drop
     measured at another cut-off says little about this one."""
     record: str | None = None
-    """Path of a signed utility record from ``qdrant-guard calibrate``."""
+    """Path of a signed utility record from ``qdrant-guard calibrate``, verified against the guard's
+    key and ``receipts.trusted_keys`` when first used. Unset (the default): no utility check, and
+    no write is refused for utility."""
     enforce: bool = True
     """Refuse writes (UTILITY_DEGRADED) unless the record applies to the policy (same mechanism,
     radius, delta, clip_norm, metric and k) and to the write (vectors of the calibrated dimension;
     records from before version 2 carry none) and measured a passing level with at least as much
-    noise and no failing level with as little; unmeasured levels are refused."""
+    noise and no failing level with as little; unmeasured levels are refused. ``false``: nothing is
+    refused for utility; a set record is still verified and its hash recorded."""
 
 
 class CollectionPolicy(_Strict):

@@ -8,11 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from guardkit import Recorder, audit_records, create, hr_policy, make_kit, models, record_sent, unit
+from guardkit import Recorder, audit_records, count, create, hr_policy, make_kit, models, record_sent, unit
 from qdrant_guard import GuardRefusal, QdrantClient
 from qdrant_guard.errors import ConfigError
 from qdrant_guard.intent import IntentResult
 from qdrant_guard.policy import config_from_dict, load_policy
+import test_noise_review_fixes as _calibrated
 
 
 @pytest.fixture()
@@ -105,6 +106,8 @@ def test_overfetch_factor_sets_how_many_candidates_are_fetched(kit, monkeypatch,
     assert [kw["limit"] for _, kw in sent] == [fetched]
     assert len(got.points) == limit
 
+
+utility_setup = _calibrated.utility_setup  # the calibrated record fixture (module scope)
 
 QUERY = "what is the status of the claim for jane.doe@example.com"
 
@@ -217,3 +220,22 @@ def test_the_policy_reference_gives_each_number_its_range():
     assert "| `collections.NAME.diversity.overfetch_factor` | `number` | `3.0` | `>= 1, <= 50` |" in text
     assert "| `boundaries.NAME.authority_keys` | `list of strings` | `required` | `at least 1 item` |" in text
     assert "TOML's `inf` and `nan` are refused" in text
+
+
+@pytest.mark.parametrize("max_drop, epsilon, refused", [(0.05, 0.1, True), (0.9, 0.1, False), (0.05, 0.5, False)])
+def test_max_recall_drop_of_the_policy_not_the_records_threshold_decides(utility_setup, max_drop, epsilon, refused):
+    # The record was calibrated at threshold 0.05: epsilon 0.1 fails it, 0.5 passes. The policy's
+    # own limit is what a write is held to.
+    kit, docs, paths, _, _ = utility_setup
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "noise": {"epsilon": epsilon},
+                              "utility": {"record": str(paths[0.01][1]), "max_recall_drop": max_drop}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=_calibrated.UDIM, distance=models.Distance.COSINE))
+    write = lambda: owner.upsert("pii", [models.PointStruct(id=1, vector=docs[1].tolist())])  # noqa: E731
+    if refused:
+        with pytest.raises(GuardRefusal) as ei:
+            write()
+        assert ei.value.verdict == "UTILITY_DEGRADED"
+    else:
+        write()
+        assert count(owner, "pii") == 1
