@@ -475,8 +475,9 @@ class CollectionPolicy(_Strict):
     utility: UtilityPolicy = UtilityPolicy()
     """The retrieval utility guard."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, validate_default=True,
-                              use_attribute_docstrings=True)
+    # No populate_by_name: it made ``sensitivity``, a Python attribute name, an undocumented second
+    # spelling of ``class`` in policy files.
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, use_attribute_docstrings=True)
 
     @property
     def is_public(self) -> bool:
@@ -834,11 +835,16 @@ def _key_hint(key: str) -> str:
     from .policy_doc import SECTIONS  # the reference's sections (it imports this module)
 
     where: dict[str, list[str]] = {}
+    spelled: dict[str, str] = {}
     for title, model, _ in SECTIONS:
         section = "the top level" if title == "Top level" else title
         for name, field in model.model_fields.items():
             if not field.exclude:
                 where.setdefault(field.alias or name, []).append(section)
+                if field.alias:
+                    spelled[name] = field.alias
+    if key in spelled and key not in where:
+        return f"the key is spelled {spelled[key]!r} in a policy; "
     if key in where:
         return f"{key!r} is a key of {' and '.join(where[key])}, not of this section; "
     close = difflib.get_close_matches(key, list(where), n=1, cutoff=0.8)

@@ -239,3 +239,9 @@ def test_max_recall_drop_of_the_policy_not_the_records_threshold_decides(utility
     else:
         write()
         assert count(owner, "pii") == 1
+
+
+def test_the_class_key_has_one_spelling():
+    # populate_by_name let a policy file say `sensitivity = "PUBLIC"`, a key no page documents.
+    _refused({"collections": {"c": {"sensitivity": "PUBLIC"}}}, "unknown key 'collections.c.sensitivity'",
+             "spelled 'class'")
