@@ -682,7 +682,7 @@ class GuardConfig(_Strict):
     epsilon_ceiling: dict[SensitivityClass, float] = Field(default_factory=lambda: dict(DEFAULT_CEILINGS))
     """Largest epsilon accepted per class (defaults: PII 2.0, CREDENTIAL 1.0, PROPRIETARY 8.0), for
     the policy's ``noise.epsilon`` and for the receipts of writers that noise their own vectors.
-    Each a finite number > 0; a class left out keeps its default."""
+    Each a finite number > 0; a class left out keeps its default (PUBLIC has none: it is not noised)."""
     boundaries: dict[str, BoundaryConfig] = Field(default_factory=dict)
     """Trust boundaries and their authority keys."""
     receipts: ReceiptTrust = ReceiptTrust()
@@ -731,6 +731,9 @@ class GuardConfig(_Strict):
     def _ceilings_positive(cls, v: dict[SensitivityClass, float]) -> dict[SensitivityClass, float]:
         merged = {SensitivityClass(k): val for k, val in DEFAULT_CEILINGS.items()}
         for k, val in v.items():
+            if k is SensitivityClass.PUBLIC:
+                raise ValueError(f"PUBLIC collections are passed through, never noised, so a PUBLIC ceiling ({val!r}) "
+                                 "would be ignored; remove it (classes with a ceiling: PII, CREDENTIAL, PROPRIETARY)")
             if not val > 0:
                 raise ValueError(f"ceiling for {k.value} must be > 0, got {val!r}")
             merged[k] = val

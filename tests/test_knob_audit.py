@@ -245,3 +245,8 @@ def test_the_class_key_has_one_spelling():
     # populate_by_name let a policy file say `sensitivity = "PUBLIC"`, a key no page documents.
     _refused({"collections": {"c": {"sensitivity": "PUBLIC"}}}, "unknown key 'collections.c.sensitivity'",
              "spelled 'class'")
+
+
+def test_a_public_epsilon_ceiling_is_refused_as_ignored():
+    # PUBLIC collections are never noised: the ceiling was accepted and applied to nothing.
+    _refused({"epsilon_ceiling": {"PUBLIC": 1.0}}, "epsilon_ceiling", "would be ignored")
