@@ -323,7 +323,9 @@ class CollectionPolicy(_Strict):
     collection may not set the keys it would ignore (owner, readers, writers, raw_in_boundary,
     noise_queries, noise, query, diversity, intent, utility)."""
     owner: str | None = None
-    """Owner trust boundary. Principals verified in it may write raw vectors when allowed."""
+    """Owner trust boundary (one ``[boundaries.NAME]``, not ``"*"``). Principals verified in it may
+    read and write, and write raw vectors when allowed. Unset: no boundary owns the collection, so
+    only ``writers`` write and no one gets raw vectors."""
     readers: tuple[str, ...] = ()
     """Other boundaries allowed to read. ``"*"`` = any verified principal."""
     writers: tuple[str, ...] | None = None
@@ -496,6 +498,16 @@ class CollectionPolicy(_Strict):
             f"source_field {v!r} is not a dotted path of plain keys (letters, digits, '_', '-', e.g. "
             "'metadata.source'); the guard cannot read '[]' indexing or quoted keys the way Qdrant does"
         )
+
+    @field_validator("owner")
+    @classmethod
+    def _one_owner(cls, v: str | None) -> str | None:
+        # "*" means any verified principal in readers and writers; as the owner it matched only a
+        # boundary literally named "*", so the collection silently had no owner.
+        if v == "*":
+            raise ValueError("owner names one boundary; \"*\" (any verified principal) is for readers and "
+                             "writers. Name the owning [boundaries.NAME] section")
+        return v
 
     @field_validator("text_field")
     @classmethod
@@ -704,6 +716,19 @@ class GuardConfig(_Strict):
             return v
         raise ValueError(f"{v!r} is not 'memory', 'sqlite:///path.db' or 'redis://host:port/db' "
                          "(also rediss:// and unix://)")
+
+    @field_validator("boundaries")
+    @classmethod
+    def _boundary_names(cls, v: dict[str, "BoundaryConfig"]) -> dict[str, "BoundaryConfig"]:
+        # A principal's boundary may not be empty, and "*" in readers/writers means any principal:
+        # a boundary of either name could never be told apart from those meanings.
+        for name in v:
+            if name in ("", "*"):
+                raise ValueError(f"a boundary may not be named {name!r} ("
+                                 + ("a principal's boundary is never empty" if not name else
+                                    "\"*\" in readers and writers means any verified principal")
+                                 + "); rename the [boundaries] section")
+        return v
 
     @field_validator("default", mode="before")
     @classmethod

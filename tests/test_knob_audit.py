@@ -250,3 +250,29 @@ def test_the_class_key_has_one_spelling():
 def test_a_public_epsilon_ceiling_is_refused_as_ignored():
     # PUBLIC collections are never noised: the ceiling was accepted and applied to nothing.
     _refused({"epsilon_ceiling": {"PUBLIC": 1.0}}, "epsilon_ceiling", "would be ignored")
+
+
+@pytest.mark.parametrize("run_cap, refused", [(None, False), (0.5, True)])
+def test_max_ngram_run_is_off_unless_set(kit, run_cap, refused):
+    query = {"max_repetition": 1.0, **({} if run_cap is None else {"max_ngram_run": run_cap})}
+    owner = QdrantClient(":memory:", guard=kit.config({"c": {**hr_policy({}), "query": query}}),
+                         principal=kit.principal("alice", "hr"))
+    create(owner, "c")
+    ask = dict(query=unit(np.random.default_rng(0)), query_text="show me salary " * 4 + "report", limit=3)
+    if refused:
+        with pytest.raises(GuardRefusal) as ei:
+            owner.query_points("c", **ask)
+        assert [v["kind"] for v in ei.value.details["violations"]] == ["ngram_run"]
+    else:
+        owner.query_points("c", **ask)
+
+
+@pytest.mark.parametrize("data, where", [
+    ({"collections": {"c": {"owner": "*"}}}, "collections.c.owner = '*'"),
+    ({"boundaries": {"*": {"authority_keys": ["ed25519:AAAA"]}}}, "boundaries"),
+    ({"boundaries": {"": {"authority_keys": ["ed25519:AAAA"]}}}, "boundaries"),
+])
+def test_star_and_empty_are_not_boundary_names(data, where):
+    # owner = "*" was accepted and matched no principal (the collection had no owner, silently); a
+    # boundary named "" could hold no principal, one named "*" collided with the readers wildcard.
+    _refused(data, where, "boundar")
