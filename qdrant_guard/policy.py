@@ -144,7 +144,10 @@ class QueryRules(_Strict):
     """Structural query validation (run first, natively, before any embedding or model call)."""
 
     mode: Mode = "enforce"
-    """``enforce`` refuses (QUERY_REJECTED); ``monitor`` only logs what would have been refused."""
+    """``enforce`` refuses (QUERY_REJECTED); ``monitor`` only logs what would have been refused. It
+    covers the structural checks (``max_chars``, ``max_tokens``, ``max_repetition``, ``max_ngram_run``,
+    ``encoded_payloads``, of query text and of filter match strings); ``require_text``,
+    ``filter_pii``, credentials and text the guard cannot check are refused in either mode."""
     enabled: bool = True
     """Run structural validation on queries that carry text, and on the strings of full-text filter
     matches (``MatchText``, ``MatchTextAny``, ``MatchPhrase``) of reads and writes; ``max_chars``

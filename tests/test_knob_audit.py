@@ -276,3 +276,15 @@ def test_star_and_empty_are_not_boundary_names(data, where):
     # owner = "*" was accepted and matched no principal (the collection had no owner, silently); a
     # boundary named "" could hold no principal, one named "*" collided with the readers wildcard.
     _refused(data, where, "boundar")
+
+
+def test_query_monitor_mode_covers_the_structural_checks_only(kit):
+    pol = {**hr_policy({}), "query": {"mode": "monitor", "max_tokens": 3, "require_text": True}}
+    owner = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "c")
+    vec = unit(np.random.default_rng(0))
+    owner.query_points("c", query=vec, query_text="one two three four five", limit=3)  # over max_tokens: logged
+    assert audit_records(kit)[-1]["details"]["scan"]["would_reject"][0]["kind"] == "token_cap"
+    with pytest.raises(GuardRefusal) as ei:
+        owner.query_points("c", query=vec, limit=3)  # require_text is not relaxed by monitor
+    assert ei.value.verdict == "TEXT_REQUIRED"
