@@ -213,7 +213,8 @@ class DiversityPolicy(_Strict):
     mode: Mode = "enforce"
     """``enforce`` applies caps and budgets; ``monitor`` only logs what they would have withheld."""
     enabled: bool = True
-    """Apply per-source caps to query results (and the budgets below when set)."""
+    """Apply per-source caps to query results, and the budgets below when set: ``false`` switches
+    caps and budgets off (only the owner still writes ``restricted_sources`` points)."""
     max_source_fraction: float = Field(0.4, gt=0, le=1)
     """No source holds more than max(1, floor(k * fraction)) of a returned top-k. A hard cap: the
     guard returns fewer results rather than backfill over it."""

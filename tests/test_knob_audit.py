@@ -288,3 +288,18 @@ def test_query_monitor_mode_covers_the_structural_checks_only(kit):
     with pytest.raises(GuardRefusal) as ei:
         owner.query_points("c", query=vec, limit=3)  # require_text is not relaxed by monitor
     assert ei.value.verdict == "TEXT_REQUIRED"
+
+
+def test_diversity_disabled_lifts_the_budget_but_not_the_owner_only_write_rule(kit):
+    div = {"enabled": False, "max_source_coverage": 0.2, "restricted_sources": ["payroll"],
+           "max_source_fraction": 1.0, "min_unique_sources": 1}
+    pol = {**hr_policy(div), "writers": ["support"]}
+    owner = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "c")
+    rng = np.random.default_rng(0)
+    owner.upsert("c", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "payroll"}) for i in range(10)])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    assert len(bob.query_points("c", query=unit(rng), limit=10).points) == 10  # a 20 % budget would give 2
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("c", [models.PointStruct(id=99, vector=unit(rng), payload={"source": "payroll"})])
+    assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
