@@ -303,3 +303,20 @@ def test_diversity_disabled_lifts_the_budget_but_not_the_owner_only_write_rule(k
     with pytest.raises(GuardRefusal) as ei:
         bob.upsert("c", [models.PointStruct(id=99, vector=unit(rng), payload={"source": "payroll"})])
     assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
+
+
+def test_an_authority_key_in_two_boundaries_is_refused_when_the_client_is_built(kit):
+    shared = kit.authority_pub["hr"]
+    cfg = kit.config({"c": {"class": "PII", "owner": "hr"}},
+                     boundaries={"hr": {"authority_keys": [shared]}, "support": {"authority_keys": [shared]}})
+    with pytest.raises(ConfigError, match="is in both boundaries.hr.authority_keys and boundaries.support"):
+        QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+
+
+@pytest.mark.parametrize("data, where", [
+    ({"collections": {"c": {"diversity": {"window_s": -60}}}}, "collections.c.diversity.window_s = -60"),
+    ({"collections": {"c": {"intent": {"timeout_s": -1.0}}}}, "collections.c.intent.timeout_s = -1.0"),
+    ({"receipts": {"max_age_s": -3600}}, "receipts.max_age_s = -3600"),
+])
+def test_a_negative_duration_is_refused_naming_the_key_and_the_bound(data, where):
+    _refused(data, where, "greater than 0")
