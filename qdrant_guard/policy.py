@@ -707,7 +707,8 @@ class GuardConfig(_Strict):
     """``memory``, ``sqlite:///path.db`` or ``redis://host:port/db`` for the extraction budget (a
     relative sqlite path is relative to the policy file)."""
     default: CollectionPolicy = CollectionPolicy(readers=("*",))
-    """The policy of unlisted collections when ``unlisted = "strict"``."""
+    """The policy of unlisted collections when ``unlisted = "strict"`` (refused under the other
+    values, which would ignore it)."""
     collections: dict[str, CollectionPolicy] = Field(default_factory=dict)
     """Per-collection policies, keyed by collection name."""
     source_path: str | None = Field(None, exclude=True)
@@ -767,6 +768,18 @@ class GuardConfig(_Strict):
                 raise ValueError(f"ceiling for {k.value} must be > 0, got {val!r}")
             merged[k] = val
         return merged
+
+    @model_validator(mode="after")
+    def _default_applies(self) -> "GuardConfig":
+        # policy_for reads [default] only under "strict": otherwise the section promised a policy
+        # for unlisted collections that none of them would get.
+        if "default" in self.model_fields_set and self.unlisted != "strict":
+            raise ValueError(
+                f"the [default] section is the policy of unlisted collections under unlisted = \"strict\", but "
+                f"unlisted = {self.unlisted!r}, so it would be ignored; remove [default], or set "
+                "unlisted = \"strict\" (or list the collections it was meant for)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _noise_under_ceiling(self) -> "GuardConfig":

@@ -320,3 +320,10 @@ def test_an_authority_key_in_two_boundaries_is_refused_when_the_client_is_built(
 ])
 def test_a_negative_duration_is_refused_naming_the_key_and_the_bound(data, where):
     _refused(data, where, "greater than 0")
+
+
+@pytest.mark.parametrize("unlisted", ["public", "refuse"])
+def test_a_default_section_is_refused_where_unlisted_would_ignore_it(unlisted):
+    # policy_for reads [default] only under "strict": this CREDENTIAL default protected nothing.
+    _refused({"unlisted": unlisted, "default": {"class": "CREDENTIAL", "owner": "hr"}}, "[default]",
+             f"unlisted = '{unlisted}'", "would be ignored")
