@@ -374,13 +374,15 @@ class CollectionPolicy(_Strict):
     default noise 95.9 % on the mean of 20 noise draws, against 97.3 % in one draw with redaction
     alone); false keeps them in the embedded text."""
     keep_payload_text_in_boundary: bool = False
-    """Keep PII in the payload text when the writer is in the owner boundary (never credentials).
+    """Keep PII in the payload text when the writer is in the owner boundary (never credentials;
+    ``true`` needs a ``text_field``).
     Readers of other boundaries get the text field redacted (payloads, facet values, group ids).
     A string only: PII in a number or a list in the text field is redacted for every writer. Reads
     redact a number (as its digits) or a list in the text field as they redact a string, for points
     stored around the guard."""
     allow_redaction_on_public: bool = False
-    """On PUBLIC collections redact findings instead of refusing them as mislabelled."""
+    """On PUBLIC collections redact findings instead of refusing them as mislabelled (``true`` is
+    refused on sensitive collections, which redact anyway)."""
     payload_fields: Literal["text_field", "credentials", "all"] = "credentials"
     """Which strings of a stored payload, besides the ``text_field``, the detector screens on every
     write that stores payload (``upsert`` points and ``models.Batch`` payloads, ``upload_points``,
@@ -502,6 +504,19 @@ class CollectionPolicy(_Strict):
             f"source_field {v!r} is not a dotted path of plain keys (letters, digits, '_', '-', e.g. "
             "'metadata.source'); the guard cannot read '[]' indexing or quoted keys the way Qdrant does"
         )
+
+    @model_validator(mode="after")
+    def _switches_that_apply(self) -> "CollectionPolicy":
+        # Each switch below acts on one thing the collection may lack; set without it, it promised a
+        # behaviour the guard would never show.
+        if self.keep_payload_text_in_boundary and self.text_field is None:
+            raise ValueError("keep_payload_text_in_boundary = true keeps PII in the text_field only, and no "
+                             "text_field is set, so it would be ignored; set text_field or remove it")
+        if self.allow_redaction_on_public and not self.is_public:
+            raise ValueError(f"allow_redaction_on_public = true applies to PUBLIC collections only, and this one is "
+                             f"{self.sensitivity.value} (its findings are redacted anyway), so it would be ignored; "
+                             "remove it")
+        return self
 
     @field_validator("owner")
     @classmethod

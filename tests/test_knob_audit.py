@@ -327,3 +327,13 @@ def test_a_default_section_is_refused_where_unlisted_would_ignore_it(unlisted):
     # policy_for reads [default] only under "strict": this CREDENTIAL default protected nothing.
     _refused({"unlisted": unlisted, "default": {"class": "CREDENTIAL", "owner": "hr"}}, "[default]",
              f"unlisted = '{unlisted}'", "would be ignored")
+
+
+@pytest.mark.parametrize("pol, key", [
+    ({"keep_payload_text_in_boundary": True}, "keep_payload_text_in_boundary"),
+    ({"class": "PII", "allow_redaction_on_public": True}, "allow_redaction_on_public"),
+])
+def test_a_switch_that_could_never_act_is_refused(pol, key):
+    # Accepted before, and ignored: the first keeps PII in a text_field the policy does not name,
+    # the second acts on PUBLIC collections only.
+    _refused({"collections": {"c": pol}}, key, "would be ignored")
