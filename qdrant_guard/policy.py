@@ -98,8 +98,8 @@ _EMPTY: dict[str, str] = {
     "owner": "an empty owner names no boundary; name a [boundaries.NAME] section or leave owner out",
     **dict.fromkeys(("readers", "writers"), "an empty name is no boundary; name a [boundaries.NAME] section or "
                     "\"*\" (any verified principal)"),
-    "restricted_sources": ("a point whose source is \"\" counts as having none, so \"\" restricts nothing; name a source (a "
-                           "source_field value), or \"__unknown__\" for points without one"),
+    "restricted_sources": ("a point whose source is \"\" counts as having none, so \"\" restricts nothing; "
+                           "name a source (a source_field value), or \"__unknown__\" for points without one"),
 }
 
 
@@ -154,8 +154,9 @@ class QueryRules(_Strict):
     caps every match string of a filter too (``require_text`` and ``filter_pii`` apply either way).
     ``false`` switches ``max_chars`` off as well, so the detector then reads text of any length."""
     max_chars: int | None = Field(65536, gt=0)
-    """Hard size cap, in characters, checked before scanning (None, from Python: no cap). It bounds the scan's cost on hostile
-    input, including text crafted to collide in the scanner's token table."""
+    """Hard size cap, in characters, checked before scanning (None, from Python: no cap). It bounds
+    the scan's cost on hostile input, including text crafted to collide in the scanner's token
+    table."""
     max_tokens: int | None = Field(500, gt=0)
     """Whitespace-token cap (None, from Python: no cap; in a file, set a large value)."""
     max_repetition: float | None = Field(0.5, ge=0, le=1)

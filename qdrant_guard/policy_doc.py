@@ -121,7 +121,8 @@ def render() -> str:
         "",
     ]
     for title, model, prefix in SECTIONS:
-        out += [f"## {title}", "", (model.__doc__ or "").strip().splitlines()[0], "", "| key | type | default | range | meaning |",
+        out += [f"## {title}", "", (model.__doc__ or "").strip().splitlines()[0], "",
+                "| key | type | default | range | meaning |",
                 "|---|---|---|---|---|"]
         for name, field in model.model_fields.items():
             if field.exclude:

@@ -230,7 +230,7 @@ def test_max_recall_drop_of_the_policy_not_the_records_threshold_decides(utility
     cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "noise": {"epsilon": epsilon},
                               "utility": {"record": str(paths[0.01][1]), "max_recall_drop": max_drop}}})
     owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
-    owner.create_collection("pii", vectors_config=models.VectorParams(size=_calibrated.UDIM, distance=models.Distance.COSINE))
+    create(owner, "pii", dim=_calibrated.UDIM)
     write = lambda: owner.upsert("pii", [models.PointStruct(id=1, vector=docs[1].tolist())])  # noqa: E731
     if refused:
         with pytest.raises(GuardRefusal) as ei:
