@@ -118,7 +118,8 @@ class NoisePolicy(_Strict):
     """Privacy loss between any two clipped inputs at L2 distance <= ``radius``. Must be <= the
     class's ``epsilon_ceiling``."""
     delta: float = Field(1e-6, ge=0, lt=1)
-    """Failure probability of the Gaussian guarantee (must be 0 for ``laplace_l2``)."""
+    """Failure probability of the Gaussian guarantee: ``gaussian`` needs 1e-300 <= delta < 1 (the
+    calibration cannot resolve a smaller one), ``laplace_l2`` needs 0 (a pure guarantee)."""
     radius: float = Field(0.01, gt=0, le=2)
     """Protected L2 radius of the metric-DP guarantee (inputs are clipped to ``clip_norm`` first)."""
     clip_norm: float | None = Field(1.0, gt=0, allow_inf_nan=False)
