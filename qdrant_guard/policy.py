@@ -176,9 +176,10 @@ class QueryRules(_Strict):
     redact_query_text: bool = True
     """Screen query text (``query_text=`` and a ``models.Document`` query's text) before it is
     embedded or classified: credentials are refused or redacted per ``credentials_in_text``, and
-    PII redacted when ``redact_pii`` is on. ``false`` switches the whole screen off: the text goes
-    to the embedder and the intent classifier (an ``llm`` one is a remote service) as given,
-    credentials included; the audit entry still logs it redacted."""
+    PII redacted when ``redact_pii`` is on. ``false`` keeps PII in query text: it goes to the
+    embedder and the intent classifier (an ``llm`` one is a remote service) as given; credentials
+    are still refused or redacted per ``credentials_in_text``, since they are never embedded. The
+    audit entry logs the text redacted either way."""
     filter_pii: Literal["refuse", "owner", "allow"] = "refuse"
     """Reads and writes whose filters match on personal data: the detector screens every match
     value of every read filter (``query_filter``, prefetch and batch-request filters, formula

@@ -126,7 +126,8 @@ class QueryChecks(TextOps):
             if many:
                 mine["query_texts"] = listed
             self.validate_structure(op, name, pol, text, mine, findings=scanned[1])
-            cleaned = self.screen_text(op, name, pol, text, scanned=scanned) if pol.query.redact_query_text else text
+            # Credentials are never embedded: the key governs PII only, as redact_pii does.
+            cleaned = self.screen_text(op, name, pol, text, scanned=scanned, keep_pii=not pol.query.redact_query_text)
             yield from self.check_intent(op, name, pol, cleaned, mine)
         if many:
             results = [{k: mine[k] for k in ("scan", "intent", "intent_error") if k in mine} for mine in own]

@@ -127,22 +127,25 @@ def test_redact_query_text_decides_what_the_embedder_sees(kit, redact, redact_pi
     assert emb.seen == [seen]
 
 
-def test_redact_query_text_false_lets_a_credential_in_query_text_through(kit):
-    # Documented: the key switches the whole screen off, credential refusal included.
+def test_redact_query_text_false_keeps_pii_but_never_a_credential(kit):
+    # Credentials are never embedded: redact_query_text = false governs PII only (before, it let
+    # the key below reach the embedder and the intent classifier).
     key = 'deploy with aws_access_key_id = "AKIAZ7QP3LMNB4XKDT2Q"'
     pol = {**hr_policy({}), "generalize_identifiers": False}
-    for redact, refused in ((True, True), (False, False)):
+    for redact in (True, False):
         emb = Recorder()
         cfg = kit.config({"c": {**pol, "query": {"redact_query_text": redact}}})
         owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder=emb)
         create(owner, "c")
-        if refused:
-            with pytest.raises(GuardRefusal) as ei:
-                owner.query_points("c", query=models.Document(text=key, model="m"), limit=3)
-            assert ei.value.verdict == "CREDENTIAL_IN_TEXT" and emb.seen == []
-        else:
+        with pytest.raises(GuardRefusal) as ei:
             owner.query_points("c", query=models.Document(text=key, model="m"), limit=3)
-            assert emb.seen == [key]
+        assert ei.value.verdict == "CREDENTIAL_IN_TEXT" and emb.seen == []
+    emb = Recorder()
+    cfg = kit.config({"c": {**pol, "credentials_in_text": "redact", "query": {"redact_query_text": False}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder=emb)
+    create(owner, "c")
+    owner.query_points("c", query=models.Document(text=key + " for bob@example.com", model="m"), limit=3)
+    assert "AKIA" not in emb.seen[0] and "bob@example.com" in emb.seen[0]
 
 
 class HalfSure:
