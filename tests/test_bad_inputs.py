@@ -32,7 +32,7 @@ def test_none_and_empty(clients):
     owner, bob = clients
     with pytest.raises(TypeError, match="collection_name' must be str, not NoneType"):
         bob.query_points(None, query=[0.1] * DIM)
-    with pytest.raises(TypeError, match="must be str"):
+    with pytest.raises(TypeError, match="must be the query.s text as a str, not bytes"):
         bob.query_points("pii", query=[0.1] * DIM, query_text=b"bytes are not text")
     assert bob.query_points("pii", query=[0.1] * DIM, query_text="").points == []
     with pytest.raises(TypeError):
