@@ -684,6 +684,9 @@ def _check_budget_writers(where: str, pol: CollectionPolicy) -> None:
         )
 
 
+_BUILTIN_DEFAULT = CollectionPolicy(readers=("*",))
+
+
 class GuardConfig(_Strict):
     """The whole guard configuration (one policy file)."""
 
@@ -724,7 +727,7 @@ class GuardConfig(_Strict):
     budget_store: str = "memory"
     """``memory``, ``sqlite:///path.db`` or ``redis://host:port/db`` for the extraction budget (a
     relative sqlite path is relative to the policy file)."""
-    default: CollectionPolicy = CollectionPolicy(readers=("*",))
+    default: CollectionPolicy = _BUILTIN_DEFAULT
     """The policy of unlisted collections when ``unlisted = "strict"`` (refused under the other
     values, which would ignore it)."""
     collections: dict[str, CollectionPolicy] = Field(default_factory=dict)
@@ -790,8 +793,9 @@ class GuardConfig(_Strict):
     @model_validator(mode="after")
     def _default_applies(self) -> "GuardConfig":
         # policy_for reads [default] only under "strict": otherwise the section promised a policy
-        # for unlisted collections that none of them would get.
-        if "default" in self.model_fields_set and self.unlisted != "strict":
+        # for unlisted collections that none of them would get. One equal to the built-in default
+        # promises nothing, and every dump of a loaded policy holds it: it must load again.
+        if "default" in self.model_fields_set and self.unlisted != "strict" and self.default != _BUILTIN_DEFAULT:
             raise ValueError(
                 f"the [default] section is the policy of unlisted collections under unlisted = \"strict\", but "
                 f"unlisted = {self.unlisted!r}, so it would be ignored; remove [default], or set "

@@ -1,0 +1,37 @@
+"""Sixteenth review (2026-12-05): regressions found in the day's changes (ae21b51..e49e3f1).
+
+Each test fails on the code before its fix (checked, see docs/security-testing.md)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from qdrant_guard.policy import GuardConfig, config_from_dict
+
+_KEY = "ed25519:" + "A" * 43 + "="
+
+
+def _policy(unlisted: str) -> GuardConfig:
+    return config_from_dict({
+        "unlisted": unlisted,
+        "boundaries": {"hr": {"authority_keys": [_KEY]}},
+        "collections": {"kb": {"class": "PII", "owner": "hr", "text_field": "text"}},
+    })
+
+
+@pytest.mark.parametrize("unlisted", ["strict", "public", "refuse"])
+def test_a_loaded_policy_reloads_from_its_own_json_dump(unlisted):
+    # ddfbe8b refused any [default] under unlisted = "public"/"refuse", and a dump always holds
+    # the built-in default: a policy serialised with model_dump_json no longer loaded.
+    cfg = _policy(unlisted)
+    back = config_from_dict(json.loads(cfg.model_dump_json(by_alias=True)))
+    assert back.model_dump() == cfg.model_dump()
+    assert GuardConfig.model_validate_json(cfg.model_dump_json(by_alias=True)).model_dump() == cfg.model_dump()
+
+
+def test_a_default_section_that_sets_something_is_still_refused_outside_strict():
+    with pytest.raises(ValueError, match="would be ignored"):
+        config_from_dict({"unlisted": "public", "default": {"class": "CREDENTIAL"}})
