@@ -487,8 +487,9 @@ class CollectionPolicy(_Strict):
     """The retrieval utility guard."""
 
     # No populate_by_name: it made ``sensitivity``, a Python attribute name, an undocumented second
-    # spelling of ``class`` in policy files.
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, use_attribute_docstrings=True)
+    # spelling of ``class`` in policy files. Dumped as ``class`` too, so that a dump loads again.
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, use_attribute_docstrings=True,
+                              serialize_by_alias=True)
 
     @property
     def is_public(self) -> bool:

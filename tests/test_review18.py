@@ -35,3 +35,13 @@ def test_a_loaded_policy_reloads_from_its_own_json_dump(unlisted):
 def test_a_default_section_that_sets_something_is_still_refused_outside_strict():
     with pytest.raises(ValueError, match="would be ignored"):
         config_from_dict({"unlisted": "public", "default": {"class": "CREDENTIAL"}})
+
+
+@pytest.mark.parametrize("unlisted", ["strict", "public", "refuse"])
+def test_a_loaded_policy_reloads_from_its_own_model_dump(unlisted):
+    # c7910da dropped populate_by_name (no 'sensitivity' spelling in policy files), but
+    # model_dump() still wrote 'sensitivity', so its output was refused as an unknown key.
+    cfg = _policy(unlisted)
+    dumped = cfg.model_dump()
+    assert dumped["collections"]["kb"]["class"] == "PII"
+    assert GuardConfig.model_validate(dumped).model_dump() == dumped
