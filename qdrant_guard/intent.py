@@ -30,6 +30,11 @@ from .intent_llm import LLMIntentClassifier
 from .intent_pool import MAX_ABANDONED_CALLS, classify_with_timeout
 from .intent_types import INTENT_LABELS, IntentClassifier, IntentClassifierError, IntentResult
 
+# Importable from here as before the split (docs/intent.md times featurize this way), not in __all__.
+from .intent_builtin import model_from_dict  # noqa: F401
+from .intent_features import CUE_NAMES, FEATURE_VERSION, Featurized, feature_rows, featurize, hash_key  # noqa: F401
+from .intent_llm import SYSTEM_PROMPT  # noqa: F401
+
 __all__ = [
     "INTENT_LABELS",
     "IntentResult",
