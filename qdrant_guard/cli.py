@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -193,26 +194,37 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+# A chain hash under its key: what survives of an entry whose line no longer parses.
+_CHAIN_HASH = re.compile(rb'"(?:hash|prev)"\s*:\s*"[0-9a-f]{64}"')
+_ENTRY_KEYS = {"hash", "prev", "seq", "record", "ckpt"}
+
+
 def _not_an_audit_log(path: str, rep: Any) -> str | None:
-    """Why ``path`` is no audit log at all (no line of it is an entry), or None.
+    """Why ``path`` is no audit log at all (no line of it bears a trace of an entry), or None.
 
     A policy file or another JSONL given by mistake fails verification at line 1; "TAMPERED" and a
-    repair would then turn it into an audit log (its text moved to a side file)."""
+    repair would then turn it into an audit log (its text moved to a side file). Any trace of an
+    entry (one of its keys in a JSON object, or a chain hash in a line that no longer parses) makes
+    it a damaged log: a real log with one key renamed on every line is tampered, not a wrong path."""
     if rep.ok or rep.valid_prefix or rep.problem == "torn_tail":
         return None
     try:
         with open(path, "rb") as fh:
             for line in fh:
+                if _CHAIN_HASH.search(line):
+                    return None
                 try:
                     entry = json.loads(line)
                 except ValueError:
                     continue
-                if isinstance(entry, dict) and {"hash", "prev", "seq", "record"} <= entry.keys():
+                if isinstance(entry, dict) and _ENTRY_KEYS & entry.keys():
                     return None
     except OSError:
         return None  # the caller's own read reports it
     return (f"none of its lines is an audit entry (a JSON object with hash, prev, seq and record; "
-            f"{rep.problem} at line {rep.index}). Check the path: the policy's audit_log names the file")
+            f"{rep.problem} at line {rep.index}). Check the path: the policy's audit_log names the file. If it "
+            "is that file, every entry was overwritten: treat the log as tampered, keep a copy, and move it "
+            "aside (the guard then starts a new log)")
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
@@ -256,7 +268,8 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
     wrong_file = _not_an_audit_log(args.file, verify_audit_file(args.file, trusted_keys=trusted,
                                                                  checkpoint_every=args.checkpoint_every))
     if wrong_file:
-        print(f"error: {args.file} is not an audit log, so nothing was changed: {wrong_file}", file=sys.stderr)
+        print(f"error: {args.file} is not an audit log, so nothing was changed (repair cuts a damaged log after "
+              f"its valid entries, and this one has none): {wrong_file}", file=sys.stderr)
         return 2
     rep = repair_audit_file(args.file, signer=signer, trusted_keys=trusted,
                             checkpoint_every=args.checkpoint_every, keep_chain_from=args.keep_chain_from)

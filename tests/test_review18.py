@@ -67,3 +67,50 @@ def test_the_intent_module_keeps_the_public_names_it_had_before_the_split():
 def test_each_split_module_imports_alone_in_a_fresh_interpreter(module):
     out = subprocess.run([sys.executable, "-c", f"import qdrant_guard.{module}"], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
+
+
+def _real_log(tmp_path):
+    from qdrant_guard.audit import AuditLog
+
+    log = tmp_path / "audit.jsonl"
+    writer = AuditLog(str(log))
+    for i in range(3):
+        writer.append({"event": "test", "n": i})
+    writer.close()
+    return log
+
+
+@pytest.mark.parametrize("mangle", [
+    lambda line: line.replace(b'"record":', b'"rec0rd":'),  # one key renamed on every line
+    lambda line: b"x" + line[1:],                               # every line no longer JSON
+])
+def test_a_log_whose_every_line_was_mangled_is_tampered_not_a_wrong_path(tmp_path, capsys, mangle):
+    # 827ebba's NOT AN AUDIT LOG rule needed every line to hold all four entry keys as JSON, so one
+    # sed over a real log made `audit verify` say "check the path" instead of TAMPERED, and
+    # `audit repair` refuse it while the guard's writer pointed at that repair.
+    from qdrant_guard import cli
+
+    log = _real_log(tmp_path)
+    log.write_bytes(b"".join(mangle(line) for line in log.read_bytes().splitlines(keepends=True)))
+    assert cli.main(["audit", "verify", str(log)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("TAMPERED: ") and "NOT AN AUDIT LOG" not in out
+    assert cli.main(["audit", "repair", str(log)]) == 0
+    assert "repaired" in capsys.readouterr().out
+    assert any(p.name.startswith("audit.jsonl.cut-") for p in tmp_path.iterdir())
+
+
+def test_not_an_audit_log_says_what_to_do_when_the_path_is_the_policys_log(tmp_path, capsys):
+    # A file with no trace of an entry may still be the configured log, wholly overwritten: the
+    # report must not leave "check the path" as the only reading, nor repair as a dead end.
+    from qdrant_guard import cli
+
+    log = tmp_path / "audit.jsonl"
+    log.write_text("hello\nworld\n")
+    assert cli.main(["audit", "verify", str(log)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("NOT AN AUDIT LOG: ") and "treat the log as tampered" in out
+    assert cli.main(["audit", "repair", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert "nothing was changed" in err and "move it aside" in err
+    assert log.read_text() == "hello\nworld\n"
