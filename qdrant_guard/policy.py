@@ -17,7 +17,8 @@ import types
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, ValidationInfo,
+                      field_validator, model_serializer, model_validator)
 
 from .boundary import TOKEN_PREFIX
 from .budget import store_kind
@@ -685,9 +686,6 @@ def _check_budget_writers(where: str, pol: CollectionPolicy) -> None:
         )
 
 
-_BUILTIN_DEFAULT = CollectionPolicy(readers=("*",))
-
-
 class GuardConfig(_Strict):
     """The whole guard configuration (one policy file)."""
 
@@ -728,7 +726,7 @@ class GuardConfig(_Strict):
     budget_store: str = "memory"
     """``memory``, ``sqlite:///path.db`` or ``redis://host:port/db`` for the extraction budget (a
     relative sqlite path is relative to the policy file)."""
-    default: CollectionPolicy = _BUILTIN_DEFAULT
+    default: CollectionPolicy = CollectionPolicy(readers=("*",))
     """The policy of unlisted collections when ``unlisted = "strict"`` (refused under the other
     values, which would ignore it)."""
     collections: dict[str, CollectionPolicy] = Field(default_factory=dict)
@@ -791,12 +789,20 @@ class GuardConfig(_Strict):
             merged[k] = val
         return merged
 
+    @model_serializer(mode="wrap")
+    def _dump_without_ignored_default(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Every model holds a default, but _default_applies refuses a [default] outside "strict":
+        # a dump leaves the ignored one out, so that it loads again.
+        out = handler(self)
+        if self.unlisted != "strict" and isinstance(out, dict):
+            out.pop("default", None)
+        return out
+
     @model_validator(mode="after")
     def _default_applies(self) -> "GuardConfig":
         # policy_for reads [default] only under "strict": otherwise the section promised a policy
-        # for unlisted collections that none of them would get. One equal to the built-in default
-        # promises nothing, and every dump of a loaded policy holds it: it must load again.
-        if "default" in self.model_fields_set and self.unlisted != "strict" and self.default != _BUILTIN_DEFAULT:
+        # for unlisted collections that none of them would get.
+        if "default" in self.model_fields_set and self.unlisted != "strict":
             raise ValueError(
                 f"the [default] section is the policy of unlisted collections under unlisted = \"strict\", but "
                 f"unlisted = {self.unlisted!r}, so it would be ignored; remove [default], or set "

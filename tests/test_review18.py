@@ -32,9 +32,11 @@ def test_a_loaded_policy_reloads_from_its_own_json_dump(unlisted):
     assert GuardConfig.model_validate_json(cfg.model_dump_json(by_alias=True)).model_dump() == cfg.model_dump()
 
 
-def test_a_default_section_that_sets_something_is_still_refused_outside_strict():
+@pytest.mark.parametrize("section", [{"class": "CREDENTIAL"}, {"class": "PII"}, {}])
+def test_a_written_default_section_is_still_refused_outside_strict(section):
+    # The dump leaves the ignored default out; a section the author wrote is refused as before.
     with pytest.raises(ValueError, match="would be ignored"):
-        config_from_dict({"unlisted": "public", "default": {"class": "CREDENTIAL"}})
+        config_from_dict({"unlisted": "public", "default": section})
 
 
 @pytest.mark.parametrize("unlisted", ["strict", "public", "refuse"])
@@ -114,3 +116,21 @@ def test_not_an_audit_log_says_what_to_do_when_the_path_is_the_policys_log(tmp_p
     err = capsys.readouterr().err
     assert "nothing was changed" in err and "move it aside" in err
     assert log.read_text() == "hello\nworld\n"
+
+
+def test_a_version_2_utility_record_edited_to_version_1_without_dim_no_longer_verifies(tmp_path):
+    # Version-1 bodies omit dim, so a downgrade would drop the dimension check; the version is in
+    # the signed body, so the edit must break the signature (a pin of 491a888's design).
+    from guardkit import make_kit, staging_record
+    from qdrant_guard import keys
+    from qdrant_guard.utility import UtilityRecord, verify_utility_record
+
+    kit = make_kit(tmp_path)
+    rec, _ = staging_record(kit, tmp_path / "u.json", dim=8)
+    trusted = [keys.load_private_key(kit.guard_key_path).public_key()]
+    data = json.loads(rec.to_json())
+    assert data["version"] == 2 and data["dim"] == 8 and verify_utility_record(UtilityRecord.from_json(rec.to_json()), trusted)
+    del data["dim"]
+    data["version"] = 1
+    forged = UtilityRecord.from_json(json.dumps(data))  # reads as a well-formed version-1 record
+    assert forged.dim is None and not verify_utility_record(forged, trusted)
