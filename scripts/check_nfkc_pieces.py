@@ -1,5 +1,5 @@
 """Check, over all of Unicode as this Python's unicodedata has it, the rule by which
-qdrant_guard.intent._nfkc_prefix splits text: NFKC(a + x) == NFKC(a) + NFKC(x) for every
+qdrant_guard.intent_features._nfkc_prefix splits text: NFKC(a + x) == NFKC(a) + NFKC(x) for every
 character x with _starts_nfkc_piece(x), after every character a that can compose with a following
 one (first halves of canonical compositions, Hangul L jamo and LV syllables), alone and followed
 by non-starters. Also checks that case folding maps each character on its own and the expansion
