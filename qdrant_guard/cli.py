@@ -194,30 +194,32 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
-# A chain hash under its key: what survives of an entry whose line no longer parses.
-_CHAIN_HASH = re.compile(rb'"(?:hash|prev)"\s*:\s*"[0-9a-f]{64}"')
-_ENTRY_KEYS = {"hash", "prev", "seq", "record", "ckpt"}
+# The chain link the writer puts first on every line: what survives of an entry whose line no
+# longer parses. One 64-hex "hash" alone is any file manifest.
+_CHAIN_LINK = re.compile(rb'"hash"\s*:\s*"[0-9a-f]{64}"\s*,\s*"prev"\s*:\s*"[0-9a-f]{64}"')
+_ENTRY_KEYS = {"hash", "prev", "seq", "record"}
 
 
 def _not_an_audit_log(path: str, rep: Any) -> str | None:
     """Why ``path`` is no audit log at all (no line of it bears a trace of an entry), or None.
 
     A policy file or another JSONL given by mistake fails verification at line 1; "TAMPERED" and a
-    repair would then turn it into an audit log (its text moved to a side file). Any trace of an
-    entry (one of its keys in a JSON object, or a chain hash in a line that no longer parses) makes
-    it a damaged log: a real log with one key renamed on every line is tampered, not a wrong path."""
+    repair would then turn it into an audit log (its text moved to a side file). A trace of an
+    entry (two of its keys in a JSON object, or its hash-prev link in a line that no longer parses)
+    makes it a damaged log: a real log with one key renamed on every line is tampered, not a wrong
+    path. One such key alone (a "seq" or a "hash" of another JSONL) is not a trace."""
     if rep.ok or rep.valid_prefix or rep.problem == "torn_tail":
         return None
     try:
         with open(path, "rb") as fh:
             for line in fh:
-                if _CHAIN_HASH.search(line):
+                if _CHAIN_LINK.search(line):
                     return None
                 try:
                     entry = json.loads(line)
                 except ValueError:
                     continue
-                if isinstance(entry, dict) and _ENTRY_KEYS & entry.keys():
+                if isinstance(entry, dict) and len(_ENTRY_KEYS & entry.keys()) >= 2:
                     return None
     except OSError:
         return None  # the caller's own read reports it

@@ -134,3 +134,20 @@ def test_a_version_2_utility_record_edited_to_version_1_without_dim_no_longer_ve
     data["version"] = 1
     forged = UtilityRecord.from_json(json.dumps(data))  # reads as a well-formed version-1 record
     assert forged.dim is None and not verify_utility_record(forged, trusted)
+
+
+@pytest.mark.parametrize("lines", [
+    [{"path": f"f{i}.bin", "hash": f"{i:064x}"} for i in range(3)],  # a file manifest
+    [{"seq": i, "event": "click"} for i in range(3)],                  # another app's event log
+])
+def test_another_jsonl_with_one_entry_key_is_still_not_an_audit_log(tmp_path, capsys, lines):
+    # The trace rule must not let `audit repair` turn a wrong path into an audit log again.
+    from qdrant_guard import cli
+
+    wrong = tmp_path / "other.jsonl"
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    wrong.write_text(text)
+    assert cli.main(["audit", "verify", str(wrong)]) == 1
+    assert capsys.readouterr().out.startswith("NOT AN AUDIT LOG: ")
+    assert cli.main(["audit", "repair", str(wrong)]) == 2
+    assert wrong.read_text() == text and [p.name for p in tmp_path.iterdir()] == ["other.jsonl"]
