@@ -1,0 +1,121 @@
+"""The SQLite and Redis budget stores where the third mutation pass (scripts/mutate.py) found no
+test: each test here fails with one surviving mutant applied. Real SQLite files and a real
+redis-server (the ``redis_url`` fixture)."""
+from __future__ import annotations
+
+import os
+import sqlite3
+
+import pytest
+
+from qdrant_guard.budget import BudgetStoreError, SqliteBudgetStore
+
+# ------------------------------------------------------------------ SQLite
+
+
+def test_a_bytes_path_is_refused_by_name(tmp_path):
+    # Without the check a bytes path failed later, in a str/bytes comparison that names neither
+    # the argument nor the fix.
+    with pytest.raises(TypeError, match="path must be a str or os.PathLike"):
+        SqliteBudgetStore(os.fsencode(tmp_path / "b.db"))
+
+
+@pytest.mark.parametrize("timeout_s", [0, 0.0, -1.0])
+def test_a_timeout_that_is_not_positive_is_refused(tmp_path, timeout_s):
+    # A zero timeout makes every admission that meets another writer fail at once.
+    with pytest.raises(ValueError, match="timeout_s"):
+        SqliteBudgetStore(tmp_path / "b.db", timeout_s=timeout_s)
+
+
+def test_a_database_whose_budget_table_cannot_be_made_is_a_store_error(tmp_path):
+    # qg_budget taken by a view: CREATE TABLE IF NOT EXISTS passes, CREATE INDEX on it fails. The
+    # store must not come up (every admission would fail later, or worse, read the view).
+    path = tmp_path / "taken.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE VIEW qg_budget AS SELECT 'k' AS key, 'p' AS pid, 0.0 AS ts")
+    with pytest.raises(BudgetStoreError, match="cannot create the budget table"):
+        SqliteBudgetStore(path)
+
+
+def test_the_database_runs_in_wal_mode(tmp_path):
+    # Documented: readers (entries_by_prefix) read a snapshot without the write lock.
+    path = tmp_path / "wal.db"
+    store = SqliteBudgetStore(path)
+    store.admit("k", ["a"], cap=1, window_s=10, now=0.0)
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
+
+
+def test_close_closes_every_connection_the_store_opened(tmp_path):
+    # SQLite removes the WAL file when the last connection to the database closes: a connection
+    # close() did not know of keeps it.
+    path = tmp_path / "closed.db"
+    store = SqliteBudgetStore(path)
+    store.admit("k", ["a"], cap=1, window_s=10, now=0.0)
+    assert os.path.exists(f"{path}-wal")
+    store.close()
+    assert not os.path.exists(f"{path}-wal")
+
+
+def test_a_listing_that_sqlite_fails_is_a_store_error_not_an_empty_listing(tmp_path):
+    # An empty listing reads as "nothing admitted yet": the failure must reach the caller.
+    path = tmp_path / "gone.db"
+    store = SqliteBudgetStore(path)
+    store.admit("src|p|c|memo", ["a"], cap=1, window_s=10, now=0.0)
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE qg_budget RENAME TO elsewhere")
+    with pytest.raises(BudgetStoreError, match="no such table"):
+        store.entries_by_prefix("src|p|c|", window_s=10, now=0.0)
+    store.close()
+
+
+def test_an_admission_sqlite_aborts_midway_leaves_nothing_behind(tmp_path):
+    # A statement SQLite aborts does not end the transaction: the store must roll it back, or the
+    # ids admitted before the failure would be committed by the next statement of the connection,
+    # and the open transaction would hold the write lock (every later admission fails).
+    path = tmp_path / "abort.db"
+    store = SqliteBudgetStore(path)
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TRIGGER no_boom BEFORE INSERT ON qg_budget WHEN NEW.pid = 'boom' "
+                   "BEGIN SELECT RAISE(ABORT, 'refused by trigger'); END")
+    with pytest.raises(BudgetStoreError, match="refused by trigger"):
+        store.admit("k", ["a", "boom"], cap=5, window_s=10, now=0.0)
+    assert store.seen("k", window_s=10, now=0.0) == 0
+    assert store.admit("k", ["b"], cap=5, window_s=10, now=0.0) == (["b"], [])
+    store.close()
+
+
+def test_a_commit_sqlite_refuses_is_a_store_error_and_is_rolled_back(tmp_path):
+    # A deferred foreign key is checked at COMMIT: that COMMIT fails and leaves the transaction
+    # open. Swallowed, the admission would report ids released that were never counted.
+    path = tmp_path / "commit.db"
+    store = SqliteBudgetStore(path)
+    with sqlite3.connect(path) as db:
+        db.executescript("""
+            CREATE TABLE parent (id TEXT PRIMARY KEY);
+            CREATE TABLE child (pid TEXT REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);
+            CREATE TRIGGER audit_pid AFTER INSERT ON qg_budget WHEN NEW.pid = 'orphan'
+            BEGIN INSERT INTO child VALUES (NEW.pid); END;
+        """)
+    store._connection().execute("PRAGMA foreign_keys = ON")  # this thread's connection
+    with pytest.raises(BudgetStoreError, match="commit failed"):
+        store.admit("k", ["a", "orphan"], cap=5, window_s=10, now=0.0)
+    assert store.seen("k", window_s=10, now=0.0) == 0
+    assert store.admit("k", ["b"], cap=5, window_s=10, now=0.0) == (["b"], [])
+    store.close()
+
+
+def test_a_write_lock_held_elsewhere_past_the_timeout_is_named_as_such(tmp_path):
+    path = tmp_path / "locked.db"
+    store = SqliteBudgetStore(path, timeout_s=0.01)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(BudgetStoreError, match="is unavailable: database is locked"):
+            store.admit("k", ["a"], cap=5, window_s=10, now=0.0)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert store.admit("k", ["a"], cap=5, window_s=10, now=0.0) == (["a"], [])
+    store.close()
