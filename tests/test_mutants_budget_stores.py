@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import uuid
 
 import pytest
+from test_budget_redis_index import _recording_client
 
-from qdrant_guard.budget import BudgetStoreError, SqliteBudgetStore
+from qdrant_guard.budget import BudgetStoreError, RedisBudgetStore, SqliteBudgetStore
 
 # ------------------------------------------------------------------ SQLite
 
@@ -119,3 +121,43 @@ def test_a_write_lock_held_elsewhere_past_the_timeout_is_named_as_such(tmp_path)
         other.close()
     assert store.admit("k", ["a"], cap=5, window_s=10, now=0.0) == (["a"], [])
     store.close()
+
+
+# ------------------------------------------------------------------ Redis
+
+
+@pytest.mark.redis
+def test_a_cluster_admits_each_key_with_its_own_script(redis_url):
+    # Documented: on a Redis Cluster keys of different slots are admitted one script per key (a
+    # script spanning slots fails there with CROSSSLOT). A plain server marked as a cluster's
+    # client runs them, so the scripts are counted.
+    client = _recording_client(redis_url)
+    store = RedisBudgetStore(client, prefix=f"qg:cl:{uuid.uuid4().hex}:")
+    store._cluster = True
+    try:
+        store.admit("warm", ["x"], cap=1, window_s=10, now=0.0)  # loads the script (NOSCRIPT first)
+        client.commands.clear()
+        got = store.admit_many_counted([("memo", ["a", "b"], 1), ("q3", ["c"], 5)], window_s=10, now=0.0)
+        assert got == [([True, False], 0, 1), ([True], 0, 1)]
+        assert client.commands.count("EVALSHA") == 2
+    finally:
+        store.reset()
+
+
+@pytest.mark.redis
+def test_a_key_lives_on_the_server_for_a_whole_window(redis_url):
+    # A TTL short of the window (by 0.1 %: ten days less 864 s) lets the server forget ids the
+    # window still counts, and the principal read them again as new. Ten days keeps the margin
+    # far above the time the test itself takes.
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    store = RedisBudgetStore(client, prefix=f"qg:ttl:{uuid.uuid4().hex}:")
+    window = 10 * 86400.0
+    try:
+        store.admit("one", ["a"], cap=5, window_s=window, now=0.0)
+        store.admit_points([("p1", 5), ("p2", 5)], [("a", [0, 1])], window_s=window, now=0.0)
+        for key in ("one", "p1", "p2"):
+            assert client.pttl(store.prefix + key) > window * 1000 - 400_000
+    finally:
+        store.reset()
