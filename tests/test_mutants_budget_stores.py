@@ -10,7 +10,7 @@ import uuid
 import pytest
 from test_budget_redis_index import _recording_client
 
-from qdrant_guard.budget import BudgetStoreError, RedisBudgetStore, SqliteBudgetStore
+from qdrant_guard.budget import BudgetStoreError, MemoryBudgetStore, RedisBudgetStore, SqliteBudgetStore
 
 # ------------------------------------------------------------------ SQLite
 
@@ -159,5 +159,19 @@ def test_a_key_lives_on_the_server_for_a_whole_window(redis_url):
         store.admit_points([("p1", 5), ("p2", 5)], [("a", [0, 1])], window_s=window, now=0.0)
         for key in ("one", "p1", "p2"):
             assert client.pttl(store.prefix + key) > window * 1000 - 400_000
+    finally:
+        store.reset()
+
+
+@pytest.mark.redis
+def test_several_keys_in_one_redis_script_each_get_their_own_decision(redis_url):
+    # One script answers every key's flags then its two counts, key after key: read at the wrong
+    # offset, a count (non-zero) reads as "admitted" for the next key's first id.
+    store = RedisBudgetStore(redis_url, prefix=f"qg:many:{uuid.uuid4().hex}:")
+    requests = [("a", ["x", "y", "z"], 2), ("b", ["x"], 1), ("c", ["p", "q"], 0), ("d", ["r"], 3)]
+    try:
+        got = store.admit_many_counted(requests, window_s=10, now=0.0)
+        assert got == [([True, True, False], 0, 2), ([True], 0, 1), ([False, False], 0, 0), ([True], 0, 1)]
+        assert got == MemoryBudgetStore().admit_many_counted(requests, window_s=10, now=0.0)
     finally:
         store.reset()
