@@ -175,3 +175,23 @@ def test_several_keys_in_one_redis_script_each_get_their_own_decision(redis_url)
         assert got == MemoryBudgetStore().admit_many_counted(requests, window_s=10, now=0.0)
     finally:
         store.reset()
+
+
+@pytest.mark.redis
+def test_a_listing_descends_only_into_child_groups_under_its_prefix(redis_url):
+    # Documented cost: a prefix that is not a whole group reads its enclosing group's index and
+    # descends only into the child groups that start with it. Descending into every child group
+    # lists the same keys, with a round trip per level the other groups go deeper.
+    client = _recording_client(redis_url)
+    store = RedisBudgetStore(client, prefix=f"qg:lvl:{uuid.uuid4().hex}:")
+    try:
+        for key in ("src|p|c|memo", "src|p|c|other|x|deep", "src|p|c|more|deep"):
+            store.admit(key, ["a"], cap=5, window_s=10, now=0.0)
+        store.entries_by_prefix("src|p|c|m", window_s=10, now=0.0)  # scripts loaded
+        client.commands.clear()
+        found = store.entries_by_prefix("src|p|c|m", window_s=10, now=0.0)
+        assert found == {"src|p|c|memo": frozenset({"a"}), "src|p|c|more|deep": frozenset({"a"})}
+        # The group's index, then "src|p|c|more|"'s, then the entries; "src|p|c|other|x|" is not read.
+        assert client.commands.count("EVALSHA") == 3
+    finally:
+        store.reset()
