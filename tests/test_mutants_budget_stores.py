@@ -195,3 +195,17 @@ def test_a_listing_descends_only_into_child_groups_under_its_prefix(redis_url):
         assert client.commands.count("EVALSHA") == 3
     finally:
         store.reset()
+
+
+@pytest.mark.redis
+def test_keys_whose_first_group_is_a_bare_bar_are_listed(redis_url):
+    # "|" is a group of its own (the part of "|a|b" up to its first "|"): the index must chain
+    # "|a|" under "|", not under the root, or a listing of "|" finds nothing.
+    store = RedisBudgetStore(redis_url, prefix=f"qg:bar:{uuid.uuid4().hex}:")
+    try:
+        store.admit("|a|b", ["x"], cap=5, window_s=10, now=0.0)
+        store.admit("c", ["y"], cap=5, window_s=10, now=0.0)
+        assert store.entries_by_prefix("|", window_s=10, now=0.0) == {"|a|b": frozenset({"x"})}
+        assert store.entries_by_prefix("", window_s=10, now=0.0) == {"|a|b": frozenset({"x"}), "c": frozenset({"y"})}
+    finally:
+        store.reset()
