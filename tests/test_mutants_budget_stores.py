@@ -10,6 +10,7 @@ import uuid
 import pytest
 from test_budget_redis_index import _recording_client
 
+from qdrant_guard import budget as _budget
 from qdrant_guard.budget import BudgetStoreError, MemoryBudgetStore, RedisBudgetStore, SqliteBudgetStore
 
 # ------------------------------------------------------------------ SQLite
@@ -198,14 +199,31 @@ def test_a_listing_descends_only_into_child_groups_under_its_prefix(redis_url):
 
 
 @pytest.mark.redis
-def test_keys_whose_first_group_is_a_bare_bar_are_listed(redis_url):
+def test_keys_with_a_bare_bar_or_an_empty_part_are_listed(redis_url):
     # "|" is a group of its own (the part of "|a|b" up to its first "|"): the index must chain
     # "|a|" under "|", not under the root, or a listing of "|" finds nothing.
     store = RedisBudgetStore(redis_url, prefix=f"qg:bar:{uuid.uuid4().hex}:")
     try:
         store.admit("|a|b", ["x"], cap=5, window_s=10, now=0.0)
         store.admit("c", ["y"], cap=5, window_s=10, now=0.0)
+        store.admit("d||e", ["z"], cap=5, window_s=10, now=0.0)  # an empty part: "d||" under "d|"
         assert store.entries_by_prefix("|", window_s=10, now=0.0) == {"|a|b": frozenset({"x"})}
-        assert store.entries_by_prefix("", window_s=10, now=0.0) == {"|a|b": frozenset({"x"}), "c": frozenset({"y"})}
+        assert store.entries_by_prefix("d|", window_s=10, now=0.0) == {"d||e": frozenset({"z"})}
+        assert store.entries_by_prefix("", window_s=10, now=0.0) == {
+            "|a|b": frozenset({"x"}), "c": frozenset({"y"}), "d||e": frozenset({"z"})}
     finally:
         store.reset()
+
+
+@pytest.mark.parametrize("prefix, one_slot", [
+    ("{qg}:", True), ("x{a}", True), ("{a}b}", True), ("}{a}", True),
+    # Redis hashes the whole key when there is no "{", no "}" after it, or nothing between them.
+    ("qg:budget:", False), ("qg}:", False), ("{qg:", False), ("{}:", False), ("{}a}", False),
+])
+def test_a_prefix_keeps_every_key_in_one_slot_only_with_a_whole_hash_tag(prefix, one_slot):
+    # On a cluster this decides whether admit_points runs as one all-or-none script and whether
+    # the listing index exists (an index shares no slot with keys of another).
+    from redis.crc import key_slot
+
+    assert _budget._one_slot(prefix) is one_slot
+    assert (key_slot((prefix + "src|p|c|a").encode()) == key_slot((prefix + "\x00qg-index\x00").encode())) is one_slot
