@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 from test_budget_redis_index import _recording_client
+from tests.redis_server import free_port
 
 from qdrant_guard import budget as _budget
 from qdrant_guard.budget import BudgetStoreError, MemoryBudgetStore, RedisBudgetStore, SqliteBudgetStore
@@ -227,3 +228,37 @@ def test_a_prefix_keeps_every_key_in_one_slot_only_with_a_whole_hash_tag(prefix,
 
     assert _budget._one_slot(prefix) is one_slot
     assert (key_slot((prefix + "src|p|c|a").encode()) == key_slot((prefix + "\x00qg-index\x00").encode())) is one_slot
+
+
+@pytest.mark.redis
+def test_reset_removes_every_key_of_the_prefix_past_one_batch(redis_url):
+    # reset() deletes what SCAN meets 500 names at a time, then indexes what is left: a batch
+    # not deleted would be indexed again and keep its budget.
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    store = RedisBudgetStore(client, prefix=f"qg:rst:{uuid.uuid4().hex}:")
+    store.admit_many_counted([(f"k{i}", ["a"], 1) for i in range(600)], window_s=60, now=0.0)
+    store.reset()
+    assert [k for k in client.scan_iter(match=store.prefix + "*") if not k.endswith(b"ready")] == []
+    assert store.seen("k0", window_s=60, now=0.0) == 0
+
+
+@pytest.mark.redis
+def test_reset_of_one_key_on_an_untagged_cluster_deletes_it(redis_url):
+    store = RedisBudgetStore(redis_url, prefix=f"qg:rst:{uuid.uuid4().hex}:")
+    store._cluster = True  # a plain client marked as a cluster's: no index, a plain DEL
+    store.admit("k", ["a"], cap=1, window_s=60, now=0.0)
+    store.reset("k")
+    assert store.admit("k", ["b"], cap=1, window_s=60, now=0.0) == (["b"], [])
+
+
+@pytest.mark.parametrize("cluster", [False, True])
+def test_a_reset_redis_fails_is_a_store_error(cluster):
+    pytest.importorskip("redis")
+    store = RedisBudgetStore(f"redis://127.0.0.1:{free_port()}/0")
+    store._cluster = cluster
+    with pytest.raises(BudgetStoreError, match="redis budget store"):
+        store.reset("k")
+    with pytest.raises(BudgetStoreError, match="redis budget store"):
+        store.reset()
