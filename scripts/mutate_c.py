@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-f", "--function", action="append", default=[],
                     help="function to mutate (repeatable; default: every function of the file)")
     ap.add_argument("-t", "--tests", action="append", default=[],
-                    help="pytest argument (file or node id; repeatable); fast files first: -x stops at the first failure")
+                    help="pytest argument (file or node id; repeatable); fast files first: -x stops early")
     ap.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run (timeout = killed)")
     ap.add_argument("--seed", default="0", help="hypothesis seed, so verdicts repeat")
