@@ -37,6 +37,9 @@ PIECES = [
     "password: Hq8#kLm2$pQr9vXz", "clientSecret := 'q8W#e2R!t6Y@u0I$o4P'",
     "-----BEGIN RSA PRIVATE KEY-----\nMIIEabc\n-----END RSA PRIVATE KEY-----", "-----BEGIN EC PRIVATE KEY-----\nMHcC+/=\n",
     "550e8400-e29b-41d4-a716-446655440000", "da39a3ee5e6b4b0d3255bfef95601890afd80709", "v2.0.1-rc1", "2024-01-15",
+    # found by the native mutation pass (tests/test_mutants_native_detect.py)
+    '"9b2f4e1a-7c3d-4a5b-8e6f-0d1c2b3a4f5e"', "AT61 1904 3002 3457 3201", "ssn 900123456", "SSN 899-12-3456",
+    "aws secret KQ2MZ8VT4XR/NW1PL6YB3CH9DF0GJ5SA2EU8IO+T", "Hq8#****$pQr9vXz",
     "é", "😀", "👩\u200d👩\u200d👧", "\ud800", "\udfff", "\x00", " ", "\n", "\t", "=", ":", "@", "-", ".", "/", "'", '"',
     "(", ")", "+", "1", "9", "A", "eyJ", "://", "-----BEGIN ", "x", "K", "\u212a",
 ]
