@@ -21,6 +21,10 @@ CASES = [
     # character adds 6 bits that make no byte)
     ("a enchantments b", {}, []),
     ("x SGVsbG8gV29yb y", {}, []),
+    # classify: the surrogate range D800..DFFF widened by one at either end (0xD800 - 1, 0xDFFF + 1)
+    # flagged U+D7FF (the last Hangul Jamo code point) or U+E000 (private use) as lone surrogates
+    ("x\ud7ffy", {}, []),
+    ("x\ue000y", {}, []),
 ]
 
 
