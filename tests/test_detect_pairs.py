@@ -119,7 +119,8 @@ def test_twins_agree_on_truncated_and_non_ascii_variants() -> None:
 )
 def test_long_repetitions_stay_linear(unit: str) -> None:
     # A complexity check, not a speed target: 10x the input must not cost ~100x (quadratic). Each
-    # size's best of 5 runs, so that a load spike on a shared machine does not decide it.
+    # size's best of 5 runs, and up to three rounds: a quadratic scan costs ~100x in every round,
+    # while a loaded shared machine (CI beside other jobs) can stretch one round past the bound.
     small, big = unit * 2000, unit * 20000
 
     def best(text: str) -> float:
@@ -130,6 +131,12 @@ def test_long_repetitions_stay_linear(unit: str) -> None:
             times.append(time.perf_counter() - t0)
         return min(times)
 
-    t_small, t_big = best(small), best(big)
-    assert t_big < max(30 * t_small, 0.05)
+    rounds = []
+    for _ in range(3):
+        t_small, t_big = best(small), best(big)
+        rounds.append((t_small, t_big))
+        if t_big < max(30 * t_small, 0.05):
+            break
+    else:
+        raise AssertionError(f"10x the input cost more than 30x in every round (small, big seconds): {rounds}")
     spans(unit * 300)
