@@ -1,7 +1,8 @@
 """Budget-store logic that the mutation pass (scripts/mutate.py) found unpinned."""
 from __future__ import annotations
 
-from qdrant_guard.budget import MemoryBudgetStore, _in_window
+from qdrant_guard.budget import MemoryBudgetStore
+from qdrant_guard.budget_stores import _in_window
 
 KEY = "agent|docs|src-a"
 

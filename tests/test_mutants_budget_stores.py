@@ -11,7 +11,7 @@ import pytest
 from test_budget_redis_index import _recording_client
 from tests.redis_server import free_port
 
-from qdrant_guard import budget as _budget
+from qdrant_guard import budget_redis as _budget_redis
 from qdrant_guard.budget import BudgetStoreError, MemoryBudgetStore, RedisBudgetStore, SqliteBudgetStore
 
 # ------------------------------------------------------------------ SQLite
@@ -226,7 +226,7 @@ def test_a_prefix_keeps_every_key_in_one_slot_only_with_a_whole_hash_tag(prefix,
     # the listing index exists (an index shares no slot with keys of another).
     from redis.crc import key_slot
 
-    assert _budget._one_slot(prefix) is one_slot
+    assert _budget_redis._one_slot(prefix) is one_slot
     assert (key_slot((prefix + "src|p|c|a").encode()) == key_slot((prefix + "\x00qg-index\x00").encode())) is one_slot
 
 

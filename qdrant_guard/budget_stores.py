@@ -1,0 +1,725 @@
+"""The extraction budget's stores: the :class:`BudgetStore` protocol, the argument checks and point-id
+normalisation they share, and the in-process and SQLite stores. Each applies one admission
+atomically (a lock, or one ``BEGIN IMMEDIATE`` transaction); the Redis store is in
+:mod:`qdrant_guard.budget_redis`. :mod:`qdrant_guard.budget` re-exports the public names.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+import sqlite3
+import threading
+import uuid
+from collections import OrderedDict
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from .diversity import _check_int
+from .errors import QdrantGuardError
+
+
+class BudgetStoreError(QdrantGuardError, RuntimeError):
+    """A budget store cannot be reached or used. Callers should fail closed (withhold)."""
+
+
+# --- argument checks -------------------------------------------------------------------------
+
+
+def _check_str(name: str, value: object, *, empty_ok: bool = False) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if not value and not empty_ok:
+        raise ValueError(f"{name} must be a non-empty string")
+    return value
+
+
+def _check_count(name: str, value: object) -> int:
+    return _check_int(name, value, 0)
+
+
+def _check_real(name: str, value: object, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, not {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or (positive and value <= 0.0):
+        want = "a finite number > 0" if positive else "a finite number"
+        raise ValueError(f"{name} must be {want}, got {value!r}")
+    return value
+
+
+def _check_request(key: object, point_ids: object, cap: object) -> tuple[str, list[str], int]:
+    _check_str("key", key)
+    if isinstance(point_ids, (str, bytes)) or not isinstance(point_ids, Sequence):
+        raise TypeError(f"point_ids must be a sequence of str, not {type(point_ids).__name__}")
+    ids = list(point_ids)
+    for index, pid in enumerate(ids):
+        if not isinstance(pid, str):
+            raise TypeError(f"point_ids[{index}] must be a str, not {type(pid).__name__}")
+    return key, ids, _check_count("cap", cap)  # type: ignore[return-value]
+
+
+def _check_admit_args(
+    key: object, point_ids: object, cap: object, window_s: object, now: object
+) -> tuple[str, list[str], int, float, float]:
+    return (
+        *_check_request(key, point_ids, cap),
+        _check_real("window_s", window_s, positive=True),
+        _check_real("now", now, positive=False),
+    )
+
+
+def _check_points(keys: object, points: object) -> tuple[list[tuple[str, int]], list[tuple[str, list[int]]]]:
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
+        raise TypeError(f"keys must be a sequence of (key, cap), not {type(keys).__name__}")
+    checked_keys = []
+    for index, pair in enumerate(keys):
+        if type(pair) is tuple and len(pair) == 2 and type(pair[0]) is str and pair[0] \
+                and type(pair[1]) is int and pair[1] >= 0:
+            checked_keys.append(pair)  # a plain (key, cap), as the checks below would pass it
+            continue
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise TypeError(f"keys[{index}] must be a (key, cap) tuple")
+        checked_keys.append((_check_str("key", pair[0]), _check_count("cap", pair[1])))
+    if len({key for key, _ in checked_keys}) != len(checked_keys):
+        raise ValueError("keys must be distinct")
+    if isinstance(points, (str, bytes)) or not isinstance(points, Sequence):
+        raise TypeError(f"points must be a sequence of (point_id, key_indices), not {type(points).__name__}")
+    checked_points = []
+    nkeys = len(checked_keys)
+    for index, pair in enumerate(points):
+        if type(pair) is tuple and len(pair) == 2 and type(pair[0]) is str:
+            members = pair[1]
+            if type(members) is list and len(members) == 1 and type(members[0]) is int and 0 <= members[0] < nkeys:
+                checked_points.append((pair[0], [members[0]]))  # one plain key index: _plain_members' case
+                continue
+        if not isinstance(pair, tuple) or len(pair) != 2 or not isinstance(pair[0], str):
+            raise TypeError(f"points[{index}] must be a (str point_id, key_indices) tuple")
+        members = pair[1]
+        if _plain_members(members, nkeys):
+            checked_points.append((pair[0], list(members)))
+            continue
+        if isinstance(members, (str, bytes)) or not isinstance(members, Sequence):
+            raise TypeError(f"points[{index}] key_indices must be a sequence of int")
+        members = [_check_int(f"points[{index}] key index", k, 0) for k in members]
+        if any(k >= len(checked_keys) for k in members) or len(set(members)) != len(members):
+            raise ValueError(f"points[{index}] key_indices must be distinct indices into keys")
+        checked_points.append((pair[0], members))
+    return checked_keys, checked_points
+
+
+def _plain_members(members: object, nkeys: int) -> bool:
+    """Whether ``members`` is a list or tuple of distinct plain ints in ``range(nkeys)``: what the
+    full checks of :func:`_check_points` accept unchanged, tested without them (the common case)."""
+    kind = type(members)
+    if kind is not list and kind is not tuple:
+        return False
+    for k in members:  # type: ignore[attr-defined]
+        if type(k) is not int or not 0 <= k < nkeys:
+            return False
+    return len(members) < 2 or len(set(members)) == len(members)  # type: ignore[arg-type]
+
+
+def _ids_by_key(nkeys: int, points: Sequence[tuple[str, Sequence[int]]]) -> list[list[str]]:
+    lists: list[list[str]] = [[] for _ in range(nkeys)]
+    for pid, members in points:
+        for k in members:
+            lists[k].append(pid)
+    return lists
+
+
+def _released_where_all_admit(points: Sequence[tuple[str, Sequence[int]]], admitted: Sequence[set[str]]) -> list[bool]:
+    return [all(pid in admitted[k] for k in members) for pid, members in points]
+
+
+def normalize_point_id(point_id: int | str | uuid.UUID) -> str:
+    """Return the one string form under which a Qdrant point id is counted.
+
+    Args:
+        point_id: an unsigned int, a ``uuid.UUID``, or a UUID string in any form Qdrant accepts
+            (hyphenated, 32 hex digits, braced, ``urn:uuid:``), in any case.
+
+    Returns:
+        ``"i:<decimal>"`` for ints, ``"u:<lowercase hyphenated uuid>"`` for UUIDs.
+
+    Raises:
+        TypeError: the id is neither an int, a str nor a UUID (``bool`` is rejected).
+        ValueError: a negative int or a string that is not a UUID.
+    """
+    kind = type(point_id)
+    if kind is int and point_id >= 0:  # type: ignore[operator]
+        return f"i:{point_id}"
+    if kind is str:
+        return _normalize_uuid_text(point_id)  # type: ignore[arg-type]
+    if isinstance(point_id, bool) or not isinstance(point_id, (int, str, uuid.UUID)):
+        raise TypeError(f"point id must be an int, a UUID or a UUID string, not {type(point_id).__name__}")
+    if isinstance(point_id, int):
+        if point_id < 0:
+            raise ValueError(f"point id must be an unsigned int, got {point_id}")
+        return f"i:{point_id}"
+    if isinstance(point_id, uuid.UUID):
+        return f"u:{point_id}"
+    return _normalize_uuid_text(str.__str__(point_id))  # a str subclass: read as its plain text
+
+
+@functools.lru_cache(maxsize=4096)
+def _normalize_uuid_text(point_id: str) -> str:
+    # normalize_point_id of a plain str: parsing a UUID costs more than the rest of a read's
+    # bookkeeping per point, and the same ids come back read after read. A ValueError is not cached.
+    try:
+        return f"u:{uuid.UUID(point_id)}"
+    except ValueError:
+        raise ValueError(
+            f"point id {point_id!r} is not a UUID string; Qdrant ids are unsigned ints or UUIDs"
+        ) from None
+
+
+def _in_window(entries: Any, window_s: float, now: float) -> frozenset[str]:
+    """The ids of ``(id, timestamp)`` pairs an admission at ``now`` would still count: the window
+    ends at ``max(now, newest timestamp)``, as every store's admission reads it."""
+    pairs = list(entries)
+    if not pairs:
+        return frozenset()
+    cutoff = max(now, max(ts for _, ts in pairs)) - window_s
+    return frozenset(pid for pid, ts in pairs if ts >= cutoff)
+
+
+def denormalize_point_id(normalised: str) -> int | str:
+    """Return the Qdrant point id a :func:`normalize_point_id` string names (an int, or a UUID str).
+
+    Raises:
+        ValueError: not a string :func:`normalize_point_id` returns.
+    """
+    kind, _, value = str(normalised).partition(":")
+    if kind == "i" and value.isdigit():
+        return int(value)
+    if kind == "u":
+        return str(uuid.UUID(value))
+    raise ValueError(f"{normalised!r} is not a normalised point id ('i:<n>' or 'u:<uuid>')")
+
+
+# --- stores ----------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class BudgetStore(Protocol):
+    """Where budget entries live. Every method is safe to call from many threads at once.
+
+    The built-in stores also offer ``admit_points`` (all-or-none admission of points of several
+    keys), which :meth:`ExtractionBudget.admit_many` uses. A store without it still works: each
+    key is then charged on its own, and a point is released only if every key admitted it.
+    """
+
+    def admit(
+        self, key: str, point_ids: Sequence[str], *, cap: int, window_s: float, now: float
+    ) -> tuple[list[str], list[str]]:
+        """Atomically apply one admission to ``key``.
+
+        Entries older than ``now - window_s`` are forgotten; every id already seen in the window is
+        admitted (its timestamp refreshed); each new id is admitted while the distinct count is
+        below ``cap``, the rest are withheld.
+
+        Returns:
+            ``(admitted_ids, withheld_ids)``, each in input order.
+        """
+        ...
+
+    def seen(self, key: str, *, window_s: float, now: float) -> int:
+        """Return how many distinct ids ``key`` holds within the window ending at ``now``."""
+        ...
+
+    def reset(self, key: str | None = None) -> None:
+        """Forget ``key``, or every key when ``key`` is None."""
+        ...
+
+
+class _CountingStore:
+    """Shared front of the built-in stores: checks arguments, splits the atomic result."""
+
+    def admit(
+        self, key: str, point_ids: Sequence[str], *, cap: int, window_s: float, now: float
+    ) -> tuple[list[str], list[str]]:
+        """See :meth:`BudgetStore.admit`."""
+        admitted, withheld, _, _ = self.admit_counted(key, point_ids, cap=cap, window_s=window_s, now=now)
+        return admitted, withheld
+
+    def admit_counted(
+        self, key: str, point_ids: Sequence[str], *, cap: int, window_s: float, now: float
+    ) -> tuple[list[str], list[str], int, int]:
+        """Like :meth:`admit`, plus the distinct counts before and after, from the same atomic step."""
+        key, ids, cap, window_s, now = _check_admit_args(key, point_ids, cap, window_s, now)
+        ((flags, before, after),) = self._admit_many([(key, ids, cap)], window_s, now)
+        return (
+            [pid for pid, ok in zip(ids, flags) if ok],
+            [pid for pid, ok in zip(ids, flags) if not ok],
+            before,
+            after,
+        )
+
+    def admit_many_counted(
+        self, requests: Sequence[tuple[str, Sequence[str], int]], *, window_s: float, now: float
+    ) -> list[tuple[list[bool], int, int]]:
+        """Apply several admissions ``(key, point_ids, cap)`` in one store transaction.
+
+        Each key gets exactly what :meth:`admit_counted` with the same ``window_s`` and ``now``
+        would give it, applied in order (keys are independent, so the order only matters for a
+        key given twice). The whole call is one lock acquisition, one SQLite transaction or one
+        Redis script.
+
+        Returns:
+            Per request, ``(flags, seen_before, seen_after)``: ``flags[i]`` is True where
+            ``point_ids[i]`` was admitted.
+        """
+        if isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
+            raise TypeError(f"requests must be a sequence of (key, point_ids, cap), not {type(requests).__name__}")
+        window_s = _check_real("window_s", window_s, positive=True)
+        now = _check_real("now", now, positive=False)
+        checked = []
+        for index, request in enumerate(requests):
+            if not isinstance(request, tuple) or len(request) != 3:
+                raise TypeError(f"requests[{index}] must be a (key, point_ids, cap) tuple")
+            checked.append(_check_request(*request))
+        if not checked:
+            return []
+        return self._admit_many(checked, window_s, now)
+
+    def admit_points(
+        self, keys: Sequence[tuple[str, int]], points: Sequence[tuple[str, Sequence[int]]], *,
+        window_s: float, now: float,
+    ) -> tuple[list[bool], list[tuple[int, int]]]:
+        """Admit points of several keys in rank order, each under all of its keys or none, atomically.
+
+        Every key first forgets entries older than its window. Then, point by point in the order
+        given, a point is released when each of its keys either holds it already (a re-read, free)
+        or holds fewer than its cap; a released point is then recorded (or refreshed) under every
+        one of its keys. A point any key refuses changes nothing anywhere: it is neither charged
+        to the keys that had room nor refreshed under the keys that held it. A point with no keys
+        is released. The whole call is one lock acquisition, one SQLite transaction or one Redis
+        script (on Redis Cluster see :class:`RedisBudgetStore`).
+
+        Args:
+            keys: ``(key, cap)`` pairs, distinct keys.
+            points: ``(point_id, key_indices)`` in rank order; ``key_indices`` index ``keys``.
+            window_s: the window length in seconds.
+            now: the current time in seconds.
+
+        Returns:
+            ``(released, counts)``: ``released[i]`` is True where ``points[i]`` may be returned;
+            ``counts[k]`` is ``(seen_before, seen_after)`` for ``keys[k]``.
+        """
+        window_s = _check_real("window_s", window_s, positive=True)
+        now = _check_real("now", now, positive=False)
+        checked_keys, checked_points = _check_points(keys, points)
+        if not checked_keys:
+            return [True] * len(checked_points), []
+        return self._admit_points(checked_keys, checked_points, window_s, now)
+
+    def seen(self, key: str, *, window_s: float, now: float) -> int:
+        """See :meth:`BudgetStore.seen`."""
+        _check_str("key", key)
+        return self._seen(
+            key, _check_real("window_s", window_s, positive=True), _check_real("now", now, positive=False)
+        )
+
+    def reset(self, key: str | None = None) -> None:
+        """See :meth:`BudgetStore.reset`."""
+        if key is not None:
+            _check_str("key", key)
+        self._reset(key)
+
+    def entries_by_prefix(self, prefix: str, *, window_s: float, now: float) -> dict[str, frozenset[str]]:
+        """Return every key starting with ``prefix`` that holds ids within the window, with its ids.
+
+        Read-only: nothing expires, nothing is refreshed (the Redis store only drops its listing
+        index's entries for keys already gone). A key's window ends at ``max(now, its
+        newest timestamp)``, as in :meth:`BudgetStore.admit`, so the ids returned are exactly those
+        an admission at ``now`` would admit again. Keys whose ids all fall outside are left out.
+        """
+        _check_str("prefix", prefix, empty_ok=True)
+        return self._entries_by_prefix(
+            prefix, _check_real("window_s", window_s, positive=True), _check_real("now", now, positive=False)
+        )
+
+    def _entries_by_prefix(self, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]]:
+        raise NotImplementedError
+
+    def _admit_many(
+        self, requests: list[tuple[str, list[str], int]], window_s: float, now: float
+    ) -> list[tuple[list[bool], int, int]]:
+        raise NotImplementedError
+
+    def _admit_points(
+        self, keys: list[tuple[str, int]], points: list[tuple[str, list[int]]], window_s: float, now: float
+    ) -> tuple[list[bool], list[tuple[int, int]]]:
+        raise NotImplementedError
+
+    def _seen(self, key: str, window_s: float, now: float) -> int:
+        raise NotImplementedError
+
+    def _reset(self, key: str | None) -> None:
+        raise NotImplementedError
+
+
+class MemoryBudgetStore(_CountingStore):
+    """In-process store: a dict of insertion-ordered maps behind one lock.
+
+    Each key keeps its ids ordered by timestamp, so expiry pops from the front and every
+    admission costs O(1) amortised per id. Not shared between processes; lost on restart.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keys: dict[str, OrderedDict[str, float]] = {}
+        # Key -> keys by their part up to the last "|" (the budget's principal|collection| group),
+        # so listing one principal's sources in a collection does not walk every key.
+        self._groups: dict[str, set[str]] = {}
+        # Key -> frozenset of its ids, kept while they stay the same: every budgeted read lists all
+        # of the principal's sources (entries_by_prefix), and most of them did not change since.
+        # Dropped wherever an id is added or removed (admissions, expiry, _drop, reset).
+        self._frozen: dict[str, frozenset[str]] = {}
+        # Key -> (oldest, newest timestamp, frozenset) of its entries, kept while they stay the same:
+        # the listing's window check then needs no pass over them. Dropped wherever an entry is
+        # added, refreshed or removed (_put after every admission, expiry, _drop, reset).
+        self._spans: dict[str, tuple[float, float, frozenset[str]]] = {}
+
+    def _put(self, key: str, entries: OrderedDict[str, float]) -> None:
+        self._spans.pop(key, None)
+        if key not in self._keys:
+            self._groups.setdefault(key[: key.rfind("|") + 1], set()).add(key)
+        self._keys[key] = entries
+
+    def _drop(self, key: str) -> None:
+        self._frozen.pop(key, None)
+        self._spans.pop(key, None)
+        if self._keys.pop(key, None) is not None:
+            group = key[: key.rfind("|") + 1]
+            members = self._groups[group]
+            members.discard(key)
+            if not members:
+                del self._groups[group]
+
+    def _expire(self, key: str, window_s: float, now: float) -> tuple[OrderedDict[str, float] | None, float]:
+        entries = self._keys.get(key)
+        if entries is None:
+            return None, now
+        # The newest entry is last (timestamps are monotonic per key), so time never runs back.
+        now = max(now, next(reversed(entries.values())))
+        cutoff = now - window_s
+        while entries and next(iter(entries.values())) < cutoff:
+            entries.popitem(last=False)
+            self._frozen.pop(key, None)
+            self._spans.pop(key, None)
+        if not entries:
+            self._drop(key)
+            return None, now
+        return entries, now
+
+    def _kept_span(self, key: str, window_s: float, now: float) -> tuple[float, frozenset[str]] | None:
+        # The key's kept span while every entry is still in the window: the time _expire would use
+        # (time never runs back past the newest entry) and the ids. None: read the entries.
+        span = self._spans.get(key)
+        if span is None:
+            return None
+        oldest, newest, ids = span
+        stamp = now if now > newest else newest
+        return (stamp, ids) if oldest >= stamp - window_s else None
+
+    def _expire_listed(self, key: str, window_s: float, now: float) -> tuple[OrderedDict[str, float] | None, float]:
+        # _expire, answered from the key's kept span when it has one and nothing is due to expire:
+        # a read's admission follows its listing, which keeps the span of every key it lists.
+        kept = self._kept_span(key, window_s, now)
+        if kept is not None:
+            return self._keys[key], kept[0]
+        return self._expire(key, window_s, now)
+
+    def _admit_many(
+        self, requests: list[tuple[str, list[str], int]], window_s: float, now: float
+    ) -> list[tuple[list[bool], int, int]]:
+        with self._lock:
+            return [self._admit_locked(key, ids, cap, window_s, now) for key, ids, cap in requests]
+
+    def _admit_locked(self, key: str, ids: list[str], cap: int, window_s: float, now: float) -> tuple[list[bool], int, int]:
+        entries, now = self._expire(key, window_s, now)
+        if entries is None:
+            entries = OrderedDict()
+        before = len(entries)
+        flags = []
+        for pid in ids:
+            if pid in entries:
+                entries[pid] = now
+                entries.move_to_end(pid)
+                flags.append(True)
+            elif len(entries) < cap:
+                entries[pid] = now
+                flags.append(True)
+            else:
+                flags.append(False)
+        if len(entries) != before:  # after _expire, ids are only added
+            self._frozen.pop(key, None)
+        if entries:
+            self._put(key, entries)
+        return flags, before, len(entries)
+
+    def _admit_points(
+        self, keys: list[tuple[str, int]], points: list[tuple[str, list[int]]], window_s: float, now: float
+    ) -> tuple[list[bool], list[tuple[int, int]]]:
+        with self._lock:
+            live = [self._expire_listed(key, window_s, now) for key, _ in keys]
+            sets = [entries if entries is not None else OrderedDict() for entries, _ in live]
+            before = [len(entries) for entries in sets]
+            released = []
+            for pid, members in points:
+                if len(members) == 1:  # a point of one source: the test below without a generator
+                    k = members[0]
+                    ok = pid in sets[k] or len(sets[k]) < keys[k][1]
+                else:
+                    ok = all(pid in sets[k] or len(sets[k]) < keys[k][1] for k in members)
+                if ok:
+                    for k in members:
+                        sets[k][pid] = live[k][1]
+                        sets[k].move_to_end(pid)
+                released.append(ok)
+            for (key, _), entries, count in zip(keys, sets, before):
+                if len(entries) != count:  # after _expire, ids are only added
+                    self._frozen.pop(key, None)
+                if entries:
+                    self._put(key, entries)
+            return released, [(b, len(entries)) for b, entries in zip(before, sets)]
+
+    def _seen(self, key: str, window_s: float, now: float) -> int:
+        with self._lock:
+            entries, _ = self._expire(key, window_s, now)
+            return len(entries) if entries else 0
+
+    def _reset(self, key: str | None) -> None:
+        with self._lock:
+            if key is None:
+                self._keys.clear()
+                self._groups.clear()
+                self._frozen.clear()
+                self._spans.clear()
+            else:
+                self._drop(key)
+
+    def _entries_by_prefix(self, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]]:
+        with self._lock:
+            # A key starts with prefix only if its group does, or the prefix runs past its group.
+            keys: list[str] = []
+            for group, members in self._groups.items():
+                if group.startswith(prefix):
+                    keys.extend(members)  # each key starts with its group
+                elif prefix.startswith(group):
+                    keys.extend(key for key in members if key.startswith(prefix))
+            found = {}
+            spans = self._spans
+            for key in keys:
+                # _kept_span inline: a read lists every source of its principal.
+                span = spans.get(key)
+                if span is not None:
+                    oldest, newest, ids = span
+                    if oldest >= (now if now > newest else newest) - window_s:
+                        if ids:
+                            found[key] = ids
+                        continue
+                ids = self._live_ids(key, window_s, now)
+                if ids:
+                    found[key] = ids
+        return found
+
+    def _live_ids(self, key: str, window_s: float, now: float) -> frozenset[str]:
+        # Entries are in timestamp order (oldest first): when the oldest is still in the window, so
+        # is every id, which is the common case and needs no pass over the timestamps.
+        entries = self._keys[key]
+        if entries:
+            values = entries.values()
+            oldest, newest = next(iter(values)), next(reversed(values))
+            if oldest >= max(now, newest) - window_s:
+                frozen = self._frozen.get(key)
+                if frozen is None:
+                    frozen = self._frozen[key] = frozenset(entries)
+                self._spans[key] = (oldest, newest, frozen)
+                return frozen
+        return _in_window(entries.items(), window_s, now)
+
+
+_SQLITE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS qg_budget (
+    key TEXT NOT NULL,
+    pid TEXT NOT NULL,
+    ts  REAL NOT NULL,
+    PRIMARY KEY (key, pid)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS qg_budget_key_ts ON qg_budget (key, ts);
+"""
+
+
+class SqliteBudgetStore(_CountingStore):
+    """SQLite store: survives restarts and is exact across threads and processes.
+
+    Each admission is one ``BEGIN IMMEDIATE`` transaction, which takes the database's write lock
+    before reading, so two admissions to the same file never interleave. The database runs in WAL
+    mode. Every thread (and every process after a fork) uses its own connection.
+
+    Args:
+        path: the database file; created if missing. ``":memory:"`` is refused because each
+            connection would see a different database (use :class:`MemoryBudgetStore`).
+        timeout_s: how long an admission waits for another writer before failing.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> None:
+        path = os.fspath(path)
+        if not isinstance(path, str):
+            raise TypeError(f"path must be a str or os.PathLike[str], not {type(path).__name__}")
+        if path in ("", ":memory:") or path.startswith("file::memory:"):
+            raise ValueError(
+                f"SqliteBudgetStore needs a file path, got {path!r}; use MemoryBudgetStore for an in-process budget"
+            )
+        self.path = path
+        self._timeout_s = _check_real("timeout_s", timeout_s, positive=True)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        try:
+            self._connection().executescript(_SQLITE_SCHEMA)
+        except sqlite3.Error as exc:
+            raise BudgetStoreError(f"cannot create the budget table in {path!r}: {exc}") from exc
+
+    def _connection(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or self._local.pid != os.getpid():
+            try:
+                conn = sqlite3.connect(self.path, timeout=self._timeout_s, isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+            except sqlite3.Error as exc:
+                raise BudgetStoreError(f"cannot open budget database {self.path!r}: {exc}") from exc
+            self._local.conn, self._local.pid = conn, os.getpid()
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    def _transaction(self) -> "_SqliteTransaction":
+        return _SqliteTransaction(self._connection(), self.path)
+
+    @staticmethod
+    def _expire(db: sqlite3.Connection, key: str, window_s: float, now: float) -> float:
+        (newest,) = db.execute("SELECT MAX(ts) FROM qg_budget WHERE key = ?", (key,)).fetchone()
+        if newest is not None and newest > now:
+            now = newest
+        db.execute("DELETE FROM qg_budget WHERE key = ? AND ts < ?", (key, now - window_s))
+        return now
+
+    @staticmethod
+    def _count(db: sqlite3.Connection, key: str) -> int:
+        return int(db.execute("SELECT COUNT(*) FROM qg_budget WHERE key = ?", (key,)).fetchone()[0])
+
+    def _admit_many(
+        self, requests: list[tuple[str, list[str], int]], window_s: float, now: float
+    ) -> list[tuple[list[bool], int, int]]:
+        with self._transaction() as db:
+            return [self._admit_in(db, key, ids, cap, window_s, now) for key, ids, cap in requests]
+
+    def _admit_in(self, db: sqlite3.Connection, key: str, ids: list[str], cap: int, window_s: float,
+                  now: float) -> tuple[list[bool], int, int]:
+        now = self._expire(db, key, window_s, now)
+        count = before = self._count(db, key)
+        flags = []
+        for pid in ids:
+            if db.execute("UPDATE qg_budget SET ts = ? WHERE key = ? AND pid = ?", (now, key, pid)).rowcount:
+                flags.append(True)
+            elif count < cap:
+                db.execute("INSERT INTO qg_budget (key, pid, ts) VALUES (?, ?, ?)", (key, pid, now))
+                count += 1
+                flags.append(True)
+            else:
+                flags.append(False)
+        return flags, before, count
+
+    def _admit_points(
+        self, keys: list[tuple[str, int]], points: list[tuple[str, list[int]]], window_s: float, now: float
+    ) -> tuple[list[bool], list[tuple[int, int]]]:
+        with self._transaction() as db:
+            stamps = [self._expire(db, key, window_s, now) for key, _ in keys]
+            counts = [self._count(db, key) for key, _ in keys]
+            before = list(counts)
+            released = []
+            for pid, members in points:
+                held = {k for k in members if db.execute(
+                    "SELECT 1 FROM qg_budget WHERE key = ? AND pid = ?", (keys[k][0], pid)).fetchone()}
+                ok = all(k in held or counts[k] < keys[k][1] for k in members)
+                if ok:
+                    for k in members:
+                        if k in held:
+                            db.execute("UPDATE qg_budget SET ts = ? WHERE key = ? AND pid = ?", (stamps[k], keys[k][0], pid))
+                        else:
+                            db.execute("INSERT INTO qg_budget (key, pid, ts) VALUES (?, ?, ?)", (keys[k][0], pid, stamps[k]))
+                            counts[k] += 1
+                released.append(ok)
+            return released, list(zip(before, counts))
+
+    def _seen(self, key: str, window_s: float, now: float) -> int:
+        with self._transaction() as db:
+            self._expire(db, key, window_s, now)
+            return self._count(db, key)
+
+    def _entries_by_prefix(self, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]]:
+        # One SELECT reads one snapshot (WAL) and walks the primary key from the prefix on, so it
+        # needs no write lock; rows come ordered by key, and the first key past the prefix ends it.
+        rows: dict[str, list[tuple[str, float]]] = {}
+        try:
+            for key, pid, ts in self._connection().execute(
+                    "SELECT key, pid, ts FROM qg_budget WHERE key >= ? ORDER BY key", (prefix,)):
+                if not key.startswith(prefix):
+                    break
+                rows.setdefault(key, []).append((pid, ts))
+        except sqlite3.Error as exc:
+            raise BudgetStoreError(f"budget database {self.path!r}: {exc}") from exc
+        found = {key: _in_window(entries, window_s, now) for key, entries in rows.items()}
+        return {key: ids for key, ids in found.items() if ids}
+
+    def _reset(self, key: str | None) -> None:
+        with self._transaction() as db:
+            if key is None:
+                db.execute("DELETE FROM qg_budget")
+            else:
+                db.execute("DELETE FROM qg_budget WHERE key = ?", (key,))
+
+    def close(self) -> None:
+        """Close every connection this store opened (in this process)."""
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
+
+
+class _SqliteTransaction:
+    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
+        self._conn, self._path = conn, path
+
+    def __enter__(self) -> sqlite3.Connection:
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise BudgetStoreError(f"budget database {self._path!r} is unavailable: {exc}") from exc
+        return self._conn
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            try:
+                self._conn.execute("COMMIT")
+                return
+            except sqlite3.Error as commit_exc:
+                self._rollback()
+                raise BudgetStoreError(f"budget database {self._path!r}: commit failed: {commit_exc}") from commit_exc
+        self._rollback()
+        if isinstance(exc, sqlite3.Error):
+            raise BudgetStoreError(f"budget database {self._path!r}: {exc}") from exc
+
+    def _rollback(self) -> None:
+        # SQLite rolls a transaction back by itself on some errors (a full disk, an I/O error, an
+        # interrupt); a ROLLBACK then fails and must not replace the error that caused it.
+        if self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
