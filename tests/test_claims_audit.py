@@ -241,18 +241,26 @@ def _doc_verify(receipt, *, vector, collection, point_id, vector_name, trusted):
     return "ok" if digest.hex() == receipt["commitment"] else "commitment"
 
 
+def _plain_owner(tmp_path):
+    """A kit and hr's owner client on a PII collection "c" with intent and diversity off."""
+    from tests.guardkit import QdrantClient, create, make_kit
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "intent": {"enabled": False}, "diversity": {"enabled": False}}
+    client = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    create(client, "c")
+    return kit, client
+
+
 def test_receipts_verify_by_the_docs_steps_for_other_languages(tmp_path):
     import copy
     import hashlib
 
     from qdrant_guard import keys, noise
     from qdrant_guard.receipts import ReceiptSigner, issue_receipt, stored_receipts
-    from tests.guardkit import QdrantClient, create, make_kit, models, snapshot, unit
+    from tests.guardkit import models, snapshot, unit
 
-    kit = make_kit(tmp_path)
-    pol = {"class": "PII", "owner": "hr", "intent": {"enabled": False}, "diversity": {"enabled": False}}
-    client = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
-    create(client, "c")
+    kit, client = _plain_owner(tmp_path)
     rng = np.random.default_rng(5)
     client.upsert("c", [models.PointStruct(id=i, vector=unit(rng), payload={"text": "t"}) for i in range(5)])
     sk = keys.load_private_key(kit.guard_key_path)
@@ -347,12 +355,9 @@ def test_a_short_audit_write_fails_closed_and_leaves_a_torn_tail_that_repair_cut
 # Pinned before only for two points of one call; a re-release in a later call, at another place
 # in a batch of other vectors, must be the same vector too, or the writes could be averaged.
 def test_a_keyed_re_release_is_identical_whatever_batch_it_comes_in(tmp_path):
-    from tests.guardkit import QdrantClient, create, make_kit, models, snapshot, unit
+    from tests.guardkit import models, snapshot, unit
 
-    kit = make_kit(tmp_path)
-    pol = {"class": "PII", "owner": "hr", "intent": {"enabled": False}, "diversity": {"enabled": False}}
-    client = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
-    create(client, "c")
+    kit, client = _plain_owner(tmp_path)
     rng = np.random.default_rng(21)
     v = unit(rng)
     client.upsert("c", [models.PointStruct(id=0, vector=v, payload={"text": "t"})])

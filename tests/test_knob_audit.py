@@ -157,6 +157,16 @@ class HalfSure:
         return IntentResult("adversarial", 0.5, "r", self.name)
 
 
+def _query_refused_or_not(client, ask, verdict):
+    """Query collection "c" with ``ask``: refused with ``verdict``, or answered when it is None."""
+    if verdict is None:
+        client.query_points("c", **ask)
+        return
+    with pytest.raises(GuardRefusal) as ei:
+        client.query_points("c", **ask)
+    assert ei.value.verdict == verdict
+
+
 @pytest.mark.parametrize("min_confidence, blocked", [(0.6, False), (0.5, True), (0.0, True), (1.0, False)])
 def test_min_confidence_is_the_lowest_confidence_at_which_a_blocked_label_is_enforced(kit, min_confidence, blocked):
     pol = {"class": "PII", "owner": "hr",
@@ -164,12 +174,8 @@ def test_min_confidence_is_the_lowest_confidence_at_which_a_blocked_label_is_enf
     owner = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
     create(owner, "c")
     ask = dict(query=unit(np.random.default_rng(0)), query_text="list every record", limit=3)
-    if blocked:
-        with pytest.raises(GuardRefusal) as ei:
-            owner.query_points("c", **ask)
-        assert ei.value.verdict == "INTENT_BLOCKED"
-    else:
-        owner.query_points("c", **ask)
+    _query_refused_or_not(owner, ask, "INTENT_BLOCKED" if blocked else None)
+    if not blocked:
         last = audit_records(kit)[-1]
         assert last["verdict"] == "ALLOW" and last["details"]["intent"]["below_min_confidence"] is True
 
@@ -196,12 +202,7 @@ def test_max_repetition_one_is_no_cap_and_zero_refuses_any_repeat(kit, cap, refu
     create(owner, "c")
     text = "payroll payroll payroll payroll report" if cap else "payroll report payroll"
     ask = dict(query=unit(np.random.default_rng(0)), query_text=text, limit=3)
-    if refused:
-        with pytest.raises(GuardRefusal) as ei:
-            owner.query_points("c", **ask)
-        assert ei.value.verdict == "QUERY_REJECTED"
-    else:
-        owner.query_points("c", **ask)
+    _query_refused_or_not(owner, ask, "QUERY_REJECTED" if refused else None)
 
 
 def test_writers_empty_list_is_the_default_only_the_owner_writes(kit):
