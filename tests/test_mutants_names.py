@@ -1,0 +1,68 @@
+"""Cases that kill the surviving mutants of the password-name and payload-name rules
+(``scripts/mutate.py`` on textguard's name rules and querycheck's filter paths; see
+docs/security-testing.md, "Mutation pass, password-name rules"). Each goes through the public
+client against real local-mode Qdrant: a write or filter that must be refused, or stored as given."""
+from __future__ import annotations
+
+import pytest
+
+from guardkit import snapshot
+from test_payload_fields import _kit_client, _stored, _write
+from test_payload_values import WEAK
+from test_review17 import _by, _refused
+
+# Refused as credentials: each kills a mutant that let the value through.
+REFUSED = [
+    {"doorpasscode": WEAK},  # a password word as the end of one word ([:4] made [:3] dropped passcode)
+]
+
+# Stored as given on PII and PUBLIC collections: each kills a mutant that refused ordinary data.
+ORDINARY = {
+    "_": "data", "#": "tag",  # a key of no word is no password name (empty words read as one)
+    "xpwd": "257 is the reply",  # FTP's XPWD: only pwd alone is a password word, no suffix ([:4] made [:5])
+    # An HTML form's field: a two-letter key under a password name describes it (<= 1 made <= 2).
+    "password": {"id": "signup-pw", "type": "password"},
+}
+
+
+@pytest.mark.parametrize("payload", REFUSED, ids=range(len(REFUSED)))
+def test_mutant_killing_credentials_are_refused(tmp_path, payload):
+    kit, client = _kit_client(tmp_path)
+    before = snapshot(client, "c"), snapshot(client, "pub")
+    err = _refused(lambda: _write(client, "c", "upsert", payload))
+    assert err.verdict == "CREDENTIAL_IN_TEXT" and "password name" in str(err)
+    assert _refused(lambda: _write(client, "pub", "upsert", payload)).verdict == "SENSITIVITY_MISMATCH"
+    assert (snapshot(client, "c"), snapshot(client, "pub")) == before
+
+
+def test_mutant_killing_ordinary_payloads_are_stored(tmp_path):
+    kit, client = _kit_client(tmp_path)
+    for col in ("c", "pub"):
+        _write(client, col, "upsert", ORDINARY)
+        assert _stored(client, col, "upsert") == ORDINARY
+
+
+def test_set_payload_reads_a_bare_pass_under_the_last_key_of_its_path(tmp_path):
+    kit, client = _kit_client(tmp_path)
+    before = snapshot(client, "c"), snapshot(client, "pub")
+    # The object is named by the path's last key, not its first ([-1] made [0]).
+    err = _refused(lambda: client.set_payload("c", payload={"pass": WEAK}, points=[1], key="mail.smtp"))
+    assert err.verdict == "CREDENTIAL_IN_TEXT" and "password name" in str(err)
+    assert (snapshot(client, "c"), snapshot(client, "pub")) == before
+    # ... and by that key alone, as an upsert of the same object reads it: under auth's object "1"
+    # a bare pass is no password in either form (the whole path read as the name made it auth's).
+    nested = {"auth": {"1": {"pass": "gold"}}}
+    _write(client, "pub", "upsert", nested)
+    assert _stored(client, "pub", "upsert") == nested
+    client.set_payload("pub", payload={"pass": "gold"}, points=[1], key='auth."1"')
+    assert _stored(client, "pub", "set_payload")["auth"] == {"1": {"pass": "gold"}}
+
+
+def test_a_filter_on_a_quoted_holder_key_under_a_password_name_is_refused(tmp_path):
+    kit, client = _kit_client(tmp_path)
+    # password."x" is the key x of password's object: its quotes are no part of the name
+    # (group(1) made group(0) read '"x"', three characters and no holder word), and a quoted key
+    # is a key (group(1) made group(2) dropped it, leaving auth).
+    for key in ('password."x"', 'db_password."value"', 'auth."pass"'):
+        err = _refused(lambda: client.count("c", count_filter=_by(key, WEAK)))
+        assert err.verdict == "CREDENTIAL_IN_TEXT" and "password name" in str(err)
