@@ -10,6 +10,7 @@ from guardkit import snapshot
 from test_payload_fields import _kit_client, _stored, _write
 from test_payload_values import WEAK
 from test_review17 import _by, _refused
+from qdrant_guard import UnsupportedWriteError
 
 # Refused as credentials: each kills a mutant that let the value through.
 REFUSED = [
@@ -66,3 +67,15 @@ def test_a_filter_on_a_quoted_holder_key_under_a_password_name_is_refused(tmp_pa
     for key in ('password."x"', 'db_password."value"', 'auth."pass"'):
         err = _refused(lambda: client.count("c", count_filter=_by(key, WEAK)))
         assert err.verdict == "CREDENTIAL_IN_TEXT" and "password name" in str(err)
+
+
+def test_a_remembered_clean_key_sent_twice_is_still_refused(tmp_path):
+    kit, client = _kit_client(tmp_path)
+    _write(client, "c", "upsert", {"note": "hi"})  # ("note", "hi") is now a remembered clean pair
+    before = snapshot(client, "c")
+    # In a nested object b"note" is stored as "note" and the second "note" would overwrite it: the
+    # pair may not take the fast path past the check for a key stored twice (k not in out made
+    # k in out did).
+    with pytest.raises(UnsupportedWriteError):
+        _write(client, "c", "upsert", {"m": {b"note": "hi", "note": "hi"}}, pid=3)
+    assert snapshot(client, "c") == before
