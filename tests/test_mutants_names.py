@@ -23,6 +23,9 @@ ORDINARY = {
     "xpwd": "257 is the reply",  # FTP's XPWD: only pwd alone is a password word, no suffix ([:4] made [:5])
     # An HTML form's field: a two-letter key under a password name describes it (<= 1 made <= 2).
     "password": {"id": "signup-pw", "type": "password"},
+    # Media ids at both ends of JCB's 3528..3589 range, Luhn-valid: no card under media_id (either
+    # bound made strict refused them on PUBLIC).
+    "media_id": "3528041780612345673", "post": {"media_ids": [3589041780612345675]},
 }
 
 
