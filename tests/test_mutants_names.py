@@ -25,6 +25,8 @@ ORDINARY = {
     "password": {"id": "signup-pw", "type": "password"},
     # Media ids at both ends of JCB's 3528..3589 range, Luhn-valid: no card under media_id (either
     # bound made strict refused them on PUBLIC).
+    # A working directory under a name whose last word is pwd ([-1] made [0] read "shell").
+    "shell_pwd": "/home/alice/src",
     "media_id": "3528041780612345673", "post": {"media_ids": [3589041780612345675]},
 }
 
