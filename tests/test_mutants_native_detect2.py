@@ -1,0 +1,34 @@
+"""Tests written against mutants of native/detect.c that the suite let through: the second pass of
+scripts/mutate_c.py (card grouping, IBAN grouping).
+
+Each case names the mutant it kills (detect.c line and mutation at the time of the pass). Every case
+runs through both twins with the oracle helper (native and reference must agree on it) and then
+through the public API, qdrant_guard.detect.find_sensitive, against the expected findings. The card
+numbers are Luhn-valid with a known IIN, so only the grouping decides.
+"""
+from __future__ import annotations
+
+import pytest
+
+from qdrant_guard.detect import find_sensitive
+from tests.oracle import assert_same, both
+
+NATIVE, PYTHON = both("detect")
+
+# (text, [(type, secret substring), ...])
+CASES = [
+    # card_groups_ok (line 274): "k < ng - 1" -> "k <= ng - 1" also wanted the last group to be 4
+    # digits; a last group of 1 to 3 digits after groups of 4 is a card (13, 15 digits)
+    ("card 4111 7392 0184 650", [("CREDIT_CARD", "4111 7392 0184 650")]),
+    ("card 4111-7392-0184-650", [("CREDIT_CARD", "4111-7392-0184-650")]),
+    # card_groups_ok (line 276): "g[ng - 1] >= 1" -> "> 1" or ">= 2" refused a last group of one
+    # digit (4-4-4-1, a 13-digit Visa)
+    ("card 4111 7392 0184 7", [("CREDIT_CARD", "4111 7392 0184 7")]),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CASES)
+def test_native_and_reference_agree_and_are_right(text: str, expected: list[tuple[str, str]]) -> None:
+    spans = assert_same(NATIVE.find_spans, PYTHON.find_spans, text)
+    assert [(t, text[a:b]) for a, b, t, _ in spans] == expected
+    assert [(f.type, text[f.start:f.end]) for f in find_sensitive(text)] == expected
