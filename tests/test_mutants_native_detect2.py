@@ -24,6 +24,16 @@ CASES = [
     # card_groups_ok (line 276): "g[ng - 1] >= 1" -> "> 1" or ">= 2" refused a last group of one
     # digit (4-4-4-1, a 13-digit Visa)
     ("card 4111 7392 0184 7", [("CREDIT_CARD", "4111 7392 0184 7")]),
+    # iin_known (line 256): Mastercard's 2-series 2221..2720 widened at the low end (2221 - 1 took
+    # 2220) or narrowed at the high end ("<= 2720" -> "<", which lost 2720); no test card came from
+    # the 2-series ends
+    ("card 2220739201846576", []),
+    ("card 2221739201846575", [("CREDIT_CARD", "2221739201846575")]),
+    ("card 2720739201846571", [("CREDIT_CARD", "2720739201846571")]),
+    ("card 2721739201846570", []),
+    # iin_known (line 256): "p2 == 34" -> "p2 == 35" lost American Express's 34 prefix (every test
+    # Amex number began 37)
+    ("card 347392018465735", [("CREDIT_CARD", "347392018465735")]),
 ]
 
 
