@@ -30,6 +30,14 @@ CASES = [
     # no longer a selector) and 0xE01EF + 1 (U+E01F0, unassigned, taken for one)
     ("a\U000e0100\U000e01efb", {}, [("invisible_char", 2)]),
     ("a\U000e0100\U000e01f0b", {}, []),
+    # entity_len (line 401): "j < n && (s[j] == 'x' || s[j] == 'X')" with && made || skipped the
+    # first character after "&#" whatever it was and read hex from there: a one-digit decimal
+    # reference lost its only digit, and a letter there began a "hex" reference
+    ("a &#9; b", {}, [("html_entity", 2)]),
+    ("a &#A1; b", {}, []),
+    # entity_len (line 401): "s[j] == 'X'" -> "!=" or 'X' + 1: no test had an upper-case "&#X"
+    # hexadecimal reference (the first of these also loses "&#9;" above)
+    ("a &#X41; b", {}, [("html_entity", 2)]),
 ]
 
 

@@ -27,7 +27,7 @@ PIECES = [
     "\U0001F308", "\U0001F3F3", "\u2764", "\u26a7", "\u00e9", "東京", "\ud800", "\udfff", "\udc80", "\U0010FFFF",
     "enchantments", "SGVsbG8gV29yb", "\ud7ff", "\ue000",  # the native mutation pass (test_mutants_native_scan)
     # the second native mutation pass (test_mutants_native_scan2)
-    "\ufdff", "\ufe10", "\U000E00FF", "\U000E01EF", "\U000E01F0",
+    "\ufdff", "\ufe10", "\U000E00FF", "\U000E01EF", "\U000E01F0", "&#9;", "&#A1;", "&#X41;",
 ]
 BAD_BYTES = [b"\xff", b"\xfe", b"\x80", b"\xc0\xaf", b"\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf0\x9f"]
 
