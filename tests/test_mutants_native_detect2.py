@@ -34,6 +34,15 @@ CASES = [
     # iin_known (line 256): "p2 == 34" -> "p2 == 35" lost American Express's 34 prefix (every test
     # Amex number began 37)
     ("card 347392018465735", [("CREDIT_CARD", "347392018465735")]),
+    # iban (line 460): "glen == 0 || glen > 4" -> "&&" let a group of 5 characters through (the
+    # run is read up to 5): a valid IBAN regrouped 4-4-4-4-5-1 is no grouped IBAN
+    ("iban GB82 WEST 1234 5698 76543 2", []),
+    ("iban GB82 WEST 1234 5698 7654 32", [("IBAN", "GB82 WEST 1234 5698 7654 32")]),
+    # iban (line 460): "count + glen > length" joined by "&&" to either neighbour took a last group
+    # that runs past the country's length (22 for GB: a 24-character run, checked on its first
+    # 22), and the second also a 3-character group in the middle
+    ("iban GB82 WEST 1234 5698 7654 3210", []),
+    ("iban GB82 WES T123 4569 8765 432", []),
 ]
 
 
