@@ -1246,7 +1246,8 @@ static void classify(scanner *st, uint32_t cp, size_t i, int len, int64_t positi
         flag(st, QG_K_BIDI, i, len, position, cp);
         return;
     }
-    if (cp == 0xAD || cp == 0x180E || cp == 0x200B || cp == 0x200C || cp == 0x2060) {
+    if (cp == 0xAD || cp == 0x180E || cp == 0x200B || cp == 0x200C || (cp >= 0x2060 && cp <= 0x2064) ||
+        (cp >= 0x206A && cp <= 0x206F)) {
         flag(st, QG_K_INVISIBLE, i, len, position, cp);
         return;
     }

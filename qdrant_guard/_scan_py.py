@@ -57,7 +57,7 @@ Violation kinds (``Violation.kind``); rules set to ``None`` are not checked:
 - ``control_char``: U+0000..U+001F except TAB, LF, CR; U+007F; U+0080..U+009F.
 - ``invalid_utf8`` (bytes input only): bytes outside well-formed UTF-8.
 - ``lone_surrogate`` (str input only): U+D800..U+DFFF.
-- ``invisible_char``: U+200B, U+200C, U+2060, U+00AD, U+180E; U+FEFF except as the first code point;
+- ``invisible_char``: U+200B, U+200C, U+2060..U+2064, U+206A..U+206F, U+00AD, U+180E; U+FEFF except as the first code point;
   U+200D except inside an emoji ZWJ sequence (after an Extended_Pictographic code point optionally
   followed by emoji modifiers U+1F3FB..U+1F3FF and U+FE0F, and before an Extended_Pictographic code
   point); tag characters U+E0000..U+E007F except the three RGI subdivision flags (England, Scotland,
@@ -194,12 +194,14 @@ RGI_TAG_SEQUENCES: tuple[str, ...] = tuple(
 )
 
 _BIDI = frozenset([0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
-_ALWAYS_INVISIBLE = frozenset([0x00AD, 0x180E, 0x200B, 0x200C, 0x2060])
+# U+2061..U+2064 (invisible operators) and U+206A..U+206F (deprecated format characters) show
+# nothing either; U+180B..U+180F are Mongolian variation selectors, which Mongolian text needs.
+_ALWAYS_INVISIBLE = frozenset([0x00AD, 0x180E, 0x200B, 0x200C, *range(0x2060, 0x2065), *range(0x206A, 0x2070)])
 _ZWJ, _BOM, _VS16 = 0x200D, 0xFEFF, 0xFE0F
 
 _CANDIDATES = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060"
-    "\u2066-\u2069\ufe00-\ufe0f\ufeff\ud800-\udfff\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064"
+    "\u2066-\u206f\ufe00-\ufe0f\ufeff\ud800-\udfff\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
 )
 _TOKEN = re.compile(r"\S+")  # re's \s for str patterns is exactly str.isspace
 _PERCENT = re.compile(r"(?:%[0-9A-Fa-f]{2})+")

@@ -58,6 +58,11 @@ def test_clean_query(impl) -> None:
         ("tags \U000E0041\U000E0042", [("invisible_char", 5)]),
         ("x\ud800y", [("lone_surrogate", 1)]),
         ("a\ufe00\ufe01\ufe02", [("invisible_char", 2)]),  # a chain of variation selectors
+        # invisible operators and deprecated format characters show nothing either
+        ("x\u2061y \u2064 f\u206ag\u206f", [("invisible_char", 1), ("invisible_char", 4), ("invisible_char", 7),
+                                               ("invisible_char", 9)]),
+        ("\u2065 \u2070", []),  # unassigned, and superscript zero: not format characters
+        ("\u182d\u180b\u1820 \u1833\u180f", []),  # Mongolian free variation selectors: ordinary Mongolian
     ],
 )
 def test_violation_table(impl, text, expected) -> None:

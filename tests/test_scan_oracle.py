@@ -28,6 +28,7 @@ PIECES = [
     "enchantments", "SGVsbG8gV29yb", "\ud7ff", "\ue000",  # the native mutation pass (test_mutants_native_scan)
     # the second native mutation pass (test_mutants_native_scan2)
     "\ufdff", "\ufe10", "\U000E00FF", "\U000E01EF", "\U000E01F0", "&#9;", "&#A1;", "&#X41;",
+    "\u2061", "\u2064", "\u2065", "\u2069", "\u206a", "\u206f", "\u2070", "\u180b", "\u180f",  # invisible operators
 ]
 BAD_BYTES = [b"\xff", b"\xfe", b"\x80", b"\xc0\xaf", b"\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf0\x9f"]
 
