@@ -40,7 +40,7 @@ PIECES = [
     # found by the native mutation pass (tests/test_mutants_native_detect.py)
     '"9b2f4e1a-7c3d-4a5b-8e6f-0d1c2b3a4f5e"', "AT61 1904 3002 3457 3201", "ssn 900123456", "SSN 899-12-3456",
     "aws secret KQ2MZ8VT4XR/NW1PL6YB3CH9DF0GJ5SA2EU8IO+T", "Hq8#****$pQr9vXz",
-    # the second native mutation pass (tests/test_mutants_native_detect2.py)
+    # the second native mutation pass (tests/test_mutants_native_detect.py (second-pass cases))
     "4111 7392 0184 650", "4111-7392-0184-650", "4111 7392 0184 7", "2220739201846576", "2221739201846575",
     "2720739201846571", "2721739201846570", "347392018465735", "GB82 WEST 1234 5698 76543 2",
     "GB82 WEST 1234 5698 7654 3210", "GB82 WES T123 4569 8765 432",

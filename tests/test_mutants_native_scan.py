@@ -25,6 +25,29 @@ CASES = [
     # flagged U+D7FF (the last Hangul Jamo code point) or U+E000 (private use) as lone surrogates
     ("x\ud7ffy", {}, []),
     ("x\ue000y", {}, []),
+    # -- the second pass (scripts/mutate_c.py; docs/security-testing.md, "Mutation pass 2")
+    # is_selector (line 218): the range FE00..FE0F widened by one at either end (0xFE00 - 1,
+    # 0xFE0F + 1) took U+FDFF or U+FE10 (a vertical comma) for a variation selector, so one after a
+    # selector was flagged as a second selector in a row; the control is two real selectors
+    ("a\ufe00\ufdffb", {}, []),
+    ("a\ufe0f\ufe10b", {}, []),
+    ("a\ufe00\ufe0fb", {}, [("invisible_char", 2)]),
+    # is_selector (line 218): 0xE0100 - 1 took U+E00FF (unassigned, past the tag characters) for a
+    # variation selector supplement
+    ("a\U000e0100\U000e00ffb", {}, []),
+    ("a\U000e0100\U000e0101b", {}, [("invisible_char", 2)]),
+    # is_selector (line 218): the supplement's upper end, "cp <= 0xE01EF" -> "<" (U+E01EF itself
+    # no longer a selector) and 0xE01EF + 1 (U+E01F0, unassigned, taken for one)
+    ("a\U000e0100\U000e01efb", {}, [("invisible_char", 2)]),
+    ("a\U000e0100\U000e01f0b", {}, []),
+    # entity_len (line 401): "j < n && (s[j] == 'x' || s[j] == 'X')" with && made || skipped the
+    # first character after "&#" whatever it was and read hex from there: a one-digit decimal
+    # reference lost its only digit, and a letter there began a "hex" reference
+    ("a &#9; b", {}, [("html_entity", 2)]),
+    ("a &#A1; b", {}, []),
+    # entity_len (line 401): "s[j] == 'X'" -> "!=" or 'X' + 1: no test had an upper-case "&#X"
+    # hexadecimal reference (the first of these also loses "&#9;" above)
+    ("a &#X41; b", {}, [("html_entity", 2)]),
 ]
 
 

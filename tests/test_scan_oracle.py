@@ -26,7 +26,7 @@ PIECES = [
     "\U000E0067\U000E0062\U000E0065\U000E006E\U000E0067\U000E007F", "\U0001F468", "\U0001F469", "\U0001F3FD",
     "\U0001F308", "\U0001F3F3", "\u2764", "\u26a7", "\u00e9", "東京", "\ud800", "\udfff", "\udc80", "\U0010FFFF",
     "enchantments", "SGVsbG8gV29yb", "\ud7ff", "\ue000",  # the native mutation pass (test_mutants_native_scan)
-    # the second native mutation pass (test_mutants_native_scan2)
+    # the second native mutation pass (test_mutants_native_scan, second pass)
     "\ufdff", "\ufe10", "\U000E00FF", "\U000E01EF", "\U000E01F0", "&#9;", "&#A1;", "&#X41;",
     "\u2061", "\u2064", "\u2065", "\u2069", "\u206a", "\u206f", "\u2070", "\u180b", "\u180f",  # invisible operators
 ]
