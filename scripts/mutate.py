@@ -242,11 +242,8 @@ def run_tests(cmd: list[str], timeout: float, env: dict[str, str]) -> tuple[str,
     return "killed", dt
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("module", type=Path, help="the .py file to mutate (in this worktree)")
-    ap.add_argument("-f", "--function", action="append", default=[],
-                    help="function or Class.method to mutate (repeatable; default: whole module)")
+def add_run_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options both mutators share: the test selection, its limits and the line filter."""
     ap.add_argument("-t", "--tests", action="append", default=[],
                     help="pytest argument (file or node id; repeatable)")
     ap.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
@@ -254,16 +251,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", default=DEFAULT_PYTHON)
     ap.add_argument("--lines", default=None, help="only mutants on these lines: A-B,C,...")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+
+
+def number_ranges(spec: str) -> list[tuple[int, int]]:
+    """``"3,7-9"`` -> ``[(3, 3), (7, 9)]``."""
+    spans = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        spans.append((int(lo), int(hi or lo)))
+    return spans
+
+
+def on_lines(mutants: list, spec: str | None) -> list:
+    """The mutants on the lines ``spec`` names (all of them without one)."""
+    if not spec:
+        return mutants
+    spans = number_ranges(spec)
+    return [m for m in mutants if any(lo <= m.line <= hi for lo, hi in spans)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("module", type=Path, help="the .py file to mutate (in this worktree)")
+    ap.add_argument("-f", "--function", action="append", default=[],
+                    help="function or Class.method to mutate (repeatable; default: whole module)")
+    add_run_arguments(ap)
     args = ap.parse_args(argv)
 
     path = args.module.resolve()
-    mutants = generate(path, args.function)
-    if args.lines:
-        spans = []
-        for part in args.lines.split(","):
-            lo, _, hi = part.partition("-")
-            spans.append((int(lo), int(hi or lo)))
-        mutants = [m for m in mutants if any(lo <= m.line <= hi for lo, hi in spans)]
+    mutants = on_lines(generate(path, args.function), args.lines)
     rel = os.path.relpath(path)
     if args.list:
         for i, m in enumerate(mutants):

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mutate import DEFAULT_PYTHON, Mutant, apply, run_tests  # noqa: E402
+from mutate import Mutant, add_run_arguments, apply, number_ranges, on_lines, run_tests  # noqa: E402
 
 _FLIP = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "==", "&&": "||", "||": "&&"}
 _REL = {"<", "<=", ">", ">=", "==", "!="}
@@ -269,36 +269,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("source", type=Path, help="the native/*.c file to mutate (in this worktree)")
     ap.add_argument("-f", "--function", action="append", default=[],
                     help="function to mutate (repeatable; default: every function of the file)")
-    ap.add_argument("-t", "--tests", action="append", default=[],
-                    help="pytest argument (file or node id; repeatable); fast files first: -x stops early")
-    ap.add_argument("-k", dest="keyword", default=None, help="pytest -k expression")
-    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run (timeout = killed)")
+    add_run_arguments(ap)
     ap.add_argument("--seed", default="0", help="hypothesis seed, so verdicts repeat")
-    ap.add_argument("--python", default=DEFAULT_PYTHON)
-    ap.add_argument("--lines", default=None, help="only mutants on these lines: A-B,C,...")
     ap.add_argument("--only", default=None, help="only these mutant numbers of --list: 3,7-9")
     ap.add_argument("--no-eq-consts", action="store_true",
                     help="no +1 of constants compared with == or != (cheaper: keeps the boundary mutants)")
-    ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     args = ap.parse_args(argv)
 
     path = args.source.resolve()
     root = Path.cwd().resolve()
     if not (root / "setup.py").exists():
         ap.error("run from the worktree root (setup.py not found)")
-    mutants = generate(path, args.function, eq_consts=not args.no_eq_consts)
-    if args.lines:
-        spans = []
-        for part in args.lines.split(","):
-            lo, _, hi = part.partition("-")
-            spans.append((int(lo), int(hi or lo)))
-        mutants = [m for m in mutants if any(lo <= m.line <= hi for lo, hi in spans)]
+    mutants = on_lines(generate(path, args.function, eq_consts=not args.no_eq_consts), args.lines)
     numbered = list(enumerate(mutants))
     if args.only:
-        keep = set()
-        for part in args.only.split(","):
-            lo, _, hi = part.partition("-")
-            keep.update(range(int(lo), int(hi or lo) + 1))
+        keep = {i for lo, hi in number_ranges(args.only) for i in range(lo, hi + 1)}
         numbered = [(i, m) for i, m in numbered if i in keep]
     rel = os.path.relpath(path)
     if args.list:
