@@ -1007,27 +1007,30 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
                 "docs/policy.example.toml), which names keys and logs by path") if what else ""
         raise ConfigError(f"{p}: not valid TOML: {exc}{hint}") from None
     base = p.resolve().parent
-    # An empty path stays empty, for the loader to refuse: base / "" would be the directory itself.
+
+    def resolved(path: Any) -> Any:
+        # An empty path stays empty, for the loader to refuse: base / "" would be the directory itself.
+        return str(base / path) if isinstance(path, str) and path else path
+
+    def keys_resolved(keys: list[Any]) -> list[Any]:
+        return [k if isinstance(k, str) and k.startswith("ed25519:") else resolved(k) for k in keys]
+
     for key in ("signing_key", "audit_log"):
-        if isinstance(data.get(key), str) and data[key]:
-            data[key] = str(base / data[key])
+        if key in data:
+            data[key] = resolved(data[key])
     store = data.get("budget_store")
     if isinstance(store, str) and store_kind(store) == "sqlite" and not store[len("sqlite:///"):].startswith("/"):
         data["budget_store"] = "sqlite:///" + str(base / store[len("sqlite:///"):])
     for coll in [data.get("default"), *(data.get("collections") or {}).values()]:
         util = coll.get("utility") if isinstance(coll, dict) else None
-        if isinstance(util, dict) and isinstance(util.get("record"), str) and util["record"]:
-            util["record"] = str(base / util["record"])
+        if isinstance(util, dict) and "record" in util:
+            util["record"] = resolved(util["record"])
     for b in (data.get("boundaries") or {}).values():
         if isinstance(b, dict) and isinstance(b.get("authority_keys"), list):
-            b["authority_keys"] = [
-                k if not isinstance(k, str) or not k or k.startswith("ed25519:") else str(base / k) for k in b["authority_keys"]
-            ]
+            b["authority_keys"] = keys_resolved(b["authority_keys"])
     if isinstance(data.get("audit_trusted_keys"), list):
-        data["audit_trusted_keys"] = [k if not isinstance(k, str) or not k or k.startswith("ed25519:") else str(base / k)
-                                      for k in data["audit_trusted_keys"]]
+        data["audit_trusted_keys"] = keys_resolved(data["audit_trusted_keys"])
     rec = data.get("receipts")
     if isinstance(rec, dict) and isinstance(rec.get("trusted_keys"), list):
-        rec["trusted_keys"] = [k if not isinstance(k, str) or not k or k.startswith("ed25519:") else str(base / k)
-                               for k in rec["trusted_keys"]]
+        rec["trusted_keys"] = keys_resolved(rec["trusted_keys"])
     return config_from_dict(data, source=str(p))
