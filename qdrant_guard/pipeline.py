@@ -170,6 +170,17 @@ class Offload:
 Op = Generator["Call | Offload", Any, Any]
 
 
+def _admin_boundaries(pol: CollectionPolicy) -> list[str | None]:
+    # Without an owner, the writers administer the collection: someone must be able to create,
+    # recreate and index it, and they are the ones trusted with its contents.
+    return [pol.owner] if pol.owner else list(pol.writers or ())
+
+
+def _administers(pol: CollectionPolicy, boundary: str) -> bool:
+    admins = _admin_boundaries(pol)
+    return boundary in admins or (pol.owner is None and "*" in admins)
+
+
 def mark_audited(exc: BaseException) -> BaseException:
     """Mark ``exc`` as already audited, so the write path's catch-all does not audit it again."""
     exc._qg_audited = True  # type: ignore[attr-defined]
@@ -518,7 +529,7 @@ class GuardPipeline:
         elif need == "write":
             ok = pol.may_write(boundary)
         else:
-            ok = boundary is not None and (boundary == pol.owner or (pol.owner is None and pol.may_write(boundary)))
+            ok = boundary is not None and _administers(pol, boundary)
         if ok:
             return
         if self.verified is not None and boundary is None:
@@ -534,9 +545,8 @@ class GuardPipeline:
         else:
             # A Principal without a credential: its boundary is only claimed, so it counts for nothing.
             who = f"unverified principal {self.principal_label!r} (no credential was given)"
-        # Without an owner, the writers administer the collection (the check above).
-        admins: list[str | None] = [pol.owner] if pol.owner else list(pol.writers or ())
-        allowed = {"read": [pol.owner, *pol.readers], "write": [pol.owner, *(pol.writers or ())], "admin": admins}[need]
+        allowed = {"read": [pol.owner, *pol.readers], "write": [pol.owner, *(pol.writers or ())],
+                   "admin": _admin_boundaries(pol)}[need]
         allowed = [b for b in allowed if b]
         if allowed:
             fix = (f"allowed boundaries: {allowed}. Pass principal= with a credential issued by one of "

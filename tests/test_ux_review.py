@@ -402,3 +402,21 @@ def test_a_query_text_of_the_wrong_type_is_a_guard_error_naming_the_fix(tmp_path
     with pytest.raises(QdrantGuardError, match=r"query_text= must be the query's text as a str, not bytes") as ei:
         client.query_points("kb", query=[0.1] * DIM, query_text=b"quarterly revenue")
     assert isinstance(ei.value, TypeError)
+
+
+def test_who_administers_a_collection_the_check_and_its_message_agree(tmp_path: Path) -> None:
+    # The admin rule (the owner; without one, the writers, "*" included) is written once
+    # (pipeline._admin_boundaries) for the check and for the refusal's list of who may.
+    from qdrant_guard import GuardRefusal
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({
+        "open": {"class": "PII", "writers": ["*"], "readers": ["hr"]},
+        "owned": {"class": "PII", "owner": "support", "writers": ["hr"]},
+    })
+    hr = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(hr, "open")  # any verified writer administers an owner-less collection with writers "*"
+    with pytest.raises(GuardRefusal) as ei:
+        create(hr, "owned")  # a writer of an owned collection does not administer it
+    assert "allowed boundaries: ['support']" in str(ei.value)
+    create(hr.with_principal(kit.principal("bob", "support")), "owned")
