@@ -53,7 +53,7 @@ from cryptography.hazmat.primitives import hashes, hmac
 
 from ._impl import load_kernel
 from .errors import InvalidVectorError
-from .noise_params import MECHANISMS, NoiseParams
+from .noise_params import MECHANISMS, NoiseParams, guarantee_sentence
 
 __all__ = [
     "MECHANISM_VERSION",
@@ -234,37 +234,6 @@ def lattice_step(scale: float) -> float:
     return math.ldexp(1.0, exponent - 1 - int(math.log2(LATTICE_DIVISOR)))
 
 
-def _exact(x: float) -> str:
-    # "%g" where it reads back as x (1, 0.01, 1e-06), else the shortest exact form: a rounded
-    # epsilon or radius would state a guarantee other than the one provided.
-    short = f"{x:g}"
-    return short if float(short) == x else repr(x)
-
-
-def _guarantee(mechanism: str, epsilon: float, delta: float, radius: float, clip_norm: float | None,
-               scale: float, step: float, sensitivity: float, dim: int, dtype: str) -> str:
-    epsilon_s, delta_s, radius_s = _exact(epsilon), _exact(delta), _exact(radius)
-    if clip_norm is None:
-        inputs = f"any two inputs (as given, not clipped) within L2 distance radius={radius_s}"
-    else:
-        inputs = (f"any two inputs within L2 distance radius={radius_s} (rows are first clipped to L2 "
-                  f"norm {_exact(clip_norm)}, which never increases distances")
-        inputs += ", so with radius >= 2*clip_norm this covers every pair)" if radius >= 2 * clip_norm else ")"
-    lattice = (f"calibrated for L2 sensitivity {sensitivity:.9g} = radius + sqrt({dim})*{_exact(step)} to "
-               f"cover snapping the output to multiples of {_exact(step)}")
-    read = " Inputs are float64: coordinates below 2^-511 in magnitude are read as 0 first." \
-        if dtype == "float64" else ""
-    read += (f" Stated for the ideal noise distribution: the sampler's noise is bounded, which adds about "
-             f"{dim * 2.3e-34:.2g} or less to delta (docs/privacy.md).")
-    if mechanism == "gaussian":
-        return (f"gaussian: (epsilon={epsilon_s}, delta={delta_s})-differential privacy per released "
-                f"vector between {inputs}; analytic Gaussian mechanism with sigma={scale:.9g} per "
-                f"coordinate, {lattice}.{read}")
-    return (f"laplace_l2: epsilon={epsilon_s} at L2 distance radius={radius_s} (metric DP, "
-            f"delta=0: log-likelihood ratio <= epsilon*distance/radius) per released vector between "
-            f"{inputs}; multivariate L2 Laplace with Gamma({dim}) norm scale={scale:.9g}, {lattice}.{read}")
-
-
 @lru_cache(maxsize=1024, typed=True)  # typed: True must not hit the entry of 1.0 and skip the checks
 def _params(mechanism: Any, epsilon: Any, delta: Any, radius: Any, clip_norm: Any, dim: int,
             dtype: str, rng_id: str) -> NoiseParams:
@@ -304,7 +273,7 @@ def _params(mechanism: Any, epsilon: Any, delta: Any, radius: Any, clip_norm: An
         mechanism=mechanism, mechanism_version=MECHANISM_VERSION, epsilon=eps, delta=dlt,
         radius=rad, clip_norm=clip, scale=scale, lattice_step=step, rng_id=rng_id, dim=dim,
         dtype=dtype,
-        guarantee=_guarantee(mechanism, eps, dlt, rad, clip, scale, step, sensitivity, dim, dtype),
+        guarantee=guarantee_sentence(mechanism, eps, dlt, rad, clip, scale, step, dim, dtype),
     )
 
 

@@ -1,10 +1,19 @@
 """The parameters of one noise release, as recorded in receipts and manifests."""
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import asdict, dataclass
-from typing import Any
+from functools import lru_cache
+from typing import Any, Mapping
 
 MECHANISMS = ("gaussian", "laplace_l2")
+#: The wordings of ``NoiseParams.guarantee`` this library has written, oldest first (all under
+#: receipt format ``qg-receipt/1``; ``mechanism_version`` does not tell them apart: 1 and 2 only
+#: ever carried wording 1, version 3 carries any of the four). 1: numbers with ``%g``; 2: a
+#: float64 release adds that tiny coordinates are read as 0; 3: epsilon, delta, radius, clip norm
+#: and lattice step exact; 4 (current): adds the ideal-noise remark and its delta bound.
+GUARANTEE_WORDINGS = (1, 2, 3, 4)
 
 
 @dataclass(frozen=True)
@@ -50,3 +59,132 @@ class NoiseParams:
     def as_dict(self) -> dict[str, Any]:
         """Return the parameters as a plain JSON-serialisable dict."""
         return asdict(self)
+
+
+def _exact(x: float) -> str:
+    # "%g" where it reads back as x (1, 0.01, 1e-06), else the shortest exact form: a rounded
+    # epsilon or radius would state a guarantee other than the one provided.
+    short = f"{x:g}"
+    return short if float(short) == x else repr(x)
+
+
+def _rounded(x: float) -> str:
+    return f"{x:g}"
+
+
+def guarantee_sentence(mechanism: str, epsilon: float, delta: float, radius: float,
+                       clip_norm: float | None, scale: float, lattice_step: float, dim: int,
+                       dtype: str, *, wording: int = GUARANTEE_WORDINGS[-1]) -> str:
+    """Return the ``guarantee`` sentence for these parameters, in ``wording`` (default: current).
+
+    The one function that writes the sentence (``noise.privatize``) and that verification uses
+    to check it: every number in it comes from the arguments, the sensitivity is
+    ``radius + sqrt(dim)*lattice_step``. Older wordings (:data:`GUARANTEE_WORDINGS`) are the
+    exact text earlier versions of this library wrote, so their receipts still check.
+    """
+    if wording not in GUARANTEE_WORDINGS:
+        raise ValueError(f"wording must be one of {GUARANTEE_WORDINGS}, not {wording!r}")
+    num = _exact if wording >= 3 else _rounded
+    sensitivity = radius + math.sqrt(dim) * lattice_step
+    epsilon_s, delta_s, radius_s, step_s = num(epsilon), num(delta), num(radius), num(lattice_step)
+    if clip_norm is None:
+        inputs = f"any two inputs (as given, not clipped) within L2 distance radius={radius_s}"
+    else:
+        inputs = (f"any two inputs within L2 distance radius={radius_s} (rows are first clipped to L2 "
+                  f"norm {num(clip_norm)}, which never increases distances")
+        inputs += ", so with radius >= 2*clip_norm this covers every pair)" if radius >= 2 * clip_norm else ")"
+    lattice = (f"calibrated for L2 sensitivity {sensitivity:.9g} = radius + sqrt({dim})*{step_s} to "
+               f"cover snapping the output to multiples of {step_s}")
+    read = " Inputs are float64: coordinates below 2^-511 in magnitude are read as 0 first." \
+        if dtype == "float64" and wording >= 2 else ""
+    if wording >= 4:
+        read += (f" Stated for the ideal noise distribution: the sampler's noise is bounded, which adds "
+                 f"about {dim * 2.3e-34:.2g} or less to delta (docs/privacy.md).")
+    if mechanism == "gaussian":
+        return (f"gaussian: (epsilon={epsilon_s}, delta={delta_s})-differential privacy per released "
+                f"vector between {inputs}; analytic Gaussian mechanism with sigma={scale:.9g} per "
+                f"coordinate, {lattice}.{read}")
+    return (f"laplace_l2: epsilon={epsilon_s} at L2 distance radius={radius_s} (metric DP, "
+            f"delta=0: log-likelihood ratio <= epsilon*distance/radius) per released vector between "
+            f"{inputs}; multivariate L2 Laplace with Gamma({dim}) norm scale={scale:.9g}, {lattice}.{read}")
+
+
+_SENTENCE_ARGS = ("mechanism", "epsilon", "delta", "radius", "clip_norm", "scale", "lattice_step",
+                  "dim", "dtype")
+
+
+@lru_cache(maxsize=1024)
+def _known(key: tuple[Any, ...]) -> tuple[str, ...]:
+    # Newest first: a current receipt matches on the first comparison.
+    return tuple(guarantee_sentence(*key, wording=w) for w in reversed(GUARANTEE_WORDINGS))
+
+
+# What each labelled number of a sentence is, how to find it in any wording, and the field it
+# states; used only to name the first contradiction in a sentence that matched no wording.
+_LABELS = (
+    ("epsilon", re.compile(r"epsilon=([^,\s)]+)"), "epsilon", False),
+    ("delta", re.compile(r"\bdelta=([^,\s):]+)"), "delta", False),
+    ("radius", re.compile(r"radius=([^,\s)]+)"), "radius", False),
+    ("clip_norm", re.compile(r"clipped to L2 norm ([^,\s)]+)"), "clip_norm", False),
+    ("sigma", re.compile(r"sigma=([^\s,]+)"), "scale", True),
+    ("scale", re.compile(r"norm scale=([^\s,]+)"), "scale", True),
+    ("lattice_step", re.compile(r"multiples of (\S+?)\.(?:\s|$)"), "lattice_step", False),
+    ("dim", re.compile(r"sqrt\((\d+)\)"), "dim", False),
+    ("sensitivity", re.compile(r"sensitivity (\S+) ="), "sensitivity", True),
+)
+
+
+def _says(label: str, said: str, value: Any, nine_digits: bool) -> bool:
+    """Whether the sentence's text ``said`` for ``label`` states the field ``value``."""
+    try:
+        number = float(said)
+    except ValueError:
+        return False
+    if value is None:
+        return False
+    if label == "delta" and said == "0" and value == 0.0:
+        return True
+    if nine_digits:  # the sentence prints sigma/scale to 9 significant digits in every wording
+        return f"{number:.9g}" == f"{float(value):.9g}"
+    # Exact in wordings 3-4; %g (6 significant digits) in wordings 1-2.
+    return number == value or said == f"{value:g}"
+
+
+def guarantee_mismatch(params: Mapping[str, Any]) -> str | None:
+    """Return why ``params["guarantee"]`` does not state the other fields of ``params``, or None.
+
+    The sentence must equal :func:`guarantee_sentence` of the fields in one of the
+    :data:`GUARANTEE_WORDINGS`, and a ``laplace_l2`` sentence (which says ``delta=0``) needs
+    ``delta`` 0. The explanation names the first number or word that contradicts a field, e.g.
+    ``guarantee sentence says epsilon=0.1, fields say epsilon=8.0``.
+    """
+    sentence = params["guarantee"]
+    mechanism = params["mechanism"]
+    if mechanism == "laplace_l2" and params["delta"] != 0.0:
+        return (f"guarantee sentence says delta=0 (laplace_l2 is pure metric DP), fields say "
+                f"delta={params['delta']!r}")
+    key = tuple(params[k] for k in _SENTENCE_ARGS)
+    if sentence in _known(key):
+        return None
+    said_mechanism = sentence.split(":", 1)[0] if ":" in sentence else ""
+    if said_mechanism != mechanism:
+        return (f"guarantee sentence says mechanism={said_mechanism[:40]!r}, fields say "
+                f"mechanism={mechanism!r}")
+    if params["clip_norm"] is None and "not clipped" not in sentence:
+        return "guarantee sentence says the inputs were clipped, fields say clip_norm=None"
+    if params["clip_norm"] is not None and "not clipped" in sentence:
+        return f"guarantee sentence says the inputs were not clipped, fields say clip_norm={params['clip_norm']!r}"
+    if "Inputs are float64" in sentence and params["dtype"] != "float64":
+        return f"guarantee sentence says the inputs are float64, fields say dtype={params['dtype']!r}"
+    fields = dict(params, sensitivity=params["radius"] + math.sqrt(params["dim"]) * params["lattice_step"])
+    for label, pattern, field, nine_digits in _LABELS:
+        for said in pattern.findall(sentence):
+            if not _says(label, said, fields[field], nine_digits):
+                shown = said if len(said) <= 40 else said[:40] + "..."
+                told = "radius + sqrt(dim)*lattice_step" if field == "sensitivity" else field
+                return f"guarantee sentence says {label}={shown}, fields say {told}={fields[field]!r}"
+    current = _known(key)[0]
+    at = next((i for i, (a, b) in enumerate(zip(sentence, current)) if a != b), min(len(sentence), len(current)))
+    return (f"guarantee sentence is not one this library writes for these fields (none of its "
+            f"{len(GUARANTEE_WORDINGS)} wordings); it differs from the current wording at character {at}: "
+            f"{sentence[max(0, at - 20):at + 20]!r} instead of {current[max(0, at - 20):at + 20]!r}")
