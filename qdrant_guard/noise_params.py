@@ -114,8 +114,9 @@ _SENTENCE_ARGS = ("mechanism", "epsilon", "delta", "radius", "clip_norm", "scale
 
 
 @lru_cache(maxsize=1024)
-def _known(key: tuple[Any, ...]) -> tuple[str, ...]:
-    # Newest first: a current receipt matches on the first comparison.
+def _known(key: tuple[Any, ...], spelled: str) -> tuple[str, ...]:
+    # ``spelled`` (the reprs) only keys the cache: 0.0 == -0.0 would share an entry, and the
+    # sentence prints them differently. Newest first: a current receipt matches at once.
     return tuple(guarantee_sentence(*key, wording=w) for w in reversed(GUARANTEE_WORDINGS))
 
 
@@ -164,7 +165,8 @@ def guarantee_mismatch(params: Mapping[str, Any]) -> str | None:
         return (f"guarantee sentence says delta=0 (laplace_l2 is pure metric DP), fields say "
                 f"delta={params['delta']!r}")
     key = tuple(params[k] for k in _SENTENCE_ARGS)
-    if sentence in _known(key):
+    known = _known(key, repr(key))
+    if sentence in known:
         return None
     said_mechanism = sentence.split(":", 1)[0] if ":" in sentence else ""
     if said_mechanism != mechanism:
@@ -183,7 +185,7 @@ def guarantee_mismatch(params: Mapping[str, Any]) -> str | None:
                 shown = said if len(said) <= 40 else said[:40] + "..."
                 told = "radius + sqrt(dim)*lattice_step" if field == "sensitivity" else field
                 return f"guarantee sentence says {label}={shown}, fields say {told}={fields[field]!r}"
-    current = _known(key)[0]
+    current = known[0]
     at = next((i for i, (a, b) in enumerate(zip(sentence, current)) if a != b), min(len(sentence), len(current)))
     return (f"guarantee sentence is not one this library writes for these fields (none of its "
             f"{len(GUARANTEE_WORDINGS)} wordings); it differs from the current wording at character {at}: "

@@ -31,7 +31,7 @@ from .canonical import canonical_json, decode_canonical
 from .errors import InvalidVectorError, ReceiptError
 from .keys import key_id as _key_id
 from .noise import check_release as _check_release
-from .noise_params import MECHANISMS, NoiseParams
+from .noise_params import MECHANISMS, NoiseParams, guarantee_mismatch
 
 __all__ = [
     "RECEIPT_KEY",
@@ -86,6 +86,9 @@ REASONS = (
     "expired",
     "unsupported_version",
     "algorithm",
+    # The signed guarantee sentence does not state the signed numeric fields (it names another
+    # epsilon, delta, radius, sigma or mechanism, or is no wording this library writes).
+    "guarantee_mismatch",
     # Only from verify(): the point or its receipt is absent.
     "missing_point",
     "missing_receipt",
@@ -1073,8 +1076,11 @@ def verify_receipt(
     """Verify a receipt against the vector and the place it was read from.
 
     Checks, in order: format and algorithm, field types and canonical form, signer key (trusted,
-    not revoked), signature (or Merkle proof + root signature), age, collection, point id, vector
-    name, and the salted commitment of ``vector`` rounded to the 2^-20 grid. It does not judge the
+    not revoked), signature (or Merkle proof + root signature), that the ``guarantee`` sentence
+    states the numeric fields (``"guarantee_mismatch"``: it must be
+    :func:`qdrant_guard.noise_params.guarantee_sentence` of them in one of the wordings this
+    library has written), age, collection, point id, vector name, and the salted commitment of
+    ``vector`` rounded to the 2^-20 grid. It does not judge the
     signed noise parameters (a TEST-ONLY seeded release verifies too): apply
     :func:`qdrant_guard.noise.check_release` to ``params`` for that, as the guard does on writes.
 
@@ -1121,6 +1127,11 @@ def verify_receipt(
         if pk is None:
             raise _Reject("unknown_key", f"signer key {kid} is not trusted")
         _verify_signature(body, sig, batch, pk)
+        # A reader shows the sentence, not the fields: one that says other numbers misleads even
+        # under a trusted signature.
+        wrong = guarantee_mismatch(body["params"])
+        if wrong is not None:
+            raise _Reject("guarantee_mismatch", wrong)
         if max_age_s is not None:
             current = time.time() if now is None else float(now)
             try:

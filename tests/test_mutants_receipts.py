@@ -13,7 +13,7 @@ from test_receipts import _mutate as altered
 from test_receipts import _resign
 
 from qdrant_guard.keys import generate_keypair, key_id
-from qdrant_guard.noise_params import NoiseParams
+from qdrant_guard.noise_params import NoiseParams, guarantee_sentence
 from qdrant_guard.receipts import (
     ReceiptSigner,
     issue_receipt,
@@ -28,8 +28,12 @@ NOW = 1_700_000_000.0
 def make_params(dim: int = DIM, **kw) -> NoiseParams:
     args = dict(mechanism="gaussian", mechanism_version="1", epsilon=2.0, delta=1e-6, radius=0.5,
                 clip_norm=1.0, scale=0.31, lattice_step=2.0 ** -20, rng_id="chacha20-getrandom-v1",
-                dim=dim, dtype="float32", guarantee="test guarantee")
+                dim=dim, dtype="float32")
     args.update(kw)
+    if "guarantee" not in args:  # verify checks it against the fields: the one they give
+        args["guarantee"] = guarantee_sentence(*(args[k] for k in ("mechanism", "epsilon", "delta", "radius",
+                                                                   "clip_norm", "scale", "lattice_step", "dim",
+                                                                   "dtype")))
     return NoiseParams(**args)
 
 

@@ -13,7 +13,7 @@ from qdrant_guard import QdrantClient
 from qdrant_guard.errors import InvalidVectorError, UnsupportedWriteError
 from qdrant_guard import receipts
 from qdrant_guard.keys import generate_keypair, key_id
-from qdrant_guard.noise_params import NoiseParams
+from qdrant_guard.noise_params import NoiseParams, guarantee_sentence
 from qdrant_guard.receipts import (
     ReceiptItem,
     ReceiptSigner,
@@ -160,7 +160,8 @@ def test_an_unvalidated_payload_key_is_stored_as_qdrant_client_stores_it(tmp_pat
 def _params(dim):
     return NoiseParams(mechanism="gaussian", mechanism_version="1", epsilon=2.0, delta=1e-6, radius=0.5,
                        clip_norm=1.0, scale=0.31, lattice_step=2.0 ** -20, rng_id="chacha20-getrandom-v1",
-                       dim=dim, dtype="float32", guarantee="test guarantee")
+                       dim=dim, dtype="float32",
+                       guarantee=guarantee_sentence("gaussian", 2.0, 1e-6, 0.5, 1.0, 0.31, 2.0 ** -20, dim, "float32"))
 
 
 @pytest.mark.parametrize("n", [1, receipts._GRID_BLOCK_ROWS - 1, receipts._GRID_BLOCK_ROWS,

@@ -17,7 +17,7 @@ from qdrant_client import QdrantClient, models
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.errors import ReceiptError
 from qdrant_guard.keys import generate_keypair, key_id
-from qdrant_guard.noise_params import NoiseParams
+from qdrant_guard.noise_params import NoiseParams, guarantee_sentence
 from qdrant_guard.receipts import (
     COMMIT_GRID,
     RECEIPT_KEY,
@@ -44,7 +44,9 @@ def make_params(dim: int = DIM, epsilon: float = 2.0, mechanism: str = "gaussian
     return NoiseParams(
         mechanism=mechanism, mechanism_version="1", epsilon=epsilon, delta=1e-6, radius=0.5,
         clip_norm=1.0, scale=0.31, lattice_step=2.0 ** -20, rng_id="chacha20-getrandom-v1",
-        dim=dim, dtype="float32", guarantee="test guarantee",
+        dim=dim, dtype="float32",
+        # verify checks the sentence against the fields, so it is the one they give
+        guarantee=guarantee_sentence(mechanism, epsilon, 1e-6, 0.5, 1.0, 0.31, 2.0 ** -20, dim, "float32"),
     )
 
 
@@ -327,7 +329,7 @@ def test_non_canonical_json_encodings_rejected(keys, rng):
     variants = {
         "reordered": json.dumps(dict(reversed(list(r.items()))), separators=(",", ":"), ensure_ascii=False),
         "whitespace": json.dumps(r, sort_keys=True, ensure_ascii=False),
-        "escaped": canon.decode().replace("test guarantee", "test \\u0067uarantee"),
+        "escaped": canon.decode().replace('"gaussian: (', '"\\u0067aussian: (', 1),
         "float_as_exponent": canon.decode().replace('"epsilon":2.0', '"epsilon":2e0'),
         "float_as_int": canon.decode().replace('"epsilon":2.0', '"epsilon":2'),
         "duplicate_key": canon.decode().replace('{"alg"', '{"alg":"x","alg"', 1),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from qdrant_guard import merkle, receipts
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.keys import generate_keypair, key_id
-from qdrant_guard.noise_params import NoiseParams
+from qdrant_guard.noise_params import NoiseParams, guarantee_sentence
 from qdrant_guard.receipts import (
     ReceiptItem,
     ReceiptSigner,
@@ -31,7 +31,8 @@ def make_params(dim: int, epsilon: float = 2.0, clip_norm: float | None = 1.0) -
     return NoiseParams(
         mechanism="gaussian", mechanism_version="1", epsilon=epsilon, delta=1e-6, radius=0.5,
         clip_norm=clip_norm, scale=0.31, lattice_step=2.0 ** -20, rng_id="chacha20-getrandom-v1",
-        dim=dim, dtype="float32", guarantee="test guarantee",
+        dim=dim, dtype="float32",
+        guarantee=guarantee_sentence("gaussian", epsilon, 1e-6, 0.5, clip_norm, 0.31, 2.0 ** -20, dim, "float32"),
     )
 
 

@@ -20,7 +20,7 @@ from qdrant_guard.audit import AuditLog, entry_hash, repair_audit_file, verify_a
 from qdrant_guard.boundary import CREDENTIAL_SIGNATURE_PREFIX, CredentialRejected, issue_credential, verify_credential
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.errors import ConfigError, QdrantGuardError
-from qdrant_guard.noise_params import NoiseParams
+from qdrant_guard.noise_params import NoiseParams, guarantee_sentence
 from qdrant_guard.policy import BoundaryConfig, config_from_dict
 from qdrant_guard.noise import privatize
 from qdrant_guard.receipts import (
@@ -231,7 +231,8 @@ def _receipt(dim: int = 8):
     sk, pk = keys.generate_keypair()
     signer = ReceiptSigner(sk)
     prm = NoiseParams("gaussian", "3", 1.0, 1e-6, 0.5, 1.0, 0.1, 2.0 ** -10, "aes256ctr-getrandom-v1",
-                      dim, "float32", "test")
+                      dim, "float32", guarantee_sentence("gaussian", 1.0, 1e-6, 0.5, 1.0, 0.1, 2.0 ** -10, dim,
+                                                         "float32"))
     v = stored_form(np.arange(1, dim + 1, dtype=float), distance="Cosine")
     rec = issue_receipt(signer, params=prm, vector=v, collection="c", point_id=1, issued_at=1000.0)
     return rec, v, {signer.key_id: pk}
