@@ -180,7 +180,7 @@ def guarantee_mismatch(params: Mapping[str, Any]) -> str | None:
         return f"guarantee sentence says the inputs are float64, fields say dtype={params['dtype']!r}"
     fields = dict(params, sensitivity=params["radius"] + math.sqrt(params["dim"]) * params["lattice_step"])
     for label, pattern, field, nine_digits in _LABELS:
-        for said in pattern.findall(sentence):
+        for said in (m.rstrip(".") for m in pattern.findall(sentence)):  # a number ending a sentence
             if not _says(label, said, fields[field], nine_digits):
                 shown = said if len(said) <= 40 else said[:40] + "..."
                 told = "radius + sqrt(dim)*lattice_step" if field == "sensitivity" else field
