@@ -276,3 +276,22 @@ def test_verify_and_the_cli_report_a_lying_sentence_stored_around_the_guard(tmp_
     assert (line["id"], line["reason"]) == ("1", "guarantee_mismatch")
     assert "guarantee sentence says epsilon=0.1, fields say epsilon=8.0" in line["detail"]
     assert "1/2 receipted vectors verify" in proc.stdout
+
+
+# ------------------------------------------------------------------ the guarded read
+
+def test_a_guarded_read_withholds_a_vector_whose_receipt_sentence_lies(tmp_path):
+    # Outside the owner boundary a vector is released only with a receipt that verifies; one with
+    # a lying sentence, signed with the guard's own key and stored around the guard, is stripped.
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+           "raw_in_boundary": True, "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01}}
+    owner = GuardedClient(":memory:", guard=kit.config({"pii": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "pii")
+    guard_signer = ReceiptSigner(keys.load_private_key(kit.guard_key_path))
+    for pid, lie in ((1, True), (2, False)):
+        point = _point(guard_signer, pid, 20 + pid, lie=lie)
+        RawClient.upsert(owner, "pii", points=[point])
+    reader = owner.with_principal(kit.principal("bob", "support"))
+    released = {r.id: r.vector is not None for r in reader.retrieve("pii", [1, 2], with_vectors=True)}
+    assert released == {1: False, 2: True}
