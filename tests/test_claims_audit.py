@@ -188,15 +188,47 @@ def test_a_credential_inside_the_build_leeway_but_expired_is_refused_on_every_ca
     assert count(owner, "c") == 0
 
 
-# docs/receipt-format.md, "Verifying in another language", steps 1-7, written from the doc alone
-# (hashlib, json and cryptography; nothing from qdrant_guard's verifier): the guard's batch
-# receipts on a real store verify by them, as does a single receipt, and the steps reject an
-# altered field, a moved vector and a promoted-node path entry. A drift between the doc's
-# prefixes, Merkle rule or commitment layout and the code fails here.
+# docs/receipt-format.md, "Verifying in another language", steps 1-8, written from the doc alone
+# (hashlib, json and cryptography; nothing from qdrant_guard's verifier; step 6 from "The
+# guarantee sentence"): the guard's batch receipts on a real store verify by them, as do a single
+# receipt and one in the oldest wording, and the steps reject an altered field, a moved vector, a
+# promoted-node path entry and a re-signed sentence that contradicts the fields. A drift between
+# the doc's prefixes, Merkle rule, sentence templates or commitment layout and the code fails here.
 def _doc_canonical(obj):
     import json
 
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def _doc_sentence(p, wording):
+    """params.guarantee in ``wording`` (1-4), from the doc's templates."""
+    def exact(x):
+        short = "%g" % x
+        return short if float(short) == x else repr(x)
+
+    num = exact if wording >= 3 else (lambda x: "%g" % x)
+    e, d, r, lat = num(p["epsilon"]), num(p["delta"]), num(p["radius"]), num(p["lattice_step"])
+    if p["clip_norm"] is None:
+        inputs = f"any two inputs (as given, not clipped) within L2 distance radius={r}"
+    else:
+        inputs = (f"any two inputs within L2 distance radius={r} (rows are first clipped to L2 norm "
+                  f"{num(p['clip_norm'])}, which never increases distances")
+        inputs += ", so with radius >= 2*clip_norm this covers every pair)" if p["radius"] >= 2 * p["clip_norm"] else ")"
+    sens = "%.9g" % (p["radius"] + math.sqrt(p["dim"]) * p["lattice_step"])
+    lattice = (f"calibrated for L2 sensitivity {sens} = radius + sqrt({p['dim']})*{lat} to cover snapping the "
+               f"output to multiples of {lat}")
+    notes = " Inputs are float64: coordinates below 2^-511 in magnitude are read as 0 first." \
+        if p["dtype"] == "float64" and wording >= 2 else ""
+    if wording == 4:
+        notes += (" Stated for the ideal noise distribution: the sampler's noise is bounded, which adds about "
+                  f"{'%.2g' % (p['dim'] * 2.3e-34)} or less to delta (docs/privacy.md).")
+    s = "%.9g" % p["scale"]
+    if p["mechanism"] == "gaussian":
+        return (f"gaussian: (epsilon={e}, delta={d})-differential privacy per released vector between {inputs}; "
+                f"analytic Gaussian mechanism with sigma={s} per coordinate, {lattice}.{notes}")
+    return (f"laplace_l2: epsilon={e} at L2 distance radius={r} (metric DP, delta=0: log-likelihood ratio <= "
+            f"epsilon*distance/radius) per released vector between {inputs}; multivariate L2 Laplace with "
+            f"Gamma({p['dim']}) norm scale={s}, {lattice}.{notes}")
 
 
 def _doc_verify(receipt, *, vector, collection, point_id, vector_name, trusted):
@@ -233,10 +265,14 @@ def _doc_verify(receipt, *, vector, collection, point_id, vector_name, trusted):
             pk.verify(sig, b"qdrant-guard receipt batch v1\0" + h + struct.pack(">Q", b["size"]))
     except (InvalidSignature, IndexError):
         return "signature"
+    p = receipt["params"]  # step 6
+    if p["guarantee"] not in [_doc_sentence(p, w) for w in (1, 2, 3, 4)] or (
+            p["mechanism"] == "laplace_l2" and p["delta"] != 0):
+        return "guarantee"
     want_pid = f"int:{point_id}" if isinstance(point_id, int) else f"uuid:{point_id}"
     if (receipt["collection"], receipt["point_id"], receipt["vector_name"]) != (collection, want_pid, vector_name):
-        return "place"  # step 6
-    ints = np.rint(np.asarray(vector, dtype=np.float64) * 2.0 ** 20).astype("<i4")  # step 7
+        return "place"  # step 7
+    ints = np.rint(np.asarray(vector, dtype=np.float64) * 2.0 ** 20).astype("<i4")  # step 8
     digest = sha(b"qg-vec-v1" + base64.b64decode(receipt["salt"]) + struct.pack("<I", ints.size) + ints.tobytes())
     return "ok" if digest.hex() == receipt["commitment"] else "commitment"
 
@@ -254,10 +290,11 @@ def _plain_owner(tmp_path):
 
 def test_receipts_verify_by_the_docs_steps_for_other_languages(tmp_path):
     import copy
+    import dataclasses
     import hashlib
 
     from qdrant_guard import keys, noise
-    from qdrant_guard.receipts import ReceiptSigner, issue_receipt, stored_receipts
+    from qdrant_guard.receipts import ReceiptSigner, issue_receipt, stored_receipts, verify_receipt
     from tests.guardkit import models, snapshot, unit
 
     kit, client = _plain_owner(tmp_path)
@@ -293,6 +330,25 @@ def test_receipts_verify_by_the_docs_steps_for_other_languages(tmp_path):
     single = issue_receipt(ReceiptSigner(sk), params=params, vector=final, collection="c", point_id=9)
     assert "batch" not in single
     assert _doc_verify(single, vector=final.tolist(), collection="c", point_id=9, vector_name="", trusted=trusted) == "ok"
+    # Step 6: the guard's sentence is the doc's wording 4; one in wording 1 (mechanism version 1,
+    # epsilon printed by %g) verifies; a re-signed sentence that says another epsilon does not.
+    assert single["params"]["guarantee"] == _doc_sentence(single["params"], 4)
+    for mechanism, eps, dlt, wording, want in (("gaussian", 0.1234567, 1e-6, 1, "ok"),
+                                               ("laplace_l2", 2.0, None, 2, "ok")):
+        _, prm = noise.privatize(np.asarray(vector, np.float64), mechanism=mechanism, epsilon=eps, delta=dlt,
+                                 radius=0.01, clip_norm=None)
+        old = dataclasses.replace(prm, mechanism_version="1" if wording == 1 else "3",
+                                  guarantee=_doc_sentence(dataclasses.asdict(prm), wording))
+        assert old.guarantee != prm.guarantee
+        rec = issue_receipt(ReceiptSigner(sk), params=old, vector=final, collection="c", point_id=9)
+        assert _doc_verify(rec, vector=final.tolist(), collection="c", point_id=9, vector_name="", trusted=trusted) == want
+        assert verify_receipt(rec, vector=final.tolist(), collection="c", point_id=9, trusted_keys=trusted).ok
+    lying = dataclasses.replace(params, guarantee=params.guarantee.replace("(epsilon=1,", "(epsilon=0.1,"))
+    assert lying.guarantee != params.guarantee
+    rec = issue_receipt(ReceiptSigner(sk), params=lying, vector=final, collection="c", point_id=9)
+    assert _doc_verify(rec, vector=final.tolist(), collection="c", point_id=9, vector_name="", trusted=trusted) == "guarantee"
+    assert verify_receipt(rec, vector=final.tolist(), collection="c", point_id=9, trusted_keys=trusted).reason == \
+        "guarantee_mismatch"
 
 
 # docs/audit-log.md, "Writing": "If the write fails, append raises AuditError and nothing is
