@@ -13,7 +13,7 @@ import qdrant_client
 
 from guardkit import make_kit, models, staging_record
 from qdrant_guard import GuardRefusal, QdrantClient, keys, noise
-from qdrant_guard.noise_params import NoiseParams
+from qdrant_guard.noise_params import NoiseParams, guarantee_sentence
 from qdrant_guard.receipts import (
     RECEIPT_KEY,
     ReceiptItem,
@@ -190,9 +190,17 @@ def _seeded(clean):
     return noise.privatize_seeded_for_tests(clean, seed=1234, **GAUSS)
 
 
+def _restated(p, **changes):
+    # A consistent liar: changed fields and the sentence they give, so the receipt passes
+    # verify_receipt (which checks the sentence) and reaches check_release.
+    p = dataclasses.replace(p, **changes)
+    return dataclasses.replace(p, guarantee=guarantee_sentence(
+        p.mechanism, p.epsilon, p.delta, p.radius, p.clip_norm, p.scale, p.lattice_step, p.dim, p.dtype))
+
+
 def _scale_of_eps_1000(clean):
     nv, p = noise.privatize(clean, **{**GAUSS, "epsilon": 1000.0})
-    return nv, dataclasses.replace(p, epsilon=1.0)
+    return nv, _restated(p, epsilon=1.0)
 
 
 def _other_version(clean):
@@ -202,7 +210,7 @@ def _other_version(clean):
 
 def _coarser_lattice(clean):
     nv, p = noise.privatize(clean, **GAUSS)
-    return nv, dataclasses.replace(p, lattice_step=p.lattice_step * 2)
+    return nv, _restated(p, lattice_step=p.lattice_step * 2)
 
 
 @pytest.mark.parametrize("make, needle", [

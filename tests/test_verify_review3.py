@@ -3,6 +3,7 @@ sparse vectors and multivectors written around the guard, and receipts whose sig
 guarded write would refuse. Real local-mode Qdrant throughout."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 
@@ -15,6 +16,7 @@ from qdrant_client import models
 from guardkit import DIM, make_kit, unit
 from qdrant_guard import InvalidVectorError, QdrantClient, keys, noise
 from qdrant_guard.cli import main as cli_main
+from qdrant_guard.noise_params import guarantee_sentence
 from qdrant_guard.policy import NoisePolicy
 from qdrant_guard.receipts import (
     REASONS,
@@ -187,6 +189,10 @@ def test_a_scale_below_the_calibration_is_refused_with_check_noise(signer):
     # A signer claiming the calibrated epsilon with a tenth of the noise (what a buggy or lying
     # signer can sign; the receipt is otherwise valid).
     weak = noise.NoiseParams(**{**params.__dict__, "scale": params.scale / 10})
+    # ... and the sentence for it (a consistent liar; verify_receipt checks the sentence).
+    weak = dataclasses.replace(weak, guarantee=guarantee_sentence(
+        weak.mechanism, weak.epsilon, weak.delta, weak.radius, weak.clip_norm, weak.scale, weak.lattice_step,
+        weak.dim, weak.dtype))
     raw = _store(signer, {1: (vec, weak)})
     trusted = {signer.key_id: signer.public_key}
     assert verify(raw, "c", trusted_keys=trusted)[0].ok
