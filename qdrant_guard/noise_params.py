@@ -114,9 +114,9 @@ _SENTENCE_ARGS = ("mechanism", "epsilon", "delta", "radius", "clip_norm", "scale
 
 
 @lru_cache(maxsize=1024)
-def _known(key: tuple[Any, ...], spelled: str) -> tuple[str, ...]:
-    # ``spelled`` (the reprs) only keys the cache: 0.0 == -0.0 would share an entry, and the
-    # sentence prints them differently. Newest first: a current receipt matches at once.
+def _known(key: tuple[Any, ...], signs: tuple[float, ...] | None) -> tuple[str, ...]:
+    # ``signs`` only keys the cache: 0.0 == -0.0 would share an entry, and the sentence prints
+    # -0.0 as "-0". Newest first: a current receipt matches at once.
     return tuple(guarantee_sentence(*key, wording=w) for w in reversed(GUARANTEE_WORDINGS))
 
 
@@ -165,7 +165,8 @@ def guarantee_mismatch(params: Mapping[str, Any]) -> str | None:
         return (f"guarantee sentence says delta=0 (laplace_l2 is pure metric DP), fields say "
                 f"delta={params['delta']!r}")
     key = tuple(params[k] for k in _SENTENCE_ARGS)
-    known = _known(key, repr(key))
+    signs = tuple(math.copysign(1.0, v) for v in key if isinstance(v, float)) if 0.0 in key else None
+    known = _known(key, signs)
     if sentence in known:
         return None
     said_mechanism = sentence.split(":", 1)[0] if ":" in sentence else ""

@@ -295,3 +295,17 @@ def test_a_guarded_read_withholds_a_vector_whose_receipt_sentence_lies(tmp_path)
     reader = owner.with_principal(kit.principal("bob", "support"))
     released = {r.id: r.vector is not None for r in reader.retrieve("pii", [1, 2], with_vectors=True)}
     assert released == {1: False, 2: True}
+
+
+def test_a_negative_zero_field_is_not_taken_for_the_sentence_of_zero():
+    # The recomputed sentences are cached by the fields; 0.0 == -0.0, but the sentence prints
+    # -0.0 as "-0", so the two must not share an entry either way round.
+    _, params = _release(epsilon=1.0)
+    zero = dict(dataclasses.asdict(params), delta=0.0)
+    zero["guarantee"] = guarantee_sentence(*(zero[k] for k in _SENTENCE_FIELDS))
+    assert "delta=0)" in zero["guarantee"]
+    assert guarantee_mismatch(zero) is None
+    assert guarantee_mismatch(dict(zero, delta=-0.0)) is not None
+    negative = dict(zero, delta=-0.0, guarantee=zero["guarantee"].replace("delta=0)", "delta=-0)"))
+    assert guarantee_mismatch(negative) is None
+    assert guarantee_mismatch(dict(negative, delta=0.0)) is not None
