@@ -166,7 +166,11 @@ def guarantee_mismatch(params: Mapping[str, Any]) -> str | None:
                 f"delta={params['delta']!r}")
     key = tuple(params[k] for k in _SENTENCE_ARGS)
     signs = tuple(math.copysign(1.0, v) for v in key if isinstance(v, float)) if 0.0 in key else None
-    known = _known(key, signs)
+    try:
+        known = _known(key, signs)
+    except OverflowError:  # a signed dim beyond float range (sqrt(dim) in the sentence)
+        return (f"guarantee sentence cannot be stated for dim={params['dim']}, which is beyond float64's "
+                "range; no release has such a dimension")
     if sentence in known:
         return None
     said_mechanism = sentence.split(":", 1)[0] if ":" in sentence else ""

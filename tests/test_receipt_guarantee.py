@@ -11,6 +11,7 @@ qdrant-client local mode; the CLI runs as a subprocess.
 """
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import os
@@ -309,3 +310,22 @@ def test_a_negative_zero_field_is_not_taken_for_the_sentence_of_zero():
     negative = dict(zero, delta=-0.0, guarantee=zero["guarantee"].replace("delta=0)", "delta=-0)"))
     assert guarantee_mismatch(negative) is None
     assert guarantee_mismatch(dict(negative, delta=0.0)) is not None
+
+
+@pytest.mark.parametrize("dim", [10 ** 400, 2 ** 1100])
+def test_a_signed_dim_beyond_float_range_is_a_mismatch_not_an_exception(signer, dim):
+    # sqrt(dim) in the sentence overflows for such an int; verify_receipt never raises for a bad
+    # receipt. issue_receipt refuses a dim that is not the vector's, so the body is signed here by
+    # the documented signature input with the trusted key.
+    from qdrant_guard.canonical import canonical_json
+    from qdrant_guard.receipts import SIGNATURE_PREFIX
+
+    s, trusted = signer
+    final, params = _release()
+    rec = _signed(s, params, final)
+    body = {k: v for k, v in rec.items() if k != "sig"}
+    body["params"] = dict(body["params"], dim=dim)
+    sig = s.sign(SIGNATURE_PREFIX + canonical_json(body))
+    forged = dict(body, sig=base64.b64encode(sig).decode())
+    check = _check(forged, final, trusted)
+    assert check.reason == "guarantee_mismatch" and "beyond float64" in check.detail
