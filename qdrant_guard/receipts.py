@@ -563,7 +563,23 @@ def _signed_params(params: NoiseParams) -> dict[str, Any]:
     if out["clip_norm"] is not None:
         out["clip_norm"] = float(out["clip_norm"])
     out["dim"] = int(out["dim"])
+    _refuse_lying_sentence(out)
     return out
+
+
+def _refuse_lying_sentence(params: dict[str, Any]) -> None:
+    # Signing a sentence the fields contradict would hand out a receipt that every verifier
+    # refuses (guarantee_mismatch): refuse it here, where the caller can still fix it.
+    try:
+        wrong = guarantee_mismatch(params)
+    except (TypeError, ValueError, KeyError):
+        return  # a malformed field: the caller's own checks name it
+    if wrong is not None:
+        raise ReceiptError(
+            f"issue_receipt() params.guarantee does not state the other fields ({wrong}); build "
+            "NoiseParams with qdrant_guard.noise_params.guarantee_sentence(...) of its fields, or take "
+            "the params privatize() returned"
+        )
 
 
 def _body_dict(signer: ReceiptSigner, item: ReceiptItem, params: dict[str, Any], salt: str,
@@ -721,6 +737,8 @@ def issue_receipt(
     Raises:
         TypeError: an argument has the wrong type.
         ValueError: the vector is invalid, off the commitment grid, or does not match ``params.dim``.
+        ReceiptError: ``params.guarantee`` is not the sentence its fields give (the receipt would
+            fail verification as ``guarantee_mismatch``).
     """
     _check_signer(signer, "issue_receipt")
     body = _body(signer, ReceiptItem(params, vector, collection, point_id, vector_name, model_id,
@@ -746,6 +764,9 @@ def issue_receipts_batch(signer: ReceiptSigner, items: Sequence[ReceiptItem]) ->
 
     Returns:
         Receipts in the order of ``items`` (empty list for no items).
+
+    Raises:
+        ReceiptError: an item's ``params.guarantee`` is not the sentence its fields give.
     """
     _check_signer(signer, "issue_receipts_batch")
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):

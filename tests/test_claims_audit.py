@@ -345,7 +345,11 @@ def test_receipts_verify_by_the_docs_steps_for_other_languages(tmp_path):
         assert verify_receipt(rec, vector=final.tolist(), collection="c", point_id=9, trusted_keys=trusted).ok
     lying = dataclasses.replace(params, guarantee=params.guarantee.replace("(epsilon=1,", "(epsilon=0.1,"))
     assert lying.guarantee != params.guarantee
-    rec = issue_receipt(ReceiptSigner(sk), params=lying, vector=final, collection="c", point_id=9)
+    from qdrant_guard import receipts as receipts_module
+
+    with pytest.MonkeyPatch.context() as mp:  # sign as a writer outside this library would
+        mp.setattr(receipts_module, "_refuse_lying_sentence", lambda params: None)
+        rec = issue_receipt(ReceiptSigner(sk), params=lying, vector=final, collection="c", point_id=9)
     assert _doc_verify(rec, vector=final.tolist(), collection="c", point_id=9, vector_name="", trusted=trusted) == "guarantee"
     assert verify_receipt(rec, vector=final.tolist(), collection="c", point_id=9, trusted_keys=trusted).reason == \
         "guarantee_mismatch"

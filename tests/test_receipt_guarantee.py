@@ -39,6 +39,17 @@ from qdrant_guard.receipts import (
 from tests.guardkit import DIM, count, create, make_kit, models, unit
 from tests.guardkit import QdrantClient as GuardedClient
 
+
+@pytest.fixture(autouse=True)
+def _sign_lies(monkeypatch):
+    # issue_receipt refuses to sign a lying sentence (tested last in this file); a writer outside
+    # this library, or an older version of it, signs whatever it is given, which is what these
+    # tests play. Verification is untouched: it calls guarantee_mismatch directly.
+    from qdrant_guard import receipts
+
+    monkeypatch.setattr(receipts, "_refuse_lying_sentence", lambda params: None)
+
+
 _SENTENCE_FIELDS = ("mechanism", "epsilon", "delta", "radius", "clip_norm", "scale", "lattice_step", "dim", "dtype")
 
 
@@ -329,3 +340,20 @@ def test_a_signed_dim_beyond_float_range_is_a_mismatch_not_an_exception(signer, 
     forged = dict(body, sig=base64.b64encode(sig).decode())
     check = _check(forged, final, trusted)
     assert check.reason == "guarantee_mismatch" and "beyond float64" in check.detail
+
+
+def test_issue_receipt_refuses_to_sign_a_sentence_its_fields_contradict(monkeypatch, signer):
+    # A receipt the library signs must be one its verifier accepts: the lie is refused at signing,
+    # with the fix, single and batch; the truthful params still sign.
+    from qdrant_guard.errors import ReceiptError
+
+    monkeypatch.undo()  # the real signer, without this file's _sign_lies
+    s, trusted = signer
+    final, params = _release(epsilon=8.0)
+    lying = dataclasses.replace(params, guarantee=_said(params, epsilon=0.1))
+    with pytest.raises(ReceiptError, match=r"says epsilon=0\.1, fields say epsilon=8\.0.*guarantee_sentence"):
+        issue_receipt(s, params=lying, vector=final, collection="c", point_id=1)
+    with pytest.raises(ReceiptError, match=r"says epsilon=0\.1"):
+        issue_receipts_batch(s, [ReceiptItem(params, final, "c", 1), ReceiptItem(lying, final, "c", 2)])
+    good = issue_receipt(s, params=params, vector=final, collection="c", point_id=1)
+    assert _check(good, final, trusted).ok
