@@ -344,7 +344,8 @@ class CollectionPolicy(_Strict):
     every source (no ``restricted_sources``), or on ``"__unknown__"``, with a boundary that both reads
     and writes is a policy error for the same reason."""
     raw_in_boundary: bool = False
-    """Allow raw (un-noised) vectors written and read by principals of the owner boundary."""
+    """Allow raw (un-noised) vectors written and read by principals of the owner boundary
+    (``true`` needs an ``owner``: without one no principal could get raw vectors)."""
     noise_on_write: bool = True
     """The guard noises, and signs a receipt for, vectors that arrive without a valid receipt (else
     it refuses them: NOISE_REQUIRED). Principals of the owner boundary under ``raw_in_boundary``
@@ -517,6 +518,10 @@ class CollectionPolicy(_Strict):
         if self.keep_payload_text_in_boundary and self.text_field is None:
             raise ValueError("keep_payload_text_in_boundary = true keeps PII in the text_field only, and no "
                              "text_field is set, so it would be ignored; set text_field or remove it")
+        if self.raw_in_boundary and self.owner is None and not self.is_public:
+            raise ValueError("raw_in_boundary = true allows raw vectors to principals of the owner boundary only, "
+                             "and no owner is set, so it would be ignored (no principal gets raw vectors); set "
+                             "owner = \"NAME\" to the [boundaries.NAME] it was meant for, or remove raw_in_boundary")
         if self.allow_redaction_on_public and not self.is_public:
             raise ValueError(f"allow_redaction_on_public = true applies to PUBLIC collections only, and this one is "
                              f"{self.sensitivity.value} (its findings are redacted anyway), so it would be ignored; "
