@@ -498,6 +498,16 @@ class CollectionPolicy(_Strict):
         """True for PUBLIC collections, which the guard passes through unchanged."""
         return self.sensitivity is SensitivityClass.PUBLIC
 
+    @model_serializer(mode="wrap")
+    def _dump_without_ignored_on_public(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # GuardConfig refuses the keys a PUBLIC collection ignores when they are written, and a
+        # dump writes every key: it leaves them out, so that it loads again.
+        out = handler(self)
+        if self.is_public and isinstance(out, dict):
+            for key in _IGNORED_ON_PUBLIC:
+                out.pop(key, None)
+        return out
+
     @field_validator("source_field")
     @classmethod
     def _plain_source_path(cls, v: str) -> str:

@@ -56,3 +56,13 @@ def test_raw_in_boundary_with_an_owner_or_off_still_loads_and_its_dump_reloads()
 def test_raw_in_boundary_on_a_public_collection_keeps_the_public_message():
     _refused({"collections": {"kb": {"class": "PUBLIC", "raw_in_boundary": True}}}, "collections.kb is PUBLIC",
              "raw_in_boundary would be ignored")
+
+
+@pytest.mark.parametrize("data", [
+    {"collections": {"kb": {"class": "PUBLIC", "text_field": "text"}}},
+    {"default": {"class": "PUBLIC"}},
+])
+def test_a_policy_with_a_public_collection_reloads_from_its_dumps(data):
+    # A dump writes every key, owner, readers, noise, query ... among them, and the loader refuses
+    # those on a PUBLIC collection when written: such a policy's dump did not load again.
+    _reloads(config_from_dict(data))
