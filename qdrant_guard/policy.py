@@ -194,7 +194,7 @@ class QueryRules(_Strict):
     call sends nothing); ``owner``: principals of the owner boundary may (their own lookups, e.g.
     by e-mail, and erasing a person's points by the value that names them), others are refused;
     ``allow``: no one is refused, and the audit entry lists the filters that matched on PII
-    (``filter_pii``). Field names are screened too (every key a filter or formula names, and those
+    (``filter_pii``). ``owner`` needs an ``owner`` (without one it would act as ``refuse``). Field names are screened too (every key a filter or formula names, and those
     given outside a filter: ``facet``'s ``key``, ``order_by`` and an ``OrderByQuery``'s, ``group_by``,
     ``with_payload`` keys, ``set_payload``'s ``key``, ``delete_payload``'s ``keys``, a payload index's
     ``field_name``): a key holding personal data follows this setting, and is logged redacted.
@@ -238,7 +238,8 @@ class DiversityPolicy(_Strict):
     confidential documents. Only the owner boundary may write points tagged with these."""
     window_s: float = Field(86400.0, gt=0)
     """Sliding window of the extraction and distillation budgets, in seconds (finite: for a budget
-    that never resets, use a long window)."""
+    that never resets, use a long window). A window other than the default with neither
+    ``max_source_coverage`` nor ``max_vectors`` set is refused: it would apply to nothing."""
     max_vectors: int | None = Field(None, ge=0)
     """PROPRIETARY distillation budget: distinct vectors one principal may receive within ``window_s``
     (refused on other classes, which it would not apply to). Charged only by reads that return
@@ -253,6 +254,14 @@ class DiversityPolicy(_Strict):
                 f"restricted_sources = {list(self.restricted_sources)!r} names the sources the extraction "
                 "budget applies to, but max_source_coverage is not set, so no budget would apply; set "
                 "max_source_coverage (e.g. 0.25) or remove restricted_sources"
+            )
+        # Compared with the default, not looked up in the keys set: a dump writes every key.
+        if (self.window_s != type(self).model_fields["window_s"].default and self.max_source_coverage is None
+                and self.max_vectors is None):
+            raise ValueError(
+                f"window_s = {self.window_s} is the window of the extraction budget (max_source_coverage) and "
+                "the distillation budget (max_vectors), and neither is set, so it would be ignored; set "
+                "max_source_coverage (e.g. 0.25) or, on PROPRIETARY collections, max_vectors, or remove window_s"
             )
         return self
 
@@ -354,7 +363,9 @@ class CollectionPolicy(_Strict):
     """Noise query vectors before they reach Qdrant, for every principal not allowed raw vectors
     (outside the owner boundary, or everyone when ``raw_in_boundary`` is false). For them a
     ``models.Document`` query is embedded by the guard (it needs ``embedder=``) and a
-    ``models.Image`` input is refused: inference would turn either into an exact query vector."""
+    ``models.Image`` input is refused: inference would turn either into an exact query vector.
+    ``true`` is refused where it could noise no query: only the owner boundary reads (``readers``
+    empty or the owner), under ``raw_in_boundary``."""
     noise: NoisePolicy = NoisePolicy()
     """The noise mechanism and its privacy parameters."""
     source_field: str = "source"
@@ -364,11 +375,15 @@ class CollectionPolicy(_Strict):
     text_field: str | None = None
     """Top-level payload key holding the point's text (no dotted path); it is screened and redacted like embedded text (a string, or each string of a list; PII in a list is never kept)."""
     credentials_in_text: Literal["refuse", "redact"] = "refuse"
-    """Text with credentials: refuse the call (CREDENTIAL_IN_TEXT) or redact to typed placeholders."""
+    """Text with credentials: refuse the call (CREDENTIAL_IN_TEXT) or redact to typed placeholders.
+    On PUBLIC collections ``redact`` needs ``allow_redaction_on_public`` (without it every finding
+    is refused as mislabelled, so ``redact`` alone is refused)."""
     redact_pii: bool = True
     """Redact PII in text to typed placeholders ([SSN], [EMAIL], ...) before embedding and storage,
     and in query text (``query.redact_query_text``). ``false``: PII is embedded, stored and queried
-    as given; credentials still follow ``credentials_in_text``."""
+    as given; credentials still follow ``credentials_in_text``. On PUBLIC collections ``false``
+    needs ``allow_redaction_on_public`` (without it every finding is refused as mislabelled, so
+    ``false`` alone is refused)."""
     generalize_identifiers: bool = True
     """Replace numbers, codes and proper names by [NUMBER], [CODE], [NAME] in text the guard embeds
     (models.Document writes and queries) on sensitive collections; the payload text keeps them.
@@ -379,8 +394,9 @@ class CollectionPolicy(_Strict):
     default noise 95.9 % on the mean of 20 noise draws, against 97.3 % in one draw with redaction
     alone); false keeps them in the embedded text."""
     keep_payload_text_in_boundary: bool = False
-    """Keep PII in the payload text when the writer is in the owner boundary (never credentials;
-    ``true`` needs a ``text_field``).
+    """Keep PII in the payload text when the writer is in the owner boundary and ``raw_in_boundary``
+    is on (without it the owner's text is redacted too); never credentials. ``true`` needs a
+    ``text_field`` and an ``owner``, and is refused on PUBLIC collections, which have no owner.
     Readers of other boundaries get the text field redacted (payloads, facet values, group ids).
     A string only: PII in a number or a list in the text field is redacted for every writer. Reads
     redact a number (as its digits) or a list in the text field as they redact a string, for points
@@ -402,6 +418,8 @@ class CollectionPolicy(_Strict):
     finding as mislabelled (SENSITIVITY_MISMATCH) unless ``allow_redaction_on_public``, which
     redacts it (and refuses credentials unless ``credentials_in_text = "redact"``).
     ``text_field``: only the text field is screened; every other field and key is stored as given.
+    On sensitive collections ``all`` needs ``redact_pii`` (with ``redact_pii = false`` it would act as
+    ``credentials``, and is refused).
 
     A value is screened as ``key: "value"`` with its nearest key (a list's items with the list's
     key), so a secret the detector finds only next to a secret-like name is found under such a
@@ -532,6 +550,37 @@ class CollectionPolicy(_Strict):
             raise ValueError("raw_in_boundary = true allows raw vectors to principals of the owner boundary only, "
                              "and no owner is set, so it would be ignored (no principal gets raw vectors); set "
                              "owner = \"NAME\" to the [boundaries.NAME] it was meant for, or remove raw_in_boundary")
+        if self.keep_payload_text_in_boundary and self.is_public:
+            raise ValueError("keep_payload_text_in_boundary = true keeps PII for writers of the owner boundary, and a "
+                             "PUBLIC collection has none (its reads pass through; findings in its writes are refused, or "
+                             "redacted under allow_redaction_on_public), so it would be ignored; remove it")
+        if self.keep_payload_text_in_boundary and self.owner is None:
+            raise ValueError("keep_payload_text_in_boundary = true keeps PII for writers of the owner boundary only, "
+                             "and no owner is set, so it would be ignored (every writer's text is redacted); set "
+                             "owner = \"NAME\" to the [boundaries.NAME] it was meant for, or remove "
+                             "keep_payload_text_in_boundary")
+        if self.query.filter_pii == "owner" and self.owner is None and not self.is_public:
+            raise ValueError("query.filter_pii = \"owner\" lets principals of the owner boundary filter on personal "
+                             "data, and no owner is set, so it would act as \"refuse\"; set owner = \"NAME\" to the "
+                             "[boundaries.NAME] it was meant for, or set filter_pii to \"refuse\" or \"allow\"")
+        if (self.noise_queries and self.raw_in_boundary and self.owner is not None
+                and all(r == self.owner for r in self.readers)):
+            raise ValueError(f"noise_queries = true noises the query vectors of principals not allowed raw vectors, "
+                             f"and only the owner boundary {self.owner!r} reads, under raw_in_boundary = true (its "
+                             "queries are not noised), so it would be ignored; add the readers it was meant for, "
+                             "set raw_in_boundary = false to noise the owner's queries too, or remove noise_queries")
+        if self.payload_fields == "all" and not self.redact_pii and not self.is_public:
+            raise ValueError("payload_fields = \"all\" redacts personal data in every payload string, per "
+                             "redact_pii, and redact_pii = false, so it would act as \"credentials\" (PII stored as "
+                             "given); set redact_pii = true, or payload_fields = \"credentials\"")
+        loosened = [k for k, on in (("credentials_in_text = \"redact\"", self.credentials_in_text == "redact"),
+                                    ("redact_pii = false", not self.redact_pii)) if on]
+        if self.is_public and not self.allow_redaction_on_public and loosened:
+            raise ValueError(f"{' and '.join(loosened)} on a PUBLIC collection "
+                             f"{'apply' if len(loosened) > 1 else 'applies'} only with allow_redaction_on_public = "
+                             "true (otherwise any finding is refused as mislabelled: SENSITIVITY_MISMATCH), so "
+                             f"{'they' if len(loosened) > 1 else 'it'} would be ignored; set "
+                             f"allow_redaction_on_public = true, or remove {' and '.join(k.split(' ')[0] for k in loosened)}")
         if self.allow_redaction_on_public and not self.is_public:
             raise ValueError(f"allow_redaction_on_public = true applies to PUBLIC collections only, and this one is "
                              f"{self.sensitivity.value} (its findings are redacted anyway), so it would be ignored; "
@@ -717,13 +766,15 @@ class GuardConfig(_Strict):
     exist. Every entry is also logged at INFO to the ``qdrant_guard.audit`` logger. Unset (None):
     that logger only, and no file for ``qdrant-guard audit verify``."""
     audit_fsync: bool = False
-    """fsync the audit log after every entry (slower; survives power loss, not only crashes)."""
+    """fsync the audit log after every entry (slower; survives power loss, not only crashes).
+    ``true`` needs ``audit_log``: without a file there is nothing to fsync."""
     audit_trusted_keys: tuple[str, ...] = ()
     """Public keys (``ed25519:<base64>`` or files) of earlier signing keys of this audit log. On
     start the guard checks the log back to its most recent signed checkpoint, which must verify
     under ``signing_key`` or one of these; one under any other key (after rotating
     ``signing_key``, the old key's) refuses to start, since nothing could check it. After a
-    rotation, list the old key's ``.pub`` here (a key in ``receipts.revoked_keys`` may not be)."""
+    rotation, list the old key's ``.pub`` here (a key in ``receipts.revoked_keys`` may not be).
+    Needs ``audit_log``: without a file nothing is checked."""
     unlisted: Literal["strict", "public", "refuse"] = "strict"
     """Collections not listed: ``strict`` = PII with the ``default`` policy (readable by any verified
     principal, vectors never returned raw; created and written by no one unless ``[default]`` sets
@@ -812,6 +863,20 @@ class GuardConfig(_Strict):
         if self.unlisted != "strict" and isinstance(out, dict):
             out.pop("default", None)
         return out
+
+    @model_validator(mode="after")
+    def _audit_keys_that_apply(self) -> "GuardConfig":
+        # Both act on the audit log file; without one, entries go to `logging` only.
+        if self.audit_log is None:
+            if self.audit_fsync:
+                raise ValueError("audit_fsync = true fsyncs the audit log file after every entry, and audit_log is "
+                                 "not set (entries go to the qdrant_guard.audit logger only), so it would be "
+                                 "ignored; set audit_log = \"PATH\" to the log file, or remove audit_fsync")
+            if self.audit_trusted_keys:
+                raise ValueError("audit_trusted_keys lists earlier signing keys of the audit log file, and "
+                                 "audit_log is not set (no file is checked on start), so they would be ignored; set "
+                                 "audit_log = \"PATH\" to the log file, or remove audit_trusted_keys")
+        return self
 
     @model_validator(mode="after")
     def _default_applies(self) -> "GuardConfig":

@@ -434,7 +434,8 @@ def test_policy_file_resolves_audit_trusted_keys_next_to_it(tmp_path):
 
     sub = tmp_path / "conf"
     sub.mkdir()
-    (sub / "policy.toml").write_text('audit_trusted_keys = ["old.pub", "ed25519:AAAA"]\n')
+    # audit_log too: the trusted keys act on its file, and are refused without one.
+    (sub / "policy.toml").write_text('audit_log = "audit.jsonl"\naudit_trusted_keys = ["old.pub", "ed25519:AAAA"]\n')
     cfg = load_policy(sub / "policy.toml")
     assert cfg.audit_trusted_keys == (str(sub / "old.pub"), "ed25519:AAAA")
 
