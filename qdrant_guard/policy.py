@@ -194,7 +194,8 @@ class QueryRules(_Strict):
     call sends nothing); ``owner``: principals of the owner boundary may (their own lookups, e.g.
     by e-mail, and erasing a person's points by the value that names them), others are refused;
     ``allow``: no one is refused, and the audit entry lists the filters that matched on PII
-    (``filter_pii``). ``owner`` needs an ``owner`` (without one it would act as ``refuse``). Field names are screened too (every key a filter or formula names, and those
+    (``filter_pii``); ``owner`` needs an ``owner`` (without one it would act as ``refuse``). Field
+    names are screened too (every key a filter or formula names, and those
     given outside a filter: ``facet``'s ``key``, ``order_by`` and an ``OrderByQuery``'s, ``group_by``,
     ``with_payload`` keys, ``set_payload``'s ``key``, ``delete_payload``'s ``keys``, a payload index's
     ``field_name``): a key holding personal data follows this setting, and is logged redacted.
@@ -551,9 +552,9 @@ class CollectionPolicy(_Strict):
                              "and no owner is set, so it would be ignored (no principal gets raw vectors); set "
                              "owner = \"NAME\" to the [boundaries.NAME] it was meant for, or remove raw_in_boundary")
         if self.keep_payload_text_in_boundary and self.is_public:
-            raise ValueError("keep_payload_text_in_boundary = true keeps PII for writers of the owner boundary, and a "
-                             "PUBLIC collection has none (its reads pass through; findings in its writes are refused, or "
-                             "redacted under allow_redaction_on_public), so it would be ignored; remove it")
+            raise ValueError("keep_payload_text_in_boundary = true keeps PII for writers of the owner boundary, and "
+                             "a PUBLIC collection has none (its reads pass through; findings in its writes are "
+                             "refused, or redacted under allow_redaction_on_public), so it would be ignored; remove it")
         if self.keep_payload_text_in_boundary and self.owner is None:
             raise ValueError("keep_payload_text_in_boundary = true keeps PII for writers of the owner boundary only, "
                              "and no owner is set, so it would be ignored (every writer's text is redacted); set "
@@ -580,7 +581,8 @@ class CollectionPolicy(_Strict):
                              f"{'apply' if len(loosened) > 1 else 'applies'} only with allow_redaction_on_public = "
                              "true (otherwise any finding is refused as mislabelled: SENSITIVITY_MISMATCH), so "
                              f"{'they' if len(loosened) > 1 else 'it'} would be ignored; set "
-                             f"allow_redaction_on_public = true, or remove {' and '.join(k.split(' ')[0] for k in loosened)}")
+                             "allow_redaction_on_public = true, or remove "
+                             + " and ".join(k.split(" ")[0] for k in loosened))
         if self.allow_redaction_on_public and not self.is_public:
             raise ValueError(f"allow_redaction_on_public = true applies to PUBLIC collections only, and this one is "
                              f"{self.sensitivity.value} (its findings are redacted anyway), so it would be ignored; "

@@ -126,7 +126,8 @@ def test_the_neighbours_of_each_refused_combination_still_load_and_their_dumps_r
     cfg = config_from_dict({
         "audit_log": "/tmp/a.jsonl", "audit_fsync": True, "audit_trusted_keys": [_KEY], "boundaries": _HR,
         "collections": {
-            "q": {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True, "noise_queries": True},
+            "q": {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True,
+                  "noise_queries": True},
             "q2": {"class": "PII", "owner": "hr", "noise_queries": True},  # the owner's queries are noised
             "f": {"class": "PII", "owner": "hr", "query": {"filter_pii": "owner"}},
             "k": {"class": "PII", "owner": "hr", "raw_in_boundary": True, "text_field": "text",
