@@ -343,7 +343,8 @@ class CollectionPolicy(_Strict):
     owner: str | None = None
     """Owner trust boundary (one ``[boundaries.NAME]``, not ``"*"``). Principals verified in it may
     read and write, and write raw vectors when allowed. Unset: no boundary owns the collection, so
-    only ``writers`` write and no one gets raw vectors."""
+    only ``writers`` write and no one gets raw vectors (``raw_in_boundary``,
+    ``keep_payload_text_in_boundary`` and ``query.filter_pii = "owner"`` are refused without one)."""
     readers: tuple[str, ...] = ()
     """Other boundaries allowed to read. ``"*"`` = any verified principal."""
     writers: tuple[str, ...] | None = None
