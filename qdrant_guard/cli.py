@@ -310,7 +310,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     rc = run_calibrate_cli(args)
     if rc == 0 and not getattr(args, "key", None):
         # A measurement is still useful unsigned, but a guard refuses the record.
-        print(f"note: no --key, so {args.out} is unsigned: a guard whose policy names it as utility.record "
+        print(f"note: no --key, so {args.out} is unsigned: a guard whose policy names it (utility.record or utility.records) "
               "refuses it (ConfigError); re-run with --key set to the guard's signing_key to use it there",
               file=sys.stderr)
     return rc
@@ -456,7 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="measure recall under noise and sign a utility record",
                          description="Measure --metric@--k of --collection's clean vectors under noise at each "
                                      "of --epsilons and write the signed utility record the policy's "
-                                     "utility.record names (docs/eval.md).")
+                                     "utility.record names (or utility.records, one per named vector: --vector-name) "
+                                     "(docs/eval.md).")
     try:
         from .utility import add_calibrate_arguments
 

@@ -9,7 +9,9 @@ signed body is the ``retrieval_utility_guard_hash``. The pipeline refuses (``UTI
 writes whose noise the record does not show to stay within the threshold: a record calibrated for
 another mechanism, radius, delta or clip_norm than the policy's, noise parameters other than the
 record's, or an epsilon without a passing measured level of at least as much noise or with a
-failing one of no more noise (:meth:`UtilityRecord.level_refusal`).
+failing one of no more noise (:meth:`UtilityRecord.level_refusal`). A record also names the
+dimension and the vector it measured; a policy gives each named vector its own record
+(``utility.records``).
 
 Calibration needs the *clean* vectors, so it runs on a raw :class:`qdrant_client.QdrantClient`
 pointed at a clean staging collection (or at the in-boundary collection, by a principal allowed to
@@ -49,7 +51,7 @@ __all__ = [
 UTILITY_DOMAIN = b"qdrant-guard utility v1\0"
 _QUERY_DOMAIN = b"qdrant-guard utility queries v1\0"
 _SEED_KEY_DOMAIN = b"qdrant-guard calibration seed v1\0"
-RECORD_VERSION = 2
+RECORD_VERSION = 3
 
 #: Candidate ladder, strongest noise first. At the policy default radius 0.01 and delta 1e-6 the
 #: analytic Gaussian sigma per coordinate runs from about 0.44 (0.125; 0.29 without the lattice
@@ -137,6 +139,10 @@ class UtilityRecord:
         dim: dimension of the calibrated vectors (version 2 on; ``None`` in version-1 records,
             which predate it). Noise of one scale per coordinate costs vectors of another
             dimension a different drop, so the guard refuses writes of any other dimension.
+        vector_name: the vector of the calibrated collection that was measured, ``""`` for an
+            unnamed vector (version 3 on; ``None`` in older records, which predate it). A record of
+            a named vector vouches only for writes of a vector of that name
+            (:meth:`vector_name_mismatch`).
         signer_key_id: key id of the Ed25519 signer (``None``: unsigned).
         signature: base64 Ed25519 signature over ``UTILITY_DOMAIN + canonical_json(body)``.
         version: record format version.
@@ -162,6 +168,7 @@ class UtilityRecord:
     n_documents: int
     created_at: int
     dim: int | None = None
+    vector_name: str | None = None
     signer_key_id: str | None = None
     signature: str | None = None
     version: int = RECORD_VERSION
@@ -170,8 +177,12 @@ class UtilityRecord:
         """Return every field except ``signature``: the signed content."""
         out = dataclasses.asdict(self)
         del out["signature"]
+        # Older versions had no such field; their signatures cover the body without it. The
+        # version is in the body, so editing it to drop a field breaks the signature.
         if self.version < 2:
-            del out["dim"]  # version 1 had no such field; its signatures cover the body without it
+            del out["dim"]
+        if self.version < 3:
+            del out["vector_name"]
         return out
 
     def signed_bytes(self) -> bytes:
@@ -184,6 +195,18 @@ class UtilityRecord:
     def digest(self) -> str:
         """SHA-256 hex of the signed canonical body: the ``retrieval_utility_guard_hash``."""
         return hashlib.sha256(self.signed_bytes()).hexdigest()
+
+    def vector_name_mismatch(self, vector_name: str) -> str | None:
+        """Why this record cannot vouch for writes of vector ``vector_name``, or None when it can.
+
+        A record calibrated on a named vector measured that vector's embeddings only. A record
+        without a vector name (versions 1 and 2) or calibrated on an unnamed vector (``""``: a
+        staging collection with one vector says nothing about names) names no vector.
+        """
+        if not self.vector_name or self.vector_name == vector_name:
+            return None
+        return (f"it was calibrated for vector {self.vector_name!r}, not "
+                f"{vector_name or '<unnamed>'!r}")
 
     def drop_for(self, epsilon: float, mechanism: str) -> float | None:
         """Return the measured drop at ``(epsilon, mechanism)``, or ``None`` if not measured.
@@ -316,9 +339,9 @@ class UtilityRecord:
         if missing:
             raise ValueError(f"utility record lacks fields {missing}")
         version = data.get("version", RECORD_VERSION)
-        if version not in (1, 2):
+        if isinstance(version, bool) or version not in (1, 2, 3):
             raise ValueError(f"utility record has version {version!r}; this qdrant_guard reads versions 1 "
-                             "and 2 (re-run `qdrant-guard calibrate` to write a current record)")
+                             "to 3 (re-run `qdrant-guard calibrate` to write a current record)")
         dim = data.get("dim")
         if version == 1 and dim is not None:
             raise ValueError("utility record of version 1 has a 'dim' field, which version 1 records "
@@ -326,6 +349,13 @@ class UtilityRecord:
         if version >= 2 and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
             raise ValueError(f"utility record of version {version} needs 'dim', the calibrated vector "
                              f"dimension, as a positive integer; got {dim!r}")
+        vname = data.get("vector_name")
+        if version < 3 and vname is not None:
+            raise ValueError(f"utility record of version {version} has a 'vector_name' field, which records "
+                             "before version 3 do not carry (was its version edited?)")
+        if version >= 3 and not isinstance(vname, str):
+            raise ValueError(f"utility record of version {version} needs 'vector_name', the calibrated "
+                             f"vector's name (\"\" for an unnamed vector), as a string; got {vname!r}")
         return cls(**data)
 
 
@@ -463,7 +493,7 @@ def _read_collection(
             if len(params) != 1:
                 raise ValueError(
                     f"collection {collection!r} has named vectors {sorted(params)}; pass "
-                    "vector_name= to choose one"
+                    "vector_name= (`qdrant-guard calibrate --vector-name`) to choose one"
                 )
             vector_name = next(iter(params))
         if vector_name not in params:
@@ -658,7 +688,9 @@ def calibrate(
         seed: makes the measurement reproducible: noise from the keyed mechanism under a key
             derived from the seed. Never use it for production writes.
         metric: ``"recall"`` (default), ``"ndcg"`` (needs qrels) or ``"overlap"``.
-        vector_name: which named vector to calibrate (collections with several).
+        vector_name: which named vector to calibrate (needed when the collection has several).
+            The record carries the measured vector's name (``""`` for an unnamed vector), and a
+            guard applies a record of a named vector only to writes of a vector of that name.
 
     Returns:
         The (signed) :class:`UtilityRecord`.
@@ -842,6 +874,7 @@ def calibrate(
         n_documents=len(ids),
         created_at=int(time.time() * 1000),
         dim=int(docs.shape[1]),
+        vector_name=using or "",
         signer_key_id=key_id_str,
     )
     if signer is not None:
@@ -886,6 +919,10 @@ def add_calibrate_arguments(parser: Any) -> None:
     parser.add_argument("--epsilon-ceiling", type=float,
                         help="levels above it are measured and recorded but never chosen (the class's "
                              "epsilon_ceiling)")
+    parser.add_argument("--vector-name",
+                        help="the named vector to measure (needed when --collection has several); the "
+                             "record vouches only for writes of a vector of this name (the policy's "
+                             "utility.records)")
     parser.add_argument("--k", type=int, default=10, help="cut-off of the metric (the policy's utility.k; default 10)")
     parser.add_argument("--metric", default="recall", choices=_METRICS,
                         help="the policy's utility.metric (default recall; ndcg needs --qrels)")
@@ -1014,6 +1051,7 @@ def run_calibrate_cli(args: Any) -> int:
             sample_limit=get("sample_limit"),
             seed=get("seed"),
             metric=get("metric", "recall"),
+            vector_name=get("vector_name"),
         )
     except UtilityCalibrationError as exc:
         print(f"qdrant-guard calibrate: {exc}", file=sys.stderr)
@@ -1023,7 +1061,8 @@ def run_calibrate_cli(args: Any) -> int:
     with open(get("out"), "w", encoding="utf-8") as fh:
         fh.write(record.to_json() + "\n")
     print(
-        f"chosen epsilon {record.epsilon:g} (sigma {record.scale:.4g}), {record.metric} drop "
+        (f"vector {record.vector_name!r}: " if record.vector_name else "")
+        + f"chosen epsilon {record.epsilon:g} (sigma {record.scale:.4g}), {record.metric} drop "
         f"{record.measured[record.chosen_level]['drop']:.4f} <= {record.threshold:g}; "
         f"retrieval_utility_guard_hash {record.digest}"
     )
