@@ -64,7 +64,8 @@ class Decision:
     sensitivity: str | None = None
     epsilon: float | None = None
     receipt: str | None = None
-    utility_hash: str | None = None
+    #: The applied utility record's hash; with ``utility.records``, vector name -> hash (None: no record).
+    utility_hash: str | dict[str, str | None] | None = None
     details: dict[str, Any] = field(default_factory=dict)
     monitor: bool = False
     fail_closed: bool = True
@@ -80,7 +81,9 @@ class Decision:
             "embedding_sensitivity_class": self.sensitivity,
             "differential_privacy_epsilon": self.epsilon,
             "reconstruction_resistance_receipt": self.receipt,
-            "retrieval_utility_guard_hash": self.utility_hash,
+            # Vector names key the dict form: escaped as other caller-chosen keys are.
+            "retrieval_utility_guard_hash": (_jsonable(self.utility_hash) if isinstance(self.utility_hash, dict)
+                                             else self.utility_hash),
         }
 
     def record(self) -> dict[str, Any]:

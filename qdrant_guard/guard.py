@@ -61,11 +61,8 @@ class Guard(WriteOps, ReadOps):
     """The one guard pipeline that both facades drive (see :mod:`qdrant_guard.pipeline`)."""
 
     # -- retrieval utility guard ----------------------------------------------------------
-    def utility_record(self, pol: CollectionPolicy) -> Any:
-        """The verified utility record of the collection's policy, or None when none is set."""
-        path = pol.utility.record
-        if path is None:
-            return None
+    def _load_utility_record(self, path: str, key: str) -> Any:
+        """The verified record at ``path`` (the policy's ``key``), read once per guard."""
         cache = self.shared.setdefault("utility_records", {})
         if path not in cache:
             from .utility import UtilityRecord, verify_utility_record
@@ -75,7 +72,7 @@ class Guard(WriteOps, ReadOps):
                     rec = UtilityRecord.from_json(fh.read())
             except OSError as exc:
                 raise ConfigError(
-                    f"utility record {path!r} (the policy's utility.record) cannot be read: {exc.strerror}; "
+                    f"utility record {path!r} (the policy's {key}) cannot be read: {exc.strerror}; "
                     f"write it with `qdrant-guard calibrate ... --out {path}` (docs/eval.md), or fix the path"
                 ) from None
             except ValueError as exc:  # not UTF-8 JSON of a record (UnicodeDecodeError included)
@@ -96,35 +93,103 @@ class Guard(WriteOps, ReadOps):
             cache[path] = rec
         return cache[path]
 
-    def utility_hash(self, pol: CollectionPolicy) -> str | None:
-        """The ``retrieval_utility_guard_hash`` recorded in manifests (None without a record)."""
+    def utility_record(self, pol: CollectionPolicy) -> Any:
+        """The verified record of the policy's ``utility.record``, or None when it is unset."""
+        path = pol.utility.record
+        return None if path is None else self._load_utility_record(path, "utility.record")
+
+    def utility_records(self, pol: CollectionPolicy) -> dict[str, Any]:
+        """The verified records of the policy's ``utility.records``, by vector name ({} when unset).
+
+        Every record is read and checked at once, so that a wrong one fails the first write to
+        the collection rather than the first write of its vector.
+
+        Raises:
+            ConfigError: a record cannot be read, does not verify, or was calibrated for another
+                named vector than the one it is listed under.
+        """
+        out = {}
+        for name, path in pol.utility.records.items():
+            rec = self._load_utility_record(path, f"utility.records.{name}")
+            why = rec.vector_name_mismatch(name)
+            if why is not None:
+                raise ConfigError(
+                    f"utility record {path!r}, listed as utility.records.{name}, cannot vouch for vector "
+                    f"{name!r}: {why}, so it measured another vector's embeddings; list it under "
+                    f"the vector it measured ({rec.vector_name} = {path!r}), or calibrate vector {name!r} "
+                    f"(`qdrant-guard calibrate ... --vector-name {name} --out FILE`) and list that record "
+                    f"as {name} = \"FILE\""
+                )
+            out[name] = rec
+        return out
+
+    def utility_hash(self, pol: CollectionPolicy, vector_names: Any = ()) -> Any:
+        """The ``retrieval_utility_guard_hash`` recorded in a write's manifest.
+
+        ``utility.record``: its record's hash (None without one). ``utility.records``: a dict of
+        each name in ``vector_names`` (the vectors the write noised or took a receipt for) to
+        the hash of its record (None: it has none), or None when ``vector_names`` is empty.
+        """
+        if pol.utility.records:
+            recs = self.utility_records(pol)
+            if not vector_names:
+                return None
+            return {n: (recs[n].digest if n in recs else None) for n in sorted(vector_names)}
         rec = self.utility_record(pol)
         return None if rec is None else rec.digest
 
     def utility_refusal(self, pol: CollectionPolicy, *, mechanism: str, epsilon: float, radius: float,
-                        delta: float, clip_norm: float | None, dim: int) -> str | None:
-        """Why the utility record does not allow writes with this noise, or None when it does.
+                        delta: float, clip_norm: float | None, dim: int, vector_name: str = "") -> str | None:
+        """Why the utility record does not allow writes of ``vector_name`` with this noise, or None.
 
-        None as well when the policy has no record or ``enforce`` is false. The record must have
-        been calibrated for the policy's own mechanism, radius, delta and clip_norm, on the
-        policy's metric at its k, on vectors of this ``dim`` (records of version 2 on), and
-        must cover this level (:meth:`qdrant_guard.utility.UtilityRecord.level_refusal`).
+        None as well when the policy has no record or ``enforce`` is false. The record must be
+        one for this vector (``utility.records`` names it; a ``utility.record`` calibrated on a
+        named vector vouches for that name only), calibrated for the policy's own mechanism,
+        radius, delta and clip_norm, on the policy's metric at its k, on vectors of this ``dim``
+        (records of version 2 on), and must cover this level
+        (:meth:`qdrant_guard.utility.UtilityRecord.level_refusal`).
         """
         if not pol.utility.enforce:
             return None
-        rec = self.utility_record(pol)
-        if rec is None:
-            return None
         u = pol.utility
+        shown = vector_name or "<unnamed>"
+        if u.records:
+            rec = self.utility_records(pol).get(vector_name)
+            if rec is None:
+                if not vector_name:
+                    return (f"the collection's unnamed vector has no utility record: utility.records lists "
+                            f"named vectors only ({', '.join(sorted(u.records))}); the unnamed vector's record is "
+                            "utility.record, set instead of utility.records")
+                return (f"vector {vector_name!r} has no utility record: utility.records lists "
+                        f"{', '.join(repr(n) for n in sorted(u.records))}; calibrate it (`qdrant-guard calibrate "
+                        f"--collection STAGING --queries FILE --key GUARD_KEY --vector-name {vector_name} --out "
+                        f"FILE` with --path or --url and this policy's noise parameters) and add {vector_name} = "
+                        "\"FILE\" to utility.records")
+            path = u.records[vector_name]
+        else:
+            rec = self.utility_record(pol)
+            if rec is None:
+                return None
+            path = u.record
+            why = rec.vector_name_mismatch(vector_name)
+            if why is not None:
+                if not vector_name:
+                    return (f"utility record {path!r} (utility.record) cannot vouch for the collection's unnamed "
+                            f"vector: {why}; calibrate the unnamed vector (`qdrant-guard calibrate ... --out FILE` "
+                            "without --vector-name) and set utility.record to that record")
+                return (f"utility record {path!r} (utility.record) cannot vouch for vector {shown!r}: {why}; "
+                        f"calibrate vector {shown!r} (`qdrant-guard calibrate ... --vector-name {vector_name} "
+                        "--out FILE`) and give each named vector its record in utility.records instead of "
+                        "utility.record")
         if rec.metric != u.metric or rec.k != u.k:
             # A record of nDCG@10 or recall@50 can show a smaller drop than the recall@10 the
             # policy limits, so it cannot vouch for it.
-            return (f"utility record {u.record!r} measured {rec.metric}@{rec.k}, but the policy limits "
+            return (f"utility record {path!r} measured {rec.metric}@{rec.k}, but the policy limits "
                     f"the drop of {u.metric}@{u.k}; re-run `qdrant-guard calibrate` with --metric "
                     f"{u.metric} --k {u.k}, or set utility.metric = {rec.metric!r} and utility.k = "
                     f"{rec.k} if that is the metric to hold. {rec.frontier(u.max_recall_drop)}")
         if rec.dim is not None and rec.dim != dim:
-            return (f"utility record {u.record!r} was calibrated on {rec.dim}-d vectors, but this write's "
+            return (f"utility record {path!r} was calibrated on {rec.dim}-d vectors, but this write's "
                     f"vectors have {dim} dimensions: the same noise costs them a different drop; re-run "
                     "`qdrant-guard calibrate` on a collection embedded with this collection's model")
         n = pol.noise
@@ -132,7 +197,7 @@ class Guard(WriteOps, ReadOps):
                                           clip_norm=n.clip_norm)
         if mismatch is not None:
             clip = f" --clip-norm {'none' if n.clip_norm is None else repr(n.clip_norm)}"
-            return (f"utility record {pol.utility.record!r} was not calibrated for this policy's noise: "
+            return (f"utility record {path!r} was not calibrated for this policy's noise: "
                     f"policy {mismatch}; re-run `qdrant-guard calibrate` for this policy (--mechanism "
                     f"{n.mechanism} --radius {n.radius!r} --delta {n.delta!r}{clip} --metric {u.metric} "
                     f"--k {u.k} --epsilons including {n.epsilon!r}). {rec.frontier(u.max_recall_drop)}")

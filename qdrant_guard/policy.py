@@ -323,14 +323,54 @@ class UtilityPolicy(_Strict):
     measured at another cut-off says little about this one."""
     record: str | None = None
     """Path of a signed utility record from ``qdrant-guard calibrate``, verified against the guard's
-    key and ``receipts.trusted_keys`` when first used. Unset (the default): no utility check, and
-    no write is refused for utility."""
+    key and ``receipts.trusted_keys`` when first used. It applies to every vector of the collection,
+    except that a record calibrated on a named vector (``--vector-name``, or the one vector of its
+    collection; records from version 3 on) applies to that vector name only: give a collection
+    whose named vectors need their own records ``records`` instead. Unset (the default, with
+    ``records`` unset too): no utility check, and no write is refused for utility."""
+    records: dict[str, str] = Field(default_factory=dict)
+    """One signed utility record per named vector, a table of vector name to path, e.g.
+    ``records = { text = "utility-text.json", image = "utility-image.json" }`` (write each with
+    ``qdrant-guard calibrate --vector-name NAME``). Each record applies to writes of its vector
+    only, and a write of a vector the table does not name is refused (UTILITY_DEGRADED) while
+    ``enforce`` is on. A record calibrated on another named vector than the one it is listed under
+    is a ConfigError at the first write to the collection. A write's manifest then names, as
+    ``retrieval_utility_guard_hash``, a table of each vector it noised or took a receipt for to the
+    hash of that vector's record (null: none). Not with ``record``, which holds the unnamed
+    vector's record. ``{}`` (the default): ``record`` decides."""
     enforce: bool = True
     """Refuse writes (UTILITY_DEGRADED) unless the record applies to the policy (same mechanism,
-    radius, delta, clip_norm, metric and k) and to the write (vectors of the calibrated dimension;
-    records from before version 2 carry none) and measured a passing level with at least as much
-    noise and no failing level with as little; unmeasured levels are refused. ``false``: nothing is
-    refused for utility; a set record is still verified and its hash recorded."""
+    radius, delta, clip_norm, metric and k) and to the write (a record for the vector written, see
+    ``records``; vectors of the calibrated dimension, records from before version 2 carry none) and
+    measured a passing level with at least as much noise and no failing level with as little;
+    unmeasured levels are refused. ``false``: nothing is refused for utility; a set record is still
+    verified and its hash recorded."""
+
+    @field_validator("records")
+    @classmethod
+    def _records_named(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, path in v.items():
+            if not isinstance(name, str) or not name:
+                raise ValueError("a record for the vector named \"\" (the unnamed vector) is set with "
+                                 "utility.record = \"PATH\", not in utility.records; name each named "
+                                 "vector, e.g. text = \"utility-text.json\"")
+            if not isinstance(path, str):
+                raise ValueError(f"the record of vector {name!r} must be a path (a string), got {path!r} "
+                                 f"({type(path).__name__})")
+            if not path:
+                raise ValueError(f"the record of vector {name!r} is an empty path, which names no file (it "
+                                 "would be read as the policy's directory); give the file `qdrant-guard "
+                                 f"calibrate --vector-name {name} --out FILE` wrote, or leave {name!r} out")
+        return v
+
+    @model_validator(mode="after")
+    def _one_way_to_name_records(self) -> "UtilityPolicy":
+        if self.record is not None and self.records:
+            raise ValueError(
+                "utility.record and utility.records are both set; use utility.records alone, one record "
+                "per named vector (move the record of utility.record under the name of the vector it "
+                "was calibrated for), or utility.record alone for a collection with one vector")
+        return self
 
 
 class CollectionPolicy(_Strict):
@@ -1108,6 +1148,8 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
         util = coll.get("utility") if isinstance(coll, dict) else None
         if isinstance(util, dict) and "record" in util:
             util["record"] = resolved(util["record"])
+        if isinstance(util, dict) and isinstance(util.get("records"), dict):
+            util["records"] = {name: resolved(path) for name, path in util["records"].items()}
     for b in (data.get("boundaries") or {}).values():
         if isinstance(b, dict) and isinstance(b.get("authority_keys"), list):
             b["authority_keys"] = keys_resolved(b["authority_keys"])

@@ -78,6 +78,8 @@ def _toml_type(annotation: Any) -> str:
         item = _toml_type(args[0])
         return "list of strings" if item == "string" else f"list of {item}"
     if origin is dict:
+        if args[1] is str:
+            return "table of strings by name"
         return "table of numbers by class" if args[1] is float else "tables by name"
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         return " or ".join(f'"{m.value}"' for m in annotation)

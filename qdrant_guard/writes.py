@@ -96,6 +96,8 @@ class PreparedPoints:
     epsilon: float | None = None
     receipt_digest: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
+    #: Vectors noised or taken under a receipt: whose utility records the manifest names.
+    utility_names: frozenset[str] = frozenset()
 
 
 def points_from_any(points: Any) -> list[models.PointStruct]:
@@ -607,7 +609,7 @@ class WriteOps(TextOps):
             point_ids=[p.id for p in prepared.points],
             epsilon=prepared.epsilon,
             receipt=prepared.receipt_digest,
-            utility_hash=self.utility_hash(pol),
+            utility_hash=self.utility_hash(pol, prepared.utility_names),
             details={"counts": prepared.counts, **(filters or {})},
         )
 
@@ -655,6 +657,7 @@ class WriteOps(TextOps):
         eps_seen: list[float] = []
         accepted_receipts: list[Any] = []  # the writer's receipts kept, for the manifest
         utility_why: str | None = None
+        utility_names: set[str] = set()
         # reserved_claims finds nothing on a collection without restricted sources, for any writer.
         check_sources = restricts_sources(pol)
         for i, p in enumerate(points):
@@ -730,9 +733,10 @@ class WriteOps(TextOps):
                     if weaker is not None:
                         fault(Verdict.NOISE_REQUIRED, p.id, weaker)
                         continue
+                    utility_names.add(vname)
                     why = self.utility_refusal(pol, mechanism=prm.mechanism, epsilon=prm.epsilon,
                                                radius=prm.radius, delta=prm.delta, clip_norm=prm.clip_norm,
-                                               dim=int(arr.shape[-1]))
+                                               dim=int(arr.shape[-1]), vector_name=vname)
                     if why is not None:
                         fault(Verdict.UTILITY_DEGRADED, p.id, why)
                         utility_why = utility_why or why
@@ -754,14 +758,15 @@ class WriteOps(TextOps):
                 payload[RECEIPT_KEY] = kept_receipts  # re-encoded below
         if to_noise:
             n = pol.noise
-            whys: dict[int, str | None] = {}
+            whys: dict[tuple[str, int], str | None] = {}
             for s in to_noise:
-                dim = int(s.vector.shape[-1])
-                if dim not in whys:
-                    whys[dim] = self.utility_refusal(pol, mechanism=n.mechanism, epsilon=n.epsilon,
-                                                     radius=n.radius, delta=n.delta, clip_norm=n.clip_norm,
-                                                     dim=dim)
-                why = whys[dim]
+                slot = (s.name, int(s.vector.shape[-1]))
+                if slot not in whys:
+                    utility_names.add(s.name)
+                    whys[slot] = self.utility_refusal(pol, mechanism=n.mechanism, epsilon=n.epsilon,
+                                                      radius=n.radius, delta=n.delta, clip_norm=n.clip_norm,
+                                                      dim=slot[1], vector_name=s.name)
+                why = whys[slot]
                 if why is not None:
                     faults.setdefault(Verdict.UTILITY_DEGRADED, []).append(points[s.point].id)
                     reasons.setdefault(str(points[s.point].id), why)
@@ -774,7 +779,7 @@ class WriteOps(TextOps):
                 directive = f"{directive}: {utility_why}"
             raise self.refuse(self.decision(
                 op, name, pol, verdict, directive, point_ids=list(dict.fromkeys(ids)),
-                utility_hash=self.utility_hash(pol),
+                utility_hash=self.utility_hash(pol, utility_names),
                 details={"faults": {v.value: [str(x) for x in ids_] for v, ids_ in faults.items()},
                          "reasons": reasons, "points_in_call": len(points)},
             ))
@@ -796,7 +801,8 @@ class WriteOps(TextOps):
         verdict = (Verdict.ALLOW_NOISED if counts["noised"] else Verdict.ALLOW_RECEIPTED if counts["receipted"]
                    else Verdict.ALLOW_IN_BOUNDARY_RAW)
         return PreparedPoints(points=out, verdict=verdict, epsilon=max(eps_seen) if eps_seen else None,
-                              receipt_digest=digest, counts={k: v for k, v in counts.items() if v})
+                              receipt_digest=digest, counts={k: v for k, v in counts.items() if v},
+                              utility_names=frozenset(utility_names))
 
     def _noise_and_sign(self, name: str, pol: CollectionPolicy, shape: CollectionShape,
                         points: list[models.PointStruct], vectors: list[dict[str, Any]],
