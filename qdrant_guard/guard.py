@@ -139,7 +139,7 @@ class Guard(WriteOps, ReadOps):
         return None if rec is None else rec.digest
 
     def utility_refusal(self, pol: CollectionPolicy, *, mechanism: str, epsilon: float, radius: float,
-                        delta: float, clip_norm: float | None, dim: int, vector_name: str = "") -> str | None:
+                        delta: float, clip_norm: float | None, dim: int, vector_name: str) -> str | None:
         """Why the utility record does not allow writes of ``vector_name`` with this noise, or None.
 
         None as well when the policy has no record or ``enforce`` is false. The record must be

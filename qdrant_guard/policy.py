@@ -349,14 +349,11 @@ class UtilityPolicy(_Strict):
     @field_validator("records")
     @classmethod
     def _records_named(cls, v: dict[str, str]) -> dict[str, str]:
-        for name, path in v.items():
-            if not isinstance(name, str) or not name:
+        for name, path in v.items():  # both str: pydantic checked the table's types first
+            if not name:
                 raise ValueError("a record for the vector named \"\" (the unnamed vector) is set with "
                                  "utility.record = \"PATH\", not in utility.records; name each named "
                                  "vector, e.g. text = \"utility-text.json\"")
-            if not isinstance(path, str):
-                raise ValueError(f"the record of vector {name!r} must be a path (a string), got {path!r} "
-                                 f"({type(path).__name__})")
             if not path:
                 raise ValueError(f"the record of vector {name!r} is an empty path, which names no file (it "
                                  "would be read as the policy's directory); give the file `qdrant-guard "

@@ -185,6 +185,16 @@ def test_a_receipted_vector_is_checked_against_its_own_vectors_record(setup):
     assert ei.value.verdict == "UTILITY_DEGRADED" and "vector 'image' has no utility record" in str(ei.value)
 
 
+def test_records_on_a_collection_with_an_unnamed_vector_refuse_its_writes_saying_to_use_record(setup):
+    kit, recs, _, docs = setup
+    owner, _, bob = _writer(kit, _records(setup, "text"), _epsilon(recs))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=16, distance=models.Distance.COSINE))
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("pii", [models.PointStruct(id=1, vector=docs["text"][0].tolist())])
+    assert ei.value.verdict == "UTILITY_DEGRADED"
+    assert "unnamed vector has no utility record" in str(ei.value) and "utility.record," in str(ei.value)
+
+
 def test_a_record_listed_under_another_vector_is_a_config_error_at_the_first_write(setup):
     kit, recs, paths, docs = setup
     bob = _open(kit, {"records": {"text": str(paths["text"]), "image": str(paths["text"])}}, _epsilon(recs))
