@@ -165,7 +165,7 @@ class Guard(WriteOps, ReadOps):
                         f"--collection STAGING --queries FILE --key GUARD_KEY --vector-name {vector_name} --out "
                         f"FILE` with --path or --url and this policy's noise parameters) and add {vector_name} = "
                         "\"FILE\" to utility.records")
-            path = u.records[vector_name]
+            path: str | None = u.records[vector_name]
         else:
             rec = self.utility_record(pol)
             if rec is None:
