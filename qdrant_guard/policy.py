@@ -324,17 +324,20 @@ class UtilityPolicy(_Strict):
     record: str | None = None
     """Path of a signed utility record from ``qdrant-guard calibrate``, verified against the guard's
     key and ``receipts.trusted_keys`` when first used. It applies to every vector of the collection,
-    except that a record calibrated on a named vector (``--vector-name``, or the one vector of its
-    collection; records from version 3 on) applies to that vector name only: give a collection
-    whose named vectors need their own records ``records`` instead. Unset (the default, with
-    ``records`` unset too): no utility check, and no write is refused for utility."""
+    except that a record of a named vector (records from version 3 on, calibrated with
+    ``--vector-name`` or on a collection whose one vector is named) applies to writes of that name
+    only: a collection whose named vectors each need a record sets ``records`` instead. Its hash
+    is the manifests' ``retrieval_utility_guard_hash``. Unset (the default, with ``records`` unset
+    too): no utility check, and no write is refused for utility."""
     records: dict[str, str] = Field(default_factory=dict)
     """One signed utility record per named vector, a table of vector name to path, e.g.
     ``records = { text = "utility-text.json", image = "utility-image.json" }`` (write each with
     ``qdrant-guard calibrate --vector-name NAME``). Each record applies to writes of its vector
     only, and a write of a vector the table does not name is refused (UTILITY_DEGRADED) while
     ``enforce`` is on. A record calibrated on another named vector than the one it is listed under
-    is a ConfigError at the first write to the collection. A write's manifest then names, as
+    is a ConfigError at the first write to the collection; a record that names no vector (versions
+    1 and 2, or calibrated on an unnamed vector) may be listed under any name, its dimension still
+    checked. A write's manifest names, as
     ``retrieval_utility_guard_hash``, a table of each vector it noised or took a receipt for to the
     hash of that vector's record (null: none). Not with ``record``, which holds the unnamed
     vector's record. ``{}`` (the default): ``record`` decides."""
