@@ -55,7 +55,7 @@ class PayloadOps(TextOps):
         self.refuse_reserved_sources(op, name, pol, payload, key)
         if key is None:
             payload = self.guard_payload_text(op, name, pol, dict(payload), point_id=None,
-                                              in_boundary=pol.raw_allowed(self.boundary()))
+                                              in_boundary=pol.owner is not None and self.boundary() == pol.owner)
         else:
             # Set below the key: no text field or receipt container there (the key itself is
             # screened as a field name, with the call's filters).

@@ -436,8 +436,8 @@ class CollectionPolicy(_Strict):
     default noise 95.9 % on the mean of 20 noise draws, against 97.3 % in one draw with redaction
     alone); false keeps them in the embedded text."""
     keep_payload_text_in_boundary: bool = False
-    """Keep PII in the payload text when the writer is in the owner boundary and ``raw_in_boundary``
-    is on (without it the owner's text is redacted too); never credentials. ``true`` needs a
+    """Keep PII in the payload text when the writer is in the owner boundary (whether or not its
+    vectors are noised: ``raw_in_boundary`` governs vectors only); never credentials. ``true`` needs a
     ``text_field`` and an ``owner``, and is refused on PUBLIC collections, which have no owner.
     Readers of other boundaries get the text field redacted (payloads, facet values, group ids).
     A string only: PII in a number or a list in the text field is redacted for every writer. Reads

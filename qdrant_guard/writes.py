@@ -642,6 +642,7 @@ class WriteOps(TextOps):
         shape: CollectionShape = yield from self.shape(name, op=op, pol=pol)
         boundary = self.boundary()
         raw_ok = pol.raw_allowed(boundary)
+        owner_writes = pol.owner is not None and boundary == pol.owner
         ceiling = self.ceiling(pol)
         faults: dict[Verdict, list[Any]] = {}
         reasons: dict[str, str] = {}
@@ -665,7 +666,7 @@ class WriteOps(TextOps):
             payload = dict(p.payload or {})
             if check_sources:
                 self.refuse_reserved_sources(op, name, pol, payload, point_id=p.id)
-            payload = self.guard_payload_text(op, name, pol, payload, point_id=p.id, in_boundary=raw_ok)
+            payload = self.guard_payload_text(op, name, pol, payload, point_id=p.id, in_boundary=owner_writes)
             try:
                 receipts = receipts_from_payload(payload) if RECEIPT_KEY in payload else {}
             except ReceiptError as exc:

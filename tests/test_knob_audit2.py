@@ -153,17 +153,27 @@ def test_a_policy_with_a_public_collection_reloads_from_its_dumps(data):
     _reloads(config_from_dict(data))
 
 
-@pytest.mark.parametrize("raw, stored", [(True, "SSN 123-45-6789"), (False, "SSN [SSN]")])
-def test_keep_payload_text_keeps_the_owners_pii_only_under_raw_in_boundary(tmp_path, raw, stored):
-    # What the docstring now says: writes keep PII for a writer allowed raw vectors (writes.py
-    # passes in_boundary=raw_allowed), not for every writer of the owner boundary.
+@pytest.mark.parametrize("raw", [True, False])
+@pytest.mark.parametrize("op", ["upsert", "set_payload"])
+def test_keep_payload_text_keeps_the_owners_pii_with_or_without_raw_in_boundary(tmp_path, raw, op):
+    # As its name and docstring say: the owner boundary's writes keep PII in the text field.
+    # Before, writes passed in_boundary=raw_allowed, so without raw_in_boundary the owner's text
+    # was redacted too and the key did nothing. A writer of another boundary is still redacted.
     from guardkit import create, make_kit, models
     from qdrant_guard import QdrantClient
 
     kit = make_kit(tmp_path)
     pol = {"class": "PII", "owner": "hr", "text_field": "text", "keep_payload_text_in_boundary": True,
            "raw_in_boundary": raw, "intent": {"enabled": False}}
+    pol["writers"] = ["support"]
     owner = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
     create(owner, "c")
-    owner.upsert("c", [models.PointStruct(id=1, vector=[0.1] * 16, payload={"text": "SSN 123-45-6789"})])
-    assert owner.retrieve("c", [1])[0].payload["text"] == stored
+    other = owner.with_principal(kit.principal("bob", "support"))
+    for pid, writer in ((1, owner), (2, other)):
+        writer.upsert("c", [models.PointStruct(id=pid, vector=[0.1] * 16, payload={"text": "no text"})])
+        if op == "upsert":
+            writer.upsert("c", [models.PointStruct(id=pid, vector=[0.1] * 16, payload={"text": "SSN 123-45-6789"})])
+        else:
+            writer.set_payload("c", payload={"text": "SSN 123-45-6789"}, points=[pid])
+    stored = {p.id: p.payload["text"] for p in owner.retrieve("c", [1, 2])}
+    assert stored == {1: "SSN 123-45-6789", 2: "SSN [SSN]"}
