@@ -777,7 +777,9 @@ class WriteOps(TextOps):
             ids = [pid for v in faults.values() for pid in v]
             directive = _DIRECTIVES[verdict]
             if verdict is Verdict.UTILITY_DEGRADED and utility_why is not None:
-                directive = f"{directive}: {utility_why}"
+                # The specific reason carries its own fix; the generic advice ("use a measured
+                # passing epsilon") is wrong for a missing record or a metric mismatch.
+                directive = f"the retrieval utility guard refuses this write: {utility_why}"
             raise self.refuse(self.decision(
                 op, name, pol, verdict, directive, point_ids=list(dict.fromkeys(ids)),
                 utility_hash=self.utility_hash(pol, utility_names),

@@ -145,6 +145,7 @@ def test_a_vector_without_a_record_is_refused_naming_it_and_how_to_calibrate_it(
         assert "vector 'image' has no utility record" in msg and "utility.records lists 'text'" in msg
         assert "qdrant-guard calibrate" in msg and "--vector-name image" in msg
         assert 'add image = "FILE" to utility.records' in msg
+        assert "use a measured passing epsilon" not in msg  # the generic advice does not apply
         last = audit_records(kit)[-1]
         assert last["verdict"] == "UTILITY_DEGRADED"
         assert last["manifest"]["retrieval_utility_guard_hash"] == (
