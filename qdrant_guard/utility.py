@@ -519,13 +519,18 @@ def _read_collection(
         for p in points:
             vec = p.vector
             if isinstance(vec, Mapping):
+                if vector_name not in vec:
+                    # Qdrant lets a point lack a named vector; searches of that vector never
+                    # return it, so it is no document of this calibration.
+                    continue
                 vec = vec[vector_name]
             ids.append(p.id)
             rows.append(list(vec))
         if offset is None:
             break
     if not rows:
-        raise ValueError(f"collection {collection!r} is empty; calibrate needs its clean vectors")
+        what = f"has no point with vector {vector_name!r}" if vector_name else "is empty"
+        raise ValueError(f"collection {collection!r} {what}; calibrate needs its clean vectors")
     distance = vparams.distance
     if not isinstance(distance, models.Distance):
         distance = models.Distance(distance)
