@@ -1,6 +1,9 @@
 """The assembled guard pipeline: writes, payloads, reads, utility records and multi-collection ops."""
 from __future__ import annotations
 
+import json
+import re
+import shlex
 import warnings
 from typing import Any
 
@@ -55,6 +58,17 @@ def warn_if_key_dies_with_the_process(guard: Guard | None, backend: Any) -> None
         '"keys/guard.key" in the policy',
         UserWarning, stacklevel=3,
     )
+
+
+def _toml_key(name: str) -> str:
+    # The vector name as a key of the policy's records table: bare only when TOML reads it so (a
+    # dot would nest a table, a space or a non-ASCII letter is no bare key); else a basic string,
+    # whose escapes are JSON's (DEL too must be escaped).
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _toml_str(name)
+
+
+def _toml_str(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 class Guard(WriteOps, ReadOps):
@@ -116,9 +130,9 @@ class Guard(WriteOps, ReadOps):
                 raise ConfigError(
                     f"utility record {path!r}, listed as utility.records.{name}, cannot vouch for vector "
                     f"{name!r}: {why}, so it measured another vector's embeddings; list it under "
-                    f"the vector it measured ({rec.vector_name} = {path!r}), or calibrate vector {name!r} "
-                    f"(`qdrant-guard calibrate ... --vector-name {name} --out FILE`) and list that record "
-                    f"as {name} = \"FILE\""
+                    f"the vector it measured ({_toml_key(rec.vector_name)} = {_toml_str(path)}), or calibrate vector "
+                    f"{name!r} (`qdrant-guard calibrate ... --vector-name {shlex.quote(name)} --out FILE`) and list "
+                    f"that record as {_toml_key(name)} = \"FILE\""
                 )
             out[name] = rec
         return out
@@ -162,9 +176,9 @@ class Guard(WriteOps, ReadOps):
                             "utility.record, set instead of utility.records")
                 return (f"vector {vector_name!r} has no utility record: utility.records lists "
                         f"{', '.join(repr(n) for n in sorted(u.records))}; calibrate it (`qdrant-guard calibrate "
-                        f"--collection STAGING --queries FILE --key GUARD_KEY --vector-name {vector_name} --out "
-                        f"FILE` with --path or --url and this policy's noise parameters) and add {vector_name} = "
-                        "\"FILE\" to utility.records")
+                        f"--collection STAGING --queries FILE --key GUARD_KEY --vector-name {shlex.quote(vector_name)} "
+                        f"--out FILE` with --path or --url and this policy's noise parameters) and add "
+                        f"{_toml_key(vector_name)} = \"FILE\" to utility.records")
             path: str | None = u.records[vector_name]
         else:
             rec = self.utility_record(pol)
@@ -178,9 +192,9 @@ class Guard(WriteOps, ReadOps):
                             f"vector: {why}; calibrate the unnamed vector (`qdrant-guard calibrate ... --out FILE` "
                             "without --vector-name) and set utility.record to that record")
                 return (f"utility record {path!r} (utility.record) cannot vouch for vector {shown!r}: {why}; "
-                        f"calibrate vector {shown!r} (`qdrant-guard calibrate ... --vector-name {vector_name} "
-                        "--out FILE`) and give each named vector its record in utility.records instead of "
-                        "utility.record")
+                        f"calibrate vector {shown!r} (`qdrant-guard calibrate ... --vector-name "
+                        f"{shlex.quote(vector_name)} --out FILE`) and give each named vector its record in "
+                        "utility.records instead of utility.record")
         if rec.metric != u.metric or rec.k != u.k:
             # A record of nDCG@10 or recall@50 can show a smaller drop than the recall@10 the
             # policy limits, so it cannot vouch for it.

@@ -43,3 +43,85 @@ def test_calibrate_a_named_vector_no_point_has_says_so():
     with pytest.raises(ValueError, match="has no point with vector 'image'"):
         calibrate(raw, "s", [[1.0] + [0.0] * 7], k=1, radius=0.01, epsilons=(8.0,), threshold=0.5,
                   progress=False, seed=1, vector_name="image")
+
+
+# --------------------------------------------------------------------------- record fixes that parse
+
+_ODD = ("a.b", "ünï", "sp ace")  # a dot nests a TOML table; a space or a non-ASCII letter is no bare key
+
+
+@pytest.fixture(scope="module")
+def odd_records(tmp_path_factory):
+    """Signed records of the named vectors of _ODD (and ``plain``) of a real staging collection."""
+    from guardkit import make_kit
+
+    from qdrant_guard import keys
+
+    tmp = tmp_path_factory.mktemp("odd")
+    kit = make_kit(tmp)
+    names = (*_ODD, "plain")
+    raw = RawClient(":memory:")
+    raw.create_collection("s", vectors_config={n: models.VectorParams(size=8, distance=models.Distance.COSINE)
+                                               for n in names})
+    rng = np.random.default_rng(0)
+    docs = {n: rng.normal(size=(120, 8)) for n in names}
+    raw.upsert("s", [models.PointStruct(id=i, vector={n: docs[n][i].tolist() for n in names}) for i in range(120)])
+    signer = keys.load_private_key(kit.guard_key_path)
+    paths = {}
+    for i, n in enumerate(names):
+        rec = calibrate(raw, "s", (docs[n][:20] + 0.05 * rng.normal(size=(20, 8))).tolist(), k=10, radius=0.01,
+                        epsilons=(2.0, 8.0, 32.0), threshold=0.05, signer=signer, progress=False, seed=1,
+                        vector_name=n)
+        paths[n] = tmp / f"utility-{i}.json"
+        paths[n].write_text(rec.to_json())
+    return kit, paths, docs
+
+
+def _writer(kit, records, names):
+    from qdrant_guard import QdrantClient
+
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"],
+                              "noise": {"epsilon": 32.0, "radius": 0.01}, "intent": {"enabled": False},
+                              "utility": {"records": records}}}, epsilon_ceiling={"PII": 40.0})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config={n: models.VectorParams(size=8, distance=models.Distance.COSINE)
+                                                   for n in names})
+    return owner.with_principal(kit.principal("bob", "support"))
+
+
+@pytest.mark.parametrize("name", _ODD)
+def test_a_vector_without_a_record_is_told_a_command_and_a_toml_line_that_work(odd_records, name):
+    # The refusal said `--vector-name sp ace` and `add a.b = "FILE"`: the shell splits the first,
+    # and TOML reads the second as the table {a = {b = "FILE"}} (and 'ünï = ...' not at all).
+    import re
+    import shlex
+    import tomllib
+
+    from qdrant_guard import GuardRefusal
+
+    kit, paths, docs = odd_records
+    bob = _writer(kit, {"plain": str(paths["plain"])}, ("plain", name))
+    with pytest.raises(GuardRefusal) as info:
+        bob.upsert("pii", [models.PointStruct(id=1, vector={name: docs[name][1].tolist()})])
+    assert info.value.verdict == "UTILITY_DEGRADED"
+    said = info.value.directive
+    assert shlex.split(re.search(r"--vector-name (.+?) --out", said).group(1)) == [name]
+    assert tomllib.loads(re.search(r"and add (.+) to utility\.records", said).group(1)) == {name: "FILE"}
+
+
+def test_a_record_listed_under_another_vector_is_told_toml_lines_that_work(odd_records):
+    import re
+    import shlex
+    import tomllib
+
+    from qdrant_guard import ConfigError
+
+    kit, paths, docs = odd_records
+    bob = _writer(kit, {"a.b": str(paths["sp ace"])}, ("a.b", "sp ace"))
+    with pytest.raises(ConfigError) as info:
+        bob.upsert("pii", [models.PointStruct(id=1, vector={"a.b": docs["a.b"][1].tolist()})])
+    said = str(info.value)
+    assert tomllib.loads(re.search(r"the vector it measured \((.+?)\), or", said).group(1)) == {
+        "sp ace": str(paths["sp ace"])}
+    assert shlex.split(re.search(r"--vector-name (.+?) --out", said).group(1)) == ["a.b"]
+    assert tomllib.loads(re.search(r"list that record as (.+)$", said).group(1)) == {"a.b": "FILE"}
