@@ -16,7 +16,7 @@ import pytest
 from qdrant_client import QdrantClient, models
 
 from qdrant_guard.keys import generate_keypair
-from qdrant_guard.noise_params import NoiseParams
+from qdrant_guard.noise_params import NoiseParams, guarantee_sentence
 from qdrant_guard.receipts import ReceiptItem, ReceiptSigner, issue_receipts_batch, stored_form, stored_form_batch
 
 N, DIM, GROUP = 256, 384, "receipts-256x384"
@@ -25,8 +25,9 @@ N, DIM, GROUP = 256, 384, "receipts-256x384"
 @pytest.fixture(scope="module")
 def data():
     vectors = np.random.default_rng(0).normal(size=(N, DIM)).astype(np.float32)
-    params = NoiseParams("gaussian", "1", 2.0, 1e-6, 0.5, 1.0, 0.31, 2.0 ** -20,
-                         "chacha20-getrandom-v1", DIM, "float32", "bench")
+    # The sentence its fields give: issue_receipts_batch refuses to sign any other (ReceiptError).
+    params = NoiseParams("gaussian", "1", 2.0, 1e-6, 0.5, 1.0, 0.31, 2.0 ** -20, "chacha20-getrandom-v1", DIM,
+                         "float32", guarantee_sentence("gaussian", 2.0, 1e-6, 0.5, 1.0, 0.31, 2.0 ** -20, DIM, "float32"))
     return vectors, params, ReceiptSigner(generate_keypair()[0])
 
 

@@ -125,3 +125,23 @@ def test_a_record_listed_under_another_vector_is_told_toml_lines_that_work(odd_r
         "sp ace": str(paths["sp ace"])}
     assert shlex.split(re.search(r"--vector-name (.+?) --out", said).group(1)) == ["a.b"]
     assert tomllib.loads(re.search(r"list that record as (.+)$", said).group(1)) == {"a.b": "FILE"}
+
+
+# --------------------------------------------------------------------------- the receipts benchmark
+
+
+def test_the_receipts_benchmark_still_issues_receipts():
+    # bench/bench_receipts.py signed NoiseParams whose guarantee was "bench"; issue_receipts_batch
+    # now refuses a sentence its fields contradict, so `make bench` failed in that suite (the CI
+    # smoke run covers bench_scan and bench_noise only).
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("pytest_benchmark")
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--benchmark-disable",
+                           "-k", "issue", str(root / "bench" / "bench_receipts.py")],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "3 passed" in proc.stdout
