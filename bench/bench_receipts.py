@@ -27,7 +27,8 @@ def data():
     vectors = np.random.default_rng(0).normal(size=(N, DIM)).astype(np.float32)
     # The sentence its fields give: issue_receipts_batch refuses to sign any other (ReceiptError).
     params = NoiseParams("gaussian", "1", 2.0, 1e-6, 0.5, 1.0, 0.31, 2.0 ** -20, "chacha20-getrandom-v1", DIM,
-                         "float32", guarantee_sentence("gaussian", 2.0, 1e-6, 0.5, 1.0, 0.31, 2.0 ** -20, DIM, "float32"))
+                         "float32",
+                         guarantee_sentence("gaussian", 2.0, 1e-6, 0.5, 1.0, 0.31, 2.0 ** -20, DIM, "float32"))
     return vectors, params, ReceiptSigner(generate_keypair()[0])
 
 
