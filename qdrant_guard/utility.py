@@ -288,8 +288,9 @@ class UtilityRecord:
         if failing:
             worst = failing[0]
             return (f"epsilon {epsilon!r}: the record measured a drop of {worst['drop']:.4f} > "
-                    f"{max_drop!r} at epsilon {worst['epsilon']!r}, which has no more noise. "
-                    f"{frontier}")
+                    f"{max_drop!r} at epsilon {worst['epsilon']!r}, which has no more noise; use a measured "
+                    "passing epsilon (less noise) with the record's noise parameters, or re-run `qdrant-guard "
+                    f"calibrate` for this policy. {frontier}")
         if not any(lv["drop"] <= max_drop and _at_least(epsilon, float(lv["epsilon"]))
                    for lv in self.measured):
             return (f"epsilon {epsilon!r}: no level with at least this much noise (epsilon <= "

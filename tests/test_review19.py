@@ -145,3 +145,30 @@ def test_the_receipts_benchmark_still_issues_receipts():
                           cwd=root, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "3 passed" in proc.stdout
+
+
+# --------------------------------------------------------------------------- a failing level's fix
+
+
+def test_a_write_at_a_measured_failing_level_is_told_the_fix(tmp_path):
+    # 4bb75fd gave a UTILITY_DEGRADED refusal its specific reason alone, dropping the generic
+    # advice; for the commonest reason, an epsilon the record measured to fail, that reason named
+    # no fix (only "which has no more noise" and the frontier).
+    from guardkit import make_kit, staging_record
+
+    from qdrant_guard import GuardRefusal, QdrantClient
+
+    kit = make_kit(tmp_path)
+    rec, docs = staging_record(kit, tmp_path / "u.json")
+    failing = max(lv["epsilon"] for lv in rec.measured if lv["drop"] > 0.05)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"],
+                              "noise": {"epsilon": failing, "radius": 0.01},
+                              "utility": {"record": str(tmp_path / "u.json")}}}, epsilon_ceiling={"PII": 5.0})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=32, distance=models.Distance.COSINE))
+    with pytest.raises(GuardRefusal) as info:
+        owner.with_principal(kit.principal("bob", "support")).upsert(
+            "pii", [models.PointStruct(id=1, vector=docs[0].tolist())])
+    assert info.value.verdict == "UTILITY_DEGRADED"
+    assert "which has no more noise; use a measured passing epsilon" in info.value.directive
+    assert "re-run `qdrant-guard calibrate`" in info.value.directive
