@@ -17,6 +17,15 @@ the arguments of a ``raise``, which only format messages):
 - a ``raise`` statement or a call statement deleted (replaced by ``pass``);
 - ``+``<->``-`` (binary and augmented assignment).
 
+With ``--lua NAME`` (repeatable), the Lua source inside the module-level string constant ``NAME``
+(``NAME = "..."``, or each string literal of ``NAME = OTHER + "..."``, triple-quoted or not) is
+mutated too:
+``<``<->``<=``, ``>``<->``>=``, ``==``<->``~=``, ``and``<->``or``, and every decimal integer
+constant +1 and -1 (which makes ``return 0``<->``return 1``). A small Lua tokenizer skips Lua
+comments and Lua string literals (so ``'%.0f'`` is never touched); the literal's text is
+tokenized as written in the Python file. With ``--lua`` and no ``-f``, only the Lua is mutated.
+Lines (for ``--lines`` and the report) are lines of the Python file.
+
 Usage::
 
     QDRANT_GUARD_REQUIRE_NATIVE=1 /work/main/.venv/bin/python scripts/mutate.py \\
@@ -25,6 +34,7 @@ Usage::
 
     scripts/mutate.py qdrant_guard/merkle.py --list          # only list the mutants
     scripts/mutate.py qdrant_guard/merkle.py -t tests/test_receipts.py --lines 40-60
+    scripts/mutate.py qdrant_guard/budget_redis.py --lua _REDIS_ADMIT -t tests/test_budget.py -k redis
 
 A mutant is *killed* when the selection fails (any exit code but 0 and 5) or runs past
 ``--timeout`` seconds; it *survives* when the selection passes. Survivors are printed as
@@ -40,6 +50,7 @@ import argparse
 import ast
 import copy
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -207,6 +218,54 @@ def generate(path: Path, functions: list[str]) -> list[Mutant]:
     return mutants
 
 
+_LUA_TOKEN = re.compile(
+    r"(?P<ws>\s+)|(?P<comment>--\[\[.*?\]\]|--[^\n]*)"
+    r"|(?P<str>'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"|\[\[.*?\]\])"
+    r"|(?P<num>0[xX][0-9a-fA-F]+|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
+    r"|(?P<id>[A-Za-z_]\w*)|(?P<punct>\.\.\.|\.\.|==|~=|<=|>=|.)",
+    re.S)
+_LUA_FLIP = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "~=", "~=": "==", "and": "or", "or": "and"}
+
+
+def generate_lua(path: Path, names: list[str]) -> list[Mutant]:
+    """Mutants of the Lua source in the module-level string constants ``names``."""
+    src = path.read_bytes()
+    tree = ast.parse(src, filename=str(path))
+    off = _Offsets(src)
+    mutants: list[Mutant] = []
+    found: set[str] = set()
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id in names):
+            continue
+        found.add(node.targets[0].id)
+        for lit in ast.walk(node.value):
+            if not (isinstance(lit, ast.Constant) and isinstance(lit.value, str)):
+                continue
+            a, b = off.span(lit)
+            raw = src[a:b].decode("utf-8")
+            q = min(i for i in (raw.find("'"), raw.find('"')) if i >= 0)
+            width = 3 if raw[q:q + 3] in ('"""', "'''") else 1
+            body_start, body = a + len(raw[:q + width].encode()), raw[q + width:len(raw) - width]
+            for tok in _LUA_TOKEN.finditer(body):
+                kind, text = tok.lastgroup, tok.group()
+                if kind in ("punct", "id") and text in _LUA_FLIP:
+                    new = [(_LUA_FLIP[text], "lua-boolop" if kind == "id" else "lua-compare")]
+                elif kind == "num" and text.isdigit():
+                    new = [(str(int(text) + 1), "lua-int+1"), (str(int(text) - 1), "lua-int-1")]
+                else:
+                    continue
+                start = body_start + len(body[:tok.start()].encode())
+                line = lit.lineno + raw[:q + width].count("\n") + body[:tok.start()].count("\n")
+                for repl, what in new:
+                    mutants.append(Mutant(line, start, start + len(text.encode()), text, repl, what))
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise SystemExit(f"mutate.py: no module-level string constant named {', '.join(missing)}")
+    mutants.sort(key=lambda m: (m.start, m.kind))
+    return mutants
+
+
 def apply(src: bytes, m: Mutant) -> bytes:
     return src[:m.start] + m.replacement.encode("utf-8") + src[m.end:]
 
@@ -275,11 +334,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("module", type=Path, help="the .py file to mutate (in this worktree)")
     ap.add_argument("-f", "--function", action="append", default=[],
                     help="function or Class.method to mutate (repeatable; default: whole module)")
+    ap.add_argument("--lua", action="append", default=[], metavar="NAME",
+                    help="also mutate the Lua in the module-level string constant NAME (repeatable; "
+                         "without -f, only the Lua)")
     add_run_arguments(ap)
     args = ap.parse_args(argv)
 
     path = args.module.resolve()
-    mutants = on_lines(generate(path, args.function), args.lines)
+    mutants = generate(path, args.function) if args.function or not args.lua else []
+    if args.lua:
+        mutants = sorted(mutants + generate_lua(path, args.lua), key=lambda m: (m.start, m.kind))
+    mutants = on_lines(mutants, args.lines)
     rel = os.path.relpath(path)
     if args.list:
         for i, m in enumerate(mutants):
