@@ -1,0 +1,224 @@
+"""The Redis budget store's index rebuild, migration, SCAN listing, construction and Lua scripts,
+where the fourth mutation pass (scripts/mutate.py, its ``--lua`` option for the scripts) found no
+test: each test here fails with one surviving mutant applied. A real redis-server (the
+``redis_url`` fixture) and, for what only a Redis Cluster refuses (a script over keys of two
+slots), a real one-node Redis Cluster started here."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from test_budget_redis_index import _recording_client
+from tests.redis_server import INSTALL_HINT, free_port
+
+from qdrant_guard.budget import BudgetStoreError, RedisBudgetStore
+
+pytestmark = pytest.mark.redis
+
+INDEX = "\x00qg-index\x00"
+READY = "\x00qg-index-ready"
+
+
+@pytest.fixture(scope="module")
+def cluster_url(tmp_path_factory):
+    """A one-node Redis Cluster holding all 16384 slots: it refuses, as any cluster does, a script
+    whose keys hash to two slots (CROSSSLOT), which a plain server marked as a cluster's runs."""
+    exe = shutil.which("redis-server")
+    redis = pytest.importorskip("redis")
+    if exe is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(INSTALL_HINT)
+        pytest.skip(INSTALL_HINT)
+    workdir = tmp_path_factory.mktemp("redis-cluster")
+    port = free_port()
+    log = open(workdir / "redis.log", "wb")
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--cluster-enabled", "yes", "--cluster-config-file", str(workdir / "nodes.conf"),
+         "--dir", str(workdir)],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    plain = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, f"see {workdir / 'redis.log'}"
+            try:
+                plain.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        plain.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+        while b"cluster_state:ok" not in plain.execute_command("CLUSTER", "INFO"):
+            assert time.monotonic() < deadline, "the one-node cluster never reached cluster_state:ok"
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        plain.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _cluster_client(url):
+    from redis.cluster import RedisCluster
+
+    return RedisCluster.from_url(url)
+
+
+def _two_slots(prefix):
+    """Two budget keys whose names hash to different slots under prefix."""
+    from redis.crc import key_slot
+
+    keys = [f"src|p|c|s{i}" for i in range(50)]
+    first = key_slot((prefix + keys[0]).encode())
+    return keys[0], next(k for k in keys if key_slot((prefix + k).encode()) != first)
+
+
+# ------------------------------------------------------------------ construction
+
+
+def test_a_real_cluster_client_is_known_as_one_and_keeps_no_index_without_a_hash_tag(cluster_url):
+    # Taken for a plain server's client, the store would send an untagged budget key and its
+    # index keys in one script, which a cluster refuses (CROSSSLOT): every admission failed.
+    client = _cluster_client(cluster_url)
+    store = RedisBudgetStore(client, prefix=f"qg:rc:{uuid.uuid4().hex}:")
+    try:
+        assert store._cluster and not store._indexed
+        a, b = _two_slots(store.prefix)
+        assert store.admit(a, ["1"], cap=5, window_s=10, now=100.0) == (["1"], [])
+        assert store.admit(b, ["2"], cap=5, window_s=10, now=100.0) == (["2"], [])
+        assert not list(client.scan_iter(match=store.prefix + "\x00*"))
+        # The listing without index reads each key with its own script (keys of two slots).
+        assert store.entries_by_prefix("src|p|", window_s=10, now=100.0) == {
+            a: frozenset({"1"}), b: frozenset({"2"})}
+        assert store.entries_by_prefix("src|p|c|s", window_s=10, now=100.0) == {
+            a: frozenset({"1"}), b: frozenset({"2"})}
+    finally:
+        store.reset()
+        client.close()
+
+
+def test_a_real_cluster_with_a_hash_tag_prefix_keeps_the_index(cluster_url):
+    client = _cluster_client(cluster_url)
+    store = RedisBudgetStore(client, prefix=f"{{qg-{uuid.uuid4().hex}}}:")
+    try:
+        assert store._cluster and store._indexed
+        store.admit_points([("src|p|c|a", 1), ("src|p|c|b", 5)], [("x", [0, 1]), ("y", [0, 1])],
+                           window_s=10, now=100.0)
+        assert store.entries_by_prefix("src|p|c|", window_s=10, now=100.0) == {
+            "src|p|c|a": frozenset({"x"}), "src|p|c|b": frozenset({"x"})}
+        assert client.exists(store.prefix + INDEX + "src|p|c|") == 1
+    finally:
+        store.reset()
+        client.close()
+
+
+@pytest.mark.parametrize("prefix", [b"qg:", 5, None])
+def test_a_prefix_that_is_not_text_is_refused_by_name(prefix):
+    pytest.importorskip("redis")
+    with pytest.raises(TypeError, match="prefix must be a str"):
+        RedisBudgetStore(f"redis://127.0.0.1:{free_port()}/0", prefix=prefix)
+
+
+def test_an_empty_prefix_is_a_store_of_bare_key_names(redis_url):
+    # Documented: the prefix is prepended to every budget key; "" is a valid prefix (keys are
+    # then the budget keys themselves).
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    store = RedisBudgetStore(client, prefix="")
+    key = f"qg-empty-{uuid.uuid4().hex}|p|c|s"
+    try:
+        assert store.admit(key, ["1"], cap=5, window_s=10, now=100.0) == (["1"], [])
+        assert client.zscore(key, "1") == 100.0
+        assert client.exists(INDEX + key[: key.rfind("|") + 1]) == 1
+    finally:
+        store.reset(key)
+        client.close()
+
+
+def test_without_the_redis_package_the_store_says_what_to_install(monkeypatch):
+    # sys.modules[name] = None is how Python itself marks a module as not importable.
+    monkeypatch.setitem(sys.modules, "redis", None)
+    monkeypatch.setitem(sys.modules, "redis.crc", None)
+    with pytest.raises(BudgetStoreError, match=r"needs the redis package: pip install 'redis>=5'"):
+        RedisBudgetStore("redis://127.0.0.1:1/0")
+
+
+# ------------------------------------------------------------------ migration and rebuild
+
+
+def test_a_redis_error_in_the_upgrade_check_is_a_store_error(redis_url):
+    # A user the server lets run everything but EXISTS: the check whether another thread already
+    # indexed the store fails, and _migrate says so instead of indexing the whole database behind
+    # it. (A listing's own script reads the marker first, with EXISTS inside Lua, which the ACL
+    # refuses too; so _migrate is called as the listing calls it, once that script found no marker.)
+    import redis
+
+    admin = redis.Redis.from_url(redis_url)
+    user, password = f"qg-noexists-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    admin.acl_setuser(user, enabled=True, passwords=["+" + password], keys=["*"],
+                      categories=["+@all"], commands=["-exists"])
+    client = redis.Redis.from_url(redis_url, username=user, password=password)
+    store = RedisBudgetStore(client, prefix=f"qg:acl:{uuid.uuid4().hex}:")
+    try:
+        admin.zadd(store.prefix + "src|p|c|s", {"1": 100.0})  # written without index, no marker
+        with pytest.raises(BudgetStoreError, match="index check failed"):
+            store._migrate()
+        assert not admin.exists(store.prefix + READY)
+    finally:
+        client.close()
+        admin.acl_deluser(user)
+        for name in admin.scan_iter(match=store.prefix + "*"):
+            admin.delete(name)
+        admin.close()
+
+
+def test_a_rebuild_redis_fails_is_a_store_error():
+    pytest.importorskip("redis")
+    store = RedisBudgetStore(f"redis://127.0.0.1:{free_port()}/0")
+    with pytest.raises(BudgetStoreError, match="index rebuild failed"):
+        store.rebuild_index()
+
+
+def test_a_scan_listing_redis_fails_is_a_store_error():
+    pytest.importorskip("redis")
+    store = RedisBudgetStore(f"redis://127.0.0.1:{free_port()}/0")
+    store._cluster = True  # an untagged cluster's store: the listing runs SCAN
+    with pytest.raises(BudgetStoreError, match="scan failed for prefix"):
+        store.entries_by_prefix("src|", window_s=10, now=0.0)
+
+
+@pytest.mark.parametrize("n, scripts", [(200, 1), (201, 2), (400, 2)])
+def test_a_rebuild_indexes_every_key_with_one_script_per_200(redis_url, n, scripts):
+    # Documented cost: one SCAN plus one script per 200 keys found. 201 keys need a second script
+    # for the last one, 400 no third.
+    import redis
+
+    client = _recording_client(redis_url)
+    store = RedisBudgetStore(client, prefix=f"qg:rb:{uuid.uuid4().hex}:")
+    raw = redis.Redis.from_url(redis_url)
+    try:
+        raw.zadd(store.prefix + "src|p|c|s0", {"1": 100.0})
+        store.rebuild_index()  # loads the script
+        with raw.pipeline(transaction=False) as pipe:
+            for i in range(1, n):
+                pipe.zadd(store.prefix + f"src|p|c|s{i}", {"1": 100.0})
+            pipe.execute()
+        client.commands.clear()
+        store.rebuild_index()
+        assert client.commands.count("EVALSHA") == scripts
+        assert len(store.entries_by_prefix("src|p|c|", window_s=10, now=100.0)) == n
+    finally:
+        store.reset()
+        raw.close()
