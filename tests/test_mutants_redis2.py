@@ -222,3 +222,21 @@ def test_a_rebuild_indexes_every_key_with_one_script_per_200(redis_url, n, scrip
     finally:
         store.reset()
         raw.close()
+
+
+@pytest.mark.parametrize("wild", ["?", "*", "[x]"])
+def test_glob_characters_in_a_prefix_match_only_themselves(redis_url, wild):
+    # reset() and rebuild_index() SCAN the prefix as a glob pattern: unescaped, "qg:a?" matches
+    # "qg:ab", and reset() of one store deleted another store's budget.
+    base = f"qg:glob:{uuid.uuid4().hex}:"
+    mine = RedisBudgetStore(redis_url, prefix=base + "a" + wild + ":")
+    other = RedisBudgetStore(redis_url, prefix=base + "ax:")
+    try:
+        mine.admit("src|p|c|s", ["1"], cap=5, window_s=10, now=100.0)
+        other.admit("src|p|c|s", ["2"], cap=5, window_s=10, now=100.0)
+        mine.reset()
+        assert other.seen("src|p|c|s", window_s=10, now=100.0) == 1
+        assert mine.seen("src|p|c|s", window_s=10, now=100.0) == 0
+    finally:
+        other.reset()
+        mine.reset()
