@@ -75,6 +75,12 @@ def _cluster_client(url):
     return RedisCluster.from_url(url)
 
 
+def _evalsha_calls(client):
+    stats = client.info("commandstats")
+    return sum(node.get("cmdstat_evalsha", {}).get("calls", 0) for node in (
+        stats.values() if "cmdstat_evalsha" not in stats else [stats]))
+
+
 def _two_slots(prefix):
     """Two budget keys whose names hash to different slots under prefix."""
     from redis.crc import key_slot
@@ -103,6 +109,12 @@ def test_a_real_cluster_client_is_known_as_one_and_keeps_no_index_without_a_hash
             a: frozenset({"1"}), b: frozenset({"2"})}
         assert store.entries_by_prefix("src|p|c|s", window_s=10, now=100.0) == {
             a: frozenset({"1"}), b: frozenset({"2"})}
+        # One read-only script per key found, and none for a prefix with no key: no extra round
+        # trip (counted by the server, which only this module's tests use).
+        for prefix, scripts in (("src|p|", 2), ("src|q|", 0)):
+            calls = _evalsha_calls(client)
+            store.entries_by_prefix(prefix, window_s=10, now=100.0)
+            assert _evalsha_calls(client) - calls == scripts
     finally:
         store.reset()
         client.close()
