@@ -84,3 +84,29 @@ def test_a_remembered_clean_key_sent_twice_is_still_refused(tmp_path):
     with pytest.raises(UnsupportedWriteError):
         _write(client, "c", "upsert", {"m": {b"note": "hi", "note": "hi"}}, pid=3)
     assert snapshot(client, "c") == before
+
+
+# The barcode exemption (textguard._barcode), second mutation pass: a GTIN-14 that is also a
+# Luhn-valid 14-digit Diners number must be stored under gtin (14 dropped from the lengths refused
+# it); a 15-digit Amex number whose GS1 check digit happens to hold is no barcode length (15 added
+# let it through); a card written with spaces under ean is a card (any of the three tests made
+# "or" sent it to int(), a bare ValueError); EAN-13s (4 prefix, Luhn-valid) whose check digit is 0
+# or 9, where the last "% 10" of the GS1 rule matters (% 11 made 10 of 0, % 9 made 0 of 9 and 1 of 0).
+GTIN14_DINERS = "30566924323508"
+AMEX15_GS1 = "370007947269152"
+EAN_CHECK_0, EAN_CHECK_9 = "4066260515520", "4438239239179"
+
+
+def test_a_gtin14_that_passes_luhn_is_stored_under_a_barcode_name(tmp_path):
+    kit, client = _kit_client(tmp_path)
+    payload = {"gtin": GTIN14_DINERS, "ean": EAN_CHECK_0, "item": {"barcode": EAN_CHECK_9}}
+    _write(client, "pub", "upsert", payload)
+    assert _stored(client, "pub", "upsert") == payload
+
+
+@pytest.mark.parametrize("payload", [{"ean": AMEX15_GS1}, {"ean": "4111 1111 1111 1111"}])
+def test_a_card_under_a_barcode_name_that_is_no_barcode_is_refused(tmp_path, payload):
+    kit, client = _kit_client(tmp_path)
+    before = snapshot(client, "pub")
+    assert _refused(lambda: _write(client, "pub", "upsert", payload)).verdict == "SENSITIVITY_MISMATCH"
+    assert snapshot(client, "pub") == before
