@@ -252,3 +252,25 @@ def test_glob_characters_in_a_prefix_match_only_themselves(redis_url, wild):
     finally:
         other.reset()
         mine.reset()
+
+
+# ------------------------------------------------------------------ the Lua scripts
+
+
+def test_a_clock_stepped_back_stamps_at_the_newest_entry_not_the_one_before(redis_url):
+    # A key's clock is its newest timestamp when now is behind it. Read from ZRANGE -2 -1, the
+    # "newest" score is the one before (100, not 200): new ids were stamped 100 and left the
+    # window a hundred seconds early. The memory store is the reference.
+    from qdrant_guard.budget import MemoryBudgetStore
+
+    store = RedisBudgetStore(redis_url, prefix=f"qg:back:{uuid.uuid4().hex}:")
+    memory = MemoryBudgetStore()
+    try:
+        for s in (store, memory):
+            s.admit("k", ["a"], cap=5, window_s=150, now=100.0)
+            s.admit("k", ["b"], cap=5, window_s=150, now=200.0)
+            s.admit("k", ["c"], cap=5, window_s=150, now=50.0)
+        assert store.seen("k", window_s=150, now=300.0) == memory.seen("k", window_s=150, now=300.0) == 2
+        assert store.entries_by_prefix("", window_s=150, now=300.0) == {"k": frozenset({"b", "c"})}
+    finally:
+        store.reset()
