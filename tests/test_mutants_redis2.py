@@ -274,3 +274,46 @@ def test_a_clock_stepped_back_stamps_at_the_newest_entry_not_the_one_before(redi
         assert store.entries_by_prefix("", window_s=150, now=300.0) == {"k": frozenset({"b", "c"})}
     finally:
         store.reset()
+
+
+def test_all_or_none_admissions_also_stamp_at_the_newest_entry(redis_url):
+    # The same rule in the several-key script (admit_points): read from ZRANGE -2 -1, from
+    # ZRANGE -1 -2 (empty) or from newest[3] (never there), a step back stamped new ids at now.
+    # (j, whose only id is c, has a clock of its own: 50.)
+    from qdrant_guard.budget import MemoryBudgetStore
+
+    store = RedisBudgetStore(redis_url, prefix=f"qg:back:{uuid.uuid4().hex}:")
+    memory = MemoryBudgetStore()
+    keys = [("k", 5), ("j", 5)]
+    try:
+        for s in (store, memory):
+            s.admit_points(keys, [("a", [0])], window_s=150, now=100.0)
+            s.admit_points(keys, [("b", [0])], window_s=150, now=200.0)
+            s.admit_points(keys, [("c", [0, 1])], window_s=150, now=50.0)
+        for key, n in (("k", 2), ("j", 0)):
+            assert store.seen(key, window_s=150, now=300.0) == memory.seen(key, window_s=150, now=300.0) == n
+        assert store.entries_by_prefix("", window_s=150, now=300.0) == {
+            "k": frozenset({"b", "c"})}
+    finally:
+        store.reset()
+
+
+def test_a_key_lives_for_its_window_past_a_clock_that_stepped_back_ten_days(redis_url):
+    # The TTL adds how far the key's newest entry is ahead of now. 0.1 % short of that (* 999 for
+    # * 1000 ms per s) is 864 s short after a ten-day step back: the server forgot ids the key's
+    # window still counted. A minute of slack keeps the test far from the time it takes.
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    store = RedisBudgetStore(client, prefix=f"qg:ttl2:{uuid.uuid4().hex}:")
+    ahead = 10 * 86400.0
+    try:
+        store.admit("one", ["a"], cap=5, window_s=10, now=ahead)
+        store.admit("one", ["b"], cap=5, window_s=10, now=0.0)
+        store.admit_points([("p1", 5), ("p2", 5)], [("a", [0, 1])], window_s=10, now=ahead)
+        store.admit_points([("p1", 5), ("p2", 5)], [("b", [0, 1])], window_s=10, now=0.0)
+        for key in ("one", "p1", "p2"):
+            assert client.pttl(store.prefix + key) > (ahead + 10) * 1000 - 60_000
+    finally:
+        store.reset()
+        client.close()
