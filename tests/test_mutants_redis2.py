@@ -317,3 +317,40 @@ def test_a_key_lives_for_its_window_past_a_clock_that_stepped_back_ten_days(redi
     finally:
         store.reset()
         client.close()
+
+
+def test_seen_also_counts_on_the_key_clock_after_a_step_back(redis_url):
+    # seen() at a now behind the key's newest entry counts from that entry: a@10 is out of a
+    # 150 s window on the key's clock (200). With newest[3] (never there) it counted at now=50.
+    from qdrant_guard.budget import MemoryBudgetStore
+
+    store = RedisBudgetStore(redis_url, prefix=f"qg:seen:{uuid.uuid4().hex}:")
+    memory = MemoryBudgetStore()
+    try:
+        for s in (store, memory):
+            s.admit("k", ["a"], cap=5, window_s=150, now=10.0)
+            s.admit("k", ["b"], cap=5, window_s=150, now=200.0)
+        assert store.seen("k", window_s=150, now=50.0) == memory.seen("k", window_s=150, now=50.0) == 1
+    finally:
+        store.reset()
+
+
+def test_an_all_or_none_admission_that_leaves_a_key_empty_keeps_it_out_of_the_index(redis_url):
+    # As admit() does: a key with no entry left is no key on the server, and gets no index member
+    # (with counts > 0 made >= 0 it got one, scored as if the key lived a window more).
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    store = RedisBudgetStore(client, prefix=f"qg:empty:{uuid.uuid4().hex}:")
+    try:
+        store.reset()
+        released, _ = store.admit_points([("src|p|c|full", 0), ("src|p|c|open", 5)], [("a", [0, 1])],
+                                         window_s=10, now=100.0)
+        assert released == [False]
+        assert client.exists(store.prefix + "src|p|c|full", store.prefix + "src|p|c|open") == 0
+        assert client.zrange(store.prefix + INDEX + "src|p|c|", 0, -1) == []
+        store.admit_points([("src|p|c|full", 0), ("src|p|c|open", 5)], [("b", [1])], window_s=10, now=100.0)
+        assert client.zrange(store.prefix + INDEX + "src|p|c|", 0, -1) == [b"=src|p|c|open"]
+    finally:
+        store.reset()
+        client.close()
