@@ -380,3 +380,18 @@ def test_a_listing_drops_every_gone_key_from_its_own_index(redis_url):
     finally:
         store.reset()
         client.close()
+
+
+def test_a_scan_listing_reads_each_key_on_its_own_clock(cluster_url):
+    # The listing without index (an untagged cluster) counts a key's ids from its newest entry
+    # when now is behind it, as the indexed listing and admissions do: a@10 is out of a 150 s
+    # window on the key's clock (200). With newest[3] (never there) it was listed at now=50.
+    client = _cluster_client(cluster_url)
+    store = RedisBudgetStore(client, prefix=f"qg:rcc:{uuid.uuid4().hex}:")
+    try:
+        store.admit("src|p|c|s", ["a"], cap=5, window_s=150, now=10.0)
+        store.admit("src|p|c|s", ["b"], cap=5, window_s=150, now=200.0)
+        assert store.entries_by_prefix("src|p|", window_s=150, now=50.0) == {"src|p|c|s": frozenset({"b"})}
+    finally:
+        store.reset()
+        client.close()
