@@ -392,6 +392,22 @@ def test_a_scan_listing_reads_each_key_on_its_own_clock(cluster_url):
         store.admit("src|p|c|s", ["a"], cap=5, window_s=150, now=10.0)
         store.admit("src|p|c|s", ["b"], cap=5, window_s=150, now=200.0)
         assert store.entries_by_prefix("src|p|", window_s=150, now=50.0) == {"src|p|c|s": frozenset({"b"})}
+        # Past the newest entry, now decides: at 500 both are out of the window (the key's clock
+        # taken always, "and" made "or", or the window read from now, ARGV[1], listed them).
+        assert store.entries_by_prefix("src|p|", window_s=150, now=500.0) == {}
     finally:
         store.reset()
         client.close()
+
+
+def test_an_indexed_listing_reads_each_key_on_its_own_clock(redis_url):
+    # The same rule in the indexed listing's script: now = the newest entry's score, not its
+    # member (tonumber of an id: nil, a Lua error, or a number that is no time).
+    store = RedisBudgetStore(redis_url, prefix=f"qg:ixc:{uuid.uuid4().hex}:")
+    try:
+        store.admit("src|p|c|s", ["a"], cap=5, window_s=150, now=10.0)
+        store.admit("src|p|c|s", ["7"], cap=5, window_s=150, now=200.0)
+        assert store.entries_by_prefix("src|p|", window_s=150, now=50.0) == {"src|p|c|s": frozenset({"7"})}
+        assert store.entries_by_prefix("src|p|", window_s=150, now=500.0) == {}
+    finally:
+        store.reset()
