@@ -24,6 +24,23 @@ INDEX = "\x00qg-index\x00"
 READY = "\x00qg-index-ready"
 
 
+def _cluster_port():
+    """A free port whose cluster bus port (port + 10000, so the port is at most 55535, which
+    redis-server checks) is free too."""
+    import random
+    import socket
+
+    while True:
+        port = random.randint(20000, 55535)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10000))
+            return port
+        except OSError:
+            continue
+
+
 @pytest.fixture(scope="module")
 def cluster_url(tmp_path_factory):
     """A one-node Redis Cluster holding all 16384 slots: it refuses, as any cluster does, a script
@@ -35,24 +52,32 @@ def cluster_url(tmp_path_factory):
             pytest.fail(INSTALL_HINT)
         pytest.skip(INSTALL_HINT)
     workdir = tmp_path_factory.mktemp("redis-cluster")
-    port = free_port()
-    log = open(workdir / "redis.log", "wb")
-    proc = subprocess.Popen(
-        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--cluster-enabled", "yes", "--cluster-config-file", str(workdir / "nodes.conf"),
-         "--dir", str(workdir)],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    plain = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
-    try:
+    for attempt in range(3):  # a port taken between probe and bind: try another
+        port = _cluster_port()
+        log = open(workdir / f"redis-{port}.log", "wb")
+        proc = subprocess.Popen(
+            [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--cluster-enabled", "yes", "--cluster-config-file", str(workdir / f"nodes-{port}.conf"),
+             "--dir", str(workdir)],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        plain = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
         deadline = time.monotonic() + 20
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, f"see {workdir / 'redis.log'}"
+        while proc.poll() is None and time.monotonic() < deadline:
             try:
                 plain.ping()
                 break
             except redis.ConnectionError:
                 time.sleep(0.05)
+        else:
+            proc.kill()
+            proc.wait()
+            log.close()
+            continue
+        break
+    else:
+        pytest.fail(f"redis-server --cluster-enabled did not start on 3 ports; see the logs in {workdir}")
+    try:
         plain.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
         while b"cluster_state:ok" not in plain.execute_command("CLUSTER", "INFO"):
             assert time.monotonic() < deadline, "the one-node cluster never reached cluster_state:ok"
@@ -320,17 +345,19 @@ def test_a_key_lives_for_its_window_past_a_clock_that_stepped_back_ten_days(redi
 
 
 def test_seen_also_counts_on_the_key_clock_after_a_step_back(redis_url):
-    # seen() at a now behind the key's newest entry counts from that entry: a@10 is out of a
-    # 150 s window on the key's clock (200). With newest[3] (never there) it counted at now=50.
+    # seen() at a now behind the key's newest entry counts from that entry. An admission keeps
+    # only what its own window counts, so the reading here uses a shorter window than the
+    # admissions (another budget sharing the store): on the key's clock (200) a 50 s window holds
+    # b alone; with newest[3] (never there) seen counted from now=50 and kept a@100 too.
     from qdrant_guard.budget import MemoryBudgetStore
 
     store = RedisBudgetStore(redis_url, prefix=f"qg:seen:{uuid.uuid4().hex}:")
     memory = MemoryBudgetStore()
     try:
         for s in (store, memory):
-            s.admit("k", ["a"], cap=5, window_s=150, now=10.0)
+            s.admit("k", ["a"], cap=5, window_s=150, now=100.0)
             s.admit("k", ["b"], cap=5, window_s=150, now=200.0)
-        assert store.seen("k", window_s=150, now=50.0) == memory.seen("k", window_s=150, now=50.0) == 1
+        assert store.seen("k", window_s=50, now=50.0) == memory.seen("k", window_s=50, now=50.0) == 1
     finally:
         store.reset()
 
@@ -384,14 +411,15 @@ def test_a_listing_drops_every_gone_key_from_its_own_index(redis_url):
 
 def test_a_scan_listing_reads_each_key_on_its_own_clock(cluster_url):
     # The listing without index (an untagged cluster) counts a key's ids from its newest entry
-    # when now is behind it, as the indexed listing and admissions do: a@10 is out of a 150 s
+    # when now is behind it, as the indexed listing and admissions do: a@100 is out of a 50 s
     # window on the key's clock (200). With newest[3] (never there) it was listed at now=50.
     client = _cluster_client(cluster_url)
     store = RedisBudgetStore(client, prefix=f"qg:rcc:{uuid.uuid4().hex}:")
     try:
-        store.admit("src|p|c|s", ["a"], cap=5, window_s=150, now=10.0)
+        store.admit("src|p|c|s", ["a"], cap=5, window_s=150, now=100.0)
         store.admit("src|p|c|s", ["b"], cap=5, window_s=150, now=200.0)
-        assert store.entries_by_prefix("src|p|", window_s=150, now=50.0) == {"src|p|c|s": frozenset({"b"})}
+        # A shorter window than the admissions' (as in the seen() test): on the key's clock only b.
+        assert store.entries_by_prefix("src|p|", window_s=50, now=50.0) == {"src|p|c|s": frozenset({"b"})}
         # Past the newest entry, now decides: at 500 both are out of the window (the key's clock
         # taken always, "and" made "or", or the window read from now, ARGV[1], listed them).
         assert store.entries_by_prefix("src|p|", window_s=150, now=500.0) == {}
@@ -405,9 +433,9 @@ def test_an_indexed_listing_reads_each_key_on_its_own_clock(redis_url):
     # member (tonumber of an id: nil, a Lua error, or a number that is no time).
     store = RedisBudgetStore(redis_url, prefix=f"qg:ixc:{uuid.uuid4().hex}:")
     try:
-        store.admit("src|p|c|s", ["a"], cap=5, window_s=150, now=10.0)
+        store.admit("src|p|c|s", ["a"], cap=5, window_s=150, now=100.0)
         store.admit("src|p|c|s", ["7"], cap=5, window_s=150, now=200.0)
-        assert store.entries_by_prefix("src|p|", window_s=150, now=50.0) == {"src|p|c|s": frozenset({"7"})}
+        assert store.entries_by_prefix("src|p|", window_s=50, now=50.0) == {"src|p|c|s": frozenset({"7"})}
         assert store.entries_by_prefix("src|p|", window_s=150, now=500.0) == {}
     finally:
         store.reset()
