@@ -439,3 +439,43 @@ def test_an_indexed_listing_reads_each_key_on_its_own_clock(redis_url):
         assert store.entries_by_prefix("src|p|", window_s=150, now=500.0) == {}
     finally:
         store.reset()
+
+
+def test_an_upgrade_whose_first_admission_comes_before_its_first_listing_still_indexes_old_keys(redis_url):
+    # The listing script asks whether the ready marker exists. Asked of the group's index instead
+    # (KEYS[2]), a new version that admitted once before its first listing never migrated, and
+    # the keys the old version wrote stayed unlisted.
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    store = RedisBudgetStore(client, prefix=f"qg:upg:{uuid.uuid4().hex}:")
+    try:
+        client.zadd(store.prefix + "src|p|c|old", {"1": 100.0})  # an old version's key: no index
+        client.pexpire(store.prefix + "src|p|c|old", 60_000)
+        store.admit("src|p|c|new", ["2"], cap=5, window_s=60, now=100.0)
+        assert store.entries_by_prefix("src|p|c|", window_s=60, now=100.0) == {
+            "src|p|c|old": frozenset({"1"}), "src|p|c|new": frozenset({"2"})}
+    finally:
+        store.reset()
+        client.close()
+
+
+def test_a_listing_drops_index_members_whose_time_has_passed(redis_url):
+    # The listing script drops members scored before the server's time in ms. With the time
+    # misread (microseconds for seconds, or * 999), a child group's marker whose keys have all
+    # expired stayed in its parent and each listing descended into it. The marker is written
+    # with a time a minute past, as an index whose group expired leaves it.
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    store = RedisBudgetStore(client, prefix=f"qg:stale:{uuid.uuid4().hex}:")
+    try:
+        store.reset()
+        store.admit("src|p|c|live", ["1"], cap=5, window_s=60, now=100.0)
+        past = int(client.time()[0]) * 1000 - 60_000
+        client.zadd(store.prefix + INDEX + "src|p|", {"/src|p|gone|": past})
+        assert store.entries_by_prefix("src|p|", window_s=60, now=100.0) == {"src|p|c|live": frozenset({"1"})}
+        assert client.zrange(store.prefix + INDEX + "src|p|", 0, -1) == [b"/src|p|c|"]
+    finally:
+        store.reset()
+        client.close()
