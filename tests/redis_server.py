@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import time
+from typing import IO, Any
 
 import pytest
 
@@ -57,12 +58,17 @@ def redis_url(tmp_path_factory):
             yield f"redis://127.0.0.1:{port}/0"
         finally:
             client.close()
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            log.close()
+            stop_server(proc, log)
         return
     pytest.fail(f"redis-server did not answer PING on 3 ports; see logs in {workdir}")
+
+
+def stop_server(proc: "subprocess.Popen[Any]", log: IO[Any]) -> None:
+    """Stop a redis-server started by a fixture (kill it if SIGTERM is not enough) and close its log."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()

@@ -11,15 +11,9 @@ import pytest
 
 from qdrant_guard.errors import ConfigError
 from qdrant_guard.policy import GuardConfig, config_from_dict, load_policy
+from tests.test_knob_audit import _refused
 
 
-def _refused(data, *needles):
-    with pytest.raises(ConfigError) as ei:
-        config_from_dict(data, source="p.toml")
-    msg = str(ei.value)
-    for needle in needles:
-        assert needle in msg, msg
-    return msg
 
 
 def _reloads(cfg: GuardConfig) -> None:

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 from test_budget_redis_index import _recording_client
-from tests.redis_server import INSTALL_HINT, free_port
+from tests.redis_server import INSTALL_HINT, free_port, stop_server
 
 from qdrant_guard.budget import BudgetStoreError, RedisBudgetStore
 
@@ -85,13 +85,7 @@ def cluster_url(tmp_path_factory):
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         plain.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        stop_server(proc, log)
 
 
 def _cluster_client(url):
