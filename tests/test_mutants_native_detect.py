@@ -80,6 +80,54 @@ CASES = [
     # 22), and the second also a 3-character group in the middle
     ("iban GB82 WEST 1234 5698 7654 3210", []),
     ("iban GB82 WES T123 4569 8765 432", []),
+    # -- the third pass (scripts/mutate_c.py; docs/security-testing.md, "Mutation pass 3")
+    # email (line 488): "p - ls > 64" -> ">= 64" or "> 63" refused a local part of exactly 64
+    # characters, the most RFC 5321 allows; 65 is refused
+    ("mail " + "a" * 64 + "@corp.io", [("EMAIL", "a" * 64 + "@corp.io")]),
+    ("mail " + "a" * 65 + "@corp.io", []),
+    # email (line 490): "ls == p || b[p - 1] == '.'" -> "&&" took an empty local part
+    # ("@corp.io") and one that ends in a dot
+    ("mail @corp.io", []),
+    ("mail john.@corp.io", []),
+    ("mail .john@corp.io", [("EMAIL", "john@corp.io")]),  # leading dots are stripped, not refused
+    # email (line 494): the domain run's 255 limit, "> 255" -> ">= 255" / "> 254" refused a
+    # 255-character domain, "> 256" took a 256-character one (the run is read up to 256)
+    ("mail a@" + ".".join(["b" * 63] * 3) + "." + "c" * 60 + ".io",
+     [("EMAIL", "a@" + ".".join(["b" * 63] * 3) + "." + "c" * 60 + ".io")]),
+    ("mail a@" + ".".join(["b" * 63] * 3) + "." + "c" * 61 + ".io", []),
+    # email (line 503): a label of 63 characters is the most; "len > 63" -> ">= 63" / "> 62"
+    # refused it, "> 64" or "len > 63 && b[a] == '-'" took 64; either "||" around the dash rules
+    # made "&&" took a label that begins or ends with "-"
+    ("mail a@" + "b" * 63 + ".io", [("EMAIL", "a@" + "b" * 63 + ".io")]),
+    ("mail a@" + "b" * 64 + ".io", []),
+    ("mail a@-corp.io", []),
+    ("mail a@corp-.io", []),
+    # email (line 514): the look-back for "://" (user@host in a URL authority is no address)
+    # stops after 256 characters of URL text ("&&" -> "||" made it unbounded), must reach the
+    # text's first character ("k > 0" -> "k > 1" did not) and stops at a space
+    ("see https://" + "/" * 253 + "u@corp.io", []),
+    ("see https://" + "/" * 254 + "u@corp.io", [("EMAIL", "u@corp.io")]),
+    ("://u@corp.io", []),
+    ("see https://example.com/ a@corp.io", [("EMAIL", "a@corp.io")]),
+    # chain_match, E.164 (line 295): "+" and 8 to 15 digits; "nd >= 8" -> "> 8" / ">= 9" lost an
+    # 8-digit number, ">= 7" took 7 digits, "<= 16" took 16
+    ("call +12345678", [("PHONE", "+12345678")]),
+    ("call +1234567", []),
+    ("call +123456789012345", [("PHONE", "+123456789012345")]),
+    ("call +1234567890123456", []),
+    # chain_match, NANP with a leading 1 (line 316): the area code's first digit is 2-9;
+    # "d[1] >= '2'" -> "> '2'" / ">= '3'" lost the 2xx area codes (every test used 8xx or 5xx)
+    ("call 1-255-123-4567", [("PHONE", "1-255-123-4567")]),
+    ("call 1-155-123-4567", []),
+    # chain_match, the local form "(NXX) XXX-XXXX" (lines 321-325): "gap >= 0" -> "gap > 0" /
+    # ">= 1" never tried the form without the space, "(555)123-4567"; "p >= 0" -> "p > 0" /
+    # ">= 1" lost it at the start of the text; "groups == 3-4 && sep == '-'" -> "||" took
+    # other separators; "gap == 0 || b[p + 5] == ' '" -> "!=" took any character for the space
+    ("call (555)123-4567", [("PHONE", "(555)123-4567")]),
+    ("(555) 123-4567", [("PHONE", "(555) 123-4567")]),
+    ("(555)123-4567", [("PHONE", "(555)123-4567")]),
+    ("call (555) 123.4567", []),
+    ("call (555)x123-4567", []),
 ]
 
 
