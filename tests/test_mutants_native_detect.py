@@ -128,6 +128,10 @@ CASES = [
     ("(555)123-4567", [("PHONE", "(555)123-4567")]),
     ("call (555) 123.4567", []),
     ("call (555)x123-4567", []),
+    # cuts_later (line 347): a later number's finding cuts the prefix only when it runs PAST the
+    # prefix's end; "later.end > end" -> ">=" also vetoed "1 555 123 4567" because "555 123 4567"
+    # inside it ends at the same place, and left the leading "1 " out of the finding
+    ("call 1 555 123 4567 8", [("PHONE", "1 555 123 4567")]),
 ]
 
 
