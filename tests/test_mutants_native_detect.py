@@ -132,6 +132,11 @@ CASES = [
     # prefix's end; "later.end > end" -> ">=" also vetoed "1 555 123 4567" because "555 123 4567"
     # inside it ends at the same place, and left the leading "1 " out of the finding
     ("call 1 555 123 4567 8", [("PHONE", "1 555 123 4567")]),
+    # chain_find (line 369): the first 19 digits are kept for the rules; "nd < 19" -> "nd < 18"
+    # left the 19th unset, so a 19-digit card (the longest there is) failed Luhn on garbage;
+    # no test card had 19 digits
+    ("card 4111739201846573015", [("CREDIT_CARD", "4111739201846573015")]),
+    ("card 4111739201846573010", []),
 ]
 
 
