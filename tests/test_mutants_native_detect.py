@@ -137,6 +137,12 @@ CASES = [
     # no test card had 19 digits
     ("card 4111739201846573015", [("CREDIT_CARD", "4111739201846573015")]),
     ("card 4111739201846573010", []),
+    # chain_find (line 376): a chain stops after 6 groups, and is "whole" unless the same
+    # separator and a digit follow; a 6-group E.164 number followed by a space and a digit is
+    # whole. With any of the three joins flipped ("&&" -> "||" twice, "b[j] == sep" -> "!=") it
+    # counted as running on and, its separator not being a space, was dropped
+    ("call +44-20-79-46-09-58 1", [("PHONE", "+44-20-79-46-09-58")]),
+    ("call +44-20-79-46-09-58-12", []),
 ]
 
 
