@@ -143,6 +143,31 @@ CASES = [
     # counted as running on and, its separator not being a space, was dropped
     ("call +44-20-79-46-09-58 1", [("PHONE", "+44-20-79-46-09-58")]),
     ("call +44-20-79-46-09-58-12", []),
+    # iin_known (lines 257-259, mutants 25-75 of the pass): no test held a valid card of Discover's
+    # 65 and 644-649, Diners (300-305, 36, 38), JCB (3528-3589), UnionPay (62) or Maestro (50, 56-58,
+    # 67), so their range ends and "||" -> "&&" went unnoticed; one card per prefix and per range
+    # end, and the unknown neighbours (643, 299, 306, 3527, 3590, 63)
+    ('card 657392018465739', [('CREDIT_CARD', '657392018465739')]),
+    ('card 6447392018465731', [('CREDIT_CARD', '6447392018465731')]),
+    ('card 6437392018465733', []),
+    ('card 6497392018465730', [('CREDIT_CARD', '6497392018465730')]),
+    ('card 3007392018465730', [('CREDIT_CARD', '3007392018465730')]),
+    ('card 2997392018465734', []),
+    ('card 3057392018465739', [('CREDIT_CARD', '3057392018465739')]),
+    ('card 3067392018465737', []),
+    ('card 367392018465730', [('CREDIT_CARD', '367392018465730')]),
+    ('card 387392018465736', [('CREDIT_CARD', '387392018465736')]),
+    ('card 3528739201846573', [('CREDIT_CARD', '3528739201846573')]),
+    ('card 3527739201846574', []),
+    ('card 3589739201846579', [('CREDIT_CARD', '3589739201846579')]),
+    ('card 3590739201846576', []),
+    ('card 627392018465736', [('CREDIT_CARD', '627392018465736')]),
+    ('card 637392018465734', []),
+    ('card 507392018465731', [('CREDIT_CARD', '507392018465731')]),
+    ('card 567392018465738', [('CREDIT_CARD', '567392018465738')]),
+    ('card 577392018465736', [('CREDIT_CARD', '577392018465736')]),
+    ('card 587392018465734', [('CREDIT_CARD', '587392018465734')]),
+    ('card 677392018465735', [('CREDIT_CARD', '677392018465735')]),
 ]
 
 
