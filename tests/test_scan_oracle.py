@@ -29,8 +29,9 @@ PIECES = [
     # the second native mutation pass (test_mutants_native_scan, second pass)
     "\ufdff", "\ufe10", "\U000E00FF", "\U000E01EF", "\U000E01F0", "&#9;", "&#A1;", "&#X41;",
     "\u2061", "\u2064", "\u2065", "\u2069", "\u206a", "\u206f", "\u2070", "\u180b", "\u180f",  # invisible operators
+    "\U000E0000", "\U000DFFFF", "\U000E0080", "\u0800", "\u07ff", "\U00010000",  # the third scan.c pass
 ]
-BAD_BYTES = [b"\xff", b"\xfe", b"\x80", b"\xc0\xaf", b"\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf0\x9f"]
+BAD_BYTES = [b"\xff", b"\xfe", b"\x80", b"\xc0\xaf", b"\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf0\x9f", b"\xc1\xbf", b"\xe0\x9f\xbf", b"\xf5\x80\x80\x80", b"\xf0\x8f\xbf\xbf"]
 
 pieces = st.lists(st.sampled_from(PIECES), max_size=60).map("".join)
 adversarial_str = st.one_of(st.text(max_size=200), pieces)
