@@ -24,9 +24,8 @@ def redis_url(tmp_path_factory):
     exe = shutil.which("redis-server")
     missing = INSTALL_HINT if exe is None else None
     try:
-        import redis
+        import redis  # noqa: F401  (start_server needs it)
     except ImportError:
-        redis = None
         missing = missing or "the redis package is missing; install it with: pip install 'redis>=5'"
     if missing:
         if os.environ.get("CI") == "true":
@@ -35,25 +34,10 @@ def redis_url(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("redis")
     for _attempt in range(3):
         port = free_port()
-        log = open(workdir / f"redis-{port}.log", "wb")
-        proc = subprocess.Popen(
-            [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(workdir)],
-            stdout=log, stderr=subprocess.STDOUT,
-        )
-        client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
-        deadline = time.monotonic() + 10
-        while proc.poll() is None and time.monotonic() < deadline:
-            try:
-                if client.ping():
-                    break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        else:
-            proc.kill()
-            proc.wait()
-            log.close()
+        started = start_server(exe, workdir, port, timeout_s=10)
+        if started is None:
             continue  # port taken between probe and bind, or slow start: try another port
+        proc, log, client = started
         try:
             yield f"redis://127.0.0.1:{port}/0"
         finally:
@@ -72,3 +56,29 @@ def stop_server(proc: "subprocess.Popen[Any]", log: IO[Any]) -> None:
         proc.kill()
         proc.wait()
     log.close()
+
+
+def start_server(exe: str, workdir: Any, port: int, *extra: str, timeout_s: float) -> Any:
+    """Start redis-server on ``port`` (``extra``: more server options) and wait until it answers
+    PING: ``(proc, log, client)``, or None if it did not within ``timeout_s`` (stopped again)."""
+    import redis
+
+    log = open(workdir / f"redis-{port}.log", "wb")
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", *extra,
+         "--dir", str(workdir)],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if client.ping():
+                return proc, log, client
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    client.close()
+    proc.kill()
+    proc.wait()
+    log.close()
+    return None

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import time
 import uuid
 
 import pytest
 from test_budget_redis_index import _recording_client
-from tests.redis_server import INSTALL_HINT, free_port, stop_server
+from tests.redis_server import INSTALL_HINT, free_port, start_server, stop_server
 
 from qdrant_guard.budget import BudgetStoreError, RedisBudgetStore
 
@@ -46,7 +45,7 @@ def cluster_url(tmp_path_factory):
     """A one-node Redis Cluster holding all 16384 slots: it refuses, as any cluster does, a script
     whose keys hash to two slots (CROSSSLOT), which a plain server marked as a cluster's runs."""
     exe = shutil.which("redis-server")
-    redis = pytest.importorskip("redis")
+    pytest.importorskip("redis")
     if exe is None:
         if os.environ.get("CI") == "true":
             pytest.fail(INSTALL_HINT)
@@ -54,31 +53,17 @@ def cluster_url(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("redis-cluster")
     for attempt in range(3):  # a port taken between probe and bind: try another
         port = _cluster_port()
-        log = open(workdir / f"redis-{port}.log", "wb")
-        proc = subprocess.Popen(
-            [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--cluster-enabled", "yes", "--cluster-config-file", str(workdir / f"nodes-{port}.conf"),
-             "--dir", str(workdir)],
-            stdout=log, stderr=subprocess.STDOUT,
-        )
-        plain = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
-        deadline = time.monotonic() + 20
-        while proc.poll() is None and time.monotonic() < deadline:
-            try:
-                plain.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        else:
-            proc.kill()
-            proc.wait()
-            log.close()
+        started = start_server(exe, workdir, port, "--cluster-enabled", "yes", "--cluster-config-file",
+                               str(workdir / f"nodes-{port}.conf"), timeout_s=20)
+        if started is None:
             continue
+        proc, log, plain = started
         break
     else:
         pytest.fail(f"redis-server --cluster-enabled did not start on 3 ports; see the logs in {workdir}")
     try:
         plain.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+        deadline = time.monotonic() + 20
         while b"cluster_state:ok" not in plain.execute_command("CLUSTER", "INFO"):
             assert time.monotonic() < deadline, "the one-node cluster never reached cluster_state:ok"
             time.sleep(0.05)
