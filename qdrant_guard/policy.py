@@ -406,6 +406,11 @@ class CollectionPolicy(_Strict):
     (outside the owner boundary, or everyone when ``raw_in_boundary`` is false). For them a
     ``models.Document`` query is embedded by the guard (it needs ``embedder=``) and a
     ``models.Image`` input is refused: inference would turn either into an exact query vector.
+    Under ``raw_in_boundary`` they may not name a point where a query takes a vector (a bare id,
+    ``NearestQuery``, recommend, discover, context or feedback examples, prefetches, batch requests,
+    with or without ``lookup_from``), nor call ``search_matrix_pairs``/``search_matrix_offsets``
+    (QUERY_REJECTED): Qdrant would compare the stored raw vectors unnoised (with ``lookup_from``, to
+    one the caller stored itself). Ids pass where every stored vector is noised.
     ``true`` is refused where it could noise no query: only the owner boundary reads (``readers``
     empty or the owner), under ``raw_in_boundary``."""
     noise: NoisePolicy = NoisePolicy()

@@ -155,8 +155,21 @@ class QueryChecks(TextOps):
                         "query vector noised; embed the image yourself and pass the vector",
                         details={"where": where, "form": "Image"},
                     ))
+                if isinstance(value, (int, str, uuid.UUID)) and pol.raw_in_boundary:
+                    # Qdrant would search with the point's stored vector as it is (one the caller
+                    # may have stored itself, under lookup_from), against raw vectors: exact scores.
+                    # Where every stored vector is noised, they are the vectors reads release.
+                    raise self.refuse(self.decision(
+                        op, name, pol, Verdict.QUERY_REJECTED,
+                        f"{where} is a point id: Qdrant would search with that point's stored vector, "
+                        f"unnoised, against the raw vectors {pol.sensitivity.value} collection {name!r} keeps "
+                        "(raw_in_boundary), and noise_queries needs every query vector noised; pass a vector "
+                        "instead (the guard noises it), e.g. the one retrieve(..., with_vectors=True) releases "
+                        "to you",
+                        details={"where": where, "form": "point id"},
+                    ))
                 if not isinstance(value, (list, tuple, np.ndarray)):
-                    return value  # sparse vectors, ids: nothing dense to noise
+                    return value  # sparse vectors, ids of noised vectors: nothing dense to noise
                 noised.append(where)
                 return self.noise_query(pol, value)  # type: ignore[attr-defined]
 
@@ -865,7 +878,7 @@ def is_blank(text: str) -> bool:
 
 
 def map_query(query: Any, visit: Visit, where: str) -> Any:
-    """``query`` rebuilt with each of its inputs (vector, point id excepted) replaced by
+    """``query`` rebuilt with each of its inputs (vectors, texts, images and point ids) replaced by
     ``visit(input, where)``.
 
     Raises:
@@ -944,8 +957,10 @@ def _map_one_prefetch(p: Any, visit: Visit, where: str) -> models.Prefetch:
 
 
 def _map_input(value: Any, visit: Visit, where: str) -> Any:
-    if value is None or (isinstance(value, (int, str, uuid.UUID)) and not isinstance(value, bool)):
-        return value  # a point id: its stored vector, in a collection the lookup check allowed
+    if value is None:
+        return value
+    if isinstance(value, (int, str, uuid.UUID)) and not isinstance(value, bool):
+        return visit(value, where)  # a point id: its stored vector, in a collection the lookup check allowed
     if isinstance(value, _RAW_INPUTS + _TEXT_INPUTS + (models.Image,)):
         return visit(value, where)
     raise UncheckedForm(where, value)

@@ -1009,6 +1009,17 @@ class ReadOps(PayloadOps, QueryChecks):
         pol = self.gate(method, args, "read")
         if pol is None:
             return (yield from self.op_collection_access(method, args, "read"))
+        if (method.startswith("search_matrix") and pol.noise_queries and pol.raw_in_boundary
+                and not pol.raw_allowed(self.boundary())):
+            # The matrix compares the stored raw vectors with one another: exact similarities
+            # between vectors the caller may never see, with no query vector to noise.
+            raise self.refuse(self.decision(
+                method, name, pol, Verdict.QUERY_REJECTED,
+                f"{method} compares the raw vectors {pol.sensitivity.value} collection {name!r} keeps "
+                "(raw_in_boundary) with one another, with no query vector to noise, and noise_queries needs "
+                "every comparison a principal without raw access gets to go through a noised query vector; "
+                f"use query_points with a vector, or call {method} from the owner boundary {pol.owner!r}",
+            ))
         filter_key = {"count": "count_filter", "facet": "facet_filter"}.get(method, "query_filter")
         details: dict[str, Any] = {}
         self.screen_filters(method, name, pol, [(filter_key, flt)], details)

@@ -1,0 +1,150 @@
+"""Eighteenth review (2026-12-05): the qdrant-client 1.20 surface, sync and async, looked at by an
+agent holding a guarded client.
+
+Each test fails on the code before its fix (checked, see docs/security-testing.md). Real local
+Qdrant, real Ed25519 keys; no mocks."""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from guardkit import DIM, create, make_kit, unit
+from qdrant_client import QdrantClient as RawClient
+from qdrant_client.http import models
+
+from qdrant_guard import AsyncQdrantClient, GuardRefusal, QdrantClient
+
+# ------------------------------------------------------------- noise_queries and stored vectors
+# Under noise_queries every query vector a principal without raw access sends is noised. A query
+# that names a point (an id where a vector goes) makes Qdrant search with that point's stored
+# vector as it is, and search_matrix_* compares the stored vectors with one another: where the
+# owner stores raw vectors (raw_in_boundary) both hand a reader exact similarities between raw
+# vectors it may never see (the Gram matrix, which gives the vectors up to a rotation).
+
+_EMP = {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True, "noise_queries": True,
+        "diversity": {"enabled": False}, "intent": {"enabled": False}}
+
+
+# bob's own collection, where he may store raw vectors: any vector he likes, by point id.
+_MINE = {"class": "PII", "owner": "support", "raw_in_boundary": True, "diversity": {"enabled": False},
+         "intent": {"enabled": False}}
+
+
+def _raw_store(tmp_path):
+    kit = make_kit(tmp_path)
+    owner = QdrantClient(":memory:", guard=kit.config({"emp": _EMP, "mine": _MINE}),
+                         principal=kit.principal("alice", "hr"))
+    create(owner, "emp")
+    rng = np.random.default_rng(3)
+    raw = [unit(rng) for _ in range(6)]
+    owner.upsert("emp", [models.PointStruct(id=i, vector=v, payload={"source": "a"}) for i, v in enumerate(raw)])
+    return kit, owner, owner.with_principal(kit.principal("bob", "support")), np.array(raw)
+
+
+def _exact_cosines(raw, i):
+    return {j: float(raw[i] @ raw[j]) for j in range(len(raw)) if j != i}
+
+
+@pytest.mark.parametrize("query", [
+    0,
+    models.NearestQuery(nearest=0),
+    models.RecommendQuery(recommend=models.RecommendInput(positive=[0])),
+    models.DiscoverQuery(discover=models.DiscoverInput(
+        target=0, context=[models.ContextPair(positive=1, negative=2)])),
+    models.ContextQuery(context=[models.ContextPair(positive=0, negative=1)]),
+], ids=["bare", "nearest", "recommend", "discover", "context"])
+def test_a_query_naming_a_point_is_refused_under_noise_queries(tmp_path, query):
+    kit, owner, bob, raw = _raw_store(tmp_path)
+    # What the owner boundary gets (raw access: its queries are never noised): the exact cosines.
+    if isinstance(query, int):
+        got = {p.id: p.score for p in owner.query_points("emp", query=query, limit=10).points}
+        assert got == pytest.approx(_exact_cosines(raw, 0), abs=1e-5)
+    # Before the fix bob got the same exact scores (the id was never noised).
+    with pytest.raises(GuardRefusal) as err:
+        bob.query_points("emp", query=query, limit=10)
+    assert err.value.verdict == "QUERY_REJECTED"
+    assert "point id" in str(err.value) and "noise_queries" in str(err.value)
+    # A vector of bob's own is still accepted, and noised.
+    res = bob.query_points("emp", query=raw[0].tolist(), limit=10).points
+    assert {p.id: p.score for p in res} != pytest.approx({j: float(raw[0] @ raw[j]) for j in range(6)}, abs=1e-5)
+
+
+def test_point_ids_in_prefetch_groups_and_batches_are_refused_under_noise_queries(tmp_path):
+    kit, owner, bob, raw = _raw_store(tmp_path)
+    calls = [
+        lambda: bob.query_points("emp", prefetch=[models.Prefetch(query=raw[1].tolist()),
+                                                  models.Prefetch(prefetch=models.Prefetch(query=0))],
+                                 query=models.FusionQuery(fusion=models.Fusion.RRF), limit=10),
+        lambda: bob.query_points_groups("emp", group_by="source", query=0),
+        lambda: bob.query_batch_points("emp", [models.QueryRequest(query=raw[1].tolist()),
+                                               models.QueryRequest(query=models.NearestQuery(nearest=0))]),
+        lambda: bob.query_points("emp", query=models.RelevanceFeedbackQuery(
+            relevance_feedback=models.RelevanceFeedbackInput(
+                target=raw[1].tolist(), feedback=[models.FeedbackItem(example=0, score=1.0)],
+                strategy=models.NaiveFeedbackStrategy(naive=models.NaiveFeedbackStrategyParams(a=1.0, b=1.0, c=1.0))))),
+    ]
+    for call in calls:
+        with pytest.raises(GuardRefusal, match="QUERY_REJECTED: .*point id"):
+            call()
+
+
+def test_an_exact_probe_vector_through_lookup_from_is_refused_under_noise_queries(tmp_path):
+    # bob stores the basis vectors raw in his own collection, then searches emp by their ids: each
+    # score is one coordinate of a raw vector of emp, exactly; DIM probes give every raw vector.
+    kit, owner, bob, raw = _raw_store(tmp_path)
+    create(bob, "mine")
+    bob.upsert("mine", [models.PointStruct(id=k, vector=np.eye(DIM)[k].tolist()) for k in range(DIM)])
+    probe = dict(query=3, lookup_from=models.LookupLocation(collection="mine"), limit=10)
+    # What Qdrant answers to it (asked around the guard): coordinate 3 of every raw vector.
+    got = {p.id: p.score for p in RawClient.query_points(bob, "emp", **probe).points}
+    assert got == pytest.approx({j: float(raw[j][3]) for j in range(6)}, abs=1e-5)
+    with pytest.raises(GuardRefusal, match="QUERY_REJECTED: .*point id") as err:  # before the fix: the same
+        bob.query_points("emp", **probe)
+    assert "retrieve" in err.value.directive
+
+
+def test_point_ids_still_pass_where_every_stored_vector_is_noised(tmp_path):
+    # Without raw_in_boundary the stored vectors are the noised ones reads release: a query by id
+    # tells nothing a read does not, so it is not refused.
+    kit = make_kit(tmp_path)
+    pol = {**_EMP, "raw_in_boundary": False}
+    owner = QdrantClient(":memory:", guard=kit.config({"emp": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "emp")
+    rng = np.random.default_rng(3)
+    owner.upsert("emp", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "a"}) for i in range(4)])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    assert len(bob.query_points("emp", query=0).points) == 3
+    assert bob.search_matrix_pairs("emp", sample=4, limit=2).pairs
+
+
+@pytest.mark.parametrize("method", ["search_matrix_pairs", "search_matrix_offsets"])
+def test_search_matrix_is_refused_under_noise_queries(tmp_path, method):
+    kit, owner, bob, raw = _raw_store(tmp_path)
+    pairs = owner.search_matrix_pairs("emp", sample=6, limit=5)
+    assert {(p.a, p.b): p.score for p in pairs.pairs} == pytest.approx(
+        {(p.a, p.b): float(raw[p.a] @ raw[p.b]) for p in pairs.pairs}, abs=1e-5)
+    # Before the fix bob got the same exact matrix.
+    with pytest.raises(GuardRefusal) as err:
+        getattr(bob, method)("emp", sample=6, limit=5)
+    assert err.value.verdict == "QUERY_REJECTED"
+    assert "noise_queries" in str(err.value)
+
+
+def test_the_async_client_refuses_the_same(tmp_path):
+    kit = make_kit(tmp_path)
+
+    async def run():
+        owner = AsyncQdrantClient(":memory:", guard=kit.config({"emp": _EMP}), principal=kit.principal("alice", "hr"))
+        await owner.create_collection("emp", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        rng = np.random.default_rng(3)
+        await owner.upsert("emp", [models.PointStruct(id=i, vector=unit(rng)) for i in range(4)])
+        bob = owner.with_principal(kit.principal("bob", "support"))
+        with pytest.raises(GuardRefusal, match="QUERY_REJECTED: .*point id"):
+            await bob.query_points("emp", query=models.RecommendQuery(recommend=models.RecommendInput(positive=[0])))
+        with pytest.raises(GuardRefusal, match="QUERY_REJECTED"):
+            await bob.search_matrix_offsets("emp", sample=4, limit=2)
+        assert len((await owner.query_points("emp", query=0)).points) == 3
+        await owner.close()
+
+    asyncio.run(run())
