@@ -11,7 +11,7 @@ from .decision import Verdict
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id, receipts_for_payload, stored_receipts
-from .sources import path_head
+from .sources import path_head, payload_sources, restricts_sources
 from .textguard import TextOps, _stored_keys
 
 _TAMPER = (
@@ -40,8 +40,67 @@ def _touches_receipt(key: str | None) -> bool:
     return first == RECEIPT_KEY
 
 
+def _reaches(key: Any, head: str) -> bool:
+    """Whether a payload key path can reach top-level key ``head`` (a path that does not parse:
+    whether it mentions it)."""
+    if not isinstance(key, str):
+        return False
+    first = _first_segment(key)
+    return head in key if first is None else first == head
+
+
 class PayloadOps(TextOps):
     """The payload half of the pipeline."""
+
+    def _retags(self, pol: CollectionPolicy, *, payload: Any = None, key: Any = None, keys: Any = None) -> bool:
+        """Whether a payload change made by this principal must not touch points of restricted
+        sources: it is outside the owner boundary of a collection with ``restricted_sources``, and
+        it sets (``payload``, below ``key``) or deletes (``keys``) the top-level key the source field
+        is under."""
+        if not restricts_sources(pol) or self.boundary() == pol.owner:
+            return False
+        head = pol.source_field.split(".")[0]
+        if keys is not None:
+            return any(_reaches(k, head) for k in keys)
+        if key is not None:
+            return _reaches(key, head)
+        return isinstance(payload, dict) and head in payload
+
+    def _keep_restricted(self, op: str, name: str, pol: CollectionPolicy, records: Any, what: str) -> None:
+        """Refuse (REFUSED_CROSS_BOUNDARY) a change of ``what`` on ``records`` (the points it
+        selects, with their source field) outside the owner boundary when one of them is in a
+        restricted source: retagged to another source or none, its points would leave the
+        extraction budget with their text and vectors (only the owner boundary tags points with a
+        restricted source, :meth:`refuse_reserved_sources`, and only it may take them out)."""
+        if not restricts_sources(pol) or self.boundary() == pol.owner:
+            return
+        restricted = set(pol.diversity.restricted_sources)
+        hit: dict[str, None] = {}
+        ids = []
+        for r in records:
+            found = [src for src in payload_sources(r.payload, pol.source_field) if src in restricted]
+            if found:
+                hit.update(dict.fromkeys(found))
+                ids.append(r.id)
+        if not ids:
+            return
+        raise self.refuse(self.decision(
+            op, name, pol, Verdict.REFUSED_CROSS_BOUNDARY,
+            f"{what} would change {pol.source_field!r} of {len(ids)} point(s) of restricted source(s) "
+            f"{sorted(hit)} of collection {name!r}, and only the owner boundary ({pol.owner!r}) retags them: "
+            "moved to another source, or none, their points would leave the extraction budget "
+            "(diversity.max_source_coverage). Leave the source field out of the change, select only points "
+            f"of other sources, or make it from boundary {pol.owner!r}. Nothing was written",
+            point_ids=ids))
+
+    def _keep_restricted_of(self, op: str, name: str, pol: CollectionPolicy, selector: Any, shard_key: Any,
+                            what: str) -> Op:
+        """:meth:`_keep_restricted` on the points ``selector`` names, read first (a generator)."""
+        if shard_key is None:
+            shard_key = getattr(_rest_selector(selector), "shard_key", None)
+        records = yield from self._resolve(op, name, pol, selector, shard_key,
+                                           fields=[pol.source_field.split(".")[0]])
+        self._keep_restricted(op, name, pol, records, what)
 
     def _refuse_tamper(self, op: str, name: str, pol: CollectionPolicy, what: str) -> Exception:
         return self.refuse(self.decision(
@@ -75,6 +134,9 @@ class PayloadOps(TextOps):
             return (yield Call(method, args))
         filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
         payload = self._check_set(method, name, pol, args["payload"], args.get("key"))
+        if self._retags(pol, payload=payload, key=args.get("key")):
+            yield from self._keep_restricted_of(method, name, pol, args["points"], args.get("shard_key_selector"),
+                                                "set_payload")
         points = yield from self._existing_only(method, name, pol, args["points"], args.get("shard_key_selector"))
         self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload set; receipts untouched",
                                   details=filters))
@@ -89,6 +151,9 @@ class PayloadOps(TextOps):
         filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
         if any(_touches_receipt(k) for k in args["keys"]):
             raise self._refuse_tamper(method, name, pol, "delete")
+        if self._retags(pol, keys=args["keys"]):
+            yield from self._keep_restricted_of(method, name, pol, args["points"], args.get("shard_key_selector"),
+                                                "delete_payload")
         points = yield from self._existing_only(method, name, pol, args["points"], args.get("shard_key_selector"))
         self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload keys deleted; receipts untouched",
                                   details=filters))
@@ -305,6 +370,7 @@ class PayloadOps(TextOps):
         if shard_key is None:
             shard_key = getattr(selector, "shard_key", None)
         records = yield from self._resolve(op, name, pol, selector, shard_key, payload=True)
+        self._keep_restricted(op, name, pol, records, "a payload overwrite" if payload else "a payload clear")
         targets = {normalize_point_id(r.id): (r.id, r.payload or {}) for r in records}
         self._all_named(op, name, pol, selector, targets, fresh, {},
                         "qdrant-client refuses a payload rewrite naming them")
@@ -350,10 +416,12 @@ class PayloadOps(TextOps):
             raise
 
     def _resolve(self, op: str, name: str, pol: CollectionPolicy, selector: Any, shard_key: Any = None, *,
-                 payload: bool = False) -> Any:
+                 payload: bool = False, fields: Any = None) -> Any:
         """The points a selector names (ids, PointIdsList, Filter, FilterSelector), with their
-        receipts (``payload``: their whole payloads); a failed look-up is audited (:meth:`lookup`)."""
-        fields: Any = True if payload else [RECEIPT_KEY]
+        receipts (``payload``: their whole payloads; ``fields``: those keys); a failed look-up is
+        audited (:meth:`lookup`)."""
+        if fields is None:
+            fields = True if payload else [RECEIPT_KEY]
         selector = _rest_selector(selector)
         if isinstance(selector, models.PointIdsList):
             selector = selector.points
@@ -390,6 +458,9 @@ class PayloadOps(TextOps):
         if isinstance(operation, models.SetPayloadOperation):
             sp = operation.set_payload
             payload = self._check_set(op, name, pol, sp.payload, sp.key)
+            if self._retags(pol, payload=payload, key=sp.key):
+                yield from self._keep_restricted_of(op, name, pol, sp.points if sp.points is not None else sp.filter,
+                                                    sp.shard_key, "a set_payload operation")
             update: dict[str, Any] = {"payload": payload}
             if sp.points is not None:
                 update.update(points=None, filter=(yield from self._batch_existing(op, name, pol, sp, fresh, deleted)))
@@ -398,6 +469,9 @@ class PayloadOps(TextOps):
             dp = operation.delete_payload
             if any(_touches_receipt(k) for k in dp.keys):
                 raise self._refuse_tamper(op, name, pol, "delete")
+            if self._retags(pol, keys=dp.keys):
+                yield from self._keep_restricted_of(op, name, pol, dp.points if dp.points is not None else dp.filter,
+                                                    dp.shard_key, "a delete_payload operation")
             if dp.points is not None:
                 where = yield from self._batch_existing(op, name, pol, dp, fresh, deleted)
                 return [models.DeletePayloadOperation(delete_payload=dp.model_copy(

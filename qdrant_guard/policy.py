@@ -236,7 +236,10 @@ class DiversityPolicy(_Strict):
     restricted_sources: tuple[str, ...] = ()
     """Sources the budget applies to (empty: every source; needs ``max_source_coverage``). A budget
     on every source also costs benign users their follow-up questions; restrict it to the
-    confidential documents. Only the owner boundary may write points tagged with these."""
+    confidential documents. Only the owner boundary may write points tagged with these, or take
+    points out of them: outside it a payload change that reaches the source field (a ``set_payload``
+    or ``delete_payload`` of its top-level key, any ``overwrite_payload`` or ``clear_payload``) is
+    refused when it selects a point of one."""
     window_s: float = Field(86400.0, gt=0)
     """Sliding window of the extraction and distillation budgets, in seconds (finite: for a budget
     that never resets, use a long window). A window other than the default with neither

@@ -148,3 +148,97 @@ def test_the_async_client_refuses_the_same(tmp_path):
         await owner.close()
 
     asyncio.run(run())
+
+
+# ------------------------------------------------------- retagging points out of a restricted source
+# Under restricted_sources only the budgeted sources are capped, and a boundary may both read and
+# write. Before the fix such a reader-writer moved a restricted source's points to another source
+# (or none) with a payload change, which kept their text and vectors, and then read them all: the
+# threat model called this a denial of service; it was a leak of the whole source.
+
+_KB = {"class": "PII", "owner": "hr", "readers": ["support"], "writers": ["support"], "intent": {"enabled": False},
+       "diversity": {"max_source_coverage": 0.2, "max_source_fraction": 1.0, "min_unique_sources": 1,
+                     "restricted_sources": ["memo"]}}
+
+_MEMO = models.Filter(must=[models.FieldCondition(key="source", match=models.MatchValue(value="memo"))])
+
+
+def _memo_store(tmp_path):
+    kit = make_kit(tmp_path)
+    owner = QdrantClient(":memory:", guard=kit.config({"kb": _KB}), principal=kit.principal("alice", "hr"))
+    create(owner, "kb")
+    rng = np.random.default_rng(0)
+    owner.upsert("kb", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "memo", "text": f"memo part {i}"})
+                        for i in range(10)])
+    owner.upsert("kb", [models.PointStruct(id=10 + i, vector=unit(rng), payload={"source": "faq", "text": f"faq {i}"})
+                        for i in range(5)])
+    return kit, owner, owner.with_principal(kit.principal("bob", "support"))
+
+
+def _memo_seen(bob):
+    return sorted(p.id for p in bob.scroll("kb", limit=100)[0] if p.id < 10)
+
+
+_RETAGS = {
+    "set by filter": lambda c: c.set_payload("kb", {"source": "x"}, points=_MEMO),
+    "set by ids": lambda c: c.set_payload("kb", {"source": "x"}, points=list(range(10))),
+    "set below the source key": lambda c: c.set_payload("kb", {"x": 1}, points=list(range(10)), key="source"),
+    "set a list": lambda c: c.set_payload("kb", {"source": ["x"]}, points=models.FilterSelector(filter=_MEMO)),
+    "delete the key": lambda c: c.delete_payload("kb", ["source"], points=list(range(10))),
+    "delete by filter": lambda c: c.delete_payload("kb", ['"source"'], points=_MEMO),
+    "overwrite": lambda c: c.overwrite_payload("kb", {"source": "x", "text": "t"}, points=list(range(10))),
+    "clear": lambda c: c.clear_payload("kb", points_selector=_MEMO),
+    "batch set": lambda c: c.batch_update_points("kb", [models.SetPayloadOperation(
+        set_payload=models.SetPayload(payload={"source": "x"}, points=list(range(10))))]),
+    "batch delete": lambda c: c.batch_update_points("kb", [models.DeletePayloadOperation(
+        delete_payload=models.DeletePayload(keys=["source"], filter=_MEMO))]),
+    "batch overwrite": lambda c: c.batch_update_points("kb", [models.OverwritePayloadOperation(
+        overwrite_payload=models.SetPayload(payload={"source": "x"}, points=[0, 1, 2]))]),
+    "batch clear": lambda c: c.batch_update_points("kb", [models.ClearPayloadOperation(
+        clear_payload=models.PointIdsList(points=[0, 1, 2]))]),
+}
+
+
+@pytest.mark.parametrize("retag", sorted(_RETAGS))
+def test_a_writer_outside_the_owner_boundary_cannot_retag_a_restricted_source(tmp_path, retag):
+    kit, owner, bob = _memo_store(tmp_path)
+    assert _memo_seen(bob) == [0, 1]  # 20 % of memo
+    with pytest.raises(GuardRefusal) as err:
+        _RETAGS[retag](bob)
+    assert err.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    assert "memo" in str(err.value) and "owner boundary" in str(err.value)
+    assert {p.payload["source"] for p in RawClient.scroll(owner, "kb", limit=100)[0] if p.id < 10} == {"memo"}
+    assert _memo_seen(bob) == [0, 1]
+
+
+def test_payload_changes_that_keep_the_restricted_source_still_pass(tmp_path):
+    kit, owner, bob = _memo_store(tmp_path)
+    bob.set_payload("kb", {"tag": "reviewed"}, points=_MEMO)
+    bob.delete_payload("kb", ["tag"], points=list(range(10)))
+    bob.set_payload("kb", {"source": "faq2"}, points=[10, 11])  # points of an unrestricted source
+    bob.overwrite_payload("kb", {"source": "faq3", "text": "t"}, points=[12])
+    bob.clear_payload("kb", points_selector=[13])
+    owner.set_payload("kb", {"source": "archive"}, points=[9])  # the owner boundary retags
+    stored = {p.id: p.payload for p in RawClient.scroll(owner, "kb", limit=100)[0]}
+    assert stored[10]["source"] == "faq2" and stored[12]["source"] == "faq3" and "source" not in stored[13]
+    assert stored[9]["source"] == "archive" and stored[0]["source"] == "memo"
+
+
+def test_the_async_client_refuses_a_retag_too(tmp_path):
+    kit = make_kit(tmp_path)
+
+    async def run():
+        owner = AsyncQdrantClient(":memory:", guard=kit.config({"kb": _KB}), principal=kit.principal("alice", "hr"))
+        await owner.create_collection("kb", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        rng = np.random.default_rng(0)
+        await owner.upsert("kb", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "memo"})
+                                  for i in range(10)])
+        bob = owner.with_principal(kit.principal("bob", "support"))
+        with pytest.raises(GuardRefusal, match="REFUSED_CROSS_BOUNDARY"):
+            await bob.set_payload("kb", {"source": "x"}, points=_MEMO)
+        with pytest.raises(GuardRefusal, match="REFUSED_CROSS_BOUNDARY"):
+            await bob.clear_payload("kb", points_selector=[0])
+        assert len((await bob.scroll("kb", limit=100))[0]) == 2
+        await owner.close()
+
+    asyncio.run(run())
