@@ -230,6 +230,10 @@ class Guard(WriteOps, ReadOps):
         if self.transparent:
             return (yield Call(method, args))
         aliases: dict[str, str] | None = None
+        # What the earlier actions of this call made of each alias name (None: deleted or renamed
+        # away): Qdrant applies them in order, so a rename or deletion acts on the aliases as they
+        # stand then, not as get_aliases listed them before the call.
+        changed: dict[str, str | None] = {}
         # Written only once every action has passed (like a batch's acceptances); PUBLIC targets
         # pass unrecorded, as other calls on PUBLIC collections do.
         accepted: list[tuple[str, str]] = []
@@ -237,7 +241,9 @@ class Guard(WriteOps, ReadOps):
             if isinstance(action, models.CreateAliasOperation):
                 collection, alias = action.create_alias.collection_name, action.create_alias.alias_name
             elif isinstance(action, (models.RenameAliasOperation, models.DeleteAliasOperation)):
-                if aliases is None:
+                old = (action.rename_alias.old_alias_name if isinstance(action, models.RenameAliasOperation)
+                       else action.delete_alias.alias_name)
+                if aliases is None and old not in changed:
                     try:
                         resp = yield Call("get_aliases", {})
                     except Exception as exc:
@@ -250,12 +256,11 @@ class Guard(WriteOps, ReadOps):
                             details={"method": "get_aliases", "error": type(exc).__name__}))
                         raise
                     aliases = {a.alias_name: a.collection_name for a in resp.aliases}
-                old = (action.rename_alias.old_alias_name if isinstance(action, models.RenameAliasOperation)
-                       else action.delete_alias.alias_name)
-                found = aliases.get(old)
+                found = changed[old] if old in changed else (aliases or {}).get(old)
                 if found is None:
                     continue  # no such alias: Qdrant reports it
                 collection = found
+                changed[old] = None
                 if isinstance(action, models.DeleteAliasOperation):
                     target = self.policy(collection)
                     if not target.is_public:
@@ -268,6 +273,7 @@ class Guard(WriteOps, ReadOps):
                     f"{method}: change_aliases_operations[{i}] is a {type(action).__name__}; pass "
                     "models.CreateAliasOperation, RenameAliasOperation or DeleteAliasOperation")
             self._check_alias(method, collection, alias)
+            changed[alias] = collection
             if not self.policy(collection).is_public:
                 accepted.append((collection, f"alias {alias!r} now names it"))
         self.forget_shape()

@@ -242,3 +242,71 @@ def test_the_async_client_refuses_a_retag_too(tmp_path):
         await owner.close()
 
     asyncio.run(run())
+
+
+# ------------------------------------------------------------------ an alias renamed in its own batch
+# A rename or deletion was judged by the aliases as they were before the call, and one whose old
+# alias was not there was passed on ("Qdrant reports it"); but Qdrant applies a call's operations in
+# order, so an alias created earlier in the same call is there. Before the fix bob put the name of
+# hr's (not yet created) PII collection on a PUBLIC collection, which the direct create refuses:
+# the owner's raw in-boundary writes under that name then landed where anyone reads them.
+
+_PAYROLL = {"payroll": {"class": "PII", "owner": "hr", "raw_in_boundary": True, "intent": {"enabled": False}},
+            "pub": {"class": "PUBLIC"}}
+
+
+def _create(collection, alias):
+    return models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=collection, alias_name=alias))
+
+
+def _rename(old, new):
+    return models.RenameAliasOperation(rename_alias=models.RenameAlias(old_alias_name=old, new_alias_name=new))
+
+
+def _delete(alias):
+    return models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias))
+
+
+@pytest.mark.parametrize("ops", [
+    [_create("pub", "tmp"), _rename("tmp", "payroll")],
+    [_create("pub", "tmp"), _rename("tmp", "tmp2"), _rename("tmp2", "payroll")],
+    [_create("pub", "tmp"), _delete("tmp"), _create("pub", "tmp"), _rename("tmp", "payroll")],
+], ids=["create-rename", "create-rename-rename", "create-delete-create-rename"])
+def test_an_alias_created_and_renamed_in_one_call_is_checked(tmp_path, ops):
+    kit = make_kit(tmp_path)
+    alice = QdrantClient(":memory:", guard=kit.config(_PAYROLL), principal=kit.principal("alice", "hr"))
+    bob = alice.with_principal(kit.principal("bob", "support"))
+    create(bob, "pub")
+    with pytest.raises(GuardRefusal) as err:
+        bob.update_collection_aliases([_create("pub", "payroll")])
+    assert err.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    with pytest.raises(GuardRefusal) as err:
+        bob.update_collection_aliases(ops)
+    assert err.value.verdict == "REFUSED_CROSS_BOUNDARY" and "'payroll'" in str(err.value)
+    assert alice.get_aliases().aliases == []  # nothing was sent
+    assert not alice.collection_exists("payroll")
+
+
+def test_aliases_created_and_renamed_in_one_call_still_work(tmp_path):
+    kit = make_kit(tmp_path)
+    alice = QdrantClient(":memory:", guard=kit.config(_PAYROLL), principal=kit.principal("alice", "hr"))
+    bob = alice.with_principal(kit.principal("bob", "support"))
+    create(bob, "pub")
+    assert bob.update_collection_aliases([_create("pub", "tmp"), _rename("tmp", "pub_v2"), _create("pub", "x"),
+                                          _delete("x")])
+    assert [(a.alias_name, a.collection_name) for a in alice.get_aliases().aliases] == [("pub_v2", "pub")]
+
+
+def test_the_async_client_checks_an_alias_renamed_in_its_own_call(tmp_path):
+    kit = make_kit(tmp_path)
+
+    async def run():
+        alice = AsyncQdrantClient(":memory:", guard=kit.config(_PAYROLL), principal=kit.principal("alice", "hr"))
+        bob = alice.with_principal(kit.principal("bob", "support"))
+        await bob.create_collection("pub", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        with pytest.raises(GuardRefusal, match="REFUSED_CROSS_BOUNDARY"):
+            await bob.update_collection_aliases([_create("pub", "tmp"), _rename("tmp", "payroll")])
+        assert (await alice.get_aliases()).aliases == []
+        await alice.close()
+
+    asyncio.run(run())
