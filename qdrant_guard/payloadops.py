@@ -75,23 +75,18 @@ class PayloadOps(TextOps):
         if not restricts_sources(pol) or self.boundary() == pol.owner:
             return
         restricted = set(pol.diversity.restricted_sources)
-        hit: dict[str, None] = {}
-        ids = []
-        for r in records:
-            found = [src for src in payload_sources(r.payload, pol.source_field) if src in restricted]
-            if found:
-                hit.update(dict.fromkeys(found))
-                ids.append(r.id)
-        if not ids:
+        hit = sorted({src for r in records for src in payload_sources(r.payload, pol.source_field) if src in restricted})
+        if not hit:
             return
+        # Neither the ids nor the number of the points are named: the selection can be a filter on
+        # fields the budget withholds, and the refusal would list which withheld points match it.
         raise self.refuse(self.decision(
             op, name, pol, Verdict.REFUSED_CROSS_BOUNDARY,
-            f"{what} would change {pol.source_field!r} of {len(ids)} point(s) of restricted source(s) "
-            f"{sorted(hit)} of collection {name!r}, and only the owner boundary ({pol.owner!r}) retags them: "
-            "moved to another source, or none, their points would leave the extraction budget "
-            "(diversity.max_source_coverage). Leave the source field out of the change, select only points "
-            f"of other sources, or make it from boundary {pol.owner!r}. Nothing was written",
-            point_ids=ids))
+            f"{what} would change {pol.source_field!r} of points of restricted source(s) {hit} of collection "
+            f"{name!r}, and only the owner boundary ({pol.owner!r}) retags them: moved to another source, or "
+            "none, their points would leave the extraction budget (diversity.max_source_coverage). Leave the "
+            f"source field out of the change, select only points of other sources, or make it from boundary "
+            f"{pol.owner!r}. Nothing was written"))
 
     def _keep_restricted_of(self, op: str, name: str, pol: CollectionPolicy, selector: Any, shard_key: Any,
                             what: str) -> Op:

@@ -207,6 +207,7 @@ def test_a_writer_outside_the_owner_boundary_cannot_retag_a_restricted_source(tm
         _RETAGS[retag](bob)
     assert err.value.verdict == "REFUSED_CROSS_BOUNDARY"
     assert "memo" in str(err.value) and "owner boundary" in str(err.value)
+    assert not err.value.point_ids  # which withheld points a filter selects is not told
     assert {p.payload["source"] for p in RawClient.scroll(owner, "kb", limit=100)[0] if p.id < 10} == {"memo"}
     assert _memo_seen(bob) == [0, 1]
 
