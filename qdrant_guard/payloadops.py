@@ -91,6 +91,8 @@ class PayloadOps(TextOps):
     def _keep_restricted_of(self, op: str, name: str, pol: CollectionPolicy, selector: Any, shard_key: Any,
                             what: str) -> Op:
         """:meth:`_keep_restricted` on the points ``selector`` names, read first (a generator)."""
+        if selector is None:
+            return  # a batch operation with neither points nor a filter: Qdrant refuses it
         if shard_key is None:
             shard_key = getattr(_rest_selector(selector), "shard_key", None)
         records = yield from self._resolve(op, name, pol, selector, shard_key,

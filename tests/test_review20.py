@@ -225,6 +225,16 @@ def test_payload_changes_that_keep_the_restricted_source_still_pass(tmp_path):
     assert stored[9]["source"] == "archive" and stored[0]["source"] == "memo"
 
 
+def test_a_batch_payload_operation_selecting_nothing_fails_as_for_the_owner(tmp_path):
+    # Neither points nor a filter: Qdrant refuses the operation; the new look-up must not crash first.
+    kit, owner, bob = _memo_store(tmp_path)
+    for op in (models.SetPayloadOperation(set_payload=models.SetPayload(payload={"source": "x"})),
+               models.DeletePayloadOperation(delete_payload=models.DeletePayload(keys=["source"]))):
+        for client in (owner, bob):
+            with pytest.raises(ValueError, match="No filter or points provided"):
+                client.batch_update_points("kb", [op])
+
+
 def test_the_async_client_refuses_a_retag_too(tmp_path):
     kit = make_kit(tmp_path)
 
