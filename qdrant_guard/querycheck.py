@@ -164,8 +164,8 @@ class QueryChecks(TextOps):
                         f"{where} is a point id: Qdrant would search with that point's stored vector, "
                         f"unnoised, against the raw vectors {pol.sensitivity.value} collection {name!r} keeps "
                         "(raw_in_boundary), and noise_queries needs every query vector noised; pass a vector "
-                        "instead (the guard noises it), e.g. the one retrieve(..., with_vectors=True) releases "
-                        "to you",
+                        "instead, which the guard noises: one of your own, or one retrieve(..., "
+                        "with_vectors=True) releases to you",
                         details={"where": where, "form": "point id"},
                     ))
                 if not isinstance(value, (list, tuple, np.ndarray)):
