@@ -75,7 +75,12 @@ class AsyncQdrantClient(PrincipalViews, qdrant_client.AsyncQdrantClient):
 
     @property
     def guard(self) -> Guard | None:
-        """The guard pipeline of this client (None when constructed without a policy)."""
+        """The guard pipeline of this client (None when constructed without a policy).
+
+        The operator's handle: whoever holds it can change the live policy, sign with the guard's
+        key and reset budgets. Hand agents the client's methods, not this object
+        (docs/threat-model.md, *Bypassing the guard*).
+        """
         return self._guard
 
 
