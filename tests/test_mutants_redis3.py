@@ -47,3 +47,47 @@ def test_index_times_are_their_keys_expiry_on_the_server_clock(client_store):
                   client.zscore(store.prefix + INDEX, "/src|")]
         for score in scores:
             assert expiry <= score <= expiry + 60_000, (key, scores, expiry)
+
+
+def _racing_client(url):
+    """A real client that, once, runs ``before()`` just before it sends the script whose SHA is
+    ``sha``: another client's command landing between two round trips of one listing."""
+    import redis
+
+    class Racing(redis.Redis):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.race = None
+
+        def execute_command(self, *args, **options):
+            if self.race and str(args[0]).upper() == "EVALSHA" and args[1] == self.race[0]:
+                _, before = self.race
+                self.race = None
+                before()
+            return super().execute_command(*args, **options)
+
+    return Racing.from_url(url)
+
+
+def test_a_listing_whose_only_key_a_concurrent_reset_deleted_answers_empty(redis_url):
+    # A listing reads the group's index (one script), then its keys' ids (another). A reset(key)
+    # by another client between the two deletes the key and, with its only member, the index.
+    # The ids script loops over the budget keys, KEYS[q + 1..]; started at KEYS[q] (the index),
+    # it took the gone index for a gone key and read its position from ARGV[2], the window (10:
+    # KEYS[10], nil), so the listing failed with a Lua error instead of finding nothing.
+    client = _racing_client(redis_url)
+    prefix = f"qg:r3race:{uuid.uuid4().hex}:"
+    store = RedisBudgetStore(client, prefix=prefix)
+    other = RedisBudgetStore(redis_url, prefix=prefix)
+    try:
+        store.reset()
+        store.admit("src|p|c|k", ["1"], cap=5, window_s=10, now=100.0)
+        assert store.entries_by_prefix("src|p|c|", window_s=10, now=100.0) == {"src|p|c|k": frozenset({"1"})}
+        client.race = (store._indexed_entries_script.sha, lambda: other.reset("src|p|c|k"))
+        assert store.entries_by_prefix("src|p|c|", window_s=10, now=100.0) == {}
+        assert client.race is None  # the reset did run between the two scripts
+        assert client.exists(prefix + "src|p|c|k", prefix + INDEX + "src|p|c|") == 0
+    finally:
+        store.reset()
+        other.client.close()
+        client.close()
