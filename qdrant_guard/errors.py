@@ -13,10 +13,22 @@ class ConfigError(QdrantGuardError, ValueError):
 
 
 class GuardArgumentTypeError(ConfigError, TypeError):
-    """A guarded client's ``guard=``, ``principal=`` (or ``with_principal``'s) or ``embedder=``, a
-    :class:`~qdrant_guard.Principal` field, or a read's ``query_text=`` is of the wrong type.
+    """An argument of a qdrant_guard function or method is of the wrong type: a guarded client's
+    ``guard=``, ``principal=`` (or ``with_principal``'s) or ``embedder=``, a
+    :class:`~qdrant_guard.Principal` field, a read's ``query_text=``, or an argument of a public
+    helper (audit log, credentials, receipts, budget stores, noise, scanners, calibration, ...).
 
-    A TypeError too, as Python raises for a wrong argument type; the message names the fix."""
+    A TypeError too, as Python raises for a wrong argument type; the message names the argument
+    and the fix. (A ``ValueError`` too, through :class:`ConfigError`.)"""
+
+
+class GuardArgumentValueError(QdrantGuardError, ValueError):
+    """An argument of a qdrant_guard function or method has the right type but a bad value (out of
+    range, empty, malformed, not canonical, ...) and it is not a policy setting (those raise
+    :class:`ConfigError`).
+
+    A ValueError too, as Python raises for a bad argument value; the message names the argument
+    and the fix."""
 
 
 class NativeUnavailableError(QdrantGuardError, ImportError):
