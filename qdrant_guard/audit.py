@@ -40,7 +40,7 @@ from .audit_verify import (
     verify_audit_file,
 )
 from .canonical import canonical_json
-from .errors import AuditError, AuditIntegrityError
+from .errors import AuditError, AuditIntegrityError, GuardArgumentTypeError, GuardArgumentValueError
 from .receipts import ReceiptSigner
 
 __all__ = [
@@ -85,15 +85,15 @@ def _make_entry(seq: int, prev: str, record: dict[str, Any], record_bytes: bytes
 
 def _check_record_bytes(record_bytes: Any) -> bytes:
     if not isinstance(record_bytes, bytes):
-        raise TypeError(f"AuditLog.append_encoded() record_bytes must be bytes, not {type(record_bytes).__name__}")
+        raise GuardArgumentTypeError(f"AuditLog.append_encoded() record_bytes must be bytes, not {type(record_bytes).__name__}")
     # Cheap structural checks only (the caller vouches for the rest): an object, one line, UTF-8.
     if not (record_bytes.startswith(b"{") and record_bytes.endswith(b"}")) or b"\n" in record_bytes:
-        raise ValueError("AuditLog.append_encoded() record_bytes must be canonical_json(record): one "
-                         "JSON object on one line")
+        raise GuardArgumentValueError("AuditLog.append_encoded() record_bytes must be canonical_json(record): one "
+                                      "JSON object on one line")
     try:
         record_bytes.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"AuditLog.append_encoded() record_bytes is not UTF-8 ({exc})") from None
+        raise GuardArgumentValueError(f"AuditLog.append_encoded() record_bytes is not UTF-8 ({exc})") from None
     return record_bytes
 
 
@@ -198,16 +198,16 @@ def repair_audit_file(
             the log cannot be rewritten (the message names the side file holding the cut).
     """
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"repair_audit_file() path must be str or os.PathLike, not {type(path).__name__}")
+        raise GuardArgumentTypeError(f"repair_audit_file() path must be str or os.PathLike, not {type(path).__name__}")
     if signer is not None and not isinstance(signer, ReceiptSigner):
-        raise TypeError(f"repair_audit_file() signer must be a ReceiptSigner or None, not {type(signer).__name__}")
+        raise GuardArgumentTypeError(f"repair_audit_file() signer must be a ReceiptSigner or None, not {type(signer).__name__}")
     if trusted_keys is not None and not isinstance(trusted_keys, Mapping):
-        raise TypeError("repair_audit_file() trusted_keys must be a mapping of key id to Ed25519PublicKey or None")
+        raise GuardArgumentTypeError("repair_audit_file() trusted_keys must be a mapping of key id to Ed25519PublicKey or None")
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
-        raise ValueError(f"repair_audit_file() checkpoint_every must be a positive int, got {checkpoint_every!r}")
+        raise GuardArgumentValueError(f"repair_audit_file() checkpoint_every must be a positive int, got {checkpoint_every!r}")
     if keep_chain_from is not None and (isinstance(keep_chain_from, bool) or not isinstance(keep_chain_from, int)):
-        raise TypeError(f"repair_audit_file() keep_chain_from must be a line number (int) or None, "
-                        f"not {type(keep_chain_from).__name__}")
+        raise GuardArgumentTypeError(f"repair_audit_file() keep_chain_from must be a line number (int) or None, "
+                                     f"not {type(keep_chain_from).__name__}")
     p = os.fspath(path)
     try:
         fd = os.open(p, os.O_RDWR)
@@ -221,7 +221,7 @@ def repair_audit_file(
                              "lock; nothing was changed: run the repair again on the file you mean")
         before, fork = _scan_fork(p, trusted_keys, checkpoint_every, fd)
         if keep_chain_from is not None and before.fork is None:
-            raise ValueError(
+            raise GuardArgumentValueError(
                 f"repair_audit_file() keep_chain_from={keep_chain_from} applies only to a log holding two "
                 f"chains that verify cannot tell apart (report.fork); {p!r} "
                 + ("verifies" if before.ok else f"has {before.problem} at {before.detail}")
@@ -247,8 +247,8 @@ def repair_audit_file(
                         f"{b} (--keep-chain-from); the other chain is saved in the side file and the "
                         f"choice is recorded in the repair entry. Nothing was changed.")
                 if keep_chain_from not in (a, b):
-                    raise ValueError(f"repair_audit_file() keep_chain_from must be {a} or {b}, the first "
-                                     f"lines of the two chains in {p!r}, got {keep_chain_from}")
+                    raise GuardArgumentValueError(f"repair_audit_file() keep_chain_from must be {a} or {b}, the first "
+                                                  f"lines of the two chains in {p!r}, got {keep_chain_from}")
                 decided_by, chosen = "operator", ("a" if keep_chain_from == a else "b")
             branch = fork.a if chosen == "a" else fork.b
             if branch is fork.a:
@@ -268,9 +268,9 @@ def repair_audit_file(
             kept_lines += keep.lines
         if trusted_keys is not None and signer is None and (last_seq + 1) % checkpoint_every == 0:
             # Verified with the keys, an unsigned entry at a checkpoint seq is itself a problem.
-            raise ValueError(f"repair_audit_file(): the repair entry of {p!r} would be seq {last_seq + 1}, a "
-                             f"checkpoint seq (every {checkpoint_every}), and must be signed: pass signer "
-                             "(--signing-key, the guard's key). Nothing was changed")
+            raise GuardArgumentValueError(f"repair_audit_file(): the repair entry of {p!r} would be seq {last_seq + 1}, a "
+                                          f"checkpoint seq (every {checkpoint_every}), and must be signed: pass signer "
+                                          "(--signing-key, the guard's key). Nothing was changed")
         # The cut bytes are durable in the side file (and its name in the directory) before the
         # log is changed; if saving them fails, the side file is removed and the log untouched.
         side = _save_cut(p, cut_at_seq, cut)
@@ -353,16 +353,16 @@ class AuditLog:
         trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
     ) -> None:
         if path is not None and not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"AuditLog() path must be str, os.PathLike or None, not {type(path).__name__}")
+            raise GuardArgumentTypeError(f"AuditLog() path must be str, os.PathLike or None, not {type(path).__name__}")
         if not isinstance(logger_name, str):
-            raise TypeError(f"AuditLog() logger_name must be str, not {type(logger_name).__name__}")
+            raise GuardArgumentTypeError(f"AuditLog() logger_name must be str, not {type(logger_name).__name__}")
         if signer is not None and not isinstance(signer, ReceiptSigner):
-            raise TypeError(f"AuditLog() signer must be a ReceiptSigner or None, not {type(signer).__name__}")
+            raise GuardArgumentTypeError(f"AuditLog() signer must be a ReceiptSigner or None, not {type(signer).__name__}")
         if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
-            raise ValueError(f"AuditLog() checkpoint_every must be a positive int, got {checkpoint_every!r}")
+            raise GuardArgumentValueError(f"AuditLog() checkpoint_every must be a positive int, got {checkpoint_every!r}")
         if trusted_keys is not None and (not isinstance(trusted_keys, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, Ed25519PublicKey) for k, v in trusted_keys.items())):
-            raise TypeError("AuditLog() trusted_keys must be a mapping of key id to Ed25519PublicKey or None")
+            raise GuardArgumentTypeError("AuditLog() trusted_keys must be a mapping of key id to Ed25519PublicKey or None")
         self._trusted: dict[str, Ed25519PublicKey] = dict(trusted_keys or {})
         self.path = None if path is None else os.fspath(path)
         # What the path names now: a relative one must not follow a later chdir of the process.
@@ -613,7 +613,7 @@ class AuditLog:
             AuditError: the write failed (the caller must fail closed).
         """
         if not isinstance(record, dict):
-            raise TypeError(f"AuditLog.append() record must be dict, not {type(record).__name__}")
+            raise GuardArgumentTypeError(f"AuditLog.append() record must be dict, not {type(record).__name__}")
         # Encoded once, before touching the file: raises TypeError/ValueError for a bad record.
         return self._append(record, canonical_json(record))
 
@@ -642,7 +642,7 @@ class AuditLog:
             AuditError: the write failed (the caller must fail closed).
         """
         if not isinstance(record, dict):
-            raise TypeError(f"AuditLog.append_encoded() record must be dict, not {type(record).__name__}")
+            raise GuardArgumentTypeError(f"AuditLog.append_encoded() record must be dict, not {type(record).__name__}")
         return self._append(record, _check_record_bytes(record_bytes))
 
     def _append(self, record: dict[str, Any], record_bytes: bytes) -> dict[str, Any]:

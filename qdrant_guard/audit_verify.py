@@ -20,7 +20,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from .canonical import canonical_json
-from .errors import AuditError
+from .errors import AuditError, GuardArgumentTypeError, GuardArgumentValueError
 
 GENESIS = "0" * 64
 DEFAULT_CHECKPOINT_EVERY = 1000
@@ -435,9 +435,9 @@ def verify_audit_file(
         AuditError: the file cannot be read.
     """
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"verify_audit_file() path must be str or os.PathLike, not {type(path).__name__}")
+        raise GuardArgumentTypeError(f"verify_audit_file() path must be str or os.PathLike, not {type(path).__name__}")
     if trusted_keys is not None and not isinstance(trusted_keys, Mapping):
-        raise TypeError("trusted_keys must be a mapping of key id to Ed25519PublicKey or None")
+        raise GuardArgumentTypeError("verify_audit_file() trusted_keys must be a mapping of key id to Ed25519PublicKey or None")
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
-        raise ValueError(f"verify_audit_file() checkpoint_every must be a positive int, got {checkpoint_every!r}")
+        raise GuardArgumentValueError(f"verify_audit_file() checkpoint_every must be a positive int, got {checkpoint_every!r}")
     return _scan(path, trusted_keys, checkpoint_every)
