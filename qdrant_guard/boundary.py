@@ -21,7 +21,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .canonical import canonical_json, decode_canonical
-from .errors import ConfigError, CredentialError, GuardArgumentTypeError
+from .errors import ConfigError, CredentialError, GuardArgumentTypeError, GuardArgumentValueError
 from .keys import key_id as _key_id
 
 __all__ = [
@@ -121,7 +121,7 @@ def _unb64url(text: str) -> bytes:
 
 def _number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TypeError(f"{name} must be a finite number, not {value!r}")
+        raise GuardArgumentTypeError(f"{name} must be a finite number, not {value!r}")
     return float(value)
 
 
@@ -150,14 +150,14 @@ def issue_credential(
         ValueError: empty ids or a non-positive ``ttl_s``.
     """
     if not isinstance(authority_key, Ed25519PrivateKey):
-        raise TypeError(
+        raise GuardArgumentTypeError(
             "issue_credential() authority_key must be an Ed25519PrivateKey, not "
             f"{type(authority_key).__name__}"
         )
     Principal(agent_id, boundary)  # same validation as a principal
     ttl = _number(ttl_s, "ttl_s")
     if ttl <= 0:
-        raise ValueError(f"ttl_s must be positive, got {ttl_s!r}")
+        raise GuardArgumentValueError(f"issue_credential() ttl_s must be positive, got {ttl_s!r}")
     iat = int(math.floor(time.time() if now is None else _number(now, "now")))
     claims = {
         "v": 1,
@@ -191,11 +191,11 @@ def _keys_of(authorities: Any, boundary: str) -> list[Ed25519PublicKey]:
     if isinstance(keys, Ed25519PublicKey):
         keys = [keys]
     if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
-        raise TypeError(f"authorities[{boundary!r}] must be a sequence of Ed25519PublicKey")
+        raise GuardArgumentTypeError(f"authorities[{boundary!r}] must be a sequence of Ed25519PublicKey")
     out = list(keys)
     for k in out:
         if not isinstance(k, Ed25519PublicKey):
-            raise TypeError(
+            raise GuardArgumentTypeError(
                 f"authorities[{boundary!r}] holds a {type(k).__name__}; only Ed25519PublicKey is accepted"
             )
     return out
@@ -229,15 +229,15 @@ def verify_credential(
             :data:`CREDENTIAL_REASONS`.
     """
     if not isinstance(token, str):
-        raise TypeError(f"verify_credential() token must be str, not {type(token).__name__}")
+        raise GuardArgumentTypeError(f"verify_credential() token must be str, not {type(token).__name__}")
     if not isinstance(authorities, Mapping):
-        raise TypeError(
-            "authorities must be a mapping of boundary name to Ed25519 public keys, not "
+        raise GuardArgumentTypeError(
+            "verify_credential() authorities must be a mapping of boundary name to Ed25519 public keys, not "
             f"{type(authorities).__name__}"
         )
     for label, coll in (("revoked_keys", revoked_keys), ("revoked_credentials", revoked_credentials)):
         if isinstance(coll, (str, bytes)) or not isinstance(coll, Iterable):
-            raise TypeError(f"{label} must be a collection of str, not {type(coll).__name__}")
+            raise GuardArgumentTypeError(f"{label} must be a collection of str, not {type(coll).__name__}")
     current = time.time() if now is None else _number(now, "now")
     leeway = _number(leeway_s, "leeway_s")
 

@@ -12,7 +12,7 @@ from typing import Union
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .errors import CredentialError, QdrantGuardError
+from .errors import CredentialError, GuardArgumentTypeError, QdrantGuardError
 
 __all__ = [
     "KeyStoreError",
@@ -52,7 +52,7 @@ def _require_public(pk: object, func: str) -> Ed25519PublicKey:
     if isinstance(pk, Ed25519PrivateKey):
         return pk.public_key()
     if not isinstance(pk, Ed25519PublicKey):
-        raise TypeError(
+        raise GuardArgumentTypeError(
             f"{func}() argument must be an Ed25519PublicKey, not {type(pk).__name__}"
         )
     return pk
@@ -100,7 +100,7 @@ def public_key_from_str(s: str) -> Ed25519PublicKey:
         KeyStoreError: the base64 body is invalid or not 32 bytes.
     """
     if not isinstance(s, str):
-        raise TypeError(f"public_key_from_str() argument must be str, not {type(s).__name__}")
+        raise GuardArgumentTypeError(f"public_key_from_str() argument must be str, not {type(s).__name__}")
     text = s.strip()
     if not text.startswith(KEY_PREFIX):
         found = text.split(":", 1)[0] if ":" in text else "no algorithm prefix"
@@ -125,7 +125,7 @@ def public_key_from_str(s: str) -> Ed25519PublicKey:
 def private_key_to_pem(sk: Ed25519PrivateKey) -> bytes:
     """Serialize a private key as unencrypted PKCS#8 PEM (write it with mode 0600)."""
     if not isinstance(sk, Ed25519PrivateKey):
-        raise TypeError(
+        raise GuardArgumentTypeError(
             f"private_key_to_pem() argument must be an Ed25519PrivateKey, not {type(sk).__name__}"
         )
     return sk.private_bytes(
@@ -144,7 +144,7 @@ def public_key_to_pem(pk: Ed25519PublicKey) -> bytes:
 
 def _read_key_file(path: PathLike, func: str, *, private: bool) -> tuple[Path, bytes, os.stat_result]:
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"{func}() argument must be a path, not {type(path).__name__}")
+        raise GuardArgumentTypeError(f"{func}() argument must be a path, not {type(path).__name__}")
     text = os.fspath(path)
     if isinstance(text, str) and ("-----BEGIN" in text or "\n" in text):
         # Key content where a path belongs (say, from a secret store): never echo it.
