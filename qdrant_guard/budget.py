@@ -52,6 +52,7 @@ from .budget_stores import (
     normalize_point_id,
 )
 from .diversity import _check_fraction
+from .errors import ConfigError, GuardArgumentTypeError
 
 __all__ = [
     "BudgetDecision",
@@ -84,7 +85,7 @@ def make_store(spec: str | None) -> BudgetStore:
         ValueError: the spec has none of the forms above.
     """
     if spec is not None and not isinstance(spec, str):
-        raise TypeError(f"spec must be a str or None, not {type(spec).__name__}")
+        raise GuardArgumentTypeError(f"spec must be a str or None, not {type(spec).__name__}")
     kind = store_kind(spec)
     if kind == "memory":
         return MemoryBudgetStore()
@@ -92,7 +93,7 @@ def make_store(spec: str | None) -> BudgetStore:
         return SqliteBudgetStore(str(spec)[len("sqlite:///"):])
     if kind == "redis":
         return RedisBudgetStore(str(spec))
-    raise ValueError(
+    raise ConfigError(
         f"unknown budget store spec {spec!r}; use 'memory', 'sqlite:///path.db' or 'redis://host:port/db'"
     )
 
@@ -140,7 +141,7 @@ def _normalised_ids(charges: Sequence[tuple[str, Any, int]]) -> list[list[str]]:
     for _, point_ids, _ in charges:
         if type(point_ids) is not list and (isinstance(point_ids, (str, bytes))
                                             or not isinstance(point_ids, Sequence)):
-            raise TypeError(f"point_ids must be a sequence of point ids, not {type(point_ids).__name__}")
+            raise GuardArgumentTypeError(f"point_ids must be a sequence of point ids, not {type(point_ids).__name__}")
         normalised.append([normalize_point_id(pid) for pid in point_ids])
     return normalised
 
@@ -259,9 +260,9 @@ class ExtractionBudget:
 
     def __init__(self, store: BudgetStore, *, window_s: float = 86400.0, clock: Callable[[], float] = time.time) -> None:
         if not isinstance(store, BudgetStore):
-            raise TypeError(f"store must implement BudgetStore (admit, seen, reset), not {type(store).__name__}")
+            raise GuardArgumentTypeError(f"store must implement BudgetStore (admit, seen, reset), not {type(store).__name__}")
         if not callable(clock):
-            raise TypeError(f"clock must be callable, not {type(clock).__name__}")
+            raise GuardArgumentTypeError(f"clock must be callable, not {type(clock).__name__}")
         self.store = store
         self.window_s = _check_real("window_s", window_s, positive=True)
         self.clock = clock
@@ -479,12 +480,12 @@ class ExtractionBudget:
             BudgetStoreError: the store is unavailable (fail closed).
         """
         if not isinstance(requests, Mapping):
-            raise TypeError(f"requests must be a mapping of source to (point_ids, source_size), not {type(requests).__name__}")
+            raise GuardArgumentTypeError(f"requests must be a mapping of source to (point_ids, source_size), not {type(requests).__name__}")
         coverage = _check_fraction("max_source_coverage", max_source_coverage, allow_zero=True)
         charges = []
         for source, request in requests.items():
             if not isinstance(request, tuple) or len(request) != 2:
-                raise TypeError(f"requests[{source!r}] must be a (point_ids, source_size) tuple")
+                raise GuardArgumentTypeError(f"requests[{source!r}] must be a (point_ids, source_size) tuple")
             point_ids, source_size = request
             if not (type(source_size) is int and source_size >= 0):
                 _check_count("source_size", source_size)

@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 from .budget_stores import BudgetStoreError, _check_str, _CountingStore, _ids_by_key, _released_where_all_admit
+from .errors import GuardArgumentValueError
 
 
 
@@ -403,8 +404,8 @@ class RedisBudgetStore(_CountingStore):
 
     def _name(self, key: str) -> str:
         if key.startswith(_RESERVED):
-            raise ValueError(f"key {key!r} is reserved: RedisBudgetStore keeps its index under keys starting with "
-                             f"{_RESERVED!r}")
+            raise GuardArgumentValueError(f"key {key!r} is reserved: RedisBudgetStore keeps its index under keys starting with "
+                                          f"{_RESERVED!r}; use a key that does not start with it")
         return self.prefix + key
 
     def _run(self, script: Any, names: list[str], args: list[Any], what: Any) -> Any:

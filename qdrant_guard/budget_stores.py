@@ -15,7 +15,7 @@ from collections import OrderedDict
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from .diversity import _check_int
-from .errors import QdrantGuardError
+from .errors import GuardArgumentTypeError, GuardArgumentValueError, QdrantGuardError
 
 
 class BudgetStoreError(QdrantGuardError, RuntimeError):
@@ -27,9 +27,9 @@ class BudgetStoreError(QdrantGuardError, RuntimeError):
 
 def _check_str(name: str, value: object, *, empty_ok: bool = False) -> str:
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+        raise GuardArgumentTypeError(f"{name} must be a str, not {type(value).__name__}")
     if not value and not empty_ok:
-        raise ValueError(f"{name} must be a non-empty string")
+        raise GuardArgumentValueError(f"{name} must be a non-empty string")
     return value
 
 
@@ -39,22 +39,22 @@ def _check_count(name: str, value: object) -> int:
 
 def _check_real(name: str, value: object, *, positive: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float, not {type(value).__name__}")
+        raise GuardArgumentTypeError(f"{name} must be a float, not {type(value).__name__}")
     value = float(value)
     if not math.isfinite(value) or (positive and value <= 0.0):
         want = "a finite number > 0" if positive else "a finite number"
-        raise ValueError(f"{name} must be {want}, got {value!r}")
+        raise GuardArgumentValueError(f"{name} must be {want}, got {value!r}")
     return value
 
 
 def _check_request(key: object, point_ids: object, cap: object) -> tuple[str, list[str], int]:
     _check_str("key", key)
     if isinstance(point_ids, (str, bytes)) or not isinstance(point_ids, Sequence):
-        raise TypeError(f"point_ids must be a sequence of str, not {type(point_ids).__name__}")
+        raise GuardArgumentTypeError(f"point_ids must be a sequence of str, not {type(point_ids).__name__}")
     ids = list(point_ids)
     for index, pid in enumerate(ids):
         if not isinstance(pid, str):
-            raise TypeError(f"point_ids[{index}] must be a str, not {type(pid).__name__}")
+            raise GuardArgumentTypeError(f"point_ids[{index}] must be a str, not {type(pid).__name__}")
     return key, ids, _check_count("cap", cap)  # type: ignore[return-value]
 
 
@@ -70,7 +70,7 @@ def _check_admit_args(
 
 def _check_points(keys: object, points: object) -> tuple[list[tuple[str, int]], list[tuple[str, list[int]]]]:
     if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
-        raise TypeError(f"keys must be a sequence of (key, cap), not {type(keys).__name__}")
+        raise GuardArgumentTypeError(f"keys must be a sequence of (key, cap), not {type(keys).__name__}")
     checked_keys = []
     for index, pair in enumerate(keys):
         if type(pair) is tuple and len(pair) == 2 and type(pair[0]) is str and pair[0] \
@@ -78,12 +78,12 @@ def _check_points(keys: object, points: object) -> tuple[list[tuple[str, int]], 
             checked_keys.append(pair)  # a plain (key, cap), as the checks below would pass it
             continue
         if not isinstance(pair, tuple) or len(pair) != 2:
-            raise TypeError(f"keys[{index}] must be a (key, cap) tuple")
+            raise GuardArgumentTypeError(f"keys[{index}] must be a (key, cap) tuple")
         checked_keys.append((_check_str("key", pair[0]), _check_count("cap", pair[1])))
     if len({key for key, _ in checked_keys}) != len(checked_keys):
-        raise ValueError("keys must be distinct")
+        raise GuardArgumentValueError("keys must be distinct")
     if isinstance(points, (str, bytes)) or not isinstance(points, Sequence):
-        raise TypeError(f"points must be a sequence of (point_id, key_indices), not {type(points).__name__}")
+        raise GuardArgumentTypeError(f"points must be a sequence of (point_id, key_indices), not {type(points).__name__}")
     checked_points = []
     nkeys = len(checked_keys)
     for index, pair in enumerate(points):
@@ -93,16 +93,16 @@ def _check_points(keys: object, points: object) -> tuple[list[tuple[str, int]], 
                 checked_points.append((pair[0], [members[0]]))  # one plain key index: _plain_members' case
                 continue
         if not isinstance(pair, tuple) or len(pair) != 2 or not isinstance(pair[0], str):
-            raise TypeError(f"points[{index}] must be a (str point_id, key_indices) tuple")
+            raise GuardArgumentTypeError(f"points[{index}] must be a (str point_id, key_indices) tuple")
         members = pair[1]
         if _plain_members(members, nkeys):
             checked_points.append((pair[0], list(members)))
             continue
         if isinstance(members, (str, bytes)) or not isinstance(members, Sequence):
-            raise TypeError(f"points[{index}] key_indices must be a sequence of int")
+            raise GuardArgumentTypeError(f"points[{index}] key_indices must be a sequence of int")
         members = [_check_int(f"points[{index}] key index", k, 0) for k in members]
         if any(k >= len(checked_keys) for k in members) or len(set(members)) != len(members):
-            raise ValueError(f"points[{index}] key_indices must be distinct indices into keys")
+            raise GuardArgumentValueError(f"points[{index}] key_indices must be distinct indices into keys")
         checked_points.append((pair[0], members))
     return checked_keys, checked_points
 
@@ -151,10 +151,10 @@ def normalize_point_id(point_id: int | str | uuid.UUID) -> str:
     if kind is str:
         return _normalize_uuid_text(point_id)  # type: ignore[arg-type]
     if isinstance(point_id, bool) or not isinstance(point_id, (int, str, uuid.UUID)):
-        raise TypeError(f"point id must be an int, a UUID or a UUID string, not {type(point_id).__name__}")
+        raise GuardArgumentTypeError(f"point id must be an int, a UUID or a UUID string, not {type(point_id).__name__}")
     if isinstance(point_id, int):
         if point_id < 0:
-            raise ValueError(f"point id must be an unsigned int, got {point_id}")
+            raise GuardArgumentValueError(f"point id must be an unsigned int, got {point_id}")
         return f"i:{point_id}"
     if isinstance(point_id, uuid.UUID):
         return f"u:{point_id}"
@@ -168,7 +168,7 @@ def _normalize_uuid_text(point_id: str) -> str:
     try:
         return f"u:{uuid.UUID(point_id)}"
     except ValueError:
-        raise ValueError(
+        raise GuardArgumentValueError(
             f"point id {point_id!r} is not a UUID string; Qdrant ids are unsigned ints or UUIDs"
         ) from None
 
@@ -194,7 +194,7 @@ def denormalize_point_id(normalised: str) -> int | str:
         return int(value)
     if kind == "u":
         return str(uuid.UUID(value))
-    raise ValueError(f"{normalised!r} is not a normalised point id ('i:<n>' or 'u:<uuid>')")
+    raise GuardArgumentValueError(f"{normalised!r} is not a normalised point id ('i:<n>' or 'u:<uuid>')")
 
 
 # --- stores ----------------------------------------------------------------------------------
@@ -270,13 +270,13 @@ class _CountingStore:
             ``point_ids[i]`` was admitted.
         """
         if isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
-            raise TypeError(f"requests must be a sequence of (key, point_ids, cap), not {type(requests).__name__}")
+            raise GuardArgumentTypeError(f"requests must be a sequence of (key, point_ids, cap), not {type(requests).__name__}")
         window_s = _check_real("window_s", window_s, positive=True)
         now = _check_real("now", now, positive=False)
         checked = []
         for index, request in enumerate(requests):
             if not isinstance(request, tuple) or len(request) != 3:
-                raise TypeError(f"requests[{index}] must be a (key, point_ids, cap) tuple")
+                raise GuardArgumentTypeError(f"requests[{index}] must be a (key, point_ids, cap) tuple")
             checked.append(_check_request(*request))
         if not checked:
             return []
@@ -568,9 +568,9 @@ class SqliteBudgetStore(_CountingStore):
     def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> None:
         path = os.fspath(path)
         if not isinstance(path, str):
-            raise TypeError(f"path must be a str or os.PathLike[str], not {type(path).__name__}")
+            raise GuardArgumentTypeError(f"path must be a str or os.PathLike[str], not {type(path).__name__}")
         if path in ("", ":memory:") or path.startswith("file::memory:"):
-            raise ValueError(
+            raise GuardArgumentValueError(
                 f"SqliteBudgetStore needs a file path, got {path!r}; use MemoryBudgetStore for an in-process budget"
             )
         self.path = path

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Generic, Sequence, TypeVar, Union
 
+from .errors import GuardArgumentTypeError, GuardArgumentValueError
+
 __all__ = [
     "DiversityOutcome",
     "GroupCapsOutcome",
@@ -101,20 +103,20 @@ class GroupCapsOutcome(Generic[T]):
 
 def _check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        raise GuardArgumentTypeError(f"{name} must be an int, not {type(value).__name__}")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise GuardArgumentValueError(f"{name} must be >= {minimum}, got {value}")
     return value
 
 
 def _check_fraction(name: str, value: object, *, allow_zero: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a float, not {type(value).__name__}")
+        raise GuardArgumentTypeError(f"{name} must be a float, not {type(value).__name__}")
     value = float(value)
     low_ok = value >= 0.0 if allow_zero else value > 0.0
     if not (math.isfinite(value) and low_ok and value <= 1.0):
         bound = "[0, 1]" if allow_zero else "(0, 1]"
-        raise ValueError(f"{name} must be in {bound}, got {value!r}")
+        raise GuardArgumentValueError(f"{name} must be in {bound}, got {value!r}")
     return value
 
 
@@ -187,9 +189,9 @@ def overfetch_limit(limit: int, *, factor: float, max_limit: int = 1000) -> int:
     _check_int("limit", limit, 1)
     _check_int("max_limit", max_limit, 1)
     if isinstance(factor, bool) or not isinstance(factor, (int, float)):
-        raise TypeError(f"factor must be a float, not {type(factor).__name__}")
+        raise GuardArgumentTypeError(f"factor must be a float, not {type(factor).__name__}")
     if not (math.isfinite(factor) and factor >= 1.0):
-        raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
+        raise GuardArgumentValueError(f"factor must be a finite number >= 1, got {factor!r}")
     numerator, denominator = _decimal_ratio(float(factor))
     wanted = -(-limit * numerator // denominator)  # the exact ceiling
     return max(limit, min(max_limit, wanted))
@@ -215,7 +217,7 @@ def _source_names(
         several = value if isinstance(value, (list, tuple)) else () if value is None else (value,)
         for name in several:
             if not isinstance(name, str):
-                raise TypeError(
+                raise GuardArgumentTypeError(
                     f"source_of(items[{index}]) must return str, a list or tuple of str, or None, "
                     f"not {type(value).__name__ if value is name else f'a sequence holding {type(name).__name__}'}; "
                     "convert the payload value to strings in source_of"
@@ -324,7 +326,7 @@ def _outcome(items: Sequence[T], sources: list[tuple[str, ...]], kept: list[int]
 def _check_common(min_unique_sources: object, missing_source: object) -> None:
     _check_int("min_unique_sources", min_unique_sources, 0)
     if not isinstance(missing_source, str):
-        raise TypeError(f"missing_source must be a str, not {type(missing_source).__name__}")
+        raise GuardArgumentTypeError(f"missing_source must be a str, not {type(missing_source).__name__}")
 
 
 def enforce_diversity(
