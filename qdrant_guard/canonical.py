@@ -9,6 +9,8 @@ import json
 import math
 from typing import Any
 
+from .errors import GuardArgumentTypeError, GuardArgumentValueError
+
 __all__ = ["canonical_json", "is_canonical", "decode_canonical"]
 
 
@@ -83,7 +85,7 @@ def _encode(obj: Any, out: list[str], path: str) -> None:
     elif isinstance(obj, float):
         value = float(obj)
         if not math.isfinite(value):
-            raise ValueError(
+            raise GuardArgumentValueError(
                 f"canonical_json: {path} is {value!r}; NaN and Infinity have no canonical JSON "
                 "encoding, replace them with finite numbers or null"
             )
@@ -101,7 +103,7 @@ def _encode(obj: Any, out: list[str], path: str) -> None:
     elif isinstance(obj, dict):
         for key in obj:
             if not isinstance(key, str):
-                raise TypeError(
+                raise GuardArgumentTypeError(
                     f"canonical_json: {path} has a key of type {type(key).__name__} ({key!r}); "
                     "only str keys are allowed"
                 )
@@ -114,7 +116,7 @@ def _encode(obj: Any, out: list[str], path: str) -> None:
             _encode(obj[key], out, f"{path}.{key}")
         out.append("}")
     else:
-        raise TypeError(
+        raise GuardArgumentTypeError(
             f"canonical_json: {path} is of type {type(obj).__name__}; only None, bool, int, float, "
             "str, list, tuple and dict with str keys can be encoded (convert numpy scalars with "
             ".item() and bytes with base64)"
@@ -151,7 +153,7 @@ def canonical_json(obj: Any) -> bytes:
 
 
 def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-finite number {name} is not canonical JSON")
+    raise GuardArgumentValueError(f"non-finite number {name} is not canonical JSON")
 
 
 def decode_canonical(data: bytes) -> Any:
@@ -169,17 +171,17 @@ def decode_canonical(data: bytes) -> Any:
             (reordered keys, whitespace, ``\\u`` escapes, ``1e0`` for ``1.0``, duplicate keys, ...).
     """
     if not isinstance(data, (bytes, bytearray)):
-        raise TypeError(f"decode_canonical() argument must be bytes, not {type(data).__name__}")
+        raise GuardArgumentTypeError(f"decode_canonical() argument must be bytes, not {type(data).__name__}")
     try:
         value = json.loads(bytes(data).decode("utf-8"), parse_constant=_reject_constant)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not valid UTF-8 JSON: {exc}") from exc
+        raise GuardArgumentValueError(f"not valid UTF-8 JSON: {exc}") from exc
     except RecursionError:
         # json's decoder raises RecursionError, not ValueError, on deep nesting; verifiers catch
         # ValueError to turn bad input into a rejection.
-        raise ValueError("not valid JSON: nested too deeply to decode") from None
+        raise GuardArgumentValueError("not valid JSON: nested too deeply to decode") from None
     if canonical_json(value) != bytes(data):
-        raise ValueError("JSON is valid but not in canonical form (re-encoding gives other bytes)")
+        raise GuardArgumentValueError("JSON is valid but not in canonical form (re-encoding gives other bytes)")
     return value
 
 
@@ -187,6 +189,8 @@ def is_canonical(data: bytes) -> bool:
     """Return True if ``data`` is the canonical JSON encoding of the value it decodes to."""
     try:
         decode_canonical(data)
+    except GuardArgumentTypeError:  # a ValueError too (through ConfigError): not bytes still raises
+        raise
     except ValueError:
         return False
     return True

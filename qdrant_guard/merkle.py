@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 from typing import Sequence, TypeVar
 
+from .errors import GuardArgumentValueError
+
 T = TypeVar("T")
 
 __all__ = ["leaf_hash", "node_hash", "build_levels", "audit_path", "root_from_path"]
@@ -39,7 +41,7 @@ def build_levels(leaves: Sequence[bytes]) -> list[list[bytes]]:
         ValueError: ``leaves`` is empty.
     """
     if not leaves:
-        raise ValueError("a Merkle tree needs at least one leaf")
+        raise GuardArgumentValueError("build_levels() leaves is empty: a Merkle tree needs at least one leaf")
     levels = [list(leaves)]
     while len(levels[-1]) > 1:
         cur = levels[-1]
@@ -58,7 +60,7 @@ def audit_path(levels: Sequence[Sequence[T]], index: int) -> list[T]:
     """
     size = len(levels[0])
     if not 0 <= index < size:
-        raise ValueError(f"leaf index {index} out of range for {size} leaves")
+        raise GuardArgumentValueError(f"leaf index {index} out of range for {size} leaves")
     path = []
     for level in levels[:-1]:
         sibling = index ^ 1
@@ -75,21 +77,21 @@ def root_from_path(leaf: bytes, index: int, size: int, path: Sequence[bytes]) ->
         ValueError: ``index``/``size`` are inconsistent or ``path`` has the wrong length.
     """
     if size < 1 or not 0 <= index < size:
-        raise ValueError(f"leaf index {index} out of range for {size} leaves")
+        raise GuardArgumentValueError(f"leaf index {index} out of range for {size} leaves")
     node, width, used = leaf, size, 0
     while width > 1:
         if index % 2:
             if used >= len(path):
-                raise ValueError("audit path too short")
+                raise GuardArgumentValueError("audit path too short")
             node = node_hash(path[used], node)
             used += 1
         elif index + 1 < width:
             if used >= len(path):
-                raise ValueError("audit path too short")
+                raise GuardArgumentValueError("audit path too short")
             node = node_hash(node, path[used])
             used += 1
         index //= 2
         width = (width + 1) // 2
     if used != len(path):
-        raise ValueError(f"audit path has {len(path)} hashes, expected {used}")
+        raise GuardArgumentValueError(f"audit path has {len(path)} hashes, expected {used}")
     return node

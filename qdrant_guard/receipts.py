@@ -28,7 +28,7 @@ from qdrant_client.http import models
 from . import merkle
 from ._impl import implementation, load_kernel
 from .canonical import canonical_json, decode_canonical
-from .errors import InvalidVectorError, ReceiptError
+from .errors import GuardArgumentTypeError, GuardArgumentValueError, InvalidVectorError, ReceiptError
 from .keys import key_id as _key_id
 from .noise import check_release as _check_release
 from .noise_params import MECHANISMS, NoiseParams, guarantee_mismatch
@@ -121,17 +121,17 @@ _INT_ID = re.compile(r"int:(0|[1-9][0-9]*)")
 
 def _as_vector(vector: Any, func: str) -> np.ndarray:
     if vector is None or isinstance(vector, (str, bytes, dict)):
-        raise TypeError(
+        raise GuardArgumentTypeError(
             f"{func}() vector must be a 1-D sequence of numbers, not {type(vector).__name__}"
         )
     try:
         arr = np.asarray(vector, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{func}() vector must be a 1-D sequence of numbers ({exc})") from exc
+        raise GuardArgumentTypeError(f"{func}() vector must be a 1-D sequence of numbers ({exc})") from exc
     if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"{func}() vector must be 1-D and non-empty, got shape {arr.shape}")
+        raise GuardArgumentValueError(f"{func}() vector must be 1-D and non-empty, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{func}() vector contains NaN or Inf; only finite vectors can be stored")
+        raise GuardArgumentValueError(f"{func}() vector contains NaN or Inf; only finite vectors can be stored")
     return arr
 
 
@@ -156,28 +156,28 @@ def _grid_ints(arr: np.ndarray, func: str) -> np.ndarray:
 
 def _distance_name(distance: Any, func: str) -> str:
     if not isinstance(distance, str):
-        raise TypeError(f"{func}() distance must be str, not {type(distance).__name__}")
+        raise GuardArgumentTypeError(f"{func}() distance must be str, not {type(distance).__name__}")
     name = str(getattr(distance, "value", distance))
     if name not in _DISTANCES:
-        raise ValueError(f"{func}() distance must be one of {_DISTANCES}, got {name!r}")
+        raise GuardArgumentValueError(f"{func}() distance must be one of {_DISTANCES}, got {name!r}")
     return name
 
 
 def _as_matrix(matrix: Any, func: str) -> np.ndarray:
     if matrix is None or isinstance(matrix, (str, bytes, dict)):
-        raise TypeError(
+        raise GuardArgumentTypeError(
             f"{func}() matrix must be a 2-D array of numbers (n vectors x d), not {type(matrix).__name__}"
         )
     try:
         arr = np.array(matrix, dtype=np.float64, order="C")
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"{func}() matrix must be a 2-D array of numbers ({exc})") from exc
+        raise GuardArgumentTypeError(f"{func}() matrix must be a 2-D array of numbers ({exc})") from exc
     if arr.ndim != 2 or arr.shape[1] == 0:
-        raise ValueError(f"{func}() matrix must be 2-D (n vectors x d >= 1), got shape {arr.shape}")
+        raise GuardArgumentValueError(f"{func}() matrix must be 2-D (n vectors x d >= 1), got shape {arr.shape}")
     finite = np.isfinite(arr).all(axis=1)
     if not finite.all():
         row = int(np.argmin(finite))
-        raise ValueError(f"{func}() row {row} contains NaN or Inf; only finite vectors can be stored")
+        raise GuardArgumentValueError(f"{func}() row {row} contains NaN or Inf; only finite vectors can be stored")
     return arr
 
 
@@ -222,9 +222,9 @@ def _unit_grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
         norms[i] = math.sqrt(row.dot(row))
     if not norms.all():
         if single:
-            raise ValueError("stored_form() cannot normalise a zero vector for Cosine distance")
-        raise ValueError(f"{func}() row {int(np.argmin(norms != 0))} is a zero vector; Cosine "
-                         "distance cannot normalise it")
+            raise GuardArgumentValueError("stored_form() cannot normalise a zero vector for Cosine distance")
+        raise GuardArgumentValueError(f"{func}() row {int(np.argmin(norms != 0))} is a zero vector; Cosine "
+                                      "distance cannot normalise it")
     k = arr
     k /= norms[:, None]
     k *= _GRID_INV
@@ -425,9 +425,9 @@ def vector_commitment(vector: Any, salt: bytes) -> str:
         ValueError: ``salt`` is not 16 bytes, or the vector is invalid.
     """
     if not isinstance(salt, (bytes, bytearray)):
-        raise TypeError(f"vector_commitment() salt must be bytes, not {type(salt).__name__}")
+        raise GuardArgumentTypeError(f"vector_commitment() salt must be bytes, not {type(salt).__name__}")
     if len(salt) != SALT_BYTES:
-        raise ValueError(f"vector_commitment() salt must be {SALT_BYTES} bytes, got {len(salt)}")
+        raise GuardArgumentValueError(f"vector_commitment() salt must be {SALT_BYTES} bytes, got {len(salt)}")
     data = commitment_bytes(vector)
     h = hashlib.sha256(COMMITMENT_PREFIX)
     h.update(bytes(salt))
@@ -444,10 +444,10 @@ def normalize_point_id(point_id: Any) -> str:
         ValueError: a negative or >= 2^64 int, or a str that is not a UUID.
     """
     if isinstance(point_id, bool):
-        raise TypeError("point_id must be int, str or uuid.UUID, not bool")
+        raise GuardArgumentTypeError("point_id must be int, str or uuid.UUID, not bool")
     if isinstance(point_id, int):
         if not 0 <= point_id < 2 ** 64:
-            raise ValueError(f"point_id {point_id} is outside Qdrant's unsigned 64-bit id range")
+            raise GuardArgumentValueError(f"point_id {point_id} is outside Qdrant's unsigned 64-bit id range")
         return f"int:{int(point_id)}"
     if isinstance(point_id, uuid.UUID):
         return f"uuid:{point_id}"
@@ -455,10 +455,10 @@ def normalize_point_id(point_id: Any) -> str:
         try:
             return f"uuid:{uuid.UUID(point_id)}"
         except ValueError:
-            raise ValueError(
+            raise GuardArgumentValueError(
                 f"point_id {point_id!r} is neither an unsigned integer nor a UUID string"
             ) from None
-    raise TypeError(f"point_id must be int, str or uuid.UUID, not {type(point_id).__name__}")
+    raise GuardArgumentTypeError(f"point_id must be int, str or uuid.UUID, not {type(point_id).__name__}")
 
 
 # --------------------------------------------------------------------------- signing
@@ -485,12 +485,12 @@ class ReceiptSigner:
 
     def __init__(self, private_key: Ed25519PrivateKey, *, key_id: str | None = None) -> None:
         if not isinstance(private_key, Ed25519PrivateKey):
-            raise TypeError(
+            raise GuardArgumentTypeError(
                 "ReceiptSigner() private_key must be an Ed25519PrivateKey, not "
                 f"{type(private_key).__name__}"
             )
         if key_id is not None and (not isinstance(key_id, str) or not key_id):
-            raise TypeError("ReceiptSigner() key_id must be a non-empty str or None")
+            raise GuardArgumentTypeError("ReceiptSigner() key_id must be a non-empty str or None")
         self._sk = private_key
         self.public_key: Ed25519PublicKey = private_key.public_key()
         self.key_id: str = key_id if key_id is not None else _key_id(self.public_key)
@@ -529,27 +529,27 @@ def new_item(params: NoiseParams, vector: Any, collection: str, point_id: Any, v
 
 def _body(signer: ReceiptSigner, item: ReceiptItem) -> dict[str, Any]:
     if not isinstance(item.params, NoiseParams):
-        raise TypeError(f"params must be NoiseParams, not {type(item.params).__name__}")
+        raise GuardArgumentTypeError(f"params must be NoiseParams, not {type(item.params).__name__}")
     if not isinstance(item.collection, str) or not item.collection:
-        raise TypeError("collection must be a non-empty str")
+        raise GuardArgumentTypeError("collection must be a non-empty str")
     if not isinstance(item.vector_name, str):
-        raise TypeError(f"vector_name must be str, not {type(item.vector_name).__name__}")
+        raise GuardArgumentTypeError(f"vector_name must be str, not {type(item.vector_name).__name__}")
     if item.model_id is not None and not isinstance(item.model_id, str):
-        raise TypeError(f"model_id must be str or None, not {type(item.model_id).__name__}")
+        raise GuardArgumentTypeError(f"model_id must be str or None, not {type(item.model_id).__name__}")
     arr = _as_vector(item.vector, "issue_receipt")
     ints = _grid_ints(arr, "issue_receipt")
     if not np.array_equal(ints.astype(np.float64) * COMMIT_GRID, arr):
-        raise ValueError(
+        raise GuardArgumentValueError(
             "issue_receipt() vector is not on the 2^-20 commitment grid; pass "
             "stored_form(vector, distance=...) and store exactly that vector"
         )
     if item.params.dim != arr.size:
-        raise ValueError(
+        raise GuardArgumentValueError(
             f"issue_receipt() params.dim is {item.params.dim} but the vector has {arr.size} values"
         )
     issued = time.time() if item.issued_at is None else item.issued_at
     if isinstance(issued, bool) or not isinstance(issued, (int, float)) or not math.isfinite(issued):
-        raise TypeError("issued_at must be a finite number of seconds since the epoch or None")
+        raise GuardArgumentTypeError("issued_at must be a finite number of seconds since the epoch or None")
     salt = os.urandom(SALT_BYTES)
     return _body_dict(signer, item, _signed_params(item.params), _b64(salt),
                       vector_commitment(arr, salt), issued)
@@ -705,7 +705,7 @@ def _body_json(body: Mapping[str, Any], params_json: str) -> bytes:
 
 def _check_signer(signer: Any, func: str) -> None:
     if not isinstance(signer, ReceiptSigner):
-        raise TypeError(f"{func}() signer must be a ReceiptSigner, not {type(signer).__name__}")
+        raise GuardArgumentTypeError(f"{func}() signer must be a ReceiptSigner, not {type(signer).__name__}")
 
 
 def issue_receipt(
@@ -770,12 +770,12 @@ def issue_receipts_batch(signer: ReceiptSigner, items: Sequence[ReceiptItem]) ->
     """
     _check_signer(signer, "issue_receipts_batch")
     if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
-        raise TypeError(
+        raise GuardArgumentTypeError(
             f"issue_receipts_batch() items must be a sequence of ReceiptItem, not {type(items).__name__}"
         )
     for i, item in enumerate(items):
         if not isinstance(item, ReceiptItem):
-            raise TypeError(f"items[{i}] must be ReceiptItem, not {type(item).__name__}")
+            raise GuardArgumentTypeError(f"items[{i}] must be ReceiptItem, not {type(item).__name__}")
     if not items:
         return []
     fast = _batch_bodies(signer, items)
@@ -806,16 +806,16 @@ def receipts_for_payload(receipts_by_name: Mapping[str, Mapping[str, Any]]) -> d
     # alias checks (microseconds a call, twice per point on every guarded write); a dict is a
     # Mapping, so the outcome is the same.
     if type(receipts_by_name) is not dict and not isinstance(receipts_by_name, Mapping):
-        raise TypeError(
+        raise GuardArgumentTypeError(
             "receipts_for_payload() argument must be a mapping of vector name to receipt, not "
             f"{type(receipts_by_name).__name__}"
         )
     vectors = {}
     for name, receipt in receipts_by_name.items():
         if not isinstance(name, str):
-            raise TypeError(f"vector name must be str, not {type(name).__name__}")
+            raise GuardArgumentTypeError(f"vector name must be str, not {type(name).__name__}")
         if type(receipt) is not dict and not isinstance(receipt, Mapping):
-            raise TypeError(f"receipt for {name!r} must be a dict, not {type(receipt).__name__}")
+            raise GuardArgumentTypeError(f"receipt for {name!r} must be a dict, not {type(receipt).__name__}")
         vectors[name] = dict(receipt)
     return {"v": PAYLOAD_CONTAINER_VERSION, "vectors": vectors}
 
@@ -829,7 +829,7 @@ def receipts_from_payload(payload: Mapping[str, Any] | None) -> dict[str, Any]:
     if payload is None:
         return {}
     if not isinstance(payload, Mapping):
-        raise TypeError(f"payload must be a mapping or None, not {type(payload).__name__}")
+        raise GuardArgumentTypeError(f"payload must be a mapping or None, not {type(payload).__name__}")
     container = payload.get(RECEIPT_KEY)
     if container is None:
         return {}
@@ -1036,7 +1036,7 @@ def _verify_values(vector: Any) -> np.ndarray:
     stored vector had changed) and masked arrays with masked entries (numpy reads the hidden data).
     """
     if vector is None or isinstance(vector, (str, bytes, dict)):
-        raise TypeError(f"vector must be a sequence of numbers, not {type(vector).__name__}")
+        raise GuardArgumentTypeError(f"vector must be a sequence of numbers, not {type(vector).__name__}")
     fix = ("pass the vector as read from Qdrant (a list of floats) or a float32/float64 numpy "
            "array of it")
     if isinstance(vector, np.ma.MaskedArray) and np.ma.is_masked(vector):
@@ -1058,28 +1058,28 @@ def _verify_values(vector: Any) -> np.ndarray:
 
 def _check_trusted(trusted_keys: Any, revoked: Any) -> None:
     if not isinstance(trusted_keys, Mapping):
-        raise TypeError(
+        raise GuardArgumentTypeError(
             "trusted_keys must be a mapping of key id to Ed25519PublicKey, not "
             f"{type(trusted_keys).__name__}"
         )
     for kid, pk in trusted_keys.items():
         if not isinstance(pk, Ed25519PublicKey):
-            raise TypeError(
+            raise GuardArgumentTypeError(
                 f"trusted_keys[{kid!r}] must be an Ed25519PublicKey, not {type(pk).__name__}"
             )
     if isinstance(revoked, (str, bytes)) or not isinstance(revoked, Iterable):
-        raise TypeError(f"revoked must be a collection of key ids, not {type(revoked).__name__}")
+        raise GuardArgumentTypeError(f"revoked must be a collection of key ids, not {type(revoked).__name__}")
 
 
 def _check_times(now: Any, max_age_s: Any) -> None:
     for label, value in (("now", now), ("max_age_s", max_age_s)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise TypeError(f"{label} must be a number or None, not {type(value).__name__}")
+            raise GuardArgumentTypeError(f"{label} must be a number or None, not {type(value).__name__}")
     # NaN compares false with everything: the age check would pass a receipt of any age.
     if now is not None and not math.isfinite(now):
-        raise ValueError(f"now must be a finite number of seconds, got {now!r}")
+        raise GuardArgumentValueError(f"now must be a finite number of seconds, got {now!r}")
     if max_age_s is not None and math.isnan(max_age_s):
-        raise ValueError("max_age_s must be a number of seconds or None, got nan")
+        raise GuardArgumentValueError("max_age_s must be a number of seconds or None, got nan")
 
 
 def verify_receipt(
@@ -1131,9 +1131,9 @@ def verify_receipt(
         ValueError: ``now`` is not finite or ``max_age_s`` is NaN.
     """
     if not isinstance(collection, str):
-        raise TypeError(f"collection must be str, not {type(collection).__name__}")
+        raise GuardArgumentTypeError(f"collection must be str, not {type(collection).__name__}")
     if not isinstance(vector_name, str):
-        raise TypeError(f"vector_name must be str, not {type(vector_name).__name__}")
+        raise GuardArgumentTypeError(f"vector_name must be str, not {type(vector_name).__name__}")
     want_pid = normalize_point_id(point_id)
     _check_trusted(trusted_keys, revoked)
     _check_times(now, max_age_s)
@@ -1291,8 +1291,8 @@ def _receipts_required(policy: Any, collection: str) -> bool:
         policy = policy.policy_for(collection)
     public = getattr(policy, "is_public", None)
     if not isinstance(public, bool):
-        raise TypeError(f"policy must be a qdrant_guard.policy.GuardConfig (e.g. load_policy(path)) or "
-                        f"CollectionPolicy (config.policy_for(collection)), not {type(policy).__name__}")
+        raise GuardArgumentTypeError(f"policy must be a qdrant_guard.policy.GuardConfig (e.g. load_policy(path)) or "
+                                     f"CollectionPolicy (config.policy_for(collection)), not {type(policy).__name__}")
     return not public
 
 
@@ -1368,19 +1368,19 @@ def verify(
             id (an int 0 <= id < 2**64 or a UUID string), before any point is read.
     """
     if not isinstance(collection_name, str):
-        raise TypeError(f"collection_name must be str, not {type(collection_name).__name__}")
+        raise GuardArgumentTypeError(f"collection_name must be str, not {type(collection_name).__name__}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        raise GuardArgumentValueError(f"batch_size must be a positive int, got {batch_size!r}")
     _check_trusted(trusted_keys, revoked)
     _check_times(now, max_age_s)
     if not isinstance(check_noise, bool):
-        raise TypeError(f"check_noise must be True or False, not {type(check_noise).__name__}")
+        raise GuardArgumentTypeError(f"check_noise must be True or False, not {type(check_noise).__name__}")
     if noise_policy is not None:
         missing = [a for a in ("epsilon", "delta", "radius", "clip_norm") if not hasattr(noise_policy, a)]
         if missing:
-            raise TypeError(f"noise_policy must be a qdrant_guard.policy.NoisePolicy (e.g. "
-                            f"config.policy_for(collection).noise); a {type(noise_policy).__name__} "
-                            f"has no {', '.join(missing)}")
+            raise GuardArgumentTypeError(f"noise_policy must be a qdrant_guard.policy.NoisePolicy (e.g. "
+                                         f"config.policy_for(collection).noise); a {type(noise_policy).__name__} "
+                                         f"has no {', '.join(missing)}")
         check_noise = True
     required = _receipts_required(policy, collection_name)
     names = _collection_names(client, collection_name)
@@ -1404,8 +1404,8 @@ def verify(
             try:
                 key = normalize_point_id(pid)
             except (TypeError, ValueError) as exc:
-                raise ValueError(f"verify(ids=...): {pid!r} is not a Qdrant point id ({exc}); pass ints "
-                                 "0 <= id < 2**64 or UUID strings") from None
+                raise GuardArgumentValueError(f"verify(ids=...): {pid!r} is not a Qdrant point id ({exc}); pass ints "
+                                              "0 <= id < 2**64 or UUID strings") from None
             by_key.setdefault(key, pid)
         id_list = list(by_key.values())
         for start in range(0, len(id_list), batch_size):

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from qdrant_guard.errors import InvalidVectorError
+from qdrant_guard.errors import GuardArgumentValueError, InvalidVectorError
 from qdrant_guard.receipts import COMMIT_GRID, stored_form, stored_form_batch
 
 _GRID_INV = 2.0 ** 20
@@ -39,7 +39,7 @@ def _ref_grid_ints(arr: np.ndarray) -> np.ndarray:
 def _ref_unit_grid(arr: np.ndarray) -> np.ndarray:
     norm = float(np.linalg.norm(arr))
     if norm == 0.0:
-        raise ValueError("stored_form() cannot normalise a zero vector for Cosine distance")
+        raise GuardArgumentValueError("stored_form() cannot normalise a zero vector for Cosine distance")
     k = np.rint((arr / norm) * _GRID_INV).astype(np.int64)
     residual = _UNIT_SQ - int(np.dot(k, k))
     order = np.argsort(-np.abs(k), kind="stable")
@@ -63,7 +63,7 @@ def _ref_unit_grid(arr: np.ndarray) -> np.ndarray:
 def _reference_stored_form(vector: Any, distance: str) -> np.ndarray:
     arr = np.asarray(vector, dtype=np.float64)
     if not np.all(np.isfinite(arr)):
-        raise ValueError("stored_form() vector contains NaN or Inf; only finite vectors can be stored")
+        raise GuardArgumentValueError("stored_form() vector contains NaN or Inf; only finite vectors can be stored")
     k = _ref_unit_grid(arr) if distance == "Cosine" else _ref_grid_ints(arr)
     return (k.astype(np.float64) * COMMIT_GRID).astype(np.float32)
 
