@@ -13,6 +13,8 @@ from detect cimport (
     qg_validator_names,
 )
 
+from qdrant_guard.errors import GuardArgumentTypeError
+
 cdef extern from "Python.h":
     bint PyUnicode_IS_ASCII(object o)
 
@@ -36,7 +38,7 @@ def find_spans(text):
         TypeError: if ``text`` is not a ``str``.
     """
     if not isinstance(text, str):
-        raise TypeError(f"find_spans() argument 'text' must be str, not {type(text).__name__}")
+        raise GuardArgumentTypeError(f"find_spans() argument 'text' must be str, not {type(text).__name__}")
     cdef const char *buf
     cdef Py_ssize_t n = 0
     cdef bytes encoded

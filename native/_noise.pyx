@@ -23,6 +23,7 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 
 from qdrant_guard import _noise_py as _ref
+from qdrant_guard.errors import GuardArgumentValueError
 
 from noise cimport *
 
@@ -168,7 +169,7 @@ def gammas(stream_key, nonce, shape, count):
     _ref._check_bytes("nonce", nonce, 12)
     a = _ref._check_real("shape", shape)
     if a < 1.0:
-        raise ValueError(f"shape must be >= 1, got {a!r}")
+        raise GuardArgumentValueError(f"shape must be >= 1, got {a!r}")
     _ref._check_count("count", count, 1 << 40)
     n = count
     out = np.empty(n, dtype=np.float64)

@@ -34,6 +34,7 @@ from scan cimport (QG_SCAN_INDEX_SLOTS, QG_SCAN_MAX_BYTES, QG_SCAN_NOMEM, QG_SCA
                    qg_scan, qg_scan_index, qg_scan_out, qg_scan_out_free, qg_scan_rules)
 
 from qdrant_guard import _scan_py as _ref
+from qdrant_guard.errors import GuardArgumentValueError
 from qdrant_guard._scan_py import KINDS, ScanResult, Violation
 
 __all__ = ["KINDS", "ScanResult", "Violation", "scan_query"]
@@ -298,7 +299,7 @@ def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
             data = PyBytes_AS_STRING(keep)
             size = PyBytes_GET_SIZE(keep)
     if <size_t>size > QG_SCAN_MAX_BYTES:
-        raise ValueError(
+        raise GuardArgumentValueError(
             f"scan_query() argument 'text' is {size} bytes of UTF-8; the scanner accepts at most "
             f"{QG_SCAN_MAX_BYTES} bytes, split the text")
 

@@ -20,6 +20,8 @@ from bisect import bisect_left
 import math
 from collections.abc import Iterator
 
+from .errors import GuardArgumentTypeError
+
 __all__ = ["FINDING_TYPES", "PII_TYPES", "find_spans"]
 
 #: Every finding type, strongest first (the order breaks ties between equally long overlaps).
@@ -1429,7 +1431,7 @@ def find_spans(text: str) -> list[tuple[int, int, str, str]]:
         TypeError: if ``text`` is not a ``str``.
     """
     if not isinstance(text, str):
-        raise TypeError(f"find_spans() argument 'text' must be str, not {type(text).__name__}")
+        raise GuardArgumentTypeError(f"find_spans() argument 'text' must be str, not {type(text).__name__}")
     cands: list[tuple[int, int, str, str]] = []
     for i in _word_starts(text, _DIGITS):
         cands += _chain(text, i)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidVectorError
+from .errors import GuardArgumentTypeError, GuardArgumentValueError, InvalidVectorError
 
 __all__ = [
     "PRODUCTION_CIPHER",
@@ -94,17 +94,17 @@ def _block_words(key: tuple[int, ...], counter: int, nonce: tuple[int, ...]) -> 
 
 def _check_bytes(name: str, value: Any, size: int) -> bytes:
     if not isinstance(value, bytes):
-        raise TypeError(f"{name} must be bytes, not {type(value).__name__}")
+        raise GuardArgumentTypeError(f"{name} must be bytes, not {type(value).__name__}")
     if len(value) != size:
-        raise ValueError(f"{name} must be {size} bytes, got {len(value)}")
+        raise GuardArgumentValueError(f"{name} must be {size} bytes, got {len(value)}")
     return value
 
 
 def _check_count(name: str, value: Any, limit: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        raise GuardArgumentTypeError(f"{name} must be an int, not {type(value).__name__}")
     if value < 0 or value > limit:
-        raise ValueError(f"{name} must be between 0 and {limit}, got {value}")
+        raise GuardArgumentValueError(f"{name} must be between 0 and {limit}, got {value}")
     return value
 
 
@@ -360,7 +360,7 @@ def gammas(stream_key: bytes, nonce: bytes, shape: float, count: int) -> np.ndar
     _check_bytes("nonce", nonce, 12)
     shape = _check_real("shape", shape)
     if shape < 1.0:
-        raise ValueError(f"shape must be >= 1, got {shape!r}")
+        raise GuardArgumentValueError(f"shape must be >= 1, got {shape!r}")
     _check_count("count", count, 1 << 40)
     s = _Stream(stream_key, nonce)
     return np.array([_gamma(s, shape) for _ in range(count)], dtype=np.float64)
@@ -369,10 +369,10 @@ def gammas(stream_key: bytes, nonce: bytes, shape: float, count: int) -> np.ndar
 # ---------------------------------------------------------------- argument checks
 def _check_real(name: str, value: Any) -> float:
     if type(value) is not float and (not isinstance(value, numbers.Real) or isinstance(value, bool)):
-        raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
+        raise GuardArgumentTypeError(f"{name} must be a real number, not {type(value).__name__}")
     out = float(value)
     if not (0.0 < out < math.inf):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        raise GuardArgumentValueError(f"{name} must be a finite number > 0, got {value!r}")
     return out
 
 
@@ -384,7 +384,7 @@ def check_vectors(vectors: Any) -> int:
         InvalidVectorError: wrong dtype, wrong number of dimensions, or empty.
     """
     if not isinstance(vectors, np.ndarray):
-        raise TypeError(
+        raise GuardArgumentTypeError(
             f"vectors must be a numpy.ndarray of float32 or float64, not {type(vectors).__name__}; "
             "convert with np.asarray(vectors, dtype=np.float32)"
         )
@@ -409,17 +409,17 @@ def _check_noise_args(
     dim = check_vectors(vectors)
     rows = 1 if vectors.ndim == 1 else int(vectors.shape[0])
     if mechanism != "gaussian" and mechanism != "laplace_l2":
-        raise ValueError(f"mechanism must be 'gaussian' or 'laplace_l2', not {mechanism!r}")
+        raise GuardArgumentValueError(f"mechanism must be 'gaussian' or 'laplace_l2', not {mechanism!r}")
     scale_f = _check_real("scale", scale)
     step_f = _check_real("step", step)
     if math.frexp(step_f)[0] != 0.5:
-        raise ValueError(f"step must be a power of two, got {step!r}")
+        raise GuardArgumentValueError(f"step must be a power of two, got {step!r}")
     clip_f = 0.0 if clip_norm is None else _check_real("clip_norm", clip_norm)
     if stream_key is not None:
         _check_bytes("stream_key", stream_key, 32)
     if row_keys is not None:
         if stream_key is not None:
-            raise ValueError("pass stream_key or row_keys, not both")
+            raise GuardArgumentValueError("pass stream_key or row_keys, not both")
         _check_bytes("row_keys", row_keys, 32 * rows)
     _check_bytes("nonce", nonce, 12)
     return rows, dim, scale_f, step_f, clip_f

@@ -77,6 +77,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import NamedTuple, Optional, Sequence
 
+from .errors import GuardArgumentTypeError, GuardArgumentValueError
+
 __all__ = ["HTML_ENTITY_NAMES", "KINDS", "ScanResult", "Violation", "scan_query"]
 
 
@@ -280,17 +282,17 @@ def _type_name(value: object) -> str:
 def check_text(text: object) -> None:
     """Raise ``TypeError`` unless ``text`` is ``str`` or ``bytes``."""
     if not isinstance(text, (str, bytes)):
-        raise TypeError(f"scan_query() argument 'text' must be str or bytes, not {_type_name(text)}")
+        raise GuardArgumentTypeError(f"scan_query() argument 'text' must be str or bytes, not {_type_name(text)}")
 
 
 def _count(name: str, value: object, minimum: int, why: str) -> Optional[int]:
     if value is None:
         return None
     if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(f"scan_query() argument '{name}' must be int or None, not {_type_name(value)}")
+        raise GuardArgumentTypeError(f"scan_query() argument '{name}' must be int or None, not {_type_name(value)}")
     number = value.__index__()  # type: ignore[attr-defined]
     if number < minimum:
-        raise ValueError(f"scan_query() argument '{name}' must be >= {minimum} or None{why}, got {number}")
+        raise GuardArgumentValueError(f"scan_query() argument '{name}' must be >= {minimum} or None{why}, got {number}")
     return number
 
 
@@ -298,12 +300,12 @@ def _ratio(name: str, value: object) -> Optional[float]:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
+        raise GuardArgumentTypeError(
             f"scan_query() argument '{name}' must be a number in [0, 1] or None, not {_type_name(value)}"
         )
     number = float(value)
     if not 0.0 <= number <= 1.0:  # also rejects NaN
-        raise ValueError(f"scan_query() argument '{name}' must be in [0, 1] or None, got {value!r}")
+        raise GuardArgumentValueError(f"scan_query() argument '{name}' must be in [0, 1] or None, got {value!r}")
     return number
 
 
@@ -323,7 +325,7 @@ def check_rules(
         ValueError: a rule is out of range; the message names it and the accepted range.
     """
     if not isinstance(encoded_payloads, bool):
-        raise TypeError(
+        raise GuardArgumentTypeError(
             f"scan_query() argument 'encoded_payloads' must be bool, not {_type_name(encoded_payloads)}"
         )
     return Rules(

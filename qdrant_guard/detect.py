@@ -188,6 +188,7 @@ from typing import Callable
 
 from . import scan as _scan
 from ._impl import load_kernel
+from .errors import GuardArgumentTypeError
 
 __all__ = [
     "FINDING_TYPES",
@@ -508,7 +509,7 @@ def _find_spans(text: str, find_spans: Callable[[str], Spans] = _kernel.find_spa
 
 def _check_text(fn: str, text: object) -> None:
     if not isinstance(text, str):
-        raise TypeError(f"{fn}() argument 'text' must be str, not {type(text).__name__}")
+        raise GuardArgumentTypeError(f"{fn}() argument 'text' must be str, not {type(text).__name__}")
 
 
 def find_sensitive(text: str) -> list[Finding]:

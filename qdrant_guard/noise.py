@@ -52,7 +52,7 @@ import numpy as np
 from cryptography.hazmat.primitives import hashes, hmac
 
 from ._impl import load_kernel
-from .errors import InvalidVectorError
+from .errors import GuardArgumentTypeError, GuardArgumentValueError, InvalidVectorError
 from .noise_params import MECHANISMS, NoiseParams, guarantee_sentence
 
 __all__ = [
@@ -156,10 +156,10 @@ def analytic_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) ->
 
 def _real(name: str, value: Any, *, positive: bool = True) -> float:
     if type(value) is not float and (not isinstance(value, numbers.Real) or isinstance(value, bool)):
-        raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
+        raise GuardArgumentTypeError(f"{name} must be a real number, not {type(value).__name__}")
     out = float(value)
     if not math.isfinite(out) or (positive and out <= 0.0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        raise GuardArgumentValueError(f"{name} must be a finite number > 0, got {value!r}")
     return out
 
 
@@ -169,11 +169,11 @@ _MIN_DELTA = 1e-300
 def _delta(value: Any) -> float:
     delta = _real("delta", value)
     if delta >= 1.0:
-        raise ValueError(f"delta must be in (0, 1), got {value!r}; typical values are 1e-5 to 1e-9")
+        raise GuardArgumentValueError(f"delta must be in (0, 1), got {value!r}; typical values are 1e-5 to 1e-9")
     if delta < _MIN_DELTA:
         # Below this, delta(sigma) is itself near float64's subnormal range, where the calibration
         # cannot resolve it (a target of 5e-324 gave 1.5 times the target).
-        raise ValueError(f"delta must be at least {_MIN_DELTA:g}, got {value!r}; typical values are 1e-5 to 1e-9")
+        raise GuardArgumentValueError(f"delta must be at least {_MIN_DELTA:g}, got {value!r}; typical values are 1e-5 to 1e-9")
     return delta
 
 
@@ -183,9 +183,9 @@ def _sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     while analytic_gaussian_delta(hi, epsilon, sensitivity) > delta:
         hi *= 2.0
         if hi == math.inf:
-            raise ValueError(f"epsilon={epsilon!r}, delta={delta!r} at sensitivity={sensitivity!r} need a "
-                             "sigma beyond float64's range; use a smaller sensitivity (radius) or a larger "
-                             "epsilon or delta")
+            raise GuardArgumentValueError(f"epsilon={epsilon!r}, delta={delta!r} at sensitivity={sensitivity!r} need a "
+                                          "sigma beyond float64's range; use a smaller sensitivity (radius) or a larger "
+                                          "epsilon or delta")
     while analytic_gaussian_delta(lo, epsilon, sensitivity) <= delta and lo > 1e-300:
         lo *= 0.5
     for _ in range(200):
@@ -238,20 +238,20 @@ def lattice_step(scale: float) -> float:
 def _params(mechanism: Any, epsilon: Any, delta: Any, radius: Any, clip_norm: Any, dim: int,
             dtype: str, rng_id: str) -> NoiseParams:
     if mechanism not in MECHANISMS:
-        raise ValueError(f"mechanism must be 'gaussian' or 'laplace_l2', not {mechanism!r}")
+        raise GuardArgumentValueError(f"mechanism must be 'gaussian' or 'laplace_l2', not {mechanism!r}")
     eps = _real("epsilon", epsilon)
     rad = _real("radius", radius)
     clip = None if clip_norm is None else _real("clip_norm", clip_norm)
     if mechanism == "gaussian":
         if delta is None:
-            raise ValueError("delta is required for mechanism='gaussian'; pass e.g. delta=1e-6")
+            raise GuardArgumentValueError("delta is required for mechanism='gaussian'; pass e.g. delta=1e-6")
         dlt = _delta(delta)
         step = lattice_step(_sigma(eps, dlt, rad))
         sensitivity = rad + math.sqrt(dim) * step
         scale = _sigma(eps, dlt, sensitivity)
     else:
         if delta not in (None, 0, 0.0):
-            raise ValueError(f"mechanism='laplace_l2' has delta=0; pass delta=None, not {delta!r}")
+            raise GuardArgumentValueError(f"mechanism='laplace_l2' has delta=0; pass delta=None, not {delta!r}")
         dlt = 0.0
         scale = math.inf
         if math.isfinite(rad / eps):
@@ -259,12 +259,12 @@ def _params(mechanism: Any, epsilon: Any, delta: Any, radius: Any, clip_norm: An
             sensitivity = rad + math.sqrt(dim) * step
             scale = sensitivity / eps
         if not math.isfinite(scale):
-            raise ValueError(f"radius={rad!r} with epsilon={eps!r} gives a noise scale beyond float64's "
-                             "range; use a smaller radius or a larger epsilon")
+            raise GuardArgumentValueError(f"radius={rad!r} with epsilon={eps!r} gives a noise scale beyond float64's "
+                                          "range; use a smaller radius or a larger epsilon")
     if step < _MIN_STEP:
         # Below this the lattice arithmetic (1/step) overflows float64; no useful embedding noise
         # is anywhere near it, so such parameters are refused rather than silently mis-snapped.
-        raise ValueError(
+        raise GuardArgumentValueError(
             f"radius={rad!r} with epsilon={eps!r} gives a noise scale of {scale:.3g}, too small to "
             f"snap to a float64 lattice (step {step:.3g} < 2**-1000); use a larger radius or a "
             "smaller epsilon"
@@ -314,7 +314,7 @@ def _release(vectors: Any, mechanism: Any, epsilon: Any, radius: Any, delta: Any
     except TypeError as exc:
         if "unhashable" not in str(exc):
             raise
-        raise TypeError(f"mechanism, epsilon, delta, radius and clip_norm must be str/numbers: {exc}") from None
+        raise GuardArgumentTypeError(f"mechanism, epsilon, delta, radius and clip_norm must be str/numbers: {exc}") from None
 
 
 # The last (key, prefix, HMAC state after the prefix): most releases reuse the same key and
@@ -420,9 +420,9 @@ def privatize(
                 params, params.scale, params.lattice_step)
         return out, params
     if not isinstance(key, bytes):
-        raise TypeError(f"key must be bytes or None, not {type(key).__name__}")
+        raise GuardArgumentTypeError(f"key must be bytes or None, not {type(key).__name__}")
     if len(key) < 32:
-        raise ValueError(f"key must be at least 32 bytes (an HMAC-SHA256 key), got {len(key)}")
+        raise GuardArgumentValueError(f"key must be at least 32 bytes (an HMAC-SHA256 key), got {len(key)}")
     dim, params = _release(vectors, mechanism, epsilon, radius, delta, clip_norm, RNG_KEYED)
     prefix, nonce = _keyed_context(params)
     row_keys = _row_keys(np.ascontiguousarray(vectors).reshape(-1, dim), key, prefix)
@@ -456,9 +456,9 @@ def query_noise_key(key: bytes) -> bytes:
     if last is not None and last[0] is key:
         return last[1]
     if not isinstance(key, bytes):
-        raise TypeError(f"key must be bytes, not {type(key).__name__}")
+        raise GuardArgumentTypeError(f"key must be bytes, not {type(key).__name__}")
     if len(key) < 32:
-        raise ValueError(f"key must be at least 32 bytes (an HMAC-SHA256 key), got {len(key)}")
+        raise GuardArgumentValueError(f"key must be at least 32 bytes (an HMAC-SHA256 key), got {len(key)}")
     h = hmac.HMAC(key, hashes.SHA256())
     h.update(_QUERY_KEY_LABEL)
     out = h.finalize()
@@ -518,7 +518,7 @@ def privatize_seeded_for_tests(
     and its ``rng_id`` (``"chacha20-seeded-TEST-ONLY-v2"``, :data:`RNG_SEEDED`) marks every release it makes.
     """
     if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an int, not {type(seed).__name__}")
+        raise GuardArgumentTypeError(f"seed must be an int, not {type(seed).__name__}")
     _, params = _release(vectors, mechanism, epsilon, radius, delta, clip_norm, RNG_SEEDED)
     stream_key = _sha256(b"qg-test-seed|" + str(seed).encode())
     out = _k.noise_vectors(vectors, mechanism, params.scale, params.lattice_step, params.clip_norm,
@@ -552,7 +552,7 @@ def snap_to_lattice(vectors: np.ndarray, step: float) -> np.ndarray:
     _k.check_vectors(vectors)
     s = _real("step", step)
     if math.frexp(s)[0] != 0.5:
-        raise ValueError(f"step must be a power of two, got {step!r}")
+        raise GuardArgumentValueError(f"step must be a power of two, got {step!r}")
     # Not in the input's dtype: float32 arithmetic overflowed v / step to inf (a float32 3e38 at
     # step 2^-15) and turned a step below float32's range into 0 (every value NaN); v / step
     # overflows float64 too for a huge v and a tiny step, where v is already on the lattice.

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any, Mapping
 
+from .errors import GuardArgumentValueError
+
 MECHANISMS = ("gaussian", "laplace_l2")
 #: The wordings of ``NoiseParams.guarantee`` this library has written, oldest first (all under
 #: receipt format ``qg-receipt/1``; ``mechanism_version`` does not tell them apart: 1 and 2 only
@@ -83,7 +85,7 @@ def guarantee_sentence(mechanism: str, epsilon: float, delta: float, radius: flo
     exact text earlier versions of this library wrote, so their receipts still check.
     """
     if wording not in GUARANTEE_WORDINGS:
-        raise ValueError(f"wording must be one of {GUARANTEE_WORDINGS}, not {wording!r}")
+        raise GuardArgumentValueError(f"wording must be one of {GUARANTEE_WORDINGS}, not {wording!r}")
     num = _exact if wording >= 3 else _rounded
     sensitivity = radius + math.sqrt(dim) * lattice_step
     epsilon_s, delta_s, radius_s, step_s = num(epsilon), num(delta), num(radius), num(lattice_step)
