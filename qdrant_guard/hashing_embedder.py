@@ -12,6 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .errors import GuardArgumentTypeError, GuardArgumentValueError
+
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -24,7 +26,7 @@ class HashingEmbedder:
 
     def __init__(self, dim: int = 384) -> None:
         if not isinstance(dim, int) or dim < 8:
-            raise ValueError(f"dim must be an int >= 8, got {dim!r}")
+            raise GuardArgumentValueError(f"dim must be an int >= 8, got {dim!r}")
         self.dim = dim
         self.model_id = f"qg-hashing-v1-{dim}"
 
@@ -52,5 +54,5 @@ class HashingEmbedder:
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         if isinstance(texts, str):
-            raise TypeError("HashingEmbedder takes a list of texts, not a single str")
+            raise GuardArgumentTypeError("HashingEmbedder takes a list of texts, not a single str")
         return np.stack([self.embed_one(t) for t in texts]) if texts else np.zeros((0, self.dim), np.float32)

@@ -38,6 +38,7 @@ import re
 from typing import Callable
 
 from ._detect_py import FINDING_TYPES
+from .errors import GuardArgumentTypeError
 
 __all__ = ["generalize_identifiers", "drop_identifiers", "identifier_kind", "PLACEHOLDERS"]
 
@@ -105,7 +106,7 @@ def drop_identifiers(text: str) -> str:
 
 def _rewrite(text: str, caller: str, replace: Callable[[str], str]) -> str:
     if not isinstance(text, str):
-        raise TypeError(f"{caller}() takes str, not {type(text).__name__}")
+        raise GuardArgumentTypeError(f"{caller}() takes str, not {type(text).__name__}")
     parts: list[str] = []
     last = 0
     for m in _WORD.finditer(text):

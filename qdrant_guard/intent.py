@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from .errors import ConfigError, GuardArgumentTypeError
 from .intent_builtin import BuiltinIntentClassifier, default_model_path
 from .intent_llm import LLMIntentClassifier
 from .intent_pool import MAX_ABANDONED_CALLS, classify_with_timeout
@@ -70,24 +71,24 @@ def load_classifier(spec: str | None, *, timeout_s: float | None = None) -> Inte
     if spec is None or spec == "builtin":
         return BuiltinIntentClassifier()
     if not isinstance(spec, str):
-        raise TypeError(f"load_classifier() argument 'spec' must be str or None, not {type(spec).__name__}")
+        raise GuardArgumentTypeError(f"load_classifier() argument 'spec' must be str or None, not {type(spec).__name__}")
     if spec == "llm":
         return LLMIntentClassifier() if timeout_s is None else LLMIntentClassifier(timeout_s=timeout_s)
     mod_name, sep, attr = spec.partition(":")
     if not sep or not mod_name or not attr:
-        raise ValueError(f"intent classifier spec {spec!r} is not 'builtin', 'llm' or 'module:attr'")
+        raise ConfigError(f"intent classifier spec {spec!r} is not 'builtin', 'llm' or 'module:attr'")
     try:
         obj: Any = importlib.import_module(mod_name)
         for part in attr.split("."):
             obj = getattr(obj, part)
     except Exception as exc:  # ImportError, AttributeError, or whatever the module raises on import
-        raise ValueError(f"intent classifier spec {spec!r} cannot be loaded: {type(exc).__name__}: {exc}") from exc
+        raise ConfigError(f"intent classifier spec {spec!r} cannot be loaded: {type(exc).__name__}: {exc}") from exc
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "classify")):
         try:
             obj = obj()
         except Exception as exc:  # a constructor that fails is a spec that cannot be loaded
-            raise ValueError(f"intent classifier spec {spec!r} cannot be loaded: calling {attr} raised "
-                             f"{type(exc).__name__}: {exc}") from exc
+            raise ConfigError(f"intent classifier spec {spec!r} cannot be loaded: calling {attr} raised "
+                              f"{type(exc).__name__}: {exc}") from exc
     if not callable(getattr(obj, "classify", None)) or not isinstance(getattr(obj, "name", None), str):
-        raise TypeError(f"{spec!r} gave {type(obj).__name__}, which has no str 'name' and classify() method")
+        raise GuardArgumentTypeError(f"{spec!r} gave {type(obj).__name__}, which has no str 'name' and classify() method")
     return obj

@@ -10,6 +10,7 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 import numpy as np
+from .errors import GuardArgumentTypeError
 from .intent_features import CUE_NAMES, FEATURE_VERSION, Featurized, _display, feature_rows, featurize
 from .intent_types import INTENT_LABELS, IntentClassifierError, IntentResult, _check_text
 
@@ -102,7 +103,7 @@ class BuiltinIntentClassifier:
 
     def __init__(self, model_path: str | None = None) -> None:
         if model_path is not None and not isinstance(model_path, (str, os.PathLike)):
-            raise TypeError(f"model_path must be str or None, not {type(model_path).__name__}")
+            raise GuardArgumentTypeError(f"model_path must be str or None, not {type(model_path).__name__}")
         path = os.fspath(model_path) if model_path is not None else default_model_path()
         self._model = _load_model(os.path.abspath(path))
         self.name: str = self._model.name

@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from typing import Any, Sequence
+from .errors import ConfigError, GuardArgumentTypeError, GuardArgumentValueError
 from .intent_types import INTENT_LABELS, IntentClassifierError, IntentResult, _check_text
 
 
@@ -86,21 +87,21 @@ class LLMIntentClassifier:
         api_key = api_key if api_key is not None else os.environ.get(_ENV_API_KEY)
         for arg, value in (("base_url", base_url), ("model", model), ("api_key", api_key)):
             if value is not None and not isinstance(value, str):
-                raise TypeError(f"{arg} must be str or None, not {type(value).__name__}")
+                raise GuardArgumentTypeError(f"{arg} must be str or None, not {type(value).__name__}")
         if not base_url:
-            raise ValueError(f"LLMIntentClassifier needs base_url: pass base_url= or set {_ENV_BASE_URL}")
+            raise ConfigError(f"LLMIntentClassifier needs base_url: pass base_url= or set {_ENV_BASE_URL}")
         if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+            raise GuardArgumentValueError(f"base_url must start with http:// or https://, got {base_url!r}")
         if not model:
-            raise ValueError(f"LLMIntentClassifier needs model: pass model= or set {_ENV_MODEL}")
+            raise ConfigError(f"LLMIntentClassifier needs model: pass model= or set {_ENV_MODEL}")
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)):
-            raise TypeError(f"timeout_s must be a number, not {type(timeout_s).__name__}")
+            raise GuardArgumentTypeError(f"timeout_s must be a number, not {type(timeout_s).__name__}")
         if not (math.isfinite(timeout_s) and timeout_s > 0):
-            raise ValueError(f"timeout_s must be a finite number > 0, got {timeout_s!r}")
+            raise GuardArgumentValueError(f"timeout_s must be a finite number > 0, got {timeout_s!r}")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int):
-            raise TypeError(f"max_retries must be int, not {type(max_retries).__name__}")
+            raise GuardArgumentTypeError(f"max_retries must be int, not {type(max_retries).__name__}")
         if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+            raise GuardArgumentValueError(f"max_retries must be >= 0, got {max_retries}")
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._model = model
         self._api_key = api_key or None

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .errors import GuardArgumentValueError
 from .intent import INTENT_LABELS, BuiltinIntentClassifier
 from .intent_features import CUE_NAMES, FEATURE_VERSION, feature_rows, featurize
 
@@ -62,12 +63,12 @@ def load_dataset(path: str | None = None) -> list[dict[str, str]]:
             try:
                 row = json.loads(line)
             except ValueError as exc:
-                raise ValueError(f"{path}:{n}: not JSON ({exc})") from None
+                raise GuardArgumentValueError(f"{path}:{n}: not JSON ({exc})") from None
             for key in ("text", "label", "domain", "note", "group"):
                 if not isinstance(row.get(key), str):
-                    raise ValueError(f"{path}:{n}: field {key!r} missing or not a string")
+                    raise GuardArgumentValueError(f"{path}:{n}: field {key!r} missing or not a string")
             if row["label"] not in INTENT_LABELS:
-                raise ValueError(f"{path}:{n}: label {row['label']!r} is not one of {INTENT_LABELS}")
+                raise GuardArgumentValueError(f"{path}:{n}: label {row['label']!r} is not one of {INTENT_LABELS}")
             rows.append(row)
     return rows
 

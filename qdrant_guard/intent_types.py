@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
-from .errors import QdrantGuardError
+from .errors import GuardArgumentTypeError, QdrantGuardError
 
 __all__ = ["INTENT_LABELS", "IntentResult", "IntentClassifier", "IntentClassifierError"]
 
@@ -56,5 +56,5 @@ class IntentClassifier(Protocol):
 
 def _check_text(text: object) -> str:
     if not isinstance(text, str):
-        raise TypeError(f"classify() argument 'text' must be str, not {type(text).__name__}")
+        raise GuardArgumentTypeError(f"classify() argument 'text' must be str, not {type(text).__name__}")
     return text

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from .audit_verify import DEFAULT_CHECKPOINT_EVERY, AuditReport, _read_locked, _scan_fork
 from .decision import Verdict
 from .detect import FINDING_TYPES
-from .errors import ConfigError, GuardRefusal
+from .errors import ConfigError, GuardArgumentValueError, GuardRefusal
 from .guard import Guard
 from .pipeline import drive_sync
 from .policy import load_policy
@@ -196,7 +196,7 @@ def replay_log(log_path: str, policy_path: str, *, out: TextIO,
         ValueError: ``mode`` is not one of :data:`REPLAY_MODES`.
     """
     if mode not in REPLAY_MODES:
-        raise ValueError(f"replay_log() mode must be one of {', '.join(REPLAY_MODES)}, got {mode!r}")
+        raise GuardArgumentValueError(f"replay_log() mode must be one of {', '.join(REPLAY_MODES)}, got {mode!r}")
     data = _read_locked(log_path)
     rep = _scan_fork(log_path, trusted_keys, checkpoint_every, data=data)[0]
     notes, go = _integrity_lines(log_path, rep, mode, trusted_keys is not None)

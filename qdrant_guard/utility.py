@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from .errors import QdrantGuardError
+from .errors import GuardArgumentTypeError, GuardArgumentValueError, QdrantGuardError
 
 __all__ = [
     "DEFAULT_EPSILONS",
@@ -320,17 +320,17 @@ class UtilityRecord:
         if isinstance(text, (bytes, bytearray)):
             text = bytes(text).decode("utf-8")
         if not isinstance(text, str):
-            raise TypeError(f"from_json() argument must be str or bytes, not {type(text).__name__}")
+            raise GuardArgumentTypeError(f"from_json() argument must be str or bytes, not {type(text).__name__}")
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"utility record is not valid JSON: {exc}") from exc
+            raise GuardArgumentValueError(f"utility record is not valid JSON: {exc}") from exc
         if not isinstance(data, dict):
-            raise ValueError("utility record must be a JSON object")
+            raise GuardArgumentValueError("utility record must be a JSON object")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
-            raise ValueError(f"utility record has unknown fields {unknown}")
+            raise GuardArgumentValueError(f"utility record has unknown fields {unknown}")
         required = {
             f.name
             for f in dataclasses.fields(cls)
@@ -338,25 +338,25 @@ class UtilityRecord:
         }
         missing = sorted(required - set(data))
         if missing:
-            raise ValueError(f"utility record lacks fields {missing}")
+            raise GuardArgumentValueError(f"utility record lacks fields {missing}")
         version = data.get("version", RECORD_VERSION)
         if isinstance(version, bool) or version not in (1, 2, 3):
-            raise ValueError(f"utility record has version {version!r}; this qdrant_guard reads versions 1 "
-                             "to 3 (re-run `qdrant-guard calibrate` to write a current record)")
+            raise GuardArgumentValueError(f"utility record has version {version!r}; this qdrant_guard reads versions 1 "
+                                          "to 3 (re-run `qdrant-guard calibrate` to write a current record)")
         dim = data.get("dim")
         if version == 1 and dim is not None:
-            raise ValueError("utility record of version 1 has a 'dim' field, which version 1 records "
-                             "do not carry (was its version edited?)")
+            raise GuardArgumentValueError("utility record of version 1 has a 'dim' field, which version 1 records "
+                                          "do not carry (was its version edited?)")
         if version >= 2 and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
-            raise ValueError(f"utility record of version {version} needs 'dim', the calibrated vector "
-                             f"dimension, as a positive integer; got {dim!r}")
+            raise GuardArgumentValueError(f"utility record of version {version} needs 'dim', the calibrated vector "
+                                          f"dimension, as a positive integer; got {dim!r}")
         vname = data.get("vector_name")
         if version < 3 and vname is not None:
-            raise ValueError(f"utility record of version {version} has a 'vector_name' field, which records "
-                             "before version 3 do not carry (was its version edited?)")
+            raise GuardArgumentValueError(f"utility record of version {version} has a 'vector_name' field, which records "
+                                          "before version 3 do not carry (was its version edited?)")
         if version >= 3 and not isinstance(vname, str):
-            raise ValueError(f"utility record of version {version} needs 'vector_name', the calibrated "
-                             f"vector's name (\"\" for an unnamed vector), as a string; got {vname!r}")
+            raise GuardArgumentValueError(f"utility record of version {version} needs 'vector_name', the calibrated "
+                                          f"vector's name (\"\" for an unnamed vector), as a string; got {vname!r}")
         return cls(**data)
 
 
@@ -391,7 +391,7 @@ def verify_utility_record(record: UtilityRecord, trusted_keys: Any) -> bool:
     from cryptography.exceptions import InvalidSignature
 
     if not isinstance(record, UtilityRecord):
-        raise TypeError(
+        raise GuardArgumentTypeError(
             f"verify_utility_record() argument 'record' must be UtilityRecord, not "
             f"{type(record).__name__}"
         )
@@ -492,20 +492,20 @@ def _read_collection(
     if isinstance(params, Mapping):
         if vector_name is None:
             if len(params) != 1:
-                raise ValueError(
+                raise GuardArgumentValueError(
                     f"collection {collection!r} has named vectors {sorted(params)}; pass "
                     "vector_name= (`qdrant-guard calibrate --vector-name`) to choose one"
                 )
             vector_name = next(iter(params))
         if vector_name not in params:
-            raise ValueError(
+            raise GuardArgumentValueError(
                 f"collection {collection!r} has no vector named {vector_name!r}; "
                 f"it has {sorted(params)}"
             )
         vparams = params[vector_name]
     else:
         if vector_name not in (None, ""):
-            raise ValueError(
+            raise GuardArgumentValueError(
                 f"collection {collection!r} has one unnamed vector; drop vector_name={vector_name!r}"
             )
         vector_name = None
@@ -531,7 +531,7 @@ def _read_collection(
             break
     if not rows:
         what = f"has no point with vector {vector_name!r}" if vector_name else "is empty"
-        raise ValueError(f"collection {collection!r} {what}; calibrate needs its clean vectors")
+        raise GuardArgumentValueError(f"collection {collection!r} {what}; calibrate needs its clean vectors")
     distance = vparams.distance
     if not isinstance(distance, models.Distance):
         distance = models.Distance(distance)
@@ -619,9 +619,9 @@ def _check_positive(name: str, value: Any, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"calibrate() argument '{name}' must be a number, not {type(value).__name__}")
+        raise GuardArgumentTypeError(f"calibrate() argument '{name}' must be a number, not {type(value).__name__}")
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"calibrate() argument '{name}' must be a finite number > 0, got {value!r}")
+        raise GuardArgumentValueError(f"calibrate() argument '{name}' must be a finite number > 0, got {value!r}")
 
 
 def _frontier_table(levels: Sequence[Mapping[str, Any]], metric: str) -> str:
@@ -708,39 +708,39 @@ def calibrate(
             the clean search returns: there is no quality to lose).
     """
     if not isinstance(collection, str) or not collection:
-        raise TypeError("calibrate() argument 'collection' must be a non-empty str")
+        raise GuardArgumentTypeError("calibrate() argument 'collection' must be a non-empty str")
     if mechanism not in ("gaussian", "laplace_l2"):
-        raise ValueError(f"mechanism must be 'gaussian' or 'laplace_l2', got {mechanism!r}")
+        raise GuardArgumentValueError(f"mechanism must be 'gaussian' or 'laplace_l2', got {mechanism!r}")
     if metric not in _METRICS:
-        raise ValueError(f"metric must be one of {_METRICS}, got {metric!r}")
+        raise GuardArgumentValueError(f"metric must be one of {_METRICS}, got {metric!r}")
     if metric == "ndcg" and qrels is None:
-        raise ValueError("metric='ndcg' needs qrels (graded or binary relevance labels)")
+        raise GuardArgumentValueError("metric='ndcg' needs qrels (graded or binary relevance labels)")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"calibrate() argument 'k' must be an int >= 1, got {k!r}")
+        raise GuardArgumentValueError(f"calibrate() argument 'k' must be an int >= 1, got {k!r}")
     _check_positive("radius", radius)
     _check_positive("clip_norm", clip_norm, allow_none=True)
     _check_positive("epsilon_ceiling", epsilon_ceiling, allow_none=True)
     if mechanism == "gaussian" and not (1e-300 <= delta < 1):
-        raise ValueError(f"gaussian needs 1e-300 <= delta < 1, got delta={delta!r}")
+        raise GuardArgumentValueError(f"gaussian needs 1e-300 <= delta < 1, got delta={delta!r}")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not (
         0 <= threshold < 1
     ):
-        raise ValueError(f"threshold must be a number in [0, 1), got {threshold!r}")
+        raise GuardArgumentValueError(f"threshold must be a number in [0, 1), got {threshold!r}")
     eps_list = sorted({float(e) for e in epsilons})
     if not eps_list:
-        raise ValueError("epsilons is empty; pass at least one candidate epsilon")
+        raise GuardArgumentValueError("epsilons is empty; pass at least one candidate epsilon")
     for e in eps_list:
         _check_positive("epsilons[]", e)
     queries = list(queries)
     if not queries:
-        raise ValueError("queries is empty; pass query vectors or texts")
+        raise GuardArgumentValueError("queries is empty; pass query vectors or texts")
     if qrels is not None and not isinstance(qrels, Mapping):
-        raise TypeError(f"qrels must be a mapping query index -> relevant ids, not {type(qrels).__name__}")
+        raise GuardArgumentTypeError(f"qrels must be a mapping query index -> relevant ids, not {type(qrels).__name__}")
 
     index = list(range(len(queries)))
     if sample_limit is not None and sample_limit < len(queries):
         if sample_limit < 1:
-            raise ValueError(f"sample_limit must be >= 1, got {sample_limit!r}")
+            raise GuardArgumentValueError(f"sample_limit must be >= 1, got {sample_limit!r}")
         rng = np.random.default_rng(seed)
         index = sorted(rng.choice(len(queries), size=sample_limit, replace=False).tolist())
     used = [queries[i] for i in index]
@@ -748,18 +748,18 @@ def calibrate(
 
     if all(isinstance(q, str) for q in used):
         if embedder is None:
-            raise ValueError("queries are texts: pass embedder= (a callable list[str] -> ndarray)")
+            raise GuardArgumentValueError("queries are texts: pass embedder= (a callable list[str] -> ndarray)")
         qvecs = np.asarray(embedder(list(used)), dtype=np.float32)
     elif any(isinstance(q, str) for q in used):
-        raise TypeError("queries mixes texts and vectors; pass only one kind")
+        raise GuardArgumentTypeError("queries mixes texts and vectors; pass only one kind")
     else:
         qvecs = np.asarray([np.asarray(q, dtype=np.float32).ravel() for q in used], dtype=np.float32)
     if qvecs.ndim != 2 or not np.all(np.isfinite(qvecs)):
-        raise ValueError("query vectors must form a finite 2-D array (n_queries, dim)")
+        raise GuardArgumentValueError("query vectors must form a finite 2-D array (n_queries, dim)")
 
     ids, docs, (using, distance) = _read_collection(client, collection, vector_name)
     if qvecs.shape[1] != docs.shape[1]:
-        raise ValueError(
+        raise GuardArgumentValueError(
             f"query dimension {qvecs.shape[1]} does not match collection dimension {docs.shape[1]}"
         )
 
@@ -769,10 +769,10 @@ def calibrate(
         clean_results, k=k, qrels=used_qrels, known_items=known, reference=clean_results
     )
     if metric not in clean:
-        raise ValueError(f"no query has relevance labels in qrels; cannot measure {metric!r}")
+        raise GuardArgumentValueError(f"no query has relevance labels in qrels; cannot measure {metric!r}")
     if clean[metric] <= 0.0:
         # Nothing to lose: every level would show a drop of 0 and the strongest would be signed.
-        raise ValueError(
+        raise GuardArgumentValueError(
             f"clean {metric}@{k} is 0 on collection {collection!r}: no relevant id in qrels is among "
             "the clean results; check that qrels name the collection's point ids"
         )
@@ -963,7 +963,7 @@ def query_text_transform(mode: str) -> Callable[[str], str]:
         return redact
     if mode == "generalized":
         return lambda text: generalize_identifiers(redact(text))
-    raise ValueError(f"query text mode must be one of {QUERY_TEXT_MODES}, got {mode!r}")
+    raise GuardArgumentValueError(f"query text mode must be one of {QUERY_TEXT_MODES}, got {mode!r}")
 
 
 def _read_jsonl(path: str) -> list[tuple[str, Any]]:
@@ -975,7 +975,7 @@ def _read_jsonl(path: str) -> list[tuple[str, Any]]:
                 try:
                     rows.append((f"{path}:{n}", json.loads(line)))
                 except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+                    raise GuardArgumentValueError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
     return rows
 
 
@@ -986,8 +986,8 @@ def _calibration_query(where: str, q: Any) -> Any:
     if isinstance(q, str) or (isinstance(q, list) and q and all(
             isinstance(x, (int, float)) and not isinstance(x, bool) for x in q)):
         return q
-    raise ValueError(f"{where}: a query is a JSON string, a list of numbers, or an object with "
-                     f'"text" or "vector"; got {json.dumps(q)[:80]}')
+    raise GuardArgumentValueError(f"{where}: a query is a JSON string, a list of numbers, or an object with "
+                                  f'"text" or "vector"; got {json.dumps(q)[:80]}')
 
 
 def _qrels_row(where: str, row: Any) -> tuple[int, Any]:
@@ -995,8 +995,8 @@ def _qrels_row(where: str, row: Any) -> tuple[int, Any]:
     if (isinstance(row, dict) and isinstance(row.get("query"), int) and not isinstance(row["query"], bool)
             and isinstance(row.get("relevant"), (list, dict))):
         return row["query"], row["relevant"]
-    raise ValueError(f'{where}: a qrels line is {{"query": <int>, "relevant": [ids] or {{id: grade}}}}; '
-                     f"got {json.dumps(row)[:80]}")
+    raise GuardArgumentValueError(f'{where}: a qrels line is {{"query": <int>, "relevant": [ids] or {{id: grade}}}}; '
+                                  f"got {json.dumps(row)[:80]}")
 
 
 def run_calibrate_cli(args: Any) -> int:
@@ -1015,7 +1015,7 @@ def run_calibrate_cli(args: Any) -> int:
         for row_no, (where, row) in enumerate(_read_jsonl(get("qrels")), 1):
             q, relevant = _qrels_row(where, row)
             if q in qrels:
-                raise ValueError(
+                raise GuardArgumentValueError(
                     f"{where}: query {q} is listed again (row {row_no}); give each query one row "
                     "with all its relevant ids"
                 )
