@@ -120,8 +120,8 @@ def _signing_public_key(path: str) -> Any:
             return pk
         raise
     if keys.key_id(own) != keys.key_id(pk):
-        raise ValueError(f"{pub} holds {keys.key_id(pk)}, not the public key of {path} ({keys.key_id(own)}); "
-                         "rewrite it from the private key or remove it")
+        raise ConfigError(f"{pub} holds {keys.key_id(pk)}, not the public key of {path} ({keys.key_id(own)}); "
+                          "rewrite it from the private key or remove it")
     return pk
 
 def cmd_receipt_verify(args: argparse.Namespace) -> int:

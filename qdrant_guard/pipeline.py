@@ -234,7 +234,7 @@ class GuardPipeline:
             if model_id is not None and not isinstance(model_id, str):
                 # Receipts record it; a wrong type would fail every noised write, unaudited.
                 raise GuardArgumentTypeError(f"embedder.model_id must be a str or None (receipts record it), not "
-                                f"{type(model_id).__name__}")
+                                             f"{type(model_id).__name__}")
         self.embedder = embedder
         self.clock = clock
         self._shapes: dict[str, CollectionShape] = {}
@@ -620,7 +620,7 @@ class GuardPipeline:
         """
         name = args.get("collection_name", "")
         if not isinstance(name, str):
-            raise TypeError(f"{method}() argument 'collection_name' must be str, not {type(name).__name__}")
+            raise GuardArgumentTypeError(f"{method}() argument 'collection_name' must be str, not {type(name).__name__}")
         handler = getattr(self, f"op_{method}", None)
         if handler is not None:
             op = handler(method, args)

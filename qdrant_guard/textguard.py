@@ -13,7 +13,7 @@ from qdrant_client.http import models
 from . import detect as _detect
 from .identifiers import generalize_identifiers
 from .decision import Verdict
-from .errors import InvalidVectorError, QdrantGuardError
+from .errors import GuardArgumentTypeError, InvalidVectorError, QdrantGuardError
 from .pipeline import GuardPipeline, Offload, Op
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY
@@ -71,7 +71,7 @@ class TextOps(GuardPipeline):
         adds (what made a value a finding when the detector's types alone would not say).
         """
         if not isinstance(text, str):
-            raise TypeError(f"text must be str, not {type(text).__name__}")
+            raise GuardArgumentTypeError(f"text must be str, not {type(text).__name__}")
         redacted, findings = _detect.redact_with_findings(text) if scanned is None else scanned
         if not findings:
             return text

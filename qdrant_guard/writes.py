@@ -14,8 +14,8 @@ from qdrant_client.http import models
 
 from . import noise as _noise
 from .decision import Decision, Verdict
-from .errors import (AuditError, ConfigError, GuardRefusal, InvalidVectorError, QdrantGuardError, ReceiptError,
-                     UnsupportedWriteError)
+from .errors import (AuditError, ConfigError, GuardArgumentTypeError, GuardArgumentValueError, GuardRefusal,
+                     InvalidVectorError, QdrantGuardError, ReceiptError, UnsupportedWriteError)
 from .payloadops import _quotable, _quote, _selector_ids
 from .pipeline import Call, Op, mark_audited
 from .policy import CollectionPolicy
@@ -110,7 +110,7 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
             columns["payloads"] = len(points.payloads)
         uneven = {k: m for k, m in columns.items() if m != n}
         if uneven:
-            raise ValueError(
+            raise GuardArgumentValueError(
                 f"models.Batch has {n} ids but " + ", ".join(f"{m} {k}" for k, m in uneven.items())
                 + "; every column must have one entry per id"
             )
@@ -136,7 +136,7 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
                 )
             out.append(models.PointStruct(id=p.id, vector=p.vector, payload=p.payload))
         else:
-            raise TypeError(
+            raise GuardArgumentTypeError(
                 f"points must be models.PointStruct (or a models.Batch); got {_kind(p)}. "
                 "gRPC PointStruct is not accepted by the guard; convert it to models.PointStruct"
             )
@@ -154,7 +154,7 @@ def _from_dict(where: str, p: dict[str, Any], cls: type[_M]) -> _M:
         return cls.model_validate(p)
     except pydantic.ValidationError as exc:
         wrong = ", ".join(sorted({str(e["loc"][0]) if e["loc"] else "<point>" for e in exc.errors()}))
-        raise TypeError(
+        raise GuardArgumentTypeError(
             f"{where} is a dict that is not a models.{cls.__name__} (invalid: {wrong}); give its "
             f"fields as models.{cls.__name__} takes them"
         ) from None
@@ -176,7 +176,7 @@ def vector_updates_from_any(updates: Any) -> list[models.PointVectors]:
            for i, u in enumerate(updates)]
     for u in out:
         if not isinstance(u, models.PointVectors):
-            raise TypeError(
+            raise GuardArgumentTypeError(
                 f"update_vectors points must be models.PointVectors; got {_kind(u)}. gRPC "
                 "PointVectors is not accepted by the guard; convert it to models.PointVectors"
             )
@@ -191,7 +191,7 @@ def points_from_columns(vectors: Any, payload: Iterable[Any] | None, ids: Iterab
         n = len(vectors[names[0]]) if names else 0
         lengths = {k: len(vectors[k]) for k in names}
         if len(set(lengths.values())) > 1:
-            raise ValueError(
+            raise GuardArgumentValueError(
                 f"upload_collection: the named vectors have different numbers of rows {lengths}; "
                 "give every name one row per point"
             )
@@ -201,7 +201,7 @@ def points_from_columns(vectors: Any, payload: Iterable[Any] | None, ids: Iterab
     pl = list(payload) if payload is not None else [None] * len(rows)
     id_list = list(ids) if ids is not None else [str(uuid.uuid4()) for _ in rows]
     if not (len(rows) == len(pl) == len(id_list)):
-        raise ValueError(
+        raise GuardArgumentValueError(
             f"upload_collection: {len(rows)} vectors, {len(pl)} payloads and {len(id_list)} ids; "
             "the three must have the same length"
         )
