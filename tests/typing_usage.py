@@ -60,6 +60,14 @@ def kernels() -> None:
     assert found and cls
     impl: str = qdrant_guard.implementation()
     assert impl in ("native", "python")
+    try:
+        scan_query("x", max_tokens=-1)
+    except qdrant_guard.GuardArgumentValueError as exc:
+        bad: ValueError = exc  # a bad argument value is a ValueError and a QdrantGuardError
+        base: qdrant_guard.QdrantGuardError = exc
+        assert str(bad) == str(base)
+    else:
+        raise AssertionError("max_tokens=-1 was accepted")
 
 
 async def async_usage() -> int:
