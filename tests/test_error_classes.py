@@ -50,6 +50,9 @@ from qdrant_guard import (
 )
 from qdrant_guard import _detect_py, _noise_py, _scan_py
 from qdrant_guard._impl import load_kernel
+from qdrant_guard.evaluation.embed import Embedder
+from qdrant_guard.evaluation.planted import plant_identifiers
+from qdrant_guard.evaluation.sweep import EvalConfig, make_levels, run_sweep
 from qdrant_guard.hashing_embedder import HashingEmbedder
 from qdrant_guard.receipts import ReceiptSigner
 from tests.guardkit import DIM, create, hr_policy, make_kit, unit
@@ -300,6 +303,12 @@ CASES: list[tuple[str, type, Call, tuple[str, ...]]] = [
     ("LLMIntentClassifier-retries", V, lambda c: intent_llm.LLMIntentClassifier(
         base_url="http://x", model="m", api_key="k", max_retries=-1), ("max_retries",)),
     ("load_dataset", V, _bad_dataset, ("data.jsonl:1",)),
+    # the evaluation harness (qdrant-guard eval)
+    ("Embedder.encode", T, lambda c: Embedder(c.tmp).encode("one text"), ("encode()", "list of texts")),
+    ("plant_identifiers", V, lambda c: plant_identifiers(["a"], np.random.default_rng(0), pool=1), ("pool",)),
+    ("make_levels", V, lambda c: make_levels([-1.0], {}), ("noise level",)),
+    ("run_sweep", V, lambda c: run_sweep(EvalConfig(utility_draws=0), lambda *a, **k: None, str),
+     ("utility_draws",)),
     # the guarded client's own argument checks
     ("guarded-collection_name", T, lambda c: c.guarded().upsert(
         collection_name=1, points=[models.PointStruct(id=1, vector=[0.0] * DIM)]), ("'collection_name'",)),

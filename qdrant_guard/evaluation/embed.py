@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import QdrantGuardError
+from ..errors import GuardArgumentTypeError, QdrantGuardError
 
 __all__ = ["MODEL_ID", "ModelUnavailableError", "model_available", "Embedder", "default_cache_dir"]
 
@@ -95,7 +95,7 @@ class Embedder:
             desc: label of the progress bar.
         """
         if isinstance(texts, str):
-            raise TypeError("encode() takes a list of texts, not a single str")
+            raise GuardArgumentTypeError("encode() takes a list of texts, not a single str")
         texts = list(texts)
         out = np.empty((len(texts), DIM), dtype=np.float32)
         if not texts:

@@ -17,6 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import GuardArgumentValueError
+
 __all__ = ["PlantedIdentifiers", "plant_identifiers", "SURNAMES", "TEMPLATES"]
 
 #: Uncommon surnames (none occurs in the pydoc text), the planted proper names.
@@ -65,7 +67,7 @@ def plant_identifiers(paragraphs: Sequence[str], rng: np.random.Generator, *, po
             ``len(paragraphs) / pool`` texts.
     """
     if not 2 <= pool <= len(SURNAMES):
-        raise ValueError(f"pool must be between 2 and {len(SURNAMES)}, got {pool}")
+        raise GuardArgumentValueError(f"pool must be between 2 and {len(SURNAMES)}, got {pool}")
     numbers = [str(int(n)) for n in rng.choice(np.arange(100_000, 1_000_000), size=pool, replace=False)]
     codes: list[str] = []
     while len(codes) < pool:

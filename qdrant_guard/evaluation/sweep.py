@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..errors import GuardArgumentValueError
 from ..identifiers import drop_identifiers, generalize_identifiers
 from ..utility import progress_iter, retrieval_metrics
 from . import attacks
@@ -126,7 +127,7 @@ def make_levels(sigmas: Sequence[float], policy: dict[str, Any]) -> list[Level]:
     levels = []
     for s in sigmas:
         if not (math.isfinite(s) and s >= 0):
-            raise ValueError(f"a noise level is a finite sigma >= 0 (0 = no noise), got {s!r}")
+            raise GuardArgumentValueError(f"a noise level is a finite sigma >= 0 (0 = no noise), got {s!r}")
         if s == 0:
             levels.append(Level("clean", 0.0, None))
         else:
@@ -176,7 +177,7 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
             identifier generalisation when ``config.generalize_identifiers``).
     """
     if isinstance(config.utility_draws, bool) or not isinstance(config.utility_draws, int) or config.utility_draws < 1:
-        raise ValueError(f"utility_draws must be an int >= 1, got {config.utility_draws!r}")
+        raise GuardArgumentValueError(f"utility_draws must be an int >= 1, got {config.utility_draws!r}")
     t0 = time.monotonic()
     policy = {**_policy_defaults(), **config.noise_policy}
     rng = np.random.default_rng(config.seed)
