@@ -1,4 +1,9 @@
-"""Every error qdrant_guard raises derives from :class:`QdrantGuardError`."""
+"""The errors qdrant_guard raises: every one it words itself derives from :class:`QdrantGuardError`.
+
+Not wrapped: qdrant-client's own errors (they pass through a guarded call unchanged), Python's
+signature errors for a guarded method called with wrong arguments (worded exactly as qdrant-client's
+would be), and ``MemoryError``/``OSError`` from the system.
+"""
 from __future__ import annotations
 
 from typing import Any, Sequence
