@@ -513,8 +513,11 @@ class WriteOps(TextOps):
         except StopIteration as stop:
             return stop.value
         except _INPUT_ERRORS as exc:
+            # A GuardArgumentTypeError is a ConfigError too (for guard=/principal=), but here it is
+            # the write's input that is wrong, and that refusal is audited.
             if not (exc is thrown or getattr(exc, "_qg_audited", False)
-                    or isinstance(exc, (GuardRefusal, AuditError, ConfigError))):
+                    or isinstance(exc, (GuardRefusal, AuditError))
+                    or (isinstance(exc, ConfigError) and not isinstance(exc, GuardArgumentTypeError))):
                 self._record_input_refusal(op, name, pol, exc)
             raise
 
