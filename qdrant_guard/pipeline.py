@@ -704,6 +704,24 @@ class GuardPipeline:
             return (yield Call(method, args))
         return (yield from self.forward(method, name, pol, Call(method, args)))
 
+    def op_get_collection(self, method: str, args: dict[str, Any]) -> Op:
+        """The collection's configuration and counts for any principal (surface.DESCRIBE); its
+        ``metadata``, which the owner writes, only for principals who may read the collection (to
+        others it is None, as for a collection without metadata)."""
+        info = yield Call(method, args)
+        if self.transparent or info is None or getattr(info.config, "metadata", None) is None:
+            return info
+        try:
+            pol = self.policy(args["collection_name"])
+        except ConfigError:  # unlisted = "refuse": the call answers, but no one reads the collection
+            readable = False
+        else:
+            boundary = self.boundary()
+            readable = pol.is_public or pol.may_read(boundary)
+        if readable:
+            return info
+        return info.model_copy(update={"config": info.config.model_copy(update={"metadata": None})})
+
     def op_operator_only(self, method: str, args: dict[str, Any]) -> Op:
         """Refuse, under a policy, a call only an operator may make (see surface.OPERATOR_ONLY)."""
         if self.transparent:

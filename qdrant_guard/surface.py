@@ -45,6 +45,10 @@ ADMIN = frozenset(
     }
 )
 
+# Collection configuration and counts for any principal; the collection's metadata (owner-written
+# data, qdrant-client 1.20) only for principals who may read it.
+DESCRIBE = frozenset({"get_collection"})
+
 # Refused under a guard policy; the operator's job, with a client constructed without guard=.
 # Snapshot recovery: the target name says nothing about what the snapshot holds (a copy of a
 # sensitive collection can be restored under a PUBLIC name). Peer removal and recovery and
@@ -56,7 +60,8 @@ OPERATOR_ONLY = SNAPSHOT_RECOVERY | {"remove_peer", "recover_current_peer", "del
 # Guarded with dedicated logic spanning several collections.
 MULTI = frozenset({"update_collection_aliases", "migrate", "create_full_snapshot"})
 
-GUARDED = WRITE_VECTORS | PAYLOAD | READ_POINTS | READ_COLLECTION | WRITE_COLLECTION | ADMIN | OPERATOR_ONLY | MULTI
+GUARDED = (WRITE_VECTORS | PAYLOAD | READ_POINTS | READ_COLLECTION | WRITE_COLLECTION | ADMIN | DESCRIBE
+           | OPERATOR_ONLY | MULTI)
 
 # Methods that are safe to pass through, each with the reason.
 SAFE: dict[str, str] = {
@@ -64,7 +69,6 @@ SAFE: dict[str, str] = {
     "info": "server version information only",
     "get_collections": "lists collection names; names are not protected data",
     "collection_exists": "answers whether a name exists",
-    "get_collection": "collection configuration and counts; no points, payloads or vectors",
     "get_aliases": "alias names only",
     "get_collection_aliases": "alias names only",
     "get_optimizations": "optimizer progress; no data",
