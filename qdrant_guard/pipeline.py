@@ -57,6 +57,8 @@ _READS_BEFORE_WRITE = frozenset({
     "get_collection", "get_collections", "get_aliases", "get_collection_aliases", "collection_exists",
     "retrieve", "scroll", "count",
 })
+# Methods that store a collection's metadata (qdrant-client 1.20), which get_collection returns.
+_TAKES_METADATA = frozenset({"create_collection", "recreate_collection", "update_collection"})
 from .vectors import CollectionShape, shape_from_info
 
 
@@ -692,6 +694,11 @@ class GuardPipeline:
         """Boundary check for calls that touch one collection without returning its vectors."""
         name = args.get("collection_name")
         pol = self.gate(method, args, need) if name is not None else None
+        if args.get("metadata") is not None and method in _TAKES_METADATA and not self.transparent:
+            # get_collection hands the metadata to every reader: screened as a payload's fields are.
+            screen_pol = pol if pol is not None else self.policy(name)
+            args = {**args, "metadata": self.screen_collection_metadata(  # type: ignore[attr-defined]
+                method, name, screen_pol, args["metadata"])}
         if pol is not None:
             # A payload index's field_name is sent to the store like a filter's keys: screened as they are.
             details = (self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]

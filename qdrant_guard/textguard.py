@@ -288,7 +288,7 @@ class TextOps(GuardPipeline):
         self.shared["clean_keys_held"] = held + 1
 
     def screen_payload_fields(self, op: str, name: str, pol: CollectionPolicy, payload: Any, *,
-                              point_id: Any, top: bool = True, under: Any = None) -> Any:
+                              point_id: Any, top: bool = True, under: Any = None, label: str = "payload") -> Any:
         """``payload`` with every string besides the text field, values and keys at any depth,
         screened per ``payload_fields`` (the same object when nothing changed; a dict otherwise).
         ``top``: ``payload`` is the point's whole payload (its text field, screened by
@@ -320,9 +320,19 @@ class TextOps(GuardPipeline):
             secret = path_password_name(under)
             parent = None if secret is not None else (_path_names(under) or [under])[-1]
         screen = _FieldScreen(self, op, name, pol, point_id, keep_pii, *self.clean_memory(name))
+        screen.label = label
         if isinstance(under, str):
             screen.under = under
         return screen.obj(payload, "", skip, secret, parent)
+
+    def screen_collection_metadata(self, op: str, name: str, pol: CollectionPolicy, metadata: Any) -> Any:
+        """A collection's ``metadata`` (create/recreate/update_collection) screened as a payload's
+        fields besides the text field are (``payload_fields``): every reader of the collection gets
+        it from ``get_collection``. The same object when nothing changed."""
+        if metadata is None:
+            return None
+        return self.screen_payload_fields(op, name, pol, metadata, point_id=None, top=False,
+                                          label="collection metadata")
 
     def embed_documents(self, op: str, name: str, pol: CollectionPolicy, vecs: dict[str, Any], *,
                         where: str) -> Op:
@@ -715,6 +725,9 @@ class _FieldScreen:
         self.remember = True  # False while a sibling object's value is read under "value" (obj)
         self.under = ""  # set_payload's key path the payload is stored under (a card's id is a card)
         self.found = 0  # values with a finding so far
+        self.label = "payload"  # what refusals call the screened object
+        # A payload set by filter, or a collection's metadata, has no point to name.
+        self.point_ids = [] if point_id is None else [point_id]
 
     def obj(self, value: dict[Any, Any], path: str, skip: Mapping[str, str] | None = None,
             secret: str | None = None, parent: str | None = None) -> dict[Any, Any]:
@@ -846,8 +859,8 @@ class _FieldScreen:
                 self.ops.remember_clean_key(self.clean_keys, key, _number_bound(key))
             return key, key
         redacted = _detect.replace_findings(key, findings)
-        where = f"payload key {(path + '.' if path else '') + redacted!r}"
-        return self.ops.screen_text(self.op, self.name, self.pol, key, point_ids=[self.point_id],
+        where = f"{self.label} key {(path + '.' if path else '') + redacted!r}"
+        return self.ops.screen_text(self.op, self.name, self.pol, key, point_ids=self.point_ids,
                                     keep_pii=self.keep_pii, scanned=(redacted, findings), field=where), redacted
 
     def value(self, value: str, key: Any, at: str) -> str:
@@ -878,8 +891,8 @@ class _FieldScreen:
         # Offsets back into the value (a finding that began in the key is clipped to the value).
         findings = [_detect.Finding(f.type, max(f.start - h, 0), min(f.end - h, n), f.validator, f.category)
                     for f in found]
-        return self.ops.screen_text(self.op, self.name, self.pol, value, point_ids=[self.point_id],
-                                    keep_pii=self.keep_pii, field=f"payload field {at!r}", why=why,
+        return self.ops.screen_text(self.op, self.name, self.pol, value, point_ids=self.point_ids,
+                                    keep_pii=self.keep_pii, field=f"{self.label} field {at!r}", why=why,
                                     scanned=(_detect.replace_findings(value, findings), findings))
 
     def remember_pair(self, name: str, value: str) -> None:
