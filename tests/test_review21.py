@@ -103,6 +103,18 @@ def test_credentials_in_metadata_are_refused(tmp_path, how):
     assert entry["verdict"] == "CREDENTIAL_IN_TEXT" and _STRIPE not in str(entry)
 
 
+def test_credentials_in_metadata_are_refused_in_async_too(tmp_path):
+    kit = make_kit(tmp_path)
+
+    async def run():
+        alice = AsyncQdrantClient(":memory:", guard=kit.config({"emp": _PRIVATE}), principal=kit.principal("alice", "hr"))
+        with pytest.raises(GuardRefusal, match="CREDENTIAL_IN_TEXT: collection metadata field 'api_key'"):
+            await alice.create_collection("emp", vectors_config=_VP, metadata={"api_key": _STRIPE})
+        return await alice.collection_exists("emp")
+
+    assert asyncio.run(run()) is False
+
+
 def test_credentials_in_metadata_are_redacted_under_credentials_in_text_redact(tmp_path):
     kit, alice, bob = _clients(tmp_path, shared={**_SHARED, "credentials_in_text": "redact"})
     alice.create_collection("shared", vectors_config=_VP, metadata={"db": {"password": "hunter2hunter2x", "host": "db1"}})
