@@ -272,6 +272,26 @@ class PayloadOps(TextOps):
             "batch_update_points", {"collection_name": name, "update_operations": [delete, *strip], **rest}))
         return results[0]
 
+    def op_delete_vector_name(self, method: str, args: dict[str, Any]) -> Op:
+        """Delete a named vector from the collection (every point's), then the receipts that
+        certified it: left behind, they would make the collection fail
+        :func:`qdrant_guard.receipts.verify` (as for :meth:`op_delete_vectors`). The two are separate
+        requests (a collection change, then a payload batch); if the second fails, the failure is
+        audited (QDRANT_ERROR) and the receipts stay until the call is repeated with the name."""
+        name = args["collection_name"]
+        pol = self.gate(method, args, "admin")
+        self.forget_shape(name)
+        if pol is None:
+            return (yield Call(method, args))
+        self.record(self.decision(method, name, pol, Verdict.ALLOW,
+                                  "admin access granted; the deleted vector's receipts are dropped from every point"))
+        result = yield from self.forward(method, name, pol, Call(method, args))
+        strip = yield from self._vector_receipt_strips(
+            method, name, pol, models.FilterSelector(filter=models.Filter()), None, {args["vector_name"]})
+        if strip:
+            yield from self._run_ops(method, name, pol, strip, args)
+        return result
+
     def _vector_receipt_strips(self, op: str, name: str, pol: CollectionPolicy, selector: Any, shard_key: Any,
                                names: set[str], fresh: dict[str, Any] | None = None) -> Any:
         """The payload operations that drop the receipts of vectors ``names`` from the points

@@ -189,3 +189,44 @@ def test_conditional_upserts_and_mixed_batches_leave_every_receipt_verifying(tmp
     assert not RawClient.retrieve(alice, "emp", [9])  # update_only did not create it
     stored = RawClient.retrieve(alice, "emp", [3], with_payload=True, with_vectors=True)[0]
     assert stored.vector == {} and stored.payload["_qdrant_guard_receipt"]["vectors"] == {}
+
+
+def test_deleting_a_vector_name_drops_its_receipts(tmp_path):
+    # delete_vector_name (1.20) takes a named vector off every point; the receipts that certified
+    # it stayed in the payloads, and receipts.verify then failed the collection (vector_mismatch),
+    # as delete_vectors did before its receipts were dropped with the vectors.
+    kit = make_kit(tmp_path)
+    alice = QdrantClient(":memory:", guard=kit.config({"emp": _RW}), principal=kit.principal("alice", "hr"))
+    alice.create_collection("emp", vectors_config={"d": _VP, "e": _VP})
+    bob = alice.with_principal(kit.principal("bob", "support"))
+    rng = np.random.default_rng(2)
+    bob.upsert("emp", [models.PointStruct(id=i, vector={"d": unit(rng), "e": unit(rng)}, payload={"source": "a"})
+                       for i in range(3)])
+    bob.upsert("emp", [models.PointStruct(id=7, vector={"d": unit(rng)})])  # no vector e to begin with
+    with pytest.raises(GuardRefusal, match="REFUSED_CROSS_BOUNDARY"):
+        bob.delete_vector_name("emp", "e")  # an admin act: owner only
+    alice.delete_vector_name("emp", "e")
+    entry = audit_records(kit)[-1]
+    assert entry["op"] == "delete_vector_name" and entry["verdict"] == "ALLOW"
+    report = verify(alice, "emp", trusted_keys=alice.guard.trusted_receipt_keys)
+    assert [(r.point_id, r.vector_name, r.check.reason) for r in report] == [
+        (0, "d", "ok"), (1, "d", "ok"), (2, "d", "ok"), (7, "d", "ok")]
+    for rec in RawClient.retrieve(alice, "emp", [0, 1, 2, 7], with_payload=True):
+        assert set(rec.payload["_qdrant_guard_receipt"]["vectors"]) == {"d"}
+
+
+
+def test_deleting_a_vector_name_drops_its_receipts_in_async_too(tmp_path):
+    kit = make_kit(tmp_path)
+
+    async def run():
+        alice = AsyncQdrantClient(":memory:", guard=kit.config({"emp": _RW}), principal=kit.principal("alice", "hr"))
+        await alice.create_collection("emp", vectors_config={"d": _VP, "e": _VP})
+        rng = np.random.default_rng(3)
+        await alice.with_principal(kit.principal("bob", "support")).upsert(
+            "emp", [models.PointStruct(id=1, vector={"d": unit(rng), "e": unit(rng)})])
+        await alice.delete_vector_name("emp", "e")
+        (rec,), _ = await alice.scroll("emp", with_payload=True)
+        return set(rec.payload["_qdrant_guard_receipt"]["vectors"])
+
+    assert asyncio.run(run()) == {"d"}
