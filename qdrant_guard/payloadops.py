@@ -276,18 +276,21 @@ class PayloadOps(TextOps):
         """Delete a named vector from the collection (every point's), then the receipts that
         certified it: left behind, they would make the collection fail
         :func:`qdrant_guard.receipts.verify` (as for :meth:`op_delete_vectors`). The two are separate
-        requests (a collection change, then a payload batch); if the second fails, the failure is
-        audited (QDRANT_ERROR) and the receipts stay until the call is repeated with the name."""
+        requests (a collection change, then a payload batch), and the points are looked up before
+        the first; if the second fails, the failure is audited (QDRANT_ERROR) and the receipts stay,
+        as does one another client writes between the look-up and the deletion (they commit to the
+        deleted vectors, so they certify no other; docs/atomicity.md)."""
         name = args["collection_name"]
         pol = self.gate(method, args, "admin")
         self.forget_shape(name)
         if pol is None:
             return (yield Call(method, args))
+        # Looked up before the deletion, so that a failed look-up has written nothing.
+        strip = yield from self._vector_receipt_strips(
+            method, name, pol, models.FilterSelector(filter=models.Filter()), None, {args["vector_name"]})
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
                                   "admin access granted; the deleted vector's receipts are dropped from every point"))
         result = yield from self.forward(method, name, pol, Call(method, args))
-        strip = yield from self._vector_receipt_strips(
-            method, name, pol, models.FilterSelector(filter=models.Filter()), None, {args["vector_name"]})
         if strip:
             yield from self._run_ops(method, name, pol, strip, args)
         return result
