@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,6 +36,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
+# Ten years: past it a --ttl is a typo (1e30 made a credential that outlives every key rotation),
+# not a lifetime.
+_MAX_TTL_S = 10 * 365 * 86400
+
+
+def _ttl(text: str) -> float:
+    """argparse type of ``credential issue --ttl``: seconds, > 0 and at most ten years."""
+    value = _positive_float(text)
+    if value > _MAX_TTL_S:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} seconds is over ten years ({_MAX_TTL_S} s); give the lifetime in seconds, e.g. "
+            "86400 for a day, and issue a new credential when it runs out")
+    return value
+
+
 def _nonempty(text: str) -> str:
     """argparse type: a name that is not empty or blank."""
     if not text.strip():
@@ -59,15 +76,26 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
         print(f"error: --out {what}; give the path of the key file to create, e.g. --out keys/guard.key "
               "(its public key goes beside it, as keys/guard.key.pub)", file=sys.stderr)
         return 2
-    if out.exists():
-        print(f"error: {out} exists; refusing to overwrite a key (choose another --out)", file=sys.stderr)
-        return 2
     pub = out.with_suffix(out.suffix + ".pub")
+    for existing in (out, pub):
+        # A .pub left beside the path is what a policy or an auditor trusts: replacing it silently
+        # would swap the key they check against.
+        if os.path.lexists(existing):
+            print(f"error: {existing} exists; refusing to overwrite a key (choose another --out, or move "
+                  f"{existing} aside)", file=sys.stderr)
+            return 2
+    written: Path | None = None
     try:
         _write_private(out, keys.private_key_to_pem(sk))
-        pub.write_text(keys.public_key_to_str(pk) + "\n")
+        written = out
+        fd = os.open(pub, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(keys.public_key_to_str(pk) + "\n")
     except OSError as exc:
-        print(f"error: cannot write key file {out} (--out): {exc.strerror or exc}", file=sys.stderr)
+        if written is not None:
+            written.unlink()  # a private key without its .pub is half a key pair
+        print(f"error: cannot write key file {exc.filename or out} (--out {args.out}): "
+              f"{exc.strerror or exc}; nothing was written", file=sys.stderr)
         return 2
     print(json.dumps({"private_key": str(out), "public_key_file": str(pub),
                       "public_key": keys.public_key_to_str(pk), "key_id": keys.key_id(pk)}, indent=2))
@@ -81,6 +109,13 @@ def cmd_credential_issue(args: argparse.Namespace) -> int:
     sk = keys.load_private_key(args.authority)
     token = issue_credential(sk, agent_id=args.agent, boundary=args.boundary, ttl_s=args.ttl)
     print(token)
+    body = token.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    # stderr, so that `credential issue ... > agent.cred` still captures the token alone.
+    print(f"note: {args.agent}@{args.boundary} until "
+          f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(claims['exp']))}; credential id (jti) "
+          f"{claims['jti']}: list it in [boundaries.{args.boundary}] revoked_credentials to revoke it sooner",
+          file=sys.stderr)
     return 0
 
 
@@ -101,6 +136,12 @@ def _client_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     _require_local_store(args.path)
     return qdrant_client.QdrantClient(path=args.path)
 
+
+def _print_missing_collection(client: Any, args: argparse.Namespace) -> None:
+    names = sorted(c.name for c in client.get_collections().collections)
+    print(f"error: --collection {args.collection!r} is not in the store at "
+          f"{'--path ' + repr(args.path) if args.path else '--url ' + args.url} (its collections: "
+          f"{', '.join(names) or 'none'}); check the name and the store", file=sys.stderr)
 
 
 def _signing_public_key(path: str) -> Any:
@@ -162,10 +203,7 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
         return 2
     client = _client_from(args)
     if not client.collection_exists(args.collection):
-        names = sorted(c.name for c in client.get_collections().collections)
-        print(f"error: --collection {args.collection!r} is not in the store at "
-              f"{'--path ' + repr(args.path) if args.path else '--url ' + args.url} (its collections: "
-              f"{', '.join(names) or 'none'}); check the name and the store", file=sys.stderr)
+        _print_missing_collection(client, args)
         client.close()
         return 2
     reports = receipts.verify(client, args.collection, trusted_keys=trusted, revoked=revoked,
@@ -296,17 +334,89 @@ def cmd_audit_replay(args: argparse.Namespace) -> int:
                       checkpoint_every=args.checkpoint_every, mode=mode)
 
 
+# What `demo --workdir` writes: it deletes every *.key* file, audit.jsonl and store in the directory
+# before it starts, so it runs only where nothing else lives.
+_DEMO_MARK = ".qdrant-guard-demo"
+_DEMO_FILES = {_DEMO_MARK, "policy.toml", "audit.jsonl", "store"} | {
+    f"{name}.key{pub}" for name in ("guard", "hr-authority", "support-authority", "support-agent")
+    for pub in ("", ".pub")}
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
+    if args.workdir is not None:
+        work = Path(args.workdir)
+        if not args.workdir or (work.exists() and not work.is_dir()):
+            what = "is empty" if not args.workdir else f"{args.workdir!r} is not a directory"
+            print(f"error: --workdir {what}; give a new or empty directory (e.g. --workdir demo)", file=sys.stderr)
+            return 2
+        if work.is_dir():
+            names = {p.name for p in work.iterdir()}
+            if names and (_DEMO_MARK not in names or not names <= _DEMO_FILES):
+                other = sorted(names - _DEMO_FILES)
+                held = (f"holds files the demo does not write ({', '.join(other[:3])}{', ...' if len(other) > 3 else ''})"
+                        if other else f"has no {_DEMO_MARK} mark, so it may not be a demo's (an earlier version's "
+                        "demo left none: remove the directory to rerun there)")
+                print(f"error: --workdir {args.workdir!r} {held}, and the demo deletes every *.key* file, "
+                      "audit.jsonl and store there before it starts; give a new or empty directory "
+                      "(e.g. --workdir demo)", file=sys.stderr)
+                return 2
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+            (work / _DEMO_MARK).write_text("written by `qdrant-guard demo`; the next demo run here replaces "
+                                           "this directory's keys, policy, store and audit log\n")
+        except OSError as exc:
+            print(f"error: cannot create --workdir {args.workdir!r}: {exc.strerror or exc}; give a new or empty "
+                  "directory in a writable place", file=sys.stderr)
+            return 2
     return run_demo(workdir=args.workdir)
+
+
+def _output_file_error(flag: str, spec: str) -> str | None:
+    """Why ``spec`` cannot take a JSON output, checked before a run of minutes writes it; or None.
+
+    An existing file is replaced only if it holds JSON (an earlier output): a private key or a
+    policy given by mistake would otherwise be overwritten after the run."""
+    out = Path(spec)
+    if not spec or out.is_dir():
+        return f"{flag} {'is empty' if not spec else repr(spec) + ' is a directory'}; give the path of a JSON file to write"
+    if not out.parent.is_dir():
+        return f"{flag} {spec!r}: directory {str(out.parent)!r} does not exist; create it, or give a path in an existing directory"
+    if out.exists():
+        try:
+            json.loads(out.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return (f"{flag} {spec!r} exists and holds no JSON (a key, a policy?); refusing to overwrite it: "
+                    "give a new file, or remove that one first")
+    return None
+
+
+def _readable_file_error(flag: str, spec: str) -> str | None:
+    path = Path(spec)
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        return f"{flag} {spec!r} {what}; give the JSONL file (one entry per line, docs/eval.md)"
+    return None
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .utility import run_calibrate_cli
 
-    if getattr(args, "path", None):
-        _require_local_store(args.path)
+    problems = [_output_file_error("--out", args.out), _readable_file_error("--queries", args.queries)]
+    if args.qrels:
+        problems.append(_readable_file_error("--qrels", args.qrels))
+    for problem in problems:
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+    client = _client_from(args)
+    try:
+        if not client.collection_exists(args.collection):
+            _print_missing_collection(client, args)
+            return 2
+    finally:
+        client.close()  # local mode allows one client per store, and calibrate opens its own
     rc = run_calibrate_cli(args)
     if rc == 0 and not getattr(args, "key", None):
         # A measurement is still useful unsigned, but a guard refuses the record.
@@ -320,6 +430,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .overhead import measure_overhead, read_credential
     from .overhead_setup import json_path
 
+    if args.json is not None and (problem := _output_file_error("--json", args.json)):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     out = json_path(args.json, args.policy, {"--credential": args.credential,
                                              "--read-credential": args.read_credential}) if args.json else None
     try:
@@ -372,7 +485,8 @@ def build_parser() -> argparse.ArgumentParser:
     ci.add_argument("--agent", required=True, type=_nonempty, help="agent id (the Principal's agent_id)")
     ci.add_argument("--boundary", required=True, type=_nonempty,
                     help="boundary name, as in the policy's [boundaries.NAME]")
-    ci.add_argument("--ttl", type=_positive_float, default=3600.0, help="lifetime in seconds (default 3600)")
+    ci.add_argument("--ttl", type=_ttl, default=3600.0,
+                    help="lifetime in seconds, at most ten years (default 3600); the expiry goes to stderr")
     ci.set_defaults(func=cmd_credential_issue)
 
     rec_p = sub.add_parser("receipt", help="reconstruction-resistance receipts").add_subparsers(dest="sub", required=True)
@@ -450,7 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Two agents (alice@hr, bob@support) share one local-mode store: each step "
                                    "prints the verdict expected and the one the guard gave; exit 1 if any "
                                    "differs.")
-    d.add_argument("--workdir", help="keep keys, policy and audit log here (default: a temp dir)")
+    d.add_argument("--workdir", metavar="DIR",
+                   help="keep keys, policy, store and audit log in DIR, a new or empty directory or one an "
+                        "earlier demo wrote (whose keys, store and log it replaces); default: a temp dir, removed")
     d.set_defaults(func=cmd_demo)
 
     cal = sub.add_parser("calibrate", help="measure recall under noise and sign a utility record",
@@ -505,7 +621,8 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--seed", type=int, default=20240611, help="seeds vectors, texts and the order (an integer >= 0; default 20240611)")
     bn.add_argument("--no-query-text", action="store_true",
                     help="send guarded queries without query_text= (no text scan or intent check)")
-    bn.add_argument("--json", metavar="OUT", help="also write the full report as JSON to this file")
+    bn.add_argument("--json", metavar="OUT", help="also write the full report as JSON to this file (an existing "
+                                                  "file is replaced only if it holds JSON, e.g. an earlier report)")
     bn.add_argument("--url", help="a Qdrant server instead of local :memory: (API key from QDRANT_API_KEY; "
                                   "same code path, untested here); needs --scratch-collection")
     bn.add_argument("--scratch-collection", metavar="NAME",

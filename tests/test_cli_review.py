@@ -1,0 +1,199 @@
+"""The ``qdrant-guard`` command used the way a careless new user uses it (CLI new-user review,
+docs/security-testing.md): output paths that already hold a key, a demo pointed at a project
+directory, a --ttl typo, an --out whose directory is missing. Each test failed on the command
+before the review (commit 7336b72): it overwrote a file, deleted one, or answered with a bare
+errno after minutes of work."""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from qdrant_client import QdrantClient, models
+
+from qdrant_guard.cli import main
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # argparse's usage errors
+        rc = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _one_line_error(err: str, *names: str) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines and "Traceback" not in err, err
+    assert all(name in lines[-1] for name in names), err
+
+
+def _new_key(path: Path, capsys: pytest.CaptureFixture[str]) -> bytes:
+    assert _run(["keys", "new", "--out", str(path)], capsys)[0] == 0
+    return path.read_bytes()
+
+
+# keys new
+
+def test_keys_new_does_not_replace_a_public_key_left_at_out_pub(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: the .pub beside --out (what a policy's authority_keys trusts) was silently rewritten.
+    pub = tmp_path / "guard.key.pub"
+    pub.write_text("ed25519:the-key-the-policy-trusts\n")
+    rc, out, err = _run(["keys", "new", "--out", str(tmp_path / "guard.key")], capsys)
+    assert rc == 2 and out == ""
+    _one_line_error(err, str(pub), "refusing to overwrite")
+    assert pub.read_text() == "ed25519:the-key-the-policy-trusts\n"
+    assert not (tmp_path / "guard.key").exists()
+
+
+def test_keys_new_that_cannot_write_the_pub_leaves_no_private_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A name of 252 characters fits, its .pub (256) does not: before, the private key stayed behind
+    # without its public half.
+    out = tmp_path / ("k" * 252)
+    rc, stdout, err = _run(["keys", "new", "--out", str(out)], capsys)
+    assert rc == 2 and stdout == ""
+    _one_line_error(err, "--out", "nothing was written")
+    assert list(tmp_path.iterdir()) == []
+
+
+# credential issue
+
+@pytest.mark.parametrize("ttl", ["1e30", "315360001"])
+def test_credential_issue_refuses_a_ttl_over_ten_years(tmp_path: Path, capsys: pytest.CaptureFixture[str], ttl: str) -> None:
+    # Before: --ttl 1e30 printed a credential valid for 10^22 years.
+    _new_key(tmp_path / "hr.key", capsys)
+    rc, out, err = _run(["credential", "issue", "--authority", str(tmp_path / "hr.key"), "--agent", "a",
+                         "--boundary", "hr", "--ttl", ttl], capsys)
+    assert rc == 2 and out == ""
+    _one_line_error(err, "--ttl", "ten years")
+
+
+def test_credential_issue_prints_the_token_alone_and_its_expiry_and_id_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _new_key(tmp_path / "hr.key", capsys)
+    rc, out, err = _run(["credential", "issue", "--authority", str(tmp_path / "hr.key"), "--agent", "a",
+                         "--boundary", "hr", "--ttl", "86400"], capsys)
+    assert rc == 0
+    token = out.strip()
+    assert out.count("\n") == 1 and token.startswith("qgc1.")
+    body = token.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    assert claims["exp"] - claims["iat"] == 86400
+    assert claims["jti"] in err and "revoked_credentials" in err and "[boundaries.hr]" in err
+
+
+# demo --workdir
+
+def test_demo_does_not_delete_the_keys_log_and_store_of_a_project_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: `demo --workdir .` in a project deleted every *.key* file, audit.jsonl and store there.
+    (tmp_path / "guard.key").write_text("my key\n")
+    (tmp_path / "audit.jsonl").write_text("my log\n")
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "meta.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("mine\n")
+    rc, out, err = _run(["demo", "--workdir", str(tmp_path)], capsys)
+    assert rc == 2 and out == ""
+    _one_line_error(err, "--workdir", "notes.txt", "new or empty directory")
+    assert (tmp_path / "guard.key").read_text() == "my key\n"
+    assert (tmp_path / "audit.jsonl").read_text() == "my log\n"
+    assert (tmp_path / "store" / "meta.json").read_text() == "{}"
+
+
+def test_demo_does_not_take_a_directory_of_only_demo_named_files_it_did_not_mark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "guard.key").write_text("my key\n")
+    (tmp_path / "audit.jsonl").write_text("my log\n")
+    rc, _, err = _run(["demo", "--workdir", str(tmp_path)], capsys)
+    assert rc == 2
+    _one_line_error(err, "--workdir", ".qdrant-guard-demo")
+    assert (tmp_path / "guard.key").read_text() == "my key\n"
+
+
+def test_demo_reruns_in_its_own_workdir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    work = tmp_path / "demo"
+    for _ in range(2):
+        rc, out, err = _run(["demo", "--workdir", str(work)], capsys)
+        assert rc == 0 and "all expectations hold" in out, err
+
+
+def test_demo_workdir_that_is_a_file_names_the_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: "error: [Errno 17] File exists: '...'".
+    f = tmp_path / "afile"
+    f.write_text("x")
+    rc, _, err = _run(["demo", "--workdir", str(f)], capsys)
+    assert rc == 2
+    _one_line_error(err, "--workdir", "not a directory")
+
+
+# calibrate
+
+@pytest.fixture()
+def clean_store(tmp_path: Path) -> tuple[Path, Path]:
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(40, 8))
+    client = QdrantClient(path=str(tmp_path / "store"))
+    client.create_collection("docs", vectors_config=models.VectorParams(size=8, distance=models.Distance.COSINE))
+    client.upsert("docs", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(vectors)])
+    client.close()
+    queries = tmp_path / "q.jsonl"
+    queries.write_text("".join(json.dumps(v.tolist()) + "\n" for v in vectors[:8]))
+    return tmp_path / "store", queries
+
+
+def _calibrate(store: Path, queries: Path, out: str, *extra: str) -> list[str]:
+    return ["calibrate", "--path", str(store), "--collection", "docs", "--queries", str(queries), "--out", out,
+            "--no-progress", "--threshold", "0.9", "--epsilons", "1,8", *extra]
+
+
+def test_calibrate_does_not_overwrite_a_private_key_given_as_out(tmp_path: Path, clean_store: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: the measurement ran, then the record replaced the key.
+    key = _new_key(tmp_path / "hr.key", capsys)
+    rc, out, err = _run(_calibrate(*clean_store, str(tmp_path / "hr.key")), capsys)
+    assert rc == 2 and out == ""
+    _one_line_error(err, "--out", "refusing to overwrite")
+    assert (tmp_path / "hr.key").read_bytes() == key
+
+
+def test_calibrate_replaces_an_earlier_record(tmp_path: Path, clean_store: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "utility.json"
+    out.write_text('{"earlier": "record"}\n')
+    rc, stdout, err = _run(_calibrate(*clean_store, str(out)), capsys)
+    assert rc == 0 and "chosen epsilon" in stdout, err
+    assert "earlier" not in out.read_text()
+
+
+@pytest.mark.parametrize("case", ["out_dir_missing", "out_is_dir", "queries_missing", "collection_missing"])
+def test_calibrate_names_the_bad_option_before_measuring(tmp_path: Path, clean_store: tuple[Path, Path], capsys: pytest.CaptureFixture[str], case: str) -> None:
+    # Before: "[Errno 2] No such file or directory: 'nodir/u.json'" after the whole measurement, or
+    # "Collection nope not found".
+    store, queries = clean_store
+    argv, names = {
+        "out_dir_missing": (_calibrate(store, queries, str(tmp_path / "nodir" / "u.json")), ("--out", "nodir")),
+        "out_is_dir": (_calibrate(store, queries, str(tmp_path)), ("--out", "is a directory")),
+        "queries_missing": (_calibrate(store, tmp_path / "nope.jsonl", str(tmp_path / "u.json")), ("--queries", "nope.jsonl")),
+        "collection_missing": (_calibrate(store, queries, str(tmp_path / "u.json"))[:4] + ["nope"]
+                               + _calibrate(store, queries, str(tmp_path / "u.json"))[5:], ("--collection", "nope", "docs")),
+    }[case]
+    rc, out, err = _run(argv, capsys)
+    assert rc == 2 and out == ""
+    _one_line_error(err, *names)
+    assert not (tmp_path / "u.json").exists()
+
+
+# bench --json
+
+def test_bench_json_does_not_overwrite_a_private_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: an authority key (the policy names only its .pub) was replaced by the report.
+    _new_key(tmp_path / "guard.key", capsys)
+    key = _new_key(tmp_path / "hr.key", capsys)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'signing_key = "{tmp_path / "guard.key"}"\n'
+                      f'[boundaries.hr]\nauthority_keys = ["{tmp_path / "hr.key.pub"}"]\n'
+                      '[collections.docs]\nclass = "PII"\nowner = "hr"\nraw_in_boundary = true\n')
+    rc, out, err = _run(["bench", "--policy", str(policy), "--collection", "docs", "--throwaway-credentials",
+                         "--dim", "4", "--points", "20", "--queries", "2", "--rounds", "1", "--no-progress",
+                         "--json", str(tmp_path / "hr.key")], capsys)
+    assert rc == 2 and out == ""
+    _one_line_error(err, "--json", "refusing to overwrite")
+    assert (tmp_path / "hr.key").read_bytes() == key
