@@ -279,6 +279,10 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     if rep.ok:
         signed = f", {rep.checkpoints} signed checkpoint(s) verified" if trusted is not None else ""
         print(f"OK: {rep.entries} entries, hash chain intact{signed} ({args.file})")
+        if trusted is not None and rep.checkpoints == 0:
+            # Without a checkpoint the key vouches for nothing: any key, the wrong one too, passes.
+            print(f"note: --key checked no signature: the log has no signed checkpoint (one is due every "
+                  f"--checkpoint-every {args.checkpoint_every} entries), so who wrote it is not verified")
         # Entries cut off the end leave a chain that verifies: only a copy of its end, kept
         # elsewhere and compared on the next run, shows the cut.
         print(f"last entry: seq {rep.last_seq}, hash {rep.last_hash} (keep it elsewhere: a log cut "
@@ -426,8 +430,24 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return rc
 
 
+def _credential_from(spec: str, flag: str) -> str:
+    """``--credential``'s token; a file that holds none (empty, a key file) is named as such, where the
+    verifier's "malformed" would tell a CLI user to pass the file's contents instead of its path."""
+    from .overhead import read_credential
+
+    token = read_credential(spec, flag)
+    if not spec.strip().startswith("qgc1.") and not token.startswith("qgc1."):
+        if token.startswith("-----BEGIN") or token.startswith("ed25519:"):
+            raise ConfigError(f"{flag} {spec!r} is a key file, not a credential; pass the token `qdrant-guard "
+                              "credential issue` printed, or the file it was redirected to")
+        what = "is empty" if not token else "holds no credential token (qgc1....)"
+        raise ConfigError(f"{flag} file {spec!r} {what}; write one into it with `qdrant-guard credential issue "
+                          f"--authority AUTHORITY.key --agent AGENT --boundary BOUNDARY > {spec}`")
+    return token
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .overhead import measure_overhead, read_credential
+    from .overhead import measure_overhead
     from .overhead_setup import json_path
 
     if args.json is not None and (problem := _output_file_error("--json", args.json)):
@@ -438,8 +458,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         report = measure_overhead(
             args.policy, args.collection,
-            credential=read_credential(args.credential) if args.credential else None,
-            read_credential=read_credential(args.read_credential, "--read-credential") if args.read_credential else None,
+            credential=_credential_from(args.credential, "--credential") if args.credential else None,
+            read_credential=_credential_from(args.read_credential, "--read-credential") if args.read_credential else None,
             throwaway_credentials=args.throwaway_credentials, write_boundary=args.write_boundary,
             read_boundary=args.read_boundary, dim=args.dim, points=args.points, batch=args.batch,
             queries=args.queries, limit=args.limit, rounds=args.rounds, sources=args.sources, seed=args.seed,
@@ -470,15 +490,16 @@ def build_parser() -> argparse.ArgumentParser:
     keys_p = sub.add_parser("keys", help="key management").add_subparsers(dest="sub", required=True)
     kn = keys_p.add_parser("new", help="make an Ed25519 key pair (private PEM 0600 + .pub)",
                            description="Write a new Ed25519 private key (PEM, mode 0600) to --out and its "
-                                       "public key to OUT.pub, and print both key ids; an existing file is "
-                                       "never overwritten.")
+                                       "public key to OUT.pub, and print their paths, the public key and its "
+                                       "key id as JSON; if OUT or OUT.pub exists, nothing is written (exit 2).")
     kn.add_argument("--out", required=True, help="path of the private key file to create")
     kn.set_defaults(func=cmd_keys_new)
 
     cred_p = sub.add_parser("credential", help="boundary credentials").add_subparsers(dest="sub", required=True)
     ci = cred_p.add_parser("issue", help="issue a credential proving an agent is in a boundary",
-                           description="Print a credential token (qgc1....) on stdout; the agent passes it as "
-                                       "Principal(agent, boundary, token).")
+                           description="Print a credential token (qgc1....) on stdout, and on stderr its expiry and "
+                                       "credential id (jti, which [boundaries.NAME] revoked_credentials revokes); "
+                                       "the agent passes the token as Principal(agent, boundary, token).")
     ci.add_argument("--authority", required=True,
                     help="the boundary authority's private key file (from `keys new`; the policy lists its "
                          ".pub in [boundaries.NAME] authority_keys)")
@@ -499,7 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--url", help="Qdrant server URL (API key from QDRANT_API_KEY)")
     rv.add_argument("--collection", required=True, help="the collection whose points are checked")
     rv.add_argument("--trusted-key", action="append", help="trusted public key (ed25519:... or file); repeatable")
-    rv.add_argument("--policy", help="take trusted/revoked keys from this policy file")
+    rv.add_argument("--policy", help="the guard's policy file: trust its receipts.trusted_keys and its signing_key's "
+                                    "public key, refuse its revoked_keys, and apply the collection's class (a "
+                                    "PUBLIC collection needs no receipts)")
     rv.add_argument("--check-noise", action="store_true",
                     help="also refuse receipts whose signed noise a guarded write refuses "
                          "(noise.check_release: the TEST-ONLY seeded generator, a scale below the "
@@ -634,8 +657,12 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     bn.set_defaults(func=cmd_bench)
 
+    for group in (keys_p, cred_p, rec_p, aud_p):
+        # argparse names a missing subcommand by its dest ("required: sub"); name the choices instead.
+        group.metavar = "{" + ",".join(group.choices) + "}"
     ev = sub.add_parser("eval", help="privacy-utility report with real inversion attacks (needs [eval])", add_help=False)
     ev.set_defaults(func=None)
+    sub.metavar = "{" + ",".join(sub.choices) + "}"
     return p
 
 

@@ -197,3 +197,60 @@ def test_bench_json_does_not_overwrite_a_private_key(tmp_path: Path, capsys: pyt
     assert rc == 2 and out == ""
     _one_line_error(err, "--json", "refusing to overwrite")
     assert (tmp_path / "hr.key").read_bytes() == key
+
+
+# bench --credential
+
+@pytest.mark.parametrize("content", ["", "-----BEGIN PRIVATE KEY-----\nMC4\n-----END PRIVATE KEY-----\n"])
+def test_bench_credential_file_without_a_token_is_named_for_what_it_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str) -> None:
+    # Before: the verifier's "malformed ... pass its contents: open(path).read().strip(), not the
+    # path", which a CLI user, who did pass a file, cannot act on.
+    _new_key(tmp_path / "guard.key", capsys)
+    _new_key(tmp_path / "hr.key", capsys)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'signing_key = "{tmp_path / "guard.key"}"\n'
+                      f'[boundaries.hr]\nauthority_keys = ["{tmp_path / "hr.key.pub"}"]\n'
+                      '[collections.docs]\nclass = "PII"\nowner = "hr"\nraw_in_boundary = true\n')
+    cred = tmp_path / "agent.cred"
+    cred.write_text(content)
+    rc, out, err = _run(["bench", "--policy", str(policy), "--collection", "docs", "--credential", str(cred),
+                         "--dim", "4", "--points", "20", "--queries", "2", "--rounds", "1", "--no-progress"], capsys)
+    assert rc == 2 and out == ""
+    _one_line_error(err, "--credential", str(cred), "is empty" if not content else "key file")
+    assert "open(path)" not in err
+
+
+# audit verify --key
+
+def test_audit_verify_says_when_key_checked_no_signature(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: "OK ..., 0 signed checkpoint(s) verified" for any --key, the wrong one included, with
+    # nothing saying that the key vouched for nothing.
+    from qdrant_guard.audit import AuditLog
+
+    log = tmp_path / "audit.jsonl"
+    writer = AuditLog(str(log))
+    writer.append({"event": "one"})
+    writer.close()
+    _new_key(tmp_path / "other.key", capsys)
+    rc, out, _ = _run(["audit", "verify", str(log), "--key", str(tmp_path / "other.key.pub")], capsys)
+    assert rc == 0 and "OK: 1 entries" in out
+    assert "--key checked no signature" in out
+
+
+# help and usage
+
+@pytest.mark.parametrize("argv,choices", [([], "{keys,credential,receipt,audit,demo,calibrate,bench,eval}"),
+                                          (["audit"], "{verify,repair,replay}"), (["keys"], "{new}")])
+def test_a_missing_subcommand_is_named_by_its_choices(capsys: pytest.CaptureFixture[str], argv: list[str], choices: str) -> None:
+    # Before: "the following arguments are required: sub".
+    rc, _, err = _run(argv, capsys)
+    assert rc == 2
+    _one_line_error(err, f"required: {choices}")
+
+
+def test_keys_new_help_describes_what_it_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: "print both key ids"; it prints one key id, the public key and the two paths.
+    printed = json.loads(_run(["keys", "new", "--out", str(tmp_path / "k.key")], capsys)[1])
+    assert set(printed) == {"private_key", "public_key_file", "public_key", "key_id"}
+    _, help_text, _ = _run(["keys", "new", "--help"], capsys)
+    assert "both key ids" not in help_text and "key id" in help_text
