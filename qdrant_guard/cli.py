@@ -76,6 +76,11 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
         print(f"error: --out {what}; give the path of the key file to create, e.g. --out keys/guard.key "
               "(its public key goes beside it, as keys/guard.key.pub)", file=sys.stderr)
         return 2
+    if args.out.endswith(("/", os.sep)):
+        # Path() drops the slash: "keys/" would become a key file named "keys".
+        print(f"error: --out {args.out!r} ends with a slash; give the path of the key file to create, e.g. "
+              f"--out {args.out.rstrip('/' + os.sep) or '.'}/guard.key", file=sys.stderr)
+        return 2
     pub = out.with_suffix(out.suffix + ".pub")
     for existing in (out, pub):
         # A .pub left beside the path is what a policy or an auditor trusts: replacing it silently
@@ -199,7 +204,10 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
             trusted[keys.key_id(pk)] = pk
         revoked = cfg.receipts.revoked_keys
     if not trusted:
-        print("error: no trusted keys: pass --trusted-key or --policy", file=sys.stderr)
+        where = (f"--policy {args.policy} names no signing_key and no receipts.trusted_keys" if args.policy
+                 else "no --trusted-key and no --policy")
+        print(f"error: no trusted keys: {where}; pass --trusted-key with the public key of each receipt signer "
+              "(the guard's signing_key's .pub), or a --policy that names them", file=sys.stderr)
         return 2
     client = _client_from(args)
     if not client.collection_exists(args.collection):

@@ -254,3 +254,24 @@ def test_keys_new_help_describes_what_it_prints(tmp_path: Path, capsys: pytest.C
     assert set(printed) == {"private_key", "public_key_file", "public_key", "key_id"}
     _, help_text, _ = _run(["keys", "new", "--help"], capsys)
     assert "both key ids" not in help_text and "key id" in help_text
+
+
+def test_keys_new_out_ending_in_a_slash_is_not_made_a_key_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: `--out keys/` (a directory meant) wrote the private key to a file named "keys".
+    rc, out, err = _run(["keys", "new", "--out", f"{tmp_path}/keys/"], capsys)
+    assert rc == 2 and out == ""
+    _one_line_error(err, "--out", "slash", "keys/guard.key")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_receipt_verify_with_a_policy_naming_no_key_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: "no trusted keys: pass --trusted-key or --policy" to a user who had passed --policy.
+    client = QdrantClient(path=str(tmp_path / "store"))
+    client.create_collection("docs", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    client.close()
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[collections.docs]\nclass = "PUBLIC"\n')
+    rc, out, err = _run(["receipt", "verify", "--path", str(tmp_path / "store"), "--collection", "docs",
+                         "--policy", str(policy)], capsys)
+    assert rc == 2 and out == ""
+    _one_line_error(err, str(policy), "names no signing_key", "--trusted-key")
