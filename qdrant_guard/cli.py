@@ -418,6 +418,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     problems = [_output_file_error("--out", args.out), _readable_file_error("--queries", args.queries)]
     if args.qrels:
         problems.append(_readable_file_error("--qrels", args.qrels))
+    for flag, given in (("--queries", args.queries), ("--qrels", args.qrels)):
+        # A one-line JSONL file is JSON too: the rule above would let the record replace it.
+        if given and args.out and Path(given).resolve() == Path(args.out).resolve():
+            problems.append(f"--out {args.out!r} is the {flag} file, which calibrate reads; give another file "
+                            "(e.g. --out utility.json)")
     for problem in problems:
         if problem:
             print(f"error: {problem}", file=sys.stderr)

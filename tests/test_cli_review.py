@@ -275,3 +275,16 @@ def test_receipt_verify_with_a_policy_naming_no_key_says_so(tmp_path: Path, caps
                          "--policy", str(policy)], capsys)
     assert rc == 2 and out == ""
     _one_line_error(err, str(policy), "names no signing_key", "--trusted-key")
+
+
+def test_calibrate_out_is_not_its_own_one_line_queries_file(tmp_path: Path, clean_store: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    # A one-line JSONL file is also one JSON document, so "replace only JSON" alone would let the
+    # record overwrite the queries it measured.
+    store, queries = clean_store
+    one = tmp_path / "one.jsonl"
+    one.write_text(queries.read_text().splitlines()[0] + "\n")
+    before = one.read_text()
+    rc, out, err = _run(_calibrate(store, one, str(one)), capsys)
+    assert rc == 2 and out == ""
+    _one_line_error(err, "--out", "--queries")
+    assert one.read_text() == before
