@@ -52,9 +52,13 @@ def _ttl(text: str) -> float:
 
 
 def _nonempty(text: str) -> str:
-    """argparse type: a name that is not empty or blank."""
+    """argparse type: a name that is not empty or blank, nor padded with whitespace (a quoting slip:
+    "hr " is another boundary than the policy's hr, so its credential would be refused there)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
+    if text != text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} begins or ends with whitespace; give the name as the "
+                                         f"policy spells it ({text.strip()!r}?)")
     return text
 
 
@@ -107,6 +111,11 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
     return 0
 
 
+def _toml_key(name: str) -> str:
+    """``name`` as a TOML table key: bare if it can be, else quoted (``[boundaries.h.r]`` would nest)."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
+
+
 def cmd_credential_issue(args: argparse.Namespace) -> int:
     from . import keys
     from .boundary import issue_credential
@@ -119,7 +128,8 @@ def cmd_credential_issue(args: argparse.Namespace) -> int:
     # stderr, so that `credential issue ... > agent.cred` still captures the token alone.
     print(f"note: {args.agent}@{args.boundary} until "
           f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(claims['exp']))}; credential id (jti) "
-          f"{claims['jti']}: list it in [boundaries.{args.boundary}] revoked_credentials to revoke it sooner",
+          f"{claims['jti']}: list it in [boundaries.{_toml_key(args.boundary)}] revoked_credentials to revoke "
+          "it sooner",
           file=sys.stderr)
     return 0
 

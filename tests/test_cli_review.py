@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -288,3 +289,27 @@ def test_calibrate_out_is_not_its_own_one_line_queries_file(tmp_path: Path, clea
     assert rc == 2 and out == ""
     _one_line_error(err, "--out", "--queries")
     assert one.read_text() == before
+
+
+@pytest.mark.parametrize("flag", ["--agent", "--boundary"])
+def test_credential_issue_refuses_a_name_padded_with_whitespace(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    # Before: --boundary "hr " issued a credential for boundary 'hr ', which no policy's [boundaries.hr]
+    # accepts, and nothing said so until the guard refused it.
+    _new_key(tmp_path / "hr.key", capsys)
+    names = {"--agent": "a", "--boundary": "hr"}
+    names[flag] += " "
+    rc, out, err = _run(["credential", "issue", "--authority", str(tmp_path / "hr.key"),
+                         "--agent", names["--agent"], "--boundary", names["--boundary"]], capsys)
+    assert rc == 2 and out == ""
+    _one_line_error(err, flag, "whitespace")
+
+
+def test_credential_issue_names_a_dotted_boundary_as_toml_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import tomllib
+
+    _new_key(tmp_path / "k.key", capsys)
+    rc, _, err = _run(["credential", "issue", "--authority", str(tmp_path / "k.key"), "--agent", "a",
+                       "--boundary", "eu.hr"], capsys)
+    assert rc == 0
+    table = re.search(r"(\[boundaries\.[^\]]+\])", err).group(1)
+    assert list(tomllib.loads(table + "\nrevoked_credentials = []\n")["boundaries"]) == ["eu.hr"]
