@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import ConfigError, QdrantGuardError
+from .errors import ConfigError, GuardArgumentValueError, QdrantGuardError
 
 
 def _positive_float(text: str) -> float:
@@ -356,41 +356,14 @@ def cmd_audit_replay(args: argparse.Namespace) -> int:
                       checkpoint_every=args.checkpoint_every, mode=mode)
 
 
-# What `demo --workdir` writes: it deletes every *.key* file, audit.jsonl and store in the directory
-# before it starts, so it runs only where nothing else lives.
-_DEMO_MARK = ".qdrant-guard-demo"
-_DEMO_FILES = {_DEMO_MARK, "policy.toml", "audit.jsonl", "store"} | {
-    f"{name}.key{pub}" for name in ("guard", "hr-authority", "support-authority", "support-agent")
-    for pub in ("", ".pub")}
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .demo import claim_workdir, run_demo
 
     if args.workdir is not None:
-        work = Path(args.workdir)
-        if not args.workdir or (work.exists() and not work.is_dir()):
-            what = "is empty" if not args.workdir else f"{args.workdir!r} is not a directory"
-            print(f"error: --workdir {what}; give a new or empty directory (e.g. --workdir demo)", file=sys.stderr)
-            return 2
-        if work.is_dir():
-            names = {p.name for p in work.iterdir()}
-            if names and (_DEMO_MARK not in names or not names <= _DEMO_FILES):
-                other = sorted(names - _DEMO_FILES)
-                held = (f"holds files the demo does not write ({', '.join(other[:3])}{', ...' if len(other) > 3 else ''})"
-                        if other else f"has no {_DEMO_MARK} mark, so it may not be a demo's (an earlier version's "
-                        "demo left none: remove the directory to rerun there)")
-                print(f"error: --workdir {args.workdir!r} {held}, and the demo deletes every *.key* file, "
-                      "audit.jsonl and store there before it starts; give a new or empty directory "
-                      "(e.g. --workdir demo)", file=sys.stderr)
-                return 2
         try:
-            work.mkdir(parents=True, exist_ok=True)
-            (work / _DEMO_MARK).write_text("written by `qdrant-guard demo`; the next demo run here replaces "
-                                           "this directory's keys, policy, store and audit log\n")
-        except OSError as exc:
-            print(f"error: cannot create --workdir {args.workdir!r}: {exc.strerror or exc}; give a new or empty "
-                  "directory in a writable place", file=sys.stderr)
+            claim_workdir(args.workdir)
+        except GuardArgumentValueError as exc:
+            print(f"error: --{exc}".replace("(e.g. demo)", "(e.g. --workdir demo)"), file=sys.stderr)
             return 2
     return run_demo(workdir=args.workdir)
 

@@ -21,7 +21,7 @@ from . import implementation, keys
 from .audit import verify_audit_file
 from .boundary import Principal, issue_credential
 from .client import QdrantClient
-from .errors import GuardRefusal
+from .errors import GuardArgumentValueError, GuardRefusal
 from .hashing_embedder import HashingEmbedder
 from .noise import privatize
 from .receipts import RECEIPT_KEY, ReceiptItem, ReceiptSigner, issue_receipts_batch, receipts_for_payload, stored_form
@@ -120,14 +120,58 @@ def _setup(work: Path) -> dict[str, Any]:
     }
 
 
+# What a demo writes in its workdir. It deletes every *.key* file, audit.jsonl and store there
+# before it starts, so it runs only where nothing else lives.
+_DEMO_MARK = ".qdrant-guard-demo"
+_DEMO_FILES = {_DEMO_MARK, "policy.toml", "audit.jsonl", "store"} | {
+    f"{name}.key{pub}" for name in ("guard", "hr-authority", "support-authority", "support-agent")
+    for pub in ("", ".pub")}
+
+
+def claim_workdir(workdir: str) -> Path:
+    """Create ``workdir`` (or accept it: empty, or marked by an earlier demo) and mark it as a demo's.
+
+    Raises:
+        GuardArgumentValueError: ``workdir`` is empty, a file, a directory holding anything but an
+            earlier demo's files, or cannot be created. Nothing is deleted or written then.
+    """
+    work = Path(workdir)
+    if not workdir or (work.exists() and not work.is_dir()):
+        what = "is empty" if not workdir else f"{workdir!r} is not a directory"
+        raise GuardArgumentValueError(f"workdir {what}; give a new or empty directory (e.g. demo)")
+    if work.is_dir():
+        names = {p.name for p in work.iterdir()}
+        if names and (_DEMO_MARK not in names or not names <= _DEMO_FILES):
+            other = sorted(names - _DEMO_FILES)
+            held = (f"holds files the demo does not write ({', '.join(other[:3])}{', ...' if len(other) > 3 else ''})"
+                    if other else f"has no {_DEMO_MARK} mark, so it may not be a demo's (an earlier version's "
+                    "demo left none: remove the directory to rerun there)")
+            raise GuardArgumentValueError(
+                f"workdir {workdir!r} {held}, and the demo deletes every *.key* file, audit.jsonl and store "
+                "there before it starts; give a new or empty directory (e.g. demo)")
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        (work / _DEMO_MARK).write_text("written by `qdrant-guard demo`; the next demo run here replaces "
+                                       "this directory's keys, policy, store and audit log\n")
+    except OSError as exc:
+        raise GuardArgumentValueError(
+            f"workdir {workdir!r} cannot be created: {exc.strerror or exc}; give a new or empty directory "
+            "in a writable place") from None
+    return work
+
+
 def run_demo(workdir: str | None = None) -> int:
     """Run the demo; return 0 when every expectation holds, 1 otherwise.
 
     ``workdir`` keeps the keys, policy, store and audit log there; without it they go to a
-    temporary directory that is removed at the end.
+    temporary directory that is removed at the end. The demo replaces its own files in
+    ``workdir``, so it must be new, empty or an earlier demo's (see :func:`claim_workdir`).
+
+    Raises:
+        GuardArgumentValueError: ``workdir`` holds anything but an earlier demo's files.
     """
-    if workdir:
-        return _run(Path(workdir), kept=True)
+    if workdir is not None:
+        return _run(claim_workdir(workdir), kept=True)
     # Each `make demo` used to leave a store and private keys behind in /tmp.
     work = Path(tempfile.mkdtemp(prefix="qdrant-guard-demo-"))
     try:

@@ -15,6 +15,7 @@ import pytest
 from qdrant_client import QdrantClient, models
 
 from qdrant_guard.cli import main
+from qdrant_guard.errors import GuardArgumentValueError
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -313,3 +314,16 @@ def test_credential_issue_names_a_dotted_boundary_as_toml_does(tmp_path: Path, c
     assert rc == 0
     table = re.search(r"(\[boundaries\.[^\]]+\])", err).group(1)
     assert list(tomllib.loads(table + "\nrevoked_credentials = []\n")["boundaries"]) == ["eu.hr"]
+
+
+def test_run_demo_from_python_refuses_a_directory_it_did_not_make(tmp_path: Path) -> None:
+    # Before: only the CLI checked; run_demo(workdir=...) deleted the directory's keys and log.
+    from qdrant_guard.demo import run_demo
+
+    (tmp_path / "guard.key").write_text("my key\n")
+    (tmp_path / "audit.jsonl").write_text("my log\n")
+    with pytest.raises(GuardArgumentValueError, match=r"workdir .* \.qdrant-guard-demo mark.*new or empty directory"):
+        run_demo(workdir=str(tmp_path))
+    assert (tmp_path / "guard.key").read_text() == "my key\n"
+    assert (tmp_path / "audit.jsonl").read_text() == "my log\n"
+    assert not (tmp_path / ".qdrant-guard-demo").exists()
