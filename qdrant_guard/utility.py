@@ -897,6 +897,52 @@ def _clip_norm_arg(text: str) -> float | None:
     return None if text.strip().lower() == "none" else float(text)
 
 
+def _positive_int_arg(text: str) -> int:
+    """``--k``, ``--sample-limit``: an integer of at least 1 (argparse names the option)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; give a whole number >= 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1; give a whole number >= 1")
+    return value
+
+
+def _epsilons_arg(text: str) -> tuple[float, ...]:
+    """``--epsilons``: comma-separated finite numbers above 0 (argparse names the option)."""
+    import argparse
+
+    values = []
+    for part in (x.strip() for x in text.split(",")):
+        if not part:
+            continue
+        try:
+            e = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r} is not a number; give epsilons such as 0.5,1,2") from None
+        if not (math.isfinite(e) and e > 0):
+            raise argparse.ArgumentTypeError(f"{part} is not a finite epsilon above 0; give epsilons such as 0.5,1,2")
+        values.append(e)
+    if not values:
+        raise argparse.ArgumentTypeError("no epsilon given; give epsilons such as 0.5,1,2")
+    return tuple(values)
+
+
+def _threshold_arg(text: str) -> float:
+    """``--threshold``: a relative drop, 0 <= value < 1 (argparse names the option)."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a relative drop such as 0.05") from None
+    if not (0.0 <= value < 1.0):
+        raise argparse.ArgumentTypeError(f"{text} is not a relative drop in [0, 1); give one such as 0.05")
+    return value
+
+
 def add_calibrate_arguments(parser: Any) -> None:
     """Add the ``qdrant-guard calibrate`` options to an argparse parser."""
     src = parser.add_mutually_exclusive_group(required=True)
@@ -906,7 +952,7 @@ def add_calibrate_arguments(parser: Any) -> None:
                         help="the collection to measure, read with plain qdrant-client (its clean vectors)")
     parser.add_argument("--queries", required=True, help="JSONL: one text or vector per line")
     parser.add_argument("--qrels", help="JSONL: {\"query\": i, \"relevant\": [ids] or {id: grade}}")
-    parser.add_argument("--threshold", type=float, default=0.05,
+    parser.add_argument("--threshold", type=_threshold_arg, default=0.05,
                         help="largest accepted relative drop of --metric (the policy's "
                              "utility.max_recall_drop; default 0.05)")
     parser.add_argument("--out", required=True, help="where to write the signed record (JSON)")
@@ -920,7 +966,7 @@ def add_calibrate_arguments(parser: Any) -> None:
                         help="the collection's noise.delta (default 1e-6; ignored for laplace_l2)")
     parser.add_argument("--clip-norm", type=_clip_norm_arg, default=1.0,
                         help="L2 clipping norm, or 'none' for a policy with clip_norm unset")
-    parser.add_argument("--epsilons", help="comma-separated candidate epsilons, measured from the smallest "
+    parser.add_argument("--epsilons", type=_epsilons_arg, help="comma-separated candidate epsilons, measured from the smallest "
                                            "(most noise) up (default: %s)" % ",".join(f"{e:g}" for e in DEFAULT_EPSILONS))
     parser.add_argument("--epsilon-ceiling", type=float,
                         help="levels above it are measured and recorded but never chosen (the class's "
@@ -929,10 +975,10 @@ def add_calibrate_arguments(parser: Any) -> None:
                         help="the named vector to measure (needed when --collection has several); the "
                              "record vouches only for writes of a vector of this name (the policy's "
                              "utility.records)")
-    parser.add_argument("--k", type=int, default=10, help="cut-off of the metric (the policy's utility.k; default 10)")
+    parser.add_argument("--k", type=_positive_int_arg, default=10, help="cut-off of the metric (the policy's utility.k; default 10)")
     parser.add_argument("--metric", default="recall", choices=_METRICS,
                         help="the policy's utility.metric (default recall; ndcg needs --qrels)")
-    parser.add_argument("--sample-limit", type=int, help="measure at most this many queries (a random sample)")
+    parser.add_argument("--sample-limit", type=_positive_int_arg, help="measure at most this many queries (a random sample)")
     parser.add_argument("--seed", type=int, help="reproducible measurement (test noise; never for production writes)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument(
@@ -1034,7 +1080,9 @@ def run_calibrate_cli(args: Any) -> int:
         signer = load_private_key(get("key"))
     epsilons = DEFAULT_EPSILONS
     if get("epsilons"):
-        epsilons = tuple(float(x) for x in str(get("epsilons")).split(",") if x.strip())
+        given = get("epsilons")
+        # The CLI's type parsed it already; a caller of this function may pass the text.
+        epsilons = given if isinstance(given, tuple) else _epsilons_arg(str(given))
     client = (QdrantClient(path=get("path")) if get("path")
               else QdrantClient(url=get("url"), api_key=os.environ.get("QDRANT_API_KEY")))
     try:

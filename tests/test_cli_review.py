@@ -327,3 +327,24 @@ def test_run_demo_from_python_refuses_a_directory_it_did_not_make(tmp_path: Path
     assert (tmp_path / "guard.key").read_text() == "my key\n"
     assert (tmp_path / "audit.jsonl").read_text() == "my log\n"
     assert not (tmp_path / ".qdrant-guard-demo").exists()
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("--k", "0", "below 1"),
+    ("--k", "ten", "not an integer"),
+    ("--sample-limit", "0", "below 1"),
+    ("--epsilons", "0,-1", "not a finite epsilon above 0"),
+    ("--epsilons", "1,x", "not a number"),
+    ("--epsilons", ",", "no epsilon given"),
+    ("--threshold", "2", "not a relative drop in [0, 1)"),
+])
+def test_calibrate_numeric_options_are_usage_errors_naming_the_option(
+        tmp_path: Path, clean_store: tuple[Path, Path], capsys: pytest.CaptureFixture[str],
+        option: str, value: str, says: str) -> None:
+    # Before: "calibrate() argument 'k' ..." in library terms, or a bare float() error, after loading the store.
+    out = tmp_path / "record.json"
+    argv = [a for a in _calibrate(*clean_store, str(out)) if a not in ("--threshold", "0.9", "--epsilons", "1,8")]
+    rc, _, err = _run([*argv, f"{option}={value}"], capsys)
+    assert rc == 2
+    _one_line_error(err, option, says)
+    assert not out.exists()
