@@ -348,3 +348,12 @@ def test_calibrate_numeric_options_are_usage_errors_naming_the_option(
     assert rc == 2
     _one_line_error(err, option, says)
     assert not out.exists()
+
+
+def test_a_directory_given_as_a_key_says_to_name_the_file_in_it(tmp_path: Path) -> None:
+    # Before: "cannot read key file '...': Is a directory", with no fix.
+    from qdrant_guard import keys
+
+    for load in (keys.load_private_key, keys.load_public_key):
+        with pytest.raises(keys.KeyStoreError, match=r"Is a directory; give the path of a key file in it .*guard\.key"):
+            load(str(tmp_path))
