@@ -333,8 +333,15 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
         print(f"error: {args.file} is not an audit log, so nothing was changed (repair cuts a damaged log after "
               f"its valid entries, and this one has none): {wrong_file}", file=sys.stderr)
         return 2
-    rep = repair_audit_file(args.file, signer=signer, trusted_keys=trusted,
-                            checkpoint_every=args.checkpoint_every, keep_chain_from=args.keep_chain_from)
+    try:
+        rep = repair_audit_file(args.file, signer=signer, trusted_keys=trusted,
+                                checkpoint_every=args.checkpoint_every, keep_chain_from=args.keep_chain_from)
+    except GuardArgumentValueError as exc:
+        # The library words it for its own argument; a CLI user set the option.
+        print("error: " + str(exc).replace("repair_audit_file() ", "").replace("keep_chain_from=", "--keep-chain-from ")
+              .replace("without keep_chain_from", "without --keep-chain-from")
+              .replace("keep_chain_from must be", "--keep-chain-from must be"), file=sys.stderr)
+        return 2
     if rep.ok and not rep.detail.startswith("repaired: "):
         # repair_audit_file leaves a log that verifies as it is, and returns its report.
         print(f"nothing to repair: {rep.detail}; {args.file} verifies and was not changed")

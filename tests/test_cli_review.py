@@ -357,3 +357,19 @@ def test_a_directory_given_as_a_key_says_to_name_the_file_in_it(tmp_path: Path) 
     for load in (keys.load_private_key, keys.load_public_key):
         with pytest.raises(keys.KeyStoreError, match=r"Is a directory; give the path of a key file in it .*guard\.key"):
             load(str(tmp_path))
+
+
+def test_audit_repair_keep_chain_from_on_a_log_that_verifies_names_the_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: "repair_audit_file() keep_chain_from=5 applies only ...", the library's words.
+    from qdrant_guard.audit import AuditLog
+
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(str(path))
+    for i in range(6):
+        log.append({"op": "x", "i": i})
+    before = path.read_bytes()
+    rc, out, err = _run(["audit", "repair", str(path), "--keep-chain-from", "5"], capsys)
+    assert rc == 2 and out == ""
+    _one_line_error(err, "--keep-chain-from 5", "without --keep-chain-from")
+    assert "repair_audit_file()" not in err
+    assert path.read_bytes() == before
