@@ -955,7 +955,8 @@ def add_calibrate_arguments(parser: Any) -> None:
     parser.add_argument("--threshold", type=_threshold_arg, default=0.05,
                         help="largest accepted relative drop of --metric (the policy's "
                              "utility.max_recall_drop; default 0.05)")
-    parser.add_argument("--out", required=True, help="where to write the signed record (JSON)")
+    parser.add_argument("--out", required=True, help="where to write the signed record (JSON); an existing file "
+                                                     "is replaced only if it holds JSON, e.g. an earlier record")
     parser.add_argument("--key", help="Ed25519 private key (PEM) that signs the record: the guard's "
                                       "signing_key, or a key whose .pub is in receipts.trusted_keys (a guard "
                                       "refuses noised writes under an unsigned record)")
