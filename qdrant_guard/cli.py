@@ -359,6 +359,16 @@ def cmd_audit_replay(args: argparse.Namespace) -> int:
         pks = [keys.load_public_key(k) for k in args.key]
         trusted = {keys.key_id(pk): pk for pk in pks}
     mode = "prefix" if args.verified_prefix else "unverified" if args.unverified else "verified"
+    if mode != "unverified":
+        from .audit import verify_audit_file
+
+        # A wrong path (a policy file, another JSONL) is named as one, as `audit verify` does, and
+        # not offered --verified-prefix / --unverified as if it were a damaged log.
+        wrong_file = _not_an_audit_log(args.log, verify_audit_file(args.log, trusted_keys=trusted,
+                                                                   checkpoint_every=args.checkpoint_every))
+        if wrong_file:
+            print(f"NOT AN AUDIT LOG: {args.log}: {wrong_file}")
+            return 1
     return replay_log(args.log, args.policy, out=sys.stdout, trusted_keys=trusted,
                       checkpoint_every=args.checkpoint_every, mode=mode)
 

@@ -373,3 +373,13 @@ def test_audit_repair_keep_chain_from_on_a_log_that_verifies_names_the_option(tm
     _one_line_error(err, "--keep-chain-from 5", "without --keep-chain-from")
     assert "repair_audit_file()" not in err
     assert path.read_bytes() == before
+
+
+def test_audit_replay_of_a_file_that_is_no_audit_log_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: "NOT REPLAYED: ... does not verify", with --verified-prefix / --unverified offered for a policy file.
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[collections.docs]\nclass = "PUBLIC"\n')
+    rc, out, _ = _run(["audit", "replay", str(policy), "--policy", str(policy)], capsys)
+    assert rc == 1
+    assert out.startswith(f"NOT AN AUDIT LOG: {policy}: none of its lines is an audit entry")
+    assert "--unverified" not in out
