@@ -463,11 +463,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .overhead import measure_overhead
     from .overhead_setup import json_path
 
+    # json_path first: it names the user's own file (the policy, a credential) that --json points at.
+    out = json_path(args.json, args.policy, {"--credential": args.credential,
+                                             "--read-credential": args.read_credential}) if args.json else None
     if args.json is not None and (problem := _output_file_error("--json", args.json)):
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    out = json_path(args.json, args.policy, {"--credential": args.credential,
-                                             "--read-credential": args.read_credential}) if args.json else None
     try:
         report = measure_overhead(
             args.policy, args.collection,
