@@ -36,6 +36,24 @@ DETECT_CASES = [
 
 # (text, rule arguments, [(violation kind, position), ...])
 SCAN_CASES: list[tuple[str | bytes, dict, list[tuple[str, int]]]] = [
+    # scan_blobs (line 689): a run of min_blob_len (32) or more with a digit needs an upper- and a
+    # lower-case letter to be a base64 blob; "s[k] >= 'A'" -> ">" no longer counted an A, and no
+    # long test run had A for its only capital. The control, with no capital, is no blob.
+    ("key k9m2p7q8r1s5t6u3v0w2y4x8n1g2h3j4A end", {}, [("base64_blob", 4)]),
+    ("key k9m2p7q8r1s5t6u3v0w2y4x8n1g2h3j4b end", {}, []),
+    # scan_blobs (line 703): the loop over the digits after a 0x prefix, "k < hlen" -> "<=", also
+    # read the byte after the run, which is no digit, so a run of decimal digits after 0x counted
+    # as having a letter: 32 of them became a hex blob (min_blob_len wants a digit and a letter),
+    # and 16 that spell ASCII ("12345678") were decoded, where all-decimal hex needs 24. No test had
+    # a 0x run of decimal digits only; the controls (24 such digits; one letter) are blobs.
+    ("id 0x12345678901234567890123456789012 end", {}, []),
+    ("id 0x3132333435363738 end", {}, []),
+    ("id 0x313233343536373839303132 end", {}, [("hex_blob", 3)]),
+    ("id 0x1a345678901234567890123456789012 end", {}, [("hex_blob", 3)]),
+    # scan_blobs (line 704): "hdigit |= (... & C_DIGIT) != 0" -> "== 0" took any letter for a
+    # digit after a 0x prefix, so 34 hex letters and no digit became a hex blob (every long 0x test
+    # run mixed digits and letters)
+    ("id 0xabcdefabcdefabcdefabcdefabcdefabcd end", {}, []),
 ]
 
 
