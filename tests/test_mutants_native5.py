@@ -54,6 +54,22 @@ SCAN_CASES: list[tuple[str | bytes, dict, list[tuple[str, int]]]] = [
     # digit after a 0x prefix, so 34 hex letters and no digit became a hex blob (every long 0x test
     # run mixed digits and letters)
     ("id 0xabcdefabcdefabcdefabcdefabcdefabcd end", {}, []),
+    # word_shaped (lines 605-608): base64_text never decodes a run shaped like a word (all lower-
+    # case, all upper-case, or one capital then lower-case). A token of letters only up to 16
+    # long never gets there (scan_blobs passes it over first, word_token16), so these runs end in
+    # a full stop. Each decodes to printable ASCII, so a mutant that no longer sees its word shape
+    # reports a base64 blob: the lower-case range cut to 'y' ("<= 'z'" -> "<" or 'z' - 1), the
+    # upper-case range without A (">= 'A'" -> ">" or 'A' + 1) or without Z ("<= 'Z'" -> "<" or
+    # 'Z' - 1) or negated, and a capital at index 0 counted as a later one ("k > 0" -> ">=").
+    # The suite had no such run outside a letters-only token.
+    ("w dmpmekhpczlp. x", {}, []),
+    ("w LTVANURWIHZH. x", {}, []),
+    ("w PDVSODJKZDRJ. x", {}, []),
+    ("w Smptaidrbitk. x", {}, []),
+    # word_shaped (line 607): "c >= 'A' && c <= 'Z'" -> "||" took digits (every character) for
+    # capitals, so a run of capitals and digits that decodes to ASCII ("W`vMcI /X") was taken for
+    # a word and not decoded
+    ("w V2B2TWNJIC9Y. x", {}, [("base64_blob", 2)]),
 ]
 
 
