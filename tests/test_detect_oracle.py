@@ -50,6 +50,8 @@ PIECES = [
     "+1234567890123456", "1-255-123-4567", "(555)123-4567", "(555) 123.4567", "(555)x123-4567", "1 555 123 4567 8", "4111739201846573015", "+44-20-79-46-09-58 1", "6447392018465731", "3528739201846573", "3590739201846576",
     "é", "😀", "👩\u200d👩\u200d👧", "\ud800", "\udfff", "\x00", " ", "\n", "\t", "=", ":", "@", "-", ".", "/", "'", '"',
     "(", ")", "+", "1", "9", "A", "eyJ", "://", "-----BEGIN ", "x", "K", "\u212a",
+    # the fifth native mutation pass (tests/test_mutants_native5.py): IBAN check digits and BBAN letters
+    "GB5KWEST12345698765432", "gb75 west abcd efgh ijkl mn", "gb10 5est abcd efgh ijkl mn",
 ]
 ALPHABET = "aAzZ0129 -_.:/=@+()'\"\n\t#$é😀\ud800\x00kKsSxXgGyJ\u212aGhnpfdPMblQw"
 

@@ -30,6 +30,10 @@ PIECES = [
     "\ufdff", "\ufe10", "\U000E00FF", "\U000E01EF", "\U000E01F0", "&#9;", "&#A1;", "&#X41;",
     "\u2061", "\u2064", "\u2065", "\u2069", "\u206a", "\u206f", "\u2070", "\u180b", "\u180f",  # invisible operators
     "\U000E0000", "\U000DFFFF", "\U000E0080", "\u0800", "\u07ff", "\U00010000",  # the third scan.c pass
+    # the fifth and sixth native passes (test_mutants_native5/6): word-shaped runs, 0x runs, the
+    # skin-tone range and its neighbours, VS15, the Wales flag's tags
+    "dmpmekhpczlp.", "V2B2TWNJIC9Y.", "0x", "0123456789", "abcdef", "\U0001F3FA", "\U0001F3FB", "\U0001F3FF",
+    "\U0001F400", "\U000E0077\U000E006C\U000E0073", "\U000E0073\U000E0063\U000E0074",
 ]
 BAD_BYTES = [b"\xff", b"\xfe", b"\x80", b"\xc0\xaf", b"\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf0\x9f", b"\xc1\xbf", b"\xe0\x9f\xbf", b"\xf5\x80\x80\x80", b"\xf0\x8f\xbf\xbf"]
 
