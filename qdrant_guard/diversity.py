@@ -391,9 +391,12 @@ def enforce_group_caps(
     Two caps hold at once, both hard:
 
     * inside each group: at most ``source_cap(group_size, fraction)`` hits per source;
-    * across the whole response: at most ``source_cap(len(groups) * group_size, fraction)`` hits
-      per source, counted over all groups. Groups are processed in the given order (Qdrant orders
-      them best first), so earlier groups use a source's response-wide share first.
+    * across the whole response: at most ``source_cap(n, fraction)`` hits per source, counted over
+      all groups, where ``n`` is the number of hits the groups can return (each group's hits, at
+      most ``group_size`` of them; ``len(groups) * group_size`` when every group is full). Groups
+      are processed in the given order (Qdrant orders them best first), so earlier groups use a
+      source's response-wide share first. (A share of ``len(groups) * group_size`` whatever the
+      groups held let a large ``group_size`` over one-hit groups hand one source the whole response.)
 
     A point that appears in several groups (grouping by a multi-valued field) counts once per
     appearance, which errs on the strict side. ``min_unique_sources`` is applied inside each group
@@ -419,7 +422,11 @@ def enforce_group_caps(
     """
     group_cap = source_cap(group_size, max_source_fraction)
     _check_common(min_unique_sources, missing_source)
-    response_cap = source_cap(max(1, len(groups)) * group_size, max_source_fraction)
+    # The response's share is of the hits the groups can return, not of len(groups) * group_size:
+    # grouped by a field unique per point, each group holds one hit, and a large group_size made
+    # the cap exceed the whole response.
+    slots = sum(min(len(hits), group_size) for hits in groups) if groups else group_size
+    response_cap = source_cap(max(1, slots), max_source_fraction)
     totals: dict[str, int] = {}
     outcomes = []
     for hits in groups:
