@@ -510,7 +510,8 @@ class ExtractionBudget:
         Args:
             principal: who is reading.
             collection: the collection read.
-            point_ids: the ids whose vectors are about to be returned.
+            point_ids: one id per vector about to be returned (the guard charges a named
+                vector under a UUID of its point and name, so each counts apart).
             max_vectors: the distinct-vector cap per window.
 
         Returns:

@@ -247,7 +247,8 @@ class DiversityPolicy(_Strict):
     max_vectors: int | None = Field(None, ge=0)
     """PROPRIETARY distillation budget: distinct vectors one principal may receive within ``window_s``
     (refused on other classes, which it would not apply to). Charged only by reads that return
-    vectors; past it points come back without them (``vector=None``). 0: no vector is ever returned
+    vectors, one charge per stored vector (a point's named vectors count one each); past it the
+    vectors are left out (``vector=None`` when none of a point's is left). 0: no vector is ever returned
     to anyone (the owner included); unset: no budget."""
 
     @model_validator(mode="after")

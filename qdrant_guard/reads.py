@@ -420,13 +420,22 @@ class ReadOps(PayloadOps, QueryChecks):
                             *, account: str | None = None) -> list[Any]:
         """PROPRIETARY distillation budget: vectors one principal may receive within the window.
 
-        Vectors are charged to collection ``account`` (``name`` when None).
+        Each stored vector is one charge: a point's single vector under its id, each named vector
+        of a point under an id of its own (:func:`_named_vector_id`), so a point of three named
+        vectors costs three. Past the cap a vector is left out (``vector=None`` when none of the
+        point's is left). Vectors are charged to collection ``account`` (``name`` when None).
         """
+        charges: list[Any] = []
+        for p in pts:
+            vector = getattr(p, "vector", None)
+            if isinstance(vector, dict):
+                charges.extend(_named_vector_id(p.id, vname) for vname, v in vector.items() if v is not None)
+            elif vector is not None:
+                charges.append(p.id)
         try:
             dec = self.extraction_budget(pol).admit_vectors(principal=self.principal_label or "anonymous",
                                        collection=name if account is None else account,
-                                       point_ids=[p.id for p in pts if getattr(p, "vector", None) is not None],
-                                       max_vectors=int(pol.diversity.max_vectors or 0))
+                                       point_ids=charges, max_vectors=int(pol.diversity.max_vectors or 0))
         except BudgetStoreError as exc:
             self.budget_store_failed(op, name, pol, exc, "the vector budget could not be applied, so nothing was returned",
                                      details)
@@ -441,7 +450,18 @@ class ReadOps(PayloadOps, QueryChecks):
             return pts
         details["verdict"] = Verdict.BUDGET_EXCEEDED.value
         held = {normalize_point_id(x) for x in dec.withheld}
-        return [p.model_copy(update={"vector": None}) if normalize_point_id(p.id) in held else p for p in pts]
+        out = []
+        for p in pts:
+            vector = getattr(p, "vector", None)
+            if isinstance(vector, dict):
+                kept = {vname: v for vname, v in vector.items()
+                        if v is None or normalize_point_id(_named_vector_id(p.id, vname)) not in held}
+                if len(kept) < len(vector):
+                    p = p.model_copy(update={"vector": kept or None})
+            elif vector is not None and normalize_point_id(p.id) in held:
+                p = p.model_copy(update={"vector": None})
+            out.append(p)
+        return out
 
     def budget_store_failed(self, op: str, name: str, pol: CollectionPolicy, exc: BudgetStoreError,
                             outcome: str, details: dict[str, Any] | None = None) -> None:
@@ -1212,6 +1232,15 @@ def _vector_budgeted_policy(pol: CollectionPolicy) -> bool:
     """Whether vectors read from ``pol``'s collection draw on the PROPRIETARY vector budget."""
     div = pol.diversity
     return div.enabled and pol.sensitivity.value == "PROPRIETARY" and div.max_vectors is not None
+
+
+_NAMED_VECTOR_NS = uuid.UUID("5b0d3c1e-6a52-4f0e-9a57-7d1c2b4e8f10")
+
+
+def _named_vector_id(point_id: Any, vector_name: str) -> str:
+    """The id a point's named vector is charged under in the vector budget: a UUID of the point
+    and the name, so each named vector counts apart and the same one counts once."""
+    return str(uuid.uuid5(_NAMED_VECTOR_NS, f"{normalize_point_id(point_id)}\x00{vector_name}"))
 
 
 def _successor(point_id: Any) -> Any:

@@ -54,3 +54,46 @@ def test_response_cap_is_a_share_of_the_hits_the_groups_can_return():
     # Full groups (over-fetched past group_size) are unchanged: len(groups) * group_size slots.
     full = [[(i * 10 + j, "memo") for j in range(8)] for i in range(3)]
     assert enforce_group_caps(full, group_size=5, source_of=src, max_source_fraction=0.4).response_cap == 6
+
+
+# ------------------------------------------------------------------ vector budget, named vectors
+# max_vectors is "distinct vectors one principal may receive", but the budget charged point ids:
+# a point's named vectors all went for one charge, so a collection of three named vectors per
+# point released 3 * max_vectors stored vectors (the owner's scroll: 6 at max_vectors = 2).
+
+def _named(tmp_path, max_vectors=2):
+    from guardkit import create
+
+    from qdrant_guard import QdrantClient
+    kit = make_kit(tmp_path)
+    pol = {"class": "PROPRIETARY", "owner": "hr", "intent": {"enabled": False},
+           "diversity": {"max_vectors": max_vectors, "max_source_fraction": 1.0, "min_unique_sources": 1}}
+    owner = QdrantClient(":memory:", guard=kit.config({"emb": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "emb", named=("a", "b", "c"))
+    rng = np.random.default_rng(0)
+    owner.upsert("emb", [models.PointStruct(id=i, vector={n: unit(rng) for n in "abc"}) for i in range(10)])
+    return owner
+
+
+def _vectors_received(records):
+    return sum(len(r.vector) if isinstance(r.vector, dict) else r.vector is not None for r in records)
+
+
+def test_the_vector_budget_counts_each_named_vector(tmp_path):
+    owner = _named(tmp_path)
+    recs, _ = owner.scroll("emb", limit=10, with_vectors=True)
+    assert _vectors_received(recs) == 2  # before the fix: 6 (points 0 and 1, three vectors each)
+    assert [sorted(r.vector) for r in recs[:1]] == [["a", "b"]] and all(not r.vector for r in recs[1:])
+
+
+def test_reading_a_point_name_by_name_is_charged_per_name(tmp_path):
+    owner = _named(tmp_path)
+    got = 0
+    for name in "abc":
+        pts = owner.query_points("emb", query=[1.0] + [0.0] * (DIM - 1), using=name, limit=10,
+                                 with_vectors=[name]).points
+        got += _vectors_received(pts)
+    assert got == 2  # before the fix: 6 (two points, each read under three names)
+    # A vector received before is received again for free.
+    again = owner.retrieve("emb", ids=[p.id for p in owner.scroll("emb", limit=10)[0]], with_vectors=True)
+    assert _vectors_received(again) == 2
