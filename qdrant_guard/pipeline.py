@@ -133,6 +133,25 @@ def store_identity(backend: Any) -> tuple[str, str] | None:
     return None
 
 
+# The "memory" extraction budget of each store identity, for the life of the process: a store per
+# guarded client gave a principal a fresh budget with every client an application built for it.
+_MEMORY_BUDGETS: dict[tuple[str, str], Any] = {}
+
+
+def memory_budget_store_for(identity: tuple[str, str] | None) -> Any:
+    """The ``"memory"`` budget store every guard of this process on store ``identity``
+    (:func:`store_identity`) shares; a store of its own for None (``":memory:"``, whose points no
+    other client reaches)."""
+    from .budget import MemoryBudgetStore
+    if identity is None:
+        return MemoryBudgetStore()
+    with _EPOCHS_LOCK:
+        store = _MEMORY_BUDGETS.get(identity)
+        if store is None:
+            store = _MEMORY_BUDGETS[identity] = MemoryBudgetStore()
+        return store
+
+
 def size_epoch_for(backend: Any) -> SourceSizeEpoch:
     """The epoch every guard of this process reading ``backend``'s store shares."""
     key = store_identity(backend)
@@ -313,6 +332,7 @@ class GuardPipeline:
         :class:`SourceSizeEpoch` of every other guard of this process on the same store, so a
         write through any of them drops the source sizes all of them cached."""
         self._join_epoch(size_epoch_for(backend))
+        self.shared["store_identity"] = store_identity(backend)
 
     def _join_epoch(self, epoch: SourceSizeEpoch) -> None:
         epoch.join(self._sizes_of)

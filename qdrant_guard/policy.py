@@ -843,7 +843,9 @@ class GuardConfig(_Strict):
     """Which receipt signers are trusted or revoked."""
     budget_store: str = "memory"
     """``memory``, ``sqlite:///path.db`` or ``redis://host:port/db`` for the extraction budget (a
-    relative sqlite path is relative to the policy file)."""
+    relative sqlite path is relative to the policy file). ``memory`` is one store per Qdrant store
+    for the life of the process, shared by every guarded client on it (a ``":memory:"`` client has
+    its own); it is not shared across processes, which need SQLite or Redis."""
     default: CollectionPolicy = CollectionPolicy(readers=("*",))
     """The policy of unlisted collections when ``unlisted = "strict"`` (refused under the other
     values, which would ignore it)."""

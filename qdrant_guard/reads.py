@@ -19,12 +19,13 @@ from qdrant_client.local.local_collection import LocalCollection
 
 from . import detect as _detect
 from . import noise as _noise
-from .budget import BudgetStoreError, ExtractionBudget, denormalize_point_id, make_store, normalize_point_id
+from .budget import (BudgetStoreError, ExtractionBudget, denormalize_point_id, make_store, normalize_point_id,
+                     store_kind)
 from .decision import Verdict
 from .diversity import enforce_diversity, enforce_group_caps, overfetch_limit
 from .payloadops import PayloadOps
 from .pipeline import SOURCE_SIZE_TTL_S as _SOURCE_SIZE_TTL_S
-from .pipeline import Call, Op
+from .pipeline import Call, Op, memory_budget_store_for
 from .policy import CollectionPolicy
 from .querycheck import (QueryChecks, UncheckedForm, field_name_roots, iter_prefetch, query_filter_roots,
                          rest_prefetch)
@@ -717,7 +718,10 @@ class ReadOps(PayloadOps, QueryChecks):
                 if b is None:
                     store = self.shared.get("budget_store")
                     if store is None:
-                        store = self.shared["budget_store"] = make_store(self.config.budget_store)
+                        spec = self.config.budget_store
+                        store = self.shared["budget_store"] = (
+                            memory_budget_store_for(self.shared.get("store_identity"))
+                            if store_kind(spec) == "memory" else make_store(spec))
                     b = budgets[window] = ExtractionBudget(store, window_s=window, clock=self.clock)
         return b
 

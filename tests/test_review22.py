@@ -97,3 +97,30 @@ def test_reading_a_point_name_by_name_is_charged_per_name(tmp_path):
     # A vector received before is received again for free.
     again = owner.retrieve("emb", ids=[p.id for p in owner.scroll("emb", limit=10)[0]], with_vectors=True)
     assert _vectors_received(again) == 2
+
+
+# ------------------------------------------------------------------ the default memory budget store
+# budget_store = "memory" (the default) built one MemoryBudgetStore per guarded client: an
+# application that builds a client per request or session (the principal is bound at construction)
+# gave the same principal a fresh budget each time, so two clients read 4 points of a source whose
+# cap is 2. Guarded clients of one process on the same Qdrant store now share one memory store.
+
+def test_a_new_client_of_the_same_store_does_not_reset_the_memory_budget(tmp_path):
+    from guardkit import PAYROLL_DIVERSITY, create, hr_policy
+
+    from qdrant_guard import QdrantClient
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"hr": hr_policy(PAYROLL_DIVERSITY)})
+    path = str(tmp_path / "qdrant")
+    owner = QdrantClient(path=path, guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "hr")
+    rng = np.random.default_rng(0)
+    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "payroll"}) for i in range(10)])
+    owner.close()
+    seen: set = set()
+    for _ in range(3):  # one client per "request", each for bob@support
+        bob = QdrantClient(path=path, guard=cfg, principal=kit.principal("bob", "support"))
+        seen |= {p.id for p in bob.query_points("hr", query=unit(rng), limit=10).points}
+        seen |= {r.id for r in bob.scroll("hr", limit=10)[0]}
+        bob.close()
+    assert len(seen) == 2  # before the fix: 5 (2 per client, one of them seen twice)
