@@ -124,3 +124,21 @@ def test_a_new_client_of_the_same_store_does_not_reset_the_memory_budget(tmp_pat
         seen |= {r.id for r in bob.scroll("hr", limit=10)[0]}
         bob.close()
     assert len(seen) == 2  # before the fix: 5 (2 per client, one of them seen twice)
+
+
+# ------------------------------------------------------------------ documented limits (pinned)
+
+def test_scroll_and_retrieve_are_not_capped_by_per_query_diversity_but_the_budget_holds(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    # docs/diversity-budget.md, "What it caps": the per-source share applies to ranked queries;
+    # scroll and retrieve return one source at full rate unless a budget is set.
+    _, bob, q = _memo_among_others(tmp_path / "a", {"max_source_fraction": 0.4, "min_unique_sources": 1})
+    memo = models.Filter(must=[models.FieldCondition(key="source", match=models.MatchValue(value="memo"))])
+    assert len(bob.scroll("hr", scroll_filter=memo, limit=10)[0]) == 10
+    assert len(bob.retrieve("hr", ids=list(range(10)))) == 10
+    assert len(bob.query_points("hr", query=q, query_filter=memo, limit=10).points) == 4
+    _, bob, q = _memo_among_others(tmp_path / "b", {"max_source_fraction": 0.4, "min_unique_sources": 1,
+                                                     "max_source_coverage": 0.25})
+    assert len(bob.scroll("hr", scroll_filter=memo, limit=20)[0]) == 5  # floor(20 * 0.25)
+    assert len(bob.retrieve("hr", ids=list(range(20)))) == 5
