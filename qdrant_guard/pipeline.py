@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Generator
+from typing import Any, Callable, Generator, MutableMapping, TypeVar
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -138,30 +138,32 @@ def store_identity(backend: Any) -> tuple[str, str] | None:
 _MEMORY_BUDGETS: dict[tuple[str, str], Any] = {}
 
 
+_T = TypeVar("_T")
+
+
 def memory_budget_store_for(identity: tuple[str, str] | None) -> Any:
     """The ``"memory"`` budget store every guard of this process on store ``identity``
     (:func:`store_identity`) shares; a store of its own for None (``":memory:"``, whose points no
     other client reaches)."""
     from .budget import MemoryBudgetStore
-    if identity is None:
-        return MemoryBudgetStore()
-    with _EPOCHS_LOCK:
-        store = _MEMORY_BUDGETS.get(identity)
-        if store is None:
-            store = _MEMORY_BUDGETS[identity] = MemoryBudgetStore()
-        return store
+    return _per_store(_MEMORY_BUDGETS, identity, MemoryBudgetStore)
 
 
 def size_epoch_for(backend: Any) -> SourceSizeEpoch:
     """The epoch every guard of this process reading ``backend``'s store shares."""
-    key = store_identity(backend)
-    if key is None:
-        return SourceSizeEpoch()
+    return _per_store(_EPOCHS, store_identity(backend), SourceSizeEpoch)
+
+
+def _per_store(registry: MutableMapping[tuple[str, str], _T], identity: tuple[str, str] | None,
+               make: Callable[[], _T]) -> _T:
+    """``registry``'s object for store ``identity``, made on first use; a new one for None."""
+    if identity is None:
+        return make()
     with _EPOCHS_LOCK:
-        epoch = _EPOCHS.get(key)
-        if epoch is None:
-            epoch = _EPOCHS[key] = SourceSizeEpoch()
-        return epoch
+        obj = registry.get(identity)
+        if obj is None:
+            obj = registry[identity] = make()
+        return obj
 
 
 log = logging.getLogger("qdrant_guard")
@@ -714,7 +716,8 @@ class GuardPipeline:
         """Boundary check for calls that touch one collection without returning its vectors."""
         name = args.get("collection_name")
         pol = self.gate(method, args, need) if name is not None else None
-        if args.get("metadata") is not None and method in _TAKES_METADATA and not self.transparent:
+        if (args.get("metadata") is not None and method in _TAKES_METADATA and not self.transparent
+                and name is not None):
             # get_collection hands the metadata to every reader: screened as a payload's fields are.
             screen_pol = pol if pol is not None else self.policy(name)
             args = {**args, "metadata": self.screen_collection_metadata(  # type: ignore[attr-defined]

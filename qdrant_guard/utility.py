@@ -897,19 +897,6 @@ def _clip_norm_arg(text: str) -> float | None:
     return None if text.strip().lower() == "none" else float(text)
 
 
-def _positive_int_arg(text: str) -> int:
-    """``--k``, ``--sample-limit``: an integer of at least 1 (argparse names the option)."""
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; give a whole number >= 1") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is below 1; give a whole number >= 1")
-    return value
-
-
 def _epsilons_arg(text: str) -> tuple[float, ...]:
     """``--epsilons``: comma-separated finite numbers above 0 (argparse names the option)."""
     import argparse
@@ -945,6 +932,8 @@ def _threshold_arg(text: str) -> float:
 
 def add_calibrate_arguments(parser: Any) -> None:
     """Add the ``qdrant-guard calibrate`` options to an argparse parser."""
+    from .cli import _positive_int
+
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--path", help="local Qdrant storage directory")
     src.add_argument("--url", help="Qdrant server URL (API key from QDRANT_API_KEY)")
@@ -976,10 +965,10 @@ def add_calibrate_arguments(parser: Any) -> None:
                         help="the named vector to measure (needed when --collection has several); the "
                              "record vouches only for writes of a vector of this name (the policy's "
                              "utility.records)")
-    parser.add_argument("--k", type=_positive_int_arg, default=10, help="cut-off of the metric (the policy's utility.k; default 10)")
+    parser.add_argument("--k", type=_positive_int, default=10, help="cut-off of the metric (the policy's utility.k; default 10)")
     parser.add_argument("--metric", default="recall", choices=_METRICS,
                         help="the policy's utility.metric (default recall; ndcg needs --qrels)")
-    parser.add_argument("--sample-limit", type=_positive_int_arg, help="measure at most this many queries (a random sample)")
+    parser.add_argument("--sample-limit", type=_positive_int, help="measure at most this many queries (a random sample)")
     parser.add_argument("--seed", type=int, help="reproducible measurement (test noise; never for production writes)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument(

@@ -330,9 +330,9 @@ def test_run_demo_from_python_refuses_a_directory_it_did_not_make(tmp_path: Path
 
 
 @pytest.mark.parametrize("option, value, says", [
-    ("--k", "0", "below 1"),
+    ("--k", "0", "must be an integer >= 1"),
     ("--k", "ten", "not an integer"),
-    ("--sample-limit", "0", "below 1"),
+    ("--sample-limit", "0", "must be an integer >= 1"),
     ("--epsilons", "0,-1", "not a finite epsilon above 0"),
     ("--epsilons", "1,x", "not a number"),
     ("--epsilons", ",", "no epsilon given"),
