@@ -245,12 +245,22 @@ _DIGIT_ZEROS = (
     0x1C40, 0x1C50, 0xA620, 0xA8D0, 0xA900, 0xA9D0, 0xA9F0, 0xAA50, 0xABF0, 0xFF10,
 )
 _SPACES = "\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+# The same outside the BMP (Unicode 14), mathematical digits aside (their own range below).
+_ASTRAL_DIGIT_ZEROS = (
+    0x104A0, 0x10D30, 0x11066, 0x110F0, 0x11136, 0x111D0, 0x112F0, 0x11450, 0x114D0, 0x11650, 0x116C0,
+    0x11730, 0x118E0, 0x11950, 0x11C50, 0x11D50, 0x11DA0, 0x16A60, 0x16AC0, 0x16B50, 0x1E140, 0x1E2F0,
+    0x1E950, 0x1FBF0,
+)
+# Small form variants NFKC folds to one ASCII character (U+FE58 and U+FE63 are _HYPHENS): the
+# small @ and full stop spell an e-mail address as the full-width forms do.
+_SMALL_FORMS = "\ufe50\ufe52\ufe54-\ufe57\ufe59-\ufe5c\ufe5f-\ufe62\ufe64-\ufe66\ufe68-\ufe6b"
 # The characters the folded view changes: one character class, which ``re`` tests quickly; the
-# two ranges outside the BMP (tags, mathematical digits) are only tested in texts that have
+# ranges outside the BMP (tags, digit sets) are only tested in texts that have
 # characters outside the BMP.
-_FOLD_BMP = f"{_HYPHENS}{_SPACES}\uff01-\uff5e" + "".join(f"{chr(z)}-{chr(z + 9)}" for z in _DIGIT_ZEROS)
+_FOLD_BMP = f"{_HYPHENS}{_SPACES}{_SMALL_FORMS}\uff01-\uff5e" + "".join(f"{chr(z)}-{chr(z + 9)}" for z in _DIGIT_ZEROS)
 _FOLD_TRIGGER_BMP = re.compile(f"[{_DROP_CLASS_BMP}{_FOLD_BMP}]")
-_FOLD_TRIGGER = re.compile(f"[{_DROP_CLASS}{_FOLD_BMP}\U0001d7ce-\U0001d7ff]")
+_FOLD_ASTRAL = "\U0001d7ce-\U0001d7ff" + "".join(f"{chr(z)}-{chr(z + 9)}" for z in _ASTRAL_DIGIT_ZEROS)
+_FOLD_TRIGGER = re.compile(f"[{_DROP_CLASS}{_FOLD_BMP}{_FOLD_ASTRAL}]")
 
 
 def _fold_char(ch: str) -> str:
@@ -260,6 +270,8 @@ def _fold_char(ch: str) -> str:
         return ""
     if 0xFF01 <= c <= 0xFF5E:  # full-width ASCII forms
         return chr(c - 0xFEE0)
+    if 0xFE50 <= c <= 0xFE6B and c not in (0xFE58, 0xFE63):  # _SMALL_FORMS
+        return unicodedata.normalize("NFKC", ch)
     if unicodedata.decimal(ch, -1) >= 0:
         return str(unicodedata.decimal(ch))
     if ch.isspace():
