@@ -254,12 +254,15 @@ _ASTRAL_DIGIT_ZEROS = (
 # Small form variants NFKC folds to one ASCII character (U+FE58 and U+FE63 are _HYPHENS): the
 # small @ and full stop spell an e-mail address as the full-width forms do.
 _SMALL_FORMS = "\ufe50\ufe52\ufe54-\ufe57\ufe59-\ufe5c\ufe5f-\ufe62\ufe64-\ufe66\ufe68-\ufe6b"
+# Superscript and subscript digits (NFKC: the digit; not decimal digits to unicodedata).
+_SUPER_SUB = "\u00b2\u00b3\u00b9\u2070\u2074-\u2079\u2080-\u2089"
+_SUPER_SUB_RE = re.compile(f"[{_SUPER_SUB}]")
 # The characters the folded view changes: one character class, which ``re`` tests quickly; the
 # ranges outside the BMP (tags, digit sets) are only tested in texts that have
 # characters outside the BMP.
-_FOLD_BMP = f"{_HYPHENS}{_SPACES}{_SMALL_FORMS}\uff01-\uff5e" + "".join(f"{chr(z)}-{chr(z + 9)}" for z in _DIGIT_ZEROS)
+_FOLD_BMP = f"{_HYPHENS}{_SPACES}{_SMALL_FORMS}{_SUPER_SUB}\uff01-\uff5e" + "".join(f"{chr(z)}-{chr(z + 9)}" for z in _DIGIT_ZEROS)
 _FOLD_TRIGGER_BMP = re.compile(f"[{_DROP_CLASS_BMP}{_FOLD_BMP}]")
-_FOLD_ASTRAL = "\U0001d7ce-\U0001d7ff" + "".join(f"{chr(z)}-{chr(z + 9)}" for z in _ASTRAL_DIGIT_ZEROS)
+_FOLD_ASTRAL = "\U0001d400-\U0001d6a3\U0001d7ce-\U0001d7ff" + "".join(f"{chr(z)}-{chr(z + 9)}" for z in _ASTRAL_DIGIT_ZEROS)
 _FOLD_TRIGGER = re.compile(f"[{_DROP_CLASS}{_FOLD_BMP}{_FOLD_ASTRAL}]")
 
 
@@ -270,8 +273,9 @@ def _fold_char(ch: str) -> str:
         return ""
     if 0xFF01 <= c <= 0xFF5E:  # full-width ASCII forms
         return chr(c - 0xFEE0)
-    if 0xFE50 <= c <= 0xFE6B and c not in (0xFE58, 0xFE63):  # _SMALL_FORMS
-        return unicodedata.normalize("NFKC", ch)
+    if 0xFE50 <= c <= 0xFE6B and c not in (0xFE58, 0xFE63) or 0x1D400 <= c <= 0x1D6A3 or _SUPER_SUB_RE.match(ch):
+        nfkc = unicodedata.normalize("NFKC", ch)  # one ASCII character but in the letters' unassigned holes
+        return nfkc if len(nfkc) == 1 and nfkc.isascii() else ch
     if unicodedata.decimal(ch, -1) >= 0:
         return str(unicodedata.decimal(ch))
     if ch.isspace():

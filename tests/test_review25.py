@@ -60,3 +60,20 @@ def test_plain_text_in_astral_scripts_is_not_folded_into_findings():
     # The digit sets are folded, other astral letters are left alone (no false positive).
     text = "\U0001e900\U0001e901\U0001e902 \U000104a0 ok"  # Adlam letters, one Osmanya zero
     assert find_sensitive(text) == []
+
+
+def test_an_aws_key_in_mathematical_letters_is_found():
+    # Mathematical alphanumeric letters (U+1D400..U+1D6A3) are NFKC-equivalent to ASCII, as
+    # full-width letters are, which were already seen through.
+    bold = "".join(chr(0x1D400 + ord(c) - 65) if c.isupper() else c for c in "AKIA")
+    text = f"key {bold}4QWERTZUI7OPLKJH"
+    assert [f.type for f in find_sensitive(text)] == ["AWS_ACCESS_KEY"]
+    assert redact(text) == "key [AWS_ACCESS_KEY]"
+
+
+def test_an_ssn_in_superscript_digits_is_found():
+    sup = dict(zip("0123456789", "\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079"))
+    text = "ssn " + "".join(sup.get(c, c) for c in SSN)
+    assert [f.type for f in find_sensitive(text)] == ["SSN"]
+    sub = "ssn " + "".join(chr(0x2080 + int(c)) if c.isdigit() else c for c in SSN)
+    assert [f.type for f in find_sensitive(sub)] == ["SSN"]
