@@ -135,8 +135,9 @@ Overlaps: the longer finding wins; on equal length the type earlier in :data:`FI
 (the more specific credential) wins; then the earlier one. Findings never overlap.
 
 Character classes are ASCII, but a folded view of a text that contains certain non-ASCII
-characters is scanned as well: full-width forms (``１２３``, ``ＡＫＩＡ``, ``＠``) and other Unicode
-decimal digits become ASCII, Unicode spaces (no-break, narrow, ideographic) a space, Unicode
+characters is scanned as well: full-width forms (``１２３``, ``ＡＫＩＡ``, ``＠``), the small forms
+of punctuation (``﹫``), mathematical Latin letters, superscript and subscript digits and the
+decimal digits of every script (outside the BMP too) become ASCII, Unicode spaces (no-break, narrow, ideographic) a space, Unicode
 hyphens and dashes (non-breaking hyphen, en dash, minus) ``-``, and invisible characters
 (zero-width space/joiners, soft hyphen, bidi marks and isolates, word joiner, BOM, variation
 selectors, tags, combining diacritical marks) are dropped. Readers and most embedders' tokenizers
