@@ -147,7 +147,7 @@ class QueryRules(_Strict):
 
     mode: Mode = "enforce"
     """``enforce`` refuses (QUERY_REJECTED); ``monitor`` only logs what would have been refused. It
-    covers the structural checks (``max_chars``, ``max_tokens``, ``max_repetition``, ``max_ngram_run``,
+    covers the structural checks (``max_chars``, ``max_tokens``, ``max_model_tokens``, ``max_repetition``, ``max_ngram_run``,
     ``encoded_payloads``, of query text and of filter match strings); ``require_text``,
     ``filter_pii``, credentials and text the guard cannot check are refused in either mode."""
     enabled: bool = True
@@ -161,6 +161,12 @@ class QueryRules(_Strict):
     table."""
     max_tokens: int | None = Field(500, gt=0)
     """Whitespace-token cap (None, from Python: no cap; in a file, set a large value)."""
+    max_model_tokens: int | None = Field(None, gt=0)
+    """Cap on the scanner's subword estimate (``model_token_estimate``: a quarter token per ASCII
+    letter or digit, one per other character; violation ``token_cap``). ``max_tokens`` counts
+    whitespace tokens, so text without spaces (CJK, or a phrase glued to itself) is one token to
+    it; this cap bounds such text too. Unset (the default), only ``max_chars`` bounds it; about
+    eight times ``max_tokens`` leaves room for ordinary text in any script."""
     max_repetition: float | None = Field(0.5, ge=0, le=1)
     """Cap on 1 - unique/total tokens: a query above it is refused (None, from Python, or 1 in a
     file: no cap; 0 refuses any repeated token)."""

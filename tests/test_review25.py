@@ -77,3 +77,25 @@ def test_an_ssn_in_superscript_digits_is_found():
     assert [f.type for f in find_sensitive(text)] == ["SSN"]
     sub = "ssn " + "".join(chr(0x2080 + int(c)) if c.isdigit() else c for c in SSN)
     assert [f.type for f in find_sensitive(sub)] == ["SSN"]
+
+
+def test_query_max_model_tokens_bounds_text_without_whitespace(tmp_path):
+    # max_tokens counts whitespace tokens: a phrase glued to itself is one token and passed. The
+    # policy had no way to set the scanner's subword cap; query.max_model_tokens passes it.
+    from qdrant_guard.errors import GuardRefusal
+
+    kit = make_kit(tmp_path)
+    stuffed = "passwordleak" * 400
+    base = {**hr_policy({}), "generalize_identifiers": False}
+    open_client = QdrantClient(":memory:", guard=kit.config({"c": base}), principal=kit.principal("alice", "hr"),
+                               embedder=Recorder())
+    create(open_client, "c")
+    open_client.query_points("c", query=models.Document(text=stuffed, model="m"), limit=3)  # one token: passes
+
+    capped = {**base, "query": {"max_model_tokens": 1000}}
+    client = QdrantClient(":memory:", guard=kit.config({"c": capped}), principal=kit.principal("alice", "hr"),
+                          embedder=Recorder())
+    create(client, "c")
+    with pytest.raises(GuardRefusal, match="token_cap"):
+        client.query_points("c", query=models.Document(text=stuffed, model="m"), limit=3)
+    client.query_points("c", query=models.Document(text="what is the refund policy", model="m"), limit=3)
