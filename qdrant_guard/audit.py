@@ -36,6 +36,7 @@ from .audit_verify import (
     _parse_line,
     _read_all,
     _scan_fork,
+    _show_kid,
     entry_hash,
     verify_audit_file,
 )
@@ -563,14 +564,15 @@ class AuditLog:
         if signer is not None:
             known[signer.key_id] = signer.public_key
         kid = ck.get("kid") if isinstance(ck, dict) else None
+        shown = _show_kid(kid) if isinstance(kid, str) else None
         if isinstance(kid, str) and kid not in known:
             own = (f"its own key is {signer.key_id}" if signer is not None
                    else "it has no signing key of its own: if that is the guard's key, set signing_key to it")
             others = f", trusted: {', '.join(sorted(self._trusted))}" if self._trusted else ", and no trusted keys"
             raise AuditIntegrityError(
-                f"audit log {self.path!r}: the most recent checkpoint (seq {seq}) is signed by key {kid}, "
+                f"audit log {self.path!r}: the most recent checkpoint (seq {seq}) is signed by key {shown}, "
                 f"which this writer does not know ({own}{others}), so it cannot verify it and will not "
-                f"append to a chain it cannot check. If {kid} is an earlier signing key of this guard "
+                f"append to a chain it cannot check. If {shown} is an earlier signing key of this guard "
                 "(a rotated key), add its public key (the .pub `qdrant-guard keys new` wrote next to it, "
                 "or its ed25519:... text) to audit_trusted_keys in the policy (AuditLog(trusted_keys=...)), "
                 f"after checking the log with `qdrant-guard audit verify {self.path} --key OLD.pub --key "
@@ -583,7 +585,7 @@ class AuditLog:
                      else "trusted key" if isinstance(kid, str) else "any key")
             raise AuditIntegrityError(
                 f"audit log {self.path!r}: the checkpoint at seq {seq} does not verify under {whose}"
-                f"{' ' + kid if isinstance(kid, str) else ''} ({exc.detail}): the log was tampered with; "
+                f"{' ' + shown if shown is not None else ''} ({exc.detail}): the log was tampered with; "
                 + _REPAIR_HINT.format(path=self.path)) from None
 
     @property

@@ -145,13 +145,27 @@ def _parse_line(raw: bytes) -> dict[str, Any]:
     return entry
 
 
+_PLAIN_KID = re.compile(r"[\x21-\x7e]{1,128}")
+
+
+def _show_kid(kid: str) -> str:
+    """A checkpoint's key id as it may be printed: ``kid`` is text from the file, outside the
+    hash, so anyone can set it; raw, a newline or a terminal escape in it forged an ``OK:`` line
+    in `audit verify`'s output or the guard's error. Printable ASCII is shown as is, the rest as
+    its ``ascii()`` escape, cut at 200 characters."""
+    if _PLAIN_KID.fullmatch(kid):
+        return kid
+    shown = ascii(kid)
+    return shown if len(shown) <= 200 else shown[:200] + "...(cut)"
+
+
 def _check_ckpt(entry: Mapping[str, Any], trusted_keys: Mapping[str, Ed25519PublicKey]) -> None:
     ck = entry["ckpt"]
     if not isinstance(ck, dict) or set(ck) != {"kid", "sig"} or not all(isinstance(v, str) for v in ck.values()):
         raise _Bad("bad_checkpoint", "checkpoint must be {kid, sig}")
     pk = trusted_keys.get(ck["kid"])
     if pk is None:
-        raise _Bad("bad_checkpoint", f"checkpoint key {ck['kid']} is not trusted (if it is a signing key of this "
+        raise _Bad("bad_checkpoint", f"checkpoint key {_show_kid(ck['kid'])} is not trusted (if it is a signing key of this "
                                      "log, e.g. the one before a rotation, pass its public key too: --key)")
     try:
         sig = base64.b64decode(ck["sig"], validate=True)
