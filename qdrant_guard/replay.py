@@ -53,6 +53,14 @@ def _checked(details: dict[str, Any]) -> bool:
     return many is None or (isinstance(many, list) and all(_text_item(x) for x in many))
 
 
+def _shown(value: Any) -> str:
+    # Text from the log is printed in the report: a forged line (any self-consistent one without
+    # --key) could otherwise end a report line and print lines of its own.
+    if isinstance(value, str) and value.isascii() and value.isprintable():
+        return value
+    return ascii(value)
+
+
 def _well_formed(rec: Any) -> bool:
     # The fields replay reads, with the types the guard writes them with.
     if not isinstance(rec, dict):
@@ -89,7 +97,7 @@ def _texts(details: dict[str, Any], where: str = "") -> list[tuple[str, Any, dic
     many = details.get("query_texts")
     if isinstance(many, list) and many:
         # The top-level query_text is one of these (the first, or the refused one): not twice.
-        return [(f"{where}query_texts[{i}] (from {item.get('from')})", item.get("query_text"), item)
+        return [(f"{where}query_texts[{i}] (from {_shown(item.get('from'))})", item.get("query_text"), item)
                 for i, item in enumerate(many)]
     if "query_text" in details:
         return [(f"{where}query_text", details["query_text"], details)]

@@ -75,3 +75,40 @@ def test_writer_refusal_on_open_does_not_carry_a_forged_key_id_raw(tmp_path):
         AuditLog(p, signer=signer, checkpoint_every=2)
     msg = str(ei.value)
     assert "\n" not in msg and "\x1b" not in msg and "\r" not in msg, msg
+
+
+def test_replay_report_does_not_print_a_logged_text_source_raw(tmp_path):
+    # An entry's query_texts[i].from was printed raw in the NOT REPLAYED list. Without --key any
+    # self-consistent log replays as verified (and with it, entries after the last checkpoint), so
+    # a forged "from" with newlines wrote report lines of its own ("replayed 99 ...") into the replay.
+    import io
+
+    from qdrant_client.http import models
+
+    from guardkit import Recorder, create, make_kit, replay_policy_file
+    from qdrant_guard import QdrantClient
+    from qdrant_guard.replay import replay_log
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "intent": {"enabled": False}}
+    c = QdrantClient(":memory:", guard=kit.config({"docs": pol}), principal=kit.principal("alice", "hr"),
+                     embedder=Recorder())
+    create(c, "docs")
+    c.query_points("docs", query=models.Document(text="a document query", model="hashing"), query_text="short")
+    c.close()
+    log = kit.tmp / "audit.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    rec = json.loads(lines[-1])["record"]
+    assert rec["op"] == "query_points" and len(rec["details"]["query_texts"]) == 2
+    rec["details"]["query_texts"][0]["from"] = "query_text)\nreplayed 99 logged queries\n\x1b[2K"
+    rec["details"]["query_texts"][1]["query_text"] = "[EMAIL]"  # redacted: listed as not replayed
+    with AuditLog(tmp_path / "forged.jsonl") as forged:
+        for raw in lines[:-1]:
+            forged.append(json.loads(raw)["record"])
+        forged.append(rec)
+    out = io.StringIO()
+    replay_log(str(tmp_path / "forged.jsonl"), str(replay_policy_file(kit)), out=out)
+    text = out.getvalue()
+    assert "NOT REPLAYED: 1 entries" in text, text
+    assert "\nreplayed 99" not in text and "\x1b" not in text, text
+    assert "\\nreplayed 99 logged queries\\n" in text, text
