@@ -359,12 +359,7 @@ def _checks(bed: _Bed, cfg: GuardConfig, *, points: int, limit: int, upsert_repl
                      "extraction budget withheld some): they are timed as served")
     excluded: int | None = None
     if cfg.audit_log is not None:
-        ops: dict[str, int] = {}
-        excluded = 0
-        for line in Path(cfg.audit_log).read_text(encoding="utf-8").splitlines():
-            rec = json.loads(line).get("record", {})
-            ops[rec.get("op")] = ops.get(rec.get("op"), 0) + 1
-            excluded += rec.get("op") == "query_points" and "budget_excluded" in (rec.get("details") or {})
+        ops, excluded = audit_op_counts(cfg.audit_log)
         checks["audit_entries"] = ops
         checks["audited_reads_with_budget_exclusion"] = excluded
     elif pol.diversity.enabled and pol.diversity.max_source_coverage is not None:
@@ -398,6 +393,22 @@ def drop_scratch(client: Any, names: list[str], shown: str | None) -> list[str]:
                 f"{type(exc).__name__}: {exc}; delete it by hand "
                 f"(qdrant_client.QdrantClient(url=...).delete_collection({n!r}))", RuntimeWarning, stacklevel=2)
     return left
+
+
+def audit_op_counts(path: str | os.PathLike[str]) -> tuple[dict[str, int], int]:
+    """Entries per ``op`` in the audit log at ``path``, and how many ``query_points`` entries
+    record a budget exclusion."""
+    ops: dict[str, int] = {}
+    excluded = 0
+    # Split at "\n" only: an entry may hold U+2028/U+2029/U+0085 raw (caller text), where
+    # str.splitlines() splits.
+    for line in Path(path).read_text(encoding="utf-8").split("\n"):
+        if not line:
+            continue
+        rec = json.loads(line).get("record", {})
+        ops[rec.get("op")] = ops.get(rec.get("op"), 0) + 1
+        excluded += rec.get("op") == "query_points" and "budget_excluded" in (rec.get("details") or {})
+    return ops, excluded
 
 
 def measure_overhead(

@@ -166,7 +166,8 @@ def audit_records(kit: Kit) -> list[dict[str, Any]]:
     """The ``record`` of every entry of the kit's audit log, oldest first."""
     import json
 
-    return [json.loads(x)["record"] for x in (kit.tmp / "audit.jsonl").read_text().splitlines()]
+    # "\n" only: an entry may hold U+2028/U+2029/U+0085 raw (caller text), where splitlines() splits.
+    return [json.loads(x)["record"] for x in (kit.tmp / "audit.jsonl").read_text(encoding="utf-8").split("\n") if x]
 
 
 @contextmanager

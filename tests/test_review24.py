@@ -112,3 +112,15 @@ def test_replay_report_does_not_print_a_logged_text_source_raw(tmp_path):
     assert "NOT REPLAYED: 1 entries" in text, text
     assert "\nreplayed 99" not in text and "\x1b" not in text, text
     assert "\\nreplayed 99 logged queries\\n" in text, text
+
+
+def test_bench_counts_audit_entries_holding_a_line_separator(tmp_path):
+    # qdrant-guard bench read the audit log with str.splitlines(), which splits an entry whose
+    # caller text holds U+2028 raw (canonical JSON keeps it) into two halves that are no JSON.
+    from qdrant_guard.audit import AuditLog
+    from qdrant_guard.overhead import audit_op_counts
+
+    log = AuditLog(str(tmp_path / "a.jsonl"))
+    log.append({"op": "query_points", "text": "a\u2028b\u2029c\x85d"})
+    log.append({"op": "upsert"})
+    assert audit_op_counts(str(tmp_path / "a.jsonl")) == ({"query_points": 1, "upsert": 1}, 0)
