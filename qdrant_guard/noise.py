@@ -53,7 +53,7 @@ from cryptography.hazmat.primitives import hashes, hmac
 
 from ._impl import load_kernel
 from .errors import GuardArgumentTypeError, GuardArgumentValueError, InvalidVectorError
-from .noise_params import MECHANISMS, NoiseParams, guarantee_sentence
+from .noise_params import DTYPES, MECHANISMS, NoiseParams, guarantee_sentence
 
 __all__ = [
     "MECHANISM_VERSION",
@@ -471,7 +471,7 @@ def check_release(params: NoiseParams) -> str | None:
 
     Recomputes the calibration implied by the params' own (mechanism, epsilon, delta, radius,
     clip_norm, dim) and requires a generator that gives privacy (never the TEST-ONLY seeded one),
-    a mechanism version with this calibration, a scale at least the calibrated one (to a relative
+    a dtype a release is made in (float32 or float64), a mechanism version with this calibration, a scale at least the calibrated one (to a relative
     1e-12) and a lattice no coarser
     than the one the calibration covers. This checks the signer's assertions for consistency; it
     cannot prove that the noise was drawn.
@@ -480,6 +480,9 @@ def check_release(params: NoiseParams) -> str | None:
         return (f"rng_id {params.rng_id!r} is not a private generator (accepted: "
                 f"{', '.join(PRIVATE_RNG_IDS)}); the TEST-ONLY seeded generator gives no privacy. "
                 "Noise with qdrant_guard.noise.privatize")
+    if params.dtype not in DTYPES:
+        return (f"dtype {params.dtype!r} is not one a release is made in ({', '.join(DTYPES)}); "
+                "re-noise with qdrant_guard.noise.privatize")
     if params.mechanism_version not in CALIBRATED_VERSIONS:
         return (f"mechanism_version {params.mechanism_version!r} is not one this guard knows "
                 f"({', '.join(CALIBRATED_VERSIONS)}), so its calibration cannot be checked; re-noise "

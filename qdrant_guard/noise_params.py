@@ -10,6 +10,8 @@ from typing import Any, Mapping
 from .errors import GuardArgumentValueError
 
 MECHANISMS = ("gaussian", "laplace_l2")
+#: The dtypes a release is made in (privatize admits float32 and float64 arrays only).
+DTYPES = ("float32", "float64")
 #: The wordings of ``NoiseParams.guarantee`` this library has written, oldest first (all under
 #: receipt format ``qg-receipt/1``; ``mechanism_version`` does not tell them apart: 1 and 2 only
 #: ever carried wording 1, version 3 carries any of the four). 1: numbers with ``%g``; 2: a

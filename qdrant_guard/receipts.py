@@ -31,7 +31,7 @@ from .canonical import canonical_json, decode_canonical
 from .errors import GuardArgumentTypeError, GuardArgumentValueError, InvalidVectorError, ReceiptError
 from .keys import key_id as _key_id
 from .noise import check_release as _check_release
-from .noise_params import MECHANISMS, NoiseParams, guarantee_mismatch
+from .noise_params import DTYPES, MECHANISMS, NoiseParams, guarantee_mismatch
 
 __all__ = [
     "RECEIPT_KEY",
@@ -950,6 +950,10 @@ def _parse(receipt: Any) -> tuple[dict[str, Any], bytes, dict[str, Any] | None]:
         raise _Reject("malformed", f"unknown mechanism {params['mechanism']!r}")
     if params["dim"] <= 0:
         raise _Reject("malformed", "params.dim must be positive")
+    if params["dtype"] not in DTYPES:
+        # No release is made in another dtype, and the guarantee sentence's float64 caveat keys on it.
+        raise _Reject("malformed", f"unknown params.dtype {params['dtype']!r} (a release is made in "
+                                   f"{' or '.join(DTYPES)}); re-noise with qdrant_guard.noise.privatize")
     if not _HEX64.fullmatch(receipt["commitment"]):
         kind = "non_canonical" if _HEX64.fullmatch(receipt["commitment"].lower()) else "malformed"
         raise _Reject(kind, "commitment must be 64 lowercase hex digits")
