@@ -179,6 +179,17 @@ def _delta(value: Any) -> float:
 
 @lru_cache(maxsize=1024)
 def _sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    try:
+        return _sigma_search(epsilon, delta, sensitivity)
+    except OverflowError:
+        # epsilon*sigma/sensitivity past ~1e154 overflows the delta formula's square; no release
+        # needs such an epsilon, and a signed receipt with one must be refused, not crash a read.
+        raise GuardArgumentValueError(f"epsilon={epsilon!r} at sensitivity={sensitivity!r} is too large to "
+                                      "calibrate (float64 overflows); use an epsilon within the policy's "
+                                      "ceiling (at most 1000)") from None
+
+
+def _sigma_search(epsilon: float, delta: float, sensitivity: float) -> float:
     lo = hi = sensitivity
     while analytic_gaussian_delta(hi, epsilon, sensitivity) > delta:
         hi *= 2.0

@@ -136,3 +136,43 @@ def test_a_receipted_upload_in_batches_of_one_with_a_bad_last_point_writes_nothi
     with pytest.raises(GuardRefusal) as ei:
         bob.upload_points("pii", pts, batch_size=1)
     assert ei.value.verdict == "NOISE_REQUIRED" and count(owner, "pii") == 0
+
+
+# ------------------------------------------------------------------ huge epsilon (fixed)
+# The Gaussian calibration overflowed (OverflowError, outside the project's errors) for an
+# epsilon above about 1e154: privatize raised it, and so did check_release on a receipt a trusted
+# signer made with such an epsilon, on the write path (before the ceiling check) and on every
+# guarded read returning that point's vector.
+
+def _huge_epsilon_point(kit, pid, rng):
+    signer = ReceiptSigner(keys.load_private_key(kit.guard_key_path))
+    noised, p = privatize(np.asarray([unit(rng)], dtype=np.float32), mechanism="gaussian", epsilon=1.0,
+                          delta=1e-6, radius=0.01, clip_norm=1.0)
+    params = dataclasses.replace(p, epsilon=1e300, guarantee=guarantee_sentence(
+        p.mechanism, 1e300, p.delta, p.radius, p.clip_norm, p.scale, p.lattice_step, p.dim, p.dtype))
+    final = stored_form(noised[0], distance="Euclid")
+    rec = issue_receipts_batch(signer, [ReceiptItem(params=params, vector=final, collection="pii",
+                                                    point_id=pid, vector_name="")])[0]
+    return models.PointStruct(id=pid, vector=final.tolist(),
+                              payload={RECEIPT_KEY: receipts_for_payload({"": rec})}), params
+
+
+def test_privatize_with_an_epsilon_too_large_to_calibrate_is_a_guard_error_naming_it():
+    from qdrant_guard.errors import GuardArgumentValueError
+    with pytest.raises(GuardArgumentValueError, match="epsilon"):
+        privatize(np.full((1, 4), 0.5, dtype=np.float32), mechanism="gaussian", epsilon=1e300,
+                  delta=1e-6, radius=0.01, clip_norm=1.0)
+
+
+def test_a_receipt_with_a_huge_epsilon_is_refused_on_write_and_stripped_on_read(tmp_path):
+    kit, owner, bob = _clients(tmp_path)
+    rng = np.random.default_rng(7)
+    pt, params = _huge_epsilon_point(kit, 1, rng)
+    why = check_release(params)
+    assert why is not None and "epsilon" in why
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("pii", [pt])
+    assert ei.value.verdict == "NOISE_REQUIRED" and count(owner, "pii") == 0
+    RawClient.upsert(owner, "pii", [pt, _point(kit, 2, rng)[0]])  # around the guard
+    got = {p.id: p.vector for p in bob.retrieve("pii", [1, 2], with_vectors=True)}
+    assert got[1] is None and got[2] is not None
