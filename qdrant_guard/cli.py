@@ -116,11 +116,38 @@ def _toml_key(name: str) -> str:
     return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
 
 
+def _credential_policy_problem(args: argparse.Namespace, authority: Any) -> str | None:
+    """Why a guard under ``--policy`` would refuse a credential of ``--boundary`` signed by
+    ``authority``, or None: the boundary is not in the policy, or the key is not one of its
+    authority keys."""
+    from . import keys
+    from .policy import load_policy
+
+    cfg = load_policy(args.policy)
+    named = cfg.boundaries.get(args.boundary)
+    if named is None:
+        known = ", ".join(repr(b) for b in sorted(cfg.boundaries)) or "none"
+        return (f"--boundary {args.boundary!r} is not a boundary of --policy {args.policy} (its boundaries: "
+                f"{known}); the guard would refuse the credential. Check the name, or add a "
+                f"[boundaries.{_toml_key(args.boundary)}] section with the authority's .pub")
+    mine = keys.key_id(authority.public_key())
+    if all(keys.key_id(keys.load_public_key(spec)) != mine for spec in named.authority_keys):
+        return (f"--authority {args.authority} (key id {mine}) is not among [boundaries.{_toml_key(args.boundary)}] "
+                f"authority_keys of --policy {args.policy}; the guard would refuse the credential. Use that "
+                "boundary's authority key, or add this key's .pub to its authority_keys")
+    return None
+
+
 def cmd_credential_issue(args: argparse.Namespace) -> int:
     from . import keys
     from .boundary import issue_credential
 
     sk = keys.load_private_key(args.authority)
+    if args.policy:
+        problem = _credential_policy_problem(args, sk)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
     token = issue_credential(sk, agent_id=args.agent, boundary=args.boundary, ttl_s=args.ttl)
     print(token)
     body = token.split(".")[1]
@@ -522,6 +549,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="boundary name, as in the policy's [boundaries.NAME]")
     ci.add_argument("--ttl", type=_ttl, default=3600.0,
                     help="lifetime in seconds, at most ten years (default 3600); the expiry goes to stderr")
+    ci.add_argument("--policy", metavar="POLICY",
+                    help="check first that the policy names --boundary and lists --authority's public key "
+                         "among its authority_keys (a credential the guard would refuse is not issued)")
     ci.set_defaults(func=cmd_credential_issue)
 
     rec_p = sub.add_parser("receipt", help="reconstruction-resistance receipts").add_subparsers(dest="sub", required=True)

@@ -383,3 +383,27 @@ def test_audit_replay_of_a_file_that_is_no_audit_log_says_so(tmp_path: Path, cap
     assert rc == 1
     assert out.startswith(f"NOT AN AUDIT LOG: {policy}: none of its lines is an audit entry")
     assert "--unverified" not in out
+
+
+def test_credential_issue_checks_the_boundary_and_key_against_a_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: a misspelt --boundary or the wrong authority key issued a credential the guard refuses.
+    _new_key(tmp_path / "hr.key", capsys)
+    _new_key(tmp_path / "support.key", capsys)
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[boundaries.hr]\nauthority_keys = ["hr.key.pub"]\n'
+                      '[boundaries.support]\nauthority_keys = ["support.key.pub"]\n'
+                      '[collections.docs]\nclass = "PUBLIC"\n')
+    base = ["credential", "issue", "--agent", "a1", "--policy", str(policy)]
+    rc, out, err = _run([*base, "--authority", str(tmp_path / "hr.key"), "--boundary", "hrr"], capsys)
+    assert rc == 2 and out == ""
+    _one_line_error(err, "--boundary 'hrr'", "'hr', 'support'", "[boundaries.hrr]")
+    rc, out, err = _run([*base, "--authority", str(tmp_path / "support.key"), "--boundary", "hr"], capsys)
+    assert rc == 2 and out == ""
+    _one_line_error(err, "--authority", "[boundaries.hr] authority_keys", "would refuse")
+    rc, out, err = _run([*base, "--authority", str(tmp_path / "hr.key"), "--boundary", "hr"], capsys)
+    assert rc == 0 and out.startswith("qgc1.")
+    from qdrant_guard import Principal, QdrantClient
+
+    client = QdrantClient(":memory:", guard=str(policy), principal=Principal("a1", "hr", out.strip()))
+    assert client.guard is not None
+    client.close()
