@@ -405,9 +405,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     if args.workdir is not None:
         try:
-            claim_workdir(args.workdir)
+            claim_workdir(args.workdir, name="--workdir", example="--workdir demo")
         except GuardArgumentValueError as exc:
-            print(f"error: --{exc}".replace("(e.g. demo)", "(e.g. --workdir demo)"), file=sys.stderr)
+            print(f"error: {exc}", file=sys.stderr)
             return 2
     return run_demo(workdir=args.workdir)
 

@@ -128,8 +128,10 @@ _DEMO_FILES = {_DEMO_MARK, "policy.toml", "audit.jsonl", "store"} | {
     for pub in ("", ".pub")}
 
 
-def claim_workdir(workdir: str) -> Path:
+def claim_workdir(workdir: str, *, name: str = "workdir", example: str = "demo") -> Path:
     """Create ``workdir`` (or accept it: empty, or marked by an earlier demo) and mark it as a demo's.
+
+    ``name`` and ``example`` word the errors (the CLI passes ``--workdir``).
 
     Raises:
         GuardArgumentValueError: ``workdir`` is empty, a file, a directory holding anything but an
@@ -138,7 +140,7 @@ def claim_workdir(workdir: str) -> Path:
     work = Path(workdir)
     if not workdir or (work.exists() and not work.is_dir()):
         what = "is empty" if not workdir else f"{workdir!r} is not a directory"
-        raise GuardArgumentValueError(f"workdir {what}; give a new or empty directory (e.g. demo)")
+        raise GuardArgumentValueError(f"{name} {what}; give a new or empty directory (e.g. {example})")
     if work.is_dir():
         names = {p.name for p in work.iterdir()}
         if names and (_DEMO_MARK not in names or not names <= _DEMO_FILES):
@@ -147,15 +149,15 @@ def claim_workdir(workdir: str) -> Path:
                     if other else f"has no {_DEMO_MARK} mark, so it may not be a demo's (an earlier version's "
                     "demo left none: remove the directory to rerun there)")
             raise GuardArgumentValueError(
-                f"workdir {workdir!r} {held}, and the demo deletes every *.key* file, audit.jsonl and store "
-                "there before it starts; give a new or empty directory (e.g. demo)")
+                f"{name} {workdir!r} {held}, and the demo deletes every *.key* file, audit.jsonl and store "
+                f"there before it starts; give a new or empty directory (e.g. {example})")
     try:
         work.mkdir(parents=True, exist_ok=True)
         (work / _DEMO_MARK).write_text("written by `qdrant-guard demo`; the next demo run here replaces "
                                        "this directory's keys, policy, store and audit log\n")
     except OSError as exc:
         raise GuardArgumentValueError(
-            f"workdir {workdir!r} cannot be created: {exc.strerror or exc}; give a new or empty directory "
+            f"{name} {workdir!r} cannot be created: {exc.strerror or exc}; give a new or empty directory "
             "in a writable place") from None
     return work
 
