@@ -229,7 +229,9 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
         if args.check_noise:
             # A PUBLIC collection states no noise; its receipts are then judged by check_release only.
             noise_policy = None if pol.is_public else pol.noise
-        for spec in cfg.receipts.trusted_keys:
+        # A collection's receipt_keys replace receipts.trusted_keys for it, as in the guard.
+        listed = cfg.receipts.trusted_keys if pol.receipt_keys is None else pol.receipt_keys
+        for spec in listed:
             pk = keys.load_public_key(spec)
             trusted[keys.key_id(pk)] = pk
         if cfg.signing_key:
@@ -241,7 +243,8 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
             trusted[keys.key_id(pk)] = pk
         revoked = cfg.receipts.revoked_keys
     if not trusted:
-        where = (f"--policy {args.policy} names no signing_key and no receipts.trusted_keys" if args.policy
+        where = (f"--policy {args.policy} names no signing_key and no receipts.trusted_keys (nor receipt_keys for "
+                 f"{args.collection!r})" if args.policy
                  else "no --trusted-key and no --policy")
         print(f"error: no trusted keys: {where}; pass --trusted-key with the public key of each receipt signer "
               "(the guard's signing_key's .pub), or a --policy that names them", file=sys.stderr)
@@ -564,7 +567,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--url", help="Qdrant server URL (API key from QDRANT_API_KEY)")
     rv.add_argument("--collection", required=True, help="the collection whose points are checked")
     rv.add_argument("--trusted-key", action="append", help="trusted public key (ed25519:... or file); repeatable")
-    rv.add_argument("--policy", help="the guard's policy file: trust its receipts.trusted_keys and its signing_key's "
+    rv.add_argument("--policy", help="the guard's policy file: trust its receipts.trusted_keys (the collection's "
+                                    "receipt_keys instead, when it sets them) and its signing_key's "
                                     "public key, refuse its revoked_keys, and apply the collection's class (a "
                                     "PUBLIC collection needs no receipts)")
     rv.add_argument("--check-noise", action="store_true",

@@ -276,6 +276,17 @@ class GuardPipeline:
             self.trusted_receipt_keys[_keys.key_id(pk)] = pk
         self.revoked_keys = frozenset(cfg.receipts.revoked_keys)
         own_kid = _keys.key_id(self._signing_key.public_key())
+        # receipt_keys of each collection that sets it (keyed by the list, which policies may share):
+        # loaded now, so that a bad key file fails the client's start as trusted_keys does.
+        self._scoped_receipt_keys: dict[tuple[str, ...], dict[str, Ed25519PublicKey]] = {}
+        sections = [("default", cfg.default), *((f"collections.{n}", p) for n, p in cfg.collections.items())]
+        for where, pol in sections:
+            if pol.receipt_keys is not None and pol.receipt_keys not in self._scoped_receipt_keys:
+                scoped = {own_kid: self._signing_key.public_key()}
+                for spec in pol.receipt_keys:
+                    pk = self._load_public(spec, where=f"{where}.receipt_keys")
+                    scoped[_keys.key_id(pk)] = pk
+                self._scoped_receipt_keys[pol.receipt_keys] = scoped
         if own_kid in self.revoked_keys:
             # Every receipt and audit checkpoint the guard signs would be rejected as revoked.
             raise ConfigError(
@@ -433,6 +444,31 @@ class GuardPipeline:
     def policy(self, collection: str) -> CollectionPolicy:
         """The policy of ``collection``."""
         return self.config.policy_for(collection)
+
+    def receipt_keys_for(self, pol: CollectionPolicy) -> dict[str, Ed25519PublicKey]:
+        """The keys whose receipts ``pol``'s collection accepts (key id -> public key): the guard's
+        own and those of its ``receipt_keys`` when set, else the guard's and ``receipts.trusted_keys``."""
+        if pol.receipt_keys is None:
+            return self.trusted_receipt_keys
+        scoped = self._scoped_receipt_keys.get(pol.receipt_keys)
+        if scoped is None:
+            raise ConfigError(f"receipt_keys {list(pol.receipt_keys)!r} belong to a collection policy that is not "
+                              "part of this guard's policy; give the policy to the client (guard=)")
+        return scoped
+
+    def receipt_scope_refusal(self, name: str, pol: CollectionPolicy, kid: str | None) -> str | None:
+        """Why a receipt by ``kid`` is refused on ``name`` when its ``receipt_keys`` leave the key
+        out (None when the collection sets no scope, or the key is not refused by it)."""
+        if pol.receipt_keys is None or not isinstance(kid, str) or kid in self.receipt_keys_for(pol):
+            return None
+        section = f"[collections.{name}]" if self.config.collections.get(name) is pol else "[default]"
+        own = _keys.key_id(self._signing_key.public_key())
+        listed = sorted(k for k in self.receipt_keys_for(pol) if k != own)
+        elsewhere = (" (receipts.trusted_keys lists it, which does not apply to a collection that sets "
+                     "receipt_keys)" if kid in self.trusted_receipt_keys else "")
+        return (f"unknown_key: collection {name!r} accepts receipts only from the guard's key and the keys its "
+                f"receipt_keys lists ({', '.join(listed) or 'none'}), and this one is signed by {kid}{elsewhere}; "
+                f"sign it with a listed key, or add the signer's .pub to receipt_keys in {section}")
 
     def ceiling(self, pol: CollectionPolicy) -> float:
         """The epsilon ceiling of the collection's class."""

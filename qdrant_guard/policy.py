@@ -94,7 +94,7 @@ _EMPTY: dict[str, str] = {
     **dict.fromkeys(("signing_key", "audit_log", "record"),
                     "an empty path names no file (it would be read as the policy's directory); give a "
                     "file path or leave the key out"),
-    **dict.fromkeys(("audit_trusted_keys", "trusted_keys", "authority_keys"),
+    **dict.fromkeys(("audit_trusted_keys", "trusted_keys", "authority_keys", "receipt_keys"),
                     "give each key as 'ed25519:<base64>' or the path of its .pub file"),
     "owner": "an empty owner names no boundary; name a [boundaries.NAME] section or leave owner out",
     **dict.fromkeys(("readers", "writers"), "an empty name is no boundary; name a [boundaries.NAME] section or "
@@ -389,7 +389,7 @@ class CollectionPolicy(_Strict):
     sensitivity: SensitivityClass = Field(SensitivityClass.PII, alias="class")
     """``embedding_sensitivity_class``: PUBLIC (pass-through), PII, CREDENTIAL or PROPRIETARY. A PUBLIC
     collection may not set the keys it would ignore (owner, readers, writers, raw_in_boundary,
-    noise_queries, noise, query, diversity, intent, utility)."""
+    noise_queries, noise, query, diversity, intent, utility, receipt_keys)."""
     owner: str | None = None
     """Owner trust boundary (one ``[boundaries.NAME]``, not ``"*"``). Principals verified in it may
     read and write, and write raw vectors when allowed. Unset: no boundary owns the collection, so
@@ -551,6 +551,22 @@ class CollectionPolicy(_Strict):
     PUBLIC collections refused on any finding (a path cannot be redacted). Collections left
     unlisted under ``unlisted = "public"`` (pass-through) are not screened: list a collection to
     screen it."""
+    receipt_keys: tuple[str, ...] | None = None
+    """The outside keys (``ed25519:<base64>`` or ``.pub`` files, relative to the policy file) that
+    may sign receipts this collection accepts, e.g. ``receipt_keys = ["keys/support-agent.key.pub"]``.
+    Set, it replaces ``receipts.trusted_keys`` for this collection: a receipt signed by any other
+    outside key, one in ``receipts.trusted_keys`` included, is refused here (INVALID_RECEIPT on a
+    write, naming the collection and the key id; stripped from reads, ``unknown_key`` in
+    ``qdrant-guard receipt verify --policy``), and a key listed here need not be in
+    ``receipts.trusted_keys``: listed only here, it is trusted for this collection alone. ``[]``:
+    no outside key, only the guard's own receipts. The guard's own ``signing_key`` is always
+    trusted; a key in ``receipts.revoked_keys`` stays refused; writers still need write access
+    (``writers``). A rotated-out ``signing_key`` whose receipts should keep verifying here must be
+    listed here too, not only in ``receipts.trusted_keys``. Each key is loaded when the client is
+    built, as ``receipts.trusted_keys`` are. Unset (the default): the collection accepts receipts
+    of every key in ``receipts.trusted_keys`` (a key trusted for one collection then signs for
+    every collection that leaves this unset). It scopes receipts only: utility records are still
+    verified against the guard's key and ``receipts.trusted_keys``."""
     fail_closed: bool = True
     """Refuse the call when the audit log or the budget store fails (False: log the failure through
     `logging` and go on). A failing embedder or key store always refuses."""
@@ -1017,7 +1033,7 @@ class GuardConfig(_Strict):
 # Collection keys a PUBLIC collection does not enforce (set explicitly, they promise protection).
 _IGNORED_ON_PUBLIC = frozenset({
     "owner", "readers", "writers", "raw_in_boundary", "noise_queries", "noise", "query", "diversity", "intent",
-    "utility",
+    "utility", "receipt_keys",
 })
 
 # unlisted = "public" promises pass-through: its payloads are not screened (it has no text field).
@@ -1167,6 +1183,8 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
             util["record"] = resolved(util["record"])
         if isinstance(util, dict) and isinstance(util.get("records"), dict):
             util["records"] = {name: resolved(path) for name, path in util["records"].items()}
+        if isinstance(coll, dict) and isinstance(coll.get("receipt_keys"), list):
+            coll["receipt_keys"] = keys_resolved(coll["receipt_keys"])
     for b in (data.get("boundaries") or {}).values():
         if isinstance(b, dict) and isinstance(b.get("authority_keys"), list):
             b["authority_keys"] = keys_resolved(b["authority_keys"])

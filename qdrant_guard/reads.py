@@ -316,7 +316,7 @@ class ReadOps(PayloadOps, QueryChecks):
             # receipt names it: whether it denotes this collection now is the membership test.
             where = bound if isinstance(bound, str) and bound in names else name
             check = verify_receipt(rec, vector=np.asarray(value, dtype=np.float64), collection=where,
-                                   point_id=point.id, vector_name=vname, trusted_keys=self.trusted_receipt_keys,
+                                   point_id=point.id, vector_name=vname, trusted_keys=self.receipt_keys_for(pol),
                                    revoked=self.revoked_keys)
             if check.ok and check.params is not None and self._release_accepted(pol, check.params):
                 keep[vname] = value

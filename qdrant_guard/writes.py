@@ -49,7 +49,7 @@ _DIRECTIVES = {
     Verdict.INVALID_RECEIPT: (
         "the receipt does not verify for this vector, collection and point (forged, altered, "
         "replayed or signed by an untrusted key); re-noise the vector and sign a fresh receipt "
-        "with a key listed in receipts.trusted_keys"
+        "with a key listed in receipts.trusted_keys (or in the collection's receipt_keys, when it sets them)"
     ),
     Verdict.EPSILON_ABOVE_CEILING: (
         "the receipt's epsilon is above the class ceiling; re-noise with a smaller epsilon "
@@ -661,6 +661,7 @@ class WriteOps(TextOps):
         eps_seen: list[float] = []
         accepted_receipts: list[Any] = []  # the writer's receipts kept, for the manifest
         utility_why: str | None = None
+        scope_why: str | None = None  # a receipt refused by the collection's receipt_keys
         utility_names: set[str] = set()
         # reserved_claims finds nothing on a collection without restricted sources, for any writer.
         check_sources = restricts_sources(pol)
@@ -710,11 +711,14 @@ class WriteOps(TextOps):
                 if rec is not None:
                     check = verify_receipt(
                         rec, vector=arr, collection=name, point_id=p.id, vector_name=vname,
-                        trusted_keys=self.trusted_receipt_keys, revoked=self.revoked_keys,
+                        trusted_keys=self.receipt_keys_for(pol), revoked=self.revoked_keys,
                         now=self.clock(), max_age_s=self.config.receipts.max_age_s,
                     )
                     if not check.ok or check.params is None:
-                        fault(Verdict.INVALID_RECEIPT, p.id, check.reason)
+                        scoped = (self.receipt_scope_refusal(name, pol, check.key_id)
+                                  if check.reason == "unknown_key" else None)
+                        fault(Verdict.INVALID_RECEIPT, p.id, scoped or check.reason)
+                        scope_why = scope_why or scoped
                         continue
                     if _altered_by_storage(arr, spec.distance):
                         fault(Verdict.INVALID_RECEIPT, p.id, (
@@ -783,6 +787,11 @@ class WriteOps(TextOps):
                 # The specific reason carries its own fix; the generic advice ("use a measured
                 # passing epsilon") is wrong for a missing record or a metric mismatch.
                 directive = f"the retrieval utility guard refuses this write: {utility_why}"
+            if verdict is Verdict.INVALID_RECEIPT and scope_why is not None:
+                # The generic advice (a key of receipts.trusted_keys) does not fix a scoped refusal.
+                others = any(not reasons.get(str(pid), "").startswith("unknown_key: collection ")
+                             for pid in faults[verdict])
+                directive = scope_why.removeprefix("unknown_key: ") + (f"; other receipts: {directive}" if others else "")
             raise self.refuse(self.decision(
                 op, name, pol, verdict, directive, point_ids=list(dict.fromkeys(ids)),
                 utility_hash=self.utility_hash(pol, utility_names),
