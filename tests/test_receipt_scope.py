@@ -324,3 +324,18 @@ def test_cli_receipt_verify_with_the_policy_applies_the_scope(kit, writers, tmp_
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert rc == 1
     assert [(x["id"], x["reason"]) for x in lines] == [("1", "unknown_key")], out
+
+
+def test_the_default_section_scopes_unlisted_collections(kit, writers):
+    rng = np.random.default_rng(12)
+    cfg = kit.config({}, unlisted="strict", default=_coll(readers=["*"], receipt_keys=[_pub(writers, "a")]),
+                     receipts={"trusted_keys": [_pub(writers, "b")]})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "c")
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    bob.upsert("c", [_point(writers, "a", "c", 1, rng)])
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("c", [_point(writers, "b", "c", 2, rng)])
+    msg = str(ei.value)
+    assert "'c'" in msg and _kid(writers, "b") in msg and "receipt_keys in [default]" in msg, msg
+    assert count(bob, "c") == 1
