@@ -339,3 +339,25 @@ def test_the_default_section_scopes_unlisted_collections(kit, writers):
     msg = str(ei.value)
     assert "'c'" in msg and _kid(writers, "b") in msg and "receipt_keys in [default]" in msg, msg
     assert count(bob, "c") == 1
+
+
+def test_an_alias_cannot_carry_a_scoped_collection_under_an_unscoped_policy(kit, writers):
+    # An alias must carry its collection's policy; receipt_keys are part of it, so no alias name
+    # reaches a scoped collection under trusted_keys.
+    rng = np.random.default_rng(13)
+    colls = {"a": _coll(receipt_keys=[_pub(writers, "a")]), "al": _coll(), "same": _coll(receipt_keys=[_pub(writers, "a")])}
+    cfg = kit.config(colls, receipts={"trusted_keys": [_pub(writers, "b")]})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "a")
+    with pytest.raises(GuardRefusal) as ei:
+        owner.update_collection_aliases([models.CreateAliasOperation(
+            create_alias=models.CreateAlias(collection_name="a", alias_name="al"))])
+    assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    owner.update_collection_aliases([models.CreateAliasOperation(
+        create_alias=models.CreateAlias(collection_name="a", alias_name="same"))])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("same", [_point(writers, "b", "same", 1, rng)])
+    _refused_out_of_scope(ei, writers, "b", "same")
+    bob.upsert("same", [_point(writers, "a", "same", 1, rng)])
+    assert count(bob, "a") == 1
