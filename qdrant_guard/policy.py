@@ -738,9 +738,11 @@ class ReceiptTrust(_Strict):
     """Which keys may sign receipts the guard accepts (the guard's own key is always trusted)."""
 
     trusted_keys: tuple[str, ...] = ()
-    """Public keys (``ed25519:<base64>`` or files) of writers whose receipts are accepted. After
-    rotating ``signing_key``, list the old key's public key here: otherwise the receipts it signed
-    stop verifying, and the vectors they certify are stripped from reads outside the owner."""
+    """Public keys (``ed25519:<base64>`` or files) of writers whose receipts are accepted, by every
+    collection that sets no ``receipt_keys`` of its own (one that sets them accepts those instead).
+    After rotating ``signing_key``, list the old key's public key here (and in the ``receipt_keys``
+    of collections that set them): otherwise the receipts it signed stop verifying, and the vectors
+    they certify are stripped from reads outside the owner."""
     revoked_keys: tuple[str, ...] = ()
     """Key ids (``ed25519:<hex>``) whose receipts, credentials and utility records are rejected. The
     guard's own ``signing_key`` may not be listed (the client refuses to start: rotate it)."""
