@@ -556,7 +556,8 @@ class CollectionPolicy(_Strict):
     may sign receipts this collection accepts, e.g. ``receipt_keys = ["keys/support-agent.key.pub"]``.
     Set, it replaces ``receipts.trusted_keys`` for this collection: a receipt signed by any other
     outside key, one in ``receipts.trusted_keys`` included, is refused here (INVALID_RECEIPT on a
-    write, naming the collection and the key id; stripped from reads, ``unknown_key`` in
+    write, naming the collection and the key id; stripped from the reads of every principal not
+    allowed raw vectors (all but the owner boundary under ``raw_in_boundary``); ``unknown_key`` in
     ``qdrant-guard receipt verify --policy``), and a key listed here need not be in
     ``receipts.trusted_keys``: listed only here, it is trusted for this collection alone. ``[]``:
     no outside key, only the guard's own receipts. The guard's own ``signing_key`` is always
