@@ -10,9 +10,10 @@ import math
 import os
 import sqlite3
 import threading
+import time
 import uuid
 from collections import OrderedDict
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from .diversity import _check_int
 from .errors import GuardArgumentTypeError, GuardArgumentValueError, QdrantGuardError
@@ -359,14 +360,33 @@ class _CountingStore:
         raise NotImplementedError
 
 
+# Keys an admission's sweep may examine on top of two per key the admission touched: enough that
+# the sweep drops idle keys faster than admissions add new ones.
+_SWEEP_STEP = 8
+
+
 class MemoryBudgetStore(_CountingStore):
     """In-process store: a dict of insertion-ordered maps behind one lock.
 
     Each key keeps its ids ordered by timestamp, so expiry pops from the front and every
     admission costs O(1) amortised per id. Not shared between processes; lost on restart.
+
+    Keys whose every id has left the window are dropped by a sweep that each admission runs on a
+    few keys (amortised O(1) per key admitted), so the store holds about the keys admitted to
+    within the last window, not every key the process ever admitted. A key is dropped only when
+    both clocks agree that it is idle, as a Redis TTL would: on the callers' clock (``now``), its
+    newest timestamp is more than the largest ``window_s`` the store has been called with before
+    the sweep's ``now``, so every call at a later ``now`` would forget all its ids anyway; and on
+    ``monotonic``, that window (plus how far its newest timestamp was ahead of ``now``) has passed
+    since its last admission, so a wall clock that jumps ahead drops nothing early.
+
+    Args:
+        monotonic: the clock the sweep measures idle time with (seconds); injectable for tests.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, monotonic: Callable[[], float] = time.monotonic) -> None:
+        if not callable(monotonic):
+            raise GuardArgumentTypeError(f"monotonic must be callable, not {type(monotonic).__name__}")
         self._lock = threading.Lock()
         self._keys: dict[str, OrderedDict[str, float]] = {}
         # Key -> keys by their part up to the last "|" (the budget's principal|collection| group),
@@ -380,22 +400,58 @@ class MemoryBudgetStore(_CountingStore):
         # the listing's window check then needs no pass over them. Dropped wherever an entry is
         # added, refreshed or removed (_put after every admission, expiry, _drop, reset).
         self._spans: dict[str, tuple[float, float, frozenset[str]]] = {}
+        # The sweep's queue: key -> the monotonic time its newest timestamp stands for, in the
+        # order of the keys' last admissions (oldest first). Holds exactly the keys of _keys.
+        self._idle: OrderedDict[str, float] = OrderedDict()
+        # The largest window_s any call has used: the sweep must not drop ids a caller with a longer
+        # window than the admission's would still count (one store serves every collection's window).
+        self._window = 0.0
+        self._monotonic = monotonic
 
-    def _put(self, key: str, entries: OrderedDict[str, float]) -> None:
+    def key_count(self) -> int:
+        """How many keys the store holds: those with ids in the window, and idle ones the sweep
+        has not reached yet."""
+        with self._lock:
+            return len(self._keys)
+
+    def _put(self, key: str, entries: OrderedDict[str, float], due: float | None = None) -> None:
+        # due: the monotonic time the key's newest timestamp stands for (now, without one).
         self._spans.pop(key, None)
         if key not in self._keys:
             self._groups.setdefault(key[: key.rfind("|") + 1], set()).add(key)
         self._keys[key] = entries
+        idle = self._idle
+        idle[key] = self._monotonic() if due is None else due
+        idle.move_to_end(key)
 
     def _drop(self, key: str) -> None:
         self._frozen.pop(key, None)
         self._spans.pop(key, None)
+        self._idle.pop(key, None)
         if self._keys.pop(key, None) is not None:
             group = key[: key.rfind("|") + 1]
             members = self._groups[group]
             members.discard(key)
             if not members:
                 del self._groups[group]
+
+    def _sweep(self, now: float, mono: float, budget: int) -> None:
+        # Look at up to `budget` of the least recently admitted keys; drop those both clocks call idle.
+        idle, keys, window = self._idle, self._keys, self._window
+        for _ in range(budget):
+            if not idle:
+                return
+            key, due = next(iter(idle.items()))
+            if due + window >= mono:
+                # Admitted within a window, and the keys behind it later (but for those moved to
+                # the back below, which wait their turn).
+                return
+            if next(reversed(keys[key].values())) < now - window:
+                self._drop(key)
+            else:
+                # The callers' clock says its ids still count (a newest timestamp ahead of now, a
+                # caller whose clock is behind): look again when it next comes to the front.
+                idle.move_to_end(key)
 
     def _expire(self, key: str, window_s: float, now: float) -> tuple[OrderedDict[str, float] | None, float]:
         entries = self._keys.get(key)
@@ -435,10 +491,16 @@ class MemoryBudgetStore(_CountingStore):
         self, requests: list[tuple[str, list[str], int]], window_s: float, now: float
     ) -> list[tuple[list[bool], int, int]]:
         with self._lock:
-            return [self._admit_locked(key, ids, cap, window_s, now) for key, ids, cap in requests]
+            if window_s > self._window:
+                self._window = window_s
+            mono = self._monotonic()
+            out = [self._admit_locked(key, ids, cap, window_s, now, mono) for key, ids, cap in requests]
+            self._sweep(now, mono, _SWEEP_STEP + 2 * len(requests))
+            return out
 
-    def _admit_locked(self, key: str, ids: list[str], cap: int, window_s: float, now: float) -> tuple[list[bool], int, int]:
-        entries, now = self._expire(key, window_s, now)
+    def _admit_locked(self, key: str, ids: list[str], cap: int, window_s: float, at: float,
+                      mono: float) -> tuple[list[bool], int, int]:
+        entries, now = self._expire(key, window_s, at)
         if entries is None:
             entries = OrderedDict()
         before = len(entries)
@@ -456,13 +518,16 @@ class MemoryBudgetStore(_CountingStore):
         if len(entries) != before:  # after _expire, ids are only added
             self._frozen.pop(key, None)
         if entries:
-            self._put(key, entries)
+            self._put(key, entries, mono + (now - at))
         return flags, before, len(entries)
 
     def _admit_points(
         self, keys: list[tuple[str, int]], points: list[tuple[str, list[int]]], window_s: float, now: float
     ) -> tuple[list[bool], list[tuple[int, int]]]:
         with self._lock:
+            if window_s > self._window:
+                self._window = window_s
+            mono = self._monotonic()
             live = [self._expire_listed(key, window_s, now) for key, _ in keys]
             sets = [entries if entries is not None else OrderedDict() for entries, _ in live]
             before = [len(entries) for entries in sets]
@@ -478,15 +543,18 @@ class MemoryBudgetStore(_CountingStore):
                         sets[k][pid] = live[k][1]
                         sets[k].move_to_end(pid)
                 released.append(ok)
-            for (key, _), entries, count in zip(keys, sets, before):
+            for (key, _), entries, count, (_, stamp) in zip(keys, sets, before, live):
                 if len(entries) != count:  # after _expire, ids are only added
                     self._frozen.pop(key, None)
                 if entries:
-                    self._put(key, entries)
+                    self._put(key, entries, mono + (stamp - now))
+            self._sweep(now, mono, _SWEEP_STEP + 2 * len(keys))
             return released, [(b, len(entries)) for b, entries in zip(before, sets)]
 
     def _seen(self, key: str, window_s: float, now: float) -> int:
         with self._lock:
+            if window_s > self._window:
+                self._window = window_s
             entries, _ = self._expire(key, window_s, now)
             return len(entries) if entries else 0
 
@@ -497,11 +565,14 @@ class MemoryBudgetStore(_CountingStore):
                 self._groups.clear()
                 self._frozen.clear()
                 self._spans.clear()
+                self._idle.clear()
             else:
                 self._drop(key)
 
     def _entries_by_prefix(self, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]]:
         with self._lock:
+            if window_s > self._window:
+                self._window = window_s
             # A key starts with prefix only if its group does, or the prefix runs past its group.
             keys: list[str] = []
             for group, members in self._groups.items():

@@ -1,0 +1,236 @@
+"""The in-process budget store drops keys whose every id has left the window (an amortised sweep
+run by admissions), so a long-lived process holds about the keys of one window, not every key it
+ever admitted; and dropping them changes no decision: a randomized run against the same store
+without the sweep, clocks that jump ahead or step back, and threads."""
+from __future__ import annotations
+
+import random
+import threading
+
+from qdrant_guard.budget import ExtractionBudget, MemoryBudgetStore
+
+W = 10.0  # window_s
+
+
+class Clock:
+    """One fake time for the callers' ``now`` and the store's monotonic clock."""
+
+    def __init__(self, t: float = 0.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class NoSweepStore(MemoryBudgetStore):
+    """The same store, keeping every key until its own next admission or listing (the old way)."""
+
+    def _sweep(self, now, mono, budget):
+        return None
+
+
+def _source(principal, i):
+    return ExtractionBudget.budget_key(principal, "c", f"s{i}")
+
+
+def test_idle_keys_are_dropped_after_the_window():
+    clock = Clock()
+    store = MemoryBudgetStore(monotonic=clock)
+    for i in range(1000):
+        store.admit(_source("old", i), ["a", "b"], cap=5, window_s=W, now=clock())
+    assert store.key_count() == 1000
+    clock.t = 2 * W  # every one of them idle for more than a window, on both clocks
+    for i in range(200):
+        store.admit(_source("new", i), ["a"], cap=5, window_s=W, now=clock())
+    assert store.key_count() == 200
+    assert store.entries_by_prefix("src|old|", window_s=W, now=clock()) == {}
+    assert len(store.entries_by_prefix("src|new|", window_s=W, now=clock())) == 200
+
+
+def test_a_long_run_holds_about_the_keys_of_one_window():
+    # Every tick admits 50 keys never seen before (a stream of principals x sources): without the
+    # sweep the store held every one of them, 50 per tick for as long as the process ran.
+    clock = Clock()
+    store = MemoryBudgetStore(monotonic=clock)
+    most = 0
+    for tick in range(400):
+        clock.t = float(tick)
+        for j in range(50):
+            store.admit(_source(f"p{tick}", j), ["x"], cap=1, window_s=W, now=clock())
+        most = max(most, store.key_count())
+    # The keys admitted within the window (ticks t-10 .. t) and those a tick past it.
+    assert most <= 50 * (int(W) + 2)
+    assert store.key_count() <= 50 * (int(W) + 2)
+
+
+def _random_run(seed, stores, clock):
+    """Drive every store through one random sequence and return what each answered."""
+    rng = random.Random(seed)
+    principals = [f"p{i}" for i in range(4)]
+    ids = [f"i:{i}" for i in range(8)]
+    answers = [[] for _ in stores]
+    for store in stores:  # the longest window first, as a store serving both collections sees it
+        store.seen("src|p0|c|s0", window_s=W, now=0.0)
+    min_keys = [None for _ in stores]
+    for _ in range(3000):
+        clock.t += rng.choice([0.0, 0.0, 0.5, 1.0, 3.0, 7.0, 12.0, 30.0])
+        window = rng.choice([W, W / 2])
+        principal = rng.choice(principals)
+        kind = rng.randrange(5)
+        for index, store in enumerate(stores):
+            r = random.Random(f"{seed}:{clock.t}:{kind}")  # the same arguments for every store
+            if kind == 0:
+                key = _source(principal, r.randrange(6))
+                got = store.admit_counted(key, r.sample(ids, r.randrange(1, 5)), cap=r.randrange(0, 5),
+                                          window_s=window, now=clock.t)
+            elif kind == 1:
+                keys = [(_source(principal, s), r.randrange(0, 4)) for s in r.sample(range(6), r.randrange(1, 4))]
+                points = [(pid, sorted(r.sample(range(len(keys)), r.randrange(1, len(keys) + 1))))
+                          for pid in r.sample(ids, r.randrange(1, 6))]
+                got = store.admit_points(keys, points, window_s=window, now=clock.t)
+            elif kind == 2:
+                requests = [(_source(principal, s), r.sample(ids, r.randrange(0, 4)), r.randrange(0, 4))
+                            for s in r.sample(range(6), r.randrange(1, 4))]
+                got = store.admit_many_counted(requests, window_s=window, now=clock.t)
+            elif kind == 3:
+                got = store.seen(_source(principal, r.randrange(6)), window_s=window, now=clock.t)
+            else:
+                got = store.entries_by_prefix(f"src|{principal}|", window_s=window, now=clock.t)
+            answers[index].append(got)
+            count = store.key_count()
+            min_keys[index] = count if min_keys[index] is None else min(min_keys[index], count)
+    return answers, min_keys
+
+
+def test_the_sweep_changes_no_decision():
+    for seed in range(4):
+        clock = Clock()
+        swept, kept = MemoryBudgetStore(monotonic=clock), NoSweepStore(monotonic=clock)
+        (with_sweep, without), _ = _random_run(seed, [swept, kept], clock)
+        assert with_sweep == without, seed
+        # The run dropped keys the store without the sweep still held.
+        assert swept.key_count() < kept.key_count(), seed
+        for principal in ("p0", "p1", "p2", "p3"):
+            assert swept.entries_by_prefix(f"src|{principal}|", window_s=W, now=clock.t) == \
+                kept.entries_by_prefix(f"src|{principal}|", window_s=W, now=clock.t)
+
+
+def test_a_wall_clock_that_jumps_ahead_drops_nothing_early():
+    # One caller's clock jumps a year ahead (then is corrected): its now says every other key is
+    # idle, but the store's monotonic clock has not run a window, so none is dropped. Had it been,
+    # the principal below would get its used-up source back once the clock was corrected.
+    mono = Clock()
+    stores = [MemoryBudgetStore(monotonic=mono), NoSweepStore(monotonic=mono)]
+    victim = _source("victim", 0)
+    for store in stores:
+        assert store.admit(victim, ["a", "b"], cap=2, window_s=W, now=1000.0) == (["a", "b"], [])
+    mono.t = 1.0
+    for store in stores:
+        for i in range(100):
+            store.admit(_source("ahead", i), ["x"], cap=1, window_s=W, now=1000.0 + 365 * 86400)
+    mono.t = 2.0
+    assert [store.admit(victim, ["c"], cap=2, window_s=W, now=1002.0) for store in stores] == [([], ["c"])] * 2
+    assert victim in stores[0].entries_by_prefix("src|victim|", window_s=W, now=1002.0)
+
+
+def test_a_key_whose_newest_timestamp_is_ahead_of_now_is_kept():
+    # The key was admitted while the clock ran ahead; after the clock stepped back its ids count
+    # until newest + window on the key's clock (as in the SQLite and Redis stores), however long
+    # the store's monotonic clock has run.
+    mono = Clock()
+    stores = [MemoryBudgetStore(monotonic=mono), NoSweepStore(monotonic=mono)]
+    key = _source("p", 0)
+    for store in stores:
+        store.admit(key, ["a"], cap=1, window_s=W, now=5000.0)
+    mono.t = 100.0  # many windows on the monotonic clock
+    for store in stores:
+        for i in range(100):  # admissions whose sweep reaches the key, on the stepped-back clock
+            store.admit(_source("other", i), ["x"], cap=1, window_s=W, now=150.0)
+    assert [store.admit(key, ["b"], cap=1, window_s=W, now=151.0) for store in stores] == [([], ["b"])] * 2
+    # Re-admitted at a stepped-back now, its newest timestamp stands for a monotonic time that
+    # far ahead: it is kept while the monotonic clock runs, until the callers' clock passes it.
+    mono.t = 200.0
+    for store in stores:
+        store.admit(key, ["a"], cap=1, window_s=W, now=160.0)
+    mono.t = 200.0 + 2 * W
+    for store in stores:
+        for i in range(100):
+            store.admit(_source("other", i), ["x"], cap=1, window_s=W, now=180.0)
+    assert key in stores[0].entries_by_prefix("src|p|", window_s=W, now=180.0)
+    assert [store.admit(key, ["b"], cap=1, window_s=W, now=181.0) for store in stores] == [([], ["b"])] * 2
+
+
+def test_threads_admit_and_sweep_together():
+    # Phase 1: 8 threads fill their own keys and one shared key; phase 2, two windows later on both
+    # clocks: the same threads admit, list and count while their admissions sweep phase 1's keys.
+    clock = Clock()
+    store = MemoryBudgetStore(monotonic=clock)
+    threads, per_thread = 8, 150
+    barrier = threading.Barrier(threads)
+    errors: list[BaseException] = []
+    shared_admitted: list[str] = []
+    phase2: dict[int, list] = {}
+
+    def phase_one(t):
+        try:
+            barrier.wait()
+            for i in range(per_thread):
+                store.admit(_source(f"t{t}", i), ["a", "b"], cap=2, window_s=W, now=0.0)
+                admitted, _ = store.admit("src|shared|c|s", [f"{t}-{i}"], cap=5, window_s=W, now=0.0)
+                shared_admitted.extend(admitted)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    def phase_two(t):
+        try:
+            barrier.wait()
+            out = []
+            for i in range(per_thread):
+                if i % 2 == 0:  # half of its phase-1 keys: a fresh budget, as their ids are a window old
+                    out.append(store.admit(_source(f"t{t}", i), ["c"], cap=1, window_s=W, now=2 * W))
+                out.append(store.admit(_source(f"n{t}", i), ["x"], cap=1, window_s=W, now=2 * W))
+                out.append(store.seen(_source(f"n{t}", i), window_s=W, now=2 * W))
+                out.append(_source(f"n{t}", i) in store.entries_by_prefix(f"src|n{t}|", window_s=W, now=2 * W))
+            phase2[t] = out
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    for phase in (phase_one, phase_two):
+        if phase is phase_two:
+            clock.t = 2 * W
+        workers = [threading.Thread(target=phase, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert not errors, errors
+        if phase is phase_one:
+            assert len(shared_admitted) == 5  # the cap held across threads
+            assert store.key_count() == threads * per_thread + 1
+    expected = [out for i in range(per_thread)
+                for out in ([(["c"], [])] if i % 2 == 0 else []) + [(["x"], []), 1, True]]
+    for t in range(threads):
+        assert phase2[t] == expected
+    # The odd phase-1 keys and the shared one, which nothing read again, are gone; the sweep's
+    # queue and the listing groups hold exactly the store's keys.
+    assert store.key_count() == threads * per_thread + threads * (per_thread // 2)
+    assert set(store._idle) == set(store._keys)
+    assert {key for members in store._groups.values() for key in members} == set(store._keys)
+
+
+def test_a_key_admitted_after_a_step_back_outlives_a_later_jump_ahead():
+    # Admitted while the clock was behind its newest timestamp by 4900 s: on the monotonic clock
+    # its ids count for 4900 s more than a window. A caller whose clock then jumps past that
+    # newest timestamp must not get it dropped before then, or once the clock is corrected the
+    # principal would have its used-up source back.
+    mono = Clock()
+    stores = [MemoryBudgetStore(monotonic=mono), NoSweepStore(monotonic=mono)]
+    key = _source("p", 0)
+    for store in stores:
+        store.admit(key, ["a"], cap=1, window_s=W, now=5000.0)
+        store.admit(key, ["a"], cap=1, window_s=W, now=100.0)  # the clock stepped back
+    mono.t = 3 * W
+    for store in stores:
+        for i in range(100):
+            store.admit(_source("jumped", i), ["x"], cap=1, window_s=W, now=6000.0)
+    assert [store.admit(key, ["b"], cap=1, window_s=W, now=100.0 + 3 * W) for store in stores] == [([], ["b"])] * 2
