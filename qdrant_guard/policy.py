@@ -870,7 +870,9 @@ class GuardConfig(_Strict):
     """``memory``, ``sqlite:///path.db`` or ``redis://host:port/db`` for the extraction budget (a
     relative sqlite path is relative to the policy file). ``memory`` is one store per Qdrant store
     for the life of the process, shared by every guarded client on it (a ``":memory:"`` client has
-    its own); it is not shared across processes, which need SQLite or Redis."""
+    its own); it holds about the keys (principal x collection x source) admitted within the last
+    window, as each admission sweeps away a few keys whose every id has left it; it is not shared
+    across processes, which need SQLite or Redis."""
     default: CollectionPolicy = CollectionPolicy(readers=("*",))
     """The policy of unlisted collections when ``unlisted = "strict"`` (refused under the other
     values, which would ignore it)."""
