@@ -473,19 +473,66 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return rc
 
 
+_ISSUE_HINT = ("get a valid one from the boundary's authority key with `qdrant-guard credential issue --authority "
+               "AUTHORITY.key --agent AGENT --boundary BOUNDARY > agent.cred` and pass that file")
+# Three dot-separated base64url parts, the last two long: what a token of another version or format
+# looks like (a file name such as agent.v1.cred does not).
+_TOKEN_LIKE = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}")
+
+
+def _credential_form_problem(token: str) -> str | None:
+    """What makes ``token`` no credential token at all, judged by its form alone (no key needed),
+    or None: the guard's verifier says the same, but tells a library caller to pass a file's
+    contents, which a CLI user, who passed the token or its file, cannot act on."""
+    from .boundary import TOKEN_PREFIX, CredentialRejected, verify_credential
+
+    parts = token.split(".")
+    if parts[0] != TOKEN_PREFIX:
+        return f"it does not start with '{TOKEN_PREFIX}.'"
+    if len(parts) != 3 or not all(parts):
+        return (f"it has {len(parts)} dot-separated part(s) where a token has 3, "
+                f"'{TOKEN_PREFIX}.<claims>.<signature>' (cut short or pasted twice?)")
+    try:
+        # With no authority, a token whose claims are well formed stops at its boundary.
+        verify_credential(token, authorities={})
+    except CredentialRejected as exc:
+        if exc.reason in ("malformed", "non_canonical", "algorithm"):
+            return f"its claims part is invalid ({str(exc).split(': ', 1)[1]})"
+    try:
+        signature = base64.urlsafe_b64decode(parts[2] + "=" * (-len(parts[2]) % 4))
+    except ValueError:
+        return "its signature is not base64url (cut short or edited?)"
+    if base64.urlsafe_b64encode(signature).rstrip(b"=").decode("ascii") != parts[2]:
+        return "its signature is not canonical base64url (cut short or edited?)"
+    if len(signature) != 64:
+        return f"its signature has {len(signature)} bytes where an Ed25519 signature has 64 (cut short?)"
+    return None
+
+
 def _credential_from(spec: str, flag: str) -> str:
     """``--credential``'s token; a file that holds none (empty, a key file) is named as such, where the
-    verifier's "malformed" would tell a CLI user to pass the file's contents instead of its path."""
+    verifier's "malformed" would tell a CLI user to pass the file's contents instead of its path,
+    and so is a token of the wrong form, given as text or in a file (what is wrong, and how to
+    get a valid one). The token itself is never printed: it is a bearer secret."""
     from .overhead import read_credential
 
+    as_text = spec.strip().startswith("qgc1.")
+    if not as_text and _TOKEN_LIKE.fullmatch(spec.strip()) and not os.path.exists(spec):
+        raise ConfigError(f"{flag} was given a malformed credential token as text: it has the form of a token "
+                          f"but does not start with 'qgc1.'; {_ISSUE_HINT}")
     token = read_credential(spec, flag)
-    if not spec.strip().startswith("qgc1.") and not token.startswith("qgc1."):
+    if not as_text and not token.startswith("qgc1."):
         if token.startswith("-----BEGIN") or token.startswith("ed25519:"):
             raise ConfigError(f"{flag} {spec!r} is a key file, not a credential; pass the token `qdrant-guard "
                               "credential issue` printed, or the file it was redirected to")
         what = "is empty" if not token else "holds no credential token (qgc1....)"
         raise ConfigError(f"{flag} file {spec!r} {what}; write one into it with `qdrant-guard credential issue "
                           f"--authority AUTHORITY.key --agent AGENT --boundary BOUNDARY > {spec}`")
+    problem = _credential_form_problem(token)
+    if problem is not None:
+        given = "was given a malformed credential token as text" if as_text else \
+            f"file {spec!r} holds a malformed credential token"
+        raise ConfigError(f"{flag} {given}: {problem}; {_ISSUE_HINT}")
     return token
 
 
