@@ -103,9 +103,12 @@ def _random_run(seed, stores, clock):
 
 
 def test_the_sweep_changes_no_decision():
-    for seed in range(4):
+    # The monotonic clock runs with the callers' clock, three times as fast (the callers' clock
+    # alone then decides) or half as fast.
+    for seed, rate in [(0, 1.0), (1, 1.0), (2, 3.0), (3, 0.5)]:
         clock = Clock()
-        swept, kept = MemoryBudgetStore(monotonic=clock), NoSweepStore(monotonic=clock)
+        mono = lambda: clock.t * rate  # noqa: E731 - reads the run's clock
+        swept, kept = MemoryBudgetStore(monotonic=mono), NoSweepStore(monotonic=mono)
         (with_sweep, without), _ = _random_run(seed, [swept, kept], clock)
         assert with_sweep == without, seed
         # The run dropped keys the store without the sweep still held.
