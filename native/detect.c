@@ -349,14 +349,10 @@ static int cuts_later(scan_t *s, size_t i, const int *g, int p, size_t end) {
     return 0;
 }
 
-/* The finding of the number run from i (veto = 0: a list prefix is taken even where it cuts a
- * later number's finding); fills hit and returns 1 when there is one. */
-static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit) {
+/* chain_find with one consistent separator. */
+static int chain_same(scan_t *s, size_t i, int veto, qg_finding *hit) {
     const unsigned char *b = s->b;
     size_t n = s->n;
-    int prev = at(s, (int64_t)i - 1);
-    if (prev >= 0 && is_alnum(prev)) return 0;
-    if (in_set(prev, "-./:") && is_digit(at(s, (int64_t)i - 2))) return 0;
     int g[MAX_GROUPS];
     int ng = 0, whole = 1; /* whole = 0: the chain runs on past MAX_GROUPS groups */
     char d[20];
@@ -399,6 +395,74 @@ static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit) {
         if (!(veto && cuts_later(s, i, g, p, end))) return 1;
     }
     return 0;
+}
+
+/* Groups joined by single spaces and hyphens, both used: only the SSN and card formats accept both
+ * separators, so only they are read here (a phone or IBAN keeps its one separator). */
+static int chain_mixed(scan_t *s, size_t i, int veto, qg_finding *hit) {
+    static const int G_SSN[] = {3, 2, 4};
+    const unsigned char *b = s->b;
+    size_t n = s->n;
+    if (at(s, (int64_t)i - 1) == '+') return 0; /* E.164: the phone rule's, which reads one separator */
+    int g[MAX_GROUPS], seps[MAX_GROUPS];
+    int ng = 0;
+    char d[20];
+    size_t nd = 0;
+    size_t j = i;
+    for (;;) {
+        size_t k = j;
+        while (k < n && is_digit(b[k])) {
+            if (nd < 19) d[nd] = (char)b[k];
+            nd++;
+            k++;
+        }
+        g[ng++] = (int)(k - j);
+        j = k;
+        if (ng == MAX_GROUPS || !(j + 1 < n && (b[j] == ' ' || b[j] == '-') && is_digit(b[j + 1]))) break;
+        seps[ng - 1] = b[j];
+        j++;
+    }
+    /* The longest leading groups that read as a card or an SSN, with both separators among them.
+     * Where more numbers follow (only after a space: "-" and a digit end nothing), the rules of a
+     * list of numbers apply (see chain_same): an SSN needs its context, and a prefix must not cut
+     * a later number's own finding. */
+    for (int p = ng < 5 ? ng : 5; p > 1; p--) {
+        int space = 0, dash = 0;
+        size_t end = i, digits = 0;
+        for (int q = 0; q < p; q++) {
+            end += (size_t)g[q] + (q ? 1 : 0);
+            digits += (size_t)g[q];
+            if (q) {
+                space |= seps[q - 1] == ' ';
+                dash |= seps[q - 1] == '-';
+            }
+        }
+        if (!(space && dash)) continue;
+        int after = at(s, (int64_t)end);
+        if (after >= 0 && is_alnum(after)) continue;
+        if (in_set(after, "-./:") && is_digit(at(s, (int64_t)end + 1))) continue;
+        if (groups_eq(g, p, G_SSN, 3)) {
+            if (!ssa_valid(d) || (p < ng && !ssn_context(s, i))) continue;
+            set_hit(hit, i, end, QG_SSN, QG_V_SSA);
+        } else if (digits >= 13 && digits <= 19 && card_groups_ok(g, p, ' ') && iin_known(d) && luhn(d, (int)digits)) {
+            set_hit(hit, i, end, QG_CREDIT_CARD, QG_V_LUHN);
+        } else {
+            continue;
+        }
+        if (!(veto && p < ng && cuts_later(s, i, g, p, end))) return 1;
+    }
+    return 0;
+}
+
+/* The finding of the number run from i (veto = 0: a list prefix is taken even where it cuts a
+ * later number's finding): read with one consistent separator, else (an SSN or a card only) with
+ * spaces and hyphens mixed ("123-45 6789", "4111-1111 1111-1111"); fills hit and returns 1 when
+ * there is one. */
+static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit) {
+    int prev = at(s, (int64_t)i - 1);
+    if (prev >= 0 && is_alnum(prev)) return 0;
+    if (in_set(prev, "-./:") && is_digit(at(s, (int64_t)i - 2))) return 0;
+    return chain_same(s, i, veto, hit) || chain_mixed(s, i, veto, hit);
 }
 
 static void chain(scan_t *s, size_t i) {

@@ -231,12 +231,18 @@ def _card_groups_ok(groups: list[int], sep: str) -> bool:
 
 
 def _chain(text: str, i: int, veto: bool = True) -> list[tuple[int, int, str, str]]:
-    n = len(text)
+    """The finding of the number run from ``i``: read with one consistent separator, else (an SSN
+    or a card only) with spaces and hyphens mixed (``123-45 6789``, ``4111-1111 1111-1111``)."""
     prev = _at(text, i - 1)
     if prev in _ALNUM:
         return []
     if prev in "-./:" and _at(text, i - 2) in _DIGITS:
         return []
+    return _chain_same(text, i, veto) or _chain_mixed(text, i, veto)
+
+
+def _chain_same(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]]:
+    n = len(text)
     groups: list[int] = []
     digits = []
     sep = ""
@@ -271,6 +277,52 @@ def _chain(text: str, i: int, veto: bool = True) -> list[tuple[int, int, str, st
         if found and found[0][2] == "SSN" and not _ssn_context(text, i):
             continue  # "sizes 512 64 1024 2048": a list of numbers has 3-2-4 windows everywhere
         if found and not (veto and _cuts_later(text, i, groups, g, end)):
+            return found
+    return []
+
+
+def _chain_mixed(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]]:
+    # Groups joined by single spaces and hyphens, both used: only the SSN and card formats accept
+    # both separators, so only they are read here (a phone or IBAN keeps its one separator).
+    if _at(text, i - 1) == "+":
+        return []  # E.164: the phone rule's, which reads one separator
+    n = len(text)
+    groups: list[int] = []
+    seps: list[str] = []
+    j = i
+    while True:
+        k = j
+        while k < n and text[k] in _DIGITS:
+            k += 1
+        groups.append(k - j)
+        j = k
+        if len(groups) == _MAX_GROUPS or not (j + 1 < n and text[j] in " -" and text[j + 1] in _DIGITS):
+            break
+        seps.append(text[j])
+        j += 1
+    if len(set(seps)) < 2:
+        return []
+    # The longest leading groups that read as a card or an SSN, with both separators among them.
+    # Where more numbers follow (only after a space: "-" and a digit end nothing), the rules of a
+    # list of numbers apply (see _chain_same): an SSN needs its context, and a prefix must not
+    # cut a later number's own finding.
+    for g in range(min(len(groups), 5), 1, -1):
+        if len(set(seps[: g - 1])) < 2:
+            continue
+        end = i + sum(groups[:g]) + g - 1
+        after = _at(text, end)
+        if after in _ALNUM or (after in "-./:" and _at(text, end + 1) in _DIGITS):
+            continue
+        d = text[i:end].replace(" ", "").replace("-", "")
+        if groups[:g] == [3, 2, 4]:
+            if not _ssa_valid(d) or (g < len(groups) and not _ssn_context(text, i)):
+                continue
+            found = [(i, end, "SSN", "ssa-rules")]
+        elif 13 <= len(d) <= 19 and _card_groups_ok(groups[:g], " ") and _iin_known(d) and _luhn(d):
+            found = [(i, end, "CREDIT_CARD", "luhn")]
+        else:
+            continue
+        if not (veto and g < len(groups) and _cuts_later(text, i, groups, g, end)):
             return found
     return []
 
