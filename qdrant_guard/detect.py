@@ -258,12 +258,27 @@ _SMALL_FORMS = "\ufe50\ufe52\ufe54-\ufe57\ufe59-\ufe5c\ufe5f-\ufe62\ufe64-\ufe66
 # Superscript and subscript digits (NFKC: the digit; not decimal digits to unicodedata).
 _SUPER_SUB = "\u00b2\u00b3\u00b9\u2070\u2074-\u2079\u2080-\u2089"
 _SUPER_SUB_RE = re.compile(f"[{_SUPER_SUB}]")
+# Digits in a circle, a double or negative circle, parentheses or before a full stop or comma
+# (0-9, Numeric_Type=Digit). A reader reads the digit; the parentheses, stop or comma that NFKC
+# adds to some are part of the glyph, not a separator, and are not kept.
+_ENCLOSED_DIGITS = (
+    "\u2460-\u2468\u2474-\u247c\u2488-\u2490\u24ea\u24f5-\u24fd\u24ff\u2776-\u277e\u2780-\u2788"
+    "\u278a-\u2792"
+)
+_ENCLOSED_DIGITS_ASTRAL = "\U0001f100-\U0001f10a"
+# The same forms of the numbers 10 to 50 (circled, parenthesised, with a full stop, negative,
+# double circled, dingbat): each becomes two digits in the folded view.
+_ENCLOSED_NUMBERS = (
+    "\u2469-\u2473\u247d-\u2487\u2491-\u249b\u24eb-\u24f4\u24fe\u277f\u2789\u2793\u3251-\u325f"
+    "\u32b1-\u32bf"
+)
+_ENCLOSED_NUMBERS_RE = re.compile(f"[{_ENCLOSED_NUMBERS}]")
 # The characters the folded view changes: one character class, which ``re`` tests quickly; the
 # ranges outside the BMP (tags, digit sets) are only tested in texts that have
 # characters outside the BMP.
-_FOLD_BMP = f"{_HYPHENS}{_SPACES}{_SMALL_FORMS}{_SUPER_SUB}\uff01-\uff5e" + "".join(f"{chr(z)}-{chr(z + 9)}" for z in _DIGIT_ZEROS)
+_FOLD_BMP = f"{_HYPHENS}{_SPACES}{_SMALL_FORMS}{_SUPER_SUB}{_ENCLOSED_DIGITS}{_ENCLOSED_NUMBERS}\uff01-\uff5e" + "".join(f"{chr(z)}-{chr(z + 9)}" for z in _DIGIT_ZEROS)
 _FOLD_TRIGGER_BMP = re.compile(f"[{_DROP_CLASS_BMP}{_FOLD_BMP}]")
-_FOLD_ASTRAL = "\U0001d400-\U0001d6a3\U0001d7ce-\U0001d7ff" + "".join(f"{chr(z)}-{chr(z + 9)}" for z in _ASTRAL_DIGIT_ZEROS)
+_FOLD_ASTRAL = f"\U0001d400-\U0001d6a3\U0001d7ce-\U0001d7ff{_ENCLOSED_DIGITS_ASTRAL}" + "".join(f"{chr(z)}-{chr(z + 9)}" for z in _ASTRAL_DIGIT_ZEROS)
 _FOLD_TRIGGER = re.compile(f"[{_DROP_CLASS}{_FOLD_BMP}{_FOLD_ASTRAL}]")
 
 
@@ -279,6 +294,10 @@ def _fold_char(ch: str) -> str:
         return nfkc if len(nfkc) == 1 and nfkc.isascii() else ch
     if unicodedata.decimal(ch, -1) >= 0:
         return str(unicodedata.decimal(ch))
+    if unicodedata.digit(ch, -1) >= 0:  # _ENCLOSED_DIGITS
+        return str(unicodedata.digit(ch))
+    if _ENCLOSED_NUMBERS_RE.match(ch):
+        return str(int(unicodedata.numeric(ch)))
     if ch.isspace():
         return "\n" if c in (0x85, 0x2028, 0x2029) else " "
     return "-"  # _HYPHENS
@@ -298,11 +317,15 @@ def _folded_spans(text: str, find_spans: Callable[[str], Spans]) -> Spans:
     if not found:
         return []
     folded = text
+    wide = False
     for ch in found:  # each becomes ASCII or nothing, so the order of the replacements is free
         rep = _FOLDED.get(ch)
         if rep is None:
             rep = _FOLDED[ch] = _fold_char(ch)
         folded = folded.replace(ch, rep)
+        wide = wide or len(rep) > 1
+    if wide:
+        return _mapped_back(text, find_spans(folded))
     dropped = [m.start() for m in _DROP.finditer(text)] if len(folded) < len(text) else []
 
     def original(k: int) -> int:
@@ -315,6 +338,36 @@ def _folded_spans(text: str, find_spans: Callable[[str], Spans]) -> Spans:
 
     return [(original(s), original(e - 1) + 1, t, v) if dropped else (s, e, t, v)
             for s, e, t, v in find_spans(folded)]
+
+
+def _mapped_back(text: str, spans: Spans) -> Spans:
+    """``spans`` of the folded view of ``text`` in ``text``'s offsets, where characters of the
+    view may also be two for one (``⑫``: ``12``). A span that starts or ends inside such a
+    character's digits covers the whole character."""
+    # The characters whose width in the view is not 1, in order: their offset in ``text``, their
+    # offset in the view and their width there.
+    at: list[int] = []
+    width: list[int] = []
+    view: list[int] = []
+    shift = 0
+    for m in sorted([*_DROP.finditer(text), *_ENCLOSED_NUMBERS_RE.finditer(text)], key=lambda m: m.start()):
+        w = len(_FOLDED[m.group()]) if m.group() in _FOLDED else 0
+        at.append(m.start())
+        view.append(m.start() + shift)
+        width.append(w)
+        shift += w - 1
+
+    def original(k: int) -> int:
+        # The last such character at or before view offset k (the last of equals: a dropped one
+        # there is before it) holds k or is followed by k's run of one-for-one characters.
+        j = bisect_right(view, k) - 1
+        if j < 0:
+            return k
+        if k < view[j] + width[j]:
+            return at[j]
+        return at[j] + 1 + (k - view[j] - width[j])
+
+    return [(original(s), original(e - 1) + 1, t, v) for s, e, t, v in spans]
 
 
 # What the query scanner reports as encoded text: with this min_blob_len only the runs that decode
