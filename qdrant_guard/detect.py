@@ -5,13 +5,15 @@ The kernel (native ``qdrant_guard._detect``, or the reference ``qdrant_guard._de
 
 What is detected (each finding names the check that confirmed it in ``Finding.validator``):
 
-* ``SSN``: ``AAA-GG-SSSS`` or ``AAA GG SSSS``; a bare 9-digit number only when "ssn" or
+* ``SSN``: ``AAA-GG-SSSS`` or ``AAA GG SSSS``, or the two separators mixed (``AAA-GG SSSS``,
+  ``AAA GG-SSSS``); a bare 9-digit number only when "ssn" or
   "social security" (or ``social_security``, ``social-security``, ``socialSecurity``) occurs in
   the 40 characters before it. SSA rules ("ssa-rules"): area not 000,
   666 or 900-999, group not 00, serial not 0000; the advertising numbers 078-05-1120 and
   219-09-9999 are skipped.
 * ``CREDIT_CARD``: 13-19 digits, ungrouped or in groups of 4 (last group 1-4) or 4-6-5 / 4-6-4,
-  one consistent space or dash separator, a known IIN prefix, Luhn-valid ("luhn"). Published test
+  split by spaces or dashes, one kind or both mixed (``4111-1111 1111-1111``), a known IIN
+  prefix, Luhn-valid ("luhn"). Published test
   numbers such as 4111 1111 1111 1111 ARE flagged: they are card-shaped data that look real to a
   model and to a human reader.
 * ``IBAN``: compact or in groups of 4 split by spaces or dashes, length from the country table,
@@ -23,6 +25,14 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
 * ``PHONE``: E.164 ``+`` and 8-15 digits, first not 0, optionally space/dash grouped ("e164"); NANP
   ``555-123-4567``, ``555.123.4567``, ``1-555-123-4567``, ``(555) 123-4567`` with an area code
   starting 2-9 ("nanp"). Dates, versions, IPs and bare long integers do not match.
+* Separators are single characters. Mixed separators are read only where one consistent
+  separator finds nothing, and only into an SSN or a card: a phone number, an IBAN or a date keeps
+  its one separator (``555-123 4567``, ``1-800 555-0199`` are not phones), and ``.``, doubled or
+  spaced separators (``123 - 45 6789``) are not read. Where a number with mixed separators runs on
+  (after a space) into more numbers, the list rules below apply to it. The cost: a row of random
+  4-digit numbers split by a random mix of spaces and dashes has a card window in about 5.6 % of
+  8-number rows (1.4 % before); rows of years, none; no new finding in 80 MB of Python
+  sources and /usr/share/doc text.
 * A number (SSN, card, IBAN, phone) ends at a letter or digit, not at ``_``: Markdown emphasis
   (``_123-45-6789_``) and snake_case glue (``ssn_123456789``) do not hide it. Nor does ``_``
   before a prefixed token or JWT, or after a fixed-length one (``_ghp_..._``, ``__sk_live_...__``).
@@ -136,8 +146,12 @@ Overlaps: the longer finding wins; on equal length the type earlier in :data:`FI
 
 Character classes are ASCII, but a folded view of a text that contains certain non-ASCII
 characters is scanned as well: full-width forms (``１２３``, ``ＡＫＩＡ``, ``＠``), the small forms
-of punctuation (``﹫``), mathematical Latin letters, superscript and subscript digits and the
-decimal digits of every script (outside the BMP too) become ASCII, Unicode spaces (no-break, narrow, ideographic) a space, Unicode
+of punctuation (``﹫``), mathematical Latin letters, superscript and subscript digits, the
+decimal digits of every script (outside the BMP too) and the enclosed digits (circled ``①``,
+``⓪``, negative ``❶`` ``⓿``, double ``⓵``, dingbat ``➀`` ``➊``, parenthesised ``⑴``, with a full
+stop ``⒈`` or a comma ``🄂``: the digit alone, the punctuation being part of the glyph) become
+ASCII, the enclosed numbers 10-50 (``⑩``..``⑳``, ``⑽``, ``⒑``, ``⓫``, ``❿``, ``➉``, ``㉑``..``㊿``)
+their two digits, Unicode spaces (no-break, narrow, ideographic) a space, Unicode
 hyphens and dashes (non-breaking hyphen, en dash, minus) ``-``, and invisible characters
 (zero-width space/joiners, soft hyphen, bidi marks and isolates, word joiner, BOM, variation
 selectors, tags, combining diacritical marks) are dropped. Readers and most embedders' tokenizers
@@ -146,7 +160,9 @@ is found. Findings of the folded view are mapped back to the original text (the 
 invisible characters inside it) and added to those of the plain scan; where one overlaps a plain
 finding, the two become one span covering both, typed by the overlap rule below, so folding never
 leaves part of a finding unredacted. Look-alike letters from other scripts (Cyrillic ``А`` in
-``AKIA``) are not folded: a secret written with them is not found. Letters outside ASCII end an
+``AKIA``) are not folded: a secret written with them is not found; nor are numerals of other
+systems (Roman ``Ⅻ``, Ethiopic ``፩``, Kharoshthi, Rumi and Brahmi numbers, fractions), the
+circled sans-serif zeros U+1F10B and U+1F10C (no digit value in Unicode). Keycap digits (``1️⃣``) are ASCII digits already, their marks dropped. Letters outside ASCII end an
 e-mail address: ``josé.garcía@corp.io`` yields only ``a@corp.io`` (the rest of the local part is
 left), and an address at a non-ASCII domain (``john@münchen.de``) is not found.
 
