@@ -289,6 +289,7 @@ _ENCLOSED_NUMBERS = (
     "\u32b1-\u32bf"
 )
 _ENCLOSED_NUMBERS_RE = re.compile(f"[{_ENCLOSED_NUMBERS}]")
+_NOT_ONE_WIDE = re.compile(f"[{_DROP_CLASS}{_ENCLOSED_NUMBERS}]")  # width 0 or 2 in the folded view
 # The characters the folded view changes: one character class, which ``re`` tests quickly; the
 # ranges outside the BMP (tags, digit sets) are only tested in texts that have
 # characters outside the BMP.
@@ -366,10 +367,11 @@ def _mapped_back(text: str, spans: Spans) -> Spans:
     width: list[int] = []
     view: list[int] = []
     shift = 0
-    for m in sorted([*_DROP.finditer(text), *_ENCLOSED_NUMBERS_RE.finditer(text)], key=lambda m: m.start()):
-        w = len(_FOLDED[m.group()]) if m.group() in _FOLDED else 0
-        at.append(m.start())
-        view.append(m.start() + shift)
+    for m in _NOT_ONE_WIDE.finditer(text):
+        o = m.start()
+        w = len(_FOLDED[m.group()])
+        at.append(o)
+        view.append(o + shift)
         width.append(w)
         shift += w - 1
 
