@@ -176,6 +176,12 @@ def detect_texts_3() -> list[bytes]:
         f"\x00shpat_{_hx('c3', 32)}\u2028key-{_hx('c4', 32)}\r\nAIza{_wd('c5', 35)}",
         f"AIza{_wd('c6', 35)}GOCSPX-{_wd('c7', 28)} SK{_hx('c8', 32)}SK{_hx('c9', 32)} "
         f"dapi{_hx('ca', 32)}dapi{_hx('cb', 32)} example AIza{_wd('cc', 31)}EXAMPLE",
+        # SSNs and cards whose groups mix spaces and hyphens, in lists, beside phones, and their
+        # near misses (Luhn, IIN, SSA rules, a third separator, a glued digit or letter).
+        "ssn 123-45 6789 234 56-7890 card 4111 1111-1111 1111 4111-1111 1111-1111 12/29 "
+        "3782 822463-10005 5555-5555 5555-4444, 4000-1005 1111 123 45-6789",
+        "call 555-123 4567 +1 555-123 4567 1-800 555-0199 2024-01 15 sizes 123-45 6789 1024 "
+        "4111-1111 1111-1112 9111 1111-1111 1110 000-12 3456 123-45.6789 123-45 6789-1 a123-45 6789x",
     ]
     return [t.encode("utf-8") for t in texts]
 
