@@ -148,6 +148,14 @@ def test_lists_with_mixed_separators_find_every_value():
     assert redact(text) == "ssn [SSN] [SSN] and card [CREDIT_CARD]"
 
 
+def test_a_mixed_card_prefix_does_not_cut_a_later_ssn():
+    # 4000-1005 1111 123 is a Luhn-valid 15-digit card shape: taking it would leave "45 6789" of
+    # the SSN after it in the clear (the list rule's veto, kept for mixed separators).
+    text = "4000-1005 1111 123 45 6789"
+    assert [(text[s:e], t) for s, e, t, _ in _spans(text)] == [("123 45 6789", "SSN")]
+    assert redact(text) == "4000-1005 1111 [SSN]"
+
+
 @pytest.mark.parametrize("text", [
     # phone numbers (mixed separators are not read for phones: none of these is an SSN or card)
     "call 555-123 4567", "+1 555-123 4567", "1-800 555-0199", "+44 20-7946 0958",
@@ -169,6 +177,7 @@ def test_lists_with_mixed_separators_find_every_value():
     "ssn 123--45 6789", "ssn 123 - 45 6789",  # separators of one character only
     "ssn 123-45.6789",  # "." is no separator of an SSN
     "id 1.123-45 6789",  # glued to a number before it
+    "+123-45 6789",  # after "+": an E.164 number's digits, read by the phone rule alone
 ])
 def test_mixed_separators_do_not_make_phones_dates_versions_or_lists_findings(text):
     assert _spans(text) == []
