@@ -142,6 +142,10 @@ class NoisePolicy(_Strict):
         return self
 
 
+# max_tokens -> the "auto" max_model_tokens (see QueryRules.model_token_cap).
+_AUTO_MODEL_CAPS: dict[int, int] = {}
+
+
 class QueryRules(_Strict):
     """Structural query validation (run first, natively, before any embedding or model call)."""
 
@@ -161,12 +165,17 @@ class QueryRules(_Strict):
     table."""
     max_tokens: int | None = Field(500, gt=0)
     """Whitespace-token cap (None, from Python: no cap; in a file, set a large value)."""
-    max_model_tokens: int | None = Field(None, gt=0)
+    max_model_tokens: int | Literal["auto"] | None = "auto"
     """Cap on the scanner's subword estimate (``model_token_estimate``: a quarter token per ASCII
     letter or digit, one per other character; violation ``token_cap``). ``max_tokens`` counts
     whitespace tokens, so text without spaces (CJK, or a phrase glued to itself) is one token to
-    it; this cap bounds such text too. Unset (the default), only ``max_chars`` bounds it; about
-    eight times ``max_tokens`` leaves room for ordinary text in any script."""
+    it; this cap bounds such text too. ``"auto"`` (the default) is eight times ``max_tokens`` (4000
+    at the default 500; no cap when ``max_tokens`` is None). Text within ``max_tokens`` whose words
+    are separated by spaces stays well under it (English runs about two estimated tokens per
+    whitespace token, the standard library's documentation with its code under five); text
+    without spaces is capped at about 4000 characters of CJK or 16,000 ASCII letters at the
+    default. A positive integer sets the cap; None (from Python), or a large value in a file: no
+    cap beyond ``max_chars``."""
     max_repetition: float | None = Field(0.5, ge=0, le=1)
     """Cap on 1 - unique/total tokens: a query above it is refused (None, from Python, or 1 in a
     file: no cap; 0 refuses any repeated token)."""
@@ -216,6 +225,29 @@ class QueryRules(_Strict):
     (``MatchPrefix("123-45-")``) are not personal data to the detector and pass; so, unless this is
     ``allow``, with ``keep_payload_text_in_boundary`` a boundary other than the owner may not match
     on the ``text_field`` at all (REFUSED_CROSS_BOUNDARY): it gets that text redacted."""
+
+    @field_validator("max_model_tokens", mode="before")
+    @classmethod
+    def _model_token_cap(cls, v: Any) -> Any:
+        # The union with "auto" takes the number checks _typed_scalars gives plain int fields.
+        if v is None or (isinstance(v, str) and v == "auto"):
+            return v
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f'expected a positive integer or "auto", got {v!r} ({type(v).__name__})')
+        if v <= 0:
+            raise ValueError(f'expected a positive integer or "auto", got {v}')
+        return v
+
+    def model_token_cap(self) -> int | None:
+        """The subword cap ``max_model_tokens`` stands for: ``"auto"`` resolved against ``max_tokens``."""
+        cap = self.max_model_tokens
+        if cap is None or isinstance(cap, int):
+            return cap
+        if self.max_tokens is None:
+            return None
+        # The same int object for the same max_tokens: the scan binding reuses its checked rules
+        # while every argument is the very object it saw last.
+        return _AUTO_MODEL_CAPS.setdefault(self.max_tokens, 8 * self.max_tokens)
 
 
 class DiversityPolicy(_Strict):

@@ -443,7 +443,7 @@ class QueryChecks(TextOps):
             result = _scan.scan_query(
                 text, max_tokens=rules.max_tokens, max_repetition=rules.max_repetition,
                 max_ngram_run=rules.max_ngram_run, encoded_payloads=rules.encoded_payloads,
-                max_model_tokens=rules.max_model_tokens,
+                max_model_tokens=rules.model_token_cap(),
             )
             if result.ok:
                 return
@@ -500,7 +500,7 @@ class QueryChecks(TextOps):
         result = _scan.scan_query(
             text, max_tokens=rules.max_tokens, max_repetition=rules.max_repetition,
             max_ngram_run=rules.max_ngram_run, encoded_payloads=rules.encoded_payloads,
-            max_model_tokens=rules.max_model_tokens,
+            max_model_tokens=rules.model_token_cap(),
         )
         details["scan"] = {"tokens": result.token_count, "repetition": round(result.repetition_ratio, 4)}
         if result.ok:
