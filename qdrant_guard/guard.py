@@ -153,7 +153,8 @@ class Guard(WriteOps, ReadOps):
         return None if rec is None else rec.digest
 
     def utility_refusal(self, pol: CollectionPolicy, *, mechanism: str, epsilon: float, radius: float,
-                        delta: float, clip_norm: float | None, dim: int, vector_name: str) -> str | None:
+                        delta: float, clip_norm: float | None, dim: int, vector_name: str,
+                        scale: float | None = None) -> str | None:
         """Why the utility record does not allow writes of ``vector_name`` with this noise, or None.
 
         None as well when the policy has no record or ``enforce`` is false. The record must be
@@ -161,7 +162,8 @@ class Guard(WriteOps, ReadOps):
         named vector vouches for that name only), calibrated for the policy's own mechanism,
         radius, delta and clip_norm, on the policy's metric at its k, on vectors of this ``dim``
         (records of version 2 on), and must cover this level
-        (:meth:`qdrant_guard.utility.UtilityRecord.level_refusal`).
+        (:meth:`qdrant_guard.utility.UtilityRecord.level_refusal`). ``scale``: a receipt's noise
+        scale, which must be its epsilon's calibrated one (the guard's own noise always is).
         """
         if not pol.utility.enforce:
             return None
@@ -216,7 +218,8 @@ class Guard(WriteOps, ReadOps):
                     f"{n.mechanism} --radius {n.radius!r} --delta {n.delta!r}{clip} --metric {u.metric} "
                     f"--k {u.k} --epsilons including {n.epsilon!r}). {rec.frontier(u.max_recall_drop)}")
         return rec.level_refusal(mechanism=mechanism, epsilon=epsilon, radius=radius, delta=delta,
-                                 clip_norm=clip_norm, max_drop=pol.utility.max_recall_drop)
+                                 clip_norm=clip_norm, max_drop=pol.utility.max_recall_drop,
+                                 scale=scale, dim=dim)
 
     # -- operations spanning collections --------------------------------------------------
     def op_update_collection_aliases(self, method: str, args: dict[str, Any]) -> Op:

@@ -264,6 +264,8 @@ class UtilityRecord:
         delta: float,
         clip_norm: float | None,
         max_drop: float,
+        scale: float | None = None,
+        dim: int | None = None,
     ) -> str | None:
         """Return why the record does not show this noise level keeps the drop <= ``max_drop``.
 
@@ -272,6 +274,11 @@ class UtilityRecord:
         noise (epsilon <= ``epsilon``) and no failing level with as little or less noise
         (epsilon >= ``epsilon``). At fixed mechanism, radius, delta and dimension a smaller
         epsilon means a larger noise scale, so epsilons order the levels by noise.
+
+        ``scale`` and ``dim``: the noise scale and dimension of a release whose scale need not be
+        the calibrated one (a receipt's: ``noise.check_release`` admits any scale at least the
+        calibrated one). A scale above its epsilon's calibrated scale is more noise than that
+        epsilon names, so the epsilons measured say nothing about it: refused.
 
         Returns:
             None when allowed, else a message naming the cause and the measured frontier.
@@ -283,6 +290,14 @@ class UtilityRecord:
         if mismatch is not None:
             return (f"noise with {mismatch} was never measured; re-noise with the record's "
                     f"parameters or calibrate them. {frontier}")
+        if scale is not None and dim is not None:
+            want = _calibrated_scale(mechanism, epsilon, radius, delta, clip_norm, dim)
+            if want is None or not scale <= want * (1.0 + 1e-12):  # NaN refused too
+                return (f"epsilon {epsilon!r} with noise scale {scale!r}: the calibrated scale of that epsilon is "
+                        f"{want!r}, and the record measured levels at their calibrated scales only, so more "
+                        "noise than the epsilon names was never measured; re-noise with "
+                        "qdrant_guard.noise.privatize at a measured passing epsilon (the calibrated scale). "
+                        f"{frontier}")
         failing = [lv for lv in self.measured
                    if lv["drop"] > max_drop and _at_least(float(lv["epsilon"]), epsilon)]
         if failing:
@@ -368,6 +383,18 @@ def _same(a: float | None, b: float | None) -> bool:
 
 def _at_least(a: float, b: float) -> bool:
     return a >= b or _same(a, b)
+
+
+def _calibrated_scale(mechanism: str, epsilon: float, radius: float, delta: float,
+                      clip_norm: float | None, dim: int) -> float | None:
+    """The scale ``noise.privatize`` gives these parameters (None: they cannot be calibrated)."""
+    from . import noise
+
+    try:
+        return noise._params(mechanism, epsilon, None if mechanism == "laplace_l2" else delta, radius,
+                             clip_norm, int(dim), "float32", noise.RNG_KEYED).scale
+    except (TypeError, ValueError):
+        return None
 
 
 def _public_keys(trusted_keys: Any) -> dict[str, Any]:

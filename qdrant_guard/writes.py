@@ -744,7 +744,7 @@ class WriteOps(TextOps):
                     utility_names.add(vname)
                     why = self.utility_refusal(pol, mechanism=prm.mechanism, epsilon=prm.epsilon,
                                                radius=prm.radius, delta=prm.delta, clip_norm=prm.clip_norm,
-                                               dim=int(arr.shape[-1]), vector_name=vname)
+                                               dim=int(arr.shape[-1]), vector_name=vname, scale=prm.scale)
                     if why is not None:
                         fault(Verdict.UTILITY_DEGRADED, p.id, why)
                         utility_why = utility_why or why

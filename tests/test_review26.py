@@ -1,0 +1,88 @@
+"""Twenty-fourth review (2026-12-05): the retrieval utility guard and per-collection receipt signers.
+
+Each test of a fix fails on the code before it (checked, see docs/security-testing.md). Real local
+Qdrant, real Ed25519 keys; no mocks."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from guardkit import count, make_kit, models, staging_record
+
+from qdrant_guard import GuardRefusal, QdrantClient, keys
+from qdrant_guard.noise import check_release, privatize, snap_to_lattice
+from qdrant_guard.noise_params import guarantee_sentence
+from qdrant_guard.receipts import (
+    RECEIPT_KEY,
+    ReceiptItem,
+    ReceiptSigner,
+    issue_receipts_batch,
+    receipts_for_payload,
+    stored_form,
+)
+
+DIM = 32
+
+
+@pytest.fixture(scope="module")
+def kit_record(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rev26")
+    kit = make_kit(tmp)
+    path = tmp / "utility.json"
+    rec, docs = staging_record(kit, path, dim=DIM)
+    return kit, path, rec, docs
+
+
+def _clients(kit, path, epsilon):
+    """alice@hr owns PII collection ``pii`` under the record at ``path``; bob@support writes
+    receipted vectors only (noise_on_write off)."""
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": False,
+                              "intent": {"enabled": False}, "noise": {"epsilon": epsilon, "radius": 0.01},
+                              "utility": {"record": str(path)}}},
+                     epsilon_ceiling={"PII": 5.0})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    return owner, owner.with_principal(kit.principal("bob", "support"))
+
+
+def _receipted(kit, pid, doc, epsilon, *, scale_factor=1.0):
+    """A point noised at ``epsilon`` and receipted with the guard's key; with ``scale_factor`` its
+    noise is drawn at that multiple of the calibrated scale, which its params then state."""
+    x = np.asarray([doc], dtype=np.float32)
+    noised, p = privatize(x, mechanism="gaussian", epsilon=epsilon, delta=1e-6, radius=0.01, clip_norm=1.0)
+    if scale_factor != 1.0:
+        big = p.scale * scale_factor
+        raw = x + np.random.default_rng(pid).normal(scale=big, size=x.shape)
+        noised = snap_to_lattice(raw, p.lattice_step).astype(np.float32)
+        p = dataclasses.replace(p, scale=big, guarantee=guarantee_sentence(
+            p.mechanism, p.epsilon, p.delta, p.radius, p.clip_norm, big, p.lattice_step, p.dim, p.dtype))
+        assert check_release(p) is None  # more noise than calibrated is a private release
+    final = stored_form(noised[0], distance="Cosine")
+    signer = ReceiptSigner(keys.load_private_key(kit.guard_key_path))
+    rec = issue_receipts_batch(signer, [ReceiptItem(params=p, vector=final, collection="pii", point_id=pid,
+                                                    vector_name="")])[0]
+    return models.PointStruct(id=pid, vector=final.tolist(), payload={RECEIPT_KEY: receipts_for_payload({"": rec})})
+
+
+# ------------------------------------------------------------------ receipt scale (fixed)
+# The utility guard ordered a receipt's noise by its epsilon alone, but check_release admits any
+# scale at least the calibrated one: a receipt at a measured passing epsilon whose noise was drawn
+# at 1000 times its calibrated scale (more than the record's failing levels) was stored.
+
+def test_a_receipt_noised_beyond_its_epsilons_scale_is_refused_for_utility(kit_record):
+    kit, path, rec, docs = kit_record
+    eps = max(lv["epsilon"] for lv in rec.measured)  # the weakest level, measured passing
+    assert rec.drop_for(eps, "gaussian") <= 0.05
+    owner, bob = _clients(kit, path, eps)
+    bob.upsert("pii", [_receipted(kit, 1, docs[1], eps)])  # the calibrated scale passes
+    assert count(owner, "pii") == 1
+    worst = max(rec.measured, key=lambda lv: lv["scale"])
+    assert worst["drop"] > 0.05  # the most noise measured fails
+    over = _receipted(kit, 2, docs[2], eps, scale_factor=2 * worst["scale"] / rec.measured[-1]["scale"])
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("pii", [over])
+    assert ei.value.verdict == "UTILITY_DEGRADED"
+    assert count(owner, "pii") == 1
+    msg = str(ei.value)
+    assert "noise scale" in msg and "privatize" in msg and "measured passing epsilon" in msg
