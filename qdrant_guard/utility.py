@@ -858,18 +858,29 @@ def calibrate(
         meeting = [lv for i, lv in enumerate(measured) if worst_from[i] <= threshold]
         hints = []
         if under:
-            best = min(worst_from[i] for i in under)
-            hints.append(
-                f"raise threshold to >= {_round_up_4(best)} (smallest drop under the ceiling "
-                "with no weaker level dropping more)"
-            )
+            best = _round_up_4(min(worst_from[i] for i in under))
+            # A threshold is a drop below 1: advice to raise it to 1 (every level under the
+            # ceiling lost everything) could not be followed.
+            if float(best) < 1.0:
+                hints.append(
+                    f"raise threshold to >= {best} (smallest drop under the ceiling "
+                    "with no weaker level dropping more)"
+                )
         if meeting:
             hints.append(
                 f"raise epsilon_ceiling to >= {meeting[0]['epsilon']!r} (smallest epsilon within "
                 "the threshold)"
             )
+        elif epsilon_ceiling is None or eps_list[-1] < epsilon_ceiling:
+            # A level above the ceiling is measured but never chosen.
+            hints.append("add larger epsilons to the ladder (weaker noise"
+                         + ("" if epsilon_ceiling is None else f", up to the ceiling {epsilon_ceiling:g}") + ")")
         else:
-            hints.append("add larger epsilons to the ladder (weaker noise)")
+            hints.append(f"add epsilons above {eps_list[-1]:g} to the ladder and raise epsilon_ceiling to "
+                         "them (weaker noise than any level measured)")
+        if not under:
+            hints.append(f"add epsilons <= {epsilon_ceiling:g} to the ladder (every level measured is above "
+                         "the ceiling)")
         ceiling = "none" if epsilon_ceiling is None else f"{epsilon_ceiling:g}"
         raise UtilityCalibrationError(
             f"no noise level keeps the {metric}@{k} drop <= {threshold:g} (at it and at every "

@@ -86,3 +86,39 @@ def test_a_receipt_noised_beyond_its_epsilons_scale_is_refused_for_utility(kit_r
     assert count(owner, "pii") == 1
     msg = str(ei.value)
     assert "noise scale" in msg and "privatize" in msg and "measured passing epsilon" in msg
+
+
+# ------------------------------------------------------------------ calibrate's advice (fixed)
+# When no level qualified, calibrate's message advised "raise threshold to >= 1.0000" when every
+# level under the ceiling lost the whole metric (a threshold is below 1), "add larger epsilons to
+# the ladder" when the ladder already reached the ceiling (levels above it are never chosen), and
+# only "raise epsilon_ceiling" when every measured level was above the ceiling.
+
+def _no_level(**kw):
+    from guardkit import staging_store
+
+    from qdrant_guard.utility import UtilityCalibrationError, calibrate
+
+    raw, _, queries = staging_store(DIM)
+    with pytest.raises(UtilityCalibrationError) as ei:
+        calibrate(raw, "staging", queries, radius=0.01, threshold=0.05, progress=False, seed=1, **kw)
+    return str(ei.value).split("Measured frontier")[0], ei.value.frontier
+
+
+def test_calibrate_never_advises_a_threshold_of_one():
+    msg, frontier = _no_level(k=1, epsilons=(0.001,))
+    assert frontier[0]["drop"] == 1.0
+    assert "raise threshold" not in msg
+    assert "add larger epsilons to the ladder" in msg
+
+
+def test_calibrate_advises_raising_the_ceiling_when_the_ladder_already_reaches_it():
+    msg, frontier = _no_level(epsilons=(0.02, 0.1), epsilon_ceiling=0.1)
+    assert all(lv["drop"] > 0.05 for lv in frontier)
+    assert "raise epsilon_ceiling" in msg
+    assert "add larger epsilons to the ladder (weaker noise)" not in msg
+
+
+def test_calibrate_advises_epsilons_under_the_ceiling_when_none_was_measured():
+    msg, _ = _no_level(epsilons=(0.5,), epsilon_ceiling=0.1)
+    assert "add epsilons <= 0.1 to the ladder" in msg
