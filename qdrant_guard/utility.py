@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import numbers
 import os
 import sys
 import time
@@ -747,17 +748,32 @@ def calibrate(
     _check_positive("radius", radius)
     _check_positive("clip_norm", clip_norm, allow_none=True)
     _check_positive("epsilon_ceiling", epsilon_ceiling, allow_none=True)
-    if mechanism == "gaussian" and not (1e-300 <= delta < 1):
-        raise GuardArgumentValueError(f"gaussian needs 1e-300 <= delta < 1, got delta={delta!r}")
+    if mechanism == "gaussian":
+        if isinstance(delta, bool) or not isinstance(delta, numbers.Real):
+            raise GuardArgumentTypeError(f"calibrate() argument 'delta' must be a number, not {type(delta).__name__}")
+        if not (1e-300 <= delta < 1):
+            raise GuardArgumentValueError(f"gaussian needs 1e-300 <= delta < 1, got delta={delta!r}")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not (
         0 <= threshold < 1
     ):
         raise GuardArgumentValueError(f"threshold must be a number in [0, 1), got {threshold!r}")
+    if isinstance(epsilons, (str, bytes)) or not isinstance(epsilons, Iterable):
+        # A string would be read one character at a time ("124" as 1, 2 and 4).
+        raise GuardArgumentTypeError(f"calibrate() argument 'epsilons' must be a sequence of numbers such as "
+                                     f"(0.5, 1.0, 2.0), not {type(epsilons).__name__}")
+    epsilons = list(epsilons)
+    for e in epsilons:
+        if isinstance(e, bool) or not isinstance(e, numbers.Real):
+            raise GuardArgumentTypeError(f"calibrate() argument 'epsilons' holds a {type(e).__name__}; give "
+                                         "numbers such as (0.5, 1.0, 2.0)")
+        _check_positive("epsilons[]", float(e))
     eps_list = sorted({float(e) for e in epsilons})
     if not eps_list:
         raise GuardArgumentValueError("epsilons is empty; pass at least one candidate epsilon")
-    for e in eps_list:
-        _check_positive("epsilons[]", e)
+    for name, value in (("sample_limit", sample_limit), ("seed", seed)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+            raise GuardArgumentTypeError(f"calibrate() argument '{name}' must be an int or None, not "
+                                         f"{type(value).__name__}")
     queries = list(queries)
     if not queries:
         raise GuardArgumentValueError("queries is empty; pass query vectors or texts")

@@ -122,3 +122,36 @@ def test_calibrate_advises_raising_the_ceiling_when_the_ladder_already_reaches_i
 def test_calibrate_advises_epsilons_under_the_ceiling_when_none_was_measured():
     msg, _ = _no_level(epsilons=(0.5,), epsilon_ceiling=0.1)
     assert "add epsilons <= 0.1 to the ladder" in msg
+
+
+# ------------------------------------------------------------------ calibrate's arguments (fixed)
+# epsilons as a string was read one character at a time (then a bare ValueError at "."; "124"
+# would measure 1, 2 and 4), a True epsilon was measured as 1.0, and a non-number delta,
+# sample_limit or seed raised bare TypeError/ValueError from inside numpy or a comparison.
+
+@pytest.mark.parametrize("kw, named", [
+    ({"epsilons": "124"}, "epsilons"), ({"epsilons": 2.0}, "epsilons"), ({"epsilons": (True, 2.0)}, "epsilons"),
+    ({"epsilons": [None]}, "epsilons"), ({"delta": "1e-6"}, "delta"), ({"delta": None}, "delta"),
+    ({"sample_limit": 2.5}, "sample_limit"), ({"sample_limit": "3"}, "sample_limit"), ({"seed": "a"}, "seed"),
+])
+def test_calibrate_refuses_bad_arguments_naming_them(kw, named):
+    from guardkit import staging_store
+
+    from qdrant_guard.errors import GuardArgumentTypeError
+    from qdrant_guard.utility import calibrate
+
+    raw, _, queries = staging_store(DIM)
+    args = {"radius": 0.01, "epsilons": (0.5, 2.0), "progress": False, "seed": 1, **kw}
+    with pytest.raises(GuardArgumentTypeError, match=f"'{named}'"):
+        calibrate(raw, "staging", queries, **args)
+
+
+def test_calibrate_takes_numpy_numbers():
+    from guardkit import staging_store
+
+    from qdrant_guard.utility import calibrate
+
+    raw, _, queries = staging_store(DIM)
+    rec = calibrate(raw, "staging", queries, radius=0.01, delta=np.float32(1e-6), progress=False,
+                    epsilons=np.array([0.5, 2.0], dtype=np.float32), seed=np.int64(1), sample_limit=np.int32(20))
+    assert rec.n_queries == 20 and [lv["epsilon"] for lv in rec.measured] == [0.5, 2.0]
