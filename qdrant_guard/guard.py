@@ -154,14 +154,14 @@ class Guard(WriteOps, ReadOps):
 
     def utility_refusal(self, pol: CollectionPolicy, *, mechanism: str, epsilon: float, radius: float,
                         delta: float, clip_norm: float | None, dim: int, vector_name: str,
-                        scale: float | None = None) -> str | None:
+                        scale: float | None = None, distance: str | None = None) -> str | None:
         """Why the utility record does not allow writes of ``vector_name`` with this noise, or None.
 
         None as well when the policy has no record or ``enforce`` is false. The record must be
         one for this vector (``utility.records`` names it; a ``utility.record`` calibrated on a
         named vector vouches for that name only), calibrated for the policy's own mechanism,
         radius, delta and clip_norm, on the policy's metric at its k, on vectors of this ``dim``
-        (records of version 2 on), and must cover this level
+        (records of version 2 on) compared by this ``distance`` (version 4 on), and must cover this level
         (:meth:`qdrant_guard.utility.UtilityRecord.level_refusal`). ``scale``: a receipt's noise
         scale, which must be its epsilon's calibrated one (the guard's own noise always is).
         """
@@ -208,6 +208,12 @@ class Guard(WriteOps, ReadOps):
             return (f"utility record {path!r} was calibrated on {rec.dim}-d vectors, but this write's "
                     f"vectors have {dim} dimensions: the same noise costs them a different drop; re-run "
                     "`qdrant-guard calibrate` on a collection embedded with this collection's model")
+        if rec.distance is not None and distance is not None and rec.distance != distance:
+            # Noise moves a Dot or Euclid ranking (norms count) otherwise than a Cosine one.
+            return (f"utility record {path!r} was calibrated on a vector compared by {rec.distance}, but vector "
+                    f"{shown!r} of this collection is compared by {distance}: the same noise costs it a different "
+                    f"drop; re-run `qdrant-guard calibrate` on a staging collection whose vector has distance "
+                    f"{distance}")
         n = pol.noise
         mismatch = rec.parameter_mismatch(mechanism=n.mechanism, radius=n.radius, delta=n.delta,
                                           clip_norm=n.clip_norm)

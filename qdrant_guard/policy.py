@@ -386,7 +386,9 @@ class UtilityPolicy(_Strict):
     enforce: bool = True
     """Refuse writes (UTILITY_DEGRADED) unless the record applies to the policy (same mechanism,
     radius, delta, clip_norm, metric and k) and to the write (a record for the vector written, see
-    ``records``; vectors of the calibrated dimension, records from before version 2 carry none) and
+    ``records``; vectors of the calibrated dimension, records from before version 2 carry none, and
+    of its distance, records from before version 4 carry none; a receipt's noise at its epsilon's
+    calibrated scale) and
     measured a passing level with at least as much noise and no failing level with as little;
     unmeasured levels are refused. ``false``: nothing is refused for utility; a set record is still
     verified and its hash recorded."""

@@ -52,7 +52,10 @@ __all__ = [
 UTILITY_DOMAIN = b"qdrant-guard utility v1\0"
 _QUERY_DOMAIN = b"qdrant-guard utility queries v1\0"
 _SEED_KEY_DOMAIN = b"qdrant-guard calibration seed v1\0"
-RECORD_VERSION = 3
+RECORD_VERSION = 4
+
+#: The distances Qdrant compares vectors by (``models.Distance`` values), as a record names them.
+_DISTANCES = ("Cosine", "Euclid", "Dot", "Manhattan")
 
 #: Candidate ladder, strongest noise first. At the policy default radius 0.01 and delta 1e-6 the
 #: analytic Gaussian sigma per coordinate runs from about 0.44 (0.125; 0.29 without the lattice
@@ -144,6 +147,10 @@ class UtilityRecord:
             unnamed vector (version 3 on; ``None`` in older records, which predate it). A record of
             a named vector vouches only for writes of a vector of that name
             (:meth:`vector_name_mismatch`).
+        distance: the distance of the measured vector (``"Cosine"``, ``"Euclid"``, ``"Dot"`` or
+            ``"Manhattan"``; version 4 on, ``None`` in older records). Noise moves rankings by
+            another distance differently, so the guard refuses writes of a vector compared by
+            another distance.
         signer_key_id: key id of the Ed25519 signer (``None``: unsigned).
         signature: base64 Ed25519 signature over ``UTILITY_DOMAIN + canonical_json(body)``.
         version: record format version.
@@ -170,6 +177,7 @@ class UtilityRecord:
     created_at: int
     dim: int | None = None
     vector_name: str | None = None
+    distance: str | None = None
     signer_key_id: str | None = None
     signature: str | None = None
     version: int = RECORD_VERSION
@@ -184,6 +192,8 @@ class UtilityRecord:
             del out["dim"]
         if self.version < 3:
             del out["vector_name"]
+        if self.version < 4:
+            del out["distance"]
         return out
 
     def signed_bytes(self) -> bytes:
@@ -356,9 +366,9 @@ class UtilityRecord:
         if missing:
             raise GuardArgumentValueError(f"utility record lacks fields {missing}")
         version = data.get("version", RECORD_VERSION)
-        if isinstance(version, bool) or version not in (1, 2, 3):
+        if isinstance(version, bool) or version not in (1, 2, 3, 4):
             raise GuardArgumentValueError(f"utility record has version {version!r}; this qdrant_guard reads versions 1 "
-                                          "to 3 (re-run `qdrant-guard calibrate` to write a current record)")
+                                          "to 4 (re-run `qdrant-guard calibrate` to write a current record)")
         dim = data.get("dim")
         if version == 1 and dim is not None:
             raise GuardArgumentValueError("utility record of version 1 has a 'dim' field, which version 1 records "
@@ -373,6 +383,13 @@ class UtilityRecord:
         if version >= 3 and not isinstance(vname, str):
             raise GuardArgumentValueError(f"utility record of version {version} needs 'vector_name', the calibrated "
                                           f"vector's name (\"\" for an unnamed vector), as a string; got {vname!r}")
+        distance = data.get("distance")
+        if version < 4 and distance is not None:
+            raise GuardArgumentValueError(f"utility record of version {version} has a 'distance' field, which records "
+                                          "before version 4 do not carry (was its version edited?)")
+        if version >= 4 and distance not in _DISTANCES:
+            raise GuardArgumentValueError(f"utility record of version {version} needs 'distance', the calibrated "
+                                          f"vector's distance, as one of {', '.join(_DISTANCES)}; got {distance!r}")
         return cls(**data)
 
 
@@ -935,6 +952,7 @@ def calibrate(
         created_at=int(time.time() * 1000),
         dim=int(docs.shape[1]),
         vector_name=using or "",
+        distance=distance.value,
         signer_key_id=key_id_str,
     )
     if signer is not None:

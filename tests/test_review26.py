@@ -155,3 +155,75 @@ def test_calibrate_takes_numpy_numbers():
     rec = calibrate(raw, "staging", queries, radius=0.01, delta=np.float32(1e-6), progress=False,
                     epsilons=np.array([0.5, 2.0], dtype=np.float32), seed=np.int64(1), sample_limit=np.int32(20))
     assert rec.n_queries == 20 and [lv["epsilon"] for lv in rec.measured] == [0.5, 2.0]
+
+
+# ------------------------------------------------------------------ the record's distance (fixed)
+# A record named the dimension and the vector it measured but not their distance, so a record
+# calibrated on a Euclid (or Dot) staging collection vouched for a Cosine collection, whose
+# rankings the same noise moves differently (unit-bounded vectors of varied norms, epsilon 1: a
+# recall drop of 0.05 under Cosine, 0.025 under Euclid, 0 under Dot). Records carry the
+# distance from version 4 on; the guard refuses a vector compared by another one.
+
+def _euclid_record(kit, path, docs):
+    from qdrant_client import QdrantClient as RawClient
+
+    from qdrant_guard.utility import calibrate
+
+    raw = RawClient(":memory:")
+    raw.create_collection("staging", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.EUCLID))
+    raw.upsert("staging", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(docs)])
+    queries = (docs[:40] + 0.05 * np.random.default_rng(9).normal(size=(40, DIM))).tolist()
+    rec = calibrate(raw, "staging", queries, radius=0.01, epsilons=(0.02, 0.1, 0.5, 2.0), threshold=0.05,
+                    signer=keys.load_private_key(kit.guard_key_path), progress=False, seed=1)
+    path.write_text(rec.to_json())
+    return rec
+
+
+def test_a_record_of_another_distance_is_refused(kit_record, tmp_path):
+    kit, _, rec, docs = kit_record
+    assert rec.distance == "Cosine"
+    path = tmp_path / "euclid.json"
+    euclid = _euclid_record(kit, path, docs)
+    assert euclid.distance == "Euclid" and euclid.version == 4
+    pol = {"class": "PII", "owner": "hr", "noise_on_write": True, "intent": {"enabled": False},
+           "noise": {"epsilon": euclid.epsilon, "radius": 0.01}, "utility": {"record": str(path)}}
+    cfg = kit.config({"pii": pol, "same": pol}, epsilon_ceiling={"PII": 5.0})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    with pytest.raises(GuardRefusal) as ei:
+        owner.upsert("pii", [models.PointStruct(id=1, vector=docs[0].tolist())])
+    assert ei.value.verdict == "UTILITY_DEGRADED"
+    msg = str(ei.value)
+    assert "compared by Euclid" in msg and "compared by Cosine" in msg and "distance Cosine" in msg, msg
+    assert count(owner, "pii") == 0
+    owner.create_collection("same", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.EUCLID))
+    owner.upsert("same", [models.PointStruct(id=1, vector=docs[0].tolist())])  # its own distance: written
+    assert count(owner, "same") == 1
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"distance": None}, "needs 'distance'"), ({"distance": "cosine"}, "needs 'distance'"),
+    ({"version": 3}, "before version 4 do not carry"),
+])
+def test_a_record_whose_version_and_distance_disagree_is_not_read(kit_record, edit, message):
+    import json
+
+    from qdrant_guard.utility import UtilityRecord
+
+    _, path, _, _ = kit_record
+    data = json.loads(path.read_text())
+    data.update(edit)
+    with pytest.raises(ValueError, match=message):
+        UtilityRecord.from_json(json.dumps(data))
+
+
+def test_a_record_edited_to_claim_another_distance_fails_verification(kit_record):
+    import json
+
+    from qdrant_guard.utility import UtilityRecord, verify_utility_record
+
+    kit, path, _, _ = kit_record
+    data = json.loads(path.read_text())
+    data["distance"] = "Dot"
+    trusted = [keys.load_private_key(kit.guard_key_path).public_key()]
+    assert not verify_utility_record(UtilityRecord.from_json(json.dumps(data)), trusted)

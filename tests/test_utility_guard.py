@@ -193,7 +193,7 @@ def test_a_version_1_record_without_a_dimension_still_verifies_and_applies(recor
     from qdrant_guard.utility import UTILITY_DOMAIN, UtilityRecord, verify_utility_record
 
     rec, _, kit, docs = record_and_kit
-    old = dataclasses.replace(rec, version=1, dim=None, vector_name=None, signature=None)
+    old = dataclasses.replace(rec, version=1, dim=None, vector_name=None, distance=None, signature=None)
     assert "dim" not in old.body()
     sig = keys.load_private_key(kit.guard_key_path).sign(UTILITY_DOMAIN + old.signed_bytes())
     old = dataclasses.replace(old, signature=base64.b64encode(sig).decode("ascii"))
@@ -210,7 +210,7 @@ def test_a_version_1_record_without_a_dimension_still_verifies_and_applies(recor
     ({"dim": None}, "needs 'dim'"),
     ({"dim": 0}, "needs 'dim'"),
     ({"dim": True}, "needs 'dim'"),
-    ({"version": 4}, "reads versions 1 to 3"),
+    ({"version": 5}, "reads versions 1 to 4"),
     ({"version": 1}, "version 1 records do not carry"),
 ])
 def test_a_record_whose_version_and_dimension_disagree_is_not_read(record_and_kit, edit, message):
