@@ -259,7 +259,7 @@ class UtilityRecord:
         """One line: the parameters and every measured epsilon with its drop, pass or fail."""
         levels = ", ".join(
             f"epsilon {lv['epsilon']!r} drop {lv['drop']:.4f} "
-            + ("pass" if lv["drop"] <= max_drop else "FAIL")
+            + ("pass" if _within(lv["drop"], max_drop) else "FAIL")
             for lv in self.measured
         )
         return (f"measured {self.metric}@{self.k} drops ({self.mechanism}, radius {self.radius!r}, "
@@ -310,14 +310,14 @@ class UtilityRecord:
                         "qdrant_guard.noise.privatize at a measured passing epsilon (the calibrated scale). "
                         f"{frontier}")
         failing = [lv for lv in self.measured
-                   if lv["drop"] > max_drop and _at_least(float(lv["epsilon"]), epsilon)]
+                   if not _within(lv["drop"], max_drop) and _at_least(float(lv["epsilon"]), epsilon)]
         if failing:
             worst = failing[0]
             return (f"epsilon {epsilon!r}: the record measured a drop of {worst['drop']:.4f} > "
                     f"{max_drop!r} at epsilon {worst['epsilon']!r}, which has no more noise; use a measured "
                     "passing epsilon (less noise) with the record's noise parameters, or re-run `qdrant-guard "
                     f"calibrate` for this policy. {frontier}")
-        if not any(lv["drop"] <= max_drop and _at_least(epsilon, float(lv["epsilon"]))
+        if not any(_within(lv["drop"], max_drop) and _at_least(epsilon, float(lv["epsilon"]))
                    for lv in self.measured):
             return (f"epsilon {epsilon!r}: no level with at least this much noise (epsilon <= "
                     f"{epsilon!r}) was measured to pass; calibrate with this epsilon in the ladder. "
@@ -391,6 +391,12 @@ class UtilityRecord:
             raise GuardArgumentValueError(f"utility record of version {version} needs 'distance', the calibrated "
                                           f"vector's distance, as one of {', '.join(_DISTANCES)}; got {distance!r}")
         return cls(**data)
+
+
+def _within(drop: float, max_drop: float) -> bool:
+    """``drop <= max_drop``, give or take float rounding: 1 - 38/40 is 0.050000000000000044, and a
+    drop of exactly 5 % must pass a threshold of 0.05 (in calibrate and in the guard alike)."""
+    return drop <= max_drop + 1e-12
 
 
 def _same(a: float | None, b: float | None) -> bool:
@@ -680,8 +686,9 @@ def _frontier_table(levels: Sequence[Mapping[str, Any]], metric: str) -> str:
 
 def _round_up_4(value: float) -> str:
     """``value`` to 4 decimals, rounded up: advice to raise a bound to it must then be enough."""
-    text = f"{math.ceil(value * 10_000) / 10_000:.4f}"
-    if float(text) < value:  # value * 10_000 itself rounded down
+    # Less the rounding _within forgives: a drop of 0.075 computed as 0.07500000000000007 needs 0.0750.
+    text = f"{math.ceil((value - 1e-12) * 10_000) / 10_000:.4f}"
+    if not _within(value, float(text)):  # value * 10_000 itself rounded down
         text = f"{float(text) + 0.0001:.4f}"
     return text
 
@@ -879,7 +886,7 @@ def calibrate(
         worst_from[i] = worst
     for i, lv in enumerate(measured):
         lv["feasible"] = bool(
-            worst_from[i] <= threshold
+            _within(worst_from[i], threshold)
             and (epsilon_ceiling is None or lv["epsilon"] <= epsilon_ceiling)
         )
 
@@ -888,7 +895,7 @@ def calibrate(
         table = _frontier_table(measured, metric)
         under = [i for i, lv in enumerate(measured)
                  if epsilon_ceiling is None or lv["epsilon"] <= epsilon_ceiling]
-        meeting = [lv for i, lv in enumerate(measured) if worst_from[i] <= threshold]
+        meeting = [lv for i, lv in enumerate(measured) if _within(worst_from[i], threshold)]
         hints = []
         if under:
             best = _round_up_4(min(worst_from[i] for i in under))

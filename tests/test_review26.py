@@ -227,3 +227,55 @@ def test_a_record_edited_to_claim_another_distance_fails_verification(kit_record
     data["distance"] = "Dot"
     trusted = [keys.load_private_key(kit.guard_key_path).public_key()]
     assert not verify_utility_record(UtilityRecord.from_json(json.dumps(data)), trusted)
+
+
+# ------------------------------------------------------------------ the threshold at equality (fixed)
+# A drop is 1 - noisy/clean in floats: 38 of 40 known items found is 1 - 0.95 = 0.050000000000000044,
+# so a level losing exactly 5 % failed the default threshold 0.05 in calibrate ("drop 0.0500
+# FAIL ... threshold 0.05") and in the guard, against "drop <= threshold".
+
+def _five_percent_collection():
+    """A collection and 40 queries on which epsilon 1.0 (seed 1) finds 38 of the 40 known items."""
+    from qdrant_client import QdrantClient as RawClient
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(30, DIM))
+    x = centres[rng.integers(0, 30, 300)] + 0.35 * rng.normal(size=(300, DIM))
+    x = x / np.linalg.norm(x, axis=1, keepdims=True) * rng.uniform(0.2, 1.0, size=(300, 1))
+    queries = (x[:40] + 0.05 * rng.normal(size=(40, DIM))).tolist()
+    raw = RawClient(":memory:")
+    raw.create_collection("s", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    raw.upsert("s", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(x)])
+    return raw, x, queries
+
+
+def test_a_drop_equal_to_the_threshold_passes_in_calibrate_and_in_the_guard(tmp_path):
+    from qdrant_guard.utility import calibrate
+
+    kit = make_kit(tmp_path)
+    raw, docs, queries = _five_percent_collection()
+    rec = calibrate(raw, "s", queries, radius=0.01, epsilons=(0.5, 1.0, 2.0), threshold=0.05, progress=False,
+                    seed=1, signer=keys.load_private_key(kit.guard_key_path))
+    level = rec.measured[1]
+    assert (level["epsilon"], level["recall"]) == (1.0, 0.95)  # exactly a 5 % drop
+    assert rec.epsilon == 1.0 and level["feasible"]
+    assert "epsilon 1.0 drop 0.0500 pass" in rec.frontier(0.05)
+    path = tmp_path / "u.json"
+    path.write_text(rec.to_json())
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "noise_on_write": True, "intent": {"enabled": False},
+                              "noise": {"epsilon": 1.0, "radius": 0.01},
+                              "utility": {"record": str(path), "max_recall_drop": 0.05}}},
+                     epsilon_ceiling={"PII": 5.0})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    owner.upsert("pii", [models.PointStruct(id=1, vector=docs[0].tolist())])
+    assert count(owner, "pii") == 1
+
+
+def test_calibrate_advises_the_threshold_a_rounded_drop_needs():
+    from qdrant_guard.utility import UtilityCalibrationError, calibrate
+
+    raw, _, queries = _five_percent_collection()
+    with pytest.raises(UtilityCalibrationError) as ei:
+        calibrate(raw, "s", queries, radius=0.01, epsilons=(1.0,), threshold=0.04, progress=False, seed=1)
+    assert "raise threshold to >= 0.0500 " in str(ei.value)
