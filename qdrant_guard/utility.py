@@ -921,10 +921,10 @@ def calibrate(
         if not under:
             hints.append(f"add epsilons <= {epsilon_ceiling:g} to the ladder (every level measured is above "
                          "the ceiling)")
-        ceiling = "none" if epsilon_ceiling is None else f"{epsilon_ceiling:g}"
+        ceiling = ("" if epsilon_ceiling is None else f" with epsilon <= {epsilon_ceiling:g}")
         raise UtilityCalibrationError(
             f"no noise level keeps the {metric}@{k} drop <= {threshold:g} (at it and at every "
-            f"weaker level measured) with epsilon <= {ceiling} on collection {collection!r}; "
+            f"weaker level measured){ceiling} on collection {collection!r}; "
             "relax a constraint: "
             + "; or ".join(hints)
             + f". Measured frontier ({mechanism}, radius {radius:g}, clean {metric} "

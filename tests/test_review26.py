@@ -108,6 +108,7 @@ def _no_level(**kw):
 def test_calibrate_never_advises_a_threshold_of_one():
     msg, frontier = _no_level(k=1, epsilons=(0.001,))
     assert frontier[0]["drop"] == 1.0
+    assert "epsilon <= none" not in msg and "measured) on collection 'staging'" in msg  # no ceiling given
     assert "raise threshold" not in msg
     assert "add larger epsilons to the ladder" in msg
 
