@@ -971,9 +971,37 @@ def calibrate(
 # --------------------------------------------------------------------------- CLI
 
 
+def _positive_arg(text: str) -> float:
+    """``--radius``, ``--epsilon-ceiling``: a finite number above 0 (argparse names the option)."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number above 0")
+    return value
+
+
+def _delta_arg(text: str) -> float:
+    """``--delta``: 0 <= value < 1 (argparse names the option); 0 is for ``laplace_l2``, whose
+    policies state ``delta = 0`` (calibrate refuses it for ``gaussian``, naming delta)."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a delta such as 1e-6") from None
+    if not (0 <= value < 1):
+        raise argparse.ArgumentTypeError(f"{text} is not a delta in [0, 1); give one such as 1e-6")
+    return value
+
+
 def _clip_norm_arg(text: str) -> float | None:
-    """``--clip-norm``: a number, or ``none`` (no clipping, as a policy without ``clip_norm``)."""
-    return None if text.strip().lower() == "none" else float(text)
+    """``--clip-norm``: a finite number above 0, or ``none`` (no clipping, as a policy without
+    ``clip_norm``)."""
+    return None if text.strip().lower() == "none" else _positive_arg(text)
 
 
 def _epsilons_arg(text: str) -> tuple[float, ...]:
@@ -1030,14 +1058,14 @@ def add_calibrate_arguments(parser: Any) -> None:
                                       "refuses noised writes under an unsigned record)")
     parser.add_argument("--mechanism", default="gaussian", choices=("gaussian", "laplace_l2"),
                         help="the collection's noise.mechanism (default gaussian)")
-    parser.add_argument("--radius", type=float, default=0.01, help="the collection's noise.radius (default 0.01)")
-    parser.add_argument("--delta", type=float, default=1e-6,
+    parser.add_argument("--radius", type=_positive_arg, default=0.01, help="the collection's noise.radius (default 0.01)")
+    parser.add_argument("--delta", type=_delta_arg, default=1e-6,
                         help="the collection's noise.delta (default 1e-6; ignored for laplace_l2)")
     parser.add_argument("--clip-norm", type=_clip_norm_arg, default=1.0,
                         help="L2 clipping norm, or 'none' for a policy with clip_norm unset")
     parser.add_argument("--epsilons", type=_epsilons_arg, help="comma-separated candidate epsilons, measured from the smallest "
                                            "(most noise) up (default: %s)" % ",".join(f"{e:g}" for e in DEFAULT_EPSILONS))
-    parser.add_argument("--epsilon-ceiling", type=float,
+    parser.add_argument("--epsilon-ceiling", type=_positive_arg,
                         help="levels above it are measured and recorded but never chosen (the class's "
                              "epsilon_ceiling)")
     parser.add_argument("--vector-name",

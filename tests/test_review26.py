@@ -280,3 +280,48 @@ def test_calibrate_advises_the_threshold_a_rounded_drop_needs():
     with pytest.raises(UtilityCalibrationError) as ei:
         calibrate(raw, "s", queries, radius=0.01, epsilons=(1.0,), threshold=0.04, progress=False, seed=1)
     assert "raise threshold to >= 0.0500 " in str(ei.value)
+
+
+# ------------------------------------------------------------------ calibrate's CLI options (fixed)
+# --radius, --delta, --epsilon-ceiling and --clip-norm were plain floats: -1, nan or 0 reached
+# calibrate(), whose error named the Python argument ("calibrate() argument 'radius' ..."), not the
+# option to fix.
+
+@pytest.fixture(scope="module")
+def cli_store(tmp_path_factory):
+    import json
+
+    from guardkit import staging_store
+    from qdrant_client import QdrantClient as RawClient
+
+    tmp_path = tmp_path_factory.mktemp("cli")
+    _, docs, queries = staging_store(DIM)
+    store = tmp_path / "store"
+    raw = RawClient(path=str(store))
+    raw.create_collection("staging", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    raw.upsert("staging", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(docs[:100])])
+    raw.close()
+    q = tmp_path / "q.jsonl"
+    q.write_text("\n".join(json.dumps(v) for v in queries[:20]) + "\n")
+    return ["calibrate", "--path", str(store), "--collection", "staging", "--queries", str(q),
+            "--out", str(tmp_path / "rec.json"), "--no-progress", "--seed", "1"]
+
+
+@pytest.mark.parametrize("option, value", [("--radius", "-1"), ("--epsilon-ceiling", "nan"), ("--clip-norm", "-2"),
+                                           ("--delta", "1"), ("--radius", "abc")])
+def test_calibrate_cli_names_the_option_of_a_bad_noise_parameter(cli_store, capsys, option, value):
+    from qdrant_guard.cli import main
+
+    with pytest.raises(SystemExit) as ei:
+        main([*cli_store, option, value])
+    assert ei.value.code == 2
+    assert f"argument {option}: " in capsys.readouterr().err
+
+
+def test_calibrate_cli_still_takes_delta_0_for_laplace(cli_store):
+    import json
+
+    from qdrant_guard.cli import main
+
+    assert main([*cli_store, "--mechanism", "laplace_l2", "--delta", "0", "--epsilons", "2"]) == 0
+    assert json.loads(open(cli_store[cli_store.index("--out") + 1]).read())["mechanism"] == "laplace_l2"
