@@ -984,18 +984,23 @@ def _positive_arg(text: str) -> float:
     return value
 
 
-def _delta_arg(text: str) -> float:
-    """``--delta``: 0 <= value < 1 (argparse names the option); 0 is for ``laplace_l2``, whose
-    policies state ``delta = 0`` (calibrate refuses it for ``gaussian``, naming delta)."""
+def _below_one_arg(text: str, what: str, example: str) -> float:
+    """A number in [0, 1) given on the command line (argparse names the option)."""
     import argparse
 
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a delta such as 1e-6") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give {what} such as {example}") from None
     if not (0 <= value < 1):
-        raise argparse.ArgumentTypeError(f"{text} is not a delta in [0, 1); give one such as 1e-6")
+        raise argparse.ArgumentTypeError(f"{text} is not {what} in [0, 1); give one such as {example}")
     return value
+
+
+def _delta_arg(text: str) -> float:
+    """``--delta``: 0 <= value < 1; 0 is for ``laplace_l2``, whose policies state ``delta = 0``
+    (calibrate refuses it for ``gaussian``, naming delta)."""
+    return _below_one_arg(text, "a delta", "1e-6")
 
 
 def _clip_norm_arg(text: str) -> float | None:
@@ -1025,16 +1030,8 @@ def _epsilons_arg(text: str) -> tuple[float, ...]:
 
 
 def _threshold_arg(text: str) -> float:
-    """``--threshold``: a relative drop, 0 <= value < 1 (argparse names the option)."""
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a relative drop such as 0.05") from None
-    if not (0.0 <= value < 1.0):
-        raise argparse.ArgumentTypeError(f"{text} is not a relative drop in [0, 1); give one such as 0.05")
-    return value
+    """``--threshold``: a relative drop, 0 <= value < 1."""
+    return _below_one_arg(text, "a relative drop", "0.05")
 
 
 def add_calibrate_arguments(parser: Any) -> None:
