@@ -349,6 +349,17 @@ static int cuts_later(scan_t *s, size_t i, const int *g, int p, size_t end) {
     return 0;
 }
 
+/* The digit run at j: its digits appended to d (only the first 19 are kept: longer chains never
+ * match, nd still counts them); returns where the run ends. */
+static inline size_t take_digits(const unsigned char *b, size_t n, size_t j, char *d, size_t *nd) {
+    while (j < n && is_digit(b[j])) {
+        if (*nd < 19) d[*nd] = (char)b[j];
+        (*nd)++;
+        j++;
+    }
+    return j;
+}
+
 /* chain_find with one consistent separator. */
 static int chain_same(scan_t *s, size_t i, int veto, qg_finding *hit) {
     const unsigned char *b = s->b;
@@ -360,12 +371,7 @@ static int chain_same(scan_t *s, size_t i, int veto, qg_finding *hit) {
     int sep = 0;
     size_t j = i;
     for (;;) {
-        size_t k = j;
-        while (k < n && is_digit(b[k])) {
-            if (nd < 19) d[nd] = (char)b[k];
-            nd++;
-            k++;
-        }
+        size_t k = take_digits(b, n, j, d, &nd);
         g[ng++] = (int)(k - j);
         j = k;
         if (ng == MAX_GROUPS) {
@@ -410,12 +416,7 @@ static int chain_mixed(scan_t *s, size_t i, int veto, qg_finding *hit) {
     size_t nd = 0;
     size_t j = i;
     for (;;) {
-        size_t k = j;
-        while (k < n && is_digit(b[k])) {
-            if (nd < 19) d[nd] = (char)b[k];
-            nd++;
-            k++;
-        }
+        size_t k = take_digits(b, n, j, d, &nd);
         g[ng++] = (int)(k - j);
         j = k;
         if (ng == MAX_GROUPS || !(j + 1 < n && (b[j] == ' ' || b[j] == '-') && is_digit(b[j + 1]))) break;
