@@ -620,7 +620,16 @@ CREATE TABLE IF NOT EXISTS qg_budget (
     PRIMARY KEY (key, pid)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS qg_budget_key_ts ON qg_budget (key, ts);
+CREATE INDEX IF NOT EXISTS qg_budget_ts ON qg_budget (ts);
+CREATE TABLE IF NOT EXISTS qg_budget_meta (
+    name  TEXT PRIMARY KEY,
+    value REAL NOT NULL
+) WITHOUT ROWID;
 """
+
+# Rows an admission's sweep may delete on top of two per id the admission names: more than the
+# admission can add, so the sweep keeps pace with the rows admissions write.
+_SQLITE_SWEEP_STEP = 16
 
 
 class SqliteBudgetStore(_CountingStore):
@@ -630,13 +639,26 @@ class SqliteBudgetStore(_CountingStore):
     before reading, so two admissions to the same file never interleave. The database runs in WAL
     mode. Every thread (and every process after a fork) uses its own connection.
 
+    Rows whose timestamp has left every window are deleted by a sweep that each admission runs in
+    its own transaction, a bounded number of the oldest rows at a time (an index on the timestamp),
+    so the file holds about the rows of the last window, not every row ever written. A row is
+    deleted only when it is older than the sweep's time minus the longest ``window_s`` any store
+    has used on the file (kept in the file, ``qg_budget_meta``, and raised in the same transaction
+    that writes rows under a longer window, so a process with a longer window never loses ids it
+    counts). The sweep's time is the smaller of ``now`` and a clock kept in the file that advances
+    no faster than ``monotonic`` runs in the process advancing it, so a wall clock that jumps ahead
+    deletes nothing early; and every call at a ``now`` no earlier, with a window no longer, would
+    have forgotten the rows it deletes.
+
     Args:
         path: the database file; created if missing. ``":memory:"`` is refused because each
             connection would see a different database (use :class:`MemoryBudgetStore`).
         timeout_s: how long an admission waits for another writer before failing.
+        monotonic: the clock the sweep measures elapsed time with (seconds); injectable for tests.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 30.0,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         path = os.fspath(path)
         if not isinstance(path, str):
             raise GuardArgumentTypeError(f"path must be a str or os.PathLike[str], not {type(path).__name__}")
@@ -649,6 +671,15 @@ class SqliteBudgetStore(_CountingStore):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
+        if not callable(monotonic):
+            raise GuardArgumentTypeError(f"monotonic must be callable, not {type(monotonic).__name__}")
+        self._monotonic = monotonic
+        # The longest window_s this object has recorded in the file (committed), so an admission
+        # writes the meta row only when its window is longer.
+        self._window = 0.0
+        # (the file's sweep clock, the monotonic time it was read or set): this process may advance
+        # the clock by as much as its monotonic clock has run since. None until the first sweep.
+        self._anchor: tuple[float, float] | None = None
         try:
             self._connection().executescript(_SQLITE_SCHEMA)
         except sqlite3.Error as exc:
@@ -687,7 +718,63 @@ class SqliteBudgetStore(_CountingStore):
         self, requests: list[tuple[str, list[str], int]], window_s: float, now: float
     ) -> list[tuple[list[bool], int, int]]:
         with self._transaction() as db:
-            return [self._admit_in(db, key, ids, cap, window_s, now) for key, ids, cap in requests]
+            self._note_window(db, window_s)
+            out = [self._admit_in(db, key, ids, cap, window_s, now) for key, ids, cap in requests]
+            self._sweep(db, now, _SQLITE_SWEEP_STEP + 2 * sum(len(ids) for _, ids, _ in requests))
+        self._noted(window_s)
+        return out
+
+    def key_count(self) -> int:
+        """How many keys the file holds: those with ids in the window, and idle ones the sweep has
+        not reached yet. Reads every row's key (a diagnostic, not for each request)."""
+        try:
+            return int(self._connection().execute(
+                "SELECT COUNT(*) FROM (SELECT DISTINCT key FROM qg_budget)").fetchone()[0])
+        except sqlite3.Error as exc:
+            raise BudgetStoreError(f"budget database {self.path!r}: {exc}") from exc
+
+    def _note_window(self, db: sqlite3.Connection, window_s: float) -> None:
+        # In the transaction that writes rows under window_s: no sweep, in any process, can then
+        # delete a row this window still counts.
+        if window_s > self._window:
+            db.execute("INSERT INTO qg_budget_meta (name, value) VALUES ('window', ?) "
+                       "ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)", (window_s,))
+
+    def _noted(self, window_s: float) -> None:
+        # After the commit: a rolled-back transaction must not leave the window counted as recorded.
+        if window_s > self._window:
+            self._window = window_s
+
+    def _sweep(self, db: sqlite3.Connection, now: float, limit: int) -> None:
+        meta = dict(db.execute("SELECT name, value FROM qg_budget_meta").fetchall())
+        window = meta.get("window")
+        if window is None:
+            return
+        mono = self._monotonic()
+        clock = meta.get("clock")
+        if clock is None:
+            # The first sweep of this file: start at the newest row's timestamp (an existing file's
+            # last admission), or now on an empty one, whichever is earlier.
+            (newest,) = db.execute("SELECT MAX(ts) FROM qg_budget").fetchone()
+            clock = now if newest is None or newest > now else newest
+            db.execute("INSERT INTO qg_budget_meta (name, value) VALUES ('clock', ?) "
+                       "ON CONFLICT (name) DO UPDATE SET value = excluded.value", (clock,))
+        elif self._anchor is not None:
+            # Advance no further than this process's monotonic clock has run since it last saw the
+            # clock (a jump ahead of now does not carry it), nor past now; never back.
+            seen, at = self._anchor
+            ahead = seen + (mono - at)
+            if ahead > now:
+                ahead = now
+            if ahead > clock:
+                clock = ahead
+                db.execute("UPDATE qg_budget_meta SET value = ? WHERE name = 'clock'", (clock,))
+        self._anchor = (clock, mono)
+        # A caller whose now is behind the clock (a step back) deletes only what its own
+        # admissions would.
+        cutoff = (now if now < clock else clock) - window
+        db.execute("DELETE FROM qg_budget WHERE (key, pid) IN "
+                   "(SELECT key, pid FROM qg_budget WHERE ts < ? ORDER BY ts LIMIT ?)", (cutoff, limit))
 
     def _admit_in(self, db: sqlite3.Connection, key: str, ids: list[str], cap: int, window_s: float,
                   now: float) -> tuple[list[bool], int, int]:
@@ -709,6 +796,7 @@ class SqliteBudgetStore(_CountingStore):
         self, keys: list[tuple[str, int]], points: list[tuple[str, list[int]]], window_s: float, now: float
     ) -> tuple[list[bool], list[tuple[int, int]]]:
         with self._transaction() as db:
+            self._note_window(db, window_s)
             stamps = [self._expire(db, key, window_s, now) for key, _ in keys]
             counts = [self._count(db, key) for key, _ in keys]
             before = list(counts)
@@ -725,16 +813,25 @@ class SqliteBudgetStore(_CountingStore):
                             db.execute("INSERT INTO qg_budget (key, pid, ts) VALUES (?, ?, ?)", (keys[k][0], pid, stamps[k]))
                             counts[k] += 1
                 released.append(ok)
-            return released, list(zip(before, counts))
+            self._sweep(db, now, _SQLITE_SWEEP_STEP + 2 * sum(len(members) for _, members in points))
+        self._noted(window_s)
+        return released, list(zip(before, counts))
 
     def _seen(self, key: str, window_s: float, now: float) -> int:
         with self._transaction() as db:
+            self._note_window(db, window_s)
             self._expire(db, key, window_s, now)
-            return self._count(db, key)
+            count = self._count(db, key)
+        self._noted(window_s)
+        return count
 
     def _entries_by_prefix(self, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]]:
         # One SELECT reads one snapshot (WAL) and walks the primary key from the prefix on, so it
         # needs no write lock; rows come ordered by key, and the first key past the prefix ends it.
+        if window_s > self._window:  # once per longer window: a listing then reads no row swept under a shorter one
+            with self._transaction() as db:
+                self._note_window(db, window_s)
+            self._noted(window_s)
         rows: dict[str, list[tuple[str, float]]] = {}
         try:
             for key, pid, ts in self._connection().execute(
