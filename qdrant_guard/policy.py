@@ -906,7 +906,9 @@ class GuardConfig(_Strict):
     for the life of the process, shared by every guarded client on it (a ``":memory:"`` client has
     its own); it holds about the keys (principal x collection x source) admitted within the last
     window, as each admission sweeps away a few keys whose every id has left it; it is not shared
-    across processes, which need SQLite or Redis."""
+    across processes, which need SQLite or Redis. A SQLite file likewise holds about the rows of the
+    last window (each admission deletes a few rows older than the longest window used on the file,
+    which the file records); Redis keys expire by TTL."""
     default: CollectionPolicy = CollectionPolicy(readers=("*",))
     """The policy of unlisted collections when ``unlisted = "strict"`` (refused under the other
     values, which would ignore it)."""
