@@ -736,9 +736,9 @@ class SqliteBudgetStore(_CountingStore):
     def _note_window(self, db: sqlite3.Connection, window_s: float) -> None:
         # In the transaction that writes rows under window_s: no sweep, in any process, can then
         # delete a row this window still counts.
-        if window_s > self._window:
-            db.execute("INSERT INTO qg_budget_meta (name, value) VALUES ('window', ?) "
-                       "ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)", (window_s,))
+        if window_s > self._window:  # no upsert: SQLite before 3.24 has none
+            db.execute("INSERT OR IGNORE INTO qg_budget_meta (name, value) VALUES ('window', ?)", (window_s,))
+            db.execute("UPDATE qg_budget_meta SET value = ? WHERE name = 'window' AND value < ?", (window_s, window_s))
 
     def _noted(self, window_s: float) -> None:
         # After the commit: a rolled-back transaction must not leave the window counted as recorded.
@@ -757,8 +757,7 @@ class SqliteBudgetStore(_CountingStore):
             # last admission), or now on an empty one, whichever is earlier.
             (newest,) = db.execute("SELECT MAX(ts) FROM qg_budget").fetchone()
             clock = now if newest is None or newest > now else newest
-            db.execute("INSERT INTO qg_budget_meta (name, value) VALUES ('clock', ?) "
-                       "ON CONFLICT (name) DO UPDATE SET value = excluded.value", (clock,))
+            db.execute("INSERT OR REPLACE INTO qg_budget_meta (name, value) VALUES ('clock', ?)", (clock,))
         elif self._anchor is not None:
             # Advance no further than this process's monotonic clock has run since it last saw the
             # clock (a jump ahead of now does not carry it), nor past now; never back.

@@ -201,8 +201,13 @@ def test_two_store_objects_with_different_windows_on_one_file(tmp_path):
     clock.t = 5 * W
     assert long_.admit("src|p|long|s", ["a", "b"], cap=2, window_s=10 * W, now=clock()) == (["a", "b"], [])
     clock.t = 12 * W
+    # A store opened after the long window was recorded records its shorter one: the file keeps
+    # the longest.
+    third = SqliteBudgetStore(path, monotonic=clock)
     for i in range(200):
         short.admit(_source("later", i), ["i:1"], cap=1, window_s=W, now=clock())
+        third.admit(_source("third", i), ["i:1"], cap=1, window_s=W, now=clock())
+    third.close()
     assert not any(key.startswith("src|short|") for key, _, _ in _rows(path))
     assert long_.admit("src|p|long|s", ["c"], cap=2, window_s=10 * W, now=clock()) == ([], ["c"])
     assert short.entries_by_prefix("src|p|", window_s=10 * W, now=clock()) == {"src|p|long|s": frozenset({"a", "b"})}
