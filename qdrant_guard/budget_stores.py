@@ -623,7 +623,7 @@ CREATE INDEX IF NOT EXISTS qg_budget_key_ts ON qg_budget (key, ts);
 CREATE INDEX IF NOT EXISTS qg_budget_ts ON qg_budget (ts);
 CREATE TABLE IF NOT EXISTS qg_budget_meta (
     name  TEXT PRIMARY KEY,
-    value REAL NOT NULL
+    value NOT NULL
 ) WITHOUT ROWID;
 """
 
@@ -680,6 +680,11 @@ class SqliteBudgetStore(_CountingStore):
         # (the file's sweep clock, the monotonic time it was read or set): this process may advance
         # the clock by as much as its monotonic clock has run since. None until the first sweep.
         self._anchor: tuple[float, float] | None = None
+        # With the system's monotonic clock (shared by the processes of one boot), the file also
+        # keeps the monotonic time of its clock's last advance and the boot's id, so a process
+        # started after every other had stopped advances the clock by the time they were down
+        # (otherwise each such gap would hold the sweep back for good).
+        self._boot = _boot_id() if monotonic is time.monotonic else None
         try:
             self._connection().executescript(_SQLITE_SCHEMA)
         except sqlite3.Error as exc:
@@ -752,28 +757,44 @@ class SqliteBudgetStore(_CountingStore):
             return
         mono = self._monotonic()
         clock = meta.get("clock")
-        if clock is None:
+        if not isinstance(clock, float):
             # The first sweep of this file: start at the newest row's timestamp (an existing file's
             # last admission), or now on an empty one, whichever is earlier.
             (newest,) = db.execute("SELECT MAX(ts) FROM qg_budget").fetchone()
-            clock = now if newest is None or newest > now else newest
-            db.execute("INSERT OR REPLACE INTO qg_budget_meta (name, value) VALUES ('clock', ?)", (clock,))
-        elif self._anchor is not None:
-            # Advance no further than this process's monotonic clock has run since it last saw the
-            # clock (a jump ahead of now does not carry it), nor past now; never back.
-            seen, at = self._anchor
-            ahead = seen + (mono - at)
-            if ahead > now:
-                ahead = now
-            if ahead > clock:
-                clock = ahead
-                db.execute("UPDATE qg_budget_meta SET value = ? WHERE name = 'clock'", (clock,))
+            clock = now if newest is None or newest > now else float(newest)
+            self._set_clock(db, clock, mono)
+        else:
+            # Advance no further than a monotonic clock has run since the clock was seen (this
+            # process's, or the file's own on the same boot), so a jump ahead of now does not carry
+            # it; nor past now; never back.
+            ahead = None
+            if self._anchor is not None:
+                seen, at = self._anchor
+                ahead = seen + (mono - at)
+            at = meta.get("mono")
+            if self._boot is not None and meta.get("boot") == self._boot and isinstance(at, float):
+                if ahead is None or clock + (mono - at) > ahead:
+                    ahead = clock + (mono - at)
+            if ahead is not None:
+                if ahead > now:
+                    ahead = now
+                if ahead > clock:
+                    clock = ahead
+                    self._set_clock(db, clock, mono)
         self._anchor = (clock, mono)
         # A caller whose now is behind the clock (a step back) deletes only what its own
         # admissions would.
         cutoff = (now if now < clock else clock) - window
         db.execute("DELETE FROM qg_budget WHERE (key, pid) IN "
                    "(SELECT key, pid FROM qg_budget WHERE ts < ? ORDER BY ts LIMIT ?)", (cutoff, limit))
+
+    def _set_clock(self, db: sqlite3.Connection, clock: float, mono: float) -> None:
+        db.execute("INSERT OR REPLACE INTO qg_budget_meta (name, value) VALUES ('clock', ?)", (clock,))
+        if self._boot is not None:
+            db.execute("INSERT OR REPLACE INTO qg_budget_meta (name, value) VALUES ('mono', ?)", (mono,))
+            db.execute("INSERT OR REPLACE INTO qg_budget_meta (name, value) VALUES ('boot', ?)", (self._boot,))
+        else:  # a monotonic time of another clock would not mean anything to the next process
+            db.execute("DELETE FROM qg_budget_meta WHERE name IN ('mono', 'boot')")
 
     def _admit_in(self, db: sqlite3.Connection, key: str, ids: list[str], cap: int, window_s: float,
                   now: float) -> tuple[list[bool], int, int]:
@@ -857,6 +878,15 @@ class SqliteBudgetStore(_CountingStore):
         for conn in conns:
             conn.close()
         self._local = threading.local()
+
+
+def _boot_id() -> str | None:
+    # Linux names each boot; elsewhere None, and only a process's own monotonic clock is used.
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip() or None
+    except (OSError, ValueError):
+        return None
 
 
 class _SqliteTransaction:

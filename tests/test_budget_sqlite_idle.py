@@ -8,6 +8,9 @@ from __future__ import annotations
 import multiprocessing
 import random
 import sqlite3
+import time
+
+import pytest
 
 from qdrant_guard.budget import ExtractionBudget, SqliteBudgetStore
 
@@ -291,3 +294,50 @@ def test_a_file_of_the_old_schema_opens_and_is_swept(tmp_path):
     again = SqliteBudgetStore(path, monotonic=clock)
     assert again.admit(_source("live", 0), ["i:1", "i:3"], cap=2, window_s=W, now=201.0) == (["i:1"], ["i:3"])
     again.close()
+
+
+def _boot():
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+@pytest.mark.skipif(_boot() is None, reason="needs Linux's boot id")
+def test_a_process_started_after_a_stop_advances_the_clock_by_the_time_down(tmp_path):
+    # Every process stopped for 1000 s (the file's clock was last advanced 1000 s ago on this
+    # boot's monotonic clock, which every process shares). The first process after the stop
+    # advances the clock by those 1000 s, not from where it stood: otherwise every full stop would
+    # hold the sweep back for good, and the file would grow by the rows of each stop. A caller's
+    # clock a year ahead still advances it by the 1000 s only, and a file from another boot not
+    # at all (a process's own monotonic clock takes over from its second admission).
+    def prepared(name, boot):
+        path = str(tmp_path / name)
+        store = SqliteBudgetStore(path)
+        for i in range(50):
+            store.admit(_source("idle", i), ["i:1", "i:2"], cap=2, window_s=W, now=1500.0)
+        store.admit(_source("victim", 0), ["a", "b"], cap=2, window_s=W, now=1995.0)
+        store.close()
+        with sqlite3.connect(path) as db:
+            db.executemany("INSERT OR REPLACE INTO qg_budget_meta (name, value) VALUES (?, ?)",
+                           [("clock", 1000.0), ("mono", time.monotonic() - 1000.0), ("boot", boot)])
+        db.close()
+        return path
+
+    for now in (2000.0, 2000.0 + 365 * 86400):
+        path = prepared(f"same{now}.db", _boot())
+        store = SqliteBudgetStore(path)
+        for i in range(10):  # up to 18 rows each
+            store.admit(_source("new", i), ["i:1"], cap=1, window_s=W, now=now)
+        keys = {key for key, _, _ in _rows(path)}
+        assert not any(key.startswith("src|idle|") for key in keys), now
+        assert _source("victim", 0) in keys, now
+        assert store.admit(_source("victim", 0), ["c"], cap=2, window_s=W, now=2000.0) == ([], ["c"])
+        store.close()
+
+    path = prepared("other.db", "another boot")
+    store = SqliteBudgetStore(path)
+    store.admit(_source("new", 0), ["i:1"], cap=1, window_s=W, now=2000.0)  # its first: no advance
+    assert len([key for key, _, _ in _rows(path) if key.startswith("src|idle|")]) == 50 * 2
+    store.close()
