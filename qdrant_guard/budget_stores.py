@@ -646,9 +646,11 @@ class SqliteBudgetStore(_CountingStore):
     has used on the file (kept in the file, ``qg_budget_meta``, and raised in the same transaction
     that writes rows under a longer window, so a process with a longer window never loses ids it
     counts). The sweep's time is the smaller of ``now`` and a clock kept in the file that advances
-    no faster than ``monotonic`` runs in the process advancing it, so a wall clock that jumps ahead
-    deletes nothing early; and every call at a ``now`` no earlier, with a window no longer, would
-    have forgotten the rows it deletes.
+    no faster than a monotonic clock runs (the process's own since it last saw the clock; with the
+    default ``time.monotonic`` on Linux, also the system's since the file's clock last advanced on
+    the same boot, so a stop of every process does not hold the sweep back), so a wall clock that
+    jumps ahead deletes nothing early; and every call at a ``now`` no earlier, with a window no
+    longer, would have forgotten the rows it deletes.
 
     Args:
         path: the database file; created if missing. ``":memory:"`` is refused because each
