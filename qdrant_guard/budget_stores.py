@@ -765,6 +765,7 @@ class SqliteBudgetStore(_CountingStore):
             (newest,) = db.execute("SELECT MAX(ts) FROM qg_budget").fetchone()
             clock = now if newest is None or newest > now else float(newest)
             self._set_clock(db, clock, mono)
+            self._anchor = (clock, mono)
         else:
             # Advance no further than a monotonic clock has run since the clock was seen (this
             # process's, or the file's own on the same boot), so a jump ahead of now does not carry
@@ -777,13 +778,20 @@ class SqliteBudgetStore(_CountingStore):
             if self._boot is not None and meta.get("boot") == self._boot and isinstance(at, float):
                 if ahead is None or clock + (mono - at) > ahead:
                     ahead = clock + (mono - at)
-            if ahead is not None:
+            if ahead is None or ahead <= clock:
+                self._anchor = (clock, mono)  # the file's clock is as far as this process could take it
+            else:
                 if ahead > now:
                     ahead = now
-                if ahead > clock:
+                # Written only once it has moved a thousandth of the window (the sweep then lags
+                # by at most that): most admissions then write nothing to the meta table.
+                if ahead >= clock + window / 1000:
                     clock = ahead
                     self._set_clock(db, clock, mono)
-        self._anchor = (clock, mono)
+                    self._anchor = (clock, mono)
+                # else keep the anchor: the time it has measured still counts at the next sweep.
+        if self._anchor is None:
+            self._anchor = (clock, mono)
         # A caller whose now is behind the clock (a step back) deletes only what its own
         # admissions would.
         cutoff = (now if now < clock else clock) - window

@@ -341,3 +341,19 @@ def test_a_process_started_after_a_stop_advances_the_clock_by_the_time_down(tmp_
     store.admit(_source("new", 0), ["i:1"], cap=1, window_s=W, now=2000.0)  # its first: no advance
     assert len([key for key, _, _ in _rows(path) if key.startswith("src|idle|")]) == 50 * 2
     store.close()
+
+
+def test_admissions_closer_than_the_clock_step_still_advance_it(tmp_path):
+    # The file's clock is written only once it has moved a thousandth of the window: admissions
+    # that each come sooner than that must still add up, or it would never move.
+    path = str(tmp_path / "b.db")
+    clock = Clock()
+    store = SqliteBudgetStore(path, monotonic=clock)
+    step = 0.9 * W / 1000
+    for i in range(1500):
+        clock.t = i * step
+        store.admit(_source("p", i), ["i:1"], cap=1, window_s=W, now=clock())
+    # Rows of about the last window (10 / 0.009 = 1111 admissions) are left, and the oldest are gone.
+    assert _row_count(path) <= 1111 + 20
+    assert _source("p", 0) not in {key for key, _, _ in _rows(path)}
+    store.close()
