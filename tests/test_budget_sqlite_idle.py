@@ -418,3 +418,27 @@ def test_threads_admit_and_sweep_together(tmp_path):
         {_source(f"n{t}", i) for t in range(threads) for i in range(per_thread)}
         | {_source(f"t{t}", i) for t in range(threads) for i in range(0, per_thread, 2)})
     store.close()
+
+
+def test_a_listing_with_a_longer_window_records_it_before_it_reads(tmp_path):
+    # A store whose first call is a listing with a ten times longer window: what it lists must not
+    # be swept by the short-window store's next admissions before its own admission counts it.
+    path = str(tmp_path / "b.db")
+    clock = Clock()
+    short = SqliteBudgetStore(path, monotonic=clock)
+    long_ = SqliteBudgetStore(path, monotonic=clock)
+    short.admit("src|p|c|s", ["a", "b"], cap=2, window_s=W, now=0.0)
+    clock.t = 5 * W
+    listed = long_.entries_by_prefix("src|p|", window_s=10 * W, now=clock())
+    assert listed == {"src|p|c|s": frozenset({"a", "b"})}
+    for i in range(50):
+        short.admit(_source("other", i), ["x"], cap=1, window_s=W, now=clock())
+    assert long_.entries_by_prefix("src|p|", window_s=10 * W, now=clock()) == listed
+    assert long_.admit("src|p|c|s", ["c"], cap=2, window_s=10 * W, now=clock()) == ([], ["c"])
+    # Past the longer window, the short store's sweep deletes them.
+    clock.t = 11 * W
+    for i in range(50):
+        short.admit(_source("later", i), ["x"], cap=1, window_s=W, now=clock())
+    assert "src|p|c|s" not in {key for key, _, _ in _rows(path)}
+    short.close()
+    long_.close()
