@@ -774,10 +774,10 @@ class SqliteBudgetStore(_CountingStore):
             if self._anchor is not None:
                 seen, at = self._anchor
                 ahead = seen + (mono - at)
-            at = meta.get("mono")
-            if self._boot is not None and meta.get("boot") == self._boot and isinstance(at, float):
-                if ahead is None or clock + (mono - at) > ahead:
-                    ahead = clock + (mono - at)
+            advanced_at = meta.get("mono")
+            if self._boot is not None and meta.get("boot") == self._boot and isinstance(advanced_at, float):
+                if ahead is None or clock + (mono - advanced_at) > ahead:
+                    ahead = clock + (mono - advanced_at)
             if ahead is None or ahead <= clock:
                 self._anchor = (clock, mono)  # the file's clock is as far as this process could take it
             else:
