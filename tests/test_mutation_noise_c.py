@@ -1,0 +1,67 @@
+"""Inputs that kill the surviving mutants of native/noise.c (mutation pass 7, h-mutn).
+
+Each test runs real arrays through the native kernel and its reference twin and checks an exact
+property of the release (its bits, its lattice, or the error and the index it names). Rows of at
+most three coordinates go through ``combine_scalar``/``snap`` at every SIMD level (the vector
+loops take groups of four and eight), so these hold on whatever CPU runs them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from oracle import assert_same, both
+from qdrant_guard.errors import InvalidVectorError
+
+NATIVE, PY = both("noise")
+KEY = bytes(range(32))
+NONCE = bytes(12)
+
+
+def _first_normal(key: bytes) -> float:
+    return float(PY.normals(key, NONCE, 1)[0])
+
+
+@pytest.mark.parametrize("mod", [NATIVE, PY], ids=["native", "python"])
+def test_a_value_exactly_2_to_the_52_steps_is_returned_as_is_below_a_step_of_2_to_the_minus_1024(mod):
+    # snap() returns v itself from |v| == 2**52 * step on. Below a step of 2**-1024, 1/step is
+    # infinite, so rounding v / step instead (the mutant ">" for ">=") gives inf and a refusal of
+    # a finite, on-lattice value. With x = 0 the released value is z * scale, here exactly
+    # -2**-978 = -2**52 * 2**-1030.
+    step = 2.0**-1030
+    target = 2.0**52 * step
+    z = _first_normal(KEY)
+    scale = target / abs(z)
+    while abs(z) * scale != target:
+        scale = float(np.nextafter(scale, 0.0 if abs(z) * scale > target else 1.0))
+    for mechanism in ("gaussian",):
+        out = mod.noise_vectors(np.zeros(1), mechanism, scale, step, None, None, KEY, NONCE)
+        assert out.tolist() == [np.copysign(target, z)]
+
+
+@pytest.mark.parametrize("mod", [NATIVE, PY], ids=["native", "python"])
+@pytest.mark.parametrize("dim", [1, 3])
+def test_values_between_2_to_the_51_and_2_to_the_52_steps_round_to_the_nearest_step(mod, dim):
+    # From |q| = 2**51 steps on, the magic-constant rounding ((q + 1.5 * 2**52) - 1.5 * 2**52)
+    # rounds to an even multiple of 2 instead of to an integer; snap() uses rint() there. An odd q
+    # is an exact multiple of the step and must come back unchanged (noise far below a step).
+    x = np.array([2.0**51 + 1, -(2.0**51 + 3), 2.0**52 - 1][:dim])
+    for mechanism in ("gaussian", "laplace_l2"):
+        out = mod.noise_vectors(x, mechanism, 2.0**-40, 1.0, None, None, KEY * 1, NONCE)
+        assert out.tolist() == x.tolist()
+
+
+@pytest.mark.parametrize("dtype,big", [(np.float32, 3.0e38), (np.float64, 1.7e308)])
+def test_an_overflow_in_a_short_row_is_refused_at_its_first_index(dtype, big):
+    # Rows of one to three coordinates are combined by combine_scalar at every SIMD level; its
+    # first-overflow index ("bad == n") is what the error names. Laplace rows always take it.
+    seen = 0
+    for seed in range(40):
+        key = bytes([seed]) * 32
+        x = np.array([big, -big, big], dtype=dtype)
+        err = assert_same(NATIVE.noise_vectors, PY.noise_vectors, x, "laplace_l2", big, 2.0**20, None,
+                          None, key, NONCE)
+        if isinstance(err, InvalidVectorError):
+            assert "overflows" in str(err)
+            seen += 1
+    assert seen >= 5
