@@ -65,3 +65,17 @@ def test_an_overflow_in_a_short_row_is_refused_at_its_first_index(dtype, big):
             assert "overflows" in str(err)
             seen += 1
     assert seen >= 5
+
+
+@pytest.mark.parametrize("mod", [NATIVE, PY], ids=["native", "python"])
+@pytest.mark.parametrize("dtype,big,step", [(np.float64, 1e300, 2.0**-100), (np.float32, 3e38, 2.0**-900)])
+@pytest.mark.parametrize("dim", [8, 16, 21])
+def test_a_gaussian_row_of_huge_values_on_a_fine_lattice_is_released_as_is(mod, dtype, big, step, dim):
+    # |v| / step overflows float64 here. Such a row must not take the fused AVX2 Gaussian path
+    # (row_snap_safe is false for it): that path rounds v / step without snap()'s |v| >= 2**52 *
+    # step test and would turn these finite, on-lattice values into inf and refuse the row. Noise
+    # of scale 1 is far below the values' float spacing, so the release is the input.
+    x = np.full((2, dim), big, dtype=dtype)
+    x[1, ::2] = -big
+    out = mod.noise_vectors(x, "gaussian", 1.0, step, None, None, KEY * 2, NONCE)
+    assert out.dtype == x.dtype and out.tolist() == x.tolist()
