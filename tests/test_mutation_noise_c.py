@@ -79,3 +79,22 @@ def test_a_gaussian_row_of_huge_values_on_a_fine_lattice_is_released_as_is(mod, 
     x[1, ::2] = -big
     out = mod.noise_vectors(x, "gaussian", 1.0, step, None, None, KEY * 2, NONCE)
     assert out.dtype == x.dtype and out.tolist() == x.tolist()
+
+
+# ChaCha20(KEY, nonce) words whose first word has w >> 9 == 0: the first normal of the stream is
+# then exactly +-0.0 (found by a search over nonces; the test checks it still holds).
+ZERO_FIRST_NORMAL_NONCES = [(8670386).to_bytes(12, "little"), (17952651).to_bytes(12, "little")]
+
+
+@pytest.mark.parametrize("nonce", ZERO_FIRST_NORMAL_NONCES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_laplace_direction_of_zeros_is_drawn_again(nonce, dtype):
+    # A one-coordinate Laplace row whose direction is the normal 0.0 has |g| = 0: the kernel must
+    # draw the direction again ("while (!(gs > 0.0))"); accepting it divides the radius by zero and
+    # releases NaN (refused as an overflow).
+    assert PY.normals(KEY, nonce, 1)[0] == 0.0 and NATIVE.normals(KEY, nonce, 1)[0] == 0.0
+    x = np.array([[0.25], [-0.5]], dtype=dtype)
+    for clip in (None, 0.1):
+        out = assert_same(NATIVE.noise_vectors, PY.noise_vectors, x, "laplace_l2", 0.5, 2.0**-20, clip,
+                          None, KEY * 2, nonce)
+        assert np.isfinite(out).all() and not np.array_equal(out, np.round(x / 2.0**-20) * 2.0**-20)
