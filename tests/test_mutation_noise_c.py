@@ -98,3 +98,35 @@ def test_a_laplace_direction_of_zeros_is_drawn_again(nonce, dtype):
         out = assert_same(NATIVE.noise_vectors, PY.noise_vectors, x, "laplace_l2", 0.5, 2.0**-20, clip,
                           None, KEY * 2, nonce)
         assert np.isfinite(out).all() and not np.array_equal(out, np.round(x / 2.0**-20) * 2.0**-20)
+
+
+@pytest.fixture
+def threads():
+    """Set the native thread limit for one test, restoring it afterwards."""
+    before = NATIVE.get_threads()
+    yield NATIVE.set_threads
+    NATIVE.set_threads(before)
+
+
+def _vm_size_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmSize:"))
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"), reason="needs /proc")
+def test_every_worker_thread_of_a_batch_is_joined(threads):
+    # qg_noise_rows joins each worker it started. One left unjoined (the mutants of "started[t]"
+    # and of the create loop's bound) keeps its stack mapped (megabytes) after it ends, and the
+    # batch may return before it has written its rows. The outputs are checked too.
+    threads(2)
+    rows = NATIVE.THREADS_MIN_ELEMENTS // 64 + 1
+    x = np.random.default_rng(4).normal(size=(rows, 64)).astype(np.float32)
+    row_keys = bytes(32 * rows)
+    first = NATIVE.noise_vectors(x, "gaussian", 0.05, 2.0**-12, None, None, row_keys, NONCE)
+    before = _vm_size_kib()
+    for _ in range(16):
+        out = NATIVE.noise_vectors(x, "gaussian", 0.05, 2.0**-12, None, None, row_keys, NONCE)
+        assert out.tobytes() == first.tobytes()
+        del out
+    grown = _vm_size_kib() - before
+    assert grown < 16 * 1024, f"the address space grew by {grown} KiB over 16 threaded batches"
