@@ -130,3 +130,20 @@ def test_every_worker_thread_of_a_batch_is_joined(threads):
         del out
     grown = _vm_size_kib() - before
     assert grown < 16 * 1024, f"the address space grew by {grown} KiB over 16 threaded batches"
+
+
+def test_a_batch_of_many_grains_is_split_over_no_more_threads_than_the_limit(threads):
+    # 17 grains of 2**19 values: the thread count is min(limit, grains, rows), never the number of
+    # grains alone (the mutant that drops the "grains < limit" test starts 17 workers into arrays
+    # of QG_NOISE_THREADS_CAP = 8, and ignores set_threads(1)). Keyed output is the same with any
+    # limit.
+    rows, dim = 17 * 512, 1024
+    x = np.random.default_rng(5).normal(size=(rows, dim)).astype(np.float32)
+    row_keys = bytes(np.random.default_rng(6).integers(0, 256, 32 * rows, dtype=np.uint8))
+    outs = []
+    for n in (1, 8):
+        threads(n)
+        outs.append(NATIVE.noise_vectors(x, "gaussian", 0.05, 2.0**-12, None, None, row_keys, NONCE))
+    assert outs[0].tobytes() == outs[1].tobytes()
+    ref = PY.noise_vectors(x[-1:], "gaussian", 0.05, 2.0**-12, None, None, row_keys[-32:], NONCE)
+    assert ref.tobytes() == outs[0][-1:].tobytes()
