@@ -147,3 +147,40 @@ def test_a_batch_of_many_grains_is_split_over_no_more_threads_than_the_limit(thr
     assert outs[0].tobytes() == outs[1].tobytes()
     ref = PY.noise_vectors(x[-1:], "gaussian", 0.05, 2.0**-12, None, None, row_keys[-32:], NONCE)
     assert ref.tobytes() == outs[0][-1:].tobytes()
+
+
+def _nudge_both(k, residual, order, shift, tol, passes):
+    out = []
+    for twin in (NATIVE, PY):
+        k1, r1 = k.copy(), residual.copy()
+        twin.unit_grid_nudge(k1, r1, order, shift, tol, passes)
+        out.append((k1, r1))
+    (kn, rn), (kp, rp) = out
+    assert kn.tobytes() == kp.tobytes() and rn.tobytes() == rp.tobytes(), (kn, kp, rn, rp)
+    return kn, rn
+
+
+@pytest.mark.parametrize("key_type", [np.int32, np.int64])
+def test_nudge_a_first_pass_key_that_disagrees_with_k_steps_a_zero_coordinate_by_nothing(key_type):
+    # The first pass reads |k_j| from the key, not from k, so a key saying |k_j| = 5 reaches a k_j
+    # of 0.0 or -0.0, which the step leaves as it is (sign(0) = 0): the twins agree on this for
+    # any order the binding accepts, in the domain of receipts or not. (-0.0 + 0.0 is +0.0.)
+    shift = 2
+    k = np.array([[0.0, -0.0, 7.0]])
+    residual = np.array([1000.0])
+    order = np.array([[((1 << 20) - 5) << shift | 0, ((1 << 20) - 5) << shift | 1,
+                       ((1 << 20) - 7) << shift | 2]], dtype=key_type)
+    kn, rn = _nudge_both(k, residual, order, shift, 0.0, 1)
+    assert kn.tolist() == [[0.0, 0.0, 8.0]] and not np.signbit(kn).any()
+    assert rn.tolist() == [1000.0 - 11 - 11 - 15]
+
+
+def test_nudge_with_a_negative_tolerance_steps_a_zero_residual_downwards():
+    # |r| = 0 > max(a, tol) when the key gives a negative a and tol < 0: the step's sign is that of
+    # "r > 0.0", so -1 for r = 0.0 (the reference's rule), never +1.
+    shift = 1
+    k = np.array([[3.0]])
+    residual = np.array([0.0])
+    order = np.array([[((1 << 20) + 5) << shift | 0]], dtype=np.int64)  # a = 2**20 - (key >> 1) = -5
+    kn, rn = _nudge_both(k, residual, order, shift, -1.0, 1)
+    assert kn.tolist() == [[2.0]] and rn.tolist() == [-11.0]
