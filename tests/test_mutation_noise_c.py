@@ -184,3 +184,68 @@ def test_nudge_with_a_negative_tolerance_steps_a_zero_residual_downwards():
     order = np.array([[((1 << 20) + 5) << shift | 0]], dtype=np.int64)  # a = 2**20 - (key >> 1) = -5
     kn, rn = _nudge_both(k, residual, order, shift, -1.0, 1)
     assert kn.tolist() == [[2.0]] and rn.tolist() == [-11.0]
+
+
+# Rows whose length puts a NaN, an overflow or the end of the row in every lane of the 4- and
+# 8-wide loops and in their scalar tails, run at each SIMD level (QG_NOISE_SIMD caps the level,
+# so this machine checks every path it has; the default process runs only the widest).
+_LEVEL_PROBE = r"""
+import sys
+import numpy as np
+from qdrant_guard import _noise, _noise_py
+
+def run(mod, args):
+    try:
+        return True, mod.noise_vectors(*args)
+    except Exception as exc:
+        return False, (type(exc).__name__, str(exc))
+
+bad = []
+def same(*args):
+    (ok_n, n), (ok_p, p) = run(_noise, args), run(_noise_py, args)
+    if ok_n != ok_p or (ok_n and not (n.dtype == p.dtype and n.tobytes() == p.tobytes())) or (not ok_n and n != p):
+        bad.append((args[0].dtype.name, args[0].shape, args[1:5], n if not ok_n else "array",
+                    p if not ok_p else "array"))
+    return ok_n
+
+nonce = bytes(12)
+rng = np.random.default_rng(11)
+dims = [*range(1, 18), 23, 31, 33]
+for dtype in (np.float32, np.float64):
+    for d in dims:
+        keys = bytes(rng.integers(0, 256, 32 * 3, dtype=np.uint8))
+        x = (rng.normal(size=(3, d)) * [[1.0], [1e-3], [40.0]]).astype(dtype)
+        for mech in ("gaussian", "laplace_l2"):
+            for clip in (None, 1.0):
+                same(x, mech, 0.25, 2.0**-10, clip, None, keys, nonce)
+        for j in range(d):
+            for v in (np.nan, -np.inf):
+                y = x.copy()
+                y[1, j] = v
+                same(y, "gaussian", 0.25, 2.0**-10, 1.0, None, keys, nonce)
+        big = 3.0e38 if dtype == np.float32 else 1.7e308
+        fine = 2.0**-900 if dtype == np.float32 else 2.0**-100
+        h = np.full((2, d), big, dtype=dtype)
+        h[1, ::2] = -big
+        same(h, "gaussian", 1.0, fine, None, None, keys[:64], nonce)
+        refused = 0
+        for mech, scale, step in (("laplace_l2", big, 2.0**20), ("gaussian", big / 4, 2.0**20),
+                                  ("gaussian", big / 4, 2.0**100)):
+            refused += not same(h, mech, scale, step, None, None, keys[:64], nonce)
+        if d >= 8 and refused < 2:
+            bad.append(("too few overflows", dtype.__name__, d, refused))
+print(_noise.IMPLEMENTATION, len(bad), bad[:3])
+sys.exit(1 if bad else 0)
+"""
+
+
+@pytest.mark.parametrize("level", ["scalar", "sse2", "avx2", "avx512"])
+def test_every_lane_and_tail_of_each_simd_level_matches_the_reference(level):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "QG_NOISE_SIMD": level}
+    proc = subprocess.run([sys.executable, "-c", _LEVEL_PROBE], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
