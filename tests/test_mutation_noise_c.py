@@ -270,3 +270,37 @@ def test_every_lane_and_tail_of_each_simd_level_matches_the_reference(level):
     proc = subprocess.run([sys.executable, "-c", _LEVEL_PROBE], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+_THREADS_PROBE = r"""
+import os, sys
+from qdrant_guard import _noise
+first = _noise.get_threads()
+_noise.set_threads(0)
+# Changed after set_threads(0) resolved the default: a batch (which may run without the GIL)
+# must not read the environment again.
+os.environ["QG_NOISE_THREADS"] = "5"
+again = _noise.get_threads()
+later = _noise.get_threads()
+print(first, again, later)
+"""
+
+
+@pytest.mark.parametrize("env,expected", [(None, "cpus"), ("0", 1), ("-3", 1), ("1", 1), ("3", 3),
+                                          ("8", 8), ("9", 8), ("999", 8)])
+def test_the_default_thread_limit_comes_from_the_environment_or_the_cpus_once(env, expected):
+    # threads_default(): QG_NOISE_THREADS clamped to 1..8, else the CPUs this process may run on
+    # (at most 8); set_threads(0) restores that default, resolved then, not in a later batch.
+    import os
+    import subprocess
+    import sys
+
+    if expected == "cpus":
+        expected = min(len(os.sched_getaffinity(0)), 8)
+    child = {k: v for k, v in os.environ.items() if k != "QG_NOISE_THREADS"}
+    if env is not None:
+        child["QG_NOISE_THREADS"] = env
+    proc = subprocess.run([sys.executable, "-c", _THREADS_PROBE], env=child, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(expected)] * 3
