@@ -52,9 +52,14 @@ _REL = {"<", "<=", ">", ">=", "==", "!="}
 _PUNCT = sorted(
     ["<<=", ">>=", "...", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||", "+=", "-=",
      "*=", "/=", "%=", "&=", "|=", "^=", "##"], key=len, reverse=True)
+# C99 numbers: hex floats (0x1p52, 0x1.8p-3) and decimal floats (1e-12, 1., .5f) before integers,
+# which alone are mutated (see generate).
+_NUM = (r"0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][-+]?\d+[fFlL]?"
+        r"|(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?[fFlL]?|\d+[eE][-+]?\d+[fFlL]?"
+        r"|(?:0[xX][0-9a-fA-F]+|\d+)[uUlL]*\b")
 _TOKEN = re.compile(
     r"(?P<ws>\s+)|(?P<comment>/\*.*?\*/|//[^\n]*)|(?P<str>\"(?:\\.|[^\"\\\n])*\")"
-    r"|(?P<chr>'(?:\\.|[^'\\\n])+')|(?P<num>(?:0[xX][0-9a-fA-F]+|\d+)[uUlL]*\b|\d*\.\d+(?:[eE][-+]?\d+)?[fF]?)"
+    r"|(?P<chr>'(?:\\.|[^'\\\n])+')|(?P<num>" + _NUM + ")"
     r"|(?P<id>[A-Za-z_]\w*)|(?P<punct>" + "|".join(re.escape(p) for p in _PUNCT) + r"|[^\s\w])",
     re.S)
 _PP = re.compile(r"[ \t]*#(?:\\\n|[^\n])*")
