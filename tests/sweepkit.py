@@ -1,6 +1,7 @@
 """Shared by the budget stores' idle-sweep tests (test_budget_idle.py, test_budget_sqlite_idle.py)."""
 from __future__ import annotations
 
+import random
 import threading
 from typing import Any
 
@@ -75,3 +76,26 @@ def threads_admit_and_sweep(store: Any, clock: Clock, threads: int, per_thread: 
         assert phase2[t] == expected
     # The odd phase-1 keys and the shared one, which nothing read again, are gone.
     assert store.key_count() == threads * per_thread + threads * (per_thread // 2)
+
+
+def random_call(store: Any, seed: int, t: float, kind: int, principal: str, window: float, ids: list[str]) -> Any:
+    """One seeded budget-store call of ``kind`` (0-4: admit_counted, admit_points,
+    admit_many_counted, seen, entries_by_prefix), the same arguments for every store given the
+    same ``seed``, ``t`` and ``kind``; returns its answer."""
+    r = random.Random(f"{seed}:{t}:{kind}")
+    if kind == 0:
+        key = source(principal, r.randrange(6))
+        return store.admit_counted(key, r.sample(ids, r.randrange(1, 5)), cap=r.randrange(0, 5),
+                                   window_s=window, now=t)
+    if kind == 1:
+        keys = [(source(principal, s), r.randrange(0, 4)) for s in r.sample(range(6), r.randrange(1, 4))]
+        points = [(pid, sorted(r.sample(range(len(keys)), r.randrange(1, len(keys) + 1))))
+                  for pid in r.sample(ids, r.randrange(1, 6))]
+        return store.admit_points(keys, points, window_s=window, now=t)
+    if kind == 2:
+        requests = [(source(principal, s), r.sample(ids, r.randrange(0, 4)), r.randrange(0, 4))
+                    for s in r.sample(range(6), r.randrange(1, 4))]
+        return store.admit_many_counted(requests, window_s=window, now=t)
+    if kind == 3:
+        return store.seen(source(principal, r.randrange(6)), window_s=window, now=t)
+    return store.entries_by_prefix(f"src|{principal}|", window_s=window, now=t)

@@ -8,7 +8,7 @@ import random
 
 from qdrant_guard.budget import MemoryBudgetStore
 
-from sweepkit import W, Clock, threads_admit_and_sweep
+from sweepkit import W, Clock, random_call, threads_admit_and_sweep
 from sweepkit import source as _source
 
 
@@ -64,24 +64,7 @@ def _random_run(seed, stores, clock):
         principal = rng.choice(principals)
         kind = rng.randrange(5)
         for index, store in enumerate(stores):
-            r = random.Random(f"{seed}:{clock.t}:{kind}")  # the same arguments for every store
-            if kind == 0:
-                key = _source(principal, r.randrange(6))
-                got = store.admit_counted(key, r.sample(ids, r.randrange(1, 5)), cap=r.randrange(0, 5),
-                                          window_s=window, now=clock.t)
-            elif kind == 1:
-                keys = [(_source(principal, s), r.randrange(0, 4)) for s in r.sample(range(6), r.randrange(1, 4))]
-                points = [(pid, sorted(r.sample(range(len(keys)), r.randrange(1, len(keys) + 1))))
-                          for pid in r.sample(ids, r.randrange(1, 6))]
-                got = store.admit_points(keys, points, window_s=window, now=clock.t)
-            elif kind == 2:
-                requests = [(_source(principal, s), r.sample(ids, r.randrange(0, 4)), r.randrange(0, 4))
-                            for s in r.sample(range(6), r.randrange(1, 4))]
-                got = store.admit_many_counted(requests, window_s=window, now=clock.t)
-            elif kind == 3:
-                got = store.seen(_source(principal, r.randrange(6)), window_s=window, now=clock.t)
-            else:
-                got = store.entries_by_prefix(f"src|{principal}|", window_s=window, now=clock.t)
+            got = random_call(store, seed, clock.t, kind, principal, window, ids)
             answers[index].append(got)
             count = store.key_count()
             min_keys[index] = count if min_keys[index] is None else min(min_keys[index], count)
