@@ -491,8 +491,7 @@ class MemoryBudgetStore(_CountingStore):
         self, requests: list[tuple[str, list[str], int]], window_s: float, now: float
     ) -> list[tuple[list[bool], int, int]]:
         with self._lock:
-            if window_s > self._window:
-                self._window = window_s
+            self._window = max(self._window, window_s)
             mono = self._monotonic()
             out = [self._admit_locked(key, ids, cap, window_s, now, mono) for key, ids, cap in requests]
             self._sweep(now, mono, _SWEEP_STEP + 2 * len(requests))
@@ -525,8 +524,7 @@ class MemoryBudgetStore(_CountingStore):
         self, keys: list[tuple[str, int]], points: list[tuple[str, list[int]]], window_s: float, now: float
     ) -> tuple[list[bool], list[tuple[int, int]]]:
         with self._lock:
-            if window_s > self._window:
-                self._window = window_s
+            self._window = max(self._window, window_s)
             mono = self._monotonic()
             live = [self._expire_listed(key, window_s, now) for key, _ in keys]
             sets = [entries if entries is not None else OrderedDict() for entries, _ in live]
@@ -553,8 +551,7 @@ class MemoryBudgetStore(_CountingStore):
 
     def _seen(self, key: str, window_s: float, now: float) -> int:
         with self._lock:
-            if window_s > self._window:
-                self._window = window_s
+            self._window = max(self._window, window_s)
             entries, _ = self._expire(key, window_s, now)
             return len(entries) if entries else 0
 
@@ -571,8 +568,7 @@ class MemoryBudgetStore(_CountingStore):
 
     def _entries_by_prefix(self, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]]:
         with self._lock:
-            if window_s > self._window:
-                self._window = window_s
+            self._window = max(self._window, window_s)
             # A key starts with prefix only if its group does, or the prefix runs past its group.
             keys: list[str] = []
             for group, members in self._groups.items():
@@ -749,8 +745,7 @@ class SqliteBudgetStore(_CountingStore):
 
     def _noted(self, window_s: float) -> None:
         # After the commit: a rolled-back transaction must not leave the window counted as recorded.
-        if window_s > self._window:
-            self._window = window_s
+        self._window = max(self._window, window_s)
 
     def _sweep(self, db: sqlite3.Connection, now: float, limit: int) -> None:
         meta = dict(db.execute("SELECT name, value FROM qg_budget_meta").fetchall())
