@@ -204,6 +204,45 @@ def _administers(pol: CollectionPolicy, boundary: str) -> bool:
     return boundary in admins or (pol.owner is None and "*" in admins)
 
 
+# What get_collection answers about a collection, by CollectionInfo field (qdrant-client 1.20;
+# tests/test_collection_metadata_visibility.py fails on a field in neither table). Kept for every
+# principal: settings a client needs to build queries, or that the server derives from them.
+DESCRIBE_KEPT = frozenset({"status", "optimizer_status", "warnings", "config", "created_at"})
+# Counted from the points (or the pending updates): a principal who may not read the collection
+# gets these neutral values, as it gets no count() answer. segments_count is a required int.
+DESCRIBE_COUNTED: dict[str, Any] = {
+    "points_count": None, "indexed_vectors_count": None, "segments_count": 0, "update_queue": None,
+    "payload_schema": {},
+}
+
+
+def describe_hidden(*, reader: bool, budgeted: bool) -> list[str]:
+    """What :func:`describe_collection` hides for such a principal (the audit entry's ``hidden``)."""
+    if not reader:
+        return sorted([*DESCRIBE_COUNTED, "config.metadata"])
+    return ["payload_schema.points"] if budgeted else []
+
+
+def describe_collection(info: Any, *, reader: bool, budgeted: bool) -> Any:
+    """``info`` (a ``get_collection`` answer) as the guard returns it.
+
+    ``reader``: the principal may read the collection; else every field of
+    :data:`DESCRIBE_COUNTED` takes its neutral value, and the owner-written ``config.metadata``
+    is None. ``budgeted``: the reader is outside the owner boundary of a collection with an
+    extraction budget; each payload index keeps its type and parameters, and its ``points`` (how
+    many points hold the field, which that reader's ``count`` may not filter for) is 0.
+    ``info`` itself is never changed: copies are returned."""
+    if not reader:
+        update = dict(DESCRIBE_COUNTED)
+        if getattr(info.config, "metadata", None) is not None:
+            update["config"] = info.config.model_copy(update={"metadata": None})
+        return info.model_copy(update=update)
+    if budgeted and info.payload_schema:
+        schema = {field: index.model_copy(update={"points": 0}) for field, index in info.payload_schema.items()}
+        return info.model_copy(update={"payload_schema": schema})
+    return info
+
+
 def mark_audited(exc: BaseException) -> BaseException:
     """Mark ``exc`` as already audited, so the write path's catch-all does not audit it again."""
     exc._qg_audited = True  # type: ignore[attr-defined]
@@ -771,22 +810,44 @@ class GuardPipeline:
         return (yield from self.forward(method, name, pol, Call(method, args)))
 
     def op_get_collection(self, method: str, args: dict[str, Any]) -> Op:
-        """The collection's configuration and counts for any principal (surface.DESCRIBE); its
-        ``metadata``, which the owner writes, only for principals who may read the collection (to
-        others it is None, as for a collection without metadata)."""
-        info = yield Call(method, args)
-        if self.transparent or info is None or getattr(info.config, "metadata", None) is None:
-            return info
+        """The collection's configuration for any principal (surface.DESCRIBE); what is counted
+        from its points, its payload index schema and its ``metadata`` (which the owner writes)
+        only for principals who may read it (see :func:`describe_collection`). Outside the owner
+        boundary of a budgeted collection, the index schema without its per-field point counts,
+        unless the budget only monitors."""
+        if self.transparent:
+            return (yield Call(method, args))
+        name = args["collection_name"]
+        boundary = self.boundary()
+        pol: CollectionPolicy | None
         try:
-            pol = self.policy(args["collection_name"])
+            pol = self.policy(name)
         except ConfigError:  # unlisted = "refuse": the call answers, but no one reads the collection
-            readable = False
+            pol, reader = None, False
         else:
-            boundary = self.boundary()
-            readable = pol.is_public or pol.may_read(boundary)
-        if readable:
+            if pol.is_public:
+                return (yield Call(method, args))
+            reader = pol.may_read(boundary)
+        budgeted = (reader and pol is not None and pol.diversity.enabled
+                    and pol.diversity.max_source_coverage is not None and boundary != pol.owner)
+        monitor = budgeted and pol is not None and pol.diversity.mode == "monitor"
+        if not reader:
+            why = ("a principal who may not read the collection gets its configuration only: what is counted "
+                   "from its points, its payload index schema and its metadata are withheld, as count() is refused")
+        elif budgeted:
+            why = ("read access granted; the payload index schema's per-field point counts are "
+                   f"{'shown (the budget only monitors)' if monitor else 'withheld'}: outside the owner "
+                   "boundary a count filter may only name the source field (diversity.max_source_coverage)")
+        else:
+            why = "read access granted"
+        hidden = describe_hidden(reader=reader, budgeted=budgeted)
+        # Decided and audited before the call: what is hidden depends on the policy, not on the answer.
+        self.record(self.decision(method, name, pol, Verdict.ALLOW, why, monitor=monitor,
+                                  details={"would_hide" if monitor else "hidden": hidden} if hidden else {}))
+        info = yield from self.forward(method, name, pol, Call(method, args))
+        if info is None:
             return info
-        return info.model_copy(update={"config": info.config.model_copy(update={"metadata": None})})
+        return describe_collection(info, reader=reader, budgeted=budgeted and not monitor)
 
     def op_operator_only(self, method: str, args: dict[str, Any]) -> Op:
         """Refuse, under a policy, a call only an operator may make (see surface.OPERATOR_ONLY)."""

@@ -16,8 +16,9 @@ PAYLOAD = frozenset({"set_payload", "overwrite_payload", "delete_payload", "clea
 READ_POINTS = frozenset({"query_points", "query_batch_points", "query_points_groups", "scroll", "retrieve"})
 
 # One collection, no vectors returned: the caller must be allowed to read it (their filters, and
-# facet's key, also obey the extraction budget, see ReadOps.budget_oracle).
-READ_COLLECTION = frozenset({"count", "facet", "search_matrix_pairs", "search_matrix_offsets"})
+# facet's key, also obey the extraction budget, see ReadOps.budget_oracle). get_optimizations
+# (server only) is optimizer progress made of point counts: each segment's, and the queue's.
+READ_COLLECTION = frozenset({"count", "facet", "search_matrix_pairs", "search_matrix_offsets", "get_optimizations"})
 
 # One collection, changed without new vectors: the caller must be allowed to write it.
 WRITE_COLLECTION = frozenset({"delete", "delete_vectors", "create_payload_index", "delete_payload_index"})
@@ -45,8 +46,10 @@ ADMIN = frozenset(
     }
 )
 
-# Collection configuration and counts for any principal; the collection's metadata (owner-written
-# data, qdrant-client 1.20) only for principals who may read it.
+# Collection configuration for any principal; its counts, payload index schema and metadata
+# (owner-written data, qdrant-client 1.20) only for principals who may read it, and the index
+# schema's per-field counts not outside the owner boundary of a budgeted collection
+# (pipeline.describe_collection).
 DESCRIBE = frozenset({"get_collection"})
 
 # Refused under a guard policy; the operator's job, with a client constructed without guard=.
@@ -71,7 +74,6 @@ SAFE: dict[str, str] = {
     "collection_exists": "answers whether a name exists",
     "get_aliases": "alias names only",
     "get_collection_aliases": "alias names only",
-    "get_optimizations": "optimizer progress; no data",
     "cluster_status": "cluster topology; no data",
     "cluster_telemetry": "telemetry counters; no data",
     "list_full_snapshots": "lists snapshot names; creating one is guarded",
