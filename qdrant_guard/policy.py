@@ -891,7 +891,8 @@ class GuardConfig(_Strict):
     principal, vectors never returned raw; created and written by no one unless ``[default]`` sets
     ``owner`` or ``writers``, and then noised); ``public`` = pass-through; ``refuse`` (a call that
     reads, writes, creates or deletes one raises ``ConfigError``, audited as ``REFUSED_CROSS_BOUNDARY``;
-    the metadata calls ``collection_exists``, ``get_collection`` and ``get_collections`` still answer)."""
+    ``collection_exists`` and ``get_collections`` still answer, and ``get_collection`` answers the
+    configuration without counts, payload index schema or metadata)."""
     epsilon_ceiling: dict[SensitivityClass, float] = Field(default_factory=lambda: dict(DEFAULT_CEILINGS))
     """Largest epsilon accepted per class (defaults: PII 2.0, CREDENTIAL 1.0, PROPRIETARY 8.0), for
     the policy's ``noise.epsilon`` and for the receipts of writers that noise their own vectors.
