@@ -9,6 +9,7 @@ from typing import Any
 
 from qdrant_client.http import models
 
+from . import keys as _keys
 from .decision import Verdict
 from .errors import ConfigError, UnsupportedWriteError
 from .pipeline import Call, Op
@@ -75,10 +76,17 @@ class Guard(WriteOps, ReadOps):
     """The one guard pipeline that both facades drive (see :mod:`qdrant_guard.pipeline`)."""
 
     # -- retrieval utility guard ----------------------------------------------------------
-    def _load_utility_record(self, path: str, key: str) -> Any:
-        """The verified record at ``path`` (the policy's ``key``), read once per guard."""
+    def _load_utility_record(self, path: str, key: str, pol: CollectionPolicy) -> Any:
+        """The verified record at ``path`` (the policy's ``key``), read once per guard and key scope.
+
+        Verified against the keys ``pol``'s collection accepts receipts from
+        (:meth:`receipt_keys_for`): the guard's own and ``receipts.trusted_keys``, or, when the
+        collection sets ``receipt_keys``, the guard's own and those. A record vouches for the
+        noise a writer's receipts claim, so a key the collection does not trust with its receipts
+        does not vouch for them either."""
         cache = self.shared.setdefault("utility_records", {})
-        if path not in cache:
+        slot = (path, pol.receipt_keys)
+        if slot not in cache:
             from .utility import UtilityRecord, verify_utility_record
 
             try:
@@ -99,18 +107,38 @@ class Guard(WriteOps, ReadOps):
                     f"utility record {path!r} is signed by revoked key {rec.signer_key_id}; re-run "
                     "`qdrant-guard calibrate` with the guard's current signing key"
                 )
-            if not verify_utility_record(rec, self.trusted_receipt_keys):
+            accepted = self.receipt_keys_for(pol)
+            kid = rec.signer_key_id
+            if pol.receipt_keys is not None and isinstance(kid, str) and kid not in accepted:
+                names = [n for n, p in self.config.collections.items() if p is pol]
+                where = (f"collection {', '.join(map(repr, names))}" if names
+                         else "the unlisted collections ([default])")
+                section = " and ".join(f"[collections.{n}]" for n in names) or "[default]"
+                own = _keys.key_id(self._signing_key.public_key())
+                listed = sorted(k for k in accepted if k != own)
+                elsewhere = (" (receipts.trusted_keys lists it, which does not apply to a collection that sets "
+                             "receipt_keys)" if kid in self.trusted_receipt_keys else "")
                 raise ConfigError(
-                    f"utility record {path!r} does not verify against the trusted keys; re-run "
+                    f"utility record {path!r} (the policy's {key} of {where}) is signed by {kid}{elsewhere}, "
+                    f"and {where} accepts utility records, as receipts, only from the guard's key and the keys "
+                    f"its receipt_keys lists ({', '.join(listed) or 'none'}); re-run `qdrant-guard calibrate` "
+                    f"with the guard's signing key or a listed key, or add the signer's .pub to receipt_keys "
+                    f"in {section}"
+                )
+            if not verify_utility_record(rec, accepted):
+                trusted = ("the guard's key and receipts.trusted_keys" if pol.receipt_keys is None
+                           else "the guard's key and the collection's receipt_keys")
+                raise ConfigError(
+                    f"utility record {path!r} does not verify against the trusted keys ({trusted}); re-run "
                     "`qdrant-guard calibrate` with the guard's signing key"
                 )
-            cache[path] = rec
-        return cache[path]
+            cache[slot] = rec
+        return cache[slot]
 
     def utility_record(self, pol: CollectionPolicy) -> Any:
         """The verified record of the policy's ``utility.record``, or None when it is unset."""
         path = pol.utility.record
-        return None if path is None else self._load_utility_record(path, "utility.record")
+        return None if path is None else self._load_utility_record(path, "utility.record", pol)
 
     def utility_records(self, pol: CollectionPolicy) -> dict[str, Any]:
         """The verified records of the policy's ``utility.records``, by vector name ({} when unset).
@@ -124,7 +152,7 @@ class Guard(WriteOps, ReadOps):
         """
         out = {}
         for name, path in pol.utility.records.items():
-            rec = self._load_utility_record(path, f"utility.records.{name}")
+            rec = self._load_utility_record(path, f"utility.records.{name}", pol)
             why = rec.vector_name_mismatch(name)
             if why is not None:
                 raise ConfigError(

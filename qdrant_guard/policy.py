@@ -364,8 +364,11 @@ class UtilityPolicy(_Strict):
     """The cut-off of ``metric``. The record must have been calibrated at it (``--k``): a drop
     measured at another cut-off says little about this one."""
     record: str | None = None
-    """Path of a signed utility record from ``qdrant-guard calibrate``, verified against the guard's
-    key and ``receipts.trusted_keys`` when first used. It applies to every vector of the collection,
+    """Path of a signed utility record from ``qdrant-guard calibrate``, verified when first used
+    against the keys the collection accepts receipts from: the guard's key and
+    ``receipts.trusted_keys``, or, when the collection sets ``receipt_keys``, the guard's key and
+    those (a record signed by any other key, or by a key in ``receipts.revoked_keys``, is a
+    ConfigError at the first write, naming the key id and the section to fix). It applies to every vector of the collection,
     except that a record of a named vector (records from version 3 on, calibrated with
     ``--vector-name`` or on a collection whose one vector is named) applies to writes of that name
     only: a collection whose named vectors each need a record sets ``records`` instead. Its hash
@@ -381,7 +384,7 @@ class UtilityPolicy(_Strict):
     1 and 2, or calibrated on an unnamed vector) may be listed under any name, its dimension still
     checked. A write's manifest names, as
     ``retrieval_utility_guard_hash``, a table of each vector it noised or took a receipt for to the
-    hash of that vector's record (null: none). Not with ``record``, which holds the unnamed
+    hash of that vector's record (null: none). Each record is verified as ``record`` is. Not with ``record``, which holds the unnamed
     vector's record. ``{}`` (the default): ``record`` decides."""
     enforce: bool = True
     """Refuse writes (UTILITY_DEGRADED) unless the record applies to the policy (same mechanism,
@@ -600,8 +603,9 @@ class CollectionPolicy(_Strict):
     listed here too, not only in ``receipts.trusted_keys``. Each key is loaded when the client is
     built, as ``receipts.trusted_keys`` are. Unset (the default): the collection accepts receipts
     of every key in ``receipts.trusted_keys`` (a key trusted for one collection then signs for
-    every collection that leaves this unset). It scopes receipts only: utility records are still
-    verified against the guard's key and ``receipts.trusted_keys``."""
+    every collection that leaves this unset). It scopes the collection's utility records
+    (``utility.record``, ``utility.records``) alike: set, a record must be signed by the guard's key
+    or a key listed here."""
     fail_closed: bool = True
     """Refuse the call when the audit log or the budget store fails (False: log the failure through
     `logging` and go on). A failing embedder or key store always refuses."""
