@@ -12,7 +12,7 @@ from qdrant_client.http import models
 from . import keys as _keys
 from .decision import Verdict
 from .errors import ConfigError, UnsupportedWriteError
-from .pipeline import Call, Op
+from .pipeline import Call, Op, telemetry_for
 from .policy import CollectionPolicy
 from .reads import ReadOps
 from .writes import WriteOps
@@ -379,6 +379,29 @@ class Guard(WriteOps, ReadOps):
         for n in names:
             self.require_access(method, n, self.policy(n), "admin")
         return (yield from self._audited_multi(method, names, "full snapshot", args))
+
+    def readable(self, name: str) -> bool:
+        """Whether the principal may read collection ``name`` (False for one unlisted under
+        ``unlisted = "refuse"``, which no principal reads)."""
+        try:
+            pol = self.policy(name)
+        except ConfigError:
+            return False
+        return pol.is_public or pol.may_read(self.boundary())
+
+    def op_cluster_telemetry(self, method: str, args: dict[str, Any]) -> Op:
+        """Cluster telemetry (server only) with the shard details of readable collections only.
+
+        Each collection's shards list its replicas' point and vector counts, payload and vector
+        sizes and shard keys: what get_collection withholds from a principal who may not read
+        the collection. Their entries keep only the name (get_collections lists it anyway)."""
+        if self.transparent:
+            return (yield Call(method, args))
+        self.record(self.decision(method, None, None, Verdict.ALLOW,
+                                  "cluster telemetry allowed: shards, transfers and reshardings of the collections "
+                                  "the principal may not read are withheld"))
+        data = yield from self.forward(method, None, None, Call(method, args))
+        return telemetry_for(data, self.readable)
 
 
 __all__ = ["Guard"]

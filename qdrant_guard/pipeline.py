@@ -243,6 +243,18 @@ def describe_collection(info: Any, *, reader: bool, budgeted: bool) -> Any:
     return info
 
 
+def telemetry_for(data: Any, readable: Callable[[str], bool]) -> Any:
+    """``data`` (a ``cluster_telemetry`` answer) with the ``shards``, ``reshardings`` and
+    ``shard_transfers`` of every collection ``readable`` refuses set to None. ``data`` itself is
+    not changed."""
+    if data is None or not getattr(data, "collections", None):
+        return data
+    shown = {name: (entry if readable(name) else entry.model_copy(
+        update={"shards": None, "reshardings": None, "shard_transfers": None}))
+        for name, entry in data.collections.items()}
+    return data.model_copy(update={"collections": shown})
+
+
 def mark_audited(exc: BaseException) -> BaseException:
     """Mark ``exc`` as already audited, so the write path's catch-all does not audit it again."""
     exc._qg_audited = True  # type: ignore[attr-defined]

@@ -60,8 +60,9 @@ DESCRIBE = frozenset({"get_collection"})
 SNAPSHOT_RECOVERY = frozenset({"recover_snapshot", "recover_shard_snapshot"})
 OPERATOR_ONLY = SNAPSHOT_RECOVERY | {"remove_peer", "recover_current_peer", "delete_full_snapshot"}
 
-# Guarded with dedicated logic spanning several collections.
-MULTI = frozenset({"update_collection_aliases", "migrate", "create_full_snapshot"})
+# Guarded with dedicated logic spanning several collections. cluster_telemetry (server only) gives
+# each collection's per-shard point, vector and size counts: shown for readable collections only.
+MULTI = frozenset({"update_collection_aliases", "migrate", "create_full_snapshot", "cluster_telemetry"})
 
 GUARDED = (WRITE_VECTORS | PAYLOAD | READ_POINTS | READ_COLLECTION | WRITE_COLLECTION | ADMIN | DESCRIBE
            | OPERATOR_ONLY | MULTI)
@@ -75,7 +76,6 @@ SAFE: dict[str, str] = {
     "get_aliases": "alias names only",
     "get_collection_aliases": "alias names only",
     "cluster_status": "cluster topology; no data",
-    "cluster_telemetry": "telemetry counters; no data",
     "list_full_snapshots": "lists snapshot names; creating one is guarded",
     "list_text_models": "fastembed model catalogue",
     "list_sparse_models": "fastembed model catalogue",

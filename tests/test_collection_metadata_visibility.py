@@ -238,3 +238,38 @@ def test_unguarded_and_public_answers_are_unchanged(tmp_path):
     anon.create_collection("pub", vectors_config=_VP)
     anon.upsert("pub", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)))])
     assert anon.get_collection("pub").points_count == 1 and anon.get_collection("pub").segments_count >= 1
+
+
+def _telemetry() -> models.DistributedTelemetryData:
+    """A server's cluster telemetry for collections emp, shared and pub (one custom-keyed shard each)."""
+    def coll(name, points):
+        replica = models.DistributedReplicaTelemetry(peer_id=1, state=models.ReplicaState.ACTIVE, num_points=points,
+                                                     num_vectors=points, payloads_size_bytes=100 * points)
+        return models.DistributedCollectionTelemetry(
+            id=name, shards=[models.DistributedShardTelemetry(id=0, key=f"{name}-tenant", replicas=[replica])],
+            shard_transfers=[])
+    return models.DistributedTelemetryData(collections={"emp": coll("emp", 3), "shared": coll("shared", 5),
+                                                        "pub": coll("pub", 7)})
+
+
+def test_cluster_telemetry_shows_shard_counts_of_readable_collections_only(tmp_path):
+    # Each replica's num_points per shard key was answered for every collection to anyone ("telemetry
+    # counters; no data"). Local mode has no telemetry: the guard's operation is driven with a
+    # server's answer built of qdrant-client models.
+    kit, alice, bob = _clients(tmp_path, pub={"class": "PUBLIC"})
+    sent = []
+
+    def invoke(call):
+        sent.append(call.method)
+        return _telemetry()
+
+    shown = drive_sync(bob._guard.run("cluster_telemetry", {}), invoke).collections
+    assert sent == ["cluster_telemetry"] and set(shown) == {"emp", "shared", "pub"}
+    assert shown["emp"].shards is None and shown["emp"].shard_transfers is None  # bob may not read emp
+    assert shown["shared"].shards[0].replicas[0].num_points == 5 and shown["pub"].shards[0].key == "pub-tenant"
+    assert drive_sync(alice._guard.run("cluster_telemetry", {}), invoke).collections["emp"].shards[0].key == "emp-tenant"
+    # The real call goes through the guard, audited (local mode then fails: it has no telemetry).
+    with pytest.raises(NotImplementedError):
+        bob.cluster_telemetry()
+    assert [(e["op"], e["verdict"]) for e in audit_records(kit)[-2:]] == [("cluster_telemetry", "ALLOW"),
+                                                                         ("cluster_telemetry", "QDRANT_ERROR")]
