@@ -1,4 +1,4 @@
-"""Cross-query extraction budget: how many distinct points of a source a principal may ever see.
+"""Cross-query extraction budget: how many distinct points of a source a principal may see per window.
 
 Per-query diversity (:mod:`qdrant_guard.diversity`) limits one query. An attacker who sends many
 queries can still collect a restricted document chunk by chunk. The extraction budget counts,
@@ -8,15 +8,19 @@ admitted again (re-reading them reveals nothing new), and seeing them refreshes 
 
 The count is exact: each store applies one admission atomically (a lock, one SQLite
 ``BEGIN IMMEDIATE`` transaction, or one Redis Lua script), so concurrent threads or processes
-sharing a store can never admit more than ``cap`` distinct ids for one key within the window.
+sharing a store can never admit more than ``cap`` distinct ids for one key within the window
+(on a callers' clock that does not step back past a key the store has dropped as idle: below).
 
 A point of several sources is admitted under all of them or none (``admit_points``): a point one
 source withholds is not charged to the others, so what a source still releases says nothing
 about withheld points.
 
 Time per key never runs backwards: each admission uses ``max(now, newest timestamp stored for the
-key)``. A clock that steps back (NTP, clocks of different hosts) therefore never shortens a window;
-it can only keep entries slightly longer, which errs on the strict side.
+key)``. A clock that steps back (NTP, clocks of different hosts) therefore does not shorten a
+window while the key is held; it can only keep entries slightly longer, which errs on the strict
+side. Keys (memory store) and rows (SQLite) that every window has left are dropped by a sweep, and
+Redis keys expire by TTL: a clock that steps back, after that, to within a window of the dropped
+entries finds the key empty, so its ids count afresh (docs/diversity-budget.md, each store).
 
 Point ids are normalised before they are counted: an int ``5`` becomes ``"i:5"`` and a UUID in any
 form Qdrant accepts becomes ``"u:"`` plus its lowercase hyphenated form, so the same point always

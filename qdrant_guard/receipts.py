@@ -1,6 +1,7 @@
 """Signed reconstruction-resistance receipts: what noise the signer says it added to a stored vector.
 
-A receipt binds the noise parameters to a salted commitment of the exact vector stored in Qdrant,
+A receipt binds the noise parameters to a salted commitment of the vector stored in Qdrant (each
+coordinate as its point on the 2^-20 grid, so a vector within half a step of it verifies alike),
 the collection, the point id and the vector name, under an Ed25519 signature. It proves that the
 holder of the signing key *asserted* these facts; it does not prove that noise was really drawn
 (a compromised signer can lie). See docs/receipt-format.md.

@@ -7,11 +7,13 @@ against the clean collection. It picks the strongest noise whose loss stays with
 (and no weaker level's loss exceeds it, since measured losses need not be monotone) and signs the whole measured frontier into a :class:`UtilityRecord`. The SHA-256 of the record's
 signed body is the ``retrieval_utility_guard_hash``. The pipeline refuses (``UTILITY_DEGRADED``)
 writes whose noise the record does not show to stay within the threshold: a record calibrated for
-another mechanism, radius, delta or clip_norm than the policy's, noise parameters other than the
-record's, or an epsilon without a passing measured level of at least as much noise or with a
-failing one of no more noise (:meth:`UtilityRecord.level_refusal`). A record also names the
-dimension and the vector it measured; a policy gives each named vector its own record
-(``utility.records``).
+another mechanism, radius, delta or clip_norm than the policy's, or of another metric or cut-off
+than the policy's ``utility.metric`` and ``utility.k``, noise parameters other than the record's, a
+receipt's noise at a larger scale than its epsilon's calibrated one, or an epsilon without a
+passing measured level of at least as much noise or with a failing one of no more noise
+(:meth:`UtilityRecord.level_refusal`). A record also names the dimension, the vector and (format
+version 4 on) the distance it measured, and a write of a vector of another dimension, name or
+distance is refused too; a policy gives each named vector its own record (``utility.records``).
 
 Calibration needs the *clean* vectors, so it runs on a raw :class:`qdrant_client.QdrantClient`
 pointed at a clean staging collection (or at the in-boundary collection, by a principal allowed to
