@@ -190,3 +190,29 @@ def test_the_receipt_page_example_under_receipt_keys(tmp_path):
     assert [p[0] for p in snapshot(owner, "employee_records")] == [7]
     got = client.retrieve("employee_records", [7], with_vectors=True)
     assert got[0].vector is not None  # support reads the receipted noised vector
+
+
+# README, verdict table: FAIL_CLOSED is "also audited when the embedder fails on a query's
+# models.Document text, which raises EmbedderError whatever fail_closed says" (the row named only
+# the classifier and the budget store), and UNSUPPORTED_WRITE covers "an EmbedderError of a
+# models.Document write"; policy.md, fail_closed: "A failing embedder ... always refuses".
+def test_an_embedder_failure_is_refused_and_audited_as_the_readme_says(tmp_path):
+    from qdrant_guard.textguard import EmbedderError
+
+    def broken(texts):
+        raise RuntimeError("model down")
+
+    kit = make_kit(tmp_path)
+    pol = {**hr_policy({}), "fail_closed": False}
+    client = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"),
+                          embedder=broken)
+    create(client, "c")
+    with pytest.raises(EmbedderError):
+        client.query_points("c", query=models.Document(text="hello there", model="m"))
+    rec = audit_records(kit)[-1]
+    assert rec["verdict"] == "FAIL_CLOSED" and rec["details"]["error"] == "EmbedderError"
+    with pytest.raises(EmbedderError):
+        client.upsert("c", [models.PointStruct(id=1, vector=models.Document(text="hello", model="m"))])
+    rec = audit_records(kit)[-1]
+    assert rec["verdict"] == "UNSUPPORTED_WRITE" and rec["details"]["error"] == "EmbedderError"
+    assert snapshot(client, "c") == []
