@@ -22,7 +22,7 @@ from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandle
 
 from .boundary import TOKEN_PREFIX
 from .budget import store_kind
-from .errors import ConfigError
+from .errors import ConfigError, GuardArgumentTypeError
 from .keys import key_id as _key_id, public_key_from_str as _public_key_from_str
 
 __all__ = [
@@ -1184,8 +1184,13 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
     are resolved against the file's directory.
 
     Raises:
+        GuardArgumentTypeError: ``path`` is not a str or an os.PathLike of one.
         ConfigError: the file is missing, is not valid TOML, or fails validation.
     """
+    if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+        raise GuardArgumentTypeError(
+            f"load_policy() path must be a str or os.PathLike[str] naming a TOML policy file, not "
+            f"{type(path).__name__}; e.g. load_policy(\"policy.toml\")")
     if os.fspath(path) == "":
         raise ConfigError("the policy path is empty; give the path of a TOML policy file")
     p = Path(path)

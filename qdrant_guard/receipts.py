@@ -1364,7 +1364,8 @@ def verify(
         One :class:`PointReceiptReport` per (point, vector name), in read order.
 
     Raises:
-        TypeError: ``check_noise`` is not a bool, ``noise_policy`` lacks epsilon, delta, radius or
+        TypeError: ``client`` has no ``scroll``, ``retrieve`` or ``get_aliases``, ``check_noise`` is
+            not a bool, ``noise_policy`` lacks epsilon, delta, radius or
             clip_norm, ``policy`` is neither a GuardConfig nor a CollectionPolicy, or another
             argument has the wrong type.
         ConfigError: ``policy`` is a GuardConfig with ``unlisted = "refuse"`` that does not list
@@ -1372,6 +1373,11 @@ def verify(
         ValueError: ``batch_size`` is not a positive int, or an id in ``ids`` is not a Qdrant point
             id (an int 0 <= id < 2**64 or a UUID string), before any point is read.
     """
+    lacking = [m for m in ("scroll", "retrieve", "get_aliases") if not callable(getattr(client, m, None))]
+    if lacking:
+        raise GuardArgumentTypeError(
+            f"verify() client must be a qdrant_client.QdrantClient (e.g. QdrantClient(path=...) or url=...), "
+            f"not {type(client).__name__}, which has no {', '.join(lacking)}")
     if not isinstance(collection_name, str):
         raise GuardArgumentTypeError(f"collection_name must be str, not {type(collection_name).__name__}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:

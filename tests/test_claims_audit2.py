@@ -216,3 +216,24 @@ def test_an_embedder_failure_is_refused_and_audited_as_the_readme_says(tmp_path)
     rec = audit_records(kit)[-1]
     assert rec["verdict"] == "UNSUPPORTED_WRITE" and rec["details"]["error"] == "EmbedderError"
     assert snapshot(client, "c") == []
+
+
+# README: "A bad argument to a qdrant_guard function or method is a GuardArgumentTypeError (also a
+# TypeError) or a GuardArgumentValueError ...; the message names the argument and the fix."
+# load_policy of a non-path raised os.fspath's bare TypeError, and receipts.verify of something
+# that is no client an AttributeError from deep inside (after the other checks had passed).
+@pytest.mark.parametrize("path", [123, None, b"policy.toml"])
+def test_load_policy_of_a_non_path_is_a_guard_argument_error(path):
+    from qdrant_guard import GuardArgumentTypeError, load_policy
+
+    with pytest.raises(GuardArgumentTypeError, match=r"load_policy\(\) path must be a str or os.PathLike"):
+        load_policy(path)
+
+
+@pytest.mark.parametrize("client", [None, "http://localhost:6333", object()])
+def test_receipt_verify_of_a_non_client_is_a_guard_argument_error(client):
+    from qdrant_guard import GuardArgumentTypeError
+    from qdrant_guard.receipts import verify
+
+    with pytest.raises(GuardArgumentTypeError, match=r"verify\(\) client must be a qdrant_client.QdrantClient"):
+        verify(client, "c", trusted_keys={})
