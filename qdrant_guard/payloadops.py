@@ -8,7 +8,8 @@ from qdrant_client.conversions.conversion import GrpcToRest
 from qdrant_client.http import models
 
 from .decision import Verdict
-from .pipeline import Call, Op
+from .errors import GuardArgumentTypeError
+from .pipeline import Call, Op, mark_audited
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id, receipts_for_payload, stored_receipts
 from .sources import path_head, payload_sources, restricts_sources
@@ -105,6 +106,18 @@ class PayloadOps(TextOps):
 
     def _check_set(self, op: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], key: str | None) -> dict[str, Any]:
         payload = _stored_keys(payload)
+        if not isinstance(payload, dict):
+            # Read as a dict below, a non-Mapping failed there with a bare TypeError or ValueError,
+            # unaudited, where a PUBLIC collection passes it to qdrant-client.
+            exc = GuardArgumentTypeError(
+                f"{op}() argument 'payload' must be a dict of payload fields, not {type(payload).__name__}; "
+                "e.g. payload={'source': 'handbook'}. Nothing was written")
+            self.record(self.decision(
+                op, name, pol, Verdict.UNSUPPORTED_WRITE,
+                f"{op}: the guard refused the call's input ({type(exc).__name__}: invalid_input) before sending "
+                "anything; the error raised to the caller names the fix. Nothing was written",
+                details={"error": type(exc).__name__, "reason": "invalid_input"}))
+            raise mark_audited(exc)
         if _touches_receipt(key) or (key is None and RECEIPT_KEY in payload) or (
                 key is not None and key.split(".")[0] == "" and RECEIPT_KEY in payload):
             raise self._refuse_tamper(op, name, pol, "set")

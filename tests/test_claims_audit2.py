@@ -237,3 +237,41 @@ def test_receipt_verify_of_a_non_client_is_a_guard_argument_error(client):
 
     with pytest.raises(GuardArgumentTypeError, match=r"verify\(\) client must be a qdrant_client.QdrantClient"):
         verify(client, "c", trusted_keys={})
+
+
+# The same README rule, and its UNSUPPORTED_WRITE row ("when the guard refuses a write's input
+# before sending it ...; nothing is sent"): set_payload/overwrite_payload with a payload that is no
+# dict raised a bare TypeError or ValueError from the guard's own screen on a sensitive collection,
+# unaudited. On a PUBLIC collection qdrant-client's own error still passes through unchanged.
+@pytest.mark.parametrize("method", ["set_payload", "overwrite_payload"])
+@pytest.mark.parametrize("payload", [5, None, "source=x"])
+def test_a_payload_that_is_no_dict_is_refused_audited_on_a_sensitive_collection(tmp_path, method, payload):
+    from qdrant_guard import GuardArgumentTypeError
+
+    kit = make_kit(tmp_path)
+    client = QdrantClient(":memory:", guard=kit.config({"c": hr_policy({})}), principal=kit.principal("alice", "hr"))
+    create(client, "c")
+    client.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)), payload={"source": "s"})])
+    before = snapshot(client, "c")
+    with pytest.raises(GuardArgumentTypeError, match=rf"{method}\(\) argument 'payload' must be a dict"):
+        getattr(client, method)("c", payload=payload, points=[1])
+    rec = audit_records(kit)[-1]
+    assert rec["verdict"] == "UNSUPPORTED_WRITE" and rec["details"] == {"error": "GuardArgumentTypeError",
+                                                                       "reason": "invalid_input"}
+    assert snapshot(client, "c") == before
+
+
+def test_a_payload_that_is_no_dict_on_a_public_collection_is_qdrant_clients_error(tmp_path):
+    from qdrant_client import QdrantClient as RawClient
+
+    kit = make_kit(tmp_path)
+    client = QdrantClient(":memory:", guard=kit.config({"c": {"class": "PUBLIC"}}), principal=kit.principal("alice", "hr"))
+    raw = RawClient(":memory:")
+    for c in (client, raw):
+        create(c, "c")
+        c.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)))])
+    with pytest.raises(AttributeError) as guarded:
+        client.set_payload("c", payload=5, points=[1])
+    with pytest.raises(AttributeError) as plain:
+        raw.set_payload("c", payload=5, points=[1])
+    assert str(guarded.value) == str(plain.value)
