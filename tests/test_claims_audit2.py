@@ -304,3 +304,35 @@ def test_open_malformed_arguments_of_client_methods_are_guard_argument_errors(tm
     client.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)), payload={"source": "s"})])
     with pytest.raises((GuardArgumentTypeError, GuardArgumentValueError)):
         _OPEN_BAD_ARGS[call](client)
+
+
+# docs/privacy.md, "A worked number", said the local guarantee (epsilon 1 within L2 0.01) covers
+# "a changed digit of an SSN, a swapped name of the same length". Measured with the eval's model,
+# such edits move the embedding well past the radius; the page now gives these distances and the
+# epsilon the default noise provides at them (sigma from the default PII policy).
+@pytest.mark.eval
+@pytest.mark.parametrize("a, b, low, high, eps_low, eps_high", [
+    ("Customer John Doe, SSN 123-45-6789, asks why his refund is late.",
+     "Customer John Doe, SSN 123-45-6780, asks why his refund is late.", 0.045, 0.065, 5.0, 7.0),
+    ("Customer John Doe, SSN 123-45-6789, asks why his refund is late.",
+     "Customer John Dae, SSN 123-45-6789, asks why his refund is late.", 0.43, 0.53, 95.0, 125.0),
+    ("The patient Maria Lopez was admitted on 2024-03-02 with chest pain.",
+     "The patient Maria Lopez was admitted on 2024-03-09 with chest pain.", 0.034, 0.046, 3.7, 4.9),
+])
+def test_one_token_edits_are_farther_apart_than_the_protected_radius(tmp_path, a, b, low, high, eps_low, eps_high):
+    from qdrant_guard.evaluation.embed import Embedder, model_available
+    from qdrant_guard.noise import analytic_gaussian_delta
+
+    if not model_available():
+        pytest.skip("evaluation model not installed: run scripts/install_eval_deps.sh")
+    va, vb = Embedder(tmp_path, threads=1).encode([a, b])
+    dist = float(np.linalg.norm(np.asarray(va, dtype=np.float64) - np.asarray(vb, dtype=np.float64)))
+    assert low < dist < high and dist > 0.01
+    _, params = privatize(np.full(384, 384 ** -0.5), mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=0.01,
+                          clip_norm=1.0)
+    # The smallest epsilon whose delta at this distance is within the policy's 1e-6.
+    lo, hi = 0.0, 1e4
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if analytic_gaussian_delta(params.scale, mid, dist) > 1e-6 else (lo, mid)
+    assert eps_low < hi < eps_high
