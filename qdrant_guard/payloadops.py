@@ -104,20 +104,44 @@ class PayloadOps(TextOps):
         return self.refuse(self.decision(
             op, name, pol, Verdict.RECEIPT_TAMPERING, _TAMPER.format(key=RECEIPT_KEY) + f" ({what})"))
 
+    def _refuse_input(self, op: str, name: str, pol: CollectionPolicy, message: str) -> BaseException:
+        """A malformed argument of a payload method, audited as UNSUPPORTED_WRITE (the reason word,
+        never the value) and returned for the caller to raise: read as the guard reads it, it failed
+        with a bare TypeError or ValueError, unaudited, where a PUBLIC collection passes it to
+        qdrant-client."""
+        exc = GuardArgumentTypeError(f"{message}. Nothing was written")
+        self.record(self.decision(
+            op, name, pol, Verdict.UNSUPPORTED_WRITE,
+            f"{op}: the guard refused the call's input ({type(exc).__name__}: invalid_input) before sending "
+            "anything; the error raised to the caller names the fix. Nothing was written",
+            details={"error": type(exc).__name__, "reason": "invalid_input"}))
+        return mark_audited(exc)
+
+    def _check_args(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any], selector: str,
+                    names: str | None = None) -> None:
+        """Refuse a points ``selector`` argument, a ``key`` or the list of names in ``names``
+        (``keys``, ``vectors``) of a type qdrant-client does not take."""
+        sel = _rest_selector(args[selector])
+        if not isinstance(sel, (list, tuple, models.PointIdsList, models.Filter, models.FilterSelector)):
+            raise self._refuse_input(
+                op, name, pol, f"{op}() argument {selector!r} must be a list of point ids, a models.PointIdsList, "
+                f"models.Filter or models.FilterSelector, not {type(args[selector]).__name__}")
+        key = args.get("key")
+        if key is not None and not isinstance(key, str):
+            raise self._refuse_input(op, name, pol, f"{op}() argument 'key' must be a str (a payload key path such "
+                                     f"as 'meta.tags'), not {type(key).__name__}")
+        if names is not None:
+            given = args[names]
+            if not isinstance(given, (list, tuple)) or not all(isinstance(k, str) for k in given):
+                what = (type(given).__name__ if not isinstance(given, (list, tuple))
+                        else f"a {type(given).__name__} holding {type(next(k for k in given if not isinstance(k, str))).__name__}")
+                raise self._refuse_input(op, name, pol, f"{op}() argument {names!r} must be a list of str, not {what}")
+
     def _check_set(self, op: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], key: str | None) -> dict[str, Any]:
         payload = _stored_keys(payload)
         if not isinstance(payload, dict):
-            # Read as a dict below, a non-Mapping failed there with a bare TypeError or ValueError,
-            # unaudited, where a PUBLIC collection passes it to qdrant-client.
-            exc = GuardArgumentTypeError(
-                f"{op}() argument 'payload' must be a dict of payload fields, not {type(payload).__name__}; "
-                "e.g. payload={'source': 'handbook'}. Nothing was written")
-            self.record(self.decision(
-                op, name, pol, Verdict.UNSUPPORTED_WRITE,
-                f"{op}: the guard refused the call's input ({type(exc).__name__}: invalid_input) before sending "
-                "anything; the error raised to the caller names the fix. Nothing was written",
-                details={"error": type(exc).__name__, "reason": "invalid_input"}))
-            raise mark_audited(exc)
+            raise self._refuse_input(op, name, pol, f"{op}() argument 'payload' must be a dict of payload fields, not "
+                                     f"{type(payload).__name__}; e.g. payload={{'source': 'handbook'}}")
         if _touches_receipt(key) or (key is None and RECEIPT_KEY in payload) or (
                 key is not None and key.split(".")[0] == "" and RECEIPT_KEY in payload):
             raise self._refuse_tamper(op, name, pol, "set")
@@ -142,6 +166,7 @@ class PayloadOps(TextOps):
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
+        self._check_args(method, name, pol, args, "points")
         filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
         payload = self._check_set(method, name, pol, args["payload"], args.get("key"))
         if self._retags(pol, payload=payload, key=args.get("key")):
@@ -158,6 +183,7 @@ class PayloadOps(TextOps):
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
+        self._check_args(method, name, pol, args, "points", "keys")
         filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
         if any(_touches_receipt(k) for k in args["keys"]):
             raise self._refuse_tamper(method, name, pol, "delete")
@@ -227,6 +253,7 @@ class PayloadOps(TextOps):
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
+        self._check_args(method, name, pol, args, "points")
         filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
         payload = self._check_set(method, name, pol, args["payload"], None)
         return (yield from self._rewrite(method, name, pol, payload, args["points"], args, "overwritten", filters))
@@ -236,6 +263,7 @@ class PayloadOps(TextOps):
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
+        self._check_args(method, name, pol, args, "points_selector")
         filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
         return (yield from self._rewrite(method, name, pol, {}, args["points_selector"], args, "cleared", filters))
 
@@ -262,6 +290,7 @@ class PayloadOps(TextOps):
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
+        self._check_args(method, name, pol, args, "points", "vectors")
         filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
         selector = _rest_selector(args["points"])
         shard_key = args.get("shard_key_selector")

@@ -172,6 +172,9 @@ def _kind(value: Any) -> str:
 
 def vector_updates_from_any(updates: Any) -> list[models.PointVectors]:
     """``update_vectors``' ``points`` as a list of models.PointVectors (the form the checks read)."""
+    if not isinstance(updates, (list, tuple)):
+        raise GuardArgumentTypeError(
+            f"update_vectors() argument 'points' must be a list of models.PointVectors, not {_kind(updates)}")
     out = [_from_dict(f"points[{i}]", u, models.PointVectors) if isinstance(u, dict) else u
            for i, u in enumerate(updates)]
     for u in out:
