@@ -309,3 +309,24 @@ def test_malformed_arguments_of_write_methods_are_guard_argument_errors(tmp_path
     rec = audit_records(kit)[-1]
     assert rec["verdict"] == "UNSUPPORTED_WRITE" and rec["details"]["reason"] == "invalid_input"
     assert snapshot(client, "c") == before
+
+
+def test_the_async_client_refuses_the_same_malformed_write_arguments(tmp_path):
+    import asyncio
+
+    from qdrant_guard import AsyncQdrantClient, GuardArgumentTypeError
+
+    kit = make_kit(tmp_path)
+
+    async def run() -> None:
+        client = AsyncQdrantClient(":memory:", guard=kit.config({"c": hr_policy({})}), principal=kit.principal("alice", "hr"))
+        await client.create_collection("c", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        await client.upsert("c", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)), payload={"source": "s"})])
+        with pytest.raises(GuardArgumentTypeError, match="argument 'points' must be"):
+            await client.set_payload("c", payload={"a": 1}, points=5)
+        with pytest.raises(GuardArgumentTypeError, match="argument 'payload' must be a dict"):
+            await client.overwrite_payload("c", payload=5, points=[1])
+        await client.close()
+
+    asyncio.run(run())
+    assert [r["verdict"] for r in audit_records(kit)[-2:]] == ["UNSUPPORTED_WRITE", "UNSUPPORTED_WRITE"]
