@@ -30,8 +30,9 @@ cdef extern from "Python.h":
 
 from operator import attrgetter
 
-from scan cimport (QG_SCAN_INDEX_SLOTS, QG_SCAN_MAX_BYTES, QG_SCAN_NOMEM, QG_SCAN_OK, qg_mark,
-                   qg_scan, qg_scan_index, qg_scan_out, qg_scan_out_free, qg_scan_rules)
+from scan cimport (QG_SCAN_INDEX_SLOTS, QG_SCAN_MAX_BYTES, QG_SCAN_NOMEM, QG_SCAN_OK,
+                   qg_glued_out, qg_glued_out_free, qg_glued_scan, qg_mark, qg_scan, qg_scan_index,
+                   qg_scan_out, qg_scan_out_free, qg_scan_rules)
 
 from qdrant_guard import _scan_py as _ref
 from qdrant_guard.errors import GuardArgumentValueError
@@ -242,8 +243,28 @@ cdef tuple _cached_args = None
 cdef qg_scan_rules _cached_rules
 
 
+cdef list _glued_runs(const uint8_t *data, size_t size, int str_input, double cap, bint nogil_pass):
+    """_scan_py.glued_runs from the native pass: (position, length, period, matches) per run."""
+    cdef qg_glued_out g
+    cdef int rc
+    cdef size_t k
+    if nogil_pass:
+        with nogil:
+            rc = qg_glued_scan(data, size, str_input, cap, &g)
+    else:
+        rc = qg_glued_scan(data, size, str_input, cap, &g)
+    if rc == QG_SCAN_NOMEM:
+        raise MemoryError(f"scan_query(): no memory for the code points of a {size}-byte text")
+    try:
+        return [(g.runs[k].position, g.runs[k].length, g.runs[k].period, g.runs[k].matches)
+                for k in range(g.n_runs)]
+    finally:
+        qg_glued_out_free(&g)
+
+
 def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
-               encoded_payloads=True, max_model_tokens=None, min_blob_len=32, min_percent_run=2):
+               encoded_payloads=True, max_model_tokens=None, min_blob_len=32, min_percent_run=2,
+               max_glued_repetition=None):
     cdef const char *data
     cdef Py_ssize_t size = 0
     cdef qg_scan_rules rules
@@ -284,6 +305,11 @@ def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
             _cached_rules = rules
             _cached_args = (max_tokens, max_repetition, max_ngram_run, encoded_payloads,
                             max_model_tokens, min_blob_len, min_percent_run)
+    # Outside the cache above: the default call (rule off) checks one more None and nothing else.
+    if max_glued_repetition is not None and not _ratio_ok(max_glued_repetition):
+        max_glued_repetition = _ref.check_rules(
+            max_tokens, max_repetition, max_ngram_run, encoded_payloads, max_model_tokens,
+            min_blob_len, min_percent_run, max_glued_repetition).max_glued_repetition
 
     if isinstance(text, bytes):
         data = PyBytes_AS_STRING(text)
@@ -316,6 +342,14 @@ def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
                            _index if QG_SHARED_INDEX else NULL)
     if rc == QG_SCAN_NOMEM:
         raise MemoryError(f"scan_query(): no memory for the token table of a {size}-byte text")
+    cdef list glued = None
+    if max_glued_repetition is not None:
+        try:
+            glued = _glued_runs(<const uint8_t *>data, <size_t>size, rules.str_input,
+                                <double>max_glued_repetition, <size_t>size >= NOGIL_BYTES)
+        except BaseException:
+            qg_scan_out_free(&out)
+            raise
 
     # The figures exactly as _scan_py.assemble computes them: an int / int true division of values
     # below 2**53 is the correctly rounded double quotient, like C's.
@@ -324,7 +358,7 @@ def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
     cdef double ngram = (<double>out.run_length / <double>out.token_count
                          if out.run_length else 0.0)
     cdef list found
-    if out.n_marks == 0:
+    if out.n_marks == 0 and not glued:
         # Only whole-text findings: what _scan_py.assemble builds, with its wording functions.
         qg_scan_out_free(&out)
         if (out.token_cap_at < 0 and out.model_cap_at < 0
@@ -366,9 +400,10 @@ def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
         qg_scan_out_free(&out)
     return _ref.assemble(
         _ref.Rules(max_tokens, max_repetition, max_ngram_run, encoded_payloads, max_model_tokens,
-                   min_blob_len, min_percent_run),
+                   min_blob_len, min_percent_run, max_glued_repetition),
         marks, out.token_count, out.unique_tokens, out.first_repeat, out.token_cap_at,
-        out.model_tokens, out.model_cap_at, out.run_length, out.run_at, out.run_n)
+        out.model_tokens, out.model_cap_at, out.run_length, out.run_at, out.run_n,
+        glued if glued else ())
 
 
 scan_query.__doc__ = _ref.scan_query.__doc__

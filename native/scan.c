@@ -2194,3 +2194,278 @@ void qg_scan_out_free(qg_scan_out *out)
     out->marks = NULL;
     out->n_marks = out->cap_marks = 0;
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Glued repetition (_scan_py.glued_runs): a pass of its own, run only when the rule is on, so the
+ * scan above is the same code and the same cost with it off. A run's units are its code points
+ * (invalid bytes as 0xDC00 + byte, as Python's surrogateescape has them), not its bytes: scripts
+ * whose UTF-8 shares lead bytes (Thai is E0 B8/B9 xx throughout) would otherwise match at every
+ * multiple of 3 bytes. The units are compared in the narrowest width that holds them all. */
+
+/* count of k < len with a[k] == b[k] for elements of 1, 2 or 4 bytes: vectors of 16 bytes (SSE2)
+ * or 32 (AVX2), whose lanes count matches (cmpeq gives -1) until they are summed, before a lane
+ * can overflow: 255 vectors for bytes, 32767 for 16-bit lanes (madd reads them as signed). */
+#define QG_EQ_SCALAR(T)                                                                           \
+    for (; k < len; k++)                                                                          \
+        total += a[k] == b[k];
+
+static size_t count_eq8(const uint8_t *a, const uint8_t *b, size_t len)
+{
+    size_t total = 0, k = 0;
+#ifdef QG_SCAN_SSE2
+    while (len - k >= 16) {
+        size_t blocks = (len - k) / 16;
+        if (blocks > 255)
+            blocks = 255;
+        __m128i acc = _mm_setzero_si128();
+        for (size_t j = 0; j < blocks; j++, k += 16)
+            acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(a + k)),
+                                                    _mm_loadu_si128((const __m128i *)(b + k))));
+        __m128i sums = _mm_sad_epu8(acc, _mm_setzero_si128());
+        total += (size_t)_mm_cvtsi128_si32(sums) + (size_t)_mm_cvtsi128_si32(_mm_srli_si128(sums, 8));
+    }
+#endif
+    QG_EQ_SCALAR(uint8_t)
+    return total;
+}
+
+static size_t count_eq16(const uint16_t *a, const uint16_t *b, size_t len)
+{
+    size_t total = 0, k = 0;
+#ifdef QG_SCAN_SSE2
+    while (len - k >= 8) {
+        size_t blocks = (len - k) / 8;
+        if (blocks > 32767)
+            blocks = 32767;
+        __m128i acc = _mm_setzero_si128();
+        for (size_t j = 0; j < blocks; j++, k += 8)
+            acc = _mm_sub_epi16(acc, _mm_cmpeq_epi16(_mm_loadu_si128((const __m128i *)(a + k)),
+                                                     _mm_loadu_si128((const __m128i *)(b + k))));
+        __m128i s4 = _mm_madd_epi16(acc, _mm_set1_epi16(1));
+        s4 = _mm_add_epi32(s4, _mm_srli_si128(s4, 8));
+        s4 = _mm_add_epi32(s4, _mm_srli_si128(s4, 4));
+        total += (size_t)(uint32_t)_mm_cvtsi128_si32(s4);
+    }
+#endif
+    QG_EQ_SCALAR(uint16_t)
+    return total;
+}
+
+static size_t count_eq32(const uint32_t *a, const uint32_t *b, size_t len)
+{
+    size_t total = 0, k = 0;
+#ifdef QG_SCAN_SSE2
+    while (len - k >= 4) {
+        size_t blocks = (len - k) / 4;
+        if (blocks > 0x3FFFFFFF)
+            blocks = 0x3FFFFFFF;
+        __m128i acc = _mm_setzero_si128();
+        for (size_t j = 0; j < blocks; j++, k += 4)
+            acc = _mm_sub_epi32(acc, _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(a + k)),
+                                                     _mm_loadu_si128((const __m128i *)(b + k))));
+        acc = _mm_add_epi32(acc, _mm_srli_si128(acc, 8));
+        acc = _mm_add_epi32(acc, _mm_srli_si128(acc, 4));
+        total += (size_t)(uint32_t)_mm_cvtsi128_si32(acc);
+    }
+#endif
+    QG_EQ_SCALAR(uint32_t)
+    return total;
+}
+
+#ifdef QG_SCAN_DISPATCH
+/* The same counts in 32-byte vectors, two accumulators deep. */
+#define QG_EQ_AVX2(NAME, T, LANES, LIMIT, CMP, SUB, FINISH)                                       \
+    __attribute__((target("avx2"))) static size_t NAME(const T *a, const T *b, size_t len)        \
+    {                                                                                             \
+        size_t total = 0, k = 0;                                                                  \
+        while (len - k >= 2 * (LANES)) {                                                          \
+            size_t blocks = (len - k) / (2 * (LANES));                                            \
+            if (blocks > (LIMIT))                                                                 \
+                blocks = (LIMIT);                                                                 \
+            __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();                 \
+            for (size_t j = 0; j < blocks; j++, k += 2 * (LANES)) {                               \
+                acc0 = SUB(acc0, CMP(_mm256_loadu_si256((const __m256i *)(a + k)),                \
+                                     _mm256_loadu_si256((const __m256i *)(b + k))));              \
+                acc1 = SUB(acc1, CMP(_mm256_loadu_si256((const __m256i *)(a + k + (LANES))),      \
+                                     _mm256_loadu_si256((const __m256i *)(b + k + (LANES)))));    \
+            }                                                                                     \
+            FINISH                                                                                \
+        }                                                                                         \
+        QG_EQ_SCALAR(T)                                                                           \
+        return total;                                                                             \
+    }
+
+QG_EQ_AVX2(count_eq8_avx2, uint8_t, 32, 255, _mm256_cmpeq_epi8, _mm256_sub_epi8, {
+    __m256i sums = _mm256_add_epi64(_mm256_sad_epu8(acc0, _mm256_setzero_si256()),
+                                    _mm256_sad_epu8(acc1, _mm256_setzero_si256()));
+    __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+    total += (size_t)_mm_cvtsi128_si32(s2) + (size_t)_mm_cvtsi128_si32(_mm_srli_si128(s2, 8));
+})
+QG_EQ_AVX2(count_eq16_avx2, uint16_t, 16, 32767, _mm256_cmpeq_epi16, _mm256_sub_epi16, {
+    __m256i ones = _mm256_set1_epi16(1);
+    __m256i s8 = _mm256_add_epi32(_mm256_madd_epi16(acc0, ones), _mm256_madd_epi16(acc1, ones));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s4 = _mm_add_epi32(s4, _mm_srli_si128(s4, 8));
+    s4 = _mm_add_epi32(s4, _mm_srli_si128(s4, 4));
+    total += (size_t)(uint32_t)_mm_cvtsi128_si32(s4);
+})
+QG_EQ_AVX2(count_eq32_avx2, uint32_t, 8, 0x1FFFFFFF, _mm256_cmpeq_epi32, _mm256_sub_epi32, {
+    __m256i s8 = _mm256_add_epi32(acc0, acc1);
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s4 = _mm_add_epi32(s4, _mm_srli_si128(s4, 8));
+    s4 = _mm_add_epi32(s4, _mm_srli_si128(s4, 4));
+    total += (size_t)(uint32_t)_mm_cvtsi128_si32(s4);
+})
+#endif
+
+/* The best period of units u[0..len) (width 1, 2 or 4 bytes): the most matches, the smallest
+ * period on ties; matches 0 (period 0) when no unit equals any at a period in range. */
+static void glued_best(const void *u, int width, size_t len, int64_t *period, int64_t *matches)
+{
+    size_t max_p = len / 2, best_m = 0, best_p = 0;
+    int avx2 = 0;
+#ifdef QG_SCAN_DISPATCH
+    /* Racing first calls store the same value; QG_SCAN_GENERIC forces SSE2, as for the scan. */
+    static volatile int has_avx2 = -1;
+    if (has_avx2 < 0) {
+        __builtin_cpu_init();
+        has_avx2 = __builtin_cpu_supports("avx2") && !getenv("QG_SCAN_GENERIC");
+    }
+    avx2 = has_avx2;
+#endif
+    if (max_p > QG_GLUED_MAX_PERIOD)
+        max_p = QG_GLUED_MAX_PERIOD;
+    for (size_t p = 1; p <= max_p; p++) {
+        size_t m;
+#ifdef QG_SCAN_DISPATCH
+        if (avx2)
+            m = width == 1   ? count_eq8_avx2((const uint8_t *)u, (const uint8_t *)u + p, len - p)
+                : width == 2 ? count_eq16_avx2((const uint16_t *)u, (const uint16_t *)u + p, len - p)
+                             : count_eq32_avx2((const uint32_t *)u, (const uint32_t *)u + p, len - p);
+        else
+#endif
+            m = width == 1   ? count_eq8((const uint8_t *)u, (const uint8_t *)u + p, len - p)
+                : width == 2 ? count_eq16((const uint16_t *)u, (const uint16_t *)u + p, len - p)
+                             : count_eq32((const uint32_t *)u, (const uint32_t *)u + p, len - p);
+        (void)avx2;
+        if (m > best_m) {
+            best_m = m;
+            best_p = p;
+        }
+    }
+    *period = (int64_t)best_p;
+    *matches = (int64_t)best_m;
+}
+
+/* Judge the run of len units in units[] starting at `position`; 0, or QG_SCAN_NOMEM. */
+static int glued_run(uint32_t *units, size_t len, uint32_t max_unit, int64_t position, double cap,
+                     qg_glued_out *out)
+{
+    int64_t period, matches;
+    /* Narrowed in place, front to back: unit k is read before element k is written, and element
+     * k lies below unit k. */
+    if (max_unit < 0x100) {
+        uint8_t *w = (uint8_t *)units;
+        for (size_t k = 0; k < len; k++)
+            w[k] = (uint8_t)units[k];
+        glued_best(w, 1, len, &period, &matches);
+    } else if (max_unit < 0x10000) {
+        uint16_t *w = (uint16_t *)units;
+        for (size_t k = 0; k < len; k++)
+            w[k] = (uint16_t)units[k];
+        glued_best(w, 2, len, &period, &matches);
+    } else {
+        glued_best(units, 4, len, &period, &matches);
+    }
+    /* The reference's matches / length > cap: a correctly rounded double quotient, like Python's
+     * int / int for values below 2**53. */
+    if (!((double)matches / (double)len > cap))
+        return 0;
+    if (out->n_runs == out->cap_runs) {
+        size_t cap_runs = out->cap_runs ? 2 * out->cap_runs : 8;
+        qg_glued *grown = realloc(out->runs, cap_runs * sizeof *grown);
+        if (!grown)
+            return QG_SCAN_NOMEM;
+        out->runs = grown;
+        out->cap_runs = cap_runs;
+    }
+    qg_glued *g = &out->runs[out->n_runs++];
+    g->position = position;
+    g->length = (int64_t)len;
+    g->period = period;
+    g->matches = matches;
+    return 0;
+}
+
+int qg_glued_scan(const uint8_t *s, size_t n, int str_input, double cap, qg_glued_out *out)
+{
+    const uint8_t *cls = ascii_class();
+    uint32_t *units = NULL;
+    size_t len = 0, room = 0, i = 0;
+    uint32_t max_unit = 0;
+    int64_t unit_index = 0, run_at = 0;
+    int rc = QG_SCAN_OK;
+    if (n > QG_SCAN_MAX_BYTES)
+        return QG_SCAN_TOO_BIG;
+    out->runs = NULL;
+    out->n_runs = out->cap_runs = 0;
+    while (i <= n) {
+        uint32_t cp = 0;
+        int ws = 1, step = 1;
+        if (i < n) {
+            uint8_t b = s[i];
+            if (b < 0x80) {
+                cp = b;
+                ws = (cls[b] & C_WS) != 0;
+            } else {
+                step = decode(s, n, i, str_input, &cp);
+                if (step == 0) {
+                    step = 1;
+                    cp = 0xDC00u + b;
+                    ws = 0;
+                } else {
+                    ws = is_unicode_space(cp);
+                }
+            }
+        }
+        if (ws) {
+            if (len >= QG_GLUED_MIN_RUN && (rc = glued_run(units, len, max_unit, run_at, cap, out)))
+                break;
+            len = 0;
+            max_unit = 0;
+        } else {
+            if (len == 0)
+                run_at = str_input ? unit_index : (int64_t)i;
+            if (len == room) {
+                size_t more = room ? 2 * room : 256;
+                uint32_t *grown = realloc(units, more * sizeof *grown);
+                if (!grown) {
+                    rc = QG_SCAN_NOMEM;
+                    break;
+                }
+                units = grown;
+                room = more;
+            }
+            units[len++] = cp;
+            if (cp > max_unit)
+                max_unit = cp;
+        }
+        if (i == n)
+            break;
+        i += (size_t)step;
+        unit_index++;
+    }
+    free(units);
+    if (rc) {
+        qg_glued_out_free(out);
+        return rc;
+    }
+    return QG_SCAN_OK;
+}
+
+void qg_glued_out_free(qg_glued_out *out)
+{
+    free(out->runs);
+    out->runs = NULL;
+    out->n_runs = out->cap_runs = 0;
+}

@@ -10,7 +10,7 @@
 enum {
     QG_K_TOKEN_CAP, QG_K_REPETITION, QG_K_NGRAM_RUN, QG_K_PERCENT, QG_K_HEX_ESCAPE,
     QG_K_UNICODE_ESCAPE, QG_K_HTML, QG_K_BASE64, QG_K_HEXBLOB, QG_K_CONTROL, QG_K_INVALID_UTF8,
-    QG_K_SURROGATE, QG_K_INVISIBLE, QG_K_BIDI
+    QG_K_SURROGATE, QG_K_INVISIBLE, QG_K_BIDI, QG_K_GLUED_REPETITION
 };
 
 enum { QG_SCAN_OK = 0, QG_SCAN_NOMEM = -1, QG_SCAN_TOO_BIG = -2 };
@@ -62,5 +62,30 @@ int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out 
 int qg_scan_index(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out,
                   uint16_t *index);
 void qg_scan_out_free(qg_scan_out *out);
+
+/* Glued repetition (see _scan_py.glued_runs): the whitespace-free runs of at least
+ * QG_GLUED_MIN_RUN code points (invalid bytes count as one each) whose best self-similarity,
+ * matches / length at a period of 1..min(QG_GLUED_MAX_PERIOD, length / 2) code points, is above
+ * cap. A pass of its own over s[0..n): qg_scan does not run it. */
+#define QG_GLUED_MIN_RUN 64
+#define QG_GLUED_MAX_PERIOD 256
+
+typedef struct {
+    int64_t position; /* the run's first code point: index (str input) or byte offset (bytes) */
+    int64_t length;   /* code points in the run */
+    int64_t period;   /* the best period, in code points */
+    int64_t matches;  /* code points equal to the one `period` before */
+} qg_glued;
+
+typedef struct {
+    qg_glued *runs;
+    size_t n_runs, cap_runs;
+} qg_glued_out;
+
+/* Fills `out` (its runs in text order; free with qg_glued_out_free). str_input as in
+ * qg_scan_rules. Returns QG_SCAN_OK, QG_SCAN_NOMEM (out then empty) or QG_SCAN_TOO_BIG. Does not
+ * touch Python. */
+int qg_glued_scan(const uint8_t *s, size_t n, int str_input, double cap, qg_glued_out *out);
+void qg_glued_out_free(qg_glued_out *out);
 
 #endif

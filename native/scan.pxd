@@ -45,3 +45,21 @@ cdef extern from "scan.h" nogil:
     int qg_scan_index(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out,
                       uint16_t *index)
     void qg_scan_out_free(qg_scan_out *out)
+
+    enum:
+        QG_GLUED_MIN_RUN
+        QG_GLUED_MAX_PERIOD
+
+    ctypedef struct qg_glued:
+        int64_t position
+        int64_t length
+        int64_t period
+        int64_t matches
+
+    ctypedef struct qg_glued_out:
+        qg_glued *runs
+        size_t n_runs
+        size_t cap_runs
+
+    int qg_glued_scan(const uint8_t *s, size_t n, int str_input, double cap, qg_glued_out *out)
+    void qg_glued_out_free(qg_glued_out *out)

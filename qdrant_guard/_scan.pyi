@@ -14,6 +14,7 @@ def scan_query(
     max_model_tokens: Optional[int] = None,
     min_blob_len: Optional[int] = 32,
     min_percent_run: Optional[int] = 2,
+    max_glued_repetition: Optional[float] = None,
 ) -> ScanResult: ...
 
 def _fixed3_for_tests(x: float) -> str: ...

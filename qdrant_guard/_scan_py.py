@@ -34,6 +34,16 @@ Violation kinds (``Violation.kind``); rules set to ``None`` are not checked:
   or a ``model_token_estimate`` above ``max_model_tokens`` (position: the token that crosses it).
 - ``repetition``: ``repetition_ratio > max_repetition`` (position: the first repeated token).
 - ``ngram_run``: ``ngram_run_ratio > max_ngram_run`` (position: the start of the run).
+- ``glued_repetition``: a whitespace-free run (a whitespace token) of at least ``GLUED_MIN_RUN`` (64)
+  code points whose *glued repetition ratio* is above ``max_glued_repetition`` (position: the start of
+  the run; one violation per such run). The ratio is ``matches / length`` for the best period ``p`` in
+  ``1 .. min(GLUED_MAX_PERIOD, length // 2)`` (256), where ``matches`` counts the code points equal to
+  the one ``p`` before (the most matches wins; ties: the smallest ``p``). ``k`` glued copies of a string
+  score ``1 - 1/k``, as ``k`` copies of one word score on ``repetition_ratio``. Units are code points
+  (for ``bytes`` input an invalid byte is one unit, as in the ``surrogateescape`` view), not UTF-8
+  bytes: Thai or Japanese UTF-8 repeats its lead bytes every 3 bytes whatever the text says. This is
+  what sees stuffing without spaces (CJK, or ``"ignorepreviousinstructions"`` glued to itself), which
+  is one whitespace token to ``repetition`` and ``ngram_run``.
 - ``percent_encoding``: a run of at least ``min_percent_run`` consecutive ``%XX`` (X a hex digit), or a
   shorter run (even one escape) that escapes an RFC 3986 unreserved character (``A-Z a-z 0-9 - . _
   ~``): URIs never need to, so ``123%2D45%2D6789`` is hiding text. ``%20`` alone is not flagged, nor
@@ -75,7 +85,10 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Sequence
+
+if TYPE_CHECKING:
+    import numpy as np
 
 from .errors import GuardArgumentTypeError, GuardArgumentValueError
 
@@ -122,12 +135,18 @@ class ScanResult:
 KINDS: tuple[str, ...] = (
     "token_cap", "repetition", "ngram_run", "percent_encoding", "hex_escape", "unicode_escape",
     "html_entity", "base64_blob", "hex_blob", "control_char", "invalid_utf8", "lone_surrogate",
-    "invisible_char", "bidi_control",
+    "invisible_char", "bidi_control", "glued_repetition",
 )
 (K_TOKEN_CAP, K_REPETITION, K_NGRAM_RUN, K_PERCENT, K_HEX_ESCAPE, K_UNICODE_ESCAPE, K_HTML, K_BASE64,
- K_HEXBLOB, K_CONTROL, K_INVALID_UTF8, K_SURROGATE, K_INVISIBLE, K_BIDI) = range(len(KINDS))
+ K_HEXBLOB, K_CONTROL, K_INVALID_UTF8, K_SURROGATE, K_INVISIBLE, K_BIDI,
+ K_GLUED_REPETITION) = range(len(KINDS))
 
 MAX_NGRAM = 8
+#: Shortest whitespace-free run, in code points, that ``glued_repetition`` measures (native/scan.h
+#: QG_GLUED_MIN_RUN).
+GLUED_MIN_RUN = 64
+#: Longest period, in code points, that ``glued_repetition`` tries (QG_GLUED_MAX_PERIOD).
+GLUED_MAX_PERIOD = 256
 
 #: HTML5 named character references recognised by ``html_entity`` (sorted by bytes; native/scan.c
 #: holds the same list).
@@ -273,6 +292,7 @@ class Rules(NamedTuple):
     max_model_tokens: Optional[int]
     min_blob_len: Optional[int]
     min_percent_run: Optional[int]
+    max_glued_repetition: Optional[float] = None
 
 
 def _type_name(value: object) -> str:
@@ -317,6 +337,7 @@ def check_rules(
     max_model_tokens: object,
     min_blob_len: object,
     min_percent_run: object,
+    max_glued_repetition: object = None,
 ) -> Rules:
     """Validate and normalise the rule arguments of :func:`scan_query` (both twins call this).
 
@@ -336,6 +357,7 @@ def check_rules(
         _count("max_model_tokens", max_model_tokens, 0, ""),
         _count("min_blob_len", min_blob_len, 8, " (shorter runs flag ordinary words)"),
         _count("min_percent_run", min_percent_run, 1, ""),
+        _ratio("max_glued_repetition", max_glued_repetition),
     )
 
 
@@ -381,6 +403,40 @@ def ngram_detail(run_n: int, run_length: int, token_count: int, ngram: float,
             f"(ratio {ngram:.3f} > max_ngram_run={max_ngram_run})")
 
 
+def glued_detail(length: int, period: int, matches: int, max_glued_repetition: Optional[float]) -> str:
+    return (f"{length} code points without whitespace repeat at a period of {period}: ratio "
+            f"{matches / length:.3f} > max_glued_repetition={max_glued_repetition}")
+
+
+def glued_best(units: "np.ndarray[Any, Any]") -> tuple[int, int]:
+    """``(period, matches)`` of the best period of a run's code points (see the module docstring);
+    ``(0, 0)`` when no code point equals the one any period in range before it."""
+    best_period, best_matches = 0, 0
+    for p in range(1, min(GLUED_MAX_PERIOD, len(units) // 2) + 1):
+        matches = int((units[p:] == units[:-p]).sum())
+        if matches > best_matches:
+            best_period, best_matches = p, matches
+    return best_period, best_matches
+
+
+def glued_runs(u: str, offsets: Sequence[int], cap: float) -> list[tuple[int, int, int, int]]:
+    """``(position, length, period, matches)`` of every whitespace-free run of ``u`` (the text as
+    code points, ``surrogateescape`` for bytes input) over ``cap``, in text order."""
+    import numpy as np  # only when the rule is on: importing this module stays cheap
+
+    found: list[tuple[int, int, int, int]] = []
+    for m in _TOKEN.finditer(u):
+        run = m.group()
+        if len(run) < GLUED_MIN_RUN:
+            continue
+        # Lone surrogates (and surrogateescape's invalid bytes, U+DC80..U+DCFF) are code points too.
+        units = np.frombuffer(run.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+        period, matches = glued_best(units)
+        if matches / len(run) > cap:
+            found.append((offsets[m.start()], len(run), period, matches))
+    return found
+
+
 def assemble(
     rules: Rules,
     marks: list[tuple[int, int, int, int]],
@@ -393,6 +449,7 @@ def assemble(
     run_length: int,
     run_at: int,
     run_n: int,
+    glued: Sequence[tuple[int, int, int, int]] = (),
 ) -> ScanResult:
     """Build the :class:`ScanResult` from raw scan figures (both twins call this).
 
@@ -405,6 +462,7 @@ def assemble(
         model_tokens: the model-token estimate.
         model_cap_at: position of the token where the estimate first exceeds the cap (-1: never).
         run_length, run_at, run_n: the longest n-gram run (tokens covered, position, n); 0 if none.
+        glued: ``(position, length, period, matches)`` of every run over ``max_glued_repetition``.
     """
     repetition = 1.0 - unique_tokens / token_count if token_count else 0.0
     ngram = run_length / token_count if run_length else 0.0
@@ -422,6 +480,10 @@ def assemble(
     if rules.max_ngram_run is not None and ngram > rules.max_ngram_run:
         found.append(Violation(
             "ngram_run", run_at, ngram_detail(run_n, run_length, token_count, ngram, rules.max_ngram_run)
+        ))
+    for position, length, period, matches in glued:
+        found.append(Violation(
+            "glued_repetition", position, glued_detail(length, period, matches, rules.max_glued_repetition)
         ))
     if len(found) > 1:
         found.sort(key=lambda v: (v.position, v.kind, v.detail))
@@ -516,6 +578,7 @@ def scan_query(
     max_model_tokens: Optional[int] = None,
     min_blob_len: Optional[int] = 32,
     min_percent_run: Optional[int] = 2,
+    max_glued_repetition: Optional[float] = None,
 ) -> ScanResult:
     """Scan a query for structural attacks before it is embedded.
 
@@ -536,6 +599,9 @@ def scan_query(
             says (``None``: blobs not checked at all).
         min_percent_run: fewest consecutive ``%XX`` reported, at least 1; an escaped unreserved
             character is reported alone (``None``: percent escapes not checked at all).
+        max_glued_repetition: cap on the glued repetition ratio of each whitespace-free run of at
+            least 64 code points, in [0, 1] (``None``, the default: not checked; a pass of its
+            own over the text, so the default call does not pay for it).
 
     Returns:
         A :class:`ScanResult`; positions are code-point indices for ``str``, byte offsets for ``bytes``.
@@ -547,7 +613,7 @@ def scan_query(
     check_text(text)
     rules = check_rules(
         max_tokens, max_repetition, max_ngram_run, encoded_payloads, max_model_tokens, min_blob_len,
-        min_percent_run,
+        min_percent_run, max_glued_repetition,
     )
     from_bytes = isinstance(text, bytes)
     u = text.decode("utf-8", "surrogateescape") if isinstance(text, bytes) else str(text)
@@ -637,7 +703,11 @@ def scan_query(
                 ):
                     marks.append((offsets[m.start()], K_BASE64, len(run), 0))
 
+    glued: list[tuple[int, int, int, int]] = []
+    if rules.max_glued_repetition is not None:
+        glued = glued_runs(u, offsets, rules.max_glued_repetition)
+
     return assemble(
         rules, marks, len(tokens), len(seen), first_repeat, token_cap_at, model_tokens, model_cap_at,
-        run_length, run_at, run_n,
+        run_length, run_at, run_n, glued,
     )

@@ -152,7 +152,7 @@ class QueryRules(_Strict):
     mode: Mode = "enforce"
     """``enforce`` refuses (QUERY_REJECTED); ``monitor`` only logs what would have been refused. It
     covers the structural checks (``max_chars``, ``max_tokens``, ``max_model_tokens``, ``max_repetition``, ``max_ngram_run``,
-    ``encoded_payloads``, of query text and of filter match strings); ``require_text``,
+    ``max_glued_repetition``, ``encoded_payloads``, of query text and of filter match strings); ``require_text``,
     ``filter_pii``, credentials and text the guard cannot check are refused in either mode."""
     enabled: bool = True
     """Run structural validation on queries that carry text, and on the strings of full-text filter
@@ -181,6 +181,22 @@ class QueryRules(_Strict):
     file: no cap; 0 refuses any repeated token)."""
     max_ngram_run: float | None = Field(None, ge=0, le=1)
     """Cap on the share of tokens in the longest immediately repeated n-gram run (None: off)."""
+    max_glued_repetition: float | None = Field(0.5, ge=0, le=1)
+    """Cap on the repetition inside text without whitespace (violation ``glued_repetition``), which
+    ``max_repetition`` and ``max_ngram_run`` see as one token: CJK or Thai stuffing, or a phrase
+    glued to itself (``ignorepreviousinstructionsignorepreviousinstructions...``). For every run
+    of at least 64 characters without whitespace the scanner takes the period (1 to 256
+    characters, at most half the run) at which the most characters equal the one a period
+    before, and refuses the query when that share of the run is above this cap: ``k`` glued
+    copies of a string score ``1 - 1/k``, as ``k`` copies of a word score on ``max_repetition``,
+    so the default 0.5 refuses three copies or more. Natural text without spaces scores far
+    below it (Chinese, Japanese and Thai paragraphs 0.02 to 0.07; base64, hex, JWTs, long
+    identifiers and numbers up to 0.15; a URL repeating a path segment four times 0.45), while
+    ten or more exact copies score 0.9 and more, and copies with one character changed in each
+    0.74 (Chinese) to 0.88 (English). A run of one
+    repeated character or pair (64 dashes, ``hahaha...``) or ``../`` repeated is refused too.
+    Stuffing whose copies are separated by junk of varying length escapes it (ratio 0.4 with 0
+    to 3 random characters between copies). None (from Python), or 1 in a file: off."""
     encoded_payloads: bool = True
     """Reject percent/hex/unicode escapes, HTML entities and base64/hex blobs. Control, invisible
     and bidi characters, invalid UTF-8 and lone surrogates are rejected whatever this says (ZWJ

@@ -443,7 +443,7 @@ class QueryChecks(TextOps):
             result = _scan.scan_query(
                 text, max_tokens=rules.max_tokens, max_repetition=rules.max_repetition,
                 max_ngram_run=rules.max_ngram_run, encoded_payloads=rules.encoded_payloads,
-                max_model_tokens=rules.model_token_cap(),
+                max_model_tokens=rules.model_token_cap(), max_glued_repetition=rules.max_glued_repetition,
             )
             if result.ok:
                 return
@@ -500,7 +500,7 @@ class QueryChecks(TextOps):
         result = _scan.scan_query(
             text, max_tokens=rules.max_tokens, max_repetition=rules.max_repetition,
             max_ngram_run=rules.max_ngram_run, encoded_payloads=rules.encoded_payloads,
-            max_model_tokens=rules.model_token_cap(),
+            max_model_tokens=rules.model_token_cap(), max_glued_repetition=rules.max_glued_repetition,
         )
         details["scan"] = {"tokens": result.token_count, "repetition": round(result.repetition_ratio, 4)}
         if result.ok:
