@@ -106,7 +106,8 @@ def _as_str(data: bytes) -> str | None:
 def scan_rules(header: bytes) -> dict[str, Any]:
     """The limits fuzz/fuzz_scan.c sets in qg_scan_rules from its 4 header bytes (missing bytes
     read as zero), as scan_query arguments (the binding maps None to -1 and caps ints at 2**62).
-    The two ratios are applied in Python only, on the kernel's counts: fixed. The committed seeds'
+    The two ratios are applied in Python only, on the kernel's counts: fixed; the glued-repetition
+    cap is fixed too (its pass is not in the C harness: the replay is what runs it). The committed seeds'
     replay (tests/test_fuzz_regressions.py) uses this too."""
     rd = Reader(header)
     flags, cap, blob, pct = rd.take(1), rd.take(1), rd.take(1), rd.take(1)
@@ -117,6 +118,8 @@ def scan_rules(header: bytes) -> dict[str, Any]:
         "min_percent_run": None if pct == 0 else 1 + (pct & 7),
         "encoded_payloads": bool(flags & 2),
         "max_ngram_run": 0.25,
+        # Python-side too: the binding runs its own pass (qg_glued_scan) only when this is set.
+        "max_glued_repetition": 0.25,
     }
 
 

@@ -59,6 +59,7 @@ rules = st.fixed_dictionaries(
         "max_model_tokens": st.one_of(st.none(), st.integers(0, 60)),
         "min_blob_len": st.one_of(st.none(), st.integers(8, 40)),
         "min_percent_run": st.one_of(st.none(), st.integers(1, 4)),
+        "max_glued_repetition": st.one_of(st.none(), st.floats(0, 1)),
     },
 )
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -121,7 +122,7 @@ def test_stuffing_twins_agree(words, cap) -> None:
 @settings(max_examples=100, deadline=None)
 @given(kwargs=st.dictionaries(
     st.sampled_from(["max_tokens", "max_repetition", "max_ngram_run", "encoded_payloads", "max_model_tokens",
-                     "min_blob_len", "min_percent_run"]),
+                     "min_blob_len", "min_percent_run", "max_glued_repetition"]),
     st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True), st.text(max_size=2)),
 ))
 def test_rule_errors_agree(kwargs) -> None:
