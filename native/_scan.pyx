@@ -295,7 +295,7 @@ def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
             (max_tokens, max_repetition, max_ngram_run, encoded_payloads, max_model_tokens,
              min_blob_len, min_percent_run) = _ref.check_rules(
                 max_tokens, max_repetition, max_ngram_run, encoded_payloads, max_model_tokens,
-                min_blob_len, min_percent_run)
+                min_blob_len, min_percent_run)[:7]
         rules.max_tokens = _limit(max_tokens)
         rules.max_model_tokens = _limit(max_model_tokens)
         rules.min_blob_len = _limit(min_blob_len)
