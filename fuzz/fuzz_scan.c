@@ -3,8 +3,10 @@
  * Input: 4 header bytes choosing the rules and the buffer misalignment, then the text.
  * Checks, besides the sanitizers: every figure and mark lies inside the text; character runs and
  * escapes come out in order without overlapping; the scan is deterministic, also through a shared
- * table index (qg_scan_index), which every scan leaves zeroed; and on strict UTF-8
- * the bytes mode and the str mode agree exactly once byte offsets are mapped to code points. */
+ * table index (qg_scan_index), which every scan leaves zeroed; on strict UTF-8
+ * the bytes mode and the str mode agree exactly once byte offsets are mapped to code points; and
+ * the glued-repetition pass (qg_glued_scan) keeps its runs in range and, on ASCII text, agrees
+ * with a naive recount. */
 #include "fuzz_common.h"
 
 #include "scan.h"
@@ -159,6 +161,65 @@ static int run(const uint8_t *s, size_t n, const qg_scan_rules *r, qg_scan_out *
     return run_with(s, n, r, o, NULL);
 }
 
+/* qg_glued_scan: runs in order, inside the text, of at least QG_GLUED_MIN_RUN units, with a period
+ * in range, their matches above the cap; on ASCII text (units are bytes) the matches and the
+ * period are recounted naively, over every period. */
+static void check_glued(const uint8_t *s, size_t n, int str_input, double cap, const qg_glued_out *g)
+{
+    int64_t units = (int64_t)(str_input && utf8_valid(s, n, 1) ? lead_bytes(s, n) : n);
+    int ascii = 1;
+    for (size_t i = 0; i < n && ascii; i++)
+        ascii = s[i] < 0x80;
+    int64_t end = 0;
+    for (size_t k = 0; k < g->n_runs; k++) {
+        const qg_glued *r = &g->runs[k];
+        int64_t max_p = r->length / 2 < QG_GLUED_MAX_PERIOD ? r->length / 2 : QG_GLUED_MAX_PERIOD;
+        CHECK(r->position >= end && r->length >= QG_GLUED_MIN_RUN && r->position + r->length <= units,
+              "glued run %zu at %lld length %lld, previous end %lld, %lld units", k,
+              (long long)r->position, (long long)r->length, (long long)end, (long long)units);
+        CHECK(r->period >= 1 && r->period <= max_p && r->matches >= 1 &&
+                  r->matches <= r->length - r->period && (double)r->matches / (double)r->length > cap,
+              "glued run %zu: period %lld matches %lld length %lld cap %g", k, (long long)r->period,
+              (long long)r->matches, (long long)r->length, cap);
+        end = r->position + r->length;
+        if (ascii) {
+            const uint8_t *u = s + r->position;
+            int64_t best_m = 0, best_p = 0;
+            for (int64_t p = 1; p <= max_p; p++) {
+                int64_t m = 0;
+                for (int64_t i = p; i < r->length; i++)
+                    m += u[i] == u[i - p];
+                if (m > best_m) {
+                    best_m = m;
+                    best_p = p;
+                }
+            }
+            CHECK(best_m == r->matches && best_p == r->period,
+                  "glued run %zu: period %lld matches %lld, recounted %lld at %lld", k,
+                  (long long)r->period, (long long)r->matches, (long long)best_m, (long long)best_p);
+        }
+    }
+}
+
+static void run_glued(const uint8_t *s, const uint8_t *again, size_t n, int str_input, double cap)
+{
+    qg_glued_out g1, g2;
+    int rc = qg_glued_scan(s, n, str_input, cap, &g1);
+    CHECK(rc == QG_SCAN_OK || rc == QG_SCAN_NOMEM, "glued rc %d", rc);
+    if (rc != QG_SCAN_OK) {
+        CHECK(g1.runs == NULL && g1.n_runs == 0, "NOMEM left glued runs behind");
+        return;
+    }
+    check_glued(s, n, str_input, cap, &g1);
+    if (qg_glued_scan(again, n, str_input, cap, &g2) == QG_SCAN_OK) {
+        CHECK(g1.n_runs == g2.n_runs &&
+                  (g1.n_runs == 0 || memcmp(g1.runs, g2.runs, g1.n_runs * sizeof *g1.runs) == 0),
+              "two glued passes over the same text differ");
+        qg_glued_out_free(&g2);
+    }
+    qg_glued_out_free(&g1);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_reader rd = {data, size};
@@ -212,6 +273,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         qg_scan_out_free(&o1);
     }
+    /* The glued pass at a cap of 0, 1/16, ..., 15/16 (the header's cap byte). */
+    run_glued(s, text, n, r.str_input, (cap & 15) / 16.0);
     free(block);
     return 0;
 }

@@ -16,9 +16,12 @@ from qdrant_guard.scan import scan_query
 CJK = "数据库密码是什么"  # 8 characters, no spaces
 
 
-def _client(tmp_path, query=None):
+def _client(tmp_path, query=None, *, glued=None):
+    # CJK glued to itself is what max_glued_repetition refuses (tests/test_glued_repetition.py); it
+    # is off here, where the length cap alone is measured, unless `glued` sets it.
     kit = make_kit(tmp_path)
-    pol = {**hr_policy({}), "generalize_identifiers": False, **({"query": query} if query is not None else {})}
+    pol = {**hr_policy({}), "generalize_identifiers": False,
+           "query": {"max_glued_repetition": glued, **(query or {})}}
     client = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"),
                           embedder=Recorder())
     create(client, "c")
@@ -30,6 +33,11 @@ def test_the_default_caps_text_without_whitespace(tmp_path):
     with pytest.raises(GuardRefusal, match="token_cap"):
         client.query_points("c", query=models.Document(text=CJK * 600, model="m"), limit=3)  # 4,800 characters
     client.query_points("c", query=models.Document(text=CJK * 400, model="m"), limit=3)  # 3,200: under 4000
+    # With the default glued-repetition cap, the same stuffing is refused whatever its length.
+    (tmp_path / "glued").mkdir()
+    glued = _client(tmp_path / "glued", glued=0.5)
+    with pytest.raises(GuardRefusal, match=r"\(glued_repetition\)"):
+        glued.query_points("c", query=models.Document(text=CJK * 400, model="m"), limit=3)
 
 
 def test_the_default_follows_max_tokens(tmp_path):
