@@ -280,13 +280,37 @@ static void set_hit(qg_finding *hit, size_t start, size_t end, int type, int val
     *hit = (qg_finding){(int64_t)start, (int64_t)end, type, validator};
 }
 
+/* Where the country code before the number at i starts: "+CC " (its '+') or "(+CC)" with one
+ * optional space after it (its '('), CC being 1-3 digits, the first not 0, not glued to a letter or
+ * digit before it; -1 when there is none. A number after a country code is a phone number's rest,
+ * whatever its grouping ("+1 234-56-7890"). */
+static int64_t country_code_at(const scan_t *s, size_t i, int *cc) {
+    int64_t j = (int64_t)i - 1;
+    if (at(s, j) == ' ') j--;
+    int paren = at(s, j) == ')';
+    if (paren) j--;
+    else if (j == (int64_t)i - 1) return -1;
+    int64_t last = j;
+    while (last - j < 4 && is_digit(at(s, j))) j--;
+    if (last - j < 1 || last - j > 3 || at(s, j + 1) == '0' || at(s, j) != '+') return -1;
+    j--;
+    if (paren) {
+        if (at(s, j) != '(') return -1;
+        j--;
+    }
+    int before = at(s, j);
+    if (before >= 0 && is_alnum(before)) return -1;
+    *cc = (int)(last - j) - 1 - paren;
+    return j + 1;
+}
+
 /* The chain rules for groups g[0:ng] (digits d, the first 19 kept) from i to end; on a match, fills
  * hit and returns 1. */
 static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d, size_t nd, int sep,
                        size_t end, qg_finding *hit) {
     static const int G_SSN[] = {3, 2, 4}, G_NANP[] = {3, 3, 4}, G_NANP1[] = {1, 3, 3, 4}, G_LOCAL[] = {3, 4};
     const unsigned char *b = s->b;
-    int prev = at(s, (int64_t)i - 1);
+    int prev = at(s, (int64_t)i - 1), cc;
     int after = at(s, (int64_t)end);
     if (after >= 0 && is_alnum(after)) return 0;
     if (in_set(after, "-./:") && is_digit(at(s, (int64_t)end + 1))) return 0;
@@ -298,7 +322,7 @@ static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d,
         }
         return 0;
     }
-    if (groups_eq(g, ng, G_SSN, 3) && (sep == ' ' || sep == '-')) {
+    if (groups_eq(g, ng, G_SSN, 3) && (sep == ' ' || sep == '-' || (sep == '.' && country_code_at(s, i, &cc) < 0))) {
         if (!ssa_valid(d)) return 0;
         set_hit(hit, i, end, QG_SSN, QG_V_SSA);
         return 1;
@@ -403,13 +427,13 @@ static int chain_same(scan_t *s, size_t i, int veto, qg_finding *hit) {
     return 0;
 }
 
-/* Groups joined by single spaces and hyphens, both used: only the SSN and card formats accept both
- * separators, so only they are read here (a phone or IBAN keeps its one separator). */
+/* Groups joined by single spaces and hyphens, both used, read as an SSN, a card or a NANP phone
+ * number ("123-45 6789", "4111-1111 1111-1111", "1-800 555-0199"); E.164 numbers are
+ * e164_grouped's. */
 static int chain_mixed(scan_t *s, size_t i, int veto, qg_finding *hit) {
-    static const int G_SSN[] = {3, 2, 4};
+    static const int G_SSN[] = {3, 2, 4}, G_NANP[] = {3, 3, 4}, G_NANP1[] = {1, 3, 3, 4};
     const unsigned char *b = s->b;
     size_t n = s->n;
-    if (at(s, (int64_t)i - 1) == '+') return 0; /* E.164: the phone rule's, which reads one separator */
     int g[MAX_GROUPS], seps[MAX_GROUPS];
     int ng = 0;
     char d[20];
@@ -447,6 +471,8 @@ static int chain_mixed(scan_t *s, size_t i, int veto, qg_finding *hit) {
             set_hit(hit, i, end, QG_SSN, QG_V_SSA);
         } else if (digits >= 13 && digits <= 19 && card_groups_ok(g, p, ' ') && iin_known(d) && luhn(d, (int)digits)) {
             set_hit(hit, i, end, QG_CREDIT_CARD, QG_V_LUHN);
+        } else if ((groups_eq(g, p, G_NANP, 3) && d[0] >= '2') || (groups_eq(g, p, G_NANP1, 4) && d[0] == '1' && d[1] >= '2')) {
+            set_hit(hit, i, end, QG_PHONE, QG_V_NANP);
         } else {
             continue;
         }
@@ -455,15 +481,110 @@ static int chain_mixed(scan_t *s, size_t i, int veto, qg_finding *hit) {
     return 0;
 }
 
+/* An E.164 number whose digits run from i in groups joined by single spaces and hyphens, mixed or
+ * not ("+1 234-56-7890"), or follow a parenthesised country code of cc digits ("(+1) 234-56-7890");
+ * the finding starts at start. Its longest leading groups with 8-15 digits in all (the country
+ * code's included) that end a number; where more numbers follow, the list rule's veto applies
+ * (see chain_same). */
+static int e164_grouped(scan_t *s, size_t i, size_t start, int cc, int veto, qg_finding *hit) {
+    const unsigned char *b = s->b;
+    size_t n = s->n;
+    int g[MAX_GROUPS];
+    int ng = 0, more = 0; /* more: the chain runs on past MAX_GROUPS groups */
+    char d[20];
+    size_t nd = 0;
+    size_t j = i;
+    for (;;) {
+        size_t k = take_digits(b, n, j, d, &nd);
+        g[ng++] = (int)(k - j);
+        j = k;
+        if (!(j + 1 < n && (b[j] == ' ' || b[j] == '-') && is_digit(b[j + 1]))) break;
+        if (ng == MAX_GROUPS) {
+            more = 1;
+            break;
+        }
+        j++;
+    }
+    if (!cc && d[0] == '0') return 0;
+    size_t end = j, digits = nd;
+    for (int p = ng; p > 0; p--) {
+        if (p < ng) {
+            end -= (size_t)g[p] + 1;
+            digits -= (size_t)g[p];
+        }
+        if (digits + (size_t)cc < 8 || digits + (size_t)cc > 15) continue;
+        int after = at(s, (int64_t)end);
+        if (after >= 0 && is_alnum(after)) continue;
+        if (in_set(after, "-./:") && is_digit(at(s, (int64_t)end + 1))) continue;
+        if (veto && (p < ng || more) && cuts_later(s, i, g, p, end)) continue;
+        set_hit(hit, start, end, QG_PHONE, QG_V_E164);
+        return 1;
+    }
+    return 0;
+}
+
+static inline int spaced_hyphen(const scan_t *s, int64_t j) {
+    return at(s, j) == ' ' && at(s, j + 1) == '-' && at(s, j + 2) == ' ';
+}
+
+/* Groups joined by " - " (a hyphen, or in the folded view an en or em dash, with a space on each
+ * side), the same between every group, read as an SSN (3-2-4, SSA rules) or a card (its
+ * groupings, IIN, Luhn) only; not where " - " and a digit come before or after it (a longer run
+ * of numbers, a sum). */
+static int chain_spaced(scan_t *s, size_t i, qg_finding *hit) {
+    static const int G_SSN[] = {3, 2, 4};
+    const unsigned char *b = s->b;
+    size_t n = s->n;
+    if (spaced_hyphen(s, (int64_t)i - 3) && is_digit(at(s, (int64_t)i - 4))) return 0;
+    int g[MAX_GROUPS];
+    int ng = 0;
+    char d[20];
+    size_t nd = 0;
+    size_t j = i;
+    for (;;) {
+        size_t k = take_digits(b, n, j, d, &nd);
+        g[ng++] = (int)(k - j);
+        j = k;
+        if (!(spaced_hyphen(s, (int64_t)j) && is_digit(at(s, (int64_t)j + 3)))) break;
+        if (ng == MAX_GROUPS) return 0;
+        j += 3;
+    }
+    if (ng < 2) return 0;
+    int after = at(s, (int64_t)j);
+    if (after >= 0 && is_alnum(after)) return 0;
+    if (in_set(after, "-./:") && is_digit(at(s, (int64_t)j + 1))) return 0;
+    if (groups_eq(g, ng, G_SSN, 3)) {
+        if (!ssa_valid(d)) return 0;
+        set_hit(hit, i, j, QG_SSN, QG_V_SSA);
+        return 1;
+    }
+    if (nd >= 13 && nd <= 19 && card_groups_ok(g, ng, '-') && iin_known(d) && luhn(d, (int)nd)) {
+        set_hit(hit, i, j, QG_CREDIT_CARD, QG_V_LUHN);
+        return 1;
+    }
+    return 0;
+}
+
 /* The finding of the number run from i (veto = 0: a list prefix is taken even where it cuts a
- * later number's finding): read with one consistent separator, else (an SSN or a card only) with
- * spaces and hyphens mixed ("123-45 6789", "4111-1111 1111-1111"); fills hit and returns 1 when
- * there is one. */
+ * later number's finding): after a parenthesised country code as a phone number, else with one
+ * consistent separator, else after a '+' as a phone number with spaces and hyphens mixed, else
+ * (an SSN, a card or a NANP phone number) with spaces and hyphens mixed ("123-45 6789",
+ * "4111-1111 1111-1111"), else (an SSN or a card) with " - " between its groups; fills hit and
+ * returns 1 when there is one. */
 static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit) {
     int prev = at(s, (int64_t)i - 1);
     if (prev >= 0 && is_alnum(prev)) return 0;
     if (in_set(prev, "-./:") && is_digit(at(s, (int64_t)i - 2))) return 0;
-    return chain_same(s, i, veto, hit) || chain_mixed(s, i, veto, hit);
+    int cc = 0;
+    int64_t code = country_code_at(s, i, &cc);
+    if (code >= 0 && s->b[code] == '(' && e164_grouped(s, i, (size_t)code, cc, veto, hit))
+        return 1;
+    if (chain_same(s, i, veto, hit)) return 1;
+    if (prev == '+') {
+        int pp = at(s, (int64_t)i - 2);
+        return !(pp >= 0 && is_alnum(pp)) && e164_grouped(s, i, i - 1, 0, veto, hit);
+    }
+    return chain_mixed(s, i, veto, hit) || (code < 0 && chain_spaced(s, i, hit));
 }
 
 static void chain(scan_t *s, size_t i) {
@@ -503,7 +624,7 @@ static int mod97(const char *iban, int len) {
     return r;
 }
 
-/* An IBAN from i: compact, or in groups of 4 split by single spaces or dashes; see _iban in the
+/* An IBAN from i: compact, or in groups of 4 split by single spaces or dashes, mixed or not; see _iban in the
  * reference for the extra rules of lower-case letters. */
 static void iban(scan_t *s, size_t i) {
     int prev = at(s, (int64_t)i - 1);
@@ -516,10 +637,11 @@ static void iban(scan_t *s, size_t i) {
     int sep = at(s, i + 4);
     if (sep == ' ' || sep == '-') {
         memcpy(compact, s->b + i, 4);
-        int count = 4;
+        int count = 4, dash = 0;
         size_t j = i + 4;
         while (count < length) {
-            if (at(s, j) != sep) return;
+            if (at(s, j) != ' ' && at(s, j) != '-') return;
+            dash |= at(s, j) == '-';
             size_t g_end = RUN_END(s, j + 1, is_alnum, 5);
             int glen = (int)(g_end - (j + 1));
             if (glen == 0 || glen > 4 || count + glen > length || (glen < 4 && count + glen != length)) return;
@@ -528,7 +650,7 @@ static void iban(scan_t *s, size_t i) {
             j = g_end;
         }
         end = j;
-        if (sep == '-' && at(s, (int64_t)end) == '-' && is_alnum(at(s, (int64_t)end + 1))) return;
+        if (dash && at(s, (int64_t)end) == '-' && is_alnum(at(s, (int64_t)end + 1))) return;
     } else {
         end = RUN_END(s, i, is_alnum, length + 1);
         if ((int)(end - i) != length) return;

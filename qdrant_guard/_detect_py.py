@@ -231,14 +231,129 @@ def _card_groups_ok(groups: list[int], sep: str) -> bool:
 
 
 def _chain(text: str, i: int, veto: bool = True) -> list[tuple[int, int, str, str]]:
-    """The finding of the number run from ``i``: read with one consistent separator, else (an SSN
-    or a card only) with spaces and hyphens mixed (``123-45 6789``, ``4111-1111 1111-1111``)."""
+    """The finding of the number run from ``i``: after a parenthesised country code as a phone
+    number, else read with one consistent separator, else after a ``+`` as a phone number with
+    spaces and hyphens mixed, else (an SSN, a card or a NANP phone number) with spaces and hyphens
+    mixed (``123-45 6789``, ``4111-1111 1111-1111``), else (an SSN or a card) with `` - `` between
+    its groups (``123 - 45 - 6789``)."""
     prev = _at(text, i - 1)
     if prev in _ALNUM:
         return []
     if prev in "-./:" and _at(text, i - 2) in _DIGITS:
         return []
-    return _chain_same(text, i, veto) or _chain_mixed(text, i, veto)
+    code, cc = _country_code_at(text, i)
+    if code >= 0 and text[code] == "(":
+        found = _e164_grouped(text, i, code, cc, veto)
+        if found:
+            return found
+    found = _chain_same(text, i, veto)
+    if found:
+        return found
+    if prev == "+":
+        return _e164_grouped(text, i, i - 1, 0, veto) if _at(text, i - 2) not in _ALNUM else []
+    return _chain_mixed(text, i, veto) or (_chain_spaced(text, i) if code < 0 else [])
+
+
+def _country_code_at(text: str, i: int) -> tuple[int, int]:
+    """Where the country code before the number at ``i`` starts, and its digit count: ``+CC ``
+    (its ``+``) or ``(+CC)`` with one optional space after it (its ``(``), CC being 1-3 digits,
+    the first not 0, not glued to a letter or digit before it; ``(-1, 0)`` when there is none. A
+    number after a country code is a phone number's rest, whatever its grouping
+    (``+1 234-56-7890``)."""
+    j = i - 1
+    if _at(text, j) == " ":
+        j -= 1
+    paren = _at(text, j) == ")"
+    if paren:
+        j -= 1
+    elif j == i - 1:
+        return -1, 0
+    last = j
+    while last - j < 4 and _at(text, j) in _DIGITS:
+        j -= 1
+    n = last - j
+    if not 1 <= n <= 3 or _at(text, j + 1) == "0" or _at(text, j) != "+":
+        return -1, 0
+    j -= 1
+    if paren:
+        if _at(text, j) != "(":
+            return -1, 0
+        j -= 1
+    if _at(text, j) in _ALNUM:
+        return -1, 0
+    return j + 1, n
+
+
+def _e164_grouped(text: str, i: int, start: int, cc: int, veto: bool) -> list[tuple[int, int, str, str]]:
+    # An E.164 number whose digits run from i in groups joined by single spaces and hyphens, mixed
+    # or not ("+1 234-56-7890"), or follow a parenthesised country code of cc digits
+    # ("(+1) 234-56-7890"); the finding starts at start. Its longest leading groups with 8-15
+    # digits in all (the country code's included) that end a number; where more numbers follow,
+    # the list rule's veto applies (see _chain_same).
+    n = len(text)
+    groups: list[int] = []
+    j = i
+    more = False  # the chain runs on past _MAX_GROUPS groups
+    while True:
+        k = j
+        while k < n and text[k] in _DIGITS:
+            k += 1
+        groups.append(k - j)
+        j = k
+        if not (j + 1 < n and text[j] in " -" and text[j + 1] in _DIGITS):
+            break
+        if len(groups) == _MAX_GROUPS:
+            more = True
+            break
+        j += 1
+    if not cc and text[i] == "0":
+        return []
+    ng = len(groups)
+    for g in range(ng, 0, -1):
+        end = i + sum(groups[:g]) + g - 1
+        if not 8 <= sum(groups[:g]) + cc <= 15:
+            continue
+        after = _at(text, end)
+        if after in _ALNUM or (after in "-./:" and _at(text, end + 1) in _DIGITS):
+            continue
+        if veto and (g < ng or more) and _cuts_later(text, i, groups, g, end):
+            continue
+        return [(start, end, "PHONE", "e164")]
+    return []
+
+
+def _chain_spaced(text: str, i: int) -> list[tuple[int, int, str, str]]:
+    # Groups joined by " - " (a hyphen, or in the folded view an en or em dash, with a space on
+    # each side), the same between every group, read as an SSN (3-2-4, SSA rules) or a card (its
+    # groupings, IIN, Luhn) only; not where " - " and a digit come before or after it (a longer
+    # run of numbers, a sum).
+    if text[max(i - 3, 0):i] == " - " and _at(text, i - 4) in _DIGITS:
+        return []
+    n = len(text)
+    groups: list[int] = []
+    j = i
+    while True:
+        k = j
+        while k < n and text[k] in _DIGITS:
+            k += 1
+        groups.append(k - j)
+        j = k
+        if not (text[j:j + 3] == " - " and _at(text, j + 3) in _DIGITS):
+            break
+        if len(groups) == _MAX_GROUPS:
+            return []
+        j += 3
+    if len(groups) < 2:
+        return []
+    after = _at(text, j)
+    if after in _ALNUM or (after in "-./:" and _at(text, j + 1) in _DIGITS):
+        return []
+    d = text[i:j].replace(" - ", "")
+    if groups == [3, 2, 4]:
+        return [(i, j, "SSN", "ssa-rules")] if _ssa_valid(d) else []
+    if 13 <= len(d) <= 19 and _card_groups_ok(groups, "-") and _iin_known(d) and _luhn(d):
+        return [(i, j, "CREDIT_CARD", "luhn")]
+    return []
 
 
 def _chain_same(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]]:
@@ -282,10 +397,9 @@ def _chain_same(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]
 
 
 def _chain_mixed(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]]:
-    # Groups joined by single spaces and hyphens, both used: only the SSN and card formats accept
-    # both separators, so only they are read here (a phone or IBAN keeps its one separator).
-    if _at(text, i - 1) == "+":
-        return []  # E.164: the phone rule's, which reads one separator
+    # Groups joined by single spaces and hyphens, both used, read as an SSN, a card or a NANP phone
+    # number ("123-45 6789", "4111-1111 1111-1111", "1-800 555-0199"); E.164 numbers are
+    # _e164_grouped's.
     n = len(text)
     groups: list[int] = []
     seps: list[str] = []
@@ -320,6 +434,9 @@ def _chain_mixed(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str
             found = [(i, end, "SSN", "ssa-rules")]
         elif 13 <= len(d) <= 19 and _card_groups_ok(groups[:g], " ") and _iin_known(d) and _luhn(d):
             found = [(i, end, "CREDIT_CARD", "luhn")]
+        elif (groups[:g] == [3, 3, 4] and d[0] in "23456789") or (
+                groups[:g] == [1, 3, 3, 4] and d[0] == "1" and d[1] in "23456789"):
+            found = [(i, end, "PHONE", "nanp")]
         else:
             continue
         if not (veto and g < len(groups) and _cuts_later(text, i, groups, g, end)):
@@ -354,7 +471,7 @@ def _chain_match(text: str, i: int, groups: list[int], digits: list[str], sep: s
         if _at(text, i - 2) not in _ALNUM and sep in ("", " ", "-") and 8 <= nd <= 15 and d[0] != "0":
             return [(i - 1, end, "PHONE", "e164")]
         return []
-    if groups == [3, 2, 4] and sep in (" ", "-"):
+    if groups == [3, 2, 4] and (sep in (" ", "-") or sep == "." and _country_code_at(text, i)[0] < 0):
         return [(i, end, "SSN", "ssa-rules")] if _ssa_valid(d) else []
     if groups == [9] and _ssn_context(text, i):
         return [(i, end, "SSN", "ssa-rules")] if _ssa_valid(d) else []
@@ -406,7 +523,8 @@ def _mod97(iban: str) -> int:
 
 
 def _iban(text: str, i: int) -> list[tuple[int, int, str, str]]:
-    """An IBAN from ``i``: compact, or in groups of 4 split by single spaces or dashes. Letters
+    """An IBAN from ``i``: compact, or in groups of 4 split by single spaces or dashes, mixed or
+    not. Letters
     may be lower case; then the BBAN needs a digit, and a compact one "iban" in the 40
     characters before it (a lower-case hex id of the right length passes mod-97 one time in 97)."""
     if _at(text, i - 1) in _ALNUM:
@@ -422,9 +540,11 @@ def _iban(text: str, i: int) -> list[tuple[int, int, str, str]]:
         chars = [text[i : i + 4]]
         count = 4
         j = i + 4
+        dash = False
         while count < length:
-            if _at(text, j) != sep:
+            if _at(text, j) not in (" ", "-"):
                 return []
+            dash = dash or text[j] == "-"
             g_end = _run_end(text, j + 1, _IBAN_CHARS, 5)
             glen = g_end - (j + 1)
             if glen == 0 or glen > 4 or count + glen > length or (glen < 4 and count + glen != length):
@@ -434,7 +554,7 @@ def _iban(text: str, i: int) -> list[tuple[int, int, str, str]]:
             j = g_end
         end = j
         compact = "".join(chars)
-        if sep == "-" and _at(text, end) == "-" and _at(text, end + 1) in _ALNUM:
+        if dash and _at(text, end) == "-" and _at(text, end + 1) in _ALNUM:
             return []  # runs on: a key or id grouped by dashes, not an IBAN
     else:
         end = _run_end(text, i, _IBAN_CHARS, length + 1)
