@@ -282,8 +282,8 @@ static void set_hit(qg_finding *hit, size_t start, size_t end, int type, int val
 
 /* Where the country code before the number at i starts: "+CC " (its '+') or "(+CC)" with one
  * optional space after it (its '('), CC being 1-3 digits, the first not 0, not glued to a letter or
- * digit before it; -1 when there is none. A number after a country code is a phone number's rest,
- * whatever its grouping ("+1 234-56-7890"). */
+ * digit before it, and its digit count in *cc; -1 when there is none. A number after a country
+ * code is a phone number's rest, whatever its grouping ("+1 234-56-7890", "+1 234.56.7890"). */
 static int64_t country_code_at(const scan_t *s, size_t i, int *cc) {
     int64_t j = (int64_t)i - 1;
     if (at(s, j) == ' ') j--;
@@ -322,9 +322,12 @@ static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d,
         }
         return 0;
     }
-    if (groups_eq(g, ng, G_SSN, 3) && (sep == ' ' || sep == '-' || (sep == '.' && country_code_at(s, i, &cc) < 0))) {
+    if (groups_eq(g, ng, G_SSN, 3) && (sep == ' ' || sep == '-' || sep == '.')) {
         if (!ssa_valid(d)) return 0;
-        set_hit(hit, i, end, QG_SSN, QG_V_SSA);
+        /* ' ' and '-' after a country code are e164_grouped's, from the '+' */
+        int64_t code = sep == '.' ? country_code_at(s, i, &cc) : -1;
+        if (code >= 0) set_hit(hit, (size_t)code, end, QG_PHONE, QG_V_E164);
+        else set_hit(hit, i, end, QG_SSN, QG_V_SSA);
         return 1;
     }
     if (ng == 1 && g[0] == 9 && ssn_context(s, i)) {
@@ -428,8 +431,8 @@ static int chain_same(scan_t *s, size_t i, int veto, qg_finding *hit) {
 }
 
 /* Groups joined by single spaces and hyphens, both used, read as an SSN, a card or a NANP phone
- * number ("123-45 6789", "4111-1111 1111-1111", "1-800 555-0199"); E.164 numbers are
- * e164_grouped's. */
+ * number with a hyphen before its last group ("123-45 6789", "4111-1111 1111-1111",
+ * "1-800 555-0199"); E.164 numbers are e164_grouped's. */
 static int chain_mixed(scan_t *s, size_t i, int veto, qg_finding *hit) {
     static const int G_SSN[] = {3, 2, 4}, G_NANP[] = {3, 3, 4}, G_NANP1[] = {1, 3, 3, 4};
     const unsigned char *b = s->b;
@@ -471,7 +474,9 @@ static int chain_mixed(scan_t *s, size_t i, int veto, qg_finding *hit) {
             set_hit(hit, i, end, QG_SSN, QG_V_SSA);
         } else if (digits >= 13 && digits <= 19 && card_groups_ok(g, p, ' ') && iin_known(d) && luhn(d, (int)digits)) {
             set_hit(hit, i, end, QG_CREDIT_CARD, QG_V_LUHN);
-        } else if ((groups_eq(g, p, G_NANP, 3) && d[0] >= '2') || (groups_eq(g, p, G_NANP1, 4) && d[0] == '1' && d[1] >= '2')) {
+        } else if (seps[p - 2] == '-' && ((groups_eq(g, p, G_NANP, 3) && d[0] >= '2') ||
+                                          (groups_eq(g, p, G_NANP1, 4) && d[0] == '1' && d[1] >= '2'))) {
+            /* a hyphen before the line number: "259-264 1970" is pages and a year */
             set_hit(hit, i, end, QG_PHONE, QG_V_NANP);
         } else {
             continue;
@@ -528,10 +533,10 @@ static inline int spaced_hyphen(const scan_t *s, int64_t j) {
 }
 
 /* Groups joined by " - " (a hyphen, or in the folded view an en or em dash, with a space on each
- * side), the same between every group, read as an SSN (3-2-4, SSA rules) or a card (its
- * groupings, IIN, Luhn) only; not where " - " and a digit come before or after it (a longer run
- * of numbers, a sum). */
-static int chain_spaced(scan_t *s, size_t i, qg_finding *hit) {
+ * side), the same between every group, read as an SSN (3-2-4, SSA rules; after a country code
+ * starting at code >= 0, the phone number it ends) or a card (its groupings, IIN, Luhn) only; not
+ * where " - " and a digit come before or after it (a longer run of numbers, a sum). */
+static int chain_spaced(scan_t *s, size_t i, int64_t code, qg_finding *hit) {
     static const int G_SSN[] = {3, 2, 4};
     const unsigned char *b = s->b;
     size_t n = s->n;
@@ -555,7 +560,8 @@ static int chain_spaced(scan_t *s, size_t i, qg_finding *hit) {
     if (in_set(after, "-./:") && is_digit(at(s, (int64_t)j + 1))) return 0;
     if (groups_eq(g, ng, G_SSN, 3)) {
         if (!ssa_valid(d)) return 0;
-        set_hit(hit, i, j, QG_SSN, QG_V_SSA);
+        if (code >= 0) set_hit(hit, (size_t)code, j, QG_PHONE, QG_V_E164);
+        else set_hit(hit, i, j, QG_SSN, QG_V_SSA);
         return 1;
     }
     if (nd >= 13 && nd <= 19 && card_groups_ok(g, ng, '-') && iin_known(d) && luhn(d, (int)nd)) {
@@ -584,7 +590,7 @@ static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit) {
         int pp = at(s, (int64_t)i - 2);
         return !(pp >= 0 && is_alnum(pp)) && e164_grouped(s, i, i - 1, 0, veto, hit);
     }
-    return chain_mixed(s, i, veto, hit) || (code < 0 && chain_spaced(s, i, hit));
+    return chain_mixed(s, i, veto, hit) || chain_spaced(s, i, code, hit);
 }
 
 static void chain(scan_t *s, size_t i) {

@@ -251,7 +251,7 @@ def _chain(text: str, i: int, veto: bool = True) -> list[tuple[int, int, str, st
         return found
     if prev == "+":
         return _e164_grouped(text, i, i - 1, 0, veto) if _at(text, i - 2) not in _ALNUM else []
-    return _chain_mixed(text, i, veto) or (_chain_spaced(text, i) if code < 0 else [])
+    return _chain_mixed(text, i, veto) or _chain_spaced(text, i, code)
 
 
 def _country_code_at(text: str, i: int) -> tuple[int, int]:
@@ -259,7 +259,7 @@ def _country_code_at(text: str, i: int) -> tuple[int, int]:
     (its ``+``) or ``(+CC)`` with one optional space after it (its ``(``), CC being 1-3 digits,
     the first not 0, not glued to a letter or digit before it; ``(-1, 0)`` when there is none. A
     number after a country code is a phone number's rest, whatever its grouping
-    (``+1 234-56-7890``)."""
+    (``+1 234-56-7890``, ``+1 234.56.7890``)."""
     j = i - 1
     if _at(text, j) == " ":
         j -= 1
@@ -322,11 +322,11 @@ def _e164_grouped(text: str, i: int, start: int, cc: int, veto: bool) -> list[tu
     return []
 
 
-def _chain_spaced(text: str, i: int) -> list[tuple[int, int, str, str]]:
+def _chain_spaced(text: str, i: int, code: int) -> list[tuple[int, int, str, str]]:
     # Groups joined by " - " (a hyphen, or in the folded view an en or em dash, with a space on
-    # each side), the same between every group, read as an SSN (3-2-4, SSA rules) or a card (its
-    # groupings, IIN, Luhn) only; not where " - " and a digit come before or after it (a longer
-    # run of numbers, a sum).
+    # each side), the same between every group, read as an SSN (3-2-4, SSA rules; after a country
+    # code starting at code >= 0, the phone number it ends) or a card (its groupings, IIN, Luhn)
+    # only; not where " - " and a digit come before or after it (a longer run of numbers, a sum).
     if text[max(i - 3, 0):i] == " - " and _at(text, i - 4) in _DIGITS:
         return []
     n = len(text)
@@ -350,7 +350,9 @@ def _chain_spaced(text: str, i: int) -> list[tuple[int, int, str, str]]:
         return []
     d = text[i:j].replace(" - ", "")
     if groups == [3, 2, 4]:
-        return [(i, j, "SSN", "ssa-rules")] if _ssa_valid(d) else []
+        if not _ssa_valid(d):
+            return []
+        return [(code, j, "PHONE", "e164")] if code >= 0 else [(i, j, "SSN", "ssa-rules")]
     if 13 <= len(d) <= 19 and _card_groups_ok(groups, "-") and _iin_known(d) and _luhn(d):
         return [(i, j, "CREDIT_CARD", "luhn")]
     return []
@@ -398,8 +400,8 @@ def _chain_same(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]
 
 def _chain_mixed(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]]:
     # Groups joined by single spaces and hyphens, both used, read as an SSN, a card or a NANP phone
-    # number ("123-45 6789", "4111-1111 1111-1111", "1-800 555-0199"); E.164 numbers are
-    # _e164_grouped's.
+    # number with a hyphen before its last group ("123-45 6789", "4111-1111 1111-1111",
+    # "1-800 555-0199"); E.164 numbers are _e164_grouped's.
     n = len(text)
     groups: list[int] = []
     seps: list[str] = []
@@ -434,8 +436,9 @@ def _chain_mixed(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str
             found = [(i, end, "SSN", "ssa-rules")]
         elif 13 <= len(d) <= 19 and _card_groups_ok(groups[:g], " ") and _iin_known(d) and _luhn(d):
             found = [(i, end, "CREDIT_CARD", "luhn")]
-        elif (groups[:g] == [3, 3, 4] and d[0] in "23456789") or (
-                groups[:g] == [1, 3, 3, 4] and d[0] == "1" and d[1] in "23456789"):
+        elif seps[g - 2] == "-" and (  # a hyphen before the line number: "259-264 1970" is pages and a year
+                (groups[:g] == [3, 3, 4] and d[0] in "23456789")
+                or (groups[:g] == [1, 3, 3, 4] and d[0] == "1" and d[1] in "23456789")):
             found = [(i, end, "PHONE", "nanp")]
         else:
             continue
@@ -471,8 +474,12 @@ def _chain_match(text: str, i: int, groups: list[int], digits: list[str], sep: s
         if _at(text, i - 2) not in _ALNUM and sep in ("", " ", "-") and 8 <= nd <= 15 and d[0] != "0":
             return [(i - 1, end, "PHONE", "e164")]
         return []
-    if groups == [3, 2, 4] and (sep in (" ", "-") or sep == "." and _country_code_at(text, i)[0] < 0):
-        return [(i, end, "SSN", "ssa-rules")] if _ssa_valid(d) else []
+    if groups == [3, 2, 4] and sep in (" ", "-", "."):
+        if not _ssa_valid(d):
+            return []
+        # " " and "-" after a country code are _e164_grouped's, from the "+"
+        code = _country_code_at(text, i)[0] if sep == "." else -1
+        return [(code, end, "PHONE", "e164")] if code >= 0 else [(i, end, "SSN", "ssa-rules")]
     if groups == [9] and _ssn_context(text, i):
         return [(i, end, "SSN", "ssa-rules")] if _ssa_valid(d) else []
     if 13 <= nd <= 19 and _card_groups_ok(groups, sep) and _iin_known(d) and _luhn(d):
