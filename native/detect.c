@@ -324,7 +324,7 @@ static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d,
     }
     if (groups_eq(g, ng, G_SSN, 3) && (sep == ' ' || sep == '-' || sep == '.')) {
         if (!ssa_valid(d)) return 0;
-        /* ' ' and '-' after a country code are e164_grouped's, from the '+' */
+        /* ' ' and '-' after a country code are e164_grouped's (from the '+', or the '(' in chain_find) */
         int64_t code = sep == '.' ? country_code_at(s, i, &cc) : -1;
         if (code >= 0) set_hit(hit, (size_t)code, end, QG_PHONE, QG_V_E164);
         else set_hit(hit, i, end, QG_SSN, QG_V_SSA);

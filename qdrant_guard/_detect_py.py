@@ -477,7 +477,7 @@ def _chain_match(text: str, i: int, groups: list[int], digits: list[str], sep: s
     if groups == [3, 2, 4] and sep in (" ", "-", "."):
         if not _ssa_valid(d):
             return []
-        # " " and "-" after a country code are _e164_grouped's, from the "+"
+        # " " and "-" after a country code are _e164_grouped's (from the "+", or the "(" in _chain)
         code = _country_code_at(text, i)[0] if sep == "." else -1
         return [(code, end, "PHONE", "e164")] if code >= 0 else [(i, end, "SSN", "ssa-rules")]
     if groups == [9] and _ssn_context(text, i):
