@@ -397,7 +397,8 @@ def test_overlapping_views_merge_in_linear_time() -> None:
     import time
 
     text = "x@a.io&#46;x@a.io" * 6000
-    t0 = time.perf_counter()
+    # CPU time, not wall time: on a loaded machine waiting for a core is not the merge's cost.
+    t0 = time.process_time()
     got = detect._find_spans(text, NATIVE.find_spans)
-    assert time.perf_counter() - t0 < 1.5
+    assert time.process_time() - t0 < 1.5
     assert [(s, e, t) for s, e, t, _ in got] == [(0, len(text), "EMAIL")]
