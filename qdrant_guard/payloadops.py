@@ -1,6 +1,7 @@
 """Payload changes on sensitive collections: receipts cannot be forged, altered or stripped."""
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any, Collection
 
 from qdrant_client import grpc
@@ -132,10 +133,18 @@ class PayloadOps(TextOps):
                                      f"as 'meta.tags'), not {type(key).__name__}")
         if names is not None:
             given = args[names]
-            if not isinstance(given, (list, tuple)) or not all(isinstance(k, str) for k in given):
-                what = (type(given).__name__ if not isinstance(given, (list, tuple))
-                        else f"a {type(given).__name__} holding {type(next(k for k in given if not isinstance(k, str))).__name__}")
-                raise self._refuse_input(op, name, pol, f"{op}() argument {names!r} must be a list of str, not {what}")
+            # qdrant-client's REST models take any iterable of str here (a set, dict.keys(), a
+            # generator); only a str (read as its characters), bytes and a mapping are refused.
+            # Read once into a list: a generator checked here would reach Qdrant empty.
+            if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Iterable):
+                raise self._refuse_input(op, name, pol, f"{op}() argument {names!r} must be a list of str, "
+                                         f"not {type(given).__name__}")
+            items = list(given)
+            odd = [k for k in items if not isinstance(k, str)]
+            if odd:
+                raise self._refuse_input(op, name, pol, f"{op}() argument {names!r} must be a list of str, not a "
+                                         f"{type(given).__name__} holding {type(odd[0]).__name__}")
+            args[names] = [str(k) for k in items]
 
     def _check_set(self, op: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], key: str | None) -> dict[str, Any]:
         payload = _stored_keys(payload)

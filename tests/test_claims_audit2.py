@@ -100,14 +100,22 @@ def test_the_same_record_passes_the_write_it_was_calibrated_for(tmp_path):
 # README, defaults table ("500 whitespace tokens and 4,000 estimated subword tokens ... about 4,000
 # CJK characters or 16,000 ASCII letters without spaces"), and docs/threat-model.md, "Scan limits:
 # text without whitespace", which said 56,000 CJK characters "pass the token cap": under the
-# default max_model_tokens = "auto" they are refused as token_cap; the glued phrases pass.
+# default max_model_tokens = "auto" they are refused as token_cap. The length figures are measured
+# on text without repetition (seeded random CJK characters and lowercase letters): the glued phrases
+# this test first passed are refused since glued_repetition (default 0.5) joined the defaults, which
+# broke it on the merged branch (h-rev27 found it failing).
+_rng = np.random.default_rng(27)
+_CJK = "".join(chr(int(c)) for c in _rng.integers(0x4E00, 0x9FA5, size=4001))
+_LETTERS = "".join(chr(int(c)) for c in _rng.integers(ord("a"), ord("z") + 1, size=16004))
+
+
 @pytest.mark.parametrize("text, refused", [
-    ("数据库密码是什么" * 500, None),                      # 4,000 CJK characters
-    ("数据库密码是什么" * 500 + "数", "token_cap"),        # 4,001
-    ("abcdefghijklmnop" * 1000, None),                    # 16,000 ASCII letters
-    ("abcdefghijklmnop" * 1000 + "abcd", "token_cap"),    # 16,004
-    ("passwordleak" * 400, None),
-    ("数据库密码是什么" * 400, None),
+    (_CJK[:4000], None),                                   # 4,000 CJK characters
+    (_CJK, "token_cap"),                                   # 4,001
+    (_LETTERS[:16000], None),                              # 16,000 ASCII letters
+    (_LETTERS, "token_cap"),                               # 16,004
+    ("passwordleak" * 400, "glued_repetition"),            # within the token caps, refused as stuffing
+    ("数据库密码是什么" * 400, "glued_repetition"),
     ("数据库密码是什么" * 7000, "token_cap"),              # 56,000 CJK characters
     ("a " * 32768 + "b", "size_cap"),                     # 65,537 characters
 ])

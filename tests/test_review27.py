@@ -1,0 +1,101 @@
+"""Twenty-fifth adversarial review (2026-12-05, branch h-rev27): findings on the changes of this
+session (collection metadata visibility, utility record scope, glued_repetition, the claims-audit
+argument checks), each with the test that failed on the code before its fix, or that pins what is
+left open as docs/security-testing.md and the threat model describe it.
+
+Real qdrant-client local mode, real keys; no mocks.
+"""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from qdrant_guard import AsyncQdrantClient, GuardArgumentTypeError, UnsupportedWriteError
+from qdrant_guard.receipts import RECEIPT_KEY
+from qdrant_guard.scan import scan_query
+from tests.guardkit import QdrantClient, RawClient, audit_records, make_kit, models, unit
+
+_VP = {"": models.VectorParams(size=16, distance=models.Distance.COSINE),
+       "b": models.VectorParams(size=16, distance=models.Distance.COSINE)}
+_PRIVATE = {"class": "PII", "owner": "hr", "readers": ["hr"], "writers": ["support"], "intent": {"enabled": False}}
+
+
+def _points(n: int = 3) -> list[models.PointStruct]:
+    rng = np.random.default_rng(0)
+    return [models.PointStruct(id=i, vector={"": unit(rng), "b": unit(rng)},
+                               payload={"source": "s", "y": 1, "z": 2}) for i in range(n)]
+
+
+# --- 1. delete_payload's keys and delete_vectors' vectors: any iterable of str -----------------
+# Claims audit 2 (9b029df) refused every keys/vectors argument but a list or tuple on sensitive
+# collections. qdrant-client's REST models take any iterable of str there (pydantic reads a set,
+# dict.keys() or a generator as a list), and local mode iterates it: a PUBLIC collection, or a
+# client without the guard, deletes the keys; the guarded sensitive collection raised
+# GuardArgumentTypeError. A generator must also reach Qdrant whole, not as the guard left it.
+_KEYS = {
+    "set": lambda: {"y", "z"},
+    "dict_keys": lambda: {"y": 0, "z": 0}.keys(),
+    "generator": lambda: (k for k in ["y", "z"]),
+    "numpy": lambda: np.array(["y", "z"]),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_KEYS))
+def test_delete_payload_takes_any_iterable_of_keys(tmp_path, kind):
+    kit = make_kit(tmp_path)
+    alice = QdrantClient(":memory:", guard=kit.config({"c": _PRIVATE}), principal=kit.principal("alice", "hr"))
+    raw = RawClient(":memory:")
+    for client in (alice, raw):
+        client.create_collection("c", vectors_config=_VP)
+        client.upsert("c", _points())
+        client.delete_payload("c", keys=_KEYS[kind](), points=[1])
+    for client in (alice, raw):
+        (rec,) = RawClient.retrieve(client, "c", [1], with_payload=True)
+        assert {k: v for k, v in rec.payload.items() if k != RECEIPT_KEY} == {"source": "s"}
+
+
+@pytest.mark.parametrize("kind", ["set", "generator"])
+def test_delete_vectors_takes_any_iterable_of_names(tmp_path, kind):
+    kit = make_kit(tmp_path)
+    alice = QdrantClient(":memory:", guard=kit.config({"c": _PRIVATE}), principal=kit.principal("alice", "hr"))
+    alice.create_collection("c", vectors_config=_VP)
+    alice.upsert("c", _points())
+    before = RawClient.retrieve(alice, "c", [1], with_vectors=True)[0].vector
+    assert set(before) == {"", "b"}
+    alice.delete_vectors("c", vectors={"b"} if kind == "set" else (n for n in ["b"]), points=[1])
+    after = RawClient.retrieve(alice, "c", [1], with_vectors=True)[0].vector
+    # local mode answers the one vector left, the unnamed one, as a bare list
+    assert after == before[""]
+
+
+def test_delete_payload_takes_a_set_of_keys_in_async_too(tmp_path):
+    kit = make_kit(tmp_path)
+
+    async def run():
+        alice = AsyncQdrantClient(":memory:", guard=kit.config({"c": _PRIVATE}), principal=kit.principal("alice", "hr"))
+        await alice.create_collection("c", vectors_config=_VP)
+        await alice.upsert("c", _points())
+        await alice.delete_payload("c", keys={"y", "z"}, points=[1])
+        (rec,) = await alice.retrieve("c", [1], with_payload=True)
+        return rec.payload
+
+    payload = asyncio.run(run())
+    assert "y" not in payload and "z" not in payload and payload["source"] == "s"
+
+
+@pytest.mark.parametrize("keys, named", [("yz", "str"), (b"y", "bytes"), ({"y": 1}, "dict"), (["y", 3], "int"),
+                                         (7, "int")])
+def test_a_str_mapping_or_non_str_key_is_still_refused_audited(tmp_path, keys, named):
+    # A str would be read as its characters by local mode ('yz' deletes keys 'y' and 'z').
+    kit = make_kit(tmp_path)
+    alice = QdrantClient(":memory:", guard=kit.config({"c": _PRIVATE}), principal=kit.principal("alice", "hr"))
+    alice.create_collection("c", vectors_config=_VP)
+    alice.upsert("c", _points())
+    with pytest.raises(GuardArgumentTypeError, match=f"argument 'keys' must be a list of str.*{named}"):
+        alice.delete_payload("c", keys=keys, points=[1])
+    last = audit_records(kit)[-1]
+    assert last["op"] == "delete_payload" and last["verdict"] == "UNSUPPORTED_WRITE"
+    (rec,) = RawClient.retrieve(alice, "c", [1], with_payload=True)
+    assert rec.payload["y"] == 1 and rec.payload["z"] == 2
