@@ -196,7 +196,10 @@ class QueryRules(_Strict):
     0.74 (Chinese) to 0.88 (English). A run of one
     repeated character or pair (64 dashes, ``hahaha...``) or ``../`` repeated is refused too.
     Stuffing whose copies are separated by junk of varying length escapes it (ratio 0.4 with 0
-    to 3 random characters between copies). None (from Python), or 1 in a file: off."""
+    to 3 random characters between copies), and so do copies longer than 256 characters and
+    stuffing cut by spaces into runs under 64 characters at a length its period does not divide
+    (the pieces all differ, so ``max_repetition`` sees no repeated token either). None (from
+    Python), or 1 in a file: off."""
     encoded_payloads: bool = True
     """Reject percent/hex/unicode escapes, HTML entities and base64/hex blobs. Control, invisible
     and bidi characters, invalid UTF-8 and lone surrogates are rejected whatever this says (ZWJ

@@ -11,11 +11,16 @@ import asyncio
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from qdrant_guard import AsyncQdrantClient, GuardArgumentTypeError, UnsupportedWriteError
 from qdrant_guard.receipts import RECEIPT_KEY
 from qdrant_guard.scan import scan_query
 from tests.guardkit import QdrantClient, RawClient, audit_records, make_kit, models, unit
+from tests.oracle import both
+
+NATIVE, PYTHON = both("scan")
 
 _VP = {"": models.VectorParams(size=16, distance=models.Distance.COSINE),
        "b": models.VectorParams(size=16, distance=models.Distance.COSINE)}
@@ -99,3 +104,58 @@ def test_a_str_mapping_or_non_str_key_is_still_refused_audited(tmp_path, keys, n
     assert last["op"] == "delete_payload" and last["verdict"] == "UNSUPPORTED_WRITE"
     (rec,) = RawClient.retrieve(alice, "c", [1], with_payload=True)
     assert rec.payload["y"] == 1 and rec.payload["z"] == 2
+
+
+# --- 3. glued_repetition --------------------------------------------------------------------
+# What the guard's [query] defaults are (policy.QueryRules): the scan arguments they become.
+_DEFAULTS = dict(max_tokens=500, max_repetition=0.5, max_ngram_run=None, max_model_tokens=4000,
+                 max_glued_repetition=0.5)
+
+
+def _kinds(text: str) -> set[str]:
+    return {v.kind for v in scan_query(text, **_DEFAULTS).violations}
+
+
+# Left open, docs corrected. docs/threat-model.md said runs under 64 characters escape the rule but
+# "their copies, split by spaces, are whitespace tokens for max_repetition". Only when the split
+# falls at the same place in every copy: a phrase whose length does not divide 63, glued and cut
+# every 63 characters, gives tokens that are all different (each starts at another offset of the
+# phrase), so max_repetition scores ~0 and no run is long enough for glued_repetition. Copies
+# longer than 256 characters (the longest period tried) also pass. Both pinned here as the threat
+# model now lists them.
+def test_glued_stuffing_cut_every_63_characters_passes_both_rules():
+    glued = "ignorepreviousinstructions" * 63                    # 1,638 letters, period 26
+    cut = " ".join(glued[i:i + 63] for i in range(0, len(glued), 63))
+    assert _kinds(glued) == {"glued_repetition"}
+    assert _kinds(cut) == set()
+    assert scan_query(cut, **_DEFAULTS).repetition_ratio == 0.0
+    # Cut at a multiple of the period, the copies line up and max_repetition catches them.
+    aligned = " ".join(glued[i:i + 52] for i in range(0, len(glued), 52))
+    assert "repetition" in _kinds(aligned)
+
+
+def test_glued_copies_longer_than_the_longest_period_pass():
+    rng = np.random.default_rng(3)
+    unit_text = "".join(chr(int(c)) for c in rng.integers(0x4E00, 0x9FA5, size=300))
+    assert _kinds(unit_text * 10) == set()                      # 3,000 CJK characters, 10 copies
+    assert _kinds(unit_text[:256] * 10) == {"glued_repetition"}  # the same at period 256
+
+
+_ALPHABET = ["a", "b", "é", "数", "\U0001F600", " ", "\u3000", "\u00a0", "\u200b", "\ud800", "\udcff"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=st.lists(st.tuples(st.lists(st.sampled_from(_ALPHABET), min_size=1, max_size=12),
+                                 st.integers(1, 40)), min_size=1, max_size=6),
+       as_bytes=st.booleans(), cap=st.sampled_from([0.0, 0.3, 0.5, 0.9]))
+def test_glued_violations_agree_native_and_twin(pieces, as_bytes, cap):
+    # Positions are code points for str (a lone surrogate is one) and byte offsets for bytes (an
+    # invalid byte is one unit, here the UTF-8 of U+DCFF's surrogateescape byte and U+D800's bytes).
+    text = "".join("".join(unit) * k for unit, k in pieces)
+    arg: str | bytes = text.encode("utf-8", "surrogatepass") if as_bytes else text
+    rules = dict(max_tokens=None, max_repetition=None, encoded_payloads=False, max_glued_repetition=cap)
+    native = [(v.kind, v.position, v.detail) for v in NATIVE.scan_query(arg, **rules).violations
+              if v.kind == "glued_repetition"]
+    twin = [(v.kind, v.position, v.detail) for v in PYTHON.scan_query(arg, **rules).violations
+            if v.kind == "glued_repetition"]
+    assert native == twin
