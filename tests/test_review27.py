@@ -159,3 +159,21 @@ def test_glued_violations_agree_native_and_twin(pieces, as_bytes, cap):
     twin = [(v.kind, v.position, v.detail) for v in PYTHON.scan_query(arg, **rules).violations
             if v.kind == "glued_repetition"]
     assert native == twin
+
+
+# --- 1. collection metadata visibility --------------------------------------------------------
+# Left open, documented. get_collection withholds the point count from a principal who may not
+# read the collection, but a write-only principal (writers, not readers) learns which point ids
+# exist from any write by id: the guard refuses a payload or vector change naming a missing point
+# and lists the missing ids (Qdrant itself fails such a write with "no point with id ..." on a
+# server, a KeyError in local mode). With guessable ids (0, 1, 2, ...) that is the count.
+def test_a_write_only_principal_learns_which_ids_exist_from_a_write(tmp_path):
+    kit = make_kit(tmp_path)
+    alice = QdrantClient(":memory:", guard=kit.config({"c": _PRIVATE}), principal=kit.principal("alice", "hr"))
+    alice.create_collection("c", vectors_config=_VP)
+    alice.upsert("c", _points(7))
+    bob = alice.with_principal(kit.principal("bob", "support"))
+    assert bob.get_collection("c").points_count is None
+    with pytest.raises(UnsupportedWriteError, match=r"point\(s\) \[7, 8, 9\] do not exist"):
+        bob.set_payload("c", payload={"note": "x"}, points=list(range(10)))
+    assert [r["verdict"] for r in audit_records(kit)[-2:]] == ["ALLOW", "UNSUPPORTED_WRITE"]
