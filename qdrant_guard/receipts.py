@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -1364,7 +1365,8 @@ def verify(
         One :class:`PointReceiptReport` per (point, vector name), in read order.
 
     Raises:
-        TypeError: ``client`` has no ``scroll``, ``retrieve`` or ``get_aliases``, ``check_noise`` is
+        TypeError: ``client`` has no ``scroll``, ``retrieve`` or ``get_aliases`` or is an
+            AsyncQdrantClient (its methods return coroutines), ``check_noise`` is
             not a bool, ``noise_policy`` lacks epsilon, delta, radius or
             clip_norm, ``policy`` is neither a GuardConfig nor a CollectionPolicy, or another
             argument has the wrong type.
@@ -1378,6 +1380,12 @@ def verify(
         raise GuardArgumentTypeError(
             f"verify() client must be a qdrant_client.QdrantClient (e.g. QdrantClient(path=...) or url=...), "
             f"not {type(client).__name__}, which has no {', '.join(lacking)}")
+    # An AsyncQdrantClient has the methods, but they return coroutines: it failed below with a bare
+    # TypeError ("cannot unpack non-iterable coroutine object") and unawaited-coroutine warnings.
+    if any(inspect.iscoroutinefunction(getattr(client, m)) for m in ("scroll", "retrieve", "get_aliases")):
+        raise GuardArgumentTypeError(
+            f"verify() is synchronous and client is a {type(client).__name__}, whose methods return coroutines; "
+            "pass a qdrant_client.QdrantClient on the same storage (QdrantClient(path=...) or url=...)")
     if not isinstance(collection_name, str):
         raise GuardArgumentTypeError(f"collection_name must be str, not {type(collection_name).__name__}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:

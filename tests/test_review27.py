@@ -177,3 +177,33 @@ def test_a_write_only_principal_learns_which_ids_exist_from_a_write(tmp_path):
     with pytest.raises(UnsupportedWriteError, match=r"point\(s\) \[7, 8, 9\] do not exist"):
         bob.set_payload("c", payload={"note": "x"}, points=list(range(10)))
     assert [r["verdict"] for r in audit_records(kit)[-2:]] == ["ALLOW", "UNSUPPORTED_WRITE"]
+
+
+# --- 4. receipts.verify with an AsyncQdrantClient ---------------------------------------------
+# Claims audit 2 made verify() refuse a client without scroll/retrieve/get_aliases as
+# GuardArgumentTypeError. An AsyncQdrantClient (raw or guarded) has all three, returning
+# coroutines: verify() raised a bare TypeError ("cannot unpack non-iterable coroutine object")
+# after leaving an unawaited coroutine behind.
+@pytest.mark.parametrize("guarded", [False, True])
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_verify_refuses_an_async_client_naming_the_fix(tmp_path, guarded):
+    from qdrant_client import AsyncQdrantClient as RawAsync
+
+    from qdrant_guard import receipts
+
+    kit = make_kit(tmp_path)
+
+    async def make():
+        if guarded:
+            client = AsyncQdrantClient(":memory:", guard=kit.config({"c": _PRIVATE}),
+                                       principal=kit.principal("alice", "hr"))
+        else:
+            client = RawAsync(":memory:")
+        await client.create_collection("c", vectors_config=_VP)
+        await client.upsert("c", _points())
+        return client
+
+    client = asyncio.run(make())
+    for ids in (None, [1]):
+        with pytest.raises(GuardArgumentTypeError, match="verify\\(\\) is synchronous.*QdrantClient"):
+            receipts.verify(client, "c", ids, trusted_keys={})
