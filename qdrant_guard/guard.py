@@ -389,6 +389,27 @@ class Guard(WriteOps, ReadOps):
             return False
         return pol.is_public or pol.may_read(self.boundary())
 
+    def op_list_full_snapshots(self, method: str, args: dict[str, Any]) -> Op:
+        """Full snapshots' names, times and checksums for any principal; their ``size`` only for
+        one who may read every collection.
+
+        A full snapshot's size is the storage of all collections: with the sizes of the collections
+        a principal reads, it measures the others', whose counts get_collection withholds. To
+        anyone else each ``size`` is 0 (the model requires a number)."""
+        if self.transparent:
+            return (yield Call(method, args))
+        resp = yield Call("get_collections", {})
+        whole = all(self.readable(c.name) for c in resp.collections)
+        self.record(self.decision(
+            method, None, None, Verdict.ALLOW,
+            "full snapshot list allowed" + ("" if whole else ": their sizes are withheld, as the principal may not "
+                                            "read every collection they hold"),
+            details={} if whole else {"hidden": ["size"]}))
+        data = yield from self.forward(method, None, None, Call(method, args))
+        if whole or not data:
+            return data
+        return [snap.model_copy(update={"size": 0}) for snap in data]
+
     def op_cluster_telemetry(self, method: str, args: dict[str, Any]) -> Op:
         """Cluster telemetry (server only) with the shard details of readable collections only.
 

@@ -62,7 +62,10 @@ OPERATOR_ONLY = SNAPSHOT_RECOVERY | {"remove_peer", "recover_current_peer", "del
 
 # Guarded with dedicated logic spanning several collections. cluster_telemetry (server only) gives
 # each collection's per-shard point, vector and size counts: shown for readable collections only.
-MULTI = frozenset({"update_collection_aliases", "migrate", "create_full_snapshot", "cluster_telemetry"})
+# list_full_snapshots gives each full snapshot's size, all collections' storage: shown only to a
+# principal who may read every collection.
+MULTI = frozenset({"update_collection_aliases", "migrate", "create_full_snapshot", "cluster_telemetry",
+                   "list_full_snapshots"})
 
 GUARDED = (WRITE_VECTORS | PAYLOAD | READ_POINTS | READ_COLLECTION | WRITE_COLLECTION | ADMIN | DESCRIBE
            | OPERATOR_ONLY | MULTI)
@@ -76,7 +79,6 @@ SAFE: dict[str, str] = {
     "get_aliases": "alias names only",
     "get_collection_aliases": "alias names only",
     "cluster_status": "cluster topology; no data",
-    "list_full_snapshots": "lists snapshot names; creating one is guarded",
     "list_text_models": "fastembed model catalogue",
     "list_sparse_models": "fastembed model catalogue",
     "list_image_models": "fastembed model catalogue",

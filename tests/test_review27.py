@@ -207,3 +207,38 @@ def test_verify_refuses_an_async_client_naming_the_fix(tmp_path, guarded):
     for ids in (None, [1]):
         with pytest.raises(GuardArgumentTypeError, match="verify\\(\\) is synchronous.*QdrantClient"):
             receipts.verify(client, "c", ids, trusted_keys={})
+
+
+# list_full_snapshots was SAFE ("lists snapshot names"): it also answers each full snapshot's size,
+# the storage of every collection, so a principal who reads all collections but one measured the
+# one get_collection withholds the counts of. The size is now 0 to a principal who may not read
+# every collection. Local mode has no snapshots: the guard's operation is driven with a server's
+# answer built of qdrant-client models, and the real call is shown going through the guard.
+def _snapshots() -> list[models.SnapshotDescription]:
+    return [models.SnapshotDescription(name="full-1.snapshot", creation_time="2026-12-05T17:00:00",
+                                       size=123_456, checksum="ab" * 32)]
+
+
+def test_full_snapshot_sizes_only_for_a_principal_who_reads_every_collection(tmp_path):
+    from qdrant_guard.pipeline import drive_sync
+
+    kit = make_kit(tmp_path)
+    shared = {**_PRIVATE, "readers": ["hr", "support"]}
+    alice = QdrantClient(":memory:", guard=kit.config({"c": _PRIVATE, "s": shared}), principal=kit.principal("alice", "hr"))
+    for name in ("c", "s"):
+        alice.create_collection(name, vectors_config=_VP)
+    bob = alice.with_principal(kit.principal("bob", "support"))
+    sent = []
+
+    def invoke(call):
+        sent.append(call.method)
+        return _snapshots() if call.method == "list_full_snapshots" else RawClient.get_collections(alice)
+
+    (theirs,) = drive_sync(bob._guard.run("list_full_snapshots", {}), invoke)
+    assert sent == ["get_collections", "list_full_snapshots"]
+    assert theirs.size == 0 and theirs.name == "full-1.snapshot" and theirs.checksum == "ab" * 32
+    assert audit_records(kit)[-1]["details"] == {"hidden": ["size"]}
+    (mine,) = drive_sync(alice._guard.run("list_full_snapshots", {}), invoke)
+    assert mine.size == 123_456
+    assert bob.list_full_snapshots() == []  # the real call, through the guard (local mode has none)
+    assert [(e["op"], e["verdict"]) for e in audit_records(kit)[-1:]] == [("list_full_snapshots", "ALLOW")]
