@@ -122,8 +122,10 @@ class PayloadOps(TextOps):
                     names: str | None = None) -> None:
         """Refuse a points ``selector`` argument, a ``key`` or the list of names in ``names``
         (``keys``, ``vectors``) of a type qdrant-client does not take."""
-        sel = _rest_selector(args[selector])
-        if not isinstance(sel, (list, tuple, models.PointIdsList, models.Filter, models.FilterSelector)):
+        # The type alone, not converted: a gRPC filter that does not convert is the filter
+        # screen's to refuse (QUERY_REJECTED, "cannot check"), not a wrong-type argument.
+        if not isinstance(args[selector], (list, tuple, models.PointIdsList, models.Filter, models.FilterSelector,
+                                           grpc.Filter, grpc.PointsSelector)):
             raise self._refuse_input(
                 op, name, pol, f"{op}() argument {selector!r} must be a list of point ids, a models.PointIdsList, "
                 f"models.Filter or models.FilterSelector, not {type(args[selector]).__name__}")
