@@ -1,0 +1,66 @@
+"""Inputs that kill the surviving mutants of the samplers and the ChaCha20 stream (mutation pass 8).
+
+The Ziggurat's rare paths are reached by a word of probability 2**-23 or 2**-31, which no random
+stream of a test's length draws. The nonces here were found by an exhaustive search over the first
+keystream block (native/chacha20.c's block function, in a scratch C program: nonce = (n, 0, 0)
+under KEY); each test checks its own precondition on the keystream from ``cryptography``, so a
+change of key, nonce or table that lost the case fails loudly instead of passing emptily.
+"""
+from __future__ import annotations
+
+import struct
+
+import pytest
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+from oracle import both
+
+NATIVE, PY = both("noise")
+KEY = bytes(range(32))
+
+
+def _words(nonce: bytes, count: int) -> tuple[int, ...]:
+    """The first ``count`` keystream words (block counter 0), from cryptography's ChaCha20."""
+    enc = Cipher(algorithms.ChaCha20(KEY, bytes(4) + nonce), None).encryptor()
+    return struct.unpack(f"<{count}I", enc.update(bytes(4 * count)))
+
+
+def _fast_bound(i: int) -> int:
+    """zig_k[i] of native/noise.c: the smallest 23-bit u with u * xs[i] >= X[i + 1]."""
+    lo, hi = 0, 1 << 23
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if mid * PY._XS[i] >= PY._X[i + 1]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@pytest.mark.parametrize("n", [1379343, 2639963, 4540647, 8186617])
+def test_a_first_word_exactly_at_its_layers_fast_bound_goes_on_to_the_wedge_test(n):
+    # u == zig_k[i] gives z >= X[i + 1]: outside the layer's rectangle core, so the reference
+    # draws y (two words) for the wedge test. A fast test of "u <= zig_k[i]" returns z at once
+    # and every later sample of the stream comes from words shifted by two.
+    nonce = struct.pack("<3I", n, 0, 0)
+    (w,) = _words(nonce, 1)
+    assert w >> 9 == _fast_bound(w & 255)
+    # Fewer than 8 samples: the serial sampler at every SIMD level.
+    assert NATIVE.normals(KEY, nonce, 4).tobytes() == PY.normals(KEY, nonce, 4).tobytes()
+    assert NATIVE.gammas(KEY, nonce, 2.5, 3).tobytes() == PY.gammas(KEY, nonce, 2.5, 3).tobytes()
+
+
+@pytest.mark.parametrize("n,j", [(321376182, 1), (447634360, 1), (696367349, 5), (388155010, 7)])
+def test_a_zero_word_in_the_top_layer_goes_on_to_the_wedge_test(n, j):
+    # Layer 255 ends at X[256] = 0, so its fast bound is 0 and u = 0 (z = 0, +0.0 or -0.0 by the
+    # sign bit) fails "z < X[256]": the reference draws y before accepting it. The fast bound is
+    # the smallest u with u * xs >= X[i + 1]; a ">" there makes it 1 and takes u = 0 at once.
+    nonce = struct.pack("<3I", n, 0, 0)
+    words = _words(nonce, j + 1)
+    assert _fast_bound(255) == 0
+    assert words[j] >> 9 == 0 and words[j] & 255 == 255
+    # The words before it are samples of one word each, so word j starts a sample.
+    assert all(w >> 9 < _fast_bound(w & 255) for w in words[:j])
+    native, ref = NATIVE.normals(KEY, nonce, j + 3), PY.normals(KEY, nonce, j + 3)
+    assert native.tobytes() == ref.tobytes()
+    assert ref[j] == 0.0 and str(ref[j]) == ("-0.0" if words[j] & 256 else "0.0")
