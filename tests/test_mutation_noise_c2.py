@@ -64,3 +64,40 @@ def test_a_zero_word_in_the_top_layer_goes_on_to_the_wedge_test(n, j):
     native, ref = NATIVE.normals(KEY, nonce, j + 3), PY.normals(KEY, nonce, j + 3)
     assert native.tobytes() == ref.tobytes()
     assert ref[j] == 0.0 and str(ref[j]) == ("-0.0" if words[j] & 256 else "0.0")
+
+
+# Every SIMD level's ChaCha20 blocks against cryptography, with a nonce whose three words are all
+# non-zero: every stream test before used a nonce ending in a zero word, so an AVX-512 block
+# function that did not add the input state's last word (the nonce's third) back into the output
+# gave the same bytes. Lengths take the 16-, 8- and 4-block paths and the single-block tail.
+_STREAM_PROBE = """
+import sys
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from qdrant_guard import _noise, _noise_py
+key = bytes(range(100, 132))
+bad = []
+for nonce in (bytes.fromhex("0102030405060708090a0b0c"), bytes.fromhex("ffffffff000000017fffffff")):
+    for counter in (0, 5, 0xFFFFFF00):
+        for blocks in (1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64):
+            nbytes = 64 * blocks - (blocks % 3)
+            enc = Cipher(algorithms.ChaCha20(key, counter.to_bytes(4, "little") + nonce), None).encryptor()
+            if _noise.chacha20_stream(key, nonce, counter, nbytes) != enc.update(bytes(nbytes)):
+                bad.append((nonce.hex(), counter, blocks))
+    # Across the 32-bit counter wrap (carried into the nonce's first word): against the twin.
+    if _noise.chacha20_stream(key, nonce, 0xFFFFFFF3, 64 * 40) != _noise_py.chacha20_stream(key, nonce, 0xFFFFFFF3, 64 * 40):
+        bad.append((nonce.hex(), "wrap"))
+print(_noise.IMPLEMENTATION, bad)
+sys.exit(1 if bad else 0)
+"""
+
+
+@pytest.mark.parametrize("level", ["scalar", "sse2", "avx2", "avx512"])
+def test_every_simd_block_function_adds_back_every_input_word(level):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "QG_NOISE_SIMD": level}
+    proc = subprocess.run([sys.executable, "-c", _STREAM_PROBE], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
