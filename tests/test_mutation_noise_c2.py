@@ -8,6 +8,7 @@ change of key, nonce or table that lost the case fails loudly instead of passing
 """
 from __future__ import annotations
 
+import math
 import struct
 
 import pytest
@@ -64,6 +65,26 @@ def test_a_zero_word_in_the_top_layer_goes_on_to_the_wedge_test(n, j):
     native, ref = NATIVE.normals(KEY, nonce, j + 3), PY.normals(KEY, nonce, j + 3)
     assert native.tobytes() == ref.tobytes()
     assert ref[j] == 0.0 and str(ref[j]) == ("-0.0" if words[j] & 256 else "0.0")
+
+
+
+def test_the_layer_holding_the_inflection_point_is_decided_by_exp():
+    # Layer 204 straddles z = 1, where the density turns from concave to convex, so neither the
+    # concave nor the convex chord/tangent bounds hold on it (they miss by up to ~3e-8) and
+    # wedge_test leaves it to exp(). Word 3 of this stream lands there with y between the density
+    # and the convex-side tangent: exp() accepts it, the concave rules (a shape test of "!= 2")
+    # reject it. Found by a search over nonce (n, 0, 0) for exactly that disagreement.
+    nonce = struct.pack("<3I", 199209016, 0, 0)
+    words = _words(nonce, 6)
+    assert words[3] & 255 == 204 and PY._X[205] < 1.0 < PY._X[204]
+    assert words[3] >> 9 >= _fast_bound(204)
+    assert all(w >> 9 < _fast_bound(w & 255) for w in words[:3])
+    z = (words[3] >> 9) * PY._XS[204]
+    y = PY._F[204] + (((words[4] | words[5] << 32) >> 11) * 2.0**-53) * (PY._F[205] - PY._F[204])
+    assert 0.0 < math.exp(-0.5 * z * z) - y < 1e-7  # accepted, by a margin only exp() resolves
+    native, ref = NATIVE.normals(KEY, nonce, 5), PY.normals(KEY, nonce, 5)
+    assert native.tobytes() == ref.tobytes()
+    assert ref[3] == z
 
 
 # Every SIMD level's ChaCha20 blocks against cryptography, with a nonce whose three words are all
