@@ -6,15 +6,16 @@ The kernel (native ``qdrant_guard._detect``, or the reference ``qdrant_guard._de
 What is detected (each finding names the check that confirmed it in ``Finding.validator``):
 
 * ``SSN``: ``AAA-GG-SSSS``, ``AAA GG SSSS`` or ``AAA.GG.SSSS``, the first two separators mixed
-  (``AAA-GG SSSS``, ``AAA GG-SSSS``), or `` - `` between the groups (``AAA - GG - SSSS``; an en
-  or em dash with spaces folds to it); a bare 9-digit number only when "ssn" or
+  (``AAA-GG SSSS``, ``AAA GG-SSSS``), or dashes between the groups, single, doubled or with a
+  space on each side, in any mix (``AAA - GG - SSSS``, ``AAA--GG--SSSS``, ``AAA - GG-SSSS``; an
+  en or em dash folds to ``-``); a bare 9-digit number only when "ssn" or
   "social security" (or ``social_security``, ``social-security``, ``socialSecurity``) occurs in
   the 40 characters before it. SSA rules ("ssa-rules"): area not 000,
   666 or 900-999, group not 00, serial not 0000; the advertising numbers 078-05-1120 and
   219-09-9999 are skipped.
 * ``CREDIT_CARD``: 13-19 digits, ungrouped or in groups of 4 (last group 1-4) or 4-6-5 / 4-6-4,
-  split by spaces or dashes, one kind or both mixed (``4111-1111 1111-1111``), or by `` - ``
-  between every group, a known IIN
+  split by spaces or dashes, one kind or both mixed (``4111-1111 1111-1111``), or by dashes as
+  an SSN's (``4111--1111--1111--1111``, ``4111 - 1111-1111 - 1111``), a known IIN
   prefix, Luhn-valid ("luhn"). Published test
   numbers such as 4111 1111 1111 1111 ARE flagged: they are card-shaped data that look real to a
   model and to a human reader.
@@ -26,20 +27,27 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   flagged (an address is personal data whatever its domain).
 * ``PHONE``: E.164 ``+`` and 8-15 digits, first not 0, optionally grouped by spaces and dashes,
   mixed or not (``+1 234-56-7890``), or after a parenthesised country code (``(+44) 20 7946
-  0958``: 1-3 digits, the first not 0, counted among the 8-15) ("e164"); NANP ``555-123-4567``,
+  0958``: 1-3 digits, the first not 0, counted among the 8-15), or with an area code or the
+  trunk prefix in parentheses after the country code (``+1 (234) 567-8901``, ``+44 (0)20 7946
+  0958``: 1-4 digits, a lone ``0`` not counted), or dotted after ``+CC `` or ``(+CC)``
+  (``+1 234.567.8901``, ``+33 6.12.34.56.78``: the groups after the first 2+ digits long, not
+  four groups of 1-3 digits, an IPv4 address) ("e164"); NANP ``555-123-4567``,
   ``555.123.4567``, ``1-555-123-4567``, ``(555) 123-4567``, and with spaces and hyphens mixed,
   a hyphen before the last group (``1-800 555-0199``, ``800 555-0199``), with an area code
   starting 2-9 ("nanp"). Dates, versions, IPs and bare long integers do not match. A number right
   after a country code (``+1 ``, ``(+1)``; not glued to a letter or digit before the ``+``) is a
   phone number's rest, never an SSN: ``+1 234-56-7890`` is one phone number, and so is an SSN's
-  3-2-4 with ``.`` or `` - `` after a country code (``+1 234.56.7890``, found whole, "e164").
-* Separators are single characters, but for `` - `` in SSNs and cards. Mixed separators (spaces
-  and hyphens) are read only where one consistent separator finds nothing, and only into an SSN,
-  a card, a NANP or E.164 phone number or an IBAN; a date keeps its one separator. ``.`` is read
-  only alone (``123.45.6789``, ``555.123.4567``), never mixed (``123-45.6789``); `` - `` only
-  between every group (``123 - 45 6789`` is not read) and not where `` - `` and a digit come
-  before or after the number (``2019 - 123 - 45 - 6789``, a sum); doubled separators (``--``,
-  two spaces) are not read. A dotted SSN needs exactly 3-2-4 digits and no ``.`` and a digit on
+  3-2-4 with ``.`` or dashes after a country code (``+1 234.56.7890``, found whole, "e164"). A
+  count or an offset before an ISO date (``+1 2023-10-15``: a year 19xx or 20xx, a month 01-12,
+  a day 01-31, joined by hyphens) is no phone number.
+* Separators are single characters, but for `` - `` and ``--`` in SSNs and cards. Mixed
+  separators (spaces and hyphens) are read only where one consistent separator finds nothing, and
+  only into an SSN, a card, a NANP or E.164 phone number or an IBAN; a date keeps its one
+  separator. ``.`` is read only alone (``123.45.6789``, ``555.123.4567``), never mixed
+  (``123-45.6789``); `` - `` and ``--`` only with other dashes (``123 - 45 6789`` and ``123 -- 45 -- 6789`` are not read) and not
+  where such a dash and a digit come before or after the number (``2019 - 123 - 45 - 6789``, a
+  sum, ``12--123--45--6789``); other doubled separators (two spaces, ``---``) are not read. A
+  dotted SSN needs exactly 3-2-4 digits and no ``.`` and a digit on
   either side, so dates (``2023.10.15``, ``15.10.2023``), versions (``1.2.3``, ``120.0.6099.109``)
   and IP addresses do not match. Where a number with mixed separators runs on (after a space)
   into more numbers, the list rules below apply to it. The cost: a row of random 4-digit numbers
@@ -49,7 +57,8 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   site-packages and /usr/share/doc, line by line, for the phone, IBAN, dotted and spaced forms
   (whose first reading of mixed NANP numbers took a citation's pages and year, ``259-264 1970``:
   a NANP number with mixed separators needs a hyphen before its last group, so ``555-123 4567``
-  is not read).
+  is not read), nor in the same 1 GB for the parenthesised, dotted and dashed forms of h-det3
+  (whose one changed finding is a phone number found whole, ``+1 (800) 123-4567``).
 * A number (SSN, card, IBAN, phone) ends at a letter or digit, not at ``_``: Markdown emphasis
   (``_123-45-6789_``) and snake_case glue (``ssn_123456789``) do not hide it. Nor does ``_``
   before a prefixed token or JWT, or after a fixed-length one (``_ghp_..._``, ``__sk_live_...__``).
