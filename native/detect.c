@@ -332,7 +332,8 @@ static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d,
             set_hit(hit, i - 1, end, QG_PHONE, QG_V_E164);
             return 1;
         }
-        return 0;
+        /* Not a phone number from its '+' (glued to a word, or not E.164's shape): the number is
+         * read as if the '+' were not there, so "ssn+123-45-6789" still holds an SSN. */
     }
     int64_t dotted = sep == '.' ? dotted_phone(s, i, g, ng, nd, &cc) : -1;
     if (dotted >= 0) {
@@ -651,7 +652,8 @@ static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit) {
     if (chain_same(s, i, veto, hit)) return 1;
     if (prev == '+') {
         int pp = at(s, (int64_t)i - 2);
-        return !(pp >= 0 && is_alnum(pp)) && (e164_grouped(s, i, i - 1, 0, veto, hit) || e164_paren(s, i, veto, hit));
+        if (!(pp >= 0 && is_alnum(pp)) && (e164_grouped(s, i, i - 1, 0, veto, hit) || e164_paren(s, i, veto, hit)))
+            return 1;
     }
     return chain_mixed(s, i, veto, hit) || chain_dashed(s, i, code, hit);
 }

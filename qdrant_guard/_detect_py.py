@@ -250,10 +250,10 @@ def _chain(text: str, i: int, veto: bool = True) -> list[tuple[int, int, str, st
     found = _chain_same(text, i, veto)
     if found:
         return found
-    if prev == "+":
-        if _at(text, i - 2) in _ALNUM:
-            return []
-        return _e164_grouped(text, i, i - 1, 0, veto) or _e164_paren(text, i, veto)
+    if prev == "+" and _at(text, i - 2) not in _ALNUM:
+        found = _e164_grouped(text, i, i - 1, 0, veto) or _e164_paren(text, i, veto)
+        if found:
+            return found
     return _chain_mixed(text, i, veto) or _chain_dashed(text, i, code)
 
 
@@ -557,7 +557,8 @@ def _chain_match(text: str, i: int, groups: list[int], digits: list[str], sep: s
     if prev == "+":
         if _at(text, i - 2) not in _ALNUM and sep in ("", " ", "-") and 8 <= nd <= 15 and d[0] != "0":
             return [(i - 1, end, "PHONE", "e164")]
-        return []
+        # Not a phone number from its "+" (glued to a word, or not E.164's shape): the number is
+        # read as if the "+" were not there, so "ssn+123-45-6789" still holds an SSN.
     dotted = _dotted_phone(text, i, groups, nd) if sep == "." else -1
     if dotted >= 0:
         return [(dotted, end, "PHONE", "e164")]

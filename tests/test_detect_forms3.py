@@ -144,7 +144,7 @@ def test_phone_numbers_that_are_no_date_stay_phones(text, value):
     "+0 (234) 56", "+1 (234) 56", "+1234 (56) 78", "f(+1) (234)", "(+44) (0)20 7946 x",
     "+1 (0) 234-567",  # the trunk 0 is not dialled: 7 digits
     # dotted numbers after "+N": versions, IPs, decimals, short ones
-    "+1 192.168.100.200", "+2 10.0.19041.1", "+1 2.31.0", "+3 3.11.4", "+1.415.555.1234",
+    "+1 192.168.100.200", "+2 10.0.19041.1", "+1 2.31.0", "+3 3.11.4",
     "+3.14159265", "x+1 234.567.89", "+1 12.34", "+1 1.2.3.4.5.6.7.8",
     # semantic versions with build metadata
     "1.0.0+20130313144700", "1.2.3-beta+exp.sha.5114f85", "v2.1.0+build.123.456.7890",
