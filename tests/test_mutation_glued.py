@@ -157,3 +157,13 @@ def test_policy_refuses_a_negative_cap() -> None:
     with pytest.raises(ValueError, match="max_glued_repetition"):
         QueryRules(max_glued_repetition=-0.01)
     assert QueryRules(max_glued_repetition=0).max_glued_repetition == 0
+
+
+@pytest.mark.parametrize("scan", [NATIVE.scan_query, PYTHON.scan_query], ids=["native", "python"])
+def test_an_invalid_byte_is_not_the_code_point_of_its_value(scan) -> None:
+    """In bytes input an invalid byte is the unit 0xDC00 + byte (surrogateescape), so 0x80 alone
+    differs from U+0080 (C2 80): read as ASCII it would make the run one repeated unit."""
+    for run in (b"\x80\xc2\x80", b"\xc2\x80\x80", b"\xff\xc3\xbf", b"\xc3\xbf\xff"):
+        text = run * 33
+        assert_run(scan, text, 0, 66, 2, 64)
+        assert_run(scan, b"\x01 " + text, 2, 66, 2, 64)
