@@ -166,3 +166,17 @@ def test_bench_readme_hot_spots_name_what_was_done():
     for done in ("stored_form_batch", "admit_many", "fast path", "binder"):
         assert done in hot, done
     assert re.search(r"fabcf1d", hot)
+
+
+# server.md, "Benchmarks": the bench command it gave (`--url URL --scratch-collection NAME`) lacked
+# the required --policy and --collection, so argparse refused it. Every `qdrant-guard ...` span of
+# server.md parses (credential options aside, which README.md's section supplies).
+def test_server_md_bench_command_parses():
+    from qdrant_guard.cli import build_parser
+
+    text = " ".join((ROOT / "docs" / "server.md").read_text(encoding="utf-8").split())
+    spans = re.findall(r"`(qdrant-guard [^`]+)`", text)
+    assert spans
+    for span in spans:
+        args = build_parser().parse_args(span.split()[1:] + ["--throwaway-credentials"])
+        assert args.func.__name__ == "cmd_bench" and args.url == "URL" and args.scratch_collection == "NAME"
