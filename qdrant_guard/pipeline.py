@@ -255,6 +255,29 @@ def telemetry_for(data: Any, readable: Callable[[str], bool]) -> Any:
     return data.model_copy(update={"collections": shown})
 
 
+# Administration calls whose answer measures the collection (qdrant-client 1.20): each local
+# shard's point count, each snapshot's size. Administrators are the owner or, without one, the
+# writers, who need not be readers: to those the counts are withheld as get_collection withholds them.
+ADMIN_COUNTED: dict[str, str] = {
+    "collection_cluster_info": "local_shards.points_count",
+    "list_snapshots": "size", "create_snapshot": "size",
+    "list_shard_snapshots": "size", "create_shard_snapshot": "size",
+}
+
+
+def admin_answer_for(method: str, data: Any) -> Any:
+    """``data`` (the answer of an :data:`ADMIN_COUNTED` ``method``) with its counts and sizes 0
+    (required ints in the models). ``data`` itself is not changed."""
+    if data is None:
+        return data
+    if method == "collection_cluster_info":
+        return data.model_copy(update={"local_shards": [
+            shard.model_copy(update={"points_count": 0}) for shard in data.local_shards]})
+    if isinstance(data, list):
+        return [snap.model_copy(update={"size": 0}) for snap in data]
+    return data.model_copy(update={"size": 0})
+
+
 def mark_audited(exc: BaseException) -> BaseException:
     """Mark ``exc`` as already audited, so the write path's catch-all does not audit it again."""
     exc._qg_audited = True  # type: ignore[attr-defined]
@@ -809,17 +832,26 @@ class GuardPipeline:
             screen_pol = pol if pol is not None else self.policy(name)
             args = {**args, "metadata": self.screen_collection_metadata(  # type: ignore[attr-defined]
                 method, name, screen_pol, args["metadata"])}
+        counted = False
         if pol is not None:
             # A payload index's field_name is sent to the store like a filter's keys: screened as they are.
             details = (self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
                        if method in ("create_payload_index", "delete_payload_index") else {})
-            self.record(self.decision(method, name, pol, Verdict.ALLOW, f"{need} access granted", details=details))
+            directive = f"{need} access granted"
+            if method in ADMIN_COUNTED and not pol.may_read(self.boundary()):
+                # An administrator who may not read (a writer of a collection without an owner).
+                counted = True
+                details = {**details, "hidden": [ADMIN_COUNTED[method]]}
+                directive += ("; the point counts and sizes in the answer are withheld, as get_collection "
+                              "withholds them from a principal who may not read the collection")
+            self.record(self.decision(method, name, pol, Verdict.ALLOW, directive, details=details))
         if method in ("create_collection", "recreate_collection", "delete_collection", "update_collection",
                       "create_vector_name", "delete_vector_name"):
             self.forget_shape(name)
         if pol is None:
             return (yield Call(method, args))
-        return (yield from self.forward(method, name, pol, Call(method, args)))
+        answer = yield from self.forward(method, name, pol, Call(method, args))
+        return admin_answer_for(method, answer) if counted else answer
 
     def op_get_collection(self, method: str, args: dict[str, Any]) -> Op:
         """The collection's configuration for any principal (surface.DESCRIBE); what is counted

@@ -23,7 +23,9 @@ READ_COLLECTION = frozenset({"count", "facet", "search_matrix_pairs", "search_ma
 # One collection, changed without new vectors: the caller must be allowed to write it.
 WRITE_COLLECTION = frozenset({"delete", "delete_vectors", "create_payload_index", "delete_payload_index"})
 
-# Collection administration, snapshots (which export raw vectors) and sharding: owner boundary only.
+# Collection administration, snapshots (which export raw vectors) and sharding: owner boundary only
+# (without an owner, the writers). Shard point counts and snapshot sizes are withheld from an
+# administrator who may not read the collection (pipeline.ADMIN_COUNTED).
 ADMIN = frozenset(
     {
         "create_collection",
