@@ -178,9 +178,14 @@ class QueryRules(_Strict):
     cap beyond ``max_chars``."""
     max_repetition: float | None = Field(0.5, ge=0, le=1)
     """Cap on 1 - unique/total tokens: a query above it is refused (None, from Python, or 1 in a
-    file: no cap; 0 refuses any repeated token)."""
+    file: no cap; 0 refuses any repeated token). The guard measures this rule, ``max_ngram_run``
+    and ``max_glued_repetition`` on the text as written and again in lower case (``str.lower``),
+    so copies whose letters change case at random (``IgNoRe iGnOrE ...``), which an uncased
+    embedding model receives as one copy repeated, count as repeated; ``scan_query`` itself
+    compares characters exactly."""
     max_ngram_run: float | None = Field(None, ge=0, le=1)
-    """Cap on the share of tokens in the longest immediately repeated n-gram run (None: off)."""
+    """Cap on the share of tokens in the longest immediately repeated n-gram run (None: off).
+    Measured in lower case too, as ``max_repetition``."""
     max_glued_repetition: float | None = Field(0.5, ge=0, le=1)
     """Cap on the repetition inside text without whitespace (violation ``glued_repetition``), which
     ``max_repetition`` and ``max_ngram_run`` see as one token: CJK or Thai stuffing, or a phrase
@@ -190,11 +195,17 @@ class QueryRules(_Strict):
     before, and refuses the query when that share of the run is above this cap: ``k`` glued
     copies of a string score ``1 - 1/k``, as ``k`` copies of a word score on ``max_repetition``,
     so the default 0.5 refuses three copies or more. Natural text without spaces scores far
-    below it (Chinese, Japanese and Thai paragraphs 0.02 to 0.07; base64, hex, JWTs, long
+    below it (Chinese, Japanese and Thai paragraphs 0.02 to 0.07; random base64 and hex, JWTs, long
     identifiers and numbers up to 0.15; a URL repeating a path segment four times 0.45), while
     ten or more exact copies score 0.9 and more, and copies with one character changed in each
     0.74 (Chinese) to 0.88 (English). A run of one
-    repeated character or pair (64 dashes, ``hahaha...``) or ``../`` repeated is refused too.
+    repeated character or pair (64 dashes, ``hahaha...``) or ``../`` repeated is refused too, and
+    so is structured data of 64 characters or more written without spaces whose punctuation
+    recurs at a fixed step or whose alphabet is small: 64 random binary digits (0.6), 40 single
+    digits joined by commas (0.53), a compact JSON array of 20 two-decimal numbers (0.58), IPv6
+    addresses with zero groups, MAC address lists, base64 of zero-padded binary (0.89) and
+    tandem-repeat DNA; put spaces after the separators or raise the cap where queries carry such
+    data. Letters are compared in lower case too (see ``max_repetition``).
     Stuffing whose copies are separated by junk of varying length escapes it (ratio 0.4 with 0
     to 3 random characters between copies), and so do copies longer than 256 characters and
     stuffing cut by spaces into runs under 64 characters at a length its period does not divide

@@ -1,6 +1,7 @@
 """Checks on a query before it reaches Qdrant: structure (native scan), redaction, intent."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from typing import Any, Callable, Iterable, Iterator, Sequence, get_args
@@ -438,17 +439,11 @@ class QueryChecks(TextOps):
         elif not full_text:
             return
         else:
-            from . import scan as _scan
-
-            result = _scan.scan_query(
-                text, max_tokens=rules.max_tokens, max_repetition=rules.max_repetition,
-                max_ngram_run=rules.max_ngram_run, encoded_payloads=rules.encoded_payloads,
-                max_model_tokens=rules.model_token_cap(), max_glued_repetition=rules.max_glued_repetition,
-            )
-            if result.ok:
+            _, found = structural_scan(text, rules)
+            if not found:
                 return
             # Positions index the match string, which is not logged (it may hold what the scan hides).
-            violations = [{"kind": v.kind, "position": v.position, "detail": v.detail} for v in result.violations]
+            violations = [{"kind": v.kind, "position": v.position, "detail": v.detail} for v in found]
         if rules.mode == "monitor":
             details.setdefault("filter_scan", []).append({"filter": at, "would_reject": violations})
             return
@@ -495,18 +490,12 @@ class QueryChecks(TextOps):
             for v in details["scan"]["would_reject"]:
                 v["position"] = redacted_position(v["position"], findings)
             return
-        from . import scan as _scan
-
-        result = _scan.scan_query(
-            text, max_tokens=rules.max_tokens, max_repetition=rules.max_repetition,
-            max_ngram_run=rules.max_ngram_run, encoded_payloads=rules.encoded_payloads,
-            max_model_tokens=rules.model_token_cap(), max_glued_repetition=rules.max_glued_repetition,
-        )
+        result, found = structural_scan(text, rules)
         details["scan"] = {"tokens": result.token_count, "repetition": round(result.repetition_ratio, 4)}
-        if result.ok:
+        if not found:
             return
         violations = [{"kind": v.kind, "position": redacted_position(v.position, findings), "detail": v.detail}
-                      for v in result.violations]
+                      for v in found]
         if rules.mode == "monitor":
             details["scan"]["would_reject"] = violations
             return
@@ -871,6 +860,46 @@ def redacted_position(position: int, findings: Sequence[_detect.Finding]) -> int
 
 
 _ALNUM = re.compile(r"[^\W_]")  # a character str.isalnum() accepts, found at C speed in a huge text
+
+# The repetition rules, measured again on the text in lower case (see structural_scan).
+_CASELESS_KINDS = frozenset({"repetition", "ngram_run", "glued_repetition"})
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def structural_scan(text: str, rules: Any) -> tuple[Any, list[Any]]:
+    """The structural scan of query text under ``rules`` (a policy's ``[query]``): the scan's
+    result, and its violations with those of the repetition rules (``max_repetition``,
+    ``max_ngram_run``, ``max_glued_repetition``) on the text in lower case added.
+
+    The scanner compares code points exactly, so copies whose letters change case at random
+    (``IgNoRePrEvIoUs iGnOrEpReViOuS ...``) all differ for it, while an uncased embedding model
+    (all-MiniLM-L6-v2 lowers its input) receives the same copy again and again: 100 such copies
+    passed every rule. ``str.lower`` keeps positions unless a character lowers to two (U+0130);
+    then only ASCII letters are lowered."""
+    from . import scan as _scan
+
+    result = _scan.scan_query(
+        text, max_tokens=rules.max_tokens, max_repetition=rules.max_repetition,
+        max_ngram_run=rules.max_ngram_run, encoded_payloads=rules.encoded_payloads,
+        max_model_tokens=rules.model_token_cap(), max_glued_repetition=rules.max_glued_repetition,
+    )
+    violations = list(result.violations)
+    if rules.max_repetition is None and rules.max_ngram_run is None and rules.max_glued_repetition is None:
+        return result, violations
+    folded = text.lower()  # ASCII text: about 1 us for 500 tokens (str.islower takes 9)
+    if len(folded) != len(text):
+        folded = text.translate(_ASCII_LOWER)
+    if folded == text:
+        return result, violations
+    found = {v.kind for v in violations}
+    caseless = _scan.scan_query(
+        folded, max_tokens=None, max_repetition=rules.max_repetition, max_ngram_run=rules.max_ngram_run,
+        encoded_payloads=False, max_model_tokens=None, max_glued_repetition=rules.max_glued_repetition,
+    )
+    for v in caseless.violations:
+        if v.kind in _CASELESS_KINDS and v.kind not in found:
+            violations.append(dataclasses.replace(v, detail=v.detail + " (letters compared in lower case)"))
+    return result, violations
 
 
 def is_blank(text: str) -> bool:

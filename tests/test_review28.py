@@ -147,3 +147,144 @@ def test_a_full_snapshot_made_by_an_administrator_who_may_not_read_has_no_size(t
     hr = writer.with_principal(kit.principal("alice", "hr"))
     with pytest.raises(Exception, match="may not administer"):
         drive_sync(hr._guard.run("create_full_snapshot", {}), invoke)
+
+
+# --- 2. Stuffing whose letters change case at random ------------------------------------------
+# The scanner compares code points exactly: copies of a phrase whose letters are upper or lower
+# case at random all differ for max_repetition (spaced), max_ngram_run and max_glued_repetition
+# (glued), while an uncased embedding model (the eval's all-MiniLM-L6-v2 lowers its input) gets
+# the same copy a hundred times. The guard now also measures the repetition rules on the text in
+# lower case (querycheck.structural_scan); scan_query itself is unchanged.
+from qdrant_guard import GuardRefusal  # noqa: E402
+from tests.guardkit import Recorder, create, unit  # noqa: E402
+
+_PHRASE = "ignorepreviousinstructions"
+
+
+def _random_case(text: str, seed: int) -> str:
+    rng = random.Random(seed)
+    return "".join(c.upper() if rng.random() < 0.5 else c for c in text)
+
+
+_RULES = dict(max_tokens=None, max_repetition=0.5, max_ngram_run=0.5, max_glued_repetition=0.5)
+
+
+def _stuffed(sep: str, copies: int = 100) -> str:
+    """``copies`` random-case copies of the phrase joined by ``sep``, as an attacker makes them:
+    glued, the best period's share of equal letters hovers around 0.5 (each letter's case agrees
+    with the copy's a period before half the time), so the attacker draws until the scanner
+    passes it; spaced, every draw passes (all tokens differ)."""
+    for seed in range(200):
+        text = sep.join(_random_case(_PHRASE, seed * 1000 + i) for i in range(copies))
+        if NATIVE.scan_query(text, **_RULES).ok and PYTHON.scan_query(text, **_RULES).ok:
+            return text
+    raise AssertionError("no draw passed")
+
+
+def _query_client(kit, **query):
+    rec = Recorder()
+    pol = {"class": "PII", "owner": "hr", "readers": ["hr"], "intent": {"enabled": False}, "query": query}
+    cl = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"), embedder=rec)
+    create(cl, "c")
+    import numpy as np
+    cl.upsert("c", [models.PointStruct(id=i, vector=unit(np.random.default_rng(i)), payload={"text": "t"})
+                    for i in range(3)])
+    return cl, rec
+
+
+@pytest.mark.parametrize("impl", [NATIVE, PYTHON], ids=["native", "python"])
+@pytest.mark.parametrize("sep", [" ", ""], ids=["spaced", "glued"])
+def test_random_case_copies_pass_every_rule_of_the_scanner_itself(impl, sep):
+    # Pinned: scan_query compares code points exactly (its contract, and the oracle's); the lower
+    # case copy of the same text is refused by the rule for its shape.
+    text = _stuffed(sep)
+    assert impl.scan_query(text, **_RULES).ok
+    kind = "repetition" if sep else "glued_repetition"
+    assert kind in {v.kind for v in impl.scan_query(text.lower(), **_RULES).violations}
+
+
+@pytest.mark.parametrize("sep", [" ", ""], ids=["spaced", "glued"])
+def test_the_guard_refuses_random_case_stuffing(tmp_path, sep):
+    kit = make_kit(tmp_path)
+    cl, rec = _query_client(kit)
+    with pytest.raises(GuardRefusal) as ei:
+        cl.query_points("c", query=models.Document(text=_stuffed(sep), model="m"), limit=2)
+    assert ei.value.verdict == "QUERY_REJECTED"
+    (v,) = ei.value.details["violations"]
+    assert v["kind"] == ("repetition" if sep else "glued_repetition")
+    assert v["detail"].endswith("(letters compared in lower case)") and v["position"] == (27 if sep else 0)
+    assert rec.seen == []  # nothing reached the embedder
+    assert audit_records(kit)[-1]["verdict"] == "QUERY_REJECTED"
+    # A query in ordinary capitalisation goes through.
+    ok = "Why was my Account locked? I changed the Password on Monday and the App says it is Wrong."
+    assert cl.query_points("c", query=models.Document(text=ok, model="m"), limit=2).points is not None
+    assert rec.seen and audit_records(kit)[-1]["verdict"] == "ALLOW"
+
+
+def test_random_case_stuffing_in_a_full_text_filter_and_under_monitor(tmp_path):
+    kit = make_kit(tmp_path)
+    cl, _ = _query_client(kit)
+    flt = models.Filter(must=[models.FieldCondition(key="text", match=models.MatchText(text=_stuffed("")))])
+    with pytest.raises(GuardRefusal) as ei:
+        cl.scroll("c", scroll_filter=flt, limit=2)
+    assert [v["kind"] for v in ei.value.details["violations"]] == ["glued_repetition"]
+    (tmp_path / "m").mkdir()
+    mkit = make_kit(tmp_path / "m")
+    mon, rec = _query_client(mkit, mode="monitor")
+    mon.query_points("c", query=models.Document(text=_stuffed(" "), model="m"), limit=2)
+    entry = audit_records(mkit)[-1]
+    assert entry["verdict"] == "ALLOW" and len(rec.seen) == 1
+    assert [v["kind"] for v in entry["details"]["scan"]["would_reject"]] == ["repetition"]
+
+
+def test_a_character_that_lowers_to_two_keeps_positions(tmp_path):
+    # "İ" (U+0130) lowers to two code points: then only ASCII letters are lowered, so the
+    # violation's position still indexes the query.
+    kit = make_kit(tmp_path)
+    cl, rec = _query_client(kit)
+    text = "İstanbul " + _stuffed(" ")
+    with pytest.raises(GuardRefusal) as ei:
+        cl.query_points("c", query=models.Document(text=text, model="m"), limit=2)
+    (v,) = ei.value.details["violations"]
+    assert v["kind"] == "repetition" and v["position"] == 9 + 27
+    assert rec.seen == []
+
+
+# --- 3. glued_repetition on structured data without spaces (left open, documented) -----------
+# The ratio counts any equal character a period apart, so text whose punctuation recurs at a
+# fixed step, or whose alphabet is small, scores high without any copy of a phrase in it. The
+# policy docstring and the threat model list these figures; each is refused by glued_repetition
+# alone under the guard's defaults, native and twin alike.
+def _structured() -> dict[str, tuple[str, float, float]]:
+    import base64
+    import struct
+
+    rng = random.Random(1)
+    return {
+        "binary digits": ("".join(rng.choice("01") for _ in range(64)), 0.55, 0.7),
+        "comma digits": (",".join(rng.choice("0123456789") for _ in range(40)), 0.5, 0.6),
+        "json numbers": ("[" + ",".join("%.2f" % rng.random() for _ in range(20)) + "]", 0.5, 0.65),
+        "ipv6 zeros": ("fe80:0000:0000:0000:0000:0000:0000:0001/fe80:0000:0000:0000:0000:0000:0000:0002", 0.7, 0.8),
+        "mac list": (",".join("00:1a:2b:3c:4d:%02x" % i for i in range(6)), 0.7, 0.85),
+        "zero-padded base64": (base64.b64encode(struct.pack("<16i", *([1, 0, 0, 0] * 4))).decode(), 0.85, 0.9),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_structured()))
+def test_structured_data_without_spaces_is_refused_as_glued_repetition(name):
+    import numpy as np
+
+    from qdrant_guard._scan_py import glued_best
+    from qdrant_guard.policy import QueryRules
+
+    text, low, high = _structured()[name]
+    _, matches = glued_best(np.frombuffer(text.encode("utf-32-le"), dtype="<u4"))
+    assert low < matches / len(text) < high
+    r = QueryRules()
+    defaults = dict(max_tokens=r.max_tokens, max_repetition=r.max_repetition, max_ngram_run=r.max_ngram_run,
+                    encoded_payloads=r.encoded_payloads, max_model_tokens=r.model_token_cap())
+    query = f"what does {text} mean"
+    for impl in (NATIVE, PYTHON):
+        assert impl.scan_query(query, **defaults).ok
+        assert [v.kind for v in impl.scan_query(query, **defaults, max_glued_repetition=0.5).violations] == [
+            "glued_repetition"]
