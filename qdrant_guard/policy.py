@@ -179,13 +179,15 @@ class QueryRules(_Strict):
     max_repetition: float | None = Field(0.5, ge=0, le=1)
     """Cap on 1 - unique/total tokens: a query above it is refused (None, from Python, or 1 in a
     file: no cap; 0 refuses any repeated token). The guard measures this rule, ``max_ngram_run``
-    and ``max_glued_repetition`` on the text as written and again in lower case (``str.lower``),
-    so copies whose letters change case at random (``IgNoRe iGnOrE ...``), which an uncased
-    embedding model receives as one copy repeated, count as repeated; ``scan_query`` itself
-    compares characters exactly."""
+    and ``max_glued_repetition`` on the text as written and again folded (NFKD, combining
+    diacritics dropped, NFC, lower case), so copies whose letters change case, take accents or
+    turn fullwidth at random (``IgNoRe iGnÓrE ｉgnore ...``), which a tokenizer that lowers,
+    strips accents or applies NFKC hands the model as one copy repeated, count as repeated
+    (homoglyphs from other scripts still do not); ``scan_query`` itself compares characters
+    exactly."""
     max_ngram_run: float | None = Field(None, ge=0, le=1)
     """Cap on the share of tokens in the longest immediately repeated n-gram run (None: off).
-    Measured in lower case too, as ``max_repetition``."""
+    Measured on the folded text too, as ``max_repetition``."""
     max_glued_repetition: float | None = Field(0.5, ge=0, le=1)
     """Cap on the repetition inside text without whitespace (violation ``glued_repetition``), which
     ``max_repetition`` and ``max_ngram_run`` see as one token: CJK or Thai stuffing, or a phrase
@@ -205,7 +207,7 @@ class QueryRules(_Strict):
     digits joined by commas (0.53), a compact JSON array of 20 two-decimal numbers (0.58), IPv6
     addresses with zero groups, MAC address lists, base64 of zero-padded binary (0.89) and
     tandem-repeat DNA; put spaces after the separators or raise the cap where queries carry such
-    data. Letters are compared in lower case too (see ``max_repetition``).
+    data. Measured on the folded text too (see ``max_repetition``).
     Stuffing whose copies are separated by junk of varying length escapes it (ratio 0.4 with 0
     to 3 random characters between copies), and so do copies longer than 256 characters and
     stuffing cut by spaces into runs under 64 characters at a length its period does not divide

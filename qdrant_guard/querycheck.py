@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import unicodedata
 import uuid
 from typing import Any, Callable, Iterable, Iterator, Sequence, get_args
 
@@ -861,21 +862,47 @@ def redacted_position(position: int, findings: Sequence[_detect.Finding]) -> int
 
 _ALNUM = re.compile(r"[^\W_]")  # a character str.isalnum() accepts, found at C speed in a huge text
 
-# The repetition rules, measured again on the text in lower case (see structural_scan).
+# The repetition rules, measured again on the text folded (see structural_scan).
 _CASELESS_KINDS = frozenset({"repetition", "ngram_run", "glued_repetition"})
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+# Combining diacritical marks (the blocks for Latin, Greek and Cyrillic, and their supplements):
+# what an accent-stripping tokenizer drops after decomposing. Not every nonspacing mark (Thai and
+# Devanagari vowel signs are ones): dropped, they would make natural text in those scripts repeat.
+_DIACRITICS = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]+")
+
+
+def _fold(text: str) -> str:
+    """``text`` as the repetition rules' second measure reads it: compatibility-decomposed
+    (fullwidth and mathematical letters become ASCII ones, ligatures their letters), without
+    combining diacritics, recomposed (Hangul syllables, kana with voicing marks), in lower case."""
+    if text.isascii():
+        return text.lower()  # about 1 us for 500 tokens
+    return unicodedata.normalize("NFC", _DIACRITICS.sub("", unicodedata.normalize("NFKD", text))).lower()
+
+
+def _unfolded_position(text: str, position: int) -> int:
+    """The index in ``text`` of the character whose fold holds index ``position`` of
+    ``_fold(text)`` (computed only for a violation: a loop over the characters)."""
+    at = 0
+    for i, ch in enumerate(text):
+        at += len(_fold(ch))
+        if at > position:
+            return i
+    return len(text)
 
 
 def structural_scan(text: str, rules: Any) -> tuple[Any, list[Any]]:
     """The structural scan of query text under ``rules`` (a policy's ``[query]``): the scan's
     result, and its violations with those of the repetition rules (``max_repetition``,
-    ``max_ngram_run``, ``max_glued_repetition``) on the text in lower case added.
+    ``max_ngram_run``, ``max_glued_repetition``) on the text folded (:func:`_fold`) added.
 
-    The scanner compares code points exactly, so copies whose letters change case at random
-    (``IgNoRePrEvIoUs iGnOrEpReViOuS ...``) all differ for it, while an uncased embedding model
-    (all-MiniLM-L6-v2 lowers its input) receives the same copy again and again: 100 such copies
-    passed every rule. ``str.lower`` keeps positions unless a character lowers to two (U+0130);
-    then only ASCII letters are lowered."""
+    The scanner compares code points exactly, so copies whose letters change case, take accents
+    or turn fullwidth at random (``IgNoRe iGnÓrE ｉgnore ...``) all differ for it, while an
+    embedding model whose tokenizer lowers, strips accents (an uncased BERT tokenizer, as
+    all-MiniLM-L6-v2 has, does both) or applies NFKC receives the same copy again and again:
+    100 such copies passed every rule. The fold costs about 1 us on 500 ASCII tokens and 20 to
+    80 us on 3,500 characters of accented or CJK text (26 ms on 65,536 U+FDFA, the worst
+    expansion); the second scan runs only when the fold changed the text and the first scan
+    did not already refuse it. Positions are the original text's."""
     from . import scan as _scan
 
     result = _scan.scan_query(
@@ -886,11 +913,14 @@ def structural_scan(text: str, rules: Any) -> tuple[Any, list[Any]]:
     violations = list(result.violations)
     if rules.max_repetition is None and rules.max_ngram_run is None and rules.max_glued_repetition is None:
         return result, violations
-    folded = text.lower()  # ASCII text: about 1 us for 500 tokens (str.islower takes 9)
-    if len(folded) != len(text):
-        folded = text.translate(_ASCII_LOWER)
+    if violations and rules.mode == "enforce":
+        return result, violations  # refused already: the fold would not change the verdict
+    folded = _fold(text)
     if folded == text:
         return result, violations
+    # NFKD expands some characters up to 18-fold (U+FDFA): the second scan reads no more than
+    # max_chars (or the text's length, if longer), so its cost stays that of a text at the cap.
+    folded = folded[:max(len(text), rules.max_chars or 0)]
     found = {v.kind for v in violations}
     caseless = _scan.scan_query(
         folded, max_tokens=None, max_repetition=rules.max_repetition, max_ngram_run=rules.max_ngram_run,
@@ -898,7 +928,12 @@ def structural_scan(text: str, rules: Any) -> tuple[Any, list[Any]]:
     )
     for v in caseless.violations:
         if v.kind in _CASELESS_KINDS and v.kind not in found:
-            violations.append(dataclasses.replace(v, detail=v.detail + " (letters compared in lower case)"))
+            # Per character the fold's lengths add up to the whole fold's, but where the original
+            # spelled a composed character in parts (a Hangul syllable as jamo): then the position
+            # may be a few characters late.
+            at = v.position if text.isascii() else _unfolded_position(text, v.position)
+            violations.append(dataclasses.replace(
+                v, position=at, detail=v.detail + " (letters compared without case, accents or width)"))
     return result, violations
 
 

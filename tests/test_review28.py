@@ -153,8 +153,10 @@ def test_a_full_snapshot_made_by_an_administrator_who_may_not_read_has_no_size(t
 # The scanner compares code points exactly: copies of a phrase whose letters are upper or lower
 # case at random all differ for max_repetition (spaced), max_ngram_run and max_glued_repetition
 # (glued), while an uncased embedding model (the eval's all-MiniLM-L6-v2 lowers its input) gets
-# the same copy a hundred times. The guard now also measures the repetition rules on the text in
-# lower case (querycheck.structural_scan); scan_query itself is unchanged.
+# the same copy a hundred times; so does one that strips accents (that model does) or applies
+# NFKC (fullwidth letters). The guard now also measures the repetition rules on the text folded
+# (NFKD, combining diacritics dropped, NFC, lower case: querycheck.structural_scan); scan_query
+# itself is unchanged.
 from qdrant_guard import GuardRefusal  # noqa: E402
 from tests.guardkit import Recorder, create, unit  # noqa: E402
 
@@ -212,7 +214,7 @@ def test_the_guard_refuses_random_case_stuffing(tmp_path, sep):
     assert ei.value.verdict == "QUERY_REJECTED"
     (v,) = ei.value.details["violations"]
     assert v["kind"] == ("repetition" if sep else "glued_repetition")
-    assert v["detail"].endswith("(letters compared in lower case)") and v["position"] == (27 if sep else 0)
+    assert v["detail"].endswith("(letters compared without case, accents or width)") and v["position"] == (27 if sep else 0)
     assert rec.seen == []  # nothing reached the embedder
     assert audit_records(kit)[-1]["verdict"] == "QUERY_REJECTED"
     # A query in ordinary capitalisation goes through.
@@ -237,9 +239,9 @@ def test_random_case_stuffing_in_a_full_text_filter_and_under_monitor(tmp_path):
     assert [v["kind"] for v in entry["details"]["scan"]["would_reject"]] == ["repetition"]
 
 
-def test_a_character_that_lowers_to_two_keeps_positions(tmp_path):
-    # "İ" (U+0130) lowers to two code points: then only ASCII letters are lowered, so the
-    # violation's position still indexes the query.
+def test_a_character_that_folds_to_two_keeps_positions(tmp_path):
+    # "İ" (U+0130) lowers to two code points and decomposes to I + U+0307: the violation's
+    # position still indexes the query as given.
     kit = make_kit(tmp_path)
     cl, rec = _query_client(kit)
     text = "İstanbul " + _stuffed(" ")
@@ -288,3 +290,49 @@ def test_structured_data_without_spaces_is_refused_as_glued_repetition(name):
         assert impl.scan_query(query, **defaults).ok
         assert [v.kind for v in impl.scan_query(query, **defaults, max_glued_repetition=0.5).violations] == [
             "glued_repetition"]
+
+
+_MARKS = ["", "\u0301", "\u0300", "\u0308", "\u0302"]
+
+
+def _accented(seed: int) -> str:
+    import unicodedata
+
+    rng = random.Random(seed)
+    return "".join(unicodedata.normalize("NFC", c + rng.choice(_MARKS)) for c in _PHRASE)
+
+
+def _fullwidth(seed: int) -> str:
+    rng = random.Random(seed)
+    return "".join(chr(ord(c) + 0xFEE0) if rng.random() < 0.5 else c for c in _PHRASE)
+
+
+@pytest.mark.parametrize("variant", [_accented, _fullwidth], ids=["accents", "fullwidth"])
+@pytest.mark.parametrize("sep", [" ", ""], ids=["spaced", "glued"])
+def test_the_guard_refuses_copies_with_random_accents_or_widths(tmp_path, variant, sep):
+    text = sep.join(variant(i) for i in range(100))
+    for impl in (NATIVE, PYTHON):  # the scanner itself passes them: every copy differs
+        assert impl.scan_query(text, **_RULES).ok
+    kit = make_kit(tmp_path)
+    cl, rec = _query_client(kit)
+    with pytest.raises(GuardRefusal) as ei:
+        cl.query_points("c", query=models.Document(text=text, model="m"), limit=2)
+    (v,) = ei.value.details["violations"]
+    assert v["kind"] == ("repetition" if sep else "glued_repetition")
+    # The first repeated token starts the second copy, in the text as given.
+    assert v["position"] == (len(variant(0)) + 1 if sep else 0)
+    assert rec.seen == []
+
+
+def test_natural_text_in_other_scripts_still_passes(tmp_path):
+    kit = make_kit(tmp_path)
+    cl, rec = _query_client(kit)
+    for text in ("¿Por qué él no recibió el pago de junio? Él dijo que el banco lo rechazó dos veces.",
+                 "Où est passée la facture ? Il a dit qu'il l'avait envoyée à la comptabilité ou au siège.",
+                 "Warum wurde mein Konto gesperrt? Ich habe das Passwort am Montag geändert und es gilt nicht.",
+                 "ภาษาไทยเป็นภาษาที่ไม่มีการเว้นวรรคระหว่างคำทำให้การตัดคำเป็นปัญหาที่สำคัญในการประมวลผลภาษาธรรมชาติ",
+                 "안녕하세요저는한국어를공부하고있는학생입니다오늘날씨가정말좋네요내일도좋았으면좋겠습니다",
+                 "ＡＰＩキーの更新手続きについて教えてください。ガイドラインはどこにありますか。"):
+        cl.query_points("c", query=models.Document(text=text, model="m"), limit=2)
+        assert audit_records(kit)[-1]["verdict"] == "ALLOW"
+    assert len(rec.seen) == 6
