@@ -180,7 +180,8 @@ class QueryRules(_Strict):
     """Cap on 1 - unique/total tokens: a query above it is refused (None, from Python, or 1 in a
     file: no cap; 0 refuses any repeated token). The guard measures this rule, ``max_ngram_run``
     and ``max_glued_repetition`` on the text as written and again folded (NFKD, combining
-    diacritics dropped, NFC, lower case), so copies whose letters change case, take accents or
+    diacritics and any nonspacing mark on a Latin, Greek or Cyrillic letter dropped, NFC, lower
+    case), so copies whose letters change case, take accents or
     turn fullwidth at random (``IgNoRe iGnÓrE ｉgnore ...``), which a tokenizer that lowers,
     strips accents or applies NFKC hands the model as one copy repeated, count as repeated
     (homoglyphs from other scripts still do not); ``scan_query`` itself compares characters

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import unicodedata
 import uuid
@@ -865,29 +866,73 @@ _ALNUM = re.compile(r"[^\W_]")  # a character str.isalnum() accepts, found at C 
 # The repetition rules, measured again on the text folded (see structural_scan).
 _CASELESS_KINDS = frozenset({"repetition", "ngram_run", "glued_repetition"})
 # Combining diacritical marks (the blocks for Latin, Greek and Cyrillic, and their supplements):
-# what an accent-stripping tokenizer drops after decomposing. Not every nonspacing mark (Thai and
-# Devanagari vowel signs are ones): dropped, they would make natural text in those scripts repeat.
-_DIACRITICS = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]+")
+# what an accent-stripping tokenizer drops after decomposing; dropped wherever they stand.
+_DIACRITICS = ((0x0300, 0x036F), (0x1AB0, 0x1AFF), (0x1DC0, 0x1DFF), (0x20D0, 0x20FF), (0xFE20, 0xFE2F))
+# Letters of the scripts with case, after NFKD: a nonspacing mark of any block on one of them is
+# dropped too (an uncased BERT tokenizer drops every nonspacing mark, so Arabic or Hebrew points on
+# Latin letters are the same bypass). Not everywhere: Thai and Devanagari vowel signs are
+# nonspacing marks, and dropped from their own letters they would make natural text repeat.
+_CASED_LETTERS = ((0x41, 0x5A), (0x61, 0x7A), (0xC0, 0x24F), (0x370, 0x3FF), (0x400, 0x52F), (0x1E00, 0x1FFF))
+_MARKS_END = 0x1E950  # every nonspacing mark of Unicode lies below
+
+
+@functools.lru_cache(maxsize=1)
+def _mark_tables() -> tuple[Any, Any, Any]:
+    """``(mark, always, cased)``: lookup tables by code point (the last entry stands for every code
+    point from :data:`_MARKS_END` on), built on first use from ``unicodedata`` (about 10 ms)."""
+    mark = np.zeros(_MARKS_END + 1, dtype=bool)
+    for cp in range(0x300, _MARKS_END):
+        mark[cp] = unicodedata.category(chr(cp)) == "Mn"
+    always = np.zeros_like(mark)
+    for a, b in _DIACRITICS:
+        always[a:b + 1] = True
+    cased = np.zeros_like(mark)
+    for a, b in _CASED_LETTERS:
+        cased[a:b + 1] = True
+    return mark | always, always, cased
+
+
+def _dropped(units: Any) -> Any:
+    """Which of ``units`` (code points of NFKD text) the fold drops: a combining diacritic, or a
+    nonspacing mark whose base (the last character before it that is no mark) has case."""
+    mark_t, always_t, cased_t = _mark_tables()
+    c = np.minimum(units, _MARKS_END)
+    mark = mark_t.take(c)
+    if not mark.any():
+        return mark
+    always = always_t.take(c)
+    other = mark & ~always
+    if not other.any():
+        return always
+    base = np.maximum.accumulate(np.where(mark, 0, np.arange(len(c))))
+    return always | (other & cased_t.take(c.take(base)) & ~mark.take(base))
 
 
 def _fold(text: str) -> str:
     """``text`` as the repetition rules' second measure reads it: compatibility-decomposed
     (fullwidth and mathematical letters become ASCII ones, ligatures their letters), without
-    combining diacritics, recomposed (Hangul syllables, kana with voicing marks), in lower case."""
+    combining diacritics (nor any nonspacing mark on a Latin, Greek or Cyrillic letter),
+    recomposed (Hangul syllables, kana with voicing marks), in lower case."""
     if text.isascii():
         return text.lower()  # about 1 us for 500 tokens
-    return unicodedata.normalize("NFC", _DIACRITICS.sub("", unicodedata.normalize("NFKD", text))).lower()
+    decomposed = unicodedata.normalize("NFKD", text)
+    units = np.frombuffer(decomposed.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    drop = _dropped(units)
+    if drop.any():
+        decomposed = units[~drop].tobytes().decode("utf-32-le", "surrogatepass")
+    return unicodedata.normalize("NFC", decomposed).lower()
 
 
 def _unfolded_position(text: str, position: int) -> int:
     """The index in ``text`` of the character whose fold holds index ``position`` of
-    ``_fold(text)`` (computed only for a violation: a loop over the characters)."""
-    at = 0
-    for i, ch in enumerate(text):
-        at += len(_fold(ch))
-        if at > position:
-            return i
-    return len(text)
+    ``_fold(text)`` (computed only for a violation). Exact but where NFC recomposes a character
+    the original spelled in parts (a Hangul syllable as jamo): then a few characters late."""
+    owners = [i for i, ch in enumerate(text) for _ in unicodedata.normalize("NFKD", ch)]
+    units = np.frombuffer(unicodedata.normalize("NFKD", text).encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    if len(owners) != len(units):  # a canonical reordering cannot change the count; guard anyway
+        return min(position, len(text))
+    kept = [owner for owner, gone in zip(owners, _dropped(units).tolist()) if not gone]
+    return kept[position] if position < len(kept) else len(text)
 
 
 def structural_scan(text: str, rules: Any) -> tuple[Any, list[Any]]:

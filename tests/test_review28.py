@@ -307,7 +307,14 @@ def _fullwidth(seed: int) -> str:
     return "".join(chr(ord(c) + 0xFEE0) if rng.random() < 0.5 else c for c in _PHRASE)
 
 
-@pytest.mark.parametrize("variant", [_accented, _fullwidth], ids=["accents", "fullwidth"])
+def _foreign_marks(seed: int) -> str:
+    # Nonspacing marks of other scripts (Arabic, Hebrew, Thai, Devanagari) on Latin letters: an
+    # uncased BERT tokenizer drops every nonspacing mark.
+    rng = random.Random(seed)
+    return "".join(c + rng.choice(["", "\u064e", "\u05b4", "\u0e34", "\u0941"]) for c in _PHRASE)
+
+
+@pytest.mark.parametrize("variant", [_accented, _fullwidth, _foreign_marks], ids=["accents", "fullwidth", "marks"])
 @pytest.mark.parametrize("sep", [" ", ""], ids=["spaced", "glued"])
 def test_the_guard_refuses_copies_with_random_accents_or_widths(tmp_path, variant, sep):
     text = sep.join(variant(i) for i in range(100))
@@ -332,7 +339,9 @@ def test_natural_text_in_other_scripts_still_passes(tmp_path):
                  "Warum wurde mein Konto gesperrt? Ich habe das Passwort am Montag geändert und es gilt nicht.",
                  "ภาษาไทยเป็นภาษาที่ไม่มีการเว้นวรรคระหว่างคำทำให้การตัดคำเป็นปัญหาที่สำคัญในการประมวลผลภาษาธรรมชาติ",
                  "안녕하세요저는한국어를공부하고있는학생입니다오늘날씨가정말좋네요내일도좋았으면좋겠습니다",
-                 "ＡＰＩキーの更新手続きについて教えてください。ガイドラインはどこにありますか。"):
+                 "ＡＰＩキーの更新手続きについて教えてください。ガイドラインはどこにありますか。",
+                 "मेरा खाता क्यों बंद हो गया है? मैंने सोमवार को पासवर्ड बदला था और ऐप कहता है कि वह गलत है।",
+                 "بِسْمِ اللَّهِ الرَّحْمَٰنِ الرَّحِيمِ الْحَمْدُ لِلَّهِ رَبِّ الْعَالَمِينَ"):
         cl.query_points("c", query=models.Document(text=text, model="m"), limit=2)
         assert audit_records(kit)[-1]["verdict"] == "ALLOW"
-    assert len(rec.seen) == 6
+    assert len(rec.seen) == 8
