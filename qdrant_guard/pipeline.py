@@ -256,23 +256,26 @@ def telemetry_for(data: Any, readable: Callable[[str], bool]) -> Any:
 
 
 # Administration calls whose answer measures the collection (qdrant-client 1.20): each local
-# shard's point count, each snapshot's size. Administrators are the owner or, without one, the
-# writers, who need not be readers: to those the counts are withheld as get_collection withholds them.
-ADMIN_COUNTED: dict[str, str] = {
-    "collection_cluster_info": "local_shards.points_count",
-    "list_snapshots": "size", "create_snapshot": "size",
-    "list_shard_snapshots": "size", "create_shard_snapshot": "size",
+# shard's point count, a shard transfer's progress comment (a server writes "Transferring records
+# (done/total), ..." with the shard's point count), each snapshot's size. Administrators are the
+# owner or, without one, the writers, who need not be readers: to those the counts are withheld as
+# get_collection withholds them.
+ADMIN_COUNTED: dict[str, list[str]] = {
+    "collection_cluster_info": ["local_shards.points_count", "shard_transfers.comment"],
+    "list_snapshots": ["size"], "create_snapshot": ["size"],
+    "list_shard_snapshots": ["size"], "create_shard_snapshot": ["size"],
 }
 
 
 def admin_answer_for(method: str, data: Any) -> Any:
     """``data`` (the answer of an :data:`ADMIN_COUNTED` ``method``) with its counts and sizes 0
-    (required ints in the models). ``data`` itself is not changed."""
+    (required ints in the models) and transfer comments None. ``data`` itself is not changed."""
     if data is None:
         return data
     if method == "collection_cluster_info":
-        return data.model_copy(update={"local_shards": [
-            shard.model_copy(update={"points_count": 0}) for shard in data.local_shards]})
+        return data.model_copy(update={
+            "local_shards": [shard.model_copy(update={"points_count": 0}) for shard in data.local_shards],
+            "shard_transfers": [t.model_copy(update={"comment": None}) for t in data.shard_transfers]})
     if isinstance(data, list):
         return [snap.model_copy(update={"size": 0}) for snap in data]
     return data.model_copy(update={"size": 0})
@@ -841,7 +844,7 @@ class GuardPipeline:
             if method in ADMIN_COUNTED and not pol.may_read(self.boundary()):
                 # An administrator who may not read (a writer of a collection without an owner).
                 counted = True
-                details = {**details, "hidden": [ADMIN_COUNTED[method]]}
+                details = {**details, "hidden": ADMIN_COUNTED[method]}
                 directive += ("; the point counts and sizes in the answer are withheld, as get_collection "
                               "withholds them from a principal who may not read the collection")
             self.record(self.decision(method, name, pol, Verdict.ALLOW, directive, details=details))

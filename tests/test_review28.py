@@ -38,8 +38,11 @@ _OWNERLESS = {"class": "PII", "readers": ["hr"], "writers": ["support"], "intent
 # create_snapshot, their shard forms), and all collections' storage from create_full_snapshot's
 # answer (whose list_full_snapshots form aa55e11 had already hidden).
 def _cluster_info() -> models.CollectionClusterInfo:
+    # A server's transfer comment carries the shard's point count (qdrant's TransferTaskStatus).
+    transfer = models.ShardTransferInfo(shard_id=1, **{"from": 1}, to=2, sync=False,
+                                        comment="Transferring records (300/700), started 3s ago, ETA: 4.00s")
     return models.CollectionClusterInfo(
-        peer_id=1, shard_count=2, remote_shards=[], shard_transfers=[],
+        peer_id=1, shard_count=2, remote_shards=[], shard_transfers=[transfer],
         local_shards=[models.LocalShardInfo(shard_id=0, points_count=5, state=models.ReplicaState.ACTIVE),
                       models.LocalShardInfo(shard_id=1, points_count=7, state=models.ReplicaState.ACTIVE)])
 
@@ -88,18 +91,22 @@ def test_an_administrator_who_may_not_read_gets_no_counts_or_sizes(tmp_path, met
     theirs = drive_sync(writer._guard.run(method, dict(args)), invoke)
     assert sent == [method]
     assert set(_sizes(theirs)) == {0}
-    if isinstance(theirs, models.CollectionClusterInfo):  # the topology stays
+    if isinstance(theirs, models.CollectionClusterInfo):  # the topology stays, the progress goes
         assert [s.shard_id for s in theirs.local_shards] == [0, 1] and theirs.shard_count == 2
+        (transfer,) = theirs.shard_transfers
+        assert (transfer.shard_id, transfer.to, transfer.comment) == (1, 2, None)
     else:
         assert all(s.name == "c-1.snapshot" and s.checksum == "cd" * 32 for s in _sizes_of(theirs))
     entry = audit_records(kit)[-1]
     assert (entry["op"], entry["verdict"]) == (method, "ALLOW")
-    assert entry["details"]["hidden"] == ["local_shards.points_count" if method == "collection_cluster_info"
-                                          else "size"]
+    assert entry["details"]["hidden"] == (["local_shards.points_count", "shard_transfers.comment"]
+                                          if method == "collection_cluster_info" else ["size"])
     # A reader who administers (hr, writer of d) gets the answer as the server gave it.
     hr = writer.with_principal(kit.principal("alice", "hr"))
     mine = drive_sync(hr._guard.run(method, {**args, "collection_name": "d"}), lambda call: answer())
     assert set(_sizes(mine)) - {0}
+    if isinstance(mine, models.CollectionClusterInfo):
+        assert mine.shard_transfers[0].comment.startswith("Transferring records (300/700)")
     assert "hidden" not in audit_records(kit)[-1]["details"]
 
 
