@@ -405,6 +405,15 @@ class UtilityPolicy(_Strict):
     ``retrieval_utility_guard_hash``, a table of each vector it noised or took a receipt for to the
     hash of that vector's record (null: none). Each record is verified as ``record`` is. Not with ``record``, which holds the unnamed
     vector's record. ``{}`` (the default): ``record`` decides."""
+    max_age_s: float | None = Field(None, gt=0)
+    """Refuse writes (UTILITY_DEGRADED) once the record is older than this many seconds, counted
+    from its ``created_at`` (when ``qdrant-guard calibrate`` measured it), e.g. ``max_age_s =
+    7776000`` (90 days). A record measured the collection's data and embedding model as they were:
+    after either moves, its drops no longer say what the noise costs, so a collection whose data
+    changes sets this and re-calibrates on a schedule. A record dated more than 300 s after the
+    guard's clock is refused too while this is set (its age cannot be checked, and it would never
+    expire). Checked on each write that consults the record (``enforce`` on); reads are not
+    affected. None (the default): a record never expires."""
     enforce: bool = True
     """Refuse writes (UTILITY_DEGRADED) unless the record applies to the policy (same mechanism,
     radius, delta, clip_norm, metric and k) and to the write (a record for the vector written, see
