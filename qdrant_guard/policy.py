@@ -483,9 +483,12 @@ class CollectionPolicy(_Strict):
     ``models.Image`` input is refused: inference would turn either into an exact query vector.
     Under ``raw_in_boundary`` they may not name a point where a query takes a vector (a bare id,
     ``NearestQuery``, recommend, discover, context or feedback examples, prefetches, batch requests,
-    with or without ``lookup_from``), nor call ``search_matrix_pairs``/``search_matrix_offsets``
-    (QUERY_REJECTED): Qdrant would compare the stored raw vectors unnoised (with ``lookup_from``, to
-    one the caller stored itself). Ids pass where every stored vector is noised.
+    with or without ``lookup_from``), nor call ``search_matrix_pairs``/``search_matrix_offsets``,
+    nor ask for MMR re-ranking (``models.NearestQuery(mmr=...)`` at the top level, in a prefetch,
+    batch or grouped query; langchain's ``max_marginal_relevance_search``) (QUERY_REJECTED): Qdrant
+    would compare the stored raw vectors unnoised (with ``lookup_from``, to one the caller stored
+    itself; under MMR, with one another, which the order of the results tells). Ids and MMR pass
+    where every stored vector is noised.
     ``true`` is refused where it could noise no query: only the owner boundary reads (``readers``
     empty or the owner), under ``raw_in_boundary``."""
     noise: NoisePolicy = NoisePolicy()

@@ -83,6 +83,23 @@ class QueryChecks(TextOps):
             ))
         raw = [w for w, v in found if isinstance(v, _RAW_INPUTS)]
         noising = pol.noise_queries and not pol.raw_allowed(self.boundary())
+        reranked = mmr_paths(args) if noising and pol.raw_in_boundary else []
+        if reranked:
+            # MMR picks each next result by the candidates' stored vectors compared with one another,
+            # inside Qdrant: the order answers how similar raw vectors are to each other, exactly
+            # (bisecting the diversity turns it into the differences of their cosines). The query
+            # noise never reaches those comparisons, so they are refused as search_matrix_* is.
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.QUERY_REJECTED,
+                f"{reranked[0]} asks Qdrant to re-rank the candidates by maximal marginal relevance, which "
+                f"compares their stored vectors with one another; {pol.sensitivity.value} collection {name!r} "
+                f"keeps raw vectors for the owner boundary {pol.owner!r} (raw_in_boundary), so the order of the "
+                "results would tell how similar those raw vectors are to each other, and noise_queries lets a "
+                "principal without raw access compare them only through a noised query vector. Query without "
+                "mmr (in langchain, similarity_search instead of max_marginal_relevance_search) and diversify "
+                f"the results yourself, or query from the owner boundary {pol.owner!r}",
+                details={"where": reranked, "form": "Mmr"},
+            ))
         if query_text is not None and not isinstance(query_text, str):
             raise GuardArgumentTypeError(
                 f"query_text= must be the query's text as a str, not {type(query_text).__name__}: pass "
@@ -915,6 +932,18 @@ def map_query(query: Any, visit: Visit, where: str) -> Any:
     if isinstance(q, _NO_INPUTS):
         return q
     return _map_input(q, visit, where)
+
+
+def mmr_paths(args: dict[str, Any]) -> list[str]:
+    """Where the ``query`` of ``args`` or of any (nested) ``prefetch`` asks for MMR re-ranking
+    (``models.NearestQuery(mmr=...)``); the forms were checked by :func:`map_query` before."""
+    found = []
+    queries = [("query", args.get("query"))]
+    queries += [(f"{path}.query", p.query) for path, p in iter_prefetch(args.get("prefetch"), "prefetch")]
+    for where, q in queries:
+        if isinstance(q, models.NearestQuery) and q.mmr is not None:
+            found.append(f"{where}.mmr")
+    return found
 
 
 def map_prefetch(prefetch: Any, visit: Visit, where: str) -> Any:
