@@ -488,7 +488,9 @@ class CollectionPolicy(_Strict):
     batch or grouped query; langchain's ``max_marginal_relevance_search``) (QUERY_REJECTED): Qdrant
     would compare the stored raw vectors unnoised (with ``lookup_from``, to one the caller stored
     itself; under MMR, with one another, which the order of the results tells). Ids and MMR pass
-    where every stored vector is noised.
+    where every stored vector is noised, which the guard takes from ``raw_in_boundary`` being off:
+    turning it off leaves the raw vectors written under it in place (reads withhold them, ids and
+    MMR still compare them): re-write those points (the guard then noises them) or delete them.
     ``true`` is refused where it could noise no query: only the owner boundary reads (``readers``
     empty or the owner), under ``raw_in_boundary``."""
     noise: NoisePolicy = NoisePolicy()

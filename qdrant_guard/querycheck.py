@@ -937,8 +937,8 @@ def map_query(query: Any, visit: Visit, where: str) -> Any:
 def mmr_paths(args: dict[str, Any]) -> list[str]:
     """Where the ``query`` of ``args`` or of any (nested) ``prefetch`` asks for MMR re-ranking
     (``models.NearestQuery(mmr=...)``); the forms were checked by :func:`map_query` before."""
-    found = []
-    queries = [("query", args.get("query"))]
+    found: list[str] = []
+    queries: list[tuple[str, Any]] = [("query", args.get("query"))]
     queries += [(f"{path}.query", p.query) for path, p in iter_prefetch(args.get("prefetch"), "prefetch")]
     for where, q in queries:
         if isinstance(q, models.NearestQuery) and q.mmr is not None:

@@ -14,7 +14,7 @@ import asyncio
 
 import numpy as np
 import pytest
-from guardkit import DIM, create, make_kit
+from guardkit import DIM, audit_records, create, make_kit
 from qdrant_client.http import models
 
 from qdrant_guard import AsyncQdrantClient, GuardRefusal, QdrantClient
@@ -80,6 +80,9 @@ def test_the_mmr_order_tells_which_raw_vectors_are_near_each_other_so_it_is_refu
         assert f"collection {name!r}" in msg and "raw_in_boundary" in msg and "noise_queries" in msg
         assert "query.mmr" in msg and "owner boundary 'hr'" in msg
         assert "similarity_search" in err.value.directive
+    refused = [r for r in audit_records(kit) if r["verdict"] == "QUERY_REJECTED"]
+    assert [r["collection"] for r in refused] == ["x", "y"]
+    assert all(r["details"]["form"] == "Mmr" and r["details"]["where"] == ["query.mmr"] for r in refused)
     # Without mmr he still searches (his query noised) and gets no vectors.
     assert len(bob.query_points("x", query=_S.tolist(), limit=4).points) == 4
 
