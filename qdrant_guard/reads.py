@@ -29,7 +29,7 @@ from .pipeline import Call, Op, memory_budget_store_for
 from .policy import CollectionPolicy
 from .querycheck import (QueryChecks, UncheckedForm, field_name_roots, iter_prefetch, query_filter_roots,
                          rest_prefetch)
-from .receipts import noise_shortfall, stored_receipts, verify_receipt
+from .receipts import mechanism_mismatch, noise_shortfall, stored_receipts, verify_receipt
 from .sources import path_head
 from .textguard import _number_text
 from .sources import point_sources as _sources
@@ -301,8 +301,9 @@ class ReadOps(PayloadOps, QueryChecks):
         A signature only proves what its signer asserted, and a vector can reach the store around
         the guard, so the receipt's parameters face the write path's checks again: a private
         generator and a consistent calibration (``noise.check_release``), epsilon within the class
-        ceiling, and noise no weaker than the collection's ``[noise]`` policy (``noise_shortfall``;
-        after a policy is tightened, vectors released under the old one are stripped).
+        ceiling, the collection's ``[noise] mechanism`` (``mechanism_mismatch``) and noise no weaker
+        than its ``[noise]`` policy (``noise_shortfall``; after a policy is tightened or its
+        mechanism changed, vectors released under the old one are stripped).
         """
         vecs = split_vector_struct(point.vector)
         receipts = stored_receipts(point.payload)
@@ -334,11 +335,11 @@ class ReadOps(PayloadOps, QueryChecks):
         now (the noise checks of ``WriteOps.prepare_points``; cached per parameters and policy values)."""
         cache = self.shared.setdefault("release_accepted", {})
         n = pol.noise
-        key = (params, n.epsilon, n.radius, n.delta, n.clip_norm, self.ceiling(pol))
+        key = (params, n.mechanism, n.epsilon, n.radius, n.delta, n.clip_norm, self.ceiling(pol))
         ok = cache.get(key)
         if ok is None:
             ok = (_noise.check_release(params) is None and params.epsilon <= self.ceiling(pol)
-                  and noise_shortfall(params, pol.noise) is None)
+                  and mechanism_mismatch(params, n, "") is None and noise_shortfall(params, n) is None)
             if len(cache) > 4096:
                 cache.clear()
             cache[key] = ok
