@@ -114,7 +114,12 @@ class NoisePolicy(_Strict):
 
     mechanism: Literal["gaussian", "laplace_l2"] = "gaussian"
     """``gaussian``: analytic Gaussian mechanism (Balle & Wang 2018), (epsilon, delta) at ``radius``.
-    ``laplace_l2``: multivariate Laplace in L2 norm, pure metric DP (epsilon at ``radius``)."""
+    ``laplace_l2``: multivariate Laplace in L2 norm, pure metric DP (epsilon at ``radius``). The
+    collection holds this mechanism's releases only: a writer's receipt of the other one is refused
+    (``NOISE_REQUIRED``, reason ``mechanism_mismatch``) whatever its numbers, and a stored vector
+    whose receipt names the other one is stripped from the reads of every principal not allowed raw
+    vectors (all but the owner boundary under ``raw_in_boundary``): changing this on a collection
+    that holds vectors withholds them from those reads until they are re-noised."""
     epsilon: float = Field(1.0, gt=0, le=1000)
     """Privacy loss between any two clipped inputs at L2 distance <= ``radius``. Must be <= the
     class's ``epsilon_ceiling``."""
