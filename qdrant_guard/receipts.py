@@ -1295,8 +1295,8 @@ def mechanism_mismatch(params: NoiseParams, noise_policy: Any, collection: str) 
     return (f"the receipt's noise mechanism is {params.mechanism!r} but collection {collection!r} holds "
             f"{want!r} releases only ([noise] mechanism = \"{want}\"); re-noise the clean vector with the "
             f"collection's mechanism and parameters (qdrant_guard.noise.privatize(vector, mechanism={want!r}, "
-            f"epsilon=..., radius=..., ...)) and sign a fresh receipt, or send it without a receipt to a "
-            "collection with noise_on_write = true, where the guard noises it")
+            f"epsilon=..., radius=..., ...)) and sign a fresh receipt, or, with noise_on_write = true on the "
+            "collection, send the clean vector without a receipt and the guard noises it")
 
 
 def _collection_names(client: Any, name: str) -> frozenset[str]:
