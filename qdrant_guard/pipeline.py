@@ -716,7 +716,10 @@ class GuardPipeline:
         return found
 
     def forget_shape(self, collection: str | None = None) -> None:
-        """Drop cached collection layouts (after create/recreate/delete/update)."""
+        """Drop cached collection layouts (after create/recreate/delete/update), and every
+        collection's "no raw vector left" (see ``QueryChecks.raw_vectors_left``): a name may now
+        be another collection, or an alias another collection's."""
+        self.shared.pop("noised_only", None)
         if collection is None:
             self._shapes.clear()
         else:
