@@ -492,10 +492,15 @@ class CollectionPolicy(_Strict):
     nor ask for MMR re-ranking (``models.NearestQuery(mmr=...)`` at the top level, in a prefetch,
     batch or grouped query; langchain's ``max_marginal_relevance_search``) (QUERY_REJECTED): Qdrant
     would compare the stored raw vectors unnoised (with ``lookup_from``, to one the caller stored
-    itself; under MMR, with one another, which the order of the results tells). Ids and MMR pass
-    where every stored vector is noised, which the guard takes from ``raw_in_boundary`` being off:
-    turning it off leaves the raw vectors written under it in place (reads withhold them, ids and
-    MMR still compare them): re-write those points (the guard then noises them) or delete them.
+    itself; under MMR, with one another, which the order of the results tells). With
+    ``raw_in_boundary`` off they pass where every stored vector is noised; turning it off leaves the
+    raw vectors written under it in place (reads withhold them), so before the first such query the
+    guard counts the points with a dense vector that has no receipt (one exact ``count`` per
+    collection and client, kept while it finds none) and refuses the same forms while any remain,
+    naming how many: re-write those points through the guard (which noises and receipts them) or
+    delete them (``qdrant-guard receipt verify`` lists them as missing_receipt). "None" is kept
+    because no guarded client under this policy stores a raw vector: every writer must run it (a
+    client without the guard, or with the old policy, writing after the count is not seen).
     ``true`` is refused where it could noise no query: only the owner boundary reads (``readers``
     empty or the owner), under ``raw_in_boundary``."""
     noise: NoisePolicy = NoisePolicy()
