@@ -216,10 +216,16 @@ DESCRIBE_COUNTED: dict[str, Any] = {
 }
 
 
+# What a non-reader gets instead of the text of an optimizer error (OptimizersStatusOneOf1): that
+# there is an error stays, Qdrant's message (which can name segment files and what was being
+# written to them) goes.
+OPTIMIZER_ERROR_WITHHELD = "withheld"
+
+
 def describe_hidden(*, reader: bool, budgeted: bool) -> list[str]:
     """What :func:`describe_collection` hides for such a principal (the audit entry's ``hidden``)."""
     if not reader:
-        return sorted([*DESCRIBE_COUNTED, "config.metadata"])
+        return sorted([*DESCRIBE_COUNTED, "config.metadata", "optimizer_status.error"])
     return ["payload_schema.points"] if budgeted else []
 
 
@@ -227,8 +233,9 @@ def describe_collection(info: Any, *, reader: bool, budgeted: bool) -> Any:
     """``info`` (a ``get_collection`` answer) as the guard returns it.
 
     ``reader``: the principal may read the collection; else every field of
-    :data:`DESCRIBE_COUNTED` takes its neutral value, and the owner-written ``config.metadata``
-    is None. ``budgeted``: the reader is outside the owner boundary of a collection with an
+    :data:`DESCRIBE_COUNTED` takes its neutral value, the owner-written ``config.metadata``
+    is None, and an optimizer error's text is :data:`OPTIMIZER_ERROR_WITHHELD` (``"ok"`` stays).
+    ``budgeted``: the reader is outside the owner boundary of a collection with an
     extraction budget; each payload index keeps its type and parameters, and its ``points`` (how
     many points hold the field, which that reader's ``count`` may not filter for) is 0.
     ``info`` itself is never changed: copies are returned."""
@@ -236,6 +243,8 @@ def describe_collection(info: Any, *, reader: bool, budgeted: bool) -> Any:
         update = dict(DESCRIBE_COUNTED)
         if getattr(info.config, "metadata", None) is not None:
             update["config"] = info.config.model_copy(update={"metadata": None})
+        if isinstance(getattr(info.optimizer_status, "error", None), str):
+            update["optimizer_status"] = info.optimizer_status.model_copy(update={"error": OPTIMIZER_ERROR_WITHHELD})
         return info.model_copy(update=update)
     if budgeted and info.payload_schema:
         schema = {field: index.model_copy(update={"points": 0}) for field, index in info.payload_schema.items()}
@@ -848,7 +857,8 @@ class GuardPipeline:
         monitor = budgeted and pol is not None and pol.diversity.mode == "monitor"
         if not reader:
             why = ("a principal who may not read the collection gets its configuration only: what is counted "
-                   "from its points, its payload index schema and its metadata are withheld, as count() is refused")
+                   "from its points, its payload index schema, its metadata and the text of an optimizer error "
+                   "are withheld, as count() is refused")
         elif budgeted:
             why = ("read access granted; the payload index schema's per-field point counts are "
                    f"{'shown (the budget only monitors)' if monitor else 'withheld'}: outside the owner "
