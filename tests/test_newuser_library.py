@@ -1,0 +1,110 @@
+"""A new user's library path: an existing qdrant-client 1.20 RAG script switched to the guard.
+
+The README's quick start and bench command run as written (tests/test_docs_examples.py); these
+are the other frictions a first-time user met on the way (docs/security-testing.md, "Library
+new-user review"): a policy path given as ``pathlib.Path`` that runs but that mypy refused, a
+``help()`` that never named ``query_text=``, a one-text embedder refused without saying that the
+embedder gets a list, untagged points capped to 4 of 10 by a key whose reference did not say so,
+and the AWS documentation's example key that a user tries first and the detector by design skips.
+Each test fails on the code or docs before its fix, except where a comment says it pins a claim.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from qdrant_client import models
+
+from guardkit import create, make_kit
+from qdrant_guard import AsyncQdrantClient, QdrantClient
+from qdrant_guard.detect import find_sensitive
+from qdrant_guard.policy import CollectionPolicy
+from qdrant_guard.textguard import EmbedderError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PLAIN_OWNER = {"class": "PII", "owner": "hr", "raw_in_boundary": True, "text_field": "text",
+               "intent": {"enabled": False}}
+
+
+def _policy_file(tmp: Path) -> Path:
+    """A policy file a new user writes: one PII collection ``kb`` owned by boundary hr."""
+    kit = make_kit(tmp)
+    pub = kit.authority_pub["hr"]
+    path = tmp / "policy.toml"
+    path.write_text(textwrap.dedent(f"""\
+        signing_key = "{kit.guard_key_path}"
+        [boundaries.hr]
+        authority_keys = ["{pub}"]
+        [collections.kb]
+        class = "PII"
+        owner = "hr"
+        text_field = "text"
+        """))
+    return path
+
+
+def test_a_policy_path_given_as_pathlib_path_runs_and_type_checks(tmp_path: Path) -> None:
+    # Before: guard= was typed GuardConfig | str | None, so `guard=Path(...)`, which has always
+    # run, was an arg-type error under mypy for a package that ships py.typed.
+    policy = _policy_file(tmp_path)
+    client = QdrantClient(":memory:", guard=policy)  # runs (it did before too)
+    assert client.guard is not None and client.guard.config.policy_for("kb").owner == "hr"
+    client.close()
+    usage = tmp_path / "newuser_usage.py"
+    usage.write_text(textwrap.dedent("""\
+        from pathlib import Path
+
+        import numpy as np
+        import numpy.typing as npt
+        from qdrant_client import models
+
+        from qdrant_guard import AsyncQdrantClient, GuardRefusal, Principal, QdrantClient, load_policy
+
+        policy = Path(__file__).parent / "policy.toml"
+
+
+        def embed(texts: list[str]) -> npt.NDArray[np.float32]:
+            return np.zeros((len(texts), 4), dtype=np.float32)
+
+
+        def rows(texts: list[str]) -> list[list[float]]:
+            return [[0.0] * 4 for _ in texts]
+
+
+        def main(token: str) -> None:
+            client = QdrantClient(path="./store", guard=policy, principal=Principal("a", "hr", token),
+                                  embedder=embed)
+            also = QdrantClient(":memory:", guard=load_policy(policy), principal=token, embedder=rows)
+            aclient = AsyncQdrantClient(":memory:", guard=policy, principal=token)
+            try:
+                res: models.QueryResponse = client.query_points("kb", query=[0.1] * 4,
+                                                                query_text="vacation policy", limit=3)
+                print(len(res.points))
+            except GuardRefusal as exc:
+                print(exc.verdict, exc.directive, exc.point_ids, exc.manifest_digest)
+            also.close()
+            del aclient
+        """))
+    env = dict(os.environ, MYPYPATH=str(ROOT))  # this checkout's qdrant_guard, not an installed one
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental",
+         "--cache-dir", os.devnull, str(usage)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("cls", [QdrantClient, AsyncQdrantClient])
+def test_help_on_the_client_names_query_text(cls: type) -> None:
+    # help(qdrant_guard.QdrantClient) listed guard=, principal= and embedder= but not the one
+    # argument the guard adds to a method: query_points keeps qdrant-client's own docstring.
+    doc = inspect.getdoc(cls) or ""
+    assert "query_text=" in doc and "query_points" in doc
+    if cls is QdrantClient:
+        assert "pathlib.Path" in doc  # guard= takes one (above)
