@@ -108,3 +108,55 @@ def test_help_on_the_client_names_query_text(cls: type) -> None:
     assert "query_text=" in doc and "query_points" in doc
     if cls is QdrantClient:
         assert "pathlib.Path" in doc  # guard= takes one (above)
+
+
+def _one_text_embed(text: str) -> list[float]:
+    """What a RAG script's own embed function looks like: one text in, one vector out."""
+    v = np.zeros(16, dtype=np.float32)
+    for w in text.lower().split():
+        v[hash(w) % 16] += 1.0
+    return (v / max(float(np.linalg.norm(v)), 1.0)).tolist()
+
+
+@pytest.mark.parametrize("embedder", [
+    _one_text_embed,                                     # text.lower() on a list: AttributeError
+    lambda texts: np.ones(16, dtype=np.float32),         # one row, not a matrix: the shape check
+], ids=["raises", "one-row"])
+def test_a_one_text_embedder_is_told_it_gets_a_list(tmp_path: Path, embedder: object) -> None:
+    # Before: "the embedder failed: AttributeError(\"'list' object has no attribute 'lower'\")"
+    # and "returned shape (16,) for 1 text(s); expected (n_texts, dim)", neither saying that the
+    # guard calls embedder= with a list of texts or how to adapt a one-text function.
+    kit = make_kit(tmp_path)
+    client = QdrantClient(":memory:", guard=kit.config({"kb": PLAIN_OWNER}), principal=kit.principal("alice", "hr"),
+                          embedder=embedder)  # type: ignore[arg-type]
+    create(client, "kb")
+    doc = models.Document(text="vacation policy", model="mine")
+    with pytest.raises(EmbedderError) as write:
+        client.upsert("kb", [models.PointStruct(id=1, vector=doc, payload={"text": "vacation policy"})])
+    with pytest.raises(EmbedderError) as query:
+        client.query_points("kb", query=doc)
+    for exc in (write, query):
+        assert "called with a list of texts" in str(exc.value)
+        assert "lambda texts: [f(t) for t in texts]" in str(exc.value)
+    # The advice works: the same function wrapped as the message says.
+    fixed = client.with_principal(kit.principal("alice", "hr"))
+    fixed.guard.embedder = lambda texts: [_one_text_embed(t) for t in texts]  # type: ignore[union-attr]
+    fixed.upsert("kb", [models.PointStruct(id=1, vector=doc, payload={"text": "vacation policy"})])
+    assert [p.id for p in fixed.query_points("kb", query=doc).points] == [1]
+    client.close()
+
+
+def test_an_embedder_that_fails_on_its_own_is_not_lectured(tmp_path: Path) -> None:
+    # The list hint is for the one-text mistake (a TypeError, AttributeError or ValueError), not
+    # for an embedder whose service is down. This pins the rule: it passed before the change too.
+    def down(texts: list[str]) -> list[list[float]]:
+        raise ConnectionError("embedding service unreachable")
+
+    kit = make_kit(tmp_path)
+    client = QdrantClient(":memory:", guard=kit.config({"kb": PLAIN_OWNER}), principal=kit.principal("alice", "hr"),
+                          embedder=down)
+    create(client, "kb")
+    with pytest.raises(EmbedderError) as exc:
+        client.query_points("kb", query=models.Document(text="vacation policy", model="mine"))
+    assert "unreachable" in str(exc.value) and "list of texts" not in str(exc.value)
+    client.close()
