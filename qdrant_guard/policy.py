@@ -508,7 +508,10 @@ class CollectionPolicy(_Strict):
     source_field: str = "source"
     """Payload field naming a point's source document (diversity caps and budgets count by it). A
     dotted path reaches nested payload, e.g. ``metadata.source`` for langchain (keys of letters,
-    digits, ``_`` and ``-``; no ``[]`` or quotes)."""
+    digits, ``_`` and ``-``; no ``[]`` or quotes). Points without it all count as one source
+    (``"__unknown__"``), so where no point carries it a top-k query returns at most
+    max(1, floor(k * ``diversity.max_source_fraction``)) points (4 of 10 at the default 0.4):
+    tag every point with the document it came from."""
     text_field: str | None = None
     """Top-level payload key holding the point's text (no dotted path); it is screened and redacted like embedded text (a string, or each string of a list; PII in a list is never kept)."""
     credentials_in_text: Literal["refuse", "redact"] = "refuse"

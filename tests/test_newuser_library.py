@@ -160,3 +160,28 @@ def test_an_embedder_that_fails_on_its_own_is_not_lectured(tmp_path: Path) -> No
         client.query_points("kb", query=models.Document(text="vacation policy", model="mine"))
     assert "unreachable" in str(exc.value) and "list of texts" not in str(exc.value)
     client.close()
+
+
+def test_the_source_field_reference_says_what_untagged_points_get(tmp_path: Path) -> None:
+    # A RAG script without a `source` payload key got 4 of 10 results after the switch, 1 of 2;
+    # README said so under "What changes", but the key's own reference (docs/policy.md, and the
+    # policy a user copies from README) did not.
+    doc = " ".join((CollectionPolicy.model_fields["source_field"].description or "").split())
+    assert "Points without it all count as one source" in doc and "4 of 10 at the default 0.4" in doc
+    assert "Points without it all count as one source" in " ".join((ROOT / "docs/policy.md").read_text().split())
+    readme_policy = (ROOT / "README.md").read_text().split("```toml", 1)[1].split("```", 1)[0]
+    assert 'source_field = "source"' in readme_policy and "untagged points count as one source" in readme_policy
+    # ... and the claim holds: 30 untagged points, top-10 gives 4, top-2 gives 1, top-1 gives 1.
+    kit = make_kit(tmp_path)
+    client = QdrantClient(":memory:", guard=kit.config({"kb": PLAIN_OWNER}), principal=kit.principal("alice", "hr"))
+    create(client, "kb")
+    rng = np.random.default_rng(0)
+    client.upsert("kb", [models.PointStruct(id=i, vector=rng.normal(size=16).tolist(), payload={"text": f"doc {i}"})
+                         for i in range(30)])
+    q = rng.normal(size=16).tolist()
+    assert [len(client.query_points("kb", query=q, limit=k).points) for k in (10, 2, 1)] == [4, 1, 1]
+    # Tagged with their documents, the same points fill the top-10.
+    client.batch_update_points("kb", [models.SetPayloadOperation(set_payload=models.SetPayload(
+        payload={"source": f"doc-{i}"}, points=[i])) for i in range(30)])
+    assert len(client.query_points("kb", query=q, limit=10).points) == 10
+    client.close()
