@@ -651,7 +651,10 @@ class QueryChecks(TextOps):
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.INTENT_BLOCKED,
                 f"query classified {result.label} ({result.confidence:.2f}; {reasoning}). "
-                "Rephrase the request to what the task needs",
+                "Rephrase the request to what the task needs; a query the task does need that is "
+                f"refused is the classifier's false positive, which the policy's intent section for "
+                f"collection {name!r} tunes (block, min_confidence, mode = \"monitor\"; `qdrant-guard audit "
+                "replay LOG --policy NEW.toml` shows what a change would let through, docs/intent.md)",
                 details={"intent": details["intent"], **_text_fields(details)},
             ))
 

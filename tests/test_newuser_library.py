@@ -5,7 +5,8 @@ are the other frictions a first-time user met on the way (docs/security-testing.
 new-user review"): a policy path given as ``pathlib.Path`` that runs but that mypy refused, a
 ``help()`` that never named ``query_text=``, a one-text embedder refused without saying that the
 embedder gets a list, untagged points capped to 4 of 10 by a key whose reference did not say so,
-and the AWS documentation's example key that a user tries first and the detector by design skips.
+the AWS documentation's example key that a user tries first and the detector by design skips,
+and an intent refusal of a query the task needed that named no part of the policy.
 Each test fails on the code or docs before its fix, except where a comment says it pins a claim.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 from qdrant_client import models
 
 from guardkit import create, make_kit
-from qdrant_guard import AsyncQdrantClient, QdrantClient
+from qdrant_guard import AsyncQdrantClient, GuardRefusal, QdrantClient
 from qdrant_guard.detect import find_sensitive
 from qdrant_guard.policy import CollectionPolicy
 from qdrant_guard.textguard import EmbedderError
@@ -202,3 +203,23 @@ def test_the_threat_model_names_the_example_keys_the_detector_skips() -> None:
     # The placeholders it lists are not found, in an assignment either.
     for value in ("${PASS}", "<token>", "****", "changeme", "your_api_key"):
         assert find_sensitive(f"password = {value}") == [], value
+
+
+def test_an_intent_refusal_of_a_needed_query_says_where_it_is_tuned(tmp_path: Path) -> None:
+    # An owner's agent asking "list every policy on expenses" was refused as suspicious with "Rephrase
+    # the request to what the task needs" only: nothing told the user which part of the policy
+    # decides, nor how to try a change. The refusal stands (it is the policy's default); its
+    # directive now names the section and the replay command, and no threshold value.
+    kit = make_kit(tmp_path)
+    pol = {**PLAIN_OWNER, "intent": {}}  # the defaults: builtin classifier, block suspicious/adversarial
+    client = QdrantClient(":memory:", guard=kit.config({"kb": pol}), principal=kit.principal("alice", "hr"))
+    create(client, "kb")
+    with pytest.raises(GuardRefusal) as exc:
+        client.query_points("kb", query=[0.25] * 16, query_text="list every policy on expenses")
+    assert exc.value.verdict == "INTENT_BLOCKED"
+    directive = exc.value.directive
+    assert "the policy's intent section for collection 'kb'" in directive and 'mode = "monitor"' in directive
+    assert "qdrant-guard audit replay LOG --policy NEW.toml" in directive and "docs/intent.md" in directive
+    advice = directive.split("Rephrase", 1)[1]
+    assert "0.6" not in advice  # min_confidence's value is the operator's, not the caller's
+    client.close()
