@@ -31,7 +31,7 @@ from qdrant_client.qdrant_remote import QdrantRemote
 from . import keys as _keys
 from .canonical import canonical_json
 from .audit import AuditLog
-from .boundary import Principal, VerifiedPrincipal, verify_credential
+from .boundary import PATH_IS_NOT_A_TOKEN, Principal, VerifiedPrincipal, verify_credential
 from .decision import Decision, Verdict
 from .errors import (AuditError, ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError,
                      UnsupportedWriteError)
@@ -464,6 +464,7 @@ class GuardPipeline:
                 f"principal= must be a qdrant_guard.Principal or a credential string, not "
                 f"{type(principal).__name__}: pass Principal(agent_id, boundary, token), with the token "
                 "`qdrant-guard credential issue` printed"
+                + (f"; {PATH_IS_NOT_A_TOKEN}" if isinstance(principal, os.PathLike) else "")
             )
         if credential is None:
             # A boundary without a credential is self-asserted: it is recorded, never trusted.

@@ -6,7 +6,8 @@ new-user review"): a policy path given as ``pathlib.Path`` that runs but that my
 ``help()`` that never named ``query_text=``, a one-text embedder refused without saying that the
 embedder gets a list, untagged points capped to 4 of 10 by a key whose reference did not say so,
 the AWS documentation's example key that a user tries first and the detector by design skips,
-and an intent refusal of a query the task needed that named no part of the policy.
+an intent refusal of a query the task needed that named no part of the policy, and the
+credential file's path passed where its token belongs.
 Each test fails on the code or docs before its fix, except where a comment says it pins a claim.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 from qdrant_client import models
 
 from guardkit import create, make_kit
-from qdrant_guard import AsyncQdrantClient, GuardRefusal, QdrantClient
+from qdrant_guard import AsyncQdrantClient, GuardArgumentTypeError, GuardRefusal, Principal, QdrantClient
 from qdrant_guard.detect import find_sensitive
 from qdrant_guard.policy import CollectionPolicy
 from qdrant_guard.textguard import EmbedderError
@@ -222,4 +223,27 @@ def test_an_intent_refusal_of_a_needed_query_says_where_it_is_tuned(tmp_path: Pa
     assert "qdrant-guard audit replay LOG --policy NEW.toml" in directive and "docs/intent.md" in directive
     advice = directive.split("Rephrase", 1)[1]
     assert "0.6" not in advice  # min_confidence's value is the operator's, not the caller's
+    client.close()
+
+
+def test_a_credential_file_path_given_for_its_token_says_to_read_it(tmp_path: Path) -> None:
+    # The README's set-up writes the token to agent-7.cred; a user who passed the Path itself got
+    # "must be str or None, not PosixPath" (Principal) or "must be a qdrant_guard.Principal or a
+    # credential string, not PosixPath" (principal=, with_principal), with no word of reading it.
+    kit = make_kit(tmp_path)
+    cred = tmp_path / "agent-7.cred"
+    cred.write_text(kit.principal("agent-7", "hr").credential + "\n")
+    client = QdrantClient(":memory:", guard=kit.config({"kb": PLAIN_OWNER}), principal=kit.principal("alice", "hr"))
+    attempts = [
+        lambda: Principal("agent-7", "hr", cred),  # type: ignore[arg-type]
+        lambda: QdrantClient(":memory:", guard=kit.config({"kb": PLAIN_OWNER}), principal=cred),  # type: ignore[arg-type]
+        lambda: client.with_principal(cred),  # type: ignore[arg-type]
+    ]
+    for attempt in attempts:
+        with pytest.raises(GuardArgumentTypeError) as exc:
+            attempt()
+        assert "not PosixPath" in str(exc.value) and "Path(file).read_text().strip()" in str(exc.value)
+    # What it says works.
+    view = client.with_principal(Principal("agent-7", "hr", Path(cred).read_text().strip()))
+    assert view.guard is not None and view.guard.principal_label == "agent-7@hr"
     client.close()
