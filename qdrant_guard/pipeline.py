@@ -656,8 +656,10 @@ class GuardPipeline:
         if self.verified is not None and boundary is None:
             raise self.refuse(self.decision(
                 op, collection, pol, Verdict.INVALID_CREDENTIAL,
-                "the principal's credential has expired; issue a new one with "
-                "`qdrant-guard credential issue` and reconnect",
+                f"the principal's credential ({self.principal_label}) has expired; issue a new one with "
+                "`qdrant-guard credential issue` and act with it through client.with_principal(token), "
+                "which keeps this client's connection (a second local-mode client on the same path= "
+                "store is refused while this one is open)",
             ))
         if boundary:
             who = f"boundary {boundary!r}"

@@ -6,8 +6,9 @@ new-user review"): a policy path given as ``pathlib.Path`` that runs but that my
 ``help()`` that never named ``query_text=``, a one-text embedder refused without saying that the
 embedder gets a list, untagged points capped to 4 of 10 by a key whose reference did not say so,
 the AWS documentation's example key that a user tries first and the detector by design skips,
-an intent refusal of a query the task needed that named no part of the policy, and the
-credential file's path passed where its token belongs.
+an intent refusal of a query the task needed that named no part of the policy, the
+credential file's path passed where its token belongs, and an expired credential's advice to
+"reconnect", which a local store refuses while the first client is open.
 Each test fails on the code or docs before its fix, except where a comment says it pins a claim.
 """
 from __future__ import annotations
@@ -246,4 +247,30 @@ def test_a_credential_file_path_given_for_its_token_says_to_read_it(tmp_path: Pa
     # What it says works.
     view = client.with_principal(Principal("agent-7", "hr", Path(cred).read_text().strip()))
     assert view.guard is not None and view.guard.principal_label == "agent-7@hr"
+    client.close()
+
+
+def test_an_expired_credential_says_how_to_go_on_without_reopening_the_store(tmp_path: Path) -> None:
+    # A RAG service on a path= store outlives its credential (default TTL 1 h). Before: "issue a new
+    # one ... and reconnect", and a second client on the same path= is refused while the first is
+    # open ("Storage folder ... is already accessed by another instance"). with_principal keeps
+    # the connection and takes the new token; the directive now says so.
+    import time
+
+    kit = make_kit(tmp_path)
+    client = QdrantClient(path=str(tmp_path / "store"), guard=kit.config({"kb": PLAIN_OWNER}),
+                          principal=kit.principal("alice", "hr", ttl_s=60))
+    create(client, "kb")
+    real = time.time
+    client.guard.clock = lambda: real() + 3600  # type: ignore[union-attr]
+    with pytest.raises(GuardRefusal) as exc:
+        client.count("kb")
+    assert exc.value.verdict == "INVALID_CREDENTIAL"
+    assert "(alice@hr) has expired" in exc.value.directive
+    assert "client.with_principal(token)" in exc.value.directive
+    with pytest.raises(RuntimeError, match="already accessed"):  # what "reconnect" ran into
+        QdrantClient(path=str(tmp_path / "store"))
+    renewed = client.with_principal(kit.principal("alice", "hr", ttl_s=7200))
+    renewed.guard.clock = lambda: real() + 3600  # type: ignore[union-attr]
+    assert renewed.count("kb").count == 0
     client.close()
