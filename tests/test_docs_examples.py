@@ -312,6 +312,29 @@ def test_readme_policy_tells_a_new_user_how_to_write_an_unlisted_collection(quic
     client.close()
 
 
+def test_readme_owner_set_up_runs_as_written(quick_start, capsys):
+    # README says the quick start's support agent cannot create employee_records and that its owner
+    # needs an hr credential; it now shows the command and the call, which must work as shown.
+    from qdrant_client import models
+
+    issue = [s for s in spans(README) if s.startswith("qdrant-guard credential issue") and "--boundary hr" in s]
+    assert len(issue) == 1, "README: the hr credential command is gone"
+    argv, stdout_file = _without_redirect(shlex.split(issue[0])[1:])
+    assert stdout_file == "alice.cred"
+    (quick_start[0] / stdout_file).write_text(_cli(capsys, argv))
+    view = [s for s in spans(README) if s.startswith('client.with_principal(Principal("alice"')]
+    assert len(view) == 1, "README: the owner's with_principal call is gone"
+    ns: dict[str, Any] = {}
+    exec(compile(_quick_start_code(), "README.md (quick start)", "exec"), ns)
+    owner = eval(view[0], ns)
+    owner.create_collection("employee_records", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    with pytest.raises(GuardRefusal) as exc:  # as README says, the support agent may not
+        ns["client"].delete_collection("employee_records")
+    assert exc.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    assert owner.collection_exists("employee_records")
+    ns["client"].close()
+
+
 def test_readme_quick_start_works_the_same_way_async(quick_start):
     _, token = quick_start
     assert "`AsyncQdrantClient` works the same way" in README.read_text()
