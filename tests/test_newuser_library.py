@@ -274,3 +274,32 @@ def test_an_expired_credential_says_how_to_go_on_without_reopening_the_store(tmp
     renewed.guard.clock = lambda: real() + 3600  # type: ignore[union-attr]
     assert renewed.count("kb").count == 0
     client.close()
+
+
+def test_readme_says_offset_pages_can_repeat_or_skip_points(tmp_path: Path) -> None:
+    # A RAG script paging with offset= got a point twice and never saw two others after the
+    # switch; docs/diversity-budget.md said so, README's list of what changes did not.
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "pages fetched with `offset` are capped one by one, so they can repeat or skip points" in readme
+    assert "exclude it with `models.PayloadSelectorExclude`" in readme
+    kit = make_kit(tmp_path)
+    noised = {**PLAIN_OWNER, "raw_in_boundary": False}  # the guard noises and receipts every point
+    client = QdrantClient(":memory:", guard=kit.config({"kb": PLAIN_OWNER, "noised": noised}),
+                          principal=kit.principal("alice", "hr"))
+    create(client, "kb", dim=8)  # raw vectors: the ranking, and so the pages, are the same every run
+    rng = np.random.default_rng(1)
+    client.upsert("kb", [models.PointStruct(id=i, vector=rng.normal(size=8).tolist(),
+                                            payload={"text": f"d{i}", "source": f"s{i % 10}"}) for i in range(60)])
+    q = rng.normal(size=8).tolist()
+    pages = [[p.id for p in client.query_points("kb", query=q, limit=5, offset=o).points] for o in (0, 5, 10)]
+    paged = sum(pages, [])
+    whole = [p.id for p in client.query_points("kb", query=q, limit=15).points]
+    assert len(paged) != len(set(paged)) and set(whole) - set(paged)  # a repeat, and points skipped
+    assert len(whole) == len(set(whole)) == 15  # one call gives one list
+    # The selector README names leaves the receipt out and keeps the rest.
+    create(client, "noised", dim=8)
+    client.upsert("noised", [models.PointStruct(id=0, vector=q, payload={"text": "d0", "source": "s0"})])
+    assert "_qdrant_guard_receipt" in (client.retrieve("noised", [0])[0].payload or {})
+    sel = models.PayloadSelectorExclude(exclude=["_qdrant_guard_receipt"])
+    assert client.retrieve("noised", [0], with_payload=sel)[0].payload == {"text": "d0", "source": "s0"}
+    client.close()
