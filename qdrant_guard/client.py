@@ -32,9 +32,9 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
             after redaction on sensitive collections.
 
     ``query_points`` and ``query_points_groups`` also take ``query_text=``: the text a raw query
-    vector was embedded from, which the guard screens, scans and classifies as it does a
-    ``models.Document`` query's (the policy's ``query.require_text`` refuses a raw vector
-    without it; a client without ``guard=`` accepts and ignores it).
+    vector was embedded from, which the guard screens, scans and classifies on sensitive
+    collections as it does a ``models.Document`` query's (the policy's ``query.require_text``
+    refuses a raw vector without it; a client without ``guard=`` accepts and ignores it).
 
     Every method keeps the original signature. Against a Qdrant server (``url=``/``host=``) the
     code path is the same as in local mode (``":memory:"``/``path=``): the guard runs in this
