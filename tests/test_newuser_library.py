@@ -7,8 +7,9 @@ new-user review"): a policy path given as ``pathlib.Path`` that runs but that my
 embedder gets a list, untagged points capped to 4 of 10 by a key whose reference did not say so,
 the AWS documentation's example key that a user tries first and the detector by design skips,
 an intent refusal of a query the task needed that named no part of the policy, the
-credential file's path passed where its token belongs, and an expired credential's advice to
-"reconnect", which a local store refuses while the first client is open.
+credential file's path passed where its token belongs, an expired credential's advice to
+"reconnect", which a local store refuses while the first client is open, and the points a store
+held before the switch, which reads return as stored and README never mentioned.
 Each test fails on the code or docs before its fix, except where a comment says it pins a claim.
 """
 from __future__ import annotations
@@ -233,7 +234,7 @@ def test_a_credential_file_path_given_for_its_token_says_to_read_it(tmp_path: Pa
     # credential string, not PosixPath" (principal=, with_principal), with no word of reading it.
     kit = make_kit(tmp_path)
     cred = tmp_path / "agent-7.cred"
-    cred.write_text(kit.principal("agent-7", "hr").credential + "\n")
+    cred.write_text(f"{kit.principal('agent-7', 'hr').credential}\n")
     client = QdrantClient(":memory:", guard=kit.config({"kb": PLAIN_OWNER}), principal=kit.principal("alice", "hr"))
     attempts = [
         lambda: Principal("agent-7", "hr", cred),  # type: ignore[arg-type]
@@ -303,3 +304,59 @@ def test_readme_says_offset_pages_can_repeat_or_skip_points(tmp_path: Path) -> N
     sel = models.PayloadSelectorExclude(exclude=["_qdrant_guard_receipt"])
     assert client.retrieve("noised", [0], with_payload=sel)[0].payload == {"text": "d0", "source": "s0"}
     client.close()
+
+
+def test_points_stored_before_the_switch_are_read_as_stored_until_rewritten(tmp_path: Path) -> None:
+    # The script's store existed before the switch. Its points were never screened: a reader of
+    # another boundary got the SSN, the e-mail and a GitHub token from their payloads, and README
+    # did not say so (its change list reads "text is screened and redacted"). README and the
+    # threat model now say so and give the re-write; this pins both the limit and the re-write.
+    from qdrant_client import QdrantClient as RawClient
+
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "**Points stored before the switch** (or by any client without the guard) were never screened" in readme
+    assert "Data stored before the switch." in (ROOT / "docs/threat-model.md").read_text()
+    kit = make_kit(tmp_path)
+    store = str(tmp_path / "store")
+    text = "John Doe SSN 123-45-6789 email john@corp.com"
+    token = "ghp_" + "wWPw5k4aXcaT4fNP0UcnZwJUVFk6LO0pINUx"
+    raw = RawClient(path=store)
+    for name in ("kb", "kb_noised"):
+        create(raw, name)
+        raw.upsert(name, [models.PointStruct(id=1, vector=[0.25] * 16,
+                                             payload={"text": text, "source": "hr", "api_key": token})])
+    # README's re-write, first half: read them with the plain client, then close it.
+    legacy, _ = raw.scroll("kb_noised", with_vectors=True)
+    raw.close()
+    pol = {**PLAIN_OWNER, "readers": ["support"]}
+    noised = {**pol, "raw_in_boundary": False}
+    owner = QdrantClient(path=store, guard=kit.config({"kb": pol, "kb_noised": noised}),
+                         principal=kit.principal("alice", "hr"))
+    reader = owner.with_principal(kit.principal("bob", "support"))
+    for name in ("kb", "kb_noised"):
+        before = reader.retrieve(name, [1], with_vectors=True)[0]
+        assert before.payload == {"text": text, "source": "hr", "api_key": token} and before.vector is None
+    # Through the guard only an owner under raw_in_boundary gets the raw vectors back.
+    assert owner.scroll("kb_noised", with_vectors=True)[0][0].vector is None
+    points, _ = owner.scroll("kb", with_vectors=True)
+    assert points[0].vector is not None
+    # Second half: upsert them through the guarded client; the credential is refused first.
+    with pytest.raises(GuardRefusal) as exc:
+        owner.upsert("kb", [models.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points])  # type: ignore[arg-type]
+    assert exc.value.verdict == "CREDENTIAL_IN_TEXT"
+
+    def cleaned(pts: list[models.Record]) -> list[models.PointStruct]:
+        return [models.PointStruct(id=p.id, vector=p.vector,  # type: ignore[arg-type]
+                                   payload={k: v for k, v in (p.payload or {}).items() if k != "api_key"})
+                for p in pts]
+
+    owner.upsert("kb", cleaned(points))
+    after = reader.retrieve("kb", [1], with_vectors=True)[0]
+    assert after.payload == {"text": "John Doe SSN [SSN] email [EMAIL]", "source": "hr"}
+    assert after.vector is None  # the owner wrote raw (raw_in_boundary): still not released
+    # Without raw_in_boundary the same write noises and receipts the vector, which is released.
+    owner.upsert("kb_noised", cleaned(legacy))
+    released = reader.retrieve("kb_noised", [1], with_vectors=True)[0]
+    assert released.vector is not None and "_qdrant_guard_receipt" in (released.payload or {})
+    assert {k: v for k, v in (released.payload or {}).items() if k != "_qdrant_guard_receipt"} == after.payload
+    owner.close()
