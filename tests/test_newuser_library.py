@@ -321,7 +321,7 @@ def test_points_stored_before_the_switch_are_read_as_stored_until_rewritten(tmp_
     text = "John Doe SSN 123-45-6789 email john@corp.com"
     token = "ghp_" + "wWPw5k4aXcaT4fNP0UcnZwJUVFk6LO0pINUx"
     raw = RawClient(path=store)
-    for name in ("kb", "kb_noised"):
+    for name in ("kb", "kb_noised", "kb_kept"):
         create(raw, name)
         raw.upsert(name, [models.PointStruct(id=1, vector=[0.25] * 16,
                                              payload={"text": text, "source": "hr", "api_key": token})])
@@ -330,7 +330,8 @@ def test_points_stored_before_the_switch_are_read_as_stored_until_rewritten(tmp_
     raw.close()
     pol = {**PLAIN_OWNER, "readers": ["support"]}
     noised = {**pol, "raw_in_boundary": False}
-    owner = QdrantClient(path=store, guard=kit.config({"kb": pol, "kb_noised": noised}),
+    kept = {**pol, "keep_payload_text_in_boundary": True}
+    owner = QdrantClient(path=store, guard=kit.config({"kb": pol, "kb_noised": noised, "kb_kept": kept}),
                          principal=kit.principal("alice", "hr"))
     reader = owner.with_principal(kit.principal("bob", "support"))
     for name in ("kb", "kb_noised"):
@@ -356,6 +357,9 @@ def test_points_stored_before_the_switch_are_read_as_stored_until_rewritten(tmp_
     assert after.vector is None  # the owner wrote raw (raw_in_boundary): still not released
     # Without raw_in_boundary the same write noises and receipts the vector, which is released.
     owner.upsert("kb_noised", cleaned(legacy))
+    # README's exception: under keep_payload_text_in_boundary reads redact the text field (only).
+    shown = reader.retrieve("kb_kept", [1])[0].payload
+    assert shown == {"text": "John Doe SSN [SSN] email [EMAIL]", "source": "hr", "api_key": token}
     released = reader.retrieve("kb_noised", [1], with_vectors=True)[0]
     assert released.vector is not None and "_qdrant_guard_receipt" in (released.payload or {})
     assert {k: v for k, v in (released.payload or {}).items() if k != "_qdrant_guard_receipt"} == after.payload
