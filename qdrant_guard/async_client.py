@@ -5,6 +5,7 @@ pipeline's operations are sans-IO generators), so no guard logic exists twice.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Awaitable, Callable
 
 import qdrant_client
@@ -20,7 +21,8 @@ class AsyncQdrantClient(PrincipalViews, qdrant_client.AsyncQdrantClient):
     """Drop-in replacement for :class:`qdrant_client.AsyncQdrantClient` with a guard policy.
 
     Takes the same extra arguments as :class:`qdrant_guard.QdrantClient` (``guard=``,
-    ``principal=``, ``embedder=``) and behaves exactly like it.
+    ``principal=``, ``embedder=``, and ``query_text=`` on ``query_points`` and
+    ``query_points_groups``) and behaves exactly like it.
     """
 
     _guard: Guard | None
@@ -47,7 +49,7 @@ class AsyncQdrantClient(PrincipalViews, qdrant_client.AsyncQdrantClient):
         pool_size: int | None = None,
         headers: dict[str, str] | None = None,
         *,
-        guard: GuardConfig | str | None = None,
+        guard: GuardConfig | str | os.PathLike[str] | None = None,
         principal: Principal | str | None = None,
         embedder: Embedder | None = None,
         **kwargs: Any,

@@ -59,6 +59,11 @@ class CredentialRejected(CredentialError):
         self.reason = reason
 
 
+# A credential file's path given where its token belongs (the library takes tokens; the CLI reads files).
+PATH_IS_NOT_A_TOKEN = ("pass the token the file holds, not its path: Path(file).read_text().strip() "
+                       "(`qdrant-guard credential issue ... > file` wrote it)")
+
+
 @dataclass(frozen=True)
 class Principal:
     """Who is calling: an agent inside a trust boundary, optionally with its credential token.
@@ -86,7 +91,8 @@ class Principal:
                 raise ConfigError(f"Principal.{name} must not be empty")
         if self.credential is not None and not isinstance(self.credential, str):
             # bytes: a token read from its file in binary mode, or subprocess output.
-            hint = ": decode it (token.decode().strip())" if isinstance(self.credential, bytes) else ""
+            hint = ": decode it (token.decode().strip())" if isinstance(self.credential, bytes) else (
+                f": {PATH_IS_NOT_A_TOKEN}" if isinstance(self.credential, os.PathLike) else "")
             raise GuardArgumentTypeError(
                 f"Principal.credential must be str or None, not {type(self.credential).__name__}{hint}"
             )

@@ -621,8 +621,9 @@ def build_parser() -> argparse.ArgumentParser:
     rv.add_argument("--check-noise", action="store_true",
                     help="also refuse receipts whose signed noise a guarded write refuses "
                          "(noise.check_release: the TEST-ONLY seeded generator, a scale below the "
-                         "calibration); with --policy, also noise weaker than the collection's "
-                         "[noise] section. Reported as insufficient_noise")
+                         "calibration), reported as insufficient_noise; with --policy, also noise "
+                         "weaker than the collection's [noise] section (insufficient_noise) or of "
+                         "another mechanism than its [noise] mechanism (mechanism_mismatch)")
     rv.add_argument("--verbose", action="store_true", help="print a line for every vector, not only failures")
     rv.set_defaults(func=cmd_receipt_verify)
 

@@ -1,6 +1,7 @@
 """The guarded synchronous client: ``from qdrant_guard import QdrantClient``."""
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Awaitable, Callable
 
@@ -21,13 +22,19 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
     Accepts every argument of the original, plus:
 
     Args:
-        guard: a :class:`GuardConfig`, or the path of a TOML policy file. None (default): no
-            policy; the client behaves exactly like qdrant-client.
+        guard: a :class:`GuardConfig`, or the path of a TOML policy file (a str or a
+            ``pathlib.Path``). None (default): no policy; the client behaves exactly like
+            qdrant-client.
         principal: who is calling: a :class:`Principal` carrying a boundary credential (the token
             ``qdrant-guard credential issue`` prints), or the token itself. None, or a Principal
             without a credential: unverified, which reaches PUBLIC collections only.
         embedder: callable ``list[str] -> array (n, d)`` used to embed ``models.Document`` texts
             after redaction on sensitive collections.
+
+    ``query_points`` and ``query_points_groups`` also take ``query_text=``: the text a raw query
+    vector was embedded from, which the guard screens, scans and classifies on sensitive
+    collections as it does a ``models.Document`` query's (the policy's ``query.require_text``
+    refuses a raw vector without it; a client without ``guard=`` accepts and ignores it).
 
     Every method keeps the original signature. Against a Qdrant server (``url=``/``host=``) the
     code path is the same as in local mode (``":memory:"``/``path=``): the guard runs in this
@@ -69,7 +76,7 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
         pool_size: int | None = None,
         headers: dict[str, str] | None = None,
         *,
-        guard: GuardConfig | str | None = None,
+        guard: GuardConfig | str | os.PathLike[str] | None = None,
         principal: Principal | str | None = None,
         embedder: Embedder | None = None,
         **kwargs: Any,

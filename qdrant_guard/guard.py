@@ -5,6 +5,7 @@ import json
 import re
 import shlex
 import warnings
+from datetime import datetime, timezone
 from typing import Any
 
 from qdrant_client.http import models
@@ -15,6 +16,7 @@ from .errors import ConfigError, UnsupportedWriteError
 from .pipeline import Call, Op, telemetry_for
 from .policy import CollectionPolicy
 from .reads import ReadOps
+from .receipts import ISSUED_AT_LEEWAY_S
 from .writes import WriteOps
 
 
@@ -70,6 +72,29 @@ def _toml_key(name: str) -> str:
 
 def _toml_str(text: str) -> str:
     return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _record_age_refusal(rec: Any, path: str | None, max_age_s: float | None, now: float) -> str | None:
+    """Why ``rec`` is too old (or dated too far ahead) for ``utility.max_age_s``, or None."""
+    if max_age_s is None:
+        return None
+    created_s = rec.created_at / 1000.0
+    try:
+        shown = datetime.fromtimestamp(created_s, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        shown = f"created_at {rec.created_at} ms"
+    age = now - created_s
+    if age < -ISSUED_AT_LEEWAY_S:
+        # A record dated ahead would count as fresh until that date, whatever max_age_s says.
+        return (f"utility record {path!r} is dated {shown}, {-age:.0f} s after the guard's clock (more than "
+                f"the {ISSUED_AT_LEEWAY_S:g} s clock-skew leeway), so utility.max_age_s = {max_age_s:g} cannot "
+                "be checked; check the clock of the machine that ran `qdrant-guard calibrate` and re-run it")
+    if age > max_age_s:
+        return (f"utility record {path!r} was calibrated at {shown}, {age:.0f} s ago ({age / 86400:.1f} days), "
+                f"more than utility.max_age_s = {max_age_s:g} s: the collection's data or embedding model may "
+                "have moved since it was measured; re-run `qdrant-guard calibrate` on a staging collection of "
+                "current data and point the policy at the new record, or raise utility.max_age_s")
+    return None
 
 
 class Guard(WriteOps, ReadOps):
@@ -225,6 +250,9 @@ class Guard(WriteOps, ReadOps):
                         f"calibrate vector {shown!r} (`qdrant-guard calibrate ... --vector-name "
                         f"{shlex.quote(vector_name)} --out FILE`) and give each named vector its record in "
                         "utility.records instead of utility.record")
+        stale = _record_age_refusal(rec, path, u.max_age_s, self.clock())
+        if stale is not None:
+            return stale
         if rec.metric != u.metric or rec.k != u.k:
             # A record of nDCG@10 or recall@50 can show a smaller drop than the recall@10 the
             # policy limits, so it cannot vouch for it.

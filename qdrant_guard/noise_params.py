@@ -18,6 +18,15 @@ DTYPES = ("float32", "float64")
 #: float64 release adds that tiny coordinates are read as 0; 3: epsilon, delta, radius, clip norm
 #: and lattice step exact; 4 (current): adds the ideal-noise remark and its delta bound.
 GUARANTEE_WORDINGS = (1, 2, 3, 4)
+#: The ``mechanism_version`` values each older wording was written with (git history of
+#: ``noise._guarantee`` and ``MECHANISM_VERSION``: wording 1 from 4d86439 (version 1) through
+#: da4ef4b (2) and 5af38ee (3); wordings 2 (4de37fa) and 3 (2a63590) under version 3 only). A
+#: receipt of another version in one of them was never written by this library and is refused
+#: (``guarantee_mismatch``), so a version after 3 takes the current wording only. The current
+#: wording is not listed: any version may state it (a signer in another language writes it). Both
+#: dtypes were released in every wording (privatize took float64 from 4d86439 on), so a float64
+#: sentence without the float64 note (wording 1) stays valid for versions 1 to 3.
+WORDING_VERSIONS: dict[int, tuple[str, ...]] = {1: ("1", "2", "3"), 2: ("3",), 3: ("3",)}
 
 
 @dataclass(frozen=True)
@@ -176,7 +185,17 @@ def guarantee_mismatch(params: Mapping[str, Any]) -> str | None:
         return (f"guarantee sentence cannot be stated for dim={params['dim']}, which is beyond float64's "
                 "range; no release has such a dimension")
     if sentence in known:
-        return None
+        # Wordings can coincide (a float32 sentence reads the same in wordings 1 and 2, %g-exact
+        # numbers in 2 and 3): the sentence stands if any wording it equals was written for this version.
+        said = [w for w, text in zip(reversed(GUARANTEE_WORDINGS), known) if text == sentence]
+        version = params["mechanism_version"]
+        if any(version in WORDING_VERSIONS.get(w, (version,)) for w in said):
+            return None
+        oldest = min(said)
+        return (f"guarantee sentence is in wording {oldest}, which this library wrote only for "
+                f"mechanism_version {' or '.join(WORDING_VERSIONS[oldest])}; fields say "
+                f"mechanism_version={version!r}: state it in the current wording "
+                "(qdrant_guard.noise_params.guarantee_sentence of the fields) and sign again")
     said_mechanism = sentence.split(":", 1)[0] if ":" in sentence else ""
     if said_mechanism != mechanism:
         return (f"guarantee sentence says mechanism={said_mechanism[:40]!r}, fields say "

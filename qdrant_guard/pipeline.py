@@ -31,7 +31,7 @@ from qdrant_client.qdrant_remote import QdrantRemote
 from . import keys as _keys
 from .canonical import canonical_json
 from .audit import AuditLog
-from .boundary import Principal, VerifiedPrincipal, verify_credential
+from .boundary import PATH_IS_NOT_A_TOKEN, Principal, VerifiedPrincipal, verify_credential
 from .decision import Decision, Verdict
 from .errors import (AuditError, ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError,
                      UnsupportedWriteError)
@@ -216,10 +216,16 @@ DESCRIBE_COUNTED: dict[str, Any] = {
 }
 
 
+# What a non-reader gets instead of the text of an optimizer error (OptimizersStatusOneOf1): that
+# there is an error stays, Qdrant's message (which can name segment files and what was being
+# written to them) goes.
+OPTIMIZER_ERROR_WITHHELD = "withheld"
+
+
 def describe_hidden(*, reader: bool, budgeted: bool) -> list[str]:
     """What :func:`describe_collection` hides for such a principal (the audit entry's ``hidden``)."""
     if not reader:
-        return sorted([*DESCRIBE_COUNTED, "config.metadata"])
+        return sorted([*DESCRIBE_COUNTED, "config.metadata", "optimizer_status.error"])
     return ["payload_schema.points"] if budgeted else []
 
 
@@ -227,8 +233,9 @@ def describe_collection(info: Any, *, reader: bool, budgeted: bool) -> Any:
     """``info`` (a ``get_collection`` answer) as the guard returns it.
 
     ``reader``: the principal may read the collection; else every field of
-    :data:`DESCRIBE_COUNTED` takes its neutral value, and the owner-written ``config.metadata``
-    is None. ``budgeted``: the reader is outside the owner boundary of a collection with an
+    :data:`DESCRIBE_COUNTED` takes its neutral value, the owner-written ``config.metadata``
+    is None, and an optimizer error's text is :data:`OPTIMIZER_ERROR_WITHHELD` (``"ok"`` stays).
+    ``budgeted``: the reader is outside the owner boundary of a collection with an
     extraction budget; each payload index keeps its type and parameters, and its ``points`` (how
     many points hold the field, which that reader's ``count`` may not filter for) is 0.
     ``info`` itself is never changed: copies are returned."""
@@ -236,6 +243,8 @@ def describe_collection(info: Any, *, reader: bool, budgeted: bool) -> Any:
         update = dict(DESCRIBE_COUNTED)
         if getattr(info.config, "metadata", None) is not None:
             update["config"] = info.config.model_copy(update={"metadata": None})
+        if isinstance(getattr(info.optimizer_status, "error", None), str):
+            update["optimizer_status"] = info.optimizer_status.model_copy(update={"error": OPTIMIZER_ERROR_WITHHELD})
         return info.model_copy(update=update)
     if budgeted and info.payload_schema:
         schema = {field: index.model_copy(update={"points": 0}) for field, index in info.payload_schema.items()}
@@ -481,6 +490,7 @@ class GuardPipeline:
                 f"principal= must be a qdrant_guard.Principal or a credential string, not "
                 f"{type(principal).__name__}: pass Principal(agent_id, boundary, token), with the token "
                 "`qdrant-guard credential issue` printed"
+                + (f"; {PATH_IS_NOT_A_TOKEN}" if isinstance(principal, os.PathLike) else "")
             )
         if credential is None:
             # A boundary without a credential is self-asserted: it is recorded, never trusted.
@@ -672,8 +682,10 @@ class GuardPipeline:
         if self.verified is not None and boundary is None:
             raise self.refuse(self.decision(
                 op, collection, pol, Verdict.INVALID_CREDENTIAL,
-                "the principal's credential has expired; issue a new one with "
-                "`qdrant-guard credential issue` and reconnect",
+                f"the principal's credential ({self.principal_label}) has expired; issue a new one with "
+                "`qdrant-guard credential issue` and act with it through client.with_principal(token), "
+                "which keeps this client's connection (a second local-mode client on the same path= "
+                "store is refused while this one is open)",
             ))
         if boundary:
             who = f"boundary {boundary!r}"
@@ -742,7 +754,10 @@ class GuardPipeline:
         return found
 
     def forget_shape(self, collection: str | None = None) -> None:
-        """Drop cached collection layouts (after create/recreate/delete/update)."""
+        """Drop cached collection layouts (after create/recreate/delete/update), and every
+        collection's "no raw vector left" (see ``QueryChecks.raw_vectors_left``): a name may now
+        be another collection, or an alias another collection's."""
+        self.shared.pop("noised_only", None)
         if collection is None:
             self._shapes.clear()
         else:
@@ -880,7 +895,8 @@ class GuardPipeline:
         monitor = budgeted and pol is not None and pol.diversity.mode == "monitor"
         if not reader:
             why = ("a principal who may not read the collection gets its configuration only: what is counted "
-                   "from its points, its payload index schema and its metadata are withheld, as count() is refused")
+                   "from its points, its payload index schema, its metadata and the text of an optimizer error "
+                   "are withheld, as count() is refused")
         elif budgeted:
             why = ("read access granted; the payload index schema's per-field point counts are "
                    f"{'shown (the budget only monitors)' if monitor else 'withheld'}: outside the owner "

@@ -114,7 +114,12 @@ class NoisePolicy(_Strict):
 
     mechanism: Literal["gaussian", "laplace_l2"] = "gaussian"
     """``gaussian``: analytic Gaussian mechanism (Balle & Wang 2018), (epsilon, delta) at ``radius``.
-    ``laplace_l2``: multivariate Laplace in L2 norm, pure metric DP (epsilon at ``radius``)."""
+    ``laplace_l2``: multivariate Laplace in L2 norm, pure metric DP (epsilon at ``radius``). The
+    collection holds this mechanism's releases only: a writer's receipt of the other one is refused
+    (``NOISE_REQUIRED``, reason ``mechanism_mismatch``) whatever its numbers, and a stored vector
+    whose receipt names the other one is stripped from the reads of every principal not allowed raw
+    vectors (all but the owner boundary under ``raw_in_boundary``): changing this on a collection
+    that holds vectors withholds them from those reads until they are re-noised."""
     epsilon: float = Field(1.0, gt=0, le=1000)
     """Privacy loss between any two clipped inputs at L2 distance <= ``radius``. Must be <= the
     class's ``epsilon_ceiling``."""
@@ -419,6 +424,15 @@ class UtilityPolicy(_Strict):
     ``retrieval_utility_guard_hash``, a table of each vector it noised or took a receipt for to the
     hash of that vector's record (null: none). Each record is verified as ``record`` is. Not with ``record``, which holds the unnamed
     vector's record. ``{}`` (the default): ``record`` decides."""
+    max_age_s: float | None = Field(None, gt=0)
+    """Refuse writes (UTILITY_DEGRADED) once the record is older than this many seconds, counted
+    from its ``created_at`` (when ``qdrant-guard calibrate`` measured it), e.g. ``max_age_s =
+    7776000`` (90 days). A record measured the collection's data and embedding model as they were:
+    after either moves, its drops no longer say what the noise costs, so a collection whose data
+    changes sets this and re-calibrates on a schedule. A record dated more than 300 s after the
+    guard's clock is refused too while this is set (its age cannot be checked, and it would never
+    expire). Checked on each write that consults the record (``enforce`` on); reads are not
+    affected. None (the default): a record never expires."""
     enforce: bool = True
     """Refuse writes (UTILITY_DEGRADED) unless the record applies to the policy (same mechanism,
     radius, delta, clip_norm, metric and k) and to the write (a record for the vector written, see
@@ -488,9 +502,19 @@ class CollectionPolicy(_Strict):
     ``models.Image`` input is refused: inference would turn either into an exact query vector.
     Under ``raw_in_boundary`` they may not name a point where a query takes a vector (a bare id,
     ``NearestQuery``, recommend, discover, context or feedback examples, prefetches, batch requests,
-    with or without ``lookup_from``), nor call ``search_matrix_pairs``/``search_matrix_offsets``
-    (QUERY_REJECTED): Qdrant would compare the stored raw vectors unnoised (with ``lookup_from``, to
-    one the caller stored itself). Ids pass where every stored vector is noised.
+    with or without ``lookup_from``), nor call ``search_matrix_pairs``/``search_matrix_offsets``,
+    nor ask for MMR re-ranking (``models.NearestQuery(mmr=...)`` at the top level, in a prefetch,
+    batch or grouped query; langchain's ``max_marginal_relevance_search``) (QUERY_REJECTED): Qdrant
+    would compare the stored raw vectors unnoised (with ``lookup_from``, to one the caller stored
+    itself; under MMR, with one another, which the order of the results tells). With
+    ``raw_in_boundary`` off they pass where every stored vector is noised; turning it off leaves the
+    raw vectors written under it in place (reads withhold them), so before the first such query the
+    guard counts the points with a dense vector that has no receipt (one exact ``count`` per
+    collection and client, kept while it finds none) and refuses the same forms while any remain,
+    naming how many: re-write those points through the guard (which noises and receipts them) or
+    delete them (``qdrant-guard receipt verify`` lists them as missing_receipt). "None" is kept
+    because no guarded client under this policy stores a raw vector: every writer must run it (a
+    client without the guard, or with the old policy, writing after the count is not seen).
     ``true`` is refused where it could noise no query: only the owner boundary reads (``readers``
     empty or the owner), under ``raw_in_boundary``."""
     noise: NoisePolicy = NoisePolicy()
@@ -498,7 +522,10 @@ class CollectionPolicy(_Strict):
     source_field: str = "source"
     """Payload field naming a point's source document (diversity caps and budgets count by it). A
     dotted path reaches nested payload, e.g. ``metadata.source`` for langchain (keys of letters,
-    digits, ``_`` and ``-``; no ``[]`` or quotes)."""
+    digits, ``_`` and ``-``; no ``[]`` or quotes). Points without it all count as one source
+    (``"__unknown__"``), so where no point carries it a top-k query returns at most
+    max(1, floor(k * ``diversity.max_source_fraction``)) points (4 of 10 at the default 0.4):
+    tag every point with the document it came from."""
     text_field: str | None = None
     """Top-level payload key holding the point's text (no dotted path); it is screened and redacted like embedded text (a string, or each string of a list; PII in a list is never kept)."""
     credentials_in_text: Literal["refuse", "redact"] = "refuse"

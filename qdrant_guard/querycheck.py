@@ -17,16 +17,20 @@ from qdrant_client.http import models
 from . import detect as _detect
 from .decision import Verdict
 from .errors import GuardArgumentTypeError, QdrantGuardError
-from .pipeline import Offload, Op
+from .pipeline import Call, Offload, Op
 from .policy import CollectionPolicy
+from .receipts import RECEIPT_KEY
 from .sources import path_head
 from .textguard import (EmbedderError, TextOps, _number_text, no_card, password_finding, password_name_why,
                         password_value)
+from .vectors import CollectionShape
 
 # Inputs that carry text the guard did not check (a top-level models.Document is checked).
 _TEXT_INPUTS = (models.Document, models.InferenceObject, models.TextQuery)
 # Vector inputs given by value (as opposed to a point id, text or an image).
 _RAW_INPUTS = (list, tuple, np.ndarray, models.SparseVector)
+# Inputs that name a stored point, whose stored vector Qdrant then searches with.
+_POINT_IDS = (int, str, uuid.UUID)
 # Query forms that hold no vector input.
 _NO_INPUTS = (models.FusionQuery, models.RrfQuery, models.OrderByQuery, models.SampleQuery, models.FormulaQuery)
 
@@ -86,6 +90,29 @@ class QueryChecks(TextOps):
             ))
         raw = [w for w, v in found if isinstance(v, _RAW_INPUTS)]
         noising = pol.noise_queries and not pol.raw_allowed(self.boundary())
+        reranked = mmr_paths(args) if noising else []
+        # Both forms compare stored vectors with one another, which the query noise never reaches;
+        # they are refused wherever a stored vector may be raw (see raw_vectors_left).
+        left = 0
+        if (reranked or (noising and any(isinstance(v, _POINT_IDS) for _, v in found))) and not pol.raw_in_boundary:
+            left = yield from self.raw_vectors_left(op, name, pol)
+        raw_stored = pol.raw_in_boundary or left > 0
+        if reranked and raw_stored:
+            # MMR picks each next result by the candidates' stored vectors compared with one another,
+            # inside Qdrant: the order answers how similar raw vectors are to each other, exactly
+            # (bisecting the diversity turns it into the differences of their cosines). The query
+            # noise never reaches those comparisons, so they are refused as search_matrix_* is.
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.QUERY_REJECTED,
+                f"{reranked[0]} asks Qdrant to re-rank the candidates by maximal marginal relevance, which "
+                f"compares their stored vectors with one another; {pol.sensitivity.value} collection {name!r} "
+                f"{raw_stored_clause(pol, left)}, so the order of the "
+                "results would tell how similar those raw vectors are to each other, and noise_queries lets a "
+                "principal without raw access compare them only through a noised query vector. Query without "
+                "mmr (in langchain, similarity_search instead of max_marginal_relevance_search) and diversify "
+                f"the results yourself, {raw_stored_way_out(pol, name, left)}",
+                details={"where": reranked, "form": "Mmr", **({"unreceipted_points": left} if left else {})},
+            ))
         if query_text is not None and not isinstance(query_text, str):
             raise GuardArgumentTypeError(
                 f"query_text= must be the query's text as a str, not {type(query_text).__name__}: pass "
@@ -158,18 +185,19 @@ class QueryChecks(TextOps):
                         "query vector noised; embed the image yourself and pass the vector",
                         details={"where": where, "form": "Image"},
                     ))
-                if isinstance(value, (int, str, uuid.UUID)) and pol.raw_in_boundary:
+                if isinstance(value, _POINT_IDS) and raw_stored:
                     # Qdrant would search with the point's stored vector as it is (one the caller
                     # may have stored itself, under lookup_from), against raw vectors: exact scores.
                     # Where every stored vector is noised, they are the vectors reads release.
                     raise self.refuse(self.decision(
                         op, name, pol, Verdict.QUERY_REJECTED,
                         f"{where} is a point id: Qdrant would search with that point's stored vector, "
-                        f"unnoised, against the raw vectors {pol.sensitivity.value} collection {name!r} keeps "
-                        "(raw_in_boundary), and noise_queries needs every query vector noised; pass a vector "
-                        "instead, which the guard noises: one of your own, or one retrieve(..., "
-                        "with_vectors=True) releases to you",
-                        details={"where": where, "form": "point id"},
+                        f"unnoised, against the stored vectors of {pol.sensitivity.value} collection {name!r}, "
+                        f"which {raw_stored_clause(pol, left)}, and noise_queries needs every query vector "
+                        "noised; pass a vector instead, which the guard noises: one of your own, or one "
+                        "retrieve(..., with_vectors=True) releases to you"
+                        + ("" if pol.raw_in_boundary else f"; {raw_stored_way_out(pol, name, left)}"),
+                        details={"where": where, "form": "point id", **({"unreceipted_points": left} if left else {})},
                     ))
                 if not isinstance(value, (list, tuple, np.ndarray)):
                     return value  # sparse vectors, ids of noised vectors: nothing dense to noise
@@ -180,6 +208,46 @@ class QueryChecks(TextOps):
             if noised:
                 details["query_noised"] = True
         return args
+
+    def raw_vectors_left(self, op: str, name: str, pol: CollectionPolicy) -> Op:
+        """How many points of ``name`` hold a dense vector without a receipt: raw vectors written
+        while the policy had ``raw_in_boundary`` (or by a client without the guard), which stay in
+        the store when it is turned off. Asked only where that is off; a generator.
+
+        One exact ``count`` (after the ``get_collection`` of :meth:`shape`, cached too) per
+        collection and guarded client while none is found: no guarded client under this policy
+        writes a raw vector (every writer is assumed to run it), so "none" is kept until
+        :meth:`forget_shape` (collections created, deleted or re-aliased through this client). A
+        non-zero answer is not kept, so that once the owner has re-written or deleted those points
+        the next query finds none. A failure of either call is audited (QDRANT_ERROR, the method
+        and the error's type) and raised: the query is not sent."""
+        known = self.shared.get("noised_only")
+        if known is None:
+            known = self.shared["noised_only"] = set()
+        if name in known:
+            return 0
+        method = "get_collection"
+        try:
+            shape = yield from self.shape(name)  # type: ignore[attr-defined]
+            method = "count"
+            flt = unreceipted_filter(shape)
+            left = 0 if flt is None else int((yield Call(
+                "count", {"collection_name": name, "count_filter": flt, "exact": True})).count)
+        except GeneratorExit:  # abandoned, not failed
+            raise
+        except BaseException as exc:
+            self.record(self.decision(
+                op, name, pol, Verdict.QDRANT_ERROR,
+                f"Qdrant failed while the guard looked for points of {name!r} whose vectors have no receipt "
+                f"({method} raised {type(exc).__name__}; its message is not logged); the query compares stored "
+                "vectors with one another, which may be raw, so it was not sent",
+                details={"method": method, "error": type(exc).__name__}))
+            raise
+        if not left:
+            # The set taken before the count: forget_shape replaces it, so a count that a
+            # re-creation overlapped is not kept for the new collection.
+            known.add(name)
+        return left
 
     def _embed_query(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> Op:
         """The guard's embedding of a query's (checked) Document text, a refusal audited either way:
@@ -574,7 +642,10 @@ class QueryChecks(TextOps):
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.INTENT_BLOCKED,
                 f"query classified {result.label} ({result.confidence:.2f}; {reasoning}). "
-                "Rephrase the request to what the task needs",
+                "Rephrase the request to what the task needs; a query the task does need that is "
+                f"refused is the classifier's false positive, which the policy's intent section for "
+                f"collection {name!r} tunes (block, min_confidence, mode = \"monitor\"; `qdrant-guard audit "
+                "replay LOG --policy NEW.toml` shows what a change would let through, docs/intent.md)",
                 details={"intent": details["intent"], **_text_fields(details)},
             ))
 
@@ -1024,6 +1095,57 @@ def map_query(query: Any, visit: Visit, where: str) -> Any:
     if isinstance(q, _NO_INPUTS):
         return q
     return _map_input(q, visit, where)
+
+
+def unreceipted_filter(shape: CollectionShape) -> models.Filter | None:
+    """The points with a dense vector that has no receipt in the receipt container (see
+    :func:`~.receipts.receipts_for_payload`), or None for a collection without dense vectors.
+
+    A named vector counts only on the points that have it (``HasVectorCondition``); a point without
+    a container, or whose container lacks the vector's name (a raw in-boundary update of one vector
+    drops that vector's receipt only), counts. A name holding ``"`` or ``\\`` cannot be written as a
+    payload path: every point having that vector counts, which errs towards refusing."""
+    conds: list[Any] = []
+    for vname in shape.dense:
+        if '"' in vname or "\\" in vname:
+            missing: list[Any] = []
+        else:
+            missing = [models.IsEmptyCondition(is_empty=models.PayloadField(key=f'{RECEIPT_KEY}.vectors."{vname}"'))]
+        if shape.unnamed:
+            conds.extend(missing)  # every point has the unnamed vector
+        else:
+            conds.append(models.Filter(must=[models.HasVectorCondition(has_vector=vname), *missing]))
+    return models.Filter(should=conds) if conds else None
+
+
+def raw_stored_clause(pol: CollectionPolicy, left: int) -> str:
+    """What makes a collection's stored vectors raw, for a refusal: ``raw_in_boundary``, or the
+    ``left`` points :meth:`QueryChecks.raw_vectors_left` found."""
+    if pol.raw_in_boundary:
+        return f"keeps raw vectors for the owner boundary {pol.owner!r} (raw_in_boundary)"
+    return (f"still holds {left} point(s) with a vector that has no receipt: raw vectors written while the "
+            "policy had raw_in_boundary (or written without the guard), which turning it off left in the store")
+
+
+def raw_stored_way_out(pol: CollectionPolicy, name: str, left: int, *, action: str = "query") -> str:
+    """The fix a refusal for raw stored vectors names (see :func:`raw_stored_clause`)."""
+    if pol.raw_in_boundary:
+        return f"or {action} from the owner boundary {pol.owner!r}"
+    return (f"or have those {left} point(s) re-written through the guard (upsert or update_vectors, which "
+            f"noise and receipt them) or deleted; `qdrant-guard receipt verify --collection {name} --policy "
+            "POLICY` lists them as missing_receipt. Once none is left, this query runs")
+
+
+def mmr_paths(args: dict[str, Any]) -> list[str]:
+    """Where the ``query`` of ``args`` or of any (nested) ``prefetch`` asks for MMR re-ranking
+    (``models.NearestQuery(mmr=...)``); the forms were checked by :func:`map_query` before."""
+    found: list[str] = []
+    queries: list[tuple[str, Any]] = [("query", args.get("query"))]
+    queries += [(f"{path}.query", p.query) for path, p in iter_prefetch(args.get("prefetch"), "prefetch")]
+    for where, q in queries:
+        if isinstance(q, models.NearestQuery) and q.mmr is not None:
+            found.append(f"{where}.mmr")
+    return found
 
 
 def map_prefetch(prefetch: Any, visit: Visit, where: str) -> Any:

@@ -28,8 +28,8 @@ from .pipeline import SOURCE_SIZE_TTL_S as _SOURCE_SIZE_TTL_S
 from .pipeline import Call, Op, memory_budget_store_for
 from .policy import CollectionPolicy
 from .querycheck import (QueryChecks, UncheckedForm, field_name_roots, iter_prefetch, query_filter_roots,
-                         rest_prefetch)
-from .receipts import noise_shortfall, stored_receipts, verify_receipt
+                         raw_stored_clause, raw_stored_way_out, rest_prefetch)
+from .receipts import mechanism_mismatch, noise_shortfall, stored_receipts, verify_receipt
 from .sources import path_head
 from .textguard import _number_text
 from .sources import point_sources as _sources
@@ -301,8 +301,9 @@ class ReadOps(PayloadOps, QueryChecks):
         A signature only proves what its signer asserted, and a vector can reach the store around
         the guard, so the receipt's parameters face the write path's checks again: a private
         generator and a consistent calibration (``noise.check_release``), epsilon within the class
-        ceiling, and noise no weaker than the collection's ``[noise]`` policy (``noise_shortfall``;
-        after a policy is tightened, vectors released under the old one are stripped).
+        ceiling, the collection's ``[noise] mechanism`` (``mechanism_mismatch``) and noise no weaker
+        than its ``[noise]`` policy (``noise_shortfall``; after a policy is tightened or its
+        mechanism changed, vectors released under the old one are stripped).
         """
         vecs = split_vector_struct(point.vector)
         receipts = stored_receipts(point.payload)
@@ -334,11 +335,11 @@ class ReadOps(PayloadOps, QueryChecks):
         now (the noise checks of ``WriteOps.prepare_points``; cached per parameters and policy values)."""
         cache = self.shared.setdefault("release_accepted", {})
         n = pol.noise
-        key = (params, n.epsilon, n.radius, n.delta, n.clip_norm, self.ceiling(pol))
+        key = (params, n.mechanism, n.epsilon, n.radius, n.delta, n.clip_norm, self.ceiling(pol))
         ok = cache.get(key)
         if ok is None:
             ok = (_noise.check_release(params) is None and params.epsilon <= self.ceiling(pol)
-                  and noise_shortfall(params, pol.noise) is None)
+                  and mechanism_mismatch(params, n, "") is None and noise_shortfall(params, n) is None)
             if len(cache) > 4096:
                 cache.clear()
             cache[key] = ok
@@ -1033,17 +1034,20 @@ class ReadOps(PayloadOps, QueryChecks):
         pol = self.gate(method, args, "read")
         if pol is None:
             return (yield from self.op_collection_access(method, args, "read"))
-        if (method.startswith("search_matrix") and pol.noise_queries and pol.raw_in_boundary
-                and not pol.raw_allowed(self.boundary())):
-            # The matrix compares the stored raw vectors with one another: exact similarities
-            # between vectors the caller may never see, with no query vector to noise.
-            raise self.refuse(self.decision(
-                method, name, pol, Verdict.QUERY_REJECTED,
-                f"{method} compares the raw vectors {pol.sensitivity.value} collection {name!r} keeps "
-                "(raw_in_boundary) with one another, with no query vector to noise, and noise_queries needs "
-                "every comparison a principal without raw access gets to go through a noised query vector; "
-                f"use query_points with a vector, or call {method} from the owner boundary {pol.owner!r}",
-            ))
+        if method.startswith("search_matrix") and pol.noise_queries and not pol.raw_allowed(self.boundary()):
+            left = 0 if pol.raw_in_boundary else (yield from self.raw_vectors_left(method, name, pol))
+            if pol.raw_in_boundary or left:
+                # The matrix compares the stored raw vectors with one another: exact similarities
+                # between vectors the caller may never see, with no query vector to noise.
+                raise self.refuse(self.decision(
+                    method, name, pol, Verdict.QUERY_REJECTED,
+                    f"{method} compares the stored vectors of {pol.sensitivity.value} collection {name!r}, which "
+                    f"{raw_stored_clause(pol, left)}, with one another, with no query vector to noise, and "
+                    "noise_queries needs every comparison a principal without raw access gets to go through a "
+                    f"noised query vector; use query_points with a vector, "
+                    f"{raw_stored_way_out(pol, name, left, action=f'call {method}')}",
+                    details={"unreceipted_points": left} if left else {},
+                ))
         filter_key = {"count": "count_filter", "facet": "facet_filter"}.get(method, "query_filter")
         details: dict[str, Any] = {}
         self.screen_filters(method, name, pol, [(filter_key, flt)], details)

@@ -100,6 +100,9 @@ REASONS = (
     # Only from verify(check_noise=True): the signature verified but the signed noise parameters
     # are ones a guarded write refuses (noise.check_release, or weaker than noise_policy).
     "insufficient_noise",
+    # Only from verify(noise_policy=...): the signature verified but the receipt names another noise
+    # mechanism than the collection's [noise] mechanism (mechanism_mismatch).
+    "mechanism_mismatch",
     # Only from verify(policy=...) on a PUBLIC collection: a vector without a receipt, which that
     # class does not need. Not a failure (PointReceiptReport.ok is True), but no receipt verified.
     "not_required",
@@ -1274,6 +1277,28 @@ def noise_shortfall(params: NoiseParams, noise_policy: Any) -> str | None:
     return None
 
 
+def mechanism_mismatch(params: NoiseParams, noise_policy: Any, collection: str) -> str | None:
+    """Why a receipt of ``params`` does not belong in ``collection``, whose ``[noise]`` section is
+    ``noise_policy`` (a policy.NoisePolicy): it names another mechanism. None when it names the same.
+
+    The comparison a guarded write makes on a receipted vector before :func:`noise_shortfall`
+    (writes.py), a guarded read makes before releasing a stored one (reads.py) and ``verify`` makes
+    with ``noise_policy=``. The numbers of two mechanisms do not order: a ``laplace_l2`` release
+    (pure metric DP) and a ``gaussian`` one at the same epsilon and radius state different
+    guarantees with differently shaped noise, and the collection's utility record was measured
+    for its own mechanism (``utility.drop_for(epsilon, mechanism)``). So a collection holds the
+    releases of the mechanism its policy names, and no other.
+    """
+    if params.mechanism == noise_policy.mechanism:
+        return None
+    want = noise_policy.mechanism
+    return (f"the receipt's noise mechanism is {params.mechanism!r} but collection {collection!r} holds "
+            f"{want!r} releases only ([noise] mechanism = \"{want}\"); re-noise the clean vector with the "
+            f"collection's mechanism and parameters (qdrant_guard.noise.privatize(vector, mechanism={want!r}, "
+            f"epsilon=..., radius=..., ...)) and sign a fresh receipt, or, with noise_on_write = true on the "
+            "collection, send the clean vector without a receipt and the guard noises it")
+
+
 def _collection_names(client: Any, name: str) -> frozenset[str]:
     """The names that denote collection ``name`` now: the collection itself (also when ``name``
     is an alias) and every alias of it, read with one ``get_aliases``. A client that may not list
@@ -1354,7 +1379,9 @@ def verify(
         noise_policy: a :class:`qdrant_guard.policy.NoisePolicy` (e.g.
             ``config.policy_for(name).noise``); implies ``check_noise`` and also reports as
             ``"insufficient_noise"`` a receipt weaker than it (larger epsilon or delta, smaller
-            radius, larger or no clip_norm), the comparison a guarded write makes.
+            radius, larger or no clip_norm), the comparison a guarded write makes; a receipt
+            of another mechanism than ``noise_policy.mechanism`` is ``"mechanism_mismatch"``
+            (a guarded write refuses it, a guarded read strips it: :func:`mechanism_mismatch`).
         policy: the collection's policy, which decides whether its vectors need receipts: a
             :class:`qdrant_guard.policy.GuardConfig` (e.g. ``load_policy("policy.toml")``; its
             ``policy_for(collection_name)`` is used) or a
@@ -1367,7 +1394,7 @@ def verify(
     Raises:
         TypeError: ``client`` has no ``scroll``, ``retrieve`` or ``get_aliases`` or is an
             AsyncQdrantClient (its methods return coroutines), ``check_noise`` is
-            not a bool, ``noise_policy`` lacks epsilon, delta, radius or
+            not a bool, ``noise_policy`` lacks mechanism, epsilon, delta, radius or
             clip_norm, ``policy`` is neither a GuardConfig nor a CollectionPolicy, or another
             argument has the wrong type.
         ConfigError: ``policy`` is a GuardConfig with ``unlisted = "refuse"`` that does not list
@@ -1395,7 +1422,7 @@ def verify(
     if not isinstance(check_noise, bool):
         raise GuardArgumentTypeError(f"check_noise must be True or False, not {type(check_noise).__name__}")
     if noise_policy is not None:
-        missing = [a for a in ("epsilon", "delta", "radius", "clip_norm") if not hasattr(noise_policy, a)]
+        missing = [a for a in ("mechanism", "epsilon", "delta", "radius", "clip_norm") if not hasattr(noise_policy, a)]
         if missing:
             raise GuardArgumentTypeError(f"noise_policy must be a qdrant_guard.policy.NoisePolicy (e.g. "
                                          f"config.policy_for(collection).noise); a {type(noise_policy).__name__} "
@@ -1481,7 +1508,10 @@ def verify(
                 if check_noise and check.ok and check.params is not None:
                     problem = _check_release(check.params)
                     if problem is None and noise_policy is not None:
-                        problem = noise_shortfall(check.params, noise_policy)
+                        other = mechanism_mismatch(check.params, noise_policy, collection_name)
+                        if other is not None:
+                            check = ReceiptCheck(False, "mechanism_mismatch", check.params, check.key_id, other)
+                        problem = noise_shortfall(check.params, noise_policy) if other is None else None
                     if problem is not None:
                         check = ReceiptCheck(False, "insufficient_noise", check.params, check.key_id, problem)
             reports.append(PointReceiptReport(point.id, name, check))

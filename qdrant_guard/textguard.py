@@ -365,13 +365,20 @@ class TextOps(GuardPipeline):
         try:
             matrix = np.asarray(self.embedder(texts), dtype=np.float64)
         except Exception as exc:
-            raise EmbedderError(f"{where}: the embedder failed: {exc!r}; the call was refused") from exc
+            # The usual first mistake: handing over a one-text function, embed(text: str).
+            hint = (f" ({_EMBEDDER_CONTRACT})" if isinstance(exc, (TypeError, AttributeError, ValueError))
+                    else "")
+            raise EmbedderError(f"{where}: the embedder failed: {exc!r}; the call was refused{hint}") from exc
         if matrix.ndim != 2 or matrix.shape[0] != len(texts):
             raise EmbedderError(
                 f"{where}: the embedder returned shape {matrix.shape} for {len(texts)} text(s); "
-                "expected (n_texts, dim)"
+                f"expected (n_texts, dim): {_EMBEDDER_CONTRACT}"
             )
         return matrix
+
+
+_EMBEDDER_CONTRACT = ("embedder= is called with a list of texts, even for one, and must return one row per "
+                      "text: wrap a one-text function f as lambda texts: [f(t) for t in texts]")
 
 
 def _sent_key(key: Any) -> Any:

@@ -28,6 +28,7 @@ from .receipts import (
     normalize_point_id,
     issue_receipts_batch,
     new_item,
+    mechanism_mismatch,
     noise_shortfall,
     receipts_for_payload,
     receipts_from_payload,
@@ -665,6 +666,7 @@ class WriteOps(TextOps):
         accepted_receipts: list[Any] = []  # the writer's receipts kept, for the manifest
         utility_why: str | None = None
         scope_why: str | None = None  # a receipt refused by the collection's receipt_keys
+        mechanism_why: str | None = None  # a receipt of another mechanism than the collection's
         utility_names: set[str] = set()
         # reserved_claims finds nothing on a collection without restricted sources, for any writer.
         check_sources = restricts_sources(pol)
@@ -740,6 +742,11 @@ class WriteOps(TextOps):
                     if prm.epsilon > ceiling:
                         fault(Verdict.EPSILON_ABOVE_CEILING, p.id, f"epsilon {prm.epsilon} > ceiling {ceiling}")
                         continue
+                    other = mechanism_mismatch(prm, pol.noise, name)
+                    if other is not None:
+                        fault(Verdict.NOISE_REQUIRED, p.id, f"mechanism_mismatch: vector {vname or '<unnamed>'!r}: {other}")
+                        mechanism_why = mechanism_why or other
+                        continue
                     weaker = noise_shortfall(prm, pol.noise)
                     if weaker is not None:
                         fault(Verdict.NOISE_REQUIRED, p.id, weaker)
@@ -797,6 +804,12 @@ class WriteOps(TextOps):
                 others = any(not reasons.get(str(pid), "").startswith("unknown_key: collection ")
                              for pid in faults[verdict])
                 directive = scope_why.removeprefix("unknown_key: ") + (f"; other receipts: {directive}" if others else "")
+            if verdict is Verdict.NOISE_REQUIRED and mechanism_why is not None:
+                # The generic advice (noise and sign, or noise_on_write) omits the mechanism, which
+                # is the one thing to change; the other points' own reasons are in the details.
+                others = any(not reasons.get(str(pid), "").startswith("mechanism_mismatch: ")
+                             for pid in faults[verdict])
+                directive = mechanism_why + (f"; other points: {directive}" if others else "")
             raise self.refuse(self.decision(
                 op, name, pol, verdict, directive, point_ids=list(dict.fromkeys(ids)),
                 utility_hash=self.utility_hash(pol, utility_names),

@@ -266,7 +266,10 @@ def _doc_verify(receipt, *, vector, collection, point_id, vector_name, trusted):
     except (InvalidSignature, IndexError):
         return "signature"
     p = receipt["params"]  # step 6
-    if p["guarantee"] not in [_doc_sentence(p, w) for w in (1, 2, 3, 4)] or (
+    # The doc's table: wording 1 for versions 1-3, wordings 2 and 3 for version 3, wording 4 for any.
+    versions = {1: ("1", "2", "3"), 2: ("3",), 3: ("3",)}
+    words = [w for w in (1, 2, 3, 4) if p["mechanism_version"] in versions.get(w, (p["mechanism_version"],))]
+    if p["guarantee"] not in [_doc_sentence(p, w) for w in words] or (
             p["mechanism"] == "laplace_l2" and p["delta"] != 0):
         return "guarantee"
     want_pid = f"int:{point_id}" if isinstance(point_id, int) else f"uuid:{point_id}"

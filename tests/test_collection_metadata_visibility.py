@@ -27,7 +27,7 @@ from qdrant_guard.pipeline import DESCRIBE_COUNTED, DESCRIBE_KEPT, describe_coll
 _VP = models.VectorParams(size=DIM, distance=models.Distance.COSINE)
 _PRIVATE = {"class": "PII", "owner": "hr", "intent": {"enabled": False}, "diversity": {"enabled": False}}
 _SHARED = {**_PRIVATE, "readers": ["support"]}
-_HIDDEN = sorted([*DESCRIBE_COUNTED, "config.metadata"])
+_HIDDEN = sorted([*DESCRIBE_COUNTED, "config.metadata", "optimizer_status.error"])
 
 
 def _schema() -> dict[str, models.PayloadIndexInfo]:
@@ -142,6 +142,42 @@ def _served(client, name):
         info = RawClient.get_collection(client, **call.kwargs)
         return info.model_copy(update={"payload_schema": _schema()})
     return drive_sync(client._guard.run("get_collection", {"collection_name": name}), invoke)
+
+
+# What a server's optimizer error looks like (qdrant's OptimizersStatus::Error carries the error's
+# text as the optimizer raised it): file paths and what was being written.
+_OPT_ERROR = "Service internal error: No space left on device: /qdrant/storage/collections/emp/0/segments/3f2a"
+
+
+def _served_optimizer_error(client, name):
+    """get_collection through ``client``'s guard, answered by the local store with a server's optimizer error."""
+    def invoke(call):
+        info = RawClient.get_collection(client, **call.kwargs)
+        return info.model_copy(update={"optimizer_status": models.OptimizersStatusOneOf1(error=_OPT_ERROR)})
+    return drive_sync(client._guard.run("get_collection", {"collection_name": name}), invoke)
+
+
+def test_a_non_reader_learns_that_the_optimizer_failed_but_not_its_message(tmp_path):
+    kit, alice, bob = _clients(tmp_path)
+    theirs = _served_optimizer_error(bob, "emp")
+    # Before: the error's text as Qdrant wrote it.
+    assert theirs.optimizer_status == models.OptimizersStatusOneOf1(error="withheld")
+    entry = audit_records(kit)[-1]
+    assert entry["details"] == {"hidden": _HIDDEN} and "optimizer error" in entry["directive"]
+    # The owner and a reader get the message; "ok" is "ok" for everyone.
+    assert _served_optimizer_error(alice, "emp").optimizer_status.error == _OPT_ERROR
+    assert _served_optimizer_error(bob, "shared").optimizer_status.error == _OPT_ERROR
+    assert bob.get_collection("emp").optimizer_status == models.OptimizersStatusOneOf.OK
+
+
+def test_describe_collection_withholds_an_optimizer_errors_text_in_a_copy():
+    raw = RawClient(":memory:")
+    raw.create_collection("c", vectors_config=_VP)
+    info = raw.get_collection("c").model_copy(update={"optimizer_status": models.OptimizersStatusOneOf1(error=_OPT_ERROR)})
+    hidden = describe_collection(info, reader=False, budgeted=False)
+    assert hidden.optimizer_status.error == "withheld" and info.optimizer_status.error == _OPT_ERROR
+    assert describe_collection(info, reader=True, budgeted=True).optimizer_status.error == _OPT_ERROR
+    models.CollectionInfo.model_validate(hidden.model_dump())
 
 
 @pytest.mark.parametrize("mode", ["enforce", "monitor"])

@@ -214,13 +214,22 @@ def _cli(capsys, argv: list[str]) -> str:
     return out
 
 
-def _quick_start_commands() -> list[list[str]]:
+def _without_redirect(words: list[str]) -> tuple[list[str], str | None]:
+    """A shell command's words before a ``> FILE`` stdout redirect, and FILE (None without one)."""
+    if ">" not in words:
+        return words, None
+    i = words.index(">")
+    assert len(words) == i + 2, f"`{shlex.join(words)}`: only a final `> FILE` is understood here"
+    return words[:i], words[i + 1]
+
+
+def _quick_start_commands() -> list[tuple[list[str], str | None]]:
     blocks = [b for b in _readme_blocks() if b.lang == "bash" and "credential issue" in b.text]
     assert len(blocks) == 1, "README: the key/credential set-up block is gone"
     cmds = [shlex.split(line, comments=True) for line in blocks[0].text.splitlines()]
     cmds = [c for c in cmds if c]
     assert all(c[0] == "qdrant-guard" for c in cmds)
-    return [c[1:] for c in cmds]
+    return [_without_redirect(c[1:]) for c in cmds]
 
 
 def _quick_start_code() -> str:
@@ -242,8 +251,10 @@ def quick_start(tmp_path, monkeypatch, capsys):
     """The README's set-up run as written in a fresh directory: keys, credential, policy."""
     monkeypatch.chdir(tmp_path)
     token = ""
-    for argv in _quick_start_commands():
+    for argv, stdout_file in _quick_start_commands():
         out = _cli(capsys, argv)
+        if stdout_file is not None:  # as the shell would: stdout, its newline included, to the file
+            (tmp_path / stdout_file).write_text(out)
         if argv[:2] == ["credential", "issue"]:
             token = out.strip()
     assert token, "the README's commands issue no credential"
@@ -253,9 +264,12 @@ def quick_start(tmp_path, monkeypatch, capsys):
 
 def test_readme_quick_start_runs_as_written(quick_start, capsys):
     tmp, token = quick_start
-    ns: dict[str, Any] = {"credential_token": token}
+    # Nothing is handed in: the diff reads the credential the set-up commands wrote (before, it
+    # used a `credential_token` it never defined, and a file read as written kept its newline).
+    ns: dict[str, Any] = {}
     exec(compile(_quick_start_code(), "README.md (quick start)", "exec"), ns)
     client = ns["client"]
+    assert ns["credential_token"] == token
     assert isinstance(client, QdrantClient) and client.get_collections().collections == []
     client.close()
     # The audit log the policy names exists, and the README's audit commands read it.
@@ -266,13 +280,27 @@ def test_readme_quick_start_runs_as_written(quick_start, capsys):
     assert "replayed 0 logged queries" in replay and "with redacted text" in replay  # "counted and skipped"
 
 
+def test_readme_bench_command_reads_the_credential_the_quick_start_wrote(quick_start, capsys):
+    # The README's first bench command names agent-7.cred; the set-up commands now write that file
+    # (before, they printed the token and left the file for the reader to guess at). Run verbatim
+    # but for smaller sizes, appended (argparse takes the last of a repeated option).
+    benches = [line for b in _readme_blocks() if b.lang == "bash" for line in b.text.splitlines()
+               if line.startswith("qdrant-guard bench ") and "--credential" in line]
+    assert benches, "README: the bench command with --credential is gone"
+    argv = shlex.split(benches[0], comments=True)[1:]
+    assert "agent-7.cred" in argv
+    out = _cli(capsys, argv + ["--points", "40", "--batch", "20", "--queries", "4", "--rounds", "1",
+                               "--dim", "16", "--no-progress"])
+    assert "writer agent-7@support, reader agent-7@support" in out and "guarded/raw" in out
+
+
 def test_readme_policy_tells_a_new_user_how_to_write_an_unlisted_collection(quick_start):
     _, token = quick_start
     from qdrant_client import models
 
     assert re.search(r'unlisted = "strict" +# collections not listed: PII, readable by any verified agent, '
                      r"written by none", _readme_policy())
-    ns: dict[str, Any] = {"credential_token": token}
+    ns: dict[str, Any] = {}
     exec(compile(_quick_start_code(), "README.md (quick start)", "exec"), ns)
     client = ns["client"]
     with pytest.raises(GuardRefusal) as exc:
@@ -284,11 +312,34 @@ def test_readme_policy_tells_a_new_user_how_to_write_an_unlisted_collection(quic
     client.close()
 
 
+def test_readme_owner_set_up_runs_as_written(quick_start, capsys):
+    # README says the quick start's support agent cannot create employee_records and that its owner
+    # needs an hr credential; it now shows the command and the call, which must work as shown.
+    from qdrant_client import models
+
+    issue = [s for s in spans(README) if s.startswith("qdrant-guard credential issue") and "--boundary hr" in s]
+    assert len(issue) == 1, "README: the hr credential command is gone"
+    argv, stdout_file = _without_redirect(shlex.split(issue[0])[1:])
+    assert stdout_file == "alice.cred"
+    (quick_start[0] / stdout_file).write_text(_cli(capsys, argv))
+    view = [s for s in spans(README) if s.startswith('client.with_principal(Principal("alice"')]
+    assert len(view) == 1, "README: the owner's with_principal call is gone"
+    ns: dict[str, Any] = {}
+    exec(compile(_quick_start_code(), "README.md (quick start)", "exec"), ns)
+    owner = eval(view[0], ns)
+    owner.create_collection("employee_records", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    with pytest.raises(GuardRefusal) as exc:  # as README says, the support agent may not
+        ns["client"].delete_collection("employee_records")
+    assert exc.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    assert owner.collection_exists("employee_records")
+    ns["client"].close()
+
+
 def test_readme_quick_start_works_the_same_way_async(quick_start):
     _, token = quick_start
     assert "`AsyncQdrantClient` works the same way" in README.read_text()
     code = _quick_start_code().replace("QdrantClient", "AsyncQdrantClient")
-    ns: dict[str, Any] = {"credential_token": token}
+    ns: dict[str, Any] = {}
     exec(compile(code, "README.md (quick start, async)", "exec"), ns)
 
     async def use(client):
@@ -748,7 +799,7 @@ INVOCATIONS = _invocations()
 
 @pytest.mark.parametrize("where,command,verbatim", INVOCATIONS, ids=[f"{w} {c}"[:80] for w, c, _ in INVOCATIONS])
 def test_documented_command_exists(where, command, verbatim):
-    words = shlex.split(command, comments=True)
+    words, _ = _without_redirect(shlex.split(command, comments=True))
     parser, rest = _parser_for(words)
     known = _options(parser)
     for w in rest:

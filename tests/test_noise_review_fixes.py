@@ -126,14 +126,25 @@ def test_an_unmeasured_policy_level_without_a_passing_level_of_as_much_noise_is_
     dict(mechanism="gaussian", epsilon=0.5, radius=0.25, delta=1e-6, clip_norm=1.0),   # other radius
     dict(mechanism="gaussian", epsilon=0.01, radius=0.01, delta=1e-6, clip_norm=1.0),  # below the ladder
     dict(mechanism="gaussian", epsilon=0.5, radius=0.01, delta=1e-8, clip_norm=1.0),   # other delta
-    dict(mechanism="laplace_l2", epsilon=0.1, radius=0.01, clip_norm=1.0),             # other mechanism
-], ids=["radius", "epsilon", "delta", "mechanism"])
+], ids=["radius", "epsilon", "delta"])
 def test_receipts_with_noise_the_record_never_measured_are_refused(utility_setup, kw):
     bob = _utility_client(utility_setup, 0.5, noise_on_write=False)
     with pytest.raises(GuardRefusal) as ei:
         bob.upsert("pii", [_receipted_point(utility_setup, 2, **kw)])
     assert ei.value.verdict == "UTILITY_DEGRADED", ei.value.details
     assert "measured recall@10 drops" in ei.value.details["reasons"]["2"]
+
+
+def test_a_receipt_of_another_mechanism_is_refused_before_the_record_is_consulted(utility_setup):
+    # It was UTILITY_DEGRADED here (the record measured gaussian only); since h-mech a receipt of
+    # another mechanism than the collection's is refused as such, record or not
+    # (tests/test_receipt_mechanism.py).
+    bob = _utility_client(utility_setup, 0.5, noise_on_write=False)
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("pii", [_receipted_point(utility_setup, 2, mechanism="laplace_l2", epsilon=0.1, radius=0.01,
+                                            clip_norm=1.0)])
+    assert ei.value.verdict == "NOISE_REQUIRED", ei.value.details
+    assert ei.value.details["reasons"]["2"].startswith("mechanism_mismatch: ")
 
 
 def test_a_record_calibrated_for_another_radius_does_not_apply(utility_setup):

@@ -95,14 +95,17 @@ def test_check_release_names_the_dtype_and_the_fix():
 
 
 # ------------------------------------------------------------------ pinned (held on the old code)
+# The mechanism was not compared then: a laplace_l2 receipt at the same epsilon and radius was
+# stored in a gaussian collection. Since 2026-12-05 (h-mech) a receipt of another mechanism than
+# the collection's is refused either way (tests/test_receipt_mechanism.py has every write path).
 
-def test_a_laplace_receipt_is_accepted_on_a_gaussian_collection_at_no_weaker_parameters(tmp_path):
-    # The policy's mechanism is not compared (docs/threat-model.md): pure metric DP at the same
-    # epsilon and radius is no weaker than (epsilon, delta) there.
+def test_a_laplace_receipt_is_refused_on_a_gaussian_collection_at_no_weaker_parameters(tmp_path):
     kit, owner, bob = _clients(tmp_path)
     p, _ = _point(kit, 1, np.random.default_rng(3), mechanism="laplace_l2", delta=0.0)
-    bob.upsert("pii", [p])
-    assert count(owner, "pii") == 1
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("pii", [p])
+    assert ei.value.verdict == "NOISE_REQUIRED" and count(owner, "pii") == 0
+    assert ei.value.details["reasons"]["1"].startswith("mechanism_mismatch: ")
 
 
 def test_a_gaussian_receipt_is_refused_on_a_laplace_collection(tmp_path):
@@ -111,6 +114,8 @@ def test_a_gaussian_receipt_is_refused_on_a_laplace_collection(tmp_path):
     with pytest.raises(GuardRefusal) as ei:
         bob.upsert("pii", [p])
     assert ei.value.verdict == "NOISE_REQUIRED" and count(owner, "pii") == 0
+    # For its mechanism, not (as before) for its delta alone.
+    assert ei.value.details["reasons"]["1"].startswith("mechanism_mismatch: ")
 
 
 @pytest.mark.parametrize("key", ['"_qdrant_guard_receipt"', " _qdrant_guard_receipt", "_qdrant_guard_receipt ",

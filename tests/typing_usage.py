@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
 from qdrant_client import models
@@ -33,6 +34,9 @@ def sync_usage() -> int:
     })
     assert cfg.policy_for("docs").sensitivity is SensitivityClass.PII
     client = QdrantClient(":memory:", guard=cfg, principal=Principal("a", "hr", token))
+    policy_path = Path("policy.toml")  # guard= also takes the file's path, a str or a Path
+    if policy_path.exists():
+        QdrantClient(":memory:", guard=policy_path, principal=token).close()
     client.create_collection("docs", vectors_config=models.VectorParams(size=4, distance=models.Distance.DOT))
     client.upsert("docs", [models.PointStruct(id=1, vector=[0.1, 0.2, 0.3, 0.4], payload={"source": "x"})])
     other: QdrantClient = client.with_principal(None)
