@@ -269,7 +269,7 @@ static int groups_eq(const int *g, int ng, const int *want, int nw) {
 static int card_groups_ok(const int *g, int ng, int sep) {
     static const int amex[] = {4, 6, 5}, diners[] = {4, 6, 4};
     if (ng == 1) return 1;
-    if (sep != ' ' && sep != '-') return 0;
+    if (sep != ' ' && sep != '-' && sep != '.') return 0;
     if (groups_eq(g, ng, amex, 3) || groups_eq(g, ng, diners, 3)) return 1;
     for (int k = 0; k < ng - 1; k++)
         if (g[k] != 4) return 0;
@@ -316,12 +316,77 @@ static int64_t dotted_phone(const scan_t *s, size_t i, const int *g, int ng, siz
     return code >= 0 && nd + (size_t)*cc >= 8 && nd + (size_t)*cc <= 15 ? code : -1;
 }
 
+/* Country calling codes ITU-T has assigned (E.164; 1 and 7 shared by several countries), each
+ * between spaces. A number written with "00" for the '+' (0049 30 1234567), or glued to its '+' by
+ * a '.' (+44.20.7946.0958), is read only with one of these: "0012 3456 7890" is a zero-padded
+ * number, "+12.34.56.78" a signed one. _CC_ASSIGNED of the reference. */
+static const char CC_ASSIGNED[] =
+    " 1 7 20 27 30 31 32 33 34 36 39 40 41 43 44 45 46 47 48 49 51 52 53 54 55 56 57 58 60 61 62"
+    " 63 64 65 66 81 82 84 86 90 91 92 93 94 95 98 211 212 213 216 218 220 221 222 223 224 225"
+    " 226 227 228 229 230 231 232 233 234 235 236 237 238 239 240 241 242 243 244 245 246 247 248"
+    " 249 250 251 252 253 254 255 256 257 258 260 261 262 263 264 265 266 267 268 269 290 291 297"
+    " 298 299 350 351 352 353 354 355 356 357 358 359 370 371 372 373 374 375 376 377 378 379 380"
+    " 381 382 383 385 386 387 389 420 421 423 500 501 502 503 504 505 506 507 508 509 590 591 592"
+    " 593 594 595 596 597 598 599 670 672 673 674 675 676 677 678 679 680 681 682 683 685 686 687"
+    " 688 689 690 691 692 800 808 850 852 853 855 856 870 878 880 881 882 883 886 888 960 961 962"
+    " 963 964 965 966 967 968 970 971 972 973 974 975 976 977 979 992 993 994 995 996 998 ";
+
+/* Whether the n (1-3) digits at d are an assigned country code. */
+static int cc_assigned(const char *d, int n) {
+    char key[6];
+    if (n < 1 || n > 3) return 0;
+    key[0] = ' ';
+    memcpy(key + 1, d, (size_t)n);
+    key[n + 1] = ' ';
+    key[n + 2] = 0;
+    return strstr(CC_ASSIGNED, key) != NULL;
+}
+
+/* Whether dotted groups g[0:ng] (digits d, nd of them) right after a '+' are an E.164 number with
+ * dots for spaces ("+44.20.7946.0958", "+33.6.12.34.56.78"): an assigned country code and 2+ more
+ * groups, those after the first of them 2+ digits long, not all of 3 ("+1.234.567", a signed
+ * number with thousands separators), not four groups of 1-3 digits (an IPv4 address), 10-15
+ * digits ("+3.14159265" is a signed decimal), 11 after the code 1 (NANP's length). */
+static int plus_dotted(const int *g, int ng, const char *d, size_t nd) {
+    if (ng < 3 || g[0] > 3 || !cc_assigned(d, g[0]) || nd < 10 || nd > 15) return 0;
+    if (g[0] == 1 && d[0] == '1' && nd != 11) return 0;
+    if (ng == 4 && g[0] <= 3 && g[1] <= 3 && g[2] <= 3 && g[3] <= 3) return 0;
+    int not3 = 0;
+    for (int k = 1; k < ng; k++) {
+        if (k >= 2 && g[k] < 2) return 0;
+        not3 |= g[k] != 3;
+    }
+    return not3;
+}
+
+/* Where a NANP number whose area code in parentheses starts at p starts: at the trunk 1 before it
+ * ("1 (234) 567-8901", "1-(234)", "1(234)"), a 1 with no letter or digit, nor a digit and one of
+ * "-./:", before it; else p. */
+static int64_t trunk_one(const scan_t *s, int64_t p) {
+    int64_t q = in_set(at(s, p - 1), " -") ? p - 1 : p;
+    if (at(s, q - 1) != '1') return p;
+    int before = at(s, q - 2);
+    if ((before >= 0 && is_alnum(before)) || (in_set(before, "-./:") && is_digit(at(s, q - 3)))) return p;
+    return q - 1;
+}
+
+/* Where "(DDD)" starts that the number at i follows, directly or after one space or hyphen, with no
+ * letter or digit before it but a trunk 1 (trunk_one); -1 if none. */
+static int64_t paren_area(const scan_t *s, size_t i) {
+    int64_t p = (int64_t)i - 5 - (in_set(at(s, (int64_t)i - 1), " -") ? 1 : 0);
+    if (!(p >= 0 && s->b[p] == '(' && s->b[p + 4] == ')' && is_digit(s->b[p + 1]) && is_digit(s->b[p + 2]) &&
+          is_digit(s->b[p + 3])))
+        return -1;
+    int pp = at(s, p - 1);
+    return !(pp >= 0 && is_alnum(pp)) || trunk_one(s, p) < p ? p : -1;
+}
+
 /* The chain rules for groups g[0:ng] (digits d, the first 19 kept) from i to end; on a match, fills
  * hit and returns 1. */
 static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d, size_t nd, int sep,
                        size_t end, qg_finding *hit) {
-    static const int G_SSN[] = {3, 2, 4}, G_NANP[] = {3, 3, 4}, G_NANP1[] = {1, 3, 3, 4}, G_LOCAL[] = {3, 4};
-    const unsigned char *b = s->b;
+    static const int G_SSN[] = {3, 2, 4}, G_NANP[] = {3, 3, 4}, G_NANP1[] = {1, 3, 3, 4}, G_LOCAL[] = {3, 4},
+                     G_AREA_SSN[] = {2, 4}, G_TRUNK_SSN[] = {1, 3, 2, 4};
     int prev = at(s, (int64_t)i - 1), cc;
     int after = at(s, (int64_t)end);
     if (after >= 0 && is_alnum(after)) return 0;
@@ -329,6 +394,10 @@ static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d,
     if (prev == '+') {
         int pp = at(s, (int64_t)i - 2);
         if (!(pp >= 0 && is_alnum(pp)) && (sep == 0 || sep == ' ' || sep == '-') && nd >= 8 && nd <= 15 && d[0] != '0') {
+            set_hit(hit, i - 1, end, QG_PHONE, QG_V_E164);
+            return 1;
+        }
+        if (!(pp >= 0 && is_alnum(pp)) && sep == '.' && plus_dotted(g, ng, d, nd)) {
             set_hit(hit, i - 1, end, QG_PHONE, QG_V_E164);
             return 1;
         }
@@ -362,17 +431,26 @@ static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d,
             return 1;
         }
     }
-    if (groups_eq(g, ng, G_LOCAL, 2) && sep == '-') {
-        for (int gap = 1; gap >= 0; gap--) {
-            int64_t p = (int64_t)i - gap - 5;
-            if (p >= 0 && b[p] == '(' && b[p + 4] == ')' && is_digit(b[p + 1]) && is_digit(b[p + 2]) &&
-                is_digit(b[p + 3]) && b[p + 1] >= '2' && (gap == 0 || b[p + 5] == ' ')) {
-                int pp = at(s, p - 1);
-                if (!(pp >= 0 && is_alnum(pp))) {
-                    set_hit(hit, (size_t)p, end, QG_PHONE, QG_V_NANP);
-                    return 1;
-                }
-            }
+    if (groups_eq(g, ng, G_TRUNK_SSN, 4) && sep == '-' && d[0] == '1' && d[1] >= '2') {
+        /* "1-234-56-7890": the trunk or country code 1, then a 3-2-4 (as "+1 234-56-7890") */
+        set_hit(hit, i, end, QG_PHONE, QG_V_E164);
+        return 1;
+    }
+    int area_ssn = groups_eq(g, ng, G_AREA_SSN, 2) && sep == '-';
+    if ((groups_eq(g, ng, G_LOCAL, 2) && (sep == '-' || sep == '.')) || area_ssn) {
+        int64_t p = paren_area(s, i);
+        if (p < 0) return 0;
+        if (area_ssn) { /* "(123)-45-6789", "+(123) 45-6789": an SSN's area in parentheses */
+            char v[9];
+            memcpy(v, s->b + p + 1, 3);
+            memcpy(v + 3, d, 6);
+            if (!ssa_valid(v)) return 0;
+            set_hit(hit, (size_t)p, end, QG_SSN, QG_V_SSA);
+            return 1;
+        }
+        if (s->b[p + 1] >= '2') {
+            set_hit(hit, (size_t)trunk_one(s, p), end, QG_PHONE, QG_V_NANP);
+            return 1;
         }
     }
     return 0;
@@ -447,6 +525,11 @@ static int chain_same(scan_t *s, size_t i, int veto, qg_finding *hit) {
     return 0;
 }
 
+/* The 4 digits at v are a year 1800-2099. */
+static int year_1800_2099(const char *v) {
+    return (v[0] == '1' && v[1] >= '8') || (v[0] == '2' && v[1] == '0');
+}
+
 /* Groups joined by single spaces and hyphens, both used, read as an SSN, a card or a NANP phone
  * number with a hyphen before its last group ("123-45 6789", "4111-1111 1111-1111",
  * "1-800 555-0199"); E.164 numbers are e164_grouped's. */
@@ -491,9 +574,10 @@ static int chain_mixed(scan_t *s, size_t i, int veto, qg_finding *hit) {
             set_hit(hit, i, end, QG_SSN, QG_V_SSA);
         } else if (digits >= 13 && digits <= 19 && card_groups_ok(g, p, ' ') && iin_known(d) && luhn(d, (int)digits)) {
             set_hit(hit, i, end, QG_CREDIT_CARD, QG_V_LUHN);
-        } else if (seps[p - 2] == '-' && ((groups_eq(g, p, G_NANP, 3) && d[0] >= '2') ||
-                                          (groups_eq(g, p, G_NANP1, 4) && d[0] == '1' && d[1] >= '2'))) {
-            /* a hyphen before the line number: "259-264 1970" is pages and a year */
+        } else if (((groups_eq(g, p, G_NANP, 3) && d[0] >= '2') ||
+                    (groups_eq(g, p, G_NANP1, 4) && d[0] == '1' && d[1] >= '2')) &&
+                   (seps[p - 2] == '-' || !year_1800_2099(d + digits - 4))) {
+            /* a space before the line number only where it is no year: "259-264 1970" is pages and a year */
             set_hit(hit, i, end, QG_PHONE, QG_V_NANP);
         } else {
             continue;
@@ -582,7 +666,7 @@ static int chain_dashed(scan_t *s, size_t i, int64_t code, qg_finding *hit) {
     if (is_digit(at(s, (int64_t)i - 3)) && dash_sep(s, (int64_t)i - 2) == 2) return 0;
     if (is_digit(at(s, (int64_t)i - 4)) && dash_sep(s, (int64_t)i - 3) == 3) return 0;
     int g[MAX_GROUPS];
-    int ng = 0, w;
+    int ng = 0, w, space = 0, wide = 0;
     char d[20];
     size_t nd = 0;
     size_t j = i;
@@ -590,11 +674,17 @@ static int chain_dashed(scan_t *s, size_t i, int64_t code, qg_finding *hit) {
         size_t k = take_digits(b, n, j, d, &nd);
         g[ng++] = (int)(k - j);
         j = k;
-        if (!(w = dash_sep(s, (int64_t)j))) break;
+        if (!(w = dash_sep(s, (int64_t)j)) && at(s, (int64_t)j) == ' ' && is_digit(at(s, (int64_t)j + 1))) {
+            w = 1; /* a single space: only among "--" or " - " ("123 - 45 6789") */
+            space = 1;
+        } else if (w >= 2) {
+            wide = 1;
+        }
+        if (!w) break;
         if (ng == MAX_GROUPS) return 0;
         j += (size_t)w;
     }
-    if (ng < 2) return 0;
+    if (ng < 2 || (space && !wide)) return 0;
     int after = at(s, (int64_t)j);
     if (after >= 0 && is_alnum(after)) return 0;
     if (in_set(after, "-./:") && is_digit(at(s, (int64_t)j + 1))) return 0;
@@ -616,12 +706,29 @@ static int chain_dashed(scan_t *s, size_t i, int64_t code, qg_finding *hit) {
  * CC 1-3 digits, the first not 0, an optional space, 1-4 digits in parentheses (a lone 0 is the
  * trunk prefix, not dialled from abroad, and not counted), an optional space or hyphen, then the
  * rest as e164_grouped reads it. */
+static int paren_rest(scan_t *s, size_t k, size_t start, int cc, int veto, qg_finding *hit);
+
 static int e164_paren(scan_t *s, size_t i, int veto, qg_finding *hit) {
     const unsigned char *b = s->b;
-    size_t n = s->n, k = i;
+    size_t n = s->n, k = i, start = i - 1;
     while (k < n && is_digit(b[k]) && k - i < 4) k++;
     int cc = (int)(k - i);
     if (cc > 3 || b[i] == '0') return 0;
+    if (at(s, (int64_t)i - 2) == '(' && at(s, (int64_t)k) == ')') {
+        start = i - 2;
+        k++;
+    }
+    return paren_rest(s, k, start, cc, veto, hit);
+}
+
+/* After a country code of cc digits ending at k (the finding starts at start): an optional space,
+ * 1-4 digits in parentheses (a lone 0 is the trunk prefix, not dialled from abroad, and not
+ * counted), an optional space or hyphen, then the rest as e164_grouped reads it, or dotted
+ * ("+1 (234) 567.8901": 2+ groups of 2+ digits, not four groups of 1-3 digits, 8-15 digits with
+ * the codes', nothing dotted or a digit after it). */
+static int paren_rest(scan_t *s, size_t k, size_t start, int cc, int veto, qg_finding *hit) {
+    const unsigned char *b = s->b;
+    size_t n = s->n;
     if (at(s, (int64_t)k) == ' ') k++;
     if (at(s, (int64_t)k) != '(') return 0;
     size_t a = ++k;
@@ -632,7 +739,51 @@ static int e164_paren(scan_t *s, size_t i, int veto, qg_finding *hit) {
     k++;
     if (in_set(at(s, (int64_t)k), " -") && is_digit(at(s, (int64_t)k + 1))) k++;
     if (!is_digit(at(s, (int64_t)k))) return 0;
-    return e164_grouped(s, k, i - 1, cc + area, veto, hit);
+    size_t e = k;
+    while (e < n && is_digit(b[e])) e++;
+    if (at(s, (int64_t)e) == '.' && is_digit(at(s, (int64_t)e + 1))) {
+        int g[MAX_GROUPS], ng = 1, small = 0, nd;
+        g[0] = (int)(e - k);
+        nd = g[0];
+        while (at(s, (int64_t)e) == '.' && is_digit(at(s, (int64_t)e + 1)) && ng < MAX_GROUPS) {
+            size_t f = e + 1;
+            while (f < n && is_digit(b[f])) f++;
+            g[ng++] = (int)(f - e - 1);
+            nd += (int)(f - e - 1);
+            e = f;
+        }
+        for (int q = 0; q < ng; q++) small |= g[q] < 2;
+        int after = at(s, (int64_t)e), ipv4 = ng == 4 && g[0] <= 3 && g[1] <= 3 && g[2] <= 3 && g[3] <= 3;
+        if (small || ipv4 || nd + cc + area < 8 || nd + cc + area > 15 || (after >= 0 && is_alnum(after)) ||
+            (in_set(after, "-./:") && is_digit(at(s, (int64_t)e + 1))))
+            return 0;
+        set_hit(hit, start, e, QG_PHONE, QG_V_E164);
+        return 1;
+    }
+    return e164_grouped(s, k, start, cc + area, veto, hit);
+}
+
+/* "00" for the '+' of an E.164 number ("0049 30 1234567", "0044 (0)20 7946 0958"): a group of "00"
+ * and an assigned country code (CC_ASSIGNED), then a space or hyphen and the rest as e164_grouped
+ * reads it (its first digit not 0 but after Italy's 39, which keeps its 0; 10-15 digits with the
+ * code's, 11 after the code 1, NANP's length: "0044 822463" is short), or the rest with an
+ * area code or trunk prefix in parentheses (paren_rest); not after a digit and a space (a table's
+ * digit groups: "1.999 007 501 2699"). */
+static int intl00(scan_t *s, size_t i, int veto, qg_finding *hit) {
+    const unsigned char *b = s->b;
+    size_t n = s->n, k = i;
+    if (at(s, (int64_t)i - 1) == ' ' && is_digit(at(s, (int64_t)i - 2))) return 0;
+    while (k < n && is_digit(b[k]) && k - i < 6) k++;
+    int len = (int)(k - i) - 2;
+    if (len < 1 || len > 3 || !cc_assigned((const char *)b + i + 2, len)) return 0;
+    if (in_set(at(s, (int64_t)k), " -") && is_digit(at(s, (int64_t)k + 1))) {
+        if (b[k + 1] == '0' && !(len == 2 && b[i + 2] == '3' && b[i + 3] == '9')) return 0;
+        if (!e164_grouped(s, k + 1, i, len, veto, hit)) return 0;
+        int nd = len;
+        for (size_t q = k + 1; q < (size_t)hit->end; q++) nd += is_digit(b[q]);
+        return nd == 11 || (!(len == 1 && b[i + 2] == '1') && nd >= 10 && nd <= 15);
+    }
+    return paren_rest(s, k, i, len, veto, hit);
 }
 
 /* The finding of the number run from i (veto = 0: a list prefix is taken even where it cuts a
@@ -655,6 +806,7 @@ static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit) {
         if (!(pp >= 0 && is_alnum(pp)) && (e164_grouped(s, i, i - 1, 0, veto, hit) || e164_paren(s, i, veto, hit)))
             return 1;
     }
+    if (s->b[i] == '0' && at(s, (int64_t)i + 1) == '0' && intl00(s, i, veto, hit)) return 1;
     return chain_mixed(s, i, veto, hit) || chain_dashed(s, i, code, hit);
 }
 
@@ -695,8 +847,9 @@ static int mod97(const char *iban, int len) {
     return r;
 }
 
-/* An IBAN from i: compact, or in groups of 4 split by single spaces or dashes, mixed or not; see _iban in the
- * reference for the extra rules of lower-case letters. */
+/* An IBAN from i: compact, or in groups of 4 split by single spaces or dashes, mixed or not, or by dots
+ * alone (not running on into more dotted letters or digits); see _iban in the reference for the extra
+ * rules of lower-case letters. */
 static void iban(scan_t *s, size_t i) {
     int prev = at(s, (int64_t)i - 1);
     if (prev >= 0 && is_alnum(prev)) return;
@@ -706,12 +859,12 @@ static void iban(scan_t *s, size_t i) {
     char compact[40];
     size_t end;
     int sep = at(s, i + 4);
-    if (sep == ' ' || sep == '-') {
+    if (sep == ' ' || sep == '-' || sep == '.') {
         memcpy(compact, s->b + i, 4);
         int count = 4, dash = 0;
         size_t j = i + 4;
         while (count < length) {
-            if (at(s, j) != ' ' && at(s, j) != '-') return;
+            if (sep == '.' ? at(s, j) != '.' : (at(s, j) != ' ' && at(s, j) != '-')) return;
             dash |= at(s, j) == '-';
             size_t g_end = RUN_END(s, j + 1, is_alnum, 5);
             int glen = (int)(g_end - (j + 1));
@@ -722,6 +875,7 @@ static void iban(scan_t *s, size_t i) {
         }
         end = j;
         if (dash && at(s, (int64_t)end) == '-' && is_alnum(at(s, (int64_t)end + 1))) return;
+        if (sep == '.' && at(s, (int64_t)end) == '.' && is_alnum(at(s, (int64_t)end + 1))) return;
     } else {
         end = RUN_END(s, i, is_alnum, length + 1);
         if ((int)(end - i) != length) return;
@@ -734,7 +888,7 @@ static void iban(scan_t *s, size_t i) {
         lower |= is_lower(compact[k]);
         if (k >= 4) bban_digit |= is_digit(compact[k]);
     }
-    if (lower && (!bban_digit || (sep != ' ' && sep != '-' && !window_has(s, i, 40, "iban", "iban")))) return;
+    if (lower && (!bban_digit || (sep != ' ' && sep != '-' && sep != '.' && !window_has(s, i, 40, "iban", "iban")))) return;
     if (mod97(compact, length) == 1) emit(s, i, end, QG_IBAN, QG_V_MOD97);
 }
 

@@ -223,7 +223,7 @@ def _iin_known(d: str) -> bool:
 def _card_groups_ok(groups: list[int], sep: str) -> bool:
     if len(groups) == 1:
         return True
-    if sep not in (" ", "-"):
+    if sep not in (" ", "-", "."):
         return False
     if groups in ([4, 6, 5], [4, 6, 4]):
         return True
@@ -254,7 +254,50 @@ def _chain(text: str, i: int, veto: bool = True) -> list[tuple[int, int, str, st
         found = _e164_grouped(text, i, i - 1, 0, veto) or _e164_paren(text, i, veto)
         if found:
             return found
+    if text[i] == "0" and _at(text, i + 1) == "0":
+        found = _intl00(text, i, veto)
+        if found:
+            return found
     return _chain_mixed(text, i, veto) or _chain_dashed(text, i, code)
+
+
+# Country calling codes ITU-T has assigned (E.164; 1 and 7 shared by several countries). A number
+# written with "00" for the "+" (0049 30 1234567), or glued to its "+" by a "." (+44.20.7946.0958),
+# is read only with one of these: "0012 3456 7890" is a zero-padded number, "+12.34.56.78" a
+# signed one.
+_CC_ASSIGNED = frozenset(
+    "1 7 20 27 30 31 32 33 34 36 39 40 41 43 44 45 46 47 48 49 51 52 53 54 55 56 57 58 60 61 62"
+    " 63 64 65 66 81 82 84 86 90 91 92 93 94 95 98 211 212 213 216 218 220 221 222 223 224 225"
+    " 226 227 228 229 230 231 232 233 234 235 236 237 238 239 240 241 242 243 244 245 246 247 248"
+    " 249 250 251 252 253 254 255 256 257 258 260 261 262 263 264 265 266 267 268 269 290 291 297"
+    " 298 299 350 351 352 353 354 355 356 357 358 359 370 371 372 373 374 375 376 377 378 379 380"
+    " 381 382 383 385 386 387 389 420 421 423 500 501 502 503 504 505 506 507 508 509 590 591 592"
+    " 593 594 595 596 597 598 599 670 672 673 674 675 676 677 678 679 680 681 682 683 685 686 687"
+    " 688 689 690 691 692 800 808 850 852 853 855 856 870 878 880 881 882 883 886 888 960 961 962"
+    " 963 964 965 966 967 968 970 971 972 973 974 975 976 977 979 992 993 994 995 996 998".split()
+)
+
+
+def _intl00(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]]:
+    # "00" for the "+" of an E.164 number ("0049 30 1234567", "0044 (0)20 7946 0958"): a group of
+    # "00" and an assigned country code (_CC_ASSIGNED), then a space or hyphen and the rest as
+    # _e164_grouped reads it (its first digit not 0 but after Italy's 39, which keeps its 0; 10-15
+    # digits with the code's, 11 after the code 1, NANP's length: "0044 822463" is short), or
+    # the rest with an area code or trunk prefix in parentheses (_paren_rest); not after a digit
+    # and a space (a table's digit groups: "1.999 007 501 2699").
+    if _at(text, i - 1) == " " and _at(text, i - 2) in _DIGITS:
+        return []
+    k = _run_end(text, i, _DIGITS, 6)
+    cc = text[i + 2:k]
+    if not 3 <= k - i <= 5 or cc not in _CC_ASSIGNED:
+        return []
+    if _at(text, k) in " -" and _at(text, k + 1) in _DIGITS:
+        if text[k + 1] == "0" and cc != "39":
+            return []
+        found = _e164_grouped(text, k + 1, i, len(cc), veto)
+        nd = len(cc) + sum(c in _DIGITS for c in text[k + 1:found[0][1]]) if found else 0
+        return found if nd == 11 or (cc != "1" and 10 <= nd <= 15) else []
+    return _paren_rest(text, k, i, len(cc), veto)
 
 
 def _country_code_at(text: str, i: int) -> tuple[int, int]:
@@ -379,6 +422,7 @@ def _chain_dashed(text: str, i: int, code: int) -> list[tuple[int, int, str, str
     n = len(text)
     groups: list[int] = []
     digits: list[str] = []
+    widths: list[int] = []
     j = i
     while True:
         k = j
@@ -388,12 +432,15 @@ def _chain_dashed(text: str, i: int, code: int) -> list[tuple[int, int, str, str
         digits.append(text[j:k])
         j = k
         w = _dash_sep(text, j)
+        if not w and text[j:j + 1] == " " and _at(text, j + 1) in _DIGITS:
+            w = -1  # a single space: only among "--" or " - " ("123 - 45 6789")
         if not w:
             break
         if len(groups) == _MAX_GROUPS:
             return []
-        j += w
-    if len(groups) < 2:
+        widths.append(w)
+        j += abs(w)
+    if len(groups) < 2 or (-1 in widths and max(widths) < 2):
         return []
     after = _at(text, j)
     if after in _ALNUM or (after in "-./:" and _at(text, j + 1) in _DIGITS):
@@ -410,10 +457,9 @@ def _chain_dashed(text: str, i: int, code: int) -> list[tuple[int, int, str, str
 
 def _e164_paren(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]]:
     # A phone number written "+CC (area) rest" or with the trunk prefix in parentheses,
-    # "+CC (0)rest" ("+1 (234) 567-8901", "+44 (0)20 7946 0958"), i the country code's first digit
-    # after its "+": CC 1-3 digits, the first not 0, an optional space, 1-4 digits in parentheses
-    # (a lone 0 is the trunk prefix, not dialled from abroad, and not counted), an optional space
-    # or hyphen, then the rest as _e164_grouped reads it.
+    # "+CC (0)rest" ("+1 (234) 567-8901", "+44 (0)20 7946 0958"), the country code in parentheses
+    # too or not ("(+44) (0)20 7946 0958"), i the country code's first digit after its "+": CC 1-3
+    # digits, the first not 0, then the rest as _paren_rest reads it.
     n = len(text)
     k = i
     while k < n and text[k] in _DIGITS and k - i < 4:
@@ -421,6 +467,19 @@ def _e164_paren(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]
     cc = k - i
     if cc > 3 or text[i] == "0":
         return []
+    start = i - 1
+    if _at(text, i - 2) == "(" and _at(text, k) == ")":
+        start, k = i - 2, k + 1
+    return _paren_rest(text, k, start, cc, veto)
+
+
+def _paren_rest(text: str, k: int, start: int, cc: int, veto: bool) -> list[tuple[int, int, str, str]]:
+    # After a country code of cc digits ending at k (the finding starts at start): an optional
+    # space, 1-4 digits in parentheses (a lone 0 is the trunk prefix, not dialled from abroad, and
+    # not counted), an optional space or hyphen, then the rest as _e164_grouped reads it, or
+    # dotted ("+1 (234) 567.8901": 2+ groups of 2+ digits, not four groups of 1-3 digits, 8-15
+    # digits with the codes', nothing dotted or a digit after it).
+    n = len(text)
     if _at(text, k) == " ":
         k += 1
     if _at(text, k) != "(":
@@ -439,7 +498,19 @@ def _e164_paren(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]
         k += 1
     if _at(text, k) not in _DIGITS:
         return []
-    return _e164_grouped(text, k, i - 1, cc + area, veto)
+    e = _run_end(text, k, _DIGITS, n)
+    if _at(text, e) == "." and _at(text, e + 1) in _DIGITS:
+        groups = [e - k]
+        while _at(text, e) == "." and _at(text, e + 1) in _DIGITS and len(groups) < _MAX_GROUPS:
+            f = _run_end(text, e + 1, _DIGITS, n)
+            groups.append(f - e - 1)
+            e = f
+        after = _at(text, e)
+        if (min(groups) < 2 or (len(groups) == 4 and max(groups) <= 3) or not 8 <= sum(groups) + cc + area <= 15
+                or after in _ALNUM or (after in "-./:" and _at(text, e + 1) in _DIGITS)):
+            return []
+        return [(start, e, "PHONE", "e164")]
+    return _e164_grouped(text, k, start, cc + area, veto)
 
 
 def _chain_same(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]]:
@@ -520,7 +591,7 @@ def _chain_mixed(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str
             found = [(i, end, "SSN", "ssa-rules")]
         elif 13 <= len(d) <= 19 and _card_groups_ok(groups[:g], " ") and _iin_known(d) and _luhn(d):
             found = [(i, end, "CREDIT_CARD", "luhn")]
-        elif seps[g - 2] == "-" and (  # a hyphen before the line number: "259-264 1970" is pages and a year
+        elif (seps[g - 2] == "-" or not 1800 <= int(d[-4:]) <= 2099) and (  # "259-264 1970": pages, a year
                 (groups[:g] == [3, 3, 4] and d[0] in "23456789")
                 or (groups[:g] == [1, 3, 3, 4] and d[0] == "1" and d[1] in "23456789")):
             found = [(i, end, "PHONE", "nanp")]
@@ -557,6 +628,8 @@ def _chain_match(text: str, i: int, groups: list[int], digits: list[str], sep: s
     if prev == "+":
         if _at(text, i - 2) not in _ALNUM and sep in ("", " ", "-") and 8 <= nd <= 15 and d[0] != "0":
             return [(i - 1, end, "PHONE", "e164")]
+        if _at(text, i - 2) not in _ALNUM and sep == "." and _plus_dotted(groups, d):
+            return [(i - 1, end, "PHONE", "e164")]
         # Not a phone number from its "+" (glued to a word, or not E.164's shape): the number is
         # read as if the "+" were not there, so "ssn+123-45-6789" still holds an SSN.
     dotted = _dotted_phone(text, i, groups, nd) if sep == "." else -1
@@ -575,20 +648,53 @@ def _chain_match(text: str, i: int, groups: list[int], digits: list[str], sep: s
             return [(i, end, "PHONE", "nanp")]
         if groups == [1, 3, 3, 4] and d[0] == "1" and d[1] in "23456789":
             return [(i, end, "PHONE", "nanp")]
-    if groups == [3, 4] and sep == "-":
-        for gap in (1, 0):
-            p = i - gap - 5
-            if (
-                p >= 0
-                and text[p] == "("
-                and text[p + 4] == ")"
-                and all(c in _DIGITS for c in text[p + 1 : p + 4])
-                and text[p + 1] in "23456789"
-                and (gap == 0 or text[p + 5] == " ")
-                and _at(text, p - 1) not in _ALNUM
-            ):
-                return [(p, end, "PHONE", "nanp")]
+    if groups == [1, 3, 2, 4] and sep == "-" and d[0] == "1" and d[1] in "23456789":
+        # "1-234-56-7890": the trunk or country code 1, then a 3-2-4 (as "+1 234-56-7890")
+        return [(i, end, "PHONE", "e164")]
+    if (groups == [3, 4] and sep in ("-", ".")) or (groups == [2, 4] and sep == "-"):
+        p = _paren_area(text, i)
+        if p < 0:
+            return []
+        area = text[p + 1:p + 4]
+        if groups == [2, 4]:  # "(123)-45-6789", "+(123) 45-6789": an SSN's area in parentheses
+            return [(p, end, "SSN", "ssa-rules")] if _ssa_valid(area + d) else []
+        if area[0] in "23456789":
+            return [(_trunk_one(text, p), end, "PHONE", "nanp")]
     return []
+
+
+def _paren_area(text: str, i: int) -> int:
+    """Where "(DDD)" starts that the number at ``i`` follows, directly or after one space or
+    hyphen, with no letter or digit before it but a trunk 1 (:func:`_trunk_one`); -1 if none."""
+    p = i - 5 - (_at(text, i - 1) in (" ", "-"))
+    if not (p >= 0 and text[p] == "(" and text[p + 4] == ")" and all(c in _DIGITS for c in text[p + 1:p + 4])):
+        return -1
+    return p if _at(text, p - 1) not in _ALNUM or _trunk_one(text, p) < p else -1
+
+
+def _trunk_one(text: str, p: int) -> int:
+    """Where a NANP number whose area code in parentheses starts at ``p`` starts: at the trunk 1
+    before it (``1 (234) 567-8901``, ``1-(234)``, ``1(234)``), a 1 with no letter or digit, nor
+    a digit and one of ``-./:``, before it; else ``p``."""
+    q = p - 1 if _at(text, p - 1) in (" ", "-") else p
+    if _at(text, q - 1) != "1":
+        return p
+    before = _at(text, q - 2)
+    if before in _ALNUM or (before in "-./:" and _at(text, q - 3) in _DIGITS):
+        return p
+    return q - 1
+
+
+def _plus_dotted(groups: list[int], d: str) -> bool:
+    """Whether dotted ``groups`` (digits ``d``) right after a ``+`` are an E.164 number with dots
+    for spaces (``+44.20.7946.0958``, ``+33.6.12.34.56.78``): an assigned country code
+    (:data:`_CC_ASSIGNED`) and 2+ more groups, those after the first of them 2+ digits long, not
+    all of 3 (``+1.234.567``, a signed number with thousands separators), not four groups of 1-3
+    digits (an IPv4 address), 10-15 digits (``+3.14159265`` is a signed decimal), 11 after the
+    code 1 (NANP's length)."""
+    return (len(groups) >= 3 and groups[0] <= 3 and d[:groups[0]] in _CC_ASSIGNED and min(groups[2:]) >= 2
+            and any(g != 3 for g in groups[1:]) and not (len(groups) == 4 and max(groups) <= 3)
+            and 10 <= len(d) <= 15 and (len(d) == 11 or d[:groups[0]] != "1"))
 
 
 # ----------------------------------------------------------------------------------- IBAN
@@ -617,7 +723,8 @@ def _mod97(iban: str) -> int:
 
 def _iban(text: str, i: int) -> list[tuple[int, int, str, str]]:
     """An IBAN from ``i``: compact, or in groups of 4 split by single spaces or dashes, mixed or
-    not. Letters
+    not, or by dots alone (``GB82.WEST.1234.5698.7654.32``; not running on into more dotted
+    letters or digits, a host or module name). Letters
     may be lower case; then the BBAN needs a digit, and a compact one "iban" in the 40
     characters before it (a lower-case hex id of the right length passes mod-97 one time in 97)."""
     if _at(text, i - 1) in _ALNUM:
@@ -629,13 +736,14 @@ def _iban(text: str, i: int) -> list[tuple[int, int, str, str]]:
     if length is None:
         return []
     sep = _at(text, i + 4)
-    if sep in (" ", "-"):
+    if sep in (" ", "-", "."):
+        seps = (".",) if sep == "." else (" ", "-")
         chars = [text[i : i + 4]]
         count = 4
         j = i + 4
         dash = False
         while count < length:
-            if _at(text, j) not in (" ", "-"):
+            if _at(text, j) not in seps:
                 return []
             dash = dash or text[j] == "-"
             g_end = _run_end(text, j + 1, _IBAN_CHARS, 5)
@@ -649,6 +757,8 @@ def _iban(text: str, i: int) -> list[tuple[int, int, str, str]]:
         compact = "".join(chars)
         if dash and _at(text, end) == "-" and _at(text, end + 1) in _ALNUM:
             return []  # runs on: a key or id grouped by dashes, not an IBAN
+        if sep == "." and _at(text, end) == "." and _at(text, end + 1) in _ALNUM:
+            return []
     else:
         end = _run_end(text, i, _IBAN_CHARS, length + 1)
         if end - i != length:
@@ -659,7 +769,7 @@ def _iban(text: str, i: int) -> list[tuple[int, int, str, str]]:
     if any(c in _LOWER for c in compact):
         if not any(c in _DIGITS for c in compact[4:]):
             return []
-        if sep not in (" ", "-") and not _window_has(text, i, 40, ("iban",)):
+        if sep not in (" ", "-", ".") and not _window_has(text, i, 40, ("iban",)):
             return []
         compact = compact.translate(_UPPER_TABLE)
     return [(i, end, "IBAN", "mod97")] if _mod97(compact) == 1 else []

@@ -110,7 +110,7 @@ NEGATIVES = [
     "id 123456789",  # bare 9 digits without an SSN keyword
     "123-45-6789-01", "123-45-6789abc",
     # Luhn / IIN / grouping
-    "4111 1111 1111 1112", "9111 1111 1111 1111 1", "4111.1111.1111.1111", "4111 1111-1111 1112",  # mixed separators: Luhn still checked
+    "4111 1111 1111 1112", "9111 1111 1111 1111 1", "4111.1111.1111.1112", "4111 1111-1111 1112",  # mixed separators: Luhn still checked
     # mod-97 and country lengths
     "DE88 3704 0044 0532 0130 00", "DE89 3704 0044 0532 0130", "ZZ89370400440532013000",
     # e-mail shape

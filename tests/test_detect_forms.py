@@ -145,7 +145,8 @@ def test_a_mixed_card_prefix_does_not_cut_a_later_ssn():
     # phone numbers in no format the detector reads (none is an SSN or card; NANP numbers with
     # a hyphen before the last group, and E.164 ones, are phones since h-det2 whatever their
     # separators: tests/test_detect_forms2.py)
-    "call 555-123 4567", "tel 020 7946-0958", "06-12 34 56 78",
+    # ("call 555-123 4567" is a NANP number since h-det4: tests/test_detect_forms4.py)
+    "tel 020 7946-0958", "06-12 34 56 78",
     # dates and times
     "2024-01 15", "on 2024-01-15 10 30", "12-05 2026", "dates 2023-12 2024-01 2024-02", "10 12-30 2024",
     # version strings
@@ -160,7 +161,7 @@ def test_a_mixed_card_prefix_does_not_cut_a_later_ssn():
     "ssn 000-12 3456", "ssn 666 12-3456", "ssn 923-45 6789", "ssn 123-00 6789", "ssn 123 45-0000",
     "ssn 078-05 1120",  # the advertising number
     "ssn 123-45 67890", "ssn 12-345 6789", "ssn 123-45 6789-1", "ssn a123-45 6789", "ssn 123-45 6789x",
-    "ssn 123--45 6789", "ssn 123 - 45 6789",  # separators of one character only
+    # ("ssn 123--45 6789" and "ssn 123 - 45 6789", a space among dashes, are SSNs since h-det4)
     "ssn 123-45.6789",  # "." is no separator of an SSN
     "id 1.123-45 6789",  # glued to a number before it
 ])
@@ -175,7 +176,7 @@ def test_the_python_implementation_finds_the_same_forms():
     texts = ["ssn \u2460\u2461\u2462-\u2463\u2464-\u2465\u2466\u2467\u2468", "ssn 123-45 6789",
              "card 4111-1111 1111-1111", "ssn \u246b\u2462-45-6789", "call 555-123 4567"]
     assert python_process(texts) == ["ssn [SSN]", "ssn [SSN]", "card [CREDIT_CARD]", "ssn [SSN]",
-                                   "call 555-123 4567"]
+                                   "call [PHONE]"]
 
 
 # ------------------------------------------------------------------ through the guarded client

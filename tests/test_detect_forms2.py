@@ -125,8 +125,9 @@ def test_lists_of_phones_with_mixed_separators_find_every_value():
     # phone shapes the NANP rule does not take, mixed or not
     "555-123 456", "055 123-4567", "155 123-4567", "1-080 555-0199", "tel 020 7946-0958",
     # a space before the last group: page ranges and a year ("Monthly 77, 259-264 1970", as the
-    # stdlib's sources cite), so no NANP number with mixed separators ends so
-    "Math. Monthly 77, 259-264 1970.", "call 555-123 4567", "tel 1 800-555 0199",
+    # stdlib's sources cite), so no NANP number with mixed separators ends so with a year (h-det4:
+    # "555-123 4567" and "1 800-555 0199" are phones, tests/test_detect_forms4.py)
+    "Math. Monthly 77, 259-264 1970.", "pp. 259-264 2019", "tel 1 800-555 1999",
     "+1 234-56", "+0 12-345 678", "+1 234 - 00 - 7890",
     # IBAN shapes that are not IBANs
     "GB82-WEST 1234-5698 7654-33", "GB82 WEST-1234 5698-7654 32-99", "GB82 WEST 1234-5698 765-432",
@@ -144,7 +145,7 @@ def test_dates_versions_ips_lists_isbns_and_order_numbers_are_not_findings(text)
     ("+1 234 - 56 - 7890", [("+1 234 - 56 - 7890", "PHONE")]),
     ("(+1)234 \u2013 56 \u2013 7890", [("(+1)234 \u2013 56 \u2013 7890", "PHONE")]),
     ("x+1 234.56.7890", [("234.56.7890", "SSN")]),  # "+" glued to a letter: no country code
-    ("1-234-56-7890", []),  # glued by a hyphen to a digit before it
+    ("1-234-56-7890", [("1-234-56-7890", "PHONE")]),  # a trunk 1, then the 3-2-4 (h-det4)
     ("1-123.45.6789", []),
 ])
 def test_a_dotted_or_spaced_ssn_shape_after_a_country_code_is_that_phone_number(text, want):

