@@ -7,19 +7,23 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
 
 * ``SSN``: ``AAA-GG-SSSS``, ``AAA GG SSSS`` or ``AAA.GG.SSSS``, the first two separators mixed
   (``AAA-GG SSSS``, ``AAA GG-SSSS``), or dashes between the groups, single, doubled or with a
-  space on each side, in any mix (``AAA - GG - SSSS``, ``AAA--GG--SSSS``, ``AAA - GG-SSSS``; an
-  en or em dash folds to ``-``); a bare 9-digit number only when "ssn" or
+  space on each side, in any mix, single spaces among them (``AAA - GG - SSSS``,
+  ``AAA--GG--SSSS``, ``AAA - GG-SSSS``, ``AAA - GG SSSS``; an en or em dash folds to ``-``), or
+  the area in parentheses (``(AAA)-GG-SSSS``, ``(AAA) GG-SSSS``, ``(AAA)GG-SSSS``, behind a
+  ``+`` too); a bare 9-digit number only when "ssn" or
   "social security" (or ``social_security``, ``social-security``, ``socialSecurity``) occurs in
   the 40 characters before it. SSA rules ("ssa-rules"): area not 000,
   666 or 900-999, group not 00, serial not 0000; the advertising numbers 078-05-1120 and
   219-09-9999 are skipped.
 * ``CREDIT_CARD``: 13-19 digits, ungrouped or in groups of 4 (last group 1-4) or 4-6-5 / 4-6-4,
-  split by spaces or dashes, one kind or both mixed (``4111-1111 1111-1111``), or by dashes as
-  an SSN's (``4111--1111--1111--1111``, ``4111 - 1111-1111 - 1111``), a known IIN
+  split by spaces or dashes, one kind or both mixed (``4111-1111 1111-1111``), by dots alone
+  (``4111.1111.1111.1111``), or by dashes as an SSN's (``4111--1111--1111--1111``,
+  ``4111 - 1111-1111 - 1111``), a known IIN
   prefix, Luhn-valid ("luhn"). Published test
   numbers such as 4111 1111 1111 1111 ARE flagged: they are card-shaped data that look real to a
   model and to a human reader.
-* ``IBAN``: compact or in groups of 4 split by spaces or dashes (mixed or not), length from the country table,
+* ``IBAN``: compact or in groups of 4 split by spaces or dashes (mixed or not) or by dots alone
+  (``GB82.WEST.1234.5698.7654.32``, not running on into a dotted name), length from the country table,
   ISO 13616 mod-97 == 1 ("mod97"). Letters may be lower case; then a digit must follow the check
   digits, and a compact one needs "iban" in the 40 characters before it.
 * ``EMAIL``: ``local@domain.tld`` with a letters-only TLD of 2+ characters ("format"); a
@@ -31,10 +35,19 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   trunk prefix in parentheses after the country code (``+1 (234) 567-8901``, ``+44 (0)20 7946
   0958``: 1-4 digits, a lone ``0`` not counted), or dotted after ``+CC `` or ``(+CC)``
   (``+1 234.567.8901``, ``+33 6.12.34.56.78``: the groups after the first 2+ digits long, not
-  four groups of 1-3 digits, an IPv4 address) ("e164"); NANP ``555-123-4567``,
-  ``555.123.4567``, ``1-555-123-4567``, ``(555) 123-4567``, and with spaces and hyphens mixed,
-  a hyphen before the last group (``1-800 555-0199``, ``800 555-0199``), with an area code
-  starting 2-9 ("nanp"). Dates, versions, IPs and bare long integers do not match. A number right
+  four groups of 1-3 digits, an IPv4 address), or dotted after the parentheses (``+1 (234)
+  567.8901``), or with the country code in parentheses before them (``(+44) (0)20 7946 0958``),
+  or with ``00`` for the ``+`` (``0049 30 1234567``, ``0044 (0)20 7946 0958``: the group ``00``
+  and a country code ITU-T has assigned, 10-15 digits, 11 after the code 1, not after a digit and
+  a space), or with dots glued to the ``+`` (``+44.20.7946.0958``, ``+1.415.555.1234``: an
+  assigned country code, 2+ more groups, those after the first of them 2+ digits long and not
+  all of 3, not an IPv4 address, 10-15 digits, 11 after the code 1), or a trunk ``1-`` then a
+  3-2-4 (``1-234-56-7890``, area 2-9) ("e164"); NANP ``555-123-4567``,
+  ``555.123.4567``, ``1-555-123-4567``, ``(555) 123-4567``, ``(555)-123-4567``, ``(555)
+  123.4567``, with a trunk 1 before the parentheses (``1 (555) 123-4567``, ``1(555)123-4567``),
+  and with spaces and hyphens mixed (``1-800 555-0199``, ``800 555-0199``, ``555-123 4567``;
+  a space before the last group only where that group is no year 1800-2099: ``259-264 1970``
+  is pages and a year), with an area code starting 2-9 ("nanp"). Dates, versions, IPs and bare long integers do not match. A number right
   after a country code (``+1 ``, ``(+1)``; not glued to a letter or digit before the ``+``) is a
   phone number's rest, never an SSN: ``+1 234-56-7890`` is one phone number, and so is an SSN's
   3-2-4 with ``.`` or dashes after a country code (``+1 234.56.7890``, found whole, "e164"). A
@@ -44,7 +57,8 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   separators (spaces and hyphens) are read only where one consistent separator finds nothing, and
   only into an SSN, a card, a NANP or E.164 phone number or an IBAN; a date keeps its one
   separator. ``.`` is read only alone (``123.45.6789``, ``555.123.4567``), never mixed
-  (``123-45.6789``); `` - `` and ``--`` only with other dashes (``123 - 45 6789`` and ``123 -- 45 -- 6789`` are not read) and not
+  (``123-45.6789``); `` - `` and ``--`` only with other dashes or single spaces (``123 -- 45 --
+  6789`` is not read) and not
   where such a dash and a digit come before or after the number (``2019 - 123 - 45 - 6789``, a
   sum, ``12--123--45--6789``); other doubled separators (two spaces, ``---``) are not read. A
   dotted SSN needs exactly 3-2-4 digits and no ``.`` and a digit on
@@ -56,9 +70,12 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   /usr/share/doc text for the mixed SSN and card forms, nor in 1 GB of Python sources,
   site-packages and /usr/share/doc, line by line, for the phone, IBAN, dotted and spaced forms
   (whose first reading of mixed NANP numbers took a citation's pages and year, ``259-264 1970``:
-  a NANP number with mixed separators needs a hyphen before its last group, so ``555-123 4567``
-  is not read), nor in the same 1 GB for the parenthesised, dotted and dashed forms of h-det3
-  (whose one changed finding is a phone number found whole, ``+1 (800) 123-4567``).
+  a NANP number with mixed separators and a space before its last group needs that group not to
+  be a year), nor in the same 1 GB for the parenthesised, dotted and dashed forms of h-det3
+  (whose one changed finding is a phone number found whole, ``+1 (800) 123-4567``), nor in 648 MB
+  of them (every line with a digit) for h-det4's forms (``00`` and dotted ``+`` numbers, dots in
+  cards and IBANs, spaces among dashes; its first reading of ``00`` numbers took a table's digit
+  groups, ``1.999 007 501 2699``, hence the rule against a digit and a space before).
 * A number (SSN, card, IBAN, phone) ends at a letter or digit, not at ``_``: Markdown emphasis
   (``_123-45-6789_``) and snake_case glue (``ssn_123456789``) do not hide it. Nor does ``_``
   before a prefixed token or JWT, or after a fixed-length one (``_ghp_..._``, ``__sk_live_...__``).

@@ -125,12 +125,14 @@ def test_lists_of_the_new_forms_find_every_value():
     "ssn (666)-12-3456", "ssn (123)-00-6789", "(900) 45-6789", "ssn 666 - 12 3456", "123 - 45 0000",
     # a signed number, an unassigned country code, a version or an IPv4 address after a "+"
     "+12.34.56.78.90", "+49.123.456.789", "+49.123.456.789.012", "+20.15.30.45", "+212.58.244.20",
-    "+1.22.33.44.55", "+44.20.7946.0", "+1.2.3", "+1.22.333",
+    "+1.22.33.44.55", "+1.22.33.44.555", "+44.2222.33", "+44.20.7946.0", "+1.2.3", "+1.22.333",
     # "00" numbers that are no phone numbers: unassigned codes, zero padding, a table's digit groups
     "0012 3456 7890", "0010 2030 4050 6070", "id 00000 1234 5678", "0049 0301234567",
-    "deuteron-proton mass ratio  1.999 007 501 2699", "0049 30", "0049 30 12", "0044 822463",
+    "deuteron-proton mass ratio  1.999 007 501 2699", "ratio 1.999 007 501 269 935", "0049 30", "0049 30 12",
+    "0044 822463",
     "001 45 666-822463",  # NANP's 10 digits after the code 1
     "011 49 30 1234567",  # 011 for the "+" is not read (docs/threat-model.md says so)
+    "+1 (234) 5.8901", "+1 (2) 34.56",  # dotted after the parentheses: a group of 1; 6 digits in all
     # "." mixed with other separators
     "4111.1111 1111.1111", "123-45.6789", "ssn 123.45 6789",
     # pages and a year after a NANP-shaped range; ranges and sums
