@@ -126,7 +126,8 @@ CASES = [
     ("call (555)123-4567", [("PHONE", "(555)123-4567")]),
     ("(555) 123-4567", [("PHONE", "(555) 123-4567")]),
     ("(555)123-4567", [("PHONE", "(555)123-4567")]),
-    ("call (555) 123.4567", []),
+    ("call (555) 123 4567", []),
+    ("call (555) 123.4567", [("PHONE", "(555) 123.4567")]),  # dots after the area code: h-det4
     ("call (555)x123-4567", []),
     # cuts_later (line 347): a later number's finding cuts the prefix only when it runs PAST the
     # prefix's end; "later.end > end" -> ">=" also vetoed "1 555 123 4567" because "555 123 4567"
