@@ -343,7 +343,9 @@ class UtilityRecord:
             The record (not yet verified: call :func:`verify_utility_record`).
 
         Raises:
-            ValueError: the text is not JSON or lacks/has unknown fields.
+            ValueError: the text is not JSON, lacks/has unknown fields, or has a field of the
+                wrong form (``created_at`` not integer milliseconds, ``dim``, ``vector_name`` or
+                ``distance`` missing or wrong for its version).
         """
         if isinstance(text, (bytes, bytearray)):
             text = bytes(text).decode("utf-8")
@@ -367,6 +369,14 @@ class UtilityRecord:
         missing = sorted(required - set(data))
         if missing:
             raise GuardArgumentValueError(f"utility record lacks fields {missing}")
+        created = data["created_at"]
+        if isinstance(created, bool) or not isinstance(created, int) or not -(2 ** 63) <= created < 2 ** 63:
+            # utility.max_age_s does arithmetic on it: a string, null or a number beyond float
+            # range would end a write in a TypeError or OverflowError instead of a decision.
+            shown = repr(created) if len(repr(created)) <= 40 else repr(created)[:40] + "..."
+            raise GuardArgumentValueError(f"utility record needs 'created_at', when it was calibrated, as integer "
+                                          f"milliseconds since the Unix epoch (an int64, as `qdrant-guard calibrate` "
+                                          f"writes it), got {shown}; re-run `qdrant-guard calibrate` to write the record again")
         version = data.get("version", RECORD_VERSION)
         if isinstance(version, bool) or version not in (1, 2, 3, 4):
             raise GuardArgumentValueError(f"utility record has version {version!r}; this qdrant_guard reads versions 1 "

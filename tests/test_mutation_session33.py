@@ -20,7 +20,7 @@ import pytest
 from guardkit import create, make_kit, models, staging_record, staging_store, unit
 from qdrant_client import QdrantClient as RawClient
 
-from qdrant_guard import GuardRefusal, QdrantClient, keys
+from qdrant_guard import ConfigError, GuardRefusal, QdrantClient, keys
 from qdrant_guard.noise import privatize
 from qdrant_guard.receipts import (
     ISSUED_AT_LEEWAY_S,
@@ -208,3 +208,23 @@ def test_max_age_s_bounds_each_named_vectors_record_too(record, tmp_path):
     assert owner.count("docs", exact=True).count == 1
     raw.close()
     named.close()
+
+
+@pytest.mark.parametrize("created_at", ["2026-12-05T10:00:00Z", None, 10 ** 400, True, 1.7e12],
+                         ids=["iso-string", "null", "beyond-float", "bool", "float"])
+def test_a_signed_record_whose_created_at_is_not_integer_ms_is_a_config_error_not_a_crash(record, created_at):
+    """Found reading ``_record_age_refusal``: ``created_at`` was never checked when a record was read,
+    and ``max_age_s`` divides it, so a record signed by a trusted key (another tool, or an edited
+    record re-signed) with a date string, null or a number beyond float range ended every write to
+    the collection in a bare TypeError or OverflowError (``True`` passed as 1 ms, a float was
+    taken). Now the record is not read: a ConfigError naming the field and the fix, as for its
+    other fields."""
+    kit, rec, docs, tmp = record
+    path = _resigned(kit, rec, tmp / "created.json", created_at=created_at)
+    owner, bob = _age_writer(kit, rec, path, 7 * DAY_S, time.time())
+    with pytest.raises(ConfigError) as err:
+        bob.upsert("docs", [models.PointStruct(id=1, vector=docs[0].tolist())])
+    msg = str(err.value)
+    assert "created.json" in msg and "'created_at'" in msg and "integer milliseconds" in msg
+    assert "qdrant-guard calibrate" in msg
+    assert owner.count("docs", exact=True).count == 0
