@@ -4,8 +4,10 @@ Each test kills mutants of ``scripts/mutate.py`` (or hand-made ones, named in it
 survived every older test: the read path's class-ceiling bound and release cache
 (``ReadOps._release_accepted``), the exact bounds of ``utility.max_age_s`` and of the clock-skew
 leeway (``guard._record_age_refusal``), the age bound on ``utility.records`` (named vectors), and
-a record dated beyond what a calendar can show. docs/security-testing.md ("Mutation pass, the
-session-33 merges") lists the mutants, which test kills each and the equivalent ones.
+a record dated beyond what a calendar can show. The last test is the fix of a defect found in
+reading ``_record_age_refusal`` (a record's ``created_at`` was never checked). docs/security-testing.md
+("Mutation pass, the merges since 3015cc5") lists the mutants, which test kills each and the
+equivalent ones.
 
 Real local Qdrant, real Ed25519 keys, real calibration; no mocks.
 """
