@@ -203,8 +203,9 @@ class QueryRules(_Strict):
     before, and refuses the query when that share of the run is above this cap: ``k`` glued
     copies of a string score ``1 - 1/k``, as ``k`` copies of a word score on ``max_repetition``,
     so the default 0.5 refuses three copies or more. Natural text without spaces scores far
-    below it (Chinese, Japanese and Thai paragraphs 0.02 to 0.07; random base64 and hex, JWTs, long
-    identifiers and numbers up to 0.15; a URL repeating a path segment four times 0.45), while
+    below it (Chinese, Japanese and Thai paragraphs 0.02 to 0.07; JWTs and long identifiers up to
+    0.15; 64 random characters of base64 up to 0.13, of hex up to 0.22 and of decimal digits up to
+    0.3, medians 0.05, 0.11 and 0.16, longer runs less; a URL repeating a path segment four times 0.45), while
     ten or more exact copies score 0.9 and more, and copies with one character changed in each
     0.74 (Chinese) to 0.88 (English). A run of one
     repeated character or pair (64 dashes, ``hahaha...``) or ``../`` repeated is refused too, and
@@ -514,7 +515,9 @@ class CollectionPolicy(_Strict):
     naming how many: re-write those points through the guard (which noises and receipts them) or
     delete them (``qdrant-guard receipt verify`` lists them as missing_receipt). "None" is kept
     because no guarded client under this policy stores a raw vector: every writer must run it (a
-    client without the guard, or with the old policy, writing after the count is not seen).
+    client without the guard, or with the old policy, writing after the count is not seen). The
+    count sees whether a receipt is there, not whether it verifies: a raw vector written around
+    the guard under another point's receipt is not counted (reads still strip it).
     ``true`` is refused where it could noise no query: only the owner boundary reads (``readers``
     empty or the owner), under ``raw_in_boundary``."""
     noise: NoisePolicy = NoisePolicy()
