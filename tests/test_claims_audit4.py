@@ -244,3 +244,61 @@ def test_an_old_record_refuses_writes_only_while_enforce_is_on(tmp_path):
     with pytest.raises(GuardRefusal) as exc:
         write(True)
     assert exc.value.verdict == "UTILITY_DEGRADED" and "utility.max_age_s" in str(exc.value)
+
+
+# ---------------------------------------------------------------- MMR after raw_in_boundary is off
+# integrations.md said "the same readers' MMR is refused too"; with raw_in_boundary off the owner
+# boundary has no raw access either, so its MMR is refused as well while raw vectors remain.
+
+def test_after_raw_in_boundary_is_off_the_owners_mmr_is_refused_too_while_raw_vectors_remain(tmp_path):
+    kit = make_kit(tmp_path)
+    store = str(tmp_path / "db")
+    on = _pii(raw_in_boundary=True, noise_queries=True)
+    alice = QdrantClient(path=store, guard=kit.config({"emp": on}), principal=kit.principal("alice", "hr"))
+    alice.create_collection("emp", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    rng = np.random.default_rng(14)
+    alice.upsert("emp", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "s"}) for i in range(4)])
+    mmr = models.NearestQuery(nearest=unit(rng), mmr=models.Mmr(diversity=0.5, candidates_limit=4))
+    assert len(alice.query_points("emp", query=mmr, limit=3).points) == 3  # raw access: runs
+    alice.close()
+    alice = QdrantClient(path=store, guard=kit.config({"emp": {**on, "raw_in_boundary": False}}),
+                         principal=kit.principal("alice", "hr"))
+    with pytest.raises(GuardRefusal) as exc:
+        alice.query_points("emp", query=mmr, limit=3)
+    assert exc.value.verdict == "QUERY_REJECTED" and exc.value.details["unreceipted_points"] == 4
+    alice.close()
+    assert "MMR is refused to every principal, naming how many: the owner boundary's too" in _flat("docs/integrations.md")
+
+
+# ---------------------------------------------------------------- receipt verify --check-noise
+# README: --check-noise judges a receipt's mechanism and strength against the collection only with
+# --policy; without it only noise.check_release applies.
+
+def test_check_noise_judges_the_mechanism_only_with_a_policy(tmp_path, capsys):
+    from qdrant_guard.cli import main as cli_main
+
+    kit = make_kit(tmp_path)
+    store = str(tmp_path / "store")
+    raw = RawClient(path=store)
+    raw.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.EUCLID))
+    rng = np.random.default_rng(15)
+    signer = ReceiptSigner(keys.load_private_key(kit.guard_key_path))
+    noised, params = privatize(np.asarray([unit(rng)], dtype=np.float32), mechanism="laplace_l2", epsilon=1.0,
+                               delta=None, radius=0.01, clip_norm=1.0)
+    final = stored_form(noised[0], distance="Euclid")
+    rec = issue_receipts_batch(signer, [ReceiptItem(params=params, vector=final, collection="pii",
+                                                    point_id=1, vector_name="")])[0]
+    raw.upsert("pii", [models.PointStruct(id=1, vector=final.tolist(),
+                                          payload={RECEIPT_KEY: receipts_for_payload({"": rec})})])
+    raw.close()
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'signing_key = "{kit.guard_key_path}"\n\n[boundaries.hr]\nauthority_keys = '
+                      f'["{kit.authority_pub["hr"]}"]\n\n[collections.pii]\nclass = "PII"\nowner = "hr"\n'
+                      'noise = { mechanism = "gaussian", epsilon = 1.0, delta = 1e-6, radius = 0.01 }\n')
+    guard_pub = keys.public_key_to_str(keys.load_private_key(kit.guard_key_path).public_key())
+    base = ["receipt", "verify", "--path", store, "--collection", "pii", "--check-noise"]
+    assert cli_main(base + ["--trusted-key", guard_pub]) == 0  # no policy: the mechanism is not judged
+    capsys.readouterr()
+    assert cli_main(base + ["--policy", str(policy)]) == 1
+    assert "mechanism_mismatch" in capsys.readouterr().out
+    assert "with `--policy`, noise weaker than the collection's `[noise]` policy" in _flat("README.md")
