@@ -998,12 +998,24 @@ def _unfolded_position(text: str, position: int) -> int:
     """The index in ``text`` of the character whose fold holds index ``position`` of
     ``_fold(text)`` (computed only for a violation). Exact but where NFC recomposes a character
     the original spelled in parts (a Hangul syllable as jamo): then a few characters late."""
-    owners = [i for i, ch in enumerate(text) for _ in unicodedata.normalize("NFKD", ch)]
-    units = np.frombuffer(unicodedata.normalize("NFKD", text).encode("utf-32-le", "surrogatepass"), dtype="<u4")
-    if len(owners) != len(units):  # a canonical reordering cannot change the count; guard anyway
-        return min(position, len(text))
-    kept = [owner for owner, gone in zip(owners, _dropped(units).tolist()) if not gone]
-    return kept[position] if position < len(kept) else len(text)
+    # Only a prefix long enough to hold ``position`` is mapped, doubled until it does: a violation
+    # lies early (the second copy) and mapping all 65,536 characters costs about 80 ms in Python.
+    # A prefix ends before a starter, so no canonical reordering crosses its end.
+    end = min(len(text), position + 64)
+    while True:
+        while end < len(text) and unicodedata.combining(unicodedata.normalize("NFKD", text[end])[:1] or " "):
+            end += 1
+        head = text[:end]
+        owners = [i for i, ch in enumerate(head) for _ in unicodedata.normalize("NFKD", ch)]
+        units = np.frombuffer(unicodedata.normalize("NFKD", head).encode("utf-32-le", "surrogatepass"), dtype="<u4")
+        if len(owners) != len(units):  # a canonical reordering cannot change the count; guard anyway
+            return min(position, len(text))
+        kept = [owner for owner, gone in zip(owners, _dropped(units).tolist()) if not gone]
+        if position < len(kept):
+            return kept[position]
+        if end >= len(text):
+            return len(text)
+        end = min(len(text), 2 * end)
 
 
 def structural_scan(text: str, rules: Any) -> tuple[Any, list[Any]]:
@@ -1016,9 +1028,10 @@ def structural_scan(text: str, rules: Any) -> tuple[Any, list[Any]]:
     embedding model whose tokenizer lowers, strips accents (an uncased BERT tokenizer, as
     all-MiniLM-L6-v2 has, does both) or applies NFKC receives the same copy again and again:
     100 such copies passed every rule. The fold costs about 1 us on 500 ASCII tokens and 20 to
-    80 us on 3,500 characters of accented or CJK text (26 ms on 65,536 U+FDFA, the worst
-    expansion); the second scan runs only when the fold changed the text and the first scan
-    did not already refuse it. Positions are the original text's."""
+    80 us on 3,500 characters of accented or CJK text, and 20 to 50 ms on 65,536 characters that
+    NFKD expands several-fold (U+FDFA, squared katakana; such text passes the default token caps
+    only a few thousand characters long); the second scan runs only when the fold changed the
+    text and the first scan did not already refuse it. Positions are the original text's."""
     from . import scan as _scan
 
     result = _scan.scan_query(
