@@ -531,8 +531,9 @@ static int year_1800_2099(const char *v) {
 }
 
 /* Groups joined by single spaces and hyphens, both used, read as an SSN, a card or a NANP phone
- * number with a hyphen before its last group ("123-45 6789", "4111-1111 1111-1111",
- * "1-800 555-0199"); E.164 numbers are e164_grouped's. */
+ * number ("123-45 6789", "4111-1111 1111-1111", "1-800 555-0199"; a NANP number with a space
+ * before its last group only where that group is no year 1800-2099: "259-264 1970" is pages and
+ * a year); E.164 numbers are e164_grouped's. */
 static int chain_mixed(scan_t *s, size_t i, int veto, qg_finding *hit) {
     static const int G_SSN[] = {3, 2, 4}, G_NANP[] = {3, 3, 4}, G_NANP1[] = {1, 3, 3, 4};
     const unsigned char *b = s->b;

@@ -555,8 +555,9 @@ def _chain_same(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]
 
 def _chain_mixed(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]]:
     # Groups joined by single spaces and hyphens, both used, read as an SSN, a card or a NANP phone
-    # number with a hyphen before its last group ("123-45 6789", "4111-1111 1111-1111",
-    # "1-800 555-0199"); E.164 numbers are _e164_grouped's.
+    # number ("123-45 6789", "4111-1111 1111-1111", "1-800 555-0199"; a NANP number with a space
+    # before its last group only where that group is no year 1800-2099: "259-264 1970" is pages
+    # and a year); E.164 numbers are _e164_grouped's.
     n = len(text)
     groups: list[int] = []
     seps: list[str] = []
