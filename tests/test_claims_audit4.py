@@ -351,3 +351,33 @@ def test_a_folded_violation_is_mapped_back_from_the_text_before_it_only(monkeypa
     assert _unfolded_position(text, 62 * 18) == 62
     assert sum(calls) < 10_000, sum(calls)  # characters decomposed: a prefix (twice), not 65,536 (twice)
     assert "now maps only the text up to the violation" in _flat("docs/threat-model.md")
+
+
+# ---------------------------------------------------------------- documentation placeholders
+# threat-model.md: the detector skips EXAMPLE keys and placeholders such as `changeme`; it said
+# they are stored as given "but under a payload field named for a password, where any value but a
+# placeholder is refused", which read as if `changeme` passed there. It does not.
+
+def test_placeholders_pass_the_detector_but_not_a_password_field(tmp_path):
+    kit = make_kit(tmp_path)
+    c = QdrantClient(":memory:", guard=kit.config({"kb": _pii(raw_in_boundary=True)}),
+                     principal=kit.principal("alice", "hr"))
+    c.create_collection("kb", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+
+    def stored(payload):
+        try:
+            c.upsert("kb", [models.PointStruct(id=1, vector=[0.25] * DIM, payload={**payload, "source": "s"})])
+            return True
+        except GuardRefusal as exc:
+            assert exc.verdict == "CREDENTIAL_IN_TEXT"
+            return False
+
+    for value in ("AKIAIOSFODNN7EXAMPLE", "changeme", "your_password", "${PASS}", "<token>", "****"):
+        assert stored({"note": value}), value
+    assert not stored({"note": "AKIA4QWERTZUI7OPLKJH"})  # a key of one's own making is found
+    for value in ("AKIAIOSFODNN7EXAMPLE", "changeme", "your_password"):
+        assert not stored({"password": value}), value
+    for value in ("", "****", "${PASS}", "<token>", "[REDACTED]", "{{ pass }}"):
+        assert stored({"password": value}), value
+    assert 'so `{"password": "changeme"}` and `{"password": "AKIAIOSFODNN7EXAMPLE"}` are refused' in \
+        _flat("docs/threat-model.md")
