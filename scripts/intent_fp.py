@@ -1,0 +1,78 @@
+"""Block rate of an intent model at a policy's block set and threshold, on both sides.
+
+    python scripts/intent_fp.py [--model PATH] [--min-confidence 0.6]
+
+Harmless side: tests/data/intent_benign_heldout.jsonl, benign RAG queries written for this
+measurement and kept out of the training data (its ``bulk_records`` lines, requests for records
+in bulk that docs/intent.md calls suspicious, are counted apart). Harmful side: the suspicious and
+adversarial queries of the classifier's held-out split (``split_dataset``) and of the whole
+dataset. A query counts as blocked when its label is in the block set at ``min_confidence`` or
+above, as the pipeline decides.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(ROOT, "tests", "data", "intent_benign_heldout.jsonl")
+BLOCK = ("suspicious", "adversarial")
+
+
+def load_corpus(path: str = CORPUS) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def blocked(clf, text: str, min_confidence: float) -> bool:
+    res = clf.classify(text)
+    return res.label in BLOCK and res.confidence >= min_confidence
+
+
+def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, ROOT)
+    from qdrant_guard.intent import BuiltinIntentClassifier
+    from qdrant_guard.intent_train import load_dataset, split_dataset
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None, help="model JSON (default: the packaged one)")
+    ap.add_argument("--min-confidence", type=float, default=0.6)
+    ap.add_argument("--show", action="store_true", help="print every blocked benign query")
+    args = ap.parse_args(argv)
+    clf = BuiltinIntentClassifier(args.model)
+    mc = args.min_confidence
+
+    corpus = load_corpus()
+    benign = [r for r in corpus if r["form"] != "bulk_records"]
+    bulk = [r for r in corpus if r["form"] == "bulk_records"]
+    hits = [r for r in benign if blocked(clf, r["text"], mc)]
+    print(f"held-out benign corpus: {len(hits)}/{len(benign)} blocked ({len(hits) / len(benign):.1%})")
+    by_form = Counter(r["form"] for r in hits)
+    for form in sorted({r["form"] for r in benign}):
+        n = sum(r["form"] == form for r in benign)
+        print(f"  {form:<11} {by_form[form]:>3}/{n}")
+    print(f"  bulk_records (apart): {sum(blocked(clf, r['text'], mc) for r in bulk)}/{len(bulk)} blocked")
+    if args.show:
+        for r in hits:
+            res = clf.classify(r["text"])
+            print(f"    {res.label} {res.confidence:.2f} [{r['form']}] {r['text']}")
+
+    rows = load_dataset()
+    _, test = split_dataset(rows)
+    for name, idx in (("held-out split", test), ("whole dataset", range(len(rows)))):
+        harm = [i for i in idx if rows[i]["label"] in BLOCK]
+        harmless = [i for i in idx if rows[i]["label"] not in BLOCK]
+        caught = sum(blocked(clf, rows[i]["text"], mc) for i in harm)
+        adv = [i for i in harm if rows[i]["label"] == "adversarial"]
+        adv_caught = sum(blocked(clf, rows[i]["text"], mc) for i in adv)
+        fp = sum(blocked(clf, rows[i]["text"], mc) for i in harmless)
+        print(f"{name}: harmful blocked {caught}/{len(harm)} ({caught / len(harm):.1%}); adversarial "
+              f"{adv_caught}/{len(adv)}; harmless blocked {fp}/{len(harmless)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
