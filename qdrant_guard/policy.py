@@ -379,6 +379,15 @@ class IntentPolicy(_Strict):
     of its calls run at once (a 17th waits, within this limit), whichever client loaded it. ``llm``
     also uses it as its socket timeout. The ``builtin`` classifier runs inline, unbounded by this
     (its work is bounded by the text prefix it reads)."""
+    skip_owner: bool = False
+    """Principals verified in the collection's ``owner`` boundary are not classified: their queries
+    go ahead whatever the classifier would have said, and the audit entry records
+    ``intent = {"skipped": "owner", "boundary": ...}`` in place of a label. For a collection whose
+    readers are its owner's own people and scripts, where the built-in classifier refuses ordinary
+    requests (``list all contract templates``, ``show me the NDA template``). It also skips the check
+    for an owner's agent whose prompt was injected: leave it off (the default) where the owner
+    boundary holds agents that read untrusted text. Every other boundary is classified as before.
+    ``true`` needs an ``owner``."""
 
     @field_validator("classifier")
     @classmethod
@@ -734,6 +743,10 @@ class CollectionPolicy(_Strict):
                              "and no owner is set, so it would be ignored (every writer's text is redacted); set "
                              "owner = \"NAME\" to the [boundaries.NAME] it was meant for, or remove "
                              "keep_payload_text_in_boundary")
+        if self.intent.skip_owner and self.owner is None and not self.is_public:
+            raise ValueError("intent.skip_owner = true skips the intent check for principals of the owner boundary, "
+                             "and no owner is set, so it would be ignored (every query is classified); set "
+                             "owner = \"NAME\" to the [boundaries.NAME] it was meant for, or remove intent.skip_owner")
         if self.query.filter_pii == "owner" and self.owner is None and not self.is_public:
             raise ValueError("query.filter_pii = \"owner\" lets principals of the owner boundary filter on personal "
                              "data, and no owner is set, so it would act as \"refuse\"; set owner = \"NAME\" to the "

@@ -591,6 +591,13 @@ class QueryChecks(TextOps):
         ip = pol.intent
         if not ip.enabled:
             return
+        if ip.skip_owner and pol.owner is not None:
+            boundary = self.boundary()
+            if boundary == pol.owner:
+                # Not classified at all (an llm classifier is not called); the entry says so, so
+                # that an audit reader can tell a skipped query from one that passed the check.
+                details["intent"] = {"skipped": "owner", "boundary": boundary}
+                return
         try:
             clf = self.intent_classifier(ip.classifier, ip.timeout_s)
         except Exception as exc:  # a misconfiguration, not an outage: never a reason to go on

@@ -126,8 +126,23 @@ def _old_outcome(rec: dict[str, Any], texts: list[tuple[str, Any, dict[str, Any]
     return flagged, text if flagged is not None and isinstance(text, str) else ""
 
 
-def evaluate(guard: Guard, collection: str, text: str) -> str | None:
-    """The text-layer verdict ``guard`` reaches for ``text`` on ``collection`` (None: allowed).
+def logged_boundary(guard: Guard, principal: Any) -> str | None:
+    """The boundary of a logged ``principal`` label (``agent@boundary``), None when it cannot be told.
+
+    A label is split at its last ``@``; where a boundary of the policy has ``@`` in its name the
+    split could name the wrong one, so no boundary is read from any label.
+    """
+    if not isinstance(principal, str) or "@" not in principal:
+        return None
+    if any("@" in b for b in guard.config.boundaries):
+        return None
+    return principal.rpartition("@")[2]
+
+
+def evaluate(guard: Guard, collection: str, text: str, boundary: str | None = None) -> str | None:
+    """The text-layer verdict ``guard`` reaches for ``text`` on ``collection`` (None: allowed),
+    for a principal of ``boundary`` (its query is not classified when it is the owner's under
+    ``intent.skip_owner``; None: classified).
 
     A collection the policy refuses as unlisted (``unlisted = "refuse"``) gives the verdict a
     live call gets, ``REFUSED_CROSS_BOUNDARY``.
@@ -147,6 +162,8 @@ def evaluate(guard: Guard, collection: str, text: str) -> str | None:
     })
     try:
         guard.validate_structure("replay", collection, enforce, text, details)
+        if pol.intent.skip_owner and boundary is not None and boundary == pol.owner:
+            return None
         drive_sync(guard.check_intent("replay", collection, enforce, text, details), None)
     except GuardRefusal as exc:
         return exc.verdict
@@ -259,7 +276,7 @@ def replay_log(log_path: str, policy_path: str, *, out: TextIO,
         old, old_text = _old_outcome(rec, texts)
         new, new_text = None, ""
         for _, text, _ in texts:
-            new = evaluate(guard, rec.get("collection") or "", text)
+            new = evaluate(guard, rec.get("collection") or "", text, logged_boundary(guard, rec.get("principal")))
             if new is not None:
                 new_text = text
                 break
