@@ -381,8 +381,9 @@ class IntentPolicy(_Strict):
     (its work is bounded by the text prefix it reads)."""
     skip_owner: bool = False
     """Principals verified in the collection's ``owner`` boundary are not classified: their queries
-    go ahead whatever the classifier would have said, and the audit entry records
-    ``intent = {"skipped": "owner", "boundary": ...}`` in place of a label. For a collection whose
+    go ahead whatever the classifier would have said, and the audit entry's ``intent`` is
+    ``{"skipped": "owner", "boundary": ...}`` in place of a label (``qdrant-guard audit replay``
+    skips the owner's logged queries alike). For a collection whose
     readers are its owner's own people and scripts, where the built-in classifier refuses ordinary
     requests (``list all contract templates``, ``show me the NDA template``). It also skips the check
     for an owner's agent whose prompt was injected: leave it off (the default) where the owner
