@@ -1,6 +1,6 @@
 """Would adding labelled lines to the intent dataset cost recall? A paired comparison.
 
-    python scripts/intent_fp_paired.py ADDITIONS.jsonl [--splits 5] [--groups f001,f002,...]
+    python scripts/intent_fp_paired.py ADDITIONS.jsonl [--splits 5] [--groups f001-f061,f070]
 
 For each of ``--splits`` group splits of the packaged dataset (the trainer's seed and the next
 ones), two models are fitted exactly as ``python -m qdrant_guard.intent_train`` fits one: on the
@@ -30,13 +30,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("additions", help="JSONL lines in the dataset's format")
     ap.add_argument("--splits", type=int, default=5)
-    ap.add_argument("--groups", default=None, help="comma-separated group ids of the additions to use (default: all)")
+    ap.add_argument("--groups", default=None,
+                    help="comma-separated group ids or ranges of them (f030-f041) of the additions to use (default: all)")
     args = ap.parse_args(argv)
     base = load_dataset()
     add = load_dataset(args.additions)
     if args.groups:
-        keep = set(args.groups.split(","))
-        add = [r for r in add if r["group"] in keep]
+        spans = [part.split("-", 1) if "-" in part else [part, part] for part in args.groups.split(",")]
+        add = [r for r in add if any(lo <= r["group"] <= hi for lo, hi in spans)]
+        if not add:
+            ap.error(f"--groups {args.groups}: no line of {args.additions} is in those groups")
     rows = base + add
     benign = [r["text"] for r in load_corpus() if r["form"] != "bulk_records"]
     totals: dict[str, list[int]] = {}
