@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Mutation testing for one C file of the native kernels (stdlib only).
 
-The C twin of scripts/mutate.py: it generates mutants of one ``native/*.c`` file one at a time,
-writes each in place, rebuilds only the extension that compiles that file, runs a pytest selection
-and reports the mutants no test killed. The original file is always put back byte for byte (try/
+The C twin of scripts/mutate.py: it generates mutants of one ``native/*.c`` or ``native/*.h`` file
+one at a time, writes each in place, rebuilds only the extension that compiles that file (for a
+header: every extension that includes it, fully), runs a pytest selection and/or ``--check``
+commands, and reports the mutants nothing killed. The original file is always put back byte for byte (try/
 finally, and on Ctrl-C or SIGTERM) and the extension is rebuilt from it at the end, so no mutated
 kernel is left in ``qdrant_guard/*.so`` either.
 
@@ -23,10 +24,15 @@ Usage::
         -t tests/test_detect.py -t tests/test_detect_oracle.py
     scripts/mutate_c.py native/scan.c -f entity_len --list
     scripts/mutate_c.py native/scan.c --lines 2080-2110 -t tests/test_scan.py
+    scripts/mutate_c.py native/chacha20.c -f qg_chacha20_block --check "bash scripts/asan_noise.sh"
+    scripts/mutate_c.py native/chacha20.h -f qg_stream_u32 -t tests/test_noise.py
 
 A mutant that does not compile is counted as ``no-compile``, never as killed. Otherwise it is
 *killed* when the selection fails (any exit code but 0 and 5, a crash included) or runs past
-``--timeout`` seconds, and *survives* when the selection passes. A baseline build and run on the
+``--timeout`` seconds, or, after it passes, when a ``--check`` command (a shell command run from
+the worktree root on the mutated tree, such as ``bash scripts/asan_noise.sh``, which builds the
+sources itself under AddressSanitizer) exits nonzero or runs past ``--timeout``; it *survives*
+when all pass. A baseline build and run on the
 original must pass first. Hypothesis runs with a fixed seed (``--seed``) so a rerun gives the same
 verdicts.
 """
@@ -221,17 +227,49 @@ def generate(path: Path, functions: list[str], eq_consts: bool = True) -> list[M
     return uniq
 
 
-def extension_of(c_file: Path, setup_py: Path) -> str:
-    """The extension in setup.py's EXTENSIONS whose sources include c_file."""
+def _extension_table(setup_py: Path) -> dict[str, list[str]]:
     tree = ast.parse(setup_py.read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "EXTENSIONS" for t in node.targets):
-            table = ast.literal_eval(node.value)
-            rel = os.path.relpath(c_file, setup_py.parent)
-            for name, srcs in table.items():
-                if rel in srcs:
-                    return name
-    raise SystemExit(f"mutate_c.py: no extension in {setup_py} compiles {c_file}")
+            return ast.literal_eval(node.value)
+    raise SystemExit(f"mutate_c.py: no EXTENSIONS table in {setup_py}")
+
+
+_INCLUDE = re.compile(r'#\s*include\s*"([^"]+)"|extern from\s*"([^"]+)"|cimport\s+(\w+)')
+
+
+def _includes(path: Path) -> set[str]:
+    """The quoted headers path reaches, transitively (a .pyx/.pxd's cimports count as their .pxd)."""
+    seen: set[str] = set()
+    todo = [path]
+    while todo:
+        text = todo.pop().read_text(errors="replace")
+        for m in _INCLUDE.finditer(text):
+            name = m.group(1) or m.group(2) or (m.group(3) + ".pxd")
+            dep = path.parent / name
+            if name not in seen and dep.exists():
+                seen.add(name)
+                todo.append(dep)
+    return seen
+
+
+def extensions_of(source: Path, setup_py: Path) -> list[str]:
+    """The extensions in setup.py's EXTENSIONS that compile source (a .c) or include it (a .h)."""
+    table = _extension_table(setup_py)
+    rel = os.path.relpath(source, setup_py.parent)
+    if source.suffix == ".h":
+        names = [name for name, srcs in table.items()
+                 if any(source.name in _includes(setup_py.parent / s) for s in srcs)]
+    else:
+        names = [name for name, srcs in table.items() if rel in srcs]
+    if not names:
+        raise SystemExit(f"mutate_c.py: no extension in {setup_py} compiles or includes {source}")
+    return names
+
+
+def extension_of(c_file: Path, setup_py: Path) -> str:
+    """The extension in setup.py's EXTENSIONS whose sources include c_file."""
+    return extensions_of(c_file, setup_py)[0]
 
 
 def build(python: str, root: Path, ext: str, env: dict[str, str]) -> tuple[bool, str]:
@@ -271,12 +309,15 @@ class FastBuild:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("source", type=Path, help="the native/*.c file to mutate (in this worktree)")
+    ap.add_argument("source", type=Path, help="the native/*.c or native/*.h file to mutate (in this worktree)")
     ap.add_argument("-f", "--function", action="append", default=[],
                     help="function to mutate (repeatable; default: every function of the file)")
     add_run_arguments(ap)
     ap.add_argument("--seed", default="0", help="hypothesis seed, so verdicts repeat")
     ap.add_argument("--only", default=None, help="only these mutant numbers of --list: 3,7-9")
+    ap.add_argument("--check", action="append", default=[],
+                    help="shell command that must exit 0 on the mutated tree, run after the tests "
+                         "(repeatable; e.g. \"bash scripts/asan_noise.sh\"); alone, no -t is needed")
     ap.add_argument("--no-eq-consts", action="store_true",
                     help="no +1 of constants compared with == or != (cheaper: keeps the boundary mutants)")
     args = ap.parse_args(argv)
@@ -296,10 +337,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{i:4d} {rel}:{m.line}: [{m.kind}] {m.describe()}")
         print(f"{len(numbered)} mutants")
         return 0
-    if not args.tests:
-        ap.error("give the test selection with -t")
+    if not args.tests and not args.check:
+        ap.error("give the test selection with -t, or a --check command")
 
-    ext = extension_of(path, root / "setup.py")
+    ext = ",".join(extensions_of(path, root / "setup.py"))
     env = dict(os.environ)
     env.setdefault("QDRANT_GUARD_REQUIRE_NATIVE", "1")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -307,6 +348,20 @@ def main(argv: list[str] | None = None) -> int:
            f"--hypothesis-seed={args.seed}", *args.tests]
     if args.keyword:
         cmd += ["-k", args.keyword]
+
+    def judge(timeout: float) -> tuple[str, float]:
+        """The tests, then each --check command, until one does not pass."""
+        status, total = "survived", 0.0
+        if args.tests:
+            status, total = run_tests(cmd, timeout, env)
+        for check in args.check:
+            if status != "survived":
+                break
+            status, dt = run_tests(["bash", "-c", check], timeout, env)
+            total += dt
+            if status == "no-tests":  # exit 5 from a check is a failure like any other
+                status = "killed"
+        return status, total
 
     original = path.read_bytes()
     dirty = False
@@ -333,10 +388,16 @@ def main(argv: list[str] | None = None) -> int:
         if not ok:
             print(f"mutate_c.py: the original does not build:\n{log}", file=sys.stderr)
             return 2
-        fast = FastBuild(log, os.path.relpath(path, root), root)
-        status, dt = run_tests(cmd, args.timeout * 3, env)
+        if path.suffix == ".h":
+            # Every file that includes the header recompiles: a full build of its extensions.
+            def fast() -> tuple[bool, str]:
+                return build(args.python, root, ext, env)
+        else:
+            fast = FastBuild(log, os.path.relpath(path, root), root)
+        status, dt = judge(args.timeout * 3)
         if status != "survived":
-            print(f"mutate_c.py: the baseline run does not pass ({status}): {' '.join(cmd)}", file=sys.stderr)
+            print(f"mutate_c.py: the baseline run does not pass ({status}): {' '.join(cmd) if args.tests else ''}"
+                  f" {' ; '.join(args.check)}", file=sys.stderr)
             return 2
         print(f"baseline passed in {dt:.1f}s; {len(numbered)} mutants of {rel} ({ext})", flush=True)
         for n, (i, m) in enumerate(numbered):
@@ -348,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             if not ok:
                 status, dt = "no-compile", 0.0
             else:
-                status, dt = run_tests(cmd, args.timeout, env)
+                status, dt = judge(args.timeout)
             counts[status] += 1
             mark = "SURVIVED" if status == "survived" else status
             print(f"[{n + 1}/{len(numbered)}] #{i} {rel}:{m.line}: [{m.kind}] {m.describe()}  "
