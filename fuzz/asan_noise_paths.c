@@ -18,7 +18,10 @@
  *   - the production stream (qg_thread_stream): three refills checked word for word against its
  *     cipher (ChaCha20 or AES-256-CTR) with fast key erasure; a thread gets its own stream; a
  *     forked child re-keys (its words differ from the parent's next words); discard re-keys;
- *   - qg_os_random into exact buffers of 0..300 bytes and 1 MiB;
+ *   - qg_os_random into exact buffers of 0..300 bytes and 1 MiB, and under getrandom(2) faults
+ *     (this file's getrandom takes libc's place): an EINTR is retried, short reads are continued
+ *     to the last byte, a failure is returned as its errno after one call, and then
+ *     qg_thread_stream returns NULL with that errno and qg_noise_rows QG_ERR_RANDOM;
  *   - qg_noise_rows on dims 1..70, 1-3 rows, float32/float64, Gaussian and laplace_l2, clip on
  *     and off, seeded, keyed and fresh; qg_normals (the AVX2 sampler) for 0..300 values against
  *     qg_normal; qg_gamma.
@@ -27,8 +30,10 @@
  * sanitizer report aborts. Standalone:
  *   clang -g -O1 -fsanitize=address,undefined -Inative fuzz/asan_noise_paths.c native/noise.c \
  *     native/chacha20.c native/aes256ctr.c -lm -lpthread && QG_NOISE_SIMD=sse2 ./a.out */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -360,6 +365,70 @@ static void check_production(void)
     free(big);
 }
 
+/* getrandom(2) for the noise kernel, with faults on demand (a definition in the executable takes
+   the place of libc's). Single-threaded use only: the counters are plain. */
+enum { RANDOM_REAL, RANDOM_EINTR_ONCE, RANDOM_SHORT, RANDOM_FAIL };
+static int random_mode = RANDOM_REAL;
+static size_t random_calls, random_bytes;
+
+ssize_t getrandom(void *buf, size_t n, unsigned int flags)
+{
+    random_calls++;
+    if (random_mode == RANDOM_FAIL || (random_mode == RANDOM_EINTR_ONCE && random_calls == 1)) {
+        EXPECT(random_calls < 100, "getrandom called %zu times after failing", random_calls);
+        errno = random_mode == RANDOM_FAIL ? EIO : EINTR;
+        return -1;
+    }
+    if (random_mode == RANDOM_SHORT && n > 3)
+        n = 3;
+    long got = syscall(SYS_getrandom, buf, n, flags);
+    if (got > 0)
+        random_bytes += (size_t)got;
+    return got;
+}
+
+static void set_random(int mode)
+{
+    random_mode = mode;
+    random_calls = random_bytes = 0;
+}
+
+static void check_random_faults(void)
+{
+    uint8_t *b = exact(301), *nonce = exact(12);
+    memset(nonce, 7, 12);
+    set_random(RANDOM_EINTR_ONCE);
+    EXPECT(qg_os_random(b, 301) == 0 && random_calls == 2 && random_bytes == 301,
+           "qg_os_random after an EINTR: %zu calls, %zu bytes", random_calls, random_bytes);
+    for (size_t n = 1; n <= 301; n += n < 8 ? 1 : 73) {
+        set_random(RANDOM_SHORT);
+        EXPECT(qg_os_random(b, n) == 0 && random_bytes == n && random_calls == (n + 2) / 3,
+               "qg_os_random(%zu) in 3-byte reads: %zu calls, %zu bytes", n, random_calls, random_bytes);
+    }
+    set_random(RANDOM_FAIL);
+    EXPECT(qg_os_random(b, 16) == EIO && random_calls == 1, "qg_os_random when getrandom fails: %zu calls",
+           random_calls);
+
+    int err = 0;
+    qg_thread_stream_discard();
+    set_random(RANDOM_FAIL);
+    EXPECT(qg_thread_stream(&err) == NULL && err == EIO, "qg_thread_stream without randomness: err %d", err);
+    double *x = exact(4 * sizeof(double)), *out = exact(4 * sizeof(double));
+    for (int i = 0; i < 4; i++)
+        x[i] = 0.25 * i;
+    size_t br = 9, bc = 9;
+    int rc = qg_noise_rows(x, out, 0, 1, 4, QG_GAUSSIAN, 1.0, 0x1p-10, 0.0, NULL, NULL, nonce, &br, &bc);
+    EXPECT(rc == QG_ERR_RANDOM && bc == EIO, "fresh noise without randomness: rc %d, errno %zu", rc, bc);
+    set_random(RANDOM_REAL);
+    EXPECT(qg_thread_stream(&err) != NULL && err == 0, "qg_thread_stream once getrandom works again: err %d", err);
+    EXPECT(qg_noise_rows(x, out, 0, 1, 4, QG_GAUSSIAN, 1.0, 0x1p-10, 0.0, NULL, NULL, nonce, &br, &bc) == QG_OK,
+           "fresh noise once getrandom works again");
+    free(b);
+    free(nonce);
+    free(x);
+    free(out);
+}
+
 static double lattice_value(size_t k) { return (double)((int)(k * 7919 % 2001) - 1000) * 0.013; }
 
 static void check_noise(void)
@@ -448,6 +517,7 @@ int main(void)
     check_stream();
     check_aes();
     check_production();
+    check_random_faults();
     check_noise();
     printf("asan_noise_paths: simd %s, aes %s, production %s, digest %016llx\n", qg_chacha20_impl(),
            qg_aes_impl(), qg_production_cipher_name(), (unsigned long long)digest);

@@ -6,7 +6,7 @@
 #
 #   scripts/asan_noise.sh          # about 10 s: build, then 7 runs of a fraction of a second
 #
-# Fails (exit 1) on any sanitizer report, failed check, or a digest of the deterministic outputs
+# Fails (exit 1) on any sanitizer report, failed check, run past 120 s, or a digest of the deterministic outputs
 # (seeded and keyed keystream, samples and noised rows) that differs between configurations.
 # A level the CPU lacks runs at the widest it has (printed). scripts/fuzz_ci.sh runs it; so can
 # scripts/mutate_c.py (--check) to judge mutants of native/chacha20.c, aes256ctr.c, noise.c.
@@ -43,10 +43,13 @@ configs=(
     "QG_NOISE_SIMD=avx512 QG_NOISE_AES=off"
     "QG_NOISE_SIMD=avx512 QG_NOISE_CIPHER=chacha20"
 )
+# A run takes well under a second; a hang (a mutant's endless loop) fails after 120 s.
+limit=()
+command -v timeout >/dev/null 2>&1 && limit=(timeout 120)
 digests=()
 for cfg in "${configs[@]}"; do
     # shellcheck disable=SC2086
-    if ! out=$(env -u QG_NOISE_SIMD -u QG_NOISE_AES -u QG_NOISE_CIPHER $cfg "$bin" 2>"$BUILD/asan_noise.err"); then
+    if ! out=$(env -u QG_NOISE_SIMD -u QG_NOISE_AES -u QG_NOISE_CIPHER $cfg "${limit[@]}" "$bin" 2>"$BUILD/asan_noise.err"); then
         tail -n 40 "$BUILD/asan_noise.err" >&2
         echo "asan-noise: FAILED with $cfg (full log: $BUILD/asan_noise.err)" >&2
         exit 1

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the libFuzzer harnesses in fuzz/ with ASan + UBSan and run each for a bounded time, replay
 # every scan/detect/noise input (grown and seed) through the native binding and its Python twin
-# (scripts/fuzz_diff.py), then run the noise kernel's threaded path under ThreadSanitizer
+# (scripts/fuzz_diff.py), replay the noise, chacha20 and aes inputs at every narrower
+# QG_NOISE_SIMD level and with AES off, run every noise-kernel path at every level with exact-size
+# buffers (scripts/asan_noise.sh), then the noise kernel's threaded path under ThreadSanitizer
 # (fuzz/tsan_noise_threads.c).
 #
 #   scripts/fuzz_ci.sh [SECONDS]   # seconds per target, default 25 (about 75 s in all on 2 cores)
@@ -127,6 +129,27 @@ if (( diff_rc )); then
     echo "fuzz-diff: FAILED (exit $diff_rc); reproducers in $OUT (run: $FUZZ_PYTHON scripts/fuzz_diff.py <target>:<file>)" >&2
     exit "$diff_rc"
 fi
+
+# The fuzzers ran at the CPU's widest level (QG_NOISE_SIMD and QG_NOISE_AES are read once per
+# process): replay what they found, and the seeds, through the same ASan/UBSan binaries at each
+# narrower level and with AES off, so the scalar, SSE2, AVX2 and AES-NI paths see every input too.
+replay_start=$(date +%s)
+for cfg in "QG_NOISE_SIMD=scalar QG_NOISE_AES=off" "QG_NOISE_SIMD=sse2" "QG_NOISE_SIMD=avx2"; do
+    for t in noise chacha20 aes; do
+        # shellcheck disable=SC2086
+        if ! env $cfg "$BUILD/fuzz_$t" -runs=0 -max_len="$(max_len "$t")" -timeout=10 -rss_limit_mb=2048 \
+                -artifact_prefix="$OUT/$t-replay-" "$BUILD/work_$t" "$ROOT/fuzz/corpus/$t" >"$BUILD/$t.replay.log" 2>&1; then
+            grep -v 'Uses:' "$BUILD/$t.replay.log" | tail -n 40 >&2
+            echo "fuzz-replay: FAILED: $t with $cfg (reproducers in $OUT)" >&2
+            exit 1
+        fi
+    done
+done
+echo "fuzz-replay: noise, chacha20 and aes inputs clean at scalar (AES off), sse2 and avx2 ($(( $(date +%s) - replay_start ))s)"
+
+# Every noise-kernel path at every level, key, nonce, counter and output in exact-size blocks
+# (the fuzzers pass them inside larger ones), plus the production stream's fork re-key.
+bash "$ROOT/scripts/asan_noise.sh"
 
 # The noise kernel's worker threads start only for batches of 2^20 elements and more, far beyond
 # the fuzz inputs: a ThreadSanitizer build runs such batches on 4 threads and on one, compares
