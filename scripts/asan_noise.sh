@@ -8,7 +8,8 @@
 #
 # Fails (exit 1) on any sanitizer report, failed check, run past 120 s, or a digest of the deterministic outputs
 # (seeded and keyed keystream, samples and noised rows) that differs between configurations.
-# A level the CPU lacks runs at the widest it has (printed). scripts/fuzz_ci.sh runs it; so can
+# A level the CPU lacks runs at the widest it has; each run must report the level, AES path and
+# production cipher the CPU's flags and the configuration call for. scripts/fuzz_ci.sh runs it; so can
 # scripts/mutate_c.py (--check) to judge mutants of native/chacha20.c, aes256ctr.c, noise.c.
 # Environment: CC (default: the newest clang found, else cc), ASAN_NOISE_BUILD (default
 # build/asan), ASAN_NOISE_OPT (default -O0, so no optimisation can drop an out-of-bounds access
@@ -43,6 +44,33 @@ configs=(
     "QG_NOISE_SIMD=avx512 QG_NOISE_AES=off"
     "QG_NOISE_SIMD=avx512 QG_NOISE_CIPHER=chacha20"
 )
+# The level each configuration must run at, from the CPU's flags (Linux x86-64; elsewhere this
+# check is skipped): the requested level capped by the CPU, AES-NI where the CPU has AES and SSSE3,
+# VAES from avx2 where it also has VAES, and AES-256-CTR production unless AES is off or ChaCha20
+# is asked for. A dispatch that ran another level than asked would otherwise pass unseen.
+flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+has() { [[ "$flags" == *" $1 "* ]]; }
+rank() { case "$1" in scalar) echo 0;; sse2) echo 1;; avx2) echo 2;; avx512) echo 3;; esac; }
+cpu_simd=""
+if [[ "$(uname -m)" == x86_64 && "$flags" != "  " ]]; then
+    cpu_simd=sse2
+    has avx2 && cpu_simd=avx2
+    has avx512f && has avx512vl && has avx512dq && cpu_simd=avx512
+fi
+expected() {  # expected "simd S, aes A, production P" for a configuration
+    local cfg=" $1 " want simd aes prod
+    want="${cfg##*QG_NOISE_SIMD=}"; want="${want%% *}"
+    simd=$want; (( $(rank "$want") > $(rank "$cpu_simd") )) && simd=$cpu_simd
+    aes=none
+    if [[ "$cfg" != *" QG_NOISE_AES=off "* ]] && has aes && has ssse3; then
+        aes=aesni
+        has vaes && (( $(rank "$simd") >= 2 )) && aes=vaes
+    fi
+    prod=aes256ctr
+    [[ "$aes" == none || "$cfg" == *" QG_NOISE_CIPHER=chacha20 "* ]] && prod=chacha20
+    echo "simd $simd, aes $aes, production $prod"
+}
+
 # A run takes well under a second; a hang (a mutant's endless loop) fails after 120 s.
 limit=()
 command -v timeout >/dev/null 2>&1 && limit=(timeout 120)
@@ -50,11 +78,16 @@ digests=()
 for cfg in "${configs[@]}"; do
     # shellcheck disable=SC2086
     if ! out=$(env -u QG_NOISE_SIMD -u QG_NOISE_AES -u QG_NOISE_CIPHER $cfg "${limit[@]}" "$bin" 2>"$BUILD/asan_noise.err"); then
+        grep -m1 -E 'ERROR: AddressSanitizer|runtime error|^asan_noise_paths \[' "$BUILD/asan_noise.err" >&2 || true
         tail -n 40 "$BUILD/asan_noise.err" >&2
         echo "asan-noise: FAILED with $cfg (full log: $BUILD/asan_noise.err)" >&2
         exit 1
     fi
     echo "asan-noise: $cfg: ${out#asan_noise_paths: }"
+    if [[ -n "$cpu_simd" && "${out#asan_noise_paths: }" != "$(expected "$cfg"), digest "* ]]; then
+        echo "asan-noise: FAILED: $cfg ran as '${out#asan_noise_paths: }', expected '$(expected "$cfg")'" >&2
+        exit 1
+    fi
     digests+=("${out##* }")
 done
 for d in "${digests[@]}"; do

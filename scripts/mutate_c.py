@@ -318,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="append", default=[],
                     help="shell command that must exit 0 on the mutated tree, run after the tests "
                          "(repeatable; e.g. \"bash scripts/asan_noise.sh\"); alone, no -t is needed")
+    ap.add_argument("--check-first", action="store_true",
+                    help="run the --check commands before the tests (the same verdicts; faster when "
+                         "the checks kill most mutants)")
     ap.add_argument("--no-eq-consts", action="store_true",
                     help="no +1 of constants compared with == or != (cheaper: keeps the boundary mutants)")
     args = ap.parse_args(argv)
@@ -350,17 +353,18 @@ def main(argv: list[str] | None = None) -> int:
         cmd += ["-k", args.keyword]
 
     def judge(timeout: float) -> tuple[str, float]:
-        """The tests, then each --check command, until one does not pass."""
-        status, total = "survived", 0.0
+        """The tests and each --check command (checks first with --check-first), until one fails."""
+        runs = [("check", ["bash", "-c", c]) for c in args.check]
         if args.tests:
-            status, total = run_tests(cmd, timeout, env)
-        for check in args.check:
+            runs = runs + [("tests", cmd)] if args.check_first else [("tests", cmd)] + runs
+        status, total = "survived", 0.0
+        for what, argv in runs:
+            status, dt = run_tests(argv, timeout, env)
+            total += dt
+            if what == "check" and status == "no-tests":  # a check's exit 5 is a failure like any other
+                status = "killed"
             if status != "survived":
                 break
-            status, dt = run_tests(["bash", "-c", check], timeout, env)
-            total += dt
-            if status == "no-tests":  # exit 5 from a check is a failure like any other
-                status = "killed"
         return status, total
 
     original = path.read_bytes()
