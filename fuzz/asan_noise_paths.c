@@ -25,6 +25,7 @@
  *   - qg_noise_rows on dims 1..70, 1-3 rows, float32/float64, Gaussian and laplace_l2, clip on
  *     and off, seeded, keyed and fresh; qg_normals (the AVX2 sampler) for 0..300 values against
  *     qg_normal; qg_gamma.
+ * Last, the environment knobs are changed and must not be read again (they are read once).
  * It prints the levels in use and a digest (FNV-1a) of every deterministic output: the digest must
  * be the same at every level, which scripts/asan_noise.sh checks. Exit 1 on a failed check; a
  * sanitizer report aborts. Standalone:
@@ -291,7 +292,11 @@ static void check_production(void)
     EXPECT(ps != NULL && err == 0, "qg_thread_stream err %d", err);
     EXPECT(ps->cipher == qg_production_cipher(), "production stream cipher %d, qg_production_cipher %d",
            ps->cipher, qg_production_cipher());
-    EXPECT(qg_thread_stream(&err) == ps && err == 0, "a second call gave another stream");
+    uint8_t key0[32];
+    size_t pos0 = ps->pos;
+    memcpy(key0, ps->key, 32);
+    EXPECT(qg_thread_stream(&err) == ps && err == 0 && memcmp(ps->key, key0, 32) == 0 && ps->pos == pos0,
+           "a second call gave another stream, or re-keyed it");
     check_production_refills(ps, 3);
 
     /* Another thread: its own stream, its own key. */
@@ -509,6 +514,20 @@ static void check_noise(void)
     }
 }
 
+/* QG_NOISE_SIMD, QG_NOISE_AES and QG_NOISE_CIPHER are read once, on first use: the Python module
+   settles them at import, so a later change of os.environ (or a thread's) cannot move a running
+   process to another path or production cipher. */
+static void check_knobs_read_once(void)
+{
+    int simd = qg_simd_level(), aes = qg_aes_level(), cipher = qg_production_cipher();
+    setenv("QG_NOISE_SIMD", simd == QG_SIMD_SCALAR ? "avx512" : "scalar", 1);
+    setenv("QG_NOISE_AES", aes == QG_AES_NONE ? "on" : "off", 1);
+    setenv("QG_NOISE_CIPHER", cipher == QG_CIPHER_CHACHA20 ? "aes" : "chacha20", 1);
+    EXPECT(qg_simd_level() == simd && qg_aes_level() == aes && qg_production_cipher() == cipher,
+           "a knob was read again: simd %d -> %d, aes %d -> %d, cipher %d -> %d", simd, qg_simd_level(), aes,
+           qg_aes_level(), cipher, qg_production_cipher());
+}
+
 int main(void)
 {
     make_sbox();
@@ -519,6 +538,7 @@ int main(void)
     check_production();
     check_random_faults();
     check_noise();
+    check_knobs_read_once();
     printf("asan_noise_paths: simd %s, aes %s, production %s, digest %016llx\n", qg_chacha20_impl(),
            qg_aes_impl(), qg_production_cipher_name(), (unsigned long long)digest);
     return 0;
