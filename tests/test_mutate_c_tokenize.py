@@ -22,3 +22,28 @@ def test_numbers_are_whole_tokens():
 def test_every_native_file_tokenizes(source):
     # noise.c's 0x1p52 stopped the tool ("cannot tokenize"), so noise.c could not be mutated.
     assert mutate_c.tokenize(source.read_text())
+
+
+@pytest.mark.parametrize("source", sorted((ROOT / "native").glob("*.h")), ids=lambda p: p.name)
+def test_every_native_header_tokenizes(source):
+    assert mutate_c.tokenize(source.read_text())
+
+
+@pytest.mark.parametrize("header, extensions", [("chacha20.h", ["_noise"]), ("aes256ctr.h", ["_noise"]),
+                                                 ("noise.h", ["_noise"]), ("scan.h", ["_scan"]),
+                                                 ("detect.h", ["_detect"])])
+def test_a_header_rebuilds_the_extensions_that_include_it(header, extensions):
+    # A mutated header must rebuild every extension compiled with it (chacha20.h reaches _noise
+    # through chacha20.c and noise.h), or the mutant would run against the old object.
+    assert mutate_c.extensions_of(ROOT / "native" / header, ROOT / "setup.py") == extensions
+
+
+def test_a_header_inline_function_is_mutated():
+    mutants = mutate_c.generate(ROOT / "native" / "chacha20.h", ["qg_stream_u32"])
+    assert [(m.original, m.replacement) for m in mutants] == [("==", "!=")]
+
+
+def test_the_check_option_is_accepted_without_tests(monkeypatch):
+    # --list shows the mutants a --check run would judge, without building anything.
+    monkeypatch.chdir(ROOT)
+    assert mutate_c.main(["native/chacha20.h", "-f", "qg_stream_u32", "--check", "true", "--list"]) == 0
