@@ -154,7 +154,7 @@ static void check_chacha_blocks(void)
 
 static void check_stream(void)
 {
-    static const size_t hints[] = {1, 15, 16, 17, 63, 64, 100, 1024, 5000};
+    static const size_t hints[] = {0, 1, 15, 16, 17, 63, 64, 100, 1024, 5000};
     uint8_t key[32], nonce[12];
     for (int i = 0; i < 32; i++)
         key[i] = (uint8_t)(0xA0 + 7 * i);

@@ -371,6 +371,10 @@ void qg_stream_size_hint(qg_stream *s, size_t words)
 {
     /* Whole 4-block groups keep the keystream on its SIMD paths. */
     size_t blocks = ((words + 15) / 16 + 3) & ~(size_t)3;
+    /* A hint of 0 words would make every refill empty, and qg_stream_u32 then reads past the
+       buffer; no caller passes 0 today, but the stream must stay sound whatever the hint. */
+    if (blocks < 4)
+        blocks = 4;
     s->refill_blocks = blocks < QG_STREAM_BLOCKS ? blocks : QG_STREAM_BLOCKS;
 }
 
