@@ -163,7 +163,7 @@ static int run(const uint8_t *s, size_t n, const qg_scan_rules *r, qg_scan_out *
 
 /* qg_glued_scan: runs in order, inside the text, of at least QG_GLUED_MIN_RUN units, with a period
  * in range, their matches above the cap; on ASCII text (units are bytes) the matches and the
- * period are recounted naively, over every period. */
+ * period are recounted naively, over every period, each stretch of matches walked. */
 static void check_glued(const uint8_t *s, size_t n, int str_input, double cap, const qg_glued_out *g)
 {
     int64_t units = (int64_t)(str_input && utf8_valid(s, n, 1) ? lead_bytes(s, n) : n);
@@ -186,9 +186,17 @@ static void check_glued(const uint8_t *s, size_t n, int str_input, double cap, c
             const uint8_t *u = s + r->position;
             int64_t best_m = 0, best_p = 0;
             for (int64_t p = 1; p <= max_p; p++) {
+                /* A match counts unless it is ASCII other than a letter in a stretch of
+                 * consecutive matches shorter than QG_GLUED_STRETCH. */
                 int64_t m = 0;
-                for (int64_t i = p; i < r->length; i++)
-                    m += u[i] == u[i - p];
+                for (int64_t i = p; i < r->length;) {
+                    int64_t end = i;
+                    while (end < r->length && u[end] == u[end - p])
+                        end++;
+                    for (int64_t j = i; j < end; j++)
+                        m += end - i >= QG_GLUED_STRETCH || (u[j] | 0x20) - 'a' < 26u;
+                    i = end > i ? end : i + 1;
+                }
                 if (m > best_m) {
                     best_m = m;
                     best_p = p;

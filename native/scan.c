@@ -2318,9 +2318,61 @@ QG_EQ_AVX2(count_eq32_avx2, uint32_t, 8, 0x1FFFFFFF, _mm256_cmpeq_epi32, _mm256_
 })
 #endif
 
-/* The best period of units u[0..len) (width 1, 2 or 4 bytes): the most matches, the smallest
- * period on ties; matches 0 (period 0) when no unit equals any at a period in range. */
-static void glued_best(const void *u, int width, size_t len, int64_t *period, int64_t *matches)
+/* The matches at period p that the rule counts (_scan_py.glued_counted): every unit equal to the
+ * one p before, except that an ASCII unit other than a letter (a digit, punctuation, a symbol)
+ * counts only inside a stretch of at least QG_GLUED_STRETCH (8) consecutive matches. Commas, "0."
+ * and ":" recurring at the step of a number list match sparsely; copies of a piece match
+ * throughout. Branch-free byte loops gcc vectorizes: e[k] = (u[k] == u[k + p]) for the n = len - p
+ * positions compared, w[k] = e[k .. k + 8) all set (a stretch of 8 starts at k), and a match at k
+ * counts when its unit is strong (not such an ASCII unit) or one of w[k - 7 .. k] is set. e and w
+ * have 8 zero bytes before them (the caller's) and 8 after (set here). */
+#define QG_GLUED_EQ(NAME, T)                                                                      \
+    static void NAME(const T *u, size_t n, size_t p, uint8_t *e)                                  \
+    {                                                                                             \
+        for (size_t k = 0; k < n; k++)                                                            \
+            e[k] = u[k] == u[k + p];                                                              \
+    }
+
+QG_GLUED_EQ(glued_eq8, uint8_t)
+QG_GLUED_EQ(glued_eq16, uint16_t)
+QG_GLUED_EQ(glued_eq32, uint32_t)
+
+static size_t glued_counted(uint8_t *e, uint8_t *w, const uint8_t *strong, size_t n)
+{
+    size_t total = 0;
+    memset(e + n, 0, QG_GLUED_STRETCH);
+    for (size_t k = 0; k < n; k++)
+        w[k] = e[k] & e[k + 1] & e[k + 2] & e[k + 3] & e[k + 4] & e[k + 5] & e[k + 6] & e[k + 7];
+    size_t k = 0;
+#ifdef QG_SCAN_SSE2
+    /* The same sum, 16 bytes at a time, added up by psadbw (gcc widens the bytes otherwise). */
+    __m128i acc = _mm_setzero_si128();
+    for (; n - k >= 16; k += 16) {
+#define QG_LD(P) _mm_loadu_si128((const __m128i *)(P))
+        __m128i any = _mm_or_si128(_mm_or_si128(_mm_or_si128(QG_LD(w + k), QG_LD(w + k - 1)),
+                                                _mm_or_si128(QG_LD(w + k - 2), QG_LD(w + k - 3))),
+                                   _mm_or_si128(_mm_or_si128(QG_LD(w + k - 4), QG_LD(w + k - 5)),
+                                                _mm_or_si128(QG_LD(w + k - 6), QG_LD(w + k - 7))));
+        any = _mm_and_si128(QG_LD(e + k), _mm_or_si128(any, QG_LD(strong + k)));
+#undef QG_LD
+        acc = _mm_add_epi64(acc, _mm_sad_epu8(any, _mm_setzero_si128()));
+    }
+    total = (size_t)_mm_cvtsi128_si32(acc) + (size_t)_mm_cvtsi128_si32(_mm_srli_si128(acc, 8));
+#endif
+    for (; k < n; k++)
+        total += e[k] & (strong[k] | w[k] | w[k - 1] | w[k - 2] | w[k - 3] | w[k - 4] | w[k - 5] |
+                         w[k - 6] | w[k - 7]);
+    return total;
+}
+
+/* The best period of units u[0..len) (width 1, 2 or 4 bytes): the most counted matches, the
+ * smallest period on ties; matches 0 (period 0) when none counts at a period in range. Counted
+ * matches are at most the equal units, which the vectors count: the scalar count runs only for a
+ * period whose equal units could beat the best so far and the cap (a run that cannot exceed the
+ * cap reports nothing, so its best below the cap need not be exact), and not at all when the run
+ * has no ASCII unit other than a letter (strong NULL), where the two counts are the same. */
+static void glued_best(const void *u, int width, size_t len, const uint8_t *strong, uint8_t *e,
+                       uint8_t *w, double cap, int64_t *period, int64_t *matches)
 {
     size_t max_p = len / 2, best_m = 0, best_p = 0;
     int avx2 = 0;
@@ -2348,6 +2400,17 @@ static void glued_best(const void *u, int width, size_t len, int64_t *period, in
                 : width == 2 ? count_eq16((const uint16_t *)u, (const uint16_t *)u + p, len - p)
                              : count_eq32((const uint32_t *)u, (const uint32_t *)u + p, len - p);
         (void)avx2;
+        if (strong) {
+            if (m <= best_m || !((double)m / (double)len > cap))
+                continue;
+            if (width == 1)
+                glued_eq8((const uint8_t *)u, len - p, p, e);
+            else if (width == 2)
+                glued_eq16((const uint16_t *)u, len - p, p, e);
+            else
+                glued_eq32((const uint32_t *)u, len - p, p, e);
+            m = glued_counted(e, w, strong, len - p);
+        }
         if (m > best_m) {
             best_m = m;
             best_p = p;
@@ -2358,25 +2421,38 @@ static void glued_best(const void *u, int width, size_t len, int64_t *period, in
 }
 
 /* Judge the run of len units in units[] starting at `position`; 0, or QG_SCAN_NOMEM. */
-static int glued_run(uint32_t *units, size_t len, uint32_t max_unit, int64_t position, double cap,
-                     qg_glued_out *out)
+static int glued_run(uint32_t *units, size_t len, uint32_t max_unit, int weak, int64_t position,
+                     double cap, qg_glued_out *out)
 {
     int64_t period, matches;
+    uint8_t *strong = NULL, *e = NULL, *wb = NULL;
+    if (weak) {
+        /* strong[k]: unit k counts wherever it matches; e and w with their zero margins. */
+        uint8_t *buf = calloc(3 * len + 4 * QG_GLUED_STRETCH, 1);
+        if (!buf)
+            return QG_SCAN_NOMEM;
+        strong = buf;
+        e = buf + len + QG_GLUED_STRETCH;
+        wb = e + len + 2 * QG_GLUED_STRETCH;
+        for (size_t k = 0; k < len; k++)
+            strong[k] = units[k] >= 0x80 || (uint32_t)((units[k] | 0x20) - 'a') < 26;
+    }
     /* Narrowed in place, front to back: unit k is read before element k is written, and element
      * k lies below unit k. */
     if (max_unit < 0x100) {
         uint8_t *w = (uint8_t *)units;
         for (size_t k = 0; k < len; k++)
             w[k] = (uint8_t)units[k];
-        glued_best(w, 1, len, &period, &matches);
+        glued_best(w, 1, len, strong, e, wb, cap, &period, &matches);
     } else if (max_unit < 0x10000) {
         uint16_t *w = (uint16_t *)units;
         for (size_t k = 0; k < len; k++)
             w[k] = (uint16_t)units[k];
-        glued_best(w, 2, len, &period, &matches);
+        glued_best(w, 2, len, strong, e, wb, cap, &period, &matches);
     } else {
-        glued_best(units, 4, len, &period, &matches);
+        glued_best(units, 4, len, strong, e, wb, cap, &period, &matches);
     }
+    free(strong);
     /* The reference's matches / length > cap: a correctly rounded double quotient, like Python's
      * int / int for values below 2**53. */
     if (!((double)matches / (double)len > cap))
@@ -2422,6 +2498,7 @@ int qg_glued_scan(const uint8_t *s, size_t n, int str_input, double cap, qg_glue
     uint32_t *units = NULL;
     size_t len = 0, room = 0, i = 0;
     uint32_t max_unit = 0;
+    int weak = 0; /* the run holds an ASCII unit other than a letter */
     int64_t unit_index = 0, run_at = 0;
     int rc = QG_SCAN_OK;
     if (n > QG_SCAN_MAX_BYTES)
@@ -2450,10 +2527,11 @@ int qg_glued_scan(const uint8_t *s, size_t n, int str_input, double cap, qg_glue
             }
         }
         if (ws) {
-            if (len >= QG_GLUED_MIN_RUN && (rc = glued_run(units, len, max_unit, run_at, cap, out)))
+            if (len >= QG_GLUED_MIN_RUN && (rc = glued_run(units, len, max_unit, weak, run_at, cap, out)))
                 break;
             len = 0;
             max_unit = 0;
+            weak = 0;
         } else {
             if (len == 0)
                 run_at = str_input ? unit_index : (int64_t)i;
@@ -2470,6 +2548,7 @@ int qg_glued_scan(const uint8_t *s, size_t n, int str_input, double cap, qg_glue
             units[len++] = cp;
             if (cp > max_unit)
                 max_unit = cp;
+            weak |= cp < 0x80 && (uint32_t)((cp | 0x20) - 'a') >= 26;
         }
         if (i == n)
             break;

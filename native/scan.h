@@ -66,15 +66,18 @@ void qg_scan_out_free(qg_scan_out *out);
 /* Glued repetition (see _scan_py.glued_runs): the whitespace-free runs of at least
  * QG_GLUED_MIN_RUN code points (invalid bytes count as one each) whose best self-similarity,
  * matches / length at a period of 1..min(QG_GLUED_MAX_PERIOD, length / 2) code points, is above
- * cap. A pass of its own over s[0..n): qg_scan does not run it. */
+ * cap. Matches are code points equal to the one a period before; an ASCII one other than a letter
+ * counts only inside a stretch of at least QG_GLUED_STRETCH consecutive matches. A pass of its own
+ * over s[0..n): qg_scan does not run it. */
 #define QG_GLUED_MIN_RUN 64
 #define QG_GLUED_MAX_PERIOD 256
+#define QG_GLUED_STRETCH 8
 
 typedef struct {
     int64_t position; /* the run's first code point: index (str input) or byte offset (bytes) */
     int64_t length;   /* code points in the run */
     int64_t period;   /* the best period, in code points */
-    int64_t matches;  /* code points equal to the one `period` before */
+    int64_t matches;  /* code points equal to the one `period` before, as counted */
 } qg_glued;
 
 typedef struct {

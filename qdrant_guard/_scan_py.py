@@ -38,8 +38,11 @@ Violation kinds (``Violation.kind``); rules set to ``None`` are not checked:
   code points whose *glued repetition ratio* is above ``max_glued_repetition`` (position: the start of
   the run; one violation per such run). The ratio is ``matches / length`` for the best period ``p`` in
   ``1 .. min(GLUED_MAX_PERIOD, length // 2)`` (256), where ``matches`` counts the code points equal to
-  the one ``p`` before (the most matches wins; ties: the smallest ``p``). ``k`` glued copies of a string
-  score ``1 - 1/k``, as ``k`` copies of one word score on ``repetition_ratio``. Units are code points
+  the one ``p`` before (the most matches wins; ties: the smallest ``p``), except that an ASCII code
+  point other than a letter (a digit, punctuation, a symbol) counts only inside a stretch of at least
+  ``GLUED_STRETCH`` (8) consecutive matches: the separators and the ``0.`` of a number list, or the
+  digits of a small alphabet, recur at a fixed step without any copy of a phrase. ``k`` glued copies of
+  a string score ``1 - 1/k``, as ``k`` copies of one word score on ``repetition_ratio``. Units are code points
   (for ``bytes`` input an invalid byte is one unit, as in the ``surrogateescape`` view), not UTF-8
   bytes: Thai or Japanese UTF-8 repeats its lead bytes every 3 bytes whatever the text says. This is
   what sees stuffing without spaces (CJK, or ``"ignorepreviousinstructions"`` glued to itself), which
@@ -147,6 +150,9 @@ MAX_NGRAM = 8
 GLUED_MIN_RUN = 64
 #: Longest period, in code points, that ``glued_repetition`` tries (QG_GLUED_MAX_PERIOD).
 GLUED_MAX_PERIOD = 256
+#: Shortest stretch of consecutive matches, in code points, inside which an ASCII code point other
+#: than a letter counts as a match for ``glued_repetition`` (QG_GLUED_STRETCH).
+GLUED_STRETCH = 8
 
 #: HTML5 named character references recognised by ``html_entity`` (sorted by bytes; native/scan.c
 #: holds the same list).
@@ -408,12 +414,29 @@ def glued_detail(length: int, period: int, matches: int, max_glued_repetition: O
             f"{matches / length:.3f} > max_glued_repetition={max_glued_repetition}")
 
 
+def glued_counted(units: "np.ndarray[Any, Any]", p: int) -> int:
+    """The matches at period ``p`` that the rule counts: code points equal to the one ``p`` before,
+    except that an ASCII code point other than a letter counts only inside a stretch of at least
+    ``GLUED_STRETCH`` consecutive matches (native/scan.c QG_GLUED_COUNTED)."""
+    import numpy as np
+
+    equal = units[p:] == units[:-p]
+    # Each match's stretch: the lengths of the runs of True, repeated over their members.
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], equal.view(np.int8), [0]))))
+    lengths = edges[1::2] - edges[0::2]
+    in_stretch = np.repeat(lengths >= GLUED_STRETCH, lengths)
+    c = units[p:][equal]
+    letter = ((c | 0x20) >= 0x61) & ((c | 0x20) <= 0x7A)
+    return int(((c >= 0x80) | letter | in_stretch).sum())
+
+
 def glued_best(units: "np.ndarray[Any, Any]") -> tuple[int, int]:
-    """``(period, matches)`` of the best period of a run's code points (see the module docstring);
-    ``(0, 0)`` when no code point equals the one any period in range before it."""
+    """``(period, matches)`` of the best period of a run's code points (see the module docstring),
+    matches as :func:`glued_counted` counts them; ``(0, 0)`` when none counts at any period in
+    range."""
     best_period, best_matches = 0, 0
     for p in range(1, min(GLUED_MAX_PERIOD, len(units) // 2) + 1):
-        matches = int((units[p:] == units[:-p]).sum())
+        matches = glued_counted(units, p)
         if matches > best_matches:
             best_period, best_matches = p, matches
     return best_period, best_matches

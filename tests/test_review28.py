@@ -259,34 +259,40 @@ def test_a_character_that_folds_to_two_keeps_positions(tmp_path):
     assert rec.seen == []
 
 
-# --- 3. glued_repetition on structured data without spaces (left open, documented) -----------
-# The ratio counts any equal character a period apart, so text whose punctuation recurs at a
-# fixed step, or whose alphabet is small, scores high without any copy of a phrase in it. The
-# policy docstring and the threat model list these figures; each is refused by glued_repetition
-# alone under the guard's defaults, native and twin alike.
-def _structured() -> dict[str, tuple[str, float, float]]:
+# --- 3. glued_repetition on structured data without spaces ----------------------------------
+# The ratio counted any equal character a period apart, so text whose punctuation recurs at a
+# fixed step, or whose alphabet is small, scored high without any copy of a phrase in it (binary
+# digits 0.63, comma digits 0.53, a JSON array 0.58, all refused). Since the h-glued3 branch an
+# ASCII digit or punctuation mark counts only inside a stretch of 8 consecutive matches, and
+# those three pass (tests/test_glued_structured.py has more). What still repeats literally in
+# stretches of 8 or more, or in letters, is still refused, as the policy docstring and the threat
+# model say: zero groups of uncompressed IPv6, MAC addresses sharing a 15-character prefix, the
+# "AAAA" of zero-padded base64 (indistinguishable from a letter glued to itself).
+def _structured() -> dict[str, tuple[str, float, float, bool]]:
     import base64
     import struct
 
     rng = random.Random(1)
     return {
-        "binary digits": ("".join(rng.choice("01") for _ in range(64)), 0.55, 0.7),
-        "comma digits": (",".join(rng.choice("0123456789") for _ in range(40)), 0.5, 0.6),
-        "json numbers": ("[" + ",".join("%.2f" % rng.random() for _ in range(20)) + "]", 0.5, 0.65),
-        "ipv6 zeros": ("fe80:0000:0000:0000:0000:0000:0000:0001/fe80:0000:0000:0000:0000:0000:0000:0002", 0.7, 0.8),
-        "mac list": (",".join("00:1a:2b:3c:4d:%02x" % i for i in range(6)), 0.7, 0.85),
-        "zero-padded base64": (base64.b64encode(struct.pack("<16i", *([1, 0, 0, 0] * 4))).decode(), 0.85, 0.9),
+        "binary digits": ("".join(rng.choice("01") for _ in range(64)), 0.1, 0.25, False),
+        "comma digits": (",".join(rng.choice("0123456789") for _ in range(40)), 0.05, 0.2, False),
+        "json numbers": ("[" + ",".join("%.2f" % rng.random() for _ in range(20)) + "]", 0.05, 0.15, False),
+        "ipv6 zeros": ("fe80:0000:0000:0000:0000:0000:0000:0001/fe80:0000:0000:0000:0000:0000:0000:0002", 0.7,
+                       0.8, True),
+        "mac list": (",".join("00:1a:2b:3c:4d:%02x" % i for i in range(6)), 0.7, 0.85, True),
+        "zero-padded base64": (base64.b64encode(struct.pack("<16i", *([1, 0, 0, 0] * 4))).decode(), 0.85, 0.9,
+                               True),
     }
 
 
 @pytest.mark.parametrize("name", sorted(_structured()))
-def test_structured_data_without_spaces_is_refused_as_glued_repetition(name):
+def test_structured_data_without_spaces_and_glued_repetition(name):
     import numpy as np
 
     from qdrant_guard._scan_py import glued_best
     from qdrant_guard.policy import QueryRules
 
-    text, low, high = _structured()[name]
+    text, low, high, refused = _structured()[name]
     _, matches = glued_best(np.frombuffer(text.encode("utf-32-le"), dtype="<u4"))
     assert low < matches / len(text) < high
     r = QueryRules()
@@ -295,8 +301,8 @@ def test_structured_data_without_spaces_is_refused_as_glued_repetition(name):
     query = f"what does {text} mean"
     for impl in (NATIVE, PYTHON):
         assert impl.scan_query(query, **defaults).ok
-        assert [v.kind for v in impl.scan_query(query, **defaults, max_glued_repetition=0.5).violations] == [
-            "glued_repetition"]
+        assert [v.kind for v in impl.scan_query(query, **defaults, max_glued_repetition=0.5).violations] == (
+            ["glued_repetition"] if refused else [])
 
 
 _MARKS = ["", "\u0301", "\u0300", "\u0308", "\u0302"]
