@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 from guardkit import audit_records, create, make_kit, models, unit
 from qdrant_guard import GuardRefusal, QdrantClient
-from qdrant_guard._scan_py import GLUED_STRETCH
 from tests.oracle import assert_same, both
 
 NATIVE, PYTHON = both("scan")
@@ -112,6 +111,8 @@ def test_the_stretch_boundary(scan) -> None:
     """64 distinct CJK characters with a piece copied 30 code points later: ASCII matches count
     from a stretch of 8 consecutive matches, not 7; a letter or non-ASCII match counts alone and
     lengthens the stretch it is in."""
+    from qdrant_guard._scan_py import GLUED_STRETCH
+
     assert GLUED_STRETCH == 8
 
     def run(piece: str, at: int = 10) -> str:
