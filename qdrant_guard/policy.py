@@ -202,19 +202,22 @@ class QueryRules(_Strict):
     characters, at most half the run) at which the most characters equal the one a period
     before, and refuses the query when that share of the run is above this cap: ``k`` glued
     copies of a string score ``1 - 1/k``, as ``k`` copies of a word score on ``max_repetition``,
-    so the default 0.5 refuses three copies or more. Natural text without spaces scores far
-    below it (Chinese, Japanese and Thai paragraphs 0.02 to 0.07; JWTs and long identifiers up to
-    0.15; 64 random characters of base64 up to 0.13, of hex up to 0.22 and of decimal digits up to
-    0.3, medians 0.05, 0.11 and 0.16, longer runs less; a URL repeating a path segment four times 0.45), while
-    ten or more exact copies score 0.9 and more, and copies with one character changed in each
-    0.74 (Chinese) to 0.88 (English). A run of one
-    repeated character or pair (64 dashes, ``hahaha...``) or ``../`` repeated is refused too, and
-    so is structured data of 64 characters or more written without spaces whose punctuation
-    recurs at a fixed step or whose alphabet is small: 64 random binary digits (0.6), 40 single
-    digits joined by commas (0.53), a compact JSON array of 20 two-decimal numbers (0.58), IPv6
-    addresses with zero groups, MAC address lists, base64 of zero-padded binary (0.89) and
-    tandem-repeat DNA; put spaces after the separators or raise the cap where queries carry such
-    data. Measured on the folded text too (see ``max_repetition``).
+    so the default 0.5 refuses three copies or more. Letters and non-ASCII characters count
+    wherever they match; an ASCII digit, punctuation mark or symbol counts only inside a stretch
+    of at least 8 consecutive matching characters, so the commas, ``0.`` and ``:`` of data
+    written without spaces, which recur at a fixed step, do not add up: 64 random binary digits
+    score up to 0.48 (median 0.14), 40 digits joined by commas 0.11, a compact JSON array of 20
+    two-decimal numbers 0.09, ISO date lists 0.1, glibc's ``<U0431><U0430>...`` escapes 0.25,
+    random decimal digits 0. Natural text without spaces scores far below the cap too (Chinese,
+    Japanese and Thai paragraphs 0.02 to 0.07; JWTs and long identifiers up to 0.15; 64 random
+    characters of base64 up to 0.11 and of hex up to 0.16; a URL repeating a path segment four
+    times 0.45), while ten or more exact copies score 0.9 and more, and copies with one character
+    changed in each 0.74 (Chinese) to 0.88 (English). A run of one repeated character or pair
+    (64 dashes, ``hahaha...``), ``../`` or ``1234567890`` repeated is refused too, and so is data
+    that repeats a piece of 8 characters or more, or letters: IPv6 addresses written with their
+    zero groups (0.76), MAC addresses sharing a prefix (0.79), base64 of zero-padded binary
+    (``AQAAAAAA...``, 0.89) and tandem-repeat DNA; put spaces between such items or raise the
+    cap where queries carry them. Measured on the folded text too (see ``max_repetition``).
     Stuffing whose copies are separated by junk of varying length escapes it (ratio 0.4 with 0
     to 3 random characters between copies), and so do copies longer than 256 characters and
     stuffing cut by spaces into runs under 64 characters at a length its period does not divide
