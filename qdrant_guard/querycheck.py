@@ -950,8 +950,32 @@ _DIACRITICS = ((0x0300, 0x036F), (0x1AB0, 0x1AFF), (0x1DC0, 0x1DFF), (0x20D0, 0x
 # dropped too (an uncased BERT tokenizer drops every nonspacing mark, so Arabic or Hebrew points on
 # Latin letters are the same bypass). Not everywhere: Thai and Devanagari vowel signs are
 # nonspacing marks, and dropped from their own letters they would make natural text repeat.
-_CASED_LETTERS = ((0x41, 0x5A), (0x61, 0x7A), (0xC0, 0x24F), (0x370, 0x3FF), (0x400, 0x52F), (0x1E00, 0x1FFF))
+_CASED_LETTERS = (
+    (0x41, 0x5A), (0x61, 0x7A), (0xC0, 0x24F), (0x370, 0x3FF), (0x400, 0x52F), (0x531, 0x58F),  # Armenian
+    (0x13A0, 0x13FF), (0x1E00, 0x1FFF), (0xAB70, 0xABBF),  # Cherokee and its small letters
+)
 _MARKS_END = 0x1E950  # every nonspacing mark of Unicode lies below
+
+# Letters of other scripts that look like a Latin letter (after the lines of Unicode's UTS #39
+# confusables, cut down), each pair "letter, Latin letter", keyed on the lower case letter; its
+# upper case form maps alike where the two round-trip (so not Greek final sigma, whose lower case
+# depends on the next letter). Each script's letters map to distinct Latin letters (one lookalike
+# per Latin letter where a script has two: Cyrillic н not һ for h, в not ь for b, у not ү for y;
+# Greek ο not σ; Armenian ո not ռ; Cherokee's first of each), and a letter not listed keeps its
+# script, so two words of one script that differ still differ once folded, and a text in one script
+# (with digits, punctuation) scores on every repetition rule exactly as before. Only a word of
+# one script next to its Latin lookalike in the same text now counts as repeated. Mathematical
+# letters, fullwidth, circled and letterlike forms need no entry: NFKD makes them ASCII or Greek.
+_CONFUSABLES = (
+    # Cyrillic: the shapes of А В Е К М Н О Р С Т Х in upper case, of а г е о р с у х і ј ѕ ԁ ԛ ԝ ӏ in lower
+    "аaвbсcгrԁdеeԍgнhіiјjкkӏlмmоoрpԛqѕsтtуyѵvԝwхx"
+    # Greek: Α Β Ε Ζ Η Ι Κ Μ Ο Ρ Τ Χ, and α γ ι ν ο ρ υ ω ϳ in lower case
+    "αaβbγyεeζzηhιiκkμmνvοoρpτtυuχxωwϳj"
+    # Armenian: Օ Ս Տ, and ա ց հ ո ք զ օ ս
+    "աwցgհhոnքfզqօoսuտs"
+    # Cherokee (upper case is its usual form; lower case since Unicode 8)
+    "ꭰdꭱrꭲtꭵiꭹyꭺaꭻjꭼeꮃwꮇmꮋhꮐgꮓzᏼbꮪsꮩvꮮlꮯcꮲpꮶk"
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -968,6 +992,32 @@ def _mark_tables() -> tuple[Any, Any, Any]:
     for a, b in _CASED_LETTERS:
         cased[a:b + 1] = True
     return mark | always, always, cased
+
+
+@functools.lru_cache(maxsize=1)
+def _confusable_table() -> Any:
+    """Code point -> code point of :data:`_CONFUSABLES` in both cases (identity elsewhere), as a
+    lookup table up to the highest letter it maps."""
+    pairs = {}
+    for key, latin in zip(_CONFUSABLES[::2], _CONFUSABLES[1::2]):
+        pairs[key] = latin
+        upper = key.upper()
+        if len(upper) == 1 and upper.lower() == key:
+            pairs[upper] = latin
+    table = np.arange(max(map(ord, pairs)) + 1, dtype="<u4")
+    for letter, latin in pairs.items():
+        table[ord(letter)] = ord(latin)
+    return table
+
+
+def _unconfused(units: Any) -> Any:
+    """``units`` (code points) with each letter of :data:`_CONFUSABLES` made its Latin letter
+    (``units`` itself when none is there)."""
+    table = _confusable_table()
+    inside = units < len(table)
+    mapped = table.take(np.where(inside, units, 0))
+    change = inside & (mapped != units)
+    return np.where(change, mapped, units).astype("<u4") if change.any() else units
 
 
 def _dropped(units: Any) -> Any:
@@ -989,15 +1039,21 @@ def _dropped(units: Any) -> Any:
 def _fold(text: str) -> str:
     """``text`` as the repetition rules' second measure reads it: compatibility-decomposed
     (fullwidth and mathematical letters become ASCII ones, ligatures their letters), without
-    combining diacritics (nor any nonspacing mark on a Latin, Greek or Cyrillic letter),
+    combining diacritics (nor any nonspacing mark on a Latin, Greek, Cyrillic, Armenian or Cherokee
+    letter), Latin lookalikes of other scripts' letters made Latin (:data:`_CONFUSABLES`),
     recomposed (Hangul syllables, kana with voicing marks), in lower case."""
     if text.isascii():
         return text.lower()  # about 1 us for 500 tokens
     decomposed = unicodedata.normalize("NFKD", text)
     units = np.frombuffer(decomposed.encode("utf-32-le", "surrogatepass"), dtype="<u4")
     drop = _dropped(units)
-    if drop.any():
-        decomposed = units[~drop].tobytes().decode("utf-32-le", "surrogatepass")
+    kept = units[~drop] if drop.any() else units
+    # One code point for one, so positions map back as before; before NFC, which composes no
+    # Latin letter with what follows it here (a mark after a mapped letter was dropped: its script
+    # is cased), and before lower case, which maps both cases of a letter alike.
+    latin = _unconfused(kept)
+    if latin is not units:  # a letter dropped or mapped
+        decomposed = latin.tobytes().decode("utf-32-le", "surrogatepass")
     return unicodedata.normalize("NFC", decomposed).lower()
 
 
@@ -1034,7 +1090,9 @@ def structural_scan(text: str, rules: Any) -> tuple[Any, list[Any]]:
     or turn fullwidth at random (``IgNoRe iGnÓrE ｉgnore ...``) all differ for it, while an
     embedding model whose tokenizer lowers, strips accents (an uncased BERT tokenizer, as
     all-MiniLM-L6-v2 has, does both) or applies NFKC receives the same copy again and again:
-    100 such copies passed every rule. The fold costs about 1 us on 500 ASCII tokens and 20 to
+    100 such copies passed every rule. So did copies with a few letters swapped for Cyrillic or
+    Greek lookalikes, whose word pieces mostly agree; the fold makes those letters Latin. Text
+    with lookalike letters (most Cyrillic and Greek text) is always scanned twice. The fold costs about 1 us on 500 ASCII tokens and 20 to
     80 us on 3,500 characters of accented or CJK text, and 20 to 50 ms on 65,536 characters that
     NFKD expands several-fold (U+FDFA, squared katakana; such text passes the default token caps
     only a few thousand characters long); the second scan runs only when the fold changed the
