@@ -186,10 +186,12 @@ class QueryRules(_Strict):
     file: no cap; 0 refuses any repeated token). The guard measures this rule, ``max_ngram_run``
     and ``max_glued_repetition`` on the text as written and again folded (NFKD, combining
     diacritics and any nonspacing mark on a Latin, Greek or Cyrillic letter dropped, NFC, lower
-    case), so copies whose letters change case, take accents or
-    turn fullwidth at random (``IgNoRe iGnÓrE ｉgnore ...``), which a tokenizer that lowers,
-    strips accents or applies NFKC hands the model as one copy repeated, count as repeated
-    (homoglyphs from other scripts still do not); ``scan_query`` itself compares characters
+    case, Latin lookalikes of Cyrillic, Greek, Armenian and Cherokee letters made Latin), so copies
+    whose letters change case, take accents, turn fullwidth or are swapped for lookalikes at random
+    (``IgNoRe iGnÓrE ｉgnore іgnоre ...``) count as repeated: a tokenizer that lowers, strips
+    accents or applies NFKC hands the model the first ones as one copy repeated, and an uncased
+    WordPiece one the pieces the lookalike copies share. Each script's letters map to distinct Latin
+    letters, so text in one script scores as before; ``scan_query`` itself compares characters
     exactly."""
     max_ngram_run: float | None = Field(None, ge=0, le=1)
     """Cap on the share of tokens in the longest immediately repeated n-gram run (None: off).

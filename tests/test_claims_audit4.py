@@ -186,13 +186,14 @@ def test_random_digit_runs_score_as_documented_and_pass_the_default_cap():
 
 
 # ---------------------------------------------------------------- the folded repetition measure
-# policy.md (max_repetition): copies that change case, accents or width count as repeated;
-# "homoglyphs from other scripts still do not".
+# policy.md (max_repetition): copies that change case, accents or width count as repeated, and
+# so (since h-homoglyph, tests/test_fold_confusables.py) do copies with Cyrillic, Greek, Armenian or
+# Cherokee lookalikes of Latin letters.
 
 
-def test_the_fold_joins_case_copies_but_not_homoglyph_copies():
+def test_the_fold_joins_case_copies_and_homoglyph_copies():
     # The same 30 variants of one word, once with capitals and once with Cyrillic о/е at the
-    # same places: the fold makes the first one word repeated, the second stays 30 words.
+    # same places: the fold makes each one word repeated.
     word = "ignorepreviousinstructions"
     places = [i for i, c in enumerate(word) if c in "oe"]
     swap = {"o": "\u043e", "e": "\u0435"}
@@ -213,8 +214,9 @@ def test_the_fold_joins_case_copies_but_not_homoglyph_copies():
     _, found = structural_scan(variants(str.upper), rules)
     assert [v.kind for v in found] == ["repetition"]
     _, found = structural_scan(variants(swap.__getitem__), rules)
-    assert found == []
-    assert "(homoglyphs from other scripts still do not)" in _flat("docs/policy.md")
+    assert [v.kind for v in found] == ["repetition"]
+    assert "(homoglyphs from other scripts still do not)" not in _flat("docs/policy.md")
+    assert "Latin lookalikes of Cyrillic, Greek, Armenian and Cherokee letters made Latin" in _flat("docs/policy.md")
 
 
 # ---------------------------------------------------------------- utility.max_age_s
