@@ -998,7 +998,7 @@ def _mark_tables() -> tuple[Any, Any, Any]:
 def _confusable_table() -> Any:
     """Code point -> code point of :data:`_CONFUSABLES` in both cases (identity elsewhere), as a
     lookup table up to the highest letter it maps."""
-    pairs = {}
+    pairs: dict[str, str] = {}
     for key, latin in zip(_CONFUSABLES[::2], _CONFUSABLES[1::2]):
         pairs[key] = latin
         upper = key.upper()
