@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,33 @@ def spans(text: str) -> list[tuple[int, int, str, str]]:
     """The spans of the whole detector, native and twin alike."""
     return assert_same(lambda t: detect._find_spans(t, NATIVE.find_spans),
                        lambda t: detect._find_spans(t, PYTHON.find_spans), text)
+
+
+def assert_linear(unit: str) -> None:
+    """10x ``unit`` repeated must not cost ~100x (quadratic) in the native detector.
+
+    A complexity check, not a speed target: each size's best of 5 runs, up to three rounds, since
+    a quadratic scan costs ~100x in every round while a loaded shared machine (CI beside other
+    jobs) can stretch one round past the bound. CPU time of this process, not wall time: time
+    spent waiting for a core is not the scan's.
+    """
+    small, big = unit * 2000, unit * 20000
+
+    def best(text: str) -> float:
+        times = []
+        for _ in range(5):
+            t0 = time.process_time()
+            NATIVE.find_spans(text)
+            times.append(time.process_time() - t0)
+        return min(times)
+
+    rounds = []
+    for _ in range(3):
+        t_small, t_big = best(small), best(big)
+        rounds.append((t_small, t_big))
+        if t_big < max(30 * t_small, 0.05):
+            return
+    raise AssertionError(f"10x the input cost more than 30x in every round (small, big seconds): {rounds}")
 
 
 def found(text: str) -> list[tuple[str, str]]:

@@ -134,27 +134,33 @@ def test_the_left_behind_count_sees_a_receipts_presence_not_its_validity(tmp_pat
 # noise.mechanism: "a writer's receipt of the other one is refused ... whatever its numbers": the
 # owner boundary under raw_in_boundary, which may store raw vectors, is a writer too.
 
+def _laplace_release(kit, seed):
+    """A laplace_l2 release of point 1 of Euclid collection 'pii', signed by the guard's key:
+    (the stored vector as a list, the payload value of its receipt)."""
+    signer = ReceiptSigner(keys.load_private_key(kit.guard_key_path))
+    noised, params = privatize(np.asarray([unit(np.random.default_rng(seed))], dtype=np.float32),
+                               mechanism="laplace_l2", epsilon=1.0, delta=None, radius=0.01, clip_norm=1.0)
+    final = stored_form(noised[0], distance="Euclid")
+    rec = issue_receipts_batch(signer, [ReceiptItem(params=params, vector=final, collection="pii",
+                                                    point_id=1, vector_name="")])[0]
+    return final.tolist(), receipts_for_payload({"": rec})
+
+
 def test_an_owner_who_may_store_raw_vectors_is_still_refused_a_receipt_of_another_mechanism(tmp_path):
     kit = make_kit(tmp_path)
     cfg = kit.config({"pii": _pii(raw_in_boundary=True, noise_on_write=False,
                                   noise={"mechanism": "gaussian", "epsilon": 1.0, "delta": 1e-6, "radius": 0.01})})
     alice = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
     alice.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.EUCLID))
-    rng = np.random.default_rng(13)
-    signer = ReceiptSigner(keys.load_private_key(kit.guard_key_path))
-    noised, params = privatize(np.asarray([unit(rng)], dtype=np.float32), mechanism="laplace_l2", epsilon=1.0,
-                               delta=None, radius=0.01, clip_norm=1.0)
-    final = stored_form(noised[0], distance="Euclid")
-    rec = issue_receipts_batch(signer, [ReceiptItem(params=params, vector=final, collection="pii",
-                                                    point_id=1, vector_name="")])[0]
-    point = models.PointStruct(id=1, vector=final.tolist(), payload={"t": "x", RECEIPT_KEY: receipts_for_payload({"": rec})})
+    final, receipt = _laplace_release(kit, 13)
+    point = models.PointStruct(id=1, vector=final, payload={"t": "x", RECEIPT_KEY: receipt})
     with pytest.raises(GuardRefusal) as exc:
         alice.upsert("pii", [point])
     assert exc.value.verdict == "NOISE_REQUIRED"
     assert exc.value.details["reasons"]["1"].startswith("mechanism_mismatch")
     assert RawClient.count(alice, "pii").count == 0
     # The same vector without the receipt is a raw in-boundary write, which the owner may make.
-    alice.upsert("pii", [models.PointStruct(id=1, vector=final.tolist(), payload={"t": "x"})])
+    alice.upsert("pii", [models.PointStruct(id=1, vector=final, payload={"t": "x"})])
     assert RawClient.count(alice, "pii").count == 1
 
 
@@ -285,15 +291,8 @@ def test_check_noise_judges_the_mechanism_only_with_a_policy(tmp_path, capsys):
     store = str(tmp_path / "store")
     raw = RawClient(path=store)
     raw.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.EUCLID))
-    rng = np.random.default_rng(15)
-    signer = ReceiptSigner(keys.load_private_key(kit.guard_key_path))
-    noised, params = privatize(np.asarray([unit(rng)], dtype=np.float32), mechanism="laplace_l2", epsilon=1.0,
-                               delta=None, radius=0.01, clip_norm=1.0)
-    final = stored_form(noised[0], distance="Euclid")
-    rec = issue_receipts_batch(signer, [ReceiptItem(params=params, vector=final, collection="pii",
-                                                    point_id=1, vector_name="")])[0]
-    raw.upsert("pii", [models.PointStruct(id=1, vector=final.tolist(),
-                                          payload={RECEIPT_KEY: receipts_for_payload({"": rec})})])
+    final, receipt = _laplace_release(kit, 15)
+    raw.upsert("pii", [models.PointStruct(id=1, vector=final, payload={RECEIPT_KEY: receipt})])
     raw.close()
     policy = tmp_path / "policy.toml"
     policy.write_text(f'signing_key = "{kit.guard_key_path}"\n\n[boundaries.hr]\nauthority_keys = '

@@ -19,7 +19,7 @@ and once in a process with QDRANT_GUARD_IMPLEMENTATION=python.
 from __future__ import annotations
 
 import pytest
-from detectkit import embedded_query, python_process
+from detectkit import assert_linear, embedded_query, python_process
 from detectkit import found as _found
 from detectkit import spans as _spans
 
@@ -188,28 +188,5 @@ def test_a_query_with_such_a_value_reaches_the_embedder_redacted(tmp_path, value
     "0049 ", "001 (0", "(+1)(2", "1 (2", "1 - 1 1 ", "+1.1", "00", "1-(234)-", "GB82.", "+(1",
 ])
 def test_long_repetitions_of_the_new_forms_stay_linear(unit):
-    # As tests/test_detect_pairs.py's complexity check: 10x the input must not cost ~100x
-    # (quadratic); CPU time, best of 5, up to three rounds for a loaded machine.
-    import time
-
-    from detectkit import NATIVE
-
-    small, big = unit * 2000, unit * 20000
-
-    def best(text: str) -> float:
-        times = []
-        for _ in range(5):
-            t0 = time.process_time()
-            NATIVE.find_spans(text)
-            times.append(time.process_time() - t0)
-        return min(times)
-
-    rounds = []
-    for _ in range(3):
-        t_small, t_big = best(small), best(big)
-        rounds.append((t_small, t_big))
-        if t_big < max(30 * t_small, 0.05):
-            break
-    else:
-        raise AssertionError(f"10x the input cost more than 30x in every round (small, big seconds): {rounds}")
+    assert_linear(unit)  # as tests/test_detect_pairs.py's complexity check
     _spans(unit * 300)
