@@ -185,8 +185,8 @@ class QueryRules(_Strict):
     """Cap on 1 - unique/total tokens: a query above it is refused (None, from Python, or 1 in a
     file: no cap; 0 refuses any repeated token). The guard measures this rule, ``max_ngram_run``
     and ``max_glued_repetition`` on the text as written and again folded (NFKD, combining
-    diacritics and any nonspacing mark on a Latin, Greek or Cyrillic letter dropped, NFC, lower
-    case, Latin lookalikes of Cyrillic, Greek, Armenian and Cherokee letters made Latin), so copies
+    diacritics and any nonspacing mark on a Latin, Greek, Cyrillic, Armenian or Cherokee letter
+    dropped, NFC, lower case, Latin lookalikes of Cyrillic, Greek, Armenian and Cherokee letters made Latin), so copies
     whose letters change case, take accents, turn fullwidth or are swapped for lookalikes at random
     (``IgNoRe iGnÓrE ｉgnore іgnоre ...``) count as repeated: a tokenizer that lowers, strips
     accents or applies NFKC hands the model the first ones as one copy repeated, and an uncased
@@ -217,7 +217,8 @@ class QueryRules(_Strict):
     changed in each 0.74 (Chinese) to 0.88 (English). A run of one repeated character or pair
     (64 dashes, ``hahaha...``), ``../`` or ``1234567890`` repeated is refused too, and so is data
     that repeats a piece of 8 characters or more, or letters: IPv6 addresses written with their
-    zero groups (0.76), MAC addresses sharing a prefix (0.79), base64 of zero-padded binary
+    zero groups (0.76), MAC addresses that differ only in their last byte (0.79; six
+    sharing only a three-byte vendor prefix mostly pass, at most 0.52), base64 of zero-padded binary
     (``AQAAAAAA...``, 0.89) and tandem-repeat DNA; put spaces between such items or raise the
     cap where queries carry them. Measured on the folded text too (see ``max_repetition``).
     Stuffing whose copies are separated by junk of varying length escapes it (ratio 0.4 with 0
