@@ -13,7 +13,7 @@ from qdrant_client.http import models
 from . import keys as _keys
 from .decision import Verdict
 from .errors import ConfigError, UnsupportedWriteError
-from .pipeline import Call, Op, telemetry_for
+from .pipeline import Call, Op, sizes_withheld, telemetry_for
 from .policy import CollectionPolicy
 from .reads import ReadOps
 from .receipts import ISSUED_AT_LEEWAY_S
@@ -417,7 +417,7 @@ class Guard(WriteOps, ReadOps):
                                   details={"collections": [n for n in names if not self.policy(n).is_public],
                                            "hidden": ["size"]}))
         snap = yield from self.forward(method, None, None, Call(method, args))
-        return snap if snap is None else snap.model_copy(update={"size": 0})
+        return sizes_withheld(snap)
 
     def readable(self, name: str) -> bool:
         """Whether the principal may read collection ``name`` (False for one unlisted under
@@ -447,7 +447,7 @@ class Guard(WriteOps, ReadOps):
         data = yield from self.forward(method, None, None, Call(method, args))
         if whole or not data:
             return data
-        return [snap.model_copy(update={"size": 0}) for snap in data]
+        return sizes_withheld(data)
 
     def op_cluster_telemetry(self, method: str, args: dict[str, Any]) -> Op:
         """Cluster telemetry (server only) with the shard details of readable collections only.

@@ -285,6 +285,14 @@ def admin_answer_for(method: str, data: Any) -> Any:
         return data.model_copy(update={
             "local_shards": [shard.model_copy(update={"points_count": 0}) for shard in data.local_shards],
             "shard_transfers": [t.model_copy(update={"comment": None}) for t in data.shard_transfers]})
+    return sizes_withheld(data)
+
+
+def sizes_withheld(data: Any) -> Any:
+    """A snapshot description, or a list of them, with each ``size`` 0 (None stays None): what a
+    principal who may not read what a snapshot holds gets instead of its storage size."""
+    if data is None:
+        return data
     if isinstance(data, list):
         return [snap.model_copy(update={"size": 0}) for snap in data]
     return data.model_copy(update={"size": 0})
