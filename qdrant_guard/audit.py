@@ -310,7 +310,7 @@ def repair_audit_file(
               f"{record['cut_bytes']} bytes, saved to {side}; {after.detail}")
     return AuditReport(after.ok, after.entries, after.valid_prefix, after.problem, after.index,
                        detail, after.last_seq, after.last_hash, after.checkpoints, after.valid_bytes,
-                       after.fork)
+                       after.fork, after.checkpoint_keys)
 
 
 class AuditLog:
@@ -574,7 +574,8 @@ class AuditLog:
                 f"which this writer does not know ({own}{others}), so it cannot verify it and will not "
                 f"append to a chain it cannot check. If {shown} is an earlier signing key of this guard "
                 "(a rotated key), add its public key (the .pub `qdrant-guard keys new` wrote next to it, "
-                "or its ed25519:... text) to audit_trusted_keys in the policy (AuditLog(trusted_keys=...)), "
+                "or its ed25519:... text) to receipts.retired_keys in the policy (which trusts it for receipts "
+                "and utility records too; audit_trusted_keys for this log alone; AuditLog(trusted_keys=...)), "
                 f"after checking the log with `qdrant-guard audit verify {self.path} --key OLD.pub --key "
                 "NEW.pub`. If it is not a key of yours, the log was tampered with: "
                 + _REPAIR_HINT.format(path=self.path))

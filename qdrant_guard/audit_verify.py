@@ -74,6 +74,8 @@ class AuditReport:
             valid prefix then ends before both, and :func:`repair_audit_file` refuses to pick one
             unless told which (``keep_chain_from``). ``None`` otherwise, also when a signed
             checkpoint settled it.
+        checkpoint_keys: ``(key id, count)`` of the checkpoints counted in ``checkpoints``, by
+            key id (so that a verifier can say which key, e.g. a retired one, signed what).
     """
 
     ok: bool
@@ -87,6 +89,7 @@ class AuditReport:
     checkpoints: int = 0
     valid_bytes: int = 0
     fork: tuple[int, int] | None = None
+    checkpoint_keys: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,8 @@ def _check_ckpt(entry: Mapping[str, Any], trusted_keys: Mapping[str, Ed25519Publ
     pk = trusted_keys.get(ck["kid"])
     if pk is None:
         raise _Bad("bad_checkpoint", f"checkpoint key {_show_kid(ck['kid'])} is not trusted (if it is a signing key of this "
-                                     "log, e.g. the one before a rotation, pass its public key too: --key)")
+                                     "log, e.g. the one before a rotation, pass its public key too: --key; `audit verify --policy` "
+                                     "trusts the policy's signing_key, receipts.retired_keys and audit_trusted_keys)")
     try:
         sig = base64.b64decode(ck["sig"], validate=True)
         pk.verify(sig, CHECKPOINT_PREFIX + bytes.fromhex(entry["hash"]))
@@ -312,6 +316,7 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
     bad: _Bad | None = None
     bad_line = None
     last_seq, last_hash, nbytes, ckpts = 0, GENESIS, 0, 0
+    by_key: dict[str, int] = {}
     parsed: list[dict[str, Any] | None] = []
     for raw, complete in lines:
         try:
@@ -356,6 +361,7 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
             if trusted_keys is not None and "ckpt" in entry:
                 _check_ckpt(entry, trusted_keys)
                 ckpts += 1
+                by_key[entry["ckpt"]["kid"]] = by_key.get(entry["ckpt"]["kid"], 0) + 1
             elif trusted_keys is not None and seq % checkpoint_every == 0:
                 # ckpt is outside the hash: whoever rewrites the chain drops the checkpoints
                 # they cannot re-sign, so a missing one is as bad as a forged one.
@@ -414,14 +420,14 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
     if bad is None:
         return AuditReport(True, len(lines), valid, None, None,
                            f"{valid} entries verified" + (f", {ckpts} checkpoints" if trusted_keys is not None else ""),
-                           last_seq, last_hash, ckpts, nbytes), None
+                           last_seq, last_hash, ckpts, nbytes, checkpoint_keys=tuple(sorted(by_key.items()))), None
     where = f"line {bad_line}"
     got = parsed[bad_line - 1] if bad_line is not None else None
     if got is not None:
         where += f" (seq {got['seq']})"
     unresolved = (fork.a.line, fork.b.line) if fork is not None and fork.winner is None else None
     return AuditReport(False, len(lines), valid, bad.problem, bad_line, f"{where}: {bad.detail}",
-                       last_seq, last_hash, ckpts, nbytes, unresolved), fork
+                       last_seq, last_hash, ckpts, nbytes, unresolved, tuple(sorted(by_key.items()))), fork
 
 
 def verify_audit_file(

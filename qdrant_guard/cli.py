@@ -207,6 +207,37 @@ def _signing_public_key(path: str) -> Any:
                           "rewrite it from the private key or remove it")
     return pk
 
+def _policy_signing_keys(cfg: Any, policy: str) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
+    """The guard's own keys per ``cfg``: (current key id or None, {kid: its public key} (empty
+    without signing_key), {kid: public key} of receipts.retired_keys), checked as the guard checks
+    them (a retired key that is the current one, or revoked, is an error)."""
+    from . import keys
+
+    own: dict[str, Any] = {}
+    if cfg.signing_key:
+        try:
+            pk = _signing_public_key(cfg.signing_key)
+        except (QdrantGuardError, OSError, ValueError) as exc:
+            raise ConfigError(f"--policy: signing_key: {exc}") from None
+        own[keys.key_id(pk)] = pk
+    own_kid = next(iter(own), None)
+    retired = keys.load_retired_keys(cfg.receipts.retired_keys, current_key_id=own_kid,
+                                     revoked=cfg.receipts.revoked_keys, source=cfg.source_path or policy)
+    return own_kid, own, retired
+
+
+def _key_status(kid: str, *, own_kid: str | None, retired: Any, revoked: Any, trusted: Any) -> str:
+    """What a key is to the policy: revoked, current (its signing_key), retired (an earlier
+    signing key, receipts.retired_keys), trusted (another listed key) or unknown."""
+    if kid in revoked:
+        return "revoked"
+    if kid == own_kid:
+        return "current"
+    if kid in retired:
+        return "retired"
+    return "trusted" if kid in trusted else "unknown"
+
+
 def cmd_receipt_verify(args: argparse.Namespace) -> int:
     from . import keys, receipts
     from .policy import load_policy
@@ -215,6 +246,8 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
     for spec in args.trusted_key or []:
         pk = keys.load_public_key(spec)
         trusted[keys.key_id(pk)] = pk
+    own_kid: str | None = None
+    retired: dict[str, Any] = {}
     revoked: tuple[str, ...] = ()
     noise_policy = None
     pol = None
@@ -234,13 +267,14 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
         for spec in listed:
             pk = keys.load_public_key(spec)
             trusted[keys.key_id(pk)] = pk
-        if cfg.signing_key:
-            try:
-                pk = _signing_public_key(cfg.signing_key)
-            except (QdrantGuardError, OSError, ValueError) as exc:
-                print(f"error: --policy: signing_key: {exc}", file=sys.stderr)
-                return 2
-            trusted[keys.key_id(pk)] = pk
+        try:
+            own_kid, own, retired = _policy_signing_keys(cfg, args.policy)
+        except ConfigError as exc:
+            print(f"error: {exc}" if str(exc).startswith("--policy") else f"error: --policy: {exc}", file=sys.stderr)
+            return 2
+        # The guard's earlier signing keys are trusted wherever its current one is, receipt_keys or not.
+        trusted.update(own)
+        trusted.update(retired)
         revoked = cfg.receipts.revoked_keys
     if not trusted:
         where = (f"--policy {args.policy} names no signing_key and no receipts.trusted_keys (nor receipt_keys for "
@@ -260,7 +294,11 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
     unneeded = sum(r.reason == "not_required" for r in reports)
     for r in reports:
         if args.verbose or not r.ok:
-            line = {"id": str(r.point_id), "vector": r.vector_name, "ok": r.ok, "reason": r.reason}
+            line: dict[str, Any] = {"id": str(r.point_id), "vector": r.vector_name, "ok": r.ok, "reason": r.reason}
+            if r.check.key_id is not None:
+                line["key"] = r.check.key_id
+                line["key_status"] = _key_status(r.check.key_id, own_kid=own_kid, retired=retired,
+                                                 revoked=revoked, trusted=trusted)
             if not r.ok:
                 line["detail"] = r.check.detail
             print(json.dumps(line))
@@ -277,6 +315,10 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
             why += ("; raw_in_boundary is on, so the owner's raw writes have none and are listed as "
                     "missing_receipt (un-noised vectors)")
     print(f"{checked - len(bad)}/{checked} receipted vectors verify in {args.collection!r} ({why})")
+    by_retired = sorted(r.check.key_id for r in reports if r.check.ok and r.check.key_id in retired)
+    if by_retired:
+        print(f"{len(by_retired)} of them signed by a retired key of the guard (receipts.retired_keys): "
+              + ", ".join(f"{k} ({by_retired.count(k)})" for k in dict.fromkeys(by_retired)))
     return 1 if bad else 0
 
 
@@ -323,13 +365,38 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     if args.key:
         pks = [keys.load_public_key(k) for k in args.key]
         trusted = {keys.key_id(pk): pk for pk in pks}
+    own_kid: str | None = None
+    retired: dict[str, Any] = {}
+    revoked: frozenset[str] = frozenset()
+    if args.policy:
+        from .policy import load_policy
+
+        cfg = load_policy(args.policy)
+        own_kid, own, retired = _policy_signing_keys(cfg, args.policy)
+        revoked = frozenset(cfg.receipts.revoked_keys)
+        trusted = {**(trusted or {}), **own, **retired}
+        for spec in cfg.audit_trusted_keys:
+            pk = keys.load_public_key(spec)
+            if keys.key_id(pk) in revoked:
+                # As the guard refuses to start with it: a revoked key's checkpoint proves nothing.
+                raise ConfigError(f"--policy {args.policy}: audit_trusted_keys lists key {keys.key_id(pk)}, which "
+                                  "receipts.revoked_keys revokes; remove it from audit_trusted_keys")
+            trusted[keys.key_id(pk)] = pk
+        if not trusted:
+            raise ConfigError(f"--policy {args.policy} names no signing_key, receipts.retired_keys or "
+                              "audit_trusted_keys, so no checkpoint could be verified; pass --key GUARD.pub")
     rep = verify_audit_file(args.file, trusted_keys=trusted, checkpoint_every=args.checkpoint_every)
     if rep.ok:
         signed = f", {rep.checkpoints} signed checkpoint(s) verified" if trusted is not None else ""
         print(f"OK: {rep.entries} entries, hash chain intact{signed} ({args.file})")
+        if rep.checkpoint_keys and args.policy:
+            print("checkpoint keys: " + ", ".join(
+                f"{kid} {_key_status(kid, own_kid=own_kid, retired=retired, revoked=revoked, trusted=trusted)}: {n}"
+                for kid, n in rep.checkpoint_keys))
         if trusted is not None and rep.checkpoints == 0:
             # Without a checkpoint the key vouches for nothing: any key, the wrong one too, passes.
-            print(f"note: --key checked no signature: the log has no signed checkpoint (one is due every "
+            flag = "--policy" if args.policy and not args.key else "--key"
+            print(f"note: {flag} checked no signature: the log has no signed checkpoint (one is due every "
                   f"--checkpoint-every {args.checkpoint_every} entries), so who wrote it is not verified")
         # Entries cut off the end leave a chain that verifies: only a copy of its end, kept
         # elsewhere and compared on the next run, shows the cut.
@@ -615,9 +682,10 @@ def build_parser() -> argparse.ArgumentParser:
     rv.add_argument("--collection", required=True, help="the collection whose points are checked")
     rv.add_argument("--trusted-key", action="append", help="trusted public key (ed25519:... or file); repeatable")
     rv.add_argument("--policy", help="the guard's policy file: trust its receipts.trusted_keys (the collection's "
-                                    "receipt_keys instead, when it sets them) and its signing_key's "
-                                    "public key, refuse its revoked_keys, and apply the collection's class (a "
-                                    "PUBLIC collection needs no receipts)")
+                                    "receipt_keys instead, when it sets them), its signing_key's "
+                                    "public key and its receipts.retired_keys, refuse its revoked_keys, and apply "
+                                    "the collection's class (a PUBLIC collection needs no receipts); each line "
+                                    "names the signer's key_status (current, retired, trusted, ...)")
     rv.add_argument("--check-noise", action="store_true",
                     help="also refuse receipts whose signed noise a guarded write refuses "
                          "(noise.check_release: the TEST-ONLY seeded generator, a scale below the "
@@ -638,8 +706,12 @@ def build_parser() -> argparse.ArgumentParser:
     av.add_argument("--key", action="append", metavar="PUBLIC_KEY",
                     help="verify signed checkpoints with this public key (file or ed25519:... text; "
                          "repeatable), e.g. the guard's signing key's .pub")
+    av.add_argument("--policy", metavar="POLICY",
+                    help="the guard's policy file: verify signed checkpoints with its signing_key's public key, "
+                         "its receipts.retired_keys and its audit_trusted_keys (with any --key), and name each "
+                         "checkpoint key's status (current, retired, trusted)")
     av.add_argument("--checkpoint-every", type=_positive_int, default=1000, metavar="N",
-                    help="with --key: every N-th entry must carry a signed checkpoint (the writer's "
+                    help="with --key or --policy: every N-th entry must carry a signed checkpoint (the writer's "
                          "checkpoint_every; default 1000, the guard's)")
     av.set_defaults(func=cmd_audit_verify)
     ar = aud_p.add_parser("repair", help="cut a torn/tampered tail to the valid prefix, recording the cut",

@@ -105,8 +105,9 @@ class Guard(WriteOps, ReadOps):
         """The verified record at ``path`` (the policy's ``key``), read once per guard and key scope.
 
         Verified against the keys ``pol``'s collection accepts receipts from
-        (:meth:`receipt_keys_for`): the guard's own and ``receipts.trusted_keys``, or, when the
-        collection sets ``receipt_keys``, the guard's own and those. A record vouches for the
+        (:meth:`receipt_keys_for`): the guard's own (current and ``receipts.retired_keys``) and
+        ``receipts.trusted_keys``, or, when the collection sets ``receipt_keys``, the guard's own and
+        those. A record vouches for the
         noise a writer's receipts claim, so a key the collection does not trust with its receipts
         does not vouch for them either."""
         cache = self.shared.setdefault("utility_records", {})
@@ -140,7 +141,7 @@ class Guard(WriteOps, ReadOps):
                          else "the unlisted collections ([default])")
                 section = " and ".join(f"[collections.{n}]" for n in names) or "[default]"
                 own = _keys.key_id(self._signing_key.public_key())
-                listed = sorted(k for k in accepted if k != own)
+                listed = sorted(k for k in accepted if k != own and k not in self.retired_keys)
                 elsewhere = (" (receipts.trusted_keys lists it, which does not apply to a collection that sets "
                              "receipt_keys)" if kid in self.trusted_receipt_keys else "")
                 raise ConfigError(
@@ -148,14 +149,16 @@ class Guard(WriteOps, ReadOps):
                     f"and {where} accepts utility records, as receipts, only from the guard's key and the keys "
                     f"its receipt_keys lists ({', '.join(listed) or 'none'}); re-run `qdrant-guard calibrate` "
                     f"with the guard's signing key or a listed key, or add the signer's .pub to receipt_keys "
-                    f"in {section}"
+                    f"in {section} (the guard's own earlier signing key goes in receipts.retired_keys instead)"
                 )
             if not verify_utility_record(rec, accepted):
-                trusted = ("the guard's key and receipts.trusted_keys" if pol.receipt_keys is None
-                           else "the guard's key and the collection's receipt_keys")
+                trusted = ("the guard's keys and receipts.trusted_keys" if pol.receipt_keys is None
+                           else "the guard's keys and the collection's receipt_keys")
                 raise ConfigError(
-                    f"utility record {path!r} does not verify against the trusted keys ({trusted}); re-run "
-                    "`qdrant-guard calibrate` with the guard's signing key"
+                    f"utility record {path!r} (signed by {kid}) does not verify against the trusted keys "
+                    f"({trusted}; the guard's keys are its signing_key and receipts.retired_keys); re-run "
+                    "`qdrant-guard calibrate` with the guard's signing key, or, if the record was signed by the "
+                    "guard's earlier signing key, list that key's .pub in receipts.retired_keys"
                 )
             cache[slot] = rec
         return cache[slot]

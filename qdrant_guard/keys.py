@@ -7,12 +7,12 @@ import hashlib
 import os
 import stat
 from pathlib import Path
-from typing import Union
+from typing import Collection, Iterable, Union
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .errors import CredentialError, GuardArgumentTypeError, QdrantGuardError
+from .errors import ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError
 
 __all__ = [
     "KeyStoreError",
@@ -27,6 +27,7 @@ __all__ = [
     "public_key_to_pem",
     "load_private_key",
     "load_public_key",
+    "load_retired_keys",
 ]
 
 KEY_PREFIX = "ed25519:"
@@ -281,3 +282,44 @@ def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519Pu
         )
     return key
 
+
+
+def load_retired_keys(specs: Iterable[str], *, current_key_id: str | None, revoked: Collection[str],
+                      source: str) -> dict[str, Ed25519PublicKey]:
+    """Load a policy's ``receipts.retired_keys``: the guard's earlier signing keys, trusted for
+    verification only wherever its current key is (key id -> public key; a key listed twice is
+    one entry).
+
+    Args:
+        specs: ``ed25519:<base64>`` texts or public key files (paths already resolved).
+        current_key_id: key id of the guard's current ``signing_key`` (None: not known here).
+        revoked: ``receipts.revoked_keys``.
+        source: the policy file, named in errors.
+
+    Raises:
+        ConfigError: a key cannot be loaded, is the current signing key (it signs, so it is not
+            retired), or is revoked (revocation wins, so listing it would promise trust the guard
+            does not give).
+    """
+    out: dict[str, Ed25519PublicKey] = {}
+    for spec in specs:
+        try:
+            pk = load_public_key(spec)
+        except QdrantGuardError as exc:
+            raise ConfigError(f"{source}: receipts.retired_keys: {exc}") from None
+        kid = key_id(pk)
+        if kid == current_key_id:
+            raise ConfigError(
+                f"{source}: receipts.retired_keys lists {spec!r} (key id {kid}), which is the guard's current "
+                "signing_key: a retired key is an earlier signing key, trusted for verification only. Remove it "
+                "from receipts.retired_keys; to rotate, make a new key (`qdrant-guard keys new --out FILE`), "
+                "set signing_key to it and list the old key's .pub in receipts.retired_keys")
+        if kid in revoked:
+            raise ConfigError(
+                f"{source}: receipts.retired_keys lists {spec!r} (key id {kid}), which receipts.revoked_keys "
+                "revokes: revocation wins, so the receipts, utility records and audit checkpoints it signed "
+                "stay refused. Remove it from receipts.retired_keys (keep it revoked); re-noise and rewrite "
+                "the vectors it receipted under the current signing_key, re-run `qdrant-guard calibrate` for "
+                "its utility records, and check the audit log with `qdrant-guard audit verify`")
+        out[kid] = pk
+    return out

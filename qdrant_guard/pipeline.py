@@ -370,13 +370,18 @@ class GuardPipeline:
             self.trusted_receipt_keys[_keys.key_id(pk)] = pk
         self.revoked_keys = frozenset(cfg.receipts.revoked_keys)
         own_kid = _keys.key_id(self._signing_key.public_key())
+        # The guard's earlier signing keys: trusted wherever its current key is (each scope below,
+        # the audit log), so one knob covers a rotation that used to need every list edited.
+        self.retired_keys = _keys.load_retired_keys(cfg.receipts.retired_keys, current_key_id=own_kid,
+                                                    revoked=self.revoked_keys, source=cfg.source_path or "<config>")
+        self.trusted_receipt_keys.update(self.retired_keys)
         # receipt_keys of each collection that sets it (keyed by the list, which policies may share):
         # loaded now, so that a bad key file fails the client's start as trusted_keys does.
         self._scoped_receipt_keys: dict[tuple[str, ...], dict[str, Ed25519PublicKey]] = {}
         sections = [("default", cfg.default), *((f"collections.{n}", p) for n, p in cfg.collections.items())]
         for where, pol in sections:
             if pol.receipt_keys is not None and pol.receipt_keys not in self._scoped_receipt_keys:
-                scoped = {own_kid: self._signing_key.public_key()}
+                scoped = {own_kid: self._signing_key.public_key(), **self.retired_keys}
                 for spec in pol.receipt_keys:
                     pk = self._load_public(spec, where=f"{where}.receipt_keys")
                     scoped[_keys.key_id(pk)] = pk
@@ -412,7 +417,7 @@ class GuardPipeline:
         # public half, `qdrant-guard audit verify --key` proves the chain up to it came from here.
         # An ephemeral key (no signing_key) signs nothing: its public half is gone with the process.
         audit_signer = self.signer if cfg.signing_key else None
-        audit_keys: dict[str, Ed25519PublicKey] = {}
+        audit_keys: dict[str, Ed25519PublicKey] = dict(self.retired_keys)
         for spec in cfg.audit_trusted_keys:
             pk = self._load_public(spec, where="audit_trusted_keys")
             kid = _keys.key_id(pk)
@@ -542,7 +547,8 @@ class GuardPipeline:
 
     def receipt_keys_for(self, pol: CollectionPolicy) -> dict[str, Ed25519PublicKey]:
         """The keys whose receipts ``pol``'s collection accepts (key id -> public key): the guard's
-        own and those of its ``receipt_keys`` when set, else the guard's and ``receipts.trusted_keys``."""
+        own (its current and ``receipts.retired_keys``) and those of its ``receipt_keys`` when set,
+        else the guard's and ``receipts.trusted_keys``."""
         if pol.receipt_keys is None:
             return self.trusted_receipt_keys
         scoped = self._scoped_receipt_keys.get(pol.receipt_keys)
@@ -558,12 +564,13 @@ class GuardPipeline:
             return None
         section = f"[collections.{name}]" if self.config.collections.get(name) is pol else "[default]"
         own = _keys.key_id(self._signing_key.public_key())
-        listed = sorted(k for k in self.receipt_keys_for(pol) if k != own)
+        listed = sorted(k for k in self.receipt_keys_for(pol) if k != own and k not in self.retired_keys)
         elsewhere = (" (receipts.trusted_keys lists it, which does not apply to a collection that sets "
                      "receipt_keys)" if kid in self.trusted_receipt_keys else "")
         return (f"unknown_key: collection {name!r} accepts receipts only from the guard's key and the keys its "
                 f"receipt_keys lists ({', '.join(listed) or 'none'}), and this one is signed by {kid}{elsewhere}; "
-                f"sign it with a listed key, or add the signer's .pub to receipt_keys in {section}")
+                f"sign it with a listed key, or add the signer's .pub to receipt_keys in {section} (the guard's "
+                "own earlier signing key goes in receipts.retired_keys instead)")
 
     def ceiling(self, pol: CollectionPolicy) -> float:
         """The epsilon ceiling of the collection's class."""

@@ -420,9 +420,9 @@ class UtilityPolicy(_Strict):
     measured at another cut-off says little about this one."""
     record: str | None = None
     """Path of a signed utility record from ``qdrant-guard calibrate``, verified when first used
-    against the keys the collection accepts receipts from: the guard's key and
-    ``receipts.trusted_keys``, or, when the collection sets ``receipt_keys``, the guard's key and
-    those (a record signed by any other key, or by a key in ``receipts.revoked_keys``, is a
+    against the keys the collection accepts receipts from: the guard's key (and its
+    ``receipts.retired_keys``) and ``receipts.trusted_keys``, or, when the collection sets
+    ``receipt_keys``, the guard's keys and those (a record signed by any other key, or by a key in ``receipts.revoked_keys``, is a
     ConfigError at the first write, naming the key id and the section to fix). It applies to every vector of the collection,
     except that a record of a named vector (records from version 3 on, calibrated with
     ``--vector-name`` or on a collection whose one vector is named) applies to writes of that name
@@ -678,8 +678,8 @@ class CollectionPolicy(_Strict):
     ``receipts.trusted_keys``: listed only here, it is trusted for this collection alone. ``[]``:
     no outside key, only the guard's own receipts. The guard's own ``signing_key`` is always
     trusted; a key in ``receipts.revoked_keys`` stays refused; writers still need write access
-    (``writers``). A rotated-out ``signing_key`` whose receipts should keep verifying here must be
-    listed here too, not only in ``receipts.trusted_keys``. Each key is loaded when the client is
+    (``writers``). The guard's earlier signing keys (``receipts.retired_keys``) are trusted here
+    too, as its current one is: a rotated-out key need not be listed here. Each key is loaded when the client is
     built, as ``receipts.trusted_keys`` are. Unset (the default): the collection accepts receipts
     of every key in ``receipts.trusted_keys`` (a key trusted for one collection then signs for
     every collection that leaves this unset). It scopes the collection's utility records
@@ -862,12 +862,24 @@ class ReceiptTrust(_Strict):
     trusted_keys: tuple[str, ...] = ()
     """Public keys (``ed25519:<base64>`` or files) of writers whose receipts are accepted, by every
     collection that sets no ``receipt_keys`` of its own (one that sets them accepts those instead).
-    After rotating ``signing_key``, list the old key's public key here (and in the ``receipt_keys``
-    of collections that set them): otherwise the receipts it signed stop verifying, and the vectors
-    they certify are stripped from reads outside the owner."""
+    For outside writers' keys; the guard's own earlier ``signing_key`` goes in ``retired_keys``."""
+    retired_keys: tuple[str, ...] = ()
+    """The guard's own earlier signing keys (``ed25519:<base64>`` or ``.pub`` files, relative to the
+    policy file), e.g. ``retired_keys = ["keys/guard-2026.key.pub"]``. A retired key is trusted
+    exactly where the current ``signing_key`` is, for verification only: the receipts it signed, on
+    every collection (those that set ``receipt_keys`` included), the utility records it signed, and
+    the audit log's checkpoints (as if listed in ``audit_trusted_keys`` too). After rotating
+    ``signing_key``, list the old key's ``.pub`` here, once: otherwise the receipts it signed stop
+    verifying, and the vectors they certify are stripped from reads outside the owner. The current
+    ``signing_key`` may not be listed, nor a key in ``revoked_keys`` (revocation wins: the client
+    refuses to start, naming the key, rather than trust a revoked key or appear to); a key listed
+    twice, or also in ``trusted_keys``, ``receipt_keys`` or ``audit_trusted_keys``, is harmless.
+    ``qdrant-guard receipt verify --policy`` and ``qdrant-guard audit verify --policy`` report what
+    such a key signed as ``retired``. Each key is loaded when the client is built."""
     revoked_keys: tuple[str, ...] = ()
-    """Key ids (``ed25519:<hex>``) whose receipts, credentials and utility records are rejected. The
-    guard's own ``signing_key`` may not be listed (the client refuses to start: rotate it)."""
+    """Key ids (``ed25519:<hex>``) whose receipts, credentials, utility records and audit
+    checkpoints are rejected. The guard's own ``signing_key`` may not be listed (the client refuses
+    to start: rotate it), nor a key of ``retired_keys`` or ``audit_trusted_keys`` (remove it there)."""
     max_age_s: float | None = Field(None, gt=0)
     """Refuse a write whose receipts were issued longer ago than this (None: no limit). Checked when
     a write presents receipts; reads release stored vectors whatever their receipts' age."""
@@ -970,9 +982,10 @@ class GuardConfig(_Strict):
     """Public keys (``ed25519:<base64>`` or files) of earlier signing keys of this audit log. On
     start the guard checks the log back to its most recent signed checkpoint, which must verify
     under ``signing_key`` or one of these; one under any other key (after rotating
-    ``signing_key``, the old key's) refuses to start, since nothing could check it. After a
-    rotation, list the old key's ``.pub`` here (a key in ``receipts.revoked_keys`` may not be).
-    Needs ``audit_log``: without a file nothing is checked."""
+    ``signing_key``, the old key's) refuses to start, since nothing could check it. The keys of
+    ``receipts.retired_keys`` are trusted here too: after a rotation, list the old key's ``.pub``
+    there (it then covers receipts and utility records as well), or here for the log alone (a key
+    in ``receipts.revoked_keys`` may not be). Needs ``audit_log``: without a file nothing is checked."""
     unlisted: Literal["strict", "public", "refuse"] = "strict"
     """Collections not listed: ``strict`` = PII with the ``default`` policy (readable by any verified
     principal, vectors never returned raw; created and written by no one unless ``[default]`` sets
@@ -1325,6 +1338,7 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
     if isinstance(data.get("audit_trusted_keys"), list):
         data["audit_trusted_keys"] = keys_resolved(data["audit_trusted_keys"])
     rec = data.get("receipts")
-    if isinstance(rec, dict) and isinstance(rec.get("trusted_keys"), list):
-        rec["trusted_keys"] = keys_resolved(rec["trusted_keys"])
+    for knob in ("trusted_keys", "retired_keys"):
+        if isinstance(rec, dict) and isinstance(rec.get(knob), list):
+            rec[knob] = keys_resolved(rec[knob])
     return config_from_dict(data, source=str(p))
