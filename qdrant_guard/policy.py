@@ -874,6 +874,9 @@ class ReceiptTrust(_Strict):
     ``signing_key`` may not be listed, nor a key in ``revoked_keys`` (revocation wins: the client
     refuses to start, naming the key, rather than trust a revoked key or appear to); a key listed
     twice, or also in ``trusted_keys``, ``receipt_keys`` or ``audit_trusted_keys``, is harmless.
+    Whoever holds a retired key's private half can still sign receipts, utility records and
+    checkpoints the guard accepts: destroy it after the rotation, and revoke a key that may be
+    compromised (``revoked_keys``) rather than retire it.
     ``qdrant-guard receipt verify --policy`` and ``qdrant-guard audit verify --policy`` report what
     such a key signed as ``retired``. Each key is loaded when the client is built."""
     revoked_keys: tuple[str, ...] = ()
