@@ -91,6 +91,8 @@ class _Strict(BaseModel):
 # What an empty string would mean for a key, and the fix. A relative path is resolved against the
 # policy file's directory, so "" named the directory itself; an empty boundary name names no boundary.
 _EMPTY: dict[str, str] = {
+    "embedding_model": ("an empty name names no model; name the model the collection's vectors come from, "
+                        "e.g. \"sentence-transformers/all-MiniLM-L6-v2\", or leave the key out"),
     **dict.fromkeys(("signing_key", "audit_log", "record"),
                     "an empty path names no file (it would be read as the policy's directory); give a "
                     "file path or leave the key out"),
@@ -450,12 +452,24 @@ class UtilityPolicy(_Strict):
     guard's clock is refused too while this is set (its age cannot be checked, and it would never
     expire). Checked on each write that consults the record (``enforce`` on); reads are not
     affected. None (the default): a record never expires."""
+    embedding_model: str | None = None
+    """The embedding model this collection's vectors come from, e.g. ``embedding_model =
+    "sentence-transformers/all-MiniLM-L6-v2"``. Two models of one dimension and distance lose
+    different amounts of retrieval quality to the same noise, so while ``enforce`` is on a write
+    that consults a record naming another model is refused (UTILITY_DEGRADED, reason
+    ``model_mismatch``), and so is one under a record that names no model (records before version 5,
+    or calibrated without ``qdrant-guard calibrate --embedding-model``): re-calibrate on this model
+    with that option, or correct this key. Names are compared exactly, as written. The name in a
+    record is what its signer asserts; the guard cannot tell which model produced a raw vector, so
+    this holds a record to its signer's word, not a vector to its model. It applies to every vector
+    of the collection, ``records`` included. None (the default): the model a record names is not
+    checked."""
     enforce: bool = True
     """Refuse writes (UTILITY_DEGRADED) unless the record applies to the policy (same mechanism,
     radius, delta, clip_norm, metric and k) and to the write (a record for the vector written, see
     ``records``; vectors of the calibrated dimension, records from before version 2 carry none, and
-    of its distance, records from before version 4 carry none; a receipt's noise at its epsilon's
-    calibrated scale) and
+    of its distance, records from before version 4 carry none; of ``embedding_model`` when set; a
+    receipt's noise at its epsilon's calibrated scale) and
     measured a passing level with at least as much noise and no failing level with as little;
     unmeasured levels are refused. ``false``: nothing is refused for utility; a set record is still
     verified and its hash recorded."""

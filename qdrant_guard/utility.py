@@ -14,6 +14,9 @@ passing measured level of at least as much noise or with a failing one of no mor
 (:meth:`UtilityRecord.level_refusal`). A record also names the dimension, the vector and (format
 version 4 on) the distance it measured, and a write of a vector of another dimension, name or
 distance is refused too; a policy gives each named vector its own record (``utility.records``).
+From version 5 a record also carries the embedding model its signer says the vectors came from
+(``embedding_model``); a policy that declares the collection's model (``utility.embedding_model``)
+refuses writes under a record naming another model or none.
 
 Calibration needs the *clean* vectors, so it runs on a raw :class:`qdrant_client.QdrantClient`
 pointed at a clean staging collection (or at the in-boundary collection, by a principal allowed to
@@ -45,6 +48,7 @@ __all__ = [
     "UtilityCalibrationError",
     "UtilityRecord",
     "calibrate",
+    "embedder_model_name",
     "verify_utility_record",
     "retrieval_metrics",
     "add_calibrate_arguments",
@@ -54,7 +58,7 @@ __all__ = [
 UTILITY_DOMAIN = b"qdrant-guard utility v1\0"
 _QUERY_DOMAIN = b"qdrant-guard utility queries v1\0"
 _SEED_KEY_DOMAIN = b"qdrant-guard calibration seed v1\0"
-RECORD_VERSION = 4
+RECORD_VERSION = 5
 
 #: The distances Qdrant compares vectors by (``models.Distance`` values), as a record names them.
 _DISTANCES = ("Cosine", "Euclid", "Dot", "Manhattan")
@@ -153,6 +157,12 @@ class UtilityRecord:
             ``"Manhattan"``; version 4 on, ``None`` in older records). Noise moves rankings by
             another distance differently, so the guard refuses writes of a vector compared by
             another distance.
+        embedding_model: the embedding model the calibrating signer says the collection's vectors
+            (and the calibration queries) came from, as the caller named it (version 5 on; ``None``
+            in older records and in records whose caller named none). Two models of one dimension
+            and distance lose different amounts of quality to the same noise, so a policy that sets
+            ``utility.embedding_model`` refuses writes under a record naming another model or
+            none. It is the signer's assertion: nothing in a raw vector tells which model made it.
         signer_key_id: key id of the Ed25519 signer (``None``: unsigned).
         signature: base64 Ed25519 signature over ``UTILITY_DOMAIN + canonical_json(body)``.
         version: record format version.
@@ -180,6 +190,7 @@ class UtilityRecord:
     dim: int | None = None
     vector_name: str | None = None
     distance: str | None = None
+    embedding_model: str | None = None
     signer_key_id: str | None = None
     signature: str | None = None
     version: int = RECORD_VERSION
@@ -196,6 +207,8 @@ class UtilityRecord:
             del out["vector_name"]
         if self.version < 4:
             del out["distance"]
+        if self.version < 5:
+            del out["embedding_model"]
         return out
 
     def signed_bytes(self) -> bytes:
@@ -345,7 +358,8 @@ class UtilityRecord:
         Raises:
             ValueError: the text is not JSON, lacks/has unknown fields, or has a field of the
                 wrong form (``created_at`` not integer milliseconds, ``dim``, ``vector_name`` or
-                ``distance`` missing or wrong for its version).
+                ``distance`` missing or wrong for its version, ``embedding_model`` neither null nor
+                a non-empty string, or set before version 5).
         """
         if isinstance(text, (bytes, bytearray)):
             text = bytes(text).decode("utf-8")
@@ -378,9 +392,9 @@ class UtilityRecord:
                                           f"milliseconds since the Unix epoch (an int64, as `qdrant-guard calibrate` "
                                           f"writes it), got {shown}; re-run `qdrant-guard calibrate` to write the record again")
         version = data.get("version", RECORD_VERSION)
-        if isinstance(version, bool) or version not in (1, 2, 3, 4):
+        if isinstance(version, bool) or version not in (1, 2, 3, 4, 5):
             raise GuardArgumentValueError(f"utility record has version {version!r}; this qdrant_guard reads versions 1 "
-                                          "to 4 (re-run `qdrant-guard calibrate` to write a current record)")
+                                          "to 5 (re-run `qdrant-guard calibrate` to write a current record)")
         dim = data.get("dim")
         if version == 1 and dim is not None:
             raise GuardArgumentValueError("utility record of version 1 has a 'dim' field, which version 1 records "
@@ -402,6 +416,15 @@ class UtilityRecord:
         if version >= 4 and distance not in _DISTANCES:
             raise GuardArgumentValueError(f"utility record of version {version} needs 'distance', the calibrated "
                                           f"vector's distance, as one of {', '.join(_DISTANCES)}; got {distance!r}")
+        model = data.get("embedding_model")
+        if version < 5 and model is not None:
+            raise GuardArgumentValueError(f"utility record of version {version} has an 'embedding_model' field, which "
+                                          "records before version 5 do not carry (was its version edited?)")
+        if model is not None and not (isinstance(model, str) and model.strip()):
+            shown = repr(model) if len(repr(model)) <= 40 else repr(model)[:40] + "..."
+            raise GuardArgumentValueError(f"utility record of version {version} needs 'embedding_model', the embedding "
+                                          f"model its vectors came from, as a non-empty string or null (not named); "
+                                          f"got {shown}; re-run `qdrant-guard calibrate --embedding-model NAME`")
         return cls(**data)
 
 
@@ -705,6 +728,38 @@ def _round_up_4(value: float) -> str:
     return text
 
 
+def embedder_model_name(embedder: Any) -> str | None:
+    """The model name an embedder exposes, on itself or on the object whose bound method it is:
+    its ``model_id`` (what the guard records in receipts, as :class:`HashingEmbedder` has) or
+    ``model_name`` (fastembed's ``TextEmbedding``); None when it has no non-empty string one."""
+    for owner in (embedder, getattr(embedder, "__self__", None)):
+        for attr in ("model_id", "model_name"):
+            name = getattr(owner, attr, None) if owner is not None else None
+            if isinstance(name, str) and name.strip():
+                return name
+    return None
+
+
+def _embedding_model(embedding_model: Any, embedder: Any) -> str | None:
+    """The model name a record is to carry: the one given, else the embedder's (see calibrate)."""
+    named = embedder_model_name(embedder) if embedder is not None else None
+    if embedding_model is None:
+        return named
+    if not isinstance(embedding_model, str):
+        raise GuardArgumentTypeError(f"calibrate() argument 'embedding_model' must be a str or None, not "
+                                     f"{type(embedding_model).__name__}")
+    if not embedding_model.strip():
+        raise GuardArgumentValueError("calibrate() argument 'embedding_model' is empty; name the model the "
+                                      "collection's vectors came from, e.g. 'sentence-transformers/all-MiniLM-L6-v2', "
+                                      "or pass None")
+    if named is not None and named != embedding_model:
+        # The queries would be embedded by one model and the record would name another.
+        raise GuardArgumentValueError(f"calibrate() argument 'embedding_model' is {embedding_model!r}, but the "
+                                      f"embedder embeds with {named!r}; name the embedder's model (names are compared "
+                                      "exactly), or pass an embedder of the model the collection was embedded with")
+    return embedding_model
+
+
 def calibrate(
     client: Any,
     collection: str,
@@ -726,6 +781,7 @@ def calibrate(
     seed: int | None = None,
     metric: str = "recall",
     vector_name: str | None = None,
+    embedding_model: str | None = None,
 ) -> UtilityRecord:
     """Choose the strongest noise level whose retrieval-quality drop stays within ``threshold``.
 
@@ -761,6 +817,13 @@ def calibrate(
         vector_name: which named vector to calibrate (needed when the collection has several).
             The record carries the measured vector's name (``""`` for an unnamed vector), and a
             guard applies a record of a named vector only to writes of a vector of that name.
+        embedding_model: the embedding model the collection's vectors (and the queries) came from,
+            e.g. ``"sentence-transformers/all-MiniLM-L6-v2"``, signed into the record; a policy
+            that sets ``utility.embedding_model`` accepts only records naming its model. ``None``:
+            the ``model_id`` or ``model_name`` of ``embedder`` (or of the object whose bound method
+            it is) when it has a non-empty string one (:func:`embedder_model_name`), else not
+            named. It is what the caller asserts: calibrate cannot tell which model made the
+            collection's vectors.
 
     Returns:
         The (signed) :class:`UtilityRecord`.
@@ -769,7 +832,8 @@ def calibrate(
         UtilityCalibrationError: no level meets both the threshold and the ceiling; the message
             shows the measured frontier and which constraint to relax.
         TypeError, ValueError: a bad argument, or a clean ``metric`` of 0 (qrels naming no point
-            the clean search returns: there is no quality to lose).
+            the clean search returns: there is no quality to lose), or an ``embedding_model`` other
+            than the model ``embedder`` names.
     """
     if not isinstance(collection, str) or not collection:
         raise GuardArgumentTypeError("calibrate() argument 'collection' must be a non-empty str")
@@ -777,6 +841,7 @@ def calibrate(
         raise GuardArgumentValueError(f"mechanism must be 'gaussian' or 'laplace_l2', got {mechanism!r}")
     if metric not in _METRICS:
         raise GuardArgumentValueError(f"metric must be one of {_METRICS}, got {metric!r}")
+    embedding_model = _embedding_model(embedding_model, embedder)
     if metric == "ndcg" and qrels is None:
         raise GuardArgumentValueError("metric='ndcg' needs qrels (graded or binary relevance labels)")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -972,6 +1037,7 @@ def calibrate(
         dim=int(docs.shape[1]),
         vector_name=using or "",
         distance=distance.value,
+        embedding_model=embedding_model,
         signer_key_id=key_id_str,
     )
     if signer is not None:
@@ -1046,9 +1112,34 @@ def _threshold_arg(text: str) -> float:
     return _below_one_arg(text, "a relative drop", "0.05")
 
 
+def _model_arg(text: str) -> str:
+    """``--embedding-model``: a non-empty name (argparse names the option)."""
+    import argparse
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty name names no model; give the model the collection's vectors "
+                                         "came from, e.g. sentence-transformers/all-MiniLM-L6-v2")
+    return text
+
+
+class _CliQueryEmbedder:
+    """The CLI's text-query path: the guard's text transform, then the evaluation model."""
+
+    def __init__(self, transform: Callable[[str], str]) -> None:
+        from .evaluation.embed import MODEL_ID, Embedder
+
+        self.model_id = MODEL_ID
+        self._model = Embedder()
+        self._transform = transform
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        return np.asarray(self._model.encode([self._transform(t) for t in texts]))
+
+
 def add_calibrate_arguments(parser: Any) -> None:
     """Add the ``qdrant-guard calibrate`` options to an argparse parser."""
     from .cli import _positive_int
+    from .evaluation.embed import MODEL_ID
 
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--path", help="local Qdrant storage directory")
@@ -1081,6 +1172,10 @@ def add_calibrate_arguments(parser: Any) -> None:
                         help="the named vector to measure (needed when --collection has several); the "
                              "record vouches only for writes of a vector of this name (the policy's "
                              "utility.records)")
+    parser.add_argument("--embedding-model", type=_model_arg,
+                        help="the embedding model the collection's vectors came from, signed into the record "
+                             "(the policy's utility.embedding_model must name the same, compared exactly); text "
+                             "queries are embedded with %s, the default for them" % MODEL_ID)
     parser.add_argument("--k", type=_positive_int, default=10, help="cut-off of the metric (the policy's utility.k; default 10)")
     parser.add_argument("--metric", default="recall", choices=_METRICS,
                         help="the policy's utility.metric (default recall; ndcg needs --qrels)")
@@ -1174,11 +1269,7 @@ def run_calibrate_cli(args: Any) -> int:
             qrels[q] = relevant
     embedder = None
     if queries and isinstance(queries[0], str):
-        from .evaluation.embed import Embedder
-
-        model = Embedder().encode
-        transform = query_text_transform(get("query_text", "generalized"))  # the CLI default
-        embedder = lambda texts: model([transform(t) for t in texts])  # noqa: E731
+        embedder = _CliQueryEmbedder(query_text_transform(get("query_text", "generalized")))  # the CLI default
     signer = None
     if get("key"):
         from .keys import load_private_key
@@ -1212,6 +1303,7 @@ def run_calibrate_cli(args: Any) -> int:
             seed=get("seed"),
             metric=get("metric", "recall"),
             vector_name=get("vector_name"),
+            embedding_model=get("embedding_model"),
         )
     except UtilityCalibrationError as exc:
         print(f"qdrant-guard calibrate: {exc}", file=sys.stderr)
@@ -1222,6 +1314,7 @@ def run_calibrate_cli(args: Any) -> int:
         fh.write(record.to_json() + "\n")
     print(
         (f"vector {record.vector_name!r}: " if record.vector_name else "")
+        + (f"model {record.embedding_model!r}: " if record.embedding_model else "")
         + f"chosen epsilon {record.epsilon:g} (sigma {record.scale:.4g}), {record.metric} drop "
         f"{record.measured[record.chosen_level]['drop']:.4f} <= {record.threshold:g}; "
         f"retrieval_utility_guard_hash {record.digest}"

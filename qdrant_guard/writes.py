@@ -755,7 +755,7 @@ class WriteOps(TextOps):
                     why = self.utility_refusal(pol, mechanism=prm.mechanism, epsilon=prm.epsilon,
                                                radius=prm.radius, delta=prm.delta, clip_norm=prm.clip_norm,
                                                dim=int(arr.shape[-1]), vector_name=vname, scale=prm.scale,
-                                               distance=spec.distance)
+                                               distance=spec.distance, collection=name)
                     if why is not None:
                         fault(Verdict.UTILITY_DEGRADED, p.id, why)
                         utility_why = utility_why or why
@@ -785,7 +785,8 @@ class WriteOps(TextOps):
                     whys[slot] = self.utility_refusal(pol, mechanism=n.mechanism, epsilon=n.epsilon,
                                                       radius=n.radius, delta=n.delta, clip_norm=n.clip_norm,
                                                       dim=slot[1], vector_name=s.name,
-                                                      distance=shape.spec(s.name, where=f"point {points[s.point].id!r}").distance)
+                                                      distance=shape.spec(s.name, where=f"point {points[s.point].id!r}").distance,
+                                                      collection=name)
                 why = whys[slot]
                 if why is not None:
                     faults.setdefault(Verdict.UTILITY_DEGRADED, []).append(points[s.point].id)

@@ -210,7 +210,7 @@ def test_a_version_1_record_without_a_dimension_still_verifies_and_applies(recor
     ({"dim": None}, "needs 'dim'"),
     ({"dim": 0}, "needs 'dim'"),
     ({"dim": True}, "needs 'dim'"),
-    ({"version": 5}, "reads versions 1 to 4"),
+    ({"version": 6}, "reads versions 1 to 5"),
     ({"version": 1}, "version 1 records do not carry"),
 ])
 def test_a_record_whose_version_and_dimension_disagree_is_not_read(record_and_kit, edit, message):

@@ -103,7 +103,7 @@ def test_calibrate_records_the_vector_it_measured_and_signs_it(setup):
     kit, recs, _, _ = setup
     for name in ("text", "image"):
         rec = recs[name]
-        assert (rec.vector_name, rec.dim, rec.version) == (name, DIMS[name], 4)
+        assert (rec.vector_name, rec.dim, rec.version) == (name, DIMS[name], 5)
         assert rec.body()["vector_name"] == name  # in the signed body
         assert verify_utility_record(UtilityRecord.from_json(rec.to_json()),
                                      [keys.load_private_key(kit.guard_key_path).public_key()])
