@@ -97,8 +97,9 @@ def _record_age_refusal(rec: Any, path: str | None, max_age_s: float | None, now
     return None
 
 
-def _record_model_refusal(rec: Any, path: str | None, model: str | None, collection: str | None) -> str | None:
-    """Why ``rec`` cannot vouch for a collection whose ``utility.embedding_model`` is ``model``, or None.
+def _record_model_refusal(rec: Any, path: str | None, model: str | None, collection: str | None,
+                          key: str) -> str | None:
+    """Why ``rec`` cannot vouch for a vector whose model the policy's ``key`` declares ``model``, or None.
 
     The record's model name is its signer's word (a raw vector does not say which model made it);
     this refuses a record whose word is another model, or none."""
@@ -111,13 +112,13 @@ def _record_model_refusal(rec: Any, path: str | None, model: str | None, collect
         named = ("it predates record version 5, which added the model" if rec.version < 5
                  else "it was calibrated without --embedding-model")
         return (f"model_unnamed: utility record {path!r} names no embedding model ({named}), but {where} "
-                f"declares utility.embedding_model = {_toml_str(model)}, and a record that names no model "
-                f"cannot show it measured that one; {fix}, or remove utility.embedding_model to accept "
+                f"declares {key} = {_toml_str(model)}, and a record that names no model "
+                f"cannot show it measured that one; {fix}, or remove {key} to accept "
                 "records without a model name")
     return (f"model_mismatch: utility record {path!r} was calibrated on vectors of embedding model "
-            f"{rec.embedding_model!r}, but {where} declares utility.embedding_model = {_toml_str(model)}: the "
+            f"{rec.embedding_model!r}, but {where} declares {key} = {_toml_str(model)}: the "
             f"same noise costs another model's vectors a different retrieval drop; {fix}, or correct "
-            f"utility.embedding_model if the collection's vectors come from {rec.embedding_model!r}")
+            f"{key} if those vectors come from {rec.embedding_model!r}")
 
 
 class Guard(WriteOps, ReadOps):
@@ -241,8 +242,9 @@ class Guard(WriteOps, ReadOps):
         one for this vector (``utility.records`` names it; a ``utility.record`` calibrated on a
         named vector vouches for that name only), calibrated for the policy's own mechanism,
         radius, delta and clip_norm, on the policy's metric at its k, on vectors of this ``dim``
-        (records of version 2 on) compared by this ``distance`` (version 4 on), naming the policy's
-        ``utility.embedding_model`` when it is set, and must cover this level
+        (records of version 2 on) compared by this ``distance`` (version 4 on), naming the model the policy
+        declares for this vector (``utility.embedding_models``, else ``utility.embedding_model``)
+        when it declares one, and must cover this level
         (:meth:`qdrant_guard.utility.UtilityRecord.level_refusal`). ``scale``: a receipt's noise
         scale, which must be its epsilon's calibrated one (the guard's own noise always is).
         ``collection``: the written collection's name, for the messages.
@@ -279,7 +281,10 @@ class Guard(WriteOps, ReadOps):
                         f"calibrate vector {shown!r} (`qdrant-guard calibrate ... --vector-name "
                         f"{shlex.quote(vector_name)} --out FILE`) and give each named vector its record in "
                         "utility.records instead of utility.record")
-        unmodelled = _record_model_refusal(rec, path, u.embedding_model, collection)
+        key = (f"utility.embedding_models.{_toml_key(vector_name)}" if vector_name in u.embedding_models
+               else "utility.embedding_model")
+        unmodelled = _record_model_refusal(rec, path, u.embedding_models.get(vector_name, u.embedding_model),
+                                           collection, key)
         if unmodelled is not None:
             return unmodelled
         stale = _record_age_refusal(rec, path, u.max_age_s, self.clock())

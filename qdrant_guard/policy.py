@@ -462,14 +462,20 @@ class UtilityPolicy(_Strict):
     with that option, or correct this key. Names are compared exactly, as written. The name in a
     record is what its signer asserts; the guard cannot tell which model produced a raw vector, so
     this holds a record to its signer's word, not a vector to its model. It applies to every vector
-    of the collection, ``records`` included. None (the default): the model a record names is not
-    checked."""
+    of the collection that ``embedding_models`` does not name, ``records`` included. None (the
+    default): the model a record names is not checked."""
+    embedding_models: dict[str, str] = Field(default_factory=dict)
+    """The embedding model of each named vector whose model differs from ``embedding_model``, a table
+    of vector name to model, e.g. ``embedding_models = { image = "openai/clip-vit-base-patch32" }``.
+    A write of a vector it names is held to that model as ``embedding_model`` holds the others
+    (the record consulted must name it); a vector it does not name falls back to
+    ``embedding_model`` (unset: not checked). ``{}`` (the default): ``embedding_model`` decides."""
     enforce: bool = True
     """Refuse writes (UTILITY_DEGRADED) unless the record applies to the policy (same mechanism,
     radius, delta, clip_norm, metric and k) and to the write (a record for the vector written, see
     ``records``; vectors of the calibrated dimension, records from before version 2 carry none, and
-    of its distance, records from before version 4 carry none; of ``embedding_model`` when set; a
-    receipt's noise at its epsilon's calibrated scale) and
+    of its distance, records from before version 4 carry none; naming the model ``embedding_model`` or
+    ``embedding_models`` declares for the vector, when set; a receipt's noise at its epsilon's calibrated scale) and
     measured a passing level with at least as much noise and no failing level with as little;
     unmeasured levels are refused. ``false``: nothing is refused for utility; a set record is still
     verified and its hash recorded."""
@@ -486,6 +492,19 @@ class UtilityPolicy(_Strict):
                 raise ValueError(f"the record of vector {name!r} is an empty path, which names no file (it "
                                  "would be read as the policy's directory); give the file `qdrant-guard "
                                  f"calibrate --vector-name {name} --out FILE` wrote, or leave {name!r} out")
+        return v
+
+    @field_validator("embedding_models")
+    @classmethod
+    def _models_named(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, model in v.items():
+            if not name:
+                raise ValueError("the model of the vector named \"\" (the unnamed vector) is set with "
+                                 "utility.embedding_model = \"NAME\", not in utility.embedding_models; name each "
+                                 "named vector, e.g. image = \"openai/clip-vit-base-patch32\"")
+            if not model.strip():
+                raise ValueError(f"the model of vector {name!r} is empty, which names no model; name the model "
+                                 f"vector {name!r} was embedded with, or leave {name!r} out")
         return v
 
     @model_validator(mode="after")

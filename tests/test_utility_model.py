@@ -296,28 +296,74 @@ def test_enforce_false_refuses_nothing_for_the_model(setup):
     assert owner.count("docs", exact=True).count == 1
 
 
-def test_records_of_named_vectors_are_held_to_the_model_too(setup, tmp_path):
-    kit, _, _, _ = setup
-    raw = RawClient(":memory:")
-    raw.create_collection("staging", vectors_config={"text": _VP})
+CLIP = "openai/clip-vit-base-patch32"
+
+
+@pytest.fixture(scope="module")
+def named(setup, tmp_path_factory):
+    """Records of vectors ``text`` (model A) and ``image`` (CLIP, and one naming model A), and docs."""
+    kit = setup[0]
+    tmp = tmp_path_factory.mktemp("umodel-named")
     _, docs, queries = staging_store(DIM)
-    raw.upsert("staging", [models.PointStruct(id=i, vector={"text": v.tolist()}) for i, v in enumerate(docs)])
-    rec = _calibrate(kit, raw, queries, vector_name="text", embedding_model=MODEL_A)
-    path = tmp_path / "text.json"
-    path.write_text(rec.to_json())
-    for model, ok in ((MODEL_A, True), (MODEL_B, False)):
-        pol = _policy(rec, path, model)
-        pol["utility"] = {"records": {"text": str(path)}, "embedding_model": model}
-        cfg = kit.config({"docs": pol}, epsilon_ceiling={"PII": 5.0})
-        owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
-        owner.create_collection("docs", vectors_config={"text": _VP})
-        point = models.PointStruct(id=1, vector={"text": docs[1].tolist()})
-        if ok:
-            owner.upsert("docs", [point])
-            assert owner.count("docs", exact=True).count == 1
-        else:
-            with pytest.raises(GuardRefusal, match="model_mismatch"):
-                owner.upsert("docs", [point])
+    raw = RawClient(":memory:")
+    raw.create_collection("staging", vectors_config={"text": _VP, "image": _VP})
+    raw.upsert("staging", [models.PointStruct(id=i, vector={"text": v.tolist(), "image": v.tolist()})
+                           for i, v in enumerate(docs)])
+    paths = {}
+    for key, vector, model in (("text", "text", MODEL_A), ("image", "image", CLIP), ("image_a", "image", MODEL_A)):
+        rec = _calibrate(kit, raw, queries, vector_name=vector, embedding_model=model)
+        paths[key] = tmp / f"{key}.json"
+        paths[key].write_text(rec.to_json())
+    return rec.epsilon, paths, docs
+
+
+def _named_owner(kit, eps, paths, image_record, **models_keys):
+    pol = {"class": "PII", "owner": "hr", "noise_on_write": True, "intent": {"enabled": False},
+           "noise": {"epsilon": eps, "radius": 0.01},
+           "utility": {"records": {"text": str(paths["text"]), "image": str(paths[image_record])}, **models_keys}}
+    cfg = kit.config({"docs": pol}, epsilon_ceiling={"PII": 5.0})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("docs", vectors_config={"text": _VP, "image": _VP})
+    return owner
+
+
+def _named_write(owner, docs, vector, pid=1):
+    owner.upsert("docs", [models.PointStruct(id=pid, vector={vector: docs[pid].tolist()})])
+
+
+def test_records_of_named_vectors_are_held_to_the_collection_model(setup, named):
+    kit = setup[0]
+    eps, paths, docs = named
+    owner = _named_owner(kit, eps, paths, "image_a", embedding_model=MODEL_A)
+    _named_write(owner, docs, "text")
+    _named_write(owner, docs, "image", 2)
+    owner = _named_owner(kit, eps, paths, "image_a", embedding_model=MODEL_B)
+    for vector in ("text", "image"):
+        with pytest.raises(GuardRefusal) as err:
+            _named_write(owner, docs, vector)
+        assert "model_mismatch" in str(err.value) and "utility.embedding_model = " in str(err.value)
+
+
+def test_embedding_models_holds_a_named_vector_to_its_own_model(setup, named):
+    kit = setup[0]
+    eps, paths, docs = named
+    owner = _named_owner(kit, eps, paths, "image", embedding_model=MODEL_A, embedding_models={"image": CLIP})
+    _named_write(owner, docs, "text")
+    _named_write(owner, docs, "image", 2)
+    assert owner.count("docs", exact=True).count == 2
+    # The image vector's record names model A: the table's CLIP is what image writes are held to.
+    owner = _named_owner(kit, eps, paths, "image_a", embedding_model=MODEL_A, embedding_models={"image": CLIP})
+    _named_write(owner, docs, "text")
+    with pytest.raises(GuardRefusal) as err:
+        _named_write(owner, docs, "image", 2)
+    msg = str(err.value)
+    assert err.value.verdict == "UTILITY_DEGRADED" and "model_mismatch" in msg
+    assert f'utility.embedding_models.image = "{CLIP}"' in msg and MODEL_A in msg
+    # Listed in the table only, the other vectors are not checked.
+    owner = _named_owner(kit, eps, paths, "image", embedding_models={"image": CLIP})
+    _named_write(owner, docs, "text")
+    _named_write(owner, docs, "image", 2)
+    assert owner.count("docs", exact=True).count == 2
 
 
 # --------------------------------------------------------------------------- the policy
@@ -328,7 +374,18 @@ def test_a_bad_policy_model_is_a_config_error_naming_the_key(setup, bad):
     kit, recs, paths, _ = setup
     with pytest.raises(ConfigError) as err:
         kit.config({"docs": _policy(recs["a"], paths["a"], bad)})
-    assert "embedding_model" in str(err.value)
+    assert "utility.embedding_model" in str(err.value)
+
+
+@pytest.mark.parametrize("bad, says", [({"image": 5}, "valid string"), ({"image": " "}, "names no model"),
+                                       ({"": CLIP}, "utility.embedding_model = "), ("clip", "expected a table")])
+def test_a_bad_model_table_is_a_config_error_naming_the_key(setup, bad, says):
+    kit, recs, paths, _ = setup
+    pol = _policy(recs["a"], paths["a"])
+    pol["utility"]["embedding_models"] = bad
+    with pytest.raises(ConfigError) as err:
+        kit.config({"docs": pol})
+    assert "utility.embedding_models" in str(err.value) and says in str(err.value)
 
 
 # --------------------------------------------------------------------------- the CLI
