@@ -1270,6 +1270,13 @@ def run_calibrate_cli(args: Any) -> int:
     embedder = None
     if queries and isinstance(queries[0], str):
         embedder = _CliQueryEmbedder(query_text_transform(get("query_text", "generalized")))  # the CLI default
+        named = get("embedding_model")
+        if named is not None and named != embedder.model_id:
+            raise GuardArgumentValueError(
+                f"--embedding-model {named!r}: the text queries of --queries are embedded with {embedder.model_id} "
+                f"(the eval model), so the record would name a model its queries were not made by; give "
+                f"--embedding-model {embedder.model_id} (names are compared exactly), or give --queries as vectors "
+                f"embedded with {named!r}")
     signer = None
     if get("key"):
         from .keys import load_private_key

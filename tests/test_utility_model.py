@@ -439,3 +439,17 @@ def test_the_cli_names_its_own_model_for_text_queries():
 
     # Constructing it loads no model; the name is what `calibrate` signs for text queries.
     assert embedder_model_name(_CliQueryEmbedder(query_text_transform("raw"))) == MODEL_ID
+
+
+def test_the_cli_refuses_a_model_its_text_queries_are_not_embedded_with(clean_store, tmp_path, capsys):
+    from qdrant_guard.evaluation.embed import MODEL_ID
+
+    store, _ = clean_store
+    texts = tmp_path / "t.jsonl"
+    texts.write_text('"where is the payroll file"\n"who approved the leave"\n')
+    out = tmp_path / "u.json"
+    # Refused before anything is embedded or measured: the record would name a model the queries were not made by.
+    assert _cli(store, texts, out, "--embedding-model", "all-MiniLM-L6-v2") == 2
+    err = capsys.readouterr().err
+    assert "--embedding-model 'all-MiniLM-L6-v2'" in err and f"--embedding-model {MODEL_ID}" in err
+    assert "Traceback" not in err and not out.exists()
