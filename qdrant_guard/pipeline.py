@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+import json
 import logging
 import math
 import os
@@ -32,7 +33,7 @@ from . import keys as _keys
 from .canonical import canonical_json
 from .audit import AuditLog
 from .boundary import PATH_IS_NOT_A_TOKEN, Principal, VerifiedPrincipal, verify_credential
-from .decision import Decision, Verdict
+from .decision import MAX_IDS_IN_RECORD, Decision, Verdict
 from .errors import (AuditError, ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError,
                      UnsupportedWriteError)
 from .policy import CollectionPolicy, GuardConfig, load_policy
@@ -298,6 +299,20 @@ def sizes_withheld(data: Any) -> Any:
     return data.model_copy(update={"size": 0})
 
 
+def missing_collection_error(name: str, *, remote: bool) -> Exception:
+    """The error ``get_collection`` raises for a collection that does not exist: qdrant-client's
+    local mode raises ``ValueError("Collection NAME not found")``; a server's REST API answers 404
+    with ``Not found: Collection `NAME` doesn't exist!`` (qdrant-client raises UnexpectedResponse)."""
+    if not remote:
+        return ValueError(f"Collection {name} not found")
+    import httpx
+    from qdrant_client.http.exceptions import UnexpectedResponse
+
+    body = json.dumps({"status": {"error": f"Not found: Collection `{name}` doesn't exist!"}, "time": 0.0},
+                      ensure_ascii=False, separators=(",", ":")).encode()
+    return UnexpectedResponse(404, "Not Found", body, httpx.Headers({"content-type": "application/json"}))
+
+
 def mark_audited(exc: BaseException) -> BaseException:
     """Mark ``exc`` as already audited, so the write path's catch-all does not audit it again."""
     exc._qg_audited = True  # type: ignore[attr-defined]
@@ -445,6 +460,8 @@ class GuardPipeline:
         write through any of them drops the source sizes all of them cached."""
         self._join_epoch(size_epoch_for(backend))
         self.shared["store_identity"] = store_identity(backend)
+        # A hidden name is answered as the backend answers a missing one (name_visible).
+        self.shared["remote"] = isinstance(backend, (QdrantRemote, AsyncQdrantRemote))
 
     def _join_epoch(self, epoch: SourceSizeEpoch) -> None:
         epoch.join(self._sizes_of)
@@ -886,6 +903,93 @@ class GuardPipeline:
         answer = yield from self.forward(method, name, pol, Call(method, args))
         return admin_answer_for(method, answer) if counted else answer
 
+    # -- names (names_visible) ---------------------------------------------------------------
+    def hides_names(self) -> bool:
+        """Whether this guard answers only the names its principal may see (``names_visible``)."""
+        return not self.transparent and self.config.names_visible == "accessible"
+
+    def name_visible(self, name: str) -> bool:
+        """Whether the principal is told that collection or alias ``name`` exists: always under
+        ``names_visible = "all"``; under ``"accessible"`` when the principal may read, write or
+        own it under the policy (administrators own or write it). The answer depends on the
+        policy and the credential only, never on the store: a hidden name that exists and one
+        that does not are answered alike."""
+        if not self.hides_names():
+            return True
+        try:
+            pol = self.policy(name)
+        except ConfigError:  # unlisted = "refuse": no principal reads, writes or owns it
+            return False
+        boundary = self.boundary()
+        return pol.may_read(boundary) or pol.may_write(boundary)
+
+    def _hidden_name(self, method: str, name: str, answer: str) -> None:
+        """Audit a name answered as missing because the principal may not see it."""
+        try:
+            pol: CollectionPolicy | None = self.policy(name)
+        except ConfigError:
+            pol = None
+        self.record(self.decision(
+            method, name, pol, Verdict.REFUSED_CROSS_BOUNDARY,
+            f"names_visible = \"accessible\": the principal may not read, write or own collection {name!r}, so "
+            f"it is answered {answer}, as a collection that does not exist is (Qdrant was not asked)",
+            details={"names_visible": "accessible", "answered": answer}))
+
+    def _names_listed(self, method: str, hidden: list[str], what: str) -> None:
+        """Audit a list answered without the names the principal may not see."""
+        self.record(self.decision(
+            method, None, None, Verdict.ALLOW,
+            f"{what} allowed" + (f": {len(hidden)} the principal may not read, write or own left out "
+                                 "(names_visible = \"accessible\")" if hidden else ""),
+            details={"names_visible": "accessible", "hidden": hidden[:MAX_IDS_IN_RECORD],
+                     "hidden_count": len(hidden)} if hidden else {"names_visible": "accessible"}))
+
+    def op_get_collections(self, method: str, args: dict[str, Any]) -> Op:
+        """Every collection's name, or under ``names_visible = "accessible"`` those the principal
+        may see (:meth:`name_visible`)."""
+        if not self.hides_names():
+            return (yield Call(method, args))
+        resp = yield from self.forward(method, None, None, Call(method, args))
+        kept = [c for c in resp.collections if self.name_visible(c.name)]
+        self._names_listed(method, [c.name for c in resp.collections if c not in kept], "collection list")
+        return resp.model_copy(update={"collections": kept})
+
+    def op_get_aliases(self, method: str, args: dict[str, Any]) -> Op:
+        """Every alias, or under ``names_visible = "accessible"`` those whose own name and
+        collection the principal may both see (the entry names both)."""
+        if not self.hides_names():
+            return (yield Call(method, args))
+        resp = yield from self.forward(method, None, None, Call(method, args))
+        kept = [a for a in resp.aliases if self.name_visible(a.alias_name) and self.name_visible(a.collection_name)]
+        self._names_listed(method, [a.alias_name for a in resp.aliases if a not in kept], "alias list")
+        return resp.model_copy(update={"aliases": kept})
+
+    def op_get_collection_aliases(self, method: str, args: dict[str, Any]) -> Op:
+        """A collection's aliases; under ``names_visible = "accessible"``, none for a collection the
+        principal may not see (what a missing collection answers), and those it may see of a
+        visible one."""
+        if not self.hides_names():
+            return (yield Call(method, args))
+        name = args["collection_name"]
+        if not self.name_visible(name):
+            from qdrant_client.http import models
+
+            self._hidden_name(method, name, "with no aliases")
+            return models.CollectionsAliasesResponse(aliases=[])
+        resp = yield from self.forward(method, name, None, Call(method, args))
+        kept = [a for a in resp.aliases if self.name_visible(a.alias_name)]
+        self._names_listed(method, [a.alias_name for a in resp.aliases if a not in kept], "alias list")
+        return resp.model_copy(update={"aliases": kept})
+
+    def op_collection_exists(self, method: str, args: dict[str, Any]) -> Op:
+        """Whether the name exists; under ``names_visible = "accessible"``, False for a name the
+        principal may not see, whether it exists or not."""
+        name = args["collection_name"]
+        if self.name_visible(name):
+            return (yield Call(method, args))
+        self._hidden_name(method, name, "False")
+        return False
+
     def op_get_collection(self, method: str, args: dict[str, Any]) -> Op:
         """The collection's configuration for any principal (surface.DESCRIBE); what is counted
         from its points, its payload index schema and its ``metadata`` (which the owner writes)
@@ -895,6 +999,9 @@ class GuardPipeline:
         if self.transparent:
             return (yield Call(method, args))
         name = args["collection_name"]
+        if not self.name_visible(name):
+            self._hidden_name(method, name, "as not found")
+            raise missing_collection_error(name, remote=self.shared.get("remote", False))
         boundary = self.boundary()
         pol: CollectionPolicy | None
         try:

@@ -1028,7 +1028,21 @@ class GuardConfig(_Strict):
     ``owner`` or ``writers``, and then noised); ``public`` = pass-through; ``refuse`` (a call that
     reads, writes, creates or deletes one raises ``ConfigError``, audited as ``REFUSED_CROSS_BOUNDARY``;
     ``collection_exists`` and ``get_collections`` still answer, and ``get_collection`` answers the
-    configuration without counts, payload index schema or metadata)."""
+    configuration without counts, payload index schema or metadata, unless ``names_visible =
+    "accessible"`` hides them)."""
+    names_visible: Literal["all", "accessible"] = "all"
+    """Which collection and alias names a principal is told of. ``all`` (qdrant-client's answers):
+    ``get_collections``, ``get_aliases``, ``get_collection_aliases`` and ``collection_exists``
+    answer every name, and ``get_collection`` every collection's configuration. ``accessible``: only
+    the names the principal may read, write or own under the policy (PUBLIC collections, and
+    unlisted ones under ``unlisted = "public"``, for everyone; unlisted ones under ``"strict"`` as
+    ``[default]`` allows, which by default is any verified principal and no client without a
+    valid credential; unlisted ones under ``"refuse"`` to no one). The lists leave the other names out (an alias when either its own name or its
+    collection's is hidden), ``collection_exists`` answers ``False``, and ``get_collection`` and
+    ``get_collection_aliases`` answer as for a collection that does not exist, without asking
+    Qdrant; each such answer is audited (``REFUSED_CROSS_BOUNDARY``, ``details.names_visible``).
+    Every other call on a hidden name keeps its refusal, decided from the policy alone before
+    Qdrant is asked (docs/threat-model.md, *What any principal learns about a collection*)."""
     epsilon_ceiling: dict[SensitivityClass, float] = Field(default_factory=lambda: dict(DEFAULT_CEILINGS))
     """Largest epsilon accepted per class (defaults: PII 2.0, CREDENTIAL 1.0, PROPRIETARY 8.0), for
     the policy's ``noise.epsilon`` and for the receipts of writers that noise their own vectors.

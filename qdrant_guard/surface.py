@@ -48,7 +48,12 @@ ADMIN = frozenset(
     }
 )
 
-# Collection configuration for any principal; its counts, payload index schema and metadata
+# Collection and alias names: answered in full under names_visible = "all" (the default, as
+# qdrant-client answers them); under "accessible" only the names the principal may read, write or
+# own, a hidden one answered as a missing one (pipeline.GuardPipeline.name_visible).
+NAMES = frozenset({"get_collections", "collection_exists", "get_aliases", "get_collection_aliases"})
+
+# Collection configuration for any principal who may see its name (names_visible); its counts, payload index schema and metadata
 # (owner-written data, qdrant-client 1.20) only for principals who may read it, and the index
 # schema's per-field counts not outside the owner boundary of a budgeted collection
 # (pipeline.describe_collection).
@@ -70,16 +75,12 @@ MULTI = frozenset({"update_collection_aliases", "migrate", "create_full_snapshot
                    "list_full_snapshots"})
 
 GUARDED = (WRITE_VECTORS | PAYLOAD | READ_POINTS | READ_COLLECTION | WRITE_COLLECTION | ADMIN | DESCRIBE
-           | OPERATOR_ONLY | MULTI)
+           | NAMES | OPERATOR_ONLY | MULTI)
 
 # Methods that are safe to pass through, each with the reason.
 SAFE: dict[str, str] = {
     "close": "closes the connection; touches no data",
     "info": "server version information only",
-    "get_collections": "lists collection names; names are not protected data",
-    "collection_exists": "answers whether a name exists",
-    "get_aliases": "alias names only",
-    "get_collection_aliases": "alias names only",
     "cluster_status": "cluster topology; no data",
     "list_text_models": "fastembed model catalogue",
     "list_sparse_models": "fastembed model catalogue",
