@@ -13,7 +13,7 @@ from qdrant_client.http import models
 from . import keys as _keys
 from .decision import Verdict
 from .errors import ConfigError, UnsupportedWriteError
-from .pipeline import Call, Op, sizes_withheld, telemetry_for
+from .pipeline import Call, Op, missing_alias_error, sizes_withheld, telemetry_for
 from .policy import CollectionPolicy
 from .reads import ReadOps
 from .receipts import ISSUED_AT_LEEWAY_S
@@ -339,6 +339,8 @@ class Guard(WriteOps, ReadOps):
         # Written only once every action has passed (like a batch's acceptances); PUBLIC targets
         # pass unrecorded, as other calls on PUBLIC collections do.
         accepted: list[tuple[str, str]] = []
+        # Deletions of aliases the principal may not see (names_visible), left out of the call.
+        skipped: set[int] = set()
         for i, action in enumerate(args["change_aliases_operations"]):
             if isinstance(action, models.CreateAliasOperation):
                 collection, alias = action.create_alias.collection_name, action.create_alias.alias_name
@@ -361,6 +363,14 @@ class Guard(WriteOps, ReadOps):
                 found = changed[old] if old in changed else (aliases or {}).get(old)
                 if found is None:
                     continue  # no such alias: Qdrant reports it
+                if old not in changed and not (self.name_visible(old) and self.name_visible(found)):
+                    # names_visible = "accessible": answered as for an alias that does not exist.
+                    # Refusing would say that it exists, and name the collection it points to.
+                    self._hidden_name(method, old, "as a missing alias")
+                    if isinstance(action, models.RenameAliasOperation):
+                        raise missing_alias_error(old, remote=self.shared.get("remote", False))
+                    skipped.add(i)  # deleting a missing alias changes nothing
+                    continue
                 collection = found
                 changed[old] = None
                 if isinstance(action, models.DeleteAliasOperation):
@@ -379,6 +389,11 @@ class Guard(WriteOps, ReadOps):
             if not self.policy(collection).is_public:
                 accepted.append((collection, f"alias {alias!r} now names it"))
         self.forget_shape()
+        if skipped:
+            kept = [a for i, a in enumerate(args["change_aliases_operations"]) if i not in skipped]
+            if not kept:
+                return True  # what Qdrant answers for deleting aliases that do not exist
+            args = {**args, "change_aliases_operations": kept}
         if not accepted:
             return (yield Call(method, args))
         for collection, what in accepted:

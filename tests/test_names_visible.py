@@ -258,3 +258,42 @@ def test_the_policy_file_takes_the_knob(tmp_path):
     p.write_text('names_visible = "some"\n')
     with pytest.raises(ConfigError, match=r"names_visible = 'some'.*'all' or 'accessible'"):
         load_policy(p)
+
+
+def test_alias_changes_answer_a_hidden_alias_as_a_missing_one(tmp_path):
+    # Before: deleting or renaming "layoffs" was refused, naming the hidden collection it points
+    # to ("may not administer PII collection 'hr-layoffs-2027'"), while a missing alias passed:
+    # the refusal said that the alias existed and what it named.
+    kit, alice, bob = _store(tmp_path, names_visible="accessible")
+
+    def delete(client, name):
+        return client.update_collection_aliases([models.DeleteAliasOperation(
+            delete_alias=models.DeleteAlias(alias_name=name))])
+
+    def rename(client, old):
+        return client.update_collection_aliases([models.RenameAliasOperation(
+            rename_alias=models.RenameAlias(old_alias_name=old, new_alias_name="kb-view"))])
+
+    assert delete(bob, "layoffs") is True and delete(bob, "ghost") is True
+    assert ("layoffs", "hr-layoffs-2027") in {(a.alias_name, a.collection_name)
+                                              for a in RawClient.get_aliases(bob).aliases}  # untouched
+    raw = RawClient(":memory:")
+    with pytest.raises(Exception) as absent:
+        raw.update_collection_aliases([models.RenameAliasOperation(
+            rename_alias=models.RenameAlias(old_alias_name="layoffs", new_alias_name="kb-view"))])
+    with pytest.raises(Exception) as hidden:
+        rename(bob, "layoffs")
+    assert type(hidden.value) is type(absent.value) and str(hidden.value) == str(absent.value)
+    assert "hr-layoffs-2027" not in str(hidden.value)
+    entry = [r for r in audit_records(kit) if r["op"] == "update_collection_aliases"][-1]
+    assert entry["verdict"] == "REFUSED_CROSS_BOUNDARY" and entry["details"]["answered"] == "as a missing alias"
+    # Its owner still manages it.
+    assert delete(alice, "layoffs") is True
+    assert RawClient.get_aliases(bob).aliases == []
+
+
+def test_alias_changes_are_unchanged_by_default(tmp_path):
+    # Regression guard for the default: the refusal names the collection, as before.
+    _, _, bob = _store(tmp_path)
+    with pytest.raises(GuardRefusal, match="hr-layoffs-2027"):
+        bob.update_collection_aliases([models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name="layoffs"))])
