@@ -11,7 +11,7 @@ from typing import Any
 from qdrant_client.http import models
 
 from . import keys as _keys
-from .decision import Verdict
+from .decision import MAX_IDS_IN_RECORD, Verdict
 from .errors import ConfigError, UnsupportedWriteError
 from .pipeline import Call, Op, missing_alias_error, sizes_withheld, telemetry_for
 from .policy import CollectionPolicy
@@ -433,11 +433,11 @@ class Guard(WriteOps, ReadOps):
         names = args.get("collection_names")
         if self.transparent:
             return (yield Call(method, args))
+        listed = names is None
         if names is None:
             resp = yield Call("get_collections", {})
             names = [c.name for c in resp.collections]
-        for n in names:
-            self.require_access(method, n, self.policy(n), "admin")
+        self._require_admin_of_all(method, list(names), listed)
         return (yield from self._audited_multi(method, list(names), "migration", args))
 
     def _audited_multi(self, method: str, names: list[str], what: str, args: dict[str, Any]) -> Op:
@@ -456,8 +456,7 @@ class Guard(WriteOps, ReadOps):
             return (yield Call(method, args))
         resp = yield Call("get_collections", {})
         names = [c.name for c in resp.collections]
-        for n in names:
-            self.require_access(method, n, self.policy(n), "admin")
+        self._require_admin_of_all(method, names, True)
         if all(self.readable(n) for n in names):
             return (yield from self._audited_multi(method, names, "full snapshot", args))
         # An administrator of every sensitive collection who may not read one (a writer of a
@@ -509,11 +508,30 @@ class Guard(WriteOps, ReadOps):
         the collection. Their entries keep only the name (get_collections lists it anyway)."""
         if self.transparent:
             return (yield Call(method, args))
+        hidden = ("; collections whose names it may not see are left out (names_visible = \"accessible\")"
+                  if self.hides_names() else "")
         self.record(self.decision(method, None, None, Verdict.ALLOW,
                                   "cluster telemetry allowed: shards, transfers and reshardings of the collections "
-                                  "the principal may not read are withheld"))
+                                  "the principal may not read are withheld" + hidden))
         data = yield from self.forward(method, None, None, Call(method, args))
-        return telemetry_for(data, self.readable)
+        return telemetry_for(data, self.readable, self.name_visible)
+
+    def _require_admin_of_all(self, method: str, names: list[str], listed: bool) -> None:
+        """Refuse ``method`` unless the principal administers every collection of ``names``.
+        ``listed``: the names come from the store (get_collections), not from the caller; under
+        ``names_visible = "accessible"`` the refusal then names none the principal may not see."""
+        if listed and self.hides_names():
+            hidden = [n for n in names if not self.name_visible(n)]
+            if hidden:  # never administered: visible names include every one the principal administers
+                raise self.refuse(self.decision(
+                    method, None, None, Verdict.REFUSED_CROSS_BOUNDARY,
+                    f"{method} acts on every collection in the store, and the principal may not administer "
+                    f"{len(hidden)} of them (their names are not shown: names_visible = \"accessible\"); "
+                    "run it as the operator, with a client constructed without guard=",
+                    details={"names_visible": "accessible", "hidden": hidden[:MAX_IDS_IN_RECORD],
+                             "hidden_count": len(hidden)}))
+        for n in names:
+            self.require_access(method, n, self.policy(n), "admin")
 
 
 __all__ = ["Guard"]

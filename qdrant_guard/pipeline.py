@@ -253,15 +253,16 @@ def describe_collection(info: Any, *, reader: bool, budgeted: bool) -> Any:
     return info
 
 
-def telemetry_for(data: Any, readable: Callable[[str], bool]) -> Any:
-    """``data`` (a ``cluster_telemetry`` answer) with the ``shards``, ``reshardings`` and
-    ``shard_transfers`` of every collection ``readable`` refuses set to None. ``data`` itself is
-    not changed."""
+def telemetry_for(data: Any, readable: Callable[[str], bool],
+                  visible: Callable[[str], bool] = lambda name: True) -> Any:
+    """``data`` (a ``cluster_telemetry`` answer) without the collections ``visible`` refuses, and
+    with the ``shards``, ``reshardings`` and ``shard_transfers`` of every other collection
+    ``readable`` refuses set to None. ``data`` itself is not changed."""
     if data is None or not getattr(data, "collections", None):
         return data
     shown = {name: (entry if readable(name) else entry.model_copy(
         update={"shards": None, "reshardings": None, "shard_transfers": None}))
-        for name, entry in data.collections.items()}
+        for name, entry in data.collections.items() if visible(name)}
     return data.model_copy(update={"collections": shown})
 
 
@@ -1005,7 +1006,8 @@ class GuardPipeline:
         return False
 
     def op_get_collection(self, method: str, args: dict[str, Any]) -> Op:
-        """The collection's configuration for any principal (surface.DESCRIBE); what is counted
+        """The collection's configuration for any principal who may see its name (surface.DESCRIBE;
+        under ``names_visible = "accessible"`` a hidden name raises what a missing one raises); what is counted
         from its points, its payload index schema and its ``metadata`` (which the owner writes)
         only for principals who may read it (see :func:`describe_collection`). Outside the owner
         boundary of a budgeted collection, the index schema without its per-field point counts,

@@ -1038,9 +1038,10 @@ class GuardConfig(_Strict):
     unlisted ones under ``unlisted = "public"``, for everyone; unlisted ones under ``"strict"`` as
     ``[default]`` allows, which by default is any verified principal and no client without a
     valid credential; unlisted ones under ``"refuse"`` to no one). The lists leave the other names out (an alias when either its own name or its
-    collection's is hidden), ``collection_exists`` answers ``False``, and ``get_collection`` and
-    ``get_collection_aliases`` answer as for a collection that does not exist, without asking
-    Qdrant; each such answer is audited (``REFUSED_CROSS_BOUNDARY``, ``details.names_visible``).
+    collection's is hidden), ``collection_exists`` answers ``False``, ``get_collection`` and ``get_collection_aliases``
+    answer as for a collection that does not exist and ``update_collection_aliases`` deleting or
+    renaming a hidden alias as for an alias that does not exist, without asking Qdrant; each such
+    answer is audited (``REFUSED_CROSS_BOUNDARY``, ``details.names_visible``).
     Every other call on a hidden name keeps its refusal, decided from the policy alone before
     Qdrant is asked (docs/threat-model.md, *What any principal learns about a collection*)."""
     epsilon_ceiling: dict[SensitivityClass, float] = Field(default_factory=lambda: dict(DEFAULT_CEILINGS))

@@ -44,6 +44,7 @@ SUPPORT_SEES = {"kb", "shared", "drop", "pub", "scratch"}
 def _store(tmp_path, **extra):
     """alice@hr's client on a store holding CREATED and alias "layoffs" -> hr-layoffs-2027, and
     bob@support's view of it."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     kit = make_kit(tmp_path)
     cfg = kit.config(POLICIES, **extra)
     alice = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
@@ -297,3 +298,49 @@ def test_alias_changes_are_unchanged_by_default(tmp_path):
     _, _, bob = _store(tmp_path)
     with pytest.raises(GuardRefusal, match="hr-layoffs-2027"):
         bob.update_collection_aliases([models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name="layoffs"))])
+
+
+def _telemetry(names):
+    """A server's cluster telemetry listing ``names`` (one shard each), built of qdrant-client models."""
+    def coll(name):
+        replica = models.DistributedReplicaTelemetry(peer_id=1, state=models.ReplicaState.ACTIVE, num_points=3,
+                                                     num_vectors=3, payloads_size_bytes=300)
+        return models.DistributedCollectionTelemetry(
+            id=name, shards=[models.DistributedShardTelemetry(id=0, key=None, replicas=[replica])], shard_transfers=[])
+    return models.DistributedTelemetryData(collections={n: coll(n) for n in names})
+
+
+def test_cluster_telemetry_leaves_hidden_collections_out(tmp_path):
+    # Server only: local mode has no telemetry, so the guard's operation (the one a url= client
+    # runs) is driven with a server's answer. Before, a collection the principal may not read kept
+    # its name there.
+    from qdrant_guard.pipeline import drive_sync
+
+    _, alice, bob = _store(tmp_path, names_visible="accessible")
+    answer = _telemetry(CREATED)
+    shown = drive_sync(bob.guard.run("cluster_telemetry", {}), lambda call: answer).collections
+    assert set(shown) == SUPPORT_SEES
+    assert shown["drop"].shards is None and shown["shared"].shards[0].replicas[0].num_points == 3
+    assert set(drive_sync(alice.guard.run("cluster_telemetry", {}), lambda call: answer).collections) == HR_SEES
+    # Default: every name, counts only of readable ones (unchanged).
+    _, _, bob_all = _store(tmp_path / "all")
+    shown = drive_sync(bob_all.guard.run("cluster_telemetry", {}), lambda call: answer).collections
+    assert set(shown) == set(CREATED) and shown["hr-layoffs-2027"].shards is None
+
+
+@pytest.mark.parametrize("method", ["create_full_snapshot", "migrate"])
+def test_a_call_on_every_collection_is_refused_without_naming_hidden_ones(tmp_path, method):
+    # Before, the refusal named the first collection of the store the principal could not
+    # administer ("may not administer PII collection 'hr-layoffs-2027'").
+    kit, _, bob = _store(tmp_path, names_visible="accessible")
+    call = (lambda: bob.create_full_snapshot()) if method == "create_full_snapshot" else \
+        (lambda: bob.migrate(RawClient(":memory:")))
+    with pytest.raises(GuardRefusal) as err:
+        call()
+    assert "hr-layoffs-2027" not in str(err.value) and "names_visible" in str(err.value)
+    entry = audit_records(kit)[-1]
+    assert entry["op"] == method and entry["verdict"] == "REFUSED_CROSS_BOUNDARY"
+    assert entry["details"]["hidden"] == ["hr-layoffs-2027"]
+    _, _, bob_all = _store(tmp_path / "all")  # default: unchanged, the refusal names it
+    with pytest.raises(GuardRefusal, match="hr-layoffs-2027"):
+        (bob_all.create_full_snapshot() if method == "create_full_snapshot" else bob_all.migrate(RawClient(":memory:")))
