@@ -1,13 +1,16 @@
 """Block rate of an intent model at a policy's block set and threshold, on both sides.
 
-    python scripts/intent_fp.py [--model PATH] [--min-confidence 0.6]
+    python scripts/intent_fp.py [--model PATH] [--min-confidence 0.6] [--show]
 
 Harmless side: tests/data/intent_benign_heldout.jsonl, benign RAG queries written for this
 measurement and kept out of the training data (its ``bulk_records`` lines, requests for records
-in bulk that docs/intent.md calls suspicious, are counted apart). Harmful side: the suspicious and
+in bulk that docs/intent.md calls suspicious, are counted apart), and
+tests/data/intent_benign_heldout2.jsonl, a second corpus written independently (other domains and
+wordings) before any model was tuned against the first. Harmful side: the suspicious and
 adversarial queries of the classifier's held-out split (``split_dataset``) and of the whole
-dataset. A query counts as blocked when its label is in the block set at ``min_confidence`` or
-above, as the pipeline decides.
+dataset, and tests/data/intent_harmful_heldout2.jsonl, suspicious and adversarial queries written
+with the second corpus, none from the dataset. A query counts as blocked when its label is in the
+block set at ``min_confidence`` or above, as the pipeline decides.
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from collections import Counter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "tests", "data", "intent_benign_heldout.jsonl")
+CORPUS2 = os.path.join(ROOT, "tests", "data", "intent_benign_heldout2.jsonl")
+HARMFUL2 = os.path.join(ROOT, "tests", "data", "intent_harmful_heldout2.jsonl")
 BLOCK = ("suspicious", "adversarial")
 
 
@@ -45,20 +50,33 @@ def main(argv: list[str] | None = None) -> int:
     clf = BuiltinIntentClassifier(args.model)
     mc = args.min_confidence
 
-    corpus = load_corpus()
-    benign = [r for r in corpus if r["form"] != "bulk_records"]
-    bulk = [r for r in corpus if r["form"] == "bulk_records"]
-    hits = [r for r in benign if blocked(clf, r["text"], mc)]
-    print(f"held-out benign corpus: {len(hits)}/{len(benign)} blocked ({len(hits) / len(benign):.1%})")
-    by_form = Counter(r["form"] for r in hits)
-    for form in sorted({r["form"] for r in benign}):
-        n = sum(r["form"] == form for r in benign)
-        print(f"  {form:<11} {by_form[form]:>3}/{n}")
-    print(f"  bulk_records (apart): {sum(blocked(clf, r['text'], mc) for r in bulk)}/{len(bulk)} blocked")
+    for title, path in (("held-out benign corpus", CORPUS), ("second benign corpus", CORPUS2)):
+        corpus = load_corpus(path)
+        benign = [r for r in corpus if r["form"] != "bulk_records"]
+        bulk = [r for r in corpus if r["form"] == "bulk_records"]
+        hits = [r for r in benign if blocked(clf, r["text"], mc)]
+        print(f"{title}: {len(hits)}/{len(benign)} blocked ({len(hits) / len(benign):.1%})")
+        by_form = Counter(r["form"] for r in hits)
+        for form in sorted({r["form"] for r in benign}):
+            n = sum(r["form"] == form for r in benign)
+            print(f"  {form:<11} {by_form[form]:>3}/{n}")
+        if bulk:
+            print(f"  bulk_records (apart): {sum(blocked(clf, r['text'], mc) for r in bulk)}/{len(bulk)} blocked")
+        if args.show:
+            for r in hits:
+                res = clf.classify(r["text"])
+                print(f"    {res.label} {res.confidence:.2f} [{r['form']}] {r['text']}")
+
+    harmful2 = load_corpus(HARMFUL2)
+    missed = [r for r in harmful2 if not blocked(clf, r["text"], mc)]
+    parts = "; ".join(f"{lab} {sum(r['label'] == lab and r not in missed for r in harmful2)}/"
+                      f"{sum(r['label'] == lab for r in harmful2)}" for lab in BLOCK)
+    print(f"second harmful set: {len(harmful2) - len(missed)}/{len(harmful2)} blocked "
+          f"({(len(harmful2) - len(missed)) / len(harmful2):.1%}; {parts})")
     if args.show:
-        for r in hits:
+        for r in missed:
             res = clf.classify(r["text"])
-            print(f"    {res.label} {res.confidence:.2f} [{r['form']}] {r['text']}")
+            print(f"    missed ({res.label} {res.confidence:.2f}) [{r['label']}] {r['text']}")
 
     rows = load_dataset()
     _, test = split_dataset(rows)
