@@ -1,20 +1,21 @@
 """Would extra cue features cut false positives without costing recall? A paired comparison.
 
-    python scripts/intent_features_paired.py [--variant NAME ...] [--splits 5] [--show]
+    python scripts/intent_features_paired.py [--variant NAME ...] [--splits 5] [--show] [--check]
 
 For each of ``--splits`` group splits of the packaged dataset (the trainer's seed and the next
 ones), two models are fitted exactly as ``python -m qdrant_guard.intent_train`` fits one, on the
-same training part: one with the shipped features ("before") and one with the shipped features plus
-the extra cues of a variant ("after"). Both are scored at the default policy (block suspicious +
-adversarial at confidence >= 0.6) on the same held-out part, on both benign corpora
-(tests/data/intent_benign_heldout.jsonl, tests/data/intent_benign_heldout2.jsonl, without their
-``bulk_records`` lines) and on the second harmful set (tests/data/intent_harmful_heldout2.jsonl).
+same training part: one with the version-1 features ("before": the shipped features without the
+``document_noun`` and ``process_question`` cues that version 2 added) and one with a variant
+("after"). Both are scored at the default policy (block suspicious + adversarial at confidence
+>= 0.6) on the same held-out part, on both benign corpora (tests/data/intent_benign_heldout.jsonl,
+tests/data/intent_benign_heldout2.jsonl, without their ``bulk_records`` lines) and on the second
+harmful set (tests/data/intent_harmful_heldout2.jsonl). Figures are summed over the splits.
 
-The extra cues live in this script, not in the package: they are candidates. Each is a regex over
-the case-folded query and adds one dense feature (1.0 when it matches); the shipped extractor and
-model are untouched. Scoring repeats the runtime's arithmetic (bias + features @ weights, softmax,
-argmax, its probability as the confidence); ``--check`` compares it with the runtime classifier on
-the "before" models.
+Variant ``shipped`` is the package's extractor as it is. The others are candidates kept in this
+script (as they were judged before version 2 existed): each regex over the case-folded query adds
+one dense feature (1.0 when it matches) to the version-1 features. Scoring repeats the runtime's
+arithmetic (bias + features @ weights, softmax, argmax, its probability as the confidence);
+``--check`` compares it with the runtime classifier.
 """
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ VARIANTS["doc_request+record_quantity"] = VARIANTS["doc_request"] + VARIANTS["re
 VARIANTS["doc_noun+process_question"] = VARIANTS["doc_noun"] + VARIANTS["process_question"]
 VARIANTS["doc_noun+process_question+record_quantity"] = (VARIANTS["doc_noun"] + VARIANTS["process_question"]
                                                          + VARIANTS["record_quantity"])
+VARIANTS["shipped"] = []  # the package's extractor (version 2)
 VARIANTS["all"] = (VARIANTS["doc_noun"] + VARIANTS["doc_request"] + VARIANTS["process_question"]
                    + VARIANTS["record_quantity"])
 
@@ -76,17 +78,36 @@ def _load(path: str) -> list[dict[str, str]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-def _extended(extra: list[tuple[str, str]]) -> tuple[Callable[[str], Any], tuple[str, ...]]:
+ADDED_IN_V2 = ("document_noun", "process_question")
+
+
+def _version1() -> tuple[Callable[[str], Any], tuple[str, ...]]:
     from qdrant_guard import intent_features as F
 
-    pats = [(name, re.compile(rx)) for name, rx in extra]
+    if F.CUE_NAMES[-len(ADDED_IN_V2):] != ADDED_IN_V2:
+        raise SystemExit(f"the extractor's last cues are {F.CUE_NAMES[-2:]}, not {ADDED_IN_V2}: update this script")
+    n = len(F.CUE_NAMES) - len(ADDED_IN_V2)
 
     def featurize(text: str) -> Any:
         f = F.featurize(text)
+        return F.Featurized(f.keys, f.cues[:n], f.evidence)
+    return featurize, F.CUE_NAMES[:n]
+
+
+def _extended(extra: list[tuple[str, str]]) -> tuple[Callable[[str], Any], tuple[str, ...]]:
+    from qdrant_guard import intent_features as F
+
+    if not extra:
+        return F.featurize, F.CUE_NAMES
+    v1, names = _version1()
+    pats = [(name, re.compile(rx)) for name, rx in extra]
+
+    def featurize(text: str) -> Any:
+        f = v1(text)
         low = text[:2048].casefold()
         more = tuple(1.0 if rx.search(low) else 0.0 for _, rx in pats)
         return F.Featurized(f.keys, f.cues + more, f.evidence)
-    return featurize, F.CUE_NAMES + tuple(n for n, _ in pats)
+    return featurize, names + tuple(n for n, _ in pats)
 
 
 class _Scorer:
@@ -147,10 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     benign2 = [r["text"] for r in _load(os.path.join(data, "intent_benign_heldout2.jsonl")) if r["form"] != "bulk_records"]
     harm2 = [r["text"] for r in _load(os.path.join(data, "intent_harmful_heldout2.jsonl"))]
     splits = [split_dataset(base, seed=s) for s in range(SEED, SEED + args.splits)]
-    before_docs = [_fit(base, tr, F.featurize, F.CUE_NAMES) for tr, _ in splits]
+    v1, v1_names = _version1()
+    before_docs = [_fit(base, tr, v1, v1_names) for tr, _ in splits]
     if args.check:
         with tempfile.TemporaryDirectory() as tmp:
-            for n, doc in enumerate(before_docs):
+            for n, (tr, _) in enumerate(splits):
+                doc = _fit(base, tr, F.featurize, F.CUE_NAMES)
                 path = os.path.join(tmp, f"m{n}.json")  # the runtime caches a model by its path
                 _write(doc, path)
                 clf = BuiltinIntentClassifier(path)
@@ -175,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             "harmful2 caught": [t for t in harm2 if sc.blocked(t)], "harmful2 n": harm2,
         }
 
-    before = [score(_Scorer(doc, F.featurize, F.CUE_NAMES), te) for doc, (_, te) in zip(before_docs, splits)]
+    before = [score(_Scorer(doc, v1, v1_names), te) for doc, (_, te) in zip(before_docs, splits)]
     keys = ("suspicious", "adversarial", "harmless", "benign1", "benign2", "harmful2")
 
     def line(tag: str, res: list[dict[str, list[str]]]) -> str:
@@ -187,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             out.append(f"{hit} {a}/{n} ({a / n:.1%})")
         return f"{tag:<30} " + "  ".join(out)
 
-    print(line("before (shipped features)", before), flush=True)
+    print(line("before (version-1 features)", before), flush=True)
     for name in args.variant or sorted(VARIANTS):
         featurize, cue_names = _extended(VARIANTS[name])
         after = []
