@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 
 #: Version of the feature extractor below. A model file records the version it was trained with
 #: and is refused by a different extractor, because its weights would silently mean nothing.
-FEATURE_VERSION = 2  # 2: the document_noun and process_question cues
+FEATURE_VERSION = 1
 
 # Lexical features look at a bounded prefix (before and after normalisation) so a stuffed
 # multi-megabyte query costs bounded time; the length and repetition cues still see that the
@@ -360,31 +360,16 @@ _NAMED_ROLE_RE = re.compile(_word_led(
     *(kind + r"\s*#?\d+\b" for kind in ("employee", "patient", "ticket", "user", "customer", "room", "bed", "ward")),
     r"project [a-z]+\b", r"q[1-4]\b", r"h[12]\b", r"fy\d{2,4}\b"))
 
-# Version 2. The training set's imperatives are nearly all record grabs ("list all employees with
-# their SSNs"), so "show me the NDA template" and "what's the format of the card number" were
-# refused on their verbs and topic words. A document noun, and a question about how something is
-# handled, are what such requests share; the lexicon leaves out "plan", "rules", "instructions" and
-# "notes", which attacks lean on ("the merger plan", "ignore the earlier rules").
-_DOC_NOUN_RE = re.compile("(?:" + _word_led(
-    "templates?", "polic(?:y|ies)", "handbooks?", "runbooks?", "playbooks?", "faqs?", "guides?", "guidelines",
-    "manuals?", "procedures?", "checklists?", "forms?", "documentation", "articles?", "pages?", "calendars?",
-    "schedules?", "rubrics?", "syllabus", "slides", "process(?:es)?", "steps", "format") + r")\b")
-_QUESTION_START_RE = re.compile(r"\s*(?:how|what|where|which|who|when|why|can|is|are|do|does|should)\b")
-_PROCESS_WORD_RE = re.compile("(?:" + _word_led(
-    "format", "polic(?:y|ies)", "procedure", "process", "rules?", "retention", "retained", "kept", "stored",
-    "protected", "verified", "managed", "handled", "rotated", "hashed", "checked", "logged", "encrypted",
-    "approved", "allowed") + r")\b")
-
 #: Names of the dense (non-hashed) features, in model order.
 CUE_NAMES: tuple[str, ...] = tuple(n for n, _, _ in _REGEX_CUES) + (
     "named_target", "encoded_share", "percent_escape", "zero_width_in_word", "styled_chars",
-    "leet_tokens", "spaced_letters", "repetition", "length", "document_noun", "process_question",
+    "leet_tokens", "spaced_letters", "repetition", "length",
 )
 _CUE_DISPLAY = {n: d for n, d, _ in _REGEX_CUES} | {
     "named_target": "named target", "encoded_share": "encoded text", "percent_escape": "percent escape",
     "zero_width_in_word": "zero-width characters inside words", "styled_chars": "styled/compatibility letters",
     "leet_tokens": "leetspeak", "spaced_letters": "spaced-out letters", "repetition": "repetition/stuffing",
-    "length": "long query", "document_noun": "document noun", "process_question": "question about a process",
+    "length": "long query",
 }
 
 
@@ -576,15 +561,6 @@ def featurize(text: str) -> Featurized:
     cues.append(single / len(tokens) if len(tokens) >= 6 and single * 2 >= len(tokens) else 0.0)
     cues.append(1.0 - len(set(tokens)) / len(tokens) if len(tokens) >= 8 else 0.0)
     cues.append(min(full_len, 1000) / 1000.0)
-    doc = _DOC_NOUN_RE.search(low)
-    if doc:
-        evidence["document_noun"] = doc.group(0)
-    cues.append(1.0 if doc else 0.0)
-    q = _QUESTION_START_RE.match(low)
-    proc = _PROCESS_WORD_RE.search(low, q.end()) if q else None
-    if proc:
-        evidence["process_question"] = proc.group(0)
-    cues.append(1.0 if proc else 0.0)
     return Featurized(tuple(keys), tuple(cues), evidence)
 
 

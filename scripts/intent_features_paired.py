@@ -1,21 +1,26 @@
 """Would extra cue features cut false positives without costing recall? A paired comparison.
 
-    python scripts/intent_features_paired.py [--variant NAME ...] [--splits 5] [--show] [--check]
+    python scripts/intent_features_paired.py [--variant NAME ...] [--splits 5] [--show] [--augment] [--check]
 
 For each of ``--splits`` group splits of the packaged dataset (the trainer's seed and the next
 ones), two models are fitted exactly as ``python -m qdrant_guard.intent_train`` fits one, on the
-same training part: one with the version-1 features ("before": the shipped features without the
-``document_noun`` and ``process_question`` cues that version 2 added) and one with a variant
-("after"). Both are scored at the default policy (block suspicious + adversarial at confidence
->= 0.6) on the same held-out part, on both benign corpora (tests/data/intent_benign_heldout.jsonl,
-tests/data/intent_benign_heldout2.jsonl, without their ``bulk_records`` lines) and on the second
-harmful set (tests/data/intent_harmful_heldout2.jsonl). Figures are summed over the splits.
+same training part: one with the package's features ("before") and one with the package's
+features plus the extra cues of a variant ("after"). Both are scored at the default policy (block
+suspicious + adversarial at confidence >= 0.6) on the same held-out part, on both benign corpora
+(tests/data/intent_benign_heldout.jsonl, tests/data/intent_benign_heldout2.jsonl, without their
+``bulk_records`` lines), on the second harmful set (tests/data/intent_harmful_heldout2.jsonl), and
+on the held-out and second-set harmful queries padded with document words (`` per the policy``
+appended, ``How is this handled? `` prepended): "padded" counts each padded form, "every-form"
+counts a query as caught only when it is caught as written and in both padded forms. Figures are
+summed over the splits.
 
-Variant ``shipped`` is the package's extractor as it is. The others are candidates kept in this
-script (as they were judged before version 2 existed): each regex over the case-folded query adds
-one dense feature (1.0 when it matches) to the version-1 features. Scoring repeats the runtime's
-arithmetic (bias + features @ weights, softmax, argmax, its probability as the confidence);
-``--check`` compares it with the runtime classifier.
+The extra cues are candidates kept in this script, so the shipped extractor is untouched while
+they are judged: each regex over the case-folded query adds one dense feature (1.0 when it
+matches); a cue whose name ends in a suffix of ``GATES`` is held at 0 when one of the listed
+package cues fires. ``--augment`` also trains the candidate on its training part's harmful lines
+padded with other document words (``TRAIN_PADS``). Scoring repeats the runtime's arithmetic (bias +
+features @ weights, softmax, argmax, its probability as the confidence); ``--check`` compares it
+with the runtime classifier.
 """
 from __future__ import annotations
 
@@ -68,7 +73,19 @@ VARIANTS["doc_request+record_quantity"] = VARIANTS["doc_request"] + VARIANTS["re
 VARIANTS["doc_noun+process_question"] = VARIANTS["doc_noun"] + VARIANTS["process_question"]
 VARIANTS["doc_noun+process_question+record_quantity"] = (VARIANTS["doc_noun"] + VARIANTS["process_question"]
                                                          + VARIANTS["record_quantity"])
-VARIANTS["shipped"] = []  # the package's extractor (version 2)
+# A cue whose name ends in one of these suffixes fires only when none of the package cues listed
+# does: a document noun appended to a record grab ("... per the policy") should not pull it away
+# from suspicious.
+_RISK = ("bulk_request", "bulk_scope", "confidential_marker", "instruction_override", "role_play",
+         "markup_injection", "code_injection", "exfil_channel", "verbatim_dump", "evasion", "other_person",
+         "named_target")
+GATES = {"_gated": _RISK + ("sensitive_noun",), "_lightgated": _RISK,
+         "_bulkgated": ("bulk_request", "bulk_scope", "other_person", "named_target")}
+for _sfx in GATES:
+    VARIANTS["doc_noun_strict+process_question" + _sfx] = [
+        ("x_doc_noun" + _sfx, rf"\b(?:{_DOC_STRICT})\b"), ("x_process_question" + _sfx, _PROCESS_Q)]
+VARIANTS["doc_noun_strict_gated+process_question"] = [
+    ("x_doc_noun_gated", rf"\b(?:{_DOC_STRICT})\b"), ("x_process_question", _PROCESS_Q)]
 VARIANTS["all"] = (VARIANTS["doc_noun"] + VARIANTS["doc_request"] + VARIANTS["process_question"]
                    + VARIANTS["record_quantity"])
 
@@ -78,34 +95,21 @@ def _load(path: str) -> list[dict[str, str]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-ADDED_IN_V2 = ("document_noun", "process_question")
-
-
-def _version1() -> tuple[Callable[[str], Any], tuple[str, ...]]:
-    from qdrant_guard import intent_features as F
-
-    if F.CUE_NAMES[-len(ADDED_IN_V2):] != ADDED_IN_V2:
-        raise SystemExit(f"the extractor's last cues are {F.CUE_NAMES[-2:]}, not {ADDED_IN_V2}: update this script")
-    n = len(F.CUE_NAMES) - len(ADDED_IN_V2)
-
-    def featurize(text: str) -> Any:
-        f = F.featurize(text)
-        return F.Featurized(f.keys, f.cues[:n], f.evidence)
-    return featurize, F.CUE_NAMES[:n]
-
-
+TRAIN_PADS = ("{} according to the handbook", "Regarding the procedure: {}", "{}, as in the template",
+              "What's the process? {}")
 def _extended(extra: list[tuple[str, str]]) -> tuple[Callable[[str], Any], tuple[str, ...]]:
     from qdrant_guard import intent_features as F
 
-    if not extra:
-        return F.featurize, F.CUE_NAMES
-    v1, names = _version1()
+    names = F.CUE_NAMES
     pats = [(name, re.compile(rx)) for name, rx in extra]
+    gates = {suffix: [names.index(c) for c in cues] for suffix, cues in GATES.items()}
 
     def featurize(text: str) -> Any:
-        f = v1(text)
+        f = F.featurize(text)
         low = text[:2048].casefold()
-        more = tuple(1.0 if rx.search(low) else 0.0 for _, rx in pats)
+        shut = {suffix for suffix, idx in gates.items() if any(f.cues[j] for j in idx)}
+        more = tuple(1.0 if rx.search(low) and not any(name.endswith(sfx) for sfx in shut) else 0.0
+                     for name, rx in pats)
         return F.Featurized(f.keys, f.cues + more, f.evidence)
     return featurize, names + tuple(n for n, _ in pats)
 
@@ -160,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", action="append", choices=sorted(VARIANTS), help="default: every variant")
     ap.add_argument("--splits", type=int, default=5)
     ap.add_argument("--show", action="store_true", help="print the queries whose verdict the variant changes")
+    ap.add_argument("--augment", action="store_true",
+                    help="also train the candidate on its training part's harmful lines padded with document words")
     ap.add_argument("--check", action="store_true", help="check the scorer against the runtime classifier")
     args = ap.parse_args(argv)
     base = load_dataset()
@@ -168,12 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     benign2 = [r["text"] for r in _load(os.path.join(data, "intent_benign_heldout2.jsonl")) if r["form"] != "bulk_records"]
     harm2 = [r["text"] for r in _load(os.path.join(data, "intent_harmful_heldout2.jsonl"))]
     splits = [split_dataset(base, seed=s) for s in range(SEED, SEED + args.splits)]
-    v1, v1_names = _version1()
-    before_docs = [_fit(base, tr, v1, v1_names) for tr, _ in splits]
+    before_docs = [_fit(base, tr, F.featurize, F.CUE_NAMES) for tr, _ in splits]
     if args.check:
         with tempfile.TemporaryDirectory() as tmp:
-            for n, (tr, _) in enumerate(splits):
-                doc = _fit(base, tr, F.featurize, F.CUE_NAMES)
+            for n, doc in enumerate(before_docs):
                 path = os.path.join(tmp, f"m{n}.json")  # the runtime caches a model by its path
                 _write(doc, path)
                 clf = BuiltinIntentClassifier(path)
@@ -184,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
                         raise SystemExit(f"scorer and runtime differ on {t!r}: {r.label} {r.confidence} "
                                          f"vs {label} {conf}")
         print("scorer agrees with the runtime classifier on every corpus query", flush=True)
+
+    def padded(texts: list[str]) -> list[str]:
+        # The cheapest evasion of a document-noun cue: the harmful queries with a document noun
+        # (or a process question) glued on.
+        return [t.rstrip(".?!") + " per the policy" for t in texts] + ["How is this handled? " + t for t in texts]
 
     def score(sc: _Scorer, te: list[int]) -> dict[str, list[str]]:
         sus = [base[i]["text"] for i in te if base[i]["label"] == "suspicious"]
@@ -196,10 +205,14 @@ def main(argv: list[str] | None = None) -> int:
             "benign1 blocked": [t for t in benign1 if sc.blocked(t)], "benign1 n": benign1,
             "benign2 blocked": [t for t in benign2 if sc.blocked(t)], "benign2 n": benign2,
             "harmful2 caught": [t for t in harm2 if sc.blocked(t)], "harmful2 n": harm2,
+            "padded caught": [t for t in padded(sus + adv) + padded(harm2) if sc.blocked(t)],
+            "padded n": padded(sus + adv) + padded(harm2),
+            "every-form caught": [t for t in sus + adv + harm2 if all(sc.blocked(u) for u in [t] + padded([t]))],
+            "every-form n": sus + adv + harm2,
         }
 
-    before = [score(_Scorer(doc, v1, v1_names), te) for doc, (_, te) in zip(before_docs, splits)]
-    keys = ("suspicious", "adversarial", "harmless", "benign1", "benign2", "harmful2")
+    before = [score(_Scorer(doc, F.featurize, F.CUE_NAMES), te) for doc, (_, te) in zip(before_docs, splits)]
+    keys = ("suspicious", "adversarial", "harmless", "benign1", "benign2", "harmful2", "padded", "every-form")
 
     def line(tag: str, res: list[dict[str, list[str]]]) -> str:
         out = []
@@ -210,12 +223,20 @@ def main(argv: list[str] | None = None) -> int:
             out.append(f"{hit} {a}/{n} ({a / n:.1%})")
         return f"{tag:<30} " + "  ".join(out)
 
-    print(line("before (version-1 features)", before), flush=True)
+    print(line("before (package features)", before), flush=True)
     for name in args.variant or sorted(VARIANTS):
         featurize, cue_names = _extended(VARIANTS[name])
         after = []
         for (tr, te) in splits:
-            after.append(score(_Scorer(_fit(base, tr, featurize, cue_names), featurize, cue_names), te))
+            rows, idx = base, tr
+            if args.augment:
+                # Training-part harmful lines with a document noun or process question glued on,
+                # in other words than the evaluation's paddings; the held-out part is untouched.
+                extra = [dict(base[i], text=pad.format(base[i]["text"].rstrip(".?!"))) for i in tr
+                         if base[i]["label"] in ("suspicious", "adversarial") for pad in TRAIN_PADS]
+                rows = list(base) + extra
+                idx = list(tr) + list(range(len(base), len(rows)))
+            after.append(score(_Scorer(_fit(rows, idx, featurize, cue_names), featurize, cue_names), te))
         print(line(f"after +{name}", after), flush=True)
         if args.show:
             for k in ("suspicious caught", "adversarial caught", "benign1 blocked", "benign2 blocked", "harmful2 caught"):

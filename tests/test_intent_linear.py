@@ -199,8 +199,7 @@ def _searched_regexes() -> list[tuple[str, re.Pattern[str]]]:
                     and rx is not scan.at]  # .at is only matched at a start the scan found
     out += [(n, getattr(intent_features, n)) for n in ("_NAMED_ROLE_RE", "_NAME_PAIR_RE", "_B64_RE", "_HEX_RE",
                                                "_PCT_RUN_RE", "_PCT_ANY_RE", "_ESCAPE_RUN_RE",
-                                               "_ZW_IN_WORD_RE", "_TOKEN_RE", "_DOC_NOUN_RE",
-                                               "_PROCESS_WORD_RE")]
+                                               "_ZW_IN_WORD_RE", "_TOKEN_RE")]
     return out
 
 

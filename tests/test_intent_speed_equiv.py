@@ -125,18 +125,6 @@ _NAMED_ROLE_RE = re.compile(
 _COUNTED = ("bulk_request", "sensitive_noun", "instruction_override")
 
 
-# FEATURE_VERSION 2's cues as trained: a document noun anywhere; a question word at the start and
-# a process word after it (its evidence).
-_DOC_NOUN_RE = re.compile(
-    r"\b(?:templates?|polic(?:y|ies)|handbooks?|runbooks?|playbooks?|faqs?|guides?|guidelines|manuals?|"
-    r"procedures?|checklists?|forms?|documentation|articles?|pages?|calendars?|schedules?|rubrics?|syllabus|"
-    r"slides|process(?:es)?|steps|format)\b")
-_PROCESS_QUESTION_RE = re.compile(
-    r"\s*(?:how|what|where|which|who|when|why|can|is|are|do|does|should)\b[\s\S]*?"
-    r"\b(?P<word>format|polic(?:y|ies)|procedure|process|rules?|retention|retained|kept|stored|protected|"
-    r"verified|managed|handled|rotated|hashed|checked|logged|encrypted|approved|allowed)\b")
-
-
 def _is_styled(ch: str) -> bool:
     cp = ord(ch)
     return 0x1D400 <= cp <= 0x1D7FF or 0x2460 <= cp <= 0x24FF or 0x1F100 <= cp <= 0x1F1E5 or 0xFF01 <= cp <= 0xFF5E
@@ -230,14 +218,6 @@ def _old_featurize(text: str) -> tuple[tuple[str, ...], tuple[float, ...], dict[
     cues.append(single / len(tokens) if len(tokens) >= 6 and single * 2 >= len(tokens) else 0.0)
     cues.append(1.0 - len(set(tokens)) / len(tokens) if len(tokens) >= 8 else 0.0)
     cues.append(min(full_len, 1000) / 1000.0)
-    doc = _DOC_NOUN_RE.search(low)
-    if doc:
-        evidence["document_noun"] = doc.group(0)
-    cues.append(1.0 if doc else 0.0)
-    proc = _PROCESS_QUESTION_RE.match(low)
-    if proc:
-        evidence["process_question"] = proc.group("word")
-    cues.append(1.0 if proc else 0.0)
     return tuple(keys), tuple(cues), evidence
 
 
@@ -246,8 +226,7 @@ def _old_featurize(text: str) -> tuple[tuple[str, ...], tuple[float, ...], dict[
 # Every letter run of the reference patterns ("social security", "download link", "in", ...), so
 # texts hold whole cue phrases, their prefixes and their neighbours.
 # With and without the optional characters ("everyone'?s" gives "everyone" and "everyone's").
-_CUE_WORDS = sorted({w for _, p in _REGEX_CUES + tuple(("", rx) for rx in (_NAMED_ROLE_RE, _DOC_NOUN_RE,
-                                                                             _PROCESS_QUESTION_RE))
+_CUE_WORDS = sorted({w for _, p in _REGEX_CUES + (("", _NAMED_ROLE_RE),)
                      for text in (p.pattern, p.pattern.replace("?", ""))
                      for w in re.findall(r"[a-z][a-z0-9' -]*[a-z0-9]|[a-z]", re.sub(r"\\.", "|", text))})
 _RANGES = [(0x1D400, 0x1D7FF), (0x2460, 0x24FF), (0x1F100, 0x1F1FF), (0xFF00, 0xFF65), (0x245F, 0x2460),
@@ -305,7 +284,7 @@ def test_featurize_equals_the_old_featurize_on_long_text(text):
 
 
 _CONTEXTS = ["{}", "x {}", "{}.", "({})", "a{}", "{}x", "{} all the records", "the {}'s", "\n{}:", "{} {}",
-             "\u0130{}", "{}\u0130", "\u2474 {}", "how is {}\n{}", " {}, {}?"]
+             "\u0130{}", "{}\u0130", "\u2474 {}"]
 _RUNS = ["0123456789abcdef"[:k] + "0" * max(0, k - 16) for k in range(13, 20)] + \
         ["%41" * k for k in range(1, 5)] + ["\\u00e9" * k for k in range(1, 5)] + ["&#x41;" * k for k in range(1, 5)]
 
@@ -355,7 +334,7 @@ _LITERAL_LED = ("bulk_request", "bulk_scope", "sensitive_noun", "confidential_ma
                 "role_play", "markup_injection", "code_injection", "exfil_channel", "verbatim_dump", "evasion",
                 "other_person", "own_account", "exploratory_cue")
 _LITERAL_LED_RES = ("_NAMED_ROLE_RE", "_NAME_PAIR_RE", "_HEX_RE", "_PCT_RUN_RE", "_ESCAPE_RUN_RE", "_ZW_IN_WORD_RE",
-                    "_STYLED_RE", "_DOC_NOUN_RE", "_PROCESS_WORD_RE")
+                    "_STYLED_RE")
 
 
 def _searched(name: str) -> list[re.Pattern[str]]:
