@@ -410,13 +410,29 @@ class PayloadOps(TextOps):
                        "ids out. Nothing was written")
             raise self.unsupported_write(op, name, pol, message)
 
+    def unsent_result(self, args: dict[str, Any]) -> Any:
+        """The answer to an update the guard did not send (its filter or ids matched no point):
+        no operation id, and the status Qdrant gives an update sent with the same ``wait``
+        (a server acknowledges ``wait=False``; local mode completes every update)."""
+        late = args.get("wait") is False and self.shared.get("remote", False)  # type: ignore[attr-defined]
+        return models.UpdateResult(operation_id=None, status=models.UpdateStatus.ACKNOWLEDGED if late
+                                   else models.UpdateStatus.COMPLETED)
+
+    def writer_answer(self, pol: CollectionPolicy, result: Any) -> Any:
+        """``result`` as a principal who may not read the collection gets it: without its operation
+        id. An update the guard sent nothing for (its filter matched no point) has none, so a
+        Qdrant id would tell such a writer that its filter matched something."""
+        if pol.may_read(self.boundary()) or getattr(result, "operation_id", None) is None:  # type: ignore[attr-defined]
+            return result
+        return result.model_copy(update={"operation_id": None})
+
     def _run_ops(self, method: str, name: str, pol: CollectionPolicy, ops: list[Any], args: dict[str, Any]) -> Op:
         if not ops:
-            return models.UpdateResult(operation_id=None, status=models.UpdateStatus.COMPLETED)
+            return self.unsent_result(args)
         rest: dict[str, Any] = {k: args[k] for k in ("wait", "ordering", "timeout") if k in args}
         results = yield from self.forward(method, name, pol, Call(
             "batch_update_points", {"collection_name": name, "update_operations": ops, **rest}))
-        return results[-1]
+        return self.writer_answer(pol, results[-1])
 
     def _preserving_overwrite(self, op: str, name: str, pol: CollectionPolicy, payload: dict[str, Any],
                               selector: Any, fresh: dict[str, Any] | None = None, *, shard_key: Any = None,

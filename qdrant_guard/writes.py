@@ -492,9 +492,9 @@ class WriteOps(TextOps):
         results = (yield from self.forward(method, name, pol, Call(method, {**args, "update_operations": out_ops}))
                    ) if out_ops else []
         # An operation that matched no point sends nothing; it shares the outcome of the request.
-        nothing = results[-1] if results else models.UpdateResult(
-            operation_id=None, status=models.UpdateStatus.COMPLETED)
-        return [results[i] if i is not None else nothing for i in positions]
+        nothing = results[-1] if results else self.unsent_result(args)  # type: ignore[attr-defined]
+        return [self.writer_answer(pol, results[i] if i is not None else nothing)  # type: ignore[attr-defined]
+                for i in positions]
 
     def _audit_input_errors(self, op: str, name: str, pol: CollectionPolicy, inner: Op) -> Op:
         """``inner`` (a write to a sensitive collection, up to its call to Qdrant), with a refusal of
