@@ -1,8 +1,6 @@
 """The assembled guard pipeline: writes, payloads, reads, utility records and multi-collection ops."""
 from __future__ import annotations
 
-import json
-import re
 import shlex
 import warnings
 from datetime import datetime, timezone
@@ -14,7 +12,7 @@ from . import keys as _keys
 from .decision import MAX_IDS_IN_RECORD, Verdict
 from .errors import ConfigError, UnsupportedWriteError
 from .pipeline import Call, Op, missing_alias_error, sizes_withheld, telemetry_for
-from .policy import CollectionPolicy
+from .policy import CollectionPolicy, toml_key as _toml_key, toml_str as _toml_str
 from .reads import ReadOps
 from .receipts import ISSUED_AT_LEEWAY_S
 from .writes import WriteOps
@@ -63,17 +61,6 @@ def warn_if_key_dies_with_the_process(guard: Guard | None, backend: Any) -> None
     )
 
 
-def _toml_key(name: str) -> str:
-    # The vector name as a key of the policy's records table: bare only when TOML reads it so (a
-    # dot would nest a table, a space or a non-ASCII letter is no bare key); else a basic string,
-    # whose escapes are JSON's (DEL too must be escaped).
-    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _toml_str(name)
-
-
-def _toml_str(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
-
-
 def _record_age_refusal(rec: Any, path: str | None, max_age_s: float | None, now: float) -> str | None:
     """Why ``rec`` is too old (or dated too far ahead) for ``utility.max_age_s``, or None."""
     if max_age_s is None:
@@ -97,8 +84,8 @@ def _record_age_refusal(rec: Any, path: str | None, max_age_s: float | None, now
     return None
 
 
-def _record_model_refusal(rec: Any, path: str | None, model: str | None, collection: str | None,
-                          key: str) -> str | None:
+def _record_model_refusal(rec: Any, path: str | None, model: str | None, key: str,
+                          collection: str | None) -> str | None:
     """Why ``rec`` cannot vouch for a vector whose model the policy's ``key`` declares ``model``, or None.
 
     The record's model name is its signer's word (a raw vector does not say which model made it);
@@ -281,10 +268,7 @@ class Guard(WriteOps, ReadOps):
                         f"calibrate vector {shown!r} (`qdrant-guard calibrate ... --vector-name "
                         f"{shlex.quote(vector_name)} --out FILE`) and give each named vector its record in "
                         "utility.records instead of utility.record")
-        key = (f"utility.embedding_models.{_toml_key(vector_name)}" if vector_name in u.embedding_models
-               else "utility.embedding_model")
-        unmodelled = _record_model_refusal(rec, path, u.embedding_models.get(vector_name, u.embedding_model),
-                                           collection, key)
+        unmodelled = _record_model_refusal(rec, path, *u.declared_model(vector_name), collection)
         if unmodelled is not None:
             return unmodelled
         stale = _record_age_refusal(rec, path, u.max_age_s, self.clock())

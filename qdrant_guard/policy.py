@@ -40,6 +40,17 @@ __all__ = [
 ]
 
 
+def toml_key(name: str) -> str:
+    """``name`` as a key of a TOML table: bare only when TOML reads it so (a dot would nest a table,
+    a space or a non-ASCII letter is no bare key); else a basic string (:func:`toml_str`)."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else toml_str(name)
+
+
+def toml_str(text: str) -> str:
+    """``text`` as a TOML basic string, whose escapes are JSON's (DEL too must be escaped)."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
 class SensitivityClass(str, enum.Enum):
     """The ``embedding_sensitivity_class`` of a collection's content."""
 
@@ -479,6 +490,13 @@ class UtilityPolicy(_Strict):
     measured a passing level with at least as much noise and no failing level with as little;
     unmeasured levels are refused. ``false``: nothing is refused for utility; a set record is still
     verified and its hash recorded."""
+
+    def declared_model(self, vector_name: str) -> tuple[str | None, str]:
+        """The embedding model this policy declares for vector ``vector_name`` ("" the unnamed
+        vector; None: none declared) and the key that declares it, as a policy names it."""
+        if vector_name in self.embedding_models:
+            return self.embedding_models[vector_name], f"utility.embedding_models.{toml_key(vector_name)}"
+        return self.embedding_model, "utility.embedding_model"
 
     @field_validator("records")
     @classmethod
