@@ -684,8 +684,9 @@ def build_parser() -> argparse.ArgumentParser:
     rv.add_argument("--policy", help="the guard's policy file: trust its receipts.trusted_keys (the collection's "
                                     "receipt_keys instead, when it sets them), its signing_key's "
                                     "public key and its receipts.retired_keys, refuse its revoked_keys, and apply "
-                                    "the collection's class (a PUBLIC collection needs no receipts); each line "
-                                    "names the signer's key_status (current, retired, trusted, ...)")
+                                    "the collection's class (a PUBLIC collection needs no receipts) and its declared "
+                                    "utility.embedding_model(s) (a receipt naming another model: model_mismatch); "
+                                    "each line names the signer's key_status (current, retired, trusted, ...)")
     rv.add_argument("--check-noise", action="store_true",
                     help="also refuse receipts whose signed noise a guarded write refuses "
                          "(noise.check_release: the TEST-ONLY seeded generator, a scale below the "

@@ -343,7 +343,11 @@ class GuardPipeline:
         principal: who is calling: a :class:`Principal` with a credential, a credential token
             string, or None (anonymous: may use PUBLIC collections only).
         embedder: callable ``list[str] -> array (n, d)`` used to embed ``models.Document`` texts
-            after redaction. Its optional ``model_id`` attribute (a str) is recorded in receipts.
+            after redaction. The model it names (its optional ``model_id`` attribute, a str, else a
+            ``model_name``, on it or on the object whose bound method it is) is signed into the
+            receipts of the vectors it embedded, and a Document written to a vector whose policy
+            declares another model (``utility.embedding_model(s)``) is refused (ConfigError) before
+            it is embedded; an embedder that names no model is not checked.
 
     Raises:
         TypeError: ``embedder`` is not callable, or its ``model_id`` is not a str.

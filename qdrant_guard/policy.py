@@ -470,17 +470,24 @@ class UtilityPolicy(_Strict):
     that consults a record naming another model is refused (UTILITY_DEGRADED, reason
     ``model_mismatch``), and so is one under a record that names no model (records before version 5,
     or calibrated without ``qdrant-guard calibrate --embedding-model``): re-calibrate on this model
-    with that option, or correct this key. Names are compared exactly, as written. The name in a
-    record is what its signer asserts; the guard cannot tell which model produced a raw vector, so
-    this holds a record to its signer's word, not a vector to its model. It applies to every vector
-    of the collection that ``embedding_models`` does not name, ``records`` included. None (the
-    default): the model a record names is not checked."""
+    with that option, or correct this key. Whether or not a record is set or ``enforce`` is on, a
+    writer's receipt whose signed ``model_id`` names another model is refused on every write that
+    takes one (NOISE_REQUIRED, reason ``model_mismatch``; ``model_id`` null is accepted: its signer
+    named none), and a ``models.Document`` the guard would embed with an ``embedder=`` naming
+    another model (its ``model_id`` or ``model_name``) is a ConfigError before it is embedded (an
+    embedder naming no model is not checked). Names are compared exactly, as written. Every name is
+    an assertion (a record's or a receipt's signer's, the embedder's own); the guard cannot tell
+    which model produced a raw vector, so this holds records, receipts and the embedder to their
+    word, not a vector to its model. It applies to every vector of the collection that
+    ``embedding_models`` does not name, ``records`` included. None (the default): no model is
+    checked."""
     embedding_models: dict[str, str] = Field(default_factory=dict)
     """The embedding model of each named vector whose model differs from ``embedding_model``, a table
     of vector name to model, e.g. ``embedding_models = { image = "openai/clip-vit-base-patch32" }``.
     A write of a vector it names is held to that model as ``embedding_model`` holds the others
-    (the record consulted must name it); a vector it does not name falls back to
-    ``embedding_model`` (unset: not checked). ``{}`` (the default): ``embedding_model`` decides."""
+    (the record consulted, a writer's receipt and the guard's embedder must not name another); a
+    vector it does not name falls back to ``embedding_model`` (unset: not checked). ``{}`` (the
+    default): ``embedding_model`` decides."""
     enforce: bool = True
     """Refuse writes (UTILITY_DEGRADED) unless the record applies to the policy (same mechanism,
     radius, delta, clip_norm, metric and k) and to the write (a record for the vector written, see

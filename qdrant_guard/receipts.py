@@ -103,6 +103,9 @@ REASONS = (
     # Only from verify(noise_policy=...): the signature verified but the receipt names another noise
     # mechanism than the collection's [noise] mechanism (mechanism_mismatch).
     "mechanism_mismatch",
+    # Only from verify(policy=...): the signature verified but the receipt's signed model_id names
+    # another embedding model than the policy's utility.embedding_model(s) declares for the vector.
+    "model_mismatch",
     # Only from verify(policy=...) on a PUBLIC collection: a vector without a receipt, which that
     # class does not need. Not a failure (PointReceiptReport.ok is True), but no receipt verified.
     "not_required",
@@ -873,6 +876,9 @@ class ReceiptCheck:
         params: the signed noise parameters (only when ``ok``, or ``"insufficient_noise"``).
         key_id: the key id named by the receipt (when it could be read).
         detail: a human-readable explanation.
+        model_id: the embedding model the receipt's signer names (its signed ``model_id``; only
+            when the signature verified; None also when the signer named none). It is what the
+            signer asserts: nothing in a vector shows which model made it.
     """
 
     ok: bool
@@ -880,6 +886,7 @@ class ReceiptCheck:
     params: NoiseParams | None
     key_id: str | None
     detail: str = ""
+    model_id: str | None = None
 
     def __bool__(self) -> bool:
         return self.ok
@@ -1199,7 +1206,10 @@ def verify_receipt(
         params = NoiseParams(**body["params"])
     except _Reject as rej:
         return ReceiptCheck(False, rej.reason, None, kid if isinstance(kid, str) else None, rej.detail)
-    return ReceiptCheck(True, "ok", params, kid, "receipt verified")
+    model_id = body["model_id"]
+    # Its characters: a str subclass (a receipt given as a dict) could compare equal to any name.
+    return ReceiptCheck(True, "ok", params, kid, "receipt verified",
+                        None if model_id is None else str.__str__(model_id))
 
 
 # --------------------------------------------------------------------------- verify a collection
@@ -1299,6 +1309,30 @@ def mechanism_mismatch(params: NoiseParams, noise_policy: Any, collection: str) 
             "collection, send the clean vector without a receipt and the guard noises it")
 
 
+def model_mismatch(model_id: str | None, utility_policy: Any, collection: str, vector_name: str) -> str | None:
+    """Why a receipt whose signed ``model_id`` is ``model_id`` does not belong to vector
+    ``vector_name`` of ``collection``, whose ``[utility]`` section is ``utility_policy`` (a
+    policy.UtilityPolicy): it names another embedding model than the one the policy declares for
+    that vector (``utility.embedding_models``, else ``utility.embedding_model``). None when the
+    policy declares none, the receipt names none, or both name the same (compared exactly).
+
+    The comparison a guarded write makes on a writer's receipt (writes.py) and ``verify`` makes with
+    ``policy=``. ``model_id`` is the signer's word: a raw vector does not show its model, so a
+    receipt naming none is not refused, and one naming the declared model proves no more than that
+    its signer says so.
+    """
+    declared, key = utility_policy.declared_model(vector_name)
+    if declared is None or model_id is None or model_id == declared:
+        return None
+    from .policy import toml_str
+
+    return (f"the receipt of vector {vector_name or '<unnamed>'!r} names embedding model {model_id!r} (its signed "
+            f"model_id), but collection {collection!r} declares {key} = {toml_str(declared)}: vectors of two "
+            f"models do not rank against each other, and a utility record measured on one says nothing of the "
+            f"other; embed the text with {declared!r}, noise it and sign a fresh receipt with "
+            f"model_id={declared!r}, or correct {key} if this collection's vectors come from {model_id!r}")
+
+
 def _collection_names(client: Any, name: str) -> frozenset[str]:
     """The names that denote collection ``name`` now: the collection itself (also when ``name``
     is an alias) and every alias of it, read with one ``get_aliases``. A client that may not list
@@ -1312,19 +1346,26 @@ def _collection_names(client: Any, name: str) -> frozenset[str]:
     return frozenset({name, target} | {a.alias_name for a in aliases if a.collection_name == target})
 
 
-def _receipts_required(policy: Any, collection: str) -> bool:
-    """Whether the vectors of ``collection`` need receipts under ``policy`` (see :func:`verify`):
-    every class but PUBLIC, which the guard passes through unchanged (writes.py noises and
-    receipts what a sensitive collection stores; a PUBLIC one stores vectors as given)."""
+def _collection_policy(policy: Any, collection: str) -> Any:
+    """The policy of ``collection`` that ``verify``'s ``policy`` argument gives (a GuardConfig's
+    ``policy_for(collection)``, or a CollectionPolicy itself), or None for None."""
     if policy is None:
-        return True
+        return None
     if callable(getattr(policy, "policy_for", None)):
         policy = policy.policy_for(collection)
-    public = getattr(policy, "is_public", None)
-    if not isinstance(public, bool):
+    if not isinstance(getattr(policy, "is_public", None), bool) or not callable(
+            getattr(getattr(policy, "utility", None), "declared_model", None)):
         raise GuardArgumentTypeError(f"policy must be a qdrant_guard.policy.GuardConfig (e.g. load_policy(path)) or "
                                      f"CollectionPolicy (config.policy_for(collection)), not {type(policy).__name__}")
-    return not public
+    return policy
+
+
+def _receipts_required(policy: Any) -> bool:
+    """Whether the vectors of a collection whose policy is ``policy`` (None: not given) need
+    receipts (see :func:`verify`): every class but PUBLIC, which the guard passes through
+    unchanged (writes.py noises and receipts what a sensitive collection stores; a PUBLIC one
+    stores vectors as given)."""
+    return policy is None or not policy.is_public
 
 
 def verify(
@@ -1385,8 +1426,12 @@ def verify(
         policy: the collection's policy, which decides whether its vectors need receipts: a
             :class:`qdrant_guard.policy.GuardConfig` (e.g. ``load_policy("policy.toml")``; its
             ``policy_for(collection_name)`` is used) or a
-            :class:`qdrant_guard.policy.CollectionPolicy`. Only PUBLIC needs none. None (the
-            default): every vector is taken to need one.
+            :class:`qdrant_guard.policy.CollectionPolicy`. Only PUBLIC needs none. A receipt that
+            verifies but whose signed ``model_id`` names another embedding model than the one the
+            policy declares for its vector (``utility.embedding_models``, else
+            ``utility.embedding_model``) is ``"model_mismatch"`` (a guarded write refuses it:
+            :func:`model_mismatch`); one naming no model is not (its signer named none). None (the
+            default): every vector is taken to need one, and models are not compared.
 
     Returns:
         One :class:`PointReceiptReport` per (point, vector name), in read order.
@@ -1428,7 +1473,8 @@ def verify(
                                          f"config.policy_for(collection).noise); a {type(noise_policy).__name__} "
                                          f"has no {', '.join(missing)}")
         check_noise = True
-    required = _receipts_required(policy, collection_name)
+    policy = _collection_policy(policy, collection_name)
+    required = _receipts_required(policy)
     names = _collection_names(client, collection_name)
     # Read once: a one-shot iterable (a generator) passed on to every verify_receipt call was
     # empty from the second point on, so a revoked key verified there.
@@ -1505,14 +1551,21 @@ def verify(
                 except (TypeError, InvalidVectorError) as exc:
                     # What the client returned is not numbers: one point's report, not a crash.
                     check = ReceiptCheck(False, "vector_mismatch", None, None, str(exc))
+                if check.ok and policy is not None:
+                    other_model = model_mismatch(check.model_id, policy.utility, collection_name, name)
+                    if other_model is not None:
+                        check = ReceiptCheck(False, "model_mismatch", check.params, check.key_id, other_model,
+                                             check.model_id)
                 if check_noise and check.ok and check.params is not None:
                     problem = _check_release(check.params)
                     if problem is None and noise_policy is not None:
                         other = mechanism_mismatch(check.params, noise_policy, collection_name)
                         if other is not None:
-                            check = ReceiptCheck(False, "mechanism_mismatch", check.params, check.key_id, other)
+                            check = ReceiptCheck(False, "mechanism_mismatch", check.params, check.key_id, other,
+                                                 check.model_id)
                         problem = noise_shortfall(check.params, noise_policy) if other is None else None
                     if problem is not None:
-                        check = ReceiptCheck(False, "insufficient_noise", check.params, check.key_id, problem)
+                        check = ReceiptCheck(False, "insufficient_noise", check.params, check.key_id, problem,
+                                             check.model_id)
             reports.append(PointReceiptReport(point.id, name, check))
     return reports

@@ -18,7 +18,7 @@ from .errors import (AuditError, ConfigError, GuardArgumentTypeError, GuardArgum
                      InvalidVectorError, QdrantGuardError, ReceiptError, UnsupportedWriteError)
 from .payloadops import _quotable, _quote, _selector_ids
 from .pipeline import Call, Op, mark_audited
-from .policy import CollectionPolicy
+from .policy import CollectionPolicy, toml_str
 from .querycheck import operation_filter_roots
 from .receipts import (
     PAYLOAD_CONTAINER_VERSION,
@@ -29,6 +29,7 @@ from .receipts import (
     issue_receipts_batch,
     new_item,
     mechanism_mismatch,
+    model_mismatch,
     noise_shortfall,
     receipts_for_payload,
     receipts_from_payload,
@@ -38,6 +39,7 @@ from .receipts import (
 )
 from .sources import path_head, restricts_sources
 from .textguard import TextOps
+from .utility import embedder_model_name
 from .vectors import UNNAMED, CollectionShape, as_dense, join_vector_struct, split_vector_struct
 
 _DIRECTIVES = {
@@ -86,6 +88,8 @@ class _Slot:
     point: int
     name: str
     vector: np.ndarray
+    #: The guard embedded it (a models.Document): its receipt names the embedder's model.
+    embedded: bool = False
 
 
 @dataclass
@@ -667,6 +671,7 @@ class WriteOps(TextOps):
         utility_why: str | None = None
         scope_why: str | None = None  # a receipt refused by the collection's receipt_keys
         mechanism_why: str | None = None  # a receipt of another mechanism than the collection's
+        model_why: str | None = None  # a receipt naming another embedding model than the policy declares
         utility_names: set[str] = set()
         # reserved_claims finds nothing on a collection without restricted sources, for any writer.
         check_sources = restricts_sources(pol)
@@ -683,8 +688,12 @@ class WriteOps(TextOps):
                 fault(Verdict.INVALID_RECEIPT, p.id, f"malformed: {exc}")
                 receipts = {}
             vecs = split_vector_struct(p.vector)
+            embedded: set[str] = set()
             try:
                 if not all(type(v) is list for v in vecs.values()):
+                    embedded = {k for k, v in vecs.items() if isinstance(v, models.Document)}
+                    if embedded:
+                        self._refuse_embedder_model(op, name, pol, embedded, p.id)
                     # A plain list is never a Document, Image or InferenceObject, so embed_documents
                     # would return vecs unchanged; skipping it saves ~2 us a point.
                     vecs = yield from self.embed_documents(op, name, pol, vecs, where=where)
@@ -747,6 +756,11 @@ class WriteOps(TextOps):
                         fault(Verdict.NOISE_REQUIRED, p.id, f"mechanism_mismatch: vector {vname or '<unnamed>'!r}: {other}")
                         mechanism_why = mechanism_why or other
                         continue
+                    other = model_mismatch(check.model_id, pol.utility, name, vname)
+                    if other is not None:
+                        fault(Verdict.NOISE_REQUIRED, p.id, f"model_mismatch: {other}")
+                        model_why = model_why or other
+                        continue
                     weaker = noise_shortfall(prm, pol.noise)
                     if weaker is not None:
                         fault(Verdict.NOISE_REQUIRED, p.id, weaker)
@@ -767,7 +781,7 @@ class WriteOps(TextOps):
                 elif raw_ok:
                     counts["raw_in_boundary"] += 1
                 elif pol.noise_on_write:
-                    to_noise.append(_Slot(i, vname, arr))
+                    to_noise.append(_Slot(i, vname, arr, vname in embedded))
                 else:
                     faults.setdefault(Verdict.NOISE_REQUIRED, []).append(p.id)
             payload.pop(RECEIPT_KEY, None)
@@ -805,12 +819,13 @@ class WriteOps(TextOps):
                 others = any(not reasons.get(str(pid), "").startswith("unknown_key: collection ")
                              for pid in faults[verdict])
                 directive = scope_why.removeprefix("unknown_key: ") + (f"; other receipts: {directive}" if others else "")
-            if verdict is Verdict.NOISE_REQUIRED and mechanism_why is not None:
-                # The generic advice (noise and sign, or noise_on_write) omits the mechanism, which
-                # is the one thing to change; the other points' own reasons are in the details.
-                others = any(not reasons.get(str(pid), "").startswith("mechanism_mismatch: ")
+            if verdict is Verdict.NOISE_REQUIRED and (mechanism_why is not None or model_why is not None):
+                # The generic advice (noise and sign, or noise_on_write) omits the mechanism or the
+                # model, the one thing to change; the other points' own reasons are in the details.
+                others = any(not reasons.get(str(pid), "").startswith(("mechanism_mismatch: ", "model_mismatch: "))
                              for pid in faults[verdict])
-                directive = mechanism_why + (f"; other points: {directive}" if others else "")
+                directive = "; ".join(w for w in (mechanism_why, model_why) if w is not None) + (
+                    f"; other points: {directive}" if others else "")
             raise self.refuse(self.decision(
                 op, name, pol, verdict, directive, point_ids=list(dict.fromkeys(ids)),
                 utility_hash=self.utility_hash(pol, utility_names),
@@ -846,7 +861,9 @@ class WriteOps(TextOps):
         by_name: dict[str, list[_Slot]] = {}
         for s in slots:
             by_name.setdefault(s.name, []).append(s)
-        model_id = getattr(self.embedder, "model_id", None)
+        # The guard names a model only for the vectors it embedded: of a vector it was given, it
+        # knows no model, and naming its embedder's would sign a claim about someone else's vector.
+        model_id = self._embedder_model() if any(s.embedded for s in slots) else None
         batches = {vname: np.stack([s.vector for s in group]).astype(np.float32) for vname, group in by_name.items()}
         for vname, group in by_name.items():
             self._refuse_past_grid(pol, shape.spec(vname, where=f"collection {name!r}"), points, group,
@@ -870,13 +887,47 @@ class WriteOps(TextOps):
             # the receipts take the float32 rows.
             for s, final, row in zip(group, finals, finals.tolist()):
                 vectors[s.point][vname] = row
-                items.append((s, new_item(params, final, name, points[s.point].id, vname, model_id)))
+                items.append((s, new_item(params, final, name, points[s.point].id, vname,
+                                          model_id if s.embedded else None)))
         receipts = issue_receipts_batch(self.signer, [it for _, it in items])
         for (s, _), rec in zip(items, receipts):
             existing = payloads[s.point].get(RECEIPT_KEY) or {}
             existing[s.name] = rec
             payloads[s.point][RECEIPT_KEY] = existing
         return receipts
+
+    def _embedder_model(self) -> str | None:
+        """The model the guard's embedder names (its ``model_id``, else ``model_name``, as
+        :func:`qdrant_guard.utility.embedder_model_name` reads it; None: it names none)."""
+        named = embedder_model_name(self.embedder) if self.embedder is not None else None
+        return None if named is None else str.__str__(named)
+
+    def _refuse_embedder_model(self, op: str, name: str, pol: CollectionPolicy, vector_names: Iterable[str],
+                               point_id: Any) -> None:
+        """Refuse (ConfigError), before any text is embedded, ``models.Document`` vectors whose
+        declared model (``utility.embedding_model(s)``) is not the one the guard's embedder names.
+
+        An embedder that names no model passes: the guard cannot tell which model it is."""
+        declared: list[tuple[str, str, str]] = []
+        for vname in sorted(vector_names):
+            model, key = pol.utility.declared_model(vname)
+            if model is not None:
+                declared.append((vname, model, key))
+        have = self._embedder_model() if declared else None
+        if have is None:
+            return
+        for vname, model, key in declared:
+            if model == have:
+                continue
+            raise ConfigError(
+                f"{op}: point {point_id!r}: vector {vname or '<unnamed>'!r} of collection {name!r} is a "
+                f"models.Document, which the guard would embed with its embedder's model {have!r}, but the policy "
+                f"({self.config.source_path or '<GuardConfig>'}) declares {key} = {toml_str(model)} for that "
+                f"vector: vectors of two models do not rank against each other, and a utility record measured on "
+                f"one says nothing of the other. Pass embedder= an embedder of {model!r} (its model_id names the "
+                f"model), or correct {key} if this collection's vectors come from {have!r}. Nothing was embedded "
+                "or written"
+            )
 
     @staticmethod
     def _refuse_past_grid(pol: CollectionPolicy, spec: Any, points: list[models.PointStruct], group: list[_Slot],
