@@ -280,9 +280,28 @@ static void set_hit(qg_finding *hit, size_t start, size_t end, int type, int val
     *hit = (qg_finding){(int64_t)start, (int64_t)end, type, validator};
 }
 
+/* Words a '+' may be glued to and still start a phone number ("tel+44 20 7946 0958"); any other
+ * letter or digit before the '+' makes it no phone number's ("x+1 234-56-7890" keeps its SSN).
+ * _PHONE_WORDS of the reference. */
+static const char *const PHONE_WORDS[] = {"tel", "phone", "ph", "mobile", "mob", "cell", "fax", NULL};
+
+/* Whether the character at j, before a '+' (or the '(' of "(+CC)"), lets a phone number start
+ * after it: no letter or digit, or the end of a word of PHONE_WORDS (any case) that no letter or
+ * digit comes before. */
+static int plus_free(const scan_t *s, int64_t j) {
+    int c = at(s, j);
+    if (!(c >= 0 && is_alnum(c))) return 1;
+    int64_t a = j;
+    while (a >= 0 && is_alpha(s->b[a]) && j - a < 7) a--;
+    if (a >= 0 && is_alnum(s->b[a])) return 0;
+    for (int w = 0; PHONE_WORDS[w]; w++)
+        if (eq_ci(s->b + a + 1, (size_t)(j - a), PHONE_WORDS[w])) return 1;
+    return 0;
+}
+
 /* Where the country code before the number at i starts: "+CC " (its '+') or "(+CC)" with one
  * optional space after it (its '('), CC being 1-3 digits, the first not 0, not glued to a letter or
- * digit before it, and its digit count in *cc; -1 when there is none. A number after a country
+ * digit before it but a phone word's (plus_free), and its digit count in *cc; -1 when there is none. A number after a country
  * code is a phone number's rest, whatever its grouping ("+1 234-56-7890", "+1 234.56.7890"). */
 static int64_t country_code_at(const scan_t *s, size_t i, int *cc) {
     int64_t j = (int64_t)i - 1;
@@ -298,8 +317,7 @@ static int64_t country_code_at(const scan_t *s, size_t i, int *cc) {
         if (at(s, j) != '(') return -1;
         j--;
     }
-    int before = at(s, j);
-    if (before >= 0 && is_alnum(before)) return -1;
+    if (!plus_free(s, j)) return -1;
     *cc = (int)(last - j) - 1 - paren;
     return j + 1;
 }
@@ -392,16 +410,16 @@ static int chain_match(scan_t *s, size_t i, const int *g, int ng, const char *d,
     if (after >= 0 && is_alnum(after)) return 0;
     if (in_set(after, "-./:") && is_digit(at(s, (int64_t)end + 1))) return 0;
     if (prev == '+') {
-        int pp = at(s, (int64_t)i - 2);
-        if (!(pp >= 0 && is_alnum(pp)) && (sep == 0 || sep == ' ' || sep == '-') && nd >= 8 && nd <= 15 && d[0] != '0') {
+        int free = plus_free(s, (int64_t)i - 2);
+        if (free && (sep == 0 || sep == ' ' || sep == '-') && nd >= 8 && nd <= 15 && d[0] != '0') {
             set_hit(hit, i - 1, end, QG_PHONE, QG_V_E164);
             return 1;
         }
-        if (!(pp >= 0 && is_alnum(pp)) && sep == '.' && plus_dotted(g, ng, d, nd)) {
+        if (free && sep == '.' && plus_dotted(g, ng, d, nd)) {
             set_hit(hit, i - 1, end, QG_PHONE, QG_V_E164);
             return 1;
         }
-        /* Not a phone number from its '+' (glued to a word, or not E.164's shape): the number is
+        /* Not a phone number from its '+' (glued to a word not a phone word, or not E.164's shape): the number is
          * read as if the '+' were not there, so "ssn+123-45-6789" still holds an SSN. */
     }
     int64_t dotted = sep == '.' ? dotted_phone(s, i, g, ng, nd, &cc) : -1;
@@ -595,10 +613,13 @@ static int iso_date(const unsigned char *v) {
            day <= 31;
 }
 
-/* The width of the dash separator at j that a digit follows: "-", "--" or " - " (in the folded
- * view en and em dashes are "-" too); 0 when there is none. */
+/* The width of the dash separator at j that a digit follows: "-", "--", " - " or " -- " (in the
+ * folded view en and em dashes are "-" too); 0 when there is none. */
 static inline int dash_sep(const scan_t *s, int64_t j) {
-    int w = at(s, j) == '-' ? (at(s, j + 1) == '-' ? 2 : 1) : (at(s, j) == ' ' && at(s, j + 1) == '-' && at(s, j + 2) == ' ') ? 3 : 0;
+    int w = 0;
+    if (at(s, j) == '-') w = at(s, j + 1) == '-' ? 2 : 1;
+    else if (at(s, j) == ' ' && at(s, j + 1) == '-')
+        w = at(s, j + 2) == ' ' ? 3 : (at(s, j + 2) == '-' && at(s, j + 3) == ' ') ? 4 : 0;
     return w && is_digit(at(s, j + w)) ? w : 0;
 }
 
@@ -655,8 +676,9 @@ static int e164_grouped(scan_t *s, size_t i, size_t start, int cc, int veto, qg_
 }
 
 
-/* Groups joined by dashes, "-", "--" or " - " (a hyphen, or in the folded view an en or em dash,
- * with a space on each side), in any mix ("123 - 45 - 6789", "123--45--6789", "123 - 45-6789"),
+/* Groups joined by dashes, "-", "--", " - " or " -- " (a hyphen, or in the folded view an en or em
+ * dash, alone or doubled, with a space on each side), in any mix ("123 - 45 - 6789",
+ * "123--45--6789", "123 -- 45 -- 6789", "123 - 45-6789"),
  * read as an SSN (3-2-4, SSA rules; after a country code starting at code >= 0, the phone number it
  * ends) or a card (its groupings, IIN, Luhn) only; not where such a dash and a digit come before it
  * (a longer run of numbers, a sum, a range) or after it. */
@@ -666,6 +688,7 @@ static int chain_dashed(scan_t *s, size_t i, int64_t code, qg_finding *hit) {
     size_t n = s->n;
     if (is_digit(at(s, (int64_t)i - 3)) && dash_sep(s, (int64_t)i - 2) == 2) return 0;
     if (is_digit(at(s, (int64_t)i - 4)) && dash_sep(s, (int64_t)i - 3) == 3) return 0;
+    if (is_digit(at(s, (int64_t)i - 5)) && dash_sep(s, (int64_t)i - 4) == 4) return 0;
     int g[MAX_GROUPS];
     int ng = 0, w, space = 0, wide = 0;
     char d[20];
@@ -764,31 +787,108 @@ static int paren_rest(scan_t *s, size_t k, size_t start, int cc, int veto, qg_fi
     return e164_grouped(s, k, start, cc + area, veto, hit);
 }
 
-/* "00" for the '+' of an E.164 number ("0049 30 1234567", "0044 (0)20 7946 0958"): a group of "00"
- * and an assigned country code (CC_ASSIGNED), then a space or hyphen and the rest as e164_grouped
- * reads it (its first digit not 0 but after Italy's 39, which keeps its 0; 10-15 digits with the
- * code's, 11 after the code 1, NANP's length: "0044 822463" is short), or the rest with an
- * area code or trunk prefix in parentheses (paren_rest); not after a digit and a space (a table's
- * digit groups: "1.999 007 501 2699"). */
+/* An exit code for the '+' of an E.164 number: "00" glued to an assigned country code (CC_ASSIGNED:
+ * "0049 30 1234567", "0044 (0)20 7946 0958"), or "00" or the North American "011" apart from it by
+ * a space or hyphen ("00 44 20 7946 0958", "011 44 20 7946 0958"); then a space or hyphen and the
+ * rest as e164_grouped reads it (its first digit not 0 but after Italy's 39, which keeps its 0;
+ * 10-15 digits with the code's, 11 after the code 1, NANP's length: "0044 822463" is short), or
+ * the rest with an area code or trunk prefix in parentheses (paren_rest); not after a digit and a
+ * space (a table's digit groups: "1.999 007 501 2699"). With the exit code apart, the rest read
+ * by e164_grouped is not all of 2-digit groups (hex bytes: "00 44 20 79 46 09 58") and after the
+ * code 1 starts 2-9, as NANP area codes do (binary: "011 1 101 110 0111"). The exit code glued to
+ * the country code is read for "00" only: "01144" is a ZIP code of Massachusetts. */
 static int intl00(scan_t *s, size_t i, int veto, qg_finding *hit) {
     const unsigned char *b = s->b;
-    size_t n = s->n, k = i;
+    size_t n = s->n, k = i, c = i + 2; /* c: where the country code starts */
+    int apart = 0;
     if (at(s, (int64_t)i - 1) == ' ' && is_digit(at(s, (int64_t)i - 2))) return 0;
     while (k < n && is_digit(b[k]) && k - i < 6) k++;
-    int len = (int)(k - i) - 2;
-    if (len < 1 || len > 3 || !cc_assigned((const char *)b + i + 2, len)) return 0;
+    if ((k - i == 2 && b[i + 1] == '0') || (k - i == 3 && b[i + 1] == '1' && b[i + 2] == '1')) {
+        if (!(in_set(at(s, (int64_t)k), " -") && is_digit(at(s, (int64_t)k + 1)))) return 0;
+        apart = 1;
+        c = ++k;
+        while (k < n && is_digit(b[k]) && k - c < 4) k++;
+    } else if (b[i + 1] != '0') {
+        return 0;
+    }
+    int len = (int)(k - c);
+    if (len < 1 || len > 3 || !cc_assigned((const char *)b + c, len)) return 0;
+    int nanp = len == 1 && b[c] == '1';
     if (in_set(at(s, (int64_t)k), " -") && is_digit(at(s, (int64_t)k + 1))) {
-        if (b[k + 1] == '0' && !(len == 2 && b[i + 2] == '3' && b[i + 3] == '9')) return 0;
+        if (b[k + 1] == '0' && !(len == 2 && b[c] == '3' && b[c + 1] == '9')) return 0;
+        if (apart && nanp && b[k + 1] < '2') return 0;
         if (!e164_grouped(s, k + 1, i, len, veto, hit)) return 0;
-        int nd = len;
-        for (size_t q = k + 1; q < (size_t)hit->end; q++) nd += is_digit(b[q]);
-        return nd == 11 || (!(len == 1 && b[i + 2] == '1') && nd >= 10 && nd <= 15);
+        int nd = len, run = 0, two = 1;
+        for (size_t q = k + 1; q < (size_t)hit->end; q++) {
+            if (is_digit(b[q])) {
+                nd++;
+                run++;
+            } else {
+                two &= run == 2;
+                run = 0;
+            }
+        }
+        if (apart && two && run == 2) return 0;
+        return nd == 11 || (!nanp && nd >= 10 && nd <= 15);
     }
     return paren_rest(s, k, i, len, veto, hit);
 }
 
+/* A phone number after a country code (country_code_at; code is where it starts, cc its digit
+ * count) whose groups from i are joined by single dots, spaces and hyphens, one dot and another
+ * separator among them ("+1 415.555-0123", "+44 20.7946 0958"): its longest leading groups with
+ * 8-15 digits with the code's, every group after the first 2+ digits long, not all of 3 digits
+ * (thousands), that end a number; where more numbers follow, the list rule's veto as in
+ * e164_grouped. A second dot makes it numbers: "+1 12.50-13.75", "+1 12.50 13.75 14.25" are a
+ * sign and decimals, "+1 192.168.10-20" an address (one dot is no IPv4 address). */
+static int e164_dotmix(scan_t *s, size_t i, size_t code, int cc, int veto, qg_finding *hit) {
+    const unsigned char *b = s->b;
+    size_t n = s->n;
+    int g[MAX_GROUPS], seps[MAX_GROUPS];
+    int ng = 0, more = 0;
+    char d[20];
+    size_t nd = 0;
+    size_t j = i;
+    for (;;) {
+        size_t k = take_digits(b, n, j, d, &nd);
+        g[ng++] = (int)(k - j);
+        j = k;
+        if (!(j + 1 < n && in_set(b[j], " -.") && is_digit(b[j + 1]))) break;
+        if (ng == MAX_GROUPS) {
+            more = 1;
+            break;
+        }
+        seps[ng - 1] = b[j];
+        j++;
+    }
+    size_t end = j, digits = nd;
+    for (int p = ng; p > 1; p--) {
+        if (p < ng) {
+            end -= (size_t)g[p] + 1;
+            digits -= (size_t)g[p];
+        }
+        int dots = 0, other = 0, small = 0, not3 = g[0] != 3;
+        for (int q = 1; q < p; q++) {
+            dots += seps[q - 1] == '.';
+            other |= seps[q - 1] != '.';
+            small |= g[q] < 2;
+            not3 |= g[q] != 3;
+        }
+        if (dots != 1 || !other || small || !not3) continue;
+        if (digits + (size_t)cc < 8 || digits + (size_t)cc > 15) continue;
+        int after = at(s, (int64_t)end);
+        if (after >= 0 && is_alnum(after)) continue;
+        if (in_set(after, "-./:") && is_digit(at(s, (int64_t)end + 1))) continue;
+        if (veto && (p < ng || more) && cuts_later(s, i, g, p, end)) continue;
+        set_hit(hit, code, end, QG_PHONE, QG_V_E164);
+        return 1;
+    }
+    return 0;
+}
+
 /* The finding of the number run from i (veto = 0: a list prefix is taken even where it cuts a
- * later number's finding): after a parenthesised country code as a phone number, else with one
+ * later number's finding): after a parenthesised country code as a phone number, else after a
+ * country code with a dot mixed into its separators (e164_dotmix), else with one
  * consistent separator, else after a '+' as a phone number with spaces and hyphens mixed, else
  * (or "+CC (area) rest", e164_paren), else (an SSN, a card or a NANP phone number) with spaces and
  * hyphens mixed ("123-45 6789", "4111-1111 1111-1111"), else (an SSN or a card) with dashes,
@@ -801,13 +901,13 @@ static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit) {
     int64_t code = country_code_at(s, i, &cc);
     if (code >= 0 && s->b[code] == '(' && e164_grouped(s, i, (size_t)code, cc, veto, hit))
         return 1;
+    if (code >= 0 && e164_dotmix(s, i, (size_t)code, cc, veto, hit)) return 1;
     if (chain_same(s, i, veto, hit)) return 1;
     if (prev == '+') {
-        int pp = at(s, (int64_t)i - 2);
-        if (!(pp >= 0 && is_alnum(pp)) && (e164_grouped(s, i, i - 1, 0, veto, hit) || e164_paren(s, i, veto, hit)))
+        if (plus_free(s, (int64_t)i - 2) && (e164_grouped(s, i, i - 1, 0, veto, hit) || e164_paren(s, i, veto, hit)))
             return 1;
     }
-    if (s->b[i] == '0' && at(s, (int64_t)i + 1) == '0' && intl00(s, i, veto, hit)) return 1;
+    if (s->b[i] == '0' && in_set(at(s, (int64_t)i + 1), "01") && intl00(s, i, veto, hit)) return 1;
     return chain_mixed(s, i, veto, hit) || chain_dashed(s, i, code, hit);
 }
 

@@ -232,7 +232,8 @@ def _card_groups_ok(groups: list[int], sep: str) -> bool:
 
 def _chain(text: str, i: int, veto: bool = True) -> list[tuple[int, int, str, str]]:
     """The finding of the number run from ``i``: after a parenthesised country code as a phone
-    number, else read with one consistent separator, else after a ``+`` as a phone number with
+    number, else after a country code with a dot mixed into its separators (``_e164_dotmix``),
+    else read with one consistent separator, else after a ``+`` as a phone number with
     spaces and hyphens mixed (or ``+CC (area) rest``, ``_e164_paren``), else (an SSN, a card or a
     NANP phone number) with spaces and hyphens mixed (``123-45 6789``, ``4111-1111 1111-1111``),
     else (an SSN or a card) with dashes, doubled or spaced, between its groups (``123 - 45 - 6789``,
@@ -247,14 +248,18 @@ def _chain(text: str, i: int, veto: bool = True) -> list[tuple[int, int, str, st
         found = _e164_grouped(text, i, code, cc, veto)
         if found:
             return found
+    if code >= 0:
+        found = _e164_dotmix(text, i, code, cc, veto)
+        if found:
+            return found
     found = _chain_same(text, i, veto)
     if found:
         return found
-    if prev == "+" and _at(text, i - 2) not in _ALNUM:
+    if prev == "+" and _plus_free(text, i - 2):
         found = _e164_grouped(text, i, i - 1, 0, veto) or _e164_paren(text, i, veto)
         if found:
             return found
-    if text[i] == "0" and _at(text, i + 1) == "0":
+    if text[i] == "0" and _at(text, i + 1) in ("0", "1"):
         found = _intl00(text, i, veto)
         if found:
             return found
@@ -279,31 +284,116 @@ _CC_ASSIGNED = frozenset(
 
 
 def _intl00(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]]:
-    # "00" for the "+" of an E.164 number ("0049 30 1234567", "0044 (0)20 7946 0958"): a group of
-    # "00" and an assigned country code (_CC_ASSIGNED), then a space or hyphen and the rest as
-    # _e164_grouped reads it (its first digit not 0 but after Italy's 39, which keeps its 0; 10-15
-    # digits with the code's, 11 after the code 1, NANP's length: "0044 822463" is short), or
-    # the rest with an area code or trunk prefix in parentheses (_paren_rest); not after a digit
-    # and a space (a table's digit groups: "1.999 007 501 2699").
+    # An exit code for the "+" of an E.164 number: "00" glued to an assigned country code
+    # (_CC_ASSIGNED: "0049 30 1234567", "0044 (0)20 7946 0958"), or "00" or the North American
+    # "011" apart from it by a space or hyphen ("00 44 20 7946 0958", "011 44 20 7946 0958"); then
+    # a space or hyphen and the rest as _e164_grouped reads it (its first digit not 0 but after
+    # Italy's 39, which keeps its 0; 10-15 digits with the code's, 11 after the code 1, NANP's
+    # length: "0044 822463" is short), or the rest with an area code or trunk prefix in
+    # parentheses (_paren_rest); not after a digit and a space (a table's digit groups: "1.999 007
+    # 501 2699"). With the exit code apart, the rest read by _e164_grouped is not all of 2-digit
+    # groups (hex bytes: "00 44 20 79 46 09 58") and after the code 1 starts 2-9, as NANP area
+    # codes do (binary: "011 1 101 110 0111"). The exit code glued to the country code is read for
+    # "00" only: "01144" is a ZIP code of Massachusetts.
     if _at(text, i - 1) == " " and _at(text, i - 2) in _DIGITS:
         return []
     k = _run_end(text, i, _DIGITS, 6)
-    cc = text[i + 2:k]
-    if not 3 <= k - i <= 5 or cc not in _CC_ASSIGNED:
+    apart = text[i:k] in ("00", "011")
+    if apart:
+        if not (_at(text, k) in " -" and _at(text, k + 1) in _DIGITS):
+            return []
+        c = k + 1
+        k = _run_end(text, c, _DIGITS, 4)
+    elif text[i + 1] == "0":
+        c = i + 2
+    else:
+        return []
+    cc = text[c:k]
+    if not 1 <= k - c <= 3 or cc not in _CC_ASSIGNED:
         return []
     if _at(text, k) in " -" and _at(text, k + 1) in _DIGITS:
         if text[k + 1] == "0" and cc != "39":
             return []
+        if apart and cc == "1" and text[k + 1] < "2":
+            return []
         found = _e164_grouped(text, k + 1, i, len(cc), veto)
-        nd = len(cc) + sum(c in _DIGITS for c in text[k + 1:found[0][1]]) if found else 0
+        if not found:
+            return []
+        rest = text[k + 1:found[0][1]]
+        if apart and all(len(g) == 2 for g in rest.replace("-", " ").split(" ")):
+            return []
+        nd = len(cc) + sum(c in _DIGITS for c in rest)
         return found if nd == 11 or (cc != "1" and 10 <= nd <= 15) else []
     return _paren_rest(text, k, i, len(cc), veto)
+
+
+def _e164_dotmix(text: str, i: int, code: int, cc: int, veto: bool) -> list[tuple[int, int, str, str]]:
+    # A phone number after a country code (_country_code_at; code is where it starts, cc its digit
+    # count) whose groups from i are joined by single dots, spaces and hyphens, one dot and another
+    # separator among them ("+1 415.555-0123", "+44 20.7946 0958"): its longest leading groups
+    # with 8-15 digits with the code's, every group after the first 2+ digits long, not all of 3
+    # digits (thousands), that end a number; where more numbers follow, the list rule's veto as in
+    # _e164_grouped. A second dot makes it numbers: "+1 12.50-13.75", "+1 12.50 13.75 14.25" are a
+    # sign and decimals, "+1 192.168.10-20" an address (one dot is no IPv4 address).
+    n = len(text)
+    groups: list[int] = []
+    seps: list[str] = []
+    j = i
+    more = False
+    while True:
+        k = _run_end(text, j, _DIGITS, n)
+        groups.append(k - j)
+        j = k
+        if not (j + 1 < n and text[j] in " -." and text[j + 1] in _DIGITS):
+            break
+        if len(groups) == _MAX_GROUPS:
+            more = True
+            break
+        seps.append(text[j])
+        j += 1
+    ng = len(groups)
+    for g in range(ng, 1, -1):
+        end = i + sum(groups[:g]) + g - 1
+        used = seps[:g - 1]
+        if used.count(".") != 1 or all(c == "." for c in used) or min(groups[1:g]) < 2:
+            continue
+        if all(x == 3 for x in groups[:g]):
+            continue
+        if not 8 <= sum(groups[:g]) + cc <= 15:
+            continue
+        after = _at(text, end)
+        if after in _ALNUM or (after in "-./:" and _at(text, end + 1) in _DIGITS):
+            continue
+        if veto and (g < ng or more) and _cuts_later(text, i, groups, g, end):
+            continue
+        return [(code, end, "PHONE", "e164")]
+    return []
+
+
+# Words a "+" may be glued to and still start a phone number ("tel+44 20 7946 0958"); any other
+# letter or digit before the "+" makes it no phone number's ("x+1 234-56-7890" keeps its SSN).
+_PHONE_WORDS = frozenset({"tel", "phone", "ph", "mobile", "mob", "cell", "fax"})
+
+
+def _plus_free(text: str, j: int) -> bool:
+    """Whether the character at ``j``, before a ``+`` (or the ``(`` of ``(+CC)``), lets a phone
+    number start after it: no letter or digit, or the end of a word of :data:`_PHONE_WORDS` (any
+    case) that no letter or digit comes before."""
+    if _at(text, j) not in _ALNUM:
+        return True
+    a = j
+    while a >= 0 and text[a] in _LETTERS and j - a < 7:
+        a -= 1
+    if a >= 0 and text[a] in _ALNUM:
+        return False
+    return _lower(text[a + 1:j + 1]) in _PHONE_WORDS
 
 
 def _country_code_at(text: str, i: int) -> tuple[int, int]:
     """Where the country code before the number at ``i`` starts, and its digit count: ``+CC ``
     (its ``+``) or ``(+CC)`` with one optional space after it (its ``(``), CC being 1-3 digits,
-    the first not 0, not glued to a letter or digit before it; ``(-1, 0)`` when there is none. A
+    the first not 0, not glued to a letter or digit before it but a phone word's
+    (:func:`_plus_free`); ``(-1, 0)`` when there is none. A
     number after a country code is a phone number's rest, whatever its grouping
     (``+1 234-56-7890``, ``+1 234.56.7890``)."""
     j = i - 1
@@ -325,7 +415,7 @@ def _country_code_at(text: str, i: int) -> tuple[int, int]:
         if _at(text, j) != "(":
             return -1, 0
         j -= 1
-    if _at(text, j) in _ALNUM:
+    if not _plus_free(text, j):
         return -1, 0
     return j + 1, n
 
@@ -348,12 +438,14 @@ def _iso_date(v: str) -> bool:
 
 
 def _dash_sep(text: str, j: int) -> int:
-    """The width of the dash separator at ``j`` that a digit follows: ``-``, ``--`` or `` - `` (in
-    the folded view en and em dashes are ``-`` too); 0 when there is none."""
+    """The width of the dash separator at ``j`` that a digit follows: ``-``, ``--``, `` - `` or
+    `` -- `` (in the folded view en and em dashes are ``-`` too); 0 when there is none."""
     if _at(text, j) == "-":
         w = 2 if _at(text, j + 1) == "-" else 1
     elif text[j:j + 3] == " - ":
         w = 3
+    elif text[j:j + 4] == " -- ":
+        w = 4
     else:
         return 0
     return w if _at(text, j + w) in _DIGITS else 0
@@ -410,14 +502,16 @@ def _e164_grouped(text: str, i: int, start: int, cc: int, veto: bool) -> list[tu
 
 
 def _chain_dashed(text: str, i: int, code: int) -> list[tuple[int, int, str, str]]:
-    # Groups joined by dashes, "-", "--" or " - " (a hyphen, or in the folded view an en or em
-    # dash, with a space on each side), in any mix ("123 - 45 - 6789", "123--45--6789",
-    # "123 - 45-6789"), read as an SSN (3-2-4, SSA rules; after a country code starting at
+    # Groups joined by dashes, "-", "--", " - " or " -- " (a hyphen, or in the folded view an en
+    # or em dash, alone or doubled, with a space on each side), in any mix ("123 - 45 - 6789",
+    # "123--45--6789", "123 -- 45 -- 6789", "123 - 45-6789"), read as an SSN (3-2-4, SSA rules; after a country code starting at
     # code >= 0, the phone number it ends) or a card (its groupings, IIN, Luhn) only; not where
     # such a dash and a digit come before it (a longer run of numbers, a sum, a range) or after it.
     if _at(text, i - 3) in _DIGITS and _dash_sep(text, i - 2) == 2:
         return []
     if _at(text, i - 4) in _DIGITS and _dash_sep(text, i - 3) == 3:
+        return []
+    if _at(text, i - 5) in _DIGITS and _dash_sep(text, i - 4) == 4:
         return []
     n = len(text)
     groups: list[int] = []
@@ -627,11 +721,12 @@ def _chain_match(text: str, i: int, groups: list[int], digits: list[str], sep: s
     nd = len(d)
     # E.164: "+" then 8-15 digits, first digit not 0.
     if prev == "+":
-        if _at(text, i - 2) not in _ALNUM and sep in ("", " ", "-") and 8 <= nd <= 15 and d[0] != "0":
+        free = _plus_free(text, i - 2)
+        if free and sep in ("", " ", "-") and 8 <= nd <= 15 and d[0] != "0":
             return [(i - 1, end, "PHONE", "e164")]
-        if _at(text, i - 2) not in _ALNUM and sep == "." and _plus_dotted(groups, d):
+        if free and sep == "." and _plus_dotted(groups, d):
             return [(i - 1, end, "PHONE", "e164")]
-        # Not a phone number from its "+" (glued to a word, or not E.164's shape): the number is
+        # Not a phone number from its "+" (glued to a word not a phone word, or not E.164's shape): the number is
         # read as if the "+" were not there, so "ssn+123-45-6789" still holds an SSN.
     dotted = _dotted_phone(text, i, groups, nd) if sep == "." else -1
     if dotted >= 0:

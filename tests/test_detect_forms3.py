@@ -113,7 +113,7 @@ def test_phone_numbers_that_are_no_date_stay_phones(text, value):
 @pytest.mark.parametrize("text", [
     # ranges, flags, markdown
     "10--20", "pages 10--20", "1999--2000", "run with --45 flag", "cmd --45 --6789", "|---|---|",
-    "| 123 | 45 | 6789 |", "--- | --- | ---", "<!-- 123 -- 45 -- 6789 -->", "123 -- 45 -- 6789",
+    "| 123 | 45 | 6789 |", "--- | --- | ---",  # "123 -- 45 -- 6789" an SSN since h-det5 (forms5)
     "123---45---6789", "123 -45- 6789",
     # dates and sums with spaced dashes
     "2023 - 10-15", "2023--10--15", "on 2023 - 10 - 15", "2019 - 123--45--6789", "12--123-45--6789",
