@@ -956,25 +956,35 @@ _CASED_LETTERS = (
 )
 _MARKS_END = 0x1E950  # every nonspacing mark of Unicode lies below
 
-# Letters of other scripts that look like a Latin letter (after the lines of Unicode's UTS #39
+# Letters that look like a Latin lower case letter (after the lines of Unicode's UTS #39
 # confusables, cut down), each pair "letter, Latin letter", keyed on the lower case letter; its
 # upper case form maps alike where the two round-trip (so not Greek final sigma, whose lower case
-# depends on the next letter). Each script's letters map to distinct Latin letters (one lookalike
-# per Latin letter where a script has two: Cyrillic н not һ for h, в not ь for b, у not ү for y;
-# Greek ο not σ; Armenian ո not ռ; Cherokee's first of each), and a letter not listed keeps its
-# script, so two words of one script that differ still differ once folded, and a text in one script
-# (with digits, punctuation) scores on every repetition rule exactly as before. Only a word of
-# one script next to its Latin lookalike in the same text now counts as repeated. Mathematical
-# letters, fullwidth, circled and letterlike forms need no entry: NFKD makes them ASCII or Greek.
+# depends on the next letter, nor dotless i, whose upper case is I). A letter not listed keeps its
+# script. Where a script has two lookalikes of one Latin letter both are mapped (Cyrillic н and
+# һ to h, в and ь to b, у and ү to y, е and ҽ to e, і and ꙇ to i; Greek ο and σ to o; Armenian ո
+# and ռ to n, զ and գ to q): an attacker picks either, so mapping one left the other as a bypass.
+# The price: two words of one script that differ only there fold alike (Turkish "sık"/"sik", a
+# Kazakh word with н and one with һ), which can only add repeats; measured on natural text in
+# docs/security-testing.md ("Lookalike fold 2"). Latin letters that look like another Latin letter
+# are mapped too: ı ɩ to i, ɑ to a, ɡ to g, ɣ to y, ʋ to u, ƅ to b, ȷ to j, and the small capitals
+# whose shape is the lower case letter's (ᴄ ᴏ ᴜ ᴠ ᴡ ᴢ ꜱ). Not mapped: small capitals shaped like
+# a capital (ᴀ ʙ ɪ ...), digits for letters (0/o, 1/l), Greek ς and ϲ (NFKD makes ϲ ς), and
+# Hebrew, Arabic, Georgian, Canadian syllabics and other scripts' lookalikes. Mathematical letters,
+# fullwidth, circled and letterlike forms need no entry: NFKD makes them ASCII, Greek or ı/ȷ.
 _CONFUSABLES = (
-    # Cyrillic: the shapes of А В Е К М Н О Р С Т Х in upper case, of а г е о р с у х і ј ѕ ԁ ԛ ԝ ӏ in lower
-    "аaвbсcгrԁdеeԍgнhіiјjкkӏlмmоoрpԛqѕsтtуyѵvԝwхx"
-    # Greek: Α Β Ε Ζ Η Ι Κ Μ Ο Ρ Τ Χ, and α γ ι ν ο ρ υ ω ϳ in lower case
-    "αaβbγyεeζzηhιiκkμmνvοoρpτtυuχxωwϳj"
-    # Armenian: Օ Ս Տ, and ա ց հ ո ք զ օ ս
-    "աwցgհhոnքfզqօoսuտs"
+    # Cyrillic: the shapes of А В Е К М Н О Р С Т Х in upper case, of а г е о р с у х і ј ѕ ԁ ԛ ԝ ӏ in
+    # lower; the second lookalikes һ ь ү ҽ ꙇ
+    "аaвbсcгrԁdеeԍgнhіiјjкkӏlмmоoрpԛqѕsтtуyѵvԝwхx" "һhьbүyҽeꙇi"
+    # Greek: Α Β Ε Ζ Η Ι Κ Μ Ο Ρ Τ Χ, and α γ ι ν ο ρ υ ω ϳ in lower case; σ (its capital Σ with it:
+    # both cases of a letter fold alike)
+    "αaβbγyεeζzηhιiκkμmνvοoρpτtυuχxωwϳj" "σo"
+    # Armenian: Օ Ս Տ, and ա ց հ ո ք զ օ ս; ռ, գ
+    "աwցgհhոnքfզqօoսuտs" "ռnգq"
     # Cherokee (upper case is its usual form; lower case since Unicode 8)
     "ꭰdꭱrꭲtꭵiꭹyꭺaꭻjꭼeꮃwꮇmꮋhꮐgꮓzᏼbꮪsꮩvꮮlꮯcꮲpꮶk"
+    # Latin lookalikes of other Latin letters: dotless i, iota, alpha, script g, gamma, v with hook,
+    # tone six, dotless j, and the small capitals C O U V W Z S
+    "ıiɩiɑaɡgɣyʋuƅbȷjᴄcᴏoᴜuᴠvᴡwᴢzꜱs"
 )
 
 
