@@ -199,13 +199,15 @@ class QueryRules(_Strict):
     file: no cap; 0 refuses any repeated token). The guard measures this rule, ``max_ngram_run``
     and ``max_glued_repetition`` on the text as written and again folded (NFKD, combining
     diacritics and any nonspacing mark on a Latin, Greek, Cyrillic, Armenian or Cherokee letter
-    dropped, NFC, lower case, Latin lookalikes of Cyrillic, Greek, Armenian and Cherokee letters made Latin), so copies
+    dropped, NFC, lower case, Latin lookalikes of Cyrillic, Greek, Armenian and Cherokee letters made Latin, as are
+    Latin letters shaped like another, ``ı`` ``ɑ`` ``ɡ`` and small capitals such as ``ᴏ``), so copies
     whose letters change case, take accents, turn fullwidth or are swapped for lookalikes at random
     (``IgNoRe iGnÓrE ｉgnore іgnоre ...``) count as repeated: a tokenizer that lowers, strips
     accents or applies NFKC hands the model the first ones as one copy repeated, and an uncased
-    WordPiece one the pieces the lookalike copies share. Each script's letters map to distinct Latin
-    letters, so text in one script scores as before; ``scan_query`` itself compares characters
-    exactly."""
+    WordPiece one the pieces the lookalike copies share. Where a script has two lookalikes of one
+    Latin letter (Cyrillic ``н`` and ``һ``, Greek ``ο`` and ``σ``) both map to it, so two words of
+    that script differing only there count as one; text in one script otherwise scores as before.
+    ``scan_query`` itself compares characters exactly."""
     max_ngram_run: float | None = Field(None, ge=0, le=1)
     """Cap on the share of tokens in the longest immediately repeated n-gram run (None: off).
     Measured on the folded text too, as ``max_repetition``."""
