@@ -125,7 +125,7 @@ def test_lists_of_the_new_forms_find_every_value():
     # dots mixed in after a country code: decimals, prices, ranges, versions, IPs, thousands
     "+1 12.50-13.75", "+1 12.50 13.75 14.25", "+1 1.5-2.5", "+1 10.0.19041.1-beta", "+2 3.11.4-1",
     "+1 192.168.10-20", "+1 100.000-200", "+1 123.456 789", "+1 123.456-789.012", "+12.50 13.75-1",
-    "+1 1234.5-67", "+1 192.168.10-20.5",
+    "+1 1234.5-67", "+1 192.168.10-20.5", "+1 12.34-56",  # 7 digits with the code's
     # a NANP number with a dot and a hyphen but no country code: a DFARS clause has its shape
     "in Clause 252.227-7013 (c) (1) of DFARs", "252.227-7014 and 202.227-7015", "415.555-0123",
     "415-555.0123", "+1 415.555-0123.5", "+1 415.555-0123-1",
@@ -155,6 +155,8 @@ def test_near_misses_are_not_findings(text):
     ("+44 20.7946 0958 1 2", [("+44 20.7946 0958", "PHONE")]),
     # two dots: the dotted reading of h-det3 (its groups after the code), not the mixed one
     ("+44 20.7946.0958 1", [("+44 20.7946.0958", "PHONE")]),
+    # a longer mixed reading would cut the SSN after it: the dotted part alone, and the SSN
+    ("+44 20.7946 123 45 6789", [("+44 20.7946", "PHONE"), ("123 45 6789", "SSN")]),
     # an exit code apart, then an SSN-shaped rest: the phone number is one value
     ("011 44 234-56-7890", [("011 44 234-56-7890", "PHONE")]),
     # more groups than a number holds: its longest leading groups (as "0044 ..." and "+44 ..." read)
