@@ -6,9 +6,10 @@ The kernel (native ``qdrant_guard._detect``, or the reference ``qdrant_guard._de
 What is detected (each finding names the check that confirmed it in ``Finding.validator``):
 
 * ``SSN``: ``AAA-GG-SSSS``, ``AAA GG SSSS`` or ``AAA.GG.SSSS``, the first two separators mixed
-  (``AAA-GG SSSS``, ``AAA GG-SSSS``), or dashes between the groups, single, doubled or with a
-  space on each side, in any mix, single spaces among them (``AAA - GG - SSSS``,
-  ``AAA--GG--SSSS``, ``AAA - GG-SSSS``, ``AAA - GG SSSS``; an en or em dash folds to ``-``), or
+  (``AAA-GG SSSS``, ``AAA GG-SSSS``), or dashes between the groups, single or doubled, with a
+  space on each side or not, in any mix, single spaces among them (``AAA - GG - SSSS``,
+  ``AAA--GG--SSSS``, ``AAA -- GG -- SSSS``, ``AAA - GG-SSSS``, ``AAA - GG SSSS``; an en or em
+  dash folds to ``-``), or
   the area in parentheses (``(AAA)-GG-SSSS``, ``(AAA) GG-SSSS``, ``(AAA)GG-SSSS``, behind a
   ``+`` too); a bare 9-digit number only when "ssn" or
   "social security" (or ``social_security``, ``social-security``, ``socialSecurity``) occurs in
@@ -17,7 +18,7 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   219-09-9999 are skipped.
 * ``CREDIT_CARD``: 13-19 digits, ungrouped or in groups of 4 (last group 1-4) or 4-6-5 / 4-6-4,
   split by spaces or dashes, one kind or both mixed (``4111-1111 1111-1111``), by dots alone
-  (``4111.1111.1111.1111``), or by dashes as an SSN's (``4111--1111--1111--1111``,
+  (``4111.1111.1111.1111``), or by dashes as an SSN's (``4111--1111--1111--1111``, ``4111 -- 1111 -- 1111 -- 1111``,
   ``4111 - 1111-1111 - 1111``), a known IIN
   prefix, Luhn-valid ("luhn"). Published test
   numbers such as 4111 1111 1111 1111 ARE flagged: they are card-shaped data that look real to a
@@ -30,16 +31,24 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   ``user@host`` inside a URL authority is not an e-mail address. Addresses at example.com ARE
   flagged (an address is personal data whatever its domain).
 * ``PHONE``: E.164 ``+`` and 8-15 digits, first not 0, optionally grouped by spaces and dashes,
-  mixed or not (``+1 234-56-7890``), or after a parenthesised country code (``(+44) 20 7946
-  0958``: 1-3 digits, the first not 0, counted among the 8-15), or with an area code or the
+  mixed or not (``+1 234-56-7890``; the ``+``, or the ``(`` of ``(+44)``, with no letter or digit
+  right before it but the end of a phone word, ``tel``, ``phone``, ``ph``, ``mobile``, ``mob``,
+  ``cell`` or ``fax`` in any case: ``tel+44 20 7946 0958``), or after a parenthesised country
+  code (``(+44) 20 7946 0958``: 1-3 digits, the first not 0, counted among the 8-15), or with an
+  area code or the
   trunk prefix in parentheses after the country code (``+1 (234) 567-8901``, ``+44 (0)20 7946
   0958``: 1-4 digits, a lone ``0`` not counted), or dotted after ``+CC `` or ``(+CC)``
   (``+1 234.567.8901``, ``+33 6.12.34.56.78``: the groups after the first 2+ digits long, not
-  four groups of 1-3 digits, an IPv4 address), or dotted after the parentheses (``+1 (234)
+  four groups of 1-3 digits, an IPv4 address), or with one dot among spaces and hyphens after
+  them (``+1 415.555-0123``, ``+44 20.7946 0958``: the groups after the first 2+ digits long, not
+  all of 3, 8-15 digits with the code's; two dots make it decimals, ``+1 12.50-13.75``), or dotted after the parentheses (``+1 (234)
   567.8901``), or with the country code in parentheses before them (``(+44) (0)20 7946 0958``),
   or with ``00`` for the ``+`` (``0049 30 1234567``, ``0044 (0)20 7946 0958``: the group ``00``
   and a country code ITU-T has assigned, 10-15 digits, 11 after the code 1, not after a digit and
-  a space), or with dots glued to the ``+`` (``+44.20.7946.0958``, ``+1.415.555.1234``: an
+  a space), or with ``00`` or the North American ``011`` apart from the code (``00 44 20 7946
+  0958``, ``011 44 20 7946 0958``: the same rules, the rest not all in groups of two digits, hex
+  bytes, and after the code 1 starting 2-9; compact, ``00442079460958``, or glued to ``011``,
+  ``01144``, it is not read: a zero-padded identifier, a ZIP code), or with dots glued to the ``+`` (``+44.20.7946.0958``, ``+1.415.555.1234``: an
   assigned country code, 2+ more groups, those after the first of them 2+ digits long and not
   all of 3, not an IPv4 address, 10-15 digits, 11 after the code 1), or a trunk ``1-`` then a
   3-2-4 (``1-234-56-7890``, area 2-9) ("e164"); NANP ``555-123-4567``,
@@ -48,7 +57,7 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   and with spaces and hyphens mixed (``1-800 555-0199``, ``800 555-0199``, ``555-123 4567``;
   a space before the last group only where that group is no year 1800-2099: ``259-264 1970``
   is pages and a year), with an area code starting 2-9 ("nanp"). Dates, versions, IPs and bare long integers do not match. A number right
-  after a country code (``+1 ``, ``(+1)``; not glued to a letter or digit before the ``+``) is a
+  after a country code (``+1 ``, ``(+1)``; not glued to a letter or digit but a phone word's) is a
   phone number's rest, never an SSN: ``+1 234-56-7890`` is one phone number, and so is an SSN's
   3-2-4 with ``.`` or dashes after a country code (``+1 234.56.7890``, found whole, "e164"). A
   count or an offset before an ISO date (``+1 2023-10-15``: a year 19xx or 20xx, a month 01-12,
@@ -56,9 +65,10 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
 * Separators are single characters, but for `` - `` and ``--`` in SSNs and cards. Mixed
   separators (spaces and hyphens) are read only where one consistent separator finds nothing, and
   only into an SSN, a card, a NANP or E.164 phone number or an IBAN; a date keeps its one
-  separator. ``.`` is read only alone (``123.45.6789``, ``555.123.4567``), never mixed
-  (``123-45.6789``); `` - `` and ``--`` only with other dashes or single spaces (``123 -- 45 --
-  6789`` is not read) and not
+  separator. ``.`` is read only alone (``123.45.6789``, ``555.123.4567``), or once among spaces
+  and hyphens after a country code (above), never mixed otherwise (``123-45.6789``,
+  ``415.555-0123``, which is how license texts cite DFARS clauses, ``252.227-7013``); `` - ``,
+  ``--`` and `` -- `` only with other dashes or single spaces and not
   where such a dash and a digit come before or after the number (``2019 - 123 - 45 - 6789``, a
   sum, ``12--123--45--6789``); other doubled separators (two spaces, ``---``) are not read. A
   dotted SSN needs exactly 3-2-4 digits and no ``.`` and a digit on
