@@ -182,6 +182,14 @@ def detect_texts_3() -> list[bytes]:
         "3782 822463-10005 5555-5555 5555-4444, 4000-1005 1111 123 45-6789",
         "call 555-123 4567 +1 555-123 4567 1-800 555-0199 2024-01 15 sizes 123-45 6789 1024 "
         "4111-1111 1111-1112 9111 1111-1111 1110 000-12 3456 123-45.6789 123-45 6789-1 a123-45 6789x",
+        # Detector forms 5: 011 and a spaced 00 before a country code, one dot mixed in after a
+        # country code, ' -- ' between an SSN's groups, a '+' glued to a phone word; then the
+        # forms left unread (compact 00, 011 glued to the code, a bare dotted number, pages and a
+        # year, a dotted signed number, two dots read as decimals, hex-dump pairs after 00).
+        "call 011 44 20 7946 0958 or 00 44 20 7946 0958, +1 415.555-0123 +44 20.7946 0958 "
+        "ssn 123 -- 45 -- 6789 <!-- 123 -- 45 -- 6789 --> tel+44 20 7946 0958 Phone+1 415 555 0123 fax+1 2125550100",
+        "00442079460958 01144 2079 460958 415.555-0123 252.227-7013 pp. 555-123 1999 +7.495.123.456 "
+        "+1 12.50-13.75 00 01 02 03 04 05 06 011 1 0101 0110 x+1 234-56-7890 123 - 45 -- 6789 tel+ 44",
     ]
     return [t.encode("utf-8") for t in texts]
 
