@@ -16,13 +16,14 @@ from qdrant_client.http import models
 
 from . import detect as _detect
 from .decision import Verdict
-from .errors import GuardArgumentTypeError, QdrantGuardError
+from .errors import ConfigError, GuardArgumentTypeError, QdrantGuardError
 from .pipeline import Call, Offload, Op
-from .policy import CollectionPolicy
+from .policy import CollectionPolicy, toml_str
 from .receipts import RECEIPT_KEY
 from .sources import path_head
 from .textguard import (EmbedderError, TextOps, _number_text, no_card, password_finding, password_name_why,
                         password_value)
+from .utility import embedder_model_name
 from .vectors import CollectionShape
 
 # Inputs that carry text the guard did not check (a top-level models.Document is checked).
@@ -71,6 +72,9 @@ class QueryChecks(TextOps):
         """
         query = args.get("query")
         document = query if isinstance(query, models.Document) else None
+        if document is not None and self.embedder is not None:
+            # Before any check reads the text: the embedder is wrong for this vector whatever it says.
+            self._refuse_query_embedder_model(op, name, pol, args.get("using"))
         found: list[tuple[str, Any]] = []
 
         def collect(value: Any, where: str) -> Any:
@@ -248,6 +252,30 @@ class QueryChecks(TextOps):
             # re-creation overlapped is not kept for the new collection.
             known.add(name)
         return left
+
+    def _refuse_query_embedder_model(self, op: str, name: str, pol: CollectionPolicy, using: Any) -> None:
+        """Refuse (ConfigError), before anything is embedded or sent, a query ``models.Document`` the
+        guard would embed with an embedder naming another model than the policy declares
+        (``utility.embedding_model(s)``) for the vector queried (``using``; None: the unnamed one).
+
+        An embedder that names no model passes: the guard cannot tell which model it is."""
+        vname = using if isinstance(using, str) else ""
+        declared, key = pol.utility.declared_model(vname)
+        if declared is None:
+            return
+        have = embedder_model_name(self.embedder)
+        if have is None or str.__str__(have) == declared:
+            return
+        have = str.__str__(have)
+        raise ConfigError(
+            f"{op}: the query is a models.Document for vector {vname or '<unnamed>'!r} of collection {name!r}, "
+            f"which the guard would embed with its embedder's model {have!r}, but the policy "
+            f"({self.config.source_path or '<GuardConfig>'}) declares {key} = {toml_str(declared)} for that vector: "
+            "vectors of two models do not rank against each other, so the results would be ordered by nothing "
+            "the query and the stored vectors share. Pass embedder= "
+            f"an embedder of {declared!r} (its model_id names the model), or correct {key} if this collection's "
+            f"vectors come from {have!r}. Nothing was embedded or sent"
+        )
 
     def _embed_query(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> Op:
         """The guard's embedding of a query's (checked) Document text, a refusal audited either way:

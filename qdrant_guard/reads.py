@@ -29,7 +29,7 @@ from .pipeline import Call, Op, memory_budget_store_for
 from .policy import CollectionPolicy
 from .querycheck import (QueryChecks, UncheckedForm, field_name_roots, iter_prefetch, query_filter_roots,
                          raw_stored_clause, raw_stored_way_out, rest_prefetch)
-from .receipts import mechanism_mismatch, noise_shortfall, stored_receipts, verify_receipt
+from .receipts import mechanism_mismatch, model_mismatch, noise_shortfall, stored_receipts, verify_receipt
 from .sources import path_head
 from .textguard import _number_text
 from .sources import point_sources as _sources
@@ -303,7 +303,11 @@ class ReadOps(PayloadOps, QueryChecks):
         generator and a consistent calibration (``noise.check_release``), epsilon within the class
         ceiling, the collection's ``[noise] mechanism`` (``mechanism_mismatch``) and noise no weaker
         than its ``[noise]`` policy (``noise_shortfall``; after a policy is tightened or its
-        mechanism changed, vectors released under the old one are stripped).
+        mechanism changed, vectors released under the old one are stripped). A receipt whose signed
+        ``model_id`` names another embedding model than the policy declares for the vector
+        (``utility.embedding_model(s)``; ``model_mismatch``) is stripped as a guarded write refuses
+        it; one naming no model is released (its signer named none), and no model declared: not
+        compared. The name is the signer's word: nothing in a vector shows its model.
         """
         vecs = split_vector_struct(point.vector)
         receipts = stored_receipts(point.payload)
@@ -319,7 +323,8 @@ class ReadOps(PayloadOps, QueryChecks):
             check = verify_receipt(rec, vector=np.asarray(value, dtype=np.float64), collection=where,
                                    point_id=point.id, vector_name=vname, trusted_keys=self.receipt_keys_for(pol),
                                    revoked=self.revoked_keys)
-            if check.ok and check.params is not None and self._release_accepted(pol, check.params):
+            if (check.ok and check.params is not None and self._release_accepted(pol, check.params)
+                    and (check.model_id is None or model_mismatch(check.model_id, pol.utility, name, vname) is None)):
                 keep[vname] = value
         if not keep:
             # As Qdrant shapes it: a point read as named vectors stays a dict (its stripped names
