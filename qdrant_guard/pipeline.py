@@ -345,7 +345,7 @@ class GuardPipeline:
         embedder: callable ``list[str] -> array (n, d)`` used to embed ``models.Document`` texts
             after redaction. The model it names (its optional ``model_id`` attribute, a str, else a
             ``model_name``, on it or on the object whose bound method it is) is signed into the
-            receipts of the vectors it embedded, and a Document written to a vector whose policy
+            receipts of the vectors it embedded, and a Document written or queried for a vector whose policy
             declares another model (``utility.embedding_model(s)``) is refused (ConfigError) before
             it is embedded; an embedder that names no model is not checked.
 

@@ -475,9 +475,12 @@ class UtilityPolicy(_Strict):
     with that option, or correct this key. Whether or not a record is set or ``enforce`` is on, a
     writer's receipt whose signed ``model_id`` names another model is refused on every write that
     takes one (NOISE_REQUIRED, reason ``model_mismatch``; ``model_id`` null is accepted: its signer
-    named none), and a ``models.Document`` the guard would embed with an ``embedder=`` naming
-    another model (its ``model_id`` or ``model_name``) is a ConfigError before it is embedded (an
-    embedder naming no model is not checked). Names are compared exactly, as written. Every name is
+    named none), a stored vector whose receipt names another model is stripped from the reads of
+    every principal not allowed raw vectors (declaring a model after the guard embedded with
+    another withholds those vectors until they are re-embedded), and a ``models.Document``, written
+    or queried, that the guard would embed with an ``embedder=`` naming another model (its
+    ``model_id`` or ``model_name``) is a ConfigError before it is embedded (an embedder naming no
+    model is not checked). Names are compared exactly, as written. Every name is
     an assertion (a record's or a receipt's signer's, the embedder's own); the guard cannot tell
     which model produced a raw vector, so this holds records, receipts and the embedder to their
     word, not a vector to its model. It applies to every vector of the collection that
@@ -486,8 +489,8 @@ class UtilityPolicy(_Strict):
     embedding_models: dict[str, str] = Field(default_factory=dict)
     """The embedding model of each named vector whose model differs from ``embedding_model``, a table
     of vector name to model, e.g. ``embedding_models = { image = "openai/clip-vit-base-patch32" }``.
-    A write of a vector it names is held to that model as ``embedding_model`` holds the others
-    (the record consulted, a writer's receipt and the guard's embedder must not name another); a
+    A write, read or query of a vector it names is held to that model as ``embedding_model`` holds
+    the others (the record consulted, a receipt and the guard's embedder must not name another); a
     vector it does not name falls back to ``embedding_model`` (unset: not checked). ``{}`` (the
     default): ``embedding_model`` decides."""
     enforce: bool = True
