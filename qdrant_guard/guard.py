@@ -1,6 +1,7 @@
 """The assembled guard pipeline: writes, payloads, reads, utility records and multi-collection ops."""
 from __future__ import annotations
 
+import secrets
 import shlex
 import warnings
 from datetime import datetime, timezone
@@ -325,6 +326,8 @@ class Guard(WriteOps, ReadOps):
         accepted: list[tuple[str, str]] = []
         # Deletions of aliases the principal may not see (names_visible), left out of the call.
         skipped: set[int] = set()
+        # The first rename of an alias the principal may not see: (its index, its name).
+        hidden_rename: tuple[int, str] | None = None
         for i, action in enumerate(args["change_aliases_operations"]):
             if isinstance(action, models.CreateAliasOperation):
                 collection, alias = action.create_alias.collection_name, action.create_alias.alias_name
@@ -352,8 +355,12 @@ class Guard(WriteOps, ReadOps):
                     # Refusing would say that it exists, and name the collection it points to.
                     self._hidden_name(method, old, "as a missing alias")
                     if isinstance(action, models.RenameAliasOperation):
-                        raise missing_alias_error(old, remote=self.shared.get("remote", False))
-                    skipped.add(i)  # deleting a missing alias changes nothing
+                        # Checked on, as a missing alias's rename is: raising here would let a
+                        # later operation's refusal, or Qdrant's error for an earlier one, tell
+                        # the two apart.
+                        hidden_rename = hidden_rename or (i, old)
+                    else:
+                        skipped.add(i)  # deleting a missing alias changes nothing
                     continue
                 collection = found
                 changed[old] = None
@@ -373,17 +380,45 @@ class Guard(WriteOps, ReadOps):
             if not self.policy(collection).is_public:
                 accepted.append((collection, f"alias {alias!r} now names it"))
         self.forget_shape()
+        ops = args["change_aliases_operations"]
+        if hidden_rename is not None:
+            return (yield from self._hidden_rename(method, args, ops, skipped, accepted, *hidden_rename))
         if skipped:
-            kept = [a for i, a in enumerate(args["change_aliases_operations"]) if i not in skipped]
+            kept = [a for i, a in enumerate(ops) if i not in skipped]
             if not kept:
                 return True  # what Qdrant answers for deleting aliases that do not exist
             args = {**args, "change_aliases_operations": kept}
+        return (yield from self._send_alias_changes(method, args, accepted))
+
+    def _send_alias_changes(self, method: str, args: dict[str, Any], accepted: list[tuple[str, str]]) -> Op:
+        """Send an alias change whose actions passed, auditing those on sensitive collections."""
         if not accepted:
             return (yield Call(method, args))
         for collection, what in accepted:
             self.record(self.decision(method, collection, self.policy(collection), Verdict.ALLOW,
                                       f"admin access granted: {what}"))
         return (yield from self.forward(method, accepted[-1][0], self.policy(accepted[-1][0]), Call(method, args)))
+
+    def _hidden_rename(self, method: str, args: dict[str, Any], ops: list[Any], skipped: set[int],
+                       accepted: list[tuple[str, str]], first: int, old: str) -> Op:
+        """Answer a change whose action ``first`` renames hidden alias ``old`` as Qdrant answers one
+        renaming a missing alias: it applies the actions in order and stops at the first that
+        fails, which is an earlier one or that rename. So the earlier actions are sent, followed
+        by the rename of an alias that cannot exist; its error is answered as ``old``'s."""
+        missing = missing_alias_error(old, remote=self.shared.get("remote", False))
+        earlier = [a for i, a in enumerate(ops) if i < first and i not in skipped]
+        if not earlier:
+            raise missing
+        probe = f"qdrant-guard-missing-alias-{secrets.token_hex(16)}"
+        sent = {**args, "change_aliases_operations": [*earlier, models.RenameAliasOperation(
+            rename_alias=models.RenameAlias(old_alias_name=probe, new_alias_name=probe + "-renamed"))]}
+        try:
+            yield from self._send_alias_changes(method, sent, accepted)
+        except Exception as exc:
+            if probe in str(exc):
+                raise missing from None
+            raise
+        raise missing  # Qdrant renamed an alias no one made: answered as the rename it stands for
 
     def _check_alias(self, method: str, collection: str, alias: str) -> None:
         target = self.policy(collection)

@@ -1,0 +1,111 @@
+"""Twenty-ninth review (h-rev29, 2026-12-05): retired signing keys, utility records naming the
+embedding model (v5), and ``names_visible = "accessible"``.
+
+Real qdrant-client local mode, real keys and credentials (tests/guardkit.py, and the store of
+tests/test_names_visible.py).
+"""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from guardkit import audit_records, make_kit
+from qdrant_client import AsyncQdrantClient as RawAsync
+from qdrant_client import QdrantClient as RawClient
+from qdrant_client.http import models
+from test_names_visible import _VP, CREATED, POLICIES, _store
+
+from qdrant_guard import AsyncQdrantClient, ConfigError, GuardRefusal
+from qdrant_guard.policy import config_from_dict
+
+
+def _create(collection: str, alias: str) -> models.CreateAliasOperation:
+    return models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=collection, alias_name=alias))
+
+
+def _rename(old: str, new: str) -> models.RenameAliasOperation:
+    return models.RenameAliasOperation(rename_alias=models.RenameAlias(old_alias_name=old, new_alias_name=new))
+
+
+def _outcome(call, name: str) -> tuple[str, str]:
+    """The exception type and message of ``call()`` with ``name`` written NAME (or what it returned)."""
+    try:
+        return ("returned", repr(call()))
+    except Exception as exc:  # noqa: BLE001 - compared by the caller
+        return (type(exc).__name__, str(exc).replace(name, "NAME"))
+
+
+# -- names_visible: a hidden alias's rename in a batch ---------------------------------------------
+# Before: the guard raised "Alias NAME does not exist" as soon as it met the rename of a hidden
+# alias, while a truly missing alias's rename went to Qdrant with the rest of the batch. A batch
+# whose earlier operation Qdrant refuses (an alias named as an existing collection), or whose later
+# operation the guard refuses, then answered differently for "layoffs" (hidden, exists) and "ghost"
+# (missing): the first error of the batch told them apart.
+
+def _batches(hidden_or_missing: str) -> list[list]:
+    return [
+        # Qdrant refuses the first operation ("pub" is a collection): a missing alias's batch fails there.
+        [_create("pub", "pub"), _rename(hidden_or_missing, "pub-view-2")],
+        # The guard refuses the second operation (the alias name's policy differs from kb's).
+        [_rename(hidden_or_missing, "pub-view-2"), _create("kb", "hr-plans")],
+        # Both pass: the rename's own error.
+        [_create("pub", "pub-view"), _rename(hidden_or_missing, "pub-view-2")],
+    ]
+
+
+def test_a_hidden_alias_rename_in_a_batch_is_answered_as_a_missing_ones(tmp_path):
+    kit, alice, bob = _store(tmp_path, names_visible="accessible")
+    before = RawClient.get_aliases(alice).aliases
+    for hidden, missing in zip(_batches("layoffs"), _batches("ghost")):
+        got = _outcome(lambda: bob.update_collection_aliases(hidden), "layoffs")
+        want = _outcome(lambda: bob.update_collection_aliases(missing), "ghost")
+        assert got == want
+        assert "hr-layoffs-2027" not in got[1]
+        # Local mode applies a batch as a unit: nothing of the failed batch was applied, the
+        # hidden alias is untouched.
+        assert RawClient.get_aliases(alice).aliases == before
+    # The guard's own check of a later operation still comes first, as for a missing alias.
+    assert _outcome(lambda: bob.update_collection_aliases(_batches("layoffs")[1]), "layoffs")[0] == "GuardRefusal"
+    # The alias's owner renames it.
+    alice.update_collection_aliases([_rename("layoffs", "hr-plans")])
+    assert {a.alias_name for a in RawClient.get_aliases(alice).aliases} == {"hr-plans"}
+
+
+def test_a_hidden_alias_rename_in_a_batch_is_answered_as_a_missing_one_async(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config(POLICIES, names_visible="accessible")
+
+    async def outcome(coro, name):
+        try:
+            return ("returned", repr(await coro))
+        except Exception as exc:  # noqa: BLE001 - compared below
+            return (type(exc).__name__, str(exc).replace(name, "NAME"))
+
+    async def main():
+        alice = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+        for name in CREATED:
+            await RawAsync.create_collection(alice, name, vectors_config=_VP)
+        await alice.update_collection_aliases([_create("hr-layoffs-2027", "layoffs")])
+        bob = alice.with_principal(kit.principal("bob", "support"))
+        out = []
+        for hidden, missing in zip(_batches("layoffs"), _batches("ghost")):
+            out.append((await outcome(bob.update_collection_aliases(hidden), "layoffs"),
+                        await outcome(bob.update_collection_aliases(missing), "ghost")))
+        aliases = [(a.alias_name, a.collection_name) for a in (await RawAsync.get_aliases(alice)).aliases]
+        await alice.close()
+        return out, aliases
+
+    out, aliases = asyncio.run(main())
+    for got, want in out:
+        assert got == want
+    assert aliases == [("layoffs", "hr-layoffs-2027")]
+
+
+def test_the_owners_batches_with_a_rename_are_unchanged(tmp_path):
+    # Regression guard: a rename the principal may see goes to Qdrant with its batch.
+    _, alice, _ = _store(tmp_path, names_visible="accessible")
+    alice.update_collection_aliases([_create("pub", "pub-view"), _rename("layoffs", "hr-plans")])
+    assert {(a.alias_name, a.collection_name) for a in RawClient.get_aliases(alice).aliases} == {
+        ("pub-view", "pub"), ("hr-plans", "hr-layoffs-2027")}
+    with pytest.raises(ValueError, match="^Collection pub already exists$"):
+        alice.update_collection_aliases([_create("pub", "pub"), _rename("hr-plans", "layoffs")])
