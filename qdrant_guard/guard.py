@@ -542,10 +542,11 @@ class Guard(WriteOps, ReadOps):
         if listed and self.hides_names():
             hidden = [n for n in names if not self.name_visible(n)]
             if hidden:  # never administered: visible names include every one the principal administers
+                # Neither named nor counted: how many there are is the store's, not the policy's.
                 raise self.refuse(self.decision(
                     method, None, None, Verdict.REFUSED_CROSS_BOUNDARY,
                     f"{method} acts on every collection in the store, and the principal may not administer "
-                    f"{len(hidden)} of them (their names are not shown: names_visible = \"accessible\"); "
+                    "some of them (which, and how many, is not shown: names_visible = \"accessible\"); "
                     "run it as the operator, with a client constructed without guard=",
                     details={"names_visible": "accessible", "hidden": hidden[:MAX_IDS_IN_RECORD],
                              "hidden_count": len(hidden)}))

@@ -109,3 +109,24 @@ def test_the_owners_batches_with_a_rename_are_unchanged(tmp_path):
         ("pub-view", "pub"), ("hr-plans", "hr-layoffs-2027")}
     with pytest.raises(ValueError, match="^Collection pub already exists$"):
         alice.update_collection_aliases([_create("pub", "pub"), _rename("hr-plans", "layoffs")])
+
+
+# -- names_visible: a call on every collection counted the hidden ones ----------------------------
+# Before: create_full_snapshot and migrate of every collection were refused with "the principal may
+# not administer N of them": N is how many collections of the store the principal may not see, a
+# number of the store's (one more when the HR boundary makes a collection).
+
+@pytest.mark.parametrize("method", ["create_full_snapshot", "migrate"])
+def test_a_call_on_every_collection_does_not_count_hidden_ones(tmp_path, method):
+    kit, alice, bob = _store(tmp_path, names_visible="accessible")
+    call = (lambda: bob.create_full_snapshot()) if method == "create_full_snapshot" else \
+        (lambda: bob.migrate(RawClient(":memory:")))
+    with pytest.raises(GuardRefusal) as one:
+        call()
+    RawClient.create_collection(alice, "hr-plans", vectors_config=_VP)  # a second hidden collection
+    with pytest.raises(GuardRefusal) as two:
+        call()
+    assert str(one.value) == str(two.value)
+    assert "names_visible" in str(two.value) and "hr-plans" not in str(two.value)
+    entry = audit_records(kit)[-1]  # the operator's log keeps the names and their number
+    assert entry["details"]["hidden"] == ["hr-layoffs-2027", "hr-plans"] and entry["details"]["hidden_count"] == 2
