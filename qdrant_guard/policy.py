@@ -107,7 +107,7 @@ _EMPTY: dict[str, str] = {
     **dict.fromkeys(("signing_key", "audit_log", "record"),
                     "an empty path names no file (it would be read as the policy's directory); give a "
                     "file path or leave the key out"),
-    **dict.fromkeys(("audit_trusted_keys", "trusted_keys", "authority_keys", "receipt_keys"),
+    **dict.fromkeys(("audit_trusted_keys", "trusted_keys", "retired_keys", "authority_keys", "receipt_keys"),
                     "give each key as 'ed25519:<base64>' or the path of its .pub file"),
     "owner": "an empty owner names no boundary; name a [boundaries.NAME] section or leave owner out",
     **dict.fromkeys(("readers", "writers"), "an empty name is no boundary; name a [boundaries.NAME] section or "
@@ -522,6 +522,14 @@ class UtilityPolicy(_Strict):
                 raise ValueError(f"the record of vector {name!r} is an empty path, which names no file (it "
                                  "would be read as the policy's directory); give the file `qdrant-guard "
                                  f"calibrate --vector-name {name} --out FILE` wrote, or leave {name!r} out")
+        return v
+
+    @field_validator("embedding_model")
+    @classmethod
+    def _model_named(cls, v: str | None) -> str | None:
+        # No record carries a blank name, so a blank one would refuse every write as a mismatch.
+        if v is not None and not v.strip():
+            raise ValueError(_EMPTY["embedding_model"])
         return v
 
     @field_validator("embedding_models")

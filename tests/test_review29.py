@@ -130,3 +130,34 @@ def test_a_call_on_every_collection_does_not_count_hidden_ones(tmp_path, method)
     assert "names_visible" in str(two.value) and "hr-plans" not in str(two.value)
     entry = audit_records(kit)[-1]  # the operator's log keeps the names and their number
     assert entry["details"]["hidden"] == ["hr-layoffs-2027", "hr-plans"] and entry["details"]["hidden_count"] == 2
+
+
+# -- policy values that name nothing ------------------------------------------------------------------
+# Before: utility.embedding_model = " " was accepted (utility.embedding_models refused a blank name);
+# no record can carry a blank model name, so every write under an enforced record was refused
+# model_mismatch, naming a model "declared" as " ". And receipts.retired_keys = [""] was read as the
+# policy's directory: "cannot read key file '.' ... give the path of a key file in it (e.g.
+# 'guard.key')", which points at a private key, where receipts.trusted_keys = [""] says the entry is
+# empty.
+
+@pytest.mark.parametrize("blank", [" ", "\t", "  \n"])
+def test_a_blank_embedding_model_is_refused_as_an_empty_one(blank):
+    with pytest.raises(ConfigError) as err:
+        config_from_dict({"default": {"class": "PII", "utility": {"embedding_model": blank}}}, source="p.toml")
+    msg = str(err.value)
+    assert "default.utility.embedding_model" in msg and "names no model" in msg and "p.toml" in msg
+    # A name with letters is kept as written (names compare exactly).
+    cfg = config_from_dict({"default": {"class": "PII", "utility": {"embedding_model": "m-1"}}}, source="p.toml")
+    assert cfg.default.utility.embedding_model == "m-1"
+
+
+def test_an_empty_retired_key_is_refused_as_an_empty_trusted_key_is(tmp_path):
+    from qdrant_guard.policy import load_policy
+
+    p = tmp_path / "policy.toml"
+    p.write_text('[receipts]\nretired_keys = ["ed25519:AAAA", ""]\n')
+    with pytest.raises(ConfigError) as err:
+        load_policy(p)
+    msg = str(err.value)
+    assert "receipts.retired_keys" in msg and "entry 1 is empty" in msg and ".pub" in msg
+    assert "guard.key" not in msg
