@@ -374,6 +374,15 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         cfg = load_policy(args.policy)
         own_kid, own, retired = _policy_signing_keys(cfg, args.policy)
         revoked = frozenset(cfg.receipts.revoked_keys)
+        for kid in sorted(k for k in {**(trusted or {}), **own} if k in revoked):
+            # Revocation wins here as in the guard, which refuses to start with such a key.
+            by_key = bool(trusted) and kid in trusted
+            fix = ("drop that --key (or run without --policy to check the chain under the keys you give alone)"
+                   if by_key else "the guard refuses to start with it: set signing_key to a new key "
+                   "(`qdrant-guard keys new`)")
+            raise ConfigError(f"--policy {args.policy}: {'--key gives' if by_key else 'its signing_key is'} key "
+                              f"{kid}, which receipts.revoked_keys revokes: a checkpoint it signed proves nothing, "
+                              f"so the log is not verified under it with this policy; {fix}")
         trusted = {**(trusted or {}), **own, **retired}
         for spec in cfg.audit_trusted_keys:
             pk = keys.load_public_key(spec)

@@ -161,3 +161,30 @@ def test_an_empty_retired_key_is_refused_as_an_empty_trusted_key_is(tmp_path):
     msg = str(err.value)
     assert "receipts.retired_keys" in msg and "entry 1 is empty" in msg and ".pub" in msg
     assert "guard.key" not in msg
+
+
+# -- retired_keys: audit verify --policy and revoked keys ------------------------------------------
+# Before: `audit verify LOG --key OLD.pub --policy P`, where P's receipts.revoked_keys revokes OLD,
+# printed "OK ... 1 signed checkpoint(s) verified" and exited 0, listing the key as "revoked" beside
+# it: the policy's revocation lost to --key, where the guard (audit_trusted_keys, retired_keys) and
+# `receipt verify --trusted-key ... --policy` let revocation win.
+
+from test_retired_keys import _old_checkpoint, _policy_file, rot  # noqa: E402,F401 - the fixture
+
+from qdrant_guard.cli import main  # noqa: E402
+
+
+def test_cli_audit_verify_with_the_policy_refuses_a_revoked_key_given_with_key(rot, tmp_path, capsys):  # noqa: F811
+    log = _old_checkpoint(rot)  # a checkpoint signed by key A
+    path = _policy_file(rot, tmp_path, retired=False)  # signing_key B, A not retired
+    argv = ["audit", "verify", str(log), "--checkpoint-every", "1", "--key", str(rot["a_pub"]), "--policy", str(path)]
+    assert main(argv) == 0  # A not revoked: its checkpoint verifies (unchanged)
+    capsys.readouterr()
+    path.write_text(path.read_text().replace("[boundaries.", f'[receipts]\nrevoked_keys = ["{rot["a_kid"]}"]\n'
+                                                               "[boundaries.", 1))
+    rc = main(argv)
+    captured = capsys.readouterr()
+    assert rc != 0 and "OK" not in captured.out, captured.out
+    assert rot["a_kid"] in captured.err and "revoked_keys" in captured.err and "--key" in captured.err, captured.err
+    # Without --policy the caller's --key is all there is to go by (unchanged).
+    assert main(argv[:-2]) == 0
