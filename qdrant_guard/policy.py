@@ -1077,9 +1077,11 @@ class GuardConfig(_Strict):
     ``[default]`` allows, which by default is any verified principal and no client without a
     valid credential; unlisted ones under ``"refuse"`` to no one). The lists leave the other names out (an alias when either its own name or its
     collection's is hidden), ``collection_exists`` answers ``False``, ``get_collection`` and ``get_collection_aliases``
-    answer as for a collection that does not exist and ``update_collection_aliases`` deleting or
-    renaming a hidden alias as for an alias that does not exist, without asking Qdrant; each such
-    answer is audited (``REFUSED_CROSS_BOUNDARY``, ``details.names_visible``).
+    answer as for a collection that does not exist, without asking Qdrant, and
+    ``update_collection_aliases`` answers deleting or renaming a hidden alias as for an alias that
+    does not exist (the deletion is left out of the call; the rename is sent as that of an alias no
+    one made, after the call's earlier actions, so the call fails where a missing alias's would);
+    each such answer is audited (``REFUSED_CROSS_BOUNDARY``, ``details.names_visible``).
     Every other call on a hidden name keeps its refusal, decided from the policy alone before
     Qdrant is asked (docs/threat-model.md, *What any principal learns about a collection*)."""
     epsilon_ceiling: dict[SensitivityClass, float] = Field(default_factory=lambda: dict(DEFAULT_CEILINGS))
