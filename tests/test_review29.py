@@ -53,7 +53,7 @@ def _batches(hidden_or_missing: str) -> list[list]:
     ]
 
 
-def test_a_hidden_alias_rename_in_a_batch_is_answered_as_a_missing_ones(tmp_path):
+def test_a_hidden_alias_rename_in_a_batch_is_answered_as_a_missing_one(tmp_path):
     kit, alice, bob = _store(tmp_path, names_visible="accessible")
     before = RawClient.get_aliases(alice).aliases
     for hidden, missing in zip(_batches("layoffs"), _batches("ghost")):
