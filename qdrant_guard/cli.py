@@ -210,7 +210,7 @@ def _signing_public_key(path: str) -> Any:
 def _policy_signing_keys(cfg: Any, policy: str) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
     """The guard's own keys per ``cfg``: (current key id or None, {kid: its public key} (empty
     without signing_key), {kid: public key} of receipts.retired_keys), checked as the guard checks
-    them (a retired key that is the current one, or revoked, is an error)."""
+    them (a retired key that is the current one, revoked, or a boundary's authority key is an error)."""
     from . import keys
 
     own: dict[str, Any] = {}
@@ -221,8 +221,16 @@ def _policy_signing_keys(cfg: Any, policy: str) -> tuple[str | None, dict[str, A
             raise ConfigError(f"--policy: signing_key: {exc}") from None
         own[keys.key_id(pk)] = pk
     own_kid = next(iter(own), None)
+    authorities: dict[str, str] = {}
+    for name, b in cfg.boundaries.items():
+        for spec in b.authority_keys:
+            try:
+                authorities[keys.key_id(keys.load_public_key(spec))] = name
+            except QdrantGuardError as exc:
+                raise ConfigError(f"--policy: boundaries.{name}.authority_keys: {exc}") from None
     retired = keys.load_retired_keys(cfg.receipts.retired_keys, current_key_id=own_kid,
-                                     revoked=cfg.receipts.revoked_keys, source=cfg.source_path or policy)
+                                     revoked=cfg.receipts.revoked_keys, source=cfg.source_path or policy,
+                                     authorities=authorities)
     return own_kid, own, retired
 
 

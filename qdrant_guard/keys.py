@@ -7,7 +7,7 @@ import hashlib
 import os
 import stat
 from pathlib import Path
-from typing import Collection, Iterable, Union
+from typing import Collection, Iterable, Mapping, Union
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -28,6 +28,7 @@ __all__ = [
     "load_private_key",
     "load_public_key",
     "load_retired_keys",
+    "retired_authority_error",
 ]
 
 KEY_PREFIX = "ed25519:"
@@ -284,8 +285,18 @@ def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519Pu
 
 
 
+def retired_authority_error(kid: str, boundary: str, source: str) -> ConfigError:
+    """The error for a key that is both in ``receipts.retired_keys`` and a boundary's authority key."""
+    return ConfigError(
+        f"{source}: receipts.retired_keys lists key {kid}, which is in boundaries.{boundary}.authority_keys: a "
+        "retired key is an earlier signing key of the guard, trusted for every collection's receipts (receipt_keys "
+        "or not), utility records and audit checkpoints, so whoever issues that boundary's credentials would sign "
+        f"them all. Remove it from receipts.retired_keys; if the guard once signed with it, give boundary "
+        f"{boundary!r} a key of its own (`qdrant-guard keys new`) and list the old one's .pub in retired_keys then")
+
+
 def load_retired_keys(specs: Iterable[str], *, current_key_id: str | None, revoked: Collection[str],
-                      source: str) -> dict[str, Ed25519PublicKey]:
+                      source: str, authorities: Mapping[str, str] | None = None) -> dict[str, Ed25519PublicKey]:
     """Load a policy's ``receipts.retired_keys``: the guard's earlier signing keys, trusted for
     verification only wherever its current key is (key id -> public key; a key listed twice is
     one entry).
@@ -295,11 +306,14 @@ def load_retired_keys(specs: Iterable[str], *, current_key_id: str | None, revok
         current_key_id: key id of the guard's current ``signing_key`` (None: not known here).
         revoked: ``receipts.revoked_keys``.
         source: the policy file, named in errors.
+        authorities: key id -> boundary of every ``boundaries.*.authority_keys`` key (None: not
+            checked here; the guard checks them when it loads the boundaries).
 
     Raises:
         ConfigError: a key cannot be loaded, is the current signing key (it signs, so it is not
-            retired), or is revoked (revocation wins, so listing it would promise trust the guard
-            does not give).
+            retired), is revoked (revocation wins, so listing it would promise trust the guard
+            does not give), or is a boundary's authority key (a credential issuer is no earlier
+            signing key of the guard).
     """
     out: dict[str, Ed25519PublicKey] = {}
     for spec in specs:
@@ -321,5 +335,7 @@ def load_retired_keys(specs: Iterable[str], *, current_key_id: str | None, revok
                 "stay refused. Remove it from receipts.retired_keys (keep it revoked); re-noise and rewrite "
                 "the vectors it receipted under the current signing_key, re-run `qdrant-guard calibrate` for "
                 "its utility records, and check the audit log with `qdrant-guard audit verify`")
+        if authorities is not None and kid in authorities:
+            raise retired_authority_error(kid, authorities[kid], source)
         out[kid] = pk
     return out

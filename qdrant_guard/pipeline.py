@@ -436,6 +436,8 @@ class GuardPipeline:
         for name, pks in self.authorities.items():
             for pk in pks:
                 kid = _keys.key_id(pk)
+                if kid in self.retired_keys:
+                    raise _keys.retired_authority_error(kid, name, cfg.source_path or "<config>")
                 other = first_boundary.setdefault(kid, name)
                 if other != name:
                     raise ConfigError(

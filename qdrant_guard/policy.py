@@ -943,7 +943,8 @@ class ReceiptTrust(_Strict):
     ``signing_key``, list the old key's ``.pub`` here, once: otherwise the receipts it signed stop
     verifying, and the vectors they certify are stripped from reads outside the owner. The current
     ``signing_key`` may not be listed, nor a key in ``revoked_keys`` (revocation wins: the client
-    refuses to start, naming the key, rather than trust a revoked key or appear to); a key listed
+    refuses to start, naming the key, rather than trust a revoked key or appear to), nor a
+    boundary's ``authority_keys`` key (its credential issuer would sign for every collection); a key listed
     twice, or also in ``trusted_keys``, ``receipt_keys`` or ``audit_trusted_keys``, is harmless.
     Whoever holds a retired key's private half can still sign receipts, utility records and
     checkpoints the guard accepts: destroy it after the rotation, and revoke a key that may be

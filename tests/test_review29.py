@@ -188,3 +188,35 @@ def test_cli_audit_verify_with_the_policy_refuses_a_revoked_key_given_with_key(r
     assert rot["a_kid"] in captured.err and "revoked_keys" in captured.err and "--key" in captured.err, captured.err
     # Without --policy the caller's --key is all there is to go by (unchanged).
     assert main(argv[:-2]) == 0
+
+
+# -- retired_keys: a boundary's authority key listed as a retired guard key ------------------------
+# Before: accepted. A retired key is trusted on every collection's receipts (receipt_keys included),
+# for utility records and audit checkpoints; a boundary's authority key listed there made whoever
+# issues that boundary's credentials a signer of all of those, on collections whose receipt_keys
+# name no such key too.
+
+def test_a_retired_key_that_is_a_boundary_authority_key_is_a_policy_error(rot, tmp_path, capsys):  # noqa: F811
+    from qdrant_guard import QdrantClient as GuardClient
+    from qdrant_guard import keys as _keys
+
+    from test_retired_keys import _cfg
+
+    kit = rot["kit"]
+    support_pub = kit.authority_pub["support"]
+    support_kid = _keys.key_id(_keys.load_public_key(support_pub))
+    with pytest.raises(ConfigError) as err:
+        GuardClient(":memory:", guard=_cfg(rot, rot["b"], retired_keys=[str(rot["a_pub"]), support_pub]),
+                    principal=kit.principal("alice", "hr"))
+    msg = str(err.value)
+    assert support_kid in msg and "boundaries.support.authority_keys" in msg and "receipts.retired_keys" in msg
+    # The offline verifiers check the policy as the guard does.
+    path = _policy_file(rot, tmp_path)
+    path.write_text(path.read_text().replace(f'retired_keys = ["{rot["a_pub"]}"]',
+                                             f'retired_keys = ["{rot["a_pub"]}", "{support_pub}"]'))
+    log = _old_checkpoint(rot)
+    assert main(["audit", "verify", str(log), "--checkpoint-every", "1", "--policy", str(path)]) == 2
+    assert "boundaries.support.authority_keys" in capsys.readouterr().err
+    # The guard's own earlier key alone is accepted (unchanged).
+    GuardClient(":memory:", guard=_cfg(rot, rot["b"], retired_keys=[str(rot["a_pub"])]),
+                principal=kit.principal("alice", "hr")).close()
