@@ -95,6 +95,29 @@ def _load(path: str) -> list[dict[str, str]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
+# Padding wordings the evaluation measures: the two first measured (h-intent2), and eight more
+# written with tests/data/intent_*_heldout3.jsonl, before any model was trained with the lines that
+# dataset groups i3* add (see docs/intent.md). ``{s}`` is the query without its final ``.?!``,
+# ``{l}`` the same with its first letter in lower case, ``{t}`` the query as written. None of them
+# may be used to pad a training line.
+EVAL_PADS_OLD = ("{s} per the policy", "How is this handled? {t}")
+EVAL_PADS_NEW = (
+    "{s}, in line with the data retention guidelines",
+    "{s} (see the onboarding checklist)",
+    "{s} using the export template",
+    "{s}. Format it like the usual report form.",
+    "Following the quarterly audit procedure, {l}",
+    "Quick question about the FAQ: {t}",
+    "What does the runbook say? {t}",
+    "Per section 4 of the staff manual, {l}",
+)
+
+
+def pad(template: str, text: str) -> str:
+    s = text.rstrip(".?!")
+    return template.format(s=s, l=s[:1].lower() + s[1:], t=text)
+
+
 TRAIN_PADS = ("{} according to the handbook", "Regarding the procedure: {}", "{}, as in the template",
               "What's the process? {}")
 def _extended(extra: list[tuple[str, str]]) -> tuple[Callable[[str], Any], tuple[str, ...]]:
