@@ -1,6 +1,7 @@
 """Would extra cue features cut false positives without costing recall? A paired comparison.
 
     python scripts/intent_features_paired.py [--variant NAME ...] [--splits 5] [--show] [--augment] [--check]
+                                             [--additions PATH ...]
 
 For each of ``--splits`` group splits of the packaged dataset (the trainer's seed and the next
 ones), two models are fitted exactly as ``python -m qdrant_guard.intent_train`` fits one, on the
@@ -11,8 +12,16 @@ suspicious + adversarial at confidence >= 0.6) on the same held-out part, on bot
 ``bulk_records`` lines), on the second harmful set (tests/data/intent_harmful_heldout2.jsonl), and
 on the held-out and second-set harmful queries padded with document words (`` per the policy``
 appended, ``How is this handled? `` prepended): "padded" counts each padded form, "every-form"
-counts a query as caught only when it is caught as written and in both padded forms. Figures are
-summed over the splits.
+counts a query as caught only when it is caught as written and in both padded forms. The third
+corpora (tests/data/intent_benign_heldout3.jsonl, tests/data/intent_harmful_heldout3.jsonl) and
+eight more paddings (``EVAL_PADS_NEW``) were written before any model was trained with
+``--additions``: "benign3", "harmful3", "padded-new" (the held-out, second and third harmful
+queries in each new padding) and "every-form-all" (caught as written and in all ten paddings, on
+those three sets) score them. Figures are summed over the splits.
+
+``--additions PATH`` (JSONL in the dataset's shape; repeatable) adds those lines to the "after" model's
+training part only, on every split; the "before" model and every held-out part are as without it.
+The variant ``none`` adds no cue, so ``--variant none --additions PATH`` measures the lines alone.
 
 The extra cues are candidates kept in this script, so the shipped extractor is untouched while
 they are judged: each regex over the case-folded query adds one dense feature (1.0 when it
@@ -55,6 +64,7 @@ _PROCESS_Q = (r"^\s*(?:how|what|where|which|who|when|why|can|is|are|do|does|shou
               r"rotated|hashed|checked|logged|encrypted|approved|allowed)\b")
 
 VARIANTS: dict[str, list[tuple[str, str]]] = {
+    "none": [],
     # a document noun anywhere
     "doc_noun": [("x_doc_noun", rf"\b(?:{_DOC})\b")],
     # an imperative whose object, within six words, ends in a document noun
@@ -190,12 +200,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--augment", action="store_true",
                     help="also train the candidate on its training part's harmful lines padded with document words")
     ap.add_argument("--check", action="store_true", help="check the scorer against the runtime classifier")
+    ap.add_argument("--additions", action="append", default=[],
+                    help="JSONL lines in the dataset's shape added to every 'after' model's training part")
     args = ap.parse_args(argv)
     base = load_dataset()
     data = os.path.join(ROOT, "tests", "data")
     benign1 = [r["text"] for r in _load(os.path.join(data, "intent_benign_heldout.jsonl")) if r["form"] != "bulk_records"]
     benign2 = [r["text"] for r in _load(os.path.join(data, "intent_benign_heldout2.jsonl")) if r["form"] != "bulk_records"]
     harm2 = [r["text"] for r in _load(os.path.join(data, "intent_harmful_heldout2.jsonl"))]
+    benign3 = [r["text"] for r in _load(os.path.join(data, "intent_benign_heldout3.jsonl"))]
+    harm3 = [r["text"] for r in _load(os.path.join(data, "intent_harmful_heldout3.jsonl"))]
+    additions = [row for path in args.additions for row in load_dataset(path)]
     splits = [split_dataset(base, seed=s) for s in range(SEED, SEED + args.splits)]
     before_docs = [_fit(base, tr, F.featurize, F.CUE_NAMES) for tr, _ in splits]
     if args.check:
@@ -212,10 +227,10 @@ def main(argv: list[str] | None = None) -> int:
                                          f"vs {label} {conf}")
         print("scorer agrees with the runtime classifier on every corpus query", flush=True)
 
-    def padded(texts: list[str]) -> list[str]:
+    def padded(texts: list[str], pads: tuple[str, ...] = EVAL_PADS_OLD) -> list[str]:
         # The cheapest evasion of a document-noun cue: the harmful queries with a document noun
         # (or a process question) glued on.
-        return [t.rstrip(".?!") + " per the policy" for t in texts] + ["How is this handled? " + t for t in texts]
+        return [pad(p, t) for p in pads for t in texts]
 
     def score(sc: _Scorer, te: list[int]) -> dict[str, list[str]]:
         sus = [base[i]["text"] for i in te if base[i]["label"] == "suspicious"]
@@ -232,10 +247,18 @@ def main(argv: list[str] | None = None) -> int:
             "padded n": padded(sus + adv) + padded(harm2),
             "every-form caught": [t for t in sus + adv + harm2 if all(sc.blocked(u) for u in [t] + padded([t]))],
             "every-form n": sus + adv + harm2,
+            "benign3 blocked": [t for t in benign3 if sc.blocked(t)], "benign3 n": benign3,
+            "harmful3 caught": [t for t in harm3 if sc.blocked(t)], "harmful3 n": harm3,
+            "padded-new caught": [t for t in padded(sus + adv + harm2 + harm3, EVAL_PADS_NEW) if sc.blocked(t)],
+            "padded-new n": padded(sus + adv + harm2 + harm3, EVAL_PADS_NEW),
+            "every-form-all caught": [t for t in sus + adv + harm2 + harm3
+                                      if all(sc.blocked(u) for u in [t] + padded([t], EVAL_PADS_OLD + EVAL_PADS_NEW))],
+            "every-form-all n": sus + adv + harm2 + harm3,
         }
 
     before = [score(_Scorer(doc, F.featurize, F.CUE_NAMES), te) for doc, (_, te) in zip(before_docs, splits)]
-    keys = ("suspicious", "adversarial", "harmless", "benign1", "benign2", "harmful2", "padded", "every-form")
+    keys = ("suspicious", "adversarial", "harmless", "benign1", "benign2", "benign3", "harmful2", "harmful3",
+            "padded", "every-form", "padded-new", "every-form-all")
 
     def line(tag: str, res: list[dict[str, list[str]]]) -> str:
         out = []
@@ -244,25 +267,26 @@ def main(argv: list[str] | None = None) -> int:
             a = sum(len(r[hit]) for r in res)
             n = sum(len(r[k + " n"]) for r in res)
             out.append(f"{hit} {a}/{n} ({a / n:.1%})")
-        return f"{tag:<30} " + "  ".join(out)
+        return f"{tag}\n    " + "\n    ".join(out)
 
     print(line("before (package features)", before), flush=True)
     for name in args.variant or sorted(VARIANTS):
         featurize, cue_names = _extended(VARIANTS[name])
         after = []
         for (tr, te) in splits:
-            rows, idx = base, tr
+            rows, idx = list(base) + additions, list(tr) + list(range(len(base), len(base) + len(additions)))
             if args.augment:
                 # Training-part harmful lines with a document noun or process question glued on,
                 # in other words than the evaluation's paddings; the held-out part is untouched.
                 extra = [dict(base[i], text=pad.format(base[i]["text"].rstrip(".?!"))) for i in tr
                          if base[i]["label"] in ("suspicious", "adversarial") for pad in TRAIN_PADS]
-                rows = list(base) + extra
-                idx = list(tr) + list(range(len(base), len(rows)))
+                idx = idx + list(range(len(rows), len(rows) + len(extra)))
+                rows = rows + extra
             after.append(score(_Scorer(_fit(rows, idx, featurize, cue_names), featurize, cue_names), te))
-        print(line(f"after +{name}", after), flush=True)
+        print(line(f"after +{name}" + "".join(f" +{os.path.basename(p)}" for p in args.additions), after), flush=True)
         if args.show:
-            for k in ("suspicious caught", "adversarial caught", "benign1 blocked", "benign2 blocked", "harmful2 caught"):
+            for k in ("suspicious caught", "adversarial caught", "benign1 blocked", "benign2 blocked", "benign3 blocked",
+                      "harmful2 caught", "harmful3 caught"):
                 gained = sorted({t for b, a in zip(before, after) for t in a[k] if t not in b[k]})
                 lost = sorted({t for b, a in zip(before, after) for t in b[k] if t not in a[k]})
                 for t in lost:

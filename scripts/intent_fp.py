@@ -9,7 +9,10 @@ tests/data/intent_benign_heldout2.jsonl, a second corpus written independently (
 wordings) before any model was tuned against the first. Harmful side: the suspicious and
 adversarial queries of the classifier's held-out split (``split_dataset``) and of the whole
 dataset, and tests/data/intent_harmful_heldout2.jsonl, suspicious and adversarial queries written
-with the second corpus, none from the dataset. A query counts as blocked when its label is in the
+with the second corpus, none from the dataset. The third corpora,
+tests/data/intent_benign_heldout3.jsonl (benign, many of them commands naming a document) and
+tests/data/intent_harmful_heldout3.jsonl (half of them record grabs that name a document, policy or
+process), were written before any model was trained with lines that name documents on both sides. A query counts as blocked when its label is in the
 block set at ``min_confidence`` or above, as the pipeline decides.
 """
 from __future__ import annotations
@@ -24,6 +27,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "tests", "data", "intent_benign_heldout.jsonl")
 CORPUS2 = os.path.join(ROOT, "tests", "data", "intent_benign_heldout2.jsonl")
 HARMFUL2 = os.path.join(ROOT, "tests", "data", "intent_harmful_heldout2.jsonl")
+CORPUS3 = os.path.join(ROOT, "tests", "data", "intent_benign_heldout3.jsonl")
+HARMFUL3 = os.path.join(ROOT, "tests", "data", "intent_harmful_heldout3.jsonl")
 BLOCK = ("suspicious", "adversarial")
 
 
@@ -50,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     clf = BuiltinIntentClassifier(args.model)
     mc = args.min_confidence
 
-    for title, path in (("held-out benign corpus", CORPUS), ("second benign corpus", CORPUS2)):
+    for title, path in (("held-out benign corpus", CORPUS), ("second benign corpus", CORPUS2),
+                        ("third benign corpus", CORPUS3)):
         corpus = load_corpus(path)
         benign = [r for r in corpus if r["form"] != "bulk_records"]
         bulk = [r for r in corpus if r["form"] == "bulk_records"]
@@ -67,16 +73,17 @@ def main(argv: list[str] | None = None) -> int:
                 res = clf.classify(r["text"])
                 print(f"    {res.label} {res.confidence:.2f} [{r['form']}] {r['text']}")
 
-    harmful2 = load_corpus(HARMFUL2)
-    missed = [r for r in harmful2 if not blocked(clf, r["text"], mc)]
-    parts = "; ".join(f"{lab} {sum(r['label'] == lab and r not in missed for r in harmful2)}/"
-                      f"{sum(r['label'] == lab for r in harmful2)}" for lab in BLOCK)
-    print(f"second harmful set: {len(harmful2) - len(missed)}/{len(harmful2)} blocked "
-          f"({(len(harmful2) - len(missed)) / len(harmful2):.1%}; {parts})")
-    if args.show:
-        for r in missed:
-            res = clf.classify(r["text"])
-            print(f"    missed ({res.label} {res.confidence:.2f}) [{r['label']}] {r['text']}")
+    for title, path in (("second harmful set", HARMFUL2), ("third harmful set", HARMFUL3)):
+        harmful2 = load_corpus(path)
+        missed = [r for r in harmful2 if not blocked(clf, r["text"], mc)]
+        parts = "; ".join(f"{lab} {sum(r['label'] == lab and r not in missed for r in harmful2)}/"
+                          f"{sum(r['label'] == lab for r in harmful2)}" for lab in BLOCK)
+        print(f"{title}: {len(harmful2) - len(missed)}/{len(harmful2)} blocked "
+              f"({(len(harmful2) - len(missed)) / len(harmful2):.1%}; {parts})")
+        if args.show:
+            for r in missed:
+                res = clf.classify(r["text"])
+                print(f"    missed ({res.label} {res.confidence:.2f}) [{r['label']}] {r['text']}")
 
     rows = load_dataset()
     _, test = split_dataset(rows)
