@@ -214,17 +214,24 @@ class QueryChecks(TextOps):
         return args
 
     def raw_vectors_left(self, op: str, name: str, pol: CollectionPolicy) -> Op:
-        """How many points of ``name`` hold a dense vector without a receipt: raw vectors written
-        while the policy had ``raw_in_boundary`` (or by a client without the guard), which stay in
-        the store when it is turned off. Asked only where that is off; a generator.
+        """How many points of ``name`` hold a dense vector that reads strip but Qdrant would still
+        compare as stored: one without a receipt (raw vectors written while the policy had
+        ``raw_in_boundary``, or by a client without the guard, which stay in the store when it is
+        turned off), or one whose receipt names another noise mechanism than the collection's or,
+        where the policy declares a model for that vector, another embedding model (see
+        :func:`left_behind_filter`). Asked only where ``raw_in_boundary`` is off; a generator.
 
         One exact ``count`` (after the ``get_collection`` of :meth:`shape`, cached too) per
         collection and guarded client while none is found: no guarded client under this policy
-        writes a raw vector (every writer is assumed to run it), so "none" is kept until
-        :meth:`forget_shape` (collections created, deleted or re-aliased through this client). A
-        non-zero answer is not kept, so that once the owner has re-written or deleted those points
-        the next query finds none. A failure of either call is audited (QDRANT_ERROR, the method
-        and the error's type) and raised: the query is not sent."""
+        writes a raw vector or one of another mechanism or model (every writer is assumed to run
+        it), so "none" is kept until :meth:`forget_shape` (collections created, deleted or
+        re-aliased through this client). A non-zero answer is not kept, so that once the owner has
+        re-written or deleted those points the next query finds none. A failure of either call is
+        audited (QDRANT_ERROR, the method and the error's type) and raised: the query is not sent.
+
+        The count reads two fields of each receipt, not its signature: a receipt that names the
+        collection's mechanism and model is counted as receipted whether or not it verifies (a
+        forged one, one signed by a revoked key, one over another vector)."""
         known = self.shared.get("noised_only")
         if known is None:
             known = self.shared["noised_only"] = set()
@@ -234,7 +241,7 @@ class QueryChecks(TextOps):
         try:
             shape = yield from self.shape(name)  # type: ignore[attr-defined]
             method = "count"
-            flt = unreceipted_filter(shape)
+            flt = left_behind_filter(shape, pol)
             left = 0 if flt is None else int((yield Call(
                 "count", {"collection_name": name, "count_filter": flt, "exact": True})).count)
         except GeneratorExit:  # abandoned, not failed
@@ -1213,24 +1220,43 @@ def map_query(query: Any, visit: Visit, where: str) -> Any:
     return _map_input(q, visit, where)
 
 
-def unreceipted_filter(shape: CollectionShape) -> models.Filter | None:
-    """The points with a dense vector that has no receipt in the receipt container (see
-    :func:`~.receipts.receipts_for_payload`), or None for a collection without dense vectors.
+def left_behind_filter(shape: CollectionShape, pol: CollectionPolicy) -> models.Filter | None:
+    """The points with a dense vector that a read under ``pol`` strips for its receipt's fields
+    (see :meth:`~.reads.ReadOps.releasable_vectors`), or None for a collection without dense
+    vectors: the vector has no receipt in the receipt container (see
+    :func:`~.receipts.receipts_for_payload`), or its receipt's ``params.mechanism`` is not the
+    collection's ``[noise] mechanism`` (``mechanism_mismatch``), or, where ``pol`` declares an
+    embedding model for that vector (``utility.embedding_model(s)``), its ``model_id`` is neither
+    null nor that model (``model_mismatch``; null is released: its signer named no model).
 
     A named vector counts only on the points that have it (``HasVectorCondition``); a point without
     a container, or whose container lacks the vector's name (a raw in-boundary update of one vector
-    drops that vector's receipt only), counts. A name holding ``"`` or ``\\`` cannot be written as a
-    payload path: every point having that vector counts, which errs towards refusing."""
+    drops that vector's receipt only), counts. A receipt without the field counts (it cannot
+    verify). A name holding ``"`` or ``\\`` cannot be written as a payload path: every point having
+    that vector counts, which errs towards refusing."""
     conds: list[Any] = []
     for vname in shape.dense:
         if '"' in vname or "\\" in vname:
-            missing: list[Any] = []
+            odd: list[Any] = []
         else:
-            missing = [models.IsEmptyCondition(is_empty=models.PayloadField(key=f'{RECEIPT_KEY}.vectors."{vname}"'))]
+            at = f'{RECEIPT_KEY}.vectors."{vname}"'
+            odd = [
+                models.IsEmptyCondition(is_empty=models.PayloadField(key=at)),
+                models.Filter(must_not=[models.FieldCondition(
+                    key=f"{at}.params.mechanism", match=models.MatchValue(value=pol.noise.mechanism))]),
+            ]
+            declared, _ = pol.utility.declared_model(vname)
+            if declared is not None:
+                odd.append(models.Filter(must_not=[
+                    models.IsNullCondition(is_null=models.PayloadField(key=f"{at}.model_id")),
+                    models.FieldCondition(key=f"{at}.model_id", match=models.MatchValue(value=declared))]))
         if shape.unnamed:
-            conds.extend(missing)  # every point has the unnamed vector
+            conds.extend(odd)  # every point has the unnamed vector
+        elif odd:
+            conds.append(models.Filter(must=[models.HasVectorCondition(has_vector=vname),
+                                             models.Filter(should=odd)]))
         else:
-            conds.append(models.Filter(must=[models.HasVectorCondition(has_vector=vname), *missing]))
+            conds.append(models.Filter(must=[models.HasVectorCondition(has_vector=vname)]))
     return models.Filter(should=conds) if conds else None
 
 
@@ -1239,17 +1265,30 @@ def raw_stored_clause(pol: CollectionPolicy, left: int) -> str:
     ``left`` points :meth:`QueryChecks.raw_vectors_left` found."""
     if pol.raw_in_boundary:
         return f"keeps raw vectors for the owner boundary {pol.owner!r} (raw_in_boundary)"
-    return (f"still holds {left} point(s) with a vector that has no receipt: raw vectors written while the "
-            "policy had raw_in_boundary (or written without the guard), which turning it off left in the store")
+    model = " or another embedding model than the policy declares for it" if _declares_model(pol) else ""
+    return (f"still holds {left} point(s) with a vector that has no receipt, or whose receipt names another "
+            f"noise mechanism than {pol.noise.mechanism!r}{model}: raw vectors written while the policy had "
+            "raw_in_boundary (or written without the guard), which turning it off left in the store, or "
+            "releases the policy does not accept, which reads strip but Qdrant still compares as stored")
 
 
 def raw_stored_way_out(pol: CollectionPolicy, name: str, left: int, *, action: str = "query") -> str:
     """The fix a refusal for raw stored vectors names (see :func:`raw_stored_clause`)."""
     if pol.raw_in_boundary:
         return f"or {action} from the owner boundary {pol.owner!r}"
+    model = (", a vector of another model re-embedded with the declared one first" if _declares_model(pol)
+             else "")
+    reasons = ("missing_receipt, mechanism_mismatch or model_mismatch" if model
+               else "missing_receipt or mechanism_mismatch")
     return (f"or have those {left} point(s) re-written through the guard (upsert or update_vectors, which "
-            f"noise and receipt them) or deleted; `qdrant-guard receipt verify --collection {name} --policy "
-            "POLICY` lists them as missing_receipt. Once none is left, this query runs")
+            f"noise them with the collection's mechanism and receipt them{model}) or deleted; `qdrant-guard "
+            f"receipt verify --collection {name} --policy POLICY --check-noise` lists them as {reasons}. Once "
+            f"none is left, this {'query' if action == 'query' else 'call'} runs")
+
+
+def _declares_model(pol: CollectionPolicy) -> bool:
+    """Whether ``pol`` declares an embedding model for any vector (``utility.embedding_model(s)``)."""
+    return pol.utility.embedding_model is not None or bool(pol.utility.embedding_models)
 
 
 def mmr_paths(args: dict[str, Any]) -> list[str]:
