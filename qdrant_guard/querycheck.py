@@ -17,6 +17,7 @@ from qdrant_client.http import models
 from . import detect as _detect
 from .decision import Verdict
 from .errors import ConfigError, GuardArgumentTypeError, QdrantGuardError
+from .noise import PRIVATE_RNG_IDS
 from .pipeline import Call, Offload, Op
 from .policy import CollectionPolicy, toml_str
 from .receipts import RECEIPT_KEY
@@ -217,21 +218,22 @@ class QueryChecks(TextOps):
         """How many points of ``name`` hold a dense vector that reads strip but Qdrant would still
         compare as stored: one without a receipt (raw vectors written while the policy had
         ``raw_in_boundary``, or by a client without the guard, which stay in the store when it is
-        turned off), or one whose receipt names another noise mechanism than the collection's or,
-        where the policy declares a model for that vector, another embedding model (see
-        :func:`left_behind_filter`). Asked only where ``raw_in_boundary`` is off; a generator.
+        turned off), or one whose receipt names another noise mechanism than the collection's,
+        weaker noise than its ``[noise]`` section or, where the policy declares a model for that
+        vector, another embedding model (see :func:`left_behind_filter`). Asked only where
+        ``raw_in_boundary`` is off; a generator.
 
         One exact ``count`` (after the ``get_collection`` of :meth:`shape`, cached too) per
         collection and guarded client while none is found: no guarded client under this policy
-        writes a raw vector or one of another mechanism or model (every writer is assumed to run
-        it), so "none" is kept until :meth:`forget_shape` (collections created, deleted or
-        re-aliased through this client). A non-zero answer is not kept, so that once the owner has
+        writes a raw vector or one of another mechanism, weaker noise or another model (every
+        writer is assumed to run it), so "none" is kept until :meth:`forget_shape` (collections
+        created, deleted or re-aliased through this client). A non-zero answer is not kept, so that once the owner has
         re-written or deleted those points the next query finds none. A failure of either call is
         audited (QDRANT_ERROR, the method and the error's type) and raised: the query is not sent.
 
-        The count reads two fields of each receipt, not its signature: a receipt that names the
-        collection's mechanism and model is counted as receipted whether or not it verifies (a
-        forged one, one signed by a revoked key, one over another vector)."""
+        The count reads fields of each receipt, not its signature: a receipt whose fields the policy
+        accepts is counted as receipted whether or not it verifies (a forged one, one signed by an
+        untrusted or revoked key, one over another vector or bound to another collection)."""
         known = self.shared.get("noised_only")
         if known is None:
             known = self.shared["noised_only"] = set()
@@ -1225,9 +1227,10 @@ def left_behind_filter(shape: CollectionShape, pol: CollectionPolicy) -> models.
     (see :meth:`~.reads.ReadOps.releasable_vectors`), or None for a collection without dense
     vectors: the vector has no receipt in the receipt container (see
     :func:`~.receipts.receipts_for_payload`), or its receipt's ``params.mechanism`` is not the
-    collection's ``[noise] mechanism`` (``mechanism_mismatch``), or, where ``pol`` declares an
-    embedding model for that vector (``utility.embedding_model(s)``), its ``model_id`` is neither
-    null nor that model (``model_mismatch``; null is released: its signer named no model).
+    collection's ``[noise] mechanism`` (``mechanism_mismatch``), or its signed noise is weaker than
+    the policy's (:func:`_weaker_noise`), or, where ``pol`` declares an embedding model for that
+    vector (``utility.embedding_model(s)``), its ``model_id`` is neither null nor that model
+    (``model_mismatch``; null is released: its signer named no model).
 
     A named vector counts only on the points that have it (``HasVectorCondition``); a point without
     a container, or whose container lacks the vector's name (a raw in-boundary update of one vector
@@ -1244,6 +1247,7 @@ def left_behind_filter(shape: CollectionShape, pol: CollectionPolicy) -> models.
                 models.IsEmptyCondition(is_empty=models.PayloadField(key=at)),
                 models.Filter(must_not=[models.FieldCondition(
                     key=f"{at}.params.mechanism", match=models.MatchValue(value=pol.noise.mechanism))]),
+                *_weaker_noise(at, pol),
             ]
             declared, _ = pol.utility.declared_model(vname)
             if declared is not None:
@@ -1260,6 +1264,27 @@ def left_behind_filter(shape: CollectionShape, pol: CollectionPolicy) -> models.
     return models.Filter(should=conds) if conds else None
 
 
+def _weaker_noise(at: str, pol: CollectionPolicy) -> list[Any]:
+    """Conditions on the receipt at payload path ``at`` whose signed noise a read under ``pol``
+    strips as ``noise_shortfall`` and ``check_release`` do, where a filter can tell: a larger
+    epsilon (the policy's is within the class ceiling), a smaller radius, a larger delta, less
+    clipping, a generator that gives no privacy. A scale below the calibration needs the
+    calibration's arithmetic, which no filter does."""
+    n = pol.noise
+    p = f"{at}.params"
+    conds: list[Any] = [
+        models.FieldCondition(key=f"{p}.epsilon", range=models.Range(gt=n.epsilon)),
+        models.FieldCondition(key=f"{p}.radius", range=models.Range(lt=n.radius)),
+        models.FieldCondition(key=f"{p}.delta", range=models.Range(gt=max(n.delta, 0.0))),
+        models.Filter(must_not=[models.FieldCondition(key=f"{p}.rng_id",
+                                                      match=models.MatchAny(any=list(PRIVATE_RNG_IDS)))]),
+    ]
+    if n.clip_norm is not None:
+        conds += [models.IsEmptyCondition(is_empty=models.PayloadField(key=f"{p}.clip_norm")),
+                  models.FieldCondition(key=f"{p}.clip_norm", range=models.Range(gt=n.clip_norm))]
+    return conds
+
+
 def raw_stored_clause(pol: CollectionPolicy, left: int) -> str:
     """What makes a collection's stored vectors raw, for a refusal: ``raw_in_boundary``, or the
     ``left`` points :meth:`QueryChecks.raw_vectors_left` found."""
@@ -1267,7 +1292,8 @@ def raw_stored_clause(pol: CollectionPolicy, left: int) -> str:
         return f"keeps raw vectors for the owner boundary {pol.owner!r} (raw_in_boundary)"
     model = " or another embedding model than the policy declares for it" if _declares_model(pol) else ""
     return (f"still holds {left} point(s) with a vector that has no receipt, or whose receipt names another "
-            f"noise mechanism than {pol.noise.mechanism!r}{model}: raw vectors written while the policy had "
+            f"noise mechanism than {pol.noise.mechanism!r}{model}, or weaker noise than its [noise] section "
+            "states: raw vectors written while the policy had "
             "raw_in_boundary (or written without the guard), which turning it off left in the store, or "
             "releases the policy does not accept, which reads strip but Qdrant still compares as stored")
 
@@ -1278,8 +1304,8 @@ def raw_stored_way_out(pol: CollectionPolicy, name: str, left: int, *, action: s
         return f"or {action} from the owner boundary {pol.owner!r}"
     model = (", a vector of another model re-embedded with the declared one first" if _declares_model(pol)
              else "")
-    reasons = ("missing_receipt, mechanism_mismatch or model_mismatch" if model
-               else "missing_receipt or mechanism_mismatch")
+    reasons = ("missing_receipt, mechanism_mismatch, insufficient_noise or model_mismatch" if model
+               else "missing_receipt, mechanism_mismatch or insufficient_noise")
     return (f"or have those {left} point(s) re-written through the guard (upsert or update_vectors, which "
             f"noise them with the collection's mechanism and receipt them{model}) or deleted; `qdrant-guard "
             f"receipt verify --collection {name} --policy POLICY --check-noise` lists them as {reasons}. Once "

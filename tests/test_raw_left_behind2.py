@@ -7,9 +7,12 @@ another, where the query noise never reaches; h-rawleft refuses them while a poi
 vector without a receipt (one exact ``count``). That count saw only whether a receipt was there:
 reads strip a stored vector whose receipt names another noise mechanism than the collection's
 (``mechanism_mismatch``) or another embedding model than ``utility.embedding_model(s)`` declares
-(``model_mismatch``), yet Qdrant still searched with it, ranked by it and compared it. The count's
-filter now also matches a receipt's ``params.mechanism`` other than the collection's, and, where a
-model is declared for the vector, a ``model_id`` neither null nor that model: still one request.
+(``model_mismatch``), or whose signed noise is weaker than the policy's (``noise_shortfall``, a
+generator that gives no privacy), yet Qdrant still searched with it, ranked by it and compared it.
+The count's filter now also matches a receipt's ``params.mechanism`` other than the collection's,
+an epsilon, radius, delta or clip_norm weaker than its ``[noise]``, an ``rng_id`` not private, and,
+where a model is declared for the vector, a ``model_id`` neither null nor that model: still one
+request.
 
 Real local Qdrant (``:memory:`` and ``path=``), real Ed25519 keys, the real hashing embedder; no mocks.
 """
@@ -25,7 +28,7 @@ from qdrant_client import QdrantClient as RawClient
 
 from qdrant_guard import AsyncQdrantClient, GuardRefusal, QdrantClient, keys
 from qdrant_guard.hashing_embedder import HashingEmbedder
-from qdrant_guard.noise import privatize
+from qdrant_guard.noise import privatize, privatize_seeded_for_tests
 from qdrant_guard.receipts import (RECEIPT_KEY, ReceiptItem, ReceiptSigner, issue_receipts_batch,
                                    receipts_for_payload, stored_form, verify)
 
@@ -53,12 +56,14 @@ def _clients(kit, cfg, *, named=(), location=":memory:", **kw):
     return owner, owner.with_principal(kit.principal("bob", "support"))
 
 
-def _receipted(kit, pid, rng, *, mechanism="gaussian", model_id=None, vname=""):
-    """A vector noised with ``mechanism`` at the collection's epsilon and radius, receipted by the
-    guard's own key (trusted), its receipt naming ``model_id``."""
+def _receipted(kit, pid, rng, *, mechanism="gaussian", model_id=None, vname="", seeded=False, **noise):
+    """A vector noised with ``mechanism`` at the collection's epsilon, delta, radius and clip_norm
+    (or ``noise`` instead), receipted by the guard's own key (trusted), its receipt naming ``model_id``."""
     signer = ReceiptSigner(keys.load_private_key(kit.guard_key_path))
-    noised, params = privatize(np.asarray([unit(rng)], dtype=np.float32), mechanism=mechanism, epsilon=1.0,
-                               delta=1e-6 if mechanism == "gaussian" else None, radius=0.01, clip_norm=1.0)
+    at = {"epsilon": 1.0, "delta": 1e-6 if mechanism == "gaussian" else None, "radius": 0.01, "clip_norm": 1.0,
+          **noise}
+    make = (lambda v, **kw: privatize_seeded_for_tests(v, seed=pid, **kw)) if seeded else privatize
+    noised, params = make(np.asarray([unit(rng)], dtype=np.float32), mechanism=mechanism, **at)
     final = stored_form(noised[0], distance="Euclid")
     rec = issue_receipts_batch(signer, [ReceiptItem(params=params, vector=final, collection="pii", point_id=pid,
                                                     vector_name=vname, model_id=model_id)])[0]
@@ -163,6 +168,44 @@ def test_changing_the_mechanism_leaves_the_old_releases_behind(tmp_path):
     owner.close()
 
 
+# ------------------------------------------------------------------ weaker noise
+
+WEAKER = [pytest.param({"epsilon": 2.0}, id="larger-epsilon"), pytest.param({"radius": 0.005}, id="smaller-radius"),
+          pytest.param({"delta": 1e-5}, id="larger-delta"), pytest.param({"clip_norm": 2.0}, id="less-clipping"),
+          pytest.param({"clip_norm": None}, id="no-clipping"), pytest.param({"seeded": True}, id="seeded-generator")]
+
+
+@pytest.mark.parametrize("weaker", WEAKER)
+def test_a_receipt_of_weaker_noise_counts_as_left_behind(tmp_path, weaker):
+    kit = make_kit(tmp_path)
+    owner, bob = _clients(kit, _policy(kit))
+    rng = np.random.default_rng(8)
+    RawClient.upsert(owner, "pii", [_point(kit, 1, rng), _point(kit, 2, rng), _point(kit, 3, rng, **weaker)])
+    assert [p.vector is None for p in bob.retrieve("pii", [1, 2, 3], with_vectors=True)] == [False, False, True]
+    _assert_all_refused(bob, 1, reason="or weaker noise than its [noise] section states")
+    assert "insufficient_noise" in [r for r in audit_records(kit) if r["verdict"] == "QUERY_REJECTED"][-1]["directive"]
+    owner.upsert("pii", [models.PointStruct(id=3, vector=unit(rng), payload={"t": "x"})])  # noised as stated now
+    _assert_all_run(bob)
+    owner.close()
+
+
+def test_tightening_the_noise_leaves_the_old_releases_behind(tmp_path):
+    kit = make_kit(tmp_path)
+    store = str(tmp_path / "store")
+    owner = QdrantClient(path=store, guard=_policy(kit, {**GAUSS, "epsilon": 2.0}),
+                         principal=kit.principal("alice", "hr"))
+    create(owner, "pii", distance=models.Distance.EUCLID)
+    rng = np.random.default_rng(9)
+    owner.upsert("pii", [models.PointStruct(id=i, vector=unit(rng), payload={"t": "x"}) for i in (1, 2, 3)])
+    _assert_all_run(owner.with_principal(kit.principal("bob", "support")))
+    owner.close()
+    owner = QdrantClient(path=store, guard=_policy(kit), principal=kit.principal("alice", "hr"))
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    assert all(p.vector is None for p in bob.retrieve("pii", [1, 2, 3], with_vectors=True))
+    _assert_all_refused(bob, 3, reason="weaker noise")
+    owner.close()
+
+
 # ------------------------------------------------------------------ another declared model
 
 
@@ -233,14 +276,17 @@ def test_a_named_vector_is_held_to_its_own_declared_model(tmp_path):
 @pytest.mark.parametrize("utility", [{"model": MODEL_A}, {}, {"embedding_models": {"image": CLIP}}],
                          ids=["declared", "unset", "other-vector"])
 def test_matching_receipts_and_null_models_are_not_counted(tmp_path, monkeypatch, utility):
-    # Pins the other side: receipts of the collection's mechanism naming the declared model, or none,
-    # are not left behind (and with no model declared for the vector, any model passes). One count.
+    # Pins the other side: receipts of the collection's mechanism, at its noise or stronger, naming
+    # the declared model, or none, are not left behind (and with no model declared for the vector,
+    # any model passes). One count.
     kit = make_kit(tmp_path)
     owner, bob = _clients(kit, _policy(kit, **utility))
     rng = np.random.default_rng(6)
     other = MODEL_A if "model" in utility else MODEL_B
     RawClient.upsert(owner, "pii", [_point(kit, 1, rng, model_id=MODEL_A), _point(kit, 2, rng, model_id=None),
-                                    _point(kit, 3, rng, model_id=other)])
+                                    _point(kit, 3, rng, model_id=other),
+                                    _point(kit, 4, rng, epsilon=0.5, radius=0.02, delta=1e-7, clip_norm=0.5)])
+    assert all(p.vector is not None for p in bob.retrieve("pii", [1, 2, 3, 4], with_vectors=True))
     calls = record_sent(monkeypatch, ("count",), with_kwargs=True)
     _assert_all_run(bob)
     assert len(_counts(calls)) == 1
