@@ -598,16 +598,17 @@ class CollectionPolicy(_Strict):
     ``raw_in_boundary`` off they pass where every stored vector is noised; turning it off leaves the
     raw vectors written under it in place (reads withhold them), so before the first such query the
     guard counts the points with a dense vector that has no receipt, or whose receipt names another
-    mechanism than ``noise.mechanism`` or another model than ``utility.embedding_model(s)`` declares
-    for it (reads strip those too; ``model_id`` null is not counted) (one exact ``count`` per
-    collection and client, kept while it finds none) and refuses the same forms while any remain,
-    naming how many: re-write those points through the guard (which noises and receipts them) or
-    delete them (``qdrant-guard receipt verify --policy POLICY --check-noise`` lists them as
-    missing_receipt, mechanism_mismatch or model_mismatch). "None" is kept because no guarded client
-    under this policy stores such a vector: every writer must run it (a client without the guard,
-    or with another policy, writing after the count is not seen). The count sees whether a receipt
-    is there and the mechanism and model it names, not whether it verifies: a raw vector written
-    around the guard under another point's receipt is not counted (reads still strip it).
+    mechanism than ``noise.mechanism``, weaker noise than ``noise`` states, or another model than
+    ``utility.embedding_model(s)`` declares for it (reads strip those too; ``model_id`` null is not
+    counted): one exact ``count`` per collection and client, kept while it finds none. It refuses
+    the same forms while any remain, naming how many: re-write those points through the guard
+    (which noises and receipts them) or delete them (``qdrant-guard receipt verify --policy POLICY
+    --check-noise`` lists them as missing_receipt, mechanism_mismatch, insufficient_noise or
+    model_mismatch). "None" is kept because no guarded client under this policy stores such a
+    vector: every writer must run it (a client without the guard, or with another policy, writing
+    after the count is not seen). The count sees whether a receipt is there and the noise and model
+    it states, not whether it verifies: a raw vector written around the guard under another point's
+    receipt is not counted (reads still strip it).
     ``true`` is refused where it could noise no query: only the owner boundary reads (``readers``
     empty or the owner), under ``raw_in_boundary``."""
     noise: NoisePolicy = NoisePolicy()
