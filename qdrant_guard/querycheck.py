@@ -1225,16 +1225,16 @@ def map_query(query: Any, visit: Visit, where: str) -> Any:
 def left_behind_filter(shape: CollectionShape, pol: CollectionPolicy) -> models.Filter | None:
     """The points with a dense vector that a read under ``pol`` strips for its receipt's fields
     (see :meth:`~.reads.ReadOps.releasable_vectors`), or None for a collection without dense
-    vectors: the vector has no receipt in the receipt container (see
-    :func:`~.receipts.receipts_for_payload`), or its receipt's ``params.mechanism`` is not the
-    collection's ``[noise] mechanism`` (``mechanism_mismatch``), or its signed noise is weaker than
-    the policy's (:func:`_weaker_noise`), or, where ``pol`` declares an embedding model for that
-    vector (``utility.embedding_model(s)``), its ``model_id`` is neither null nor that model
-    (``model_mismatch``; null is released: its signer named no model).
+    vectors: a vector whose receipt is not :func:`_accepted_receipt`. That is one without a receipt
+    in the receipt container (see :func:`~.receipts.receipts_for_payload`), one whose receipt's
+    ``params.mechanism`` is not the collection's ``[noise] mechanism`` (``mechanism_mismatch``),
+    one whose signed noise is weaker than the policy's, or, where ``pol`` declares an embedding
+    model for that vector (``utility.embedding_model(s)``), one whose ``model_id`` is neither null
+    nor that model (``model_mismatch``; null is released: its signer named no model).
 
     A named vector counts only on the points that have it (``HasVectorCondition``); a point without
     a container, or whose container lacks the vector's name (a raw in-boundary update of one vector
-    drops that vector's receipt only), counts. A receipt without the field counts (it cannot
+    drops that vector's receipt only), counts, and so does a receipt lacking a field (it cannot
     verify). A name holding ``"`` or ``\\`` cannot be written as a payload path: every point having
     that vector counts, which errs towards refusing."""
     conds: list[Any] = []
@@ -1242,47 +1242,38 @@ def left_behind_filter(shape: CollectionShape, pol: CollectionPolicy) -> models.
         if '"' in vname or "\\" in vname:
             odd: list[Any] = []
         else:
-            at = f'{RECEIPT_KEY}.vectors."{vname}"'
-            odd = [
-                models.IsEmptyCondition(is_empty=models.PayloadField(key=at)),
-                models.Filter(must_not=[models.FieldCondition(
-                    key=f"{at}.params.mechanism", match=models.MatchValue(value=pol.noise.mechanism))]),
-                *_weaker_noise(at, pol),
-            ]
-            declared, _ = pol.utility.declared_model(vname)
-            if declared is not None:
-                odd.append(models.Filter(must_not=[
-                    models.IsNullCondition(is_null=models.PayloadField(key=f"{at}.model_id")),
-                    models.FieldCondition(key=f"{at}.model_id", match=models.MatchValue(value=declared))]))
+            odd = [models.Filter(must_not=[_accepted_receipt(f'{RECEIPT_KEY}.vectors."{vname}"', vname, pol)])]
         if shape.unnamed:
             conds.extend(odd)  # every point has the unnamed vector
-        elif odd:
-            conds.append(models.Filter(must=[models.HasVectorCondition(has_vector=vname),
-                                             models.Filter(should=odd)]))
         else:
-            conds.append(models.Filter(must=[models.HasVectorCondition(has_vector=vname)]))
+            conds.append(models.Filter(must=[models.HasVectorCondition(has_vector=vname), *odd]))
     return models.Filter(should=conds) if conds else None
 
 
-def _weaker_noise(at: str, pol: CollectionPolicy) -> list[Any]:
-    """Conditions on the receipt at payload path ``at`` whose signed noise a read under ``pol``
-    strips as ``noise_shortfall`` and ``check_release`` do, where a filter can tell: a larger
-    epsilon (the policy's is within the class ceiling), a smaller radius, a larger delta, less
-    clipping, a generator that gives no privacy. A scale below the calibration needs the
-    calibration's arithmetic, which no filter does."""
+def _accepted_receipt(at: str, vname: str, pol: CollectionPolicy) -> models.Filter:
+    """A receipt at payload path ``at`` whose fields a read under ``pol`` accepts for vector
+    ``vname``: the collection's mechanism (``mechanism_mismatch``), noise no weaker than its
+    ``[noise]`` (``noise_shortfall``: epsilon, radius, delta, clip_norm; the policy's epsilon is
+    within the class ceiling) from a private generator (``check_release``'s ``rng_id``), and the
+    declared model or none (``model_mismatch``). A missing field matches none of these. The
+    calibrated scale takes arithmetic no filter does, and the signature a key."""
     n = pol.noise
     p = f"{at}.params"
-    conds: list[Any] = [
-        models.FieldCondition(key=f"{p}.epsilon", range=models.Range(gt=n.epsilon)),
-        models.FieldCondition(key=f"{p}.radius", range=models.Range(lt=n.radius)),
-        models.FieldCondition(key=f"{p}.delta", range=models.Range(gt=max(n.delta, 0.0))),
-        models.Filter(must_not=[models.FieldCondition(key=f"{p}.rng_id",
-                                                      match=models.MatchAny(any=list(PRIVATE_RNG_IDS)))]),
+    must: list[Any] = [
+        models.FieldCondition(key=f"{p}.mechanism", match=models.MatchValue(value=n.mechanism)),
+        models.FieldCondition(key=f"{p}.epsilon", range=models.Range(lte=n.epsilon)),
+        models.FieldCondition(key=f"{p}.radius", range=models.Range(gte=n.radius)),
+        models.FieldCondition(key=f"{p}.delta", range=models.Range(lte=max(n.delta, 0.0))),
+        models.FieldCondition(key=f"{p}.rng_id", match=models.MatchAny(any=list(PRIVATE_RNG_IDS))),
     ]
     if n.clip_norm is not None:
-        conds += [models.IsEmptyCondition(is_empty=models.PayloadField(key=f"{p}.clip_norm")),
-                  models.FieldCondition(key=f"{p}.clip_norm", range=models.Range(gt=n.clip_norm))]
-    return conds
+        must.append(models.FieldCondition(key=f"{p}.clip_norm", range=models.Range(lte=n.clip_norm)))
+    declared, _ = pol.utility.declared_model(vname)
+    if declared is not None:
+        must.append(models.Filter(should=[
+            models.IsNullCondition(is_null=models.PayloadField(key=f"{at}.model_id")),
+            models.FieldCondition(key=f"{at}.model_id", match=models.MatchValue(value=declared))]))
+    return models.Filter(must=must)
 
 
 def raw_stored_clause(pol: CollectionPolicy, left: int) -> str:
