@@ -623,6 +623,18 @@ static inline int dash_sep(const scan_t *s, int64_t j) {
     return w && is_digit(at(s, j + w)) ? w : 0;
 }
 
+/* Whether the first p groups g of the number run from i, ending at end with `total` digits counting
+ * the country code's, make a whole E.164 number: 8-15 digits, not run on by a letter or digit or
+ * by a "-", ".", "/" or ":" before a digit, and (check_list) not cutting a later number's finding
+ * where the run lists several. */
+static int e164_ends(scan_t *s, size_t i, const int *g, int p, size_t end, size_t total, int check_list) {
+    if (total < 8 || total > 15) return 0;
+    int after = at(s, (int64_t)end);
+    if (after >= 0 && is_alnum(after)) return 0;
+    if (in_set(after, "-./:") && is_digit(at(s, (int64_t)end + 1))) return 0;
+    return !(check_list && cuts_later(s, i, g, p, end));
+}
+
 /* An E.164 number whose digits run from i in groups joined by single spaces and hyphens, mixed or
  * not ("+1 234-56-7890"), or follow a parenthesised country code of cc digits ("(+1) 234-56-7890");
  * the finding starts at start. Its longest leading groups with 8-15 digits in all (the country
@@ -664,11 +676,7 @@ static int e164_grouped(scan_t *s, size_t i, size_t start, int cc, int veto, qg_
             digits -= (size_t)g[p];
         }
         if (p > date + 2) continue;
-        if (digits + (size_t)cc < 8 || digits + (size_t)cc > 15) continue;
-        int after = at(s, (int64_t)end);
-        if (after >= 0 && is_alnum(after)) continue;
-        if (in_set(after, "-./:") && is_digit(at(s, (int64_t)end + 1))) continue;
-        if (veto && (p < ng || more) && cuts_later(s, i, g, p, end)) continue;
+        if (!e164_ends(s, i, g, p, end, digits + (size_t)cc, veto && (p < ng || more))) continue;
         set_hit(hit, start, end, QG_PHONE, QG_V_E164);
         return 1;
     }
@@ -875,11 +883,7 @@ static int e164_dotmix(scan_t *s, size_t i, size_t code, int cc, int veto, qg_fi
             not3 |= g[q] != 3;
         }
         if (dots != 1 || !other || small || !not3) continue;
-        if (digits + (size_t)cc < 8 || digits + (size_t)cc > 15) continue;
-        int after = at(s, (int64_t)end);
-        if (after >= 0 && is_alnum(after)) continue;
-        if (in_set(after, "-./:") && is_digit(at(s, (int64_t)end + 1))) continue;
-        if (veto && (p < ng || more) && cuts_later(s, i, g, p, end)) continue;
+        if (!e164_ends(s, i, g, p, end, digits + (size_t)cc, veto && (p < ng || more))) continue;
         set_hit(hit, code, end, QG_PHONE, QG_V_E164);
         return 1;
     }

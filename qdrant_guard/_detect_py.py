@@ -327,6 +327,19 @@ def _intl00(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]]:
     return _paren_rest(text, k, i, len(cc), veto)
 
 
+def _e164_ends(text: str, i: int, groups: list[int], g: int, end: int, total: int, check_list: bool) -> bool:
+    """Whether the first ``g`` groups of the number run from ``i``, ending at ``end`` with
+    ``total`` digits counting the country code's, make a whole E.164 number (the C kernel's
+    e164_ends): 8-15 digits, not run on by a letter or digit or by "-./:" before a digit, and
+    (``check_list``) not cutting a later number's finding where the run lists several."""
+    if not 8 <= total <= 15:
+        return False
+    after = _at(text, end)
+    if after in _ALNUM or (after in "-./:" and _at(text, end + 1) in _DIGITS):
+        return False
+    return not (check_list and _cuts_later(text, i, groups, g, end))
+
+
 def _e164_dotmix(text: str, i: int, code: int, cc: int, veto: bool) -> list[tuple[int, int, str, str]]:
     # A phone number after a country code (_country_code_at; code is where it starts, cc its digit
     # count) whose groups from i are joined by single dots, spaces and hyphens, one dot and another
@@ -359,12 +372,7 @@ def _e164_dotmix(text: str, i: int, code: int, cc: int, veto: bool) -> list[tupl
             continue
         if all(x == 3 for x in groups[:g]):
             continue
-        if not 8 <= sum(groups[:g]) + cc <= 15:
-            continue
-        after = _at(text, end)
-        if after in _ALNUM or (after in "-./:" and _at(text, end + 1) in _DIGITS):
-            continue
-        if veto and (g < ng or more) and _cuts_later(text, i, groups, g, end):
+        if not _e164_ends(text, i, groups, g, end, sum(groups[:g]) + cc, veto and (g < ng or more)):
             continue
         return [(code, end, "PHONE", "e164")]
     return []
@@ -490,12 +498,7 @@ def _e164_grouped(text: str, i: int, start: int, cc: int, veto: bool) -> list[tu
         end = i + sum(groups[:g]) + g - 1
         if g > date + 2:
             continue
-        if not 8 <= sum(groups[:g]) + cc <= 15:
-            continue
-        after = _at(text, end)
-        if after in _ALNUM or (after in "-./:" and _at(text, end + 1) in _DIGITS):
-            continue
-        if veto and (g < ng or more) and _cuts_later(text, i, groups, g, end):
+        if not _e164_ends(text, i, groups, g, end, sum(groups[:g]) + cc, veto and (g < ng or more)):
             continue
         return [(start, end, "PHONE", "e164")]
     return []
