@@ -21,7 +21,7 @@ from . import detect as _detect
 from . import noise as _noise
 from .budget import (BudgetStoreError, ExtractionBudget, denormalize_point_id, make_store, normalize_point_id,
                      store_kind)
-from .decision import Verdict
+from .decision import MAX_IDS_IN_RECORD, Verdict
 from .diversity import enforce_diversity, enforce_group_caps, overfetch_limit
 from .payloadops import PayloadOps
 from .pipeline import SOURCE_SIZE_TTL_S as _SOURCE_SIZE_TTL_S
@@ -257,11 +257,15 @@ class ReadOps(PayloadOps, QueryChecks):
             pts = self.apply_vector_budget(op, name, pol, pts, details, account=account)
         redact_text = self.redacts_kept_text(pol)
         names = plan.names_of(account) if plan.strip_vectors else frozenset()
+        why: dict[str, int] = {}
         out = []
         for p in pts:
             updates: dict[str, Any] = {}
             if plan.strip_vectors and getattr(p, "vector", None) is not None:
-                updates["vector"] = self.releasable_vectors(account, pol, p, names=names)
+                updates["vector"] = self.releasable_vectors(account, pol, p, names=names, why=why)
+                if why:
+                    _note_stripped(details, p.id, why)
+                    why.clear()
             if plan.user_with_payload is not True:
                 updates["payload"] = project_payload(p.payload, plan.user_with_payload)
             if redact_text:
@@ -289,7 +293,7 @@ class ReadOps(PayloadOps, QueryChecks):
                 and self.boundary() != pol.owner)
 
     def releasable_vectors(self, name: str, pol: CollectionPolicy, point: Any, *,
-                           names: Collection[str] = ()) -> Any:
+                           names: Collection[str] = (), why: dict[str, int] | None = None) -> Any:
         """Only vectors with a valid receipt whose noise a guarded write would accept now leave
         the boundary; raw ones, and those of weaker or unsound noise, are stripped.
 
@@ -308,6 +312,13 @@ class ReadOps(PayloadOps, QueryChecks):
         (``utility.embedding_model(s)``; ``model_mismatch``) is stripped as a guarded write refuses
         it; one naming no model is released (its signer named none), and no model declared: not
         compared. The name is the signer's word: nothing in a vector shows its model.
+
+        ``why`` (when given) gets, per vector stripped, one count under its reason: the receipt
+        check's reason (``receipts.REASONS``: ``missing_receipt``, ``bad_signature``,
+        ``unknown_key``, ``revoked_key``, ``collection_mismatch``, ...), ``unsupported_vector`` (a
+        sparse vector), ``unsound_noise`` (``noise.check_release``), ``epsilon_above_ceiling``,
+        ``mechanism_mismatch``, ``model_mismatch`` or ``noise_shortfall``, in the order a guarded
+        write checks them. A read's audit entry records them (``details["stripped"]``).
         """
         vecs = split_vector_struct(point.vector)
         receipts = stored_receipts(point.payload)
@@ -315,6 +326,9 @@ class ReadOps(PayloadOps, QueryChecks):
         for vname, value in vecs.items():
             rec = receipts.get(vname)
             if rec is None or isinstance(value, (models.SparseVector,)):
+                if why is not None:
+                    reason = "unsupported_vector" if isinstance(value, models.SparseVector) else "missing_receipt"
+                    why[reason] = why.get(reason, 0) + 1
                 continue
             bound = rec.get("collection") if isinstance(rec, Mapping) else None
             # The signature covers the bound name, so verifying against it proves only that the
@@ -323,9 +337,18 @@ class ReadOps(PayloadOps, QueryChecks):
             check = verify_receipt(rec, vector=np.asarray(value, dtype=np.float64), collection=where,
                                    point_id=point.id, vector_name=vname, trusted_keys=self.receipt_keys_for(pol),
                                    revoked=self.revoked_keys)
-            if (check.ok and check.params is not None and self._release_accepted(pol, check.params)
-                    and (check.model_id is None or model_mismatch(check.model_id, pol.utility, name, vname) is None)):
+            if not check.ok or check.params is None:
+                reason = check.reason if not check.ok else "malformed"
+            else:
+                reason = self._release_refusal(pol, check.params)
+                if reason == "noise_shortfall" or not reason:
+                    # A write checks the model before the shortfall: so does the reason recorded.
+                    if check.model_id is not None and model_mismatch(check.model_id, pol.utility, name, vname) is not None:
+                        reason = "model_mismatch"
+            if not reason:
                 keep[vname] = value
+            elif why is not None:
+                why[reason] = why.get(reason, 0) + 1
         if not keep:
             # As Qdrant shapes it: a point read as named vectors stays a dict (its stripped names
             # absent, as when some are kept; ``{}`` is also what Qdrant returns for a point without
@@ -336,19 +359,33 @@ class ReadOps(PayloadOps, QueryChecks):
         return keep
 
     def _release_accepted(self, pol: CollectionPolicy, params: _noise.NoiseParams) -> bool:
-        """Whether a guarded write would accept a receipt of ``params`` into ``pol``'s collection
-        now (the noise checks of ``WriteOps.prepare_points``; cached per parameters and policy values)."""
+        """Whether a guarded write would accept a receipt of ``params`` into ``pol``'s collection now."""
+        return not self._release_refusal(pol, params)
+
+    def _release_refusal(self, pol: CollectionPolicy, params: _noise.NoiseParams) -> str:
+        """Why a guarded write would refuse a receipt of ``params`` into ``pol``'s collection now
+        (the noise checks of ``WriteOps.prepare_points``, in its order; cached per parameters and
+        policy values): ``unsound_noise``, ``epsilon_above_ceiling``, ``mechanism_mismatch`` or
+        ``noise_shortfall``; ``""`` when it would accept it."""
         cache = self.shared.setdefault("release_accepted", {})
         n = pol.noise
         key = (params, n.mechanism, n.epsilon, n.radius, n.delta, n.clip_norm, self.ceiling(pol))
-        ok = cache.get(key)
-        if ok is None:
-            ok = (_noise.check_release(params) is None and params.epsilon <= self.ceiling(pol)
-                  and mechanism_mismatch(params, n, "") is None and noise_shortfall(params, n) is None)
+        reason = cache.get(key)
+        if reason is None:
+            if _noise.check_release(params) is not None:
+                reason = "unsound_noise"
+            elif params.epsilon > self.ceiling(pol):
+                reason = "epsilon_above_ceiling"
+            elif mechanism_mismatch(params, n, "") is not None:
+                reason = "mechanism_mismatch"
+            elif noise_shortfall(params, n) is not None:
+                reason = "noise_shortfall"
+            else:
+                reason = ""
             if len(cache) > 4096:
                 cache.clear()
-            cache[key] = ok
-        return bool(ok)
+            cache[key] = reason
+        return str(reason)
 
     def apply_budget(self, op: str, name: str, pol: CollectionPolicy, pts: list[Any], details: dict[str, Any],
                      sources_of: Callable[[Any], Sequence[str]], *, account: str | None = None,
@@ -1196,6 +1233,24 @@ def _lookup_target(value: Any, param: str, where: str) -> tuple[Any, str]:
             raise UncheckedForm(where, value) from None
         return found, found.collection
     raise UncheckedForm(where, value)
+
+
+def _note_stripped(details: dict[str, Any], point_id: Any, why: Mapping[str, int]) -> None:
+    """Add one point's stripped vectors (``why``: reason -> count) to the read's audit ``details``.
+
+    ``count`` is vectors (a point can lose several named ones), ``points`` the points that lost
+    any; ``ids`` lists the first :data:`MAX_IDS_IN_RECORD` of those points, so the entry stays
+    bounded however large the page."""
+    note = details.get("stripped")
+    if note is None:
+        note = details["stripped"] = {"count": 0, "points": 0, "reasons": {}, "ids": []}
+    reasons = note["reasons"]
+    for reason, n in why.items():
+        reasons[reason] = reasons.get(reason, 0) + n
+        note["count"] += n
+    note["points"] += 1
+    if len(note["ids"]) < MAX_IDS_IN_RECORD:
+        note["ids"].append(point_id)
 
 
 def _sources_of_points(pts: Sequence[Any], field_name: str) -> list[tuple[str, ...]]:
