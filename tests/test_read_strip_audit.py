@@ -251,3 +251,23 @@ def test_audit_verify_and_replay_accept_the_entries(tmp_path, capsys):
     assert sum(_stripped(r, r["op"]) is not None for r in audit_records(kit) if r["op"] in READS) == len(READS)
     assert cli_main(["audit", "verify", log]) == 0
     assert cli_main(["audit", "replay", log, "--policy", str(replay_policy_file(kit))]) == 0
+
+
+def test_a_sparse_vector_is_recorded_as_unsupported(tmp_path):
+    # A sparse vector on a sensitive collection can only have been written around the guard: no
+    # receipt covers one, so it is stripped whatever its payload says (as receipts.verify reports it).
+    kit = make_kit(tmp_path)
+    ks = Keys(kit)
+    owner = QdrantClient(":memory:", guard=_config(kit, ks), principal=kit.principal("alice", "hr"))
+    RawClient.create_collection(owner, "pii", vectors_config={"text": models.VectorParams(
+        size=DIM, distance=models.Distance.EUCLID)}, sparse_vectors_config={"sp": models.SparseVectorParams()})
+    rng = np.random.default_rng(9)
+    tv, tr = _vector(rng, ks.guard, 1, vname="text")
+    RawClient.upsert(owner, "pii", [models.PointStruct(
+        id=1, vector={"text": tv, "sp": models.SparseVector(indices=[1, 5], values=[0.5, 0.25])},
+        payload={RECEIPT_KEY: receipts_for_payload({"text": tr, "sp": tr})})])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    got = bob.retrieve("pii", [1], with_vectors=True)[0].vector
+    assert set(got) == {"text"}
+    assert audit_records(kit)[-1]["details"]["stripped"] == {
+        "count": 1, "points": 1, "reasons": {"unsupported_vector": 1}, "ids": [1]}
