@@ -29,6 +29,7 @@ __all__ = [
     "load_public_key",
     "load_retired_keys",
     "retired_authority_error",
+    "check_authority_roles",
 ]
 
 KEY_PREFIX = "ed25519:"
@@ -339,3 +340,73 @@ def load_retired_keys(specs: Iterable[str], *, current_key_id: str | None, revok
             raise retired_authority_error(kid, authorities[kid], source)
         out[kid] = pk
     return out
+
+
+# What a key in each verifying role lets its holder do: an authority key there would let whoever
+# issues a boundary's credentials also do it.
+_ROLE_POWER = {
+    "signing_key": "the guard signs every receipt, utility record and audit checkpoint with it (and the guard's "
+                   "host, which holds its private half, could issue that boundary's credentials)",
+    "receipts.trusted_keys": "receipts it signs are accepted on every collection that sets no receipt_keys",
+    "receipt_keys": "receipts it signs are accepted on that collection",
+    "audit_trusted_keys": "audit checkpoints it signs are accepted as the guard's",
+}
+
+
+def check_authority_roles(cfg: object, *, signing_key_id: str | None, source: str) -> None:
+    """Refuse a policy in which a boundary's credential authority key has a second role: the
+    guard's ``signing_key`` (compared by public key), or a key listed in ``receipts.trusted_keys``,
+    any ``receipt_keys`` (``[default]`` or a collection) or ``audit_trusted_keys``. A key in
+    ``receipts.retired_keys`` is checked by :func:`load_retired_keys`.
+
+    Args:
+        cfg: a loaded :class:`~qdrant_guard.policy.GuardConfig` (paths already resolved).
+        signing_key_id: key id of the guard's ``signing_key`` (None: no signing_key set).
+        source: the policy file, named in errors.
+
+    Raises:
+        ConfigError: a key cannot be loaded, or an authority key has another role (the message
+            names the key id, both roles and the fix).
+    """
+    def load(spec: str, where: str) -> str:
+        try:
+            return key_id(load_public_key(spec))
+        except QdrantGuardError as exc:
+            raise ConfigError(f"{source}: {where}: {exc}") from None
+
+    boundaries = getattr(cfg, "boundaries")
+    authorities: dict[str, str] = {}
+    for name, b in boundaries.items():
+        for spec in b.authority_keys:
+            authorities.setdefault(load(spec, f"boundaries.{name}.authority_keys"), name)
+    if not authorities:
+        return
+    roles: list[tuple[str, str, str]] = []  # (where, power key, key id)
+    if signing_key_id is not None:
+        roles.append(("signing_key", "signing_key", signing_key_id))
+    receipts = getattr(cfg, "receipts")
+    roles += [("receipts.trusted_keys", "receipts.trusted_keys", load(s, "receipts.trusted_keys"))
+              for s in receipts.trusted_keys]
+    sections = [("default", getattr(cfg, "default")),
+                *((f"collections.{n}", p) for n, p in getattr(cfg, "collections").items())]
+    for section, pol in sections:
+        for spec in pol.receipt_keys or ():
+            roles.append((f"{section}.receipt_keys", "receipt_keys", load(spec, f"{section}.receipt_keys")))
+    roles += [("audit_trusted_keys", "audit_trusted_keys", load(s, "audit_trusted_keys"))
+              for s in getattr(cfg, "audit_trusted_keys")]
+    for where, power, kid in roles:
+        boundary = authorities.get(kid)
+        if boundary is None:
+            continue
+        fix = ("set signing_key to a key of its own (`qdrant-guard keys new --out FILE`); if the guard signed "
+               "receipts with this one, re-noise and rewrite those vectors under the new key"
+               if where == "signing_key" else
+               f"remove it from {where} and list there the .pub of the key that really signs those "
+               "(`qdrant-guard keys new` makes one)")
+        role = "the guard's signing_key" if where == "signing_key" else f"listed in {where}"
+        raise ConfigError(
+            f"{source}: key {kid} is both a credential authority (boundaries.{boundary}.authority_keys) and "
+            f"{role}: "
+            f"{_ROLE_POWER[power]}, so whoever issues boundary {boundary!r}'s credentials would do that too. "
+            f"Use separate keys per role: {fix}; or give boundary {boundary!r} a new authority key "
+            "(`qdrant-guard keys new`) and reissue its credentials")

@@ -465,6 +465,9 @@ class GuardPipeline:
                     "audit_trusted_keys; if the audit log's most recent checkpoint is under it, check the "
                     "log with `qdrant-guard audit verify` and start a new audit_log file")
             audit_keys[kid] = pk
+        # A credential issuer that also signs or verifies for the guard could forge what it verifies.
+        _keys.check_authority_roles(cfg, signing_key_id=own_kid if cfg.signing_key else None,
+                                    source=cfg.source_path or "<config>")
         self.audit = (AuditLog(cfg.audit_log, fsync=cfg.audit_fsync, signer=audit_signer,
                                trusted_keys=audit_keys) if not self.transparent else None)
         self.principal_label, self.verified = self._verify_audited("client", principal)
