@@ -170,7 +170,8 @@ def _check_ckpt(entry: Mapping[str, Any], trusted_keys: Mapping[str, Ed25519Publ
     if pk is None:
         raise _Bad("bad_checkpoint", f"checkpoint key {_show_kid(ck['kid'])} is not trusted (if it is a signing key of this "
                                      "log, e.g. the one before a rotation, pass its public key too: --key; `audit verify --policy` "
-                                     "trusts the policy's signing_key, receipts.retired_keys and audit_trusted_keys)")
+                                     "trusts the policy's signing_key, receipts.retired_keys and audit_trusted_keys, as `audit repair` and "
+                                     "`audit replay` do with --trust-policy)")
     try:
         sig = base64.b64decode(ck["sig"], validate=True)
         pk.verify(sig, CHECKPOINT_PREFIX + bytes.fromhex(entry["hash"]))

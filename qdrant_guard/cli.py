@@ -210,7 +210,9 @@ def _signing_public_key(path: str) -> Any:
 def _policy_signing_keys(cfg: Any, policy: str) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
     """The guard's own keys per ``cfg``: (current key id or None, {kid: its public key} (empty
     without signing_key), {kid: public key} of receipts.retired_keys), checked as the guard checks
-    them (a retired key that is the current one, revoked, or a boundary's authority key is an error)."""
+    them (a retired key that is the current one, revoked, or a boundary's authority key is an error, as
+    is an authority key that is the signing_key or listed in trusted_keys, receipt_keys or
+    audit_trusted_keys)."""
     from . import keys
 
     own: dict[str, Any] = {}
@@ -231,6 +233,8 @@ def _policy_signing_keys(cfg: Any, policy: str) -> tuple[str | None, dict[str, A
     retired = keys.load_retired_keys(cfg.receipts.retired_keys, current_key_id=own_kid,
                                      revoked=cfg.receipts.revoked_keys, source=cfg.source_path or policy,
                                      authorities=authorities)
+    # The guard refuses to start with an authority key in a second role; so does this check of its policy.
+    keys.check_authority_roles(cfg, signing_key_id=own_kid, source=cfg.source_path or policy)
     return own_kid, own, retired
 
 
@@ -365,6 +369,40 @@ def _not_an_audit_log(path: str, rep: Any) -> str | None:
             "aside (the guard then starts a new log)")
 
 
+def _policy_audit_keys(policy: str, given: dict[str, Any] | None, *, flag: str
+                       ) -> tuple[str | None, dict[str, Any], frozenset[str], dict[str, Any]]:
+    """The keys a guard under ``policy`` trusts for audit checkpoints, with the ``--key`` keys
+    ``given``: (current key id or None, retired keys, revoked key ids, every trusted key), checked
+    as the guard checks them. ``flag`` is the option that named the policy, for errors."""
+    from . import keys
+    from .policy import load_policy
+
+    cfg = load_policy(policy)
+    own_kid, own, retired = _policy_signing_keys(cfg, policy)
+    revoked = frozenset(cfg.receipts.revoked_keys)
+    for kid in sorted(k for k in {**(given or {}), **own} if k in revoked):
+        # Revocation wins here as in the guard, which refuses to start with such a key.
+        by_key = bool(given) and kid in given
+        fix = (f"drop that --key (or run without {flag} to check the chain under the keys you give alone)"
+               if by_key else "the guard refuses to start with it: set signing_key to a new key "
+               "(`qdrant-guard keys new`)")
+        raise ConfigError(f"{flag} {policy}: {'--key gives' if by_key else 'its signing_key is'} key "
+                          f"{kid}, which receipts.revoked_keys revokes: a checkpoint it signed proves nothing, "
+                          f"so the log is not verified under it with this policy; {fix}")
+    trusted = {**(given or {}), **own, **retired}
+    for spec in cfg.audit_trusted_keys:
+        pk = keys.load_public_key(spec)
+        if keys.key_id(pk) in revoked:
+            # As the guard refuses to start with it: a revoked key's checkpoint proves nothing.
+            raise ConfigError(f"{flag} {policy}: audit_trusted_keys lists key {keys.key_id(pk)}, which "
+                              "receipts.revoked_keys revokes; remove it from audit_trusted_keys")
+        trusted[keys.key_id(pk)] = pk
+    if not trusted:
+        raise ConfigError(f"{flag} {policy} names no signing_key, receipts.retired_keys or "
+                          "audit_trusted_keys, so no checkpoint could be verified; pass --key GUARD.pub")
+    return own_kid, retired, revoked, trusted
+
+
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from . import keys
     from .audit import verify_audit_file
@@ -377,31 +415,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     retired: dict[str, Any] = {}
     revoked: frozenset[str] = frozenset()
     if args.policy:
-        from .policy import load_policy
-
-        cfg = load_policy(args.policy)
-        own_kid, own, retired = _policy_signing_keys(cfg, args.policy)
-        revoked = frozenset(cfg.receipts.revoked_keys)
-        for kid in sorted(k for k in {**(trusted or {}), **own} if k in revoked):
-            # Revocation wins here as in the guard, which refuses to start with such a key.
-            by_key = bool(trusted) and kid in trusted
-            fix = ("drop that --key (or run without --policy to check the chain under the keys you give alone)"
-                   if by_key else "the guard refuses to start with it: set signing_key to a new key "
-                   "(`qdrant-guard keys new`)")
-            raise ConfigError(f"--policy {args.policy}: {'--key gives' if by_key else 'its signing_key is'} key "
-                              f"{kid}, which receipts.revoked_keys revokes: a checkpoint it signed proves nothing, "
-                              f"so the log is not verified under it with this policy; {fix}")
-        trusted = {**(trusted or {}), **own, **retired}
-        for spec in cfg.audit_trusted_keys:
-            pk = keys.load_public_key(spec)
-            if keys.key_id(pk) in revoked:
-                # As the guard refuses to start with it: a revoked key's checkpoint proves nothing.
-                raise ConfigError(f"--policy {args.policy}: audit_trusted_keys lists key {keys.key_id(pk)}, which "
-                                  "receipts.revoked_keys revokes; remove it from audit_trusted_keys")
-            trusted[keys.key_id(pk)] = pk
-        if not trusted:
-            raise ConfigError(f"--policy {args.policy} names no signing_key, receipts.retired_keys or "
-                              "audit_trusted_keys, so no checkpoint could be verified; pass --key GUARD.pub")
+        own_kid, retired, revoked, trusted = _policy_audit_keys(args.policy, trusted, flag="--policy")
     rep = verify_audit_file(args.file, trusted_keys=trusted, checkpoint_every=args.checkpoint_every)
     if rep.ok:
         signed = f", {rep.checkpoints} signed checkpoint(s) verified" if trusted is not None else ""
@@ -441,6 +455,8 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
     if args.key:
         pks = [keys.load_public_key(k) for k in args.key]
         trusted = {keys.key_id(pk): pk for pk in pks}
+    if args.trust_policy:
+        trusted = _policy_audit_keys(args.trust_policy, trusted, flag="--trust-policy")[3]
     wrong_file = _not_an_audit_log(args.file, verify_audit_file(args.file, trusted_keys=trusted,
                                                                  checkpoint_every=args.checkpoint_every))
     if wrong_file:
@@ -472,6 +488,8 @@ def cmd_audit_replay(args: argparse.Namespace) -> int:
     if args.key:
         pks = [keys.load_public_key(k) for k in args.key]
         trusted = {keys.key_id(pk): pk for pk in pks}
+    if args.trust_policy:
+        trusted = _policy_audit_keys(args.trust_policy, trusted, flag="--trust-policy")[3]
     mode = "prefix" if args.verified_prefix else "unverified" if args.unverified else "verified"
     if mode != "unverified":
         from .audit import verify_audit_file
@@ -743,8 +761,12 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--key", action="append", metavar="PUBLIC_KEY",
                     help="verify as `audit verify --key` does; of two chains in one file, keep the one "
                          "that alone carries a checkpoint signed with this key (repeatable)")
+    ar.add_argument("--trust-policy", metavar="POLICY",
+                    help="also trust the checkpoint keys of this guard policy, as `audit verify --policy` does: "
+                         "its signing_key's public key, receipts.retired_keys and audit_trusted_keys (a revoked "
+                         "key, or a boundary's authority key in one of those roles, is an error)")
     ar.add_argument("--checkpoint-every", type=_positive_int, default=1000, metavar="N",
-                    help="with --key: the writer's checkpoint period (default 1000)")
+                    help="with --key or --trust-policy: the writer's checkpoint period (default 1000)")
     ar.add_argument("--keep-chain-from", type=_positive_int, metavar="LINE",
                     help="the log holds two chains verify cannot tell apart: keep the one starting on "
                          "LINE (one of the two lines verify names), as you established from a copy or anchor")
@@ -759,8 +781,13 @@ def build_parser() -> argparse.ArgumentParser:
     arp.add_argument("--key", action="append", metavar="PUBLIC_KEY",
                      help="verify the log's signed checkpoints with this public key, as `audit verify "
                           "--key` (repeatable)")
+    arp.add_argument("--trust-policy", metavar="POLICY",
+                     help="verify the log's signed checkpoints with the keys of this guard policy (the one that "
+                          "wrote the log, not --policy), as `audit verify --policy` does: its signing_key's "
+                          "public key, receipts.retired_keys and audit_trusted_keys (a revoked key, or a "
+                          "boundary's authority key in one of those roles, is an error)")
     arp.add_argument("--checkpoint-every", type=_positive_int, default=1000, metavar="N",
-                     help="with --key: the writer's checkpoint period (default 1000)")
+                     help="with --key or --trust-policy: the writer's checkpoint period (default 1000)")
     damaged = arp.add_mutually_exclusive_group()
     damaged.add_argument("--verified-prefix", action="store_true",
                          help="a log that does not verify: replay only its verified prefix (exit 1)")
