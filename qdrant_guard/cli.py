@@ -382,7 +382,7 @@ def _policy_audit_keys(policy: str, given: dict[str, Any] | None, *, flag: str
     revoked = frozenset(cfg.receipts.revoked_keys)
     for kid in sorted(k for k in {**(given or {}), **own} if k in revoked):
         # Revocation wins here as in the guard, which refuses to start with such a key.
-        by_key = bool(given) and kid in given
+        by_key = kid in (given or {})
         fix = (f"drop that --key (or run without {flag} to check the chain under the keys you give alone)"
                if by_key else "the guard refuses to start with it: set signing_key to a new key "
                "(`qdrant-guard keys new`)")

@@ -7,12 +7,15 @@ import hashlib
 import os
 import stat
 from pathlib import Path
-from typing import Collection, Iterable, Mapping, Union
+from typing import TYPE_CHECKING, Collection, Iterable, Mapping, Union
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .errors import ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError
+
+if TYPE_CHECKING:
+    from .policy import GuardConfig
 
 __all__ = [
     "KeyStoreError",
@@ -353,7 +356,7 @@ _ROLE_POWER = {
 }
 
 
-def check_authority_roles(cfg: object, *, signing_key_id: str | None, source: str) -> None:
+def check_authority_roles(cfg: "GuardConfig", *, signing_key_id: str | None, source: str) -> None:
     """Refuse a policy in which a boundary's credential authority key has a second role: the
     guard's ``signing_key`` (compared by public key), or a key listed in ``receipts.trusted_keys``,
     any ``receipt_keys`` (``[default]`` or a collection) or ``audit_trusted_keys``. A key in
@@ -374,9 +377,8 @@ def check_authority_roles(cfg: object, *, signing_key_id: str | None, source: st
         except QdrantGuardError as exc:
             raise ConfigError(f"{source}: {where}: {exc}") from None
 
-    boundaries = getattr(cfg, "boundaries")
     authorities: dict[str, str] = {}
-    for name, b in boundaries.items():
+    for name, b in cfg.boundaries.items():
         for spec in b.authority_keys:
             authorities.setdefault(load(spec, f"boundaries.{name}.authority_keys"), name)
     if not authorities:
@@ -384,16 +386,14 @@ def check_authority_roles(cfg: object, *, signing_key_id: str | None, source: st
     roles: list[tuple[str, str, str]] = []  # (where, power key, key id)
     if signing_key_id is not None:
         roles.append(("signing_key", "signing_key", signing_key_id))
-    receipts = getattr(cfg, "receipts")
     roles += [("receipts.trusted_keys", "receipts.trusted_keys", load(s, "receipts.trusted_keys"))
-              for s in receipts.trusted_keys]
-    sections = [("default", getattr(cfg, "default")),
-                *((f"collections.{n}", p) for n, p in getattr(cfg, "collections").items())]
+              for s in cfg.receipts.trusted_keys]
+    sections = [("default", cfg.default), *((f"collections.{n}", p) for n, p in cfg.collections.items())]
     for section, pol in sections:
         for spec in pol.receipt_keys or ():
             roles.append((f"{section}.receipt_keys", "receipt_keys", load(spec, f"{section}.receipt_keys")))
     roles += [("audit_trusted_keys", "audit_trusted_keys", load(s, "audit_trusted_keys"))
-              for s in getattr(cfg, "audit_trusted_keys")]
+              for s in cfg.audit_trusted_keys]
     for where, power, kid in roles:
         boundary = authorities.get(kid)
         if boundary is None:

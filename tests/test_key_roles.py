@@ -167,6 +167,7 @@ def test_repair_keeps_the_retired_keys_checkpoint_with_trust_policy(rot, tmp_pat
     policy = _policy_file(rot, tmp_path)
     with open(log, "ab") as fh:
         fh.write(b'{"hash": "torn')  # a writer killed mid-append
+    torn, other = log.read_bytes(), tmp_path / "other.jsonl"
     argv = ["audit", "repair", str(log), "--trust-policy", str(policy), "--checkpoint-every", "1",
             "--signing-key", str(rot["b"])]
     assert main(argv) == 0, capsys.readouterr()
@@ -175,6 +176,14 @@ def test_repair_keeps_the_retired_keys_checkpoint_with_trust_policy(rot, tmp_pat
     assert [x["ckpt"]["kid"] for x in lines if "ckpt" in x][-2:] == [rot["a_kid"], rot["b_kid"]]
     capsys.readouterr()
     assert main(["audit", "verify", str(log), "--checkpoint-every", "1", "--policy", str(policy)]) == 0
+    # Trusting only the current key B (no retired_keys), repair cuts from A's checkpoint on.
+    other.write_bytes(torn)
+    before = [json.loads(x) for x in other.read_text().splitlines()[:-1]]
+    assert main(["audit", "repair", str(other), "--trust-policy", str(_policy_file(rot, tmp_path, retired=False)),
+                 "--checkpoint-every", "1", "--signing-key", str(rot["b"])]) == 0
+    after = [json.loads(x) for x in other.read_text().splitlines()]
+    assert rot["a_kid"] in {x.get("ckpt", {}).get("kid") for x in before}
+    assert rot["a_kid"] not in {x.get("ckpt", {}).get("kid") for x in after} and len(after) <= len(before), after
 
 
 def _bad_trust_policies(rot, tmp_path):  # noqa: F811
