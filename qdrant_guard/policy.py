@@ -759,7 +759,9 @@ class CollectionPolicy(_Strict):
     of every key in ``receipts.trusted_keys`` (a key trusted for one collection then signs for
     every collection that leaves this unset). It scopes the collection's utility records
     (``utility.record``, ``utility.records``) alike: set, a record must be signed by the guard's key
-    or a key listed here."""
+    or a key listed here. A boundary's ``authority_keys`` key may not be listed (its credential
+    issuer would sign receipts this collection accepts: the client refuses to start, naming the key
+    and both roles)."""
     fail_closed: bool = True
     """Refuse the call when the audit log or the budget store fails (False: log the failure through
     `logging` and go on). A failing embedder or key store always refuses."""
@@ -911,7 +913,11 @@ class BoundaryConfig(_Strict):
 
     authority_keys: tuple[str, ...] = Field(min_length=1)
     """Public keys as ``"ed25519:<base64>"`` strings or paths to PEM/str files. A key belongs to one
-    boundary only (the same key in two is refused when the client is built)."""
+    boundary only (the same key in two is refused when the client is built), and has no other role:
+    the client refuses to start when one is also the guard's ``signing_key`` or is listed in
+    ``receipts.trusted_keys``, ``receipts.retired_keys``, any ``receipt_keys`` or
+    ``audit_trusted_keys``, since whoever issues the boundary's credentials would then sign what the
+    guard verifies. Make each role its own key (``qdrant-guard keys new``)."""
     revoked_credentials: tuple[str, ...] = ()
     """Credential ids (``jti``) that are no longer accepted."""
 
@@ -937,7 +943,8 @@ class ReceiptTrust(_Strict):
     trusted_keys: tuple[str, ...] = ()
     """Public keys (``ed25519:<base64>`` or files) of writers whose receipts are accepted, by every
     collection that sets no ``receipt_keys`` of its own (one that sets them accepts those instead).
-    For outside writers' keys; the guard's own earlier ``signing_key`` goes in ``retired_keys``."""
+    For outside writers' keys; the guard's own earlier ``signing_key`` goes in ``retired_keys``. A
+    boundary's ``authority_keys`` key may not be listed (the client refuses to start)."""
     retired_keys: tuple[str, ...] = ()
     """The guard's own earlier signing keys (``ed25519:<base64>`` or ``.pub`` files, relative to the
     policy file), e.g. ``retired_keys = ["keys/guard-2026.key.pub"]``. A retired key is trusted
@@ -1049,7 +1056,9 @@ class GuardConfig(_Strict):
     the receipts it signed no longer verify, so the vectors it noised are stripped (``vector=None``)
     from reads outside the owner boundary, and the same vector gets other noise. A client on a store
     that outlives the process (``path=``, a server) warns of it (``UserWarning``) when the policy has a
-    sensitive collection."""
+    sensitive collection. It may not be a boundary's ``authority_keys`` key (compared by public key:
+    the client refuses to start), or the guard's host could issue that boundary's credentials and
+    the credential issuer could sign receipts, utility records and checkpoints."""
     audit_log: str | None = None
     """Path of the hash-chained JSONL audit log, created (mode 600) if missing; its directory must
     exist. Every entry is also logged at INFO to the ``qdrant_guard.audit`` logger. Unset (None):
@@ -1064,7 +1073,10 @@ class GuardConfig(_Strict):
     ``signing_key``, the old key's) refuses to start, since nothing could check it. The keys of
     ``receipts.retired_keys`` are trusted here too: after a rotation, list the old key's ``.pub``
     there (it then covers receipts and utility records as well), or here for the log alone (a key
-    in ``receipts.revoked_keys`` may not be). Needs ``audit_log``: without a file nothing is checked."""
+    in ``receipts.revoked_keys`` may not be, nor a boundary's ``authority_keys`` key). Needs
+    ``audit_log``: without a file nothing is checked. ``qdrant-guard audit verify --policy`` and
+    ``qdrant-guard audit repair`` / ``audit replay`` with ``--trust-policy`` trust these keys,
+    ``signing_key``'s public key and ``receipts.retired_keys`` for the log's checkpoints."""
     unlisted: Literal["strict", "public", "refuse"] = "strict"
     """Collections not listed: ``strict`` = PII with the ``default`` policy (readable by any verified
     principal, vectors never returned raw; created and written by no one unless ``[default]`` sets
