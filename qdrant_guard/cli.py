@@ -762,7 +762,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="verify as `audit verify --key` does; of two chains in one file, keep the one "
                          "that alone carries a checkpoint signed with this key (repeatable)")
     ar.add_argument("--trust-policy", metavar="POLICY",
-                    help="also trust the checkpoint keys of this guard policy, as `audit verify --policy` does: "
+                    help="verify with the checkpoint keys of this guard policy (and any --key), as `audit verify --policy` does: "
                          "its signing_key's public key, receipts.retired_keys and audit_trusted_keys (a revoked "
                          "key, or a boundary's authority key in one of those roles, is an error)")
     ar.add_argument("--checkpoint-every", type=_positive_int, default=1000, metavar="N",

@@ -407,6 +407,6 @@ def check_authority_roles(cfg: "GuardConfig", *, signing_key_id: str | None, sou
         raise ConfigError(
             f"{source}: key {kid} is both a credential authority (boundaries.{boundary}.authority_keys) and "
             f"{role}: "
-            f"{_ROLE_POWER[power]}, so whoever issues boundary {boundary!r}'s credentials would do that too. "
+            f"{_ROLE_POWER[power]}, so whoever issues the credentials of boundary {boundary!r} would do that too. "
             f"Use separate keys per role: {fix}; or give boundary {boundary!r} a new authority key "
             "(`qdrant-guard keys new`) and reissue its credentials")
