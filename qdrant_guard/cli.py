@@ -118,8 +118,8 @@ def _toml_key(name: str) -> str:
 
 def _credential_policy_problem(args: argparse.Namespace, authority: Any) -> str | None:
     """Why a guard under ``--policy`` would refuse a credential of ``--boundary`` signed by
-    ``authority``, or None: the boundary is not in the policy, or the key is not one of its
-    authority keys."""
+    ``authority``, or None: the boundary is not in the policy, the key is not one of its
+    authority keys, or an authority key of the policy has a second role (the guard would not start)."""
     from . import keys
     from .policy import load_policy
 
@@ -135,6 +135,17 @@ def _credential_policy_problem(args: argparse.Namespace, authority: Any) -> str 
         return (f"--authority {args.authority} (key id {mine}) is not among [boundaries.{_toml_key(args.boundary)}] "
                 f"authority_keys of --policy {args.policy}; the guard would refuse the credential. Use that "
                 "boundary's authority key, or add this key's .pub to its authority_keys")
+    own_kid = None
+    if cfg.signing_key:
+        try:
+            own_kid = keys.key_id(_signing_public_key(cfg.signing_key))
+        except (QdrantGuardError, OSError, ValueError):
+            pass  # the issuer may not read the guard's key; the other roles are still checked
+    try:
+        # A guard refuses to start on a policy that gives an authority key a second role.
+        keys.check_authority_roles(cfg, signing_key_id=own_kid, source=f"--policy {args.policy}")
+    except ConfigError as exc:
+        return f"{exc} (the guard would not start with this policy, so the credential is not issued)"
     return None
 
 

@@ -54,8 +54,8 @@ def _with_role(rot, role, pub, key_path):  # noqa: F811
     return kit.config(colls, **extra)
 
 
-def _assert_names_both_roles(msg, kid, role):
-    assert kid in msg and "boundaries.support.authority_keys" in msg, msg
+def _assert_names_both_roles(msg, kid, role, boundary="support"):
+    assert kid in msg and f"boundaries.{boundary}.authority_keys" in msg, msg
     assert (("the guard's signing_key" in msg) if role == "signing_key" else (f"listed in {role}:" in msg)), msg
     assert "separate keys per role" in msg and "qdrant-guard keys new" in msg, msg
 
@@ -218,3 +218,31 @@ def test_trust_policy_refuses_what_audit_verify_policy_refuses(rot, tmp_path, ca
     err = capsys.readouterr().err
     assert all(n.replace("--trust-policy", "--policy") in err for n in needles), err
 
+
+
+@pytest.mark.parametrize("role", ["signing_key", "receipts.trusted_keys", "audit_trusted_keys"])
+def test_credential_issue_with_the_policy_refuses_an_authority_key_in_another_role(tmp_path, capsys, role):
+    # Keys made by `qdrant-guard keys new`; the guard would not start with such a policy, so the
+    # credential would be accepted nowhere.
+    for name in ("hr", "support", "guard"):
+        assert main(["keys", "new", "--out", str(tmp_path / f"{name}.key")]) == 0
+    capsys.readouterr()
+    second = {"signing_key": 'signing_key = "hr.key"\n',
+              "receipts.trusted_keys": 'signing_key = "guard.key"\n[receipts]\ntrusted_keys = ["hr.key.pub"]\n',
+              "audit_trusted_keys": 'signing_key = "guard.key"\naudit_log = "audit.jsonl"\n'
+                                    'audit_trusted_keys = ["hr.key.pub"]\n'}[role]
+    policy = tmp_path / "policy.toml"
+    policy.write_text(second + '[boundaries.hr]\nauthority_keys = ["hr.key.pub"]\n'
+                      '[boundaries.support]\nauthority_keys = ["support.key.pub"]\n')
+    argv = ["credential", "issue", "--agent", "a1", "--boundary", "hr", "--authority", str(tmp_path / "hr.key"),
+            "--policy", str(policy)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "", captured.out  # no token
+    kid = keys.key_id(keys.load_public_key(tmp_path / "hr.key.pub"))
+    _assert_names_both_roles(captured.err, kid, role, boundary="hr")
+    assert "would not start" in captured.err
+    # The same boundary's credential from a policy giving the key one role is issued.
+    policy.write_text('signing_key = "guard.key"\n[boundaries.hr]\nauthority_keys = ["hr.key.pub"]\n'
+                      '[boundaries.support]\nauthority_keys = ["support.key.pub"]\n')
+    assert main(argv) == 0 and capsys.readouterr().out.startswith("qgc1.")
