@@ -334,7 +334,11 @@ class Guard(WriteOps, ReadOps):
             elif isinstance(action, (models.RenameAliasOperation, models.DeleteAliasOperation)):
                 old = (action.rename_alias.old_alias_name if isinstance(action, models.RenameAliasOperation)
                        else action.delete_alias.alias_name)
-                if aliases is None and old not in changed:
+                # A name the principal may not see is answered as a missing alias from the policy
+                # alone, before Qdrant is asked: looking it up first made a hidden alias and a
+                # hidden name no alias has take two paths (a deletion sent for one only).
+                hidden = old not in changed and not self.name_visible(old)
+                if not hidden and aliases is None and old not in changed:
                     try:
                         resp = yield Call("get_aliases", {})
                     except Exception as exc:
@@ -347,10 +351,10 @@ class Guard(WriteOps, ReadOps):
                             details={"method": "get_aliases", "error": type(exc).__name__}))
                         raise
                     aliases = {a.alias_name: a.collection_name for a in resp.aliases}
-                found = changed[old] if old in changed else (aliases or {}).get(old)
-                if found is None:
+                found = None if hidden else changed[old] if old in changed else (aliases or {}).get(old)
+                if found is None and not hidden:
                     continue  # no such alias: Qdrant reports it
-                if old not in changed and not (self.name_visible(old) and self.name_visible(found)):
+                if found is None or (old not in changed and not self.name_visible(found)):
                     # names_visible = "accessible": answered as for an alias that does not exist.
                     # Refusing would say that it exists, and name the collection it points to.
                     self._hidden_name(method, old, "as a missing alias")

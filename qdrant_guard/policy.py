@@ -1095,7 +1095,8 @@ class GuardConfig(_Strict):
     valid credential; unlisted ones under ``"refuse"`` to no one). The lists leave the other names out (an alias when either its own name or its
     collection's is hidden), ``collection_exists`` answers ``False``, ``get_collection`` and ``get_collection_aliases``
     answer as for a collection that does not exist, without asking Qdrant, and
-    ``update_collection_aliases`` answers deleting or renaming a hidden alias as for an alias that
+    ``update_collection_aliases`` answers deleting or renaming an alias of a hidden name (whether
+    or not one exists: decided without asking Qdrant) or of a hidden collection as for an alias that
     does not exist (the deletion is left out of the call; the rename is sent as that of an alias no
     one made, after the call's earlier actions, so the call fails where a missing alias's would);
     each such answer is audited (``REFUSED_CROSS_BOUNDARY``, ``details.names_visible``).

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from guardkit import audit_records, create, make_kit, models, staging_record, unit
+from guardkit import audit_records, create, make_kit, models, record_sent, staging_record, unit
 from qdrant_client import QdrantClient as RawClient
 from test_read_strip_audit import MODEL_B, Keys, _config, _point, _vector
+from test_names_visible import _store as names_store
 from test_retired_keys import _coll, _colls, _old_checkpoint, _released, _write_under_a, rot  # noqa: F401
 
 from qdrant_guard import ConfigError, GuardRefusal, QdrantClient
@@ -112,3 +113,51 @@ def test_audit_trusted_keys_open_the_log_but_vouch_for_no_receipt_or_record(rot,
     # Listed as retired instead, the same key vouches for both.
     retired = kit.config(_colls(rot), signing_key=str(rot["b"]), receipts={"retired_keys": [str(rot["a_pub"])]})
     assert _released(rot, retired) == {"plain": True, "scoped": True}
+
+
+# ---------------------------------------------------------------- names_visible: alias changes
+# threat-model.md: the hidden-name answers "come from the policy and the credential alone, before
+# Qdrant is asked, so a hidden name that exists and one that does not get the same answer by the
+# same path". For alias changes they did not: the guard asked Qdrant for the aliases first, then
+# left a hidden alias's deletion out (nothing sent) but sent the deletion of a hidden name no alias
+# had (an extra round trip, and a deletion of a name the principal may not administer, which would
+# remove an alias of that name made meanwhile); a hidden alias's rename was answered locally and a
+# missing one's sent to Qdrant.
+
+def _alias_calls(client, name):
+    return {
+        "delete": lambda: client.update_collection_aliases([models.DeleteAliasOperation(
+            delete_alias=models.DeleteAlias(alias_name=name))]),
+        "rename": lambda: client.update_collection_aliases([models.RenameAliasOperation(
+            rename_alias=models.RenameAlias(old_alias_name=name, new_alias_name="kb-view"))]),
+    }
+
+
+def test_a_hidden_alias_name_gets_one_answer_by_one_path_whether_or_not_it_exists(tmp_path, monkeypatch):
+    kit, alice, bob = names_store(tmp_path, names_visible="accessible")
+    sent = record_sent(monkeypatch, ("get_aliases", "update_collection_aliases"))
+    seen = {}
+    # "layoffs" is an alias of hr's collection; "hr-plans" is a name of hr's policy no alias has.
+    for name in ("layoffs", "hr-plans"):
+        for action, call in _alias_calls(bob, name).items():
+            sent.clear()
+            try:
+                answer = repr(call())
+            except Exception as exc:  # noqa: BLE001 - compared below
+                answer = f"{type(exc).__name__}: {exc}".replace(name, "NAME")
+            record = audit_records(kit)[-1]
+            seen[action, name] = (answer, list(sent), record["verdict"], record["details"].get("answered"))
+    for action in ("delete", "rename"):
+        assert seen[action, "layoffs"] == seen[action, "hr-plans"], action
+        # Decided from the policy alone: Qdrant is not asked at all.
+        assert seen[action, "hr-plans"][1] == [], seen[action, "hr-plans"]
+        assert seen[action, "hr-plans"][2:] == ("REFUSED_CROSS_BOUNDARY", "as a missing alias")
+    assert seen["delete", "hr-plans"][0] == "True"
+    assert seen["rename", "hr-plans"][0] == "ValueError: Alias NAME does not exist"
+    # The alias is untouched, and its owner still manages it; a visible name is still sent.
+    assert ("layoffs", "hr-layoffs-2027") in {(a.alias_name, a.collection_name)
+                                              for a in RawClient.get_aliases(bob).aliases}
+    sent.clear()
+    assert _alias_calls(bob, "ghost")["delete"]() is True
+    assert sent == ["get_aliases", "update_collection_aliases"]
+    assert _alias_calls(alice, "layoffs")["delete"]() is True
