@@ -324,9 +324,11 @@ class Guard(WriteOps, ReadOps):
         # Written only once every action has passed (like a batch's acceptances); PUBLIC targets
         # pass unrecorded, as other calls on PUBLIC collections do.
         accepted: list[tuple[str, str]] = []
-        # Deletions of aliases the principal may not see (names_visible), left out of the call.
+        # Deletions of aliases the principal may not see (names_visible), or that get_aliases did
+        # not list, left out of the call.
         skipped: set[int] = set()
-        # The first rename of an alias the principal may not see: (its index, its name).
+        # The first rename of an alias the principal may not see, or that get_aliases did not list:
+        # (its index, its name).
         hidden_rename: tuple[int, str] | None = None
         for i, action in enumerate(args["change_aliases_operations"]):
             if isinstance(action, models.CreateAliasOperation):
@@ -353,7 +355,17 @@ class Guard(WriteOps, ReadOps):
                     aliases = {a.alias_name: a.collection_name for a in resp.aliases}
                 found = None if hidden else changed[old] if old in changed else (aliases or {}).get(old)
                 if found is None and not hidden:
-                    continue  # no such alias: Qdrant reports it
+                    if old in changed:
+                        continue  # deleted or renamed away earlier in this call: Qdrant reports it
+                    # Not an alias when the guard looked, so nothing above checked it: sent on, the
+                    # action would apply to an alias of that name made since (a rename moving it,
+                    # unchecked, under another name's policy). Answered as Qdrant answers a missing
+                    # alias, without sending it.
+                    if isinstance(action, models.RenameAliasOperation):
+                        hidden_rename = hidden_rename or (i, old)
+                    else:
+                        skipped.add(i)
+                    continue
                 if found is None or (old not in changed and not self.name_visible(found)):
                     # names_visible = "accessible": answered as for an alias that does not exist.
                     # Refusing would say that it exists, and name the collection it points to.

@@ -124,12 +124,12 @@ def test_audit_trusted_keys_open_the_log_but_vouch_for_no_receipt_or_record(rot,
 # remove an alias of that name made meanwhile); a hidden alias's rename was answered locally and a
 # missing one's sent to Qdrant.
 
-def _alias_calls(client, name):
+def _alias_calls(client, name, new="kb-view"):
     return {
         "delete": lambda: client.update_collection_aliases([models.DeleteAliasOperation(
             delete_alias=models.DeleteAlias(alias_name=name))]),
         "rename": lambda: client.update_collection_aliases([models.RenameAliasOperation(
-            rename_alias=models.RenameAlias(old_alias_name=name, new_alias_name="kb-view"))]),
+            rename_alias=models.RenameAlias(old_alias_name=name, new_alias_name=new))]),
     }
 
 
@@ -157,7 +157,47 @@ def test_a_hidden_alias_name_gets_one_answer_by_one_path_whether_or_not_it_exist
     # The alias is untouched, and its owner still manages it; a visible name is still sent.
     assert ("layoffs", "hr-layoffs-2027") in {(a.alias_name, a.collection_name)
                                               for a in RawClient.get_aliases(bob).aliases}
-    sent.clear()
-    assert _alias_calls(bob, "ghost")["delete"]() is True
-    assert sent == ["get_aliases", "update_collection_aliases"]
     assert _alias_calls(alice, "layoffs")["delete"]() is True
+
+
+# ---------------------------------------------------------------- alias changes: check then act
+# An alias rename or deletion is checked against the aliases get_aliases lists; one of a name it did
+# not list was sent on unchecked, so an alias of that name made between the two calls (an owner's
+# alias flip: delete, then create) was renamed or deleted by whoever asked, whatever its policy. A
+# rename onto a name of another policy then opened the collection under that policy.
+
+def test_an_alias_made_after_the_guard_looked_is_not_renamed_or_deleted_unchecked(tmp_path, monkeypatch):
+    kit, alice, bob = names_store(tmp_path)  # names_visible = "all"
+    original = RawClient.get_aliases
+
+    def concurrent_owner(self, *a, **kw):
+        answer = original(self, *a, **kw)
+        # hr's owner makes alias "hr-plans" right after the guard listed the aliases.
+        RawClient.update_collection_aliases(alice, [models.CreateAliasOperation(create_alias=models.CreateAlias(
+            collection_name="hr-layoffs-2027", alias_name="hr-plans"))])
+        return answer
+
+    monkeypatch.setattr(RawClient, "get_aliases", concurrent_owner)
+    with pytest.raises(ValueError, match="Alias hr-plans does not exist"):  # as for a missing alias
+        _alias_calls(bob, "hr-plans")["rename"]()
+    monkeypatch.setattr(RawClient, "get_aliases", original)
+    aliases = {a.alias_name: a.collection_name for a in RawClient.get_aliases(bob).aliases}
+    assert aliases.get("hr-plans") == "hr-layoffs-2027" and "kb-view" not in aliases
+    with pytest.raises(GuardRefusal):  # hr's collection stays out of support's reach
+        bob.count("hr-plans")
+    RawClient.update_collection_aliases(alice, [models.DeleteAliasOperation(
+        delete_alias=models.DeleteAlias(alias_name="hr-plans"))])
+    monkeypatch.setattr(RawClient, "get_aliases", concurrent_owner)
+    assert _alias_calls(bob, "hr-plans")["delete"]() is True  # as Qdrant answers a missing alias
+    monkeypatch.setattr(RawClient, "get_aliases", original)
+    assert {a.alias_name for a in RawClient.get_aliases(bob).aliases} >= {"hr-plans"}
+
+
+def test_alias_changes_of_listed_aliases_are_sent_as_before(tmp_path, monkeypatch):
+    kit, alice, bob = names_store(tmp_path)
+    sent = record_sent(monkeypatch, ("get_aliases", "update_collection_aliases"))
+    assert _alias_calls(alice, "layoffs", "hr-plans")["rename"]() is True  # hr's owner renames hr's alias
+    assert sent == ["get_aliases", "update_collection_aliases"]
+    sent.clear()
+    assert _alias_calls(alice, "ghost")["delete"]() is True  # none listed: nothing sent
+    assert sent == ["get_aliases"]
