@@ -4,9 +4,11 @@ and record v5, receipt model_id checks, the left-behind count, details.stripped,
 operation ids, detector forms and the lookalike fold, the intent corpora), run against real
 qdrant-client local mode and the native build. docs/security-testing.md lists every claim checked.
 
-One statement was false: docs/eval.md said the model strip on reads "is silent: the read's audit
-entry does not count stripped vectors", written before h-stripaudit made every read record
-``details.stripped``. The other pins hold security promises that were true but untested.
+Fixed: docs/eval.md said the model strip on reads "is silent: the read's audit entry does not
+count stripped vectors", written before h-stripaudit made every read record ``details.stripped``;
+the threat model said hidden-name answers take one path whether the name exists, which alias
+changes did not; and, found on the way, an alias rename or deletion of a name get_aliases had not
+listed was sent unchecked. The other pins hold security promises that were true but untested.
 """
 from __future__ import annotations
 
