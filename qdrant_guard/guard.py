@@ -41,8 +41,9 @@ def warn_if_key_dies_with_the_process(guard: Guard | None, backend: Any) -> None
     """Warn when a policy without ``signing_key`` guards a store that outlives the process.
 
     The throwaway key's receipts stop verifying after a restart, so the vectors it noised are
-    stripped from reads outside the owner boundary from then on, silently; ``":memory:"`` dies
-    with the key and is not warned about.
+    stripped from reads outside the owner boundary from then on, with no error to the caller (the
+    read's audit entry counts them under ``details.stripped``, reason ``unknown_key``);
+    ``":memory:"`` dies with the key and is not warned about.
     """
     if guard is None or guard.config.signing_key is not None or not getattr(backend, "persistent", True):
         return
