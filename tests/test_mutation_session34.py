@@ -1,0 +1,150 @@
+"""Tests from mutation pass 10 over the Python added on 2026-12-05 since 739f55e (h-mut10 branch).
+
+Each test kills mutants of ``scripts/mutate.py`` that survived every older test of the module
+(names_visible's answers and audit, the remote not-found errors, the left-behind count's
+odd vector names, ...). docs/security-testing.md ("Mutation pass 10") lists the mutants, which
+test kills each and the equivalent ones.
+
+Real local Qdrant (qdrant-client local mode), real keys and credentials; no mocks. The remote
+not-found error is produced by a real remote client whose server is never reached: the guard
+answers a hidden name without asking it.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from guardkit import DIM, audit_records, make_kit
+from qdrant_client import QdrantClient as RawClient
+from qdrant_client.http import models
+from qdrant_client.http.exceptions import UnexpectedResponse
+
+from qdrant_guard import QdrantClient
+from qdrant_guard.pipeline import missing_alias_error, missing_collection_error
+
+_OFF = {"intent": {"enabled": False}, "diversity": {"enabled": False}}
+_VP = models.VectorParams(size=DIM, distance=models.Distance.COSINE)
+
+
+# ------------------------------------------------------------------ pipeline: names_visible
+
+def _server_answer(message: str) -> bytes:
+    """The body a Qdrant server sends with a 404 (serde_json: compact, UTF-8 unescaped)."""
+    return json.dumps({"status": {"error": f"Not found: {message}"}, "time": 0.0},
+                      ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_a_hidden_name_on_a_remote_client_is_the_servers_404(tmp_path):
+    # Kills pipeline.py missing_collection_error's `return _not_found(...)` -> None, _not_found's
+    # return -> None, status 404 -> 403/405 and ensure_ascii False -> True (a server sends UTF-8).
+    kit = make_kit(tmp_path)
+    name = "hr-données"
+    cfg = kit.config({name: {"class": "PII", "owner": "hr", **_OFF}}, names_visible="accessible")
+    # Port 9 (discard): nothing answers; the guard must not need it to answer a hidden name.
+    bob = QdrantClient(url="http://127.0.0.1:9", guard=cfg, principal=kit.principal("bob", "support"),
+                       check_compatibility=False, timeout=1)
+    with pytest.raises(UnexpectedResponse) as err:
+        bob.get_collection(name)
+    assert err.value.status_code == 404 and err.value.reason_phrase == "Not Found"
+    assert err.value.content == _server_answer(f"Collection `{name}` doesn't exist!")
+    assert err.value.structured() == {"status": {"error": f"Not found: Collection `{name}` doesn't exist!"},
+                                      "time": 0.0}
+    assert not bob.collection_exists(name)
+
+
+def test_the_remote_missing_alias_error_is_the_servers_404():
+    # Kills missing_alias_error's remote `return _not_found(...)` -> None (no server here to reach
+    # the rename path end to end: the guard asks get_aliases first).
+    err = missing_alias_error("layoffs-é", remote=True)
+    assert isinstance(err, UnexpectedResponse) and err.status_code == 404
+    assert err.content == _server_answer("Alias layoffs-é does not exists!")
+    local = missing_alias_error("layoffs", remote=False)
+    assert type(local) is ValueError and str(local) == "Alias layoffs does not exist"
+    assert str(missing_collection_error("c", remote=False)) == "Collection c not found"
+
+
+def test_a_list_audit_entry_says_how_many_were_left_out_and_only_then(tmp_path):
+    # Kills pipeline.py _names_listed's message `if hidden` negated.
+    kit = make_kit(tmp_path)
+    pols = {"hr": {"class": "PII", "owner": "hr", **_OFF}, "kb": {"class": "PII", "owner": "support", **_OFF}}
+    alice = QdrantClient(":memory:", guard=kit.config(pols, names_visible="accessible"),
+                         principal=kit.principal("alice", "hr"))
+    for n in pols:
+        RawClient.create_collection(alice, n, vectors_config=_VP)
+    start = len(audit_records(kit))
+    assert [c.name for c in alice.get_collections().collections] == ["hr"]
+    assert alice.get_collection_aliases("hr").aliases == []
+    listed, aliases = audit_records(kit)[start:]
+    assert listed["directive"] == ("collection list allowed: 1 the principal may not read, write or own left out "
+                                   "(names_visible = \"accessible\")")
+    assert aliases["directive"] == "alias list allowed"
+    assert aliases["details"] == {"names_visible": "accessible"}
+
+
+# ------------------------------------------------------------------ querycheck: left_behind_filter
+
+def test_a_vector_name_no_payload_path_can_hold_counts_every_point_having_it(tmp_path):
+    # Kills querycheck.py left_behind_filter's `'"' in vname or "\\" in vname` -> `and`: a name
+    # with a backslash alone would be written into a payload path (`receipt.vectors."a\b"`), which
+    # a server reads as an escape. qdrant-client's local mode refuses such names at
+    # create_collection, so the filter is checked as built (a server accepts them).
+    from qdrant_guard.querycheck import left_behind_filter
+    from qdrant_guard.vectors import CollectionShape, VectorSpec
+
+    kit = make_kit(tmp_path)
+    pol = QdrantClient(":memory:", guard=kit.config({"pii": {"class": "PII", "owner": "hr", **_OFF}}),
+                       principal=kit.principal("alice", "hr")).guard.policy("pii")
+    for odd in ("a\\b", 'a"b', 'a"\\b'):
+        shape = CollectionShape(dense={odd: VectorSpec(odd, DIM, "Cosine", False)}, sparse=frozenset(), unnamed=False)
+        assert left_behind_filter(shape, pol) == models.Filter(should=[
+            models.Filter(must=[models.HasVectorCondition(has_vector=odd)])])
+    plain = CollectionShape(dense={"ab": VectorSpec("ab", DIM, "Cosine", False)}, sparse=frozenset(), unnamed=False)
+    (only,) = left_behind_filter(plain, pol).should
+    assert only.must[0] == models.HasVectorCondition(has_vector="ab") and len(only.must) == 2
+    assert 'vectors."ab"' in repr(only.must[1])
+
+
+def test_a_visible_collections_alias_list_audits_the_aliases_left_out(tmp_path):
+    # Kills pipeline.py op_get_collection_aliases's `self._names_listed(...)` deleted and its
+    # `a not in kept` -> `a in kept`.
+    kit = make_kit(tmp_path)
+    pols = {"hr": {"class": "PII", "owner": "hr", **_OFF}, "pub": {"class": "PUBLIC"}}
+    alice = QdrantClient(":memory:", guard=kit.config(pols, names_visible="accessible"),
+                         principal=kit.principal("alice", "hr"))
+    RawClient.create_collection(alice, "pub", vectors_config=_VP)
+    # Made around the guard: a PUBLIC collection under an hr-only name, and under a PUBLIC one.
+    RawClient.update_collection_aliases(alice, [
+        models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name="pub", alias_name="hr")),
+        models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name="pub", alias_name="pub-view"))])
+    bob = alice.with_principal(kit.principal("bob", "support"))
+    start = len(audit_records(kit))
+    assert [a.alias_name for a in bob.get_collection_aliases("pub").aliases] == ["pub-view"]
+    (entry,) = audit_records(kit)[start:]
+    assert entry["op"] == "get_collection_aliases" and entry["verdict"] == "ALLOW"
+    assert entry["details"] == {"names_visible": "accessible", "hidden": ["hr"], "hidden_count": 1}
+
+
+# ------------------------------------------------------------------ reads: _release_refusal
+
+def test_the_release_reason_cache_stays_bounded(tmp_path):
+    # Kills reads.py _release_refusal's `cache.clear()` deleted: receipts with ever new noise
+    # parameters (any writer can sign its own under a trusted key) would grow it without end.
+    import dataclasses
+
+    from qdrant_guard.noise import privatize
+
+    kit = make_kit(tmp_path)
+    pol_d = {"class": "PII", "owner": "hr", **_OFF,
+             "noise": {"mechanism": "gaussian", "epsilon": 1.0, "delta": 1e-6, "radius": 0.01}}
+    alice = QdrantClient(":memory:", guard=kit.config({"pii": pol_d}), principal=kit.principal("alice", "hr"))
+    guard, pol = alice.guard, alice.guard.policy("pii")
+    _, params = privatize(np.ones((1, DIM), dtype=np.float32) / np.sqrt(DIM), mechanism="gaussian", epsilon=1.0,
+                          delta=1e-6, radius=0.01, clip_norm=1.0)
+    assert guard._release_refusal(pol, params) == ""
+    sizes = []
+    for i in range(1, 4200):
+        guard._release_refusal(pol, dataclasses.replace(params, radius=0.01 + i * 1e-6))  # each a new key
+        sizes.append(len(guard.shared["release_accepted"]))
+    # Cleared once past 4096 entries; a cache holding one entry would not be a cache.
+    assert max(sizes) == 4097 and sizes[-1] < 4096
