@@ -15,7 +15,7 @@ import json
 
 import numpy as np
 import pytest
-from guardkit import DIM, audit_records, make_kit
+from guardkit import DIM, audit_records, create, make_kit
 from qdrant_client import QdrantClient as RawClient
 from qdrant_client.http import models
 from qdrant_client.http.exceptions import UnexpectedResponse
@@ -148,3 +148,89 @@ def test_the_release_reason_cache_stays_bounded(tmp_path):
         sizes.append(len(guard.shared["release_accepted"]))
     # Cleared once past 4096 entries; a cache holding one entry would not be a cache.
     assert max(sizes) == 4097 and sizes[-1] < 4096
+
+
+# ------------------------------------------------------------------ guard: alias changes, calls on all
+
+_HR = {"class": "PII", "owner": "hr", **_OFF}
+_KB = {"class": "PII", "owner": "support", **_OFF}
+
+
+def _alias_store(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"hr-layoffs-2027": _HR, "layoffs": _HR, "kb": _KB, "kb-view": _KB, "kb-view2": _KB},
+                     names_visible="accessible")
+    alice = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    for name in ("hr-layoffs-2027", "kb"):
+        RawClient.create_collection(alice, name, vectors_config=_VP)
+    RawClient.update_collection_aliases(alice, [models.CreateAliasOperation(
+        create_alias=models.CreateAlias(collection_name="hr-layoffs-2027", alias_name="layoffs"))])
+    return kit, alice, alice.with_principal(kit.principal("bob", "support"))
+
+
+def _create(collection, alias):
+    return models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=collection, alias_name=alias))
+
+
+def _rename(old, new):
+    return models.RenameAliasOperation(rename_alias=models.RenameAlias(old_alias_name=old, new_alias_name=new))
+
+
+def test_a_hidden_aliases_rename_never_reaches_qdrant(tmp_path, monkeypatch):
+    # Kills guard.py _hidden_rename's `i < first and i not in skipped` -> `or` and `i < first` ->
+    # `i <= first` (the hidden alias's own rename, and later actions, would be sent: a server
+    # applies a batch's actions in order, so it would rename "layoffs" before the probe fails),
+    # and `if not earlier: raise missing` deleted (a probe would be sent for nothing).
+    from guardkit import record_sent
+
+    _, alice, bob = _alias_store(tmp_path)
+    sent = record_sent(monkeypatch, ("update_collection_aliases",), with_kwargs=True)
+    batch = [models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name="layoffs")),  # skipped
+             _create("kb", "kb-view"), _rename("layoffs", "kb-view3"), _create("kb", "kb-view2")]
+    with pytest.raises(ValueError, match="^Alias layoffs does not exist$"):
+        bob.update_collection_aliases(batch)
+    (call,) = sent
+    ops = call[1]["change_aliases_operations"]
+    assert ops[0] == _create("kb", "kb-view") and len(ops) == 2
+    assert ops[1].rename_alias.old_alias_name.startswith("qdrant-guard-missing-alias-")
+    assert "layoffs" not in repr(ops) and "kb-view2" not in repr(ops)
+    sent.clear()
+    with pytest.raises(ValueError, match="^Alias layoffs does not exist$"):
+        bob.update_collection_aliases([_rename("layoffs", "kb-view3"), _create("kb", "kb-view")])
+    assert sent == []
+    assert [(a.alias_name, a.collection_name) for a in RawClient.get_aliases(alice).aliases] == [
+        ("layoffs", "hr-layoffs-2027")]
+
+
+def test_a_named_migration_of_a_hidden_collection_is_refused_by_name(tmp_path):
+    # Kills guard.py _require_admin_of_all's `listed and self.hides_names()` -> `or`: names the
+    # caller gave are the caller's, so the refusal names the collection, as without names_visible.
+    kit, alice, bob = _alias_store(tmp_path)
+    start = len(audit_records(kit))
+    with pytest.raises(Exception) as err:
+        bob.migrate(RawClient(":memory:"), collection_names=["hr-layoffs-2027"])
+    assert "is not shown" not in str(err.value) and "hr-layoffs-2027" in str(err.value)
+    (entry,) = audit_records(kit)[start:]
+    assert entry["collection"] == "hr-layoffs-2027" and entry["verdict"] == "REFUSED_CROSS_BOUNDARY"
+
+
+# ------------------------------------------------------------------ reads: the recorded reason
+
+def test_a_weak_receipt_of_another_model_is_recorded_as_model_mismatch(tmp_path):
+    # Kills reads.py releasable_vectors' `reason == "noise_shortfall"` -> `!=`: a write checks
+    # the model before the noise, and so does the reason a read records.
+    from test_read_strip_audit import MODEL_B, Keys, _config, _point, _vector
+
+    kit = make_kit(tmp_path)
+    ks = Keys(kit)
+    owner = QdrantClient(":memory:", guard=_config(kit, ks), principal=kit.principal("alice", "hr"))
+    create(owner, "pii", distance=models.Distance.EUCLID)
+    rng = np.random.default_rng(7)
+    RawClient.upsert(owner, "pii", [  # around the guard: smaller radius than the policy's
+        _point(1, *_vector(rng, ks.guard, 1, radius=0.005, model=MODEL_B)),
+        _point(2, *_vector(rng, ks.guard, 2, radius=0.005))])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    got = {p.id: p.vector for p in bob.retrieve("pii", [1, 2], with_vectors=True)}
+    assert got == {1: None, 2: None}
+    note = audit_records(kit)[-1]["details"]["stripped"]
+    assert note["reasons"] == {"model_mismatch": 1, "noise_shortfall": 1} and note["count"] == 2
