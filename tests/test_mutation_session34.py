@@ -234,3 +234,44 @@ def test_a_weak_receipt_of_another_model_is_recorded_as_model_mismatch(tmp_path)
     assert got == {1: None, 2: None}
     note = audit_records(kit)[-1]["details"]["stripped"]
     assert note["reasons"] == {"model_mismatch": 1, "noise_shortfall": 1} and note["count"] == 2
+
+
+# ------------------------------------------------------------------ payloadops: unsent_result
+
+def test_an_unsent_rewrite_answers_the_status_qdrant_gives_its_wait(tmp_path):
+    # Kills payloadops.py unsent_result's `wait is False and remote` -> `or` (local mode), and
+    # `wait is False` -> `is not False` / `is True` (a server acknowledges wait=False updates).
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "readers": ["hr"], "writers": ["support"], **_OFF}
+    alice = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    RawClient.create_collection(alice, "c", vectors_config=_VP)
+    nobody = models.FilterSelector(filter=models.Filter(must=[
+        models.FieldCondition(key="team", match=models.MatchValue(value="nobody"))]))
+    for wait in (False, True):
+        raw = RawClient.clear_payload(alice, "c", points_selector=nobody, wait=wait)  # sent: what local mode says
+        got = alice.clear_payload("c", points_selector=nobody, wait=wait)  # matches nothing: not sent
+        assert got.status == raw.status == models.UpdateStatus.COMPLETED and got.operation_id is None
+    # What a server answers an update sent with wait=False (and with wait=True or unset).
+    alice.guard.shared["remote"] = True
+    assert alice.guard.unsent_result({"wait": False}).status == models.UpdateStatus.ACKNOWLEDGED
+    assert alice.guard.unsent_result({"wait": True}).status == models.UpdateStatus.COMPLETED
+    assert alice.guard.unsent_result({}).status == models.UpdateStatus.COMPLETED
+
+
+# ------------------------------------------------------------------ utility: the record's model name
+
+@pytest.mark.parametrize("blank", ["", " ", "\t\n"])
+def test_calibrate_refuses_a_blank_model_name_without_an_embedder(tmp_path, blank):
+    # Kills utility.py _embedding_model's "is empty" raise deleted: with vector queries (no
+    # embedder to contradict it) a blank name went into a signed record.
+    from guardkit import staging_store
+
+    from qdrant_guard import keys
+    from qdrant_guard.errors import GuardArgumentValueError
+    from qdrant_guard.utility import calibrate
+
+    kit = make_kit(tmp_path)
+    raw, _, queries = staging_store()
+    with pytest.raises(GuardArgumentValueError, match="'embedding_model' is empty"):
+        calibrate(raw, "staging", queries, k=10, radius=0.01, epsilons=(0.1, 2.0), threshold=0.05,
+                  signer=keys.load_private_key(kit.guard_key_path), progress=False, seed=1, embedding_model=blank)
