@@ -329,8 +329,9 @@ class Guard(WriteOps, ReadOps):
         # not list, left out of the call.
         skipped: set[int] = set()
         # The first rename of an alias the principal may not see, or that get_aliases did not list:
-        # (its index, its name).
-        hidden_rename: tuple[int, str] | None = None
+        # (its index, its name, how many acceptances the actions before it made: only those
+        # actions are sent, so only they are audited).
+        hidden_rename: tuple[int, str, int] | None = None
         for i, action in enumerate(args["change_aliases_operations"]):
             if isinstance(action, models.CreateAliasOperation):
                 collection, alias = action.create_alias.collection_name, action.create_alias.alias_name
@@ -363,7 +364,7 @@ class Guard(WriteOps, ReadOps):
                     # unchecked, under another name's policy). Answered as Qdrant answers a missing
                     # alias, without sending it.
                     if isinstance(action, models.RenameAliasOperation):
-                        hidden_rename = hidden_rename or (i, old)
+                        hidden_rename = hidden_rename or (i, old, len(accepted))
                     else:
                         skipped.add(i)
                     continue
@@ -375,7 +376,7 @@ class Guard(WriteOps, ReadOps):
                         # Checked on, as a missing alias's rename is: raising here would let a
                         # later operation's refusal, or Qdrant's error for an earlier one, tell
                         # the two apart.
-                        hidden_rename = hidden_rename or (i, old)
+                        hidden_rename = hidden_rename or (i, old, len(accepted))
                     else:
                         skipped.add(i)  # deleting a missing alias changes nothing
                     continue
@@ -399,7 +400,8 @@ class Guard(WriteOps, ReadOps):
         self.forget_shape()
         ops = args["change_aliases_operations"]
         if hidden_rename is not None:
-            return (yield from self._hidden_rename(method, args, ops, skipped, accepted, *hidden_rename))
+            first, hidden, before = hidden_rename
+            return (yield from self._hidden_rename(method, args, ops, skipped, accepted[:before], first, hidden))
         if skipped:
             kept = [a for i, a in enumerate(ops) if i not in skipped]
             if not kept:
@@ -421,7 +423,9 @@ class Guard(WriteOps, ReadOps):
         """Answer a change whose action ``first`` renames hidden alias ``old`` as Qdrant answers one
         renaming a missing alias: it applies the actions in order and stops at the first that
         fails, which is an earlier one or that rename. So the earlier actions are sent, followed
-        by the rename of an alias that cannot exist; its error is answered as ``old``'s."""
+        by the rename of an alias that cannot exist; its error is answered as ``old``'s.
+        ``accepted``: the acceptances of the actions before ``first`` (the later ones are never sent,
+        so they are not audited as granted)."""
         missing = missing_alias_error(old, remote=self.shared.get("remote", False))
         earlier = [a for i, a in enumerate(ops) if i < first and i not in skipped]
         if not earlier:

@@ -214,6 +214,19 @@ def test_a_named_migration_of_a_hidden_collection_is_refused_by_name(tmp_path):
     assert entry["collection"] == "hr-layoffs-2027" and entry["verdict"] == "REFUSED_CROSS_BOUNDARY"
 
 
+def test_a_hidden_rename_audits_as_granted_only_the_actions_sent(tmp_path):
+    # A defect found in reading _hidden_rename: the actions after the hidden alias's rename are
+    # never sent, yet each was audited "admin access granted: alias ... now names it".
+    kit, _, bob = _alias_store(tmp_path)
+    start = len(audit_records(kit))
+    with pytest.raises(ValueError, match="^Alias layoffs does not exist$"):
+        bob.update_collection_aliases([_create("kb", "kb-view"), _rename("layoffs", "x"), _create("kb", "kb-view2")])
+    got = [(r["collection"], r["verdict"], r["directive"]) for r in audit_records(kit)[start:]]
+    assert [g[:2] for g in got] == [("layoffs", "REFUSED_CROSS_BOUNDARY"), ("kb", "ALLOW"), ("kb", "QDRANT_ERROR")]
+    assert got[1][2] == "admin access granted: alias 'kb-view' now names it"
+    assert not any("kb-view2" in g[2] for g in got)
+
+
 # ------------------------------------------------------------------ reads: the recorded reason
 
 def test_a_weak_receipt_of_another_model_is_recorded_as_model_mismatch(tmp_path):
