@@ -288,3 +288,62 @@ def test_calibrate_refuses_a_blank_model_name_without_an_embedder(tmp_path, blan
     with pytest.raises(GuardArgumentValueError, match="'embedding_model' is empty"):
         calibrate(raw, "staging", queries, k=10, radius=0.01, epsilons=(0.1, 2.0), threshold=0.05,
                   signer=keys.load_private_key(kit.guard_key_path), progress=False, seed=1, embedding_model=blank)
+
+
+# ------------------------------------------------------------------ pipeline: receipt_scope_refusal
+
+def test_a_scoped_collections_unknown_key_refusal_lists_only_its_receipt_keys(tmp_path):
+    # Kills pipeline.py receipt_scope_refusal's `k != own and k not in self.retired_keys` -> `or`,
+    # `k == own` and `k in self.retired_keys`: the guard's own key and its retired keys are named
+    # apart from the listed ones ("the guard's key"), never as receipt_keys entries.
+    from pathlib import Path
+
+    from qdrant_guard import GuardRefusal, keys
+    from qdrant_guard.noise import privatize
+    from qdrant_guard.receipts import (RECEIPT_KEY, ReceiptItem, ReceiptSigner, issue_receipts_batch,
+                                       receipts_for_payload, stored_form)
+
+    kit = make_kit(tmp_path)
+    a_pub = Path(str(kit.guard_key_path) + ".pub")  # key A: the guard's earlier key, retired
+    a_pub.write_text(keys.public_key_to_str(keys.load_private_key(kit.guard_key_path).public_key()) + "\n")
+    b_sk, _ = keys.generate_keypair()  # key B: the guard's current key
+    b = tmp_path / "guard-b.key"
+    b.write_bytes(keys.private_key_to_pem(b_sk))
+    b.chmod(0o600)
+    out_sk, out_pk = keys.generate_keypair()
+    outside, outside_kid = keys.public_key_to_str(out_pk), keys.key_id(out_pk)
+    pol = {"class": "PII", "owner": "hr", "noise_on_write": False, "receipt_keys": [outside], **_OFF,
+           "noise": {"mechanism": "gaussian", "epsilon": 1.0, "delta": 1e-6, "radius": 0.01}}
+    cfg = kit.config({"scoped": pol}, signing_key=str(b), receipts={"retired_keys": [str(a_pub)]})
+    alice = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    RawClient.create_collection(alice, "scoped", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.EUCLID))
+    stranger = ReceiptSigner(keys.generate_keypair()[0])
+    noised, params = privatize(np.ones((1, DIM), dtype=np.float32) / np.sqrt(DIM), mechanism="gaussian",
+                               epsilon=1.0, delta=1e-6, radius=0.01, clip_norm=1.0)
+    final = stored_form(noised[0], distance="Euclid")
+    rec = issue_receipts_batch(stranger, [ReceiptItem(params=params, vector=final, collection="scoped", point_id=1,
+                                                      vector_name="")])[0]
+    with pytest.raises(GuardRefusal) as err:
+        alice.upsert("scoped", [models.PointStruct(id=1, vector=final.tolist(),
+                                                   payload={RECEIPT_KEY: receipts_for_payload({"": rec})})])
+    assert f"the keys its receipt_keys lists ({outside_kid}), and this one is signed by" in str(err.value)
+
+
+def test_a_records_bad_model_value_is_shown_whole_up_to_40_characters(tmp_path):
+    # Kills utility.py UtilityRecord.from_json's `len(repr(model)) <= 40` -> `<` / negated, its 40s
+    # +-1 and `+ "..."` -> `-`: the refusal shows a bad embedding_model's repr whole up to 40
+    # characters and its first 40 with "..." past that (a record file can hold anything).
+    from guardkit import staging_record
+
+    from qdrant_guard.errors import GuardArgumentValueError
+    from qdrant_guard.utility import UtilityRecord
+
+    kit = make_kit(tmp_path)
+    rec, _ = staging_record(kit, tmp_path / "u.json")
+    data = json.loads(rec.to_json())
+    assert data["version"] == 5
+    for model, shown in ((" " * 38, repr(" " * 38)), (" " * 39, repr(" " * 39)[:40] + "..."),
+                         (["m"] * 20, repr(["m"] * 20)[:40] + "...")):
+        with pytest.raises(GuardArgumentValueError) as err:
+            UtilityRecord.from_json(json.dumps({**data, "embedding_model": model}))
+        assert f"; got {shown}; re-run" in str(err.value)
