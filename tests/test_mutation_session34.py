@@ -347,3 +347,54 @@ def test_a_records_bad_model_value_is_shown_whole_up_to_40_characters(tmp_path):
         with pytest.raises(GuardArgumentValueError) as err:
             UtilityRecord.from_json(json.dumps({**data, "embedding_model": model}))
         assert f"; got {shown}; re-run" in str(err.value)
+
+
+def test_an_alias_of_a_visible_name_on_a_hidden_collection_is_answered_as_missing(tmp_path, monkeypatch):
+    # Kills guard.py op_update_collection_aliases' `name_visible(old) and name_visible(found)` ->
+    # `or`: an alias whose own name the principal may see, made (around the guard) on a collection
+    # it may not, would be refused by the collection's name, which names_visible hides.
+    from guardkit import record_sent
+
+    kit, alice, bob = _alias_store(tmp_path)
+    RawClient.update_collection_aliases(alice, [_create("hr-layoffs-2027", "kb-view")])
+    with pytest.raises(ValueError, match="^Alias kb-view does not exist$"):
+        bob.update_collection_aliases([_rename("kb-view", "kb-view2")])
+    sent = record_sent(monkeypatch, ("update_collection_aliases",))
+    assert bob.update_collection_aliases([models.DeleteAliasOperation(
+        delete_alias=models.DeleteAlias(alias_name="kb-view"))]) is True
+    assert sent == []
+    assert {a.alias_name for a in RawClient.get_aliases(alice).aliases} == {"layoffs", "kb-view"}
+
+
+def test_a_batch_deleting_a_hidden_alias_still_sends_its_other_actions(tmp_path, monkeypatch):
+    # Kills guard.py op_update_collection_aliases' `if not kept: return True` negated.
+    from guardkit import record_sent
+
+    _, alice, bob = _alias_store(tmp_path)
+    sent = record_sent(monkeypatch, ("update_collection_aliases",), with_kwargs=True)
+    delete = models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name="layoffs"))
+    assert bob.update_collection_aliases([delete, _create("kb", "kb-view")]) is True
+    assert [c[1]["change_aliases_operations"] for c in sent] == [[_create("kb", "kb-view")]]
+    assert {a.alias_name for a in RawClient.get_aliases(alice).aliases} == {"layoffs", "kb-view"}
+    sent.clear()
+    assert bob.update_collection_aliases([delete]) is True
+    assert sent == []
+
+
+def test_cluster_telemetrys_audit_entry_says_when_hidden_names_are_left_out(tmp_path):
+    # Kills guard.py op_cluster_telemetry's `if self.hides_names()` negated (the entry's words).
+    # Server only: as test_names_visible does, the guard's operation is driven with an empty answer.
+    from qdrant_guard.pipeline import drive_sync
+
+    kit = make_kit(tmp_path)
+    pols = {"hr": {"class": "PII", "owner": "hr", **_OFF}}
+    said = {}
+    for mode in ("accessible", "all"):
+        c = QdrantClient(":memory:", guard=kit.config(pols, names_visible=mode), principal=kit.principal("bob", "support"))
+        assert drive_sync(c.guard.run("cluster_telemetry", {}), lambda call: None) is None
+        said[mode] = audit_records(kit)[-1]["directive"]
+    base = ("cluster telemetry allowed: shards, transfers and reshardings of the collections the principal "
+            "may not read are withheld")
+    assert said["all"] == base
+    assert said["accessible"] == base + ("; collections whose names it may not see are left out "
+                                         "(names_visible = \"accessible\")")
