@@ -398,3 +398,26 @@ def test_cluster_telemetrys_audit_entry_says_when_hidden_names_are_left_out(tmp_
     assert said["all"] == base
     assert said["accessible"] == base + ("; collections whose names it may not see are left out "
                                          "(names_visible = \"accessible\")")
+
+
+# ------------------------------------------------------------------ writes: the refusal's directive
+
+def test_a_refusal_for_a_bad_receipt_keeps_its_own_directive_beside_a_model_mismatch(tmp_path):
+    # Kills writes.py _prepare_points' `verdict is Verdict.NOISE_REQUIRED and (...)` -> `or`: the
+    # model (or mechanism) advice belongs to a NOISE_REQUIRED refusal, not to the INVALID_RECEIPT
+    # one a batch's first point raises.
+    from test_read_strip_audit import MODEL_B, Keys, _config, _point, _vector
+
+    from qdrant_guard import GuardRefusal
+
+    kit = make_kit(tmp_path)
+    ks = Keys(kit)
+    alice = QdrantClient(":memory:", guard=_config(kit, ks), principal=kit.principal("alice", "hr"))
+    create(alice, "pii", distance=models.Distance.EUCLID)
+    rng = np.random.default_rng(4)
+    with pytest.raises(GuardRefusal) as err:
+        alice.upsert("pii", [_point(1, *_vector(rng, ks.untrusted, 1)), _point(2, *_vector(rng, ks.guard, 2, model=MODEL_B))])
+    entry = audit_records(kit)[-1]
+    assert entry["verdict"] == "INVALID_RECEIPT" and MODEL_B not in entry["directive"], entry["directive"]
+    assert entry["details"]["faults"] == {"INVALID_RECEIPT": ["1"], "NOISE_REQUIRED": ["2"]}
+    assert MODEL_B not in str(err.value)
