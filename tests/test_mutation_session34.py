@@ -421,3 +421,22 @@ def test_a_refusal_for_a_bad_receipt_keeps_its_own_directive_beside_a_model_mism
     assert entry["verdict"] == "INVALID_RECEIPT" and MODEL_B not in entry["directive"], entry["directive"]
     assert entry["details"]["faults"] == {"INVALID_RECEIPT": ["1"], "NOISE_REQUIRED": ["2"]}
     assert MODEL_B not in str(err.value)
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_a_well_formed_record_of_version_3_or_4_is_still_read(tmp_path, version):
+    # Kills utility.py UtilityRecord.from_json's version tuple `3` +-1 (left by every older suite):
+    # records calibrated before version 5 stay readable (whether they verify is the signature's).
+    from guardkit import staging_record
+
+    from qdrant_guard.utility import UtilityRecord
+
+    kit = make_kit(tmp_path)
+    rec, _ = staging_record(kit, tmp_path / "u.json")
+    data = json.loads(rec.to_json())
+    data.pop("embedding_model", None)
+    if version == 3:
+        del data["distance"]
+    data["version"] = version
+    back = UtilityRecord.from_json(json.dumps(data))
+    assert back.version == version and back.embedding_model is None and back.vector_name == rec.vector_name
