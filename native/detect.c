@@ -500,6 +500,31 @@ static inline size_t take_digits(const unsigned char *b, size_t n, size_t j, cha
     return j;
 }
 
+/* The digit groups of the number run from i, joined by single separators of `allowed` each
+ * followed by a digit: their lengths in g, the separators in seps, the digits in d (the first 19)
+ * counted in *nd. Returns how many groups; *end: where the last one ends; *more: the run goes on
+ * past MAX_GROUPS groups. */
+static int take_groups(const unsigned char *b, size_t n, size_t i, const char *allowed, int *g, int *seps,
+                       char *d, size_t *nd, size_t *end, int *more) {
+    int ng = 0;
+    size_t j = i;
+    *more = 0;
+    for (;;) {
+        size_t k = take_digits(b, n, j, d, nd);
+        g[ng++] = (int)(k - j);
+        j = k;
+        if (!(j + 1 < n && in_set(b[j], allowed) && is_digit(b[j + 1]))) break;
+        if (ng == MAX_GROUPS) {
+            *more = 1;
+            break;
+        }
+        seps[ng - 1] = b[j];
+        j++;
+    }
+    *end = j;
+    return ng;
+}
+
 /* chain_find with one consistent separator. */
 static int chain_same(scan_t *s, size_t i, int veto, qg_finding *hit) {
     const unsigned char *b = s->b;
@@ -644,22 +669,10 @@ static int e164_grouped(scan_t *s, size_t i, size_t start, int cc, int veto, qg_
     const unsigned char *b = s->b;
     size_t n = s->n;
     int g[MAX_GROUPS], seps[MAX_GROUPS];
-    int ng = 0, more = 0; /* more: the chain runs on past MAX_GROUPS groups */
+    int more; /* the chain runs on past MAX_GROUPS groups */
     char d[20];
-    size_t nd = 0;
-    size_t j = i;
-    for (;;) {
-        size_t k = take_digits(b, n, j, d, &nd);
-        g[ng++] = (int)(k - j);
-        j = k;
-        if (!(j + 1 < n && (b[j] == ' ' || b[j] == '-') && is_digit(b[j + 1]))) break;
-        if (ng == MAX_GROUPS) {
-            more = 1;
-            break;
-        }
-        seps[ng - 1] = b[j];
-        j++;
-    }
+    size_t nd = 0, j;
+    int ng = take_groups(b, n, i, " -", g, seps, d, &nd, &j, &more);
     if (!cc && d[0] == '0') return 0;
     /* "+1 2023-10-15", "(+2) 2023-10-15 12": a count or an offset, then an ISO date */
     int date = ng;
@@ -853,22 +866,10 @@ static int e164_dotmix(scan_t *s, size_t i, size_t code, int cc, int veto, qg_fi
     const unsigned char *b = s->b;
     size_t n = s->n;
     int g[MAX_GROUPS], seps[MAX_GROUPS];
-    int ng = 0, more = 0;
+    int more;
     char d[20];
-    size_t nd = 0;
-    size_t j = i;
-    for (;;) {
-        size_t k = take_digits(b, n, j, d, &nd);
-        g[ng++] = (int)(k - j);
-        j = k;
-        if (!(j + 1 < n && in_set(b[j], " -.") && is_digit(b[j + 1]))) break;
-        if (ng == MAX_GROUPS) {
-            more = 1;
-            break;
-        }
-        seps[ng - 1] = b[j];
-        j++;
-    }
+    size_t nd = 0, j;
+    int ng = take_groups(b, n, i, " -.", g, seps, d, &nd, &j, &more);
     size_t end = j, digits = nd;
     for (int p = ng; p > 1; p--) {
         if (p < ng) {

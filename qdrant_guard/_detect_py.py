@@ -327,6 +327,26 @@ def _intl00(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]]:
     return _paren_rest(text, k, i, len(cc), veto)
 
 
+def _take_groups(text: str, i: int, allowed: str) -> tuple[list[int], list[str], int, bool]:
+    """The digit groups of the number run from ``i``, joined by single separators of ``allowed``
+    each followed by a digit (the C kernel's take_groups): their lengths, the separators, where
+    the last group ends, and whether the run goes on past _MAX_GROUPS groups."""
+    n = len(text)
+    groups: list[int] = []
+    seps: list[str] = []
+    j = i
+    while True:
+        k = _run_end(text, j, _DIGITS, n)
+        groups.append(k - j)
+        j = k
+        if not (j + 1 < n and text[j] in allowed and text[j + 1] in _DIGITS):
+            return groups, seps, j, False
+        if len(groups) == _MAX_GROUPS:
+            return groups, seps, j, True
+        seps.append(text[j])
+        j += 1
+
+
 def _e164_ends(text: str, i: int, groups: list[int], g: int, end: int, total: int, check_list: bool) -> bool:
     """Whether the first ``g`` groups of the number run from ``i``, ending at ``end`` with
     ``total`` digits counting the country code's, make a whole E.164 number (the C kernel's
@@ -348,22 +368,7 @@ def _e164_dotmix(text: str, i: int, code: int, cc: int, veto: bool) -> list[tupl
     # digits (thousands), that end a number; where more numbers follow, the list rule's veto as in
     # _e164_grouped. A second dot makes it numbers: "+1 12.50-13.75", "+1 12.50 13.75 14.25" are a
     # sign and decimals, "+1 192.168.10-20" an address (one dot is no IPv4 address).
-    n = len(text)
-    groups: list[int] = []
-    seps: list[str] = []
-    j = i
-    more = False
-    while True:
-        k = _run_end(text, j, _DIGITS, n)
-        groups.append(k - j)
-        j = k
-        if not (j + 1 < n and text[j] in " -." and text[j + 1] in _DIGITS):
-            break
-        if len(groups) == _MAX_GROUPS:
-            more = True
-            break
-        seps.append(text[j])
-        j += 1
+    groups, seps, j, more = _take_groups(text, i, " -.")
     ng = len(groups)
     for g in range(ng, 1, -1):
         end = i + sum(groups[:g]) + g - 1
@@ -465,24 +470,7 @@ def _e164_grouped(text: str, i: int, start: int, cc: int, veto: bool) -> list[tu
     # ("(+1) 234-56-7890"); the finding starts at start. Its longest leading groups with 8-15
     # digits in all (the country code's included) that end a number; where more numbers follow,
     # the list rule's veto applies (see _chain_same).
-    n = len(text)
-    groups: list[int] = []
-    seps: list[str] = []
-    j = i
-    more = False  # the chain runs on past _MAX_GROUPS groups
-    while True:
-        k = j
-        while k < n and text[k] in _DIGITS:
-            k += 1
-        groups.append(k - j)
-        j = k
-        if not (j + 1 < n and text[j] in " -" and text[j + 1] in _DIGITS):
-            break
-        if len(groups) == _MAX_GROUPS:
-            more = True
-            break
-        seps.append(text[j])
-        j += 1
+    groups, seps, j, more = _take_groups(text, i, " -")
     if not cc and text[i] == "0":
         return []
     ng = len(groups)
