@@ -480,7 +480,8 @@ class UtilityPolicy(_Strict):
     another withholds those vectors until they are re-embedded), and a ``models.Document``, written
     or queried, that the guard would embed with an ``embedder=`` naming another model (its
     ``model_id`` or ``model_name``) is a ConfigError before it is embedded (an embedder naming no
-    model is not checked). Names are compared exactly, as written. Every name is
+    model is not checked), as is a query Document passed to qdrant-client's inference (no
+    ``embedder=``, no query noise) whose ``model`` names another. Names are compared exactly, as written. Every name is
     an assertion (a record's or a receipt's signer's, the embedder's own); the guard cannot tell
     which model produced a raw vector, so this holds records, receipts and the embedder to their
     word, not a vector to its model. It applies to every vector of the collection that

@@ -76,6 +76,10 @@ class QueryChecks(TextOps):
         if document is not None and self.embedder is not None:
             # Before any check reads the text: the embedder is wrong for this vector whatever it says.
             self._refuse_query_embedder_model(op, name, pol, args.get("using"))
+        elif document is not None:
+            # Without an embedder the Document goes to qdrant-client's inference, which embeds it
+            # with the model the Document names.
+            self._refuse_query_document_model(op, name, pol, document, args.get("using"))
         found: list[tuple[str, Any]] = []
 
         def collect(value: Any, where: str) -> Any:
@@ -284,6 +288,24 @@ class QueryChecks(TextOps):
             "the query and the stored vectors share. Pass embedder= "
             f"an embedder of {declared!r} (its model_id names the model), or correct {key} if this collection's "
             f"vectors come from {have!r}. Nothing was embedded or sent"
+        )
+
+    def _refuse_query_document_model(self, op: str, name: str, pol: CollectionPolicy, document: Any,
+                                     using: Any) -> None:
+        """Refuse (ConfigError), before anything is checked or sent, a query ``models.Document``
+        that qdrant-client's inference would embed (the guard has no embedder) with another model
+        than the policy declares (``utility.embedding_model(s)``) for the vector queried."""
+        vname = using if isinstance(using, str) else ""
+        declared, key = pol.utility.declared_model(vname)
+        if declared is None or not isinstance(document.model, str) or str.__str__(document.model) == declared:
+            return
+        raise ConfigError(
+            f"{op}: the query is a models.Document for vector {vname or '<unnamed>'!r} of collection {name!r} "
+            f"naming model {str.__str__(document.model)!r}, which qdrant-client's inference would embed it with, "
+            f"but the policy ({self.config.source_path or '<GuardConfig>'}) declares {key} = {toml_str(declared)} "
+            "for that vector: vectors of two models do not rank against each other. Name "
+            f"model={declared!r} in the Document, or correct {key} if this collection's vectors come from "
+            f"{str.__str__(document.model)!r}. Nothing was sent"
         )
 
     def _embed_query(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> Op:
