@@ -224,3 +224,54 @@ def record_scans(monkeypatch: Any) -> list[str]:
 
     monkeypatch.setattr(detect, "redact_with_findings", counting)
     return seen
+
+
+def guard_signer(kit: Kit) -> Any:
+    """A receipt signer holding the guard's own key, which every collection trusts."""
+    from qdrant_guard.receipts import ReceiptSigner
+
+    return ReceiptSigner(keys.load_private_key(kit.guard_key_path))
+
+
+def receipted_vector(signer: Any, pid: Any, vector: Any, *, mechanism: str = "gaussian", model_id: str | None = None,
+                     vname: str = "", collection: str = "pii", seeded: bool = False,
+                     **noise: Any) -> tuple[list[float], dict[str, Any]]:
+    """``vector`` noised with ``mechanism`` at epsilon 1, radius 0.01, clip_norm 1 (delta 1e-6 for
+    Gaussian noise; ``noise`` overrides any of them; ``seeded``: the TEST-ONLY generator seeded with
+    ``pid``), in its stored form for the Euclid distance, and its receipt by ``signer`` for point
+    ``pid`` of ``collection``, naming ``model_id``."""
+    from qdrant_guard.noise import privatize, privatize_seeded_for_tests
+    from qdrant_guard.receipts import ReceiptItem, issue_receipts_batch, stored_form
+
+    at = {"epsilon": 1.0, "delta": 1e-6 if mechanism == "gaussian" else None, "radius": 0.01, "clip_norm": 1.0,
+          **noise}
+    x = np.asarray([vector], dtype=np.float32)
+    noised, params = (privatize_seeded_for_tests(x, seed=pid, mechanism=mechanism, **at) if seeded
+                      else privatize(x, mechanism=mechanism, **at))
+    final = stored_form(noised[0], distance="Euclid")
+    rec = issue_receipts_batch(signer, [ReceiptItem(params=params, vector=final, collection=collection, point_id=pid,
+                                                    vector_name=vname, model_id=model_id)])[0]
+    return final.tolist(), rec
+
+
+def receipted_point(kit: Kit, pid: Any, rng: Any, **kw: Any) -> models.PointStruct:
+    """A point of one unit vector drawn from ``rng``, receipted by the guard's key
+    (:func:`receipted_vector`'s keywords), with payload ``{"t": "x"}`` and its receipt container."""
+    from qdrant_guard.receipts import RECEIPT_KEY, receipts_for_payload
+
+    vec, rec = receipted_vector(guard_signer(kit), pid, unit(rng), **kw)
+    return models.PointStruct(id=pid, vector=vec, payload={"t": "x", RECEIPT_KEY: receipts_for_payload({"": rec})})
+
+
+def receipt_writes(c: Any, pts: list[Any], collection: str = "pii") -> dict[str, Any]:
+    """Every call that takes a writer's receipt, each writing ``pts`` (update_vectors takes none:
+    PointVectors has no payload)."""
+    return {
+        "upsert": lambda: c.upsert(collection, pts),
+        "upload_points": lambda: c.upload_points(collection, pts, wait=True),
+        "upload_collection": lambda: c.upload_collection(collection, vectors=[p.vector for p in pts],
+                                                         payload=[p.payload for p in pts],
+                                                         ids=[p.id for p in pts], wait=True),
+        "batch_update_points": lambda: c.batch_update_points(collection, [
+            models.UpsertOperation(upsert=models.PointsList(points=pts))]),
+    }

@@ -23,14 +23,13 @@ import asyncio
 import numpy as np
 import pytest
 import qdrant_client
-from guardkit import DIM, Recorder, audit_records, create, make_kit, models, record_sent, unit
+from guardkit import (DIM, Recorder, audit_records, create, guard_signer, make_kit, models, receipted_vector, record_sent,
+                      unit)
 from qdrant_client import QdrantClient as RawClient
 
 from qdrant_guard import AsyncQdrantClient, GuardRefusal, QdrantClient, keys
 from qdrant_guard.hashing_embedder import HashingEmbedder
-from qdrant_guard.noise import privatize, privatize_seeded_for_tests
-from qdrant_guard.receipts import (RECEIPT_KEY, ReceiptItem, ReceiptSigner, issue_receipts_batch,
-                                   receipts_for_payload, stored_form, verify)
+from qdrant_guard.receipts import RECEIPT_KEY, receipts_for_payload, verify
 
 MODEL_A = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_B = "BAAI/bge-small-en-v1.5"
@@ -56,18 +55,10 @@ def _clients(kit, cfg, *, named=(), location=":memory:", **kw):
     return owner, owner.with_principal(kit.principal("bob", "support"))
 
 
-def _receipted(kit, pid, rng, *, mechanism="gaussian", model_id=None, vname="", seeded=False, **noise):
-    """A vector noised with ``mechanism`` at the collection's epsilon, delta, radius and clip_norm
-    (or ``noise`` instead), receipted by the guard's own key (trusted), its receipt naming ``model_id``."""
-    signer = ReceiptSigner(keys.load_private_key(kit.guard_key_path))
-    at = {"epsilon": 1.0, "delta": 1e-6 if mechanism == "gaussian" else None, "radius": 0.01, "clip_norm": 1.0,
-          **noise}
-    make = (lambda v, **kw: privatize_seeded_for_tests(v, seed=pid, **kw)) if seeded else privatize
-    noised, params = make(np.asarray([unit(rng)], dtype=np.float32), mechanism=mechanism, **at)
-    final = stored_form(noised[0], distance="Euclid")
-    rec = issue_receipts_batch(signer, [ReceiptItem(params=params, vector=final, collection="pii", point_id=pid,
-                                                    vector_name=vname, model_id=model_id)])[0]
-    return final.tolist(), rec
+def _receipted(kit, pid, rng, **kw):
+    """A vector noised at the collection's epsilon, delta, radius and clip_norm (or the keywords'
+    instead), receipted by the guard's own key (trusted): :func:`guardkit.receipted_vector`."""
+    return receipted_vector(guard_signer(kit), pid, unit(rng), **kw)
 
 
 def _point(kit, pid, rng, **kw):

@@ -18,15 +18,13 @@ import asyncio
 import numpy as np
 import pytest
 import qdrant_client
-from guardkit import DIM, audit_records, create, make_kit, models, replay_policy_file, unit
+from guardkit import DIM, audit_records, create, make_kit, models, receipted_vector, replay_policy_file, unit
 from qdrant_client import QdrantClient as RawClient
 
 from qdrant_guard import AsyncQdrantClient, QdrantClient, keys
 from qdrant_guard.cli import main as cli_main
 from qdrant_guard.decision import MAX_IDS_IN_RECORD
-from qdrant_guard.noise import privatize, privatize_seeded_for_tests
-from qdrant_guard.receipts import (RECEIPT_KEY, ReceiptItem, ReceiptSigner, issue_receipts_batch,
-                                   receipts_for_payload, stored_form)
+from qdrant_guard.receipts import RECEIPT_KEY, ReceiptSigner, receipts_for_payload
 
 MODEL_A = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_B = "BAAI/bge-small-en-v1.5"
@@ -60,14 +58,8 @@ def _config(kit, ks, *, raw_in_boundary=False):
 
 def _vector(rng, signer, pid, *, mechanism="gaussian", radius=0.01, model=MODEL_A, collection="pii", vname="",
             epsilon=1.0, seeded=False):
-    noise = dict(mechanism=mechanism, epsilon=epsilon, delta=1e-6 if mechanism == "gaussian" else None,
-                 radius=radius, clip_norm=1.0)
-    x = np.asarray([unit(rng)], dtype=np.float32)
-    noised, params = privatize_seeded_for_tests(x, seed=pid, **noise) if seeded else privatize(x, **noise)
-    final = stored_form(noised[0], distance="Euclid")
-    rec = issue_receipts_batch(signer, [ReceiptItem(params=params, vector=final, collection=collection,
-                                                    point_id=pid, vector_name=vname, model_id=model)])[0]
-    return final.tolist(), rec
+    return receipted_vector(signer, pid, unit(rng), mechanism=mechanism, radius=radius, model_id=model,
+                            collection=collection, vname=vname, epsilon=epsilon, seeded=seeded)
 
 
 def _point(pid, vec, rec):

@@ -18,23 +18,13 @@ import textwrap
 import numpy as np
 import pytest
 import qdrant_client
-from guardkit import DIM, count, create, make_kit, models, unit
+from guardkit import DIM, count, create, make_kit, models, receipt_writes, receipted_point, unit
 from qdrant_client import QdrantClient as RawClient
 
 from qdrant_guard import AsyncQdrantClient, GuardRefusal, QdrantClient, keys
 from qdrant_guard.cli import main as cli_main
-from qdrant_guard.noise import privatize
 from qdrant_guard.policy import NoisePolicy
-from qdrant_guard.receipts import (
-    REASONS,
-    RECEIPT_KEY,
-    ReceiptItem,
-    ReceiptSigner,
-    issue_receipts_batch,
-    receipts_for_payload,
-    stored_form,
-    verify,
-)
+from qdrant_guard.receipts import REASONS, verify
 
 GAUSS = {"mechanism": "gaussian", "delta": 1e-6}
 LAPLACE = {"mechanism": "laplace_l2", "delta": 0.0}
@@ -54,27 +44,10 @@ def _policy(kit, noise, **extra):
 def _point(kit, pid, rng, mechanism):
     """A point noised with ``mechanism`` at the collection's epsilon and radius (no weaker in any
     number) and receipted by the guard's own key, which every collection trusts."""
-    signer = ReceiptSigner(keys.load_private_key(kit.guard_key_path))
-    noised, params = privatize(np.asarray([unit(rng)], dtype=np.float32), mechanism=mechanism, epsilon=1.0,
-                               delta=1e-6 if mechanism == "gaussian" else None, radius=0.01, clip_norm=1.0)
-    final = stored_form(noised[0], distance="Euclid")
-    rec = issue_receipts_batch(signer, [ReceiptItem(params=params, vector=final, collection="pii",
-                                                    point_id=pid, vector_name="")])[0]
-    return models.PointStruct(id=pid, vector=final.tolist(),
-                              payload={"t": "x", RECEIPT_KEY: receipts_for_payload({"": rec})})
+    return receipted_point(kit, pid, rng, mechanism=mechanism)
 
 
-def _writes(c, pts):
-    """Every call that takes a writer's receipt (update_vectors takes none: PointVectors has no payload)."""
-    return {
-        "upsert": lambda: c.upsert("pii", pts),
-        "upload_points": lambda: c.upload_points("pii", pts, wait=True),
-        "upload_collection": lambda: c.upload_collection("pii", vectors=[p.vector for p in pts],
-                                                         payload=[p.payload for p in pts],
-                                                         ids=[p.id for p in pts], wait=True),
-        "batch_update_points": lambda: c.batch_update_points("pii", [
-            models.UpsertOperation(upsert=models.PointsList(points=pts))]),
-    }
+_writes = receipt_writes
 
 
 WRITES = ["upsert", "upload_points", "upload_collection", "batch_update_points"]

@@ -22,15 +22,13 @@ import asyncio
 import numpy as np
 import pytest
 import qdrant_client
-from guardkit import (DIM, Recorder, audit_records, create, make_kit, models, record_scans, record_sent,
-                      unit)
+from guardkit import (DIM, Recorder, audit_records, create, guard_signer, make_kit, models, receipted_point,
+                      receipted_vector, record_scans, record_sent, unit)
 from qdrant_client import QdrantClient as RawClient
 
 from qdrant_guard import AsyncQdrantClient, ConfigError, GuardRefusal, QdrantClient, keys
 from qdrant_guard.hashing_embedder import HashingEmbedder
-from qdrant_guard.noise import privatize
-from qdrant_guard.receipts import (RECEIPT_KEY, ReceiptItem, ReceiptSigner, issue_receipts_batch,
-                                   receipts_for_payload, stored_form, verify)
+from qdrant_guard.receipts import RECEIPT_KEY, receipts_for_payload, verify
 
 MODEL_A = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_B = "BAAI/bge-small-en-v1.5"
@@ -203,18 +201,11 @@ def test_the_async_client_refuses_query_documents_alike(tmp_path):
 def _receipted(kit, pid, rng, model_id, vname=""):
     """A vector noised at the collection's noise, receipted by the guard's key (trusted), its receipt
     naming ``model_id``."""
-    signer = ReceiptSigner(keys.load_private_key(kit.guard_key_path))
-    noised, params = privatize(np.asarray([unit(rng)], dtype=np.float32), mechanism="gaussian", epsilon=1.0,
-                               delta=1e-6, radius=0.01, clip_norm=1.0)
-    final = stored_form(noised[0], distance="Euclid")
-    rec = issue_receipts_batch(signer, [ReceiptItem(params=params, vector=final, collection="pii", point_id=pid,
-                                                    vector_name=vname, model_id=model_id)])[0]
-    return final.tolist(), rec
+    return receipted_vector(guard_signer(kit), pid, unit(rng), model_id=model_id, vname=vname)
 
 
 def _point(kit, pid, rng, model_id):
-    vec, rec = _receipted(kit, pid, rng, model_id)
-    return models.PointStruct(id=pid, vector=vec, payload={"t": "x", RECEIPT_KEY: receipts_for_payload({"": rec})})
+    return receipted_point(kit, pid, rng, model_id=model_id)
 
 
 def _store_three(kit, client, rng):

@@ -26,25 +26,15 @@ import textwrap
 
 import numpy as np
 import pytest
-from guardkit import DIM, Recorder, audit_records, count, create, make_kit, models, unit
+from guardkit import (DIM, Recorder, audit_records, count, create, guard_signer, make_kit, models, receipt_writes,
+                      receipted_point, receipted_vector, unit)
 from qdrant_client import QdrantClient as RawClient
 
 from qdrant_guard import AsyncQdrantClient, ConfigError, GuardRefusal, QdrantClient, keys
 from qdrant_guard.cli import main as cli_main
 from qdrant_guard.hashing_embedder import HashingEmbedder
-from qdrant_guard.noise import privatize
-from qdrant_guard.receipts import (
-    REASONS,
-    RECEIPT_KEY,
-    ReceiptItem,
-    ReceiptSigner,
-    issue_receipts_batch,
-    receipts_for_payload,
-    receipts_from_payload,
-    stored_form,
-    verify,
-    verify_receipt,
-)
+from qdrant_guard.receipts import (REASONS, RECEIPT_KEY, receipts_for_payload, receipts_from_payload, verify,
+                                   verify_receipt)
 
 MODEL_A = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_B = "BAAI/bge-small-en-v1.5"
@@ -63,33 +53,16 @@ def _policy(kit, model=MODEL_A, *, noise_on_write=False, **utility):
 
 
 def _receipt(kit, pid, vector, vname, model_id):
-    signer = ReceiptSigner(keys.load_private_key(kit.guard_key_path))
-    noised, params = privatize(np.asarray([vector], dtype=np.float32), mechanism="gaussian", epsilon=1.0,
-                               delta=1e-6, radius=0.01, clip_norm=1.0)
-    final = stored_form(noised[0], distance="Euclid")
-    rec = issue_receipts_batch(signer, [ReceiptItem(params=params, vector=final, collection="pii", point_id=pid,
-                                                    vector_name=vname, model_id=model_id)])[0]
-    return final.tolist(), rec
+    return receipted_vector(guard_signer(kit), pid, vector, model_id=model_id, vname=vname)
 
 
 def _point(kit, pid, rng, model_id):
     """A point noised at the collection's own noise and receipted by the guard's key (trusted), whose
     receipt's signed ``model_id`` is ``model_id``."""
-    vec, rec = _receipt(kit, pid, unit(rng), "", model_id)
-    return models.PointStruct(id=pid, vector=vec, payload={"t": "x", RECEIPT_KEY: receipts_for_payload({"": rec})})
+    return receipted_point(kit, pid, rng, model_id=model_id)
 
 
-def _writes(c, pts):
-    """Every call that takes a writer's receipt (update_vectors takes none: PointVectors has no payload)."""
-    return {
-        "upsert": lambda: c.upsert("pii", pts),
-        "upload_points": lambda: c.upload_points("pii", pts, wait=True),
-        "upload_collection": lambda: c.upload_collection("pii", vectors=[p.vector for p in pts],
-                                                         payload=[p.payload for p in pts],
-                                                         ids=[p.id for p in pts], wait=True),
-        "batch_update_points": lambda: c.batch_update_points("pii", [
-            models.UpsertOperation(upsert=models.PointsList(points=pts))]),
-    }
+_writes = receipt_writes
 
 
 def _clients(kit, cfg, **kw):
