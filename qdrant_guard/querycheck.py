@@ -87,6 +87,8 @@ class QueryChecks(TextOps):
             return value
 
         self.map_inputs(op, name, pol, args, collect)
+        if any(isinstance(v, models.Image) for _, v in found):
+            self._refuse_query_image_models(op, name, pol, args, found)
         unchecked = [w for w, v in found if isinstance(v, _TEXT_INPUTS)
                      and not (w == "query" and isinstance(v, models.Document))]
         if unchecked:
@@ -307,6 +309,32 @@ class QueryChecks(TextOps):
             f"model={declared!r} in the Document, or correct {key} if this collection's vectors come from "
             f"{str.__str__(document.model)!r}. Nothing was sent"
         )
+
+    def _refuse_query_image_models(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
+                                   found: list[tuple[str, Any]]) -> None:
+        """Refuse (ConfigError), before anything is checked or sent, a ``models.Image`` anywhere in
+        the query (``found``: its inputs by path) naming another model than the policy declares for
+        the vector of the query or prefetch it is in: qdrant-client's inference embeds an Image with
+        the model it names, as it does a Document (the guard never embeds one)."""
+        using = {"query": args.get("using")}
+        for path, p in iter_prefetch(args.get("prefetch"), "prefetch"):
+            using[f"{path}.query"] = p.using
+        for where, value in found:
+            if not isinstance(value, models.Image):
+                continue
+            level = next((k for k in using if where == k or where.startswith((f"{k}.", f"{k}["))), "query")
+            vname = using[level] if isinstance(using[level], str) else ""
+            declared, key = pol.utility.declared_model(vname)
+            if declared is None or not isinstance(value.model, str) or str.__str__(value.model) == declared:
+                continue
+            raise ConfigError(
+                f"{op}: {where} is a models.Image for vector {vname or '<unnamed>'!r} of collection {name!r} "
+                f"naming model {str.__str__(value.model)!r}, which qdrant-client's inference would embed it with, "
+                f"but the policy ({self.config.source_path or '<GuardConfig>'}) declares {key} = "
+                f"{toml_str(declared)} for that vector: vectors of two models do not rank against each other. "
+                f"Name model={declared!r} in the Image, or correct {key} if this collection's vectors come from "
+                f"{str.__str__(value.model)!r}. Nothing was sent"
+            )
 
     def _embed_query(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> Op:
         """The guard's embedding of a query's (checked) Document text, a refusal audited either way:
