@@ -10,7 +10,7 @@ from qdrant_client.http import models
 
 from .decision import Verdict
 from .errors import GuardArgumentTypeError
-from .pipeline import Call, Op, mark_audited
+from .pipeline import Call, Op, mark_audited, without_operation_ids
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id, receipts_for_payload, stored_receipts
 from .sources import path_head, payload_sources, restricts_sources
@@ -421,10 +421,11 @@ class PayloadOps(TextOps):
     def writer_answer(self, pol: CollectionPolicy, result: Any) -> Any:
         """``result`` as a principal who may not read the collection gets it: without its operation
         id. An update the guard sent nothing for (its filter matched no point) has none, so a
-        Qdrant id would tell such a writer that its filter matched something."""
-        if pol.may_read(self.boundary()) or getattr(result, "operation_id", None) is None:  # type: ignore[attr-defined]
+        Qdrant id would tell such a writer that its filter matched something. (Every point update's
+        answer gets the same treatment in :meth:`Pipeline.run`; see :func:`without_operation_ids`.)"""
+        if pol.may_read(self.boundary()):  # type: ignore[attr-defined]
             return result
-        return result.model_copy(update={"operation_id": None})
+        return without_operation_ids(result)
 
     def _run_ops(self, method: str, name: str, pol: CollectionPolicy, ops: list[Any], args: dict[str, Any]) -> Op:
         if not ops:

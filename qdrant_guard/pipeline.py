@@ -39,13 +39,32 @@ from .errors import (AuditError, ConfigError, CredentialError, GuardArgumentType
 from .policy import CollectionPolicy, GuardConfig, load_policy
 from .receipts import ReceiptSigner, normalize_point_id
 from .sources import reserved_claims
-from .surface import ADMIN, OPERATOR_ONLY, READ_COLLECTION, SNAPSHOT_RECOVERY, WRITE_COLLECTION
+from .surface import ADMIN, OPERATOR_ONLY, PAYLOAD, READ_COLLECTION, SNAPSHOT_RECOVERY, WRITE_COLLECTION, WRITE_VECTORS
 
 # How long a budgeted read keeps a source's counted size (reads.ReadOps.source_size).
 SOURCE_SIZE_TTL_S = 30.0
 # Methods that may add, retag or delete points of a source (see _forget_source_sizes_after).
 # delete_shard_key deletes the points of its shard; cluster_collection_update can too
 # (DropShardingKey), or copy points into another shard key (ReplicatePoints).
+# The point updates, whose answers carry Qdrant's operation id (one list of them for a batch).
+_POINT_UPDATES = WRITE_VECTORS | PAYLOAD | WRITE_COLLECTION
+
+
+def without_operation_ids(result: Any) -> Any:
+    """``result`` (an ``UpdateResult``, a list of them, or anything else, returned as is) without
+    operation ids, as a principal who may not read the collection gets it. On a server an id is the
+    shard's write-ahead-log sequence number, one per operation applied: the ids of two writes
+    bracketing another tell how many operations the guard sent for it, and a payload rewrite or a
+    vector deletion by filter sends none, or fewer, when its filter matches no point (or no
+    receipted point), so even ids that are Qdrant's on both outcomes told a writer that cannot read
+    the collection whether a filter matched it."""
+    if isinstance(result, list):
+        return [without_operation_ids(r) for r in result]
+    if getattr(result, "operation_id", None) is None:
+        return result
+    return result.model_copy(update={"operation_id": None})
+
+
 _CHANGES_SOURCES = frozenset({
     "upsert", "upload_points", "upload_collection", "batch_update_points", "set_payload",
     "overwrite_payload", "delete_payload", "clear_payload", "delete", "delete_collection",
@@ -844,7 +863,21 @@ class GuardPipeline:
             raise QdrantGuardError(f"qdrant_guard has no guard for method {method!r}; this is a bug")
         if method in _CHANGES_SOURCES:
             op = self._forget_source_sizes_after(op, unwaited=not args.get("wait", True))
+        if method in _POINT_UPDATES and not self.transparent:
+            op = self._writer_answers(name, op)
         return op if self.transparent else self._audit_unlisted(method, op)
+
+    def _writer_answers(self, name: str, op: Op) -> Op:
+        """``op``, whose answer a principal who may not read collection ``name`` gets without
+        operation ids (:func:`without_operation_ids`)."""
+        result = yield from op
+        try:
+            pol = self.policy(name)
+        except ConfigError:  # unlisted = "refuse": the call was refused before it could answer
+            return result
+        if pol.is_public or pol.may_read(self.boundary()):
+            return result
+        return without_operation_ids(result)
 
     def _forget_source_sizes_after(self, op: Op, *, unwaited: bool = False) -> Op:
         """``op``, after which (done, failed or abandoned), if it sent its write, every guard of

@@ -104,3 +104,81 @@ def test_a_nested_prefetchs_image_is_held_to_the_model_of_its_own_using(tmp_path
     with pytest.raises(Exception) as ei:
         bob.query_points("pii", prefetch=[inner], query=[0.3] * DIM, using="text", limit=3)
     assert "naming model" not in str(ei.value)
+
+
+# ------------------------------------------------------------------ 2. operation ids of a write-only principal
+# On a server an operation id is the shard's WAL sequence number, one per operation applied. A
+# payload rewrite by filter that matches nothing is not sent (h-writer's answers hide that), and a
+# vector deletion by filter sends one operation instead of two when no matched point holds a
+# receipt; so the ids of the writes before and after told a writer who may not read the collection
+# whether its filter matched. Such a writer now gets no operation id from any point update. Local
+# mode numbers every update 0, so the tests compare that with None.
+
+_WRITE_ONLY = {"class": "PII", "owner": "hr", "readers": ["hr"], "writers": ["support"], "intent": {"enabled": False}}
+_VP = models.VectorParams(size=16, distance=models.Distance.COSINE)
+
+
+def _sel(team: str) -> models.Filter:
+    return models.Filter(must=[models.FieldCondition(key="team", match=models.MatchValue(value=team))])
+
+
+def _writes(c) -> dict:
+    rng = np.random.default_rng(7)
+    return {
+        "upsert": lambda: c.upsert("c", [models.PointStruct(id=9, vector=unit(rng), payload={"team": "z"})]),
+        "update_vectors": lambda: c.update_vectors("c", [models.PointVectors(id=3, vector=unit(rng))]),
+        "set_payload": lambda: c.set_payload("c", payload={"note": "n"}, points=_sel("a")),
+        "delete_payload": lambda: c.delete_payload("c", keys=["note"], points=_sel("a")),
+        "delete_vectors": lambda: c.delete_vectors("c", vectors=[""], points=_sel("nobody")),
+        "delete": lambda: c.delete("c", points_selector=models.FilterSelector(filter=_sel("nobody"))),
+        "create_payload_index": lambda: c.create_payload_index("c", "team", models.PayloadSchemaType.KEYWORD),
+        "batch": lambda: c.batch_update_points("c", [
+            models.SetPayloadOperation(set_payload=models.SetPayload(payload={"x": 1}, filter=_sel("a"))),
+            models.DeletePayloadOperation(delete_payload=models.DeletePayload(keys=["x"], filter=_sel("a")))]),
+    }
+
+
+def _write_only_clients(tmp_path):
+    kit = make_kit(tmp_path)
+    alice = QdrantClient(":memory:", guard=kit.config({"c": _WRITE_ONLY}), principal=kit.principal("alice", "hr"))
+    alice.create_collection("c", vectors_config=_VP)
+    rng = np.random.default_rng(0)
+    alice.upsert("c", [models.PointStruct(id=i, vector=unit(rng), payload={"team": "a" if i < 2 else "b"})
+                       for i in range(4)])
+    return alice, alice.with_principal(kit.principal("bob", "support"))
+
+
+def _ids(answer) -> list:
+    return [r.operation_id for r in (answer if isinstance(answer, list) else [answer])]
+
+
+@pytest.mark.parametrize("how", list(_writes(None)))
+def test_a_write_only_principal_gets_no_operation_id_from_any_point_update(tmp_path, how):
+    alice, bob = _write_only_clients(tmp_path)
+    answer = _writes(bob)[how]()
+    assert _ids(answer) and all(i is None for i in _ids(answer))
+    assert all(r.status == models.UpdateStatus.COMPLETED for r in (answer if isinstance(answer, list) else [answer]))
+
+
+@pytest.mark.parametrize("how", list(_writes(None)))
+def test_a_reader_keeps_qdrants_operation_ids(tmp_path, how):
+    alice, _ = _write_only_clients(tmp_path)
+    assert all(i == 0 for i in _ids(_writes(alice)[how]()))  # local mode numbers every update 0
+
+
+def test_the_async_write_only_principal_gets_no_operation_id(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"c": _WRITE_ONLY})
+
+    async def main():
+        alice = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+        await alice.create_collection("c", vectors_config=_VP)
+        bob = alice.with_principal(kit.principal("bob", "support"))
+        rng = np.random.default_rng(3)
+        got = await bob.upsert("c", [models.PointStruct(id=1, vector=unit(rng), payload={"team": "a"})])
+        assert got.operation_id is None
+        got = await bob.set_payload("c", payload={"n": 1}, points=_sel("a"))
+        assert got.operation_id is None
+        assert (await alice.set_payload("c", payload={"n": 2}, points=_sel("a"))).operation_id == 0
+
+    asyncio.run(main())
