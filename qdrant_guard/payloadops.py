@@ -90,11 +90,38 @@ class PayloadOps(TextOps):
             f"source field out of the change, select only points of other sources, or make it from boundary "
             f"{pol.owner!r}. Nothing was written"))
 
+    def _refuse_restricted_probe(self, op: str, name: str, pol: CollectionPolicy, selector: Any, what: str) -> None:
+        """Refuse (REFUSED_CROSS_BOUNDARY), before the points are read, a change :meth:`_keep_restricted`
+        guards whose ``selector`` is a filter naming other fields than the source field, outside
+        the owner boundary: that refusal depends on whether the filter matches a point of a
+        restricted source, so it would answer for every point what a ``count`` with the filter
+        answers (which a budgeted reader may not ask, and a writer who may not read cannot), and a
+        filter that also names the restricted source writes nothing either way."""
+        if not restricts_sources(pol) or self.boundary() == pol.owner:  # type: ignore[attr-defined]
+            return
+        sel = _rest_selector(selector)
+        flt = sel.filter if isinstance(sel, models.FilterSelector) else sel
+        if not isinstance(flt, models.Filter):
+            return  # point ids
+        from .reads import _only_names_sources  # reads imports this module
+
+        if _only_names_sources(flt, pol.source_field):
+            return
+        raise self.refuse(self.decision(  # type: ignore[attr-defined]
+            op, name, pol, Verdict.REFUSED_CROSS_BOUNDARY,
+            f"{what} selects points of collection {name!r} by a filter on fields other than "
+            f"{pol.source_field!r}, and the collection has restricted source(s): outside the owner boundary "
+            f"({pol.owner!r}) such a change is refused when a point it selects is in one, so its answer would tell "
+            "whether the filter matches a point there (a count with that filter, which the extraction budget "
+            f"refuses). Select the points by id, or by a filter on {pol.source_field!r} alone, or make the change "
+            f"from boundary {pol.owner!r}. Nothing was written"))
+
     def _keep_restricted_of(self, op: str, name: str, pol: CollectionPolicy, selector: Any, shard_key: Any,
                             what: str) -> Op:
         """:meth:`_keep_restricted` on the points ``selector`` names, read first (a generator)."""
         if selector is None:
             return  # a batch operation with neither points nor a filter: Qdrant refuses it
+        self._refuse_restricted_probe(op, name, pol, selector, what)
         if shard_key is None:
             shard_key = getattr(_rest_selector(selector), "shard_key", None)
         records = yield from self._resolve(op, name, pol, selector, shard_key,
@@ -457,10 +484,12 @@ class PayloadOps(TextOps):
         """
         fresh = fresh or {}
         selector = _rest_selector(selector)
+        what = "a payload overwrite" if payload else "a payload clear"
+        self._refuse_restricted_probe(op, name, pol, selector, what)
         if shard_key is None:
             shard_key = getattr(selector, "shard_key", None)
         records = yield from self._resolve(op, name, pol, selector, shard_key, payload=True)
-        self._keep_restricted(op, name, pol, records, "a payload overwrite" if payload else "a payload clear")
+        self._keep_restricted(op, name, pol, records, what)
         targets = {normalize_point_id(r.id): (r.id, r.payload or {}) for r in records}
         self._all_named(op, name, pol, selector, targets, fresh, {},
                         "qdrant-client refuses a payload rewrite naming them")

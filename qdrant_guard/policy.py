@@ -337,7 +337,8 @@ class DiversityPolicy(_Strict):
     confidential documents. Only the owner boundary may write points tagged with these, or take
     points out of them: outside it a payload change that reaches the source field (a ``set_payload``
     or ``delete_payload`` of its top-level key, any ``overwrite_payload`` or ``clear_payload``) is
-    refused when it selects a point of one."""
+    refused when it selects a point of one, and whatever it selects when it selects by a filter on
+    other fields than ``source_field`` (its refusal would tell whether the filter matched there)."""
     window_s: float = Field(86400.0, gt=0)
     """Sliding window of the extraction and distillation budgets, in seconds (finite: for a budget
     that never resets, use a long window). A window other than the default with neither

@@ -10,9 +10,10 @@ import asyncio
 
 import numpy as np
 import pytest
-from guardkit import DIM, make_kit, models, record_sent, unit
+from guardkit import DIM, make_kit, models, record_sent, snapshot, unit
 
 from qdrant_guard import AsyncQdrantClient, ConfigError, QdrantClient
+from qdrant_guard.receipts import RECEIPT_KEY
 from tests.test_utility_model_reads import MODEL_A, MODEL_B, QUERIES, _clients, _policy, _query
 
 # ------------------------------------------------------------------ 1. a query models.Image names its model too
@@ -182,3 +183,90 @@ def test_the_async_write_only_principal_gets_no_operation_id(tmp_path):
         assert (await alice.set_payload("c", payload={"n": 2}, points=_sel("a"))).operation_id == 0
 
     asyncio.run(main())
+
+
+# ------------------------------------------------------------------ 3. the restricted-source refusal as a filter oracle
+# Outside the owner boundary a payload change that could take points out of a restricted source
+# (clear_payload, overwrite_payload, a set/delete_payload reaching the source field, and those in
+# batch_update_points) is refused when a point it selects is in one. Selected by a filter on any
+# field, that refusal answered whether the filter matched a restricted point: a budgeted reader
+# binary-searched the values the budget withholds (count() with such a filter is refused for that
+# reason), and a writer who may not read the collection learned whether its filter matched. Nothing
+# is written either way (a filter also naming the restricted source matches nothing else).
+
+_BUDGETED = {"class": "PII", "owner": "hr", "readers": ["support"], "writers": ["support"],
+             "noise_on_write": True, "intent": {"enabled": False},
+             "diversity": {"max_source_coverage": 0.25, "restricted_sources": ["memo"], "max_source_fraction": 1.0}}
+
+
+def _budgeted_clients(tmp_path, readers=("support",)):
+    kit = make_kit(tmp_path)
+    alice = QdrantClient(":memory:", guard=kit.config({"kb": {**_BUDGETED, "readers": list(readers)}}),
+                         principal=kit.principal("alice", "hr"))
+    alice.create_collection("kb", vectors_config=_VP)
+    rng = np.random.default_rng(5)
+    alice.upsert("kb", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "memo", "salary": 100 + i})
+                        for i in range(4)]
+                 + [models.PointStruct(id=10, vector=unit(rng), payload={"source": "tickets", "salary": 1})])
+    return kit, alice, alice.with_principal(kit.principal("sam", "support"))
+
+
+def _salary_at_least(n: int) -> models.Filter:
+    return models.Filter(must=[models.FieldCondition(key="salary", range=models.Range(gte=n)),
+                               models.FieldCondition(key="source", match=models.MatchValue(value="memo"))])
+
+
+def _probes(c):
+    return {
+        "clear": lambda f: c.clear_payload("kb", points_selector=models.FilterSelector(filter=f)),
+        "overwrite": lambda f: c.overwrite_payload("kb", payload={"note": "x"}, points=f),
+        "set_source": lambda f: c.set_payload("kb", payload={"source": "tickets"}, points=f),
+        "delete_source": lambda f: c.delete_payload("kb", keys=["source"], points=f),
+        "batch": lambda f: c.batch_update_points("kb", [models.ClearPayloadOperation(
+            clear_payload=models.FilterSelector(filter=f))]),
+    }
+
+
+def _visible(c, pid) -> dict:
+    """A point's payload without the guard's receipt container."""
+    return {k: v for i, p, _ in snapshot(c, "kb") if i == pid for k, v in p.items() if k != RECEIPT_KEY}
+
+
+def _outcome(fn):
+    try:
+        return ("answer", fn())
+    except Exception as exc:  # the refusal's type and words are the answer
+        return (type(exc).__name__, str(exc))
+
+
+@pytest.mark.parametrize("who", ["reader-writer", "write-only"])
+@pytest.mark.parametrize("how", list(_probes(None)))
+def test_the_restricted_source_refusal_does_not_say_whether_a_filter_matched(tmp_path, who, how):
+    kit, alice, sam = _budgeted_clients(tmp_path, ("support",) if who == "reader-writer" else ())
+    probe = _probes(sam)[how]
+    before = snapshot(alice, "kb")
+    matched, missed = _outcome(lambda: probe(_salary_at_least(102))), _outcome(lambda: probe(_salary_at_least(999)))
+    assert matched == missed
+    assert matched[0] == "GuardRefusal" and "filter" in matched[1] and "'source'" in matched[1]
+    assert snapshot(alice, "kb") == before  # nothing written either way
+
+
+def test_a_budgeted_reader_cannot_count_with_that_filter_either(tmp_path):
+    # The neighbour the finding is measured against: count() with the same filter is refused.
+    _, _, sam = _budgeted_clients(tmp_path)
+    with pytest.raises(Exception, match="filter on fields other than 'source'"):
+        sam.count("kb", count_filter=_salary_at_least(102))
+
+
+def test_rewrites_by_ids_or_by_a_source_filter_still_run_and_still_keep_restricted_points(tmp_path):
+    kit, alice, sam = _budgeted_clients(tmp_path)
+    tickets = models.Filter(must=[models.FieldCondition(key="source", match=models.MatchValue(value="tickets"))])
+    sam.clear_payload("kb", points_selector=models.FilterSelector(filter=tickets))
+    assert _visible(alice, 10) == {}
+    with pytest.raises(Exception, match="restricted source"):
+        sam.clear_payload("kb", points_selector=[1])
+    sam.overwrite_payload("kb", payload={"source": "tickets", "n": 1}, points=[10])
+    assert _visible(alice, 10) == {"source": "tickets", "n": 1}
+    # The owner's filters are not limited.
+    alice.set_payload("kb", payload={"flag": 1}, points=_salary_at_least(102))
+    assert [i for i, p, _ in snapshot(alice, "kb") if p.get("flag") == 1] == [2, 3]
