@@ -142,8 +142,13 @@ def _credential_policy_problem(args: argparse.Namespace, authority: Any) -> str 
         except (QdrantGuardError, OSError, ValueError):
             pass  # the issuer may not read the guard's key; the other roles are still checked
     try:
-        # A guard refuses to start on a policy that gives an authority key a second role.
+        # A guard refuses to start on a policy that gives an authority key a second role; its
+        # retired_keys role (and a retired key that is current or revoked) is load_retired_keys' check.
         keys.check_authority_roles(cfg, signing_key_id=own_kid, source=f"--policy {args.policy}")
+        authorities = {keys.key_id(keys.load_public_key(spec)): b  # each loaded by the check above
+                       for b, bc in cfg.boundaries.items() for spec in bc.authority_keys}
+        keys.load_retired_keys(cfg.receipts.retired_keys, current_key_id=own_kid, revoked=cfg.receipts.revoked_keys,
+                               source=f"--policy {args.policy}", authorities=authorities)
     except ConfigError as exc:
         return f"{exc} (the guard would not start with this policy, so the credential is not issued)"
     return None

@@ -270,3 +270,51 @@ def test_rewrites_by_ids_or_by_a_source_filter_still_run_and_still_keep_restrict
     # The owner's filters are not limited.
     alice.set_payload("kb", payload={"flag": 1}, points=_salary_at_least(102))
     assert [i for i, p, _ in snapshot(alice, "kb") if p.get("flag") == 1] == [2, 3]
+
+
+# ------------------------------------------------------------------ 4. credential issue --policy and retired_keys
+# The threat model lists receipts.retired_keys among the roles an authority key may not have, and
+# says `credential issue --policy` issues no credential under such a policy; it checked the other
+# roles only (check_authority_roles leaves retired_keys to load_retired_keys), so it issued one.
+
+
+def _issue_policy(tmp_path, body: str):
+    from qdrant_guard.cli import main
+
+    for name in ("hr", "support", "guard"):
+        if not (tmp_path / f"{name}.key").exists():
+            assert main(["keys", "new", "--out", str(tmp_path / f"{name}.key")]) == 0
+    policy = tmp_path / "policy.toml"
+    policy.write_text(body + '[boundaries.hr]\nauthority_keys = ["hr.key.pub"]\n'
+                      '[boundaries.support]\nauthority_keys = ["support.key.pub"]\n')
+    return main, ["credential", "issue", "--agent", "a1", "--boundary", "hr", "--authority",
+                  str(tmp_path / "hr.key"), "--policy", str(policy)]
+
+
+@pytest.mark.parametrize("signing", [True, False], ids=["guard-key-readable", "no-signing-key"])
+def test_credential_issue_refuses_a_policy_retiring_an_authority_key(tmp_path, capsys, signing):
+    from qdrant_guard import keys
+
+    main, argv = _issue_policy(tmp_path, ('signing_key = "guard.key"\n' if signing else "")
+                               + '[receipts]\nretired_keys = ["hr.key.pub"]\n')
+    capsys.readouterr()
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no token
+    kid = keys.key_id(keys.load_public_key(tmp_path / "hr.key.pub"))
+    assert "receipts.retired_keys" in captured.err and kid in captured.err
+    assert "boundaries.hr.authority_keys" in captured.err and "would not start" in captured.err
+
+
+def test_credential_issue_still_issues_under_a_policy_retiring_another_key(tmp_path, capsys):
+    main, argv = _issue_policy(tmp_path, 'signing_key = "guard.key"\n[receipts]\nretired_keys = ["support.key.pub"]\n')
+    capsys.readouterr()
+    # support's authority retired as a guard key is a policy error too (for that boundary), and the
+    # guard would not start, so hr's credential is not issued either.
+    assert main(argv) == 2 and capsys.readouterr().out == ""
+    from qdrant_guard.cli import main as cli
+
+    assert cli(["keys", "new", "--out", str(tmp_path / "older.key")]) == 0
+    capsys.readouterr()
+    main, argv = _issue_policy(tmp_path, 'signing_key = "guard.key"\n[receipts]\nretired_keys = ["older.key.pub"]\n')
+    assert main(argv) == 0 and capsys.readouterr().out.startswith("qgc1.")
