@@ -482,7 +482,9 @@ class UtilityPolicy(_Strict):
     or queried, that the guard would embed with an ``embedder=`` naming another model (its
     ``model_id`` or ``model_name``) is a ConfigError before it is embedded (an embedder naming no
     model is not checked), as is a query Document passed to qdrant-client's inference (no
-    ``embedder=``, no query noise) whose ``model`` names another. Names are compared exactly, as written. Every name is
+    ``embedder=``, no query noise) whose ``model`` names another, and a query ``models.Image``
+    (anywhere in the query or a prefetch, held to the model of its level's ``using=``) naming
+    another. Names are compared exactly, as written. Every name is
     an assertion (a record's or a receipt's signer's, the embedder's own); the guard cannot tell
     which model produced a raw vector, so this holds records, receipts and the embedder to their
     word, not a vector to its model. It applies to every vector of the collection that
