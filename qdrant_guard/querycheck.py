@@ -274,7 +274,7 @@ class QueryChecks(TextOps):
         (``utility.embedding_model(s)``) for the vector queried (``using``; None: the unnamed one).
 
         An embedder that names no model passes: the guard cannot tell which model it is."""
-        vname = using if isinstance(using, str) else ""
+        vname = str.__str__(using) if isinstance(using, str) else ""  # its characters, as qdrant-client sends it
         declared, key = pol.utility.declared_model(vname)
         if declared is None:
             return
@@ -297,7 +297,7 @@ class QueryChecks(TextOps):
         """Refuse (ConfigError), before anything is checked or sent, a query ``models.Document``
         that qdrant-client's inference would embed (the guard has no embedder) with another model
         than the policy declares (``utility.embedding_model(s)``) for the vector queried."""
-        vname = using if isinstance(using, str) else ""
+        vname = str.__str__(using) if isinstance(using, str) else ""  # its characters, as qdrant-client sends it
         declared, key = pol.utility.declared_model(vname)
         if declared is None or not isinstance(document.model, str) or str.__str__(document.model) == declared:
             return
@@ -323,7 +323,7 @@ class QueryChecks(TextOps):
             if not isinstance(value, models.Image):
                 continue
             level = next((k for k in using if where == k or where.startswith((f"{k}.", f"{k}["))), "query")
-            vname = using[level] if isinstance(using[level], str) else ""
+            vname = str.__str__(using[level]) if isinstance(using[level], str) else ""
             declared, key = pol.utility.declared_model(vname)
             if declared is None or not isinstance(value.model, str) or str.__str__(value.model) == declared:
                 continue

@@ -318,3 +318,32 @@ def test_credential_issue_still_issues_under_a_policy_retiring_another_key(tmp_p
     capsys.readouterr()
     main, argv = _issue_policy(tmp_path, 'signing_key = "guard.key"\n[receipts]\nretired_keys = ["older.key.pub"]\n')
     assert main(argv) == 0 and capsys.readouterr().out.startswith("qgc1.")
+
+
+# ------------------------------------------------------------------ 5. using= as a str subclass
+# The model checks looked the vector's declared model up with using= as given: a str subclass whose
+# hash or equality is its own missed utility.embedding_models and fell back to embedding_model
+# (unset: not checked), while qdrant-client sends its characters (pydantic makes it a plain str).
+
+
+class _Odd(str):
+    def __hash__(self) -> int:
+        return 7
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("form", ["embedder", "document", "image"])
+def test_a_using_str_subclass_is_read_as_its_characters(tmp_path, monkeypatch, form):
+    from guardkit import Recorder
+
+    kit = make_kit(tmp_path)
+    cfg = _policy(kit, None, embedding_models={"image": MODEL_A})
+    owner, bob = _clients(kit, cfg, named=("text", "image"), embedder=Recorder() if form == "embedder" else None)
+    sent = record_sent(monkeypatch, ("query_points",))
+    query = {"embedder": models.Document(text="plan", model="any"), "document": models.Document(text="plan", model=MODEL_B),
+             "image": _image(MODEL_B)}[form]
+    with pytest.raises(ConfigError, match=r"vector 'image'"):
+        bob.query_points("pii", query=query, using=_Odd("image"), limit=3)
+    assert sent == []
