@@ -322,7 +322,8 @@ class QueryChecks(TextOps):
         for where, value in found:
             if not isinstance(value, models.Image):
                 continue
-            level = next((k for k in using if where == k or where.startswith((f"{k}.", f"{k}["))), "query")
+            # A prefetch's inputs are at "<its path>.query..." (no input path below holds ".query").
+            level = where[:where.rindex(".query") + 6] if ".query" in where else "query"
             vname = str.__str__(using[level]) if isinstance(using[level], str) else ""
             declared, key = pol.utility.declared_model(vname)
             if declared is None or not isinstance(value.model, str) or str.__str__(value.model) == declared:

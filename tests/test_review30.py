@@ -347,3 +347,14 @@ def test_a_using_str_subclass_is_read_as_its_characters(tmp_path, monkeypatch, f
     with pytest.raises(ConfigError, match=r"vector 'image'"):
         bob.query_points("pii", query=query, using=_Odd("image"), limit=3)
     assert sent == []
+
+
+def test_a_single_prefetchs_image_is_held_to_its_using(tmp_path, monkeypatch):
+    # prefetch= given as one Prefetch, not a list: its inputs sit at "prefetch.query...".
+    kit = make_kit(tmp_path)
+    owner, bob = _clients(kit, _policy(kit, None, embedding_models={"image": MODEL_A}), named=("text", "image"),
+                          embedder=None)
+    one = models.Prefetch(query=models.RecommendQuery(recommend=models.RecommendInput(
+        positive=[[0.1] * DIM], negative=[_image(MODEL_B)])), using="image", limit=5)
+    with pytest.raises(ConfigError, match=r"prefetch\.query\.recommend\.negative\[0\] is a models\.Image for vector 'image'"):
+        bob.query_points("pii", prefetch=one, query=[0.3] * DIM, using="text", limit=3)
