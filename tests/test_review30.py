@@ -358,3 +358,28 @@ def test_a_single_prefetchs_image_is_held_to_its_using(tmp_path, monkeypatch):
         positive=[[0.1] * DIM], negative=[_image(MODEL_B)])), using="image", limit=5)
     with pytest.raises(ConfigError, match=r"prefetch\.query\.recommend\.negative\[0\] is a models\.Image for vector 'image'"):
         bob.query_points("pii", prefetch=one, query=[0.3] * DIM, using="text", limit=3)
+
+
+# ------------------------------------------------------------------ 6. details.stripped of a point in several groups
+# A point whose group_by value is a list comes back in each of its groups; the read's entry counts
+# it once per group ("N point(s) returned"), and details.stripped does the same. audit-log.md said
+# `points` were "the points that lost any" without saying so (doc fix; the behaviour is pinned).
+
+
+def test_a_point_in_two_groups_is_counted_and_listed_once_per_group(tmp_path):
+    from pathlib import Path
+
+    from guardkit import audit_records
+    from qdrant_client import QdrantClient as RawClient
+
+    kit = make_kit(tmp_path)
+    owner, bob = _clients(kit, _policy(kit, None), embedder=None)
+    rng = np.random.default_rng(0)
+    RawClient.upsert(owner, "pii", [models.PointStruct(id=1, vector=unit(rng), payload={"t": ["a", "b"]})])
+    res = bob.query_points_groups("pii", query=unit(rng), group_by="t", limit=3, with_vectors=True)
+    assert [(g.id, [h.id for h in g.hits]) for g in res.groups] == [("a", [1]), ("b", [1])]
+    entry = audit_records(kit)[-1]
+    assert entry["directive"].startswith("2 point(s) returned")
+    assert entry["details"]["stripped"] == {"count": 2, "points": 2, "reasons": {"missing_receipt": 2}, "ids": [1, 1]}
+    doc = " ".join((Path(__file__).resolve().parent.parent / "docs" / "audit-log.md").read_text().split())
+    assert "counts once per group and is listed once per group" in doc
