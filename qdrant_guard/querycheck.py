@@ -87,7 +87,9 @@ class QueryChecks(TextOps):
             return value
 
         self.map_inputs(op, name, pol, args, collect)
-        if any(isinstance(v, models.Image) for _, v in found):
+        if any(isinstance(v, models.Image) for _, v in found) and not (
+                pol.noise_queries and not pol.raw_allowed(self.boundary())):
+            # Under query noise every Image is refused (audited) below, whatever its model.
             self._refuse_query_image_models(op, name, pol, args, found)
         unchecked = [w for w, v in found if isinstance(v, _TEXT_INPUTS)
                      and not (w == "query" and isinstance(v, models.Document))]

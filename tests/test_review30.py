@@ -383,3 +383,17 @@ def test_a_point_in_two_groups_is_counted_and_listed_once_per_group(tmp_path):
     assert entry["details"]["stripped"] == {"count": 2, "points": 2, "reasons": {"missing_receipt": 2}, "ids": [1, 1]}
     doc = " ".join((Path(__file__).resolve().parent.parent / "docs" / "audit-log.md").read_text().split())
     assert "counts once per group and is listed once per group" in doc
+
+
+def test_under_noise_queries_an_image_is_refused_and_audited_whatever_its_model(tmp_path):
+    # The model check does not pre-empt the audited refusal every Image gets under query noise.
+    from guardkit import audit_records
+
+    from qdrant_guard import GuardRefusal
+
+    kit = make_kit(tmp_path)
+    owner, bob = _clients(kit, _policy(kit, noise_queries=True), embedder=None)
+    for model in (MODEL_A, MODEL_B):
+        with pytest.raises(GuardRefusal, match="is a models.Image"):
+            bob.query_points("pii", query=_image(model), limit=3)
+        assert audit_records(kit)[-1]["verdict"] == "QUERY_REJECTED"
