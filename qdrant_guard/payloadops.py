@@ -440,8 +440,9 @@ class PayloadOps(TextOps):
     def unsent_result(self, args: dict[str, Any]) -> Any:
         """The answer to an update the guard did not send (its filter or ids matched no point):
         no operation id, and the status Qdrant gives an update sent with the same ``wait``
-        (a server acknowledges ``wait=False``; local mode completes every update)."""
-        late = args.get("wait") is False and self.shared.get("remote", False)  # type: ignore[attr-defined]
+        (a server acknowledges ``wait=False``, and ``wait=None``, which qdrant-client leaves out of
+        the request, the server's default being not to wait; local mode completes every update)."""
+        late = not args.get("wait", True) and self.shared.get("remote", False)  # type: ignore[attr-defined]
         return models.UpdateResult(operation_id=None, status=models.UpdateStatus.ACKNOWLEDGED if late
                                    else models.UpdateStatus.COMPLETED)
 

@@ -397,3 +397,23 @@ def test_under_noise_queries_an_image_is_refused_and_audited_whatever_its_model(
         with pytest.raises(GuardRefusal, match="is a models.Image"):
             bob.query_points("pii", query=_image(model), limit=3)
         assert audit_records(kit)[-1]["verdict"] == "QUERY_REJECTED"
+
+
+# ------------------------------------------------------------------ 7. an unsent rewrite's status under wait=None
+# qdrant-client leaves wait=None out of the request (REST) or the message (gRPC), and a server then
+# does not wait: it acknowledges the update. The guard's answer for a rewrite it did not send
+# said COMPLETED for wait=None, so on a server the status told a write-only principal whether its
+# filter matched. (Local mode completes every update either way; a server is simulated by the
+# flag bind_store sets for a url= client, as tests/test_mutation_session34.py does.)
+
+
+@pytest.mark.parametrize("wait", [None, False, 0])
+def test_an_unsent_rewrite_on_a_server_is_acknowledged_when_the_call_does_not_wait(tmp_path, wait):
+    alice, _ = _write_only_clients(tmp_path)
+    alice.guard.shared["remote"] = True
+    got = alice.guard.unsent_result({"wait": wait})
+    assert got.status == models.UpdateStatus.ACKNOWLEDGED and got.operation_id is None
+    assert alice.guard.unsent_result({"wait": True}).status == models.UpdateStatus.COMPLETED
+    assert alice.guard.unsent_result({}).status == models.UpdateStatus.COMPLETED
+    alice.guard.shared["remote"] = False
+    assert alice.guard.unsent_result({"wait": wait}).status == models.UpdateStatus.COMPLETED
