@@ -472,7 +472,20 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
         pks = [keys.load_public_key(k) for k in args.key]
         trusted = {keys.key_id(pk): pk for pk in pks}
     if args.trust_policy:
-        trusted = _policy_audit_keys(args.trust_policy, trusted, flag="--trust-policy")[3]
+        _, _, revoked, trusted = _policy_audit_keys(args.trust_policy, trusted, flag="--trust-policy")
+        if signer is not None and signer.key_id not in trusted:
+            # The repair entry would be the log's last checkpoint, under a key the policy does not
+            # trust for checkpoints: the guard would not open the log, nor `audit verify --policy` pass it.
+            why = ("receipts.revoked_keys revokes it: a checkpoint it signs proves nothing"
+                   if signer.key_id in revoked else
+                   "the policy trusts no such key for checkpoints (its signing_key, receipts.retired_keys, "
+                   "audit_trusted_keys)")
+            raise ConfigError(
+                f"--signing-key {args.signing_key} (key id {signer.key_id}) would sign the repair entry as the "
+                f"log's most recent checkpoint, but under --trust-policy {args.trust_policy} {why}, so the guard "
+                "would refuse to open the repaired log. Sign with the policy's signing_key, or add this key's .pub "
+                "to audit_trusted_keys first (a key the policy revokes, or a boundary's authority key, may not be "
+                "added). Nothing was changed")
     wrong_file = _not_an_audit_log(args.file, verify_audit_file(args.file, trusted_keys=trusted,
                                                                  checkpoint_every=args.checkpoint_every))
     if wrong_file:

@@ -417,3 +417,60 @@ def test_an_unsent_rewrite_on_a_server_is_acknowledged_when_the_call_does_not_wa
     assert alice.guard.unsent_result({}).status == models.UpdateStatus.COMPLETED
     alice.guard.shared["remote"] = False
     assert alice.guard.unsent_result({"wait": wait}).status == models.UpdateStatus.COMPLETED
+
+
+# ------------------------------------------------------------------ 8. audit repair --trust-policy --signing-key
+# The repair entry is signed as the log's most recent checkpoint. Under --trust-policy the key set
+# the guard trusts for checkpoints is known, yet repair signed with a key outside it (one the
+# policy revokes, a boundary's authority key, any other): the log it left verified under neither
+# `audit verify --policy` nor the guard, which refuses to open it.
+
+from tests.test_retired_keys import _old_checkpoint, _policy_file, rot  # noqa: E402,F401
+
+
+def _torn(rot):  # noqa: F811
+    log = _old_checkpoint(rot)
+    with open(log, "ab") as fh:
+        fh.write(b'{"hash": "torn')
+    return log
+
+
+@pytest.mark.parametrize("key", ["revoked", "authority", "other"])
+def test_repair_under_trust_policy_refuses_a_signing_key_the_policy_does_not_trust(rot, tmp_path, capsys,  # noqa: F811
+                                                                                   key):
+    from qdrant_guard import keys
+    from qdrant_guard.cli import main
+
+    log = _torn(rot)
+    before = log.read_bytes()
+    policy = _policy_file(rot, tmp_path, retired=False)
+    if key == "revoked":
+        policy.write_text(policy.read_text().replace("[boundaries.", f'[receipts]\nrevoked_keys = ["{rot["a_kid"]}"]\n'
+                                                                    "[boundaries.", 1))
+        signing = rot["a"]
+    elif key == "authority":
+        signing = tmp_path / "support-authority.key"
+        signing.write_bytes(keys.private_key_to_pem(rot["kit"].authority["support"]))
+        signing.chmod(0o600)
+    else:
+        signing = tmp_path / "stray.key"
+        assert main(["keys", "new", "--out", str(signing)]) == 0
+    capsys.readouterr()
+    rc = main(["audit", "repair", str(log), "--trust-policy", str(policy), "--checkpoint-every", "1",
+               "--signing-key", str(signing)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--signing-key" in err and "Nothing was changed" in err, err
+    assert ("revoked_keys revokes it" in err) == (key == "revoked")
+    assert log.read_bytes() == before
+
+
+def test_repair_under_trust_policy_signs_with_a_key_the_policy_trusts(rot, tmp_path, capsys):  # noqa: F811
+    from qdrant_guard.cli import main
+
+    for signing in (rot["b"], rot["a"]):  # the policy's signing_key; a retired key
+        log = _torn(rot)
+        policy = _policy_file(rot, tmp_path)
+        assert main(["audit", "repair", str(log), "--trust-policy", str(policy), "--checkpoint-every", "1",
+                     "--signing-key", str(signing)]) == 0, capsys.readouterr()
+        assert main(["audit", "verify", str(log), "--checkpoint-every", "1", "--policy", str(policy)]) == 0
+        log.unlink()
