@@ -14,6 +14,7 @@ from guardkit import DIM, make_kit, models, record_sent, snapshot, unit
 
 from qdrant_guard import AsyncQdrantClient, ConfigError, QdrantClient
 from qdrant_guard.receipts import RECEIPT_KEY
+from tests.test_retired_keys import _old_checkpoint, _policy_file, rot  # noqa: F401 (rot: a fixture)
 from tests.test_utility_model_reads import MODEL_A, MODEL_B, QUERIES, _clients, _policy, _query
 
 # ------------------------------------------------------------------ 1. a query models.Image names its model too
@@ -424,8 +425,6 @@ def test_an_unsent_rewrite_on_a_server_is_acknowledged_when_the_call_does_not_wa
 # the guard trusts for checkpoints is known, yet repair signed with a key outside it (one the
 # policy revokes, a boundary's authority key, any other): the log it left verified under neither
 # `audit verify --policy` nor the guard, which refuses to open it.
-
-from tests.test_retired_keys import _old_checkpoint, _policy_file, rot  # noqa: E402,F401
 
 
 def _torn(rot):  # noqa: F811
