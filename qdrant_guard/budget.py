@@ -146,7 +146,9 @@ def _normalised_ids(charges: Sequence[tuple[str, Any, int]]) -> list[list[str]]:
         if type(point_ids) is not list and (isinstance(point_ids, (str, bytes))
                                             or not isinstance(point_ids, Sequence)):
             raise GuardArgumentTypeError(f"point_ids must be a sequence of point ids, not {type(point_ids).__name__}")
-        normalised.append([normalize_point_id(pid) for pid in point_ids])
+        # normalize_point_id's first case inline: a read normalises every id it returns.
+        normalised.append([f"i:{pid}" if type(pid) is int and pid >= 0 else normalize_point_id(pid)
+                           for pid in point_ids])
     return normalised
 
 
@@ -270,6 +272,9 @@ class ExtractionBudget:
         self.store = store
         self.window_s = _check_real("window_s", window_s, positive=True)
         self.clock = clock
+        # Prefix -> (the store's listing as items, by source): every read lists, and the listing
+        # seldom changes between two reads.
+        self._by_source: dict[str, tuple[list[Any], dict[str, frozenset[str]]]] = {}
 
     @staticmethod
     def budget_key(principal: str, collection: str, source: str) -> str:
@@ -310,12 +315,20 @@ class ExtractionBudget:
         prefix = _source_key(principal, collection, "")  # every read lists: the cached key builder
         now = _check_real("clock()", self.clock(), positive=False)
         found = listing(prefix, window_s=self.window_s, now=now)
+        items = list(found.items())
+        kept = self._by_source.get(prefix)
+        if kept is not None and kept[0] == items:
+            return dict(kept[1])
         cut = len(prefix)
         # A read lists every source of its principal: one comprehension, the escapes undone after.
-        out = {key[cut:]: ids if type(ids) is frozenset else frozenset(ids) for key, ids in found.items()}
+        out = {key[cut:]: ids if type(ids) is frozenset else frozenset(ids) for key, ids in items}
         if "%" in "".join(out):  # in one of the names (a "%" cannot span two)
             out = {_unescape_part(source) if "%" in source else source: ids for source, ids in out.items()}
-        return out
+        if all(type(ids) is frozenset for _, ids in items):  # a listing equal to these ids is this one
+            if len(self._by_source) >= 1024:
+                self._by_source.clear()
+            self._by_source[prefix] = (items, out)
+        return dict(out)
 
     @staticmethod
     def _vector_key(principal: str, collection: str) -> str:
@@ -352,11 +365,15 @@ class ExtractionBudget:
         # One point per distinct id, under every key that lists it, decided in rank order: released
         # (and charged to every key) only if all its keys admit it.
         normalised = _normalised_ids(charges)
-        members: dict[str, list[int]] = {}
-        for index, ids in enumerate(normalised):
-            for pid in dict.fromkeys(ids):
+        # Lists that share no id (a point of one source each, the common case) are placed one after
+        # the other, each point under its one key: what _rank_order and the members below give then.
+        points = [(pid, [index]) for index, ids in enumerate(normalised)
+                  for pid in (dict.fromkeys(ids) if len(ids) > 1 else ids)]
+        if len({pid for pid, _ in points}) != len(points):
+            members: dict[str, list[int]] = {}
+            for pid, (index,) in points:
                 members.setdefault(pid, []).append(index)
-        points = [(pid, members[pid]) for pid in _rank_order(normalised)]
+            points = [(pid, members[pid]) for pid in _rank_order(normalised)]
         now = self._now()
         store = self.store
         admit_points = getattr(store, "admit_points", None)
@@ -483,9 +500,13 @@ class ExtractionBudget:
             TypeError, ValueError: bad arguments or point ids (nothing is charged then).
             BudgetStoreError: the store is unavailable (fail closed).
         """
-        if not isinstance(requests, Mapping):
+        if type(requests) is not dict and not isinstance(requests, Mapping):
             raise GuardArgumentTypeError(f"requests must be a mapping of source to (point_ids, source_size), not {type(requests).__name__}")
         coverage = _check_fraction("max_source_coverage", max_source_coverage, allow_zero=True)
+        # budget_key and _floor_share inline for plain parts: a read charges every source it returns.
+        plain = type(principal) is str and type(collection) is str and principal and collection \
+            and type(self).budget_key is _BUDGET_KEY  # a subclass's own budget_key is called
+        numerator, denominator = _decimal_ratio(coverage)
         charges = []
         for source, request in requests.items():
             if not isinstance(request, tuple) or len(request) != 2:
@@ -493,8 +514,9 @@ class ExtractionBudget:
             point_ids, source_size = request
             if not (type(source_size) is int and source_size >= 0):
                 _check_count("source_size", source_size)
-            charges.append((self.budget_key(principal, collection, source), point_ids,
-                            _floor_share(source_size, coverage)))
+            key = _source_key(principal, collection, source) if plain and type(source) is str and source \
+                else self.budget_key(principal, collection, source)
+            charges.append((key, point_ids, source_size * numerator // denominator))
         return dict(zip(requests, self._decide_points(charges))) if charges else {}
 
     def admit_vectors(
@@ -528,3 +550,6 @@ class ExtractionBudget:
         key = self._vector_key(principal, collection)
         (decision,) = self._decide([(key, point_ids, _check_count("max_vectors", max_vectors))])
         return decision
+
+
+_BUDGET_KEY = ExtractionBudget.budget_key

@@ -364,6 +364,9 @@ class _CountingStore:
 # the sweep drops idle keys faster than admissions add new ones.
 _SWEEP_STEP = 8
 
+# Listings the memory store keeps (one per principal and collection read lately): past it, all go.
+_LISTINGS_KEPT = 1024
+
 
 class MemoryBudgetStore(_CountingStore):
     """In-process store: a dict of insertion-ordered maps behind one lock.
@@ -400,6 +403,16 @@ class MemoryBudgetStore(_CountingStore):
         # the listing's window check then needs no pass over them. Dropped wherever an entry is
         # added, refreshed or removed (_put after every admission, expiry, _drop, reset).
         self._spans: dict[str, tuple[float, float, frozenset[str]]] = {}
+        # Prefix -> (window_s, oldest timestamp, listing) of a listing whose keys all form the group
+        # that is the prefix, every id in the window: a budgeted read lists all of its principal's
+        # sources, and between two reads the ids seldom change. Dropped for a key's group wherever
+        # its ids change (_changed) and wholesale when a group is made; while kept, the listing
+        # holds for a ``now`` with max(now, _latest) - window_s <= its oldest timestamp, since a
+        # refresh without new ids only moves a key's oldest timestamp later.
+        self._listings: dict[str, tuple[float, float, dict[str, frozenset[str]]]] = {}
+        # No timestamp stored is later than this: a timestamp is an admission's now, or later only
+        # when the key's newest already was.
+        self._latest = -math.inf
         # The sweep's queue: key -> the monotonic time its newest timestamp stands for, in the
         # order of the keys' last admissions (oldest first). Holds exactly the keys of _keys.
         self._idle: OrderedDict[str, float] = OrderedDict()
@@ -414,18 +427,30 @@ class MemoryBudgetStore(_CountingStore):
         with self._lock:
             return len(self._keys)
 
+    def _changed(self, key: str) -> None:
+        # The ids of key were added to or taken from.
+        self._frozen.pop(key, None)
+        if self._listings:
+            self._listings.pop(key[: key.rfind("|") + 1], None)
+
     def _put(self, key: str, entries: OrderedDict[str, float], due: float | None = None) -> None:
         # due: the monotonic time the key's newest timestamp stands for (now, without one).
         self._spans.pop(key, None)
         if key not in self._keys:
-            self._groups.setdefault(key[: key.rfind("|") + 1], set()).add(key)
+            group = key[: key.rfind("|") + 1]
+            members = self._groups.get(group)
+            if members is None:
+                members = self._groups[group] = set()
+                self._listings.clear()  # a kept listing of a shorter prefix may now miss its keys
+            members.add(key)
+            self._changed(key)
         self._keys[key] = entries
         idle = self._idle
         idle[key] = self._monotonic() if due is None else due
         idle.move_to_end(key)
 
     def _drop(self, key: str) -> None:
-        self._frozen.pop(key, None)
+        self._changed(key)
         self._spans.pop(key, None)
         self._idle.pop(key, None)
         if self._keys.pop(key, None) is not None:
@@ -462,29 +487,22 @@ class MemoryBudgetStore(_CountingStore):
         cutoff = now - window_s
         while entries and next(iter(entries.values())) < cutoff:
             entries.popitem(last=False)
-            self._frozen.pop(key, None)
+            self._changed(key)
             self._spans.pop(key, None)
         if not entries:
             self._drop(key)
             return None, now
         return entries, now
 
-    def _kept_span(self, key: str, window_s: float, now: float) -> tuple[float, frozenset[str]] | None:
-        # The key's kept span while every entry is still in the window: the time _expire would use
-        # (time never runs back past the newest entry) and the ids. None: read the entries.
-        span = self._spans.get(key)
-        if span is None:
-            return None
-        oldest, newest, ids = span
-        stamp = now if now > newest else newest
-        return (stamp, ids) if oldest >= stamp - window_s else None
-
     def _expire_listed(self, key: str, window_s: float, now: float) -> tuple[OrderedDict[str, float] | None, float]:
-        # _expire, answered from the key's kept span when it has one and nothing is due to expire:
-        # a read's admission follows its listing, which keeps the span of every key it lists.
-        kept = self._kept_span(key, window_s, now)
-        if kept is not None:
-            return self._keys[key], kept[0]
+        # _expire, answered from the key's kept span when it has one and nothing is due to expire
+        # (the time _expire would use: time never runs back past the newest entry): a read's
+        # admission follows its listing or an admission of the key, which keep its span.
+        span = self._spans.get(key)
+        if span is not None:
+            stamp = now if now > span[1] else span[1]
+            if span[0] >= stamp - window_s:
+                return self._keys[key], stamp
         return self._expire(key, window_s, now)
 
     def _admit_many(
@@ -492,6 +510,8 @@ class MemoryBudgetStore(_CountingStore):
     ) -> list[tuple[list[bool], int, int]]:
         with self._lock:
             self._window = max(self._window, window_s)
+            if now > self._latest:
+                self._latest = now
             mono = self._monotonic()
             out = [self._admit_locked(key, ids, cap, window_s, now, mono) for key, ids, cap in requests]
             self._sweep(now, mono, _SWEEP_STEP + 2 * len(requests))
@@ -515,7 +535,7 @@ class MemoryBudgetStore(_CountingStore):
             else:
                 flags.append(False)
         if len(entries) != before:  # after _expire, ids are only added
-            self._frozen.pop(key, None)
+            self._changed(key)
         if entries:
             self._put(key, entries, mono + (now - at))
         return flags, before, len(entries)
@@ -525,6 +545,8 @@ class MemoryBudgetStore(_CountingStore):
     ) -> tuple[list[bool], list[tuple[int, int]]]:
         with self._lock:
             self._window = max(self._window, window_s)
+            if now > self._latest:
+                self._latest = now
             mono = self._monotonic()
             live = [self._expire_listed(key, window_s, now) for key, _ in keys]
             sets = [entries if entries is not None else OrderedDict() for entries, _ in live]
@@ -543,9 +565,15 @@ class MemoryBudgetStore(_CountingStore):
                 released.append(ok)
             for (key, _), entries, count, (_, stamp) in zip(keys, sets, before, live):
                 if len(entries) != count:  # after _expire, ids are only added
-                    self._frozen.pop(key, None)
+                    self._changed(key)
                 if entries:
                     self._put(key, entries, mono + (stamp - now))
+                    frozen = self._frozen.get(key)
+                    if frozen is not None:
+                        # The key's span kept anew (as _live_ids keeps it): the next admission of
+                        # the key then needs no pass over its entries to know none has expired.
+                        values = entries.values()
+                        self._spans[key] = (next(iter(values)), next(reversed(values)), frozen)
             self._sweep(now, mono, _SWEEP_STEP + 2 * len(keys))
             return released, [(b, len(entries)) for b, entries in zip(before, sets)]
 
@@ -562,6 +590,7 @@ class MemoryBudgetStore(_CountingStore):
                 self._groups.clear()
                 self._frozen.clear()
                 self._spans.clear()
+                self._listings.clear()
                 self._idle.clear()
             else:
                 self._drop(key)
@@ -569,27 +598,42 @@ class MemoryBudgetStore(_CountingStore):
     def _entries_by_prefix(self, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]]:
         with self._lock:
             self._window = max(self._window, window_s)
+            kept = self._listings.get(prefix)
+            if kept is not None and kept[0] == window_s \
+                    and (now if now > self._latest else self._latest) - window_s <= kept[1]:
+                return dict(kept[2])
             # A key starts with prefix only if its group does, or the prefix runs past its group.
             keys: list[str] = []
+            whole = True  # every key listed is of the group that is the prefix
             for group, members in self._groups.items():
                 if group.startswith(prefix):
                     keys.extend(members)  # each key starts with its group
+                    whole = whole and group == prefix
                 elif prefix.startswith(group):
                     keys.extend(key for key in members if key.startswith(prefix))
+                    whole = False
             found = {}
             spans = self._spans
+            lowest = math.inf
             for key in keys:
-                # _kept_span inline: a read lists every source of its principal.
+                # _expire_listed's span test inline: a read lists every source of its principal.
                 span = spans.get(key)
-                if span is not None:
-                    oldest, newest, ids = span
-                    if oldest >= (now if now > newest else newest) - window_s:
-                        if ids:
-                            found[key] = ids
-                        continue
-                ids = self._live_ids(key, window_s, now)
+                if span is None or span[0] < (now if now > span[1] else span[1]) - window_s:
+                    ids = self._live_ids(key, window_s, now)
+                    span = spans.get(key)  # kept by _live_ids when every id is in the window
+                    if span is None or span[0] < (now if now > span[1] else span[1]) - window_s:
+                        whole = False
+                else:
+                    ids = span[2]
+                if whole and span[0] < lowest:  # type: ignore[index]
+                    lowest = span[0]  # type: ignore[index]
                 if ids:
                     found[key] = ids
+            if whole and keys:
+                if len(self._listings) >= _LISTINGS_KEPT:
+                    self._listings.clear()
+                self._listings[prefix] = (window_s, lowest, found)
+                return dict(found)
         return found
 
     def _live_ids(self, key: str, window_s: float, now: float) -> frozenset[str]:
