@@ -208,12 +208,14 @@ def _source_names(
     items: Sequence[T], source_of: Callable[[T], SourceNames], missing_source: str
 ) -> list[tuple[str, ...]]:
     """Each item's sources: distinct, in the order given; ``(missing_source,)`` for none."""
-    names = []
-    for index, item in enumerate(items):
-        value = source_of(item)
+    names: list[tuple[str, ...]] = []
+    # map calls source_of item by item as the loop asks, so a check that raises still comes before
+    # the next item's source_of; an item's index is the number of names listed before it.
+    for value in map(source_of, items):
         if type(value) is tuple and len(value) == 1 and type(value[0]) is str:
             names.append(value)  # one source, as every check below would leave it
             continue
+        index = len(names)
         several = value if isinstance(value, (list, tuple)) else () if value is None else (value,)
         for name in several:
             if not isinstance(name, str):

@@ -1245,6 +1245,10 @@ def map_query(query: Any, visit: Visit, where: str) -> Any:
         UncheckedForm: a form this walk does not know (refused rather than passed on unchecked).
     """
     q = query
+    if type(q) is list:
+        # A plain vector, the common query: none of the query models below (each isinstance check
+        # against one costs about as much as the rest of the walk).
+        return _map_input(q, visit, where)
     if isinstance(q, models.NearestQuery):
         return q.model_copy(update={"nearest": _map_input(q.nearest, visit, f"{where}.nearest")})
     if isinstance(q, models.RecommendQuery):

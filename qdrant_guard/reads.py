@@ -7,7 +7,7 @@ import numbers
 import re
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Callable, Collection, Mapping, Sequence
 
@@ -41,6 +41,10 @@ log = logging.getLogger("qdrant_guard")
 
 # Cached source sizes are swept of stale ones from this many on (see ReadOps.source_size).
 _SIZES_SWEPT_FROM = 1024
+
+
+# Exclusions kept (one per principal, collection and policy read lately): past it, all go.
+_EXCLUSIONS_KEPT = 1024
 
 
 def _fresh_size(hit: tuple[float, int] | None) -> int | None:
@@ -78,7 +82,11 @@ class ReadPlan:
 
     def fresh(self) -> "ReadPlan":
         """The same plan, with nothing recorded as admitted or withheld yet (for a re-run)."""
-        return replace(self, withheld_sources=set(), withheld_ids=set(), admitted={})
+        # What dataclasses.replace makes (every field passed to __init__, which does nothing else),
+        # without its walk over the fields: every read makes one.
+        plan = object.__new__(type(self))
+        plan.__dict__.update(self.__dict__, withheld_sources=set(), withheld_ids=set(), admitted={})
+        return plan
 
 
 @dataclass
@@ -414,10 +422,13 @@ class ReadOps(PayloadOps, QueryChecks):
             # A source holds at least the distinct points just returned from it, whatever the count
             # said (retrieve returns a record once per requested id, so the same point can repeat).
             if len(group) == 1:
-                normalize_point_id(group[0].id)  # raises for a bad id, as the set below would
+                ids = [group[0].id]
+                if not (type(ids[0]) is int and ids[0] >= 0):  # normalize_point_id's first case
+                    normalize_point_id(ids[0])  # raises for a bad id, as the set below would
                 distinct = 1
             else:
                 distinct = len({normalize_point_id(p.id) for p in group})
+                ids = [p.id for p in group]
             hit = sizes.get((account, source))
             if hit is not None and now - hit[0] < _SOURCE_SIZE_TTL_S:
                 size = hit[1]
@@ -425,8 +436,7 @@ class ReadOps(PayloadOps, QueryChecks):
                 size = yield from self.source_size(account, pol, source)
                 sizes = self.shared.get("source_sizes", {})
                 now = time.monotonic()
-            size = max(size, distinct)
-            requests[source] = ([p.id for p in group], size)
+            requests[source] = (ids, size if size >= distinct else distinct)
         withheld: set[str] = set()
         report: dict[str, Any] = {}
         if requests:
@@ -437,9 +447,16 @@ class ReadOps(PayloadOps, QueryChecks):
             except BudgetStoreError as exc:
                 self.budget_store_failed(op, name, pol, exc, "results were withheld", details)
                 return pts
+            admitted = plan.admitted if plan is not None else None
             for source, dec in decisions.items():
-                if plan is not None:
-                    plan.admitted.setdefault(source, set()).update([normalize_point_id(x) for x in dec.admitted])
+                if admitted is not None:
+                    held = admitted.get(source)
+                    if held is None:
+                        # normalize_point_id's first case inline: every id returned is listed here.
+                        admitted[source] = {f"i:{x}" if type(x) is int and x >= 0 else normalize_point_id(x)
+                                            for x in dec.admitted}
+                    else:
+                        held.update([normalize_point_id(x) for x in dec.admitted])
                 if dec.withheld:
                     withheld.update(normalize_point_id(x) for x in dec.withheld)
                     report[source] = {"withheld": len(dec.withheld), "seen": dec.seen_after, "cap": dec.cap}
@@ -551,21 +568,34 @@ class ReadOps(PayloadOps, QueryChecks):
         restricted = pol.diversity.restricted_sources
         coverage = pol.diversity.max_source_coverage
         cap_for = budget.cap_for
-        cached = self.cached_source_size
         sizes = self.shared.get("source_sizes", {})
-        caps: dict[int, int] = {}  # size -> cap: the listing holds every source the principal read
-        # cached_source_size inline, with one clock read until a count is awaited: the listing
-        # holds every source the principal read.
+        # The exclusion is a function of the listing, the cached sizes (while fresh) and the policy:
+        # kept per principal, it is given again while both are the same, in the same order, and
+        # every size it read is still fresh (a read lists every source its principal read).
+        listed_items = None if listed is None else list(listed.items())
+        sized_items = list(sizes.items())
+        slot = (account, self.principal_label, coverage, restricted)
+        # cached_source_size inline, with one clock read until a count is awaited.
         now = time.monotonic()
-        for source, ids in (listed or {}).items():
+        kept = self.shared.get("exclusions", {}).get(slot)
+        if kept is not None and now - kept[0] < _SOURCE_SIZE_TTL_S and kept[1] == listed_items \
+                and kept[2] == sized_items:
+            exclusion.sources.update(kept[3])
+            return exclusion
+        counted = False
+        oldest = math.inf  # when the oldest size read was counted
+        caps: dict[int, int] = {}  # size -> cap: the listing holds every source the principal read
+        for source, ids in listed_items or ():
             if restricted and source not in restricted:
                 continue
             hit = sizes.get((account, source))
             if hit is not None and now - hit[0] < _SOURCE_SIZE_TTL_S:
                 size = hit[1]
+                oldest = min(oldest, hit[0])
             else:
                 size = yield from self.source_size(account, pol, source)
                 now = time.monotonic()
+                counted = True
             cap = caps.get(size)
             if cap is None:
                 cap = caps[size] = cap_for(size, coverage)
@@ -577,11 +607,20 @@ class ReadOps(PayloadOps, QueryChecks):
                  if where == account and size * coverage < 1.000001 and source not in exclusion.sources
                  and (not restricted or source in restricted) and cap_for(size, coverage) == 0]
         for source in sized:
-            size = cached(account, source)
+            hit = self.shared.get("source_sizes", {}).get((account, source))
+            size = _fresh_size(hit)  # cached_source_size, the time it was counted kept
             if size is None:
                 size = yield from self.source_size(account, pol, source)
+                counted = True
+            else:
+                oldest = min(oldest, hit[0])  # type: ignore[index]
             if cap_for(size, coverage) == 0:
                 exclusion.sources[source] = frozenset()
+        if not counted and list(self.shared.get("source_sizes", {}).items()) == sized_items:
+            kept_all = self.shared.setdefault("exclusions", {})
+            if len(kept_all) >= _EXCLUSIONS_KEPT:
+                kept_all.clear()
+            kept_all[slot] = (oldest, listed_items, sized_items, dict(exclusion.sources))
         return exclusion
 
     def widen_exclusion(self, op: str, name: str, pol: CollectionPolicy, account: str, exclusion: Exclusion,
