@@ -398,6 +398,9 @@ class ExtractionBudget:
             results = self._admit_per_key(charges, normalised, now)
             flags = _released_where_all_admit(points, [admitted for admitted, _, _ in results])
             counts = [(before, after) for _, before, after in results]
+        if all(flags):  # every point released (the common case): what _decision gives each then
+            return [_new_decision(list(originals), [], before, after, cap, key)
+                    for (key, originals, cap), (before, after) in zip(charges, counts)]
         released = {pid for (pid, _), ok in zip(points, flags) if ok}
         return [_decision(charge, norm, released, before, after)
                 for charge, norm, (before, after) in zip(charges, normalised, counts)]

@@ -563,17 +563,26 @@ class MemoryBudgetStore(_CountingStore):
                         sets[k][pid] = live[k][1]
                         sets[k].move_to_end(pid)
                 released.append(ok)
+            held, idle, spans, frozen_ids = self._keys, self._idle, self._spans, self._frozen
             for (key, _), entries, count, (_, stamp) in zip(keys, sets, before, live):
                 if len(entries) != count:  # after _expire, ids are only added
                     self._changed(key)
-                if entries:
+                if not entries:
+                    continue
+                if key in held:  # _put of a key held, inline: a read admits each source it returns
+                    held[key] = entries
+                    idle[key] = mono + (stamp - now)
+                    idle.move_to_end(key)
+                else:
                     self._put(key, entries, mono + (stamp - now))
-                    frozen = self._frozen.get(key)
-                    if frozen is not None:
-                        # The key's span kept anew (as _live_ids keeps it): the next admission of
-                        # the key then needs no pass over its entries to know none has expired.
-                        values = entries.values()
-                        self._spans[key] = (next(iter(values)), next(reversed(values)), frozen)
+                frozen = frozen_ids.get(key)
+                if frozen is not None:
+                    # The key's span kept anew (as _live_ids keeps it): the next admission of the
+                    # key then needs no pass over its entries to know none has expired.
+                    values = entries.values()
+                    spans[key] = (next(iter(values)), next(reversed(values)), frozen)
+                else:
+                    spans.pop(key, None)
             self._sweep(now, mono, _SWEEP_STEP + 2 * len(keys))
             return released, [(b, len(entries)) for b, entries in zip(before, sets)]
 
