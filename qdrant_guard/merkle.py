@@ -18,7 +18,7 @@ from .errors import GuardArgumentValueError
 
 T = TypeVar("T")
 
-__all__ = ["leaf_hash", "node_hash", "build_levels", "audit_path", "root_from_path"]
+__all__ = ["leaf_hash", "node_hash", "build_levels", "audit_path", "audit_paths", "root_from_path"]
 
 LEAF_TAG = b"\x00"
 NODE_TAG = b"\x01"
@@ -68,6 +68,20 @@ def audit_path(levels: Sequence[Sequence[T]], index: int) -> list[T]:
             path.append(level[sibling])
         index //= 2
     return path
+
+
+def audit_paths(levels: Sequence[Sequence[T]]) -> list[list[T]]:
+    """Return ``[audit_path(levels, i) for i in range(len(levels[0]))]``, computed in one pass.
+
+    A leaf's path is its own sibling followed by its parent's path, so each level's paths are
+    built from the level above's: one list concatenation per node instead of a walk up the tree
+    per leaf. Every returned list is a new object (no two leaves share one).
+    """
+    above: list[list[T]] = [[]]  # the root's path
+    for level in reversed(levels[:-1]):
+        n = len(level)
+        above = [[level[j ^ 1]] + above[j >> 1] if (j ^ 1) < n else list(above[j >> 1]) for j in range(n)]
+    return above
 
 
 def root_from_path(leaf: bytes, index: int, size: int, path: Sequence[bytes]) -> bytes:

@@ -647,20 +647,75 @@ def _batch_bodies(signer: ReceiptSigner, items: Sequence[ReceiptItem]
                 return None
     row = 4 * dim
     salts = os.urandom(SALT_BYTES * len(items))
-    now = time.time()
+    salts_b64 = _b64_salts(salts, len(items))
+    now_ms = int(round(time.time() * 1000))
     prefix = COMMITMENT_PREFIX
     dim_bytes = struct.pack("<I", dim)
+    sha256 = hashlib.sha256
+    kid = signer.key_id
+    kid_json = _encode_str(kid)
+    # The batch's collection, vector names and model ids repeat: each distinct one is encoded once.
+    encoded_strs: dict[str, str] = {}
     bodies, encoded = [], []
     for i, item in enumerate(items):
         salt = salts[SALT_BYTES * i:SALT_BYTES * (i + 1)]
         block, at = blocks[i // _GRID_BLOCK_ROWS], row * (i % _GRID_BLOCK_ROWS)
-        commitment = hashlib.sha256(b"".join((prefix, salt, dim_bytes, block[at:at + row]))).hexdigest()
+        commitment = sha256(b"".join((prefix, salt, dim_bytes, block[at:at + row]))).hexdigest()
         params, params_json = params_by_id[id(item.params)]
-        body = _body_dict(signer, item, dict(params), _b64(salt), commitment,
-                          now if item.issued_at is None else item.issued_at)
+        pid = item.point_id
+        # normalize_point_id's own result for an int in range, without its isinstance chain.
+        pid = f"int:{pid}" if type(pid) is int and 0 <= pid < _ID_LIMIT else normalize_point_id(pid)
+        issued = now_ms if item.issued_at is None else int(round(item.issued_at * 1000))
+        collection, vector_name, model_id = item.collection, item.vector_name, item.model_id
+        # The same dict as _body_dict, key for key in the same order.
+        body = {
+            "format": RECEIPT_FORMAT,
+            "alg": ALGORITHM,
+            "kid": kid,
+            "params": dict(params),
+            "model_id": model_id,
+            "salt": salts_b64[i],
+            "commitment": commitment,
+            "collection": collection,
+            "point_id": pid,
+            "vector_name": vector_name,
+            "issued_at": issued,
+        }
         bodies.append(body)
-        encoded.append(_body_json(body, params_json))
+        if (coll_json := encoded_strs.get(collection)) is None:
+            coll_json = encoded_strs[collection] = _encode_str(collection)
+        if (name_json := encoded_strs.get(vector_name)) is None:
+            name_json = encoded_strs[vector_name] = _encode_str(vector_name)
+        if model_id is None:
+            model_json = "null"
+        elif (model_json := encoded_strs.get(model_id)) is None:
+            model_json = encoded_strs[model_id] = _encode_str(model_id)
+        # canonical_json(body) (tests/test_receipts_batch.py checks it): the keys in code-point
+        # order, the params encoded once per NoiseParams, the repeated strings once per batch;
+        # issued_at is an int, and the point id ("int:<digits>" or "uuid:<hex and hyphens>"),
+        # the hex commitment and the base64 salt hold no character JSON escapes.
+        encoded.append((
+            f'{{"alg":{_ALG_JSON},"collection":{coll_json},"commitment":"{commitment}",'
+            f'"format":{_FORMAT_JSON},"issued_at":{issued},"kid":{kid_json},"model_id":{model_json},'
+            f'"params":{params_json},"point_id":"{pid}","salt":"{salts_b64[i]}","vector_name":{name_json}}}'
+        ).encode("utf-8"))
     return bodies, encoded
+
+
+_ID_LIMIT = 2 ** 64
+
+
+def _b64_salts(salts: bytes, n: int) -> list[str]:
+    """``[_b64(salt) for salt in the n SALT_BYTES-byte salts of salts]`` with one base64 call.
+
+    Each 16-byte salt, padded with two zero bytes to a multiple of three, encodes to 24
+    characters whose first 22 are the salt's own encoding (the zeros only fill what the salt's
+    "==" padding stands for), so each salt's text is its 22 characters and "==".
+    """
+    padded = np.zeros((n, SALT_BYTES + 2), dtype=np.uint8)
+    padded[:, :SALT_BYTES] = np.frombuffer(salts, dtype=np.uint8).reshape(n, SALT_BYTES)
+    text = base64.b64encode(padded.tobytes()).decode("ascii")
+    return [text[24 * i:24 * i + 22] + "==" for i in range(n)]
 
 
 # Vectors snapped at a time by _grid_blocks. Whole-batch temporaries (256 x 384 float64 =
@@ -693,22 +748,6 @@ def _grid_blocks(vectors: Sequence[np.ndarray]) -> list[bytes] | None:
 _encode_str = json.encoder.encode_basestring  # json's own string encoder, as canonical_json uses
 _ALG_JSON = _encode_str(ALGORITHM)
 _FORMAT_JSON = _encode_str(RECEIPT_FORMAT)
-
-
-def _body_json(body: Mapping[str, Any], params_json: str) -> bytes:
-    # canonical_json(body) for a body built by _body_dict, with the (shared) params already
-    # encoded: the keys in code-point order, the hex commitment and base64 salt need no
-    # escaping, issued_at is an int. tests/test_receipts_batch.py checks it against
-    # canonical_json.
-    model_id = body["model_id"]
-    return (
-        f'{{"alg":{_ALG_JSON},"collection":{_encode_str(body["collection"])},'
-        f'"commitment":"{body["commitment"]}","format":{_FORMAT_JSON},'
-        f'"issued_at":{int.__repr__(body["issued_at"])},"kid":{_encode_str(body["kid"])},'
-        f'"model_id":{"null" if model_id is None else _encode_str(model_id)},"params":{params_json},'
-        f'"point_id":{_encode_str(body["point_id"])},"salt":"{body["salt"]}",'
-        f'"vector_name":{_encode_str(body["vector_name"])}}}'
-    ).encode("utf-8")
 
 
 def _check_signer(signer: Any, func: str) -> None:
@@ -796,13 +835,12 @@ def issue_receipts_batch(signer: ReceiptSigner, items: Sequence[ReceiptItem]) ->
     root = levels[-1][0]
     sig = _b64(signer.sign(_batch_message(root, len(bodies))))
     hex_levels = [[h.hex() for h in level] for level in levels]  # each node's hex once
-    out = []
     size = len(bodies)
-    for i, receipt in enumerate(bodies):
-        receipt["batch"] = {"index": i, "size": size, "path": merkle.audit_path(hex_levels, i)}
+    # Every leaf's audit path in one pass (merkle.audit_paths equals audit_path leaf by leaf).
+    for i, (receipt, path) in enumerate(zip(bodies, merkle.audit_paths(hex_levels))):
+        receipt["batch"] = {"index": i, "size": size, "path": path}
         receipt["sig"] = sig
-        out.append(receipt)
-    return out
+    return bodies
 
 
 def receipts_for_payload(receipts_by_name: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

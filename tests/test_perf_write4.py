@@ -1,0 +1,138 @@
+"""The guarded upsert's receipt batch shortcuts give what the paths they replace gave.
+
+* ``merkle.audit_paths`` builds every leaf's audit path in one pass; it must equal
+  ``merkle.audit_path`` leaf by leaf (odd sizes promote a node, powers of two do not).
+* ``receipts._batch_bodies`` builds each body and its canonical encoding inline (int point ids
+  normalised without ``normalize_point_id``, the batch's repeated strings encoded once, the salts
+  base64-encoded in one call by ``_b64_salts``); with the salts and clock fixed, every body and
+  encoding must equal what the item-by-item helpers (``_body_dict``, ``_b64``,
+  ``vector_commitment``, ``canonical_json``) give for the same salt.
+"""
+from __future__ import annotations
+
+import hashlib
+import types
+import uuid
+
+import numpy as np
+import pytest
+
+from qdrant_guard import merkle, receipts
+from qdrant_guard.canonical import canonical_json
+from qdrant_guard.keys import generate_keypair, key_id
+from qdrant_guard.noise_params import NoiseParams, guarantee_sentence
+from qdrant_guard.receipts import ReceiptItem, ReceiptSigner, issue_receipts_batch, stored_form_batch, verify_receipt
+
+NOW = 1_800_000_000.25
+
+
+def make_params(dim: int, epsilon: float = 2.0) -> NoiseParams:
+    return NoiseParams(
+        mechanism="gaussian", mechanism_version="1", epsilon=epsilon, delta=1e-6, radius=0.5,
+        clip_norm=1.0, scale=0.31, lattice_step=2.0 ** -20, rng_id="chacha20-getrandom-v1",
+        dim=dim, dtype="float32",
+        guarantee=guarantee_sentence("gaussian", epsilon, 1e-6, 0.5, 1.0, 0.31, 2.0 ** -20, dim, "float32"),
+    )
+
+
+SIZES = list(range(1, 40)) + [63, 64, 65, 127, 128, 129, 255, 256, 257, 1024, 1025]
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_audit_paths_equal_audit_path_leaf_by_leaf(n):
+    levels = merkle.build_levels([merkle.leaf_hash(i.to_bytes(4, "little")) for i in range(n)])
+    paths = merkle.audit_paths(levels)
+    assert paths == [merkle.audit_path(levels, i) for i in range(n)]
+    assert len({id(p) for p in paths}) == n  # no two receipts share a path list
+    root = levels[-1][0]
+    for i in (0, n // 2, n - 1):
+        assert merkle.root_from_path(levels[0][i], i, n, paths[i]) == root
+
+
+def test_audit_paths_keep_the_node_form():
+    levels = merkle.build_levels([merkle.leaf_hash(bytes([i])) for i in range(5)])
+    hexed = [[h.hex() for h in level] for level in levels]
+    assert merkle.audit_paths(hexed) == [[h.hex() for h in p] for p in merkle.audit_paths(levels)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 256])
+def test_b64_salts_equal_b64_of_each_salt(n):
+    rng = np.random.default_rng(n)
+    for salts in (rng.bytes(16 * n), b"\x00" * 16 * n, b"\xff" * 16 * n):
+        assert receipts._b64_salts(salts, n) == [receipts._b64(salts[16 * i:16 * (i + 1)]) for i in range(n)]
+
+
+def _fixed_salts():
+    state = [0]
+
+    def urandom(k: int) -> bytes:
+        out = b""
+        while len(out) < k:
+            state[0] += 1
+            out += hashlib.sha256(b"salt-%d" % state[0]).digest()
+        return out[:k]
+    return urandom
+
+
+@pytest.fixture
+def fixed(monkeypatch):
+    monkeypatch.setattr(receipts, "os", types.SimpleNamespace(urandom=_fixed_salts()))
+    monkeypatch.setattr(receipts, "time", types.SimpleNamespace(time=lambda: NOW))
+
+
+def _slow_bodies(signer, items, salts):
+    """The bodies and encodings as the item-by-item helpers build them, with the same salts."""
+    bodies = []
+    for i, item in enumerate(items):
+        salt = salts[16 * i:16 * (i + 1)]
+        issued = NOW if item.issued_at is None else item.issued_at
+        bodies.append(receipts._body_dict(signer, item, receipts._signed_params(item.params), receipts._b64(salt),
+                                          receipts.vector_commitment(item.vector, salt), issued))
+    return bodies, [canonical_json(b) for b in bodies]
+
+
+U = uuid.UUID("8c1a5a2e-6b0c-4a43-9d4e-1f3b2d6c7e90")
+COLLECTIONS = ["docs", 'q"uote\\d', "é名\u2028", "docs"]
+NAMES = ["", "v", "docs", 'n"\n']
+MODELS = [None, "model-é", "docs", 'm"\\']
+IDS = [0, 7, 2 ** 64 - 1, str(U), str(U).upper(), U, 12345678901234567890]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 31, 32, 33, 64, 65, 256])
+def test_batch_bodies_equal_the_item_by_item_bodies(fixed, n):
+    sk, pk = generate_keypair()
+    signer = ReceiptSigner(sk)
+    vecs = stored_form_batch(np.random.default_rng(n).normal(size=(n, 8)), distance="Cosine")
+    shared, other = make_params(8), make_params(8, 0.5)
+    items = [ReceiptItem(shared if i % 3 else other, vecs[i], COLLECTIONS[i % 4], IDS[i % len(IDS)],
+                         NAMES[(i // 2) % 4], MODELS[(i // 3) % 4],
+                         None if i % 4 else (NOW - i if i % 8 else int(NOW) - i))
+             for i in range(n)]
+    salts = _fixed_salts()(16 * n)
+    fast = receipts._batch_bodies(signer, items)
+    assert fast is not None
+    bodies, encoded = fast
+    want_bodies, want_encoded = _slow_bodies(signer, items, salts)
+    assert bodies == want_bodies
+    assert [list(b) for b in bodies] == [list(b) for b in want_bodies]
+    assert [type(b["issued_at"]) for b in bodies] == [int] * n
+    assert encoded == want_encoded
+    # Bodies share no mutable state (each has its own params dict).
+    assert len({id(b["params"]) for b in bodies}) == n
+    trusted = {key_id(pk): pk}
+    for item, rec in zip(items, issue_receipts_batch(signer, items)):
+        assert verify_receipt(rec, vector=item.vector, collection=item.collection, point_id=item.point_id,
+                              vector_name=item.vector_name, trusted_keys=trusted).ok
+
+
+@pytest.mark.parametrize("pid", [-1, 2 ** 64, True, "nope", 1.0])
+def test_batch_point_id_errors_are_normalize_point_ids(pid):
+    sk, _ = generate_keypair()
+    vecs = stored_form_batch(np.ones((3, 4)), distance="Dot")
+    items = [ReceiptItem(make_params(4), v, "c", i) for i, v in enumerate(vecs)]
+    items[1] = ReceiptItem(make_params(4), vecs[1], "c", pid)
+    with pytest.raises(Exception) as got:
+        receipts._batch_bodies(ReceiptSigner(sk), items)
+    with pytest.raises(Exception) as want:
+        receipts.normalize_point_id(pid)
+    assert (type(got.value), str(got.value)) == (type(want.value), str(want.value))
