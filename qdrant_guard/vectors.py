@@ -135,6 +135,10 @@ def as_dense(value: Any, spec: VectorSpec, *, where: str) -> np.ndarray:
     fast = _DENSE_FLOATS(value) if _DENSE_FLOATS is not None else None
     if fast is not None:
         arr, storable = fast
+        if storable and arr.shape[0] == spec.size:
+            # A new 1-D float64 array of finite float32-range values of the right length: every
+            # check below passes and astype returns it as it is.
+            return arr
     else:
         storable = False
         try:
