@@ -218,16 +218,34 @@ def _nudge_pass(r: Any, aeff: Sequence[Any], twoa: Sequence[Any], deltas: Any, d
     return r, p + 1
 
 
+# numpy >= 2.0 (the project supports 1.26, which has no vecdot: the row loop then).
+_ROW_DOTS = getattr(np, "vecdot", None)
+
+
+def _row_norms(arr: np.ndarray) -> np.ndarray:
+    """Each row's Euclidean norm, bit for bit as np.linalg.norm gives it for the row alone (the
+    square root of ndarray.dot of the row with itself)."""
+    # np.vecdot's float64 loop calls the same dot function (BLAS ddot) on each row, without a
+    # Python loop over the rows.
+    squares = None
+    if _ROW_DOTS is not None:
+        with np.errstate(over="ignore"):
+            squares = _ROW_DOTS(arr, arr)
+    if squares is not None and np.isfinite(squares).all():
+        return np.sqrt(squares)
+    # A square that overflowed (the rows are finite): the row loop, which warns as it did.
+    norms = np.empty(arr.shape[0])
+    for i, row in enumerate(arr):
+        norms[i] = math.sqrt(row.dot(row))
+    return norms
+
+
 def _unit_grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
     # Works in place on ``arr`` (the caller's private float64 copy) and returns the grid
     # integers k as exact float64 values; full-size temporaries are avoided because each one
     # costs more in page faults than the arithmetic done on it.
     n, d = arr.shape
-    # Row by row with ndarray.dot, exactly as np.linalg.norm computes a 1-D norm, so each row's
-    # result is bit-identical to normalising it alone.
-    norms = np.empty(n)
-    for i, row in enumerate(arr):
-        norms[i] = math.sqrt(row.dot(row))
+    norms = _row_norms(arr)
     if not norms.all():
         if single:
             raise GuardArgumentValueError("stored_form() cannot normalise a zero vector for Cosine distance")

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import types
 import uuid
 
@@ -136,3 +137,46 @@ def test_batch_point_id_errors_are_normalize_point_ids(pid):
     with pytest.raises(Exception) as want:
         receipts.normalize_point_id(pid)
     assert (type(got.value), str(got.value)) == (type(want.value), str(want.value))
+
+
+# -- the Cosine stored form's row norms: np.vecdot instead of a loop of ndarray.dot ---------------------
+
+def _outcome(fn):
+    try:
+        return fn().tobytes()
+    except Exception as exc:  # noqa: BLE001 - the error is the outcome compared
+        return type(exc), str(exc)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 16, 17, 384, 385, 1536])
+def test_row_norms_by_vecdot_equal_the_row_loop(monkeypatch, d):
+    if receipts._ROW_DOTS is None:
+        pytest.skip("numpy without vecdot: only the row loop exists")
+    rng = np.random.default_rng(d)
+    for scale in (1e-160, 1e-3, 1.0, 7.5, 1e3, 1e150):
+        m = rng.standard_normal((33, d)) * scale
+        m[5, 0] = 1e-300  # squares below the normal range next to normal ones (d = 1: a zero norm)
+        want = np.array([math.sqrt(row.dot(row)) for row in m])
+        assert receipts._row_norms(m).tobytes() == want.tobytes()
+        assert receipts._row_norms(m[7:8]).tobytes() == want[7:8].tobytes()
+        for rows in (m, m[:1], m[1:]):
+            fast = (_outcome(lambda: receipts._unit_grid_rows(rows.copy(), "t", False)),
+                    _outcome(lambda: stored_form_batch(rows, distance="Cosine")),
+                    _outcome(lambda: receipts.stored_form(rows[0], distance="Cosine")))
+            monkeypatch.setattr(receipts, "_ROW_DOTS", None)
+            slow = (_outcome(lambda: receipts._unit_grid_rows(rows.copy(), "t", False)),
+                    _outcome(lambda: stored_form_batch(rows, distance="Cosine")),
+                    _outcome(lambda: receipts.stored_form(rows[0], distance="Cosine")))
+            monkeypatch.undo()
+            assert fast == slow
+
+
+def test_row_norm_overflow_takes_the_row_loop_with_its_warning(monkeypatch):
+    # A finite row whose square overflows: the row loop's own result and warning, as before.
+    m = np.array([[1e200, 1e200, 0.5], [0.6, 0.8, 0.0]])
+    with pytest.warns(RuntimeWarning, match="overflow encountered in dot$"):
+        fast = stored_form_batch(m, distance="Cosine")
+    monkeypatch.setattr(receipts, "_ROW_DOTS", None)
+    with pytest.warns(RuntimeWarning, match="overflow encountered in dot$"):
+        slow = stored_form_batch(m, distance="Cosine")
+    assert fast.tobytes() == slow.tobytes()
