@@ -647,6 +647,18 @@ def _batch_bodies(signer: ReceiptSigner, items: Sequence[ReceiptItem]
         if issued is not None and (type(issued) not in (int, float) or not math.isfinite(issued)):
             return None
         vectors.append(vec)
+    return _column_bodies(signer, [item.params for item in items], vectors, [item.collection for item in items],
+                          [item.point_id for item in items], [item.vector_name for item in items],
+                          [item.model_id for item in items], [item.issued_at for item in items])
+
+
+def _column_bodies(signer: ReceiptSigner, params_of: Sequence[NoiseParams], vectors: Sequence[np.ndarray],
+                   collections: Sequence[str], point_ids: Sequence[Any], vector_names: Sequence[str],
+                   model_ids: Sequence[str | None], issued_ats: Sequence[float | None]
+                   ) -> tuple[list[dict[str, Any]], list[bytes]] | None:
+    """:func:`_batch_bodies` of the items these columns hold, once each item's field types are
+    known to be those the fast path takes (NoiseParams, a non-empty str collection, a str vector
+    name, None or a str model id, a 1-D ndarray vector, None or a finite int/float issued_at)."""
     dim = vectors[0].size
     if dim == 0 or any(v.size != dim for v in vectors):
         return None
@@ -654,18 +666,19 @@ def _batch_bodies(signer: ReceiptSigner, items: Sequence[ReceiptItem]
     if blocks is None:
         return None
     params_by_id: dict[int, tuple[dict[str, Any], str]] = {}
-    for item in items:
-        if item.params.dim != dim:
+    for prm in params_of:
+        if prm.dim != dim:
             return None
-        if id(item.params) not in params_by_id:
-            signed = _signed_params(item.params)
+        if id(prm) not in params_by_id:
+            signed = _signed_params(prm)
             try:
-                params_by_id[id(item.params)] = (signed, canonical_json(signed).decode("utf-8"))
+                params_by_id[id(prm)] = (signed, canonical_json(signed).decode("utf-8"))
             except (TypeError, ValueError):
                 return None
+    n = len(vectors)
     row = 4 * dim
-    salts = os.urandom(SALT_BYTES * len(items))
-    salts_b64 = _b64_salts(salts, len(items))
+    salts = os.urandom(SALT_BYTES * n)
+    salts_b64 = _b64_salts(salts, n)
     now_ms = int(round(time.time() * 1000))
     prefix = COMMITMENT_PREFIX
     dim_bytes = struct.pack("<I", dim)
@@ -675,16 +688,15 @@ def _batch_bodies(signer: ReceiptSigner, items: Sequence[ReceiptItem]
     # The batch's collection, vector names and model ids repeat: each distinct one is encoded once.
     encoded_strs: dict[str, str] = {}
     bodies, encoded = [], []
-    for i, item in enumerate(items):
+    for i, (prm, collection, pid, vector_name, model_id, issued_at) in enumerate(
+            zip(params_of, collections, point_ids, vector_names, model_ids, issued_ats)):
         salt = salts[SALT_BYTES * i:SALT_BYTES * (i + 1)]
         block, at = blocks[i // _GRID_BLOCK_ROWS], row * (i % _GRID_BLOCK_ROWS)
         commitment = sha256(b"".join((prefix, salt, dim_bytes, block[at:at + row]))).hexdigest()
-        params, params_json = params_by_id[id(item.params)]
-        pid = item.point_id
+        params, params_json = params_by_id[id(prm)]
         # normalize_point_id's own result for an int in range, without its isinstance chain.
         pid = f"int:{pid}" if type(pid) is int and 0 <= pid < _ID_LIMIT else normalize_point_id(pid)
-        issued = now_ms if item.issued_at is None else int(round(item.issued_at * 1000))
-        collection, vector_name, model_id = item.collection, item.vector_name, item.model_id
+        issued = now_ms if issued_at is None else int(round(issued_at * 1000))
         # The same dict as _body_dict, key for key in the same order.
         body = {
             "format": RECEIPT_FORMAT,
@@ -849,6 +861,40 @@ def issue_receipts_batch(signer: ReceiptSigner, items: Sequence[ReceiptItem]) ->
         encoded = [canonical_json(b) for b in bodies]
     else:
         bodies, encoded = fast
+    return _signed_batch(signer, bodies, encoded)
+
+
+def issue_receipts_rows(signer: ReceiptSigner, groups: Sequence[tuple[NoiseParams, Sequence[np.ndarray], str,
+                                                                       Sequence[Any], str, Sequence[str | None]]]
+                        ) -> list[dict[str, Any]]:
+    """:func:`issue_receipts_batch` of the items ``ReceiptItem(params, vector, collection, point_id,
+    vector_name, model_id)`` for each ``(params, vectors, collection, point_ids, vector_name,
+    model_ids)`` group and its vectors, point ids and model ids in turn (issued_at None), without
+    making the items: the guarded upsert's receipts, one group per noised vector name. The same
+    receipts, errors and order; items are made only where issue_receipts_batch's fast path would
+    not take them."""
+    _check_signer(signer, "issue_receipts_rows")
+    fast = None
+    if all(type(prm) is NoiseParams and type(coll) is str and coll and type(vname) is str
+           and all(m is None or type(m) is str for m in models_)
+           and all(type(v) is np.ndarray and v.ndim == 1 for v in vecs)
+           for prm, vecs, coll, _, vname, models_ in groups):
+        n = sum(len(g[1]) for g in groups)
+        if n:
+            fast = _column_bodies(
+                signer, [g[0] for g in groups for _ in range(len(g[1]))], [v for g in groups for v in g[1]],
+                [g[2] for g in groups for _ in range(len(g[1]))], [p for g in groups for p in g[3]],
+                [g[4] for g in groups for _ in range(len(g[1]))], [m for g in groups for m in g[5]], [None] * n)
+    if fast is None:
+        return issue_receipts_batch(signer, [
+            new_item(prm, v, coll, pid, vname, m)
+            for prm, vecs, coll, pids, vname, models_ in groups for v, pid, m in zip(vecs, pids, models_)])
+    return _signed_batch(signer, *fast)
+
+
+def _signed_batch(signer: ReceiptSigner, bodies: list[dict[str, Any]], encoded: list[bytes]) -> list[dict[str, Any]]:
+    """The receipts of a batch's bodies: one signature over the Merkle root of their encodings,
+    and each its leaf's index and audit path."""
     levels = merkle.build_levels([merkle.leaf_hash(e) for e in encoded])
     root = levels[-1][0]
     sig = _b64(signer.sign(_batch_message(root, len(bodies))))

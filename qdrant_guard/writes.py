@@ -24,11 +24,9 @@ from .querycheck import operation_filter_roots
 from .receipts import (
     PAYLOAD_CONTAINER_VERSION,
     RECEIPT_KEY,
-    ReceiptItem,
     commitment_bytes,
     normalize_point_id,
-    issue_receipts_batch,
-    new_item,
+    issue_receipts_rows,
     mechanism_mismatch,
     model_mismatch,
     noise_shortfall,
@@ -840,16 +838,21 @@ class WriteOps(TextOps):
                 details={"faults": {v.value: [str(x) for x in ids_] for v, ids_ in faults.items()},
                          "reasons": reasons, "points_in_call": len(points)},
             ))
+        issued: list[dict[str, Any]] = []
         if to_noise:
-            accepted_receipts += self._noise_and_sign(name, pol, shape, points, vectors, payloads, to_noise)
+            issued = self._noise_and_sign(name, pol, shape, points, vectors, payloads, to_noise)
+            accepted_receipts += issued
             counts["noised"] = len(to_noise)
             eps_seen.append(pol.noise.epsilon)
         # The manifest names every receipt the stored vectors rest on, the writer's own included.
         digest = _batch_digest(accepted_receipts) if accepted_receipts else None
         out = []
+        # The receipts issued here are new dicts no one else holds: stored as they are, where
+        # receipts_for_payload copied each (the writer's own receipts are still copied).
+        own = {id(r) for r in issued}
         for p, vecs, payload in zip(points, vectors, payloads):
             if RECEIPT_KEY in payload:
-                payload[RECEIPT_KEY] = receipts_for_payload(payload[RECEIPT_KEY])
+                payload[RECEIPT_KEY] = _container(payload[RECEIPT_KEY], own)
             if len(vecs) == 1 and UNNAMED in vecs:
                 vector = _as_list(vecs[UNNAMED])  # what join_vector_struct returns for it
             else:
@@ -865,8 +868,8 @@ class WriteOps(TextOps):
                         points: list[models.PointStruct], vectors: list[dict[str, Any]],
                         payloads: list[dict[str, Any]], slots: list[_Slot]) -> list[dict[str, Any]]:
         np_ = pol.noise
-        done: list[_Slot] = []  # the slots in the order of items
-        items: list[ReceiptItem] = []
+        done: list[_Slot] = []  # the slots in the order of the receipts
+        groups: list[tuple[Any, ...]] = []  # issue_receipts_rows' groups, one per vector name
         by_name: dict[str, list[_Slot]] = {}
         for s in slots:
             by_name.setdefault(s.name, []).append(s)
@@ -896,12 +899,14 @@ class WriteOps(TextOps):
                 raise _located(exc, points[group[int(row.group(1))].point].id if row else None, vname)
             # One tolist of the matrix (the same floats as each row's tolist, ~1.3 us a point less);
             # the receipts take the float32 rows.
-            for s, final, row in zip(group, finals, finals.tolist()):
+            for s, row in zip(group, finals.tolist()):
                 vectors[s.point][vname] = row
-                items.append(new_item(params, final, name, points[s.point].id, vname,
-                                      model_id if s.embedded else None))
+            groups.append((params, list(finals), name, [points[s.point].id for s in group], vname,
+                           [model_id if s.embedded else None for s in group]))
             done += group
-        receipts = issue_receipts_batch(self.signer, items)
+        # One batch (one Merkle tree, one signature) over every group, as issue_receipts_batch of
+        # a ReceiptItem per slot signs it.
+        receipts = issue_receipts_rows(self.signer, groups)
         for s, rec in zip(done, receipts):
             existing = payloads[s.point].get(RECEIPT_KEY) or {}
             existing[s.name] = rec
@@ -1081,6 +1086,15 @@ class WriteOps(TextOps):
                 "which points change. Select the points yourself (scroll with the filter) and pass "
                 "their ids without update_filter"
             )
+
+
+def _container(receipts_by_name: dict[str, Any], own: set[int]) -> dict[str, Any]:
+    """``receipts_for_payload(receipts_by_name)``, whose receipts are dicts (the guard's, or the
+    writer's as receipts_from_payload read them), without copying those whose id is in ``own``."""
+    if not own:
+        return receipts_for_payload(receipts_by_name)
+    return {"v": PAYLOAD_CONTAINER_VERSION,
+            "vectors": {n: r if id(r) in own else dict(r) for n, r in receipts_by_name.items()}}
 
 
 def _point(point_id: Any, vector: Any, payload: dict[str, Any] | None) -> models.PointStruct:

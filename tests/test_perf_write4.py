@@ -180,3 +180,88 @@ def test_row_norm_overflow_takes_the_row_loop_with_its_warning(monkeypatch):
     with pytest.warns(RuntimeWarning, match="overflow encountered in dot$"):
         slow = stored_form_batch(m, distance="Cosine")
     assert fast.tobytes() == slow.tobytes()
+
+
+# -- issue_receipts_rows: the guarded upsert's receipts without a ReceiptItem per slot -----------------
+
+def _groups(n: int, rng: np.random.Generator) -> list[tuple]:
+    a, b = make_params(8), make_params(8, 0.5)
+    vecs = stored_form_batch(rng.normal(size=(n + 3, 8)), distance="Cosine")
+    ids = [IDS[i % len(IDS)] for i in range(n + 3)]
+    models_ = [MODELS[i % 4] for i in range(n + 3)]
+    groups = [(a, list(vecs[:n]), "docs", ids[:n], "", models_[:n])]
+    if n > 1:  # a second vector name, other params, in one batch with the first
+        groups.append((b, list(vecs[n:]), "docs", ids[n:], 'v"2', models_[n:]))
+    return groups
+
+
+def _as_items(groups):
+    return [ReceiptItem(prm, v, coll, pid, vname, m)
+            for prm, vecs, coll, pids, vname, models_ in groups for v, pid, m in zip(vecs, pids, models_)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 32, 33, 256])
+def test_issue_receipts_rows_equal_issue_receipts_batch(monkeypatch, n):
+    sk, pk = generate_keypair()
+    signer = ReceiptSigner(sk)
+    groups = _groups(n, np.random.default_rng(n))
+    monkeypatch.setattr(receipts, "time", types.SimpleNamespace(time=lambda: NOW))
+    monkeypatch.setattr(receipts, "os", types.SimpleNamespace(urandom=_fixed_salts()))
+    got = receipts.issue_receipts_rows(signer, groups)
+    monkeypatch.setattr(receipts, "os", types.SimpleNamespace(urandom=_fixed_salts()))
+    want = issue_receipts_batch(signer, _as_items(groups))
+    assert got == want
+    assert [list(r) for r in got] == [list(r) for r in want]
+    assert [canonical_json(r) for r in got] == [canonical_json(r) for r in want]
+    trusted = {key_id(pk): pk}
+    for item, rec in zip(_as_items(groups), got):
+        assert verify_receipt(rec, vector=item.vector, collection=item.collection, point_id=item.point_id,
+                              vector_name=item.vector_name, trusted_keys=trusted).ok
+
+
+@pytest.mark.parametrize("change", [
+    lambda g: (g[0], g[1], "", g[3], g[4], g[5]),                                  # empty collection
+    lambda g: (g[0], g[1], g[2], g[3], None, g[5]),                                # vector name not a str
+    lambda g: (g[0], g[1], g[2], g[3], g[4], [3] + list(g[5][1:])),                # model id not a str
+    lambda g: (g[0], [np.full(8, 0.1)] + list(g[1][1:]), g[2], g[3], g[4], g[5]),  # off the grid
+    lambda g: (make_params(9), g[1], g[2], g[3], g[4], g[5]),                      # params of another dim
+    lambda g: (g[0], [list(g[1][0])] + list(g[1][1:]), g[2], g[3], g[4], g[5]),    # a list, not an array
+    lambda g: (g[0], g[1], g[2], [-1] + list(g[3][1:]), g[4], g[5]),               # a negative point id
+    lambda g: ("gaussian", g[1], g[2], g[3], g[4], g[5]),                          # params not NoiseParams
+])
+def test_issue_receipts_rows_outside_the_fast_path_are_issue_receipts_batchs(monkeypatch, change):
+    # The same error, or (a list vector on the grid, which the item path takes) the same receipts.
+    sk, _ = generate_keypair()
+    signer = ReceiptSigner(sk)
+    groups = _groups(3, np.random.default_rng(0))
+    groups[0] = change(groups[0])
+    monkeypatch.setattr(receipts, "time", types.SimpleNamespace(time=lambda: NOW))
+    monkeypatch.setattr(receipts, "os", types.SimpleNamespace(urandom=_fixed_salts()))
+    got = _outcome_of(lambda: receipts.issue_receipts_rows(signer, groups))
+    monkeypatch.setattr(receipts, "os", types.SimpleNamespace(urandom=_fixed_salts()))
+    want = _outcome_of(lambda: issue_receipts_batch(signer, _as_items(groups)))
+    assert got == want
+
+
+def _outcome_of(fn):
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - the error is the outcome compared
+        return type(exc), str(exc)
+
+
+def test_container_equals_receipts_for_payload_and_copies_only_the_writers():
+    from types import MappingProxyType
+
+    from qdrant_guard import writes
+    own = {"sig": "a", "batch": {"index": 0}}
+    writer = {"sig": "w"}
+    proxy = MappingProxyType({"sig": "p"})
+    by_name = {"w": writer, "": own, "p": proxy}
+    got = writes._container(by_name, {id(own)})
+    want = receipts.receipts_for_payload(by_name)
+    assert got == want and list(got["vectors"]) == list(want["vectors"]) == ["w", "", "p"]
+    assert canonical_json(got) == canonical_json(want)
+    assert got["vectors"][""] is own
+    assert got["vectors"]["w"] is not writer and type(got["vectors"]["p"]) is dict
+    assert writes._container(by_name, set()) == want
