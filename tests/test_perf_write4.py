@@ -265,3 +265,58 @@ def test_container_equals_receipts_for_payload_and_copies_only_the_writers():
     assert got["vectors"][""] is own
     assert got["vectors"]["w"] is not writer and type(got["vectors"]["p"]) is dict
     assert writes._container(by_name, set()) == want
+
+
+# -- the whole guarded write with this file's shortcuts on and off ----------------------------------------
+
+def _reference_rows(signer, groups):
+    return issue_receipts_batch(signer, [
+        ReceiptItem(prm, v, coll, pid, vname, m)
+        for prm, vecs, coll, pids, vname, models_ in groups for v, pid, m in zip(vecs, pids, models_)])
+
+
+def test_guarded_writes_send_and_store_what_the_paths_they_replace_did(tmp_path, monkeypatch):
+    # PointStruct, dict, Batch, upload_collection and upload_points writes, unnamed and two named
+    # vectors (test_perf_write3._writes), with: receipts from the noised matrix, the guard's receipts
+    # stored uncopied, the native reader's array as it is, np.vecdot row norms; then with each
+    # replaced by the path it skips.
+    from test_perf_write3 import _run
+
+    from qdrant_guard import vectors, writes
+    fast, fast_stored, info = _run(tmp_path / "fast", monkeypatch, shortcuts=True)
+    monkeypatch.setattr(writes, "issue_receipts_rows", _reference_rows)
+    monkeypatch.setattr(writes, "_container", lambda by_name, own: receipts.receipts_for_payload(by_name))
+    monkeypatch.setattr(vectors, "_DENSE_FLOATS", None)
+    monkeypatch.setattr(receipts, "_ROW_DOTS", None)
+    slow, slow_stored, _ = _run(tmp_path / "slow", monkeypatch, shortcuts=True)
+    assert info["noised"] > 20
+    assert len(fast) == len(slow) >= 10
+    for a, b in zip(fast, slow):
+        assert a == b
+    assert fast_stored == slow_stored
+
+
+@pytest.mark.parametrize("value", [
+    [0.5, -1.25, 3.0], [0.5, float("inf"), 1.0], [float("nan"), 0.0, 1.0], [1e39, 0.0, 1.0], [0.5, 1.0],
+    [0.5, 1.0, 2.0, 3.0], [1, 2, 3], [True, 0.0, 1.0], np.array([0.5, 1.0, 2.0], dtype=np.float32), [],
+])
+def test_as_dense_shortcut_equals_the_checked_path(monkeypatch, value):
+    from qdrant_guard import vectors
+    spec = vectors.VectorSpec(name="v", size=3, distance="Cosine", multivector=False)
+
+    def outcome():
+        try:
+            arr = vectors.as_dense(value, spec, where="point 1")
+            return arr.dtype.str, arr.shape, arr.tobytes()
+        except Exception as exc:  # noqa: BLE001 - the error is the outcome compared
+            return type(exc), str(exc), getattr(exc, "reason", None)
+    fast = outcome()
+    monkeypatch.setattr(vectors, "_DENSE_FLOATS", None)
+    assert fast == outcome()
+
+
+def test_noise_batch_cast_equals_stack_then_astype():
+    rng = np.random.default_rng(3)
+    rows = [r for r in rng.standard_normal((33, 17)) * np.logspace(-45, 38, 33)[:, None]]
+    rows[0][:4] = [np.nextafter(np.float32(1.0), np.float32(2.0)) * 1.0 + 2.0 ** -30, -0.0, 3.4028234e38, 1e-46]
+    assert (np.array(rows, dtype=np.float32).tobytes() == np.stack(rows).astype(np.float32).tobytes())
