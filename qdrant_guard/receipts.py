@@ -233,11 +233,32 @@ def _row_norms(arr: np.ndarray) -> np.ndarray:
             squares = _ROW_DOTS(arr, arr)
     if squares is not None and np.isfinite(squares).all():
         return np.sqrt(squares)
-    # A square that overflowed (the rows are finite): the row loop, which warns as it did.
+    # A square that overflowed (the rows are finite): the row loop, bit for bit as before; the
+    # caller rescales the rows whose norm came out inf (_rescale_extreme_rows).
     norms = np.empty(arr.shape[0])
-    for i, row in enumerate(arr):
-        norms[i] = math.sqrt(row.dot(row))
+    with np.errstate(over="ignore"):
+        for i, row in enumerate(arr):
+            norms[i] = math.sqrt(row.dot(row))
     return norms
+
+
+# Below this a row's sum of squares has lost bits to the subnormal range (or underflowed to 0).
+_NORM_FLOOR = 2.0 ** -500
+
+
+def _rescale_extreme_rows(arr: np.ndarray, norms: np.ndarray, rows: np.ndarray) -> None:
+    # A finite row whose sum of squares overflows (norm inf: divided by it, the row became all
+    # zeros and was stored as such) or underflows (a non-zero row refused as a zero vector) is
+    # first scaled by a power of two that brings its largest coordinate near 1: exact, and
+    # normalising removes the scale again. Rows of ordinary magnitude never come here, so their
+    # stored form is unchanged.
+    for i in rows:
+        peak = float(np.max(np.abs(arr[i])))
+        if peak == 0.0:
+            continue  # a true zero row: refused as before
+        arr[i] = np.ldexp(arr[i], -math.frexp(peak)[1])
+        row = arr[i]
+        norms[i] = math.sqrt(row.dot(row))
 
 
 def _unit_grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
@@ -246,6 +267,9 @@ def _unit_grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
     # costs more in page faults than the arithmetic done on it.
     n, d = arr.shape
     norms = _row_norms(arr)
+    extreme = ~(norms >= _NORM_FLOOR) | (norms == np.inf)
+    if extreme.any():
+        _rescale_extreme_rows(arr, norms, np.flatnonzero(extreme))
     if not norms.all():
         if single:
             raise GuardArgumentValueError("stored_form() cannot normalise a zero vector for Cosine distance")
