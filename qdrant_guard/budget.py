@@ -398,7 +398,11 @@ class ExtractionBudget:
             results = self._admit_per_key(charges, normalised, now)
             flags = _released_where_all_admit(points, [admitted for admitted, _, _ in results])
             counts = [(before, after) for _, before, after in results]
-        if all(flags):  # every point released (the common case): what _decision gives each then
+        if type(flags) is not list:
+            flags = list(flags)  # read twice below: an iterator's would be used up by all()
+        # Every point released (the common case): what _decision gives each then. Only a flag per
+        # point says so: a short answer leaves the points past it withheld, as the zip below does.
+        if len(flags) == len(points) and all(flags):
             return [_new_decision(list(originals), [], before, after, cap, key)
                     for (key, originals, cap), (before, after) in zip(charges, counts)]
         released = {pid for (pid, _), ok in zip(points, flags) if ok}
@@ -508,7 +512,7 @@ class ExtractionBudget:
         coverage = _check_fraction("max_source_coverage", max_source_coverage, allow_zero=True)
         # budget_key and _floor_share inline for plain parts: a read charges every source it returns.
         plain = type(principal) is str and type(collection) is str and principal and collection \
-            and type(self).budget_key is _BUDGET_KEY  # a subclass's own budget_key is called
+            and type(self).budget_key is _BUDGET_KEY and "budget_key" not in self.__dict__  # any other is called
         numerator, denominator = _decimal_ratio(coverage)
         charges = []
         for source, request in requests.items():
