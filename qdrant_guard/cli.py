@@ -472,14 +472,24 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
         pks = [keys.load_public_key(k) for k in args.key]
         trusted = {keys.key_id(pk): pk for pk in pks}
     if args.trust_policy:
+        given = trusted or {}
         _, _, revoked, trusted = _policy_audit_keys(args.trust_policy, trusted, flag="--trust-policy")
-        if signer is not None and signer.key_id not in trusted:
+        policy_trusts = signer is not None and signer.key_id in trusted
+        if policy_trusts and signer.key_id in given:  # type: ignore[union-attr]
+            # --key widens what the chain is verified under, not what the guard trusts: a key given
+            # there must be the policy's too (the guard would refuse a checkpoint it signs).
+            try:
+                policy_trusts = signer.key_id in _policy_audit_keys(  # type: ignore[union-attr]
+                    args.trust_policy, None, flag="--trust-policy")[3]
+            except ConfigError:  # the policy names no checkpoint key at all
+                policy_trusts = False
+        if signer is not None and not policy_trusts:
             # The repair entry would be the log's last checkpoint, under a key the policy does not
             # trust for checkpoints: the guard would not open the log, nor `audit verify --policy` pass it.
             why = ("receipts.revoked_keys revokes it: a checkpoint it signs proves nothing"
                    if signer.key_id in revoked else
                    "the policy trusts no such key for checkpoints (its signing_key, receipts.retired_keys, "
-                   "audit_trusted_keys)")
+                   "audit_trusted_keys; a --key is not one of them)")
             raise ConfigError(
                 f"--signing-key {args.signing_key} (key id {signer.key_id}) would sign the repair entry as the "
                 f"log's most recent checkpoint, but under --trust-policy {args.trust_policy} {why}, so the guard "
