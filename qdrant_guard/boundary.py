@@ -15,6 +15,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Collection, Iterable, Mapping, Sequence, Union
 
 from cryptography.exceptions import InvalidSignature
@@ -207,6 +208,14 @@ def _keys_of(authorities: Any, boundary: str) -> list[Ed25519PublicKey]:
     return out
 
 
+def _utc(ts: int) -> str:
+    """A claim's time as UTC ISO 8601 for a message (the raw number when it is out of range)."""
+    try:
+        return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return str(ts)
+
+
 def verify_credential(
     token: str,
     *,
@@ -320,7 +329,12 @@ def verify_credential(
     # The claims are unbounded JSON ints: compare them with floats, never add floats to them
     # (int + float overflows beyond 1e308).
     if current - leeway > claims["exp"]:
-        raise CredentialRejected("expired", f"credential expired at {claims['exp']}")
+        raise CredentialRejected(
+            "expired", f"credential of {claims['agent_id']}@{boundary} expired at {_utc(claims['exp'])} "
+            f"(exp {claims['exp']}); issue a new one with `qdrant-guard credential issue --agent "
+            f"{claims['agent_id']} --boundary {boundary}` (--ttl sets its lifetime)")
     if current + leeway < claims["iat"]:
-        raise CredentialRejected("not_yet_valid", f"credential is valid from {claims['iat']}")
+        raise CredentialRejected(
+            "not_yet_valid", f"credential is valid from {_utc(claims['iat'])} (iat {claims['iat']}), later "
+            "than this host's clock: the issuing host's clock is ahead of this one; check both clocks")
     return VerifiedPrincipal(claims["agent_id"], boundary, claims["exp"], kid, claims["jti"])
