@@ -111,6 +111,31 @@ def cmd_keys_new(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys_pub(args: argparse.Namespace) -> int:
+    from . import keys
+
+    pub = Path(args.key + ".pub")
+    if os.path.lexists(pub):
+        # The .pub is what a policy or an auditor trusts: never replace it silently.
+        print(f"error: {pub} exists; refusing to overwrite a key (move {pub} aside first)", file=sys.stderr)
+        return 2
+    try:
+        pk = keys.load_private_key(args.key).public_key()
+    except keys.KeyStoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        fd = os.open(pub, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(keys.public_key_to_str(pk) + "\n")
+    except OSError as exc:
+        print(f"error: cannot write {pub}: {exc.strerror or exc}; nothing was written", file=sys.stderr)
+        return 2
+    print(json.dumps({"private_key": args.key, "public_key_file": str(pub),
+                      "public_key": keys.public_key_to_str(pk), "key_id": keys.key_id(pk)}, indent=2))
+    return 0
+
+
 def _toml_key(name: str) -> str:
     """``name`` as a TOML table key: bare if it can be, else quoted (``[boundaries.h.r]`` would nest)."""
     return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
@@ -726,6 +751,13 @@ def build_parser() -> argparse.ArgumentParser:
                                        "key id as JSON; if OUT or OUT.pub exists, nothing is written (exit 2).")
     kn.add_argument("--out", required=True, help="path of the private key file to create")
     kn.set_defaults(func=cmd_keys_new)
+    kp = keys_p.add_parser("pub", help="write the .pub of an existing private key (a lost or deleted .pub)",
+                           description="Write the public key of --key to KEY.pub (the file `keys new` writes "
+                                       "beside it) and print it as `keys new` does; if KEY.pub exists, nothing is "
+                                       "written (exit 2). The key pair stays the same, so what it signed still "
+                                       "verifies.")
+    kp.add_argument("--key", required=True, help="the private key file (the --out of `keys new`)")
+    kp.set_defaults(func=cmd_keys_pub)
 
     cred_p = sub.add_parser("credential", help="boundary credentials").add_subparsers(dest="sub", required=True)
     ci = cred_p.add_parser("issue", help="issue a credential proving an agent is in a boundary",

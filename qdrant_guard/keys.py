@@ -173,8 +173,15 @@ def _read_key_file(path: PathLike, func: str, *, private: bool) -> tuple[Path, b
             ) from None
         hint = ""
         if isinstance(exc, FileNotFoundError):
-            hint = (f"; create it with `qdrant-guard keys new --out {p}`, or fix the path" if private else
-                    "; `qdrant-guard keys new --out KEY` writes the public key beside the private one, as KEY.pub")
+            stem = Path(text[:-len(".pub")]) if not private and text.endswith(".pub") else None
+            if private:
+                hint = f"; create it with `qdrant-guard keys new --out {p}`, or fix the path"
+            elif stem is not None and stem.is_file():
+                # A new pair would orphan what the existing private key signed (credentials, receipts).
+                hint = (f"; the private key {str(stem)!r} is there: `qdrant-guard keys pub --key {stem}` writes "
+                        "this .pub from it (a new pair from `keys new` would not verify what that key signed)")
+            else:
+                hint = "; `qdrant-guard keys new --out KEY` writes the public key beside the private one, as KEY.pub"
         elif isinstance(exc, IsADirectoryError):
             hint = f"; give the path of a key file in it (e.g. {str(p / 'guard.key')!r}), not the directory"
         raise KeyStoreError(f"cannot read key file {str(p)!r}: {exc.strerror or exc}{hint}") from exc

@@ -242,7 +242,7 @@ def test_audit_verify_says_when_key_checked_no_signature(tmp_path: Path, capsys:
 # help and usage
 
 @pytest.mark.parametrize("argv,choices", [([], "{keys,credential,receipt,audit,demo,calibrate,bench,eval}"),
-                                          (["audit"], "{verify,repair,replay}"), (["keys"], "{new}")])
+                                          (["audit"], "{verify,repair,replay}"), (["keys"], "{new,pub}")])
 def test_a_missing_subcommand_is_named_by_its_choices(capsys: pytest.CaptureFixture[str], argv: list[str], choices: str) -> None:
     # Before: "the following arguments are required: sub".
     rc, _, err = _run(argv, capsys)
