@@ -1162,7 +1162,8 @@ def add_calibrate_arguments(parser: Any) -> None:
     parser.add_argument("--delta", type=_delta_arg, default=1e-6,
                         help="the collection's noise.delta (default 1e-6; ignored for laplace_l2)")
     parser.add_argument("--clip-norm", type=_clip_norm_arg, default=1.0,
-                        help="L2 clipping norm, or 'none' for a policy with clip_norm unset")
+                        help="the collection's noise.clip_norm (default 1.0, the policy's default), or "
+                             "'none' for a policy whose clip_norm is None (set from Python: TOML has no null)")
     parser.add_argument("--epsilons", type=_epsilons_arg, help="comma-separated candidate epsilons, measured from the smallest "
                                            "(most noise) up (default: %s)" % ",".join(f"{e:g}" for e in DEFAULT_EPSILONS))
     parser.add_argument("--epsilon-ceiling", type=_positive_arg,
@@ -1326,4 +1327,11 @@ def run_calibrate_cli(args: Any) -> int:
         f"{record.measured[record.chosen_level]['drop']:.4f} <= {record.threshold:g}; "
         f"retrieval_utility_guard_hash {record.digest}"
     )
+    if record.n_documents <= record.k:
+        # Every top-k then holds the whole collection: no noise can move it out, so the drops
+        # measured are 0 whatever the noise costs on a collection of real size.
+        print(f"warning: --collection {record.collection!r} holds {record.n_documents} point(s), no more than "
+              f"--k {record.k}: every top-{record.k} returns all of them, so noise cannot lower "
+              f"{record.metric}@{record.k} here and the drop of 0 says nothing about real data; calibrate on a "
+              "collection much larger than --k (a staging copy of the real one)", file=sys.stderr)
     return 0
