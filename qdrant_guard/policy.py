@@ -85,6 +85,14 @@ class _Strict(BaseModel):
             raise ValueError(f"expected true or false, got {v!r} ({type(v).__name__})")
         if kinds and kinds <= {int, float} and (isinstance(v, (bool, str)) or (kinds == {int} and isinstance(v, float))):
             want = "an integer" if kinds == {int} else "a number"
+            field = cls.model_fields[info.field_name]
+            if isinstance(v, str) and v.strip().lower() in ("none", "null", "nil") and type(None) in get_args(
+                    field.annotation):
+                # A null written as text (calibrate's --clip-norm takes "none"): TOML has no null.
+                unset = ("leave the key out: its default is unset" if field.default is None else
+                         f"its default is {field.default!r}, and only a GuardConfig built in Python can unset "
+                         f"it ({info.field_name}=None)")
+                raise ValueError(f"expected {want}, got {v!r} (a string): TOML has no null; {unset}")
             raise ValueError(f"expected {want}, got {v!r} ({type(v).__name__})")
         if kinds and kinds <= {int, float} and isinstance(v, float) and not math.isfinite(v):
             # TOML's inf and nan: nan fails every bound with a misleading message, and inf passed

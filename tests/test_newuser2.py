@@ -147,3 +147,25 @@ def test_calibrate_warns_when_the_collection_is_no_larger_than_k(
     assert "holds 6 point(s), no more than --k 10" in err
     assert cli.main(_calibrate(tmp_path, 12, 3)) == 0
     assert "no more than --k" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("section,key,word,hint", [
+    ({"collections": {"kb": {"noise": {}}}}, "clip_norm", "none",
+     "TOML has no null; its default is 1.0, and only a GuardConfig built in Python can unset it (clip_norm=None)"),
+    ({"receipts": {}}, "max_age_s", "null", "TOML has no null; leave the key out: its default is unset"),
+])
+def test_a_null_written_as_text_is_told_toml_has_none(section: dict, key: str, word: str, hint: str) -> None:
+    # Before: "expected a number, got 'none' (str)", though `calibrate --clip-norm none` is how the
+    # CLI spells an unclipped policy, and nothing said how to write one in a policy file.
+    from qdrant_guard.policy import config_from_dict
+
+    data = json.loads(json.dumps(section))
+    inner = data["collections"]["kb"]["noise"] if "collections" in data else data["receipts"]
+    inner[key] = word
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(data)
+    assert hint in str(ei.value)
+    inner[key] = "x"  # any other string keeps the plain message
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(data)
+    assert "TOML has no null" not in str(ei.value) and "expected a number, got 'x' (str)" in str(ei.value)
