@@ -325,7 +325,10 @@ def verify_credential(
     except InvalidSignature:
         raise CredentialRejected("bad_signature", "Ed25519 signature does not verify") from None
     if claims["jti"] in set(revoked_credentials):
-        raise CredentialRejected("revoked", f"credential {claims['jti']} is revoked")
+        raise CredentialRejected(
+            "revoked", f"credential {claims['jti']} of {claims['agent_id']}@{boundary} is revoked (listed in "
+            f"[boundaries.{boundary}] revoked_credentials); issue a new one with `qdrant-guard credential issue "
+            f"--agent {claims['agent_id']} --boundary {boundary}`")
     # The claims are unbounded JSON ints: compare them with floats, never add floats to them
     # (int + float overflows beyond 1e308).
     if current - leeway > claims["exp"]:

@@ -169,3 +169,16 @@ def test_a_null_written_as_text_is_told_toml_has_none(section: dict, key: str, w
     with pytest.raises(ConfigError) as ei:
         config_from_dict(data)
     assert "TOML has no null" not in str(ei.value) and "expected a number, got 'x' (str)" in str(ei.value)
+
+
+def test_a_revoked_credential_says_where_it_is_revoked_and_how_to_replace_it() -> None:
+    # Before: "credential rejected (revoked): credential <jti> is revoked", naming neither the
+    # agent, nor the policy list, nor the fix.
+    sk = Ed25519PrivateKey.generate()
+    tok = issue_credential(sk, agent_id="agent-r", boundary="hr", ttl_s=3600, now=NOW)
+    jti = verify_credential(tok, authorities={"hr": [sk.public_key()]}, now=NOW).jti
+    with pytest.raises(CredentialRejected) as ei:
+        verify_credential(tok, authorities={"hr": [sk.public_key()]}, revoked_credentials=[jti], now=NOW)
+    assert ei.value.reason == "revoked"
+    assert f"credential {jti} of agent-r@hr is revoked (listed in [boundaries.hr] revoked_credentials)" in str(ei.value)
+    assert "`qdrant-guard credential issue --agent agent-r --boundary hr`" in str(ei.value)
