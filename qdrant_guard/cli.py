@@ -482,7 +482,10 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     # A torn last line is what a writer killed mid-append leaves: damage, not evidence of tampering.
     label = "INCOMPLETE" if rep.problem == "torn_tail" else "TAMPERED"
     print(f"{label}: {rep.problem} at line {rep.index}: {rep.detail}")
-    print(f"valid prefix: {rep.valid_prefix} entries; see docs/audit-log.md for the repair procedure")
+    trust = "".join(f" --key {k}" for k in args.key or ()) + (f" --trust-policy {args.policy}" if args.policy else "")
+    print(f"valid prefix: {rep.valid_prefix} entries; keep a copy of the file, then, with the guard stopped, "
+          f"`qdrant-guard audit repair {args.file}{trust}` moves the rest to a side file and records the cut "
+          "(docs/audit-log.md, 'Repair')")
     return 1
 
 

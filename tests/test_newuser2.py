@@ -182,3 +182,31 @@ def test_a_revoked_credential_says_where_it_is_revoked_and_how_to_replace_it() -
     assert ei.value.reason == "revoked"
     assert f"credential {jti} of agent-r@hr is revoked (listed in [boundaries.hr] revoked_credentials)" in str(ei.value)
     assert "`qdrant-guard credential issue --agent agent-r --boundary hr`" in str(ei.value)
+
+
+def test_a_tampered_log_names_the_repair_command_and_that_command_repairs_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: "valid prefix: 1 entries; see docs/audit-log.md for the repair procedure", which
+    # named neither the command nor the trust options to give it.
+    import shlex
+
+    from qdrant_guard.audit import AuditLog
+
+    _keys(tmp_path, "guard.key")
+    log = tmp_path / "audit.jsonl"
+    writer = AuditLog(str(log))
+    for i in range(3):
+        writer.append({"event": i})
+    writer.close()
+    lines = log.read_text().splitlines(keepends=True)
+    lines[1] = lines[1].replace('"event":1', '"event":7')
+    log.write_text("".join(lines))
+    pub = str(tmp_path / "keys" / "guard.key.pub")
+    capsys.readouterr()
+    assert cli.main(["audit", "verify", str(log), "--key", pub]) == 1
+    out = capsys.readouterr().out
+    shown = out.split("`")[1]
+    assert shown == f"qdrant-guard audit repair {log} --key {pub}"
+    assert cli.main(shlex.split(shown)[1:]) == 0
+    capsys.readouterr()
+    assert cli.main(["audit", "verify", str(log)]) == 0
