@@ -550,7 +550,9 @@ static int chain_same(scan_t *s, size_t i, int veto, qg_finding *hit) {
         }
         break;
     }
-    if (whole && chain_match(s, i, g, ng, d, nd, sep, j, hit)) return 1;
+    /* The veto holds for the whole run too: its last group may start a number read across dashes,
+     * "+44 20 7946 123--45--6789", whose finding it would cut. */
+    if (whole && chain_match(s, i, g, ng, d, nd, sep, j, hit) && !(veto && cuts_later(s, i, g, ng, j))) return 1;
     if (sep != ' ') return 0;
     /* A list of numbers separated by spaces ("4111111111111111 4012888888881881") chains into one
      * run that matches nothing: its longest leading groups that do match are the finding. */
@@ -663,8 +665,8 @@ static int e164_ends(scan_t *s, size_t i, const int *g, int p, size_t end, size_
 /* An E.164 number whose digits run from i in groups joined by single spaces and hyphens, mixed or
  * not ("+1 234-56-7890"), or follow a parenthesised country code of cc digits ("(+1) 234-56-7890");
  * the finding starts at start. Its longest leading groups with 8-15 digits in all (the country
- * code's included) that end a number; where more numbers follow, the list rule's veto applies
- * (see chain_same). */
+ * code's included) that end a number; the list rule's veto applies (see chain_same), to the whole
+ * run too: its last group may start a number read across dashes ("+44 20 7946 123--45--6789"). */
 static int e164_grouped(scan_t *s, size_t i, size_t start, int cc, int veto, qg_finding *hit) {
     const unsigned char *b = s->b;
     size_t n = s->n;
@@ -689,7 +691,7 @@ static int e164_grouped(scan_t *s, size_t i, size_t start, int cc, int veto, qg_
             digits -= (size_t)g[p];
         }
         if (p > date + 2) continue;
-        if (!e164_ends(s, i, g, p, end, digits + (size_t)cc, veto && (p < ng || more))) continue;
+        if (!e164_ends(s, i, g, p, end, digits + (size_t)cc, veto)) continue;
         set_hit(hit, start, end, QG_PHONE, QG_V_E164);
         return 1;
     }
@@ -859,7 +861,7 @@ static int intl00(scan_t *s, size_t i, int veto, qg_finding *hit) {
  * count) whose groups from i are joined by single dots, spaces and hyphens, one dot and another
  * separator among them ("+1 415.555-0123", "+44 20.7946 0958"): its longest leading groups with
  * 8-15 digits with the code's, every group after the first 2+ digits long, not all of 3 digits
- * (thousands), that end a number; where more numbers follow, the list rule's veto as in
+ * (thousands), that end a number; the list rule's veto as in
  * e164_grouped. A second dot makes it numbers: "+1 12.50-13.75", "+1 12.50 13.75 14.25" are a
  * sign and decimals, "+1 192.168.10-20" an address (one dot is no IPv4 address). */
 static int e164_dotmix(scan_t *s, size_t i, size_t code, int cc, int veto, qg_finding *hit) {
@@ -884,7 +886,7 @@ static int e164_dotmix(scan_t *s, size_t i, size_t code, int cc, int veto, qg_fi
             not3 |= g[q] != 3;
         }
         if (dots != 1 || !other || small || !not3) continue;
-        if (!e164_ends(s, i, g, p, end, digits + (size_t)cc, veto && (p < ng || more))) continue;
+        if (!e164_ends(s, i, g, p, end, digits + (size_t)cc, veto)) continue;
         set_hit(hit, code, end, QG_PHONE, QG_V_E164);
         return 1;
     }

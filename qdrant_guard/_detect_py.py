@@ -365,7 +365,7 @@ def _e164_dotmix(text: str, i: int, code: int, cc: int, veto: bool) -> list[tupl
     # count) whose groups from i are joined by single dots, spaces and hyphens, one dot and another
     # separator among them ("+1 415.555-0123", "+44 20.7946 0958"): its longest leading groups
     # with 8-15 digits with the code's, every group after the first 2+ digits long, not all of 3
-    # digits (thousands), that end a number; where more numbers follow, the list rule's veto as in
+    # digits (thousands), that end a number; the list rule's veto as in
     # _e164_grouped. A second dot makes it numbers: "+1 12.50-13.75", "+1 12.50 13.75 14.25" are a
     # sign and decimals, "+1 192.168.10-20" an address (one dot is no IPv4 address).
     groups, seps, j, more = _take_groups(text, i, " -.")
@@ -377,7 +377,7 @@ def _e164_dotmix(text: str, i: int, code: int, cc: int, veto: bool) -> list[tupl
             continue
         if all(x == 3 for x in groups[:g]):
             continue
-        if not _e164_ends(text, i, groups, g, end, sum(groups[:g]) + cc, veto and (g < ng or more)):
+        if not _e164_ends(text, i, groups, g, end, sum(groups[:g]) + cc, veto):
             continue
         return [(code, end, "PHONE", "e164")]
     return []
@@ -468,8 +468,9 @@ def _e164_grouped(text: str, i: int, start: int, cc: int, veto: bool) -> list[tu
     # An E.164 number whose digits run from i in groups joined by single spaces and hyphens, mixed
     # or not ("+1 234-56-7890"), or follow a parenthesised country code of cc digits
     # ("(+1) 234-56-7890"); the finding starts at start. Its longest leading groups with 8-15
-    # digits in all (the country code's included) that end a number; where more numbers follow,
-    # the list rule's veto applies (see _chain_same).
+    # digits in all (the country code's included) that end a number; the list rule's veto applies
+    # (see _chain_same), to the whole run too: its last group may start a number read across
+    # dashes ("+44 20 7946 123--45--6789").
     groups, seps, j, more = _take_groups(text, i, " -")
     if not cc and text[i] == "0":
         return []
@@ -486,7 +487,7 @@ def _e164_grouped(text: str, i: int, start: int, cc: int, veto: bool) -> list[tu
         end = i + sum(groups[:g]) + g - 1
         if g > date + 2:
             continue
-        if not _e164_ends(text, i, groups, g, end, sum(groups[:g]) + cc, veto and (g < ng or more)):
+        if not _e164_ends(text, i, groups, g, end, sum(groups[:g]) + cc, veto):
             continue
         return [(start, end, "PHONE", "e164")]
     return []
@@ -622,6 +623,10 @@ def _chain_same(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str]
         break
     if whole:
         found = _chain_match(text, i, groups, digits, sep, j)
+        # The veto holds for the whole run too: its last group may start a number read across
+        # dashes, "+44 20 7946 123--45--6789", whose finding it would cut.
+        if found and veto and _cuts_later(text, i, groups, len(groups), j):
+            found = []
         if found or sep != " ":
             return found
     elif sep != " ":

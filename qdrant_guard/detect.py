@@ -92,7 +92,9 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
 * Numbers in a list separated by single spaces run into one another (``4111111111111111
   4012888888881881``, ``123 45 6789 234 56 7890``): where the whole run matches nothing, its
   longest leading groups that match are the finding (unless they would end inside a later number's
-  own finding, which then stands; an SSN taken this way needs "ssn" or "social security" in the 40
+  own finding, which then stands; so must a whole run that matches, when its last group starts a
+  number read across dashes: ``+44 20 7946 123--45--6789`` is the phone number ``+44 20 7946`` and
+  the SSN; an SSN taken this way needs "ssn" or "social security" in the 40
   characters before it, since any list of numbers has 3-2-4 windows), and each later number is
   tried the same way, so every number of the list is found. The cost: a row of random
   space-separated 4-digit numbers now has a Luhn-valid, IIN-known 4-group window (a "card") in

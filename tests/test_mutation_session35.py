@@ -136,3 +136,27 @@ def test_an_exit_code_apart_needs_a_space_or_hyphen_before_the_country_code(text
     """intl00: ``00`` or ``011`` apart from the country code only with a space or hyphen between
     them ("00 44 20 7946 0958"); "in_set(...) && is_digit(...)" -> "||" read any character there."""
     assert _spans(text) == []
+
+
+# ------------------------------------------------------------------ detect: the list veto on a whole run
+
+@pytest.mark.parametrize("text, want", [
+    # Found by e164_grouped's "veto && (p < ng || more)" -> "||" and "p < ng" -> "p <= ng" mutants,
+    # which read these right: a whole run of groups (spaces and hyphens) whose last group starts a
+    # number read across dashes ("123--45--6789") was taken whole, the phone number's finding
+    # ending inside the SSN and leaving "--45--6789" in the clear. The list veto now applies to
+    # the whole run too (e164_grouped, e164_dotmix and chain_same's whole-run match).
+    ("+44 20 7946 123--45--6789", [("PHONE", "+44 20 7946"), ("SSN", "123--45--6789")]),
+    ("tel +44 20 7946 123--45--6789", [("PHONE", "+44 20 7946"), ("SSN", "123--45--6789")]),
+    ("(+44) 20 7946 123--45--6789", [("PHONE", "(+44) 20 7946"), ("SSN", "123--45--6789")]),
+    ("+44 20.7946 123--45--6789", [("PHONE", "+44 20.7946"), ("SSN", "123--45--6789")]),
+    ("+1 415.555-0123 123--45--6789", [("PHONE", "+1 415.555-0123"), ("SSN", "123--45--6789")]),
+    ("+44 20 7946 0958 123--45--6789", [("PHONE", "+44 20 7946 0958"), ("SSN", "123--45--6789")]),
+    ("+44 20 7946 123 - 45 - 6789", [("PHONE", "+44 20 7946"), ("SSN", "123 - 45 - 6789")]),
+    # unchanged: nothing read across the run's end
+    ("+1 234-56-7890", [("PHONE", "+1 234-56-7890")]),
+    ("+44 20 7946 0958 4111--1111--1111--1111", [("PHONE", "+44 20 7946 0958"),
+                                                 ("CREDIT_CARD", "4111--1111--1111--1111")]),
+])
+def test_a_number_whose_last_group_starts_a_dashed_one_is_not_cut(text, want):
+    assert _spans(text) == want
