@@ -54,9 +54,12 @@ def _spans(text: str) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("text, want", [
     # take_groups: "j + 1 < n" -> "j + 2 < n" dropped a last group of one digit that ends the text,
-    # so the number was cut before it ("+1 234 567 890"): the finding must cover every digit.
-    ("call +1 234 567 890 1", [("PHONE", "+1 234 567 890 1")]),
-    ("+44 20 7946 095 8", [("PHONE", "+44 20 7946 095 8")]),
+    # so the number was cut before it ("+1 234-567 890"): the finding must cover every digit. The
+    # separators are mixed, or the code in parentheses, so that e164_grouped reads them (one
+    # consistent separator is chain_same's, which does not use take_groups).
+    ("call +1 234-567 890 1", [("PHONE", "+1 234-567 890 1")]),
+    ("+44 20-7946 095 8", [("PHONE", "+44 20-7946 095 8")]),
+    ("(+44) 20 7946 095 8", [("PHONE", "(+44) 20 7946 095 8")]),
 ])
 def test_a_last_one_digit_group_at_the_end_of_the_text_is_taken(text, want):
     assert _spans(text) == want
@@ -108,6 +111,13 @@ def test_a_dashed_number_followed_by_a_dash_alone_is_still_read(text, want):
     assert _spans(text) == want
 
 
+@pytest.mark.parametrize("text", ["ssn 123 -x 45 -x 6789", "card 4111 -x 1111 -x 1111 -x 1111"])
+def test_a_spaced_double_dash_needs_both_dashes_and_both_spaces(text):
+    """dash_sep: " -- " is a space, two dashes and a space; "at(j + 2) == '-' && at(j + 3) == ' '"
+    with "||" took " -x " for it, and these for an SSN and a card."""
+    assert _spans(text) == []
+
+
 @pytest.mark.parametrize("text", ["call +49 30 1234", "+44 20-7946", "(+49) 30 1234", "+1 234 5678"])
 def test_an_e164_number_of_eight_digits_in_all_is_read(text):
     """e164_ends: 8-15 digits, the country code's counted; "total < 8" -> "<= 8" lost the
@@ -138,6 +148,17 @@ def test_an_exit_code_apart_needs_a_space_or_hyphen_before_the_country_code(text
     assert _spans(text) == []
 
 
+@pytest.mark.parametrize("text, number", [
+    ("call 00 7 495 123 456", "00 7 495 123 456"),  # 10 digits with the code: not NANP's 11
+    ("call 00 7 195 123 4567", "00 7 195 123 4567"),  # a rest starting 1: only after the code 1 refused
+    ("call 011 7 495 123 456", "011 7 495 123 456"),
+])
+def test_only_the_country_code_1_is_held_to_nanp_rules_after_an_exit_code(text, number):
+    """intl00: "nanp = len == 1 && b[c] == '1'" with "||" held the other one-digit code, 7, to
+    NANP's length and area codes."""
+    assert _spans(text) == [("PHONE", number)]
+
+
 # ------------------------------------------------------------------ detect: the list veto on a whole run
 
 @pytest.mark.parametrize("text, want", [
@@ -160,3 +181,38 @@ def test_an_exit_code_apart_needs_a_space_or_hyphen_before_the_country_code(text
 ])
 def test_a_number_whose_last_group_starts_a_dashed_one_is_not_cut(text, want):
     assert _spans(text) == want
+
+
+# ------------------------------------------------------------------ utility: calibrate's text queries
+
+def test_calibrate_embeds_text_queries_with_the_eval_model_when_no_model_or_its_own_is_named(tmp_path, capsys):
+    """``qdrant-guard calibrate`` with text queries: no ``--embedding-model``, or the eval model's
+    own name, is no usage error and the queries are embedded (``named is not None and ...`` with
+    "or" refused every run without the option; ``_CliQueryEmbedder.__call__`` returning None failed
+    every text run). The real evaluation model; skipped where it is not installed."""
+    import json
+
+    import numpy as np
+    from qdrant_client import QdrantClient as RawClient
+
+    from qdrant_guard.cli import main
+    from qdrant_guard.evaluation.embed import MODEL_ID, model_available
+    from qdrant_guard.utility import UtilityRecord
+
+    if not model_available():
+        pytest.skip("evaluation model not installed: run scripts/install_eval_deps.sh")
+    rng = np.random.default_rng(11)
+    store = tmp_path / "store"
+    raw = RawClient(path=str(store))
+    raw.create_collection("docs", vectors_config=models.VectorParams(size=384, distance=models.Distance.COSINE))
+    raw.upsert("docs", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(rng.normal(size=(30, 384)))])
+    raw.close()
+    texts = tmp_path / "t.jsonl"
+    texts.write_text("".join(json.dumps(t) + "\n" for t in ["where is the payroll file", "who approved the leave"]))
+    for extra in ([], ["--embedding-model", MODEL_ID]):
+        out = tmp_path / f"u{len(extra)}.json"
+        argv = ["calibrate", "--path", str(store), "--collection", "docs", "--queries", str(texts), "--out", str(out),
+                "--no-progress", "--threshold", "0.5", "--epsilons", "8", *extra]
+        assert main(argv) == 0, capsys.readouterr().err
+        # Text queries: the record names the model that embedded them, named or not.
+        assert UtilityRecord.from_json(out.read_text()).embedding_model == MODEL_ID
