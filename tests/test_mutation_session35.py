@@ -159,6 +159,13 @@ def test_only_the_country_code_1_is_held_to_nanp_rules_after_an_exit_code(text, 
     assert _spans(text) == [("PHONE", number)]
 
 
+@pytest.mark.parametrize("text", ["call 00 49 301 2345", "call 0049 301 2345", "call 011 49 301 2345"])
+def test_a_number_after_an_exit_code_needs_ten_digits(text):
+    """intl00: 10-15 digits with the code's after ``00``/``011`` (9 here); "nd >= 10" -> "nd >= 9"
+    read these, which e164_ends' 8 alone lets through."""
+    assert _spans(text) == []
+
+
 # ------------------------------------------------------------------ detect: the list veto on a whole run
 
 @pytest.mark.parametrize("text, want", [
