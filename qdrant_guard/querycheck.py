@@ -300,16 +300,23 @@ class QueryChecks(TextOps):
         that qdrant-client's inference would embed (the guard has no embedder) with another model
         than the policy declares (``utility.embedding_model(s)``) for the vector queried."""
         vname = str.__str__(using) if isinstance(using, str) else ""  # its characters, as qdrant-client sends it
+        self._refuse_inference_model(op, name, pol, vname, document, "the query is a models.Document", "Document")
+
+    def _refuse_inference_model(self, op: str, name: str, pol: CollectionPolicy, vname: str, value: Any,
+                                what: str, kind: str) -> None:
+        # The ConfigError for an inference input (Document or Image) naming another model than the
+        # one the policy declares for vector ``vname``; nothing when none is declared or it matches.
         declared, key = pol.utility.declared_model(vname)
-        if declared is None or not isinstance(document.model, str) or str.__str__(document.model) == declared:
+        if declared is None or not isinstance(value.model, str) or str.__str__(value.model) == declared:
             return
+        model = str.__str__(value.model)
         raise ConfigError(
-            f"{op}: the query is a models.Document for vector {vname or '<unnamed>'!r} of collection {name!r} "
-            f"naming model {str.__str__(document.model)!r}, which qdrant-client's inference would embed it with, "
+            f"{op}: {what} for vector {vname or '<unnamed>'!r} of collection {name!r} "
+            f"naming model {model!r}, which qdrant-client's inference would embed it with, "
             f"but the policy ({self.config.source_path or '<GuardConfig>'}) declares {key} = {toml_str(declared)} "
             "for that vector: vectors of two models do not rank against each other. Name "
-            f"model={declared!r} in the Document, or correct {key} if this collection's vectors come from "
-            f"{str.__str__(document.model)!r}. Nothing was sent"
+            f"model={declared!r} in the {kind}, or correct {key} if this collection's vectors come from "
+            f"{model!r}. Nothing was sent"
         )
 
     def _refuse_query_image_models(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
@@ -327,17 +334,7 @@ class QueryChecks(TextOps):
             # A prefetch's inputs are at "<its path>.query..." (no input path below holds ".query").
             level = where[:where.rindex(".query") + 6] if ".query" in where else "query"
             vname = str.__str__(using[level]) if isinstance(using[level], str) else ""
-            declared, key = pol.utility.declared_model(vname)
-            if declared is None or not isinstance(value.model, str) or str.__str__(value.model) == declared:
-                continue
-            raise ConfigError(
-                f"{op}: {where} is a models.Image for vector {vname or '<unnamed>'!r} of collection {name!r} "
-                f"naming model {str.__str__(value.model)!r}, which qdrant-client's inference would embed it with, "
-                f"but the policy ({self.config.source_path or '<GuardConfig>'}) declares {key} = "
-                f"{toml_str(declared)} for that vector: vectors of two models do not rank against each other. "
-                f"Name model={declared!r} in the Image, or correct {key} if this collection's vectors come from "
-                f"{str.__str__(value.model)!r}. Nothing was sent"
-            )
+            self._refuse_inference_model(op, name, pol, vname, value, f"{where} is a models.Image", "Image")
 
     def _embed_query(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> Op:
         """The guard's embedding of a query's (checked) Document text, a refusal audited either way:
