@@ -486,6 +486,9 @@ def vector_commitment(vector: Any, salt: bytes) -> str:
     return h.hexdigest()
 
 
+_UUID_INT = uuid.UUID.__dict__["int"]  # the slot uuid.UUID.__init__ sets
+
+
 def normalize_point_id(point_id: Any) -> str:
     """Return the typed text form of a Qdrant point id: ``"int:<n>"`` or ``"uuid:<lowercase-hyphenated>"``.
 
@@ -500,7 +503,14 @@ def normalize_point_id(point_id: Any) -> str:
             raise GuardArgumentValueError(f"point_id {point_id} is outside Qdrant's unsigned 64-bit id range")
         return f"int:{int(point_id)}"
     if isinstance(point_id, uuid.UUID):
-        return f"uuid:{point_id}"
+        # The id's own 128 bits, not its str(): a subclass may override __str__ (or shadow .int),
+        # and the receipt would name another point, or text the batch's inline JSON does not escape.
+        try:
+            value = _UUID_INT.__get__(point_id)
+        except AttributeError:
+            raise GuardArgumentTypeError(
+                f"point_id {type(point_id).__name__} holds no UUID value; pass a uuid.UUID or its str") from None
+        return f"uuid:{uuid.UUID(int=value)}"
     if isinstance(point_id, str):
         try:
             return f"uuid:{uuid.UUID(point_id)}"
