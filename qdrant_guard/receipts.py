@@ -503,14 +503,19 @@ def normalize_point_id(point_id: Any) -> str:
             raise GuardArgumentValueError(f"point_id {point_id} is outside Qdrant's unsigned 64-bit id range")
         return f"int:{int(point_id)}"
     if isinstance(point_id, uuid.UUID):
-        # The id's own 128 bits, not its str(): a subclass may override __str__ (or shadow .int),
-        # and the receipt would name another point, or text the batch's inline JSON does not escape.
+        # The id's own 128 bits, not its str(): a subclass may override __str__ (or shadow .int).
         try:
-            value = _UUID_INT.__get__(point_id)
+            text = str(uuid.UUID(int=_UUID_INT.__get__(point_id)))
         except AttributeError:
             raise GuardArgumentTypeError(
                 f"point_id {type(point_id).__name__} holds no UUID value; pass a uuid.UUID or its str") from None
-        return f"uuid:{uuid.UUID(int=value)}"
+        if type(point_id) is not uuid.UUID and str(point_id) != text:
+            # qdrant-client sends str(id): the receipt would name one point and Qdrant store another
+            # (or text that is no UUID, which the batch's inline JSON does not escape).
+            raise GuardArgumentValueError(
+                f"point_id {text} is a {type(point_id).__name__} whose str() is {str(point_id)!r}, not its "
+                f"value, and qdrant-client would send that; pass str(point_id) or a plain uuid.UUID")
+        return f"uuid:{text}"
     if isinstance(point_id, str):
         try:
             return f"uuid:{uuid.UUID(point_id)}"

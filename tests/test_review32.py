@@ -49,39 +49,42 @@ class OtherUUID(uuid.UUID):
         return str(OTHER)
 
 
-def test_normalize_point_id_reads_a_uuid_subclass_by_its_value() -> None:
-    # Before: 'uuid:x"y' and the other point's 'uuid:1111...' (the receipt named another point).
-    assert normalize_point_id(LyingUUID(str(U))) == f"uuid:{U}"
-    assert normalize_point_id(OtherUUID(str(U))) == f"uuid:{U}"
-    assert normalize_point_id(U) == f"uuid:{U}"
+class HonestUUID(uuid.UUID):
+    pass
 
 
-def test_batch_inline_encoding_is_canonical_json_for_a_uuid_subclass_id() -> None:
-    # Before (since h-upperf's inline encoding): the quote went into the signed leaf unescaped.
-    sk, _ = generate_keypair()
-    vecs = stored_form_batch(np.random.default_rng(3).normal(size=(3, 8)), distance="Cosine")
-    items = [ReceiptItem(make_params(8), v, "c", pid, "", None)
-             for v, pid in zip(vecs, [LyingUUID(str(U)), 5, U])]
-    fast = receipts._batch_bodies(ReceiptSigner(sk), items)
-    assert fast is not None
-    bodies, encoded = fast
-    assert encoded == [canonical_json(b) for b in bodies]
+def test_normalize_point_id_refuses_a_uuid_whose_str_is_not_its_value() -> None:
+    # Before: 'uuid:x"y' and the other point's 'uuid:1111...', accepted.
+    for pid in (LyingUUID(str(U)), OtherUUID(str(U))):
+        with pytest.raises(ValueError, match="whose str\\(\\) is"):
+            normalize_point_id(pid)
+    assert normalize_point_id(HonestUUID(str(U))) == normalize_point_id(U) == f"uuid:{U}"
 
 
 @pytest.mark.parametrize("batch", [True, False])
-def test_a_receipt_for_a_uuid_subclass_id_verifies(batch: bool) -> None:
-    # Before: reason 'malformed' ("point_id 'uuid:x\"y' is not a UUID"), batch or single.
-    sk, pk = generate_keypair()
+def test_no_receipt_is_signed_for_a_uuid_whose_str_lies(batch: bool) -> None:
+    # Before: signed, naming 'uuid:x"y'; since h-upperf's inline encoding the quote went into the
+    # signed leaf unescaped, so the leaf was not canonical_json of the stored body.
+    sk, _ = generate_keypair()
     signer = ReceiptSigner(sk)
-    vecs = stored_form_batch(np.random.default_rng(4).normal(size=(2, 8)), distance="Cosine")
-    pid = LyingUUID(str(U))
-    if batch:
-        rec = issue_receipts_batch(signer, [ReceiptItem(make_params(8), v, "c", pid, "", None) for v in vecs])[0]
-    else:
-        rec = issue_receipt(signer, params=make_params(8), vector=vecs[0], collection="c", point_id=pid)
-    assert rec["point_id"] == f"uuid:{U}"
-    check = verify_receipt(rec, vector=vecs[0], collection="c", point_id=str(U), trusted_keys={key_id(pk): pk})
-    assert check.ok, check
+    vecs = stored_form_batch(np.random.default_rng(3).normal(size=(3, 8)), distance="Cosine")
+    pids = [5, LyingUUID(str(U)), U]
+    with pytest.raises(ValueError, match="whose str"):
+        if batch:
+            issue_receipts_batch(signer, [ReceiptItem(make_params(8), v, "c", p, "", None) for v, p in zip(vecs, pids)])
+        else:
+            issue_receipt(signer, params=make_params(8), vector=vecs[0], collection="c", point_id=pids[1])
+
+
+def test_batch_inline_encoding_is_canonical_json_for_uuid_ids() -> None:
+    sk, pk = generate_keypair()
+    vecs = stored_form_batch(np.random.default_rng(4).normal(size=(3, 8)), distance="Cosine")
+    items = [ReceiptItem(make_params(8), v, "c", pid, "", None)
+             for v, pid in zip(vecs, [HonestUUID(str(U)), 5, str(U).upper()])]
+    bodies, encoded = receipts._batch_bodies(ReceiptSigner(sk), items)
+    assert encoded == [canonical_json(b) for b in bodies]
+    rec = issue_receipts_batch(ReceiptSigner(sk), items)[0]
+    assert verify_receipt(rec, vector=vecs[0], collection="c", point_id=str(U), trusted_keys={key_id(pk): pk}).ok
 
 
 NOW = 1_796_520_000.0
@@ -160,3 +163,20 @@ def test_stored_receipts_are_distinct_dicts_per_point_and_not_the_callers(tmp_pa
     assert len({id(r) for r in recs}) == 4 and len({id(r["batch"]) for r in recs}) == 4
     assert len({id(r["params"]) for r in recs}) == 4 and len({id(r["batch"]["path"]) for r in recs}) == 4
     assert [r["point_id"] for r in recs] == [f"int:{i}" for i in range(4)]
+
+
+def test_a_guarded_upsert_refuses_a_uuid_id_whose_str_names_another_point(tmp_path) -> None:
+    # Before: stored by local mode under str(id) ('x"y', or another point's UUID) with a receipt
+    # naming whatever str() said.
+    from guardkit import create, make_kit
+
+    from qdrant_guard import QdrantClient
+    from qdrant_guard.errors import QdrantGuardError
+
+    kit = make_kit(tmp_path)
+    client = QdrantClient(":memory:", guard=kit.config({"pii": PII}), principal=kit.principal("alice", "hr"))
+    create(client, "pii", dim=8)
+    for cls in (OtherUUID, LyingUUID):
+        with pytest.raises(QdrantGuardError, match="whose str"):
+            client.upsert("pii", points=[models.PointStruct(id=cls(str(U)), vector=[0.3] * 8, payload={"text": "x"})])
+    assert client.count("pii").count == 0
