@@ -15,6 +15,7 @@ from guardkit import DIM, make_kit, models, record_sent, snapshot, unit
 from qdrant_guard import AsyncQdrantClient, ConfigError, QdrantClient
 from qdrant_guard.receipts import RECEIPT_KEY
 from tests.test_retired_keys import _old_checkpoint, _policy_file, rot  # noqa: F401 (rot: a fixture)
+from tests.test_utility_model_inference import _setup as _inference_setup
 from tests.test_utility_model_reads import MODEL_A, MODEL_B, QUERIES, _clients, _policy, _query
 
 # ------------------------------------------------------------------ 1. a query models.Image names its model too
@@ -24,13 +25,6 @@ from tests.test_utility_model_reads import MODEL_A, MODEL_B, QUERIES, _clients, 
 
 def _image(model: str) -> models.Image:
     return models.Image(image="https://example.invalid/a.png", model=model)
-
-
-def _inference_setup(tmp_path, model=MODEL_A, **utility):
-    kit = make_kit(tmp_path)
-    owner, bob = _clients(kit, _policy(kit, model, **utility), embedder=None)
-    owner.upsert("pii", [models.PointStruct(id=1, vector=unit(np.random.default_rng(4)), payload={"t": "x"})])
-    return bob
 
 
 @pytest.mark.parametrize("method", QUERIES)
