@@ -16,6 +16,7 @@ from qdrant_guard import AsyncQdrantClient, ConfigError, QdrantClient
 from qdrant_guard.receipts import RECEIPT_KEY
 from tests.test_retired_keys import _old_checkpoint, _policy_file, rot  # noqa: F401 (rot: a fixture)
 from tests.test_utility_model_inference import _setup as _inference_setup
+from tests.test_utility_model_inference import assert_async_refuses
 from tests.test_utility_model_reads import MODEL_A, MODEL_B, QUERIES, _clients, _policy, _query
 
 # ------------------------------------------------------------------ 1. a query models.Image names its model too
@@ -66,18 +67,7 @@ def test_an_image_for_a_vector_of_no_declared_model_is_left_alone(tmp_path):
 
 
 def test_the_async_client_refuses_an_image_alike(tmp_path):
-    kit = make_kit(tmp_path)
-    cfg = _policy(kit)
-
-    async def main():
-        owner = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
-        await owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM,
-                                                                                 distance=models.Distance.EUCLID))
-        bob = owner.with_principal(kit.principal("bob", "support"))
-        with pytest.raises(ConfigError, match="naming model"):
-            await bob.query_points("pii", query=_image(MODEL_B), limit=3)
-
-    asyncio.run(main())
+    assert_async_refuses(tmp_path, _image(MODEL_B))
 
 
 def test_a_nested_prefetchs_image_is_held_to_the_model_of_its_own_using(tmp_path, monkeypatch):

@@ -56,7 +56,8 @@ def test_unset_or_another_vector_only_leaves_the_document_alone(tmp_path, utilit
     assert "naming model" not in str(ei.value)
 
 
-def test_the_async_client_refuses_alike(tmp_path):
+def assert_async_refuses(tmp_path, query) -> None:
+    """The async client refuses ``query`` (an inference input naming MODEL_B) as the sync one does."""
     kit = make_kit(tmp_path)
     cfg = _policy(kit)
 
@@ -66,6 +67,10 @@ def test_the_async_client_refuses_alike(tmp_path):
                                                                                  distance=models.Distance.EUCLID))
         bob = owner.with_principal(kit.principal("bob", "support"))
         with pytest.raises(ConfigError, match="naming model"):
-            await bob.query_points("pii", query=_doc(MODEL_B), limit=3)
+            await bob.query_points("pii", query=query, limit=3)
 
     asyncio.run(main())
+
+
+def test_the_async_client_refuses_alike(tmp_path):
+    assert_async_refuses(tmp_path, _doc(MODEL_B))
