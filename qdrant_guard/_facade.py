@@ -78,6 +78,11 @@ def _as_models(method: str, param: str, operations: Any,
         if isinstance(op, grpc.AliasOperations) and kinds is _ALIAS_OPERATIONS:
             op = GrpcToRest.convert_alias_operations(op)  # as qdrant-client's REST path does
         if isinstance(op, pydantic.BaseModel) and isinstance(op, tuple(kinds.values())):
+            if kinds is _ALIAS_OPERATIONS:
+                # Validated again (a few names): one built with model_construct() can hold a str
+                # subclass whose __hash__/__eq__ miss the policy of the collection it names,
+                # while pydantic sends its characters.
+                op = type(op).model_validate(op.model_dump())
             out.append(op)
             continue
         if isinstance(op, Mapping):

@@ -25,7 +25,7 @@ from .decision import MAX_IDS_IN_RECORD, Verdict
 from .diversity import enforce_diversity, enforce_group_caps, overfetch_limit
 from .payloadops import PayloadOps
 from .pipeline import SOURCE_SIZE_TTL_S as _SOURCE_SIZE_TTL_S
-from .pipeline import Call, Op, memory_budget_store_for
+from .pipeline import Call, Op, memory_budget_store_for, sent_name
 from .policy import CollectionPolicy
 from .querycheck import (QueryChecks, UncheckedForm, field_name_roots, iter_prefetch, query_filter_roots,
                          raw_stored_clause, raw_stored_way_out, rest_prefetch)
@@ -1200,7 +1200,7 @@ class ReadOps(PayloadOps, QueryChecks):
 
     def _require_unbudgeted_lookup(self, op: str, lookup: Any) -> None:
         """Refuse ``with_lookup`` into a collection whose points or vectors a budget counts."""
-        other = lookup if isinstance(lookup, str) else lookup.collection
+        other = sent_name(lookup if isinstance(lookup, str) else lookup.collection)
         pol = self.policy(other)
         with_vectors = not isinstance(lookup, str) and bool(lookup.with_vectors)
         if pol.is_public or not (_source_budgeted(pol) or (with_vectors and _vector_budgeted_policy(pol))):
@@ -1256,9 +1256,11 @@ def _lookup_target(value: Any, param: str, where: str) -> tuple[Any, str]:
     """
     rest: Any = models.LookupLocation if param == "lookup_from" else models.WithLookup
     if param == "with_lookup" and isinstance(value, str):
-        return value, value
+        return value, value  # a plain str: GuardPipeline.run made it one (pipeline.plain_names)
     if isinstance(value, rest):
-        return value, value.collection
+        # A model built with model_construct() keeps a str subclass, which pydantic serialises
+        # as its characters.
+        return value, sent_name(value.collection)
     if isinstance(value, grpc.LookupLocation) and param == "lookup_from":
         location = GrpcToRest.convert_lookup_location(value)
         return location, location.collection
@@ -1465,7 +1467,10 @@ def _only_names_sources(flt: Any, source_field: str) -> bool:
             if isinstance(cond, models.Filter):
                 if not _only_names_sources(cond, source_field):
                     return False
-            elif not (isinstance(cond, models.FieldCondition) and cond.key == source_field):
+            # The key as sent: a model_construct()ed condition can hold a str subclass (or any
+            # object) whose __eq__ says it is the source field.
+            elif not (isinstance(cond, models.FieldCondition) and isinstance(cond.key, str)
+                      and sent_name(cond.key) == source_field):
                 return False
     if flt.min_should is not None:
         return all(_only_names_sources(models.Filter(must=[c]), source_field) for c in flt.min_should.conditions)
