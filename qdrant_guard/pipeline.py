@@ -134,8 +134,9 @@ _EPOCHS_LOCK = threading.Lock()
 
 # The str arguments the guard decides on: the policy is looked up by collection_name (and by a
 # str with_lookup), delete_vector_name drops receipts by vector_name, facet's key must be the
-# source field on a budgeted collection, and facet values and group ids of the kept text field are
-# redacted for other boundaries by the top-level key that key and group_by start at.
+# source field on a budgeted collection, facet values and group ids of the kept text field are
+# redacted for other boundaries by the top-level key that key and group_by start at, and
+# set_payload's key path decides whether the payload claims a restricted source.
 # collection_name and vector_name go into the REST URL with str(), the others into request
 # bodies, where pydantic makes them plain str.
 _NAME_ARGS = ("collection_name", "vector_name", "key", "group_by", "with_lookup")

@@ -256,3 +256,27 @@ def test_a_constructed_with_lookup_into_a_budgeted_collection_is_refused_by_its_
     lookup = models.WithLookup.model_construct(collection=Hidden("hr"), with_payload=True, with_vectors=None)
     with pytest.raises(GuardRefusal, match="with_lookup returns points of 'hr' past its extraction budget"):
         owner.query_points_groups("pub", group_by="g", query=[1.0] * DIM, with_lookup=lookup)
+
+
+class SplitsElsewhere(str):
+    """A payload key path whose split() names another top-level key."""
+
+    __hash__ = str.__hash__
+
+    def split(self, *args, **kwargs):  # type: ignore[override]
+        return ["other"]
+
+
+def test_a_set_payload_key_that_splits_elsewhere_cannot_claim_a_restricted_source(tmp_path):
+    # Before: the writer tagged its own point with restricted source payroll (local mode), which
+    # raises its own budget on payroll; only the owner may.
+    kit = make_kit(tmp_path)
+    pol = {**BUDGETED, "writers": ["support"], "source_field": "meta.source",
+           "diversity": {**BUDGETED["diversity"], "restricted_sources": ["payroll"]}}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "hr")
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    bob.upsert("hr", [models.PointStruct(id=100, vector=[1.0] * DIM, payload={"meta": {"source": "mine"}})])
+    with pytest.raises(GuardRefusal, match=r"restricted source\(s\) \['payroll'\]"):
+        bob.set_payload("hr", payload={"source": "payroll"}, key=SplitsElsewhere("meta"), points=[100])
+    assert snapshot(owner, "hr")[0][1]["meta"] == {"source": "mine"}
