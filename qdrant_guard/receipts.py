@@ -499,9 +499,11 @@ def normalize_point_id(point_id: Any) -> str:
     if isinstance(point_id, bool):
         raise GuardArgumentTypeError("point_id must be int, str or uuid.UUID, not bool")
     if isinstance(point_id, int):
-        if not 0 <= point_id < 2 ** 64:
-            raise GuardArgumentValueError(f"point_id {point_id} is outside Qdrant's unsigned 64-bit id range")
-        return f"int:{int(point_id)}"
+        # The int's own value, which pydantic sends: a subclass may override __int__ and comparisons.
+        value = int.__int__(point_id)
+        if not 0 <= value < 2 ** 64:
+            raise GuardArgumentValueError(f"point_id {value} is outside Qdrant's unsigned 64-bit id range")
+        return f"int:{value}"
     if isinstance(point_id, uuid.UUID):
         # The id's own 128 bits, not its str(): a subclass may override __str__ (or shadow .int).
         try:

@@ -29,6 +29,7 @@ from qdrant_client import models
 
 from qdrant_guard import AsyncQdrantClient, QdrantClient
 from qdrant_guard.errors import GuardRefusal
+from qdrant_guard.receipts import normalize_point_id
 
 from tests.guardkit import DIM, create, make_kit, snapshot, unit
 
@@ -280,3 +281,26 @@ def test_a_set_payload_key_that_splits_elsewhere_cannot_claim_a_restricted_sourc
     with pytest.raises(GuardRefusal, match=r"restricted source\(s\) \['payroll'\]"):
         bob.set_payload("hr", payload={"source": "payroll"}, key=SplitsElsewhere("meta"), points=[100])
     assert snapshot(owner, "hr")[0][1]["meta"] == {"source": "mine"}
+
+
+class LyingInt(int):
+    """A point id whose __int__ names another point."""
+
+    def __int__(self) -> int:
+        return 7
+
+
+def test_an_int_point_id_is_its_own_value_in_the_receipt(tmp_path):
+    # Before: "int:7"; pydantic sends 5. The thirty-second review's UUID case, for ints.
+    assert normalize_point_id(LyingInt(5)) == "int:5"
+    # A model_construct()ed point keeps the subclass: its receipt named point 7, so the vector
+    # stored under 8 never verified and every read stripped it.
+    kit = make_kit(tmp_path)
+    pol = {**SECRET, "readers": ["support"], "writers": ["support"]}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "hr")
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    bob.upsert("hr", [models.PointStruct.model_construct(id=LyingInt(8), vector=[1.0] * DIM, payload=None)])
+    (pid, payload, _), = snapshot(owner, "hr")
+    assert (pid, payload["_qdrant_guard_receipt"]["vectors"][""]["point_id"]) == (8, "int:8")
+    assert bob.retrieve("hr", [8], with_vectors=True)[0].vector is not None
