@@ -16,7 +16,11 @@
  * On a CPU with AVX-512 VBMI2 it also times a split with no loop per 64-byte block (VPCOMPRESSB of
  * the start and end bits' lane indexes), alternating with the bit-loop split: it lowers this floor
  * (docs/performance-notes.md, 2026-12-06), but the same split in the real kernel, whose token loop
- * hashes as it extracts, made the kernel slower, so qg_scan does not use it. */
+ * hashes as it extracts, made the kernel slower, so qg_scan does not use it.
+ *
+ * Last, two tables without the "is this token new" branch in the lookup (deferred insertion, keys
+ * in the slots) against the AES floor with the scanner's kept index, each checked against the ids
+ * of a byte-comparing oracle first; both were slower (docs/performance-notes.md, 2026-12-06). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -314,6 +318,181 @@ distinct_gather(slot_table *t, const uint8_t *s, const uint32_t *starts, const u
     return unique;
 }
 
+/* Two ways to take the "is this token new" branch out of the per-token lookup (2026-12-06, h-scan3;
+ * docs/performance-notes.md), each timed against the same AES floor with the same kept index.
+ * Each fills ids[k] (first-seen order, from 1) for the n-gram pass the scanner also feeds.
+ *
+ * distinct_kept: distinct_aes with the scanner's index: static, left zeroed by clearing the slots
+ * it used (no 8 KB memset per call), ids stored per token. The baseline of the two below. */
+static uint16_t kept_index[4096];
+
+__attribute__((target("avx2,aes"))) static size_t distinct_kept(const uint8_t *s, const uint32_t *starts,
+                                                               const uint32_t *ends, size_t nt, uint32_t *ids)
+{
+    __m128i heads[512];
+    uint32_t lens[512];
+    uint16_t used[512];
+    size_t unique = 0;
+    const __m128i k0 = _mm_set_epi64x((long long)KEY1, (long long)KEY0);
+    const __m128i k1 = _mm_set_epi64x((long long)0xD6E8FEB86659FD93ull, (long long)0x9E3779B97F4A7C15ull);
+    for (size_t k = 0; k < nt; k++) {
+        size_t a = starts[k], len = ends[k] - a;
+        __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + a)),
+                                  _mm_load_si128((const __m128i *)masks16[len < 16 ? len : 16]));
+        __m128i x = _mm_aesenc_si128(_mm_xor_si128(v, k0), _mm_xor_si128(k1, _mm_cvtsi64_si128((long long)len)));
+        x = _mm_aesenc_si128(_mm_aesenc_si128(x, k0), k1);
+        for (size_t slot = (uint64_t)_mm_cvtsi128_si64(x) & 4095;; slot = (slot + 1) & 4095) {
+            unsigned id = kept_index[slot];
+            if (!id) {
+                heads[unique] = v;
+                lens[unique] = (uint32_t)len;
+                used[unique] = (uint16_t)slot;
+                kept_index[slot] = (uint16_t)++unique;
+                ids[k] = (uint32_t)unique;
+                break;
+            }
+            if ((_mm_movemask_epi8(_mm_cmpeq_epi8(heads[id - 1], v)) == 0xFFFF) & (lens[id - 1] == len)) {
+                ids[k] = id;
+                break;
+            }
+        }
+    }
+    for (size_t u = 0; u < unique; u++)
+        kept_index[used[u]] = 0;
+    return unique;
+}
+
+/* Deferred insertion: 64 tokens are looked up without inserting (a miss sets a bit in a mask, no
+ * branch; entry 0 is a dummy equal to nothing, so an empty slot needs no test before the compare),
+ * then the missed ones are inserted in token order (a repeat among them finds the first). The
+ * lookups of a batch do not depend on each other's outcome, and "new" is a branch only in the
+ * insert loop, where it is nearly always taken. */
+__attribute__((target("avx2,aes,bmi"))) static size_t distinct_deferred(const uint8_t *s, const uint32_t *starts,
+                                                                       const uint32_t *ends, size_t nt,
+                                                                       uint32_t *ids)
+{
+    __m128i heads[513];
+    uint32_t lens[513];
+    uint16_t used[512], slots[64];
+    size_t unique = 0;
+    heads[0] = _mm_setzero_si128();
+    lens[0] = UINT32_MAX;
+    const __m128i k0 = _mm_set_epi64x((long long)KEY1, (long long)KEY0);
+    const __m128i k1 = _mm_set_epi64x((long long)0xD6E8FEB86659FD93ull, (long long)0x9E3779B97F4A7C15ull);
+    for (size_t base = 0; base < nt; base += 64) {
+        size_t count = nt - base < 64 ? nt - base : 64;
+        uint64_t missed = 0;
+        for (size_t j = 0; j < count; j++) {
+            size_t a = starts[base + j], len = ends[base + j] - a;
+            __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + a)),
+                                      _mm_load_si128((const __m128i *)masks16[len < 16 ? len : 16]));
+            __m128i x = _mm_aesenc_si128(_mm_xor_si128(v, k0), _mm_xor_si128(k1, _mm_cvtsi64_si128((long long)len)));
+            x = _mm_aesenc_si128(_mm_aesenc_si128(x, k0), k1);
+            size_t slot = (uint64_t)_mm_cvtsi128_si64(x) & 4095;
+            unsigned id = kept_index[slot];
+            __m128i d = _mm_xor_si128(heads[id], v);
+            if (__builtin_expect(!(_mm_testz_si128(d, d) & (lens[id] == len)) & (id != 0), 0)) {
+                do { /* a collision: walk on to the token or an empty slot */
+                    slot = (slot + 1) & 4095;
+                    id = kept_index[slot];
+                } while (id && !((_mm_movemask_epi8(_mm_cmpeq_epi8(heads[id], v)) == 0xFFFF) & (lens[id] == len)));
+            }
+            ids[base + j] = id;
+            slots[j] = (uint16_t)slot;
+            missed |= (uint64_t)(id == 0) << j;
+        }
+        for (; missed; missed &= missed - 1) {
+            size_t j = (size_t)__builtin_ctzll(missed), a = starts[base + j], len = ends[base + j] - a;
+            __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + a)),
+                                      _mm_load_si128((const __m128i *)masks16[len < 16 ? len : 16]));
+            for (size_t slot = slots[j];; slot = (slot + 1) & 4095) {
+                unsigned id = kept_index[slot];
+                if (!id) {
+                    heads[++unique] = v;
+                    lens[unique] = (uint32_t)len;
+                    used[unique - 1] = (uint16_t)slot;
+                    kept_index[slot] = (uint16_t)unique;
+                    ids[base + j] = (uint32_t)unique;
+                    break;
+                }
+                if ((_mm_movemask_epi8(_mm_cmpeq_epi8(heads[id], v)) == 0xFFFF) & (lens[id] == len)) {
+                    ids[base + j] = id;
+                    break;
+                }
+            }
+        }
+    }
+    for (size_t u = 0; u < unique; u++)
+        kept_index[used[u]] = 0;
+    return unique;
+}
+
+/* Keys in the slots: a slot holds the token's 16 bytes, its length and its id (32 bytes, 1024
+ * slots, cleared through the slots used), so a lookup is one load after the hash instead of the
+ * index then the entry. */
+typedef struct {
+    __m128i key;
+    uint32_t len, id;
+    uint64_t pad;
+} key_slot;
+static key_slot key_slots[1024] __attribute__((aligned(64)));
+
+__attribute__((target("avx2,aes"))) static size_t distinct_slotkey(const uint8_t *s, const uint32_t *starts,
+                                                                  const uint32_t *ends, size_t nt, uint32_t *ids)
+{
+    uint16_t used[512];
+    size_t unique = 0;
+    const __m128i k0 = _mm_set_epi64x((long long)KEY1, (long long)KEY0);
+    const __m128i k1 = _mm_set_epi64x((long long)0xD6E8FEB86659FD93ull, (long long)0x9E3779B97F4A7C15ull);
+    for (size_t k = 0; k < nt; k++) {
+        size_t a = starts[k], len = ends[k] - a;
+        __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + a)),
+                                  _mm_load_si128((const __m128i *)masks16[len < 16 ? len : 16]));
+        __m128i x = _mm_aesenc_si128(_mm_xor_si128(v, k0), _mm_xor_si128(k1, _mm_cvtsi64_si128((long long)len)));
+        x = _mm_aesenc_si128(_mm_aesenc_si128(x, k0), k1);
+        for (size_t slot = (uint64_t)_mm_cvtsi128_si64(x) & 1023;; slot = (slot + 1) & 1023) {
+            key_slot *t = &key_slots[slot];
+            __m128i d = _mm_xor_si128(t->key, v);
+            if (__builtin_expect(_mm_testz_si128(d, d) & (t->len == len), 1)) {
+                ids[k] = t->id;
+                break;
+            }
+            if (t->len == 0) {
+                t->key = v;
+                t->len = (uint32_t)len;
+                t->id = (uint32_t)++unique;
+                used[unique - 1] = (uint16_t)slot;
+                ids[k] = (uint32_t)unique;
+                break;
+            }
+        }
+    }
+    for (size_t u = 0; u < unique; u++) {
+        key_slots[used[u]].len = 0;
+        key_slots[used[u]].key = _mm_setzero_si128();
+    }
+    return unique;
+}
+
+/* The ids the three must give: first-seen order by comparing the tokens' bytes (all the query's
+ * tokens are at most 16 bytes, which the 16-byte keys above assume). */
+static int ids_oracle(const uint8_t *s, const uint32_t *starts, const uint32_t *ends, size_t nt, uint32_t *ids)
+{
+    static uint32_t first[MAX_TOKENS];
+    size_t unique = 0;
+    for (size_t k = 0; k < nt; k++) {
+        size_t len = ends[k] - starts[k], u = 0;
+        if (len > 16)
+            return -1;
+        while (u < unique && !(ends[first[u]] - starts[first[u]] == len && !memcmp(s + starts[first[u]], s + starts[k], len)))
+            u++;
+        if (u == unique)
+            first[unique++] = (uint32_t)k;
+        ids[k] = (uint32_t)u + 1;
+    }
+    return (int)unique;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -510,6 +689,48 @@ int main(int argc, char **argv)
         qsort(ratio, ROUNDS, sizeof(double), cmp_double);
         printf("VPCOMPRESSB floor / bit-loop floor, per round: median %.3f (quartiles %.3f-%.3f)\n",
                ratio[ROUNDS / 2], ratio[ROUNDS / 4], ratio[3 * ROUNDS / 4]);
+    }
+    if (aes && __builtin_cpu_supports("bmi")) {
+        /* The kept-index floor against deferred insertion and keys in the slots, on the same split,
+         * in alternating rounds (order rotated every round); each must give the oracle's ids. */
+        static uint32_t want[MAX_TOKENS], got[MAX_TOKENS];
+        nt = split(buf, n, starts, ends);
+        int expect = ids_oracle(buf, starts, ends, nt, want);
+        size_t (*const fns[3])(const uint8_t *, const uint32_t *, const uint32_t *, size_t, uint32_t *) = {
+            distinct_kept, distinct_deferred, distinct_slotkey};
+        static const char *names[3] = {"floor, AES hash, kept index (the baseline of the next two)",
+                                       "  deferred insertion, 64 tokens a batch",
+                                       "  keys in the slots (one load per lookup)"};
+        for (int v = 0; v < 3; v++) {
+            memset(got, 0, nt * sizeof got[0]);
+            if (expect < 0 || fns[v](buf, starts, ends, nt, got) != (size_t)expect || memcmp(got, want, nt * 4)) {
+                fprintf(stderr, "%s: ids disagree with the oracle\n", names[v]);
+                return 1;
+            }
+        }
+        enum { ROUNDS = 41, REPS = 20000 };
+        static double t[3][ROUNDS], ratio[2][ROUNDS];
+        for (int round = 0; round < ROUNDS; round++) {
+            for (int o = 0; o < 3; o++) {
+                int v = (o + round) % 3;
+                double t0 = now();
+                for (int r = 0; r < REPS; r++)
+                    sink += fns[v](buf, starts, ends, nt, got);
+                t[v][round] = (now() - t0) / REPS;
+            }
+            ratio[0][round] = t[1][round] / t[0][round];
+            ratio[1][round] = t[2][round] / t[0][round];
+        }
+        for (int v = 0; v < 3; v++) {
+            qsort(t[v], ROUNDS, sizeof(double), cmp_double);
+            printf("%s: distinct alone, min %.3f us, median %.3f us", names[v], t[v][0] * 1e6, t[v][ROUNDS / 2] * 1e6);
+            if (v) {
+                qsort(ratio[v - 1], ROUNDS, sizeof(double), cmp_double);
+                printf("; / baseline per round: median %.3f (quartiles %.3f-%.3f)", ratio[v - 1][ROUNDS / 2],
+                       ratio[v - 1][ROUNDS / 4], ratio[v - 1][3 * ROUNDS / 4]);
+            }
+            printf("\n");
+        }
     }
     return sink == 0;
 }
