@@ -701,6 +701,15 @@ class SqliteBudgetStore(_CountingStore):
     jumps ahead deletes nothing early; and every call at a ``now`` no earlier, with a window no
     longer, would have forgotten the rows it deletes.
 
+    Each thread's connection keeps the listings it read (:meth:`entries_by_prefix`, one per prefix
+    ending in ``|``, such as a principal's sources in a collection) while nothing can have changed
+    them: another connection's commit, in this process or another, changes ``PRAGMA data_version``
+    (read before each listing; all of the connection's kept listings then go); the connection's own
+    admissions drop the listings of a key's prefixes when they add or expire one of its ids, and
+    resets drop them too; and a listing is given again only while every id in it is still in the
+    window (the rule of :class:`MemoryBudgetStore`'s kept listings). docs/security-testing.md has
+    the argument. Writes made through :meth:`_connection` itself, outside the store, are not seen.
+
     Args:
         path: the database file; created if missing. ``":memory:"`` is refused because each
             connection would see a different database (use :class:`MemoryBudgetStore`).
@@ -751,6 +760,7 @@ class SqliteBudgetStore(_CountingStore):
             except sqlite3.Error as exc:
                 raise BudgetStoreError(f"cannot open budget database {self.path!r}: {exc}") from exc
             self._local.conn, self._local.pid = conn, os.getpid()
+            self._local.kept = _KeptListings()  # a new connection has seen no data_version yet
             with self._all_lock:
                 self._all.append(conn)
         return conn
@@ -758,12 +768,12 @@ class SqliteBudgetStore(_CountingStore):
     def _transaction(self) -> "_SqliteTransaction":
         return _SqliteTransaction(self._connection(), self.path)
 
-    @staticmethod
-    def _expire(db: sqlite3.Connection, key: str, window_s: float, now: float) -> float:
+    def _expire(self, db: sqlite3.Connection, key: str, window_s: float, now: float) -> float:
         (newest,) = db.execute("SELECT MAX(ts) FROM qg_budget WHERE key = ?", (key,)).fetchone()
         if newest is not None and newest > now:
             now = newest
-        db.execute("DELETE FROM qg_budget WHERE key = ? AND ts < ?", (key, now - window_s))
+        if db.execute("DELETE FROM qg_budget WHERE key = ? AND ts < ?", (key, now - window_s)).rowcount:
+            self._local.kept.changed(key)  # in the transaction: a failed commit only drops a listing early
         return now
 
     @staticmethod
@@ -774,6 +784,7 @@ class SqliteBudgetStore(_CountingStore):
         self, requests: list[tuple[str, list[str], int]], window_s: float, now: float
     ) -> list[tuple[list[bool], int, int]]:
         with self._transaction() as db:
+            self._local.kept.admitting(now)
             self._note_window(db, window_s)
             out = [self._admit_in(db, key, ids, cap, window_s, now) for key, ids, cap in requests]
             self._sweep(db, now, _SQLITE_SWEEP_STEP + 2 * sum(len(ids) for _, ids, _ in requests))
@@ -868,12 +879,16 @@ class SqliteBudgetStore(_CountingStore):
                 flags.append(True)
             else:
                 flags.append(False)
+        if count != before:
+            self._local.kept.changed(key)
         return flags, before, count
 
     def _admit_points(
         self, keys: list[tuple[str, int]], points: list[tuple[str, list[int]]], window_s: float, now: float
     ) -> tuple[list[bool], list[tuple[int, int]]]:
         with self._transaction() as db:
+            kept = self._local.kept
+            kept.admitting(now)
             self._note_window(db, window_s)
             stamps = [self._expire(db, key, window_s, now) for key, _ in keys]
             counts = [self._count(db, key) for key, _ in keys]
@@ -891,6 +906,11 @@ class SqliteBudgetStore(_CountingStore):
                             db.execute("INSERT INTO qg_budget (key, pid, ts) VALUES (?, ?, ?)", (keys[k][0], pid, stamps[k]))
                             counts[k] += 1
                 released.append(ok)
+            for (key, _), count, was in zip(keys, counts, before):
+                if count != was:
+                    kept.changed(key)
+            # The sweep's deletions need no drop: a row it deletes is older than this admission's
+            # now minus the file's longest window, and no kept listing holding it can be given again.
             self._sweep(db, now, _SQLITE_SWEEP_STEP + 2 * sum(len(members) for _, members in points))
         self._noted(window_s)
         return released, list(zip(before, counts))
@@ -910,23 +930,41 @@ class SqliteBudgetStore(_CountingStore):
             with self._transaction() as db:
                 self._note_window(db, window_s)
             self._noted(window_s)
+        conn = self._connection()
+        kept = self._local.kept
         rows: dict[str, list[tuple[str, float]]] = {}
+        oldest, newest = math.inf, -math.inf
         try:
-            for key, pid, ts in self._connection().execute(
+            # Read before the listing: a commit between the two then makes the version read later differ.
+            (version,) = conn.execute("PRAGMA data_version").fetchone()
+            found = kept.get(version, prefix, window_s, now)
+            if found is not None:
+                return dict(found)
+            for key, pid, ts in conn.execute(
                     "SELECT key, pid, ts FROM qg_budget WHERE key >= ? ORDER BY key", (prefix,)):
                 if not key.startswith(prefix):
                     break
                 rows.setdefault(key, []).append((pid, ts))
+                if ts < oldest:
+                    oldest = ts
+                if ts > newest:
+                    newest = ts
         except sqlite3.Error as exc:
             raise BudgetStoreError(f"budget database {self.path!r}: {exc}") from exc
         found = {key: _in_window(entries, window_s, now) for key, entries in rows.items()}
-        return {key: ids for key, ids in found.items() if ids}
+        found = {key: ids for key, ids in found.items() if ids}
+        if oldest >= (now if now > newest else newest) - window_s:  # every id listed: none left out
+            kept.keep(prefix, window_s, oldest, found)
+            return dict(found)
+        return found
 
     def _reset(self, key: str | None) -> None:
         with self._transaction() as db:
             if key is None:
+                self._local.kept.by_prefix.clear()
                 db.execute("DELETE FROM qg_budget")
             else:
+                self._local.kept.changed(key)
                 db.execute("DELETE FROM qg_budget WHERE key = ?", (key,))
 
     def close(self) -> None:
@@ -936,6 +974,58 @@ class SqliteBudgetStore(_CountingStore):
         for conn in conns:
             conn.close()
         self._local = threading.local()
+
+
+class _KeptListings:
+    """One SQLite connection's kept listings: prefix -> (window_s, oldest timestamp listed, the
+    listing), each holding every id its keys had, all in the window (so its newest timestamp
+    minus window_s was at most its oldest), as of ``PRAGMA data_version`` ``version`` on this
+    connection (which other connections' commits change, and this one's do not)."""
+
+    __slots__ = ("version", "latest", "by_prefix")
+
+    def __init__(self) -> None:
+        self.version: int | None = None
+        # The latest now of this connection's admissions: a refresh of an id of a kept listing
+        # stamps it with max(that now, its key's newest), so its key's window ends at most at
+        # max(latest, the listing's newest).
+        self.latest = -math.inf
+        self.by_prefix: dict[str, tuple[float, float, dict[str, frozenset[str]]]] = {}
+
+    def get(self, version: int, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]] | None:
+        """The kept listing of ``prefix`` if it is still exact at ``now``, else None."""
+        if version != self.version:
+            self.by_prefix.clear()
+            self.version = version
+            return None
+        kept = self.by_prefix.get(prefix)
+        if kept is None or kept[0] != window_s:
+            return None
+        window, oldest, found = kept
+        # Since it was listed, ids were only refreshed (a later timestamp): every id listed is at
+        # least as recent as oldest, and each key's window ends at most at max(now, latest, the
+        # listing's newest), whose last term is within the window of oldest already.
+        end = now if now > self.latest else self.latest
+        return found if end - window <= oldest else None
+
+    def keep(self, prefix: str, window_s: float, oldest: float, found: dict[str, frozenset[str]]) -> None:
+        if not prefix.endswith("|"):
+            return  # changed() finds the prefixes of a key at its "|"s
+        if len(self.by_prefix) >= _LISTINGS_KEPT:
+            self.by_prefix.clear()
+        self.by_prefix[prefix] = (window_s, oldest, found)
+
+    def admitting(self, now: float) -> None:
+        if now > self.latest:
+            self.latest = now
+
+    def changed(self, key: str) -> None:
+        """Drop the listings that hold ``key``: an id of it was added or removed."""
+        if self.by_prefix:
+            end = key.find("|")
+            while end >= 0:
+                self.by_prefix.pop(key[: end + 1], None)
+                end = key.find("|", end + 1)
 
 
 def _boot_id() -> str | None:
