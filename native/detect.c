@@ -27,10 +27,16 @@ const char *const qg_validator_names[QG_NVALIDATORS] = {
 };
 
 typedef struct {
+    size_t start, end; /* byte offsets; a card floor is ASCII, so its code points run alike */
+} card_span;
+
+typedef struct {
     const unsigned char *b;
     size_t n;
     qg_findings *out;
     int oom;
+    card_span *floors; /* card_floor's cards, by start */
+    size_t nfloors, floors_cap;
 } scan_t;
 
 /* ------------------------------------------------------------------ character classes */
@@ -921,6 +927,56 @@ static int chain_find(scan_t *s, size_t i, int veto, qg_finding *hit) {
 static void chain(scan_t *s, size_t i) {
     qg_finding hit;
     if (chain_find(s, i, 1, &hit)) emit(s, (size_t)hit.start, (size_t)hit.end, hit.type, hit.validator);
+}
+
+/* The longest card read from the digit group at i whatever number is glued to it before or after
+ * ("555 123-4111 1111 1111 1111", "4111-1111-1111-1111-2"): 13-19 digits in a card's groups, a
+ * known IIN and Luhn, the groups joined by single spaces and dashes ("-", "--", " - ", " -- ") in
+ * any mix, or by dots alone; not glued to a letter, and in one group not glued to a '.', ':' or
+ * '/' that a digit is on the other side of (a decimal, a time, a path). The readers above leave
+ * such a card unread or cut; cover_cards covers it. _card_floor of the reference. */
+static void card_floor(scan_t *s, size_t i) {
+    int prev = at(s, (int64_t)i - 1);
+    if (prev >= 0 && is_alpha(prev)) return;
+    int point = in_set(prev, ".:/") && is_digit(at(s, (int64_t)i - 2));
+    int g[5], ng = 0, dotted = -1;
+    char d[20];
+    size_t nd = 0, j = i;
+    int64_t best = -1;
+    for (;;) {
+        size_t k = j;
+        while (k < s->n && is_digit(s->b[k]) && k - j < 20) k++;
+        if (nd + (k - j) > 19) break;
+        memcpy(d + nd, s->b + j, k - j);
+        nd += k - j;
+        g[ng++] = (int)(k - j);
+        j = k;
+        if (nd >= 13 && card_groups_ok(g, ng, ' ') && iin_known(d) && luhn(d, (int)nd)) {
+            int after = at(s, (int64_t)j);
+            if (!(after >= 0 && is_alnum(after)) &&
+                !(ng == 1 && (point || (in_set(after, ".:/") && is_digit(at(s, (int64_t)j + 1))))))
+                best = (int64_t)j;
+        }
+        if (ng == 5) break;
+        int dot = at(s, (int64_t)j) == '.' && is_digit(at(s, (int64_t)j + 1));
+        int w = dot ? 1 : dash_sep(s, (int64_t)j);
+        if (!w && at(s, (int64_t)j) == ' ' && is_digit(at(s, (int64_t)j + 1))) w = 1;
+        if (!w || (dotted >= 0 && dot != dotted)) break;
+        dotted = dot;
+        j += (size_t)w;
+    }
+    if (best < 0) return;
+    if (s->nfloors == s->floors_cap) {
+        size_t cap = s->floors_cap ? s->floors_cap * 2 : 16;
+        card_span *floors = realloc(s->floors, cap * sizeof *floors);
+        if (!floors) {
+            s->oom = 1;
+            return;
+        }
+        s->floors = floors;
+        s->floors_cap = cap;
+    }
+    s->floors[s->nfloors++] = (card_span){i, (size_t)best};
 }
 
 /* ---------------------------------------------------------------------------------- IBAN */
@@ -2162,9 +2218,59 @@ static int resolve(qg_findings *f) {
     return 0;
 }
 
+/* The resolved findings f (disjoint, by start) and a CREDIT_CARD finding for each stretch of a
+ * card floor that they leave uncovered, from its first digit to its last; no finding is changed.
+ * ascii: offsets are bytes (else the floors' starts are converted to code points here).
+ * _cover_cards of the reference. Returns -1 when out of memory. */
+static int cover_cards(const scan_t *s, int ascii) {
+    qg_findings *f = s->out;
+    const unsigned char *b = s->b;
+    size_t pos_b = 0;
+    int64_t cp = 0;
+    for (size_t q = 0; q < s->nfloors; q++) {
+        size_t bs = s->floors[q].start;
+        if (!ascii)
+            for (; pos_b < bs; pos_b++) cp += (b[pos_b] & 0xC0) != 0x80;
+        int64_t cs = ascii ? (int64_t)bs : cp, ce = cs + (int64_t)(s->floors[q].end - bs);
+        size_t lo = 0, hi = f->len;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (f->items[mid].start < cs) lo = mid + 1;
+            else hi = mid;
+        }
+        size_t k = lo;
+        if (k && f->items[k - 1].end > cs) k--;
+        int64_t pos = cs;
+        for (;;) {
+            int64_t next = (k < f->len && f->items[k].start < ce) ? f->items[k].start : ce;
+            if (next > pos) {
+                int64_t a = pos, e = next;
+                while (!is_digit(b[bs + (size_t)(a - cs)])) a++;
+                while (!is_digit(b[bs + (size_t)(e - 1 - cs)])) e--;
+                if (a < e) {
+                    if (f->len == f->cap) {
+                        size_t cap = f->cap ? f->cap * 2 : 64;
+                        qg_finding *items = realloc(f->items, cap * sizeof *items);
+                        if (!items) return -1;
+                        f->items = items;
+                        f->cap = cap;
+                    }
+                    memmove(f->items + k + 1, f->items + k, (f->len - k) * sizeof *f->items);
+                    f->items[k++] = (qg_finding){a, e, QG_CREDIT_CARD, QG_V_LUHN};
+                    f->len++;
+                }
+            }
+            if (next == ce) break;
+            if (f->items[k].end > pos) pos = f->items[k].end;
+            k++;
+        }
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------- driver */
 int qg_detect(const unsigned char *b, size_t n, qg_findings *out) {
-    scan_t s = {b, n, out, 0};
+    scan_t s = {b, n, out, 0, NULL, 0, 0};
     int ascii = 1;
     out->len = 0;
     for (size_t i = 0; i < n && !s.oom; i++) {
@@ -2174,7 +2280,10 @@ int qg_detect(const unsigned char *b, size_t n, qg_findings *out) {
             continue;
         }
         int prev = i ? b[i - 1] : -1;
-        if (is_digit(c) && !(prev >= 0 && is_digit(prev))) chain(&s, i);
+        if (is_digit(c) && !(prev >= 0 && is_digit(prev))) {
+            chain(&s, i);
+            card_floor(&s, i);
+        }
         if (is_alpha(c)) iban(&s, i);
         if (c == 'A' || c == 'g' || c == 'x' || c == 's' || c == 'r') token(&s, i);
         /* The later prefixes all need a start of word: most of their letters are not one. */
@@ -2193,9 +2302,12 @@ int qg_detect(const unsigned char *b, size_t n, qg_findings *out) {
         else if (c == '-') flag(&s, i);
         else if (c == 'E' || c == 'e') docker_env(&s, i);
     }
-    if (s.oom) return -1;
-    if (!ascii) to_code_points(b, out);
-    return resolve(out);
+    int rc = s.oom ? -1 : 0;
+    if (!rc && !ascii) to_code_points(b, out);
+    if (!rc) rc = resolve(out);
+    if (!rc && s.nfloors) rc = cover_cards(&s, ascii);
+    free(s.floors);
+    return rc;
 }
 
 void qg_findings_free(qg_findings *f) {

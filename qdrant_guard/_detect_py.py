@@ -11,7 +11,9 @@ kernel sees in the UTF-8 bytes. Keyword windows ("ssn" near a bare 9-digit numbe
 
 Candidate selection (overlaps): candidates are taken longest first; on equal length the type that
 comes first in :data:`FINDING_TYPES` wins, then the earlier start. A candidate that overlaps one
-already taken is dropped. The survivors never overlap.
+already taken is dropped. The survivors never overlap. Then each card :func:`_card_floor` reads
+(from every digit group, whatever number is glued to it) gets a CREDIT_CARD finding over every
+stretch of it that the survivors leave uncovered (:func:`_cover_cards`).
 """
 from __future__ import annotations
 
@@ -691,6 +693,85 @@ def _chain_mixed(text: str, i: int, veto: bool) -> list[tuple[int, int, str, str
         if not (veto and g < len(groups) and _cuts_later(text, i, groups, g, end)):
             return found
     return []
+
+
+def _card_floor(text: str, i: int) -> list[tuple[int, int]]:
+    """The longest card read from the digit group at ``i`` whatever number is glued to it before
+    or after (``555 123-4111 1111 1111 1111``, ``555.123.4111 1111 1111 1111``,
+    ``4111-1111-1111-1111-2``): 13-19 digits in a card's groups (:func:`_card_groups_ok`), a known
+    IIN and Luhn, the groups joined by single spaces, dashes (``-``, ``--``, `` - ``, `` -- ``) in
+    any mix, or dots alone; not glued to a letter, and in one group not glued to a ".", ":" or
+    "/" that a digit is on the other side of (a decimal, a time, a path: ``0.4111111111111111``).
+    ``[(i, end)]`` or ``[]``. The number readers above leave such a card unread or cut (no number
+    is read after a dash and a digit, and none ends before one); :func:`_cover_cards` covers it."""
+    prev = _at(text, i - 1)
+    if prev in _LETTERS:
+        return []
+    # a decimal, a time or a path component before the card: only a card of several groups
+    point = prev in ".:/" and _at(text, i - 2) in _DIGITS
+    groups: list[int] = []
+    d = ""
+    dotted = None
+    best = -1
+    j = i
+    while True:
+        k = _run_end(text, j, _DIGITS, 20)
+        groups.append(k - j)
+        d += text[j:k]
+        j = k
+        if len(d) > 19:
+            break
+        if len(d) >= 13 and _card_groups_ok(groups, " ") and _iin_known(d) and _luhn(d):
+            after = _at(text, j)
+            if after not in _ALNUM and not (len(groups) == 1 and (point or (
+                    after in ".:/" and _at(text, j + 1) in _DIGITS))):
+                best = j
+        if len(groups) == 5:
+            break
+        dot = _at(text, j) == "." and _at(text, j + 1) in _DIGITS
+        if dot:
+            w = 1
+        else:
+            w = _dash_sep(text, j) or (_at(text, j) == " " and _at(text, j + 1) in _DIGITS)
+        if not w or dotted not in (None, dot):
+            break
+        dotted = dot
+        j += w
+    return [(i, best)] if best >= 0 else []
+
+
+def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
+                 floors: list[tuple[int, int]]) -> list[tuple[int, int, str, str]]:
+    """The findings ``taken`` (disjoint, sorted by start) and a CREDIT_CARD finding for each
+    stretch of a card of ``floors`` (:func:`_card_floor`; sorted by start) that they leave
+    uncovered, from its first digit to its last: no digit of such a card stays in the clear, and
+    no finding is changed ("555 123-4111 1111 1111 1111" is ``[PHONE] [CREDIT_CARD]``: the phone
+    number read across the card's first group, the card's rest)."""
+    out = list(taken)
+    starts = [c[0] for c in out]
+    for s, e in floors:
+        k = bisect_left(starts, s)
+        if k and out[k - 1][1] > s:
+            k -= 1
+        gaps = []
+        pos = s
+        while k < len(out) and out[k][0] < e:
+            if out[k][0] > pos:
+                gaps.append((pos, out[k][0]))
+            pos = max(pos, out[k][1])
+            k += 1
+        if pos < e:
+            gaps.append((pos, e))
+        for a, b in gaps:
+            while text[a] not in _DIGITS:
+                a += 1
+            while text[b - 1] not in _DIGITS:
+                b -= 1
+            if a < b:
+                k = bisect_left(starts, a)
+                starts.insert(k, a)
+                out.insert(k, (a, b, "CREDIT_CARD", "luhn"))
+    return out
 
 
 def _cuts_later(text: str, i: int, groups: list[int], g: int, end: int) -> bool:
@@ -1900,8 +1981,10 @@ def find_spans(text: str) -> list[tuple[int, int, str, str]]:
     if not isinstance(text, str):
         raise GuardArgumentTypeError(f"find_spans() argument 'text' must be str, not {type(text).__name__}")
     cands: list[tuple[int, int, str, str]] = []
+    floors: list[tuple[int, int]] = []
     for i in _word_starts(text, _DIGITS):
         cands += _chain(text, i)
+        floors += _card_floor(text, i)
     for i, c in enumerate(text):
         if c in _LETTERS and _at(text, i + 2) in _DIGITS:
             cands += _iban(text, i)
@@ -1928,4 +2011,4 @@ def find_spans(text: str) -> list[tuple[int, int, str, str]]:
             cands += _flag(text, i)
         elif c in "Ee":
             cands += _docker_env(text, i)
-    return _resolve(cands)
+    return _cover_cards(text, _resolve(cands), floors)

@@ -98,9 +98,13 @@ POSITIVES = [
     ("call 555 123 4567 890", [("PHONE", "555 123 4567", "nanp")]),
     ("1 2 3 4 5 6 7 4111111111111111", [("CREDIT_CARD", "4111111111111111", "luhn")]),
     # a list's leading groups are no finding where they would cut a later number's own finding
-    # (a Luhn-valid "card" 4000 1005 1111 123 took the SSN's area and left "45 6789" in the clear)
-    ("4000 1005 1111 123 45 6789", [("SSN", "123 45 6789", "ssa-rules")]),
-    ("4008 4111 1111 1111 1111", [("CREDIT_CARD", "4111 1111 1111 1111", "luhn")]),
+    # (a Luhn-valid "card" 4000 1005 1111 123 took the SSN's area and left "45 6789" in the clear);
+    # the digits of that card reading that the later finding leaves are a card stretch of their
+    # own, so neither reading has a digit in the clear (tests/test_glued_card.py)
+    ("4000 1005 1111 123 45 6789", [("CREDIT_CARD", "4000 1005 1111", "luhn"), ("SSN", "123 45 6789", "ssa-rules")]),
+    ("4008 4111 1111 1111 1111", [("CREDIT_CARD", "4008", "luhn"), ("CREDIT_CARD", "4111 1111 1111 1111", "luhn")]),
+    # a card glued to a longer dashed run: still a card (it was left whole in the clear)
+    ("4111-1111-1111-1111-4012", [("CREDIT_CARD", "4111-1111-1111-1111", "luhn")]),
 ]
 
 NEGATIVES = [
@@ -144,7 +148,7 @@ NEGATIVES = [
     "password: abcdefghijk", "password: Ab1cD2e",  # one class; too short
     "token: Ab1Cd2Ef3gH",  # not a password name, so the 16-character entropy rule applies
     "1999 2000 2001 2002 2003 2004 2005 2006", "1 2 3 4 5 6 7 8 9 10 11 12",  # lists, nothing in them
-    "4111-1111-1111-1111-4012",  # a dashed run past a card is one longer number, not a card
+    "1234-5678-9012-3456-7890",  # a dashed run of numbers with no card in it
     # a 3-2-4 window of a list of numbers is no SSN without "ssn" nearby (alone it still is one)
     "sizes 512 64 1024 2048 4096", "top ports 443 80 8080 22 3306 5432", "dims 768 12 3072 64",
 ]
