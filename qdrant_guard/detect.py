@@ -99,6 +99,21 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   tried the same way, so every number of the list is found. The cost: a row of random
   space-separated 4-digit numbers now has a Luhn-valid, IIN-known 4-group window (a "card") in
   about 15 % of 8-number rows (3.5 % before); rows of years or of ordinary integers, none.
+* A card glued to another number keeps none of its digits in the clear. No number is read after
+  a dash and a digit, nor ends before one (``12--123--45--6789`` stays unread), and a later
+  number's finding stands against a list's leading groups, so a card could lose its first groups
+  to a phone number or an SSN read across them, or be left unread: ``555 123-4111 1111 1111 1111``
+  was ``[PHONE] 1111 1111 1111``. Every digit group also starts a card reading whatever is glued
+  to it (13-19 digits in a card's groups joined by single spaces and dashes, ``-`` ``--`` `` - ``
+  `` -- ``, in any mix or by dots alone, a known IIN, Luhn; no letter glued to it, and a card of one
+  group not glued to a ``.``, ``:`` or ``/`` with a digit beyond it: ``0.4111111111111111`` is a
+  decimal), and each stretch of it the findings leave uncovered, from its first digit to its last,
+  is a ``CREDIT_CARD`` finding: ``[PHONE] [CREDIT_CARD]``, ``555 123-[CREDIT_CARD]`` for
+  ``555 123-4111-1111-1111-1111``, ``[CREDIT_CARD]-2`` for ``4111-1111-1111-1111-2``. No finding is
+  changed by it. The cost: such a stretch is a card's remainder, typed ``CREDIT_CARD`` though it
+  may be short (``4008`` of ``4008 4111 1111 1111 1111``, where ``4008 4111 1111 1111`` is
+  Luhn-valid too); a dashed run of random 4-digit numbers now holds a card as often as a spaced
+  one did already (6.2 % of 5-number rows, 9.7 % of 6-number rows; none before).
 * ``AWS_ACCESS_KEY``: AKIA/ASIA/AGPA/AIDA/AROA/ANPA/ANVA/AIPA + 16 of ``[A-Z2-7]`` ("format").
 * ``AWS_SECRET_KEY``: an isolated 40-character ``[A-Za-z0-9+/]`` value with upper, lower and
   digits, not hex, entropy >= 3.5 bits/char and "aws" or "secret" within the 64 characters before
@@ -197,7 +212,8 @@ anything containing "EXAMPLE" (any case) in a credential, UUIDs, 32/40/64-hex di
 as generic secrets, version strings, ordinary identifiers (``get_api_key_from_env``).
 
 Overlaps: the longer finding wins; on equal length the type earlier in :data:`FINDING_TYPES`
-(the more specific credential) wins; then the earlier one. Findings never overlap.
+(the more specific credential) wins; then the earlier one. Then a glued card's uncovered stretches
+are added (above). Findings never overlap.
 
 Character classes are ASCII, but a folded view of a text that contains certain non-ASCII
 characters is scanned as well: full-width forms (``１２３``, ``ＡＫＩＡ``, ``＠``), the small forms
