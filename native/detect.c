@@ -2225,7 +2225,11 @@ static int resolve(qg_findings *f) {
 static int cover_cards(const scan_t *s, int ascii) {
     qg_findings *f = s->out;
     const unsigned char *b = s->b;
-    size_t pos_b = 0;
+    /* The stretches, in start order: a card's uncovered digits lie past every digit of the cards
+     * before it, all covered by then. Kept apart from f and merged at the end, so none is
+     * inserted into the middle of a long list. */
+    qg_finding *added = NULL;
+    size_t na = 0, cap = 0, pos_b = 0;
     int64_t cp = 0;
     for (size_t q = 0; q < s->nfloors; q++) {
         size_t bs = s->floors[q].start;
@@ -2238,33 +2242,53 @@ static int cover_cards(const scan_t *s, int ascii) {
             if (f->items[mid].start < cs) lo = mid + 1;
             else hi = mid;
         }
-        size_t k = lo;
+        size_t k = lo, m = na, na0 = na;
         if (k && f->items[k - 1].end > cs) k--;
+        while (m && added[m - 1].end > cs) m--;
         int64_t pos = cs;
         for (;;) {
-            int64_t next = (k < f->len && f->items[k].start < ce) ? f->items[k].start : ce;
+            /* the next finding or stretch reaching into the card, in start order */
+            int from_added = m < na0 && added[m].start < ce &&
+                             !(k < f->len && f->items[k].start < added[m].start);
+            int from_f = !from_added && k < f->len && f->items[k].start < ce;
+            int64_t next = from_added ? added[m].start : from_f ? f->items[k].start : ce;
+            int64_t reach = from_added ? added[m].end : from_f ? f->items[k].end : ce;
             if (next > pos) {
                 int64_t a = pos, e = next;
                 while (!is_digit(b[bs + (size_t)(a - cs)])) a++;
                 while (!is_digit(b[bs + (size_t)(e - 1 - cs)])) e--;
                 if (a < e) {
-                    if (f->len == f->cap) {
-                        size_t cap = f->cap ? f->cap * 2 : 64;
-                        qg_finding *items = realloc(f->items, cap * sizeof *items);
-                        if (!items) return -1;
-                        f->items = items;
-                        f->cap = cap;
+                    if (na == cap) {
+                        cap = cap ? cap * 2 : 16;
+                        qg_finding *grown = realloc(added, cap * sizeof *grown);
+                        if (!grown) {
+                            free(added);
+                            return -1;
+                        }
+                        added = grown;
                     }
-                    memmove(f->items + k + 1, f->items + k, (f->len - k) * sizeof *f->items);
-                    f->items[k++] = (qg_finding){a, e, QG_CREDIT_CARD, QG_V_LUHN};
-                    f->len++;
+                    added[na++] = (qg_finding){a, e, QG_CREDIT_CARD, QG_V_LUHN};
                 }
             }
-            if (next == ce) break;
-            if (f->items[k].end > pos) pos = f->items[k].end;
-            k++;
+            if (!from_added && !from_f) break;
+            if (reach > pos) pos = reach;
+            if (from_added) m++;
+            else k++;
         }
     }
+    if (!na) return 0;
+    qg_finding *all = malloc((f->len + na) * sizeof *all);
+    if (!all) {
+        free(added);
+        return -1;
+    }
+    size_t x = 0, y = 0, z = 0;
+    while (x < f->len || y < na)
+        all[z++] = (y == na || (x < f->len && f->items[x].start < added[y].start)) ? f->items[x++] : added[y++];
+    free(f->items);
+    free(added);
+    f->items = all;
+    f->len = f->cap = z;
     return 0;
 }
 

@@ -747,19 +747,31 @@ def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
     uncovered, from its first digit to its last: no digit of such a card stays in the clear, and
     no finding is changed ("555 123-4111 1111 1111 1111" is ``[PHONE] [CREDIT_CARD]``: the phone
     number read across the card's first group, the card's rest)."""
-    out = list(taken)
-    starts = [c[0] for c in out]
+    if not floors:
+        return taken
+    starts = [c[0] for c in taken]
+    # The stretches, in start order: a card's uncovered digits lie past every digit of the cards
+    # before it, all covered by then. Kept apart from taken, so none is inserted into the middle
+    # of a long list (a text of glued cards before thousands of findings).
+    added: list[tuple[int, int, str, str]] = []
     for s, e in floors:
         k = bisect_left(starts, s)
-        if k and out[k - 1][1] > s:
+        if k and taken[k - 1][1] > s:
             k -= 1
+        m = len(added)
+        while m and added[m - 1][1] > s:
+            m -= 1
+        near = []
+        while k < len(taken) and taken[k][0] < e:
+            near.append(taken[k])
+            k += 1
+        near += [c for c in added[m:] if c[0] < e]
         gaps = []
         pos = s
-        while k < len(out) and out[k][0] < e:
-            if out[k][0] > pos:
-                gaps.append((pos, out[k][0]))
-            pos = max(pos, out[k][1])
-            k += 1
+        for c in sorted(near):
+            if c[0] > pos:
+                gaps.append((pos, c[0]))
+            pos = max(pos, c[1])
         if pos < e:
             gaps.append((pos, e))
         for a, b in gaps:
@@ -768,10 +780,8 @@ def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
             while text[b - 1] not in _DIGITS:
                 b -= 1
             if a < b:
-                k = bisect_left(starts, a)
-                starts.insert(k, a)
-                out.insert(k, (a, b, "CREDIT_CARD", "luhn"))
-    return out
+                added.append((a, b, "CREDIT_CARD", "luhn"))
+    return sorted(taken + added)
 
 
 def _cuts_later(text: str, i: int, groups: list[int], g: int, end: int) -> bool:
