@@ -151,18 +151,24 @@ static int ssn_context(const scan_t *s, size_t start) {
         || contains_ci(s->b, w, start, "socialsecurity");
 }
 
+/* The array items of len items of `size` bytes, with room for one more (capacity *cap, doubled
+ * from `first`): items itself, moved, or NULL when out of memory (items then still valid). */
+static void *room(void *items, size_t *cap, size_t len, size_t size, size_t first) {
+    if (len < *cap) return items;
+    size_t want = *cap ? *cap * 2 : first;
+    void *grown = realloc(items, want * size);
+    if (grown) *cap = want;
+    return grown;
+}
+
 static void emit(scan_t *s, size_t start, size_t end, int type, int validator) {
     qg_findings *o = s->out;
-    if (o->len == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 64;
-        qg_finding *items = realloc(o->items, cap * sizeof *items);
-        if (!items) {
-            s->oom = 1;
-            return;
-        }
-        o->items = items;
-        o->cap = cap;
+    qg_finding *items = room(o->items, &o->cap, o->len, sizeof *items, 64);
+    if (!items) {
+        s->oom = 1;
+        return;
     }
+    o->items = items;
     o->items[o->len++] = (qg_finding){(int64_t)start, (int64_t)end, type, validator};
 }
 
@@ -966,16 +972,12 @@ static void card_floor(scan_t *s, size_t i) {
         j += (size_t)w;
     }
     if (best < 0) return;
-    if (s->nfloors == s->floors_cap) {
-        size_t cap = s->floors_cap ? s->floors_cap * 2 : 16;
-        card_span *floors = realloc(s->floors, cap * sizeof *floors);
-        if (!floors) {
-            s->oom = 1;
-            return;
-        }
-        s->floors = floors;
-        s->floors_cap = cap;
+    card_span *floors = room(s->floors, &s->floors_cap, s->nfloors, sizeof *floors, 16);
+    if (!floors) {
+        s->oom = 1;
+        return;
     }
+    s->floors = floors;
     s->floors[s->nfloors++] = (card_span){i, (size_t)best};
 }
 
@@ -2258,15 +2260,12 @@ static int cover_cards(const scan_t *s, int ascii) {
                 while (!is_digit(b[bs + (size_t)(a - cs)])) a++;
                 while (!is_digit(b[bs + (size_t)(e - 1 - cs)])) e--;
                 if (a < e) {
-                    if (na == cap) {
-                        cap = cap ? cap * 2 : 16;
-                        qg_finding *grown = realloc(added, cap * sizeof *grown);
-                        if (!grown) {
-                            free(added);
-                            return -1;
-                        }
-                        added = grown;
+                    qg_finding *grown = room(added, &cap, na, sizeof *grown, 16);
+                    if (!grown) {
+                        free(added);
+                        return -1;
                     }
+                    added = grown;
                     added[na++] = (qg_finding){a, e, QG_CREDIT_CARD, QG_V_LUHN};
                 }
             }
