@@ -782,6 +782,7 @@ def calibrate(
     metric: str = "recall",
     vector_name: str | None = None,
     embedding_model: str | None = None,
+    allow_small_collection: bool = False,
 ) -> UtilityRecord:
     """Choose the strongest noise level whose retrieval-quality drop stays within ``threshold``.
 
@@ -824,6 +825,10 @@ def calibrate(
             it is) when it has a non-empty string one (:func:`embedder_model_name`), else not
             named. It is what the caller asserts: calibrate cannot tell which model made the
             collection's vectors.
+        allow_small_collection: sign a record measured on a collection of no more than ``k``
+            points (default False: refused). Every top-k of such a collection holds all of its
+            points, so no noise lowers recall@k or overlap@k there and the record would vouch for
+            the strongest level tried; for tests and demos only.
 
     Returns:
         The (signed) :class:`UtilityRecord`.
@@ -832,8 +837,9 @@ def calibrate(
         UtilityCalibrationError: no level meets both the threshold and the ceiling; the message
             shows the measured frontier and which constraint to relax.
         TypeError, ValueError: a bad argument, or a clean ``metric`` of 0 (qrels naming no point
-            the clean search returns: there is no quality to lose), or an ``embedding_model`` other
-            than the model ``embedder`` names.
+            the clean search returns: there is no quality to lose), an ``embedding_model`` other
+            than the model ``embedder`` names, or a collection of no more than ``k`` points without
+            ``allow_small_collection`` (nothing is measured).
     """
     if not isinstance(collection, str) or not collection:
         raise GuardArgumentTypeError("calibrate() argument 'collection' must be a non-empty str")
@@ -846,6 +852,9 @@ def calibrate(
         raise GuardArgumentValueError("metric='ndcg' needs qrels (graded or binary relevance labels)")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise GuardArgumentValueError(f"calibrate() argument 'k' must be an int >= 1, got {k!r}")
+    if not isinstance(allow_small_collection, bool):
+        raise GuardArgumentTypeError(f"calibrate() argument 'allow_small_collection' must be a bool, not "
+                                     f"{type(allow_small_collection).__name__}")
     _check_positive("radius", radius)
     _check_positive("clip_norm", clip_norm, allow_none=True)
     _check_positive("epsilon_ceiling", epsilon_ceiling, allow_none=True)
@@ -902,6 +911,18 @@ def calibrate(
         raise GuardArgumentValueError("query vectors must form a finite 2-D array (n_queries, dim)")
 
     ids, docs, (using, distance) = _read_collection(client, collection, vector_name)
+    if len(ids) <= k and not allow_small_collection:
+        # Every top-k then holds the whole collection: no noise moves a point out of it, so recall
+        # and overlap lose nothing at any level (nDCG only reorders), and the record would vouch for
+        # the strongest level on evidence that says nothing about a collection of real size.
+        shown = f"vector {using!r} of collection {collection!r}" if using else f"collection {collection!r}"
+        raise GuardArgumentValueError(
+            f"{shown} holds {len(ids)} point(s), no more than k={k}: every top-{k} returns all of them, so "
+            f"noise cannot move a point out of it and the measured {metric}@{k} drop says nothing about real "
+            f"data; nothing was measured or signed. Calibrate on a collection much larger than k (a staging "
+            f"copy of the real one: add points), or lower k (`--k`, and the policy's utility.k) below "
+            f"{len(ids)}; allow_small_collection=True (`--allow-small-collection`) signs such a record anyway, "
+            "for tests and demos")
     if qvecs.shape[1] != docs.shape[1]:
         raise GuardArgumentValueError(
             f"query dimension {qvecs.shape[1]} does not match collection dimension {docs.shape[1]}"
@@ -1182,6 +1203,10 @@ def add_calibrate_arguments(parser: Any) -> None:
                         help="the policy's utility.metric (default recall; ndcg needs --qrels)")
     parser.add_argument("--sample-limit", type=_positive_int, help="measure at most this many queries (a random sample)")
     parser.add_argument("--seed", type=int, help="reproducible measurement (test noise; never for production writes)")
+    parser.add_argument("--allow-small-collection", action="store_true",
+                        help="sign a record measured on a collection of no more than --k points (refused "
+                             "without it: every top-k then returns every point, so no noise shows a drop); "
+                             "for tests and demos")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument(
         "--query-text", default="generalized", choices=QUERY_TEXT_MODES,
@@ -1312,6 +1337,7 @@ def run_calibrate_cli(args: Any) -> int:
             metric=get("metric", "recall"),
             vector_name=get("vector_name"),
             embedding_model=get("embedding_model"),
+            allow_small_collection=bool(get("allow_small_collection", False)),
         )
     except UtilityCalibrationError as exc:
         print(f"qdrant-guard calibrate: {exc}", file=sys.stderr)
@@ -1331,7 +1357,7 @@ def run_calibrate_cli(args: Any) -> int:
         # Every top-k then holds the whole collection: no noise can move it out, so the drops
         # measured are 0 whatever the noise costs on a collection of real size.
         print(f"warning: --collection {record.collection!r} holds {record.n_documents} point(s), no more than "
-              f"--k {record.k}: every top-{record.k} returns all of them, so noise cannot lower "
-              f"{record.metric}@{record.k} here and the drop of 0 says nothing about real data; calibrate on a "
-              "collection much larger than --k (a staging copy of the real one)", file=sys.stderr)
+              f"--k {record.k} (signed under --allow-small-collection): every top-{record.k} returns all of "
+              f"them, so noise cannot move a point out of it here and the drop says nothing about real data; "
+              "calibrate on a collection much larger than --k (a staging copy of the real one)", file=sys.stderr)
     return 0
