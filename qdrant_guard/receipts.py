@@ -915,6 +915,13 @@ def issue_receipts_rows(signer: ReceiptSigner, groups: Sequence[tuple[NoiseParam
     receipts, errors and order; items are made only where issue_receipts_batch's fast path would
     not take them."""
     _check_signer(signer, "issue_receipts_rows")
+    for i, (_, vecs, _, pids, _, models_) in enumerate(groups):
+        # The groups are flattened column by column below: a short column would shift the point ids
+        # (or model ids) of every later row and group, and each receipt would name another point.
+        if not len(vecs) == len(pids) == len(models_):
+            raise GuardArgumentValueError(
+                f"issue_receipts_rows() group {i} has {len(vecs)} vector(s), {len(pids)} point id(s) and "
+                f"{len(models_)} model id(s); give one point id and one model id (or None) per vector")
     fast = None
     if all(type(prm) is NoiseParams and type(coll) is str and coll and type(vname) is str
            and all(m is None or type(m) is str for m in models_)
