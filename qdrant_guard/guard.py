@@ -16,6 +16,7 @@ from .pipeline import Call, Op, missing_alias_error, sizes_withheld, telemetry_f
 from .policy import CollectionPolicy, toml_key as _toml_key, toml_str as _toml_str
 from .reads import ReadOps
 from .receipts import ISSUED_AT_LEEWAY_S
+from .utility import same_model
 from .writes import WriteOps
 
 
@@ -92,7 +93,7 @@ def _record_model_refusal(rec: Any, path: str | None, model: str | None, key: st
 
     The record's model name is its signer's word (a raw vector does not say which model made it);
     this refuses a record whose word is another model, or none."""
-    if model is None or rec.embedding_model == model:
+    if model is None or (rec.embedding_model is not None and same_model(rec.embedding_model, model)):
         return None
     where = "this collection" if collection is None else f"collection {collection!r}"
     fix = (f"re-run `qdrant-guard calibrate --embedding-model {shlex.quote(model)} ...` on a staging collection "

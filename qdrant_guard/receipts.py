@@ -1464,15 +1464,18 @@ def model_mismatch(model_id: str | None, utility_policy: Any, collection: str, v
     ``vector_name`` of ``collection``, whose ``[utility]`` section is ``utility_policy`` (a
     policy.UtilityPolicy): it names another embedding model than the one the policy declares for
     that vector (``utility.embedding_models``, else ``utility.embedding_model``). None when the
-    policy declares none, the receipt names none, or both name the same (compared exactly).
+    policy declares none, the receipt names none, or both name the same (compared as qdrant-client
+    resolves model names, exactly but for case: :func:`~qdrant_guard.utility.same_model`).
 
     The comparison a guarded write makes on a writer's receipt (writes.py) and ``verify`` makes with
     ``policy=``. ``model_id`` is the signer's word: a raw vector does not show its model, so a
     receipt naming none is not refused, and one naming the declared model proves no more than that
     its signer says so.
     """
+    from .utility import same_model
+
     declared, key = utility_policy.declared_model(vector_name)
-    if declared is None or model_id is None or model_id == declared:
+    if declared is None or model_id is None or same_model(model_id, declared):
         return None
     from .policy import toml_str
 

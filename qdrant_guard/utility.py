@@ -728,6 +728,15 @@ def _round_up_4(value: float) -> str:
     return text
 
 
+def same_model(a: str, b: str) -> bool:
+    """Whether embedding model names ``a`` and ``b`` name the same model, as qdrant-client's
+    inference resolves them: case-insensitively (``str.lower``; qdrant_client/fastembed_common.py's
+    ``is_supported_*_model`` and fastembed's ``TextEmbedding`` both look a name up lowercased), so
+    ``BAAI/bge-small-en-v1.5`` and ``baai/bge-small-en-v1.5`` load one model. Otherwise exact:
+    no whitespace or Unicode folding, which no resolver does either."""
+    return str.__str__(a).lower() == str.__str__(b).lower()
+
+
 def embedder_model_name(embedder: Any) -> str | None:
     """The model name an embedder exposes, on itself or on the object whose bound method it is:
     its ``model_id`` (what the guard records in receipts, as :class:`HashingEmbedder` has) or
@@ -752,11 +761,11 @@ def _embedding_model(embedding_model: Any, embedder: Any) -> str | None:
         raise GuardArgumentValueError("calibrate() argument 'embedding_model' is empty; name the model the "
                                       "collection's vectors came from, e.g. 'sentence-transformers/all-MiniLM-L6-v2', "
                                       "or pass None")
-    if named is not None and named != embedding_model:
+    if named is not None and not same_model(named, embedding_model):
         # The queries would be embedded by one model and the record would name another.
         raise GuardArgumentValueError(f"calibrate() argument 'embedding_model' is {embedding_model!r}, but the "
                                       f"embedder embeds with {named!r}; name the embedder's model (names are compared "
-                                      "exactly), or pass an embedder of the model the collection was embedded with")
+                                      "as qdrant-client resolves them: exactly but for case), or pass an embedder of the model the collection was embedded with")
     return embedding_model
 
 
@@ -1196,7 +1205,7 @@ def add_calibrate_arguments(parser: Any) -> None:
                              "utility.records)")
     parser.add_argument("--embedding-model", type=_model_arg,
                         help="the embedding model the collection's vectors came from, signed into the record "
-                             "(the policy's utility.embedding_model must name the same, compared exactly); text "
+                             "(the policy's utility.embedding_model must name the same, compared exactly but for case, as qdrant-client resolves model names); text "
                              "queries are embedded with %s, the default for them" % MODEL_ID)
     parser.add_argument("--k", type=_positive_int, default=10, help="cut-off of the metric (the policy's utility.k; default 10)")
     parser.add_argument("--metric", default="recall", choices=_METRICS,
@@ -1297,11 +1306,11 @@ def run_calibrate_cli(args: Any) -> int:
     if queries and isinstance(queries[0], str):
         embedder = _CliQueryEmbedder(query_text_transform(get("query_text", "generalized")))  # the CLI default
         named = get("embedding_model")
-        if named is not None and named != embedder.model_id:
+        if named is not None and not same_model(named, embedder.model_id):
             raise GuardArgumentValueError(
                 f"--embedding-model {named!r}: the text queries of --queries are embedded with {embedder.model_id} "
                 f"(the eval model), so the record would name a model its queries were not made by; give "
-                f"--embedding-model {embedder.model_id} (names are compared exactly), or give --queries as vectors "
+                f"--embedding-model {embedder.model_id} (names are compared exactly but for case), or give --queries as vectors "
                 f"embedded with {named!r}")
     signer = None
     if get("key"):

@@ -38,7 +38,7 @@ from .receipts import (
 )
 from .sources import path_head, restricts_sources
 from .textguard import TextOps
-from .utility import embedder_model_name
+from .utility import embedder_model_name, same_model
 from .vectors import UNNAMED, CollectionShape, as_dense, join_vector_struct, split_vector_struct
 
 _DIRECTIVES = {
@@ -934,7 +934,7 @@ class WriteOps(TextOps):
         if have is None:
             return
         for vname, model, key in declared:
-            if model == have:
+            if same_model(model, have):
                 continue
             raise ConfigError(
                 f"{op}: point {point_id!r}: vector {vname or '<unnamed>'!r} of collection {name!r} is a "
