@@ -245,6 +245,18 @@ def lattice_step(scale: float) -> float:
     return math.ldexp(1.0, exponent - 1 - int(math.log2(LATTICE_DIVISOR)))
 
 
+def calibrated_lattice_step(mechanism: str, epsilon: float, delta: float, radius: float) -> float:
+    """The lattice step a release of these parameters is snapped to (:func:`check_release` refuses a
+    coarser one). It depends on no other parameter (not the dimension, dtype or clip_norm), and it
+    never shrinks as the noise grows (a smaller epsilon or delta, a larger radius).
+
+    Raises:
+        ValueError: the parameters cannot be calibrated (as :func:`privatize` refuses them).
+    """
+    dlt = None if mechanism == "laplace_l2" else delta
+    return _params(mechanism, epsilon, dlt, radius, None, 1, "float32", RNG_KEYED).lattice_step
+
+
 @lru_cache(maxsize=1024, typed=True)  # typed: True must not hit the entry of 1.0 and skip the checks
 def _params(mechanism: Any, epsilon: Any, delta: Any, radius: Any, clip_norm: Any, dim: int,
             dtype: str, rng_id: str) -> NoiseParams:

@@ -492,7 +492,8 @@ class UtilityPolicy(_Strict):
     model is not checked), as is a query Document passed to qdrant-client's inference (no
     ``embedder=``, no query noise) whose ``model`` names another, and a query ``models.Image``
     (anywhere in the query or a prefetch, held to the model of its level's ``using=``) naming
-    another. Names are compared exactly, as written. Every name is
+    another. Names are compared as qdrant-client's inference and fastembed resolve them, exactly but
+    for case (``baai/bge-small-en-v1.5`` is ``BAAI/bge-small-en-v1.5``). Every name is
     an assertion (a record's or a receipt's signer's, the embedder's own); the guard cannot tell
     which model produced a raw vector, so this holds records, receipts and the embedder to their
     word, not a vector to its model. It applies to every vector of the collection that
@@ -612,7 +613,10 @@ class CollectionPolicy(_Strict):
     guard counts the points with a dense vector that has no receipt, or whose receipt names another
     mechanism than ``noise.mechanism``, weaker noise than ``noise`` states, or another model than
     ``utility.embedding_model(s)`` declares for it (reads strip those too; ``model_id`` null is not
-    counted): one exact ``count`` per collection and client, kept while it finds none. It refuses
+    counted), or noise the guard does not vouch for (a ``dtype`` or ``mechanism_version``
+    ``check_release`` refuses, a ``lattice_step`` of 0 or below, or, at the policy's own epsilon,
+    radius and delta, one coarser than the policy's): one exact ``count`` per collection and client, kept
+    while it finds none. It refuses
     the same forms while any remain, naming how many: re-write those points through the guard
     (which noises and receipts them) or delete them (``qdrant-guard receipt verify --policy POLICY
     --check-noise`` lists them as missing_receipt, mechanism_mismatch, insufficient_noise or

@@ -17,14 +17,15 @@ from qdrant_client.http import models
 from . import detect as _detect
 from .decision import Verdict
 from .errors import ConfigError, GuardArgumentTypeError, QdrantGuardError
-from .noise import PRIVATE_RNG_IDS
+from .noise import CALIBRATED_VERSIONS, PRIVATE_RNG_IDS, calibrated_lattice_step
+from .noise_params import DTYPES
 from .pipeline import Call, Offload, Op
 from .policy import CollectionPolicy, toml_str
 from .receipts import RECEIPT_KEY
 from .sources import path_head
 from .textguard import (EmbedderError, TextOps, _number_text, no_card, password_finding, password_name_why,
                         password_value)
-from .utility import embedder_model_name
+from .utility import embedder_model_name, same_model
 from .vectors import CollectionShape
 
 # Inputs that carry text the guard did not check (a top-level models.Document is checked).
@@ -227,8 +228,10 @@ class QueryChecks(TextOps):
         compare as stored: one without a receipt (raw vectors written while the policy had
         ``raw_in_boundary``, or by a client without the guard, which stay in the store when it is
         turned off), or one whose receipt names another noise mechanism than the collection's,
-        weaker noise than its ``[noise]`` section or, where the policy declares a model for that
-        vector, another embedding model (see :func:`left_behind_filter`). Asked only where
+        weaker noise than its ``[noise]`` section, a dtype, mechanism version or lattice step
+        ``noise.check_release`` refuses (the lattice as far as a filter can tell, see
+        :func:`_accepted_receipt`) or, where the policy declares a model for that vector,
+        another embedding model (see :func:`left_behind_filter`). Asked only where
         ``raw_in_boundary`` is off; a generator.
 
         One exact ``count`` (after the ``get_collection`` of :meth:`shape`, cached too) per
@@ -281,7 +284,7 @@ class QueryChecks(TextOps):
         if declared is None:
             return
         have = embedder_model_name(self.embedder)
-        if have is None or str.__str__(have) == declared:
+        if have is None or same_model(have, declared):
             return
         have = str.__str__(have)
         raise ConfigError(
@@ -307,7 +310,7 @@ class QueryChecks(TextOps):
         # The ConfigError for an inference input (Document or Image) naming another model than the
         # one the policy declares for vector ``vname``; nothing when none is declared or it matches.
         declared, key = pol.utility.declared_model(vname)
-        if declared is None or not isinstance(value.model, str) or str.__str__(value.model) == declared:
+        if declared is None or not isinstance(value.model, str) or same_model(value.model, declared):
             return
         model = str.__str__(value.model)
         raise ConfigError(
@@ -1282,9 +1285,10 @@ def left_behind_filter(shape: CollectionShape, pol: CollectionPolicy) -> models.
     vectors: a vector whose receipt is not :func:`_accepted_receipt`. That is one without a receipt
     in the receipt container (see :func:`~.receipts.receipts_for_payload`), one whose receipt's
     ``params.mechanism`` is not the collection's ``[noise] mechanism`` (``mechanism_mismatch``),
-    one whose signed noise is weaker than the policy's, or, where ``pol`` declares an embedding
-    model for that vector (``utility.embedding_model(s)``), one whose ``model_id`` is neither null
-    nor that model (``model_mismatch``; null is released: its signer named no model).
+    one whose signed noise is weaker than the policy's or not one this guard vouches for (its
+    dtype, mechanism version or lattice step), or, where ``pol`` declares an embedding model for
+    that vector (``utility.embedding_model(s)``), one whose ``model_id`` is neither null nor that
+    model (``model_mismatch``; null is released: its signer named no model).
 
     A named vector counts only on the points that have it (``HasVectorCondition``); a point without
     a container, or whose container lacks the vector's name (a raw in-boundary update of one vector
@@ -1308,9 +1312,18 @@ def _accepted_receipt(at: str, vname: str, pol: CollectionPolicy) -> models.Filt
     """A receipt at payload path ``at`` whose fields a read under ``pol`` accepts for vector
     ``vname``: the collection's mechanism (``mechanism_mismatch``), noise no weaker than its
     ``[noise]`` (``noise_shortfall``: epsilon, radius, delta, clip_norm; the policy's epsilon is
-    within the class ceiling) from a private generator (``check_release``'s ``rng_id``), and the
-    declared model or none (``model_mismatch``). A missing field matches none of these. The
-    calibrated scale takes arithmetic no filter does, and the signature a key."""
+    within the class ceiling) from a private generator, in a dtype and mechanism version this guard
+    calibrates, on a lattice step above 0 (``check_release``), and the declared model or none
+    (``model_mismatch``). A missing field matches none of these.
+
+    Two checks of a read take arithmetic no filter does: the scale a receipt's parameters
+    calibrate to, and the lattice step they calibrate to. The step depends on the mechanism,
+    epsilon, delta and radius alone, so a receipt at exactly the policy's is held to the policy's
+    own step; one of stronger noise is snapped to a coarser step of its own, which is not checked
+    here (nor its scale). A read compares model names but for case, as qdrant-client's inference
+    does (:func:`~.utility.same_model`); a filter matches keywords exactly, so the declared name is
+    matched as written, lowercased and uppercased, and another spelling is counted, erring
+    towards refusing. The signature takes a key."""
     n = pol.noise
     p = f"{at}.params"
     must: list[Any] = [
@@ -1319,15 +1332,38 @@ def _accepted_receipt(at: str, vname: str, pol: CollectionPolicy) -> models.Filt
         models.FieldCondition(key=f"{p}.radius", range=models.Range(gte=n.radius)),
         models.FieldCondition(key=f"{p}.delta", range=models.Range(lte=max(n.delta, 0.0))),
         models.FieldCondition(key=f"{p}.rng_id", match=models.MatchAny(any=list(PRIVATE_RNG_IDS))),
+        models.FieldCondition(key=f"{p}.dtype", match=models.MatchAny(any=list(DTYPES))),
+        models.FieldCondition(key=f"{p}.mechanism_version", match=models.MatchAny(any=list(CALIBRATED_VERSIONS))),
+        models.FieldCondition(key=f"{p}.lattice_step", range=models.Range(gt=0.0)),
     ]
     if n.clip_norm is not None:
         must.append(models.FieldCondition(key=f"{p}.clip_norm", range=models.Range(lte=n.clip_norm)))
+    step = _policy_lattice_step(n.mechanism, n.epsilon, n.delta, n.radius)
+    if step is not None:
+        # At the policy's own epsilon, radius and delta the step is the policy's; any stronger
+        # noise (a smaller epsilon or delta, a larger radius) may be snapped coarser.
+        must.append(models.Filter(should=[
+            models.FieldCondition(key=f"{p}.lattice_step", range=models.Range(lte=step)),
+            models.FieldCondition(key=f"{p}.epsilon", range=models.Range(lt=n.epsilon)),
+            models.FieldCondition(key=f"{p}.radius", range=models.Range(gt=n.radius)),
+            models.FieldCondition(key=f"{p}.delta", range=models.Range(lt=max(n.delta, 0.0)))]))
     declared, _ = pol.utility.declared_model(vname)
     if declared is not None:
         must.append(models.Filter(should=[
             models.IsNullCondition(is_null=models.PayloadField(key=f"{at}.model_id")),
-            models.FieldCondition(key=f"{at}.model_id", match=models.MatchValue(value=declared))]))
+            models.FieldCondition(key=f"{at}.model_id", match=models.MatchAny(
+                any=list(dict.fromkeys((declared, declared.lower(), declared.upper())))))]))
     return models.Filter(must=must)
+
+
+@functools.lru_cache(maxsize=256)
+def _policy_lattice_step(mechanism: str, epsilon: float, delta: float, radius: float) -> float | None:
+    """The lattice step of the policy's own noise (None: the policy's noise cannot be calibrated,
+    so no write noises at it and no step bound is set)."""
+    try:
+        return calibrated_lattice_step(mechanism, epsilon, delta, radius)
+    except ValueError:
+        return None
 
 
 def raw_stored_clause(pol: CollectionPolicy, left: int) -> str:

@@ -103,3 +103,185 @@ def test_issue_receipts_rows_refuses_columns_of_unequal_length(shape: tuple[int,
     assert (f"group 1 has {n_vecs} vector(s), {n_ids} point id(s) and {n_models} model id(s)"
             in str(err.value))
     assert len(receipts.issue_receipts_rows(signer, [_rows_group(2, 2, 2), _rows_group(3, 3, 3)])) == 5
+
+
+# -- 3. the left-behind count holds a receipt's dtype, mechanism_version and lattice_step --------
+# -- 6. model names compare as qdrant-client's inference resolves them: but for case -------------
+
+MODEL = "BAAI/bge-small-en-v1.5"
+
+
+def _lb_policy(kit, model=None):
+    pol = {"class": "PII", "owner": "hr", "writers": ["support"], "readers": ["support"],
+           "noise_on_write": True, "raw_in_boundary": False, "noise_queries": True,
+           "intent": {"enabled": False}, "diversity": {"enabled": False},
+           "noise": {"mechanism": "gaussian", "epsilon": 1.0, "delta": 1e-6, "radius": 0.01}, "utility": {}}
+    if model is not None:
+        pol["utility"]["embedding_model"] = model
+    return kit.config({"pii": pol})
+
+
+def _lb_clients(kit, cfg):
+    from guardkit import Recorder, create
+
+    from qdrant_guard import QdrantClient
+
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder=Recorder())
+    create(owner, "pii", distance=models.Distance.EUCLID)
+    return owner, owner.with_principal(kit.principal("bob", "support"))
+
+
+def _signed_point(kit, pid, rng, *, epsilon=1.0, model_id=None, **change):
+    """A point noised at ``epsilon`` (radius 0.01, delta 1e-6, clip_norm 1), its params changed by
+    ``change`` and the guarantee sentence restated for them, signed by the guard's own key."""
+    import dataclasses
+
+    from guardkit import guard_signer, unit
+
+    from qdrant_guard.noise_params import guarantee_sentence
+    from qdrant_guard.receipts import RECEIPT_KEY, ReceiptItem, issue_receipts_batch, receipts_for_payload, stored_form
+
+    noised, params = privatize(np.asarray([unit(rng)], dtype=np.float32), mechanism="gaussian", epsilon=epsilon,
+                               radius=0.01, delta=1e-6, clip_norm=1.0)
+    params = dataclasses.replace(params, **change)
+    params = dataclasses.replace(params, guarantee=guarantee_sentence(
+        params.mechanism, params.epsilon, params.delta, params.radius, params.clip_norm, params.scale,
+        params.lattice_step, params.dim, params.dtype))
+    vec = stored_form(noised[0], distance="Euclid")
+    rec = issue_receipts_batch(guard_signer(kit), [ReceiptItem(params=params, vector=vec, collection="pii",
+                                                               point_id=pid, vector_name="", model_id=model_id)])[0]
+    return models.PointStruct(id=pid, vector=vec.tolist(), payload={"t": "x", RECEIPT_KEY: receipts_for_payload({"": rec})})
+
+
+def _by_id(c):
+    return c.query_points("pii", query=1, limit=5)
+
+
+def _policy_step() -> float:
+    from qdrant_guard.noise import calibrated_lattice_step
+
+    return calibrated_lattice_step("gaussian", 1.0, 1e-6, 0.01)
+
+
+@pytest.mark.parametrize("change", [
+    {"mechanism_version": "0"}, {"mechanism_version": "4"},
+    {"lattice_step": "x2"}, {"lattice_step": 0.0}, {"lattice_step": "neg"},
+], ids=["version-0", "version-4", "coarser-lattice", "zero-lattice", "negative-lattice"])
+def test_a_receipt_of_an_unknown_version_or_a_coarser_lattice_counts_as_left_behind(tmp_path, change):
+    # Before: the count's filter read the mechanism, epsilon, radius, delta, clip_norm, rng_id and
+    # model only, so a receipt reads strip as unsound_noise (check_release) passed it, and a query
+    # by point id compared that stored vector as if it were noised.
+    from guardkit import make_kit
+    from qdrant_client import QdrantClient as Raw
+
+    from qdrant_guard import GuardRefusal
+
+    kit = make_kit(tmp_path)
+    owner, bob = _lb_clients(kit, _lb_policy(kit))
+    rng = np.random.default_rng(3)
+    step = _policy_step()
+    value = next(iter(change.values()))
+    field = next(iter(change))
+    value = {"x2": 2 * step, "neg": -step}.get(value, value) if isinstance(value, str) and field == "lattice_step" else value
+    Raw.upsert(owner, "pii", [_signed_point(kit, i, rng) for i in (1, 2, 3)]
+               + [_signed_point(kit, 4, rng, **{field: value})])
+    stripped = {p.id: p.vector is None for p in bob.retrieve("pii", [1, 2, 3, 4], with_vectors=True)}
+    assert stripped == {1: False, 2: False, 3: False, 4: True}
+    with pytest.raises(GuardRefusal) as err:
+        _by_id(bob)
+    assert err.value.verdict == "QUERY_REJECTED" and "still holds 1 point(s)" in str(err.value)
+
+
+def test_a_receipt_of_another_dtype_counts_as_left_behind(tmp_path):
+    # dtype cannot be signed as another (the issuer refuses a float16 release), so it is edited in
+    # the stored payload: the count reads fields, not the signature.
+    from guardkit import make_kit
+    from qdrant_client import QdrantClient as Raw
+
+    from qdrant_guard import GuardRefusal
+    from qdrant_guard.receipts import RECEIPT_KEY
+
+    kit = make_kit(tmp_path)
+    owner, bob = _lb_clients(kit, _lb_policy(kit))
+    rng = np.random.default_rng(4)
+    pts = [_signed_point(kit, i, rng) for i in (1, 2, 3, 4)]
+    pts[3].payload[RECEIPT_KEY]["vectors"][""]["params"]["dtype"] = "float16"
+    Raw.upsert(owner, "pii", pts)
+    with pytest.raises(GuardRefusal) as err:
+        _by_id(bob)
+    assert "still holds 1 point(s)" in str(err.value)
+
+
+def test_stronger_noise_on_its_own_coarser_lattice_and_a_model_spelt_in_another_case_are_not_counted(tmp_path):
+    # A receipt of stronger noise (its lattice coarser than the policy's, as calibrated) and one
+    # naming the declared model lowercased are released by reads, so they must not block queries:
+    # the filter holds only a receipt at the policy's own noise to the policy's step.
+    from guardkit import make_kit
+    from qdrant_client import QdrantClient as Raw
+
+    kit = make_kit(tmp_path)
+    owner, bob = _lb_clients(kit, _lb_policy(kit, MODEL))
+    rng = np.random.default_rng(5)
+    strong = _signed_point(kit, 2, rng, epsilon=0.125)
+    from qdrant_guard.receipts import RECEIPT_KEY
+
+    assert strong.payload[RECEIPT_KEY]["vectors"][""]["params"]["lattice_step"] > _policy_step()
+    Raw.upsert(owner, "pii", [_signed_point(kit, 1, rng, model_id=MODEL), strong,
+                              _signed_point(kit, 3, rng, model_id=MODEL.lower())])
+    assert all(p.vector is not None for p in bob.retrieve("pii", [1, 2, 3], with_vectors=True))
+    _by_id(bob)  # runs
+
+
+def test_a_receipt_naming_the_declared_model_in_other_case_is_accepted_and_released(tmp_path):
+    # Before: 'baai/bge-small-en-v1.5' was refused as another model than 'BAAI/bge-small-en-v1.5',
+    # though qdrant-client's inference (fastembed_common.is_supported_text_model) and fastembed's
+    # TextEmbedding look both up lowercased: one model.
+    from guardkit import make_kit
+
+    from qdrant_guard.receipts import model_mismatch
+
+    kit = make_kit(tmp_path)
+    cfg = _lb_policy(kit, MODEL)
+    util = cfg.collections["pii"].utility
+    assert model_mismatch(MODEL.lower(), util, "pii", "") is None
+    assert model_mismatch("BAAI/bge-small-en", util, "pii", "") is not None  # another model still is
+    owner, bob = _lb_clients(kit, cfg)
+    rng = np.random.default_rng(6)
+    bob.upsert("pii", [_signed_point(kit, 1, rng, model_id=MODEL.upper())])
+    assert bob.retrieve("pii", [1], with_vectors=True)[0].vector is not None
+
+
+def test_an_inference_document_and_an_embedder_naming_the_declared_model_in_other_case_pass(tmp_path):
+    # Before: each was a ConfigError ("naming model 'baai/...'", "embed with its embedder's model").
+    from guardkit import make_kit
+    from tests.test_utility_model_reads import _clients, _policy
+
+    from qdrant_guard.errors import ConfigError
+    from qdrant_guard.hashing_embedder import HashingEmbedder
+
+    kit = make_kit(tmp_path)
+    _, bob = _clients(kit, _policy(kit, MODEL))
+    with pytest.raises(Exception) as ei:  # no inference backend in local mode: it fails inside qdrant-client
+        bob.query_points("pii", query=models.Document(text="the plan", model=MODEL.lower()), limit=3)
+    assert not isinstance(ei.value, ConfigError), ei.value
+    with pytest.raises(ConfigError, match="naming model 'BAAI/bge-small-en'"):
+        bob.query_points("pii", query=models.Document(text="the plan", model="BAAI/bge-small-en"), limit=3)
+    emb = HashingEmbedder(dim=16)
+    emb.model_id = MODEL.lower()
+    owner, _ = _clients(kit, _policy(kit, MODEL), embedder=emb)
+    owner.upsert("pii", [models.PointStruct(id=1, vector=models.Document(text="the plan", model=MODEL.lower()),
+                                            payload={"t": "x"})])
+
+
+def test_calibrate_takes_an_embedding_model_its_embedder_names_in_other_case() -> None:
+    from qdrant_guard.utility import calibrate
+
+    class Emb:
+        model_id = MODEL.lower()
+
+        def __call__(self, texts):
+            return np.asarray([[1.0 + len(t), 0.5, 0.2, 0.1] for t in texts])
+
+    rec = calibrate(_small_store(12), "kb", ["a", "bb"], k=3, radius=0.01, progress=False, seed=0,
+                    embedder=Emb(), embedding_model=MODEL)
+    assert rec.embedding_model == MODEL
