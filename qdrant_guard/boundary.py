@@ -13,7 +13,6 @@ import json
 import math
 import os
 import re
-import shlex
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -25,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from .canonical import canonical_json, decode_canonical
 from .errors import ConfigError, CredentialError, GuardArgumentTypeError, GuardArgumentValueError
 from .keys import key_id as _key_id
+from .names import shell_quote, shown, toml_key
 
 __all__ = [
     "TOKEN_PREFIX",
@@ -217,17 +217,12 @@ def _utc(ts: int) -> str:
         return str(ts)
 
 
-def _toml_key(name: str) -> str:
-    """``name`` as a TOML table key: bare if it can be, else quoted (``[boundaries.h.r]`` would nest)."""
-    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
-
-
 def _issue_command(agent_id: str, boundary: str) -> str:
     """The ``credential issue`` command for a message, its names quoted for a POSIX shell (an
     agent id or boundary may hold spaces, quotes or ``;``, which the copied command would split
-    or run)."""
-    return (f"qdrant-guard credential issue --agent {shlex.quote(agent_id)} "
-            f"--boundary {shlex.quote(boundary)}")
+    or run, or a newline or escape sequence, which would break the message's line)."""
+    return (f"qdrant-guard credential issue --agent {shell_quote(agent_id)} "
+            f"--boundary {shell_quote(boundary)}")
 
 
 def verify_credential(
@@ -315,7 +310,7 @@ def verify_credential(
         raise CredentialRejected(
             "unknown_boundary", f"no authority is configured for boundary {boundary!r} (the policy's boundaries: "
             f"{sorted(authorities)}); issue the credential for one of those (`credential issue --boundary`), or "
-            f"add a [boundaries.{_toml_key(boundary)}] section listing its authority's .pub")
+            f"add a [boundaries.{toml_key(boundary)}] section listing its authority's .pub")
     kid = claims["kid"]
     if kid in set(revoked_keys):
         raise CredentialRejected("revoked", f"authority key {kid} is revoked")
@@ -326,7 +321,7 @@ def verify_credential(
         mixed = f" (it is an authority of {sorted(other)[0]!r})" if other else ""
         raise CredentialRejected(
             "unknown_key", f"key {kid} is not an authority of boundary {boundary!r}{mixed}; issue the credential "
-            f"with the private key whose .pub [boundaries.{_toml_key(boundary)}] authority_keys lists"
+            f"with the private key whose .pub [boundaries.{toml_key(boundary)}] authority_keys lists"
         )
     try:
         sig = _unb64url(parts[2])
@@ -340,14 +335,14 @@ def verify_credential(
         raise CredentialRejected("bad_signature", "Ed25519 signature does not verify") from None
     if claims["jti"] in set(revoked_credentials):
         raise CredentialRejected(
-            "revoked", f"credential {claims['jti']} of {claims['agent_id']}@{boundary} is revoked (listed in "
-            f"[boundaries.{_toml_key(boundary)}] revoked_credentials); issue a new one with "
+            "revoked", f"credential {claims['jti']} of {shown(claims['agent_id'])}@{shown(boundary)} is revoked (listed in "
+            f"[boundaries.{toml_key(boundary)}] revoked_credentials); issue a new one with "
             f"`{_issue_command(claims['agent_id'], boundary)}`")
     # The claims are unbounded JSON ints: compare them with floats, never add floats to them
     # (int + float overflows beyond 1e308).
     if current - leeway > claims["exp"]:
         raise CredentialRejected(
-            "expired", f"credential of {claims['agent_id']}@{boundary} expired at {_utc(claims['exp'])} "
+            "expired", f"credential of {shown(claims['agent_id'])}@{shown(boundary)} expired at {_utc(claims['exp'])} "
             f"(exp {claims['exp']}); issue a new one with `{_issue_command(claims['agent_id'], boundary)}` "
             "(--ttl sets its lifetime)")
     if current + leeway < claims["iat"]:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import secrets
-import shlex
 import warnings
 from datetime import datetime, timezone
 from typing import Any
@@ -13,6 +12,7 @@ from . import keys as _keys
 from .decision import MAX_IDS_IN_RECORD, Verdict
 from .errors import ConfigError, UnsupportedWriteError
 from .pipeline import Call, Op, missing_alias_error, sizes_withheld, telemetry_for
+from .names import shell_quote
 from .policy import CollectionPolicy, toml_key as _toml_key, toml_str as _toml_str
 from .reads import ReadOps
 from .receipts import ISSUED_AT_LEEWAY_S
@@ -96,7 +96,7 @@ def _record_model_refusal(rec: Any, path: str | None, model: str | None, key: st
     if model is None or (rec.embedding_model is not None and same_model(rec.embedding_model, model)):
         return None
     where = "this collection" if collection is None else f"collection {collection!r}"
-    fix = (f"re-run `qdrant-guard calibrate --embedding-model {shlex.quote(model)} ...` on a staging collection "
+    fix = (f"re-run `qdrant-guard calibrate --embedding-model {shell_quote(model)} ...` on a staging collection "
            f"embedded with {model!r} and point the policy at the new record")
     if rec.embedding_model is None:
         named = ("it predates record version 5, which added the model" if rec.version < 5
@@ -153,7 +153,7 @@ class Guard(WriteOps, ReadOps):
                 names = [n for n, p in self.config.collections.items() if p is pol]
                 where = (f"collection {', '.join(map(repr, names))}" if names
                          else "the unlisted collections ([default])")
-                section = " and ".join(f"[collections.{n}]" for n in names) or "[default]"
+                section = " and ".join(f"[collections.{_toml_key(n)}]" for n in names) or "[default]"
                 own = _keys.key_id(self._signing_key.public_key())
                 listed = sorted(k for k in accepted if k != own and k not in self.retired_keys)
                 elsewhere = (" (receipts.trusted_keys lists it, which does not apply to a collection that sets "
@@ -201,7 +201,7 @@ class Guard(WriteOps, ReadOps):
                     f"utility record {path!r}, listed as utility.records.{name}, cannot vouch for vector "
                     f"{name!r}: {why}, so it measured another vector's embeddings; list it under "
                     f"the vector it measured ({_toml_key(rec.vector_name)} = {_toml_str(path)}), or calibrate vector "
-                    f"{name!r} (`qdrant-guard calibrate ... --vector-name {shlex.quote(name)} --out FILE`) and list "
+                    f"{name!r} (`qdrant-guard calibrate ... --vector-name {shell_quote(name)} --out FILE`) and list "
                     f"that record as {_toml_key(name)} = \"FILE\""
                 )
             out[name] = rec
@@ -252,7 +252,7 @@ class Guard(WriteOps, ReadOps):
                             "utility.record, set instead of utility.records")
                 return (f"vector {vector_name!r} has no utility record: utility.records lists "
                         f"{', '.join(repr(n) for n in sorted(u.records))}; calibrate it (`qdrant-guard calibrate "
-                        f"--collection STAGING --queries FILE --key GUARD_KEY --vector-name {shlex.quote(vector_name)} "
+                        f"--collection STAGING --queries FILE --key GUARD_KEY --vector-name {shell_quote(vector_name)} "
                         f"--out FILE` with --path or --url and this policy's noise parameters) and add "
                         f"{_toml_key(vector_name)} = \"FILE\" to utility.records")
             path: str | None = u.records[vector_name]
@@ -269,7 +269,7 @@ class Guard(WriteOps, ReadOps):
                             "without --vector-name) and set utility.record to that record")
                 return (f"utility record {path!r} (utility.record) cannot vouch for vector {shown!r}: {why}; "
                         f"calibrate vector {shown!r} (`qdrant-guard calibrate ... --vector-name "
-                        f"{shlex.quote(vector_name)} --out FILE`) and give each named vector its record in "
+                        f"{shell_quote(vector_name)} --out FILE`) and give each named vector its record in "
                         "utility.records instead of utility.record")
         unmodelled = _record_model_refusal(rec, path, *u.declared_model(vector_name), collection)
         if unmodelled is not None:
@@ -466,7 +466,7 @@ class Guard(WriteOps, ReadOps):
                 method, collection, target, Verdict.REFUSED_CROSS_BOUNDARY,
                 f"alias {alias!r} would expose {target.sensitivity.value} collection "
                 f"{collection!r} under a name whose policy differs; add "
-                f"[collections.{alias}] with the same policy first",
+                f"[collections.{_toml_key(alias)}] with the same policy first",
             ))
 
     def op_migrate(self, method: str, args: dict[str, Any]) -> Op:

@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .errors import ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError
+from .names import toml_key
 
 if TYPE_CHECKING:
     from .policy import GuardConfig
@@ -299,7 +300,7 @@ def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519Pu
 def retired_authority_error(kid: str, boundary: str, source: str) -> ConfigError:
     """The error for a key that is both in ``receipts.retired_keys`` and a boundary's authority key."""
     return ConfigError(
-        f"{source}: receipts.retired_keys lists key {kid}, which is in boundaries.{boundary}.authority_keys: a "
+        f"{source}: receipts.retired_keys lists key {kid}, which is in boundaries.{toml_key(boundary)}.authority_keys: a "
         "retired key is an earlier signing key of the guard, trusted for every collection's receipts (receipt_keys "
         "or not), utility records and audit checkpoints, so whoever issues that boundary's credentials would sign "
         f"them all. Remove it from receipts.retired_keys; if the guard once signed with it, give boundary "
@@ -387,7 +388,7 @@ def check_authority_roles(cfg: "GuardConfig", *, signing_key_id: str | None, sou
     authorities: dict[str, str] = {}
     for name, b in cfg.boundaries.items():
         for spec in b.authority_keys:
-            authorities.setdefault(load(spec, f"boundaries.{name}.authority_keys"), name)
+            authorities.setdefault(load(spec, f"boundaries.{toml_key(name)}.authority_keys"), name)
     if not authorities:
         return
     roles: list[tuple[str, str, str]] = []  # (where, power key, key id)
@@ -395,7 +396,7 @@ def check_authority_roles(cfg: "GuardConfig", *, signing_key_id: str | None, sou
         roles.append(("signing_key", "signing_key", signing_key_id))
     roles += [("receipts.trusted_keys", "receipts.trusted_keys", load(s, "receipts.trusted_keys"))
               for s in cfg.receipts.trusted_keys]
-    sections = [("default", cfg.default), *((f"collections.{n}", p) for n, p in cfg.collections.items())]
+    sections = [("default", cfg.default), *((f"collections.{toml_key(n)}", p) for n, p in cfg.collections.items())]
     for section, pol in sections:
         for spec in pol.receipt_keys or ():
             roles.append((f"{section}.receipt_keys", "receipt_keys", load(spec, f"{section}.receipt_keys")))
@@ -412,7 +413,7 @@ def check_authority_roles(cfg: "GuardConfig", *, signing_key_id: str | None, sou
                "(`qdrant-guard keys new` makes one)")
         role = "the guard's signing_key" if where == "signing_key" else f"listed in {where}"
         raise ConfigError(
-            f"{source}: key {kid} is both a credential authority (boundaries.{boundary}.authority_keys) and "
+            f"{source}: key {kid} is both a credential authority (boundaries.{toml_key(boundary)}.authority_keys) and "
             f"{role}: "
             f"{_ROLE_POWER[power]}, so whoever issues the credentials of boundary {boundary!r} would do that too. "
             f"Use separate keys per role: {fix}; or give boundary {boundary!r} a new authority key "

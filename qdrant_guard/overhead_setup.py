@@ -9,6 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from .errors import BenchmarkError
 from .policy import CollectionPolicy, GuardConfig
+from .names import toml_key
 
 
 def read_credential(spec: str, flag: str = "--credential") -> str:
@@ -33,7 +34,7 @@ def listed_policy(cfg: GuardConfig, collection: str, source: str) -> CollectionP
         listed = ", ".join(sorted(cfg.collections)) or "none"
         raise BenchmarkError(
             f"collection {collection!r} is not listed in the policy {source} (listed: {listed}); pass one "
-            f"of them with --collection, or add a [collections.{collection}] section")
+            f"of them with --collection, or add a [collections.{toml_key(collection)}] section")
     return pol
 
 

@@ -37,6 +37,7 @@ from .decision import MAX_IDS_IN_RECORD, Decision, Verdict
 from .errors import (AuditError, ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError,
                      UnsupportedWriteError)
 from .policy import CollectionPolicy, GuardConfig, load_policy
+from .names import shown, toml_key
 from .receipts import ReceiptSigner, normalize_point_id
 from .sources import reserved_claims
 from .surface import ADMIN, OPERATOR_ONLY, PAYLOAD, READ_COLLECTION, SNAPSHOT_RECOVERY, WRITE_COLLECTION, WRITE_VECTORS
@@ -472,7 +473,7 @@ class GuardPipeline:
         # receipt_keys of each collection that sets it (keyed by the list, which policies may share):
         # loaded now, so that a bad key file fails the client's start as trusted_keys does.
         self._scoped_receipt_keys: dict[tuple[str, ...], dict[str, Ed25519PublicKey]] = {}
-        sections = [("default", cfg.default), *((f"collections.{n}", p) for n, p in cfg.collections.items())]
+        sections = [("default", cfg.default), *((f"collections.{toml_key(n)}", p) for n, p in cfg.collections.items())]
         for where, pol in sections:
             if pol.receipt_keys is not None and pol.receipt_keys not in self._scoped_receipt_keys:
                 scoped = {own_kid: self._signing_key.public_key(), **self.retired_keys}
@@ -489,7 +490,7 @@ class GuardPipeline:
                 "set signing_key to it"
             )
         self.authorities: dict[str, list[Ed25519PublicKey]] = {
-            name: [self._load_public(k, where=f"boundaries.{name}.authority_keys") for k in b.authority_keys]
+            name: [self._load_public(k, where=f"boundaries.{toml_key(name)}.authority_keys") for k in b.authority_keys]
             for name, b in cfg.boundaries.items()
         }
         first_boundary: dict[str, str] = {}
@@ -502,7 +503,7 @@ class GuardPipeline:
                 if other != name:
                     raise ConfigError(
                         f"{cfg.source_path or '<config>'}: authority key {kid} is in both "
-                        f"boundaries.{other}.authority_keys and boundaries.{name}.authority_keys, so "
+                        f"boundaries.{toml_key(other)}.authority_keys and boundaries.{toml_key(name)}.authority_keys, so "
                         f"either authority could issue credentials for the other boundary; give each "
                         f"boundary its own key (`qdrant-guard keys new`)"
                     )
@@ -565,7 +566,7 @@ class GuardPipeline:
             return self._verify_principal(principal)
         except CredentialError as exc:
             if self.audit is not None:
-                claimed = (f"{principal.agent_id}@{principal.boundary}" if isinstance(principal, Principal)
+                claimed = (f"{shown(principal.agent_id)}@{shown(principal.boundary)}" if isinstance(principal, Principal)
                            else "<bare credential>")
                 self.record(Decision(
                     op=op, collection=None, verdict=Verdict.INVALID_CREDENTIAL,
@@ -663,7 +664,7 @@ class GuardPipeline:
         out (None when the collection sets no scope, or the key is not refused by it)."""
         if pol.receipt_keys is None or not isinstance(kid, str) or kid in self.receipt_keys_for(pol):
             return None
-        section = f"[collections.{name}]" if self.config.collections.get(name) is pol else "[default]"
+        section = f"[collections.{toml_key(name)}]" if self.config.collections.get(name) is pol else "[default]"
         own = _keys.key_id(self._signing_key.public_key())
         listed = sorted(k for k in self.receipt_keys_for(pol) if k != own and k not in self.retired_keys)
         elsewhere = (" (receipts.trusted_keys lists it, which does not apply to a collection that sets "
@@ -798,7 +799,7 @@ class GuardPipeline:
         if self.verified is not None and boundary is None:
             raise self.refuse(self.decision(
                 op, collection, pol, Verdict.INVALID_CREDENTIAL,
-                f"the principal's credential ({self.principal_label}) has expired; issue a new one with "
+                f"the principal's credential ({shown(self.principal_label or '')}) has expired; issue a new one with "
                 "`qdrant-guard credential issue` and act with it through client.with_principal(token), "
                 "which keeps this client's connection (a second local-mode client on the same path= "
                 "store is refused while this one is open)",
@@ -820,8 +821,8 @@ class GuardPipeline:
             # Naming an empty list of boundaries to get a credential from is a dead end: say what
             # to change in the policy instead.
             keys = {"read": "owner or readers", "write": "owner or writers", "admin": "owner or writers"}[need]
-            section = (f"[collections.{collection}]" if collection in self.config.collections else
-                       f"a [collections.{collection}] section (unlisted collections take [default], "
+            section = (f"[collections.{toml_key(collection)}]" if collection in self.config.collections else
+                       f"a [collections.{toml_key(collection)}] section (unlisted collections take [default], "
                        "which sets none)")
             fix = (f"no boundary may: its policy names no {keys}. Set owner = \"<boundary>\" in {section} "
                    "and pass principal= with a credential from that boundary's authority")

@@ -24,6 +24,7 @@ from .boundary import TOKEN_PREFIX
 from .budget import store_kind
 from .errors import ConfigError, GuardArgumentTypeError
 from .keys import key_id as _key_id, public_key_from_str as _public_key_from_str
+from .names import toml_key, toml_str
 
 __all__ = [
     "SensitivityClass",
@@ -38,17 +39,6 @@ __all__ = [
     "GuardConfig",
     "load_policy",
 ]
-
-
-def toml_key(name: str) -> str:
-    """``name`` as a key of a TOML table: bare only when TOML reads it so (a dot would nest a table,
-    a space or a non-ASCII letter is no bare key); else a basic string (:func:`toml_str`)."""
-    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else toml_str(name)
-
-
-def toml_str(text: str) -> str:
-    """``text`` as a TOML basic string, whose escapes are JSON's (DEL too must be escaped)."""
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 class SensitivityClass(str, enum.Enum):
@@ -1235,7 +1225,7 @@ class GuardConfig(_Strict):
 
     @model_validator(mode="after")
     def _noise_under_ceiling(self) -> "GuardConfig":
-        items = [("default", self.default)] + [(f"collections.{n}", p) for n, p in self.collections.items()]
+        items = [("default", self.default)] + [(f"collections.{toml_key(n)}", p) for n, p in self.collections.items()]
         for where, pol in items:
             if pol.is_public:
                 ignored = sorted(k for k in pol.model_fields_set & _IGNORED_ON_PUBLIC
@@ -1285,7 +1275,7 @@ class GuardConfig(_Strict):
             err = ConfigError(
                 f"collection {collection!r} is not listed in the policy"
                 f"{' ' + self.source_path if self.source_path else ''} and unlisted = \"refuse\"; "
-                f"add a [collections.{collection}] section"
+                f"add a [collections.{toml_key(collection)}] section"
             )
             err.unlisted = collection  # type: ignore[attr-defined]  # the pipeline audits the refusal
             raise err

@@ -18,6 +18,7 @@ from . import detect as _detect
 from .decision import Verdict
 from .errors import ConfigError, GuardArgumentTypeError, QdrantGuardError
 from .noise import CALIBRATED_VERSIONS, PRIVATE_RNG_IDS, calibrated_lattice_step
+from .names import shell_quote
 from .noise_params import DTYPES
 from .pipeline import Call, Offload, Op
 from .policy import CollectionPolicy, toml_str
@@ -1389,7 +1390,7 @@ def raw_stored_way_out(pol: CollectionPolicy, name: str, left: int, *, action: s
                else "missing_receipt, mechanism_mismatch or insufficient_noise")
     return (f"or have those {left} point(s) re-written through the guard (upsert or update_vectors, which "
             f"noise them with the collection's mechanism and receipt them{model}) or deleted; `qdrant-guard "
-            f"receipt verify --collection {name} --policy POLICY --check-noise` lists them as {reasons}. Once "
+            f"receipt verify --collection {shell_quote(name)} --policy POLICY --check-noise` lists them as {reasons}. Once "
             f"none is left, this {'query' if action == 'query' else 'call'} runs")
 
 

@@ -1,0 +1,73 @@
+"""Names (agent ids, boundaries, collections, vectors, models) as messages quote them.
+
+A name is the caller's text: it may hold a newline, a carriage return or an escape sequence
+(``"\\x1b[31m"``), which printed bare would start a new line in a log or a terminal, overwrite the
+one before or recolour what follows. Each helper keeps a printable name as it is and spells any
+other character escaped, so a message stays one line and shows the name exactly.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+__all__ = ["shell_quote", "shown", "toml_key", "toml_str"]
+
+_PLAIN = re.compile(r"[^\\'\"]*")
+
+
+def _escaped(text: str) -> str:
+    """``text`` with each character ``str.isprintable`` refuses (control and format characters,
+    line and paragraph separators, surrogates; not the space) written as a backslash escape, and
+    backslashes and single quotes escaped: the inside of ``repr``'s or bash's ``$'...'`` quotes."""
+    out = []
+    for ch in text:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        elif ch in "\n\r\t":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[ch])
+        elif ord(ch) < 0x100:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) < 0x10000:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return "".join(out)
+
+
+def shown(name: str) -> str:
+    """``name`` bare when it is printable and holds no quote or backslash, else ``repr(name)``
+    (its unprintable characters escaped; the quotes mark it as escaped, so no bare name reads as
+    another's escaped form)."""
+    return name if name.isprintable() and _PLAIN.fullmatch(name) else repr(name)
+
+
+def shell_quote(name: str) -> str:
+    """``name`` as one word of a POSIX shell command a user may paste: :func:`shlex.quote` when it
+    is printable, else bash/zsh/ksh ANSI-C quoting (``$'a\\nb'``), which keeps the command on one
+    line and gives the command the same characters."""
+    return shlex.quote(name) if name.isprintable() else f"$'{_escaped(name)}'"
+
+
+def toml_key(name: str) -> str:
+    """``name`` as a key of a TOML table: bare only when TOML reads it so (a dot would nest a table,
+    a space or a non-ASCII letter is no bare key); else a basic string (:func:`toml_str`)."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else toml_str(name)
+
+
+def toml_str(text: str) -> str:
+    """``text`` as a TOML basic string, whose escapes are JSON's: the C0 controls and DEL must be
+    escaped, and every other unprintable character is too (``\\uXXXX``, ``\\UXXXXXXXX``: TOML's
+    escapes), so the string stays on one line and shows no bidirectional override."""
+    body = json.dumps(text, ensure_ascii=False)[1:-1]
+    out = []
+    for ch in body:
+        if ch.isprintable() or ch == " ":
+            out.append(ch)
+        elif ord(ch) < 0x10000:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return f'"{"".join(out)}"'
