@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import ConfigError, GuardArgumentValueError, QdrantGuardError
+from .names import shown, toml_key
 
 
 def _positive_float(text: str) -> float:
@@ -136,11 +137,6 @@ def cmd_keys_pub(args: argparse.Namespace) -> int:
     return 0
 
 
-def _toml_key(name: str) -> str:
-    """``name`` as a TOML table key: bare if it can be, else quoted (``[boundaries.h.r]`` would nest)."""
-    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
-
-
 def _credential_policy_problem(args: argparse.Namespace, authority: Any) -> str | None:
     """Why a guard under ``--policy`` would refuse a credential of ``--boundary`` signed by
     ``authority``, or None: the boundary is not in the policy, the key is not one of its
@@ -154,10 +150,10 @@ def _credential_policy_problem(args: argparse.Namespace, authority: Any) -> str 
         known = ", ".join(repr(b) for b in sorted(cfg.boundaries)) or "none"
         return (f"--boundary {args.boundary!r} is not a boundary of --policy {args.policy} (its boundaries: "
                 f"{known}); the guard would refuse the credential. Check the name, or add a "
-                f"[boundaries.{_toml_key(args.boundary)}] section with the authority's .pub")
+                f"[boundaries.{toml_key(args.boundary)}] section with the authority's .pub")
     mine = keys.key_id(authority.public_key())
     if all(keys.key_id(keys.load_public_key(spec)) != mine for spec in named.authority_keys):
-        return (f"--authority {args.authority} (key id {mine}) is not among [boundaries.{_toml_key(args.boundary)}] "
+        return (f"--authority {args.authority} (key id {mine}) is not among [boundaries.{toml_key(args.boundary)}] "
                 f"authority_keys of --policy {args.policy}; the guard would refuse the credential. Use that "
                 "boundary's authority key, or add this key's .pub to its authority_keys")
     own_kid = None
@@ -194,9 +190,9 @@ def cmd_credential_issue(args: argparse.Namespace) -> int:
     body = token.split(".")[1]
     claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     # stderr, so that `credential issue ... > agent.cred` still captures the token alone.
-    print(f"note: {args.agent}@{args.boundary} until "
+    print(f"note: {shown(args.agent)}@{shown(args.boundary)} until "
           f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(claims['exp']))}; credential id (jti) "
-          f"{claims['jti']}: list it in [boundaries.{_toml_key(args.boundary)}] revoked_credentials to revoke "
+          f"{claims['jti']}: list it in [boundaries.{toml_key(args.boundary)}] revoked_credentials to revoke "
           "it sooner",
           file=sys.stderr)
     return 0
@@ -270,7 +266,7 @@ def _policy_signing_keys(cfg: Any, policy: str) -> tuple[str | None, dict[str, A
             try:
                 authorities[keys.key_id(keys.load_public_key(spec))] = name
             except QdrantGuardError as exc:
-                raise ConfigError(f"--policy: boundaries.{name}.authority_keys: {exc}") from None
+                raise ConfigError(f"--policy: boundaries.{toml_key(name)}.authority_keys: {exc}") from None
     retired = keys.load_retired_keys(cfg.receipts.retired_keys, current_key_id=own_kid,
                                      revoked=cfg.receipts.revoked_keys, source=cfg.source_path or policy,
                                      authorities=authorities)
@@ -634,9 +630,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     finally:
         client.close()  # local mode allows one client per store, and calibrate opens its own
     rc = run_calibrate_cli(args)
-    if rc == 0 and not getattr(args, "key", None):
+    if rc == 0 and json.loads(Path(args.out).read_text(encoding="utf-8")).get("signature") is None:
         # A measurement is still useful unsigned, but a guard refuses the record.
-        print(f"note: no --key, so {args.out} is unsigned: a guard whose policy names it (utility.record or utility.records) "
+        print(f"note: no --key (nor a --policy with a signing_key), so {args.out} is unsigned: a guard whose policy names it (utility.record or utility.records) "
               "refuses it (ConfigError); re-run with --key set to the guard's signing_key to use it there",
               file=sys.stderr)
     return rc

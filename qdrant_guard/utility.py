@@ -1167,7 +1167,12 @@ class _CliQueryEmbedder:
 
 
 def add_calibrate_arguments(parser: Any) -> None:
-    """Add the ``qdrant-guard calibrate`` options to an argparse parser."""
+    """Add the ``qdrant-guard calibrate`` options to an argparse parser.
+
+    The options a policy states (:data:`POLICY_OPTIONS`) are left out of the namespace unless given,
+    so that ``--policy`` can tell a given value from a default."""
+    from argparse import SUPPRESS
+
     from .cli import _positive_int
     from .evaluation.embed import MODEL_ID
 
@@ -1178,7 +1183,7 @@ def add_calibrate_arguments(parser: Any) -> None:
                         help="the collection to measure, read with plain qdrant-client (its clean vectors)")
     parser.add_argument("--queries", required=True, help="JSONL: one text or vector per line")
     parser.add_argument("--qrels", help="JSONL: {\"query\": i, \"relevant\": [ids] or {id: grade}}")
-    parser.add_argument("--threshold", type=_threshold_arg, default=0.05,
+    parser.add_argument("--threshold", type=_threshold_arg, default=SUPPRESS,
                         help="largest accepted relative drop of --metric (the policy's "
                              "utility.max_recall_drop; default 0.05)")
     parser.add_argument("--out", required=True, help="where to write the signed record (JSON); an existing file "
@@ -1186,32 +1191,41 @@ def add_calibrate_arguments(parser: Any) -> None:
     parser.add_argument("--key", help="Ed25519 private key (PEM) that signs the record: the guard's "
                                       "signing_key, or a key whose .pub is in receipts.trusted_keys (a guard "
                                       "refuses noised writes under an unsigned record)")
-    parser.add_argument("--mechanism", default="gaussian", choices=("gaussian", "laplace_l2"),
+    parser.add_argument("--mechanism", default=SUPPRESS, choices=("gaussian", "laplace_l2"),
                         help="the collection's noise.mechanism (default gaussian)")
-    parser.add_argument("--radius", type=_positive_arg, default=0.01, help="the collection's noise.radius (default 0.01)")
-    parser.add_argument("--delta", type=_delta_arg, default=1e-6,
+    parser.add_argument("--radius", type=_positive_arg, default=SUPPRESS, help="the collection's noise.radius (default 0.01)")
+    parser.add_argument("--delta", type=_delta_arg, default=SUPPRESS,
                         help="the collection's noise.delta (default 1e-6; ignored for laplace_l2)")
-    parser.add_argument("--clip-norm", type=_clip_norm_arg, default=1.0,
+    parser.add_argument("--clip-norm", type=_clip_norm_arg, default=SUPPRESS,
                         help="the collection's noise.clip_norm (default 1.0, the policy's default), or "
                              "'none' for a policy whose clip_norm is None (set from Python: TOML has no null)")
     parser.add_argument("--epsilons", type=_epsilons_arg, help="comma-separated candidate epsilons, measured from the smallest "
                                            "(most noise) up (default: %s)" % ",".join(f"{e:g}" for e in DEFAULT_EPSILONS))
-    parser.add_argument("--epsilon-ceiling", type=_positive_arg,
+    parser.add_argument("--epsilon-ceiling", type=_positive_arg, default=SUPPRESS,
                         help="levels above it are measured and recorded but never chosen (the class's "
                              "epsilon_ceiling)")
     parser.add_argument("--vector-name",
                         help="the named vector to measure (needed when --collection has several); the "
                              "record vouches only for writes of a vector of this name (the policy's "
                              "utility.records)")
-    parser.add_argument("--embedding-model", type=_model_arg,
+    parser.add_argument("--embedding-model", type=_model_arg, default=SUPPRESS,
                         help="the embedding model the collection's vectors came from, signed into the record "
                              "(the policy's utility.embedding_model must name the same, compared exactly but for case, as qdrant-client resolves model names); text "
                              "queries are embedded with %s, the default for them" % MODEL_ID)
-    parser.add_argument("--k", type=_positive_int, default=10, help="cut-off of the metric (the policy's utility.k; default 10)")
-    parser.add_argument("--metric", default="recall", choices=_METRICS,
+    parser.add_argument("--k", type=_positive_int, default=SUPPRESS, help="cut-off of the metric (the policy's utility.k; default 10)")
+    parser.add_argument("--metric", default=SUPPRESS, choices=_METRICS,
                         help="the policy's utility.metric (default recall; ndcg needs --qrels)")
     parser.add_argument("--sample-limit", type=_positive_int, help="measure at most this many queries (a random sample)")
     parser.add_argument("--seed", type=int, help="reproducible measurement (test noise; never for production writes)")
+    parser.add_argument("--policy", metavar="POLICY",
+                        help="the guard's policy file: take the noise (mechanism, radius, delta, clip_norm), "
+                             "utility.k, utility.metric, utility.max_recall_drop (as --threshold), the class's "
+                             "epsilon_ceiling, the declared embedding model and (without --key) the signing_key "
+                             "of --policy-collection from it, so the record is one that policy accepts; an option "
+                             "given as well must agree (--threshold and --epsilon-ceiling may be lower)")
+    parser.add_argument("--policy-collection", metavar="NAME",
+                        help="with --policy: the collection whose settings apply (default: --collection; give "
+                             "it when --collection is a staging copy of another name)")
     parser.add_argument("--allow-small-collection", action="store_true",
                         help="sign a record measured on a collection of no more than --k points (refused "
                              "without it: every top-k then returns every point, so no noise shows a drop); "
@@ -1281,6 +1295,81 @@ def _qrels_row(where: str, row: Any) -> tuple[int, Any]:
                                   f"got {json.dumps(row)[:80]}")
 
 
+#: ``qdrant-guard calibrate`` options a policy states, with their values without one.
+POLICY_OPTIONS: dict[str, Any] = {
+    "mechanism": "gaussian", "radius": 0.01, "delta": 1e-6, "clip_norm": 1.0, "threshold": 0.05,
+    "epsilon_ceiling": None, "k": 10, "metric": "recall", "embedding_model": None,
+}
+_FLAGS = {"threshold": "--threshold", "epsilon_ceiling": "--epsilon-ceiling", "embedding_model": "--embedding-model",
+          "clip_norm": "--clip-norm"}
+
+
+def calibrate_options(args: Any) -> tuple[dict[str, Any], str | None, str | None, Any]:
+    """The :data:`POLICY_OPTIONS` calibrate runs with, the signing key's path, and the policy file
+    and section they came from with that section's ``CollectionPolicy`` (both None without
+    ``--policy``).
+
+    Without ``--policy``: the options given, the rest at their defaults. With it: the settings of
+    ``--policy-collection`` (default ``--collection``) as the guard resolves that name
+    (``GuardConfig.policy_for``): its ``[noise]``, ``utility.k``, ``utility.metric``,
+    ``utility.max_recall_drop`` (the threshold), its class's ``epsilon_ceiling``, the embedding
+    model it declares for ``--vector-name`` and, without ``--key``, its ``signing_key``. An option
+    given too must state the same (a record of other noise, k or metric is one the guard refuses),
+    except a lower ``--threshold`` (a margin) or ``--epsilon-ceiling``.
+
+    Raises:
+        GuardArgumentValueError: an option disagrees with the policy, or the collection is PUBLIC.
+        ConfigError: the policy file is invalid, or refuses the unlisted collection.
+    """
+    given = {name: getattr(args, name) for name in POLICY_OPTIONS if hasattr(args, name)}
+    key = getattr(args, "key", None)
+    path = getattr(args, "policy", None)
+    if not path:
+        return {**POLICY_OPTIONS, **given}, key, None, None
+    from .policy import SensitivityClass, load_policy, toml_key
+
+    cfg = load_policy(path)
+    name = getattr(args, "policy_collection", None) or getattr(args, "collection")
+    pol = cfg.policy_for(name)
+    section = f"[collections.{toml_key(name)}]" if name in cfg.collections else "[default]"
+    if pol.sensitivity is SensitivityClass.PUBLIC:
+        raise GuardArgumentValueError(
+            f"--policy {path}: collection {name!r} is PUBLIC ({section if name in cfg.collections else 'unlisted'}), "
+            "whose vectors are never noised, so there is no noise to calibrate; give --policy-collection a "
+            "PII, CREDENTIAL or PROPRIETARY collection")
+    n, u = pol.noise, pol.utility
+    stated: dict[str, Any] = {
+        "mechanism": n.mechanism, "radius": n.radius, "delta": n.delta, "clip_norm": n.clip_norm,
+        "threshold": u.max_recall_drop, "epsilon_ceiling": cfg.epsilon_ceiling[pol.sensitivity], "k": u.k,
+        "metric": u.metric, "embedding_model": u.declared_model(getattr(args, "vector_name", None) or "")[0],
+    }
+    where = {"threshold": "utility.max_recall_drop", "epsilon_ceiling": f"epsilon_ceiling.{pol.sensitivity.value}",
+             "k": "utility.k", "metric": "utility.metric", "embedding_model": "utility.embedding_model(s)"}
+    for opt, value in given.items():
+        want = stated[opt]
+        if (opt == "embedding_model" and want is None) or (opt == "delta" and n.mechanism == "laplace_l2"):
+            continue  # no model declared, or a delta laplace_l2 ignores
+        if opt in ("threshold", "epsilon_ceiling"):
+            agrees = value is not None and value <= want + 1e-12
+        elif opt == "embedding_model":
+            agrees = same_model(value, want)
+        elif opt in ("radius", "delta", "clip_norm"):
+            agrees = _same(value, want)
+        else:
+            agrees = value == want
+        if not agrees:
+            flag = _FLAGS.get(opt, f"--{opt}")
+            bound = " or below" if opt in ("threshold", "epsilon_ceiling") else ""
+            raise GuardArgumentValueError(
+                f"{flag} {value!r} disagrees with --policy {path}, whose {section} states "
+                f"{where.get(opt, 'noise.' + opt)} = {want!r}: a guard under that policy would refuse the record; "
+                f"drop {flag} (the policy's value applies), give {want!r}{bound}, or change the policy")
+    for opt, value in stated.items():
+        if opt not in given and not (opt == "embedding_model" and value is None):
+            given[opt] = value
+    return {**POLICY_OPTIONS, **given}, key or cfg.signing_key, f"{path} {section}", pol
+
+
 def run_calibrate_cli(args: Any) -> int:
     """Run ``qdrant-guard calibrate`` from parsed arguments (see :func:`add_calibrate_arguments`).
 
@@ -1290,6 +1379,7 @@ def run_calibrate_cli(args: Any) -> int:
     from qdrant_client import QdrantClient
 
     get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+    opts, key_path, section, pol = calibrate_options(args)
     queries = [_calibration_query(where, q) for where, q in _read_jsonl(get("queries"))]
     qrels = None
     if get("qrels"):
@@ -1305,7 +1395,7 @@ def run_calibrate_cli(args: Any) -> int:
     embedder = None
     if queries and isinstance(queries[0], str):
         embedder = _CliQueryEmbedder(query_text_transform(get("query_text", "generalized")))  # the CLI default
-        named = get("embedding_model")
+        named = opts["embedding_model"]
         if named is not None and not same_model(named, embedder.model_id):
             raise GuardArgumentValueError(
                 f"--embedding-model {named!r}: the text queries of --queries are embedded with {embedder.model_id} "
@@ -1313,10 +1403,10 @@ def run_calibrate_cli(args: Any) -> int:
                 f"--embedding-model {embedder.model_id} (names are compared exactly but for case), or give --queries as vectors "
                 f"embedded with {named!r}")
     signer = None
-    if get("key"):
+    if key_path:
         from .keys import load_private_key
 
-        signer = load_private_key(get("key"))
+        signer = load_private_key(key_path)
     epsilons = DEFAULT_EPSILONS
     if get("epsilons"):
         given = get("epsilons")
@@ -1330,22 +1420,22 @@ def run_calibrate_cli(args: Any) -> int:
             get("collection"),
             queries,
             qrels,
-            get("k", 10),
-            mechanism=get("mechanism", "gaussian"),
-            radius=get("radius", 0.01),
-            delta=get("delta", 1e-6),
-            clip_norm=get("clip_norm", 1.0),
+            opts["k"],
+            mechanism=opts["mechanism"],
+            radius=opts["radius"],
+            delta=opts["delta"],
+            clip_norm=opts["clip_norm"],
             epsilons=epsilons,
-            threshold=get("threshold", 0.05),
-            epsilon_ceiling=get("epsilon_ceiling"),
+            threshold=opts["threshold"],
+            epsilon_ceiling=opts["epsilon_ceiling"],
             signer=signer,
             embedder=embedder,
             progress=not get("no_progress", False),
             sample_limit=get("sample_limit"),
             seed=get("seed"),
-            metric=get("metric", "recall"),
+            metric=opts["metric"],
             vector_name=get("vector_name"),
-            embedding_model=get("embedding_model"),
+            embedding_model=opts["embedding_model"],
             allow_small_collection=bool(get("allow_small_collection", False)),
         )
     except UtilityCalibrationError as exc:
@@ -1361,7 +1451,16 @@ def run_calibrate_cli(args: Any) -> int:
         + f"chosen epsilon {record.epsilon:g} (sigma {record.scale:.4g}), {record.metric} drop "
         f"{record.measured[record.chosen_level]['drop']:.4f} <= {record.threshold:g}; "
         f"retrieval_utility_guard_hash {record.digest}"
+        + (f" (the settings of --policy {section})" if section else "")
     )
+    if pol is not None:
+        refusal = record.level_refusal(
+            mechanism=pol.noise.mechanism, epsilon=pol.noise.epsilon, radius=pol.noise.radius,
+            delta=pol.noise.delta, clip_norm=pol.noise.clip_norm, max_drop=pol.utility.max_recall_drop)
+        if refusal is not None:
+            # The record is sound, but it does not vouch for the epsilon that policy noises at.
+            print(f"warning: --policy {section} noises at epsilon {pol.noise.epsilon:g}, which this record does "
+                  f"not cover, so its guard refuses those writes (UTILITY_DEGRADED): {refusal}", file=sys.stderr)
     if record.n_documents <= record.k:
         # Every top-k then holds the whole collection: no noise can move it out, so the drops
         # measured are 0 whatever the noise costs on a collection of real size.

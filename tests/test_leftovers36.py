@@ -285,3 +285,156 @@ def test_calibrate_takes_an_embedding_model_its_embedder_names_in_other_case() -
     rec = calibrate(_small_store(12), "kb", ["a", "bb"], k=3, radius=0.01, progress=False, seed=0,
                     embedder=Emb(), embedding_model=MODEL)
     assert rec.embedding_model == MODEL
+
+
+# -- 5. an agent id, boundary or collection name with control characters stays on one line ------
+
+CONTROL = ["ops\nbot", "ops\rbot", "ops\x1b[31mbot"]
+
+
+def _no_control(text: str) -> bool:
+    return all(ch.isprintable() or ch == " " for ch in text)
+
+
+@pytest.mark.parametrize("revoke", [True, False], ids=["revoked", "expired"])
+@pytest.mark.parametrize("name", CONTROL, ids=["newline", "cr", "escape"])
+def test_a_credential_rejection_escapes_control_characters_and_its_command_still_pastes(name, revoke) -> None:
+    # Before: "credential of ops\nbot@hr\nx expired ..." and `--agent 'ops\nbot'`: the message
+    # broke across lines (or, with \r and \x1b[31m, overwrote or recoloured the terminal).
+    import subprocess
+
+    from test_review32 import _rejection
+
+    msg = _rejection(name, name + "-b", revoke=revoke)
+    assert _no_control(msg), msg
+    assert f"{name!r}@{name + '-b'!r}" in msg
+    cmd = msg.split("`")[1]
+    run = subprocess.run(["bash", "-c", "printf '%s\\0' " + cmd], capture_output=True, check=True)
+    assert run.stdout.split(b"\0")[:-1] == [w.encode() for w in
+                                            ["qdrant-guard", "credential", "issue", "--agent", name, "--boundary",
+                                             name + "-b"]]
+
+
+@pytest.mark.parametrize("name", CONTROL, ids=["newline", "cr", "escape"])
+def test_credential_issue_prints_its_note_on_one_line(tmp_path: Path, capsys, name) -> None:
+    assert cli.main(["keys", "new", "--out", str(tmp_path / "a.key")]) == 0
+    capsys.readouterr()
+    assert cli.main(["credential", "issue", "--authority", str(tmp_path / "a.key"), "--agent", name,
+                     "--boundary", name]) == 0
+    err = capsys.readouterr().err
+    assert _no_control(err.rstrip("\n")), err
+    assert f"note: {name!r}@{name!r} until" in err
+    assert f"[boundaries.{json.dumps(name)}] revoked_credentials" in err
+
+
+@pytest.mark.parametrize("name", CONTROL, ids=["newline", "cr", "escape"])
+def test_the_left_behind_fix_quotes_the_collection_for_the_shell(name) -> None:
+    from qdrant_guard.policy import CollectionPolicy
+    from qdrant_guard.querycheck import raw_stored_way_out
+
+    text = raw_stored_way_out(CollectionPolicy(), name, 2)
+    assert _no_control(text) and "receipt verify --collection $'ops" in text
+
+
+@pytest.mark.parametrize("name", ["hr\u2028x", "hr\u202ex", "hr\x85x"], ids=["line-separator", "bidi-override", "c1-nel"])
+def test_a_policy_section_name_is_one_printable_line_that_toml_reads_back(name) -> None:
+    # C0 controls were escaped already (JSON's escapes); these were written raw into a message.
+    import tomllib
+
+    from qdrant_guard.policy import toml_key
+
+    key = toml_key(name)
+    assert _no_control(key), key
+    assert tomllib.loads(f"[boundaries.{key}]\nx = 1\n")["boundaries"] == {name: {"x": 1}}
+
+
+# -- 2. calibrate --policy reads the collection's noise and utility settings from the policy -----
+
+def _policy_file(kit, tmp: Path) -> Path:
+    pol = tmp / "policy.toml"
+    pol.write_text(f"""signing_key = "{kit.guard_key_path}"
+[boundaries.hr]
+authority_keys = ["{kit.authority_pub['hr']}"]
+[collections.kb]
+class = "PII"
+owner = "hr"
+[collections.kb.noise]
+mechanism = "laplace_l2"
+epsilon = 1.0
+delta = 0.0
+radius = 0.02
+clip_norm = 0.5
+[collections.kb.utility]
+k = 3
+metric = "overlap"
+max_recall_drop = 0.5
+embedding_model = "{MODEL}"
+""")
+    return pol
+
+
+def _staging_args(tmp: Path) -> list[str]:
+    store = tmp / "staging"
+    raw = RawClient(path=str(store))
+    raw.create_collection("kb_staging", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    rng = np.random.default_rng(1)
+    raw.upsert("kb_staging", [models.PointStruct(id=i, vector=rng.normal(size=4).tolist()) for i in range(40)])
+    raw.close()
+    (tmp / "q.jsonl").write_text("".join(json.dumps(rng.normal(size=4).tolist()) + "\n" for _ in range(8)))
+    return ["calibrate", "--path", str(store), "--collection", "kb_staging", "--queries", str(tmp / "q.jsonl"),
+            "--no-progress", "--seed", "0", "--epsilons", "0.5,2,8", "--out", str(tmp / "u.json")]
+
+
+def test_calibrate_policy_takes_the_collections_settings_and_signing_key(tmp_path: Path, capsys) -> None:
+    # Before: calibrate had no --policy (every other command reading a policy takes one), so each
+    # setting was retyped and a slip (k, metric, clip_norm) gave a record the guard refuses.
+    from guardkit import make_kit
+
+    from qdrant_guard.keys import key_id, load_private_key
+    from qdrant_guard.utility import UtilityRecord
+
+    kit = make_kit(tmp_path)
+    pol = _policy_file(kit, tmp_path)
+    assert cli.main(_staging_args(tmp_path) + ["--policy", str(pol), "--policy-collection", "kb"]) == 0
+    out = capsys.readouterr()
+    assert f"(the settings of --policy {pol} [collections.kb])" in out.out
+    assert "unsigned" not in out.err and "warning" not in out.err
+    rec = UtilityRecord.from_json((tmp_path / "u.json").read_text())
+    assert (rec.mechanism, rec.radius, rec.delta, rec.clip_norm, rec.k, rec.metric, rec.threshold,
+            rec.embedding_model) == ("laplace_l2", 0.02, 0.0, 0.5, 3, "overlap", 0.5, MODEL)
+    assert rec.epsilon_ceiling == 2.0  # the PII class's default ceiling
+    assert rec.signer_key_id == key_id(load_private_key(kit.guard_key_path).public_key())
+
+
+@pytest.mark.parametrize("extra,flag", [
+    (["--k", "5"], "--k 5 disagrees"), (["--metric", "recall"], "--metric 'recall' disagrees"),
+    (["--mechanism", "gaussian"], "--mechanism 'gaussian' disagrees"), (["--radius", "0.01"], "--radius 0.01 disagrees"),
+    (["--clip-norm", "1"], "--clip-norm 1.0 disagrees"), (["--threshold", "0.6"], "--threshold 0.6 disagrees"),
+    (["--embedding-model", "other/model"], "--embedding-model 'other/model' disagrees"),
+])
+def test_calibrate_policy_refuses_an_option_that_disagrees(tmp_path: Path, capsys, extra, flag) -> None:
+    from guardkit import make_kit
+
+    kit = make_kit(tmp_path)
+    pol = _policy_file(kit, tmp_path)
+    assert cli.main(_staging_args(tmp_path) + ["--policy", str(pol), "--policy-collection", "kb", *extra]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and f"--policy {pol}" in err and "[collections.kb]" in err
+    assert not (tmp_path / "u.json").exists()
+
+
+def test_calibrate_policy_takes_a_lower_threshold_and_warns_when_its_epsilon_is_not_covered(tmp_path, capsys) -> None:
+    from guardkit import make_kit
+
+    from qdrant_guard.utility import UtilityRecord
+
+    kit = make_kit(tmp_path)
+    pol = _policy_file(kit, tmp_path)
+    args = _staging_args(tmp_path) + ["--policy", str(pol), "--policy-collection", "kb"]
+    assert cli.main(args + ["--epsilon-ceiling", "4"]) == 2  # above the PII ceiling 2
+    assert "--epsilon-ceiling 4.0 disagrees" in capsys.readouterr().err
+    args[args.index("--epsilons") + 1] = "2"  # only weaker noise than the policy's epsilon 1
+    assert cli.main(args + ["--threshold", "0.4"]) == 0
+    err = capsys.readouterr().err
+    assert UtilityRecord.from_json((tmp_path / "u.json").read_text()).threshold == 0.4
+    assert "noises at epsilon 1, which this record does not cover" in err and "UTILITY_DEGRADED" in err
