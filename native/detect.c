@@ -2220,6 +2220,33 @@ static int resolve(qg_findings *f) {
     return 0;
 }
 
+/* The width of the single space or dash separator (dash_sep) that ends at the byte j, or 0. */
+static int glue_before(const scan_t *s, int64_t j) {
+    for (int w = 4; w >= 1; w--)
+        if (j - w >= 0 && ((w == 1 && at(s, j - 1) == ' ') || dash_sep(s, j - w) == w)) return w;
+    return 0;
+}
+
+/* Where the stretch of a card from the digit at code point a (byte ab) starts once the uncovered
+ * digit groups glued before it (from limit on) are taken in; _glued_start of the reference. Every
+ * character stepped over is ASCII, so a byte back is a code point back. */
+static int64_t glued_start(const scan_t *s, int64_t ab, int64_t a, int64_t limit) {
+    int sep = glue_before(s, ab);
+    if (sep == 1 && at(s, ab - 1) == ' ' && !dash_sep(s, (int64_t)RUN_END(s, (size_t)ab, is_digit, 20))) return a;
+    while (sep && a - sep - 1 >= limit && is_digit(at(s, ab - sep - 1))) {
+        int64_t g = a - sep - 1, gb = ab - sep - 1;
+        while (g > limit && is_digit(at(s, gb - 1))) {
+            g--;
+            gb--;
+        }
+        if (is_alpha(at(s, gb - 1))) break;
+        a = g;
+        ab = gb;
+        sep = glue_before(s, ab);
+    }
+    return a;
+}
+
 /* The resolved findings f (disjoint, by start) and a CREDIT_CARD finding for each stretch of a
  * card floor that they leave uncovered, from its first digit to its last; no finding is changed.
  * ascii: offsets are bytes (else the floors' starts are converted to code points here).
@@ -2244,6 +2271,20 @@ static int cover_cards(const scan_t *s, int ascii) {
             if (f->items[mid].start < cs) lo = mid + 1;
             else hi = mid;
         }
+        int64_t limit = lo ? f->items[lo - 1].end : 0;
+        if (na && added[na - 1].end > limit) limit = added[na - 1].end;
+        int64_t glued = limit <= cs ? glued_start(s, (int64_t)bs, cs, limit) : cs;
+        if (glued < cs && lo < f->len && f->items[lo].start == cs) {
+            /* the card is a finding already: the groups glued to it are a stretch of their own */
+            qg_finding *grown = room(added, &cap, na, sizeof *grown, 16);
+            if (!grown) {
+                free(added);
+                return -1;
+            }
+            added = grown;
+            added[na++] = (qg_finding){glued, cs - glue_before(s, (int64_t)bs), QG_CREDIT_CARD, QG_V_LUHN};
+            glued = cs;
+        }
         size_t k = lo, m = na, na0 = na;
         if (k && f->items[k - 1].end > cs) k--;
         while (m && added[m - 1].end > cs) m--;
@@ -2259,7 +2300,11 @@ static int cover_cards(const scan_t *s, int ascii) {
                 int64_t a = pos, e = next;
                 while (!is_digit(b[bs + (size_t)(a - cs)])) a++;
                 while (!is_digit(b[bs + (size_t)(e - 1 - cs)])) e--;
-                if (a < e) {
+                if (a < e && na && added[na - 1].end == pos && pos > cs) {
+                    /* the stretch goes on one this card already reaches into: one placeholder */
+                    added[na - 1].end = e;
+                } else if (a < e) {
+                    if (a == cs) a = glued;
                     qg_finding *grown = room(added, &cap, na, sizeof *grown, 16);
                     if (!grown) {
                         free(added);

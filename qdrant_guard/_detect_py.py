@@ -756,6 +756,12 @@ def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
     added: list[tuple[int, int, str, str]] = []
     for s, e in floors:
         k = bisect_left(starts, s)
+        limit = max(taken[k - 1][1] if k else 0, added[-1][1] if added else 0)
+        glued = _glued_start(text, s, limit) if limit <= s else s
+        if glued < s and k < len(taken) and taken[k][0] == s:
+            # The card is a finding already: the groups glued to it are a stretch of their own.
+            added.append((glued, s - _glue_before(text, s), "CREDIT_CARD", "luhn"))
+            glued = s
         if k and taken[k - 1][1] > s:
             k -= 1
         m = len(added)
@@ -775,13 +781,47 @@ def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
         if pos < e:
             gaps.append((pos, e))
         for a, b in gaps:
+            a0 = a
             while text[a] not in _DIGITS:
                 a += 1
             while text[b - 1] not in _DIGITS:
                 b -= 1
-            if a < b:
-                added.append((a, b, "CREDIT_CARD", "luhn"))
+            if a < b and added and added[-1][1] == a0 > s:
+                # The stretch goes on one this card already reaches into: one placeholder.
+                added[-1] = (added[-1][0], b, "CREDIT_CARD", "luhn")
+            elif a < b:
+                added.append((glued if a == s else a, b, "CREDIT_CARD", "luhn"))
     return sorted(taken + added)
+
+
+def _glued_start(text: str, a: int, limit: int) -> int:
+    """Where the stretch of a card from the digit ``a`` starts once the uncovered digit groups glued
+    before it (from ``limit`` on) are taken in: none when the card is joined to them by a space
+    and not followed by a dash, else each group joined to the next by a single space or a dash
+    separator (:func:`_dash_sep`), back to a group with a letter glued before it. The readers
+    refuse every number there, as none ends before a dash and a digit, so an SSN or a phone
+    number glued to the card would keep its first groups in the clear ("123-45-6789-4111 1111
+    1111 1111", "555 123-4111-1111-1111-1111")."""
+    sep = _glue_before(text, a)
+    if sep == 1 and text[a - 1] == " " and not _dash_sep(text, _run_end(text, a, _DIGITS, 20)):
+        return a
+    while sep and a - sep - 1 >= limit and _at(text, a - sep - 1) in _DIGITS:
+        g = a - sep - 1
+        while g > limit and _at(text, g - 1) in _DIGITS:
+            g -= 1
+        if _at(text, g - 1) in _LETTERS:
+            break
+        a = g
+        sep = _glue_before(text, a)
+    return a
+
+
+def _glue_before(text: str, a: int) -> int:
+    # The width of the single space or dash separator that ends at a, or 0.
+    for w in (4, 3, 2, 1):
+        if a - w >= 0 and (w == 1 and text[a - 1] == " " or _dash_sep(text, a - w) == w):
+            return w
+    return 0
 
 
 def _cuts_later(text: str, i: int, groups: list[int], g: int, end: int) -> bool:

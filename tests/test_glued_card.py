@@ -135,11 +135,11 @@ def test_a_card_glued_before_a_number_keeps_no_digit_in_the_clear(suffix, sep):
 
 
 @pytest.mark.parametrize(("text", "redacted"), [
-    ("555 123-4111-1111-1111-1111", "555 123-[CREDIT_CARD]"),  # no phone number ends before "-1"
+    ("555 123-4111-1111-1111-1111", "[CREDIT_CARD]"),  # the glued groups join the stretch (test_glued_card2)
     ("+1 555 123-4111 1111 1111 1111", "[PHONE] [CREDIT_CARD]"),
     ("555.123.4111 1111 1111 1111", "[PHONE] [CREDIT_CARD]"),
     ("555.123.4111.1111.1111.1111", "555.123.[CREDIT_CARD]"),
-    ("12--4111--1111--1111--1111", "12--[CREDIT_CARD]"),
+    ("12--4111--1111--1111--1111", "[CREDIT_CARD]"),
     ("4111-1111-1111-1111-2", "[CREDIT_CARD]-2"),
     ("4111 1111 1111 1111-555", "[CREDIT_CARD]-555"),
     ("é 555 123-4111 1111 1111 1111 é", "é [PHONE] [CREDIT_CARD] é"),  # code-point offsets in C
