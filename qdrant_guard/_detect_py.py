@@ -13,7 +13,8 @@ Candidate selection (overlaps): candidates are taken longest first; on equal len
 comes first in :data:`FINDING_TYPES` wins, then the earlier start. A candidate that overlaps one
 already taken is dropped. The survivors never overlap. Then each card :func:`_card_floor` reads
 (from every digit group, whatever number is glued to it) gets a CREDIT_CARD finding over every
-stretch of it that the survivors leave uncovered (:func:`_cover_cards`).
+stretch of it that the survivors leave uncovered (:func:`_cover_cards`), taking in the uncovered
+digit groups glued before the card by a dash (:func:`_glued_start`).
 """
 from __future__ import annotations
 

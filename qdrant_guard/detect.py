@@ -108,9 +108,13 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   `` -- ``, in any mix or by dots alone, a known IIN, Luhn; no letter glued to it, and a card of one
   group not glued to a ``.``, ``:`` or ``/`` with a digit beyond it: ``0.4111111111111111`` is a
   decimal), and each stretch of it the findings leave uncovered, from its first digit to its last,
-  is a ``CREDIT_CARD`` finding: ``[PHONE] [CREDIT_CARD]``, ``555 123-[CREDIT_CARD]`` for
-  ``555 123-4111-1111-1111-1111``, ``[CREDIT_CARD]-2`` for ``4111-1111-1111-1111-2``. No finding is
-  changed by it. The cost: such a stretch is a card's remainder, typed ``CREDIT_CARD`` though it
+  is a ``CREDIT_CARD`` finding: ``[PHONE] [CREDIT_CARD]``, ``[CREDIT_CARD]-2`` for
+  ``4111-1111-1111-1111-2``. The uncovered digit groups glued before the card by a dash (``-``,
+  ``--``, `` - ``, `` -- ``; or by a space when a dash follows the card's first group), each joined
+  to the next by one of these or a single space, back to one a letter is glued to, join it: an SSN
+  or a phone number there is refused by the readers, so ``123-45-6789-4111 1111 1111 1111`` and
+  ``555 123-4111-1111-1111-1111`` are each one ``[CREDIT_CARD]``; a stretch that goes on one its
+  card already reaches into extends it (one placeholder). No finding is changed by it. The cost: such a stretch is a card's remainder, typed ``CREDIT_CARD`` though it
   may be short (``4008`` of ``4008 4111 1111 1111 1111``, where ``4008 4111 1111 1111`` is
   Luhn-valid too); a dashed run of random 4-digit numbers now holds a card as often as a spaced
   one did already (6.2 % of 5-number rows, 9.7 % of 6-number rows; none before).

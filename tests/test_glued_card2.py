@@ -105,6 +105,9 @@ def test_no_finding_where_no_card_is_glued(text):
     ("qty 2 4111 1111 1111 1111", "qty 2 [CREDIT_CARD]"),  # a space and no dash: apart
     ("ab12-4111-1111-1111-1111", "ab12-[CREDIT_CARD]"),  # glued to a letter: an identifier
     ("555 123-4111 1111 1111 1111", "[PHONE] [CREDIT_CARD]"),  # a finding is never changed
+    # The cost: whatever is glued is taken in, typed CREDIT_CARD (a date, a count before a dash).
+    ("2023-10-15-4111-1111-1111-1111", "[CREDIT_CARD]"),
+    ("qty 2 4111-1111-1111-1111", "qty [CREDIT_CARD] [CREDIT_CARD]"),
 ])
 def test_what_is_not_taken_in(text, redacted):
     _spans(text)
