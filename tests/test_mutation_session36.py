@@ -1,0 +1,116 @@
+"""Tests from mutation pass 12 (h-mut12 branch, 2026-12-06): the in-memory budget store's kept
+state (sweep queue, kept spans and listings), the CLI's key trust for ``audit verify --policy``
+and ``--trust-policy``, and the audit verifier's key-id display.
+
+Each test kills mutants of ``scripts/mutate.py`` that survived every older test of the code.
+docs/security-testing.md ("Mutation pass 12") lists the mutants, which test kills each and the
+equivalent ones. Real stores, real keys and files; no mocks.
+"""
+from __future__ import annotations
+
+import pytest
+from sweepkit import W, Clock
+from test_retired_keys import _policy_file, _verify_lines, _write_under_a, rot  # noqa: F401
+
+from qdrant_guard import QdrantGuardError, cli, keys
+from qdrant_guard.budget import MemoryBudgetStore
+from qdrant_guard.cli import main
+
+
+# ------------------------------------------------------------------ memory store: the sweep queue
+
+def test_a_key_admitted_again_goes_to_the_back_of_the_sweep_queue():
+    """``_put`` moves a re-admitted key to the back of the sweep's queue: without
+    ``idle.move_to_end`` it kept its old place at the front with a fresh due time, so every sweep
+    stopped at it and the idle keys behind it were never dropped."""
+    clock = Clock()
+    store = MemoryBudgetStore(monotonic=clock)
+    store.admit("src|p|c|a", ["1"], cap=5, window_s=W, now=clock())
+    store.admit("src|p|c|b", ["1"], cap=5, window_s=W, now=clock())
+    clock.t = W / 2
+    store.admit("src|p|c|a", ["1"], cap=5, window_s=W, now=clock())  # a is fresh again, b is not
+    clock.t = W + 1  # b idle on both clocks, a not
+    store.admit("src|q|c|z", ["1"], cap=5, window_s=W, now=clock())
+    assert store.key_count() == 2  # a and z; b swept
+
+
+def test_a_key_past_the_window_only_on_the_sweeps_clock_is_kept_until_its_ids_leave():
+    """The sweep drops a key only when its newest id is older than ``now - window``: an id
+    exactly ``window`` old still counts (an admission keeps ``ts >= now - window``). With ``<=``
+    the sweep dropped it, and the key's next admission at that ``now`` released an id past the
+    cap."""
+    mono = Clock()
+    store = MemoryBudgetStore(monotonic=mono)
+    assert store.admit("src|p|c|a", ["1"], cap=1, window_s=W, now=0.0) == (["1"], [])
+    mono.t = W + 1  # idle on the sweep's clock
+    store.admit("src|q|c|z", ["1"], cap=1, window_s=W, now=W)  # sweeps a at now == W
+    assert store.admit("src|p|c|a", ["2"], cap=1, window_s=W, now=W) == ([], ["2"])
+    assert store.entries_by_prefix("src|p|", window_s=W, now=W) == {"src|p|c|a": frozenset({"1"})}
+
+
+def test_a_key_the_callers_clock_still_counts_goes_to_the_back_and_the_sweep_goes_on():
+    """A key idle on the monotonic clock whose ids the callers' clock still counts (a caller
+    whose ``now`` runs ahead) is moved to the back of the queue: without ``idle.move_to_end``
+    in ``_sweep`` it stayed at the front, every sweep looked at it alone, and the idle keys
+    behind it were never dropped."""
+    mono = Clock()
+    store = MemoryBudgetStore(monotonic=mono)
+    store.admit("src|p|c|ahead", ["1"], cap=5, window_s=W, now=100.0)
+    store.admit("src|p|c|idle", ["1"], cap=5, window_s=W, now=0.0)
+    mono.t = W + 1
+    store.admit("src|q|c|z", ["1"], cap=5, window_s=W, now=W + 1)
+    assert store.key_count() == 2  # ahead (its ids count until now 110) and z; idle swept
+    assert store.seen("src|p|c|ahead", window_s=W, now=W + 1) == 1
+
+
+# ------------------------------------------------------------------ cli: the signing key's .pub
+
+def _guard_key_pair(tmp_path):
+    sk, pk = keys.generate_keypair()
+    path = tmp_path / "guard.key"
+    path.write_bytes(keys.private_key_to_pem(sk))
+    path.chmod(0o600)
+    (tmp_path / "guard.key.pub").write_text(keys.public_key_to_str(pk) + "\n")
+    return path, keys.key_id(pk)
+
+
+def test_a_signing_keys_pub_decides_when_the_private_key_is_not_there(tmp_path):
+    """An auditor without the private key (absent or unreadable to them) verifies under its
+    ``.pub``: the OSError branch of ``_signing_public_key`` returns that key. Negated, or
+    returning None, or not raising on other errors, no test saw it."""
+    path, kid = _guard_key_pair(tmp_path)
+    path.unlink()
+    assert keys.key_id(cli._signing_public_key(str(path))) == kid
+
+
+def test_a_signing_key_that_does_not_load_is_an_error_even_with_its_pub(tmp_path):
+    """A private key file that is there but is no key is reported, not passed over for the
+    ``.pub`` (which then could be any key): only an unreadable file lets the ``.pub`` decide."""
+    path, _ = _guard_key_pair(tmp_path)
+    path.write_text("not a key\n")
+    with pytest.raises(QdrantGuardError, match="not an unencrypted PEM"):
+        cli._signing_public_key(str(path))
+
+
+def test_audit_verify_policy_with_a_signing_key_that_is_not_there_says_which_knob(tmp_path, capsys):
+    """No private key and no ``.pub``: ``--policy: signing_key: cannot read key file``, exit 2.
+    Without the ``raise`` in ``_policy_signing_keys`` the command died on an unbound local."""
+    (tmp_path / "audit.jsonl").write_text("")
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'signing_key = "{tmp_path / "gone.key"}"\naudit_log = "{tmp_path / "audit.jsonl"}"\n')
+    assert main(["audit", "verify", str(tmp_path / "audit.jsonl"), "--policy", str(policy)]) == 2
+    assert "--policy: signing_key: cannot read key file" in capsys.readouterr().err
+
+
+def test_receipt_verify_names_a_revoked_signer_revoked(rot, tmp_path, capsys):  # noqa: F811
+    """``receipt verify --policy -v`` gives each receipt's key a status; a key the policy revokes
+    (here given by ``--trusted-key`` too) is "revoked", whatever else trusts it. ``_key_status``
+    returning None for it survived: no test had a receipt by a revoked key."""
+    _write_under_a(rot)
+    path = _policy_file(rot, tmp_path, retired=False)
+    path.write_text(path.read_text().replace("[boundaries.", f'[receipts]\nrevoked_keys = ["{rot["a_kid"]}"]\n[boundaries.', 1))
+    rc, out, lines = _verify_lines(capsys, ["receipt", "verify", "--path", str(rot["store"]), "--collection", "scoped",
+                                            "--verbose", "--trusted-key", str(rot["a_pub"]), "--policy", str(path)])
+    assert rc == 1, out
+    assert {x["id"]: (x["ok"], x["reason"], x["key"], x["key_status"]) for x in lines} == {
+        str(i): (False, "revoked_key", rot["a_kid"], "revoked") for i in (1, 2, 3)}, out
