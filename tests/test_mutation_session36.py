@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from sweepkit import W, Clock
-from test_retired_keys import _policy_file, _verify_lines, _write_under_a, rot  # noqa: F401
+from test_retired_keys import _old_checkpoint, _policy_file, _verify_lines, _write_under_a, rot  # noqa: F401
 
 from qdrant_guard import QdrantGuardError, cli, keys
 from qdrant_guard.budget import MemoryBudgetStore
@@ -114,3 +114,36 @@ def test_receipt_verify_names_a_revoked_signer_revoked(rot, tmp_path, capsys):  
     assert rc == 1, out
     assert {x["id"]: (x["ok"], x["reason"], x["key"], x["key_status"]) for x in lines} == {
         str(i): (False, "revoked_key", rot["a_kid"], "revoked") for i in (1, 2, 3)}, out
+
+
+def test_audit_verify_policy_refusing_a_revoked_key_says_how_to_fix_the_option_that_gave_it(rot, tmp_path,  # noqa: F811
+                                                                                             capsys):
+    """A revoked key given by ``--key`` is refused with the fix for ``--key`` (drop it, or run
+    without the policy), a revoked ``signing_key`` with the fix for the policy (a new key):
+    ``by_key`` negated swapped the two and no test read the fix."""
+    log = _old_checkpoint(rot)  # a checkpoint signed by key A
+    path = _policy_file(rot, tmp_path, retired=False)  # signing_key B
+    revoked = path.read_text().replace("[boundaries.", '[receipts]\nrevoked_keys = ["{}"]\n[boundaries.', 1)
+    argv = ["audit", "verify", str(log), "--checkpoint-every", "1", "--policy", str(path)]
+    path.write_text(revoked.format(rot["a_kid"]))
+    assert main(argv + ["--key", str(rot["a_pub"])]) == 2
+    err = capsys.readouterr().err
+    assert "--key gives key" in err and "drop that --key" in err and "keys new" not in err, err
+    path.write_text(revoked.format(rot["b_kid"]))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "its signing_key is key" in err and "set signing_key to a new key" in err and "drop that" not in err, err
+
+
+def test_audit_verify_policy_naming_no_key_says_so(tmp_path, capsys):
+    """A policy with no signing_key, retired_keys or audit_trusted_keys can vouch for no
+    checkpoint: refused, exit 2. Without that ``raise`` the log was checked under no key at all,
+    so a log with a checkpoint read TAMPERED (its key "not trusted") and one without read OK."""
+    log = tmp_path / "audit.jsonl"
+    log.write_text("")
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'audit_log = "{log}"\n')
+    assert main(["audit", "verify", str(log), "--policy", str(policy)]) == 2
+    captured = capsys.readouterr()
+    assert "names no signing_key, receipts.retired_keys or audit_trusted_keys" in captured.err, captured.err
+    assert "OK" not in captured.out
