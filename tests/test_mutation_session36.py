@@ -63,6 +63,54 @@ def test_a_key_the_callers_clock_still_counts_goes_to_the_back_and_the_sweep_goe
     assert store.seen("src|p|c|ahead", window_s=W, now=W + 1) == 1
 
 
+def _admit_point(store, key, pid, now, cap=5):
+    released, _ = store.admit_points([(key, cap)], [(pid, [0])], window_s=W, now=now)
+    return released
+
+
+def test_a_key_read_again_goes_to_the_back_of_the_sweep_queue():
+    """``admit_points`` updates a held key inline (not through ``_put``) and must move it to the
+    back of the queue too: without that ``move_to_end`` the idle key behind it was never swept."""
+    clock = Clock()
+    store = MemoryBudgetStore(monotonic=clock)
+    _admit_point(store, "src|p|c|a", "1", clock())
+    _admit_point(store, "src|p|c|b", "1", clock())
+    clock.t = W / 2
+    _admit_point(store, "src|p|c|a", "1", clock())  # held: the inline path
+    clock.t = W + 1
+    _admit_point(store, "src|q|c|z", "1", clock())
+    assert store.key_count() == 2  # a and z; b swept
+
+
+def test_a_read_from_a_caller_behind_the_newest_id_keeps_the_key_until_its_ids_leave():
+    """A caller whose clock is behind a key's newest id (here 100 s) reads it again: the key's
+    due time on the monotonic clock is ``mono + (newest - now)``, so it is not swept before its
+    ids have left the window on that clock too. With ``mono - (newest - now)`` it was swept at
+    once by a caller whose clock had jumped ahead, and a caller back at 100 s then had an id
+    released past the cap."""
+    mono = Clock()
+    store = MemoryBudgetStore(monotonic=mono)
+    assert _admit_point(store, "src|p|c|a", "1", 100.0, cap=1) == [True]
+    assert _admit_point(store, "src|p|c|a", "1", 0.0, cap=1) == [True]  # a re-read: free
+    mono.t = W + 1
+    store.admit("src|q|c|z", ["1"], cap=1, window_s=W, now=200.0)  # a clock jumped ahead sweeps
+    assert _admit_point(store, "src|p|c|a", "2", 100.0, cap=1) == [False]
+
+
+def test_keys_read_at_the_callers_now_are_swept_a_window_later():
+    """The due time of a key a read admits is ``mono + (newest - now)``, which is ``mono`` when
+    the newest id is the read's: with ``newest + now`` the key (new, through ``_put``, or held,
+    inline) stayed ``2 * now`` longer than its window and the store held keys it should drop."""
+    clock = Clock(50.0)
+    store = MemoryBudgetStore(monotonic=lambda: clock.t - 50.0)
+    _admit_point(store, "src|p|c|a", "1", clock())
+    _admit_point(store, "src|p|c|b", "1", clock())
+    _admit_point(store, "src|p|c|a", "1", clock())  # held: the inline path
+    clock.t = 50.0 + W + 1
+    _admit_point(store, "src|q|c|z", "1", clock())
+    assert store.key_count() == 1  # a and b swept
+
+
 # ------------------------------------------------------------------ cli: the signing key's .pub
 
 def _guard_key_pair(tmp_path):
