@@ -8,12 +8,17 @@ equivalent ones. Real stores, real keys and files; no mocks.
 """
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from sweepkit import W, Clock
+from test_review24 import _forge_kid
 from test_retired_keys import _old_checkpoint, _policy_file, _verify_lines, _write_under_a, rot  # noqa: F401
 
-from qdrant_guard import QdrantGuardError, cli, keys
+from qdrant_guard import GuardArgumentTypeError, QdrantGuardError, cli, keys
+from qdrant_guard.audit import verify_audit_file
 from qdrant_guard.budget import MemoryBudgetStore
+from qdrant_guard.receipts import ReceiptSigner, normalize_point_id
 from qdrant_guard.cli import main
 
 
@@ -195,3 +200,33 @@ def test_audit_verify_policy_naming_no_key_says_so(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "names no signing_key, receipts.retired_keys or audit_trusted_keys" in captured.err, captured.err
     assert "OK" not in captured.out
+
+
+# ------------------------------------------------------------------ audit: a forged key id's display
+
+@pytest.mark.parametrize(("spaces", "cut"), [(198, False), (199, True), (400, True)])
+def test_a_forged_key_id_is_shown_escaped_and_cut_at_200_characters(tmp_path, spaces, cut):
+    """A checkpoint's key id is file text outside the hash: one that is not plain printable ASCII
+    is shown as its ``ascii()`` escape (here 2 quotes and the spaces), whole up to 200
+    characters, else its first 200 and "...(cut)". No test had an escape of 200 or more."""
+    signer = ReceiptSigner(keys.generate_keypair()[0])
+    path = tmp_path / "audit.jsonl"
+    kid = " " * spaces
+    _forge_kid(path, signer, 3, 2, kid)
+    rep = verify_audit_file(path, trusted_keys={signer.key_id: signer.public_key}, checkpoint_every=2)
+    assert not rep.ok and rep.problem == "bad_checkpoint" and rep.index == 2
+    shown = ascii(kid)[:200] + "...(cut)" if cut else ascii(kid)
+    assert f"checkpoint key {shown} is not trusted" in rep.detail, rep.detail
+    assert ("...(cut)" in rep.detail) is cut
+
+
+# ------------------------------------------------------------------ receipts: a UUID without a value
+
+def test_a_uuid_subclass_instance_holding_no_value_is_a_type_error():
+    """A ``uuid.UUID`` subclass made without ``__init__`` holds no 128-bit value: refused as a
+    ``GuardArgumentTypeError`` naming it. Without that ``raise`` it was an ``UnboundLocalError``."""
+    class Bare(uuid.UUID):
+        pass
+
+    with pytest.raises(GuardArgumentTypeError, match="holds no UUID value"):
+        normalize_point_id(object.__new__(Bare))

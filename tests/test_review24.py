@@ -30,14 +30,14 @@ def _rec(i: int) -> dict:
     return {"op": "query_points", "collection": "docs", "verdict": "ALLOW", "details": {"query_text": f"q{i}"}}
 
 
-def _forge_kid(path: Path, signer: ReceiptSigner, n: int, line: int) -> None:
+def _forge_kid(path: Path, signer: ReceiptSigner, n: int, line: int, kid: str = FORGED_KID) -> None:
     with AuditLog(path, signer=signer, checkpoint_every=2) as log:
         for i in range(n):
             log.append(_rec(i))
     lines = path.read_bytes().splitlines(keepends=True)
     entry = json.loads(lines[line - 1])
     assert "ckpt" in entry
-    entry["ckpt"]["kid"] = FORGED_KID
+    entry["ckpt"]["kid"] = kid
     lines[line - 1] = canonical_json(entry) + b"\n"
     path.write_bytes(b"".join(lines))
 
