@@ -116,6 +116,34 @@ def test_keys_read_at_the_callers_now_are_swept_a_window_later():
     assert store.key_count() == 1  # a and b swept
 
 
+def test_reads_alone_sweep_idle_keys():
+    """``admit_points`` (a read's admission) runs the sweep too: without it, or with a budget of
+    ``_SWEEP_STEP - 2 * len(keys)`` (none for a read of four sources or more), a process that
+    only read held every source key it ever admitted."""
+    clock = Clock()
+    store = MemoryBudgetStore(monotonic=clock)
+    most = 0
+    for tick in range(200):
+        clock.t = float(tick)
+        keys = [(f"src|p{tick}|c|s{j}", 5) for j in range(5)]
+        store.admit_points(keys, [(f"{j}", [j]) for j in range(5)], window_s=W, now=clock())
+        most = max(most, store.key_count())
+    assert most <= 5 * (int(W) + 2)
+
+
+def test_a_reset_store_sweeps_again_without_error():
+    """``reset()`` empties the sweep's queue with the keys: a key left queued had no entries to
+    look at, and the first sweep to reach it raised KeyError out of an unrelated admission."""
+    clock = Clock()
+    store = MemoryBudgetStore(monotonic=clock)
+    store.admit("src|p|c|a", ["1"], cap=5, window_s=W, now=clock())
+    store.reset()
+    clock.t = W + 1
+    assert store.admit("src|q|c|z", ["1"], cap=5, window_s=W, now=clock()) == (["1"], [])
+    assert _admit_point(store, "src|q|c|y", "1", clock()) == [True]
+    assert store.key_count() == 2
+
+
 # ------------------------------------------------------------------ cli: the signing key's .pub
 
 def _guard_key_pair(tmp_path):
