@@ -144,6 +144,40 @@ def test_a_reset_store_sweeps_again_without_error():
     assert store.key_count() == 2
 
 
+# ------------------------------------------------------------------ memory store: kept listings
+
+def test_a_kept_listing_ends_when_any_keys_oldest_id_leaves_the_window():
+    """A listing is kept with the oldest timestamp of all its keys, and is answered again only
+    while that id is in the window. With the keys' newest ids compared instead (``span[1] <
+    lowest``), a key met after one whose ids are all newer set nothing, the listing was kept
+    past its other key's oldest id, and it went on listing that id, gone from the window. Each
+    group's keys are a set, met in hash order: twenty groups make one of them meet the late key
+    first."""
+    store = MemoryBudgetStore(monotonic=lambda: 0.0)
+    for g in range(20):
+        store.admit(f"src|p|c{g}|early", ["1"], cap=5, window_s=W, now=0.0)
+        store.admit(f"src|p|c{g}|late", ["3"], cap=5, window_s=W, now=8.0)
+        store.admit(f"src|p|c{g}|early", ["2"], cap=5, window_s=W, now=9.0)
+    for g in range(20):
+        assert store.entries_by_prefix(f"src|p|c{g}|", window_s=W, now=9.0) == {
+            f"src|p|c{g}|early": frozenset({"1", "2"}), f"src|p|c{g}|late": frozenset({"3"})}
+    for g in range(20):
+        assert store.entries_by_prefix(f"src|p|c{g}|", window_s=W, now=W + 0.5) == {
+            f"src|p|c{g}|early": frozenset({"2"}), f"src|p|c{g}|late": frozenset({"3"})}, g
+
+
+def test_the_store_keeps_at_most_1024_listings():
+    """Past 1024 kept listings (one per principal and collection read lately) all are dropped;
+    without that ``clear()`` a process reading for many principals kept one listing per
+    principal and collection it ever read."""
+    store = MemoryBudgetStore(monotonic=lambda: 0.0)
+    for i in range(1100):
+        store.admit(f"src|p{i}|c|s", ["1"], cap=5, window_s=W, now=0.0)
+    for i in range(1100):  # no group is made in between, which would drop every kept listing
+        assert store.entries_by_prefix(f"src|p{i}|c|", window_s=W, now=0.0) == {f"src|p{i}|c|s": frozenset({"1"})}
+    assert 0 < len(store._listings) <= 1024
+
+
 # ------------------------------------------------------------------ cli: the signing key's .pub
 
 def _guard_key_pair(tmp_path):
