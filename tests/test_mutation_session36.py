@@ -180,6 +180,35 @@ def test_the_store_keeps_at_most_1024_listings():
     assert most == 1024
 
 
+def test_a_kept_listing_is_not_answered_after_a_longer_window_refreshed_a_key_past_it():
+    """One store serves every collection's window. A refresh by a caller with a longer window
+    moves a key's newest id later without changing its ids, so a kept listing is not dropped;
+    it holds only while ``max(now, _latest) - window`` stays within it, and ``_latest`` must
+    follow every admission. With ``_admit_many``'s update negated ``_latest`` stayed -inf, and a
+    caller whose clock is behind got the kept listing back, an id the refresh had put out of its
+    window included."""
+    store = MemoryBudgetStore(monotonic=lambda: 0.0)
+    store.admit("src|p|c|s", ["a"], cap=5, window_s=W, now=0.0)
+    store.admit("src|p|c|s", ["b"], cap=5, window_s=W, now=5.0)
+    assert store.entries_by_prefix("src|p|c|", window_s=W, now=5.0) == {"src|p|c|s": frozenset({"a", "b"})}
+    store.admit("src|p|c|s", ["b"], cap=5, window_s=10 * W, now=50.0)  # a refresh: no id added
+    assert store.entries_by_prefix("src|p|c|", window_s=W, now=5.0) == {"src|p|c|s": frozenset({"b"})}
+    assert store.admit("src|p|c|s", ["c", "d"], cap=2, window_s=W, now=5.0) == (["c"], ["d"])
+
+
+def test_admissions_of_many_keys_at_once_sweep_idle_keys():
+    """``admit_many_counted`` sweeps with a budget of ``_SWEEP_STEP + 2 * len(requests)``; with
+    ``-`` there was none for four requests or more, and the store held every key."""
+    clock = Clock()
+    store = MemoryBudgetStore(monotonic=clock)
+    most = 0
+    for tick in range(200):
+        clock.t = float(tick)
+        store.admit_many_counted([(f"src|p{tick}|c|s{j}", ["1"], 5) for j in range(5)], window_s=W, now=clock())
+        most = max(most, store.key_count())
+    assert most <= 5 * (int(W) + 2)
+
+
 # ------------------------------------------------------------------ cli: the signing key's .pub
 
 def _guard_key_pair(tmp_path):
