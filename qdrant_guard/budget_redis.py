@@ -26,6 +26,8 @@ _INDEX = "\x00qg-index\x00"
 _READY = "\x00qg-index-ready"
 # An upper bound for the expiry of a key the index meets without a TTL (ten years).
 _NO_TTL_MS = 315_360_000_000
+# The most budget keys one listing script reads ids of.
+_LISTING_BATCH = 500
 
 # Shared by the scripts that write budget keys. ARGV[4] = q, the number of index ZSETs, which are
 # KEYS[m+1..m+q] after the m budget keys, deepest group first (children before parents). With
@@ -223,18 +225,72 @@ redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. string.format('%.17g', now - 
 return redis.call('ZCARD', key)
 """
 
-# KEYS[1]: the ready marker, then index ZSETs -> {marker exists, then per index its members}.
-# Members whose time has passed are dropped first (their keys have expired).
-_REDIS_LIST = """
+# One round trip for a listing. KEYS[1]: the ready marker, KEYS[2]: the index of the prefix's group.
+# ARGV: now, window_s, the prefix, the prefix's group, the store's prefix, its index names' prefix
+# (store prefix + _INDEX), the most keys to read, 1 to check the marker (0 after a migration).
+# -> {0} when the marker is missing, else {1, {key, ids, ...}, {key, ...}}: the keys with ids an
+# admission at now would still count and those ids, then the keys past the most to read (the
+# caller reads them in batches). Walks the index from the group down through child groups that
+# start with the prefix, dropping members whose time has passed and keys that no longer exist.
+# The child indexes and budget keys are named here, not in KEYS: the store lists with an index
+# only where every name under its prefix is in one hash slot (no cluster, or a hash-tag prefix).
+_REDIS_LISTING = """
 if redis.replicate_commands then redis.replicate_commands() end
+if ARGV[8] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
 local t = redis.call('TIME')
 local ms = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-local out = {redis.call('EXISTS', KEYS[1])}
-for i = 2, #KEYS do
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. ms)
-  out[i] = redis.call('ZRANGE', KEYS[i], 0, -1)
+local prefix, store, index = ARGV[3], ARGV[5], ARGV[6]
+local function starts(s, p) return string.sub(s, 1, #p) == p end
+local keys, where = {}, {}
+local level, seen = {ARGV[4]}, {[ARGV[4]] = true}
+while #level > 0 do
+  local below = {}
+  for _, group in ipairs(level) do
+    local ix = index .. group
+    redis.call('ZREMRANGEBYSCORE', ix, '-inf', '(' .. ms)
+    for _, member in ipairs(redis.call('ZRANGE', ix, 0, -1)) do
+      local kind, name = string.sub(member, 1, 1), string.sub(member, 2)
+      if kind == '=' then
+        if starts(name, prefix) then
+          keys[#keys + 1] = name
+          where[#keys] = ix
+        end
+      elseif kind == '/' and starts(name, prefix) and starts(name, group) and #name > #group
+          and not seen[name] then
+        below[#below + 1] = name
+      end
+    end
+  end
+  level = {}
+  for _, name in ipairs(below) do
+    if not seen[name] then
+      seen[name] = true
+      level[#level + 1] = name
+    end
+  end
 end
-return out
+local window = tonumber(ARGV[2])
+local found, rest = {}, {}
+for k = 1, #keys do
+  if k > tonumber(ARGV[7]) then
+    rest[#rest + 1] = keys[k]
+  else
+    local key = store .. keys[k]
+    local now = tonumber(ARGV[1])
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if newest[2] then
+      if tonumber(newest[2]) > now then now = tonumber(newest[2]) end
+      local ids = redis.call('ZRANGEBYSCORE', key, string.format('%.17g', now - window), '+inf')
+      if #ids > 0 then
+        found[#found + 1] = keys[k]
+        found[#found + 1] = ids
+      end
+    else
+      redis.call('ZREM', where[k], '=' .. keys[k])
+    end
+  end
+end
+return {1, found, rest}
 """
 
 # KEYS: q index ZSETs, then the budget ZSETs. ARGV: now, window_s, q, then per budget key (its
@@ -326,9 +382,10 @@ class RedisBudgetStore(_CountingStore):
     a sorted set per group (a key's part up to its last ``|``, the budget's
     ``src|principal|collection|``) naming the group's keys and its child groups. Listing the
     budget's prefix costs O(keys of that group), whatever else the Redis database holds: one
-    script reads the group's index, one read-only script per 500 keys reads their ids. A prefix
-    that is not a whole group reads its enclosing group's index (keys are then filtered by
-    prefix) and descends into child groups that start with it, one round trip per level. Index
+    script reads the group's index and the ids of its first 500 keys (one round trip, one atomic
+    read), then one read-only script per 500 further keys. A prefix that is not a whole group
+    reads its enclosing group's index (keys are then filtered by prefix) and, in the same script,
+    descends into child groups that start with it. Index
     members carry a time past their key's expiry: admissions and listings drop members whose time
     has passed, a listing also drops members whose key no longer exists, and an index's TTL
     outlasts its newest member, so the index holds about the live keys and no more. Each admission
@@ -389,7 +446,7 @@ class RedisBudgetStore(_CountingStore):
         self._points_script = self.client.register_script(_REDIS_ADMIT_POINTS)
         self._reindex_script = self.client.register_script(_REDIS_REINDEX)
         self._seen_script = self.client.register_script(_REDIS_SEEN)
-        self._list_script = self.client.register_script(_REDIS_LIST)
+        self._listing_script = self.client.register_script(_REDIS_LISTING)
         self._indexed_entries_script = self.client.register_script(_REDIS_INDEXED_ENTRIES)
         self._entries_script = self.client.register_script(_REDIS_ENTRIES)
         self._reset_script = self.client.register_script(_REDIS_RESET_KEY)
@@ -498,47 +555,31 @@ class RedisBudgetStore(_CountingStore):
     def _entries_by_prefix(self, prefix: str, window_s: float, now: float) -> dict[str, frozenset[str]]:
         if not self._indexed:
             return self._entries_by_scan(prefix, window_s, now)
-        keys = self._indexed_keys(prefix)
-        found: dict[str, frozenset[str]] = {}
-        for start in range(0, len(keys), 500):
-            batch = keys[start:start + 500]
+        group = _group(prefix)
+        names = [self.prefix + _READY, self._index_name(group)]
+        args: list[Any] = [repr(now), repr(window_s), prefix, group, self.prefix, self.prefix + _INDEX,
+                           _LISTING_BATCH, 1]
+        reply = self._run(self._listing_script, names, args, f"prefix {prefix!r}")
+        if not int(reply[0]):
+            self._migrate()
+            args[-1] = 0
+            reply = self._run(self._listing_script, names, args, f"prefix {prefix!r}")
+        pairs, rest = reply[1], [_text(key) for key in reply[2]]
+        found = {_text(pairs[i]): frozenset(_text(v) for v in pairs[i + 1]) for i in range(0, len(pairs), 2)}
+        # Past the first batch (a group of more than _LISTING_BATCH keys), one read-only script per
+        # batch, as the walk's own reads would hold the server longer than one batch's worth.
+        for start in range(0, len(rest), _LISTING_BATCH):
+            batch = rest[start:start + _LISTING_BATCH]
             groups = list(dict.fromkeys(_group(key) for key in batch))
             position = {group: i + 1 for i, group in enumerate(groups)}
-            args: list[Any] = [repr(now), repr(window_s), len(groups)]
+            args = [repr(now), repr(window_s), len(groups)]
             for key in batch:
                 args += (position[_group(key)], "=" + key)
             names = [self._index_name(group) for group in groups] + [self.prefix + key for key in batch]
-            reply = self._run(self._indexed_entries_script, names, args, f"prefix {prefix!r}")
-            for key, ids in zip(batch, reply):
+            for key, ids in zip(batch, self._run(self._indexed_entries_script, names, args, f"prefix {prefix!r}")):
                 if ids:
                     found[key] = frozenset(_text(i) for i in ids)
         return found
-
-    def _indexed_keys(self, prefix: str) -> list[str]:
-        # The keys the index holds under prefix: the enclosing group's keys that start with it,
-        # then every key of the child groups that start with it, level by level.
-        keys: list[str] = []
-        level, seen, migrated = [_group(prefix)], set(), False
-        while level:
-            seen.update(level)
-            names = [self.prefix + _READY] + [self._index_name(group) for group in level]
-            reply = self._run(self._list_script, names, [], f"prefix {prefix!r}")
-            if not int(reply[0]) and not migrated:
-                self._migrate()
-                migrated = True
-                reply = self._run(self._list_script, names, [], f"prefix {prefix!r}")
-            below = []
-            for group, members in zip(level, reply[1:]):
-                for member in map(_text, members):
-                    name = member[1:]
-                    if member[0] == "=":
-                        if name.startswith(prefix):
-                            keys.append(name)
-                    elif (member[0] == "/" and name.startswith(prefix) and name.startswith(group)
-                          and len(name) > len(group) and name not in seen):
-                        below.append(name)
-            level = list(dict.fromkeys(below))
-        return keys
 
     def _migrate(self) -> None:
         # One process indexes a store written without index at a time (threads wait for it).

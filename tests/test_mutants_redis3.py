@@ -69,23 +69,29 @@ def _racing_client(url):
     return Racing.from_url(url)
 
 
-def test_a_listing_whose_only_key_a_concurrent_reset_deleted_answers_empty(redis_url):
-    # A listing reads the group's index (one script), then its keys' ids (another). A reset(key)
-    # by another client between the two deletes the key and, with its only member, the index.
+def test_a_listing_whose_only_key_a_concurrent_reset_deleted_answers_empty(redis_url, monkeypatch):
+    # A listing reads the group's index and its first keys' ids (one script), then the ids of the
+    # keys past the first batch (another script per batch; a batch of one here). Two reset(key) by
+    # another client between the two delete the keys and, with their last member, the index.
     # The ids script loops over the budget keys, KEYS[q + 1..]; started at KEYS[q] (the index),
     # it took the gone index for a gone key and read its position from ARGV[2], the window (10:
-    # KEYS[10], nil), so the listing failed with a Lua error instead of finding nothing.
+    # KEYS[10], nil), so the listing failed with a Lua error instead of leaving the key out.
+    monkeypatch.setattr("qdrant_guard.budget_redis._LISTING_BATCH", 1)
     client = _racing_client(redis_url)
     prefix = f"qg:r3race:{uuid.uuid4().hex}:"
     store = RedisBudgetStore(client, prefix=prefix)
     other = RedisBudgetStore(redis_url, prefix=prefix)
     try:
         store.reset()
+        store.admit("src|p|c|a", ["1"], cap=5, window_s=10, now=100.0)
         store.admit("src|p|c|k", ["1"], cap=5, window_s=10, now=100.0)
-        assert store.entries_by_prefix("src|p|c|", window_s=10, now=100.0) == {"src|p|c|k": frozenset({"1"})}
-        client.race = (store._indexed_entries_script.sha, lambda: other.reset("src|p|c|k"))
-        assert store.entries_by_prefix("src|p|c|", window_s=10, now=100.0) == {}
-        assert client.race is None  # the reset did run between the two scripts
+        both = {"src|p|c|a": frozenset({"1"}), "src|p|c|k": frozenset({"1"})}
+        assert store.entries_by_prefix("src|p|c|", window_s=10, now=100.0) == both
+        client.race = (store._indexed_entries_script.sha,
+                       lambda: (other.reset("src|p|c|a"), other.reset("src|p|c|k")))
+        # "a" (the lower index time, admitted first) was read in the first script, "k" was gone.
+        assert store.entries_by_prefix("src|p|c|", window_s=10, now=100.0) == {"src|p|c|a": frozenset({"1"})}
+        assert client.race is None  # the resets did run between the two scripts
         assert client.exists(prefix + "src|p|c|k", prefix + INDEX + "src|p|c|") == 0
     finally:
         store.reset()
