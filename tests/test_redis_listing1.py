@@ -96,7 +96,7 @@ def test_the_one_script_listing_answers_as_the_two_script_one(redis_url, monkeyp
     clock = _Clock(rng)
     keys = ["src|p|c|s1", "src|p|c|s2", "src|p|c|s3", "src|p|c|sub|x", "src|p|c|sub|y|z",
             "src|p|d|s1", "src|q|c|s1", "other|p|c|s1", "|a|b", "plain"]
-    prefixes = ["src|p|c|", "src|p|", "src|p|c|s", "src|p|c|sub|", "src|", "", "|", "src|q|c|", "nothing|"]
+    prefixes = ["src|p|c|", "src|p|", "src|p|c|s", "src|p|c|su", "src|p|c|s2", "src|p|c|sub|", "src|", "", "|", "src|q|c|", "nothing|"]
     windows = [0.15, 0.4, 30.0]
     ids = [str(i) for i in range(12)]
     try:
