@@ -12,6 +12,7 @@ import pytest
 
 from qdrant_guard.budget import RedisBudgetStore
 from redis_listing_old import TwoScriptRedisStore
+from test_mutants_redis2 import cluster_url  # noqa: F401  (fixture: a one-node Redis Cluster)
 
 pytestmark = pytest.mark.redis
 
@@ -130,3 +131,38 @@ def test_the_one_script_listing_answers_as_the_two_script_one(redis_url, monkeyp
     finally:
         new.reset()
         client.close()
+
+
+def test_a_one_slot_cluster_lists_in_one_script_as_before(cluster_url):
+    # On a Redis Cluster the script names child indexes and budget keys it was not given in KEYS;
+    # a cluster runs that only while every name is in the script's slot, which a hash-tag prefix
+    # guarantees (the only case a cluster keeps an index). A one-node cluster refuses a script
+    # that touches a second slot (CROSSSLOT), as any cluster does.
+    from redis.cluster import RedisCluster
+
+    client = RedisCluster.from_url(cluster_url)
+    prefix = f"{{qg-{uuid.uuid4().hex}}}:"
+    new, old = RedisBudgetStore(client, prefix=prefix), TwoScriptRedisStore(client, prefix=prefix)
+    try:
+        assert new._cluster and new._indexed
+        for key in ("src|p|c|s1", "src|p|c|s2", "src|p|c|sub|x", "src|q|c|s1"):
+            new.admit(key, ["a", key[-1]], cap=5, window_s=60, now=100.0)
+        client.delete(prefix + "src|p|c|s2")  # gone behind the store: the listing drops its member
+        for listing in ("src|p|c|", "src|p|", "src|p|c|s", ""):
+            assert new.entries_by_prefix(listing, window_s=60, now=100.0) == \
+                old.entries_by_prefix(listing, window_s=60, now=100.0)
+        assert new.entries_by_prefix("src|p|", window_s=60, now=100.0) == {
+            "src|p|c|s1": frozenset({"a", "1"}), "src|p|c|sub|x": frozenset({"a", "x"})}
+        assert client.zscore(prefix + "\x00qg-index\x00src|p|c|", "=src|p|c|s2") is None
+        calls = _evals_cluster(client)
+        new.entries_by_prefix("src|p|", window_s=60, now=100.0)
+        assert _evals_cluster(client) - calls == 1
+    finally:
+        new.reset()
+        client.close()
+
+
+def _evals_cluster(client):
+    stats = client.info("commandstats")
+    nodes = stats.values() if "cmdstat_evalsha" not in stats else [stats]
+    return sum(node.get("cmdstat_evalsha", {}).get("calls", 0) for node in nodes)
