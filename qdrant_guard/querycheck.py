@@ -1323,8 +1323,8 @@ def _accepted_receipt(at: str, vname: str, pol: CollectionPolicy) -> models.Filt
     own step; one of stronger noise is snapped to a coarser step of its own, which is not checked
     here (nor its scale). A read compares model names but for case, as qdrant-client's inference
     does (:func:`~.utility.same_model`); a filter matches keywords exactly, so the declared name is
-    matched as written, lowercased and uppercased, and another spelling is counted, erring
-    towards refusing. The signature takes a key."""
+    matched as written, lowercased and uppercased where that spelling is still the same model
+    (not ``'ß'`` uppercased), and another spelling is counted, erring towards refusing. The signature takes a key."""
     n = pol.noise
     p = f"{at}.params"
     must: list[Any] = [
@@ -1352,8 +1352,10 @@ def _accepted_receipt(at: str, vname: str, pol: CollectionPolicy) -> models.Filt
     if declared is not None:
         must.append(models.Filter(should=[
             models.IsNullCondition(is_null=models.PayloadField(key=f"{at}.model_id")),
-            models.FieldCondition(key=f"{at}.model_id", match=models.MatchAny(
-                any=list(dict.fromkeys((declared, declared.lower(), declared.upper())))))]))
+            models.FieldCondition(key=f"{at}.model_id", match=models.MatchAny(any=[
+                # Only spellings a read accepts: 'ß'.upper() is 'SS', whose lower() is another name.
+                name for name in dict.fromkeys((declared, declared.lower(), declared.upper()))
+                if same_model(name, declared)]))]))
     return models.Filter(must=must)
 
 
