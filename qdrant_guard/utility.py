@@ -1222,7 +1222,8 @@ def add_calibrate_arguments(parser: Any) -> None:
                              "utility.k, utility.metric, utility.max_recall_drop (as --threshold), the class's "
                              "epsilon_ceiling, the declared embedding model and (without --key) the signing_key "
                              "of --policy-collection from it, so the record is one that policy accepts; an option "
-                             "given as well must agree (--threshold and --epsilon-ceiling may be lower)")
+                             "given as well must agree (--threshold and --epsilon-ceiling may be lower; --key must be "
+                             "a key the collection accepts records from)")
     parser.add_argument("--policy-collection", metavar="NAME",
                         help="with --policy: the collection whose settings apply (default: --collection; give "
                              "it when --collection is a staging copy of another name)")
@@ -1315,7 +1316,8 @@ def calibrate_options(args: Any) -> tuple[dict[str, Any], str | None, str | None
     ``utility.max_recall_drop`` (the threshold), its class's ``epsilon_ceiling``, the embedding
     model it declares for ``--vector-name`` and, without ``--key``, its ``signing_key``. An option
     given too must state the same (a record of other noise, k or metric is one the guard refuses),
-    except a lower ``--threshold`` (a margin) or ``--epsilon-ceiling``.
+    except a lower ``--threshold`` (a margin) or ``--epsilon-ceiling``; a ``--key`` given must be one the
+    collection accepts records from (:func:`_policy_key_refusal`).
 
     Raises:
         GuardArgumentValueError: an option disagrees with the policy, or the collection is PUBLIC.
@@ -1367,7 +1369,35 @@ def calibrate_options(args: Any) -> tuple[dict[str, Any], str | None, str | None
     for opt, value in stated.items():
         if opt not in given and not (opt == "embedding_model" and value is None):
             given[opt] = value
+    if key:
+        refusal = _policy_key_refusal(cfg, pol, key, path, section)
+        if refusal is not None:
+            raise GuardArgumentValueError(refusal)
     return {**POLICY_OPTIONS, **given}, key or cfg.signing_key, f"{path} {section}", pol
+
+
+def _policy_key_refusal(cfg: Any, pol: Any, key: str, path: str, section: str) -> str | None:
+    """Why a guard under ``cfg`` refuses a record signed by ``--key`` for ``pol``'s collection, or
+    None: a record verifies only under the keys the collection accepts receipts from (the
+    guard's signing_key, receipts.retired_keys, and receipt_keys when the collection sets it, else
+    receipts.trusted_keys), and never under a key receipts.revoked_keys lists."""
+    from . import keys
+    from .cli import _policy_signing_keys
+
+    kid = keys.key_id(keys.load_private_key(key).public_key())
+    own_kid, own, retired = _policy_signing_keys(cfg, path)
+    if kid in cfg.receipts.revoked_keys:
+        why = "receipts.revoked_keys revokes it"
+    else:
+        scope = pol.receipt_keys if pol.receipt_keys is not None else cfg.receipts.trusted_keys
+        accepted = {*own, *retired, *(keys.key_id(keys.load_public_key(spec)) for spec in scope)}
+        if kid in accepted:
+            return None
+        listed = ("its receipt_keys" if pol.receipt_keys is not None else "receipts.trusted_keys")
+        why = f"it is neither the signing_key ({own_kid or 'none set'}), a retired key nor in {listed}"
+    return (f"--key {key} (key id {kid}): a guard under --policy {path} would refuse the record, as {section} "
+            f"accepts records only from the keys it accepts receipts from and {why}; drop --key (the policy's "
+            "signing_key signs), or give a key that policy accepts")
 
 
 def run_calibrate_cli(args: Any) -> int:

@@ -67,3 +67,55 @@ def test_a_receipt_naming_the_declared_model_uppercased_into_another_name_is_cou
     with pytest.raises(GuardRefusal) as err:
         _by_id(bob)
     assert "still holds 1 point(s)" in str(err.value)
+
+
+# -- calibrate --policy with a --key the policy's collection does not accept -------------------
+
+def _other_key(tmp_path):
+    from qdrant_guard import keys
+
+    sk, _ = keys.generate_keypair()
+    path = tmp_path / "other.key"
+    path.write_bytes(keys.private_key_to_pem(sk))
+    path.chmod(0o600)
+    return path
+
+
+def test_calibrate_policy_refuses_a_key_whose_records_the_guard_refuses(tmp_path, capsys) -> None:
+    # Before: --policy checked every other option against the policy but signed with any --key, so
+    # the record written was one the guard under that policy refuses (a record verifies only under
+    # the keys the collection accepts receipts from); calibrate said nothing.
+    from guardkit import make_kit
+
+    from qdrant_guard import cli
+    from tests.test_leftovers36 import _policy_file, _staging_args
+
+    kit = make_kit(tmp_path)
+    pol = _policy_file(kit, tmp_path)
+    args = _staging_args(tmp_path) + ["--policy", str(pol), "--policy-collection", "kb"]
+    assert cli.main(args + ["--key", str(_other_key(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert "--key" in err and "[collections.kb]" in err and "would refuse the record" in err
+    assert not (tmp_path / "u.json").exists()
+    assert cli.main(args + ["--key", str(kit.guard_key_path)]) == 0  # the policy's own key is fine
+
+
+def test_calibrate_policy_takes_a_key_the_collection_trusts(tmp_path, capsys) -> None:
+    from guardkit import make_kit
+
+    from qdrant_guard import cli, keys
+    from tests.test_leftovers36 import _policy_file, _staging_args
+
+    kit = make_kit(tmp_path)
+    pol = _policy_file(kit, tmp_path)
+    other = _other_key(tmp_path)
+    pub = tmp_path / "other.key.pub"
+    pub.write_bytes(keys.public_key_to_pem(keys.load_private_key(other).public_key()))
+    text = pol.read_text().replace("[boundaries.hr]", f'[receipts]\ntrusted_keys = ["{pub}"]\n[boundaries.hr]')
+    pol.write_text(text)
+    args = _staging_args(tmp_path) + ["--policy", str(pol), "--policy-collection", "kb"]
+    assert cli.main(args + ["--key", str(other)]) == 0, capsys.readouterr().err
+    # A collection's receipt_keys replaces receipts.trusted_keys: the same key is then refused.
+    pol.write_text(text.replace('[collections.kb.noise]', 'receipt_keys = []\n[collections.kb.noise]'))
+    assert cli.main(args + ["--key", str(other)]) == 2
+    assert "would refuse the record" in capsys.readouterr().err
