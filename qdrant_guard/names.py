@@ -19,7 +19,8 @@ _PLAIN = re.compile(r"[^\\'\"]*")
 def _escaped(text: str) -> str:
     """``text`` with each character ``str.isprintable`` refuses (control and format characters,
     line and paragraph separators, surrogates; not the space) written as a backslash escape, and
-    backslashes and single quotes escaped: the inside of ``repr``'s or bash's ``$'...'`` quotes."""
+    backslashes and single quotes escaped: the inside of bash's ``$'...'`` quotes (a character from
+    U+0080 to U+00FF as ``\\u00XX``, which bash writes in UTF-8; its ``\\xHH`` is the one byte)."""
     out = []
     for ch in text:
         if ch in "\\'":
@@ -28,8 +29,8 @@ def _escaped(text: str) -> str:
             out.append(ch)
         elif ch in "\n\r\t":
             out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[ch])
-        elif ord(ch) < 0x100:
-            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) < 0x80:
+            out.append(f"\\x{ord(ch):02x}")  # bash's \xHH is a byte: the character only below 0x80
         elif ord(ch) < 0x10000:
             out.append(f"\\u{ord(ch):04x}")
         else:

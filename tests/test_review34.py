@@ -119,3 +119,25 @@ def test_calibrate_policy_takes_a_key_the_collection_trusts(tmp_path, capsys) ->
     pol.write_text(text.replace('[collections.kb.noise]', 'receipt_keys = []\n[collections.kb.noise]'))
     assert cli.main(args + ["--key", str(other)]) == 2
     assert "would refuse the record" in capsys.readouterr().err
+
+
+# -- names.shell_quote: a character from U+0080 to U+00FF -------------------------------------
+
+@pytest.mark.parametrize("name", ["kb\x85x", "kb\x9b31mx", "kb\xadx", "kb\nx\x01"],
+                         ids=["c1-nel", "c1-csi", "soft-hyphen", "newline-and-c0"])
+def test_a_pasted_shell_command_gives_the_name_its_characters(name: str) -> None:
+    # Before: U+0080..U+00FF were written \xHH, which bash's $'...' makes the one byte HH, not the
+    # character's UTF-8: the command the guard printed named another (missing) collection.
+    import shutil
+    import subprocess
+
+    from qdrant_guard.names import shell_quote
+
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+    quoted = shell_quote(name)
+    assert "\n" not in quoted and "\x85" not in quoted
+    out = subprocess.run([bash, "-c", f"printf %s {quoted}"], capture_output=True, check=True,
+                         env={"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"}).stdout
+    assert out == name.encode("utf-8")
