@@ -141,3 +141,70 @@ def test_a_pasted_shell_command_gives_the_name_its_characters(name: str) -> None
     out = subprocess.run([bash, "-c", f"printf %s {quoted}"], capture_output=True, check=True,
                          env={"LC_ALL": "C.UTF-8", "PATH": "/usr/bin:/bin"}).stdout
     assert out == name.encode("utf-8")
+
+
+# -- the SQLite store's kept listings against the rows (held: a differential, no defect) --------
+
+def _rows_listing(path, prefix: str, window: float, now: float) -> dict:
+    import sqlite3
+
+    from qdrant_guard.budget_stores import _in_window
+
+    rows: dict = {}
+    conn = sqlite3.connect(path)  # a read: it changes no other connection's data_version
+    try:
+        for key, pid, ts in conn.execute("SELECT key, pid, ts FROM qg_budget"):
+            if key.startswith(prefix):
+                rows.setdefault(key, []).append((pid, ts))
+    finally:
+        conn.close()
+    found = {key: _in_window(entries, window, now) for key, entries in rows.items()}
+    return {key: ids for key, ids in found.items() if ids}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_kept_sqlite_listing_is_the_listing_the_rows_give(tmp_path, seed: int) -> None:
+    # Two stores (two connections) on one file; admissions, admit_points, admit_many, resets and
+    # seen under three windows, a wall clock that steps back and ahead, a sweep clock that moves,
+    # keys holding '|' anywhere (a budget_key override may): every listing either store answers,
+    # kept or read, equals the rows' at that moment.
+    import random
+
+    from qdrant_guard.budget_stores import SqliteBudgetStore
+
+    rng = random.Random(seed)
+    path = str(tmp_path / "b.db")
+    mono = [0.0]
+    stores = [SqliteBudgetStore(path, monotonic=lambda: mono[0]) for _ in range(2)]
+    keys = ["a|x", "a|y", "a|b|z", "a||q", "b|x", "a|", "ab|x", "a|x|"]
+    prefixes = ["a|", "a|b|", "b|", "a||", "ab|", "a|x|", "a"]
+    pids = [str(i) for i in range(6)]
+    now, answered = 100.0, 0
+    for _ in range(300):
+        store = stores[0] if rng.random() < 0.9 else stores[1]
+        now += rng.choice([0, 0, 0, 0.5, 1, 3, -2, -10, 20])
+        mono[0] += rng.choice([0, 1, 5])
+        window = rng.choice([5.0, 10.0, 30.0])
+        op = rng.random()
+        if op < 0.3:
+            store.admit(rng.choice(keys), rng.sample(pids, rng.randint(1, 3)), cap=rng.randint(1, 4),
+                        window_s=window, now=now)
+        elif op < 0.45:
+            chosen = [(k, rng.randint(0, 3)) for k in rng.sample(keys, rng.randint(1, 3))]
+            points = [(p, rng.sample(range(len(chosen)), rng.randint(0, len(chosen)))) for p in rng.sample(pids, 3)]
+            store.admit_points(chosen, points, window_s=window, now=now)
+        elif op < 0.5:
+            store.admit_many_counted([(rng.choice(keys), rng.sample(pids, 2), rng.randint(0, 3)) for _ in range(2)],
+                                     window_s=window, now=now)
+        elif op < 0.53:
+            store.reset(rng.choice(keys + [None]))
+        elif op < 0.56:
+            store.seen(rng.choice(keys), window_s=window, now=now)
+        else:
+            prefix = rng.choice(prefixes)
+            assert store.entries_by_prefix(prefix, window_s=window, now=now) == \
+                _rows_listing(path, prefix, window, now), (seed, prefix, window, now)
+            answered += 1
+    for store in stores:
+        store.close()
+    assert answered > 100
