@@ -208,3 +208,20 @@ def test_a_kept_sqlite_listing_is_the_listing_the_rows_give(tmp_path, seed: int)
     for store in stores:
         store.close()
     assert answered > 100
+
+
+def test_calibrate_policy_refuses_a_revoked_key(tmp_path, capsys) -> None:
+    from guardkit import make_kit
+
+    from qdrant_guard import cli, keys
+    from tests.test_leftovers36 import _policy_file, _staging_args
+
+    kit = make_kit(tmp_path)
+    pol = _policy_file(kit, tmp_path)
+    other = _other_key(tmp_path)
+    kid = keys.key_id(keys.load_private_key(other).public_key())
+    pol.write_text(pol.read_text().replace("[boundaries.hr]", f'[receipts]\nrevoked_keys = ["{kid}"]\n[boundaries.hr]'))
+    args = _staging_args(tmp_path) + ["--policy", str(pol), "--policy-collection", "kb", "--key", str(other)]
+    assert cli.main(args) == 2
+    assert "receipts.revoked_keys revokes it" in capsys.readouterr().err
+    assert not (tmp_path / "u.json").exists()
