@@ -2220,31 +2220,39 @@ static int resolve(qg_findings *f) {
     return 0;
 }
 
-/* The width of the single space or dash separator (dash_sep) that ends at the byte j, or 0. */
+/* The width of the single space, dot or dash separator (dash_sep) that ends at the byte j, or 0. */
 static int glue_before(const scan_t *s, int64_t j) {
     for (int w = 4; w >= 1; w--)
-        if (j - w >= 0 && ((w == 1 && at(s, j - 1) == ' ') || dash_sep(s, j - w) == w)) return w;
+        if (j - w >= 0 && ((w == 1 && (at(s, j - 1) == ' ' || at(s, j - 1) == '.')) || dash_sep(s, j - w) == w))
+            return w;
     return 0;
 }
 
 /* Where the stretch of a card from the digit at code point a (byte ab) starts once the uncovered
- * digit groups glued before it (from limit on) are taken in; _glued_start of the reference. Every
- * character stepped over is ASCII, so a byte back is a code point back. */
+ * digit groups glued before it (from limit on) are taken in, and a parenthesised area code before
+ * one ("(555) ", "(555)"); _glued_start of the reference. Every character stepped over is ASCII,
+ * so a byte back is a code point back. */
 static int64_t glued_start(const scan_t *s, int64_t ab, int64_t a, int64_t limit) {
     int sep = glue_before(s, ab);
     if (sep == 1 && at(s, ab - 1) == ' ' && !dash_sep(s, (int64_t)RUN_END(s, (size_t)ab, is_digit, 20))) return a;
-    while (sep && a - sep - 1 >= limit && is_digit(at(s, ab - sep - 1))) {
-        int64_t g = a - sep - 1, gb = ab - sep - 1;
-        while (g > limit && is_digit(at(s, gb - 1))) {
-            g--;
-            gb--;
+    int64_t d = ab - a; /* bytes minus code points: constant over the ASCII walked back */
+    int64_t glue = a;   /* where the glue before the stretch ends: its first digit, or an area code's '(' */
+    for (;;) {
+        int64_t g = glue - sep - 1;
+        if (sep && g >= limit && is_digit(at(s, g + d))) {
+            while (g > limit && is_digit(at(s, g - 1 + d))) g--;
+            glue = g;
+        } else {
+            g = glue - 4 - (at(s, glue - 1 + d) == ' ');
+            if (!(g >= limit && at(s, g - 1 + d) == '(' && at(s, g + 3 + d) == ')' && is_digit(at(s, g + d)) &&
+                  is_digit(at(s, g + 1 + d)) && is_digit(at(s, g + 2 + d))))
+                return a;
+            glue = g - 1;
         }
-        if (is_alpha(at(s, gb - 1))) break;
+        if (is_alpha(at(s, glue - 1 + d))) return a;
         a = g;
-        ab = gb;
-        sep = glue_before(s, ab);
+        sep = glue_before(s, glue + d);
     }
-    return a;
 }
 
 /* The resolved findings f (disjoint, by start) and a CREDIT_CARD finding for each stretch of a
@@ -2282,7 +2290,9 @@ static int cover_cards(const scan_t *s, int ascii) {
                 return -1;
             }
             added = grown;
-            added[na++] = (qg_finding){glued, cs - glue_before(s, (int64_t)bs), QG_CREDIT_CARD, QG_V_LUHN};
+            int64_t end = cs;
+            while (!is_digit(b[bs + (size_t)(end - 1 - cs)])) end--;
+            added[na++] = (qg_finding){glued, end, QG_CREDIT_CARD, QG_V_LUHN};
             glued = cs;
         }
         size_t k = lo, m = na, na0 = na;

@@ -14,7 +14,8 @@ comes first in :data:`FINDING_TYPES` wins, then the earlier start. A candidate t
 already taken is dropped. The survivors never overlap. Then each card :func:`_card_floor` reads
 (from every digit group, whatever number is glued to it) gets a CREDIT_CARD finding over every
 stretch of it that the survivors leave uncovered (:func:`_cover_cards`), taking in the uncovered
-digit groups glued before the card by a dash (:func:`_glued_start`).
+digit groups glued before the card by a dash or a dot, and a parenthesised area code
+(:func:`_glued_start`).
 """
 from __future__ import annotations
 
@@ -761,7 +762,10 @@ def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
         glued = _glued_start(text, s, limit) if limit <= s else s
         if glued < s and k < len(taken) and taken[k][0] == s:
             # The card is a finding already: the groups glued to it are a stretch of their own.
-            added.append((glued, s - _glue_before(text, s), "CREDIT_CARD", "luhn"))
+            end = s
+            while text[end - 1] not in _DIGITS:
+                end -= 1
+            added.append((glued, end, "CREDIT_CARD", "luhn"))
             glued = s
         if k and taken[k - 1][1] > s:
             k -= 1
@@ -798,29 +802,39 @@ def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
 def _glued_start(text: str, a: int, limit: int) -> int:
     """Where the stretch of a card from the digit ``a`` starts once the uncovered digit groups glued
     before it (from ``limit`` on) are taken in: none when the card is joined to them by a space
-    and not followed by a dash, else each group joined to the next by a single space or a dash
-    separator (:func:`_dash_sep`), back to a group with a letter glued before it. The readers
+    and not followed by a dash, else each group joined to the next by a single space, a dot or a
+    dash separator (:func:`_dash_sep`), or a parenthesised area code (``(555) `` or ``(555)``)
+    before the group, back to a group or area code with a letter glued before it. The readers
     refuse every number there, as none ends before a dash and a digit, so an SSN or a phone
     number glued to the card would keep its first groups in the clear ("123-45-6789-4111 1111
-    1111 1111", "555 123-4111-1111-1111-1111")."""
+    1111 1111", "555 123-4111-1111-1111-1111", "(555) 123-4111-1111-1111-1111",
+    "555.123.4111.1111.1111.1111")."""
     sep = _glue_before(text, a)
     if sep == 1 and text[a - 1] == " " and not _dash_sep(text, _run_end(text, a, _DIGITS, 20)):
         return a
-    while sep and a - sep - 1 >= limit and _at(text, a - sep - 1) in _DIGITS:
-        g = a - sep - 1
-        while g > limit and _at(text, g - 1) in _DIGITS:
-            g -= 1
-        if _at(text, g - 1) in _LETTERS:
-            break
+    glue = a  # where the glue before the stretch ends: its first digit, or an area code's "("
+    while True:
+        g = glue - sep - 1
+        if sep and g >= limit and _at(text, g) in _DIGITS:
+            while g > limit and _at(text, g - 1) in _DIGITS:
+                g -= 1
+            glue = g
+        else:
+            g = glue - 4 - (_at(text, glue - 1) == " ")
+            if not (g >= limit and _at(text, g - 1) == "(" and _at(text, g + 3) == ")"
+                    and all(_at(text, q) in _DIGITS for q in range(g, g + 3))):
+                return a
+            glue = g - 1
+        if _at(text, glue - 1) in _LETTERS:
+            return a
         a = g
-        sep = _glue_before(text, a)
-    return a
+        sep = _glue_before(text, glue)
 
 
 def _glue_before(text: str, a: int) -> int:
-    # The width of the single space or dash separator that ends at a, or 0.
+    # The width of the single space, dot or dash separator that ends at a, or 0.
     for w in (4, 3, 2, 1):
-        if a - w >= 0 and (w == 1 and text[a - 1] == " " or _dash_sep(text, a - w) == w):
+        if a - w >= 0 and (w == 1 and text[a - 1] in " ." or _dash_sep(text, a - w) == w):
             return w
     return 0
 
