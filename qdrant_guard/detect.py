@@ -110,13 +110,16 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   decimal), and each stretch of it the findings leave uncovered, from its first digit to its last,
   is a ``CREDIT_CARD`` finding: ``[PHONE] [CREDIT_CARD]``, ``[CREDIT_CARD]-2`` for
   ``4111-1111-1111-1111-2``. The uncovered digit groups glued before the card by a dash (``-``,
-  ``--``, `` - ``, `` -- ``; or by a space when a dash follows the card's first group), each joined
-  to the next by one of these or a single space, back to one a letter is glued to, join it: an SSN
-  or a phone number there is refused by the readers, so ``123-45-6789-4111 1111 1111 1111`` and
-  ``555 123-4111-1111-1111-1111`` are each one ``[CREDIT_CARD]``; a stretch that goes on one its
+  ``--``, `` - ``, `` -- ``), a dot, or a space when a dash follows the card's first group, each
+  joined to the next by one of these or a single space, or by a parenthesised area code
+  (``(555) ``, ``(555)``) before one, back to one a letter is glued to, join it: an SSN or a phone
+  number there is refused by the readers, so ``123-45-6789-4111 1111 1111 1111``,
+  ``555 123-4111-1111-1111-1111`` and ``555.123.4111.1111.1111.1111`` are each one
+  ``[CREDIT_CARD]``, ``(555) 123-4111-1111-1111-1111`` is ``([CREDIT_CARD]``; a stretch that goes on one its
   card already reaches into extends it (one placeholder). No finding is changed by it. The cost: such a stretch is a card's remainder, typed ``CREDIT_CARD`` though it
   may be short (``4008`` of ``4008 4111 1111 1111 1111``, where ``4008 4111 1111 1111`` is
-  Luhn-valid too); a dashed run of random 4-digit numbers now holds a card as often as a spaced
+  Luhn-valid too), and a decimal, a version or a date glued before a card by a dash or a dot is
+  taken in (``0.4111 1111 1111 1111`` is one ``[CREDIT_CARD]``); a dashed run of random 4-digit numbers now holds a card as often as a spaced
   one did already (6.2 % of 5-number rows, 9.7 % of 6-number rows; none before).
 * ``AWS_ACCESS_KEY``: AKIA/ASIA/AGPA/AIDA/AROA/ANPA/ANVA/AIPA + 16 of ``[A-Z2-7]`` ("format").
 * ``AWS_SECRET_KEY``: an isolated 40-character ``[A-Za-z0-9+/]`` value with upper, lower and

@@ -3,7 +3,9 @@
 Runs N seeded texts from the test's generator (half built of cards, phone numbers, SSNs and glue;
 half random digits, spaces, dashes and dots) through both detector twins, compares their findings,
 and checks every card the brute-force enumeration of the test finds for a digit no finding covers,
-and every valid SSN or phone prefix glued before such a card by a dash (tests/test_glued_card2.py).
+every valid SSN or phone prefix glued before such a card by a dash (tests/test_glued_card2.py), and
+every phone prefix with a parenthesised area code or joined by dots glued before one by a dash or a
+dot (tests/test_glued_card3.py).
 Run from the repository root: ``PYTHONPATH=$PWD python scripts/glued_card_check.py [N] [SEED]``.
 """
 from __future__ import annotations
@@ -14,24 +16,28 @@ import sys
 from qdrant_guard import _detect, _detect_py
 from tests.test_glued_card import _random_text, cards, clear
 from tests.test_glued_card2 import glued, glued_clear, glued_text
+from tests.test_glued_card3 import glued3, glued3_clear, glued3_text
 
 
 def main(n: int = 20000, seed: int = 20261206) -> int:
     rng = random.Random(seed)
-    differ = leaks = seen = near = 0
+    differ = leaks = seen = near = near3 = 0
+    shapes = (_random_text, glued_text, _random_text, glued3_text)
     for t in range(n):
-        text = (glued_text(rng) if t % 4 == 1 else _random_text(rng)) if t % 2 else "".join(
-            rng.choice("0123456789      ----..+x") for _ in range(rng.randint(1, 60)))
+        text = shapes[(t // 2) % 4](rng) if t % 2 else "".join(
+            rng.choice("0123456789      ----..()+x") for _ in range(rng.randint(1, 60)))
         native = _detect.find_spans(text)
         if native != _detect_py.find_spans(text):
             differ += 1
             print("differ:", repr(text))
         seen += len(cards(text))
         near += len(glued(text))
-        if clear(text, native) or glued_clear(text, native):
+        near3 += len(glued3(text))
+        if clear(text, native) or glued_clear(text, native) or glued3_clear(text, native):
             leaks += 1
-            print("clear:", repr(text), clear(text, native), glued_clear(text, native))
-    print(f"texts {n}, cards {seen}, glued SSNs/phone prefixes {near}, native != twin {differ}, "
+            print("clear:", repr(text), clear(text, native), glued_clear(text, native), glued3_clear(text, native))
+    print(f"texts {n}, cards {seen}, glued SSNs/phone prefixes {near}, glued area-coded/dotted phone prefixes "
+          f"{near3}, native != twin {differ}, "
           f"texts with a digit of a card or of a glued number in the clear {leaks}")
     return 1 if differ or leaks else 0
 
