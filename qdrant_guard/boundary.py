@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from .canonical import canonical_json, decode_canonical
 from .errors import ConfigError, CredentialError, GuardArgumentTypeError, GuardArgumentValueError
 from .keys import key_id as _key_id
-from .names import shell_quote, shown, toml_key
+from .names import shell_quote, shown, toml_key, unprintable_char
 
 __all__ = [
     "TOKEN_PREFIX",
@@ -155,7 +155,9 @@ def issue_credential(
 
     Raises:
         TypeError: a wrong argument type.
-        ValueError: empty ids or a non-positive ``ttl_s``.
+        ValueError: empty ids, an id with a character ``str.isprintable`` refuses (a control
+            character, U+2028, a bidirectional override; :func:`verify_credential` rejects such a
+            claim as ``malformed``), or a non-positive ``ttl_s``.
     """
     if not isinstance(authority_key, Ed25519PrivateKey):
         raise GuardArgumentTypeError(
@@ -163,6 +165,10 @@ def issue_credential(
             f"{type(authority_key).__name__}"
         )
     Principal(agent_id, boundary)  # same validation as a principal
+    for what, name in (("agent_id", agent_id), ("boundary", boundary)):
+        problem = unprintable_name(name, what)
+        if problem is not None:
+            raise GuardArgumentValueError(f"issue_credential() {problem}")
     ttl = _number(ttl_s, "ttl_s")
     if ttl <= 0:
         raise GuardArgumentValueError(f"issue_credential() ttl_s must be positive, got {ttl_s!r}")
@@ -209,6 +215,21 @@ def _keys_of(authorities: Any, boundary: str) -> list[Ed25519PublicKey]:
     return out
 
 
+def unprintable_name(name: str, what: str) -> str | None:
+    """Why ``name``, a credential's ``what`` (agent_id or boundary), cannot be one, or None.
+
+    A credential's names are printed in messages, audit labels, policy sections and the commands
+    that re-issue it: a newline, carriage return, escape sequence or bidirectional override there
+    splits, overwrites, recolours or reorders the line a reader trusts.
+    """
+    bad = unprintable_char(name)
+    if bad is None:
+        return None
+    return (f"{what} {name!r} holds the unprintable character {bad}; a credential's agent id and boundary are "
+            "shown in messages, audit logs and policy sections, where such a character breaks, overwrites or "
+            "reorders the line; use a name of printable characters (letters, digits, punctuation, spaces)")
+
+
 def _utc(ts: int) -> str:
     """A claim's time as UTC ISO 8601 for a message (the raw number when it is out of range)."""
     try:
@@ -250,7 +271,8 @@ def verify_credential(
     Raises:
         TypeError: an argument has the wrong type.
         CredentialRejected: (a :class:`CredentialError`) with ``reason`` one of
-            :data:`CREDENTIAL_REASONS`.
+            :data:`CREDENTIAL_REASONS` (``malformed`` too for an agent id or boundary holding a
+            character ``str.isprintable`` refuses, which :func:`issue_credential` no longer issues).
     """
     if not isinstance(token, str):
         raise GuardArgumentTypeError(f"verify_credential() token must be str, not {type(token).__name__}")
@@ -299,6 +321,10 @@ def verify_credential(
     for name in ("agent_id", "boundary"):
         if not claims[name]:
             raise CredentialRejected("malformed", f"claim {name!r} is empty")
+        problem = unprintable_name(claims[name], name)
+        if problem is not None:
+            # Issued before issue_credential refused such names, or by another issuer.
+            raise CredentialRejected("malformed", f"claim {problem}")
     if not _JTI.fullmatch(claims["jti"]):
         # boundaries.*.revoked_credentials accepts only base64url ids: any other jti could
         # never be revoked.

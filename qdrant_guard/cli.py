@@ -177,8 +177,13 @@ def _credential_policy_problem(args: argparse.Namespace, authority: Any) -> str 
 
 def cmd_credential_issue(args: argparse.Namespace) -> int:
     from . import keys
-    from .boundary import issue_credential
+    from .boundary import issue_credential, unprintable_name
 
+    for flag, name in (("--agent", args.agent), ("--boundary", args.boundary)):
+        problem = unprintable_name(name, flag)
+        if problem is not None:
+            print(f"error: {problem}; nothing was issued", file=sys.stderr)
+            return 2
     sk = keys.load_private_key(args.authority)
     if args.policy:
         problem = _credential_policy_problem(args, sk)

@@ -11,7 +11,7 @@ import json
 import re
 import shlex
 
-__all__ = ["shell_quote", "shown", "toml_key", "toml_str"]
+__all__ = ["shell_quote", "shown", "toml_key", "toml_str", "unprintable_char"]
 
 _PLAIN = re.compile(r"[^\\'\"]*")
 
@@ -36,6 +36,19 @@ def _escaped(text: str) -> str:
         else:
             out.append(f"\\U{ord(ch):08x}")
     return "".join(out)
+
+
+def unprintable_char(name: str) -> str | None:
+    """The first character of ``name`` that ``str.isprintable`` refuses, spelt escaped with its
+    code point and index (``'\\n' (U+000A) at index 3``), or None when every character is printable.
+
+    Refused: C0 and C1 controls, format characters (bidirectional overrides, zero-width joiners),
+    line and paragraph separators, spaces other than U+0020, surrogates and unassigned code points.
+    """
+    for i, ch in enumerate(name):
+        if not ch.isprintable():
+            return f"'{_escaped(ch)}' (U+{ord(ch):04X}) at index {i}"
+    return None
 
 
 def shown(name: str) -> str:
