@@ -613,7 +613,7 @@ def _readable_file_error(flag: str, spec: str) -> str | None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from .utility import run_calibrate_cli
+    from .utility import EXIT_POLICY_NOT_COVERED, run_calibrate_cli
 
     problems = [_output_file_error("--out", args.out), _readable_file_error("--queries", args.queries)]
     if args.qrels:
@@ -635,7 +635,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     finally:
         client.close()  # local mode allows one client per store, and calibrate opens its own
     rc = run_calibrate_cli(args)
-    if rc == 0 and json.loads(Path(args.out).read_text(encoding="utf-8")).get("signature") is None:
+    if rc in (0, EXIT_POLICY_NOT_COVERED) and json.loads(Path(args.out).read_text(encoding="utf-8")).get("signature") is None:
         # A measurement is still useful unsigned, but a guard refuses the record.
         print(f"note: no --key (nor a --policy with a signing_key), so {args.out} is unsigned: a guard whose policy names it (utility.record or utility.records) "
               "refuses it (ConfigError); re-run with --key set to the guard's signing_key to use it there",
@@ -884,7 +884,11 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Measure --metric@--k of --collection's clean vectors under noise at each "
                                      "of --epsilons and write the signed utility record the policy's "
                                      "utility.record names (or utility.records, one per named vector: --vector-name) "
-                                     "(docs/eval.md).")
+                                     "(docs/eval.md). Exit status: 0 the record was written; 2 an error or no "
+                                     "feasible level, nothing written; 3 the record was written, but the guard of "
+                                     "--policy would refuse writes under it (it does not cover the policy's "
+                                     "noise.epsilon, or it was signed under --allow-small-collection and the policy "
+                                     "does not set utility.allow_small_records).")
     try:
         from .utility import add_calibrate_arguments
 

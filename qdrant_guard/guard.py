@@ -277,6 +277,9 @@ class Guard(WriteOps, ReadOps):
         stale = _record_age_refusal(rec, path, u.max_age_s, self.clock())
         if stale is not None:
             return stale
+        small = None if u.allow_small_records else rec.small_collection_refusal(path)
+        if small is not None:
+            return small
         if rec.metric != u.metric or rec.k != u.k:
             # A record of nDCG@10 or recall@50 can show a smaller drop than the recall@10 the
             # policy limits, so it cannot vouch for it.

@@ -496,13 +496,20 @@ class UtilityPolicy(_Strict):
     the others (the record consulted, a receipt and the guard's embedder must not name another); a
     vector it does not name falls back to ``embedding_model`` (unset: not checked). ``{}`` (the
     default): ``embedding_model`` decides."""
+    allow_small_records: bool = False
+    """Accept a record calibrated on a collection of no more points than its ``k`` (signed by
+    ``qdrant-guard calibrate --allow-small-collection``). Every top-``k`` of such a collection holds
+    every point, so no noise lowers its recall@k or overlap@k and the record vouches for any level
+    it measured. ``false`` (the default): while ``enforce`` is on, a write that consults such a
+    record is refused (UTILITY_DEGRADED, reason ``small_collection``, naming the record, its
+    ``n_documents`` and ``k``). ``true``: for tests and demos only."""
     enforce: bool = True
     """Refuse writes (UTILITY_DEGRADED) unless the record applies to the policy (same mechanism,
     radius, delta, clip_norm, metric and k) and to the write (a record for the vector written, see
     ``records``; vectors of the calibrated dimension, records from before version 2 carry none, and
     of its distance, records from before version 4 carry none; naming the model ``embedding_model`` or
-    ``embedding_models`` declares for the vector, when set; a receipt's noise at its epsilon's calibrated scale) and
-    measured a passing level with at least as much noise and no failing level with as little;
+    ``embedding_models`` declares for the vector, when set; a receipt's noise at its epsilon's calibrated scale),
+    was calibrated on more points than its k (unless ``allow_small_records``) and measured a passing level with at least as much noise and no failing level with as little;
     unmeasured levels are refused. ``false``: nothing is refused for utility; a set record is still
     verified and its hash recorded."""
 

@@ -70,6 +70,10 @@ DEFAULT_EPSILONS: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.
 
 _METRICS = ("recall", "ndcg", "overlap")
 
+#: ``qdrant-guard calibrate``'s exit status when it wrote a record the guard of its ``--policy``
+#: would refuse writes under (2 is taken: an error, or no feasible level, with nothing written).
+EXIT_POLICY_NOT_COVERED = 3
+
 T = TypeVar("T")
 
 
@@ -233,6 +237,21 @@ class UtilityRecord:
             return None
         return (f"it was calibrated for vector {self.vector_name!r}, not "
                 f"{vector_name or '<unnamed>'!r}")
+
+    def small_collection_refusal(self, path: str | None) -> str | None:
+        """Why this record proves nothing about its noise (``path``: where the policy names it), or None.
+
+        A record measured on no more than ``k`` points (``calibrate(allow_small_collection=True)``,
+        ``--allow-small-collection``) saw every top-``k`` hold every point, so no noise could lower
+        its recall@k or overlap@k: its drops are 0 whatever the noise costs real data.
+        """
+        if self.n_documents > self.k:
+            return None
+        return (f"small_collection: utility record {path!r} was calibrated on {self.n_documents} point(s), no more "
+                f"than its k {self.k} (signed under --allow-small-collection), so every top-{self.k} held every "
+                "point and its drops say nothing about the noise; re-run `qdrant-guard calibrate` on a staging "
+                f"collection of many more than {self.k} points, or set utility.allow_small_records = true "
+                "for a test or demo collection")
 
     def drop_for(self, epsilon: float, mechanism: str) -> float | None:
         """Return the measured drop at ``(epsilon, mechanism)``, or ``None`` if not measured.
@@ -1404,7 +1423,11 @@ def run_calibrate_cli(args: Any) -> int:
     """Run ``qdrant-guard calibrate`` from parsed arguments (see :func:`add_calibrate_arguments`).
 
     Returns:
-        0 on success, 2 when no level is feasible (the frontier is printed on stderr).
+        0 on success, 2 when no level is feasible (the frontier is printed on stderr; nothing is
+        written), :data:`EXIT_POLICY_NOT_COVERED` when the record was written but the guard of
+        ``--policy`` would refuse writes under it (it does not cover the policy's ``noise.epsilon``,
+        or it was signed under ``--allow-small-collection`` and the policy does not set
+        ``utility.allow_small_records``).
     """
     from qdrant_client import QdrantClient
 
@@ -1483,14 +1506,6 @@ def run_calibrate_cli(args: Any) -> int:
         f"retrieval_utility_guard_hash {record.digest}"
         + (f" (the settings of --policy {section})" if section else "")
     )
-    if pol is not None:
-        refusal = record.level_refusal(
-            mechanism=pol.noise.mechanism, epsilon=pol.noise.epsilon, radius=pol.noise.radius,
-            delta=pol.noise.delta, clip_norm=pol.noise.clip_norm, max_drop=pol.utility.max_recall_drop)
-        if refusal is not None:
-            # The record is sound, but it does not vouch for the epsilon that policy noises at.
-            print(f"warning: --policy {section} noises at epsilon {pol.noise.epsilon:g}, which this record does "
-                  f"not cover, so its guard refuses those writes (UTILITY_DEGRADED): {refusal}", file=sys.stderr)
     if record.n_documents <= record.k:
         # Every top-k then holds the whole collection: no noise can move it out, so the drops
         # measured are 0 whatever the noise costs on a collection of real size.
@@ -1498,4 +1513,19 @@ def run_calibrate_cli(args: Any) -> int:
               f"--k {record.k} (signed under --allow-small-collection): every top-{record.k} returns all of "
               f"them, so noise cannot move a point out of it here and the drop says nothing about real data; "
               "calibrate on a collection much larger than --k (a staging copy of the real one)", file=sys.stderr)
+    if pol is not None and pol.utility.enforce:  # enforce off: the guard refuses nothing for utility
+        refusal = None if pol.utility.allow_small_records else record.small_collection_refusal(get("out"))
+        if refusal is None:
+            refusal = record.level_refusal(
+                mechanism=pol.noise.mechanism, epsilon=pol.noise.epsilon, radius=pol.noise.radius,
+                delta=pol.noise.delta, clip_norm=pol.noise.clip_norm, max_drop=pol.utility.max_recall_drop)
+            if refusal is not None:
+                refusal = (f"--policy {section} noises at epsilon {pol.noise.epsilon:g}, which this record does not "
+                           f"cover: {refusal}")
+        if refusal is not None:
+            # The record is sound and kept (another policy may use it), but a script that deploys
+            # this policy next would deploy one whose writes are all refused.
+            print(f"error: {get('out')} was written, but the guard of --policy {section} refuses writes under it "
+                  f"(UTILITY_DEGRADED), so calibrate exits {EXIT_POLICY_NOT_COVERED}: {refusal}", file=sys.stderr)
+            return EXIT_POLICY_NOT_COVERED
     return 0
