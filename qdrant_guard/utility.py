@@ -1520,8 +1520,7 @@ def run_calibrate_cli(args: Any) -> int:
                 mechanism=pol.noise.mechanism, epsilon=pol.noise.epsilon, radius=pol.noise.radius,
                 delta=pol.noise.delta, clip_norm=pol.noise.clip_norm, max_drop=pol.utility.max_recall_drop)
             if refusal is not None:
-                refusal = (f"--policy {section} noises at epsilon {pol.noise.epsilon:g}, which this record does not "
-                           f"cover: {refusal}")
+                refusal = f"it noises at epsilon {pol.noise.epsilon:g}, which this record does not cover: {refusal}"
         if refusal is not None:
             # The record is sound and kept (another policy may use it), but a script that deploys
             # this policy next would deploy one whose writes are all refused.

@@ -300,23 +300,29 @@ def _no_control(text: str) -> bool:
 @pytest.mark.parametrize("name", CONTROL, ids=["newline", "cr", "escape"])
 def test_a_credential_rejection_escapes_control_characters_and_its_command_still_pastes(name, revoke) -> None:
     # Before: "credential of ops\nbot@hr\nx expired ..." and `--agent 'ops\nbot'`: the message
-    # broke across lines (or, with \r and \x1b[31m, overwrote or recoloured the terminal).
-    import subprocess
+    # broke across lines (or, with \r and \x1b[31m, overwrote or recoloured the terminal). Since
+    # h-left2 no such credential is issued, and a token naming one (issued before, or forged by an
+    # authority) is rejected as malformed before its revocation or expiry is looked at: that
+    # message stays on one line too (tests/test_leftovers36b.py has the rest).
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from test_leftovers36b import _forged
 
-    from test_review32 import _rejection
+    from qdrant_guard.boundary import CredentialRejected, verify_credential
 
-    msg = _rejection(name, name + "-b", revoke=revoke)
-    assert _no_control(msg), msg
-    assert f"{name!r}@{name + '-b'!r}" in msg
-    cmd = msg.split("`")[1]
-    run = subprocess.run(["bash", "-c", "printf '%s\\0' " + cmd], capture_output=True, check=True)
-    assert run.stdout.split(b"\0")[:-1] == [w.encode() for w in
-                                            ["qdrant-guard", "credential", "issue", "--agent", name, "--boundary",
-                                             name + "-b"]]
+    sk = Ed25519PrivateKey.generate()
+    tok = _forged(sk, name, name + "-b")
+    with pytest.raises(CredentialRejected) as ei:
+        verify_credential(tok, authorities={name + "-b": [sk.public_key()]},
+                          revoked_credentials=["abcDEF_-12"] if revoke else (),
+                          now=1_700_000_000 + (0 if revoke else 7200))
+    assert ei.value.reason == "malformed"
+    assert _no_control(str(ei.value)) and f"claim agent_id {name!r} holds" in str(ei.value)
 
 
-@pytest.mark.parametrize("name", CONTROL, ids=["newline", "cr", "escape"])
+@pytest.mark.parametrize("name", ["o'ps", 'o"ps', "o\\ps"], ids=["quote", "double-quote", "backslash"])
 def test_credential_issue_prints_its_note_on_one_line(tmp_path: Path, capsys, name) -> None:
+    # A name with control characters is refused since h-left2 (test_leftovers36b); one that needs
+    # quoting is still shown quoted.
     assert cli.main(["keys", "new", "--out", str(tmp_path / "a.key")]) == 0
     capsys.readouterr()
     assert cli.main(["credential", "issue", "--authority", str(tmp_path / "a.key"), "--agent", name,
@@ -434,7 +440,7 @@ def test_calibrate_policy_takes_a_lower_threshold_and_warns_when_its_epsilon_is_
     assert cli.main(args + ["--epsilon-ceiling", "4"]) == 2  # above the PII ceiling 2
     assert "--epsilon-ceiling 4.0 disagrees" in capsys.readouterr().err
     args[args.index("--epsilons") + 1] = "2"  # only weaker noise than the policy's epsilon 1
-    assert cli.main(args + ["--threshold", "0.4"]) == 0
+    assert cli.main(args + ["--threshold", "0.4"]) == 3  # 0 with a warning before h-left2 (test_leftovers36b)
     err = capsys.readouterr().err
     assert UtilityRecord.from_json((tmp_path / "u.json").read_text()).threshold == 0.4
     assert "noises at epsilon 1, which this record does not cover" in err and "UTILITY_DEGRADED" in err
