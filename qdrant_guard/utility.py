@@ -16,7 +16,9 @@ version 4 on) the distance it measured, and a write of a vector of another dimen
 distance is refused too; a policy gives each named vector its own record (``utility.records``).
 From version 5 a record also carries the embedding model its signer says the vectors came from
 (``embedding_model``); a policy that declares the collection's model (``utility.embedding_model``)
-refuses writes under a record naming another model or none.
+refuses writes under a record naming another model or none. A record measured on no more points
+than its ``k`` (``allow_small_collection``) is refused unless the policy sets
+``utility.allow_small_records`` (:meth:`UtilityRecord.small_collection_refusal`).
 
 Calibration needs the *clean* vectors, so it runs on a raw :class:`qdrant_client.QdrantClient`
 pointed at a clean staging collection (or at the in-boundary collection, by a principal allowed to
