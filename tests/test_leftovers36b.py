@@ -141,6 +141,11 @@ BAD = {"newline": "\n", "cr": "\r", "escape": "\x1b", "nul": "\x00", "line-separ
        "rlo": "\u202e", "lri": "\u2066", "tab": "\t", "del": "\x7f", "c1": "\x9b"}
 
 
+# How names.py spells a character from U+0080 to U+00FF: as bash's $'...' reads it (\u00XX), not
+# repr's \xHH, which bash would read as one byte.
+_SPELT = {"\x9b": "'\\u009b'"}
+
+
 def _forged(sk: Ed25519PrivateKey, agent: str, boundary: str, now: int = 1_700_000_000) -> str:
     """A token with these claims, signed as issue_credential signs (which no longer issues them)."""
     def b64(data: bytes) -> str:
@@ -160,7 +165,7 @@ def test_issue_credential_refuses_an_unprintable_character(field: str, ch: str) 
         issue_credential(Ed25519PrivateKey.generate(), **names)
     msg = str(exc.value)
     assert msg.startswith(f"issue_credential() {field} {names[field]!r} holds the unprintable character "
-                          f"{ch!r} (U+{ord(ch):04X}) at index 3; ")
+                          f"{_SPELT.get(ch, repr(ch))} (U+{ord(ch):04X}) at index 3; ")
     assert "use a name of printable characters" in msg
     assert msg.isprintable()
 
