@@ -9,13 +9,7 @@ equivalent ones. Real SQLite files; no mocks.
 from __future__ import annotations
 
 from qdrant_guard.budget import SqliteBudgetStore
-
-W = 100.0
-P = "src|p|c|"
-
-
-def _listed(store, now, window=W, prefix=P):
-    return {k[len(prefix):]: set(v) for k, v in store.entries_by_prefix(prefix, window_s=window, now=now).items()}
+from test_budget_sqlite_cache import P, W, _listed, _listings_read
 
 
 def test_a_refresh_through_admit_under_a_longer_window_ends_a_shorter_windows_listing(tmp_path):
@@ -31,17 +25,6 @@ def test_a_refresh_through_admit_under_a_longer_window_ends_a_shorter_windows_li
     store.admit(P + "s", ["b"], cap=5, window_s=100.0, now=90.0)  # a refresh: no id added
     assert _listed(store, 40.0, window=50.0) == {"s": {"b"}}
     store.close()
-
-
-def _listings_read(store):
-    count = [0]
-
-    def trace(sql):
-        if sql.startswith("SELECT key, pid, ts FROM qg_budget"):
-            count[0] += 1
-
-    store._connection().set_trace_callback(trace)
-    return count
 
 
 def test_a_listing_whose_oldest_id_is_exactly_a_window_old_is_kept_and_given(tmp_path):

@@ -12,26 +12,10 @@ import pytest
 
 from qdrant_guard.budget import RedisBudgetStore
 from redis_listing_old import TwoScriptRedisStore
+from test_budget_redis_index import _recording_client
 from test_mutants_redis2 import cluster_url  # noqa: F401  (fixture: a one-node Redis Cluster)
 
 pytestmark = pytest.mark.redis
-
-
-def _recording_client(url):
-    import redis
-
-    class Recording(redis.Redis):
-        """Records the name of every command it sends."""
-
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.commands = []
-
-        def execute_command(self, *args, **options):
-            self.commands.append(str(args[0]).upper())
-            return super().execute_command(*args, **options)
-
-    return Recording.from_url(url)
 
 
 def _evals(client):
