@@ -2255,6 +2255,32 @@ static int64_t glued_start(const scan_t *s, int64_t ab, int64_t a, int64_t limit
     }
 }
 
+/* Each CREDIT_CARD finding of s->out (disjoint, by start) run on over the digit groups glued
+ * after it by a dot or a dash separator, up to a group that the next finding starts or covers or
+ * that a letter is glued after; _glued_after of the reference. ascii: offsets are bytes (else code
+ * points, mapped to bytes by one cursor moving forward; the glue and digits are ASCII). */
+static void glued_after(const scan_t *s, int ascii) {
+    qg_finding *it = s->out->items;
+    size_t len = s->out->len, pos_b = 0;
+    int64_t cp = 0;
+    for (size_t x = 0; x < len; x++) {
+        if (it[x].type != QG_CREDIT_CARD) continue;
+        int64_t end = it[x].end;
+        if (!ascii)
+            for (; cp < end; pos_b++) cp += (s->b[pos_b] & 0xC0) != 0x80;
+        int64_t b = ascii ? end : (int64_t)pos_b, d = b - end;
+        int64_t limit = x + 1 < len ? it[x + 1].start : INT64_MAX;
+        for (;;) {
+            int w = dash_sep(s, b);
+            if (!w && at(s, b) == '.' && is_digit(at(s, b + 1))) w = 1;
+            int64_t k = (int64_t)RUN_END(s, (size_t)(b + w), is_digit, s->n);
+            if (!w || k - d > limit || is_alpha(at(s, k))) break;
+            b = k;
+        }
+        it[x].end = b - d;
+    }
+}
+
 /* The resolved findings f (disjoint, by start) and a CREDIT_CARD finding for each stretch of a
  * card floor that they leave uncovered, from its first digit to its last; no finding is changed.
  * ascii: offsets are bytes (else the floors' starts are converted to code points here).
@@ -2330,7 +2356,10 @@ static int cover_cards(const scan_t *s, int ascii) {
             else k++;
         }
     }
-    if (!na) return 0;
+    if (!na) {
+        glued_after(s, ascii);
+        return 0;
+    }
     qg_finding *all = malloc((f->len + na) * sizeof *all);
     if (!all) {
         free(added);
@@ -2343,6 +2372,7 @@ static int cover_cards(const scan_t *s, int ascii) {
     free(added);
     f->items = all;
     f->len = f->cap = z;
+    glued_after(s, ascii);
     return 0;
 }
 

@@ -796,7 +796,27 @@ def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
                 added[-1] = (added[-1][0], b, "CREDIT_CARD", "luhn")
             elif a < b:
                 added.append((glued if a == s else a, b, "CREDIT_CARD", "luhn"))
-    return sorted(taken + added)
+    return _glued_after(text, sorted(taken + added))
+
+
+def _glued_after(text: str, found: list[tuple[int, int, str, str]]) -> list[tuple[int, int, str, str]]:
+    """``found`` with each CREDIT_CARD finding run on over the digit groups glued after it by a
+    dot or a dash separator (:func:`_dash_sep`), up to a group that the next finding starts or
+    covers or that a letter is glued after: the readers refuse a number that follows a card by a
+    dash or a dot, so "4111 1111 1111 1111-555-123-4567" would keep a phone number in the clear."""
+    for x, (a, end, label, how) in enumerate(found):
+        if label != "CREDIT_CARD":
+            continue
+        limit = found[x + 1][0] if x + 1 < len(found) else len(text)
+        b = end
+        while True:
+            w = _dash_sep(text, b) or (_at(text, b) == "." and _at(text, b + 1) in _DIGITS)
+            k = _run_end(text, b + w, _DIGITS, len(text))
+            if not w or k > limit or _at(text, k) in _LETTERS:
+                break
+            b = k
+        found[x] = (a, b, label, how)
+    return found
 
 
 def _glued_start(text: str, a: int, limit: int) -> int:
