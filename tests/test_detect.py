@@ -103,8 +103,8 @@ POSITIVES = [
     # own, so neither reading has a digit in the clear (tests/test_glued_card.py)
     ("4000 1005 1111 123 45 6789", [("CREDIT_CARD", "4000 1005 1111", "luhn"), ("SSN", "123 45 6789", "ssa-rules")]),
     ("4008 4111 1111 1111 1111", [("CREDIT_CARD", "4008", "luhn"), ("CREDIT_CARD", "4111 1111 1111 1111", "luhn")]),
-    # a card glued to a longer dashed run: still a card (it was left whole in the clear)
-    ("4111-1111-1111-1111-4012", [("CREDIT_CARD", "4111-1111-1111-1111", "luhn")]),
+    # a card glued to a longer dashed run: the card and the group glued after it (h-card4)
+    ("4111-1111-1111-1111-4012", [("CREDIT_CARD", "4111-1111-1111-1111-4012", "luhn")]),
 ]
 
 NEGATIVES = [
