@@ -20,7 +20,13 @@
  *
  * Last, two tables without the "is this token new" branch in the lookup (deferred insertion, keys
  * in the slots) against the AES floor with the scanner's kept index, each checked against the ids
- * of a byte-comparing oracle first; both were slower (docs/performance-notes.md, 2026-12-06). */
+ * of a byte-comparing oracle first; both were slower (docs/performance-notes.md, 2026-12-06).
+ *
+ * Last (given a second file, the varied queries separated by NUL bytes), four distinct counts that
+ * never compare token bytes, only keyed hashes, against that kept-index floor, on the query and on
+ * the varied queries in turn. They save 12-27 % of the count, too little for the 20x target, and a
+ * port of the fastest into the kernel's lookup saved 2-10 %, so qg_scan still compares bytes
+ * (docs/performance-notes.md, 2026-12-06, h-scan4). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -499,6 +505,161 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Distinct counts that never compare token bytes (2026-12-06, h-scan4; docs/performance-notes.md):
+ * a token's key is its keyed AES hash alone, and two tokens are "the same" iff their hashes are.
+ * Equal tokens always hash alike, so a collision can only merge two different tokens: fewer
+ * distinct tokens, a higher repetition ratio, never a lower one. The table holds only the hashes,
+ * sized to a power of two >= 4 x the tokens, kept zeroed by clearing the slots used (as the
+ * scanner's index); a hit is one 64-bit compare, with no load of an entry behind the slot.
+ *   hash64:    bit 63 forced on (0 marks an empty slot), so 63 bits decide: a merge among n tokens
+ *              has probability below n^2 / 2^64; the id in a parallel 16-bit array.
+ *   hash48:    one 64-bit word a slot, the hash's top 48 bits and the id in the low 16 (the slot
+ *              index comes from the low bits, so 48 bits decide: below n^2 / 2^49).
+ *   hash64_2p, hash48_2p: the same with two passes, all tokens hashed first (their AES rounds
+ *              independent, so they overlap), then the 64-bit hashes inserted.
+ * Tokens over 16 bytes take one more AES round per further 16 bytes, as aes_token_hash does. */
+#define HO_MAX_SLOTS (4 * MAX_TOKENS)
+static uint64_t ho_slots[HO_MAX_SLOTS];
+static uint16_t ho_ids[HO_MAX_SLOTS];
+
+static size_t ho_size(size_t nt)
+{
+    size_t size = 64;
+    while (size < 4 * nt)
+        size *= 2;
+    return size;
+}
+
+__attribute__((target("avx2,aes"))) static inline uint64_t ho_hash(const uint8_t *s, size_t a, size_t len,
+                                                                  __m128i k0, __m128i k1)
+{
+    __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + a)),
+                              _mm_load_si128((const __m128i *)masks16[len < 16 ? len : 16]));
+    __m128i x = _mm_aesenc_si128(_mm_xor_si128(v, k0), _mm_xor_si128(k1, _mm_cvtsi64_si128((long long)len)));
+    if (__builtin_expect(len > 16, 0))
+        for (size_t p = 16; p < len; p += 16)
+            x = _mm_aesenc_si128(_mm_xor_si128(x, _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + a + p)),
+                                                                _mm_load_si128((const __m128i *)masks16[len - p < 16 ? len - p : 16]))),
+                                 k0);
+    x = _mm_aesenc_si128(_mm_aesenc_si128(x, k0), k1);
+    return (uint64_t)_mm_cvtsi128_si64(x);
+}
+
+#define HO_KEYS                                                                                    \
+    const __m128i k0 = _mm_set_epi64x((long long)KEY1, (long long)KEY0);                           \
+    const __m128i k1 = _mm_set_epi64x((long long)0xD6E8FEB86659FD93ull, (long long)0x9E3779B97F4A7C15ull)
+
+/* Insert or find one 64-bit hash (bit 63 set) in ho_slots / ho_ids. */
+static inline __attribute__((always_inline)) uint32_t ho_put64(uint64_t h, size_t mask, uint16_t *used,
+                                                               size_t *unique)
+{
+    for (size_t slot = h & mask;; slot = (slot + 1) & mask) {
+        uint64_t t = ho_slots[slot];
+        if (__builtin_expect(t == h, 1))
+            return ho_ids[slot];
+        if (t == 0) {
+            ho_slots[slot] = h;
+            used[*unique] = (uint16_t)slot;
+            ho_ids[slot] = (uint16_t)++*unique;
+            return (uint32_t)*unique;
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) uint32_t ho_put48(uint64_t h, size_t mask, uint16_t *used,
+                                                               size_t *unique)
+{
+    for (size_t slot = h & mask;; slot = (slot + 1) & mask) {
+        uint64_t t = ho_slots[slot];
+        if (__builtin_expect(((t ^ h) >> 16) == 0, 1))
+            return (uint32_t)(t & 0xFFFF);
+        if (t == 0) {
+            used[*unique] = (uint16_t)slot;
+            ++*unique;
+            ho_slots[slot] = (h & ~0xFFFFull) | *unique;
+            return (uint32_t)*unique;
+        }
+    }
+}
+
+static void ho_clear(const uint16_t *used, size_t unique)
+{
+    for (size_t u = 0; u < unique; u++)
+        ho_slots[used[u]] = 0;
+}
+
+__attribute__((target("avx2,aes"))) static size_t distinct_hash64(const uint8_t *s, const uint32_t *starts,
+                                                                  const uint32_t *ends, size_t nt, uint32_t *ids)
+{
+    static uint16_t used[MAX_TOKENS];
+    size_t unique = 0, mask = ho_size(nt) - 1;
+    HO_KEYS;
+    for (size_t k = 0; k < nt; k++)
+        ids[k] = ho_put64(ho_hash(s, starts[k], ends[k] - starts[k], k0, k1) | 1ull << 63, mask, used, &unique);
+    ho_clear(used, unique);
+    return unique;
+}
+
+__attribute__((target("avx2,aes"))) static size_t distinct_hash48(const uint8_t *s, const uint32_t *starts,
+                                                                  const uint32_t *ends, size_t nt, uint32_t *ids)
+{
+    static uint16_t used[MAX_TOKENS];
+    size_t unique = 0, mask = ho_size(nt) - 1;
+    HO_KEYS;
+    for (size_t k = 0; k < nt; k++)
+        ids[k] = ho_put48(ho_hash(s, starts[k], ends[k] - starts[k], k0, k1), mask, used, &unique);
+    ho_clear(used, unique);
+    return unique;
+}
+
+__attribute__((target("avx2,aes"))) static size_t distinct_hash64_2p(const uint8_t *s, const uint32_t *starts,
+                                                                     const uint32_t *ends, size_t nt, uint32_t *ids)
+{
+    static uint16_t used[MAX_TOKENS];
+    static uint64_t hs[MAX_TOKENS];
+    size_t unique = 0, mask = ho_size(nt) - 1;
+    HO_KEYS;
+    for (size_t k = 0; k < nt; k++)
+        hs[k] = ho_hash(s, starts[k], ends[k] - starts[k], k0, k1) | 1ull << 63;
+    for (size_t k = 0; k < nt; k++)
+        ids[k] = ho_put64(hs[k], mask, used, &unique);
+    ho_clear(used, unique);
+    return unique;
+}
+
+__attribute__((target("avx2,aes"))) static size_t distinct_hash48_2p(const uint8_t *s, const uint32_t *starts,
+                                                                     const uint32_t *ends, size_t nt, uint32_t *ids)
+{
+    static uint16_t used[MAX_TOKENS];
+    static uint64_t hs[MAX_TOKENS];
+    size_t unique = 0, mask = ho_size(nt) - 1;
+    HO_KEYS;
+    for (size_t k = 0; k < nt; k++)
+        hs[k] = ho_hash(s, starts[k], ends[k] - starts[k], k0, k1);
+    for (size_t k = 0; k < nt; k++)
+        ids[k] = ho_put48(hs[k], mask, used, &unique);
+    ho_clear(used, unique);
+    return unique;
+}
+
+/* First-seen ids by comparing whole tokens' bytes, any length: what the hash-only counts must give
+ * (with a fixed key and these texts, a merge would be a bug, not a collision: 2^-40 at worst). */
+static size_t ids_oracle_any(const uint8_t *s, const uint32_t *starts, const uint32_t *ends, size_t nt,
+                             uint32_t *ids)
+{
+    static uint32_t first[MAX_TOKENS];
+    size_t unique = 0;
+    for (size_t k = 0; k < nt; k++) {
+        size_t len = ends[k] - starts[k], u = 0;
+        while (u < unique && !(ends[first[u]] - starts[first[u]] == len && !memcmp(s + starts[first[u]], s + starts[k], len)))
+            u++;
+        if (u == unique)
+            first[unique++] = (uint32_t)k;
+        ids[k] = (uint32_t)u + 1;
+    }
+    return unique;
+}
+
 /* The VPCOMPRESSB split must give the bit-loop split's offsets, and the AES floor the same distinct
  * count, on the query and on texts that stress it: a block with more than 16 starts, tokens across
  * block edges, a text ending inside a token, and pseudo-random bytes. */
@@ -551,8 +712,8 @@ static int compare_splits(const uint8_t *query, size_t qn, uint32_t *starts, uin
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: scan_floor QUERY_FILE\n");
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: scan_floor QUERY_FILE [VARIED_FILE]\n");
         return 2;
     }
     static uint8_t buf[MAX_TOKENS * 2 + 64];
@@ -730,6 +891,120 @@ int main(int argc, char **argv)
                        ratio[v - 1][ROUNDS / 4], ratio[v - 1][3 * ROUNDS / 4]);
             }
             printf("\n");
+        }
+    }
+    if (aes && argc >= 3) {
+        /* Hash-only distinct counts (no byte compare) against the kept-index AES floor, on the
+         * query and on the varied queries (argv[2]: texts separated by NUL bytes), in alternating
+         * rounds (order rotated every round). Each must first give the byte-comparing oracle's
+         * count and ids on the query, every varied query and 48 made-up texts (few letters, so
+         * many repeats; tokens of 1 to 40 bytes, so the fold past 16 bytes is checked too). */
+        enum { NV = 5, VQ = 64, ROUNDS = 41, REPS = 20000, REPS_V = 300 };
+        static uint8_t vbuf[VQ][MAX_TOKENS + 64];
+        static uint32_t vs[VQ][1024], ve[VQ][1024];
+        static size_t vn[VQ];
+        static uint32_t want[MAX_TOKENS], got[MAX_TOKENS];
+        size_t nq = 0;
+        FILE *vf = fopen(argv[2], "rb");
+        if (!vf)
+            return 2;
+        static uint8_t all[VQ * (MAX_TOKENS + 64)];
+        size_t an = fread(all, 1, sizeof all, vf), at = 0;
+        fclose(vf);
+        while (at < an && nq < VQ) {
+            size_t len = strnlen((const char *)all + at, an - at);
+            if (len > MAX_TOKENS || split(all + at, len, vs[nq], ve[nq]) > 1000) {
+                fprintf(stderr, "varied query %zu too long\n", nq);
+                return 2;
+            }
+            memcpy(vbuf[nq], all + at, len);
+            memset(vbuf[nq] + len, 0, 64);
+            vn[nq] = split(vbuf[nq], len, vs[nq], ve[nq]);
+            nq++;
+            at += len + 1;
+        }
+        size_t (*const fns[NV])(const uint8_t *, const uint32_t *, const uint32_t *, size_t, uint32_t *) = {
+            distinct_kept, distinct_hash64, distinct_hash48, distinct_hash64_2p, distinct_hash48_2p};
+        static const char *names[NV] = {"floor, AES hash, kept index, byte compare (baseline)",
+                                        "  hash only, 64-bit (63 bits + id array), one pass",
+                                        "  hash only, 48-bit tag + id in one word, one pass",
+                                        "  hash only, 64-bit, all hashed first, then inserted",
+                                        "  hash only, 48-bit tag, all hashed first, then inserted"};
+        static uint8_t text[MAX_TOKENS + 64];
+        uint64_t x = 0x2545F4914F6CDD1Dull;
+        for (size_t c = 0; c < 1 + nq + 48; c++) {
+            const uint8_t *t;
+            const uint32_t *ss, *ee;
+            size_t ntc;
+            if (c == 0) {
+                t = buf, ss = starts, ee = ends, ntc = split(buf, n, starts, ends);
+            } else if (c <= nq) {
+                t = vbuf[c - 1], ss = vs[c - 1], ee = ve[c - 1], ntc = vn[c - 1];
+            } else {
+                /* c % 3: tokens of 1-4 letters, of 1-40, or 16 fixed letters and 1-8 more (tokens
+                 * that differ only past their first 16 bytes) */
+                size_t len = 0, target = 64 + (c * 331) % 6000, mode = c % 3, letters = (c / 3) % 3 + 2;
+                while (len < target) {
+                    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                    size_t w = mode == 0 ? 1 + x % 4 : mode == 1 ? 1 + (x >> 8) % 40 : 17 + (x >> 8) % 8;
+                    for (size_t j = 0; j < w && len < target; j++) {
+                        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                        text[len++] = mode == 2 && j < 16 ? (uint8_t)('a' + j % 2) : (uint8_t)('a' + x % letters);
+                    }
+                    if (len < target)
+                        text[len++] = c % 5 ? ' ' : '\n';
+                }
+                memset(text + len, 0, 64);
+                t = text, ss = starts, ee = ends, ntc = split(text, len, starts, ends);
+            }
+            size_t expect = ids_oracle_any(t, ss, ee, ntc, want);
+            for (int v = c <= nq ? 0 : 1; v < NV; v++) {
+                if (v == 0 && ids_oracle(t, ss, ee, ntc, got) < 0)
+                    continue; /* the kept-index floor keys 16 bytes only */
+                memset(got, 0, ntc * sizeof got[0]);
+                if (fns[v](t, ss, ee, ntc, got) != expect || memcmp(got, want, ntc * 4)) {
+                    fprintf(stderr, "%s: ids disagree with the oracle on text %zu\n", names[v], c);
+                    return 1;
+                }
+            }
+        }
+        nt = split(buf, n, starts, ends);
+        static double t[2][NV][ROUNDS], ratio[2][NV][ROUNDS], delta[2][NV][ROUNDS];
+        for (int set = 0; set < 2; set++) {
+            for (int round = 0; round < ROUNDS; round++) {
+                for (int o = 0; o < NV; o++) {
+                    int v = (o + round) % NV;
+                    double t0 = now();
+                    if (set == 0) {
+                        for (int r = 0; r < REPS; r++)
+                            sink += fns[v](buf, starts, ends, nt, got);
+                        t[set][v][round] = (now() - t0) / REPS;
+                    } else {
+                        for (int r = 0; r < REPS_V; r++)
+                            for (size_t q = 0; q < nq; q++)
+                                sink += fns[v](vbuf[q], vs[q], ve[q], vn[q], got);
+                        t[set][v][round] = (now() - t0) / (REPS_V * (double)nq);
+                    }
+                }
+                for (int v = 1; v < NV; v++) {
+                    ratio[set][v][round] = t[set][v][round] / t[set][0][round];
+                    delta[set][v][round] = t[set][v][round] - t[set][0][round];
+                }
+            }
+            printf("%s (%d alternating rounds):\n", set ? "distinct alone, the 64 varied queries in turn"
+                                                        : "distinct alone, the benchmark query", ROUNDS);
+            for (int v = 0; v < NV; v++) {
+                qsort(t[set][v], ROUNDS, sizeof(double), cmp_double);
+                printf("%s: min %.3f us, median %.3f us", names[v], t[set][v][0] * 1e6, t[set][v][ROUNDS / 2] * 1e6);
+                if (v) {
+                    qsort(ratio[set][v], ROUNDS, sizeof(double), cmp_double);
+                    qsort(delta[set][v], ROUNDS, sizeof(double), cmp_double);
+                    printf("; / baseline per round: median %.3f (quartiles %.3f-%.3f), minus baseline %.3f us",
+                           ratio[set][v][ROUNDS / 2], ratio[set][v][ROUNDS / 4], ratio[set][v][3 * ROUNDS / 4],
+                           delta[set][v][ROUNDS / 2] * 1e6);
+                }
+                printf("\n");
+            }
         }
     }
     return sink == 0;

@@ -2,8 +2,10 @@
 
 Run: python bench/scan_floor.py    (needs gcc; builds into a temporary directory)
 Prints the C timings of a whitespace split + exact distinct count, and of the real kernel on the
-same query, then the Python call's own cost (empty, and with the one violation the benchmark query
-gets), and what 20x against the lesson's validator (timed here too) would leave for the kernel.
+same query, distinct counts by keyed hash alone against the byte-comparing one (on the query and on
+bench_scan's 64 varied queries), then the Python call's own cost (empty, and with the one violation
+the benchmark query gets), and what 20x against the lesson's validator (timed here too) would leave
+for the kernel.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_scan import QUERY, lesson_validator  # noqa: E402
+from bench_scan import QUERY, VARIED, lesson_validator  # noqa: E402
 
 from qdrant_guard._scan import scan_query  # noqa: E402
 
@@ -29,14 +31,15 @@ def _best(fn, number: int) -> float:
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        exe, query = Path(tmp) / "scan_floor", Path(tmp) / "query.txt"
+        exe, query, varied = Path(tmp) / "scan_floor", Path(tmp) / "query.txt", Path(tmp) / "varied.txt"
         query.write_bytes(QUERY.encode())
+        varied.write_bytes(b"\0".join(q.encode() for q in VARIED))
         subprocess.run(
             ["gcc", "-O3", "-std=gnu99", "-ffp-contract=off", "-fno-strict-aliasing", f"-I{ROOT / 'native'}",
              str(ROOT / "bench" / "scan_floor.c"), str(ROOT / "native" / "scan.c"), "-o", str(exe)],
             check=True,
         )
-        print(subprocess.run([str(exe), str(query)], check=True, capture_output=True, text=True).stdout, end="")
+        print(subprocess.run([str(exe), str(query), str(varied)], check=True, capture_output=True, text=True).stdout, end="")
     empty = _best(lambda: scan_query(""), 200_000)
     # The benchmark query is over max_repetition: its result carries one violation, whose objects
     # and detail text cost more than the empty result. A 3-token text with the same finding times
