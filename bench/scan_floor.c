@@ -18,7 +18,7 @@
  * (docs/performance-notes.md, 2026-12-06), but the same split in the real kernel, whose token loop
  * hashes as it extracts, made the kernel slower, so qg_scan does not use it.
  *
- * Last, two tables without the "is this token new" branch in the lookup (deferred insertion, keys
+ * Then two tables without the "is this token new" branch in the lookup (deferred insertion, keys
  * in the slots) against the AES floor with the scanner's kept index, each checked against the ids
  * of a byte-comparing oracle first; both were slower (docs/performance-notes.md, 2026-12-06).
  *
