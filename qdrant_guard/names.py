@@ -20,7 +20,8 @@ def _escaped(text: str) -> str:
     """``text`` with each character ``str.isprintable`` refuses (control and format characters,
     line and paragraph separators, surrogates; not the space) written as a backslash escape, and
     backslashes and single quotes escaped: the inside of bash's ``$'...'`` quotes (a character from
-    U+0080 to U+00FF as ``\\u00XX``, which bash writes in UTF-8; its ``\\xHH`` is the one byte)."""
+    U+0080 to U+00FF as ``\\u00XX``, which bash writes in UTF-8; its ``\\xHH`` is the one byte, which is
+    how U+DC80..U+DCFF, the bytes of a name that is not UTF-8 as Python reads them, are written)."""
     out = []
     for ch in text:
         if ch in "\\'":
@@ -31,6 +32,10 @@ def _escaped(text: str) -> str:
             out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t"}[ch])
         elif ord(ch) < 0x80:
             out.append(f"\\x{ord(ch):02x}")  # bash's \xHH is a byte: the character only below 0x80
+        elif 0xDC80 <= ord(ch) <= 0xDCFF:
+            # Python reads a byte of an argument that is not UTF-8 as U+DC80..U+DCFF (surrogateescape),
+            # as a local-mode collection directory's name; bash's \uDCXX would write other bytes.
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
         elif ord(ch) < 0x10000:
             out.append(f"\\u{ord(ch):04x}")
         else:
