@@ -55,15 +55,17 @@ class _Clock:
 
 
 def _compare(new, old, prefix, window_s, now, flip):
-    # Both read the same keys; a key the server expires between two reads is the only allowed
-    # difference, so the first store is read again after the second: the second's answer must
-    # equal one of the two.
+    # Both read the same keys; a key the server expires between the two reads is the only allowed
+    # difference. On a loaded machine several keys may expire between them (a re-read of the
+    # first store then differs again: review 35 saw 5 of 47 seeds fail so), so the answers must
+    # agree on every key both list, and each key only one lists must be gone from the server.
     first, second = (old, new) if flip else (new, old)
     a = first.entries_by_prefix(prefix, window_s=window_s, now=now)
     b = second.entries_by_prefix(prefix, window_s=window_s, now=now)
     if a != b:
-        a2 = first.entries_by_prefix(prefix, window_s=window_s, now=now)
-        assert b == a2, (prefix, window_s, now, a, b, a2)
+        assert all(a[key] == b[key] for key in set(a) & set(b)), (prefix, window_s, now, a, b)
+        live = [key for key in set(a) ^ set(b) if new.client.exists(new.prefix + key)]
+        assert not live, (prefix, window_s, now, live, a, b)
 
 
 @pytest.mark.parametrize("seed, batch", [(1, 500), (2, 500), (3, 2), (4, 1)])
