@@ -57,7 +57,7 @@ class _Clock:
 def _compare(new, old, prefix, window_s, now, flip):
     # Both read the same keys; a key the server expires between the two reads is the only allowed
     # difference. On a loaded machine several keys may expire between them (a re-read of the
-    # first store then differs again: review 35 saw 5 of 47 seeds fail so), so the answers must
+    # first store then differs again: review 35 saw 5 of 48 seeds fail so), so the answers must
     # agree on every key both list, and each key only one lists must be gone from the server.
     first, second = (old, new) if flip else (new, old)
     a = first.entries_by_prefix(prefix, window_s=window_s, now=now)
