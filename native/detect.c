@@ -941,10 +941,18 @@ static void chain(scan_t *s, size_t i) {
  * any mix, or by dots alone; not glued to a letter, and in one group not glued to a '.', ':' or
  * '/' that a digit is on the other side of (a decimal, a time, a path). The readers above leave
  * such a card unread or cut; cover_cards covers it. _card_floor of the reference. */
+/* Whether the digit group through k (its last digit for step -1, its first for +1) is glued to
+ * another by a dot on the side away from the card: "555.123.4111111111111111" is no decimal, as a
+ * decimal has one dot. _dot_run of the reference. */
+static int dot_run(const scan_t *s, int64_t k, int step) {
+    while (is_digit(at(s, k + step))) k += step;
+    return at(s, k + step) == '.' && is_digit(at(s, k + 2 * step));
+}
+
 static void card_floor(scan_t *s, size_t i) {
     int prev = at(s, (int64_t)i - 1);
     if (prev >= 0 && is_alpha(prev)) return;
-    int point = in_set(prev, ".:/") && is_digit(at(s, (int64_t)i - 2));
+    int point = in_set(prev, ".:/") && is_digit(at(s, (int64_t)i - 2)) && !(prev == '.' && dot_run(s, (int64_t)i - 2, -1));
     int g[5], ng = 0, dotted = -1;
     char d[20];
     size_t nd = 0, j = i;
@@ -960,7 +968,8 @@ static void card_floor(scan_t *s, size_t i) {
         if (nd >= 13 && card_groups_ok(g, ng, ' ') && iin_known(d) && luhn(d, (int)nd)) {
             int after = at(s, (int64_t)j);
             if (!(after >= 0 && is_alnum(after)) &&
-                !(ng == 1 && (point || (in_set(after, ".:/") && is_digit(at(s, (int64_t)j + 1))))))
+                !(ng == 1 && (point || (in_set(after, ".:/") && is_digit(at(s, (int64_t)j + 1)) &&
+                                        !(after == '.' && dot_run(s, (int64_t)j + 1, 1))))))
                 best = (int64_t)j;
         }
         if (ng == 5) break;
@@ -2243,11 +2252,12 @@ static int64_t glued_start(const scan_t *s, int64_t ab, int64_t a, int64_t limit
             while (g > limit && is_digit(at(s, g - 1 + d))) g--;
             glue = g;
         } else {
-            g = glue - 4 - (at(s, glue - 1 + d) == ' ');
+            g = glue - 4 - sep;
             if (!(g >= limit && at(s, g - 1 + d) == '(' && at(s, g + 3 + d) == ')' && is_digit(at(s, g + d)) &&
                   is_digit(at(s, g + 1 + d)) && is_digit(at(s, g + 2 + d))))
                 return a;
             glue = g - 1;
+            if (is_alpha(at(s, glue - 1 + d))) return g; /* the '(' parts the area code from the word */
         }
         if (is_alpha(at(s, glue - 1 + d))) return a;
         a = g;
@@ -2255,9 +2265,26 @@ static int64_t glued_start(const scan_t *s, int64_t ab, int64_t a, int64_t limit
     }
 }
 
+/* Whether ".a.b.c.d" at the byte b is an IPv4 address (each part 0-255, no leading zero) that
+ * nothing glues on to; _ipv4_tail of the reference. */
+static int ipv4_tail(const scan_t *s, int64_t b) {
+    for (int q = 0; q < 4; q++) {
+        if (at(s, b) != '.') return 0;
+        int64_t k = (int64_t)RUN_END(s, (size_t)(b + 1), is_digit, 4);
+        int64_t w = k - b - 1;
+        if (w < 1 || w > 3 || (w > 1 && s->b[b + 1] == '0')) return 0;
+        int v = 0;
+        for (int64_t r = b + 1; r < k; r++) v = v * 10 + (s->b[r] - '0');
+        if (v > 255) return 0;
+        b = k;
+    }
+    return !is_alpha(at(s, b)) && !dash_sep(s, b) && !(at(s, b) == '.' && is_digit(at(s, b + 1)));
+}
+
 /* Each CREDIT_CARD finding of s->out (disjoint, by start) run on over the digit groups glued
  * after it by a dot or a dash separator, up to a group that the next finding starts or covers or
- * that a letter is glued after; _glued_after of the reference. ascii: offsets are bytes (else code
+ * that a letter is glued after, the first group also after a single space when a dash separator
+ * glues the next to it, and not over a dotted IPv4 tail (ipv4_tail); _glued_after of the reference. ascii: offsets are bytes (else code
  * points, mapped to bytes by one cursor moving forward; the glue and digits are ASCII). */
 static void glued_after(const scan_t *s, int ascii) {
     qg_finding *it = s->out->items;
@@ -2270,6 +2297,14 @@ static void glued_after(const scan_t *s, int ascii) {
             for (; cp < end; pos_b++) cp += (s->b[pos_b] & 0xC0) != 0x80;
         int64_t b = ascii ? end : (int64_t)pos_b, d = b - end;
         int64_t limit = x + 1 < len ? it[x + 1].start : INT64_MAX;
+        if (ipv4_tail(s, b)) continue;
+        if (at(s, b) == ' ' && is_digit(at(s, b + 1))) {
+            /* a single space, then a number a dash glues on ("4111 1111 1111 1111 555-1234") */
+            int64_t k = (int64_t)RUN_END(s, (size_t)(b + 1), is_digit, s->n);
+            int w = dash_sep(s, k);
+            int64_t k2 = (int64_t)RUN_END(s, (size_t)(k + w), is_digit, s->n);
+            if (w && k - d <= limit && (k2 - d > limit || !is_alpha(at(s, k2)))) b = k;
+        }
         for (;;) {
             int w = dash_sep(s, b);
             if (!w && at(s, b) == '.' && is_digit(at(s, b + 1))) w = 1;
@@ -2308,7 +2343,10 @@ static int cover_cards(const scan_t *s, int ascii) {
         int64_t limit = lo ? f->items[lo - 1].end : 0;
         if (na && added[na - 1].end > limit) limit = added[na - 1].end;
         int64_t glued = limit <= cs ? glued_start(s, (int64_t)bs, cs, limit) : cs;
-        if (glued < cs && lo < f->len && f->items[lo].start == cs) {
+        if (glued < cs && lo < f->len && f->items[lo].start == cs && f->items[lo].type == QG_CREDIT_CARD) {
+            f->items[lo].start = glued; /* the card is a card finding already: it starts at the glued groups */
+            glued = cs;
+        } else if (glued < cs && lo < f->len && f->items[lo].start == cs) {
             /* the card is a finding already: the groups glued to it are a stretch of their own */
             qg_finding *grown = room(added, &cap, na, sizeof *grown, 16);
             if (!grown) {
@@ -2339,6 +2377,9 @@ static int cover_cards(const scan_t *s, int ascii) {
                 if (a < e && na && added[na - 1].end == pos && pos > cs) {
                     /* the stretch goes on one this card already reaches into: one placeholder */
                     added[na - 1].end = e;
+                } else if (a < e && from_f && f->items[k].type == QG_CREDIT_CARD) {
+                    /* the stretch runs into a card finding: that finding starts where it does */
+                    f->items[k].start = a == cs ? glued : a;
                 } else if (a < e) {
                     if (a == cs) a = glued;
                     qg_finding *grown = room(added, &cap, na, sizeof *grown, 16);

@@ -710,7 +710,7 @@ def _card_floor(text: str, i: int) -> list[tuple[int, int]]:
     if prev in _LETTERS:
         return []
     # a decimal, a time or a path component before the card: only a card of several groups
-    point = prev in ".:/" and _at(text, i - 2) in _DIGITS
+    point = prev in ".:/" and _at(text, i - 2) in _DIGITS and not (prev == "." and _dot_run(text, i - 2, -1))
     groups: list[int] = []
     d = ""
     dotted = None
@@ -726,7 +726,8 @@ def _card_floor(text: str, i: int) -> list[tuple[int, int]]:
         if len(d) >= 13 and _card_groups_ok(groups, " ") and _iin_known(d) and _luhn(d):
             after = _at(text, j)
             if after not in _ALNUM and not (len(groups) == 1 and (point or (
-                    after in ".:/" and _at(text, j + 1) in _DIGITS))):
+                    after in ".:/" and _at(text, j + 1) in _DIGITS
+                    and not (after == "." and _dot_run(text, j + 1, 1))))):
                 best = j
         if len(groups) == 5:
             break
@@ -742,13 +743,23 @@ def _card_floor(text: str, i: int) -> list[tuple[int, int]]:
     return [(i, best)] if best >= 0 else []
 
 
+def _dot_run(text: str, k: int, step: int) -> bool:
+    # Whether the digit group through k (its last digit for step -1, its first for +1) is glued
+    # to another by a dot on the side away from the card: "555.123.4111111111111111" is no
+    # decimal, as a decimal has one dot ("0.4111111111111111" stays unread).
+    while _at(text, k + step) in _DIGITS:
+        k += step
+    return _at(text, k + step) == "." and _at(text, k + 2 * step) in _DIGITS
+
+
 def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
                  floors: list[tuple[int, int]]) -> list[tuple[int, int, str, str]]:
     """The findings ``taken`` (disjoint, sorted by start) and a CREDIT_CARD finding for each
     stretch of a card of ``floors`` (:func:`_card_floor`; sorted by start) that they leave
     uncovered, from its first digit to its last: no digit of such a card stays in the clear, and
     no finding is changed ("555 123-4111 1111 1111 1111" is ``[PHONE] [CREDIT_CARD]``: the phone
-    number read across the card's first group, the card's rest)."""
+    number read across the card's first group, the card's rest) but a CREDIT_CARD finding that
+    such a stretch runs into, which starts at the stretch instead (one placeholder)."""
     if not floors:
         return taken
     starts = [c[0] for c in taken]
@@ -760,8 +771,13 @@ def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
         k = bisect_left(starts, s)
         limit = max(taken[k - 1][1] if k else 0, added[-1][1] if added else 0)
         glued = _glued_start(text, s, limit) if limit <= s else s
-        if glued < s and k < len(taken) and taken[k][0] == s:
-            # The card is a finding already: the groups glued to it are a stretch of their own.
+        if glued < s and k < len(taken) and taken[k][0] == s and taken[k][2] == "CREDIT_CARD":
+            # The card is a card finding already: it starts where the groups glued to it do.
+            taken[k] = (glued, *taken[k][1:])
+            starts[k] = glued
+            glued = s
+        elif glued < s and k < len(taken) and taken[k][0] == s:
+            # The card is a finding of another type: the groups glued to it are a stretch of their own.
             end = s
             while text[end - 1] not in _DIGITS:
                 end -= 1
@@ -772,20 +788,20 @@ def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
         m = len(added)
         while m and added[m - 1][1] > s:
             m -= 1
-        near = []
+        near = []  # (start, end, index in taken or -1)
         while k < len(taken) and taken[k][0] < e:
-            near.append(taken[k])
+            near.append((taken[k][0], taken[k][1], k))
             k += 1
-        near += [c for c in added[m:] if c[0] < e]
+        near += [(c[0], c[1], -1) for c in added[m:] if c[0] < e]
         gaps = []
         pos = s
         for c in sorted(near):
             if c[0] > pos:
-                gaps.append((pos, c[0]))
+                gaps.append((pos, c[0], c[2]))
             pos = max(pos, c[1])
         if pos < e:
-            gaps.append((pos, e))
-        for a, b in gaps:
+            gaps.append((pos, e, -1))
+        for a, b, t in gaps:
             a0 = a
             while text[a] not in _DIGITS:
                 a += 1
@@ -794,6 +810,11 @@ def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
             if a < b and added and added[-1][1] == a0 > s:
                 # The stretch goes on one this card already reaches into: one placeholder.
                 added[-1] = (added[-1][0], b, "CREDIT_CARD", "luhn")
+            elif a < b and t >= 0 and taken[t][2] == "CREDIT_CARD":
+                # The stretch runs into a card finding: that finding starts where the stretch does
+                # ("123 - 45 - 6789 - 4111 1111 1111 1111" is one placeholder).
+                taken[t] = (glued if a == s else a, *taken[t][1:])
+                starts[t] = taken[t][0]
             elif a < b:
                 added.append((glued if a == s else a, b, "CREDIT_CARD", "luhn"))
     return _glued_after(text, sorted(taken + added))
@@ -803,12 +824,25 @@ def _glued_after(text: str, found: list[tuple[int, int, str, str]]) -> list[tupl
     """``found`` with each CREDIT_CARD finding run on over the digit groups glued after it by a
     dot or a dash separator (:func:`_dash_sep`), up to a group that the next finding starts or
     covers or that a letter is glued after: the readers refuse a number that follows a card by a
-    dash or a dot, so "4111 1111 1111 1111-555-123-4567" would keep a phone number in the clear."""
+    dash or a dot, so "4111 1111 1111 1111-555-123-4567" would keep a phone number in the clear.
+    The first group may follow by a single space when a dash separator glues the next group to it
+    ("4111 1111 1111 1111 555-1234"); a dotted tail that is an IPv4 address and ends the run
+    (:func:`_ipv4_tail`) is left out ("4111 1111 1111 1111.10.0.0.1")."""
     for x, (a, end, label, how) in enumerate(found):
         if label != "CREDIT_CARD":
             continue
         limit = found[x + 1][0] if x + 1 < len(found) else len(text)
         b = end
+        if _ipv4_tail(text, b):
+            continue
+        if _at(text, b) == " " and _at(text, b + 1) in _DIGITS:
+            # A single space, then a number a dash glues on ("4111 1111 1111 1111 555-1234"): no
+            # reader reads a 7-digit local number; a lone group (" 2024", " 12 items") stays apart.
+            k = _run_end(text, b + 1, _DIGITS, len(text))
+            w = _dash_sep(text, k)
+            k2 = _run_end(text, k + w, _DIGITS, len(text))
+            if w and k <= limit and (k2 > limit or _at(text, k2) not in _LETTERS):
+                b = k  # the loop takes the groups after it, up to the next finding
         while True:
             w = _dash_sep(text, b) or (_at(text, b) == "." and _at(text, b + 1) in _DIGITS)
             k = _run_end(text, b + w, _DIGITS, len(text))
@@ -819,12 +853,27 @@ def _glued_after(text: str, found: list[tuple[int, int, str, str]]) -> list[tupl
     return found
 
 
+def _ipv4_tail(text: str, b: int) -> bool:
+    # Whether ".a.b.c.d" at b is an IPv4 address (each part 0-255, no leading zero) that nothing
+    # glues on to: no digit of a card or a phone number is left out with it (the readers take no
+    # 4-part dotted number of 1-3 digit parts for a phone number either).
+    for _ in range(4):
+        k = _run_end(text, b + 1, _DIGITS, 4)
+        if _at(text, b) != "." or not 1 <= k - b - 1 <= 3 or (k - b > 2 and text[b + 1] == "0") \
+                or int(text[b + 1:k]) > 255:
+            return False
+        b = k
+    return _at(text, b) not in _LETTERS and not _dash_sep(text, b) and not (
+        _at(text, b) == "." and _at(text, b + 1) in _DIGITS)
+
+
 def _glued_start(text: str, a: int, limit: int) -> int:
     """Where the stretch of a card from the digit ``a`` starts once the uncovered digit groups glued
     before it (from ``limit`` on) are taken in: none when the card is joined to them by a space
     and not followed by a dash, else each group joined to the next by a single space, a dot or a
-    dash separator (:func:`_dash_sep`), or a parenthesised area code (``(555) `` or ``(555)``)
-    before the group, back to a group or area code with a letter glued before it. The readers
+    dash separator (:func:`_dash_sep`), or a parenthesised area code (``(555)`` joined to the group
+    by nothing or by such a glue: ``(555) ``, ``(555)-``) before the group, back to a group with a
+    letter glued before it (left out) or an area code with one (taken in: ``x(555) 123-...``). The readers
     refuse every number there, as none ends before a dash and a digit, so an SSN or a phone
     number glued to the card would keep its first groups in the clear ("123-45-6789-4111 1111
     1111 1111", "555 123-4111-1111-1111-1111", "(555) 123-4111-1111-1111-1111",
@@ -840,11 +889,13 @@ def _glued_start(text: str, a: int, limit: int) -> int:
                 g -= 1
             glue = g
         else:
-            g = glue - 4 - (_at(text, glue - 1) == " ")
+            g = glue - 4 - sep
             if not (g >= limit and _at(text, g - 1) == "(" and _at(text, g + 3) == ")"
                     and all(_at(text, q) in _DIGITS for q in range(g, g + 3))):
                 return a
             glue = g - 1
+            if _at(text, glue - 1) in _LETTERS:
+                return g  # the "(" parts the area code from the word: "x(555) 123-4111 ..."
         if _at(text, glue - 1) in _LETTERS:
             return a
         a = g

@@ -5,7 +5,8 @@ half random digits, spaces, dashes and dots) through both detector twins, compar
 and checks every card the brute-force enumeration of the test finds for a digit no finding covers,
 every valid SSN or phone prefix glued before such a card by a dash (tests/test_glued_card2.py), and
 every phone prefix with a parenthesised area code or joined by dots glued before one by a dash or a
-dot (tests/test_glued_card3.py).
+dot (tests/test_glued_card3.py), and every dash-joined number after a card and a single space or
+one-group card between dot-joined groups (tests/test_glued_card5.py).
 Run from the repository root: ``PYTHONPATH=$PWD python scripts/glued_card_check.py [N] [SEED]``.
 """
 from __future__ import annotations
@@ -17,14 +18,15 @@ from qdrant_guard import _detect, _detect_py
 from tests.test_glued_card import _random_text, cards, clear
 from tests.test_glued_card2 import glued, glued_clear, glued_text
 from tests.test_glued_card3 import glued3, glued3_clear, glued3_text
+from tests.test_glued_card5 import one_group, tail_text, tails, tails_clear
 
 
 def main(n: int = 20000, seed: int = 20261206) -> int:
     rng = random.Random(seed)
-    differ = leaks = seen = near = near3 = 0
-    shapes = (_random_text, glued_text, _random_text, glued3_text)
+    differ = leaks = seen = near = near3 = near5 = 0
+    shapes = (_random_text, glued_text, _random_text, glued3_text, tail_text)
     for t in range(n):
-        text = shapes[(t // 2) % 4](rng) if t % 2 else "".join(
+        text = shapes[(t // 2) % 5](rng) if t % 2 else "".join(
             rng.choice("0123456789      ----..()+x") for _ in range(rng.randint(1, 60)))
         native = _detect.find_spans(text)
         if native != _detect_py.find_spans(text):
@@ -33,11 +35,13 @@ def main(n: int = 20000, seed: int = 20261206) -> int:
         seen += len(cards(text))
         near += len(glued(text))
         near3 += len(glued3(text))
-        if clear(text, native) or glued_clear(text, native) or glued3_clear(text, native):
+        near5 += len(tails(text)) + len(one_group(text))
+        lost = clear(text, native) + glued_clear(text, native) + glued3_clear(text, native) + tails_clear(text, native)
+        if lost:
             leaks += 1
-            print("clear:", repr(text), clear(text, native), glued_clear(text, native), glued3_clear(text, native))
+            print("clear:", repr(text), lost)
     print(f"texts {n}, cards {seen}, glued SSNs/phone prefixes {near}, glued area-coded/dotted phone prefixes "
-          f"{near3}, native != twin {differ}, "
+          f"{near3}, dash-joined numbers after a space or dotted one-group cards {near5}, native != twin {differ}, "
           f"texts with a digit of a card or of a glued number in the clear {leaks}")
     return 1 if differ or leaks else 0
 

@@ -107,7 +107,9 @@ def test_no_finding_where_no_card_is_glued(text):
     ("555 123-4111 1111 1111 1111", "[PHONE] [CREDIT_CARD]"),  # a finding is never changed
     # The cost: whatever is glued is taken in, typed CREDIT_CARD (a date, a count before a dash).
     ("2023-10-15-4111-1111-1111-1111", "[CREDIT_CARD]"),
-    ("qty 2 4111-1111-1111-1111", "qty [CREDIT_CARD] [CREDIT_CARD]"),
+    # One placeholder since h-card5 (the stretch moves the card finding's start; was
+    # qty [CREDIT_CARD] [CREDIT_CARD]).
+    ("qty 2 4111-1111-1111-1111", "qty [CREDIT_CARD]"),
 ])
 def test_what_is_not_taken_in(text, redacted):
     _spans(text)
