@@ -113,12 +113,10 @@ def test_an_area_code_glued_before_a_card_keeps_no_digit_in_the_clear(prefix, gl
     assert [k for k, ch in enumerate(text) if ch.isdigit() and k not in covered] == [], (text, spans)
 
 
-@pytest.mark.parametrize("before", ("555.123.", "1.555.123.", "2023.10.", ""))
-@pytest.mark.parametrize("after", (".555.1234", ".1.2", ""))
+@pytest.mark.parametrize(("before", "after"), [
+    (b, a) for b in ("555.123.", "1.555.123.", "2023.10.", "") for a in (".555.1234", ".1.2", "") if a or b])
 @pytest.mark.parametrize("length", [13, 16, 19])
 def test_a_one_group_card_between_dotted_groups_keeps_no_digit_in_the_clear(before, after, length):
-    if not before and not after:
-        return
     text = f"q {before}{card(length)}{after} r"
     _spans(text)
     assert redact(text) == "q [CREDIT_CARD] r", text
