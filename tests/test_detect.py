@@ -102,7 +102,9 @@ POSITIVES = [
     # the digits of that card reading that the later finding leaves are a card stretch of their
     # own, so neither reading has a digit in the clear (tests/test_glued_card.py)
     ("4000 1005 1111 123 45 6789", [("CREDIT_CARD", "4000 1005 1111", "luhn"), ("SSN", "123 45 6789", "ssa-rules")]),
-    ("4008 4111 1111 1111 1111", [("CREDIT_CARD", "4008", "luhn"), ("CREDIT_CARD", "4111 1111 1111 1111", "luhn")]),
+    # two overlapping card readings: the stretch 4008 runs into the card finding, which starts there
+    # (one placeholder since h-card5; was 4008 and 4111 1111 1111 1111 apart)
+    ("4008 4111 1111 1111 1111", [("CREDIT_CARD", "4008 4111 1111 1111 1111", "luhn")]),
     # a card glued to a longer dashed run: the card and the group glued after it (h-card4)
     ("4111-1111-1111-1111-4012", [("CREDIT_CARD", "4111-1111-1111-1111-4012", "luhn")]),
 ]
