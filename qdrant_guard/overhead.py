@@ -45,6 +45,7 @@ from .overhead_report import (
     stats_us,
 )
 from .overhead_setup import (
+    budget_unused_note,
     listed_policy,
     read_credential,
     scratch_config,
@@ -519,7 +520,7 @@ def measure_overhead(
     client: Any = None
     created: list[str] = []
     try:
-        cfg, notes = scratch_config(cfg, tmp, collection, name, pol)
+        cfg, notes = scratch_config(cfg, tmp, collection, name, pol, kept=workdir is not None)
         if throwaway_credentials:
             cfg, credential, read_credential, more = with_throwaway_authorities(cfg, pol, write_boundary, read_boundary)
             notes = more + notes
@@ -576,6 +577,9 @@ def measure_overhead(
             created.append(n)
 
         n_sources = sources or (50 if points >= 50 * 20 else max(1, points // 20))
+        unused = budget_unused_note(pol, n_sources)
+        if unused is not None:
+            notes.append(unused)
         bed = _Bed(client, reader, name, raw_name, writer_label, reader_label, pol, rounds, seed, progress)
         up, up_replays = _time_upserts(bed, points=points, dim=dim, batch=batch, n_sources=n_sources)
         q, q_replays, short = _time_queries(bed, points=points, dim=dim, queries=queries, limit=limit,

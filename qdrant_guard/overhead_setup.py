@@ -78,19 +78,22 @@ def with_throwaway_authorities(cfg: GuardConfig, pol: CollectionPolicy, write_bo
 
 
 def scratch_config(cfg: GuardConfig, tmp: Path, collection: str, scratch: str,
-                    pol: CollectionPolicy) -> tuple[GuardConfig, list[str]]:
-    """``cfg`` with its side effects moved into ``tmp``: nothing of the user's is written."""
+                    pol: CollectionPolicy, *, kept: bool = False) -> tuple[GuardConfig, list[str]]:
+    """``cfg`` with its side effects moved into ``tmp``: nothing of the user's is written.
+    ``kept``: ``tmp`` is the user's ``--workdir``, which outlives the run."""
     notes: list[str] = []
     update: dict[str, Any] = {}
+    # With --workdir the files stay, and the user looks for them there.
+    where = (lambda f: f"{tmp / f} (in --workdir, kept)") if kept else (lambda f: "a temporary file")
     if cfg.audit_log is not None:
         update["audit_log"] = str(tmp / "audit.jsonl")
-        notes.append(f"audit log written to a temporary file, not {cfg.audit_log} (fsync "
+        notes.append(f"audit log written to {where('audit.jsonl')}, not {cfg.audit_log} (fsync "
                      f"{'on' if cfg.audit_fsync else 'off'}, as the policy says)")
     else:
         notes.append("the policy sets no audit_log: decisions go to `logging` only, as the policy says")
     if cfg.budget_store.startswith("sqlite"):
         update["budget_store"] = f"sqlite:///{tmp / 'budget.db'}"
-        notes.append("extraction budgets kept in a temporary sqlite file, not the policy's budget_store")
+        notes.append(f"extraction budgets kept in {where('budget.db')}, not the policy's budget_store")
     elif cfg.budget_store != "memory":
         update["budget_store"] = "memory"
         notes.append(f"budget_store {cfg.budget_store.split('@')[-1]!r} replaced by 'memory' so the run "
@@ -103,6 +106,20 @@ def scratch_config(cfg: GuardConfig, tmp: Path, collection: str, scratch: str,
         update["collections"] = {**cfg.collections, scratch: pol}
         notes.append(f"scratch collection {scratch!r} guarded by the policy of {collection!r}")
     return cfg.model_copy(update=update), notes
+
+
+def budget_unused_note(pol: CollectionPolicy, n_sources: int) -> str | None:
+    """A note when the collection's extraction budget restricts itself to sources the run's points
+    (``doc0`` .. ``doc{n_sources - 1}``) never carry: no read is then charged to it."""
+    div = pol.diversity
+    if not div.enabled or div.max_source_coverage is None or not div.restricted_sources:
+        return None
+    if any(s == f"doc{i}" for s in div.restricted_sources for i in range(n_sources)):
+        return None
+    return (f"the extraction budget (max_source_coverage {div.max_source_coverage}) applies only to "
+            f"restricted_sources {list(div.restricted_sources)}, none of which the run's points carry "
+            f"(their sources are doc0 .. doc{n_sources - 1}): no point was charged to it, so the "
+            "budget's admissions are NOT in these figures")
 
 
 def shown_url(url: str) -> str:
