@@ -20,7 +20,7 @@ from .errors import ConfigError, GuardArgumentTypeError, QdrantGuardError
 from .noise import CALIBRATED_VERSIONS, PRIVATE_RNG_IDS, calibrated_lattice_step
 from .names import shell_quote
 from .noise_params import DTYPES
-from .pipeline import Call, Offload, Op
+from .pipeline import Call, Offload, Op, mark_audited
 from .policy import CollectionPolicy, toml_str
 from .receipts import RECEIPT_KEY
 from .sources import path_head
@@ -275,9 +275,10 @@ class QueryChecks(TextOps):
         return left
 
     def _refuse_query_embedder_model(self, op: str, name: str, pol: CollectionPolicy, using: Any) -> None:
-        """Refuse (ConfigError), before anything is embedded or sent, a query ``models.Document`` the
-        guard would embed with an embedder naming another model than the policy declares
-        (``utility.embedding_model(s)``) for the vector queried (``using``; None: the unnamed one).
+        """Refuse (ConfigError, audited as QUERY_REJECTED: :meth:`_model_refusal`), before anything is
+        embedded or sent, a query ``models.Document`` the guard would embed with an embedder naming
+        another model than the policy declares (``utility.embedding_model(s)``) for the vector
+        queried (``using``; None: the unnamed one).
 
         An embedder that names no model passes: the guard cannot tell which model it is."""
         vname = str.__str__(using) if isinstance(using, str) else ""  # its characters, as qdrant-client sends it
@@ -288,47 +289,68 @@ class QueryChecks(TextOps):
         if have is None or same_model(have, declared):
             return
         have = str.__str__(have)
-        raise ConfigError(
+        raise self._model_refusal(
+            op, name, pol,
             f"{op}: the query is a models.Document for vector {vname or '<unnamed>'!r} of collection {name!r}, "
             f"which the guard would embed with its embedder's model {have!r}, but the policy "
             f"({self.config.source_path or '<GuardConfig>'}) declares {key} = {toml_str(declared)} for that vector: "
             "vectors of two models do not rank against each other, so the results would be ordered by nothing "
             "the query and the stored vectors share. Pass embedder= "
             f"an embedder of {declared!r} (its model_id names the model), or correct {key} if this collection's "
-            f"vectors come from {have!r}. Nothing was embedded or sent"
-        )
+            f"vectors come from {have!r}. Nothing was embedded or sent",
+            {"where": "query", "form": "Document", "embedded_by": "embedder", "vector_name": vname,
+             "model": have, "declared": declared, "key": key})
 
     def _refuse_query_document_model(self, op: str, name: str, pol: CollectionPolicy, document: Any,
                                      using: Any) -> None:
-        """Refuse (ConfigError), before anything is checked or sent, a query ``models.Document``
-        that qdrant-client's inference would embed (the guard has no embedder) with another model
-        than the policy declares (``utility.embedding_model(s)``) for the vector queried."""
+        """Refuse (ConfigError, audited as QUERY_REJECTED), before anything is checked or sent, a
+        query ``models.Document`` that qdrant-client's inference would embed (the guard has no
+        embedder) with another model than the policy declares (``utility.embedding_model(s)``) for
+        the vector queried."""
         vname = str.__str__(using) if isinstance(using, str) else ""  # its characters, as qdrant-client sends it
         self._refuse_inference_model(op, name, pol, vname, document, "the query is a models.Document", "Document")
 
     def _refuse_inference_model(self, op: str, name: str, pol: CollectionPolicy, vname: str, value: Any,
-                                what: str, kind: str) -> None:
+                                what: str, kind: str, where: str = "query") -> None:
         # The ConfigError for an inference input (Document or Image) naming another model than the
         # one the policy declares for vector ``vname``; nothing when none is declared or it matches.
         declared, key = pol.utility.declared_model(vname)
         if declared is None or not isinstance(value.model, str) or same_model(value.model, declared):
             return
         model = str.__str__(value.model)
-        raise ConfigError(
+        raise self._model_refusal(
+            op, name, pol,
             f"{op}: {what} for vector {vname or '<unnamed>'!r} of collection {name!r} "
             f"naming model {model!r}, which qdrant-client's inference would embed it with, "
             f"but the policy ({self.config.source_path or '<GuardConfig>'}) declares {key} = {toml_str(declared)} "
             "for that vector: vectors of two models do not rank against each other. Name "
             f"model={declared!r} in the {kind}, or correct {key} if this collection's vectors come from "
-            f"{model!r}. Nothing was sent"
-        )
+            f"{model!r}. Nothing was sent",
+            {"where": where, "form": kind, "embedded_by": "inference", "vector_name": vname,
+             "model": model, "declared": declared, "key": key})
+
+    def _model_refusal(self, op: str, name: str, pol: CollectionPolicy, message: str,
+                       details: dict[str, Any]) -> ConfigError:
+        """The ConfigError of a query refused for its embedding model (the policy's
+        ``utility.embedding_model(s)`` names another for the vector queried), audited first as the
+        guard's other query refusals are: QUERY_REJECTED, the message as its directive, and
+        ``details`` with ``reason = "model_mismatch"``, where and in what form the model is named,
+        the vector, both model names and the policy key. Still a ConfigError (the fix is the
+        caller's model or the policy's, as before); its ``manifest_digest`` is the entry's hash."""
+        digest = self.record(self.decision(op, name, pol, Verdict.QUERY_REJECTED, message,
+                                           details={"reason": "model_mismatch", **details}))
+        err = ConfigError(message)
+        err.manifest_digest = digest  # type: ignore[attr-defined]
+        mark_audited(err)
+        return err
 
     def _refuse_query_image_models(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
                                    found: list[tuple[str, Any]]) -> None:
-        """Refuse (ConfigError), before anything is checked or sent, a ``models.Image`` anywhere in
-        the query (``found``: its inputs by path) naming another model than the policy declares for
-        the vector of the query or prefetch it is in: qdrant-client's inference embeds an Image with
-        the model it names, as it does a Document (the guard never embeds one)."""
+        """Refuse (ConfigError, audited as QUERY_REJECTED), before anything is checked or sent, a
+        ``models.Image`` anywhere in the query (``found``: its inputs by path) naming another model
+        than the policy declares for the vector of the query or prefetch it is in: qdrant-client's
+        inference embeds an Image with the model it names, as it does a Document (the guard never
+        embeds one)."""
         using = {"query": args.get("using")}
         for path, p in iter_prefetch(args.get("prefetch"), "prefetch"):
             using[f"{path}.query"] = p.using
@@ -338,7 +360,7 @@ class QueryChecks(TextOps):
             # A prefetch's inputs are at "<its path>.query..." (no input path below holds ".query").
             level = where[:where.rindex(".query") + 6] if ".query" in where else "query"
             vname = str.__str__(using[level]) if isinstance(using[level], str) else ""
-            self._refuse_inference_model(op, name, pol, vname, value, f"{where} is a models.Image", "Image")
+            self._refuse_inference_model(op, name, pol, vname, value, f"{where} is a models.Image", "Image", where)
 
     def _embed_query(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> Op:
         """The guard's embedding of a query's (checked) Document text, a refusal audited either way:
