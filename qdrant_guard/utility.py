@@ -1254,15 +1254,18 @@ def add_calibrate_arguments(parser: Any) -> None:
                              "for tests and demos")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument(
-        "--query-text", default="generalized", choices=QUERY_TEXT_MODES,
+        "--query-text", default=SUPPRESS, choices=QUERY_TEXT_MODES,
         help="what text queries look like when embedded: PII redacted and identifiers generalised, "
              "as the guard does by default (generalized), PII redacted only, for collections with "
-             "generalize_identifiers = false (redacted), or as given (raw)",
+             "generalize_identifiers = false (redacted), identifiers generalised with PII kept, for "
+             "redact_query_text = false or redact_pii = false (generalized-unredacted), or as given "
+             "(raw). Default: what --policy's collection does to query text (its query.redact_query_text, "
+             "redact_pii and generalize_identifiers), else generalized; given, it wins over the policy",
     )
 
 
 #: ``qdrant-guard calibrate --query-text`` choices (see :func:`query_text_transform`).
-QUERY_TEXT_MODES = ("raw", "redacted", "generalized")
+QUERY_TEXT_MODES = ("raw", "redacted", "generalized", "generalized-unredacted")
 
 
 def query_text_transform(mode: str) -> Callable[[str], str]:
@@ -1270,7 +1273,9 @@ def query_text_transform(mode: str) -> Callable[[str], str]:
 
     ``"raw"``: nothing; ``"redacted"``: :func:`qdrant_guard.detect.redact`
     (``redact_query_text = true`` with ``generalize_identifiers = false``); ``"generalized"``: that,
-    then :func:`qdrant_guard.identifiers.generalize_identifiers` (the guard's default).
+    then :func:`qdrant_guard.identifiers.generalize_identifiers` (the guard's default);
+    ``"generalized-unredacted"``: the generalisation alone (PII kept by ``redact_query_text = false``
+    or ``redact_pii = false``, identifiers still generalised).
     """
     from .detect import redact
     from .identifiers import generalize_identifiers
@@ -1281,7 +1286,21 @@ def query_text_transform(mode: str) -> Callable[[str], str]:
         return redact
     if mode == "generalized":
         return lambda text: generalize_identifiers(redact(text))
+    if mode == "generalized-unredacted":
+        return generalize_identifiers
     raise GuardArgumentValueError(f"query text mode must be one of {QUERY_TEXT_MODES}, got {mode!r}")
+
+
+def policy_query_text_mode(pol: Any) -> str:
+    """The :data:`QUERY_TEXT_MODES` entry of what a guard under collection policy ``pol`` does to a
+    query's text before embedding it: PII redacted when both ``query.redact_query_text`` and
+    ``redact_pii`` are on (``QueryChecks`` keeps PII when either is off), identifiers generalised
+    when ``generalize_identifiers`` is (calibrate takes no PUBLIC collection, where it is not).
+    Credentials, which the guard redacts or refuses whatever these say, are left to the text."""
+    redacts = bool(pol.query.redact_query_text and pol.redact_pii)
+    if pol.generalize_identifiers:
+        return "generalized" if redacts else "generalized-unredacted"
+    return "redacted" if redacts else "raw"
 
 
 def _read_jsonl(path: str) -> list[tuple[str, Any]]:
@@ -1449,7 +1468,12 @@ def run_calibrate_cli(args: Any) -> int:
             qrels[q] = relevant
     embedder = None
     if queries and isinstance(queries[0], str):
-        embedder = _CliQueryEmbedder(query_text_transform(get("query_text", "generalized")))  # the CLI default
+        mode = get("query_text") or (policy_query_text_mode(pol) if pol is not None else "generalized")
+        if pol is not None and get("query_text") and mode != policy_query_text_mode(pol):
+            print(f"warning: --query-text {mode} embeds the queries otherwise than the guard of --policy {section} "
+                  f"does ({policy_query_text_mode(pol)}), so the record measures other query vectors than that "
+                  "guard's; drop --query-text to take the policy's", file=sys.stderr)
+        embedder = _CliQueryEmbedder(query_text_transform(mode))
         named = opts["embedding_model"]
         if named is not None and not same_model(named, embedder.model_id):
             raise GuardArgumentValueError(

@@ -839,7 +839,10 @@ def test_documented_option_values_parse():
     add_calibrate_arguments(cal)
     base = ["--path", "x", "--collection", "c", "--queries", "q.jsonl", "--out", "r.json"]
     assert cal.parse_args(base + ["--clip-norm", "none"]).clip_norm is None  # docs/eval.md
-    assert cal.parse_args(base).query_text == "generalized"  # "--query-text generalized by default"
+    # "--query-text generalized by default" without --policy; absent from the namespace, so that
+    # --policy can tell a given mode from the default (run_calibrate_cli resolves it).
+    assert not hasattr(cal.parse_args(base), "query_text")
+    assert cal.parse_args(base + ["--query-text", "generalized-unredacted"]).query_text == "generalized-unredacted"
     assert eval_parser().parse_args(["--no-generalize-identifiers"]).generalize_identifiers is False
     assert eval_parser().parse_args([]).seed == 0  # `make eval` = `qdrant-guard eval --seed 0 --out docs/eval-report`
 
