@@ -79,12 +79,20 @@ def toml_key(name: str) -> str:
 def toml_str(text: str) -> str:
     """``text`` as a TOML basic string, whose escapes are JSON's: the C0 controls and DEL must be
     escaped, and every other unprintable character is too (``\\uXXXX``, ``\\UXXXXXXXX``: TOML's
-    escapes), so the string stays on one line and shows no bidirectional override."""
+    escapes), so the string stays on one line and shows no bidirectional override.
+
+    A lone surrogate (a Python str from code may hold one; no TOML file can) has no TOML escape:
+    TOML's ``\\uXXXX`` must name a Unicode scalar value, and ``tomllib`` refuses the whole document
+    for ``\\uD800``. It is written as the escape's text (``\\\\ud800``, which TOML reads back as a
+    backslash, ``u`` and four hex digits), the spelling the audit log gives such a character, so
+    the output stays valid TOML; it then names that text, not the name (a policy cannot name it)."""
     body = json.dumps(text, ensure_ascii=False)[1:-1]
     out = []
     for ch in body:
         if ch.isprintable() or ch == " ":
             out.append(ch)
+        elif 0xD800 <= ord(ch) <= 0xDFFF:
+            out.append(f"\\\\u{ord(ch):04x}")
         elif ord(ch) < 0x10000:
             out.append(f"\\u{ord(ch):04x}")
         else:
