@@ -489,6 +489,22 @@ def query_noise_key(key: bytes) -> bytes:
     return out
 
 
+_SCALE_SLACK = 1e-12
+
+
+def release_bounds(mechanism: str, epsilon: float, delta: float, radius: float, dim: int) -> tuple[float, float]:
+    """The least ``scale`` and the coarsest ``lattice_step`` :func:`check_release` accepts in a
+    release of these parameters (whatever its clip_norm, dtype or generator, which it checks
+    apart), for a check that cannot recompute the calibration per release (a Qdrant filter).
+
+    Raises:
+        TypeError, ValueError: the parameters cannot be calibrated (:func:`check_release` then
+            refuses every release of them).
+    """
+    want = _params(mechanism, epsilon, delta, radius, None, dim, "float32", RNG_KEYED)
+    return want.scale * (1.0 - _SCALE_SLACK), want.lattice_step
+
+
 def check_release(params: NoiseParams) -> str | None:
     """Return why signed release ``params`` are not a private release at the calibrated scale, or None.
 
@@ -517,7 +533,7 @@ def check_release(params: NoiseParams) -> str | None:
         return f"the noise parameters cannot be calibrated: {exc}"
     # 1e-12 relative: the calibration's own float precision (a more accurate evaluation of delta
     # moved some calibrations by 4e-14), so receipts signed before such a change still check.
-    if not params.scale >= want.scale * (1.0 - 1e-12):  # written so that NaN is refused too
+    if not params.scale >= want.scale * (1.0 - _SCALE_SLACK):  # written so that NaN is refused too
         return (f"scale {params.scale!r} is below the calibrated {want.scale!r} for {params.mechanism} "
                 f"epsilon={params.epsilon!r}, delta={params.delta!r}, radius={params.radius!r}, "
                 f"dim={params.dim}; re-noise with qdrant_guard.noise.privatize at these parameters")

@@ -611,9 +611,11 @@ class CollectionPolicy(_Strict):
     mechanism than ``noise.mechanism``, weaker noise than ``noise`` states, or another model than
     ``utility.embedding_model(s)`` declares for it (reads strip those too; ``model_id`` null is not
     counted), or noise the guard does not vouch for (a ``dtype`` or ``mechanism_version``
-    ``check_release`` refuses, a ``lattice_step`` of 0 or below, or, at the policy's own epsilon,
-    radius and delta, one coarser than the policy's): one exact ``count`` per collection and client, kept
-    while it finds none. It refuses
+    ``check_release`` refuses, or a ``scale`` below or a ``lattice_step`` coarser than the calibration
+    of the receipt's own epsilon, delta, radius and dim): one exact ``count`` per collection and
+    client, kept while it finds none (where receipts of stronger noise than the policy's are stored,
+    a ``scroll`` first learns their parameter sets, at most 32 a collection, and the count is asked
+    again; receipts of further sets are counted). It refuses
     the same forms while any remain, naming how many: re-write those points through the guard
     (which noises and receipts them) or delete them (``qdrant-guard receipt verify --policy POLICY
     --check-noise`` lists them as missing_receipt, mechanism_mismatch, insufficient_noise or

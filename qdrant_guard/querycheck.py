@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 import unicodedata
 import uuid
@@ -17,12 +18,12 @@ from qdrant_client.http import models
 from . import detect as _detect
 from .decision import Verdict
 from .errors import ConfigError, GuardArgumentTypeError, QdrantGuardError
-from .noise import CALIBRATED_VERSIONS, PRIVATE_RNG_IDS, calibrated_lattice_step
+from .noise import CALIBRATED_VERSIONS, PRIVATE_RNG_IDS, release_bounds
 from .names import shell_quote
 from .noise_params import DTYPES
 from .pipeline import Call, Offload, Op, mark_audited
 from .policy import CollectionPolicy, toml_str
-from .receipts import RECEIPT_KEY
+from .receipts import RECEIPT_KEY, stored_receipts
 from .sources import path_head
 from .textguard import (EmbedderError, TextOps, _number_text, no_card, password_finding, password_name_why,
                         password_value)
@@ -45,6 +46,12 @@ _FULL_TEXT: dict[type, str] = {models.MatchText: "text", models.MatchTextAny: "t
 # Match forms compared with stored keyword values, by their field.
 _KEYWORD: dict[type, str] = {models.MatchValue: "value", models.MatchPrefix: "prefix", models.MatchSubstring: "substring",
             models.MatchAny: "any", models.MatchExcept: "except_"}
+
+
+#: At most this many parameter sets of stored receipts besides the policy's own are held to their
+#: own calibration per collection (:meth:`QueryChecks.raw_vectors_left`); receipts of further ones
+#: are counted as left behind, erring towards refusing.
+_MAX_PARAMS = 32
 
 
 class UncheckedForm(QdrantGuardError):
@@ -229,11 +236,18 @@ class QueryChecks(TextOps):
         compare as stored: one without a receipt (raw vectors written while the policy had
         ``raw_in_boundary``, or by a client without the guard, which stay in the store when it is
         turned off), or one whose receipt names another noise mechanism than the collection's,
-        weaker noise than its ``[noise]`` section, a dtype, mechanism version or lattice step
-        ``noise.check_release`` refuses (the lattice as far as a filter can tell, see
-        :func:`_accepted_receipt`) or, where the policy declares a model for that vector,
-        another embedding model (see :func:`left_behind_filter`). Asked only where
+        weaker noise than its ``[noise]`` section, a dtype, mechanism version, scale or lattice
+        step ``noise.check_release`` refuses, or, where the policy declares a model for that
+        vector, another embedding model (see :func:`left_behind_filter`). Asked only where
         ``raw_in_boundary`` is off; a generator.
+
+        A filter cannot compute a receipt's own calibration, so it matches each parameter set
+        (epsilon, delta, radius, dim) it knows to that set's bounds: the policy's own, and those
+        of receipts of stronger noise found stored. While the count finds points, one ``scroll``
+        (64 points, their receipt container only) looks for receipts the filter would accept but
+        for a set it does not know yet; found, the sets are learnt (kept per collection, at most
+        :data:`_MAX_PARAMS`; receipts of further sets stay counted) and the count is asked again.
+        So the count matches what reads release, but for what it concedes below.
 
         One exact ``count`` (after the ``get_collection`` of :meth:`shape`, cached too) per
         collection and guarded client while none is found: no guarded client under this policy
@@ -254,10 +268,25 @@ class QueryChecks(TextOps):
         method = "get_collection"
         try:
             shape = yield from self.shape(name)  # type: ignore[attr-defined]
-            method = "count"
-            flt = left_behind_filter(shape, pol)
-            left = 0 if flt is None else int((yield Call(
-                "count", {"collection_name": name, "count_filter": flt, "exact": True})).count)
+            # Parameter sets of receipts of stronger noise than the policy's, found stored: each is
+            # held to its own calibration (kept per collection; a pure function of the set, so
+            # never stale, only capped).
+            seen = self.shared.setdefault("receipt_params", {}).setdefault(name, set())
+            while True:
+                method = "count"
+                flt = left_behind_filter(shape, pol, sorted(seen))
+                left = 0 if flt is None else int((yield Call(
+                    "count", {"collection_name": name, "count_filter": flt, "exact": True})).count)
+                probe = unseen_params_filter(shape, pol, sorted(seen)) if left and len(seen) < _MAX_PARAMS else None
+                if probe is None:
+                    break
+                method = "scroll"
+                found, _ = yield Call("scroll", {"collection_name": name, "scroll_filter": probe, "limit": 64,
+                                                 "with_payload": [RECEIPT_KEY], "with_vectors": False})
+                new = {t for p in found for t in receipt_params_of(p.payload, shape)} - seen
+                if not new:
+                    break
+                seen.update(sorted(new)[:_MAX_PARAMS - len(seen)])
         except GeneratorExit:  # abandoned, not failed
             raise
         except BaseException as exc:
@@ -1302,28 +1331,36 @@ def map_query(query: Any, visit: Visit, where: str) -> Any:
     return _map_input(q, visit, where)
 
 
-def left_behind_filter(shape: CollectionShape, pol: CollectionPolicy) -> models.Filter | None:
+def left_behind_filter(shape: CollectionShape, pol: CollectionPolicy,
+                       seen: Iterable[tuple[float, float, float, int]] = ()) -> models.Filter | None:
     """The points with a dense vector that a read under ``pol`` strips for its receipt's fields
     (see :meth:`~.reads.ReadOps.releasable_vectors`), or None for a collection without dense
     vectors: a vector whose receipt is not :func:`_accepted_receipt`. That is one without a receipt
     in the receipt container (see :func:`~.receipts.receipts_for_payload`), one whose receipt's
     ``params.mechanism`` is not the collection's ``[noise] mechanism`` (``mechanism_mismatch``),
     one whose signed noise is weaker than the policy's or not one this guard vouches for (its
-    dtype, mechanism version or lattice step), or, where ``pol`` declares an embedding model for
+    dtype, mechanism version, scale or lattice step), or, where ``pol`` declares an embedding model for
     that vector (``utility.embedding_model(s)``), one whose ``model_id`` is neither null nor that
     model (``model_mismatch``; null is released: its signer named no model).
+
+    ``seen``: the ``(epsilon, delta, radius, dim)`` of receipts found stored besides the policy's
+    own (:func:`unseen_params_filter`); a receipt of these is held to its own calibration, one of
+    others is counted (the policy's own, at each vector's size, are always known).
 
     A named vector counts only on the points that have it (``HasVectorCondition``); a point without
     a container, or whose container lacks the vector's name (a raw in-boundary update of one vector
     drops that vector's receipt only), counts, and so does a receipt lacking a field (it cannot
     verify). A name holding ``"`` or ``\\`` cannot be written as a payload path: every point having
     that vector counts, which errs towards refusing."""
+    seen = tuple(seen)
     conds: list[Any] = []
-    for vname in shape.dense:
+    for vname, spec in shape.dense.items():
         if '"' in vname or "\\" in vname:
             odd: list[Any] = []
         else:
-            odd = [models.Filter(must_not=[_accepted_receipt(f'{RECEIPT_KEY}.vectors."{vname}"', vname, pol)])]
+            known = [_policy_params(pol, spec.size), *seen]
+            cal = [(*t, *b) for t in dict.fromkeys(known) if (b := _own_bounds(pol.noise.mechanism, *t)) is not None]
+            odd = [models.Filter(must_not=[_accepted_receipt(f'{RECEIPT_KEY}.vectors."{vname}"', vname, pol, cal)])]
         if shape.unnamed:
             conds.extend(odd)  # every point has the unnamed vector
         else:
@@ -1331,22 +1368,97 @@ def left_behind_filter(shape: CollectionShape, pol: CollectionPolicy) -> models.
     return models.Filter(should=conds) if conds else None
 
 
-def _accepted_receipt(at: str, vname: str, pol: CollectionPolicy) -> models.Filter:
+def unseen_params_filter(shape: CollectionShape, pol: CollectionPolicy,
+                         seen: Iterable[tuple[float, float, float, int]]) -> models.Filter | None:
+    """The points with a vector whose receipt :func:`_accepted_receipt` would accept but for its
+    calibration, of ``(epsilon, delta, radius, dim)`` neither ``seen`` nor the policy's own: the
+    receipts a count must look at (:func:`receipt_params_of`) before it can hold them to their own
+    calibration. None when no vector's receipt can be named by a payload path."""
+    seen = tuple(seen)
+    conds: list[Any] = []
+    for vname, spec in shape.dense.items():
+        if '"' in vname or "\\" in vname:
+            continue
+        at = f'{RECEIPT_KEY}.vectors."{vname}"'
+        known = dict.fromkeys([_policy_params(pol, spec.size), *seen])
+        must: list[Any] = [_receipt_fields(at, vname, pol)]
+        if not shape.unnamed:
+            must.insert(0, models.HasVectorCondition(has_vector=vname))
+        conds.append(models.Filter(must=must, must_not=[_params_match(f"{at}.params", t) for t in known]))
+    return models.Filter(should=conds) if conds else None
+
+
+def receipt_params_of(payload: Any, shape: CollectionShape) -> set[tuple[float, float, float, int]]:
+    """The ``(epsilon, delta, radius, dim)`` of each receipt in ``payload`` for a vector of
+    ``shape``, where they are numbers (and ``dim`` an int) a filter can match again."""
+    found: set[tuple[float, float, float, int]] = set()
+    receipts = stored_receipts(payload)
+    for vname in shape.dense:
+        rec = receipts.get(vname)
+        params = rec.get("params") if isinstance(rec, dict) else None
+        if not isinstance(params, dict):
+            continue
+        eps, delta, radius, dim = (params.get(k) for k in ("epsilon", "delta", "radius", "dim"))
+        if (all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                for v in (eps, delta, radius)) and type(dim) is int):
+            found.add((float(eps), float(delta), float(radius), dim))
+    return found
+
+
+def _policy_params(pol: CollectionPolicy, dim: int) -> tuple[float, float, float, int]:
+    """The ``(epsilon, delta, radius, dim)`` a guarded write under ``pol`` signs for a vector of
+    ``dim`` (laplace_l2 releases state delta 0)."""
+    n = pol.noise
+    return (float(n.epsilon), 0.0 if n.mechanism == "laplace_l2" else float(n.delta), float(n.radius), dim)
+
+
+def _params_match(p: str, t: tuple[float, float, float, int]) -> models.Filter:
+    """Receipt params at payload path ``p`` of exactly ``t`` = ``(epsilon, delta, radius, dim)``."""
+    eps, delta, radius, dim = t
+    return models.Filter(must=[
+        models.FieldCondition(key=f"{p}.epsilon", range=models.Range(gte=eps, lte=eps)),
+        models.FieldCondition(key=f"{p}.delta", range=models.Range(gte=delta, lte=delta)),
+        models.FieldCondition(key=f"{p}.radius", range=models.Range(gte=radius, lte=radius)),
+        models.FieldCondition(key=f"{p}.dim", match=models.MatchValue(value=dim))])
+
+
+def _accepted_receipt(at: str, vname: str, pol: CollectionPolicy,
+                      calibrations: Sequence[tuple[float, float, float, int, float, float]] = ()) -> models.Filter:
     """A receipt at payload path ``at`` whose fields a read under ``pol`` accepts for vector
     ``vname``: the collection's mechanism (``mechanism_mismatch``), noise no weaker than its
     ``[noise]`` (``noise_shortfall``: epsilon, radius, delta, clip_norm; the policy's epsilon is
     within the class ceiling) from a private generator, in a dtype and mechanism version this guard
-    calibrates, on a lattice step above 0 (``check_release``), and the declared model or none
-    (``model_mismatch``). A missing field matches none of these.
+    calibrates, and the declared model or none (``model_mismatch``), all as :func:`_receipt_fields`;
+    and at a scale and lattice step its own parameters calibrate to (``check_release``).
 
-    Two checks of a read take arithmetic no filter does: the scale a receipt's parameters
-    calibrate to, and the lattice step they calibrate to. The step depends on the mechanism,
-    epsilon, delta and radius alone, so a receipt at exactly the policy's is held to the policy's
-    own step; one of stronger noise is snapped to a coarser step of its own, which is not checked
-    here (nor its scale). A read compares model names but for case, as qdrant-client's inference
-    does (:func:`~.utility.same_model`); a filter matches keywords exactly, so the declared name is
+    A filter does no arithmetic, so the calibration is matched per parameter set:
+    ``calibrations`` holds ``(epsilon, delta, radius, dim, least scale, coarsest step)`` of each
+    set known (:func:`~.noise.release_bounds`), and a receipt of exactly one of them is held to its
+    bounds, as a read holds it; a receipt of any other set matches none (counted, erring towards
+    refusing; :meth:`QueryChecks.raw_vectors_left` looks such sets up first). Without
+    ``calibrations`` no receipt is accepted. The signature takes a key."""
+    p = f"{at}.params"
+    bounded = [models.Filter(must=[
+        _params_match(p, (eps, delta, radius, dim)),
+        models.FieldCondition(key=f"{p}.scale", range=models.Range(gte=scale)),
+        models.FieldCondition(key=f"{p}.lattice_step", range=models.Range(lte=step)),
+    ]) for eps, delta, radius, dim, scale, step in calibrations]
+    # An empty should would match every point in some Qdrant versions: none known, none accepted.
+    own = (models.Filter(should=bounded) if bounded
+           else models.FieldCondition(key=f"{p}.lattice_step", range=models.Range(lt=0.0)))
+    return models.Filter(must=[_receipt_fields(at, vname, pol), own])
+
+
+def _receipt_fields(at: str, vname: str, pol: CollectionPolicy) -> models.Filter:
+    """The fields of :func:`_accepted_receipt` that need no calibration: the collection's
+    mechanism, noise no weaker than its ``[noise]``, a private generator, a dtype and mechanism
+    version this guard calibrates, a lattice step and clip_norm above 0 (``check_release``), and
+    the declared model or none. A missing field matches none of these.
+
+    A read compares model names but for case, as qdrant-client's inference does
+    (:func:`~.utility.same_model`); a filter matches keywords exactly, so the declared name is
     matched as written, lowercased and uppercased where that spelling is still the same model
-    (not ``'ß'`` uppercased), and another spelling is counted, erring towards refusing. The signature takes a key."""
+    (not ``'ß'`` uppercased), and another spelling is counted, erring towards refusing."""
     n = pol.noise
     p = f"{at}.params"
     must: list[Any] = [
@@ -1360,16 +1472,12 @@ def _accepted_receipt(at: str, vname: str, pol: CollectionPolicy) -> models.Filt
         models.FieldCondition(key=f"{p}.lattice_step", range=models.Range(gt=0.0)),
     ]
     if n.clip_norm is not None:
-        must.append(models.FieldCondition(key=f"{p}.clip_norm", range=models.Range(lte=n.clip_norm)))
-    step = _policy_lattice_step(n.mechanism, n.epsilon, n.delta, n.radius)
-    if step is not None:
-        # At the policy's own epsilon, radius and delta the step is the policy's; any stronger
-        # noise (a smaller epsilon or delta, a larger radius) may be snapped coarser.
+        must.append(models.FieldCondition(key=f"{p}.clip_norm", range=models.Range(gt=0.0, lte=n.clip_norm)))
+    else:
+        # check_release refuses a clip_norm it cannot read as a positive number; null: not clipped.
         must.append(models.Filter(should=[
-            models.FieldCondition(key=f"{p}.lattice_step", range=models.Range(lte=step)),
-            models.FieldCondition(key=f"{p}.epsilon", range=models.Range(lt=n.epsilon)),
-            models.FieldCondition(key=f"{p}.radius", range=models.Range(gt=n.radius)),
-            models.FieldCondition(key=f"{p}.delta", range=models.Range(lt=max(n.delta, 0.0)))]))
+            models.IsNullCondition(is_null=models.PayloadField(key=f"{p}.clip_norm")),
+            models.FieldCondition(key=f"{p}.clip_norm", range=models.Range(gt=0.0))]))
     declared, _ = pol.utility.declared_model(vname)
     if declared is not None:
         must.append(models.Filter(should=[
@@ -1381,13 +1489,13 @@ def _accepted_receipt(at: str, vname: str, pol: CollectionPolicy) -> models.Filt
     return models.Filter(must=must)
 
 
-@functools.lru_cache(maxsize=256)
-def _policy_lattice_step(mechanism: str, epsilon: float, delta: float, radius: float) -> float | None:
-    """The lattice step of the policy's own noise (None: the policy's noise cannot be calibrated,
-    so no write noises at it and no step bound is set)."""
+@functools.lru_cache(maxsize=1024)
+def _own_bounds(mechanism: str, epsilon: float, delta: float, radius: float, dim: int) -> tuple[float, float] | None:
+    """:func:`~.noise.release_bounds` of these parameters, or None where they cannot be calibrated
+    (``check_release`` refuses every release of them)."""
     try:
-        return calibrated_lattice_step(mechanism, epsilon, delta, radius)
-    except ValueError:
+        return release_bounds(mechanism, epsilon, delta, radius, dim)
+    except (TypeError, ValueError):
         return None
 
 

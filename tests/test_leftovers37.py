@@ -261,3 +261,159 @@ def test_an_unlisted_collections_refusal_names_a_parseable_section(tmp_path):
     section = str(ei.value).split("add a ", 1)[1].split(" section", 1)[0]
     assert tomllib.loads(section + "\nclass = \"PII\"")["collections"]
     assert audit_records(kit)[-1]["verdict"] == "REFUSED_CROSS_BOUNDARY"
+
+
+# -- 3. the left-behind count holds each receipt to its own calibration ----------------------------
+
+def _lb_policy(kit, mechanism="gaussian"):
+    noise = {"mechanism": mechanism, "epsilon": 1.0, "radius": 0.01, "delta": 1e-6 if mechanism == "gaussian" else 0.0}
+    return kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "readers": ["support"],
+                               "noise_on_write": True, "raw_in_boundary": False, "noise_queries": True,
+                               "intent": {"enabled": False}, "diversity": {"enabled": False}, "noise": noise}})
+
+
+def _lb_clients(kit, cfg):
+    from guardkit import create
+
+    from qdrant_guard import QdrantClient
+
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder=Recorder())
+    create(owner, "pii", distance=models.Distance.EUCLID)
+    return owner, owner.with_principal(kit.principal("bob", "support"))
+
+
+def _noised_point(kit, pid, rng, *, mechanism="gaussian", epsilon=1.0, radius=0.01, delta=1e-6, scale_x=1.0,
+                  step_x=1.0, vname=""):
+    """A point noised at these parameters (clip_norm 1), its signed scale and lattice step scaled
+    by ``scale_x`` and ``step_x`` (the guarantee restated), signed by the guard's own key (with
+    ``vname``: that vector's stored form and receipt)."""
+    import dataclasses
+
+    from guardkit import guard_signer
+
+    from qdrant_guard.noise import privatize
+    from qdrant_guard.noise_params import guarantee_sentence
+    from qdrant_guard.receipts import RECEIPT_KEY, ReceiptItem, issue_receipts_batch, receipts_for_payload, stored_form
+
+    noised, params = privatize(np.asarray([unit(rng)], dtype=np.float32), mechanism=mechanism, epsilon=epsilon,
+                               radius=radius, delta=delta if mechanism == "gaussian" else None, clip_norm=1.0)
+    params = dataclasses.replace(params, scale=params.scale * scale_x, lattice_step=params.lattice_step * step_x)
+    params = dataclasses.replace(params, guarantee=guarantee_sentence(
+        params.mechanism, params.epsilon, params.delta, params.radius, params.clip_norm, params.scale,
+        params.lattice_step, params.dim, params.dtype))
+    vec = stored_form(noised[0], distance="Euclid")
+    rec = issue_receipts_batch(guard_signer(kit), [ReceiptItem(params=params, vector=vec, collection="pii",
+                                                               point_id=pid, vector_name=vname)])[0]
+    if vname:
+        return vec.tolist(), rec
+    return models.PointStruct(id=pid, vector=vec.tolist(), payload={"t": "x", RECEIPT_KEY: receipts_for_payload({"": rec})})
+
+
+def _stripped(bob, ids) -> int:
+    return sum(p.vector is None for p in bob.retrieve("pii", ids, with_vectors=True))
+
+
+def _by_id_left(bob) -> int:
+    """The count of left-behind points a query by point id 1 reports (0: it ran)."""
+    import re
+
+    try:
+        bob.query_points("pii", query=1, limit=5)
+    except GuardRefusal as err:
+        assert err.verdict == "QUERY_REJECTED", err
+        return int(re.search(r"still holds (\d+) point\(s\)", str(err)).group(1))
+    return 0
+
+
+@pytest.mark.parametrize("mechanism", ["gaussian", "laplace_l2"])
+@pytest.mark.parametrize("case, counted", [
+    ({"epsilon": 0.125, "step_x": 2.0}, True),  # stronger noise, a lattice coarser than its own
+    ({"epsilon": 0.125, "scale_x": 0.75}, True),  # stronger noise, a scale below its own
+    ({"radius": 0.05, "scale_x": 0.75}, True),
+    ({"scale_x": 0.5}, True),  # the policy's own noise at a scale below its own
+    ({"epsilon": 0.125}, False),  # stronger noise on its own lattice and scale: released
+    ({"epsilon": 0.125, "step_x": 0.5, "scale_x": 1.5}, False),  # a finer lattice, more noise: released
+    ({"scale_x": 1.5}, False),
+], ids=["coarser-lattice", "scale-below-own", "radius-scale-below-own", "policy-scale-below", "own-calibration",
+        "finer-and-more", "policy-more-noise"])
+def test_the_count_holds_a_receipt_to_its_own_calibration(tmp_path, mechanism, case, counted):
+    # Before: a receipt of stronger noise was never held to its own lattice, and no receipt to its
+    # scale, so a query by point id compared a stored vector that every read strips (unsound_noise).
+    kit = make_kit(tmp_path)
+    owner, bob = _lb_clients(kit, _lb_policy(kit, mechanism))
+    rng = np.random.default_rng(7)
+    from qdrant_client import QdrantClient as Raw
+
+    Raw.upsert(owner, "pii", [_noised_point(kit, 1, rng, mechanism=mechanism),
+                              _noised_point(kit, 2, rng, mechanism=mechanism, **case)])
+    assert _stripped(bob, [1, 2]) == int(counted)  # what reads release
+    assert _by_id_left(bob) == int(counted)  # what the count finds
+
+
+def test_the_count_equals_what_reads_strip_over_many_parameter_sets(tmp_path):
+    # A differential: 48 receipts over 16 parameter sets (stronger noise in epsilon, radius and
+    # delta), each with its scale and lattice step kept, raised or lowered; the count equals the
+    # number of points reads strip. Then the stripped ones are deleted and queries by id run.
+    from qdrant_client import QdrantClient as Raw
+
+    kit = make_kit(tmp_path)
+    owner, bob = _lb_clients(kit, _lb_policy(kit))
+    rng = np.random.default_rng(11)
+    pts = [_noised_point(kit, 1, rng)]
+    for pid in range(2, 50):
+        pts.append(_noised_point(kit, pid, rng, epsilon=float(rng.choice([0.125, 0.25, 0.5, 1.0])),
+                                 radius=float(rng.choice([0.01, 0.02])), delta=float(rng.choice([1e-6, 1e-7])),
+                                 scale_x=float(rng.choice([1.0, 1.0, 1.5, 0.9, 1 - 1e-9])),
+                                 step_x=float(rng.choice([1.0, 1.0, 0.5, 2.0]))))
+    Raw.upsert(owner, "pii", pts)
+    ids = [p.id for p in pts]
+    stripped = [p.id for p in bob.retrieve("pii", ids, with_vectors=True) if p.vector is None]
+    assert 5 < len(stripped) < 40
+    assert _by_id_left(bob) == len(stripped)
+    Raw.delete(owner, "pii", models.PointIdsList(points=stripped))
+    assert _by_id_left(bob) == 0
+
+
+def test_parameter_sets_beyond_the_cap_are_counted(tmp_path):
+    # At most 32 sets besides the policy's are learnt per collection: receipts of further sets
+    # are counted though reads release them (errs towards refusing), and the count still ends.
+    from qdrant_client import QdrantClient as Raw
+
+    from qdrant_guard.querycheck import _MAX_PARAMS
+
+    kit = make_kit(tmp_path)
+    owner, bob = _lb_clients(kit, _lb_policy(kit))
+    rng = np.random.default_rng(12)
+    pts = [_noised_point(kit, 1, rng)] + [_noised_point(kit, pid, rng, epsilon=0.5 + pid / 1000)
+                                           for pid in range(2, 2 + _MAX_PARAMS + 8)]
+    Raw.upsert(owner, "pii", pts)
+    assert _stripped(bob, [p.id for p in pts]) == 0
+    assert _by_id_left(bob) == 8
+
+
+@pytest.mark.parametrize("bad", ["text", "image"])
+def test_named_vectors_are_each_held_to_their_own_calibration(tmp_path, bad):
+    from guardkit import create
+
+    from qdrant_client import QdrantClient as Raw
+
+    from qdrant_guard import QdrantClient
+    from qdrant_guard.receipts import RECEIPT_KEY, receipts_for_payload
+
+    kit = make_kit(tmp_path)
+    owner = QdrantClient(":memory:", guard=_lb_policy(kit), principal=kit.principal("alice", "hr"))
+    create(owner, "pii", distance=models.Distance.EUCLID, named=("text", "image"))
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    rng = np.random.default_rng(13)
+    pts = []
+    for pid in (1, 2):
+        vecs, recs = {}, {}
+        for vname in ("text", "image"):
+            coarse = {"step_x": 2.0} if (pid == 2 and vname == bad) else {}
+            vecs[vname], recs[vname] = _noised_point(kit, pid, rng, epsilon=0.25 if vname == "text" else 0.5,
+                                                     vname=vname, **coarse)
+        pts.append(models.PointStruct(id=pid, vector=vecs, payload={RECEIPT_KEY: receipts_for_payload(recs)}))
+    Raw.upsert(owner, "pii", pts)
+    kept = {p.id: sorted(p.vector) for p in bob.retrieve("pii", [1, 2], with_vectors=True)}
+    assert kept == {1: ["image", "text"], 2: sorted({"text", "image"} - {bad})}
+    assert _by_id_left(bob) == 1

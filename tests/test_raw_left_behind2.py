@@ -269,7 +269,9 @@ def test_a_named_vector_is_held_to_its_own_declared_model(tmp_path):
 def test_matching_receipts_and_null_models_are_not_counted(tmp_path, monkeypatch, utility):
     # Pins the other side: receipts of the collection's mechanism, at its noise or stronger, naming
     # the declared model, or none, are not left behind (and with no model declared for the vector,
-    # any model passes). One count.
+    # any model passes). Two counts: point 4's parameter set (stronger noise) is not the policy's,
+    # so the first count finds it, a scroll learns the set and the second count holds point 4 to
+    # its own calibration and finds none (kept: the later queries send none).
     kit = make_kit(tmp_path)
     owner, bob = _clients(kit, _policy(kit, **utility))
     rng = np.random.default_rng(6)
@@ -278,9 +280,9 @@ def test_matching_receipts_and_null_models_are_not_counted(tmp_path, monkeypatch
                                     _point(kit, 3, rng, model_id=other),
                                     _point(kit, 4, rng, epsilon=0.5, radius=0.02, delta=1e-7, clip_norm=0.5)])
     assert all(p.vector is not None for p in bob.retrieve("pii", [1, 2, 3, 4], with_vectors=True))
-    calls = record_sent(monkeypatch, ("count",), with_kwargs=True)
+    calls = record_sent(monkeypatch, ("count", "scroll"), with_kwargs=True)
     _assert_all_run(bob)
-    assert len(_counts(calls)) == 1
+    assert len(_counts(calls)) == 2 and [c[0] for c in calls[:3]] == ["count", "scroll", "count"]
     owner.close()
 
 

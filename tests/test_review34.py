@@ -23,7 +23,7 @@ _UNFOLDED = ["straße-embed", "ﬁne-embed"]
 
 @pytest.mark.parametrize("declared", _UNFOLDED)
 def test_the_count_filter_names_only_spellings_reads_accept(declared: str) -> None:
-    from qdrant_guard.querycheck import _accepted_receipt
+    from qdrant_guard.querycheck import _receipt_fields  # _accepted_receipt's fields but the calibration
     from qdrant_guard.utility import same_model
 
     class _Util:
@@ -37,7 +37,7 @@ def test_the_count_filter_names_only_spellings_reads_accept(declared: str) -> No
     class _Pol:
         noise, utility = _Noise(), _Util()
 
-    flt = _accepted_receipt("r", "", _Pol())
+    flt = _receipt_fields("r", "", _Pol())
     names = [c.match.any for m in flt.must if isinstance(m, models.Filter)
              for c in m.should if isinstance(c, models.FieldCondition) and c.key.endswith("model_id")]
     assert names, flt
