@@ -1435,25 +1435,33 @@ def _accepted_receipt(at: str, vname: str, pol: CollectionPolicy,
     ``calibrations`` holds ``(epsilon, delta, radius, dim, least scale, coarsest step)`` of each
     set known (:func:`~.noise.release_bounds`), and a receipt of exactly one of them is held to its
     bounds, as a read holds it; a receipt of any other set matches none (counted, erring towards
-    refusing; :meth:`QueryChecks.raw_vectors_left` looks such sets up first). Without
-    ``calibrations`` no receipt is accepted. The signature takes a key."""
+    refusing; :meth:`QueryChecks.raw_vectors_left` looks such sets up first). Only sets of noise no
+    weaker than the policy's are matched, so their exact epsilon, delta and radius stand for the
+    policy's bounds (fewer payload look-ups: local mode reads each condition's path per point).
+    Without ``calibrations`` no receipt is accepted. The signature takes a key."""
     p = f"{at}.params"
-    bounded = [models.Filter(must=[
-        _params_match(p, (eps, delta, radius, dim)),
+    n = pol.noise
+    bounded = [[
+        *_params_match(p, (eps, delta, radius, dim)).must,  # type: ignore[misc]
         models.FieldCondition(key=f"{p}.scale", range=models.Range(gte=scale)),
-        models.FieldCondition(key=f"{p}.lattice_step", range=models.Range(lte=step)),
-    ]) for eps, delta, radius, dim, scale, step in calibrations]
+        models.FieldCondition(key=f"{p}.lattice_step", range=models.Range(gt=0.0, lte=step)),
+    ] for eps, delta, radius, dim, scale, step in calibrations
+        if eps <= n.epsilon and radius >= n.radius and delta <= max(n.delta, 0.0)]
+    must = _receipt_fields(at, vname, pol, noise_bounds=False).must or []
+    if len(bounded) == 1:
+        return models.Filter(must=[*must, *bounded[0]])
     # An empty should would match every point in some Qdrant versions: none known, none accepted.
-    own = (models.Filter(should=bounded) if bounded
+    own = (models.Filter(should=[models.Filter(must=b) for b in bounded]) if bounded
            else models.FieldCondition(key=f"{p}.lattice_step", range=models.Range(lt=0.0)))
-    return models.Filter(must=[_receipt_fields(at, vname, pol), own])
+    return models.Filter(must=[*must, own])
 
 
-def _receipt_fields(at: str, vname: str, pol: CollectionPolicy) -> models.Filter:
+def _receipt_fields(at: str, vname: str, pol: CollectionPolicy, *, noise_bounds: bool = True) -> models.Filter:
     """The fields of :func:`_accepted_receipt` that need no calibration: the collection's
-    mechanism, noise no weaker than its ``[noise]``, a private generator, a dtype and mechanism
-    version this guard calibrates, a lattice step and clip_norm above 0 (``check_release``), and
-    the declared model or none. A missing field matches none of these.
+    mechanism, noise no weaker than its ``[noise]`` (epsilon, radius and delta only with
+    ``noise_bounds``; :func:`_accepted_receipt` matches them exactly), a private generator, a dtype
+    and mechanism version this guard calibrates, a lattice step (``noise_bounds``) and clip_norm
+    above 0 (``check_release``), and the declared model or none. A missing field matches none of these.
 
     A read compares model names but for case, as qdrant-client's inference does
     (:func:`~.utility.same_model`); a filter matches keywords exactly, so the declared name is
@@ -1463,14 +1471,16 @@ def _receipt_fields(at: str, vname: str, pol: CollectionPolicy) -> models.Filter
     p = f"{at}.params"
     must: list[Any] = [
         models.FieldCondition(key=f"{p}.mechanism", match=models.MatchValue(value=n.mechanism)),
-        models.FieldCondition(key=f"{p}.epsilon", range=models.Range(lte=n.epsilon)),
-        models.FieldCondition(key=f"{p}.radius", range=models.Range(gte=n.radius)),
-        models.FieldCondition(key=f"{p}.delta", range=models.Range(lte=max(n.delta, 0.0))),
         models.FieldCondition(key=f"{p}.rng_id", match=models.MatchAny(any=list(PRIVATE_RNG_IDS))),
         models.FieldCondition(key=f"{p}.dtype", match=models.MatchAny(any=list(DTYPES))),
         models.FieldCondition(key=f"{p}.mechanism_version", match=models.MatchAny(any=list(CALIBRATED_VERSIONS))),
-        models.FieldCondition(key=f"{p}.lattice_step", range=models.Range(gt=0.0)),
     ]
+    if noise_bounds:
+        must[1:1] = [
+            models.FieldCondition(key=f"{p}.epsilon", range=models.Range(lte=n.epsilon)),
+            models.FieldCondition(key=f"{p}.radius", range=models.Range(gte=n.radius)),
+            models.FieldCondition(key=f"{p}.delta", range=models.Range(lte=max(n.delta, 0.0)))]
+        must.append(models.FieldCondition(key=f"{p}.lattice_step", range=models.Range(gt=0.0)))
     if n.clip_norm is not None:
         must.append(models.FieldCondition(key=f"{p}.clip_norm", range=models.Range(gt=0.0, lte=n.clip_norm)))
     else:
