@@ -921,8 +921,9 @@ class WriteOps(TextOps):
 
     def _refuse_embedder_model(self, op: str, name: str, pol: CollectionPolicy, vector_names: Iterable[str],
                                point_id: Any) -> None:
-        """Refuse (ConfigError), before any text is embedded, ``models.Document`` vectors whose
-        declared model (``utility.embedding_model(s)``) is not the one the guard's embedder names.
+        """Refuse (ConfigError, audited as UNSUPPORTED_WRITE with reason ``model_mismatch``), before any
+        text is embedded, ``models.Document`` vectors whose declared model (``utility.embedding_model(s)``)
+        is not the one the guard's embedder names.
 
         An embedder that names no model passes: the guard cannot tell which model it is."""
         declared: list[tuple[str, str, str]] = []
@@ -936,7 +937,7 @@ class WriteOps(TextOps):
         for vname, model, key in declared:
             if same_model(model, have):
                 continue
-            raise ConfigError(
+            message = (
                 f"{op}: point {point_id!r}: vector {vname or '<unnamed>'!r} of collection {name!r} is a "
                 f"models.Document, which the guard would embed with its embedder's model {have!r}, but the policy "
                 f"({self.config.source_path or '<GuardConfig>'}) declares {key} = {toml_str(model)} for that "
@@ -945,6 +946,18 @@ class WriteOps(TextOps):
                 f"model), or correct {key} if this collection's vectors come from {have!r}. Nothing was embedded "
                 "or written"
             )
+            # A guard decision (the policy's model against the embedder's), so it is audited like the
+            # write's other refusals; _audit_input_errors passes ConfigErrors on unaudited.
+            digest = self.record(self.decision(
+                op, name, pol, Verdict.UNSUPPORTED_WRITE, message, point_ids=[point_id],
+                details={"reason": "model_mismatch", "where": "write", "form": "Document",
+                         "embedded_by": "embedder", "vector_name": vname, "model": have,
+                         "declared": model, "key": key},
+            ))
+            err = ConfigError(message)
+            err.manifest_digest = digest  # type: ignore[attr-defined]
+            mark_audited(err)
+            raise err
 
     @staticmethod
     def _refuse_past_grid(pol: CollectionPolicy, spec: Any, points: list[models.PointStruct], group: list[_Slot],
