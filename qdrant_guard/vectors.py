@@ -163,7 +163,8 @@ def as_dense(value: Any, spec: VectorSpec, *, where: str) -> np.ndarray:
         bad = int(np.flatnonzero(~np.isfinite(out))[0])
         raise _invalid(
             "non_finite", f"{where}: vector {spec.name or '<unnamed>'!r} has a non-finite value "
-            f"({out[bad]!r}) at index {bad}"
+            f"({float(out[bad])!r}) at index {bad}; Qdrant cannot rank NaN or infinite coordinates: drop or "
+            "re-embed the point (a NaN usually comes from normalising a zero vector)"
         )
     if out.size and (out.max() > _F32_MAX or out.min() < -_F32_MAX):
         # Qdrant stores float32: such a value would be stored as +-inf.

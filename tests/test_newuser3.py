@@ -64,3 +64,22 @@ def test_without_workdir_the_files_are_still_called_temporary(kit):
     rep = run(kit, kit.config(shared(), budget_store="sqlite:///budget.db"))
     assert any(n.startswith("audit log written to a temporary file, not ") for n in rep.notes)
     assert "extraction budgets kept in a temporary file, not the policy's budget_store" in rep.notes
+
+
+@pytest.mark.parametrize("value, shown", [(float("nan"), "(nan)"), (float("-inf"), "(-inf)")])
+def test_a_non_finite_coordinate_is_shown_as_a_plain_float_with_the_fix(value, shown):
+    # The walkthrough's upsert of a NaN vector read "has a non-finite value (np.float64(nan)) at
+    # index 0": numpy's repr, and no word of what to do.
+    import numpy as np
+    from qdrant_client import models
+
+    from qdrant_guard import InvalidVectorError
+    from qdrant_guard.vectors import VectorSpec, as_dense
+
+    spec = VectorSpec(name="", size=4, distance=models.Distance.COSINE, multivector=False)
+    for given in ([0.5, value, 0.0, 0.0], np.array([0.5, value, 0.0, 0.0], dtype=np.float32)):
+        with pytest.raises(InvalidVectorError) as ei:
+            as_dense(given, spec, where="point 5")
+        text = str(ei.value)
+        assert f"has a non-finite value {shown} at index 1" in text and "np." not in text
+        assert "drop or re-embed the point" in text and ei.value.reason == "non_finite"
