@@ -958,6 +958,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _stdout_reader_gone() -> bool:
+    """True when stdout is a pipe whose reading end is closed (poll reports an error on it)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll, or stdout is not a file
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``qdrant-guard`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -969,6 +981,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
+    except BrokenPipeError as exc:
+        if not _stdout_reader_gone():  # a socket or another pipe: a real error, not `... | head`
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        # The reader of our output went away (`qdrant-guard audit replay ... | head`): stop quietly
+        # as a command killed by SIGPIPE does, and keep the interpreter's last flush off the pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except QdrantGuardError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -83,3 +83,37 @@ def test_a_non_finite_coordinate_is_shown_as_a_plain_float_with_the_fix(value, s
         text = str(ei.value)
         assert f"has a non-finite value {shown} at index 1" in text and "np." not in text
         assert "drop or re-embed the point" in text and ei.value.reason == "non_finite"
+
+
+def test_output_piped_into_head_ends_quietly(tmp_path):
+    # `qdrant-guard demo | head -n 2` (the walkthrough met it with `audit replay ... | head`) ended
+    # with "error: [Errno 32] Broken pipe" on stderr and exit 2.
+    import os
+    import subprocess
+    import sys
+
+    workdir = tmp_path / "demo"
+    proc = subprocess.Popen([sys.executable, "-m", "qdrant_guard", "demo", "--workdir", str(workdir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away, as head does after its lines
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141
+    assert first.startswith(b"qdrant_guard demo") and err == ""
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_still_an_error(monkeypatch, capsys):
+    from qdrant_guard import cli
+
+    def boom(args):
+        raise BrokenPipeError(32, "Broken pipe")  # e.g. a socket to a server that went away
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["keys", "new", "--out", "x.key"])
+    monkeypatch.setattr(parser, "parse_args", lambda argv: args)
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    args.func = boom
+    assert cli.main(["keys", "new", "--out", "x.key"]) == 2  # stdout (captured) is not a broken pipe
+    assert "error: [Errno 32] Broken pipe" in capsys.readouterr().err
