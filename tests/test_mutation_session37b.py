@@ -55,6 +55,9 @@ def test_dot_run_only_after_a_dot(text, redacted):
     ("4111 1111 1111 1111 555 - 1234abc@example.com", "[CREDIT_CARD] - [EMAIL]"),
     # the next finding starts inside the first group: nothing is taken in
     ("4111 1111 1111 1111 555-1234abc@example.com", "[CREDIT_CARD] [EMAIL]"),
+    # a space, then a dash: no group after the space, nothing taken in (a sign, not a number's glue)
+    ("4111 1111 1111 1111 -5 degrees", "[CREDIT_CARD] -5 degrees"),
+    ("4111 1111 1111 1111 --5", "[CREDIT_CARD] --5"),
 ])
 def test_the_group_after_a_space_up_to_the_next_finding(text, redacted):
     _spans(text)
