@@ -887,8 +887,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(docs/eval.md). Exit status: 0 the record was written; 2 an error or no "
                                      "feasible level, nothing written; 3 the record was written, but the guard of "
                                      "--policy would refuse writes under it (it does not cover the policy's "
-                                     "noise.epsilon, or it was signed under --allow-small-collection and the policy "
-                                     "does not set utility.allow_small_records).")
+                                     "noise.epsilon, or it was signed under --allow-small-collection or on fewer "
+                                     "queries than utility.min_queries, and the policy does not set "
+                                     "utility.allow_small_records).")
     try:
         from .utility import add_calibrate_arguments
 

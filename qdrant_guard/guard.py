@@ -277,7 +277,8 @@ class Guard(WriteOps, ReadOps):
         stale = _record_age_refusal(rec, path, u.max_age_s, self.clock())
         if stale is not None:
             return stale
-        small = None if u.allow_small_records else rec.small_collection_refusal(path)
+        small = None if u.allow_small_records else (
+            rec.small_collection_refusal(path) or rec.few_queries_refusal(path, u.min_queries))
         if small is not None:
             return small
         if rec.metric != u.metric or rec.k != u.k:

@@ -496,20 +496,37 @@ class UtilityPolicy(_Strict):
     the others (the record consulted, a receipt and the guard's embedder must not name another); a
     vector it does not name falls back to ``embedding_model`` (unset: not checked). ``{}`` (the
     default): ``embedding_model`` decides."""
+    min_queries: int = Field(20, ge=1)
+    """Fewest queries a record must have been measured on (its ``n_queries``). Known-item recall@10
+    is 0 or 1 per query, so the measured drop over n queries moves in steps of 1/n and, near the
+    default threshold (``max_recall_drop = 0.05``, a true recall of 0.95), has a standard error of
+    sqrt(0.95 * 0.05 / n) = 0.218 / sqrt(n): 0.22 for one query (over four times the threshold,
+    and one miss reads as a drop of 1.0), 0.049 at the default 20, 0.011 at 400. 20 is the fewest
+    queries whose step (1/20 = 0.05) is no coarser than the threshold and whose standard error is no
+    larger than it: a floor that refuses records whose drop is chance, not a precise measurement;
+    calibrate production records on hundreds of queries. While ``enforce`` is on, a write that
+    consults a record of fewer queries is refused (UTILITY_DEGRADED, reason ``few_queries``, naming
+    the record, its ``n_queries`` and this key); ``qdrant-guard calibrate`` refuses to sign one
+    below its ``--min-queries`` (with ``--policy``: this value) unless ``--allow-few-queries``.
+    Lower it, or set ``allow_small_records``, for a test collection only. A record's ``n_queries``
+    counts every query measured; with qrels, calibrate counts only the labelled ones."""
     allow_small_records: bool = False
     """Accept a record calibrated on a collection of no more points than its ``k`` (signed by
-    ``qdrant-guard calibrate --allow-small-collection``). Every top-``k`` of such a collection holds
-    every point, so no noise lowers its recall@k or overlap@k and the record vouches for any level
-    it measured. ``false`` (the default): while ``enforce`` is on, a write that consults such a
-    record is refused (UTILITY_DEGRADED, reason ``small_collection``, naming the record, its
-    ``n_documents`` and ``k``). ``true``: for tests and demos only."""
+    ``qdrant-guard calibrate --allow-small-collection``), or on fewer queries than ``min_queries``
+    (signed with ``--allow-few-queries``): one key for test and demo records. Every top-``k`` of
+    such a collection holds every point, so no noise lowers its recall@k or overlap@k and the
+    record vouches for any level it measured; a drop over a few queries is mostly chance.
+    ``false`` (the default): while ``enforce`` is on, a write that consults such a record is
+    refused (UTILITY_DEGRADED, reason ``small_collection``, naming the record, its ``n_documents``
+    and ``k``, or ``few_queries``, naming its ``n_queries`` and ``min_queries``). ``true``: for
+    tests and demos only."""
     enforce: bool = True
     """Refuse writes (UTILITY_DEGRADED) unless the record applies to the policy (same mechanism,
     radius, delta, clip_norm, metric and k) and to the write (a record for the vector written, see
     ``records``; vectors of the calibrated dimension, records from before version 2 carry none, and
     of its distance, records from before version 4 carry none; naming the model ``embedding_model`` or
     ``embedding_models`` declares for the vector, when set; a receipt's noise at its epsilon's calibrated scale),
-    was calibrated on more points than its k (unless ``allow_small_records``) and measured a passing level with at least as much noise and no failing level with as little;
+    was calibrated on more points than its k and on at least ``min_queries`` queries (unless ``allow_small_records``) and measured a passing level with at least as much noise and no failing level with as little;
     unmeasured levels are refused. ``false``: nothing is refused for utility; a set record is still
     verified and its hash recorded."""
 

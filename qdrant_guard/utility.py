@@ -18,7 +18,10 @@ From version 5 a record also carries the embedding model its signer says the vec
 (``embedding_model``); a policy that declares the collection's model (``utility.embedding_model``)
 refuses writes under a record naming another model or none. A record measured on no more points
 than its ``k`` (``allow_small_collection``) is refused unless the policy sets
-``utility.allow_small_records`` (:meth:`UtilityRecord.small_collection_refusal`).
+``utility.allow_small_records`` (:meth:`UtilityRecord.small_collection_refusal`), and so is a
+record measured on fewer queries than the policy's ``utility.min_queries``
+(:meth:`UtilityRecord.few_queries_refusal`), which calibrate refuses to sign below its
+``min_queries`` unless ``allow_few_queries``.
 
 Calibration needs the *clean* vectors, so it runs on a raw :class:`qdrant_client.QdrantClient`
 pointed at a clean staging collection (or at the in-boundary collection, by a principal allowed to
@@ -75,6 +78,9 @@ _METRICS = ("recall", "ndcg", "overlap")
 #: ``qdrant-guard calibrate``'s exit status when it wrote a record the guard of its ``--policy``
 #: would refuse writes under (2 is taken: an error, or no feasible level, with nothing written).
 EXIT_POLICY_NOT_COVERED = 3
+#: Fewest queries :func:`calibrate` signs a record on, and the default of the policy's
+#: ``utility.min_queries`` (see ``UtilityPolicy.min_queries`` for the arithmetic).
+DEFAULT_MIN_QUERIES = 20
 
 T = TypeVar("T")
 
@@ -253,6 +259,22 @@ class UtilityRecord:
                 f"than its k {self.k} (signed under --allow-small-collection), so every top-{self.k} held every "
                 "point and its drops say nothing about the noise; re-run `qdrant-guard calibrate` on a staging "
                 f"collection of many more than {self.k} points, or set utility.allow_small_records = true "
+                "for a test or demo collection")
+
+    def few_queries_refusal(self, path: str | None, min_queries: int) -> str | None:
+        """Why this record measured too few queries to vouch for its noise, or None.
+
+        One query's recall@k moves in steps of 1/k (known-item recall: 0 or 1), so a drop
+        measured on fewer than ``min_queries`` (the policy's ``utility.min_queries``) queries is
+        mostly chance (``calibrate(allow_few_queries=True)``, ``--allow-few-queries``).
+        """
+        if self.n_queries >= min_queries:
+            return None
+        return (f"few_queries: utility record {path!r} was calibrated on {self.n_queries} quer"
+                f"{'y' if self.n_queries == 1 else 'ies'}, fewer than utility.min_queries = {min_queries}, so its "
+                f"{self.metric}@{self.k} drops are mostly the chance of which queries were drawn; re-run "
+                f"`qdrant-guard calibrate` on at least {min_queries} queries (more --queries, or a larger "
+                "--sample-limit), or lower utility.min_queries (or set utility.allow_small_records = true) "
                 "for a test or demo collection")
 
     def drop_for(self, epsilon: float, mechanism: str) -> float | None:
@@ -589,6 +611,23 @@ def retrieval_metrics(
 # --------------------------------------------------------------------------- calibration
 
 
+def _check_query_count(used: list[Any], used_qrels: Mapping[int, Any] | None, metric: str, min_queries: int,
+                       allow_few_queries: bool, given: int) -> None:
+    # With qrels, recall and nDCG average over the labelled queries only (retrieval_metrics).
+    counted = len(used) if used_qrels is None or metric == "overlap" else sum(
+        1 for j in range(len(used)) if j in used_qrels and _as_grades(used_qrels[j]))
+    if counted >= min_queries or allow_few_queries:
+        return
+    labelled = " with relevance labels in qrels" if counted != len(used) else ""
+    raise GuardArgumentValueError(
+        f"{metric} would be measured on {counted} quer{'y' if counted == 1 else 'ies'}{labelled} (of {given} given), "
+        f"fewer than min_queries={min_queries}: one query's {metric} moves in large steps, so the drop would be "
+        f"mostly chance; nothing was measured or signed. Give at least {min_queries} queries (more --queries"
+        f"{', labelled in --qrels' if labelled else ''}, or a larger --sample-limit), or lower min_queries "
+        f"(`--min-queries`, and the policy's utility.min_queries); allow_few_queries=True (`--allow-few-queries`) "
+        "signs such a record anyway, for tests and demos")
+
+
 def _read_collection(
     client: Any, collection: str, vector_name: str | None
 ) -> tuple[list[Any], np.ndarray, Any]:
@@ -813,6 +852,8 @@ def calibrate(
     vector_name: str | None = None,
     embedding_model: str | None = None,
     allow_small_collection: bool = False,
+    min_queries: int = DEFAULT_MIN_QUERIES,
+    allow_few_queries: bool = False,
 ) -> UtilityRecord:
     """Choose the strongest noise level whose retrieval-quality drop stays within ``threshold``.
 
@@ -859,6 +900,13 @@ def calibrate(
             points (default False: refused). Every top-k of such a collection holds all of its
             points, so no noise lowers recall@k or overlap@k there and the record would vouch for
             the strongest level tried; for tests and demos only.
+        min_queries: fewest queries the metric may average over (after ``sample_limit``; with
+            ``qrels`` and metric ``recall`` or ``ndcg``, the queries with labels) for the record to
+            be signed; default :data:`DEFAULT_MIN_QUERIES`, the policy's default
+            ``utility.min_queries``. Fewer raise, nothing measured, unless ``allow_few_queries``.
+        allow_few_queries: sign a record measured on fewer than ``min_queries`` queries anyway
+            (default False); a guard then refuses it unless its policy's ``utility.min_queries``
+            is as low or it sets ``utility.allow_small_records``. For tests and demos only.
 
     Returns:
         The (signed) :class:`UtilityRecord`.
@@ -868,8 +916,9 @@ def calibrate(
             shows the measured frontier and which constraint to relax.
         TypeError, ValueError: a bad argument, or a clean ``metric`` of 0 (qrels naming no point
             the clean search returns: there is no quality to lose), an ``embedding_model`` other
-            than the model ``embedder`` names, or a collection of no more than ``k`` points without
-            ``allow_small_collection`` (nothing is measured).
+            than the model ``embedder`` names, a collection of no more than ``k`` points without
+            ``allow_small_collection``, or fewer than ``min_queries`` queries without
+            ``allow_few_queries`` (nothing is measured).
     """
     if not isinstance(collection, str) or not collection:
         raise GuardArgumentTypeError("calibrate() argument 'collection' must be a non-empty str")
@@ -882,9 +931,11 @@ def calibrate(
         raise GuardArgumentValueError("metric='ndcg' needs qrels (graded or binary relevance labels)")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise GuardArgumentValueError(f"calibrate() argument 'k' must be an int >= 1, got {k!r}")
-    if not isinstance(allow_small_collection, bool):
-        raise GuardArgumentTypeError(f"calibrate() argument 'allow_small_collection' must be a bool, not "
-                                     f"{type(allow_small_collection).__name__}")
+    for flag, given in (("allow_small_collection", allow_small_collection), ("allow_few_queries", allow_few_queries)):
+        if not isinstance(given, bool):
+            raise GuardArgumentTypeError(f"calibrate() argument '{flag}' must be a bool, not {type(given).__name__}")
+    if isinstance(min_queries, bool) or not isinstance(min_queries, numbers.Integral) or min_queries < 1:
+        raise GuardArgumentValueError(f"calibrate() argument 'min_queries' must be an int >= 1, got {min_queries!r}")
     _check_positive("radius", radius)
     _check_positive("clip_norm", clip_norm, allow_none=True)
     _check_positive("epsilon_ceiling", epsilon_ceiling, allow_none=True)
@@ -971,6 +1022,7 @@ def calibrate(
             f"clean {metric}@{k} is 0 on collection {collection!r}: no relevant id in qrels is among "
             "the clean results; check that qrels name the collection's point ids"
         )
+    _check_query_count(used, used_qrels, metric, min_queries, allow_few_queries, len(queries))
 
     from qdrant_client import QdrantClient, models
 
@@ -1240,10 +1292,11 @@ def add_calibrate_arguments(parser: Any) -> None:
     parser.add_argument("--seed", type=int, help="reproducible measurement (test noise; never for production writes)")
     parser.add_argument("--policy", metavar="POLICY",
                         help="the guard's policy file: take the noise (mechanism, radius, delta, clip_norm), "
-                             "utility.k, utility.metric, utility.max_recall_drop (as --threshold), the class's "
+                             "utility.k, utility.metric, utility.max_recall_drop (as --threshold), utility.min_queries "
+                             "(as --min-queries), the class's "
                              "epsilon_ceiling, the declared embedding model and (without --key) the signing_key "
                              "of --policy-collection from it, so the record is one that policy accepts; an option "
-                             "given as well must agree (--threshold and --epsilon-ceiling may be lower; --key must be "
+                             "given as well must agree (--threshold and --epsilon-ceiling may be lower, --min-queries higher; --key must be "
                              "a key the collection accepts records from)")
     parser.add_argument("--policy-collection", metavar="NAME",
                         help="with --policy: the collection whose settings apply (default: --collection; give "
@@ -1252,6 +1305,13 @@ def add_calibrate_arguments(parser: Any) -> None:
                         help="sign a record measured on a collection of no more than --k points (refused "
                              "without it: every top-k then returns every point, so no noise shows a drop); "
                              "for tests and demos")
+    parser.add_argument("--min-queries", type=_positive_int, default=SUPPRESS,
+                        help="fewest queries (after --sample-limit; with --qrels, labelled ones) a record is "
+                             "signed on (the policy's utility.min_queries; default %d)" % DEFAULT_MIN_QUERIES)
+    parser.add_argument("--allow-few-queries", action="store_true",
+                        help="sign a record measured on fewer than --min-queries queries (refused without it: "
+                             "one query's recall moves in large steps, so the drop is mostly chance); for tests "
+                             "and demos")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument(
         "--query-text", default=SUPPRESS, choices=QUERY_TEXT_MODES,
@@ -1340,9 +1400,10 @@ def _qrels_row(where: str, row: Any) -> tuple[int, Any]:
 POLICY_OPTIONS: dict[str, Any] = {
     "mechanism": "gaussian", "radius": 0.01, "delta": 1e-6, "clip_norm": 1.0, "threshold": 0.05,
     "epsilon_ceiling": None, "k": 10, "metric": "recall", "embedding_model": None,
+    "min_queries": DEFAULT_MIN_QUERIES,
 }
 _FLAGS = {"threshold": "--threshold", "epsilon_ceiling": "--epsilon-ceiling", "embedding_model": "--embedding-model",
-          "clip_norm": "--clip-norm"}
+          "clip_norm": "--clip-norm", "min_queries": "--min-queries"}
 
 
 def calibrate_options(args: Any) -> tuple[dict[str, Any], str | None, str | None, Any]:
@@ -1384,9 +1445,11 @@ def calibrate_options(args: Any) -> tuple[dict[str, Any], str | None, str | None
         "mechanism": n.mechanism, "radius": n.radius, "delta": n.delta, "clip_norm": n.clip_norm,
         "threshold": u.max_recall_drop, "epsilon_ceiling": cfg.epsilon_ceiling[pol.sensitivity], "k": u.k,
         "metric": u.metric, "embedding_model": u.declared_model(getattr(args, "vector_name", None) or "")[0],
+        "min_queries": u.min_queries,
     }
     where = {"threshold": "utility.max_recall_drop", "epsilon_ceiling": f"epsilon_ceiling.{pol.sensitivity.value}",
-             "k": "utility.k", "metric": "utility.metric", "embedding_model": "utility.embedding_model(s)"}
+             "k": "utility.k", "metric": "utility.metric", "embedding_model": "utility.embedding_model(s)",
+             "min_queries": "utility.min_queries"}
     for opt, value in given.items():
         want = stated[opt]
         if (opt == "embedding_model" and want is None) or (opt == "delta" and n.mechanism == "laplace_l2"):
@@ -1395,13 +1458,16 @@ def calibrate_options(args: Any) -> tuple[dict[str, Any], str | None, str | None
             agrees = value is not None and value <= want + 1e-12
         elif opt == "embedding_model":
             agrees = same_model(value, want)
+        elif opt == "min_queries":
+            agrees = value >= want  # more queries is a record the policy accepts too
         elif opt in ("radius", "delta", "clip_norm"):
             agrees = _same(value, want)
         else:
             agrees = value == want
         if not agrees:
             flag = _FLAGS.get(opt, f"--{opt}")
-            bound = " or below" if opt in ("threshold", "epsilon_ceiling") else ""
+            bound = (" or below" if opt in ("threshold", "epsilon_ceiling")
+                     else " or above" if opt == "min_queries" else "")
             raise GuardArgumentValueError(
                 f"{flag} {value!r} disagrees with --policy {path}, whose {section} states "
                 f"{where.get(opt, 'noise.' + opt)} = {want!r}: a guard under that policy would refuse the record; "
@@ -1447,8 +1513,8 @@ def run_calibrate_cli(args: Any) -> int:
         0 on success, 2 when no level is feasible (the frontier is printed on stderr; nothing is
         written), :data:`EXIT_POLICY_NOT_COVERED` when the record was written but the guard of
         ``--policy`` would refuse writes under it (it does not cover the policy's ``noise.epsilon``,
-        or it was signed under ``--allow-small-collection`` and the policy does not set
-        ``utility.allow_small_records``).
+        or it was signed under ``--allow-small-collection`` or on fewer queries than its
+        ``utility.min_queries`` and the policy does not set ``utility.allow_small_records``).
     """
     from qdrant_client import QdrantClient
 
@@ -1516,6 +1582,8 @@ def run_calibrate_cli(args: Any) -> int:
             vector_name=get("vector_name"),
             embedding_model=opts["embedding_model"],
             allow_small_collection=bool(get("allow_small_collection", False)),
+            min_queries=opts["min_queries"],
+            allow_few_queries=bool(get("allow_few_queries", False)),
         )
     except UtilityCalibrationError as exc:
         print(f"qdrant-guard calibrate: {exc}", file=sys.stderr)
@@ -1540,7 +1608,9 @@ def run_calibrate_cli(args: Any) -> int:
               f"them, so noise cannot move a point out of it here and the drop says nothing about real data; "
               "calibrate on a collection much larger than --k (a staging copy of the real one)", file=sys.stderr)
     if pol is not None and pol.utility.enforce:  # enforce off: the guard refuses nothing for utility
-        refusal = None if pol.utility.allow_small_records else record.small_collection_refusal(get("out"))
+        refusal = None if pol.utility.allow_small_records else (
+            record.small_collection_refusal(get("out"))
+            or record.few_queries_refusal(get("out"), pol.utility.min_queries))
         if refusal is None:
             refusal = record.level_refusal(
                 mechanism=pol.noise.mechanism, epsilon=pol.noise.epsilon, radius=pol.noise.radius,

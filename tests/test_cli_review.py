@@ -139,7 +139,7 @@ def clean_store(tmp_path: Path) -> tuple[Path, Path]:
     client.upsert("docs", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(vectors)])
     client.close()
     queries = tmp_path / "q.jsonl"
-    queries.write_text("".join(json.dumps(v.tolist()) + "\n" for v in vectors[:8]))
+    queries.write_text("".join(json.dumps(v.tolist()) + "\n" for v in vectors[:20]))
     return tmp_path / "store", queries
 
 

@@ -998,7 +998,7 @@ def test_calibrate_key_is_needed_as_eval_page_says(tmp_path, capsys):
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     raw.upsert("docs", [models.PointStruct(id=i, vector=x[i].tolist()) for i in range(40)])
     raw.close()
-    (tmp_path / "q.jsonl").write_text("".join(json.dumps(x[i].tolist()) + "\n" for i in range(8)))
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps(x[i].tolist()) + "\n" for i in range(20)))
     for signed in (False, True):
         out = tmp_path / f"record-{signed}.json"
         _cli(capsys, ["calibrate", "--path", str(tmp_path / "staging"), "--collection", "docs", "--queries",

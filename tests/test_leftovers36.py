@@ -30,7 +30,8 @@ def _small_store(points: int, dim: int = 4) -> RawClient:
     return raw
 
 
-_QUERIES = [[1.0, 0.5, 0.0, 0.1], [3.0, 0.5, 0.5, 0.1]]
+# 20 queries: calibrate signs no record on fewer (min_queries).
+_QUERIES = [[1.0 + 0.1 * i, 0.5, 0.025 * i, 0.1] for i in range(20)]
 
 
 @pytest.mark.parametrize("points,k", [(6, 10), (10, 10), (1, 1)])
@@ -283,7 +284,7 @@ def test_calibrate_takes_an_embedding_model_its_embedder_names_in_other_case() -
             return np.asarray([[1.0 + len(t), 0.5, 0.2, 0.1] for t in texts])
 
     rec = calibrate(_small_store(12), "kb", ["a", "bb"], k=3, radius=0.01, progress=False, seed=0,
-                    embedder=Emb(), embedding_model=MODEL)
+                    embedder=Emb(), embedding_model=MODEL, allow_few_queries=True)
     assert rec.embedding_model == MODEL
 
 
@@ -386,7 +387,7 @@ def _staging_args(tmp: Path) -> list[str]:
     rng = np.random.default_rng(1)
     raw.upsert("kb_staging", [models.PointStruct(id=i, vector=rng.normal(size=4).tolist()) for i in range(40)])
     raw.close()
-    (tmp / "q.jsonl").write_text("".join(json.dumps(rng.normal(size=4).tolist()) + "\n" for _ in range(8)))
+    (tmp / "q.jsonl").write_text("".join(json.dumps(rng.normal(size=4).tolist()) + "\n" for _ in range(20)))
     return ["calibrate", "--path", str(store), "--collection", "kb_staging", "--queries", str(tmp / "q.jsonl"),
             "--no-progress", "--seed", "0", "--epsilons", "0.5,2,8", "--out", str(tmp / "u.json")]
 

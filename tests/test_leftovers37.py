@@ -161,6 +161,7 @@ epsilon = 1.0
 k = 3
 metric = "overlap"
 max_recall_drop = 0.99
+min_queries = 2
 embedding_model = "{MODEL_ID}"
 """)
     args = ["calibrate", "--path", str(store), "--collection", "kb", "--queries", str(tmp / "q.jsonl"),

@@ -135,7 +135,7 @@ def _calibrate(tmp: Path, points: int, k: int) -> list[str]:
     _keys(tmp, f"g{points}.key")
     return ["calibrate", "--path", str(store), "--collection", "kb", "--queries", str(q), "--no-progress",
             "--seed", "0", "--k", str(k), "--out", str(tmp / f"u{points}.json"),
-            "--key", str(tmp / "keys" / f"g{points}.key")]
+            "--key", str(tmp / "keys" / f"g{points}.key"), "--allow-few-queries"]
 
 
 def test_calibrate_warns_when_the_collection_is_no_larger_than_k(

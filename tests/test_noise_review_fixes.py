@@ -287,7 +287,7 @@ def test_threshold_advice_is_enough_when_followed():
     raw.create_collection("staging", vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE))
     raw.upsert("staging", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(docs)])
     queries = docs[:9].tolist()  # 9 queries: drops are multiples of 1/9, e.g. 0.11111 -> advice 0.1112
-    args = dict(k=1, radius=0.01, epsilons=(0.3,), progress=False, seed=7)
+    args = dict(k=1, radius=0.01, epsilons=(0.3,), progress=False, seed=7, allow_few_queries=True)
     with pytest.raises(UtilityCalibrationError) as ei:
         calibrate(raw, "staging", queries, threshold=0.0, **args)
     best = min(lv["drop"] for lv in ei.value.frontier)

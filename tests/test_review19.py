@@ -23,7 +23,7 @@ def _sparse_staging():
     raw.upsert("s", [models.PointStruct(id=i, vector={"text": rng.normal(size=8).tolist(),
                                                       **({"image": rng.normal(size=8).tolist()} if i % 2 else {})})
                      for i in range(100)])
-    return raw, rng.normal(size=(10, 8)).tolist()
+    return raw, rng.normal(size=(20, 8)).tolist()
 
 
 def test_calibrate_a_named_vector_some_points_lack():

@@ -109,7 +109,7 @@ def test_qrels_name_uuid_points_in_any_form_qdrant_accepts():
     raw = _tiny([simple, 5, 6])
     try:
         rec = calibrate(raw, "t", [[1.0, 0.0, 0.0, 0.1]], qrels={0: [simple]}, k=1, radius=0.01,
-                        epsilons=(1000.0,), progress=False, seed=0)
+                        epsilons=(1000.0,), progress=False, seed=0, allow_few_queries=True)
     finally:
         raw.close()
     assert rec.clean["recall"] == 1.0 and rec.clean["ndcg"] == 1.0
@@ -402,6 +402,6 @@ def test_calibrate_cli_without_query_text_embeds_queries_as_the_guard_does(tmp_p
     qfile.write_text("".join(json.dumps(t) + "\n" for t in texts[:4]))
     args = argparse.Namespace(path=str(store), url=None, collection="c", queries=str(qfile), qrels=None,
                               out=str(tmp_path / "r.json"), progress=False, no_progress=True, seed=0,
-                              epsilons="1000", threshold=0.9)
+                              epsilons="1000", threshold=0.9, allow_few_queries=True)
     run_calibrate_cli(args)
     assert seen and all("[NUMBER]" in t and "1000" not in t for t in seen), seen
