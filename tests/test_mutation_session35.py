@@ -219,7 +219,7 @@ def test_calibrate_embeds_text_queries_with_the_eval_model_when_no_model_or_its_
     for extra in ([], ["--embedding-model", MODEL_ID]):
         out = tmp_path / f"u{len(extra)}.json"
         argv = ["calibrate", "--path", str(store), "--collection", "docs", "--queries", str(texts), "--out", str(out),
-                "--no-progress", "--threshold", "0.5", "--epsilons", "8", *extra]
+                "--no-progress", "--threshold", "0.5", "--epsilons", "8", "--allow-few-queries", *extra]
         assert main(argv) == 0, capsys.readouterr().err
         # Text queries: the record names the model that embedded them, named or not.
         assert UtilityRecord.from_json(out.read_text()).embedding_model == MODEL_ID

@@ -253,7 +253,7 @@ def test_cli_calibrate_without_key_says_the_record_is_unusable_by_a_guard(
     queries.write_text("[1.0, 0.5, 0.0, 0.1]\n[3.0, 0.5, 0.5, 0.1]\n")
     # --k 3: calibrate refuses a collection of no more than k points (test_leftovers36).
     base = ["calibrate", "--path", str(store), "--collection", "kb", "--queries", str(queries), "--no-progress",
-            "--seed", "0", "--k", "3"]
+            "--seed", "0", "--k", "3", "--allow-few-queries"]  # 2 queries: fewer than --min-queries 20
     assert cli.main([*base, "--out", str(keydir / "unsigned.json")]) == 0
     err = capsys.readouterr().err
     assert "unsigned" in err and "--key" in err and "utility.record" in err
