@@ -45,3 +45,22 @@ def test_no_two_findings_share_a_start(sample):
     for text in _texts(sample):
         spans = _spans(text)
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), (text, spans)
+
+
+def test_a_finding_after_a_stretch_of_an_earlier_card_inside_a_card_still_bounds_the_gaps():
+    """Kills C ``cover_cards``' step ``k++`` also after a stretch (``if (from_added) m++; k++;``):
+    the card "5555 5555 5555 4444" is a stretch that reaches into the floor read from its last
+    group on ("4444 - 4111 ..."), and the card finding after it inside that floor was skipped, so the
+    stretch ran over the " - " and the whole second card (15-51, overlapping the finding)."""
+    text = "(555) 123.5555 5555 5555 4444 - 4111 1111 1111 1111"
+    assert _spans(text) == [(0, 14, "PHONE", "nanp"), (15, 29, "CREDIT_CARD", "luhn"),
+                            (32, 51, "CREDIT_CARD", "luhn")]
+
+
+def test_a_stretch_that_goes_on_one_ends_after_its_last_digit():
+    """Kills C ``cover_cards``' ``added[na - 1].end = next`` for ``e``: the stretch of
+    "5555 5555 5555 4444-1234" goes on into the next floor and ends after "1234", not at the SSN
+    after " - " (0-27 took the separator into the placeholder)."""
+    text = "5555 5555 5555 4444-1234 - 123-45-6789 - 123-45-6789 6011 1111 1111 1117-555-123-4567 "
+    assert _spans(text) == [(0, 24, "CREDIT_CARD", "luhn"), (27, 38, "SSN", "ssa-rules"),
+                            (41, 52, "SSN", "ssa-rules"), (53, 85, "CREDIT_CARD", "luhn")]
