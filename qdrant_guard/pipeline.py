@@ -407,9 +407,9 @@ class GuardPipeline:
             after redaction. The model it names (its optional ``model_id`` attribute, a str, else a
             ``model_name``, on it or on the object whose bound method it is) is signed into the
             receipts of the vectors it embedded, and a Document written or queried for a vector whose policy
-            declares another model (``utility.embedding_model(s)``) is refused (ConfigError; a
-            query's audited first as QUERY_REJECTED, reason ``model_mismatch``) before it is
-            embedded; an embedder that names no model is not checked.
+            declares another model (``utility.embedding_model(s)``) is refused (ConfigError,
+            audited first: a query's as QUERY_REJECTED, a write's as UNSUPPORTED_WRITE, reason
+            ``model_mismatch``) before it is embedded; an embedder that names no model is not checked.
 
     Raises:
         TypeError: ``embedder`` is not callable, or its ``model_id`` is not a str.
