@@ -714,6 +714,20 @@ class GuardPipeline:
                 log.error("audit log could not be written (fail_closed = false, going on): %r", exc)
         return hashlib.sha256(canonical_json(rec)).hexdigest()
 
+    def audited_model_refusal(self, op: str, name: str, pol: CollectionPolicy, verdict: Verdict, message: str,
+                              details: dict[str, Any], **kw: Any) -> ConfigError:
+        """The ConfigError of a call refused for its embedding model (the policy's
+        ``utility.embedding_model(s)`` names another for the vector), audited first: ``verdict``,
+        the message as its directive, ``details`` with ``reason = "model_mismatch"`` (``kw``: more
+        decision fields, such as ``point_ids``). Still a ConfigError (the fix is the caller's model
+        or the policy's); its ``manifest_digest`` is the entry's hash."""
+        digest = self.record(self.decision(op, name, pol, verdict, message,
+                                           details={"reason": "model_mismatch", **details}, **kw))
+        err = ConfigError(message)
+        err.manifest_digest = digest  # type: ignore[attr-defined]
+        mark_audited(err)
+        return err
+
     def forward(self, op: str, name: str | None, pol: CollectionPolicy | None, call: Call) -> Op:
         """Send a decided call to Qdrant; if it fails, audit QDRANT_ERROR and re-raise.
 

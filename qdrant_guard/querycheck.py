@@ -21,7 +21,7 @@ from .errors import ConfigError, GuardArgumentTypeError, QdrantGuardError
 from .noise import CALIBRATED_VERSIONS, PRIVATE_RNG_IDS, release_bounds
 from .names import shell_quote
 from .noise_params import DTYPES
-from .pipeline import Call, Offload, Op, mark_audited
+from .pipeline import Call, Offload, Op
 from .policy import CollectionPolicy, toml_str
 from .receipts import RECEIPT_KEY, stored_receipts
 from .sources import path_head
@@ -360,18 +360,11 @@ class QueryChecks(TextOps):
 
     def _model_refusal(self, op: str, name: str, pol: CollectionPolicy, message: str,
                        details: dict[str, Any]) -> ConfigError:
-        """The ConfigError of a query refused for its embedding model (the policy's
-        ``utility.embedding_model(s)`` names another for the vector queried), audited first as the
-        guard's other query refusals are: QUERY_REJECTED, the message as its directive, and
-        ``details`` with ``reason = "model_mismatch"``, where and in what form the model is named,
-        the vector, both model names and the policy key. Still a ConfigError (the fix is the
-        caller's model or the policy's, as before); its ``manifest_digest`` is the entry's hash."""
-        digest = self.record(self.decision(op, name, pol, Verdict.QUERY_REJECTED, message,
-                                           details={"reason": "model_mismatch", **details}))
-        err = ConfigError(message)
-        err.manifest_digest = digest  # type: ignore[attr-defined]
-        mark_audited(err)
-        return err
+        """The ConfigError of a query refused for its embedding model, audited first as the guard's
+        other query refusals are: QUERY_REJECTED (:meth:`audited_model_refusal`), ``details``
+        naming where and in what form the model is named, the vector, both model names and the
+        policy key."""
+        return self.audited_model_refusal(op, name, pol, Verdict.QUERY_REJECTED, message, details)
 
     def _refuse_query_image_models(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
                                    found: list[tuple[str, Any]]) -> None:

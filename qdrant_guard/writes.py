@@ -948,16 +948,11 @@ class WriteOps(TextOps):
             )
             # A guard decision (the policy's model against the embedder's), so it is audited like the
             # write's other refusals; _audit_input_errors passes ConfigErrors on unaudited.
-            digest = self.record(self.decision(
-                op, name, pol, Verdict.UNSUPPORTED_WRITE, message, point_ids=[point_id],
-                details={"reason": "model_mismatch", "where": "write", "form": "Document",
-                         "embedded_by": "embedder", "vector_name": vname, "model": have,
-                         "declared": model, "key": key},
-            ))
-            err = ConfigError(message)
-            err.manifest_digest = digest  # type: ignore[attr-defined]
-            mark_audited(err)
-            raise err
+            raise self.audited_model_refusal(
+                op, name, pol, Verdict.UNSUPPORTED_WRITE, message,
+                {"where": "write", "form": "Document", "embedded_by": "embedder", "vector_name": vname,
+                 "model": have, "declared": model, "key": key},
+                point_ids=[point_id])
 
     @staticmethod
     def _refuse_past_grid(pol: CollectionPolicy, spec: Any, points: list[models.PointStruct], group: list[_Slot],
