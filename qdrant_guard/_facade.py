@@ -22,7 +22,8 @@ from qdrant_client.local.async_qdrant_local import AsyncQdrantLocal
 
 from .decision import Verdict
 from .errors import QdrantGuardError, UnsupportedWriteError
-from .pipeline import Call, drive_async, drive_sync
+from .async_driver import drive_async
+from .pipeline import Call, drive_sync
 from .surface import GUARDED
 
 _RAW_HANDLES = ("http", "grpc_points", "grpc_collections")
@@ -212,7 +213,8 @@ def _async_method(name: str, original: Callable[..., Any], base: type) -> Callab
         async def invoke(call: Call) -> Any:
             return await getattr(base, call.method)(self, **call.kwargs)
 
-        return await drive_async(guard.run(name, _bound(guard, name, bind(self, args, kwargs))), invoke)
+        return await drive_async(guard.run(name, _bound(guard, name, bind(self, args, kwargs))), invoke,
+                                 lock=self._local_alock())
 
     return method
 

@@ -5,10 +5,13 @@ pipeline's operations are sans-IO generators), so no guard logic exists twice.
 """
 from __future__ import annotations
 
+import asyncio
 import os
+import weakref
 from typing import Any, Awaitable, Callable
 
 import qdrant_client
+from qdrant_client.local.async_qdrant_local import AsyncQdrantLocal
 
 from ._facade import PrincipalViews, install
 from .boundary import Principal
@@ -66,6 +69,22 @@ class AsyncQdrantClient(PrincipalViews, qdrant_client.AsyncQdrantClient):
         if self._guard is not None:  # its writes drop the source sizes of every guard on this store
             self._guard.bind_store(self._client)
         warn_if_key_dies_with_the_process(self._guard, self._client)
+        # A guarded operation's steps run in worker threads (qdrant_guard.async_driver), so it
+        # suspends between them; in local mode one operation at a time holds this lock but for its
+        # Offloads, as the sync client holds its local-mode lock. One lock per event loop (an
+        # asyncio.Lock belongs to the loop it first waits on); views share the mapping.
+        self._local_alocks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] | None = (
+            weakref.WeakKeyDictionary() if isinstance(self._client, AsyncQdrantLocal) else None)
+
+    def _local_alock(self) -> asyncio.Lock | None:
+        locks = self._local_alocks
+        if locks is None:
+            return None
+        loop = asyncio.get_running_loop()
+        lock = locks.get(loop)
+        if lock is None:
+            lock = locks[loop] = asyncio.Lock()
+        return lock
 
     async def close(self, grpc_grace: float | None = None, **kwargs: Any) -> None:
         """Close the connection (a :meth:`with_principal` view leaves the shared one open)."""

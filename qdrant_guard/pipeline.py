@@ -9,7 +9,6 @@ Order for every call: policy -> checks -> decision -> audit -> (only then) Qdran
 """
 from __future__ import annotations
 
-import asyncio
 import copy
 import hashlib
 import json
@@ -1190,22 +1189,3 @@ def drive_sync(op: Op, invoke: Callable[[Call], Any] | None,
                 call = op.send(result)
     except StopIteration as stop:
         return stop.value
-
-
-async def drive_async(op: Op, invoke: Callable[[Call], Any]) -> Any:
-    """Run an operation to completion with an ``async`` ``invoke``."""
-    try:
-        call = next(op)
-        while True:
-            try:
-                if isinstance(call, Offload):
-                    result = await asyncio.to_thread(call.fn)
-                else:
-                    result = await invoke(call)
-            except BaseException as exc:
-                call = op.throw(exc)
-            else:
-                call = op.send(result)
-    except StopIteration as stop:
-        return stop.value
-

@@ -1,0 +1,148 @@
+"""Drives a guard operation for the async client, its blocking work off the event loop.
+
+The pipeline's operations are sans-IO generators, but what runs between two of their requests is
+not free of blocking I/O: the budget store's round trips (SQLite's ``BEGIN IMMEDIATE`` waits up
+to 30 s for another writer; Redis waits for its socket) and the audit log's append (a thread
+lock, ``flock``, ``write``, ``fsync``). So every step of the generator (from one request to the
+next) runs in a worker thread, and the event loop only awaits it: a stalled store stalls the
+tasks that need it, not every task on the loop. Qdrant calls (:class:`Call`) are still awaited
+on the loop; :class:`Offload` requests (classifier, embedder) still run in ``asyncio.to_thread``.
+
+One step of one operation runs at a time (the loop awaits it before sending the next request),
+so an operation's decisions and audit entries keep their order. Appends from concurrent tasks
+are serialised by :class:`~qdrant_guard.audit.AuditLog` itself (a thread lock and ``flock``
+around building and writing each entry), so the chain stays whole.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from .pipeline import Call, Offload, Op
+
+# Its own pool: a store that stops answering ties up these threads, not the application's
+# default executor (asyncio.to_thread, where the guard's Offloads run too).
+STEP_WORKERS = 32
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
+_pool_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool, _pool_pid
+    with _pool_lock:
+        # A forked child inherits the pool object but not its threads.
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = ThreadPoolExecutor(max_workers=STEP_WORKERS, thread_name_prefix="qdrant_guard-step")
+            _pool_pid = os.getpid()
+        return _pool
+
+
+def _advance(op: Op, value: Any, exc: BaseException | None) -> tuple[str, Any]:
+    """One step of ``op`` (in a worker thread): what it yields, returns or raises, as a value
+    (a StopIteration cannot cross a future, and the caller must tell the operation's own
+    CancelledError from one aimed at the awaiting task)."""
+    try:
+        request = op.send(value) if exc is None else op.throw(exc)
+    except StopIteration as stop:
+        return "return", stop.value
+    except BaseException as raised:  # the operation's own failure, re-raised by the driver
+        return "raise", raised
+    return "yield", request
+
+
+class _Pending:
+    """A cancellation of the awaiting task that arrived while a step ran."""
+
+    __slots__ = ("cancel",)
+
+    def __init__(self) -> None:
+        self.cancel: BaseException | None = None
+
+
+async def _step(op: Op, value: Any, exc: BaseException | None, pending: _Pending) -> tuple[str, Any]:
+    """Run one step in the step pool and wait for it whatever happens to the awaiting task.
+
+    A step cannot be stopped midway (it may be writing an audit entry), and the generator cannot
+    be resumed while it runs, so a cancellation arriving meanwhile is kept in ``pending`` and
+    delivered where the old on-loop driver would have received it (see :func:`drive_async`).
+    """
+    loop = asyncio.get_running_loop()
+    ctx = contextvars.copy_context()  # as asyncio.to_thread: context variables follow the step
+    fut = loop.run_in_executor(_executor(), functools.partial(ctx.run, _advance, op, value, exc))
+    while True:
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError as cancel:
+            if fut.done():  # not ours: _advance returns every outcome as a value
+                raise
+            pending.cancel = cancel
+
+
+async def drive_async(op: Op, invoke: Callable[[Call], Any], *, lock: asyncio.Lock | None = None) -> Any:
+    """Run an operation to completion with an ``async`` ``invoke``, its steps in worker threads.
+
+    ``lock`` (local mode, whose calls never suspend): held for the whole operation but for its
+    Offloads, as the sync client holds its local-mode lock, so that a read-then-write of one task
+    is not interleaved by another task's write.
+
+    A cancellation of the awaiting task lands where it landed when steps ran on the loop: at an
+    Offload, or at a Call on a server connection (thrown into the operation, which audits a
+    decided call's failure); during a step it waits for the step to end and then for the next
+    such point, and an operation that reaches its end first has its result dropped and the
+    cancellation raised.
+    """
+    pending = _Pending()
+    held = False
+    if lock is not None:
+        await lock.acquire()  # a cancellation here comes before the operation's first step
+        held = True
+    try:
+        value: Any = None
+        exc: BaseException | None = None
+        while True:
+            kind, out = await _step(op, value, exc, pending)
+            if kind == "return":
+                if pending.cancel is not None:
+                    raise pending.cancel
+                return out
+            if kind == "raise":
+                raise out
+            value, exc = None, None
+            if pending.cancel is not None and (isinstance(out, Offload) or lock is None):
+                exc, pending.cancel = pending.cancel, None
+                continue
+            try:
+                if isinstance(out, Offload):
+                    if held:
+                        lock.release()  # type: ignore[union-attr]
+                        held = False
+                    try:
+                        value = await asyncio.to_thread(out.fn)
+                    finally:
+                        if lock is not None:
+                            await _acquire(lock, pending)
+                            held = True
+                else:
+                    value = await invoke(out)
+            except BaseException as raised:  # give the operation a chance to audit the failure
+                exc = raised
+    finally:
+        if held:
+            lock.release()  # type: ignore[union-attr]
+
+
+async def _acquire(lock: asyncio.Lock, pending: _Pending) -> None:
+    """Take ``lock``; a cancellation meanwhile is kept in ``pending`` (the operation must go on
+    holding it to audit what it decided)."""
+    while True:
+        try:
+            await lock.acquire()
+            return
+        except asyncio.CancelledError as cancel:
+            pending.cancel = cancel
