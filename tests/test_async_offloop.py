@@ -301,3 +301,44 @@ def test_a_timeout_while_the_budget_store_is_locked_waits_for_the_step_and_leave
     assert gap < MAX_GAP_S, f"the event loop stalled {gap:.2f} s"
     assert _records(kit, "async") == _records(kit, "sync")
     assert verify_audit_file(tmp_path / "audit-async.jsonl").ok
+
+
+# -- local mode: one operation at a time, as in the sync client ---------------------------------
+def test_local_mode_operations_do_not_interleave_while_one_waits_on_the_store(tmp_path):
+    """A query waiting for the locked budget store keeps the local store's lock, as the sync
+    client keeps its local-mode lock: a write made meanwhile by another task on the same client
+    goes after it (the loop itself stays free)."""
+    kit = make_kit(tmp_path)
+    db = tmp_path / "async.db"
+    SqliteBudgetStore(str(db))
+
+    def block() -> None:
+        holder = sqlite3.connect(str(db), isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        _release_later(lambda: (holder.execute("COMMIT"), holder.close()))
+
+    async def main() -> list[str]:
+        owner = AsyncQdrantClient(":memory:", guard=_config(kit, "async", budget_store=f"sqlite:///{db}"),
+                                  principal=kit.principal("alice", "hr"))
+        await owner.create_collection("hr", vectors_config=models.VectorParams(size=16, distance=models.Distance.COSINE))
+        await owner.upsert("hr", _points())
+        bob = owner.with_principal(kit.principal("bob", "support"))
+        block()
+        finished: list[str] = []
+
+        async def read() -> None:
+            await bob.query_points("hr", query=QUERY, limit=5)
+            finished.append("query_points")
+
+        async def write() -> None:
+            await asyncio.sleep(0.1)  # the read is waiting on the store by now
+            await owner.upsert("hr", [models.PointStruct(id=99, vector=QUERY, payload={"source": "other"})])
+            finished.append("upsert")
+
+        await asyncio.gather(read(), write())
+        await owner.close()
+        return finished
+
+    assert asyncio.run(main()) == ["query_points", "upsert"]
+    ops = [json.loads(line)["record"]["op"] for line in (tmp_path / "audit-async.jsonl").read_text().splitlines()]
+    assert ops == ["create_collection", "upsert", "query_points", "upsert"]
