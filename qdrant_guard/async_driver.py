@@ -79,8 +79,9 @@ async def _step(op: Op, value: Any, exc: BaseException | None, pending: _Pending
         try:
             return await asyncio.shield(fut)
         except asyncio.CancelledError as cancel:
-            if fut.done():  # not ours: _advance returns every outcome as a value
-                raise
+            # Aimed at the awaiting task (_advance returns the operation's every outcome as a
+            # value), also when the step ended meanwhile: raising it here would abandon an
+            # operation that may have just written its allow entry.
             pending.cancel = cancel
 
 
