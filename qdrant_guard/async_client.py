@@ -15,6 +15,7 @@ from qdrant_client.local.async_qdrant_local import AsyncQdrantLocal
 
 from ._facade import PrincipalViews, install
 from .boundary import Principal
+from .async_driver import TaskLock
 from .guard import Guard, build_guard, warn_if_key_dies_with_the_process
 from .pipeline import Embedder
 from .policy import GuardConfig
@@ -72,18 +73,18 @@ class AsyncQdrantClient(PrincipalViews, qdrant_client.AsyncQdrantClient):
         # A guarded operation's steps run in worker threads (qdrant_guard.async_driver), so it
         # suspends between them; in local mode one operation at a time holds this lock but for its
         # Offloads, as the sync client holds its local-mode lock. One lock per event loop (an
-        # asyncio.Lock belongs to the loop it first waits on); views share the mapping.
-        self._local_alocks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] | None = (
+        # asyncio lock belongs to the loop it first waits on); views share the mapping.
+        self._local_alocks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TaskLock] | None = (
             weakref.WeakKeyDictionary() if isinstance(self._client, AsyncQdrantLocal) else None)
 
-    def _local_alock(self) -> asyncio.Lock | None:
+    def _local_alock(self) -> TaskLock | None:
         locks = self._local_alocks
         if locks is None:
             return None
         loop = asyncio.get_running_loop()
         lock = locks.get(loop)
         if lock is None:
-            lock = locks[loop] = asyncio.Lock()
+            lock = locks[loop] = TaskLock()
         return lock
 
     async def close(self, grpc_grace: float | None = None, **kwargs: Any) -> None:

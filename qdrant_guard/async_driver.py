@@ -43,6 +43,32 @@ def _executor() -> ThreadPoolExecutor:
         return _pool
 
 
+class TaskLock:
+    """An asyncio lock the task holding it may take again, as a thread takes an RLock: a guarded
+    call made from inside another's Qdrant request (an integration's callback, a wrapped store)
+    runs in the same task and must not wait for itself."""
+
+    __slots__ = ("_lock", "_owner", "_depth")
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._owner: asyncio.Task[Any] | None = None
+        self._depth = 0
+
+    async def acquire(self) -> None:
+        task = asyncio.current_task()
+        if self._owner is not task or task is None:
+            await self._lock.acquire()
+            self._owner = task
+        self._depth += 1
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+            self._lock.release()
+
+
 def _advance(op: Op, value: Any, exc: BaseException | None) -> tuple[str, Any]:
     """One step of ``op`` (in a worker thread): what it yields, returns or raises, as a value
     (a StopIteration cannot cross a future, and the caller must tell the operation's own
@@ -85,7 +111,7 @@ async def _step(op: Op, value: Any, exc: BaseException | None, pending: _Pending
             pending.cancel = cancel
 
 
-async def drive_async(op: Op, invoke: Callable[[Call], Any], *, lock: asyncio.Lock | None = None) -> Any:
+async def drive_async(op: Op, invoke: Callable[[Call], Any], *, lock: TaskLock | None = None) -> Any:
     """Run an operation to completion with an ``async`` ``invoke``, its steps in worker threads.
 
     ``lock`` (local mode, whose calls never suspend): held for the whole operation but for its
@@ -138,7 +164,7 @@ async def drive_async(op: Op, invoke: Callable[[Call], Any], *, lock: asyncio.Lo
             lock.release()  # type: ignore[union-attr]
 
 
-async def _acquire(lock: asyncio.Lock, pending: _Pending) -> None:
+async def _acquire(lock: TaskLock, pending: _Pending) -> None:
     """Take ``lock``; a cancellation meanwhile is kept in ``pending`` (the operation must go on
     holding it to audit what it decided)."""
     while True:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from qdrant_guard.async_driver import drive_async
+from qdrant_guard.async_driver import TaskLock, drive_async
 from qdrant_guard.pipeline import Call, Offload
 
 STEP_S = 0.3
@@ -42,7 +42,7 @@ def _run(lock: bool) -> tuple[list[str], list[str], str]:
         return call.method.upper()
 
     async def main() -> str:
-        task = asyncio.create_task(drive_async(_op(seen), invoke, lock=asyncio.Lock() if lock else None))
+        task = asyncio.create_task(drive_async(_op(seen), invoke, lock=TaskLock() if lock else None))
         await asyncio.sleep(STEP_S / 3)  # the second step is sleeping in its thread
         task.cancel()
         try:
@@ -91,7 +91,7 @@ def test_a_cancellation_is_delivered_at_the_next_offload_in_local_mode():
         return call.method
 
     async def main() -> None:
-        task = asyncio.create_task(drive_async(op(), invoke, lock=asyncio.Lock()))
+        task = asyncio.create_task(drive_async(op(), invoke, lock=TaskLock()))
         await asyncio.sleep(STEP_S / 3)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -188,6 +188,10 @@ class SilentServer:
             self.held.append(conn)
 
     def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread, which then ends
+        except OSError:
+            pass
         self.sock.close()
         for conn in self.held:
             conn.close()
