@@ -497,7 +497,9 @@ class UtilityPolicy(_Strict):
     vector it does not name falls back to ``embedding_model`` (unset: not checked). ``{}`` (the
     default): ``embedding_model`` decides."""
     min_queries: int = Field(20, ge=1)
-    """Fewest queries a record must have been measured on (its ``n_queries``). Known-item recall@10
+    """Fewest queries a record's metric must have averaged over (its ``n_measured_queries``: with
+    qrels, for recall and nDCG, the queries with a relevance label; records before version 6 carry
+    only ``n_queries``, every query searched, which is held instead). Known-item recall@10
     is 0 or 1 per query, so the measured drop over n queries moves in steps of 1/n and, near the
     default threshold (``max_recall_drop = 0.05``, a true recall of 0.95), has a standard error of
     sqrt(0.95 * 0.05 / n) = 0.218 / sqrt(n): 0.22 for one query (over four times the threshold,
@@ -506,10 +508,9 @@ class UtilityPolicy(_Strict):
     larger than it: a floor that refuses records whose drop is chance, not a precise measurement;
     calibrate production records on hundreds of queries. While ``enforce`` is on, a write that
     consults a record of fewer queries is refused (UTILITY_DEGRADED, reason ``few_queries``, naming
-    the record, its ``n_queries`` and this key); ``qdrant-guard calibrate`` refuses to sign one
-    below its ``--min-queries`` (with ``--policy``: this value) unless ``--allow-few-queries``.
-    Lower it, or set ``allow_small_records``, for a test collection only. A record's ``n_queries``
-    counts every query measured; with qrels, calibrate counts only the labelled ones."""
+    the record, that count and this key); ``qdrant-guard calibrate`` refuses to sign one below its
+    ``--min-queries`` (with ``--policy``: this value) unless ``--allow-few-queries``, counting the
+    same queries. Lower it, or set ``allow_small_records``, for a test collection only."""
     allow_small_records: bool = False
     """Accept a record calibrated on a collection of no more points than its ``k`` (signed by
     ``qdrant-guard calibrate --allow-small-collection``), or on fewer queries than ``min_queries``
@@ -518,7 +519,7 @@ class UtilityPolicy(_Strict):
     record vouches for any level it measured; a drop over a few queries is mostly chance.
     ``false`` (the default): while ``enforce`` is on, a write that consults such a record is
     refused (UTILITY_DEGRADED, reason ``small_collection``, naming the record, its ``n_documents``
-    and ``k``, or ``few_queries``, naming its ``n_queries`` and ``min_queries``). ``true``: for
+    and ``k``, or ``few_queries``, naming its measured query count and ``min_queries``). ``true``: for
     tests and demos only."""
     enforce: bool = True
     """Refuse writes (UTILITY_DEGRADED) unless the record applies to the policy (same mechanism,

@@ -21,7 +21,9 @@ than its ``k`` (``allow_small_collection``) is refused unless the policy sets
 ``utility.allow_small_records`` (:meth:`UtilityRecord.small_collection_refusal`), and so is a
 record measured on fewer queries than the policy's ``utility.min_queries``
 (:meth:`UtilityRecord.few_queries_refusal`), which calibrate refuses to sign below its
-``min_queries`` unless ``allow_few_queries``.
+``min_queries`` unless ``allow_few_queries``. From version 6 a record also carries how many queries
+its metric averaged over (``n_measured_queries``: with qrels, the labelled ones for recall and
+nDCG), the count that check holds.
 
 Calibration needs the *clean* vectors, so it runs on a raw :class:`qdrant_client.QdrantClient`
 pointed at a clean staging collection (or at the in-boundary collection, by a principal allowed to
@@ -63,7 +65,7 @@ __all__ = [
 UTILITY_DOMAIN = b"qdrant-guard utility v1\0"
 _QUERY_DOMAIN = b"qdrant-guard utility queries v1\0"
 _SEED_KEY_DOMAIN = b"qdrant-guard calibration seed v1\0"
-RECORD_VERSION = 5
+RECORD_VERSION = 6
 
 #: The distances Qdrant compares vectors by (``models.Distance`` values), as a record names them.
 _DISTANCES = ("Cosine", "Euclid", "Dot", "Manhattan")
@@ -155,7 +157,7 @@ class UtilityRecord:
             ceiling: the levels the guard would accept at this threshold).
         chosen_level: index of the chosen level in ``measured``.
         query_sample_digest: SHA-256 hex over the canonical encoding of the queries used.
-        n_queries: number of queries measured.
+        n_queries: number of queries measured (searched), labelled or not.
         n_documents: number of points read from the collection.
         created_at: integer milliseconds since the Unix epoch.
         dim: dimension of the calibrated vectors (version 2 on; ``None`` in version-1 records,
@@ -175,6 +177,10 @@ class UtilityRecord:
             and distance lose different amounts of quality to the same noise, so a policy that sets
             ``utility.embedding_model`` refuses writes under a record naming another model or
             none. It is the signer's assertion: nothing in a raw vector tells which model made it.
+        n_measured_queries: how many queries the record's ``metric`` averaged over (version 6 on;
+            ``None`` in older records): ``n_queries``, but with qrels, for recall and nDCG, only the
+            queries with at least one relevant label (:func:`retrieval_metrics` skips the others).
+            The guard's ``utility.min_queries`` holds this count (older records: ``n_queries``).
         signer_key_id: key id of the Ed25519 signer (``None``: unsigned).
         signature: base64 Ed25519 signature over ``UTILITY_DOMAIN + canonical_json(body)``.
         version: record format version.
@@ -203,6 +209,7 @@ class UtilityRecord:
     vector_name: str | None = None
     distance: str | None = None
     embedding_model: str | None = None
+    n_measured_queries: int | None = None
     signer_key_id: str | None = None
     signature: str | None = None
     version: int = RECORD_VERSION
@@ -221,6 +228,8 @@ class UtilityRecord:
             del out["distance"]
         if self.version < 5:
             del out["embedding_model"]
+        if self.version < 6:
+            del out["n_measured_queries"]
         return out
 
     def signed_bytes(self) -> bytes:
@@ -268,14 +277,26 @@ class UtilityRecord:
         measured on fewer than ``min_queries`` (the policy's ``utility.min_queries``) queries is
         mostly chance (``calibrate(allow_few_queries=True)``, ``--allow-few-queries``).
         """
-        if self.n_queries >= min_queries:
+        n = self.measured_queries
+        if n >= min_queries:
             return None
-        return (f"few_queries: utility record {path!r} was calibrated on {self.n_queries} quer"
-                f"{'y' if self.n_queries == 1 else 'ies'}, fewer than utility.min_queries = {min_queries}, so its "
+        # Older records carry no measured count: with qrels their n_queries may count unlabelled ones.
+        labelled = (f" with relevance labels (of {self.n_queries} searched; with qrels its {self.metric} averages "
+                    "over the labelled ones only)" if n != self.n_queries else "")
+        return (f"few_queries: utility record {path!r} was calibrated on {n} quer"
+                f"{'y' if n == 1 else 'ies'}{labelled}, fewer than utility.min_queries = {min_queries}, so its "
                 f"{self.metric}@{self.k} drops are mostly the chance of which queries were drawn; re-run "
-                f"`qdrant-guard calibrate` on at least {min_queries} queries (more --queries, or a larger "
+                f"`qdrant-guard calibrate` on at least {min_queries} queries"
+                f"{' labelled in --qrels' if labelled else ''} (more --queries, or a larger "
                 "--sample-limit), or lower utility.min_queries (or set utility.allow_small_records = true) "
                 "for a test or demo collection")
+
+    @property
+    def measured_queries(self) -> int:
+        """How many queries the record's metric averaged over: ``n_measured_queries`` (version 6 on),
+        else ``n_queries``, the only count older records carry (with qrels it may count unlabelled
+        queries, which the metric skipped)."""
+        return self.n_queries if self.n_measured_queries is None else self.n_measured_queries
 
     def drop_for(self, epsilon: float, mechanism: str) -> float | None:
         """Return the measured drop at ``(epsilon, mechanism)``, or ``None`` if not measured.
@@ -402,7 +423,8 @@ class UtilityRecord:
             ValueError: the text is not JSON, lacks/has unknown fields, or has a field of the
                 wrong form (``created_at`` not integer milliseconds, ``dim``, ``vector_name`` or
                 ``distance`` missing or wrong for its version, ``embedding_model`` neither null nor
-                a non-empty string, or set before version 5).
+                a non-empty string, or set before version 5; ``n_measured_queries`` missing or not an
+                integer from 1 to ``n_queries`` from version 6, or set before it).
         """
         if isinstance(text, (bytes, bytearray)):
             text = bytes(text).decode("utf-8")
@@ -435,9 +457,9 @@ class UtilityRecord:
                                           f"milliseconds since the Unix epoch (an int64, as `qdrant-guard calibrate` "
                                           f"writes it), got {shown}; re-run `qdrant-guard calibrate` to write the record again")
         version = data.get("version", RECORD_VERSION)
-        if isinstance(version, bool) or version not in (1, 2, 3, 4, 5):
+        if isinstance(version, bool) or version not in (1, 2, 3, 4, 5, 6):
             raise GuardArgumentValueError(f"utility record has version {version!r}; this qdrant_guard reads versions 1 "
-                                          "to 5 (re-run `qdrant-guard calibrate` to write a current record)")
+                                          "to 6 (re-run `qdrant-guard calibrate` to write a current record)")
         dim = data.get("dim")
         if version == 1 and dim is not None:
             raise GuardArgumentValueError("utility record of version 1 has a 'dim' field, which version 1 records "
@@ -468,6 +490,17 @@ class UtilityRecord:
             raise GuardArgumentValueError(f"utility record of version {version} needs 'embedding_model', the embedding "
                                           f"model its vectors came from, as a non-empty string or null (not named); "
                                           f"got {shown}; re-run `qdrant-guard calibrate --embedding-model NAME`")
+        measured, searched = data.get("n_measured_queries"), data.get("n_queries")
+        if version < 6 and measured is not None:
+            raise GuardArgumentValueError(f"utility record of version {version} has an 'n_measured_queries' field, which "
+                                          "records before version 6 do not carry (was its version edited?)")
+        if version >= 6 and not (type(measured) is int and type(searched) is int and 1 <= measured <= searched):
+            # The guard's utility.min_queries compares with it: a string would end a write in a TypeError.
+            shown = repr(measured) if len(repr(measured)) <= 40 else repr(measured)[:40] + "..."
+            raise GuardArgumentValueError(f"utility record of version {version} needs 'n_measured_queries', the number "
+                                          f"of queries its metric averaged over, as an integer from 1 to its n_queries "
+                                          f"({searched!r}); got {shown}; re-run `qdrant-guard calibrate` to write the "
+                                          "record again")
         return cls(**data)
 
 
@@ -611,11 +644,17 @@ def retrieval_metrics(
 # --------------------------------------------------------------------------- calibration
 
 
+def _measured_count(used: list[Any], used_qrels: Mapping[int, Any] | None, metric: str) -> int:
+    """How many of ``used`` the metric averages over: with qrels, recall and nDCG skip the queries
+    without a relevant label (:func:`retrieval_metrics`); overlap and known-item recall take all."""
+    if used_qrels is None or metric == "overlap":
+        return len(used)
+    return sum(1 for j in range(len(used)) if j in used_qrels and _as_grades(used_qrels[j]))
+
+
 def _check_query_count(used: list[Any], used_qrels: Mapping[int, Any] | None, metric: str, min_queries: int,
                        allow_few_queries: bool, given: int) -> None:
-    # With qrels, recall and nDCG average over the labelled queries only (retrieval_metrics).
-    counted = len(used) if used_qrels is None or metric == "overlap" else sum(
-        1 for j in range(len(used)) if j in used_qrels and _as_grades(used_qrels[j]))
+    counted = _measured_count(used, used_qrels, metric)
     if counted >= min_queries or allow_few_queries:
         return
     labelled = " with relevance labels in qrels" if counted != len(used) else ""
@@ -1135,6 +1174,7 @@ def calibrate(
         chosen_level=chosen,
         query_sample_digest=query_sample_digest(used),
         n_queries=len(used),
+        n_measured_queries=_measured_count(used, used_qrels, metric),
         n_documents=len(ids),
         created_at=int(time.time() * 1000),
         dim=int(docs.shape[1]),

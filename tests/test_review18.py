@@ -133,6 +133,7 @@ def test_a_version_2_utility_record_edited_to_version_1_without_dim_no_longer_ve
     del data["dim"]
     data.pop("vector_name", None)  # version 3 on; version 1 has neither
     data.pop("distance", None)  # version 4 on
+    data.pop("n_measured_queries", None)  # version 6 on
     data["version"] = 1
     forged = UtilityRecord.from_json(json.dumps(data))  # reads as a well-formed version-1 record
     assert forged.dim is None and not verify_utility_record(forged, trusted)

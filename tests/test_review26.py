@@ -185,7 +185,7 @@ def test_a_record_of_another_distance_is_refused(kit_record, tmp_path):
     assert rec.distance == "Cosine"
     path = tmp_path / "euclid.json"
     euclid = _euclid_record(kit, path, docs)
-    assert euclid.distance == "Euclid" and euclid.version == 5
+    assert euclid.distance == "Euclid" and euclid.version == 6
     pol = {"class": "PII", "owner": "hr", "noise_on_write": True, "intent": {"enabled": False},
            "noise": {"epsilon": euclid.epsilon, "radius": 0.01}, "utility": {"record": str(path)}}
     cfg = kit.config({"pii": pol, "same": pol}, epsilon_ceiling={"PII": 5.0})

@@ -193,7 +193,8 @@ def test_a_version_1_record_without_a_dimension_still_verifies_and_applies(recor
     from qdrant_guard.utility import UTILITY_DOMAIN, UtilityRecord, verify_utility_record
 
     rec, _, kit, docs = record_and_kit
-    old = dataclasses.replace(rec, version=1, dim=None, vector_name=None, distance=None, signature=None)
+    old = dataclasses.replace(rec, version=1, dim=None, vector_name=None, distance=None, n_measured_queries=None,
+                              signature=None)
     assert "dim" not in old.body()
     sig = keys.load_private_key(kit.guard_key_path).sign(UTILITY_DOMAIN + old.signed_bytes())
     old = dataclasses.replace(old, signature=base64.b64encode(sig).decode("ascii"))
@@ -210,8 +211,8 @@ def test_a_version_1_record_without_a_dimension_still_verifies_and_applies(recor
     ({"dim": None}, "needs 'dim'"),
     ({"dim": 0}, "needs 'dim'"),
     ({"dim": True}, "needs 'dim'"),
-    ({"version": 6}, "reads versions 1 to 5"),
-    ({"version": 1}, "version 1 records do not carry"),
+    ({"version": 7}, "reads versions 1 to 6"),
+    ({"version": 1, "n_measured_queries": None}, "version 1 records do not carry"),
 ])
 def test_a_record_whose_version_and_dimension_disagree_is_not_read(record_and_kit, edit, message):
     from qdrant_guard.utility import UtilityRecord

@@ -53,7 +53,7 @@ def setup(tmp_path_factory):
     raw, docs, queries = staging_store(DIM)
     named = _calibrate(kit, raw, queries, embedding_model=MODEL_A)
     unnamed = _calibrate(kit, raw, queries)
-    v4 = _resigned(kit, unnamed, version=4)
+    v4 = _resigned(kit, unnamed, version=4, n_measured_queries=None)
     paths = {}
     for key, rec in (("a", named), ("unnamed", unnamed), ("v4", v4)):
         paths[key] = tmp / f"utility-{key}.json"
@@ -87,13 +87,13 @@ def test_a_calibrated_record_names_its_model_round_trips_and_verifies(setup):
     kit, recs, paths, _ = setup
     pub = keys.load_private_key(kit.guard_key_path).public_key()
     rec = recs["a"]
-    assert rec.version == 5 and rec.embedding_model == MODEL_A
+    assert rec.version == 6 and rec.embedding_model == MODEL_A
     assert rec.body()["embedding_model"] == MODEL_A
     back = UtilityRecord.from_json(paths["a"].read_text())
     assert back == rec and verify_utility_record(back, [pub])
     # Not named: the field is null, and still part of the signed body (it cannot be added later).
     plain = UtilityRecord.from_json(paths["unnamed"].read_text())
-    assert plain.version == 5 and plain.embedding_model is None and "embedding_model" in plain.body()
+    assert plain.version == 6 and plain.embedding_model is None and "embedding_model" in plain.body()
     assert verify_utility_record(plain, [pub])
 
 
@@ -142,11 +142,11 @@ def test_a_wrong_typed_model_name_is_not_read_and_the_guard_says_so(setup, tmp_p
     assert "embedding_model" in str(err.value) and "bad.json" in str(err.value)
 
 
-def test_version_6_is_not_read(setup):
+def test_version_7_is_not_read(setup):
     _, _, paths, _ = setup
     data = json.loads(paths["a"].read_text())
-    data["version"] = 6
-    with pytest.raises(ValueError, match="reads versions 1 to 5"):
+    data["version"] = 7
+    with pytest.raises(ValueError, match="reads versions 1 to 6"):
         UtilityRecord.from_json(json.dumps(data))
 
 
@@ -419,7 +419,7 @@ def test_the_cli_signs_the_named_model_into_the_record(setup, clean_store, tmp_p
     assert _cli(*clean_store, out, "--embedding-model", MODEL_B, "--key", str(kit.guard_key_path)) == 0
     assert f"model {MODEL_B!r}" in capsys.readouterr().out
     rec = UtilityRecord.from_json(out.read_text())
-    assert rec.embedding_model == MODEL_B and rec.version == 5
+    assert rec.embedding_model == MODEL_B and rec.version == 6
     assert verify_utility_record(rec, [keys.load_private_key(kit.guard_key_path).public_key()])
     # Without the option, vector queries name no model.
     assert _cli(*clean_store, out) == 0

@@ -103,7 +103,7 @@ def test_calibrate_records_the_vector_it_measured_and_signs_it(setup):
     kit, recs, _, _ = setup
     for name in ("text", "image"):
         rec = recs[name]
-        assert (rec.vector_name, rec.dim, rec.version) == (name, DIMS[name], 5)
+        assert (rec.vector_name, rec.dim, rec.version) == (name, DIMS[name], 6)
         assert rec.body()["vector_name"] == name  # in the signed body
         assert verify_utility_record(UtilityRecord.from_json(rec.to_json()),
                                      [keys.load_private_key(kit.guard_key_path).public_key()])
@@ -212,7 +212,8 @@ def test_an_old_record_without_a_vector_name_may_be_listed_under_any_vector(setu
     # A version-2 record names no vector (only its dimension): the policy's table names it.
     kit, recs, _, docs = setup
     path = tmp_path / "v2-image.json"
-    path.write_text(_resigned(kit, recs["image"], version=2, vector_name=None, distance=None).to_json())
+    path.write_text(_resigned(kit, recs["image"], version=2, vector_name=None, distance=None,
+                              n_measured_queries=None).to_json())
     bob = _open(kit, {"records": {"text": str(setup[2]["text"]), "image": str(path)}}, _epsilon(recs))
     bob.upsert("pii", [_point(docs, 0, "text", "image")])
     assert bob._origin.count("pii").count == 1
@@ -276,7 +277,7 @@ def test_a_record_downgraded_to_version_2_to_drop_its_vector_name_fails_verifica
     kit, recs, _, _ = setup
     trusted = [keys.load_private_key(kit.guard_key_path).public_key()]
     data = json.loads(recs["text"].to_json())
-    del data["vector_name"], data["distance"]
+    del data["vector_name"], data["distance"], data["n_measured_queries"]
     data["version"] = 2
     forged = UtilityRecord.from_json(json.dumps(data))  # a well-formed version-2 record ...
     assert forged.vector_name is None and not verify_utility_record(forged, trusted)  # ... not signed as such
@@ -302,7 +303,7 @@ def test_a_single_record_without_a_vector_name_applies_to_every_vector_as_before
     # Version-2 records (no vector name) under utility.record: unchanged, any vector of its dimension.
     kit, recs, _, docs = setup
     path = tmp_path / "v2-text.json"
-    old = _resigned(kit, recs["text"], version=2, vector_name=None, distance=None)
+    old = _resigned(kit, recs["text"], version=2, vector_name=None, distance=None, n_measured_queries=None)
     path.write_text(old.to_json())
     bob = _open(kit, {"record": str(path)}, _epsilon(recs), vectors=("text", "title"))
     bob.upsert("pii", [_point(docs, 0, "text", "title")])

@@ -1,0 +1,123 @@
+"""Four leftovers of h-minq, h-left3 and h-newuser2 (branch h-left4, 2026-12-06).
+
+1. A utility record's signed ``n_queries`` counts every query searched, so the guard's
+   ``utility.min_queries`` could not hold a record calibrated with qrels to its labelled count;
+   record version 6 signs ``n_measured_queries`` and the guard holds that.
+2. ``qdrant-guard calibrate --allow-few-queries`` without ``--policy`` signed a record the default
+   policy's guard refuses, silently; it now warns.
+3. The left-behind count's cap on learnt parameter sets is a policy knob, and a refusal it causes
+   says so.
+4. ``qdrant-guard bench --source NAME`` tags the run's points with a (restricted) source, so an
+   extraction budget on restricted sources is timed.
+
+Real local Qdrant, real calibrate, real Ed25519 keys; no mocks.
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from guardkit import make_kit, models, staging_store
+from qdrant_client import QdrantClient as RawClient
+
+from qdrant_guard import GuardRefusal, QdrantClient, cli, keys
+from qdrant_guard.utility import UTILITY_DOMAIN, UtilityRecord, calibrate, verify_utility_record
+
+_ARGS = dict(k=10, radius=0.01, epsilons=(0.5, 2.0, 8.0), threshold=0.05, progress=False, seed=1)
+
+
+# -- 1. the measured query count is signed and held ------------------------------------------------
+
+def _qrels_record(kit, labelled: int, searched: int = 25, **kw) -> UtilityRecord:
+    raw, _, queries = staging_store(32)
+    qrels = {i: [i] for i in range(labelled)}
+    return calibrate(raw, "staging", queries[:searched], qrels=qrels, allow_few_queries=True,
+                     signer=keys.load_private_key(kit.guard_key_path), **_ARGS, **kw)
+
+
+def _resigned(kit, rec: UtilityRecord, **changes) -> UtilityRecord:
+    out = dataclasses.replace(rec, signature=None, **changes)
+    sig = keys.load_private_key(kit.guard_key_path).sign(UTILITY_DOMAIN + out.signed_bytes())
+    return dataclasses.replace(out, signature=base64.b64encode(sig).decode("ascii"))
+
+
+def _trusted(kit) -> list:
+    return [keys.load_private_key(kit.guard_key_path).public_key()]
+
+
+def _write(kit, path: Path, rec: UtilityRecord, **utility) -> int:
+    _, docs, _ = staging_store(32)
+    coll = {"class": "PII", "owner": "hr", "noise_on_write": True, "intent": {"enabled": False},
+            "noise": {"epsilon": rec.epsilon, "radius": 0.01}, "utility": {"record": str(path), **utility}}
+    cl = QdrantClient(":memory:", guard=kit.config({"docs": coll}, epsilon_ceiling={"PII": 10.0}),
+                      principal=kit.principal("alice", "hr"))
+    cl.create_collection("docs", vectors_config=models.VectorParams(size=32, distance=models.Distance.COSINE))
+    cl.upsert("docs", [models.PointStruct(id=1, vector=docs[0].tolist())])
+    return RawClient.count(cl, "docs").count
+
+
+def test_a_record_signs_how_many_queries_its_metric_averaged_over(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    rec = _qrels_record(kit, 19)
+    assert (rec.version, rec.n_queries, rec.n_measured_queries) == (6, 25, 19)
+    assert rec.body()["n_measured_queries"] == 19  # signed
+    back = UtilityRecord.from_json(rec.to_json())
+    assert back.n_measured_queries == 19 and verify_utility_record(back, _trusted(kit))
+    forged = json.loads(rec.to_json())
+    forged["n_measured_queries"] = 25
+    assert not verify_utility_record(UtilityRecord.from_json(json.dumps(forged)), _trusted(kit))
+    # Overlap and known-item recall average over every query searched.
+    assert _qrels_record(kit, 19, metric="overlap").n_measured_queries == 25
+    raw, _, queries = staging_store(32)
+    assert calibrate(raw, "staging", queries[:21], **_ARGS).n_measured_queries == 21
+
+
+def test_the_guard_holds_a_qrels_record_to_its_labelled_query_count(tmp_path: Path) -> None:
+    # Before: the guard compared n_queries (25 searched) with min_queries = 20 and accepted a record
+    # whose recall averaged over 19 labelled queries, which calibrate itself refuses to sign.
+    kit = make_kit(tmp_path)
+    rec = _qrels_record(kit, 19)
+    path = tmp_path / "u.json"
+    path.write_text(rec.to_json())
+    with pytest.raises(GuardRefusal) as exc:
+        _write(kit, path, rec)
+    assert exc.value.verdict == "UTILITY_DEGRADED"
+    msg = str(exc.value)
+    assert ("was calibrated on 19 queries with relevance labels (of 25 searched; with qrels its recall averages "
+            "over the labelled ones only), fewer than utility.min_queries = 20") in msg
+    assert "at least 20 queries labelled in --qrels" in msg
+    assert _write(kit, path, rec, min_queries=19) == 1
+    path.write_text(_qrels_record(kit, 20).to_json())
+    assert _write(kit, path, rec) == 1
+
+
+def test_a_version_5_record_still_verifies_and_is_held_to_its_n_queries(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    old = _resigned(kit, _qrels_record(kit, 19), version=5, n_measured_queries=None)
+    assert "n_measured_queries" not in old.body()
+    back = UtilityRecord.from_json(old.to_json())
+    assert verify_utility_record(back, _trusted(kit)) and back.measured_queries == 25
+    path = tmp_path / "v5.json"
+    path.write_text(old.to_json())
+    assert _write(kit, path, old) == 1  # the only count it carries is 25
+    # A version-5 record cannot carry the field (its signature would not cover it), nor drop to 5.
+    data = json.loads(_qrels_record(kit, 19).to_json())
+    data["version"] = 5
+    with pytest.raises(ValueError, match="'n_measured_queries' field, which records before version 6"):
+        UtilityRecord.from_json(json.dumps(data))
+    del data["n_measured_queries"]
+    assert not verify_utility_record(UtilityRecord.from_json(json.dumps(data)), _trusted(kit))
+
+
+@pytest.mark.parametrize("bad", [None, 0, 26, "19", 19.0, True])
+def test_a_version_6_record_needs_a_measured_count_within_its_queries(tmp_path: Path, bad) -> None:
+    kit = make_kit(tmp_path)
+    data = json.loads(_qrels_record(kit, 19).to_json())
+    data["n_measured_queries"] = bad
+    with pytest.raises(ValueError, match="needs 'n_measured_queries', the number of queries its metric averaged "
+                                         "over, as an integer from 1 to its n_queries .25."):
+        UtilityRecord.from_json(json.dumps(data))
