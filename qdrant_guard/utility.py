@@ -1647,6 +1647,17 @@ def run_calibrate_cli(args: Any) -> int:
               f"--k {record.k} (signed under --allow-small-collection): every top-{record.k} returns all of "
               f"them, so noise cannot move a point out of it here and the drop says nothing about real data; "
               "calibrate on a collection much larger than --k (a staging copy of the real one)", file=sys.stderr)
+    if pol is None and record.measured_queries < DEFAULT_MIN_QUERIES:
+        # Without --policy nothing below checks the record against a guard; the default policy refuses it.
+        n = record.measured_queries
+        how = "--allow-few-queries" if get("allow_few_queries") else f"--min-queries {opts['min_queries']}"
+        print(f"warning: {get('out')} was signed (under {how}) on {n} quer{'y' if n == 1 else 'ies'}"
+              f"{' with relevance labels' if n != record.n_queries else ''}, fewer than utility.min_queries = "
+              f"{DEFAULT_MIN_QUERIES}, the policy default: while utility.enforce is on, a guard refuses every write "
+              "that consults this record (UTILITY_DEGRADED, reason few_queries) unless that collection's policy sets "
+              f"utility.min_queries = {n} or lower, or utility.allow_small_records = true (for test and demo "
+              "collections); calibrate on more queries for a production record, and give --policy to have calibrate "
+              "check the record against your guard's policy", file=sys.stderr)
     if pol is not None and pol.utility.enforce:  # enforce off: the guard refuses nothing for utility
         refusal = None if pol.utility.allow_small_records else (
             record.small_collection_refusal(get("out"))

@@ -121,3 +121,60 @@ def test_a_version_6_record_needs_a_measured_count_within_its_queries(tmp_path: 
     with pytest.raises(ValueError, match="needs 'n_measured_queries', the number of queries its metric averaged "
                                          "over, as an integer from 1 to its n_queries .25."):
         UtilityRecord.from_json(json.dumps(data))
+
+
+# -- 2. calibrate warns of a record the default policy refuses -----------------------------------
+
+def _cli_args(tmp: Path) -> list[str]:
+    store = tmp / "store"
+    if not store.exists():
+        raw = RawClient(path=str(store))
+        raw.create_collection("kb_staging", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+        rng = np.random.default_rng(1)
+        raw.upsert("kb_staging", [models.PointStruct(id=i, vector=rng.normal(size=4).tolist()) for i in range(60)])
+        raw.close()
+        (tmp / "q.jsonl").write_text("".join(json.dumps(rng.normal(size=4).tolist()) + "\n" for _ in range(30)))
+    return ["calibrate", "--path", str(store), "--collection", "kb_staging", "--queries", str(tmp / "q.jsonl"),
+            "--no-progress", "--seed", "0", "--epsilons", "0.5,2,8", "--threshold", "0.9", "--out", str(tmp / "u.json")]
+
+
+def test_calibrate_without_policy_warns_of_a_record_below_the_default_min_queries(tmp_path: Path, capsys) -> None:
+    # Before: exit 0 and nothing on stderr, though a guard under the default policy refuses the record.
+    args = _cli_args(tmp_path)
+    out = str(tmp_path / "u.json")
+    assert cli.main(args + ["--sample-limit", "3", "--allow-few-queries"]) == 0
+    err = capsys.readouterr().err
+    assert (f"warning: {out} was signed (under --allow-few-queries) on 3 queries, fewer than utility.min_queries = "
+            "20, the policy default: while utility.enforce is on, a guard refuses every write that consults this "
+            "record (UTILITY_DEGRADED, reason few_queries) unless that collection's policy sets utility.min_queries "
+            "= 3 or lower, or utility.allow_small_records = true") in err
+    assert UtilityRecord.from_json(Path(out).read_text()).measured_queries == 3
+    assert cli.main(args + ["--sample-limit", "5", "--min-queries", "5"]) == 0
+    assert "(under --min-queries 5) on 5 queries" in capsys.readouterr().err
+    # At the default floor, or with a policy that checks the record itself: no such warning.
+    assert cli.main(args + ["--sample-limit", "20"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_the_warning_is_true_a_default_policy_guard_refuses_the_record(tmp_path: Path, capsys) -> None:
+    kit = make_kit(tmp_path)
+    args = _cli_args(tmp_path) + ["--key", str(kit.guard_key_path), "--radius", "0.01"]
+    assert cli.main(args + ["--sample-limit", "3", "--allow-few-queries"]) == 0
+    assert "reason few_queries" in capsys.readouterr().err
+    path = tmp_path / "u.json"
+    rec = UtilityRecord.from_json(path.read_text())
+    coll = {"class": "PII", "owner": "hr", "noise_on_write": True, "intent": {"enabled": False},
+            "noise": {"epsilon": rec.epsilon, "radius": 0.01},
+            "utility": {"record": str(path), "metric": "recall", "max_recall_drop": 0.9}}
+    for utility, refused in (({}, True), ({"min_queries": 3}, False), ({"allow_small_records": True}, False),
+                             ({"enforce": False}, False)):
+        pol = {**coll, "utility": {**coll["utility"], **utility}}
+        cl = QdrantClient(":memory:", guard=kit.config({"docs": pol}, epsilon_ceiling={"PII": 10.0}),
+                          principal=kit.principal("alice", "hr"))
+        cl.create_collection("docs", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+        try:
+            cl.upsert("docs", [models.PointStruct(id=1, vector=[0.5, 0.5, 0.5, 0.5])])
+        except GuardRefusal as exc:
+            assert refused and "few_queries" in str(exc), (utility, exc)
+        else:
+            assert not refused, utility
