@@ -723,7 +723,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             read_credential=_credential_from(args.read_credential, "--read-credential") if args.read_credential else None,
             throwaway_credentials=args.throwaway_credentials, write_boundary=args.write_boundary,
             read_boundary=args.read_boundary, dim=args.dim, points=args.points, batch=args.batch,
-            queries=args.queries, limit=args.limit, rounds=args.rounds, sources=args.sources, seed=args.seed,
+            queries=args.queries, limit=args.limit, rounds=args.rounds, sources=args.sources,
+            source_values=tuple(args.source or ()), seed=args.seed,
             query_text=not args.no_query_text, url=args.url, scratch_collection=args.scratch_collection,
             workdir=args.workdir, progress=not args.no_progress)
     except KeyboardInterrupt:
@@ -934,6 +935,11 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--sources", type=_positive_int,
                     help="distinct values of the policy's source_field (default 50, or one per 20 points "
                          "below 1000 points); budgets and diversity caps count by source")
+    bn.add_argument("--source", metavar="NAME", action="append",
+                    help="give the run's points this source value (repeatable; the first --sources values are "
+                         "the names given, the rest doc0, doc1, ...), e.g. one of the policy's "
+                         "diversity.restricted_sources so that its extraction budget is charged and timed: a "
+                         "restricted source needs a writer of the owner boundary and a reader of another")
     bn.add_argument("--seed", type=int, default=20240611, help="seeds vectors, texts and the order (an integer >= 0; default 20240611)")
     bn.add_argument("--no-query-text", action="store_true",
                     help="send guarded queries without query_text= (no text scan or intent check)")

@@ -29,7 +29,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import qdrant_client
@@ -48,8 +48,10 @@ from .overhead_setup import (
     budget_unused_note,
     listed_policy,
     read_credential,
+    restricted_source_notes,
     scratch_config,
     shown_url,
+    source_labels,
     with_throwaway_authorities,
 )
 from .pipeline import Call, drive_sync
@@ -259,13 +261,13 @@ class _Bed:
 
 
 def _time_upserts(bed: _Bed, *, points: int, dim: int, batch: int,
-                  n_sources: int) -> tuple[dict[str, np.ndarray], list[Replay]]:
+                  labels: list[str]) -> tuple[dict[str, np.ndarray], list[Replay]]:
     """Interleaved raw / guarded / guard-only upserts of the same batches (which fill ``bed.name``)."""
     pol, seed, client = bed.pol, bed.seed, bed.client
     rows = unit_rows(points, dim, seed)
 
     def payload(i: int) -> dict[str, Any]:
-        p = _nested(pol.source_field, f"doc{i % n_sources}")
+        p = _nested(pol.source_field, labels[i % len(labels)])
         if pol.text_field:
             p[pol.text_field] = english_text(i, seed)
         return p
@@ -428,6 +430,7 @@ def measure_overhead(
     limit: int = 10,
     rounds: int = 5,
     sources: int | None = None,
+    source_values: Sequence[str] = (),
     seed: int = 20240611,
     query_text: bool = True,
     url: str | None = None,
@@ -455,6 +458,11 @@ def measure_overhead(
         rounds: timed rounds, after one untimed warm-up round.
         sources: distinct values of the policy's ``source_field`` (point ``i`` is in source
             ``doc{i % sources}``; default: 50, or one per 20 points below 1,000 points).
+        source_values: source values to give the run's points instead of the first ``doc`` names (``--source
+            NAME``; point ``i`` is in the ``i % sources``-th of these names followed by ``doc`` names),
+            e.g. one of the policy's ``diversity.restricted_sources``, so that its extraction budget is
+            charged and timed. A restricted source needs a writer of the owner boundary (only it may
+            write one) and a reader of another (the owner's reads are never charged).
         seed: seeds vectors, texts and the interleaving order.
         query_text: pass a benign ``query_text=`` with each guarded query (scan, intent), as an
             application that supplies the user's words would.
@@ -561,6 +569,10 @@ def measure_overhead(
                 f"{flag} is for {reader_label}, and boundary {reader_b!r} may not read {collection!r} (owner "
                 f"{pol.owner!r}, readers {list(pol.readers)}); pass --read-credential of one of those boundaries")
 
+        n_sources = sources or (50 if points >= 50 * 20 else max(1, points // 20))
+        labels = source_labels(source_values, n_sources)
+        notes.extend(restricted_source_notes(pol, labels, writer_b, reader_b, points))
+
         for n in (name, raw_name):
             try:
                 exists = RawClient.collection_exists(client, n)
@@ -576,12 +588,11 @@ def measure_overhead(
                 size=dim, distance=models.Distance.COSINE))
             created.append(n)
 
-        n_sources = sources or (50 if points >= 50 * 20 else max(1, points // 20))
-        unused = budget_unused_note(pol, n_sources)
+        unused = budget_unused_note(pol, labels)
         if unused is not None:
             notes.append(unused)
         bed = _Bed(client, reader, name, raw_name, writer_label, reader_label, pol, rounds, seed, progress)
-        up, up_replays = _time_upserts(bed, points=points, dim=dim, batch=batch, n_sources=n_sources)
+        up, up_replays = _time_upserts(bed, points=points, dim=dim, batch=batch, labels=labels)
         q, q_replays, short = _time_queries(bed, points=points, dim=dim, queries=queries, limit=limit,
                                             query_text=query_text)
         checks = _checks(bed, cfg, points=points, limit=limit, upsert_replays=up_replays,

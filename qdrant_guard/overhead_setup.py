@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import BenchmarkError
@@ -108,18 +108,72 @@ def scratch_config(cfg: GuardConfig, tmp: Path, collection: str, scratch: str,
     return cfg.model_copy(update=update), notes
 
 
-def budget_unused_note(pol: CollectionPolicy, n_sources: int) -> str | None:
+def source_labels(given: Sequence[str], n_sources: int) -> list[str]:
+    """The source values of a run's points, point ``i`` taking ``labels[i % n_sources]``: the names
+    ``--source`` gave first, then ``doc0``, ``doc1``, ... (skipping a given name) up to ``n_sources``."""
+    given = list(given)
+    for value in given:
+        if not isinstance(value, str) or not value.strip():
+            raise BenchmarkError(f"--source {value!r}: give a source value, a non-empty string (e.g. a name "
+                                 "the policy's diversity.restricted_sources lists)")
+    if len(set(given)) != len(given):
+        raise BenchmarkError(f"--source names {sorted({v for v in given if given.count(v) > 1})} more than once; "
+                             "give each source once")
+    if len(given) > n_sources:
+        raise BenchmarkError(f"--source names {len(given)} sources, more than the run's {n_sources} (--sources); "
+                             f"pass --sources {len(given)} or more")
+    filler = (f"doc{i}" for i in range(n_sources + len(given)) if f"doc{i}" not in given)
+    return given + [next(filler) for _ in range(n_sources - len(given))]
+
+
+def _shown_sources(labels: Sequence[str]) -> str:
+    """The run's source values in a note: ``doc0 .. doc49``, or the names given and the rest."""
+    docs = [s for s in labels if s.startswith("doc")]
+    named = [s for s in labels if s not in docs]
+    tail = f"{docs[0]} .. {docs[-1]}" if len(docs) > 1 else ", ".join(docs)
+    return ", ".join([*(repr(s) for s in named), *([tail] if tail else [])])
+
+
+def budget_unused_note(pol: CollectionPolicy, labels: Sequence[str]) -> str | None:
     """A note when the collection's extraction budget restricts itself to sources the run's points
-    (``doc0`` .. ``doc{n_sources - 1}``) never carry: no read is then charged to it."""
+    (``labels``, :func:`source_labels`) never carry: no read is then charged to it."""
     div = pol.diversity
     if not div.enabled or div.max_source_coverage is None or not div.restricted_sources:
         return None
-    if any(s == f"doc{i}" for s in div.restricted_sources for i in range(n_sources)):
+    if any(s in div.restricted_sources for s in labels):
         return None
     return (f"the extraction budget (max_source_coverage {div.max_source_coverage}) applies only to "
             f"restricted_sources {list(div.restricted_sources)}, none of which the run's points carry "
-            f"(their sources are doc0 .. doc{n_sources - 1}): no point was charged to it, so the "
-            "budget's admissions are NOT in these figures")
+            f"(their sources are {_shown_sources(labels)}): no point was charged to it, so the "
+            f"budget's admissions are NOT in these figures; `--source {div.restricted_sources[0]}` tags "
+            "some of the run's points with it (written by the owner boundary, read by another)")
+
+
+def restricted_source_notes(pol: CollectionPolicy, labels: Sequence[str], writer: str | None, reader: str | None,
+                            n_points: int) -> list[str]:
+    """The notes on the run's restricted sources (``labels`` that ``restricted_sources`` lists), or a
+    :class:`BenchmarkError` when the writer may not write them (only the owner boundary may)."""
+    div = pol.diversity
+    restricted = [s for s in labels if s in div.restricted_sources]
+    if not restricted:
+        return []
+    if writer != pol.owner:
+        raise BenchmarkError(
+            f"--source {restricted[0]!r} is one of the policy's restricted_sources, which only the owner boundary "
+            f"{pol.owner!r} may write, and the writer is of boundary {writer!r}, so every upsert would be refused; "
+            f"pass --credential of a {pol.owner!r} principal and --read-credential of a reader boundary, or "
+            "--throwaway-credentials (its writer is the owner by default)")
+    per = len(range(0, n_points, len(labels)))  # points of the first source, the most any one has
+    if not div.enabled or div.max_source_coverage is None:
+        return []
+    note = (f"{len(restricted)} of the run's {len(labels)} sources ({', '.join(map(repr, restricted))}) are "
+            f"restricted_sources, about {per} point(s) each, so reads are charged to the extraction budget "
+            f"(max_source_coverage {div.max_source_coverage}) and its admissions are in the guarded figures")
+    if reader == pol.owner:
+        note = (f"the run's points of {', '.join(map(repr, restricted))} carry restricted_sources, but the reader "
+                f"is of the owner boundary {pol.owner!r}, whose reads the extraction budget never charges: its "
+                "admissions are NOT in these figures; pass --read-credential of another reader boundary")
+    return [note]
 
 
 def shown_url(url: str) -> str:

@@ -178,3 +178,109 @@ def test_the_warning_is_true_a_default_policy_guard_refuses_the_record(tmp_path:
             assert refused and "few_queries" in str(exc), (utility, exc)
         else:
             assert not refused, utility
+
+
+# -- 4. bench --source: a budget on restricted sources is timed ----------------------------------
+
+_TINY = {"dim": 16, "points": 40, "batch": 16, "queries": 6, "rounds": 2, "progress": False}
+
+
+def _bench_cfg(kit, **div):
+    return kit.config({"docs": {"class": "PII", "owner": "hr", "readers": ["support"], "text_field": "text",
+                                "intent": {"enabled": False},
+                                "diversity": {"max_source_coverage": 0.25, "restricted_sources": ["board-memo"],
+                                              "max_source_fraction": 1.0, "min_unique_sources": 1, **div}}})
+
+
+def _bench(kit, cfg, writer=("alice", "hr"), reader=("bob", "support"), **more):
+    from qdrant_guard.overhead import measure_overhead
+
+    return measure_overhead(cfg, "docs", credential=kit.principal(*writer).credential,
+                            read_credential=kit.principal(*reader).credential, **_TINY, **more)
+
+
+def _reads(workdir: Path) -> list[dict]:
+    records = [json.loads(x)["record"] for x in (workdir / "audit.jsonl").read_text().splitlines()]
+    return [r for r in records if r["op"] == "query_points"]
+
+
+def test_bench_source_tags_points_with_a_restricted_source_and_the_budget_is_charged(tmp_path: Path) -> None:
+    # Before: the run's points carried doc0 .. docN only, so a budget on restricted sources charged
+    # no read and the figures held none of its admissions (measure_overhead had no way to tag them).
+    kit = make_kit(tmp_path)
+    rep = _bench(kit, _bench_cfg(kit), source_values=("board-memo",), sources=2, workdir=tmp_path / "wd")
+    assert not any("none of which the run's points carry" in n for n in rep.notes)
+    assert ("1 of the run's 2 sources ('board-memo') are restricted_sources, about 20 point(s) each, so reads are "
+            "charged to the extraction budget (max_source_coverage 0.25) and its admissions are in the guarded "
+            "figures") in rep.notes
+    reads = _reads(tmp_path / "wd")
+    # What the note says is so: reads were charged to the budget until it ran out (5 of the source's 20
+    # points), and the later reads were sent excluding the source (test_newuser3: none without --source).
+    excluded = [r["details"]["budget_excluded"] for r in reads if "budget_excluded" in r["details"]]
+    assert excluded and all(e["sources"] == 1 for e in excluded)  # board-memo; the noise (keyed) picks the ids
+    assert rep.checks["audited_reads_with_budget_exclusion"] == len(excluded)
+
+
+def test_bench_source_checks_the_writer_and_names_a_reader_the_budget_never_charges(tmp_path: Path) -> None:
+    from qdrant_guard.errors import BenchmarkError
+
+    kit = make_kit(tmp_path)
+    cfg = _bench_cfg(kit)
+    cfg = cfg.model_copy(update={"collections": {"docs": cfg.collections["docs"].model_copy(
+        update={"writers": ("support",)})}})
+    with pytest.raises(BenchmarkError, match="--source 'board-memo' is one of the policy's restricted_sources, "
+                                             "which only the owner boundary 'hr' may write, and the writer is of "
+                                             "boundary 'support'"):
+        _bench(kit, cfg, writer=("bob", "support"), source_values=("board-memo",), sources=2)
+    rep = _bench(kit, cfg, reader=("alice", "hr"), source_values=("board-memo",), sources=2)
+    assert any(n.startswith("the run's points of 'board-memo' carry restricted_sources, but the reader is of the "
+                            "owner boundary 'hr', whose reads the extraction budget never charges") for n in rep.notes)
+
+
+def test_bench_without_source_names_the_option_in_its_note(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    rep = _bench(kit, _bench_cfg(kit), sources=2)
+    assert any(n.endswith("the budget's admissions are NOT in these figures; `--source board-memo` tags some of "
+                          "the run's points with it (written by the owner boundary, read by another)")
+               for n in rep.notes), rep.notes
+
+
+@pytest.mark.parametrize("given, n, message", [
+    (("a", "b", "c"), 2, "--source names 3 sources, more than the run's 2 .--sources.; pass --sources 3 or more"),
+    (("a", "a"), 5, r"--source names \['a'\] more than once"),
+    (("",), 5, "--source '': give a source value, a non-empty string"),
+])
+def test_bench_source_values_are_checked(given, n, message) -> None:
+    from qdrant_guard.errors import BenchmarkError
+    from qdrant_guard.overhead_setup import source_labels
+
+    with pytest.raises(BenchmarkError, match=message):
+        source_labels(given, n)
+    assert source_labels(("doc1", "x"), 4) == ["doc1", "x", "doc0", "doc2"]
+
+
+def test_the_bench_cli_takes_source(tmp_path: Path, capsys) -> None:
+    kit = make_kit(tmp_path)
+    pol = tmp_path / "policy.toml"
+    pol.write_text(f"""signing_key = "{kit.guard_key_path}"
+[collections.docs]
+class = "PII"
+owner = "hr"
+readers = ["support"]
+text_field = "text"
+[collections.docs.intent]
+enabled = false
+[collections.docs.diversity]
+max_source_coverage = 0.25
+restricted_sources = ["board-memo"]
+[boundaries.hr]
+authority_keys = ["{kit.authority_pub['hr']}"]
+[boundaries.support]
+authority_keys = ["{kit.authority_pub['support']}"]
+""")
+    out = tmp_path / "b.json"
+    assert cli.main(["bench", "--policy", str(pol), "--collection", "docs", "--throwaway-credentials", "--dim", "8",
+                     "--points", "40", "--batch", "20", "--queries", "3", "--rounds", "1", "--sources", "2",
+                     "--source", "board-memo", "--no-progress", "--json", str(out)]) == 0
+    notes = json.loads(out.read_text())["notes"]
+    assert any("('board-memo') are restricted_sources" in n for n in notes), notes

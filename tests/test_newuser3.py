@@ -35,7 +35,9 @@ def test_a_budget_restricted_to_sources_the_run_never_writes_is_named_as_not_tim
     note = [n for n in rep.notes if "restricted_sources" in n]
     assert note == ["the extraction budget (max_source_coverage 0.25) applies only to restricted_sources "
                     "['board-memo'], none of which the run's points carry (their sources are doc0 .. doc1): "
-                    "no point was charged to it, so the budget's admissions are NOT in these figures"]
+                    "no point was charged to it, so the budget's admissions are NOT in these figures; `--source "
+                    "board-memo` tags some of the run's points with it (written by the owner boundary, read by "
+                    "another)"]
     # What the note says is so: no read of the run was charged (nothing withheld, nothing excluded).
     records = [json.loads(x)["record"] for x in (tmp_path / "wd" / "audit.jsonl").read_text().splitlines()]
     reads = [r for r in records if r["op"] == "query_points"]
@@ -46,7 +48,7 @@ def test_no_such_note_when_a_restricted_source_is_among_the_runs_or_every_source
     for div in ({"max_source_coverage": 0.25, "restricted_sources": ["doc1"]}, {"max_source_coverage": 0.25},
                 {}):
         rep = run(kit, kit.config(shared(diversity=div)), sources=2)
-        assert not any("restricted_sources" in n for n in rep.notes), div
+        assert not any("none of which the run's points carry" in n for n in rep.notes), div
 
 
 def test_a_workdir_run_names_where_it_kept_the_audit_log_and_the_budget_file(kit, tmp_path):
