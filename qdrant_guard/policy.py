@@ -142,6 +142,20 @@ class NoisePolicy(_Strict):
     clip_norm: float | None = Field(1.0, gt=0, allow_inf_nan=False)
     """Inputs are clipped to this L2 norm before noising (1.0 suits normalised embeddings). ``None``
     (from Python; TOML has no null): not clipped, and the guarantee is between inputs as given."""
+    max_receipt_param_sets: int = Field(32, ge=0, le=1024)
+    """How many parameter sets (epsilon, delta, radius, dim) of stored receipts of stronger noise than
+    this section's, besides its own, the guard holds to their own calibration when it checks that no
+    stored vector is raw (``noise_queries`` outside the owner boundary: a query by point id, MMR,
+    ``search_matrix_*``). A filter does no arithmetic, so the count matches each known set exactly,
+    and learns new ones by a ``scroll`` of 64 receipts; past this many sets per collection the
+    receipts of further sets are counted as if raw, unchecked, and those calls are refused
+    (QUERY_REJECTED, naming how many points that cap counted, this key and the fix): fail-closed.
+    A writer whose receipts the guard trusts can fill it with sets of its own (stronger noise,
+    each a valid release), which only makes those calls refuse. Raising it costs the count about
+    six payload conditions per vector for each set, on every such call until none is left behind
+    (and one ``count`` and ``scroll`` per learning round); re-writing those points through the
+    guard, at this section's noise, removes the extra sets instead. 0: only this section's own set
+    is known, every other is counted."""
     keyed: bool = True
     """Derive the noise from a PRF of (guard key, clean vector): re-sending a vector yields the same
     noised vector, so averaging repeated releases gains an attacker nothing. "The same" is the same

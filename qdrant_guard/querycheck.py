@@ -22,7 +22,7 @@ from .noise import CALIBRATED_VERSIONS, PRIVATE_RNG_IDS, release_bounds
 from .names import shell_quote
 from .noise_params import DTYPES
 from .pipeline import Call, Offload, Op
-from .policy import CollectionPolicy, toml_str
+from .policy import CollectionPolicy, NoisePolicy, toml_str
 from .receipts import RECEIPT_KEY, stored_receipts
 from .sources import path_head
 from .textguard import (EmbedderError, TextOps, _number_text, no_card, password_finding, password_name_why,
@@ -48,10 +48,10 @@ _KEYWORD: dict[type, str] = {models.MatchValue: "value", models.MatchPrefix: "pr
             models.MatchAny: "any", models.MatchExcept: "except_"}
 
 
-#: At most this many parameter sets of stored receipts besides the policy's own are held to their
-#: own calibration per collection (:meth:`QueryChecks.raw_vectors_left`); receipts of further ones
-#: are counted as left behind, erring towards refusing.
-_MAX_PARAMS = 32
+#: The default of ``noise.max_receipt_param_sets``: at most this many parameter sets of stored
+#: receipts besides the policy's own are held to their own calibration per collection
+#: (:meth:`QueryChecks.raw_vectors_left`); receipts of further ones are counted as left behind.
+_MAX_PARAMS = NoisePolicy.model_fields["max_receipt_param_sets"].default
 
 
 class UncheckedForm(QdrantGuardError):
@@ -115,9 +115,9 @@ class QueryChecks(TextOps):
         reranked = mmr_paths(args) if noising else []
         # Both forms compare stored vectors with one another, which the query noise never reaches;
         # they are refused wherever a stored vector may be raw (see raw_vectors_left).
-        left = 0
+        left = capped = 0
         if (reranked or (noising and any(isinstance(v, _POINT_IDS) for _, v in found))) and not pol.raw_in_boundary:
-            left = yield from self.raw_vectors_left(op, name, pol)
+            left, capped = yield from self.raw_vectors_left(op, name, pol)
         raw_stored = pol.raw_in_boundary or left > 0
         if reranked and raw_stored:
             # MMR picks each next result by the candidates' stored vectors compared with one another,
@@ -128,12 +128,12 @@ class QueryChecks(TextOps):
                 op, name, pol, Verdict.QUERY_REJECTED,
                 f"{reranked[0]} asks Qdrant to re-rank the candidates by maximal marginal relevance, which "
                 f"compares their stored vectors with one another; {pol.sensitivity.value} collection {name!r} "
-                f"{raw_stored_clause(pol, left)}, so the order of the "
+                f"{raw_stored_clause(pol, left, capped)}, so the order of the "
                 "results would tell how similar those raw vectors are to each other, and noise_queries lets a "
                 "principal without raw access compare them only through a noised query vector. Query without "
                 "mmr (in langchain, similarity_search instead of max_marginal_relevance_search) and diversify "
-                f"the results yourself, {raw_stored_way_out(pol, name, left)}",
-                details={"where": reranked, "form": "Mmr", **({"unreceipted_points": left} if left else {})},
+                f"the results yourself, {raw_stored_way_out(pol, name, left, capped)}",
+                details={"where": reranked, "form": "Mmr", **left_details(pol, left, capped)},
             ))
         if query_text is not None and not isinstance(query_text, str):
             raise GuardArgumentTypeError(
@@ -215,11 +215,11 @@ class QueryChecks(TextOps):
                         op, name, pol, Verdict.QUERY_REJECTED,
                         f"{where} is a point id: Qdrant would search with that point's stored vector, "
                         f"unnoised, against the stored vectors of {pol.sensitivity.value} collection {name!r}, "
-                        f"which {raw_stored_clause(pol, left)}, and noise_queries needs every query vector "
+                        f"which {raw_stored_clause(pol, left, capped)}, and noise_queries needs every query vector "
                         "noised; pass a vector instead, which the guard noises: one of your own, or one "
                         "retrieve(..., with_vectors=True) releases to you"
-                        + ("" if pol.raw_in_boundary else f"; {raw_stored_way_out(pol, name, left)}"),
-                        details={"where": where, "form": "point id", **({"unreceipted_points": left} if left else {})},
+                        + ("" if pol.raw_in_boundary else f"; {raw_stored_way_out(pol, name, left, capped)}"),
+                        details={"where": where, "form": "point id", **left_details(pol, left, capped)},
                     ))
                 if not isinstance(value, (list, tuple, np.ndarray)):
                     return value  # sparse vectors, ids of noised vectors: nothing dense to noise
@@ -246,8 +246,10 @@ class QueryChecks(TextOps):
         of receipts of stronger noise found stored. While the count finds points, one ``scroll``
         (64 points, their receipt container only) looks for receipts the filter would accept but
         for a set it does not know yet; found, the sets are learnt (kept per collection, at most
-        :data:`_MAX_PARAMS`; receipts of further sets stay counted) and the count is asked again.
-        So the count matches what reads release, but for what it concedes below.
+        the policy's ``noise.max_receipt_param_sets``; receipts of further sets stay counted) and the
+        count is asked again. So the count matches what reads release, but for what it concedes below.
+        When that cap is reached with points left, one more ``count`` finds how many of them were
+        counted only for a set beyond it (the second value returned), for the refusal to name.
 
         One exact ``count`` (after the ``get_collection`` of :meth:`shape`, cached too) per
         collection and guarded client while none is found: no guarded client under this policy
@@ -264,7 +266,9 @@ class QueryChecks(TextOps):
         if known is None:
             known = self.shared["noised_only"] = set()
         if name in known:
-            return 0
+            return 0, 0
+        cap = pol.noise.max_receipt_param_sets
+        capped = 0
         method = "get_collection"
         try:
             shape = yield from self.shape(name)  # type: ignore[attr-defined]
@@ -277,8 +281,12 @@ class QueryChecks(TextOps):
                 flt = left_behind_filter(shape, pol, sorted(seen))
                 left = 0 if flt is None else int((yield Call(
                     "count", {"collection_name": name, "count_filter": flt, "exact": True})).count)
-                probe = unseen_params_filter(shape, pol, sorted(seen)) if left and len(seen) < _MAX_PARAMS else None
+                probe = unseen_params_filter(shape, pol, sorted(seen)) if left and len(seen) < cap else None
                 if probe is None:
+                    if left and len(seen) >= cap and (unseen := unseen_params_filter(shape, pol, sorted(seen))):
+                        # Receipts of sets past the cap are counted unchecked: the refusal says so.
+                        capped = int((yield Call("count", {"collection_name": name, "count_filter": unseen,
+                                                           "exact": True})).count)
                     break
                 method = "scroll"
                 found, _ = yield Call("scroll", {"collection_name": name, "scroll_filter": probe, "limit": 64,
@@ -286,7 +294,7 @@ class QueryChecks(TextOps):
                 new = {t for p in found for t in receipt_params_of(p.payload, shape)} - seen
                 if not new:
                     break
-                seen.update(sorted(new)[:_MAX_PARAMS - len(seen)])
+                seen.update(sorted(new)[:max(cap - len(seen), 0)])
         except GeneratorExit:  # abandoned, not failed
             raise
         except BaseException as exc:
@@ -301,7 +309,7 @@ class QueryChecks(TextOps):
             # The set taken before the count: forget_shape replaces it, so a count that a
             # re-creation overlapped is not kept for the new collection.
             known.add(name)
-        return left
+        return left, capped
 
     def _refuse_query_embedder_model(self, op: str, name: str, pol: CollectionPolicy, using: Any) -> None:
         """Refuse (ConfigError, audited as QUERY_REJECTED: :meth:`_model_refusal`), before anything is
@@ -1502,23 +1510,52 @@ def _own_bounds(mechanism: str, epsilon: float, delta: float, radius: float, dim
         return None
 
 
-def raw_stored_clause(pol: CollectionPolicy, left: int) -> str:
+def raw_stored_clause(pol: CollectionPolicy, left: int, capped: int = 0) -> str:
     """What makes a collection's stored vectors raw, for a refusal: ``raw_in_boundary``, or the
-    ``left`` points :meth:`QueryChecks.raw_vectors_left` found."""
+    ``left`` points :meth:`QueryChecks.raw_vectors_left` found, ``capped`` of them counted unchecked
+    for a receipt parameter set beyond ``noise.max_receipt_param_sets``."""
     if pol.raw_in_boundary:
         return f"keeps raw vectors for the owner boundary {pol.owner!r} (raw_in_boundary)"
     model = " or another embedding model than the policy declares for it" if _declares_model(pol) else ""
-    return (f"still holds {left} point(s) with a vector that has no receipt, or whose receipt names another "
-            f"noise mechanism than {pol.noise.mechanism!r}{model}, or weaker noise than its [noise] section "
-            "states: raw vectors written while the policy had "
-            "raw_in_boundary (or written without the guard), which turning it off left in the store, or "
-            "releases the policy does not accept, which reads strip but Qdrant still compares as stored")
+    clause = (f"still holds {left} point(s) with a vector that has no receipt, or whose receipt names another "
+              f"noise mechanism than {pol.noise.mechanism!r}{model}, or weaker noise than its [noise] section "
+              "states: raw vectors written while the policy had "
+              "raw_in_boundary (or written without the guard), which turning it off left in the store, or "
+              "releases the policy does not accept, which reads strip but Qdrant still compares as stored")
+    if not capped:
+        return clause
+    cap = pol.noise.max_receipt_param_sets
+    return (f"{clause}; {capped} of those point(s) were counted unchecked: their receipts state stronger noise "
+            f"in parameter sets (epsilon, delta, radius, dim) beyond the {cap} besides the policy's own that the "
+            f"guard holds to their own calibration per collection (noise.max_receipt_param_sets = {cap}), so they "
+            "may well be releases reads accept, but the guard did not check them and refuses rather than "
+            "compare them unchecked")
 
 
-def raw_stored_way_out(pol: CollectionPolicy, name: str, left: int, *, action: str = "query") -> str:
+def left_details(pol: CollectionPolicy, left: int, capped: int) -> dict[str, Any]:
+    """The audit details of a refusal for ``left`` points left behind, ``capped`` of them past the
+    cap on receipt parameter sets."""
+    if not left:
+        return {}
+    out: dict[str, Any] = {"unreceipted_points": left}
+    if capped:
+        out.update(beyond_param_cap=capped, max_receipt_param_sets=pol.noise.max_receipt_param_sets)
+    return out
+
+
+def raw_stored_way_out(pol: CollectionPolicy, name: str, left: int, capped: int = 0, *, action: str = "query") -> str:
     """The fix a refusal for raw stored vectors names (see :func:`raw_stored_clause`)."""
     if pol.raw_in_boundary:
         return f"or {action} from the owner boundary {pol.owner!r}"
+    if capped:
+        cap = pol.noise.max_receipt_param_sets
+        return (f"or raise noise.max_receipt_param_sets of collection {name!r} above {cap} to the number of "
+                "parameter sets its receipts state (each costs the check about six payload conditions per "
+                "vector, on every such call until none is left behind), or have those points re-written "
+                "through the guard (upsert or update_vectors, which noise them at the policy's own [noise]) or "
+                f"deleted; any other point(s) of the {left} are raw or releases the policy does not accept: "
+                f"`qdrant-guard receipt verify --collection {shell_quote(name)} --policy POLICY --check-noise` "
+                f"lists those. Once none is left, this {'query' if action == 'query' else 'call'} runs")
     model = (", a vector of another model re-embedded with the declared one first" if _declares_model(pol)
              else "")
     reasons = ("missing_receipt, mechanism_mismatch, insufficient_noise or model_mismatch" if model

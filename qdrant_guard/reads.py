@@ -27,8 +27,8 @@ from .payloadops import PayloadOps
 from .pipeline import SOURCE_SIZE_TTL_S as _SOURCE_SIZE_TTL_S
 from .pipeline import Call, Op, memory_budget_store_for, sent_name
 from .policy import CollectionPolicy
-from .querycheck import (QueryChecks, UncheckedForm, field_name_roots, iter_prefetch, query_filter_roots,
-                         raw_stored_clause, raw_stored_way_out, rest_prefetch)
+from .querycheck import (QueryChecks, UncheckedForm, field_name_roots, iter_prefetch, left_details,
+                         query_filter_roots, raw_stored_clause, raw_stored_way_out, rest_prefetch)
 from .receipts import mechanism_mismatch, model_mismatch, noise_shortfall, stored_receipts, verify_receipt
 from .sources import path_head
 from .textguard import _number_text
@@ -1116,18 +1116,18 @@ class ReadOps(PayloadOps, QueryChecks):
         if pol is None:
             return (yield from self.op_collection_access(method, args, "read"))
         if method.startswith("search_matrix") and pol.noise_queries and not pol.raw_allowed(self.boundary()):
-            left = 0 if pol.raw_in_boundary else (yield from self.raw_vectors_left(method, name, pol))
+            left, capped = (0, 0) if pol.raw_in_boundary else (yield from self.raw_vectors_left(method, name, pol))
             if pol.raw_in_boundary or left:
                 # The matrix compares the stored raw vectors with one another: exact similarities
                 # between vectors the caller may never see, with no query vector to noise.
                 raise self.refuse(self.decision(
                     method, name, pol, Verdict.QUERY_REJECTED,
                     f"{method} compares the stored vectors of {pol.sensitivity.value} collection {name!r}, which "
-                    f"{raw_stored_clause(pol, left)}, with one another, with no query vector to noise, and "
+                    f"{raw_stored_clause(pol, left, capped)}, with one another, with no query vector to noise, and "
                     "noise_queries needs every comparison a principal without raw access gets to go through a "
                     f"noised query vector; use query_points with a vector, "
-                    f"{raw_stored_way_out(pol, name, left, action=f'call {method}')}",
-                    details={"unreceipted_points": left} if left else {},
+                    f"{raw_stored_way_out(pol, name, left, capped, action=f'call {method}')}",
+                    details=left_details(pol, left, capped),
                 ))
         filter_key = {"count": "count_filter", "facet": "facet_filter"}.get(method, "query_filter")
         details: dict[str, Any] = {}

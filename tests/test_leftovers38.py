@@ -284,3 +284,82 @@ authority_keys = ["{kit.authority_pub['support']}"]
                      "--source", "board-memo", "--no-progress", "--json", str(out)]) == 0
     notes = json.loads(out.read_text())["notes"]
     assert any("('board-memo') are restricted_sources" in n for n in notes), notes
+
+
+# -- 3. the cap on learnt receipt parameter sets: a knob, and a refusal that names it ------------
+
+def _lb(kit, **noise):
+    from test_leftovers37 import _lb_clients
+
+    base = {"mechanism": "gaussian", "epsilon": 1.0, "radius": 0.01, "delta": 1e-6, **noise}
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "readers": ["support"],
+                              "noise_on_write": True, "raw_in_boundary": False, "noise_queries": True,
+                              "intent": {"enabled": False}, "diversity": {"enabled": False}, "noise": base}})
+    return _lb_clients(kit, cfg)
+
+
+def _fill(kit, owner, n_sets: int) -> None:
+    from test_leftovers37 import _noised_point
+
+    rng = np.random.default_rng(12)
+    RawClient.upsert(owner, "pii", [_noised_point(kit, 1, rng)] + [
+        _noised_point(kit, pid, rng, epsilon=0.5 + pid / 1000) for pid in range(2, 2 + n_sets)])
+
+
+def test_a_refusal_for_receipts_beyond_the_cap_names_the_cause_the_knob_and_the_fix(tmp_path: Path) -> None:
+    # Before: the 8 points of sets past the cap were reported as raw or weaker noise, which they
+    # are not (reads release them), and nothing named the cap or a way to raise it.
+    kit = make_kit(tmp_path)
+    owner, bob = _lb(kit)
+    _fill(kit, owner, 40)
+    with pytest.raises(GuardRefusal) as err:
+        bob.query_points("pii", query=1, limit=5)
+    msg = str(err.value)
+    assert "still holds 8 point(s)" in msg
+    assert ("8 of those point(s) were counted unchecked: their receipts state stronger noise in parameter sets "
+            "(epsilon, delta, radius, dim) beyond the 32 besides the policy's own that the guard holds to their "
+            "own calibration per collection (noise.max_receipt_param_sets = 32)") in msg
+    assert "raise noise.max_receipt_param_sets of collection 'pii' above 32" in msg
+    assert "re-written through the guard" in msg
+    assert err.value.details["beyond_param_cap"] == 8 and err.value.details["max_receipt_param_sets"] == 32
+    assert err.value.details["unreceipted_points"] == 8
+
+
+def test_raising_the_knob_lets_the_query_run_and_zero_knows_only_the_policys_own_set(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    owner, bob = _lb(kit, max_receipt_param_sets=40)
+    _fill(kit, owner, 40)
+    assert len(bob.query_points("pii", query=1, limit=5).points) == 5
+    (tmp_path / "zero").mkdir()
+    kit = make_kit(tmp_path / "zero")
+    owner, bob = _lb(kit, max_receipt_param_sets=0)
+    _fill(kit, owner, 1)
+    with pytest.raises(GuardRefusal) as err:
+        bob.query_points("pii", query=1, limit=5)
+    assert "still holds 1 point(s)" in str(err.value) and err.value.details["beyond_param_cap"] == 1
+    assert "noise.max_receipt_param_sets = 0" in str(err.value)
+
+
+def test_a_refusal_without_the_cap_reached_says_nothing_of_it(tmp_path: Path) -> None:
+    from test_leftovers37 import _noised_point
+
+    kit = make_kit(tmp_path)
+    owner, bob = _lb(kit)
+    rng = np.random.default_rng(3)
+    RawClient.upsert(owner, "pii", [_noised_point(kit, 1, rng), _noised_point(kit, 2, rng, scale_x=0.5)])
+    with pytest.raises(GuardRefusal) as err:
+        bob.query_points("pii", query=1, limit=5)
+    assert "still holds 1 point(s)" in str(err.value) and "max_receipt_param_sets" not in str(err.value)
+    assert "beyond_param_cap" not in err.value.details
+
+
+@pytest.mark.parametrize("bad", [-1, 1025, "32"])
+def test_max_receipt_param_sets_is_a_bounded_documented_int(bad) -> None:
+    from qdrant_guard.errors import ConfigError
+    from qdrant_guard.policy import config_from_dict
+
+    with pytest.raises(ConfigError):
+        config_from_dict({"collections": {"kb": {"noise": {"max_receipt_param_sets": bad}}}}, source="t")
+    root = Path(__file__).resolve().parent.parent
+    assert "`collections.NAME.noise.max_receipt_param_sets`" in (root / "docs/policy.md").read_text()
+    assert "\nmax_receipt_param_sets = 32 " in (root / "docs/policy.example.toml").read_text()
