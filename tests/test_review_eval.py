@@ -239,6 +239,7 @@ def test_altering_any_field_of_a_signed_record_fails_verification(bumpy):
         "query_sample_digest": "0" * 64, "n_queries": rec.n_queries + 1,
         "n_documents": rec.n_documents - 1, "created_at": rec.created_at + 1, "version": 1,
         "dim": rec.dim + 1, "vector_name": "other", "distance": "Dot", "embedding_model": "other-model",
+        "n_measured_queries": rec.measured_queries - 1,
     }
     names = {f.name for f in dataclasses.fields(rec)} - {"signature", "signer_key_id"}
     assert set(changes) == names
