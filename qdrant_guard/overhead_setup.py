@@ -166,8 +166,8 @@ def restricted_source_notes(pol: CollectionPolicy, labels: Sequence[str], writer
     per = len(range(0, n_points, len(labels)))  # points of the first source, the most any one has
     if not div.enabled or div.max_source_coverage is None:
         return []
-    note = (f"{len(restricted)} of the run's {len(labels)} sources ({', '.join(map(repr, restricted))}) are "
-            f"restricted_sources, about {per} point(s) each, so reads are charged to the extraction budget "
+    note = (f"{len(restricted)} of the run's {len(labels)} sources ({', '.join(map(repr, restricted))}) "
+            f"{'is' if len(restricted) == 1 else 'are'} in restricted_sources, about {per} point(s) each, so reads are charged to the extraction budget "
             f"(max_source_coverage {div.max_source_coverage}) and its admissions are in the guarded figures")
     if reader == pol.owner:
         note = (f"the run's points of {', '.join(map(repr, restricted))} carry restricted_sources, but the reader "

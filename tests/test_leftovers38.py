@@ -210,7 +210,7 @@ def test_bench_source_tags_points_with_a_restricted_source_and_the_budget_is_cha
     kit = make_kit(tmp_path)
     rep = _bench(kit, _bench_cfg(kit), source_values=("board-memo",), sources=2, workdir=tmp_path / "wd")
     assert not any("none of which the run's points carry" in n for n in rep.notes)
-    assert ("1 of the run's 2 sources ('board-memo') are restricted_sources, about 20 point(s) each, so reads are "
+    assert ("1 of the run's 2 sources ('board-memo') is in restricted_sources, about 20 point(s) each, so reads are "
             "charged to the extraction budget (max_source_coverage 0.25) and its admissions are in the guarded "
             "figures") in rep.notes
     reads = _reads(tmp_path / "wd")
@@ -283,7 +283,7 @@ authority_keys = ["{kit.authority_pub['support']}"]
                      "--points", "40", "--batch", "20", "--queries", "3", "--rounds", "1", "--sources", "2",
                      "--source", "board-memo", "--no-progress", "--json", str(out)]) == 0
     notes = json.loads(out.read_text())["notes"]
-    assert any("('board-memo') are restricted_sources" in n for n in notes), notes
+    assert any("('board-memo') is in restricted_sources" in n for n in notes), notes
 
 
 # -- 3. the cap on learnt receipt parameter sets: a knob, and a refusal that names it ------------
