@@ -987,7 +987,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        status = int(args.func(args))
+        # Flushed here, not at interpreter exit, so that a reader gone before the flush (`| true`,
+        # or `| head` while the output still sits in the buffer) lands in the handler below.
+        sys.stdout.flush()
+        return status
     except BrokenPipeError as exc:
         if not _stdout_reader_gone():  # a socket or another pipe: a real error, not `... | head`
             print(f"error: {exc}", file=sys.stderr)

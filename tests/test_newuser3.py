@@ -87,23 +87,29 @@ def test_a_non_finite_coordinate_is_shown_as_a_plain_float_with_the_fix(value, s
         assert "drop or re-embed the point" in text and ei.value.reason == "non_finite"
 
 
-def test_output_piped_into_head_ends_quietly(tmp_path):
+@pytest.mark.parametrize("unbuffered", ["1", None])
+def test_output_piped_into_head_ends_quietly(tmp_path, unbuffered):
     # `qdrant-guard demo | head -n 2` (the walkthrough met it with `audit replay ... | head`) ended
-    # with "error: [Errno 32] Broken pipe" on stderr and exit 2.
+    # with "error: [Errno 32] Broken pipe" on stderr and exit 2. The reader is gone before the
+    # command writes (as `| true`, or `| head` while the output is still buffered), so the test
+    # does not race the writes; without PYTHONUNBUFFERED the output is only flushed at the end,
+    # which used to fail at interpreter exit ("Exception ignored ... BrokenPipeError", exit 120).
     import os
     import subprocess
     import sys
 
-    workdir = tmp_path / "demo"
-    proc = subprocess.Popen([sys.executable, "-m", "qdrant_guard", "demo", "--workdir", str(workdir)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": os.getcwd()})
-    assert proc.stdout is not None and proc.stderr is not None
-    first = proc.stdout.readline()
-    proc.stdout.close()  # the reader goes away, as head does after its lines
-    err = proc.stderr.read().decode()
-    assert proc.wait(timeout=300) == 141
-    assert first.startswith(b"qdrant_guard demo") and err == ""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
+    env["PYTHONPATH"] = os.getcwd()
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "qdrant_guard", "demo", "--workdir", str(tmp_path / "demo")],
+                              stdout=write_end, stderr=subprocess.PIPE, env=env, timeout=300)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141 and proc.stderr.decode() == ""
 
 
 def test_a_broken_pipe_that_is_not_stdout_is_still_an_error(monkeypatch, capsys):
