@@ -949,10 +949,28 @@ static int dot_run(const scan_t *s, int64_t k, int step) {
     return at(s, k + step) == '.' && is_digit(at(s, k + 2 * step));
 }
 
+static int glue_before(const scan_t *s, int64_t j);
+
+/* Whether the digit group ending at k is 3 digits joined by a space, a dot or a dash separator (or
+ * by nothing, after an area code) to a whole 3-digit group or a "(555)" area code before it:
+ * "555 123.4111111111111111" is a phone number glued to a card by a dot, no decimal; not after a
+ * letter, a decimal or a thousands separator. _phone_head of the reference. */
+static int phone_head(const scan_t *s, int64_t k) {
+    int64_t a = k - 2;
+    if (!is_digit(at(s, a)) || !is_digit(at(s, a + 1)) || is_digit(at(s, a - 1))) return 0;
+    int64_t p = a - glue_before(s, a) - 1; /* the last character before the glue */
+    if (at(s, p) == ')')
+        return at(s, p - 4) == '(' && is_digit(at(s, p - 3)) && is_digit(at(s, p - 2)) && is_digit(at(s, p - 1));
+    if (p == a - 1 || !is_digit(at(s, p - 2)) || !is_digit(at(s, p - 1)) || !is_digit(at(s, p))) return 0;
+    int c = at(s, p - 3);
+    return !is_alnum(c) && !(in_set(c, ".,:/") && is_digit(at(s, p - 4)));
+}
+
 static void card_floor(scan_t *s, size_t i) {
     int prev = at(s, (int64_t)i - 1);
     if (prev >= 0 && is_alpha(prev)) return;
-    int point = in_set(prev, ".:/") && is_digit(at(s, (int64_t)i - 2)) && !(prev == '.' && dot_run(s, (int64_t)i - 2, -1));
+    int point = in_set(prev, ".:/") && is_digit(at(s, (int64_t)i - 2)) &&
+                !(prev == '.' && (dot_run(s, (int64_t)i - 2, -1) || phone_head(s, (int64_t)i - 2)));
     int g[5], ng = 0, dotted = -1;
     char d[20];
     size_t nd = 0, j = i;
@@ -2241,9 +2259,12 @@ static int glue_before(const scan_t *s, int64_t j) {
  * digit groups glued before it (from limit on) are taken in, and a parenthesised area code before
  * one ("(555) ", "(555)"); _glued_start of the reference. Every character stepped over is ASCII,
  * so a byte back is a code point back. */
+static int ipv4_head(const scan_t *s, int64_t b);
+
 static int64_t glued_start(const scan_t *s, int64_t ab, int64_t a, int64_t limit) {
     int sep = glue_before(s, ab);
     if (sep == 1 && at(s, ab - 1) == ' ' && !dash_sep(s, (int64_t)RUN_END(s, (size_t)ab, is_digit, 20))) return a;
+    if (sep == 1 && at(s, ab - 1) == '.' && ipv4_head(s, ab - 1)) return a; /* "10.0.0.1.4111111111111111" */
     int64_t d = ab - a; /* bytes minus code points: constant over the ASCII walked back */
     int64_t glue = a;   /* where the glue before the stretch ends: its first digit, or an area code's '(' */
     for (;;) {
@@ -2281,10 +2302,30 @@ static int ipv4_tail(const scan_t *s, int64_t b) {
     return !is_alpha(at(s, b)) && !dash_sep(s, b) && !(at(s, b) == '.' && is_digit(at(s, b + 1)));
 }
 
+/* Whether "a.b.c.d." ending at the dot at the byte b is an IPv4 address (each part 0-255, no
+ * leading zero) that nothing glues on to before it; the mirror of ipv4_tail, _ipv4_head of the
+ * reference. */
+static int ipv4_head(const scan_t *s, int64_t b) {
+    for (int q = 0; q < 4; q++) {
+        int64_t k = b;
+        while (k > b - 4 && is_digit(at(s, k - 1))) k--;
+        int64_t w = b - k;
+        if (at(s, b) != '.' || w < 1 || w > 3 || (w > 1 && s->b[k] == '0')) return 0;
+        int v = 0;
+        for (int64_t r = k; r < b; r++) v = v * 10 + (s->b[r] - '0');
+        if (v > 255) return 0;
+        b = k - 1;
+    }
+    if (is_alpha(at(s, b)) || (at(s, b) == '.' && is_digit(at(s, b - 1)))) return 0;
+    for (int w = 1; w <= 4; w++)
+        if (b + 1 - w >= 0 && dash_sep(s, b + 1 - w) == w) return 0;
+    return 1;
+}
+
 /* Each CREDIT_CARD finding of s->out (disjoint, by start) run on over the digit groups glued
  * after it by a dot or a dash separator, up to a group that the next finding starts or covers or
  * that a letter is glued after, the first group also after a single space when a dash separator
- * glues the next to it, and not over a dotted IPv4 tail (ipv4_tail); _glued_after of the reference. ascii: offsets are bytes (else code
+ * glues the next to it or it is 3 digits a dot joins to 4 ("555.1234"), and not over a dotted IPv4 tail (ipv4_tail); _glued_after of the reference. ascii: offsets are bytes (else code
  * points, mapped to bytes by one cursor moving forward; the glue and digits are ASCII). */
 static void glued_after(const scan_t *s, int ascii) {
     qg_finding *it = s->out->items;
@@ -2302,6 +2343,8 @@ static void glued_after(const scan_t *s, int ascii) {
             /* a single space, then a number a dash glues on ("4111 1111 1111 1111 555-1234") */
             int64_t k = (int64_t)RUN_END(s, (size_t)(b + 1), is_digit, s->n);
             int w = dash_sep(s, k);
+            if (!w && k - b == 4 && at(s, k) == '.' && (int64_t)RUN_END(s, (size_t)(k + 1), is_digit, 5) == k + 5)
+                w = 1; /* a phone number's "555.1234"; a decimal of another shape ("2.5", "12.99") stays apart */
             int64_t k2 = (int64_t)RUN_END(s, (size_t)(k + w), is_digit, s->n);
             if (w && k - d <= limit && (k2 - d > limit || !is_alpha(at(s, k2)))) b = k;
         }
@@ -2314,6 +2357,20 @@ static void glued_after(const scan_t *s, int ascii) {
         }
         it[x].end = b - d;
     }
+}
+
+/* Whether the bytes [a, s) hold a country code alone among their digits (1-3 digits, after a "00"
+ * or "011" exit code); _code_only of the reference. A phone finding's bytes are ASCII. */
+static int code_only(const unsigned char *b, size_t a, size_t s) {
+    char d[8];
+    int n = 0;
+    for (size_t q = a; q < s; q++)
+        if (is_digit(b[q])) {
+            if (n == 7) return 0;
+            d[n++] = (char)b[q];
+        }
+    int skip = (n >= 3 && d[0] == '0' && d[1] == '1' && d[2] == '1') ? 3 : (n >= 2 && d[0] == '0' && d[1] == '0') ? 2 : 0;
+    return n - skip >= 1 && n - skip <= 3;
 }
 
 /* The resolved findings f (disjoint, by start) and a CREDIT_CARD finding for each stretch of a
@@ -2340,6 +2397,16 @@ static int cover_cards(const scan_t *s, int ascii) {
             size_t mid = lo + (hi - lo) / 2;
             if (f->items[mid].start < cs) lo = mid + 1;
             else hi = mid;
+        }
+        int64_t grown = -1;
+        if (lo && f->items[lo - 1].type == QG_PHONE && f->items[lo - 1].end > cs &&
+            code_only(b, bs - (size_t)(cs - f->items[lo - 1].start), bs)) {
+            /* a card read inside a phone finding after its country code ("+1 4111 1111 1149 9") is
+             * a card, from its first digit or the groups glued to it; a gap after it extends it */
+            grown = (int64_t)lo - 1;
+            f->items[grown].start = glued_start(s, (int64_t)bs, cs, f->items[grown].start);
+            f->items[grown].type = QG_CREDIT_CARD;
+            f->items[grown].validator = QG_V_LUHN;
         }
         int64_t limit = lo ? f->items[lo - 1].end : 0;
         if (na && added[na - 1].end > limit) limit = added[na - 1].end;
@@ -2375,7 +2442,9 @@ static int cover_cards(const scan_t *s, int ascii) {
                 int64_t a = pos, e = next;
                 while (!is_digit(b[bs + (size_t)(a - cs)])) a++;
                 while (!is_digit(b[bs + (size_t)(e - 1 - cs)])) e--;
-                if (a < e && na && added[na - 1].end == pos && pos > cs) {
+                if (a < e && grown >= 0 && f->items[grown].end == pos) {
+                    f->items[grown].end = e; /* the card read inside a phone finding goes on */
+                } else if (a < e && na && added[na - 1].end == pos && pos > cs) {
                     /* the stretch goes on one this card already reaches into: one placeholder */
                     added[na - 1].end = e;
                 } else if (a < e && from_f && f->items[k].type == QG_CREDIT_CARD) {

@@ -710,7 +710,8 @@ def _card_floor(text: str, i: int) -> list[tuple[int, int]]:
     if prev in _LETTERS:
         return []
     # a decimal, a time or a path component before the card: only a card of several groups
-    point = prev in ".:/" and _at(text, i - 2) in _DIGITS and not (prev == "." and _dot_run(text, i - 2, -1))
+    point = prev in ".:/" and _at(text, i - 2) in _DIGITS and not (
+        prev == "." and (_dot_run(text, i - 2, -1) or _phone_head(text, i - 2)))
     groups: list[int] = []
     d = ""
     dotted = None
@@ -752,6 +753,33 @@ def _dot_run(text: str, k: int, step: int) -> bool:
     return _at(text, k + step) == "." and _at(text, k + 2 * step) in _DIGITS
 
 
+def _phone_head(text: str, k: int) -> bool:
+    # Whether the digit group ending at k is 3 digits joined by a space, a dot or a dash separator
+    # (or by nothing, after an area code) to a whole 3-digit group or a "(555)" area code before it:
+    # "555 123.4111111111111111" is a phone number glued to a card by a dot, no decimal. A group
+    # glued to a letter, or after a decimal or a thousands separator ("0.555 123.4...", "1,555
+    # 123.4..."), leaves the dot a decimal point.
+    a = k - 2
+    if _at(text, a) not in _DIGITS or _at(text, a + 1) not in _DIGITS or _at(text, a - 1) in _DIGITS:
+        return False
+    p = a - _glue_before(text, a) - 1  # the last character before the glue
+    if _at(text, p) == ")":
+        return _at(text, p - 4) == "(" and all(_at(text, q) in _DIGITS for q in range(p - 3, p))
+    if p == a - 1 or not all(_at(text, q) in _DIGITS for q in range(p - 2, p + 1)):
+        return False
+    c = _at(text, p - 3)
+    return c not in _ALNUM and not (c in ".,:/" and _at(text, p - 4) in _DIGITS)
+
+
+def _code_only(text: str, a: int, s: int) -> bool:
+    # Whether the digits from a to s are a country code alone (1-3 digits, after a "00" or "011"
+    # exit code): a phone number read across a card's first groups ("555 123-4111 1111 1111 1111")
+    # keeps its reading.
+    d = "".join(c for c in text[a:s] if c in _DIGITS)
+    d = d[3:] if d.startswith("011") else d[2:] if d.startswith("00") else d
+    return 1 <= len(d) <= 3
+
+
 def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
                  floors: list[tuple[int, int]]) -> list[tuple[int, int, str, str]]:
     """The findings ``taken`` (disjoint, sorted by start) and a CREDIT_CARD finding for each
@@ -769,6 +797,14 @@ def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
     added: list[tuple[int, int, str, str]] = []
     for s, e in floors:
         k = bisect_left(starts, s)
+        grown = -1
+        if k and taken[k - 1][2] == "PHONE" and taken[k - 1][1] > s and _code_only(text, taken[k - 1][0], s):
+            # A card read inside a phone finding after its country code ("+1 4111 1111 1149 9": E.164
+            # reads 8-15 digits) is a card: from its first digit, or the groups glued to it, on; a gap
+            # after it in the card extends it (one placeholder).
+            grown = k - 1
+            taken[grown] = (_glued_start(text, s, taken[grown][0]), taken[grown][1], "CREDIT_CARD", "luhn")
+            starts[grown] = taken[grown][0]
         limit = max(taken[k - 1][1] if k else 0, added[-1][1] if added else 0)
         glued = _glued_start(text, s, limit) if limit <= s else s
         if glued < s and k < len(taken) and taken[k][0] == s and taken[k][2] == "CREDIT_CARD":
@@ -807,7 +843,9 @@ def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
                 a += 1
             while text[b - 1] not in _DIGITS:
                 b -= 1
-            if a < b and added and added[-1][1] == a0 > s:
+            if a < b and grown >= 0 and taken[grown][1] == a0:
+                taken[grown] = (taken[grown][0], b, "CREDIT_CARD", "luhn")
+            elif a < b and added and added[-1][1] == a0 > s:
                 # The stretch goes on one this card already reaches into: one placeholder.
                 added[-1] = (added[-1][0], b, "CREDIT_CARD", "luhn")
             elif a < b and t >= 0 and taken[t][2] == "CREDIT_CARD":
@@ -826,7 +864,7 @@ def _glued_after(text: str, found: list[tuple[int, int, str, str]]) -> list[tupl
     covers or that a letter is glued after: the readers refuse a number that follows a card by a
     dash or a dot, so "4111 1111 1111 1111-555-123-4567" would keep a phone number in the clear.
     The first group may follow by a single space when a dash separator glues the next group to it
-    ("4111 1111 1111 1111 555-1234"); a dotted tail that is an IPv4 address and ends the run
+    ("4111 1111 1111 1111 555-1234"), or when it is 3 digits a dot joins to 4 ("555.1234"); a dotted tail that is an IPv4 address and ends the run
     (:func:`_ipv4_tail`) is left out ("4111 1111 1111 1111.10.0.0.1")."""
     for x, (a, end, label, how) in enumerate(found):
         if label != "CREDIT_CARD":
@@ -840,6 +878,8 @@ def _glued_after(text: str, found: list[tuple[int, int, str, str]]) -> list[tupl
             # reader reads a 7-digit local number; a lone group (" 2024", " 12 items") stays apart.
             k = _run_end(text, b + 1, _DIGITS, len(text))
             w = _dash_sep(text, k)
+            if not w and k - b == 4 and _at(text, k) == "." and _run_end(text, k + 1, _DIGITS, 5) == k + 5:
+                w = 1  # a phone number's "555.1234"; a decimal of another shape ("2.5", "12.99") stays apart
             k2 = _run_end(text, k + w, _DIGITS, len(text))
             if w and k <= limit and (k2 > limit or _at(text, k2) not in _LETTERS):
                 b = k  # the loop takes the groups after it, up to the next finding
@@ -867,6 +907,20 @@ def _ipv4_tail(text: str, b: int) -> bool:
         _at(text, b) == "." and _at(text, b + 1) in _DIGITS)
 
 
+def _ipv4_head(text: str, b: int) -> bool:
+    # Whether "a.b.c.d." ending at the dot b is an IPv4 address (each part 0-255, no leading zero)
+    # that nothing glues on to before it; the mirror of _ipv4_tail.
+    for _ in range(4):
+        k = b
+        while k > b - 4 and _at(text, k - 1) in _DIGITS:
+            k -= 1
+        if _at(text, b) != "." or not 1 <= b - k <= 3 or (b - k > 1 and text[k] == "0") or int(text[k:b]) > 255:
+            return False
+        b = k - 1
+    return _at(text, b) not in _LETTERS and not (_at(text, b) == "." and _at(text, b - 1) in _DIGITS) and not any(
+        b + 1 - w >= 0 and _dash_sep(text, b + 1 - w) == w for w in (1, 2, 3, 4))
+
+
 def _glued_start(text: str, a: int, limit: int) -> int:
     """Where the stretch of a card from the digit ``a`` starts once the uncovered digit groups glued
     before it (from ``limit`` on) are taken in: none when the card is joined to them by a space
@@ -881,6 +935,8 @@ def _glued_start(text: str, a: int, limit: int) -> int:
     sep = _glue_before(text, a)
     if sep == 1 and text[a - 1] == " " and not _dash_sep(text, _run_end(text, a, _DIGITS, 20)):
         return a
+    if sep == 1 and text[a - 1] == "." and _ipv4_head(text, a - 1):
+        return a  # "10.0.0.1.4111111111111111", as the tail after a card (_ipv4_tail)
     glue = a  # where the glue before the stretch ends: its first digit, or an area code's "("
     while True:
         g = glue - sep - 1
