@@ -155,7 +155,9 @@ def ip_heads(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
-_CODE = re.compile(r"(?<![0-9A-Za-z+(])(?:\+\d{1,3}|\(\+\d{1,3}\)|00\d{2})[ -]$")
+# not after a number and a space: "+1 0044 4111 1111 1111 1111" is "+1" and a national number a
+# phone reading takes across the card's first group, as "555 123-4111 ..." keeps its [PHONE]
+_CODE = re.compile(r"(?<![0-9A-Za-z+(])(?<![0-9] )(?:\+\d{1,3}|\(\+\d{1,3}\)|00\d{2})[ -]$")
 
 
 def code_cards(text: str) -> list[tuple[int, int]]:
