@@ -2375,7 +2375,8 @@ static int code_only(const unsigned char *b, size_t a, size_t s) {
 
 /* The resolved findings f (disjoint, by start) and a CREDIT_CARD finding for each stretch of a
  * card floor that they leave uncovered, from its first digit to its last; no finding is changed but
- * a CREDIT_CARD finding such a stretch runs into, which starts at the stretch instead.
+ * a CREDIT_CARD finding such a stretch runs into, which starts at the stretch instead, and a PHONE
+ * finding that reads a card after its country code (code_only), which becomes a card finding.
  * ascii: offsets are bytes (else the floors' starts are converted to code points here).
  * _cover_cards of the reference. Returns -1 when out of memory. */
 static int cover_cards(const scan_t *s, int ascii) {

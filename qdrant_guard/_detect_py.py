@@ -787,7 +787,9 @@ def _cover_cards(text: str, taken: list[tuple[int, int, str, str]],
     uncovered, from its first digit to its last: no digit of such a card stays in the clear, and
     no finding is changed ("555 123-4111 1111 1111 1111" is ``[PHONE] [CREDIT_CARD]``: the phone
     number read across the card's first group, the card's rest) but a CREDIT_CARD finding that
-    such a stretch runs into, which starts at the stretch instead (one placeholder)."""
+    such a stretch runs into, which starts at the stretch instead (one placeholder), and a PHONE
+    finding that reads a card after its country code (:func:`_code_only`), which becomes a card
+    finding from the card's first digit (or the groups glued to it) and runs on over the card."""
     if not floors:
         return taken
     starts = [c[0] for c in taken]

@@ -115,8 +115,14 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   (``(555) ``, ``(555)``) before one, back to one a letter is glued to, join it: an SSN or a phone
   number there is refused by the readers, so ``123-45-6789-4111 1111 1111 1111``,
   ``555 123-4111-1111-1111-1111`` and ``555.123.4111.1111.1111.1111`` are each one
-  ``[CREDIT_CARD]``, ``(555) 123-4111-1111-1111-1111`` is ``([CREDIT_CARD]``; a stretch that goes on one its
-  card already reaches into extends it (one placeholder). No finding is changed by it. The cost: such a stretch is a card's remainder, typed ``CREDIT_CARD`` though it
+  ``[CREDIT_CARD]``, ``(555) 123-4111-1111-1111-1111`` is ``([CREDIT_CARD]`` (an IPv4 address
+  glued by a dot is left out: ``10.0.0.1.[CREDIT_CARD]``; a one-group card after a phone
+  number's 3-3 groups and a dot is no decimal: ``555 123.4111111111111111`` is one
+  ``[CREDIT_CARD]``; a card a phone number reads after its country code is a card,
+  ``+1 [CREDIT_CARD]`` for ``+1 4111 1111 1149 9``); a stretch that goes on one its
+  card already reaches into extends it (one placeholder). No finding is changed by it but a
+  card finding such a stretch runs into (it starts there) and a phone number read over a card after its
+  country code (a card from the card's first digit). The cost: such a stretch is a card's remainder, typed ``CREDIT_CARD`` though it
   may be short (``4008`` of ``4008 4111 1111 1111 1111``, where ``4008 4111 1111 1111`` is
   Luhn-valid too), and a decimal, a version or a date glued before a card by a dash or a dot is
   taken in (``0.4111 1111 1111 1111`` is one ``[CREDIT_CARD]``); a dashed run of random 4-digit numbers now holds a card as often as a spaced
