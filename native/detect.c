@@ -961,7 +961,7 @@ static int phone_head(const scan_t *s, int64_t k) {
     int64_t p = a - glue_before(s, a) - 1; /* the last character before the glue */
     if (at(s, p) == ')')
         return at(s, p - 4) == '(' && is_digit(at(s, p - 3)) && is_digit(at(s, p - 2)) && is_digit(at(s, p - 1));
-    if (p == a - 1 || !is_digit(at(s, p - 2)) || !is_digit(at(s, p - 1)) || !is_digit(at(s, p))) return 0;
+    if (!is_digit(at(s, p - 2)) || !is_digit(at(s, p - 1)) || !is_digit(at(s, p))) return 0;
     int c = at(s, p - 3);
     return !is_alnum(c) && !(in_set(c, ".,:/") && is_digit(at(s, p - 4)));
 }
@@ -2264,7 +2264,7 @@ static int ipv4_head(const scan_t *s, int64_t b);
 static int64_t glued_start(const scan_t *s, int64_t ab, int64_t a, int64_t limit) {
     int sep = glue_before(s, ab);
     if (sep == 1 && at(s, ab - 1) == ' ' && !dash_sep(s, (int64_t)RUN_END(s, (size_t)ab, is_digit, 20))) return a;
-    if (sep == 1 && at(s, ab - 1) == '.' && ipv4_head(s, ab - 1)) return a; /* "10.0.0.1.4111111111111111" */
+    if (ipv4_head(s, ab - 1)) return a; /* "10.0.0.1.4111111111111111" */
     int64_t d = ab - a; /* bytes minus code points: constant over the ASCII walked back */
     int64_t glue = a;   /* where the glue before the stretch ends: its first digit, or an area code's '(' */
     for (;;) {

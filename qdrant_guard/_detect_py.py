@@ -765,7 +765,7 @@ def _phone_head(text: str, k: int) -> bool:
     p = a - _glue_before(text, a) - 1  # the last character before the glue
     if _at(text, p) == ")":
         return _at(text, p - 4) == "(" and all(_at(text, q) in _DIGITS for q in range(p - 3, p))
-    if p == a - 1 or not all(_at(text, q) in _DIGITS for q in range(p - 2, p + 1)):
+    if not all(_at(text, q) in _DIGITS for q in range(p - 2, p + 1)):
         return False
     c = _at(text, p - 3)
     return c not in _ALNUM and not (c in ".,:/" and _at(text, p - 4) in _DIGITS)
@@ -937,7 +937,7 @@ def _glued_start(text: str, a: int, limit: int) -> int:
     sep = _glue_before(text, a)
     if sep == 1 and text[a - 1] == " " and not _dash_sep(text, _run_end(text, a, _DIGITS, 20)):
         return a
-    if sep == 1 and text[a - 1] == "." and _ipv4_head(text, a - 1):
+    if _ipv4_head(text, a - 1):
         return a  # "10.0.0.1.4111111111111111", as the tail after a card (_ipv4_tail)
     glue = a  # where the glue before the stretch ends: its first digit, or an area code's "("
     while True:

@@ -49,6 +49,7 @@ from tests.test_glued_card import _iin, _luhn, _random_text, _spans, card, cards
     ("é 10.0.0.1.4111111111111111", "é 10.0.0.1.[CREDIT_CARD]"),
     ("079.123.45.67.4111111111111111", "[CREDIT_CARD]"),  # a leading zero: a phone number's shape
     ("300.1.1.1.4111111111111111", "[CREDIT_CARD]"),  # a part over 255
+    ("256.1.1.1.4111111111111111", "[CREDIT_CARD]"),
     ("5.10.0.0.1.4111111111111111", "[CREDIT_CARD]"),  # a fifth group
     ("555-10.0.0.1.4111111111111111", "[CREDIT_CARD]"),  # a dash glues a number before it
     # 4: a card read whole inside a phone finding
@@ -88,6 +89,10 @@ def test_redacts_as_documented(text, redacted):
     ("0.555 123.4111111111111111", "0.555 123.4111111111111111"),  # a list of decimals
     ("1,555 123.4111111111111111", "1,555 123.4111111111111111"),
     ("555  123.4111111111111111", "555  123.4111111111111111"),  # two spaces
+    ("555) 123.4111111111111111", "555) 123.4111111111111111"),  # no area code without its "("
+    ("12-4111111111111111@example.com", "[EMAIL]"),  # a card inside another finding than a phone's
+    ("+2851-4111 1111 1111 9", "[PHONE] [CREDIT_CARD]"),  # 4 digits before the card: no code alone
+    ("+64 28-5111 1111 1111 8", "[PHONE] [CREDIT_CARD]"),
     ("4111111111111111.10.0.0.1", "[CREDIT_CARD].10.0.0.1"),  # h-card5's mirror, unchanged
     ("10.0.0.1", "10.0.0.1"),
     ("+44 20 7946 0958", "[PHONE]"),  # a phone number with no card in it stays one
