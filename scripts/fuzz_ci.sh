@@ -151,6 +151,10 @@ echo "fuzz-replay: noise, chacha20 and aes inputs clean at scalar (AES off), sse
 # (the fuzzers pass them inside larger ones), plus the production stream's fork re-key.
 bash "$ROOT/scripts/asan_noise.sh"
 
+# The detector in exact-size buffers over glued-card texts: a read one past the text, which the
+# fuzzers' buffers and the Python binding's NUL-ended bytes both hide (scripts/asan_detect.sh).
+PYTHON="$FUZZ_PYTHON" bash "$ROOT/scripts/asan_detect.sh"
+
 # The noise kernel's worker threads start only for batches of 2^20 elements and more, far beyond
 # the fuzz inputs: a ThreadSanitizer build runs such batches on 4 threads and on one, compares
 # them, and fails on any data race (fuzz/tsan_noise_threads.c).
