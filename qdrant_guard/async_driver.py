@@ -33,6 +33,17 @@ _pool_pid = 0
 _pool_lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    # A fork taken while another thread held _pool_lock leaves the child's copy held for good, and
+    # the child has none of the pool's threads: start both afresh.
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _executor() -> ThreadPoolExecutor:
     global _pool, _pool_pid
     with _pool_lock:
@@ -120,9 +131,9 @@ async def drive_async(op: Op, invoke: Callable[[Call], Any], *, lock: TaskLock |
 
     A cancellation of the awaiting task lands where it landed when steps ran on the loop: at an
     Offload, or at a Call on a server connection (thrown into the operation, which audits a
-    decided call's failure); during a step it waits for the step to end and then for the next
-    such point, and an operation that reaches its end first has its result dropped and the
-    cancellation raised.
+    decided call's failure); while an Offload's operation waits to take ``lock`` back, it lands
+    at that Offload; during a step it waits for the step to end and then for the next such point,
+    and an operation that reaches its end first has its result dropped and the cancellation raised.
     """
     pending = _Pending()
     held = False
@@ -155,6 +166,12 @@ async def drive_async(op: Op, invoke: Callable[[Call], Any], *, lock: TaskLock |
                         if lock is not None:
                             await _acquire(lock, pending)
                             held = True
+                    if pending.cancel is not None:
+                        # Cancelled while taking the lock back (another task's operation held
+                        # it): still this Offload's await, where the on-loop driver delivered it;
+                        # going on would decide and write for a caller that has given up.
+                        cancel, pending.cancel = pending.cancel, None
+                        raise cancel
                 else:
                     value = await invoke(out)
             except BaseException as raised:  # give the operation a chance to audit the failure

@@ -1,0 +1,174 @@
+"""Review 36 of the async driver (steps in worker threads, the local-mode TaskLock).
+
+1. A local-mode operation releases the client's lock for an Offload (the embedder) and takes it
+   back after; a cancellation (a timeout) that arrives while it waits for another task's
+   operation to let go of the lock was kept and delivered only at the operation's end, so the
+   write was decided, audited and sent for a caller that had given up, and the caller got a
+   CancelledError for a write that happened. The on-loop driver delivered it at the Offload.
+2. A fork taken while another thread held the step pool's lock left the child's copy held: the
+   child's first guarded async call hung for good.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+import qdrant_client
+
+from guardkit import DIM, make_kit, models, unit
+from qdrant_guard import AsyncQdrantClient, async_driver
+from qdrant_guard.async_driver import TaskLock, drive_async
+from qdrant_guard.audit import verify_audit_file
+from qdrant_guard.hashing_embedder import HashingEmbedder
+from qdrant_guard.pipeline import Call, Offload
+
+
+@pytest.fixture()
+def kit(tmp_path):
+    return make_kit(tmp_path)
+
+
+def _records(kit) -> list[dict[str, Any]]:
+    return [json.loads(x)["record"] for x in (kit.tmp / "audit.jsonl").read_text().splitlines()]
+
+
+async def _until(cond, timeout_s: float = 5.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < end, "timed out waiting"
+        await asyncio.sleep(0.005)
+
+
+# -- 1. a cancellation while taking the lock back after an Offload -----------------------------
+def test_a_write_cancelled_while_waiting_to_retake_the_lock_after_its_embedder_is_not_sent(kit):
+    base = HashingEmbedder(DIM)
+    started, go = threading.Event(), threading.Event()
+
+    def embed(texts):
+        started.set()
+        go.wait(5)
+        return base(texts)
+
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                              "text_field": "text", "intent": {"enabled": False}}})
+
+    async def main():
+        owner = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder=embed)
+        await owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        bob = owner.with_principal(kit.principal("bob", "support"))
+        write = asyncio.create_task(bob.upsert("pii", [models.PointStruct(
+            id=7, vector=models.Document(text="a note", model="m"), payload={"text": "a note"})]))
+        await _until(started.is_set)  # the embedder runs, the client's lock is free
+        lock = owner._local_alock()  # taken as another task's operation takes it (views share it)
+        await lock.acquire()
+        go.set()
+        await asyncio.sleep(0.2)  # the write has its vector and waits for the lock
+        write.cancel()
+        await asyncio.sleep(0.05)
+        lock.release()
+        with pytest.raises(asyncio.CancelledError):
+            await write
+        count = (await qdrant_client.AsyncQdrantClient.count(owner, "pii")).count
+        await owner.close()
+        return count
+
+    assert asyncio.run(main()) == 0  # the cancelled write was not sent
+    assert not [r for r in _records(kit) if r["op"] == "upsert" and r["verdict"].startswith("ALLOW")]
+    assert verify_audit_file(kit.tmp / "audit.jsonl").ok
+
+
+def test_the_driver_throws_that_cancellation_into_the_operation_at_the_offload():
+    seen: list[str] = []
+    invoked: list[str] = []
+
+    def op() -> Any:
+        try:
+            yield Offload(lambda: time.sleep(0.1))
+        except asyncio.CancelledError:
+            seen.append("offload cancelled")
+            raise
+        yield Call("write", {})
+
+    async def invoke(call: Call) -> None:
+        invoked.append(call.method)
+
+    async def main() -> None:
+        lock = TaskLock()
+        task = asyncio.create_task(drive_async(op(), invoke, lock=lock))
+        await asyncio.sleep(0.03)  # the Offload runs, the lock is free
+        await lock.acquire()
+        await asyncio.sleep(0.2)  # the Offload is done; the operation waits for the lock
+        task.cancel()
+        await asyncio.sleep(0.02)
+        lock.release()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert seen == ["offload cancelled"] and invoked == []
+
+
+def test_an_offload_whose_lock_comes_back_uncontested_goes_on():
+    """Control: without a cancellation the operation goes on after taking the lock back."""
+    invoked: list[str] = []
+
+    def op() -> Any:
+        got = yield Offload(lambda: 3)
+        yield Call("write", {})
+        return got
+
+    async def invoke(call: Call) -> None:
+        invoked.append(call.method)
+
+    async def main() -> Any:
+        lock = TaskLock()
+        task = asyncio.create_task(drive_async(op(), invoke, lock=lock))
+        await asyncio.sleep(0)
+        await lock.acquire()
+        await asyncio.sleep(0.1)
+        lock.release()
+        return await task
+
+    assert asyncio.run(main()) == 3 and invoked == ["write"]
+
+
+# -- 2. fork while the step pool's lock is held ------------------------------------------------
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_while_the_step_pools_lock_was_held_can_still_run_steps():
+    def op() -> Any:
+        got = yield Call("a", {})
+        return got
+
+    async def invoke(call: Call) -> int:
+        return 5
+
+    async_driver._executor()  # the parent has a pool
+    holder_has_it, forked = threading.Event(), threading.Event()
+
+    def hold() -> None:  # another thread inside _executor() at the moment of the fork
+        with async_driver._pool_lock:
+            holder_has_it.set()
+            forked.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holder_has_it.wait(5)
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest from here, only an exit status
+        try:
+            signal.alarm(5)
+            os._exit(0 if asyncio.run(drive_async(op(), invoke)) == 5 else 3)
+        except BaseException:
+            os._exit(4)
+    forked.set()
+    holder.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (
+        f"child {'killed by signal %d' % os.WTERMSIG(status) if os.WIFSIGNALED(status) else status}")
