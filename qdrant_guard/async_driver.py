@@ -59,17 +59,22 @@ class TaskLock:
     call made from inside another's Qdrant request (an integration's callback, a wrapped store)
     runs in the same task and must not wait for itself."""
 
-    __slots__ = ("_lock", "_owner", "_depth")
+    __slots__ = ("_lock", "_owner", "_depth", "_waiting")
 
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
         self._owner: asyncio.Task[Any] | None = None
         self._depth = 0
+        self._waiting = 0  # tasks inside self._lock.acquire(), woken ones included
 
     async def acquire(self) -> None:
         task = asyncio.current_task()
         if self._owner is not task or task is None:
-            await self._lock.acquire()
+            self._waiting += 1
+            try:
+                await self._lock.acquire()
+            finally:
+                self._waiting -= 1
             self._owner = task
         self._depth += 1
 
@@ -78,6 +83,11 @@ class TaskLock:
         if self._depth == 0:
             self._owner = None
             self._lock.release()
+            if not self._waiting:
+                # An asyncio.Lock that once had to wait keeps a reference to its loop, and the
+                # client keeps this lock as the value of a WeakKeyDictionary keyed by that loop:
+                # the loop was never collected. Nobody waits on this one: start afresh.
+                self._lock = asyncio.Lock()
 
 
 def _advance(op: Op, value: Any, exc: BaseException | None) -> tuple[str, Any]:

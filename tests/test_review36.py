@@ -172,3 +172,31 @@ def test_a_child_forked_while_the_step_pools_lock_was_held_can_still_run_steps()
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (
         f"child {'killed by signal %d' % os.WTERMSIG(status) if os.WIFSIGNALED(status) else status}")
+
+
+# -- 3. a client used on one event loop after another does not keep them ----------------------
+def test_an_async_client_run_on_many_event_loops_does_not_keep_them_alive(kit):
+    """Its local-mode locks are kept per loop in a WeakKeyDictionary; an asyncio.Lock that once had
+    to wait holds its loop, so each loop on which two operations met stayed alive for good (one
+    closed loop per asyncio.run of an application that reuses the client)."""
+    import gc
+    import weakref
+
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                              "intent": {"enabled": False}}})
+    client = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    loops: list[weakref.ref] = []
+
+    async def main(first: bool) -> list[int]:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        if first:
+            await client.create_collection(
+                "pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+            await client.upsert("pii", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)))])
+        return [r.count for r in await asyncio.gather(*(client.count("pii") for _ in range(4)))]
+
+    for i in range(6):
+        assert asyncio.run(main(i == 0)) == [1, 1, 1, 1]
+    gc.collect()
+    assert [r for r in loops if r() is not None] == []
+    assert len(client._local_alocks) == 0
