@@ -19,8 +19,9 @@ import asyncio
 import contextvars
 import functools
 import os
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from typing import Any, Callable
 
 from .pipeline import Call, Offload, Op
@@ -28,7 +29,51 @@ from .pipeline import Call, Offload, Op
 # Its own pool: a store that stops answering ties up these threads, not the application's
 # default executor (asyncio.to_thread, where the guard's Offloads run too).
 STEP_WORKERS = 32
-_pool: ThreadPoolExecutor | None = None
+
+
+class _StepPool(Executor):
+    """Up to ``workers`` daemon threads, started as needed and kept.
+
+    Not a ThreadPoolExecutor: the interpreter joins those threads at exit, so a step stalled on
+    a store that never answers (a Redis without ``socket_timeout``) held the exit of a program
+    whose event loop runs in a daemon thread for good; when steps ran on the loop's thread it
+    exited. A loop in the main thread still waits for its steps (asyncio.run awaits its tasks,
+    and the driver awaits the step of a cancelled one).
+    """
+
+    def __init__(self, workers: int) -> None:
+        self._workers = workers
+        self._queue: "queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]]" = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)  # one token per worker waiting for work
+        self._lock = threading.Lock()
+        self._threads = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> "Future[Any]":
+        fut: Future[Any] = Future()
+        self._queue.put((fut, functools.partial(fn, **kwargs) if kwargs else fn, args))
+        if self._idle.acquire(blocking=False):
+            return fut  # a waiting worker takes it
+        with self._lock:
+            if self._threads < self._workers:
+                self._threads += 1
+                threading.Thread(target=self._work, name=f"qdrant_guard-step_{self._threads - 1}",
+                                 daemon=True).start()
+        return fut
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            fut = item[0]
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(item[1](*item[2]))
+                except BaseException as exc:
+                    fut.set_exception(exc)
+            del item, fut  # hold no operation while waiting
+            self._idle.release()
+
+
+_pool: _StepPool | None = None
 _pool_pid = 0
 _pool_lock = threading.Lock()
 
@@ -44,12 +89,12 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _executor() -> ThreadPoolExecutor:
+def _executor() -> _StepPool:
     global _pool, _pool_pid
     with _pool_lock:
         # A forked child inherits the pool object but not its threads.
         if _pool is None or _pool_pid != os.getpid():
-            _pool = ThreadPoolExecutor(max_workers=STEP_WORKERS, thread_name_prefix="qdrant_guard-step")
+            _pool = _StepPool(STEP_WORKERS)
             _pool_pid = os.getpid()
         return _pool
 

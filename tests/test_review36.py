@@ -200,3 +200,65 @@ def test_an_async_client_run_on_many_event_loops_does_not_keep_them_alive(kit):
     gc.collect()
     assert [r for r in loops if r() is not None] == []
     assert len(client._local_alocks) == 0
+
+
+# -- 4. a stalled step does not hold the interpreter's exit ------------------------------------
+_STALLED_PROGRAM = """
+import asyncio, threading, time
+from qdrant_guard.async_driver import drive_async
+from qdrant_guard.pipeline import Call
+
+def op():
+    yield Call("a", {})
+    time.sleep(600)  # a budget store that never answers
+    yield Call("b", {})
+
+async def invoke(call):
+    return None
+
+threading.Thread(target=lambda: asyncio.run(drive_async(op(), invoke)), daemon=True).start()
+time.sleep(0.5)
+print("main done", flush=True)
+"""
+
+
+def test_a_step_stalled_on_a_store_does_not_hold_the_exit_of_a_program_whose_loop_is_a_daemon_thread():
+    """The loop's thread is a daemon, as an application's background loop often is; when the
+    steps ran on it the program exited, with the step pool's threads joined at exit it hung."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    start = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-c", _STALLED_PROGRAM], env=env, capture_output=True,
+                              text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the program did not exit: its stalled step was joined at exit")
+    assert done.returncode == 0 and done.stdout == "main done\n", done.stderr
+    assert time.monotonic() - start < 20
+
+
+def test_the_step_pool_reuses_its_threads_and_returns_every_result():
+    """Control for the daemon pool: many operations at once all finish, on at most STEP_WORKERS
+    threads, which later operations reuse."""
+    names: set[str] = set()
+
+    def op(i: int) -> Any:
+        names.add(threading.current_thread().name)
+        got = yield Call("a", {})
+        time.sleep(0.01)
+        names.add(threading.current_thread().name)
+        return got + i
+
+    async def invoke(call: Call) -> int:
+        return 1000
+
+    async def main(n: int) -> list[int]:
+        return await asyncio.gather(*(drive_async(op(i), invoke) for i in range(n)))
+
+    assert asyncio.run(main(80)) == [1000 + i for i in range(80)]
+    first = set(names)
+    assert all(n.startswith("qdrant_guard-step") for n in first) and len(first) <= async_driver.STEP_WORKERS
+    assert asyncio.run(main(5)) == [1000 + i for i in range(5)]
+    assert names == first
