@@ -7,6 +7,10 @@
    CancelledError for a write that happened. The on-loop driver delivered it at the Offload.
 2. A fork taken while another thread held the step pool's lock left the child's copy held: the
    child's first guarded async call hung for good.
+3. The client's per-loop locks sit in a WeakKeyDictionary whose values (an asyncio.Lock that
+   once waited) referenced their loop: no loop a client had been contended on was collected.
+4. The step pool's threads were joined at interpreter exit: a step stalled on a store held the
+   exit of a program whose loop runs in a daemon thread.
 """
 from __future__ import annotations
 
