@@ -93,12 +93,21 @@ def test_hung_calls_are_bounded_and_past_the_bound_refused_without_calling_the_c
         with pytest.raises(GuardRefusal) as ei:
             _query(cl, f"query {i}")
         assert "did not answer within" in ei.value.details["error"]
+    # A refused call's worker may not have reached the classifier yet on a loaded machine (the
+    # refusal comes after timeout_s whether it started or not): wait until all of them have.
+    started = threading.Event()
+    for _ in range(500):
+        with CALLS_LOCK:
+            if len(CALLS) >= intent_pool.MAX_ABANDONED_CALLS:
+                break
+        started.wait(0.01)
     assert len(CALLS) == intent_pool.MAX_ABANDONED_CALLS
     assert intent_pool._POOL.abandoned() == intent_pool.MAX_ABANDONED_CALLS
     with pytest.raises(GuardRefusal) as ei:
         _query(cl, "one more")
     assert ei.value.verdict == "FAIL_CLOSED"
     assert "16 earlier calls of it timed out and are still running" in ei.value.details["error"]
+    started.wait(0.2)  # time for a worker that was wrongly started to reach the classifier
     assert len(CALLS) == intent_pool.MAX_ABANDONED_CALLS  # no thread was spent on it
     # Another classifier of the process is not refused for this one's hung calls.
     other = QdrantClient(":memory:", guard=kit.config({"c": _policy(classifier="test_intent_timeout:Quick")}),
