@@ -179,3 +179,12 @@ def test_each_extra_receipt_param_set_costs_six_payload_conditions_per_vector() 
             return json.dumps(left_behind_filter(shape, pol, seen).model_dump(exclude_none=True)).count('"key"')
 
         assert [conditions(n + 1) - conditions(n) for n in range(3)] == [6 * vectors] * 3
+
+
+def test_the_per_stage_profile_is_where_the_readme_sends_a_reader() -> None:
+    # The README sent readers to performance-notes.md for "the per-stage profiles", which that file
+    # says benchmarks.md holds (and which `make bench` writes there).
+    readme = _flat("README.md")
+    assert "the experiments that did not pay and the per-stage profiles are in" not in readme
+    assert "and its per-stage profile (*Where the guard's time goes*)" in readme
+    assert "\n## Where the guard's time goes\n" in (ROOT / "docs/benchmarks.md").read_text()
