@@ -263,8 +263,8 @@ class QueryChecks(TextOps):
         accepts is counted as receipted whether or not it verifies (a forged one, one signed by an
         untrusted or revoked key, one over another vector or bound to another collection)."""
         known = self.shared.get("noised_only")
-        if known is None:
-            known = self.shared["noised_only"] = set()
+        if known is None:  # one atomic dict call: two first finders must share one set
+            known = self.shared.setdefault("noised_only", set())
         if name in known:
             return 0, 0
         cap = pol.noise.max_receipt_param_sets

@@ -256,36 +256,41 @@ class TextOps(GuardPipeline):
         if found is None or known is None:
             # Any name gets a scope before Qdrant sees the call (one that does not exist too):
             # bounded like the pairs, emptied when full.
-            if len(values) >= _CLEAN_VALUE_SCOPES_MAX:
-                values.clear()
-                keys.clear()
-                shared["clean_values_held"] = shared["clean_keys_held"] = 0
-            found, known = values.setdefault(scope, set()), keys.setdefault(scope, {})
+            with shared["clean_lock"]:  # the counts must stay those of what is held
+                if len(values) >= _CLEAN_VALUE_SCOPES_MAX:
+                    values.clear()
+                    keys.clear()
+                    shared["clean_values_held"] = shared["clean_keys_held"] = 0
+                found, known = values.setdefault(scope, set()), keys.setdefault(scope, {})
         return known, found
 
     def remember_clean_value(self, memory: set[tuple[str, str]], pair: tuple[str, str]) -> None:
         """Add ``pair`` to ``memory`` (a :meth:`clean_values` set). All scopes together hold at
         most ``_CLEAN_VALUES_MAX`` pairs, as the process-wide memory did: all are emptied when full."""
-        held = self.shared.get("clean_values_held", 0)  # added since all were last emptied
-        if held >= _CLEAN_VALUES_MAX:
-            for s in list((self.shared.get("clean_values") or {}).values()):
-                s.clear()
-            memory.clear()
-            held = 0
-        memory.add(pair)
-        self.shared["clean_values_held"] = held + 1
+        # Steps of concurrent calls run in parallel threads: unlocked, a lost count let the memory
+        # outgrow its bound. No I/O under the lock.
+        with self.shared["clean_lock"]:
+            held = self.shared.get("clean_values_held", 0)  # added since all were last emptied
+            if held >= _CLEAN_VALUES_MAX:
+                for s in list((self.shared.get("clean_values") or {}).values()):
+                    s.clear()
+                memory.clear()
+                held = 0
+            memory.add(pair)
+            self.shared["clean_values_held"] = held + 1
 
     def remember_clean_key(self, memory: dict[str, int], key: str, bound: int) -> None:
         """Add ``key`` to ``memory`` (a :meth:`clean_keys` dict); at most ``_CLEAN_KEYS_MAX`` keys
         over all scopes, all emptied when full."""
-        held = self.shared.get("clean_keys_held", 0)
-        if held >= _CLEAN_KEYS_MAX:
-            for d in list((self.shared.get("clean_keys") or {}).values()):
-                d.clear()
-            memory.clear()
-            held = 0
-        memory[key] = bound
-        self.shared["clean_keys_held"] = held + 1
+        with self.shared["clean_lock"]:  # as remember_clean_value
+            held = self.shared.get("clean_keys_held", 0)
+            if held >= _CLEAN_KEYS_MAX:
+                for d in list((self.shared.get("clean_keys") or {}).values()):
+                    d.clear()
+                memory.clear()
+                held = 0
+            memory[key] = bound
+            self.shared["clean_keys_held"] = held + 1
 
     def screen_payload_fields(self, op: str, name: str, pol: CollectionPolicy, payload: Any, *,
                               point_id: Any, top: bool = True, under: Any = None, label: str = "payload") -> Any:
