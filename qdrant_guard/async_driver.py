@@ -123,6 +123,11 @@ class TaskLock:
             self._owner = task
         self._depth += 1
 
+    @property
+    def owner(self) -> "asyncio.Task[Any] | None":
+        """The task holding the lock (None: free, or its holder is at an Offload)."""
+        return self._owner
+
     def release(self) -> None:
         self._depth -= 1
         if self._depth == 0:
