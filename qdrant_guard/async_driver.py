@@ -74,7 +74,6 @@ class _StepPool(Executor):
 
 
 _pool: _StepPool | None = None
-_pool_pid = 0
 _pool_lock = threading.Lock()
 
 
@@ -90,12 +89,11 @@ if hasattr(os, "register_at_fork"):
 
 
 def _executor() -> _StepPool:
-    global _pool, _pool_pid
+    global _pool
     with _pool_lock:
-        # A forked child inherits the pool object but not its threads.
-        if _pool is None or _pool_pid != os.getpid():
+        # A forked child starts with None (_after_fork_in_child): it has none of the pool's threads.
+        if _pool is None:
             _pool = _StepPool(STEP_WORKERS)
-            _pool_pid = os.getpid()
         return _pool
 
 

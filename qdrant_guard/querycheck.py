@@ -22,7 +22,7 @@ from .noise import CALIBRATED_VERSIONS, PRIVATE_RNG_IDS, release_bounds
 from .names import shell_quote
 from .noise_params import DTYPES
 from .pipeline import Call, Offload, Op
-from .policy import CollectionPolicy, NoisePolicy, toml_str
+from .policy import CollectionPolicy, toml_str
 from .receipts import RECEIPT_KEY, stored_receipts
 from .sources import path_head
 from .textguard import (EmbedderError, TextOps, _number_text, no_card, password_finding, password_name_why,
@@ -46,12 +46,6 @@ _FULL_TEXT: dict[type, str] = {models.MatchText: "text", models.MatchTextAny: "t
 # Match forms compared with stored keyword values, by their field.
 _KEYWORD: dict[type, str] = {models.MatchValue: "value", models.MatchPrefix: "prefix", models.MatchSubstring: "substring",
             models.MatchAny: "any", models.MatchExcept: "except_"}
-
-
-#: The default of ``noise.max_receipt_param_sets``: at most this many parameter sets of stored
-#: receipts besides the policy's own are held to their own calibration per collection
-#: (:meth:`QueryChecks.raw_vectors_left`); receipts of further ones are counted as left behind.
-_MAX_PARAMS = NoisePolicy.model_fields["max_receipt_param_sets"].default
 
 
 class UncheckedForm(QdrantGuardError):
@@ -281,15 +275,16 @@ class QueryChecks(TextOps):
                 flt = left_behind_filter(shape, pol, sorted(seen))
                 left = 0 if flt is None else int((yield Call(
                     "count", {"collection_name": name, "count_filter": flt, "exact": True})).count)
-                probe = unseen_params_filter(shape, pol, sorted(seen)) if left and len(seen) < cap else None
-                if probe is None:
-                    if left and len(seen) >= cap and (unseen := unseen_params_filter(shape, pol, sorted(seen))):
-                        # Receipts of sets past the cap are counted unchecked: the refusal says so.
-                        capped = int((yield Call("count", {"collection_name": name, "count_filter": unseen,
-                                                           "exact": True})).count)
+                unseen = unseen_params_filter(shape, pol, sorted(seen)) if left else None
+                if unseen is None:
+                    break
+                if len(seen) >= cap:
+                    # Receipts of sets past the cap are counted unchecked: the refusal says so.
+                    capped = int((yield Call("count", {"collection_name": name, "count_filter": unseen,
+                                                       "exact": True})).count)
                     break
                 method = "scroll"
-                found, _ = yield Call("scroll", {"collection_name": name, "scroll_filter": probe, "limit": 64,
+                found, _ = yield Call("scroll", {"collection_name": name, "scroll_filter": unseen, "limit": 64,
                                                  "with_payload": [RECEIPT_KEY], "with_vectors": False})
                 new = {t for p in found for t in receipt_params_of(p.payload, shape)} - seen
                 if not new:

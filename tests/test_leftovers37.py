@@ -380,7 +380,8 @@ def test_parameter_sets_beyond_the_cap_are_counted(tmp_path):
     # are counted though reads release them (errs towards refusing), and the count still ends.
     from qdrant_client import QdrantClient as Raw
 
-    from qdrant_guard.querycheck import _MAX_PARAMS
+    from qdrant_guard.policy import NoisePolicy
+    _MAX_PARAMS = NoisePolicy.model_fields["max_receipt_param_sets"].default
 
     kit = make_kit(tmp_path)
     owner, bob = _lb_clients(kit, _lb_policy(kit))
