@@ -34,13 +34,13 @@ import random
 import sys
 
 from tests.test_detect import NEGATIVES, POSITIVES
-from tests.test_glued_card import _random_text
+from tests.detect_cases import random_text
 from tests.test_glued_card2 import glued_text
 from tests.test_glued_card3 import glued3_text
 from tests.test_glued_card5 import tail_text
 
 rng = random.Random(20261206)
-shapes = (_random_text, glued_text, _random_text, glued3_text, tail_text)
+shapes = (random_text, glued_text, random_text, glued3_text, tail_text)
 out = []
 for t in range(int(sys.argv[1])):
     text = shapes[(t // 2) % 5](rng) if t % 2 else "".join(

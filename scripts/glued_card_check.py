@@ -18,7 +18,7 @@ import random
 import sys
 
 from qdrant_guard import _detect, _detect_py
-from tests.test_glued_card import _random_text, cards, clear
+from tests.detect_cases import cards, clear, random_text
 from tests.test_glued_card2 import glued, glued_clear, glued_text
 from tests.test_glued_card3 import glued3, glued3_clear, glued3_text
 from tests.test_glued_card5 import one_group, tail_text, tails, tails_clear
@@ -28,7 +28,7 @@ from tests.test_glued_card6 import card6_clear, card6_text, code_cards, dot_tail
 def main(n: int = 20000, seed: int = 20261206) -> int:
     rng = random.Random(seed)
     differ = leaks = seen = near = near3 = near5 = near6 = 0
-    shapes = (_random_text, glued_text, _random_text, glued3_text, tail_text, card6_text)
+    shapes = (random_text, glued_text, random_text, glued3_text, tail_text, card6_text)
     for t in range(n):
         text = shapes[(t // 2) % 6](rng) if t % 2 else "".join(
             rng.choice("0123456789      ----..()+x") for _ in range(rng.randint(1, 60)))

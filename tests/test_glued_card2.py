@@ -15,8 +15,7 @@ import re
 
 import pytest
 
-from qdrant_guard.detect import redact
-from tests.test_glued_card import _luhn, _random_text, _spans, card, cards, clear, grouped
+from tests.detect_cases import assert_redacts, card, cards, clear, grouped, kernel_spans, luhn, random_text
 
 DASHES = ("-", "--", " - ", " -- ")
 # An SSN the SSA could issue (area not 000, 666 or 9xx; group not 00; serial not 0000), or a phone
@@ -48,13 +47,13 @@ def glued_text(rng: random.Random) -> str:
     """A random text of the glued-card test with SSNs and phone numbers glued before cards by dashes."""
     out = []
     for _ in range(rng.randint(1, 4)):
-        out.append(_random_text(rng) if rng.random() < 0.3 else "")
+        out.append(random_text(rng) if rng.random() < 0.3 else "")
         area = rng.choice(["123", "078", "000", "666", "901", "555"])
         out.append(rng.choice([f"{area}-{rng.randint(0, 99):02d}-{rng.randint(0, 9999):04d}", f"{area} 45 6789",
                                f"555 {area}", f"+1 555-{area}", f"1-555-{area}"]) + rng.choice(DASHES))
         d = card(rng.randint(13, 19), rng.choice(["4", "51", "34", "6011", "36"]))
         d = d[:-3] + "".join(rng.choice("0123456789") for _ in range(2))
-        out.append(grouped(next(d + c for c in "0123456789" if _luhn(d + c)), rng.choice([" ", "-", "--", " - "])))
+        out.append(grouped(next(d + c for c in "0123456789" if luhn(d + c)), rng.choice([" ", "-", "--", " - "])))
         out.append(rng.choice([" ", "-5", " 12", ".", "", "x"]))
     return "".join(out)
 
@@ -70,8 +69,7 @@ def glued_text(rng: random.Random) -> str:
     ("é 555 123-4111-1111-1111-1111 é", "é [CREDIT_CARD] é"),  # code-point offsets in C
 ])
 def test_glued_numbers_redact_whole(text, redacted):
-    _spans(text)
-    assert redact(text) == redacted
+    assert_redacts(text, redacted)
 
 
 PREFIXES = ["123-45-6789", "123 45 6789", "078-05-1120", "555 123", "555-123", "+1 555 123", "1-555-123",
@@ -84,7 +82,7 @@ PREFIXES = ["123-45-6789", "123 45 6789", "078-05-1120", "555 123", "555-123", "
 @pytest.mark.parametrize("length", [13, 15, 16, 19])
 def test_a_number_glued_by_a_dash_before_a_card_keeps_no_digit_in_the_clear(prefix, glue, sep, length):
     text = f"x {prefix}{glue}{grouped(card(length), sep)} y"
-    spans = _spans(text)
+    spans = kernel_spans(text)
     assert clear(text, spans) == [], spans
     assert not any(c.isdigit() and not any(s <= k < e for s, e, _, _ in spans)
                    for k, c in enumerate(text)), (text, spans)
@@ -97,7 +95,7 @@ def test_a_number_glued_by_a_dash_before_a_card_keeps_no_digit_in_the_clear(pref
     "555 123-4111-1111-1111-1112",  # not Luhn-valid: no card, so nothing is taken in
 ])
 def test_no_finding_where_no_card_is_glued(text):
-    assert _spans(text) == []
+    assert kernel_spans(text) == []
 
 
 @pytest.mark.parametrize(("text", "redacted"), [
@@ -112,8 +110,7 @@ def test_no_finding_where_no_card_is_glued(text):
     ("qty 2 4111-1111-1111-1111", "qty [CREDIT_CARD]"),
 ])
 def test_what_is_not_taken_in(text, redacted):
-    _spans(text)
-    assert redact(text) == redacted
+    assert_redacts(text, redacted)
 
 
 def test_random_glued_runs_agree_and_keep_no_glued_number_in_the_clear():
@@ -121,7 +118,7 @@ def test_random_glued_runs_agree_and_keep_no_glued_number_in_the_clear():
     seen = 0
     for _ in range(3000):
         text = glued_text(rng)
-        spans = _spans(text)
+        spans = kernel_spans(text)
         assert clear(text, spans) == [] and glued_clear(text, spans) == [], (text, spans)
         seen += len(glued(text))
     assert seen > 3000  # the runs hold glued numbers of the property, not only noise

@@ -12,8 +12,7 @@ import re
 
 import pytest
 
-from qdrant_guard.detect import redact
-from tests.test_glued_card import _luhn, _random_text, _spans, card, cards, clear, grouped
+from tests.detect_cases import assert_redacts, card, cards, clear, grouped, kernel_spans, luhn, random_text
 
 GLUES = ("-", "--", " - ", " -- ", ".")
 # A phone number's first groups with a parenthesised area code, or joined by dots, glued to what
@@ -44,12 +43,12 @@ def glued3_text(rng: random.Random) -> str:
     """A random text of glued runs with area-coded and dotted phone prefixes before cards."""
     out = []
     for _ in range(rng.randint(1, 4)):
-        out.append(_random_text(rng) if rng.random() < 0.3 else rng.choice(["", " ", "x", "1.", "12 "]))
+        out.append(random_text(rng) if rng.random() < 0.3 else rng.choice(["", " ", "x", "1.", "12 "]))
         out.append(rng.choice(["(555) 123", "(555)123", "+1 (555) 123", "(55) 123", "555.123", "1.555.123",
                                "+1.555.123", "55.12", "x(555) 123"]) + rng.choice(GLUES + (" ",)))
         d = card(rng.randint(13, 19), rng.choice(["4", "51", "34", "6011", "36"]))
         d = d[:-3] + "".join(rng.choice("0123456789") for _ in range(2))
-        out.append(grouped(next(d + c for c in "0123456789" if _luhn(d + c)), rng.choice([" ", "-", "--", "."])))
+        out.append(grouped(next(d + c for c in "0123456789" if luhn(d + c)), rng.choice([" ", "-", "--", "."])))
         out.append(rng.choice([" ", "-5", " 12", ".", "", "x", ".5"]))
     return "".join(out)
 
@@ -66,8 +65,7 @@ def glued3_text(rng: random.Random) -> str:
     ("é (555) 123-4111-1111-1111-1111 é", "é ([CREDIT_CARD] é"),  # code-point offsets in C
 ])
 def test_area_codes_and_dotted_prefixes_redact_whole(text, redacted):
-    _spans(text)
-    assert redact(text) == redacted
+    assert_redacts(text, redacted)
 
 
 PREFIXES = ["(555) 123", "(555)123", "+1 (555) 123", "1 (555) 123", "555.123", "1.555.123", "+1.555.123"]
@@ -79,7 +77,7 @@ PREFIXES = ["(555) 123", "(555)123", "+1 (555) 123", "1 (555) 123", "555.123", "
 @pytest.mark.parametrize("length", [13, 16, 19])
 def test_a_glued_area_coded_or_dotted_phone_keeps_no_digit_in_the_clear(prefix, glue, sep, length):
     text = f"x {prefix}{glue}{grouped(card(length), sep)} y"
-    spans = _spans(text)
+    spans = kernel_spans(text)
     assert clear(text, spans) == [], spans
     assert glued3_clear(text, spans) == [], spans
     assert not any(c.isdigit() and not any(s <= k < e for s, e, _, _ in spans)
@@ -92,7 +90,7 @@ def test_a_glued_area_coded_or_dotted_phone_keeps_no_digit_in_the_clear(prefix, 
     "(555) 123-4111-1111-1111-1112",
 ])
 def test_no_finding_where_no_card_is_glued(text):
-    assert _spans(text) == []
+    assert kernel_spans(text) == []
 
 
 @pytest.mark.parametrize(("text", "redacted"), [
@@ -106,8 +104,7 @@ def test_no_finding_where_no_card_is_glued(text):
     ("4111 1111 1111 1111-555", "[CREDIT_CARD]"),
 ])
 def test_what_is_not_taken_in(text, redacted):
-    _spans(text)
-    assert redact(text) == redacted
+    assert_redacts(text, redacted)
 
 
 def test_random_runs_agree_and_keep_no_glued_prefix_in_the_clear():
@@ -115,7 +112,7 @@ def test_random_runs_agree_and_keep_no_glued_prefix_in_the_clear():
     seen = 0
     for _ in range(3000):
         text = glued3_text(rng)
-        spans = _spans(text)
+        spans = kernel_spans(text)
         assert clear(text, spans) == [] and glued3_clear(text, spans) == [], (text, spans)
         seen += len(glued3(text))
     assert seen > 2000  # the runs hold glued prefixes of the property, not only noise

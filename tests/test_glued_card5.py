@@ -23,7 +23,7 @@ import re
 import pytest
 
 from qdrant_guard.detect import redact
-from tests.test_glued_card import _iin, _luhn, _random_text, _spans, card, cards, grouped
+from tests.detect_cases import assert_redacts, card, cards, grouped, iin, kernel_spans, luhn, random_text
 
 DASHES = ("-", "--", " - ", " -- ")
 
@@ -62,8 +62,7 @@ DASHES = ("-", "--", " - ", " -- ")
     ("(555) 4111-1111-1111-1111", "([CREDIT_CARD]"),
 ])
 def test_redacts_as_documented(text, redacted):
-    _spans(text)
-    assert redact(text) == redacted
+    assert_redacts(text, redacted)
 
 
 @pytest.mark.parametrize(("text", "redacted"), [
@@ -81,8 +80,7 @@ def test_redacts_as_documented(text, redacted):
     ("4111 1111 1111 1111 - 5500 0000 0000 0004", "[CREDIT_CARD] - [CREDIT_CARD]"),  # two cards
 ])
 def test_what_stays_apart(text, redacted):
-    _spans(text)
-    assert redact(text) == redacted
+    assert_redacts(text, redacted)
 
 
 SUFFIXES = ("555-1234", "555--1234", "12-34-56", "555-1234.5", "1-2")
@@ -94,7 +92,7 @@ CARD_SEPS = (" ", "-", "--", ".")
 @pytest.mark.parametrize("length", [13, 16, 19])
 def test_a_dash_joined_number_after_a_space_keeps_no_digit_in_the_clear(suffix, sep, length):
     text = f"x {grouped(card(length), sep)} {suffix} y"
-    _spans(text)
+    kernel_spans(text)
     out = redact(text)
     assert out == "x [CREDIT_CARD] y", (text, out)
 
@@ -108,7 +106,7 @@ AREA = ("(555)-123", "(555)--123", "(555) - 123", "(555).123", "x(555) 123", "x(
 @pytest.mark.parametrize("sep", ("-", "--", ".", " "))
 def test_an_area_code_glued_before_a_card_keeps_no_digit_in_the_clear(prefix, glue, sep):
     text = f"y {prefix}{glue}{grouped(card(16), sep)} z"
-    spans = _spans(text)
+    spans = kernel_spans(text)
     covered = {k for s, e, _, _ in spans for k in range(s, e)}
     assert [k for k, ch in enumerate(text) if ch.isdigit() and k not in covered] == [], (text, spans)
 
@@ -118,7 +116,7 @@ def test_an_area_code_glued_before_a_card_keeps_no_digit_in_the_clear(prefix, gl
 @pytest.mark.parametrize("length", [13, 16, 19])
 def test_a_one_group_card_between_dotted_groups_keeps_no_digit_in_the_clear(before, after, length):
     text = f"q {before}{card(length)}{after} r"
-    _spans(text)
+    kernel_spans(text)
     assert redact(text) == "q [CREDIT_CARD] r", text
 
 
@@ -133,7 +131,7 @@ def one_group(text: str) -> list[tuple[int, int]]:
     for m in _ONE.finditer(text):
         g = 1 if m.group(1) else 2
         d = m.group(g)
-        if _luhn(d) and _iin(d):
+        if luhn(d) and iin(d):
             out.append(m.span(g))
     return out
 
@@ -165,10 +163,10 @@ def tail_text(rng: random.Random) -> str:
     """A random text of cards with dash-joined numbers after a space and one-group dotted cards."""
     out = []
     for _ in range(rng.randint(1, 4)):
-        out.append(_random_text(rng) if rng.random() < 0.3 else rng.choice(["", " ", "x", "1.", "555.123."]))
+        out.append(random_text(rng) if rng.random() < 0.3 else rng.choice(["", " ", "x", "1.", "555.123."]))
         d = card(rng.randint(13, 19), rng.choice(["4", "51"]))
         d = d[:-3] + "".join(rng.choice("0123456789") for _ in range(2))
-        d = next(d + c for c in "0123456789" if _luhn(d + c))
+        d = next(d + c for c in "0123456789" if luhn(d + c))
         out.append(grouped(d, rng.choice([" ", "-", "--", "."])) if rng.random() < 0.7 else d)
         out.append(rng.choice([" 555-1234", " 12-34", " 555 - 1234", " 2024", ".555.1234", ".10.0.0.1", " 1-2-3",
                                " 555-1234x", ""]))
@@ -181,7 +179,7 @@ def test_random_texts_agree_and_keep_no_tail_digit_in_the_clear():
     seen = 0
     for _ in range(3000):
         text = tail_text(rng)
-        spans = _spans(text)
+        spans = kernel_spans(text)
         seen += len(tails(text)) + len(one_group(text))
         assert tails_clear(text, spans) == [], (text, spans)
     assert seen > 1000  # the texts hold the shapes, not only noise

@@ -22,7 +22,7 @@ import re
 import pytest
 
 from qdrant_guard.detect import redact
-from tests.test_glued_card import _iin, _luhn, _random_text, _spans, card, cards, grouped
+from tests.detect_cases import assert_redacts, card, cards, grouped, iin, kernel_spans, luhn, random_text
 
 
 @pytest.mark.parametrize(("text", "redacted"), [
@@ -68,8 +68,7 @@ from tests.test_glued_card import _iin, _luhn, _random_text, _spans, card, cards
     ("011 44 4111 1111 1149 9", "011 44 [CREDIT_CARD]"),
 ])
 def test_redacts_as_documented(text, redacted):
-    _spans(text)
-    assert redact(text) == redacted
+    assert_redacts(text, redacted)
 
 
 @pytest.mark.parametrize(("text", "redacted"), [
@@ -100,17 +99,17 @@ def test_redacts_as_documented(text, redacted):
     ("555 123-4111 1111 1111 1111", "[PHONE] [CREDIT_CARD]"),  # a phone read across a card's first group
 ])
 def test_what_stays_apart(text, redacted):
-    _spans(text)
-    assert redact(text) == redacted
+    assert_redacts(text, redacted)
 
 
 def test_the_card_inside_a_phone_is_typed_a_card():
-    assert _spans("+1 4111 1111 1149 9") == [(3, 19, "CREDIT_CARD", "luhn")]
-    assert _spans("+1 4111 1111 1149 9 1-2-3") == [(3, 25, "CREDIT_CARD", "luhn")]
-    assert _spans("+1 4111 1111 1149 9 5") == [(3, 21, "CREDIT_CARD", "luhn")]
-    assert _spans("(+1) 4111 1111 1111 1111") == [(5, 24, "CREDIT_CARD", "luhn")]
+    assert kernel_spans("+1 4111 1111 1149 9") == [(3, 19, "CREDIT_CARD", "luhn")]
+    assert kernel_spans("+1 4111 1111 1149 9 1-2-3") == [(3, 25, "CREDIT_CARD", "luhn")]
+    assert kernel_spans("+1 4111 1111 1149 9 5") == [(3, 21, "CREDIT_CARD", "luhn")]
+    assert kernel_spans("(+1) 4111 1111 1111 1111") == [(5, 24, "CREDIT_CARD", "luhn")]
     # a phone number read across a card's first group keeps its reading (tests/test_glued_card.py)
-    assert _spans("+1 555 123-4111 1111 1111 1111") == [(0, 20, "PHONE", "e164"), (21, 30, "CREDIT_CARD", "luhn")]
+    assert kernel_spans("+1 555 123-4111 1111 1111 1111") == [
+        (0, 20, "PHONE", "e164"), (21, 30, "CREDIT_CARD", "luhn")]
 
 
 # --------------------------------------------------------------------- brute force, and grids
@@ -140,7 +139,7 @@ def phone_heads(text: str) -> list[tuple[int, int]]:
                            before in ".,:/" and s > 1 and text[s - 2].isdigit()):
             continue
         d = m.group(4)
-        if _luhn(d) and _iin(d):
+        if luhn(d) and iin(d):
             out.append((s, m.end(4)))
     return out
 
@@ -155,7 +154,7 @@ def ip_heads(text: str) -> list[tuple[int, int, int]]:
     for m in _IP_HEAD.finditer(text):
         parts = m.group(1)[:-1].split(".")
         d = m.group(2)
-        if _ipv4(parts) and _luhn(d) and _iin(d):
+        if _ipv4(parts) and luhn(d) and iin(d):
             out.append((m.start(1), m.start(2), m.end(2)))
     return out
 
@@ -193,10 +192,10 @@ def card6_text(rng: random.Random) -> str:
     """A random text of the four shapes, glued to noise."""
     out = []
     for _ in range(rng.randint(1, 4)):
-        out.append(_random_text(rng) if rng.random() < 0.3 else rng.choice(["", " ", "x", "1.", "0.", "-"]))
+        out.append(random_text(rng) if rng.random() < 0.3 else rng.choice(["", " ", "x", "1.", "0.", "-"]))
         d = card(rng.randint(13, 19), rng.choice(["4", "51", "6011"]))
         d = d[:-3] + "".join(rng.choice("0123456789") for _ in range(2))
-        d = next(d + c for c in "0123456789" if _luhn(d + c))
+        d = next(d + c for c in "0123456789" if luhn(d + c))
         shape = rng.random()
         if shape < 0.3:
             out.append(rng.choice(["555 123.", "555-123.", "(555) 123.", "(555)123.", "55 123.", "+1 555 123."]) + d)
@@ -217,7 +216,7 @@ def card6_text(rng: random.Random) -> str:
 @pytest.mark.parametrize("length", [13, 16, 19])
 def test_a_dotted_3_4_group_after_a_card_keeps_no_digit_in_the_clear(tail, sep, length):
     text = f"x {grouped(card(length), sep)}{tail} y"
-    _spans(text)
+    kernel_spans(text)
     assert redact(text) == "x [CREDIT_CARD] y", text
 
 
@@ -226,7 +225,7 @@ def test_a_dotted_3_4_group_after_a_card_keeps_no_digit_in_the_clear(tail, sep, 
 @pytest.mark.parametrize("length", [13, 16, 19])
 def test_a_phone_glued_to_a_one_group_card_keeps_no_digit_in_the_clear(head, length):
     text = f"q {head}{card(length)} r"
-    spans = _spans(text)
+    spans = kernel_spans(text)
     covered = {k for s, e, _, _ in spans for k in range(s, e)}
     assert [k for k, ch in enumerate(text) if ch.isdigit() and k not in covered] == [], (text, spans)
     assert sum(t == "CREDIT_CARD" for _, _, t, _ in spans) == 1, spans
@@ -237,7 +236,7 @@ def test_a_phone_glued_to_a_one_group_card_keeps_no_digit_in_the_clear(head, len
 def test_an_ipv4_address_before_a_card_stays(ip, length):
     d = card(length)
     text = f"host {ip}.{d} ok"
-    assert _spans(text) == [(6 + len(ip), 6 + len(ip) + length, "CREDIT_CARD", "luhn")]
+    assert kernel_spans(text) == [(6 + len(ip), 6 + len(ip) + length, "CREDIT_CARD", "luhn")]
 
 
 @pytest.mark.parametrize("prefix", ["+1 ", "+44 ", "(+1) ", "(+44) ", "0044 ", "tel +1 "])
@@ -246,7 +245,7 @@ def test_an_ipv4_address_before_a_card_stays(ip, length):
 def test_a_card_inside_a_phone_finding_is_a_card(prefix, sep, length):
     d = card(length)
     text = f"{prefix}{grouped(d, sep)}"
-    spans = _spans(text)
+    spans = kernel_spans(text)
     assert [t for _, _, t, _ in spans] == ["CREDIT_CARD"], (text, spans)
     s, e, _, _ = spans[0]
     assert e == len(text) and re.sub(r"\D", "", text[s:e]).endswith(d) and len(re.sub(r"\D", "", text[:s])) <= 4
@@ -257,7 +256,7 @@ def test_random_texts_agree_and_keep_no_digit_in_the_clear():
     seen = 0
     for _ in range(3000):
         text = card6_text(rng)
-        spans = _spans(text)
+        spans = kernel_spans(text)
         seen += len(dot_tails(text)) + len(phone_heads(text)) + len(ip_heads(text)) + len(code_cards(text))
         assert card6_clear(text, spans) == [], (text, spans)
     assert seen > 1000  # the texts hold the shapes, not only noise

@@ -16,11 +16,8 @@ from test_retired_keys import rot  # noqa: F401
 from qdrant_client.http import models
 
 from qdrant_guard import ConfigError, QdrantClient, keys
-from qdrant_guard.detect import find_sensitive
-from tests.oracle import assert_same, both
+from tests.detect_cases import typed_values
 from tests.test_utility_model_reads import MODEL_A, MODEL_B, _clients, _policy, _query
-
-NATIVE, PYTHON = both("detect")
 
 
 # ------------------------------------------------------------------ querycheck: Document models
@@ -47,11 +44,6 @@ def test_a_document_for_a_named_vector_is_held_to_that_vectors_model(tmp_path, m
 
 # ------------------------------------------------------------------ detect.c: take_groups
 
-def _spans(text: str) -> list[tuple[str, str]]:
-    assert_same(NATIVE.find_spans, PYTHON.find_spans, text)
-    return [(f.type, text[f.start:f.end]) for f in find_sensitive(text)]
-
-
 @pytest.mark.parametrize("text, want", [
     # take_groups: "j + 1 < n" -> "j + 2 < n" dropped a last group of one digit that ends the text,
     # so the number was cut before it ("+1 234-567 890"): the finding must cover every digit. The
@@ -62,7 +54,7 @@ def _spans(text: str) -> list[tuple[str, str]]:
     ("(+44) 20 7946 095 8", [("PHONE", "(+44) 20 7946 095 8")]),
 ])
 def test_a_last_one_digit_group_at_the_end_of_the_text_is_taken(text, want):
-    assert _spans(text) == want
+    assert typed_values(text) == want
 
 
 # ------------------------------------------------------------------ keys: check_authority_roles
@@ -108,14 +100,14 @@ def test_an_unloadable_key_in_a_verifying_role_is_named_by_the_role_check(rot, r
     ("+1 234--56--7890-", [("PHONE", "+1 234--56--7890")]),
 ])
 def test_a_dashed_number_followed_by_a_dash_alone_is_still_read(text, want):
-    assert _spans(text) == want
+    assert typed_values(text) == want
 
 
 @pytest.mark.parametrize("text", ["ssn 123 -x 45 -x 6789", "card 4111 -x 1111 -x 1111 -x 1111"])
 def test_a_spaced_double_dash_needs_both_dashes_and_both_spaces(text):
     """dash_sep: " -- " is a space, two dashes and a space; "at(j + 2) == '-' && at(j + 3) == ' '"
     with "||" took " -x " for it, and these for an SSN and a card."""
-    assert _spans(text) == []
+    assert typed_values(text) == []
 
 
 @pytest.mark.parametrize("text", ["call +49 30 1234", "+44 20-7946", "(+49) 30 1234", "+1 234 5678"])
@@ -123,7 +115,7 @@ def test_an_e164_number_of_eight_digits_in_all_is_read(text):
     """e164_ends: 8-15 digits, the country code's counted; "total < 8" -> "<= 8" lost the
     shortest numbers (no test had one of exactly 8)."""
     start = text.index("+") - (1 if "(" in text else 0)
-    assert _spans(text) == [("PHONE", text[start:])]
+    assert typed_values(text) == [("PHONE", text[start:])]
 
 
 # ------------------------------------------------------------------ policy: toml_str
@@ -145,7 +137,7 @@ def test_a_declared_model_name_is_quoted_as_written_in_a_refusal(tmp_path):
 def test_an_exit_code_apart_needs_a_space_or_hyphen_before_the_country_code(text):
     """intl00: ``00`` or ``011`` apart from the country code only with a space or hyphen between
     them ("00 44 20 7946 0958"); "in_set(...) && is_digit(...)" -> "||" read any character there."""
-    assert _spans(text) == []
+    assert typed_values(text) == []
 
 
 @pytest.mark.parametrize("text, number", [
@@ -156,14 +148,14 @@ def test_an_exit_code_apart_needs_a_space_or_hyphen_before_the_country_code(text
 def test_only_the_country_code_1_is_held_to_nanp_rules_after_an_exit_code(text, number):
     """intl00: "nanp = len == 1 && b[c] == '1'" with "||" held the other one-digit code, 7, to
     NANP's length and area codes."""
-    assert _spans(text) == [("PHONE", number)]
+    assert typed_values(text) == [("PHONE", number)]
 
 
 @pytest.mark.parametrize("text", ["call 00 49 301 2345", "call 0049 301 2345", "call 011 49 301 2345"])
 def test_a_number_after_an_exit_code_needs_ten_digits(text):
     """intl00: 10-15 digits with the code's after ``00``/``011`` (9 here); "nd >= 10" -> "nd >= 9"
     read these, which e164_ends' 8 alone lets through."""
-    assert _spans(text) == []
+    assert typed_values(text) == []
 
 
 # ------------------------------------------------------------------ detect: the list veto on a whole run
@@ -187,7 +179,7 @@ def test_a_number_after_an_exit_code_needs_ten_digits(text):
                                                  ("CREDIT_CARD", "4111--1111--1111--1111")]),
 ])
 def test_a_number_whose_last_group_starts_a_dashed_one_is_not_cut(text, want):
-    assert _spans(text) == want
+    assert typed_values(text) == want
 
 
 # ------------------------------------------------------------------ utility: calibrate's text queries

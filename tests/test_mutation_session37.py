@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.test_detect import NEGATIVES, POSITIVES
-from tests.test_glued_card import _spans
+from tests.detect_cases import kernel_spans
 
 _DIGITS = "0123456789"
 _GLUES = ("", " ", "-", ".", " - ")
@@ -31,7 +31,7 @@ def test_no_finding_starts_or_ends_between_two_digits(sample):
         for text in (f"123{glue}{sample}{glue}4111 1111 1111 1111",
                      f"4111 1111 1111 1111{glue}{sample}{glue}555",
                      f"555-123{glue}{sample.strip()}{glue}6789"):
-            spans = _spans(text)
+            spans = kernel_spans(text)
             bad = [s for s in spans if _between_digits(text, s[0]) or _between_digits(text, s[1])]
             assert not bad, (text, bad)
 
@@ -49,4 +49,4 @@ def test_a_group_glued_after_a_card_up_to_the_next_finding_is_taken_in(lead):
     code-point limit to bytes (``k - d``)."""
     text = f"{lead}4111 1111 1111 1111-555{_PEM_OPEN}"
     n = len(lead)
-    assert _spans(text) == [(n, n + 23, "CREDIT_CARD", "luhn"), (n + 23, n + 79, "PRIVATE_KEY", "pem-begin")]
+    assert kernel_spans(text) == [(n, n + 23, "CREDIT_CARD", "luhn"), (n + 23, n + 79, "PRIVATE_KEY", "pem-begin")]

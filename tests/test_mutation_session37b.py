@@ -1,15 +1,15 @@
 """Mutation pass over h-card5's rules (9f75955, d3a3ac6): cases that kill the mutants of
 native/detect.c and qdrant_guard/_detect_py.py that tests/test_glued_card5.py let live.
 
-``_spans`` checks that the native kernel and the pure-Python twin give the same findings; the
-redaction then holds for both. Each case names the mutant it kills (see docs/security-testing.md).
+``assert_redacts`` (tests/detect_cases.py) checks that the native kernel and the pure-Python twin
+give the same findings; the redaction then holds for both. Each case names the mutant it kills (see
+docs/security-testing.md).
 """
 from __future__ import annotations
 
 import pytest
 
-from qdrant_guard.detect import redact
-from tests.test_glued_card import _spans
+from tests.detect_cases import assert_redacts
 
 CARD = "4111 1111 1111 1111"
 
@@ -30,8 +30,7 @@ CARD = "4111 1111 1111 1111"
     (f"{CARD}.10.0.0.1x", "[CREDIT_CARD].1x"),
 ])
 def test_ipv4_tail_edges(text, redacted):
-    _spans(text)
-    assert redact(text) == redacted
+    assert_redacts(text, redacted)
 
 
 @pytest.mark.parametrize(("text", "redacted"), [
@@ -45,8 +44,7 @@ def test_ipv4_tail_edges(text, redacted):
     ("4111111111111111.5.5", "[CREDIT_CARD]"),
 ])
 def test_dot_run_only_after_a_dot(text, redacted):
-    _spans(text)
-    assert redact(text) == redacted
+    assert_redacts(text, redacted)
 
 
 @pytest.mark.parametrize(("text", "redacted"), [
@@ -60,5 +58,4 @@ def test_dot_run_only_after_a_dot(text, redacted):
     ("4111 1111 1111 1111 --5", "[CREDIT_CARD] --5"),
 ])
 def test_the_group_after_a_space_up_to_the_next_finding(text, redacted):
-    _spans(text)
-    assert redact(text) == redacted
+    assert_redacts(text, redacted)

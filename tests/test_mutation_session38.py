@@ -2,14 +2,12 @@
 ``cover_cards`` mutants, hand mutants and h-card5 line mutants passes 14 and 15 left unrun, and the
 twin's two unresolved mutants of pass 15. docs/security-testing.md ("Mutation pass 16") lists the
 mutants and the equivalent ones. Every case goes through ``tests/oracle.py``'s ``assert_same``
-(via ``_spans``): the native kernel and the twin must give the same findings.
+(via tests/detect_cases.py's ``kernel_spans``): native and twin must give the same findings.
 """
 from __future__ import annotations
 
-import pytest
-
 from qdrant_guard.detect import redact
-from tests.test_glued_card import _spans
+from tests.detect_cases import kernel_spans
 
 # A Luhn-valid Visa number with varied digits, so 40 base64 characters starting with it have the
 # entropy (>= 4.5, a '/' among them) that the AWS secret reader asks for without a context word.
@@ -26,7 +24,7 @@ def test_groups_glued_before_a_card_that_another_type_of_finding_starts_at_are_a
     phone-like digits AWS_SECRET_KEY."""
     text = "1.555." + _SECRET
     assert len(_SECRET) == 40
-    assert _spans(text) == [(0, 5, "CREDIT_CARD", "luhn"), (6, 46, "AWS_SECRET_KEY", "entropy>=4.5")]
+    assert kernel_spans(text) == [(0, 5, "CREDIT_CARD", "luhn"), (6, 46, "AWS_SECRET_KEY", "entropy>=4.5")]
     assert redact(text) == "[CREDIT_CARD].[AWS_SECRET_KEY]"
     text = "aws secret 1.555." + _SECRET
-    assert _spans(text) == [(11, 16, "CREDIT_CARD", "luhn"), (17, 57, "AWS_SECRET_KEY", "aws-context")]
+    assert kernel_spans(text) == [(11, 16, "CREDIT_CARD", "luhn"), (17, 57, "AWS_SECRET_KEY", "aws-context")]

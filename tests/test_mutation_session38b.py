@@ -2,16 +2,15 @@
 native/detect.c that tests/test_glued_card6.py, test_glued_card5.py, test_detect.py, the detect
 oracle tests and scripts/glued_card_check.py let live.
 
-``_spans`` checks that the native kernel and the pure-Python twin give the same findings; the
-redaction then holds for both. Each case names the mutant it kills (see docs/security-testing.md,
-the h-mut18 entry).
+``assert_redacts`` (tests/detect_cases.py) checks that the native kernel and the pure-Python twin
+give the same findings; the redaction then holds for both. Each case names the mutant it kills (see
+docs/security-testing.md, the h-mut18 entry).
 """
 from __future__ import annotations
 
 import pytest
 
-from qdrant_guard.detect import redact
-from tests.test_glued_card import _spans
+from tests.detect_cases import assert_redacts
 
 ONE = "4111111111111111"
 
@@ -25,8 +24,7 @@ ONE = "4111111111111111"
     (f"555 555.{ONE}", "[CREDIT_CARD]"),
 ])
 def test_phone_head_group_is_three_digits(text, redacted):
-    _spans(text)
-    assert redact(text) == redacted
+    assert_redacts(text, redacted)
 
 
 @pytest.mark.parametrize(("text", "redacted"), [
@@ -38,5 +36,4 @@ def test_phone_head_group_is_three_digits(text, redacted):
     ("00353 4111 1111 1149 9", "00353 [CREDIT_CARD]"),
 ])
 def test_three_digit_country_code_before_a_card(text, redacted):
-    _spans(text)
-    assert redact(text) == redacted
+    assert_redacts(text, redacted)
