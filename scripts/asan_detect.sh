@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build fuzz/asan_detect_texts.c with native/detect.c under AddressSanitizer + UBSan (at -O0) and run
-# qg_detect over texts that reach the card rules: the glued-card generators of tests/test_glued_card*.py
-# (seeded), a third again after an "é", test_detect's examples with a card and digit groups glued on,
-# and long runs; each text in a heap buffer of exactly its length.
+# qg_detect over texts that reach the card rules: the glued-card generators of tests/detect_cases.py and
+# tests/test_glued_card*.py (seeded), a third again after an "é", test_detect's examples with a card
+# and digit groups glued on, and long runs; each text in a heap buffer of exactly its length.
 #
 #   PYTHON=.venv/bin/python scripts/asan_detect.sh      # about 5 s
 #
