@@ -72,6 +72,7 @@ _REASON = re.compile(r"[a-z0-9_]{1,40}")
 _ROW = re.compile(r"\brow (\d+)")
 # The commitment grid holds |v| < 2048 (receipts.commitment_bytes).
 _GRID_LIMIT = 2048.0
+_GRID_INV = 2.0 ** 20  # grid steps per unit (receipts.COMMIT_GRID = 2^-20)
 
 
 def _located(exc: BaseException, point_id: Any, vector_name: str | None) -> BaseException:
@@ -224,6 +225,14 @@ def _altered_by_storage(arr: np.ndarray, distance: str) -> bool:
         norm = np.linalg.norm(stored)
         if norm > 0:
             stored = stored / norm
+            # Qdrant's float32 normalisation is not numpy's (local mode normalises the vector of a
+            # point it replaces in float64, the server sums in its own order): a coordinate the
+            # exact normalisation takes within 1/8 grid step of a rounding boundary may land on
+            # either side. stored_form's vectors stay within 1/4 step of their grid points (d >= 3).
+            exact = arr / np.linalg.norm(arr) * _GRID_INV
+            ints = np.frombuffer(commitment_bytes(arr), dtype="<i4")
+            if np.abs(exact - ints).max() > 0.375:
+                return True
     return commitment_bytes(stored) != commitment_bytes(arr)
 
 
@@ -388,6 +397,15 @@ class WriteOps(TextOps):
             if isinstance(op, models.UpsertOperation):
                 inner = op.upsert
                 pts = points_from_any(inner.batch if isinstance(inner, models.PointsBatch) else inner.points)
+                if not pts:
+                    # Qdrant fails an upsert of no point ("Empty update request") when it reaches
+                    # it, after applying the batch's earlier operations.
+                    raise self.unsupported_write(
+                        method, name, pol,
+                        f"{method}: an Upsert in a batch on sensitive collection {name!r} names no point (an "
+                        "empty point list); Qdrant would apply the batch up to it, then fail. Leave the "
+                        "operation out, or give it its points. Nothing was written"
+                    )
                 prepared = yield from self.prepare_points(method, name, pol, pts)
                 accepted.append(self._write_decision(method, name, pol, prepared, filters))
                 conditional = inner.update_filter is not None or inner.update_mode not in (
@@ -469,6 +487,17 @@ class WriteOps(TextOps):
                             "it as its own call, or first in the batch. Nothing was written"
                         )
                     ids = _selector_ids(selector)
+                    if isinstance(op, models.DeleteVectorsOperation):
+                        if deleted_by_filter and ids:
+                            raise self.unsupported_write(
+                                method, name, pol,
+                                f"{method}: a vector deletion of point(s) {ids} after a delete by filter in the "
+                                f"same batch on sensitive collection {name!r}: the guard cannot tell which of them "
+                                "will still exist, and Qdrant would delete the others' vectors, then fail on a "
+                                "deleted point before their receipts are dropped. Send the delete and the vector "
+                                "deletion as separate calls. Nothing was written"
+                            )
+                        yield from self._refuse_unknown_vector_names(method, name, pol, op.delete_vectors.vector)
                     self._refuse_uncertain(method, name, pol, uncertain, ids, f"a {what}")
                     gone = [pid for pid in ids if normalize_point_id(pid) in deleted]
                     if gone:  # Qdrant would fail on them after applying the earlier operations
@@ -550,6 +579,25 @@ class WriteOps(TextOps):
             point_ids=[] if pid is None else [pid], details=details,
         ))
         mark_audited(exc)
+
+    def _refuse_unknown_vector_names(self, op: str, name: str, pol: CollectionPolicy, names: Iterable[str]) -> Op:
+        """Refuse a batch's vector deletion naming a vector the collection does not have (a
+        generator: it may read the layout, again once when the cached one lacks a name): Qdrant
+        checks the names only when it reaches the operation, after applying the earlier ones."""
+        for attempt in range(2):
+            shape: CollectionShape = yield from self.shape(name, op=op, pol=pol)
+            known = set(shape.dense) | shape.sparse
+            unknown = [n for n in dict.fromkeys(names) if n not in known]
+            if not unknown:
+                return
+            if attempt == 0:
+                self.forget_shape(name)
+        raise self.unsupported_write(
+            op, name, pol,
+            f"{op}: a vector deletion in a batch on sensitive collection {name!r} names vector(s) {unknown} "
+            f"the collection does not have (it has: {sorted(n or '<unnamed>' for n in known)}); Qdrant would "
+            "apply the batch up to it, then fail. Name only the collection's vectors. Nothing was written"
+        )
 
     def _refuse_uncertain(self, op: str, name: str, pol: CollectionPolicy, uncertain: dict[str, Any],
                           ids: Iterable[Any], what: str) -> None:
