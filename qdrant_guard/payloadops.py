@@ -514,8 +514,10 @@ class PayloadOps(TextOps):
             new = dict(payload)
             if container is not None:
                 new[RECEIPT_KEY] = container
-            ops.append(models.OverwritePayloadOperation(
-                overwrite_payload=models.SetPayload(payload=new, points=[pid], shard_key=shard_key)))
+            # By a has_id filter: a point deleted since the look-up (earlier in the batch, by a
+            # filter, or by another client) is skipped, where its id failed the rest half applied.
+            ops.append(models.OverwritePayloadOperation(overwrite_payload=models.SetPayload(
+                payload=new, filter=models.Filter(must=[models.HasIdCondition(has_id=[pid])]), shard_key=shard_key)))
         return ops, len(targets)
 
     def lookup(self, op: str, name: str, pol: CollectionPolicy, call: Call) -> Any:

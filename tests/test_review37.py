@@ -169,3 +169,29 @@ def test_a_writers_receipt_over_the_cosine_stored_form_is_still_accepted(tmp_pat
         bob.upsert("pii", [point])  # replaced: local mode re-normalises it in float64
     assert _bad_receipts(owner) == []
     assert len(snapshot(owner, "pii")) == 40
+
+
+# -- a payload rewrite point by point after a delete by filter --------------------------------------
+
+
+@pytest.mark.parametrize("rewrite, keys", [
+    (M.OverwritePayloadOperation(overwrite_payload=M.SetPayload(payload={"z": 1}, points=[2, 1])), {"z", RECEIPT_KEY}),
+    (M.ClearPayloadOperation(clear_payload=M.PointIdsList(points=[2, 1])), {RECEIPT_KEY}),
+], ids=["overwrite", "clear"])
+def test_a_point_by_point_payload_rewrite_after_a_delete_by_filter_skips_the_deleted_point(tmp_path, rewrite, keys):
+    # A key holding '"' has no JSON path, so the rewrite is sent as one overwrite a point (with its
+    # receipts). Each named its point by id: Qdrant rewrote point 2, then failed on point 1, which
+    # the delete by filter before it had removed.
+    _, owner, bob = _clients(tmp_path)
+    rng = np.random.default_rng(6)
+    bob.upsert("pii", [M.PointStruct(id=i, vector={"a": unit(rng), "b": unit(rng)}, payload={"k": i, 'q"x': 1})
+                       for i in (1, 2, 3)])
+    bob.batch_update_points("pii", [
+        M.DeleteOperation(delete=M.FilterSelector(filter=M.Filter(
+            must=[M.FieldCondition(key="k", match=M.MatchValue(value=1))]))),
+        rewrite,
+    ])
+    stored = {pid: payload for pid, payload, _ in snapshot(owner, "pii")}
+    assert sorted(stored) == [2, 3]
+    assert set(stored[2]) == keys
+    assert _bad_receipts(owner) == []
