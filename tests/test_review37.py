@@ -195,3 +195,50 @@ def test_a_point_by_point_payload_rewrite_after_a_delete_by_filter_skips_the_del
     assert sorted(stored) == [2, 3]
     assert set(stored[2]) == keys
     assert _bad_receipts(owner) == []
+
+
+# -- a vector update racing another client's delete -------------------------------------------------
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["update_vectors", "batch"])
+def test_a_point_deleted_between_the_look_up_and_a_vector_update_leaves_the_others_receipted(three, monkeypatch,
+                                                                                              batch):
+    # Another client deletes point 1 right after the guard's look-up (run from inside the store's
+    # retrieve, as tests/test_concurrent_rewrite.py does). The update was one UpdateVectors of
+    # every point, then the receipts: Qdrant stored point 2's new vector, failed on point 1, and
+    # never wrote point 2's receipt (vector_mismatch).
+    owner, bob, rng = three
+    store = owner._client
+    real = store.retrieve
+    raced = []
+
+    def read_then_delete(*a, **kw):
+        out = real(*a, **kw)
+        if not raced:
+            raced.append(True)
+            store.delete("pii", points_selector=[1])
+        return out
+
+    monkeypatch.setattr(store, "retrieve", read_then_delete)
+    updates = [M.PointVectors(id=2, vector={"a": unit(rng)}), M.PointVectors(id=1, vector={"a": unit(rng)}),
+               M.PointVectors(id=3, vector={"b": unit(rng)})]
+    with pytest.raises(KeyError):
+        if batch:
+            bob.batch_update_points("pii", [M.UpdateVectorsOperation(update_vectors=M.UpdateVectors(points=updates))])
+        else:
+            bob.update_vectors("pii", updates)
+    assert raced
+    assert _bad_receipts(owner) == []
+    assert [p[0] for p in snapshot(owner, "pii")] == [2, 3]
+
+
+def test_a_vector_update_after_an_upsert_without_receipts_in_the_same_batch_makes_a_container(three):
+    # Point 1 held a container before the batch; the upsert of it without vectors replaces its
+    # payload with none, so the noised update after it must make the container again.
+    owner, bob, rng = three
+    bob.batch_update_points("pii", [
+        M.UpsertOperation(upsert=M.PointsList(points=[M.PointStruct(id=1, vector={}, payload={"k": 1})])),
+        _update_vector(rng, pid=1),
+    ])
+    assert _bad_receipts(owner) == []
+    assert set(snapshot(owner, "pii")[0][1][RECEIPT_KEY]["vectors"]) == {"a"}
