@@ -334,6 +334,7 @@ class PayloadOps(TextOps):
         shard_key = args.get("shard_key_selector")
         if shard_key is None:
             shard_key = getattr(selector, "shard_key", None)
+        yield from self._refuse_unknown_vector_names(method, name, pol, args["vectors"])  # type: ignore[attr-defined]
         strip = yield from self._vector_receipt_strips(method, name, pol, selector, shard_key,
                                                        set(args["vectors"]))
         self.record(self.decision(method, name, pol, Verdict.ALLOW,

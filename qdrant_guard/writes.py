@@ -582,9 +582,11 @@ class WriteOps(TextOps):
         mark_audited(exc)
 
     def _refuse_unknown_vector_names(self, op: str, name: str, pol: CollectionPolicy, names: Iterable[str]) -> Op:
-        """Refuse a batch's vector deletion naming a vector the collection does not have (a
-        generator: it may read the layout, again once when the cached one lacks a name): Qdrant
-        checks the names only when it reaches the operation, after applying the earlier ones."""
+        """Refuse a vector deletion naming a vector the collection does not have (a generator: it
+        may read the layout, again once when the cached one lacks a name). Qdrant checks the names
+        only when it reaches the operation, after applying a batch's earlier ones, and a server may
+        delete the named vectors it has before failing on the others (so says local mode's
+        ``delete_vectors``), and the receipt strips sent after them never run."""
         for attempt in range(2):
             shape: CollectionShape = yield from self.shape(name, op=op, pol=pol)
             known = set(shape.dense) | shape.sparse
@@ -595,9 +597,10 @@ class WriteOps(TextOps):
                 self.forget_shape(name)
         raise self.unsupported_write(
             op, name, pol,
-            f"{op}: a vector deletion in a batch on sensitive collection {name!r} names vector(s) {unknown} "
-            f"the collection does not have (it has: {sorted(n or '<unnamed>' for n in known)}); Qdrant would "
-            "apply the batch up to it, then fail. Name only the collection's vectors. Nothing was written"
+            f"{op}: a vector deletion on sensitive collection {name!r} names vector(s) {unknown} the "
+            f"collection does not have (it has: {sorted(n or '<unnamed>' for n in known)}); Qdrant could delete "
+            "the others, or apply a batch's earlier operations, then fail before the deleted vectors' receipts "
+            "are dropped. Name only the collection's vectors. Nothing was written"
         )
 
     def _refuse_uncertain(self, op: str, name: str, pol: CollectionPolicy, uncertain: dict[str, Any],

@@ -3,6 +3,8 @@ guard accepts must not fail half applied, and a receipt the guard accepts must v
 vector Qdrant stores."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -242,3 +244,16 @@ def test_a_vector_update_after_an_upsert_without_receipts_in_the_same_batch_make
     ])
     assert _bad_receipts(owner) == []
     assert set(snapshot(owner, "pii")[0][1][RECEIPT_KEY]["vectors"]) == {"a"}
+
+
+def test_delete_vectors_naming_an_unknown_vector_is_refused_and_audited(three, tmp_path):
+    # Local mode checks the names before deleting; a server may delete "a" first (local mode's
+    # delete_vectors says so), and the receipt strip sent after it would never run. qdrant-client's
+    # ValueError came after the guard had audited the call as allowed.
+    owner, bob, _ = three
+    before = snapshot(owner, "pii")
+    with pytest.raises(UnsupportedWriteError, match="'zz'"):
+        bob.delete_vectors("pii", vectors=["a", "zz"], points=[2])
+    assert snapshot(owner, "pii") == before
+    last = json.loads((tmp_path / "audit.jsonl").read_text(encoding="utf-8").split("\n")[-2])["record"]
+    assert (last["op"], last["verdict"]) == ("delete_vectors", "UNSUPPORTED_WRITE")
