@@ -334,9 +334,9 @@ class PayloadOps(TextOps):
         shard_key = args.get("shard_key_selector")
         if shard_key is None:
             shard_key = getattr(selector, "shard_key", None)
-        yield from self._refuse_unknown_vector_names(method, name, pol, args["vectors"])  # type: ignore[attr-defined]
         strip = yield from self._vector_receipt_strips(method, name, pol, selector, shard_key,
                                                        set(args["vectors"]))
+        yield from self._refuse_unknown_vector_names(method, name, pol, args["vectors"])  # type: ignore[attr-defined]
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
                                   f"write access granted; receipts of the deleted vectors dropped on "
                                   f"{len(strip)} point(s)", details=filters))
