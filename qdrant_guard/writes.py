@@ -905,10 +905,12 @@ class WriteOps(TextOps):
         for p, vecs, payload in zip(points, vectors, payloads):
             if RECEIPT_KEY in payload:
                 payload[RECEIPT_KEY] = _container(payload[RECEIPT_KEY], own)
-            if len(vecs) == 1 and UNNAMED in vecs:
+            if len(vecs) == 1 and UNNAMED in vecs and shape.unnamed:
                 vector = _as_list(vecs[UNNAMED])  # what join_vector_struct returns for it
             else:
-                vector = join_vector_struct({k: _as_list(v) for k, v in vecs.items()})
+                # A dict even for a vector named "" of a collection of named vectors: a bare list
+                # is the unnamed vector, which Qdrant refuses there.
+                vector = {k: _as_list(v) for k, v in vecs.items()}
             out.append(_point(p.id, vector, payload or None))
         verdict = (Verdict.ALLOW_NOISED if counts["noised"] else Verdict.ALLOW_RECEIPTED if counts["receipted"]
                    else Verdict.ALLOW_IN_BOUNDARY_RAW)

@@ -257,3 +257,19 @@ def test_delete_vectors_naming_an_unknown_vector_is_refused_and_audited(three, t
     assert snapshot(owner, "pii") == before
     last = json.loads((tmp_path / "audit.jsonl").read_text(encoding="utf-8").split("\n")[-2])["record"]
     assert (last["op"], last["verdict"]) == ("delete_vectors", "UNSUPPORTED_WRITE")
+
+
+# -- a vector named "" beside other named vectors ---------------------------------------------------
+
+
+def test_a_vector_named_empty_in_a_collection_of_named_vectors_is_written_as_named(tmp_path):
+    # The guard sent {"": v} alone as the bare list v, the unnamed vector, which Qdrant refuses on
+    # a collection of named vectors (after an allow entry); plain qdrant-client stores it.
+    _, owner, bob = _clients(tmp_path, named=("", "b"))
+    rng = np.random.default_rng(9)
+    bob.upsert("pii", [M.PointStruct(id=1, vector={"": unit(rng)})])
+    bob.batch_update_points("pii", [M.UpsertOperation(upsert=M.PointsList(
+        points=[M.PointStruct(id=2, vector={"": unit(rng)}, payload={"k": 2})]))])
+    assert [pid for pid, _, _ in snapshot(owner, "pii")] == [1, 2]
+    assert sorted((r.point_id, r.vector_name, r.reason) for r in verify_stored(
+        owner, "pii", trusted_keys=owner.guard.trusted_receipt_keys)) == [(1, "", "ok"), (2, "", "ok")]
