@@ -534,8 +534,10 @@ class GuardPipeline:
         self.principal_label, self.verified = self._verify_audited("client", principal)
         # State shared by every principal view of this pipeline (budgets, classifiers, caches);
         # "lock" guards the first creation of shared objects against racing threads; "clean_lock"
-        # the payload screen's clean memory and its counts (TextOps.remember_clean_value).
-        self.shared: dict[str, Any] = {"lock": threading.Lock(), "clean_lock": threading.Lock()}
+        # the payload screen's clean memory and its counts (TextOps.remember_clean_value);
+        # "receipt_params_lock" the learnt receipt parameter sets (QueryChecks.raw_vectors_left).
+        self.shared: dict[str, Any] = {"lock": threading.Lock(), "clean_lock": threading.Lock(),
+                                       "receipt_params_lock": threading.Lock()}
         # Held by this pipeline and its views, not by shared: no cycle keeps shared alive.
         self._sizes_of = _SizesOf(self.shared)
         self._join_epoch(SourceSizeEpoch())  # a store of its own until bind_store names one

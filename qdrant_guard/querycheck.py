@@ -243,7 +243,15 @@ class QueryChecks(TextOps):
         the policy's ``noise.max_receipt_param_sets``; receipts of further sets stay counted) and the
         count is asked again. So the count matches what reads release, but for what it concedes below.
         When that cap is reached with points left, one more ``count`` finds how many of them were
-        counted only for a set beyond it (the second value returned), for the refusal to name.
+        counted only for a set beyond it (the second value returned), for the refusal to name. That
+        count runs only for a call refused anyway (points are left) and is not kept: a kept figure
+        would go stale as soon as the owner re-writes or deletes those points, which is the fix the
+        refusal names, so each refusal states what the store holds when it is made.
+
+        The learnt sets are shared by the client's threads: the room left under the cap is read and
+        filled under ``shared["receipt_params_lock"]``, held for those set operations only (never
+        across a Qdrant call or a yield), so concurrent learners, each of whose scrolls saw other
+        receipts, never hold more than the cap together.
 
         One exact ``count`` (after the ``get_collection`` of :meth:`shape`, cached too) per
         collection and guarded client while none is found: no guarded client under this policy
@@ -270,12 +278,15 @@ class QueryChecks(TextOps):
             # held to its own calibration (kept per collection; a pure function of the set, so
             # never stale, only capped).
             seen = self.shared.setdefault("receipt_params", {}).setdefault(name, set())
+            lock = self.shared["receipt_params_lock"]
             while True:
                 method = "count"
-                flt = left_behind_filter(shape, pol, sorted(seen))
+                with lock:
+                    known_sets = sorted(seen)
+                flt = left_behind_filter(shape, pol, known_sets)
                 left = 0 if flt is None else int((yield Call(
                     "count", {"collection_name": name, "count_filter": flt, "exact": True})).count)
-                unseen = unseen_params_filter(shape, pol, sorted(seen)) if left else None
+                unseen = unseen_params_filter(shape, pol, known_sets) if left else None
                 if unseen is None:
                     break
                 if len(seen) >= cap:
@@ -286,10 +297,12 @@ class QueryChecks(TextOps):
                 method = "scroll"
                 found, _ = yield Call("scroll", {"collection_name": name, "scroll_filter": unseen, "limit": 64,
                                                  "with_payload": [RECEIPT_KEY], "with_vectors": False})
-                new = {t for p in found for t in receipt_params_of(p.payload, shape)} - seen
+                stored = {t for p in found for t in receipt_params_of(p.payload, shape)}
+                with lock:  # the room and the update in one step: learners never pass the cap together
+                    new = stored - seen
+                    seen.update(sorted(new)[:max(cap - len(seen), 0)])
                 if not new:
                     break
-                seen.update(sorted(new)[:max(cap - len(seen), 0)])
         except GeneratorExit:  # abandoned, not failed
             raise
         except BaseException as exc:

@@ -141,3 +141,88 @@ def test_racing_first_counts_share_one_no_raw_left_memory(tmp_path, fast_switch)
     _in_threads(find)
     assert kept == [THREADS] * ROUNDS
     client.close()
+
+
+def _receipted_collection(tmp_path, cap: int, n: int):
+    """A guarded client over collection ``pii`` of ``n`` points whose receipts state stronger noise
+    than the policy's, each point its own parameter set (epsilon 0.5 + id/1000), and the cap."""
+    import copy
+
+    import numpy as np
+    from test_leftovers37 import _noised_point
+    from test_leftovers38 import _lb
+
+    from qdrant_guard.receipts import RECEIPT_KEY
+
+    kit = make_kit(tmp_path)
+    owner, _ = _lb(kit, max_receipt_param_sets=cap)
+    base = _noised_point(kit, 1, np.random.default_rng(3))
+    points = []
+    for pid in range(1, n + 1):
+        payload = copy.deepcopy(base.payload)
+        payload[RECEIPT_KEY]["vectors"][""]["params"]["epsilon"] = 0.5 + pid / 1000
+        points.append(base.model_copy(update={"id": pid, "payload": payload}))
+    import qdrant_client
+
+    qdrant_client.QdrantClient.upsert(owner, "pii", points)
+    return owner, base.payload
+
+
+def test_a_learner_paused_before_its_update_does_not_take_the_receipt_sets_past_the_cap(tmp_path):
+    # Thread A has scrolled and computed the room left under the cap; it is held (a profile hook)
+    # just before it adds its sets. Meanwhile a writer re-receipts the points with other sets and
+    # thread B learns those. Before, A then added what its stale room allowed: 6 sets under a cap
+    # of 3. The window is a few bytecodes wide, which a thread switch every microsecond did not hit
+    # in 40 rounds of 7 threads, so it is held open here.
+    import copy
+
+    import qdrant_client
+    from qdrant_guard.pipeline import drive_sync
+    from qdrant_guard.receipts import RECEIPT_KEY
+
+    cap, n = 3, 12
+    owner, payload = _receipted_collection(tmp_path, cap, n)
+    guard, pol = owner.guard, owner.guard.policy("pii")
+
+    def invoke(call):
+        return getattr(qdrant_client.QdrantClient, call.method)(owner, **call.kwargs)
+
+    a_held, b_done = threading.Event(), threading.Event()
+    results: dict[str, tuple[int, int]] = {}
+    errors: list[BaseException] = []
+
+    def hold(frame, event, arg):
+        seen = guard.shared.get("receipt_params", {}).get("pii")
+        if event == "c_call" and getattr(arg, "__name__", "") == "update" and getattr(arg, "__self__", None) is seen:
+            sys.setprofile(None)
+            a_held.set()
+            b_done.wait(3)  # the lock, where there is one, keeps B out until this gives up
+
+    def learner(label, profile):
+        try:
+            if profile:
+                sys.setprofile(hold)
+            results[label] = drive_sync(guard.raw_vectors_left("query_points", "pii", pol), invoke)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            sys.setprofile(None)
+            if label == "B":
+                b_done.set()
+
+    a = threading.Thread(target=learner, args=("A", True))
+    a.start()
+    assert a_held.wait(60)
+    for pid in range(1, n + 1):  # sets that sort before every set A found
+        p = copy.deepcopy(payload)
+        p[RECEIPT_KEY]["vectors"][""]["params"]["epsilon"] = 0.3 + pid / 1000
+        qdrant_client.QdrantClient.overwrite_payload(owner, "pii", p, points=[pid])
+    b = threading.Thread(target=learner, args=("B", False))
+    b.start()
+    a.join(60)
+    b.join(60)
+    assert not errors, errors
+    seen = guard.shared["receipt_params"]["pii"]
+    assert len(seen) == cap, sorted(seen)
+    assert results["A"][0] == results["B"][0] == n
+    owner.close()
