@@ -5,6 +5,7 @@ import dataclasses
 import functools
 import math
 import re
+import threading
 import unicodedata
 import uuid
 from typing import Any, Callable, Iterable, Iterator, Sequence, get_args
@@ -808,14 +809,23 @@ class QueryChecks(TextOps):
             ))
 
     def intent_classifier(self, spec: str, timeout_s: float) -> Any:
-        """The classifier for ``spec`` (loaded once per pipeline; ``llm`` once per timeout)."""
+        """The classifier for ``spec`` (loaded once per pipeline; ``llm`` once per timeout).
+
+        A ``module:attr`` factory may load a model: threads that need the same classifier at once
+        wait for the first one's load (a lock per spec, made with one ``setdefault``, held over the
+        load only, never over a Qdrant call or a yield) rather than each load it and keep their own
+        copy. A load that fails leaves nothing cached, so the next caller tries again."""
         cache = self.shared.setdefault("classifiers", {})
         key = (spec, timeout_s) if spec == "llm" else spec
         clf = cache.get(key)
         if clf is None:
             from .intent import load_classifier
 
-            clf = cache[key] = load_classifier(spec, timeout_s=timeout_s)
+            loads = self.shared.setdefault("classifier_loads", {})
+            with loads.get(key) or loads.setdefault(key, threading.RLock()):
+                clf = cache.get(key)
+                if clf is None:
+                    clf = cache[key] = load_classifier(spec, timeout_s=timeout_s)
         return clf
 
 

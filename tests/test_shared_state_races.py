@@ -226,3 +226,42 @@ def test_a_learner_paused_before_its_update_does_not_take_the_receipt_sets_past_
     assert len(seen) == cap, sorted(seen)
     assert results["A"][0] == results["B"][0] == n
     owner.close()
+
+
+def test_threads_needing_one_classifier_at_once_load_it_once(guard, tmp_path, monkeypatch):
+    # A module:attr factory that loads a model: before, every thread that found the cache empty
+    # called it (8 loads, 8 copies in memory for a moment, each thread using its own).
+    mod = tmp_path / "slow_intent_clf.py"
+    mod.write_text(
+        "import threading, time\n"
+        "from qdrant_guard.intent import BuiltinIntentClassifier\n"
+        "LOADS = []\n"
+        "def make():\n"
+        "    LOADS.append(threading.get_ident())\n"
+        "    time.sleep(0.2)  # reading a model file\n"
+        "    return BuiltinIntentClassifier()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import slow_intent_clf
+
+    got = []
+    _in_threads(lambda t: got.append(guard.intent_classifier("slow_intent_clf:make", 5.0)))
+    assert len(slow_intent_clf.LOADS) == 1
+    assert len(got) == THREADS and all(c is got[0] for c in got)
+
+
+def test_a_failed_classifier_load_is_tried_again(guard, tmp_path, monkeypatch):
+    from qdrant_guard import ConfigError
+
+    mod = tmp_path / "flaky_intent_clf.py"
+    mod.write_text(
+        "from qdrant_guard.intent import BuiltinIntentClassifier\n"
+        "CALLS = []\n"
+        "def make():\n"
+        "    CALLS.append(1)\n"
+        "    if len(CALLS) == 1:\n"
+        "        raise OSError('model file busy')\n"
+        "    return BuiltinIntentClassifier()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match="model file busy"):
+        guard.intent_classifier("flaky_intent_clf:make", 5.0)
+    assert guard.intent_classifier("flaky_intent_clf:make", 5.0).name
