@@ -123,7 +123,13 @@ class Guard(WriteOps, ReadOps):
         ``receipts.trusted_keys``, or, when the collection sets ``receipt_keys``, the guard's own and
         those. A record vouches for the
         noise a writer's receipts claim, so a key the collection does not trust with its receipts
-        does not vouch for them either."""
+        does not vouch for them either.
+
+        Kept in ``shared["utility_records"]`` without a lock (a lock would be held over the file's
+        read): the key holds everything the check depends on (the path and the collection's
+        ``receipt_keys``; the guard's own keys are the pipeline's), and a record is stored whole,
+        once verified, so two threads' first calls at once cost one more read and verification of
+        a small file, each keeping a record verified under the same keys."""
         cache = self.shared.setdefault("utility_records", {})
         slot = (path, pol.receipt_keys)
         if slot not in cache:

@@ -374,7 +374,12 @@ class ReadOps(PayloadOps, QueryChecks):
         """Why a guarded write would refuse a receipt of ``params`` into ``pol``'s collection now
         (the noise checks of ``WriteOps.prepare_points``, in its order; cached per parameters and
         policy values): ``unsound_noise``, ``epsilon_above_ceiling``, ``mechanism_mismatch`` or
-        ``noise_shortfall``; ``""`` when it would accept it."""
+        ``noise_shortfall``; ``""`` when it would accept it.
+
+        The cache (``shared["release_accepted"]``) takes no lock: its key holds every value the
+        answer depends on, so threads that miss at once compute the same answer and store it with
+        one assignment each (a repeated check, nothing else); past 4096 entries it is emptied, and
+        threads racing past that bound add one entry each."""
         cache = self.shared.setdefault("release_accepted", {})
         n = pol.noise
         key = (params, n.mechanism, n.epsilon, n.radius, n.delta, n.clip_norm, self.ceiling(pol))
@@ -555,6 +560,13 @@ class ReadOps(PayloadOps, QueryChecks):
         points admitted only by earlier reads are hidden from its re-run (fail closed, see
         :meth:`widen_exclusion`). A store failure with ``fail_closed = false`` is noted in
         ``details`` (see :meth:`budget_store_failed`).
+
+        The exclusion is kept in ``shared["exclusions"]`` without a lock: each entry is one tuple,
+        built whole and stored with one assignment, keyed by the principal, collection and policy
+        values it depends on, and given again only while the listing and sizes it was made from
+        are unchanged. Two threads' reads that make one at once each store a correct one (the last
+        is kept): a repeated computation, never a wrong or half-built exclusion; threads racing
+        past ``_EXCLUSIONS_KEPT`` add at most one entry each before the next emptying.
         """
         if not self.source_budgeted(pol) or pol.diversity.mode == "monitor":
             return None
