@@ -603,7 +603,7 @@ def measure_overhead(
             text_field=pol.text_field,
             upsert=Comparison(Timing.of(up["raw"]), Timing.of(up["guarded"]), Timing.of(up["guard_only"])),
             query=Comparison(Timing.of(q["raw"]), Timing.of(q["guarded"]), Timing.of(q["guard_only"])),
-            notes=notes, checks=checks, machine=machine_info())
+            notes=notes, checks=checks, machine=machine_info(), source_names=list(labels))
     finally:
         if client is not None:
             if url is not None:

@@ -84,13 +84,14 @@ class OverheadReport:
     limit: int
     rounds: int
     seed: int
-    sources: int
+    sources: int  # how many: kept beside source_names for readers of earlier reports
     text_field: str | None
     upsert: Comparison
     query: Comparison
     notes: list[str] = field(default_factory=list)
     checks: dict[str, Any] = field(default_factory=dict)
     machine: dict[str, Any] = field(default_factory=dict)
+    source_names: list[str] = field(default_factory=list)  # the source values, point i took [i % sources]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of the whole report."""

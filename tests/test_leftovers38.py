@@ -282,8 +282,11 @@ authority_keys = ["{kit.authority_pub['support']}"]
     assert cli.main(["bench", "--policy", str(pol), "--collection", "docs", "--throwaway-credentials", "--dim", "8",
                      "--points", "40", "--batch", "20", "--queries", "3", "--rounds", "1", "--sources", "2",
                      "--source", "board-memo", "--no-progress", "--json", str(out)]) == 0
-    notes = json.loads(out.read_text())["notes"]
+    doc = json.loads(out.read_text())
+    notes = doc["notes"]
     assert any("('board-memo') is in restricted_sources" in n for n in notes), notes
+    # The values, not only how many: a reader of the report can tell which source a budget charged.
+    assert doc["sources"] == 2 and doc["source_names"] == ["board-memo", "doc0"]
 
 
 # -- 3. the cap on learnt receipt parameter sets: a knob, and a refusal that names it ------------

@@ -164,6 +164,7 @@ def test_cli_end_to_end_with_a_policy_file_and_a_credential_file(kit, tmp_path):
     assert doc["upsert"]["guarded"]["calls"] == 3 and doc["query"]["raw"]["calls"] == 2
     assert doc["writer"] == doc["reader"] == "alice@hr" and doc["text_field"] == "text"
     assert doc["upsert"]["guarded_over_raw_p50"] > 0 and doc["checks"]["stored_points"] == 30
+    assert doc["sources"] == 1 and doc["source_names"] == ["doc0"]  # one source per 20 points
     quick = cli("--policy", str(policy), "--collection", "notes", "--throwaway-credentials", "--dim", "8",
                 "--points", "10", "--batch", "10", "--queries", "1", "--rounds", "1", "--no-progress", cwd=repo)
     assert quick.returncode == 0, quick.stderr
