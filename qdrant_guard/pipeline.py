@@ -889,9 +889,11 @@ class GuardPipeline:
 
     def forget_shape(self, collection: str | None = None) -> None:
         """Drop cached collection layouts (after create/recreate/delete/update), and every
-        collection's "no raw vector left" (see ``QueryChecks.raw_vectors_left``): a name may now
-        be another collection, or an alias another collection's."""
+        collection's "no raw vector left" and learnt receipt parameter sets (see
+        ``QueryChecks.raw_vectors_left``): a name may now be another collection, or an alias
+        another collection's, whose receipts the old sets would fill the cap ahead of."""
         self.shared.pop("noised_only", None)
+        self.shared.pop("receipt_params", None)
         if collection is None:
             self._shapes.clear()
         else:

@@ -240,8 +240,9 @@ class QueryChecks(TextOps):
         (epsilon, delta, radius, dim) it knows to that set's bounds: the policy's own, and those
         of receipts of stronger noise found stored. While the count finds points, one ``scroll``
         (64 points, their receipt container only) looks for receipts the filter would accept but
-        for a set it does not know yet; found, the sets are learnt (kept per collection, at most
-        the policy's ``noise.max_receipt_param_sets``; receipts of further sets stay counted) and the
+        for a set it does not know yet; found, the sets are learnt (kept per collection name until
+        :meth:`forget_shape`, at most the policy's ``noise.max_receipt_param_sets``; receipts of
+        further sets stay counted) and the
         count is asked again. So the count matches what reads release, but for what it concedes below.
         When that cap is reached with points left, one more ``count`` finds how many of them were
         counted only for a set beyond it (the second value returned), for the refusal to name. That
@@ -276,8 +277,8 @@ class QueryChecks(TextOps):
         try:
             shape = yield from self.shape(name)  # type: ignore[attr-defined]
             # Parameter sets of receipts of stronger noise than the policy's, found stored: each is
-            # held to its own calibration (kept per collection; a pure function of the set, so
-            # never stale, only capped).
+            # held to its own calibration (a pure function of the set, so never wrong; dropped
+            # with the layouts, so a re-created collection's own sets are not capped by the old's).
             seen = self.shared.setdefault("receipt_params", {}).setdefault(name, set())
             lock = self.shared["receipt_params_lock"]
             while True:

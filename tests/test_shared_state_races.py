@@ -265,3 +265,30 @@ def test_a_failed_classifier_load_is_tried_again(guard, tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="model file busy"):
         guard.intent_classifier("flaky_intent_clf:make", 5.0)
     assert guard.intent_classifier("flaky_intent_clf:make", 5.0).name
+
+
+def test_a_recreated_collection_does_not_inherit_the_learnt_receipt_sets(tmp_path):
+    # The sets learnt from a deleted collection filled the cap of the new one of the same name,
+    # whose own sets were then counted unchecked and every query by point id refused until the
+    # client was closed.
+    import numpy as np
+    import qdrant_client
+    from guardkit import create, models
+    from test_leftovers37 import _noised_point
+    from test_leftovers38 import _lb
+
+    kit = make_kit(tmp_path)
+    owner, bob = _lb(kit, max_receipt_param_sets=2)
+
+    def fill(first_epsilon):
+        rng = np.random.default_rng(5)
+        qdrant_client.QdrantClient.upsert(owner, "pii", [_noised_point(kit, 1, rng)] + [
+            _noised_point(kit, pid, rng, epsilon=first_epsilon + pid / 1000) for pid in (2, 3)])
+
+    fill(0.5)
+    assert len(bob.query_points("pii", query=1, limit=3).points) == 2  # all but point 1
+    owner.delete_collection("pii")
+    create(owner, "pii", distance=models.Distance.EUCLID)
+    fill(0.6)
+    assert len(bob.query_points("pii", query=1, limit=3).points) == 2  # all but point 1
+    owner.close()
