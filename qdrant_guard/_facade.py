@@ -6,7 +6,6 @@ pipeline. With no guard policy the original method is called directly.
 """
 from __future__ import annotations
 
-import asyncio
 import copy
 import functools
 import inspect
@@ -225,40 +224,38 @@ def _async_upload_method(name: str, original: Callable[..., Any], base: type) ->
 
     The pipeline's other requests (the collection layout) are coroutine methods of the async
     client; this method cannot await them, so it completes them synchronously (see
-    :func:`_complete`).
+    :func:`_complete`). In local mode it holds the client's lock throughout
+    (:meth:`~qdrant_guard.async_lock.TaskLock.acquire_plain`).
     """
     plain = _sync_method(name, original, base, make_invoke=_completing_invoke)
 
     @functools.wraps(original)
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if self._guard is not None:
-            _refuse_inside_another_operation(self, name)
-        return plain(self, *args, **kwargs)
+        lock = self._alock if self._guard is not None else None
+        if lock is None:  # no policy, or a server connection (the server orders the requests)
+            return plain(self, *args, **kwargs)
+        lock.acquire_plain(functools.partial(_inside_another_operation, name))
+        try:
+            return plain(self, *args, **kwargs)
+        finally:
+            lock.release()
 
     return method
 
 
-def _refuse_inside_another_operation(client: Any, name: str) -> None:
-    """Refuse a plain upload made on the event loop's thread while another task's guarded
-    local-mode operation holds the client's lock (suspended while a worker thread runs its next
-    step). The upload cannot wait for it (the loop would stop with the holder not done), and run
-    there it lands between the holder's read and its write: an ``overwrite_payload`` that writes
-    the receipts it read back onto the points stored a new vector with the old one's receipt."""
-    locks = getattr(client, "_local_alocks", None)
-    if locks is None:  # a server connection: qdrant-client's server orders the requests
-        return
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:  # no loop in this thread: no operation of it can be suspended
-        return
-    lock = locks.get(loop)
-    owner = None if lock is None else lock.owner
-    if owner is not None and owner is not asyncio.current_task():
-        raise QdrantGuardError(
-            f"{name}() was called while another guarded operation of this local-mode client is in progress "
-            "on the same event loop; run between that operation's steps, the upload would land between its "
-            "read and its write. Nothing was sent. Await the other call first, or use `await client.upsert(...)`, "
-            "which waits its turn")
+def _inside_another_operation(name: str) -> QdrantGuardError:
+    """The refusal of a plain upload made on an event loop's thread while another task's guarded
+    local-mode operation of the client holds its lock (suspended while a worker thread runs its
+    next step; on this loop or another). The upload cannot wait for it (the loop would stop with
+    the holder, or the task it passes the lock to, not done), and run then it lands between the
+    holder's read and its write: an ``overwrite_payload`` that writes the receipts it read back
+    onto the points stored a new vector with the old one's receipt."""
+    return QdrantGuardError(
+        f"{name}() was called on an event loop while another guarded operation of this local-mode client is in "
+        "progress; run between that operation's steps, the upload would land between its read and its write. "
+        "Nothing was sent. Await the other call first, use `await client.upsert(...)`, which waits its turn, or "
+        "call the upload from a thread without an event loop (`await asyncio.to_thread(client.upload_points, "
+        "...)`), where it waits for the lock")
 
 
 def _completing_invoke(client: Any, base: type) -> Callable[[Call], Any]:

@@ -5,9 +5,7 @@ pipeline's operations are sans-IO generators), so no guard logic exists twice.
 """
 from __future__ import annotations
 
-import asyncio
 import os
-import weakref
 from typing import Any, Awaitable, Callable
 
 import qdrant_client
@@ -72,20 +70,12 @@ class AsyncQdrantClient(PrincipalViews, qdrant_client.AsyncQdrantClient):
         warn_if_key_dies_with_the_process(self._guard, self._client)
         # A guarded operation's steps run in worker threads (qdrant_guard.async_driver), so it
         # suspends between them; in local mode one operation at a time holds this lock but for its
-        # Offloads, as the sync client holds its local-mode lock. One lock per event loop (an
-        # asyncio lock belongs to the loop it first waits on); views share the mapping.
-        self._local_alocks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TaskLock] | None = (
-            weakref.WeakKeyDictionary() if isinstance(self._client, AsyncQdrantLocal) else None)
+        # Offloads, as the sync client holds its local-mode RLock: one lock for every event loop
+        # the client is used from (qdrant_guard.async_lock); views share it.
+        self._alock: TaskLock | None = TaskLock() if isinstance(self._client, AsyncQdrantLocal) else None
 
     def _local_alock(self) -> TaskLock | None:
-        locks = self._local_alocks
-        if locks is None:
-            return None
-        loop = asyncio.get_running_loop()
-        lock = locks.get(loop)
-        if lock is None:
-            lock = locks[loop] = TaskLock()
-        return lock
+        return self._alock
 
     async def close(self, grpc_grace: float | None = None, **kwargs: Any) -> None:
         """Close the connection (a :meth:`with_principal` view leaves the shared one open)."""

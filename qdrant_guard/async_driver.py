@@ -24,7 +24,10 @@ import threading
 from concurrent.futures import Executor, Future
 from typing import Any, Callable
 
+from .async_lock import TaskLock
 from .pipeline import Call, Offload, Op
+
+__all__ = ["TaskLock", "drive_async"]
 
 # Its own pool: a store that stops answering ties up these threads, not the application's
 # default executor (asyncio.to_thread, where the guard's Offloads run too).
@@ -97,47 +100,6 @@ def _executor() -> _StepPool:
         return _pool
 
 
-class TaskLock:
-    """An asyncio lock the task holding it may take again, as a thread takes an RLock: a guarded
-    call made from inside another's Qdrant request (an integration's callback, a wrapped store)
-    runs in the same task and must not wait for itself."""
-
-    __slots__ = ("_lock", "_owner", "_depth", "_waiting")
-
-    def __init__(self) -> None:
-        self._lock = asyncio.Lock()
-        self._owner: asyncio.Task[Any] | None = None
-        self._depth = 0
-        self._waiting = 0  # tasks inside self._lock.acquire(), woken ones included
-
-    async def acquire(self) -> None:
-        task = asyncio.current_task()
-        if self._owner is not task or task is None:
-            self._waiting += 1
-            try:
-                await self._lock.acquire()
-            finally:
-                self._waiting -= 1
-            self._owner = task
-        self._depth += 1
-
-    @property
-    def owner(self) -> "asyncio.Task[Any] | None":
-        """The task holding the lock (None: free, or its holder is at an Offload)."""
-        return self._owner
-
-    def release(self) -> None:
-        self._depth -= 1
-        if self._depth == 0:
-            self._owner = None
-            self._lock.release()
-            if not self._waiting:
-                # An asyncio.Lock that once had to wait keeps a reference to its loop, and the
-                # client keeps this lock as the value of a WeakKeyDictionary keyed by that loop:
-                # the loop was never collected. Nobody waits on this one: start afresh.
-                self._lock = asyncio.Lock()
-
-
 def _advance(op: Op, value: Any, exc: BaseException | None) -> tuple[str, Any]:
     """One step of ``op`` (in a worker thread): what it yields, returns or raises, as a value
     (a StopIteration cannot cross a future, and the caller must tell the operation's own
@@ -185,13 +147,14 @@ async def drive_async(op: Op, invoke: Callable[[Call], Any], *, lock: TaskLock |
 
     ``lock`` (local mode, whose calls never suspend): held for the whole operation but for its
     Offloads, as the sync client holds its local-mode lock, so that a read-then-write of one task
-    is not interleaved by another task's write.
+    is not interleaved by another task's write (on any event loop: see :mod:`.async_lock`).
 
     A cancellation of the awaiting task lands where it landed when steps ran on the loop: at an
     Offload, or at a Call on a server connection (thrown into the operation, which audits a
-    decided call's failure); while an Offload's operation waits to take ``lock`` back, it lands
-    at that Offload; during a step it waits for the step to end and then for the next such point,
-    and an operation that reaches its end first has its result dropped and the cancellation raised.
+    decided call's failure); while the operation waits to take ``lock`` back after an Offload it
+    lands at once, at that Offload, the lock not taken (the operation has decided nothing since);
+    during a step it waits for the step to end and then for the next such point, and an operation
+    that reaches its end first has its result dropped and the cancellation raised.
     """
     pending = _Pending()
     held = False
@@ -218,19 +181,19 @@ async def drive_async(op: Op, invoke: Callable[[Call], Any], *, lock: TaskLock |
                     if held:
                         lock.release()  # type: ignore[union-attr]
                         held = False
-                    try:
-                        value = await asyncio.to_thread(out.fn)
-                    finally:
-                        if lock is not None:
-                            await _acquire(lock, pending)
-                            held = True
-                    if pending.cancel is not None:
-                        # Cancelled while taking the lock back (another task's operation held
-                        # it): still this Offload's await, where the on-loop driver delivered it;
-                        # going on would decide and write for a caller that has given up.
-                        cancel, pending.cancel = pending.cancel, None
-                        raise cancel
+                    value = await asyncio.to_thread(out.fn)
+                    if lock is not None:
+                        # Cancelled here, the cancellation is thrown in at this Offload without the
+                        # lock: the operation only unwinds (its steps touch no Qdrant store), and a
+                        # timeout does not wait for another operation's stalled step.
+                        await lock.acquire()
+                        held = True
                 else:
+                    if lock is not None and not held:
+                        # A request of an operation unwinding a cancellation it was thrown without
+                        # the lock (none of the guard's makes one): its turn first.
+                        await _acquire(lock, pending)
+                        held = True
                     value = await invoke(out)
             except BaseException as raised:  # give the operation a chance to audit the failure
                 exc = raised
