@@ -68,6 +68,8 @@ def _across_loops(kit: Any, monkeypatch: Any, other: Callable[[Any, Any], str]) 
 
         async def retrieve(*a: Any, **kw: Any) -> Any:
             out = await real(*a, **kw)
+            if read.is_set():  # a later call's read (the other thread's, after the overwrite)
+                return out
             read.set()
             _wait(lambda: other_done.is_set() or _waiters(owner) > 0)  # blocks this loop only
             return out

@@ -263,7 +263,8 @@ def test_the_step_pool_reuses_its_threads_and_returns_every_result():
         return await asyncio.gather(*(drive_async(op(i), invoke) for i in range(n)))
 
     assert asyncio.run(main(80)) == [1000 + i for i in range(80)]
-    first = set(names)
-    assert all(n.startswith("qdrant_guard-step") for n in first) and len(first) <= async_driver.STEP_WORKERS
     assert asyncio.run(main(5)) == [1000 + i for i in range(5)]
-    assert names == first
+    # Against every pool thread alive, not the first run's: earlier tests of the process may have
+    # started threads the first run left idle, and the second may take one of those.
+    pool = {t.name for t in threading.enumerate() if t.name.startswith("qdrant_guard-step")}
+    assert names <= pool and len(pool) <= async_driver.STEP_WORKERS
