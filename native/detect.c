@@ -938,8 +938,9 @@ static void chain(scan_t *s, size_t i) {
 /* The longest card read from the digit group at i whatever number is glued to it before or after
  * ("555 123-4111 1111 1111 1111", "4111-1111-1111-1111-2"): 13-19 digits in a card's groups, a
  * known IIN and Luhn, the groups joined by single spaces and dashes ("-", "--", " - ", " -- ") in
- * any mix, or by dots alone; not glued to a letter, and in one group not glued to a '.', ':' or
- * '/' that a digit is on the other side of (a decimal, a time, a path). The readers above leave
+ * any mix, or by dots alone; not glued to a letter, and in one group not glued to a '.' that a
+ * digit is on the other side of (a decimal; a ':' or '/' is none: a time, a ratio or a date has no
+ * 13-19 digit part, so "12:4111111111111111" is a card). The readers above leave
  * such a card unread or cut; cover_cards covers it. _card_floor of the reference. */
 /* Whether the digit group through k (its last digit for step -1, its first for +1) is glued to
  * another by a dot on the side away from the card: "555.123.4111111111111111" is no decimal, as a
@@ -969,7 +970,7 @@ static int phone_head(const scan_t *s, int64_t k) {
 static void card_floor(scan_t *s, size_t i) {
     int prev = at(s, (int64_t)i - 1);
     if (prev >= 0 && is_alpha(prev)) return;
-    int point = in_set(prev, ".:/") && is_digit(at(s, (int64_t)i - 2)) &&
+    int point = prev == '.' && is_digit(at(s, (int64_t)i - 2)) &&
                 !(prev == '.' && (dot_run(s, (int64_t)i - 2, -1) || phone_head(s, (int64_t)i - 2)));
     int g[5], ng = 0, dotted = -1;
     char d[20];
@@ -986,8 +987,8 @@ static void card_floor(scan_t *s, size_t i) {
         if (nd >= 13 && card_groups_ok(g, ng, ' ') && iin_known(d) && luhn(d, (int)nd)) {
             int after = at(s, (int64_t)j);
             if (!(after >= 0 && is_alnum(after)) &&
-                !(ng == 1 && (point || (in_set(after, ".:/") && is_digit(at(s, (int64_t)j + 1)) &&
-                                        !(after == '.' && dot_run(s, (int64_t)j + 1, 1))))))
+                !(ng == 1 && (point || (after == '.' && is_digit(at(s, (int64_t)j + 1)) &&
+                                        !dot_run(s, (int64_t)j + 1, 1)))))
                 best = (int64_t)j;
         }
         if (ng == 5) break;

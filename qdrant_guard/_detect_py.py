@@ -702,15 +702,16 @@ def _card_floor(text: str, i: int) -> list[tuple[int, int]]:
     or after (``555 123-4111 1111 1111 1111``, ``555.123.4111 1111 1111 1111``,
     ``4111-1111-1111-1111-2``): 13-19 digits in a card's groups (:func:`_card_groups_ok`), a known
     IIN and Luhn, the groups joined by single spaces, dashes (``-``, ``--``, `` - ``, `` -- ``) in
-    any mix, or dots alone; not glued to a letter, and in one group not glued to a ".", ":" or
-    "/" that a digit is on the other side of (a decimal, a time, a path: ``0.4111111111111111``).
+    any mix, or dots alone; not glued to a letter, and in one group not glued to a "." that a
+    digit is on the other side of (a decimal: ``0.4111111111111111``; a ":" or "/" is none, as a
+    time, a ratio or a date has no 13-19 digit part, so ``12:4111111111111111`` is a card).
     ``[(i, end)]`` or ``[]``. The number readers above leave such a card unread or cut (no number
     is read after a dash and a digit, and none ends before one); :func:`_cover_cards` covers it."""
     prev = _at(text, i - 1)
     if prev in _LETTERS:
         return []
-    # a decimal, a time or a path component before the card: only a card of several groups
-    point = prev in ".:/" and _at(text, i - 2) in _DIGITS and not (
+    # a decimal before the card: only a card of several groups
+    point = prev == "." and _at(text, i - 2) in _DIGITS and not (
         prev == "." and (_dot_run(text, i - 2, -1) or _phone_head(text, i - 2)))
     groups: list[int] = []
     d = ""
@@ -727,8 +728,7 @@ def _card_floor(text: str, i: int) -> list[tuple[int, int]]:
         if len(d) >= 13 and _card_groups_ok(groups, " ") and _iin_known(d) and _luhn(d):
             after = _at(text, j)
             if after not in _ALNUM and not (len(groups) == 1 and (point or (
-                    after in ".:/" and _at(text, j + 1) in _DIGITS
-                    and not (after == "." and _dot_run(text, j + 1, 1))))):
+                    after == "." and _at(text, j + 1) in _DIGITS and not _dot_run(text, j + 1, 1)))):
                 best = j
         if len(groups) == 5:
             break

@@ -83,8 +83,7 @@ def cards(text: str) -> list[tuple[int, int]]:
             d = "".join(text[x:y] for x, y in groups[a:b + 1])
             if not (13 <= len(d) <= 19 and _grouping(g) and iin(d) and luhn(d)) or letter(s - 1) or letter(e):
                 continue
-            if len(g) == 1 and ((text[s - 1:s] in (".", ":", "/") and digit(s - 2))
-                                or (text[e:e + 1] in (".", ":", "/") and digit(e + 1))):
+            if len(g) == 1 and ((text[s - 1:s] == "." and digit(s - 2)) or (text[e:e + 1] == "." and digit(e + 1))):
                 continue
             out.append((s, e))
     return out

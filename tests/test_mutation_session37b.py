@@ -34,11 +34,11 @@ def test_ipv4_tail_edges(text, redacted):
 
 
 @pytest.mark.parametrize(("text", "redacted"), [
-    # the dot-run exception to the one-group rule holds for a dot only, not a ':' or '/'
-    ("1.2:4111111111111111", "1.2:4111111111111111"),
-    ("1.2/4111111111111111", "1.2/4111111111111111"),
-    ("4111111111111111:5.5", "4111111111111111:5.5"),
-    ("4111111111111111/5.5", "4111111111111111/5.5"),
+    # a ':' or '/' is no decimal point (h-card8): the card is read whatever is beyond it
+    ("1.2:4111111111111111", "1.2:[CREDIT_CARD]"),
+    ("1.2/4111111111111111", "1.2/[CREDIT_CARD]"),
+    ("4111111111111111:5.5", "[CREDIT_CARD]:5.5"),
+    ("4111111111111111/5.5", "[CREDIT_CARD]/5.5"),
     # a dot alone, with a dot run on the far side: no decimal
     ("5.5.4111111111111111", "[CREDIT_CARD]"),
     ("4111111111111111.5.5", "[CREDIT_CARD]"),
