@@ -52,7 +52,9 @@ for sample in [p[0] for p in POSITIVES] + list(NEGATIVES):
         out += [f"123{glue}{sample}{glue}{card}", f"{card}{glue}{sample}{glue}555",
                 f"555-123{glue}{sample.strip()}{glue}{card}.10", f"1.555.{sample}", f"{sample}.5.5"]
 out += ["1 2 3 4 5 6 7", "4111 1111 1111 1111", "4111111111111111", "4111 1111 1111 1111-555-123-4567",
-        "4111111111111111." * 200, "1." * 3000, "x(555)" * 500, "4" * 25]
+        "4111111111111111." * 200, "1." * 3000, "x(555)" * 500, "4" * 25,
+        "1:4111111111111111", "4111111111111111:1", "1/4111111111111111", "4111111111111111/1",
+        "4111111111111111:" * 200, "1/" + "4111111111111111/" * 200]
 sys.stdout.buffer.write("\0".join(x.replace("\0", "") for x in out).encode("utf-8", "surrogatepass"))
 PY
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1}"
