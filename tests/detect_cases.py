@@ -1,5 +1,6 @@
 """Shared checks and cases of the card-rule tests (tests/test_glued_card*.py, the detect cases of
-tests/test_mutation_session3*.py) and of scripts/glued_card_check.py and scripts/asan_detect.sh.
+tests/test_mutation_session3*.py) and of scripts/glued_card_check.py, scripts/glued_card_fp.py and
+scripts/asan_detect.sh.
 
 Every check runs the native kernel and its pure-Python twin through ``tests/oracle.py``'s
 ``assert_same``: the two must give the same findings, so a case that holds for one holds for both.
