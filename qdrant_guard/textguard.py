@@ -169,6 +169,10 @@ class TextOps(GuardPipeline):
                     docs[k] = v.model_copy(update={"object": obj})
         if not docs:
             return vector
+        if isinstance(vector, dict):
+            # A dict even for a lone vector named "": a bare value is the unnamed vector, which
+            # Qdrant refuses on a collection of named vectors.
+            return {**vecs, **docs}
         return join_vector_struct({**vecs, **docs})
 
     def _screen_leaves(self, op: str, name: str, pol: CollectionPolicy, value: Any, point_id: Any) -> Any:
