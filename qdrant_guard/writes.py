@@ -228,8 +228,8 @@ def _altered_by_storage(arr: np.ndarray, distance: str) -> bool:
             # Qdrant's float32 normalisation is not numpy's (local mode normalises the vector of a
             # point it replaces in float64, the server sums in its own order): a coordinate the
             # exact normalisation takes within 1/8 grid step of a rounding boundary may land on
-            # either side. stored_form's vectors stay within 1/4 step of their grid points from d = 4 on
-            # (at d = 2 and 3 a few in 10^5 do not, and are as fragile).
+            # either side. stored_form's vectors stay within 1/4 step of their grid points (at d = 2
+            # and 3 by its repair step, _cosine_repair).
             exact = arr / np.linalg.norm(arr) * _GRID_INV
             ints = np.frombuffer(commitment_bytes(arr), dtype="<i4")
             if np.abs(exact - ints).max() > 0.375:
