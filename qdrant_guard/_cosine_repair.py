@@ -44,10 +44,9 @@ def repair(k: np.ndarray) -> None:
     n, d = k.shape
     if d < 2 or n == 0:
         return
-    # An upper bound of the drift, two passes over k: |k_i| * | |k| - 2^20 | / |k|.
+    # An upper bound of the drift, one pass over k: | |k| - 2^20 | >= |k_i| * | |k| - 2^20 | / |k|.
     sq = np.einsum("ij,ij->i", k, k)
-    norms = np.sqrt(sq)
-    bound = np.abs(k).max(axis=1) * np.abs(sq - _GRID_INV ** 2) / (norms * (norms + _GRID_INV))
+    bound = np.abs(sq - _GRID_INV ** 2) / (np.sqrt(sq) + _GRID_INV)
     rows = np.flatnonzero(bound > TARGET * 0.999)
     rows = rows[drift(k[rows]) > TARGET]
     for window in (_FIRST, _SMALL):
