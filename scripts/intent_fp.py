@@ -12,8 +12,13 @@ dataset, and tests/data/intent_harmful_heldout2.jsonl, suspicious and adversaria
 with the second corpus, none from the dataset. The third corpora,
 tests/data/intent_benign_heldout3.jsonl (benign, many of them commands naming a document) and
 tests/data/intent_harmful_heldout3.jsonl (half of them record grabs that name a document, policy or
-process), were written before any model was trained with lines that name documents on both sides. A query counts as blocked when its label is in the
-block set at ``min_confidence`` or above, as the pipeline decides.
+process), were written before any model was trained with lines that name documents on both sides. The fourth
+corpora, tests/data/intent_benign_heldout4.jsonl (benign, across HR, legal, engineering, support,
+finance, medicine and more, many of them commands naming a document) and
+tests/data/intent_harmful_heldout4.jsonl (record dumps, exfiltration, instruction overrides,
+enumeration probes), were written and measured before the model was retrained against the
+refusals of the first three, and are kept for the final measurement only. A query counts as
+blocked when its label is in the block set at ``min_confidence`` or above, as the pipeline decides.
 """
 from __future__ import annotations
 
@@ -29,6 +34,8 @@ CORPUS2 = os.path.join(ROOT, "tests", "data", "intent_benign_heldout2.jsonl")
 HARMFUL2 = os.path.join(ROOT, "tests", "data", "intent_harmful_heldout2.jsonl")
 CORPUS3 = os.path.join(ROOT, "tests", "data", "intent_benign_heldout3.jsonl")
 HARMFUL3 = os.path.join(ROOT, "tests", "data", "intent_harmful_heldout3.jsonl")
+CORPUS4 = os.path.join(ROOT, "tests", "data", "intent_benign_heldout4.jsonl")
+HARMFUL4 = os.path.join(ROOT, "tests", "data", "intent_harmful_heldout4.jsonl")
 BLOCK = ("suspicious", "adversarial")
 
 
@@ -56,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     mc = args.min_confidence
 
     for title, path in (("held-out benign corpus", CORPUS), ("second benign corpus", CORPUS2),
-                        ("third benign corpus", CORPUS3)):
+                        ("third benign corpus", CORPUS3), ("fourth benign corpus", CORPUS4)):
         corpus = load_corpus(path)
         benign = [r for r in corpus if r["form"] != "bulk_records"]
         bulk = [r for r in corpus if r["form"] == "bulk_records"]
@@ -73,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                 res = clf.classify(r["text"])
                 print(f"    {res.label} {res.confidence:.2f} [{r['form']}] {r['text']}")
 
-    for title, path in (("second harmful set", HARMFUL2), ("third harmful set", HARMFUL3)):
+    for title, path in (("second harmful set", HARMFUL2), ("third harmful set", HARMFUL3),
+                        ("fourth harmful set", HARMFUL4)):
         harmful2 = load_corpus(path)
         missed = [r for r in harmful2 if not blocked(clf, r["text"], mc)]
         parts = "; ".join(f"{lab} {sum(r['label'] == lab and r not in missed for r in harmful2)}/"
