@@ -250,6 +250,7 @@ def test_training_reproduces_shipped_model(tmp_path):
     rebuilt = json.loads(out.read_text())
     assert rebuilt["hashed_weights"].keys() == shipped["hashed_weights"].keys()
     assert rebuilt["training"]["dataset_sha256"] == shipped["training"]["dataset_sha256"]
+    assert rebuilt["training"]["train_only_sha256"] == shipped["training"]["train_only_sha256"]
     assert rebuilt["metrics"] == shipped["metrics"]
     worst = max(abs(a - b) for k in shipped["hashed_weights"]
                 for a, b in zip(shipped["hashed_weights"][k], rebuilt["hashed_weights"][k]))

@@ -59,20 +59,22 @@ def test_the_heldout_corpus_is_large_varied_and_not_from_the_training_set():
 
 
 def test_builtin_block_rate_on_benign_corpus_and_recall_on_harmful_examples():
-    # Measured 2026-12-05 with scripts/intent_fp.py: 29 of 195 benign queries blocked (18 of 50
-    # imperatives: "show me the NDA template", "list all contract templates"), and 56 of the 63
-    # harmful queries of the held-out split. Both sides are pinned, so that a retrained model is
-    # judged on both: the ceiling on what it refuses, the floor on what it catches.
+    # Measured 2026-12-06 with scripts/intent_fp.py: 14 of 195 benign queries blocked (4 of 50
+    # imperatives), and 59 of the 63 harmful queries of the held-out split (28 of its 30
+    # adversarial ones); the model before the train-only lines (h-intent2) blocked 29 of 195
+    # ("show me the NDA template", "list all contract templates") and caught 56 and 27. Both sides
+    # are pinned, so that a retrained model is judged on both: the ceiling on what it refuses, the
+    # floor on what it catches.
     clf = BuiltinIntentClassifier()
     benign = [r["text"] for r in _corpus() if r["form"] != "bulk_records"]
     false_blocks = [t for t in benign if _blocked(clf, t)]
-    assert len(false_blocks) <= 0.16 * len(benign), false_blocks
+    assert len(benign) == 195 and len(false_blocks) <= 14, false_blocks
     rows = load_dataset()
     _, test = split_dataset(rows)
     harmful = [rows[i]["text"] for i in test if rows[i]["label"] in BLOCK]
     adversarial = [rows[i]["text"] for i in test if rows[i]["label"] == "adversarial"]
-    assert sum(_blocked(clf, t) for t in harmful) >= 0.85 * len(harmful)
-    assert sum(_blocked(clf, t) for t in adversarial) >= 0.85 * len(adversarial)
+    assert len(harmful) == 63 and sum(_blocked(clf, t) for t in harmful) >= 59
+    assert len(adversarial) == 30 and sum(_blocked(clf, t) for t in adversarial) >= 28
 
 
 def test_the_second_corpora_are_varied_and_new():
@@ -94,30 +96,34 @@ def _padded(text: str) -> list[str]:
 
 
 def test_second_corpora_and_padded_harmful_queries():
-    # Measured 2026-12-05 with scripts/intent_fp.py and scripts/intent_features_paired.py
-    # --splits 1: 28 of the 156 queries of the second benign corpus blocked, 51 of the 61 of the
-    # second harmful set caught, and 92 of the 124 harmful queries (held-out split + second set)
-    # caught as written and in both padded forms. Feature version 2 (commit 09cb2d0, reverted),
+    # Measured 2026-12-06 with scripts/intent_fp.py and scripts/intent_features_paired.py
+    # --splits 1: 10 of the 156 queries of the second benign corpus blocked, 53 of the 61 of the
+    # second harmful set caught, and 98 of the 124 harmful queries (held-out split + second set)
+    # caught as written and in both padded forms (the model before the train-only lines: 28, 51
+    # and 92). Feature version 2 (commit 09cb2d0, reverted),
     # which cut the benign blocks to 8 of 156, caught 72 of those 124 (docs/intent.md): a model
     # that gets cheaper to evade by naming a policy must fail here, not only one that refuses more.
     clf = BuiltinIntentClassifier()
     benign2 = [r["text"] for r in _corpus(CORPUS2)]
-    assert len(benign2) == 156 and sum(_blocked(clf, t) for t in benign2) <= 28
+    assert len(benign2) == 156 and sum(_blocked(clf, t) for t in benign2) <= 10
     harmful2 = [r["text"] for r in _corpus(HARMFUL2)]
-    assert len(harmful2) == 61 and sum(_blocked(clf, t) for t in harmful2) >= 51
+    assert len(harmful2) == 61 and sum(_blocked(clf, t) for t in harmful2) >= 53
     rows = load_dataset()
     _, test = split_dataset(rows)
     harmful = [rows[i]["text"] for i in test if rows[i]["label"] in BLOCK] + harmful2
     every_form = [t for t in harmful if all(_blocked(clf, u) for u in [t] + _padded(t))]
-    assert len(harmful) == 124 and len(every_form) >= 92
+    assert len(harmful) == 124 and len(every_form) >= 98
 
 
 def _policy(**intent: object) -> dict[str, object]:
     return {"class": "PII", "owner": "hr", "readers": ["support"], "intent": dict(intent)}
 
 
-# Refused as suspicious by the shipped model at the default threshold (asserted below).
-_ORDINARY = ["show me the NDA template", "list all contract templates", "export the faq"]
+# Ordinary queries of the first corpus still refused as suspicious by the shipped model at the
+# default threshold (asserted below); the model before the train-only lines also refused
+# "show me the NDA template", "list all contract templates" and "export the faq".
+_ORDINARY = ["list every step of the account deletion process", "tell me the SSN format we use",
+             "What is the hotel budget per night in New York?"]
 
 
 def test_the_queries_used_here_are_refused_by_default():

@@ -4,6 +4,9 @@ tests/data/intent_benign_heldout4.jsonl (150 benign RAG queries over 14 domains,
 commands naming a document) and tests/data/intent_harmful_heldout4.jsonl (60 record dumps,
 exfiltration requests, instruction overrides and enumeration probes) were committed (19e152d)
 before any model or training line was changed, and the model was measured on them once at the end.
+The shipped model is trained with qdrant_guard/data/intent_train_only.jsonl (the lines of
+tests/data/intent_additions3*.jsonl and 111 more) on the training part of the unchanged split, with
+the harmful labels' example weights scaled by CLASS_SCALE.
 """
 from __future__ import annotations
 
@@ -14,8 +17,12 @@ import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
-from qdrant_guard.intent import BuiltinIntentClassifier
-from qdrant_guard.intent_train import load_dataset
+import pytest
+
+from qdrant_guard.errors import QdrantGuardError
+from qdrant_guard.intent import BuiltinIntentClassifier, default_model_path
+from qdrant_guard.intent_train import (CLASS_SCALE, build_model, default_train_only_path, load_dataset,
+                                       split_dataset, train)
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -65,3 +72,55 @@ def test_the_script_measures_the_fourth_corpora():
     text = out.getvalue()
     assert f"fourth benign corpus: {benign}/150 blocked" in text, text
     assert f"fourth harmful set: {harmful}/60 blocked" in text, text
+
+
+def _blocked(clf: BuiltinIntentClassifier, text: str) -> bool:
+    return intent_fp.blocked(clf, text, 0.6)  # the default policy's threshold
+
+
+def test_shipped_model_on_the_fourth_corpora():
+    # Measured 2026-12-06 once, after the model was chosen (python scripts/intent_fp.py): 8 of the
+    # 150 benign queries blocked (3 of 68 commands), 57 of the 60 harmful ones caught (36 of 36
+    # suspicious, 21 of 24 adversarial). The model before the train-only lines: 25 blocked (20 of
+    # 68 commands), 53 caught (34, 19).
+    clf = BuiltinIntentClassifier()
+    benign, harmful = _rows(BENIGN4), _rows(HARMFUL4)
+    assert sum(_blocked(clf, r["text"]) for r in benign) <= 8
+    assert sum(_blocked(clf, r["text"]) for r in harmful) >= 57
+    assert sum(_blocked(clf, r["text"]) for r in harmful if r["label"] == "adversarial") >= 21
+
+
+def test_the_train_only_lines_are_new_and_keep_the_split():
+    extra = load_dataset(default_train_only_path())
+    earlier = [r for name in ("intent_additions3.jsonl", "intent_additions3_contrast.jsonl")
+               for r in load_dataset(str(DATA / name))]
+    assert extra[:len(earlier)] == earlier and len(extra) >= len(earlier) + 100
+    own = extra[len(earlier):]
+    assert {r["label"] for r in own} == {"benign", "suspicious", "adversarial"}
+    dataset = load_dataset()
+    assert not {r["group"] for r in extra} & {r["group"] for r in dataset}
+    judged = {_norm(r["text"]) for path in DATA.glob("intent_*_heldout*.jsonl") for r in _rows(path)}
+    judged |= {_norm(r["text"]) for r in _rows(DATA / "intent_fp_candidates.jsonl")}
+    trained = {_norm(r["text"]) for r in dataset}
+    texts = [_norm(r["text"]) for r in extra]
+    assert len(set(texts)) == len(texts)
+    assert not [t for t in texts if t in judged or t in trained]
+    with open(default_model_path(), encoding="utf-8") as fh:
+        doc = json.load(fh)
+    _, test = split_dataset(dataset)
+    assert doc["training"]["test_groups"] == sorted({dataset[i]["group"] for i in test})
+    assert doc["training"]["class_scale"] == list(CLASS_SCALE)
+    assert doc["training"]["train_only_examples"] == len(extra)
+    assert doc["metrics"]["held_out_examples"] == len(test) == 143
+
+
+def test_class_scale_and_group_clashes_are_refused(tmp_path: Path):
+    rows = load_dataset()
+    with pytest.raises(QdrantGuardError, match=r"class_scale \(1\.0, 2\.0\) must be 4 positive numbers"):
+        train(rows, [0, 1], class_scale=(1.0, 2.0))
+    with pytest.raises(QdrantGuardError, match="must be 4 positive numbers"):
+        train(rows, [0, 1], class_scale=(1.0, 1.0, 0.0, 1.0))
+    clash = tmp_path / "clash.jsonl"
+    clash.write_text(json.dumps(dict(rows[0], text="a new line in an old group")) + "\n", encoding="utf-8")
+    with pytest.raises(QdrantGuardError, match="also in .* give train-only lines their own group ids"):
+        build_model(out_path=str(tmp_path / "m.json"), train_only_path=str(clash))
