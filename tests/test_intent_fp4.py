@@ -5,7 +5,7 @@ commands naming a document) and tests/data/intent_harmful_heldout4.jsonl (60 rec
 exfiltration requests, instruction overrides and enumeration probes) were committed (19e152d)
 before any model or training line was changed, and the model was measured on them once at the end.
 The shipped model is trained with qdrant_guard/data/intent_train_only.jsonl (the lines of
-tests/data/intent_additions3*.jsonl and 111 more) on the training part of the unchanged split, with
+tests/data/intent_additions3*.jsonl and 129 more) on the training part of the unchanged split, with
 the harmful labels' example weights scaled by CLASS_SCALE.
 """
 from __future__ import annotations
@@ -79,13 +79,13 @@ def _blocked(clf: BuiltinIntentClassifier, text: str) -> bool:
 
 
 def test_shipped_model_on_the_fourth_corpora():
-    # Measured 2026-12-06 once, after the model was chosen (python scripts/intent_fp.py): 8 of the
-    # 150 benign queries blocked (3 of 68 commands), 57 of the 60 harmful ones caught (36 of 36
+    # Measured 2026-12-06 after the model was chosen (python scripts/intent_fp.py; three times, as
+    # docs/intent.md tells): 7 of the 150 benign queries blocked (3 of 68 commands), 57 of the 60 harmful ones caught (36 of 36
     # suspicious, 21 of 24 adversarial). The model before the train-only lines: 25 blocked (20 of
     # 68 commands), 53 caught (34, 19).
     clf = BuiltinIntentClassifier()
     benign, harmful = _rows(BENIGN4), _rows(HARMFUL4)
-    assert sum(_blocked(clf, r["text"]) for r in benign) <= 8
+    assert sum(_blocked(clf, r["text"]) for r in benign) <= 7
     assert sum(_blocked(clf, r["text"]) for r in harmful) >= 57
     assert sum(_blocked(clf, r["text"]) for r in harmful if r["label"] == "adversarial") >= 21
 
@@ -124,3 +124,19 @@ def test_class_scale_and_group_clashes_are_refused(tmp_path: Path):
     clash.write_text(json.dumps(dict(rows[0], text="a new line in an old group")) + "\n", encoding="utf-8")
     with pytest.raises(QdrantGuardError, match="also in .* give train-only lines their own group ids"):
         build_model(out_path=str(tmp_path / "m.json"), train_only_path=str(clash))
+
+
+def test_the_scale_script_refits_the_shipped_model(capsys):
+    # One split at the trainer's seed with the packaged lines and CLASS_SCALE is the shipped model:
+    # the script's figures must be the runtime classifier's.
+    import intent_scale_paired
+
+    assert intent_scale_paired.main(["--splits", "1"]) == 0
+    out = capsys.readouterr().out
+    clf = BuiltinIntentClassifier()
+    for name, n in (("b1", ""), ("b2", "2"), ("b3", "3")):
+        texts = intent_scale_paired._load(str(DATA / f"intent_benign_heldout{n}.jsonl"))
+        assert f"{name} blocked {sum(_blocked(clf, t) for t in texts)}/{len(texts)} " in out, out
+    harm3 = _rows(DATA / "intent_harmful_heldout3.jsonl")
+    assert f"h3 caught {sum(_blocked(clf, r['text']) for r in harm3)}/60 " in out, out
+    assert "scale (1.0, 1.0, 2.0, 3.0)" in out and "fourth" not in out

@@ -212,13 +212,14 @@ def test_an_intent_refusal_of_a_needed_query_says_where_it_is_tuned(tmp_path: Pa
     # An owner's agent asking "list every policy on expenses" was refused as suspicious with "Rephrase
     # the request to what the task needs" only: nothing told the user which part of the policy
     # decides, nor how to try a change. The refusal stands (it is the policy's default); its
-    # directive now names the section and the replay command, and no threshold value.
+    # directive now names the section and the replay command, and no threshold value. The model
+    # retrained on h-intent2 lets that query through; one it still refuses stands in for it.
     kit = make_kit(tmp_path)
     pol = {**PLAIN_OWNER, "intent": {}}  # the defaults: builtin classifier, block suspicious/adversarial
     client = QdrantClient(":memory:", guard=kit.config({"kb": pol}), principal=kit.principal("alice", "hr"))
     create(client, "kb")
     with pytest.raises(GuardRefusal) as exc:
-        client.query_points("kb", query=[0.25] * 16, query_text="list every policy on expenses")
+        client.query_points("kb", query=[0.25] * 16, query_text="list every step of the account deletion process")
     assert exc.value.verdict == "INTENT_BLOCKED"
     directive = exc.value.directive
     assert "the policy's intent section for collection 'kb'" in directive and 'mode = "monitor"' in directive
