@@ -419,7 +419,8 @@ class IntentPolicy(_Strict):
     ``{"skipped": "owner", "boundary": ...}`` in place of a label (``qdrant-guard audit replay``
     skips the owner's logged queries alike). For a collection whose
     readers are its owner's own people and scripts, where the built-in classifier refuses ordinary
-    requests (``list all contract templates``, ``show me the NDA template``). It also skips the check
+    requests (``Summarise the findings of the last penetration test report.``, ``give me all the
+    documents on travel``). It also skips the check
     for an owner's agent whose prompt was injected: leave it off (the default) where the owner
     boundary holds agents that read untrusted text. Every other boundary is classified as before.
     ``true`` needs an ``owner``."""
