@@ -736,7 +736,9 @@ class GuardPipeline:
         Any failure counts, a cancellation (``asyncio.wait_for`` around a server round trip) or a
         ``KeyboardInterrupt`` included: the allow entry is already written, so the log must say
         the call may not have happened. ``upsert`` and ``batch_update_points`` are one request
-        each, applied by Qdrant as a unit. ``upload_points``/``upload_collection`` are split by
+        each; Qdrant checks an upsert's points before applying any, but applies a batch's
+        operations in order and stops at a failing one, so the guard refuses beforehand every
+        failure it can foresee (docs/atomicity.md). ``upload_points``/``upload_collection`` are split by
         qdrant-client into ``batch_size`` requests: a failure after some of them leaves those
         batches written (docs/atomicity.md).
         """
