@@ -37,13 +37,15 @@ class TaskLock:
     Qdrant request (an integration's callback, a wrapped store) runs in the same task and must not
     wait for itself. Waiters are served in arrival order; the lock passes straight to the first."""
 
-    __slots__ = ("_mu", "_owner", "_depth", "_waiters")
+    __slots__ = ("_mu", "_owner", "_depth", "_waiters", "_handed")
 
     def __init__(self) -> None:
         self._mu = threading.Lock()
         self._owner: object | None = None
         self._depth = 0
         self._waiters: deque[_Waiter] = deque()
+        # The task handed the lock and not yet resumed: its loop may be closed before it runs.
+        self._handed: _Waiter | None = None
 
     @property
     def owner(self) -> object | None:
@@ -59,6 +61,7 @@ class TaskLock:
             self._depth += 1
             return
         me: object = task if task is not None else object()
+        self._reclaim()
         with self._mu:
             if self._owner is None:
                 self._owner, self._depth = me, 1
@@ -68,13 +71,11 @@ class TaskLock:
         try:
             await waiter.fut  # type: ignore[misc]
         except BaseException:
-            with self._mu:
-                granted = waiter.granted
-                if not granted:
-                    self._waiters.remove(waiter)
-            if granted:
-                self._hand_on()
+            self._leave(waiter)
             raise
+        with self._mu:
+            if self._handed is waiter:
+                self._handed = None
 
     def acquire_plain(self, refusal: Callable[[], BaseException]) -> None:
         """Take the lock from plain (non-async) code. A thread running an event loop cannot wait
@@ -88,6 +89,7 @@ class TaskLock:
         if self._owner is me:
             self._depth += 1
             return
+        self._reclaim()
         with self._mu:
             if self._owner is None:
                 self._owner, self._depth = me, 1
@@ -96,7 +98,34 @@ class TaskLock:
                 raise refusal()
             waiter = _Waiter(me, None)
             self._waiters.append(waiter)
-        waiter.event.wait()  # type: ignore[union-attr]
+        try:
+            waiter.event.wait()  # type: ignore[union-attr]
+        except BaseException:  # KeyboardInterrupt, or what a signal handler raises
+            self._leave(waiter)
+            raise
+
+    def _leave(self, waiter: _Waiter) -> None:
+        """A waiter gives up: it leaves the queue, or passes on the lock handed to it meanwhile."""
+        with self._mu:
+            granted = waiter.granted
+            if not granted:
+                self._waiters.remove(waiter)
+            elif self._handed is waiter:
+                self._handed = None
+        if granted:
+            self._hand_on()
+
+    def _reclaim(self) -> None:
+        """Pass on a lock handed to a task whose loop was closed before it could resume (its loop
+        was stopped, not closed, at the hand-over): that task never runs to take it or pass it on."""
+        handed = self._handed
+        if handed is None or not handed.loop.is_closed():  # type: ignore[union-attr]
+            return
+        with self._mu:
+            if self._handed is not handed:
+                return
+            self._handed = None
+        self._hand_on()
 
     def release(self) -> None:
         if self._depth > 1:
@@ -109,11 +138,12 @@ class TaskLock:
         while True:
             with self._mu:
                 if not self._waiters:
-                    self._owner, self._depth = None, 0
+                    self._owner, self._depth, self._handed = None, 0, None
                     return
                 waiter = self._waiters.popleft()
                 waiter.granted = True
                 self._owner, self._depth = waiter.owner, 1
+                self._handed = waiter if waiter.event is None else None
             if waiter.event is not None:
                 waiter.event.set()
                 return
