@@ -72,3 +72,26 @@ def test_a_payload_change_naming_only_missing_points_is_refused(tmp_path):
     with pytest.raises(UnsupportedWriteError, match=r"point\(s\) \[2, 5\] do not exist"):
         owner.set_payload("c", payload={"x": 1}, points=[2, 5])
     owner.close()
+
+
+def test_a_point_deleted_then_upserted_again_in_a_batch_takes_a_payload_change(tmp_path):
+    """Kills ``batch_update_points`` keeping a point in ``deleted`` after a later upsert of it
+    (W20, ``deleted.discard(pid)`` dropped): the set_payload after the upsert was refused as a
+    change of a deleted point, though the point exists again when it runs."""
+    import numpy as np
+    from guardkit import create, unit
+
+    kit = make_kit(tmp_path)
+    owner = QdrantClient(":memory:", guard=kit.config({"c": {"class": "PII", "owner": "hr"}}),
+                         principal=kit.principal("alice", "hr"))
+    create(owner, "c")
+    rng = np.random.default_rng(0)
+    owner.upsert("c", [models.PointStruct(id=1, vector=unit(rng), payload={"a": 1})])
+    owner.batch_update_points("c", [
+        models.DeleteOperation(delete=models.PointIdsList(points=[1])),
+        models.UpsertOperation(upsert=models.PointsList(points=[models.PointStruct(id=1, vector=unit(rng))])),
+        models.SetPayloadOperation(set_payload=models.SetPayload(payload={"x": 2}, points=[1])),
+    ])
+    (p,) = owner.retrieve("c", [1], with_payload=True)
+    assert p.payload.get("x") == 2
+    owner.close()
