@@ -55,3 +55,36 @@ def test_a_payload_change_naming_no_point_outside_a_batch_fails_as_in_qdrant_cli
     assert not isinstance(ei.value, UnsupportedWriteError)
     assert snapshot(owner, "c") == before
     owner.close()
+
+
+# Found by perturbing one coordinate of stored_form(normal(8)) rows (seed 0) by up to 1/2 grid step;
+# float32 normalisation leaves both on their grid point, so only the drift test decides.
+_DRIFT_LOW = [0.1545734405517578, -0.708735466003418, -0.14683818817138672, -0.11177349090576172,
+              0.3796653747558594, 0.15068721771240234, 0.2494659423828125, -0.458977327835241]
+_DRIFT_HIGH = [0.06750106811523438, -0.0709238052368164, 0.34382152557373047, 0.05631732940673828,
+               -0.2875852584838867, 0.19412845141641977, 0.7000770568847656, 0.508458137512207]
+
+
+def _drift_and_same_grid(row):
+    from qdrant_guard.receipts import commitment_bytes
+
+    arr = np.asarray(row)
+    ints = np.frombuffer(commitment_bytes(arr), dtype="<i4")
+    drift = np.abs(arr / np.linalg.norm(arr) * 2.0 ** 20 - ints).max()
+    f32 = arr.astype(np.float32)
+    return drift, commitment_bytes(f32 / np.linalg.norm(f32)) == commitment_bytes(arr)
+
+
+def test_a_cosine_row_within_three_eighths_of_a_step_is_kept_and_one_beyond_is_refused():
+    """Kills ``_altered_by_storage``'s 3/8-step margin moved to 1/4 (W6: a row drifting 0.28 of a
+    step, which Qdrant's float32 normalisation keeps on its grid point, was taken as altered) and
+    to 1/2 (W5: a row drifting 0.42 of a step, near enough a rounding boundary for Qdrant's own
+    normalisation to land on either side, was passed)."""
+    from qdrant_guard.writes import _altered_by_storage
+
+    low, low_same = _drift_and_same_grid(_DRIFT_LOW)
+    high, high_same = _drift_and_same_grid(_DRIFT_HIGH)
+    assert 0.25 < low < 0.375 and low_same
+    assert 0.375 < high < 0.5 and high_same
+    assert _altered_by_storage(np.asarray(_DRIFT_LOW), "Cosine") is False
+    assert _altered_by_storage(np.asarray(_DRIFT_HIGH), "Cosine") is True
