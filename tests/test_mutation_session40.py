@@ -88,3 +88,31 @@ def test_a_cosine_row_within_three_eighths_of_a_step_is_kept_and_one_beyond_is_r
     assert 0.375 < high < 0.5 and high_same
     assert _altered_by_storage(np.asarray(_DRIFT_LOW), "Cosine") is False
     assert _altered_by_storage(np.asarray(_DRIFT_HIGH), "Cosine") is True
+
+
+def test_a_point_updated_twice_in_one_vector_update_then_overwritten_in_the_batch_keeps_both_receipts(tmp_path):
+    """Kills ``prepare_vector_updates`` forgetting, for a later update of the same point in one
+    call, the receipts the earlier one made (W24, ``existing[...] = merged`` dropped): the receipt
+    container handed on to the batch's overwrite (whole, as a key holding ``"`` forces) then held
+    vector "a"'s old receipt, which no longer verified against the stored vector."""
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "noise_on_write": True,
+                              "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config={n: models.VectorParams(size=16, distance=models.Distance.COSINE)
+                                                   for n in ("a", "b")})
+    rng = np.random.default_rng(24)
+    owner.upsert("pii", [models.PointStruct(id=i, vector={"a": unit(rng, 16), "b": unit(rng, 16)},
+                                            payload={'q"k': i}) for i in (1, 2)])
+    owner.batch_update_points("pii", [
+        models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(points=[
+            models.PointVectors(id=1, vector={"a": unit(rng, 16)}),
+            models.PointVectors(id=1, vector={"b": unit(rng, 16)})])),
+        models.OverwritePayloadOperation(overwrite_payload=models.SetPayload(payload={"n": 1}, points=[1])),
+    ])
+    stored = {p: payload for p, payload, _ in snapshot(owner, "pii")}
+    assert {k: v for k, v in stored[1].items() if k != RECEIPT_KEY} == {"n": 1}
+    results = [(r.point_id, r.vector_name, r.reason)
+               for r in verify_stored(owner, "pii", trusted_keys=owner.guard.trusted_receipt_keys)]
+    assert sorted(results) == [(1, "a", "ok"), (1, "b", "ok"), (2, "a", "ok"), (2, "b", "ok")]
+    owner.close()
