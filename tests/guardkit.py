@@ -275,3 +275,39 @@ def receipt_writes(c: Any, pts: list[Any], collection: str = "pii") -> dict[str,
         "batch_update_points": lambda: c.batch_update_points(collection, [
             models.UpsertOperation(upsert=models.PointsList(points=pts))]),
     }
+
+
+async def stored_receipt_reasons(client: Any, collection: str, point_id: Any) -> list[str]:
+    """Each stored receipt's verification reason for ``point_id``, read past the guard from an
+    async client's store (``["ok"]`` when the one stored receipt binds the stored vector)."""
+    import qdrant_client
+
+    from qdrant_guard.receipts import receipts_from_payload, verify_receipt
+
+    got = await qdrant_client.AsyncQdrantClient.retrieve(client, collection, [point_id], with_payload=True,
+                                                         with_vectors=True)
+    return [verify_receipt(rec, vector=got[0].vector, collection=collection, point_id=point_id, vector_name=n,
+                           trusted_keys=client.guard.trusted_receipt_keys).reason
+            for n, rec in receipts_from_payload(got[0].payload).items()]
+
+
+def offload_then_write(offload: Any, seen: list[str], invoked: list[str]) -> tuple[Any, Any]:
+    """A driver operation (one ``Offload(offload)``, then a ``"write"`` Call) and the ``invoke`` that
+    records each Call's method in ``invoked``; a cancellation thrown in at the Offload is noted in
+    ``seen`` as ``"offload cancelled"``."""
+    import asyncio
+
+    from qdrant_guard.pipeline import Call, Offload
+
+    def op() -> Any:
+        try:
+            yield Offload(offload)
+        except asyncio.CancelledError:
+            seen.append("offload cancelled")
+            raise
+        yield Call("write", {})
+
+    async def invoke(call: Any) -> None:
+        invoked.append(call.method)
+
+    return op(), invoke

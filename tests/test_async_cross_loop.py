@@ -23,13 +23,12 @@ import numpy as np
 import pytest
 import qdrant_client
 
-from guardkit import DIM, make_kit, models, unit
+from guardkit import DIM, make_kit, models, offload_then_write, stored_receipt_reasons, unit
 from qdrant_guard import AsyncQdrantClient, QdrantGuardError
 from qdrant_guard.async_driver import TaskLock, drive_async
 from qdrant_guard.audit import verify_audit_file
 from qdrant_guard.hashing_embedder import HashingEmbedder
-from qdrant_guard.pipeline import Call, Offload
-from qdrant_guard.receipts import receipts_from_payload, verify_receipt
+from qdrant_guard.pipeline import Call
 
 HANG_S = 20  # only against a hang: every wait below ends on an event long before
 
@@ -91,12 +90,9 @@ def _across_loops(kit: Any, monkeypatch: Any, other: Callable[[Any, Any], str]) 
         finally:
             monkeypatch.undo()
         await asyncio.to_thread(thread.join, HANG_S)  # it may wait for the lock this call held
-        got = await qdrant_client.AsyncQdrantClient.retrieve(owner, "pii", [1], with_payload=True,
-                                                             with_vectors=True)
+        reasons = await stored_receipt_reasons(owner, "pii", 1)
         await owner.close()
-        return [verify_receipt(rec, vector=got[0].vector, collection="pii", point_id=1, vector_name=n,
-                               trusted_keys=owner.guard.trusted_receipt_keys).reason
-                for n, rec in receipts_from_payload(got[0].payload).items()]
+        return reasons
 
     reasons = asyncio.run(main())
     return outcome, reasons
@@ -283,20 +279,9 @@ def test_an_operation_cancelled_while_retaking_the_lock_unwinds_at_once_without_
         in_offload.set()
         gate.wait(HANG_S)
 
-    def op() -> Any:
-        try:
-            yield Offload(offload)
-        except asyncio.CancelledError:
-            seen.append("offload cancelled")
-            raise
-        yield Call("write", {})
-
-    async def invoke(call: Call) -> None:
-        invoked.append(call.method)
-
     async def main() -> bool:
         lock = TaskLock()
-        task = asyncio.create_task(drive_async(op(), invoke, lock=lock))
+        task = asyncio.create_task(drive_async(*offload_then_write(offload, seen, invoked), lock=lock))
         await asyncio.to_thread(in_offload.wait, HANG_S)
         await lock.acquire()  # free while the Offload runs
         gate.set()

@@ -20,6 +20,7 @@ import pytest
 from qdrant_client import models
 
 from guardkit import audit_records, create, make_kit, unit
+from intent_cases import norm as _norm
 from qdrant_guard import AsyncQdrantClient, GuardRefusal, QdrantClient
 from qdrant_guard.errors import QdrantGuardError
 from qdrant_guard.intent import BuiltinIntentClassifier
@@ -36,10 +37,6 @@ MIN_CONFIDENCE = 0.6  # the default policy's
 
 def _corpus(path: Path = CORPUS) -> list[dict[str, str]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def _norm(text: str) -> str:
-    return " ".join(re.findall(r"[^\W_]+", text.casefold()))
 
 
 def _blocked(clf: BuiltinIntentClassifier, text: str) -> bool:

@@ -15,11 +15,11 @@ sets, which feature version 2 (commit a5c78f9) fails.
 """
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
 
+from intent_cases import norm as _norm, rows as _rows
 from qdrant_guard.intent import BuiltinIntentClassifier
 from qdrant_guard.intent_train import load_dataset, split_dataset
 
@@ -37,14 +37,6 @@ DOC = re.compile(r"\b(?:templates?|polic(?:y|ies)|handbooks?|runbooks?|playbooks
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from intent_features_paired import EVAL_PADS_NEW, EVAL_PADS_OLD, TRAIN_PADS, pad  # noqa: E402
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def _norm(text: str) -> str:
-    return " ".join(re.findall(r"[^\W_]+", text.casefold()))
 
 
 def _blocked(clf: BuiltinIntentClassifier, text: str) -> bool:

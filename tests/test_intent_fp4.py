@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from intent_cases import norm as _norm, rows as _rows
 from qdrant_guard.errors import QdrantGuardError
 from qdrant_guard.intent import BuiltinIntentClassifier, default_model_path
 from qdrant_guard.intent_train import (CLASS_SCALE, build_model, default_train_only_path, load_dataset,
@@ -34,14 +35,6 @@ DOC = re.compile(r"\b(?:templates?|polic(?:y|ies)|handbooks?|runbooks?|guides?|g
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import intent_fp  # noqa: E402
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def _norm(text: str) -> str:
-    return " ".join(re.findall(r"[^\W_]+", text.casefold()))
 
 
 def test_the_fourth_corpora_are_varied_and_new():

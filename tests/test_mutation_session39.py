@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from guardkit import make_kit, record_sent
 from qdrant_client.http import models
-from test_raw_left_behind import _MMR, _OFF, _RAW, DIM
+from test_raw_left_behind import _MMR, raw_store
 
 from qdrant_guard import QdrantClient
 from qdrant_guard.receipts import RECEIPT_KEY
@@ -17,12 +17,7 @@ def test_a_store_with_no_raw_vector_left_is_asked_one_count_and_no_scroll(tmp_pa
     """Kills ``raw_vectors_left``'s ``unseen_params_filter(...) if left else None`` mutated to
     ``unseen_params_filter(...)`` (Q8): with no point left, the mutant still scrolled for receipts
     of unknown parameter sets, a read per query where the docstring promises one count."""
-    kit = make_kit(tmp_path)
-    owner = QdrantClient(path=str(tmp_path / "db"), guard=kit.config({"emp": _OFF}),
-                         principal=kit.principal("alice", "hr"))
-    owner.create_collection("emp", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
-    owner.upsert("emp", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(_RAW)])
-    bob = owner.with_principal(kit.principal("bob", "support"))
+    owner, bob = raw_store(tmp_path)
     calls = record_sent(monkeypatch, ("count", "scroll"), with_kwargs=True)
     assert len(bob.query_points("emp", query=_MMR, limit=4).points) == 4
     guard_reads = [m for m, kw in calls if RECEIPT_KEY in repr(kw.get("count_filter", kw.get("scroll_filter")))]

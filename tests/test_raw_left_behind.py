@@ -13,6 +13,7 @@ the changed policy, real Ed25519 keys; no mocks.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -167,13 +168,19 @@ def test_a_raw_vector_beside_a_receipted_one_still_counts_and_a_missing_vector_d
     owner.close()
 
 
-def test_a_store_noised_from_the_start_costs_one_count(tmp_path, monkeypatch):
+def raw_store(tmp_path: Path) -> tuple[QdrantClient, QdrantClient]:
+    """An ``emp`` collection written raw (noise off) by alice (hr) on disk, and bob (support)
+    reading it through the same client."""
     kit = make_kit(tmp_path)
     owner = QdrantClient(path=str(tmp_path / "db"), guard=kit.config({"emp": _OFF}),
                          principal=kit.principal("alice", "hr"))
     owner.create_collection("emp", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
     owner.upsert("emp", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(_RAW)])
-    bob = owner.with_principal(kit.principal("bob", "support"))
+    return owner, owner.with_principal(kit.principal("bob", "support"))
+
+
+def test_a_store_noised_from_the_start_costs_one_count(tmp_path, monkeypatch):
+    owner, bob = raw_store(tmp_path)
     calls = record_sent(monkeypatch, ("count",), with_kwargs=True)
     bob.query_points("emp", query=_RAW[0].tolist(), limit=2)  # a vector: nothing stored is compared, no count
     assert _receipt_counts(calls) == []

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import qdrant_client
 
-from guardkit import DIM, make_kit, models, unit
+from guardkit import DIM, make_kit, models, offload_then_write, unit
 from qdrant_guard import AsyncQdrantClient, async_driver
 from qdrant_guard.async_driver import TaskLock, drive_async
 from qdrant_guard.audit import verify_audit_file
@@ -92,20 +92,10 @@ def test_the_driver_throws_that_cancellation_into_the_operation_at_the_offload()
     seen: list[str] = []
     invoked: list[str] = []
 
-    def op() -> Any:
-        try:
-            yield Offload(lambda: time.sleep(0.1))
-        except asyncio.CancelledError:
-            seen.append("offload cancelled")
-            raise
-        yield Call("write", {})
-
-    async def invoke(call: Call) -> None:
-        invoked.append(call.method)
-
     async def main() -> None:
         lock = TaskLock()
-        task = asyncio.create_task(drive_async(op(), invoke, lock=lock))
+        task = asyncio.create_task(drive_async(*offload_then_write(lambda: time.sleep(0.1), seen, invoked),
+                                               lock=lock))
         await asyncio.sleep(0.03)  # the Offload runs, the lock is free
         await lock.acquire()
         await asyncio.sleep(0.2)  # the Offload is done; the operation waits for the lock
