@@ -1073,7 +1073,8 @@ class WriteOps(TextOps):
             "retrieve", {"collection_name": name, "ids": ids, "shard_key_selector": shard_key,
                          "with_payload": [RECEIPT_KEY], "with_vectors": False}))
         existing = {normalize_point_id(r.id): stored_receipts(r.payload) for r in current}
-        # Points holding a container already (its version written): only the others need one made.
+        # Points holding a container at the look-up (its version written): only the others need one
+        # made. An earlier operation of this batch overrides it: its container (or None) is in fresh.
         contained = {normalize_point_id(r.id) for r in current if _holds_container(r.payload)}
         keys = {i: normalize_point_id(i) for i in ids}
         missing = [i for i in ids if keys[i] not in fresh and (keys[i] not in existing or keys[i] in deleted)]
@@ -1087,10 +1088,6 @@ class WriteOps(TextOps):
             )
         for pid, container in fresh.items():
             existing[pid] = stored_receipts({RECEIPT_KEY: container})
-            if container is not None:
-                contained.add(pid)
-            else:  # an upsert without receipts replaced the payload, or a strip deleted the container
-                contained.discard(pid)
         pts = [models.PointStruct(id=u.id, vector=u.vector, payload=None) for u in updates]
         prepared = yield from self.prepare_points(op, name, pol, pts)
         if accepted is None:
@@ -1105,31 +1102,31 @@ class WriteOps(TextOps):
             # before any of their receipts was written.
             ops.append(models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
                 points=[models.PointVectors(id=p.id, vector=p.vector)], shard_key=shard_key)))
-            merged = dict(existing.get(normalize_point_id(p.id), {}))
+            key = normalize_point_id(p.id)
+            # None in fresh: an upsert without receipts replaced the payload, or a strip deleted the
+            # container. (A container emptied by path deletes reads as None too: its version is then
+            # written again, which changes nothing.)
+            held = fresh[key] is not None if key in fresh else key in contained
+            merged = dict(existing.get(key, {}))
             names = set(split_vector_struct(u.vector))
             for vname in names:
                 merged.pop(vname, None)  # a raw in-boundary update must not keep a stale receipt
             new = receipts_from_payload(p.payload) if p.payload and RECEIPT_KEY in p.payload else {}
             merged.update(new)
             container = receipts_for_payload(merged) if merged else None
-            fresh[normalize_point_id(p.id)] = container
+            fresh[key] = container
             # A later update of the same point in this call builds on this one.
-            existing[normalize_point_id(p.id)] = merged
+            existing[key] = merged
             stale = sorted(names - new.keys())
             if not all(_quotable(n) for n in stale):
                 ops.append(models.SetPayloadOperation(set_payload=models.SetPayload(
                     payload={RECEIPT_KEY: container}, points=[p.id], shard_key=shard_key)))
-                if container is None:
-                    contained.discard(normalize_point_id(p.id))
-                else:
-                    contained.add(normalize_point_id(p.id))
                 continue
             # The updated vectors' receipts are written (or deleted) by their paths in the
             # container, never the others': another client's concurrent update of another vector of
             # this point keeps its new receipt (docs/atomicity.md).
-            if new and normalize_point_id(p.id) not in contained:
+            if new and not held:
                 # The container's version, written first (creating the container where there is none).
-                contained.add(normalize_point_id(p.id))
                 ops.append(models.SetPayloadOperation(set_payload=models.SetPayload(
                     payload={"v": PAYLOAD_CONTAINER_VERSION}, key=RECEIPT_KEY, points=[p.id], shard_key=shard_key)))
             if stale:
