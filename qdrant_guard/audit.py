@@ -447,8 +447,7 @@ class AuditLog:
 
         True when nothing was appended since (nothing more to read).
         """
-        line = self._line
-        assert line is not None
+        line = self._line or b""  # b"": the log was empty, the chain starts at seq 0's GENESIS
         start = self._size - len(line)
         if size < self._size:
             raise self._tail_changed(f"was cut off (the file shrank from {self._size} to {size} bytes)")
@@ -476,12 +475,12 @@ class AuditLog:
             raise AuditIntegrityError(self._broken)
         held = os.fstat(fd)
         size = held.st_size
-        if self._size >= 0 and self._line is not None:
+        if self._size >= 0:
+            # Also for a log that was empty (no entry known yet): its first entry must reach the
+            # file the path names, and a first line others wrote must start the chain.
             self._check_path(held)
             if self._check_known(fd, size):
                 return None
-        elif size == self._size:
-            return None
         if size == 0:
             self._seq, self._prev, self._size, self._line = 0, GENESIS, 0, None
             return None

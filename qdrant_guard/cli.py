@@ -483,6 +483,11 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     # A torn last line is what a writer killed mid-append leaves: damage, not evidence of tampering.
     label = "INCOMPLETE" if rep.problem == "torn_tail" else "TAMPERED"
     print(f"{label}: {rep.problem} at line {rep.index}: {rep.detail}")
+    if rep.problem == "torn_tail":
+        # Whoever cuts the file mid-line leaves the same torn line as a crash, after any entries cut with it.
+        print(f"note: a file cut inside an entry ends the same way, and whole entries before the cut may be gone "
+              f"too: compare the last whole entry (seq {rep.last_seq}, hash {rep.last_hash}) with the last seq "
+              "and hash kept outside the file")
     trust = "".join(f" --key {k}" for k in args.key or ()) + (f" --trust-policy {args.policy}" if args.policy else "")
     print(f"valid prefix: {rep.valid_prefix} entries; keep a copy of the file, then, with the guard stopped, "
           f"`qdrant-guard audit repair {args.file}{trust}` moves the rest to a side file and records the cut "

@@ -245,7 +245,10 @@ def load_private_key(path: PathLike, *, allow_group_readable: bool = False) -> E
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
         raise KeyStoreError(
-            f"key file {str(p)!r} is not an unencrypted PEM (PKCS#8) private key: {exc}"
+            f"key file {str(p)!r} is not an unencrypted PEM (PKCS#8) private key: {exc}; give the file "
+            "`qdrant-guard keys new --out FILE` wrote (it starts -----BEGIN PRIVATE KEY-----); a DER or "
+            f"passphrase-encrypted PKCS#8 key converts with `openssl pkey -in {p} -out NEW.key` (add -inform DER "
+            "for DER), then `chmod 600 NEW.key`"
         ) from exc
     except Exception as exc:  # cryptography raises UnsupportedAlgorithm for exotic keys
         raise KeyStoreError(f"key file {str(p)!r} cannot be loaded: {exc}") from exc
@@ -286,7 +289,10 @@ def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519Pu
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError) as exc:
-        raise KeyStoreError(f"key file {str(p)!r} is not a PEM public key: {exc}") from exc
+        raise KeyStoreError(
+            f"key file {str(p)!r} is not a PEM public key: {exc}; give the .pub `qdrant-guard keys new` wrote "
+            "beside the private key (its 'ed25519:...' text), `qdrant-guard keys pub --key PRIVATE` writes "
+            "it again, or a SubjectPublicKeyInfo PEM (-----BEGIN PUBLIC KEY-----)") from exc
     except Exception as exc:
         raise KeyStoreError(f"key file {str(p)!r} cannot be loaded: {exc}") from exc
     if not isinstance(key, Ed25519PublicKey):

@@ -23,7 +23,7 @@ from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandle
 from .boundary import TOKEN_PREFIX
 from .budget import store_kind
 from .errors import ConfigError, GuardArgumentTypeError
-from .keys import key_id as _key_id, public_key_from_str as _public_key_from_str
+from .keys import _looks_like_key_body, key_id as _key_id, public_key_from_str as _public_key_from_str
 from .names import toml_key, toml_str
 
 __all__ = [
@@ -1030,7 +1030,7 @@ class ReceiptTrust(_Strict):
                 hint = f"; that is a public key: list its key id {_key_id(_public_key_from_str(k))!r}"
             except Exception:
                 hint = " (`qdrant-guard keys new` prints a key's key_id)"
-            raise ValueError(f"{k!r} is not a key id 'ed25519:<32 lowercase hex digits>', so it would revoke "
+            raise ValueError(f"{_mask_tokens(k)!r} is not a key id 'ed25519:<32 lowercase hex digits>', so it would revoke "
                              f"nothing{hint}")
         return v
 
@@ -1050,9 +1050,12 @@ def _jti_of(token: str) -> str:
 
 
 def _mask_tokens(value: Any) -> Any:
-    """``value`` with credential tokens (bearer secrets) masked, for error messages."""
+    """``value`` with credential tokens and private key material (secrets) masked, for error messages."""
     if isinstance(value, str) and value.startswith(_TOKEN_PREFIX):
         return _TOKEN_PREFIX + "<credential>"
+    if isinstance(value, str) and ("PRIVATE KEY" in value or _looks_like_key_body(value.strip())):
+        # A private key pasted where a key id, a path or a public key belongs: never echo it.
+        return f"<key material, {len(value)} characters, not shown>"
     if isinstance(value, (list, tuple)):
         return [_mask_tokens(x) for x in value]
     if isinstance(value, dict):

@@ -1088,7 +1088,11 @@ def _check_fields(obj: Mapping[str, Any], spec: Mapping[str, Any], where: str,
 
 def _parse(receipt: Any) -> tuple[dict[str, Any], bytes, dict[str, Any] | None]:
     if isinstance(receipt, (bytes, bytearray, str)):
-        data = receipt.encode("utf-8") if isinstance(receipt, str) else bytes(receipt)
+        try:
+            data = receipt.encode("utf-8") if isinstance(receipt, str) else bytes(receipt)
+        except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 text, so no receipt
+            raise _Reject("malformed", f"receipt text is not valid Unicode ({exc.reason} at index "
+                                       f"{exc.start})") from None
         try:
             receipt = decode_canonical(data)
         except (ValueError, TypeError) as exc:
