@@ -12,7 +12,7 @@ from . import keys as _keys
 from .decision import MAX_IDS_IN_RECORD, Verdict
 from .errors import ConfigError, UnsupportedWriteError
 from .pipeline import Call, Op, missing_alias_error, sizes_withheld, telemetry_for
-from .names import shell_quote
+from .names import shell_quote, shown as _shown_name
 from .policy import CollectionPolicy, toml_key as _toml_key, toml_str as _toml_str
 from .reads import ReadOps
 from .receipts import ISSUED_AT_LEEWAY_S
@@ -150,7 +150,7 @@ class Guard(WriteOps, ReadOps):
                 ) from None
             if rec.signer_key_id in self.revoked_keys:
                 raise ConfigError(
-                    f"utility record {path!r} is signed by revoked key {rec.signer_key_id}; re-run "
+                    f"utility record {path!r} is signed by revoked key {_shown_name(rec.signer_key_id)}; re-run "
                     "`qdrant-guard calibrate` with the guard's current signing key"
                 )
             accepted = self.receipt_keys_for(pol)
@@ -165,7 +165,7 @@ class Guard(WriteOps, ReadOps):
                 elsewhere = (" (receipts.trusted_keys lists it, which does not apply to a collection that sets "
                              "receipt_keys)" if kid in self.trusted_receipt_keys else "")
                 raise ConfigError(
-                    f"utility record {path!r} (the policy's {key} of {where}) is signed by {kid}{elsewhere}, "
+                    f"utility record {path!r} (the policy's {key} of {where}) is signed by {_shown_name(kid)}{elsewhere}, "
                     f"and {where} accepts utility records, as receipts, only from the guard's key and the keys "
                     f"its receipt_keys lists ({', '.join(listed) or 'none'}); re-run `qdrant-guard calibrate` "
                     f"with the guard's signing key or a listed key, or add the signer's .pub to receipt_keys "
@@ -175,7 +175,7 @@ class Guard(WriteOps, ReadOps):
                 trusted = ("the guard's keys and receipts.trusted_keys" if pol.receipt_keys is None
                            else "the guard's keys and the collection's receipt_keys")
                 raise ConfigError(
-                    f"utility record {path!r} (signed by {kid}) does not verify against the trusted keys "
+                    f"utility record {path!r} (signed by {_shown_name(kid) if isinstance(kid, str) else kid}) does not verify against the trusted keys "
                     f"({trusted}; the guard's keys are its signing_key and receipts.retired_keys); re-run "
                     "`qdrant-guard calibrate` with the guard's signing key, or, if the record was signed by the "
                     "guard's earlier signing key, list that key's .pub in receipts.retired_keys"

@@ -667,13 +667,14 @@ class GuardPipeline:
         out (None when the collection sets no scope, or the key is not refused by it)."""
         if pol.receipt_keys is None or not isinstance(kid, str) or kid in self.receipt_keys_for(pol):
             return None
+        # kid is the unverified receipt's text (the key is not trusted): escaped unless printable.
         section = f"[collections.{toml_key(name)}]" if self.config.collections.get(name) is pol else "[default]"
         own = _keys.key_id(self._signing_key.public_key())
         listed = sorted(k for k in self.receipt_keys_for(pol) if k != own and k not in self.retired_keys)
         elsewhere = (" (receipts.trusted_keys lists it, which does not apply to a collection that sets "
                      "receipt_keys)" if kid in self.trusted_receipt_keys else "")
         return (f"unknown_key: collection {name!r} accepts receipts only from the guard's key and the keys its "
-                f"receipt_keys lists ({', '.join(listed) or 'none'}), and this one is signed by {kid}{elsewhere}; "
+                f"receipt_keys lists ({', '.join(listed) or 'none'}), and this one is signed by {shown(kid)}{elsewhere}; "
                 f"sign it with a listed key, or add the signer's .pub to receipt_keys in {section} (the guard's "
                 "own earlier signing key goes in receipts.retired_keys instead)")
 

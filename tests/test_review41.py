@@ -191,3 +191,37 @@ def test_a_checkpoint_signs_an_entry_another_writer_appended_before_it(tmp_path)
     doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "audit-log.md")).read()
     assert "signs the chain as the writer found it" in " ".join(doc.split())
 
+
+
+# -- an unverified receipt's key id in a write refusal ---------------------------------------------
+
+def test_a_write_refusal_does_not_print_an_untrusted_receipts_key_id_raw(tmp_path):
+    # The key id of a receipt whose key is not trusted is the writer's text, unverified; the scoped
+    # refusal printed it raw, so any writer wrote lines (a fake "OK") and terminal escapes into the
+    # GuardRefusal message the application logs.
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from guardkit import create, make_kit, models, unit
+    from qdrant_guard import GuardRefusal, QdrantClient
+    from qdrant_guard.noise import privatize
+    from qdrant_guard.receipts import RECEIPT_KEY, ReceiptItem, issue_receipts_batch, receipts_for_payload
+
+    kit = make_kit(tmp_path)
+    listed = keys.public_key_to_str(keys.generate_keypair()[1])
+    coll = {"class": "PII", "owner": "hr", "readers": ["support"], "writers": ["support"], "noise_on_write": False,
+            "intent": {"enabled": False}, "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01},
+            "receipt_keys": [listed]}
+    owner = QdrantClient(location=":memory:", guard=kit.config({"a": coll}), principal=kit.principal("alice", "hr"))
+    create(owner, "a")
+    noised, params = privatize(np.asarray(unit(np.random.default_rng(0)), dtype=np.float32), mechanism="gaussian",
+                               epsilon=1.0, delta=1e-6, radius=0.01, clip_norm=1.0)
+    final = stored_form(noised, distance="Cosine")
+    kid = "x\nOK: receipt verified\x1b[2K"
+    rec = issue_receipts_batch(ReceiptSigner(Ed25519PrivateKey.generate(), key_id=kid), [ReceiptItem(
+        params=params, vector=final, collection="a", point_id=1, vector_name="")])[0]
+    point = models.PointStruct(id=1, vector=final.tolist(), payload={"source": "s", RECEIPT_KEY: receipts_for_payload({"": rec})})
+    with pytest.raises(GuardRefusal, match="unknown_key|receipt_keys") as err:
+        owner.with_principal(kit.principal("bob", "support")).upsert("a", [point])
+    msg = str(err.value)
+    assert "\n" not in msg and "\x1b" not in msg and repr(kid) in msg
