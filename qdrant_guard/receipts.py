@@ -32,6 +32,7 @@ from ._impl import implementation, load_kernel
 from .canonical import canonical_json, decode_canonical
 from .errors import GuardArgumentTypeError, GuardArgumentValueError, InvalidVectorError, ReceiptError
 from .keys import key_id as _key_id
+from .names import shown as _shown
 from .noise import check_release as _check_release
 from .noise_params import DTYPES, MECHANISMS, NoiseParams, guarantee_mismatch
 
@@ -1316,10 +1317,10 @@ def verify_receipt(
         body, sig, batch = _parse(receipt)
         kid = body["kid"]
         if kid in set(revoked):
-            raise _Reject("revoked_key", f"signer key {kid} is revoked")
+            raise _Reject("revoked_key", f"signer key {_shown(kid)} is revoked")
         pk = trusted_keys.get(kid)
         if pk is None:
-            raise _Reject("unknown_key", f"signer key {kid} is not trusted")
+            raise _Reject("unknown_key", f"signer key {_shown(kid)} is not trusted")
         _verify_signature(body, sig, batch, pk)
         # A reader shows the sentence, not the fields: one that says other numbers misleads even
         # under a trusted signature.

@@ -225,3 +225,17 @@ def test_a_write_refusal_does_not_print_an_untrusted_receipts_key_id_raw(tmp_pat
         owner.with_principal(kit.principal("bob", "support")).upsert("a", [point])
     msg = str(err.value)
     assert "\n" not in msg and "\x1b" not in msg and repr(kid) in msg
+
+
+def test_verify_receipt_detail_escapes_an_untrusted_key_id():
+    from qdrant_guard.noise import privatize
+
+    v = np.linspace(-1.0, 1.0, 8)
+    noised, params = privatize(v / np.linalg.norm(v), mechanism="gaussian", epsilon=4.0, radius=0.5, delta=1e-6)
+    stored = stored_form(noised, distance="Euclid")
+    kid = "x\nOK: receipt verified"
+    receipt = issue_receipt(ReceiptSigner(Ed25519PrivateKey.generate(), key_id=kid), params=params, vector=stored,
+                            collection="c", point_id=1)
+    for revoked in ((), (kid,)):
+        check = verify_receipt(receipt, vector=stored, collection="c", point_id=1, trusted_keys={}, revoked=revoked)
+        assert check.reason in ("unknown_key", "revoked_key") and "\n" not in check.detail and repr(kid) in check.detail
