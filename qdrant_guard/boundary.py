@@ -346,7 +346,7 @@ def verify_credential(
         other = [b for b in authorities if b != boundary and _holds_kid(authorities, b, kid)]
         mixed = f" (it is an authority of {sorted(other)[0]!r})" if other else ""
         raise CredentialRejected(
-            "unknown_key", f"key {kid} is not an authority of boundary {boundary!r}{mixed}; issue the credential "
+            "unknown_key", f"key {shown(kid)} is not an authority of boundary {boundary!r}{mixed}; issue the credential "
             f"with the private key whose .pub [boundaries.{toml_key(boundary)}] authority_keys lists"
         )
     try:

@@ -239,3 +239,27 @@ def test_verify_receipt_detail_escapes_an_untrusted_key_id():
     for revoked in ((), (kid,)):
         check = verify_receipt(receipt, vector=stored, collection="c", point_id=1, trusted_keys={}, revoked=revoked)
         assert check.reason in ("unknown_key", "revoked_key") and "\n" not in check.detail and repr(kid) in check.detail
+
+
+# -- an unverified credential's key id ------------------------------------------------------------
+
+def test_a_rejected_credential_does_not_print_its_unverified_key_id_raw():
+    # The kid claim is the presenter's text (an agent's): unknown_key printed it raw into the
+    # CredentialError the guard raises and the application logs.
+    from qdrant_guard.boundary import CREDENTIAL_SIGNATURE_PREFIX, CredentialRejected, verify_credential
+
+    ak = Ed25519PrivateKey.generate()
+    kid = "x\nOK: credential verified\x1b[2K"
+    body = canonical_json({"v": 1, "agent_id": "a", "boundary": "hr", "iat": 1000, "exp": 2000, "kid": kid,
+                           "alg": "Ed25519", "jti": "abc"})
+
+    def b64(data: bytes) -> str:
+        import base64
+
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    token = f"qgc1.{b64(body)}.{b64(ak.sign(CREDENTIAL_SIGNATURE_PREFIX + body))}"
+    with pytest.raises(CredentialRejected) as err:
+        verify_credential(token, authorities={"hr": [ak.public_key()]}, now=1500)
+    assert err.value.reason == "unknown_key" and "\n" not in str(err.value) and "\x1b" not in str(err.value)
+    assert repr(kid) in str(err.value)
