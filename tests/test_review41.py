@@ -263,3 +263,34 @@ def test_a_rejected_credential_does_not_print_its_unverified_key_id_raw():
         verify_credential(token, authorities={"hr": [ak.public_key()]}, now=1500)
     assert err.value.reason == "unknown_key" and "\n" not in str(err.value) and "\x1b" not in str(err.value)
     assert repr(kid) in str(err.value)
+
+
+def test_a_utility_record_refusal_does_not_print_its_signer_key_id_raw(tmp_path):
+    # The record file's signer_key_id is text outside what the signature checks here (the key is
+    # not accepted, so nothing was verified): it was printed raw into the ConfigError.
+    import base64
+    import dataclasses
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from guardkit import make_kit, models, staging_record
+    from qdrant_guard import QdrantClient
+    from qdrant_guard.utility import UTILITY_DOMAIN
+
+    kit = make_kit(tmp_path)
+    rec, docs = staging_record(kit, tmp_path / "guard.json", dim=32)
+    sk, pk = keys.generate_keypair()
+    kid = "x\nOK: record verified\x1b[2K"
+    out = dataclasses.replace(rec, signer_key_id=kid, signature=None)
+    sig = base64.b64encode(sk.sign(UTILITY_DOMAIN + out.signed_bytes())).decode("ascii")
+    (tmp_path / "forged.json").write_text(dataclasses.replace(out, signature=sig).to_json())
+    coll = {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+            "intent": {"enabled": False}, "noise": {"epsilon": rec.epsilon, "radius": 0.01},
+            "utility": {"record": str(tmp_path / "forged.json")}, "receipt_keys": [keys.public_key_to_str(pk)]}
+    owner = QdrantClient(":memory:", guard=kit.config({"c": coll}, epsilon_ceiling={"PII": 5.0}),
+                         principal=kit.principal("alice", "hr"))
+    owner.create_collection("c", vectors_config=models.VectorParams(size=32, distance=models.Distance.COSINE))
+    with pytest.raises(ConfigError, match="is signed by") as err:
+        owner.with_principal(kit.principal("bob", "support")).upsert(
+            "c", [models.PointStruct(id=1, vector=docs[0].tolist())])
+    assert "\n" not in str(err.value) and "\x1b" not in str(err.value) and repr(kid) in str(err.value)
