@@ -18,6 +18,16 @@ line as a high-entropy string, so its recall is high and its precision very low)
 ``scan_file`` (its normal mode). False positives are counted on the corpus negatives. Written to
 bench/results/detect-recall.json; the assertion is that our recall is no lower than detect-secrets'
 normal mode (scan_file) and that we report fewer false positives than either mode.
+The card_floor path (native/detect.c ``card_floor``, ``_detect_py._card_floor``) runs at every digit
+run's start, so digit-dense text pays for it most. Two groups time that against ordinary text:
+  detect-card-floor-3.4KB: baseline = ``find_sensitive`` (native) on the 3.4 KB sample above;
+    candidates = the same on 3.4 KB of seeded digit-dense text (:func:`digit_text`): ``digits``
+    (times, dates, ratios, ports, versions, decimals, space-joined digit groups: no card) and
+    ``glued`` (the same with Luhn-valid cards glued to ':' '/' '.' '-' and digits, as in
+    tests/test_glued_card8.py); ratio < 1: the digit text costs 1 / ratio times the ordinary one.
+  detect-card-floor-3.4KB-python: the same texts through the pure-Python twin
+    (``_detect_py.find_spans``), plus the glued text with ``_card_floor`` replaced by a function
+    that reads no card, for information only: the twin's share that is card_floor itself.
 detect-secrets is a bench-only dependency (pip install detect-secrets).
 """
 from __future__ import annotations
@@ -32,6 +42,7 @@ from detect_secrets import SecretsCollection
 from detect_secrets.core.scan import scan_line
 from detect_secrets.settings import default_settings
 
+from _paired import paired_ratio
 from qdrant_guard import _detect_py
 from qdrant_guard.detect import find_sensitive
 
@@ -55,6 +66,55 @@ def sample_text(target: int = 3400, seed: int = 3) -> str:
 
 
 TEXT = sample_text()
+
+CARDS = ("4111111111111111", "5500005555555559", "340000000000009", "6011000990139424", "4012888888881881")
+
+
+def digit_text(target: int = 3400, seed: int = 5, *, cards: bool) -> str:
+    """Seeded digit-dense text of ``target`` characters: many short digit runs next to ':' '/' '.'
+    '-' and spaces, and with ``cards`` Luhn-valid cards glued to them ("12:4111111111111111")."""
+    rng = random.Random(seed)
+
+    def n(lo: int, hi: int) -> str:
+        return str(rng.randint(lo, hi))
+
+    plain = [
+        lambda: f"{n(0, 23):0>2}:{n(0, 59):0>2}:{n(0, 59):0>2}",
+        lambda: f"{n(1990, 2030)}/{n(1, 12):0>2}/{n(1, 28):0>2}",
+        lambda: f"{n(1, 9)}/{n(1, 9)}",
+        lambda: f"{n(1, 99)}:{n(1, 99)}",
+        lambda: f"10.{n(0, 255)}.{n(0, 255)}.{n(0, 255)}:{n(1, 65535)}",
+        lambda: f"v{n(0, 9)}.{n(0, 20)}.{n(0, 99)}",
+        lambda: f"{n(0, 999)}.{n(0, 9999)}",
+        lambda: " ".join(f"{rng.randint(0, 9999):0>4}" for _ in range(rng.randint(2, 5))),
+        lambda: f"{n(100, 999)}-{n(100, 999)}-{n(1000, 9999)}",
+        lambda: f"id {n(1, 10 ** 9)}/{n(1, 10 ** 6)}",
+    ]
+    glued = [
+        lambda: f"{n(1, 99)}:{rng.choice(CARDS)}",
+        lambda: f"{rng.choice(CARDS)}:{n(1, 9)}",
+        lambda: f"{rng.choice(CARDS)}/{n(1, 12)}",
+        lambda: f"{n(100, 999)} {n(100, 999)}.{rng.choice(CARDS)}",
+        lambda: f"0.{rng.choice(CARDS)}",
+        lambda: "-".join((lambda c: [c[i:i + 4] for i in range(0, len(c), 4)])(rng.choice(CARDS))) + f"-{n(1, 9)}",
+    ]
+    parts: list[str] = []
+    size = 0
+    while size < target:
+        t = rng.choice(glued)() if cards and rng.random() < 0.3 else rng.choice(plain)()
+        parts.append(t)
+        size += len(t) + 1
+    return " ".join(parts)[:target]
+
+
+DIGITS = digit_text(cards=False)
+GLUED = digit_text(cards=True)
+CARD_TEXTS = {"ordinary": TEXT, "digits": DIGITS, "glued": GLUED}
+
+
+def digit_run_starts(text: str) -> int:
+    """How many digit runs start in ``text``: the positions card_floor (and the number chain) run at."""
+    return sum(1 for _ in _detect_py._word_starts(text, _detect_py._DIGITS))
 
 
 def detect_secrets_scan(text: str) -> list:
@@ -104,6 +164,42 @@ def test_find_spans_python_reference(benchmark):
     benchmark.group = "detect-3.4KB"
     benchmark.extra_info["bytes"] = len(TEXT.encode())
     assert benchmark(_detect_py.find_spans, TEXT)
+
+
+def _card_floor_bench(benchmark, fn, label: str, group: str):
+    text = CARD_TEXTS[label]
+    benchmark.group = group
+    benchmark.extra_info.update(bytes=len(text.encode()), digit_run_starts=digit_run_starts(text))
+    return benchmark(fn, text)
+
+
+def test_baseline_card_floor_native_ordinary(benchmark):
+    _card_floor_bench(benchmark, find_sensitive, "ordinary", "detect-card-floor-3.4KB")
+
+
+@pytest.mark.parametrize("label", ["digits", "glued"])
+def test_card_floor_native(benchmark, label):
+    found = _card_floor_bench(benchmark, find_sensitive, label, "detect-card-floor-3.4KB")
+    benchmark.extra_info.update(paired_ratio(lambda: find_sensitive(TEXT), lambda: find_sensitive(CARD_TEXTS[label])))
+    assert (label == "glued") == any(f.type == "CREDIT_CARD" for f in found)
+
+
+def test_baseline_card_floor_python_ordinary(benchmark):
+    _card_floor_bench(benchmark, _detect_py.find_spans, "ordinary", "detect-card-floor-3.4KB-python")
+
+
+@pytest.mark.parametrize("label", ["digits", "glued"])
+def test_card_floor_python(benchmark, label):
+    _card_floor_bench(benchmark, _detect_py.find_spans, label, "detect-card-floor-3.4KB-python")
+    benchmark.extra_info.update(paired_ratio(lambda: _detect_py.find_spans(TEXT),
+                                             lambda: _detect_py.find_spans(CARD_TEXTS[label]),
+                                             budget_s=min(2.0, float(os.environ.get("QG_BENCH_PAIRED_S", "6")))))
+
+
+def test_card_floor_python_without_card_floor_for_information(benchmark, monkeypatch):
+    monkeypatch.setattr(_detect_py, "_card_floor", lambda text, i: [])
+    benchmark.group = "detect-card-floor-3.4KB-python"
+    benchmark(_detect_py.find_spans, GLUED)
 
 
 def _line_spans(text: str) -> list[tuple[int, int]]:
