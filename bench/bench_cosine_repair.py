@@ -24,6 +24,7 @@ repair on the same arrays, which it leaves as they were.
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 import pytest
@@ -38,6 +39,7 @@ SHAPES = {"1x384": (1, 384, 256), "256x384": (256, 384, 8), "1x3": (1, 3, 256), 
 # The seeded rows searched for the "-moved" groups' inputs (single writes the repair moves).
 SEARCHED = {2: 20_000, 3: 400_000}
 PEDANTIC_ROUNDS = {"256x2": 400, "256x3": 400, "1x2-moved": 2_000, "1x3-moved": 2_000}
+TINY = os.environ.get("QG_BENCH_TINY") == "1"  # run.py --tiny: a few rounds (numbers meaningless)
 
 
 def inputs(label: str) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
@@ -106,7 +108,7 @@ def test_repair(benchmark, data, label):
     if copy:
         it = itertools.cycle(ks)
         benchmark.pedantic(_cosine_repair.repair, setup=lambda: ((next(it).copy(),), {}),
-                           rounds=PEDANTIC_ROUNDS.get(label, 20_000), warmup_rounds=10)
+                           rounds=10 if TINY else PEDANTIC_ROUNDS.get(label, 20_000), warmup_rounds=10)
         candidate = _cycled(ks, lambda k: _cosine_repair.repair(k.copy()))
     else:
         candidate = _cycled(ks, _cosine_repair.repair)

@@ -29,6 +29,14 @@ SUITE_TARGETS = {  # group -> (kind, value, source)
     "detect-3.4KB": ("ratio>=", 100.0, "bench/bench_detect.py"),
     "intent-typical": ("p50_ms<=", 2.0, "bench/bench_intent.py"),
 }
+# Paths timed relative to a same-run baseline with no target: group prefix -> (what, baseline).
+RELATIVE_PATHS = {
+    "cosine-repair-": ("Cosine repair step (`_cosine_repair.repair`) of a write's stored form",
+                       "the `noise.privatize` call it follows"),
+    "update-vectors-": ("guarded `update_vectors` (one UpdateVectors per point)", "raw qdrant-client `update_vectors`"),
+    "detect-card-floor-": ("detector on digit-dense / card-glued text (card_floor path)",
+                           "the same detector on ordinary text"),
+}
 NOISY_NOTE = ("Measured on a shared 2-core VM while other engineers were building and testing: "
               "absolute numbers move by tens of percent between runs; the interleaved ratios are the "
               "figures to compare, and p99 mostly measures the neighbours.")
@@ -117,6 +125,24 @@ def targets_rows(over: dict[str, Any] | None, groups: list[dict[str, Any]]) -> l
             ok, shown = got <= value, f"{got:.2f} ms p50 ({best['name']})"
         rows.append([f"{g['group']} ({src})", shown, kind.replace("ratio", "").replace("_ms", "") + f" {value:g}",
                      _status(ok), "" if ok else "kernel suite: not profiled here (see the suite and its owner)"])
+    return rows
+
+
+def relative_rows(groups: list[dict[str, Any]]) -> list[list[str]]:
+    """One row per candidate of the RELATIVE_PATHS groups: its cost as a multiple of its baseline
+    (median / baseline median), and the paired figure turned the same way (1 / paired ratio; the
+    quartiles swap). No target and no PASS/GAP: these paths have none."""
+    rows: list[list[str]] = []
+    for g in sorted(groups, key=lambda g: g["group"]):
+        what = next((v for k, v in RELATIVE_PATHS.items() if g["group"].startswith(k)), None)
+        if what is None:
+            continue
+        for r in g["results"]:
+            cost = r["median_s"] / g["baseline_median_s"]
+            paired = (f"{1 / r['paired_ratio']:.3g}× ({1 / r['paired_q3']:.3g}–{1 / r['paired_q1']:.3g}×)"
+                      if "paired_ratio" in r else "-")
+            rows.append([g["group"], f"`{r['name']}`", _us(r["median_s"] * 1e6), f"`{g['baseline']}`",
+                         _us(g["baseline_median_s"] * 1e6), f"{cost:.3g}×", paired])
     return rows
 
 
@@ -292,6 +318,14 @@ def build(results: Path, docs: Path, *, plots: bool = True, command: str = "pyth
             md += _profile_md(f"Upsert ({prof['upsert']['batch']} points)", prof["upsert"])
     if sc is not None:
         md += scaling_section(sc, docs, plots)
+    rel = relative_rows(groups)
+    if rel:
+        md += ["## Recently added paths (cost relative to a same-run baseline)", "",
+               "No targets: each row is the candidate's cost as a multiple of its baseline (below 1: cheaper). "
+               + "; ".join(f"{what}: baseline {base}" for what, base in RELATIVE_PATHS.values())
+               + ". Paired: bench/_paired.py's alternating rounds, inverted (quartiles in brackets).", ""]
+        md += _table(["group", "candidate", "median", "baseline", "baseline median", "cost / baseline",
+                      "paired cost / baseline"], rel) + [""]
     if groups:
         md += ["## Kernel suites (pytest-benchmark, ratio = baseline median / median)", ""]
         rows = []

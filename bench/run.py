@@ -5,7 +5,9 @@ Run: python bench/run.py             (`make bench`; about 6-8 minutes on 2 cores
 
 Steps, each in a fresh interpreter so one cannot warm or pollute another:
   1. the pytest-benchmark suites (bench/bench_*.py that define tests) with --benchmark-json;
-     bench/conftest.py writes one <group>.json per baseline/candidate group;
+     bench/conftest.py writes one <group>.json per baseline/candidate group (among them the
+     recently added paths: bench_cosine_repair.py, bench_update_vectors.py, bench_detect.py's
+     detect-card-floor groups);
   2. bench/bench_overhead.py (guard vs raw qdrant-client);
   3. bench/bench_scaling.py (dimension, batch, query length, k);
   4. bench/report.py (the Markdown report and the plots).
@@ -68,6 +70,7 @@ def run_pytest_suites(suites: list[Path], results: Path, tiny: bool, log: list[d
     opts = ["-p", "no:cacheprovider", "-q", "--benchmark-only", f"--benchmark-json={results / 'pytest-benchmark.json'}"]
     if tiny:
         os.environ["QG_BENCH_PAIRED_S"] = "0.05"  # bench/_paired.py: a few short rounds
+        os.environ["QG_BENCH_TINY"] = "1"  # suites that size their data themselves (bench_update_vectors.py)
         opts += ["--benchmark-min-rounds=1", "--benchmark-max-time=0.001", "--benchmark-warmup=off",
                  "--benchmark-calibration-precision=1", "--benchmark-min-time=0"]
     if results.resolve() == (BENCH_DIR / "results").resolve():
@@ -76,7 +79,7 @@ def run_pytest_suites(suites: list[Path], results: Path, tiny: bool, log: list[d
     with tempfile.TemporaryDirectory(prefix="qg-bench-stage-") as tmp:
         stage = Path(tmp) / "bench"
         stage.mkdir()
-        for p in (BENCH_DIR / "conftest.py", BENCH_DIR / "_paired.py", *suites):
+        for p in (BENCH_DIR / "conftest.py", BENCH_DIR / "_paired.py", BENCH_DIR / "_harness.py", *suites):
             (stage / p.name).symlink_to(p.resolve())
         (stage / "results").symlink_to(results.resolve(), target_is_directory=True)
         return _step("pytest-benchmark suites",

@@ -1,7 +1,7 @@
 """CI smoke run of the benchmark programs: they run and write well-formed output (no timing checks).
 
 One tiny `bench/run.py --tiny` into a temporary directory (the real bench/results and docs/ are not
-touched); the pytest-benchmark suites are limited to the two that need no bench-only package.
+touched); the pytest-benchmark suites are limited to those that need no bench-only package.
 """
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     results, docs = tmp / "results", tmp / "docs"
     proc = subprocess.run(
         [sys.executable, str(BENCH / "run.py"), "--tiny", "--results", str(results), "--docs", str(docs),
-         "--suite", str(BENCH / "bench_scan.py"), "--suite", str(BENCH / "bench_noise.py")],
+         "--suite", str(BENCH / "bench_scan.py"), "--suite", str(BENCH / "bench_noise.py"),
+         "--suite", str(BENCH / "bench_cosine_repair.py"), "--suite", str(BENCH / "bench_update_vectors.py")],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     return {"proc": proc, "results": results, "docs": docs}
@@ -85,6 +86,8 @@ def test_scaling_json_is_well_formed(run: dict[str, Any]) -> None:
 def test_pytest_suites_wrote_their_groups(run: dict[str, Any]) -> None:
     groups = {json.loads(p.read_text()).get("group") for p in run["results"].glob("*.json")}
     assert {"scan-500-tokens", "scan-1MiB", "noise-384"} <= groups
+    # The recently added paths (tiny sizes under run.py --tiny), each with its same-run baseline.
+    assert {"cosine-repair-1x384", "cosine-repair-256x2", "cosine-repair-1x2-moved", "update-vectors-40x384"} <= groups
     pb = json.loads((run["results"] / "pytest-benchmark.json").read_text())
     assert pb["benchmarks"]
 
@@ -93,7 +96,7 @@ def test_report_has_machine_targets_and_plots(run: dict[str, Any]) -> None:
     md = (run["docs"] / "benchmarks.md").read_text()
     for heading in ("## Machine", "## Targets", "## Read overhead", "## Upsert overhead",
                     "## Intent classifier (built-in)", "## Where the guard's time goes", "## Scaling",
-                    "## Kernel suites"):
+                    "## Kernel suites", "## Recently added paths"):
         assert heading in md
     target_rows = [line for line in md.splitlines() if "| PASS |" in line or "| GAP |" in line]
     assert len(target_rows) >= 2  # the upsert target and at least one kernel-suite target
