@@ -20,6 +20,10 @@ updates all N points' vectors to the same seeded new vectors.
 
 Ratio printed by bench/conftest.py = baseline median / candidate median (below 1: the guarded
 call costs 1 / ratio times the raw one).
+
+``python bench/bench_update_vectors.py [--rounds 7]`` (not run by run.py) times the same five calls in
+interleaved rounds and prints the median CPU time (``time.process_time``) next to the wall time of
+each: on a VM whose other jobs take the cores, wall time mostly measures the wait for a core.
 """
 from __future__ import annotations
 
@@ -35,6 +39,10 @@ import _harness as H  # noqa: E402  (first: it pins BLAS threads before numpy lo
 from _harness import RawClient, models  # noqa: E402
 from _paired import paired_ratio  # noqa: E402
 from qdrant_guard.overhead import Replay  # noqa: E402
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
 
 TINY = os.environ.get("QG_BENCH_TINY") == "1"
 N = 40 if TINY else 1_000
@@ -137,3 +145,36 @@ def test_raw_guard_ops_one_update_for_information(benchmark, bed):
     ops = merged_update(bed["ops"])
     benchmark.pedantic(lambda: RawClient.batch_update_points(bed["bed"].owner, bed["guard"], update_operations=ops),
                        rounds=INFO_ROUNDS, warmup_rounds=1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="update_vectors: CPU and wall time, interleaved rounds")
+    ap.add_argument("--rounds", type=int, default=7)
+    a = ap.parse_args(argv)
+    fixture = bed.__wrapped__()  # the pytest fixture's generator, driven by hand
+    s = next(fixture)
+    owner, name = s["bed"].owner, s["guard"]
+    fns = {"raw update_vectors (baseline)": _raw(s), "guarded update_vectors": _guarded(s),
+           "guard-only (final request replayed)": s["replay"].run,
+           "raw batch_update_points of the guard's ops": lambda: RawClient.batch_update_points(
+               owner, name, update_operations=s["ops"]),
+           "the same, one merged UpdateVectors": lambda: RawClient.batch_update_points(
+               owner, name, update_operations=merged_update(s["ops"]))}
+    cpu: dict[str, list[float]] = {k: [] for k in fns}
+    wall: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(a.rounds):
+        for k, fn in fns.items():
+            t, c = time.perf_counter(), time.process_time()
+            fn()
+            cpu[k].append(time.process_time() - c)
+            wall[k].append(time.perf_counter() - t)
+    base = statistics.median(cpu["raw update_vectors (baseline)"])
+    print(f"{N} points x {DIM}-d, {a.rounds} interleaved rounds, medians:")
+    for k in fns:
+        c = statistics.median(cpu[k])
+        print(f"  {k:45s} cpu {c * 1e3:8.1f} ms ({c / base:5.2f}x raw)  wall {statistics.median(wall[k]) * 1e3:8.1f} ms")
+    s["bed"].close()
+
+
+if __name__ == "__main__":
+    main()
