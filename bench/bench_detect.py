@@ -196,10 +196,24 @@ def test_card_floor_python(benchmark, label):
                                              budget_s=min(2.0, float(os.environ.get("QG_BENCH_PAIRED_S", "6")))))
 
 
-def test_card_floor_python_without_card_floor_for_information(benchmark, monkeypatch):
-    monkeypatch.setattr(_detect_py, "_card_floor", lambda text, i: [])
+def _spans_without_card_floor(text: str) -> list:
+    # find_spans reads the module's _card_floor at each call: swapped for the call only.
+    saved = _detect_py._card_floor
+    _detect_py._card_floor = lambda text, i: []
+    try:
+        return _detect_py.find_spans(text)
+    finally:
+        _detect_py._card_floor = saved
+
+
+def test_card_floor_python_without_card_floor_for_information(benchmark):
     benchmark.group = "detect-card-floor-3.4KB-python"
-    benchmark(_detect_py.find_spans, GLUED)
+    benchmark(_spans_without_card_floor, GLUED)
+    # The twin's card_floor share on the glued text: without / with, in alternating rounds (stored
+    # in the results only: conftest prints paired_* figures against the group's baseline).
+    share = paired_ratio(lambda: _spans_without_card_floor(GLUED), lambda: _detect_py.find_spans(GLUED),
+                         budget_s=min(2.0, float(os.environ.get("QG_BENCH_PAIRED_S", "6"))))
+    benchmark.extra_info.update({f"without_over_with_{k}": v for k, v in share.items()})
 
 
 def _line_spans(text: str) -> list[tuple[int, int]]:
