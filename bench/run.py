@@ -79,7 +79,7 @@ def run_pytest_suites(suites: list[Path], results: Path, tiny: bool, log: list[d
     with tempfile.TemporaryDirectory(prefix="qg-bench-stage-") as tmp:
         stage = Path(tmp) / "bench"
         stage.mkdir()
-        for p in (BENCH_DIR / "conftest.py", BENCH_DIR / "_paired.py", BENCH_DIR / "_harness.py", *suites):
+        for p in (BENCH_DIR / "conftest.py", BENCH_DIR / "_paired.py", *suites):
             (stage / p.name).symlink_to(p.resolve())
         (stage / "results").symlink_to(results.resolve(), target_is_directory=True)
         return _step("pytest-benchmark suites",
