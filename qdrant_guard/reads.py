@@ -191,6 +191,16 @@ def _user_selector(selector: Any, method: str) -> Any:
     return _REST_READ_REQUESTS.get(method, _REST_READ_REQUESTS["query_points"])(selector).with_payload
 
 
+def asks_vectors(value: Any) -> bool:
+    """Whether Qdrant returns vectors for ``with_vectors=value``: for anything but None and False.
+
+    Not ``bool(value)``: local mode tests ``is False`` and iterates anything else as vector names,
+    and a client validates a list subclass into a plain list, so a sequence that is falsy in Python
+    but names vectors (``np.array([""])``, a list subclass whose ``__bool__`` says False) got stored
+    vectors back unstripped and uncharged."""
+    return value is not None and not (isinstance(value, (bool, np.bool_)) and not value)
+
+
 def _given_count(value: Any) -> bool:
     """Whether a ``limit``/``group_size`` may be widened for over-fetching: None (Qdrant's default)
     or a positive count. Zero or a negative one goes to Qdrant as given, which refuses it (read as
@@ -211,7 +221,7 @@ class ReadOps(PayloadOps, QueryChecks):
         new = dict(args)
         div = pol.diversity
         needs_source = div.enabled and (diversify or div.max_source_coverage is not None)
-        plan.strip_vectors = bool(plan.user_with_vectors) and not pol.raw_allowed(self.boundary())
+        plan.strip_vectors = asks_vectors(plan.user_with_vectors) and not pol.raw_allowed(self.boundary())
         if limit_key is not None and diversify and div.enabled and _given_count(args.get(limit_key)):
             limit = int(args.get(limit_key) or 10)
             offset = int(args.get("offset") or 0)
@@ -1214,7 +1224,7 @@ class ReadOps(PayloadOps, QueryChecks):
         """Refuse ``with_lookup`` into a collection whose points or vectors a budget counts."""
         other = sent_name(lookup if isinstance(lookup, str) else lookup.collection)
         pol = self.policy(other)
-        with_vectors = not isinstance(lookup, str) and bool(lookup.with_vectors)
+        with_vectors = not isinstance(lookup, str) and asks_vectors(lookup.with_vectors)
         if pol.is_public or not (_source_budgeted(pol) or (with_vectors and _vector_budgeted_policy(pol))):
             return
         # Qdrant attaches the looked-up records itself: they would reach the caller without
@@ -1346,7 +1356,7 @@ def _source_budgeted(pol: CollectionPolicy) -> bool:
 
 def _vector_budgeted(pol: CollectionPolicy, plan: ReadPlan) -> bool:
     """Whether a read under ``plan`` draws on the PROPRIETARY vector (distillation) budget."""
-    return _vector_budgeted_policy(pol) and bool(plan.user_with_vectors)
+    return _vector_budgeted_policy(pol) and asks_vectors(plan.user_with_vectors)
 
 
 def _vector_budgeted_policy(pol: CollectionPolicy) -> bool:

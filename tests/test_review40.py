@@ -1,0 +1,75 @@
+"""Review 40: the read path, adversarially. Each test reproduces a finding on real local-mode
+Qdrant with real policies and credentials, and fails on the code before its fix."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from qdrant_client import QdrantClient as Raw
+
+from tests.guardkit import hr_shared, make_kit, models, snapshot, unit
+
+
+@pytest.fixture()
+def kit(tmp_path):
+    return make_kit(tmp_path)
+
+
+class _FalsyNames(list):
+    """Vector names that say False to bool() (a list subclass; qdrant-client sends its items)."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+_FALSY_SELECTORS = [pytest.param(lambda: np.array([""]), id="ndarray"),
+                    pytest.param(lambda: _FalsyNames([""]), id="falsy-list")]
+
+
+def _reads(bob, q, wv):
+    return {
+        "query_points": lambda: bob.query_points("hr", query=q, with_vectors=wv, limit=5).points,
+        "scroll": lambda: bob.scroll("hr", with_vectors=wv)[0],
+        "retrieve": lambda: bob.retrieve("hr", [1, 2], with_vectors=wv),
+        "query_points_groups": lambda: [h for g in bob.query_points_groups(
+            "hr", query=q, group_by="source", with_vectors=wv).groups for h in g.hits],
+        "query_batch_points": lambda: bob.query_batch_points(
+            "hr", [models.QueryRequest.model_construct(query=q, with_vector=wv, limit=5)])[0].points,
+    }
+
+
+@pytest.mark.parametrize("selector", _FALSY_SELECTORS)
+@pytest.mark.parametrize("method", ["query_points", "scroll", "retrieve", "query_points_groups", "query_batch_points"])
+def test_a_falsy_vector_selector_does_not_release_raw_vectors(kit, selector, method):
+    # with_vectors=np.array([""]) is falsy in Python but names the unnamed vector; local mode tests
+    # `is False` and a client sends the list's items. The guard read bool(with_vectors), skipped
+    # vector release, and bob got a raw vector stored around the guard (old code).
+    owner = hr_shared(kit, "hr", {"enabled": False})
+    rng = np.random.default_rng(0)
+    Raw.upsert(owner, "hr", [models.PointStruct(id=1, vector=unit(rng), payload={"source": "s"})])  # no receipt
+    owner.upsert("hr", [models.PointStruct(id=2, vector=unit(rng), payload={"source": "s"})])  # noised
+    stored = {pid: vec for pid, _, vec in snapshot(owner, "hr")}
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    points = {p.id: p for p in _reads(bob, unit(rng), selector())[method]()}
+    assert set(points) == {1, 2}
+    assert points[1].vector in (None, {})  # the raw one: stripped
+    kept = points[2].vector
+    kept = kept[""] if isinstance(kept, dict) else kept
+    assert np.allclose(kept, stored[2])  # the receipted one: released
+
+
+@pytest.mark.parametrize("selector", _FALSY_SELECTORS)
+def test_a_falsy_vector_selector_is_charged_to_the_vector_budget(kit, selector):
+    # The distillation budget of a PROPRIETARY collection was skipped the same way: bob read every
+    # stored vector past max_vectors = 2 (old code: 6).
+    from tests.guardkit import QdrantClient, create
+
+    pol = {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+           "diversity": {"max_vectors": 2, "max_source_fraction": 1.0, "min_unique_sources": 1}}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "hr")
+    rng = np.random.default_rng(1)
+    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": f"s{i}"}) for i in range(6)])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    got = bob.scroll("hr", limit=10, with_vectors=selector())[0]
+    assert len(got) == 6
+    assert sum(p.vector not in (None, {}) for p in got) == 2
