@@ -504,6 +504,16 @@ class QueryChecks(TextOps):
             if shown is None:
                 shown = keys[key] = self._screen_one_key(op, name, pol, key, key_at, _kind(cond), pii_ok, allowed,
                                                          outside=isinstance(cond, _OUTSIDE))
+            if kept and path_head(key) == pol.text_field and _reads_value(cond):
+                raise self.refuse(self.decision(
+                    op, name, pol, Verdict.REFUSED_CROSS_BOUNDARY,
+                    f"{key_at} ({_kind(cond)} on key {shown!r}) reads the value of the text field "
+                    f"{pol.text_field!r}, whose stored text keeps personal data for the owner boundary "
+                    f"{pol.owner!r} (keep_payload_text_in_boundary); other boundaries get it redacted, and a "
+                    "range, an order (order_value) or a formula score on it would return what the redaction "
+                    "hides. Use other fields, or read from the owner boundary",
+                    details={"filter": key_at, "key": shown, "condition": _kind(cond)},
+                ))
             if not isinstance(cond, models.FieldCondition):
                 continue
             where = key_at.removesuffix(".key")
@@ -1017,6 +1027,24 @@ def _iter_names(node: Any, names: Any, where: str) -> Iterator[tuple[str, str, A
 # What names a key given outside a filter (FieldNames and the models it may hold, an OrderByQuery's order).
 _OUTSIDE = (FieldNames, models.OrderBy, models.OrderByQuery, models.PayloadSelectorInclude,
             models.PayloadSelectorExclude)
+
+
+# What names a key without reading its value back: presence tests, a nested condition's path
+# (its own conditions are screened by their keys), payload selectors (the payload is redacted).
+_NAMES_ONLY = (models.IsEmptyCondition, models.IsNullCondition, models.NestedCondition, models.HasVectorCondition,
+               models.PayloadSelectorInclude, models.PayloadSelectorExclude)
+
+
+def _reads_value(node: Any) -> bool:
+    """Whether what named a key reads back its value some other way than a match (which
+    :meth:`QueryChecks.screen_filters` refuses on its own): a range condition (a binary search), an
+    order (each point's ``order_value``), a formula (its score). Matches, payload selectors,
+    ``group_by`` and presence tests are not."""
+    if isinstance(node, models.FieldCondition):
+        return node.range is not None
+    if isinstance(node, FieldNames):
+        return node.kind == "order_by"
+    return isinstance(node, BaseModel) and not isinstance(node, _NAMES_ONLY)
 
 
 def _kind(node: Any) -> str:

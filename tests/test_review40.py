@@ -73,3 +73,63 @@ def test_a_falsy_vector_selector_is_charged_to_the_vector_budget(kit, selector):
     got = bob.scroll("hr", limit=10, with_vectors=selector())[0]
     assert len(got) == 6
     assert sum(p.vector not in (None, {}) for p in got) == 2
+
+
+def _kept_text(kit):
+    """alice@hr's client on ``hr`` (keep_payload_text_in_boundary) holding a card number stored as a
+    JSON number around the guard, which reads redact for other boundaries, and bob@support's view."""
+    from tests.guardkit import QdrantClient, create
+
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "writers": ["support"], "intent": {"enabled": False},
+           "raw_in_boundary": True, "text_field": "text", "keep_payload_text_in_boundary": True,
+           "diversity": {"enabled": False}}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "hr")
+    rng = np.random.default_rng(0)
+    Raw.upsert(owner, "hr", [models.PointStruct(id=1, vector=unit(rng), payload={"text": 4111111111111111, "n": 5})])
+    return owner, owner.with_principal(kit.principal("bob", "support"))
+
+
+CARD = 4111111111111111
+_TEXT_READERS = {
+    "scroll_order_by": lambda c: [p.order_value for p in c.scroll("hr", order_by="text")[0]],
+    "scroll_order_by_model": lambda c: [p.order_value for p in c.scroll("hr", order_by=models.OrderBy(key="text"))[0]],
+    "order_by_query": lambda c: [p.order_value for p in c.query_points("hr", query=models.OrderByQuery(order_by="text")).points],
+    "order_by_prefetch": lambda c: [p.id for p in c.query_points(
+        "hr", prefetch=[models.Prefetch(query=models.OrderByQuery(order_by="text"), limit=5),
+                        models.Prefetch(query=[1.0] * 16, limit=5)],
+        query=models.FusionQuery(fusion=models.Fusion.RRF)).points],
+    "range_scroll": lambda c: [p.id for p in c.scroll("hr", scroll_filter=models.Filter(must=[models.FieldCondition(
+        key="text", range=models.Range(gte=CARD - 1, lte=CARD + 1))]))[0]],
+    "range_count": lambda c: [c.count("hr", count_filter=models.Filter(must=[models.FieldCondition(
+        key="text", range=models.Range(gte=CARD - 1, lte=CARD + 1))])).count],
+    "formula": lambda c: [int(p.score) for p in c.query_points(
+        "hr", prefetch=models.Prefetch(query=[1.0] * 16, limit=5),
+        query=models.FormulaQuery(formula=models.SumExpression(sum=["text"]))).points],
+    "write_range": lambda c: [c.set_payload("hr", {"tag": "x"}, points=models.Filter(must=[models.FieldCondition(
+        key="text", range=models.Range(gte=CARD - 1, lte=CARD + 1))]))],
+}
+
+
+@pytest.mark.parametrize("how", sorted(_TEXT_READERS))
+def test_the_kept_text_field_is_not_read_back_by_order_range_or_formula(kit, how):
+    # Reads give bob the text field redacted ("[CREDIT_CARD]") and refuse a match on it, but a scroll
+    # ordered by it returned order_value 4111111111111111, a range filter binary-searched it and a
+    # formula scored it (old code: each returned the number, or the point it brackets).
+    from qdrant_guard.errors import GuardRefusal
+
+    owner, bob = _kept_text(kit)
+    assert bob.scroll("hr")[0][0].payload["text"] == "[CREDIT_CARD]"
+    with pytest.raises(GuardRefusal, match="REFUSED_CROSS_BOUNDARY"):
+        _TEXT_READERS[how](bob)
+    if how != "write_range":
+        got = _TEXT_READERS[how](owner)  # the owner boundary still may (a formula scores in float32)
+        assert got and all(v == 1 or abs(v - CARD) < 1e9 for v in got)
+
+
+def test_other_fields_and_presence_tests_on_the_kept_text_field_still_pass(kit):
+    owner, bob = _kept_text(kit)
+    assert [p.order_value for p in bob.scroll("hr", order_by="n")[0]] == [5]
+    empty = models.Filter(must_not=[models.IsEmptyCondition(is_empty=models.PayloadField(key="text"))])
+    assert bob.count("hr", count_filter=empty).count == 1
+    assert [g.id for g in bob.query_points_groups("hr", query=[1.0] * 16, group_by="text").groups] == ["[CREDIT_CARD]"]
