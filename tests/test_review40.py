@@ -133,3 +133,28 @@ def test_other_fields_and_presence_tests_on_the_kept_text_field_still_pass(kit):
     empty = models.Filter(must_not=[models.IsEmptyCondition(is_empty=models.PayloadField(key="text"))])
     assert bob.count("hr", count_filter=empty).count == 1
     assert [g.id for g in bob.query_points_groups("hr", query=[1.0] * 16, group_by="text").groups] == ["[CREDIT_CARD]"]
+
+
+@pytest.mark.parametrize("noise_queries", [False, True])
+def test_scores_rebuild_proprietary_vectors_the_vector_budget_does_not_count(kit, noise_queries):
+    # Left as documented (docs/threat-model.md, "What the budget cannot see"): max_vectors counts
+    # vectors returned, not scores. 16 basis-vector queries rebuild all 6 stored vectors exactly;
+    # noise_queries noises them. A fix that charges scores must change this test and that text.
+    from tests.guardkit import QdrantClient, create
+
+    pol = {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+           "noise_queries": noise_queries,
+           "diversity": {"max_vectors": 2, "max_source_fraction": 1.0, "min_unique_sources": 1}}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "hr")
+    rng = np.random.default_rng(1)
+    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": f"s{i}"}) for i in range(6)])
+    stored = {pid: np.asarray(v) / np.linalg.norm(v) for pid, _, v in snapshot(owner, "hr")}
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    rebuilt = {i: np.zeros(16) for i in range(6)}
+    for d in range(16):
+        for p in bob.query_points("hr", query=np.eye(16)[d].tolist(), limit=6).points:
+            rebuilt[p.id][d] = p.score
+    error = max(np.abs(rebuilt[i] - stored[i]).max() for i in range(6))
+    assert (error > 0.01) if noise_queries else (error < 1e-6)
+    assert sum(p.vector is not None for p in bob.scroll("hr", with_vectors=True)[0]) == 2
