@@ -158,3 +158,40 @@ def test_scores_rebuild_proprietary_vectors_the_vector_budget_does_not_count(kit
     error = max(np.abs(rebuilt[i] - stored[i]).max() for i in range(6))
     assert (error > 0.01) if noise_queries else (error < 1e-6)
     assert sum(p.vector is not None for p in bob.scroll("hr", with_vectors=True)[0]) == 2
+
+
+class _HidingList(list):
+    """A list whose iteration shows only its first item; pydantic serialises every item."""
+
+    def __iter__(self):
+        return iter(list.__getitem__(self, slice(0, 1)))
+
+
+@pytest.mark.parametrize("method", ["count", "facet", "search_matrix_pairs"])
+def test_a_filter_hiding_a_condition_from_iteration_is_refused_by_the_budget_oracle(kit, method):
+    # On a budgeted collection bob's count/facet/search_matrix filters may only name sources. A
+    # model_construct()ed filter whose must list iterates as [source condition] passed that check,
+    # while qdrant-client sends every item: a server counted the salary range too (old code: allowed).
+    from qdrant_guard.errors import GuardRefusal
+    from tests.guardkit import PAYROLL_DIVERSITY
+
+    owner = hr_shared(kit, "hr", PAYROLL_DIVERSITY)
+    rng = np.random.default_rng(0)
+    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "payroll", "salary": i})
+                        for i in range(10)])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    named = models.FieldCondition(key="source", match=models.MatchValue(value="payroll"))
+    salary = models.FieldCondition(key="salary", range=models.Range(gte=5))
+    hidden = models.Filter.model_construct(must=_HidingList([named, salary]))
+    assert '"salary"' in models.CountRequest(filter=hidden).model_dump_json()  # what a server is sent
+    key = {"count": "count_filter", "facet": "facet_filter"}.get(method, "query_filter")
+    extra = {"key": "source"} if method == "facet" else {}
+    with pytest.raises(GuardRefusal, match="REFUSED_CROSS_BOUNDARY"):
+        getattr(bob, method)("hr", **{key: hidden}, **extra)
+    plain = models.Filter(must=[named], should=[models.Filter(must=[named])],
+                          min_should=models.MinShould(conditions=[named], min_count=1))
+    if method == "count":
+        assert bob.count("hr", count_filter=plain).count == 10
+        assert bob.count("hr", count_filter=models.Filter.model_construct(must=_HidingList([named]))).count == 10
+    else:
+        getattr(bob, method)("hr", **{key: plain}, **extra)  # a filter naming only sources still passes
