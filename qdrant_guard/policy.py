@@ -296,7 +296,8 @@ class QueryRules(_Strict):
     of a credential (``auth_provider``, ``token_issuer``, ``key_region``) is no credential. Partial values
     (``MatchPrefix("123-45-")``) are not personal data to the detector and pass; so, unless this is
     ``allow``, with ``keep_payload_text_in_boundary`` a boundary other than the owner may not match
-    on the ``text_field`` at all (REFUSED_CROSS_BOUNDARY): it gets that text redacted."""
+    on the ``text_field`` at all, nor range over it, order by it or name it in a formula, each of
+    which reads its value back (REFUSED_CROSS_BOUNDARY): it gets that text redacted."""
 
     @field_validator("max_model_tokens", mode="before")
     @classmethod
