@@ -234,7 +234,8 @@ def _async_upload_method(name: str, original: Callable[..., Any], base: type) ->
         lock = self._alock if self._guard is not None else None
         if lock is None:  # no policy, or a server connection (the server orders the requests)
             return plain(self, *args, **kwargs)
-        lock.acquire_plain(functools.partial(_inside_another_operation, name))
+        lock.acquire_plain(functools.partial(_inside_another_operation, name),
+                           reentry=functools.partial(_inside_own_operation, name))
         try:
             return plain(self, *args, **kwargs)
         finally:
@@ -256,6 +257,19 @@ def _inside_another_operation(name: str) -> QdrantGuardError:
         "Nothing was sent. Await the other call first, use `await client.upsert(...)`, which waits its turn, or "
         "call the upload from a thread without an event loop (`await asyncio.to_thread(client.upload_points, "
         "...)`), where it waits for the lock")
+
+
+def _inside_own_operation(name: str) -> QdrantGuardError:
+    """The refusal of a plain upload from a thread without a loop that a guarded operation holding
+    the client's lock started (its embedder or classifier, in a call nested in another's Qdrant
+    request: the nested call's Offload releases only its own hold): that operation's task awaits
+    the thread, so waiting for the lock would wait for good."""
+    return QdrantGuardError(
+        f"{name}() was called from a thread started by a guarded call of this local-mode client that still holds "
+        "the client (an embedder or classifier of a guarded call nested in another's Qdrant request); that call "
+        "waits for this thread, so the upload would wait for it for good. Nothing was sent. Make the upload "
+        "after that call returns (return the points from the embedder's caller and upload them then), or use "
+        "a client without that nesting")
 
 
 def _completing_invoke(client: Any, base: type) -> Callable[[Call], Any]:

@@ -6,17 +6,35 @@ once (two threads, each running its own loop) needs the same, but a loop must ne
 a task that finds the lock held queues a future on its own loop, and the releaser hands the lock
 over and resolves that future on the waiter's loop (``call_soon_threadsafe``). Only ``_mu``, held
 for a few statements and never across an await, is ever waited on by blocking.
+
+A task whose loop is closed never runs again: a lock it holds, or was handed, is passed on by the
+next acquire, and by each waiter every ``_RECHECK_S`` (no event marks a loop's close).
 """
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections import deque
 from typing import Any, Callable
 
 
+# How often a waiter checks whether the holder's loop (or the loop of the task it was handed to)
+# was closed: only then can the lock be passed on without it.
+_RECHECK_S = 0.5
+
+# The (lock, holder) pairs the task whose context this is holds: a thread started from it (as
+# asyncio.to_thread copies the context) that waits for one of them waits for its own holder.
+_HELD: contextvars.ContextVar[tuple[tuple["TaskLock", object], ...]] = contextvars.ContextVar(
+    "qdrant_guard_task_locks", default=())
+
+
+# The owner while a reclaimed lock is being passed on: no second reclaim passes it on too.
+_PASSING = object()
+
+
 class _Waiter:
-    __slots__ = ("owner", "loop", "fut", "event", "granted")
+    __slots__ = ("owner", "loop", "fut", "event", "granted", "timer")
 
     def __init__(self, owner: object, loop: asyncio.AbstractEventLoop | None) -> None:
         self.owner = owner
@@ -24,6 +42,7 @@ class _Waiter:
         self.fut: asyncio.Future[None] | None = loop.create_future() if loop is not None else None
         self.event = threading.Event() if loop is None else None
         self.granted = False
+        self.timer: asyncio.TimerHandle | None = None
 
 
 def _resolve(fut: "asyncio.Future[None]") -> None:
@@ -65,22 +84,40 @@ class TaskLock:
         with self._mu:
             if self._owner is None:
                 self._owner, self._depth = me, 1
+                _HELD.set(_HELD.get() + ((self, me),))
                 return
-            waiter = _Waiter(me, asyncio.get_running_loop())
+            loop = asyncio.get_running_loop()
+            waiter = _Waiter(me, loop)
             self._waiters.append(waiter)
+        waiter.timer = loop.call_later(_RECHECK_S, self._recheck, waiter)
         try:
             await waiter.fut  # type: ignore[misc]
         except BaseException:
             self._leave(waiter)
             raise
+        finally:
+            waiter.timer.cancel()
         with self._mu:
             if self._handed is waiter:
                 self._handed = None
+        _HELD.set(_HELD.get() + ((self, me),))
 
-    def acquire_plain(self, refusal: Callable[[], BaseException]) -> None:
+    def _recheck(self, waiter: _Waiter) -> None:
+        """On a waiter's loop: pass on a lock left with a task whose loop was closed, again later."""
+        if waiter.granted:
+            return
+        self._reclaim()
+        if not waiter.granted:
+            waiter.timer = waiter.loop.call_later(_RECHECK_S, self._recheck, waiter)  # type: ignore[union-attr]
+
+    def acquire_plain(self, refusal: Callable[[], BaseException],
+                      reentry: Callable[[], BaseException] | None = None) -> None:
         """Take the lock from plain (non-async) code. A thread running an event loop cannot wait
         for it (the holder, or the waiter it would be handed to, may need this loop): it raises
-        ``refusal()`` when another holds it. A thread without a loop waits, as for an RLock."""
+        ``refusal()`` when another holds it. A thread without a loop waits, as for an RLock, but
+        for one started from the holder's own context (``asyncio.to_thread`` in a guarded call
+        nested in the holder's, whose task awaits the thread): it raises ``reentry()`` (default
+        ``refusal()``) instead of waiting for good."""
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -96,10 +133,13 @@ class TaskLock:
                 return
             if loop is not None:
                 raise refusal()
+            if any(lock is self and holder is self._owner for lock, holder in _HELD.get()):
+                raise (reentry or refusal)()
             waiter = _Waiter(me, None)
             self._waiters.append(waiter)
         try:
-            waiter.event.wait()  # type: ignore[union-attr]
+            while not waiter.event.wait(_RECHECK_S):  # type: ignore[union-attr]
+                self._reclaim()
         except BaseException:  # KeyboardInterrupt, or what a signal handler raises
             self._leave(waiter)
             raise
@@ -116,21 +156,25 @@ class TaskLock:
             self._hand_on()
 
     def _reclaim(self) -> None:
-        """Pass on a lock handed to a task whose loop was closed before it could resume (its loop
-        was stopped, not closed, at the hand-over): that task never runs to take it or pass it on."""
-        handed = self._handed
-        if handed is None or not handed.loop.is_closed():  # type: ignore[union-attr]
+        """Pass on a lock held by, or handed to, a task whose loop was closed (stopped, not closed,
+        at the hand-over, or while the task held it): that task never runs again to release it."""
+        handed, owner = self._handed, self._owner
+        if not ((handed is not None and handed.loop.is_closed())  # type: ignore[union-attr]
+                or (isinstance(owner, asyncio.Task) and owner.get_loop().is_closed())):
             return
         with self._mu:
-            if self._handed is not handed:
+            if self._owner is not owner or self._handed is not handed:
                 return
-            self._handed = None
+            self._owner, self._handed = _PASSING, None
         self._hand_on()
 
     def release(self) -> None:
         if self._depth > 1:
             self._depth -= 1
             return
+        held = _HELD.get()
+        if held:
+            _HELD.set(tuple(pair for pair in held if pair[0] is not self))
         self._hand_on()
 
     def _hand_on(self) -> None:
