@@ -17,6 +17,7 @@ from . import noise as _noise
 from .decision import Decision, Verdict
 from .errors import (AuditError, ConfigError, GuardArgumentTypeError, GuardArgumentValueError, GuardRefusal,
                      InvalidVectorError, QdrantGuardError, ReceiptError, UnsupportedWriteError)
+from .filterpaths import unevaluable_reason
 from .payloadops import _quotable, _quote, _selector_ids
 from .pipeline import Call, Op, mark_audited
 from .policy import CollectionPolicy, toml_str
@@ -387,8 +388,11 @@ class WriteOps(TextOps):
         screened = []
         for i, op in enumerate(args["update_operations"]):
             found: dict[str, Any] = {}
-            self.screen_filters(method, name, pol,  # type: ignore[attr-defined]
-                                operation_filter_roots(op, f"update_operations[{i}]"), found)
+            roots = list(operation_filter_roots(op, f"update_operations[{i}]"))
+            self.screen_filters(method, name, pol, roots, found)  # type: ignore[attr-defined]
+            unsendable = unevaluable_reason(roots)
+            if unsendable is not None:
+                raise self.unsupported_write(method, name, pol, f"{method}: {unsendable}. Nothing was written")
             screened.append(found)
         run: dict[str, Any] = {}
         for op, filters in zip(args["update_operations"], screened):
