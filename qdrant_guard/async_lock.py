@@ -174,7 +174,8 @@ class TaskLock:
             return
         held = _HELD.get()
         if held:
-            _HELD.set(tuple(pair for pair in held if pair[0] is not self))
+            _HELD.set(() if len(held) == 1 and held[0][0] is self
+                      else tuple(pair for pair in held if pair[0] is not self))
         self._hand_on()
 
     def _hand_on(self) -> None:
