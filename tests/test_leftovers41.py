@@ -287,7 +287,6 @@ def test_a_thread_started_by_a_task_not_holding_the_lock_still_waits():
     ended (or at its top-level Offload, where the lock is released) waits its turn as before."""
     lock = TaskLock()
     outcome: list[str] = []
-    let_go, holder = _hold_on_loop(lock)
 
     def plain() -> None:
         lock.acquire_plain(lambda: QdrantGuardError("on a loop"),
@@ -296,15 +295,18 @@ def test_a_thread_started_by_a_task_not_holding_the_lock_still_waits():
         lock.release()
 
     async def main() -> None:
-        await asyncio.to_thread(let_go.set)
         await lock.acquire()
         lock.release()  # this task's call ended: its context no longer holds the lock
+        let_go, holder = await asyncio.to_thread(_hold_on_loop, lock)  # another loop's task holds it
         t = threading.Thread(target=contextvars.copy_context().run, args=(plain,), daemon=True)
         t.start()
+        assert await asyncio.to_thread(_wait, lambda: len(lock._waiters) == 1)
+        assert outcome == []  # it waits, for the other holder
+        let_go.set()
         await asyncio.to_thread(t.join, HANG_S)
+        await asyncio.to_thread(holder.join, HANG_S)
 
     asyncio.run(main())
-    holder.join(HANG_S)
     assert outcome == ["took it"] and lock.owner is None
 
 
