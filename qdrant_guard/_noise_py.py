@@ -1,7 +1,8 @@
 """Pure-Python reference of the noise kernel: the specification the native twin must match.
 
 Everything here is deliberately plain. In the deterministic modes (``stream_key`` or ``row_keys``)
-the native kernel must produce bit-identical output; tests/test_noise_oracle.py checks that.
+the native kernel must produce bit-identical output; tests/test_noise.py (the twin tests, every
+SIMD level) and tests/test_fuzz_diff.py check that.
 
 Randomness: ChaCha20 (RFC 8439) keystream, read as consecutive little-endian 32-bit words. The
 block counter is 32-bit; on wrap-around it carries into the first nonce word (so a stream never
