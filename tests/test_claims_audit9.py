@@ -12,6 +12,8 @@ Wrong and corrected, pinned here:
    also for a collection that sets receipt_keys (which scope receipts only)" — such a collection
    takes records from the guard's keys and its receipt_keys only.
 4. qdrant_guard/_noise_py.py named ``tests/test_noise_oracle.py``, which does not exist.
+5. README: "12 of the 20 attack queries are also refused as INTENT_BLOCKED" through the guarded
+   client — 11 since the classifier was retrained (d68cb22; the model before it blocks 12).
 
 The rest (the worked-number table and the sampler bounds of docs/privacy.md, the README's and
 docs/eval.md's eval figures against docs/eval-report/results.json) are pinned as stated.
@@ -347,3 +349,29 @@ def test_every_test_file_the_library_and_scripts_cite_exists() -> None:
             for name in re.findall(r"tests/[A-Za-z0-9_/]+\.py", path.read_text()):
                 cited.setdefault(name, path.relative_to(ROOT).as_posix())
     assert cited and {n: p for n, p in cited.items() if not (ROOT / n).exists()} == {}
+
+
+# ------------------------------------------------------------------ README, extraction through the guard
+
+
+def test_the_attack_queries_the_guard_refuses_for_intent_are_as_many_as_the_readme_says(tmp_path: Path) -> None:
+    import extraction_scenario as sc
+    from test_retrieval_defenses import _corpus_client
+
+    from qdrant_guard import GuardRefusal
+
+    m = re.search(r"Through the guarded client with intent on, (\d+) of the (\d+) attack queries are also refused as "
+                  r"`INTENT_BLOCKED` \(`tests/test_retrieval_defenses\.py::"
+                  r"test_extraction_attack_through_the_guard_stays_under_coverage`\)", _flat("README.md"))
+    assert m is not None and int(m.group(2)) == len(sc.ATTACK_QUERIES)
+    kit = make_kit(tmp_path)
+    owner, corpus = _corpus_client(kit, diversity={"max_source_coverage": 0.25,
+                                                   "restricted_sources": [sc.RESTRICTED_SOURCE]})
+    mallory = owner.with_principal(kit.principal("mallory", "support"))
+    verdicts = []
+    for text in sc.ATTACK_QUERIES:
+        try:
+            mallory.query_points(sc.COLLECTION, query=sc.embed(text), query_text=text, limit=10)
+        except GuardRefusal as exc:
+            verdicts.append(exc.verdict)
+    assert verdicts.count("INTENT_BLOCKED") == int(m.group(1))
