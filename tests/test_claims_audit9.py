@@ -14,6 +14,8 @@ Wrong and corrected, pinned here:
 4. qdrant_guard/_noise_py.py named ``tests/test_noise_oracle.py``, which does not exist.
 5. README: "12 of the 20 attack queries are also refused as INTENT_BLOCKED" through the guarded
    client — 11 since the classifier was retrained (d68cb22; the model before it blocks 12).
+6. docs/intent.md's API example showed the old model's cue order in its reasoning comment (claims
+   audit 8 fixed the same example further down the page).
 
 The rest (the worked-number table and the sampler bounds of docs/privacy.md, the README's and
 docs/eval.md's eval figures against docs/eval-report/results.json) are pinned as stated.
@@ -375,3 +377,15 @@ def test_the_attack_queries_the_guard_refuses_for_intent_are_as_many_as_the_read
         except GuardRefusal as exc:
             verdicts.append(exc.verdict)
     assert verdicts.count("INTENT_BLOCKED") == int(m.group(1))
+
+
+def test_the_api_example_of_docs_intent_shows_what_the_model_says() -> None:
+    from qdrant_guard.intent import load_classifier
+
+    m = re.search(r"res = clf\.classify\(\"([^\"]+)\"\)\nres\.label, res\.confidence, res\.reasoning  # '(\w+)', "
+                  r"([\d.]+)…, \"(\w+ \([\d.]+)…\): ([^…]+)…\"", (ROOT / "docs/intent.md").read_text())
+    assert m is not None
+    query, label, confidence, head, cues = m.groups()
+    res = load_classifier("builtin").classify(query)
+    assert res.label == label and f"{res.confidence:.3f}".startswith(confidence)
+    assert res.reasoning.startswith(head) and res.reasoning[len(head):].split(": ", 1)[1].startswith(cues)
