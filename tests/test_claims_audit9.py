@@ -16,6 +16,10 @@ Wrong and corrected, pinned here:
    client — 11 since the classifier was retrained (d68cb22; the model before it blocks 12).
 6. docs/intent.md's API example showed the old model's cue order in its reasoning comment (claims
    audit 8 fixed the same example further down the page).
+7. README's first list said the noise is drawn "on a CSPRNG (AES-256-CTR with AES-NI, else
+   ChaCha20, keyed by getrandom)": that is ``keyed = false``; by default the guard draws keyed
+   noise, ChaCha20 keyed by HMAC-SHA256 of its noise key and the vector (``rng_id``
+   ``chacha20-keyed-hmac-sha256-v1``), the same noise for the same vector.
 
 The rest (the worked-number table and the sampler bounds of docs/privacy.md, the README's and
 docs/eval.md's eval figures against docs/eval-report/results.json) are pinned as stated.
@@ -389,3 +393,30 @@ def test_the_api_example_of_docs_intent_shows_what_the_model_says() -> None:
     res = load_classifier("builtin").classify(query)
     assert res.label == label and f"{res.confidence:.3f}".startswith(confidence)
     assert res.reasoning.startswith(head) and res.reasoning[len(head):].split(": ", 1)[1].startswith(cues)
+
+
+@pytest.mark.parametrize("keyed", [None, False])
+def test_the_generator_the_readme_names_is_the_one_a_guarded_write_uses(tmp_path: Path, keyed) -> None:
+    from qdrant_guard import noise
+
+    readme = _flat("README.md")
+    m = re.search(r"noise in C from a stream cipher \(by default keyed: ChaCha20 keyed by HMAC-SHA256 of the guard's "
+                  r"noise key and the vector, so a vector written again gets the same noise; fresh under `keyed = "
+                  r"false`: AES-256-CTR with AES-NI, else ChaCha20, keyed by `getrandom`\)", readme)
+    assert m is not None
+    kit = make_kit(tmp_path)
+    coll = {"class": "PII", "owner": "hr", "writers": ["support"], "intent": {"enabled": False}}
+    if keyed is not None:
+        coll["noise"] = {"keyed": keyed}
+    owner = QdrantClient(":memory:", guard=kit.config({"pii": coll}), principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=16, distance=models.Distance.COSINE))
+    v = unit(np.random.default_rng(0))
+    owner.with_principal(kit.principal("bob", "support")).upsert(
+        "pii", [models.PointStruct(id=1, vector=v), models.PointStruct(id=2, vector=v)])
+    records, _ = RawClient.scroll(owner, "pii", with_payload=True, with_vectors=True)
+    rng_ids = {r.payload[RECEIPT_KEY]["vectors"][""]["params"]["rng_id"] for r in records}
+    if keyed is None:  # the default: keyed, one vector gets one noise
+        assert rng_ids == {noise.RNG_KEYED} and records[0].vector == records[1].vector
+    else:
+        assert rng_ids == {noise.RNG_PRODUCTION} and records[0].vector != records[1].vector
+        assert noise.RNG_PRODUCTION in (noise.RNG_PRODUCTION_AES, noise.RNG_PRODUCTION_CHACHA20)
