@@ -420,3 +420,22 @@ def test_the_generator_the_readme_names_is_the_one_a_guarded_write_uses(tmp_path
     else:
         assert rng_ids == {noise.RNG_PRODUCTION} and records[0].vector != records[1].vector
         assert noise.RNG_PRODUCTION in (noise.RNG_PRODUCTION_AES, noise.RNG_PRODUCTION_CHACHA20)
+
+
+def test_the_eval_figures_in_docs_eval_prose_are_the_committed_run() -> None:
+    doc = _flat("docs/eval.md")
+    default = next(lv for lv in RESULTS["levels"] if lv.get("policy_default") and lv["redaction"])
+    draws = default["utility"]["recall_ratio_draws"]
+    m = re.search(r"([\d.]+) % in the cold run of 2026-12-04, whose (\d+) draws span ([\d.]+) \.\. ([\d.]+) %", doc)
+    assert m is not None and int(m.group(2)) == len(draws)
+    assert all(_shows(m.group(i), 100 * v) for i, v in ((1, draws[0]), (3, min(draws)), (4, max(draws))))
+    off = next(lv for lv in RESULTS["levels"] if lv.get("policy_default") and not lv["redaction"])
+    m = re.search(r"\+([\d.]+) over the prior at the default noise without redaction, .*?, \+([\d.]+) even at sigma "
+                  r"([\d.]+)\. .*?recall ([\d.]+) % of clean instead of 100 % before any noise", doc)
+    assert m is not None
+    far = [lv for lv in RESULTS["levels"] if not lv["redaction"] and _shows(m.group(3), lv["scale"])]
+    assert len(far) == 1
+    clean_on = next(lv for lv in RESULTS["levels"] if lv["scale"] == 0 and lv["redaction"])
+    assert _shows(m.group(1), off["planted"]["adaptive"]["advantage"])
+    assert _shows(m.group(2), far[0]["planted"]["adaptive"]["advantage"])
+    assert _shows(m.group(4), 100 * clean_on["utility"]["recall_ratio"])
