@@ -20,6 +20,9 @@ Wrong and corrected, pinned here:
    ChaCha20, keyed by getrandom)": that is ``keyed = false``; by default the guard draws keyed
    noise, ChaCha20 keyed by HMAC-SHA256 of its noise key and the vector (``rng_id``
    ``chacha20-keyed-hmac-sha256-v1``), the same noise for the same vector.
+8. README's quick start: on PUBLIC collections "the one exception" to qdrant-client's behaviour was
+   the text screen; a lookup into another collection is checked as a read of it, and the raw
+   handles are refused on any guarded client.
 
 The rest (the worked-number table and the sampler bounds of docs/privacy.md, the README's and
 docs/eval.md's eval figures against docs/eval-report/results.json) are pinned as stated.
@@ -439,3 +442,33 @@ def test_the_eval_figures_in_docs_eval_prose_are_the_committed_run() -> None:
     assert _shows(m.group(1), off["planted"]["adaptive"]["advantage"])
     assert _shows(m.group(2), far[0]["planted"]["adaptive"]["advantage"])
     assert _shows(m.group(4), 100 * clean_on["utility"]["recall_ratio"])
+
+
+def test_on_a_public_collection_lookups_and_raw_handles_are_the_readmes_other_exceptions(tmp_path: Path) -> None:
+    from qdrant_guard import GuardRefusal
+
+    readme = _flat("README.md")
+    assert "the one exception is that secrets or PII written as text to a PUBLIC" not in readme
+    assert ("with these exceptions on PUBLIC collections: secrets or PII written as text there are refused as "
+            "`SENSITIVITY_MISMATCH` unless the policy allows redaction there, a `lookup_from`/`with_lookup` into "
+            "another collection is checked as a read of that one, and a guarded client refuses its raw handles "
+            "(`client.http`, `grpc_*`) whatever the collection") in readme
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}, "pub": {"class": "PUBLIC"}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    rng = np.random.default_rng(0)
+    for name in ("pii", "pub"):
+        owner.create_collection(name, vectors_config=models.VectorParams(size=16, distance=models.Distance.COSINE))
+        owner.upsert(name, [models.PointStruct(id=1, vector=unit(rng), payload={"g": 1})])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    assert len(bob.query_points("pub", query=1).points) == 0  # as qdrant-client: a point's own id is left out
+    with pytest.raises(GuardRefusal) as lookup:
+        bob.query_points("pub", query=1, lookup_from=models.LookupLocation(collection="pii"))
+    with pytest.raises(GuardRefusal) as grouped:
+        bob.query_points_groups("pub", query=unit(rng), group_by="g", with_lookup=models.WithLookup(collection="pii"))
+    assert lookup.value.verdict == grouped.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    for handle in ("http", "grpc_points"):
+        with pytest.raises(GuardRefusal, match="raw API handle"):
+            getattr(bob, handle)
+    # qdrant-client answers the same lookup (point 1's vector read from pii ranks pub's point 1)
+    assert len(RawClient.query_points(bob, "pub", query=1, lookup_from=models.LookupLocation(collection="pii")).points) == 1
