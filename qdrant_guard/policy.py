@@ -119,13 +119,16 @@ class NoisePolicy(_Strict):
     """How vectors of a collection are noised, and the privacy parameters of the guarantee.
 
     ``epsilon`` is the privacy loss at the protected L2 ``radius`` (metric DP): two clipped
-    embeddings closer than ``radius`` are (epsilon, delta)-indistinguishable. It is *not* a
-    worst-case guarantee over arbitrary texts (see docs/privacy.md for the worked numbers).
+    embeddings closer than ``radius`` are (epsilon, delta)-indistinguishable, for the ideal noise
+    distributions (the implemented samplers' noise is bounded, which adds at most about dim * 2.3e-34 to
+    delta, ``laplace_l2``'s zero included). It is *not* a worst-case guarantee over arbitrary
+    texts (see docs/privacy.md for the worked numbers).
     """
 
     mechanism: Literal["gaussian", "laplace_l2"] = "gaussian"
     """``gaussian``: analytic Gaussian mechanism (Balle & Wang 2018), (epsilon, delta) at ``radius``.
-    ``laplace_l2``: multivariate Laplace in L2 norm, pure metric DP (epsilon at ``radius``). The
+    ``laplace_l2``: multivariate Laplace in L2 norm, pure metric DP (epsilon at ``radius``) for the
+    ideal distribution (the bounded sampler makes it (epsilon, 1.3e-34) at 384-d). The
     collection holds this mechanism's releases only: a writer's receipt of the other one is refused
     (``NOISE_REQUIRED``, reason ``mechanism_mismatch``) whatever its numbers, and a stored vector
     whose receipt names the other one is stripped from the reads of every principal not allowed raw
@@ -136,7 +139,8 @@ class NoisePolicy(_Strict):
     class's ``epsilon_ceiling``."""
     delta: float = Field(1e-6, ge=0, lt=1)
     """Failure probability of the Gaussian guarantee: ``gaussian`` needs 1e-300 <= delta < 1 (the
-    calibration cannot resolve a smaller one), ``laplace_l2`` needs 0 (a pure guarantee)."""
+    calibration cannot resolve a smaller one), ``laplace_l2`` needs 0 (a pure guarantee for the ideal
+    noise; the bounded sampler adds 1.3e-34 at 384-d, as it adds about dim * 2.3e-34 to the Gaussian's)."""
     radius: float = Field(0.01, gt=0, le=2)
     """Protected L2 radius of the metric-DP guarantee (inputs are clipped to ``clip_norm`` first)."""
     clip_norm: float | None = Field(1.0, gt=0, allow_inf_nan=False)

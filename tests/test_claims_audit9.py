@@ -23,6 +23,9 @@ Wrong and corrected, pinned here:
 8. README's quick start: on PUBLIC collections "the one exception" to qdrant-client's behaviour was
    the text screen; a lookup into another collection is checked as a read of it, and the raw
    handles are refused on any guarded client.
+9. The policy reference (``NoisePolicy`` docstrings, so docs/policy.md) called ``laplace_l2`` "a pure
+   guarantee" without saying it is the ideal distribution's: docs/privacy.md states that the bounded
+   sampler makes it (epsilon, 1.3e-34) at 384-d and adds about d * 2.3e-34 to the Gaussian's delta.
 
 The rest (the worked-number table and the sampler bounds of docs/privacy.md, the README's and
 docs/eval.md's eval figures against docs/eval-report/results.json) are pinned as stated.
@@ -472,3 +475,21 @@ def test_on_a_public_collection_lookups_and_raw_handles_are_the_readmes_other_ex
             getattr(bob, handle)
     # qdrant-client answers the same lookup (point 1's vector read from pii ranks pub's point 1)
     assert len(RawClient.query_points(bob, "pub", query=1, lookup_from=models.LookupLocation(collection="pii")).points) == 1
+
+
+def test_the_policy_reference_states_the_pure_guarantee_as_the_ideal_distributions() -> None:
+    from qdrant_guard.policy import NoisePolicy
+
+    privacy = _flat("docs/privacy.md")
+    bound = re.search(r"the implemented `laplace_l2` is `\(epsilon, delta\)` with delta of that order \(([\d.e-]+) at "
+                      r"d = 384\)", privacy)
+    per_coordinate = re.search(r"the Gaussian's delta grows by about `d · ([\d.e-]+)`", privacy)
+    assert bound is not None and per_coordinate is not None
+    reference = _flat("docs/policy.md")
+    section = reference[reference.index("## [collections.NAME.noise]"):reference.index("## [collections.NAME.query]")]
+    assert "pure metric DP (epsilon at ``radius``) for the ideal distribution" in section
+    assert f"(the bounded sampler makes it (epsilon, {bound.group(1)}) at 384-d)" in section
+    assert (f"``laplace_l2`` needs 0 (a pure guarantee for the ideal noise; the bounded sampler adds "
+            f"{bound.group(1)} at 384-d, as it adds about dim * {per_coordinate.group(1)} to the Gaussian's)") in section
+    doc = " ".join((NoisePolicy.__doc__ or "").split())
+    assert f"which adds at most about dim * {per_coordinate.group(1)} to delta, ``laplace_l2``'s zero included" in doc
