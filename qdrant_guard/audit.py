@@ -16,6 +16,7 @@ import hashlib
 import logging
 import os
 import secrets
+import stat
 import threading
 import time
 from typing import Any, Mapping
@@ -313,6 +314,42 @@ def repair_audit_file(
                        after.fork, after.checkpoint_keys)
 
 
+_OPT_OUT = ("or, if other users must write it, set audit_allow_shared_file = true in the policy "
+            "(AuditLog(..., allow_shared_file=True))")
+
+
+def _refuse_shared(fd: int, path: str | None, abspath: str) -> None:
+    """Refuse a log file others can write: what they append, the next checkpoint signs.
+
+    The checks see the file's mode, owner and directory, not who holds it open: a process that
+    runs as the guard's uid still writes it (docs/audit-log.md).
+    """
+    if os.name != "posix":
+        return
+    st = os.fstat(fd)
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid != os.geteuid():
+        raise AuditError(
+            f"audit log {path!r} is owned by uid {st.st_uid}, not the guard's uid {os.geteuid()} (mode {mode:o}): its "
+            f"owner can change its mode and write entries that the next signed checkpoint would sign; run "
+            f"`chown {os.geteuid()} {abspath} && chmod 600 {abspath}`, {_OPT_OUT}")
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = "group- and world-writable" if mode & stat.S_IWGRP and mode & stat.S_IWOTH else (
+            "group-writable" if mode & stat.S_IWGRP else "world-writable")
+        raise AuditError(
+            f"audit log {path!r} is {who} (mode {mode:o}): anyone who can write it can append entries that the "
+            f"next signed checkpoint would sign; run `chmod 600 {abspath}`, {_OPT_OUT}")
+    # A directory anyone may write without the sticky bit lets anyone rename the log away and put
+    # a file of their own in its place (the writer notices only at its next append).
+    for d in dict.fromkeys((os.path.dirname(abspath), os.path.dirname(os.path.realpath(abspath)))):
+        dmode = stat.S_IMODE(os.stat(d).st_mode)
+        if dmode & stat.S_IWOTH and not dmode & stat.S_ISVTX:
+            raise AuditError(
+                f"audit log {path!r} is in directory {d!r}, which is world-writable without the sticky bit "
+                f"(mode {dmode:o}): anyone can replace the log there; run `chmod o-w {d}` (or `chmod +t {d}`), "
+                f"move the log to a directory only the guard's uid writes, {_OPT_OUT}")
+
+
 class AuditLog:
     """Append-only, hash-chained audit log (thread- and multi-process-safe), mirrored to logging.
 
@@ -328,6 +365,9 @@ class AuditLog:
         trusted_keys: key id -> public key of earlier signing keys of this log (a rotated guard
             key): the most recent checkpoint on open must verify under ``signer``'s key or one
             of these; one under any other key is refused, since nothing could check it.
+        allow_shared_file: accept a log file that is group- or world-writable or owned by
+            another uid, or whose directory is world-writable without the sticky bit (refused by
+            default: whoever can write the file can forge entries the next checkpoint signs).
 
     Before each append the writer also checks that the entry it last wrote or read is still in
     place and that what others appended after it chains to it; if not, it raises
@@ -339,7 +379,8 @@ class AuditLog:
             a checkpoint that does not verify, or one under a key that is neither ``signer``'s nor
             in ``trusted_keys``, or any problem when ``verify_existing``); the message says how to
             verify and repair, or which key to trust.
-        AuditError: the file cannot be opened.
+        AuditError: the file cannot be opened, or others than the guard's uid can write it
+            (the message names the mode or owner found and the fix).
     """
 
     def __init__(
@@ -352,6 +393,7 @@ class AuditLog:
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         verify_existing: bool = False,
         trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
+        allow_shared_file: bool = False,
     ) -> None:
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise GuardArgumentTypeError(f"AuditLog() path must be str, os.PathLike or None, not {type(path).__name__}")
@@ -364,6 +406,10 @@ class AuditLog:
         if trusted_keys is not None and (not isinstance(trusted_keys, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, Ed25519PublicKey) for k, v in trusted_keys.items())):
             raise GuardArgumentTypeError("AuditLog() trusted_keys must be a mapping of key id to Ed25519PublicKey or None")
+        if not isinstance(allow_shared_file, bool):
+            raise GuardArgumentTypeError(
+                f"AuditLog() allow_shared_file must be bool, not {type(allow_shared_file).__name__}")
+        self._allow_shared = allow_shared_file
         self._trusted: dict[str, Ed25519PublicKey] = dict(trusted_keys or {})
         self.path = None if path is None else os.fspath(path)
         # What the path names now: a relative one must not follow a later chdir of the process.
@@ -413,6 +459,13 @@ class AuditLog:
             hint = (f"; create the directory {os.path.dirname(self._abs)!r}, or set audit_log to a path in "
                     "an existing one" if isinstance(exc, FileNotFoundError) else "")
             raise AuditError(f"cannot open audit log {self.path!r}: {exc.strerror or exc}{hint}") from exc
+        if not self._allow_shared:
+            try:
+                _refuse_shared(self._fd, self.path, self._abs)
+            except BaseException:
+                os.close(self._fd)
+                self._fd = None
+                raise
         # The entry this object knows of (_size, _line) stays known across a reopen (a forked
         # child, an append after close()): the next append checks it is still where it was.
         self._pid = os.getpid()

@@ -161,8 +161,14 @@ def _read_key_file(path: PathLike, func: str, *, private: bool) -> tuple[Path, b
         )
     p = Path(path)
     try:
-        with open(p, "rb") as fh:
+        # A named pipe would block the read (and the guard's start) until some writer came; a
+        # device or directory is no key either. Checked before opening, and again on the open
+        # descriptor (O_NONBLOCK: opening a FIFO put in its place meanwhile returns at once).
+        _require_regular(p, os.stat(p))
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with open(fd, "rb") as fh:
             st = os.fstat(fh.fileno())
+            _require_regular(p, st)
             data = fh.read()
     except OSError as exc:
         if isinstance(exc, FileNotFoundError) and isinstance(text, str) and _looks_like_key_body(text):
@@ -187,6 +193,22 @@ def _read_key_file(path: PathLike, func: str, *, private: bool) -> tuple[Path, b
             hint = f"; give the path of a key file in it (e.g. {str(p / 'guard.key')!r}), not the directory"
         raise KeyStoreError(f"cannot read key file {str(p)!r}: {exc.strerror or exc}{hint}") from exc
     return p, data, st
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def _require_regular(p: Path, st: os.stat_result) -> None:
+    if stat.S_ISREG(st.st_mode):
+        return
+    kind = next((name for test, name in _FILE_KINDS if test(st.st_mode)), "not a regular file")
+    fix = (f"give the path of a key file in it (e.g. {str(p / 'guard.key')!r}), not the directory"
+           if stat.S_ISDIR(st.st_mode) else
+           "write the key to a regular file (mode 600 for a private key) and give its path; a key from a "
+           "pipe or process substitution is not read, since the read could wait forever for a writer")
+    raise KeyStoreError(f"key file {str(p)!r} is {kind}, not a regular file; {fix}")
 
 
 def _looks_like_key_body(text: str) -> bool:

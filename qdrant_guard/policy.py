@@ -1122,6 +1122,13 @@ class GuardConfig(_Strict):
     audit_fsync: bool = False
     """fsync the audit log after every entry (slower; survives power loss, not only crashes).
     ``true`` needs ``audit_log``: without a file there is nothing to fsync."""
+    audit_allow_shared_file: bool = False
+    """Accept an ``audit_log`` file that others can write: group- or world-writable, owned by another
+    uid, or in a directory anyone may write without the sticky bit. Refused by default (the guard
+    does not start; the message names the mode and ``chmod 600 FILE``): whoever can append to the
+    file can forge entries that the next signed checkpoint signs. Set ``true`` only where another
+    uid must write the log and is trusted as much as the guard. The check does not stop a process
+    running as the guard's own uid (docs/audit-log.md). Needs ``audit_log``."""
     audit_trusted_keys: tuple[str, ...] = ()
     """Public keys (``ed25519:<base64>`` or files) of earlier signing keys of this audit log. On
     start the guard checks the log back to its most recent signed checkpoint, which must verify
@@ -1255,6 +1262,11 @@ class GuardConfig(_Strict):
                 raise ValueError("audit_fsync = true fsyncs the audit log file after every entry, and audit_log is "
                                  "not set (entries go to the qdrant_guard.audit logger only), so it would be "
                                  "ignored; set audit_log = \"PATH\" to the log file, or remove audit_fsync")
+            if self.audit_allow_shared_file:
+                raise ValueError("audit_allow_shared_file = true accepts an audit log file others can write, and "
+                                 "audit_log is not set (entries go to the qdrant_guard.audit logger only), so it "
+                                 "would be ignored; set audit_log = \"PATH\" to the log file, or remove "
+                                 "audit_allow_shared_file")
             if self.audit_trusted_keys:
                 raise ValueError("audit_trusted_keys lists earlier signing keys of the audit log file, and "
                                  "audit_log is not set (no file is checked on start), so they would be ignored; set "

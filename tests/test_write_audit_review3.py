@@ -214,7 +214,8 @@ def test_a_refused_vector_with_a_failing_audit_log_raises_audit_error_and_writes
     raw.upsert("pii", [models.PointStruct(id=i, vector=unit(np.random.default_rng(i))) for i in range(3)])
     raw.close()
     cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "noise_on_write": True,
-                              "intent": {"enabled": False}}}, audit_log="/dev/full")
+                              "intent": {"enabled": False}}}, audit_log="/dev/full",
+                     audit_allow_shared_file=True)
     owner = QdrantClient(path=str(store), guard=cfg, principal=kit.principal("alice", "hr"))
     try:
         stored = snapshot(owner, "pii")
