@@ -189,8 +189,6 @@ def _read_key_file(path: PathLike, func: str, *, private: bool) -> tuple[Path, b
                         "this .pub from it (a new pair from `keys new` would not verify what that key signed)")
             else:
                 hint = "; `qdrant-guard keys new --out KEY` writes the public key beside the private one, as KEY.pub"
-        elif isinstance(exc, IsADirectoryError):
-            hint = f"; give the path of a key file in it (e.g. {str(p / 'guard.key')!r}), not the directory"
         raise KeyStoreError(f"cannot read key file {str(p)!r}: {exc.strerror or exc}{hint}") from exc
     return p, data, st
 

@@ -355,7 +355,7 @@ def test_a_directory_given_as_a_key_says_to_name_the_file_in_it(tmp_path: Path) 
     from qdrant_guard import keys
 
     for load in (keys.load_private_key, keys.load_public_key):
-        with pytest.raises(keys.KeyStoreError, match=r"Is a directory; give the path of a key file in it .*guard\.key"):
+        with pytest.raises(keys.KeyStoreError, match=r"is a directory, not a regular file; give the path of a key file in it .*guard\.key"):
             load(str(tmp_path))
 
 
