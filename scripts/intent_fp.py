@@ -17,7 +17,12 @@ corpora, tests/data/intent_benign_heldout4.jsonl (benign, across HR, legal, engi
 finance, medicine and more, many of them commands naming a document) and
 tests/data/intent_harmful_heldout4.jsonl (record dumps, exfiltration, instruction overrides,
 enumeration probes), were written and measured before the model was retrained against the
-refusals of the first three, and are kept for the final measurement only. A query counts as
+refusals of the first three, and are kept for the final measurement only. The fifth corpora,
+tests/data/intent_benign_heldout5.jsonl (benign, in other domains, some naming tokens, keys,
+passwords, hex codes and encodings) and tests/data/intent_harmful_heldout5.jsonl (about half of
+them obfuscated: spaced letters, leetspeak, homoglyphs, zero-width characters, base64 and hex,
+synonyms, split words; the kind is in each line's ``note``), were written and measured before
+the obfuscation folding of feature version 3. A query counts as
 blocked when its label is in the block set at ``min_confidence`` or above, as the pipeline decides.
 """
 from __future__ import annotations
@@ -36,6 +41,8 @@ CORPUS3 = os.path.join(ROOT, "tests", "data", "intent_benign_heldout3.jsonl")
 HARMFUL3 = os.path.join(ROOT, "tests", "data", "intent_harmful_heldout3.jsonl")
 CORPUS4 = os.path.join(ROOT, "tests", "data", "intent_benign_heldout4.jsonl")
 HARMFUL4 = os.path.join(ROOT, "tests", "data", "intent_harmful_heldout4.jsonl")
+CORPUS5 = os.path.join(ROOT, "tests", "data", "intent_benign_heldout5.jsonl")
+HARMFUL5 = os.path.join(ROOT, "tests", "data", "intent_harmful_heldout5.jsonl")
 BLOCK = ("suspicious", "adversarial")
 
 
@@ -63,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     mc = args.min_confidence
 
     for title, path in (("held-out benign corpus", CORPUS), ("second benign corpus", CORPUS2),
-                        ("third benign corpus", CORPUS3), ("fourth benign corpus", CORPUS4)):
+                        ("third benign corpus", CORPUS3), ("fourth benign corpus", CORPUS4),
+                        ("fifth benign corpus", CORPUS5)):
         corpus = load_corpus(path)
         benign = [r for r in corpus if r["form"] != "bulk_records"]
         bulk = [r for r in corpus if r["form"] == "bulk_records"]
@@ -81,13 +89,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {res.label} {res.confidence:.2f} [{r['form']}] {r['text']}")
 
     for title, path in (("second harmful set", HARMFUL2), ("third harmful set", HARMFUL3),
-                        ("fourth harmful set", HARMFUL4)):
+                        ("fourth harmful set", HARMFUL4), ("fifth harmful set", HARMFUL5)):
         harmful2 = load_corpus(path)
         missed = [r for r in harmful2 if not blocked(clf, r["text"], mc)]
         parts = "; ".join(f"{lab} {sum(r['label'] == lab and r not in missed for r in harmful2)}/"
                           f"{sum(r['label'] == lab for r in harmful2)}" for lab in BLOCK)
         print(f"{title}: {len(harmful2) - len(missed)}/{len(harmful2)} blocked "
               f"({(len(harmful2) - len(missed)) / len(harmful2):.1%}; {parts})")
+        obf = [r for r in harmful2 if r.get("note", "").startswith("obfuscation")]
+        if obf:
+            print(f"  obfuscated: {sum(r not in missed for r in obf)}/{len(obf)}; "
+                  f"plain: {sum(r not in missed for r in harmful2 if r not in obf)}/{len(harmful2) - len(obf)}")
         if args.show:
             for r in missed:
                 res = clf.classify(r["text"])
