@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable, Iterator
 
+from .intent_fold import INVISIBLE_IN_WORD_RE, fold as _fold
+
 
 #: Version of the feature extractor below. A model file records the version it was trained with
 #: and is refused by a different extractor, because its weights would silently mean nothing.
-FEATURE_VERSION = 1
+FEATURE_VERSION = 3  # 2 was doc_noun_strict+process_question, shipped and reverted
 
 # Lexical features look at a bounded prefix (before and after normalisation) so a stuffed
 # multi-megabyte query costs bounded time; the length and repetition cues still see that the
@@ -461,34 +463,50 @@ def _casefold_prefix(text: str, limit: int, piece_len: int = _CASEFOLD_PIECE) ->
 def featurize(text: str) -> Featurized:
     """Extract the model's features from one query text.
 
+    The normalised text is folded (:mod:`qdrant_guard.intent_fold`: leetspeak, lookalike letters,
+    invisible characters, spaced and split words, glued percent escapes, base64 and hex fragments)
+    before the n-grams and cues are read; the obfuscation cues count the disguises undone.
+
     Args:
         text: the query.
 
     Returns:
         The :class:`Featurized` view used by both inference and training.
     """
+    return _featurize(text, fold=True)
+
+
+def _featurize(text: str, *, fold: bool) -> Featurized:
+    # fold=False is feature version 1 exactly: the reference the speed-up tests compare with.
     full_len = len(text)
     raw = text[:_MAX_LEXICAL_CHARS]
     styled = 0
     if not raw.isascii():
         styled = len(raw) - len(_STYLED_RE.sub("", raw))
-    zw_in_word = len(_ZW_IN_WORD_RE.findall(raw))
+    zw_in_word = len((INVISIBLE_IN_WORD_RE if fold else _ZW_IN_WORD_RE).findall(raw))
     cased = _nfkc_prefix(raw, _MAX_LEXICAL_CHARS).translate(_ZW_STRIP)
     low = _casefold_prefix(cased, _MAX_LEXICAL_CHARS)
 
-    tokens = _TOKEN_RE.findall(low)
-    keys: dict[str, None] = {}
+    written = _TOKEN_RE.findall(low)
+    single = sum(len(tok) == 1 and tok.isalpha() for tok in written)
+    n_written = len(written)
     leet = 0
-    single = 0
+    if fold:
+        folded = _fold(low, cased)
+        low = folded.text
+        leet = folded.leet_words
+        styled += folded.lookalike_letters
+        tokens = _TOKEN_RE.findall(low)
+    else:
+        tokens = written
+    keys: dict[str, None] = {}
     seen: set[str] = set()
     for tok in tokens:
-        if len(tok) == 1 and tok.isalpha():
-            single += 1
         if tok in seen:  # repeats add no binary feature; stuffing must not cost per repeat
             continue
         seen.add(tok)
         keys["w:" + tok] = None
-        if _LEET_TOKEN_RE.match(tok) and not tok.isalpha():
+        if not fold and _LEET_TOKEN_RE.match(tok) and not tok.isalpha():
             leet += 1
             keys["w:" + tok.translate(_LEET)] = None
         if len(tok) <= _MAX_CHARGRAM_TOKEN:
@@ -558,7 +576,10 @@ def featurize(text: str) -> Featurized:
     cues.append(min(zw_in_word, 5) / 5.0)
     cues.append(min(styled / n_chars * 4.0, 1.0))
     cues.append(min(leet, 3) / 3.0)
-    cues.append(single / len(tokens) if len(tokens) >= 6 and single * 2 >= len(tokens) else 0.0)
+    spaced = single / n_written if n_written >= 6 and single * 2 >= n_written else 0.0
+    if fold:  # one spelled-out word in a plain sentence is as much a disguise as a whole one
+        spaced = max(spaced, 1.0 if folded.joined_words else 0.0)
+    cues.append(spaced)
     cues.append(1.0 - len(set(tokens)) / len(tokens) if len(tokens) >= 8 else 0.0)
     cues.append(min(full_len, 1000) / 1000.0)
     return Featurized(tuple(keys), tuple(cues), evidence)

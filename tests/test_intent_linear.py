@@ -19,6 +19,7 @@ from qdrant_guard.intent_features import (
     _ScannedCue,
     featurize,
 )
+from qdrant_guard.intent_fold import fold
 
 CUES = {n: p for n, _, p in _REGEX_CUES}
 DATASET = Path(__file__).resolve().parent.parent / "qdrant_guard" / "data" / "intent_dataset.jsonl"
@@ -66,10 +67,10 @@ WORDY = ["ignore", "skip", "override", "bypass", "all", "the", "my", "previous",
 
 
 def _low(text: str) -> str:
-    # What featurize runs the cues on.
+    # What featurize runs the cues on (feature version 3: the normalised text, folded).
     raw = text[:_MAX_LEXICAL_CHARS]
     cased = unicodedata.normalize("NFKC", raw)[:_MAX_LEXICAL_CHARS].translate(_ZW_STRIP)
-    return cased.casefold()[:_MAX_LEXICAL_CHARS]
+    return fold(cased.casefold()[:_MAX_LEXICAL_CHARS], cased).text
 
 
 def _random_texts(n: int, seed: int) -> list[str]:

@@ -1,5 +1,10 @@
 """featurize gives, for every text, exactly the features it gave before its speed-ups.
 
+Feature version 3 folds disguised text first (qdrant_guard/intent_fold.py, tested in
+tests/test_intent_fold.py); ``_featurize(text, fold=False)`` is version 1, the extractor the
+speed-ups were made on, and is what is compared here. Where folding leaves the text alone the two
+are the same (test_intent_fold.py checks that on every judging query).
+
 The reference below is featurize as it was (the cue patterns as trained, ``_is_styled`` one
 character at a time, NFKC and case folding of the whole prefix); the shipped model's weights
 mean something only for those features. The random texts mix what the fast paths are about:
@@ -19,7 +24,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from qdrant_guard.intent_features import featurize
+from qdrant_guard.intent_features import _featurize
 
 DATASET = Path(__file__).resolve().parent.parent / "qdrant_guard" / "data" / "intent_dataset.jsonl"
 
@@ -257,7 +262,7 @@ _long_texts = st.lists(st.tuples(_piece, st.integers(1, 700), st.sampled_from(_S
 
 
 def _check(text: str) -> None:
-    f = featurize(text)
+    f = _featurize(text, fold=False)
     assert (f.keys, f.cues, f.evidence) == _old_featurize(text), text[:300]
 
 

@@ -1,0 +1,261 @@
+"""Obfuscation folding for the built-in intent model: the case-folded query rewritten as the
+words it spells, before feature extraction.
+
+An extraction attempt written ``p@ssw0rds``, ``s a l a r y``, ``pаsswords`` (Cyrillic а),
+``pass\u200bword``, ``pass words``, ``show%20all`` or as a base64 or hex fragment carries none of the
+words the model and its cues know, so it reads as harmless. Folding gives back the words; the
+obfuscation cues (leetspeak, styled letters, zero-width characters, spaced letters, encoded share)
+are still counted on the text as written, so the model sees both what was asked and that it was
+disguised. Each rule is generic (no word list of the judging sets) and is guarded so that ordinary
+text is left alone: leetspeak is folded only where a digit sits between letters (``r00t``,
+``p4ssw0rd``, not ``4g``, ``mp3``, ``10am``, ``ec2``), or, once a query has such a word, in its short
+edge cases (``m3``, ``a11``); lookalike letters only inside words that mix scripts, or in words of a
+text that is otherwise Latin; split words only when the pieces make a word of the cue vocabulary.
+The work is a few linear passes over the bounded prefix.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+
+# Invisible characters that split or disguise a word: format characters (Cf) except the visible
+# prepended concatenation marks (Arabic number signs and the like), plus the combining grapheme
+# joiner, variation selectors and Hangul fillers. tests/test_intent_fold.py checks the Cf part
+# against unicodedata.
+_INVISIBLE_RANGES = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+    (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x2064), (0x2066, 0x206F),
+    (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF9, 0xFFFB),
+    (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F), (0xE0100, 0xE01EF),
+)
+INVISIBLE = frozenset(cp for a, b in _INVISIBLE_RANGES for cp in range(a, b + 1))
+_INVISIBLE_STRIP = dict.fromkeys(INVISIBLE)
+_INVISIBLE_CLASS = "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in _INVISIBLE_RANGES)
+#: Invisible characters between two word characters (counted on the text as written).
+INVISIBLE_IN_WORD_RE = re.compile(f"(?<=\\w)[{_INVISIBLE_CLASS}]+(?=\\w)")
+
+# Lowercase Cyrillic and Greek letters (the text is case-folded) that look like Latin ones, in
+# lower or upper case (Greek capitals fold to the lowercase letter whose capital is the lookalike).
+_HOMOGLYPHS = {
+    "\u0430": "a", "\u0432": "b", "\u0435": "e", "\u0455": "s", "\u0456": "i", "\u0458": "j", "\u043a": "k",
+    "\u043c": "m", "\u043d": "h", "\u043e": "o", "\u0440": "p", "\u0441": "c", "\u0442": "t", "\u0443": "y",
+    "\u0445": "x", "\u04bb": "h", "\u04cf": "l", "\u0501": "d", "\u051b": "q", "\u051d": "w", "\u0451": "e",
+    "\u03b1": "a", "\u03b2": "b", "\u03b5": "e", "\u03b6": "z", "\u03b7": "h", "\u03b9": "i", "\u03ba": "k",
+    "\u03bc": "m", "\u03bd": "n", "\u03bf": "o", "\u03c1": "p", "\u03c4": "t", "\u03c5": "y", "\u03c7": "x",
+    "\u0131": "i", "\u0251": "a", "\u0261": "g",
+}
+_HOMOGLYPH_TABLE = str.maketrans(_HOMOGLYPHS)
+_HOMOGLYPH_CLASS = "[" + "".join(_HOMOGLYPHS) + "]"
+_HOMOGLYPH_RE = re.compile(_HOMOGLYPH_CLASS)
+# A word holding a lookalike, tried only where a word starts (so linear: from there the run is
+# read to its end and back to its last lookalike once).
+_HOMOGLYPH_WORD_RE = re.compile(r"(?<![^\W\d_])[^\W\d_]*" + _HOMOGLYPH_CLASS + r"[^\W\d_]*")
+_ASCII_LETTER_RE = re.compile(r"[a-z]")
+# Runs of what is not counted, deleted (a run per match: per character, re.sub cost ~0.3 us each).
+_NOT_ASCII_LETTERS_RE = re.compile(r"[^a-z]+")
+_NOT_OTHER_LETTERS_RE = re.compile(r"[\W\d_a-z]+")
+
+_LEET = {"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"}
+_LEET_CHUNK_RE = re.compile(r"[a-z0-9@$]+")
+_LEET_ONLY_RE = re.compile(r"[a-z013457@$]+")
+_LEET_SANDWICH_RE = re.compile(r"[a-z][013457@$]+[a-z]")
+_LEET_ANY_RE = re.compile(r"[013457@$]")
+
+# Three or more single letters joined by one repeated separator: ``s a l a r y``, ``s.s.n``; the
+# ``s`` of a possessive (``c e o's``) is not one of them.
+_SPACED_RE = re.compile(r"[a-z](?<![^\W_][a-z])(?<!['’][a-z])([ .\-_*·])[a-z](?:\1[a-z])+(?![^\W_])")
+# Spelled-out words are set apart by runs of spaces (``h o m e  a d d r e s s``): once joined, one
+# space between words, so that multi-word cues (``home address``) see them.
+_SPACE_RUN_RE = re.compile(r"(?<=\S) {2,}(?=\S)")
+# Three or more underscores chaining letter words: ``list_all_employee_ssns`` (``max_retries`` stays).
+_UNDERSCORE_CHAIN_RE = re.compile(r"(?<![^\W_])[a-z]+(?:_[a-z]+){3,}(?![^\W_])")
+# Percent escapes glued to letters on both sides: ``show%20all`` (``a %20 in a url`` stays).
+_PCT_GLUED_RE = re.compile(r"(?<=[a-z0-9])(?:%[0-9a-f]{2})+(?=[a-z0-9])")
+
+# Maximal runs (finditer is greedy and resumes after each), so no lookbehind is needed: a pattern
+# led by one is tried at every position.
+_B64_CAND_RE = re.compile(r"[A-Za-z0-9+/]{8,}={0,2}")
+_B64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+_HEX_CAND_RE = re.compile(r"[0-9a-f]{8,}")
+_ALNUM = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+# Base64 and hex of text hold a digit, ``+``, ``/`` or ``=``, or a lower case letter before an upper
+# case one: text without any is not searched (a stuffed query of words costs nothing here).
+_B64_HINT_RE = re.compile(r"[0-9+/=]|[a-z](?=[A-Z])")
+_MAX_DECODED = 8
+_TEXTLIKE_RE = re.compile(r"[ -~]*[a-z]{3}[ -~]*")
+
+# Words of the cue vocabulary (sensitive nouns, confidentiality markers, override words) of four
+# letters or more. Adjacent pieces that spell one of them (``pass words``, ``pay-roll``) are joined.
+SPLIT_WORDS = frozenset("""
+    salary salaries password passwords passcode passcodes credential credentials private secret secrets
+    keys merger mergers acquisition acquisitions layoff layoffs medical diagnosis diagnoses account
+    accounts routing credit passport passports performance disciplinary payroll severance settlement
+    settlements lawsuit lawsuits harassment psychiatric compensation bonus bonuses diligence social
+    security confidential restricted privileged classified unreleased undisclosed unpublished
+    unannounced embargoed hidden ignore disregard forget override bypass previous instructions
+    instruction guidelines restrictions filters guardrails jailbreak system prompt developer
+    bank address addresses medications
+""".split())
+_WORD_SPLIT_RE = re.compile(r"([a-z]+)")
+_SPLIT_PREFIXES = frozenset(w[:i] for w in SPLIT_WORDS for i in range(1, len(w)))
+
+
+@dataclass(frozen=True)
+class Folded:
+    """The folded text and how much of each kind of disguise was undone."""
+
+    text: str
+    leet_words: int = 0
+    lookalike_letters: int = 0
+    joined_words: int = 0  # runs of spaced letters and split words joined
+    decoded_fragments: int = 0
+
+
+def _pct_decode(m: re.Match[str]) -> str:
+    raw = bytes.fromhex(m.group(0).replace("%", ""))
+    s = raw.decode("ascii", "replace")
+    return s if s.isprintable() and s.isascii() else m.group(0)
+
+
+def _textlike(data: bytes) -> str | None:
+    if not data or max(data) > 0x7E or min(data) < 0x20:
+        return None
+    s = data.decode("ascii").casefold()
+    if sum(c.isalpha() for c in s) * 10 < len(s) * 6 or not _TEXTLIKE_RE.fullmatch(s):
+        return None
+    return s
+
+
+def _decoded_fragments(cased: str, low: str) -> list[str]:
+    out: list[str] = []
+    if not _B64_HINT_RE.search(cased):
+        return out
+    for m in _B64_CAND_RE.finditer(cased):
+        s = m.group(0)
+        if cased[m.end():m.end() + 1] in _B64_CHARS and m.end() < len(cased):
+            continue
+        body = s.rstrip("=")
+        # A word is not base64; what base64 makes of text mixes cases or digits, or is padded.
+        if not (s.endswith("=") or any(c.isdigit() or c in "+/" for c in body)
+                or (any(c.isupper() for c in body[1:]) and any(c.islower() for c in body))):
+            continue
+        try:
+            data = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        text = _textlike(data)
+        if text:
+            out.append(text)
+            if len(out) >= _MAX_DECODED:
+                return out
+    for m in _HEX_CAND_RE.finditer(low):
+        s = m.group(0)
+        if (len(s) % 2 or s.isdigit() or s.isalpha() or low[m.start() - 1:m.start()] in _ALNUM and m.start()
+                or low[m.end():m.end() + 1] in _ALNUM and m.end() < len(low)):
+            continue
+        text = _textlike(bytes.fromhex(s))
+        if text:
+            out.append(text)
+            if len(out) >= _MAX_DECODED:
+                break
+    return out
+
+
+def _fold_lookalikes(text: str) -> tuple[str, int]:
+    if not _HOMOGLYPH_RE.search(text):
+        return text, 0
+    latin = len(_NOT_ASCII_LETTERS_RE.sub("", text))
+    other = len(_NOT_OTHER_LETTERS_RE.sub("", text))
+    count = 0
+
+    def one(m: re.Match[str]) -> str:
+        nonlocal count
+        w = m.group(0)
+        folded = w.translate(_HOMOGLYPH_TABLE)
+        if (latin > other and folded.isascii()) or _ASCII_LETTER_RE.search(w):
+            count += len(w) - len(_HOMOGLYPH_RE.sub("", w))
+            return folded
+        return w
+    return _HOMOGLYPH_WORD_RE.sub(one, text), count
+
+
+def _fold_leet(text: str) -> tuple[str, int]:
+    if not _LEET_ANY_RE.search(text):
+        return text, 0
+    chunks = [m for m in _LEET_CHUNK_RE.finditer(text) if _LEET_ANY_RE.search(m.group(0))]
+    if not chunks:
+        return text, 0
+
+    def eligible(m: re.Match[str]) -> bool:
+        s = m.group(0)
+        if not _LEET_ONLY_RE.fullmatch(s) or not any("a" <= c <= "z" for c in s):
+            return False
+        # x@example.com: the @ of an address is no letter.
+        return not ("@" in s and text.startswith(".", m.end()))
+    sandwiched = [m for m in chunks if eligible(m) and _LEET_SANDWICH_RE.search(m.group(0))]
+    if not sandwiched:
+        return text, 0
+    fold = sandwiched + [m for m in chunks if m not in sandwiched and eligible(m) and len(m.group(0)) >= 2]
+    fold.sort(key=lambda m: m.start())
+    parts: list[str] = []
+    pos = 0
+    for m in fold:
+        word = m.group(0).replace("11", "ll")
+        parts.append(text[pos:m.start()])
+        parts.append("".join(_LEET.get(c, c) for c in word))
+        pos = m.end()
+    parts.append(text[pos:])
+    return "".join(parts), len(fold)
+
+
+def _join_split_words(text: str) -> tuple[str, int]:
+    # re.split keeps the words at odd indexes, the separators between them at even ones.
+    parts = _WORD_SPLIT_RE.split(text)
+    heads = _SPLIT_PREFIXES.intersection(parts[1::2])
+    if not heads:
+        return text, 0
+    joins: list[tuple[int, int, str]] = []
+    done = 0
+    for i in [i for i in range(1, len(parts) - 2, 2) if parts[i] in heads]:
+        if i < done:
+            continue
+        two = parts[i] + parts[i + 2]
+        three = two + parts[i + 4] if two in _SPLIT_PREFIXES and i + 4 < len(parts) else ""
+        for word, last in ((three, i + 4), (two, i + 2)):
+            if word in SPLIT_WORDS and all(parts[j] in (" ", "-") for j in range(i + 1, last, 2)):
+                joins.append((i, last, word))
+                done = last + 1
+                break
+    if not joins:
+        return text, 0
+    for i, last, word in reversed(joins):
+        parts[i:last + 1] = [word]
+    return "".join(parts), len(joins)
+
+
+def fold(low: str, cased: str) -> Folded:
+    """The case-folded text ``low`` with its disguises undone (``cased``, the same text before case
+    folding, is read for base64, which is case-sensitive).
+
+    Decoded base64 and hex fragments that read as text are appended, so both the fragment and what
+    it says are seen.
+    """
+    text = low.translate(_INVISIBLE_STRIP)
+    if "%" in text:
+        text = _PCT_GLUED_RE.sub(_pct_decode, text)
+    looks = 0
+    if not text.isascii():
+        text, looks = _fold_lookalikes(text)
+    if "_" in text:
+        text = _UNDERSCORE_CHAIN_RE.sub(lambda m: m.group(0).replace("_", " "), text)
+    text, spaced = _SPACED_RE.subn(lambda m: m.group(0)[::2], text)
+    if spaced:
+        text = _SPACE_RUN_RE.sub(" ", text)
+    text, leet = _fold_leet(text)
+    text, joined = _join_split_words(text)
+    decoded = _decoded_fragments(cased.translate(_INVISIBLE_STRIP), text)
+    if decoded:
+        text = text + " " + " ".join(decoded)
+    return Folded(text, leet, looks, spaced + joined, len(decoded))
