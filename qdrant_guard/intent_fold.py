@@ -182,7 +182,7 @@ def _fold_lookalikes(text: str) -> tuple[str, int]:
 
 
 def _fold_leet(text: str) -> tuple[str, int]:
-    if not _LEET_ANY_RE.search(text):
+    if not _LEET_SANDWICH_RE.search(text):  # no word with a digit between letters: nothing folds
         return text, 0
     chunks = [m for m in _LEET_CHUNK_RE.finditer(text) if _LEET_ANY_RE.search(m.group(0))]
     if not chunks:
