@@ -11,12 +11,11 @@ names the kind).
 from __future__ import annotations
 
 import io
-import json
-import re
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
 
+from intent_cases import norm as _norm, rows as _rows
 from qdrant_guard.intent import BuiltinIntentClassifier
 from qdrant_guard.intent_train import load_dataset
 
@@ -28,14 +27,6 @@ BLOCK = ("suspicious", "adversarial")
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import intent_fp  # noqa: E402
-
-
-def _rows(path: Path) -> list[dict[str, str]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def _norm(text: str) -> str:
-    return " ".join(re.findall(r"[^\W_]+", text.casefold()))
 
 
 def test_the_fifth_corpora_are_varied_new_and_half_obfuscated():
