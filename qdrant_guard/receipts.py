@@ -183,9 +183,8 @@ def _as_matrix(matrix: Any, func: str) -> np.ndarray:
         raise GuardArgumentTypeError(f"{func}() matrix must be a 2-D array of numbers ({exc})") from exc
     if arr.ndim != 2 or arr.shape[1] == 0:
         raise GuardArgumentValueError(f"{func}() matrix must be 2-D (n vectors x d >= 1), got shape {arr.shape}")
-    finite = np.isfinite(arr).all(axis=1)
-    if not finite.all():
-        row = int(np.argmin(finite))
+    if not np.isfinite(arr).all():
+        row = int(np.argmin(np.isfinite(arr).all(axis=1)))
         raise GuardArgumentValueError(f"{func}() row {row} contains NaN or Inf; only finite vectors can be stored")
     return arr
 
@@ -267,6 +266,10 @@ def _unit_grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
     # integers k as exact float64 values; full-size temporaries are avoided because each one
     # costs more in page faults than the arithmetic done on it.
     n, d = arr.shape
+    if n == 1 and _ROW_DOTS is not None and _NATIVE_NUDGE is not None:
+        k = _unit_grid_row(arr)
+        if k is not None:
+            return k
     norms = _row_norms(arr)
     extreme = ~(norms >= _NORM_FLOOR) | (norms == np.inf)
     if extreme.any():
@@ -286,7 +289,9 @@ def _unit_grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
     # its coordinates in the order of decreasing |k| (ties by index) for at most 16 passes; rows
     # walk in lockstep, one array operation per position for the whole batch. All values here
     # are integers far below 2^53, so float64 holds them (and sums of their squares) exactly.
-    residual = _UNIT_SQ - np.einsum("ij,ij->i", k, k)
+    # Exact integer sums (below 2^53), so any order of summation gives the same residual: vecdot
+    # (when there) is einsum's result at half its per-call cost.
+    residual = _UNIT_SQ - (np.einsum("ij,ij->i", k, k) if _ROW_DOTS is None else _ROW_DOTS(k, k))
     # One unique sort key per coordinate, (2^20 - |k|) << shift | index (|k| <= 2^20 after
     # normalising), so a plain sort gives the stable descending-|k| order; int32 keys when they
     # fit (at most 2^30 + 1023 up to shift 10), as they sort about three times faster.
@@ -296,7 +301,7 @@ def _unit_grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
     np.abs(keys, out=keys)
     np.subtract(1 << 20, keys, out=keys)
     keys <<= shift
-    keys |= np.arange(d, dtype=key_type)
+    keys |= _indices(d, key_type)
     keys.sort(axis=1)
     if _NATIVE_NUDGE is not None:
         _NATIVE_NUDGE(k, residual, keys, shift, float(_NORM_TOL), 16)
@@ -323,6 +328,51 @@ def _unit_grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
         residual[live] = r
         live = live[np.abs(residual[live]) > _NORM_TOL]
     return k
+
+
+def _unit_grid_row(arr: np.ndarray) -> np.ndarray | None:
+    """:func:`_unit_grid_rows` of a single row (``arr`` of shape (1, d)) with the native nudge, in
+    Python floats where numpy's per-call cost was most of the work; the same operations on the same
+    values, so the same k bit for bit. None (``arr`` untouched): a zero or extreme row, which the
+    general path handles (rescales or refuses)."""
+    row = arr[0]
+    with np.errstate(over="ignore"):
+        sq = row.dot(row)  # np.vecdot's value for the row (the same BLAS ddot: _row_norms)
+    norm = math.sqrt(sq)  # np.sqrt's value: both are IEEE square roots
+    if not _NORM_FLOOR <= norm < math.inf:
+        return None
+    d = row.shape[0]
+    row /= norm
+    row *= _GRID_INV
+    np.rint(row, out=row)
+    # An exact integer sum (below 2^53), so the same value as the batch path's.
+    residual = np.array([_UNIT_SQ - row.dot(row)])
+    shift = max(1, (d - 1).bit_length())
+    key_type = np.int32 if shift <= 10 else np.int64
+    keys = arr.astype(key_type)
+    np.abs(keys, out=keys)
+    np.subtract(1 << 20, keys, out=keys)
+    keys <<= shift
+    keys |= _indices(d, key_type)
+    keys.sort(axis=1)
+    _NATIVE_NUDGE(arr, residual, keys, shift, float(_NORM_TOL), 16)  # type: ignore[misc]
+    return arr
+
+
+_INDICES: dict[tuple[int, Any], np.ndarray] = {}
+
+
+def _indices(d: int, key_type: Any) -> np.ndarray:
+    """``np.arange(d, dtype=key_type)``, kept (read-only) per dimension: a collection's writes all
+    have its dimension."""
+    got = _INDICES.get((d, key_type))
+    if got is None:
+        got = np.arange(d, dtype=key_type)
+        got.setflags(write=False)
+        if len(_INDICES) >= 64:
+            _INDICES.clear()
+        _INDICES[(d, key_type)] = got
+    return got
 
 
 # The passes above, row by row in C (native/noise.c, qg_unit_grid_nudge): the same steps, about
@@ -990,16 +1040,18 @@ def receipts_from_payload(payload: Mapping[str, Any] | None) -> dict[str, Any]:
     """
     if payload is None:
         return {}
-    if not isinstance(payload, Mapping):
+    # `type(x) is dict` first, as in receipts_for_payload (a dict is a Mapping: same outcome;
+    # three typing.Mapping checks cost microseconds a point, up to three times per updated point).
+    if type(payload) is not dict and not isinstance(payload, Mapping):
         raise GuardArgumentTypeError(f"payload must be a mapping or None, not {type(payload).__name__}")
     container = payload.get(RECEIPT_KEY)
     if container is None:
         return {}
     if (
-        not isinstance(container, Mapping)
+        (type(container) is not dict and not isinstance(container, Mapping))
         or container.get("v") != PAYLOAD_CONTAINER_VERSION
         or type(container.get("v")) is not int
-        or not isinstance(container.get("vectors"), Mapping)
+        or (type(vectors := container.get("vectors")) is not dict and not isinstance(vectors, Mapping))
     ):
         raise ReceiptError(
             f"payload[{RECEIPT_KEY!r}] is not a receipt container "
