@@ -1289,7 +1289,9 @@ _BUILD_OK = _build_matches()
 def _build_vectors_matches() -> bool:
     """Whether :func:`_built_point_vectors` gives what validation gives (checked once at import)."""
     try:
-        for pid, vec in ((7, [0.5, -1.0]), ("8c1a5a2e-6b0c-4a43-9d4e-1f3b2d6c7e90", {"a": [0.25], "": [1.5, 2.0]})):
+        cases: tuple[tuple[Any, Any], ...] = ((7, [0.5, -1.0]),
+                                              ("8c1a5a2e-6b0c-4a43-9d4e-1f3b2d6c7e90", {"a": [0.25], "": [1.5, 2.0]}))
+        for pid, vec in cases:
             want = models.PointVectors(id=pid, vector=vec)
             got = _built_point_vectors(pid, vec)
             if (got.__dict__ != want.__dict__ or got.__pydantic_fields_set__ != want.__pydantic_fields_set__
