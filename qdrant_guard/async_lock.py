@@ -23,8 +23,10 @@ from typing import Any, Callable
 # was closed: only then can the lock be passed on without it.
 _RECHECK_S = 0.5
 
-# The (lock, holder) pairs the task whose context this is holds: a thread started from it (as
-# asyncio.to_thread copies the context) that waits for one of them waits for its own holder.
+# The (lock, hold) pairs the task whose context this is holds: a thread started from it (as
+# asyncio.to_thread copies the context) that waits for one of them waits for its own holder. A hold
+# (one outermost acquire), not the task: a task the holder created copied the context too, and a
+# later hold of the same task is none of its business.
 _HELD: contextvars.ContextVar[tuple[tuple["TaskLock", object], ...]] = contextvars.ContextVar(
     "qdrant_guard_task_locks", default=())
 
@@ -56,7 +58,7 @@ class TaskLock:
     Qdrant request (an integration's callback, a wrapped store) runs in the same task and must not
     wait for itself. Waiters are served in arrival order; the lock passes straight to the first."""
 
-    __slots__ = ("_mu", "_owner", "_depth", "_waiters", "_handed")
+    __slots__ = ("_mu", "_owner", "_depth", "_waiters", "_handed", "_hold")
 
     def __init__(self) -> None:
         self._mu = threading.Lock()
@@ -65,6 +67,8 @@ class TaskLock:
         self._waiters: deque[_Waiter] = deque()
         # The task handed the lock and not yet resumed: its loop may be closed before it runs.
         self._handed: _Waiter | None = None
+        # The current hold's token (the _HELD entry of its task): a waiter granted it, or a fresh object.
+        self._hold: object | None = None
 
     @property
     def owner(self) -> object | None:
@@ -83,8 +87,9 @@ class TaskLock:
         self._reclaim()
         with self._mu:
             if self._owner is None:
-                self._owner, self._depth = me, 1
-                _HELD.set(_HELD.get() + ((self, me),))
+                hold = object()
+                self._owner, self._depth, self._hold = me, 1, hold
+                _HELD.set(_HELD.get() + ((self, hold),))
                 return
             loop = asyncio.get_running_loop()
             waiter = _Waiter(me, loop)
@@ -100,7 +105,7 @@ class TaskLock:
         with self._mu:
             if self._handed is waiter:
                 self._handed = None
-        _HELD.set(_HELD.get() + ((self, me),))
+        _HELD.set(_HELD.get() + ((self, waiter),))
 
     def _recheck(self, waiter: _Waiter) -> None:
         """On a waiter's loop: pass on a lock left with a task whose loop was closed, again later."""
@@ -129,11 +134,11 @@ class TaskLock:
         self._reclaim()
         with self._mu:
             if self._owner is None:
-                self._owner, self._depth = me, 1
+                self._owner, self._depth, self._hold = me, 1, None
                 return
             if loop is not None:
                 raise refusal()
-            if any(lock is self and holder is self._owner for lock, holder in _HELD.get()):
+            if any(lock is self and hold is self._hold for lock, hold in _HELD.get()):
                 raise (reentry or refusal)()
             waiter = _Waiter(me, None)
             self._waiters.append(waiter)
@@ -165,7 +170,7 @@ class TaskLock:
         with self._mu:
             if self._owner is not owner or self._handed is not handed:
                 return
-            self._owner, self._handed = _PASSING, None
+            self._owner, self._handed, self._hold = _PASSING, None, None
         self._hand_on()
 
     def release(self) -> None:
@@ -183,11 +188,11 @@ class TaskLock:
         while True:
             with self._mu:
                 if not self._waiters:
-                    self._owner, self._depth, self._handed = None, 0, None
+                    self._owner, self._depth, self._handed, self._hold = None, 0, None, None
                     return
                 waiter = self._waiters.popleft()
                 waiter.granted = True
-                self._owner, self._depth = waiter.owner, 1
+                self._owner, self._depth, self._hold = waiter.owner, 1, waiter
                 self._handed = waiter if waiter.event is None else None
             if waiter.event is not None:
                 waiter.event.set()

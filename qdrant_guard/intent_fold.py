@@ -197,7 +197,10 @@ def _fold_leet(text: str) -> tuple[str, int]:
     sandwiched = [m for m in chunks if eligible(m) and _LEET_SANDWICH_RE.search(m.group(0))]
     if not sandwiched:
         return text, 0
-    fold = sandwiched + [m for m in chunks if m not in sandwiched and eligible(m) and len(m.group(0)) >= 2]
+    # By start, not `m not in sandwiched`: a list test per chunk made a 100 KB query of leet words quadratic.
+    starts = {m.start() for m in sandwiched}
+    fold = sandwiched + [m for m in chunks
+                         if m.start() not in starts and eligible(m) and len(m.group(0)) >= 2]
     fold.sort(key=lambda m: m.start())
     parts: list[str] = []
     pos = 0
