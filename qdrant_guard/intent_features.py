@@ -577,7 +577,7 @@ def _featurize(text: str, *, fold: bool) -> Featurized:
     cues.append(min(styled / n_chars * 4.0, 1.0))
     cues.append(min(leet, 3) / 3.0)
     spaced = single / n_written if n_written >= 6 and single * 2 >= n_written else 0.0
-    if fold:  # one spelled-out word in a plain sentence is as much a disguise as a whole one
+    if fold:  # a spelled-out word (``s a l a r y``) in a plain sentence is as much a disguise as a whole one
         spaced = max(spaced, 1.0 if folded.joined_words else 0.0)
     cues.append(spaced)
     cues.append(1.0 - len(set(tokens)) / len(tokens) if len(tokens) >= 8 else 0.0)

@@ -109,8 +109,9 @@ class Folded:
     text: str
     leet_words: int = 0
     lookalike_letters: int = 0
-    joined_words: int = 0  # runs of spaced letters and split words joined
+    joined_words: int = 0  # runs of spaced letters joined
     decoded_fragments: int = 0
+    split_words: int = 0  # split words joined (``pass word``): ordinary spelling too, so no cue
 
 
 def _pct_decode(m: re.Match[str]) -> str:
@@ -261,4 +262,4 @@ def fold(low: str, cased: str) -> Folded:
     decoded = _decoded_fragments(cased.translate(_INVISIBLE_STRIP), text)
     if decoded:
         text = text + " " + " ".join(decoded)
-    return Folded(text, leet, looks, spaced + joined, len(decoded))
+    return Folded(text, leet, looks, spaced, len(decoded), joined)
