@@ -21,10 +21,12 @@ from .payloadops import _quotable, _quote
 from .querycheck import as_filter
 
 
-def unevaluable_reason(roots: list[tuple[str, Any]]) -> str | None:
+def unevaluable_reason(roots: list[tuple[str, Any]], *,
+                       fails: str = "when it reaches the operation, after applying the ones before it") -> str | None:
     """Why local mode cannot evaluate one of a batch operation's filters (``roots``, as
     :func:`~.querycheck.operation_filter_roots` gives them, already screened), with the fix; or
-    None. The key is named redacted (the message is audited)."""
+    None. ``fails``: when local mode fails on it (the message's words). The key is named redacted
+    (the message is audited)."""
     for where, root in roots:
         flt = as_filter(root, where)
         fault = unevaluable(flt, where) if isinstance(flt, models.Filter) else None
@@ -39,8 +41,7 @@ def unevaluable_reason(roots: list[tuple[str, Any]]) -> str | None:
             fix = ("Write the key quoted, as a JSON path names a key holding other characters "
                    f"({_quote(shown)!r} for the whole key), or correct it" if _quotable(key) else
                    "Name another field (a key holding '\"' or '\\' cannot be named in a filter)")
-        return (f"{what}; Qdrant's local mode fails on it when it reaches the operation, after applying "
-                f"the ones before it. {fix}")
+        return f"{what}; Qdrant's local mode fails on it {fails}. {fix}"
     return None
 
 

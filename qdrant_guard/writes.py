@@ -263,6 +263,7 @@ class WriteOps(TextOps):
 
     def _upsert(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> Op:
         filters = self._screen_write(method, name, pol, args)
+        self._refuse_unevaluable_update_filter(method, name, pol, args.get("update_filter"))
         points = self._upsert_points(method, name, pol, args["points"])
         prepared = yield from self.prepare_points(method, name, pol, points)
         self._record_write(method, name, pol, prepared, filters)
@@ -282,6 +283,7 @@ class WriteOps(TextOps):
     def _upload_points(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> Op:
         # The whole iterable is checked before anything is sent: a refusal leaves Qdrant unchanged.
         filters = self._screen_write(method, name, pol, args)
+        self._refuse_unevaluable_update_filter(method, name, pol, args.get("update_filter"))
         points = points_from_any(list(args["points"]))
         prepared = yield from self.prepare_points(method, name, pol, points)
         self._record_write(method, name, pol, prepared, filters)
@@ -305,6 +307,7 @@ class WriteOps(TextOps):
     def _upload_collection(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
                            forwarded: dict[str, Any]) -> Op:
         filters = self._screen_write(method, name, pol, args)
+        self._refuse_unevaluable_update_filter(method, name, pol, args.get("update_filter"))
         points = points_from_columns(args["vectors"], args.get("payload"), args.get("ids"))
         prepared = yield from self.prepare_points(method, name, pol, points)
         self._record_write(method, name, pol, prepared, filters)
@@ -345,6 +348,18 @@ class WriteOps(TextOps):
         """The filter screen of a write (after its access check): the details for its allow entry."""
         self.require_access(method, name, pol, "write")
         return self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined, no-any-return]
+
+    def _refuse_unevaluable_update_filter(self, method: str, name: str, pol: CollectionPolicy,
+                                          update_filter: Any) -> None:
+        # Local mode evaluates an upsert's update_filter point by point, as it stores them: a key
+        # that is no JSON path raised at the first existing point, after the new points before it
+        # were stored (and the audit log said Qdrant failed, no point written).
+        if update_filter is None:
+            return
+        unsendable = unevaluable_reason([("update_filter", update_filter)],
+                                        fails="at the first point that exists already, after storing the points before it")
+        if unsendable is not None:
+            raise self.unsupported_write(method, name, pol, f"{method}: {unsendable}. Nothing was written")
 
     def op_batch_update_points(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]

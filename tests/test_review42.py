@@ -1,0 +1,63 @@
+"""Review 42: today's write shortcuts, batch filter paths and file checks.
+
+An upsert's (or upload's) ``update_filter`` whose key is no JSON path: local mode evaluates it
+point by point while it stores them, so it raised at the first point that already existed, after
+storing the new points before it; the audit log recorded QDRANT_ERROR with no point written. The
+guard now refuses it before anything is sent, as it does for batch operations (review 41 (a)).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from guardkit import DIM, make_kit, models as M, snapshot, unit
+from qdrant_guard import QdrantClient, UnsupportedWriteError
+
+
+@pytest.fixture()
+def pii(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                              "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=M.VectorParams(size=DIM, distance=M.Distance.COSINE))
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    bob.upsert("pii", [M.PointStruct(id=5, vector=unit(np.random.default_rng(5)), payload={"k": 5})])
+    return kit, owner, bob
+
+
+def _filter(key: str) -> M.Filter:
+    return M.Filter(must=[M.FieldCondition(key=key, match=M.MatchValue(value=1))])
+
+
+def _points() -> list[M.PointStruct]:
+    rng = np.random.default_rng(42)
+    # A new point first, then the existing one: local mode stored point 1 before failing at 5.
+    return [M.PointStruct(id=1, vector=unit(rng), payload={"k": 1}),
+            M.PointStruct(id=5, vector=unit(rng), payload={"k": 9})]
+
+
+@pytest.mark.parametrize("method", ["upsert", "upload_points"])
+def test_an_update_filter_local_mode_cannot_evaluate_is_refused_before_any_point_is_stored(pii, method):
+    kit, owner, bob = pii
+    before = snapshot(owner, "pii")
+    with pytest.raises(UnsupportedWriteError) as ei:
+        if method == "upsert":
+            bob.upsert("pii", _points(), update_filter=_filter("a..b"))
+        else:
+            bob.upload_points("pii", _points(), update_filter=_filter("a..b"), wait=True)
+    msg = str(ei.value)
+    assert "'a..b'" in msg and "update_filter" in msg and '"a..b"' in msg and "Nothing was written" in msg, msg
+    assert snapshot(owner, "pii") == before
+    records = [json.loads(x)["record"] for x in (kit.tmp / "audit.jsonl").read_text().splitlines()]
+    assert records[-1]["verdict"] == "UNSUPPORTED_WRITE" and records[-1]["op"] == method
+
+
+def test_a_quoted_key_still_runs_as_a_conditional_upsert(pii):
+    _, owner, bob = pii
+    bob.upsert("pii", _points(), update_filter=_filter('"a..b"'))
+    got = {p.id: p.payload for p in owner.scroll("pii", limit=10)[0]}
+    # Point 5 does not match the filter, so only the new point 1 is stored.
+    assert sorted(got) == [1, 5] and got[5]["k"] == 5 and got[1]["k"] == 1
