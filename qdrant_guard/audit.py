@@ -350,6 +350,22 @@ def _refuse_shared(fd: int, path: str | None, abspath: str) -> None:
                 f"move the log to a directory only the guard's uid writes, {_OPT_OUT}")
 
 
+def _refuse_not_regular(st: os.stat_result, path: str | None) -> None:
+    """Refuse a log path that names no regular file: the writer re-reads what it appended (the
+    chain check before each append), which a device or pipe does not give back, so its second
+    append failed as a log "cut off" by someone else."""
+    if stat.S_ISREG(st.st_mode):
+        return
+    kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode)
+            else "a character device" if stat.S_ISCHR(st.st_mode) else "a block device" if stat.S_ISBLK(st.st_mode)
+            else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+    raise AuditError(
+        f"audit log {path!r} is {kind}, not a regular file: the guard re-reads its log to check the hash "
+        "chain before each append, which only a regular file gives back; set audit_log to the path of a "
+        "regular file (created if missing), or leave audit_log unset to log entries to the "
+        "qdrant_guard.audit logger only")
+
+
 class AuditLog:
     """Append-only, hash-chained audit log (thread- and multi-process-safe), mirrored to logging.
 
@@ -430,6 +446,7 @@ class AuditLog:
         self._pid = os.getpid()
         if self.path is not None:
             if verify_existing and os.path.exists(self.path):
+                _refuse_not_regular(os.stat(self.path), self.path)  # reading a FIFO waited for a writer
                 report = verify_audit_file(self.path)
                 if not report.ok:
                     raise AuditIntegrityError(
@@ -459,6 +476,12 @@ class AuditLog:
             hint = (f"; create the directory {os.path.dirname(self._abs)!r}, or set audit_log to a path in "
                     "an existing one" if isinstance(exc, FileNotFoundError) else "")
             raise AuditError(f"cannot open audit log {self.path!r}: {exc.strerror or exc}{hint}") from exc
+        try:
+            _refuse_not_regular(os.fstat(self._fd), self.path)
+        except BaseException:
+            os.close(self._fd)
+            self._fd = None
+            raise
         if not self._allow_shared:
             try:
                 _refuse_shared(self._fd, self.path, self._abs)

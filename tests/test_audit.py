@@ -307,11 +307,21 @@ def test_argument_and_write_errors(tmp_path):
         verify_audit_file(None)
 
 
-@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-def test_write_failure_raises_audit_error():
-    log = AuditLog("/dev/full", allow_shared_file=True)  # a device, mode 666: opted in
-    with pytest.raises(AuditError, match="cannot write"):
-        log.append({"event": "x"})
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="needs RLIMIT_FSIZE")
+def test_write_failure_raises_audit_error(tmp_path):
+    # A file size limit of 0 makes every write fail (EFBIG); /dev/full did, but a device is no
+    # log the writer can re-read and is refused at open (tests/test_review42.py).
+    import resource
+    log = AuditLog(tmp_path / "a.jsonl")
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, limits[1]))
+    try:
+        with pytest.raises(AuditError, match="cannot write"):
+            log.append({"event": "x"})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, old_handler)
     assert log.seq == 0
 
 

@@ -214,9 +214,15 @@ def test_a_refused_vector_with_a_failing_audit_log_raises_audit_error_and_writes
     raw.upsert("pii", [models.PointStruct(id=i, vector=unit(np.random.default_rng(i))) for i in range(3)])
     raw.close()
     cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "noise_on_write": True,
-                              "intent": {"enabled": False}}}, audit_log="/dev/full",
-                     audit_allow_shared_file=True)
+                              "intent": {"enabled": False}}})
     owner = QdrantClient(path=str(store), guard=cfg, principal=kit.principal("alice", "hr"))
+    # The log's descriptor now writes to /dev/full (ENOSPC): an audit log path naming a device
+    # is refused at open (tests/test_review42.py), so the failing log is made after it.
+    full = os.open("/dev/full", os.O_RDWR)
+    try:
+        os.dup2(full, owner.guard.audit._fd)
+    finally:
+        os.close(full)
     try:
         stored = snapshot(owner, "pii")
         with pytest.raises(AuditError):
