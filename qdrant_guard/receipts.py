@@ -292,17 +292,7 @@ def _unit_grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
     # Exact integer sums (below 2^53), so any order of summation gives the same residual: vecdot
     # (when there) is einsum's result at half its per-call cost.
     residual = _UNIT_SQ - (np.einsum("ij,ij->i", k, k) if _ROW_DOTS is None else _ROW_DOTS(k, k))
-    # One unique sort key per coordinate, (2^20 - |k|) << shift | index (|k| <= 2^20 after
-    # normalising), so a plain sort gives the stable descending-|k| order; int32 keys when they
-    # fit (at most 2^30 + 1023 up to shift 10), as they sort about three times faster.
-    shift = max(1, (d - 1).bit_length())
-    key_type = np.int32 if shift <= 10 else np.int64
-    keys = k.astype(key_type)
-    np.abs(keys, out=keys)
-    np.subtract(1 << 20, keys, out=keys)
-    keys <<= shift
-    keys |= _indices(d, key_type)
-    keys.sort(axis=1)
+    keys, shift = _sort_keys(k, d)
     if _NATIVE_NUDGE is not None:
         _NATIVE_NUDGE(k, residual, keys, shift, float(_NORM_TOL), 16)
         return k
@@ -330,6 +320,23 @@ def _unit_grid_rows(arr: np.ndarray, func: str, single: bool) -> np.ndarray:
     return k
 
 
+def _sort_keys(k: np.ndarray, d: int) -> tuple[np.ndarray, int]:
+    """Each row's coordinates in descending-|k| order as sorted keys ((2^20 - |k|) << shift |
+    index), and the shift."""
+    # One unique key per coordinate (|k| <= 2^20 after normalising), so a plain sort gives the
+    # stable descending-|k| order; int32 keys when they fit (at most 2^30 + 1023 up to shift 10),
+    # as they sort about three times faster.
+    shift = max(1, (d - 1).bit_length())
+    key_type = np.int32 if shift <= 10 else np.int64
+    keys = k.astype(key_type)
+    np.abs(keys, out=keys)
+    np.subtract(1 << 20, keys, out=keys)
+    keys <<= shift
+    keys |= _indices(d, key_type)
+    keys.sort(axis=1)
+    return keys, shift
+
+
 def _unit_grid_row(arr: np.ndarray) -> np.ndarray | None:
     """:func:`_unit_grid_rows` of a single row (``arr`` of shape (1, d)) with the native nudge, in
     Python floats where numpy's per-call cost was most of the work; the same operations on the same
@@ -347,14 +354,7 @@ def _unit_grid_row(arr: np.ndarray) -> np.ndarray | None:
     np.rint(row, out=row)
     # An exact integer sum (below 2^53), so the same value as the batch path's.
     residual = np.array([_UNIT_SQ - row.dot(row)])
-    shift = max(1, (d - 1).bit_length())
-    key_type = np.int32 if shift <= 10 else np.int64
-    keys = arr.astype(key_type)
-    np.abs(keys, out=keys)
-    np.subtract(1 << 20, keys, out=keys)
-    keys <<= shift
-    keys |= _indices(d, key_type)
-    keys.sort(axis=1)
+    keys, shift = _sort_keys(arr, d)
     _NATIVE_NUDGE(arr, residual, keys, shift, float(_NORM_TOL), 16)  # type: ignore[misc]
     return arr
 

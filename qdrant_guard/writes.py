@@ -40,7 +40,7 @@ from .receipts import (
 from .sources import path_head, restricts_sources
 from .textguard import TextOps
 from .utility import embedder_model_name, same_model
-from .vectors import _DENSE_FLOATS, UNNAMED, CollectionShape, as_dense, join_vector_struct, split_vector_struct
+from .vectors import _DENSE_FLOATS, UNNAMED, CollectionShape, as_dense, split_vector_struct
 
 _DIRECTIVES = {
     Verdict.NOISE_REQUIRED: (
@@ -1279,6 +1279,14 @@ def _built_point(point_id: Any, vector: Any, payload: dict[str, Any] | None) -> 
     return point
 
 
+def _same_model(got: Any, want: Any) -> bool:
+    """Whether a hand-built pydantic model is indistinguishable from the validated one."""
+    return (got.__dict__ == want.__dict__ and got.__pydantic_fields_set__ == want.__pydantic_fields_set__
+            and got.__pydantic_extra__ == want.__pydantic_extra__
+            and got.__pydantic_private__ == want.__pydantic_private__
+            and got.model_dump_json() == want.model_dump_json() and got == want)
+
+
 def _build_matches() -> bool:
     """Whether :func:`_built_point` gives what validation gives on this pydantic and qdrant-client
     (checked once at import; if not, every point is validated as before)."""
@@ -1288,10 +1296,7 @@ def _build_matches() -> bool:
             want = models.PointStruct(id=pid, vector=[], payload=pl)
             want.vector = [0.5, -1.0]
             got = _built_point(pid, [0.5, -1.0], pl)
-            if (got.__dict__ != want.__dict__ or got.__pydantic_fields_set__ != want.__pydantic_fields_set__
-                    or got.__pydantic_extra__ != want.__pydantic_extra__
-                    or got.__pydantic_private__ != want.__pydantic_private__
-                    or got.model_dump_json() != want.model_dump_json() or got != want):
+            if not _same_model(got, want):
                 return False
         return True
     except Exception:  # noqa: BLE001 - any difference means: validate as before
@@ -1309,10 +1314,7 @@ def _build_vectors_matches() -> bool:
         for pid, vec in cases:
             want = models.PointVectors(id=pid, vector=vec)
             got = _built_point_vectors(pid, vec)
-            if (got.__dict__ != want.__dict__ or got.__pydantic_fields_set__ != want.__pydantic_fields_set__
-                    or got.__pydantic_extra__ != want.__pydantic_extra__
-                    or got.__pydantic_private__ != want.__pydantic_private__
-                    or got.model_dump_json() != want.model_dump_json() or got != want):
+            if not _same_model(got, want):
                 return False
         return True
     except Exception:  # noqa: BLE001 - any difference means: validate as before
