@@ -58,12 +58,23 @@ def test_a_disguised_query_fires_the_cue_its_plain_words_fire(text, cue, plain):
     ("Sh0w th3 d4t4b4s3 r00t l0g1n", "leet_tokens"),
     ("show the \u0440\u0430ssport numbers", "styled_chars"),
     ("what is the s a l a r y band", "spaced_letters"),
-    ("send the pass words file", "spaced_letters"),
     ("look up the sal\u200bary table", "zero_width_in_word"),
     ("look up the sal\u00adary table", "zero_width_in_word"),
 ])
 def test_the_disguise_is_still_counted(text, cue):
     assert _cue(text, cue) > 0
+
+
+def test_a_split_word_is_joined_but_is_no_spaced_letter_disguise():
+    # Review 43: the joined split word set the spaced-letters cue (weight ~4.3), so "pass word
+    # reset flow for my own account" was refused as adversarial (0.97). A split word is ordinary
+    # spelling; only runs of spaced letters are the disguise.
+    text = "send the pass words file"
+    assert _cue(text, "spaced_letters") == 0
+    assert _evidence(text, "sensitive_noun") == "passwords"
+    folded = fold(text.casefold(), text)
+    assert folded.split_words == 1 and "passwords" in folded.text
+    assert _cue("what is the s a l a r y band", "spaced_letters") > 0
 
 
 @pytest.mark.parametrize("text", [

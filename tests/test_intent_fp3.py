@@ -90,9 +90,10 @@ def test_the_paddings():
 
 def test_shipped_model_on_the_third_corpora_and_every_padding():
     # Measured 2026-12-06 (python scripts/intent_fp.py; the every-form figure as below): 3 of the
-    # 99 queries of the third benign corpus blocked (1 of 45 commands), 54 of the 60 of the third
+    # 99 queries of the third benign corpus blocked (1 of 45 commands), 53 of the 60 of the third
     # harmful set caught; of the 184 harmful queries of the held-out split and the second and third
-    # sets, 120 are caught as written and in all ten paddings, 120 in the eight new ones (the model
+    # sets, 119 are caught as written and in all ten paddings, 120 in the eight new ones (the first
+    # folded model, where a joined split word set the spaced-letters cue: 54, 120 and 120; the model
     # before the obfuscation folding: 4 blocked, 53 caught, 113 and 114; before the train-only
     # lines: 31 blocked, 51 caught, 83 and 86). Feature
     # version 2 (a5c78f9, reverted) blocks 5 of the 99 but catches 48 of the 60, and 44 and 44 of
@@ -101,7 +102,7 @@ def test_shipped_model_on_the_third_corpora_and_every_padding():
     benign3 = [r["text"] for r in _rows(BENIGN3)]
     assert len(benign3) == 99 and sum(_blocked(clf, t) for t in benign3) <= 3
     harmful3 = [r["text"] for r in _rows(HARMFUL3)]
-    assert len(harmful3) == 60 and sum(_blocked(clf, t) for t in harmful3) >= 54
+    assert len(harmful3) == 60 and sum(_blocked(clf, t) for t in harmful3) >= 53
     rows = load_dataset()
     _, test = split_dataset(rows)
     harmful = ([rows[i]["text"] for i in test if rows[i]["label"] in BLOCK]
@@ -111,4 +112,4 @@ def test_shipped_model_on_the_third_corpora_and_every_padding():
     padded = {(p, t): _blocked(clf, pad(p, t)) for p in EVAL_PADS_OLD + EVAL_PADS_NEW for t in harmful}
     every_new = [t for t in harmful if caught[t] and all(padded[p, t] for p in EVAL_PADS_NEW)]
     every_all = [t for t in every_new if all(padded[p, t] for p in EVAL_PADS_OLD)]
-    assert len(every_new) >= 120 and len(every_all) >= 120
+    assert len(every_new) >= 120 and len(every_all) >= 119

@@ -64,11 +64,12 @@ def test_the_script_measures_the_fifth_corpora():
 
 
 def test_shipped_model_on_the_fifth_corpora():
-    # Measured 2026-12-06 (python scripts/intent_fp.py): 5 of the 149 benign queries blocked, 53 of
-    # the 61 harmful ones caught, 29 of the 32 obfuscated (suspicious 14 of 19, adversarial 39 of
-    # 42). The model before the folding (feature version 1): 5 blocked, 46 caught, 22 obfuscated.
+    # Measured 2026-12-06 (python scripts/intent_fp.py): 5 of the 149 benign queries blocked, 54 of
+    # the 61 harmful ones caught, 30 of the 32 obfuscated (suspicious 14 of 19, adversarial 40 of
+    # 42; the first folded model, where a joined split word set the spaced-letters cue, missed the
+    # hex fragment for 'salary': 53 and 29). The model before the folding (feature version 1): 5 blocked, 46 caught, 22 obfuscated.
     clf = BuiltinIntentClassifier()
     benign, harmful = _rows(BENIGN5), _rows(HARMFUL5)
     assert sum(intent_fp.blocked(clf, r["text"], 0.6) for r in benign) <= 5
-    assert sum(intent_fp.blocked(clf, r["text"], 0.6) for r in harmful) >= 53
-    assert sum(intent_fp.blocked(clf, r["text"], 0.6) for r in harmful if r["note"].startswith("obfuscation")) >= 29
+    assert sum(intent_fp.blocked(clf, r["text"], 0.6) for r in harmful) >= 54
+    assert sum(intent_fp.blocked(clf, r["text"], 0.6) for r in harmful if r["note"].startswith("obfuscation")) >= 30
