@@ -7,7 +7,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Collection, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, TypeVar
 
 import numpy as np
 import pydantic
@@ -1287,41 +1287,33 @@ def _same_model(got: Any, want: Any) -> bool:
             and got.model_dump_json() == want.model_dump_json() and got == want)
 
 
-def _build_matches() -> bool:
-    """Whether :func:`_built_point` gives what validation gives on this pydantic and qdrant-client
-    (checked once at import; if not, every point is validated as before)."""
+def _builds_match(pairs: Callable[[], Iterator[tuple[Any, Any]]]) -> bool:
+    """Whether each hand-built model of ``pairs()`` (hand-built, validated) is what validation
+    gives on this pydantic and qdrant-client (checked once at import; if not, every point is
+    validated as before)."""
     try:
-        payload = {"k": [1, {"x": None}], "f": 1.5}
-        for pid, pl in ((7, payload), ("8c1a5a2e-6b0c-4a43-9d4e-1f3b2d6c7e90", None)):
-            want = models.PointStruct(id=pid, vector=[], payload=pl)
-            want.vector = [0.5, -1.0]
-            got = _built_point(pid, [0.5, -1.0], pl)
-            if not _same_model(got, want):
-                return False
-        return True
+        return all(_same_model(got, want) for got, want in pairs())
     except Exception:  # noqa: BLE001 - any difference means: validate as before
         return False
 
 
-_BUILD_OK = _build_matches()
+def _point_pairs() -> Iterator[tuple[Any, Any]]:
+    payload = {"k": [1, {"x": None}], "f": 1.5}
+    for pid, pl in ((7, payload), ("8c1a5a2e-6b0c-4a43-9d4e-1f3b2d6c7e90", None)):
+        want = models.PointStruct(id=pid, vector=[], payload=pl)
+        want.vector = [0.5, -1.0]
+        yield _built_point(pid, [0.5, -1.0], pl), want
 
 
-def _build_vectors_matches() -> bool:
-    """Whether :func:`_built_point_vectors` gives what validation gives (checked once at import)."""
-    try:
-        cases: tuple[tuple[Any, Any], ...] = ((7, [0.5, -1.0]),
-                                              ("8c1a5a2e-6b0c-4a43-9d4e-1f3b2d6c7e90", {"a": [0.25], "": [1.5, 2.0]}))
-        for pid, vec in cases:
-            want = models.PointVectors(id=pid, vector=vec)
-            got = _built_point_vectors(pid, vec)
-            if not _same_model(got, want):
-                return False
-        return True
-    except Exception:  # noqa: BLE001 - any difference means: validate as before
-        return False
+def _point_vectors_pairs() -> Iterator[tuple[Any, Any]]:
+    cases: tuple[tuple[Any, Any], ...] = ((7, [0.5, -1.0]),
+                                          ("8c1a5a2e-6b0c-4a43-9d4e-1f3b2d6c7e90", {"a": [0.25], "": [1.5, 2.0]}))
+    for pid, vec in cases:
+        yield _built_point_vectors(pid, vec), models.PointVectors(id=pid, vector=vec)
 
 
-_BUILD_PV_OK = _build_vectors_matches()
+_BUILD_OK = _builds_match(_point_pairs)
+_BUILD_PV_OK = _builds_match(_point_vectors_pairs)
 
 
 def _as_list(v: Any) -> Any:
