@@ -162,6 +162,7 @@ def repair_audit_file(
     path: PathLike, *, signer: ReceiptSigner | None = None,
     trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, keep_chain_from: int | None = None,
+    allow_shared_file: bool = False,
 ) -> AuditReport:
     """Truncate a damaged log to its valid prefix and append a ``audit_repair`` entry.
 
@@ -186,6 +187,10 @@ def repair_audit_file(
         checkpoint_every: the writer's checkpoint period (with ``trusted_keys``).
         keep_chain_from: for a log whose report has ``fork == (a, b)``: ``a`` or ``b``, the first
             line of the chain the operator has established as the real one.
+        allow_shared_file: repair a log file that is group- or world-writable, owned by another
+            uid, or in a world-writable directory without the sticky bit. Refused by default, as
+            ``AuditLog`` refuses to open one: the repair entry (a signed checkpoint with
+            ``signer``) would vouch for what others appended.
 
     Returns:
         The report of the repaired file; ``detail`` says what was cut.
@@ -196,8 +201,10 @@ def repair_audit_file(
         ValueError: ``keep_chain_from`` is not one of the two chains' first lines, or the log
             has no such fork; or, with ``trusted_keys`` and no ``signer``, the repair entry
             would fall on a checkpoint seq (verify with the keys would then fail on it).
-        AuditError: the file cannot be read, the cut bytes cannot be saved (nothing changed), or
-            the log cannot be rewritten (the message names the side file holding the cut).
+        AuditError: the file cannot be read, is no regular file, or others than this uid can
+            write it (the message names the mode or owner and the fix; nothing changed), the cut
+            bytes cannot be saved (nothing changed), or the log cannot be rewritten (the message
+            names the side file holding the cut).
     """
     if not isinstance(path, (str, os.PathLike)):
         raise GuardArgumentTypeError(f"repair_audit_file() path must be str or os.PathLike, not {type(path).__name__}")
@@ -210,12 +217,20 @@ def repair_audit_file(
     if keep_chain_from is not None and (isinstance(keep_chain_from, bool) or not isinstance(keep_chain_from, int)):
         raise GuardArgumentTypeError(f"repair_audit_file() keep_chain_from must be a line number (int) or None, "
                                      f"not {type(keep_chain_from).__name__}")
+    if not isinstance(allow_shared_file, bool):
+        raise GuardArgumentTypeError(
+            f"repair_audit_file() allow_shared_file must be bool, not {type(allow_shared_file).__name__}")
     p = os.fspath(path)
     try:
-        fd = os.open(p, os.O_RDWR)
+        # O_NONBLOCK: a FIFO named here is refused below, not waited on.
+        fd = os.open(p, os.O_RDWR | os.O_NONBLOCK)
     except OSError as exc:
         raise AuditError(f"cannot open audit log {p!r}: {exc.strerror or exc}") from exc
     try:
+        _refuse_not_regular(os.fstat(fd), p, repair=True)
+        if not allow_shared_file:
+            _refuse_shared(fd, p, os.path.abspath(p), _REPAIR_OPT_OUT)
+        os.set_blocking(fd, True)
         _lock(fd)
         st, held = os.stat(p), os.fstat(fd)
         if (st.st_dev, st.st_ino) != (held.st_dev, held.st_ino):
@@ -316,9 +331,12 @@ def repair_audit_file(
 
 _OPT_OUT = ("or, if other users must write it, set audit_allow_shared_file = true in the policy "
             "(AuditLog(..., allow_shared_file=True))")
+_REPAIR_OPT_OUT = ("then repair again; or, if other users must write it, repair with `qdrant-guard audit repair "
+                   "--allow-shared-file` (or audit_allow_shared_file = true in the --trust-policy policy; "
+                   "repair_audit_file(..., allow_shared_file=True)). Nothing was changed")
 
 
-def _refuse_shared(fd: int, path: str | None, abspath: str) -> None:
+def _refuse_shared(fd: int, path: str | None, abspath: str, opt_out: str = _OPT_OUT) -> None:
     """Refuse a log file others can write: what they append, the next checkpoint signs.
 
     The checks see the file's mode, owner and directory, not who holds it open: a process that
@@ -332,13 +350,13 @@ def _refuse_shared(fd: int, path: str | None, abspath: str) -> None:
         raise AuditError(
             f"audit log {path!r} is owned by uid {st.st_uid}, not the guard's uid {os.geteuid()} (mode {mode:o}): its "
             f"owner can change its mode and write entries that the next signed checkpoint would sign; run "
-            f"`chown {os.geteuid()} {abspath} && chmod 600 {abspath}`, {_OPT_OUT}")
+            f"`chown {os.geteuid()} {abspath} && chmod 600 {abspath}`, {opt_out}")
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
         who = "group- and world-writable" if mode & stat.S_IWGRP and mode & stat.S_IWOTH else (
             "group-writable" if mode & stat.S_IWGRP else "world-writable")
         raise AuditError(
             f"audit log {path!r} is {who} (mode {mode:o}): anyone who can write it can append entries that the "
-            f"next signed checkpoint would sign; run `chmod 600 {abspath}`, {_OPT_OUT}")
+            f"next signed checkpoint would sign; run `chmod 600 {abspath}`, {opt_out}")
     # A directory anyone may write without the sticky bit lets anyone rename the log away and put
     # a file of their own in its place (the writer notices only at its next append).
     for d in dict.fromkeys((os.path.dirname(abspath), os.path.dirname(os.path.realpath(abspath)))):
@@ -347,10 +365,10 @@ def _refuse_shared(fd: int, path: str | None, abspath: str) -> None:
             raise AuditError(
                 f"audit log {path!r} is in directory {d!r}, which is world-writable without the sticky bit "
                 f"(mode {dmode:o}): anyone can replace the log there; run `chmod o-w {d}` (or `chmod +t {d}`), "
-                f"move the log to a directory only the guard's uid writes, {_OPT_OUT}")
+                f"move the log to a directory only the guard's uid writes, {opt_out}")
 
 
-def _refuse_not_regular(st: os.stat_result, path: str | None) -> None:
+def _refuse_not_regular(st: os.stat_result, path: str | None, *, repair: bool = False) -> None:
     """Refuse a log path that names no regular file: the writer re-reads what it appended (the
     chain check before each append), which a device or pipe does not give back, so its second
     append failed as a log "cut off" by someone else."""
@@ -359,6 +377,9 @@ def _refuse_not_regular(st: os.stat_result, path: str | None) -> None:
     kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode)
             else "a character device" if stat.S_ISCHR(st.st_mode) else "a block device" if stat.S_ISBLK(st.st_mode)
             else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+    if repair:
+        raise AuditError(f"audit log {path!r} is {kind}, not a regular file, so it is no log the guard wrote and "
+                         "was not repaired (nothing was changed): name the audit_log file itself")
     raise AuditError(
         f"audit log {path!r} is {kind}, not a regular file: the guard re-reads its log to check the hash "
         "chain before each append, which only a regular file gives back; set audit_log to the path of a "

@@ -536,9 +536,16 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
         print(f"error: {args.file} is not an audit log, so nothing was changed (repair cuts a damaged log after "
               f"its valid entries, and this one has none): {wrong_file}", file=sys.stderr)
         return 2
+    allow_shared = args.allow_shared_file
+    if args.trust_policy and not allow_shared:
+        from .policy import load_policy
+
+        # The guard under that policy opens a shared log; its repair may too (the same opt-out).
+        allow_shared = load_policy(args.trust_policy).audit_allow_shared_file
     try:
         rep = repair_audit_file(args.file, signer=signer, trusted_keys=trusted,
-                                checkpoint_every=args.checkpoint_every, keep_chain_from=args.keep_chain_from)
+                                checkpoint_every=args.checkpoint_every, keep_chain_from=args.keep_chain_from,
+                                allow_shared_file=allow_shared)
     except GuardArgumentValueError as exc:
         # The library words it for its own argument; a CLI user set the option.
         print("error: " + str(exc).replace("repair_audit_file() ", "").replace("keep_chain_from=", "--keep-chain-from ")
@@ -851,6 +858,10 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--keep-chain-from", type=_positive_int, metavar="LINE",
                     help="the log holds two chains verify cannot tell apart: keep the one starting on "
                          "LINE (one of the two lines verify names), as you established from a copy or anchor")
+    ar.add_argument("--allow-shared-file", action="store_true",
+                    help="repair a log that others than this uid can write (group- or world-writable, another "
+                         "owner, a world-writable directory without the sticky bit), refused by default as the "
+                         "guard refuses to open one (audit_allow_shared_file)")
     ar.set_defaults(func=cmd_audit_repair)
     arp = aud_p.add_parser("replay", help="re-evaluate logged queries under a new policy (the log is "
                                           "verified first; one that does not verify is not replayed)",
