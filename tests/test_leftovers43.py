@@ -1,14 +1,25 @@
-"""Leftovers of h-left5/h-left6: `audit repair` checks the log's mode and owner as opening it for
-writing does. Real files, the real CLI."""
+"""Leftovers of h-left5/h-left6 (branch h-left7): `audit repair` checks the log's mode and owner
+as opening it for writing does; a batch filter key is checked by the grammar of the backend it
+goes to (a server's, read in qdrant/qdrant lib/segment/src/json_path/parse.rs, or local mode's);
+the async lock's holder on a stopped loop. Real files, the real CLI, real local mode, a real
+remote client (no server listens: the guard's refusal comes before any request)."""
 from __future__ import annotations
 
+import json
 import os
+import socket
+import sys
+import unicodedata
 
 import pytest
+from qdrant_client.local.json_path_parser import parse_json_path
 
-from qdrant_guard import AuditError, QdrantGuardError, keys
+from qdrant_guard import AuditError, QdrantClient, QdrantGuardError, UnsupportedWriteError, keys
 from qdrant_guard.audit import AuditLog, repair_audit_file
 from qdrant_guard.cli import main
+from qdrant_guard.filterpaths import unevaluable_reason
+from qdrant_guard.serverpath import _raw_char, server_reads
+from tests.guardkit import make_kit, models as M
 
 posix = pytest.mark.skipif(os.name != "posix", reason="file modes and owners are POSIX")
 
@@ -118,3 +129,98 @@ def test_cli_repair_refuses_a_shared_log_and_the_flag_or_policy_knob_opts_out(tm
     p.write_bytes(_torn_again)
     rc, out, err = _cli(["audit", "repair", str(p), "--allow-shared-file"], capsys)
     assert rc == 0 and out.startswith("repaired: torn_tail"), (rc, out, err)
+
+
+# -- filter keys against a server: its JSON path grammar, not local mode's ----------------------
+
+HINDI = "हिंदी"  # its vowel signs are Other_Alphabetic: Rust alphanumeric, not Python isalnum
+DECOMPOSED = "e\u0301"  # a combining acute accent: alphanumeric in neither
+
+
+def _delete_where(key: str) -> M.DeleteOperation:
+    return M.DeleteOperation(delete=M.FilterSelector(filter=M.Filter(must=[
+        M.FieldCondition(key=key, match=M.MatchValue(value=1))])))
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.mark.parametrize("path,reads", [
+    ("a", True), ("a.b[0][]", True), ('"a b".c', True), ('""', True), ("123", True), (HINDI, True),
+    ("a_b-c", True), ("a[18446744073709551615]", True),
+    ('"a\\b"', False), ('a."b\\c"', False), ('"a\\"b"', False), (DECOMPOSED, False), ("a..b", False),
+    ("a.", False), ("[0]", False), ("a[18446744073709551616]", False), ("a[x]", False), ('a"b"', False),
+    ('"unclosed', False), ("", False), ("a b", False), ("a[0]b", False),
+])
+def test_the_servers_grammar_as_read_in_its_parser(path, reads):
+    assert server_reads(path) is reads
+
+
+def test_local_mode_and_the_server_differ_exactly_where_documented():
+    # The corners this change is about: local mode reads a quoted backslash and refuses the
+    # vowel signs; the server the other way round.
+    parse_json_path('"a\\b"')
+    with pytest.raises(ValueError):
+        parse_json_path(HINDI)
+
+
+def test_the_rust_alphanumeric_table_agrees_with_unicode_alphabetic():
+    regex = pytest.importorskip("regex")
+    rust = regex.compile(r"[\p{Alphabetic}\p{Nd}\p{Nl}\p{No}]")
+    wrong = [hex(cp) for cp in range(sys.maxunicode + 1)
+             if unicodedata.category(chr(cp)) != "Cn" and chr(cp) not in "_-"
+             and _raw_char(chr(cp)) != bool(rust.match(chr(cp)))]
+    assert wrong == []
+
+
+def test_server_fault_messages_name_the_fix():
+    flt = [("f", M.Filter(must=[M.FieldCondition(key='"a\\b"', match=M.MatchValue(value=1))]))]
+    assert unevaluable_reason(flt) is None  # local mode reads it
+    msg = unevaluable_reason(flt, remote=True)
+    assert msg is not None and "a Qdrant server refuses it" in msg and "Name another field" in msg
+    assert "reads no escapes in a quoted key" in msg
+    flt = [("f", M.Filter(must=[M.FieldCondition(key=DECOMPOSED, match=M.MatchValue(value=1))]))]
+    msg = unevaluable_reason(flt, remote=True)
+    assert msg is not None and "Write the key quoted" in msg and f'"{DECOMPOSED}"' in msg
+    assert unevaluable_reason([("f", M.Filter(must=[M.FieldCondition(key=HINDI, match=M.MatchValue(value=1))]))],
+                              remote=True) is None
+
+
+def test_a_server_client_refuses_a_quoted_backslash_key_before_sending_and_sends_an_unquoted_hindi_key(tmp_path):
+    # Before: the quoted key with a backslash was sent (the server would refuse it, over gRPC
+    # after the operations before it), and the Hindi key refused though the server reads it.
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"]}})
+    bob = QdrantClient(url=f"http://127.0.0.1:{_closed_port()}", timeout=2, guard=cfg,
+                       principal=kit.principal("bob", "support"))
+    try:
+        with pytest.raises(UnsupportedWriteError) as ei:
+            bob.batch_update_points("pii", [_delete_where("k"), _delete_where('a."b\\c"')])
+        msg = str(ei.value)
+        assert "update_operations[1]" in msg and "a Qdrant server refuses it" in msg and "Nothing was written" in msg
+        last = json.loads((kit.tmp / "audit.jsonl").read_text().splitlines()[-1])["record"]
+        assert last["verdict"] == "UNSUPPORTED_WRITE"
+        with pytest.raises(UnsupportedWriteError, match="Write the key quoted"):
+            bob.batch_update_points("pii", [_delete_where(DECOMPOSED)])
+        # Accepted by the guard: what stops it is the connection (no server listens there).
+        with pytest.raises(Exception) as ei:
+            bob.batch_update_points("pii", [_delete_where(HINDI)])
+        assert not isinstance(ei.value, QdrantGuardError), ei.value
+    finally:
+        bob.close()
+
+
+def test_local_mode_keeps_its_own_reading(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"]}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=M.VectorParams(size=4, distance=M.Distance.DOT))
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    bob.batch_update_points("pii", [_delete_where("k"), _delete_where('"a\\b"')])
+    with pytest.raises(UnsupportedWriteError, match="local mode fails on it"):
+        bob.batch_update_points("pii", [_delete_where("k"), _delete_where(HINDI)])
