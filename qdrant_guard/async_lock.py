@@ -7,8 +7,16 @@ a task that finds the lock held queues a future on its own loop, and the release
 over and resolves that future on the waiter's loop (``call_soon_threadsafe``). Only ``_mu``, held
 for a few statements and never across an await, is ever waited on by blocking.
 
-A task whose loop is closed never runs again: a lock it holds, or was handed, is passed on by the
-next acquire, and by each waiter every ``_RECHECK_S`` (no event marks a loop's close).
+When a holder can no longer release, the lock is passed on: by the next acquire, and by each
+waiter every ``_RECHECK_S`` (no event marks a loop's stop or close). The rule:
+
+- a holder whose task is done, or whose loop is closed, never runs again: passed on;
+- a holder whose loop is stopped, not closed, with its task pending keeps the lock: the loop may
+  run again (``run_until_complete`` once more) and the task go on from the middle of its guarded
+  call, which must still hold the lock then;
+- a task handed the lock while its loop is not running (stopped with the task waiting) has not
+  resumed, so has done nothing under it: the hand-over is revoked and the lock passed on, and the
+  task, if its loop runs again, queues anew (at the back) instead of going on.
 """
 from __future__ import annotations
 
@@ -19,8 +27,8 @@ from collections import deque
 from typing import Any, Callable
 
 
-# How often a waiter checks whether the holder's loop (or the loop of the task it was handed to)
-# was closed: only then can the lock be passed on without it.
+# How often a waiter checks whether the holder can no longer release (its task done, its loop
+# closed) or the task handed the lock sits on a loop that is not running: only then is it passed on.
 _RECHECK_S = 0.5
 
 # The (lock, hold) pairs the task whose context this is holds: a thread started from it (as
@@ -84,31 +92,34 @@ class TaskLock:
             self._depth += 1
             return
         me: object = task if task is not None else object()
-        self._reclaim()
-        with self._mu:
-            if self._owner is None:
-                hold = object()
-                self._owner, self._depth, self._hold = me, 1, hold
-                _HELD.set(_HELD.get() + ((self, hold),))
-                return
-            loop = asyncio.get_running_loop()
-            waiter = _Waiter(me, loop)
-            self._waiters.append(waiter)
-        waiter.timer = loop.call_later(_RECHECK_S, self._recheck, waiter)
-        try:
-            await waiter.fut  # type: ignore[misc]
-        except BaseException:
-            self._leave(waiter)
-            raise
-        finally:
-            waiter.timer.cancel()
-        with self._mu:
-            if self._handed is waiter:
-                self._handed = None
+        while True:
+            self._reclaim()
+            with self._mu:
+                if self._owner is None:
+                    hold = object()
+                    self._owner, self._depth, self._hold = me, 1, hold
+                    _HELD.set(_HELD.get() + ((self, hold),))
+                    return
+                loop = asyncio.get_running_loop()
+                waiter = _Waiter(me, loop)
+                self._waiters.append(waiter)
+            waiter.timer = loop.call_later(_RECHECK_S, self._recheck, waiter)
+            try:
+                await waiter.fut  # type: ignore[misc]
+            except BaseException:
+                self._leave(waiter)
+                raise
+            finally:
+                waiter.timer.cancel()
+            with self._mu:
+                if self._handed is waiter:
+                    self._handed = None
+                    break
+            # Revoked: handed the lock while this loop was not running, and passed on (_reclaim).
         _HELD.set(_HELD.get() + ((self, waiter),))
 
     def _recheck(self, waiter: _Waiter) -> None:
-        """On a waiter's loop: pass on a lock left with a task whose loop was closed, again later."""
+        """On a waiter's loop: pass on a lock its holder can no longer release (_reclaim), again later."""
         if waiter.granted:
             return
         self._reclaim()
@@ -154,22 +165,27 @@ class TaskLock:
         with self._mu:
             granted = waiter.granted
             if not granted:
-                self._waiters.remove(waiter)
+                if waiter in self._waiters:  # not, if its hand-over was revoked (_reclaim)
+                    self._waiters.remove(waiter)
             elif self._handed is waiter:
                 self._handed = None
         if granted:
             self._hand_on()
 
     def _reclaim(self) -> None:
-        """Pass on a lock held by, or handed to, a task whose loop was closed (stopped, not closed,
-        at the hand-over, or while the task held it): that task never runs again to release it."""
+        """Pass on a lock its holder can no longer release (its task done, or its loop closed), or
+        one handed to a task whose loop is not running (stopped or closed): that task has not
+        resumed, and finds the hand-over revoked if it ever does (the module's rule)."""
         handed, owner = self._handed, self._owner
-        if not ((handed is not None and handed.loop.is_closed())  # type: ignore[union-attr]
-                or (isinstance(owner, asyncio.Task) and owner.get_loop().is_closed())):
+        if not ((handed is not None and not handed.loop.is_running())  # type: ignore[union-attr]
+                or (isinstance(owner, asyncio.Task) and handed is None
+                    and (owner.done() or owner.get_loop().is_closed()))):
             return
         with self._mu:
             if self._owner is not owner or self._handed is not handed:
                 return
+            if handed is not None:
+                handed.granted = False  # its _leave, if cancelled, has nothing to give back
             self._owner, self._handed, self._hold = _PASSING, None, None
         self._hand_on()
 

@@ -5,16 +5,20 @@ the async lock's holder on a stopped loop. Real files, the real CLI, real local 
 remote client (no server listens: the guard's refusal comes before any request)."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
 import sys
+import threading
+import time
 import unicodedata
 
 import pytest
 from qdrant_client.local.json_path_parser import parse_json_path
 
 from qdrant_guard import AuditError, QdrantClient, QdrantGuardError, UnsupportedWriteError, keys
+from qdrant_guard.async_lock import TaskLock
 from qdrant_guard.audit import AuditLog, repair_audit_file
 from qdrant_guard.cli import main
 from qdrant_guard.filterpaths import unevaluable_reason
@@ -224,3 +228,201 @@ def test_local_mode_keeps_its_own_reading(tmp_path):
     bob.batch_update_points("pii", [_delete_where("k"), _delete_where('"a\\b"')])
     with pytest.raises(UnsupportedWriteError, match="local mode fails on it"):
         bob.batch_update_points("pii", [_delete_where("k"), _delete_where(HINDI)])
+
+
+# -- the async lock: a stopped loop's holder keeps it, a task handed it on a stopped loop does not --
+
+
+HANG_S = 20  # only against a hang
+
+
+def _wait(cond, bound: float = HANG_S) -> bool:
+    end = time.monotonic() + bound
+    while not cond() and time.monotonic() < end:
+        time.sleep(0.002)
+    return cond()
+
+
+class _PausedLoop:
+    """A loop in a thread of its own, run in phases: ``run_until(cond)`` runs it until ``cond()``,
+    then it stops (not closed) with its tasks pending; ``resume(task)`` runs it until ``task`` ends."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.jobs: list = []
+        self.job = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            self.job.wait()
+            self.job.clear()
+            fn, done = self.jobs.pop()
+            if fn is None:
+                self.loop.close()
+                done.set()
+                return
+            try:
+                fn()
+            finally:
+                done.set()
+
+    def call(self, fn) -> threading.Event:
+        done = threading.Event()
+        self.jobs.append((fn, done))
+        self.job.set()
+        return done
+
+    def start(self, coro):
+        out = {}
+        assert self.call(lambda: out.setdefault("task", self.loop.create_task(coro))).wait(HANG_S)
+        return out["task"]
+
+    def run_until(self, cond) -> None:
+        assert self.call(lambda: self.loop.run_until_complete(asyncio.to_thread(_wait, cond))).wait(HANG_S)
+
+    def resume(self, task) -> threading.Event:
+        return self.call(lambda: self.loop.run_until_complete(asyncio.wait_for(task, HANG_S)))
+
+    def close(self) -> None:
+        assert self.call(None).wait(HANG_S)
+
+
+def _timeline_holder(lock: TaskLock, name: str, log: list, hold_s: float = 0.0):
+    async def body() -> None:
+        await lock.acquire()
+        log.append(("in", name))
+        if hold_s:
+            await asyncio.sleep(hold_s)
+        log.append(("out", name))
+        lock.release()
+    return body()
+
+
+def _no_overlap(log: list) -> bool:
+    inside = None
+    for what, name in log:
+        if what == "in":
+            if inside is not None:
+                return False
+            inside = name
+        else:
+            if inside != name:
+                return False
+            inside = None
+    return inside is None
+
+
+def test_a_task_handed_the_lock_while_its_loop_is_stopped_does_not_keep_it_and_queues_again_on_resume():
+    # Before: the lock went to the task on the stopped loop and stayed there until that loop ran
+    # again or was closed; the waiter behind it waited as long (here: never got it).
+    lock, log = TaskLock(), []
+    first = threading.Event()
+    let_go = threading.Event()
+
+    async def holder() -> None:
+        await lock.acquire()
+        log.append(("in", "holder"))
+        first.set()
+        await asyncio.to_thread(let_go.wait, HANG_S)
+        log.append(("out", "holder"))
+        lock.release()
+
+    holding = threading.Thread(target=asyncio.run, args=(holder(),), daemon=True)
+    holding.start()
+    assert first.wait(HANG_S)
+    paused = _PausedLoop()
+    stranded = paused.start(_timeline_holder(lock, "paused", log))
+    paused.run_until(lambda: len(lock._waiters) == 1)  # queued; its loop now stopped
+    behind_done = threading.Event()
+    behind = threading.Thread(target=lambda: (asyncio.run(_timeline_holder(lock, "behind", log, 0.2)),
+                                              behind_done.set()), daemon=True)
+    behind.start()
+    assert _wait(lambda: len(lock._waiters) == 2)
+    let_go.set()  # handed to the task on the stopped loop
+    assert behind_done.wait(HANG_S), "the waiter behind waited for a task whose loop is stopped"
+    assert ("in", "paused") not in log  # it never ran under the lock
+    # Its loop runs again: the task finds the hand-over revoked, queues anew and takes it in turn.
+    assert paused.resume(stranded).wait(HANG_S) and stranded.done() and stranded.exception() is None
+    assert log[-2:] == [("in", "paused"), ("out", "paused")] and _no_overlap(log), log
+    assert lock.owner is None
+    paused.close()
+
+
+def test_a_holder_on_a_stopped_loop_resumes_still_holding_and_the_waiter_gets_it_after():
+    lock, log = TaskLock(), []
+    go_on = threading.Event()
+
+    async def step_then_wait() -> None:
+        await lock.acquire()
+        log.append(("in", "paused"))
+        await asyncio.to_thread(go_on.wait, HANG_S)  # the loop stops while the task is here
+        log.append(("out", "paused"))
+        lock.release()
+
+    paused = _PausedLoop()
+    task = paused.start(step_then_wait())
+    paused.run_until(lambda: lock.owner is task)
+    got = threading.Event()
+    waiter = threading.Thread(target=lambda: (asyncio.run(_timeline_holder(lock, "waiter", log)), got.set()),
+                              daemon=True)
+    waiter.start()
+    assert _wait(lambda: len(lock._waiters) == 1)
+    assert not got.wait(1.5) and lock.owner is task  # paused, pending: it keeps the lock
+    go_on.set()
+    assert paused.resume(task).wait(HANG_S) and task.exception() is None
+    assert got.wait(HANG_S) and _no_overlap(log) and [n for w, n in log if w == "in"] == ["paused", "waiter"], log
+    paused.close()
+
+
+def test_a_holder_whose_task_ended_without_releasing_does_not_block_the_next():
+    # Before: a task that ended holding the lock (an acquire without release) kept it for good,
+    # though its loop ran on.
+    lock = TaskLock()
+
+    async def main() -> None:
+        async def leaks() -> None:
+            await lock.acquire()
+
+        await asyncio.create_task(leaks())
+        await asyncio.wait_for(lock.acquire(), 5)
+        lock.release()
+
+    asyncio.run(main())
+    assert lock.owner is None
+
+
+def test_a_revoked_task_cancelled_when_its_loop_runs_again_gives_nothing_back():
+    """The task whose hand-over was revoked is cancelled as it resumes: it must leave the lock to
+    its present holder, not hand that one's lock on."""
+    lock = TaskLock()
+    held, let_go = threading.Event(), threading.Event()
+
+    async def holder(ready: threading.Event, release: threading.Event) -> None:
+        await lock.acquire()
+        ready.set()
+        await asyncio.to_thread(release.wait, HANG_S)
+        lock.release()
+
+    a = threading.Thread(target=asyncio.run, args=(holder(held, let_go),), daemon=True)
+    a.start()
+    assert held.wait(HANG_S)
+    paused = _PausedLoop()
+    stranded = paused.start(lock.acquire())
+    paused.run_until(lambda: len(lock._waiters) == 1)
+    held_b, let_go_b = threading.Event(), threading.Event()
+    b = threading.Thread(target=asyncio.run, args=(holder(held_b, let_go_b),), daemon=True)
+    b.start()
+    assert _wait(lambda: len(lock._waiters) == 2)
+    let_go.set()
+    assert held_b.wait(HANG_S)  # revoked from the stopped loop's task, passed to b
+    owner = lock.owner
+    assert paused.call(stranded.cancel).wait(HANG_S)
+    done = paused.call(lambda: paused.loop.run_until_complete(asyncio.wait([stranded], timeout=HANG_S)))
+    assert done.wait(HANG_S) and stranded.cancelled()
+    assert lock.owner is owner and not lock._waiters  # b still holds it; nothing queued
+    let_go_b.set()
+    b.join(HANG_S)
+    assert _wait(lambda: lock.owner is None)
+    paused.close()
