@@ -1128,7 +1128,9 @@ class GuardConfig(_Strict):
     does not start; the message names the mode and ``chmod 600 FILE``): whoever can append to the
     file can forge entries that the next signed checkpoint signs. Set ``true`` only where another
     uid must write the log and is trusted as much as the guard. The check does not stop a process
-    running as the guard's own uid (docs/audit-log.md). Needs ``audit_log``."""
+    running as the guard's own uid (docs/audit-log.md). ``qdrant-guard audit repair`` runs the same
+    check, and this setting in the policy given to its ``--trust-policy`` opts out there too. Needs
+    ``audit_log``."""
     audit_trusted_keys: tuple[str, ...] = ()
     """Public keys (``ed25519:<base64>`` or files) of earlier signing keys of this audit log. On
     start the guard checks the log back to its most recent signed checkpoint, which must verify

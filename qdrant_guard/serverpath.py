@@ -2,8 +2,8 @@
 server would fail on (over gRPC, after applying the operations before it; docs/atomicity.md).
 
 Read in qdrant/qdrant ``lib/segment/src/json_path/parse.rs`` (the same grammar from v1.8.1 to
-v1.19): a path is a key, then any of ``.key``, ``[N]`` (ASCII digits, at most 2**64 - 1) and
-``[]``. A key is either unquoted, one or more characters that are ``_``, ``-`` or alphanumeric in
+commit 74f3e85, 2026-08-04; servers before v1.8 had another parser, not read): a path is a key,
+then any of ``.key``, ``[N]`` (ASCII digits, at most 2**64 - 1) and ``[]``. A key is either unquoted, one or more characters that are ``_``, ``-`` or alphanumeric in
 Rust's sense (``char::is_alphanumeric``: Unicode Alphabetic, or general category Nd, Nl or No), or
 quoted: ``"`` and ``"`` around any characters but ``"`` and ``\\`` (no escapes). qdrant-client's
 local mode differs: it reads ``\\`` in a quoted key as itself, and takes Python's ``isalnum``,
