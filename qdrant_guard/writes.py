@@ -356,7 +356,7 @@ class WriteOps(TextOps):
         # were stored (and the audit log said Qdrant failed, no point written).
         if update_filter is None:
             return
-        unsendable = unevaluable_reason([("update_filter", update_filter)], remote=self.shared.get("remote", False),  # type: ignore[attr-defined]
+        unsendable = unevaluable_reason([("update_filter", update_filter)], remote=self.shared.get("remote", False),
                                         fails="at the first point that exists already, after storing the points before it",
                                         server_fails=" (the whole request)")
         if unsendable is not None:
@@ -406,7 +406,7 @@ class WriteOps(TextOps):
             found: dict[str, Any] = {}
             roots = list(operation_filter_roots(op, f"update_operations[{i}]"))
             self.screen_filters(method, name, pol, roots, found)  # type: ignore[attr-defined]
-            unsendable = unevaluable_reason(roots, remote=self.shared.get("remote", False))  # type: ignore[attr-defined]
+            unsendable = unevaluable_reason(roots, remote=self.shared.get("remote", False))
             if unsendable is not None:
                 raise self.unsupported_write(method, name, pol, f"{method}: {unsendable}. Nothing was written")
             screened.append(found)
