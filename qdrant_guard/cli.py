@@ -497,7 +497,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 def cmd_audit_repair(args: argparse.Namespace) -> int:
     from . import keys
-    from .audit import repair_audit_file, verify_audit_file
+    from .audit import _refuse_not_regular, repair_audit_file, verify_audit_file
     from .receipts import ReceiptSigner
 
     signer = ReceiptSigner(keys.load_private_key(args.signing_key)) if args.signing_key else None
@@ -530,6 +530,12 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
                 "would refuse to open the repaired log. Sign with the policy's signing_key, or add this key's .pub "
                 "to audit_trusted_keys first (a key the policy revokes, or a boundary's authority key, may not be "
                 "added). Nothing was changed")
+    try:
+        st: os.stat_result | None = os.stat(args.file)
+    except OSError:
+        st = None  # verify below names what is wrong with the path
+    if st is not None:
+        _refuse_not_regular(st, args.file, repair=True)  # verifying a FIFO first waited for a writer
     wrong_file = _not_an_audit_log(args.file, verify_audit_file(args.file, trusted_keys=trusted,
                                                                  checkpoint_every=args.checkpoint_every))
     if wrong_file:

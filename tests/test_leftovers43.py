@@ -111,6 +111,25 @@ def test_repair_refuses_a_fifo_without_blocking(tmp_path):
 
 
 @posix
+def test_cli_repair_refuses_a_fifo_without_blocking(tmp_path, capsys):
+    # Before: the command verified the path before repairing, and reading the FIFO waited for a
+    # writer (here: until the test opened it for writing after 5 s).
+    fifo = tmp_path / "audit.jsonl"
+    os.mkfifo(fifo, 0o600)
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.setdefault("rc", main(["audit", "repair", str(fifo)])), daemon=True)
+    t.start()
+    t.join(5)
+    blocked = t.is_alive()
+    if blocked:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(5)
+    err = capsys.readouterr().err
+    assert not blocked, "audit repair blocked on a FIFO"
+    assert out.get("rc") == 2 and "is a named pipe (FIFO), not a regular file" in err, (out, err)
+
+
+@posix
 def test_cli_repair_refuses_a_shared_log_and_the_flag_or_policy_knob_opts_out(tmp_path, capsys):
     p = tmp_path / "audit.jsonl"
     before = _torn_log(p)
