@@ -19,7 +19,7 @@ from .intent_fold import INVISIBLE_IN_WORD_RE, fold as _fold
 
 #: Version of the feature extractor below. A model file records the version it was trained with
 #: and is refused by a different extractor, because its weights would silently mean nothing.
-FEATURE_VERSION = 3  # 2 was doc_noun_strict+process_question, shipped and reverted
+FEATURE_VERSION = 4  # 2 was doc_noun_strict+process_question, shipped and reverted; 4: escapes, masks, strong leet
 
 # Lexical features look at a bounded prefix (before and after normalisation) so a stuffed
 # multi-megabyte query costs bounded time; the length and repetition cues still see that the
@@ -565,6 +565,8 @@ def _featurize(text: str, *, fold: bool) -> Featurized:
         if any(c.isdigit() for c in s) + any(c.isupper() for c in s) + any(c.islower() for c in s) >= 3 \
                 or s.endswith("="):
             encoded += len(s)
+    if fold:
+        encoded += folded.escaped_chars
     encoded_share = min(encoded / n_chars, 1.0)
     if encoded_share:
         evidence["encoded_share"] = f"{encoded_share:.0%} of text"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import unicodedata
 from dataclasses import dataclass
 
 # Invisible characters that split or disguise a word: format characters (Cf) except the visible
@@ -62,6 +63,7 @@ _LEET_CHUNK_RE = re.compile(r"[a-z0-9@$]+")
 _LEET_ONLY_RE = re.compile(r"[a-z013457@$]+")
 _LEET_SANDWICH_RE = re.compile(r"[a-z][013457@$]+[a-z]")
 _LEET_ANY_RE = re.compile(r"[013457@$]")
+_LEET_GROUP_RE = re.compile(r"[013457@$]+")
 
 # Three or more single letters joined by one repeated separator: ``s a l a r y``, ``s.s.n``; the
 # ``s`` of a possessive (``c e o's``) is not one of them.
@@ -73,6 +75,14 @@ _SPACE_RUN_RE = re.compile(r"(?<=\S) {2,}(?=\S)")
 _UNDERSCORE_CHAIN_RE = re.compile(r"(?<![^\W_])[a-z]+(?:_[a-z]+){3,}(?![^\W_])")
 # Percent escapes glued to letters on both sides: ``show%20all`` (``a %20 in a url`` stays).
 _PCT_GLUED_RE = re.compile(r"(?<=[a-z0-9])(?:%[0-9a-f]{2})+(?=[a-z0-9])")
+
+# Escape sequences written into the text (``\u0070asswords``, ``pass&#119;ords``), on the case-folded
+# text: ``\U0001D429`` reads ``\u0001d429`` there (its first four digits alone would be a control
+# character, so the long form is tried first), and a UTF-16 surrogate pair is one character.
+_ESCAPE = (r"\\u00(?:0[0-9a-f]|10)[0-9a-f]{4}|\\ud[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}|\\u[0-9a-f]{4}"
+           r"|\\x[0-9a-f]{2}|&#x[0-9a-f]{1,6};|&#[0-9]{1,7};")
+_ESCAPE_RUN_RE = re.compile(f"(?:{_ESCAPE})+")
+_ESCAPE_ONE_RE = re.compile(_ESCAPE)
 
 # Maximal runs (finditer is greedy and resumes after each), so no lookbehind is needed: a pattern
 # led by one is tried at every position.
@@ -101,17 +111,82 @@ SPLIT_WORDS = frozenset("""
 _WORD_SPLIT_RE = re.compile(r"([a-z]+)")
 _SPLIT_PREFIXES = frozenset(w[:i] for w in SPLIT_WORDS for i in range(1, len(w)))
 
+# Words a disguised word is resolved to (``passw*rds``, ``p@ssw()rds``, ``s3cret``): the split-word
+# vocabulary plus the single words of the bulk, record and override cues of intent_features.
+RESOLVE_WORDS = SPLIT_WORDS | frozenset("""
+    ssns admin login logins token tokens every everyone everybody entire whole complete dump export
+    exfiltrate database records documents employee employees customer customers verbatim unredacted
+""".split())
+_RESOLVE_BLOB = "\n".join(sorted(RESOLVE_WORDS))
+_RESOLVE_MAX = max(map(len, RESOLVE_WORDS))
+# A letter written as a digit or symbol, in the resolver (a wider choice than _LEET: 1 is i or l).
+_LEET_CLASS = {"0": "o", "1": "[il]", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"}
+# Characters that may stand for letters inside a word: a wildcard, brackets (``()`` as o) or other
+# punctuation. Not the hyphen, apostrophe or space, which sit inside ordinary spellings
+# (``by-pass``, ``account's``); split words handle those.
+_MASKS = "*?#()[]{}<>|!^~+=/\\.,:;\"%_"
+_MASK_SET = frozenset(_MASKS)
+_MASK_CLASS = "[" + re.escape(_MASKS) + "]"
+# A word holding a digit, symbol or mask between letters (``passw*rds``, ``5alary``).
+_DISGUISED_RE = re.compile(r"(?<![a-z0-9@$])[a-z0-9@$]*(?:[a-z](?:[013457@$]|" + _MASK_CLASS + r"{1,3})"
+                           r"|[013457@$][a-z])[a-z0-9@$" + re.escape(_MASKS) + r"]*")
+# Every run of letters of a word that resolves is part of a vocabulary word: a cheap test before a
+# pattern is compiled (~0.1 ms each), and a bound on how many are.
+_RESOLVE_PIECES = frozenset(w[i:j] for w in RESOLVE_WORDS for i in range(len(w)) for j in range(i + 1, len(w) + 1))
+_LETTER_RUN_RE = re.compile(r"[a-z]+")
+_MAX_RESOLVED_TRIES = 32
+
 
 @dataclass(frozen=True)
 class Folded:
     """The folded text and how much of each kind of disguise was undone."""
 
     text: str
-    leet_words: int = 0
+    leet_words: int = 0  # words whose digits, symbols or masks stood for letters (``p4ss``, ``passw*rds``)
     lookalike_letters: int = 0
     joined_words: int = 0  # runs of spaced letters joined
     decoded_fragments: int = 0
     split_words: int = 0  # split words joined (``pass word``): ordinary spelling too, so no cue
+    # Characters of decoded escape runs of one or two escapes (``\u0070asswords``): encoded text
+    # that the written-text cue, which counts runs of three or more, does not see.
+    escaped_chars: int = 0
+
+
+def _unescape_one(e: str) -> str:
+    if e[0] == "&":
+        return chr(int(e[3:-1], 16) if e[2] == "x" else int(e[2:-1]))
+    if e[1] == "x":
+        return chr(int(e[2:], 16))
+    if len(e) == 12:  # surrogate pair
+        hi, lo = int(e[2:6], 16), int(e[8:], 16)
+        return chr(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00))
+    return chr(int(e[2:], 16))
+
+
+def _fold_escapes(text: str) -> tuple[str, int]:
+    # A run is decoded when it is glued to a letter or digit (``\u0070asswords``) or holds two or more
+    # escapes; a lone ``\u00e9`` between spaces is what a question about escapes writes, and stays.
+    # Only printable characters are written out; case and compatibility forms are folded as the
+    # text around them was.
+    count = 0
+
+    def one(m: re.Match[str]) -> str:
+        nonlocal count
+        run = m.group(0)
+        parts = _ESCAPE_ONE_RE.findall(run)
+        glued = text[m.start() - 1:m.start()].isalnum() or text[m.end():m.end() + 1].isalnum()
+        if len(parts) < 2 and not glued:
+            return run
+        try:
+            out = "".join(map(_unescape_one, parts))
+        except (ValueError, OverflowError):
+            return run
+        if not out.isprintable():
+            return run
+        if len(parts) < 3:
+            count += len(run)
+        return unicodedata.normalize("NFKC", out).casefold().translate(_INVISIBLE_STRIP)
+    return _ESCAPE_RUN_RE.sub(one, text), count
 
 
 def _pct_decode(m: re.Match[str]) -> str:
@@ -182,8 +257,96 @@ def _fold_lookalikes(text: str) -> tuple[str, int]:
     return _HOMOGLYPH_WORD_RE.sub(one, text), count
 
 
-def _fold_leet(text: str) -> tuple[str, int]:
-    if not _LEET_SANDWICH_RE.search(text):  # no word with a digit between letters: nothing folds
+def _resolve_pattern(word: str) -> str | None:
+    """The regex (over :data:`RESOLVE_WORDS`, a word a line) of the words a disguised word can spell."""
+    parts: list[str] = []
+    known = masked = 0
+    i = 0
+    while i < len(word):
+        c = word[i]
+        if "a" <= c <= "z":
+            parts.append(c)
+            known += 1
+        elif c in _LEET_CLASS:
+            parts.append(_LEET_CLASS[c])
+        elif c in _MASK_SET:
+            j = i
+            while j < len(word) and word[j] in _MASK_SET:
+                j += 1
+            if j - i > 3:
+                return None
+            parts.append(f"[a-z]{{0,{j - i + 1}}}")
+            masked += j - i
+            i = j
+            continue
+        else:  # a digit that stands for no letter (``h264``'s 2)
+            return None
+        i += 1
+    # Enough of it is written as letters that it cannot stand for just any word.
+    if known < 3 or masked * 2 > known:
+        return None
+    return "^" + "".join(parts) + "$"
+
+
+def _resolve_disguised(text: str) -> tuple[str, int, int]:
+    """Words whose digits, symbols or punctuation stand for letters, resolved to the one word of
+    :data:`RESOLVE_WORDS` they can spell: (text, words resolved, of them joins only)."""
+    tried: dict[str, tuple[str, bool] | None] = {}  # word, and whether it only joins pieces
+    compiled = 0
+    resolved = joins = 0
+
+    def one(m: re.Match[str]) -> str:
+        nonlocal compiled, resolved, joins
+        token = m.group(0)
+        core = token.rstrip(_MASKS)  # the pattern starts with no mask
+        if core not in tried:
+            tried[core] = None
+            if (compiled < _MAX_RESOLVED_TRIES and 3 <= len(core) <= _RESOLVE_MAX + 6
+                    and _RESOLVE_PIECES.issuperset(_LETTER_RUN_RE.findall(core))):
+                pat = _resolve_pattern(core)
+                if pat is not None:
+                    compiled += 1
+                    found = re.findall(pat, _RESOLVE_BLOB, re.M)
+                    if len(found) == 1:
+                        # ``pass.word``: punctuation between the pieces, no letter hidden
+                        only_joins = len(found[0]) == len(_NOT_ASCII_LETTERS_RE.sub("", core)) \
+                            and not _LEET_ANY_RE.search(core)
+                        tried[core] = (found[0], only_joins)
+        hit = tried[core]
+        if hit is None:
+            return token
+        if hit[1]:
+            joins += 1
+        else:
+            resolved += 1
+        return hit[0] + token[len(core):]
+    return _DISGUISED_RE.sub(one, text), resolved, joins
+
+
+def _leet_is_strong(s: str) -> bool:
+    """A leet word that reads as one without a vocabulary: two or more groups of digits or symbols
+    between or before letters (``p4ssw0rd``, ``3xp0rt``), or one that no number or name is written
+    with (``r00t``, ``pa$$word``). One digit or number inside a word is how technical names are
+    written (``md5sum``, ``w3c``, ``l10n``, ``log4j``, ``deploy@prod01``): folded only in a text that
+    is disguised elsewhere."""
+    groups = 0
+    for m in _LEET_GROUP_RE.finditer(s):
+        g = m.group(0)
+        before = s[m.start() - 1:m.start()].isalpha()
+        after = s[m.end():m.end() + 1].isalpha()
+        if not after:
+            continue
+        if before:
+            if len(g) > 1 and not (g.isdigit() and g[0] != "0"):
+                return True
+        groups += 1
+    return groups >= 2 and bool(_LEET_SANDWICH_RE.search(s))
+
+
+def _fold_leet(text: str, disguised: bool = False) -> tuple[str, int]:
+    # ``disguised``: the text already held a resolved disguised word, so weak and edge leet words
+    # (``md5sum``, ``m3``) fold too.
+    if not disguised and not _LEET_SANDWICH_RE.search(text):  # no digit between letters: nothing folds
         return text, 0
     chunks = [m for m in _LEET_CHUNK_RE.finditer(text) if _LEET_ANY_RE.search(m.group(0))]
     if not chunks:
@@ -196,8 +359,10 @@ def _fold_leet(text: str) -> tuple[str, int]:
         # x@example.com: the @ of an address is no letter.
         return not ("@" in s and text.startswith(".", m.end()))
     sandwiched = [m for m in chunks if eligible(m) and _LEET_SANDWICH_RE.search(m.group(0))]
-    if not sandwiched:
-        return text, 0
+    if not disguised:
+        sandwiched = [m for m in sandwiched if _leet_is_strong(m.group(0))]
+        if not sandwiched:
+            return text, 0
     # By start, not `m not in sandwiched`: a list test per chunk made a 100 KB query of leet words quadratic.
     starts = {m.start() for m in sandwiched}
     fold = sandwiched + [m for m in chunks
@@ -247,6 +412,9 @@ def fold(low: str, cased: str) -> Folded:
     it says are seen.
     """
     text = low.translate(_INVISIBLE_STRIP)
+    escapes = 0
+    if "\\" in text or "&#" in text:
+        text, escapes = _fold_escapes(text)
     if "%" in text:
         text = _PCT_GLUED_RE.sub(_pct_decode, text)
     looks = 0
@@ -257,9 +425,10 @@ def fold(low: str, cased: str) -> Folded:
     text, spaced = _SPACED_RE.subn(lambda m: m.group(0)[::2], text)
     if spaced:
         text = _SPACE_RUN_RE.sub(" ", text)
-    text, leet = _fold_leet(text)
+    text, resolved, dotted = _resolve_disguised(text)
+    text, leet = _fold_leet(text, disguised=resolved > 0)
     text, joined = _join_split_words(text)
     decoded = _decoded_fragments(cased.translate(_INVISIBLE_STRIP), text)
     if decoded:
         text = text + " " + " ".join(decoded)
-    return Folded(text, leet, looks, spaced, len(decoded), joined)
+    return Folded(text, leet + resolved, looks, spaced, len(decoded), joined + dotted, escapes)

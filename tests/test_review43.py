@@ -16,11 +16,14 @@ class _Refused(Exception):
 def test_fold_leet_words_stay_linear_on_a_long_text():
     # fold() is public; featurize cuts to 2048 characters, but fold itself must not be quadratic.
     # Each chunk was tested against the list of folded chunks: 300 KB of ``p4ss`` took ~40 s.
-    text = "p4ss " * 60_000
+    # (``r00t``: one digit inside a word, as ``p4ss`` has, folds only in an otherwise disguised
+    # text since h-intent4, and ``r00t`` spells no word of the resolver's vocabulary, so the
+    # leetspeak pass does the work.)
+    text = "r00t " * 60_000
     t = time.perf_counter()
     out = fold(text, text)
     elapsed = time.perf_counter() - t  # generous: only tells linear from quadratic, not speed
-    assert out.leet_words == 60_000 and out.text.startswith("pass pass")
+    assert out.leet_words == 60_000 and out.text.startswith("root root")
     assert elapsed < 20.0, elapsed
 
 
