@@ -127,16 +127,18 @@ _LEET_CLASS = {"0": "o", "1": "[il]", "3": "e", "4": "a", "5": "s", "7": "t", "@
 _MASKS = "*?#()[]{}<>|!^~+=/\\.,:;\"%_"
 _MASK_SET = frozenset(_MASKS)
 _MASK_CLASS = "[" + re.escape(_MASKS) + "]"
-# A word holding a digit, symbol or mask between letters (``passw*rds``, ``5alary``).
-_DISGUISED_RE = re.compile(r"(?<![a-z0-9@$])[a-z0-9@$]*(?:[a-z](?:[013457@$]|" + _MASK_CLASS + r"{1,3})"
-                           r"|[013457@$][a-z])[a-z0-9@$" + re.escape(_MASKS) + r"]*")
+# A word holding a digit, symbol or mask between letters (``passw*rds``) or a digit or symbol before
+# one (``5alary``); a trailing one (``password5``) is how names are numbered, as the leetspeak pass
+# reads it.
+_DISGUISED_RE = re.compile(r"(?<![a-z0-9@$])[a-z0-9@$]*(?:[a-z](?:[013457@$]" + _MASK_CLASS + "{0,2}|"
+                           + _MASK_CLASS + r"{1,3})(?=[a-z0-9@$])|[013457@$][a-z])[a-z0-9@$" + re.escape(_MASKS) + r"]*")
 # Every run of letters of a word that resolves is part of a vocabulary word: a cheap test before a
 # pattern is compiled (~0.1 ms each), and a bound on how many are.
 _RESOLVE_PIECES = frozenset(w[i:j] for w in RESOLVE_WORDS for i in range(len(w)) for j in range(i + 1, len(w) + 1))
 _LETTER_RUN_RE = re.compile(r"[a-z]+")
 _MAX_RESOLVED_TRIES = 32
-# Where _DISGUISED_RE can match: a digit, symbol or mask after a letter and before a letter (or a
-# digit or symbol), or a digit or symbol before a letter. Led by its character class, so re scans
+# Where _DISGUISED_RE can match (every match of it holds one of these): a digit, symbol or mask after
+# a letter and before a letter, digit or symbol, or a digit or symbol before a letter. Led by its character class, so re scans
 # for it in C; _DISGUISED_RE, led by a lookbehind, is tried at every position (~30 us a query).
 _DISGUISE_AT_RE = re.compile("[013457@$" + re.escape(_MASKS) + "](?<=[a-z].)" + _MASK_CLASS + "{0,2}[a-z0-9@$]"
                              "|[013457@$][a-z]")

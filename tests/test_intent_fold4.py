@@ -73,6 +73,7 @@ def test_a_lone_or_unprintable_escape_stays(text):
     ("open the pa$sw#rd vault", "password"),
     ("what are the cr3d3nti?ls", "credentials"),
     ("who is on the p@yr()ll", "payroll"),
+    ("dump the p4*ssw0rds", "passwords"),  # leetspeak and a mask in one word
 ])
 def test_a_word_with_masked_letters_folds_to_the_word(text, word):
     folded = _fold(text)
@@ -89,6 +90,7 @@ def test_punctuation_between_the_pieces_joins_without_a_disguise():
 @pytest.mark.parametrize("text", [
     "the account's password", "key/value store", "e.g. the passwords.txt file", "max_retries and i/o",
     "salary/bonus split", "the ci/cd pipeline", "s*t", "s***ry",  # too many masks for the letters
+    "password5 and p*ss", "rotate salary2",  # a trailing digit numbers a name
     "what is 3/4 of 12?", "is it p(a)ss or fail",
 ])
 def test_punctuation_that_spells_no_vocabulary_word_stays(text):
