@@ -2,15 +2,19 @@
 words it spells, before feature extraction.
 
 An extraction attempt written ``p@ssw0rds``, ``s a l a r y``, ``pаsswords`` (Cyrillic а),
-``pass\u200bword``, ``pass words``, ``show%20all`` or as a base64 or hex fragment carries none of the
-words the model and its cues know, so it reads as harmless. Folding gives back the words; the
-obfuscation cues (leetspeak, styled letters, zero-width characters, spaced letters, encoded share)
-are still counted on the text as written, so the model sees both what was asked and that it was
-disguised. Each rule is generic (no word list of the judging sets) and is guarded so that ordinary
-text is left alone: leetspeak is folded only where a digit sits between letters (``r00t``,
-``p4ssw0rd``, not ``4g``, ``mp3``, ``10am``, ``ec2``), or, once a query has such a word, in its short
-edge cases (``m3``, ``a11``); lookalike letters only inside words that mix scripts, or in words of a
-text that is otherwise Latin; split words only when the pieces make a word of the cue vocabulary.
+``pass\u200bword``, ``pass words``, ``show%20all``, ``\\u0070asswords``, ``passw*rds`` or as a base64 or
+hex fragment carries none of the words the model and its cues know, so it reads as harmless.
+Folding gives back the words; the obfuscation cues (leetspeak, styled letters, zero-width
+characters, spaced letters, encoded share) are still counted on the text as written, so the model
+sees both what was asked and that it was disguised. Each rule is generic (no word list of the
+judging sets) and is guarded so that ordinary text is left alone: leetspeak is folded where it
+reads as leetspeak (``r00t``, ``p4ssw0rd``; not ``4g``, ``mp3``, ``10am``, ``ec2``, nor one digit inside
+a name: ``l10n``, ``w3c``, ``md5sum``), or, once a query has such a word, also in its weak and short
+edge cases (``m3``, ``a11``); letters written as digits, symbols or punctuation (``passw*rds``,
+``p@ssw()rds``) only when they spell exactly one word of a small cue vocabulary; escapes only when
+glued to a word or two or more in a row; lookalike letters only inside words that mix scripts, or
+in words of a text that is otherwise Latin; split words only when the pieces make a word of the
+cue vocabulary.
 The work is a few linear passes over the bounded prefix.
 """
 from __future__ import annotations
@@ -131,15 +135,17 @@ _MASK_CLASS = "[" + re.escape(_MASKS) + "]"
 # one (``5alary``); a trailing one (``password5``) is how names are numbered, as the leetspeak pass
 # reads it.
 _DISGUISED_RE = re.compile(r"(?<![a-z0-9@$])[a-z0-9@$]*(?:[a-z](?:[013457@$]" + _MASK_CLASS + "{0,2}|"
-                           + _MASK_CLASS + r"{1,3})(?=[a-z0-9@$])|[013457@$][a-z])[a-z0-9@$" + re.escape(_MASKS) + r"]*")
+                           + _MASK_CLASS + r"{1,3})(?=[a-z0-9@$])|[013457@$][a-z])"
+                           + "[a-z0-9@$" + re.escape(_MASKS) + "]*")
 # Every run of letters of a word that resolves is part of a vocabulary word: a cheap test before a
 # pattern is compiled (~0.1 ms each), and a bound on how many are.
 _RESOLVE_PIECES = frozenset(w[i:j] for w in RESOLVE_WORDS for i in range(len(w)) for j in range(i + 1, len(w) + 1))
 _LETTER_RUN_RE = re.compile(r"[a-z]+")
 _MAX_RESOLVED_TRIES = 32
 # Where _DISGUISED_RE can match (every match of it holds one of these): a digit, symbol or mask after
-# a letter and before a letter, digit or symbol, or a digit or symbol before a letter. Led by its character class, so re scans
-# for it in C; _DISGUISED_RE, led by a lookbehind, is tried at every position (~30 us a query).
+# a letter and before a letter, digit or symbol, or a digit or symbol before a letter. Led by its
+# character class, so re scans for it in C; _DISGUISED_RE, led by a lookbehind, is tried at every
+# position (~30 us a query).
 _DISGUISE_AT_RE = re.compile("[013457@$" + re.escape(_MASKS) + "](?<=[a-z].)" + _MASK_CLASS + "{0,2}[a-z0-9@$]"
                              "|[013457@$][a-z]")
 
