@@ -558,5 +558,43 @@ class ExtractionBudget:
         (decision,) = self._decide([(key, point_ids, _check_count("max_vectors", max_vectors))])
         return decision
 
+    def admit_units(
+        self,
+        *,
+        principal: str,
+        collection: str,
+        unit: int,
+        groups: Sequence[tuple[Sequence[tuple[str, int]], int]],
+        max_vectors: int,
+    ) -> tuple[list[bool], int, int, int, str]:
+        """Charge vectors and scores to the distillation budget in units (``diversity.charge_scores``).
+
+        ``unit`` is what one vector is worth: the least common multiple of the collection's dense
+        vector sizes, so a vector of size ``d`` costs ``unit`` and one score of it ``unit // d``,
+        both integers. The cap is ``max_vectors * unit``. The key names ``unit``, so a collection
+        whose vector sizes change (and with them what a unit is) counts afresh rather than mixing
+        units. Groups are decided as :meth:`BudgetStore.admit_units` decides them.
+
+        Returns:
+            ``(flags, units_before, units_after, cap, key)``.
+
+        Raises:
+            TypeError, ValueError: bad arguments.
+            BudgetStoreError: the store is unavailable, or has no ``admit_units`` (fail closed).
+        """
+        unit = _check_count("unit", unit)
+        if unit < 1:
+            raise ConfigError("unit must be at least 1 (a vector's worth in units)")
+        cap = _check_count("max_vectors", max_vectors) * unit
+        key = self._vector_key(principal, collection).replace("vec|", "vsu|", 1) + f"|{unit}"
+        admit = getattr(self.store, "admit_units", None)
+        if admit is None:
+            raise BudgetStoreError(
+                f"budget store {type(self.store).__name__} has no admit_units, which diversity.charge_scores needs; "
+                "use budget_store = 'memory', 'sqlite:///...' or 'redis://...', or set charge_scores = false")
+        flags, before, after = admit(key, [(list(items), requires) for items, requires in groups], cap=cap,
+                                     window_s=self.window_s, now=self._now())
+        return list(flags), int(before), int(after), cap, key
+
 
 _BUDGET_KEY = ExtractionBudget.budget_key

@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 from .budget_stores import BudgetStoreError, _check_str, _CountingStore, _ids_by_key, _released_where_all_admit
+from .budget_units import REDIS_ADMIT_UNITS, redis_args, redis_names
 from .errors import GuardArgumentValueError
 
 
@@ -450,6 +451,7 @@ class RedisBudgetStore(_CountingStore):
         self._indexed_entries_script = self.client.register_script(_REDIS_INDEXED_ENTRIES)
         self._entries_script = self.client.register_script(_REDIS_ENTRIES)
         self._reset_script = self.client.register_script(_REDIS_RESET_KEY)
+        self._units_script = self.client.register_script(REDIS_ADMIT_UNITS)
 
     @property
     def _indexed(self) -> bool:
@@ -548,6 +550,13 @@ class RedisBudgetStore(_CountingStore):
         results = self._admit_many([(key, ids, cap) for (key, cap), ids in zip(keys, lists)], window_s, now)
         admitted = [{pid for pid, ok in zip(ids, flags) if ok} for ids, (flags, _, _) in zip(lists, results)]
         return _released_where_all_admit(points, admitted), [(before, after) for _, before, after in results]
+
+    def _admit_units(self, key: str, groups: list[Any], cap: int, window_s: float,
+                     now: float) -> tuple[list[bool], int, int]:
+        self._name(key)  # refuses a reserved key
+        reply = self._run(self._units_script, redis_names(self.prefix, key), redis_args(groups, cap, window_s, now),
+                          f"key {key!r}")
+        return [bool(int(v)) for v in reply[:-2]], int(reply[-2]), int(reply[-1])
 
     def _seen(self, key: str, window_s: float, now: float) -> int:
         return int(self._call(self._seen_script, [key], [repr(now), repr(window_s)]))

@@ -314,6 +314,31 @@ class _CountingStore:
             return [True] * len(checked_points), []
         return self._admit_points(checked_keys, checked_points, window_s, now)
 
+    def admit_units(self, key: str, groups: Sequence[tuple[Sequence[tuple[str, int]], int]], *, cap: int,
+                    window_s: float, now: float) -> tuple[list[bool], int, int]:
+        """Admit weighted groups of ids under a units key, atomically (:mod:`qdrant_guard.budget_units`).
+
+        Args:
+            key: the units key (never one :meth:`admit` uses: its entries carry weights).
+            groups: ``(items, requires)`` in order: ``items`` are ``(id, weight >= 1)``,
+                ``requires`` the index of an earlier group that must have been admitted, or -1.
+            cap: the most units the key may hold within the window (below 2**53).
+            window_s: the window length in seconds.
+            now: the current time in seconds.
+
+        Returns:
+            ``(flags, units_before, units_after)``: ``flags[g]`` is True where group ``g`` was
+            admitted (and charged).
+        """
+        from .budget_units import check_units_args
+
+        key, checked, cap, window_s, now = check_units_args(key, groups, cap, window_s, now)
+        return self._admit_units(key, checked, cap, window_s, now)
+
+    def _admit_units(self, key: str, groups: list[Any], cap: int, window_s: float,
+                     now: float) -> tuple[list[bool], int, int]:
+        raise NotImplementedError
+
     def seen(self, key: str, *, window_s: float, now: float) -> int:
         """See :meth:`BudgetStore.seen`."""
         _check_str("key", key)
@@ -420,6 +445,14 @@ class MemoryBudgetStore(_CountingStore):
         # window than the admission's would still count (one store serves every collection's window).
         self._window = 0.0
         self._monotonic = monotonic
+        from .budget_units import MemoryUnits
+
+        self._units = MemoryUnits()
+
+    def _admit_units(self, key: str, groups: list[Any], cap: int, window_s: float,
+                     now: float) -> tuple[list[bool], int, int]:
+        with self._lock:
+            return self._units.admit(key, groups, cap, window_s, now)
 
     def key_count(self) -> int:
         """How many keys the store holds: those with ids in the window, and idle ones the sweep
@@ -594,6 +627,7 @@ class MemoryBudgetStore(_CountingStore):
 
     def _reset(self, key: str | None) -> None:
         with self._lock:
+            self._units.reset(key)
             if key is None:
                 self._keys.clear()
                 self._groups.clear()
@@ -746,7 +780,9 @@ class SqliteBudgetStore(_CountingStore):
         # (otherwise each such gap would hold the sweep back for good).
         self._boot = _boot_id() if monotonic is time.monotonic else None
         try:
-            self._connection().executescript(_SQLITE_SCHEMA)
+            from .budget_units import SQLITE_UNITS_SCHEMA
+
+            self._connection().executescript(_SQLITE_SCHEMA + SQLITE_UNITS_SCHEMA)
         except sqlite3.Error as exc:
             raise BudgetStoreError(f"cannot create the budget table in {path!r}: {exc}") from exc
 
@@ -790,6 +826,13 @@ class SqliteBudgetStore(_CountingStore):
             self._sweep(db, now, _SQLITE_SWEEP_STEP + 2 * sum(len(ids) for _, ids, _ in requests))
         self._noted(window_s)
         return out
+
+    def _admit_units(self, key: str, groups: list[Any], cap: int, window_s: float,
+                     now: float) -> tuple[list[bool], int, int]:
+        from .budget_units import sqlite_admit
+
+        with self._transaction() as db:
+            return sqlite_admit(db, key, groups, cap, window_s, now)
 
     def key_count(self) -> int:
         """How many keys the file holds: those with ids in the window, and idle ones the sweep has
@@ -963,9 +1006,11 @@ class SqliteBudgetStore(_CountingStore):
             if key is None:
                 self._local.kept.by_prefix.clear()
                 db.execute("DELETE FROM qg_budget")
+                db.execute("DELETE FROM qg_budget_units")
             else:
                 self._local.kept.changed(key)
                 db.execute("DELETE FROM qg_budget WHERE key = ?", (key,))
+                db.execute("DELETE FROM qg_budget_units WHERE key = ?", (key,))
 
     def close(self) -> None:
         """Close every connection this store opened (in this process)."""
