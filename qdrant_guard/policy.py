@@ -366,6 +366,20 @@ class DiversityPolicy(_Strict):
     vectors, one charge per stored vector (a point's named vectors count one each); past it the
     vectors are left out (``vector=None`` when none of a point's is left). 0: no vector is ever returned
     to anyone (the owner included); unset: no budget."""
+    charge_scores: bool = False
+    """Charge scores to the distillation budget too (needs ``max_vectors``). A score is the query's
+    similarity to a stored vector, one linear measurement of it: ``d`` queries by basis vectors
+    rebuild every ranked point's ``d``-dimensional vector from scores alone. When true, the budget
+    counts in coordinates: a returned vector of size ``d`` costs ``d`` (one vector, as without it),
+    each scored point returned outside the owner boundary costs 1 per dense vector the request
+    scores with (``using``, and each prefetch's), and the cap is ``max_vectors`` vectors' worth
+    (with vectors of several sizes, in units of their least common multiple). Past the cap a
+    scored point is left out of the result (its score cannot be), and ``search_matrix_*`` is
+    refused outside the owner boundary (pairwise similarities of stored vectors, with no query the
+    budget could charge per point). A repeated request (the same query, prefetches and filter) is
+    free for the points it already returned. Default false because it charges every search, not
+    only reads asking for vectors: size ``max_vectors`` for the searches readers make
+    (docs/diversity-budget.md)."""
 
     @model_validator(mode="after")
     def _budget_keys_that_apply(self) -> "DiversityPolicy":
@@ -383,6 +397,11 @@ class DiversityPolicy(_Strict):
                 f"window_s = {self.window_s} is the window of the extraction budget (max_source_coverage) and "
                 "the distillation budget (max_vectors), and neither is set, so it would be ignored; set "
                 "max_source_coverage (e.g. 0.25) or, on PROPRIETARY collections, max_vectors, or remove window_s"
+            )
+        if self.charge_scores and self.max_vectors is None:
+            raise ValueError(
+                "charge_scores = true charges scores to the distillation budget (max_vectors), which is not "
+                "set, so it would charge nothing; set max_vectors (e.g. 1000) or remove charge_scores"
             )
         return self
 

@@ -29,6 +29,7 @@ from .pipeline import Call, Op, memory_budget_store_for, sent_name
 from .policy import CollectionPolicy
 from .querycheck import (QueryChecks, UncheckedForm, field_name_roots, iter_prefetch, left_details,
                          query_filter_roots, raw_stored_clause, raw_stored_way_out, rest_prefetch)
+from .score_charge import ScoreCharge, charges_scores, score_spec
 from .receipts import mechanism_mismatch, model_mismatch, noise_shortfall, stored_receipts, verify_receipt
 from .sources import path_head
 from .textguard import _number_text
@@ -70,6 +71,9 @@ class ReadPlan:
     """Normalised ids of the points the budget withheld from this read (enforce mode)."""
     admitted: dict[str, set[str]] = field(default_factory=dict)
     """Source -> normalised ids the budget admitted under it in this read."""
+    scored: tuple[tuple[str, ...], str] | None = None
+    """Under ``diversity.charge_scores``: the vector names the request scores with and its digest
+    (:func:`qdrant_guard.score_charge.score_spec`); None when its scores measure no vector."""
     aliases: dict[str, str] | None = None
     """Alias -> collection, as this read's ``get_aliases`` listed them (None: not listed). For
     this read only: aliases can move between reads."""
@@ -209,7 +213,7 @@ def _given_count(value: Any) -> bool:
     return value is None or isinstance(value, bool) or not isinstance(value, numbers.Real) or value >= 1
 
 
-class ReadOps(PayloadOps, QueryChecks):
+class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
     """The read half of the pipeline."""
 
     # -- planning -------------------------------------------------------------------------
@@ -271,7 +275,10 @@ class ReadOps(PayloadOps, QueryChecks):
             # pts are points of the list source_of was built from (kept or sliced, never copied).
             pts = yield from self.apply_budget(op, name, pol, pts, details, lambda p: source_of(id(p)),
                                                account=account, plan=plan)
-        if _vector_budgeted(pol, plan):
+        if charges_scores(pol):
+            pts = yield from self.apply_units_budget(op, name, pol, pts, details, account=account, scored=plan.scored,
+                                                     with_vectors=asks_vectors(plan.user_with_vectors))
+        elif _vector_budgeted(pol, plan):
             pts = self.apply_vector_budget(op, name, pol, pts, details, account=account)
         redact_text = self.redacts_kept_text(pol)
         names = plan.names_of(account) if plan.strip_vectors else frozenset()
@@ -916,6 +923,9 @@ class ReadOps(PayloadOps, QueryChecks):
 
         def read() -> Op:
             new, plan = self.plan_read(method, pol, args)
+            if charges_scores(pol):
+                plan.scored = score_spec(new.get("query"), new.get("prefetch"), new.get("using"),
+                                         new.get("query_filter"), new.get("lookup_from"))
             account = yield from self.budget_collection(method, name, pol, [plan], details)
 
             def run(exclusion: Exclusion | None) -> Any:
@@ -960,6 +970,9 @@ class ReadOps(PayloadOps, QueryChecks):
                                                "limit": new["limit"], "offset": new.get("offset"),
                                                "with_payload": new["with_payload"],
                                                "with_vector": new["with_vectors"]}))
+            if charges_scores(pol):
+                sent = reqs[-1]
+                plan.scored = score_spec(sent.query, sent.prefetch, sent.using, sent.filter, sent.lookup_from)
             plans.append(plan)
             all_details.append(details)
         batch: dict[str, Any] = {}  # notes on the whole batch (alias_error)
@@ -1003,6 +1016,9 @@ class ReadOps(PayloadOps, QueryChecks):
     def _groups_read(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
                      details: dict[str, Any], progress: dict[str, Any]) -> Op:
         new, plan = self.plan_read(method, pol, args, limit_key=None, diversify=False)
+        if charges_scores(pol):
+            plan.scored = score_spec(new.get("query"), new.get("prefetch"), new.get("using"),
+                                     new.get("query_filter"), new.get("lookup_from"))
         group_size = int(args.get("group_size") or 3)
         if pol.diversity.enabled and _given_count(args.get("group_size")):
             new["group_size"] = overfetch_limit(group_size, factor=pol.diversity.overfetch_factor)
@@ -1151,6 +1167,21 @@ class ReadOps(PayloadOps, QueryChecks):
                     f"{raw_stored_way_out(pol, name, left, capped, action=f'call {method}')}",
                     details=left_details(pol, left, capped),
                 ))
+        if method.startswith("search_matrix") and charges_scores(pol) and self.boundary() != pol.owner:
+            # Each entry is the similarity of two stored vectors: a bilinear measurement of both
+            # with no query in between, whose pairs Qdrant samples, so no per-point charge in rank
+            # order (or withholding part of a matrix) would bound what the matrix rebuilds.
+            monitor = pol.diversity.mode == "monitor"
+            d = self.decision(
+                method, name, pol, Verdict.ALLOW if monitor else Verdict.REFUSED_CROSS_BOUNDARY,
+                f"{method} returns similarities of the stored vectors of PROPRIETARY collection {name!r} with one "
+                "another, which diversity.charge_scores cannot charge to the distillation budget (max_vectors) "
+                f"point by point; outside the owner boundary {pol.owner!r} use query_points, whose scores the "
+                "budget counts, or set charge_scores = false",
+                details={"charge_scores": True}, monitor=monitor)
+            if not monitor:
+                raise self.refuse(d)
+            self.record(d)
         filter_key = {"count": "count_filter", "facet": "facet_filter"}.get(method, "query_filter")
         if isinstance(flt, models.Filter) and self.source_budgeted(pol):
             # Checked and sent as pydantic serialises it: a list subclass in a model_construct()ed

@@ -1,0 +1,186 @@
+"""The distillation budget in coordinates: scores charged with vectors (``diversity.charge_scores``).
+
+A score is the query's similarity to a stored vector: one linear measurement of it, so ``d`` of
+them (basis-vector queries, each ranking the same points) rebuild a ``d``-dimensional vector
+that ``max_vectors`` never counted. With the knob on, the budget counts units: a vector is worth
+``unit`` (the least common multiple of the collection's dense vector sizes), one score of a
+vector of size ``d`` ``unit // d``; the cap is ``max_vectors * unit``
+(:meth:`ExtractionBudget.admit_units`).
+
+A score is charged under an id made of the point, the vector name and a digest of the request as
+sent (query, prefetches, ``using``, filter, ``lookup_from``): the same request again measures
+nothing new, so the points it already returned are free, as re-reading a point is in the other
+budgets; any other request (another query vector, a noised one) is charged anew.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import uuid
+from typing import Any, Mapping
+
+import numpy as np
+import pydantic
+from qdrant_client.http import models
+
+from .budget import BudgetStoreError, normalize_point_id
+from .decision import Verdict
+from .policy import CollectionPolicy
+from .querycheck import iter_prefetch
+
+# Queries whose scores come from the prefetches' (fusion, formula) or from no vector at all.
+_NOT_A_MEASUREMENT = (models.OrderByQuery, models.SampleQuery, models.FusionQuery, models.RrfQuery,
+                      models.FormulaQuery)
+
+_SCORE_NS = uuid.UUID("0c6f1d2e-9a4b-4c55-8e21-3b7a5d9f6e14")
+_NAMED_VECTOR_NS = uuid.UUID("5b0d3c1e-6a52-4f0e-9a57-7d1c2b4e8f10")  # reads._NAMED_VECTOR_NS
+
+
+def charges_scores(pol: CollectionPolicy) -> bool:
+    """Whether ``pol``'s distillation budget counts scores (and vectors) in units."""
+    div = pol.diversity
+    return (div.enabled and div.charge_scores and pol.sensitivity.value == "PROPRIETARY"
+            and div.max_vectors is not None)
+
+
+def score_spec(query: Any, prefetch: Any, using: Any, flt: Any, lookup_from: Any) -> tuple[tuple[str, ...], str] | None:
+    """``(the vector names the request's scores measure, the request's digest)``, or None when the
+    request scores with no vector (no query, or only order-by / sample queries)."""
+    names: list[str] = []
+    nodes = [(query, using)] + [(p.query, p.using) for _, p in iter_prefetch(prefetch, "prefetch")]
+    for q, name in nodes:
+        if q is not None and not isinstance(q, _NOT_A_MEASUREMENT):
+            names.append(name if isinstance(name, str) else "")
+    if not names:
+        return None
+    sent = {"query": query, "prefetch": prefetch, "using": using, "filter": flt, "lookup_from": lookup_from}
+    digest = hashlib.sha256(json.dumps(_canon(sent), sort_keys=True).encode()).hexdigest()[:32]
+    return tuple(dict.fromkeys(names)), digest
+
+
+def _canon(value: Any) -> Any:
+    # A stable JSON form of what was sent: an object it cannot read becomes its repr, which at worst
+    # makes two equal requests count twice (stricter), never two different ones count once.
+    if isinstance(value, pydantic.BaseModel):
+        return _canon(value.model_dump(mode="json", exclude_none=True))
+    if isinstance(value, np.ndarray):
+        return _canon(value.tolist())
+    if isinstance(value, Mapping):
+        return {str(k): _canon(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canon(v) for v in value]
+    if isinstance(value, (bool, np.bool_)) or value is None or isinstance(value, str):
+        return value if not isinstance(value, np.bool_) else bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
+    return repr(value)
+
+
+def _score_id(point_id: Any, name: str, digest: str) -> str:
+    return f"u:{uuid.uuid5(_SCORE_NS, f'{normalize_point_id(point_id)}{chr(0)}{name}{chr(0)}{digest}')}"
+
+
+def _vector_id(point_id: Any, name: str | None) -> str:
+    if name is None:
+        return normalize_point_id(point_id)
+    return f"u:{uuid.uuid5(_NAMED_VECTOR_NS, f'{normalize_point_id(point_id)}{chr(0)}{name}')}"
+
+
+class ScoreCharge:
+    """The read path's units budget (a mixin of :class:`qdrant_guard.reads.ReadOps`)."""
+
+    def apply_units_budget(self, op: str, name: str, pol: CollectionPolicy, pts: list[Any],
+                           details: dict[str, Any], *, account: str, scored: Any, with_vectors: bool) -> Any:
+        """Charge each returned point's scores (outside the owner boundary) and vectors in units.
+
+        A point whose scores the budget refuses is left out (a score cannot be stripped); a vector
+        it refuses is left out as :meth:`ReadOps.apply_vector_budget` leaves it out, and is never
+        charged for a point left out. A generator (the vector sizes may be fetched).
+        """
+        charge_scores = scored is not None and self.boundary() != pol.owner  # type: ignore[attr-defined]
+        if not pts or not (charge_scores or with_vectors):
+            return pts
+        shape = yield from self.shape(account)  # type: ignore[attr-defined]
+        sizes = {vname: spec.size for vname, spec in shape.dense.items()}
+        if not sizes:
+            return pts
+        unit = math.lcm(*sizes.values())
+        weights: list[tuple[str, int]] = []
+        if charge_scores:
+            names, digest = scored
+            for vname in names:
+                if vname not in sizes:
+                    raise self.refuse(self.decision(  # type: ignore[attr-defined]
+                        op, name, pol, Verdict.QUERY_REJECTED,
+                        f"the request scores with vector {vname or '<unnamed>'!r} of {name!r}, which is not a dense "
+                        "vector of the collection, so diversity.charge_scores cannot size what each score "
+                        "measures; query a dense vector (using=...)",
+                        details={"using": vname}))
+                weights.append((vname, unit // sizes[vname]))
+        groups: list[tuple[list[tuple[str, int]], int]] = []
+        owners: list[tuple[int, str | None]] = []  # per group: (point index, None for its scores, else the vector)
+        for i, p in enumerate(pts):
+            requires = -1
+            if weights:
+                requires = len(groups)
+                groups.append(([(_score_id(p.id, vname, digest), w) for vname, w in weights], -1))
+                owners.append((i, None))
+            vector = getattr(p, "vector", None) if with_vectors else None
+            if isinstance(vector, dict):
+                for vname, v in vector.items():
+                    if v is not None:
+                        groups.append(([(_vector_id(p.id, vname), unit)], requires))
+                        owners.append((i, vname))
+            elif vector is not None:
+                groups.append(([(_vector_id(p.id, None), unit)], requires))
+                owners.append((i, ""))
+        if not groups:
+            return pts
+        try:
+            flags, _, after, cap, _ = self.extraction_budget(pol).admit_units(  # type: ignore[attr-defined]
+                principal=self.principal_label or "anonymous", collection=account, unit=unit,  # type: ignore[attr-defined]
+                groups=groups, max_vectors=int(pol.diversity.max_vectors or 0))
+        except BudgetStoreError as exc:
+            self.budget_store_failed(op, name, pol, exc,  # type: ignore[attr-defined]
+                                     "the distillation budget could not be applied, so nothing was returned", details)
+            return pts
+        dropped: set[int] = set()
+        stripped: dict[int, set[str]] = {}
+        for (i, what), ok in zip(owners, flags):
+            if ok:
+                continue
+            if what is None:
+                dropped.add(i)
+            else:
+                stripped.setdefault(i, set()).add(what)
+        vectors_held = sum(len(v) for i, v in stripped.items() if i not in dropped)
+        if not dropped and not vectors_held:
+            return pts
+        report = {"unit": unit, "cap": cap, "charged": after}
+        if dropped:
+            earlier = details.get("score_budget")  # a grouped read charges each group in turn
+            details["score_budget"] = {**report, "withheld": len(dropped) + (earlier["withheld"] if earlier else 0)}
+        if vectors_held:
+            earlier = details.get("vector_budget")
+            details["vector_budget"] = {**report, "withheld": vectors_held + (earlier["withheld"] if earlier else 0)}
+        if pol.diversity.mode == "monitor":  # nothing withheld: logged as what would have been
+            details.update({f"{kind}_budget_monitor": True for kind, n in (("score", dropped), ("vector", vectors_held)) if n})
+            return pts
+        details["verdict"] = Verdict.BUDGET_EXCEEDED.value
+        out = []
+        for i, p in enumerate(pts):
+            if i in dropped:
+                continue
+            held = stripped.get(i)
+            if held:
+                vector = p.vector
+                if isinstance(vector, dict):
+                    kept = {vname: v for vname, v in vector.items() if vname not in held}
+                    p = p.model_copy(update={"vector": kept or None})
+                else:
+                    p = p.model_copy(update={"vector": None})
+            out.append(p)
+        return out
