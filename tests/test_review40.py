@@ -137,9 +137,10 @@ def test_other_fields_and_presence_tests_on_the_kept_text_field_still_pass(kit):
 
 @pytest.mark.parametrize("noise_queries", [False, True])
 def test_scores_rebuild_proprietary_vectors_the_vector_budget_does_not_count(kit, noise_queries):
-    # Left as documented (docs/threat-model.md, "What the budget cannot see"): max_vectors counts
-    # vectors returned, not scores. 16 basis-vector queries rebuild all 6 stored vectors exactly;
-    # noise_queries noises them. A fix that charges scores must change this test and that text.
+    # The default, as documented (docs/threat-model.md, "What the budget cannot see"): max_vectors
+    # counts vectors returned, not scores. 16 basis-vector queries rebuild all 6 stored vectors
+    # exactly; noise_queries noises them. diversity.charge_scores = true charges scores too
+    # (tests/test_score_charge.py); this pins that it stays off unless set.
     from tests.guardkit import QdrantClient, create
 
     pol = {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
