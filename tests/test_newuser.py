@@ -225,8 +225,9 @@ def test_the_complete_example_policy_names_every_key() -> None:
     for sec in ("noise", "query", "diversity", "intent", "utility"):
         model = type(getattr(CollectionPolicy(), sec))
         gaps += [g for g in missing(model, coll[sec], f"collections.employee_records.{sec}.")
-                 if not g.endswith(".max_vectors")]  # PROPRIETARY only: set on model_embeddings
+                 if not g.endswith((".max_vectors", ".charge_scores"))]  # PROPRIETARY only: set on model_embeddings
     assert data["collections"]["model_embeddings"]["diversity"]["max_vectors"]
+    assert "charge_scores" in data["collections"]["model_embeddings"]["diversity"]
     assert not gaps, f"{path.name} lacks: {gaps}"
 
 

@@ -235,3 +235,36 @@ def test_policy_round_trip_keeps_the_knob():
     cfg = config_from_dict({"collections": {"m": {"class": "PROPRIETARY", "owner": "ml",
                                                   "diversity": {"max_vectors": 5, "charge_scores": True}}}}, source="t")
     assert cfg.collections["m"].diversity.charge_scores is True
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "redis"])
+def test_concurrent_admissions_never_pass_the_cap(kind, tmp_path, request):
+    # 8 threads charging distinct ids of weights 1-16 into one key: the units admitted add up to
+    # exactly what the store holds, never more than the cap, and the demand (8 * 40 ids) fills it.
+    import threading
+
+    if kind == "memory":
+        store = MemoryBudgetStore()
+    elif kind == "sqlite":
+        store = SqliteBudgetStore(str(tmp_path / "c.db"))
+    else:
+        store = RedisBudgetStore(request.getfixturevalue("redis_url"), prefix=f"qg:test:{uuid.uuid4().hex}:")
+    admitted: list[int] = []
+    lock = threading.Lock()
+
+    def worker(t: int) -> None:
+        rng = random.Random(t)
+        for i in range(40):
+            w = rng.choice([1, 2, 16])
+            (ok,), _, _ = store.admit_units("vsu|p|c|16", [([(f"u:{t}-{i}", w)], -1)], cap=160, window_s=60.0, now=100.0)
+            if ok:
+                with lock:
+                    admitted.append(w)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    _, _, total = store.admit_units("vsu|p|c|16", [], cap=160, window_s=60.0, now=100.0)
+    assert sum(admitted) == total and 160 - 16 < total <= 160
