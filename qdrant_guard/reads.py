@@ -925,7 +925,7 @@ class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
             new, plan = self.plan_read(method, pol, args)
             if charges_scores(pol):
                 plan.scored = score_spec(new.get("query"), new.get("prefetch"), new.get("using"),
-                                         new.get("query_filter"), new.get("lookup_from"))
+                                         new.get("query_filter"), new.get("lookup_from"), new.get("search_params"))
             account = yield from self.budget_collection(method, name, pol, [plan], details)
 
             def run(exclusion: Exclusion | None) -> Any:
@@ -972,7 +972,8 @@ class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
                                                "with_vector": new["with_vectors"]}))
             if charges_scores(pol):
                 sent = reqs[-1]
-                plan.scored = score_spec(sent.query, sent.prefetch, sent.using, sent.filter, sent.lookup_from)
+                plan.scored = score_spec(sent.query, sent.prefetch, sent.using, sent.filter, sent.lookup_from,
+                                         sent.params)
             plans.append(plan)
             all_details.append(details)
         batch: dict[str, Any] = {}  # notes on the whole batch (alias_error)
@@ -1018,7 +1019,7 @@ class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
         new, plan = self.plan_read(method, pol, args, limit_key=None, diversify=False)
         if charges_scores(pol):
             plan.scored = score_spec(new.get("query"), new.get("prefetch"), new.get("using"),
-                                     new.get("query_filter"), new.get("lookup_from"))
+                                     new.get("query_filter"), new.get("lookup_from"), new.get("search_params"))
         group_size = int(args.get("group_size") or 3)
         if pol.diversity.enabled and _given_count(args.get("group_size")):
             new["group_size"] = overfetch_limit(group_size, factor=pol.diversity.overfetch_factor)

@@ -8,7 +8,7 @@ vector of size ``d`` ``unit // d``; the cap is ``max_vectors * unit``
 (:meth:`ExtractionBudget.admit_units`).
 
 A score is charged under an id made of the point, the vector name and a digest of the request as
-sent (query, prefetches, ``using``, filter, ``lookup_from``): the same request again measures
+sent (query, prefetches, ``using``, filter, ``lookup_from``, search params): the same request again measures
 nothing new, so the points it already returned are free, as re-reading a point is in the other
 budgets; any other request (another query vector, a noised one) is charged anew.
 """
@@ -29,9 +29,10 @@ from .decision import Verdict
 from .policy import CollectionPolicy
 from .querycheck import iter_prefetch
 
-# Queries whose scores come from the prefetches' (fusion, formula) or from no vector at all.
+# Queries whose scores come from the prefetches' (fusion, formula), a payload field (order by, BM25
+# over a text index: TextQuery's ``using`` names that field) or nothing at all (sample).
 _NOT_A_MEASUREMENT = (models.OrderByQuery, models.SampleQuery, models.FusionQuery, models.RrfQuery,
-                      models.FormulaQuery)
+                      models.FormulaQuery, models.TextQuery)
 
 _SCORE_NS = uuid.UUID("0c6f1d2e-9a4b-4c55-8e21-3b7a5d9f6e14")
 _NAMED_VECTOR_NS = uuid.UUID("5b0d3c1e-6a52-4f0e-9a57-7d1c2b4e8f10")  # reads._NAMED_VECTOR_NS
@@ -44,7 +45,8 @@ def charges_scores(pol: CollectionPolicy) -> bool:
             and div.max_vectors is not None)
 
 
-def score_spec(query: Any, prefetch: Any, using: Any, flt: Any, lookup_from: Any) -> tuple[tuple[str, ...], str] | None:
+def score_spec(query: Any, prefetch: Any, using: Any, flt: Any, lookup_from: Any,
+               params: Any = None) -> tuple[tuple[str, ...], str] | None:
     """``(the vector names the request's scores measure, the request's digest)``, or None when the
     request scores with no vector (no query, or only order-by / sample queries)."""
     names: list[str] = []
@@ -54,7 +56,8 @@ def score_spec(query: Any, prefetch: Any, using: Any, flt: Any, lookup_from: Any
             names.append(name if isinstance(name, str) else "")
     if not names:
         return None
-    sent = {"query": query, "prefetch": prefetch, "using": using, "filter": flt, "lookup_from": lookup_from}
+    sent = {"query": query, "prefetch": prefetch, "using": using, "filter": flt, "lookup_from": lookup_from,
+            "params": params}
     digest = hashlib.sha256(json.dumps(_canon(sent), sort_keys=True).encode()).hexdigest()[:32]
     return tuple(dict.fromkeys(names)), digest
 
