@@ -51,6 +51,11 @@ def check_units_args(key: object, groups: object, cap: object, window_s: object,
         if not isinstance(group, tuple) or len(group) != 2:
             raise GuardArgumentTypeError(f"groups[{g}] must be an (items, requires) tuple")
         items, requires = group
+        if type(items) is list and type(requires) is int and -1 <= requires < g and all(
+                type(item) is tuple and len(item) == 2 and type(item[0]) is str and type(item[1]) is int
+                and 0 < item[1] < MAX_UNITS for item in items):
+            checked.append((items, requires))  # plain, as the checks below would pass it (a read's case)
+            continue
         if type(requires) is not int or not -1 <= requires < g:
             raise GuardArgumentValueError(f"groups[{g}] requires must be -1 or the index of an earlier group, got {requires!r}")
         if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
@@ -66,7 +71,7 @@ def check_units_args(key: object, groups: object, cap: object, window_s: object,
 
 
 def decide(held: Any, total: int, groups: list[Group], cap: int) -> tuple[list[bool], list[tuple[str, int]], list[str]]:
-    """The decision over ``held`` (id -> weight, after expiry) holding ``total``.
+    """The decision over the ids ``held`` (a container, after expiry) whose weights add up to ``total``.
 
     Returns ``(flags, added, refreshed)``: the ids to record with their weights and the held ids to
     refresh, each once, in order. The reference the Lua script follows line by line.
@@ -77,6 +82,18 @@ def decide(held: Any, total: int, groups: list[Group], cap: int) -> tuple[list[b
     for items, requires in groups:
         if requires >= 0 and not flags[requires]:
             flags.append(False)
+            continue
+        if len(items) == 1:  # the loop below for one id (a read's common case)
+            pid, weight = items[0]
+            if pid in held:
+                refreshed[pid] = None
+            elif pid not in added:
+                if total + weight > cap:
+                    flags.append(False)
+                    continue
+                total += weight
+                added[pid] = weight
+            flags.append(True)
             continue
         new: dict[str, int] = {}
         for pid, weight in items:
@@ -110,8 +127,7 @@ class MemoryUnits:
             while entries and next(iter(entries.values()))[0] < cutoff:
                 total[0] -= entries.popitem(last=False)[1][1]
         before = total[0]
-        weights = {pid: w for pid, (_, w) in entries.items()}
-        flags, added, refreshed = decide(weights, before, groups, cap)
+        flags, added, refreshed = decide(entries, before, groups, cap)
         for pid in refreshed:
             entries[pid] = (now, entries[pid][1])
             entries.move_to_end(pid)
