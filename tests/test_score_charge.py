@@ -268,3 +268,25 @@ def test_concurrent_admissions_never_pass_the_cap(kind, tmp_path, request):
         th.join()
     _, _, total = store.admit_units("vsu|p|c|16", [], cap=160, window_s=60.0, now=100.0)
     assert sum(admitted) == total and 160 - 16 < total <= 160
+
+
+def test_monitor_mode_logs_what_it_would_withhold(kit):
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": {**_policy(True), "diversity": {
+        **_policy(True)["diversity"], "mode": "monitor"}}}), principal=kit.principal("alice", "hr"))
+    create(owner, "hr")
+    rng = np.random.default_rng(1)
+    owner.upsert("hr", [models.PointStruct(id=i, vector=unit(rng), payload={"source": f"s{i}"}) for i in range(6)])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    assert sum(len(c) for c in _basis_attack(bob).values()) == 6 * DIM  # nothing withheld
+    logged = [r["details"] for r in audit_records(kit) if r.get("details", {}).get("score_budget_monitor")]
+    assert logged and logged[-1]["score_budget"]["withheld"] == 6 and logged[-1]["score_budget"]["cap"] == 2 * DIM
+
+
+def test_a_store_without_admit_units_fails_closed(kit):
+    from tests.protocol_store import ProtocolOnlyStore
+
+    owner, bob = _collection(kit, True)
+    owner._guard.shared["budget_store"] = ProtocolOnlyStore()
+    with pytest.raises(GuardRefusal, match="admit_units") as ei:
+        bob.query_points("hr", query=unit(np.random.default_rng(2)), limit=3)
+    assert ei.value.verdict == "FAIL_CLOSED"
