@@ -56,7 +56,7 @@ from .budget_stores import (
     normalize_point_id,
 )
 from .diversity import _check_fraction
-from .errors import ConfigError, GuardArgumentTypeError
+from .errors import ConfigError, GuardArgumentTypeError, GuardArgumentValueError
 
 __all__ = [
     "BudgetDecision",
@@ -584,7 +584,7 @@ class ExtractionBudget:
         """
         unit = _check_count("unit", unit)
         if unit < 1:
-            raise ConfigError("unit must be at least 1 (a vector's worth in units)")
+            raise GuardArgumentValueError(f"unit must be at least 1 (what one vector is worth in units), got {unit}")
         cap = _check_count("max_vectors", max_vectors) * unit
         key = self._vector_key(principal, collection).replace("vec|", "vsu|", 1) + f"|{unit}"
         admit = getattr(self.store, "admit_units", None)

@@ -924,8 +924,8 @@ class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
         def read() -> Op:
             new, plan = self.plan_read(method, pol, args)
             if charges_scores(pol):
-                plan.scored = score_spec(new.get("query"), new.get("prefetch"), new.get("using"),
-                                         new.get("query_filter"), new.get("lookup_from"), new.get("search_params"))
+                plan.scored = self.score_plan(method, name, pol, new.get("query"), new.get("prefetch"), new.get("using"),
+                                              new.get("query_filter"), new.get("lookup_from"), new.get("search_params"))
             account = yield from self.budget_collection(method, name, pol, [plan], details)
 
             def run(exclusion: Exclusion | None) -> Any:
@@ -972,8 +972,8 @@ class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
                                                "with_vector": new["with_vectors"]}))
             if charges_scores(pol):
                 sent = reqs[-1]
-                plan.scored = score_spec(sent.query, sent.prefetch, sent.using, sent.filter, sent.lookup_from,
-                                         sent.params)
+                plan.scored = self.score_plan(method, name, pol, sent.query, sent.prefetch, sent.using, sent.filter,
+                                              sent.lookup_from, sent.params)
             plans.append(plan)
             all_details.append(details)
         batch: dict[str, Any] = {}  # notes on the whole batch (alias_error)
@@ -1018,8 +1018,8 @@ class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
                      details: dict[str, Any], progress: dict[str, Any]) -> Op:
         new, plan = self.plan_read(method, pol, args, limit_key=None, diversify=False)
         if charges_scores(pol):
-            plan.scored = score_spec(new.get("query"), new.get("prefetch"), new.get("using"),
-                                     new.get("query_filter"), new.get("lookup_from"), new.get("search_params"))
+            plan.scored = self.score_plan(method, name, pol, new.get("query"), new.get("prefetch"), new.get("using"),
+                                          new.get("query_filter"), new.get("lookup_from"), new.get("search_params"))
         group_size = int(args.get("group_size") or 3)
         if pol.diversity.enabled and _given_count(args.get("group_size")):
             new["group_size"] = overfetch_limit(group_size, factor=pol.diversity.overfetch_factor)
@@ -1063,6 +1063,14 @@ class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
         out_groups, details = yield from self.read_excluding_withheld(method, name, pol, account, run, progress)
         self._audit_read(method, name, pol, sum(len(g.hits) for g in out_groups), details)
         return models.GroupsResult(groups=out_groups)
+
+    def score_plan(self, op: str, name: str, pol: CollectionPolicy, *fields: Any) -> Any:
+        """:func:`score_spec` of a request's sent fields; a prefetch form it cannot walk is refused
+        (its scores would otherwise go uncharged)."""
+        try:
+            return score_spec(*fields)
+        except UncheckedForm as exc:
+            raise self.refuse_form(op, name, pol, exc) from None
 
     def _records_read(self, method: str, args: dict[str, Any], scrolled: bool) -> Op:
         """``scroll`` and ``retrieve``: boundary, budget, vector release, payload projection."""
