@@ -1139,7 +1139,42 @@ def _check_fields(obj: Mapping[str, Any], spec: Mapping[str, Any], where: str,
         raise _Reject("malformed", f"{where}.{name} has type {type(value).__name__}")
 
 
+# Deeper than any receipt (receipt.batch.path's items are at depth 3): a value below is kept as it
+# is, and the field checks refuse it.
+_PLAIN_DEPTH = 6
+
+
+def plain_receipt(value: Any, _depth: int = 0) -> Any:
+    """A receipt given as Python objects, as exact JSON types (str, int, float, bool, None, list,
+    dict): a str, int or float subclass becomes its value, a dict subclass or other Mapping a dict
+    of its entries, a list subclass or tuple a list. Anything else is kept (the checks refuse it).
+
+    The signature covers the values (JSON encodes a subclass by its value), but the binding
+    checks compare with ``!=``, ``>`` and ``in``: a str subclass whose ``__ne__`` said False made
+    a receipt for another point, collection or vector verify here, and a float subclass could hide
+    an epsilon above the ceiling. Verifying this copy, and storing it, closes that."""
+    t = type(value)
+    if t is str or t is int or t is float or t is bool or value is None:
+        return value
+    if _depth > _PLAIN_DEPTH:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):  # bool is exact (it has no subclasses)
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, dict) or (_depth == 0 and isinstance(value, Mapping)):
+        items = dict.items(value) if isinstance(value, dict) else value.items()
+        return {plain_receipt(k, _depth + 1): plain_receipt(v, _depth + 1) for k, v in items}
+    if isinstance(value, list):
+        return [plain_receipt(v, _depth + 1) for v in list.__iter__(value)]
+    return value
+
+
 def _parse(receipt: Any) -> tuple[dict[str, Any], bytes, dict[str, Any] | None]:
+    if isinstance(receipt, Mapping):
+        receipt = plain_receipt(receipt)
     if isinstance(receipt, (bytes, bytearray, str)):
         try:
             data = receipt.encode("utf-8") if isinstance(receipt, str) else bytes(receipt)

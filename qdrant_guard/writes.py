@@ -28,6 +28,7 @@ from .receipts import (
     commitment_bytes,
     normalize_point_id,
     issue_receipts_rows,
+    plain_receipt,
     mechanism_mismatch,
     model_mismatch,
     noise_shortfall,
@@ -799,6 +800,9 @@ class WriteOps(TextOps):
                                                          f"is a {type(rec).__name__}, not a JSON object")
                     continue
                 if rec is not None:
+                    # Verified and stored as this plain copy: a str or float subclass in the
+                    # caller's dict compared as it liked, and a dict subclass may store other entries.
+                    rec = plain_receipt(rec)
                     check = verify_receipt(
                         rec, vector=arr, collection=name, point_id=p.id, vector_name=vname,
                         trusted_keys=self.receipt_keys_for(pol), revoked=self.revoked_keys,

@@ -1,0 +1,153 @@
+"""Review 44: the write path (receipts on write, vector containers, ids, batches, Documents).
+
+(a) A writer's receipt given as Python objects was verified with the caller's own comparisons: a
+    str subclass whose ``__ne__`` said False made a receipt signed for another point (or
+    collection, or vector name, or commitment) verify, so a writer replaying any trusted receipt
+    stored a raw vector under it; a float subclass hid an epsilon above the ceiling. Receipts are
+    now read as exact JSON values before they are checked, and that copy is what is stored.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from guardkit import DIM, audit_records, create, make_kit, models as M, snapshot, unit
+from qdrant_guard import GuardRefusal, QdrantClient, keys, noise
+from qdrant_guard.receipts import (RECEIPT_KEY, ReceiptSigner, issue_receipt, stored_form, verify,
+                                   verify_receipt)
+
+POLICY = {"class": "PII", "owner": "hr", "writers": ["support"],
+          "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01}}
+
+
+class Liar(str):
+    """Characters of one value, comparing equal to anything."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = str.__hash__
+
+
+class Small(float):
+    """A float that says it is no larger than anything."""
+
+    def __gt__(self, other: object) -> bool:
+        return False
+
+    def __ge__(self, other: object) -> bool:
+        return False
+
+    def __le__(self, other: object) -> bool:
+        return True
+
+    def __lt__(self, other: object) -> bool:
+        return True
+
+
+@pytest.fixture()
+def signed_writer(tmp_path):
+    """bob@support writing collection ``pii`` with receipts of his own key (no noise_on_write)."""
+    kit = make_kit(tmp_path)
+    sk, pk = keys.generate_keypair()
+    cfg = kit.config({"pii": {**POLICY, "noise_on_write": False}},
+                     receipts={"trusted_keys": [keys.public_key_to_str(pk)]})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii")
+    return kit, owner, owner.with_principal(kit.principal("bob", "support")), ReceiptSigner(sk)
+
+
+def _release(seed: int, epsilon: float = 1.0) -> tuple[np.ndarray, noise.NoiseParams]:
+    x = np.asarray(unit(np.random.default_rng(seed)), np.float32)
+    out, params = noise.privatize(x, mechanism="gaussian", epsilon=epsilon, radius=0.01, delta=1e-6, clip_norm=1.0)
+    return stored_form(out, distance="Cosine"), params
+
+
+def _with(rec: dict, **changed) -> dict:
+    return {**rec, **changed}
+
+
+@pytest.mark.parametrize("lie", ["point", "collection", "vector_name", "commitment"])
+def test_a_receipt_whose_strings_compare_equal_to_anything_is_refused(signed_writer, lie):
+    kit, owner, bob, agent = signed_writer
+    signed, params = _release(3)
+    rec = issue_receipt(agent, params=params, vector=signed, collection="other" if lie == "collection" else "pii",
+                        point_id=7 if lie == "point" else 1, vector_name="x" if lie == "vector_name" else "")
+    field = {"point": "point_id"}.get(lie, lie)
+    forged = _with(rec, **{field: Liar(rec[field])})
+    # The raw vector of another text, not the signed one, when the commitment lies.
+    vector = stored_form(np.asarray(unit(np.random.default_rng(99))), distance="Cosine") if lie == "commitment" else signed
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("pii", [M.PointStruct(id=1, vector=vector.tolist(),
+                                         payload={RECEIPT_KEY: {"v": 1, "vectors": {"": forged}}})])
+    assert ei.value.verdict == "INVALID_RECEIPT"
+    assert snapshot(owner, "pii") == []
+    assert audit_records(kit)[-1]["verdict"] == "INVALID_RECEIPT"
+    # verify_receipt given the dict reads its values too.
+    check = verify_receipt(forged, vector=vector, collection="pii", point_id=1, vector_name="",
+                           trusted_keys={agent.key_id: agent.public_key})
+    assert not check.ok
+
+
+def test_a_receipt_whose_epsilon_says_it_is_small_is_refused_above_the_ceiling(signed_writer):
+    _, owner, bob, agent = signed_writer
+    signed, params = _release(4, epsilon=50.0)  # PII's ceiling is 2.0
+    rec = issue_receipt(agent, params=params, vector=signed, collection="pii", point_id=1)
+    forged = _with(rec, params={**rec["params"], "epsilon": Small(rec["params"]["epsilon"])})
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("pii", [M.PointStruct(id=1, vector=signed.tolist(),
+                                         payload={RECEIPT_KEY: {"v": 1, "vectors": {"": forged}}})])
+    assert ei.value.verdict == "EPSILON_ABOVE_CEILING"
+    assert snapshot(owner, "pii") == []
+
+
+class Shown(dict):
+    """A dict whose items() shows other entries than it holds (pydantic stores what it holds)."""
+
+    def __init__(self, held: dict, shown: dict) -> None:
+        super().__init__(held)
+        self._shown = shown
+
+    def items(self):  # type: ignore[override]
+        return self._shown.items()
+
+    def keys(self):  # type: ignore[override]
+        return self._shown.keys()
+
+    def __iter__(self):
+        return iter(self._shown)
+
+    def __getitem__(self, k):
+        return self._shown[k]
+
+    def get(self, k, default=None):
+        return self._shown.get(k, default)
+
+
+def test_the_stored_receipt_is_the_one_verified(signed_writer):
+    # Holds (also before): the payload screen reads a dict subclass as pydantic sends it, its held
+    # entries, and that is what is verified and stored.
+    _, owner, bob, agent = signed_writer
+    signed, params = _release(5)
+    good = issue_receipt(agent, params=params, vector=signed, collection="pii", point_id=1)
+    other = issue_receipt(agent, params=params, vector=signed, collection="pii", point_id=2)
+    bob.upsert("pii", [M.PointStruct(id=1, vector=signed.tolist(),
+                                     payload={RECEIPT_KEY: {"v": 1, "vectors": {"": Shown(good, other)}}})])
+    reports = verify(owner, "pii", trusted_keys={agent.key_id: agent.public_key})
+    assert [(r.point_id, r.vector_name, r.ok) for r in reports] == [(1, "", True)], [r.reason for r in reports]
+    stored = snapshot(owner, "pii")[0][1][RECEIPT_KEY]["vectors"][""]
+    assert stored == good and json.dumps(stored) == json.dumps(good)
+
+
+def test_a_plain_receipt_still_verifies_and_is_stored_as_given(signed_writer):
+    _, owner, bob, agent = signed_writer
+    signed, params = _release(6)
+    rec = issue_receipt(agent, params=params, vector=signed, collection="pii", point_id=1)
+    bob.upsert("pii", [M.PointStruct(id=1, vector=signed.tolist(),
+                                     payload={RECEIPT_KEY: {"v": 1, "vectors": {"": rec}}})])
+    assert snapshot(owner, "pii")[0][1][RECEIPT_KEY]["vectors"][""] == rec
