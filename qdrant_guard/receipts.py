@@ -1395,6 +1395,8 @@ def verify_receipt(
         raise GuardArgumentTypeError(f"collection must be str, not {type(collection).__name__}")
     if not isinstance(vector_name, str):
         raise GuardArgumentTypeError(f"vector_name must be str, not {type(vector_name).__name__}")
+    # Their characters: a str subclass's reflected __ne__ would answer the binding checks below.
+    collection, vector_name = str.__str__(collection), str.__str__(vector_name)
     want_pid = normalize_point_id(point_id)
     _check_trusted(trusted_keys, revoked)
     _check_times(now, max_age_s)

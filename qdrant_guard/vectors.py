@@ -105,7 +105,14 @@ def split_vector_struct(vector: Any) -> dict[str, Any]:
     if vector is None:
         return {}
     if isinstance(vector, dict):
-        return dict(vector)
+        out = dict(vector)
+        for k in out:
+            if type(k) is not str:
+                # A name as it is sent (its characters): a str subclass in a model_construct'ed
+                # point could hash and compare as another vector's name, so that name's spec
+                # (size, distance) was checked and noised for, and the receipt issued for it.
+                return {str.__str__(n) if isinstance(n, str) else n: v for n, v in out.items()}
+        return out
     return {UNNAMED: vector}
 
 

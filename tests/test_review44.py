@@ -151,3 +151,59 @@ def test_a_plain_receipt_still_verifies_and_is_stored_as_given(signed_writer):
     bob.upsert("pii", [M.PointStruct(id=1, vector=signed.tolist(),
                                      payload={RECEIPT_KEY: {"v": 1, "vectors": {"": rec}}})])
     assert snapshot(owner, "pii")[0][1][RECEIPT_KEY]["vectors"][""] == rec
+
+
+# -- (b) vector names a model_construct'ed point does not validate -------------------------------
+# points_from_any keeps a models.PointStruct as given: one built with model_construct keeps a
+# str subclass as a vector name. Its reflected __ne__ answered verify_receipt's name check (a
+# receipt for vector "a" stored for "b"), and a name hashing as another vector's was checked and
+# noised with that vector's spec (distance), then stored under its own characters.
+
+class Aliased(str):
+    """A name whose characters are one vector's, hashing and comparing as vector "a"."""
+
+    def __hash__(self) -> int:
+        return hash("a")
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+
+def test_a_receipt_for_another_vector_name_is_refused_under_a_lying_name(tmp_path):
+    kit = make_kit(tmp_path)
+    sk, pk = keys.generate_keypair()
+    cfg = kit.config({"pii": {**POLICY, "noise_on_write": False}},
+                     receipts={"trusted_keys": [keys.public_key_to_str(pk)]})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii", named=("a", "b"))
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    agent = ReceiptSigner(sk)
+    signed, params = _release(7)
+    rec = issue_receipt(agent, params=params, vector=signed, collection="pii", point_id=1, vector_name="a")
+    point = M.PointStruct.model_construct(id=1, vector={Liar("b"): signed.tolist()},
+                                          payload={RECEIPT_KEY: {"v": 1, "vectors": {"b": rec}}})
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("pii", [point])
+    assert ei.value.verdict == "INVALID_RECEIPT"
+    assert snapshot(owner, "pii") == []
+    assert not verify_receipt(rec, vector=signed, collection="pii", point_id=1, vector_name=Liar("b"),
+                              trusted_keys={agent.key_id: agent.public_key}).ok
+    assert not verify_receipt(rec, vector=signed, collection=Liar("other"), point_id=1, vector_name="a",
+                              trusted_keys={agent.key_id: agent.public_key}).ok
+
+
+def test_a_vector_name_hashing_as_another_is_noised_for_its_own_vector(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {**POLICY, "noise_on_write": True}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config={"a": M.VectorParams(size=DIM, distance=M.Distance.DOT),
+                                                   "b": M.VectorParams(size=DIM, distance=M.Distance.COSINE)})
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    v = (np.random.default_rng(2).normal(size=DIM) * 3).tolist()
+    bob.upsert("pii", [M.PointStruct.model_construct(id=1, vector={Aliased("b"): v}, payload=None)])
+    assert audit_records(kit)[-1]["verdict"] == "ALLOW_NOISED"
+    reports = verify(owner, "pii", trusted_keys=owner.guard.trusted_receipt_keys)
+    assert [(r.point_id, r.vector_name, r.ok) for r in reports] == [(1, "b", True)], [r.reason for r in reports]
