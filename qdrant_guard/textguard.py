@@ -357,7 +357,10 @@ class TextOps(GuardPipeline):
         docs = {k: v for k, v in vecs.items() if isinstance(v, models.Document)}
         if not docs:
             return vecs
-        texts = [self.embeddable_text(pol, self.screen_text(op, name, pol, d.text)) for d in docs.values()]
+        # A str subclass (in a model_construct'ed Document) as its characters, which are what is
+        # screened: its __format__, __add__ or lower() could show the embedder other text.
+        texts = [self.embeddable_text(pol, self.screen_text(
+            op, name, pol, str.__str__(d.text) if isinstance(d.text, str) else d.text)) for d in docs.values()]
         matrix = yield Offload(lambda: self.embed(texts, where=where))
         out = dict(vecs)
         for (k, _), row in zip(docs.items(), matrix):

@@ -207,3 +207,42 @@ def test_a_vector_name_hashing_as_another_is_noised_for_its_own_vector(tmp_path)
     assert audit_records(kit)[-1]["verdict"] == "ALLOW_NOISED"
     reports = verify(owner, "pii", trusted_keys=owner.guard.trusted_receipt_keys)
     assert [(r.point_id, r.vector_name, r.ok) for r in reports] == [(1, "b", True)], [r.reason for r in reports]
+
+
+# -- (c) a Document's text reaches the embedder as the characters screened ------------------------
+# A model_construct'ed models.Document keeps a str subclass as its text. The screen read its
+# characters (nothing found, so it returned the object itself) and the embedder got the object:
+# an embedder formatting a prompt (f"passage: {text}") called its __format__, which showed an SSN.
+
+class Masked(str):
+    def __format__(self, spec: str) -> str:
+        return "SSN 123-45-6789"
+
+    def __add__(self, other: object) -> str:
+        return "SSN 123-45-6789"
+
+    def lower(self) -> str:  # type: ignore[override]
+        return "ssn 123-45-6789"
+
+
+def test_the_embedder_gets_the_screened_characters_of_a_document(tmp_path):
+    from qdrant_guard.hashing_embedder import HashingEmbedder
+
+    seen: list[str] = []
+    inner = HashingEmbedder(DIM)
+
+    def embedder(texts):
+        prompts = [f"passage: {t}" for t in texts]
+        seen.extend(prompts + [t.lower() for t in texts] + [t + "" for t in texts])
+        return inner(prompts)
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {**POLICY, "noise_on_write": True}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder=embedder)
+    create(owner, "pii")
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    doc = M.Document.model_construct(text=Masked("the quarterly report"), model="hashing")
+    bob.upsert("pii", [M.PointStruct(id=1, vector=doc)])
+    bob.update_vectors("pii", [M.PointVectors(id=1, vector=doc)])
+    assert seen and not any("123-45-6789" in t for t in seen), seen
+    assert seen[0] == "passage: the quarterly report"
