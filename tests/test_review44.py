@@ -130,8 +130,9 @@ class Shown(dict):
 
 
 def test_the_stored_receipt_is_the_one_verified(signed_writer):
-    # Holds (also before): the payload screen reads a dict subclass as pydantic sends it, its held
-    # entries, and that is what is verified and stored.
+    # A receipt given as a dict subclass is read as the entries it holds (what pydantic sends of a
+    # dict), and that plain copy is verified and stored. Before, its items()/get() were verified
+    # (and dict() of it stored): consistent, but not what qdrant-client would send of it.
     _, owner, bob, agent = signed_writer
     signed, params = _release(5)
     good = issue_receipt(agent, params=params, vector=signed, collection="pii", point_id=1)
