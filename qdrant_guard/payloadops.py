@@ -188,9 +188,10 @@ class PayloadOps(TextOps):
             payload = self.guard_payload_text(op, name, pol, dict(payload), point_id=None,
                                               in_boundary=pol.owner is not None and self.boundary() == pol.owner)
         else:
-            # Set below the key: no text field or receipt container there (the key itself is
-            # screened as a field name, with the call's filters).
+            # Set below the key: no receipt container there (the key itself is screened as a field
+            # name, with the call's filters).
             payload = self.screen_payload_fields(op, name, pol, payload, point_id=None, top=False, under=key)
+            payload = self.text_below_key(op, name, pol, payload, key)
         return payload
 
     def op_set_payload(self, method: str, args: dict[str, Any]) -> Op:

@@ -693,7 +693,7 @@ class CollectionPolicy(_Strict):
     max(1, floor(k * ``diversity.max_source_fraction``)) points (4 of 10 at the default 0.4):
     tag every point with the document it came from."""
     text_field: str | None = None
-    """Top-level payload key holding the point's text (no dotted path); it is screened and redacted like embedded text (a string, or each string of a list; PII in a list is never kept)."""
+    """Top-level payload key holding the point's text (no dotted path); it is screened and redacted like embedded text (a string, or each string of a list or object at any depth, also when ``set_payload`` writes into it by a ``key`` such as ``text.body``; PII in a list or object is never kept)."""
     credentials_in_text: Literal["refuse", "redact"] = "refuse"
     """Text with credentials: refuse the call (CREDENTIAL_IN_TEXT) or redact to typed placeholders.
     On PUBLIC collections ``redact`` needs ``allow_redaction_on_public`` (without it every finding
@@ -718,9 +718,9 @@ class CollectionPolicy(_Strict):
     vectors are noised: ``raw_in_boundary`` governs vectors only); never credentials. ``true`` needs a
     ``text_field`` and an ``owner``, and is refused on PUBLIC collections, which have no owner.
     Readers of other boundaries get the text field redacted (payloads, facet values, group ids).
-    A string only: PII in a number or a list in the text field is redacted for every writer. Reads
-    redact a number (as its digits) or a list in the text field as they redact a string, for points
-    stored around the guard."""
+    A string only: PII in a number, a list or an object in the text field is redacted for every
+    writer. Reads redact a number (as its digits), a list or an object in the text field as they
+    redact a string, for points stored around the guard."""
     allow_redaction_on_public: bool = False
     """On PUBLIC collections redact findings instead of refusing them as mislabelled (``true`` is
     refused on sensitive collections, which redact anyway)."""

@@ -1373,17 +1373,21 @@ def _sources_of_points(pts: Sequence[Any], field_name: str) -> list[tuple[str, .
             for p in pts]
 
 
-def _redacted_text(value: Any) -> Any:
+def _redacted_text(value: Any, depth: int = 0) -> Any:
     """A text field's ``value`` (or a facet value or group id of it) as a reader outside the owner
     boundary gets it, read as writes read it (``TextOps._guard_text_field``): a string redacted; a
     number as the digits JSON stores (``_number_text``), the redacted string if they hold PII; an
-    array item by item. A number or array written around the guard, or before writes screened
-    them, kept the card a string lost. The same object when nothing in it was redacted."""
+    array item by item and an object value by value, at any depth (to 64 levels, as writes read
+    them). A number, array or object written around the guard, or before writes screened them,
+    kept the card a string lost. The same object when nothing in it was redacted."""
     if isinstance(value, str):
         return _detect.redact(value)
-    if isinstance(value, list):
-        items = [_detect.redact(v) if isinstance(v, str) else _redacted_number(v) for v in value]
+    if isinstance(value, list) and depth <= 64:
+        items = [_redacted_text(v, depth + 1) for v in value]
         return value if items == value else items
+    if isinstance(value, dict) and depth <= 64:
+        fields = {k: _redacted_text(v, depth + 1) for k, v in value.items()}
+        return value if fields == value else fields
     return _redacted_number(value)
 
 

@@ -17,6 +17,7 @@ from .errors import GuardArgumentTypeError, InvalidVectorError, QdrantGuardError
 from .pipeline import GuardPipeline, Offload, Op
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY
+from .sources import path_head
 from .vectors import join_vector_struct, split_vector_struct
 
 # What the client sends as a JSON array (and Qdrant stores and indexes as one).
@@ -126,12 +127,13 @@ class TextOps(GuardPipeline):
         payload = _as_dict(payload)
         if key is not None:
             self.public_key_path(op, name, pol, key)
-            return self.screen_payload_fields(op, name, pol, payload, point_id=point_id, top=False, under=key)
+            payload = self.screen_payload_fields(op, name, pol, payload, point_id=point_id, top=False, under=key)
+            return self.text_below_key(op, name, pol, payload, key, point_id=point_id)
         if not isinstance(payload, dict):
             return payload
         payload = self.screen_payload_fields(op, name, pol, payload, point_id=point_id)
         text = _as_sent(payload.get(pol.text_field)) if pol.text_field else None
-        if isinstance(text, (str, *_ARRAYS)) or _number_text(text) is not None:
+        if isinstance(text, (str, dict, *_ARRAYS)) or _number_text(text) is not None:
             # The form read is the one stored (a generator read twice would be stored empty).
             payload = {**payload, pol.text_field: text}
             return self._guard_text_field(op, name, pol, payload, point_id=point_id, in_boundary=False)
@@ -217,15 +219,45 @@ class TextOps(GuardPipeline):
         keep = in_boundary and pol.keep_payload_text_in_boundary
         if isinstance(value, str):
             payload[field] = self.screen_text(op, name, pol, value, point_ids=[point_id], keep_pii=keep)
-        elif isinstance(value, _ARRAYS):
+        elif isinstance(value, (dict, *_ARRAYS)):
             # Qdrant indexes an array of strings like text. PII is never kept in one: readers of
             # other boundaries get only a string field redacted. A tuple or set is sent as an array.
-            payload[field] = [self.screen_text(op, name, pol, v, point_ids=[point_id]) if isinstance(v, str)
-                              else self._text_number(op, name, pol, v, point_id) for v in value]
+            # An object (or an array of objects or arrays) holds text too: its strings passed
+            # unscreened, PII and (under payload_fields = "text_field") credentials stored as given.
+            payload[field] = self._text_leaves(op, name, pol, value, point_id)
         elif _number_text(value) is not None:
             # Never kept either (the stricter choice: reads redact a number for other boundaries too).
             payload[field] = self._text_number(op, name, pol, value, point_id)
         return payload
+
+    def text_below_key(self, op: str, name: str, pol: CollectionPolicy, payload: Any, key: Any, *,
+                       point_id: Any = None) -> Any:
+        """``set_payload``'s ``payload`` under ``key`` with its strings screened by the text field's
+        rules when ``key`` is a path into the text field (``text``, ``text.body``, ``text[0]``):
+        it lands in the text field, and was stored as given (payload_fields keeps PII, and reads
+        none under ``text_field``)."""
+        if not pol.text_field or path_head(key) != pol.text_field:
+            return payload
+        return self._text_leaves(op, name, pol, payload, point_id)
+
+    def _text_leaves(self, op: str, name: str, pol: CollectionPolicy, value: Any, point_id: Any,
+                     depth: int = 0) -> Any:
+        """An array or object in the text field with every string in it screened by the text
+        field's rules (PII never kept) and every number as :meth:`_text_number` reads it, at any
+        depth (Qdrant's JSON nesting is bounded; so is this, at 64 levels, past which the value is
+        refused). Keys are left to the payload screen (``payload_fields``)."""
+        value = _as_sent(value)
+        if isinstance(value, str):
+            return self.screen_text(op, name, pol, value, point_ids=[point_id])
+        if depth > 64 and isinstance(value, (dict, *_ARRAYS)):
+            raise self.unsupported_write(  # type: ignore[attr-defined]
+                op, name, pol, f"{op}: point {point_id!r}: the text field {pol.text_field!r} nests objects or "
+                "arrays more than 64 deep; the guard screens its text to that depth. Flatten it. Nothing was written")
+        if isinstance(value, dict):
+            return {k: self._text_leaves(op, name, pol, v, point_id, depth + 1) for k, v in value.items()}
+        if isinstance(value, _ARRAYS):
+            return [self._text_leaves(op, name, pol, v, point_id, depth + 1) for v in value]
+        return self._text_number(op, name, pol, value, point_id)
 
     def _text_number(self, op: str, name: str, pol: CollectionPolicy, value: Any, point_id: Any) -> Any:
         """A number in the text field, screened as its digits by the text field's rules (as the

@@ -247,3 +247,81 @@ def test_the_embedder_gets_the_screened_characters_of_a_document(tmp_path):
     bob.update_vectors("pii", [M.PointVectors(id=1, vector=doc)])
     assert seen and not any("123-45-6789" in t for t in seen), seen
     assert seen[0] == "passage: the quarterly report"
+
+
+# -- (d) the text field holding an object --------------------------------------------------------
+# The text field's rules (PII redacted, credentials refused or redacted) read a string, or the
+# strings of a list: an object, or a list of objects or lists, was stored as given, its PII (and
+# under payload_fields = "text_field" its credentials) unredacted, and readers of other boundaries
+# got it so. set_payload with a key into the text field (key="text", "text.body") did the same.
+
+SSN = "My SSN is 123-45-6789"
+STRIPE = "key sk_live_51HxQ2eKz8Yv3Lm9Np0Rt7Ws4Uv6Xy"
+
+
+def _text_client(tmp_path, payload_fields: str, **extra):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {**POLICY, "noise_on_write": True, "readers": ["support"], "text_field": "text",
+                              "payload_fields": payload_fields, **extra}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii")
+    return kit, owner, owner.with_principal(kit.principal("bob", "support"))
+
+
+@pytest.mark.parametrize("payload_fields", ["credentials", "text_field"])
+@pytest.mark.parametrize("text", [{"body": SSN}, [{"body": SSN}], [[SSN]], {"a": {"b": [SSN]}}])
+def test_pii_in_an_object_in_the_text_field_is_redacted(tmp_path, payload_fields, text):
+    _, owner, bob = _text_client(tmp_path, payload_fields)
+    bob.upsert("pii", [M.PointStruct(id=1, vector=unit(np.random.default_rng(1)), payload={"text": text})])
+    stored = json.dumps(snapshot(owner, "pii")[0][1]["text"])
+    assert "123-45-6789" not in stored and "[SSN]" in stored, stored
+    read = json.dumps(bob.scroll("pii", limit=1, with_payload=True)[0][0].payload["text"])
+    assert "123-45-6789" not in read
+
+
+def test_the_owner_keeps_pii_in_a_string_text_field_only(tmp_path):
+    _, owner, _ = _text_client(tmp_path, "credentials", keep_payload_text_in_boundary=True)
+    owner.upsert("pii", [M.PointStruct(id=1, vector=unit(np.random.default_rng(1)), payload={"text": SSN}),
+                         M.PointStruct(id=2, vector=unit(np.random.default_rng(2)), payload={"text": {"body": SSN}})])
+    got = {r[0]: r[1]["text"] for r in snapshot(owner, "pii")}
+    assert got == {1: SSN, 2: {"body": "My SSN is [SSN]"}}
+
+
+def test_a_credential_in_an_object_in_the_text_field_is_refused(tmp_path):
+    kit, owner, bob = _text_client(tmp_path, "text_field")
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("pii", [M.PointStruct(id=1, vector=unit(np.random.default_rng(1)), payload={"text": {"b": STRIPE}})])
+    assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
+    assert snapshot(owner, "pii") == []
+
+
+@pytest.mark.parametrize("key", ["text", "text.body", '"text"'])
+def test_set_payload_into_the_text_field_is_screened_by_its_rules(tmp_path, key):
+    _, owner, bob = _text_client(tmp_path, "credentials")
+    bob.upsert("pii", [M.PointStruct(id=1, vector=unit(np.random.default_rng(1)), payload={"text": {"a": "x"}})])
+    bob.set_payload("pii", payload={"body": SSN}, points=[1], key=key)
+    bob.batch_update_points("pii", [M.SetPayloadOperation(set_payload=M.SetPayload(
+        payload={"more": [SSN]}, points=[1], key=key))])
+    stored = json.dumps(snapshot(owner, "pii")[0][1]["text"])
+    assert "123-45-6789" not in stored and stored.count("[SSN]") == 2, stored
+
+
+def test_set_payload_under_another_key_keeps_pii_as_payload_fields_says(tmp_path):
+    _, owner, bob = _text_client(tmp_path, "credentials")
+    bob.upsert("pii", [M.PointStruct(id=1, vector=unit(np.random.default_rng(1)), payload={"text": "x"})])
+    bob.set_payload("pii", payload={"body": SSN}, points=[1], key="texts")
+    assert snapshot(owner, "pii")[0][1]["texts"] == {"body": SSN}
+
+
+def test_a_public_collection_refuses_pii_set_into_its_text_field(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pub": {"class": "PUBLIC", "text_field": "text", "payload_fields": "text_field"}})
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(client, "pub")
+    client.upsert("pub", [M.PointStruct(id=1, vector=unit(np.random.default_rng(1)), payload={"text": {"a": "x"}})])
+    with pytest.raises(GuardRefusal) as ei:
+        client.set_payload("pub", payload={"body": SSN}, points=[1], key="text")
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+    with pytest.raises(GuardRefusal):
+        client.upsert("pub", [M.PointStruct(id=2, vector=unit(np.random.default_rng(2)), payload={"text": {"b": SSN}})])
+    assert [r[1] for r in snapshot(client, "pub")] == [{"text": {"a": "x"}}]
