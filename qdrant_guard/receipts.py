@@ -1368,7 +1368,8 @@ def verify_receipt(
 
     Args:
         receipt: the receipt dict (as stored in the payload), or its JSON bytes/str, which must
-            then be canonical.
+            then be canonical. A dict is read as the JSON values it holds (:func:`plain_receipt`:
+            a str, int or float subclass as its value), so its own comparisons decide nothing.
         vector: the vector read back from Qdrant: a list of numbers (numpy scalars too) or a
             float32/float64 (or integer) numpy array, any strides. The receipt commits to the
             values rounded to the 2^-20 grid, so float32 and float64 forms of the same values

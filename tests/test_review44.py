@@ -325,3 +325,59 @@ def test_a_public_collection_refuses_pii_set_into_its_text_field(tmp_path):
     with pytest.raises(GuardRefusal):
         client.upsert("pub", [M.PointStruct(id=2, vector=unit(np.random.default_rng(2)), payload={"text": {"b": SSN}})])
     assert [r[1] for r in snapshot(client, "pub")] == [{"text": {"a": "x"}}]
+
+
+# -- what held (pinned) ---------------------------------------------------------------------------
+
+def test_a_reader_writes_nothing_and_embeds_nothing_by_any_write_method(tmp_path):
+    from guardkit import Recorder
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {**POLICY, "writers": [], "readers": ["support"], "noise_on_write": True}})
+    seen = Recorder()
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder=seen)
+    create(owner, "pii")
+    owner.upsert("pii", [M.PointStruct(id=1, vector=unit(np.random.default_rng(0)))])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    before = snapshot(owner, "pii")
+    doc = M.Document(text="the quarterly report", model="hashing")
+    calls = [
+        lambda: bob.upsert("pii", [M.PointStruct(id=2, vector=doc)]),
+        lambda: bob.upload_points("pii", [M.PointStruct(id=2, vector=doc)], wait=True),
+        lambda: bob.upload_collection("pii", vectors=[unit(np.random.default_rng(1))], ids=[2], wait=True),
+        lambda: bob.update_vectors("pii", [M.PointVectors(id=1, vector=doc)]),
+        lambda: bob.batch_update_points("pii", [M.UpsertOperation(upsert=M.PointsList(points=[
+            M.PointStruct(id=2, vector=doc)]))]),
+    ]
+    for call in calls:
+        with pytest.raises(GuardRefusal) as ei:
+            call()
+        assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    assert snapshot(owner, "pii") == before and seen.seen == []
+
+
+def test_every_spelling_of_a_uuid_is_one_point_to_receipts_and_batches(tmp_path):
+    import uuid
+
+    kit = make_kit(tmp_path)
+    owner = QdrantClient(":memory:", guard=kit.config({"pii": {**POLICY, "noise_on_write": True}}),
+                         principal=kit.principal("alice", "hr"))
+    create(owner, "pii", named=("a", "b"))
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    rng = np.random.default_rng(0)
+    u, v = str(uuid.UUID(int=1234567)), str(uuid.UUID(int=7654321))
+    bob.upsert("pii", [M.PointStruct(id="urn:uuid:" + u, vector={"a": unit(rng), "b": unit(rng)})])
+    bob.update_vectors("pii", [M.PointVectors(id="{" + u + "}", vector={"a": unit(rng)}),
+                               M.PointVectors(id=u.replace("-", ""), vector={"b": unit(rng)})])
+    bob.batch_update_points("pii", [
+        M.UpsertOperation(upsert=M.PointsList(points=[M.PointStruct(id="{" + v + "}", vector={"a": unit(rng)})])),
+        M.UpdateVectorsOperation(update_vectors=M.UpdateVectors(points=[M.PointVectors(id=v.upper(), vector={"b": unit(rng)})])),
+    ])
+    reports = verify(owner, "pii", trusted_keys=owner.guard.trusted_receipt_keys)
+    assert len(reports) == 4 and all(r.ok for r in reports), [(r.point_id, r.vector_name, r.reason) for r in reports]
+    before = snapshot(owner, "pii")
+    with pytest.raises(Exception, match="do not exist"):
+        bob.batch_update_points("pii", [
+            M.DeleteOperation(delete=M.PointIdsList(points=["urn:uuid:" + v])),
+            M.UpdateVectorsOperation(update_vectors=M.UpdateVectors(points=[M.PointVectors(id=v.upper(), vector={"b": unit(rng)})]))])
+    assert snapshot(owner, "pii") == before
