@@ -25,6 +25,7 @@ from .noise_params import DTYPES
 from .pipeline import Call, Offload, Op
 from .policy import CollectionPolicy, toml_str
 from .receipts import RECEIPT_KEY, stored_receipts
+from .sentmodels import KEYED_QUERIES as _KEYED_QUERIES, WRITE_SELECTORS as _WRITE_SELECTORS, UncheckedForm
 from .sources import path_head
 from .textguard import (EmbedderError, TextOps, _number_text, no_card, password_finding, password_name_why,
                         password_value)
@@ -47,15 +48,6 @@ _FULL_TEXT: dict[type, str] = {models.MatchText: "text", models.MatchTextAny: "t
 # Match forms compared with stored keyword values, by their field.
 _KEYWORD: dict[type, str] = {models.MatchValue: "value", models.MatchPrefix: "prefix", models.MatchSubstring: "substring",
             models.MatchAny: "any", models.MatchExcept: "except_"}
-
-
-class UncheckedForm(QdrantGuardError):
-    """A query, prefetch or lookup is in a form the guard cannot inspect (so it is refused)."""
-
-    def __init__(self, where: str, value: Any) -> None:
-        super().__init__(f"{where} is a {type(value).__name__}, a form the guard cannot check")
-        self.where = where
-        self.form = type(value).__name__
 
 
 class QueryChecks(TextOps):
@@ -946,8 +938,6 @@ def query_filter_roots(args: dict[str, Any], filter_key: str, where: str = "") -
             yield f"{path}.query", p.query
 
 
-# Query forms that name payload fields: a formula's keys and conditions, the key an OrderByQuery orders by.
-_KEYED_QUERIES = (models.FormulaQuery, models.OrderByQuery)
 
 
 class FieldNames:
@@ -1051,11 +1041,6 @@ def _kind(node: Any) -> str:
     """What named a key, as its audit entry's ``condition``: the argument for :class:`FieldNames`,
     else the model's type (``FieldCondition``, ``OrderBy``)."""
     return node.kind if isinstance(node, FieldNames) else type(node).__name__
-
-
-# The argument by which each write method may select its points with a filter.
-_WRITE_SELECTORS = {"delete": "points_selector", "clear_payload": "points_selector", "set_payload": "points",
-                    "overwrite_payload": "points", "delete_payload": "points", "delete_vectors": "points"}
 
 
 def write_filter_roots(method: str, args: dict[str, Any]) -> Iterator[tuple[str, Any]]:

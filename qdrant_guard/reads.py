@@ -1192,12 +1192,6 @@ class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
                 raise self.refuse(d)
             self.record(d)
         filter_key = {"count": "count_filter", "facet": "facet_filter"}.get(method, "query_filter")
-        if isinstance(flt, models.Filter) and self.source_budgeted(pol):
-            # Checked and sent as pydantic serialises it: a list subclass in a model_construct()ed
-            # filter iterates as its __iter__ says, but is sent with every item it holds, so a
-            # condition on another field hidden from the walk below reached a server's count.
-            flt = models.Filter.model_validate(flt.model_dump(exclude_none=True))
-            args = {**args, filter_key: flt}
         details: dict[str, Any] = {}
         self.screen_filters(method, name, pol, [(filter_key, flt)], details)
         # The faceted field name reaches the store and the audit entry like a filter's keys do.

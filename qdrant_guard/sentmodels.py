@@ -1,0 +1,178 @@
+"""The filters, queries and formulas of a call as qdrant-client sends them, rebuilt once per call
+before the guard checks any of them (:func:`sent_models`).
+
+A model built with ``model_construct()`` (or changed after it was built) is not validated. A list
+subclass in it can show the guard's walks, which iterate, other items than pydantic serialises:
+qdrant-client's REST transport sends ``model_dump_json(by_alias=True, exclude_unset=True,
+exclude_none=True)`` of the request, every item the list holds, while its gRPC converters and
+local mode iterate as the guard does. A dict can stand where a condition is expected (the walks
+skip it, pydantic sends it), a str subclass can compare as another key. So each such argument is
+dumped as the REST transport dumps it, through the declared model's own serializer (a subclass
+cannot change it), and validated again: the guard checks that copy and sends it, so every
+transport sends what was checked. A model built normally comes back equal, with the same fields
+set; one that does not validate is refused (:class:`UncheckedForm`), as qdrant-client's server
+would refuse what it sends.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from qdrant_client.http import models
+
+from .errors import QdrantGuardError
+
+
+class UncheckedForm(QdrantGuardError):
+    """A query, prefetch or lookup is in a form the guard cannot inspect (so it is refused)."""
+
+    def __init__(self, where: str, value: Any, why: str = "a form the guard cannot check") -> None:
+        super().__init__(f"{where} is a {type(value).__name__}, {why}")
+        self.where = where
+        self.form = type(value).__name__
+
+
+# The argument that holds a write's points selector, by method (a filter, a FilterSelector, ids).
+WRITE_SELECTORS = {"delete": "points_selector", "clear_payload": "points_selector", "set_payload": "points",
+                   "overwrite_payload": "points", "delete_payload": "points", "delete_vectors": "points"}
+_FILTER_ARGS = ("query_filter", "scroll_filter", "count_filter", "facet_filter", "update_filter")
+# Query forms that name payload keys (the guard walks them for keys); other queries are rebuilt
+# input by input by querycheck.map_query, which sends what it visited.
+KEYED_QUERIES = (models.FormulaQuery, models.OrderByQuery)
+_SELECTOR_MODELS = (models.Filter, models.FilterSelector, models.PointIdsList)
+# Lookups into another collection (whose name and payload selector the guard checks).
+_LOOKUPS = (("lookup_from", models.LookupLocation), ("with_lookup", models.WithLookup))
+_PAYLOAD_SELECTORS = (models.PayloadSelectorInclude, models.PayloadSelectorExclude)
+# Batch operations rebuilt whole: none carries vectors (the upsert and vector update, which do,
+# have only their update_filter rebuilt, so the write path's cost stays where it was).
+_WHOLE_OPERATIONS = (models.DeleteOperation, models.SetPayloadOperation, models.OverwritePayloadOperation,
+                     models.DeletePayloadOperation, models.ClearPayloadOperation, models.DeleteVectorsOperation)
+
+
+def rebuilt(value: Any, cls: type[BaseModel], where: str) -> Any:
+    """``value`` (an instance of ``cls`` or a subclass) dumped as qdrant-client's REST transport
+    dumps it, by ``cls``'s serializer, and validated again as a plain ``cls``.
+
+    Raises:
+        UncheckedForm: what it holds does not validate as ``cls``.
+    """
+    try:
+        dumped = cls.__pydantic_serializer__.to_python(
+            value, by_alias=True, exclude_unset=True, exclude_none=True, warnings=False)
+        return cls.__pydantic_validator__.validate_python(dumped)
+    except ValueError as exc:  # ValidationError, PydanticSerializationError
+        first = exc.errors()[0].get("msg", "") if hasattr(exc, "errors") else type(exc).__name__
+        raise UncheckedForm(where, value, f"which does not validate as models.{cls.__name__} ({first}; was it "
+                            "built with model_construct() or changed after it was built?)") from None
+
+
+def _items(value: Any) -> list[Any]:
+    """Every item of a list or tuple, as pydantic reads it (not by a subclass's ``__iter__``)."""
+    return list.__getitem__(value, slice(None)) if isinstance(value, list) else list(tuple.__getitem__(value, slice(None)))
+
+
+def _of(value: Any, classes: tuple[type[BaseModel], ...]) -> type[BaseModel] | None:
+    """The first of ``classes`` that ``value`` is an instance of."""
+    for cls in classes:
+        if isinstance(value, cls):
+            return cls
+    return None
+
+
+def _query(value: Any, where: str) -> Any:
+    cls = _of(value, KEYED_QUERIES)
+    return value if cls is None else rebuilt(value, cls, where)
+
+
+def _prefetch(value: Any, where: str) -> Any:
+    """A prefetch (one or a list, nested ones with it) rebuilt; a dict is left to
+    ``querycheck.rest_prefetch``, which validates it."""
+    if isinstance(value, models.Prefetch):
+        return rebuilt(value, models.Prefetch, where)
+    if isinstance(value, (list, tuple)):
+        return [_prefetch(p, f"{where}[{i}]") for i, p in enumerate(_items(value))]
+    return value
+
+
+def _names(value: Any, where: str) -> Any:
+    """A payload selector or ``order_by`` model rebuilt; a list of keys with all its items."""
+    cls = _of(value, _PAYLOAD_SELECTORS + (models.OrderBy,))
+    if cls is not None:
+        return rebuilt(value, cls, where)
+    if isinstance(value, (list, tuple)) and type(value) not in (list, tuple):
+        return _items(value)
+    return value
+
+
+def _selector(value: Any, where: str) -> Any:
+    cls = _of(value, _SELECTOR_MODELS)
+    if cls is not None:
+        return rebuilt(value, cls, where)
+    if isinstance(value, (list, tuple)) and type(value) not in (list, tuple):
+        return _items(value)  # point ids
+    return value
+
+
+def _operation(op: Any, where: str) -> Any:
+    cls = _of(op, _WHOLE_OPERATIONS)
+    if cls is not None:
+        return rebuilt(op, cls, where)
+    field = ("upsert" if isinstance(op, models.UpsertOperation) else
+             "update_vectors" if isinstance(op, models.UpdateVectorsOperation) else None)
+    inner = getattr(op, field) if field is not None else None
+    flt = getattr(inner, "update_filter", None)
+    if isinstance(flt, models.Filter):
+        sent = rebuilt(flt, models.Filter, f"{where}.{field}.update_filter")
+        return op.model_copy(update={field: inner.model_copy(update={"update_filter": sent})})
+    return op
+
+
+def _request(req: Any, where: str) -> Any:
+    """One request of ``query_batch_points``: its filter, prefetch, keyed query and payload selector."""
+    if not isinstance(req, models.QueryRequest):
+        return req  # a dict: validated whole by ReadOps._rest_request
+    update = {k: v for k, v in (
+        ("filter", rebuilt(req.filter, models.Filter, f"{where}.filter") if isinstance(req.filter, models.Filter)
+         else req.filter),
+        ("prefetch", _prefetch(req.prefetch, f"{where}.prefetch")),
+        ("query", _query(req.query, f"{where}.query")),
+        ("with_payload", _names(req.with_payload, f"{where}.with_payload")),
+        ("lookup_from", rebuilt(req.lookup_from, models.LookupLocation, f"{where}.lookup_from")
+         if isinstance(req.lookup_from, models.LookupLocation) else req.lookup_from),
+    ) if v is not getattr(req, k)}
+    return req.model_copy(update=update) if update else req
+
+
+def sent_models(method: str, args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` with every filter, keyed query (formula, order), prefetch, payload selector,
+    ``order_by``, lookup, points selector, batch request and batch operation rebuilt as sent
+    (:func:`rebuilt`); everything else as it is.
+
+    Raises:
+        UncheckedForm: one of them does not validate.
+    """
+    changed: dict[str, Any] = {}
+    for key in _FILTER_ARGS:
+        value = args.get(key)
+        if isinstance(value, models.Filter):
+            changed[key] = rebuilt(value, models.Filter, key)
+    if args.get("query") is not None:
+        changed["query"] = _query(args["query"], "query")
+    if args.get("prefetch") is not None:
+        changed["prefetch"] = _prefetch(args["prefetch"], "prefetch")
+    for key in ("with_payload", "order_by"):
+        if args.get(key) is not None:
+            changed[key] = _names(args[key], key)
+    for key, cls in _LOOKUPS:
+        if isinstance(args.get(key), cls):
+            changed[key] = rebuilt(args[key], cls, key)
+    selector = WRITE_SELECTORS.get(method)
+    if selector is not None and args.get(selector) is not None:
+        changed[selector] = _selector(args[selector], selector)
+    if method == "query_batch_points" and isinstance(args.get("requests"), (list, tuple)):
+        changed["requests"] = [_request(r, f"requests[{i}]") for i, r in enumerate(_items(args["requests"]))]
+    if method == "batch_update_points" and isinstance(args.get("update_operations"), list):
+        changed["update_operations"] = [_operation(op, f"update_operations[{i}]")
+                                        for i, op in enumerate(args["update_operations"])]
+    changed = {k: v for k, v in changed.items() if v is not args.get(k)}
+    return {**args, **changed} if changed else args
