@@ -1,12 +1,13 @@
 """Guard-only read time of two source trees, timed in turn (an A/B for read-path changes).
 
-Run: python bench/read_ab.py OLD_TREE NEW_TREE [--points 1000] [--rounds 31] [--calls 300]
+Run: python bench/read_ab.py OLD_TREE NEW_TREE [--points 1000] [--rounds 31] [--calls 300] [--filtered]
      (OLD_TREE e.g. from `git archive <commit> | tar -x -C /tmp/old`, with the built *.so copied in)
 
 Each tree gets a worker process with its own bed (bench_overhead.read_bed, every read defence on)
-and 20 replayed top-10 reads (Qdrant's answer replayed, as ``guard_only``). Each round both workers
-time ``--calls`` reads and report their median; the order alternates per round, so a slow phase of
-the shared machine slows both. Prints each tree's median and quartiles over rounds, and the median
+and 20 replayed top-10 reads (Qdrant's answer replayed, as ``guard_only``; ``--filtered``: each
+with a two-condition ``query_filter`` every point passes, for changes to how filters are checked).
+Each round both workers time ``--calls`` reads and report their median; the order alternates per
+round, so a slow phase of the shared machine slows both. Prints each tree's median and quartiles over rounds, and the median
 and quartiles of the per-round ratio new/old.
 """
 from __future__ import annotations
@@ -19,15 +20,19 @@ import time
 from pathlib import Path
 
 
-def worker(points: int) -> None:
+def worker(points: int, filtered: bool) -> None:
     sys.path.insert(0, str(Path.cwd() / "bench"))
     import _harness as H
     import bench_overhead as B
+    from qdrant_client.http import models
 
     texts = H.realistic_queries(20)
     bed, name = B.read_bed(points, 384)
     qv = [row.tolist() for row in H.unit_rows(len(texts), 384, H.SEED + 1)]
-    reps = [H.Replay(bed.reader, "query_points", (name,), {"query": qv[i], "query_text": texts[i], "limit": 10})
+    flt = {"query_filter": models.Filter(must=[
+        models.FieldCondition(key="chunk", range=models.Range(gte=0)),
+        models.FieldCondition(key="source", match=models.MatchAny(any=[f"doc{i}" for i in range(50)]))])} if filtered else {}
+    reps = [H.Replay(bed.reader, "query_points", (name,), {"query": qv[i], "query_text": texts[i], "limit": 10, **flt})
             for i in range(len(texts))]
     for r in reps:
         r.record()
@@ -52,12 +57,14 @@ def main() -> None:
     ap.add_argument("--points", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=31)
     ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--filtered", action="store_true", help="each read with a two-condition query_filter")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        return worker(a.points)
+        return worker(a.points, a.filtered)
     trees = {"old": a.old, "new": a.new}
-    procs = {k: subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", "--points", str(a.points)],
+    procs = {k: subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", "--points", str(a.points)]
+                                 + (["--filtered"] if a.filtered else []),
                                  cwd=d, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for k, d in trees.items()}
     for p in procs.values():
         assert p.stdout.readline().strip() == "ready"

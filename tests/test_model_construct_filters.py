@@ -200,3 +200,84 @@ def test_a_model_construct_prefetch_with_a_numpy_vector_still_runs(kit):
     q = np.asarray(unit(rng))
     got = alice.query_points("c", prefetch=models.Prefetch.model_construct(query=q, limit=3), query=V).points
     assert sorted(p.id for p in got) == [1, 2, 3]
+
+
+# -- the fast path: an ordinary model is sent as it is, anything the rebuild would change is rebuilt --
+
+def _ordinary():
+    from test_filter_keys import FORMS
+
+    filters = [build("x") for build, _ in FORMS.values()] + [
+        models.Filter(must=[PII, HARMLESS], must_not=[models.HasIdCondition(has_id=[1, "5c56c793-69f3-4fbf-87e6-c4bf54c28c26"])],
+                      should=models.FieldCondition(key="t", match=models.MatchText(text="a b"))),
+        models.Filter(must=[models.FieldCondition(key="s", match=models.MatchAny(any=[1, 2])),
+                            models.FieldCondition(key="s", match=models.MatchExcept(**{"except": ["a"]}))])]
+    return [(f, models.Filter) for f in filters] + [
+        (models.FormulaQuery(formula=models.SumExpression(sum=["$score", models.MultExpression(mult=[2.0, "x"]), PII]),
+                             defaults={"x": 1}), models.FormulaQuery),
+        (models.Prefetch(query=V, filter=models.Filter(must=[HARMLESS]), limit=3,
+                         prefetch=[models.Prefetch(query=models.OrderByQuery(order_by="x"))]), models.Prefetch),
+        (models.PayloadSelectorInclude(include=["a", "b"]), models.PayloadSelectorInclude),
+    ]
+
+
+@pytest.mark.parametrize("value,cls", _ordinary())
+def test_an_ordinary_model_is_sent_as_it_is_and_equals_its_rebuilt_copy(value, cls):
+    from qdrant_guard.sentmodels import rebuilt
+
+    slow = cls.__pydantic_validator__.validate_python(cls.__pydantic_serializer__.to_python(
+        value, by_alias=True, exclude_unset=True, exclude_none=True))
+    assert slow == value and slow.model_fields_set == value.model_fields_set
+    got = rebuilt(value, cls, "x")
+    # A formula's defaults (a dict) is not taken as plain: that one is rebuilt, equal.
+    assert got is value or (cls is models.FormulaQuery and got == value)
+
+
+class _Lying(str):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
+
+
+class _Sub(models.FieldCondition):
+    pass
+
+
+TRICKS = {
+    "list subclass": lambda: _hiding_filter(),
+    "str subclass key": lambda: models.Filter(must=[models.FieldCondition.model_construct(
+        key=_Lying("email"), match=models.MatchValue(value=EMAIL))]),
+    "dict for a condition": lambda: models.Filter.model_construct(must=[{"key": "email", "match": {"value": EMAIL}}]),
+    "model subclass": lambda: models.Filter(must=[_Sub(key="email", match=models.MatchValue(value=EMAIL))]),
+    "tuple": lambda: models.Filter.model_construct(must=(HARMLESS, PII)),
+    "set but not given": lambda: _set_unseen(models.Filter(must=[HARMLESS]), "must_not", [PII]),
+}
+
+
+def _set_unseen(flt, field, value):
+    flt.__dict__[field] = value  # not in model_fields_set: REST leaves it out, local mode and gRPC send it
+    return flt
+
+
+@pytest.mark.parametrize("trick", list(TRICKS))
+def test_a_model_the_rebuild_would_change_is_not_taken_as_plain(trick):
+    from qdrant_guard.sentmodels import rebuilt
+
+    value = TRICKS[trick]()
+    got = rebuilt(value, models.Filter, "query_filter")
+    assert got is not value and type(got) is models.Filter
+    assert got == models.Filter.model_validate(models.Filter.__pydantic_serializer__.to_python(
+        value, by_alias=True, exclude_unset=True, exclude_none=True, warnings=False))
+    assert type(got.must) in (list, type(None)) and got.must_not is None
+
+
+def test_a_model_of_another_type_in_a_condition_slot_is_refused(kit):
+    # A FacetValueHit where a match belongs: the walk did not screen it (not a match type), and
+    # its JSON ({"value": ..., "count": 1}) reads as a MatchValue to a lenient parser.
+    _, bob = _clients(kit)
+    flt = models.Filter(must=[models.FieldCondition.model_construct(
+        key="email", match=models.FacetValueHit(value=EMAIL, count=1))])
+    with pytest.raises(GuardRefusal) as ei:
+        bob.scroll("c", scroll_filter=flt)
+    assert ei.value.verdict == "QUERY_REJECTED" and "model_construct" in str(ei.value)
