@@ -281,3 +281,23 @@ def test_a_model_of_another_type_in_a_condition_slot_is_refused(kit):
     with pytest.raises(GuardRefusal) as ei:
         bob.scroll("c", scroll_filter=flt)
     assert ei.value.verdict == "QUERY_REJECTED" and "model_construct" in str(ei.value)
+
+
+def test_the_async_client_rebuilds_too(kit):
+    # One pipeline for both facades: the async client's filters are rebuilt before the screen.
+    import asyncio
+
+    from qdrant_guard import AsyncQdrantClient
+
+    pol = {"class": "PII", "owner": "hr", "intent": {"enabled": False}}
+
+    async def main():
+        cl = AsyncQdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+        await cl.create_collection("c", vectors_config=models.VectorParams(size=16, distance=models.Distance.COSINE))
+        for call in (lambda: cl.scroll("c", scroll_filter=_hiding_filter()),
+                     lambda: cl.delete("c", points_selector=_hiding_filter())):
+            with pytest.raises(GuardRefusal) as ei:
+                await call()
+            assert ei.value.verdict == "QUERY_REJECTED"
+
+    asyncio.run(main())
