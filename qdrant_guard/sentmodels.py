@@ -133,8 +133,7 @@ def plain(value: Any, shape: _Shape) -> bool:
         if items is None:
             return False
         if not items.models and items.items is None:
-            scalars = items.scalars
-            return all(type(v) in scalars for v in value)
+            return set(map(type, value)) <= items.scalars  # a list of scalars (MatchAny, has_id): in C
         return all(plain(v, items) for v in value)
     return t in shape.models and _plain_model(value)
 
