@@ -95,10 +95,7 @@ def _shape(annotation: Any) -> _Shape:
         if origin is Annotated:  # StrictStr and the like: the type, checked exactly below
             found = _shape(args[0])
         elif origin in (Union, types.UnionType):
-            parts = [_shape(a) for a in args]
-            lists = [p.items for p in parts if p.items is not None]
-            found = _Shape(frozenset().union(*(p.scalars for p in parts)), frozenset().union(*(p.models for p in parts)),
-                           _shape(Union[tuple(_unshape(i) for i in lists)]) if lists else None)
+            found = _merge([_shape(a) for a in args])
         elif origin is list:
             found = _Shape(frozenset(), frozenset(), _shape(args[0]))
         elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -111,10 +108,11 @@ def _shape(annotation: Any) -> _Shape:
     return found
 
 
-def _unshape(shape: _Shape) -> Any:
-    """An annotation with ``shape`` (to merge the item shapes of a union's lists)."""
-    parts: list[Any] = [*shape.scalars, *shape.models] + ([list[_unshape(shape.items)]] if shape.items else [])
-    return Union[tuple(parts)] if parts else type(None)
+def _merge(parts: list[_Shape]) -> _Shape:
+    """The shape admitting what any of ``parts`` admits (a union's)."""
+    lists = [p.items for p in parts if p.items is not None]
+    return _Shape(frozenset().union(*(p.scalars for p in parts)), frozenset().union(*(p.models for p in parts)),
+                  _merge(lists) if lists else None)
 
 
 def plain(value: Any, shape: _Shape) -> bool:
@@ -216,7 +214,7 @@ def _operation(op: Any, where: str) -> Any:
              "update_vectors" if isinstance(op, models.UpdateVectorsOperation) else None)
     inner = getattr(op, field) if field is not None else None
     flt = getattr(inner, "update_filter", None)
-    if isinstance(flt, models.Filter):
+    if inner is not None and isinstance(flt, models.Filter):
         sent = rebuilt(flt, models.Filter, f"{where}.{field}.update_filter")
         return op.model_copy(update={field: inner.model_copy(update={"update_filter": sent})})
     return op
