@@ -1,0 +1,191 @@
+"""Mutation pass 22 (branch h-mut22, 2026-12-06): tests killing mutants no earlier test did, in
+qdrant_guard/filterpaths.py, boundary.py, budget_stores.py (the SQLite store's set-up and sweep
+clock), canonical.py and identifiers.py. Each fails on its mutant and passes on the code as it is
+(docs/security-testing.md, "Mutation pass 22")."""
+from __future__ import annotations
+
+import pytest
+from qdrant_client import QdrantClient as Raw
+from qdrant_client.http import models as M
+
+
+# -- filterpaths: a nested key's "[]" is read as local mode reads it ----------------------------------
+
+def _nested(key: str) -> M.Filter:
+    return M.Filter(must=[M.NestedCondition(nested=M.Nested(
+        key=key, filter=M.Filter(must=[M.FieldCondition(key="k", match=M.MatchValue(value=1))])))])
+
+
+def _local_mode_fails(flt: M.Filter) -> bool:
+    raw = Raw(":memory:")
+    raw.create_collection("c", vectors_config=M.VectorParams(size=2, distance=M.Distance.COSINE))
+    raw.upsert("c", [M.PointStruct(id=1, vector=[1.0, 0.0],
+                                   payload={"people": [{"k": 1}], "a b": [{"k": 1}], "x": [{"k": 1}]})])
+    try:
+        raw.count("c", count_filter=flt)
+    except ValueError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("key, fault_key", [
+    ("people[]", None),     # key[:-2] as key[:-1] read "people[": refused
+    ('"a b"[]', None),      # as key[:-3] read '"a b': refused
+    ("x[]", None),
+    ("[]", "[]"),           # len(key) >= 2 named the key '' (local mode reads '[]' itself)
+    ('"[]', '"'),           # len(key) > 3 named '"[]' (local mode strips it to '"')
+    (".[]", "."),
+])
+def test_a_nested_keys_brackets_are_dropped_as_local_mode_drops_them(key, fault_key):
+    from qdrant_guard.filterpaths import unevaluable
+
+    flt = _nested(key)
+    fault = unevaluable(flt, "filter")
+    assert _local_mode_fails(flt) is (fault_key is not None)
+    if fault_key is None:
+        assert fault is None
+    else:
+        assert fault == ("filter.must[0].nested.key", "is no JSON path", fault_key)
+
+
+# -- boundary: Principal's messages and repr, VerifiedPrincipal ---------------------------------------
+
+def test_a_principals_repr_shows_whether_it_holds_a_credential_never_the_token():
+    from qdrant_guard import Principal
+
+    assert repr(Principal("agent-7", "hr")).endswith("credential=None)")
+    shown = repr(Principal("agent-7", "hr", "qgc1.secret.token"))
+    assert shown.endswith("credential='<credential>')") and "secret" not in shown
+
+
+def test_only_a_path_as_the_credential_is_told_to_read_the_file():
+    from pathlib import Path
+
+    from qdrant_guard import GuardArgumentTypeError, Principal
+
+    with pytest.raises(GuardArgumentTypeError, match=r"Path\(file\)\.read_text\(\)\.strip\(\)"):
+        Principal("agent-7", "hr", Path("agent-7.cred"))  # type: ignore[arg-type]
+    with pytest.raises(GuardArgumentTypeError) as ei:
+        Principal("agent-7", "hr", 7)  # type: ignore[arg-type]
+    assert str(ei.value) == "Principal.credential must be str or None, not int"
+
+
+def test_a_verified_principal_cannot_be_changed_after_verification():
+    import dataclasses
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from qdrant_guard.boundary import issue_credential, verify_credential
+
+    key = Ed25519PrivateKey.generate()
+    token = issue_credential(key, agent_id="agent-7", boundary="support", now=1000)
+    who = verify_credential(token, authorities={"support": [key.public_key()]}, now=1001)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        who.boundary = "hr"  # type: ignore[misc]
+    assert who.boundary == "support"
+
+
+# -- budget_stores: SqliteBudgetStore's argument checks ----------------------------------------------
+
+def test_a_sqlite_store_refuses_a_bytes_path_a_non_positive_timeout_and_an_uncallable_clock(tmp_path):
+    from qdrant_guard import GuardArgumentTypeError, GuardArgumentValueError
+    from qdrant_guard.budget import SqliteBudgetStore
+
+    with pytest.raises(GuardArgumentTypeError, match=r"path must be a str or os\.PathLike\[str\], not bytes"):
+        SqliteBudgetStore(str(tmp_path / "b.db").encode())  # type: ignore[arg-type]
+    for bad in (0, -1.0):
+        with pytest.raises(GuardArgumentValueError, match=r"timeout_s must be a finite number > 0"):
+            SqliteBudgetStore(tmp_path / "t.db", timeout_s=bad)
+    with pytest.raises(GuardArgumentTypeError, match=r"monotonic must be callable, not int"):
+        SqliteBudgetStore(tmp_path / "m.db", monotonic=5)  # type: ignore[arg-type]
+
+
+def test_a_file_whose_budget_table_cannot_be_created_is_a_budget_store_error(tmp_path):
+    import sqlite3
+
+    from qdrant_guard.budget import BudgetStoreError, SqliteBudgetStore
+
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as db:  # another program's table under the store's name
+        db.execute("CREATE TABLE qg_budget (name TEXT)")
+    db.close()
+    with pytest.raises(BudgetStoreError, match=r"cannot create the budget table in .*other\.db.*no such column"):
+        SqliteBudgetStore(path)
+
+
+
+def test_key_count_on_a_file_whose_table_was_dropped_is_a_budget_store_error(tmp_path):
+    import sqlite3
+
+    from qdrant_guard.budget import BudgetStoreError, SqliteBudgetStore
+
+    store = SqliteBudgetStore(tmp_path / "b.db")
+    assert store.key_count() == 0
+    other = sqlite3.connect(tmp_path / "b.db")
+    other.execute("DROP TABLE qg_budget")
+    other.commit()
+    other.close()
+    with pytest.raises(BudgetStoreError, match=r"b\.db.*no such table"):
+        store.key_count()
+    store.close()
+
+# -- boundary: the default lifetime ----------------------------------------------------------------
+
+def test_a_credential_lives_an_hour_by_default():
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from qdrant_guard.boundary import issue_credential, verify_credential
+
+    key = Ed25519PrivateKey.generate()
+    who = verify_credential(issue_credential(key, agent_id="a", boundary="b", now=5000.5),
+                            authorities={"b": key.public_key()}, now=5001, leeway_s=0)
+    assert who.expires_at == 5000 + 3600
+
+
+
+@pytest.mark.parametrize("ttl, lives", [(0.5, 1), (1, 1), (1.5, 2)])
+def test_a_credential_lives_its_ttl_rounded_up_to_whole_seconds(ttl, lives):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from qdrant_guard.boundary import issue_credential, verify_credential
+
+    key = Ed25519PrivateKey.generate()
+    who = verify_credential(issue_credential(key, agent_id="a", boundary="b", ttl_s=ttl, now=7000),
+                            authorities={"b": key.public_key()}, now=7000, leeway_s=0)
+    assert who.expires_at == 7000 + lives
+
+
+def test_a_credential_id_holds_128_random_bits():
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from qdrant_guard.boundary import _unb64url, issue_credential, verify_credential
+
+    key = Ed25519PrivateKey.generate()
+    ids = {verify_credential(issue_credential(key, agent_id="a", boundary="b", now=7000),
+                             authorities={"b": key.public_key()}, now=7000).jti for _ in range(20)}
+    assert len(ids) == 20 and {len(_unb64url(j)) for j in ids} == {16}
+
+# -- identifiers -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("word", ["os.py", "ab.cd", "x.yz"])
+def test_a_dotted_name_with_a_part_of_two_letters_is_a_code(word):
+    from qdrant_guard.identifiers import generalize_identifiers, identifier_kind
+
+    assert identifier_kind(word, sentence_start=False) == "CODE"
+    assert generalize_identifiers(f"then run {word} again") == "then run [CODE] again"
+
+
+@pytest.mark.parametrize("word", ["Jo", "Al", "Li"])
+def test_a_capitalised_word_of_two_letters_is_a_name_mid_sentence(word):
+    from qdrant_guard.identifiers import generalize_identifiers, identifier_kind
+
+    assert identifier_kind(word, sentence_start=False) == "NAME"
+    assert identifier_kind(word, sentence_start=True) is None
+    assert generalize_identifiers(f"{word} asked {word} twice") == f"{word} asked [NAME] twice"
+
+
+@pytest.mark.parametrize("text", [' "Alice said so', "\t(Alice said so", "  Alice said so", "'Bob'"])
+def test_a_word_after_only_spaces_and_openers_at_the_start_starts_a_sentence(text):
+    from qdrant_guard.identifiers import generalize_identifiers
+
+    assert generalize_identifiers(text) is text
