@@ -129,6 +129,114 @@ def test_key_count_on_a_file_whose_table_was_dropped_is_a_budget_store_error(tmp
         store.key_count()
     store.close()
 
+
+# -- budget_stores: the sweep clock takes the larger of this process's and the file's advance ------
+
+def _boot_id():
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def _keys_left(path):
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    try:
+        return {key for (key,) in db.execute("SELECT key FROM qg_budget")}
+    finally:
+        db.close()
+
+
+def _set_meta(path, **values):
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    with db:
+        db.executemany("INSERT OR REPLACE INTO qg_budget_meta (name, value) VALUES (?, ?)", list(values.items()))
+    db.close()
+
+
+@pytest.mark.skipif(_boot_id() is None, reason="needs Linux's boot id")
+def test_a_process_whose_first_sweep_did_not_advance_the_clock_still_counts_the_time_down(tmp_path):
+    """The file's clock was last advanced 500 s ago on this boot. A new process's first admission
+    (its now only 0.01 s past the clock, under the 0.1 s step) leaves it and anchors the process at
+    the clock; its next admission, at now 1400, must still advance the clock by the 500 s the file
+    measured (to 1400), not by the milliseconds since the anchor, so rows of 1000 are swept
+    (``clock - (mono - advanced_at)``: the process's own advance was taken, and nothing was)."""
+    import time
+
+    from qdrant_guard.budget import SqliteBudgetStore
+
+    path = str(tmp_path / "b.db")
+    first = SqliteBudgetStore(path)
+    first.admit("old", ["i:1"], cap=5, window_s=100, now=1000.0)
+    first.close()
+    _set_meta(path, clock=1000.0, mono=time.monotonic() - 500.0)
+    store = SqliteBudgetStore(path)
+    store.admit("b1", ["i:1"], cap=5, window_s=100, now=1000.01)
+    assert "old" in _keys_left(path)
+    store.admit("b2", ["i:1"], cap=5, window_s=100, now=1400.0)
+    assert _keys_left(path) == {"b2"}
+    store.close()
+
+
+@pytest.mark.skipif(_boot_id() is None, reason="needs Linux's boot id")
+def test_a_process_keeps_its_own_advance_when_the_file_was_last_set_behind_it(tmp_path):
+    """Another process (its wall clock behind) set the file's clock to 1000 just now; this process
+    anchored at 1000 half a second earlier, so it may take the clock to 1000.5 and sweep the rows
+    of 1000 under a 0.05 s window (``mono + advanced_at``: the file's advance was always taken,
+    the few milliseconds since it was set, and the row stayed)."""
+    import time
+
+    from qdrant_guard.budget import SqliteBudgetStore
+
+    path = str(tmp_path / "b.db")
+    store = SqliteBudgetStore(path)
+    store.admit("old", ["i:1"], cap=5, window_s=0.05, now=1000.0)
+    time.sleep(0.5)
+    _set_meta(path, clock=1000.0, mono=time.monotonic())
+    store.admit("new", ["i:1"], cap=5, window_s=0.05, now=2000.0)
+    assert _keys_left(path) == {"new"}
+    store.close()
+
+
+def test_the_files_clock_is_written_once_it_has_moved_a_thousandth_of_the_window(tmp_path):
+    """Window 1000 s: an advance of 0.9995 s is not written (``clock - window / 1000`` and a
+    thousandth as 1/1001 wrote it), one of exactly 1 s is (``>``, 1/999 and a deleted
+    ``_set_clock`` left the file's clock where it was)."""
+    import sqlite3
+
+    from qdrant_guard.budget import SqliteBudgetStore
+
+    class Clock:
+        t = 0.0
+
+        def __call__(self):
+            return self.t
+
+    def file_clock():
+        db = sqlite3.connect(path)
+        try:
+            return db.execute("SELECT value FROM qg_budget_meta WHERE name = 'clock'").fetchone()[0]
+        finally:
+            db.close()
+
+    path = str(tmp_path / "b.db")
+    mono = Clock()
+    store = SqliteBudgetStore(path, monotonic=mono)
+    store.admit("a", ["i:1"], cap=5, window_s=1000, now=1000.5)
+    assert file_clock() == 1000.5
+    mono.t = 0.9995
+    store.admit("b", ["i:1"], cap=5, window_s=1000, now=5000.0)
+    assert file_clock() == 1000.5
+    mono.t = 1.0
+    store.admit("c", ["i:1"], cap=5, window_s=1000, now=5000.0)
+    assert file_clock() == 1001.5
+    store.close()
+
 # -- boundary: the default lifetime ----------------------------------------------------------------
 
 def test_a_credential_lives_an_hour_by_default():
@@ -165,6 +273,38 @@ def test_a_credential_id_holds_128_random_bits():
                              authorities={"b": key.public_key()}, now=7000).jti for _ in range(20)}
     assert len(ids) == 20 and {len(_unb64url(j)) for j in ids} == {16}
 
+
+def test_an_unknown_key_is_not_said_to_be_the_authority_of_a_malformed_boundary_entry():
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from qdrant_guard.boundary import CredentialRejected, issue_credential, verify_credential
+
+    key, other = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    token = issue_credential(key, agent_id="a", boundary="b", now=7000)
+    for broken in ("not a key", [b"raw bytes"]):
+        with pytest.raises(CredentialRejected) as ei:
+            verify_credential(token, authorities={"b": [other.public_key()], "x": broken}, now=7000)
+        assert ei.value.reason == "unknown_key" and "it is an authority of" not in str(ei.value)
+    with pytest.raises(CredentialRejected, match=r"\(it is an authority of 'x'\)"):
+        verify_credential(token, authorities={"b": [other.public_key()], "x": [key.public_key()]}, now=7000)
+
+
+def test_a_rejection_names_a_time_out_of_datetimes_range_as_its_number():
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from qdrant_guard.boundary import CredentialRejected, issue_credential, verify_credential
+
+    key = Ed25519PrivateKey.generate()
+    auth = {"b": key.public_key()}
+    old = issue_credential(key, agent_id="a", boundary="b", now=-1e20)
+    with pytest.raises(CredentialRejected) as ei:
+        verify_credential(old, authorities=auth, now=0)
+    assert ei.value.reason == "expired" and "expired at -99999999999999996400 (exp -99999999999999996400)" in str(ei.value)
+    later = issue_credential(key, agent_id="a", boundary="b", now=1e20)
+    with pytest.raises(CredentialRejected) as ei:
+        verify_credential(later, authorities=auth, now=0)
+    assert ei.value.reason == "not_yet_valid" and "valid from 100000000000000000000 (iat" in str(ei.value)
+
 # -- identifiers -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("word", ["os.py", "ab.cd", "x.yz"])
@@ -189,3 +329,15 @@ def test_a_word_after_only_spaces_and_openers_at_the_start_starts_a_sentence(tex
     from qdrant_guard.identifiers import generalize_identifiers
 
     assert generalize_identifiers(text) is text
+
+
+def test_a_placeholder_word_at_the_start_is_not_kept_by_a_bracket_at_the_end():
+    from qdrant_guard.identifiers import drop_identifiers, generalize_identifiers
+
+    # text[start - 1] at start 0 is the text's last character: "[" there does not open "SSN]".
+    assert generalize_identifiers("SSN] see [") == "[CODE]] see ["
+    assert drop_identifiers("NAME] of [") == "] of ["
+    assert generalize_identifiers("x [SSN] see [") == "x [SSN] see ["
+    # A word ending the text after a "[" has no "]" after it (end <= len(text) read past the end).
+    assert generalize_identifiers("call [Alice") == "call [[NAME]"
+    assert generalize_identifiers("see [SSN") == "see [[CODE]"
