@@ -237,6 +237,39 @@ def test_the_files_clock_is_written_once_it_has_moved_a_thousandth_of_the_window
     assert file_clock() == 1001.5
     store.close()
 
+
+@pytest.mark.skipif(_boot_id() is None, reason="needs Linux's boot id")
+def test_a_store_with_its_own_clock_drops_the_files_boot_time_when_it_moves_the_clock(tmp_path):
+    """A store with an injected monotonic clock moves the file's clock to 1990; the boot's
+    monotonic time of the clock's last advance (10000 s ago, at 1000) no longer belongs to it.
+    Left in the file, the next process on this boot took the clock 10000 s past 1990 and, with a
+    wall clock that jumped ahead, swept rows still in the window."""
+    import time
+
+    from qdrant_guard.budget import SqliteBudgetStore
+
+    class Clock:
+        t = 0.0
+
+        def __call__(self):
+            return self.t
+
+    path = str(tmp_path / "b.db")
+    first = SqliteBudgetStore(path)
+    first.admit("x", ["i:1"], cap=5, window_s=100, now=1000.0)
+    first.close()
+    _set_meta(path, mono=time.monotonic() - 10000.0)
+    mono = Clock()
+    own = SqliteBudgetStore(path, monotonic=mono)
+    own.admit("y", ["i:1"], cap=5, window_s=100, now=1000.0)
+    mono.t = 1000.0
+    own.admit("keep", ["i:1"], cap=5, window_s=100, now=1990.0)
+    own.close()
+    later = SqliteBudgetStore(path)
+    later.admit("other", ["i:1"], cap=5, window_s=100, now=1e6)
+    assert "keep" in _keys_left(path)
+    later.close()
+
 # -- boundary: the default lifetime ----------------------------------------------------------------
 
 def test_a_credential_lives_an_hour_by_default():
@@ -341,3 +374,27 @@ def test_a_placeholder_word_at_the_start_is_not_kept_by_a_bracket_at_the_end():
     # A word ending the text after a "[" has no "]" after it (end <= len(text) read past the end).
     assert generalize_identifiers("call [Alice") == "call [[NAME]"
     assert generalize_identifiers("see [SSN") == "see [[CODE]"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Alice went home", "Alice went home"),        # the text's start (j < -1 read its last character)
+    ("x Alice went home", "x [NAME] went home"),   # a word at position 0 ends no sentence (j <= 0)
+    ("ok. Alice went", "ok. Alice went"),
+])
+def test_only_the_texts_start_or_a_sentence_end_starts_a_sentence(text, expected):
+    from qdrant_guard.identifiers import generalize_identifiers
+
+    assert generalize_identifiers(text) == expected
+
+
+@pytest.mark.parametrize("members", [{0, 1}, {0: "a", 1: "b"}, frozenset({1}), [True], (0, True)])
+def test_key_indices_that_are_no_list_or_tuple_of_plain_ints_are_refused(tmp_path, members):
+    """_plain_members' fast path: a set or dict taken as key indices (``kind is list``, ``kind is
+    tuple`` or the negated test) and a bool taken as an index (``type(k) is int``)."""
+    from qdrant_guard import GuardArgumentTypeError, GuardArgumentValueError
+    from qdrant_guard.budget import MemoryBudgetStore
+
+    store = MemoryBudgetStore()
+    with pytest.raises((GuardArgumentTypeError, GuardArgumentValueError)):
+        store.admit_points([("a", 2), ("b", 2)], [("i:1", members)], window_s=10, now=0)
+    assert store.admit_points([("a", 2), ("b", 2)], [("i:1", [0, 1])], window_s=10, now=0) == ([True], [(0, 1), (0, 1)])
