@@ -398,3 +398,16 @@ def test_key_indices_that_are_no_list_or_tuple_of_plain_ints_are_refused(tmp_pat
     with pytest.raises((GuardArgumentTypeError, GuardArgumentValueError)):
         store.admit_points([("a", 2), ("b", 2)], [("i:1", members)], window_s=10, now=0)
     assert store.admit_points([("a", 2), ("b", 2)], [("i:1", [0, 1])], window_s=10, now=0) == ([True], [(0, 1), (0, 1)])
+
+
+# -- canonical -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("data", [b"{", b"\xff", b"nope", b'{"a":1}x'])
+def test_bytes_that_are_no_utf8_json_are_a_value_error_and_not_canonical(data):
+    from qdrant_guard import GuardArgumentValueError
+    from qdrant_guard.canonical import decode_canonical, is_canonical
+
+    with pytest.raises(GuardArgumentValueError, match="not valid UTF-8 JSON"):
+        decode_canonical(data)
+    assert is_canonical(data) is False
+    assert is_canonical(b'{"a":1}') is True and is_canonical(b'{"a": 1}') is False
