@@ -13,11 +13,10 @@ and quartiles of the per-round ratio new/old.
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from _ab import alternate, serve, start, summary
 
 
 def worker(points: int, filtered: bool) -> None:
@@ -39,14 +38,7 @@ def worker(points: int, filtered: bool) -> None:
         r.check()
     for j in range(200):
         reps[j % 20].run()
-    print("ready", flush=True)
-    for line in sys.stdin:
-        ts = []
-        for j in range(int(line)):
-            t = time.perf_counter()
-            reps[j % 20].run()
-            ts.append(time.perf_counter() - t)
-        print(f"{statistics.median(ts) * 1e6:.2f}", flush=True)
+    serve(lambda j: reps[j % 20].run())
     bed.close()
 
 
@@ -63,26 +55,12 @@ def main() -> None:
     if a.worker:
         return worker(a.points, a.filtered)
     trees = {"old": a.old, "new": a.new}
-    procs = {k: subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", "--points", str(a.points)]
-                                 + (["--filtered"] if a.filtered else []),
-                                 cwd=d, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for k, d in trees.items()}
-    for p in procs.values():
-        assert p.stdout.readline().strip() == "ready"
-    got: dict[str, list[float]] = {"old": [], "new": []}
-    for r in range(a.rounds):
-        for k in (("old", "new") if r % 2 == 0 else ("new", "old")):
-            procs[k].stdin.write(f"{a.calls}\n")
-            procs[k].stdin.flush()
-            got[k].append(float(procs[k].stdout.readline()))
-    for p in procs.values():
-        p.stdin.close()
-        p.wait()
+    procs = {k: start([sys.executable, str(Path(__file__).resolve()), "--worker", "--points", str(a.points)]
+                      + (["--filtered"] if a.filtered else []), cwd=d) for k, d in trees.items()}
+    got = {k: [row[0] for row in rows] for k, rows in alternate(procs, a.rounds, str(a.calls)).items()}
     ratios = [n / o for o, n in zip(got["old"], got["new"])]
     for k, xs in [*got.items(), ("new/old", ratios)]:
-        q = statistics.quantiles(xs, n=4)
-        print(f"{k:8s} median {statistics.median(xs):8.3f}  quartiles {q[0]:.3f}-{q[2]:.3f}  "
-              f"min {min(xs):.3f}  max {max(xs):.3f}" + ("" if k == "new/old" else " us/read"))
-
+        print(summary(k, xs, "" if k == "new/old" else "us/read"))
 
 if __name__ == "__main__":
     main()

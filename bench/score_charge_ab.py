@@ -11,11 +11,10 @@ side's median and quartiles over rounds, and those of the per-round ratio on/off
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from _ab import alternate, serve, start, summary
 
 
 def worker(charge: bool) -> None:
@@ -34,14 +33,7 @@ def worker(charge: bool) -> None:
         r.check()
     for j in range(200):
         reps[j % 20].run()
-    print("ready", flush=True)
-    for line in sys.stdin:
-        ts = []
-        for j in range(int(line)):
-            t = time.perf_counter()
-            reps[j % 20].run()
-            ts.append(time.perf_counter() - t)
-        print(f"{statistics.median(ts) * 1e6:.2f}", flush=True)
+    serve(lambda j: reps[j % 20].run())
     bed.close()
 
 
@@ -53,25 +45,11 @@ def main() -> None:
     a = ap.parse_args()
     if a.worker:
         return worker(a.worker == "on")
-    procs = {k: subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", k],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for k in ("off", "on")}
-    for p in procs.values():
-        assert p.stdout.readline().strip() == "ready"
-    got: dict[str, list[float]] = {"off": [], "on": []}
-    for r in range(a.rounds):
-        for k in (("off", "on") if r % 2 == 0 else ("on", "off")):
-            procs[k].stdin.write(f"{a.calls}\n")
-            procs[k].stdin.flush()
-            got[k].append(float(procs[k].stdout.readline()))
-    for p in procs.values():
-        p.stdin.close()
-        p.wait()
+    procs = {k: start([sys.executable, str(Path(__file__).resolve()), "--worker", k]) for k in ("off", "on")}
+    got = {k: [row[0] for row in rows] for k, rows in alternate(procs, a.rounds, str(a.calls)).items()}
     ratios = [n / o for o, n in zip(got["off"], got["on"])]
     for k, xs in [*got.items(), ("on/off", ratios)]:
-        q = statistics.quantiles(xs, n=4)
-        print(f"{k:7s} median {statistics.median(xs):8.3f}  quartiles {q[0]:.3f}-{q[2]:.3f}  "
-              f"min {min(xs):.3f}  max {max(xs):.3f}" + ("" if k == "on/off" else " us/read"))
-
+        print(summary(k, xs, "" if k == "on/off" else "us/read", width=7))
 
 if __name__ == "__main__":
     main()

@@ -23,10 +23,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _ab import alternate, start, summary
 
 MEASURES = ("update_vectors", "upsert-1", "stored_form-1")
 
@@ -47,9 +48,9 @@ def worker(points: int) -> None:
     bed = H.make_bed({"w": pol})
     name = H.fill(bed, "w", 0, 384)
     rows = H.unit_rows(points, 384, H.SEED)
-    for start in range(0, points, 256):
+    for lo in range(0, points, 256):
         bed.owner.upsert(name, points=[models.PointStruct(id=i, vector=rows[i].tolist(), payload={"source": f"doc{i % 50}"})
-                                       for i in range(start, min(points, start + 256))])
+                                       for i in range(lo, min(points, lo + 256))])
     new = H.unit_rows(points, 384, H.SEED + 5)
     updates = [models.PointVectors(id=i, vector=new[i].tolist()) for i in range(points)]
 
@@ -114,20 +115,9 @@ def main() -> None:
     if a.worker:
         return worker(a.points)
     trees = {"old": a.old, "new": a.new}
-    procs = {k: subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", "--points", str(a.points)],
-                                 cwd=d, env={**os.environ, "PYTHONPATH": str(Path(d).resolve())},
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for k, d in trees.items()}
-    for p in procs.values():
-        assert p.stdout.readline().strip() == "ready"
-    got: dict[str, list[list[float]]] = {"old": [], "new": []}
-    for r in range(a.rounds):
-        for k in (("old", "new") if r % 2 == 0 else ("new", "old")):
-            procs[k].stdin.write("go\n")
-            procs[k].stdin.flush()
-            got[k].append([float(x) for x in procs[k].stdout.readline().split()])
-    for p in procs.values():
-        p.stdin.close()
-        p.wait()
+    procs = {k: start([sys.executable, str(Path(__file__).resolve()), "--worker", "--points", str(a.points)],
+                      cwd=d, env={**os.environ, "PYTHONPATH": str(Path(d).resolve())}) for k, d in trees.items()}
+    got = alternate(procs, a.rounds, "go")
     units = {"update_vectors": "ms CPU", "upsert-1": "us", "stored_form-1": "us"}
     for m, measure in enumerate(MEASURES):
         print(f"{measure} ({a.points} points)" if m == 0 else measure)
@@ -135,10 +125,7 @@ def main() -> None:
         new = [row[m] for row in got["new"]]
         ratios = [n / o for o, n in zip(old, new)]
         for k, xs in (("old", old), ("new", new), ("new/old", ratios)):
-            q = statistics.quantiles(xs, n=4)
-            print(f"  {k:8s} median {statistics.median(xs):9.3f}  quartiles {q[0]:.3f}-{q[2]:.3f}"
-                  + ("" if k == "new/old" else f" {units[measure]}"))
-
+            print("  " + summary(k, xs, "" if k == "new/old" else units[measure]))
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,64 @@
+"""The driver the A/B scripts (read_ab.py, write_ab.py, score_charge_ab.py) share.
+
+Each side of an A/B runs in its own worker process, which prints ``ready`` once set up and then
+answers each request line with one line of measurements. Rounds alternate which side goes first,
+so a slow phase of the shared machine slows both sides of a round alike.
+"""
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+
+def start(argv: list[str], **popen: Any) -> subprocess.Popen[str]:
+    """A worker started with ``argv``, once it has said ``ready``."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, **popen)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if line != "ready":
+        raise RuntimeError(f"worker {argv!r} did not start (said {line!r}); run it alone to see its error")
+    return proc
+
+
+def alternate(procs: dict[str, subprocess.Popen[str]], rounds: int, request: str) -> dict[str, list[list[float]]]:
+    """Each side's measurements per round (``request`` sent to both, order flipped each round).
+
+    The two workers are closed afterwards.
+    """
+    first, second = procs
+    got: dict[str, list[list[float]]] = {k: [] for k in procs}
+    for r in range(rounds):
+        for k in ((first, second) if r % 2 == 0 else (second, first)):
+            p = procs[k]
+            assert p.stdin is not None and p.stdout is not None
+            p.stdin.write(request + "\n")
+            p.stdin.flush()
+            got[k].append([float(x) for x in p.stdout.readline().split()])
+    for p in procs.values():
+        assert p.stdin is not None
+        p.stdin.close()
+        p.wait()
+    return got
+
+
+def summary(label: str, xs: list[float], unit: str = "", width: int = 8) -> str:
+    """One line: the median, quartiles, least and most of ``xs``."""
+    q = statistics.quantiles(xs, n=4)
+    return (f"{label:{width}s} median {statistics.median(xs):8.3f}  quartiles {q[0]:.3f}-{q[2]:.3f}  "
+            f"min {min(xs):.3f}  max {max(xs):.3f}" + (f" {unit}" if unit else ""))
+
+
+def serve(step: Callable[[int], object]) -> None:
+    """The worker's side: say ``ready``, then for each request line ``n`` time ``step(0..n-1)``
+    call by call and answer the median in microseconds."""
+    print("ready", flush=True)
+    for line in sys.stdin:
+        ts = []
+        for j in range(int(line)):
+            t = time.perf_counter()
+            step(j)
+            ts.append(time.perf_counter() - t)
+        print(f"{statistics.median(ts) * 1e6:.2f}", flush=True)
