@@ -1,6 +1,7 @@
 """Shared set-up for the client tests: keys, boundaries, credentials, policies, real local Qdrant."""
 from __future__ import annotations
 
+import socket
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,6 +41,13 @@ class Kit:
         }
         data.update(extra)
         return config_from_dict(data, source="test-policy")
+
+
+def closed_port() -> int:
+    """A localhost port nothing listens on (bound, then released), for clients that must fail to connect."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def make_kit(tmp: Path) -> Kit:

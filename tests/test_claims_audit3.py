@@ -10,7 +10,6 @@ a closed local port runs the server code path up to the connection, which is whe
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -20,17 +19,9 @@ from qdrant_client.http.exceptions import ResponseHandlingException
 
 from qdrant_guard import GuardRefusal
 from qdrant_guard.errors import GuardArgumentTypeError
-from tests.guardkit import QdrantClient, audit_records, create, hr_policy, make_kit, models, snapshot, unit
+from tests.guardkit import QdrantClient, audit_records, closed_port, create, hr_policy, make_kit, models, snapshot, unit
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 # server.md, "A server that cannot be reached": qdrant-client's error comes through unchanged,
@@ -39,7 +30,7 @@ def _closed_port() -> int:
 def test_server_md_an_unreachable_server_fails_closed_on_a_budgeted_read_only(tmp_path):
     kit = make_kit(tmp_path)
     cfg = kit.config({"hr": hr_policy({"max_source_coverage": 0.5}), "pub": {"class": "PUBLIC"}})
-    bob = QdrantClient(url=f"http://127.0.0.1:{_closed_port()}", timeout=2, check_compatibility=False, guard=cfg,
+    bob = QdrantClient(url=f"http://127.0.0.1:{closed_port()}", timeout=2, check_compatibility=False, guard=cfg,
                        principal=kit.principal("bob", "support"))
     with pytest.raises(GuardRefusal) as exc:
         bob.query_points("hr", query=[0.25] * 16, limit=3)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -23,7 +22,7 @@ from qdrant_guard.audit import AuditLog, repair_audit_file
 from qdrant_guard.cli import main
 from qdrant_guard.filterpaths import unevaluable_reason
 from qdrant_guard.serverpath import _raw_char, server_reads
-from tests.guardkit import make_kit, models as M
+from tests.guardkit import closed_port, make_kit, models as M
 
 posix = pytest.mark.skipif(os.name != "posix", reason="file modes and owners are POSIX")
 
@@ -165,14 +164,6 @@ def _delete_where(key: str) -> M.DeleteOperation:
         M.FieldCondition(key=key, match=M.MatchValue(value=1))])))
 
 
-def _closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 @pytest.mark.parametrize("path,reads", [
     ("a", True), ("a.b[0][]", True), ('"a b".c', True), ('""', True), ("123", True), (HINDI, True),
     ("a_b-c", True), ("a[18446744073709551615]", True),
@@ -219,7 +210,7 @@ def test_a_server_client_refuses_a_quoted_backslash_key_before_sending_and_sends
     # after the operations before it), and the Hindi key refused though the server reads it.
     kit = make_kit(tmp_path)
     cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"]}})
-    bob = QdrantClient(url=f"http://127.0.0.1:{_closed_port()}", timeout=2, guard=cfg,
+    bob = QdrantClient(url=f"http://127.0.0.1:{closed_port()}", timeout=2, guard=cfg,
                        principal=kit.principal("bob", "support"))
     try:
         with pytest.raises(UnsupportedWriteError) as ei:

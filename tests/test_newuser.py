@@ -17,6 +17,7 @@ import pytest
 from qdrant_client import models
 
 from qdrant_guard import AuditError, ConfigError, QdrantClient, QdrantGuardError, cli
+from tests.guardkit import closed_port
 
 
 def _keys(tmp: Path, *names: str) -> None:
@@ -262,20 +263,12 @@ def test_cli_calibrate_without_key_says_the_record_is_unusable_by_a_guard(
     assert "unsigned" not in capsys.readouterr().err
 
 
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.parametrize("command", ["receipt", "calibrate"])
 def test_cli_url_of_no_server_is_an_error_naming_it_and_calibrate_sends_the_api_key(
         keydir: Path, command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     # Before: a traceback ending in ResponseHandlingException; and calibrate --url ignored
     # QDRANT_API_KEY (receipt verify read it), so it could not read a server that needs one.
-    url = f"http://127.0.0.1:{_closed_port()}"
+    url = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setenv("QDRANT_API_KEY", "k")
     if command == "receipt":
         argv = ["receipt", "verify", "--url", url, "--collection", "kb",
