@@ -693,7 +693,7 @@ class CollectionPolicy(_Strict):
     max(1, floor(k * ``diversity.max_source_fraction``)) points (4 of 10 at the default 0.4):
     tag every point with the document it came from."""
     text_field: str | None = None
-    """Top-level payload key holding the point's text (no dotted path); it is screened and redacted like embedded text (a string, or each string of a list or object at any depth, also when ``set_payload`` writes into it by a ``key`` such as ``text.body``; PII in a list or object is never kept)."""
+    """Top-level payload key holding the point's text (no dotted path); it is screened and redacted like embedded text (a string, or each string of a list or object, nested up to 64 levels deep in what a call writes (deeper is refused), also when ``set_payload`` writes into it by a ``key`` such as ``text.body``; PII in a list or object is never kept)."""
     credentials_in_text: Literal["refuse", "redact"] = "refuse"
     """Text with credentials: refuse the call (CREDENTIAL_IN_TEXT) or redact to typed placeholders.
     On PUBLIC collections ``redact`` needs ``allow_redaction_on_public`` (without it every finding

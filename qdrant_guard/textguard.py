@@ -243,13 +243,13 @@ class TextOps(GuardPipeline):
     def _text_leaves(self, op: str, name: str, pol: CollectionPolicy, value: Any, point_id: Any,
                      depth: int = 0) -> Any:
         """An array or object in the text field with every string in it screened by the text
-        field's rules (PII never kept) and every number as :meth:`_text_number` reads it, at any
-        depth (Qdrant's JSON nesting is bounded; so is this, at 64 levels, past which the value is
-        refused). Keys are left to the payload screen (``payload_fields``)."""
+        field's rules (PII never kept) and every number as :meth:`_text_number` reads it, to 64
+        levels of objects and arrays (Qdrant's JSON nesting is bounded; so is this: a 65th is
+        refused, as the message says). Keys are left to the payload screen (``payload_fields``)."""
         value = _as_sent(value)
         if isinstance(value, str):
             return self.screen_text(op, name, pol, value, point_ids=[point_id])
-        if depth > 64 and isinstance(value, (dict, *_ARRAYS)):
+        if depth >= 64 and isinstance(value, (dict, *_ARRAYS)):
             raise self.unsupported_write(  # type: ignore[attr-defined]
                 op, name, pol, f"{op}: point {point_id!r}: the text field {pol.text_field!r} nests objects or "
                 "arrays more than 64 deep; the guard screens its text to that depth. Flatten it. Nothing was written")

@@ -173,3 +173,32 @@ def test_audit_log_doc_says_repair_checks_the_mode_and_it_does(tmp_path):
     assert p.read_bytes() == before
     assert repair_audit_file(p, allow_shared_file=True)  # the documented opt-out repairs it
     assert p.read_bytes() != before
+
+
+# -- 3. the text field's nesting limit: the message said "more than 64 deep" and 65 passed ---------
+
+def _nested(levels: int, leaf):
+    for _ in range(levels):
+        leaf = {"a": leaf}
+    return leaf
+
+
+def test_text_field_nesting_limit_is_the_one_the_message_and_policy_doc_name(tmp_path):
+    from qdrant_client import QdrantClient as RawClient
+
+    from qdrant_guard import UnsupportedWriteError
+
+    assert "nested up to 64 levels deep in what a call writes (deeper is refused)" in _flat("docs/policy.md")
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False}, "text_field": "text"}
+    c = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("alice", "hr"))
+    create(c, "hr")
+    rng = np.random.default_rng(1)
+    c.upsert("hr", [models.PointStruct(id=1, vector=unit(rng), payload={"text": _nested(64, "ssn 123-45-6789")})])
+    leaf = RawClient.retrieve(c, "hr", [1])[0].payload["text"]
+    for _ in range(64):
+        leaf = leaf["a"]
+    assert leaf == "ssn [SSN]"  # 64 deep: screened and stored
+    with pytest.raises(UnsupportedWriteError, match="more than 64 deep"):
+        c.upsert("hr", [models.PointStruct(id=2, vector=unit(rng), payload={"text": _nested(65, "x")})])
+    assert not RawClient.retrieve(c, "hr", [2])
