@@ -332,7 +332,7 @@ def repair_audit_file(
 _OPT_OUT = ("or, if other users must write it, set audit_allow_shared_file = true in the policy "
             "(AuditLog(..., allow_shared_file=True))")
 _REPAIR_OPT_OUT = ("then repair again; or, if other users must write it, repair with `qdrant-guard audit repair "
-                   "--allow-shared-file` (or audit_allow_shared_file = true in the --trust-policy policy; "
+                   "FILE --allow-shared-file` (or audit_allow_shared_file = true in the --trust-policy policy; "
                    "repair_audit_file(..., allow_shared_file=True)). Nothing was changed")
 
 

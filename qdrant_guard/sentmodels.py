@@ -11,7 +11,7 @@ dumped as the REST transport dumps it, through the declared model's own serializ
 cannot change it), and validated again: the guard checks that copy and sends it, so every
 transport sends what was checked. A model built normally comes back equal, with the same fields
 set, so one that is :func:`plain` (exact types its annotations admit, every value given) is
-checked and sent as it is, without the copy (~100 us a filter). One that does not validate is
+checked and sent as it is, without the copy (measured 32 us for a two-condition filter, more for larger ones). One that does not validate is
 refused (:class:`UncheckedForm`), as qdrant-client's server would refuse what it sends.
 """
 from __future__ import annotations
@@ -120,7 +120,7 @@ def plain(value: Any, shape: _Shape) -> bool:
     of an exact type ``shape`` admits (no subclass of a list, str or model, no dict, no object
     pydantic would validate into another), a model's fields likewise and set (REST sends no
     unset field). Ordinary filters are plain, and are checked and sent as they are (the rebuild
-    costs ~100 us a filter); anything else is rebuilt."""
+    costs tens of microseconds a filter); anything else is rebuilt."""
     if value is None:
         return True
     t = type(value)

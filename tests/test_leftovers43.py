@@ -58,7 +58,7 @@ def test_repair_refuses_a_log_others_can_write_and_changes_nothing(tmp_path, mod
     msg = str(ei.value)
     assert isinstance(ei.value, QdrantGuardError)
     assert repr(str(p)) in msg and f"is {who} (mode {mode:o})" in msg
-    assert f"`chmod 600 {p}`" in msg and "qdrant-guard audit repair --allow-shared-file" in msg
+    assert f"`chmod 600 {p}`" in msg and "qdrant-guard audit repair FILE --allow-shared-file" in msg
     assert "Nothing was changed" in msg
     assert p.read_bytes() == before and not list(tmp_path.glob("audit.jsonl.cut-*"))
 
