@@ -62,3 +62,21 @@ def serve(step: Callable[[int], object]) -> None:
             step(j)
             ts.append(time.perf_counter() - t)
         print(f"{statistics.median(ts) * 1e6:.2f}", flush=True)
+
+
+def serve_replayed_reads(H: Any, bed: Any, name: str, **extra: Any) -> None:
+    """The read workers' side: 20 realistic top-10 reads of ``name`` by ``bed.reader``, Qdrant's
+    answers recorded once and replayed (the guard's own work only), warmed, then :func:`serve`d.
+
+    ``H`` is the worker's tree's ``_harness`` (an old tree times its own set-up); ``extra`` joins
+    every read's arguments."""
+    texts = H.realistic_queries(20)
+    qv = [row.tolist() for row in H.unit_rows(len(texts), 384, H.SEED + 1)]
+    reps = [H.Replay(bed.reader, "query_points", (name,), {"query": qv[i], "query_text": texts[i], "limit": 10, **extra})
+            for i in range(len(texts))]
+    for r in reps:
+        r.record()
+        r.check()
+    for j in range(200):
+        reps[j % 20].run()
+    serve(lambda j: reps[j % 20].run())

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from _ab import alternate, serve, start, summary
+from _ab import alternate, serve_replayed_reads, start, summary
 
 
 def worker(points: int, filtered: bool) -> None:
@@ -25,20 +25,11 @@ def worker(points: int, filtered: bool) -> None:
     import bench_overhead as B
     from qdrant_client.http import models
 
-    texts = H.realistic_queries(20)
     bed, name = B.read_bed(points, 384)
-    qv = [row.tolist() for row in H.unit_rows(len(texts), 384, H.SEED + 1)]
     flt = {"query_filter": models.Filter(must=[
         models.FieldCondition(key="chunk", range=models.Range(gte=0)),
         models.FieldCondition(key="source", match=models.MatchAny(any=[f"doc{i}" for i in range(50)]))])} if filtered else {}
-    reps = [H.Replay(bed.reader, "query_points", (name,), {"query": qv[i], "query_text": texts[i], "limit": 10, **flt})
-            for i in range(len(texts))]
-    for r in reps:
-        r.record()
-        r.check()
-    for j in range(200):
-        reps[j % 20].run()
-    serve(lambda j: reps[j % 20].run())
+    serve_replayed_reads(H, bed, name, **flt)
     bed.close()
 
 

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from _ab import alternate, serve, start, summary
+from _ab import alternate, serve_replayed_reads, start, summary
 
 
 def worker(charge: bool) -> None:
@@ -22,18 +22,9 @@ def worker(charge: bool) -> None:
     import _harness as H
     import bench_overhead as B
 
-    texts = H.realistic_queries(20)
     bed, name = B.read_bed(1000, 384, **{"class": "PROPRIETARY",
                                          "diversity": {"max_vectors": 10**9, "charge_scores": charge}})
-    qv = [row.tolist() for row in H.unit_rows(len(texts), 384, H.SEED + 1)]
-    reps = [H.Replay(bed.reader, "query_points", (name,), {"query": qv[i], "query_text": texts[i], "limit": 10})
-            for i in range(len(texts))]
-    for r in reps:
-        r.record()
-        r.check()
-    for j in range(200):
-        reps[j % 20].run()
-    serve(lambda j: reps[j % 20].run())
+    serve_replayed_reads(H, bed, name)
     bed.close()
 
 
