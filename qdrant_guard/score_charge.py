@@ -10,13 +10,18 @@ vector of size ``d`` ``unit // d``; the cap is ``max_vectors * unit``
 A score is charged under an id made of the point, the vector name and a digest of the request as
 sent (query, prefetches, ``using``, filter, ``lookup_from``, search params): the same request again measures
 nothing new, so the points it already returned are free, as re-reading a point is in the other
-budgets; any other request (another query vector, a noised one) is charged anew.
+budgets; any other request (another query vector, a noised one) is charged anew. A request that
+takes a query vector from a stored point by its id (query by id, recommend, discover, context, in
+the query or a prefetch) is never free again: the same id can hold another vector at the next call
+(a point the caller rewrites in a collection of its own named by ``lookup_from``), so its digest
+names the call.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+import os
 import struct
 import uuid
 from typing import Any, Mapping
@@ -58,8 +63,39 @@ def score_spec(query: Any, prefetch: Any, using: Any, flt: Any, lookup_from: Any
         return None
     sent = {"query": query, "prefetch": prefetch, "using": using, "filter": flt, "lookup_from": lookup_from,
             "params": params}
+    if any(_names_points(q) for q, _ in nodes):
+        sent["call"] = os.urandom(16).hex()
     digest = hashlib.sha256(json.dumps(_canon(sent), sort_keys=True).encode()).hexdigest()[:32]
     return tuple(dict.fromkeys(names)), digest
+
+
+_ID_FORMS = (int, str, uuid.UUID)
+
+
+def _names_points(query: Any) -> bool:
+    """Whether ``query`` takes a vector from a stored point by its id. A form not walked here
+    (a dict) counts as one: at worst its repeat is charged again."""
+    if isinstance(query, Mapping):
+        return True
+    if isinstance(query, _ID_FORMS) and not isinstance(query, bool):
+        return True
+    if isinstance(query, models.NearestQuery):
+        return _names_points(query.nearest)
+    if isinstance(query, models.RecommendQuery):
+        return any(_names_points(v) for v in [*(query.recommend.positive or ()), *(query.recommend.negative or ())])
+    if isinstance(query, models.DiscoverQuery):
+        return _names_points(query.discover.target) or _pairs_name_points(query.discover.context)
+    if isinstance(query, models.ContextQuery):
+        return _pairs_name_points(query.context)
+    return False
+
+
+def _pairs_name_points(pairs: Any) -> bool:
+    if pairs is None:
+        return False
+    items = pairs if isinstance(pairs, (list, tuple)) else [pairs]
+    return any(not isinstance(p, models.ContextPair) or _names_points(p.positive) or _names_points(p.negative)
+               for p in items)
 
 
 def _canon(value: Any) -> Any:
