@@ -186,14 +186,23 @@ def _prefetch(value: Any, where: str) -> Any:
 
 
 def _names(value: Any, where: str) -> Any:
-    """A payload selector or ``order_by`` model rebuilt; a list of keys with all its items."""
-    if type(value) in _NOT_MODELS:
+    """A payload selector or ``order_by`` model rebuilt; a key, and each of a list of keys, as its
+    characters: a str subclass's ``__getitem__``/``startswith`` showed the key checks another key
+    (``scroll(order_by=...)`` on the kept text field), while every transport sends its characters."""
+    t = type(value)
+    if t is str or t is bool:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, (list, tuple)):
+        if t in (list, tuple) and all(type(v) is str for v in value):
+            return value
+        return [str.__str__(v) if isinstance(v, str) else v for v in _items(value)]
+    if t in _NOT_MODELS:
         return value
     cls = _of(value, _PAYLOAD_SELECTORS + (models.OrderBy,))
     if cls is not None:
         return rebuilt(value, cls, where)
-    if isinstance(value, (list, tuple)) and type(value) not in (list, tuple):
-        return _items(value)
     return value
 
 

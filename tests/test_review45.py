@@ -65,3 +65,38 @@ def test_a_plain_vector_request_stays_free(kit):
     first = bob.query_points("hr", query=q, limit=6).points
     for _ in range(4):
         assert [p.id for p in bob.query_points("hr", query=q, limit=6).points] == [p.id for p in first]
+
+
+class _Head(str):
+    """A key whose ``__getitem__``/``startswith`` show the guard's path_head another field; pydantic,
+    gRPC and REST send its characters."""
+
+    def __getitem__(self, i):
+        return "zz"
+
+    def startswith(self, *a):
+        return False
+
+
+def test_a_str_subclass_order_by_is_checked_as_its_characters(kit):
+    # Old code: sentmodels passed a top-level order_by str subclass through, the kept-text check
+    # read "zz" as its head and bob got order_value 4111111111111111 (the redacted card number).
+    from qdrant_guard.errors import GuardRefusal
+    from tests.test_review40 import _kept_text
+
+    owner, bob = _kept_text(kit)
+    with pytest.raises(GuardRefusal, match="REFUSED_CROSS_BOUNDARY"):
+        bob.scroll("hr", order_by=_Head("text"))
+    assert [p.order_value for p in owner.scroll("hr", order_by="text")[0]] == [4111111111111111]
+
+
+def test_keys_are_sent_as_their_characters():
+    from qdrant_guard.sentmodels import sent_models
+
+    for key in ("order_by", "with_payload"):
+        for value in (_Head("text"), [_Head("text"), "n"], (_Head("text"),)):
+            sent = sent_models("scroll", {key: value})[key]
+            items = sent if isinstance(sent, list) else [sent]
+            assert all(type(k) is str for k in items) and "text" in items
+    plain = ["a", "b"]
+    assert sent_models("scroll", {"with_payload": plain})["with_payload"] is plain
