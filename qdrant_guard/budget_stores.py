@@ -154,9 +154,10 @@ def normalize_point_id(point_id: int | str | uuid.UUID) -> str:
     if isinstance(point_id, bool) or not isinstance(point_id, (int, str, uuid.UUID)):
         raise GuardArgumentTypeError(f"point id must be an int, a UUID or a UUID string, not {type(point_id).__name__}")
     if isinstance(point_id, int):
-        if point_id < 0:
-            raise GuardArgumentValueError(f"point id must be an unsigned int, got {point_id}")
-        return f"i:{point_id}"
+        value = int.__int__(point_id)  # an int subclass by its value: its __str__, __format__ or __lt__ may lie
+        if value < 0:
+            raise GuardArgumentValueError(f"point id must be an unsigned int, got {value}")
+        return f"i:{value}"
     if isinstance(point_id, uuid.UUID):
         return f"u:{point_id}"
     return _normalize_uuid_text(str.__str__(point_id))  # a str subclass: read as its plain text
