@@ -90,6 +90,16 @@ def payroll(kit: Kit) -> tuple[Any, Any]:
     return owner, owner.with_principal(kit.principal("bob", "support"))
 
 
+def pii_writer(kit: Kit) -> tuple[Any, Any]:
+    """alice@hr's client on an empty PII collection ``pii`` (noise on write, epsilon 1 at radius
+    0.01) that bob@support may write, and bob's view of it."""
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                              "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    return owner, owner.with_principal(kit.principal("bob", "support"))
+
+
 def create(client: Any, name: str, *, dim: int = DIM, distance: models.Distance = models.Distance.COSINE,
            named: tuple[str, ...] = ()) -> None:
     if named:

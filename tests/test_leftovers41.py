@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from guardkit import DIM, make_kit, models, snapshot, unit
+from guardkit import DIM, make_kit, models, pii_writer, snapshot, unit
 from qdrant_guard import AsyncQdrantClient, QdrantClient, QdrantGuardError, UnsupportedWriteError
 from qdrant_guard.async_lock import TaskLock
 from qdrant_guard.hashing_embedder import HashingEmbedder
@@ -46,11 +46,7 @@ def _wait(cond: Callable[[], bool], bound: float = HANG_S) -> bool:
 @pytest.fixture()
 def pii(tmp_path):
     kit = make_kit(tmp_path)
-    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
-                              "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01}}})
-    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
-    owner.create_collection("pii", vectors_config=M.VectorParams(size=DIM, distance=M.Distance.COSINE))
-    bob = owner.with_principal(kit.principal("bob", "support"))
+    owner, bob = pii_writer(kit)
     rng = np.random.default_rng(41)
     bob.upsert("pii", [M.PointStruct(id=i, vector=unit(rng), payload={"k": i}) for i in (1, 2, 3)])
     return kit, owner, bob

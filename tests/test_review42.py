@@ -12,18 +12,14 @@ import json
 import numpy as np
 import pytest
 
-from guardkit import DIM, make_kit, models as M, snapshot, unit
-from qdrant_guard import QdrantClient, UnsupportedWriteError
+from guardkit import make_kit, models as M, pii_writer, snapshot, unit
+from qdrant_guard import UnsupportedWriteError
 
 
 @pytest.fixture()
 def pii(tmp_path):
     kit = make_kit(tmp_path)
-    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
-                              "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01}}})
-    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
-    owner.create_collection("pii", vectors_config=M.VectorParams(size=DIM, distance=M.Distance.COSINE))
-    bob = owner.with_principal(kit.principal("bob", "support"))
+    owner, bob = pii_writer(kit)
     bob.upsert("pii", [M.PointStruct(id=5, vector=unit(np.random.default_rng(5)), payload={"k": 5})])
     return kit, owner, bob
 

@@ -38,21 +38,23 @@ def _plain_upload(lock: TaskLock) -> str:
     return "ok"
 
 
+async def _upload_when(go: asyncio.Event, lock: TaskLock) -> str:
+    """After ``go``, a plain (thread) upload under ``lock``: "ok" or the refusal."""
+    await go.wait()
+    try:
+        return await asyncio.to_thread(_plain_upload, lock)
+    except _Refused as e:
+        return f"refused: {e}"
+
+
 def test_a_task_created_by_the_holder_is_not_refused_at_a_later_hold():
     lock = TaskLock()
 
     async def main() -> str:
         go = asyncio.Event()
 
-        async def background() -> str:
-            await go.wait()
-            try:
-                return await asyncio.to_thread(_plain_upload, lock)
-            except _Refused as e:
-                return f"refused: {e}"
-
         await lock.acquire()
-        task = asyncio.create_task(background())  # copies the holder's context, _HELD included
+        task = asyncio.create_task(_upload_when(go, lock))  # copies the holder's context, _HELD included
         lock.release()
         await lock.acquire()  # a later, unrelated hold by the same task
         go.set()
@@ -69,13 +71,6 @@ def test_a_waited_for_hold_is_recorded_too():
     async def main() -> str:
         go = asyncio.Event()
 
-        async def background() -> str:
-            await go.wait()
-            try:
-                return await asyncio.to_thread(_plain_upload, lock)
-            except _Refused as e:
-                return f"refused: {e}"
-
         async def other() -> None:
             await lock.acquire()
             await asyncio.sleep(0.05)
@@ -84,7 +79,7 @@ def test_a_waited_for_hold_is_recorded_too():
         blocker = asyncio.create_task(other())
         await asyncio.sleep(0.01)
         await lock.acquire()  # waits for `other`, then is handed the lock
-        task = asyncio.create_task(background())
+        task = asyncio.create_task(_upload_when(go, lock))
         lock.release()
         await lock.acquire()
         go.set()
