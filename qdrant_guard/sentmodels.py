@@ -22,7 +22,8 @@ import types
 import uuid
 from typing import Annotated, Any, NamedTuple, Union, get_args, get_origin
 
-from pydantic import BaseModel
+import numpy as np
+from pydantic import BaseModel, TypeAdapter
 from qdrant_client.http import models
 
 from .errors import QdrantGuardError
@@ -41,9 +42,16 @@ class UncheckedForm(QdrantGuardError):
 WRITE_SELECTORS = {"delete": "points_selector", "clear_payload": "points_selector", "set_payload": "points",
                    "overwrite_payload": "points", "delete_payload": "points", "delete_vectors": "points"}
 _FILTER_ARGS = ("query_filter", "scroll_filter", "count_filter", "facet_filter", "update_filter")
-# Query forms that name payload keys (the guard walks them for keys); other queries are rebuilt
-# input by input by querycheck.map_query, which sends what it visited.
+# Query forms that name payload keys (the guard walks them for keys).
 KEYED_QUERIES = (models.FormulaQuery, models.OrderByQuery)
+# A query as REST sends it, ``models.QueryRequest``'s field (a vector, a point id, an inference
+# input or a query model; query_points_groups' request holds the same union): dumped by its
+# serializer, which picks the member a subclass is sent as (a SampleQuery that is also a
+# NearestQuery goes as the NearestQuery), and validated back into that member.
+_QUERY = TypeAdapter(models.QueryRequest.model_fields["query"].annotation)
+_QUERY_MODELS = tuple(a for a in get_args(models.QueryRequest.model_fields["query"].annotation)
+                      if isinstance(a, type) and issubclass(a, BaseModel))
+_QUERY_TYPES = frozenset(_QUERY_MODELS)
 _SELECTOR_MODELS = (models.Filter, models.FilterSelector, models.PointIdsList)
 # Lookups into another collection (whose name and payload selector the guard checks).
 _LOOKUPS = (("lookup_from", models.LookupLocation), ("with_lookup", models.WithLookup))
@@ -130,8 +138,9 @@ def plain(value: Any, shape: _Shape) -> bool:
         items = shape.items
         if items is None:
             return False
-        if not items.models and items.items is None:
-            return set(map(type, value)) <= items.scalars  # a list of scalars (MatchAny, has_id): in C
+        if not items.models and (items.items is None or (value and type(value[0]) in items.scalars)):
+            # A list of scalars (MatchAny, has_id, a vector where a multivector may stand too): in C.
+            return set(map(type, value)) <= items.scalars
         return all(plain(v, items) for v in value)
     return t in shape.models and _plain_model(value)
 
@@ -169,10 +178,40 @@ def _of(value: Any, classes: tuple[type[BaseModel], ...]) -> type[BaseModel] | N
 
 
 def _query(value: Any, where: str) -> Any:
-    if type(value) in _NOT_MODELS:
+    """A query (``query=`` or a batch request's) as REST sends it: a plain vector, an exact numeric
+    ndarray, a point id and a :func:`plain` query model as they are; a list, str or int subclass,
+    another ndarray, a query model subclass or one that is not plain dumped and validated again
+    (:data:`_QUERY`). Anything else (a dict, a gRPC form) is left to ``querycheck.map_query``,
+    which refuses it."""
+    t = type(value)
+    if t is list:
+        if not value or type(value[0]) is float:
+            return value  # a vector: what follows a float must be one for it to validate
+        if type(value[0]) is list and all(type(row) is list for row in value):
+            return value  # a multivector of plain rows (pydantic and numpy read their items)
+    elif t is str or t is int or t is uuid.UUID or value is None:
         return value
-    cls = _of(value, KEYED_QUERIES)
-    return value if cls is None else rebuilt(value, cls, where)
+    elif t is np.ndarray:
+        if value.dtype.kind in "fiu":
+            return value  # qdrant-client sends its tolist(), the guard reads its data: the same numbers
+        value = value.tolist()
+    elif t in _QUERY_TYPES:
+        if _plain_model(value):
+            return value
+    elif isinstance(value, np.ndarray):
+        # A subclass: its data, as the guard's checks read it (not its own tolist(), which
+        # qdrant-client would send, nor its iteration, which pydantic would read).
+        value = np.ndarray.tolist(value)
+    elif not isinstance(value, (list, str, int) + _QUERY_MODELS):
+        return value
+    try:
+        return _QUERY.validate_python(_QUERY.serializer.to_python(
+            value, by_alias=True, exclude_unset=True, exclude_none=True, warnings=False))
+    except ValueError as exc:  # ValidationError, PydanticSerializationError
+        first = exc.errors()[0].get("msg", "") if hasattr(exc, "errors") else type(exc).__name__
+        raise UncheckedForm(where, value, f"which does not validate as a query ({first}): pass a plain list of "
+                            "floats, a point id or a qdrant_client.models query built normally (not with "
+                            "model_construct() nor changed after it was built)") from None
 
 
 def _prefetch(value: Any, where: str) -> Any:
@@ -233,6 +272,9 @@ def _request(req: Any, where: str) -> Any:
     """One request of ``query_batch_points``: its filter, prefetch, keyed query and payload selector."""
     if not isinstance(req, models.QueryRequest):
         return req  # a dict: validated whole by ReadOps._rest_request
+    if type(req) is not models.QueryRequest:
+        # A subclass's attributes may show the checks other fields than pydantic sends: whole.
+        return rebuilt(req, models.QueryRequest, where)
     update = {k: v for k, v in (
         ("filter", rebuilt(req.filter, models.Filter, f"{where}.filter") if isinstance(req.filter, models.Filter)
          else req.filter),
