@@ -316,3 +316,29 @@ def test_each_batch_request_query_is_rebuilt_and_a_request_subclass_whole():
         models.QueryRequest.model_construct(query=_SameLength0(V)), Req(query=V, limit=2)]})["requests"]
     assert type(got[0].query) is list and got[0].query == V
     assert type(got[1]) is models.QueryRequest and got[1].limit == 2 and got[1].query == V
+
+
+class _SaysDeclared(models.Document):
+    """A Document whose ``model`` attribute reads the declared model; pydantic sends the one it holds."""
+
+    def __getattribute__(self, name):
+        if name == "model":
+            from test_utility_model_reads import MODEL_A
+            return MODEL_A
+        return super().__getattribute__(name)
+
+
+def test_a_document_cannot_show_the_model_check_another_model(tmp_path, monkeypatch):
+    # Under a declared utility.embedding_model a Document naming another model is refused before
+    # inference; old code read the subclass's attribute and sent MODEL_B to qdrant-client.
+    from qdrant_guard import ConfigError
+    from test_utility_model_inference import _setup
+    from test_utility_model_reads import MODEL_B
+
+    bob = _setup(tmp_path)
+    doc = _SaysDeclared(text="the quarterly plan", model=MODEL_B)
+    assert MODEL_B in _rest(doc)
+    sent = record_sent(monkeypatch, ("query_points",))
+    with pytest.raises(ConfigError) as ei:
+        bob.query_points("pii", query=doc, limit=3)
+    assert f"naming model {MODEL_B!r}" in str(ei.value) and sent == []
