@@ -342,3 +342,26 @@ def test_a_document_cannot_show_the_model_check_another_model(tmp_path, monkeypa
     with pytest.raises(ConfigError) as ei:
         bob.query_points("pii", query=doc, limit=3)
     assert f"naming model {MODEL_B!r}" in str(ei.value) and sent == []
+
+
+def test_the_async_client_rebuilds_the_query_too(kit):
+    # One pipeline for both facades.
+    import asyncio
+
+    from qdrant_guard import AsyncQdrantClient
+
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "intent": {"enabled": False}}
+
+    async def main():
+        alice = AsyncQdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+        await alice.create_collection("c", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        bob = alice.with_principal(kit.principal("bob", "support"))
+        with pytest.raises(GuardRefusal) as ei:
+            await bob.query_points("c", query=HIDDEN_TEXT["recommend"](), limit=3)
+        assert ei.value.verdict == "QUERY_REJECTED"
+        with pytest.raises(GuardRefusal) as ei:
+            await bob.query_points("c", query=_Hiding(["a"]), limit=3)
+        return str(ei.value)
+
+    message = asyncio.run(main())
+    assert "query is a _Hiding, which does not validate as a query" in message and "plain list of floats" in message
