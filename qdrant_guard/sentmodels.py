@@ -13,6 +13,11 @@ transport sends what was checked. A model built normally comes back equal, with 
 set, so one that is :func:`plain` (exact types its annotations admit, every value given) is
 checked and sent as it is, without the copy (measured 32 us for a two-condition filter, more for larger ones). One that does not validate is
 refused (:class:`UncheckedForm`), as qdrant-client's server would refuse what it sends.
+
+Queries likewise (:func:`_query`): a list or ndarray subclass, or a query model subclass, showed
+the score-charge digest and the query checks other inputs than qdrant-client sends (pydantic reads
+a list's items, qdrant-client sends an ndarray's ``tolist()`` and a model's fields). A plain vector,
+a point id, an exact numeric ndarray and a plain query model are passed as they are.
 """
 from __future__ import annotations
 
@@ -269,7 +274,7 @@ def _operation(op: Any, where: str) -> Any:
 
 
 def _request(req: Any, where: str) -> Any:
-    """One request of ``query_batch_points``: its filter, prefetch, keyed query and payload selector."""
+    """One request of ``query_batch_points``: its filter, prefetch, query, payload selector and lookup."""
     if not isinstance(req, models.QueryRequest):
         return req  # a dict: validated whole by ReadOps._rest_request
     if type(req) is not models.QueryRequest:
@@ -288,7 +293,7 @@ def _request(req: Any, where: str) -> Any:
 
 
 def sent_models(method: str, args: dict[str, Any]) -> dict[str, Any]:
-    """``args`` with every filter, keyed query (formula, order), prefetch, payload selector,
+    """``args`` with every filter, query (:func:`_query`), prefetch, payload selector,
     ``order_by``, lookup, points selector, batch request and batch operation rebuilt as sent
     (:func:`rebuilt`); everything else as it is.
 
