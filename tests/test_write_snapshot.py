@@ -1,0 +1,165 @@
+"""The points, vectors and payloads of a write are checked and sent as ONE snapshot
+(qdrant_guard.sentpoints): a ``model_construct()``ed point, a dict subclass payload, a numpy
+vector or an id subclass cannot show the guard's checks one value and the transport another.
+
+Real local-mode Qdrant, real keys (see guardkit). Each attack reads the stored point back past
+the guard (``snapshot``: the unguarded base class on the same local instance) and shows it holds
+what the guard never saw on the code before the snapshot: an SSN stored on a PUBLIC collection,
+a vector other than its receipt's, a receipt naming another point than the one stored, a stale
+receipt kept for a vector the update replaced.
+"""
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+from guardkit import (DIM, audit_records, create, guard_signer, make_kit, models, receipted_vector, record_sent,
+                      snapshot, unit)
+from qdrant_guard import GuardRefusal, QdrantClient, QdrantGuardError
+from qdrant_guard.receipts import RECEIPT_KEY, receipts_for_payload, receipts_from_payload, verify_receipt
+
+SSN = "my ssn is 123-45-6789"
+
+
+@pytest.fixture()
+def kit(tmp_path):
+    return make_kit(tmp_path)
+
+
+class _CleanFirst(dict):
+    """A payload whose first ``items()`` shows ``shown`` in place of its entries; every other read
+    (its storage, a second ``items()``, which local mode's ``json.dumps`` makes) holds them."""
+
+    def __init__(self, *a, shown=None, **kw):
+        super().__init__(*a, **kw)
+        self.shown = {"note": "fine"} if shown is None else shown
+        self.calls = 0
+
+    def items(self):
+        self.calls += 1
+        if self.calls == 1:
+            return [(k, self.shown.get(k, v)) for k, v in dict.items(self)]
+        return dict.items(self)
+
+
+def _public(kit, **extra):
+    cfg = kit.config({"pub": {"class": "PUBLIC", **extra}})
+    c = QdrantClient(":memory:", guard=cfg, principal=kit.principal("bob", "support"))
+    create(c, "pub")
+    return c
+
+
+def _stored_text(c, name):
+    return repr([payload for _, payload, _ in snapshot(c, name)])
+
+
+PUBLIC_WRITES = {
+    "upsert": lambda c, p: c.upsert("pub", [p]),
+    "upload_points": lambda c, p: c.upload_points("pub", [p], wait=True),
+    "batch_update_points": lambda c, p: c.batch_update_points("pub", [
+        models.UpsertOperation(upsert=models.PointsList.model_construct(points=[p]))]),
+}
+
+
+@pytest.mark.parametrize("write", list(PUBLIC_WRITES))
+@pytest.mark.parametrize("text_field", [None, "text"])
+def test_a_public_payload_cannot_hide_an_ssn_from_the_screen(kit, write, text_field):
+    # Old code: the screen read items() once (clean), local mode's json.dumps read it again (or the
+    # text field's copy read keys() and __getitem__): the SSN was stored on the PUBLIC collection.
+    c = _public(kit, **({"text_field": text_field} if text_field else {}))
+    rng = np.random.default_rng(1)
+    point = models.PointStruct.model_construct(id=1, vector=unit(rng), payload=_CleanFirst(text="hi", note=SSN))
+    with pytest.raises(GuardRefusal) as ei:
+        PUBLIC_WRITES[write](c, point)
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
+    assert "123-45-6789" not in _stored_text(c, "pub")
+
+
+def _euclid_pii(kit, **extra):
+    """alice@hr owns PII collection ``pii`` (Euclid, noise on write); bob@support writes it."""
+    pol = {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+           "intent": {"enabled": False}, "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01}, **extra}
+    alice = QdrantClient(":memory:", guard=kit.config({"pii": pol}), principal=kit.principal("alice", "hr"))
+    return alice, alice.with_principal(kit.principal("bob", "support"))
+
+
+def test_a_receipted_numpy_vector_cannot_be_swapped_after_its_check(kit):
+    # Old code: as_dense kept the caller's float64 array itself; the next point's payload copy ran
+    # the caller's keys(), which overwrote that array with the raw vector after its receipt had
+    # verified, and the raw vector was stored beside a receipt that does not bind it.
+    alice, bob = _euclid_pii(kit)
+    create(alice, "pii", distance=models.Distance.EUCLID)
+    rng = np.random.default_rng(2)
+    noised, rec = receipted_vector(guard_signer(kit), 1, unit(rng))
+    raw = np.asarray(unit(rng))
+    held = np.array(noised, dtype=np.float64)
+
+    class Swap(dict):
+        def __iter__(self):
+            held[:] = raw  # runs while the guard copies this payload, after point 1 was checked
+            return dict.__iter__(self)
+
+        def keys(self):
+            held[:] = raw
+            return dict.keys(self)
+
+    first = models.PointStruct.model_construct(id=1, vector=held, payload={RECEIPT_KEY: receipts_for_payload({"": rec})})
+    second = models.PointStruct.model_construct(id=2, vector=unit(rng), payload=Swap(t="x"))
+    bob.upsert("pii", [first, second])
+    stored = {pid: (payload, vec) for pid, payload, vec in snapshot(alice, "pii")}
+    payload, vec = stored[1]
+    assert not np.allclose(vec, raw, atol=1e-3)
+    check = verify_receipt(receipts_from_payload(payload)[""], vector=vec, collection="pii", point_id=1,
+                           trusted_keys=alice.guard.trusted_receipt_keys)
+    assert check.ok, check.detail
+    assert np.allclose(vec, noised, atol=1e-6)
+
+
+def test_a_nested_payload_cannot_hide_a_restricted_source(kit):
+    # Old code: the restricted-source check read the payload by json.dumps (the first items():
+    # "d2"), the payload screen by its storage ("memo"), which it then sent: bob, outside the owner
+    # boundary, tagged a point with the restricted source and so raised his own extraction cap.
+    alice, bob = _euclid_pii(kit, source_field="meta.source", readers=["support"],
+                             diversity={"max_source_coverage": 0.25, "restricted_sources": ["memo"]})
+    create(alice, "pii", distance=models.Distance.EUCLID)
+    meta = _CleanFirst(source="memo", shown={"source": "d2"})
+    with pytest.raises(GuardRefusal) as ei:
+        bob.upsert("pii", [models.PointStruct(id=1, vector=unit(np.random.default_rng(5)), payload={"meta": meta})])
+    assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    assert "memo" not in repr(snapshot(alice, "pii"))
+
+
+class _Names(dict):
+    """Named vectors whose iteration and keys() show vector ``b``; items() and storage hold ``a``."""
+
+    def __iter__(self):
+        return iter(["b"])
+
+    def keys(self):
+        return ["b"]
+
+    def __getitem__(self, k):
+        return dict.get(self, "a")
+
+
+def test_a_vector_update_drops_the_receipt_of_the_vector_it_sends(kit):
+    # Old code: the update sent vector a (validated from items()) but chose the receipts to drop
+    # from keys(): a's stale receipt stayed beside a's new raw vector, b's went though b was untouched.
+    alice, _ = _euclid_pii(kit, raw_in_boundary=True)
+    alice.create_collection("pii", vectors_config={n: models.VectorParams(size=DIM, distance=models.Distance.EUCLID)
+                                                   for n in ("a", "b")})
+    rng = np.random.default_rng(4)
+    vecs, recs = {}, {}
+    for n in ("a", "b"):
+        vecs[n], recs[n] = receipted_vector(guard_signer(kit), 1, unit(rng), vname=n)
+    alice.upsert("pii", [models.PointStruct(id=1, vector=vecs, payload={RECEIPT_KEY: receipts_for_payload(recs)})])
+    raw = unit(rng)
+    alice.update_vectors("pii", [models.PointVectors.model_construct(id=1, vector=_Names(a=raw))])
+    [(_, payload, stored)] = snapshot(alice, "pii")
+    assert np.allclose(stored["a"], raw, atol=1e-6)
+    kept = receipts_from_payload(payload)
+    assert "a" not in kept  # a raw in-boundary update keeps no stale receipt
+    assert verify_receipt(kept["b"], vector=stored["b"], collection="pii", point_id=1, vector_name="b",
+                          trusted_keys=alice.guard.trusted_receipt_keys).ok
