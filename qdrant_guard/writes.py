@@ -22,6 +22,7 @@ from .payloadops import _quotable, _quote, _selector_ids
 from .pipeline import Call, Op, mark_audited
 from .policy import CollectionPolicy, toml_str
 from .querycheck import operation_filter_roots
+from .sentpoints import sent_point, sent_vectors
 from .receipts import (
     PAYLOAD_CONTAINER_VERSION,
     RECEIPT_KEY,
@@ -108,7 +109,8 @@ class PreparedPoints:
 
 
 def points_from_any(points: Any) -> list[models.PointStruct]:
-    """Materialise the ``points`` argument of upsert/upload into a list of PointStruct."""
+    """Materialise the ``points`` argument of upsert/upload into a list of PointStruct, each the
+    one snapshot the guard checks and sends (:func:`qdrant_guard.sentpoints.sent_point`)."""
     if isinstance(points, models.Batch):
         n = len(points.ids)
         columns = ({f"vectors[{k!r}]": len(v) for k, v in points.vectors.items()}
@@ -126,13 +128,14 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
         else:
             vecs = list(points.vectors)
         payloads = list(points.payloads) if points.payloads is not None else [None] * n
-        return [models.PointStruct(id=points.ids[i], vector=vecs[i], payload=payloads[i]) for i in range(n)]
+        return [sent_point(models.PointStruct(id=points.ids[i], vector=vecs[i], payload=payloads[i]), f"points[{i}]")
+                for i in range(n)]
     out = []
     for i, p in enumerate(points):
         if isinstance(p, models.PointStruct):
-            out.append(p)
+            out.append(sent_point(p, f"points[{i}]"))
         elif isinstance(p, dict):
-            out.append(_from_dict(f"points[{i}]", p, models.PointStruct))
+            out.append(sent_point(_from_dict(f"points[{i}]", p, models.PointStruct), f"points[{i}]"))
         elif isinstance(p, models.Record):
             if p.vector is None:
                 # qdrant-client fails on it; storing it as vector={} would wipe the point's vectors.
@@ -141,7 +144,7 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
                     "upserting it would store the point without its vectors. Read the points with "
                     "with_vectors=True, or use set_payload to change only the payload. Nothing was written"
                 )
-            out.append(models.PointStruct(id=p.id, vector=p.vector, payload=p.payload))
+            out.append(sent_point(models.PointStruct(id=p.id, vector=p.vector, payload=p.payload), f"points[{i}]"))
         else:
             raise GuardArgumentTypeError(
                 f"points must be models.PointStruct (or a models.Batch); got {_kind(p)}. "
@@ -190,7 +193,8 @@ def vector_updates_from_any(updates: Any) -> list[models.PointVectors]:
                 f"update_vectors points must be models.PointVectors; got {_kind(u)}. gRPC "
                 "PointVectors is not accepted by the guard; convert it to models.PointVectors"
             )
-    return out
+    # One snapshot of each, before any check: the ids, vectors and receipts to drop all read it.
+    return [sent_vectors(u, f"points[{i}]") for i, u in enumerate(out)]
 
 
 def points_from_columns(vectors: Any, payload: Iterable[Any] | None, ids: Iterable[Any] | None) -> list[models.PointStruct]:
@@ -215,7 +219,8 @@ def points_from_columns(vectors: Any, payload: Iterable[Any] | None, ids: Iterab
             f"upload_collection: {len(rows)} vectors, {len(pl)} payloads and {len(id_list)} ids; "
             "the three must have the same length"
         )
-    return [models.PointStruct(id=i, vector=_plain(v), payload=p) for i, v, p in zip(id_list, rows, pl)]
+    return [sent_point(models.PointStruct(id=i, vector=_plain(v), payload=p), f"points[{n}]")
+            for n, (i, v, p) in enumerate(zip(id_list, rows, pl))]
 
 
 def _altered_by_storage(arr: np.ndarray, distance: str) -> bool:
@@ -457,8 +462,9 @@ class WriteOps(TextOps):
                         "Qdrant would apply part of the update before failing on a deleted point, "
                         "without its receipts. Send the delete and the vector update as separate calls"
                     )
-                self._refuse_uncertain(method, name, pol, uncertain, [u.id for u in uv.points], "a vector update")
-                new = yield from self.prepare_vector_updates(method, name, pol, list(uv.points),
+                updates = vector_updates_from_any(list(uv.points))
+                self._refuse_uncertain(method, name, pol, uncertain, [u.id for u in updates], "a vector update")
+                new = yield from self.prepare_vector_updates(method, name, pol, updates,
                                                              shard_key=uv.shard_key, fresh=fresh,
                                                              deleted=deleted, accepted=accepted)
                 positions.append(len(out_ops))
@@ -667,7 +673,7 @@ class WriteOps(TextOps):
         if isinstance(operation, models.UpdateVectorsOperation):
             uv = operation.update_vectors
             return models.UpdateVectorsOperation(update_vectors=uv.model_copy(
-                update={"points": self._public_vector_updates(op, name, pol, list(uv.points))}))
+                update={"points": self._public_vector_updates(op, name, pol, vector_updates_from_any(list(uv.points)))}))
         if isinstance(operation, models.SetPayloadOperation):
             sp = operation.set_payload
             return models.SetPayloadOperation(set_payload=sp.model_copy(

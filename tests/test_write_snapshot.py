@@ -144,7 +144,15 @@ class _Names(dict):
         return dict.get(self, "a")
 
 
-def test_a_vector_update_drops_the_receipt_of_the_vector_it_sends(kit):
+VECTOR_UPDATES = {
+    "update_vectors": lambda c, u: c.update_vectors("pii", [u]),
+    "batch_update_points": lambda c, u: c.batch_update_points("pii", [models.UpdateVectorsOperation(
+        update_vectors=models.UpdateVectors.model_construct(points=[u]))]),
+}
+
+
+@pytest.mark.parametrize("write", list(VECTOR_UPDATES))
+def test_a_vector_update_drops_the_receipt_of_the_vector_it_sends(kit, write):
     # Old code: the update sent vector a (validated from items()) but chose the receipts to drop
     # from keys(): a's stale receipt stayed beside a's new raw vector, b's went though b was untouched.
     alice, _ = _euclid_pii(kit, raw_in_boundary=True)
@@ -156,10 +164,55 @@ def test_a_vector_update_drops_the_receipt_of_the_vector_it_sends(kit):
         vecs[n], recs[n] = receipted_vector(guard_signer(kit), 1, unit(rng), vname=n)
     alice.upsert("pii", [models.PointStruct(id=1, vector=vecs, payload={RECEIPT_KEY: receipts_for_payload(recs)})])
     raw = unit(rng)
-    alice.update_vectors("pii", [models.PointVectors.model_construct(id=1, vector=_Names(a=raw))])
+    VECTOR_UPDATES[write](alice, models.PointVectors.model_construct(id=1, vector=_Names(a=raw)))
     [(_, payload, stored)] = snapshot(alice, "pii")
     assert np.allclose(stored["a"], raw, atol=1e-6)
     kept = receipts_from_payload(payload)
     assert "a" not in kept  # a raw in-boundary update keeps no stale receipt
     assert verify_receipt(kept["b"], vector=stored["b"], collection="pii", point_id=1, vector_name="b",
                           trusted_keys=alice.guard.trusted_receipt_keys).ok
+
+
+@pytest.mark.parametrize("collection", ["pub", "pii"])
+def test_what_cannot_be_snapshotted_is_refused_by_point(kit, collection):
+    # Old code: the guard passed the object on (its screens leave what pydantic cannot serialise
+    # as it is) and local mode failed on it with a pydantic error, after the guard's allow entry.
+    alice, bob = _euclid_pii(kit)
+    create(alice, "pii", distance=models.Distance.EUCLID)
+    pub = _public(kit)
+    c = pub if collection == "pub" else bob
+    point = models.PointStruct(id=7, vector=unit(np.random.default_rng(6)), payload={"t": object()})
+    with pytest.raises(QdrantGuardError, match=r"points\[0\] \(point id 7\): its payload cannot be read"):
+        c.upsert(collection, [point])
+    assert snapshot(c, collection) == []
+    if collection == "pii":
+        entry = audit_records(kit)[-1]
+        assert entry["verdict"] == "UNSUPPORTED_WRITE" and entry["point_ids"] == [7]
+
+
+def test_plain_points_are_checked_and_sent_as_they_are(kit, monkeypatch):
+    # The fast path: an ordinary point is not copied (a PUBLIC write sends the caller's object).
+    c = _public(kit)
+    sent = record_sent(monkeypatch, ("upsert",), with_kwargs=True)
+    rng = np.random.default_rng(7)
+    points = [models.PointStruct(id=1, vector=unit(rng), payload={"note": "hi", "meta": {"tags": ["a", 1, 2.5, None]}}),
+              models.PointStruct(id=str(uuid.UUID(int=2)), vector=unit(rng), payload=None)]
+    c.upsert("pub", points)
+    assert [p is q for p, q in zip(sent[0][1]["points"], points)] == [True, True]
+
+
+def test_a_numpy_vector_and_id_subclasses_are_sent_as_their_values(kit, monkeypatch):
+    # What the snapshot holds: exact types, whatever the caller's objects say of themselves.
+    class Id(int):
+        def __repr__(self):
+            return "9"
+
+    c = _public(kit)
+    sent = record_sent(monkeypatch, ("upsert",), with_kwargs=True)
+    vec = np.asarray(unit(np.random.default_rng(8)))
+    c.upsert("pub", [models.PointStruct.model_construct(id=Id(3), vector=vec, payload={"n": Id(4)})])
+    [p] = sent[0][1]["points"]
+    assert type(p.id) is int and p.id == 3 and type(p.vector) is list and p.vector == vec.tolist()
+    assert type(p.payload["n"]) is int
+    [(pid, payload, _)] = snapshot(c, "pub")
+    assert pid == 3 and payload == {"n": 4}
