@@ -97,20 +97,31 @@ def plain(p: Any) -> bool:
 
 
 def _plain_state(state: dict[str, Any], payload: bool) -> bool:
-    if type(state.get("id")) not in _IDS:
-        return False
-    v = state.get("vector")
-    tv = type(v)
-    if tv is dict:
-        for k, x in v.items():
-            if type(k) is not str or type(x) is not list:
-                return False
-    elif tv is not list:
+    if type(state.get("id")) not in _IDS or not _plain_vector(state.get("vector")):
         return False
     if not payload:
         return True
     body = state.get("payload")
     return body is None or (type(body) is dict and _plain_json(body))
+
+
+def _plain_vector(v: Any) -> bool:
+    """A list, or a dict (str keys) of lists and of sparse vectors made of lists. What a plain list
+    holds is not asked: a sensitive collection reads it once into the guard's own array, a PUBLIC
+    one never reads it; a sparse vector is refused on sensitive collections and not read on PUBLIC
+    ones."""
+    t = type(v)
+    if t is list:
+        return True
+    if t is not dict:
+        return False
+    for k, x in v.items():
+        if type(k) is not str:
+            return False
+        tx = type(x)
+        if tx is not list and not (tx is models.SparseVector and type(x.indices) is list and type(x.values) is list):
+            return False
+    return True
 
 
 def _plain_json(body: dict[str, Any]) -> bool:
@@ -155,8 +166,7 @@ def _arrays(value: Any) -> Any:
 
 
 def _sent_vector(vector: Any, where: str, pid: Any) -> Any:
-    t = type(vector)
-    if t is list or (t is dict and all(type(k) is str and type(x) is list for k, x in vector.items())):
+    if _plain_vector(vector):
         return vector
     try:
         dumped = _VECTOR.dump_python(vector, mode="json", by_alias=True, exclude_unset=True, exclude_none=True,

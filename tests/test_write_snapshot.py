@@ -216,3 +216,33 @@ def test_a_numpy_vector_and_id_subclasses_are_sent_as_their_values(kit, monkeypa
     assert type(p.payload["n"]) is int
     [(pid, payload, _)] = snapshot(c, "pub")
     assert pid == 3 and payload == {"n": 4}
+
+
+def test_what_is_plain():
+    # Plain: taken as it is. Anything a caller's object could answer for is not.
+    from qdrant_guard.sentpoints import plain
+
+    class L(list):
+        pass
+
+    class D(dict):
+        pass
+
+    sparse = models.SparseVector(indices=[1, 4], values=[0.5, 0.25])
+    assert plain(models.PointStruct(id=1, vector=[0.5], payload={"a": [{"b": None}], "c": 1.5, "d": True}))
+    assert plain(models.PointStruct(id=str(uuid.UUID(int=1)), vector={"d": [0.5], "s": sparse}))
+    assert plain(models.PointStruct.model_construct(id=uuid.UUID(int=1), vector=[0.5], payload=None))
+    assert plain(models.PointVectors(id=1, vector={"s": sparse}))
+    for odd in (
+        models.PointStruct.model_construct(id=True, vector=[0.5]),
+        models.PointStruct.model_construct(id=1, vector=L([0.5])),
+        models.PointStruct.model_construct(id=1, vector=np.ones(2)),
+        models.PointStruct.model_construct(id=1, vector={"s": models.SparseVector.model_construct(indices=L([1]),
+                                                                                                 values=[0.5])}),
+        models.PointStruct(id=1, vector=[0.5], payload={"a": D()}),
+        models.PointStruct(id=1, vector=[0.5], payload={"a": (1, 2)}),
+        models.PointStruct.model_construct(id=1, vector=[0.5], payload={7: "x"}),
+        models.PointStruct(id=1, vector=[0.5], payload={"a": np.float32(1)}),
+        models.PointVectors.model_construct(id=1, vector=D(a=[0.5])),
+    ):
+        assert not plain(odd), odd
