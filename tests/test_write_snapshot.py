@@ -115,6 +115,9 @@ def test_a_receipted_numpy_vector_cannot_be_swapped_after_its_check(kit):
                            trusted_keys=alice.guard.trusted_receipt_keys)
     assert check.ok, check.detail
     assert np.allclose(vec, noised, atol=1e-6)
+    payload2, vec2 = stored[2]  # the guard's own noised vector, receipted as stored
+    assert verify_receipt(receipts_from_payload(payload2)[""], vector=vec2, collection="pii", point_id=2,
+                          trusted_keys=alice.guard.trusted_receipt_keys).ok
 
 
 def test_a_nested_payload_cannot_hide_a_restricted_source(kit):
@@ -210,12 +213,16 @@ def test_a_numpy_vector_and_id_subclasses_are_sent_as_their_values(kit, monkeypa
     c = _public(kit)
     sent = record_sent(monkeypatch, ("upsert",), with_kwargs=True)
     vec = np.asarray(unit(np.random.default_rng(8)))
-    c.upsert("pub", [models.PointStruct.model_construct(id=Id(3), vector=vec, payload={"n": Id(4)})])
+    class Text(str):
+        def __str__(self):
+            return "other"
+
+    c.upsert("pub", [models.PointStruct.model_construct(id=Id(3), vector=vec, payload={"n": Id(4), "s": Text("hi")})])
     [p] = sent[0][1]["points"]
     assert type(p.id) is int and p.id == 3 and type(p.vector) is list and p.vector == vec.tolist()
-    assert type(p.payload["n"]) is int
+    assert type(p.payload["n"]) is int and type(p.payload["s"]) is str
     [(pid, payload, _)] = snapshot(c, "pub")
-    assert pid == 3 and payload == {"n": 4}
+    assert pid == 3 and payload == {"n": 4, "s": "hi"}
 
 
 def test_what_is_plain():
