@@ -253,3 +253,26 @@ def test_what_is_plain():
         models.PointVectors.model_construct(id=1, vector=D(a=[0.5])),
     ):
         assert not plain(odd), odd
+
+
+def test_the_async_client_checks_and_sends_the_snapshot_too(kit):
+    # Old code: as the sync client (the same write path), the SSN was stored on the PUBLIC collection.
+    import asyncio
+
+    import qdrant_client
+
+    from qdrant_guard import AsyncQdrantClient
+
+    async def main():
+        c = AsyncQdrantClient(":memory:", guard=kit.config({"pub": {"class": "PUBLIC"}}),
+                              principal=kit.principal("bob", "support"))
+        await c.create_collection("pub", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        point = models.PointStruct.model_construct(id=1, vector=unit(np.random.default_rng(9)),
+                                                   payload=_CleanFirst(note=SSN))
+        with pytest.raises(GuardRefusal):
+            await c.upsert("pub", [point])
+        records, _ = await qdrant_client.AsyncQdrantClient.scroll(c, "pub", with_payload=True)
+        await c.close()
+        return records
+
+    assert asyncio.run(main()) == []
