@@ -47,14 +47,23 @@ class UnsnapshotableInput(GuardArgumentTypeError):
     """A point, vector or payload of a write that the guard cannot read once as it would be sent."""
 
 
-def sent_point(p: models.PointStruct, where: str) -> models.PointStruct:
-    """``p`` itself when :func:`plain`; otherwise its one snapshot (see the module docstring).
+def sent_point(p: models.PointStruct, index: int) -> models.PointStruct:
+    """``p`` (``points[index]`` of the call) itself when :func:`plain`; otherwise its one snapshot
+    (see the module docstring).
 
     Raises:
         UnsnapshotableInput: its vector or payload does not serialise as qdrant-client sends it.
     """
-    if type(p) is models.PointStruct and _plain_state(p.__dict__, True):
-        return p
+    if type(p) is models.PointStruct:
+        # _plain_state inlined: this runs for every point of every write.
+        d = p.__dict__
+        if type(d.get("id")) in _IDS:
+            v = d.get("vector")
+            if type(v) is list or _plain_vector(v):
+                body = d.get("payload")
+                if body is None or (type(body) is dict and _plain_json(body)):
+                    return p
+    where = f"points[{index}]"
     state = _state(p)
     pid = sent_id(state.get("id"))
     return models.PointStruct.model_construct(
@@ -62,10 +71,15 @@ def sent_point(p: models.PointStruct, where: str) -> models.PointStruct:
         payload=_sent_payload(state.get("payload"), where, pid))
 
 
-def sent_vectors(u: models.PointVectors, where: str) -> models.PointVectors:
+def sent_vectors(u: models.PointVectors, index: int) -> models.PointVectors:
     """:func:`sent_point` for ``update_vectors``' ``models.PointVectors`` (an id and a vector)."""
-    if type(u) is models.PointVectors and _plain_state(u.__dict__, False):
-        return u
+    if type(u) is models.PointVectors:
+        d = u.__dict__
+        if type(d.get("id")) in _IDS:
+            v = d.get("vector")
+            if type(v) is list or _plain_vector(v):
+                return u
+    where = f"points[{index}]"
     state = _state(u)
     pid = sent_id(state.get("id"))
     return models.PointVectors.model_construct(id=pid, vector=_sent_vector(state.get("vector"), where, pid))
@@ -127,7 +141,17 @@ def _plain_vector(v: Any) -> bool:
 def _plain_json(body: dict[str, Any]) -> bool:
     """Whether ``body`` holds only exact dicts (of str keys), lists and JSON scalars, to
     ``_PLAIN_DEPTH`` levels (without recursion: a deep payload costs no stack)."""
-    stack: list[tuple[Any, int]] = [(body, 0)]
+    for k, x in body.items():  # the top level first: most payloads are flat
+        if type(k) is not str:
+            return False
+        t = type(x)
+        if t not in _LEAVES and not ((t is dict or t is list) and _plain_nested(x)):
+            return False
+    return True
+
+
+def _plain_nested(value: Any) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
         if depth >= _PLAIN_DEPTH:

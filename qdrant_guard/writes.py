@@ -128,14 +128,14 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
         else:
             vecs = list(points.vectors)
         payloads = list(points.payloads) if points.payloads is not None else [None] * n
-        return [sent_point(models.PointStruct(id=points.ids[i], vector=vecs[i], payload=payloads[i]), f"points[{i}]")
+        return [sent_point(models.PointStruct(id=points.ids[i], vector=vecs[i], payload=payloads[i]), i)
                 for i in range(n)]
     out = []
     for i, p in enumerate(points):
         if isinstance(p, models.PointStruct):
-            out.append(sent_point(p, f"points[{i}]"))
+            out.append(sent_point(p, i))
         elif isinstance(p, dict):
-            out.append(sent_point(_from_dict(f"points[{i}]", p, models.PointStruct), f"points[{i}]"))
+            out.append(sent_point(_from_dict(f"points[{i}]", p, models.PointStruct), i))
         elif isinstance(p, models.Record):
             if p.vector is None:
                 # qdrant-client fails on it; storing it as vector={} would wipe the point's vectors.
@@ -144,7 +144,7 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
                     "upserting it would store the point without its vectors. Read the points with "
                     "with_vectors=True, or use set_payload to change only the payload. Nothing was written"
                 )
-            out.append(sent_point(models.PointStruct(id=p.id, vector=p.vector, payload=p.payload), f"points[{i}]"))
+            out.append(sent_point(models.PointStruct(id=p.id, vector=p.vector, payload=p.payload), i))
         else:
             raise GuardArgumentTypeError(
                 f"points must be models.PointStruct (or a models.Batch); got {_kind(p)}. "
@@ -194,7 +194,7 @@ def vector_updates_from_any(updates: Any) -> list[models.PointVectors]:
                 "PointVectors is not accepted by the guard; convert it to models.PointVectors"
             )
     # One snapshot of each, before any check: the ids, vectors and receipts to drop all read it.
-    return [sent_vectors(u, f"points[{i}]") for i, u in enumerate(out)]
+    return [sent_vectors(u, i) for i, u in enumerate(out)]
 
 
 def points_from_columns(vectors: Any, payload: Iterable[Any] | None, ids: Iterable[Any] | None) -> list[models.PointStruct]:
@@ -219,7 +219,7 @@ def points_from_columns(vectors: Any, payload: Iterable[Any] | None, ids: Iterab
             f"upload_collection: {len(rows)} vectors, {len(pl)} payloads and {len(id_list)} ids; "
             "the three must have the same length"
         )
-    return [sent_point(models.PointStruct(id=i, vector=_plain(v), payload=p), f"points[{n}]")
+    return [sent_point(models.PointStruct(id=i, vector=_plain(v), payload=p), n)
             for n, (i, v, p) in enumerate(zip(id_list, rows, pl))]
 
 

@@ -227,7 +227,13 @@ def test_a_numpy_vector_and_id_subclasses_are_sent_as_their_values(kit, monkeypa
 
 def test_what_is_plain():
     # Plain: taken as it is. Anything a caller's object could answer for is not.
-    from qdrant_guard.sentpoints import plain
+    from qdrant_guard.sentpoints import plain, sent_point, sent_vectors
+
+    def sent(x):
+        try:
+            return (sent_point if isinstance(x, models.PointStruct) else sent_vectors)(x, 0)
+        except QdrantGuardError:
+            return None
 
     class L(list):
         pass
@@ -236,10 +242,13 @@ def test_what_is_plain():
         pass
 
     sparse = models.SparseVector(indices=[1, 4], values=[0.5, 0.25])
-    assert plain(models.PointStruct(id=1, vector=[0.5], payload={"a": [{"b": None}], "c": 1.5, "d": True}))
-    assert plain(models.PointStruct(id=str(uuid.UUID(int=1)), vector={"d": [0.5], "s": sparse}))
-    assert plain(models.PointStruct.model_construct(id=uuid.UUID(int=1), vector=[0.5], payload=None))
-    assert plain(models.PointVectors(id=1, vector={"s": sparse}))
+    for ordinary in (
+        models.PointStruct(id=1, vector=[0.5], payload={"a": [{"b": None}], "c": 1.5, "d": True}),
+        models.PointStruct(id=str(uuid.UUID(int=1)), vector={"d": [0.5], "s": sparse}),
+        models.PointStruct.model_construct(id=uuid.UUID(int=1), vector=[0.5], payload=None),
+        models.PointVectors(id=1, vector={"s": sparse}),
+    ):
+        assert plain(ordinary) and sent(ordinary) is ordinary, ordinary
     for odd in (
         models.PointStruct.model_construct(id=True, vector=[0.5]),
         models.PointStruct.model_construct(id=1, vector=L([0.5])),
@@ -252,7 +261,7 @@ def test_what_is_plain():
         models.PointStruct(id=1, vector=[0.5], payload={"a": np.float32(1)}),
         models.PointVectors.model_construct(id=1, vector=D(a=[0.5])),
     ):
-        assert not plain(odd), odd
+        assert not plain(odd) and sent(odd) is not odd, odd
 
 
 def test_the_async_client_checks_and_sends_the_snapshot_too(kit):
