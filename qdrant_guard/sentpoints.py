@@ -98,7 +98,12 @@ def sent_id(pid: Any) -> Any:
     if isinstance(pid, str):
         return str.__str__(pid)
     if isinstance(pid, uuid.UUID):
-        return uuid.UUID(int=_UUID_INT.__get__(pid))
+        try:
+            return uuid.UUID(int=_UUID_INT.__get__(pid))
+        except (AttributeError, TypeError, ValueError):  # a subclass that keeps its bits elsewhere
+            raise _at(None, UnsnapshotableInput(
+                f"a point id is a {type(pid).__name__}, a uuid.UUID subclass whose value the guard cannot read; "
+                "pass the id as a uuid.UUID or its string. Nothing was written")) from None
     return pid
 
 

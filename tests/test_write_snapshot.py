@@ -285,3 +285,25 @@ def test_the_async_client_checks_and_sends_the_snapshot_too(kit):
         return records
 
     assert asyncio.run(main()) == []
+
+
+def test_ids_are_taken_as_their_values():
+    from qdrant_guard.sentpoints import UnsnapshotableInput, sent_id
+
+    class Formats(uuid.UUID):
+        def __format__(self, spec):
+            return "00000000-0000-0000-0000-000000000009"
+
+    class Slots(uuid.UUID):
+        __slots__ = ("int",)  # UUID.__init__ then fills this slot, not the base class's
+
+    class Text(str):
+        def __str__(self):
+            return "other"
+
+    got = sent_id(Formats(int=5))
+    assert type(got) is uuid.UUID and f"{got}" == "00000000-0000-0000-0000-000000000005"
+    assert type(sent_id(Text("a"))) is str and sent_id(Text("a")) == "a"
+    assert sent_id(True) is True  # left to the point-id check, which refuses it by name
+    with pytest.raises(UnsnapshotableInput, match="pass the id as a uuid.UUID or its string"):
+        sent_id(Slots(int=5))
