@@ -22,7 +22,6 @@ from .payloadops import _quotable, _quote, _selector_ids
 from .pipeline import Call, Op, mark_audited
 from .policy import CollectionPolicy, toml_str
 from .querycheck import operation_filter_roots
-from .sentpoints import sent_point, sent_vectors
 from .receipts import (
     PAYLOAD_CONTAINER_VERSION,
     RECEIPT_KEY,
@@ -39,6 +38,7 @@ from .receipts import (
     stored_form_batch,
     verify_receipt,
 )
+from .sentpoints import sent_point, sent_vectors
 from .sources import path_head, restricts_sources
 from .textguard import TextOps
 from .utility import embedder_model_name, same_model
