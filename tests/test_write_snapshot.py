@@ -307,3 +307,11 @@ def test_ids_are_taken_as_their_values():
     assert sent_id(True) is True  # left to the point-id check, which refuses it by name
     with pytest.raises(UnsnapshotableInput, match="pass the id as a uuid.UUID or its string"):
         sent_id(Slots(int=5))
+
+
+def test_a_payload_that_is_no_mapping_is_refused_by_point(kit):
+    c = _public(kit)
+    point = models.PointStruct.model_construct(id=4, vector=unit(np.random.default_rng(10)), payload=[("note", SSN)])
+    with pytest.raises(QdrantGuardError, match=r"points\[0\] \(point id 4\): its payload is a list, not a dict"):
+        c.upsert("pub", [point])
+    assert snapshot(c, "pub") == []
