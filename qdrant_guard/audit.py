@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from .audit_mac import entry_mac
 from .audit_verify import (
     AUDIT_PROBLEMS,
     CHECKPOINT_PREFIX,
@@ -71,13 +72,20 @@ def _make_entry(seq: int, prev: str, record: dict[str, Any], record_bytes: bytes
     # The canonical encodings of the entry (keys prev < record < seq < ts, and ckpt < hash in
     # front of them on the line), spliced around the record's canonical bytes so the record is
     # encoded once; equal to canonical_json(entry) and to what entry_hash() recomputes.
+    # With a signer the entry is format v2: its writer id "w" (last of the hashed keys) and a MAC
+    # of its hash (between "hash" and "prev" on the line) under that writer's secret.
     ts = time.time()
     tail = b"".join((b'"prev":"', prev.encode("ascii"), b'","record":', record_bytes, b',"seq":',
                      int.__repr__(seq).encode("ascii"), b',"ts":', float.__repr__(ts).encode("ascii"),
-                     b"}"))
-    digest = hashlib.sha256(b"{" + tail).hexdigest()
+                     b"}" if signer is None else b',"w":' + canonical_json(signer.key_id) + b"}"))
+    raw = hashlib.sha256(b"{" + tail).digest()
+    digest = raw.hex()
     entry: dict[str, Any] = {"seq": seq, "ts": ts, "prev": prev, "record": record, "hash": digest}
     head = b'{"hash":"' + digest.encode("ascii") + b'",'
+    if signer is not None:
+        entry["w"] = signer.key_id
+        entry["mac"] = entry_mac(signer.audit_mac_key, raw)
+        head += b'"mac":"' + entry["mac"].encode("ascii") + b'",'
     if signer is not None and checkpoint:
         sig = signer.sign(CHECKPOINT_PREFIX + bytes.fromhex(digest))
         entry["ckpt"] = {"kid": signer.key_id, "sig": base64.b64encode(sig).decode("ascii")}
@@ -158,11 +166,53 @@ def _save_cut(p: str, last_seq: int, cut: bytes) -> str:
                      "were all taken; nothing was changed")
 
 
+def _last_line(data: bytes) -> bytes:
+    """The last line of ``data`` (which ends with a newline), without its newline."""
+    return data[:-1].rsplit(b"\n", 1)[-1]
+
+
+def _last_line_before(fd: int, end: int) -> bytes:
+    """The line of the file that ends (with its newline) at byte ``end``; b"" when ``end`` is 0."""
+    pos, buf = max(end - 1, 0), b""
+    while pos > 0:
+        step = min(65536, pos)
+        pos -= step
+        buf = _read_all(fd, pos, step) + buf
+        cut = buf.rfind(b"\n")
+        if cut >= 0:
+            return buf[cut + 1:]
+    return buf
+
+
+def _check_repair_writer(p: str, last: bytes, signer: ReceiptSigner | None,
+                         writer_keys: Mapping[str, bytes] | None) -> None:
+    """Refuse a repair entry no writer would authenticate after an entry that carries a MAC."""
+    if not last or b'"w":' not in last:
+        return
+    try:
+        kept = _parse_line(last)
+    except _Bad:
+        return
+    if "w" not in kept:
+        return
+    if signer is None:
+        raise GuardArgumentValueError(
+            f"repair_audit_file(): the log {p!r} is in format v2 (its entries carry their writer's MAC), so its "
+            "repair entry must carry one too, or `qdrant-guard audit verify --writer-key` would report it as an "
+            "entry no writer made: pass signer (--signing-key, the key of the guard writing the log). Nothing "
+            "was changed")
+    if writer_keys is not None and signer.key_id not in writer_keys:
+        raise GuardArgumentValueError(
+            f"repair_audit_file(): the repair entry of {p!r} would carry the MAC of writer {signer.key_id}, which is "
+            "not among the writer keys given (writer_keys, --writer-key), so verifying with them would report it: "
+            "give the signing key's writer key too. Nothing was changed")
+
+
 def repair_audit_file(
     path: PathLike, *, signer: ReceiptSigner | None = None,
     trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, keep_chain_from: int | None = None,
-    allow_shared_file: bool = False,
+    allow_shared_file: bool = False, writer_keys: Mapping[str, bytes] | None = None,
 ) -> AuditReport:
     """Truncate a damaged log to its valid prefix and append a ``audit_repair`` entry.
 
@@ -191,6 +241,8 @@ def repair_audit_file(
             uid, or in a world-writable directory without the sticky bit. Refused by default, as
             ``AuditLog`` refuses to open one: the repair entry (a signed checkpoint with
             ``signer``) would vouch for what others appended.
+        writer_keys: verify as ``verify_audit_file(path, writer_keys=...)`` does: the first entry
+            no given writer's MAC authenticates is cut too, with everything after it.
 
     Returns:
         The report of the repaired file; ``detail`` says what was cut.
@@ -200,7 +252,9 @@ def repair_audit_file(
             ``keep_chain_from`` is not given; the message says how to decide. Nothing changed.
         ValueError: ``keep_chain_from`` is not one of the two chains' first lines, or the log
             has no such fork; or, with ``trusted_keys`` and no ``signer``, the repair entry
-            would fall on a checkpoint seq (verify with the keys would then fail on it).
+            would fall on a checkpoint seq (verify with the keys would then fail on it); or the
+            last kept entry carries a writer MAC (format v2) and ``signer`` is not given, or its
+            key is not among ``writer_keys`` (the repair entry would be reported as no writer's).
         AuditError: the file cannot be read, is no regular file, or others than this uid can
             write it (the message names the mode or owner and the fix; nothing changed), the cut
             bytes cannot be saved (nothing changed), or the log cannot be rewritten (the message
@@ -220,6 +274,10 @@ def repair_audit_file(
     if not isinstance(allow_shared_file, bool):
         raise GuardArgumentTypeError(
             f"repair_audit_file() allow_shared_file must be bool, not {type(allow_shared_file).__name__}")
+    if writer_keys is not None and (not isinstance(writer_keys, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, bytes) for k, v in writer_keys.items())):
+        raise GuardArgumentTypeError("repair_audit_file() writer_keys must be a mapping of writer id to MAC key bytes "
+                                     "(qdrant_guard.audit_mac.writer_keys([signing keys])) or None")
     p = os.fspath(path)
     try:
         # O_NONBLOCK: a FIFO named here is refused below, not waited on.
@@ -236,7 +294,7 @@ def repair_audit_file(
         if (st.st_dev, st.st_ino) != (held.st_dev, held.st_ino):
             raise AuditError(f"audit log {p!r} was replaced (rotated or moved) while repair waited for its "
                              "lock; nothing was changed: run the repair again on the file you mean")
-        before, fork = _scan_fork(p, trusted_keys, checkpoint_every, fd)
+        before, fork = _scan_fork(p, trusted_keys, checkpoint_every, fd, writer_keys=writer_keys)
         if keep_chain_from is not None and before.fork is None:
             raise GuardArgumentValueError(
                 f"repair_audit_file() keep_chain_from={keep_chain_from} applies only to a log holding two "
@@ -283,6 +341,8 @@ def repair_audit_file(
             rewrite = cut[keep.start - valid_bytes:keep.end - valid_bytes]
             last_seq, last_hash = keep.last_seq, keep.last_hash
             kept_lines += keep.lines
+        _check_repair_writer(p, _last_line(rewrite) if rewrite else _last_line_before(fd, valid_bytes),
+                             signer, writer_keys)
         if trusted_keys is not None and signer is None and (last_seq + 1) % checkpoint_every == 0:
             # Verified with the keys, an unsigned entry at a checkpoint seq is itself a problem.
             raise GuardArgumentValueError(f"repair_audit_file(): the repair entry of {p!r} would be seq {last_seq + 1}, a "
@@ -313,7 +373,7 @@ def repair_audit_file(
             raise AuditError(f"repair of audit log {p!r} failed while rewriting it ({exc.strerror or exc}); "
                              f"the cut bytes are saved in {side!r}: run `qdrant-guard audit verify "
                              f"{p}` and repair again") from exc
-        after = _scan_fork(p, trusted_keys, checkpoint_every, fd)[0]
+        after = _scan_fork(p, trusted_keys, checkpoint_every, fd, writer_keys=writer_keys)[0]
     except OSError as exc:
         raise AuditError(f"cannot repair audit log {p!r}: {exc.strerror or exc}") from exc
     finally:

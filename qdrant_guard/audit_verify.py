@@ -9,6 +9,7 @@ import binascii
 import errno
 import fcntl
 import hashlib
+import hmac
 import io
 import json
 import os
@@ -19,6 +20,7 @@ from typing import IO, Any, Iterator, Mapping, Union
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from .audit_mac import entry_mac
 from .canonical import canonical_json
 from .errors import AuditError, GuardArgumentTypeError, GuardArgumentValueError
 
@@ -36,9 +38,11 @@ AUDIT_PROBLEMS = (
     "chain_broken",    # seq is as expected but prev is not the previous hash (an earlier entry
                        # was rewritten with a recomputed hash, or entries were renumbered)
     "bad_checkpoint",  # a checkpoint signature does not verify under the trusted keys
+    "unauthenticated", # with writer keys: an entry no given writer's MAC authenticates
 )
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _FIELDS = {"seq", "ts", "prev", "record", "hash"}
+_V2_FIELDS = {"w", "mac"}  # format v2: the writer id (hashed) and its MAC of the hash (not hashed)
 _REPAIR_HINT = (
     "run `qdrant-guard audit verify {path}` to locate the problem, then "
     "`qdrant-guard audit repair {path}` to truncate it to the valid prefix (the cut bytes are "
@@ -48,8 +52,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 
 def entry_hash(entry: Mapping[str, Any]) -> str:
-    """Return hex SHA-256 of the canonical JSON of ``entry`` without its ``hash`` and ``ckpt``."""
-    body = {k: v for k, v in entry.items() if k not in ("hash", "ckpt")}
+    """Return hex SHA-256 of the canonical JSON of ``entry`` without its ``hash``, ``ckpt`` and ``mac``."""
+    body = {k: v for k, v in entry.items() if k not in ("hash", "ckpt", "mac")}
     return hashlib.sha256(canonical_json(body)).hexdigest()
 
 
@@ -76,6 +80,12 @@ class AuditReport:
             checkpoint settled it.
         checkpoint_keys: ``(key id, count)`` of the checkpoints counted in ``checkpoints``, by
             key id (so that a verifier can say which key, e.g. a retired one, signed what).
+        writers: with ``writer_keys``: ``(writer id, count)`` of the entries whose MAC verified.
+        unauthenticated: with ``writer_keys``: the seqs of the entries of the scanned chain that
+            no given writer's MAC authenticates (a format-v1 entry after a v2 one, an unknown
+            writer, a MAC that does not verify); the first is the reported problem.
+        legacy: with ``writer_keys``: how many entries before the first v2 entry carry no MAC
+            (written before format v2, or by a writer without a signing key): not authenticated.
     """
 
     ok: bool
@@ -90,6 +100,9 @@ class AuditReport:
     valid_bytes: int = 0
     fork: tuple[int, int] | None = None
     checkpoint_keys: tuple[tuple[str, int], ...] = ()
+    writers: tuple[tuple[str, int], ...] = ()
+    unauthenticated: tuple[int, ...] = ()
+    legacy: int = 0
 
 
 @dataclass(frozen=True)
@@ -128,14 +141,17 @@ def _parse_line(raw: bytes) -> dict[str, Any]:
     except RecursionError:
         # json raises this, not ValueError, on deep nesting: still just a corrupt line.
         raise _Bad("corrupt", "not valid JSON (nested too deeply to decode)") from None
-    if not isinstance(entry, dict) or not _FIELDS <= set(entry) or not set(entry) <= _FIELDS | {"ckpt"}:
+    if not isinstance(entry, dict) or not _FIELDS <= set(entry) or not set(entry) <= _FIELDS | {"ckpt"} | _V2_FIELDS:
         raise _Bad("corrupt", "not an audit entry object {seq, ts, prev, record, hash}")
     seq, prev, digest = entry["seq"], entry["prev"], entry["hash"]
     if (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1
             or not isinstance(prev, str) or not _HEX64.fullmatch(prev)
             or not isinstance(digest, str) or not _HEX64.fullmatch(digest)
             or not isinstance(entry["record"], dict)
-            or isinstance(entry["ts"], bool) or not isinstance(entry["ts"], (int, float))):
+            or isinstance(entry["ts"], bool) or not isinstance(entry["ts"], (int, float))
+            or ("w" in entry) != ("mac" in entry)
+            or ("w" in entry and not (isinstance(entry["w"], str) and isinstance(entry["mac"], str)
+                                      and _HEX64.fullmatch(entry["mac"])))):
         raise _Bad("edited", "a field has the wrong type or form")
     try:
         canonical = canonical_json(entry)
@@ -177,6 +193,23 @@ def _check_ckpt(entry: Mapping[str, Any], trusted_keys: Mapping[str, Ed25519Publ
         pk.verify(sig, CHECKPOINT_PREFIX + bytes.fromhex(entry["hash"]))
     except (binascii.Error, ValueError, InvalidSignature):
         raise _Bad("bad_checkpoint", "checkpoint signature does not verify") from None
+
+
+def _mac_problem(entry: Mapping[str, Any], writer_keys: Mapping[str, bytes]) -> str | None:
+    """Why no given writer authenticates the v2 ``entry`` (None: its writer's MAC verifies)."""
+    w = entry["w"]
+    key = writer_keys.get(w)
+    if key is None:
+        return (f"was written (it says) by writer {_show_kid(w)}, whose key was not given: pass the signing key "
+                "of every guard that writes this log (--writer-key)")
+    if not hmac.compare_digest(entry_mac(key, bytes.fromhex(entry["hash"])), entry["mac"]):
+        return f"carries a MAC that does not verify under writer {_show_kid(w)}'s key"
+    return None
+
+
+def _seq_list(seqs: list[int]) -> str:
+    shown = ", ".join(str(q) for q in seqs[:20])
+    return shown + (f", ... ({len(seqs)} in all)" if len(seqs) > 20 else "")
 
 
 _NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
@@ -297,13 +330,15 @@ def _fork_detail(seq: int, fork: _Fork, keyed: bool) -> str:
 
 
 def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
-          checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> AuditReport:
-    return _scan_fork(path, trusted_keys, checkpoint_every)[0]
+          checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+          writer_keys: Mapping[str, bytes] | None = None) -> AuditReport:
+    return _scan_fork(path, trusted_keys, checkpoint_every, writer_keys=writer_keys)[0]
 
 
 def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
                checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-               fd: int | None = None, data: bytes | None = None) -> tuple[AuditReport, _Fork | None]:
+               fd: int | None = None, data: bytes | None = None,
+               writer_keys: Mapping[str, bytes] | None = None) -> tuple[AuditReport, _Fork | None]:
     p = os.fspath(path)
     if data is not None:
         # Replay verifies exactly the bytes it then replays, not a second read of the path.
@@ -318,6 +353,12 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
     bad_line = None
     last_seq, last_hash, nbytes, ckpts = 0, GENESIS, 0, 0
     by_key: dict[str, int] = {}
+    # With writer keys: entries authenticated per writer, the seqs none authenticates (the first's
+    # line, prefix length and reason), and the format-v1 entries before the first v2 one.
+    by_writer: dict[str, int] = {}
+    unauth: list[int] = []
+    first_unauth: tuple[int, int, str] | None = None
+    legacy, v2_seen = 0, False
     parsed: list[dict[str, Any] | None] = []
     for raw, complete in lines:
         try:
@@ -374,6 +415,22 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
             if bad_line is None:
                 bad_line = lineno
             break
+        if writer_keys is not None:
+            # Reported, not a break: every such entry is named, and the chain after it still checked.
+            why = None
+            if "w" in entry:
+                v2_seen = True
+                why = _mac_problem(entry, writer_keys)
+            elif v2_seen:
+                why = "carries no writer MAC (format v1) after entries in format v2"
+            else:
+                legacy += 1
+            if why is not None:
+                unauth.append(seq)
+                if first_unauth is None:
+                    first_unauth = (lineno, len(good), f"seq {seq} {why}")
+            elif "w" in entry:
+                by_writer[entry["w"]] = by_writer.get(entry["w"], 0) + 1
         seen[seq] = lineno
         last_seq, last_hash = seq, entry["hash"]
         nbytes += len(raw) + 1
@@ -416,24 +473,37 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
                 # The signed chain breaks before the other one starts: that break is the first
                 # problem, and everything after it, the other chain included, is cut.
                 bad = _Bad(bad.problem, f"{bad.detail}; after it, {detail}")
+    if first_unauth is not None and (bad_line is None or first_unauth[0] < bad_line):
+        # A checkpoint after such an entry signs it with the chain; it vouches only for what its
+        # writer's MACs authenticate, so the valid prefix ends before the first one.
+        uline, ugood, why = first_unauth
+        later = f"; after it, line {bad_line}: {bad.problem}: {bad.detail}" if bad is not None else ""
+        bad, bad_line = _Bad("unauthenticated", f"{why}; no given writer authenticates seq "
+                                                f"{_seq_list(unauth)}{later}"), uline
+        del good[ugood:]
     valid = len(good)
     last_seq, last_hash, nbytes = good[-1] if good else (0, GENESIS, 0)
+    auth = {"writers": tuple(sorted(by_writer.items())), "unauthenticated": tuple(unauth), "legacy": legacy}
     if bad is None:
-        return AuditReport(True, len(lines), valid, None, None,
-                           f"{valid} entries verified" + (f", {ckpts} checkpoints" if trusted_keys is not None else ""),
-                           last_seq, last_hash, ckpts, nbytes, checkpoint_keys=tuple(sorted(by_key.items()))), None
+        detail = f"{valid} entries verified" + (f", {ckpts} checkpoints" if trusted_keys is not None else "")
+        if writer_keys is not None:
+            detail += f", {sum(by_writer.values())} authenticated by their writers' MACs" + (
+                f", {legacy} before format v2 not authenticated" if legacy else "")
+        return AuditReport(True, len(lines), valid, None, None, detail,
+                           last_seq, last_hash, ckpts, nbytes, checkpoint_keys=tuple(sorted(by_key.items())),
+                           **auth), None
     where = f"line {bad_line}"
     got = parsed[bad_line - 1] if bad_line is not None else None
     if got is not None:
         where += f" (seq {got['seq']})"
     unresolved = (fork.a.line, fork.b.line) if fork is not None and fork.winner is None else None
     return AuditReport(False, len(lines), valid, bad.problem, bad_line, f"{where}: {bad.detail}",
-                       last_seq, last_hash, ckpts, nbytes, unresolved, tuple(sorted(by_key.items()))), fork
+                       last_seq, last_hash, ckpts, nbytes, unresolved, tuple(sorted(by_key.items())), **auth), fork
 
 
 def verify_audit_file(
     path: PathLike, *, trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
-    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, writer_keys: Mapping[str, bytes] | None = None,
 ) -> AuditReport:
     """Verify an audit log file from its first line.
 
@@ -450,6 +520,12 @@ def verify_audit_file(
         trusted_keys: key id -> public key; when given, checkpoint signatures are verified too,
             and every ``checkpoint_every``-th entry must carry one (``bad_checkpoint`` otherwise).
         checkpoint_every: the writer's checkpoint period (:class:`AuditLog`'s, default 1000).
+        writer_keys: writer id -> MAC key (:func:`qdrant_guard.audit_mac.writer_keys` of the
+            signing keys of every guard that writes the log); when given, every entry must carry
+            a MAC one of them verifies (``unauthenticated`` otherwise, naming every such seq), but
+            for the format-v1 entries before the first v2 one, which are counted in
+            ``report.legacy``. A checkpoint signs the whole chain before it, entries others
+            appended included: only the MACs show which entries a writer made.
 
     Raises:
         TypeError: ``path`` is not a path.
@@ -461,4 +537,8 @@ def verify_audit_file(
         raise GuardArgumentTypeError("verify_audit_file() trusted_keys must be a mapping of key id to Ed25519PublicKey or None")
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
         raise GuardArgumentValueError(f"verify_audit_file() checkpoint_every must be a positive int, got {checkpoint_every!r}")
-    return _scan(path, trusted_keys, checkpoint_every)
+    if writer_keys is not None and (not isinstance(writer_keys, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, bytes) for k, v in writer_keys.items())):
+        raise GuardArgumentTypeError("verify_audit_file() writer_keys must be a mapping of writer id to MAC key bytes "
+                                     "(qdrant_guard.audit_mac.writer_keys([signing keys])) or None")
+    return _scan(path, trusted_keys, checkpoint_every, writer_keys)

@@ -445,23 +445,51 @@ def _policy_audit_keys(policy: str, given: dict[str, Any] | None, *, flag: str
     return own_kid, retired, revoked, trusted
 
 
+def _writer_keys(args: argparse.Namespace, trusted: dict[str, Any] | None
+                 ) -> tuple[dict[str, bytes] | None, dict[str, Any] | None]:
+    """The MAC keys of ``--writer-key`` (None without one), and ``trusted`` with their public keys:
+    a writer's key checks its entries' MACs and, its public half, its checkpoints."""
+    if not args.writer_key:
+        return None, trusted
+    from . import keys
+    from .audit_mac import writer_keys
+
+    sks = [keys.load_private_key(k) for k in args.writer_key]
+    return writer_keys(sks), {**(trusted or {}), **{keys.key_id(sk.public_key()): sk.public_key() for sk in sks}}
+
+
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from . import keys
     from .audit import verify_audit_file
+    from .audit_verify import _show_kid
 
     trusted = None
     if args.key:
         pks = [keys.load_public_key(k) for k in args.key]
         trusted = {keys.key_id(pk): pk for pk in pks}
+    macs, trusted = _writer_keys(args, trusted)
     own_kid: str | None = None
     retired: dict[str, Any] = {}
     revoked: frozenset[str] = frozenset()
     if args.policy:
         own_kid, retired, revoked, trusted = _policy_audit_keys(args.policy, trusted, flag="--policy")
-    rep = verify_audit_file(args.file, trusted_keys=trusted, checkpoint_every=args.checkpoint_every)
+    rep = verify_audit_file(args.file, trusted_keys=trusted, checkpoint_every=args.checkpoint_every,
+                            writer_keys=macs)
     if rep.ok:
         signed = f", {rep.checkpoints} signed checkpoint(s) verified" if trusted is not None else ""
         print(f"OK: {rep.entries} entries, hash chain intact{signed} ({args.file})")
+        if macs is not None:
+            print("entries authenticated by their writer's MAC: " + (", ".join(
+                f"{_show_kid(w)}: {n}" for w, n in rep.writers) or "none"))
+            if rep.legacy:
+                print(f"note: the first {rep.legacy} entr{'y' if rep.legacy == 1 else 'ies'} (before the first with a "
+                      "writer MAC) are unauthenticated (pre-v2: written before entries carried MACs, or by a guard "
+                      "without signing_key): anyone who could write the file then may have written them, and a "
+                      "checkpoint after them signs them as its writer found them")
+        elif trusted is not None:
+            print("note: writer MACs not checked (no --writer-key): a checkpoint signs the chain as its writer "
+                  "found it, entries appended by anyone who could write the file included; pass --writer-key "
+                  "with the signing key of each guard writing this log to name every entry none of them made")
         if rep.checkpoint_keys and args.policy:
             print("checkpoint keys: " + ", ".join(
                 f"{kid} {_key_status(kid, own_kid=own_kid, retired=retired, revoked=revoked, trusted=trusted)}: {n}"
@@ -505,6 +533,7 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
     if args.key:
         pks = [keys.load_public_key(k) for k in args.key]
         trusted = {keys.key_id(pk): pk for pk in pks}
+    macs, trusted = _writer_keys(args, trusted)
     if args.trust_policy:
         given = trusted or {}
         _, _, revoked, trusted = _policy_audit_keys(args.trust_policy, trusted, flag="--trust-policy")
@@ -537,7 +566,8 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
     if st is not None:
         _refuse_not_regular(st, args.file, repair=True)  # verifying a FIFO first waited for a writer
     wrong_file = _not_an_audit_log(args.file, verify_audit_file(args.file, trusted_keys=trusted,
-                                                                 checkpoint_every=args.checkpoint_every))
+                                                                 checkpoint_every=args.checkpoint_every,
+                                                                 writer_keys=macs))
     if wrong_file:
         print(f"error: {args.file} is not an audit log, so nothing was changed (repair cuts a damaged log after "
               f"its valid entries, and this one has none): {wrong_file}", file=sys.stderr)
@@ -551,7 +581,7 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
     try:
         rep = repair_audit_file(args.file, signer=signer, trusted_keys=trusted,
                                 checkpoint_every=args.checkpoint_every, keep_chain_from=args.keep_chain_from,
-                                allow_shared_file=allow_shared)
+                                allow_shared_file=allow_shared, writer_keys=macs)
     except GuardArgumentValueError as exc:
         # The library words it for its own argument; a CLI user set the option.
         print("error: " + str(exc).replace("repair_audit_file() ", "").replace("keep_chain_from=", "--keep-chain-from ")
@@ -574,6 +604,7 @@ def cmd_audit_replay(args: argparse.Namespace) -> int:
     if args.key:
         pks = [keys.load_public_key(k) for k in args.key]
         trusted = {keys.key_id(pk): pk for pk in pks}
+    macs, trusted = _writer_keys(args, trusted)
     if args.trust_policy:
         trusted = _policy_audit_keys(args.trust_policy, trusted, flag="--trust-policy")[3]
     mode = "prefix" if args.verified_prefix else "unverified" if args.unverified else "verified"
@@ -583,12 +614,13 @@ def cmd_audit_replay(args: argparse.Namespace) -> int:
         # A wrong path (a policy file, another JSONL) is named as one, as `audit verify` does, and
         # not offered --verified-prefix / --unverified as if it were a damaged log.
         wrong_file = _not_an_audit_log(args.log, verify_audit_file(args.log, trusted_keys=trusted,
-                                                                   checkpoint_every=args.checkpoint_every))
+                                                                   checkpoint_every=args.checkpoint_every,
+                                                                   writer_keys=macs))
         if wrong_file:
             print(f"NOT AN AUDIT LOG: {args.log}: {wrong_file}")
             return 1
     return replay_log(args.log, args.policy, out=sys.stdout, trusted_keys=trusted,
-                      checkpoint_every=args.checkpoint_every, mode=mode)
+                      checkpoint_every=args.checkpoint_every, mode=mode, writer_keys=macs)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -831,7 +863,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check an audit log's hash chain and name the first bad line. A writer of the file "
                     "can recompute every hash after a change (--key checks the signed checkpoints, which "
                     "catches that up to the last one) or cut entries off the end (compare the last entry's "
-                    "seq and hash printed here with a copy kept elsewhere).")
+                    "seq and hash printed here with a copy kept elsewhere). A checkpoint signs entries "
+                    "others appended before it too: --writer-key checks who wrote each entry.")
     av.add_argument("file", help="the audit log (the policy's audit_log)")
     av.add_argument("--key", action="append", metavar="PUBLIC_KEY",
                     help="verify signed checkpoints with this public key (file or ed25519:... text; "
@@ -843,6 +876,10 @@ def build_parser() -> argparse.ArgumentParser:
     av.add_argument("--checkpoint-every", type=_positive_int, default=1000, metavar="N",
                     help="with --key or --policy: every N-th entry must carry a signed checkpoint (the writer's "
                          "checkpoint_every; default 1000, the guard's)")
+    av.add_argument("--writer-key", action="append", metavar="PRIVATE_KEY",
+                    help="the signing key (private) of a guard that writes this log (repeatable: one per guard): "
+                         "check each entry's writer MAC and name every entry none of these writers made; its "
+                         "public key verifies checkpoints too")
     av.set_defaults(func=cmd_audit_verify)
     ar = aud_p.add_parser("repair", help="cut a torn/tampered tail to the valid prefix, recording the cut",
                           description="Cut the log after its valid prefix: the cut bytes go to a side file "
@@ -861,6 +898,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "key, or a boundary's authority key in one of those roles, is an error)")
     ar.add_argument("--checkpoint-every", type=_positive_int, default=1000, metavar="N",
                     help="with --key or --trust-policy: the writer's checkpoint period (default 1000)")
+    ar.add_argument("--writer-key", action="append", metavar="PRIVATE_KEY",
+                    help="verify as `audit verify --writer-key` does: cut from the first entry none of these "
+                         "writers' MACs authenticates (repeatable: the signing key of each guard writing the log)")
     ar.add_argument("--keep-chain-from", type=_positive_int, metavar="LINE",
                     help="the log holds two chains verify cannot tell apart: keep the one starting on "
                          "LINE (one of the two lines verify names), as you established from a copy or anchor")
@@ -886,6 +926,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "boundary's authority key in one of those roles, is an error)")
     arp.add_argument("--checkpoint-every", type=_positive_int, default=1000, metavar="N",
                      help="with --key or --trust-policy: the writer's checkpoint period (default 1000)")
+    arp.add_argument("--writer-key", action="append", metavar="PRIVATE_KEY",
+                     help="verify as `audit verify --writer-key` does: a log with an entry none of these writers' "
+                          "MACs authenticates is not sound (repeatable: the signing key of each guard writing it)")
     damaged = arp.add_mutually_exclusive_group()
     damaged.add_argument("--verified-prefix", action="store_true",
                          help="a log that does not verify: replay only its verified prefix (exit 1)")

@@ -620,6 +620,16 @@ class ReceiptSigner:
         """Return the 64-byte Ed25519 signature of ``data``."""
         return self._sk.sign(data)
 
+    @property
+    def audit_mac_key(self) -> bytes:
+        """The key of this signer's MACs on audit entries (:func:`qdrant_guard.audit_mac.mac_key`)."""
+        key = self.__dict__.get("_audit_mac_key")
+        if key is None:
+            from .audit_mac import mac_key
+
+            key = self._audit_mac_key = mac_key(self._sk)
+        return key
+
     def __repr__(self) -> str:
         return f"ReceiptSigner(key_id={self.key_id!r})"
 

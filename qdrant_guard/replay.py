@@ -195,7 +195,8 @@ def _integrity_lines(log_path: str, rep: AuditReport, mode: str, keyed: bool) ->
 
 def replay_log(log_path: str, policy_path: str, *, out: TextIO,
                trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
-               checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, mode: str = "verified") -> int:
+               checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, mode: str = "verified",
+               writer_keys: Mapping[str, bytes] | None = None) -> int:
     """Print what would change under ``policy_path`` for the queries logged in ``log_path``.
 
     The log is read once (under a shared lock) and those bytes are verified as
@@ -208,6 +209,8 @@ def replay_log(log_path: str, policy_path: str, *, out: TextIO,
         out: where the report is written.
         trusted_keys: key id -> public key: verify checkpoint signatures, as ``audit verify --key``.
         checkpoint_every: the writer's checkpoint period (with ``trusted_keys``).
+        writer_keys: writer id -> MAC key: an entry no given writer authenticates is a problem,
+            as ``audit verify --writer-key`` (``verify_audit_file(writer_keys=...)``) finds it.
         mode: ``"verified"`` (default): a log that does not verify is not replayed;
             ``"prefix"``: replay only its verified prefix; ``"unverified"``: replay every line.
             The output says which, and the problem verify found.
@@ -223,7 +226,7 @@ def replay_log(log_path: str, policy_path: str, *, out: TextIO,
     if mode not in REPLAY_MODES:
         raise GuardArgumentValueError(f"replay_log() mode must be one of {', '.join(REPLAY_MODES)}, got {mode!r}")
     data = _read_locked(log_path)
-    rep = _scan_fork(log_path, trusted_keys, checkpoint_every, data=data)[0]
+    rep = _scan_fork(log_path, trusted_keys, checkpoint_every, data=data, writer_keys=writer_keys)[0]
     notes, go = _integrity_lines(log_path, rep, mode, trusted_keys is not None)
     if not go:
         out.writelines(notes)

@@ -1,0 +1,46 @@
+"""Per-writer authentication of audit entries (entry format v2, docs/audit-log.md).
+
+A writer with a signing key puts its key id in each entry (``"w"``, inside the hash) and an
+HMAC-SHA256 of the entry's hash (``"mac"``, outside it) under a key derived from its private key.
+A checkpoint signs the chain as its writer found it, entries others appended included; the MAC
+shows which entries a writer made, so verification can name every entry no given writer made.
+Checking a MAC needs the writer's secret (its private key): whoever can check can also forge
+that writer's entries, as whoever holds the key can sign its checkpoints.
+"""
+from __future__ import annotations
+
+import hmac
+from typing import Iterable
+
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from .errors import GuardArgumentTypeError
+from .keys import key_id
+
+__all__ = ["MAC_PREFIX", "mac_key", "writer_keys", "entry_mac"]
+
+MAC_PREFIX = b"qdrant-guard audit entry mac v1\x00"
+# Another purpose than the key's signatures: a MAC key leaked from a verifier signs nothing.
+_KEY_INFO = b"qdrant-guard audit entry mac key v1"
+
+
+def mac_key(private_key: Ed25519PrivateKey) -> bytes:
+    """The 32-byte MAC key of the writer holding ``private_key`` (HKDF-SHA256 of its seed)."""
+    if not isinstance(private_key, Ed25519PrivateKey):
+        raise GuardArgumentTypeError(f"mac_key() private_key must be an Ed25519PrivateKey, not "
+                                     f"{type(private_key).__name__}")
+    seed = private_key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                     serialization.NoEncryption())
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_KEY_INFO).derive(seed)
+
+
+def writer_keys(private_keys: Iterable[Ed25519PrivateKey]) -> dict[str, bytes]:
+    """``{writer id: MAC key}`` for ``verify_audit_file(writer_keys=...)``: the writers' signing keys."""
+    return {key_id(sk.public_key()): mac_key(sk) for sk in private_keys}
+
+
+def entry_mac(key: bytes, digest: bytes) -> str:
+    """Hex HMAC-SHA256 of an entry whose hash is ``digest`` (32 bytes; it covers the writer id)."""
+    return hmac.digest(key, MAC_PREFIX + digest, "sha256").hex()
