@@ -341,13 +341,13 @@ def repair_audit_file(
             rewrite = cut[keep.start - valid_bytes:keep.end - valid_bytes]
             last_seq, last_hash = keep.last_seq, keep.last_hash
             kept_lines += keep.lines
-        _check_repair_writer(p, _last_line(rewrite) if rewrite else _last_line_before(fd, valid_bytes),
-                             signer, writer_keys)
         if trusted_keys is not None and signer is None and (last_seq + 1) % checkpoint_every == 0:
             # Verified with the keys, an unsigned entry at a checkpoint seq is itself a problem.
             raise GuardArgumentValueError(f"repair_audit_file(): the repair entry of {p!r} would be seq {last_seq + 1}, a "
                                           f"checkpoint seq (every {checkpoint_every}), and must be signed: pass signer "
                                           "(--signing-key, the guard's key). Nothing was changed")
+        _check_repair_writer(p, _last_line(rewrite) if rewrite else _last_line_before(fd, valid_bytes),
+                             signer, writer_keys)
         # The cut bytes are durable in the side file (and its name in the directory) before the
         # log is changed; if saving them fails, the side file is removed and the log untouched.
         side = _save_cut(p, cut_at_seq, cut)

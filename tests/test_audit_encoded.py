@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import logging
 from pathlib import Path
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from qdrant_guard import audit
 from qdrant_guard.audit import CHECKPOINT_PREFIX, AuditLog, entry_hash, verify_audit_file
+from qdrant_guard.audit_mac import MAC_PREFIX
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.keys import generate_keypair, key_id
 from qdrant_guard.receipts import ReceiptSigner
@@ -24,9 +26,14 @@ TS = 1_700_000_000.123456
 def _reference_line(seq: int, prev: str, record: dict[str, Any], ts: float,
                     signer: ReceiptSigner | None, checkpoint: bool) -> bytes:
     """The entry line as the original writer built it: hash of the canonical entry, then the
-    canonical encoding of the whole entry (record encoded three times)."""
+    canonical encoding of the whole entry (record encoded three times). With a signer, format v2:
+    the writer id inside the hash and the HMAC of the hash under the writer's MAC key."""
     entry: dict[str, Any] = {"seq": seq, "ts": ts, "prev": prev, "record": record}
+    if signer is not None:
+        entry["w"] = signer.key_id
     entry["hash"] = hashlib.sha256(canonical_json(entry)).hexdigest()
+    if signer is not None:
+        entry["mac"] = hmac.new(signer.audit_mac_key, MAC_PREFIX + bytes.fromhex(entry["hash"]), "sha256").hexdigest()
     if signer is not None and checkpoint:
         sig = signer.sign(CHECKPOINT_PREFIX + bytes.fromhex(entry["hash"]))
         entry["ckpt"] = {"kid": signer.key_id, "sig": base64.b64encode(sig).decode("ascii")}

@@ -254,7 +254,12 @@ def test_the_repair_command_refuses_to_guess_and_takes_the_operators_choice_or_a
     signed = _log(tmp_path / "signed.jsonl", 4, signer=signer, checkpoint_every=2)
     q = tmp_path / "two_signed.jsonl"
     q.write_bytes(b"".join(_forged(6) + signed))
-    assert main(["audit", "repair", str(q), "--key", keys.public_key_to_str(pk), "--checkpoint-every", "2"]) == 0
+    # The log carries its writer's MACs (format v2), so the repair entry needs the writer's key too.
+    key_file = tmp_path / "guard.key"
+    key_file.write_bytes(keys.private_key_to_pem(sk))
+    key_file.chmod(0o600)
+    assert main(["audit", "repair", str(q), "--key", keys.public_key_to_str(pk), "--checkpoint-every", "2",
+                 "--signing-key", str(key_file)]) == 0
     assert q.read_bytes().splitlines(keepends=True)[:4] == signed
     assert verify_audit_file(q).ok
 
