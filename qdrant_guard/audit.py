@@ -23,7 +23,6 @@ from typing import Any, Mapping
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from .audit_mac import entry_mac
 from .audit_verify import (
     AUDIT_PROBLEMS,
     CHECKPOINT_PREFIX,
@@ -75,17 +74,18 @@ def _make_entry(seq: int, prev: str, record: dict[str, Any], record_bytes: bytes
     # With a signer the entry is format v2: its writer id "w" (last of the hashed keys) and a MAC
     # of its hash (between "hash" and "prev" on the line) under that writer's secret.
     ts = time.time()
+    macs = signer.audit_mac if signer is not None else None
     tail = b"".join((b'"prev":"', prev.encode("ascii"), b'","record":', record_bytes, b',"seq":',
                      int.__repr__(seq).encode("ascii"), b',"ts":', float.__repr__(ts).encode("ascii"),
-                     b"}" if signer is None else b',"w":' + canonical_json(signer.key_id) + b"}"))
+                     b"}" if macs is None else b',"w":' + macs.w_json + b"}"))
     raw = hashlib.sha256(b"{" + tail).digest()
     digest = raw.hex()
     entry: dict[str, Any] = {"seq": seq, "ts": ts, "prev": prev, "record": record, "hash": digest}
     head = b'{"hash":"' + digest.encode("ascii") + b'",'
-    if signer is not None:
-        entry["w"] = signer.key_id
-        entry["mac"] = entry_mac(signer.audit_mac_key, raw)
-        head += b'"mac":"' + entry["mac"].encode("ascii") + b'",'
+    if macs is not None:
+        entry["w"] = macs.writer
+        entry["mac"] = mac = macs.mac(raw)
+        head += b'"mac":"' + mac.encode("ascii") + b'",'
     if signer is not None and checkpoint:
         sig = signer.sign(CHECKPOINT_PREFIX + bytes.fromhex(digest))
         entry["ckpt"] = {"kid": signer.key_id, "sig": base64.b64encode(sig).decode("ascii")}

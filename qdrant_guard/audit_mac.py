@@ -9,6 +9,7 @@ that writer's entries, as whoever holds the key can sign its checkpoints.
 """
 from __future__ import annotations
 
+import hashlib
 import hmac
 from typing import Iterable
 
@@ -16,10 +17,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from .canonical import canonical_json
 from .errors import GuardArgumentTypeError
 from .keys import key_id
 
-__all__ = ["MAC_PREFIX", "mac_key", "writer_keys", "entry_mac"]
+__all__ = ["MAC_PREFIX", "mac_key", "writer_keys", "entry_mac", "EntryMac"]
 
 MAC_PREFIX = b"qdrant-guard audit entry mac v1\x00"
 # Another purpose than the key's signatures: a MAC key leaked from a verifier signs nothing.
@@ -44,3 +46,23 @@ def writer_keys(private_keys: Iterable[Ed25519PrivateKey]) -> dict[str, bytes]:
 def entry_mac(key: bytes, digest: bytes) -> str:
     """Hex HMAC-SHA256 of an entry whose hash is ``digest`` (32 bytes; it covers the writer id)."""
     return hmac.digest(key, MAC_PREFIX + digest, "sha256").hex()
+
+
+class EntryMac:
+    """One writer's entry MACs, as the writer appends them: ``entry_mac(key, digest)`` with the
+    HMAC's padded key blocks hashed once (RFC 2104), since ``hmac.digest`` re-derives them per call
+    and took half of an append's time."""
+
+    def __init__(self, writer: str, key: bytes) -> None:
+        block = key.ljust(64, b"\0")  # a 32-byte key: no pre-hash
+        self.writer, self.key = writer, key
+        self.w_json = canonical_json(writer)
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block) + MAC_PREFIX)
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
+
+    def mac(self, digest: bytes) -> str:
+        inner = self._inner.copy()
+        inner.update(digest)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.hexdigest()

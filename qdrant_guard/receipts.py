@@ -623,12 +623,17 @@ class ReceiptSigner:
     @property
     def audit_mac_key(self) -> bytes:
         """The key of this signer's MACs on audit entries (:func:`qdrant_guard.audit_mac.mac_key`)."""
-        key = self.__dict__.get("_audit_mac_key")
-        if key is None:
-            from .audit_mac import mac_key
+        return self.audit_mac.key
 
-            key = self._audit_mac_key = mac_key(self._sk)
-        return key
+    @property
+    def audit_mac(self) -> Any:
+        """This signer's :class:`qdrant_guard.audit_mac.EntryMac` (its key derived once)."""
+        found = self.__dict__.get("_audit_mac")
+        if found is None:
+            from .audit_mac import EntryMac, mac_key
+
+            found = self._audit_mac = EntryMac(self.key_id, mac_key(self._sk))
+        return found
 
     def __repr__(self) -> str:
         return f"ReceiptSigner(key_id={self.key_id!r})"
