@@ -1,10 +1,13 @@
 """Tamper-evident audit log: hash-chained JSON lines, also emitted through stdlib logging.
 
 Each line is the canonical JSON of one entry ``{"seq", "ts", "prev", "record", "hash"}`` where
-``hash = SHA-256(canonical_json(entry without "hash" and "ckpt"))`` and ``prev`` is the previous
+``hash = SHA-256(canonical_json(entry without "hash", "ckpt" and "mac"))`` and ``prev`` is the previous
 entry's hash (64 zeros for the first). With a signer, every ``checkpoint_every``-th entry (and
 every repair entry) also carries ``ckpt = {"kid", "sig"}``: an Ed25519 signature over
-``b"qdrant-guard audit checkpoint v1\\0" + hash``, which covers the whole chain up to it.
+``b"qdrant-guard audit checkpoint v1\\0" + hash``, which covers the whole chain up to it, entries
+others appended included. With a signer each entry is also in format v2: its writer id ``"w"``
+(hashed) and ``"mac"``, the writer's HMAC of the hash (:mod:`qdrant_guard.audit_mac`), which is
+what shows which entries that writer made (``verify_audit_file(writer_keys=...)``).
 A file holding two chains for the same place (a second genesis, or a fork) is reported with both
 chains; repair keeps one only on a signed checkpoint or the operator's word. See docs/audit-log.md.
 """

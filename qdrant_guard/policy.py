@@ -1127,7 +1127,8 @@ class GuardConfig(_Strict):
     signing_key: str | None = None
     """Path of the guard's Ed25519 private key (PEM), made by ``qdrant-guard keys new``. It signs the
     receipts of the vectors the guard noises and the audit log's checkpoints, and keys the keyed
-    noise. Unset (None): a fresh key for each process, fit for ``":memory:"`` only: after a restart
+    noise and the audit entries' writer MACs (``qdrant-guard audit verify --writer-key`` checks
+    them with this file). Unset (None): a fresh key for each process, fit for ``":memory:"`` only: after a restart
     the receipts it signed no longer verify, so the vectors it noised are stripped (``vector=None``)
     from reads outside the owner boundary, and the same vector gets other noise. A client on a store
     that outlives the process (``path=``, a server) warns of it (``UserWarning``) when the policy has a

@@ -1113,7 +1113,11 @@ def test_audit_line_format_is_the_documented_one(tmp_path):
     shown = [b for b in fenced_blocks(DOCS / "audit-log.md") if b.lang == "json"]
     assert len(shown) == 1
     keys = set(re.findall(r'"(\w+)":', shown[0].text))
-    log = AuditLog(str(tmp_path / "a.jsonl"))
+    # The guard's log is written with its signing key: format v2 (the writer id and MAC).
+    from qdrant_guard.keys import generate_keypair
+    from qdrant_guard.receipts import ReceiptSigner
+
+    log = AuditLog(str(tmp_path / "a.jsonl"), signer=ReceiptSigner(generate_keypair()[0]))
     log.append({"op": "x"})
     line = json.loads((tmp_path / "a.jsonl").read_text().splitlines()[0])
     assert set(line) == keys, f"docs/audit-log.md shows {sorted(keys)}, the log writes {sorted(line)}"
