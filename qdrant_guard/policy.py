@@ -302,6 +302,20 @@ class QueryRules(_Strict):
     ``allow``, with ``keep_payload_text_in_boundary`` a boundary other than the owner may not match
     on the ``text_field`` at all, nor range over it, order by it or name it in a formula, each of
     which reads its value back (REFUSED_CROSS_BOUNDARY): it gets that text redacted."""
+    allow_images: bool = False
+    """Let queries carry a ``models.Image`` (the top-level ``query``, a ``NearestQuery``, a
+    recommend, discover or context input, a prefetch, a ``query_batch_points`` request) for
+    qdrant-client's or Qdrant's inference to embed. The guard cannot read an image, so such a query
+    passes none of its text checks (redaction, intent, ``require_text``'s text): ``false`` (the
+    default) refuses it (QUERY_REJECTED) before anything is sent; embed the image yourself and
+    query with the vector and ``query_text=``. ``true`` sends it after the model check
+    (``utility.embedding_model(s)``); its ``options`` are screened as a Document's (credentials
+    refused or redacted per ``credentials_in_text``, PII per ``redact_query_text``), and an image
+    given as a path or URL is refused (CREDENTIAL_IN_TEXT) when it holds a credential: a locator
+    cannot be redacted. Under ``noise_queries`` an image query is refused whatever this says (the
+    guard could not noise the vector inference makes). Writes of a ``models.Image`` to a sensitive
+    collection are refused whatever this says: the guard must embed, noise and receipt what it
+    stores."""
 
     @field_validator("max_model_tokens", mode="before")
     @classmethod

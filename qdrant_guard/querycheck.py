@@ -29,6 +29,7 @@ from .sentmodels import KEYED_QUERIES as _KEYED_QUERIES, WRITE_SELECTORS as _WRI
 from .sources import path_head
 from .textguard import (EmbedderError, TextOps, _number_text, no_card, password_finding, password_name_why,
                         password_value)
+from .inference import screen_inference
 from .utility import embedder_model_name, same_model
 from .vectors import CollectionShape
 
@@ -99,6 +100,9 @@ class QueryChecks(TextOps):
             ))
         raw = [w for w, v in found if isinstance(v, _RAW_INPUTS)]
         noising = pol.noise_queries and not pol.raw_allowed(self.boundary())
+        images = [w for w, v in found if isinstance(v, models.Image)]
+        if images and not noising:  # under query noise the noise step refuses them, knob or not
+            args = self._image_inputs(op, name, pol, args, images)
         reranked = mmr_paths(args) if noising else []
         # Both forms compare stored vectors with one another, which the query noise never reaches;
         # they are refused wherever a stored vector may be raw (see raw_vectors_left).
@@ -180,7 +184,10 @@ class QueryChecks(TextOps):
                 matrix = yield from self._embed_query(op, name, pol, embedded, details)
                 args = {**args, "query": matrix[0].tolist()}
             else:
-                args = {**args, "query": document.model_copy(update={"text": embedded})}
+                # qdrant-client's inference gets the Document whole: its options too.
+                args = {**args, "query": screen_inference(
+                    self, op, name, pol, document.model_copy(update={"text": embedded}), point_id=None,
+                    where="query", keep_pii=not pol.query.redact_query_text, write=False)}
         if noising:
             noised: list[str] = []
 
@@ -217,6 +224,28 @@ class QueryChecks(TextOps):
             if noised:
                 details["query_noised"] = True
         return args
+
+    def _image_inputs(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
+                      images: list[str]) -> dict[str, Any]:
+        """``args`` with each ``models.Image`` input (``images``: where they are) screened
+        (``inference.screen_inference``), when ``query.allow_images`` lets them through; refused
+        (QUERY_REJECTED) otherwise: the guard cannot read an image, so such a query would pass none
+        of its text checks."""
+        if not pol.query.allow_images:
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.QUERY_REJECTED,
+                f"{images[0]} is a models.Image, which inference would embed without any of the guard's checks "
+                f"(it cannot read an image) on {pol.sensitivity.value} collection {name!r}: embed the image "
+                "yourself and query with the vector and query_text=, or set query.allow_images = true for this "
+                "collection to send image queries to inference",
+                details={"where": images, "form": "Image"},
+            ))
+
+        def screen(value: Any, where: str) -> Any:
+            return screen_inference(self, op, name, pol, value, point_id=None, where=where,
+                                    keep_pii=not pol.query.redact_query_text, write=False)
+
+        return self.map_inputs(op, name, pol, args, screen)
 
     def raw_vectors_left(self, op: str, name: str, pol: CollectionPolicy) -> Op:
         """How many points of ``name`` hold a dense vector that reads strip but Qdrant would still

@@ -59,7 +59,7 @@ class TextOps(GuardPipeline):
     def screen_text(self, op: str, name: str, pol: CollectionPolicy, text: str, *,
                     point_ids: Sequence[Any] = (), keep_pii: bool = False,
                     scanned: tuple[str, list[Any]] | None = None, field: str | None = None,
-                    why: str = "") -> str:
+                    why: str = "", inference: bool = False) -> str:
         """Apply the collection's text rules to ``text`` and return what may be embedded/stored.
 
         Credentials are refused (``CREDENTIAL_IN_TEXT``) or redacted per ``credentials_in_text``;
@@ -70,6 +70,8 @@ class TextOps(GuardPipeline):
         where in a payload ``text`` is (``payload field 'meta.e'``, already redacted: it is
         logged) when it is not the text field (``payload_fields``). ``why``: a sentence the refusal
         adds (what made a value a finding when the detector's types alone would not say).
+        ``inference``: ``field`` is in what an inference input sends besides its text (a
+        Document's options), which ``payload_fields`` does not govern.
         """
         if not isinstance(text, str):
             raise GuardArgumentTypeError(f"text must be str, not {type(text).__name__}")
@@ -85,14 +87,14 @@ class TextOps(GuardPipeline):
                 "mislabelled: store it in a sensitive collection, remove the data, or set "
                 "allow_redaction_on_public = true to redact it"
                 + (" (or payload_fields = \"text_field\" to store fields besides the text field as given)"
-                   if field else "") + why,
+                   if field and not inference else "") + why,
                 point_ids=list(point_ids), details=_where({"findings": kinds}, field),
             ))
         if creds and pol.credentials_in_text == "refuse":
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.CREDENTIAL_IN_TEXT,
                 f"{field or 'text'} contains credentials {sorted({f.type for f in creds})}; credentials are never "
-                + ("stored" if field else "embedded") + ": remove them, or set credentials_in_text = \"redact\"" + why,
+                + ("sent to inference" if inference else "stored" if field else "embedded") + ": remove them, or set credentials_in_text = \"redact\"" + why,
                 point_ids=list(point_ids), details=_where({"findings": kinds}, field),
             ))
         if keep_pii or not pol.redact_pii:
@@ -157,18 +159,23 @@ class TextOps(GuardPipeline):
             ))
 
     def public_vector(self, op: str, name: str, pol: CollectionPolicy, vector: Any, *, point_id: Any) -> Any:
-        """A vector struct with each ``models.Document`` text, and each ``models.InferenceObject``
-        string, screened (the same object when it has none)."""
+        """A vector struct with each ``models.Document`` text screened, and what inference reads of
+        each Document, Image and InferenceObject besides (``inference.screen_inference``: options,
+        an InferenceObject's object, an Image's path or URL); the same object when it has none."""
         vecs = split_vector_struct(vector)
-        docs = {k: v.model_copy(update={"text": self.screen_text(op, name, pol, v.text, point_ids=[point_id])})
-                for k, v in vecs.items() if isinstance(v, models.Document)}
-        # Qdrant's inference embeds an InferenceObject's string as text, exactly like a Document's;
-        # a dict or list object hands its strings to the model as well.
+        docs: dict[str, Any] = {}
         for k, v in vecs.items():
-            if isinstance(v, models.InferenceObject):
-                obj = self._screen_leaves(op, name, pol, v.object, point_id)
-                if obj is not v.object:
-                    docs[k] = v.model_copy(update={"object": obj})
+            if type(v) is list:
+                continue  # a plain vector (nearly every one): nothing inference reads
+            new = v
+            if isinstance(v, models.Document):
+                new = v.model_copy(update={"text": self.screen_text(op, name, pol, v.text, point_ids=[point_id])})
+            if isinstance(v, (models.Document, models.Image, models.InferenceObject)):
+                from .inference import screen_inference  # it builds on this module
+                new = screen_inference(self, op, name, pol, new, point_id=point_id,
+                                       where=f"point {point_id!r} vector {k or '<unnamed>'!r}")
+            if new is not v:
+                docs[k] = new
         if not docs:
             return vector
         if isinstance(vector, dict):
@@ -176,22 +183,6 @@ class TextOps(GuardPipeline):
             # Qdrant refuses on a collection of named vectors.
             return {**vecs, **docs}
         return join_vector_struct({**vecs, **docs})
-
-    def _screen_leaves(self, op: str, name: str, pol: CollectionPolicy, value: Any, point_id: Any) -> Any:
-        """``value`` with every string in it (dict values, list items, nested) screened; the same
-        object when nothing in it changed (a str, dict or list subclass: what pydantic sends of it)."""
-        if type(value) not in _EXACT and isinstance(value, (str, dict, *_ARRAYS)):
-            value = _as_sent(value)  # its items() or __iter__ may hide what REST sends
-        if isinstance(value, str):
-            return self.screen_text(op, name, pol, value, point_ids=[point_id])
-        if isinstance(value, dict):
-            new = {k: self._screen_leaves(op, name, pol, v, point_id) for k, v in value.items()}
-            return value if all(new[k] is v for k, v in value.items()) else new
-        if isinstance(value, _ARRAYS):
-            items = list(value)
-            out = [self._screen_leaves(op, name, pol, v, point_id) for v in items]
-            return value if all(a is b for a, b in zip(out, items)) else out
-        return value
 
     def public_policy(self, args: dict[str, Any]) -> CollectionPolicy | None:
         """The policy of the call's collection when it is PUBLIC under an explicit policy (its
@@ -779,6 +770,7 @@ class _FieldScreen:
         self.under = ""  # set_payload's key path the payload is stored under (a card's id is a card)
         self.found = 0  # values with a finding so far
         self.label = "payload"  # what refusals call the screened object
+        self.inference = False  # an inference input's options (screen_text's inference)
         # A payload set by filter, or a collection's metadata, has no point to name.
         self.point_ids = [] if point_id is None else [point_id]
 
@@ -914,7 +906,8 @@ class _FieldScreen:
         redacted = _detect.replace_findings(key, findings)
         where = f"{self.label} key {(path + '.' if path else '') + redacted!r}"
         return self.ops.screen_text(self.op, self.name, self.pol, key, point_ids=self.point_ids,
-                                    keep_pii=self.keep_pii, scanned=(redacted, findings), field=where), redacted
+                                    keep_pii=self.keep_pii, scanned=(redacted, findings), field=where,
+                                    inference=self.inference), redacted
 
     def value(self, value: str, key: Any, at: str) -> str:
         # The value is read as JSON assigns it, after its key: the detector finds a generic secret
@@ -946,7 +939,8 @@ class _FieldScreen:
                     for f in found]
         return self.ops.screen_text(self.op, self.name, self.pol, value, point_ids=self.point_ids,
                                     keep_pii=self.keep_pii, field=f"{self.label} field {at!r}", why=why,
-                                    scanned=(_detect.replace_findings(value, findings), findings))
+                                    scanned=(_detect.replace_findings(value, findings), findings),
+                                    inference=self.inference)
 
     def remember_pair(self, name: str, value: str) -> None:
         """Remember ``(name, value)`` as clean when it may be: short, under a remembered clean key."""

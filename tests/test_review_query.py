@@ -163,8 +163,10 @@ def test_image_query_is_not_sent_unnoised_when_noise_queries_applies(kit, sent_q
         bob.query_points("c", limit=3, **args)
     assert "Image" in str(ei.value) and "noise_queries" in str(ei.value)
     assert sent_queries == []
-    # Inside the owner boundary (raw_in_boundary) queries are not noised: nothing to refuse.
-    cl2 = _client(kit, noise_queries=True, raw_in_boundary=True, intent={"enabled": False})
+    # Inside the owner boundary (raw_in_boundary) queries are not noised: nothing to refuse where
+    # the policy lets image queries through (query.allow_images).
+    cl2 = _client(kit, noise_queries=True, raw_in_boundary=True, intent={"enabled": False},
+                  query={"allow_images": True})
     with pytest.raises(ImportError):  # qdrant-client's own inference (fastembed is not installed)
         cl2.query_points("c", limit=3, **args)
 

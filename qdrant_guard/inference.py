@@ -1,0 +1,189 @@
+"""What an inference input carries besides a Document's text, screened before inference sees it.
+
+qdrant-client 1.20 hands a ``models.Document``, ``models.Image`` or ``models.InferenceObject`` to
+an inference backend (Qdrant Cloud inference, or fastembed in local mode) with everything in it:
+a Document's ``options`` (a prompt or prefix option is embedded with the text), an
+InferenceObject's ``object`` (any JSON, most often text) and ``options``, an Image's ``options``
+and its image, which may be a path or URL. The text of each is screened as a Document's text is;
+an image's pixels cannot be, so only a path or URL is read, and refused (never redacted: a
+redacted URL names another image) when it holds a finding the collection does not accept.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from qdrant_client.http import models
+
+from . import detect as _detect
+from .decision import Verdict
+from .policy import CollectionPolicy
+from .textguard import _ARRAYS, _FieldScreen, _as_sent, _number_text
+
+# Qdrant Cloud inference takes an external provider's API key as a top-level option (Qdrant's
+# documentation: ``options={"openai-api-key": ...}``); it authenticates the call to the provider
+# and is neither embedded nor stored, so it is the one credential an inference input may carry.
+PROVIDER_KEYS = frozenset({"openai-api-key", "cohere-api-key", "jina-api-key", "openrouter-api-key"})
+# JSON nesting the screen follows (as the text field's, review 44); a deeper input is refused.
+MAX_DEPTH = 64
+# An image given as data (a data: URI or bare base64): pixels, which no detector reads.
+_BASE64 = re.compile(r"[A-Za-z0-9+/=_\-\s]{64,}")
+
+
+class InferenceShapeError(Exception):
+    """An inference input the screen cannot take: nested past :data:`MAX_DEPTH`, or with two keys
+    of one object that redact to the same key (``why``: which, for the refusal)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def is_pixels(image: Any) -> bool:
+    """Whether an Image's ``image`` is data (not a string, a data: URI or base64), not a locator."""
+    if not isinstance(image, str):
+        return True
+    return image[:5].lower() == "data:" or _BASE64.fullmatch(image) is not None
+
+
+class InferenceScreen:
+    """The screen of one inference input's options and object (:func:`screen_inference`).
+
+    Options are read as a payload's fields are (``_FieldScreen``: each value as ``key: value``,
+    under the password-name rule, numbers as their digits), since a credential in them sits under
+    a name (``{"api_key": ...}``); an InferenceObject's strings are read as text, as a Document's
+    text is, and its keys as keys."""
+
+    def __init__(self, ops: Any, op: str, name: str, pol: CollectionPolicy, point_id: Any, keep_pii: bool,
+                 label: str) -> None:
+        self.fields = _FieldScreen(ops, op, name, pol, point_id, keep_pii, *ops.clean_memory(name))
+        self.fields.inference = True
+        self.label = label  # what refusals call the input ("query (Document)")
+        self.ops, self.op, self.name, self.pol, self.keep_pii = ops, op, name, pol, keep_pii
+        self.point_ids = [] if point_id is None else [point_id]
+
+    def options(self, options: Any) -> Any:
+        """``options`` screened (the same object when nothing changed); a provider's key passes."""
+        if options is None:
+            return None
+        sent = _as_sent(options)  # a Bm25Config as the object it is sent as
+        if not isinstance(sent, dict):
+            return options
+        _depth(sent, "options")
+        self.fields.label = f"{self.label} options"
+        provider = {k: "receipt" for k in sent if isinstance(k, str) and k in PROVIDER_KEYS
+                    and isinstance(_as_sent(sent[k]), str)}  # "receipt": passed as given (_FieldScreen.obj)
+        out = self.fields.obj(sent, "", provider or None)
+        return options if out is sent else out
+
+    def object(self, value: Any, at: str = "object", depth: int = 0, key: str | None = None) -> Any:
+        """An InferenceObject's ``object`` with its keys screened as keys, and its strings as text:
+        one under a key as ``key: value`` (as a payload's), one under none (the object itself, or
+        an array of them) as a Document's text is."""
+        value = _as_sent(value)
+        self.fields.label = self.label
+        if isinstance(value, str):
+            if key is not None:
+                return self.fields.value(value, key, at)
+            return self.ops.screen_text(self.op, self.name, self.pol, value, point_ids=self.point_ids,
+                                        keep_pii=self.keep_pii, field=f"{self.label} {at}", inference=True)
+        if depth >= MAX_DEPTH and isinstance(value, (dict, *_ARRAYS)):
+            raise InferenceShapeError(f"its object nests objects or arrays more than {MAX_DEPTH} deep")
+        if isinstance(value, dict):
+            out: dict[Any, Any] = {}
+            for k, v in value.items():
+                nk, shown = self.fields.key(k, at) if isinstance(k, str) else (k, str(k))
+                if nk in out:
+                    raise InferenceShapeError(f"two keys of {at} would both be {shown!r} once redacted")
+                out[nk] = self.object(v, f"{at}.{shown}", depth + 1, nk if isinstance(nk, str) else None)
+            return value if all(a is b for a, b in zip(out, value)) and all(
+                out[k] is v for k, v in value.items()) else out
+        if isinstance(value, _ARRAYS):
+            items = list(value)
+            new = [self.object(v, f"{at}[{i}]", depth + 1, key) for i, v in enumerate(items)]
+            return value if isinstance(value, list) and all(a is b for a, b in zip(new, items)) else new
+        digits = _number_text(value)
+        if digits is None:
+            return value
+        if key is not None:
+            screened = self.fields.value(digits, key, at)
+            return value if screened == digits else screened
+        screened = self.ops.screen_text(self.op, self.name, self.pol, digits, point_ids=self.point_ids,
+                                        keep_pii=self.keep_pii, field=f"{self.label} {at}", inference=True)
+        return value if screened == digits else screened
+
+    def locator(self, image: Any, where: str) -> None:
+        """Refuse an Image's path or URL holding a finding: on a PUBLIC collection any (the
+        collection is mislabelled), elsewhere a credential (PII in a locator is left, as in the
+        image). Never redacted: the redacted string would name another image, or none."""
+        if is_pixels(image):
+            return
+        shown, findings = _detect.redact_with_findings(str.__str__(image))
+        creds = sorted({f.type for f in findings if f.category == "CREDENTIAL"})
+        kinds = sorted({f.type for f in findings})
+        if not findings or (not creds and not self.pol.is_public):
+            return
+        verdict = Verdict.SENSITIVITY_MISMATCH if self.pol.is_public else Verdict.CREDENTIAL_IN_TEXT
+        raise self.ops.refuse(self.ops.decision(
+            self.op, self.name, self.pol, verdict,
+            f"{where} is a models.Image whose path or URL {shown!r} holds {creds if verdict is Verdict.CREDENTIAL_IN_TEXT else kinds}, "
+            f"and inference would fetch it as given (a locator cannot be redacted: it would name another image). "
+            "Pass the image as data (base64), or from a location that needs no credential in its address",
+            point_ids=self.point_ids, details={"findings": kinds, "where": where, "form": "Image"},
+        ))
+
+
+def _depth(value: Any, at: str) -> None:
+    """Refuse (InferenceShapeError) an object nested past :data:`MAX_DEPTH` (iteratively: a deep
+    one must not exhaust the interpreter's stack before it is refused)."""
+    stack = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            items = list(v.values())
+        elif isinstance(v, _ARRAYS):
+            items = list(v)
+        else:
+            continue
+        if d >= MAX_DEPTH:
+            raise InferenceShapeError(f"its {at} nest objects or arrays more than {MAX_DEPTH} deep")
+        stack.extend((x, d + 1) for x in items)
+
+
+def screen_inference(ops: Any, op: str, name: str, pol: CollectionPolicy, value: Any, *, point_id: Any,
+                     where: str, keep_pii: bool = False, write: bool = True) -> Any:
+    """``value`` (a Document, Image or InferenceObject; anything else is returned as it is) with
+    what inference would read of it besides a Document's text screened: the options of each, an
+    InferenceObject's object, an Image's path or URL (:class:`InferenceScreen`). The same object
+    when nothing changed. A Document's text is the caller's (it is screened with the query's
+    checks, or embedded by the guard).
+
+    Raises:
+        GuardRefusal: as :meth:`TextOps.screen_text` for a finding (SENSITIVITY_MISMATCH on PUBLIC
+            collections, CREDENTIAL_IN_TEXT), or a locator's (:meth:`InferenceScreen.locator`).
+        UnsupportedWriteError / GuardRefusal (QUERY_REJECTED): an input nested past 64 levels.
+    """
+    if not isinstance(value, (models.Document, models.Image, models.InferenceObject)):
+        return value
+    kind = type(value).__name__
+    screen = InferenceScreen(ops, op, name, pol, point_id, keep_pii, f"{where} ({kind})")
+    try:
+        update: dict[str, Any] = {}
+        options = screen.options(value.options)
+        if options is not value.options:
+            update["options"] = options
+        if isinstance(value, models.InferenceObject):
+            obj = screen.object(value.object)
+            if obj is not value.object:
+                update["object"] = obj
+        elif isinstance(value, models.Image):
+            screen.locator(value.image, where)
+    except InferenceShapeError as exc:
+        message = (f"{op}: {where} is a models.{kind}, and {exc.why}: the guard screens what inference "
+                   f"reads of it to {MAX_DEPTH} levels, each key once. Flatten it, or remove the data from "
+                   "the keys. Nothing was sent")
+        if write:
+            raise ops.unsupported_write(op, name, pol, message) from None
+        raise ops.refuse(ops.decision(op, name, pol, Verdict.QUERY_REJECTED, message,
+                                      details={"where": where, "form": kind})) from None
+    return value.model_copy(update=update) if update else value
