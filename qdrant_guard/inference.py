@@ -165,6 +165,8 @@ def screen_inference(ops: Any, op: str, name: str, pol: CollectionPolicy, value:
     """
     if not isinstance(value, (models.Document, models.Image, models.InferenceObject)):
         return value
+    if value.options is None and isinstance(value, models.Document):
+        return value  # a plain Document: its text is the caller's
     kind = type(value).__name__
     screen = InferenceScreen(ops, op, name, pol, point_id, keep_pii, f"{where} ({kind})")
     try:

@@ -170,7 +170,8 @@ class TextOps(GuardPipeline):
             new = v
             if isinstance(v, models.Document):
                 new = v.model_copy(update={"text": self.screen_text(op, name, pol, v.text, point_ids=[point_id])})
-            if isinstance(v, (models.Document, models.Image, models.InferenceObject)):
+            if (isinstance(v, (models.Image, models.InferenceObject))
+                    or (isinstance(v, models.Document) and v.options is not None)):
                 from .inference import screen_inference  # it builds on this module
                 new = screen_inference(self, op, name, pol, new, point_id=point_id,
                                        where=f"point {point_id!r} vector {k or '<unnamed>'!r}")

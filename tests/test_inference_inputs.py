@@ -22,7 +22,7 @@ from qdrant_guard.errors import UnsupportedWriteError
 
 SECRET = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
 WRITES = ("upsert", "upload_points", "update_vectors", "batch_update_points", "upload_collection")
-QUERIES = ("query_points", "query_batch_points")
+QUERIES = ("query_points", "query_batch_points", "query_points_groups")
 
 
 def _doc(**kw):
@@ -188,6 +188,8 @@ def test_the_async_client_screens_options_alike(tmp_path):
 def _query(cl, method, query, name="pii"):
     if method == "query_points":
         return cl.query_points(name, query=query, limit=3)
+    if method == "query_points_groups":
+        return cl.query_points_groups(name, query=query, group_by="g", limit=3)
     return cl.query_batch_points(name, [models.QueryRequest(query=query, limit=3)])
 
 
@@ -220,20 +222,26 @@ def test_sensitive_query_document_options_are_redacted_per_the_text_rules(tmp_pa
 IMAGE = models.Image(image="https://example.org/a.png", model="m")
 
 
-@pytest.mark.parametrize("form", ["query", "nearest", "recommend", "prefetch", "batch"])
+@pytest.mark.parametrize("form", ["query", "nearest", "recommend", "discover", "context", "prefetch", "groups",
+                                  "batch"])
 def test_sensitive_query_image_is_refused_unless_the_policy_allows_images(tmp_path, monkeypatch, form):
     # The guard cannot read an image: such a query passed none of its text checks.
     kit = make_kit(tmp_path)
     cl = _client(kit)
     kw = {"query": dict(query=IMAGE), "nearest": dict(query=models.NearestQuery(nearest=IMAGE)),
           "recommend": dict(query=models.RecommendQuery(recommend=models.RecommendInput(positive=[IMAGE]))),
+          "discover": dict(query=models.DiscoverQuery(discover=models.DiscoverInput(
+              target=[0.1] * DIM, context=[models.ContextPair(positive=IMAGE, negative=[0.2] * DIM)]))),
+          "context": dict(query=models.ContextQuery(context=[models.ContextPair(positive=[0.1] * DIM, negative=IMAGE)])),
           "prefetch": dict(prefetch=[models.Prefetch(query=IMAGE)], query=models.FusionQuery(fusion="rrf")),
-          "batch": None}[form]
+          "groups": "groups", "batch": None}[form]
     sent = record_sent(monkeypatch, QUERIES)
 
     def call(c):
         if kw is None:
             return c.query_batch_points("pii", [models.QueryRequest(query=IMAGE, limit=3)])
+        if kw == "groups":
+            return c.query_points_groups("pii", query=IMAGE, group_by="g", limit=3)
         return c.query_points("pii", limit=3, **kw)
 
     with pytest.raises(GuardRefusal, match="query.allow_images = true") as ei:
