@@ -132,6 +132,24 @@ def _released_where_all_admit(points: Sequence[tuple[str, Sequence[int]]], admit
     return [all(pid in admitted[k] for k in members) for pid, members in points]
 
 
+_UUID_INT = uuid.UUID.int.__get__  # the 128-bit value's slot, whatever a subclass puts over it
+
+
+def real_uuid(value: uuid.UUID) -> uuid.UUID:
+    """A ``uuid.UUID`` (or subclass) as a plain UUID of its 128-bit value: what pydantic, so
+    qdrant-client's REST transport, sends for it, whatever a subclass's ``__str__``/``__format__``
+    show (local mode and f-strings read those).
+
+    Raises:
+        GuardArgumentValueError: the value was never set (built without ``UUID.__init__``).
+    """
+    try:
+        return uuid.UUID(int=_UUID_INT(value))
+    except AttributeError:
+        raise GuardArgumentValueError(f"point id is a {type(value).__name__} without a UUID value; pass a plain "
+                                      "uuid.UUID or its str") from None
+
+
 def normalize_point_id(point_id: int | str | uuid.UUID) -> str:
     """Return the one string form under which a Qdrant point id is counted.
 
@@ -159,7 +177,7 @@ def normalize_point_id(point_id: int | str | uuid.UUID) -> str:
             raise GuardArgumentValueError(f"point id must be an unsigned int, got {value}")
         return f"i:{value}"
     if isinstance(point_id, uuid.UUID):
-        return f"u:{point_id}"
+        return f"u:{point_id if type(point_id) is uuid.UUID else real_uuid(point_id)}"
     return _normalize_uuid_text(str.__str__(point_id))  # a str subclass: read as its plain text
 
 
