@@ -38,6 +38,7 @@ from .errors import (AuditError, ConfigError, CredentialError, GuardArgumentType
 from .policy import CollectionPolicy, GuardConfig, load_policy
 from .names import shown, toml_key
 from .receipts import ReceiptSigner, normalize_point_id
+from .sentargs import plain_args
 from .sentmodels import UncheckedForm, sent_models
 from .sources import reserved_claims
 from .surface import ADMIN, OPERATOR_ONLY, PAYLOAD, READ_COLLECTION, SNAPSHOT_RECOVERY, WRITE_COLLECTION, WRITE_VECTORS
@@ -919,7 +920,7 @@ class GuardPipeline:
             name = args.get("collection_name", "")
             try:
                 # Checked as sent: every check below walks these copies, and they are what is sent.
-                args = sent_models(method, args)
+                args = plain_args(method, sent_models(method, args))
             except UncheckedForm as exc:
                 raise self.refuse_form(method, name, self.policy(name), exc) from None  # type: ignore[attr-defined]
         handler = getattr(self, f"op_{method}", None)

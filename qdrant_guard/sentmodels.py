@@ -31,6 +31,7 @@ import numpy as np
 from pydantic import BaseModel, TypeAdapter
 from qdrant_client.http import models
 
+from .budget_stores import real_uuid
 from .errors import QdrantGuardError
 
 
@@ -80,11 +81,41 @@ def rebuilt(value: Any, cls: type[BaseModel], where: str) -> Any:
     try:
         dumped = cls.__pydantic_serializer__.to_python(
             value, by_alias=True, exclude_unset=True, exclude_none=True, warnings=False)
-        return cls.__pydantic_validator__.validate_python(dumped)
+        return cls.__pydantic_validator__.validate_python(_real_uuids(dumped, where))
     except ValueError as exc:  # ValidationError, PydanticSerializationError
         first = exc.errors()[0].get("msg", "") if hasattr(exc, "errors") else type(exc).__name__
         raise UncheckedForm(where, value, f"which does not validate as models.{cls.__name__} ({first}; was it "
                             "built with model_construct() or changed after it was built?)") from None
+
+
+def _real_uuid(value: uuid.UUID, where: str) -> uuid.UUID:
+    try:
+        return real_uuid(value)
+    except QdrantGuardError:
+        raise UncheckedForm(where, value, "a UUID subclass without a value: pass a plain uuid.UUID, its str "
+                            "or an unsigned int") from None
+
+
+def _real_uuids(dumped: Any, where: str) -> Any:
+    """A python-mode dump with each ``uuid.UUID`` subclass (a point id, which the dump keeps as it
+    is and local mode reads by its ``str()``) a plain UUID of its value, as REST sends it."""
+    t = type(dumped)
+    if t is dict:
+        for k, v in dumped.items():
+            if type(v) in _CONTAINERS or (isinstance(v, uuid.UUID) and type(v) is not uuid.UUID):
+                dumped[k] = _real_uuids(v, where)
+    elif t is list:
+        if dumped and type(dumped[0]) is float:
+            return dumped  # a vector
+        for i, v in enumerate(dumped):
+            if type(v) in _CONTAINERS or (isinstance(v, uuid.UUID) and type(v) is not uuid.UUID):
+                dumped[i] = _real_uuids(v, where)
+    elif isinstance(dumped, uuid.UUID) and t is not uuid.UUID:
+        return _real_uuid(dumped, where)
+    return dumped
+
+
+_CONTAINERS = (dict, list)
 
 
 class _Shape(NamedTuple):
@@ -196,6 +227,8 @@ def _query(value: Any, where: str) -> Any:
             return value  # a multivector of plain rows (pydantic and numpy read their items)
     elif t is str or t is int or t is uuid.UUID or value is None:
         return value
+    elif isinstance(value, uuid.UUID):
+        return str(_real_uuid(value, where))
     elif t is np.ndarray:
         if value.dtype.kind in "fiu":
             return value  # qdrant-client sends its tolist(), the guard reads its data: the same numbers
@@ -210,8 +243,8 @@ def _query(value: Any, where: str) -> Any:
     elif not isinstance(value, (list, str, int) + _QUERY_MODELS):
         return value
     try:
-        return _QUERY.validate_python(_QUERY.serializer.to_python(
-            value, by_alias=True, exclude_unset=True, exclude_none=True, warnings=False))
+        return _QUERY.validate_python(_real_uuids(_QUERY.serializer.to_python(
+            value, by_alias=True, exclude_unset=True, exclude_none=True, warnings=False), where))
     except ValueError as exc:  # ValidationError, PydanticSerializationError
         first = exc.errors()[0].get("msg", "") if hasattr(exc, "errors") else type(exc).__name__
         raise UncheckedForm(where, value, f"which does not validate as a query ({first}): pass a plain list of "

@@ -1,0 +1,110 @@
+"""The scalar arguments and point ids of a call as qdrant-client sends them, made plain once at the
+guarded call's entry (:func:`plain_args`), so that what the guard checks, charges and audits is
+what is sent.
+
+A str, int or float subclass is sent by pydantic (REST) as its value: its characters, its integer,
+its float. The guard and local mode read it through its own methods: a ``using`` looked up in a
+dict (``__hash__``/``__eq__``) and written into the score charge's ids (``__format__``), a
+``limit`` read by ``int()`` (``__int__``). A ``uuid.UUID`` subclass is sent by pydantic as its
+128-bit value, while local mode stores and looks up its ``str()`` and the budget named it by its
+``__str__``. Each such argument is replaced by its plain value (``str.__str__``, ``int.__int__``,
+``float.__float__``, :func:`~qdrant_guard.budget_stores.real_uuid`), which is checked and sent.
+Plain values are passed as they are (an exact-type test, no copy).
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from qdrant_client.http import models
+
+from .budget_stores import real_uuid
+from .errors import QdrantGuardError
+from .sentmodels import UncheckedForm, WRITE_SELECTORS, rebuilt
+
+_PLAIN = frozenset({str, int, float, bool, uuid.UUID, type(None)})
+
+
+def plain_scalar(value: Any, where: str) -> Any:
+    """``value`` as the value pydantic sends for it: a str, int, float or UUID subclass as a plain
+    str, int, float or (a UUID) its plain str; anything else as it is (pydantic validates it)."""
+    t = type(value)
+    if t in _PLAIN:
+        return value
+    if isinstance(value, uuid.UUID):
+        try:
+            return str(real_uuid(value))
+        except QdrantGuardError:
+            raise UncheckedForm(where, value, "a UUID subclass without a value: pass a plain uuid.UUID, "
+                                "its str or an unsigned int") from None
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    return value
+
+
+def plain_ids(value: Any, where: str) -> Any:
+    """A list or tuple of point ids with each :func:`plain_scalar` (the very list when all are)."""
+    if type(value) in (list, tuple) and all(type(v) in _PLAIN for v in value):
+        return value
+    if not isinstance(value, (list, tuple)):
+        return plain_scalar(value, where)
+    items = list.__getitem__(value, slice(None)) if isinstance(value, list) else list(tuple.__getitem__(value, slice(None)))
+    return [plain_scalar(v, f"{where}[{i}]") for i, v in enumerate(items)]
+
+
+def _points(value: Any, where: str) -> Any:
+    """An upsert's points (a list of ``PointStruct``, or a ``Batch``) with plain ids; else as it is."""
+    if isinstance(value, models.Batch):
+        ids = plain_ids(value.ids, f"{where}.ids")
+        return value if ids is value.ids else value.model_copy(update={"ids": ids})
+    if not isinstance(value, (list, tuple)):
+        return value
+    out, changed = [], False
+    for i, p in enumerate(value):
+        pid = getattr(p, "id", None) if isinstance(p, (models.PointStruct, models.PointVectors)) else None
+        if pid is not None and type(pid) not in _PLAIN:
+            p, changed = p.model_copy(update={"id": plain_scalar(pid, f"{where}[{i}].id")}), True
+        out.append(p)
+    return out if changed else value
+
+
+def _selector(value: Any, where: str) -> Any:
+    if isinstance(value, models.PointIdsList):
+        ids = plain_ids(value.points, f"{where}.points")
+        return value if ids is value.points else value.model_copy(update={"points": ids})
+    if isinstance(value, (list, tuple)):
+        return plain_ids(value, where)
+    return value
+
+
+def plain_args(method: str, args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` with ``using``, ``limit``, ``offset``, ``search_params`` (rebuilt), ``ids``, a points selector's ids and an
+    upsert's or vector update's point ids plain (:func:`plain_scalar`); ``args`` itself when all are.
+
+    Raises:
+        UncheckedForm: a UUID subclass that holds no value, or ``search_params`` that do not validate.
+    """
+    changed: dict[str, Any] = {}
+    using = args.get("using")
+    if using is not None and type(using) is not str:
+        changed["using"] = plain_scalar(using, "using")
+    for key in ("limit", "offset"):  # offset: a count, or scroll's point id
+        v = args.get(key)
+        if v is not None and type(v) not in _PLAIN:
+            changed[key] = plain_scalar(v, key)
+    params = args.get("search_params")
+    if params is not None and isinstance(params, models.SearchParams):
+        changed["search_params"] = rebuilt(params, models.SearchParams, "search_params")
+    if args.get("ids") is not None:
+        changed["ids"] = plain_ids(args["ids"], "ids")
+    selector = WRITE_SELECTORS.get(method)
+    if selector is not None and args.get(selector) is not None:
+        changed[selector] = _selector(args[selector], selector)
+    if method in ("upsert", "update_vectors") and args.get("points") is not None:
+        changed["points"] = _points(args["points"], "points")
+    changed = {k: v for k, v in changed.items() if v is not args.get(k)}
+    return {**args, **changed} if changed else args
