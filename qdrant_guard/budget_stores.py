@@ -145,7 +145,7 @@ def real_uuid(value: uuid.UUID) -> uuid.UUID:
     """
     try:
         return uuid.UUID(int=_UUID_INT(value))
-    except AttributeError:
+    except (AttributeError, TypeError, ValueError):  # unset, or a subclass keeping its bits elsewhere
         raise GuardArgumentValueError(f"point id is a {type(value).__name__} without a UUID value; pass a plain "
                                       "uuid.UUID or its str") from None
 

@@ -27,13 +27,13 @@ _PLAIN = frozenset({str, int, float, bool, uuid.UUID, type(None)})
 
 def plain_scalar(value: Any, where: str) -> Any:
     """``value`` as the value pydantic sends for it: a str, int, float or UUID subclass as a plain
-    str, int, float or (a UUID) its plain str; anything else as it is (pydantic validates it)."""
+    str, int, float or UUID; anything else as it is (pydantic validates it)."""
     t = type(value)
     if t in _PLAIN:
         return value
     if isinstance(value, uuid.UUID):
         try:
-            return str(real_uuid(value))
+            return real_uuid(value)
         except QdrantGuardError:
             raise UncheckedForm(where, value, "a UUID subclass without a value: pass a plain uuid.UUID, "
                                 "its str or an unsigned int") from None
@@ -56,22 +56,6 @@ def plain_ids(value: Any, where: str) -> Any:
     return [plain_scalar(v, f"{where}[{i}]") for i, v in enumerate(items)]
 
 
-def _points(value: Any, where: str) -> Any:
-    """An upsert's points (a list of ``PointStruct``, or a ``Batch``) with plain ids; else as it is."""
-    if isinstance(value, models.Batch):
-        ids = plain_ids(value.ids, f"{where}.ids")
-        return value if ids is value.ids else value.model_copy(update={"ids": ids})
-    if not isinstance(value, (list, tuple)):
-        return value
-    out, changed = [], False
-    for i, p in enumerate(value):
-        pid = getattr(p, "id", None) if isinstance(p, (models.PointStruct, models.PointVectors)) else None
-        if pid is not None and type(pid) not in _PLAIN:
-            p, changed = p.model_copy(update={"id": plain_scalar(pid, f"{where}[{i}].id")}), True
-        out.append(p)
-    return out if changed else value
-
-
 def _selector(value: Any, where: str) -> Any:
     if isinstance(value, models.PointIdsList):
         ids = plain_ids(value.points, f"{where}.points")
@@ -82,8 +66,9 @@ def _selector(value: Any, where: str) -> Any:
 
 
 def plain_args(method: str, args: dict[str, Any]) -> dict[str, Any]:
-    """``args`` with ``using``, ``limit``, ``offset``, ``search_params`` (rebuilt), ``ids``, a points selector's ids and an
-    upsert's or vector update's point ids plain (:func:`plain_scalar`); ``args`` itself when all are.
+    """``args`` with ``using``, ``limit``, ``offset``, ``search_params`` (rebuilt), ``ids`` and a points
+    selector's ids plain (:func:`plain_scalar`); ``args`` itself when all are. (An upsert's and a
+    vector update's points, ids included, are snapshotted by :mod:`qdrant_guard.sentpoints`.)
 
     Raises:
         UncheckedForm: a UUID subclass that holds no value, or ``search_params`` that do not validate.
@@ -104,7 +89,5 @@ def plain_args(method: str, args: dict[str, Any]) -> dict[str, Any]:
     selector = WRITE_SELECTORS.get(method)
     if selector is not None and args.get(selector) is not None:
         changed[selector] = _selector(args[selector], selector)
-    if method in ("upsert", "update_vectors") and args.get("points") is not None:
-        changed["points"] = _points(args["points"], "points")
     changed = {k: v for k, v in changed.items() if v is not args.get(k)}
     return {**args, **changed} if changed else args

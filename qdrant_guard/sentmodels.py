@@ -228,7 +228,7 @@ def _query(value: Any, where: str) -> Any:
     elif t is str or t is int or t is uuid.UUID or value is None:
         return value
     elif isinstance(value, uuid.UUID):
-        return str(_real_uuid(value, where))
+        return _real_uuid(value, where)
     elif t is np.ndarray:
         if value.dtype.kind in "fiu":
             return value  # qdrant-client sends its tolist(), the guard reads its data: the same numbers
