@@ -48,7 +48,7 @@ def plain_scalar(value: Any, where: str) -> Any:
 
 def plain_ids(value: Any, where: str) -> Any:
     """A list or tuple of point ids with each :func:`plain_scalar` (the very list when all are)."""
-    if type(value) in (list, tuple) and all(type(v) in _PLAIN for v in value):
+    if type(value) in (list, tuple) and _PLAIN.issuperset(map(type, value)):
         return value
     if not isinstance(value, (list, tuple)):
         return plain_scalar(value, where)
@@ -82,12 +82,19 @@ def plain_args(method: str, args: dict[str, Any]) -> dict[str, Any]:
         if v is not None and type(v) not in _PLAIN:
             changed[key] = plain_scalar(v, key)
     params = args.get("search_params")
-    if params is not None and isinstance(params, models.SearchParams):
+    if params is not None and type(params) is not models.SearchParams and isinstance(params, models.SearchParams):
+        # Only the score charge's digest reads it, through model_dump: a subclass's could show it
+        # other params than REST dumps. An exact model (its defaults unset) dumps as REST does.
         changed["search_params"] = rebuilt(params, models.SearchParams, "search_params")
-    if args.get("ids") is not None:
-        changed["ids"] = plain_ids(args["ids"], "ids")
+    ids = args.get("ids")
+    if ids is not None:
+        sent = plain_ids(ids, "ids")
+        if sent is not ids:
+            changed["ids"] = sent
     selector = WRITE_SELECTORS.get(method)
-    if selector is not None and args.get(selector) is not None:
-        changed[selector] = _selector(args[selector], selector)
-    changed = {k: v for k, v in changed.items() if v is not args.get(k)}
+    value = args.get(selector) if selector is not None else None
+    if value is not None:
+        sent = _selector(value, selector)
+        if sent is not value:
+            changed[selector] = sent
     return {**args, **changed} if changed else args

@@ -162,3 +162,14 @@ def test_scroll_offset_names_the_real_point(kit):
     c = _owned(kit)
     page, _ = c.scroll("docs", offset=_Lying(int=REAL.int), with_payload=True)
     assert [p.payload["who"] for p in page] == ["real", "fake"]
+
+
+def test_plain_arguments_are_passed_as_they_are():
+    from qdrant_guard.sentargs import plain_args
+
+    ids = [1, str(REAL), REAL]
+    for method, args in (("retrieve", {"collection_name": "docs", "ids": ids}),
+                         ("query_points", {"collection_name": "docs", "using": "v", "limit": 10, "offset": 2,
+                                           "search_params": models.SearchParams(hnsw_ef=64)}),
+                         ("delete", {"collection_name": "docs", "points_selector": ids})):
+        assert plain_args(method, args) is args
