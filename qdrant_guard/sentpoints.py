@@ -32,7 +32,7 @@ import pydantic
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 from qdrant_client.http import models
 
-from .errors import GuardArgumentTypeError
+from .errors import GuardArgumentTypeError, UnsupportedWriteError
 
 _VECTOR = pydantic.TypeAdapter(models.VectorStruct)
 _LEAVES = frozenset({str, int, float, bool, type(None)})
@@ -216,7 +216,29 @@ def _sent_payload(payload: Any, where: str, pid: Any) -> Any:
         body = to_jsonable_python(payload if isinstance(payload, dict) else dict(payload))
     except (ValueError, TypeError) as exc:  # PydanticSerializationError, a cycle
         raise _refused(where, pid, "payload", exc) from None
+    if _entries(payload) != _entries(body):
+        # Two keys of one object sent as one (b"note" and "note", 1 and "1"): the serialiser
+        # keeps the last and drops the other value silently; the screen refuses the same
+        # collision when redaction makes it.
+        raise _at(pid, UnsupportedWriteError(
+            f"{where} (point id {pid!r}): two keys of one payload object are sent as the same key "
+            "(a bytes, int or str-subclass key beside its str), and one would overwrite the other; "
+            "give each key once, as a str. Nothing was written"))
     return body
+
+
+def _entries(value: Any) -> int:
+    """How many dict entries ``value`` holds at every depth, read through the base classes
+    (what the serialiser read), so a count that shrank in the snapshot is a collapsed key."""
+    count, stack = 0, [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            count += dict.__len__(node)
+            stack.extend(dict.values(node))
+        elif isinstance(node, (list, tuple, set, frozenset)):
+            stack.extend(node)
+    return count
 
 
 def _refused(where: str, pid: Any, part: str, exc: BaseException) -> UnsnapshotableInput:

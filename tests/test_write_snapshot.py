@@ -315,3 +315,16 @@ def test_a_payload_that_is_no_mapping_is_refused_by_point(kit):
     with pytest.raises(QdrantGuardError, match=r"points\[0\] \(point id 4\): its payload is a list, not a dict"):
         c.upsert("pub", [point])
     assert snapshot(c, "pub") == []
+
+
+@pytest.mark.parametrize("payload", [{"m": {1: "a", "1": "b"}}, {"m": {b"note": "x", "note": "y"}},
+                                     {"rows": [{"k": 1}, {2: "n", "2": "m"}]}])
+def test_two_keys_sent_as_one_are_refused_not_merged(kit, payload):
+    # The snapshot serialises keys as the transport does (1 and b"note" become "1" and "note"),
+    # and the later entry would replace the earlier: one value dropped without a word. Refused
+    # instead, naming the point, as the screen refuses keys that redaction makes equal.
+    c = _public(kit)
+    point = models.PointStruct(id=5, vector=unit(np.random.default_rng(11)), payload=payload)
+    with pytest.raises(QdrantGuardError, match=r"point id 5\): two keys of one payload object are sent as the same key"):
+        c.upsert("pub", [point])
+    assert snapshot(c, "pub") == []
