@@ -160,13 +160,12 @@ def _merge(parts: list[_Shape]) -> _Shape:
 
 
 def plain(value: Any, shape: _Shape) -> bool:
-    """Whether ``value`` holds nothing the rebuild would change for the guard's walks: None, or
-    of an exact type ``shape`` admits (no subclass of a list, str or model, no dict, no object
+    """Whether ``value`` holds nothing the rebuild would change for the guard's walks: of an
+    exact type ``shape`` admits (no subclass of a list, str or model, no dict, no object
     pydantic would validate into another), a model's fields likewise and set (REST sends no
-    unset field). Ordinary filters are plain, and are checked and sent as they are (the rebuild
-    costs tens of microseconds a filter); anything else is rebuilt."""
-    if value is None:
-        return True
+    unset field; a field left None is skipped). Ordinary filters are plain, and are checked and
+    sent as they are (the rebuild costs tens of microseconds a filter); anything else is rebuilt.
+    A None list item is not plain: no condition validates from it, so the rebuild refuses it."""
     t = type(value)
     if t in shape.scalars:
         return True

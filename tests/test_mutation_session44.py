@@ -1,0 +1,263 @@
+"""Mutation pass 24 (branch h-mut24, 2026-12-06): tests killing the survivors of budget_units.py,
+score_charge.py, sentmodels.py, serverpath.py and budget_stores.py's ``_check_points`` and
+``_CountingStore`` (docs/security-testing.md, "Mutation pass 24")."""
+from __future__ import annotations
+
+import sys
+import unicodedata
+
+import pytest
+
+from qdrant_guard import GuardArgumentTypeError, GuardArgumentValueError
+from qdrant_guard.budget import MemoryBudgetStore
+
+KEY = "vsu|p|c|16"
+
+
+def units(groups, *, cap=100, key=KEY, window_s=60.0, now=100.0, store=None):
+    return (store or MemoryBudgetStore()).admit_units(key, groups, cap=cap, window_s=window_s, now=now)
+
+
+# --- budget_units.check_units_args -------------------------------------------------------------
+
+
+def test_units_cap_and_weight_stay_below_2_53():
+    # Redis adds weights as doubles: exact below 2**53 only.
+    big = 2 ** 53 - 1
+    assert units([([("a", big)], -1)], cap=big) == ([True], 0, big)
+    with pytest.raises(GuardArgumentValueError, match=r"cap must be below 2\*\*53"):
+        units([], cap=2 ** 53)
+    for items in ([("a", 2 ** 53)], (("a", 2 ** 53),)):
+        with pytest.raises(GuardArgumentTypeError, match=r"items\[0\] must be \(str id, int weight >= 1\)"):
+            units([(items, -1)], cap=big)
+
+
+def test_units_key_is_a_non_empty_str():
+    with pytest.raises(GuardArgumentTypeError, match="key must be a str"):
+        units([], key=5)
+    with pytest.raises(GuardArgumentValueError, match="key must be a non-empty string"):
+        units([], key="")
+
+
+@pytest.mark.parametrize("groups", ["", b"", "ab", set(), 5, {0: ([("a", 1)], -1)}])
+def test_units_groups_must_be_a_sequence(groups):
+    with pytest.raises(GuardArgumentTypeError, match="groups must be a sequence of"):
+        units(groups)
+
+
+@pytest.mark.parametrize("group", [[[("a", 1)], -1], ([("a", 1)], -1, 0), ([("a", 1)],), "ab"])
+def test_units_a_group_is_an_items_requires_pair(group):
+    with pytest.raises(GuardArgumentTypeError, match=r"groups\[0\] must be an \(items, requires\) tuple"):
+        units([group])
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["list-items", "tuple-items"])
+@pytest.mark.parametrize("requires", [-2, 1, 2, True, 0.0, None, "0"])
+def test_units_requires_names_an_earlier_group(plain, requires):
+    # The second group (index 1) may require -1 or 0 only; a list of items takes the quick path,
+    # a tuple of them the full checks: both refuse alike.
+    items = [("b", 1)] if plain else (("b", 1),)
+    with pytest.raises(GuardArgumentValueError, match=r"groups\[1\] requires must be -1 or the index"):
+        units([([("a", 1)], -1), (items, requires)])
+
+
+def test_units_requires_minus_one_and_earlier_indices_are_taken():
+    assert units([([("a", 1)], -1), ([("b", 1)], 0), ((("c", 1),), 1), ((("d", 1),), -1)]) == ([True] * 4, 0, 4)
+
+
+@pytest.mark.parametrize("items", ["ab", b"ab", iter([("a", 1)]), {("a", 1)}, 7])
+def test_units_items_must_be_a_sequence(items):
+    with pytest.raises(GuardArgumentTypeError, match=r"groups\[0\] items must be a sequence"):
+        units([(items, -1)])
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["list-items", "tuple-items"])
+@pytest.mark.parametrize("item", [["a", 1], ("a", 1, 2), ("a",), (5, 1), (b"a", 1), ("a", 0), ("a", -1),
+                                  ("a", 1.0), ("a", 1.5), ("a", True), ("a", "1")])
+def test_units_an_item_is_a_str_id_and_a_positive_int_weight(plain, item):
+    items = [("z", 1), item] if plain else (("z", 1), item)
+    with pytest.raises(GuardArgumentTypeError, match=r"groups\[0\] items\[1\] must be \(str id, int weight >= 1\)"):
+        units([(items, -1)])
+
+
+def test_units_weights_of_one_and_str_subclass_ids_are_counted():
+    class S(str):
+        pass
+
+    store = MemoryBudgetStore()
+    assert units([((("a", 1), (S("b"), 2)), -1)], store=store) == ([True], 0, 3)
+    # the subclass was stored as its plain text: the same id again is free
+    assert units([([("b", 2)], -1)], store=store) == ([True], 3, 3)
+
+
+def test_units_items_are_read_once_as_checked():
+    class Lying(tuple):
+        # iteration (what the checks see) gives one item; indexing another
+        def __getitem__(self, i):
+            return ("other", 99)
+
+    assert units([(Lying([("a", 1)]), -1)], cap=10) == ([True], 0, 1)
+
+
+def test_units_window_and_time_are_checked():
+    with pytest.raises(GuardArgumentValueError, match="window_s must be a finite number > 0"):
+        units([], window_s=0.0)
+    assert units([([("a", 1)], -1)], now=0.0) == ([True], 0, 1)
+    assert units([([("a", 1)], -1)], now=-5.0) == ([True], 0, 1)
+
+
+# --- sentmodels ----------------------------------------------------------------------------------
+
+
+def test_unchecked_form_says_where_what_and_why():
+    from qdrant_guard.sentmodels import UncheckedForm
+
+    assert str(UncheckedForm("query", 5)) == "query is a int, a form the guard cannot check"
+    err = UncheckedForm("prefetch[0]", [], "which is odd")
+    assert str(err) == "prefetch[0] is a list, which is odd" and (err.where, err.form) == ("prefetch[0]", "list")
+
+
+def test_a_rebuilt_filter_keeps_a_field_sent_by_its_alias():
+    # MatchExcept's field is except_, sent and validated as "except": dumped by name it would not
+    # validate again (so a tuple-holding, rebuilt filter was refused).
+    from qdrant_client.http import models
+
+    from qdrant_guard.sentmodels import sent_models
+
+    cond = models.FieldCondition(key="x", match=models.MatchExcept(**{"except": [1, 2]}))
+    out = sent_models("scroll", {"scroll_filter": models.Filter.model_construct(must=(cond,))})["scroll_filter"]
+    assert type(out.must) is list and out.must[0].match.except_ == [1, 2]
+
+
+def test_a_rebuild_raises_no_serializer_warning():
+    # A dict standing for a condition is rebuilt into its model without pydantic's
+    # "serialized value may not be as expected" warnings (an error under -W error).
+    import warnings
+
+    from qdrant_client.http import models
+
+    from qdrant_guard.sentmodels import sent_models
+
+    flt = models.Filter.model_construct(must=[{"key": "x", "match": {"value": 1}}])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = sent_models("scroll", {"scroll_filter": flt})["scroll_filter"]
+    assert out.must == [models.FieldCondition(key="x", match=models.MatchValue(value=1))]
+
+
+def test_a_filter_that_does_not_validate_is_refused_naming_the_first_error():
+    from qdrant_client.http import models
+
+    from qdrant_guard.sentmodels import UncheckedForm, sent_models
+
+    bad = models.Filter.model_construct(must=("nope", 5))
+    dumped = models.Filter.__pydantic_serializer__.to_python(bad, by_alias=True, exclude_unset=True, exclude_none=True,
+                                                              warnings=False)
+    with pytest.raises(ValueError) as direct:
+        models.Filter.model_validate(dumped)
+    errors = direct.value.errors()
+    assert len({e["msg"] for e in (errors[0], errors[1], errors[-1])}) == 3  # the test can tell them apart
+    with pytest.raises(UncheckedForm) as ei:
+        sent_models("scroll", {"scroll_filter": bad})
+    assert str(ei.value) == (f"scroll_filter is a Filter, which does not validate as models.Filter ({errors[0]['msg']}; "
+                             "was it built with model_construct() or changed after it was built?)")
+
+
+# --- score_charge.score_spec ---------------------------------------------------------------------
+
+
+def _spec(query, prefetch=None, using=None, flt=None, lookup_from=None, params=None):
+    from qdrant_guard.score_charge import score_spec
+
+    return score_spec(query, prefetch, using, flt, lookup_from, params)
+
+
+def _charged_again(query, **kw):
+    """Whether the same request twice gets two digests (so its repeat is charged again)."""
+    first, second = _spec(query, **kw), _spec(query, **kw)
+    assert first[0] == second[0]
+    return first[1] != second[1]
+
+
+def test_queries_that_score_no_vector_have_no_spec():
+    from qdrant_client.http import models
+
+    assert _spec(None) is None
+    assert _spec(models.OrderByQuery(order_by="x")) is None
+    assert _spec(models.SampleQuery(sample=models.Sample.RANDOM)) is None
+    fused = models.FusionQuery(fusion=models.Fusion.RRF)
+    prefetch = [models.Prefetch(query=[1.0, 0.0], using="a"), models.Prefetch(query=models.OrderByQuery(order_by="x")),
+                models.Prefetch(query=[0.0, 1.0], using="b")]
+    assert _spec(fused, prefetch=prefetch, using="ignored")[0] == ("a", "b")
+    assert _spec(None, prefetch=prefetch)[0] == ("a", "b")
+
+
+@pytest.mark.parametrize("query", ["dict", "discover-target", "discover-context", "context"])
+def test_a_query_taking_a_stored_point_is_charged_again(query):
+    from qdrant_client.http import models
+
+    vec_pair = models.ContextPair(positive=[1.0, 0.0], negative=[0.0, 1.0])
+    id_pair = models.ContextPair(positive=1, negative=[0.0, 1.0])
+    forms = {
+        "dict": {"nearest": 1},  # a form not walked counts as taking a point
+        "discover-target": models.DiscoverQuery(discover=models.DiscoverInput(target=7, context=[vec_pair])),
+        "discover-context": models.DiscoverQuery(discover=models.DiscoverInput(target=[1.0, 0.0], context=[id_pair])),
+        "context": models.ContextQuery(context=[vec_pair, id_pair]),
+    }
+    assert _charged_again(forms[query])
+
+
+def test_a_query_of_vectors_only_is_free_again():
+    from qdrant_client.http import models
+
+    vec_pair = models.ContextPair(positive=[1.0, 0.0], negative=[0.0, 1.0])
+    for query in ([1.0, 0.0], models.NearestQuery(nearest=[1.0, 0.0]),
+                  models.DiscoverQuery(discover=models.DiscoverInput(target=[1.0, 0.0], context=[vec_pair])),
+                  models.ContextQuery(context=[vec_pair])):
+        assert not _charged_again(query)
+
+
+def test_the_digest_does_not_depend_on_the_order_of_a_mappings_keys():
+    a = {"must": [{"key": "x", "match": {"value": 1}}], "must_not": [{"key": "y", "match": {"value": 2}}]}
+    b = {"must_not": a["must_not"], "must": a["must"]}
+    assert _spec([1.0, 0.0], flt=a) == _spec([1.0, 0.0], flt=b)
+    assert _spec([1.0, 0.0], flt=a) != _spec([1.0, 0.0], flt={"must": a["must"]})
+
+
+def test_a_none_among_a_filters_conditions_is_refused_as_unchecked_and_audited(tmp_path, monkeypatch):
+    # plain() took a None list item as plain, so Filter.model_construct(must=[cond, None]) skipped
+    # the rebuild and reached local mode, which raised a bare ValueError ("Unknown condition: None")
+    # with no audit record; over REST it sent {"must": [..., null]}. It does not validate, so it is
+    # refused as every other model that does not validate is.
+    from guardkit import audit_records, make_kit, models, record_sent
+
+    from qdrant_guard import GuardRefusal, QdrantClient
+    from qdrant_guard.sentmodels import UncheckedForm, sent_models
+
+    cond = models.FieldCondition(key="x", match=models.MatchValue(value=1))
+    for flt in (models.Filter.model_construct(must=[cond, None]), models.Filter.model_construct(should=[None])):
+        with pytest.raises(UncheckedForm, match="does not validate as models.Filter"):
+            sent_models("scroll", {"scroll_filter": flt})
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True, "intent": {"enabled": False}}
+    alice = QdrantClient(":memory:", guard=kit.config({"c": pol}), principal=kit.principal("alice", "hr"))
+    alice.create_collection("c", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    alice.upsert("c", [models.PointStruct(id=1, vector=[0.5] * 4, payload={"x": 1})])
+    bob = alice.with_principal(kit.principal("bob", "support"))
+    sent = record_sent(monkeypatch, ("scroll",))
+    with pytest.raises(GuardRefusal) as ei:
+        bob.scroll("c", scroll_filter=models.Filter.model_construct(must=[cond, None]))
+    assert ei.value.verdict == "QUERY_REJECTED" and "model_construct" in str(ei.value)
+    assert sent == [] and audit_records(kit)[-1]["verdict"] == "QUERY_REJECTED"
+
+
+def test_a_list_where_the_annotation_admits_none_is_rebuilt_and_refused():
+    # FieldCondition.key is a str: a list there is not plain (plain() returning True for it would
+    # send a list key past the key checks unrebuilt).
+    from qdrant_client.http import models
+
+    from qdrant_guard.sentmodels import UncheckedForm, sent_models
+
+    cond = models.FieldCondition.model_construct(key=["email"], match=models.MatchValue(value="x"))
+    with pytest.raises(UncheckedForm):
+        sent_models("scroll", {"scroll_filter": models.Filter.model_construct(must=[cond])})
