@@ -261,3 +261,104 @@ def test_a_list_where_the_annotation_admits_none_is_rebuilt_and_refused():
     cond = models.FieldCondition.model_construct(key=["email"], match=models.MatchValue(value="x"))
     with pytest.raises(UncheckedForm):
         sent_models("scroll", {"scroll_filter": models.Filter.model_construct(must=[cond])})
+
+
+def test_a_vector_is_charged_under_the_vector_budgets_id_each_name_apart():
+    from qdrant_guard.budget import normalize_point_id
+    from qdrant_guard.reads import _named_vector_id
+    from qdrant_guard.score_charge import _vector_id
+
+    assert _vector_id(1, None) == "i:1"
+    assert _vector_id(1, "a") == normalize_point_id(_named_vector_id(1, "a"))
+    assert len({_vector_id(1, "a"), _vector_id(1, "b"), _vector_id(2, "a"), _vector_id(1, None)}) == 4
+
+
+# --- budget_units stores -------------------------------------------------------------------------
+
+
+def _stores(tmp_path, redis_url=None):
+    import uuid
+
+    from qdrant_guard.budget import RedisBudgetStore, SqliteBudgetStore
+
+    out = [MemoryBudgetStore(), SqliteBudgetStore(str(tmp_path / "u.db"))]
+    if redis_url:
+        out.append(RedisBudgetStore(redis_url, prefix=f"qg:test:{uuid.uuid4().hex}:"))
+    return out
+
+
+def test_units_time_runs_from_the_newest_timestamp_not_a_weight(tmp_path, redis_url):
+    # A heavy id (weight 1000) does not move the key's clock: the next admission, 5 s later in a
+    # 20 s window, still holds it.
+    for store in _stores(tmp_path, redis_url):
+        assert units([([("a", 1000)], -1)], cap=5000, window_s=20.0, now=10.0, store=store) == ([True], 0, 1000)
+        assert units([([("b", 1)], -1)], cap=5000, window_s=20.0, now=15.0, store=store) == ([True], 1000, 1001)
+        # and 31 s after "a" (window 20), "a" has expired while "b" (16 s old) is kept
+        assert units([([("c", 1)], -1)], cap=5000, window_s=20.0, now=31.0, store=store) == ([True], 1, 2)
+
+
+# --- budget_stores._CountingStore ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("requests", ["", b"", set(), 5])
+def test_admit_many_counted_requests_must_be_a_sequence(requests):
+    with pytest.raises(GuardArgumentTypeError, match="requests must be a sequence of"):
+        MemoryBudgetStore().admit_many_counted(requests, window_s=60.0, now=1.0)
+
+
+def test_a_model_whose_state_is_not_its_fields_is_rebuilt():
+    # A field missing from its __dict__, or extras pydantic would not send, make a model not plain:
+    # the rebuilt copy, with every field, is checked and sent.
+    from qdrant_client.http import models
+
+    from qdrant_guard.sentmodels import sent_models
+
+    missing = models.FieldCondition(key="x", match=models.MatchValue(value=1))
+    del missing.__dict__["range"]
+    extra = models.FieldCondition(key="x", match=models.MatchValue(value=1))
+    object.__setattr__(extra, "__pydantic_extra__", {"should": "email"})
+    for cond in (missing, extra):
+        flt = models.Filter(must=[cond])
+        out = sent_models("scroll", {"scroll_filter": flt})["scroll_filter"]
+        assert out is not flt and out.must[0] is not cond
+        assert out.must[0].range is None and not out.must[0].__pydantic_extra__
+
+
+def test_the_digest_tells_apart_every_value_form():
+    import types
+
+    import numpy as np
+
+    values = [1, 2, "1", True, 1.5, 1.25, None, "None", b"x", b"y", [], ["a"], [1.0, 2.0], [2.0, 1.0], {"a": 1},
+              {"a": 1.0}, "5", 5, np.float64(2.5), np.int64(7)]
+    digests = [_spec([1.0, 0.0], flt={"k": v})[1] for v in values]
+    assert len(set(digests)) == len(values)
+    assert digests == [_spec([1.0, 0.0], flt={"k": v})[1] for v in values]  # and each again the same
+    # a vector as numpy or as a list is the same request; a mapping that is no dict reads as one
+    assert _spec(np.array([1.0, 2.0]))[1] == _spec([1.0, 2.0])[1] != _spec([1.0, 2.5])[1]
+    a = {"must": [1], "should": [2]}
+    assert _spec([1.0], flt=types.MappingProxyType(a)) == _spec([1.0], flt={"should": [2], "must": [1]})
+
+
+def test_charge_scores_refuses_a_query_on_a_vector_it_cannot_size(tmp_path):
+    # A score of the sparse vector (a prefetch fused with a dense one) has no dense size to charge
+    # in: refused, not charged as nothing. (No sparse data can be stored here; the config can be.)
+    from guardkit import make_kit, models
+
+    from qdrant_guard import GuardRefusal, QdrantClient
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+           "diversity": {"max_vectors": 2, "max_source_fraction": 1.0, "min_unique_sources": 1, "charge_scores": True}}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("alice", "hr"))
+    owner.create_collection("hr", vectors_config={"d": models.VectorParams(size=4, distance=models.Distance.DOT)},
+                            sparse_vectors_config={"s": models.SparseVectorParams()})
+    owner.upsert("hr", [models.PointStruct(id=i, vector={"d": [0.5] * 4}, payload={"source": f"s{i}"}) for i in range(3)])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    dense = models.Prefetch(query=[1.0, 0.0, 0.0, 0.0], using="d", limit=3)
+    sparse = models.Prefetch(query=models.SparseVector(indices=[0, 1], values=[1.0, 1.0]), using="s", limit=3)
+    fused = models.FusionQuery(fusion=models.Fusion.RRF)
+    assert len(bob.query_points("hr", prefetch=[dense], query=fused, limit=3).points) == 3
+    with pytest.raises(GuardRefusal, match="not a dense vector of the collection") as ei:
+        bob.query_points("hr", prefetch=[dense, sparse], query=fused, limit=3)
+    assert ei.value.verdict == "QUERY_REJECTED" and ei.value.details["using"] == "s"
