@@ -330,7 +330,7 @@ def test_the_digest_tells_apart_every_value_form():
     import numpy as np
 
     values = [1, 2, "1", True, 1.5, 1.25, None, "None", b"x", b"y", [], ["a"], [1.0, 2.0], [2.0, 1.0], {"a": 1},
-              {"a": 1.0}, "5", 5, np.float64(2.5), np.int64(7)]
+              {"a": 1.0}, "5", 5, np.float64(2.5), np.int64(7), [True, 1.0], [1.0, 1.0], [2 ** 70], [2 ** 70 + 1]]
     digests = [_spec([1.0, 0.0], flt={"k": v})[1] for v in values]
     assert len(set(digests)) == len(values)
     assert digests == [_spec([1.0, 0.0], flt={"k": v})[1] for v in values]  # and each again the same
@@ -362,3 +362,58 @@ def test_charge_scores_refuses_a_query_on_a_vector_it_cannot_size(tmp_path):
     with pytest.raises(GuardRefusal, match="not a dense vector of the collection") as ei:
         bob.query_points("hr", prefetch=[dense, sparse], query=fused, limit=3)
     assert ei.value.verdict == "QUERY_REJECTED" and ei.value.details["using"] == "s"
+
+
+def test_a_units_key_whose_ids_all_expired_is_dropped_at_its_next_admission():
+    store = MemoryBudgetStore()
+    assert units([([("a", 1)], -1)], window_s=10.0, now=0.0, store=store) == ([True], 0, 1)
+    assert KEY in store._units.keys
+    assert units([([("b", 200)], -1)], window_s=10.0, now=50.0, store=store) == ([False], 0, 0)  # over the cap
+    assert KEY not in store._units.keys
+
+
+def test_each_named_vector_returned_is_charged_a_whole_unit(tmp_path):
+    # Sizes 16 and 8 (unit 16), max_vectors 1: a point's two named vectors cost 32 units, so one
+    # of them is withheld; the next point keeps neither.
+    import numpy as np
+    from guardkit import make_kit, models, unit
+
+    from qdrant_guard import QdrantClient
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+           "diversity": {"max_vectors": 1, "max_source_fraction": 1.0, "min_unique_sources": 1, "charge_scores": True}}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("alice", "hr"))
+    owner.create_collection("hr", vectors_config={"a": models.VectorParams(size=16, distance=models.Distance.COSINE),
+                                                  "b": models.VectorParams(size=8, distance=models.Distance.COSINE)})
+    rng = np.random.default_rng(5)
+    owner.upsert("hr", [models.PointStruct(id=i, vector={"a": unit(rng, 16), "b": unit(rng, 8)},
+                                           payload={"source": f"s{i}"}) for i in range(2)])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    first, second = bob.retrieve("hr", [0, 1], with_vectors=True)
+    assert first.vector is not None and len(first.vector) == 1
+    assert second.vector is None
+
+
+def test_admit_many_counted_of_nothing_is_an_empty_list():
+    assert MemoryBudgetStore().admit_many_counted([], window_s=60.0, now=1.0) == []
+
+
+def test_admit_points_with_no_keys_releases_every_point():
+    assert MemoryBudgetStore().admit_points([], [("i:1", []), ("i:2", [])], window_s=60.0, now=1.0) == ([True, True], [])
+
+
+def test_a_counting_store_without_units_says_so():
+    from qdrant_guard.budget_stores import _CountingStore
+
+    class NoUnits(_CountingStore):
+        pass
+
+    with pytest.raises(NotImplementedError):
+        NoUnits().admit_units(KEY, [([("a", 1)], -1)], cap=10, window_s=60.0, now=1.0)
+
+
+@pytest.mark.parametrize("key,error", [(5, GuardArgumentTypeError), ("", GuardArgumentValueError), (None, GuardArgumentTypeError)])
+def test_seen_checks_its_key(key, error):
+    with pytest.raises(error, match="key must be a"):
+        MemoryBudgetStore().seen(key, window_s=60.0, now=1.0)
