@@ -417,3 +417,28 @@ def test_a_counting_store_without_units_says_so():
 def test_seen_checks_its_key(key, error):
     with pytest.raises(error, match="key must be a"):
         MemoryBudgetStore().seen(key, window_s=60.0, now=1.0)
+
+
+# --- serverpath ----------------------------------------------------------------------------------
+
+
+def test_a_backslash_anywhere_in_a_quoted_key_is_refused():
+    from qdrant_guard.serverpath import server_reads
+
+    for path in ('"\\a"', '"a\\"', '"\\"', 'x."\\y"', '"ok"."\\"'):
+        assert server_reads(path) is False, path
+    assert server_reads('"a"') and server_reads('x."y z"')
+
+
+def test_no_unassigned_code_point_is_read_as_a_key_character():
+    # The table holds only characters this Python's Unicode assigns, so that no key is accepted
+    # with a character an older server could not know (serverpath's table comment).
+    # (Elsewhere _raw_char is isalnum, "_" or "-", which no unassigned code point is: checking
+    # each table range and the code point either side of it is checking them all.)
+    from qdrant_guard.serverpath import _OTHER_ALNUM, _raw_char
+
+    near = {cp for start, end in zip(_OTHER_ALNUM[::2], _OTHER_ALNUM[1::2]) for cp in range(start - 1, end + 1)}
+    assert not any(chr(cp).isalnum() or chr(cp) in "_-" for cp in range(sys.maxunicode + 1)
+                   if unicodedata.category(chr(cp)) == "Cn" and cp < 0x20000)
+    accepted = [hex(cp) for cp in sorted(near) if unicodedata.category(chr(cp)) == "Cn" and _raw_char(chr(cp))]
+    assert accepted == []
