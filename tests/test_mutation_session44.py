@@ -442,3 +442,74 @@ def test_no_unassigned_code_point_is_read_as_a_key_character():
                    if unicodedata.category(chr(cp)) == "Cn" and cp < 0x20000)
     accepted = [hex(cp) for cp in sorted(near) if unicodedata.category(chr(cp)) == "Cn" and _raw_char(chr(cp))]
     assert accepted == []
+
+
+def test_seen_reset_and_listing_check_their_arguments_and_act():
+    store = MemoryBudgetStore()
+    store.admit("p|a", ["i:1"], cap=5, window_s=60.0, now=1.0)
+    store.admit("p|b", ["i:2"], cap=5, window_s=60.0, now=1.0)
+    store.admit("q|c", ["i:3"], cap=5, window_s=60.0, now=1.0)
+    for call in (lambda: store.seen("p|a", window_s=0.0, now=1.0),
+                 lambda: store.entries_by_prefix("p|", window_s=0.0, now=1.0)):
+        with pytest.raises(GuardArgumentValueError, match="window_s must be a finite number > 0"):
+            call()
+    assert store.seen("p|a", window_s=60.0, now=-1.0) == 1  # any finite time
+    with pytest.raises(GuardArgumentTypeError, match="prefix must be a str"):
+        store.entries_by_prefix(5, window_s=60.0, now=1.0)
+    assert store.entries_by_prefix("p|", window_s=60.0, now=-1.0) == {"p|a": frozenset({"i:1"}), "p|b": frozenset({"i:2"})}
+    assert set(store.entries_by_prefix("", window_s=60.0, now=1.0)) == {"p|a", "p|b", "q|c"}  # "" lists all
+    for bad, error in ((5, GuardArgumentTypeError), ("", GuardArgumentValueError)):
+        with pytest.raises(error, match="key must be a"):
+            store.reset(bad)
+    store.reset("p|a")
+    assert (store.seen("p|a", window_s=60.0, now=1.0), store.seen("p|b", window_s=60.0, now=1.0)) == (0, 1)
+    store.reset()
+    assert store.entries_by_prefix("", window_s=60.0, now=1.0) == {}
+
+
+def test_a_bare_counting_store_implements_nothing():
+    from qdrant_guard.budget_stores import _CountingStore
+
+    bare = _CountingStore()
+    calls = [lambda: bare.entries_by_prefix("p", window_s=1.0, now=0.0),
+             lambda: bare.admit("k", ["i:1"], cap=1, window_s=1.0, now=0.0),
+             lambda: bare.admit_points([("k", 1)], [("i:1", [0])], window_s=1.0, now=0.0),
+             lambda: bare.seen("k", window_s=1.0, now=0.0), lambda: bare.reset("k")]
+    for call in calls:
+        with pytest.raises(NotImplementedError):
+            call()
+
+
+def test_units_time_never_runs_back_in_any_store(tmp_path, redis_url):
+    # An admission at 50 after ids stamped 90 and 100 runs at 100 (the newest), not 90 or 50: so
+    # "c" is stamped 100 and is still held at 111 (window 20), when "a" (90) has expired.
+    for store in _stores(tmp_path, redis_url):
+        run = [units([([("a", 1)], -1)], window_s=20.0, now=90.0, store=store),
+               units([([("b", 1)], -1)], window_s=20.0, now=100.0, store=store),
+               units([([("c", 1)], -1)], window_s=20.0, now=50.0, store=store),
+               units([([("d", 1)], -1)], window_s=20.0, now=111.0, store=store)]
+        assert run == [([True], 0, 1), ([True], 1, 2), ([True], 2, 3), ([True], 2, 3)], type(store).__name__
+
+
+def test_redis_units_keys_live_for_the_window(redis_url):
+    import uuid
+
+    import redis
+
+    from qdrant_guard.budget import RedisBudgetStore
+    from qdrant_guard.budget_units import redis_names
+
+    prefix = f"qg:test:{uuid.uuid4().hex}:"
+    store = RedisBudgetStore(redis_url, prefix=prefix)
+    units([([("a", 1)], -1)], cap=5, window_s=60.0, now=10.0, store=store)
+    client = redis.Redis.from_url(redis_url)
+    ttls = [client.pttl(name) for name in redis_names(prefix, KEY)]
+    assert all(50_000 < t <= 60_000 for t in ttls), ttls
+
+
+@pytest.mark.parametrize("keys,error", [([["k", 1]], GuardArgumentTypeError), ([(5, 1)], GuardArgumentTypeError),
+                                        ([("", 1)], GuardArgumentValueError), ([("k", -1)], GuardArgumentValueError),
+                                        ([("k", True)], GuardArgumentTypeError), ([("k", 1, 2)], GuardArgumentTypeError)])
+def test_admit_points_refuses_a_bad_key_pair(keys, error):
+    with pytest.raises(error):
+        MemoryBudgetStore().admit_points(keys, [], window_s=60.0, now=1.0)
