@@ -535,3 +535,44 @@ def test_units_reset_forgets_one_key_or_all(tmp_path):
         assert units([], key="k2", store=store) == ([], 3, 3)
         store.reset()
         assert units([], key="k2", store=store) == ([], 0, 0)
+
+
+def test_payload_selectors_order_by_and_point_selectors_reach_the_call_as_checked():
+    from qdrant_client.http import models
+
+    from qdrant_guard.sentmodels import sent_models
+
+    class Hiding(list):
+        def __iter__(self):
+            return iter(list.__getitem__(self, slice(0, 1)))
+
+    exclude = models.PayloadSelectorExclude(exclude=["email"])
+    assert sent_models("scroll", {"with_payload": exclude})["with_payload"] is exclude
+    constructed = models.PayloadSelectorInclude.model_construct(include=("a", "b"))
+    out = sent_models("scroll", {"with_payload": constructed})["with_payload"]
+    assert type(out) is models.PayloadSelectorInclude and out.include == ["a", "b"]
+    for odd in (5, 1.5, {"x": 1}):  # left for qdrant-client to refuse, not dropped
+        assert sent_models("scroll", {"with_payload": odd})["with_payload"] == odd
+    ids = [1, 2]
+    assert sent_models("delete", {"points_selector": ids})["points_selector"] is ids
+    hidden = sent_models("delete", {"points_selector": Hiding([1, 2])})["points_selector"]
+    assert type(hidden) is list and hidden == [1, 2]
+
+
+@pytest.mark.parametrize("kind", ["upsert", "update_vectors"])
+def test_a_batch_write_filter_is_rebuilt(kind):
+    from qdrant_client.http import models
+
+    from qdrant_guard.sentmodels import sent_models
+
+    cond = models.FieldCondition(key="x", match=models.MatchValue(value=1))
+    flt = models.Filter.model_construct(must=(cond,))
+    if kind == "upsert":
+        op = models.UpsertOperation(upsert=models.PointsList(points=[models.PointStruct(id=1, vector=[0.5])],
+                                                             update_filter=flt))
+    else:
+        op = models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
+            points=[models.PointVectors(id=1, vector=[0.5])], update_filter=flt))
+    (out,) = sent_models("batch_update_points", {"update_operations": [op]})["update_operations"]
+    sent = getattr(out, kind).update_filter
+    assert type(sent.must) is list and sent.must == [cond]
