@@ -576,3 +576,7 @@ def test_a_batch_write_filter_is_rebuilt(kind):
     (out,) = sent_models("batch_update_points", {"update_operations": [op]})["update_operations"]
     sent = getattr(out, kind).update_filter
     assert type(sent.must) is list and sent.must == [cond]
+
+
+def test_an_empty_group_is_admitted_and_charges_nothing():
+    assert units([([], -1), ([("a", 2)], 0), ((), 1)]) == ([True, True, True], 0, 2)
