@@ -391,8 +391,11 @@ def test_each_named_vector_returned_is_charged_a_whole_unit(tmp_path):
                                            payload={"source": f"s{i}"}) for i in range(2)])
     bob = owner.with_principal(kit.principal("bob", "support"))
     first, second = bob.retrieve("hr", [0, 1], with_vectors=True)
-    assert first.vector is not None and len(first.vector) == 1
+    assert set(first.vector) == {"a"}  # charged in order: "a" fits, "b" is the one withheld
     assert second.vector is None
+    from guardkit import audit_records
+
+    assert audit_records(kit)[-1]["details"]["vector_budget"]["withheld"] == 3
 
 
 def test_admit_many_counted_of_nothing_is_an_empty_list():
@@ -580,3 +583,66 @@ def test_a_batch_write_filter_is_rebuilt(kind):
 
 def test_an_empty_group_is_admitted_and_charges_nothing():
     assert units([([], -1), ([("a", 2)], 0), ((), 1)]) == ([True, True, True], 0, 2)
+
+
+def _pro(tmp_path, **pol_extra):
+    import numpy as np
+    from guardkit import make_kit, models, unit
+
+    from qdrant_guard import QdrantClient
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+           "diversity": {"max_vectors": 1, "max_source_fraction": 1.0, "min_unique_sources": 1, "charge_scores": True},
+           **pol_extra}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("alice", "hr"))
+    owner.create_collection("hr", vectors_config={"a": models.VectorParams(size=16, distance=models.Distance.COSINE),
+                                                  "b": models.VectorParams(size=8, distance=models.Distance.COSINE)})
+    rng = np.random.default_rng(6)
+    owner.upsert("hr", [models.PointStruct(id=i, vector={"a": unit(rng, 16), "b": unit(rng, 8)},
+                                           payload={"source": f"s{i}"}) for i in range(4)])
+    return kit, owner, owner.with_principal(kit.principal("bob", "support"))
+
+
+def test_a_failing_units_store_with_fail_closed_off_withholds_nothing(tmp_path):
+    from qdrant_guard.budget import BudgetStoreError
+
+    class Down(MemoryBudgetStore):
+        def admit_units(self, *args, **kwargs):
+            raise BudgetStoreError("down")
+
+    kit, owner, bob = _pro(tmp_path, fail_closed=False)
+    owner._guard.shared["budget_store"] = Down()
+    got = bob.query_points("hr", query=[1.0] + [0.0] * 15, using="a", limit=4, with_vectors=True).points
+    assert len(got) == 4 and all(set(p.vector) == {"a", "b"} for p in got)
+
+
+def test_a_grouped_read_adds_up_what_each_group_withheld(tmp_path):
+    from guardkit import audit_records
+
+    kit, owner, bob = _pro(tmp_path)
+    groups = bob.query_points_groups("hr", query=[1.0] + [0.0] * 15, using="a", group_by="source", limit=4,
+                                     group_size=1, with_vectors=True).groups
+    hits = [h for g in groups for h in g.hits]
+    missing = sum(2 - len(h.vector or {}) for h in hits)
+    details = audit_records(kit)[-1]["details"]
+    assert missing >= 2 and details["vector_budget"]["withheld"] == missing
+
+
+def test_batch_writes_without_a_filter_and_dict_forms_pass_unchanged():
+    from qdrant_client.http import models
+
+    from qdrant_guard.sentmodels import sent_models
+
+    op = models.UpsertOperation(upsert=models.PointsList(points=[models.PointStruct(id=1, vector=[0.5])]))
+    assert sent_models("batch_update_points", {"update_operations": [op]})["update_operations"] == [op]
+    req = {"query": [0.5], "limit": 1}
+    assert sent_models("query_batch_points", {"requests": [req]})["requests"] == [req]
+    flt = {"must": []}
+    assert sent_models("scroll", {"scroll_filter": flt})["scroll_filter"] is flt
+
+
+def test_an_unclosed_index_is_refused():
+    from qdrant_guard.serverpath import server_reads
+
+    assert server_reads("a[12") is False and server_reads("a[") is False and server_reads("a[12]") is True
