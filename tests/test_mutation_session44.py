@@ -646,3 +646,12 @@ def test_an_unclosed_index_is_refused():
     from qdrant_guard.serverpath import server_reads
 
     assert server_reads("a[12") is False and server_reads("a[") is False and server_reads("a[12]") is True
+
+
+def test_a_point_without_vectors_read_with_vectors_comes_back(tmp_path):
+    from guardkit import models
+
+    kit, owner, bob = _pro(tmp_path)
+    owner.upsert("hr", [models.PointStruct(id=9, vector={}, payload={"source": "s9"})])
+    (got,) = bob.retrieve("hr", [9], with_vectors=True)
+    assert got.id == 9 and not got.vector
