@@ -585,7 +585,7 @@ def test_an_empty_group_is_admitted_and_charges_nothing():
     assert units([([], -1), ([("a", 2)], 0), ((), 1)]) == ([True, True, True], 0, 2)
 
 
-def _pro(tmp_path, **pol_extra):
+def _pro(tmp_path, n=4, **pol_extra):
     import numpy as np
     from guardkit import make_kit, models, unit
 
@@ -600,7 +600,7 @@ def _pro(tmp_path, **pol_extra):
                                                   "b": models.VectorParams(size=8, distance=models.Distance.COSINE)})
     rng = np.random.default_rng(6)
     owner.upsert("hr", [models.PointStruct(id=i, vector={"a": unit(rng, 16), "b": unit(rng, 8)},
-                                           payload={"source": f"s{i}"}) for i in range(4)])
+                                           payload={"source": f"s{i}"}) for i in range(n)])
     return kit, owner, owner.with_principal(kit.principal("bob", "support"))
 
 
@@ -655,3 +655,14 @@ def test_a_point_without_vectors_read_with_vectors_comes_back(tmp_path):
     owner.upsert("hr", [models.PointStruct(id=9, vector={}, payload={"source": "s9"})])
     (got,) = bob.retrieve("hr", [9], with_vectors=True)
     assert got.id == 9 and not got.vector
+
+
+def test_a_grouped_read_adds_up_the_scores_each_group_withheld(tmp_path):
+    # A score of the 8-d vector costs 2 of the 16 units: 8 of the 12 one-hit groups fit.
+    from guardkit import audit_records
+
+    kit, owner, bob = _pro(tmp_path, n=12)
+    groups = bob.query_points_groups("hr", query=[1.0] + [0.0] * 7, using="b", group_by="source", limit=12,
+                                     group_size=1).groups
+    assert sum(len(g.hits) for g in groups) == 8
+    assert audit_records(kit)[-1]["details"]["score_budget"]["withheld"] == 4
