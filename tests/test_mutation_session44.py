@@ -403,7 +403,9 @@ def test_admit_many_counted_of_nothing_is_an_empty_list():
 
 
 def test_admit_points_with_no_keys_releases_every_point():
-    assert MemoryBudgetStore().admit_points([], [("i:1", []), ("i:2", [])], window_s=60.0, now=1.0) == ([True, True], [])
+    assert MemoryBudgetStore().admit_points([], [("i:1", []), ("i:2", [])], window_s=60.0, now=-1.0) == ([True, True], [])
+    with pytest.raises(GuardArgumentValueError, match="window_s must be a finite number > 0"):
+        MemoryBudgetStore().admit_points([], [], window_s=0.0, now=1.0)
 
 
 def test_a_counting_store_without_units_says_so():
