@@ -668,3 +668,17 @@ def test_a_grouped_read_adds_up_the_scores_each_group_withheld(tmp_path):
                                      group_size=1).groups
     assert sum(len(g.hits) for g in groups) == 8
     assert audit_records(kit)[-1]["details"]["score_budget"]["withheld"] == 4
+
+
+@pytest.mark.parametrize("item", [["a", 1], ("a", 1, 2), (5, 1), ("a", 0), ("a", 1.5), ("a", True), ("a", 2 ** 53)])
+def test_units_a_lone_bad_item_is_refused(item):
+    # Alone in a plain list, so only the quick path's own test can send it to the full checks.
+    with pytest.raises(GuardArgumentTypeError, match=r"groups\[0\] items\[0\] must be \(str id, int weight >= 1\)"):
+        units([([item], -1)])
+
+
+def test_a_dict_prefetch_is_left_for_its_own_validation():
+    from qdrant_guard.sentmodels import sent_models
+
+    pre = {"query": [0.5], "limit": 3}
+    assert sent_models("query_points", {"prefetch": pre})["prefetch"] is pre
