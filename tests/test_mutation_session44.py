@@ -682,3 +682,12 @@ def test_a_dict_prefetch_is_left_for_its_own_validation():
 
     pre = {"query": [0.5], "limit": 3}
     assert sent_models("query_points", {"prefetch": pre})["prefetch"] is pre
+
+
+@pytest.mark.parametrize("points,error", [("", GuardArgumentTypeError), (set(), GuardArgumentTypeError),
+                                          ([["u:1", [0]]], GuardArgumentTypeError), ([(5, [0])], GuardArgumentTypeError),
+                                          ([("u:1", [0], 1)], GuardArgumentTypeError), ([("u:1",)], GuardArgumentTypeError),
+                                          ([("u:1", [1])], GuardArgumentValueError), ([("u:1", [True])], GuardArgumentTypeError)])
+def test_admit_points_refuses_a_bad_point_pair(points, error):
+    with pytest.raises(error):
+        MemoryBudgetStore().admit_points([("k", 1)], points, window_s=60.0, now=1.0)
