@@ -687,7 +687,8 @@ def test_a_dict_prefetch_is_left_for_its_own_validation():
 @pytest.mark.parametrize("points,error", [("", GuardArgumentTypeError), (set(), GuardArgumentTypeError),
                                           ([["u:1", [0]]], GuardArgumentTypeError), ([(5, [0])], GuardArgumentTypeError),
                                           ([("u:1", [0], 1)], GuardArgumentTypeError), ([("u:1",)], GuardArgumentTypeError),
-                                          ([("u:1", [1])], GuardArgumentValueError), ([("u:1", [True])], GuardArgumentTypeError)])
+                                          ([("u:1", [1])], GuardArgumentValueError), ([("u:1", [True])], GuardArgumentTypeError),
+                                          ([("u:1", [-1])], GuardArgumentValueError)])
 def test_admit_points_refuses_a_bad_point_pair(points, error):
     with pytest.raises(error):
         MemoryBudgetStore().admit_points([("k", 1)], points, window_s=60.0, now=1.0)
