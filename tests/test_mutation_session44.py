@@ -670,7 +670,7 @@ def test_a_grouped_read_adds_up_the_scores_each_group_withheld(tmp_path):
     assert audit_records(kit)[-1]["details"]["score_budget"]["withheld"] == 4
 
 
-@pytest.mark.parametrize("item", [["a", 1], ("a", 1, 2), (5, 1), ("a", 0), ("a", 1.5), ("a", True), ("a", 2 ** 53)])
+@pytest.mark.parametrize("item", [["a", 1], ("a",), ("a", 1, 2), (5, 1), ("a", 0), ("a", 1.5), ("a", True), ("a", 2 ** 53)])
 def test_units_a_lone_bad_item_is_refused(item):
     # Alone in a plain list, so only the quick path's own test can send it to the full checks.
     with pytest.raises(GuardArgumentTypeError, match=r"groups\[0\] items\[0\] must be \(str id, int weight >= 1\)"):
