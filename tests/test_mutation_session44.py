@@ -692,3 +692,10 @@ def test_a_dict_prefetch_is_left_for_its_own_validation():
 def test_admit_points_refuses_a_bad_point_pair(points, error):
     with pytest.raises(error):
         MemoryBudgetStore().admit_points([("k", 1)], points, window_s=60.0, now=1.0)
+
+
+def test_admit_points_takes_key_indices_in_any_sequence():
+    # range(1) is no list or tuple: it takes the full checks, which keep the point and its id.
+    store = MemoryBudgetStore()
+    assert store.admit_points([("k", 5)], [("u:1", range(1)), ("u:2", [0])], window_s=60.0, now=1.0) == ([True, True], [(0, 2)])
+    assert store.entries_by_prefix("k", window_s=60.0, now=1.0) == {"k": frozenset({"u:1", "u:2"})}
