@@ -6,11 +6,17 @@ so a slow phase of the shared machine slows both sides of a round alike.
 """
 from __future__ import annotations
 
+import importlib.util
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
+
+_ROOT = Path(__file__).resolve().parent.parent
 
 
 def start(argv: list[str], **popen: Any) -> subprocess.Popen[str]:
@@ -80,3 +86,18 @@ def serve_replayed_reads(H: Any, bed: Any, name: str, **extra: Any) -> None:
     for j in range(200):
         reps[j % 20].run()
     serve(lambda j: reps[j % 20].run())
+
+
+def module_at(commit: str, relpath: str, name: str) -> ModuleType:
+    """``relpath`` (a module of this repository) as it was at ``commit``, imported under ``name``
+    beside the current one, so one process can time both (its relative imports resolve in the
+    current package: ``name`` must sit inside it, e.g. ``qdrant_guard._audit_baseline``)."""
+    text = subprocess.run(["git", "show", f"{commit}:{relpath}"], cwd=_ROOT,
+                          check=True, capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / (name.rpartition(".")[2] + ".py")
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

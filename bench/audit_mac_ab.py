@@ -18,9 +18,7 @@ Prints each arm's median over rounds and the median and quartiles of the per-rou
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,8 +28,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+import _ab  # noqa: E402
 import _harness as H  # noqa: E402
-import numpy as np  # noqa: E402
 from _harness import models  # noqa: E402
 
 from qdrant_guard import audit as new_audit  # noqa: E402
@@ -42,14 +40,7 @@ RECORD = {"event": "write", "op": "upsert", "collection": "hr", "principal": "al
 
 
 def baseline_audit(commit: str):
-    text = subprocess.run(["git", "show", f"{commit}:qdrant_guard/audit.py"], cwd=HERE.parent,
-                          check=True, capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / "_audit_baseline.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("qdrant_guard._audit_baseline", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _ab.module_at(commit, "qdrant_guard/audit.py", "qdrant_guard._audit_baseline")
 
 
 def quartiles(xs: list[float]) -> str:

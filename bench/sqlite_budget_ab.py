@@ -20,10 +20,8 @@ Writes bench/results/sqlite_budget_ab.json.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+import _ab  # noqa: E402
 import _harness as H  # noqa: E402
 import bench_overhead as B  # noqa: E402
 
@@ -43,13 +42,7 @@ GRAFTED = ("_expire", "_admit_many", "_admit_in", "_admit_points", "_entries_by_
 
 def baseline_store_class(commit: str) -> type:
     """This tree's store with ``commit``'s versions of the methods the kept listings touch."""
-    text = subprocess.run(["git", "show", f"{commit}:qdrant_guard/budget_stores.py"], cwd=HERE.parent,
-                          check=True, capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / "_budget_stores_baseline.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("qdrant_guard._budget_stores_baseline", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _ab.module_at(commit, "qdrant_guard/budget_stores.py", "qdrant_guard._budget_stores_baseline")
     old = module.SqliteBudgetStore.__dict__
     return type("BaselineSqliteBudgetStore", (SqliteBudgetStore,), {name: old[name] for name in GRAFTED})
 

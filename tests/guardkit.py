@@ -90,6 +90,22 @@ def payroll(kit: Kit) -> tuple[Any, Any]:
     return owner, owner.with_principal(kit.principal("bob", "support"))
 
 
+def charged_named(kit: Kit, sizes: dict[str, int], max_vectors: int, points: int) -> Any:
+    """alice@hr's client on a PROPRIETARY collection ``hr`` that support reads, scores charged
+    (``charge_scores``, cap ``max_vectors``, no source caps), with one Cosine dense vector per
+    name of ``sizes`` and ``points`` points (ids 0.., source ``s<id>``, unit vectors, seed 5)."""
+    pol = {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+           "diversity": {"max_vectors": max_vectors, "charge_scores": True, "max_source_fraction": 1.0,
+                         "min_unique_sources": 1}}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("alice", "hr"))
+    owner.create_collection("hr", vectors_config={n: models.VectorParams(size=d, distance=models.Distance.COSINE)
+                                                  for n, d in sizes.items()})
+    rng = np.random.default_rng(5)
+    owner.upsert("hr", [models.PointStruct(id=i, vector={n: unit(rng, d) for n, d in sizes.items()},
+                                           payload={"source": f"s{i}"}) for i in range(points)])
+    return owner
+
+
 def pii_writer(kit: Kit) -> tuple[Any, Any]:
     """alice@hr's client on an empty PII collection ``pii`` (noise on write, epsilon 1 at radius
     0.01) that bob@support may write, and bob's view of it."""

@@ -375,20 +375,10 @@ def test_a_units_key_whose_ids_all_expired_is_dropped_at_its_next_admission():
 def test_each_named_vector_returned_is_charged_a_whole_unit(tmp_path):
     # Sizes 16 and 8 (unit 16), max_vectors 1: a point's two named vectors cost 32 units, so one
     # of them is withheld; the next point keeps neither.
-    import numpy as np
-    from guardkit import make_kit, models, unit
-
-    from qdrant_guard import QdrantClient
+    from guardkit import charged_named, make_kit
 
     kit = make_kit(tmp_path)
-    pol = {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
-           "diversity": {"max_vectors": 1, "max_source_fraction": 1.0, "min_unique_sources": 1, "charge_scores": True}}
-    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("alice", "hr"))
-    owner.create_collection("hr", vectors_config={"a": models.VectorParams(size=16, distance=models.Distance.COSINE),
-                                                  "b": models.VectorParams(size=8, distance=models.Distance.COSINE)})
-    rng = np.random.default_rng(5)
-    owner.upsert("hr", [models.PointStruct(id=i, vector={"a": unit(rng, 16), "b": unit(rng, 8)},
-                                           payload={"source": f"s{i}"}) for i in range(2)])
+    owner = charged_named(kit, {"a": 16, "b": 8}, max_vectors=1, points=2)
     bob = owner.with_principal(kit.principal("bob", "support"))
     first, second = bob.retrieve("hr", [0, 1], with_vectors=True)
     assert set(first.vector) == {"a"}  # charged in order: "a" fits, "b" is the one withheld

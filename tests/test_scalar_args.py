@@ -15,7 +15,7 @@ import uuid
 
 import numpy as np
 import pytest
-from guardkit import DIM, create, make_kit, models, record_sent, unit
+from guardkit import DIM, charged_named, create, make_kit, models, record_sent, unit
 
 from qdrant_guard import GuardRefusal, QdrantClient
 from qdrant_guard.budget_stores import normalize_point_id
@@ -114,15 +114,7 @@ def test_a_uuid_subclass_without_a_value_is_refused(kit):
 def _two_vectors(kit):
     """PROPRIETARY ``hr`` with dense vectors ``big`` (16-d) and ``small`` (4-d), scores charged:
     a cap of 2 * 16 units, a ``small`` score costs 4 units (8 scores) and a ``big`` one 1."""
-    pol = {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
-           "diversity": {"max_vectors": 2, "charge_scores": True, "max_source_fraction": 1.0, "min_unique_sources": 1}}
-    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("alice", "hr"))
-    owner.create_collection("hr", vectors_config={"big": models.VectorParams(size=16, distance=models.Distance.COSINE),
-                                                  "small": models.VectorParams(size=4, distance=models.Distance.COSINE)})
-    rng = np.random.default_rng(5)
-    owner.upsert("hr", [models.PointStruct(id=i, vector={"big": unit(rng, 16), "small": unit(rng, 4)},
-                                           payload={"source": f"s{i}"}) for i in range(12)])
-    return owner
+    return charged_named(kit, {"big": 16, "small": 4}, max_vectors=2, points=12)
 
 
 def test_using_is_charged_as_the_vector_it_names(kit, monkeypatch):
