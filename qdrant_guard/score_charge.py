@@ -165,13 +165,10 @@ class ScoreCharge:
             return pts
         shape = yield from self.shape(account)  # type: ignore[attr-defined]
         sizes = {vname: spec.size for vname, spec in shape.dense.items()}
-        if not sizes:
-            return pts
-        unit = math.lcm(*sizes.values())
-        weights: list[tuple[str, int]] = []
         if charge_scores:
-            names, digest = scored
-            for vname in names:
+            # Checked before the no-dense-vector return: a sparse-only collection's scores were
+            # returned uncharged where a collection with a dense vector refuses the same query.
+            for vname in scored[0]:
                 if vname not in sizes:
                     raise self.refuse(self.decision(  # type: ignore[attr-defined]
                         op, name, pol, Verdict.QUERY_REJECTED,
@@ -179,7 +176,13 @@ class ScoreCharge:
                         "vector of the collection, so diversity.charge_scores cannot size what each score "
                         "measures; query a dense vector (using=...)",
                         details={"using": vname}))
-                weights.append((vname, unit // sizes[vname]))
+        if not sizes:
+            return pts
+        unit = math.lcm(*sizes.values())
+        weights: list[tuple[str, int]] = []
+        if charge_scores:
+            names, digest = scored
+            weights = [(vname, unit // sizes[vname]) for vname in names]
         groups: list[tuple[list[tuple[str, int]], int]] = []
         owners: list[tuple[int, str | None]] = []  # per group: (point index, None for its scores, else the vector)
         for i, p in enumerate(pts):
