@@ -78,3 +78,63 @@ def test_vectorless_charged_collection_read_with_vectors_returns_its_points(no_d
     assert [(p.id, p.payload, p.vector) for p in pts] == [(i, {"source": f"s{i}"}, {}) for i in range(4)]
     last = audit_records(kit)[-1]
     assert (last["op"], last["verdict"], last["details"]) == (read, "ALLOW", {})
+
+
+# --- sentmodels: batch operations given as a tuple ------------------------------------------------
+# sent_models rebuilds ``update_operations`` only when it is a list; the facade (_facade._normalise,
+# sync and async alike) has already made any iterable of operations a plain list of the items it
+# iterated, so a tuple never reaches it and the mutant that also rebuilds a tuple is equivalent.
+# These pin that path end to end: a tuple is checked and sent as a list does.
+
+
+def _pii_clients(kit):
+    from tests.test_model_construct_filters import _clients
+
+    return _clients(kit)
+
+
+def _hiding_ops():
+    from qdrant_guard.receipts import RECEIPT_KEY
+    from tests.test_model_construct_filters import HARMLESS, _Hiding, _hiding_filter
+
+    return {
+        "receipt": (models.DeletePayloadOperation(delete_payload=models.DeletePayload.model_construct(
+            keys=_Hiding(["note", RECEIPT_KEY]), filter=models.Filter(must=[HARMLESS]))), "RECEIPT_TAMPERING"),
+        "filter": (models.SetPayloadOperation(set_payload=models.SetPayload(
+            payload={"note": "m"}, filter=_hiding_filter())), "QUERY_REJECTED"),
+        "constructed-filter": (models.ClearPayloadOperation.model_construct(
+            clear_payload=models.FilterSelector.model_construct(filter=_hiding_filter())), "QUERY_REJECTED"),
+    }
+
+
+@pytest.mark.parametrize("wrap", [list, tuple])
+@pytest.mark.parametrize("case", ["receipt", "filter", "constructed-filter"])
+def test_a_tuple_of_batch_operations_hiding_a_key_or_condition_is_refused(tmp_path, monkeypatch, wrap, case):
+    from tests.guardkit import record_sent, snapshot
+
+    kit = make_kit(tmp_path)
+    alice, bob = _pii_clients(kit)
+    op, verdict = _hiding_ops()[case]
+    before = snapshot(alice, "c")
+    sent = record_sent(monkeypatch, ("batch_update_points",))
+    with pytest.raises(GuardRefusal) as ei:
+        bob.batch_update_points("c", wrap([models.SetPayloadOperation(set_payload=models.SetPayload(
+            payload={"note": "ok"}, points=[2])), op]))
+    assert ei.value.verdict == verdict
+    assert sent == [] and snapshot(alice, "c") == before
+    assert audit_records(kit)[-1]["verdict"] == verdict
+
+
+def test_a_tuple_of_batch_operations_is_sent_as_the_list_checked(tmp_path, monkeypatch):
+    from tests.guardkit import record_sent, snapshot
+
+    kit = make_kit(tmp_path)
+    alice, bob = _pii_clients(kit)
+    sent = record_sent(monkeypatch, ("batch_update_points",), with_kwargs=True)
+    ops = (models.SetPayloadOperation(set_payload=models.SetPayload(payload={"note": "t1"}, points=[1])),
+           models.SetPayloadOperation.model_construct(set_payload=models.SetPayload.model_construct(
+               payload={"note": "t2"}, points=[2])))
+    bob.batch_update_points("c", ops)
+    [(_, kwargs)] = sent
+    assert type(kwargs["update_operations"]) is list and len(kwargs["update_operations"]) == 2
+    assert {pid: payload["note"] for pid, payload, _ in snapshot(alice, "c")} == {1: "t1", 2: "t2", 3: "n"}
