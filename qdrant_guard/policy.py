@@ -386,7 +386,8 @@ class DiversityPolicy(_Strict):
     rebuild every ranked point's ``d``-dimensional vector from scores alone. When true, the budget
     counts in coordinates: a returned vector of size ``d`` costs ``d`` (one vector, as without it),
     each scored point returned outside the owner boundary costs 1 per dense vector the request
-    scores with (``using``, and each prefetch's), and the cap is ``max_vectors`` vectors' worth
+    scores with (``using``, and each prefetch's; a request scoring with any other vector, e.g. a
+    sparse one, is refused), and the cap is ``max_vectors`` vectors' worth
     (with vectors of several sizes, in units of their least common multiple). Past the cap a
     scored point is left out of the result (its score cannot be), and ``search_matrix_*`` is
     refused outside the owner boundary (pairwise similarities of stored vectors, with no query the
