@@ -55,8 +55,11 @@ class QueryChecks(TextOps):
     """Structural validation, redaction and intent classification of query text."""
 
     def prepare_query(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
-                      query_text: str | None, details: dict[str, Any]) -> Op:
+                      query_text: str | None, details: dict[str, Any], at: str = "") -> Op:
         """Check the query's text and return the (possibly rewritten) arguments.
+
+        ``at`` prefixes the places refusals name (``requests[1].`` for a batch request), so that
+        a refusal names ``requests[1].query``, not ``query``.
 
         The whole query is walked: the top-level ``query`` and every (nested) ``prefetch``.
         A generator: the classifier and the embedder run as :class:`Offload` requests.
@@ -76,20 +79,20 @@ class QueryChecks(TextOps):
         elif document is not None:
             # Without an embedder the Document goes to qdrant-client's inference, which embeds it
             # with the model the Document names.
-            self._refuse_query_document_model(op, name, pol, document, args.get("using"))
+            self._refuse_query_document_model(op, name, pol, document, args.get("using"), f"{at}query")
         found: list[tuple[str, Any]] = []
 
         def collect(value: Any, where: str) -> Any:
             found.append((where, value))
             return value
 
-        self.map_inputs(op, name, pol, args, collect)
+        self.map_inputs(op, name, pol, args, collect, at)
         if any(isinstance(v, models.Image) for _, v in found) and not (
                 pol.noise_queries and not pol.raw_allowed(self.boundary())):
             # Under query noise every Image is refused (audited) below, whatever its model.
-            self._refuse_query_image_models(op, name, pol, args, found)
+            self._refuse_query_image_models(op, name, pol, args, found, at)
         unchecked = [w for w, v in found if isinstance(v, _TEXT_INPUTS)
-                     and not (w == "query" and isinstance(v, models.Document))]
+                     and not (w == f"{at}query" and isinstance(v, models.Document))]
         if unchecked:
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.QUERY_REJECTED,
@@ -102,8 +105,8 @@ class QueryChecks(TextOps):
         noising = pol.noise_queries and not pol.raw_allowed(self.boundary())
         images = [w for w, v in found if isinstance(v, models.Image)]
         if images and not noising:  # under query noise the noise step refuses them, knob or not
-            args = self._image_inputs(op, name, pol, args, images)
-        reranked = mmr_paths(args) if noising else []
+            args = self._image_inputs(op, name, pol, args, images, at)
+        reranked = mmr_paths(args, at) if noising else []
         # Both forms compare stored vectors with one another, which the query noise never reaches;
         # they are refused wherever a stored vector may be raw (see raw_vectors_left).
         left = capped = 0
@@ -181,13 +184,13 @@ class QueryChecks(TextOps):
             # Under noise_queries the vector must be the guard's own: Qdrant's (or qdrant-client's)
             # inference would make an exact one; _embed_query refuses without an embedder.
             if self.embedder is not None or noising:
-                matrix = yield from self._embed_query(op, name, pol, embedded, details)
+                matrix = yield from self._embed_query(op, name, pol, embedded, details, f"{at}query")
                 args = {**args, "query": matrix[0].tolist()}
             else:
                 # qdrant-client's inference gets the Document whole: its options too.
                 args = {**args, "query": screen_inference(
                     self, op, name, pol, document.model_copy(update={"text": embedded}), point_id=None,
-                    where="query", keep_pii=not pol.query.redact_query_text, write=False)}
+                    where=f"{at}query", keep_pii=not pol.query.redact_query_text, write=False)}
         if noising:
             noised: list[str] = []
 
@@ -220,13 +223,13 @@ class QueryChecks(TextOps):
                 noised.append(where)
                 return self.noise_query(pol, value)  # type: ignore[attr-defined]
 
-            args = self.map_inputs(op, name, pol, args, noise)
+            args = self.map_inputs(op, name, pol, args, noise, at)
             if noised:
                 details["query_noised"] = True
         return args
 
     def _image_inputs(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
-                      images: list[str]) -> dict[str, Any]:
+                      images: list[str], at: str = "") -> dict[str, Any]:
         """``args`` with each ``models.Image`` input (``images``: where they are) screened
         (``inference.screen_inference``), when ``query.allow_images`` lets them through; refused
         (QUERY_REJECTED) otherwise: the guard cannot read an image, so such a query would pass none
@@ -245,7 +248,7 @@ class QueryChecks(TextOps):
             return screen_inference(self, op, name, pol, value, point_id=None, where=where,
                                     keep_pii=not pol.query.redact_query_text, write=False)
 
-        return self.map_inputs(op, name, pol, args, screen)
+        return self.map_inputs(op, name, pol, args, screen, at)
 
     def raw_vectors_left(self, op: str, name: str, pol: CollectionPolicy) -> Op:
         """How many points of ``name`` hold a dense vector that reads strip but Qdrant would still
@@ -370,13 +373,15 @@ class QueryChecks(TextOps):
              "model": have, "declared": declared, "key": key})
 
     def _refuse_query_document_model(self, op: str, name: str, pol: CollectionPolicy, document: Any,
-                                     using: Any) -> None:
+                                     using: Any, where: str = "query") -> None:
         """Refuse (ConfigError, audited as QUERY_REJECTED), before anything is checked or sent, a
         query ``models.Document`` that qdrant-client's inference would embed (the guard has no
         embedder) with another model than the policy declares (``utility.embedding_model(s)``) for
         the vector queried."""
         vname = str.__str__(using) if isinstance(using, str) else ""  # its characters, as qdrant-client sends it
-        self._refuse_inference_model(op, name, pol, vname, document, "the query is a models.Document", "Document")
+        self._refuse_inference_model(op, name, pol, vname, document,
+                                     "the query is a models.Document" if where == "query"
+                                     else f"{where} is a models.Document", "Document", where)
 
     def _refuse_inference_model(self, op: str, name: str, pol: CollectionPolicy, vname: str, value: Any,
                                 what: str, kind: str, where: str = "query") -> None:
@@ -406,35 +411,36 @@ class QueryChecks(TextOps):
         return self.audited_model_refusal(op, name, pol, Verdict.QUERY_REJECTED, message, details)
 
     def _refuse_query_image_models(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
-                                   found: list[tuple[str, Any]]) -> None:
+                                   found: list[tuple[str, Any]], at: str = "") -> None:
         """Refuse (ConfigError, audited as QUERY_REJECTED), before anything is checked or sent, a
         ``models.Image`` anywhere in the query (``found``: its inputs by path) naming another model
         than the policy declares for the vector of the query or prefetch it is in: qdrant-client's
         inference embeds an Image with the model it names, as it does a Document (the guard never
         embeds one)."""
-        using = {"query": args.get("using")}
-        for path, p in iter_prefetch(args.get("prefetch"), "prefetch"):
+        using = {f"{at}query": args.get("using")}
+        for path, p in iter_prefetch(args.get("prefetch"), f"{at}prefetch"):
             using[f"{path}.query"] = p.using
         for where, value in found:
             if not isinstance(value, models.Image):
                 continue
             # A prefetch's inputs are at "<its path>.query..." (no input path below holds ".query").
-            level = where[:where.rindex(".query") + 6] if ".query" in where else "query"
+            level = where[:where.rindex(".query") + 6] if ".query" in where else f"{at}query"
             vname = str.__str__(using[level]) if isinstance(using[level], str) else ""
             self._refuse_inference_model(op, name, pol, vname, value, f"{where} is a models.Image", "Image", where)
 
-    def _embed_query(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any]) -> Op:
+    def _embed_query(self, op: str, name: str, pol: CollectionPolicy, text: str, details: dict[str, Any],
+                     where: str = "query") -> Op:
         """The guard's embedding of a query's (checked) Document text, a refusal audited either way:
         without an embedder (QUERY_REJECTED), or when it fails (FAIL_CLOSED, then its
         :class:`EmbedderError` is raised)."""
         if self.embedder is None:
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.QUERY_REJECTED,
-                f"query is a models.Document, and noise_queries on {pol.sensitivity.value} collection {name!r} "
+                f"{where} is a models.Document, and noise_queries on {pol.sensitivity.value} collection {name!r} "
                 "needs every query vector noised: inference would embed it into an exact one. Pass embedder= "
                 "to the client so that the guard embeds (and noises) it, or embed the text yourself and pass "
                 "the vector with query_text=",
-                details={**details, "where": "query", "form": "Document"},
+                details={**details, "where": where, "form": "Document"},
             ))
         try:
             matrix = yield Offload(lambda: self.embed([text], where="query"))
@@ -457,15 +463,16 @@ class QueryChecks(TextOps):
             raise
 
     def map_inputs(self, op: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
-                   visit: Visit) -> dict[str, Any]:
+                   visit: Visit, at: str = "") -> dict[str, Any]:
         """``args`` with every input of ``query`` and of each (nested) ``prefetch`` passed through
-        ``visit(input, where)``; a form the walk does not know is refused (QUERY_REJECTED)."""
+        ``visit(input, where)`` (``where`` prefixed by ``at``); a form the walk does not know is
+        refused (QUERY_REJECTED)."""
         new = dict(args)
         try:
             if args.get("query") is not None:
-                new["query"] = map_query(args["query"], visit, "query")
+                new["query"] = map_query(args["query"], visit, f"{at}query")
             if args.get("prefetch") is not None:
-                new["prefetch"] = map_prefetch(args["prefetch"], visit, "prefetch")
+                new["prefetch"] = map_prefetch(args["prefetch"], visit, f"{at}prefetch")
         except UncheckedForm as exc:
             raise self.refuse_form(op, name, pol, exc) from None
         return new
@@ -1632,12 +1639,12 @@ def _declares_model(pol: CollectionPolicy) -> bool:
     return pol.utility.embedding_model is not None or bool(pol.utility.embedding_models)
 
 
-def mmr_paths(args: dict[str, Any]) -> list[str]:
+def mmr_paths(args: dict[str, Any], at: str = "") -> list[str]:
     """Where the ``query`` of ``args`` or of any (nested) ``prefetch`` asks for MMR re-ranking
     (``models.NearestQuery(mmr=...)``); the forms were checked by :func:`map_query` before."""
     found: list[str] = []
-    queries: list[tuple[str, Any]] = [("query", args.get("query"))]
-    queries += [(f"{path}.query", p.query) for path, p in iter_prefetch(args.get("prefetch"), "prefetch")]
+    queries: list[tuple[str, Any]] = [(f"{at}query", args.get("query"))]
+    queries += [(f"{path}.query", p.query) for path, p in iter_prefetch(args.get("prefetch"), f"{at}prefetch")]
     for where, q in queries:
         if isinstance(q, models.NearestQuery) and q.mmr is not None:
             found.append(f"{where}.mmr")

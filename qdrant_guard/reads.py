@@ -964,7 +964,7 @@ class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
                       "offset": req.offset,
                       "with_payload": req.with_payload if req.with_payload is not None else False,
                       "with_vectors": req.with_vector if req.with_vector is not None else False}
-            fields = yield from self.prepare_query(method, name, pol, fields, None, details)
+            fields = yield from self.prepare_query(method, name, pol, fields, None, details, f"requests[{i}].")
             new, plan = self.plan_read(method, pol, fields)
             reqs.append(req.model_copy(update={"query": new["query"], "prefetch": new["prefetch"],
                                                "limit": new["limit"], "offset": new.get("offset"),

@@ -47,8 +47,8 @@ class UnsnapshotableInput(GuardArgumentTypeError):
     """A point, vector or payload of a write that the guard cannot read once as it would be sent."""
 
 
-def sent_point(p: models.PointStruct, index: int) -> models.PointStruct:
-    """``p`` (``points[index]`` of the call) itself when :func:`plain`; otherwise its one snapshot
+def sent_point(p: models.PointStruct, index: int, at: str = "points") -> models.PointStruct:
+    """``p`` (``points[index]`` of the call; ``at``: where that list is, e.g. in a batch operation) itself when :func:`plain`; otherwise its one snapshot
     (see the module docstring).
 
     Raises:
@@ -63,7 +63,7 @@ def sent_point(p: models.PointStruct, index: int) -> models.PointStruct:
                 body = d.get("payload")
                 if body is None or (type(body) is dict and _plain_json(body)):
                     return p
-    where = f"points[{index}]"
+    where = f"{at}[{index}]"
     state = _state(p)
     pid = sent_id(state.get("id"))
     return models.PointStruct.model_construct(
@@ -71,7 +71,7 @@ def sent_point(p: models.PointStruct, index: int) -> models.PointStruct:
         payload=_sent_payload(state.get("payload"), where, pid))
 
 
-def sent_vectors(u: models.PointVectors, index: int) -> models.PointVectors:
+def sent_vectors(u: models.PointVectors, index: int, at: str = "points") -> models.PointVectors:
     """:func:`sent_point` for ``update_vectors``' ``models.PointVectors`` (an id and a vector)."""
     if type(u) is models.PointVectors:
         d = u.__dict__
@@ -79,7 +79,7 @@ def sent_vectors(u: models.PointVectors, index: int) -> models.PointVectors:
             v = d.get("vector")
             if type(v) is list or _plain_vector(v):
                 return u
-    where = f"points[{index}]"
+    where = f"{at}[{index}]"
     state = _state(u)
     pid = sent_id(state.get("id"))
     return models.PointVectors.model_construct(id=pid, vector=_sent_vector(state.get("vector"), where, pid))

@@ -108,9 +108,10 @@ class PreparedPoints:
     utility_names: frozenset[str] = frozenset()
 
 
-def points_from_any(points: Any) -> list[models.PointStruct]:
+def points_from_any(points: Any, at: str = "points") -> list[models.PointStruct]:
     """Materialise the ``points`` argument of upsert/upload into a list of PointStruct, each the
-    one snapshot the guard checks and sends (:func:`qdrant_guard.sentpoints.sent_point`)."""
+    one snapshot the guard checks and sends (:func:`qdrant_guard.sentpoints.sent_point`). ``at``
+    is where errors say the points are (``update_operations[2].upsert.points`` in a batch)."""
     if isinstance(points, models.Batch):
         n = len(points.ids)
         columns = ({f"vectors[{k!r}]": len(v) for k, v in points.vectors.items()}
@@ -128,14 +129,14 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
         else:
             vecs = list(points.vectors)
         payloads = list(points.payloads) if points.payloads is not None else [None] * n
-        return [sent_point(models.PointStruct(id=points.ids[i], vector=vecs[i], payload=payloads[i]), i)
+        return [sent_point(models.PointStruct(id=points.ids[i], vector=vecs[i], payload=payloads[i]), i, at)
                 for i in range(n)]
     out = []
     for i, p in enumerate(points):
         if isinstance(p, models.PointStruct):
-            out.append(sent_point(p, i))
+            out.append(sent_point(p, i, at))
         elif isinstance(p, dict):
-            out.append(sent_point(_from_dict(f"points[{i}]", p, models.PointStruct), i))
+            out.append(sent_point(_from_dict(f"{at}[{i}]", p, models.PointStruct), i, at))
         elif isinstance(p, models.Record):
             if p.vector is None:
                 # qdrant-client fails on it; storing it as vector={} would wipe the point's vectors.
@@ -144,13 +145,21 @@ def points_from_any(points: Any) -> list[models.PointStruct]:
                     "upserting it would store the point without its vectors. Read the points with "
                     "with_vectors=True, or use set_payload to change only the payload. Nothing was written"
                 )
-            out.append(sent_point(models.PointStruct(id=p.id, vector=p.vector, payload=p.payload), i))
+            out.append(sent_point(models.PointStruct(id=p.id, vector=p.vector, payload=p.payload), i, at))
         else:
             raise GuardArgumentTypeError(
                 f"points must be models.PointStruct (or a models.Batch); got {_kind(p)}. "
                 "gRPC PointStruct is not accepted by the guard; convert it to models.PointStruct"
             )
     return out
+
+
+def _operation_points(inner: Any, where: str) -> list[models.PointStruct]:
+    """:func:`points_from_any` of a batch's upsert operation ``where``, its errors naming the point
+    as ``update_operations[j].upsert.points[i]`` (``.batch[i]`` for a ``models.PointsBatch``)."""
+    if isinstance(inner, models.PointsBatch):
+        return points_from_any(inner.batch, f"{where}.upsert.batch")
+    return points_from_any(inner.points, f"{where}.upsert.points")
 
 
 _M = TypeVar("_M", bound=pydantic.BaseModel)
@@ -180,12 +189,13 @@ def _kind(value: Any) -> str:
     return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"
 
 
-def vector_updates_from_any(updates: Any) -> list[models.PointVectors]:
-    """``update_vectors``' ``points`` as a list of models.PointVectors (the form the checks read)."""
+def vector_updates_from_any(updates: Any, at: str = "points") -> list[models.PointVectors]:
+    """``update_vectors``' ``points`` as a list of models.PointVectors (the form the checks read);
+    ``at`` as for :func:`points_from_any`."""
     if not isinstance(updates, (list, tuple)):
         raise GuardArgumentTypeError(
             f"update_vectors() argument 'points' must be a list of models.PointVectors, not {_kind(updates)}")
-    out = [_from_dict(f"points[{i}]", u, models.PointVectors) if isinstance(u, dict) else u
+    out = [_from_dict(f"{at}[{i}]", u, models.PointVectors) if isinstance(u, dict) else u
            for i, u in enumerate(updates)]
     for u in out:
         if not isinstance(u, models.PointVectors):
@@ -194,7 +204,7 @@ def vector_updates_from_any(updates: Any) -> list[models.PointVectors]:
                 "PointVectors is not accepted by the guard; convert it to models.PointVectors"
             )
     # One snapshot of each, before any check: the ids, vectors and receipts to drop all read it.
-    return [sent_vectors(u, i) for i, u in enumerate(out)]
+    return [sent_vectors(u, i, at) for i, u in enumerate(out)]
 
 
 def points_from_columns(vectors: Any, payload: Iterable[Any] | None, ids: Iterable[Any] | None) -> list[models.PointStruct]:
@@ -372,7 +382,8 @@ class WriteOps(TextOps):
         name = args["collection_name"]
         pub = self.public_policy(args)
         if pub is not None:
-            screened = [self._public_operation(method, name, pub, op) for op in args["update_operations"]]
+            screened = [self._public_operation(method, name, pub, op, f"update_operations[{j}]")
+                        for j, op in enumerate(args["update_operations"])]
             return (yield Call(method, {**args, "update_operations": screened}))
         pol = self.gate(method, args, "write")
         if pol is None:
@@ -417,13 +428,13 @@ class WriteOps(TextOps):
                 raise self.unsupported_write(method, name, pol, f"{method}: {unsendable}. Nothing was written")
             screened.append(found)
         run: dict[str, Any] = {}
-        for op, filters in zip(args["update_operations"], screened):
+        for j, (op, filters) in enumerate(zip(args["update_operations"], screened)):
             if others and isinstance(op, (models.UpsertOperation, models.UpdateVectorsOperation)):
                 accepted.append(self._others_decision(method, name, pol, others, run))
                 others, run = {}, {}
             if isinstance(op, models.UpsertOperation):
                 inner = op.upsert
-                pts = points_from_any(inner.batch if isinstance(inner, models.PointsBatch) else inner.points)
+                pts = _operation_points(inner, f"update_operations[{j}]")
                 if not pts:
                     # Qdrant fails an upsert of no point ("Empty update request") when it reaches
                     # it, after applying the batch's earlier operations.
@@ -462,7 +473,7 @@ class WriteOps(TextOps):
                         "Qdrant would apply part of the update before failing on a deleted point, "
                         "without its receipts. Send the delete and the vector update as separate calls"
                     )
-                updates = vector_updates_from_any(list(uv.points))
+                updates = vector_updates_from_any(list(uv.points), f"update_operations[{j}].update_vectors.points")
                 self._refuse_uncertain(method, name, pol, uncertain, [u.id for u in updates], "a vector update")
                 new = yield from self.prepare_vector_updates(method, name, pol, updates,
                                                              shard_key=uv.shard_key, fresh=fresh,
@@ -662,18 +673,20 @@ class WriteOps(TextOps):
             out.append(u if vector is u.vector else u.model_copy(update={"vector": vector}))
         return out
 
-    def _public_operation(self, op: str, name: str, pol: CollectionPolicy, operation: Any) -> Any:
-        """One operation of a batch on a PUBLIC collection, with its text screened."""
+    def _public_operation(self, op: str, name: str, pol: CollectionPolicy, operation: Any, where: str) -> Any:
+        """One operation of a batch (``where``: ``update_operations[j]``) on a PUBLIC collection, with
+        its text screened."""
         if isinstance(operation, models.UpsertOperation):
             inner = operation.upsert
-            pts = points_from_any(inner.batch if isinstance(inner, models.PointsBatch) else inner.points)
+            pts = _operation_points(inner, where)
             return models.UpsertOperation(upsert=models.PointsList(
                 points=self.public_points(op, name, pol, pts), shard_key=inner.shard_key,
                 update_filter=inner.update_filter, update_mode=inner.update_mode))
         if isinstance(operation, models.UpdateVectorsOperation):
             uv = operation.update_vectors
             return models.UpdateVectorsOperation(update_vectors=uv.model_copy(
-                update={"points": self._public_vector_updates(op, name, pol, vector_updates_from_any(list(uv.points)))}))
+                update={"points": self._public_vector_updates(op, name, pol, vector_updates_from_any(
+                    list(uv.points), f"{where}.update_vectors.points"))}))
         if isinstance(operation, models.SetPayloadOperation):
             sp = operation.set_payload
             return models.SetPayloadOperation(set_payload=sp.model_copy(
