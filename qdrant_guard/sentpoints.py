@@ -216,7 +216,7 @@ def _sent_payload(payload: Any, where: str, pid: Any) -> Any:
         body = to_jsonable_python(payload if isinstance(payload, dict) else dict(payload))
     except (ValueError, TypeError) as exc:  # PydanticSerializationError, a cycle
         raise _refused(where, pid, "payload", exc) from None
-    if _entries(payload) != _entries(body):
+    if _merges_keys(payload):
         # Two keys of one object sent as one (b"note" and "note", 1 and "1"): the serialiser
         # keeps the last and drops the other value silently; the screen refuses the same
         # collision when redaction makes it.
@@ -227,18 +227,29 @@ def _sent_payload(payload: Any, where: str, pid: Any) -> Any:
     return body
 
 
-def _entries(value: Any) -> int:
-    """How many dict entries ``value`` holds at every depth, read through the base classes
-    (what the serialiser read), so a count that shrank in the snapshot is a collapsed key."""
-    count, stack = 0, [value]
+def _merges_keys(value: Any) -> bool:
+    """Whether a dict in ``value`` (at any depth, read through the base classes as the serialiser
+    reads it) has two keys that serialise to one JSON key."""
+    stack = [value]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            count += dict.__len__(node)
+            keys = dict.keys(node)
+            if any(type(k) is not str for k in keys) and len({_json_key(k) for k in keys}) < len(keys):
+                return True
             stack.extend(dict.values(node))
         elif isinstance(node, (list, tuple, set, frozenset)):
             stack.extend(node)
-    return count
+    return False
+
+
+def _json_key(key: Any) -> str:
+    if type(key) is str:
+        return key
+    try:
+        return str(to_jsonable_python(key))
+    except (ValueError, TypeError):  # refused by the snapshot itself already
+        return repr(key)
 
 
 def _refused(where: str, pid: Any, part: str, exc: BaseException) -> UnsnapshotableInput:
