@@ -27,7 +27,7 @@ class IntentResult:
         label: one of :data:`INTENT_LABELS`.
         confidence: the classifier's probability (or stated confidence) for ``label``, in [0, 1].
         reasoning: a short human-readable justification.
-        classifier: name of the classifier that produced the result, e.g. ``"builtin-linear-v2"``.
+        classifier: name of the classifier that produced the result, e.g. ``"builtin-linear-v1"``.
         features: the top contributing features as ``(name, contribution)`` pairs, strongest first
             (empty for classifiers that do not expose features).
     """
