@@ -81,9 +81,9 @@ def test_the_train_only_lines_are_counted_as_the_docs_state() -> None:
     rows = [json.loads(line) for line in (ROOT / "qdrant_guard/data/intent_train_only.jsonl").read_text().splitlines()
             if line.strip()]
     labels = [r["label"] for r in rows]
-    assert (len(rows), labels.count("benign"), labels.count("suspicious"), labels.count("adversarial")) == (375, 166, 170, 39)
-    assert "holds 375 more (166 benign, 170 suspicious, 39 adversarial)" in _flat("docs/intent.md")
-    assert "on 375 train-only lines" in _flat("README.md")
+    assert (len(rows), labels.count("benign"), labels.count("suspicious"), labels.count("adversarial")) == (268, 120, 109, 39)
+    assert "holds 268 more (120 benign, 109 suspicious, 39 adversarial)" in _flat("docs/intent.md")
+    assert "on 268 train-only lines" in _flat("README.md")
 
 
 # -- docs/atomicity.md: what Qdrant (local mode) does with a failing request ----------------------

