@@ -61,7 +61,8 @@ def test_a_query_document_refused_for_its_model_is_audited(tmp_path, method):
     with pytest.raises(ConfigError) as ei:
         _query(bob, method, models.Document(text="the plan", model=MODEL_B))
     assert f"naming model {MODEL_B!r}" in str(ei.value)
-    _assert_model_entry(kit, ei.value, op=method, form="Document", by="inference", model=MODEL_B)
+    where = "requests[0].query" if method == "query_batch_points" else "query"  # a batch names its request
+    _assert_model_entry(kit, ei.value, op=method, form="Document", by="inference", model=MODEL_B, where=where)
 
 
 def test_an_image_refused_for_its_model_is_audited_with_its_path_and_vector(tmp_path):

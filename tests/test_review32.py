@@ -165,18 +165,20 @@ def test_stored_receipts_are_distinct_dicts_per_point_and_not_the_callers(tmp_pa
     assert [r["point_id"] for r in recs] == [f"int:{i}" for i in range(4)]
 
 
-def test_a_guarded_upsert_refuses_a_uuid_id_whose_str_names_another_point(tmp_path) -> None:
-    # Before: stored by local mode under str(id) ('x"y', or another point's UUID) with a receipt
-    # naming whatever str() said.
+def test_a_guarded_upsert_stores_a_uuid_subclass_id_under_its_value(tmp_path) -> None:
+    # Before review 32: stored by local mode under str(id) ('x"y', or another point's UUID) with a
+    # receipt naming whatever str() said; then refused; since the write snapshot (sentpoints) the id
+    # is taken as the UUID its bits name, which is what REST sends, checked, receipted and stored.
     from guardkit import create, make_kit
 
     from qdrant_guard import QdrantClient
-    from qdrant_guard.errors import QdrantGuardError
+    from qdrant_guard.receipts import receipts_from_payload
 
     kit = make_kit(tmp_path)
     client = QdrantClient(":memory:", guard=kit.config({"pii": PII}), principal=kit.principal("alice", "hr"))
     create(client, "pii", dim=8)
     for cls in (OtherUUID, LyingUUID):
-        with pytest.raises(QdrantGuardError, match="whose str"):
-            client.upsert("pii", points=[models.PointStruct(id=cls(str(U)), vector=[0.3] * 8, payload={"text": "x"})])
-    assert client.count("pii").count == 0
+        client.upsert("pii", points=[models.PointStruct(id=cls(str(U)), vector=[0.3] * 8, payload={"text": "x"})])
+        recs, _ = client.scroll("pii", with_payload=True)
+        assert [r.id for r in recs] == [str(U)]
+        assert str(U) in repr(receipts_from_payload(recs[0].payload)) and str(OTHER) not in repr(recs[0].payload)
