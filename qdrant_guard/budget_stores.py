@@ -17,6 +17,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from .diversity import _check_int
 from .errors import GuardArgumentTypeError, GuardArgumentValueError, QdrantGuardError
+from .point_uuid import real_uuid
 
 
 class BudgetStoreError(QdrantGuardError, RuntimeError):
@@ -130,24 +131,6 @@ def _ids_by_key(nkeys: int, points: Sequence[tuple[str, Sequence[int]]]) -> list
 
 def _released_where_all_admit(points: Sequence[tuple[str, Sequence[int]]], admitted: Sequence[set[str]]) -> list[bool]:
     return [all(pid in admitted[k] for k in members) for pid, members in points]
-
-
-_UUID_INT = uuid.UUID.int.__get__  # the 128-bit value's slot, whatever a subclass puts over it
-
-
-def real_uuid(value: uuid.UUID) -> uuid.UUID:
-    """A ``uuid.UUID`` (or subclass) as a plain UUID of its 128-bit value: what pydantic, so
-    qdrant-client's REST transport, sends for it, whatever a subclass's ``__str__``/``__format__``
-    show (local mode and f-strings read those).
-
-    Raises:
-        GuardArgumentValueError: the value was never set (built without ``UUID.__init__``).
-    """
-    try:
-        return uuid.UUID(int=_UUID_INT(value))
-    except (AttributeError, TypeError, ValueError):  # unset, or a subclass keeping its bits elsewhere
-        raise GuardArgumentValueError(f"point id is a {type(value).__name__} without a UUID value; pass a plain "
-                                      "uuid.UUID or its str") from None
 
 
 def normalize_point_id(point_id: int | str | uuid.UUID) -> str:

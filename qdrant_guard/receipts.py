@@ -33,6 +33,7 @@ from .canonical import canonical_json, decode_canonical
 from .errors import GuardArgumentTypeError, GuardArgumentValueError, InvalidVectorError, ReceiptError
 from .keys import key_id as _key_id
 from .names import shown as _shown
+from .point_uuid import real_uuid
 from .noise import check_release as _check_release
 from .noise_params import DTYPES, MECHANISMS, NoiseParams, guarantee_mismatch
 
@@ -540,9 +541,6 @@ def vector_commitment(vector: Any, salt: bytes) -> str:
     return h.hexdigest()
 
 
-_UUID_INT = uuid.UUID.__dict__["int"]  # the slot uuid.UUID.__init__ sets
-
-
 def normalize_point_id(point_id: Any) -> str:
     """Return the typed text form of a Qdrant point id: ``"int:<n>"`` or ``"uuid:<lowercase-hyphenated>"``.
 
@@ -561,8 +559,8 @@ def normalize_point_id(point_id: Any) -> str:
     if isinstance(point_id, uuid.UUID):
         # The id's own 128 bits, not its str(): a subclass may override __str__ (or shadow .int).
         try:
-            text = str(uuid.UUID(int=_UUID_INT.__get__(point_id)))
-        except AttributeError:
+            text = str(real_uuid(point_id))
+        except GuardArgumentValueError:
             raise GuardArgumentTypeError(
                 f"point_id {type(point_id).__name__} holds no UUID value; pass a uuid.UUID or its str") from None
         if type(point_id) is not uuid.UUID and str(point_id) != text:

@@ -8,7 +8,7 @@ dict (``__hash__``/``__eq__``) and written into the score charge's ids (``__form
 ``limit`` read by ``int()`` (``__int__``). A ``uuid.UUID`` subclass is sent by pydantic as its
 128-bit value, while local mode stores and looks up its ``str()`` and the budget named it by its
 ``__str__``. Each such argument is replaced by its plain value (``str.__str__``, ``int.__int__``,
-``float.__float__``, :func:`~qdrant_guard.budget_stores.real_uuid`), which is checked and sent.
+``float.__float__``, :func:`~qdrant_guard.point_uuid.real_uuid`), which is checked and sent.
 Plain values are passed as they are (an exact-type test, no copy).
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from qdrant_client.http import models
 
-from .budget_stores import real_uuid
+from .point_uuid import real_uuid
 from .errors import QdrantGuardError
 from .sentmodels import UncheckedForm, WRITE_SELECTORS, rebuilt
 

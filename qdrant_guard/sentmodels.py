@@ -31,7 +31,7 @@ import numpy as np
 from pydantic import BaseModel, TypeAdapter
 from qdrant_client.http import models
 
-from .budget_stores import real_uuid
+from .point_uuid import real_uuid
 from .errors import QdrantGuardError
 
 

@@ -32,7 +32,8 @@ import pydantic
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 from qdrant_client.http import models
 
-from .errors import GuardArgumentTypeError, UnsupportedWriteError
+from .errors import GuardArgumentTypeError, GuardArgumentValueError, UnsupportedWriteError
+from .point_uuid import real_uuid
 
 _VECTOR = pydantic.TypeAdapter(models.VectorStruct)
 _LEAVES = frozenset({str, int, float, bool, type(None)})
@@ -40,7 +41,6 @@ _IDS = frozenset({int, str, uuid.UUID})
 # Deeper than Qdrant's JSON nesting and the text field's screen (64): such a payload (or a cycle)
 # is rebuilt, and to_jsonable_python refuses a cycle.
 _PLAIN_DEPTH = 128
-_UUID_INT = uuid.UUID.__dict__["int"]  # the slot: a subclass's own ``int`` or ``__str__`` cannot answer for it
 
 
 class UnsnapshotableInput(GuardArgumentTypeError):
@@ -99,8 +99,8 @@ def sent_id(pid: Any) -> Any:
         return str.__str__(pid)
     if isinstance(pid, uuid.UUID):
         try:
-            return uuid.UUID(int=_UUID_INT.__get__(pid))
-        except (AttributeError, TypeError, ValueError):  # a subclass that keeps its bits elsewhere
+            return real_uuid(pid)
+        except GuardArgumentValueError:
             raise _at(None, UnsnapshotableInput(
                 f"a point id is a {type(pid).__name__}, a uuid.UUID subclass whose value the guard cannot read; "
                 "pass the id as a uuid.UUID or its string. Nothing was written")) from None

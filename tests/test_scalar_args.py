@@ -1,5 +1,5 @@
 """Scalar arguments and point ids given as subclasses are checked, charged and sent as their plain
-values (qdrant_guard.sentargs, budget_stores.real_uuid).
+values (qdrant_guard.sentargs, point_uuid.real_uuid).
 
 pydantic (qdrant-client's REST body) sends a str/int/float subclass as its value and a
 ``uuid.UUID`` subclass as its 128-bit value; the guard read them through their own methods
