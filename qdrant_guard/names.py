@@ -11,7 +11,7 @@ import json
 import re
 import shlex
 
-__all__ = ["shell_quote", "shown", "toml_key", "toml_str", "unprintable_char"]
+__all__ = ["path_segment_name", "shell_quote", "shown", "toml_key", "toml_str", "unprintable_char"]
 
 _PLAIN = re.compile(r"[^\\'\"]*")
 
@@ -54,6 +54,21 @@ def unprintable_char(name: str) -> str | None:
         if not ch.isprintable():
             return f"'{_escaped(ch)}' (U+{ord(ch):04X}) at index {i}"
     return None
+
+
+def path_segment_name(name: str) -> bool:
+    """Whether collection name ``name``, read as a path, leads somewhere other than a directory of
+    its own: ``.`` or ``..``, or a name with a ``/`` or ``\\`` holding an empty, ``.`` or ``..``
+    segment (``pub/../payroll``, ``./payroll``, ``payroll/``).
+
+    qdrant-client's local mode keeps a collection in ``collection/<name>`` and deletes that
+    directory by the name it is given, unchecked, so ``delete_collection("pub/../payroll")``
+    deleted payroll's storage; no collection can be created under such a name (qdrant-client and
+    Qdrant refuse ``/``, ``\\``, ``.`` and ``..`` in new names)."""
+    if name in (".", ".."):
+        return True
+    parts = re.split(r"[/\\]", name)
+    return len(parts) > 1 and any(p in ("", ".", "..") for p in parts)
 
 
 def shown(name: str) -> str:

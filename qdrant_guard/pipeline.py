@@ -36,7 +36,7 @@ from .decision import MAX_IDS_IN_RECORD, Decision, Verdict
 from .errors import (AuditError, ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError,
                      UnsupportedWriteError)
 from .policy import CollectionPolicy, GuardConfig, load_policy
-from .names import shown, toml_key
+from .names import path_segment_name, shown, toml_key
 from .receipts import ReceiptSigner, normalize_point_id
 from .sentargs import plain_args
 from .sentmodels import UncheckedForm, sent_models
@@ -918,6 +918,8 @@ class GuardPipeline:
         if not self.transparent:
             args = plain_names(method, args)
             name = args.get("collection_name", "")
+            if path_segment_name(name):
+                raise self.refuse_path_name(method, name)
             try:
                 # Checked as sent: every check below walks these copies, and they are what is sent.
                 args = plain_args(method, sent_models(method, args))
@@ -941,6 +943,20 @@ class GuardPipeline:
         if method in _POINT_UPDATES and not self.transparent:
             op = self._writer_answers(name, op)
         return op if self.transparent else self._audit_unlisted(method, op)
+
+    def refuse_path_name(self, method: str, name: str) -> QdrantGuardError:
+        """The audited refusal of a collection name that, read as a path, leads to another
+        directory than its own (:func:`~qdrant_guard.names.path_segment_name`): the guard decides
+        by the name's policy, and local mode would act on the collection whose directory it reaches."""
+        return self.refuse(self.decision(
+            method, name, None, Verdict.REFUSED_CROSS_BOUNDARY,
+            f"collection name {shown(name)} holds a '.', '..' or empty path segment: local mode keeps each "
+            "collection in a directory named after it, so this name reaches another collection's storage "
+            "(delete_collection('pub/../payroll') deleted payroll's points) while the guard decides by "
+            "this name's policy. No collection can be created under such a name; use the collection's "
+            "own name",
+            details={"reason": "path_segment"},
+        ))
 
     def _writer_answers(self, name: str, op: Op) -> Op:
         """``op``, whose answer a principal who may not read collection ``name`` gets without
