@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import unicodedata
 
-__all__ = ["path_segment_name", "shell_quote", "shown", "toml_key", "toml_str", "unprintable_char"]
+__all__ = ["folded_name", "path_segment_name", "shell_quote", "shown", "toml_key", "toml_str", "unprintable_char"]
 
 _PLAIN = re.compile(r"[^\\'\"]*")
 
@@ -69,6 +70,13 @@ def path_segment_name(name: str) -> bool:
         return True
     parts = re.split(r"[/\\]", name)
     return len(parts) > 1 and any(p in ("", ".", "..") for p in parts)
+
+
+def folded_name(name: str) -> str:
+    """``name`` as a file system that ignores case and Unicode normalisation compares it (macOS's
+    default APFS; Windows ignores case): case-folded between two NFD normalisations, so
+    ``PAYROLL``, ``Payroll`` and ``payroll`` fold alike, and so do a composed and a decomposed ``é``."""
+    return unicodedata.normalize("NFD", unicodedata.normalize("NFD", name).casefold())
 
 
 def shown(name: str) -> str:

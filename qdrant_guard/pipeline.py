@@ -36,7 +36,7 @@ from .decision import MAX_IDS_IN_RECORD, Decision, Verdict
 from .errors import (AuditError, ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError,
                      UnsupportedWriteError)
 from .policy import CollectionPolicy, GuardConfig, load_policy
-from .names import path_segment_name, shown, toml_key
+from .names import folded_name, path_segment_name, shown, toml_key
 from .receipts import ReceiptSigner, normalize_point_id
 from .sentargs import plain_args
 from .sentmodels import UncheckedForm, sent_models
@@ -142,6 +142,10 @@ _EPOCHS_LOCK = threading.Lock()
 # collection_name and vector_name go into the REST URL with str(), the others into request
 # bodies, where pydantic makes them plain str.
 _NAME_ARGS = ("collection_name", "vector_name", "key", "group_by", "with_lookup")
+
+
+# The calls that make or remove a collection's storage directory, named after the collection.
+_MAKES_OR_REMOVES_STORAGE = frozenset({"create_collection", "recreate_collection", "delete_collection"})
 
 
 def sent_name(value: Any) -> Any:
@@ -920,6 +924,8 @@ class GuardPipeline:
             name = args.get("collection_name", "")
             if path_segment_name(name):
                 raise self.refuse_path_name(method, name)
+            if method in _MAKES_OR_REMOVES_STORAGE:
+                self.refuse_folded_name(method, name)
             try:
                 # Checked as sent: every check below walks these copies, and they are what is sent.
                 args = plain_args(method, sent_models(method, args))
@@ -957,6 +963,32 @@ class GuardPipeline:
             "own name",
             details={"reason": "path_segment"},
         ))
+
+    def refuse_folded_name(self, method: str, name: str) -> None:
+        """Refuse (audited) creating or deleting collection ``name`` when a collection the policy
+        lists under another policy has a name that differs only by case or Unicode normalisation
+        (:func:`~qdrant_guard.names.folded_name`): on a file system that ignores those, local mode
+        (and a server's storage) keeps both in one directory, so the call would open or remove the
+        listed collection's points under this name's policy."""
+        listed = self.config.collections
+        try:
+            mine = self.policy(name)
+        except ConfigError:  # unlisted = "refuse": refused by its own path
+            return
+        key = folded_name(name)
+        for other, pol in listed.items():
+            if other == name or pol == mine or folded_name(other) != key:
+                continue
+            # Under names_visible = "accessible" a hidden listed name is not told (the audit has it).
+            said = repr(other) if self.name_visible(other) else "a collection the policy lists"
+            raise self.refuse(self.decision(
+                method, name, mine, Verdict.REFUSED_CROSS_BOUNDARY,
+                f"collection name {shown(name)} differs from {said} only by case or Unicode normalisation, "
+                "and its policy differs: on a file system that ignores those (macOS, Windows) both names "
+                f"are one directory, so {method} would act on that collection's points under this name's "
+                f"policy; use another name, or list {shown(name)} in the policy with the same policy",
+                details={"reason": "folded_name", "same_folded_as": other},
+            ))
 
     def _writer_answers(self, name: str, op: Op) -> Op:
         """``op``, whose answer a principal who may not read collection ``name`` gets without

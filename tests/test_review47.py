@@ -18,7 +18,7 @@ from guardkit import DIM, audit_records, create, make_kit, unit
 from qdrant_client.http import models
 
 from qdrant_guard import AsyncQdrantClient, GuardRefusal, QdrantClient
-from qdrant_guard.names import path_segment_name
+from qdrant_guard.names import folded_name, path_segment_name
 
 _PAYROLL = {"class": "PII", "owner": "hr", "diversity": {"enabled": False}, "intent": {"enabled": False}}
 
@@ -120,3 +120,72 @@ def test_a_plain_client_is_unchanged(tmp_path):
     c.create_collection("pub", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
     assert c.delete_collection("pub/../nothing") is False
     c.close()
+
+
+# ------------------------------------------------ names that one file system directory would share
+# On a file system that ignores case (macOS's default APFS, Windows) and Unicode normalisation
+# (APFS), local mode keeps PAYROLL in payroll's directory: a create opens the points it finds there
+# under the new name's policy, a delete removes them. Linux file systems here are case-sensitive, so
+# these tests check the refusal, not the sharing (docs/threat-model.md, *Names that are paths*).
+
+@pytest.mark.parametrize("call", ["create", "recreate", "delete"])
+@pytest.mark.parametrize("variant", ["PAYROLL", "Payroll", "pAyRoLl"])
+def test_a_case_variant_of_a_listed_name_is_not_created_or_deleted_under_another_policy(tmp_path, variant, call):
+    kit, cfg, store, hr = _store(tmp_path)
+    bob = hr.with_principal(kit.principal("bob", "support"))
+    params = models.VectorParams(size=DIM, distance=models.Distance.COSINE)
+    act = {"create": lambda: bob.create_collection(variant, vectors_config=params),
+           "recreate": lambda: bob.recreate_collection(variant, vectors_config=params),
+           "delete": lambda: bob.delete_collection(variant)}[call]
+    with pytest.raises(GuardRefusal) as err:
+        act()
+    assert err.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    assert "'payroll'" in str(err.value) and "case or Unicode normalisation" in str(err.value)
+    assert sorted(os.listdir(os.path.join(store, "collection"))) == ["payroll", "pub"]
+    rec = [r for r in audit_records(kit) if r.get("op") == f"{call}_collection"][-1]
+    assert rec["verdict"] == "REFUSED_CROSS_BOUNDARY" and rec["details"]["same_folded_as"] == "payroll"
+    hr.close()
+
+
+def test_a_decomposed_spelling_of_a_listed_name_is_refused_too(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"caf\u00e9": _PAYROLL}, unlisted="public")
+    bob = QdrantClient(path=str(tmp_path / "store"), guard=cfg, principal=kit.principal("bob", "support"))
+    with pytest.raises(GuardRefusal, match="case or Unicode normalisation"):
+        create(bob, "cafe\u0301")
+    with pytest.raises(GuardRefusal, match="case or Unicode normalisation"):
+        create(bob, "CAF\u00c9")
+    create(bob, "cafes")  # another name
+    bob.close()
+
+
+def test_a_variant_listed_with_the_same_policy_and_unrelated_names_pass(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"payroll": _PAYROLL, "PAYROLL": dict(_PAYROLL)}, unlisted="public")
+    hr = QdrantClient(path=str(tmp_path / "store"), guard=cfg, principal=kit.principal("alice", "hr"))
+    create(hr, "payroll")
+    bob = hr.with_principal(kit.principal("bob", "support"))
+    with pytest.raises(GuardRefusal, match="may not administer"):  # PAYROLL's own policy decides
+        create(bob, "PAYROLL")
+    create(bob, "payroll-notes")
+    assert bob.delete_collection("payroll-notes") is True
+    hr.close()
+
+
+def test_a_hidden_listed_name_is_not_told_in_the_refusal(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"payroll": _PAYROLL}, unlisted="public", names_visible="accessible")
+    bob = QdrantClient(path=str(tmp_path / "store"), guard=cfg, principal=kit.principal("bob", "support"))
+    with pytest.raises(GuardRefusal) as err:
+        create(bob, "PAYROLL")
+    assert "'payroll'" not in str(err.value) and "a collection the policy lists" in str(err.value)
+    rec = [r for r in audit_records(kit) if r.get("op") == "create_collection"][-1]
+    assert rec["details"]["same_folded_as"] == "payroll"  # the operator's log names it
+    bob.close()
+
+
+def test_what_folds_alike():
+    assert folded_name("PAYROLL") == folded_name("payroll") == folded_name("Payroll")
+    assert folded_name("caf\u00e9") == folded_name("cafe\u0301") == folded_name("CAF\u00c9")
+    assert folded_name("payroll") != folded_name("payrol1")
+    assert folded_name("payroll") != folded_name("pay roll")
