@@ -66,10 +66,9 @@ def path_segment_name(name: str) -> bool:
     directory by the name it is given, unchecked, so ``delete_collection("pub/../payroll")``
     deleted payroll's storage; no collection can be created under such a name (qdrant-client and
     Qdrant refuse ``/``, ``\\``, ``.`` and ``..`` in new names)."""
-    if name in (".", ".."):
-        return True
-    parts = re.split(r"[/\\]", name)
-    return len(parts) > 1 and any(p in ("", ".", "..") for p in parts)
+    if "/" not in name and "\\" not in name:  # every call checks its name: the common case first
+        return name in (".", "..")
+    return any(p in ("", ".", "..") for p in re.split(r"[/\\]", name))
 
 
 def folded_name(name: str) -> str:
