@@ -55,9 +55,10 @@ class InferenceScreen:
     text is, and its keys as keys."""
 
     def __init__(self, ops: Any, op: str, name: str, pol: CollectionPolicy, point_id: Any, keep_pii: bool,
-                 label: str) -> None:
+                 label: str, query: bool = False) -> None:
         self.fields = _FieldScreen(ops, op, name, pol, point_id, keep_pii, *ops.clean_memory(name))
         self.fields.inference = True
+        self.fields.query = self.query = query  # a query's input: on PUBLIC, credentials only
         self.label = label  # what refusals call the input ("query (Document)")
         self.ops, self.op, self.name, self.pol, self.keep_pii = ops, op, name, pol, keep_pii
         self.point_ids = [] if point_id is None else [point_id]
@@ -86,7 +87,8 @@ class InferenceScreen:
             if key is not None:
                 return self.fields.value(value, key, at)
             return self.ops.screen_text(self.op, self.name, self.pol, value, point_ids=self.point_ids,
-                                        keep_pii=self.keep_pii, field=f"{self.label} {at}", inference=True)
+                                        keep_pii=self.keep_pii, field=f"{self.label} {at}", inference=True,
+                                        query=self.query)
         if depth >= MAX_DEPTH and isinstance(value, (dict, *_ARRAYS)):
             raise InferenceShapeError(f"its object nests objects or arrays more than {MAX_DEPTH} deep")
         if isinstance(value, dict):
@@ -109,21 +111,23 @@ class InferenceScreen:
             screened = self.fields.value(digits, key, at)
             return value if screened == digits else screened
         screened = self.ops.screen_text(self.op, self.name, self.pol, digits, point_ids=self.point_ids,
-                                        keep_pii=self.keep_pii, field=f"{self.label} {at}", inference=True)
+                                        keep_pii=self.keep_pii, field=f"{self.label} {at}", inference=True,
+                                        query=self.query)
         return value if screened == digits else screened
 
     def locator(self, image: Any, where: str) -> None:
-        """Refuse an Image's path or URL holding a finding: on a PUBLIC collection any (the
-        collection is mislabelled), elsewhere a credential (PII in a locator is left, as in the
-        image). Never redacted: the redacted string would name another image, or none."""
+        """Refuse an Image's path or URL holding a finding: written to a PUBLIC collection any (the
+        collection is mislabelled), elsewhere and in queries a credential (PII in a locator is left,
+        as in the image). Never redacted: the redacted string would name another image, or none."""
         if is_pixels(image):
             return
         shown, findings = _detect.redact_with_findings(str.__str__(image))
         creds = sorted({f.type for f in findings if f.category == "CREDENTIAL"})
         kinds = sorted({f.type for f in findings})
-        if not findings or (not creds and not self.pol.is_public):
+        mislabelled = self.pol.is_public and not self.query
+        if not findings or (not creds and not mislabelled):
             return
-        verdict = Verdict.SENSITIVITY_MISMATCH if self.pol.is_public else Verdict.CREDENTIAL_IN_TEXT
+        verdict = Verdict.SENSITIVITY_MISMATCH if mislabelled else Verdict.CREDENTIAL_IN_TEXT
         raise self.ops.refuse(self.ops.decision(
             self.op, self.name, self.pol, verdict,
             f"{where} is a models.Image whose path or URL {shown!r} holds {creds if verdict is Verdict.CREDENTIAL_IN_TEXT else kinds}, "
@@ -159,8 +163,9 @@ def screen_inference(ops: Any, op: str, name: str, pol: CollectionPolicy, value:
     checks, or embedded by the guard).
 
     Raises:
-        GuardRefusal: as :meth:`TextOps.screen_text` for a finding (SENSITIVITY_MISMATCH on PUBLIC
-            collections, CREDENTIAL_IN_TEXT), or a locator's (:meth:`InferenceScreen.locator`).
+        GuardRefusal: as :meth:`TextOps.screen_text` for a finding (SENSITIVITY_MISMATCH in writes to
+            PUBLIC collections, CREDENTIAL_IN_TEXT; a query, ``write=False``, on a PUBLIC collection
+            is screened for credentials only), or a locator's (:meth:`InferenceScreen.locator`).
         UnsupportedWriteError / GuardRefusal (QUERY_REJECTED): an input nested past 64 levels.
     """
     if not isinstance(value, (models.Document, models.Image, models.InferenceObject)):
@@ -168,7 +173,7 @@ def screen_inference(ops: Any, op: str, name: str, pol: CollectionPolicy, value:
     if value.options is None and isinstance(value, models.Document):
         return value  # a plain Document: its text is the caller's
     kind = type(value).__name__
-    screen = InferenceScreen(ops, op, name, pol, point_id, keep_pii, f"{where} ({kind})")
+    screen = InferenceScreen(ops, op, name, pol, point_id, keep_pii, f"{where} ({kind})", query=not write)
     try:
         update: dict[str, Any] = {}
         options = screen.options(value.options)

@@ -27,6 +27,7 @@ from .payloadops import PayloadOps
 from .pipeline import SOURCE_SIZE_TTL_S as _SOURCE_SIZE_TTL_S
 from .pipeline import Call, Op, memory_budget_store_for, sent_name
 from .policy import CollectionPolicy
+from .pubquery import public_query_text
 from .querycheck import (QueryChecks, UncheckedForm, field_name_roots, iter_prefetch, left_details,
                          query_filter_roots, raw_stored_clause, raw_stored_way_out, rest_prefetch)
 from .score_charge import ScoreCharge, charges_scores, score_spec
@@ -906,8 +907,8 @@ class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
             return None, args, {}
         # Lookups read other collections, so they are checked even when this one is PUBLIC.
         args = self.check_lookups(method, args["collection_name"], args)
-        if pol is None:
-            return None, args, {}
+        if pol is None:  # PUBLIC: credentials are never sent to inference, whatever the class
+            return None, public_query_text(self, method, args["collection_name"], args), {}
         details: dict[str, Any] = {}
         self.screen_filters(method, args["collection_name"], pol, chain(
             query_filter_roots(args, "query_filter"), field_name_roots(method, args)), details)
@@ -953,6 +954,7 @@ class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
             fields = self.check_lookups(method, name, {"prefetch": req.prefetch, "lookup_from": req.lookup_from})
             checked.append(req.model_copy(update=fields))
         if pol is None:
+            checked = [_public_request(self, method, name, req, f"requests[{i}].") for i, req in enumerate(checked)]
             return (yield Call(method, {**args, "requests": checked}))
         plans, reqs, all_details = [], [], []
         for i, req in enumerate(checked):
@@ -1303,6 +1305,14 @@ class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
                                      delta=n.delta if n.mechanism == "gaussian" else None,
                                      clip_norm=n.clip_norm, key=key)
         return noised.tolist()
+
+
+def _public_request(ops: Any, op: str, name: str, req: models.QueryRequest, at: str) -> models.QueryRequest:
+    """A PUBLIC batch request with the credentials of its inference inputs screened
+    (:func:`~qdrant_guard.pubquery.public_query_text`)."""
+    fields = {"query": req.query, "prefetch": req.prefetch}
+    new = public_query_text(ops, op, name, fields, at)
+    return req if new is fields else req.model_copy(update={k: new[k] for k in fields})
 
 
 def _sent(call: Call) -> Op:

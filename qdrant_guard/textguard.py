@@ -59,7 +59,7 @@ class TextOps(GuardPipeline):
     def screen_text(self, op: str, name: str, pol: CollectionPolicy, text: str, *,
                     point_ids: Sequence[Any] = (), keep_pii: bool = False,
                     scanned: tuple[str, list[Any]] | None = None, field: str | None = None,
-                    why: str = "", inference: bool = False) -> str:
+                    why: str = "", inference: bool = False, query: bool = False) -> str:
         """Apply the collection's text rules to ``text`` and return what may be embedded/stored.
 
         Credentials are refused (``CREDENTIAL_IN_TEXT``) or redacted per ``credentials_in_text``;
@@ -71,7 +71,10 @@ class TextOps(GuardPipeline):
         logged) when it is not the text field (``payload_fields``). ``why``: a sentence the refusal
         adds (what made a value a finding when the detector's types alone would not say).
         ``inference``: ``field`` is in what an inference input sends besides its text (a
-        Document's options), which ``payload_fields`` does not govern.
+        Document's options), which ``payload_fields`` does not govern. ``query``: ``text`` is what a
+        query sends to inference: on a PUBLIC collection only its credentials are screened (refused,
+        or redacted under ``credentials_in_text = "redact"``) and its PII passed as given, since a
+        finding in a question is no sign that the collection is mislabelled.
         """
         if not isinstance(text, str):
             raise GuardArgumentTypeError(f"text must be str, not {type(text).__name__}")
@@ -80,7 +83,10 @@ class TextOps(GuardPipeline):
             return text
         kinds = sorted({f.type for f in findings})
         creds = [f for f in findings if f.category == "CREDENTIAL"]
-        if pol.is_public and not pol.allow_redaction_on_public:
+        public_query = query and pol.is_public
+        if public_query and not creds:
+            return text
+        if pol.is_public and not pol.allow_redaction_on_public and not public_query:
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.SENSITIVITY_MISMATCH,
                 f"{field or 'text'} sent to PUBLIC collection {name!r} contains {kinds}; the collection is "
@@ -91,13 +97,16 @@ class TextOps(GuardPipeline):
                 point_ids=list(point_ids), details=_where({"findings": kinds}, field),
             ))
         if creds and pol.credentials_in_text == "refuse":
+            # On PUBLIC collections "redact" is a policy error without allow_redaction_on_public.
+            also = " with allow_redaction_on_public = true" if pol.is_public and not pol.allow_redaction_on_public else ""
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.CREDENTIAL_IN_TEXT,
                 f"{field or 'text'} contains credentials {sorted({f.type for f in creds})}; credentials are never "
-                + ("sent to inference" if inference else "stored" if field else "embedded") + ": remove them, or set credentials_in_text = \"redact\"" + why,
+                + ("sent to inference" if inference else "stored" if field else "embedded")
+                + f": remove them, or set credentials_in_text = \"redact\"{also}" + why,
                 point_ids=list(point_ids), details=_where({"findings": kinds}, field),
             ))
-        if keep_pii or not pol.redact_pii:
+        if public_query or keep_pii or not pol.redact_pii:
             # PII stays; only the credentials go (they are never kept).
             return _detect.replace_findings(text, creds) if creds else text
         return redacted
@@ -772,6 +781,7 @@ class _FieldScreen:
         self.found = 0  # values with a finding so far
         self.label = "payload"  # what refusals call the screened object
         self.inference = False  # an inference input's options (screen_text's inference)
+        self.query = False  # ... of a query (screen_text's query)
         # A payload set by filter, or a collection's metadata, has no point to name.
         self.point_ids = [] if point_id is None else [point_id]
 
@@ -908,7 +918,7 @@ class _FieldScreen:
         where = f"{self.label} key {(path + '.' if path else '') + redacted!r}"
         return self.ops.screen_text(self.op, self.name, self.pol, key, point_ids=self.point_ids,
                                     keep_pii=self.keep_pii, scanned=(redacted, findings), field=where,
-                                    inference=self.inference), redacted
+                                    inference=self.inference, query=self.query), redacted
 
     def value(self, value: str, key: Any, at: str) -> str:
         # The value is read as JSON assigns it, after its key: the detector finds a generic secret
@@ -941,7 +951,7 @@ class _FieldScreen:
         return self.ops.screen_text(self.op, self.name, self.pol, value, point_ids=self.point_ids,
                                     keep_pii=self.keep_pii, field=f"{self.label} field {at!r}", why=why,
                                     scanned=(_detect.replace_findings(value, findings), findings),
-                                    inference=self.inference)
+                                    inference=self.inference, query=self.query)
 
     def remember_pair(self, name: str, value: str) -> None:
         """Remember ``(name, value)`` as clean when it may be: short, under a remembered clean key."""
