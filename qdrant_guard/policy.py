@@ -712,7 +712,11 @@ class CollectionPolicy(_Strict):
     credentials_in_text: Literal["refuse", "redact"] = "refuse"
     """Text with credentials: refuse the call (CREDENTIAL_IN_TEXT) or redact to typed placeholders.
     On PUBLIC collections ``redact`` needs ``allow_redaction_on_public`` (without it every finding
-    is refused as mislabelled, so ``redact`` alone is refused)."""
+    is refused as mislabelled, so ``redact`` alone is refused). It also governs what a query on a
+    PUBLIC collection the policy lists would send to inference (a ``models.Document``'s text and
+    options anywhere in the query, an InferenceObject's strings, an Image's options; a credential
+    in an Image's path or URL is refused either way): credentials there are refused
+    (CREDENTIAL_IN_TEXT) or redacted, and PII passes as given."""
     redact_pii: bool = True
     """Redact PII in text to typed placeholders ([SSN], [EMAIL], ...) before embedding and storage,
     and in query text (``query.redact_query_text``). ``false``: PII is embedded, stored and queried
@@ -737,8 +741,10 @@ class CollectionPolicy(_Strict):
     writer. Reads redact a number (as its digits), a list or an object in the text field as they
     redact a string, for points stored around the guard."""
     allow_redaction_on_public: bool = False
-    """On PUBLIC collections redact findings instead of refusing them as mislabelled (``true`` is
-    refused on sensitive collections, which redact anyway)."""
+    """On PUBLIC collections redact findings in writes instead of refusing them as mislabelled
+    (``true`` is refused on sensitive collections, which redact anyway). Queries are not
+    mislabelled by what they carry: their PII passes as given whatever this says, and their
+    credentials follow ``credentials_in_text``."""
     payload_fields: Literal["text_field", "credentials", "all"] = "credentials"
     """Which strings of a stored payload, besides the ``text_field``, the detector screens on every
     write that stores payload (``upsert`` points and ``models.Batch`` payloads, ``upload_points``,

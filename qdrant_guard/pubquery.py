@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import BaseModel
 from qdrant_client.http import models
 
+from . import detect as _detect
 from .inference import screen_inference
 
 _INPUTS = (models.Document, models.Image, models.InferenceObject)
@@ -38,23 +39,27 @@ def screens_public_queries(ops: Any, name: str) -> bool:
     return not (cfg.unlisted == "public" and name not in cfg.collections)
 
 
+def carries_inputs(args: dict[str, Any]) -> bool:
+    """Whether a query's ``args`` may hold an inference input: not a vector or point id without
+    prefetches (a type check, all a PUBLIC read by vector pays)."""
+    return args.get("prefetch") is not None or type(args.get("query")) not in _PLAIN
+
+
 def public_query_text(ops: Any, op: str, name: str, args: dict[str, Any], at: str = "") -> dict[str, Any]:
     """``args`` (a query's, or a batch request's ``query`` and ``prefetch``) with the credentials in
     its inference inputs refused or redacted (see the module); ``args`` itself when nothing changed.
     ``at`` prefixes the places refusals name (``requests[1].``)."""
-    query, prefetch = args.get("query"), args.get("prefetch")
-    if prefetch is None and type(query) in _PLAIN:
-        return args
-    if not screens_public_queries(ops, name):
+    if not carries_inputs(args) or not screens_public_queries(ops, name):
         return args
     pol = ops.policy(name)
 
     def visit(value: Any, where: str) -> Any:
         new = value
         if isinstance(value, models.Document) and isinstance(value.text, str):
-            text = ops.screen_text(op, name, pol, value.text, field=f"{where} (Document) text", inference=True,
-                                   query=True)
-            if text is not value.text:
+            findings = _detect.find_sensitive(value.text)  # the redacted form only when a credential is there
+            if any(f.category == "CREDENTIAL" for f in findings):
+                text = ops.screen_text(op, name, pol, value.text, field=f"{where} (Document) text", inference=True,
+                                       query=True, scanned=(_detect.replace_findings(value.text, findings), findings))
                 new = value.model_copy(update={"text": text})
         return screen_inference(ops, op, name, pol, new, point_id=None, where=where, write=False)
 

@@ -27,7 +27,7 @@ from .payloadops import PayloadOps
 from .pipeline import SOURCE_SIZE_TTL_S as _SOURCE_SIZE_TTL_S
 from .pipeline import Call, Op, memory_budget_store_for, sent_name
 from .policy import CollectionPolicy
-from .pubquery import public_query_text
+from .pubquery import carries_inputs, public_query_text
 from .querycheck import (QueryChecks, UncheckedForm, field_name_roots, iter_prefetch, left_details,
                          query_filter_roots, raw_stored_clause, raw_stored_way_out, rest_prefetch)
 from .score_charge import ScoreCharge, charges_scores, score_spec
@@ -908,7 +908,9 @@ class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
         # Lookups read other collections, so they are checked even when this one is PUBLIC.
         args = self.check_lookups(method, args["collection_name"], args)
         if pol is None:  # PUBLIC: credentials are never sent to inference, whatever the class
-            return None, public_query_text(self, method, args["collection_name"], args), {}
+            if carries_inputs(args):
+                args = public_query_text(self, method, args["collection_name"], args)
+            return None, args, {}
         details: dict[str, Any] = {}
         self.screen_filters(method, args["collection_name"], pol, chain(
             query_filter_roots(args, "query_filter"), field_name_roots(method, args)), details)
