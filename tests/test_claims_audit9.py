@@ -453,7 +453,10 @@ def test_on_a_public_collection_lookups_and_raw_handles_are_the_readmes_other_ex
     readme = _flat("README.md")
     assert "the one exception is that secrets or PII written as text to a PUBLIC" not in readme
     assert ("with these exceptions on PUBLIC collections: secrets or PII written as text there are refused as "
-            "`SENSITIVITY_MISMATCH` unless the policy allows redaction there, a `lookup_from`/`with_lookup` into "
+            "`SENSITIVITY_MISMATCH` unless the policy allows redaction there, a credential in what a query would "
+            "send to inference (a `models.Document` anywhere in the query, its options) is refused as "
+            "`CREDENTIAL_IN_TEXT` unless `credentials_in_text = \"redact\"` (PII in it passes), a "
+            "`lookup_from`/`with_lookup` into "
             "another collection is checked as a read of that one, and a guarded client refuses its raw handles "
             "(`client.http`, `grpc_*`) whatever the collection") in readme
     kit = make_kit(tmp_path)
@@ -470,6 +473,9 @@ def test_on_a_public_collection_lookups_and_raw_handles_are_the_readmes_other_ex
     with pytest.raises(GuardRefusal) as grouped:
         bob.query_points_groups("pub", query=unit(rng), group_by="g", with_lookup=models.WithLookup(collection="pii"))
     assert lookup.value.verdict == grouped.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    with pytest.raises(GuardRefusal) as credential:  # before qdrant-client's inference (none here) runs
+        bob.query_points("pub", query=models.Document(text="why does AKIAJ2QW7XRT5LNPV3YB fail", model="m"))
+    assert credential.value.verdict == "CREDENTIAL_IN_TEXT"
     for handle in ("http", "grpc_points"):
         with pytest.raises(GuardRefusal, match="raw API handle"):
             getattr(bob, handle)
