@@ -16,7 +16,7 @@ data. Raw vectors and point ids pass without a walk; collections left unlisted u
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from pydantic import BaseModel
@@ -28,8 +28,8 @@ from .inference import screen_inference
 _INPUTS = (models.Document, models.Image, models.InferenceObject)
 # Queries that hold no inference input (a vector, a multivector, a point id): not walked.
 _PLAIN = frozenset({list, np.ndarray, int, str, uuid.UUID, models.SparseVector, type(None)})
-# Leaves of a query model that hold nothing inference reads.
-_LEAVES = frozenset({float, int, str, bool, uuid.UUID, np.ndarray, type(None)})
+# Leaves of a query model that hold nothing inference reads (a sparse vector's indices are not walked).
+_LEAVES = frozenset({float, int, str, bool, uuid.UUID, np.ndarray, models.SparseVector, type(None)})
 
 
 def screens_public_queries(ops: Any, name: str) -> bool:
@@ -63,7 +63,7 @@ def public_query_text(ops: Any, op: str, name: str, args: dict[str, Any], at: st
                 new = value.model_copy(update={"text": text})
         return screen_inference(ops, op, name, pol, new, point_id=None, where=where, write=False)
 
-    changed = {}
+    changed: dict[str, Any] = {}
     for key in ("query", "prefetch"):
         if args.get(key) is not None:
             sent = _walk(args[key], visit, f"{at}{key}")
@@ -72,7 +72,7 @@ def public_query_text(ops: Any, op: str, name: str, args: dict[str, Any], at: st
     return {**args, **changed} if changed else args
 
 
-def _walk(value: Any, visit: Any, where: str) -> Any:
+def _walk(value: Any, visit: Callable[[Any, str], Any], where: str) -> Any:
     """``value`` with each inference input in it replaced by ``visit(input, where)``: every field of
     a query model, item of a list and value of a dict (a prefetch's query and prefetches only),
     as qdrant-client's inference finds them wherever they are."""
@@ -83,7 +83,7 @@ def _walk(value: Any, visit: Any, where: str) -> Any:
         return value
     if isinstance(value, BaseModel):
         fields = ("query", "prefetch") if isinstance(value, models.Prefetch) else type(value).model_fields
-        update = {}
+        update: dict[str, Any] = {}
         for f in fields:
             v = getattr(value, f, None)
             if type(v) in _LEAVES:

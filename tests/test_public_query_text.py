@@ -84,6 +84,8 @@ NESTED = [
     (lambda d: models.NearestQuery(nearest=d), "query.nearest"),
     (lambda d: models.RecommendQuery(recommend=models.RecommendInput(positive=[[0.1] * DIM, d])),
      "query.recommend.positive[1]"),
+    (lambda d: models.RecommendQuery(recommend=models.RecommendInput(positive=[1], negative=[2, d])),
+     "query.recommend.negative[1]"),  # after a point id: a list of ints is no vector
     (lambda d: models.DiscoverQuery(discover=models.DiscoverInput(
         target=[0.1] * DIM, context=[models.ContextPair(positive=1, negative=d)])), "query.discover.context[0].negative"),
     (lambda d: models.ContextQuery(context=[models.ContextPair(positive=d, negative=2)]), "query.context[0].positive"),
