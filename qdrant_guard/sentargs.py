@@ -5,11 +5,15 @@ what is sent.
 A str, int or float subclass is sent by pydantic (REST) as its value: its characters, its integer,
 its float. The guard and local mode read it through its own methods: a ``using`` looked up in a
 dict (``__hash__``/``__eq__``) and written into the score charge's ids (``__format__``), a
-``limit`` read by ``int()`` (``__int__``). A ``uuid.UUID`` subclass is sent by pydantic as its
+``limit`` or ``group_size`` read by ``int()`` (``__int__``, ``__ge__``: a ``group_size`` that
+said 100 set the group caps of a read sent with 2). A ``uuid.UUID`` subclass is sent by pydantic as its
 128-bit value, while local mode stores and looks up its ``str()`` and the budget named it by its
 ``__str__``. Each such argument is replaced by its plain value (``str.__str__``, ``int.__int__``,
 ``float.__float__``, :func:`~qdrant_guard.point_uuid.real_uuid`), which is checked and sent.
-Plain values are passed as they are (an exact-type test, no copy).
+Plain values are passed as they are (an exact-type test, no copy). A ``wait`` that is no bool is
+sent as the bool the guard reads (REST sends ``str(wait).lower()``). Not made plain, as no guard
+check reads them: ``timeout``, ``consistency``, ``shard_key_selector`` (passed to the guard's own
+look-ups and to the write alike), ``score_threshold``, ``with_vectors``.
 """
 from __future__ import annotations
 
@@ -66,8 +70,9 @@ def _selector(value: Any, where: str) -> Any:
 
 
 def plain_args(method: str, args: dict[str, Any]) -> dict[str, Any]:
-    """``args`` with ``using``, ``limit``, ``offset``, ``search_params`` (rebuilt), ``ids`` and a points
-    selector's ids plain (:func:`plain_scalar`); ``args`` itself when all are. (An upsert's and a
+    """``args`` with ``using``, ``limit``, ``offset``, ``group_size``, ``search_params`` (rebuilt), ``ids``
+    and a points selector's ids plain (:func:`plain_scalar`), and a ``wait`` that is no bool as the
+    bool the guard reads; ``args`` itself when all are. (An upsert's and a
     vector update's points, ids included, are snapshotted by :mod:`qdrant_guard.sentpoints`.)
 
     Raises:
@@ -77,10 +82,14 @@ def plain_args(method: str, args: dict[str, Any]) -> dict[str, Any]:
     using = args.get("using")
     if using is not None and type(using) is not str:
         changed["using"] = plain_scalar(using, "using")
-    for key in ("limit", "offset"):  # offset: a count, or scroll's point id
+    for key in ("limit", "offset", "group_size"):  # offset: a count, or scroll's point id
         v = args.get(key)
         if v is not None and type(v) not in _PLAIN:
             changed[key] = plain_scalar(v, key)
+    wait = args.get("wait")
+    if wait is not None and type(wait) is not bool:
+        # The guard reads its truth (an unwaited write's source sizes); REST sends str(wait).lower().
+        changed["wait"] = bool(wait)
     params = args.get("search_params")
     if params is not None and type(params) is not models.SearchParams and isinstance(params, models.SearchParams):
         # Only the score charge's digest reads it, through model_dump: a subclass's could show it

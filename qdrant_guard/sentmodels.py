@@ -279,7 +279,28 @@ def _names(value: Any, where: str) -> Any:
     cls = _of(value, _PAYLOAD_SELECTORS + (models.OrderBy,))
     if cls is not None:
         return rebuilt(value, cls, where)
+    if isinstance(value, dict):
+        # A dict is validated into a selector or OrderBy by qdrant-client, through its own reads of
+        # it (a dict subclass's get(), a list subclass's items), while the key screen iterated it.
+        return _dict_names(value, where)
     return value
+
+
+# What a dict given as with_payload or order_by is validated into (QueryRequest's, ScrollRequest's).
+_DICT_NAMES = {"with_payload": TypeAdapter(models.QueryRequest.model_fields["with_payload"].annotation),
+               "order_by": TypeAdapter(models.ScrollRequest.model_fields["order_by"].annotation)}
+
+
+def _dict_names(value: dict, where: str) -> Any:
+    kind = "order_by" if where.endswith("order_by") else "with_payload"
+    try:
+        found = _DICT_NAMES[kind].validate_python(value)
+    except ValueError as exc:  # ValidationError
+        first = exc.errors()[0].get("msg", "") if hasattr(exc, "errors") else type(exc).__name__
+        raise UncheckedForm(where, value, f"which does not validate as {kind} ({first}): pass "
+                            f"{'a payload selector model, a list of keys or a bool' if kind == 'with_payload' else 'a key or models.OrderBy'}") from None
+    # Validated through the dict's own methods: a model it holds is rebuilt as its fields send.
+    return _names(found, where) if isinstance(found, BaseModel) else found
 
 
 def _selector(value: Any, where: str) -> Any:
