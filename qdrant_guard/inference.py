@@ -4,9 +4,11 @@ qdrant-client 1.20 hands a ``models.Document``, ``models.Image`` or ``models.Inf
 an inference backend (Qdrant Cloud inference, or fastembed in local mode) with everything in it:
 a Document's ``options`` (a prompt or prefix option is embedded with the text), an
 InferenceObject's ``object`` (any JSON, most often text) and ``options``, an Image's ``options``
-and its image, which may be a path or URL. The text of each is screened as a Document's text is;
-an image's pixels cannot be, so only a path or URL is read, and refused (never redacted: a
-redacted URL names another image) when it holds a finding the collection does not accept.
+and its image, which may be a path or URL, and the ``model`` each names (sent to inference as
+given). The text of each is screened as a Document's text is; an image's pixels cannot be, so only
+a path or URL is read; a locator and a model name are refused (never redacted: a redacted URL
+names another image, a redacted model name another model) when they hold a finding the
+collection does not accept.
 """
 from __future__ import annotations
 
@@ -135,6 +137,64 @@ class InferenceScreen:
             "Pass the image as data (base64), or from a location that needs no credential in its address",
             point_ids=self.point_ids, details={"findings": kinds, "where": where, "form": "Image"},
         ))
+        _refuse_finding(self.ops, self.op, self.name, self.pol, str.__str__(image), where, "Image",
+                        "whose path or URL", "inference would fetch it as given (a locator cannot be redacted: "
+                        "it would name another image). Pass the image as data (base64), or from a location "
+                        "that needs no credential in its address", self.point_ids)
+
+
+# Model names seen clean: names repeat across calls, so a plain Document costs one set lookup after
+# the first (only clean ones are kept: a refused name is not held in memory).
+_CLEAN: set[str] = set()
+
+
+def _findings(text: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    if text in _CLEAN:
+        return text, (), ()
+    shown, findings = _detect.redact_with_findings(text)
+    if not findings:
+        if len(_CLEAN) >= 256:
+            _CLEAN.clear()
+        _CLEAN.add(text)
+    return (shown, tuple(sorted({f.type for f in findings if f.category == "CREDENTIAL"})),
+            tuple(sorted({f.type for f in findings})))
+
+
+def _refuse_finding(ops: Any, op: str, name: str, pol: CollectionPolicy, text: str, where: str, kind: str,
+                    whose: str, why: str, point_ids: list[Any]) -> None:
+    """Refuse a string inference reads as given (an Image's locator, an input's model name) holding
+    a finding: on a PUBLIC collection any (it is mislabelled), elsewhere a credential (PII there is
+    left, as in the input's text where the policy keeps it)."""
+    shown, creds, kinds = _findings(text)
+    if not kinds or (not creds and not pol.is_public):
+        return
+    verdict = Verdict.SENSITIVITY_MISMATCH if pol.is_public else Verdict.CREDENTIAL_IN_TEXT
+    raise ops.refuse(ops.decision(
+        op, name, pol, verdict,
+        f"{where} is a models.{kind} {whose} {shown!r} holds "
+        f"{list(creds) if verdict is Verdict.CREDENTIAL_IN_TEXT else list(kinds)}, and {why}",
+        point_ids=point_ids, details={"findings": list(kinds), "where": where, "form": kind},
+    ))
+
+
+def _model_name(ops: Any, op: str, name: str, pol: CollectionPolicy, value: Any, where: str, point_id: Any,
+                write: bool) -> None:
+    """Refuse an inference input whose ``model`` (sent to inference as given, so never redacted:
+    the redacted name would be another model) holds a finding (:func:`_refuse_finding`), or is
+    no str (a model_construct()ed input: qdrant-client would send what pydantic makes of it)."""
+    model = getattr(value, "model", None)  # model_construct() may leave it unset
+    kind = type(value).__name__
+    if not isinstance(model, str):
+        message = (f"{op}: {where} is a models.{kind} whose model is a {type(model).__name__}, not a str, which "
+                   "the guard cannot screen as qdrant-client would send it. Build it with "
+                   f"models.{kind}(..., model=\"<model name>\"). Nothing was sent")
+        if write:
+            raise ops.unsupported_write(op, name, pol, message)
+        raise ops.refuse(ops.decision(op, name, pol, Verdict.QUERY_REJECTED, message,
+                                      details={"where": f"{where}.model", "form": kind}))
+    _refuse_finding(ops, op, name, pol, str.__str__(model), f"{where}.model", kind, "whose model name",
+                    "inference is sent the name as given (a model name cannot be redacted: it would name "
+                    "another model). Name the model without it", [] if point_id is None else [point_id])
 
 
 def _depth(value: Any, at: str) -> None:
@@ -157,8 +217,9 @@ def _depth(value: Any, at: str) -> None:
 def screen_inference(ops: Any, op: str, name: str, pol: CollectionPolicy, value: Any, *, point_id: Any,
                      where: str, keep_pii: bool = False, write: bool = True) -> Any:
     """``value`` (a Document, Image or InferenceObject; anything else is returned as it is) with
-    what inference would read of it besides a Document's text screened: the options of each, an
-    InferenceObject's object, an Image's path or URL (:class:`InferenceScreen`). The same object
+    what inference would read of it besides a Document's text screened: the model each names
+    (:func:`_model_name`), the options of each, an InferenceObject's object, an Image's path or
+    URL (:class:`InferenceScreen`). The same object
     when nothing changed. A Document's text is the caller's (it is screened with the query's
     checks, or embedded by the guard).
 
@@ -167,9 +228,14 @@ def screen_inference(ops: Any, op: str, name: str, pol: CollectionPolicy, value:
             PUBLIC collections, CREDENTIAL_IN_TEXT; a query, ``write=False``, on a PUBLIC collection
             is screened for credentials only), or a locator's (:meth:`InferenceScreen.locator`).
         UnsupportedWriteError / GuardRefusal (QUERY_REJECTED): an input nested past 64 levels.
+        GuardRefusal: as :meth:`TextOps.screen_text` for a finding (SENSITIVITY_MISMATCH on PUBLIC
+            collections, CREDENTIAL_IN_TEXT), or a locator's (:meth:`InferenceScreen.locator`).
+        UnsupportedWriteError / GuardRefusal (QUERY_REJECTED): an input nested past 64 levels, or
+            whose model is no str.
     """
     if not isinstance(value, (models.Document, models.Image, models.InferenceObject)):
         return value
+    _model_name(ops, op, name, pol, value, where, point_id, write)
     if value.options is None and isinstance(value, models.Document):
         return value  # a plain Document: its text is the caller's
     kind = type(value).__name__

@@ -169,8 +169,9 @@ class TextOps(GuardPipeline):
 
     def public_vector(self, op: str, name: str, pol: CollectionPolicy, vector: Any, *, point_id: Any) -> Any:
         """A vector struct with each ``models.Document`` text screened, and what inference reads of
-        each Document, Image and InferenceObject besides (``inference.screen_inference``: options,
-        an InferenceObject's object, an Image's path or URL); the same object when it has none."""
+        each Document, Image and InferenceObject besides (``inference.screen_inference``: the model
+        name, options, an InferenceObject's object, an Image's path or URL); the same object when
+        it has none."""
         vecs = split_vector_struct(vector)
         docs: dict[str, Any] = {}
         for k, v in vecs.items():
@@ -179,8 +180,7 @@ class TextOps(GuardPipeline):
             new = v
             if isinstance(v, models.Document):
                 new = v.model_copy(update={"text": self.screen_text(op, name, pol, v.text, point_ids=[point_id])})
-            if (isinstance(v, (models.Image, models.InferenceObject))
-                    or (isinstance(v, models.Document) and v.options is not None)):
+            if isinstance(v, (models.Document, models.Image, models.InferenceObject)):
                 from .inference import screen_inference  # it builds on this module
                 new = screen_inference(self, op, name, pol, new, point_id=point_id,
                                        where=f"point {point_id!r} vector {k or '<unnamed>'!r}")
