@@ -235,7 +235,7 @@ class PayloadOps(TextOps):
         return (yield from self.forward(method, name, pol, Call(method, {**args, "points": points})))
 
     def _existing_only(self, op: str, name: str, pol: CollectionPolicy, selector: Any, shard_key: Any,
-                       fresh: dict[str, Any] | None = None, deleted: Collection[str] = ()) -> Any:
+                       fresh: dict[str, Any] | None = None, deleted: Collection[str] = (), where: str = "") -> Any:
         """The selector to send for a ``set_payload``/``delete_payload`` naming ``selector``'s
         points (a generator): a filter is returned as it is; ids are looked up first, and the call
         refused (audited UNSUPPORTED_WRITE, nothing sent) if one names no point or is no point id,
@@ -245,7 +245,8 @@ class PayloadOps(TextOps):
         applied. The look-up costs one ``retrieve`` of the ids (no payload, no vectors); calls by
         filter read nothing. In a batch, ``fresh`` holds the points upserted (unconditionally)
         earlier in it and ``deleted`` those deleted earlier by id, by normalised id: the former
-        count as present, the latter as missing; and an empty id list is refused too.
+        count as present, the latter as missing; and an empty id list is refused too. ``where``: the
+        operation's place in the batch (``update_operations[2]``), which refusals name.
 
         Raises:
             UnsupportedWriteError: a missing point, an invalid id, or (in a batch) no id at all.
@@ -255,7 +256,8 @@ class PayloadOps(TextOps):
         if not ids and fresh is not None and not isinstance(selector, (models.Filter, models.FilterSelector)):
             # Qdrant fails an empty id list, after applying the batch's earlier operations.
             raise self.unsupported_write(op, name, pol, (
-                f"{op}: a payload change in a batch on sensitive collection {name!r} names no point (an "
+                f"{op}: {where}{', ' if where else ''}a payload change in a batch on sensitive collection {name!r}"
+                f"{',' if where else ''} names no point (an "
                 "empty id list); Qdrant would apply the batch up to it, then fail. Leave the operation "
                 "out, or name its points. Nothing was written"))
         if not ids:
@@ -264,7 +266,8 @@ class PayloadOps(TextOps):
         gone = [pid for pid in ids if normalize_point_id(pid) in deleted]
         if gone:
             raise self.unsupported_write(op, name, pol, (
-                f"{op}: a payload change of point(s) {gone} deleted earlier in the same batch on sensitive "
+                f"{op}: {where}{', ' if where else ''}a payload change of point(s) {gone} deleted earlier in the "
+                "same batch on sensitive "
                 f"collection {name!r} would fail half applied. Leave their ids out. Nothing was written"))
         if shard_key is None:
             shard_key = getattr(selector, "shard_key", None)
@@ -277,7 +280,7 @@ class PayloadOps(TextOps):
             why = ("Qdrant would apply the batch up to this operation, then fail on them (a conditional "
                    "upsert earlier in the batch does not count: whether it creates a point is not known "
                    "beforehand)")
-        self._all_named(op, name, pol, selector, present, fresh or {}, None, why)
+        self._all_named(op, name, pol, selector, present, fresh or {}, None, why, where)
         where = models.Filter(must=[models.HasIdCondition(has_id=ids)])
         if isinstance(selector, models.PointIdsList):
             return models.FilterSelector(filter=where, shard_key=selector.shard_key)
@@ -378,7 +381,7 @@ class PayloadOps(TextOps):
         return result
 
     def _vector_receipt_strips(self, op: str, name: str, pol: CollectionPolicy, selector: Any, shard_key: Any,
-                               names: set[str], fresh: dict[str, Any] | None = None) -> Any:
+                               names: set[str], fresh: dict[str, Any] | None = None, where: str = "") -> Any:
         """The payload operations that drop the receipts of vectors ``names`` from the points
         ``selector`` names (a generator). ``fresh``: receipt containers written earlier in the same
         batch, by normalised point id; updated with the containers these operations leave.
@@ -396,7 +399,7 @@ class PayloadOps(TextOps):
         records = yield from self._resolve(op, name, pol, selector, shard_key)
         current = {normalize_point_id(r.id): (r.id, (r.payload or {}).get(RECEIPT_KEY)) for r in records}
         self._all_named(op, name, pol, selector, current, fresh, None,
-                        "a vector deletion naming them would be half applied")
+                        "a vector deletion naming them would be half applied", where)
         by_path = all(_quotable(n) for n in names)
         strip: list[Any] = []
         hit: list[Any] = []
@@ -421,10 +424,10 @@ class PayloadOps(TextOps):
         return strip
 
     def _all_named(self, op: str, name: str, pol: CollectionPolicy, selector: Any, found: dict[Any, Any],
-                   fresh: dict[str, Any], empty: Any, why: str) -> None:
+                   fresh: dict[str, Any], empty: Any, why: str, where: str = "") -> None:
         """Add to ``found`` (points read, by normalised id) the ids ``selector`` names that were
         upserted earlier in the batch (``fresh``), as ``(id, empty)``; refuse (audited) the call if
-        it names any other point ``found`` lacks.
+        it names any other point ``found`` lacks (``where``: the operation's place in a batch).
 
         Raises:
             UnsupportedWriteError: an id names no point.
@@ -435,7 +438,8 @@ class PayloadOps(TextOps):
                 found[key] = (pid, empty)
         missing = [p for p in _selector_ids(selector) if normalize_point_id(p) not in found]
         if missing:
-            message = (f"{op}: point(s) {missing} do not exist in collection {name!r}; {why}. Leave their "
+            message = (f"{op}: {where + ' names ' if where else ''}point(s) {missing}"
+                       f"{',' if where else ''} {'which ' if where else ''}do not exist in collection {name!r}; {why}. Leave their "
                        "ids out. Nothing was written")
             raise self.unsupported_write(op, name, pol, message)
 
@@ -467,7 +471,7 @@ class PayloadOps(TextOps):
 
     def _preserving_overwrite(self, op: str, name: str, pol: CollectionPolicy, payload: dict[str, Any],
                               selector: Any, fresh: dict[str, Any] | None = None, *, shard_key: Any = None,
-                              written: set[str] | frozenset[str] = frozenset()) -> Any:
+                              written: set[str] | frozenset[str] = frozenset(), where: str = "") -> Any:
         """The operations that overwrite the payload of the points ``selector`` names with
         ``payload`` and keep their receipts (a generator returning ``(operations, point count)``).
 
@@ -495,7 +499,7 @@ class PayloadOps(TextOps):
         self._keep_restricted(op, name, pol, records, what)
         targets = {normalize_point_id(r.id): (r.id, r.payload or {}) for r in records}
         self._all_named(op, name, pol, selector, targets, fresh, {},
-                        "qdrant-client refuses a payload rewrite naming them")
+                        "qdrant-client refuses a payload rewrite naming them", where)
         if not targets:
             return [], 0
         held = set(written).union(*(p.keys() for _, p in targets.values()))
@@ -566,19 +570,20 @@ class PayloadOps(TextOps):
                          "with_vectors": False, "shard_key_selector": shard_key})))
 
     def _batch_existing(self, op: str, name: str, pol: CollectionPolicy, spec: Any, fresh: dict[str, Any] | None,
-                        deleted: Collection[str]) -> Any:
+                        deleted: Collection[str], where: str = "") -> Any:
         """The ``has_id`` filter to send for a batch's SetPayload/DeletePayload ``spec`` naming
         points by (at least one) id (:meth:`_existing_only`; a generator)."""
         return (yield from self._existing_only(op, name, pol, list(spec.points), spec.shard_key,
-                                               {} if fresh is None else fresh, deleted))
+                                               {} if fresh is None else fresh, deleted, where))
 
     def payload_operation(self, op: str, name: str, pol: CollectionPolicy, operation: Any,
                           fresh: dict[str, Any] | None = None, written: set[str] | frozenset[str] = frozenset(),
-                          deleted: Collection[str] = ()) -> Any:
+                          deleted: Collection[str] = (), *, where: str = "") -> Any:
         """Check one payload/delete operation of a batch; returns the operations to send (a
         generator). ``fresh``: receipt containers written earlier in the batch, by point id;
         ``written``: top-level payload keys earlier operations of the batch may have written;
-        ``deleted``: points deleted earlier in the batch by id (normalised)."""
+        ``deleted``: points deleted earlier in the batch by id (normalised); ``where``: the
+        operation's place (``update_operations[2]``), which its batch refusals name."""
         if isinstance(operation, models.SetPayloadOperation):
             sp = operation.set_payload
             payload = self._check_set(op, name, pol, sp.payload, sp.key)
@@ -587,7 +592,7 @@ class PayloadOps(TextOps):
                                                     sp.shard_key, "a set_payload operation")
             update: dict[str, Any] = {"payload": payload}
             if sp.points is not None:
-                update.update(points=None, filter=(yield from self._batch_existing(op, name, pol, sp, fresh, deleted)))
+                update.update(points=None, filter=(yield from self._batch_existing(op, name, pol, sp, fresh, deleted, where)))
             return [models.SetPayloadOperation(set_payload=sp.model_copy(update=update))]
         if isinstance(operation, models.DeletePayloadOperation):
             dp = operation.delete_payload
@@ -597,25 +602,26 @@ class PayloadOps(TextOps):
                 yield from self._keep_restricted_of(op, name, pol, dp.points if dp.points is not None else dp.filter,
                                                     dp.shard_key, "a delete_payload operation")
             if dp.points is not None:
-                where = yield from self._batch_existing(op, name, pol, dp, fresh, deleted)
+                flt = yield from self._batch_existing(op, name, pol, dp, fresh, deleted, where)
                 return [models.DeletePayloadOperation(delete_payload=dp.model_copy(
-                    update={"points": None, "filter": where}))]
+                    update={"points": None, "filter": flt}))]
             return [operation]
         if isinstance(operation, models.OverwritePayloadOperation):
             sp = operation.overwrite_payload
             payload = self._check_set(op, name, pol, sp.payload, None)
             sel = sp.points if sp.points is not None else sp.filter
             ops, _ = yield from self._preserving_overwrite(op, name, pol, payload, sel, fresh,
-                                                           shard_key=sp.shard_key, written=written)
+                                                           shard_key=sp.shard_key, written=written, where=where)
             return ops
         if isinstance(operation, models.ClearPayloadOperation):
             ops, _ = yield from self._preserving_overwrite(op, name, pol, {}, operation.clear_payload, fresh,
-                                                           written=written)
+                                                           written=written, where=where)
             return ops
         if isinstance(operation, models.DeleteVectorsOperation):
             dv = operation.delete_vectors
             sel = dv.points if dv.points is not None else dv.filter
-            strip = yield from self._vector_receipt_strips(op, name, pol, sel, dv.shard_key, set(dv.vector), fresh)
+            strip = yield from self._vector_receipt_strips(op, name, pol, sel, dv.shard_key, set(dv.vector), fresh,
+                                                           where)
             return [operation, *strip]
         return [operation]
 

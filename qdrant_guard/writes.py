@@ -121,7 +121,7 @@ def points_from_any(points: Any, at: str = "points") -> list[models.PointStruct]
         uneven = {k: m for k, m in columns.items() if m != n}
         if uneven:
             raise GuardArgumentValueError(
-                f"models.Batch has {n} ids but " + ", ".join(f"{m} {k}" for k, m in uneven.items())
+                f"{at} is a models.Batch with {n} ids but " + ", ".join(f"{m} {k}" for k, m in uneven.items())
                 + "; every column must have one entry per id"
             )
         if isinstance(points.vectors, dict):
@@ -129,8 +129,15 @@ def points_from_any(points: Any, at: str = "points") -> list[models.PointStruct]
         else:
             vecs = list(points.vectors)
         payloads = list(points.payloads) if points.payloads is not None else [None] * n
-        return [sent_point(models.PointStruct(id=points.ids[i], vector=vecs[i], payload=payloads[i]), i, at)
-                for i in range(n)]
+        out = []
+        for i in range(n):
+            try:
+                point = models.PointStruct(id=points.ids[i], vector=vecs[i], payload=payloads[i])
+            except pydantic.ValidationError as exc:
+                raise _row_error((f"{at}.ids", f"{at}.vectors", f"{at}.payloads"), i, vecs[i], exc,
+                                 "the models.Batch", _BATCH_FIX) from None
+            out.append(sent_point(point, i, at))
+        return out
     out = []
     for i, p in enumerate(points):
         if isinstance(p, models.PointStruct):
@@ -152,6 +159,38 @@ def points_from_any(points: Any, at: str = "points") -> list[models.PointStruct]
                 "gRPC PointStruct is not accepted by the guard; convert it to models.PointStruct"
             )
     return out
+
+
+def _row_error(columns: tuple[str, str, str], i: int, vector: Any, exc: pydantic.ValidationError,
+               what: str, fix: str) -> GuardArgumentValueError:
+    """The error for row ``i`` of a models.Batch or upload_collection's columns (``columns``: where
+    the ids, vectors and payloads are) that does not make a point (a Batch built with
+    model_construct() or changed after it was built; qdrant-client fails on it too). It names each
+    column entry at fault (``points.vectors[3]``, ``points.vectors['image'][3]``,
+    ``points.ids[3]``, ``points.payloads[3]``), never their values (a payload may hold a secret)."""
+    wrong = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
+    ids, vectors, payloads = columns
+    places = []
+    if "id" in wrong:
+        places.append(f"{ids}[{i}]")
+    if "vector" in wrong:
+        if isinstance(vector, dict):
+            for k, v in vector.items():
+                try:
+                    models.PointStruct(id=0, vector={k: v})
+                except pydantic.ValidationError:
+                    places.append(f"{vectors}[{k!r}][{i}]")
+        else:
+            places.append(f"{vectors}[{i}]")
+    if "payload" in wrong:
+        places.append(f"{payloads}[{i}]")
+    return GuardArgumentValueError(
+        f"{', '.join(places) or f'row {i}'} of {what} {'does' if len(places) < 2 else 'do'} not validate as "
+        f"a point's {', '.join(sorted(wrong)) or 'fields'} ({exc.errors()[0]['msg']}); {fix}. Nothing was written")
+
+
+_BATCH_FIX = ("build the batch with models.Batch(ids=..., vectors=..., payloads=...) (not model_construct(), "
+              "nor changed after it was built), one valid entry per id in every column")
 
 
 def _operation_points(inner: Any, where: str) -> list[models.PointStruct]:
@@ -229,8 +268,15 @@ def points_from_columns(vectors: Any, payload: Iterable[Any] | None, ids: Iterab
             f"upload_collection: {len(rows)} vectors, {len(pl)} payloads and {len(id_list)} ids; "
             "the three must have the same length"
         )
-    return [sent_point(models.PointStruct(id=i, vector=_plain(v), payload=p), n)
-            for n, (i, v, p) in enumerate(zip(id_list, rows, pl))]
+    out = []
+    for n, (i, v, p) in enumerate(zip(id_list, rows, pl)):
+        try:
+            point = models.PointStruct(id=i, vector=_plain(v), payload=p)
+        except pydantic.ValidationError as exc:
+            raise _row_error(("ids", "vectors", "payload"), n, v, exc, "upload_collection's columns",
+                             "give one valid id, vector and payload (a dict) a point") from None
+        out.append(sent_point(point, n))
+    return out
 
 
 def _altered_by_storage(arr: np.ndarray, distance: str) -> bool:
@@ -440,7 +486,8 @@ class WriteOps(TextOps):
                     # it, after applying the batch's earlier operations.
                     raise self.unsupported_write(
                         method, name, pol,
-                        f"{method}: an Upsert in a batch on sensitive collection {name!r} names no point (an "
+                        f"{method}: update_operations[{j}], an Upsert in a batch on sensitive collection {name!r}, "
+                        "names no point (an "
                         "empty point list); Qdrant would apply the batch up to it, then fail. Leave the "
                         "operation out, or give it its points. Nothing was written"
                     )
@@ -464,17 +511,19 @@ class WriteOps(TextOps):
                     update_filter=inner.update_filter, update_mode=inner.update_mode)))
             elif isinstance(op, models.UpdateVectorsOperation):
                 uv = op.update_vectors
-                self._refuse_update_filter(method, name, pol, uv.update_filter)
+                self._refuse_update_filter(method, name, pol, uv.update_filter, f"update_operations[{j}]")
                 if deleted_by_filter:
                     raise self.unsupported_write(
                         method, name, pol,
-                        f"{method}: a vector update after a delete by filter in the same batch on sensitive "
+                        f"{method}: update_operations[{j}], a vector update after a delete by filter in the same "
+                        "batch on sensitive "
                         f"collection {name!r}: the guard cannot tell which points will still exist, and "
                         "Qdrant would apply part of the update before failing on a deleted point, "
                         "without its receipts. Send the delete and the vector update as separate calls"
                     )
                 updates = vector_updates_from_any(list(uv.points), f"update_operations[{j}].update_vectors.points")
-                self._refuse_uncertain(method, name, pol, uncertain, [u.id for u in updates], "a vector update")
+                self._refuse_uncertain(method, name, pol, uncertain, [u.id for u in updates],
+                                       f"a vector update (update_operations[{j}])")
                 new = yield from self.prepare_vector_updates(method, name, pol, updates,
                                                              shard_key=uv.shard_key, fresh=fresh,
                                                              deleted=deleted, accepted=accepted)
@@ -490,8 +539,8 @@ class WriteOps(TextOps):
                     # Qdrant fails an empty id list, after applying the batch's earlier operations.
                     raise self.unsupported_write(
                         method, name, pol,
-                        f"{method}: a {type(op).__name__.removesuffix('Operation')} in a batch on sensitive "
-                        f"collection {name!r} names no point (an empty id list); Qdrant would apply the batch "
+                        f"{method}: update_operations[{j}], a {type(op).__name__.removesuffix('Operation')} in a "
+                        f"batch on sensitive collection {name!r}, names no point (an empty id list); Qdrant would apply the batch "
                         "up to it, then fail. Leave the operation out, or name its points. Nothing was written"
                     )
                 if isinstance(op, models.DeleteOperation):
@@ -520,7 +569,8 @@ class WriteOps(TextOps):
                         # (to carry each point's receipt along, or drop the deleted vectors' ones).
                         raise self.unsupported_write(
                             method, name, pol,
-                            f"{method}: a {what} by filter after other operations in the same batch on "
+                            f"{method}: update_operations[{j}], a {what} by filter after other operations in "
+                            "the same batch on "
                             f"sensitive collection {name!r}: the guard resolves the filter to point ids before "
                             "the batch runs, and the earlier operations change which points it matches. Send "
                             "it as its own call, or first in the batch. Nothing was written"
@@ -530,23 +580,27 @@ class WriteOps(TextOps):
                         if deleted_by_filter and ids:
                             raise self.unsupported_write(
                                 method, name, pol,
-                                f"{method}: a vector deletion of point(s) {ids} after a delete by filter in the "
+                                f"{method}: update_operations[{j}], a vector deletion of point(s) {ids} after a "
+                                "delete by filter in the "
                                 f"same batch on sensitive collection {name!r}: the guard cannot tell which of them "
                                 "will still exist, and Qdrant would delete the others' vectors, then fail on a "
                                 "deleted point before their receipts are dropped. Send the delete and the vector "
                                 "deletion as separate calls. Nothing was written"
                             )
-                        yield from self._refuse_unknown_vector_names(method, name, pol, op.delete_vectors.vector)
-                    self._refuse_uncertain(method, name, pol, uncertain, ids, f"a {what}")
+                        yield from self._refuse_unknown_vector_names(method, name, pol, op.delete_vectors.vector,
+                                                                     f"update_operations[{j}], a vector deletion")
+                    self._refuse_uncertain(method, name, pol, uncertain, ids, f"a {what} (update_operations[{j}])")
                     gone = [pid for pid in ids if normalize_point_id(pid) in deleted]
                     if gone:  # Qdrant would fail on them after applying the earlier operations
                         raise self.unsupported_write(
                             method, name, pol,
-                            f"{method}: a {what} of point(s) {gone} deleted earlier in the same batch "
+                            f"{method}: update_operations[{j}], a {what} of point(s) {gone} deleted earlier in the "
+                            "same batch "
                             f"on sensitive collection {name!r} would fail half applied. Leave their ids out. "
                             "Nothing was written"
                         )
-                new = yield from self.payload_operation(method, name, pol, op, fresh, written, deleted)
+                new = yield from self.payload_operation(method, name, pol, op, fresh, written, deleted,
+                                                        where=f"update_operations[{j}]")
                 written.update(_keys_written(op))
                 for sent in new:  # the keys as stored (a redacted key is not the caller's)
                     written.update(_keys_written(sent))
@@ -619,7 +673,8 @@ class WriteOps(TextOps):
         ))
         mark_audited(exc)
 
-    def _refuse_unknown_vector_names(self, op: str, name: str, pol: CollectionPolicy, names: Iterable[str]) -> Op:
+    def _refuse_unknown_vector_names(self, op: str, name: str, pol: CollectionPolicy, names: Iterable[str],
+                                     what: str = "a vector deletion") -> Op:
         """Refuse a vector deletion naming a vector the collection does not have (a generator: it
         may read the layout, again once when the cached one lacks a name). Qdrant checks the names
         only when it reaches the operation, after applying a batch's earlier ones, and a server may
@@ -635,7 +690,7 @@ class WriteOps(TextOps):
                 self.forget_shape(name)
         raise self.unsupported_write(
             op, name, pol,
-            f"{op}: a vector deletion on sensitive collection {name!r} names vector(s) {unknown} the "
+            f"{op}: {what} on sensitive collection {name!r} names vector(s) {unknown} the "
             f"collection does not have (it has: {sorted(n or '<unnamed>' for n in known)}); Qdrant could delete "
             "the others, or apply a batch's earlier operations, then fail before the deleted vectors' receipts "
             "are dropped. Name only the collection's vectors. Nothing was written"
@@ -1203,11 +1258,12 @@ class WriteOps(TextOps):
             )
         return points_from_any(points)
 
-    def _refuse_update_filter(self, op: str, name: str, pol: CollectionPolicy, update_filter: Any) -> None:
+    def _refuse_update_filter(self, op: str, name: str, pol: CollectionPolicy, update_filter: Any,
+                              where: str = "") -> None:
         if update_filter is not None:
             raise self.unsupported_write(
                 op, name, pol,
-                f"{op}: update_filter is not supported for vector updates on sensitive collection "
+                f"{op}: {where + '.update_vectors.' if where else ''}update_filter is not supported for vector updates on sensitive collection "
                 f"{name!r}: each new vector's receipt is written by point id, so the guard must know "
                 "which points change. Select the points yourself (scroll with the filter) and pass "
                 "their ids without update_filter"
