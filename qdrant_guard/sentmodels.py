@@ -292,13 +292,14 @@ _DICT_NAMES = {"with_payload": TypeAdapter(models.QueryRequest.model_fields["wit
 
 
 def _dict_names(value: dict, where: str) -> Any:
+    """A dict given as ``with_payload``/``order_by`` as the model qdrant-client validates it into;
+    one that does not validate as it is (its keys are screened, then the REST client's validation
+    error is raised: ``reads._user_selector``, or qdrant-client's own)."""
     kind = "order_by" if where.endswith("order_by") else "with_payload"
     try:
         found = _DICT_NAMES[kind].validate_python(value)
-    except ValueError as exc:  # ValidationError
-        first = exc.errors()[0].get("msg", "") if hasattr(exc, "errors") else type(exc).__name__
-        raise UncheckedForm(where, value, f"which does not validate as {kind} ({first}): pass "
-                            f"{'a payload selector model, a list of keys or a bool' if kind == 'with_payload' else 'a key or models.OrderBy'}") from None
+    except ValueError:  # ValidationError
+        return value
     # Validated through the dict's own methods: a model it holds is rebuilt as its fields send.
     return _names(found, where) if isinstance(found, BaseModel) else found
 
