@@ -438,8 +438,8 @@ class PayloadOps(TextOps):
                 found[key] = (pid, empty)
         missing = [p for p in _selector_ids(selector) if normalize_point_id(p) not in found]
         if missing:
-            message = (f"{op}: {where + ' names ' if where else ''}point(s) {missing}"
-                       f"{',' if where else ''} {'which ' if where else ''}do not exist in collection {name!r}; {why}. Leave their "
+            message = (f"{op}: {where + ': ' if where else ''}point(s) {missing} do not exist in collection "
+                       f"{name!r}; {why}. Leave their "
                        "ids out. Nothing was written")
             raise self.unsupported_write(op, name, pol, message)
 

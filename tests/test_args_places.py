@@ -245,7 +245,7 @@ def test_a_public_batch_and_upload_collection_columns_are_named(kit):
      "update_operations[2], a payload change of point(s) [2] deleted earlier"),
     ([models.SetPayloadOperation(set_payload=models.SetPayload(payload={"y": 1}, points=[1])),
       models.OverwritePayloadOperation(overwrite_payload=models.SetPayload(payload={"y": 1}, points=[77]))],
-     "update_operations[1] names point(s) [77], which do not exist"),
+     "update_operations[1]: point(s) [77] do not exist"),
     ([models.SetPayloadOperation(set_payload=models.SetPayload(payload={"y": 1}, points=[1])),
       models.DeleteVectorsOperation(delete_vectors=models.DeleteVectors(vector=["nope"], points=[1]))],
      "update_operations[1], a vector deletion on sensitive collection"),
