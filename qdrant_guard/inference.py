@@ -123,24 +123,11 @@ class InferenceScreen:
         as in the image). Never redacted: the redacted string would name another image, or none."""
         if is_pixels(image):
             return
-        shown, findings = _detect.redact_with_findings(str.__str__(image))
-        creds = sorted({f.type for f in findings if f.category == "CREDENTIAL"})
-        kinds = sorted({f.type for f in findings})
-        mislabelled = self.pol.is_public and not self.query
-        if not findings or (not creds and not mislabelled):
-            return
-        verdict = Verdict.SENSITIVITY_MISMATCH if mislabelled else Verdict.CREDENTIAL_IN_TEXT
-        raise self.ops.refuse(self.ops.decision(
-            self.op, self.name, self.pol, verdict,
-            f"{where} is a models.Image whose path or URL {shown!r} holds {creds if verdict is Verdict.CREDENTIAL_IN_TEXT else kinds}, "
-            f"and inference would fetch it as given (a locator cannot be redacted: it would name another image). "
-            "Pass the image as data (base64), or from a location that needs no credential in its address",
-            point_ids=self.point_ids, details={"findings": kinds, "where": where, "form": "Image"},
-        ))
         _refuse_finding(self.ops, self.op, self.name, self.pol, str.__str__(image), where, "Image",
                         "whose path or URL", "inference would fetch it as given (a locator cannot be redacted: "
                         "it would name another image). Pass the image as data (base64), or from a location "
-                        "that needs no credential in its address", self.point_ids)
+                        "that needs no credential in its address", self.point_ids,
+                        mislabelled=self.pol.is_public and not self.query, remember=False)
 
 
 # Model names seen clean: names repeat across calls, so a plain Document costs one set lookup after
@@ -148,11 +135,11 @@ class InferenceScreen:
 _CLEAN: set[str] = set()
 
 
-def _findings(text: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    if text in _CLEAN:
+def _findings(text: str, remember: bool) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    if remember and text in _CLEAN:
         return text, (), ()
     shown, findings = _detect.redact_with_findings(text)
-    if not findings:
+    if remember and not findings:
         if len(_CLEAN) >= 256:
             _CLEAN.clear()
         _CLEAN.add(text)
@@ -161,14 +148,16 @@ def _findings(text: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
 
 
 def _refuse_finding(ops: Any, op: str, name: str, pol: CollectionPolicy, text: str, where: str, kind: str,
-                    whose: str, why: str, point_ids: list[Any]) -> None:
+                    whose: str, why: str, point_ids: list[Any], *, mislabelled: bool, remember: bool) -> None:
     """Refuse a string inference reads as given (an Image's locator, an input's model name) holding
-    a finding: on a PUBLIC collection any (it is mislabelled), elsewhere a credential (PII there is
-    left, as in the input's text where the policy keeps it)."""
-    shown, creds, kinds = _findings(text)
-    if not kinds or (not creds and not pol.is_public):
+    a finding: written to a PUBLIC collection (``mislabelled``) any, elsewhere and in queries a
+    credential (PII there is left, as in the input's text where the policy keeps it). Only model
+    names are remembered clean (``remember``): a locator is data, and a process-wide memory of it
+    would let one boundary time whether another sent it."""
+    shown, creds, kinds = _findings(text, remember)
+    if not kinds or (not creds and not mislabelled):
         return
-    verdict = Verdict.SENSITIVITY_MISMATCH if pol.is_public else Verdict.CREDENTIAL_IN_TEXT
+    verdict = Verdict.SENSITIVITY_MISMATCH if mislabelled else Verdict.CREDENTIAL_IN_TEXT
     raise ops.refuse(ops.decision(
         op, name, pol, verdict,
         f"{where} is a models.{kind} {whose} {shown!r} holds "
@@ -194,7 +183,8 @@ def _model_name(ops: Any, op: str, name: str, pol: CollectionPolicy, value: Any,
                                       details={"where": f"{where}.model", "form": kind}))
     _refuse_finding(ops, op, name, pol, str.__str__(model), f"{where}.model", kind, "whose model name",
                     "inference is sent the name as given (a model name cannot be redacted: it would name "
-                    "another model). Name the model without it", [] if point_id is None else [point_id])
+                    "another model). Name the model without it", [] if point_id is None else [point_id],
+                    mislabelled=pol.is_public and write, remember=True)
 
 
 def _depth(value: Any, at: str) -> None:
@@ -226,10 +216,7 @@ def screen_inference(ops: Any, op: str, name: str, pol: CollectionPolicy, value:
     Raises:
         GuardRefusal: as :meth:`TextOps.screen_text` for a finding (SENSITIVITY_MISMATCH in writes to
             PUBLIC collections, CREDENTIAL_IN_TEXT; a query, ``write=False``, on a PUBLIC collection
-            is screened for credentials only), or a locator's (:meth:`InferenceScreen.locator`).
-        UnsupportedWriteError / GuardRefusal (QUERY_REJECTED): an input nested past 64 levels.
-        GuardRefusal: as :meth:`TextOps.screen_text` for a finding (SENSITIVITY_MISMATCH on PUBLIC
-            collections, CREDENTIAL_IN_TEXT), or a locator's (:meth:`InferenceScreen.locator`).
+            is screened for credentials only), or a locator's or model name's (:func:`_refuse_finding`).
         UnsupportedWriteError / GuardRefusal (QUERY_REJECTED): an input nested past 64 levels, or
             whose model is no str.
     """
