@@ -205,3 +205,21 @@ def test_the_async_client_refuses_alike(tmp_path, monkeypatch):
     err = asyncio.run(main())
     assert err.verdict == "CREDENTIAL_IN_TEXT" and err.directive.startswith("requests[1].query (Document) text")
     assert audit_records(kit)[-1]["verdict"] == "CREDENTIAL_IN_TEXT"
+
+
+def test_a_public_query_reads_model_names_and_locators_for_credentials_only(tmp_path, monkeypatch):
+    # A write to PUBLIC refuses any finding in a model name or locator (mislabelled); a query there
+    # is screened for credentials only, so PII in either passes as it does in the query's text.
+    kit = make_kit(tmp_path)
+    cl = _client(kit)
+    sent = record_sent(monkeypatch, ("query_points",), with_kwargs=True)
+    for value in (models.Document(text="plain", model="m-alice@example.com"),
+                  models.Image(image="https://x.example/alice@example.com.png", model="m-alice@example.com")):
+        _let_through(lambda: cl.query_points("pub", query=value, limit=3))
+        assert sent[-1][1]["query"] == value
+    msg = _refused(kit, cl, monkeypatch, lambda: cl.query_points(
+        "pub", query=models.Document(text="plain", model=f"m-{AWS}"), limit=3))
+    assert msg.startswith("query.model is a models.Document whose model name")
+    with pytest.raises(GuardRefusal) as ei:
+        cl.upsert("pub", [models.PointStruct(id=1, vector=models.Document(text="plain", model="m-alice@example.com"))])
+    assert ei.value.verdict == "SENSITIVITY_MISMATCH"
