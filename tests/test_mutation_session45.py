@@ -661,5 +661,79 @@ def test_a_one_row_multivector_query_and_a_uuid_subclass_query(kit):
     c.upsert("mv", [models.PointStruct(id=1, vector=[[0.1, 0.2, 0.3, 0.4]]),
                     models.PointStruct(id=2, vector=[[0.4, 0.3, 0.2, 0.1], [0.1, 0.1, 0.1, 0.1]])])
     assert [p.id for p in c.query_points("mv", query=[[0.1, 0.2, 0.3, 0.4]], limit=1).points] == [1]
-    u = _two_uuids(make_kit(kit.tmp / "u") if (kit.tmp / "u").mkdir() is None else None)
+    # plain()'s list fast test read `value[0]` (`value[1]` raised IndexError on a one-row list).
+    one_row = models.NearestQuery(nearest=[[0.1, 0.2, 0.3, 0.4]])
+    assert [p.id for p in c.query_points("mv", query=one_row, limit=1).points] == [1]
+    (kit.tmp / "u").mkdir()
+    u = _two_uuids(make_kit(kit.tmp / "u"))  # its own audit log
     assert [p.id for p in u.query_points("docs", query=_Lying(int=REAL.int), limit=5).points] == [str(FAKE)]
+
+
+def test_query_forms_rebuilt_by_alias_and_unknown_ones_refused(kit):
+    # _query: a query model subclass is dumped by alias (`by_alias=True` -> False dumped
+    # MatchExcept's `except_`, which does not validate back, and the query was refused); a dict
+    # is left for map_query to refuse (`return value` -> None made it no query at all).
+    c = _owned(kit)
+    rng = np.random.default_rng(15)
+
+    class FQ(models.FormulaQuery):
+        pass
+
+    q = FQ(formula=models.SumExpression(sum=["$score", models.FieldCondition(
+        key="who", match=models.MatchExcept(**{"except": ["p1"]}))]))
+    got = c.query_points("docs", prefetch=models.Prefetch(query=unit(rng), limit=4), query=q, limit=4).points
+    assert len(got) == 4 and min(got, key=lambda p: p.score).id == 1
+    with pytest.raises(GuardRefusal, match="query is a dict, a form the guard cannot check"):
+        c.query_points("docs", query={"nearest": unit(rng)})
+
+
+def test_an_allowed_image_query_keeps_its_other_inputs(kit):
+    # screen_inference's first `return value` (no inference input) -> None: beside an Image, a
+    # recommend list's point id and vector became None; its `return value` for a Document
+    # without options -> None dropped that Document. An input nested past 64 levels in a query is
+    # refused QUERY_REJECTED (its raise deleted, the query went on).
+    c = QdrantClient(":memory:", guard=kit.config({
+        "pii": {"class": "PII", "owner": "hr", "intent": {"enabled": False}, "query": {"allow_images": True}}}),
+        principal=kit.principal("alice", "hr"))
+    create(c, "pii")
+    g = c.guard
+    vec = [0.25] * DIM
+    doc = models.Document(text="a plain sentence", model="m")
+    args = {"collection_name": "pii", "query": models.RecommendQuery(recommend=models.RecommendInput(
+        positive=[models.Image(image="https://example.org/a.png", model="m"), 7, vec, doc]))}
+    out = g._image_inputs("query_points", "pii", g.policy("pii"), args, ["query.recommend.positive[0]"])
+    assert out["query"].recommend.positive[1:] == [7, vec, doc]
+    deep = {"p": "w"}
+    for _ in range(70):
+        deep = {"p": deep}
+    with pytest.raises(GuardRefusal, match="nest objects or arrays more than 64 deep") as ei:
+        c.query_points("pii", query=models.Image(image="https://example.org/a.png", model="m", options=deep), limit=1)
+    assert ei.value.verdict == "QUERY_REJECTED"
+
+
+def test_a_query_that_does_not_validate_names_pydantics_first_error(kit):
+    # _query's refusal: `exc.errors()[0]` +- 1 named the second or the last error, and
+    # `hasattr(exc, "errors")` negated named only the exception's class.
+    class L(list):
+        pass
+
+    c = _owned(kit)
+    with pytest.raises(GuardRefusal, match=r"query is a L, which does not validate as a query \(Input should be a "
+                                           r"valid number\): pass a plain list of floats") as ei:
+        c.query_points("docs", query=L(["x"]))
+    assert ei.value.verdict == "QUERY_REJECTED"
+
+
+def test_a_multivector_query_with_a_list_subclass_row_is_rebuilt():
+    # _query's multivector shortcut needs every row an exact list (`and` -> `or` passed a list
+    # subclass row as it is, for pydantic and numpy to read through its own methods).
+    from qdrant_guard.sentmodels import _query
+
+    class Row(list):
+        pass
+
+    rows = [[0.5, 0.25], Row([0.25, 0.5])]
+    got = _query(rows, "query")
+    assert got is not rows and got == [[0.5, 0.25], [0.25, 0.5]] and all(type(r) is list for r in got)
+    plain_rows = [[0.5, 0.25], [0.25, 0.5]]
+    assert _query(plain_rows, "query") is plain_rows
