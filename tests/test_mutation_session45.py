@@ -431,6 +431,10 @@ def test_an_inference_objects_own_text_is_redacted_and_refused_as_inference_text
     listed = g.public_vector("upsert", "red", g.policy("red"),
                              models.InferenceObject(object=["a", "mail bob@example.com"], model="m"), point_id=1)
     assert listed.object == ["a", "mail [EMAIL]"]
+    # Every item redacted (`a is b` flipped to `is not` returned the caller's list then).
+    alone = g.public_vector("upsert", "red", g.policy("red"),
+                            models.InferenceObject(object=["mail bob@example.com"], model="m"), point_id=1)
+    assert alone.object == ["mail [EMAIL]"]
     with pytest.raises(GuardRefusal) as ei:
         c.upsert("pub", [models.PointStruct(id=1, vector=obj)])
     assert "sent to PUBLIC collection 'pub' contains ['EMAIL']" in str(ei.value)
@@ -667,6 +671,10 @@ def test_a_one_row_multivector_query_and_a_uuid_subclass_query(kit):
     (kit.tmp / "u").mkdir()
     u = _two_uuids(make_kit(kit.tmp / "u"))  # its own audit log
     assert [p.id for p in u.query_points("docs", query=_Lying(int=REAL.int), limit=5).points] == [str(FAKE)]
+    # Inside a query model the id is a dict value of the dump (_real_uuids' dict branch: `type(v)
+    # is not uuid.UUID` flipped left the subclass, and local mode queried by its str(), FAKE).
+    nearest = models.NearestQuery(nearest=_Lying(int=REAL.int))
+    assert [p.id for p in u.query_points("docs", query=nearest, limit=5).points] == [str(FAKE)]
 
 
 def test_query_forms_rebuilt_by_alias_and_unknown_ones_refused(kit):
@@ -737,3 +745,26 @@ def test_a_multivector_query_with_a_list_subclass_row_is_rebuilt():
     assert got is not rows and got == [[0.5, 0.25], [0.25, 0.5]] and all(type(r) is list for r in got)
     plain_rows = [[0.5, 0.25], [0.25, 0.5]]
     assert _query(plain_rows, "query") is plain_rows
+
+
+def test_a_locator_refusal_names_the_point_of_a_write_and_none_of_a_query(kit):
+    # InferenceScreen.point_ids (`point_id is None` flipped): a locator refused on a PUBLIC write
+    # is audited with its point, one refused in a query with none (not [None]).
+    from guardkit import audit_records
+
+    c = QdrantClient(":memory:", guard=kit.config({
+        "pub": {"class": "PUBLIC"},
+        "pii": {"class": "PII", "owner": "hr", "intent": {"enabled": False}, "query": {"allow_images": True}}}),
+        principal=kit.principal("alice", "hr"))
+    create(c, "pub")
+    create(c, "pii")
+    img = models.Image(image=f"https://example.org/a.png?token={SECRET}", model="m")
+    with pytest.raises(GuardRefusal, match="whose path or URL"):
+        c.upsert("pub", [models.PointStruct(id=9, vector=img)])
+    rec = audit_records(kit)[-1]
+    assert rec["verdict"] == "SENSITIVITY_MISMATCH" and rec["point_ids"] == [9]
+    with pytest.raises(GuardRefusal, match="whose path or URL"):
+        c.query_points("pii", query=img, limit=1)
+    rec = audit_records(kit)[-1]
+    assert rec["verdict"] == "CREDENTIAL_IN_TEXT" and rec["point_ids"] == []
+

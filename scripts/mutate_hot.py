@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""scripts/mutate.py's mutants, run about five times faster: the package, numpy, pydantic,
+qdrant-client and pytest's plugins are imported once, and each mutant's pytest run is a fork of
+that process with the mutant patched in.
+
+Why: on this project a pytest run spends most of its time before the first test (importing
+qdrant_guard and the plugins pytest loads from entry points, and rewriting their asserts), which
+mutate.py pays again for every mutant. Here the child swaps the code objects (and argument
+defaults) of the module's functions and methods for the mutant's, so every reference to them
+(``from .sentpoints import sent_point`` elsewhere included) runs the mutant; a changed module-level
+constant is set on the module (a copy another module imported by name keeps the old value). The
+mutated file is also written to disk, for tests that start a subprocess. Tests run with
+``--assert=plain`` (a failing assert still fails; it is not explained).
+
+Usage (from the worktree root, with the mutants and options of scripts/mutate.py)::
+
+    QDRANT_GUARD_REQUIRE_NATIVE=1 PYTHONPATH=$PWD /work/main/.venv/bin/python scripts/mutate_hot.py \\
+        qdrant_guard/sentpoints.py -t tests/test_write_snapshot.py --only 12,40
+
+Run one mutator per copy of the worktree: the file under test is rewritten while it runs.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import sys
+import time
+import types
+from importlib.metadata import entry_points
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mutate  # noqa: E402
+
+
+def _patch(old: object, new: object) -> None:
+    if isinstance(old, (staticmethod, classmethod)) and isinstance(new, (staticmethod, classmethod)):
+        old, new = old.__func__, new.__func__
+    if isinstance(old, property) and isinstance(new, property):
+        for part in ("fget", "fset", "fdel"):
+            o, n = getattr(old, part), getattr(new, part)
+            if o is not None and n is not None:
+                _patch(o, n)
+        return
+    if isinstance(old, types.FunctionType) and isinstance(new, types.FunctionType):
+        old.__code__ = new.__code__
+        old.__defaults__ = new.__defaults__
+        old.__kwdefaults__ = new.__kwdefaults__
+
+
+def hot_patch(modname: str, src: bytes, path: Path) -> None:
+    """Make the loaded module ``modname`` run ``src``'s functions (see the module docstring)."""
+    mod = sys.modules[modname]
+    ns: dict[str, object] = {"__name__": modname, "__package__": mod.__package__, "__file__": str(path)}
+    exec(compile(src, str(path), "exec"), ns)  # noqa: S102 - the mutant of our own module
+    for name, new in ns.items():
+        if name.startswith("__"):
+            continue
+        old = getattr(mod, name, None)
+        if isinstance(old, type) and isinstance(new, type):
+            for attr, value in new.__dict__.items():
+                if attr in old.__dict__:
+                    _patch(old.__dict__[attr], value)
+        elif isinstance(old, (types.FunctionType, staticmethod, classmethod, property)):
+            _patch(old, new)
+        elif isinstance(new, (int, float, str, bytes, frozenset, tuple)) and old != new:
+            setattr(mod, name, new)
+
+
+def run_forked(args: list[str], timeout: float, patch: tuple[str, bytes, Path] | None) -> tuple[str, float]:
+    import pytest
+
+    t0 = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        try:
+            if patch is not None:
+                hot_patch(*patch)
+            rc = int(pytest.main(args))
+        except BaseException:  # noqa: BLE001 - the child reports through its exit code only
+            rc = 99
+        os._exit(rc)
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            rc = os.waitstatus_to_exitcode(status)
+            break
+        if time.monotonic() - t0 > timeout:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return "timeout", time.monotonic() - t0
+        time.sleep(0.02)
+    return ("survived" if rc == 0 else "no-tests" if rc == 5 else "killed"), time.monotonic() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("module", type=Path, help="the .py file to mutate (in this worktree)")
+    ap.add_argument("-f", "--function", action="append", default=[], help="as scripts/mutate.py")
+    ap.add_argument("--only", default=None, help="only these mutant numbers (as --list prints them): 3,7-9")
+    mutate.add_run_arguments(ap)
+    args = ap.parse_args(argv)
+    path = args.module.resolve()
+    modname = os.path.relpath(path.with_suffix(""), Path.cwd()).replace(os.sep, ".")
+    numbered = list(enumerate(mutate.on_lines(mutate.generate(path, args.function), args.lines)))
+    if args.only:
+        spans = mutate.number_ranges(args.only)
+        numbered = [(i, m) for i, m in numbered if any(lo <= i <= hi for lo, hi in spans)]
+    rel = os.path.relpath(path)
+    if args.list:
+        for i, m in numbered:
+            print(f"{i:4d} {rel}:{m.line}: [{m.kind}] {m.describe()}")
+        return 0
+    if not args.tests:
+        ap.error("give the test selection with -t")
+    os.environ.setdefault("QDRANT_GUARD_REQUIRE_NATIVE", "1")
+    sys.dont_write_bytecode = True
+    if Path(importlib.import_module(modname).__file__ or "").resolve() != path:
+        print(f"mutate_hot.py: `import {modname}` does not load {path}; run from the worktree root "
+              "with PYTHONPATH=$PWD", file=sys.stderr)
+        return 2
+    importlib.import_module(modname.split(".")[0])
+    for ep in entry_points(group="pytest11"):
+        ep.load()
+    for dep in ("numpy", "pydantic", "qdrant_client"):
+        importlib.import_module(dep)
+    cmd = ["-x", "-q", "-p", "no:cacheprovider", "--assert=plain", *args.tests]
+    if args.keyword:
+        cmd += ["-k", args.keyword]
+    original, st = path.read_bytes(), path.stat()
+
+    def restore() -> None:
+        if path.read_bytes() != original:
+            path.write_bytes(original)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    counts = {"killed": 0, "timeout": 0, "survived": 0, "no-tests": 0, "invalid": 0}
+    survivors = []
+    try:
+        status, dt = run_forked(cmd, args.timeout * 3, None)
+        if status != "survived":
+            print(f"mutate_hot.py: the baseline run does not pass ({status})", file=sys.stderr)
+            return 2
+        print(f"baseline passed in {dt:.1f}s; {len(numbered)} mutants of {rel}", flush=True)
+        for i, m in numbered:
+            text = mutate.apply(original, m)
+            try:
+                compile(text, str(path), "exec")
+            except SyntaxError:
+                counts["invalid"] += 1
+                continue
+            path.write_bytes(text)
+            status, dt = run_forked(cmd, args.timeout, (modname, text, path))
+            restore()
+            counts[status] += 1
+            print(f"[{i}] {rel}:{m.line}: [{m.kind}] {m.describe()}  "
+                  f"{'SURVIVED' if status == 'survived' else status} ({dt:.1f}s)", flush=True)
+            if status == "survived":
+                survivors.append((i, m))
+    except KeyboardInterrupt:
+        print("\nmutate_hot.py: interrupted; original restored", file=sys.stderr)
+        return 130
+    finally:
+        restore()
+    print(f"\n{rel}: {len(numbered)} mutants, killed {counts['killed']} (+{counts['timeout']} by timeout), "
+          f"survived {counts['survived']}, no tests {counts['no-tests']}, invalid {counts['invalid']}")
+    for i, m in survivors:
+        print(f"[{i}] {rel}:{m.line}: {m.describe()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
