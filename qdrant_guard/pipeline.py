@@ -777,9 +777,10 @@ class GuardPipeline:
         return err
 
     def check_point_ids(self, op: str, name: str, pol: CollectionPolicy, ids: list[Any]) -> None:
-        """Refuse the call (audited) if an id is not one Qdrant accepts: every write path, raw
-        in-boundary ones included, since local mode would store an id a server refuses, and
-        receipts and budgets are keyed by the normalised id."""
+        """Refuse the call (audited) if an id is not one Qdrant accepts: every write path to a
+        sensitive collection, raw in-boundary ones included, since local mode would store an id a
+        server refuses, and receipts and budgets are keyed by the normalised id. PUBLIC writes keep
+        qdrant-client's own behaviour (local mode stores ``id=-1``, a server refuses it)."""
         for pid in ids:
             try:
                 normalize_point_id(pid)
