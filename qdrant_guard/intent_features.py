@@ -19,7 +19,8 @@ from .intent_fold import INVISIBLE_IN_WORD_RE, fold as _fold
 
 #: Version of the feature extractor below. A model file records the version it was trained with
 #: and is refused by a different extractor, because its weights would silently mean nothing.
-FEATURE_VERSION = 4  # 2 was doc_noun_strict+process_question, shipped and reverted; 4: escapes, masks, strong leet
+FEATURE_VERSION = 5  # 2 was doc_noun_strict+process_question, shipped and reverted; 4: escapes, masks, strong leet;
+# 5: bulk_secret, a bulk request whose object is a credential or PII noun
 
 # Lexical features look at a bounded prefix (before and after normalisation) so a stuffed
 # multi-megabyte query costs bounded time; the length and repetition cues still see that the
@@ -356,6 +357,35 @@ _REGEX_CUES: tuple[tuple[str, str, re.Pattern[str] | _ScannedCue], ...] = (
         r"at a high level\b", r"general (?:info|principles|process)\b", r"what should i read\b", r"any docs\b",
         r"summar(?:y|ize) (?:of )?(?:the )?(?:kinds|main|types)\b"))),
 )
+# bulk_secret: a quantifier (all, every, each, the full list of, everyone's) whose noun phrase ends
+# in a credential or PII noun, after a bulk verb or at the start: `list all passwords`, `show every
+# bearer token`, `all api keys`. Apart from bulk_request and sensitive_noun so the model can weigh
+# the verb and the noun alone low and their conjunction high: the look-alikes use the same words
+# with another head (`list all password requirements`, `show every guide about API key rotation`).
+# (The noun before `of all` too, `dump the passwords of all accounts`, was tried: the model retrained
+# with it refused a benign held-out question that builtin-linear-v1 passed.)
+_SECRET_HEAD = "(?:" + _word_led(
+    r"passw(?:or|0r)ds?(?: hash(?:es)?)?", r"passphrases?", r"credentials?", r"secrets?", r"tokens?",
+    *(kind + r" keys?" for kind in ("api", "private", "secret", "access", "ssh", "signing", "encryption")),
+    r"ssns?", r"social security numbers?", *(kind + " card numbers?" for kind in ("credit", "debit", "bank", "payment")),
+    r"card numbers?", r"credit cards?", r"cvvs?", r"pins?",
+    r"salar(?:y|ies)", r"account numbers?", r"routing numbers?", r"tax ids?", r"passport numbers?",
+    r"dates? of birth", r"home address(?:es)?") + r")\b"
+# What may follow the noun for it to be the head of its phrase (`passwords in`, `tokens.`), not a
+# modifier (`password requirements`, `token expiry settings`).
+_SECRET_END = (r"(?=\s*$|\s*[.,;:!?)]|\s+(?:in|from|of|on|for|you|we|that|which|stored|saved|with|and|please|"
+               r"here|there|to|across|into|as|at|by|used|held|kept|known|mentioned|found|together)\b)")
+_SECRET_VERB = "(?:" + _word_led(*_BULK_VERBS.split("|"), "display", "read", "tell", "want", "need", "collect",
+                                 "gather", "what are", "what're", "reveal", "leak", "share", "paste",
+                                 "provide", "grab") + r")\b[^.?!\n]{0,30}?"
+# Up to three words before the noun, none of them a word that starts another phrase (`guide
+# about`, `places where`, `kinds of`).
+_SECRET_MODS = (r"(?:\s+(?:of\s+)?(?:the|our|your|their|these|those|stored|saved))?"
+                r"(?:\s+(?!(?:about|on|of|for|that|where|which|with|to|in|from|who|whose|how|what|when|why|"
+                r"into|by|at|as|rules?|types?|kinds?)\b)[\w'-]+){0,3}?")
+_SECRET_QUANT = (r"\b(?:all|every|each|entire|complete|(?:full|complete|whole) (?:list|set) of|everyone'?s|everybody'?s)")
+_BULK_SECRET_HEAD_RE = re.compile(_SECRET_HEAD)
+_BULK_SECRET_RE = re.compile(rf"(?:^\s*|{_SECRET_VERB}){_SECRET_QUANT}{_SECRET_MODS}\s+{_SECRET_HEAD}{_SECRET_END}")
 _NAMED_ROLE_RE = re.compile(_word_led(
     *(role + r"'s\b" for role in ("ceo", "cfo", "cto", "coo", r"vp of \w+", "general counsel", "hr director",
                                   r"head of \w+", "skip-level")),
@@ -365,13 +395,13 @@ _NAMED_ROLE_RE = re.compile(_word_led(
 #: Names of the dense (non-hashed) features, in model order.
 CUE_NAMES: tuple[str, ...] = tuple(n for n, _, _ in _REGEX_CUES) + (
     "named_target", "encoded_share", "percent_escape", "zero_width_in_word", "styled_chars",
-    "leet_tokens", "spaced_letters", "repetition", "length",
+    "leet_tokens", "spaced_letters", "repetition", "length", "bulk_secret",
 )
 _CUE_DISPLAY = {n: d for n, d, _ in _REGEX_CUES} | {
     "named_target": "named target", "encoded_share": "encoded text", "percent_escape": "percent escape",
     "zero_width_in_word": "zero-width characters inside words", "styled_chars": "styled/compatibility letters",
     "leet_tokens": "leetspeak", "spaced_letters": "spaced-out letters", "repetition": "repetition/stuffing",
-    "length": "long query",
+    "length": "long query", "bulk_secret": "bulk request for secrets",
 }
 
 
@@ -584,6 +614,11 @@ def _featurize(text: str, *, fold: bool) -> Featurized:
     cues.append(spaced)
     cues.append(1.0 - len(set(tokens)) / len(tokens) if len(tokens) >= 8 else 0.0)
     cues.append(min(full_len, 1000) / 1000.0)
+    if fold:  # fold=False stays feature version 1, which had no such cue
+        m = _BULK_SECRET_RE.search(low) if _BULK_SECRET_HEAD_RE.search(low) else None
+        if m:
+            evidence["bulk_secret"] = m.group(0).strip()
+        cues.append(1.0 if m else 0.0)
     return Featurized(tuple(keys), tuple(cues), evidence)
 
 

@@ -22,7 +22,12 @@ tests/data/intent_benign_heldout5.jsonl (benign, in other domains, some naming t
 passwords, hex codes and encodings) and tests/data/intent_harmful_heldout5.jsonl (about half of
 them obfuscated: spaced letters, leetspeak, homoglyphs, zero-width characters, base64 and hex,
 synonyms, split words; the kind is in each line's ``note``), were written and measured before
-the obfuscation folding of feature version 3. A query counts as
+the obfuscation folding of feature version 3. The sixth and seventh corpora,
+tests/data/intent_benign_heldout6.jsonl and tests/data/intent_harmful_heldout6.jsonl (plain bulk
+requests for passwords, keys, tokens, SSNs and card numbers, and look-alikes that use the same verbs
+and nouns harmlessly) and the smaller tests/data/intent_*_heldout7.jsonl, were written before the
+model builtin-linear-v2 was trained; set 7 was measured only as totals until that model was
+chosen. A query counts as
 blocked when its label is in the block set at ``min_confidence`` or above, as the pipeline decides.
 """
 from __future__ import annotations
@@ -43,6 +48,10 @@ CORPUS4 = os.path.join(ROOT, "tests", "data", "intent_benign_heldout4.jsonl")
 HARMFUL4 = os.path.join(ROOT, "tests", "data", "intent_harmful_heldout4.jsonl")
 CORPUS5 = os.path.join(ROOT, "tests", "data", "intent_benign_heldout5.jsonl")
 HARMFUL5 = os.path.join(ROOT, "tests", "data", "intent_harmful_heldout5.jsonl")
+CORPUS6 = os.path.join(ROOT, "tests", "data", "intent_benign_heldout6.jsonl")
+HARMFUL6 = os.path.join(ROOT, "tests", "data", "intent_harmful_heldout6.jsonl")
+CORPUS7 = os.path.join(ROOT, "tests", "data", "intent_benign_heldout7.jsonl")
+HARMFUL7 = os.path.join(ROOT, "tests", "data", "intent_harmful_heldout7.jsonl")
 BLOCK = ("suspicious", "adversarial")
 
 
@@ -71,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
 
     for title, path in (("held-out benign corpus", CORPUS), ("second benign corpus", CORPUS2),
                         ("third benign corpus", CORPUS3), ("fourth benign corpus", CORPUS4),
-                        ("fifth benign corpus", CORPUS5)):
+                        ("fifth benign corpus", CORPUS5), ("sixth benign corpus", CORPUS6),
+                        ("seventh benign corpus", CORPUS7)):
         corpus = load_corpus(path)
         benign = [r for r in corpus if r["form"] != "bulk_records"]
         bulk = [r for r in corpus if r["form"] == "bulk_records"]
@@ -89,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {res.label} {res.confidence:.2f} [{r['form']}] {r['text']}")
 
     for title, path in (("second harmful set", HARMFUL2), ("third harmful set", HARMFUL3),
-                        ("fourth harmful set", HARMFUL4), ("fifth harmful set", HARMFUL5)):
+                        ("fourth harmful set", HARMFUL4), ("fifth harmful set", HARMFUL5),
+                        ("sixth harmful set", HARMFUL6), ("seventh harmful set", HARMFUL7)):
         harmful2 = load_corpus(path)
         missed = [r for r in harmful2 if not blocked(clf, r["text"], mc)]
         parts = "; ".join(f"{lab} {sum(r['label'] == lab and r not in missed for r in harmful2)}/"
