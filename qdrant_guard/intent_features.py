@@ -615,7 +615,11 @@ def _featurize(text: str, *, fold: bool) -> Featurized:
     cues.append(1.0 - len(set(tokens)) / len(tokens) if len(tokens) >= 8 else 0.0)
     cues.append(min(full_len, 1000) / 1000.0)
     if fold:  # fold=False stays feature version 1, which had no such cue
-        m = _BULK_SECRET_RE.search(low) if _BULK_SECRET_HEAD_RE.search(low) else None
+        # Plain text only: disguised grabs are the obfuscation cues' (and mostly labelled
+        # adversarial); this cue, learnt on plain ones, pulled them towards suspicious, splitting
+        # their mass under the threshold on both labels (`list all &#x70;asswords`).
+        disguised = encoded_share or pct or zw_in_word or styled or leet or spaced
+        m = _BULK_SECRET_RE.search(low) if not disguised and _BULK_SECRET_HEAD_RE.search(low) else None
         if m:
             evidence["bulk_secret"] = m.group(0).strip()
         cues.append(1.0 if m else 0.0)
