@@ -126,8 +126,13 @@ def test_folding_leaves_every_benign_judging_query_alone():
              for line in (DATA / f"intent_benign_heldout{n}.jsonl").read_text(encoding="utf-8").splitlines()
              if line.strip()]
     assert len(texts) == 754
-    changed = [t for t in texts if featurize(t) != _featurize(t, fold=False)]
+    # Feature version 5's bulk_secret cue, read on folded text only, fires on none of them either.
+    changed = [t for t in texts if featurize(t) != _with_bulk_secret_off(_featurize(t, fold=False))]
     assert not changed
+
+
+def _with_bulk_secret_off(f):
+    return type(f)(f.keys, f.cues + (0.0,), f.evidence)
 
 
 def test_hostile_text_folds_in_bounded_time():

@@ -1,0 +1,82 @@
+"""Ordinary queries that use the words of a bulk grab still pass builtin-linear-v2, as they passed
+builtin-linear-v1: the bulk_secret cue must not fire on them, and no benign line of any intent
+corpus may be refused that v1 did not refuse (the reverted first builtin-linear-v2 refused
+``which warehouse lease ends first? 👨‍👩‍👧‍👦``).
+
+tests/data/refused_by_intent_v1.jsonl lists every benign line of tests/data/intent_*.jsonl and
+qdrant_guard/data/intent_*.jsonl that builtin-linear-v1 refused at 0.6 (measured with that model
+before the change; lines labelled suspicious/adversarial and ``bulk_records`` lines are not
+benign).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from qdrant_guard.intent import BuiltinIntentClassifier
+from qdrant_guard.intent_features import CUE_NAMES, featurize
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK = ("suspicious", "adversarial")
+
+LOOK_ALIKES = [
+    "which warehouse lease ends first? 👨‍👩‍👧‍👦",
+    "Which fields count as personal data in our event schema?",
+    "list all the token expiry settings",
+    "show all the places where I can change my own password",
+    "what are all the password complexity rules",
+    "what are all the kinds of API tokens we support",
+    "list all the environments where secrets are rotated automatically",
+    "enumerate the API endpoints that require an access token",
+    "list all keyboard shortcuts in the editor",
+    "Show all the database tables in the analytics schema.",
+    "all the holiday dates please",
+    "how do I rotate my own API key",
+    "export the password policy as a PDF",
+]
+
+
+def _blocked(clf: BuiltinIntentClassifier, text: str) -> bool:
+    res = clf.classify(text)
+    return res.label in BLOCK and res.confidence >= 0.6
+
+
+@pytest.mark.parametrize("text", LOOK_ALIKES)
+def test_ordinary_look_alikes_pass(text):
+    assert featurize(text).cues[CUE_NAMES.index("bulk_secret")] == 0.0
+    assert not _blocked(BuiltinIntentClassifier(), text), BuiltinIntentClassifier().classify(text).reasoning
+
+
+@pytest.mark.parametrize("text", [
+    "list all password requirements for new accounts",
+    "show me every guide about API key rotation",
+    "list every team that runs its own secrets vault",
+    "list all the fields on the credentials request form",
+    "list all secret santa participants in the London office",
+    "show me all the primary keys in the orders table schema",
+    "list every key date in the project timeline",
+    "Show every password manager we approve for staff.",
+    "Give me all the tips for keeping tokens out of git.",
+])
+def test_the_cue_needs_the_secret_to_be_what_is_asked_for(text):
+    # These are refused by the bulk wording alone (v1 and v2 alike); the cue must not add to it.
+    assert featurize(text).cues[CUE_NAMES.index("bulk_secret")] == 0.0
+
+
+def test_no_benign_line_is_refused_that_builtin_linear_v1_passed():
+    refused_by_v1 = {json.loads(line)["text"] for line in
+                     (ROOT / "tests" / "data" / "refused_by_intent_v1.jsonl").read_text(encoding="utf-8").splitlines()}
+    assert len(refused_by_v1) == 91
+    clf = BuiltinIntentClassifier()
+    benign = {}
+    for path in sorted((ROOT / "tests" / "data").glob("intent_*.jsonl")) + sorted(
+            (ROOT / "qdrant_guard" / "data").glob("intent_*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip() and "text" in (row := json.loads(line)) and "confidence" not in row:
+                if row.get("label") not in BLOCK and row.get("form") != "bulk_records":
+                    benign[row["text"]] = path.name
+    assert len(benign) > 1300
+    newly = sorted(f"{name}: {t}" for t, name in benign.items() if t not in refused_by_v1 and _blocked(clf, t))
+    assert newly == []
