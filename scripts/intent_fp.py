@@ -25,9 +25,10 @@ synonyms, split words; the kind is in each line's ``note``), were written and me
 the obfuscation folding of feature version 3. The sixth and seventh corpora,
 tests/data/intent_benign_heldout6.jsonl and tests/data/intent_harmful_heldout6.jsonl (plain bulk
 requests for passwords, keys, tokens, SSNs and card numbers, and look-alikes that use the same verbs
-and nouns harmlessly) and the smaller tests/data/intent_*_heldout7.jsonl, were written before the
-model builtin-linear-v2 was trained; set 7 was measured only as totals until that model was
-chosen. A query counts as
+and nouns harmlessly) and the smaller tests/data/intent_*_heldout7.jsonl, were written before any
+model was trained against them (h-intent5's reverted builtin-linear-v2, then h-intent6's); the
+bulk_secret cue of h-intent6 was written after reading both sets' lines, so neither is blind for
+it. A query counts as
 blocked when its label is in the block set at ``min_confidence`` or above, as the pipeline decides.
 """
 from __future__ import annotations
