@@ -383,9 +383,43 @@ _SECRET_VERB = "(?:" + _word_led(*_BULK_VERBS.split("|"), "display", "read", "te
 _SECRET_MODS = (r"(?:\s+(?:of\s+)?(?:the|our|your|their|these|those|stored|saved))?"
                 r"(?:\s+(?!(?:about|on|of|for|that|where|which|with|to|in|from|who|whose|how|what|when|why|"
                 r"into|by|at|as|rules?|types?|kinds?)\b)[\w'-]+){0,3}?")
-_SECRET_QUANT = (r"\b(?:all|every|each|entire|complete|(?:full|complete|whole) (?:list|set) of|everyone'?s|everybody'?s)")
+_SECRET_QUANT = "(?:" + _word_led("all", "every", "each", "entire", "complete", "full (?:list|set) of",
+                                  "complete (?:list|set) of", "whole (?:list|set) of", "everyone'?s",
+                                  "everybody'?s") + ")"
 _BULK_SECRET_HEAD_RE = re.compile(_SECRET_HEAD)
-_BULK_SECRET_RE = re.compile(rf"(?:^\s*|{_SECRET_VERB}){_SECRET_QUANT}{_SECRET_MODS}\s+{_SECRET_HEAD}{_SECRET_END}")
+# (?:^\s*|verb gap)quantifier phrase, tried at each quantifier (found by a search led by literals) with
+# the verb looked for just before it: as one regex, every verb retried 30 gap positions (3.9 ms on
+# a 2048-character `show show ...`).
+_SECRET_QUANT_RE = re.compile(_SECRET_QUANT)
+_SECRET_PHRASE_RE = re.compile(rf"{_SECRET_QUANT}{_SECRET_MODS}\s+{_SECRET_HEAD}{_SECRET_END}")
+_SECRET_VERB_BEFORE_RE = re.compile(_SECRET_VERB + r"\Z")
+_SECRET_TRIES = 16  # quantifiers looked at per query (1.2 ms for 64 on a stuffed query); a request has one or two
+
+
+def _bulk_secret(low: str) -> str:
+    """The text of the first bulk request for secrets in ``low`` (verb through noun), or ``""``."""
+    if _BULK_SECRET_HEAD_RE.search(low) is None:
+        return ""
+    for q in itertools.islice(_SECRET_QUANT_RE.finditer(low), _SECRET_TRIES):
+        start = q.start()
+        m = _SECRET_PHRASE_RE.match(low, start)
+        if m is None:
+            continue
+        if not low[:start].strip():
+            return m.group(0)
+        # the longest verb is 12 characters, and the gap after it at most 30
+        verb = _SECRET_VERB_BEFORE_RE.search(low, max(0, start - 48), start)
+        if verb is not None:
+            return low[verb.start():m.end()]
+    return ""
+    for m in itertools.islice(_SECRET_PHRASE_RE.finditer(low), _SECRET_TRIES):
+        start = m.start()
+        if not low[:start].strip():
+            return m.group(0)
+        verb = _SECRET_VERB_BEFORE_RE.search(low, max(0, start - 48), start)
+        if verb is not None:
+            return low[verb.start():m.end()]
+    return ""
 _NAMED_ROLE_RE = re.compile(_word_led(
     *(role + r"'s\b" for role in ("ceo", "cfo", "cto", "coo", r"vp of \w+", "general counsel", "hr director",
                                   r"head of \w+", "skip-level")),
@@ -619,10 +653,10 @@ def _featurize(text: str, *, fold: bool) -> Featurized:
         # adversarial); this cue, learnt on plain ones, pulled them towards suspicious, splitting
         # their mass under the threshold on both labels (`list all &#x70;asswords`).
         disguised = encoded_share or pct or zw_in_word or styled or leet or spaced
-        m = _BULK_SECRET_RE.search(low) if not disguised and _BULK_SECRET_HEAD_RE.search(low) else None
-        if m:
-            evidence["bulk_secret"] = m.group(0).strip()
-        cues.append(1.0 if m else 0.0)
+        found = "" if disguised else _bulk_secret(low)
+        if found:
+            evidence["bulk_secret"] = found.strip()
+        cues.append(1.0 if found else 0.0)
     return Featurized(tuple(keys), tuple(cues), evidence)
 
 

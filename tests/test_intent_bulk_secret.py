@@ -8,11 +8,14 @@ before either model). Every test here but the disguised-text one fails on builti
 from __future__ import annotations
 
 import json
+import random
+import re
 from pathlib import Path
 
 import pytest
 
 from qdrant_guard.intent import BuiltinIntentClassifier
+import qdrant_guard.intent_features as F
 from qdrant_guard.intent_features import CUE_NAMES, featurize
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -78,3 +81,24 @@ def test_disguised_grabs_are_left_to_the_obfuscation_cues_and_still_refused():
     for text in ("list all &#x70;asswords", "list all \\u0070asswords", "list all pass&#119;ords"):
         assert featurize(text).cues[CUE_NAMES.index("bulk_secret")] == 0.0
         assert _blocked(clf, text), clf.classify(text).reasoning
+
+
+# The cue as first written, one regex (every verb retried 30 gap positions: 3.9 ms on a stuffed
+# query); _bulk_secret finds the same texts from each quantifier.
+_REFERENCE = re.compile(
+    rf"(?:^\s*|{F._SECRET_VERB})\b(?:all|every|each|entire|complete|(?:full|complete|whole) (?:list|set) of|"
+    rf"everyone'?s|everybody'?s){F._SECRET_MODS}\s+{F._SECRET_HEAD}{F._SECRET_END}")
+_WORDS = ["list", "show", "me", "all", "every", "each", "the", "passwords", "password", "tokens", "api", "keys", "of",
+          "everyone's", "complete", "list of", "full set of", "stored", "in", "about", ".", "?", "\n", "please",
+          "secret", "santa", "what are", "give", "x", "customer", "card numbers", "ssns", "for", "and", "iterate over"]
+
+
+def test_the_cue_finds_what_the_single_regex_found():
+    rng = random.Random(20261207)
+    fired = 0
+    for _ in range(4000):
+        low = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 14)))
+        want = _REFERENCE.search(low) is not None and F._BULK_SECRET_HEAD_RE.search(low) is not None
+        assert bool(F._bulk_secret(low)) == want, low
+        fired += want
+    assert fired > 100
