@@ -61,7 +61,13 @@ def load_corpus(path: str = CORPUS) -> list[dict[str, str]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
+SUM_BLOCKED = False  # --sum-blocked: a rule the pipeline does not apply, measured to compare
+
+
 def blocked(clf, text: str, min_confidence: float) -> bool:
+    if SUM_BLOCKED:
+        scores = clf.scores(text)
+        return sum(scores[label] for label in BLOCK) >= min_confidence
     res = clf.classify(text)
     return res.label in BLOCK and res.confidence >= min_confidence
 
@@ -75,7 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="model JSON (default: the packaged one)")
     ap.add_argument("--min-confidence", type=float, default=0.6)
     ap.add_argument("--show", action="store_true", help="print every blocked benign query")
+    ap.add_argument("--sum-blocked", action="store_true",
+                    help="count a query as blocked when the blocked labels' probabilities together reach "
+                         "--min-confidence (not what the pipeline does: it takes the top label's)")
     args = ap.parse_args(argv)
+    global SUM_BLOCKED
+    SUM_BLOCKED = args.sum_blocked
     clf = BuiltinIntentClassifier(args.model)
     mc = args.min_confidence
 
