@@ -13,6 +13,7 @@ from .decision import Verdict
 from .errors import (
     AuditError,
     AuditIntegrityError,
+    AuditUnauthenticatedError,
     ConfigError,
     CredentialError,
     GuardArgumentTypeError,
@@ -33,6 +34,7 @@ __all__ = [
     "AsyncQdrantClient",
     "AuditError",
     "AuditIntegrityError",
+    "AuditUnauthenticatedError",
     "CollectionPolicy",
     "ConfigError",
     "CredentialError",

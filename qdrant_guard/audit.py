@@ -45,7 +45,14 @@ from .audit_verify import (
     verify_audit_file,
 )
 from .canonical import canonical_json
-from .errors import AuditError, AuditIntegrityError, GuardArgumentTypeError, GuardArgumentValueError
+from .audit_mac import EntryMac, unvouched as _unvouched
+from .errors import (
+    AuditError,
+    AuditIntegrityError,
+    AuditUnauthenticatedError,
+    GuardArgumentTypeError,
+    GuardArgumentValueError,
+)
 from .receipts import ReceiptSigner
 
 __all__ = [
@@ -526,6 +533,10 @@ class AuditLog:
         self._size = -1
         self._line: bytes | None = None
         self._broken: str | None = None  # set once that entry was found changed: every append refuses
+        # Its own writer MACs, to check entries that claim its writer id (None: no signer, no
+        # checkpoints, nothing vouched for); _v2: an entry in format v2 is in the chain it knows.
+        self._macs: EntryMac | None = signer.audit_mac if signer is not None else None
+        self._v2 = False
         self._fd: int | None = None
         self._pid = os.getpid()
         if self.path is not None:
@@ -603,7 +614,7 @@ class AuditLog:
                                      "place, or the log was renamed: rotate the log only with the guard stopped)")
 
     def _check_known(self, fd: int, size: int) -> bool:
-        """Check the entry this object knows of is still in place and what follows chains to it.
+        """Check the entry this object knows of is still in place.
 
         True when nothing was appended since (nothing more to read).
         """
@@ -614,20 +625,77 @@ class AuditLog:
         # One pread, of bytes already in the page cache: the only extra cost of an append.
         if _read_all(fd, start, len(line)) != line:
             raise self._tail_changed(f"is no longer on the bytes {start}..{self._size} where it was")
-        if size == self._size:
-            return True
-        nxt = _read_line(fd, self._size, size)
-        if nxt.endswith(b"\n"):  # a torn line is reported by the tail read that follows
-            try:
-                entry = _parse_line(nxt[:-1])
-            except _Bad as exc:
-                raise AuditIntegrityError(
-                    f"the entry after seq {self._seq} in audit log {self.path!r} does not verify "
-                    f"({exc.problem}: {exc.detail}); " + _REPAIR_HINT.format(path=self.path)) from None
-            if entry["seq"] != self._seq + 1 or entry["prev"] != self._prev:
-                raise self._tail_changed(
-                    f"is followed by an entry that does not chain to it (seq {entry['seq']}, prev {entry['prev']})")
-        return False
+        return size == self._size
+
+    def _read_appended(self, fd: int, size: int) -> dict[str, Any]:
+        """Read every entry others appended after the known one: each must verify and chain on,
+        and none may be one this writer's next checkpoint would vouch for unchecked
+        (:meth:`_unvouched`). Read only when others appended, so an append of a lone writer
+        reads nothing more. Returns the last entry, with the object moved on to it."""
+        seq, prev, pos, buf = self._seq, self._prev, self._size, b""
+        entry: dict[str, Any] | None = None
+        raw = b""
+        v2 = self._v2
+        found: list[tuple[int, str]] = []
+        while pos < size:
+            chunk = _read_all(fd, pos, min(1 << 20, size - pos))
+            if not chunk:
+                break
+            pos += len(chunk)
+            lines = (buf + chunk).split(b"\n")
+            buf = lines.pop()
+            for raw in lines:
+                try:
+                    entry = _parse_line(raw)
+                except _Bad as exc:
+                    raise AuditIntegrityError(
+                        f"the entry after seq {seq} in audit log {self.path!r} does not verify "
+                        f"({exc.problem}: {exc.detail}); " + _REPAIR_HINT.format(path=self.path)) from None
+                if entry["seq"] != seq + 1 or entry["prev"] != prev:
+                    what = (f"is followed by an entry that does not chain to it (seq {entry['seq']}, "
+                            f"prev {entry['prev']})")
+                    if seq == self._seq:
+                        raise self._tail_changed(what)
+                    raise AuditIntegrityError(
+                        f"audit log {self.path!r}: seq {entry['seq']} (prev {entry['prev']}), appended by another "
+                        f"writer after seq {self._seq}, does not chain to the entry before it (seq {seq}); "
+                        + _REPAIR_HINT.format(path=self.path))
+                if self._macs is not None:
+                    why = _unvouched(entry, self._macs, self._trusted, v2)
+                    if why is not None:
+                        found.append((entry["seq"], why))
+                v2 = v2 or "w" in entry
+                seq, prev = entry["seq"], entry["hash"]
+        if buf or entry is None:
+            raise AuditIntegrityError(
+                f"audit log {self.path!r} ends with a torn line (a writer stopped mid-entry); "
+                + _REPAIR_HINT.format(path=self.path))
+        if found:
+            raise self._refuse_unvouched(found, after=self._seq)
+        self._seq, self._prev, self._size, self._line, self._v2 = seq, prev, size, raw + b"\n", v2
+        return entry
+
+    def _refuse_unvouched(self, found: list[tuple[int, str]], after: int | None) -> AuditUnauthenticatedError:
+        """The error (and the alert on the audit logger) for entries this writer will not sign."""
+        seqs = tuple(q for q, _ in found)
+        shown = ", ".join(str(q) for q in seqs[:20]) + (f", ... ({len(seqs)} in all)" if len(seqs) > 20 else "")
+        where = (f"after seq {after}, the entry this writer last wrote or read" if after is not None
+                 else "after the log's most recent checkpoint (or in a log without one), where it opened it")
+        msg = (f"audit log {self.path!r}: seq {found[0][0]} {found[0][1]}: an entry this writer did not write, "
+               f"appended {where}; its next checkpoint would sign it. Entries this writer cannot vouch for: "
+               f"seq {shown}. "
+               + ("This AuditLog refuses to append until it is reopened (restart the guard after the repair). "
+                  if after is not None else "Nothing was written. ")
+               + f"Run `qdrant-guard audit verify {self.path} --writer-key GUARD.key` (the guard's signing key; one "
+               "--writer-key per guard writing the log) to list every entry no writer authenticates, then "
+               f"`qdrant-guard audit repair {self.path} --writer-key GUARD.key --signing-key GUARD.key` to cut the "
+               "log from the first of them (the cut bytes are kept in a side file, a repair entry records the cut)")
+        if after is not None:
+            self._broken = msg
+        self._logger.error("qdrant_guard audit unauthenticated entries: %s", msg, extra={"qdrant_guard_alert": {
+            "event": "audit_unauthenticated_entry", "path": self.path, "seqs": list(seqs),
+            "after_seq": after, "hash": self._prev if after is not None else None}})
+        return AuditUnauthenticatedError(msg, seqs)
 
     def _read_tail(self, fd: int) -> dict[str, Any] | None:
         """Bring this object up to the file's last entry; that entry when it was (re-)read."""
@@ -641,10 +709,11 @@ class AuditLog:
             self._check_path(held)
             if self._check_known(fd, size):
                 return None
+            return self._read_appended(fd, size)
         if size == 0:
             self._seq, self._prev, self._size, self._line = 0, GENESIS, 0, None
             return None
-        # Read backwards in blocks until the start of the last line is found.
+        # On open: read backwards in blocks until the start of the last line is found.
         block, pos, tail = 65536, size, b""
         while pos > 0:
             step = min(block, pos)
@@ -676,6 +745,7 @@ class AuditLog:
         """
         assert self._line is not None
         later = last
+        window = [last]  # newest first
         # Lines before the last one, newest first, read backwards in blocks: buf holds the bytes
         # [pos, start of ``later``'s line).
         pos, buf = self._size - len(self._line), b""
@@ -701,6 +771,7 @@ class AuditLog:
                     f"audit log {self.path!r}: seq {later['seq']} does not chain to the entry before it "
                     f"(seq {entry['seq']}); " + _REPAIR_HINT.format(path=self.path))
             later = entry
+            window.append(entry)
         if pos == 0 and not buf and (later["seq"] != 1 or later["prev"] != GENESIS):
             # The chain must start at the file's start: else entries were cut off its head.
             raise AuditIntegrityError(
@@ -709,6 +780,21 @@ class AuditLog:
                 "cut off; " + _REPAIR_HINT.format(path=self.path))
         if "ckpt" in later:
             self._check_open_checkpoint(later)
+        self._check_window_writers(window[::-1])
+
+    def _check_window_writers(self, window: list[dict[str, Any]]) -> None:
+        """On open, refuse entries in the window (what the next checkpoint signs along with the
+        checkpoint that ends it) that this writer cannot vouch for, as an append does."""
+        v2, found = False, []
+        for entry in window:
+            if self._macs is not None:
+                why = _unvouched(entry, self._macs, self._trusted, v2)
+                if why is not None:
+                    found.append((entry["seq"], why))
+            v2 = v2 or "w" in entry
+        self._v2 = v2
+        if found:
+            raise self._refuse_unvouched(found, after=None)
 
     def _check_open_checkpoint(self, entry: dict[str, Any]) -> None:
         """The most recent checkpoint on open must verify under a key this writer knows.
@@ -855,6 +941,7 @@ class AuditLog:
             # O_APPEND under the lock: the line went right after the size _read_tail just checked.
             self._size += len(line)
             self._line = line
+            self._v2 = self._v2 or self._macs is not None
             return entry
         finally:
             _unlock(fd)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Iterable
+from typing import Any, Container, Iterable, Mapping
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -21,7 +21,7 @@ from .canonical import canonical_json
 from .errors import GuardArgumentTypeError
 from .keys import key_id
 
-__all__ = ["MAC_PREFIX", "mac_key", "writer_keys", "entry_mac", "EntryMac"]
+__all__ = ["MAC_PREFIX", "mac_key", "writer_keys", "entry_mac", "EntryMac", "unvouched"]
 
 MAC_PREFIX = b"qdrant-guard audit entry mac v1\x00"
 # Another purpose than the key's signatures: a MAC key leaked from a verifier signs nothing.
@@ -66,3 +66,23 @@ class EntryMac:
         outer = self._outer.copy()
         outer.update(inner.digest())
         return outer.hexdigest()
+
+
+def unvouched(entry: Mapping[str, Any], own: EntryMac, others: Container[str], v2_seen: bool) -> str | None:
+    """Why the writer ``own`` must not sign a checkpoint over ``entry``, another's entry it found
+    in its log (None: it may). It can check only its own MACs: an entry under the id of a writer
+    in ``others`` (whose checkpoints it trusts) passes unchecked, as it holds no key to check it.
+    ``v2_seen``: an entry in format v2 comes before ``entry`` in the log."""
+    w = entry.get("w")
+    if w is None:
+        return "carries no writer MAC (format v1) after entries in format v2" if v2_seen else None
+    if w == own.writer:
+        if hmac.compare_digest(own.mac(bytes.fromhex(entry["hash"])), entry["mac"]):
+            return None
+        return f"claims this writer's id {own.writer} but its MAC does not verify under this writer's key"
+    if w in others:
+        return None
+    from .audit_verify import _show_kid  # audit_verify imports this module
+
+    return (f"names writer {_show_kid(w)}, which is neither this writer ({own.writer}) nor a key whose "
+            "checkpoints it trusts (trusted_keys; the policy's receipts.retired_keys and audit_trusted_keys)")

@@ -64,6 +64,16 @@ class AuditIntegrityError(AuditError):
     """An audit log failed verification (edited, deleted, inserted, reordered or torn entry)."""
 
 
+class AuditUnauthenticatedError(AuditIntegrityError):
+    """The audit writer found entries after its last one that it cannot vouch for (its own writer
+    id with a MAC that does not verify, an unknown writer id, or no MAC after format-v2 entries),
+    and will not sign a checkpoint over them. ``seqs`` lists them; the message names the fix."""
+
+    def __init__(self, message: str, seqs: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.seqs = seqs
+
+
 class BenchmarkError(QdrantGuardError, ValueError):
     """``qdrant-guard bench`` cannot measure what was asked; the message names the input and the fix."""
 
