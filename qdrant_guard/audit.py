@@ -218,6 +218,40 @@ def _check_repair_writer(p: str, last: bytes, signer: ReceiptSigner | None,
             "give the signing key's writer key too. Nothing was changed")
 
 
+def _trust_hint(found: list[tuple[int, str, Any]], own: str) -> str:
+    """For entries under writer ids the writer does not know: the fix when they are genuine."""
+    others = sorted({w for _, _, w in found if isinstance(w, str) and w != own})
+    if not others:
+        return ""
+    names = ", ".join(_show_kid(w) for w in others[:5])
+    return (f"If {names} is an earlier signing key of this guard (a rotated key) or the key of another guard "
+            "writing this log, add its public key to receipts.retired_keys or audit_trusted_keys in the policy "
+            "(AuditLog(trusted_keys=...)) after checking the log with `qdrant-guard audit verify` and that key; "
+            "otherwise the log was tampered with. ")
+
+
+def _check_repair_vouches(p: str, kept: bytes, signer: ReceiptSigner, trusted: Mapping[str, Any]) -> None:
+    """Refuse a signed repair entry over kept entries its signer would not sign over as a writer
+    (:meth:`AuditLog._read_appended`): its checkpoint would vouch for them. With ``writer_keys``
+    the scan already cut them."""
+    v2, found = False, []
+    for raw in kept.split(b"\n")[:-1]:
+        entry = _parse_line(raw)  # the kept lines verified: no _Bad here
+        why = _unvouched(entry, signer.audit_mac, trusted, v2)
+        if why is not None:
+            found.append((entry["seq"], why, entry.get("w")))
+        v2 = v2 or "w" in entry
+    if found:
+        seqs = tuple(q for q, _, _ in found)
+        shown = ", ".join(str(q) for q in seqs[:20]) + (f", ... ({len(seqs)} in all)" if len(seqs) > 20 else "")
+        raise AuditUnauthenticatedError(
+            f"repair_audit_file(): the repair entry of {p!r}, a checkpoint signed with {signer.key_id}, would vouch "
+            f"for entries that key cannot (seq {shown}; seq {found[0][0]} {found[0][1]}): repair with writer_keys "
+            "(--writer-key GUARD.key, one per guard writing the log) to cut the log from the first entry no writer "
+            "authenticates, or, for another guard's entries, trust its key (trusted_keys, --key, --trust-policy). "
+            "Nothing was changed", seqs)
+
+
 def repair_audit_file(
     path: PathLike, *, signer: ReceiptSigner | None = None,
     trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
@@ -265,6 +299,10 @@ def repair_audit_file(
             would fall on a checkpoint seq (verify with the keys would then fail on it); or the
             last kept entry carries a writer MAC (format v2) and ``signer`` is not given, or its
             key is not among ``writer_keys`` (the repair entry would be reported as no writer's).
+        AuditUnauthenticatedError: ``signer`` is given, ``writer_keys`` is not, and a kept entry
+            is one the signer's writer would not sign over (its id with a MAC that does not
+            verify, a writer id neither its own nor in ``trusted_keys``, no MAC after v2 entries):
+            the repair entry, a checkpoint, would vouch for it. Nothing changed.
         AuditError: the file cannot be read, is no regular file, or others than this uid can
             write it (the message names the mode or owner and the fix; nothing changed), the cut
             bytes cannot be saved (nothing changed), or the log cannot be rewritten (the message
@@ -358,6 +396,8 @@ def repair_audit_file(
                                           "(--signing-key, the guard's key). Nothing was changed")
         _check_repair_writer(p, _last_line(rewrite) if rewrite else _last_line_before(fd, valid_bytes),
                              signer, writer_keys)
+        if signer is not None and writer_keys is None:
+            _check_repair_vouches(p, _read_all(fd, 0, valid_bytes) + rewrite, signer, trusted_keys or {})
         # The cut bytes are durable in the side file (and its name in the directory) before the
         # log is changed; if saving them fails, the side file is removed and the log untouched.
         side = _save_cut(p, cut_at_seq, cut)
@@ -479,13 +519,19 @@ class AuditLog:
     Before each append the writer also checks that the entry it last wrote or read is still in
     place and that what others appended after it chains to it; if not, it raises
     :class:`AuditIntegrityError`, logs an ``audit_tail_changed`` alert at ERROR, and refuses to
-    append until reopened. docs/audit-log.md says exactly what is and is not checked.
+    append until reopened. With a signer it also refuses to sign over entries it cannot vouch for
+    (its own writer id with a MAC that does not verify, a writer id neither its own nor in
+    ``trusted_keys``, no MAC after format-v2 entries), among those others appended and, on open,
+    those after the most recent checkpoint: :class:`AuditUnauthenticatedError`, an
+    ``audit_unauthenticated_entry`` alert. docs/audit-log.md says exactly what is and is not checked.
 
     Raises:
         AuditIntegrityError: the existing file does not verify (torn or altered recent entries,
             a checkpoint that does not verify, or one under a key that is neither ``signer``'s nor
             in ``trusted_keys``, or any problem when ``verify_existing``); the message says how to
-            verify and repair, or which key to trust.
+            verify and repair, or which key to trust. :class:`AuditUnauthenticatedError` (a
+            subclass) when entries after the most recent checkpoint are ones this writer would
+            not sign over (see above).
         AuditError: the file cannot be opened, or others than the guard's uid can write it
             (the message names the mode or owner found and the fix).
     """
@@ -636,7 +682,7 @@ class AuditLog:
         entry: dict[str, Any] | None = None
         raw = b""
         v2 = self._v2
-        found: list[tuple[int, str]] = []
+        found: list[tuple[int, str, Any]] = []
         while pos < size:
             chunk = _read_all(fd, pos, min(1 << 20, size - pos))
             if not chunk:
@@ -663,7 +709,7 @@ class AuditLog:
                 if self._macs is not None:
                     why = _unvouched(entry, self._macs, self._trusted, v2)
                     if why is not None:
-                        found.append((entry["seq"], why))
+                        found.append((entry["seq"], why, entry.get("w")))
                 v2 = v2 or "w" in entry
                 seq, prev = entry["seq"], entry["hash"]
         if buf or entry is None:
@@ -675,10 +721,11 @@ class AuditLog:
         self._seq, self._prev, self._size, self._line, self._v2 = seq, prev, size, raw + b"\n", v2
         return entry
 
-    def _refuse_unvouched(self, found: list[tuple[int, str]], after: int | None) -> AuditUnauthenticatedError:
+    def _refuse_unvouched(self, found: list[tuple[int, str, Any]], after: int | None) -> AuditUnauthenticatedError:
         """The error (and the alert on the audit logger) for entries this writer will not sign."""
-        seqs = tuple(q for q, _ in found)
+        seqs = tuple(q for q, _, _ in found)
         shown = ", ".join(str(q) for q in seqs[:20]) + (f", ... ({len(seqs)} in all)" if len(seqs) > 20 else "")
+        assert self._macs is not None
         where = (f"after seq {after}, the entry this writer last wrote or read" if after is not None
                  else "after the log's most recent checkpoint (or in a log without one), where it opened it")
         msg = (f"audit log {self.path!r}: seq {found[0][0]} {found[0][1]}: an entry this writer did not write, "
@@ -686,6 +733,7 @@ class AuditLog:
                f"seq {shown}. "
                + ("This AuditLog refuses to append until it is reopened (restart the guard after the repair). "
                   if after is not None else "Nothing was written. ")
+               + _trust_hint(found, self._macs.writer)
                + f"Run `qdrant-guard audit verify {self.path} --writer-key GUARD.key` (the guard's signing key; one "
                "--writer-key per guard writing the log) to list every entry no writer authenticates, then "
                f"`qdrant-guard audit repair {self.path} --writer-key GUARD.key --signing-key GUARD.key` to cut the "
@@ -790,7 +838,7 @@ class AuditLog:
             if self._macs is not None:
                 why = _unvouched(entry, self._macs, self._trusted, v2)
                 if why is not None:
-                    found.append((entry["seq"], why))
+                    found.append((entry["seq"], why, entry.get("w")))
             v2 = v2 or "w" in entry
         self._v2 = v2
         if found:
@@ -857,7 +905,9 @@ class AuditLog:
             TypeError: ``record`` is not a dict or holds a non-JSON value.
             ValueError: ``record`` holds NaN/Inf.
             AuditIntegrityError: the file's tail was damaged, or the writer's last entry
-                rewritten or cut, by someone else (then every later append refuses too).
+                rewritten or cut, by someone else (then every later append refuses too);
+                :class:`AuditUnauthenticatedError` when others appended entries this writer will
+                not sign over (named by seq; every later append refuses too).
             AuditError: the write failed (the caller must fail closed).
         """
         if not isinstance(record, dict):

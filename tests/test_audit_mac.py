@@ -14,7 +14,7 @@ import numpy as np
 from qdrant_client.http import models
 
 from qdrant_guard import keys
-from qdrant_guard.audit import CHECKPOINT_PREFIX, AuditLog, repair_audit_file, verify_audit_file
+from qdrant_guard.audit import CHECKPOINT_PREFIX, AuditLog, _make_entry, repair_audit_file, verify_audit_file
 from qdrant_guard.audit_mac import entry_mac, writer_keys
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.receipts import ReceiptSigner
@@ -55,18 +55,23 @@ def _cli(capsys, *argv):
 
 def _guarded_writes_around_a_forgery(tmp_path, forge):
     """A guard's log (checkpoint every 5) with ``forge(last entry)``'s line appended by someone
-    else between two of its writes, then more writes past the next checkpoint."""
+    else between two of its writes, then more of its entries past the next checkpoint, chained
+    on as the writer did before it checked others' entries (it now refuses to:
+    tests/test_audit_writer_macs.py), so verify sees a checkpoint signed over the forgery."""
     sk, path = _key(tmp_path, "guard.key")
     signer = ReceiptSigner(sk)
     p = tmp_path / "audit.jsonl"
     log = AuditLog(p, signer=signer, checkpoint_every=5)
     for i in range(3):
         last = log.append({"event": "write", "i": i})
+    log.close()
     with open(p, "ab") as fh:
         fh.write(forge(last, signer))
     for i in range(4):
-        log.append({"event": "write", "i": 3 + i})
-    log.close()
+        last = json.loads(p.read_bytes().splitlines()[-1])
+        seq, rec = last["seq"] + 1, {"event": "write", "i": 3 + i}
+        with open(p, "ab") as fh:
+            fh.write(_make_entry(seq, last["hash"], rec, canonical_json(rec), signer, seq % 5 == 0)[1])
     return p, sk, path
 
 

@@ -25,7 +25,7 @@ import qdrant_client
 from qdrant_client.http import models
 
 from qdrant_guard import AuditUnauthenticatedError, QdrantGuardError, keys
-from qdrant_guard.audit import AuditLog, _make_entry, verify_audit_file
+from qdrant_guard.audit import AuditLog, _make_entry, repair_audit_file, verify_audit_file
 from qdrant_guard.audit_mac import entry_mac, writer_keys
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.cli import main
@@ -220,6 +220,46 @@ def test_guarded_write_fails_closed_on_a_forged_tail(tmp_path):
     assert qdrant_client.QdrantClient.retrieve(owner, "pii", [1, 2]) and not qdrant_client.QdrantClient.retrieve(
         owner, "pii", [2])
     owner.close()
+
+
+def test_signed_repair_over_a_forged_entry_is_refused_without_writer_keys(tmp_path, capsys):
+    # Repair reads the log and appends a signed checkpoint after what it keeps: it must not vouch
+    # for a forged entry the writer would refuse (here before a torn tail, the problem it cuts).
+    p, sk, key_path, signer, log = _guard_log(tmp_path)
+    log.close()
+    last = _last(p)
+    _append_raw(p, _forged(last["seq"] + 1, last["hash"]))
+    _append_raw(p, b'{"seq":5,"ts":1.0,"pr')
+    before = p.read_bytes()
+    with pytest.raises(AuditUnauthenticatedError) as err:
+        repair_audit_file(p, signer=signer, checkpoint_every=5)
+    assert err.value.seqs == (4,) and "--writer-key" in str(err.value) and p.read_bytes() == before
+    assert not list(tmp_path.glob("audit.jsonl.cut-*"))
+    capsys.readouterr()
+    assert main(["audit", "repair", str(p), "--signing-key", str(key_path), "--checkpoint-every", "5"]) == 2
+    assert "would vouch for entries that key cannot (seq 4;" in capsys.readouterr().err and p.read_bytes() == before
+    # With the writer's key the forged entry is cut with the torn tail, and the guard goes on.
+    assert main(["audit", "repair", str(p), "--signing-key", str(key_path), "--writer-key", str(key_path),
+                 "--checkpoint-every", "5"]) == 0
+    AuditLog(p, signer=signer, checkpoint_every=5).append({"event": "after"})
+    assert verify_audit_file(p, writer_keys=writer_keys([sk])).ok
+
+
+def test_signed_repair_keeps_another_trusted_guards_entries(tmp_path):
+    ska, _ = _key(tmp_path, "a.key")
+    skb, _ = _key(tmp_path, "b.key")
+    sa, sb = ReceiptSigner(ska), ReceiptSigner(skb)
+    p = tmp_path / "audit.jsonl"
+    b = AuditLog(p, signer=sb, checkpoint_every=50)
+    for i in range(3):
+        b.append({"event": "b", "i": i})
+    b.close()
+    _append_raw(p, b'{"torn')
+    with pytest.raises(AuditUnauthenticatedError, match="trust its key"):
+        repair_audit_file(p, signer=sa, checkpoint_every=50)
+    rep = repair_audit_file(p, signer=sa, checkpoint_every=50,
+                            trusted_keys={sa.key_id: sa.public_key, sb.key_id: sb.public_key})
+    assert rep.ok and rep.last_seq == 4
 
 
 # -- what keeps working ---------------------------------------------------------------------------

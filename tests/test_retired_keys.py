@@ -53,8 +53,9 @@ def _colls(rot):
     return {"plain": _coll(), "scoped": _coll(receipt_keys=[rot["outside"]])}
 
 
-def _cfg(rot, key, **receipts):
-    return rot["kit"].config(_colls(rot), signing_key=str(key), receipts=receipts)
+def _cfg(rot, key, audit_log=None, **receipts):
+    extra = {} if audit_log is None else {"audit_log": str(audit_log)}
+    return rot["kit"].config(_colls(rot), signing_key=str(key), receipts=receipts, **extra)
 
 
 def _write_under_a(rot):
@@ -99,8 +100,14 @@ def test_without_the_knob_the_old_keys_vectors_are_stripped(rot):
     # The old behaviour stands when the knob is unset, and trusted_keys alone misses the collection
     # that sets receipt_keys: the trap retired_keys removes.
     _write_under_a(rot)
-    assert _released(rot, _cfg(rot, rot["b"])) == {"plain": False, "scoped": False}
-    trusted_only = _cfg(rot, rot["b"], trusted_keys=[str(rot["a_pub"])])
+    # A guard under key B that does not trust A also refuses A's entries in the audit log (its
+    # first checkpoint would sign them: tests/test_audit_writer_macs.py), naming the fix; the reads
+    # below go to a log of their own.
+    with pytest.raises(AuditIntegrityError, match=f"If {rot['a_kid']} is an earlier signing key of this guard"):
+        QdrantClient(path=str(rot["store"]), guard=_cfg(rot, rot["b"]), principal=rot["kit"].principal("alice", "hr"))
+    own_log = rot["kit"].tmp / "audit-b.jsonl"
+    assert _released(rot, _cfg(rot, rot["b"], own_log)) == {"plain": False, "scoped": False}
+    trusted_only = _cfg(rot, rot["b"], own_log, trusted_keys=[str(rot["a_pub"])])
     assert _released(rot, trusted_only) == {"plain": True, "scoped": False}
 
 
@@ -156,8 +163,9 @@ def test_a_retired_key_that_is_revoked_is_a_policy_error_and_never_trusted(rot):
     msg = str(ei.value)
     assert "receipts.revoked_keys" in msg and rot["a_kid"] in msg and "revocation wins" in msg, msg
     assert "Remove it from receipts.retired_keys" in msg, msg
-    # Kept revoked and no longer retired, its vectors stay stripped.
-    revoked_only = _cfg(rot, rot["b"], revoked_keys=[rot["a_kid"]])
+    # Kept revoked and no longer retired, its vectors stay stripped (and its audit entries are not
+    # signed over: the reads go to a log of their own).
+    revoked_only = _cfg(rot, rot["b"], rot["kit"].tmp / "audit-b.jsonl", revoked_keys=[rot["a_kid"]])
     assert _released(rot, revoked_only) == {"plain": False, "scoped": False}
 
 

@@ -172,18 +172,24 @@ def test_verify_cli_says_a_torn_tail_may_be_a_cut(tmp_path, capsys):
 # -- the documented limit: a checkpoint signs the chain as the writer finds it --------------------
 
 def test_a_checkpoint_signs_an_entry_another_writer_appended_before_it(tmp_path):
-    # The writer chains onto what others appended (several guards may share a log), so its next
-    # checkpoint signs a forged entry appended before it: `audit verify --key` passes. The docs
-    # claimed checkpoints catch forged entries "up to the last one"; they now say this.
+    # The writer chains onto what the other guards it trusts append (several guards may share a
+    # log), so its next checkpoint signs a forged entry that names one of them: `audit verify
+    # --key` passes. The docs claimed checkpoints catch forged entries "up to the last one"; they
+    # now say this. (A forged entry it can tell is no trusted writer's, such as one without a MAC,
+    # the writer now refuses to sign over: tests/test_audit_writer_macs.py.)
     sk = Ed25519PrivateKey.generate()
     signer = ReceiptSigner(sk)
+    other = ReceiptSigner(Ed25519PrivateKey.generate())
     p = tmp_path / "audit.jsonl"
-    log = AuditLog(p, signer=signer, checkpoint_every=5)
+    log = AuditLog(p, signer=signer, checkpoint_every=5, trusted_keys={other.key_id: other.public_key})
     for i in range(3):
         log.append({"event": "real", "i": i})
     last = json.loads(p.read_bytes().splitlines()[-1])
+    forged = {"seq": last["seq"] + 1, "ts": 1.0, "prev": last["hash"], "record": {"event": "forged"}, "w": other.key_id}
+    forged["hash"] = hashlib.sha256(canonical_json(forged)).hexdigest()
+    forged["mac"] = "ab" * 32  # made up: the writer holds no key to check the other guard's MACs
     with open(p, "ab") as fh:
-        fh.write(_forged_line(last["seq"] + 1, last["hash"], {"event": "forged"}))
+        fh.write(canonical_json(forged) + b"\n")
     assert log.append({"event": "real", "i": 3})["seq"] == 5
     log.close()
     report = verify_audit_file(p, trusted_keys={signer.key_id: sk.public_key()}, checkpoint_every=5)
