@@ -26,6 +26,7 @@ from typing import Any, Mapping
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from .audit_mac import EntryMac, unvouched as _unvouched
 from .audit_verify import (
     AUDIT_PROBLEMS,
     CHECKPOINT_PREFIX,
@@ -45,7 +46,6 @@ from .audit_verify import (
     verify_audit_file,
 )
 from .canonical import canonical_json
-from .audit_mac import EntryMac, unvouched as _unvouched
 from .errors import (
     AuditError,
     AuditIntegrityError,
@@ -115,22 +115,6 @@ def _check_record_bytes(record_bytes: Any) -> bytes:
     except UnicodeDecodeError as exc:
         raise GuardArgumentValueError(f"AuditLog.append_encoded() record_bytes is not UTF-8 ({exc})") from None
     return record_bytes
-
-
-def _read_line(fd: int, offset: int, size: int) -> bytes:
-    """The line starting at ``offset`` (with its newline; without one if it is the torn last line)."""
-    parts, pos = [], offset
-    while pos < size:
-        chunk = os.pread(fd, min(65536, size - pos), pos)
-        if not chunk:
-            break
-        cut = chunk.find(b"\n")
-        if cut >= 0:
-            parts.append(chunk[:cut + 1])
-            break
-        parts.append(chunk)
-        pos += len(chunk)
-    return b"".join(parts)
 
 
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
@@ -676,7 +660,7 @@ class AuditLog:
     def _read_appended(self, fd: int, size: int) -> dict[str, Any]:
         """Read every entry others appended after the known one: each must verify and chain on,
         and none may be one this writer's next checkpoint would vouch for unchecked
-        (:meth:`_unvouched`). Read only when others appended, so an append of a lone writer
+        (:func:`qdrant_guard.audit_mac.unvouched`). Read only when others appended, so an append of a lone writer
         reads nothing more. Returns the last entry, with the object moved on to it."""
         seq, prev, pos, buf = self._seq, self._prev, self._size, b""
         entry: dict[str, Any] | None = None
