@@ -70,6 +70,8 @@ def test_a_tampered_or_foreign_record_is_a_config_error(record_and_kit, tmp_path
 def test_a_record_signed_by_a_revoked_key_is_a_config_error(record_and_kit, tmp_path):
     rec, path, kit, docs = record_and_kit
     # The guard itself signs with another key: a guard whose own key is revoked refuses to start.
+    # Its own audit log too: the kit's holds entries of the revoked key, which a guard under
+    # another key will not sign over (tests/test_audit_writer_macs.py).
     from qdrant_guard import keys
     own = tmp_path / "guard2.key"
     own.write_bytes(keys.private_key_to_pem(keys.generate_keypair()[0]))
@@ -78,6 +80,7 @@ def test_a_record_signed_by_a_revoked_key_is_a_config_error(record_and_kit, tmp_
         {"pii": {"class": "PII", "owner": "hr", "noise_on_write": True,
                  "noise": {"epsilon": rec.epsilon, "radius": 0.01}, "utility": {"record": str(path)}}},
         epsilon_ceiling={"PII": 5.0}, receipts={"revoked_keys": [rec.signer_key_id]}, signing_key=str(own),
+        audit_log=str(tmp_path / "audit-guard2.jsonl"),
     )
     owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
     owner.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
