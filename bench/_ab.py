@@ -101,3 +101,14 @@ def module_at(commit: str, relpath: str, name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# A typical guard write record, as the audit benches append it.
+AUDIT_RECORD = {"event": "write", "op": "upsert", "collection": "hr", "principal": "alice@hr", "verdict": "ALLOWED",
+                "point_ids": [17], "details": {"noised": 1, "receipts": 1, "epsilon": 1.0, "mechanism": "gaussian"}}
+
+
+def ratio_quartiles(xs: list[float]) -> str:
+    """``median [lower quartile, upper quartile]`` of per-round ratios."""
+    q = statistics.quantiles(xs, n=4)
+    return f"{statistics.median(xs):.3f} [{q[0]:.3f}, {q[2]:.3f}]"

@@ -35,17 +35,14 @@ from _harness import models  # noqa: E402
 from qdrant_guard import audit as new_audit  # noqa: E402
 from qdrant_guard.receipts import ReceiptSigner  # noqa: E402
 
-RECORD = {"event": "write", "op": "upsert", "collection": "hr", "principal": "alice@hr", "verdict": "ALLOWED",
-          "point_ids": [17], "details": {"noised": 1, "receipts": 1, "epsilon": 1.0, "mechanism": "gaussian"}}
+RECORD = _ab.AUDIT_RECORD
 
 
 def baseline_audit(commit: str):
     return _ab.module_at(commit, "qdrant_guard/audit.py", "qdrant_guard._audit_baseline")
 
 
-def quartiles(xs: list[float]) -> str:
-    q = statistics.quantiles(xs, n=4)
-    return f"{statistics.median(xs):.3f} [{q[0]:.3f}, {q[2]:.3f}]"
+quartiles = _ab.ratio_quartiles
 
 
 def main() -> None:

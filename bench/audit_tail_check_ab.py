@@ -37,13 +37,10 @@ from qdrant_guard import keys  # noqa: E402
 from qdrant_guard.audit_mac import writer_keys  # noqa: E402
 from qdrant_guard.receipts import ReceiptSigner  # noqa: E402
 
-RECORD = {"event": "write", "op": "upsert", "collection": "hr", "principal": "alice@hr", "verdict": "ALLOWED",
-          "point_ids": [17], "details": {"noised": 1, "receipts": 1, "epsilon": 1.0, "mechanism": "gaussian"}}
+RECORD = _ab.AUDIT_RECORD
 
 
-def quartiles(xs: list[float]) -> str:
-    q = statistics.quantiles(xs, n=4)
-    return f"{statistics.median(xs):.3f} [{q[0]:.3f}, {q[2]:.3f}]"
+quartiles = _ab.ratio_quartiles
 
 
 def main() -> None:
