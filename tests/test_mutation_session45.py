@@ -313,8 +313,11 @@ def test_repair_refuses_a_signer_whose_writer_key_is_not_given(tmp_path):
     with pytest.raises(GuardArgumentValueError, match="not among the writer keys given"):
         repair_audit_file(p, signer=ReceiptSigner(other), writer_keys=writer_keys([sk]))
     assert p.read_bytes() == before
-    # Without writer keys the same signer may repair (nothing to be reported against).
-    rep = repair_audit_file(p, signer=ReceiptSigner(other))
+    # Without writer keys the same signer may repair (nothing to be reported against), once it is
+    # told to trust the entries' writer: its repair entry is a checkpoint that vouches for them.
+    owner, repairer = ReceiptSigner(sk), ReceiptSigner(other)
+    rep = repair_audit_file(p, signer=repairer, trusted_keys={owner.key_id: owner.public_key,
+                                                              repairer.key_id: repairer.public_key})
     assert rep.ok
     assert verify_audit_file(p, writer_keys=writer_keys([sk, other])).ok
 
@@ -572,10 +575,13 @@ def test_an_unauthenticated_entry_before_a_torn_tail_is_the_first_problem(tmp_pa
     from qdrant_guard.audit import AuditLog
     from qdrant_guard.receipts import ReceiptSigner
 
-    log = AuditLog(p, signer=ReceiptSigner(other))  # a writer whose key the verifier is not given
+    mine, theirs = ReceiptSigner(sk), ReceiptSigner(other)
+    # A writer whose key the verifier is not given; the writers trust each other's checkpoints
+    # (without that, each refuses to open a log the other appended to).
+    log = AuditLog(p, signer=theirs, trusted_keys={mine.key_id: mine.public_key})
     log.append({"event": "other"})
     log.close()
-    log = AuditLog(p, signer=ReceiptSigner(sk))
+    log = AuditLog(p, signer=mine, trusted_keys={theirs.key_id: theirs.public_key})
     log.append({"event": "e", "i": 3})
     log.close()
     with open(p, "ab") as fh:
