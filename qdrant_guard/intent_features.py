@@ -412,14 +412,8 @@ def _bulk_secret(low: str) -> str:
         if verb is not None:
             return low[verb.start():m.end()]
     return ""
-    for m in itertools.islice(_SECRET_PHRASE_RE.finditer(low), _SECRET_TRIES):
-        start = m.start()
-        if not low[:start].strip():
-            return m.group(0)
-        verb = _SECRET_VERB_BEFORE_RE.search(low, max(0, start - 48), start)
-        if verb is not None:
-            return low[verb.start():m.end()]
-    return ""
+
+
 _NAMED_ROLE_RE = re.compile(_word_led(
     *(role + r"'s\b" for role in ("ceo", "cfo", "cto", "coo", r"vp of \w+", "general counsel", "hr director",
                                   r"head of \w+", "skip-level")),
