@@ -31,10 +31,10 @@ demo: build
 
 # The whole suite, against the native build (tests/conftest.py refuses a silent Python fallback).
 test: build $(EVAL_STAMP) typecheck
-	QDRANT_GUARD_REQUIRE_NATIVE=1 $(PY) -m pytest -q -p no:cacheprovider tests
+	QDRANT_GUARD_REQUIRE_NATIVE=1 $(PY) -m pytest -q -p no:cacheprovider -n auto --dist loadfile tests
 
 test-fast: build
-	QDRANT_GUARD_REQUIRE_NATIVE=1 $(PY) -m pytest -q -x -m "not slow and not eval" tests
+	QDRANT_GUARD_REQUIRE_NATIVE=1 $(PY) -m pytest -q -x -n auto --dist loadfile -m "not slow and not eval" tests
 
 bench: build
 	$(PY) -m pip install -q -e '.[bench]' --no-build-isolation

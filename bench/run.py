@@ -43,7 +43,10 @@ def pytest_suites() -> list[Path]:
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
+    # A bench started from a pytest-xdist worker (tests/test_bench_smoke.py under `make test`)
+    # inherits PYTEST_XDIST_WORKER, and pytest-benchmark then disables itself and refuses
+    # --benchmark-only.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("PYTHONHASHSEED", "0")
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # see bench/_harness.py
