@@ -94,8 +94,8 @@ def _as_models(method: str, param: str, operations: Any,
                     continue
                 except pydantic.ValidationError as exc:
                     raise UnsupportedWriteError(
-                        f"{method}() {param}[{i}] is not a valid models.{cls.__name__}: {exc}. Pass the "
-                        f"operation as a models.{cls.__name__}"
+                        f"{method}() {param}[{i}] is not a valid models.{cls.__name__}: {_problems(exc)}. "
+                        f"Pass the operation as a models.{cls.__name__}"
                     ) from None
             raise UnsupportedWriteError(
                 f"{method}() {param}[{i}] is a dict with keys {sorted(map(str, op))}; expected exactly "
@@ -106,6 +106,15 @@ def _as_models(method: str, param: str, operations: Any,
             f"cannot check; pass one of {expected}"
         )
     return out
+
+
+def _problems(exc: pydantic.ValidationError) -> str:
+    """Where pydantic found ``exc``'s first errors and what it says of each, without the input
+    values its own message quotes (a payload's SSN or password)."""
+    errors = exc.errors(include_input=False, include_url=False, include_context=False)
+    named = [f"{'.'.join(map(str, e['loc'])) or '<operation>'} ({e['msg']})" for e in errors[:3]]
+    more = f" and {len(errors) - 3} more" if len(errors) > 3 else ""
+    return "; ".join(named) + more
 
 
 def _normalise(method: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -198,7 +207,13 @@ def _unlocked(lock: Any, fn: Callable[[], Any]) -> Any:
 
 def _bound(guard: Any, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     # A transparent client forwards its arguments exactly as given, like qdrant-client.
-    return arguments if guard.transparent else _normalise(name, arguments)
+    if guard.transparent:
+        return arguments
+    try:
+        return _normalise(name, arguments)
+    except UnsupportedWriteError as exc:
+        # Refused before the pipeline decides anything: audited here, as a write's other input is.
+        raise guard.refused_operations(name, arguments, exc) from None
 
 
 def _async_method(name: str, original: Callable[..., Any], base: type) -> Callable[..., Any]:

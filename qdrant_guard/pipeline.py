@@ -776,6 +776,25 @@ class GuardPipeline:
         mark_audited(err)
         return err
 
+    def refused_operations(self, op: str, args: dict[str, Any], exc: UnsupportedWriteError) -> UnsupportedWriteError:
+        """``exc``, the facade's refusal of operations it cannot read as models
+        (``batch_update_points``, ``update_collection_aliases``), audited first as UNSUPPORTED_WRITE
+        with reason ``invalid_input``, as a write's other refused input is (the error type and the
+        reason word, never the message)."""
+        name = args.get("collection_name")
+        name = str.__str__(name) if isinstance(name, str) else None  # its characters, as sent
+        try:
+            pol = self.policy(name) if name is not None else None
+        except ConfigError:  # unlisted under unlisted = "refuse": recorded without a policy
+            pol = None
+        self.record(self.decision(
+            op, name, pol, Verdict.UNSUPPORTED_WRITE,
+            f"{op}: the guard refused the call's input ({type(exc).__name__}: invalid_input) before sending "
+            "anything; the error raised to the caller names the fix. Nothing was written",
+            details={"error": type(exc).__name__, "reason": "invalid_input"}))
+        mark_audited(exc)
+        return exc
+
     def check_point_ids(self, op: str, name: str, pol: CollectionPolicy, ids: list[Any]) -> None:
         """Refuse the call (audited) if an id is not one Qdrant accepts: every write path to a
         sensitive collection, raw in-boundary ones included, since local mode would store an id a
