@@ -105,7 +105,12 @@ def _setup(work: Path) -> dict[str, Any]:
         fd = os.open(work / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(keys.private_key_to_pem(sk))
-        (work / f"{name}.pub").write_text(keys.public_key_to_str(pk) + "\n")
+        # 0644 whatever the umask (under 002 write_text made it group-writable, which the guard
+        # refuses for a key it trusts); a .pub left by an earlier run is replaced.
+        (work / f"{name}.pub").unlink(missing_ok=True)
+        fd = os.open(work / f"{name}.pub", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(keys.public_key_to_str(pk) + "\n")
         return sk
 
     keypair("guard.key")

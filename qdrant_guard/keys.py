@@ -288,20 +288,30 @@ def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519Pu
             holding the ``ed25519:`` text), or an Ed25519PublicKey (returned unchanged).
 
     Raises:
-        KeyStoreError: the file is unreadable or not a public key.
+        KeyStoreError: the file is unreadable, writable by other users than its owner (``chmod go-w
+            FILE``), or not a public key.
         KeyAlgorithmError: the key is not Ed25519.
     """
     if isinstance(path_or_str, Ed25519PublicKey):
         return path_or_str
     if isinstance(path_or_str, str) and path_or_str.strip().startswith(KEY_PREFIX):
         return public_key_from_str(path_or_str)
-    p, data, _ = _read_key_file(path_or_str, "load_public_key", private=False)  # type: ignore[arg-type]
+    p, data, st = _read_key_file(path_or_str, "load_public_key", private=False)  # type: ignore[arg-type]
     if _holds_private_key(data):
         # Never load (or echo) a private key where a public one belongs: point at the .pub instead.
         raise KeyStoreError(
             f"key file {str(p)!r} holds a private key, but a public key is needed here; give its public "
             f"key file ({str(p) + '.pub'!r}, written beside it by `qdrant-guard keys new`) or its "
             "'ed25519:...' text"
+        )
+    # Every public key the guard loads is one it trusts (a boundary's authority, a receipt signer,
+    # an audit checkpoint key): whoever can write the file chooses whom, as for the private key.
+    if os.name == "posix" and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise KeyStoreError(
+            f"public key file {str(p)!r} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}): whoever "
+            "can write it chooses the key trusted here (an authority key issues its boundary's credentials, a "
+            "receipt or audit key signs what the guard accepts); run `chmod go-w "
+            f"{p}` and retry, or give the key as its 'ed25519:...' text"
         )
     text = data.strip()
     if text.startswith(KEY_PREFIX.encode()):

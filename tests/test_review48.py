@@ -121,3 +121,87 @@ def test_a_valid_dict_batch_still_runs_and_a_client_without_guard_is_unchanged(t
     with pytest.raises(Exception) as err:  # qdrant-client's own error, not the guard's
         plain.batch_update_points("c", [object()])
     assert not isinstance(err.value, UnsupportedWriteError)
+
+
+# -- a trust anchor others can write ---------------------------------------------------------
+
+def _policy_file(kit, tmp_path, pub_mode):
+    """A policy file whose hr authority key is a .pub file of mode ``pub_mode``, and that file."""
+    from qdrant_guard import keys
+
+    pub = tmp_path / "hr-authority.key.pub"
+    pub.write_text(kit.authority_pub["hr"] + "\n")
+    pub.chmod(pub_mode)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f"""
+signing_key = "{kit.guard_key_path}"
+audit_log = "{tmp_path / 'audit.jsonl'}"
+[boundaries.hr]
+authority_keys = ["{pub}"]
+[boundaries.support]
+authority_keys = ["{kit.authority_pub['support']}"]
+[collections.payroll]
+class = "PII"
+owner = "hr"
+raw_in_boundary = true
+[collections.payroll.intent]
+enabled = false
+[collections.payroll.diversity]
+enabled = false
+""")
+    assert keys.load_public_key(kit.authority_pub["hr"])  # the inline form needs no file
+    return policy, pub
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o646, 0o664])
+def test_an_authority_key_file_others_can_write_is_refused(tmp_path, mode):
+    # Before: the guard loaded any readable .pub. bob (another uid who can write the file) put his
+    # own key in it, issued himself an hr credential and read hr's raw payroll vectors and payloads.
+    from qdrant_guard import Principal, issue_credential, keys
+    from qdrant_guard.errors import ConfigError
+
+    kit = make_kit(tmp_path)
+    policy, pub = _policy_file(kit, tmp_path, 0o644)
+    store = str(tmp_path / "store")
+    alice = QdrantClient(path=store, guard=str(policy), principal=kit.principal("alice", "hr"))
+    create(alice, "payroll")
+    alice.upsert("payroll", [models.PointStruct(id=1, vector=unit(np.random.default_rng(3)),
+                                                payload={"salary": 91000})])
+    alice.close()
+    pub.chmod(mode)
+    bob_sk, bob_pk = keys.generate_keypair()
+    pub.write_text(keys.public_key_to_str(bob_pk) + "\n")  # what a writer of the file can do
+    forged = Principal("bob", "hr", issue_credential(bob_sk, agent_id="bob", boundary="hr", ttl_s=600))
+    with pytest.raises(ConfigError) as err:
+        QdrantClient(path=store, guard=str(policy), principal=forged)
+    assert str(pub) in str(err.value) and "writable by other users" in str(err.value)
+    assert "chmod go-w" in str(err.value) and "authority_keys" in str(err.value)
+
+
+def test_load_public_key_refuses_a_file_others_can_write_and_takes_the_other_modes(tmp_path):
+    from qdrant_guard import keys
+    from qdrant_guard.keys import KeyStoreError
+
+    kit = make_kit(tmp_path)
+    pub = tmp_path / "k.pub"
+    pub.write_text(kit.authority_pub["hr"] + "\n")
+    for mode in (0o644, 0o600, 0o444, 0o640):
+        pub.chmod(mode)
+        assert keys.public_key_to_str(keys.load_public_key(pub)) == kit.authority_pub["hr"]
+    pub.chmod(0o620)
+    with pytest.raises(KeyStoreError, match="writable by other users"):
+        keys.load_public_key(pub)
+
+
+def test_the_demo_writes_its_public_keys_0644_under_umask_002(tmp_path):
+    import os
+
+    from qdrant_guard.demo import _setup
+
+    old = os.umask(0o002)
+    try:
+        _setup(tmp_path)
+    finally:
+        os.umask(old)
+    pubs = sorted(tmp_path.glob("*.pub"))
+    assert len(pubs) == 4 and {oct(p.stat().st_mode & 0o777) for p in pubs} == {"0o644"}
