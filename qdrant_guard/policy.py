@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import stat
 import tomllib
 import types
 from pathlib import Path
@@ -1501,7 +1502,8 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
 
     Raises:
         GuardArgumentTypeError: ``path`` is not a str or an os.PathLike of one.
-        ConfigError: the file is missing, is not valid TOML, or fails validation.
+        ConfigError: the file is missing, writable by other users than its owner (``chmod go-w
+            FILE``), is not valid TOML, or fails validation.
     """
     if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
         raise GuardArgumentTypeError(
@@ -1511,7 +1513,9 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
         raise ConfigError("the policy path is empty; give the path of a TOML policy file")
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        with open(p, "rb") as fh:
+            raw = fh.read()
+            st = os.fstat(fh.fileno())
     except OSError as exc:
         hint = ""
         if isinstance(exc, FileNotFoundError):
@@ -1520,6 +1524,12 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
             hint = (f"{where}; fix the path, or start from docs/policy.example.toml (every key) or the "
                     "README's quick-start policy")
         raise ConfigError(f"cannot read policy file {str(p)!r}: {exc.strerror}{hint}") from None
+    if os.name == "posix" and stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        # As for the keys it names: whoever can write the policy chooses whom the guard trusts.
+        raise ConfigError(
+            f"policy file {str(p)!r} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}): whoever can "
+            "write it sets every rule the guard enforces (the boundaries' authority keys, who reads and writes "
+            f"each collection); run `chmod go-w {p}` and retry")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

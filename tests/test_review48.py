@@ -205,3 +205,21 @@ def test_the_demo_writes_its_public_keys_0644_under_umask_002(tmp_path):
         os.umask(old)
     pubs = sorted(tmp_path.glob("*.pub"))
     assert len(pubs) == 4 and {oct(p.stat().st_mode & 0o777) for p in pubs} == {"0o644"}
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o620])
+def test_a_policy_file_others_can_write_is_refused(tmp_path, mode):
+    # Before: loaded as it was; a writer of the file lists its own authority key for hr (or makes
+    # payroll readable by its boundary) and the next client trusts it.
+    from qdrant_guard.errors import ConfigError
+    from qdrant_guard.policy import load_policy
+
+    kit = make_kit(tmp_path)
+    policy, _ = _policy_file(kit, tmp_path, 0o644)
+    assert "payroll" in load_policy(policy).collections
+    policy.chmod(mode)
+    with pytest.raises(ConfigError, match="writable by other users") as err:
+        QdrantClient(":memory:", guard=str(policy), principal=kit.principal("alice", "hr"))
+    assert str(policy) in str(err.value) and "chmod go-w" in str(err.value)
+    policy.chmod(0o640)
+    assert "payroll" in load_policy(policy).collections
