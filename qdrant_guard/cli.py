@@ -862,9 +862,10 @@ def build_parser() -> argparse.ArgumentParser:
         "verify", help="detect edited, deleted, inserted, reordered or torn entries",
         description="Check an audit log's hash chain and name the first bad line. A writer of the file "
                     "can recompute every hash after a change (--key checks the signed checkpoints, which "
-                    "catches that up to the last one) or cut entries off the end (compare the last entry's "
-                    "seq and hash printed here with a copy kept elsewhere). A checkpoint signs entries "
-                    "others appended before it too: --writer-key checks who wrote each entry.")
+                    "catches a change made after a checkpoint was signed to the entries it covers) or cut "
+                    "entries off the end (compare the last entry's seq and hash printed here with a copy kept "
+                    "elsewhere). A checkpoint signs entries others appended before it too: --writer-key "
+                    "checks each entry's writer MAC, which whoever holds that key can also forge.")
     av.add_argument("file", help="the audit log (the policy's audit_log)")
     av.add_argument("--key", action="append", metavar="PUBLIC_KEY",
                     help="verify signed checkpoints with this public key (file or ed25519:... text; "

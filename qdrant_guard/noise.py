@@ -390,7 +390,12 @@ def privatize(
     clip_norm: float | None = None,
     key: bytes | None = None,
 ) -> tuple[np.ndarray, NoiseParams]:
-    """Release noised copies of embeddings with a differential-privacy guarantee.
+    """Release noised copies of embeddings under metric differential privacy.
+
+    The guarantee is per released vector and local: (epsilon, delta) (``laplace_l2``: epsilon)
+    between two inputs within L2 distance ``radius`` after clipping, for the ideal noise
+    distribution, with the lattice snapping accounted in the sensitivity; it is not worst-case DP
+    between arbitrary texts (docs/privacy.md). ``params.guarantee`` states it with the numbers.
 
     Args:
         vectors: one vector ``(d,)`` or a batch ``(n, d)`` of float32/float64 (any strides,

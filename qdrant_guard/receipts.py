@@ -1378,6 +1378,8 @@ def verify_receipt(
     ``vector`` rounded to the 2^-20 grid. It does not judge the
     signed noise parameters (a TEST-ONLY seeded release verifies too): apply
     :func:`qdrant_guard.noise.check_release` to ``params`` for that, as the guard does on writes.
+    A receipt that verifies proves what its signer asserts about the stored vector, not that the
+    noise was drawn (docs/receipt-format.md, "What a receipt proves, and what it does not").
 
     Args:
         receipt: the receipt dict (as stored in the payload), or its JSON bytes/str, which must
@@ -1663,6 +1665,9 @@ def verify(
     a vector without a receipt, of any kind, is ``"not_required"``, which is not a failure
     (``report.ok`` is True). A receipt that is there is still verified, and a bad one reported:
     it asserts something about the stored vector, true or not.
+
+    A receipt that verifies shows what its signer asserts, not that the noise was drawn: a trusted
+    signer that lies consistently passes every check here, ``check_noise`` included.
 
     Args:
         client: any ``qdrant_client.QdrantClient`` (a raw one: the guard must not alter reads).
