@@ -1,0 +1,246 @@
+"""Claims audit 11 (branch h-claims, 2026-12-07): the security statements of README.md,
+docs/privacy.md, docs/receipt-format.md, docs/threat-model.md, docs/audit-log.md and the public
+docstrings, checked against the code and a real local-mode qdrant-client.
+
+Pinned here (each a statement a user acts on):
+
+1. The error tables name exactly the codes the code raises: README's verdict table is the
+   ``Verdict`` enum, docs/receipt-format.md's reasons are ``receipts.REASONS`` and
+   ``boundary.CREDENTIAL_REASONS``, docs/audit-log.md's problem table is ``AUDIT_PROBLEMS``.
+2. docs/policy.example.toml ("every key, most at their defaults") holds every key of the policy
+   schema, and its values are the code's defaults except the keys it sets to show them (listed
+   below): a default changed in the code and not in the example fails here. docs/policy.md is
+   generated from the same models (tests/test_policy_doc.py).
+3. "A receipt proves what its signer asserts, not that the noise was drawn": a trusted signer's
+   receipt over a clean, never-noised vector verifies, passes ``check_release`` and is accepted by
+   a guarded write, which stores the clean vector.
+4. docs/audit-log.md's writer MAC, rebuilt from the page alone (HKDF-SHA256 of the signing key's
+   seed, then HMAC-SHA256 over the prefix and the hash bytes), is the MAC a guard writes; and its
+   limits hold as stated: a holder of the writer key rewrites an entry after the last checkpoint
+   and the log still verifies, MACs and checkpoints included; entries cut off the end, across a
+   checkpoint, leave a log that verifies.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import qdrant_client
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from pydantic import BaseModel
+
+from qdrant_guard import Verdict, keys
+from qdrant_guard.audit import AUDIT_PROBLEMS, AuditLog, verify_audit_file
+from qdrant_guard.audit_mac import writer_keys
+from qdrant_guard.boundary import CREDENTIAL_REASONS
+from qdrant_guard.canonical import canonical_json
+from qdrant_guard.noise import check_release, privatize
+from qdrant_guard.policy import CollectionPolicy, GuardConfig
+from qdrant_guard.receipts import (
+    REASONS, RECEIPT_KEY, ReceiptItem, ReceiptSigner, issue_receipts_batch, receipts_for_payload, stored_form,
+    verify_receipt,
+)
+from tests.guardkit import DIM, QdrantClient, audit_records, create, guard_signer, make_kit, models, unit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _text(path: str) -> str:
+    return (ROOT / path).read_text(encoding="utf-8")
+
+
+def _section(text: str, start: str, end: str) -> str:
+    return text[text.index(start):text.index(end, text.index(start))]
+
+
+# -- 1. error tables ---------------------------------------------------------------------------
+
+def test_readme_verdict_table_is_the_verdict_enum():
+    table = _section(_text("README.md"), "## Verdicts", "Every decision is written")
+    listed = set()
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            listed |= set(re.findall(r"`([A-Z_]+)`", line.split(" | ")[0]))
+    assert listed == {v.value for v in Verdict}
+
+
+def test_receipt_format_reasons_are_the_codes_verify_returns():
+    page = _text("docs/receipt-format.md")
+    reasons = _section(page, "### Reasons returned by `verify_receipt`", "### What `verify()` reports")
+    named = set(re.findall(r"`([a-z_]+)`", reasons)) - {"verify_receipt", "max_age_s", "now", "sig", "batch",
+                                                         "format", "alg", "guarantee"}
+    assert named == set(REASONS) - {"ok"}
+    credential = _section(page, "`verify_credential` checks, in order", "a `reason` attribute")
+    assert set(re.findall(r"\(`([a-z_]+)`", credential)) | set(re.findall(r", `([a-z_]+)`\)", credential)) \
+        == set(CREDENTIAL_REASONS)
+
+
+def test_audit_log_problem_table_is_the_codes_verify_reports():
+    table = _section(_text("docs/audit-log.md"), "| problem | meaning |", "### Two chains in one file")
+    rows = re.findall(r"^\| `([a-z_]+)` \|", table, re.M)
+    assert sorted(rows) == sorted(AUDIT_PROBLEMS) and len(rows) == len(set(rows))
+
+
+# -- 2. the example policy and the schema ---------------------------------------------------------
+
+# Keys the example sets to something else than the default, to show them (a path, a boundary, an
+# owner, a budget, the CREDENTIAL and PROPRIETARY collections' own choices).
+_SHOWN = {
+    "signing_key", "audit_log", "budget_store", "boundaries", "receipts.trusted_keys",
+    "collections.*.class", "collections.*.owner", "collections.*.readers", "collections.*.writers",
+    "collections.*.raw_in_boundary", "collections.*.text_field", "collections.*.receipt_keys",
+    "collections.*.noise_on_write", "collections.*.noise.epsilon", "collections.*.diversity.max_source_coverage",
+    "collections.*.diversity.restricted_sources", "collections.*.diversity.max_vectors",
+    "collections.*.diversity.charge_scores",
+}
+
+
+def _schema(model: type[BaseModel], prefix: str) -> dict[str, Any]:
+    """Every key of ``model`` (its sections flattened) and its default."""
+    out: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        if field.exclude:
+            continue
+        key = prefix + (field.alias or name)
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel) and name != "default":
+            out.update(_schema(ann, key + "."))
+        else:
+            out[key] = field.get_default(call_default_factory=True)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {getattr(k, "value", k): _plain(v) for k, v in value.items()}
+    return getattr(value, "value", value)
+
+
+def _set_keys(data: dict[str, Any]) -> dict[str, list[Any]]:
+    """Each key the example sets, with every value it is given (collections as ``collections.*``)."""
+    seen: dict[str, list[Any]] = {}
+
+    def walk(d: dict[str, Any], prefix: str) -> None:
+        for k, v in d.items():
+            if prefix == "" and k in ("collections",):
+                for coll in v.values():
+                    walk(coll, "collections.*.")
+            elif prefix == "" and k in ("boundaries", "epsilon_ceiling", "default"):
+                seen.setdefault(k, []).append(v)
+            elif isinstance(v, dict) and k in ("noise", "query", "diversity", "intent", "utility", "receipts"):
+                walk(v, f"{prefix}{k}.")
+            else:
+                seen.setdefault(prefix + k, []).append(v)
+
+    walk(data, "")
+    return seen
+
+
+def test_the_example_policy_holds_every_key_at_the_codes_default_or_shown():
+    text = _text("docs/policy.example.toml")
+    data = tomllib.loads(text)
+    schema = {k: v for k, v in _schema(GuardConfig, "").items() if k != "collections"}
+    schema.update({"collections.*." + k: v for k, v in _schema(CollectionPolicy, "").items()})
+    set_keys = _set_keys(data)
+    commented = set(re.findall(r"^#\s*([a-z_]+) = ", text, re.M))
+    for key, default in schema.items():
+        leaf = key.rsplit(".", 1)[-1]
+        assert key in set_keys or leaf in commented, f"{key} is not in docs/policy.example.toml"
+        if key in _SHOWN or key not in set_keys:
+            continue
+        want = default.model_dump(mode="json", by_alias=True, exclude_unset=True) if isinstance(default, BaseModel) else _plain(default)
+        for value in set_keys[key]:
+            assert value == want, f"{key} = {value!r} in docs/policy.example.toml, default {want!r} in the code"
+    # a key shown with its own value is shown, not a forgotten default
+    for key in _SHOWN:
+        assert key in set_keys, key
+    # the commented line that says it is the default is the default
+    assert re.search(r'^# max_model_tokens = "auto" +# the default', text, re.M)
+    assert schema["collections.*.query.max_model_tokens"] == "auto"
+
+
+# -- 3. what a receipt proves -------------------------------------------------------------------
+
+def test_a_receipt_over_a_vector_never_noised_verifies_and_is_accepted(tmp_path):
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": False,
+           "intent": {"enabled": False}}
+    owner = QdrantClient(":memory:", guard=kit.config({"pii": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "pii", distance=models.Distance.EUCLID)
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    clean = np.asarray(unit(np.random.default_rng(3)), dtype=np.float32)
+    # The signer draws noise for the parameters, then signs them over the clean vector instead.
+    _, params = privatize(clean[None, :], mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=0.01, clip_norm=1.0)
+    stored = stored_form(clean, distance="Euclid")
+    rec = issue_receipts_batch(guard_signer(kit), [ReceiptItem(params=params, vector=stored, collection="pii",
+                                                               point_id=1, vector_name="")])[0]
+    trusted = bob.guard.trusted_receipt_keys
+    assert verify_receipt(rec, vector=stored, collection="pii", point_id=1, trusted_keys=trusted).ok
+    assert check_release(params) is None
+    bob.upsert("pii", [models.PointStruct(id=1, vector=stored.tolist(),
+                                          payload={RECEIPT_KEY: receipts_for_payload({"": rec})})])
+    assert audit_records(kit)[-1]["verdict"] == Verdict.ALLOW_RECEIPTED.value
+    got = qdrant_client.QdrantClient.retrieve(owner, "pii", [1], with_vectors=True)[0].vector
+    assert np.array_equal(np.asarray(got, dtype=np.float32), stored)  # no noise in what was stored
+
+
+# -- 4. the audit log's writer MAC and its limits ---------------------------------------------------
+
+def _signed_log(tmp_path: Path, n: int, every: int = 3):
+    sk, _ = keys.generate_keypair()
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path, signer=ReceiptSigner(sk), checkpoint_every=every)
+    for i in range(n):
+        log.append({"event": "write", "i": i})
+    log.close()
+    return sk, path
+
+
+def test_the_writer_mac_is_the_one_the_page_specifies(tmp_path):
+    sk, path = _signed_log(tmp_path, 2)
+    entry = json.loads(path.read_bytes().splitlines()[-1])
+    seed = sk.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())
+    mac_key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                   info=b"qdrant-guard audit entry mac key v1").derive(seed)
+    body = {k: v for k, v in entry.items() if k not in ("hash", "ckpt", "mac")}
+    assert hashlib.sha256(canonical_json(body)).hexdigest() == entry["hash"]
+    assert entry["w"] == keys.key_id(sk.public_key()) and re.fullmatch(r"ed25519:[0-9a-f]{32}", entry["w"])
+    want = hmac.new(mac_key, b"qdrant-guard audit entry mac v1\0" + bytes.fromhex(entry["hash"]), "sha256").hexdigest()
+    assert entry["mac"] == want
+
+
+def test_a_writer_key_holder_rewrites_an_entry_after_the_last_checkpoint_undetected(tmp_path):
+    sk, path = _signed_log(tmp_path, 5)  # checkpoint at seq 3
+    lines = path.read_bytes().splitlines(keepends=True)
+    last = json.loads(lines[-1])
+    forged = {k: v for k, v in last.items() if k not in ("hash", "mac")}
+    forged["record"] = {"event": "write", "i": "rewritten by the key holder"}
+    forged["hash"] = hashlib.sha256(canonical_json(forged)).hexdigest()
+    forged["mac"] = hmac.new(writer_keys([sk])[last["w"]], b"qdrant-guard audit entry mac v1\0"
+                             + bytes.fromhex(forged["hash"]), "sha256").hexdigest()
+    path.write_bytes(b"".join(lines[:-1]) + canonical_json(forged) + b"\n")
+    rep = verify_audit_file(path, trusted_keys={keys.key_id(sk.public_key()): sk.public_key()}, checkpoint_every=3,
+                            writer_keys=writer_keys([sk]))
+    assert rep.ok and rep.checkpoints == 1 and rep.unauthenticated == ()
+
+
+def test_entries_cut_off_the_end_across_a_checkpoint_leave_a_log_that_verifies(tmp_path):
+    sk, path = _signed_log(tmp_path, 7)  # checkpoints at seq 3 and 6
+    full = verify_audit_file(path, trusted_keys={keys.key_id(sk.public_key()): sk.public_key()},
+                             checkpoint_every=3, writer_keys=writer_keys([sk]))
+    assert full.ok and full.checkpoints == 2 and full.last_seq == 7
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:4]))  # seq 5 to 7 gone, the checkpoint at 6 with them
+    cut = verify_audit_file(path, trusted_keys={keys.key_id(sk.public_key()): sk.public_key()},
+                            checkpoint_every=3, writer_keys=writer_keys([sk]))
+    assert cut.ok and cut.checkpoints == 1 and cut.last_seq == 4
+    assert cut.last_hash != full.last_hash  # only a copy kept elsewhere shows the cut
