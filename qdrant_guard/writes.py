@@ -982,6 +982,12 @@ class WriteOps(TextOps):
                              for pid in faults[verdict])
                 directive = "; ".join(w for w in (mechanism_why, model_why) if w is not None) + (
                     f"; other points: {directive}" if others else "")
+            if directive is _DIRECTIVES[verdict]:
+                # The generic advice lists likely causes; the first point's own reason names the
+                # actual one (an expired receipt is none of "forged, altered, replayed").
+                pid = next((x for x in faults[verdict] if str(x) in reasons), None)
+                if pid is not None:
+                    directive = f"{directive} (point {pid!r}: {reasons[str(pid)]})"
             raise self.refuse(self.decision(
                 op, name, pol, verdict, directive, point_ids=list(dict.fromkeys(ids)),
                 utility_hash=self.utility_hash(pol, utility_names),

@@ -244,3 +244,50 @@ def test_entries_cut_off_the_end_across_a_checkpoint_leave_a_log_that_verifies(t
                             checkpoint_every=3, writer_keys=writer_keys([sk]))
     assert cut.ok and cut.checkpoints == 1 and cut.last_seq == 4
     assert cut.last_hash != full.last_hash  # only a copy kept elsewhere shows the cut
+
+
+# -- 5. the verdict table's receipt rows ---------------------------------------------------------------
+
+def _receipt_write(kit, **item):
+    """Bob (a writer outside the owner boundary, noise_on_write off) writes one point under a
+    receipt by the guard's key over a vector noised as ``item`` says; returns the verdict and the
+    directive of the refusal (or ALLOW_RECEIPTED)."""
+    from qdrant_guard import GuardRefusal
+    from qdrant_guard.noise import privatize_seeded_for_tests
+
+    pol = {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": False,
+           "intent": {"enabled": False}}
+    extra = {"receipts": {"max_age_s": 60.0}} if "issued_at" in item else {}
+    owner = QdrantClient(":memory:", guard=kit.config({"pii": pol}, **extra), principal=kit.principal("alice", "hr"))
+    create(owner, "pii", distance=models.Distance.EUCLID)
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    x = np.asarray([unit(np.random.default_rng(5))], dtype=np.float32)
+    at = {"mechanism": "gaussian", "epsilon": 1.0, "delta": 1e-6, "radius": 0.01, "clip_norm": 1.0}
+    noised, params = (privatize_seeded_for_tests(x, seed=1, **at) if item.pop("seeded", False) else privatize(x, **at))
+    stored = stored_form(noised[0], distance="Euclid")
+    rec = issue_receipts_batch(guard_signer(kit), [ReceiptItem(params=params, vector=stored, collection="pii",
+                                                               point_id=1, **item)])[0]
+    try:
+        bob.upsert("pii", [models.PointStruct(id=1, vector=stored.tolist(),
+                                              payload={RECEIPT_KEY: receipts_for_payload({"": rec})})])
+    except GuardRefusal as exc:
+        return exc.verdict.value if hasattr(exc.verdict, "value") else exc.verdict, str(exc)
+    return audit_records(kit)[-1]["verdict"], ""
+
+
+def test_a_receipt_whose_signed_noise_check_release_refuses_is_noise_required(tmp_path):
+    # README: NOISE_REQUIRED covers a verified receipt whose own parameters are no private release,
+    # and the refusal names that reason, not only the generic advice.
+    verdict, why = _receipt_write(make_kit(tmp_path), seeded=True)
+    assert verdict == "NOISE_REQUIRED" and "(point 1: rng_id 'chacha20-seeded-TEST-ONLY" in why
+    row = next(line for line in _text("README.md").splitlines() if line.startswith("| `NOISE_REQUIRED`"))
+    assert "check_release" in row
+
+
+def test_an_expired_receipt_is_invalid_receipt(tmp_path):
+    import time
+
+    verdict, why = _receipt_write(make_kit(tmp_path), issued_at=time.time() - 3600)
+    assert verdict == "INVALID_RECEIPT" and "(point 1: expired)" in why
+    row = next(line for line in _text("README.md").splitlines() if line.startswith("| `INVALID_RECEIPT`"))
+    assert "expired" in row
