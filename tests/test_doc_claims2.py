@@ -291,3 +291,21 @@ def test_an_expired_receipt_is_invalid_receipt(tmp_path):
     assert verdict == "INVALID_RECEIPT" and "(point 1: expired)" in why
     row = next(line for line in _text("README.md").splitlines() if line.startswith("| `INVALID_RECEIPT`"))
     assert "expired" in row
+
+
+# -- 6. what the DP statements do not claim ------------------------------------------------------------
+
+def test_the_threat_model_states_the_worst_case_privacy_md_computes_and_no_per_user_guarantee():
+    # docs/privacy.md's worst case is pinned to the calibration by tests/test_claims_audit9.py.
+    privacy = " ".join(_text("docs/privacy.md").split())
+    worst = re.search(r"So the worst case over arbitrary texts is epsilon ≈ ([\d,]+)", privacy).group(1)
+    threat = " ".join(_text("docs/threat-model.md").split())
+    bullet = threat[threat.index("**Worst-case DP over arbitrary texts"):]
+    bullet = bullet[:bullet.index(" - **")]
+    assert f"epsilon about {worst}" in bullet and "per released vector" in bullet
+    assert "Nor is it per user or per document" in bullet
+    assert "it is not a per-user or per-document guarantee" in privacy
+    # and the sentence every release carries scopes itself the same way
+    _, params = privatize(np.full(8, 8 ** -0.5), mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=0.01,
+                          clip_norm=1.0)
+    assert "per released vector between any two inputs within L2 distance radius=0.01" in params.guarantee
