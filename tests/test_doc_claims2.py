@@ -309,3 +309,40 @@ def test_the_threat_model_states_the_worst_case_privacy_md_computes_and_no_per_u
     _, params = privatize(np.full(8, 8 ** -0.5), mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=0.01,
                           clip_norm=1.0)
     assert "per released vector between any two inputs within L2 distance radius=0.01" in params.guarantee
+
+
+def test_a_blank_query_text_beside_a_raw_vector_is_text_required_as_the_readme_row_says(tmp_path):
+    from qdrant_guard import GuardRefusal
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "intent": {"enabled": False}, "query": {"require_text": True}}
+    alice = QdrantClient(":memory:", guard=kit.config({"pii": pol}), principal=kit.principal("alice", "hr"))
+    create(alice, "pii")
+    vec = unit(np.random.default_rng(2))
+    for given in ({}, {"query_text": " \u200b "}):
+        try:
+            alice.query_points("pii", query=vec, limit=1, **given)
+        except GuardRefusal as exc:
+            assert exc.verdict == "TEXT_REQUIRED", exc
+        else:
+            raise AssertionError(f"query_points with {given} was not refused")
+    alice.query_points("pii", query=vec, limit=1, query_text="refund policy")  # the text passes
+    row = next(line for line in _text("README.md").splitlines() if line.startswith("| `TEXT_REQUIRED`"))
+    assert "no letter or digit" in row
+
+
+def test_an_image_query_without_allow_images_is_query_rejected_as_the_readme_row_says(tmp_path):
+    from qdrant_guard import GuardRefusal
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "intent": {"enabled": False}}
+    alice = QdrantClient(":memory:", guard=kit.config({"pii": pol}), principal=kit.principal("alice", "hr"))
+    create(alice, "pii")
+    try:
+        alice.query_points("pii", query=models.Image(image="https://example.org/a.png", model="clip"), limit=1)
+    except GuardRefusal as exc:
+        assert exc.verdict == "QUERY_REJECTED" and "allow_images" in str(exc)
+    else:
+        raise AssertionError("an image query was sent to inference")
+    row = next(line for line in _text("README.md").splitlines() if line.startswith("| `QUERY_REJECTED`"))
+    assert "query.allow_images" in row and "noise_queries" in row and "model_mismatch" in row
