@@ -346,3 +346,24 @@ def test_an_image_query_without_allow_images_is_query_rejected_as_the_readme_row
         raise AssertionError("an image query was sent to inference")
     row = next(line for line in _text("README.md").splitlines() if line.startswith("| `QUERY_REJECTED`"))
     assert "query.allow_images" in row and "noise_queries" in row and "model_mismatch" in row
+
+
+def test_path_names_and_raw_handles_are_refused_cross_boundary_as_the_readme_row_says(tmp_path):
+    from qdrant_guard import GuardRefusal
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "intent": {"enabled": False}}
+    alice = QdrantClient(":memory:", guard=kit.config({"payroll": pol}, unlisted="public"),
+                         principal=kit.principal("alice", "hr"))
+    create(alice, "payroll")
+    refused = []
+    for call in (lambda: alice.delete_collection("pub/../payroll"), lambda: alice.http):
+        try:
+            call()
+        except GuardRefusal as exc:
+            refused.append(exc.verdict)
+    assert refused == ["REFUSED_CROSS_BOUNDARY"] * 2
+    assert alice.collection_exists("payroll")
+    assert audit_records(kit)[-2]["details"] == {"reason": "path_segment"}
+    row = next(line for line in _text("README.md").splitlines() if line.startswith("| `REFUSED_CROSS_BOUNDARY`"))
+    assert "path segment" in row and "`client.http`" in row
