@@ -367,3 +367,17 @@ def test_path_names_and_raw_handles_are_refused_cross_boundary_as_the_readme_row
     assert audit_records(kit)[-2]["details"] == {"reason": "path_segment"}
     row = next(line for line in _text("README.md").splitlines() if line.startswith("| `REFUSED_CROSS_BOUNDARY`"))
     assert "path segment" in row and "`client.http`" in row
+
+
+def test_the_readme_privacy_section_gives_the_default_calibration():
+    readme = " ".join(_section(_text("README.md"), "## Privacy guarantee", "## Privacy–utility").split())
+    m = re.search(r"At the default PII policy \(Gaussian, epsilon 1 at radius 0\.01, delta 1e-6, 384-d\) sigma is "
+                  r"([\d.]+) per coordinate; between two arbitrary texts the same noise gives epsilon ≈ ([\d,]+)\.", readme)
+    assert m is not None
+    pol = CollectionPolicy().noise
+    assert (pol.mechanism, pol.epsilon, pol.radius, pol.delta, pol.clip_norm) == ("gaussian", 1.0, 0.01, 1e-6, 1.0)
+    _, params = privatize(np.full(384, 384 ** -0.5), mechanism=pol.mechanism, epsilon=pol.epsilon, delta=pol.delta,
+                          radius=pol.radius, clip_norm=pol.clip_norm)
+    assert f"{params.scale:.4f}" == m.group(1)
+    privacy = " ".join(_text("docs/privacy.md").split())
+    assert f"epsilon ≈ {m.group(2)}: no meaningful guarantee" in privacy
