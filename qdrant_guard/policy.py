@@ -136,8 +136,9 @@ class NoisePolicy(_Strict):
     vectors (all but the owner boundary under ``raw_in_boundary``): changing this on a collection
     that holds vectors withholds them from those reads until they are re-noised."""
     epsilon: float = Field(1.0, gt=0, le=1000)
-    """Privacy loss between any two clipped inputs at L2 distance <= ``radius``. Must be <= the
-    class's ``epsilon_ceiling``."""
+    """Privacy loss of each released vector between any two clipped inputs at L2 distance <=
+    ``radius`` (metric DP: per vector, not per user, and far larger between arbitrary texts:
+    docs/privacy.md). Must be <= the class's ``epsilon_ceiling``."""
     delta: float = Field(1e-6, ge=0, lt=1)
     """Failure probability of the Gaussian guarantee: ``gaussian`` needs 1e-300 <= delta < 1 (the
     calibration cannot resolve a smaller one), ``laplace_l2`` needs 0 (a pure guarantee for the ideal
