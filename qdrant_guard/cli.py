@@ -490,6 +490,10 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
             print("note: writer MACs not checked (no --writer-key): a checkpoint signs the chain as its writer "
                   "found it, entries appended by anyone who could write the file included; pass --writer-key "
                   "with the signing key of each guard writing this log to name every entry none of them made")
+        else:
+            print("note: no key given (--key, --policy or --writer-key): only the chain's own consistency was "
+                  "checked, which anyone who can write the file can keep after rewriting it (recomputed hashes); "
+                  "neither checkpoint signatures nor writer MACs were checked")
         if rep.checkpoint_keys and args.policy:
             print("checkpoint keys: " + ", ".join(
                 f"{kid} {_key_status(kid, own_kid=own_kid, retired=retired, revoked=revoked, trusted=trusted)}: {n}"
