@@ -73,7 +73,8 @@ class Principal:
     ``Principal("agent-7", "support", token)``, ``token`` as ``qdrant-guard credential issue``
     prints it. The guard trusts the boundary only once the credential verifies against that
     boundary's ``authority_keys``; without a credential the principal is unverified, and reaches
-    PUBLIC collections only. ``repr()`` never shows the token.
+    PUBLIC collections only (and collections the policy does not list, under
+    ``unlisted = "public"``, which pass through unchecked). ``repr()`` never shows the token.
 
     Raises:
         GuardArgumentTypeError: (a TypeError) a field has the wrong type.

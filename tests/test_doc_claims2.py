@@ -392,3 +392,24 @@ def test_audit_verify_without_a_key_says_what_it_did_not_check(tmp_path, capsys)
     out = capsys.readouterr().out
     assert out.startswith("OK: 4 entries, hash chain intact (")
     assert "neither checkpoint signatures nor writer MACs were checked" in out
+
+
+def test_a_principal_without_a_credential_reaches_public_and_unlisted_public_collections_only(tmp_path):
+    from qdrant_guard import GuardRefusal, Principal
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "readers": ["*"], "intent": {"enabled": False}},
+                      "pub": {"class": "PUBLIC"}}, unlisted="public")
+    anon = QdrantClient(":memory:", guard=cfg, principal=Principal("agent-7", "hr"))
+    owner = anon.with_principal(kit.principal("alice", "hr"))
+    for name in ("pii", "pub", "elsewhere"):
+        create(owner, name)
+    for name in ("pub", "elsewhere"):  # PUBLIC, and unlisted under unlisted = "public"
+        assert anon.count(name).count == 0
+    try:
+        anon.count("pii")
+    except GuardRefusal as exc:
+        assert exc.verdict == "REFUSED_CROSS_BOUNDARY"
+    else:
+        raise AssertionError("an unverified principal read a PII collection readable by '*'")
+    assert 'unlisted = "public"' in Principal.__doc__
