@@ -27,7 +27,8 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
             qdrant-client.
         principal: who is calling: a :class:`Principal` carrying a boundary credential (the token
             ``qdrant-guard credential issue`` prints), or the token itself. None, or a Principal
-            without a credential: unverified, which reaches PUBLIC collections only.
+            without a credential: unverified, which reaches PUBLIC collections only (and
+            collections unlisted under ``unlisted = "public"``).
         embedder: callable ``list[str] -> array (n, d)`` used to embed ``models.Document`` texts
             after redaction on sensitive collections.
 
@@ -37,8 +38,9 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
     refuses a raw vector without it; a client without ``guard=`` accepts and ignores it).
 
     Every method keeps the original signature. Against a Qdrant server (``url=``/``host=``) the
-    code path is the same as in local mode (``":memory:"``/``path=``): the guard runs in this
-    process, in front of whichever backend qdrant-client selected.
+    pipeline is the same as in local mode (``":memory:"``/``path=``): the guard runs in this
+    process, in front of whichever backend qdrant-client selected, and looks at the backend in a
+    few places only (docs/server.md, "Untested here").
 
     Raises:
         ConfigError: the policy is missing or invalid, or ``principal=``/``embedder=`` is given
@@ -49,7 +51,8 @@ class QdrantClient(PrincipalViews, qdrant_client.QdrantClient):
         qdrant_guard.keys.KeyStoreError: the policy's ``signing_key`` cannot be loaded (the message
             says how to fix it).
         AuditError: the policy's ``audit_log`` cannot be opened, or does not verify back to its
-            last signed checkpoint.
+            last signed checkpoint, or holds entries after it that the guard will not sign over
+            (``AuditUnauthenticatedError``: docs/audit-log.md).
     """
 
     _guard: Guard | None
