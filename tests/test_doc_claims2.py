@@ -19,6 +19,20 @@ Pinned here (each a statement a user acts on):
    limits hold as stated: a holder of the writer key rewrites an entry after the last checkpoint
    and the log still verifies, MACs and checkpoints included; entries cut off the end, across a
    checkpoint, leave a log that verifies.
+
+Wrong or incomplete and corrected (each test here fails on the text or code before):
+
+5. README's verdict rows: NOISE_REQUIRED left out receipts ``check_release`` refuses,
+   INVALID_RECEIPT expiry, TEXT_REQUIRED a blank ``query_text=``, QUERY_REJECTED image queries,
+   the ``noise_queries`` refusals and ``model_mismatch``, REFUSED_CROSS_BOUNDARY path-like names
+   and the raw handles. A refused receipt's message gave only the generic causes ("forged,
+   altered, replayed or signed by an untrusted key" for an expired one): it now ends with the
+   first point's own reason (``writes.py``).
+6. The threat model's "worst-case DP" bullet gave no figure and neither it nor docs/privacy.md
+   said the guarantee is not per user or per document.
+7. ``qdrant-guard audit verify`` with no key printed "OK ... hash chain intact" and nothing on
+   what it did not check; ``Principal``'s docstring said an unverified principal reaches PUBLIC
+   collections only (unlisted ones under ``unlisted = "public"`` too).
 """
 from __future__ import annotations
 
@@ -157,7 +171,8 @@ def test_the_example_policy_holds_every_key_at_the_codes_default_or_shown():
         assert key in set_keys or leaf in commented, f"{key} is not in docs/policy.example.toml"
         if key in _SHOWN or key not in set_keys:
             continue
-        want = default.model_dump(mode="json", by_alias=True, exclude_unset=True) if isinstance(default, BaseModel) else _plain(default)
+        want = (default.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                if isinstance(default, BaseModel) else _plain(default))
         for value in set_keys[key]:
             assert value == want, f"{key} = {value!r} in docs/policy.example.toml, default {want!r} in the code"
     # a key shown with its own value is shown, not a forgotten default
@@ -246,7 +261,19 @@ def test_entries_cut_off_the_end_across_a_checkpoint_leave_a_log_that_verifies(t
     assert cut.last_hash != full.last_hash  # only a copy kept elsewhere shows the cut
 
 
-# -- 5. the verdict table's receipt rows ---------------------------------------------------------------
+def test_audit_verify_without_a_key_says_what_it_did_not_check(tmp_path, capsys):
+    from qdrant_guard.cli import main
+
+    _, path = _signed_log(tmp_path, 4)
+    capsys.readouterr()
+    assert main(["audit", "verify", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("OK: 4 entries, hash chain intact (")
+    assert "neither checkpoint signatures nor writer MACs were checked" in out
+
+
+
+# -- 5. the verdict table's rows, as the code raises them --------------------------------------
 
 def _receipt_write(kit, **item):
     """Bob (a writer outside the owner boundary, noise_on_write off) writes one point under a
@@ -291,24 +318,6 @@ def test_an_expired_receipt_is_invalid_receipt(tmp_path):
     assert verdict == "INVALID_RECEIPT" and "(point 1: expired)" in why
     row = next(line for line in _text("README.md").splitlines() if line.startswith("| `INVALID_RECEIPT`"))
     assert "expired" in row
-
-
-# -- 6. what the DP statements do not claim ------------------------------------------------------------
-
-def test_the_threat_model_states_the_worst_case_privacy_md_computes_and_no_per_user_guarantee():
-    # docs/privacy.md's worst case is pinned to the calibration by tests/test_claims_audit9.py.
-    privacy = " ".join(_text("docs/privacy.md").split())
-    worst = re.search(r"So the worst case over arbitrary texts is epsilon ≈ ([\d,]+)", privacy).group(1)
-    threat = " ".join(_text("docs/threat-model.md").split())
-    bullet = threat[threat.index("**Worst-case DP over arbitrary texts"):]
-    bullet = bullet[:bullet.index(" - **")]
-    assert f"epsilon about {worst}" in bullet and "per released vector" in bullet
-    assert "Nor is it per user or per document" in bullet
-    assert "it is not a per-user or per-document guarantee" in privacy
-    # and the sentence every release carries scopes itself the same way
-    _, params = privatize(np.full(8, 8 ** -0.5), mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=0.01,
-                          clip_norm=1.0)
-    assert "per released vector between any two inputs within L2 distance radius=0.01" in params.guarantee
 
 
 def test_a_blank_query_text_beside_a_raw_vector_is_text_required_as_the_readme_row_says(tmp_path):
@@ -369,10 +378,30 @@ def test_path_names_and_raw_handles_are_refused_cross_boundary_as_the_readme_row
     assert "path segment" in row and "`client.http`" in row
 
 
+
+# -- 6. what the DP statements do not claim ------------------------------------------------------------
+
+def test_the_threat_model_states_the_worst_case_privacy_md_computes_and_no_per_user_guarantee():
+    # docs/privacy.md's worst case is pinned to the calibration by tests/test_claims_audit9.py.
+    privacy = " ".join(_text("docs/privacy.md").split())
+    worst = re.search(r"So the worst case over arbitrary texts is epsilon ≈ ([\d,]+)", privacy).group(1)
+    threat = " ".join(_text("docs/threat-model.md").split())
+    bullet = threat[threat.index("**Worst-case DP over arbitrary texts"):]
+    bullet = bullet[:bullet.index(" - **")]
+    assert f"epsilon about {worst}" in bullet and "per released vector" in bullet
+    assert "Nor is it per user or per document" in bullet
+    assert "it is not a per-user or per-document guarantee" in privacy
+    # and the sentence every release carries scopes itself the same way
+    _, params = privatize(np.full(8, 8 ** -0.5), mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=0.01,
+                          clip_norm=1.0)
+    assert "per released vector between any two inputs within L2 distance radius=0.01" in params.guarantee
+
+
 def test_the_readme_privacy_section_gives_the_default_calibration():
     readme = " ".join(_section(_text("README.md"), "## Privacy guarantee", "## Privacy–utility").split())
     m = re.search(r"At the default PII policy \(Gaussian, epsilon 1 at radius 0\.01, delta 1e-6, 384-d\) sigma is "
-                  r"([\d.]+) per coordinate; between two arbitrary texts the same noise gives epsilon ≈ ([\d,]+)\.", readme)
+                  r"([\d.]+) per coordinate; between two arbitrary texts the same noise gives epsilon ≈ ([\d,]+)\.",
+                  readme)
     assert m is not None
     pol = CollectionPolicy().noise
     assert (pol.mechanism, pol.epsilon, pol.radius, pol.delta, pol.clip_norm) == ("gaussian", 1.0, 0.01, 1e-6, 1.0)
@@ -383,16 +412,8 @@ def test_the_readme_privacy_section_gives_the_default_calibration():
     assert f"epsilon ≈ {m.group(2)}: no meaningful guarantee" in privacy
 
 
-def test_audit_verify_without_a_key_says_what_it_did_not_check(tmp_path, capsys):
-    from qdrant_guard.cli import main
 
-    _, path = _signed_log(tmp_path, 4)
-    capsys.readouterr()
-    assert main(["audit", "verify", str(path)]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("OK: 4 entries, hash chain intact (")
-    assert "neither checkpoint signatures nor writer MACs were checked" in out
-
+# -- 7. the public docstrings ----------------------------------------------------------------------
 
 def test_a_principal_without_a_credential_reaches_public_and_unlisted_public_collections_only(tmp_path):
     from qdrant_guard import GuardRefusal, Principal
