@@ -36,6 +36,7 @@ Wrong or incomplete and corrected (each test here fails on the text or code befo
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -221,8 +222,12 @@ def _signed_log(tmp_path: Path, n: int, every: int = 3):
 
 
 def test_the_writer_mac_is_the_one_the_page_specifies(tmp_path):
-    sk, path = _signed_log(tmp_path, 2)
+    sk, path = _signed_log(tmp_path, 3)  # seq 3 carries the checkpoint
     entry = json.loads(path.read_bytes().splitlines()[-1])
+    # ckpt: Ed25519 over b"qdrant-guard audit checkpoint v1\0" || hash bytes, under key id kid
+    assert entry["ckpt"]["kid"] == keys.key_id(sk.public_key())
+    sk.public_key().verify(base64.b64decode(entry["ckpt"]["sig"]),
+                           b"qdrant-guard audit checkpoint v1\0" + bytes.fromhex(entry["hash"]))
     seed = sk.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())
     mac_key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
                    info=b"qdrant-guard audit entry mac key v1").derive(seed)
