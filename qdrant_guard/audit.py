@@ -178,6 +178,36 @@ def _last_line_before(fd: int, end: int) -> bytes:
     return buf
 
 
+def _last_v2_before(fd: int, end: int) -> dict[str, Any] | None:
+    """The last entry in format v2 among the file's lines before byte ``end`` (a line start), or None.
+
+    Canonical JSON puts ``"w"``, the last key, at the end of a v2 line, so only lines ending in
+    ``"}`` are parsed (a v1 line ends in its ``ts`` number): the rest are searched, not decoded.
+    """
+    pos, buf = end, b""  # buf: the bytes [pos, ...) still to search, ending at a line start
+    while True:
+        i = buf.rfind(b'"}\n')
+        if i >= 0:
+            start = buf.rfind(b"\n", 0, i) + 1
+            if start > 0 or pos == 0:
+                try:
+                    entry = _parse_line(buf[start:i + 2])
+                except _Bad:
+                    entry = None  # not an entry: no evidence either way
+                if entry is not None and "w" in entry:
+                    return entry
+                buf = buf[:start]
+                continue
+        elif pos == 0:
+            return None
+        else:
+            # Nothing here; only the partial line at the front can still end in a match.
+            buf = buf[:buf.find(b"\n") + 1]
+        step = min(1 << 20, pos)
+        pos -= step
+        buf = _read_all(fd, pos, step) + buf
+
+
 def _check_repair_writer(p: str, last: bytes, signer: ReceiptSigner | None,
                          writer_keys: Mapping[str, bytes] | None) -> None:
     """Refuse a repair entry no writer would authenticate after an entry that carries a MAC."""
@@ -812,17 +842,32 @@ class AuditLog:
                 "cut off; " + _REPAIR_HINT.format(path=self.path))
         if "ckpt" in later:
             self._check_open_checkpoint(later)
-        self._check_window_writers(window[::-1])
+        found: list[tuple[int, str, Any]] = []
+        v2: str | None = None
+        if self._macs is not None and "w" not in later and "ckpt" not in later and (pos > 0 or buf):
+            # The window ended on its length, at an entry in format v1: whether the log already
+            # holds a v2 entry (then every v1 entry after it is forged: a signing writer writes v2)
+            # is in the bytes before it. A legacy log is scanned whole, once before the writer's
+            # first entry on it, which is a checkpoint (_next) that later opens stop at.
+            earlier = _last_v2_before(fd, pos + len(buf))
+            if earlier is not None:
+                v2 = f"carries no writer MAC (format v1) after entries in format v2 (seq {earlier['seq']} is one)"
+                found = [(q, v2, None) for q in range(earlier["seq"] + 1, later["seq"])]
+        self._check_window_writers(window[::-1], v2, found)
 
-    def _check_window_writers(self, window: list[dict[str, Any]]) -> None:
+    def _check_window_writers(self, window: list[dict[str, Any]], before: str | None,
+                              found: list[tuple[int, str, Any]]) -> None:
         """On open, refuse entries in the window (what the next checkpoint signs along with the
-        checkpoint that ends it) that this writer cannot vouch for, as an append does."""
-        v2, found = False, []
+        checkpoint that ends it) that this writer cannot vouch for, as an append does. ``before``:
+        the log holds a v2 entry before the window (why a v1 entry is refused); ``found``: entries
+        already refused before the window."""
+        v2 = before is not None
         for entry in window:
             if self._macs is not None:
                 why = _unvouched(entry, self._macs, self._trusted, v2)
                 if why is not None:
-                    found.append((entry["seq"], why, entry.get("w")))
+                    found.append((entry["seq"], before if before is not None and "w" not in entry else why,
+                                  entry.get("w")))
             v2 = v2 or "w" in entry
         self._v2 = v2
         if found:
@@ -941,8 +986,13 @@ class AuditLog:
 
     def _next(self, record: dict[str, Any], record_bytes: bytes) -> tuple[dict[str, Any], bytes]:
         seq = self._seq + 1
-        entry, line = _make_entry(seq, self._prev, record, record_bytes, self._signer, seq % self._every == 0)
+        # A writer's first v2 entry in a log that held none is a checkpoint too: an open then finds
+        # the log's change to v2 within its window instead of scanning the v1 entries before it.
+        first_v2 = self._macs is not None and not self._v2 and seq > 1
+        entry, line = _make_entry(seq, self._prev, record, record_bytes, self._signer,
+                                  first_v2 or seq % self._every == 0)
         self._seq, self._prev = seq, entry["hash"]
+        self._v2 = self._v2 or self._macs is not None
         return entry, line
 
     def _append_file(self, record: dict[str, Any], record_bytes: bytes) -> dict[str, Any]:
@@ -958,7 +1008,7 @@ class AuditLog:
             raise AuditError(f"cannot lock audit log {self.path!r}: {exc}") from exc
         try:
             self._read_tail(fd)
-            saved = (self._seq, self._prev)
+            saved = (self._seq, self._prev, self._v2)
             entry, line = self._next(record, record_bytes)
             try:
                 written = os.write(fd, line)
@@ -970,12 +1020,11 @@ class AuditLog:
                 # Keep where the last known entry is: the next append checks it is still there and
                 # that whatever this write left after it (nothing, a torn line, or the whole entry
                 # when only fsync failed) chains to it. Forgetting it skipped those checks once.
-                self._seq, self._prev = saved
+                self._seq, self._prev, self._v2 = saved
                 raise AuditError(f"cannot write audit log {self.path!r}: {exc}") from exc
             # O_APPEND under the lock: the line went right after the size _read_tail just checked.
             self._size += len(line)
             self._line = line
-            self._v2 = self._v2 or self._macs is not None
             return entry
         finally:
             _unlock(fd)
