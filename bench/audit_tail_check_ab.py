@@ -2,6 +2,7 @@
 of its own writer id) against the writer of a baseline commit, in one process.
 
 Run: python bench/audit_tail_check_ab.py [--baseline 6357138] [--rounds 21] [--appends 2000] [--open-entries 999]
+     [--legacy-entries 20000]
 
 The baseline is ``qdrant_guard/audit.py`` of the baseline commit (``git show``), loaded next to this
 tree's as ``qdrant_guard._audit_baseline``. Both arms sign with the same key (a checkpoint every
@@ -14,6 +15,9 @@ both arms in turn (the order alternates):
              of one guard do): each append first reads the entry the other wrote.
   open       wall time of ``AuditLog(path)`` on a log of ``--open-entries`` entries after its last
              checkpoint (the window read on open), median of 9 opens.
+  open-v1    the same on a log of ``--legacy-entries`` entries in format v1 (no checkpoint, written
+             without a signer): the window ends on its length at a v1 entry, so the writer searches
+             the whole file for a v2 entry (since h-audit3; its worst case on open).
 
 Prints each arm's median over rounds and the median and quartiles of the per-round ratio new/old.
 """
@@ -49,6 +53,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=21)
     ap.add_argument("--appends", type=int, default=2000)
     ap.add_argument("--open-entries", type=int, default=999)
+    ap.add_argument("--legacy-entries", type=int, default=20000)
     args = ap.parse_args()
     mods = {"old": _ab.module_at(args.baseline, "qdrant_guard/audit.py", "qdrant_guard._audit_baseline"),
             "new": new_audit}
@@ -62,6 +67,12 @@ def main() -> None:
     with new_audit.AuditLog(window, signer=signer) as w:
         for _ in range(1000 + args.open_entries):  # the checkpoint at seq 1000, then the window
             w.append(RECORD)
+
+    legacy = tmp / "legacy.jsonl"
+    with new_audit.AuditLog(legacy) as w:
+        for _ in range(args.legacy_entries):
+            w.append(RECORD)
+    print(f"open-v1 log: {args.legacy_entries} entries, {legacy.stat().st_size / 1e6:.1f} MB")
 
     def append_arm(arm: str) -> float:
         log = lone[arm]
@@ -86,7 +97,16 @@ def main() -> None:
             times.append(time.perf_counter() - t)
         return statistics.median(times) * 1e3
 
-    measures = {"append": (append_arm, "us"), "append-2w": (pair_arm, "us"), "open": (open_arm, "ms")}
+    def open_v1_arm(arm: str) -> float:
+        times = []
+        for _ in range(9):
+            t = time.perf_counter()
+            mods[arm].AuditLog(legacy, signer=signer).close()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times) * 1e3
+
+    measures = {"append": (append_arm, "us"), "append-2w": (pair_arm, "us"), "open": (open_arm, "ms"),
+                "open-v1": (open_v1_arm, "ms")}
     for fn, _ in measures.values():  # warm-up
         for arm in mods:
             fn(arm)
