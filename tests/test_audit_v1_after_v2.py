@@ -11,6 +11,7 @@ files; every test named ``*refused*`` opens or appends without error on the code
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from pathlib import Path
@@ -208,6 +209,29 @@ def test_guard_refuses_to_start_on_a_log_with_a_window_of_forged_v1_entries(tmp_
     with pytest.raises(AuditUnauthenticatedError) as err:
         pii_writer(kit)
     assert err.value.seqs == tuple(forged)
+
+
+def test_limit_a_window_ending_at_a_v1_checkpoint_is_not_searched(tmp_path):
+    # A checkpoint in format v1 is what a qdrant-guard before v2 signed with the key: the window
+    # ends there and nothing before it is searched, so v1 entries after it pass even when a v2
+    # entry precedes it (an older guard writing after this one; docs/audit-log.md says so).
+    _, signer = _signer()
+    p = tmp_path / "audit.jsonl"
+    with AuditLog(p, signer=signer, checkpoint_every=5) as log:
+        log.append({"event": "write"})  # seq 1, v2
+    _forge(p, 3)
+    last = _last(p)
+    entry = {"seq": 5, "ts": 1.0, "prev": last["hash"], "record": {"event": "old-guard"}}
+    entry["hash"] = hashlib.sha256(canonical_json(entry)).hexdigest()
+    sig = signer.sign(audit_mod.CHECKPOINT_PREFIX + bytes.fromhex(entry["hash"]))
+    entry["ckpt"] = {"kid": signer.key_id, "sig": base64.b64encode(sig).decode("ascii")}
+    with open(p, "ab") as fh:
+        fh.write(canonical_json(entry) + b"\n")
+    _forge(p, 3)
+    with AuditLog(p, signer=signer, checkpoint_every=5) as log:
+        assert log.append({"event": "write"})["seq"] == 9
+    doc = " ".join((ROOT / "docs" / "audit-log.md").read_text().split())
+    assert "the v1 entries after it are let through, as in a log begun before v2, even if a v2 entry precedes it" in doc
 
 
 def test_docs_say_what_the_open_check_covers():
