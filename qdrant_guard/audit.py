@@ -3,7 +3,8 @@
 Each line is the canonical JSON of one entry ``{"seq", "ts", "prev", "record", "hash"}`` where
 ``hash = SHA-256(canonical_json(entry without "hash", "ckpt" and "mac"))`` and ``prev`` is the previous
 entry's hash (64 zeros for the first). With a signer, every ``checkpoint_every``-th entry (and
-every repair entry) also carries ``ckpt = {"kid", "sig"}``: an Ed25519 signature over
+every repair entry, and a writer's first v2 entry in a log without one) also carries
+``ckpt = {"kid", "sig"}``: an Ed25519 signature over
 ``b"qdrant-guard audit checkpoint v1\\0" + hash``, which covers the whole chain up to it, entries
 others appended included. With a signer each entry is also in format v2: its writer id ``"w"``
 (hashed) and ``"mac"``, the writer's HMAC of the hash (:mod:`qdrant_guard.audit_mac`), which is
@@ -537,7 +538,9 @@ class AuditLog:
     (its own writer id with a MAC that does not verify, a writer id neither its own nor in
     ``trusted_keys``, no MAC after format-v2 entries), among those others appended and, on open,
     those after the most recent checkpoint: :class:`AuditUnauthenticatedError`, an
-    ``audit_unauthenticated_entry`` alert. docs/audit-log.md says exactly what is and is not checked.
+    ``audit_unauthenticated_entry`` alert. A window on open that ends on its length at a v1 entry
+    is followed by a search of the bytes before it for a v2 entry (whole-file on a log with none;
+    the writer's first v2 entry there is a checkpoint, which later opens stop at). docs/audit-log.md says exactly what is and is not checked.
 
     Raises:
         AuditIntegrityError: the existing file does not verify (torn or altered recent entries,
@@ -843,7 +846,7 @@ class AuditLog:
         if "ckpt" in later:
             self._check_open_checkpoint(later)
         found: list[tuple[int, str, Any]] = []
-        v2: str | None = None
+        after_v2: str | None = None
         if self._macs is not None and "w" not in later and "ckpt" not in later and (pos > 0 or buf):
             # The window ended on its length, at an entry in format v1: whether the log already
             # holds a v2 entry (then every v1 entry after it is forged: a signing writer writes v2)
@@ -851,9 +854,9 @@ class AuditLog:
             # first entry on it, which is a checkpoint (_next) that later opens stop at.
             earlier = _last_v2_before(fd, pos + len(buf))
             if earlier is not None:
-                v2 = f"carries no writer MAC (format v1) after entries in format v2 (seq {earlier['seq']} is one)"
-                found = [(q, v2, None) for q in range(earlier["seq"] + 1, later["seq"])]
-        self._check_window_writers(window[::-1], v2, found)
+                after_v2 = f"carries no writer MAC (format v1) after entries in format v2 (seq {earlier['seq']} is one)"
+                found = [(q, after_v2, None) for q in range(earlier["seq"] + 1, later["seq"])]
+        self._check_window_writers(window[::-1], after_v2, found)
 
     def _check_window_writers(self, window: list[dict[str, Any]], before: str | None,
                               found: list[tuple[int, str, Any]]) -> None:
