@@ -58,6 +58,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _mutdriver import drive  # noqa: E402
+
 DEFAULT_PYTHON = "/work/main/.venv/bin/python"
 
 _CMP_FLIP = {
@@ -270,6 +273,16 @@ def apply(src: bytes, m: Mutant) -> bytes:
     return src[:m.start] + m.replacement.encode("utf-8") + src[m.end:]
 
 
+def compiled(src: bytes, m: Mutant, path: Path) -> bytes | None:
+    """The mutated source, or None when it does not compile."""
+    text = apply(src, m)
+    try:
+        compile(text, str(path), "exec")
+    except SyntaxError:
+        return None
+    return text
+
+
 def _drop_pyc(path: Path) -> None:
     cache = path.parent / "__pycache__"
     for pyc in cache.glob(path.stem + ".*.pyc"):
@@ -379,50 +392,21 @@ def main(argv: list[str] | None = None) -> int:
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
         _drop_pyc(path)
 
-    def on_term(signum, frame):  # noqa: ARG001
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    counts = {"killed": 0, "timeout": 0, "survived": 0, "no-tests": 0, "invalid": 0}
-    survivors: list[Mutant] = []
-    try:
+    def baseline() -> tuple[str, float, str]:
         _drop_pyc(path)
-        status, dt = run_tests(cmd, args.timeout * 3, env)
-        if status != "survived":
-            print(f"mutate.py: the baseline run does not pass ({status}): {' '.join(cmd)}",
-                  file=sys.stderr)
-            return 2
-        print(f"baseline passed in {dt:.1f}s; {len(mutants)} mutants of {rel}", flush=True)
-        for i, m in enumerate(mutants):
-            text = apply(original, m)
-            try:
-                compile(text, str(path), "exec")
-            except SyntaxError:
-                counts["invalid"] += 1
-                continue
-            path.write_bytes(text)
-            _drop_pyc(path)
-            status, dt = run_tests(cmd, args.timeout, env)
-            counts[status] += 1
-            mark = "SURVIVED" if status == "survived" else status
-            print(f"[{i + 1}/{len(mutants)}] {rel}:{m.line}: [{m.kind}] {m.describe()}  "
-                  f"{mark} ({dt:.1f}s)", flush=True)
-            if status == "survived":
-                survivors.append(m)
-            restore()
-    except KeyboardInterrupt:
-        print("\nmutate.py: interrupted; original restored", file=sys.stderr)
-        return 130
-    finally:
+        return (*run_tests(cmd, args.timeout * 3, env), " ".join(cmd))
+
+    def trial(m: Mutant) -> tuple[str, str] | None:
+        text = compiled(original, m, path)
+        if text is None:
+            return None
+        path.write_bytes(text)
+        _drop_pyc(path)
+        status, dt = run_tests(cmd, args.timeout, env)
         restore()
+        return status, f"{dt:.1f}s"
 
-    print(f"\n{rel}: {len(mutants)} mutants, killed {counts['killed']} "
-          f"(+{counts['timeout']} by timeout), survived {counts['survived']}, "
-          f"no tests {counts['no-tests']}, invalid {counts['invalid']}")
-    for m in survivors:
-        print(f"{rel}:{m.line}: {m.describe()}")
-    return 0
-
+    return drive("mutate.py", rel, list(enumerate(mutants)), baseline=baseline, trial=trial, restore=restore)
 
 if __name__ == "__main__":
     sys.exit(main())

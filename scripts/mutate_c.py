@@ -44,13 +44,13 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _mutdriver import drive  # noqa: E402
 from mutate import Mutant, add_run_arguments, apply, number_ranges, on_lines, run_tests  # noqa: E402
 
 _FLIP = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "==", "&&": "||", "||": "&&"}
@@ -381,57 +381,36 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 dirty = False
 
-    def on_term(signum, frame):  # noqa: ARG001
-        raise KeyboardInterrupt
+    fast = None
 
-    signal.signal(signal.SIGTERM, on_term)
-    counts = {"killed": 0, "timeout": 0, "survived": 0, "no-tests": 0, "no-compile": 0}
-    survivors: list[tuple[int, Mutant]] = []
-    try:
+    def baseline() -> tuple[str, float, str] | None:
+        nonlocal fast
         ok, log = build(args.python, root, ext, env)
         if not ok:
             print(f"mutate_c.py: the original does not build:\n{log}", file=sys.stderr)
-            return 2
+            return None
         if path.suffix == ".h":
             # Every file that includes the header recompiles: a full build of its extensions.
             def fast() -> tuple[bool, str]:
                 return build(args.python, root, ext, env)
         else:
             fast = FastBuild(log, os.path.relpath(path, root), root)
-        status, dt = judge(args.timeout * 3)
-        if status != "survived":
-            print(f"mutate_c.py: the baseline run does not pass ({status}): {' '.join(cmd) if args.tests else ''}"
-                  f" {' ; '.join(args.check)}", file=sys.stderr)
-            return 2
-        print(f"baseline passed in {dt:.1f}s; {len(numbered)} mutants of {rel} ({ext})", flush=True)
-        for n, (i, m) in enumerate(numbered):
-            path.write_bytes(apply(original, m))
-            dirty = True
-            t0 = time.monotonic()
-            ok, _ = fast()
-            bt = time.monotonic() - t0
-            if not ok:
-                status, dt = "no-compile", 0.0
-            else:
-                status, dt = judge(args.timeout)
-            counts[status] += 1
-            mark = "SURVIVED" if status == "survived" else status
-            print(f"[{n + 1}/{len(numbered)}] #{i} {rel}:{m.line}: [{m.kind}] {m.describe()}  "
-                  f"{mark} (build {bt:.1f}s, tests {dt:.1f}s)", flush=True)
-            if status == "survived":
-                survivors.append((i, m))
-            path.write_bytes(original)
-    except KeyboardInterrupt:
-        print("\nmutate_c.py: interrupted; restoring and rebuilding the original", file=sys.stderr)
-        return 130
-    finally:
-        restore()
+        return (*judge(args.timeout * 3), f"{' '.join(cmd) if args.tests else ''} {' ; '.join(args.check)}")
 
-    print(f"\n{rel}: {len(numbered)} mutants, no-compile {counts['no-compile']}, killed {counts['killed']} "
-          f"(+{counts['timeout']} by timeout), survived {counts['survived']}, no tests {counts['no-tests']}")
-    for i, m in survivors:
-        print(f"#{i} {rel}:{m.line}: {m.describe()}")
-    return 0
+    def trial(m: Mutant) -> tuple[str, str]:
+        nonlocal dirty
+        path.write_bytes(apply(original, m))
+        dirty = True
+        t0 = time.monotonic()
+        ok, _ = fast()
+        bt = time.monotonic() - t0
+        status, dt = judge(args.timeout) if ok else ("no-compile", 0.0)
+        path.write_bytes(original)
+        return status, f"build {bt:.1f}s, tests {dt:.1f}s"
+
+    return drive("mutate_c.py", rel, numbered, baseline=baseline, trial=trial, restore=restore,
+                 counts=("no-compile", "killed", "timeout", "survived", "no-tests"), label="[{n}/{total}] #{i}",
+                 tag="#{i} ", note=f" ({ext})", interrupted="restoring and rebuilding the original")
 
 
 if __name__ == "__main__":

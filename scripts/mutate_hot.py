@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mutate  # noqa: E402
+from _mutdriver import drive  # noqa: E402
 
 
 def _patch(old: object, new: object) -> None:
@@ -140,39 +141,17 @@ def main(argv: list[str] | None = None) -> int:
             path.write_bytes(original)
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
-    counts = {"killed": 0, "timeout": 0, "survived": 0, "no-tests": 0, "invalid": 0}
-    survivors = []
-    try:
-        status, dt = run_forked(cmd, args.timeout * 3, None)
-        if status != "survived":
-            print(f"mutate_hot.py: the baseline run does not pass ({status})", file=sys.stderr)
-            return 2
-        print(f"baseline passed in {dt:.1f}s; {len(numbered)} mutants of {rel}", flush=True)
-        for i, m in numbered:
-            text = mutate.apply(original, m)
-            try:
-                compile(text, str(path), "exec")
-            except SyntaxError:
-                counts["invalid"] += 1
-                continue
-            path.write_bytes(text)
-            status, dt = run_forked(cmd, args.timeout, (modname, text, path))
-            restore()
-            counts[status] += 1
-            print(f"[{i}] {rel}:{m.line}: [{m.kind}] {m.describe()}  "
-                  f"{'SURVIVED' if status == 'survived' else status} ({dt:.1f}s)", flush=True)
-            if status == "survived":
-                survivors.append((i, m))
-    except KeyboardInterrupt:
-        print("\nmutate_hot.py: interrupted; original restored", file=sys.stderr)
-        return 130
-    finally:
+    def trial(m: mutate.Mutant) -> tuple[str, str] | None:
+        text = mutate.compiled(original, m, path)
+        if text is None:
+            return None
+        path.write_bytes(text)
+        status, dt = run_forked(cmd, args.timeout, (modname, text, path))
         restore()
-    print(f"\n{rel}: {len(numbered)} mutants, killed {counts['killed']} (+{counts['timeout']} by timeout), "
-          f"survived {counts['survived']}, no tests {counts['no-tests']}, invalid {counts['invalid']}")
-    for i, m in survivors:
-        print(f"[{i}] {rel}:{m.line}: {m.describe()}")
-    return 0
+        return status, f"{dt:.1f}s"
+
+    return drive("mutate_hot.py", rel, numbered, baseline=lambda: (*run_forked(cmd, args.timeout * 3, None), ""),
+                 trial=trial, restore=restore, label="[{i}]", tag="[{i}] ")
 
 
 if __name__ == "__main__":
