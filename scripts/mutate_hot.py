@@ -87,16 +87,21 @@ def run_forked(args: list[str], timeout: float, patch: tuple[str, bytes, Path] |
         except BaseException:  # noqa: BLE001 - the child reports through its exit code only
             rc = 99
         os._exit(rc)
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            rc = os.waitstatus_to_exitcode(status)
-            break
-        if time.monotonic() - t0 > timeout:
-            os.killpg(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return "timeout", time.monotonic() - t0
-        time.sleep(0.02)
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                rc = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() - t0 > timeout:
+                os.killpg(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return "timeout", time.monotonic() - t0
+            time.sleep(0.02)
+    except BaseException:  # Ctrl-C or SIGTERM: the mutant's run must not outlive the mutator
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
     return ("survived" if rc == 0 else "no-tests" if rc == 5 else "killed"), time.monotonic() - t0
 
 
