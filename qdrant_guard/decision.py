@@ -35,17 +35,6 @@ class Verdict(str, enum.Enum):
     UNSUPPORTED_WRITE = "UNSUPPORTED_WRITE"
 
 
-ALLOWING = frozenset(
-    {
-        Verdict.ALLOW,
-        Verdict.ALLOW_IN_BOUNDARY_RAW,
-        Verdict.ALLOW_RECEIPTED,
-        Verdict.ALLOW_NOISED,
-        Verdict.BUDGET_EXCEEDED,
-    }
-)
-
-
 @dataclass
 class Decision:
     """One decision of the pipeline, as audited.
@@ -69,11 +58,6 @@ class Decision:
     details: dict[str, Any] = field(default_factory=dict)
     monitor: bool = False
     fail_closed: bool = True
-
-    @property
-    def allowed(self) -> bool:
-        """True when the call goes ahead."""
-        return self.verdict in ALLOWING
 
     def manifest(self) -> dict[str, Any]:
         """The decision manifest (the four recorded elements plus what was decided)."""

@@ -6,9 +6,14 @@ Real local-mode Qdrant, real keys and policies (guardkit), real audit files; no 
 """
 from __future__ import annotations
 
+import enum
+import json
+import pathlib
+import uuid
+
 import numpy as np
 import pytest
-from guardkit import DIM, create, make_kit, models, record_sent, unit
+from guardkit import DIM, audit_records, create, make_kit, models, record_sent, unit
 
 from qdrant_guard import GuardRefusal, QdrantClient, QdrantGuardError
 
@@ -97,3 +102,96 @@ def test_a_public_document_credential_refusal_says_it_is_never_sent_to_inference
         cl.query_points("pub", query=_doc(f"why does {AWS} fail"), limit=3)
     assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
     assert "credentials are never sent to inference" in ei.value.directive
+
+
+# -- decision.py: what a decision's audit record holds
+
+def _record(**kw):
+    from qdrant_guard.decision import Decision, Verdict
+
+    return Decision(**{"op": "query_points", "collection": "c", "verdict": Verdict.ALLOW, "directive": "ok",
+                       "principal": "alice@hr", **kw}).record()
+
+
+def test_a_record_escapes_lone_surrogates_and_keeps_other_text_as_it_is():
+    # 14/16/18/20 (the fast path taken for any exact str, negated, the encode check deleted, the
+    # escape returned as None) and 9 (the principal escaped only when it is no str): a lone
+    # surrogate made the append fail (the decision unaudited) or was lost; 19: valid non-ASCII
+    # text came back None.
+    rec = _record(directive="caf\u00e9 \ud800", principal="b\u00f6b\udfff@hr", collection="caf\u00e9")
+    assert rec["directive"] == "caf\u00e9 \\ud800" and rec["principal"] == "b\u00f6b\\udfff@hr"
+    assert rec["collection"] == "caf\u00e9"
+    assert _record(principal=None)["principal"] is None
+    json.dumps(rec).encode("utf-8")
+
+
+def test_a_record_names_point_ids_as_json():
+    # 31 (a str id recorded as None), 33 (`isinstance(pid, int) or not bool`: a UUID object or a
+    # bool kept as it is, not JSON).
+    pid = uuid.UUID(int=7)
+    rec = _record(point_ids=["x\ud800", pid, True, 3])
+    assert rec["point_ids"] == ["x\\ud800", str(pid), "True", 3]
+    json.dumps(rec).encode("utf-8")
+
+
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+class _Colour(enum.Enum):
+    RED = "red"
+
+
+def test_a_record_makes_every_detail_json():
+    # 47-52 (the float branch: NaN and infinities kept, or every float as str or None), 53/54 (a
+    # str subclass not escaped, or None), 55-58 (an int subclass as str or None; 56: every object
+    # reaching the last lines kept as it is), 59/60 (an Enum as str(obj) or None).
+    details = {"f": 1.5, "nan": float("nan"), "inf": float("inf"), "-inf": float("-inf"),
+               "s": _Str("a\ud800"), "t": _Str("b"), "i": _Int(5), "e": _Colour.RED,
+               "p": pathlib.PurePosixPath("/x"), "seq": (1, [2.5], {"k": None})}
+    rec = _record(details=details)
+    assert rec["details"] == {"f": 1.5, "nan": "nan", "inf": "inf", "-inf": "-inf", "s": "a\\ud800", "t": "b",
+                              "i": 5, "e": "red", "p": "/x", "seq": [1, [2.5], {"k": None}]}
+    json.dumps(rec, allow_nan=False).encode("utf-8")
+
+
+def test_a_record_escapes_the_vector_names_of_a_utility_hash_dict():
+    # 7 (the dict form of the utility hash not escaped): a vector name with a lone surrogate made
+    # the append fail; one that starts with the escape marker read as an escaped name.
+    rec = _record(utility_hash={"v\ud800": "h1", "\\escaped:w": None, "plain": "h2"})
+    assert rec["manifest"]["retrieval_utility_guard_hash"] == {
+        "\\escaped:v\\ud800": "h1", "\\escaped:\\\\escaped:w": None, "plain": "h2"}
+    assert _record(utility_hash="h")["manifest"]["retrieval_utility_guard_hash"] == "h"
+
+
+def test_a_record_holds_the_manifest_and_no_monitor_mark_unless_monitoring(kit):
+    # 6 (manifest() returning None), 2 (`monitor: bool = True`: every decision marked monitor).
+    cl = QdrantClient(":memory:", guard=kit.config({"docs": {
+        "class": "PROPRIETARY", "owner": "hr", "intent": {"enabled": False},
+        "diversity": {"max_source_fraction": 1.0, "min_unique_sources": 1}}}), principal=kit.principal("alice", "hr"))
+    create(cl, "docs")
+    cl.query_points("docs", query=[0.1] * DIM, limit=2)
+    rec = audit_records(kit)[-1]
+    assert rec["op"] == "query_points" and rec["verdict"] == "ALLOW" and "monitor" not in rec
+    assert set(rec["manifest"]) == {"embedding_sensitivity_class", "differential_privacy_epsilon",
+                                    "reconstruction_resistance_receipt", "retrieval_utility_guard_hash"}
+    assert rec["manifest"]["embedding_sensitivity_class"] == "PROPRIETARY"
+
+
+def test_a_rejected_credential_that_cannot_be_audited_fails_closed(kit):
+    # 3 (`fail_closed: bool = False`): the INVALID_CREDENTIAL decision, built without a policy,
+    # failed open when the log could not take it (the rejection went unaudited, logged only).
+    from qdrant_guard import AuditError, CredentialError, Principal
+
+    cl = _public(kit)
+    support = kit.principal("bob", "support")
+    log = kit.tmp / "audit.jsonl"
+    log.rename(kit.tmp / "moved.jsonl")  # the path no longer names the file the writer holds
+    log.write_text("")
+    with pytest.raises(AuditError) as ei:
+        cl.with_principal(Principal(agent_id="bob", boundary="hr", credential=support.credential))
+    assert not isinstance(ei.value, CredentialError)
