@@ -7,6 +7,7 @@ Real local-mode Qdrant, real keys and policies (guardkit), real audit files; no 
 from __future__ import annotations
 
 import enum
+import io
 import json
 import pathlib
 import uuid
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 from guardkit import DIM, audit_records, create, make_kit, models, record_sent, unit
 
-from qdrant_guard import GuardRefusal, QdrantClient, QdrantGuardError
+from qdrant_guard import GuardRefusal, InvalidVectorError, QdrantClient, QdrantGuardError
 
 AWS = "AKIAJ2QW7XRT5LNPV3YB"
 
@@ -195,3 +196,153 @@ def test_a_rejected_credential_that_cannot_be_audited_fails_closed(kit):
     with pytest.raises(AuditError) as ei:
         cl.with_principal(Principal(agent_id="bob", boundary="hr", credential=support.credential))
     assert not isinstance(ei.value, CredentialError)
+
+
+# -- vectors.py: what a write's vectors are checked against and sent as
+
+def _sensitive(kit, vectors_config=None, sparse=None):
+    cl = QdrantClient(":memory:", guard=kit.config({"docs": {
+        "class": "PROPRIETARY", "owner": "hr", "intent": {"enabled": False}}}), principal=kit.principal("alice", "hr"))
+    cl.create_collection("docs", vectors_config=vectors_config or models.VectorParams(size=DIM, distance=models.Distance.COSINE),
+                         sparse_vectors_config=sparse)
+    return cl
+
+
+def _refused_vector(cl, vector):
+    with pytest.raises(InvalidVectorError) as ei:
+        cl.upsert("docs", [models.PointStruct(id=1, vector=vector)])
+    return str(ei.value)
+
+
+def test_a_numpy_vector_is_checked_for_nan_range_and_stored_when_sound(kit):
+    # 63/72 (the last bad index named, not the first), 70 (`>=`: the largest float32, which
+    # Qdrant stores as itself, named as the bad value), 65 (`out.size or ...`).
+    cl = _sensitive(kit)
+    v = np.full(DIM, 0.1)
+    v[3] = v[5] = np.nan
+    assert "non-finite value (nan) at index 3;" in _refused_vector(cl, v)
+    big = np.full(DIM, 0.1)
+    big[1], big[2], big[4] = float(np.finfo(np.float32).max), 1e39, -1e39
+    assert "value 1e+39 at index 2, outside the float32 range" in _refused_vector(cl, big)
+    rng = np.random.default_rng(2)
+    cl.upsert("docs", [models.PointStruct(id=2, vector=np.asarray(unit(rng)))])
+    assert [p.id for p in cl.retrieve("docs", [2])] == [2]
+
+
+def test_an_unknown_vector_name_lists_the_collection_s_names(kit):
+    # 8 (`n and "<unnamed>"`): the names listed were '' and '<unnamed>' for 'a' and 'b'.
+    cl = _sensitive(kit, {n: models.VectorParams(size=DIM, distance=models.Distance.COSINE) for n in ("a", "b")})
+    msg = _refused_vector(cl, {"c": [0.1] * DIM})
+    assert "unknown vector name 'c'; this collection has: ['a', 'b']" in msg
+
+
+def test_a_sparse_value_for_a_dense_vector_and_a_multivector_are_refused_by_name(kit):
+    # 32, 34 (their raises deleted): refused later as a bad dtype or shape, or not at all.
+    cl = _sensitive(kit, {"d": models.VectorParams(size=DIM, distance=models.Distance.COSINE),
+                          "m": models.VectorParams(size=2, distance=models.Distance.COSINE,
+                                                   multivector_config=models.MultiVectorConfig(
+                                                       comparator=models.MultiVectorComparator.MAX_SIM))})
+    msg = _refused_vector(cl, {"d": models.SparseVector(indices=[1], values=[0.5])})
+    assert "sparse vector given for dense vector 'd'" in msg
+    msg = _refused_vector(cl, {"m": [[0.6, 0.8], [0.8, 0.6]]})
+    assert "multivector 'm' on a sensitive collection is not supported" in msg
+
+
+def test_a_public_document_vector_is_sent_redacted_as_a_bare_document(kit, monkeypatch):
+    # 29 (join_vector_struct returning None: the point went with no vector), 28 (`!=`: the
+    # unnamed vector went as a dict keyed "", which a collection of one unnamed vector refuses).
+    cl = _public(kit, credentials_in_text="redact", allow_redaction_on_public=True)
+    sent = record_sent(monkeypatch, ("upsert",), with_kwargs=True)
+    try:
+        cl.upsert("pub", [models.PointStruct(id=9, vector=_doc(f"key {AWS} here"))])
+    except QdrantGuardError:
+        raise
+    except Exception:  # noqa: BLE001, S110 - qdrant-client's own (no fastembed here), after the call
+        pass
+    (point,) = sent[0][1]["points"]
+    assert isinstance(point.vector, models.Document) and AWS not in point.vector.text
+    assert point.vector.text.startswith("key ") and point.vector.text.endswith(" here")
+
+
+# -- replay.py: which logged lines are replayed, and what each logged outcome was
+
+SHORT, LONG = "short query", "a much longer query with many words in it"
+
+
+def _replay_lines(kit, records, extra=""):
+    """``audit replay --mode unverified`` of a hand-written log holding ``records`` (a str is
+    written as the raw line); the report."""
+    from guardkit import replay_policy_file
+
+    from qdrant_guard.replay import replay_log
+
+    log = kit.tmp / "hand.jsonl"
+    log.write_text("".join((r if isinstance(r, str) else json.dumps({"seq": i, "record": r})) + "\n"
+                           for i, r in enumerate(records)))
+    out = io.StringIO()
+    assert replay_log(str(log), str(replay_policy_file(kit, extra)), out=out, mode="unverified") == 1
+    return out.getvalue()
+
+
+def _query(details, verdict="ALLOW"):
+    return {"op": "query_points", "collection": "docs", "verdict": verdict, "principal": "alice@hr",
+            "details": details}
+
+
+def test_replay_counts_unreadable_lines_and_replays_the_rest(kit):
+    # 117-121 (the unreadable count changed by -1, +2 or 0 per line), 22/23 (an entry without
+    # details unreadable), 27 (the query ops' field checks applied to other ops and not to
+    # queries), 10 (`isinstance(many, list) or all(...)`: a query_texts of non-objects replayed,
+    # the replay crashing), 42 (`isinstance(many, list) or many`: an empty query_texts hid the
+    # query_text), 47 (no text place: None, the replay crashing).
+    report = _replay_lines(kit, [
+        "not json",
+        {"op": "query_points", "details": "x"},
+        {"op": "upsert", "collection": "docs", "verdict": "ALLOW", "details": None},
+        {"op": "upsert", "collection": "docs", "verdict": "ALLOW", "details": {"query_text": 5}},
+        _query({"query_text": SHORT, "query_texts": [5]}),
+        _query({"query_text": SHORT, "query_texts": []}),
+        _query({}),
+    ])
+    assert "replayed 1 logged queries (1 texts)" in report, report
+    assert "skipped: 0 with redacted text, 1 without text, 3 unreadable, 0 with only some texts" in report, report
+
+
+def test_replay_reads_what_a_monitor_note_would_have_refused(kit):
+    # 36/39 (_flagged's verdicts as None), 58/59 (the first text's outcome taken whether flagged
+    # or not; the pair as None), 62/63 (a note on the top-level fields alone: its text lost from
+    # the example). The replay policy lets every text through: each note is newly allowed.
+    report = _replay_lines(kit, [
+        _query({"query_text": LONG, "scan": {"would_reject": True}}),
+        _query({"query_text": SHORT, "intent": {"would_block": True}}),
+        _query({"query_text": SHORT, "query_texts": [
+            {"query_text": SHORT, "from": "query_text"},
+            {"query_text": "third text", "from": "query", "scan": {"would_reject": True}}]}),
+        _query({"query_text": "fourth text", "scan": {"would_reject": True},
+                "query_texts": [{"query_text": "fourth text", "from": "query_text"}]}),
+    ])
+    assert "replayed 4 logged queries (5 texts)" in report, report
+    assert f"newly_allowed  QUERY_REJECTED        3   e.g. {LONG!r}" in report, report
+    assert f"newly_allowed  INTENT_BLOCKED        1   e.g. {SHORT!r}" in report, report
+    only = _replay_lines(kit, [_query({"query_text": SHORT, "query_texts": [
+        {"query_text": SHORT, "from": "query_text"},
+        {"query_text": "third text", "from": "query", "scan": {"would_reject": True}}]})])
+    assert "newly_allowed  QUERY_REJECTED        1   e.g. 'third text'" in only, only
+    top = _replay_lines(kit, [_query({"query_text": "fourth text", "scan": {"would_reject": True},
+                                      "query_texts": [{"query_text": "fourth text", "from": "query_text"}]})])
+    assert "newly_allowed  QUERY_REJECTED        1   e.g. 'fourth text'" in top, top
+
+
+def test_replay_names_where_an_entry_s_unreplayable_text_came_from(kit):
+    # 13 (_shown returning None): the place read "(from None)".
+    report = _replay_lines(kit, [_query({"query_text": SHORT, "query_texts": [
+        {"query_text": SHORT, "from": "query_text"}, {"query_text": None, "from": "query"}]})])
+    assert "query_texts[1] (from query) (text not logged); replayable alone: query_texts[0] (from query_text)" \
+        in report, report
+
+
+def test_replay_shows_the_first_80_characters_of_an_example(kit):
+    # 159/160 (`[:81]`, `[:79]`).
+    text = "".join(f"w{i:02d} " for i in range(30))  # 120 characters
+    report = _replay_lines(kit, [_query({"query_text": text, "scan": {"would_reject": True}})])
+    assert f"e.g. {text[:80]!r}\n" in report, report
