@@ -216,7 +216,7 @@ def _refused_vector(cl, vector):
 
 def test_a_numpy_vector_is_checked_for_nan_range_and_stored_when_sound(kit):
     # 63/72 (the last bad index named, not the first), 70 (`>=`: the largest float32, which
-    # Qdrant stores as itself, named as the bad value), 65 (`out.size or ...`).
+    # Qdrant stores as itself, named as the bad value).
     cl = _sensitive(kit)
     v = np.full(DIM, 0.1)
     v[3] = v[5] = np.nan
