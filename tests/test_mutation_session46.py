@@ -346,3 +346,51 @@ def test_replay_shows_the_first_80_characters_of_an_example(kit):
     text = "".join(f"w{i:02d} " for i in range(30))  # 120 characters
     report = _replay_lines(kit, [_query({"query_text": text, "scan": {"would_reject": True}})])
     assert f"e.g. {text[:80]!r}\n" in report, report
+
+
+# -- intent.py: load_classifier
+
+class _Nameless:
+    name = 5
+
+    def classify(self, text):
+        return None
+
+
+_NAMELESS = _Nameless()
+
+
+class _CallableClassifier:
+    name = "callable"
+
+    def classify(self, text):
+        return None
+
+    def __call__(self):
+        return "called"
+
+
+_CALLABLE = _CallableClassifier()
+
+
+def test_load_classifier_builds_the_builtin_and_llm_classifiers(monkeypatch):
+    # 0/4 (`spec is None and ...`, the built-in returned as None), 8/9 (the LLM classifier as
+    # None, or built with timeout_s=None / without the timeout given).
+    from qdrant_guard.intent import BuiltinIntentClassifier, LLMIntentClassifier, load_classifier
+
+    assert isinstance(load_classifier(None), BuiltinIntentClassifier)
+    assert isinstance(load_classifier("builtin"), BuiltinIntentClassifier)
+    monkeypatch.setenv("QDRANT_GUARD_INTENT_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("QDRANT_GUARD_INTENT_MODEL", "m")
+    default, given = load_classifier("llm"), load_classifier("llm", timeout_s=2.5)
+    assert isinstance(default, LLMIntentClassifier) and (default._timeout, given._timeout) == (5.0, 2.5)
+
+
+def test_load_classifier_takes_an_instance_as_it_is_and_refuses_one_without_a_str_name():
+    # 16 (`callable(obj) or not hasattr(...)`: a callable instance with classify was called),
+    # 18/20 (a classifier whose name is no str accepted).
+    from qdrant_guard.intent import load_classifier
+
+    assert load_classifier("test_mutation_session46:_CALLABLE") is _CALLABLE
+    with pytest.raises(TypeError, match="has no str 'name' and classify"):
+        load_classifier("test_mutation_session46:_NAMELESS")
