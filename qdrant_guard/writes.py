@@ -17,6 +17,7 @@ from . import noise as _noise
 from .decision import Decision, Verdict
 from .errors import (AuditError, ConfigError, GuardArgumentTypeError, GuardArgumentValueError, GuardRefusal,
                      InvalidVectorError, QdrantGuardError, ReceiptError, UnsupportedWriteError)
+from .batchplaces import operation_place, placed
 from .filterpaths import unevaluable_reason
 from .payloadops import _quotable, _quote, _selector_ids
 from .pipeline import Call, Op, mark_audited
@@ -428,15 +429,33 @@ class WriteOps(TextOps):
         name = args["collection_name"]
         pub = self.public_policy(args)
         if pub is not None:
-            screened = [self._public_operation(method, name, pub, op, f"update_operations[{j}]")
-                        for j, op in enumerate(args["update_operations"])]
+            screened = []
+            for j, op in enumerate(args["update_operations"]):
+                try:
+                    screened.append(self._public_operation(method, name, pub, op, f"update_operations[{j}]"))
+                except _INPUT_ERRORS as exc:
+                    named = placed(exc, method, operation_place(op, j, exc), j)
+                    if named is exc:
+                        raise
+                    raise named from exc
             return (yield Call(method, {**args, "update_operations": screened}))
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
-        return (yield from self._audit_input_errors(method, name, pol, self._batch_update(method, name, pol, args)))
+        ops = args["update_operations"]
+        at: list[int | None] = [None]
 
-    def _batch_update(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> Op:
+        def place(exc: BaseException) -> BaseException:
+            j = at[0]
+            return exc if j is None else placed(exc, method, operation_place(ops[j], j, exc), j)
+
+        return (yield from self._audit_input_errors(method, name, pol, self._batch_update(method, name, pol, args, at),
+                                                    place))
+
+    def _batch_update(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
+                      at: list[int | None]) -> Op:
+        """The guarded batch; ``at[0]`` is the index of the operation being checked (None once all
+        are), so that a refusal raised for it can name it (see :mod:`qdrant_guard.batchplaces`)."""
         out_ops: list[Any] = []
         # Index in out_ops of the result each caller operation gets (None: it expanded to nothing).
         positions: list[int | None] = []
@@ -466,6 +485,7 @@ class WriteOps(TextOps):
         # refusal); what each one's screen reports goes into the entry of the run it belongs to.
         screened = []
         for i, op in enumerate(args["update_operations"]):
+            at[0] = i
             found: dict[str, Any] = {}
             roots = list(operation_filter_roots(op, f"update_operations[{i}]"))
             self.screen_filters(method, name, pol, roots, found)  # type: ignore[attr-defined]
@@ -475,6 +495,7 @@ class WriteOps(TextOps):
             screened.append(found)
         run: dict[str, Any] = {}
         for j, (op, filters) in enumerate(zip(args["update_operations"], screened)):
+            at[0] = j
             if others and isinstance(op, (models.UpsertOperation, models.UpdateVectorsOperation)):
                 accepted.append(self._others_decision(method, name, pol, others, run))
                 others, run = {}, {}
@@ -610,6 +631,7 @@ class WriteOps(TextOps):
                 others[kind] = others.get(kind, 0) + 1
                 for key, items in filters.items():
                     run.setdefault(key, []).extend(items)
+        at[0] = None
         if others:
             accepted.append(self._others_decision(method, name, pol, others, run))
         for decision in accepted:
@@ -621,12 +643,16 @@ class WriteOps(TextOps):
         return [self.writer_answer(pol, results[i] if i is not None else nothing)  # type: ignore[attr-defined]
                 for i in positions]
 
-    def _audit_input_errors(self, op: str, name: str, pol: CollectionPolicy, inner: Op) -> Op:
+    def _audit_input_errors(self, op: str, name: str, pol: CollectionPolicy, inner: Op,
+                            place: Callable[[BaseException], BaseException] | None = None) -> Op:
         """``inner`` (a write to a sensitive collection, up to its call to Qdrant), with a refusal of
         its input that no decision audited yet (an InvalidVectorError, a malformed point or
         argument: raised by the guard, so before anything is sent) audited as UNSUPPORTED_WRITE
         before it propagates, unchanged. An error Qdrant raised (thrown in at a :class:`Call`) is
-        passed on as it is: forward() audits the ones after the decision."""
+        passed on as it is: forward() audits the ones after the decision.
+
+        ``place`` (a batch's): the error to raise instead of one the guard raised (its embedder's
+        included; not Qdrant's, thrown in at a :class:`Call`), e.g. the same naming its operation."""
         thrown: BaseException | None = None
         try:
             request = next(inner)
@@ -648,6 +674,10 @@ class WriteOps(TextOps):
                     or isinstance(exc, (GuardRefusal, AuditError))
                     or (isinstance(exc, ConfigError) and not isinstance(exc, GuardArgumentTypeError))):
                 self._record_input_refusal(op, name, pol, exc)
+            if place is not None and exc is not thrown:
+                named = place(exc)
+                if named is not exc:
+                    raise named from exc
             raise
 
     def _record_input_refusal(self, op: str, name: str, pol: CollectionPolicy, exc: BaseException) -> None:
