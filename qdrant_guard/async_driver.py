@@ -158,8 +158,11 @@ async def drive_async(op: Op, invoke: Callable[[Call], Any], *, lock: TaskLock |
     """
     pending = _Pending()
     held = False
+    # The hold each release names: a release of a task the garbage collector unwinds after its lock
+    # was passed on (its loop dropped or closed) must not release the next holder's (see async_lock).
+    hold: object = None
     if lock is not None:
-        await lock.acquire()  # a cancellation here comes before the operation's first step
+        hold = await lock.acquire()  # a cancellation here comes before the operation's first step
         held = True
     try:
         value: Any = None
@@ -179,35 +182,34 @@ async def drive_async(op: Op, invoke: Callable[[Call], Any], *, lock: TaskLock |
             try:
                 if isinstance(out, Offload):
                     if held:
-                        lock.release()  # type: ignore[union-attr]
+                        lock.release(hold)  # type: ignore[union-attr]
                         held = False
                     value = await asyncio.to_thread(out.fn)
                     if lock is not None:
                         # Cancelled here, the cancellation is thrown in at this Offload without the
                         # lock: the operation only unwinds (its steps touch no Qdrant store), and a
                         # timeout does not wait for another operation's stalled step.
-                        await lock.acquire()
+                        hold = await lock.acquire()
                         held = True
                 else:
                     if lock is not None and not held:
                         # A request of an operation unwinding a cancellation it was thrown without
                         # the lock (none of the guard's makes one): its turn first.
-                        await _acquire(lock, pending)
+                        hold = await _acquire(lock, pending)
                         held = True
                     value = await invoke(out)
             except BaseException as raised:  # give the operation a chance to audit the failure
                 exc = raised
     finally:
         if held:
-            lock.release()  # type: ignore[union-attr]
+            lock.release(hold)  # type: ignore[union-attr]
 
 
-async def _acquire(lock: TaskLock, pending: _Pending) -> None:
-    """Take ``lock``; a cancellation meanwhile is kept in ``pending`` (the operation must go on
-    holding it to audit what it decided)."""
+async def _acquire(lock: TaskLock, pending: _Pending) -> object | None:
+    """Take ``lock`` (its hold returned); a cancellation meanwhile is kept in ``pending`` (the
+    operation must go on holding it to audit what it decided)."""
     while True:
         try:
-            await lock.acquire()
-            return
+            return await lock.acquire()
         except asyncio.CancelledError as cancel:
             pending.cancel = cancel

@@ -14,6 +14,13 @@ waiter every ``_RECHECK_S`` (no event marks a loop's stop or close). The rule:
 - a holder whose loop is stopped, not closed, with its task pending keeps the lock: the loop may
   run again (``run_until_complete`` once more) and the task go on from the middle of its guarded
   call, which must still hold the lock then;
+- but once nothing references that loop and task any more (the loop dropped unclosed, e.g. by a
+  thread that ended), the task can never run again: the lock holds its task weakly, a waiter's
+  recheck runs the garbage collector (at most every ``_COLLECT_S`` per lock, only while a holder's
+  loop is stopped) and a collected holder is passed on. The collected task's guarded call then runs
+  its ``finally`` in the collector, in whatever thread and context: its release (given its hold,
+  :meth:`TaskLock.release`) does nothing there, as the lock is passed on by the next acquire or
+  recheck instead, outside the collector;
 - a task handed the lock while its loop is not running (stopped with the task waiting) has not
   resumed, so has done nothing under it: the hand-over is revoked and the lock passed on, and the
   task, if its loop runs again, queues anew (at the back) instead of going on.
@@ -22,7 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import threading
+import time
+import weakref
 from collections import deque
 from typing import Any, Callable
 
@@ -41,6 +51,19 @@ _HELD: contextvars.ContextVar[tuple[tuple["TaskLock", object], ...]] = contextva
 
 # The owner while a reclaimed lock is being passed on: no second reclaim passes it on too.
 _PASSING = object()
+
+# A task holder is held by a weak reference (anything else as itself): a task on a loop dropped
+# unclosed can then be collected, and is passed on (the module's rule).
+_Ref = weakref.ref
+
+# The least time between two garbage collections one lock runs to find a collectable holder (a
+# full collection can take a tenth of a second on a large heap).
+_COLLECT_S = 5.0
+
+
+def _holder(who: object) -> object:
+    """What ``_owner`` and a waiter store for ``who``: a task weakly, anything else as itself."""
+    return _Ref(who) if isinstance(who, asyncio.Task) else who
 
 
 class _Waiter:
@@ -66,7 +89,7 @@ class TaskLock:
     Qdrant request (an integration's callback, a wrapped store) runs in the same task and must not
     wait for itself. Waiters are served in arrival order; the lock passes straight to the first."""
 
-    __slots__ = ("_mu", "_owner", "_depth", "_waiters", "_handed", "_hold")
+    __slots__ = ("_mu", "_owner", "_depth", "_waiters", "_handed", "_hold", "_next_collect")
 
     def __init__(self) -> None:
         self._mu = threading.Lock()
@@ -77,21 +100,29 @@ class TaskLock:
         self._handed: _Waiter | None = None
         # The current hold's token (the _HELD entry of its task): a waiter granted it, or a fresh object.
         self._hold: object | None = None
+        # When a stopped holder may next be looked for among the garbage (time.monotonic()).
+        self._next_collect = 0.0
 
     @property
     def owner(self) -> object | None:
         """The task (or plain thread) holding the lock, or handed it; None: free (also while its
-        holder is at an Offload, which releases it)."""
-        return self._owner
+        holder is at an Offload, which releases it, or when its task was collected)."""
+        owner = self._owner
+        return owner() if type(owner) is _Ref else owner
 
-    async def acquire(self) -> None:
+    async def acquire(self) -> object | None:
         """Take the lock, waiting without blocking the loop. A cancellation while waiting takes
-        effect at once: the waiter leaves the queue, or passes on a lock handed to it meanwhile."""
+        effect at once: the waiter leaves the queue, or passes on a lock handed to it meanwhile.
+
+        Returns:
+            The hold, to give to :meth:`release` (the outermost acquire's, when the task holds it
+            already)."""
         task = asyncio.current_task()
-        if task is not None and self._owner is task:  # only this task sets or clears that
+        owner = self._owner
+        if owner is not None and type(owner) is _Ref and owner() is task:  # only this task sets or clears that
             self._depth += 1
-            return
-        me: object = task if task is not None else object()
+            return self._hold
+        me: object = _Ref(task) if task is not None else object()
         while True:
             self._reclaim()
             with self._mu:
@@ -99,7 +130,7 @@ class TaskLock:
                     hold = object()
                     self._owner, self._depth, self._hold = me, 1, hold
                     _HELD.set(_HELD.get() + ((self, hold),))
-                    return
+                    return hold
                 loop = asyncio.get_running_loop()
                 waiter = _Waiter(me, loop)
                 self._waiters.append(waiter)
@@ -116,7 +147,10 @@ class TaskLock:
                     self._handed = None
                     break
             # Revoked: handed the lock while this loop was not running, and passed on (_reclaim).
+        # The waiter stays as the hold's token: it must not keep the loop (and so the task) alive.
+        waiter.loop = waiter.fut = waiter.timer = None
         _HELD.set(_HELD.get() + ((self, waiter),))
+        return waiter
 
     def _recheck(self, waiter: _Waiter) -> None:
         """On a waiter's loop: pass on a lock its holder can no longer release (_reclaim), again later."""
@@ -139,19 +173,20 @@ class TaskLock:
         except RuntimeError:
             loop = None
         me: object = (asyncio.current_task() if loop is not None else None) or threading.current_thread()
-        if self._owner is me:
+        owner = self._owner
+        if owner is not None and (owner is me or (type(owner) is _Ref and owner() is me)):
             self._depth += 1
             return
         self._reclaim()
         with self._mu:
             if self._owner is None:
-                self._owner, self._depth, self._hold = me, 1, None
+                self._owner, self._depth, self._hold = _holder(me), 1, None
                 return
             if loop is not None:
                 raise refusal()
             if any(lock is self and hold is self._hold for lock, hold in _HELD.get()):
                 raise (reentry or refusal)()
-            waiter = _Waiter(me, None)
+            waiter = _Waiter(_holder(me), None)
             self._waiters.append(waiter)
         try:
             while not waiter.event.wait(_RECHECK_S):  # type: ignore[union-attr]
@@ -173,13 +208,24 @@ class TaskLock:
             self._hand_on()
 
     def _reclaim(self) -> None:
-        """Pass on a lock its holder can no longer release (its task done, or its loop closed), or
-        one handed to a task whose loop is not running (stopped or closed): that task has not
-        resumed, and finds the hand-over revoked if it ever does (the module's rule)."""
+        """Pass on a lock its holder can no longer release (its task done or collected, or its loop
+        closed), or one handed to a task whose loop is not running (stopped or closed): that task
+        has not resumed, and finds the hand-over revoked if it ever does (the module's rule)."""
         handed, owner = self._handed, self._owner
-        if not ((handed is not None and not handed.loop.is_running())  # type: ignore[union-attr]
-                or (isinstance(owner, asyncio.Task) and handed is None
-                    and (owner.done() or owner.get_loop().is_closed()))):
+        if handed is None and type(owner) is _Ref:
+            task = owner()
+            if task is not None and not task.done():
+                loop = task.get_loop()
+                del task  # this frame must not keep it alive through the collection
+                if not loop.is_running() and not loop.is_closed() and time.monotonic() >= self._next_collect:
+                    # Stopped: if nothing else references the loop, only a collection frees the task.
+                    self._next_collect = time.monotonic() + _COLLECT_S
+                    del loop
+                    gc.collect()
+        # A handed waiter's loop is None once its task took the lock (it is then the hold's token).
+        if not ((handed is not None and (hloop := handed.loop) is not None and not hloop.is_running())
+                or (type(owner) is _Ref and handed is None
+                    and ((task := owner()) is None or task.done() or task.get_loop().is_closed()))):
             return
         with self._mu:
             if self._owner is not owner or self._handed is not handed:
@@ -189,7 +235,17 @@ class TaskLock:
             self._owner, self._handed, self._hold = _PASSING, None, None
         self._hand_on()
 
-    def release(self) -> None:
+    def release(self, hold: object | None = None) -> None:
+        """Release the lock (once for each acquire). ``hold``: what :meth:`acquire` returned; a
+        release naming a hold that is no longer the lock's does nothing (see below).
+
+        A release whose holder task was collected does nothing either: it is that task's guarded
+        call unwinding in the garbage collector (in any thread, maybe one inside ``_mu``, and in
+        another task's context); the lock is passed on by :meth:`_reclaim`, and a release that comes
+        after that names a hold that is gone."""
+        owner = self._owner
+        if (hold is not None and self._hold is not hold) or (type(owner) is _Ref and owner() is None):
+            return
         if self._depth > 1:
             self._depth -= 1
             return
