@@ -20,7 +20,8 @@ waiter every ``_RECHECK_S`` (no event marks a loop's stop or close). The rule:
   loop is stopped) and a collected holder is passed on. The collected task's guarded call then runs
   its ``finally`` in the collector, in whatever thread and context: its release (given its hold,
   :meth:`TaskLock.release`) does nothing there, as the lock is passed on by the next acquire or
-  recheck instead, outside the collector;
+  recheck instead, outside the collector (nor does a revoked waiter's, closed there: it has
+  nothing to give back);
 - a task handed the lock while its loop is not running (stopped with the task waiting) has not
   resumed, so has done nothing under it: the hand-over is revoked and the lock passed on, and the
   task, if its loop runs again, queues anew (at the back) instead of going on.
@@ -137,6 +138,13 @@ class TaskLock:
             waiter.timer = loop.call_later(_RECHECK_S, self._recheck, waiter)
             try:
                 await waiter.fut  # type: ignore[misc]
+            except GeneratorExit:
+                # Its coroutine closed, in practice by the garbage collector (its loop dropped):
+                # then the waiter was revoked (nothing to give back), and the collector may be
+                # running inside _mu in this thread.
+                if waiter.granted or waiter in self._waiters:
+                    self._leave(waiter)
+                raise
             except BaseException:
                 self._leave(waiter)
                 raise

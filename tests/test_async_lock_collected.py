@@ -237,3 +237,46 @@ def test_a_guarded_call_on_a_dropped_loop_no_longer_holds_the_client(tmp_path, m
     ids = asyncio.run(asyncio.wait_for(other(), HANG_S))
     assert ids == [1, 3]  # the dropped call decided, never wrote; the next one went ahead
     assert lock.owner is None
+
+
+def test_a_revoked_waiter_collected_inside_the_locks_mutex_does_not_wait_for_it():
+    # A waiter handed the lock while its loop was stopped is revoked; its loop then dropped, the
+    # collector closes its coroutine at the await, in any thread: that must not take _mu.
+    import weakref
+
+    lock = TaskLock()
+    a_in, a_go, a, _ = _holder_in_thread(lock)
+    assert a_in.wait(HANG_S)
+    refs = []
+
+    def queue_then_drop() -> None:
+        loop = asyncio.new_event_loop()
+
+        async def waits() -> None:
+            hold = await lock.acquire()
+            lock.release(hold)
+
+        refs.append(weakref.ref(loop.create_task(waits())))
+        loop.run_until_complete(_until(lambda: len(lock._waiters) == 1))
+
+    p = threading.Thread(target=queue_then_drop, daemon=True)
+    p.start()
+    p.join(HANG_S)
+    b_in, b_go, b, b_out = _holder_in_thread(lock)
+    assert _wait(lambda: len(lock._waiters) == 2)
+    a_go.set()  # handed to the stopped loop's waiter, revoked, passed to b
+    assert b_in.wait(HANG_S)
+    holder = lock.owner
+    done = threading.Event()
+
+    def collect_inside() -> None:
+        with lock._mu:
+            gc.collect()
+        done.set()
+
+    threading.Thread(target=collect_inside, daemon=True).start()
+    assert done.wait(HANG_S), "the collected waiter's coroutine waited for _mu, held by its own thread"
+    assert refs[0]() is None and lock.owner is holder
+    b_go.set()
+    b.join(HANG_S)
+    assert b_out == ["answer"] and lock.owner is None
