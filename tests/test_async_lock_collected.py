@@ -91,6 +91,20 @@ def _holder_in_thread(lock: TaskLock):
     return inside, go_on, t, out
 
 
+def _collected_inside_mu(lock: TaskLock) -> bool:
+    """Whether a thread holding ``lock._mu`` gets through a garbage collection (a hang says the
+    collected code took ``_mu``, which that thread holds)."""
+    done = threading.Event()
+
+    def collect_inside() -> None:
+        with lock._mu:
+            gc.collect()
+        done.set()
+
+    threading.Thread(target=collect_inside, daemon=True).start()
+    return done.wait(HANG_S)
+
+
 def test_a_holder_on_a_loop_stopped_and_dropped_unclosed_is_passed_on():
     # Before: the lock referenced the task, so it lived (and held the lock) for good.
     lock = TaskLock()
@@ -122,15 +136,7 @@ def test_a_collected_holders_release_inside_the_locks_mutex_does_not_wait_for_it
     # holder's release must not take _mu, nor pass the lock on from there.
     lock = TaskLock()
     _hold_on_a_dropped_loop(lock, close=False)
-    done = threading.Event()
-
-    def collect_inside() -> None:
-        with lock._mu:
-            gc.collect()
-        done.set()
-
-    threading.Thread(target=collect_inside, daemon=True).start()
-    assert done.wait(HANG_S), "the collected holder's release waited for _mu, held by its own thread"
+    assert _collected_inside_mu(lock), "the collected holder's release waited for _mu, held by its own thread"
     assert lock.owner is None and lock._owner is not None  # collected; passed on by the next acquire
     got = []
 
@@ -267,15 +273,7 @@ def test_a_revoked_waiter_collected_inside_the_locks_mutex_does_not_wait_for_it(
     a_go.set()  # handed to the stopped loop's waiter, revoked, passed to b
     assert b_in.wait(HANG_S)
     holder = lock.owner
-    done = threading.Event()
-
-    def collect_inside() -> None:
-        with lock._mu:
-            gc.collect()
-        done.set()
-
-    threading.Thread(target=collect_inside, daemon=True).start()
-    assert done.wait(HANG_S), "the collected waiter's coroutine waited for _mu, held by its own thread"
+    assert _collected_inside_mu(lock), "the collected waiter's coroutine waited for _mu, held by its own thread"
     assert refs[0]() is None and lock.owner is holder
     b_go.set()
     b.join(HANG_S)
