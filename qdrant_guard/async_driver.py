@@ -198,6 +198,10 @@ async def drive_async(op: Op, invoke: Callable[[Call], Any], *, lock: TaskLock |
                         hold = await _acquire(lock, pending)
                         held = True
                     value = await invoke(out)
+            except GeneratorExit:
+                # This coroutine is being closed (by the garbage collector: its loop dropped), so
+                # it can await nothing more; the operation is abandoned, as forward() reads it.
+                raise
             except BaseException as raised:  # give the operation a chance to audit the failure
                 exc = raised
     finally:

@@ -28,16 +28,26 @@ from qdrant_guard.async_driver import drive_async
 from qdrant_guard.async_lock import TaskLock
 from qdrant_guard.pipeline import Call
 
+# A collected holder's coroutine must unwind, not go on (it swallowed the collector's
+# GeneratorExit at its request and awaited a step: "coroutine ignored GeneratorExit").
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+
 HANG_S = 20  # only against a hang (the old code never passed these locks on)
 
 
 @pytest.fixture(autouse=True)
-def _quiet_destroyed_tasks(caplog, monkeypatch):
+def _collections_when_asked(caplog, monkeypatch):
     # A collected pending task is reported by asyncio ("Task was destroyed but it is pending!").
     caplog.set_level(logging.CRITICAL, logger="asyncio")
     # A collection at every recheck: the dropped task may still be referenced at the first (by a
     # worker thread finishing its step), and the tests should not wait the 5 s to the next.
     monkeypatch.setattr(async_lock, "_COLLECT_S", 0.0, raising=False)
+    # No automatic collection: the dropped tasks are collected where a test (or the lock) asks.
+    enabled = gc.isenabled()
+    gc.disable()
+    yield
+    if enabled:
+        gc.enable()
 
 
 def _wait(cond, bound: float = HANG_S) -> bool:
@@ -57,7 +67,11 @@ def _op():
     return (yield Call("anything", {}))
 
 
+_REACHED = threading.local()
+
+
 async def _forever(call) -> None:
+    _REACHED.flag = True  # on the loop's thread
     await asyncio.Event().wait()
 
 
@@ -67,14 +81,15 @@ def _hold_on_a_dropped_loop(lock: TaskLock, close: bool) -> None:
     def run() -> None:
         loop = asyncio.new_event_loop()
         loop.create_task(drive_async(_op(), _forever, lock=lock))
-        loop.run_until_complete(_until(lambda: lock.owner is not None))
+        # Stopped at its request to Qdrant, past its step (whose worker thread may reference it).
+        loop.run_until_complete(_until(lambda: getattr(_REACHED, "flag", False)))
         if close:
             loop.close()
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
     t.join(HANG_S)
-    assert lock.owner is not None
+    assert lock._owner is not None  # held (its task may be collected already: a weak reference)
 
 
 def _holder_in_thread(lock: TaskLock):
@@ -91,18 +106,23 @@ def _holder_in_thread(lock: TaskLock):
     return inside, go_on, t, out
 
 
-def _collected_inside_mu(lock: TaskLock) -> bool:
-    """Whether a thread holding ``lock._mu`` gets through a garbage collection (a hang says the
-    collected code took ``_mu``, which that thread holds)."""
+def _collected_inside_mu(lock: TaskLock, collected) -> bool:
+    """Whether a thread holding ``lock._mu`` through each garbage collection gets through them
+    until ``collected()`` (a hang says the collected code took ``_mu``, which that thread holds)."""
     done = threading.Event()
 
     def collect_inside() -> None:
-        with lock._mu:
-            gc.collect()
-        done.set()
+        end = time.monotonic() + HANG_S
+        while time.monotonic() < end:
+            with lock._mu:
+                gc.collect()
+            if collected():
+                done.set()
+                return
+            time.sleep(0.01)
 
     threading.Thread(target=collect_inside, daemon=True).start()
-    return done.wait(HANG_S)
+    return done.wait(2 * HANG_S)
 
 
 def test_a_holder_on_a_loop_stopped_and_dropped_unclosed_is_passed_on():
@@ -136,8 +156,8 @@ def test_a_collected_holders_release_inside_the_locks_mutex_does_not_wait_for_it
     # holder's release must not take _mu, nor pass the lock on from there.
     lock = TaskLock()
     _hold_on_a_dropped_loop(lock, close=False)
-    assert _collected_inside_mu(lock), "the collected holder's release waited for _mu, held by its own thread"
-    assert lock.owner is None and lock._owner is not None  # collected; passed on by the next acquire
+    assert _collected_inside_mu(lock, lambda: lock.owner is None), "the collected holder's release waited for _mu"
+    assert lock._owner is not None  # collected, not passed on: the next acquire does that
     got = []
 
     async def take() -> None:
@@ -273,8 +293,8 @@ def test_a_revoked_waiter_collected_inside_the_locks_mutex_does_not_wait_for_it(
     a_go.set()  # handed to the stopped loop's waiter, revoked, passed to b
     assert b_in.wait(HANG_S)
     holder = lock.owner
-    assert _collected_inside_mu(lock), "the collected waiter's coroutine waited for _mu, held by its own thread"
-    assert refs[0]() is None and lock.owner is holder
+    assert _collected_inside_mu(lock, lambda: refs[0]() is None), "the collected waiter's coroutine waited for _mu"
+    assert lock.owner is holder
     b_go.set()
     b.join(HANG_S)
     assert b_out == ["answer"] and lock.owner is None
