@@ -175,11 +175,18 @@ class PayloadOps(TextOps):
                                          f"{type(given).__name__} holding {type(odd[0]).__name__}")
             args[names] = [str(k) for k in items]
 
-    def _check_set(self, op: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], key: str | None) -> dict[str, Any]:
+    def _payload_dict(self, op: str, name: str, pol: CollectionPolicy, payload: Any) -> dict[str, Any]:
+        """``payload`` as the dict of fields the client stores (:func:`_stored_keys`), or refused
+        (audited): local mode stores a pydantic model's or a dataclass's fields as given, so on a
+        PUBLIC collection the screen, which reads a dict, let their text through."""
         payload = _stored_keys(payload)
         if not isinstance(payload, dict):
             raise self._refuse_input(op, name, pol, f"{op}() argument 'payload' must be a dict of payload fields, not "
                                      f"{type(payload).__name__}; e.g. payload={{'source': 'handbook'}}")
+        return payload
+
+    def _check_set(self, op: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], key: str | None) -> dict[str, Any]:
+        payload = self._payload_dict(op, name, pol, payload)
         if _touches_receipt(key) or (key is None and RECEIPT_KEY in payload) or (
                 key is not None and key.split(".")[0] == "" and RECEIPT_KEY in payload):
             raise self._refuse_tamper(op, name, pol, "set")
@@ -200,7 +207,8 @@ class PayloadOps(TextOps):
         if pub is not None:
             # With a key the payload lands below it, never in the top-level text field.
             # Its keys as stored: under payload_fields = "text_field", b"text" is the text field.
-            payload = self.public_payload(method, name, pub, _stored_keys(args["payload"]), key=args.get("key"))
+            payload = self.public_payload(method, name, pub, self._payload_dict(method, name, pub, args["payload"]),
+                                          key=args.get("key"))
             return (yield Call(method, {**args, "payload": payload}))
         pol = self.gate(method, args, "write")
         if pol is None:
@@ -290,7 +298,7 @@ class PayloadOps(TextOps):
         name = args["collection_name"]
         pub = self.public_policy(args)
         if pub is not None:
-            payload = self.public_payload(method, name, pub, _stored_keys(args["payload"]))
+            payload = self.public_payload(method, name, pub, self._payload_dict(method, name, pub, args["payload"]))
             return (yield Call(method, {**args, "payload": payload}))
         pol = self.gate(method, args, "write")
         if pol is None:

@@ -317,8 +317,9 @@ class WriteOps(TextOps):
         name = args["collection_name"]
         pub = self.public_policy(args)
         if pub is not None:
-            points = self.public_points(method, name, pub, self._upsert_points(method, name, pub, args["points"]))
-            return (yield Call(method, {**args, "points": points}))
+            return (yield from self._public_write(method, name, pub, lambda: Call(method, {
+                **args, "points": self.public_points(method, name, pub, self._upsert_points(
+                    method, name, pub, args["points"]))})))
         pol = self.policy(name)
         if pol.is_public:
             return (yield Call(method, args))
@@ -336,8 +337,8 @@ class WriteOps(TextOps):
         name = args["collection_name"]
         pub = self.public_policy(args)
         if pub is not None:
-            points = self.public_points(method, name, pub, points_from_any(list(args["points"])))
-            return (yield Call(method, {**args, "points": points}))
+            return (yield from self._public_write(method, name, pub, lambda: Call(method, {
+                **args, "points": self.public_points(method, name, pub, points_from_any(list(args["points"])))})))
         pol = self.policy(name)
         if pol.is_public:
             return (yield Call(method, args))
@@ -358,9 +359,9 @@ class WriteOps(TextOps):
                                            "shard_key_selector", "update_filter", "update_mode") if k in args}
         pub = self.public_policy(args)
         if pub is not None:
-            points = self.public_points(method, name, pub, points_from_columns(
-                args["vectors"], args.get("payload"), args.get("ids")))
-            return (yield Call("upload_points", {"collection_name": name, "points": points, **forwarded}))
+            return (yield from self._public_write(method, name, pub, lambda: Call("upload_points", {
+                "collection_name": name, "points": self.public_points(method, name, pub, points_from_columns(
+                    args["vectors"], args.get("payload"), args.get("ids"))), **forwarded})))
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
@@ -381,8 +382,9 @@ class WriteOps(TextOps):
         name = args["collection_name"]
         pub = self.public_policy(args)
         if pub is not None:
-            points = self._public_vector_updates(method, name, pub, vector_updates_from_any(args["points"]))
-            return (yield Call(method, {**args, "points": points}))
+            return (yield from self._public_write(method, name, pub, lambda: Call(method, {
+                **args, "points": self._public_vector_updates(method, name, pub, vector_updates_from_any(
+                    args["points"]))})))
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
@@ -429,16 +431,18 @@ class WriteOps(TextOps):
         name = args["collection_name"]
         pub = self.public_policy(args)
         if pub is not None:
-            screened = []
-            for j, op in enumerate(args["update_operations"]):
-                try:
-                    screened.append(self._public_operation(method, name, pub, op, f"update_operations[{j}]"))
-                except _INPUT_ERRORS as exc:
-                    named = placed(exc, method, operation_place(op, j, exc), j)
-                    if named is exc:
-                        raise
-                    raise named from exc
-            return (yield Call(method, {**args, "update_operations": screened}))
+            def screened_call() -> Call:
+                screened = []
+                for j, op in enumerate(args["update_operations"]):
+                    try:
+                        screened.append(self._public_operation(method, name, pub, op, f"update_operations[{j}]"))
+                    except _INPUT_ERRORS as exc:
+                        named = placed(exc, method, operation_place(op, j, exc), j)
+                        if named is exc:
+                            raise
+                        raise named from exc
+                return Call(method, {**args, "update_operations": screened})
+            return (yield from self._public_write(method, name, pub, screened_call))
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
@@ -643,13 +647,22 @@ class WriteOps(TextOps):
         return [self.writer_answer(pol, results[i] if i is not None else nothing)  # type: ignore[attr-defined]
                 for i in positions]
 
+    def _public_write(self, op: str, name: str, pol: CollectionPolicy, screened: Callable[[], Call]) -> Op:
+        """A write to a PUBLIC collection: the call ``screened`` builds (its input read and its text
+        screened), sent, with the guard's refusal of that input audited as on a sensitive
+        collection (an object or a dict where a point belongs was refused unaudited there)."""
+        def send() -> Op:
+            return (yield screened())
+        return (yield from self._audit_input_errors(op, name, pol, send()))
+
     def _audit_input_errors(self, op: str, name: str, pol: CollectionPolicy, inner: Op,
                             place: Callable[[BaseException], BaseException] | None = None) -> Op:
-        """``inner`` (a write to a sensitive collection, up to its call to Qdrant), with a refusal of
-        its input that no decision audited yet (an InvalidVectorError, a malformed point or
-        argument: raised by the guard, so before anything is sent) audited as UNSUPPORTED_WRITE
-        before it propagates, unchanged. An error Qdrant raised (thrown in at a :class:`Call`) is
-        passed on as it is: forward() audits the ones after the decision.
+        """``inner`` (a write, up to its call to Qdrant), with a refusal of its input that no
+        decision audited yet (an InvalidVectorError, a malformed point or argument: raised by the
+        guard, so before anything is sent) audited as UNSUPPORTED_WRITE before it propagates,
+        unchanged. An error Qdrant raised (thrown in at a :class:`Call`) is passed on as it is:
+        forward() audits the ones after a sensitive collection's decision (a PUBLIC collection's
+        writes have none).
 
         ``place`` (a batch's): the error to raise instead of one the guard raised (its embedder's
         included; not Qdrant's, thrown in at a :class:`Call`), e.g. the same naming its operation."""

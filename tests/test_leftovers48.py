@@ -1,0 +1,140 @@
+"""Review 48's leftovers (2026-12-07).
+
+Writes to a PUBLIC collection whose input the guard cannot read (``upsert`` of ``[object()]``, a
+dict where a point belongs, a column of objects) were refused with no audit entry, while the same
+input on a sensitive collection, or a str given as ``points``, is audited ``UNSUPPORTED_WRITE``;
+and ``set_payload``/``overwrite_payload`` on a PUBLIC collection passed a payload that is no dict
+to qdrant-client unscreened, which stores a pydantic model's or a dataclass's fields as given: an
+SSN in the text field reached a PUBLIC collection.
+
+Real local Qdrant, real Ed25519 keys; no mocks."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import numpy as np
+import pydantic
+import pytest
+from guardkit import audit_records, create, make_kit, snapshot, unit
+from qdrant_client.http import models
+
+from qdrant_guard import AsyncQdrantClient, QdrantClient
+
+SSN = "123-45-6789"
+
+_UNREADABLE = {
+    "upsert_object": ("upsert", lambda n: ((n, [object()]), {})),
+    "upsert_dict": ("upsert", lambda n: ((n, [{"id": 1, "vector": "x"}]), {})),
+    "upload_points_object": ("upload_points", lambda n: ((n, [object()]), {})),
+    "upload_points_str": ("upload_points", lambda n: ((n, "points"), {})),
+    "upload_collection_vectors": ("upload_collection", lambda n: ((n,), {"vectors": [object()], "ids": [1]})),
+    "upload_collection_payload": ("upload_collection", lambda n: (
+        (n,), {"vectors": [[0.25] * 16], "payload": [object()], "ids": [1]})),
+    "upload_collection_ids": ("upload_collection", lambda n: ((n,), {"vectors": [[0.25] * 16], "ids": [object()]})),
+    "update_vectors_object": ("update_vectors", lambda n: ((n, [object()]), {})),
+    "update_vectors_str": ("update_vectors", lambda n: ((n, "points"), {})),
+    "set_payload_object": ("set_payload", lambda n: ((n, object()), {"points": [1]})),
+    "overwrite_payload_object": ("overwrite_payload", lambda n: ((n, object()), {"points": [1]})),
+}
+
+
+def _kit_config(tmp_path):
+    kit = make_kit(tmp_path)
+    return kit, kit.config({"pii": {"class": "PII", "owner": "hr", "noise_on_write": True},
+                            "pub": {"class": "PUBLIC"}}, unlisted="refuse")
+
+
+def _point():
+    return models.PointStruct(id=1, vector=unit(np.random.default_rng(0)), payload={"n": 1})
+
+
+def _refused_entries(kit, entries):
+    return [(r["op"], r["collection"], r["verdict"], r["details"]["reason"], r["details"]["error"])
+            for r in audit_records(kit)[entries:]]
+
+
+# Before the fix the PUBLIC rows failed (no entry) but for set_payload/overwrite_payload, which
+# failed in qdrant-client (PydanticSerializationError, no entry); the sensitive rows are controls.
+@pytest.mark.parametrize("case", sorted(_UNREADABLE))
+@pytest.mark.parametrize("collection", ["pub", "pii"])
+def test_a_write_the_guard_cannot_read_is_refused_and_audited(tmp_path, case, collection):
+    kit, cfg = _kit_config(tmp_path)
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(client, collection)
+    client.upsert(collection, [_point()])
+    before = snapshot(client, collection)
+    entries = len(audit_records(kit))
+    method, build = _UNREADABLE[case]
+    args, kwargs = build(collection)
+    with pytest.raises((TypeError, ValueError)) as err:
+        getattr(client, method)(*args, **kwargs)
+    assert _refused_entries(kit, entries) == [
+        (method, collection, "UNSUPPORTED_WRITE", "invalid_input", type(err.value).__name__)]
+    assert snapshot(client, collection) == before
+
+
+@pytest.mark.parametrize("case", sorted(_UNREADABLE))
+def test_the_async_client_audits_the_same_public_refusals(tmp_path, case):
+    async def attempt():
+        kit, cfg = _kit_config(tmp_path)
+        client = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+        await client.create_collection("pub", vectors_config=models.VectorParams(
+            size=16, distance=models.Distance.COSINE))
+        await client.upsert("pub", [_point()])
+        entries = len(audit_records(kit))
+        method, build = _UNREADABLE[case]
+        args, kwargs = build("pub")
+        with pytest.raises((TypeError, ValueError)):
+            await getattr(client, method)(*args, **kwargs)
+        assert [e[:4] for e in _refused_entries(kit, entries)] == [
+            (method, "pub", "UNSUPPORTED_WRITE", "invalid_input")]
+        await client.close()
+
+    asyncio.run(attempt())
+
+
+class _Model(pydantic.BaseModel):
+    text: str
+
+
+@dataclasses.dataclass
+class _Record:
+    text: str
+
+
+@pytest.mark.parametrize("kind", [_Model, _Record])
+@pytest.mark.parametrize("method", ["set_payload", "overwrite_payload"])
+def test_a_payload_object_cannot_carry_text_past_the_public_screen(tmp_path, kind, method):
+    kit, cfg = _kit_config(tmp_path)
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(client, "pub")
+    client.upsert("pub", [_point()])
+    entries = len(audit_records(kit))
+    with pytest.raises(TypeError, match=f"{method}\\(\\) argument 'payload' must be a dict of payload fields"):
+        getattr(client, method)("pub", kind(text=f"SSN {SSN}"), points=[1])
+    # Before the fix: stored as {"text": "SSN 123-45-6789"}, no entry.
+    assert client.retrieve("pub", [1])[0].payload == {"n": 1}
+    assert [e[:4] for e in _refused_entries(kit, entries)] == [(method, "pub", "UNSUPPORTED_WRITE", "invalid_input")]
+    assert SSN not in str(audit_records(kit))
+    # The same text as a dict is screened as before: a PUBLIC collection refuses an SSN.
+    with pytest.raises(Exception, match="SSN"):
+        getattr(client, method)("pub", {"text": f"SSN {SSN}"}, points=[1])
+    assert client.retrieve("pub", [1])[0].payload == {"n": 1}
+
+
+def test_valid_public_writes_still_pass_unaudited(tmp_path):
+    kit, cfg = _kit_config(tmp_path)
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(client, "pub")
+    entries = len(audit_records(kit))
+    client.upsert("pub", [_point()])
+    client.upload_points("pub", [models.PointStruct(id=2, vector=[0.25] * 16, payload={"text": "hello"})])
+    client.upload_collection("pub", vectors=[[0.25] * 16], payload=[{"a": 1}], ids=[3])
+    client.update_vectors("pub", [models.PointVectors(id=1, vector=[0.5] * 16)])
+    client.set_payload("pub", {"tag": "x"}, points=[1])
+    client.overwrite_payload("pub", {"tag": "y"}, points=[2])
+    assert sorted(p[0] for p in snapshot(client, "pub")) == [1, 2, 3]
+    assert client.retrieve("pub", [2])[0].payload == {"tag": "y"}
+    assert audit_records(kit)[entries:] == []
+
