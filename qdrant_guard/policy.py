@@ -26,6 +26,7 @@ from .budget import store_kind
 from .errors import ConfigError, GuardArgumentTypeError
 from .keys import _looks_like_key_body, key_id as _key_id, public_key_from_str as _public_key_from_str
 from .names import toml_key, toml_str
+from .receipts import RECEIPT_KEY
 
 __all__ = [
     "SensitivityClass",
@@ -708,9 +709,12 @@ class CollectionPolicy(_Strict):
     digits, ``_`` and ``-``; no ``[]`` or quotes). Points without it all count as one source
     (``"__unknown__"``), so where no point carries it a top-k query returns at most
     max(1, floor(k * ``diversity.max_source_fraction``)) points (4 of 10 at the default 0.4):
-    tag every point with the document it came from."""
+    tag every point with the document it came from. Refused: the guard's receipt field
+    ``_qdrant_guard_receipt`` or a path below it (no point could carry a source there), and the
+    ``text_field`` or a path inside it (its strings are redacted as text, so a source
+    ``alice@example.com`` would be counted as ``[EMAIL]``)."""
     text_field: str | None = None
-    """Top-level payload key holding the point's text (no dotted path); it is screened and redacted like embedded text (a string, or each string of a list or object, nested up to 64 levels deep in what a call writes (deeper is refused), also when ``set_payload`` writes into it by a ``key`` such as ``text.body``; PII in a list or object is never kept)."""
+    """Top-level payload key holding the point's text (no dotted path); it is screened and redacted like embedded text (a string, or each string of a list or object, nested up to 64 levels deep in what a call writes (deeper is refused), also when ``set_payload`` writes into it by a ``key`` such as ``text.body``; PII in a list or object is never kept). Refused: ``_qdrant_guard_receipt``, where the guard keeps its receipts."""
     credentials_in_text: Literal["refuse", "redact"] = "refuse"
     """Text with credentials: refuse the call (CREDENTIAL_IN_TEXT) or redact to typed placeholders.
     On PUBLIC collections ``redact`` needs ``allow_redaction_on_public`` (without it every finding
@@ -896,6 +900,12 @@ class CollectionPolicy(_Strict):
         # otherwise ("metadata[].source", quotes) would name no source in the guard, so no budget
         # or owner-only write rule would ever apply to it.
         if all(part and all(c.isalnum() or c in "_-" for c in part) for part in v.split(".")):
+            if v.split(".")[0] == RECEIPT_KEY:
+                raise ValueError(
+                    f"source_field {v!r} is {'under ' if '.' in v else ''}the payload field the guard keeps "
+                    "its receipts in: a write that sets it is refused (its value is read as a receipt) and "
+                    "reads strip it, so no point would carry a source and all would count as one. Name the "
+                    "field holding each point's source document, e.g. source_field = \"source\"")
             return v
         raise ValueError(
             f"source_field {v!r} is not a dotted path of plain keys (letters, digits, '_', '-', e.g. "
@@ -906,6 +916,16 @@ class CollectionPolicy(_Strict):
     def _switches_that_apply(self) -> "CollectionPolicy":
         # Each switch below acts on one thing the collection may lack; set without it, it promised a
         # behaviour the guard would never show.
+        if self.text_field is not None and self.source_field.split(".")[0] == self.text_field:
+            # The text field's strings are screened and redacted on write (and for other
+            # boundaries on read), so the source the guard counted and matched against
+            # restricted_sources would not be the one the writer tagged.
+            raise ValueError(
+                f"source_field {self.source_field!r} is {'inside ' if '.' in self.source_field else ''}the "
+                f"text_field {self.text_field!r}: its strings are screened and redacted as text (a source "
+                "'alice@example.com' would be stored as '[EMAIL]'), so diversity caps, budgets and "
+                "restricted_sources would count and match redacted sources. Keep the text and the source "
+                "under different payload keys")
         if self.keep_payload_text_in_boundary and self.text_field is None:
             raise ValueError("keep_payload_text_in_boundary = true keeps PII in the text_field only, and no "
                              "text_field is set, so it would be ignored; set text_field or remove it")
@@ -971,6 +991,11 @@ class CollectionPolicy(_Strict):
         # Only payload[text_field] is screened as text (PII redacted there; payload_fields covers the
         # rest). A dotted or indexed path (which Qdrant reads as nested) names no top-level key, so
         # the nested text would keep its PII, silently.
+        if v == RECEIPT_KEY:
+            raise ValueError(
+                f"text_field {v!r} is the payload field the guard keeps its receipts in: a write that sets it "
+                "is refused (its value is read as a receipt) and reads strip it, so no text would be stored "
+                "there. Name the top-level key holding each point's text, e.g. text_field = \"text\"")
         if v is None or (v and not any(c in v for c in '.[]"')):
             return v
         raise ValueError(

@@ -138,3 +138,54 @@ def test_valid_public_writes_still_pass_unaudited(tmp_path):
     assert client.retrieve("pub", [2])[0].payload == {"tag": "y"}
     assert audit_records(kit)[entries:] == []
 
+
+# -- payload fields that cannot hold what the policy says -------------------------------------
+
+def _load(tmp_path, body):
+    from qdrant_guard.policy import load_policy
+
+    path = tmp_path / "policy.toml"
+    path.write_text(f'[collections.c]\nclass = "PII"\n{body}\n')
+    path.chmod(0o644)
+    return load_policy(path)
+
+
+@pytest.mark.parametrize(("body", "named", "fix"), [
+    ('text_field = "_qdrant_guard_receipt"', "collections.c.text_field = '_qdrant_guard_receipt'",
+     'text_field = "text"'),
+    ('source_field = "_qdrant_guard_receipt"', "collections.c.source_field = '_qdrant_guard_receipt'",
+     'source_field = "source"'),
+    ('source_field = "_qdrant_guard_receipt.src"', "collections.c.source_field = '_qdrant_guard_receipt.src'",
+     'source_field = "source"'),
+    ('text_field = "text"\nsource_field = "text"', "source_field 'text' is the text_field 'text'",
+     "under different payload keys"),
+    ('text_field = "meta"\nsource_field = "meta.src"', "source_field 'meta.src' is inside the text_field 'meta'",
+     "under different payload keys"),
+])
+def test_a_payload_field_the_guard_cannot_use_is_refused_at_load(tmp_path, body, named, fix):
+    from qdrant_guard.errors import ConfigError
+
+    # Before the fix: each loaded.
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, body)
+    assert named in str(err.value) and fix in str(err.value)
+
+
+def test_fields_that_only_look_alike_still_load(tmp_path):
+    for body in ('text_field = "text"\nsource_field = "meta.text"', 'text_field = "text"\nsource_field = "textual"',
+                 'text_field = "_qdrant_guard_receipts"', 'source_field = "meta._qdrant_guard_receipt"'):
+        _load(tmp_path, body)
+
+
+def test_a_source_inside_the_text_field_was_stored_redacted(tmp_path):
+    """Why the roles conflict: a policy built past the load check (model_copy does not validate)
+    stores the source redacted, so caps and restricted_sources would count '[EMAIL]'."""
+    kit, cfg = _kit_config(tmp_path)
+    pii = cfg.collections["pii"].model_copy(update={"text_field": "meta", "source_field": "meta.src"})
+    client = QdrantClient(":memory:", guard=cfg.model_copy(update={"collections": {**cfg.collections, "pii": pii}}),
+                          principal=kit.principal("alice", "hr"))
+    create(client, "pii")
+    client.upsert("pii", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)),
+                                             payload={"meta": {"src": "alice@example.com"}})])
+    assert snapshot(client, "pii")[0][1]["meta"] == {"src": "[EMAIL]"}
+
