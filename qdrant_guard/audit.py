@@ -47,6 +47,7 @@ from .audit_verify import (
     verify_audit_file,
 )
 from .canonical import canonical_json
+from .dirmodes import replaceable_by_anyone
 from .errors import (
     AuditError,
     AuditIntegrityError,
@@ -482,15 +483,17 @@ def _refuse_shared(fd: int, path: str | None, abspath: str, opt_out: str = _OPT_
         raise AuditError(
             f"audit log {path!r} is {who} (mode {mode:o}): anyone who can write it can append entries that the "
             f"next signed checkpoint would sign; run `chmod 600 {abspath}`, {opt_out}")
-    # A directory anyone may write without the sticky bit lets anyone rename the log away and put
-    # a file of their own in its place (the writer notices only at its next append).
-    for d in dict.fromkeys((os.path.dirname(abspath), os.path.dirname(os.path.realpath(abspath)))):
-        dmode = stat.S_IMODE(os.stat(d).st_mode)
-        if dmode & stat.S_IWOTH and not dmode & stat.S_ISVTX:
-            raise AuditError(
-                f"audit log {path!r} is in directory {d!r}, which is world-writable without the sticky bit "
-                f"(mode {dmode:o}): anyone can replace the log there; run `chmod o-w {d}` (or `chmod +t {d}`), "
-                f"move the log to a directory only the guard's uid writes, {opt_out}")
+    # A directory anyone may write without the sticky bit lets anyone rename the log (or a directory
+    # on its path) away and put one of their own in its place (the writer notices only at its next
+    # append).
+    found = replaceable_by_anyone(abspath)
+    if found is not None:
+        d, dmode = found
+        where = "in" if d == os.path.dirname(abspath) else "below"
+        raise AuditError(
+            f"audit log {path!r} is {where} directory {d!r}, which is world-writable without the sticky bit "
+            f"(mode {dmode:o}): anyone can replace the log there; run `chmod o-w {d}` (or `chmod +t {d}`), "
+            f"move the log to a directory only the guard's uid writes, {opt_out}")
 
 
 def _refuse_not_regular(st: os.stat_result, path: str | None, *, repair: bool = False) -> None:

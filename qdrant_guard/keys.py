@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Collection, Iterable, Mapping, Union
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from .dirmodes import replaceable_by_anyone
 from .errors import ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError
 from .names import toml_key
 
@@ -193,6 +194,18 @@ def _read_key_file(path: PathLike, func: str, *, private: bool) -> tuple[Path, b
     return p, data, st
 
 
+def _refuse_replaceable(p: Path, what: str, other_fix: str) -> None:
+    """Refuse a key file any user could put another file in place of (:mod:`dirmodes`): its own
+    mode, checked by the caller, does not stop that."""
+    found = replaceable_by_anyone(p)
+    if found is not None:
+        d, mode = found
+        raise KeyStoreError(
+            f"{what} {str(p)!r} is below directory {d!r}, which every user may write and which has no sticky "
+            f"bit (mode {mode:o}): anyone can put a key of their own in its place; run `chmod o-w {d}` (or "
+            f"`chmod +t {d}`), or move the key to a directory only its owner writes{other_fix}")
+
+
 _FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                (stat.S_ISSOCK, "a socket"))
@@ -241,7 +254,8 @@ def load_private_key(path: PathLike, *, allow_group_readable: bool = False) -> E
 
     Raises:
         KeyStoreError: the file is unreadable, readable by other users (``chmod 600 FILE``),
-            or not a PEM private key.
+            below a directory anyone may write without the sticky bit (``chmod o-w DIR``), or not
+            a PEM private key.
         KeyAlgorithmError: the key is valid but not Ed25519 (e.g. RSA or EC).
     """
     p, data, st = _read_key_file(path, "load_private_key", private=True)
@@ -261,6 +275,7 @@ def load_private_key(path: PathLike, *, allow_group_readable: bool = False) -> E
             f"private key file {str(p)!r} is accessible by other users (mode "
             f"{stat.S_IMODE(st.st_mode):o}); run `chmod 600 {p}` and retry"
         )
+    _refuse_replaceable(p, "private key file", "")
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
@@ -289,7 +304,8 @@ def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519Pu
 
     Raises:
         KeyStoreError: the file is unreadable, writable by other users than its owner (``chmod go-w
-            FILE``), or not a public key.
+            FILE``) or below a directory anyone may write without the sticky bit (``chmod o-w
+            DIR``), or not a public key.
         KeyAlgorithmError: the key is not Ed25519.
     """
     if isinstance(path_or_str, Ed25519PublicKey):
@@ -313,6 +329,7 @@ def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519Pu
             "receipt or audit key signs what the guard accepts); run `chmod go-w "
             f"{p}` and retry, or give the key as its 'ed25519:...' text"
         )
+    _refuse_replaceable(p, "public key file", ", or give the key as its 'ed25519:...' text")
     text = data.strip()
     if text.startswith(KEY_PREFIX.encode()):
         return public_key_from_str(text.decode("ascii", "replace"))

@@ -23,6 +23,7 @@ from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandle
 
 from .boundary import TOKEN_PREFIX
 from .budget import store_kind
+from .dirmodes import replaceable_by_anyone
 from .errors import ConfigError, GuardArgumentTypeError
 from .keys import _looks_like_key_body, key_id as _key_id, public_key_from_str as _public_key_from_str
 from .names import toml_key, toml_str
@@ -1192,7 +1193,7 @@ class GuardConfig(_Strict):
     ``true`` needs ``audit_log``: without a file there is nothing to fsync."""
     audit_allow_shared_file: bool = False
     """Accept an ``audit_log`` file that others can write: group- or world-writable, owned by another
-    uid, or in a directory anyone may write without the sticky bit. Refused by default (the guard
+    uid, or below a directory anyone may write without the sticky bit. Refused by default (the guard
     does not start; the message names the mode and ``chmod 600 FILE``): whoever can append to the
     file can forge entries that the next signed checkpoint signs. Set ``true`` only where another
     uid must write the log and is trusted as much as the guard. The check does not stop a process
@@ -1529,7 +1530,8 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
     Raises:
         GuardArgumentTypeError: ``path`` is not a str or an os.PathLike of one.
         ConfigError: the file is missing, writable by other users than its owner (``chmod go-w
-            FILE``), is not valid TOML, or fails validation.
+            FILE``) or below a directory anyone may write without the sticky bit (``chmod o-w
+            DIR``), is not valid TOML, or fails validation.
     """
     if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
         raise GuardArgumentTypeError(
@@ -1556,6 +1558,13 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
             f"policy file {str(p)!r} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}): whoever can "
             "write it sets every rule the guard enforces (the boundaries' authority keys, who reads and writes "
             f"each collection); run `chmod go-w {p}` and retry")
+    found = replaceable_by_anyone(p) if stat.S_ISREG(st.st_mode) else None
+    if found is not None:
+        d, dmode = found
+        raise ConfigError(
+            f"policy file {str(p)!r} is below directory {d!r}, which every user may write and which has no sticky "
+            f"bit (mode {dmode:o}): anyone can put a policy of their own in its place; run `chmod o-w {d}` (or "
+            f"`chmod +t {d}`), or move the policy to a directory only its owner writes")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

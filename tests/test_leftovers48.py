@@ -189,3 +189,88 @@ def test_a_source_inside_the_text_field_was_stored_redacted(tmp_path):
                                              payload={"meta": {"src": "alice@example.com"}})])
     assert snapshot(client, "pii")[0][1]["meta"] == {"src": "[EMAIL]"}
 
+
+# -- trust files in a directory anyone may write -----------------------------------------------
+
+def _key_files(d):
+    """A private key (0600) and its public key (0644) in directory ``d``."""
+    from qdrant_guard import keys
+
+    sk, pk = keys.generate_keypair()
+    private, public = d / "k.key", d / "k.key.pub"
+    private.write_bytes(keys.private_key_to_pem(sk))
+    private.chmod(0o600)
+    public.write_text(keys.public_key_to_str(pk) + "\n")
+    public.chmod(0o644)
+    return private, public
+
+
+@pytest.mark.parametrize("which", ["public", "private"])
+def test_a_key_in_a_directory_anyone_may_write_is_refused(tmp_path, which):
+    from qdrant_guard import keys
+    from qdrant_guard.keys import KeyStoreError
+
+    d = tmp_path / "shared"
+    d.mkdir()
+    private, public = _key_files(d)
+    load = {"public": lambda: keys.load_public_key(str(public)), "private": lambda: keys.load_private_key(private)}
+    load[which]()
+    d.chmod(0o777)  # the files keep their modes: anyone may now put another key in their place
+    # Before the fix: loaded.
+    with pytest.raises(KeyStoreError) as err:
+        load[which]()
+    assert f"is below directory {str(d)!r}, which every user may write and which has no sticky bit (mode 777)" \
+        in str(err.value)
+    assert f"chmod o-w {d}" in str(err.value)
+    d.chmod(0o1777)  # as /tmp: only a file's owner may rename or delete it
+    load[which]()
+
+
+def test_a_directory_anyone_may_write_further_up_the_path_is_refused_too(tmp_path):
+    from qdrant_guard import keys
+    from qdrant_guard.keys import KeyStoreError
+
+    top = tmp_path / "open"
+    (top / "sub").mkdir(parents=True)
+    _, public = _key_files(top / "sub")
+    top.chmod(0o777)  # anyone may rename "sub" away and make a "sub" of their own
+    with pytest.raises(KeyStoreError, match=f"below directory {str(top)!r}"):
+        keys.load_public_key(str(public))
+    # And through a symlink from a directory only its owner writes: the resolved way is checked.
+    safe = tmp_path / "safe"
+    safe.mkdir(mode=0o755)
+    (safe / "k.pub").symlink_to(public)
+    with pytest.raises(KeyStoreError, match=f"below directory {str(top)!r}"):
+        keys.load_public_key(str(safe / "k.pub"))
+
+
+def test_a_policy_in_a_directory_anyone_may_write_stops_the_client(tmp_path):
+    from qdrant_guard.errors import ConfigError
+
+    kit = make_kit(tmp_path)
+    d = tmp_path / "shared"
+    d.mkdir()
+    policy = d / "policy.toml"
+    policy.write_text(f'signing_key = "{kit.guard_key_path}"\n[collections.pub]\nclass = "PUBLIC"\n')
+    policy.chmod(0o644)
+    QdrantClient(":memory:", guard=str(policy)).close()
+    d.chmod(0o777)
+    # Before the fix: the client started.
+    with pytest.raises(ConfigError) as err:
+        QdrantClient(":memory:", guard=str(policy))
+    assert f"policy file {str(policy)!r} is below directory {str(d)!r}" in str(err.value)
+    assert "(mode 777)" in str(err.value) and f"chmod o-w {d}" in str(err.value)
+    d.chmod(0o1777)
+    QdrantClient(":memory:", guard=str(policy)).close()
+
+
+def test_an_audit_log_below_a_directory_anyone_may_write_is_refused(tmp_path):
+    from qdrant_guard.audit import AuditLog
+    from qdrant_guard.errors import AuditError
+
+    top = tmp_path / "open"
+    (top / "logs").mkdir(parents=True)
+    top.chmod(0o777)
+    # Before the fix only the log's own directory was checked.
+    with pytest.raises(AuditError, match=f"below directory {str(top)!r}, which is world-writable"):
+        AuditLog(top / "logs" / "audit.jsonl")
