@@ -246,6 +246,17 @@ def _trust_hint(found: list[tuple[int, str, Any]], own: str) -> str:
             "otherwise the log was tampered with. ")
 
 
+def _signature_hint(found: list[tuple[int, str, Any]]) -> str:
+    """For entries refused under sign_every_entry for want of their writer's signature: the fix
+    when that writer is genuine."""
+    if not any("signature" in why for _, why, _ in found):
+        return ""
+    return ("Under audit_sign_every_entry every guard writing this log must set it too (a guard without it "
+            "writes unsigned entries, which read like forged ones); entries a guard wrote before it was set "
+            "are refused as well: start the guards on a new audit_log file, keeping this one (check it first "
+            "with one --writer-key per guard). ")
+
+
 def _check_repair_vouches(p: str, kept: bytes, signer: ReceiptSigner, trusted: Mapping[str, Any]) -> None:
     """Refuse a signed repair entry over kept entries its signer would not sign over as a writer
     (:meth:`AuditLog._read_appended`): its checkpoint would vouch for them. With ``writer_keys``
@@ -533,6 +544,11 @@ class AuditLog:
         allow_shared_file: accept a log file that is group- or world-writable or owned by
             another uid, or whose directory is world-writable without the sticky bit (refused by
             default: whoever can write the file can forge entries the next checkpoint signs).
+        sign_every_entry: every entry is a checkpoint (signed with ``signer``, which it needs),
+            and an entry under the writer id of a key in ``trusted_keys`` must carry a checkpoint
+            under that id which verifies, or the writer refuses it as below: for writers sharing
+            one file, whose MACs it cannot check (holding the key to check them would let it
+            forge them). Every writer of the file must sign so. Costs a signature per append.
 
     Before each append the writer also checks that the entry it last wrote or read is still in
     place and that what others appended after it chains to it; if not, it raises
@@ -567,6 +583,7 @@ class AuditLog:
         verify_existing: bool = False,
         trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
         allow_shared_file: bool = False,
+        sign_every_entry: bool = False,
     ) -> None:
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise GuardArgumentTypeError(f"AuditLog() path must be str, os.PathLike or None, not {type(path).__name__}")
@@ -582,6 +599,12 @@ class AuditLog:
         if not isinstance(allow_shared_file, bool):
             raise GuardArgumentTypeError(
                 f"AuditLog() allow_shared_file must be bool, not {type(allow_shared_file).__name__}")
+        if not isinstance(sign_every_entry, bool):
+            raise GuardArgumentTypeError(
+                f"AuditLog() sign_every_entry must be bool, not {type(sign_every_entry).__name__}")
+        if sign_every_entry and signer is None:
+            raise GuardArgumentValueError("AuditLog() sign_every_entry=True signs every entry with the writer's key, "
+                                          "and signer is None: pass signer (the policy's signing_key)")
         self._allow_shared = allow_shared_file
         self._trusted: dict[str, Ed25519PublicKey] = dict(trusted_keys or {})
         self.path = None if path is None else os.fspath(path)
@@ -603,6 +626,10 @@ class AuditLog:
         # checkpoints, nothing vouched for); _v2: an entry in format v2 is in the chain it knows.
         self._macs: EntryMac | None = signer.audit_mac if signer is not None else None
         self._v2 = False
+        # sign_every_entry: the public keys that must have signed each entry under another trusted
+        # writer's id, since this writer holds no key to check that writer's MACs (None: unchecked).
+        self._sign_all = sign_every_entry
+        self._signed_by: dict[str, Ed25519PublicKey] | None = self._trusted if sign_every_entry else None
         self._fd: int | None = None
         self._pid = os.getpid()
         if self.path is not None:
@@ -727,7 +754,7 @@ class AuditLog:
                         f"writer after seq {self._seq}, does not chain to the entry before it (seq {seq}); "
                         + _REPAIR_HINT.format(path=self.path))
                 if self._macs is not None:
-                    why = _unvouched(entry, self._macs, self._trusted, v2)
+                    why = _unvouched(entry, self._macs, self._trusted, v2, self._signed_by)
                     if why is not None:
                         found.append((entry["seq"], why, entry.get("w")))
                 v2 = v2 or "w" in entry
@@ -754,6 +781,7 @@ class AuditLog:
                + ("This AuditLog refuses to append until it is reopened (restart the guard after the repair). "
                   if after is not None else "Nothing was written. ")
                + _trust_hint(found, self._macs.writer)
+               + _signature_hint(found)
                + f"Run `qdrant-guard audit verify {self.path} --writer-key GUARD.key` (the guard's signing key; one "
                "--writer-key per guard writing the log) to list every entry no writer authenticates, then "
                f"`qdrant-guard audit repair {self.path} --writer-key GUARD.key --signing-key GUARD.key` to cut the "
@@ -870,7 +898,7 @@ class AuditLog:
         v2 = before is not None
         for entry in window:
             if self._macs is not None:
-                why = _unvouched(entry, self._macs, self._trusted, v2)
+                why = _unvouched(entry, self._macs, self._trusted, v2, self._signed_by)
                 if why is not None:
                     found.append((entry["seq"], before if before is not None and "w" not in entry else why,
                                   entry.get("w")))
@@ -996,7 +1024,7 @@ class AuditLog:
         # the log's change to v2 within its window instead of scanning the v1 entries before it.
         first_v2 = self._macs is not None and not self._v2 and seq > 1
         entry, line = _make_entry(seq, self._prev, record, record_bytes, self._signer,
-                                  first_v2 or seq % self._every == 0)
+                                  self._sign_all or first_v2 or seq % self._every == 0)
         self._seq, self._prev = seq, entry["hash"]
         self._v2 = self._v2 or self._macs is not None
         return entry, line

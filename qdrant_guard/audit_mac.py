@@ -14,7 +14,7 @@ import hmac
 from typing import Any, Container, Iterable, Mapping
 
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .canonical import canonical_json
@@ -68,11 +68,15 @@ class EntryMac:
         return outer.hexdigest()
 
 
-def unvouched(entry: Mapping[str, Any], own: EntryMac, others: Container[str], v2_seen: bool) -> str | None:
+def unvouched(entry: Mapping[str, Any], own: EntryMac, others: Container[str], v2_seen: bool,
+              signed_by: Mapping[str, Ed25519PublicKey] | None = None) -> str | None:
     """Why the writer ``own`` must not sign a checkpoint over ``entry``, another's entry it found
     in its log (None: it may). It can check only its own MACs: an entry under the id of a writer
-    in ``others`` (whose checkpoints it trusts) passes unchecked, as it holds no key to check it.
-    ``v2_seen``: an entry in format v2 comes before ``entry`` in the log."""
+    in ``others`` (whose checkpoints it trusts) passes unchecked, as it holds no key to check it,
+    unless ``signed_by`` is given (``AuditLog(sign_every_entry=True)``): then such an entry must
+    carry a checkpoint under its own writer id that verifies under ``signed_by[w]``, a public key
+    that checks it without being able to make it. ``v2_seen``: an entry in format v2 comes before
+    ``entry`` in the log."""
     w = entry.get("w")
     if w is None:
         return "carries no writer MAC (format v1) after entries in format v2" if v2_seen else None
@@ -80,9 +84,19 @@ def unvouched(entry: Mapping[str, Any], own: EntryMac, others: Container[str], v
         if hmac.compare_digest(own.mac(bytes.fromhex(entry["hash"])), entry["mac"]):
             return None
         return f"claims this writer's id {own.writer} but its MAC does not verify under this writer's key"
-    if w in others:
-        return None
-    from .audit_verify import _show_kid  # audit_verify imports this module
+    from .audit_verify import _Bad, _check_ckpt, _show_kid  # audit_verify imports this module
 
+    if w in others:
+        if signed_by is None:
+            return None
+        ck = entry.get("ckpt")
+        if not isinstance(ck, dict) or ck.get("kid") != w:
+            return (f"names writer {_show_kid(w)} but carries no signature by that writer's key (a checkpoint under "
+                    "its id), which every entry of a writer must carry under sign_every_entry (audit_sign_every_entry)")
+        try:
+            _check_ckpt(entry, {w: signed_by[w]})
+        except _Bad:
+            return f"names writer {_show_kid(w)} but its signature does not verify under that writer's public key"
+        return None
     return (f"names writer {_show_kid(w)}, which is neither this writer ({own.writer}) nor a key whose "
             "checkpoints it trusts (trusted_keys; the policy's receipts.retired_keys and audit_trusted_keys)")

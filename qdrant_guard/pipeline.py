@@ -536,7 +536,8 @@ class GuardPipeline:
         _keys.check_authority_roles(cfg, signing_key_id=own_kid if cfg.signing_key else None,
                                     source=cfg.source_path or "<config>")
         self.audit = (AuditLog(cfg.audit_log, fsync=cfg.audit_fsync, signer=audit_signer,
-                               trusted_keys=audit_keys, allow_shared_file=cfg.audit_allow_shared_file)
+                               trusted_keys=audit_keys, allow_shared_file=cfg.audit_allow_shared_file,
+                               sign_every_entry=cfg.audit_sign_every_entry)
                       if not self.transparent else None)
         self.principal_label, self.verified = self._verify_audited("client", principal)
         # State shared by every principal view of this pipeline (budgets, classifiers, caches);

@@ -1211,6 +1211,20 @@ class GuardConfig(_Strict):
     ``audit_log``: without a file nothing is checked. ``qdrant-guard audit verify --policy`` and
     ``qdrant-guard audit repair`` / ``audit replay`` with ``--trust-policy`` trust these keys,
     ``signing_key``'s public key and ``receipts.retired_keys`` for the log's checkpoints."""
+    audit_sign_every_entry: bool = False
+    """Sign every audit entry this guard writes (an Ed25519 checkpoint, ``ckpt``, on each, not only
+    every 1000th) and refuse to append after an entry under the writer id of another guard whose key
+    it trusts (``audit_trusted_keys``, ``receipts.retired_keys``) unless that entry carries a
+    signature by that key which verifies (``AuditUnauthenticatedError``, nothing written). For guards
+    that share one ``audit_log`` file: without it, such an entry is followed unchecked (the guard
+    holds no key for the other guard's MACs) and its next checkpoint signs it, so whoever can write
+    the file can forge entries under the other guard's id. Every guard writing the log must set it
+    (a guard without it writes unsigned entries, which are then refused), and a log that already
+    holds another guard's unsigned entries after its most recent checkpoint is refused on start:
+    begin a new ``audit_log`` file when turning it on. Cost: one signature per entry (about 80 us,
+    more than an append's own time) and a signature check per other guard's entry read (about 260
+    us). ``qdrant-guard audit verify --key`` then checks every entry's signature. Needs
+    ``audit_log`` and ``signing_key`` (docs/audit-log.md)."""
     unlisted: Literal["strict", "public", "refuse"] = "strict"
     """Collections not listed: ``strict`` = PII with the ``default`` policy (readable by any verified
     principal, vectors never returned raw; created and written by no one unless ``[default]`` sets
@@ -1342,6 +1356,16 @@ class GuardConfig(_Strict):
                 raise ValueError("audit_trusted_keys lists earlier signing keys of the audit log file, and "
                                  "audit_log is not set (no file is checked on start), so they would be ignored; set "
                                  "audit_log = \"PATH\" to the log file, or remove audit_trusted_keys")
+            if self.audit_sign_every_entry:
+                raise ValueError("audit_sign_every_entry = true signs every entry of the audit log file and checks "
+                                 "other guards' signatures in it, and audit_log is not set (entries go to the "
+                                 "qdrant_guard.audit logger only), so it would be ignored; set audit_log = \"PATH\" "
+                                 "to the log file, or remove audit_sign_every_entry")
+        elif self.audit_sign_every_entry and self.signing_key is None:
+            raise ValueError("audit_sign_every_entry = true signs every audit entry with the guard's signing_key, and "
+                             "signing_key is not set (the process's fresh key signs nothing anyone can check later); "
+                             "set signing_key = \"PATH\" (qdrant-guard keys new --out PATH), or remove "
+                             "audit_sign_every_entry")
         return self
 
     @model_validator(mode="after")
