@@ -18,6 +18,11 @@ both arms in turn (the order alternates):
   open-v1    the same on a log of ``--legacy-entries`` entries in format v1 (no checkpoint, written
              without a signer): the window ends on its length at a v1 entry, so the writer searches
              the whole file for a v2 entry (since h-audit3; its worst case on open).
+  sign       this tree only, ``sign_every_entry`` on ("new") against off ("old"): a lone writer's
+             append, which then signs every entry (h-audit4).
+  sign-2g    the same for two writers with their own keys on one file appending in turn, each
+             trusting the other's key (two guards sharing a log): with it on, each append also
+             checks the signature on the other's entry.
 
 Prints each arm's median over rounds and the median and quartiles of the per-round ratio new/old.
 """
@@ -63,6 +68,16 @@ def main() -> None:
     lone = {arm: m.AuditLog(tmp / f"{arm}-lone.jsonl", signer=signer) for arm, m in mods.items()}
     pair = {arm: (m.AuditLog(tmp / f"{arm}-pair.jsonl", signer=signer), m.AuditLog(tmp / f"{arm}-pair.jsonl", signer=signer))
             for arm, m in mods.items()}
+    sk2, _ = keys.generate_keypair()
+    other = ReceiptSigner(sk2)
+    # For sign and sign-2g both arms are this tree: "old" with sign_every_entry off, "new" on.
+    signing = {arm: new_audit.AuditLog(tmp / f"{arm}-sign.jsonl", signer=signer, sign_every_entry=arm == "new")
+               for arm in mods}
+    guards = {arm: (new_audit.AuditLog(tmp / f"{arm}-2g.jsonl", signer=signer, sign_every_entry=arm == "new",
+                                       trusted_keys={other.key_id: other.public_key}),
+                    new_audit.AuditLog(tmp / f"{arm}-2g.jsonl", signer=other, sign_every_entry=arm == "new",
+                                       trusted_keys={signer.key_id: signer.public_key}))
+              for arm in mods}
     window = tmp / "window.jsonl"
     with new_audit.AuditLog(window, signer=signer) as w:
         for _ in range(1000 + args.open_entries):  # the checkpoint at seq 1000, then the window
@@ -74,15 +89,15 @@ def main() -> None:
             w.append(RECORD)
     print(f"open-v1 log: {args.legacy_entries} entries, {legacy.stat().st_size / 1e6:.1f} MB")
 
-    def append_arm(arm: str) -> float:
-        log = lone[arm]
+    def append_arm(arm: str, logs=lone) -> float:
+        log = logs[arm]
         t = time.perf_counter()
         for _ in range(args.appends):
             log.append(RECORD)
         return (time.perf_counter() - t) / args.appends * 1e6
 
-    def pair_arm(arm: str) -> float:
-        a, b = pair[arm]
+    def pair_arm(arm: str, logs=pair) -> float:
+        a, b = logs[arm]
         t = time.perf_counter()
         for _ in range(args.appends // 2):
             a.append(RECORD)
@@ -106,7 +121,8 @@ def main() -> None:
         return statistics.median(times) * 1e3
 
     measures = {"append": (append_arm, "us"), "append-2w": (pair_arm, "us"), "open": (open_arm, "ms"),
-                "open-v1": (open_v1_arm, "ms")}
+                "open-v1": (open_v1_arm, "ms"), "sign": (lambda arm: append_arm(arm, signing), "us"),
+                "sign-2g": (lambda arm: pair_arm(arm, guards), "us")}
     for fn, _ in measures.values():  # warm-up
         for arm in mods:
             fn(arm)
@@ -116,7 +132,7 @@ def main() -> None:
         for m, (fn, _) in measures.items():
             for arm in order:
                 got[m][arm].append(fn(arm))
-    for logs in (lone, {k: v[0] for k, v in pair.items()}, {k: v[1] for k, v in pair.items()}):
+    for logs in (lone, signing, *({k: v[i] for k, v in two.items()} for two in (pair, guards) for i in (0, 1))):
         for log in logs.values():
             log.close()
     wk = writer_keys([sk])
@@ -125,6 +141,11 @@ def main() -> None:
             rep = new_audit.verify_audit_file(tmp / name, writer_keys=wk,
                                               trusted_keys={signer.key_id: signer.public_key})
             assert rep.ok and rep.writers == ((signer.key_id, rep.entries),), (name, rep)
+    both = {signer.key_id: signer.public_key, other.key_id: other.public_key}
+    for arm in mods:
+        for name in (f"{arm}-sign.jsonl", f"{arm}-2g.jsonl"):
+            rep = new_audit.verify_audit_file(tmp / name, writer_keys=writer_keys([sk, sk2]), trusted_keys=both)
+            assert rep.ok and (arm == "old" or rep.checkpoints == rep.entries), (name, rep)
     for m, arms in got.items():
         unit = measures[m][1]
         ratios = [n / o for n, o in zip(arms["new"], arms["old"])]
