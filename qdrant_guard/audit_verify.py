@@ -331,14 +331,15 @@ def _fork_detail(seq: int, fork: _Fork, keyed: bool) -> str:
 
 def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
           checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-          writer_keys: Mapping[str, bytes] | None = None) -> AuditReport:
-    return _scan_fork(path, trusted_keys, checkpoint_every, writer_keys=writer_keys)[0]
+          writer_keys: Mapping[str, bytes] | None = None, signed_entries: bool = False) -> AuditReport:
+    return _scan_fork(path, trusted_keys, checkpoint_every, writer_keys=writer_keys, signed_entries=signed_entries)[0]
 
 
 def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
                checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
                fd: int | None = None, data: bytes | None = None,
-               writer_keys: Mapping[str, bytes] | None = None) -> tuple[AuditReport, _Fork | None]:
+               writer_keys: Mapping[str, bytes] | None = None,
+               signed_entries: bool = False) -> tuple[AuditReport, _Fork | None]:
     p = os.fspath(path)
     if data is not None:
         # Replay verifies exactly the bytes it then replays, not a second read of the path.
@@ -415,12 +416,17 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
             if bad_line is None:
                 bad_line = lineno
             break
-        if writer_keys is not None:
+        if writer_keys is not None or signed_entries:
             # Reported, not a break: every such entry is named, and the chain after it still checked.
             why = None
             if "w" in entry:
                 v2_seen = True
-                why = _mac_problem(entry, writer_keys)
+                if writer_keys is not None:
+                    why = _mac_problem(entry, writer_keys)
+                if why is None and signed_entries and entry.get("ckpt", {}).get("kid") != entry["w"]:
+                    # Its ckpt, if any, verified above under the trusted keys: only whose it is is left.
+                    why = (f"carries no signature by its writer {_show_kid(entry['w'])} (a checkpoint under its id), "
+                           "which every entry of a guard with audit_sign_every_entry carries")
             elif v2_seen:
                 why = "carries no writer MAC (format v1) after entries in format v2"
             else:
@@ -429,7 +435,7 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
                 unauth.append(seq)
                 if first_unauth is None:
                     first_unauth = (lineno, len(good), f"seq {seq} {why}")
-            elif "w" in entry:
+            elif "w" in entry and writer_keys is not None:
                 by_writer[entry["w"]] = by_writer.get(entry["w"], 0) + 1
         seen[seq] = lineno
         last_seq, last_hash = seq, entry["hash"]
@@ -504,6 +510,7 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
 def verify_audit_file(
     path: PathLike, *, trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, writer_keys: Mapping[str, bytes] | None = None,
+    signed_entries: bool = False,
 ) -> AuditReport:
     """Verify an audit log file from its first line.
 
@@ -526,6 +533,11 @@ def verify_audit_file(
             for the format-v1 entries before the first v2 one, which are counted in
             ``report.legacy``. A checkpoint signs the whole chain before it, entries others
             appended included: only the MACs show which entries a writer made.
+        signed_entries: every entry in format v2 must carry a checkpoint under its own writer id
+            (``AuditLog(sign_every_entry=True)``, the policy's ``audit_sign_every_entry``, on every
+            guard writing the log), verified under ``trusted_keys`` (which it needs):
+            ``unauthenticated`` otherwise, as with ``writer_keys``, and format-v1 entries after the
+            first v2 one too. Public keys alone then show which guard wrote each entry.
 
     Raises:
         TypeError: ``path`` is not a path.
@@ -541,4 +553,10 @@ def verify_audit_file(
             isinstance(k, str) and isinstance(v, bytes) for k, v in writer_keys.items())):
         raise GuardArgumentTypeError("verify_audit_file() writer_keys must be a mapping of writer id to MAC key bytes "
                                      "(qdrant_guard.audit_mac.writer_keys([signing keys])) or None")
-    return _scan(path, trusted_keys, checkpoint_every, writer_keys)
+    if not isinstance(signed_entries, bool):
+        raise GuardArgumentTypeError(f"verify_audit_file() signed_entries must be bool, not {type(signed_entries).__name__}")
+    if signed_entries and trusted_keys is None:
+        raise GuardArgumentValueError("verify_audit_file() signed_entries=True checks each entry's signature by its "
+                                      "writer, and trusted_keys is None: pass the public key of every guard writing "
+                                      "the log")
+    return _scan(path, trusted_keys, checkpoint_every, writer_keys, signed_entries)

@@ -473,8 +473,13 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     revoked: frozenset[str] = frozenset()
     if args.policy:
         own_kid, retired, revoked, trusted = _policy_audit_keys(args.policy, trusted, flag="--policy")
+    if args.every_entry_signed and trusted is None:
+        print("error: --every-entry-signed checks each entry's signature by its writer: give the public key of "
+              "every guard writing the log (--key GUARD.pub, repeatable; or --policy, or --writer-key)",
+              file=sys.stderr)
+        return 2
     rep = verify_audit_file(args.file, trusted_keys=trusted, checkpoint_every=args.checkpoint_every,
-                            writer_keys=macs)
+                            writer_keys=macs, signed_entries=args.every_entry_signed)
     if rep.ok:
         signed = f", {rep.checkpoints} signed checkpoint(s) verified" if trusted is not None else ""
         print(f"OK: {rep.entries} entries, hash chain intact{signed} ({args.file})")
@@ -486,6 +491,8 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
                       "writer MAC) are unauthenticated (pre-v2: written before entries carried MACs, or by a guard "
                       "without signing_key): anyone who could write the file then may have written them, and a "
                       "checkpoint after them signs them as its writer found them")
+        elif args.every_entry_signed:
+            print(f"every entry signed by its writer (--every-entry-signed): {rep.checkpoints} signatures verified")
         elif trusted is not None:
             print("note: writer MACs not checked (no --writer-key): a checkpoint signs the chain as its writer "
                   "found it, entries appended by anyone who could write the file included; pass --writer-key "
@@ -885,6 +892,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the signing key (private) of a guard that writes this log (repeatable: one per guard): "
                          "check each entry's writer MAC and name every entry none of these writers made; its "
                          "public key verifies checkpoints too")
+    av.add_argument("--every-entry-signed", action="store_true",
+                    help="for a log whose guards all set audit_sign_every_entry: every entry must carry a checkpoint "
+                         "signed by its own writer, verified with --key/--policy/--writer-key; name every entry "
+                         "that does not (public keys suffice)")
     av.set_defaults(func=cmd_audit_verify)
     ar = aud_p.add_parser("repair", help="cut a torn/tampered tail to the valid prefix, recording the cut",
                           description="Cut the log after its valid prefix: the cut bytes go to a side file "

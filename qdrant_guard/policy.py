@@ -1223,7 +1223,8 @@ class GuardConfig(_Strict):
     holds another guard's unsigned entries after its most recent checkpoint is refused on start:
     begin a new ``audit_log`` file when turning it on. Cost: one signature per entry (about 80 us,
     more than an append's own time) and a signature check per other guard's entry read (about 260
-    us). ``qdrant-guard audit verify --key`` then checks every entry's signature. Needs
+    us). ``qdrant-guard audit verify --key`` then checks every entry's signature, and with
+    ``--every-entry-signed`` names each entry without its writer's. Needs
     ``audit_log`` and ``signing_key`` (docs/audit-log.md)."""
     unlisted: Literal["strict", "public", "refuse"] = "strict"
     """Collections not listed: ``strict`` = PII with the ``default`` policy (readable by any verified

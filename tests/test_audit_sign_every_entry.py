@@ -4,7 +4,8 @@ Without ``sign_every_entry`` a writer follows an entry under another trusted gua
 (it holds no key for that guard's MACs) and its next checkpoint signs it. With it, every entry a
 writer writes is a signed checkpoint, and an entry under another trusted guard's id must carry one
 that verifies under that guard's public key, or the append (or the open) is refused and nothing
-is written. All on real files; every test named ``*refused*`` appends or opens without error on
+is written; `audit verify --every-entry-signed` names such entries with public keys only. All on real
+files; every test named ``*refused*`` appends or opens without error on
 the code before this knob (which had no ``sign_every_entry``: those tests fail on the argument).
 """
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _last(p) -> dict:
     return json.loads(Path(p).read_bytes().splitlines()[-1])
 
 
-def _forged(p, w: str, ckpt: dict | None = None, sign_with=None) -> None:
+def _forged(p, w: str, ckpt: dict | None = None, sign_with=None, kid: str | None = None) -> None:
     # What anyone who can write the file can make: an entry under guard B's id, hash recomputed,
     # any MAC (B's MAC key is not theirs), and a checkpoint they choose or sign with a key of theirs.
     last = _last(p)
@@ -63,7 +64,7 @@ def _forged(p, w: str, ckpt: dict | None = None, sign_with=None) -> None:
     entry["mac"] = "ab" * 32
     if sign_with is not None:
         sig = sign_with.sign(CHECKPOINT_PREFIX + bytes.fromhex(entry["hash"]))
-        ckpt = {"kid": w, "sig": base64.b64encode(sig).decode("ascii")}
+        ckpt = {"kid": kid or w, "sig": base64.b64encode(sig).decode("ascii")}
     if ckpt is not None:
         entry["ckpt"] = ckpt
     with open(p, "ab") as fh:
@@ -234,3 +235,30 @@ def test_two_guarded_clients_sharing_a_log_refuse_a_forgery_under_the_others_id(
     assert p.read_bytes() == before
     for c in clients:
         c.close()
+
+
+def test_verify_with_public_keys_names_an_entry_its_writer_did_not_sign(tmp_path, capsys):
+    # The forgery a writer with the knob refuses at its next append, found by a verifier holding
+    # public keys only (before, only --writer-key with B's private key named it).
+    ska, skb, sa, sb = _two(tmp_path)
+    p = tmp_path / "audit.jsonl"
+    a, b = _log(p, sa, sb), _log(p, sb, sa)
+    a.append({"event": "e"})
+    b.append({"event": "e"})
+    a.close()
+    b.close()
+    both = {sa.key_id: sa.public_key, sb.key_id: sb.public_key}
+    assert verify_audit_file(p, trusted_keys=both, signed_entries=True).ok
+    pubs = ["--key", str(tmp_path / "a.key.pub"), "--key", str(tmp_path / "b.key.pub")]
+    assert main(["audit", "verify", str(p), *pubs, "--every-entry-signed"]) == 0
+    assert "every entry signed by its writer (--every-entry-signed): 2 signatures verified" in capsys.readouterr().out
+    _forged(p, sb.key_id)
+    _forged(p, sb.key_id, sign_with=sa, kid=sa.key_id)  # a valid signature, but A's, on an entry naming B
+    assert verify_audit_file(p, trusted_keys=both).ok  # without it: every checkpoint present verifies
+    rep = verify_audit_file(p, trusted_keys=both, signed_entries=True)
+    assert rep.problem == "unauthenticated" and rep.unauthenticated == (3, 4) and rep.last_seq == 2, rep.detail
+    assert main(["audit", "verify", str(p), *pubs, "--every-entry-signed"]) == 1
+    assert "seq 3 carries no signature by its writer" in capsys.readouterr().out
+    assert main(["audit", "verify", str(p), "--every-entry-signed"]) == 2
+    with pytest.raises(GuardArgumentValueError, match="pass the public key"):
+        verify_audit_file(p, signed_entries=True)
