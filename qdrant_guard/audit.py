@@ -257,14 +257,15 @@ def _signature_hint(found: list[tuple[int, str, Any]]) -> str:
             "with one --writer-key per guard). ")
 
 
-def _check_repair_vouches(p: str, kept: bytes, signer: ReceiptSigner, trusted: Mapping[str, Any]) -> None:
+def _check_repair_vouches(p: str, kept: bytes, signer: ReceiptSigner, trusted: Mapping[str, Any],
+                          sign_every_entry: bool = False) -> None:
     """Refuse a signed repair entry over kept entries its signer would not sign over as a writer
     (:meth:`AuditLog._read_appended`): its checkpoint would vouch for them. With ``writer_keys``
     the scan already cut them."""
     v2, found = False, []
     for raw in kept.split(b"\n")[:-1]:
         entry = _parse_line(raw)  # the kept lines verified: no _Bad here
-        why = _unvouched(entry, signer.audit_mac, trusted, v2)
+        why = _unvouched(entry, signer.audit_mac, trusted, v2, trusted if sign_every_entry else None)
         if why is not None:
             found.append((entry["seq"], why, entry.get("w")))
         v2 = v2 or "w" in entry
@@ -284,6 +285,7 @@ def repair_audit_file(
     trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, keep_chain_from: int | None = None,
     allow_shared_file: bool = False, writer_keys: Mapping[str, bytes] | None = None,
+    sign_every_entry: bool = False,
 ) -> AuditReport:
     """Truncate a damaged log to its valid prefix and append a ``audit_repair`` entry.
 
@@ -314,6 +316,9 @@ def repair_audit_file(
             ``signer``) would vouch for what others appended.
         writer_keys: verify as ``verify_audit_file(path, writer_keys=...)`` does: the first entry
             no given writer's MAC authenticates is cut too, with everything after it.
+        sign_every_entry: the log's guards sign every entry (``audit_sign_every_entry``): with
+            ``signer`` and no ``writer_keys``, a kept entry under another trusted writer's id
+            without that writer's verifying signature is refused too, as the writer refuses it.
 
     Returns:
         The report of the repaired file; ``detail`` says what was cut.
@@ -349,6 +354,9 @@ def repair_audit_file(
     if not isinstance(allow_shared_file, bool):
         raise GuardArgumentTypeError(
             f"repair_audit_file() allow_shared_file must be bool, not {type(allow_shared_file).__name__}")
+    if not isinstance(sign_every_entry, bool):
+        raise GuardArgumentTypeError(
+            f"repair_audit_file() sign_every_entry must be bool, not {type(sign_every_entry).__name__}")
     if writer_keys is not None and (not isinstance(writer_keys, Mapping) or not all(
             isinstance(k, str) and isinstance(v, bytes) for k, v in writer_keys.items())):
         raise GuardArgumentTypeError("repair_audit_file() writer_keys must be a mapping of writer id to MAC key bytes "
@@ -424,7 +432,8 @@ def repair_audit_file(
         _check_repair_writer(p, _last_line(rewrite) if rewrite else _last_line_before(fd, valid_bytes),
                              signer, writer_keys)
         if signer is not None and writer_keys is None:
-            _check_repair_vouches(p, _read_all(fd, 0, valid_bytes) + rewrite, signer, trusted_keys or {})
+            _check_repair_vouches(p, _read_all(fd, 0, valid_bytes) + rewrite, signer, trusted_keys or {},
+                                  sign_every_entry)
         # The cut bytes are durable in the side file (and its name in the directory) before the
         # log is changed; if saving them fails, the side file is removed and the log untouched.
         side = _save_cut(p, cut_at_seq, cut)

@@ -583,16 +583,19 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
         print(f"error: {args.file} is not an audit log, so nothing was changed (repair cuts a damaged log after "
               f"its valid entries, and this one has none): {wrong_file}", file=sys.stderr)
         return 2
-    allow_shared = args.allow_shared_file
-    if args.trust_policy and not allow_shared:
+    allow_shared, sign_every = args.allow_shared_file, False
+    if args.trust_policy:
         from .policy import load_policy
 
         # The guard under that policy opens a shared log; its repair may too (the same opt-out).
-        allow_shared = load_policy(args.trust_policy).audit_allow_shared_file
+        trust_cfg = load_policy(args.trust_policy)
+        allow_shared = allow_shared or trust_cfg.audit_allow_shared_file
+        # Its repair entry must not vouch for another guard's entry that guard would refuse.
+        sign_every = trust_cfg.audit_sign_every_entry
     try:
         rep = repair_audit_file(args.file, signer=signer, trusted_keys=trusted,
                                 checkpoint_every=args.checkpoint_every, keep_chain_from=args.keep_chain_from,
-                                allow_shared_file=allow_shared, writer_keys=macs)
+                                allow_shared_file=allow_shared, writer_keys=macs, sign_every_entry=sign_every)
     except GuardArgumentValueError as exc:
         # The library words it for its own argument; a CLI user set the option.
         print("error: " + str(exc).replace("repair_audit_file() ", "").replace("keep_chain_from=", "--keep-chain-from ")

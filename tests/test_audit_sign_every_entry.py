@@ -262,3 +262,43 @@ def test_verify_with_public_keys_names_an_entry_its_writer_did_not_sign(tmp_path
     assert main(["audit", "verify", str(p), "--every-entry-signed"]) == 2
     with pytest.raises(GuardArgumentValueError, match="pass the public key"):
         verify_audit_file(p, signed_entries=True)
+
+
+def _torn_after_forgery(tmp_path):
+    ska, skb, sa, sb = _two(tmp_path)
+    p = tmp_path / "audit.jsonl"
+    a, b = _log(p, sa, sb), _log(p, sb, sa)
+    a.append({"event": "e"})
+    b.append({"event": "e"})
+    a.close()
+    b.close()
+    _forged(p, sb.key_id)
+    with open(p, "ab") as fh:
+        fh.write(b'{"seq":4,"torn')  # what makes the log need a repair
+    return p, sa, sb
+
+
+def test_signed_repair_over_a_forgery_under_the_other_guards_id_is_refused(tmp_path):
+    from qdrant_guard.audit import repair_audit_file
+
+    p, sa, sb = _torn_after_forgery(tmp_path)
+    before = p.read_bytes()
+    both = {sa.key_id: sa.public_key, sb.key_id: sb.public_key}
+    with pytest.raises(AuditUnauthenticatedError) as err:
+        repair_audit_file(p, signer=sa, trusted_keys=both, checkpoint_every=5, sign_every_entry=True)
+    assert err.value.seqs == (3,) and p.read_bytes() == before
+    # Knob off (as before): the repair entry, A's checkpoint, keeps and signs the forgery.
+    rep = repair_audit_file(p, signer=sa, trusted_keys=both, checkpoint_every=5)
+    assert rep.ok and rep.last_seq == 4
+
+
+def test_cli_repair_takes_the_knob_from_the_trust_policy(tmp_path, capsys):
+    p, sa, sb = _torn_after_forgery(tmp_path)
+    before = p.read_bytes()
+    pol = tmp_path / "policy.toml"
+    pol.write_text(f'signing_key = "{tmp_path / "a.key"}"\naudit_log = "{p}"\n'
+                   f'audit_trusted_keys = ["{tmp_path / "b.key.pub"}"]\naudit_sign_every_entry = true\n')
+    code = main(["audit", "repair", str(p), "--signing-key", str(tmp_path / "a.key"), "--trust-policy", str(pol),
+                 "--checkpoint-every", "5"])
+    assert code != 0 and p.read_bytes() == before
+    assert "seq 3" in capsys.readouterr().err
