@@ -1,9 +1,11 @@
 """Shared set-up for the client tests: keys, boundaries, credentials, policies, real local Qdrant."""
 from __future__ import annotations
 
+import io
 import socket
+import subprocess
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -345,3 +347,21 @@ def offload_then_write(offload: Any, seen: list[str], invoked: list[str]) -> tup
         invoked.append(call.method)
 
     return op(), invoke
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``qdrant-guard *args`` in this process, shaped as ``subprocess.run``'s result.
+
+    For tests of what a command says and returns; tests/test_cli.py runs each command family as a
+    real subprocess. An exception the command lets out (a traceback in a shell) propagates here and
+    fails the test; argparse's refusals (``SystemExit``) become the exit status.
+    """
+    from qdrant_guard.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            status = main(list(args))
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return subprocess.CompletedProcess(list(args), status, out.getvalue(), err.getvalue())

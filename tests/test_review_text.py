@@ -6,17 +6,20 @@ import subprocess
 import sys
 
 import pytest
+from guardkit import run_cli
 
 
-def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "qdrant_guard.cli", *args], capture_output=True, text=True,
-                          env={**os.environ}, cwd=cwd, timeout=300)
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    # In process (a traceback would propagate and fail the test); the command families run as real
+    # subprocesses in tests/test_cli.py, and one here (the authority fixture).
+    return run_cli(*args)
 
 
 @pytest.fixture(scope="module")
 def authority(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
-    proc = _cli("keys", "new", "--out", str(d / "a.key"))
+    proc = subprocess.run([sys.executable, "-m", "qdrant_guard.cli", "keys", "new", "--out", str(d / "a.key")],
+                          capture_output=True, text=True, env={**os.environ}, timeout=300)
     assert proc.returncode == 0, proc.stderr
     (d / "bad.jsonl").write_text("{not json\n")
     # An existing (empty) local store, so the cases below reach the input they name (a --path that
