@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from guardkit import make_kit, replay_policy_file
+from guardkit import make_kit, replay_policy_file, run_cli
 from qdrant_guard import keys
 from qdrant_guard.audit import AuditLog, entry_hash, verify_audit_file
 from qdrant_guard.canonical import canonical_json
@@ -21,7 +19,6 @@ from qdrant_guard.errors import AuditError, AuditIntegrityError
 from qdrant_guard.receipts import ReceiptSigner
 from qdrant_guard.replay import replay_log
 
-ROOT = str(Path(__file__).resolve().parents[1])
 
 SHORT, LONG = "short query", "a much longer query with many words in it"
 
@@ -149,8 +146,8 @@ def test_replay_rejects_an_unknown_mode(tmp_path):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "qdrant_guard.cli", *args], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=ROOT), timeout=300)
+    # In process: what the audit commands say; tests/test_cli.py runs them as real subprocesses.
+    return run_cli(*args)
 
 
 def test_cli_replay_of_a_missing_log_says_cannot_read_audit_log(tmp_path):

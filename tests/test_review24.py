@@ -6,13 +6,12 @@ Each test pins a defect found in review and failed on the code before the fix ne
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from guardkit import run_cli
 from qdrant_guard import keys
 from qdrant_guard.audit import AuditLog, verify_audit_file
 from qdrant_guard.canonical import canonical_json
@@ -43,8 +42,8 @@ def _forge_kid(path: Path, signer: ReceiptSigner, n: int, line: int, kid: str = 
 
 
 def _run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "qdrant_guard.cli", *args], capture_output=True, text=True,
-                          env={**os.environ}, timeout=300)
+    # In process: what `audit verify` prints; tests/test_cli.py runs it as a real subprocess.
+    return run_cli(*args)
 
 
 def test_verify_cli_does_not_print_a_forged_key_id_raw(tmp_path):

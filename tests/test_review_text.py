@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from guardkit import run_cli
 
 
