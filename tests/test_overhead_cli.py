@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from guardkit import make_kit, replay_policy_file
+from guardkit import make_kit, replay_policy_file, run_cli
 from qdrant_client import QdrantClient as RawClient
 
 from qdrant_guard import keys
@@ -165,18 +165,21 @@ def test_cli_end_to_end_with_a_policy_file_and_a_credential_file(kit, tmp_path):
     assert doc["writer"] == doc["reader"] == "alice@hr" and doc["text_field"] == "text"
     assert doc["upsert"]["guarded_over_raw_p50"] > 0 and doc["checks"]["stored_points"] == 30
     assert doc["sources"] == 1 and doc["source_names"] == ["doc0"]  # one source per 20 points
-    quick = cli("--policy", str(policy), "--collection", "notes", "--throwaway-credentials", "--dim", "8",
-                "--points", "10", "--batch", "10", "--queries", "1", "--rounds", "1", "--no-progress", cwd=repo)
+    # The rest in process (the run above is the real subprocess): what the command says.
+    quick = run_cli("bench", "--policy", str(policy), "--collection", "notes", "--throwaway-credentials",
+                    "--dim", "8", "--points", "10", "--batch", "10", "--queries", "1", "--rounds", "1",
+                    "--no-progress")
     assert quick.returncode == 0, quick.stderr
     assert "note: THROWAWAY CREDENTIALS: boundaries hr trusted throwaway authority keys" in quick.stdout
-    bad = cli("--policy", str(policy), "--collection", "tickets", "--credential", str(cred), cwd=repo)
+    bad = run_cli("bench", "--policy", str(policy), "--collection", "tickets", "--credential", str(cred))
     assert bad.returncode == 2 and "error: collection 'tickets' is not listed" in bad.stderr
-    missing = cli("--policy", str(policy), "--collection", "notes", "--credential", str(tmp_path / "none"), cwd=repo)
+    missing = run_cli("bench", "--policy", str(policy), "--collection", "notes", "--credential",
+                      str(tmp_path / "none"))
     assert missing.returncode == 2 and "--credential" in missing.stderr and "credential issue" in missing.stderr
 
 
-def test_cli_help_documents_every_flag(tmp_path):
-    proc = cli("--help", cwd=Path(__file__).resolve().parent.parent)
+def test_cli_help_documents_every_flag():
+    proc = run_cli("bench", "--help")
     assert proc.returncode == 0
     for flag in ("--policy", "--collection", "--credential", "--read-credential", "--throwaway-credentials",
                  "--write-boundary", "--read-boundary", "--dim", "--points", "--batch", "--queries", "--limit",
