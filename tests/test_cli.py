@@ -1,4 +1,9 @@
-"""The qdrant-guard command, run as a real subprocess."""
+"""The qdrant-guard command, run as a real subprocess.
+
+Each test runs each command it uses at least once as a subprocess; its further calls of the same
+command (other inputs, the refusals) run in process (``here``), which saves an interpreter start-up
+each and checks the same output and exit status.
+"""
 from __future__ import annotations
 
 import json
@@ -10,22 +15,30 @@ import textwrap
 
 import pytest
 
+from guardkit import run_cli
 from qdrant_guard import keys, verify_credential
 
 
-def run(*args, check=True, cwd=None):
-    proc = subprocess.run([sys.executable, "-m", "qdrant_guard.cli", *args], capture_output=True, text=True,
-                          env={**os.environ}, cwd=cwd, timeout=300)
+def _checked(proc, check):
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc
+
+
+def run(*args, check=True, cwd=None):
+    return _checked(subprocess.run([sys.executable, "-m", "qdrant_guard.cli", *args], capture_output=True,
+                                   text=True, env={**os.environ}, cwd=cwd, timeout=300), check)
+
+
+def here(*args, check=True):
+    return _checked(run_cli(*args), check)
 
 
 def test_keys_new_and_credential_issue(tmp_path):
     out = json.loads(run("keys", "new", "--out", str(tmp_path / "hr.key")).stdout)
     assert stat.S_IMODE(os.stat(tmp_path / "hr.key").st_mode) == 0o600
     assert out["key_id"].startswith("ed25519:")
-    again = run("keys", "new", "--out", str(tmp_path / "hr.key"), check=False)
+    again = here("keys", "new", "--out", str(tmp_path / "hr.key"), check=False)
     assert again.returncode == 2 and "refusing to overwrite" in again.stderr
     token = run("credential", "issue", "--authority", str(tmp_path / "hr.key"), "--agent", "alice",
                 "--boundary", "hr", "--ttl", "60").stdout.strip()
@@ -57,12 +70,12 @@ def test_audit_verify_detects_an_edited_entry(demo_dir, tmp_path):
     lines[2] = lines[2].replace("NOISE_REQUIRED", "ALLOW_NOISED") if "NOISE_REQUIRED" in lines[2] else lines[2].replace('"op"', '"op "')
     bad = tmp_path / "edited.jsonl"
     bad.write_text("\n".join(lines) + "\n")
-    proc = run("audit", "verify", str(bad), check=False)
+    proc = here("audit", "verify", str(bad), check=False)
     assert proc.returncode == 1
     assert "TAMPERED" in proc.stdout and "line 3" in proc.stdout
     del_one = tmp_path / "deleted.jsonl"
     del_one.write_text("\n".join(lines[:1] + lines[2:]) + "\n")
-    assert run("audit", "verify", str(del_one), check=False).returncode == 1
+    assert here("audit", "verify", str(del_one), check=False).returncode == 1
 
 
 def test_audit_replay_reports_newly_blocked_queries(tmp_path):
@@ -98,7 +111,7 @@ def test_audit_replay_reports_newly_blocked_queries(tmp_path):
     assert "replayed 2 logged queries" in proc.stdout
     assert "1 with redacted text" in proc.stdout
     assert "newly_blocked" in proc.stdout and "QUERY_REJECTED" in proc.stdout
-    same = run("audit", "replay", str(tmp_path / "audit.jsonl"), "--policy", str(policy))
+    same = here("audit", "replay", str(tmp_path / "audit.jsonl"), "--policy", str(policy))
     assert "no change" in same.stdout
 
 
@@ -120,14 +133,14 @@ def test_guard_audit_log_carries_checkpoints_signed_with_the_guard_key(tmp_path)
     guard_pub.write_bytes(keys.public_key_to_pem(keys.load_private_key(kit.guard_key_path).public_key()))
     assert "1 signed checkpoint(s) verified" in run("audit", "verify", str(log), "--key", str(guard_pub)).stdout
     _, other = keys.generate_keypair()
-    proc = run("audit", "verify", str(log), "--key", keys.public_key_to_str(other), check=False)
+    proc = here("audit", "verify", str(log), "--key", keys.public_key_to_str(other), check=False)
     assert proc.returncode == 1 and "bad_checkpoint" in proc.stdout
     # A torn tail, repaired with the guard's key: the repair entry is a second signed checkpoint.
     with open(log, "ab") as fh:
         fh.write(b'{"seq": 99999, "torn')
-    assert run("audit", "verify", str(log), check=False).returncode == 1
+    assert here("audit", "verify", str(log), check=False).returncode == 1
     assert "repaired" in run("audit", "repair", str(log), "--signing-key", str(kit.guard_key_path)).stdout
-    assert "2 signed checkpoint(s) verified" in run("audit", "verify", str(log), "--key", str(guard_pub)).stdout
+    assert "2 signed checkpoint(s) verified" in here("audit", "verify", str(log), "--key", str(guard_pub)).stdout
 
 
 def test_audit_verify_with_key_refuses_a_rewrite_with_checkpoints_stripped(tmp_path):
@@ -153,8 +166,8 @@ def test_audit_verify_with_key_refuses_a_rewrite_with_checkpoints_stripped(tmp_p
         e["hash"] = prev = entry_hash(e)
         out.append(canonical_json(e) + b"\n")
     log.write_bytes(b"".join(out))
-    assert run("audit", "verify", str(log)).returncode == 0
-    proc = run("audit", "verify", str(log), "--key", keys.public_key_to_str(pk), "--checkpoint-every", "4",
+    assert here("audit", "verify", str(log)).returncode == 0
+    proc = here("audit", "verify", str(log), "--key", keys.public_key_to_str(pk), "--checkpoint-every", "4",
                check=False)
     assert proc.returncode == 1 and "bad_checkpoint at line 4" in proc.stdout
 
