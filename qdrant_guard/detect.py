@@ -264,7 +264,9 @@ Latin-1), and that view is also folded as above (``4111&nbsp;1111&nbsp;1111&nbsp
 escape are suffixed ``+percent``, ``+hex-escape``, ``+unicode-escape``, ``+json-escape``,
 ``+html-entity``, or ``+escapes`` when they cover several kinds (``123%2D45%2D6789``,
 ``&#49;&#50;&#51;-45-6789``, ``https:\\/\\/hooks.slack.com\\/...``). A finding next to an escape
-is found too (``\\n123-45-6789``, ``{\\"api_key\\": \\"...\\"}``). Character references are read
+is found too (``\\n123-45-6789``, ``{\\"api_key\\": \\"...\\"}``), and no finding starts or ends
+inside an escape (``\\nalice@x.io`` is redacted to ``\\n[EMAIL]``, not ``\\[EMAIL]``), so a redacted
+JSON string still parses. Character references are read
 as a browser reads them: numeric ones with any leading zeros, without the semicolon, and
 ``&#128;``-``&#159;`` as Windows-1252 (``&#150;`` is an en dash); named ones by HTML5's table, not
 only the scanner's list (``&UnderBar;`` is ``_``), and its legacy names without the semicolon
@@ -566,6 +568,11 @@ def _decoded_spans(text: str, find_spans: Callable[[str], Spans]) -> Spans:
     in its decoded text (padding included); findings of the view with every escape decoded (%XX,
     \\x, \\u, \\n and the like, HTML character references) are mapped back over their escapes.
     """
+    return _decoded_and_escapes(text, find_spans)[0]
+
+
+def _decoded_and_escapes(text: str, find_spans: Callable[[str], Spans]) -> tuple[Spans, list[Escape]]:
+    """:func:`_decoded_spans` and the escapes of ``text`` it read."""
     triggers = _triggers(text)
     escapes = _escapes(text, triggers) if triggers else []
     out: Spans = []
@@ -591,7 +598,7 @@ def _decoded_spans(text: str, find_spans: Callable[[str], Spans]) -> Spans:
                 out.append((v.position, end, best[2], best[3] + how))
     if escapes:
         out.extend(_escape_spans(text, escapes, find_spans))
-    return out
+    return out, escapes
 
 
 def _blanked(text: str, escapes: list[Escape], all_triggers: bool) -> str:
@@ -659,8 +666,14 @@ def _find_spans(text: str, find_spans: Callable[[str], Spans] = _kernel.find_spa
     spans = find_spans(text)
     cands = set(spans)
     cands.update(_folded_spans(text, find_spans))
-    cands.update(_decoded_spans(text, find_spans))
-    if len(cands) == len(spans):
+    decoded, escapes = _decoded_and_escapes(text, find_spans)
+    cands.update(decoded)
+    if escapes:
+        # The plain scan reads an escape's letters as text (the n of \\n before alice@x.io): a
+        # span starting or ending inside an escape would cut it, and its replacement leave a lone
+        # backslash that breaks the JSON string holding it (llama-index's _node_content).
+        cands = _whole_escapes(cands, escapes)
+    if len(cands) == len(spans) and cands == set(spans):
         return spans
     # Each scan's findings are disjoint; where findings of different views overlap, they become one
     # span covering all of them (nothing of any is left unredacted), typed by the kernels' overlap
@@ -676,6 +689,24 @@ def _find_spans(text: str, find_spans: Callable[[str], Spans] = _kernel.find_spa
             group = []
         end = max(end, c[1]) if group else c[1]
         group.append(c)
+    return out
+
+
+def _whole_escapes(spans: set[tuple[int, int, str, str]], escapes: list[Escape]) -> set[tuple[int, int, str, str]]:
+    """``spans`` with each start inside an escape moved past it where another span starts there
+    (its letters are syntax, not text: the decoded view found what follows), else back to the
+    escape's start (covering more never leaks); each end inside one moved to its end."""
+    starts = [a for a, _, _, _ in escapes]
+    begun = {s for s, _, _, _ in spans}
+    out = set()
+    for s, e, t, v in spans:
+        j = bisect_right(starts, s) - 1
+        if j >= 0 and starts[j] < s < escapes[j][1]:
+            s = escapes[j][1] if escapes[j][1] < e and escapes[j][1] in begun else starts[j]
+        j = bisect_right(starts, e - 1) - 1
+        if j >= 0 and starts[j] < e < escapes[j][1]:
+            e = escapes[j][1]
+        out.add((s, e, t, v))
     return out
 
 
