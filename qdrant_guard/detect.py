@@ -672,7 +672,7 @@ def _find_spans(text: str, find_spans: Callable[[str], Spans] = _kernel.find_spa
         # The plain scan reads an escape's letters as text (the n of \\n before alice@x.io): a
         # span starting or ending inside an escape would cut it, and its replacement leave a lone
         # backslash that breaks the JSON string holding it (llama-index's _node_content).
-        cands = _whole_escapes(cands, escapes)
+        cands = _whole_escapes(text, cands, escapes)
     if len(cands) == len(spans) and cands == set(spans):
         return spans
     # Each scan's findings are disjoint; where findings of different views overlap, they become one
@@ -692,10 +692,14 @@ def _find_spans(text: str, find_spans: Callable[[str], Spans] = _kernel.find_spa
     return out
 
 
-def _whole_escapes(spans: set[tuple[int, int, str, str]], escapes: list[Escape]) -> set[tuple[int, int, str, str]]:
+def _whole_escapes(text: str, spans: set[tuple[int, int, str, str]],
+                   escapes: list[Escape]) -> set[tuple[int, int, str, str]]:
     """``spans`` with each start inside an escape moved past it where another span starts there
     (its letters are syntax, not text: the decoded view found what follows), else back to the
-    escape's start (covering more never leaks); each end inside one moved to its end."""
+    escape's start (covering more never leaks); each end inside one moved to its end. A backslash
+    after an odd run of backslashes is the second of an escaped one (``\\\\"`` ends a JSON
+    string), not an escape's start: a span ending before its quote keeps it."""
+    escapes = [x for x in escapes if text[x[0]] != "\\" or _backslashes_before(text, x[0]) % 2 == 0]
     starts = [a for a, _, _, _ in escapes]
     begun = {s for s, _, _, _ in spans}
     out = set()
@@ -708,6 +712,13 @@ def _whole_escapes(spans: set[tuple[int, int, str, str]], escapes: list[Escape])
             e = escapes[j][1]
         out.add((s, e, t, v))
     return out
+
+
+def _backslashes_before(text: str, i: int) -> int:
+    n = 0
+    while i - n > 0 and text[i - n - 1] == "\\":
+        n += 1
+    return n
 
 
 def _check_text(fn: str, text: object) -> None:

@@ -36,6 +36,15 @@ def test_the_escape_before_the_finding_is_kept():
     assert "\\u0041" not in detect.redact("x\\u0041lice@example.com")
 
 
+@pytest.mark.parametrize("text", [
+    '{"token": "8f3kLm2Qx9Zt7Wv1Rb4Yn6\\\\"}',     # an escaped backslash, then the closing quote
+    '{"note": "dir\\\\nalice@example.com"}',        # an escaped backslash, then the letter n
+])
+def test_an_escaped_backslash_is_no_escape_start(text):
+    redacted = detect.redact(text)
+    assert len(json.loads(redacted)) == 1 and "@" not in redacted and "8f3k" not in redacted
+
+
 def test_llamaindex_node_with_an_address_after_a_newline_parses_redacted(tmp_path):
     pytest.importorskip("llama_index.vector_stores.qdrant")
     from llama_index.core.schema import TextNode
