@@ -1,0 +1,91 @@
+"""Mutation pass 27: tests that kill the mutants earlier tests let through (batchplaces, writes,
+keys, policy, async_lock, async_driver, _facade). Real qdrant-client local mode where a client is
+involved; the batchplaces helpers are called directly where no client can reach the case."""
+from __future__ import annotations
+
+import pytest
+from qdrant_client.http import models
+
+from qdrant_guard import GuardRefusal
+from qdrant_guard.batchplaces import operation_place, placed
+from qdrant_guard.errors import AuditError, InvalidVectorError
+
+METHOD = "batch_update_points"
+
+
+# -- batchplaces -----------------------------------------------------------------------------
+def test_an_operation_that_is_no_model_is_named_by_its_index_only():
+    # A dict (or any object without pydantic fields) where an operation belongs: only the index.
+    exc = InvalidVectorError("point 4: bad")
+    assert operation_place({"upsert": {"points": []}}, 2, exc) == "update_operations[2]"
+    assert operation_place(object(), 0, exc) == "update_operations[0]"
+
+
+def test_an_audit_failure_and_a_foreign_error_are_never_renamed():
+    audit = AuditError("batch_update_points: the audit log could not be written")
+    assert placed(audit, METHOD, "update_operations[1].upsert", 1) is audit
+    foreign = RuntimeError("batch_update_points: qdrant went away")
+    assert placed(foreign, METHOD, "update_operations[1].upsert", 1) is foreign
+
+
+def test_a_refusal_whose_message_does_not_start_with_its_directive_is_kept():
+    refusal = GuardRefusal("CREDENTIAL_IN_TEXT", "text contains credentials", point_ids=[4])
+    refusal.directive = "something else entirely"
+    assert placed(refusal, METHOD, "update_operations[1].upsert.points[0]", 1) is refusal
+    assert str(refusal) == "CREDENTIAL_IN_TEXT: text contains credentials [points: 4]"
+
+
+def test_an_error_class_that_cannot_be_made_from_one_message_is_kept():
+    class TwoPart(ValueError):
+        def __new__(cls, head, tail):
+            return super().__new__(cls, f"{head}{tail}")
+
+        def __init__(self, head, tail):
+            super().__init__(f"{head}{tail}")
+
+    exc = TwoPart("point 4: ", "bad vector")
+    assert placed(exc, METHOD, "update_operations[1].upsert", 1) is exc
+
+
+# -- writes: a PUBLIC batch ------------------------------------------------------------------
+def _public_client(kit):
+    from guardkit import DIM, create
+
+    from qdrant_guard import QdrantClient
+
+    config = kit.config({"pub": {"class": "PUBLIC", "text_field": "text"}})
+    client = QdrantClient(":memory:", guard=config, principal=kit.principal("alice", "hr"))
+    create(client, "pub")
+    client.upsert("pub", [models.PointStruct(id=i, vector=[0.25] * DIM, payload={"y": 0}) for i in (1, 2)])
+    return client
+
+
+@pytest.fixture()
+def kit(tmp_path):
+    from guardkit import make_kit
+
+    return make_kit(tmp_path)
+
+
+def test_a_public_batch_is_sent_and_answered(kit):
+    client = _public_client(kit)
+    answers = client.batch_update_points("pub", [
+        models.SetPayloadOperation(set_payload=models.SetPayload(payload={"y": 1}, points=[1])),
+        models.SetPayloadOperation(set_payload=models.SetPayload(payload={"y": 2}, points=[2]))])
+    assert [a.status for a in answers] == [models.UpdateStatus.COMPLETED] * 2
+    got = {p.id: p.payload for p in client.retrieve("pub", [1, 2])}
+    assert got == {1: {"y": 1}, 2: {"y": 2}}
+
+
+def test_a_public_batch_operation_whose_error_names_it_already_stops_the_batch(kit):
+    from qdrant_guard.errors import GuardArgumentTypeError
+
+    client = _public_client(kit)
+    bad = models.UpdateVectorsOperation(update_vectors=models.UpdateVectors.model_construct(points=[{"bogus": 1}]))
+    with pytest.raises(GuardArgumentTypeError) as ei:
+        client.batch_update_points("pub", [
+            models.SetPayloadOperation(set_payload=models.SetPayload(payload={"y": 1}, points=[1])), bad])
+    assert str(ei.value).startswith("update_operations[1].update_vectors.points[0] is a dict")
+    assert ei.value.__cause__ is None
+    # Nothing was sent: the good operation before it did not run on its own.
+    assert {p.id: p.payload for p in client.retrieve("pub", [1, 2])} == {1: {"y": 0}, 2: {"y": 0}}
