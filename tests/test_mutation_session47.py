@@ -89,3 +89,53 @@ def test_a_public_batch_operation_whose_error_names_it_already_stops_the_batch(k
     assert ei.value.__cause__ is None
     # Nothing was sent: the good operation before it did not run on its own.
     assert {p.id: p.payload for p in client.retrieve("pub", [1, 2])} == {1: {"y": 0}, 2: {"y": 0}}
+
+
+# -- async_driver: a request made while unwinding a cancellation ------------------------------
+def test_a_request_made_while_unwinding_a_cancellation_waits_for_the_lock():
+    # Cancelled at its Offload (the lock released for the step), an operation that then makes a
+    # request (none of the guard's does) takes the lock first: it waits for the task holding it.
+    import asyncio
+    import threading
+
+    from qdrant_guard.async_driver import TaskLock, drive_async
+    from qdrant_guard.pipeline import Call, Offload
+
+    order: list[str] = []
+    stepping = threading.Event()
+    finish_step = threading.Event()
+
+    def step() -> None:
+        stepping.set()
+        finish_step.wait(30)
+
+    def op():
+        try:
+            yield Offload(step)
+        except asyncio.CancelledError:
+            yield Call("unwind", {})
+            raise
+        return "done"
+
+    async def invoke(call: Call) -> str:
+        order.append(call.method)
+        return "ok"
+
+    async def main() -> None:
+        lock = TaskLock()
+        task = asyncio.create_task(drive_async(op(), invoke, lock=lock))
+        await asyncio.to_thread(stepping.wait, 30)  # the step runs in its thread, the lock free
+        hold = await lock.acquire()
+        task.cancel()
+        for _ in range(50):  # give the cancelled task every chance to run ahead
+            await asyncio.sleep(0)
+        finish_step.set()
+        await asyncio.sleep(0.05)
+        order.append("other holder releases")
+        lock.release(hold)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert lock.owner is None
+
+    asyncio.run(main())
+    assert order == ["other holder releases", "unwind"]
