@@ -139,3 +139,60 @@ def test_a_request_made_while_unwinding_a_cancellation_waits_for_the_lock():
 
     asyncio.run(main())
     assert order == ["other holder releases", "unwind"]
+
+
+# -- async_lock: a plain holder ----------------------------------------------------------------
+def test_a_plain_holder_is_the_owner_and_a_loop_thread_is_refused_while_it_holds():
+    import asyncio
+    import threading
+
+    from qdrant_guard.async_driver import TaskLock
+
+    class Refused(Exception):
+        pass
+
+    lock = TaskLock()
+    lock.acquire_plain(Refused)
+    try:
+        assert lock.owner is threading.current_thread()
+        seen: list[object] = []
+
+        def on_a_loop() -> None:
+            async def main() -> None:
+                try:
+                    lock.acquire_plain(Refused)
+                except Refused:
+                    seen.append("refused")
+                else:
+                    seen.append("took it")
+                    lock.release()
+            try:
+                asyncio.run(main())
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                seen.append(exc)
+
+        worker = threading.Thread(target=on_a_loop)
+        worker.start()
+        worker.join(30)
+        assert seen == ["refused"]
+    finally:
+        lock.release()
+    assert lock.owner is None
+
+
+def test_a_task_that_takes_the_lock_plainly_is_its_owner_and_takes_it_again():
+    import asyncio
+
+    from qdrant_guard.async_driver import TaskLock
+
+    lock = TaskLock()
+
+    async def main() -> None:
+        lock.acquire_plain(RuntimeError)
+        assert lock.owner is asyncio.current_task()
+        hold = await lock.acquire()  # the same task: again, as an RLock
+        lock.release(hold)
+        lock.release()
+        assert lock.owner is None
+
+    asyncio.run(main())
