@@ -196,3 +196,26 @@ def test_a_task_that_takes_the_lock_plainly_is_its_owner_and_takes_it_again():
         assert lock.owner is None
 
     asyncio.run(main())
+
+
+def test_a_queued_waiter_whose_coroutine_is_closed_leaves_the_queue():
+    # As the collector closes a waiter on a dropped loop: the lock is not handed to it later.
+    import asyncio
+
+    from qdrant_guard.async_driver import TaskLock
+
+    lock = TaskLock()
+
+    async def main() -> None:
+        hold = await lock.acquire()
+        waiter = asyncio.get_running_loop().create_task(lock.acquire())
+        for _ in range(3):
+            await asyncio.sleep(0)  # the waiter is queued, waiting
+        assert not waiter.done()
+        waiter.get_coro().close()  # GeneratorExit at its await, as the collector throws it
+        lock.release(hold)
+        assert lock.owner is None
+        assert await lock.acquire() is not None  # free for the next
+        waiter.cancel()
+
+    asyncio.run(main())
