@@ -219,3 +219,40 @@ def test_a_queued_waiter_whose_coroutine_is_closed_leaves_the_queue():
         waiter.cancel()
 
     asyncio.run(main())
+
+
+# -- _facade: operations given to the guard ------------------------------------------------------
+def _alias_owner(kit):
+    from guardkit import create
+
+    from qdrant_guard import QdrantClient
+
+    pol = {"class": "PII", "owner": "hr", "raw_in_boundary": True}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol, "hr_alias": pol}),
+                         principal=kit.principal("alice", "hr"))
+    create(owner, "hr")
+    return owner
+
+
+def test_a_grpc_alias_operation_is_converted_and_applied(kit):
+    from qdrant_client import grpc
+
+    owner = _alias_owner(kit)
+    owner.update_collection_aliases(change_aliases_operations=[
+        grpc.AliasOperations(create_alias=grpc.CreateAlias(collection_name="hr", alias_name="hr_alias"))])
+    assert [(a.alias_name, a.collection_name) for a in owner.get_aliases().aliases] == [("hr_alias", "hr")]
+
+
+def test_a_model_of_another_kind_is_refused_where_an_operation_belongs(kit):
+    from qdrant_guard.errors import UnsupportedWriteError
+
+    owner = _alias_owner(kit)
+    owner.upsert("hr", [models.PointStruct(id=1, vector=[0.25] * 16, payload={"y": 0})])
+    with pytest.raises(UnsupportedWriteError, match=r"update_operations\[0\] is a qdrant_client\.http\.models\.models\."
+                                                    r"PointStruct, which the guard cannot check"):
+        owner.batch_update_points("hr", [models.PointStruct(id=1, vector=[0.5] * 16, payload={"y": 1})])
+    with pytest.raises(UnsupportedWriteError, match=r"change_aliases_operations\[0\] is a .*CreateAlias, which"):
+        owner.update_collection_aliases(change_aliases_operations=[
+            models.CreateAlias(collection_name="hr", alias_name="hr_alias")])
+    assert owner.get_aliases().aliases == []
+    assert owner.retrieve("hr", [1])[0].payload == {"y": 0}
