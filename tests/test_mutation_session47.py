@@ -256,3 +256,64 @@ def test_a_model_of_another_kind_is_refused_where_an_operation_belongs(kit):
             models.CreateAlias(collection_name="hr", alias_name="hr_alias")])
     assert owner.get_aliases().aliases == []
     assert owner.retrieve("hr", [1])[0].payload == {"y": 0}
+
+
+def test_a_hold_handed_over_is_its_own_and_a_stale_release_of_it_releases_nothing():
+    import asyncio
+
+    from qdrant_guard.async_driver import TaskLock
+
+    lock = TaskLock()
+
+    async def main() -> None:
+        first = await lock.acquire()
+        waiting = asyncio.get_running_loop().create_task(lock.acquire())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        lock.release(first)
+        handed = await waiting  # handed over by the release, not taken free
+        assert handed is not None and handed is not first
+        lock.release(handed)
+        third = await lock.acquire()
+        lock.release(handed)  # stale: names a hold that is no longer the lock's
+        assert lock.owner is asyncio.current_task()
+        lock.release(third)
+        assert lock.owner is None
+
+    asyncio.run(main())
+
+
+def test_a_plain_holder_takes_the_lock_again_as_an_rlock():
+    import asyncio
+    import threading
+
+    from qdrant_guard.async_driver import TaskLock
+
+    class Refused(Exception):
+        pass
+
+    lock = TaskLock()
+
+    async def in_a_task() -> None:  # a task on a running loop: refused if it were not the holder
+        lock.acquire_plain(Refused)
+        lock.acquire_plain(Refused)
+        lock.release()
+        assert lock.owner is asyncio.current_task()
+        lock.release()
+
+    asyncio.run(in_a_task())
+    assert lock.owner is None
+
+    done: list[str] = []
+
+    def in_a_thread() -> None:  # a thread without a loop: it would wait for itself
+        lock.acquire_plain(Refused)
+        lock.acquire_plain(Refused)
+        lock.release()
+        lock.release()
+        done.append("done")
+
+    worker = threading.Thread(target=in_a_thread, daemon=True)
+    worker.start()
+    worker.join(20)
+    assert done == ["done"] and lock.owner is None
