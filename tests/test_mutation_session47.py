@@ -317,3 +317,26 @@ def test_a_plain_holder_takes_the_lock_again_as_an_rlock():
     worker.start()
     worker.join(20)
     assert done == ["done"] and lock.owner is None
+
+
+def test_an_invalid_dict_operation_names_its_first_three_problems_and_counts_the_rest(kit):
+    from qdrant_guard.errors import UnsupportedWriteError
+
+    owner = _alias_owner(kit)
+    three = {"set_payload": {"payload": 1, "points": "x", "key": 5}}
+    with pytest.raises(UnsupportedWriteError) as ei:
+        owner.batch_update_points("hr", [three])
+    assert str(ei.value) == (
+        "batch_update_points() update_operations[0] is not a valid models.SetPayloadOperation: "
+        "set_payload.payload (Input should be a valid dictionary); set_payload.points (Input should be a valid "
+        "list); set_payload.key (Input should be a valid string). Pass the operation as a "
+        "models.SetPayloadOperation")
+    four = {"set_payload": {"payload": 1, "points": "x", "key": 5, "extra": 1}}
+    with pytest.raises(UnsupportedWriteError) as ei:
+        owner.batch_update_points("hr", [four])
+    assert "set_payload.key (Input should be a valid string) and 1 more. Pass" in str(ei.value)
+    seven = {"set_payload": {"payload": 1, "points": "x", "key": 5, "shard_key": 1.5}}
+    with pytest.raises(UnsupportedWriteError) as ei:
+        owner.batch_update_points("hr", [seven])
+    assert ("set_payload.points (Input should be a valid list); set_payload.shard_key.int (Input should be a valid "
+            "integer) and 4 more. Pass") in str(ei.value)
