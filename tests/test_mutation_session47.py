@@ -340,3 +340,12 @@ def test_an_invalid_dict_operation_names_its_first_three_problems_and_counts_the
         owner.batch_update_points("hr", [seven])
     assert ("set_payload.points (Input should be a valid list); set_payload.shard_key.int (Input should be a valid "
             "integer) and 4 more. Pass") in str(ei.value)
+
+
+# -- errors: a refusal's message -------------------------------------------------------------------
+def test_a_refusals_message_lists_up_to_five_point_ids_and_counts_the_rest():
+    assert str(GuardRefusal("V", "do this")) == "V: do this"
+    assert str(GuardRefusal("V", "do this", point_ids=[1])) == "V: do this [points: 1]"
+    assert str(GuardRefusal("V", "do this", point_ids=[1, 2, 3, 4, "a"])) == "V: do this [points: 1, 2, 3, 4, 'a']"
+    assert str(GuardRefusal("V", "do this", point_ids=range(1, 7))) == "V: do this [points: 1, 2, 3, 4, 5 (+1 more)]"
+    assert str(GuardRefusal("V", "do this", point_ids=range(1, 10))) == "V: do this [points: 1, 2, 3, 4, 5 (+4 more)]"
