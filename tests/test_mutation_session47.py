@@ -349,3 +349,34 @@ def test_a_refusals_message_lists_up_to_five_point_ids_and_counts_the_rest():
     assert str(GuardRefusal("V", "do this", point_ids=[1, 2, 3, 4, "a"])) == "V: do this [points: 1, 2, 3, 4, 'a']"
     assert str(GuardRefusal("V", "do this", point_ids=range(1, 7))) == "V: do this [points: 1, 2, 3, 4, 5 (+1 more)]"
     assert str(GuardRefusal("V", "do this", point_ids=range(1, 10))) == "V: do this [points: 1, 2, 3, 4, 5 (+4 more)]"
+
+
+def test_a_stopped_holder_is_looked_for_among_the_garbage_at_most_once_an_interval(monkeypatch):
+    # A full collection can take a tenth of a second: waiters recheck often, collections are spaced.
+    import asyncio
+    import gc
+
+    from qdrant_guard.async_driver import TaskLock
+
+    lock = TaskLock()
+    loop = asyncio.new_event_loop()
+
+    async def hold() -> None:
+        await lock.acquire()
+        await asyncio.Event().wait()
+
+    async def until_held() -> None:
+        while lock.owner is None:
+            await asyncio.sleep(0)
+
+    task = loop.create_task(hold())
+    loop.run_until_complete(until_held())  # stopped, its holder pending, the loop still referenced
+    collections: list[int] = []
+    real = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda *a: collections.append(1) or real(*a))
+    for _ in range(3):
+        lock._reclaim()
+    assert collections == [1] and lock.owner is task
+    task.cancel()
+    loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+    loop.close()
