@@ -380,3 +380,26 @@ def test_a_stopped_holder_is_looked_for_among_the_garbage_at_most_once_an_interv
     task.cancel()
     loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
     loop.close()
+
+
+# -- _facade: handles and views of a client without a guard ---------------------------------------
+def test_a_plain_clients_handles_are_qdrant_clients_own_and_a_guarded_ones_are_refused(kit):
+    import qdrant_client
+
+    from qdrant_guard import QdrantClient
+    from qdrant_guard.errors import QdrantGuardError
+
+    plain, raw = QdrantClient(":memory:"), qdrant_client.QdrantClient(":memory:")
+    assert plain.init_options == raw.init_options
+    for handle in ("http", "grpc_points", "grpc_collections"):
+        with pytest.raises(NotImplementedError) as mine:
+            getattr(plain, handle)
+        with pytest.raises(NotImplementedError) as theirs:
+            getattr(raw, handle)
+        assert str(mine.value) == str(theirs.value)
+    with pytest.raises(QdrantGuardError, match="with_principal needs a client constructed with guard="):
+        plain.with_principal(kit.principal("bob", "hr"))
+    guarded = _alias_owner(kit)
+    for handle in ("http", "grpc_points", "grpc_collections", "init_options"):
+        with pytest.raises(GuardRefusal, match=f"client.{handle} is .* that would bypass the guard policy"):
+            getattr(guarded, handle)
