@@ -14,7 +14,7 @@ from .pipeline import Call, Op, mark_audited, without_operation_ids
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id, receipts_for_payload, stored_receipts
 from .sources import path_head, payload_sources, restricts_sources
-from .textguard import TextOps, _stored_keys
+from .textguard import TextOps, _stored_keys, selection_of
 
 _TAMPER = (
     "the receipt payload key {key!r} is reserved: it can only be written by the guard together "
@@ -185,20 +185,24 @@ class PayloadOps(TextOps):
                                      f"{type(payload).__name__}; e.g. payload={{'source': 'handbook'}}")
         return payload
 
-    def _check_set(self, op: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], key: str | None) -> dict[str, Any]:
+    def _check_set(self, op: str, name: str, pol: CollectionPolicy, payload: dict[str, Any], key: str | None,
+                   points: Any) -> dict[str, Any]:
+        """``payload`` checked and screened for a rewrite of the points ``points`` selects (ids or a
+        filter), which its refusals name."""
         payload = self._payload_dict(op, name, pol, payload)
+        targets = selection_of(points)
         if _touches_receipt(key) or (key is None and RECEIPT_KEY in payload) or (
                 key is not None and key.split(".")[0] == "" and RECEIPT_KEY in payload):
             raise self._refuse_tamper(op, name, pol, "set")
         self.refuse_reserved_sources(op, name, pol, payload, key)
         if key is None:
-            payload = self.guard_payload_text(op, name, pol, dict(payload), point_id=None,
+            payload = self.guard_payload_text(op, name, pol, dict(payload), point_id=targets,
                                               in_boundary=pol.owner is not None and self.boundary() == pol.owner)
         else:
             # Set below the key: no receipt container there (the key itself is screened as a field
             # name, with the call's filters).
-            payload = self.screen_payload_fields(op, name, pol, payload, point_id=None, top=False, under=key)
-            payload = self.text_below_key(op, name, pol, payload, key)
+            payload = self.screen_payload_fields(op, name, pol, payload, point_id=targets, top=False, under=key)
+            payload = self.text_below_key(op, name, pol, payload, key, point_id=targets)
         return payload
 
     def op_set_payload(self, method: str, args: dict[str, Any]) -> Op:
@@ -208,14 +212,14 @@ class PayloadOps(TextOps):
             # With a key the payload lands below it, never in the top-level text field.
             # Its keys as stored: under payload_fields = "text_field", b"text" is the text field.
             payload = self.public_payload(method, name, pub, self._payload_dict(method, name, pub, args["payload"]),
-                                          key=args.get("key"))
+                                          key=args.get("key"), point_id=selection_of(args.get("points")))
             return (yield Call(method, {**args, "payload": payload}))
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
         self._check_args(method, name, pol, args, "points")
         filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
-        payload = self._check_set(method, name, pol, args["payload"], args.get("key"))
+        payload = self._check_set(method, name, pol, args["payload"], args.get("key"), args["points"])
         if self._retags(pol, payload=payload, key=args.get("key")):
             yield from self._keep_restricted_of(method, name, pol, args["points"], args.get("shard_key_selector"),
                                                 "set_payload")
@@ -298,14 +302,15 @@ class PayloadOps(TextOps):
         name = args["collection_name"]
         pub = self.public_policy(args)
         if pub is not None:
-            payload = self.public_payload(method, name, pub, self._payload_dict(method, name, pub, args["payload"]))
+            payload = self.public_payload(method, name, pub, self._payload_dict(method, name, pub, args["payload"]),
+                                          point_id=selection_of(args.get("points")))
             return (yield Call(method, {**args, "payload": payload}))
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
         self._check_args(method, name, pol, args, "points")
         filters = self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
-        payload = self._check_set(method, name, pol, args["payload"], None)
+        payload = self._check_set(method, name, pol, args["payload"], None, args["points"])
         return (yield from self._rewrite(method, name, pol, payload, args["points"], args, "overwritten", filters))
 
     def op_clear_payload(self, method: str, args: dict[str, Any]) -> Op:
@@ -594,7 +599,7 @@ class PayloadOps(TextOps):
         operation's place (``update_operations[2]``), which its batch refusals name."""
         if isinstance(operation, models.SetPayloadOperation):
             sp = operation.set_payload
-            payload = self._check_set(op, name, pol, sp.payload, sp.key)
+            payload = self._check_set(op, name, pol, sp.payload, sp.key, sp.points if sp.points is not None else sp.filter)
             if self._retags(pol, payload=payload, key=sp.key):
                 yield from self._keep_restricted_of(op, name, pol, sp.points if sp.points is not None else sp.filter,
                                                     sp.shard_key, "a set_payload operation")
@@ -616,7 +621,7 @@ class PayloadOps(TextOps):
             return [operation]
         if isinstance(operation, models.OverwritePayloadOperation):
             sp = operation.overwrite_payload
-            payload = self._check_set(op, name, pol, sp.payload, None)
+            payload = self._check_set(op, name, pol, sp.payload, None, sp.points if sp.points is not None else sp.filter)
             sel = sp.points if sp.points is not None else sp.filter
             ops, _ = yield from self._preserving_overwrite(op, name, pol, payload, sel, fresh,
                                                            shard_key=sp.shard_key, written=written, where=where)

@@ -18,8 +18,8 @@ import os
 import threading
 import time
 import weakref
-from dataclasses import dataclass
-from typing import Any, Callable, Generator, MutableMapping, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Generator, MutableMapping, Self, TypeVar
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -420,6 +420,10 @@ class GuardPipeline:
         TypeError: ``embedder`` is not callable, or its ``model_id`` is not a str.
     """
 
+    #: In a view running one ``batch_update_points`` call, a one-item list holding the index of
+    #: the operation being checked (None once all are): what :meth:`record` writes as ``operation``.
+    _operation_at: list[int | None] | None = None
+
     def __init__(
         self,
         config: GuardConfig | str | Any | None = None,
@@ -563,6 +567,13 @@ class GuardPipeline:
         epoch.join(self._sizes_of)
         self.shared["size_epoch"] = epoch
         self.shared.pop("source_sizes", None)
+
+    def for_operations(self, at: list[int | None]) -> Self:
+        """A view of this pipeline for one batch call whose audit entries name ``at[0]``, the index
+        of the operation being checked, as ``details["operation"]`` while it is not None."""
+        view = copy.copy(self)
+        view._operation_at = at
+        return view
 
     def for_principal(self, principal: Principal | str | None) -> "GuardPipeline":
         """A view of this pipeline for another principal: same policy, keys, audit log and budgets."""
@@ -711,6 +722,11 @@ class GuardPipeline:
         Raises:
             AuditError: the log could not be written and the collection fails closed (default).
         """
+        at = self._operation_at
+        if at is not None and at[0] is not None:
+            # The check that refused wrote its own wording; the entry must still say which of the
+            # batch's operations it was (the raised error's message names it, the entry cannot).
+            d = replace(d, details={**d.details, "operation": at[0]})
         rec = d.record()
         if self.audit is not None:
             try:

@@ -49,6 +49,46 @@ def _as_sent(value: Any) -> Any:
         return value
 
 
+class PointSelection(tuple):  # type: ignore[type-arg]
+    """The points a payload rewrite targets (its ``points=`` ids), passed where a screen takes one
+    point id, so that its refusals name them; ``by_filter``: a filter selects them (no id known)."""
+
+    by_filter = False
+
+    def __repr__(self) -> str:
+        return "'by filter'" if self.by_filter else repr(list(self))
+
+
+def selection_of(selector: Any) -> PointSelection:
+    """The :class:`PointSelection` of a ``points=`` selector as the caller gave it: its ids (a list,
+    a tuple, a ``PointIdsList``), or by filter; no id for anything else (a generator is not
+    consumed here)."""
+    if isinstance(selector, models.PointIdsList):
+        selector = selector.points
+    if isinstance(selector, (list, tuple)):
+        return PointSelection(selector)
+    chosen = PointSelection()
+    # gRPC's Filter and PointsSelector too, which this module does not import.
+    chosen.by_filter = (isinstance(selector, (models.Filter, models.FilterSelector))
+                        or type(selector).__name__ in ("Filter", "PointsSelector"))
+    return chosen
+
+
+def _named_points(point_ids: Sequence[Any]) -> tuple[list[Any], str]:
+    """The ids a refusal lists for ``point_ids`` (a :class:`PointSelection` in it expanded, None
+    dropped: a payload rewrite has no single point), and the lead its directive takes ("the points
+    a filter selects: ") when a selection is by filter."""
+    ids: list[Any] = []
+    lead = ""
+    for p in point_ids:
+        if isinstance(p, PointSelection):
+            ids.extend(p)
+            lead = "the points a filter selects: " if p.by_filter else lead
+        elif p is not None:
+            ids.append(p)
+    return ids, lead
+
+
 class EmbedderError(QdrantGuardError):
     """The guard's embedder failed or returned something that is not a float matrix."""
 
@@ -59,7 +99,7 @@ class TextOps(GuardPipeline):
     def screen_text(self, op: str, name: str, pol: CollectionPolicy, text: str, *,
                     point_ids: Sequence[Any] = (), keep_pii: bool = False,
                     scanned: tuple[str, list[Any]] | None = None, field: str | None = None,
-                    why: str = "", inference: bool = False, query: bool = False) -> str:
+                    why: str = "", inference: bool = False, query: bool = False, at: str = "") -> str:
         """Apply the collection's text rules to ``text`` and return what may be embedded/stored.
 
         Credentials are refused (``CREDENTIAL_IN_TEXT``) or redacted per ``credentials_in_text``;
@@ -74,7 +114,8 @@ class TextOps(GuardPipeline):
         Document's options), which ``payload_fields`` does not govern. ``query``: ``text`` is what a
         query sends to inference: on a PUBLIC collection only its credentials are screened (refused,
         or redacted under ``credentials_in_text = "redact"``) and its PII passed as given, since a
-        finding in a question is no sign that the collection is mislabelled.
+        finding in a question is no sign that the collection is mislabelled. ``at``: the place a
+        refusal's directive starts with (``point 5: vector 'a' (Document)``).
         """
         if not isinstance(text, str):
             raise GuardArgumentTypeError(f"text must be str, not {type(text).__name__}")
@@ -86,25 +127,27 @@ class TextOps(GuardPipeline):
         public_query = query and pol.is_public
         if public_query and not creds:
             return text
+        ids, lead = _named_points(point_ids)
+        lead = f"{at}: {lead}" if at else lead
         if pol.is_public and not pol.allow_redaction_on_public and not public_query:
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.SENSITIVITY_MISMATCH,
-                f"{field or 'text'} sent to PUBLIC collection {name!r} contains {kinds}; the collection is "
+                f"{lead}{field or 'text'} sent to PUBLIC collection {name!r} contains {kinds}; the collection is "
                 "mislabelled: store it in a sensitive collection, remove the data, or set "
                 "allow_redaction_on_public = true to redact it"
                 + (" (or payload_fields = \"text_field\" to store fields besides the text field as given)"
                    if field and not inference else "") + why,
-                point_ids=list(point_ids), details=_where({"findings": kinds}, field),
+                point_ids=ids, details=_where({"findings": kinds}, field),
             ))
         if creds and pol.credentials_in_text == "refuse":
             # On PUBLIC collections "redact" is a policy error without allow_redaction_on_public.
             also = " with allow_redaction_on_public = true" if pol.is_public and not pol.allow_redaction_on_public else ""
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.CREDENTIAL_IN_TEXT,
-                f"{field or 'text'} contains credentials {sorted({f.type for f in creds})}; credentials are never "
+                f"{lead}{field or 'text'} contains credentials {sorted({f.type for f in creds})}; credentials are never "
                 + ("sent to inference" if inference else "stored" if field else "embedded")
                 + f": remove them, or set credentials_in_text = \"redact\"{also}" + why,
-                point_ids=list(point_ids), details=_where({"findings": kinds}, field),
+                point_ids=ids, details=_where({"findings": kinds}, field),
             ))
         if public_query or keep_pii or not pol.redact_pii:
             # PII stays; only the credentials go (they are never kept).
@@ -179,7 +222,7 @@ class TextOps(GuardPipeline):
                 continue  # a plain vector (nearly every one): nothing inference reads
             new = v
             if isinstance(v, models.Document):
-                new = v.model_copy(update={"text": self.screen_text(op, name, pol, v.text, point_ids=[point_id])})
+                new = v.model_copy(update={"text": self._document_text(op, name, pol, v, k, point_id)})
             if isinstance(v, (models.Document, models.Image, models.InferenceObject)):
                 from .inference import screen_inference  # it builds on this module
                 new = screen_inference(self, op, name, pol, new, point_id=point_id,
@@ -377,9 +420,10 @@ class TextOps(GuardPipeline):
                                           label="collection metadata")
 
     def embed_documents(self, op: str, name: str, pol: CollectionPolicy, vecs: dict[str, Any], *,
-                        where: str) -> Op:
+                        where: str, point_id: Any = None) -> Op:
         """Replace ``models.Document`` vectors by embeddings of their redacted text (a generator:
-        the embedder runs as an :class:`Offload`)."""
+        the embedder runs as an :class:`Offload`); a refusal of a text names ``point_id`` and the
+        vector."""
         # Checked even next to a Document: before anything is embedded, and by name.
         for k, v in vecs.items():
             if isinstance(v, (models.Image, models.InferenceObject)):
@@ -392,13 +436,28 @@ class TextOps(GuardPipeline):
             return vecs
         # A str subclass (in a model_construct'ed Document) as its characters, which are what is
         # screened: its __format__, __add__ or lower() could show the embedder other text.
-        texts = [self.embeddable_text(pol, self.screen_text(
-            op, name, pol, str.__str__(d.text) if isinstance(d.text, str) else d.text)) for d in docs.values()]
+        texts = [self.embeddable_text(pol, self._document_text(op, name, pol, d, k, point_id))
+                 for k, d in docs.items()]
         matrix = yield Offload(lambda: self.embed(texts, where=where))
         out = dict(vecs)
         for (k, _), row in zip(docs.items(), matrix):
             out[k] = row
         return out
+
+    def _document_text(self, op: str, name: str, pol: CollectionPolicy, doc: models.Document, vector_name: str,
+                       point_id: Any) -> str:
+        """A Document's text screened, its refusal naming the point and the vector as the vector
+        checks' do (``point 5: vector 'a' (Document): ...``; a batch adds its ``.vector['a']``)."""
+        try:
+            return self.screen_text(op, name, pol, str.__str__(doc.text) if isinstance(doc.text, str) else doc.text,
+                                    point_ids=[point_id],
+                                    at="" if point_id is None else f"point {point_id!r}: vector "
+                                                                   f"{vector_name or '<unnamed>'!r} (Document)")
+        except QdrantGuardError as exc:
+            if point_id is not None and not hasattr(exc, "_qg_point"):
+                exc._qg_point = point_id  # type: ignore[attr-defined]
+                exc._qg_vector = vector_name  # type: ignore[attr-defined]
+            raise
 
     def embed(self, texts: list[str], *, where: str) -> np.ndarray:
         """Embed already-screened texts with the guard's embedder (fail closed)."""

@@ -41,7 +41,7 @@ from .receipts import (
 )
 from .sentpoints import sent_point, sent_vectors
 from .sources import path_head, restricts_sources
-from .textguard import TextOps
+from .textguard import TextOps, selection_of
 from .utility import embedder_model_name, same_model
 from .vectors import _DENSE_FLOATS, UNNAMED, CollectionShape, as_dense, split_vector_struct
 
@@ -429,31 +429,37 @@ class WriteOps(TextOps):
 
     def op_batch_update_points(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
+        # The index of the operation being checked, which a refusal's message and audit entry name.
+        at: list[int | None] = [None]
         pub = self.public_policy(args)
         if pub is not None:
+            view = self.for_operations(at)
+
             def screened_call() -> Call:
                 screened = []
                 for j, op in enumerate(args["update_operations"]):
+                    at[0] = j
                     try:
-                        screened.append(self._public_operation(method, name, pub, op, f"update_operations[{j}]"))
+                        screened.append(view._public_operation(method, name, pub, op, f"update_operations[{j}]"))
                     except _INPUT_ERRORS as exc:
                         named = placed(exc, method, operation_place(op, j, exc), j)
                         if named is exc:
                             raise
                         raise named from exc
+                at[0] = None
                 return Call(method, {**args, "update_operations": screened})
-            return (yield from self._public_write(method, name, pub, screened_call))
+            return (yield from view._public_write(method, name, pub, screened_call))
         pol = self.gate(method, args, "write")
         if pol is None:
             return (yield Call(method, args))
         ops = args["update_operations"]
-        at: list[int | None] = [None]
+        view = self.for_operations(at)
 
         def place(exc: BaseException) -> BaseException:
             j = at[0]
             return exc if j is None else placed(exc, method, operation_place(ops[j], j, exc), j)
 
-        return (yield from self._audit_input_errors(method, name, pol, self._batch_update(method, name, pol, args, at),
+        return (yield from view._audit_input_errors(method, name, pol, view._batch_update(method, name, pol, args, at),
                                                     place))
 
     def _batch_update(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any],
@@ -788,11 +794,13 @@ class WriteOps(TextOps):
         if isinstance(operation, models.SetPayloadOperation):
             sp = operation.set_payload
             return models.SetPayloadOperation(set_payload=sp.model_copy(
-                update={"payload": self.public_payload(op, name, pol, sp.payload, key=sp.key)}))
+                update={"payload": self.public_payload(op, name, pol, sp.payload, key=sp.key, point_id=selection_of(
+                    sp.points if sp.points is not None else sp.filter))}))
         if isinstance(operation, models.OverwritePayloadOperation):
             sp = operation.overwrite_payload
             return models.OverwritePayloadOperation(overwrite_payload=sp.model_copy(
-                update={"payload": self.public_payload(op, name, pol, sp.payload)}))
+                update={"payload": self.public_payload(op, name, pol, sp.payload, point_id=selection_of(
+                    sp.points if sp.points is not None else sp.filter))}))
         return operation
 
     # -- the decision ---------------------------------------------------------------------
@@ -890,7 +898,7 @@ class WriteOps(TextOps):
                         self._refuse_embedder_model(op, name, pol, embedded, p.id)
                     # A plain list is never a Document, Image or InferenceObject, so embed_documents
                     # would return vecs unchanged; skipping it saves ~2 us a point.
-                    vecs = yield from self.embed_documents(op, name, pol, vecs, where=where)
+                    vecs = yield from self.embed_documents(op, name, pol, vecs, where=where, point_id=p.id)
             except _INPUT_ERRORS as exc:
                 raise _located(exc, p.id, None)
             kept_receipts: dict[str, Any] | None = None

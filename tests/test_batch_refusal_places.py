@@ -122,6 +122,8 @@ def _check(kit, exc, cls, verdict, place, sent, audited_before):
         k: v for k, v in vars(cause).items() if k != "directive"}
     records = audit_records(kit)
     assert len(records) == audited_before + 1  # one entry, the check's, as before
+    # ... which names the operation (its wording is the check's own).
+    assert records[-1]["details"]["operation"] == 2
     if isinstance(exc, GuardRefusal):
         assert exc.verdict == verdict and exc.directive.startswith("update_operations[2]")
         assert exc.directive.endswith(": " + cause.directive)

@@ -108,12 +108,14 @@ def test_a_batch_operation_naming_an_empty_id_list_is_refused_before_anything_is
     assert [e["verdict"] for e in audit_records(kit)[n:]] == ["UNSUPPORTED_WRITE"]
 
 
-@pytest.mark.parametrize("call", [
-    lambda c, p: c.upsert("gone", [p]),
-    lambda c, p: c.upload_points("gone", [p]),
-    lambda c, p: c.batch_update_points("gone", [models.UpsertOperation(upsert=models.PointsList(points=[p]))]),
+@pytest.mark.parametrize("call, at", [
+    (lambda c, p: c.upsert("gone", [p]), {}),
+    (lambda c, p: c.upload_points("gone", [p]), {}),
+    # A batch's entry also names the operation being checked (update_operations[0]).
+    (lambda c, p: c.batch_update_points("gone", [models.UpsertOperation(upsert=models.PointsList(points=[p]))]),
+     {"operation": 0}),
 ], ids=["upsert", "upload_points", "batch_update_points"])
-def test_a_write_whose_collection_layout_cannot_be_read_is_audited(kit, call):
+def test_a_write_whose_collection_layout_cannot_be_read_is_audited(kit, call, at):
     # update_vectors, delete_vectors and the payload methods audit a failed look-up before their
     # decision (QDRANT_ERROR); an upsert's look-up of the collection's layout failed with no
     # entry at all, so a write attempt on a sensitive collection left no trace.
@@ -124,7 +126,7 @@ def test_a_write_whose_collection_layout_cannot_be_read_is_audited(kit, call):
         call(cl, point)
     (entry,) = audit_records(kit)
     assert entry["verdict"] == "QDRANT_ERROR" and entry["collection"] == "gone"
-    assert entry["details"] == {"method": "get_collection", "error": "ValueError"}
+    assert entry["details"] == {"method": "get_collection", "error": "ValueError", **at}
 
 
 def test_a_worker_that_could_not_start_leaves_no_phantom_idle_worker(monkeypatch):
