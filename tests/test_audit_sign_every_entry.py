@@ -50,6 +50,17 @@ def _log(p, me, other, on=True, every=5):
                     sign_every_entry=on)
 
 
+def _one_entry_each(tmp_path, sa, sb):
+    """A shared log where guard A, then guard B (each signing every entry) wrote one entry."""
+    p = tmp_path / "audit.jsonl"
+    a, b = _log(p, sa, sb), _log(p, sb, sa)
+    a.append({"event": "e"})
+    b.append({"event": "e"})
+    a.close()
+    b.close()
+    return p
+
+
 def _last(p) -> dict:
     return json.loads(Path(p).read_bytes().splitlines()[-1])
 
@@ -241,12 +252,7 @@ def test_verify_with_public_keys_names_an_entry_its_writer_did_not_sign(tmp_path
     # The forgery a writer with the knob refuses at its next append, found by a verifier holding
     # public keys only (before, only --writer-key with B's private key named it).
     ska, skb, sa, sb = _two(tmp_path)
-    p = tmp_path / "audit.jsonl"
-    a, b = _log(p, sa, sb), _log(p, sb, sa)
-    a.append({"event": "e"})
-    b.append({"event": "e"})
-    a.close()
-    b.close()
+    p = _one_entry_each(tmp_path, sa, sb)
     both = {sa.key_id: sa.public_key, sb.key_id: sb.public_key}
     assert verify_audit_file(p, trusted_keys=both, signed_entries=True).ok
     pubs = ["--key", str(tmp_path / "a.key.pub"), "--key", str(tmp_path / "b.key.pub")]
@@ -266,12 +272,7 @@ def test_verify_with_public_keys_names_an_entry_its_writer_did_not_sign(tmp_path
 
 def _torn_after_forgery(tmp_path):
     ska, skb, sa, sb = _two(tmp_path)
-    p = tmp_path / "audit.jsonl"
-    a, b = _log(p, sa, sb), _log(p, sb, sa)
-    a.append({"event": "e"})
-    b.append({"event": "e"})
-    a.close()
-    b.close()
+    p = _one_entry_each(tmp_path, sa, sb)
     _forged(p, sb.key_id)
     with open(p, "ab") as fh:
         fh.write(b'{"seq":4,"torn')  # what makes the log need a repair

@@ -73,6 +73,15 @@ def _refused_on_open(p, signer, every, seqs, **kw):
     return str(err.value)
 
 
+
+def _legacy_log(tmp_path, n):
+    """A log of ``n`` v1 entries, as a guard without signing_key writes them."""
+    p = tmp_path / "audit.jsonl"
+    with AuditLog(p) as legacy:
+        for i in range(n):
+            legacy.append({"event": "legacy", "i": i})
+    return p
+
 def test_a_window_of_forged_v1_entries_after_a_v2_log_is_refused(tmp_path):
     # 7 guard entries (a checkpoint at 5), then 6 forged: the window (6 entries) is all v1.
     _, signer = _signer()
@@ -119,10 +128,7 @@ def test_an_upgraded_logs_forged_v1_tail_is_refused(tmp_path):
     # first entry is a checkpoint. Forged v1 entries after it are refused on open, and the v1
     # entries before it stay accepted.
     _, signer = _signer()
-    p = tmp_path / "audit.jsonl"
-    with AuditLog(p) as legacy:
-        for i in range(12):
-            legacy.append({"event": "legacy", "i": i})
+    p = _legacy_log(tmp_path, 12)
     with AuditLog(p, signer=signer, checkpoint_every=5) as log:
         first = log.append({"event": "write"})
     assert first["seq"] == 13 and first["w"] == signer.key_id and first["ckpt"]["kid"] == signer.key_id
@@ -132,10 +138,7 @@ def test_an_upgraded_logs_forged_v1_tail_is_refused(tmp_path):
 
 def test_the_first_v2_entry_of_an_upgraded_log_is_a_checkpoint_that_ends_later_windows(tmp_path, monkeypatch):
     sk, signer = _signer()
-    p = tmp_path / "audit.jsonl"
-    with AuditLog(p) as legacy:
-        for i in range(12):
-            legacy.append({"event": "legacy", "i": i})
+    p = _legacy_log(tmp_path, 12)
     # Opening the v1-only log searches it for a v2 entry (there is none): it opens.
     with AuditLog(p, signer=signer, checkpoint_every=5) as log:
         entries = [log.append({"event": "write", "i": i}) for i in range(3)]
@@ -153,10 +156,7 @@ def test_the_first_v2_entry_of_an_upgraded_log_is_a_checkpoint_that_ends_later_w
 def test_a_v1_only_log_still_opens_for_a_signing_writer(tmp_path):
     # Control: a log begun before v2 (or by a guard without signing_key) is no forgery.
     _, signer = _signer()
-    p = tmp_path / "audit.jsonl"
-    with AuditLog(p) as legacy:
-        for i in range(20):
-            legacy.append({"event": "legacy", "i": i})
+    p = _legacy_log(tmp_path, 20)
     with AuditLog(p, signer=signer, checkpoint_every=5) as log:
         assert log.append({"event": "write"})["seq"] == 21
 
