@@ -33,6 +33,7 @@ POLICIES = {
     "li": {**BASE, "text_field": "_node_content", "diversity": {"enabled": False}},
     "lc_sec": {**BASE, "readers": [], "text_field": "page_content", "diversity": {"enabled": False}},
     "li_sec": {**BASE, "readers": [], "text_field": "_node_content", "diversity": {"enabled": False}},
+    "pub": {"class": "PUBLIC", "text_field": "page_content"},
     "li_capped": {**BASE, "text_field": "_node_content", "source_field": "source",
                   "diversity": {"enabled": True}},
 }
@@ -192,3 +193,13 @@ def test_langchain_mmr_vectors_are_charged_to_the_distillation_budget(kit):
     assert rest_points and all(p.vector is None for p in rest_points)
     owner_points = owner.query_points("model", query_filter=others, limit=len(TEXTS), with_vectors=True).points
     assert all(p.vector is not None for p in owner_points)
+
+
+def test_langchain_nested_metadata_pii_is_refused_on_a_public_collection(owner):
+    owner.create_collection("pub", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    for metadata, field in (({"email": "jane.doe@example.com"}, "metadata.email"),
+                            ({"contact": {"phone": "555-867-5309"}}, "metadata.contact.phone")):
+        with pytest.raises(GuardRefusal) as ei:
+            _lc(owner, "pub").add_texts(["hello"], metadatas=[metadata])
+        assert ei.value.verdict == "SENSITIVITY_MISMATCH" and field in ei.value.directive
+    assert count(owner, "pub") == 0
