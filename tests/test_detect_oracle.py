@@ -159,16 +159,21 @@ def test_oracle_large_clusters(segments: list[tuple[str, int, str]]) -> None:
 
 def _dispatcher_spans_hold(text: str) -> None:
     """Both kernels agree through the dispatcher's extra views; findings are sorted,
-    non-overlapping and in bounds, and cover every finding of the plain scan (views only add)."""
-    from qdrant_guard.detect import _find_spans
+    non-overlapping and in bounds, and cover every finding of the plain scan (views only add),
+    but for the letters of an escape a plain finding starts inside, where the decoded view's
+    finding starts right after that escape (``&nbsp123-45-6789x@y.io``: the ``nbsp`` is syntax, and
+    cutting the escape would break the string that holds it; review 49)."""
+    from qdrant_guard.detect import _escapes, _find_spans, _triggers
 
     got = assert_same(lambda t: _find_spans(t, NATIVE.find_spans), lambda t: _find_spans(t, PYTHON.find_spans), text)
     assert got == sorted(got)
     for (s1, e1, _, _), (s2, _, _, _) in zip(got, got[1:]):
         assert e1 <= s2
     assert all(0 <= s < e <= len(text) for s, e, _, _ in got)
+    escapes = _escapes(text, _triggers(text))
     for s, e, _, _ in PYTHON.find_spans(text):
-        assert any(gs <= s and e <= ge for gs, ge, _, _ in got), (text, (s, e), got)
+        starts = [b for a, b, _, _ in escapes if a < s < b < e]  # the end of an escape s is inside
+        assert any((gs <= s or gs in starts) and e <= ge for gs, ge, _, _ in got), (text, (s, e), got)
 
 
 FOLD_CHARS = "\u00a0\u200b\u00ad\u2011\u2013\u202f\u3000\uff11\uff21\uff20\u0663\u0301\ufeff\U0001d7ed\U000e0041"
