@@ -104,24 +104,16 @@ def main() -> None:
             b.append(RECORD)
         return (time.perf_counter() - t) / (args.appends // 2 * 2) * 1e6
 
-    def open_arm(arm: str) -> float:
+    def open_arm(arm: str, path: Path = window) -> float:
         times = []
         for _ in range(9):
             t = time.perf_counter()
-            mods[arm].AuditLog(window, signer=signer).close()
-            times.append(time.perf_counter() - t)
-        return statistics.median(times) * 1e3
-
-    def open_v1_arm(arm: str) -> float:
-        times = []
-        for _ in range(9):
-            t = time.perf_counter()
-            mods[arm].AuditLog(legacy, signer=signer).close()
+            mods[arm].AuditLog(path, signer=signer).close()
             times.append(time.perf_counter() - t)
         return statistics.median(times) * 1e3
 
     measures = {"append": (append_arm, "us"), "append-2w": (pair_arm, "us"), "open": (open_arm, "ms"),
-                "open-v1": (open_v1_arm, "ms"), "sign": (lambda arm: append_arm(arm, signing), "us"),
+                "open-v1": (lambda arm: open_arm(arm, legacy), "ms"), "sign": (lambda arm: append_arm(arm, signing), "us"),
                 "sign-2g": (lambda arm: pair_arm(arm, guards), "us")}
     for fn, _ in measures.values():  # warm-up
         for arm in mods:
