@@ -21,7 +21,7 @@ from qdrant_client.local.payload_filters import validate_filter
 
 from . import detect as _detect
 from .payloadops import _quotable, _quote
-from .querycheck import as_filter
+from .filterroots import as_filter
 from .serverpath import server_reads
 
 
@@ -30,7 +30,7 @@ def unevaluable_reason(roots: list[tuple[str, Any]], *, remote: bool = False,
                        server_fails: str = " (over gRPC when it reaches the operation, after applying the ones "
                                            "before it)") -> str | None:
     """Why the backend cannot evaluate one of a batch operation's filters (``roots``, as
-    :func:`~.querycheck.operation_filter_roots` gives them, already screened), with the fix; or
+    :func:`~.filterroots.operation_filter_roots` gives them, already screened), with the fix; or
     None. ``remote``: the backend is a server (its JSON path grammar), else local mode. ``fails``,
     ``server_fails``: when local mode, a server fails on it (the message's words). The key is named
     redacted (the message is audited)."""

@@ -23,15 +23,18 @@ from .budget import (BudgetStoreError, ExtractionBudget, denormalize_point_id, m
                      store_kind)
 from .decision import MAX_IDS_IN_RECORD, Verdict
 from .diversity import enforce_diversity, enforce_group_caps, overfetch_limit
+from .filterroots import field_name_roots, query_filter_roots
 from .payloadops import PayloadOps
 from .pipeline import SOURCE_SIZE_TTL_S as _SOURCE_SIZE_TTL_S
 from .pipeline import Call, Op, memory_budget_store_for, sent_name
 from .policy import CollectionPolicy
 from .pubquery import carries_inputs, public_query_text
-from .querycheck import (QueryChecks, UncheckedForm, field_name_roots, iter_prefetch, left_details,
-                         query_filter_roots, raw_stored_clause, raw_stored_way_out, rest_prefetch)
+from .querycheck import QueryChecks
+from .querymap import iter_prefetch, rest_prefetch
+from .rawstored import left_details, raw_stored_clause, raw_stored_way_out
 from .score_charge import ScoreCharge, charges_scores, score_spec
 from .receipts import mechanism_mismatch, model_mismatch, noise_shortfall, stored_receipts, verify_receipt
+from .sentmodels import UncheckedForm
 from .sources import path_head
 from .textguard import _number_text
 from .sources import point_sources as _sources

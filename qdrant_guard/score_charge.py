@@ -33,7 +33,7 @@ from qdrant_client.http import models
 from .budget import BudgetStoreError, normalize_point_id
 from .decision import Verdict
 from .policy import CollectionPolicy
-from .querycheck import iter_prefetch
+from .querymap import iter_prefetch
 
 # Queries whose scores come from the prefetches' (fusion, formula), a payload field (order by, BM25
 # over a text index: TextQuery's ``using`` names that field) or nothing at all (sample).

@@ -216,7 +216,7 @@ def _query(value: Any, where: str) -> Any:
     """A query (``query=`` or a batch request's) as REST sends it: a plain vector, an exact numeric
     ndarray, a point id and a :func:`plain` query model as they are; a list, str or int subclass,
     another ndarray, a query model subclass or one that is not plain dumped and validated again
-    (:data:`_QUERY`). Anything else (a dict, a gRPC form) is left to ``querycheck.map_query``,
+    (:data:`_QUERY`). Anything else (a dict, a gRPC form) is left to ``querymap.map_query``,
     which refuses it."""
     t = type(value)
     if t is list:
@@ -253,7 +253,7 @@ def _query(value: Any, where: str) -> Any:
 
 def _prefetch(value: Any, where: str) -> Any:
     """A prefetch (one or a list, nested ones with it) rebuilt; a dict is left to
-    ``querycheck.rest_prefetch``, which validates it."""
+    ``querymap.rest_prefetch``, which validates it."""
     if isinstance(value, models.Prefetch):
         return rebuilt(value, models.Prefetch, where)
     if isinstance(value, (list, tuple)):

@@ -22,7 +22,7 @@ from .filterpaths import unevaluable_reason
 from .payloadops import _quotable, _quote, _selector_ids
 from .pipeline import Call, Op, mark_audited
 from .policy import CollectionPolicy, toml_str
-from .querycheck import operation_filter_roots
+from .filterroots import operation_filter_roots
 from .receipts import (
     PAYLOAD_CONTAINER_VERSION,
     RECEIPT_KEY,

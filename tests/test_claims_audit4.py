@@ -316,7 +316,7 @@ def _full_mapping(text: str, position: int) -> int:
     """The position mapping over the whole text (the definition the prefix walk must agree with)."""
     import unicodedata
 
-    from qdrant_guard.querycheck import _dropped
+    from qdrant_guard.textfold import _dropped
 
     owners = [i for i, ch in enumerate(text) for _ in unicodedata.normalize("NFKD", ch)]
     units = np.frombuffer(unicodedata.normalize("NFKD", text).encode("utf-32-le", "surrogatepass"), dtype="<u4")
@@ -327,8 +327,8 @@ def _full_mapping(text: str, position: int) -> int:
 def test_a_folded_violation_is_mapped_back_from_the_text_before_it_only(monkeypatch):
     import unicodedata as real
 
-    from qdrant_guard import querycheck
-    from qdrant_guard.querycheck import _fold, _unfolded_position
+    from qdrant_guard import textfold
+    from qdrant_guard.textfold import _fold, _unfolded_position
 
     rnd = random.Random(8)
     alphabet = list("abcXYZ ") + ["\u0301", "\u0316", "\u0344", "\u064e", "\u0e34", "\ufdfa", "\u3300", "\uff41",
@@ -350,7 +350,7 @@ def test_a_folded_violation_is_mapped_back_from_the_text_before_it_only(monkeypa
             return real.normalize(form, s)
 
     text = "\ufdfa" * 65_536
-    monkeypatch.setattr(querycheck, "unicodedata", Counting())
+    monkeypatch.setattr(textfold, "unicodedata", Counting())
     assert _unfolded_position(text, 62 * 18) == 62
     assert sum(calls) < 10_000, sum(calls)  # characters decomposed: a prefix (twice), not 65,536 (twice)
     assert "now maps only the text up to the violation" in _flat("docs/threat-model.md")

@@ -17,7 +17,7 @@ import struct
 from pathlib import Path
 
 from qdrant_guard.policy import QueryRules
-from qdrant_guard.querycheck import _fold, structural_scan
+from qdrant_guard.textfold import _fold, structural_scan
 from qdrant_guard.scan import scan_query
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ toward the phrase (measured in docs/security-testing.md). The map sends each suc
 Latin lookalike, both lookalikes where a script has two for one Latin letter (Cyrillic н and һ,
 Greek ο and σ, ...) and Latin letters that look like another Latin letter (ı, ɑ, small capitals),
 so a text in one script scores as before but where it holds both of such a pair (see
-``querycheck._CONFUSABLES``).
+``textfold._CONFUSABLES``).
 """
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ import unicodedata
 
 import pytest
 
-import qdrant_guard.querycheck as qc
+import qdrant_guard.textfold as tf
 from qdrant_guard import GuardRefusal
 from qdrant_guard.policy import QueryRules
-from qdrant_guard.querycheck import _fold, structural_scan
+from qdrant_guard.textfold import _fold, structural_scan
 from tests.guardkit import QdrantClient, Recorder, audit_records, create, make_kit, models, unit
 from tests.oracle import both
 
@@ -229,7 +229,7 @@ def test_natural_text_of_these_scripts_passes(name):
 
 
 def _without_map(monkeypatch):
-    monkeypatch.setattr(qc, "_unconfused", lambda units: units)
+    monkeypatch.setattr(tf, "_unconfused", lambda units: units)
 
 
 # The letters of one script (its blocks) that the map folds alike but the fold without it keeps
@@ -271,7 +271,7 @@ def test_the_map_merges_only_the_listed_lookalikes_of_one_script(script, monkeyp
 
 
 def test_the_map_leaves_ascii_digits_and_punctuation():
-    table = qc._confusable_table()
+    table = tf._confusable_table()
     for cp in range(len(table)):
         ch = chr(cp)
         if table[cp] != cp:
@@ -332,8 +332,8 @@ def test_ascii_text_never_reaches_the_map(monkeypatch):
     def boom(*_):
         raise AssertionError("ASCII text reached the confusables map")
 
-    monkeypatch.setattr(qc, "_unconfused", boom)
-    monkeypatch.setattr(qc, "_confusable_table", boom)
+    monkeypatch.setattr(tf, "_unconfused", boom)
+    monkeypatch.setattr(tf, "_confusable_table", boom)
     for text in ("what is the vacation policy", "What Is The Vacation Policy", "ignore " * 30):
         structural_scan(text, QueryRules())
         assert _fold(text) == text.lower()

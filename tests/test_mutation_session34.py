@@ -82,14 +82,14 @@ def test_a_list_audit_entry_says_how_many_were_left_out_and_only_then(tmp_path):
     assert aliases["details"] == {"names_visible": "accessible"}
 
 
-# ------------------------------------------------------------------ querycheck: left_behind_filter
+# ------------------------------------------------------------------ rawstored: left_behind_filter
 
 def test_a_vector_name_no_payload_path_can_hold_counts_every_point_having_it(tmp_path):
-    # Kills querycheck.py left_behind_filter's `'"' in vname or "\\" in vname` -> `and`: a name
+    # Kills rawstored.py left_behind_filter's `'"' in vname or "\\" in vname` -> `and`: a name
     # with a backslash alone would be written into a payload path (`receipt.vectors."a\b"`), which
     # a server reads as an escape. qdrant-client's local mode refuses such names at
     # create_collection, so the filter is checked as built (a server accepts them).
-    from qdrant_guard.querycheck import left_behind_filter
+    from qdrant_guard.rawstored import left_behind_filter
     from qdrant_guard.vectors import CollectionShape, VectorSpec
 
     kit = make_kit(tmp_path)

@@ -162,7 +162,7 @@ def test_a_full_snapshot_made_by_an_administrator_who_may_not_read_has_no_size(t
 # (glued), while an uncased embedding model (the eval's all-MiniLM-L6-v2 lowers its input) gets
 # the same copy a hundred times; so does one that strips accents (that model does) or applies
 # NFKC (fullwidth letters). The guard now also measures the repetition rules on the text folded
-# (NFKD, combining diacritics dropped, NFC, lower case: querycheck.structural_scan); scan_query
+# (NFKD, combining diacritics dropped, NFC, lower case: textfold.structural_scan); scan_query
 # itself is unchanged.
 from qdrant_guard import GuardRefusal  # noqa: E402
 from tests.guardkit import Recorder, create, unit  # noqa: E402

@@ -23,7 +23,7 @@ _UNFOLDED = ["straße-embed", "ﬁne-embed"]
 
 @pytest.mark.parametrize("declared", _UNFOLDED)
 def test_the_count_filter_names_only_spellings_reads_accept(declared: str) -> None:
-    from qdrant_guard.querycheck import _receipt_fields  # _accepted_receipt's fields but the calibration
+    from qdrant_guard.rawstored import _receipt_fields  # _accepted_receipt's fields but the calibration
     from qdrant_guard.utility import same_model
 
     class _Util:

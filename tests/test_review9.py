@@ -225,7 +225,7 @@ def test_a_secret_dict_key_of_a_field_name_argument_is_refused_and_never_logged(
 
 def test_valid_dict_forms_of_field_name_arguments_still_pass(tmp_path):
     # (local mode cannot read an order_by dict; REST validates it into models.OrderBy)
-    from qdrant_guard.querycheck import FieldNames, _iter_keys
+    from qdrant_guard.filterroots import FieldNames, _iter_keys
     names = [k for _, k, _ in _iter_keys(FieldNames("order_by", {"key": "text", "direction": "asc"}), "order_by")]
     assert names == ["key", "text", "direction", "asc"]
     _, client = _client(tmp_path)
