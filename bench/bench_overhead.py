@@ -47,7 +47,7 @@ READ_STAGES = {
 
 WRITE_STAGES = {
     "facade: bind arguments": "_facade.py:bind",
-    "materialise points": "writes.py:points_from_any",
+    "materialise points": "writepoints.py:points_from_any",
     "prepare_points (all checks, noise, receipts)": "writes.py:prepare_points",
     "  of which dense conversion": "vectors.py:as_dense",
     "  of which noise (privatize)": "noise.py:privatize",

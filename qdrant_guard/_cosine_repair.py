@@ -18,7 +18,7 @@ import numpy as np
 _GRID_INV = 2.0 ** 20
 # Rows whose exact re-normalisation moves a coordinate more than this (in grid steps) are moved.
 # Qdrant's float32 arithmetic errs by about 1/16 step; the guard refuses a writer's receipt beyond
-# 3/8 step (writes._altered_by_storage).
+# 3/8 step (writereceipts._altered_by_storage).
 TARGET = 0.25
 # The search: up to _SMALL steps on the second-largest coordinate, _LARGE on the largest. Near an
 # axis, k = (~2^20, s), the largest coordinate's drift is the distance of s^2 / 2^21 to an

@@ -1,32 +1,29 @@
 """Guarded writes of vectors: receipts, noise on write, in-boundary raw vectors, atomic refusal."""
 from __future__ import annotations
 
-import hashlib
 import math
 import re
-import uuid
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Collection, Iterable, Mapping
 
 import numpy as np
-import pydantic
 from qdrant_client.http import models
 
 from . import noise as _noise
 from .decision import Decision, Verdict
-from .errors import (AuditError, ConfigError, GuardArgumentTypeError, GuardArgumentValueError, GuardRefusal,
-                     InvalidVectorError, QdrantGuardError, ReceiptError, UnsupportedWriteError)
+from .errors import (AuditError, ConfigError, GuardArgumentTypeError, GuardRefusal, InvalidVectorError,
+                     QdrantGuardError, ReceiptError)
 from .batchplaces import operation_place, placed
+from .builtpoints import _point, _point_vectors, _update_point
 from .filterpaths import unevaluable_reason
+from .filterroots import operation_filter_roots
 from .payloadops import _quotable, _quote, _selector_ids
 from .pipeline import Call, Op, mark_audited
 from .policy import CollectionPolicy, toml_str
-from .filterroots import operation_filter_roots
 from .receipts import (
     PAYLOAD_CONTAINER_VERSION,
     RECEIPT_KEY,
-    commitment_bytes,
     normalize_point_id,
     issue_receipts_rows,
     plain_receipt,
@@ -39,11 +36,13 @@ from .receipts import (
     stored_form_batch,
     verify_receipt,
 )
-from .sentpoints import sent_point, sent_vectors
 from .sources import path_head, restricts_sources
 from .textguard import TextOps, selection_of
 from .utility import embedder_model_name, same_model
-from .vectors import _DENSE_FLOATS, UNNAMED, CollectionShape, as_dense, split_vector_struct
+from .vectors import UNNAMED, CollectionShape, as_dense, split_vector_struct
+# Its public names (points_from_any, points_from_columns, vector_updates_from_any) still import from here.
+from .writepoints import _operation_points, points_from_any, points_from_columns, vector_updates_from_any
+from .writereceipts import _altered_by_storage, _batch_digest, _container
 
 _DIRECTIVES = {
     Verdict.NOISE_REQUIRED: (
@@ -76,7 +75,6 @@ _REASON = re.compile(r"[a-z0-9_]{1,40}")
 _ROW = re.compile(r"\brow (\d+)")
 # The commitment grid holds |v| < 2048 (receipts.commitment_bytes).
 _GRID_LIMIT = 2048.0
-_GRID_INV = 2.0 ** 20  # grid steps per unit (receipts.COMMIT_GRID = 2^-20)
 
 
 def _located(exc: BaseException, point_id: Any, vector_name: str | None) -> BaseException:
@@ -109,204 +107,8 @@ class PreparedPoints:
     utility_names: frozenset[str] = frozenset()
 
 
-def points_from_any(points: Any, at: str = "points") -> list[models.PointStruct]:
-    """Materialise the ``points`` argument of upsert/upload into a list of PointStruct, each the
-    one snapshot the guard checks and sends (:func:`qdrant_guard.sentpoints.sent_point`). ``at``
-    is where errors say the points are (``update_operations[2].upsert.points`` in a batch)."""
-    if isinstance(points, models.Batch):
-        n = len(points.ids)
-        columns = ({f"vectors[{k!r}]": len(v) for k, v in points.vectors.items()}
-                   if isinstance(points.vectors, dict) else {"vectors": len(points.vectors)})
-        if points.payloads is not None:
-            columns["payloads"] = len(points.payloads)
-        uneven = {k: m for k, m in columns.items() if m != n}
-        if uneven:
-            raise GuardArgumentValueError(
-                f"{at} is a models.Batch with {n} ids but " + ", ".join(f"{m} {k}" for k, m in uneven.items())
-                + "; every column must have one entry per id"
-            )
-        if isinstance(points.vectors, dict):
-            vecs: list[Any] = [{k: v[i] for k, v in points.vectors.items()} for i in range(n)]
-        else:
-            vecs = list(points.vectors)
-        payloads = list(points.payloads) if points.payloads is not None else [None] * n
-        out = []
-        for i in range(n):
-            try:
-                point = models.PointStruct(id=points.ids[i], vector=vecs[i], payload=payloads[i])
-            except pydantic.ValidationError as exc:
-                raise _row_error((f"{at}.ids", f"{at}.vectors", f"{at}.payloads"), i, vecs[i], exc,
-                                 "the models.Batch", _BATCH_FIX) from None
-            out.append(sent_point(point, i, at))
-        return out
-    out = []
-    for i, p in enumerate(points):
-        if isinstance(p, models.PointStruct):
-            out.append(sent_point(p, i, at))
-        elif isinstance(p, dict):
-            out.append(sent_point(_from_dict(f"{at}[{i}]", p, models.PointStruct), i, at))
-        elif isinstance(p, models.Record):
-            if p.vector is None:
-                # qdrant-client fails on it; storing it as vector={} would wipe the point's vectors.
-                raise UnsupportedWriteError(
-                    f"points: models.Record {p.id!r} has no vector (read with with_vectors=False?); "
-                    "upserting it would store the point without its vectors. Read the points with "
-                    "with_vectors=True, or use set_payload to change only the payload. Nothing was written"
-                )
-            out.append(sent_point(models.PointStruct(id=p.id, vector=p.vector, payload=p.payload), i, at))
-        else:
-            raise GuardArgumentTypeError(
-                f"points must be models.PointStruct (or a models.Batch); got {_kind(p)}. "
-                "gRPC PointStruct is not accepted by the guard; convert it to models.PointStruct"
-            )
-    return out
-
-
-def _row_error(columns: tuple[str, str, str], i: int, vector: Any, exc: pydantic.ValidationError,
-               what: str, fix: str) -> GuardArgumentValueError:
-    """The error for row ``i`` of a models.Batch or upload_collection's columns (``columns``: where
-    the ids, vectors and payloads are) that does not make a point (a Batch built with
-    model_construct() or changed after it was built; qdrant-client fails on it too). It names each
-    column entry at fault (``points.vectors[3]``, ``points.vectors['image'][3]``,
-    ``points.ids[3]``, ``points.payloads[3]``), never their values (a payload may hold a secret)."""
-    wrong = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
-    ids, vectors, payloads = columns
-    places = []
-    if "id" in wrong:
-        places.append(f"{ids}[{i}]")
-    if "vector" in wrong:
-        if isinstance(vector, dict):
-            for k, v in vector.items():
-                try:
-                    models.PointStruct(id=0, vector={k: v})
-                except pydantic.ValidationError:
-                    places.append(f"{vectors}[{k!r}][{i}]")
-        else:
-            places.append(f"{vectors}[{i}]")
-    if "payload" in wrong:
-        places.append(f"{payloads}[{i}]")
-    return GuardArgumentValueError(
-        f"{', '.join(places) or f'row {i}'} of {what} {'does' if len(places) < 2 else 'do'} not validate as "
-        f"a point's {', '.join(sorted(wrong)) or 'fields'} ({exc.errors()[0]['msg']}); {fix}. Nothing was written")
-
-
-_BATCH_FIX = ("build the batch with models.Batch(ids=..., vectors=..., payloads=...) (not model_construct(), "
-              "nor changed after it was built), one valid entry per id in every column")
-
-
-def _operation_points(inner: Any, where: str) -> list[models.PointStruct]:
-    """:func:`points_from_any` of a batch's upsert operation ``where``, its errors naming the point
-    as ``update_operations[j].upsert.points[i]`` (``.batch[i]`` for a ``models.PointsBatch``)."""
-    if isinstance(inner, models.PointsBatch):
-        return points_from_any(inner.batch, f"{where}.upsert.batch")
-    return points_from_any(inner.points, f"{where}.upsert.points")
-
-
-_M = TypeVar("_M", bound=pydantic.BaseModel)
-
-
-def _from_dict(where: str, p: dict[str, Any], cls: type[_M]) -> _M:
-    """A point given as a dict, read as qdrant-client's REST client reads it (it validates the list
-    into ``models.PointsList`` or ``models.UpdateVectors``, so a server stores it; local mode fails
-    on it). The error names the fields at fault, never their values (a payload may hold a secret)."""
-    try:
-        return cls.model_validate(p)
-    except pydantic.ValidationError as exc:
-        wrong = ", ".join(sorted({str(e["loc"][0]) if e["loc"] else "<point>" for e in exc.errors()}))
-        raise GuardArgumentTypeError(
-            f"{where} is a dict that is not a models.{cls.__name__} (invalid: {wrong}); give its "
-            f"fields as models.{cls.__name__} takes them"
-        ) from None
-
-
 # InvalidVectorError reasons that may come from a stale cached layout rather than from the point.
 _LAYOUT_REASONS = frozenset({"unknown_vector_name", "wrong_dimension", "sparse_vector", "multivector"})
-
-
-def _kind(value: Any) -> str:
-    """A type name that tells a gRPC message from the qdrant_client.models class of the same name."""
-    cls = type(value)
-    return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"
-
-
-def vector_updates_from_any(updates: Any, at: str = "points") -> list[models.PointVectors]:
-    """``update_vectors``' ``points`` as a list of models.PointVectors (the form the checks read);
-    ``at`` as for :func:`points_from_any`."""
-    if not isinstance(updates, (list, tuple)):
-        raise GuardArgumentTypeError(
-            f"update_vectors() argument 'points' must be a list of models.PointVectors, not {_kind(updates)}")
-    out = [_from_dict(f"{at}[{i}]", u, models.PointVectors) if isinstance(u, dict) else u
-           for i, u in enumerate(updates)]
-    for u in out:
-        if not isinstance(u, models.PointVectors):
-            raise GuardArgumentTypeError(
-                f"update_vectors points must be models.PointVectors; got {_kind(u)}. gRPC "
-                "PointVectors is not accepted by the guard; convert it to models.PointVectors"
-            )
-    # One snapshot of each, before any check: the ids, vectors and receipts to drop all read it.
-    return [sent_vectors(u, i, at) for i, u in enumerate(out)]
-
-
-def points_from_columns(vectors: Any, payload: Iterable[Any] | None, ids: Iterable[Any] | None) -> list[models.PointStruct]:
-    """Materialise upload_collection's column arguments into PointStructs (ids are generated when
-    absent, because a receipt binds the point id)."""
-    if isinstance(vectors, dict):
-        names = list(vectors)
-        n = len(vectors[names[0]]) if names else 0
-        lengths = {k: len(vectors[k]) for k in names}
-        if len(set(lengths.values())) > 1:
-            raise GuardArgumentValueError(
-                f"upload_collection: the named vectors have different numbers of rows {lengths}; "
-                "give every name one row per point"
-            )
-        rows: list[Any] = [{k: vectors[k][i] for k in names} for i in range(n)]
-    else:
-        rows = list(vectors)
-    pl = list(payload) if payload is not None else [None] * len(rows)
-    id_list = list(ids) if ids is not None else [str(uuid.uuid4()) for _ in rows]
-    if not (len(rows) == len(pl) == len(id_list)):
-        raise GuardArgumentValueError(
-            f"upload_collection: {len(rows)} vectors, {len(pl)} payloads and {len(id_list)} ids; "
-            "the three must have the same length"
-        )
-    out = []
-    for n, (i, v, p) in enumerate(zip(id_list, rows, pl)):
-        try:
-            point = models.PointStruct(id=i, vector=_plain(v), payload=p)
-        except pydantic.ValidationError as exc:
-            raise _row_error(("ids", "vectors", "payload"), n, v, exc, "upload_collection's columns",
-                             "give one valid id, vector and payload (a dict) a point") from None
-        out.append(sent_point(point, n))
-    return out
-
-
-def _altered_by_storage(arr: np.ndarray, distance: str) -> bool:
-    """Whether Qdrant's storage (float32, and unit length on Cosine collections) moves ``arr`` to
-    another point of the receipt commitment grid: its receipt would then verify now, but never
-    against the vector read back."""
-    stored = arr.astype(np.float32)
-    if distance == "Cosine":
-        norm = np.linalg.norm(stored)
-        if norm > 0:
-            stored = stored / norm
-            # Qdrant's float32 normalisation is not numpy's (local mode normalises the vector of a
-            # point it replaces in float64, the server sums in its own order): a coordinate the
-            # exact normalisation takes within 1/8 grid step of a rounding boundary may land on
-            # either side. stored_form's vectors stay within 1/4 step of their grid points (at d = 2
-            # and 3 by its repair step, _cosine_repair).
-            exact = arr / np.linalg.norm(arr) * _GRID_INV
-            ints = np.frombuffer(commitment_bytes(arr), dtype="<i4")
-            if np.abs(exact - ints).max() > 0.375:
-                return True
-    return commitment_bytes(stored) != commitment_bytes(arr)
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    return v
 
 
 class WriteOps(TextOps):
@@ -1327,141 +1129,13 @@ class WriteOps(TextOps):
             )
 
 
-def _holds_container(payload: Mapping[str, Any] | None) -> bool:
-    """Whether a payload read back holds a well-formed receipt container (possibly empty)."""
-    if not payload or payload.get(RECEIPT_KEY) is None:
-        return False
-    try:
-        receipts_from_payload(payload)
-    except ReceiptError:
-        return False
-    return True
-
-
-def _container(receipts_by_name: dict[str, Any], own: set[int]) -> dict[str, Any]:
-    """``receipts_for_payload(receipts_by_name)``, whose receipts are dicts (the guard's, or the
-    writer's as receipts_from_payload read them), without copying those whose id is in ``own``."""
-    if not own:
-        return receipts_for_payload(receipts_by_name)
-    return {"v": PAYLOAD_CONTAINER_VERSION,
-            "vectors": {n: r if id(r) in own else dict(r) for n, r in receipts_by_name.items()}}
-
-
-def _point(point_id: Any, vector: Any, payload: dict[str, Any] | None) -> models.PointStruct:
-    """``models.PointStruct(id=point_id, vector=vector, payload=payload)`` for a vector made of
-    ``ndarray.tolist()`` lists (one, or a dict of them by name).
-
-    The id and payload are validated as before (same errors for a bad id or payload); the vector
-    is set after validation, because validating it re-checked each of its floats (~5 us a 384-d
-    point) and could neither refuse nor change lists of Python floats.
-    """
-    if _BUILD_OK and (type(point_id) is int or type(point_id) is str) and (
-            payload is None or all(type(k) is str for k in payload)):
-        # What validation would give, field for field: an exact int or str id and a dict of str
-        # keys validate to themselves (the payload's values are Any), so validating them again
-        # (every output point came from a validated PointStruct) bought nothing but ~1.4 us a point.
-        return _built_point(point_id, vector, payload)
-    point = models.PointStruct(id=point_id, vector=[], payload=payload)
-    point.vector = vector
-    return point
-
-
-def _update_point(u: models.PointVectors) -> models.PointStruct:
-    """``models.PointStruct(id=u.id, vector=u.vector, payload=None)``, the form prepare_points reads.
-
-    A vector that is a plain list of exact floats validates to an equal list, so it is set after
-    validation (~15 us a 384-d point less); the id is validated as :func:`_point` does. Any other
-    vector (named, numpy, ints, a model_construct'ed oddity) is validated as before, with the
-    same errors.
-    """
-    if _DENSE_FLOATS is not None and _DENSE_FLOATS(u.vector) is not None:
-        return _point(u.id, u.vector, None)
-    return models.PointStruct(id=u.id, vector=u.vector, payload=None)
-
-
-def _point_vectors(point_id: Any, vector: Any) -> models.PointVectors:
-    """``models.PointVectors(id=point_id, vector=vector)`` for an output point's id and vector
-    (``ndarray.tolist()`` lists, one or a dict of them by name), as :func:`_point` builds a
-    PointStruct: validating the vector again re-checked each float (~15 us a 384-d point)."""
-    if _BUILD_PV_OK and (type(point_id) is int or type(point_id) is str):
-        return _built_point_vectors(point_id, vector)
-    pv = models.PointVectors(id=point_id, vector=[])
-    pv.vector = vector
-    return pv
-
-
-def _built_point_vectors(point_id: Any, vector: Any) -> models.PointVectors:
-    pv = object.__new__(models.PointVectors)
-    _set(pv, "__dict__", {"id": point_id, "vector": vector})
-    _set(pv, "__pydantic_fields_set__", {"id", "vector"})
-    _set(pv, "__pydantic_extra__", None)
-    _set(pv, "__pydantic_private__", None)
-    return pv
-
-
-_set = object.__setattr__
 # Read-only stand-ins for a point without receipts or embedded vectors (nothing to allocate).
 _NO_RECEIPTS: Mapping[str, Any] = MappingProxyType({})
 _NO_NAMES: frozenset[str] = frozenset()
 
 
-def _built_point(point_id: Any, vector: Any, payload: dict[str, Any] | None) -> models.PointStruct:
-    """A PointStruct holding these values, set as pydantic's model_construct sets them (without its
-    per-field default handling: all three fields are given)."""
-    point = object.__new__(models.PointStruct)
-    _set(point, "__dict__", {"id": point_id, "vector": vector, "payload": dict(payload) if payload is not None else None})
-    _set(point, "__pydantic_fields_set__", {"id", "vector", "payload"})
-    _set(point, "__pydantic_extra__", None)
-    _set(point, "__pydantic_private__", None)
-    return point
-
-
-def _same_model(got: Any, want: Any) -> bool:
-    """Whether a hand-built pydantic model is indistinguishable from the validated one."""
-    return (got.__dict__ == want.__dict__ and got.__pydantic_fields_set__ == want.__pydantic_fields_set__
-            and got.__pydantic_extra__ == want.__pydantic_extra__
-            and got.__pydantic_private__ == want.__pydantic_private__
-            and got.model_dump_json() == want.model_dump_json() and got == want)
-
-
-def _builds_match(pairs: Callable[[], Iterator[tuple[Any, Any]]]) -> bool:
-    """Whether each hand-built model of ``pairs()`` (hand-built, validated) is what validation
-    gives on this pydantic and qdrant-client (checked once at import; if not, every point is
-    validated as before)."""
-    try:
-        return all(_same_model(got, want) for got, want in pairs())
-    except Exception:  # noqa: BLE001 - any difference means: validate as before
-        return False
-
-
-def _point_pairs() -> Iterator[tuple[Any, Any]]:
-    payload = {"k": [1, {"x": None}], "f": 1.5}
-    for pid, pl in ((7, payload), ("8c1a5a2e-6b0c-4a43-9d4e-1f3b2d6c7e90", None)):
-        want = models.PointStruct(id=pid, vector=[], payload=pl)
-        want.vector = [0.5, -1.0]
-        yield _built_point(pid, [0.5, -1.0], pl), want
-
-
-def _point_vectors_pairs() -> Iterator[tuple[Any, Any]]:
-    cases: tuple[tuple[Any, Any], ...] = ((7, [0.5, -1.0]),
-                                          ("8c1a5a2e-6b0c-4a43-9d4e-1f3b2d6c7e90", {"a": [0.25], "": [1.5, 2.0]}))
-    for pid, vec in cases:
-        yield _built_point_vectors(pid, vec), models.PointVectors(id=pid, vector=vec)
-
-
-_BUILD_OK = _builds_match(_point_pairs)
-_BUILD_PV_OK = _builds_match(_point_vectors_pairs)
-
-
 def _as_list(v: Any) -> Any:
     return v.tolist() if isinstance(v, np.ndarray) else v
-
-
-def _batch_digest(receipts: list[dict[str, Any]]) -> str:
-    # A Merkle batch carries one signature over its root, so the signatures identify the batch.
-    sigs = sorted({str(r.get("sig", "")) for r in receipts})
-    return hashlib.sha256("\n".join(sigs).encode("ascii")).hexdigest()
-
 
 
 def _keys_written(op: Any) -> Iterable[str]:

@@ -80,7 +80,7 @@ def test_a_cosine_row_within_three_eighths_of_a_step_is_kept_and_one_beyond_is_r
     step, which Qdrant's float32 normalisation keeps on its grid point, was taken as altered) and
     to 1/2 (W5: a row drifting 0.42 of a step, near enough a rounding boundary for Qdrant's own
     normalisation to land on either side, was passed)."""
-    from qdrant_guard.writes import _altered_by_storage
+    from qdrant_guard.writereceipts import _altered_by_storage
 
     low, low_same = _drift_and_same_grid(_DRIFT_LOW)
     high, high_same = _drift_and_same_grid(_DRIFT_HIGH)

@@ -1,8 +1,8 @@
 """The guarded upsert's output shortcuts give what the paths they skip gave.
 
-* ``writes._point`` builds an output PointStruct field for field (``_built_point``) instead of
+* ``builtpoints._point`` builds an output PointStruct field for field (``_built_point``) instead of
   validating it again, for exact int/str ids and payloads of str keys; every other point is
-  validated as before (``writes._BUILD_OK`` False forces that path for all).
+  validated as before (``builtpoints._BUILD_OK`` False forces that path for all).
 * The noised matrix is converted to lists once (``finals.tolist()``), not row by row.
 * ``refuse_reserved_sources`` is skipped where ``restricts_sources(pol)`` says no writer can be
   refused (it is forced on for every policy in the comparison runs).
@@ -28,7 +28,7 @@ from qdrant_client import QdrantClient as RawClient
 from qdrant_client.http import models
 from qdrant_client.http.api.points_api import jsonable_encoder as rest_body  # the REST client's body
 
-from qdrant_guard import QdrantClient, keys, receipts, writes
+from qdrant_guard import QdrantClient, builtpoints, keys, receipts, writes
 from qdrant_guard.errors import GuardRefusal
 from qdrant_guard.receipts import RECEIPT_KEY, receipts_from_payload, verify_receipt
 from qdrant_guard.sources import reserved_claims, restricts_sources
@@ -103,14 +103,14 @@ def _run(tmp: Path, monkeypatch: pytest.MonkeyPatch, *, shortcuts: bool) -> tupl
     _fixed(monkeypatch)
     built = [0]
     if shortcuts:
-        original = writes._built_point
+        original = builtpoints._built_point
 
         def counted(*a):
             built[0] += 1
             return original(*a)
-        monkeypatch.setattr(writes, "_built_point", counted)
+        monkeypatch.setattr(builtpoints, "_built_point", counted)
     else:
-        monkeypatch.setattr(writes, "_BUILD_OK", False)
+        monkeypatch.setattr(builtpoints, "_BUILD_OK", False)
         monkeypatch.setattr(writes, "restricts_sources", lambda pol: True)
     tmp.mkdir()
     kit = make_kit(tmp)
@@ -168,7 +168,7 @@ def test_output_shortcuts_send_and_store_what_validation_did(tmp_path, monkeypat
 def test_point_matches_the_validated_point(pid, payload):
     vec = [0.25, -1.5, 3.0]
     want = models.PointStruct(id=pid, vector=vec, payload=payload)
-    got = writes._point(pid, vec, payload)
+    got = builtpoints._point(pid, vec, payload)
     assert type(got) is models.PointStruct
     assert got == want
     assert got.__dict__ == want.__dict__ and type(got.id) is type(want.id)
@@ -191,16 +191,16 @@ def test_point_validates_what_it_cannot_vouch_for(pid, payload):
         want = models.PointStruct(id=pid, vector=[1.0], payload=payload)
     except pydantic.ValidationError:
         with pytest.raises(pydantic.ValidationError):
-            writes._point(pid, [1.0], payload)
+            builtpoints._point(pid, [1.0], payload)
         return
-    got = writes._point(pid, [1.0], payload)
+    got = builtpoints._point(pid, [1.0], payload)
     assert got.__dict__ == want.__dict__ and got.model_dump_json() == want.model_dump_json()
     assert [type(k) for k in got.payload] == [type(k) for k in want.payload]
 
 
 def test_build_check_passes_on_this_pydantic():
     # Without it every point is validated: correct, but the shortcut would be silently gone.
-    assert writes._BUILD_OK is True
+    assert builtpoints._BUILD_OK is True
 
 
 @pytest.mark.parametrize("diversity", [

@@ -253,18 +253,18 @@ def _outcome_of(fn):
 def test_container_equals_receipts_for_payload_and_copies_only_the_writers():
     from types import MappingProxyType
 
-    from qdrant_guard import writes
+    from qdrant_guard import writereceipts
     own = {"sig": "a", "batch": {"index": 0}}
     writer = {"sig": "w"}
     proxy = MappingProxyType({"sig": "p"})
     by_name = {"w": writer, "": own, "p": proxy}
-    got = writes._container(by_name, {id(own)})
+    got = writereceipts._container(by_name, {id(own)})
     want = receipts.receipts_for_payload(by_name)
     assert got == want and list(got["vectors"]) == list(want["vectors"]) == ["w", "", "p"]
     assert canonical_json(got) == canonical_json(want)
     assert got["vectors"][""] is own
     assert got["vectors"]["w"] is not writer and type(got["vectors"]["p"]) is dict
-    assert writes._container(by_name, set()) == want
+    assert writereceipts._container(by_name, set()) == want
 
 
 # -- the whole guarded write with this file's shortcuts on and off ----------------------------------------

@@ -3,7 +3,7 @@
 * ``receipts._unit_grid_row`` (one row, native nudge) against the batch path with einsum and the
   row loop (``_ROW_DOTS`` None, as on numpy < 2): the same stored bytes on random rows at
   d = 2, 3, 4, 384, and on zero, extreme, tiny, NaN and seeded-noise rows (same errors too).
-* ``writes._update_point`` / ``writes._point_vectors`` against validating ``PointStruct`` /
+* ``builtpoints._update_point`` / ``builtpoints._point_vectors`` against validating ``PointStruct`` /
   ``PointVectors``; and a whole guarded ``update_vectors`` with both shortcuts on and off
   (keys, salts, clock and noise fixed): the same requests and the same stored points.
 """
@@ -20,7 +20,7 @@ from guardkit import create, make_kit, record_sent
 from qdrant_client import QdrantClient as RawClient
 from qdrant_client.http import models
 
-from qdrant_guard import QdrantClient, keys, noise, receipts, writes
+from qdrant_guard import QdrantClient, builtpoints, keys, noise, receipts, writes
 from qdrant_guard._impl import implementation
 from qdrant_guard.receipts import stored_form, stored_form_batch
 
@@ -84,7 +84,7 @@ def test_single_row_stored_form_equals_the_batch_path(monkeypatch, d, n):
 @pytest.mark.parametrize("vector", [[0.5, -1.0, 2.0], {"a": [0.25], "": [1.5, 2.0]}, {}])
 def test_point_vectors_matches_the_validated_one(pid, vector):
     want = models.PointVectors(id=pid, vector=vector)
-    got = writes._point_vectors(pid, vector)
+    got = builtpoints._point_vectors(pid, vector)
     assert type(got) is models.PointVectors
     assert got.__dict__ == want.__dict__ and got.__pydantic_fields_set__ == want.__pydantic_fields_set__
     assert got.__pydantic_extra__ == want.__pydantic_extra__ and got == want
@@ -97,7 +97,7 @@ def test_point_vectors_matches_the_validated_one(pid, vector):
 def test_update_point_matches_the_validated_point(pid, vector):
     u = models.PointVectors(id=pid, vector=vector)
     want = models.PointStruct(id=u.id, vector=u.vector, payload=None)
-    got = writes._update_point(u)
+    got = builtpoints._update_point(u)
     assert got.__dict__ == want.__dict__ and got.__pydantic_fields_set__ == want.__pydantic_fields_set__
     assert got.model_dump_json() == want.model_dump_json()
 
@@ -109,7 +109,7 @@ def test_update_point_validates_what_it_cannot_vouch_for():
         with pytest.raises(Exception) as old:
             models.PointStruct(id=u.id, vector=u.vector, payload=None)
         with pytest.raises(type(old.value)) as new:
-            writes._update_point(u)
+            builtpoints._update_point(u)
         assert str(new.value) == str(old.value)
 
 

@@ -32,7 +32,7 @@ from qdrant_guard.receipts import (
     verify_receipt,
 )
 from qdrant_guard.replay import replay_log
-from qdrant_guard.writes import _batch_digest
+from qdrant_guard.writereceipts import _batch_digest
 
 from guardkit import create, make_kit, replay_policy_file, unit
 
