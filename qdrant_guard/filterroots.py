@@ -198,11 +198,6 @@ def _iter_names(node: Any, names: Any, where: str) -> Iterator[tuple[str, str, A
         yield from _iter_keys(names, where)
 
 
-# What names a key given outside a filter (FieldNames and the models it may hold, an OrderByQuery's order).
-_OUTSIDE = (FieldNames, models.OrderBy, models.OrderByQuery, models.PayloadSelectorInclude,
-            models.PayloadSelectorExclude)
-
-
 # What names a key without reading its value back: presence tests, a nested condition's path
 # (its own conditions are screened by their keys), payload selectors (the payload is redacted).
 _NAMES_ONLY = (models.IsEmptyCondition, models.IsNullCondition, models.NestedCondition, models.HasVectorCondition,

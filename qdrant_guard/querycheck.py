@@ -21,7 +21,7 @@ from .textguard import (EmbedderError, TextOps, _number_text, no_card, password_
 from .inference import screen_inference
 from .utility import embedder_model_name, same_model
 # The helpers below moved to modules of their own; their public names still import from here.
-from .filterroots import (_OUTSIDE, FieldNames, _iter_keys, _kind, _reads_value, as_filter, field_name_roots,
+from .filterroots import (FieldNames, _iter_keys, _kind, _reads_value, as_filter, field_name_roots,
                           operation_filter_roots, query_filter_roots, write_filter_roots)
 from .querymap import (_RAW_INPUTS, _TEXT_INPUTS, Visit, iter_prefetch, map_prefetch, map_query, mmr_paths,
                        rest_prefetch)
@@ -32,6 +32,9 @@ from .textfold import is_blank, redacted_position, structural_scan
 # Inputs that name a stored point, whose stored vector Qdrant then searches with.
 _POINT_IDS = (int, str, uuid.UUID)
 
+# What names a key given outside a filter (FieldNames and the models it may hold, an OrderByQuery's order).
+_OUTSIDE = (FieldNames, models.OrderBy, models.OrderByQuery, models.PayloadSelectorInclude,
+            models.PayloadSelectorExclude)
 # Match forms whose string is full text (tokenised like a query): structurally validated too.
 _FULL_TEXT: dict[type, str] = {models.MatchText: "text", models.MatchTextAny: "text_any", models.MatchPhrase: "phrase"}
 # Match forms compared with stored keyword values, by their field.
