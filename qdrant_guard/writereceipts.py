@@ -1,29 +1,16 @@
-"""The receipts a guarded write stores: the payload's receipt container (:func:`_holds_container`,
-:func:`_container`), a batch's digest (:func:`_batch_digest`), and whether Qdrant's storage would
-move a vector off the point of the commitment grid its receipt signs (:func:`_altered_by_storage`)."""
+"""The receipts a guarded write stores: the payload's receipt container (:func:`_container`), a
+batch's digest (:func:`_batch_digest`), and whether Qdrant's storage would move a vector off the
+point of the commitment grid its receipt signs (:func:`_altered_by_storage`)."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
-from .errors import ReceiptError
-from .receipts import (PAYLOAD_CONTAINER_VERSION, RECEIPT_KEY, commitment_bytes, receipts_for_payload,
-                       receipts_from_payload)
+from .receipts import PAYLOAD_CONTAINER_VERSION, commitment_bytes, receipts_for_payload
 
 _GRID_INV = 2.0 ** 20  # grid steps per unit (receipts.COMMIT_GRID = 2^-20)
-
-
-def _holds_container(payload: Mapping[str, Any] | None) -> bool:
-    """Whether a payload read back holds a well-formed receipt container (possibly empty)."""
-    if not payload or payload.get(RECEIPT_KEY) is None:
-        return False
-    try:
-        receipts_from_payload(payload)
-    except ReceiptError:
-        return False
-    return True
 
 
 def _container(receipts_by_name: dict[str, Any], own: set[int]) -> dict[str, Any]:

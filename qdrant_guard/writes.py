@@ -1034,7 +1034,7 @@ class WriteOps(TextOps):
         existing: dict[str, Any] = {}
         contained: set[str] = set()
         for r in current:
-            # stored_receipts and _holds_container of the payload, from one read of it.
+            # The payload's receipts and whether it holds a container at all, from one read of it.
             key, held = normalize_point_id(r.id), False
             try:
                 existing[key] = receipts_from_payload(r.payload)
