@@ -15,6 +15,7 @@ import uuid
 from collections import OrderedDict
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
+from .budget_file_access import create_private, unsafe_store_file
 from .diversity import _check_int
 from .errors import GuardArgumentTypeError, GuardArgumentValueError, QdrantGuardError
 from .point_uuid import real_uuid
@@ -747,10 +748,17 @@ class SqliteBudgetStore(_CountingStore):
     the argument. Writes made through :meth:`_connection` itself, outside the store, are not seen.
 
     Args:
-        path: the database file; created if missing. ``":memory:"`` is refused because each
-            connection would see a different database (use :class:`MemoryBudgetStore`).
+        path: the database file; created if missing, mode 600. ``":memory:"`` is refused because
+            each connection would see a different database (use :class:`MemoryBudgetStore`).
         timeout_s: how long an admission waits for another writer before failing.
         monotonic: the clock the sweep measures elapsed time with (seconds); injectable for tests.
+
+    Raises:
+        BudgetStoreError: the database cannot be opened, or other users could rewrite it: it or a
+            side file (``-journal``, ``-wal``, ``-shm``) is writable by group or others (``chmod
+            go-w``) or owned by a uid that is neither this process's nor root (``chown``), or its
+            directory is writable by others or owned by such a uid, or lies below a directory
+            anyone may write without the sticky bit (:mod:`qdrant_guard.budget_file_access`).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 30.0,
@@ -764,6 +772,10 @@ class SqliteBudgetStore(_CountingStore):
             )
         self.path = path
         self._timeout_s = _check_real("timeout_s", timeout_s, positive=True)
+        unsafe = unsafe_store_file(path)
+        if unsafe is not None:
+            raise BudgetStoreError(unsafe)
+        create_private(path)
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()

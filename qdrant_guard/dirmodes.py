@@ -3,6 +3,7 @@
 A file's mode says who may write it; its directories' modes say who may put another file in its
 place. In a directory every user may write, without the sticky bit, anyone may rename an entry
 away and create their own under its name: the trusted file itself, or a directory on its path.
+And a file's owner may change its mode and write it, whatever the mode is now.
 """
 from __future__ import annotations
 
@@ -34,3 +35,11 @@ def replaceable_by_anyone(path: str | os.PathLike[str]) -> tuple[str, int] | Non
                 break
             d = parent
     return None
+
+
+def foreign_owner(st: os.stat_result) -> int | None:
+    """The owner of the file ``st`` describes when that is neither this process's effective uid
+    nor root (either of which could rewrite the file anyway); None otherwise, or off POSIX."""
+    if os.name != "posix" or st.st_uid in (0, os.geteuid()):
+        return None
+    return st.st_uid

@@ -32,6 +32,8 @@ from . import keys as _keys
 from .canonical import canonical_json
 from .audit import AuditLog
 from .boundary import PATH_IS_NOT_A_TOKEN, Principal, VerifiedPrincipal, verify_credential
+from .budget import store_kind
+from .budget_file_access import unsafe_store_file
 from .decision import MAX_IDS_IN_RECORD, Decision, Verdict
 from .errors import (AuditError, ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError,
                      UnsupportedWriteError)
@@ -539,6 +541,12 @@ class GuardPipeline:
         # A credential issuer that also signs or verifies for the guard could forge what it verifies.
         _keys.check_authority_roles(cfg, signing_key_id=own_kid if cfg.signing_key else None,
                                     source=cfg.source_path or "<config>")
+        if not self.transparent and store_kind(cfg.budget_store) == "sqlite":
+            # The store is opened at the first budgeted read; one that other users could rewrite
+            # stops the start, as a key file they could does (the open checks again, fail closed).
+            unsafe = unsafe_store_file(cfg.budget_store[len("sqlite:///"):])
+            if unsafe is not None:
+                raise ConfigError(f"{cfg.source_path or '<config>'}: budget_store: {unsafe}")
         self.audit = (AuditLog(cfg.audit_log, fsync=cfg.audit_fsync, signer=audit_signer,
                                trusted_keys=audit_keys, allow_shared_file=cfg.audit_allow_shared_file,
                                sign_every_entry=cfg.audit_sign_every_entry)

@@ -1,0 +1,88 @@
+"""Whether other users could rewrite the SQLite budget store, and creating it so they cannot.
+
+Whoever can write the database deletes the rows that count what each principal was given, and
+reads a source past its cap again. SQLite also reads files beside the database by name: a hot
+``-journal`` is played back into it when it is opened, a ``-wal`` holds pages newer than the
+file's own, the ``-shm`` indexes them. Whoever may create a file in the database's directory can
+plant one while it is absent (SQLite deletes the ``-wal`` and ``-shm`` when its last connection
+closes), so that directory must not be writable by others even with the sticky bit, which stops
+only the renaming and deleting of files others own.
+"""
+from __future__ import annotations
+
+import os
+import stat
+
+from .dirmodes import foreign_owner, replaceable_by_anyone
+
+SIDE_FILES = ("-journal", "-wal", "-shm")
+
+_STAKE = ("can delete the rows that count what each principal was given and read past the extraction "
+          "budget's caps again")
+
+
+def unsafe_store_file(path: str) -> str | None:
+    """Why other users could rewrite the SQLite budget store at ``path`` (a message naming the
+    file, its mode or owner, and the fix), or None. Files that do not exist yet are not checked
+    (the store creates the database mode 600; SQLite gives its side files the database's mode and
+    owner); nor is a directory that does not exist (opening the store then fails)."""
+    if os.name != "posix":
+        return None
+    db = os.path.abspath(path)
+    d = os.path.dirname(db)
+    try:
+        dst = os.stat(d)
+    except OSError:
+        return None
+    dmode = stat.S_IMODE(dst.st_mode)
+    if dmode & stat.S_IWOTH:
+        return (f"budget store {path!r} is in directory {d!r}, which every user may create files in (mode {dmode:o}): "
+                f"anyone can put a -journal or -wal file of their own beside the database, which SQLite plays "
+                f"into it, and so {_STAKE}; run `chmod o-w {d}`, or move the store to a directory only the "
+                "guard's uid writes")
+    uid = foreign_owner(dst)
+    if uid is not None:
+        return (f"budget store {path!r} is in directory {d!r}, owned by uid {uid}, neither this process's uid "
+                f"({os.geteuid()}) nor root (mode {dmode:o}): its owner can replace the database and {_STAKE}; run "
+                f"`chown {os.geteuid()} {d}` (as root), or move the store to a directory the guard's uid owns")
+    found = replaceable_by_anyone(db)
+    if found is not None:
+        up, upmode = found
+        return (f"budget store {path!r} is below directory {up!r}, which every user may write and which has no "
+                f"sticky bit (mode {upmode:o}): anyone can put a directory of their own on its path and so {_STAKE}; "
+                f"run `chmod o-w {up}` (or `chmod +t {up}`), or move the store to a directory only its owner writes")
+    for name in (db, *(db + side for side in SIDE_FILES)):
+        shown = path if name == db else path + name[len(db):]
+        try:
+            st = os.stat(name)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            continue  # unreadable metadata: opening the store reports it
+        mode = stat.S_IMODE(st.st_mode)
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return (f"budget store file {shown!r} is writable by other users (mode {mode:o}): whoever can write it "
+                    f"{_STAKE}; run `chmod go-w {shown}` and retry")
+        uid = foreign_owner(st)
+        if uid is not None:
+            return (f"budget store file {shown!r} is owned by uid {uid}, neither this process's uid ({os.geteuid()}) "
+                    f"nor root (mode {mode:o}): its owner can change its mode, write it and so {_STAKE}; run "
+                    f"`chown {os.geteuid()} {shown}` (as root) and retry")
+    return None
+
+
+def create_private(path: str) -> None:
+    """Create the database file ``path`` empty, mode 600 whatever the umask, unless it exists
+    (SQLite reads an empty file as an empty database and would create it 644 minus the umask).
+    Mode 600 since its rows name principals, collections, sources and point ids: who read what.
+    A failure is left to SQLite's open, which reports it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+                     | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError:
+        return
+    try:
+        if os.name == "posix":
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
