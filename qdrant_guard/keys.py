@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Collection, Iterable, Mapping, Union
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .dirmodes import replaceable_by_anyone
+from .dirmodes import foreign_owner, replaceable_by_anyone
 from .errors import ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError
 from .names import toml_key
 
@@ -206,6 +206,17 @@ def _refuse_replaceable(p: Path, what: str, other_fix: str) -> None:
             f"`chmod +t {d}`), or move the key to a directory only its owner writes{other_fix}")
 
 
+def _refuse_foreign_owner(p: Path, st: os.stat_result, what: str, other_fix: str) -> None:
+    """Refuse a key file another non-root user owns: its mode does not stop its owner, who may
+    change the mode and write a key of their own (OpenSSH's StrictModes refuses it too)."""
+    uid = foreign_owner(st)
+    if uid is not None:
+        raise KeyStoreError(
+            f"{what} {str(p)!r} is owned by uid {uid}, neither this process's uid ({os.geteuid()}) nor root (mode "
+            f"{stat.S_IMODE(st.st_mode):o}): its owner can change its mode and write a key of their own into it; "
+            f"run `chown {os.geteuid()} {p}` (as root) and retry{other_fix}")
+
+
 _FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                (stat.S_ISSOCK, "a socket"))
@@ -254,8 +265,8 @@ def load_private_key(path: PathLike, *, allow_group_readable: bool = False) -> E
 
     Raises:
         KeyStoreError: the file is unreadable, readable by other users (``chmod 600 FILE``),
-            below a directory anyone may write without the sticky bit (``chmod o-w DIR``), or not
-            a PEM private key.
+            owned by a uid that is neither this process's nor root (``chown``), below a directory
+            anyone may write without the sticky bit (``chmod o-w DIR``), or not a PEM private key.
         KeyAlgorithmError: the key is valid but not Ed25519 (e.g. RSA or EC).
     """
     p, data, st = _read_key_file(path, "load_private_key", private=True)
@@ -275,6 +286,7 @@ def load_private_key(path: PathLike, *, allow_group_readable: bool = False) -> E
             f"private key file {str(p)!r} is accessible by other users (mode "
             f"{stat.S_IMODE(st.st_mode):o}); run `chmod 600 {p}` and retry"
         )
+    _refuse_foreign_owner(p, st, "private key file", "")
     _refuse_replaceable(p, "private key file", "")
     try:
         key = serialization.load_pem_private_key(data, password=None)
@@ -304,8 +316,8 @@ def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519Pu
 
     Raises:
         KeyStoreError: the file is unreadable, writable by other users than its owner (``chmod go-w
-            FILE``) or below a directory anyone may write without the sticky bit (``chmod o-w
-            DIR``), or not a public key.
+            FILE``), owned by a uid that is neither this process's nor root (``chown``) or below a
+            directory anyone may write without the sticky bit (``chmod o-w DIR``), or not a public key.
         KeyAlgorithmError: the key is not Ed25519.
     """
     if isinstance(path_or_str, Ed25519PublicKey):
@@ -329,6 +341,7 @@ def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519Pu
             "receipt or audit key signs what the guard accepts); run `chmod go-w "
             f"{p}` and retry, or give the key as its 'ed25519:...' text"
         )
+    _refuse_foreign_owner(p, st, "public key file", ", or give the key as its 'ed25519:...' text")
     _refuse_replaceable(p, "public key file", ", or give the key as its 'ed25519:...' text")
     text = data.strip()
     if text.startswith(KEY_PREFIX.encode()):

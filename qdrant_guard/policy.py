@@ -23,7 +23,7 @@ from pydantic import (BaseModel, ConfigDict, Field, SerializerFunctionWrapHandle
 
 from .boundary import TOKEN_PREFIX
 from .budget import store_kind
-from .dirmodes import replaceable_by_anyone
+from .dirmodes import foreign_owner, replaceable_by_anyone
 from .errors import ConfigError, GuardArgumentTypeError
 from .keys import _looks_like_key_body, key_id as _key_id, public_key_from_str as _public_key_from_str
 from .names import toml_key, toml_str
@@ -1556,8 +1556,9 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
     Raises:
         GuardArgumentTypeError: ``path`` is not a str or an os.PathLike of one.
         ConfigError: the file is missing, writable by other users than its owner (``chmod go-w
-            FILE``) or below a directory anyone may write without the sticky bit (``chmod o-w
-            DIR``), is not valid TOML, or fails validation.
+            FILE``), owned by a uid that is neither this process's nor root (``chown``) or below a
+            directory anyone may write without the sticky bit (``chmod o-w DIR``), is not valid
+            TOML, or fails validation.
     """
     if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
         raise GuardArgumentTypeError(
@@ -1584,6 +1585,12 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
             f"policy file {str(p)!r} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}): whoever can "
             "write it sets every rule the guard enforces (the boundaries' authority keys, who reads and writes "
             f"each collection); run `chmod go-w {p}` and retry")
+    uid = foreign_owner(st) if stat.S_ISREG(st.st_mode) else None
+    if uid is not None:
+        raise ConfigError(
+            f"policy file {str(p)!r} is owned by uid {uid}, neither this process's uid ({os.geteuid()}) nor root "
+            f"(mode {stat.S_IMODE(st.st_mode):o}): its owner can change its mode and write every rule the guard "
+            f"enforces; run `chown {os.geteuid()} {p}` (as root) and retry")
     found = replaceable_by_anyone(p) if stat.S_ISREG(st.st_mode) else None
     if found is not None:
         d, dmode = found
