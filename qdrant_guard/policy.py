@@ -1268,7 +1268,10 @@ class GuardConfig(_Strict):
     window, as each admission sweeps away a few keys whose every id has left it; it is not shared
     across processes, which need SQLite or Redis. A SQLite file likewise holds about the rows of the
     last window (each admission deletes a few rows older than the longest window used on the file,
-    which the file records); Redis keys expire by TTL."""
+    which the file records); Redis keys expire by TTL. A SQLite file and its side files must be the guard's
+    uid's (or root's) and writable by no one else, and its directory neither writable by others
+    nor another uid's (else the client does not start: whoever can write the file resets budgets;
+    docs/diversity-budget.md); a missing file is created mode 600."""
     default: CollectionPolicy = CollectionPolicy(readers=("*",))
     """The policy of unlisted collections when ``unlisted = "strict"`` (refused under the other
     values, which would ignore it)."""
