@@ -28,7 +28,16 @@ def unsafe_store_file(path: str) -> str | None:
     owner); nor is a directory that does not exist (opening the store then fails)."""
     if os.name != "posix":
         return None
-    db = os.path.abspath(path)
+    given = os.path.abspath(path)
+    # SQLite opens a symlinked database where it resolves to and puts the side files there.
+    for db in dict.fromkeys((given, os.path.realpath(given))):
+        why = _unsafe_beside(path, db)
+        if why is not None:
+            return why
+    return None
+
+
+def _unsafe_beside(path: str, db: str) -> str | None:
     d = os.path.dirname(db)
     try:
         dst = os.stat(d)
@@ -52,13 +61,11 @@ def unsafe_store_file(path: str) -> str | None:
                 f"sticky bit (mode {upmode:o}): anyone can put a directory of their own on its path and so {_STAKE}; "
                 f"run `chmod o-w {up}` (or `chmod +t {up}`), or move the store to a directory only its owner writes")
     for name in (db, *(db + side for side in SIDE_FILES)):
-        shown = path if name == db else path + name[len(db):]
+        shown = path if name == os.path.abspath(path) else name
         try:
             st = os.stat(name)
-        except FileNotFoundError:
-            continue
         except OSError:
-            continue  # unreadable metadata: opening the store reports it
+            continue  # missing, or metadata this uid cannot read: opening the store reports it
         mode = stat.S_IMODE(st.st_mode)
         if mode & (stat.S_IWGRP | stat.S_IWOTH):
             return (f"budget store file {shown!r} is writable by other users (mode {mode:o}): whoever can write it "

@@ -184,6 +184,21 @@ def test_a_wal_planted_in_a_sticky_shared_directory_would_rewrite_the_budget(tmp
         attacker.close()
 
 
+def test_a_symlinked_store_is_checked_where_sqlite_puts_its_side_files(tmp_path):
+    # SQLite resolves a symlinked database and writes its -wal and -shm beside the target.
+    from qdrant_guard.budget import BudgetStoreError
+
+    shared, safe = tmp_path / "shared", tmp_path / "safe"
+    shared.mkdir(mode=0o755)
+    safe.mkdir(mode=0o755)
+    _store(shared / "budget.db")
+    (safe / "budget.db").symlink_to(shared / "budget.db")
+    _store(safe / "budget.db")
+    shared.chmod(0o1777)
+    with pytest.raises(BudgetStoreError, match=f"is in directory {str(shared)!r}, which every user may create"):
+        _store(safe / "budget.db")
+
+
 def test_the_store_refuses_a_directory_anyone_may_write_further_up(tmp_path):
     from qdrant_guard.budget import BudgetStoreError
 
