@@ -267,3 +267,15 @@ def test_a_store_file_another_user_owns_stops_the_client_even_with_fail_closed_o
         QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
     assert "test-policy: budget_store: budget store file" in str(err.value)
     assert "owned by uid 65534" in str(err.value) and f"chown {os.geteuid()} {db}" in str(err.value)
+
+
+def test_the_async_client_does_not_start_on_a_store_others_can_write(tmp_path):
+    from qdrant_guard import AsyncQdrantClient
+
+    kit = make_kit(tmp_path)
+    db = tmp_path / "budget.db"
+    _store(db)
+    db.chmod(0o664)
+    cfg = kit.config({"hr": hr_policy(PAYROLL_DIVERSITY)}, budget_store=f"sqlite:///{db}")
+    with pytest.raises(ConfigError, match=f"budget_store: budget store file {str(db)!r} is writable by other"):
+        AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
