@@ -3,7 +3,7 @@
 Run: python -m pytest bench/bench_cosine_repair.py -p no:cacheprovider --benchmark-only -q
 A guarded write to a Cosine collection noises its vectors (``noise.privatize``, keyed, as the
 write path calls it), then takes their stored form: the grid snap and norm nudge
-(``receipts._unit_grid_rows``), then ``_cosine_repair.repair`` on the grid integers it returns.
+(``storedform._unit_grid_rows``), then ``_cosine_repair.repair`` on the grid integers it returns.
 Groups ``cosine-repair-<shape>``, one per shape: a single write (1 x d, the call of one
 ``upsert`` of one point; the inputs cycle through 256 seeded vectors, as successive writes would)
 and a batch (256 x d, cycling through 8 seeded batches), at d = 384, 3 and 2 (the dimensions where
@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 from _paired import paired_ratio
-from qdrant_guard import _cosine_repair, noise, receipts
+from qdrant_guard import _cosine_repair, noise, receipts, storedform
 
 KW = dict(mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=0.1, clip_norm=1.0, key=bytes(range(32)))
 # label -> (rows per input, d, inputs cycled through)
@@ -53,20 +53,20 @@ def inputs(label: str) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndar
     else:
         xs = [rng.normal(size=(rows, d)).astype(np.float32) for _ in range(count)]
     noised = [noise.privatize(x, **KW)[0] for x in xs]
-    ks = [receipts._unit_grid_rows(np.array(v, dtype=np.float64), "bench", rows == 1) for v in noised]
+    ks = [storedform._unit_grid_rows(np.array(v, dtype=np.float64), "bench", rows == 1) for v in noised]
     return xs, noised, ks
 
 
 def moved_rows(d: int, count: int) -> list[np.ndarray]:
     """Up to ``count`` seeded 1 x d inputs whose single write's stored form the repair moves."""
     pool = np.random.default_rng(11).normal(size=(SEARCHED[d], d)).astype(np.float32)
-    k = receipts._unit_grid_rows(np.array(noise.privatize(pool, **KW)[0], dtype=np.float64), "bench", False)
+    k = storedform._unit_grid_rows(np.array(noise.privatize(pool, **KW)[0], dtype=np.float64), "bench", False)
     moved = k.copy()
     _cosine_repair.repair(moved)
     out = []
     for i in np.flatnonzero((moved != k).any(axis=1)):
         x = pool[i:i + 1]
-        if moves_any([receipts._unit_grid_rows(np.array(noise.privatize(x, **KW)[0], dtype=np.float64),
+        if moves_any([storedform._unit_grid_rows(np.array(noise.privatize(x, **KW)[0], dtype=np.float64),
                                                "bench", True)]):
             out.append(x)
         if len(out) == count:

@@ -51,9 +51,9 @@ WRITE_STAGES = {
     "prepare_points (all checks, noise, receipts)": "writes.py:prepare_points",
     "  of which dense conversion": "vectors.py:as_dense",
     "  of which noise (privatize)": "noise.py:privatize",
-    "  of which stored form (lattice/normalise)": "receipts.py:stored_form_batch",
+    "  of which stored form (lattice/normalise)": "storedform.py:stored_form_batch",
     "  of which receipts (batch Merkle + Ed25519)": "receipts.py:issue_receipts_batch",
-    "  of which payload receipt encoding": "receipts.py:receipts_for_payload",
+    "  of which payload receipt encoding": "receipt_format.py:receipts_for_payload",
     "decision record (canonical JSON + sha256)": "decision.py:record",
     "audit append (hash chain + file write)": "audit.py:append",
 }

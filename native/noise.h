@@ -50,7 +50,7 @@ int qg_noise_rows(const void *x, void *out, int is_f32, size_t rows, size_t dim,
                   double scale, double step, double clip_norm, qg_stream *stream,
                   const uint8_t *row_keys, const uint8_t nonce[12], size_t *bad_row, size_t *bad_col);
 
-/* The Cosine stored form's norm correction (qdrant_guard.receipts._unit_grid_rows; the reference
+/* The Cosine stored form's norm correction (qdrant_guard.storedform._unit_grid_rows; the reference
    is unit_grid_nudge in qdrant_guard/_noise_py.py). k: rows*dim grid integers held as exact
    doubles, corrected in place; residual: per row 2^40 - sum(k^2), updated; order: per row the
    visiting order, its coordinate index in the low `shift` bits (int32 keys when order32 is not

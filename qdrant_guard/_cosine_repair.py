@@ -2,7 +2,7 @@
 points (about 1 row in 200 at d = 2, 3 in 10^5 at d = 3, none seen from d = 4 on) to nearby grid points that it
 leaves in place.
 
-The norm nudge (``receipts._unit_grid_rows``, C and twin alike) takes single steps, largest
+The norm nudge (``storedform._unit_grid_rows``, C and twin alike) takes single steps, largest
 coordinate first, for at most 16 passes. With two or three coordinates those steps change
 sum(k^2) by about 2|k_j| each, too coarsely to reach unit length: the re-normalisation Qdrant
 applies (float32 on a new point, float64 on a replaced one in local mode) then moves a coordinate

@@ -586,7 +586,7 @@ def fresh_noise_cached(
 
 def unit_grid_nudge(k: np.ndarray, residual: np.ndarray, order: np.ndarray, shift: int, tol: float,
                     max_passes: int) -> None:
-    """The Cosine stored form's norm correction (qdrant_guard.receipts._unit_grid_rows), in place.
+    """The Cosine stored form's norm correction (qdrant_guard.storedform._unit_grid_rows), in place.
 
     ``k``: n x d grid integers held as exact float64 values; ``residual``: per row 2^40 - sum(k^2)
     (updated); ``order``: n x d int32/int64 sort keys ``(2^20 - |k_j|) << shift | j`` in visiting
@@ -638,4 +638,4 @@ def dense_floats(value: Any) -> tuple[np.ndarray, bool] | None:
 def order_error(dim: int, shift: int) -> str:
     """The error text of :func:`unit_grid_nudge` for an order whose keys leave the row."""
     return (f"unit_grid_nudge(): every key's low {shift} bits must name a coordinate below the row "
-            f"length {dim}; build the order as receipts._unit_grid_rows does")
+            f"length {dim}; build the order as storedform._unit_grid_rows does")

@@ -1,7 +1,7 @@
 """The write path's shortcuts give the same results as the general code they skip.
 
 * The Cosine norm correction runs in C (``_noise.unit_grid_nudge``) in native builds; the lockstep
-  array passes of receipts._unit_grid_rows (still the pure-Python implementation) and the plain
+  array passes of storedform._unit_grid_rows (still the pure-Python implementation) and the plain
   loops of the reference twin ``_noise_py.unit_grid_nudge`` must give the same bytes.
 * as_dense reads a list of exact floats in C (``_noise.dense_floats``); everything else, and the
   result of every input, must be what ``np.asarray`` gave.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qdrant_guard import _noise_py, receipts
+from qdrant_guard import _noise_py, storedform
 from qdrant_guard._impl import implementation
 from qdrant_guard.receipts import stored_form, stored_form_batch
 
@@ -20,13 +20,13 @@ native = pytest.mark.skipif(implementation() != "native", reason="native kernel 
 
 def _lockstep(matrix: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> bytes:
     with monkeypatch.context() as m:
-        m.setattr(receipts, "_NATIVE_NUDGE", None)
+        m.setattr(storedform, "_NATIVE_NUDGE", None)
         return stored_form_batch(matrix, distance="Cosine").tobytes()
 
 
 def _twin(matrix: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> bytes:
     with monkeypatch.context() as m:
-        m.setattr(receipts, "_NATIVE_NUDGE", _noise_py.unit_grid_nudge)
+        m.setattr(storedform, "_NATIVE_NUDGE", _noise_py.unit_grid_nudge)
         return stored_form_batch(matrix, distance="Cosine").tobytes()
 
 

@@ -18,7 +18,7 @@ import uuid
 import numpy as np
 import pytest
 
-from qdrant_guard import merkle, receipts
+from qdrant_guard import merkle, receipt_format, receipts, storedform
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.keys import generate_keypair, key_id
 from qdrant_guard.noise_params import NoiseParams, guarantee_sentence
@@ -60,7 +60,7 @@ def test_audit_paths_keep_the_node_form():
 def test_b64_salts_equal_b64_of_each_salt(n):
     rng = np.random.default_rng(n)
     for salts in (rng.bytes(16 * n), b"\x00" * 16 * n, b"\xff" * 16 * n):
-        assert receipts._b64_salts(salts, n) == [receipts._b64(salts[16 * i:16 * (i + 1)]) for i in range(n)]
+        assert receipts._b64_salts(salts, n) == [receipt_format._b64(salts[16 * i:16 * (i + 1)]) for i in range(n)]
 
 
 def _fixed_salts():
@@ -87,7 +87,7 @@ def _slow_bodies(signer, items, salts):
     for i, item in enumerate(items):
         salt = salts[16 * i:16 * (i + 1)]
         issued = NOW if item.issued_at is None else item.issued_at
-        bodies.append(receipts._body_dict(signer, item, receipts._signed_params(item.params), receipts._b64(salt),
+        bodies.append(receipts._body_dict(signer, item, receipts._signed_params(item.params), receipt_format._b64(salt),
                                           receipts.vector_commitment(item.vector, salt), issued))
     return bodies, [canonical_json(b) for b in bodies]
 
@@ -150,21 +150,21 @@ def _outcome(fn):
 
 @pytest.mark.parametrize("d", [1, 2, 3, 16, 17, 384, 385, 1536])
 def test_row_norms_by_vecdot_equal_the_row_loop(monkeypatch, d):
-    if receipts._ROW_DOTS is None:
+    if storedform._ROW_DOTS is None:
         pytest.skip("numpy without vecdot: only the row loop exists")
     rng = np.random.default_rng(d)
     for scale in (1e-160, 1e-3, 1.0, 7.5, 1e3, 1e150):
         m = rng.standard_normal((33, d)) * scale
         m[5, 0] = 1e-300  # squares below the normal range next to normal ones (d = 1: a zero norm)
         want = np.array([math.sqrt(row.dot(row)) for row in m])
-        assert receipts._row_norms(m).tobytes() == want.tobytes()
-        assert receipts._row_norms(m[7:8]).tobytes() == want[7:8].tobytes()
+        assert storedform._row_norms(m).tobytes() == want.tobytes()
+        assert storedform._row_norms(m[7:8]).tobytes() == want[7:8].tobytes()
         for rows in (m, m[:1], m[1:]):
-            fast = (_outcome(lambda: receipts._unit_grid_rows(rows.copy(), "t", False)),
+            fast = (_outcome(lambda: storedform._unit_grid_rows(rows.copy(), "t", False)),
                     _outcome(lambda: stored_form_batch(rows, distance="Cosine")),
                     _outcome(lambda: receipts.stored_form(rows[0], distance="Cosine")))
-            monkeypatch.setattr(receipts, "_ROW_DOTS", None)
-            slow = (_outcome(lambda: receipts._unit_grid_rows(rows.copy(), "t", False)),
+            monkeypatch.setattr(storedform, "_ROW_DOTS", None)
+            slow = (_outcome(lambda: storedform._unit_grid_rows(rows.copy(), "t", False)),
                     _outcome(lambda: stored_form_batch(rows, distance="Cosine")),
                     _outcome(lambda: receipts.stored_form(rows[0], distance="Cosine")))
             monkeypatch.undo()
@@ -175,10 +175,10 @@ def test_row_norm_overflow_takes_the_row_loop(monkeypatch):
     # A finite row whose square overflows: the row loop's own result (inf, rescaled by the caller).
     m = np.array([[1e200, 1e200, 0.5], [0.6, 0.8, 0.0]])
     fast = stored_form_batch(m, distance="Cosine")
-    assert receipts._row_norms(m)[0] == np.inf
-    monkeypatch.setattr(receipts, "_ROW_DOTS", None)
+    assert storedform._row_norms(m)[0] == np.inf
+    monkeypatch.setattr(storedform, "_ROW_DOTS", None)
     slow = stored_form_batch(m, distance="Cosine")
-    assert receipts._row_norms(m)[0] == np.inf
+    assert storedform._row_norms(m)[0] == np.inf
     assert fast.tobytes() == slow.tobytes()
 
 
@@ -287,7 +287,7 @@ def test_guarded_writes_send_and_store_what_the_paths_they_replace_did(tmp_path,
     monkeypatch.setattr(writes, "issue_receipts_rows", _reference_rows)
     monkeypatch.setattr(writes, "_container", lambda by_name, own: receipts.receipts_for_payload(by_name))
     monkeypatch.setattr(vectors, "_DENSE_FLOATS", None)
-    monkeypatch.setattr(receipts, "_ROW_DOTS", None)
+    monkeypatch.setattr(storedform, "_ROW_DOTS", None)
     slow, slow_stored, _ = _run(tmp_path / "slow", monkeypatch, shortcuts=True)
     assert info["noised"] > 20
     assert len(fast) == len(slow) >= 10

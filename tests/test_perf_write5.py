@@ -1,6 +1,6 @@
 """The update_vectors and single-row stored-form shortcuts give what the paths they skip gave.
 
-* ``receipts._unit_grid_row`` (one row, native nudge) against the batch path with einsum and the
+* ``storedform._unit_grid_row`` (one row, native nudge) against the batch path with einsum and the
   row loop (``_ROW_DOTS`` None, as on numpy < 2): the same stored bytes on random rows at
   d = 2, 3, 4, 384, and on zero, extreme, tiny, NaN and seeded-noise rows (same errors too).
 * ``builtpoints._update_point`` / ``builtpoints._point_vectors`` against validating ``PointStruct`` /
@@ -20,7 +20,7 @@ from guardkit import create, make_kit, record_sent
 from qdrant_client import QdrantClient as RawClient
 from qdrant_client.http import models
 
-from qdrant_guard import QdrantClient, builtpoints, keys, noise, receipts, writes
+from qdrant_guard import QdrantClient, builtpoints, keys, noise, receipts, storedform, writes
 from qdrant_guard._impl import implementation
 from qdrant_guard.receipts import stored_form, stored_form_batch
 
@@ -56,26 +56,26 @@ def _rows(d: int, n: int, seed: int) -> list[np.ndarray]:
 @pytest.mark.parametrize("d,n", [(2, 3000), (3, 3000), (4, 3000), (384, 400)])
 def test_single_row_stored_form_equals_the_batch_path(monkeypatch, d, n):
     fast_calls = [0]
-    original = receipts._unit_grid_row
+    original = storedform._unit_grid_row
 
     def counted(arr):
         out = original(arr)
         fast_calls[0] += out is not None
         return out
 
-    monkeypatch.setattr(receipts, "_unit_grid_row", counted)
+    monkeypatch.setattr(storedform, "_unit_grid_row", counted)
     rows = _rows(d, n, 100 + d)
     fast = [_outcome(stored_form_batch, r, distance="Cosine") for r in rows]
     single = [_outcome(stored_form, r[0], distance="Cosine") for r in rows]
     assert fast_calls[0] >= 2 * n  # the new path ran on the ordinary rows
-    monkeypatch.setattr(receipts, "_ROW_DOTS", None)  # einsum residual, row-loop norms, no fast path
+    monkeypatch.setattr(storedform, "_ROW_DOTS", None)  # einsum residual, row-loop norms, no fast path
     slow = [_outcome(stored_form_batch, r, distance="Cosine") for r in rows]
     assert fast == slow
     assert single == [_outcome(stored_form, r[0], distance="Cosine") for r in rows]
     # Batches (the vecdot residual) against the einsum residual too.
     batch = np.concatenate([r for r in rows if np.isfinite(r).all() and np.abs(r).max() > 1e-200][:500]).astype(np.float64)
     got = _outcome(stored_form_batch, batch, distance="Cosine")
-    monkeypatch.setattr(receipts, "_ROW_DOTS", np.vecdot if hasattr(np, "vecdot") else None)
+    monkeypatch.setattr(storedform, "_ROW_DOTS", np.vecdot if hasattr(np, "vecdot") else None)
     assert got == _outcome(stored_form_batch, batch, distance="Cosine")
 
 
@@ -150,7 +150,7 @@ def _run(tmp, monkeypatch, *, shortcuts: bool):
         monkeypatch.setattr(writes, "_update_point",
                             lambda u: models.PointStruct(id=u.id, vector=u.vector, payload=None))
         monkeypatch.setattr(writes, "_point_vectors", lambda pid, v: models.PointVectors(id=pid, vector=v))
-        monkeypatch.setattr(receipts, "_ROW_DOTS", None)
+        monkeypatch.setattr(storedform, "_ROW_DOTS", None)
     tmp.mkdir()
     kit = make_kit(tmp)
     sent = record_sent(monkeypatch, ("batch_update_points",), with_kwargs=True)

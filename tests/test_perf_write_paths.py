@@ -11,7 +11,7 @@ from qdrant_client import QdrantClient as RawClient
 from guardkit import create, make_kit, models, snapshot, unit
 from qdrant_guard import QdrantClient
 from qdrant_guard.errors import InvalidVectorError, UnsupportedWriteError
-from qdrant_guard import receipts
+from qdrant_guard import receipt_format, receipts, storedform
 from qdrant_guard.keys import generate_keypair, key_id
 from qdrant_guard.noise_params import NoiseParams, guarantee_sentence
 from qdrant_guard.receipts import (
@@ -164,8 +164,8 @@ def _params(dim):
                        guarantee=guarantee_sentence("gaussian", 2.0, 1e-6, 0.5, 1.0, 0.31, 2.0 ** -20, dim, "float32"))
 
 
-@pytest.mark.parametrize("n", [1, receipts._GRID_BLOCK_ROWS - 1, receipts._GRID_BLOCK_ROWS,
-                               receipts._GRID_BLOCK_ROWS + 1, 2 * receipts._GRID_BLOCK_ROWS + 3, 257])
+@pytest.mark.parametrize("n", [1, storedform._GRID_BLOCK_ROWS - 1, storedform._GRID_BLOCK_ROWS,
+                               storedform._GRID_BLOCK_ROWS + 1, 2 * storedform._GRID_BLOCK_ROWS + 3, 257])
 def test_batch_commitments_are_right_across_block_boundaries(n):
     sk, pk = generate_keypair()
     signer, trusted = ReceiptSigner(sk), {key_id(pk): pk}
@@ -174,7 +174,7 @@ def test_batch_commitments_are_right_across_block_boundaries(n):
     items = [ReceiptItem(params, vecs[i], "docs", i) for i in range(n)]
     out = issue_receipts_batch(signer, items)
     for i, rec in enumerate(out):
-        assert rec["commitment"] == vector_commitment(vecs[i], receipts._unb64(rec["salt"]))
+        assert rec["commitment"] == vector_commitment(vecs[i], receipt_format._unb64(rec["salt"]))
         assert verify_receipt(rec, vector=vecs[i], collection="docs", point_id=i, trusted_keys=trusted).ok
         # Another point's vector (in the same or another block) must not verify.
         other = vecs[(i + 1) % n] if n > 1 else vecs[0] * -1
@@ -188,7 +188,7 @@ def test_batch_commitments_are_right_across_block_boundaries(n):
 ])
 def test_a_bad_vector_in_a_later_block_still_raises_the_item_error(bad, error):
     sk, _ = generate_keypair()
-    n = 2 * receipts._GRID_BLOCK_ROWS + 5
+    n = 2 * storedform._GRID_BLOCK_ROWS + 5
     vecs = list(stored_form_batch(np.random.default_rng(0).normal(size=(n, 8)), distance="Cosine"))
     vecs[n - 2] = bad(vecs[n - 2])
     items = [ReceiptItem(_params(8), vecs[i], "docs", i) for i in range(n)]
@@ -199,9 +199,9 @@ def test_a_bad_vector_in_a_later_block_still_raises_the_item_error(bad, error):
 
 # -- _unit_grid_rows walks the visiting positions in blocks ---------------------------------------------
 
-@pytest.mark.parametrize("dim", [receipts._POSITIONS_PER_BLOCK - 1, receipts._POSITIONS_PER_BLOCK,
-                                 receipts._POSITIONS_PER_BLOCK + 1, 3 * receipts._POSITIONS_PER_BLOCK // 2,
-                                 2 * receipts._POSITIONS_PER_BLOCK + 1, 384])
+@pytest.mark.parametrize("dim", [storedform._POSITIONS_PER_BLOCK - 1, storedform._POSITIONS_PER_BLOCK,
+                                 storedform._POSITIONS_PER_BLOCK + 1, 3 * storedform._POSITIONS_PER_BLOCK // 2,
+                                 2 * storedform._POSITIONS_PER_BLOCK + 1, 384])
 def test_cosine_batch_across_position_blocks_equals_row_by_row(dim):
     rng = np.random.default_rng(dim)
     matrix = rng.normal(size=(60, dim))

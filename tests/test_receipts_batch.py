@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qdrant_guard import merkle, receipts
+from qdrant_guard import merkle, receipt_format, receipts
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.keys import generate_keypair, key_id
 from qdrant_guard.noise_params import NoiseParams, guarantee_sentence
@@ -59,7 +59,7 @@ def test_batch_fields_match_the_item_by_item_receipt(signer):
         assert list(rec) == FIELDS
         assert _without_random(rec) == _without_random(single)
         assert canonical_json(_without_random(rec)) == canonical_json(_without_random(single))
-        assert rec["commitment"] == vector_commitment(item.vector, receipts._unb64(rec["salt"]))
+        assert rec["commitment"] == vector_commitment(item.vector, receipt_format._unb64(rec["salt"]))
         assert verify_receipt(rec, vector=item.vector, collection="docs", point_id=i, vector_name="v",
                               trusted_keys=trusted).ok
     assert len({r["salt"] for r in batch}) == 7

@@ -58,9 +58,10 @@ import numpy as np  # noqa: E402
 from guardkit import guard_signer, snapshot  # noqa: E402
 from qdrant_guard import _cosine_repair  # noqa: E402
 from qdrant_guard.noise import privatize  # noqa: E402
-from qdrant_guard.receipts import (RECEIPT_KEY, ReceiptItem, _unit_grid_rows, commitment_bytes,  # noqa: E402
+from qdrant_guard.receipts import (RECEIPT_KEY, ReceiptItem, commitment_bytes,  # noqa: E402
                                    issue_receipts_batch, receipts_for_payload, stored_form, stored_form_batch)
 from qdrant_guard.receipts import verify as verify_stored  # noqa: E402
+from qdrant_guard.storedform import _unit_grid_rows  # noqa: E402
 
 _GRID = 2.0 ** 20
 

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from qdrant_guard import receipts
+from qdrant_guard import storedform
 from qdrant_guard.errors import GuardArgumentValueError
 from qdrant_guard.receipts import stored_form, stored_form_batch
 
@@ -52,7 +52,7 @@ def test_ordinary_rows_take_no_rescale(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("rescaled an ordinary row")
 
-    monkeypatch.setattr(receipts, "_rescale_extreme_rows", boom)
+    monkeypatch.setattr(storedform, "_rescale_extreme_rows", boom)
     rng = np.random.default_rng(7)
     for scale in (1e-140, 1e-3, 1.0, 1e3, 1e140):
         stored_form_batch(rng.standard_normal((16, 384)) * scale, distance="Cosine")

@@ -220,7 +220,8 @@ def test_an_id_named_twice_is_reported_once(signer):
 def test_a_receipt_lets_its_holder_confirm_a_guess_of_the_stored_vector(signer):
     # docs/receipt-format.md said the salt stops a receipt exported without its vector from
     # confirming a guessed vector; the salt is in the receipt, so it does not (doc corrected).
-    from qdrant_guard.receipts import _unb64, vector_commitment
+    from qdrant_guard.receipt_format import _unb64
+    from qdrant_guard.receipts import vector_commitment
 
     vec, payload = _receipted(signer, "pub", 1, 1)
     rec = payload[RECEIPT_KEY]["vectors"][""]
