@@ -677,7 +677,7 @@ def _readable_file_error(flag: str, spec: str) -> str | None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from .utility import EXIT_POLICY_NOT_COVERED, run_calibrate_cli
+    from .calibrate_cli import EXIT_POLICY_NOT_COVERED, run_calibrate_cli
 
     problems = [_output_file_error("--out", args.out), _readable_file_error("--queries", args.queries)]
     if args.qrels:
@@ -976,7 +976,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "queries than utility.min_queries, and the policy does not set "
                                      "utility.allow_small_records).")
     try:
-        from .utility import add_calibrate_arguments
+        from .calibrate_cli import add_calibrate_arguments
 
         add_calibrate_arguments(cal)
     except ImportError:  # pragma: no cover

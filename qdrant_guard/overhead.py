@@ -208,7 +208,7 @@ def interleaved(fns: dict[str, Callable[[int], Any]], n_items: int, rounds: int,
     Returns:
         ``{name: array of seconds, shape (rounds * n_items,)}`` in call order per name.
     """
-    from .utility import progress_iter
+    from .progress import progress_iter
 
     rng = np.random.default_rng(seed)
     names = list(fns)

@@ -226,7 +226,7 @@ _SAME = {"mechanism": "gaussian", "radius": 0.01, "delta": 1e-6, "clip_norm": 1.
 def test_a_receipts_scale_above_its_epsilons_calibrated_one_is_refused_and_the_calibrated_one_is_not():
     """``level_refusal`` with a receipt's ``scale`` and ``dim``: the calibrated scale passes, more noise than the epsilon names was never measured and is refused (the
     check skipped by ``dim is None``, ``want is None and ...`` or its refusal as ``return None``)."""
-    from qdrant_guard.utility import _calibrated_scale
+    from qdrant_guard.utility_record import _calibrated_scale
 
     rec = _record(6)
     want = _calibrated_scale("gaussian", 2.0, 0.01, 1e-6, 1.0, 32)

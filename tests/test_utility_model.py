@@ -435,7 +435,8 @@ def test_the_cli_refuses_an_empty_model_name(clean_store, tmp_path, capsys):
 
 def test_the_cli_names_its_own_model_for_text_queries():
     from qdrant_guard.evaluation.embed import MODEL_ID
-    from qdrant_guard.utility import _CliQueryEmbedder, embedder_model_name, query_text_transform
+    from qdrant_guard.calibrate_cli import _CliQueryEmbedder
+    from qdrant_guard.utility import embedder_model_name, query_text_transform
 
     # Constructing it loads no model; the name is what `calibrate` signs for text queries.
     assert embedder_model_name(_CliQueryEmbedder(query_text_transform("raw"))) == MODEL_ID

@@ -111,7 +111,7 @@ class Embedder:
                 found[d] = np.frombuffer(blob, dtype=np.float32)
         missing = [d for d in unique if d not in found]
         if missing:
-            from ..utility import progress_iter
+            from ..progress import progress_iter
 
             model = self._load()
             by_digest = dict(zip(digests, texts))

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..errors import GuardArgumentValueError
 from ..identifiers import drop_identifiers, generalize_identifiers
-from ..utility import progress_iter, retrieval_metrics
+from ..progress import progress_iter
+from ..ranking_metrics import retrieval_metrics
 from . import attacks
 from .corpus import load_paragraphs, make_carriers, make_queries
 from .planted import plant_identifiers
