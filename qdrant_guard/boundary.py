@@ -242,9 +242,30 @@ def _utc(ts: int) -> str:
 def _issue_command(agent_id: str, boundary: str) -> str:
     """The ``credential issue`` command for a message, its names quoted for a POSIX shell (an
     agent id or boundary may hold spaces, quotes or ``;``, which the copied command would split
-    or run, or a newline or escape sequence, which would break the message's line)."""
-    return (f"qdrant-guard credential issue --agent {shell_quote(agent_id)} "
+    or run, or a newline or escape sequence, which would break the message's line), with the
+    ``--authority`` the command requires (pasted without it, argparse refused it) as a placeholder
+    that :func:`_authority_placeholder` explains: the verifier holds public keys only."""
+    return (f"qdrant-guard credential issue --authority AUTHORITY_KEY --agent {shell_quote(agent_id)} "
             f"--boundary {shell_quote(boundary)}")
+
+
+_PASS_IT_WHOLE = ("; the token was cut short or altered: pass it whole, exactly as `qdrant-guard credential issue` "
+                  "printed it")
+
+
+def _authority_placeholder(boundary: str) -> str:
+    return f"AUTHORITY_KEY: the private key file whose .pub [boundaries.{toml_key(boundary)}] authority_keys lists"
+
+
+def reissue_hint(agent_id: str, boundary: str) -> str:
+    """The command that issues ``agent_id`` a new credential of ``boundary``, in backticks, and
+    what its placeholder stands for: the fix a rejected or expired credential's message names."""
+    return f"`{_issue_command(agent_id, boundary)}` ({_authority_placeholder(boundary)})"
+
+
+def _cut_or_altered(agent_id: str, boundary: str) -> str:
+    # A signature that fails is most often a token cut short or edited in copying.
+    return f"{_PASS_IT_WHOLE}, or issue a new one with {reissue_hint(agent_id, boundary)}"
 
 
 def verify_credential(
@@ -299,17 +320,17 @@ def verify_credential(
     try:
         body = _unb64url(parts[1])
     except (binascii.Error, ValueError) as exc:
-        raise CredentialRejected("malformed", f"claims are not base64url: {exc}") from None
+        raise CredentialRejected("malformed", f"claims are not base64url: {exc}{_PASS_IT_WHOLE}") from None
     try:
         claims = decode_canonical(body)
     except ValueError as exc:
         try:
             json.loads(body)
         except (ValueError, RecursionError):
-            raise CredentialRejected("malformed", "claims are not JSON") from None
+            raise CredentialRejected("malformed", f"claims are not JSON{_PASS_IT_WHOLE}") from None
         raise CredentialRejected("non_canonical", str(exc)) from None
     if not isinstance(claims, dict):
-        raise CredentialRejected("malformed", "claims are not a JSON object")
+        raise CredentialRejected("malformed", f"claims are not a JSON object{_PASS_IT_WHOLE}")
     if claims.get("alg") != _ALG:
         raise CredentialRejected("algorithm", f"alg is {claims.get('alg')!r}; only {_ALG!r} is accepted")
     if set(claims) != set(_CLAIMS):
@@ -350,28 +371,29 @@ def verify_credential(
             "unknown_key", f"key {shown(kid)} is not an authority of boundary {boundary!r}{mixed}; issue the credential "
             f"with the private key whose .pub [boundaries.{toml_key(boundary)}] authority_keys lists"
         )
+    cut = _cut_or_altered(claims["agent_id"], boundary)
     try:
         sig = _unb64url(parts[2])
     except (binascii.Error, ValueError):
-        raise CredentialRejected("bad_signature", "signature is not canonical base64url") from None
+        raise CredentialRejected("bad_signature", f"signature is not canonical base64url{cut}") from None
     if len(sig) != 64:
-        raise CredentialRejected("bad_signature", f"signature has {len(sig)} bytes; Ed25519 has 64")
+        raise CredentialRejected("bad_signature", f"signature has {len(sig)} bytes; Ed25519 has 64{cut}")
     try:
         pk.verify(sig, CREDENTIAL_SIGNATURE_PREFIX + body)
     except InvalidSignature:
-        raise CredentialRejected("bad_signature", "Ed25519 signature does not verify") from None
+        raise CredentialRejected("bad_signature", f"Ed25519 signature does not verify{cut}") from None
     if claims["jti"] in set(revoked_credentials):
         raise CredentialRejected(
             "revoked", f"credential {claims['jti']} of {shown(claims['agent_id'])}@{shown(boundary)} is revoked (listed in "
             f"[boundaries.{toml_key(boundary)}] revoked_credentials); issue a new one with "
-            f"`{_issue_command(claims['agent_id'], boundary)}`")
+            f"{reissue_hint(claims['agent_id'], boundary)}")
     # The claims are unbounded JSON ints: compare them with floats, never add floats to them
     # (int + float overflows beyond 1e308).
     if current - leeway > claims["exp"]:
         raise CredentialRejected(
             "expired", f"credential of {shown(claims['agent_id'])}@{shown(boundary)} expired at {_utc(claims['exp'])} "
-            f"(exp {claims['exp']}); issue a new one with `{_issue_command(claims['agent_id'], boundary)}` "
-            "(--ttl sets its lifetime)")
+            f"(exp {claims['exp']}); issue a new one with {reissue_hint(claims['agent_id'], boundary)}; --ttl sets "
+            "its lifetime")
     if current + leeway < claims["iat"]:
         raise CredentialRejected(
             "not_yet_valid", f"credential is valid from {_utc(claims['iat'])} (iat {claims['iat']}), later "

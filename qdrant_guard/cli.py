@@ -44,7 +44,11 @@ _MAX_TTL_S = 10 * 365 * 86400
 
 def _ttl(text: str) -> float:
     """argparse type of ``credential issue --ttl``: seconds, > 0 and at most ten years."""
-    value = _positive_float(text)
+    try:
+        value = _positive_float(text)
+    except argparse.ArgumentTypeError as exc:
+        # "1d" or "24h" is the likely slip: the option takes a plain number of seconds.
+        raise argparse.ArgumentTypeError(f"{exc}; give the lifetime in seconds, e.g. 86400 for a day") from None
     if value > _MAX_TTL_S:
         raise argparse.ArgumentTypeError(
             f"{text!r} seconds is over ten years ({_MAX_TTL_S} s); give the lifetime in seconds, e.g. "

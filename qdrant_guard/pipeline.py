@@ -31,14 +31,14 @@ from qdrant_client.qdrant_remote import QdrantRemote
 from . import keys as _keys
 from .canonical import canonical_json
 from .audit import AuditLog
-from .boundary import PATH_IS_NOT_A_TOKEN, Principal, VerifiedPrincipal, verify_credential
+from .boundary import PATH_IS_NOT_A_TOKEN, Principal, VerifiedPrincipal, reissue_hint, verify_credential
 from .budget import store_kind
 from .budget_file_access import unsafe_store_file
 from .decision import MAX_IDS_IN_RECORD, Decision, Verdict
 from .errors import (AuditError, ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError,
                      UnsupportedWriteError)
 from .policy import CollectionPolicy, GuardConfig, load_policy
-from .names import folded_name, path_segment_name, shown, toml_key
+from .names import folded_name, path_segment_name, shell_quote, shown, toml_key
 from .receipts import ReceiptSigner, normalize_point_id
 from .sentargs import plain_args
 from .sentmodels import UncheckedForm, sent_models
@@ -402,6 +402,39 @@ def mark_audited(exc: BaseException) -> BaseException:
     return exc
 
 
+def missing_key_files(cfg: GuardConfig) -> ConfigError | None:
+    """One error naming every public key file the policy lists that does not exist, when there are
+    several: loading stops at the first, so a policy copied from docs/policy.example.toml took a
+    run per missing file to set up. None when at most one is missing (its load names it)."""
+    specs = [("receipts.trusted_keys", k) for k in cfg.receipts.trusted_keys]
+    specs += [("receipts.retired_keys", k) for k in cfg.receipts.retired_keys]
+    specs += [("audit_trusted_keys", k) for k in cfg.audit_trusted_keys]
+    specs += [(f"boundaries.{toml_key(n)}.authority_keys", k) for n, b in cfg.boundaries.items() for k in b.authority_keys]
+    sections = [("default", cfg.default), *((f"collections.{toml_key(n)}", p) for n, p in cfg.collections.items())]
+    specs += [(f"{where}.receipt_keys", k) for where, pol in sections for k in (pol.receipt_keys or ())]
+    missing: dict[str, list[str]] = {}
+    for where, spec in specs:
+        if not spec.strip().startswith(_keys.KEY_PREFIX) and not os.path.lexists(spec):
+            missing.setdefault(spec, []).append(where)
+    if len(missing) < 2:
+        return None
+    lines = []
+    for path, wheres in missing.items():
+        private = path[:-len(".pub")] if path.endswith(".pub") else None
+        if private and os.path.exists(private):
+            make = f"qdrant-guard keys pub --key {shell_quote(private)}"
+        elif private:
+            make = f"qdrant-guard keys new --out {shell_quote(private)}"
+        else:
+            make = "qdrant-guard keys new --out KEY, then name KEY.pub here"
+        lines.append(f"  {path} ({', '.join(wheres)}): `{make}`")
+    return ConfigError(
+        f"{cfg.source_path or '<config>'}: {len(missing)} key files the policy names do not exist:\n"
+        + "\n".join(lines)
+        + "\nmake each with the command shown (where the key's holder keeps the private key elsewhere, copy its "
+        ".pub here instead), or remove the entry from the policy")
+
+
 class GuardPipeline:
     """Decides every guarded call for one client.
 
@@ -463,6 +496,9 @@ class GuardPipeline:
         self.clock = clock
         self._shapes: dict[str, CollectionShape] = {}
         self._signing_key = self._load_signing_key(cfg)
+        missing = missing_key_files(cfg)
+        if missing is not None:
+            raise missing
         self.signer = ReceiptSigner(self._signing_key)
         raw = self._signing_key.private_bytes(
             serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
@@ -655,11 +691,18 @@ class GuardPipeline:
                 "(`qdrant-guard credential issue --agent`)"
             )
         if claimed_boundary and claimed_boundary != verified.boundary:
+            if claimed_boundary in self.authorities:
+                other = (f"issue a credential for {claimed_boundary!r} with that boundary's authority key "
+                         "(`qdrant-guard credential issue --boundary`)")
+            else:
+                # No credential could ever admit a boundary the policy does not name.
+                other = (f"to act in {claimed_boundary!r}, which is no boundary of the policy (its boundaries: "
+                         f"{sorted(self.authorities)}), add a [boundaries.{toml_key(claimed_boundary)}] section "
+                         "listing an authority's .pub, then issue a credential with that authority's key")
             raise CredentialError(
                 f"principal boundary {claimed_boundary!r} does not match the credential's "
                 f"boundary {verified.boundary!r}; pass Principal({verified.agent_id!r}, "
-                f"{verified.boundary!r}, token), or issue a credential for {claimed_boundary!r} with that "
-                "boundary's authority key (`qdrant-guard credential issue --boundary`)"
+                f"{verified.boundary!r}, token), or {other}"
             )
         return f"{verified.agent_id}@{verified.boundary}", verified
 
@@ -872,7 +915,8 @@ class GuardPipeline:
             raise self.refuse(self.decision(
                 op, collection, pol, Verdict.INVALID_CREDENTIAL,
                 f"the principal's credential ({shown(self.principal_label or '')}) has expired; issue a new one with "
-                "`qdrant-guard credential issue` and act with it through client.with_principal(token), "
+                f"{reissue_hint(self.verified.agent_id, self.verified.boundary)} and act with it through "
+                "client.with_principal(token), "
                 "which keeps this client's connection (a second local-mode client on the same path= "
                 "store is refused while this one is open)",
             ))

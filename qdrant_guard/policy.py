@@ -1496,7 +1496,9 @@ def _key_hint(key: str) -> str:
         return f"the key is spelled {spelled[key]!r} in a policy; "
     if key in where:
         return f"{key!r} is a key of {' and '.join(where[key])}, not of this section; "
-    close = difflib.get_close_matches(key, list(where), n=1, cutoff=0.8)
+    # A singular for a plural table name ([boundary.hr] for [boundaries.hr]) is below the cutoff.
+    plural = key[:-1] + "ies" if key.endswith("y") else key + "s"
+    close = [plural] if plural in where else difflib.get_close_matches(key, list(where), n=1, cutoff=0.8)
     if close:
         return f"did you mean {close[0]!r} (a key of {' and '.join(where[close[0]])})? "
     return "check the spelling — "

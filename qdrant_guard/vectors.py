@@ -131,7 +131,9 @@ def as_dense(value: Any, spec: VectorSpec, *, where: str) -> np.ndarray:
     """
     if isinstance(value, models.SparseVector):
         raise _invalid(
-            "sparse_vector", f"{where}: sparse vector given for dense vector {spec.name or '<unnamed>'!r}"
+            "sparse_vector", f"{where}: sparse vector given for dense vector {spec.name or '<unnamed>'!r}; pass "
+            "a list of floats there, or the sparse vector under the name of a sparse vector of the collection "
+            "(its sparse_vectors_config)"
         )
     if spec.multivector:
         raise _invalid(
@@ -156,12 +158,14 @@ def as_dense(value: Any, spec: VectorSpec, *, where: str) -> np.ndarray:
         raise _invalid("bad_dtype", f"{where}: vector has dtype {arr.dtype}, expected floats")
     if arr.ndim != 1:
         raise _invalid(
-            "bad_shape", f"{where}: expected a 1-d vector for {spec.name or '<unnamed>'!r}, got shape {arr.shape}"
+            "bad_shape", f"{where}: expected a 1-d vector for {spec.name or '<unnamed>'!r}, got shape {arr.shape}; "
+            "give each point one flat list of floats (several points: one PointStruct each, or models.Batch)"
         )
     if arr.shape[0] != spec.size:
         raise _invalid(
             "wrong_dimension", f"{where}: vector {spec.name or '<unnamed>'!r} has dimension {arr.shape[0]}, "
-            f"the collection expects {spec.size}"
+            f"the collection expects {spec.size}; embed with the model the collection was created for, or "
+            f"create the collection with VectorParams(size={arr.shape[0]}) for this model"
         )
     out = arr.astype(np.float64, copy=False)
     if storable:

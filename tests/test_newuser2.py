@@ -39,7 +39,7 @@ def test_an_expired_credential_says_when_in_utc_and_how_to_get_a_new_one() -> No
     assert exc.reason == "expired"
     msg = str(exc)
     assert "alice@hr expired at 2026-12-06T02:20:00Z" in msg
-    assert "`qdrant-guard credential issue --agent alice --boundary hr`" in msg
+    assert "`qdrant-guard credential issue --authority AUTHORITY_KEY --agent alice --boundary hr`" in msg
 
 
 def test_a_credential_from_the_future_names_the_clocks() -> None:
@@ -183,7 +183,7 @@ def test_a_revoked_credential_says_where_it_is_revoked_and_how_to_replace_it() -
         verify_credential(tok, authorities={"hr": [sk.public_key()]}, revoked_credentials=[jti], now=NOW)
     assert ei.value.reason == "revoked"
     assert f"credential {jti} of agent-r@hr is revoked (listed in [boundaries.hr] revoked_credentials)" in str(ei.value)
-    assert "`qdrant-guard credential issue --agent agent-r --boundary hr`" in str(ei.value)
+    assert "`qdrant-guard credential issue --authority AUTHORITY_KEY --agent agent-r --boundary hr`" in str(ei.value)
 
 
 def test_a_tampered_log_names_the_repair_command_and_that_command_repairs_it(

@@ -112,7 +112,8 @@ def test_the_credential_issue_command_in_a_rejection_is_quoted_for_the_shell(age
     # a second command when pasted).
     msg = _rejection(agent, "hr team", revoke=revoke)
     cmd = msg.split("`")[1]
-    assert shlex.split(cmd) == ["qdrant-guard", "credential", "issue", "--agent", agent, "--boundary", "hr team"]
+    assert shlex.split(cmd) == ["qdrant-guard", "credential", "issue", "--authority", "AUTHORITY_KEY", "--agent", agent,
+                                "--boundary", "hr team"]
 
 
 def test_a_revoked_credential_names_its_policy_section_as_toml_spells_it() -> None:
