@@ -101,6 +101,7 @@ def block(page: str, first_line_contains: str) -> Block:
 GIVEN: dict[tuple[str, str], set[str]] = {
     ("README.md", "from langchain_qdrant import QdrantVectorStore"):
         {"guarded_client", "embeddings", "guarded_async_client"},
+    ("README.md", "alice.create_collection(\"employee_records\""): {"client", "Principal", "Path"},  # the quick start's
     ("docs/diversity-budget.md", "enforce_diversity"): {"client", "c", "v"},
     ("docs/diversity-budget.md", "ExtractionBudget"): {"kept_from_memo", "memo_ids", "hb_ids"},
     ("docs/integrations.md", "from langchain_qdrant"): {"alice", "bob", "my_embeddings"},
@@ -332,6 +333,31 @@ def test_readme_owner_set_up_runs_as_written(quick_start, capsys):
         ns["client"].delete_collection("employee_records")
     assert exc.value.verdict == "REFUSED_CROSS_BOUNDARY"
     assert owner.collection_exists("employee_records")
+    ns["client"].close()
+
+
+def test_readme_first_write_and_read_runs_as_written(quick_start, capsys):
+    # The quick start ended with a client and no call on it; the README now shows the first write
+    # and read (h-walk). Run as written after the quick start, with alice.cred issued by the
+    # README's own hr command; each print prints what its comment says.
+    from qdrant_client import models
+
+    issue = [s for s in spans(README) if s.startswith("qdrant-guard credential issue") and "--boundary hr" in s]
+    argv, out_file = _without_redirect(shlex.split(issue[0])[1:])
+    (quick_start[0] / out_file).write_text(_cli(capsys, argv))
+    ns: dict[str, Any] = {}
+    exec(compile(_quick_start_code(), "README.md (quick start)", "exec"), ns)
+    b = block("README.md", "alice.create_collection(\"employee_records\"")
+    capsys.readouterr()
+    run_block(b, ns)
+    printed = capsys.readouterr().out.splitlines()
+    said = [line.split("# ", 1)[1].split(":")[0].strip() for line in b.text.splitlines() if line.startswith("print(")]
+    assert printed == said
+    # "a read outside hr gets that noised vector, never the one you sent"
+    got = ns["client"].query_points("employee_records", query=ns["embedding"], limit=1, with_vectors=True).points[0]
+    assert got.vector is not None and got.vector != ns["embedding"]
+    assert ns["alice"].retrieve("employee_records", [1], with_vectors=True)[0].vector != ns["embedding"]
+    assert isinstance(ns["hit"], models.ScoredPoint)
     ns["client"].close()
 
 
