@@ -148,8 +148,12 @@ class NoisePolicy(_Strict):
     radius: float = Field(0.01, gt=0, le=2)
     """Protected L2 radius of the metric-DP guarantee (inputs are clipped to ``clip_norm`` first)."""
     clip_norm: float | None = Field(1.0, gt=0, allow_inf_nan=False)
-    """Inputs are clipped to this L2 norm before noising (1.0 suits normalised embeddings). ``None``
-    (from Python; TOML has no null): not clipped, and the guarantee is between inputs as given."""
+    """Inputs are clipped to this L2 norm before noising (1.0 suits normalised embeddings): a longer
+    vector is scaled down to it, so a ``Dot`` or ``Euclid`` collection of unnormalised embeddings
+    loses their length, which those rankings use (normalise them first, or set this to their largest
+    norm: ``radius`` is absolute, so it then protects a smaller change relative to their length).
+    ``None`` (from Python; TOML has no null): not clipped, and the guarantee is between inputs as
+    given."""
     max_receipt_param_sets: int = Field(32, ge=0, le=1024)
     """How many parameter sets (epsilon, delta, radius, dim) of stored receipts of stronger noise than
     this section's, besides its own, the guard holds to their own calibration when it checks that no
