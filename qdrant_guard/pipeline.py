@@ -409,7 +409,8 @@ def missing_key_files(cfg: GuardConfig) -> ConfigError | None:
     specs = [("receipts.trusted_keys", k) for k in cfg.receipts.trusted_keys]
     specs += [("receipts.retired_keys", k) for k in cfg.receipts.retired_keys]
     specs += [("audit_trusted_keys", k) for k in cfg.audit_trusted_keys]
-    specs += [(f"boundaries.{toml_key(n)}.authority_keys", k) for n, b in cfg.boundaries.items() for k in b.authority_keys]
+    specs += [(f"boundaries.{toml_key(n)}.authority_keys", k)
+              for n, b in cfg.boundaries.items() for k in b.authority_keys]
     sections = [("default", cfg.default), *((f"collections.{toml_key(n)}", p) for n, p in cfg.collections.items())]
     specs += [(f"{where}.receipt_keys", k) for where, pol in sections for k in (pol.receipt_keys or ())]
     missing: dict[str, list[str]] = {}
