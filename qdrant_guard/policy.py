@@ -1418,11 +1418,13 @@ class GuardConfig(_Strict):
                     "(or raise epsilon_ceiling)"
                 )
             _check_budget_writers(where, pol)
-            for b in (pol.owner, *pol.readers, *(pol.writers or ())):
+            named = [("owner", pol.owner), *(("readers", r) for r in pol.readers),
+                     *(("writers", w) for w in (pol.writers or ()))]
+            for key, b in named:
                 if b and b != "*" and self.boundaries and b not in self.boundaries:
                     raise ValueError(
-                        f"{where} names boundary {b!r}, which has no [boundaries.{b}] section; "
-                        f"known boundaries: {sorted(self.boundaries)}"
+                        f"{where}.{key} names boundary {b!r}, which has no [boundaries.{toml_key(b)}] section; "
+                        f"known boundaries: {sorted(self.boundaries)}{_boundary_hint(b, self.boundaries)}"
                     )
         return self
 
@@ -1479,6 +1481,18 @@ def _value_at(data: Any, loc: tuple[Any, ...]) -> Any:
         else:
             return None
     return cur
+
+
+def _boundary_hint(name: str, boundaries: dict[str, Any]) -> str:
+    """The fix for a collection naming a boundary the policy lacks: the one it probably means, or
+    the section to add (a typo such as 'suport' or 'HR' is the likely cause)."""
+    import difflib
+
+    folded = [b for b in boundaries if b.casefold() == name.casefold()]
+    close = folded or difflib.get_close_matches(name, list(boundaries), n=1, cutoff=0.75)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f"; fix the name, or add a [boundaries.{toml_key(name)}] section listing its authority's .pub"
 
 
 def _key_hint(key: str) -> str:

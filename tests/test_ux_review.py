@@ -132,7 +132,7 @@ def test_a_check_across_policy_keys_is_not_located_at_root() -> None:
     with pytest.raises(ConfigError) as ei:
         config_from_dict(data, source="p.toml")
     assert "<root>" not in str(ei.value)
-    assert "p.toml: collections.kb names boundary 'suport'" in str(ei.value)
+    assert "p.toml: collections.kb.readers names boundary 'suport'" in str(ei.value)
 
 
 @pytest.mark.parametrize("agent,boundary,fix", [

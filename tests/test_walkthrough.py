@@ -10,7 +10,8 @@ Each test fails on the code before the walkthrough:
   more;
 * Principal(agent, boundary, token) with a boundary the policy does not name was told to issue a
   credential "with that boundary's authority key", which no policy would accept;
-* `[boundary.hr]` for `[boundaries.hr]` got no "did you mean";
+* `[boundary.hr]` for `[boundaries.hr]` got no "did you mean", nor did `readers = ["suport"]`, whose
+  message did not say which key named it;
 * a vector of the wrong dimension was named, but not what to do;
 * `credential issue --ttl 1d` said only "'1d' is not a number";
 * docs/policy.example.toml copied next to the README's keys stopped at its first missing key
@@ -149,6 +150,22 @@ def test_a_singular_boundary_table_is_told_its_plural(setup: Path) -> None:
     (setup / "typo.toml").write_text(POLICY.replace("[boundaries.support]", "[boundary.support]"))
     with pytest.raises(ConfigError, match=r"unknown key 'boundary' .*did you mean 'boundaries'"):
         QdrantClient(":memory:", guard="typo.toml")
+
+
+@pytest.mark.parametrize("typo, key, hint", [
+    ('readers = ["suport"]', "readers", "did you mean 'support'?"),
+    ('owner = "HR"', "owner", "did you mean 'hr'?"),
+    ('writers = ["sales"]', "writers", "fix the name, or add a [boundaries.sales] section listing its authority's .pub"),
+])
+def test_a_collection_naming_an_unknown_boundary_names_its_key_and_the_fix(setup: Path, typo: str, key: str,
+                                                                           hint: str) -> None:
+    text = {"readers": POLICY.replace('readers = ["support"]', typo), "owner": POLICY.replace('owner = "hr"', typo),
+            "writers": POLICY.replace('writers = ["support"]', typo)}[key]
+    (setup / "typo.toml").write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        QdrantClient(":memory:", guard="typo.toml")
+    assert f"collections.employee_records.{key} names boundary" in str(exc.value)
+    assert str(exc.value).endswith(hint)
 
 
 def test_a_vector_of_the_wrong_dimension_is_told_the_fix(setup: Path) -> None:
