@@ -815,6 +815,10 @@ def build_parser() -> argparse.ArgumentParser:
                "boundary authority (the policy lists its .pub), then `credential issue` for each agent "
                "(it prints the token the agent passes as Principal(agent, boundary, token)). README.md "
                "has the quick start, docs/policy.md every policy key.")
+    from . import __version__
+
+    # The first thing a new user types to check the install; it answered "arguments are required".
+    p.add_argument("--version", action="version", version=f"qdrant-guard {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     keys_p = sub.add_parser("keys", help="key management").add_subparsers(dest="sub", required=True)

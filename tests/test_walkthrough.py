@@ -13,7 +13,8 @@ Each test fails on the code before the walkthrough:
 * `[boundary.hr]` for `[boundaries.hr]` got no "did you mean", nor did `readers = ["suport"]`, whose
   message did not say which key named it;
 * a vector of the wrong dimension was named, but not what to do;
-* `credential issue --ttl 1d` said only "'1d' is not a number";
+* `credential issue --ttl 1d` said only "'1d' is not a number", and `qdrant-guard --version` that
+  arguments are required;
 * docs/policy.example.toml copied next to the README's keys stopped at its first missing key
   file, one run per file.
 """
@@ -206,3 +207,12 @@ def test_the_example_policy_names_every_missing_key_file_at_once_and_its_command
         _cli(capsys, argv[1:])
     (setup / "audit").mkdir()  # the example says the guard creates the log file, not its directory
     QdrantClient(":memory:", guard="example.toml").close()
+
+
+def test_the_command_answers_version(capsys) -> None:
+    import qdrant_guard
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"qdrant-guard {qdrant_guard.__version__}"
