@@ -225,6 +225,16 @@ def _client_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return qdrant_client.QdrantClient(path=args.path)
 
 
+def _receipted_points(client: Any, collection: str) -> int:
+    """How many points of ``collection`` hold a receipt: vectors a guard (or a writer) noised."""
+    from qdrant_client import models
+
+    from .receipts import RECEIPT_KEY
+
+    has_receipt = models.Filter(must_not=[models.IsEmptyCondition(is_empty=models.PayloadField(key=RECEIPT_KEY))])
+    return int(client.count(collection, count_filter=has_receipt, exact=True).count)
+
+
 def _print_missing_collection(client: Any, args: argparse.Namespace) -> None:
     names = sorted(c.name for c in client.get_collections().collections)
     print(f"error: --collection {args.collection!r} is not in the store at "
@@ -700,8 +710,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if not client.collection_exists(args.collection):
             _print_missing_collection(client, args)
             return 2
+        noised = _receipted_points(client, args.collection)
     finally:
         client.close()  # local mode allows one client per store, and calibrate opens its own
+    if noised:
+        # The guarded collection itself is the natural thing to point calibrate at, and nothing
+        # else would tell: its "clean" baseline is then a noised one, and each level adds noise to it.
+        print(f"warning: {noised} point(s) of --collection {args.collection!r} carry a qdrant_guard receipt "
+              "(_qdrant_guard_receipt): their vectors are already noised, so calibrate measures noise added to "
+              "noised vectors, not to clean ones; calibrate a staging collection of the clean vectors "
+              "(docs/eval.md, calibrate)", file=sys.stderr)
     rc = run_calibrate_cli(args)
     if rc in (0, EXIT_POLICY_NOT_COVERED) and json.loads(Path(args.out).read_text(encoding="utf-8")).get("signature") is None:
         # A measurement is still useful unsigned, but a guard refuses the record.

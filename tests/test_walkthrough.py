@@ -15,6 +15,8 @@ Each test fails on the code before the walkthrough:
 * a vector of the wrong dimension was named, but not what to do;
 * `credential issue --ttl 1d` said only "'1d' is not a number", and `qdrant-guard --version` that
   arguments are required;
+* `qdrant-guard calibrate` pointed at the guarded collection (every vector noised) measured noise on
+  noise against a noised baseline and signed the record without a word;
 * docs/policy.example.toml copied next to the README's keys stopped at its first missing key
   file, one run per file.
 """
@@ -216,3 +218,33 @@ def test_the_command_answers_version(capsys) -> None:
         cli.main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.strip() == f"qdrant-guard {qdrant_guard.__version__}"
+
+
+def test_calibrate_on_the_guarded_collection_warns_that_its_vectors_are_already_noised(setup: Path, capsys) -> None:
+    # README: "calibrate on your own collection". Pointed at the guarded store, calibrate took the
+    # noised vectors for clean ones, measured noise on noise and signed the record without a word.
+    import json
+
+    rng = np.random.default_rng(3)
+    vectors = rng.normal(size=(30, 8))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    (setup / "queries.jsonl").write_text("".join(json.dumps(v.tolist()) + "\n" for v in vectors[:20]))
+    guarded = QdrantClient(path=str(setup / "guarded"), guard="policy.toml",
+                           principal=Principal("agent-7", "support", _token("agent-7", "support")))
+    guarded.with_principal(Principal("alice", "hr", _token("alice", "hr"))).create_collection(
+        "employee_records", vectors_config=models.VectorParams(size=8, distance=models.Distance.COSINE))
+    guarded.upsert("employee_records", [models.PointStruct(id=i, vector=v.tolist(), payload={"source": f"s{i}"})
+                                        for i, v in enumerate(vectors)])
+    guarded.close()
+    plain = QdrantClient(path=str(setup / "clean"))
+    plain.create_collection("employee_records", vectors_config=models.VectorParams(size=8, distance=models.Distance.COSINE))
+    plain.upsert("employee_records", models.Batch(ids=list(range(30)), vectors=vectors.tolist()))
+    plain.close()
+    for store, warned in (("guarded", True), ("clean", False)):
+        capsys.readouterr()
+        rc = cli.main(["calibrate", "--path", store, "--collection", "employee_records", "--queries", "queries.jsonl",
+                       "--out", f"{store}.json", "--policy", "policy.toml", "--no-progress", "--seed", "1"])
+        err = capsys.readouterr().err
+        assert rc == 0, err
+        assert ("warning: 30 point(s) of --collection 'employee_records' carry a qdrant_guard receipt" in err) is warned
+        assert ("calibrate a staging collection of the clean vectors" in err) is warned
