@@ -78,7 +78,8 @@ class Principal:
 
     Raises:
         GuardArgumentTypeError: (a TypeError) a field has the wrong type.
-        ConfigError: (a ValueError) ``agent_id`` or ``boundary`` is empty.
+        ConfigError: (a ValueError) ``agent_id`` or ``boundary`` is empty, or holds a credential
+            token (which would be shown and logged as a name).
     """
 
     agent_id: str
@@ -92,6 +93,13 @@ class Principal:
                 raise GuardArgumentTypeError(f"Principal.{name} must be str, not {type(value).__name__}")
             if not value:
                 raise ConfigError(f"Principal.{name} must not be empty")
+            if value.strip().startswith(TOKEN_PREFIX + "."):
+                # Principal("agent-7", token) puts the token in the boundary slot, where it would be
+                # shown in messages and written to the audit log as the principal's name.
+                raise ConfigError(
+                    f"Principal.{name} holds a credential token (it starts with '{TOKEN_PREFIX}.'); the token is "
+                    "the third argument: Principal(agent_id, boundary, token), e.g. Principal(\"agent-7\", "
+                    "\"support\", token)")
         if self.credential is not None and not isinstance(self.credential, str):
             # bytes: a token read from its file in binary mode, or subprocess output.
             hint = ": decode it (token.decode().strip())" if isinstance(self.credential, bytes) else (

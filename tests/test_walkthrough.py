@@ -8,6 +8,9 @@ Each test fails on the code before the walkthrough:
   mid-run expiry refusal, with no agent or boundary at all;
 * a token cut short in copying was refused as "signature is not canonical base64url", nothing
   more;
+* Principal("agent-7", token), the boundary left out, took the token for the boundary and was told
+  "no credential was given"; Principal(token, "support") showed the token in the refusal and wrote
+  it to the audit log as the principal's name;
 * Principal(agent, boundary, token) with a boundary the policy does not name was told to issue a
   credential "with that boundary's authority key", which no policy would accept;
 * `[boundary.hr]` for `[boundaries.hr]` got no "did you mean", nor did `readers = ["suport"]`, whose
@@ -135,6 +138,21 @@ def test_a_token_cut_short_in_copying_says_so_and_how_to_get_a_whole_one(setup: 
         assert "cut short or altered: pass it whole, exactly as `qdrant-guard credential issue` printed it" in str(exc.value)
         assert token[:-5] not in str(exc.value)  # the bearer token is never in a message
         _run_the_fix(capsys, str(exc.value))
+
+
+@pytest.mark.parametrize("slot", ["boundary", "agent_id"])
+def test_a_token_in_a_name_slot_of_principal_is_refused_without_echoing_it(setup: Path, slot: str) -> None:
+    # Principal("agent-7", token) left out the boundary: the token became the boundary, and the
+    # refusal said "no credential was given"; as agent_id it was shown in the refusal and written
+    # to the audit log as the principal's name.
+    token = _token("agent-7", "support")
+    args = ("agent-7", token) if slot == "boundary" else (token, "support")
+    with pytest.raises(ConfigError) as exc:
+        QdrantClient(":memory:", guard="policy.toml", principal=Principal(*args))
+    assert f"Principal.{slot} holds a credential token" in str(exc.value)
+    assert "Principal(agent_id, boundary, token)" in str(exc.value)
+    assert token[:12] not in str(exc.value)
+    assert not (setup / "audit.jsonl").exists() or token[:12] not in (setup / "audit.jsonl").read_text()
 
 
 def test_a_principal_of_a_boundary_the_policy_does_not_name_is_told_so(setup: Path) -> None:
