@@ -26,7 +26,10 @@
  * never compare token bytes, only keyed hashes, against that kept-index floor, on the query and on
  * the varied queries in turn. They save 12-27 % of the count, too little for the 20x target, and a
  * port of the fastest into the kernel's lookup saved 2-10 %, so qg_scan still compares bytes
- * (docs/performance-notes.md, 2026-12-06, h-scan4). */
+ * (docs/performance-notes.md, 2026-12-06, h-scan4). The same section times three exact counts
+ * that keep short tokens' bytes in the slot (2026-12-07, h-scan): keyed by 8 bytes with a branch
+ * on the length, or by 16 bytes in 4096 or 1024 slots; the 16-byte form is what qg_scan's small
+ * table now does. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -642,6 +645,137 @@ __attribute__((target("avx2,aes"))) static size_t distinct_hash48_2p(const uint8
     return unique;
 }
 
+/* Short tokens inline (2026-12-07, h-scan; docs/performance-notes.md): exact ids, but a short
+ * token's bytes are the key kept in its slot, so a lookup is hash, slot, one compare, without the
+ * load of an entry behind an index. Tokens here never hold a NUL byte (split takes bytes <= ' '
+ * as whitespace; the scanner's block loop sees printable ASCII only), so the zero-padded bytes are
+ * the token and an all-zero key marks an empty slot. Longer tokens keep the kept index and an
+ * entry (the first 16 bytes, the length, the offset; bytes past 16 compared with memcmp). Ids are
+ * first-seen across both tables. The same keyed AES hash as the baseline.
+ *   inline8:  tokens up to 8 bytes keyed by one 64-bit word (4096 slots, ids in a 16-bit array);
+ *             a branch on the length picks the table (24 % of the query's tokens are 9-14 bytes).
+ *   inline16: tokens up to 16 bytes keyed by one 16-byte vector (SLOTS16 slots of 16 bytes, ids
+ *             in a 16-bit array); only tokens over 16 bytes take the index. */
+typedef struct {
+    __m128i head;
+    uint32_t len, off, id, pad;
+} il_entry;
+static uint16_t il_index[4096];
+static il_entry il_entries[MAX_TOKENS];
+static uint64_t in8_keys[4096];
+static uint16_t in8_ids[4096];
+static __m128i in16_keys[4096];
+static uint16_t in16_ids[4096];
+
+/* The index-and-entry lookup of a token too long for the inline table. */
+__attribute__((target("avx2,aes"))) static inline uint32_t il_long(const uint8_t *s, size_t a, size_t len, __m128i v,
+                                                                  uint64_t h, uint16_t *used, size_t *n_long,
+                                                                  size_t *unique)
+{
+    for (size_t slot = h & 4095;; slot = (slot + 1) & 4095) {
+        unsigned e = il_index[slot];
+        if (!e) {
+            il_entry *en = &il_entries[*n_long];
+            en->head = v;
+            en->len = (uint32_t)len;
+            en->off = (uint32_t)a;
+            en->id = (uint32_t)++*unique;
+            used[(*n_long)++] = (uint16_t)slot;
+            il_index[slot] = (uint16_t)*n_long;
+            return en->id;
+        }
+        const il_entry *en = &il_entries[e - 1];
+        __m128i d = _mm_xor_si128(en->head, v);
+        if (_mm_testz_si128(d, d) && en->len == len && (len <= 16 || !memcmp(s + en->off + 16, s + a + 16, len - 16)))
+            return en->id;
+    }
+}
+
+__attribute__((target("avx2,aes"))) static size_t distinct_inline8(const uint8_t *s, const uint32_t *starts,
+                                                                  const uint32_t *ends, size_t nt, uint32_t *ids)
+{
+    static uint16_t used_in[MAX_TOKENS], used_long[MAX_TOKENS];
+    size_t unique = 0, n_in = 0, n_long = 0;
+    HO_KEYS;
+    for (size_t k = 0; k < nt; k++) {
+        size_t a = starts[k], len = ends[k] - a;
+        __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + a)),
+                                  _mm_load_si128((const __m128i *)masks16[len < 16 ? len : 16]));
+        uint64_t h = ho_hash(s, a, len, k0, k1);
+        if (len <= 8) {
+            uint64_t key = (uint64_t)_mm_cvtsi128_si64(v);
+            for (size_t slot = h & 4095;; slot = (slot + 1) & 4095) {
+                uint64_t kk = in8_keys[slot];
+                if (__builtin_expect(kk == key, 1)) {
+                    ids[k] = in8_ids[slot];
+                    break;
+                }
+                if (!kk) {
+                    in8_keys[slot] = key;
+                    in8_ids[slot] = (uint16_t)++unique;
+                    used_in[n_in++] = (uint16_t)slot;
+                    ids[k] = (uint32_t)unique;
+                    break;
+                }
+            }
+        } else
+            ids[k] = il_long(s, a, len, v, h, used_long, &n_long, &unique);
+    }
+    for (size_t u = 0; u < n_in; u++)
+        in8_keys[used_in[u]] = 0;
+    for (size_t u = 0; u < n_long; u++)
+        il_index[used_long[u]] = 0;
+    return unique;
+}
+
+static inline __attribute__((always_inline, target("avx2,aes"))) size_t
+inline16(const uint8_t *s, const uint32_t *starts, const uint32_t *ends, size_t nt, uint32_t *ids, size_t mask)
+{
+    static uint16_t used_in[MAX_TOKENS], used_long[MAX_TOKENS];
+    size_t unique = 0, n_in = 0, n_long = 0;
+    HO_KEYS;
+    for (size_t k = 0; k < nt; k++) {
+        size_t a = starts[k], len = ends[k] - a;
+        __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(s + a)),
+                                  _mm_load_si128((const __m128i *)masks16[len < 16 ? len : 16]));
+        uint64_t h = ho_hash(s, a, len, k0, k1);
+        if (__builtin_expect(len <= 16, 1)) {
+            for (size_t slot = h & mask;; slot = (slot + 1) & mask) {
+                __m128i kk = in16_keys[slot], d = _mm_xor_si128(kk, v);
+                if (__builtin_expect(_mm_testz_si128(d, d), 1)) {
+                    ids[k] = in16_ids[slot];
+                    break;
+                }
+                if (!_mm_cvtsi128_si32(kk)) {
+                    in16_keys[slot] = v;
+                    in16_ids[slot] = (uint16_t)++unique;
+                    used_in[n_in++] = (uint16_t)slot;
+                    ids[k] = (uint32_t)unique;
+                    break;
+                }
+            }
+        } else
+            ids[k] = il_long(s, a, len, v, h, used_long, &n_long, &unique);
+    }
+    for (size_t u = 0; u < n_in; u++)
+        in16_keys[used_in[u]] = _mm_setzero_si128();
+    for (size_t u = 0; u < n_long; u++)
+        il_index[used_long[u]] = 0;
+    return unique;
+}
+
+__attribute__((target("avx2,aes"))) static size_t distinct_inline16(const uint8_t *s, const uint32_t *starts,
+                                                                   const uint32_t *ends, size_t nt, uint32_t *ids)
+{
+    return inline16(s, starts, ends, nt, ids, 4095);
+}
+
+__attribute__((target("avx2,aes"))) static size_t distinct_inline16_1k(const uint8_t *s, const uint32_t *starts,
+                                                                      const uint32_t *ends, size_t nt, uint32_t *ids)
+{
+    return inline16(s, starts, ends, nt, ids, 1023);
+}
+
 /* First-seen ids by comparing whole tokens' bytes, any length: what the hash-only counts must give
  * (with a fixed key and these texts, a merge would be a bug, not a collision: 2^-40 at worst). */
 static size_t ids_oracle_any(const uint8_t *s, const uint32_t *starts, const uint32_t *ends, size_t nt,
@@ -899,7 +1033,7 @@ int main(int argc, char **argv)
          * rounds (order rotated every round). Each must first give the byte-comparing oracle's
          * count and ids on the query, every varied query and 48 made-up texts (few letters, so
          * many repeats; tokens of 1 to 40 bytes, so the fold past 16 bytes is checked too). */
-        enum { NV = 5, VQ = 64, ROUNDS = 41, REPS = 20000, REPS_V = 300 };
+        enum { NV = 8, VQ = 64, ROUNDS = 41, REPS = 20000, REPS_V = 300 };
         static uint8_t vbuf[VQ][MAX_TOKENS + 64];
         static uint32_t vs[VQ][1024], ve[VQ][1024];
         static size_t vn[VQ];
@@ -924,12 +1058,16 @@ int main(int argc, char **argv)
             at += len + 1;
         }
         size_t (*const fns[NV])(const uint8_t *, const uint32_t *, const uint32_t *, size_t, uint32_t *) = {
-            distinct_kept, distinct_hash64, distinct_hash48, distinct_hash64_2p, distinct_hash48_2p};
+            distinct_kept, distinct_hash64, distinct_hash48, distinct_hash64_2p, distinct_hash48_2p,
+            distinct_inline8, distinct_inline16, distinct_inline16_1k};
         static const char *names[NV] = {"floor, AES hash, kept index, byte compare (baseline)",
                                         "  hash only, 64-bit (63 bits + id array), one pass",
                                         "  hash only, 48-bit tag + id in one word, one pass",
                                         "  hash only, 64-bit, all hashed first, then inserted",
-                                        "  hash only, 48-bit tag, all hashed first, then inserted"};
+                                        "  hash only, 48-bit tag, all hashed first, then inserted",
+                                        "  exact, tokens <= 8 bytes inline (64-bit key in the slot)",
+                                        "  exact, tokens <= 16 bytes inline (16-byte key, 4096 slots)",
+                                        "  exact, tokens <= 16 bytes inline (16-byte key, 1024 slots)"};
         static uint8_t text[MAX_TOKENS + 64];
         uint64_t x = 0x2545F4914F6CDD1Dull;
         for (size_t c = 0; c < 1 + nq + 48; c++) {
