@@ -878,7 +878,7 @@ int main(int argc, char **argv)
         return 1;
     }
     /* The kernel as the binding calls it with the GIL held: with an index it keeps zeroed. */
-    static uint16_t index[QG_SCAN_INDEX_SLOTS];
+    static qg_scan_table index;
     const int reps = 200000;
     double best_split = 1e9, best_all = 1e9, best_aes = 1e9, best_scan = 1e9;
     size_t sink = 0;
@@ -904,7 +904,7 @@ int main(int argc, char **argv)
         for (int r = 0; r < reps; r++) {
             qg_scan_out o;
             memset(&o, 0, sizeof o);
-            qg_scan_index(buf, n, &rules, &o, index);
+            qg_scan_index(buf, n, &rules, &o, &index);
             sink += (size_t)o.unique_tokens;
             qg_scan_out_free(&o);
         }

@@ -141,9 +141,9 @@ static void check_modes_agree(const uint8_t *s, const qg_scan_out *b, const qg_s
 /* The index the binding shares between the scans it runs under the GIL: zero between scans,
  * kept across inputs as it is across calls there, so a scan that leaves a slot set is caught by
  * the check below and, failing that, by the next input's comparison with qg_scan. */
-static uint16_t shared_index[QG_SCAN_INDEX_SLOTS];
+static qg_scan_table shared_index;
 
-static int run_with(const uint8_t *s, size_t n, const qg_scan_rules *r, qg_scan_out *o, uint16_t *index)
+static int run_with(const uint8_t *s, size_t n, const qg_scan_rules *r, qg_scan_out *o, qg_scan_table *index)
 {
     memset(o, 0, sizeof *o);
     int rc = index ? qg_scan_index(s, n, r, o, index) : qg_scan(s, n, r, o);
@@ -152,7 +152,7 @@ static int run_with(const uint8_t *s, size_t n, const qg_scan_rules *r, qg_scan_
         CHECK(o->marks == NULL && o->n_marks == 0, "NOMEM left marks behind");
     if (index)
         for (size_t k = 0; k < QG_SCAN_INDEX_SLOTS; k++)
-            CHECK(index[k] == 0, "the shared index slot %zu is %u after a scan", k, index[k]);
+            CHECK(index->slots[k] == 0, "the shared index slot %zu is %u after a scan", k, index->slots[k]);
     return rc;
 }
 
@@ -256,7 +256,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_out(s, n, &r, &o1);
         /* Deterministic, independent of where the buffer sits, and the same with the binding's
          * shared index as with a fresh one. */
-        if (run_with(text, n, &r, &o2, shared_index) == QG_SCAN_OK) {
+        if (run_with(text, n, &r, &o2, &shared_index) == QG_SCAN_OK) {
             CHECK(o1.n_marks == o2.n_marks &&
                       (o1.n_marks == 0 ||
                        memcmp(o1.marks, o2.marks, o1.n_marks * sizeof *o1.marks) == 0) &&

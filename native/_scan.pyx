@@ -30,9 +30,9 @@ cdef extern from "Python.h":
 
 from operator import attrgetter
 
-from scan cimport (QG_SCAN_INDEX_SLOTS, QG_SCAN_MAX_BYTES, QG_SCAN_NOMEM, QG_SCAN_OK,
+from scan cimport (QG_SCAN_MAX_BYTES, QG_SCAN_NOMEM, QG_SCAN_OK,
                    qg_glued_out, qg_glued_out_free, qg_glued_scan, qg_mark, qg_scan, qg_scan_index,
-                   qg_scan_out, qg_scan_out_free, qg_scan_rules)
+                   qg_scan_out, qg_scan_out_free, qg_scan_rules, qg_scan_table)
 
 from qdrant_guard import _scan_py as _ref
 from qdrant_guard.errors import GuardArgumentValueError
@@ -44,9 +44,9 @@ __all__ = ["KINDS", "ScanResult", "Violation", "scan_query"]
 cdef size_t NOGIL_BYTES = 1 << 16
 
 # The token table index of the scans that run with the GIL held, one at a time (scans do not call
-# back into Python): zeroed, and left zeroed by every scan, so that a call does not zero 8 KB of
-# index first (see qg_scan_index). Scans without the GIL use their own. Without a GIL (free-threaded
-# builds) every scan uses its own.
+# back into Python): its slots zeroed, and left zeroed by every scan, so that a call does not zero
+# 8 KB of index first (see qg_scan_index); its short-token keys need no zeroing. Scans without the
+# GIL use their own. Without a GIL (free-threaded builds) every scan uses its own.
 cdef extern from *:
     """
     #ifdef Py_GIL_DISABLED
@@ -57,7 +57,7 @@ cdef extern from *:
     """
     int QG_SHARED_INDEX
 
-cdef uint16_t _index[QG_SCAN_INDEX_SLOTS]
+cdef qg_scan_table _index
 # Limits above this are as good as infinite and still fit int64_t.
 cdef int64_t HUGE = 1 << 62
 
@@ -339,7 +339,7 @@ def scan_query(text, *, max_tokens=500, max_repetition=0.5, max_ngram_run=None,
             rc = qg_scan(<const uint8_t *>data, <size_t>size, &rules, &out)
     else:
         rc = qg_scan_index(<const uint8_t *>data, <size_t>size, &rules, &out,
-                           _index if QG_SHARED_INDEX else NULL)
+                           &_index if QG_SHARED_INDEX else NULL)
     if rc == QG_SCAN_NOMEM:
         raise MemoryError(f"scan_query(): no memory for the token table of a {size}-byte text")
     cdef list glued = None

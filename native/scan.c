@@ -275,7 +275,16 @@ static int decode(const uint8_t *s, size_t n, size_t i, int allow_surrogates, ui
  * kept at most an eighth full: a lookup that misses its first
  * slot costs a mispredicted branch, far more than the extra memory, and at an eighth nearly every
  * token is found in its first slot. Larger ones move to the heap with 4-byte slots, kept at most
- * half full, so that what is read at random stays small enough for the caches. */
+ * half full, so that what is read at random stays small enough for the caches.
+ *
+ * The small table also keeps, beside each slot, the key of a short token: one of at most 16
+ * bytes without a NUL byte, whose 16 zero-padded bytes are then the token (its length is where
+ * the zeros start), so a lookup compares them with the slot's key, one vector compare, without
+ * loading the entry behind the slot. A slot that holds any other token has an all-zero key, which
+ * no short token has (its first byte is not 0). Keys of empty slots are left from earlier scans
+ * (or never written) and are not read as a match: a slot matches only if it is also set. Every
+ * token of the block loop is short (printable ASCII, under 17 bytes). Entries are still written
+ * for every token, for growing to the heap, which has no keys. */
 typedef struct {
     uint64_t head;   /* bytes 0..7, zero-padded */
     uint64_t next;   /* bytes 8..15, zero-padded: with head and len, equality up to 16 bytes */
@@ -289,6 +298,25 @@ _Static_assert(offsetof(token_entry, next) == offsetof(token_entry, head) + 8, "
 #define STACK_LOAD 8
 #define STACK_ENTRIES (STACK_SLOTS / STACK_LOAD)
 #define HEAP_LOAD 2
+
+/* The small table's index: its slots, then the keys beside them at a fixed offset from the slots
+ * (the layout of qg_scan_table), so that the block loop reaches a key from the index's address
+ * without a register of its own (with one, the loop spilled to the stack). qg_scan's own for
+ * short inputs, on the stack; a larger one is a qg_scan_table on the heap (72 KB, too much for
+ * some threads' stacks). */
+#define STACK_KEYS 256
+typedef struct {
+    uint16_t slots[STACK_SLOTS];
+    uint8_t keys[STACK_KEYS][16];
+} small_table;
+#define KEYS_AT (STACK_SLOTS * sizeof(uint16_t))
+_Static_assert(offsetof(qg_scan_table, keys) == KEYS_AT, "keys after the slots");
+_Static_assert(offsetof(small_table, keys) == KEYS_AT, "keys after the slots");
+
+static inline uint8_t *slot_key(uint16_t *small, size_t slot)
+{
+    return (uint8_t *)small + KEYS_AT + 16 * slot;
+}
 
 typedef struct {
     const uint8_t *s;
@@ -306,7 +334,7 @@ typedef struct {
     size_t chain_end, selector_end, tags_ok_end, escape_end;
 
     /* tokens (see token_entry for the two layouts) */
-    uint16_t *small;     /* the stack index; NULL once on the heap */
+    uint16_t *small;     /* the stack index (see small_table); NULL once on the heap */
     uint32_t *slots;     /* the heap index */
     token_entry *entries; /* on the stack while small is set, else on the heap */
     size_t mask;
@@ -1141,11 +1169,26 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
     token_entry *e;
     uint32_t tid;
     if (h->small) {
+        /* A short token (see token_entry) is matched by its key, any other by its entry. */
+        const int short_token = len <= 16 && !memchr(s + a, 0, len);
+        uint64_t key[2] = {0, 0};
+        if (short_token) {
+#ifdef QG_SCAN_DISPATCH
+            if (hw)
+                _mm_storeu_si128((__m128i *)key, v);
+            else
+#endif
+            {
+                key[0] = head;
+                key[1] = next;
+            }
+        }
         for (;;) {
             unsigned id = h->small[slot];
             if (id == 0) {
                 if ((size_t)h->unique < h->room) {
                     h->small[slot] = (uint16_t)(h->unique + 1);
+                    memcpy(slot_key(h->small, slot), key, 16);
                     st->stack_used[h->unique] = (uint16_t)slot;
                     tid = (uint32_t)h->unique;
                     e = &h->entries[tid];
@@ -1155,8 +1198,9 @@ token_body(scanner *st, hot_state *h, size_t a, size_t b, int64_t position, int6
             }
             tid = id - 1;
             e = &h->entries[tid];
-            if (SAME_HEAD(e) &&
-                (len <= 16 || memcmp(s + e->offset + 16, s + a + 16, len - 16) == 0))
+            if (short_token ? memcmp(slot_key(h->small, slot), key, 16) == 0
+                            : SAME_HEAD(e) &&
+                                  (len <= 16 || memcmp(s + e->offset + 16, s + a + 16, len - 16) == 0))
                 goto found;
             slot = (slot + 1) & h->mask;
             h->probes++;
@@ -1500,6 +1544,12 @@ __attribute__((target("avx2"))) static inline int same_bytes(const token_entry *
     __m128i x = _mm_xor_si128(_mm_loadu_si128((const __m128i *)&en->head), v);
     return _mm_testz_si128(x, x);
 }
+
+__attribute__((target("avx2"))) static inline int same_key(const uint8_t *key, __m128i v)
+{
+    __m128i x = _mm_xor_si128(_mm_loadu_si128((const __m128i *)key), v);
+    return _mm_testz_si128(x, x);
+}
 #endif
 
 /* Whether x has a run of at least k set bits, for 8 <= k <= 17 (the range of fast_len: blob
@@ -1662,20 +1712,46 @@ fast_tokens_loop(scanner *st, hot_state *h, const fast_env *env, int64_t *model_
                 id = (size_t)++h->unique;
                 if (small) {
                     env->small[slot] = (uint16_t)id;
+#ifdef QG_SCAN_DISPATCH
+                    if (hw)
+                        _mm_storeu_si128((__m128i *)slot_key(env->small, slot), v);
+                    else
+#endif
+                    {
+                        memcpy(slot_key(env->small, slot), &head, 8);
+                        memcpy(slot_key(env->small, slot) + 8, &next, 8);
+                    }
                     st->stack_used[id - 1] = (uint16_t)slot;
                 } else
                     env->slots[slot] = (uint32_t)id;
                 break;
             }
-            const token_entry *en = small ? &st->stack_entries[id - 1] : &env->entries[id - 1];
+            if (small) {
+                /* Every token here is short: a set slot with its key is the token (see
+                 * token_entry), with no load of the entry behind the slot. */
 #ifdef QG_SCAN_DISPATCH
-            if (hw) {
-                if (same_bytes(en, v) && en->len == (uint32_t)len)
-                    break;
-            } else
+                if (hw) {
+                    if (same_key(slot_key(env->small, slot), v))
+                        break;
+                } else
 #endif
-                if (((en->len ^ len) | (en->head ^ head) | (en->next ^ next)) == 0)
-                    break;
+                {
+                    uint64_t k[2];
+                    memcpy(k, slot_key(env->small, slot), 16);
+                    if (((k[0] ^ head) | (k[1] ^ next)) == 0)
+                        break;
+                }
+            } else {
+                const token_entry *en = &env->entries[id - 1];
+#ifdef QG_SCAN_DISPATCH
+                if (hw) {
+                    if (same_bytes(en, v) && en->len == (uint32_t)len)
+                        break;
+                } else
+#endif
+                    if (((en->len ^ len) | (en->head ^ head) | (en->next ^ next)) == 0)
+                        break;
+            }
             slot = (slot + 1) & env->mask;
             h->probes++;
         }
@@ -1855,8 +1931,8 @@ __attribute__((target("avx2,popcnt,bmi,bmi2,aes"), noinline)) static size_t run_
 /* The pass, inlined twice: hw = 1 is compiled for CPUs with AVX2/POPCNT/BMI/AES-NI
  * (runtime-dispatched, the build targets baseline x86-64); both compute exactly the same figures. */
 static inline __attribute__((always_inline)) int
-scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out, uint16_t *shared,
-          int hw)
+scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out,
+          qg_scan_table *shared, int hw)
 {
     out->first_repeat = out->token_cap_at = out->model_cap_at = -1;
 
@@ -1884,15 +1960,25 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
      * cost a 500-token query more than its n-gram bookkeeping, and a thread-local index instead
      * cost a call to __tls_get_addr that misses the cache after the interpreter ran. Else one on
      * the stack, sized down for short inputs so there is little to zero. */
-    uint16_t stack_index[STACK_SLOTS] __attribute__((aligned(64)));
+    small_table stack_table __attribute__((aligned(64)));
+    qg_scan_table *heap_table = NULL;
     size_t slots = STACK_SLOTS;
-    uint16_t *index = shared;
-    if (!index) {
+    uint16_t *index;
+    if (shared)
+        index = shared->slots;
+    else {
         slots = 64;
         while (slots < STACK_SLOTS && slots / STACK_LOAD < n / 2 + 1)
             slots *= 2;
-        memset(stack_index, 0, slots * sizeof stack_index[0]);
-        index = stack_index;
+        index = stack_table.slots;
+        if (slots > STACK_KEYS) {
+            heap_table = (qg_scan_table *)malloc(sizeof *heap_table);
+            if (!heap_table)
+                return QG_SCAN_NOMEM;
+            index = heap_table->slots;
+        }
+        /* Only the slots: keys need no zeroing (see token_entry). */
+        memset(index, 0, slots * sizeof index[0]);
     }
     st.small = index;
     st.entries = st.stack_entries;
@@ -2134,7 +2220,8 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     if (shared)
         for (size_t k = 0, used = hot.unique < STACK_ENTRIES ? (size_t)hot.unique : STACK_ENTRIES;
              k < used; k++)
-            shared[st.stack_used[k]] = 0;
+            shared->slots[st.stack_used[k]] = 0;
+    free(heap_table);
     free(st.slots);
     if (!st.small)
         free(st.entries);
@@ -2146,14 +2233,14 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
 }
 
 static int scan_generic(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out,
-                        uint16_t *index)
+                        qg_scan_table *index)
 {
     return scan_pass(s, n, rules, out, index, 0);
 }
 
 #ifdef QG_SCAN_DISPATCH
 __attribute__((target("avx2,popcnt,bmi,bmi2,aes"))) static int
-scan_bmi(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out, uint16_t *index)
+scan_bmi(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out, qg_scan_table *index)
 {
     return scan_pass(s, n, rules, out, index, 1);
 }
@@ -2165,7 +2252,7 @@ int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out 
 }
 
 int qg_scan_index(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out,
-                  uint16_t *index)
+                  qg_scan_table *index)
 {
     if (n > QG_SCAN_MAX_BYTES)
         return QG_SCAN_TOO_BIG;

@@ -55,12 +55,24 @@ typedef struct {
  * its marks with qg_scan_out_free. Returns QG_SCAN_OK, QG_SCAN_NOMEM or QG_SCAN_TOO_BIG. */
 int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out);
 
-/* qg_scan with the index of the scan's first token table supplied: QG_SCAN_INDEX_SLOTS zeroed
- * slots that no other scan uses meanwhile, left zeroed again when the call returns. Saves zeroing
- * a fresh index on every call (what qg_scan does, on the stack); index NULL is qg_scan. */
+/* The index of a scan's first token table, for qg_scan_index: slots (zeroed between scans) and,
+ * beside each slot, the key of a short token put there (any bytes between scans). */
 #define QG_SCAN_INDEX_SLOTS 4096
+#if defined(__GNUC__)
+#define QG_SCAN_ALIGNED __attribute__((aligned(64))) /* a key never straddles a cache line */
+#else
+#define QG_SCAN_ALIGNED
+#endif
+typedef struct {
+    uint16_t slots[QG_SCAN_INDEX_SLOTS];
+    uint8_t keys[QG_SCAN_INDEX_SLOTS][16];
+} QG_SCAN_ALIGNED qg_scan_table;
+
+/* qg_scan with the index of the scan's first token table supplied: a qg_scan_table whose slots
+ * are zeroed and that no other scan uses meanwhile, its slots left zeroed again when the call
+ * returns. Saves zeroing a fresh index on every call (what qg_scan does); index NULL is qg_scan. */
 int qg_scan_index(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out,
-                  uint16_t *index);
+                  qg_scan_table *index);
 void qg_scan_out_free(qg_scan_out *out);
 
 /* Glued repetition (see _scan_py.glued_runs): the whitespace-free runs of at least

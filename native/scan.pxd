@@ -42,8 +42,10 @@ cdef extern from "scan.h" nogil:
     int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out)
     enum:
         QG_SCAN_INDEX_SLOTS
+    ctypedef struct qg_scan_table:
+        pass
     int qg_scan_index(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out,
-                      uint16_t *index)
+                      qg_scan_table *index)
     void qg_scan_out_free(qg_scan_out *out)
 
     enum:

@@ -219,6 +219,8 @@ def test_generic_native_pass_agrees() -> None:
         "test_long_letter_tokens_agree()\n"
         "from tests.test_scan_oracle import test_model_estimate_of_letter_and_digit_blocks_agrees\n"
         "test_model_estimate_of_letter_and_digit_blocks_agrees()\n"
+        "from tests.test_scan_oracle import test_short_token_keys_agree\n"
+        "test_short_token_keys_agree()\n"
         "print('ok')\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -420,4 +422,48 @@ def test_repetition_details_agree() -> None:
             for cap in caps:
                 assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_repetition=cap)
             assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_repetition=0.0, max_tokens=3,
+                        max_ngram_run=0.0)
+
+
+def test_short_token_keys_agree() -> None:
+    """The small token table matches a token of at most 16 bytes without a NUL byte by its 16
+    zero-padded bytes kept in the slot, and any other token by its entry: tokens whose padded bytes
+    are the same but that differ in a trailing NUL byte or in length must stay distinct, whichever
+    path (block loop or byte-at-a-time, seen first or second) each one takes."""
+    rng = random.Random(41)
+    words = ["a", "a\x00", "a\x00\x00", "ab", "x" * 15, "x" * 15 + "\x00", "x" * 16, "x" * 16 + "\x00",
+             "x" * 17, "x" * 8 + "\x00" * 8, "x" * 8, "\x00", "\x00a", "y" * 16, "y" * 16 + "y"]
+    plain = "the quick brown fox jumps over a lazy dog " * 3  # block-loop text (printable ASCII)
+    for case in range(60):
+        pieces = []
+        for _ in range(rng.randrange(1, 40)):
+            pieces.append(rng.choice(words))
+            if rng.random() < 0.2:
+                pieces.append(plain)
+            if rng.random() < 0.1:
+                pieces.append("é")  # sends its block to the byte-at-a-time path
+        text = " ".join(pieces)
+        for min_blob_len in (None, 8):
+            assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_tokens=None, max_ngram_run=0.0,
+                        min_blob_len=min_blob_len)
+        assert_same(NATIVE.scan_query, PYTHON.scan_query, text.encode(), max_tokens=None, max_ngram_run=0.0)
+    # Over 64 KiB the binding scans without the GIL, with a table of the scan's own.
+    text = " ".join(rng.choice(words) + " " + plain for _ in range(600))
+    assert len(text) > 1 << 16
+    assert_same(NATIVE.scan_query, PYTHON.scan_query, text, max_tokens=None, max_ngram_run=0.0)
+    # Two different tokens meet only where the keyed hash puts them in one probe chain, so many
+    # such pairs (about a hundred meetings over the loop, for any key) in tables of up to 510
+    # distinct tokens, the most the small table holds: each word with one and two NUL bytes after
+    # it (the same padded bytes, other lengths), and 8-16 byte words of one 8-byte prefix (block
+    # loop tokens that differ only past their first 8 bytes).
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    for case in range(120):
+        stems = {"".join(rng.choice(letters) for _ in range(rng.randrange(1, 15))) for _ in range(170)}
+        tokens = [w + tail for w in stems for tail in ("", "\x00", "\x00\x00")]
+        rng.shuffle(tokens)
+        assert_same(NATIVE.scan_query, PYTHON.scan_query, " ".join(tokens), max_tokens=None,
+                    max_ngram_run=0.0)
+        if case % 6 == 0:
+            ids = [f"customer{rng.randrange(10 ** 8):0{rng.randrange(1, 9)}d}" for _ in range(500)]
+            assert_same(NATIVE.scan_query, PYTHON.scan_query, " ".join(ids), max_tokens=None,
                         max_ngram_run=0.0)
