@@ -3,7 +3,8 @@
  * Input: 4 header bytes choosing the rules and the buffer misalignment, then the text.
  * Checks, besides the sanitizers: every figure and mark lies inside the text; character runs and
  * escapes come out in order without overlapping; the scan is deterministic, also through a shared
- * table index (qg_scan_index), which every scan leaves zeroed; on strict UTF-8
+ * table index (qg_scan_index), whose slots every scan leaves zeroed (its short-token keys stay
+ * behind, and must never be read as a match by the next scan); on strict UTF-8
  * the bytes mode and the str mode agree exactly once byte offsets are mapped to code points; and
  * the glued-repetition pass (qg_glued_scan) keeps its runs in range and, on ASCII text, agrees
  * with a naive recount. */
@@ -138,9 +139,10 @@ static void check_modes_agree(const uint8_t *s, const qg_scan_out *b, const qg_s
     }
 }
 
-/* The index the binding shares between the scans it runs under the GIL: zero between scans,
- * kept across inputs as it is across calls there, so a scan that leaves a slot set is caught by
- * the check below and, failing that, by the next input's comparison with qg_scan. */
+/* The index the binding shares between the scans it runs under the GIL: slots zero between scans,
+ * keys left as the last scan wrote them, kept across inputs as across calls there, so a scan that
+ * leaves a slot set is caught by the check below, and one that reads an earlier scan's key as a
+ * match by the next input's comparison with qg_scan. */
 static qg_scan_table shared_index;
 
 static int run_with(const uint8_t *s, size_t n, const qg_scan_rules *r, qg_scan_out *o, qg_scan_table *index)
