@@ -3,8 +3,8 @@
  * Input: 4 header bytes choosing the rules and the buffer misalignment, then the text.
  * Checks, besides the sanitizers: every figure and mark lies inside the text; character runs and
  * escapes come out in order without overlapping; the scan is deterministic, also through a shared
- * table index (qg_scan_index), whose slots every scan leaves zeroed (its short-token keys stay
- * behind, and must never be read as a match by the next scan); on strict UTF-8
+ * table index (qg_scan_index), whose slots and short-token keys every scan leaves zeroed (no
+ * word of one query stays behind in the process's shared index); on strict UTF-8
  * the bytes mode and the str mode agree exactly once byte offsets are mapped to code points; and
  * the glued-repetition pass (qg_glued_scan) keeps its runs in range and, on ASCII text, agrees
  * with a naive recount. */
@@ -153,8 +153,11 @@ static int run_with(const uint8_t *s, size_t n, const qg_scan_rules *r, qg_scan_
     if (rc == QG_SCAN_NOMEM)
         CHECK(o->marks == NULL && o->n_marks == 0, "NOMEM left marks behind");
     if (index)
-        for (size_t k = 0; k < QG_SCAN_INDEX_SLOTS; k++)
+        for (size_t k = 0; k < QG_SCAN_INDEX_SLOTS; k++) {
             CHECK(index->slots[k] == 0, "the shared index slot %zu is %u after a scan", k, index->slots[k]);
+            for (size_t b = 0; b < 16; b++)
+                CHECK(index->keys[k][b] == 0, "the shared index key %zu holds a byte after a scan", k);
+        }
     return rc;
 }
 

@@ -2216,11 +2216,15 @@ scan_pass(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *o
     for (unsigned act = st.ng_active; act; act &= act - 1)
         end_streak(&st, __builtin_ctz(act) + 1, tokens);
     /* Leave the caller's index zeroed: the stack entries are the tokens that were put in it (all
-     * STACK_ENTRIES of them if the table moved to the heap). */
+     * STACK_ENTRIES of them if the table moved to the heap). Their keys too, though a key is
+     * never read without its slot: the shared index lives as long as the process, and the keys
+     * are the query's own words (an SSN is 11 bytes). */
     if (shared)
         for (size_t k = 0, used = hot.unique < STACK_ENTRIES ? (size_t)hot.unique : STACK_ENTRIES;
-             k < used; k++)
+             k < used; k++) {
             shared->slots[st.stack_used[k]] = 0;
+            memset(shared->keys[st.stack_used[k]], 0, 16);
+        }
     free(heap_table);
     free(st.slots);
     if (!st.small)

@@ -56,7 +56,7 @@ typedef struct {
 int qg_scan(const uint8_t *s, size_t n, const qg_scan_rules *rules, qg_scan_out *out);
 
 /* The index of a scan's first token table, for qg_scan_index: slots (zeroed between scans) and,
- * beside each slot, the key of a short token put there (any bytes between scans). */
+ * beside each slot, the key of a short token put there (both zeroed between scans). */
 #define QG_SCAN_INDEX_SLOTS 4096
 #if defined(__GNUC__)
 #define QG_SCAN_ALIGNED __attribute__((aligned(64))) /* a key never straddles a cache line */

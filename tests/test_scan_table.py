@@ -107,7 +107,8 @@ def test_random_words_for_comparison(probes_exe, variant):
 def test_tokens_with_the_same_padded_bytes_stay_distinct(tmp_path):
     """A short token's key in the small table is its 16 zero-padded bytes, which "ab", "ab\\0" and
     "ab\\0\\0" share: only tokens without a NUL byte are keyed so. The harness scans 40,000 texts
-    of such triples (tables sized down, so tokens share probe chains often) in both variants."""
+    of such triples (tables sized down, so tokens share probe chains often) in both variants, and
+    checks that the shared index holds no slot and no key byte after each scan."""
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         pytest.skip("no C compiler")
@@ -116,6 +117,8 @@ def test_tokens_with_the_same_padded_bytes_stay_distinct(tmp_path):
                     str(ROOT / "native" / "scan.c"), "-o", str(exe)], check=True)
     for variant in VARIANTS.values():
         env = {k: v for k, v in os.environ.items() if k != "QG_SCAN_GENERIC"} | variant
-        wrong, probes = map(int, subprocess.run([str(exe)], capture_output=True, check=True, env=env).stdout.split())
+        wrong, probes, left = map(int, subprocess.run([str(exe)], capture_output=True, check=True,
+                                                      env=env).stdout.split())
         assert probes > 1000  # tokens met in probe chains: the check below is not vacuous
         assert wrong == 0
+        assert left == 0

@@ -3,8 +3,9 @@
  * and "ab\0\0" have the same padded bytes, so only the NUL check keeps them apart where the keyed
  * hash puts them in one probe chain. Scans 20,000 texts of such triples from distinct stems, in
  * random order, through qg_scan (its table sized down for short texts, so chains meet often) and
- * qg_scan_index, and prints "wrong probes": the scans whose distinct count is not the number of
- * tokens, and the slots stepped past in all (how often tokens met). */
+ * qg_scan_index, and prints "wrong probes left": the scans whose distinct count is not the number
+ * of tokens, the slots stepped past in all (how often tokens met), and the shared index's slots or
+ * key bytes found non-zero after a scan (a query's words must not stay behind in it). */
 #include <stdio.h>
 #include <string.h>
 
@@ -23,7 +24,7 @@ int main(void)
     static uint8_t text[4096];
     static unsigned order[3 * 64];
     uint64_t x = 0x9E3779B97F4A7C15ull;
-    long wrong = 0, probes = 0;
+    long wrong = 0, probes = 0, left = 0;
     for (int c = 0; c < 20000; c++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         unsigned k = 1 + (unsigned)(x % 64), base = (unsigned)(x >> 32) % 100000;
@@ -55,8 +56,14 @@ int main(void)
                 wrong++;
             probes += out.probes;
             qg_scan_out_free(&out);
+            if (shared_index)
+                for (size_t slot = 0; slot < QG_SCAN_INDEX_SLOTS; slot++) {
+                    left += shared.slots[slot] != 0;
+                    for (size_t b = 0; b < 16; b++)
+                        left += shared.keys[slot][b] != 0;
+                }
         }
     }
-    printf("%ld %ld\n", wrong, probes);
+    printf("%ld %ld %ld\n", wrong, probes, left);
     return 0;
 }
