@@ -84,7 +84,8 @@ def create_private(path: str) -> None:
     Mode 600 since its rows name principals, collections, sources and point ids: who read what.
     A failure is left to SQLite's open, which reports it."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        # Where a symlink points: SQLite follows a dangling one and would create its target itself.
+        fd = os.open(os.path.realpath(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
                      | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except OSError:
         return

@@ -151,3 +151,23 @@ def test_a_side_file_others_can_write_is_refused_before_the_database_exists(tmp_
         SqliteBudgetStore(str(db))
     assert not db.exists()  # refused before anything was created
 
+
+@_POSIX
+def test_a_store_path_that_is_a_dangling_symlink_creates_its_target_600(tmp_path):
+    # SQLite follows the link and would create the target 644 minus the umask, readable by every
+    # user (its rows say who read what): the store creates it where the link points, 600.
+    safe, links = tmp_path / "safe", tmp_path / "links"
+    safe.mkdir(mode=0o755)
+    links.mkdir(mode=0o755)
+    (links / "budget.db").symlink_to(safe / "target.db")
+    old = os.umask(0o022)
+    try:
+        store = SqliteBudgetStore(str(links / "budget.db"))
+        assert store.admit("k", ["p1"], cap=5, window_s=60.0, now=1.0) == (["p1"], [])
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in safe.iterdir()}
+        store.close()
+    finally:
+        os.umask(old)
+    assert (links / "budget.db").is_symlink()
+    assert {"target.db", "target.db-wal", "target.db-shm"} <= set(modes)
+    assert set(modes.values()) == {0o600}, {k: oct(v) for k, v in modes.items()}
