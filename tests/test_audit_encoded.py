@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qdrant_guard import audit
+from qdrant_guard import audit, audit_write
 from qdrant_guard.audit import CHECKPOINT_PREFIX, AuditLog, entry_hash, verify_audit_file
 from qdrant_guard.audit_mac import MAC_PREFIX
 from qdrant_guard.canonical import canonical_json
@@ -42,7 +42,7 @@ def _reference_line(seq: int, prev: str, record: dict[str, Any], ts: float,
 
 @pytest.fixture()
 def fixed_clock(monkeypatch):
-    monkeypatch.setattr(audit.time, "time", lambda: TS)
+    monkeypatch.setattr(audit_write.time, "time", lambda: TS)
 
 
 @pytest.fixture(scope="module")

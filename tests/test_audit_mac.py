@@ -14,8 +14,9 @@ import numpy as np
 from qdrant_client.http import models
 
 from qdrant_guard import keys
-from qdrant_guard.audit import CHECKPOINT_PREFIX, AuditLog, _make_entry, repair_audit_file, verify_audit_file
+from qdrant_guard.audit import CHECKPOINT_PREFIX, AuditLog, repair_audit_file, verify_audit_file
 from qdrant_guard.audit_mac import entry_mac, writer_keys
+from qdrant_guard.audit_write import _make_entry
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.receipts import ReceiptSigner
 

@@ -65,7 +65,8 @@ def test_the_intent_module_keeps_the_public_names_it_had_before_the_split():
 
 
 @pytest.mark.parametrize("module", ["intent", "intent_types", "intent_features", "intent_builtin", "intent_llm",
-                                    "intent_pool", "intent_train", "audit", "audit_verify", "receipts", "storedform",
+                                    "intent_pool", "intent_train", "audit", "audit_verify", "audit_write",
+                                    "audit_file_access", "audit_repair", "receipts", "storedform",
                                     "receipt_format", "receipt_verify", "utility", "utility_record", "calibration",
                                     "calibrate_cli", "ranking_metrics", "progress"])
 def test_each_split_module_imports_alone_in_a_fresh_interpreter(module):
