@@ -11,12 +11,14 @@ from qdrant_client.http import models
 from . import keys as _keys
 from .decision import MAX_IDS_IN_RECORD, Verdict
 from .errors import ConfigError, UnsupportedWriteError
-from .pipeline import Call, Op, missing_alias_error, sizes_withheld, telemetry_for
+from .notfound import missing_alias_error
+from .pipeline import Call, Op
 from .names import shell_quote, shown as _shown_name
 from .policy import CollectionPolicy, toml_key as _toml_key, toml_str as _toml_str
 from .reads import ReadOps
 from .receipts import ISSUED_AT_LEEWAY_S
 from .utility import same_model
+from .withheld import sizes_withheld, telemetry_for
 from .writes import WriteOps
 
 

@@ -10,11 +10,12 @@ from qdrant_client.http import models
 
 from .decision import Verdict
 from .errors import GuardArgumentTypeError
-from .pipeline import Call, Op, mark_audited, without_operation_ids
+from .pipeline import Call, Op, mark_audited
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id, receipts_for_payload, stored_receipts
 from .sources import path_head, payload_sources, restricts_sources
 from .textguard import TextOps, _stored_keys, selection_of
+from .withheld import without_operation_ids
 
 _TAMPER = (
     "the receipt payload key {key!r} is reserved: it can only be written by the guard together "

@@ -6,26 +6,26 @@ call itself) and receives their results. The sync facade drives it with plain ca
 facade with ``await``; the logic exists once, so the two clients cannot drift apart.
 
 Order for every call: policy -> checks -> decision -> audit -> (only then) Qdrant.
+
+What the guards of a process share per store is in :mod:`qdrant_guard.perstore`, names as they
+are sent in :mod:`qdrant_guard.sentnames`, what answers withhold from non-readers in
+:mod:`qdrant_guard.withheld` and qdrant-client's not-found errors in :mod:`qdrant_guard.notfound`;
+their public names are importable from here too.
 """
 from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import logging
-import math
 import os
 import threading
 import time
-import weakref
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Generator, MutableMapping, Self, TypeVar
+from typing import Any, Callable, Generator, Self
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from qdrant_client.async_qdrant_remote import AsyncQdrantRemote
-from qdrant_client.local.async_qdrant_local import AsyncQdrantLocal
-from qdrant_client.local.qdrant_local import QdrantLocal
 from qdrant_client.qdrant_remote import QdrantRemote
 
 from . import keys as _keys
@@ -39,34 +39,45 @@ from .errors import (AuditError, ConfigError, CredentialError, GuardArgumentType
                      UnsupportedWriteError)
 from .policy import CollectionPolicy, GuardConfig, load_policy
 from .names import folded_name, path_segment_name, shell_quote, shown, toml_key
+from .notfound import (
+    missing_alias_error as missing_alias_error,
+    missing_collection_error as missing_collection_error,
+)
+from .perstore import (
+    SOURCE_SIZE_TTL_S as SOURCE_SIZE_TTL_S,
+    SourceSizeEpoch as SourceSizeEpoch,
+    _SizesOf,
+    memory_budget_store_for as memory_budget_store_for,
+    size_epoch_for as size_epoch_for,
+    store_identity as store_identity,
+)
 from .receipts import ReceiptSigner, normalize_point_id
 from .sentargs import plain_args
 from .sentmodels import UncheckedForm, sent_models
+from .sentnames import (
+    plain_names as plain_names,
+    sent_name as sent_name,
+)
 from .sources import reserved_claims
 from .surface import ADMIN, OPERATOR_ONLY, PAYLOAD, READ_COLLECTION, SNAPSHOT_RECOVERY, WRITE_COLLECTION, WRITE_VECTORS
+from .withheld import (
+    ADMIN_COUNTED as ADMIN_COUNTED,
+    DESCRIBE_COUNTED as DESCRIBE_COUNTED,
+    DESCRIBE_KEPT as DESCRIBE_KEPT,
+    OPTIMIZER_ERROR_WITHHELD as OPTIMIZER_ERROR_WITHHELD,
+    admin_answer_for as admin_answer_for,
+    describe_collection as describe_collection,
+    describe_hidden as describe_hidden,
+    sizes_withheld as sizes_withheld,
+    telemetry_for as telemetry_for,
+    without_operation_ids as without_operation_ids,
+)
 
-# How long a budgeted read keeps a source's counted size (reads.ReadOps.source_size).
-SOURCE_SIZE_TTL_S = 30.0
 # Methods that may add, retag or delete points of a source (see _forget_source_sizes_after).
 # delete_shard_key deletes the points of its shard; cluster_collection_update can too
 # (DropShardingKey), or copy points into another shard key (ReplicatePoints).
 # The point updates, whose answers carry Qdrant's operation id (one list of them for a batch).
 _POINT_UPDATES = WRITE_VECTORS | PAYLOAD | WRITE_COLLECTION
-
-
-def without_operation_ids(result: Any) -> Any:
-    """``result`` (an ``UpdateResult``, a list of them, or anything else, returned as is) without
-    operation ids, as a principal who may not read the collection gets it. On a server an id is the
-    shard's write-ahead-log sequence number, one per operation applied: the ids of two writes
-    bracketing another tell how many operations the guard sent for it, and a payload rewrite or a
-    vector deletion by filter sends none, or fewer, when its filter matches no point (or no
-    receipted point), so even ids that are Qdrant's on both outcomes told a writer that cannot read
-    the collection whether a filter matched it."""
-    if isinstance(result, list):
-        return [without_operation_ids(r) for r in result]
-    if getattr(result, "operation_id", None) is None:
-        return result
-    return result.model_copy(update={"operation_id": None})
 
 
 _CHANGES_SOURCES = frozenset({
@@ -86,153 +97,8 @@ _TAKES_METADATA = frozenset({"create_collection", "recreate_collection", "update
 from .vectors import CollectionShape, shape_from_info
 
 
-class _SizesOf:
-    """A guard's ``shared`` state, held weakly by the epochs it reads (a dict cannot be)."""
-
-    __slots__ = ("shared", "__weakref__")
-
-    def __init__(self, shared: dict[str, Any]) -> None:
-        self.shared = shared
-
-
-class SourceSizeEpoch:
-    """The writes to one store that the guards of this process send, and whose cached source
-    sizes they end.
-
-    Every guard reading the same store (see :func:`store_identity`) joins the same epoch; a write
-    through any of them that may have changed the store drops the cached sizes of all of them.
-    Each guard's cached sizes are one dict (``shared["source_sizes"]``), which a write replaces
-    rather than empties: a count stores its size in the dict it found before it was sent, so a
-    count that a write overlapped lands in a dict no read sees any more, wherever a thread switch
-    falls. ``quiet_until``: a count begun before this (monotonic) time may be of before a write
-    Qdrant has acknowledged but not yet applied, and is not kept.
-    """
-
-    __slots__ = ("quiet_until", "_members", "_lock", "__weakref__")
-
-    def __init__(self) -> None:
-        self.quiet_until = -math.inf
-        self._members: "weakref.WeakSet[_SizesOf]" = weakref.WeakSet()
-        # Re-entrant: the collector can finalise an abandoned write (which ends here) while this
-        # thread holds it.
-        self._lock = threading.RLock()
-
-    def join(self, member: _SizesOf) -> None:
-        with self._lock:
-            self._members.add(member)
-
-    def wrote(self, *, unwaited: bool) -> None:
-        """A write that may have changed the store has ended (done, failed or abandoned)."""
-        with self._lock:  # two writers ending at once must not lose the later horizon
-            if unwaited:
-                self.quiet_until = max(self.quiet_until, time.monotonic() + SOURCE_SIZE_TTL_S)
-            members = list(self._members)
-        for member in members:
-            member.shared.pop("source_sizes", None)
-
-
-# One epoch per store identity while a guard holds it.
-_EPOCHS: "weakref.WeakValueDictionary[tuple[str, str], SourceSizeEpoch]" = weakref.WeakValueDictionary()
-_EPOCHS_LOCK = threading.Lock()
-
-
-# The str arguments the guard decides on: the policy is looked up by collection_name (and by a
-# str with_lookup), delete_vector_name drops receipts by vector_name, facet's key must be the
-# source field on a budgeted collection, facet values and group ids of the kept text field are
-# redacted for other boundaries by the top-level key that key and group_by start at, and
-# set_payload's key path decides whether the payload claims a restricted source.
-# collection_name and vector_name go into the REST URL with str(), the others into request
-# bodies, where pydantic makes them plain str.
-_NAME_ARGS = ("collection_name", "vector_name", "key", "group_by", "with_lookup")
-
-
 # The calls that make or remove a collection's storage directory, named after the collection.
 _MAKES_OR_REMOVES_STORAGE = frozenset({"create_collection", "recreate_collection", "delete_collection"})
-
-
-def sent_name(value: Any) -> Any:
-    """A name as qdrant-client sends it: a str subclass as its characters (what pydantic, gRPC and,
-    once :func:`plain_names` has made it a str, the REST URL carry), whatever its ``__str__``,
-    ``__hash__`` or ``__eq__`` would show a look-up; anything else as it is."""
-    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
-
-
-def plain_names(method: str, args: dict[str, Any]) -> dict[str, Any]:
-    """``args`` with each str argument above, and each of migrate's ``collection_names``, a plain
-    str (:func:`sent_name`).
-
-    A str subclass could show the guard one name and Qdrant another: the guard's look-ups and
-    comparisons use its ``__hash__``, ``__eq__`` or ``__getitem__`` (a policy missed is the
-    unlisted one, PUBLIC under ``unlisted = "public"``; a facet key "equal" to the source field; a
-    key path that seems not to start at the text field), while REST sends ``str(name)``, its
-    ``__str__``, and pydantic and gRPC its characters. Sent as its characters, the name the guard
-    decided on is the one every transport sends.
-    """
-    changed: dict[str, Any] = {}
-    for key in _NAME_ARGS:
-        value = args.get(key)
-        if isinstance(value, str) and type(value) is not str:
-            changed[key] = sent_name(value)
-    names = args.get("collection_names")
-    if method == "migrate" and names is not None and not isinstance(names, str):
-        # A list, read once: a generator would be used up by the guard's check, and qdrant-client
-        # would then migrate nothing.
-        changed["collection_names"] = [sent_name(n) for n in names]
-    return {**args, **changed} if changed else args
-
-
-def store_identity(backend: Any) -> tuple[str, str] | None:
-    """What makes two qdrant-client backends one store, or None for a store no other client
-    reaches (``":memory:"``, or a backend of unknown type).
-
-    A server is its REST address as qdrant-client builds it (scheme, host, port, prefix; also for
-    a gRPC client, whose REST address names the same server), the host's case and a trailing
-    ``/`` aside; the same server reached under another name is another identity, and its guards
-    see each other's writes as another process's. A local-mode directory is its real path
-    (qdrant-client lets one client at a time open it, in or out of this process).
-    """
-    if isinstance(backend, (QdrantRemote, AsyncQdrantRemote)):
-        # Taking two spellings for one server costs only extra drops; taking one server for two
-        # lets a guard keep a size the other's write made stale.
-        scheme, _, rest = str(backend.rest_uri).partition("://")
-        address, slash, path = rest.partition("/")
-        return ("server", f"{scheme.lower()}://{address.lower()}{(slash + path).rstrip('/')}")
-    if isinstance(backend, (QdrantLocal, AsyncQdrantLocal)) and backend.persistent:
-        return ("local", os.path.realpath(backend.location))
-    return None
-
-
-# The "memory" extraction budget of each store identity, for the life of the process: a store per
-# guarded client gave a principal a fresh budget with every client an application built for it.
-_MEMORY_BUDGETS: dict[tuple[str, str], Any] = {}
-
-
-_T = TypeVar("_T")
-
-
-def memory_budget_store_for(identity: tuple[str, str] | None) -> Any:
-    """The ``"memory"`` budget store every guard of this process on store ``identity``
-    (:func:`store_identity`) shares; a store of its own for None (``":memory:"``, whose points no
-    other client reaches)."""
-    from .budget import MemoryBudgetStore
-    return _per_store(_MEMORY_BUDGETS, identity, MemoryBudgetStore)
-
-
-def size_epoch_for(backend: Any) -> SourceSizeEpoch:
-    """The epoch every guard of this process reading ``backend``'s store shares."""
-    return _per_store(_EPOCHS, store_identity(backend), SourceSizeEpoch)
-
-
-def _per_store(registry: MutableMapping[tuple[str, str], _T], identity: tuple[str, str] | None,
-               make: Callable[[], _T]) -> _T:
-    """``registry``'s object for store ``identity``, made on first use; a new one for None."""
-    if identity is None:
-        return make()
-    with _EPOCHS_LOCK:
-        obj = registry.get(identity)
-        if obj is None:
-            obj = registry[identity] = make()
-        return obj
 
 
 log = logging.getLogger("qdrant_guard")
@@ -271,129 +137,6 @@ def _admin_boundaries(pol: CollectionPolicy) -> list[str | None]:
 def _administers(pol: CollectionPolicy, boundary: str) -> bool:
     admins = _admin_boundaries(pol)
     return boundary in admins or (pol.owner is None and "*" in admins)
-
-
-# What get_collection answers about a collection, by CollectionInfo field (qdrant-client 1.20;
-# tests/test_collection_metadata_visibility.py fails on a field in neither table). Kept for every
-# principal: settings a client needs to build queries, or that the server derives from them.
-DESCRIBE_KEPT = frozenset({"status", "optimizer_status", "warnings", "config", "created_at"})
-# Counted from the points (or the pending updates): a principal who may not read the collection
-# gets these neutral values, as it gets no count() answer. segments_count is a required int.
-DESCRIBE_COUNTED: dict[str, Any] = {
-    "points_count": None, "indexed_vectors_count": None, "segments_count": 0, "update_queue": None,
-    "payload_schema": {},
-}
-
-
-# What a non-reader gets instead of the text of an optimizer error (OptimizersStatusOneOf1): that
-# there is an error stays, Qdrant's message (which can name segment files and what was being
-# written to them) goes.
-OPTIMIZER_ERROR_WITHHELD = "withheld"
-
-
-def describe_hidden(*, reader: bool, budgeted: bool) -> list[str]:
-    """What :func:`describe_collection` hides for such a principal (the audit entry's ``hidden``)."""
-    if not reader:
-        return sorted([*DESCRIBE_COUNTED, "config.metadata", "optimizer_status.error"])
-    return ["payload_schema.points"] if budgeted else []
-
-
-def describe_collection(info: Any, *, reader: bool, budgeted: bool) -> Any:
-    """``info`` (a ``get_collection`` answer) as the guard returns it.
-
-    ``reader``: the principal may read the collection; else every field of
-    :data:`DESCRIBE_COUNTED` takes its neutral value, the owner-written ``config.metadata``
-    is None, and an optimizer error's text is :data:`OPTIMIZER_ERROR_WITHHELD` (``"ok"`` stays).
-    ``budgeted``: the reader is outside the owner boundary of a collection with an
-    extraction budget; each payload index keeps its type and parameters, and its ``points`` (how
-    many points hold the field, which that reader's ``count`` may not filter for) is 0.
-    ``info`` itself is never changed: copies are returned."""
-    if not reader:
-        update = dict(DESCRIBE_COUNTED)
-        if getattr(info.config, "metadata", None) is not None:
-            update["config"] = info.config.model_copy(update={"metadata": None})
-        if isinstance(getattr(info.optimizer_status, "error", None), str):
-            update["optimizer_status"] = info.optimizer_status.model_copy(update={"error": OPTIMIZER_ERROR_WITHHELD})
-        return info.model_copy(update=update)
-    if budgeted and info.payload_schema:
-        schema = {field: index.model_copy(update={"points": 0}) for field, index in info.payload_schema.items()}
-        return info.model_copy(update={"payload_schema": schema})
-    return info
-
-
-def telemetry_for(data: Any, readable: Callable[[str], bool],
-                  visible: Callable[[str], bool] = lambda name: True) -> Any:
-    """``data`` (a ``cluster_telemetry`` answer) without the collections ``visible`` refuses, and
-    with the ``shards``, ``reshardings`` and ``shard_transfers`` of every other collection
-    ``readable`` refuses set to None. ``data`` itself is not changed."""
-    if data is None or not getattr(data, "collections", None):
-        return data
-    shown = {name: (entry if readable(name) else entry.model_copy(
-        update={"shards": None, "reshardings": None, "shard_transfers": None}))
-        for name, entry in data.collections.items() if visible(name)}
-    return data.model_copy(update={"collections": shown})
-
-
-# Administration calls whose answer measures the collection (qdrant-client 1.20): each local
-# shard's point count, a shard transfer's progress comment (a server writes "Transferring records
-# (done/total), ..." with the shard's point count), each snapshot's size. Administrators are the
-# owner or, without one, the writers, who need not be readers: to those the counts are withheld as
-# get_collection withholds them.
-ADMIN_COUNTED: dict[str, list[str]] = {
-    "collection_cluster_info": ["local_shards.points_count", "shard_transfers.comment"],
-    "list_snapshots": ["size"], "create_snapshot": ["size"],
-    "list_shard_snapshots": ["size"], "create_shard_snapshot": ["size"],
-}
-
-
-def admin_answer_for(method: str, data: Any) -> Any:
-    """``data`` (the answer of an :data:`ADMIN_COUNTED` ``method``) with its counts and sizes 0
-    (required ints in the models) and transfer comments None. ``data`` itself is not changed."""
-    if data is None:
-        return data
-    if method == "collection_cluster_info":
-        return data.model_copy(update={
-            "local_shards": [shard.model_copy(update={"points_count": 0}) for shard in data.local_shards],
-            "shard_transfers": [t.model_copy(update={"comment": None}) for t in data.shard_transfers]})
-    return sizes_withheld(data)
-
-
-def sizes_withheld(data: Any) -> Any:
-    """A snapshot description, or a list of them, with each ``size`` 0 (None stays None): what a
-    principal who may not read what a snapshot holds gets instead of its storage size."""
-    if data is None:
-        return data
-    if isinstance(data, list):
-        return [snap.model_copy(update={"size": 0}) for snap in data]
-    return data.model_copy(update={"size": 0})
-
-
-def missing_collection_error(name: str, *, remote: bool) -> Exception:
-    """The error ``get_collection`` raises for a collection that does not exist: qdrant-client's
-    local mode raises ``ValueError("Collection NAME not found")``; a server's REST API answers 404
-    with ``Not found: Collection `NAME` doesn't exist!`` (qdrant-client raises UnexpectedResponse)."""
-    if not remote:
-        return ValueError(f"Collection {name} not found")
-    return _not_found(f"Collection `{name}` doesn't exist!")
-
-
-def missing_alias_error(name: str, *, remote: bool) -> Exception:
-    """The error renaming an alias that does not exist raises: qdrant-client's local mode raises
-    ``ValueError("Alias NAME does not exist")``; a server answers 404 (``Not found: Alias NAME does
-    not exists!``)."""
-    if not remote:
-        return ValueError(f"Alias {name} does not exist")
-    return _not_found(f"Alias {name} does not exists!")
-
-
-def _not_found(message: str) -> Exception:
-    """qdrant-client's error for a server's 404 answer carrying ``message``."""
-    import httpx
-    from qdrant_client.http.exceptions import UnexpectedResponse
-
-    body = json.dumps({"status": {"error": f"Not found: {message}"}, "time": 0.0},
-                      ensure_ascii=False, separators=(",", ":")).encode()
-    return UnexpectedResponse(404, "Not Found", body, httpx.Headers({"content-type": "application/json"}))
 
 
 def mark_audited(exc: BaseException) -> BaseException:

@@ -25,8 +25,9 @@ from .decision import MAX_IDS_IN_RECORD, Verdict
 from .diversity import enforce_diversity, enforce_group_caps, overfetch_limit
 from .filterroots import field_name_roots, query_filter_roots
 from .payloadops import PayloadOps
-from .pipeline import SOURCE_SIZE_TTL_S as _SOURCE_SIZE_TTL_S
-from .pipeline import Call, Op, memory_budget_store_for, sent_name
+from .perstore import SOURCE_SIZE_TTL_S as _SOURCE_SIZE_TTL_S
+from .perstore import memory_budget_store_for
+from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .pubquery import carries_inputs, public_query_text
 from .querycheck import QueryChecks
@@ -35,6 +36,7 @@ from .rawstored import left_details, raw_stored_clause, raw_stored_way_out
 from .score_charge import ScoreCharge, charges_scores, score_spec
 from .receipts import mechanism_mismatch, model_mismatch, noise_shortfall, stored_receipts, verify_receipt
 from .sentmodels import UncheckedForm
+from .sentnames import sent_name
 from .sources import path_head
 from .textguard import _number_text
 from .sources import point_sources as _sources
@@ -796,7 +798,7 @@ class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
         if hit is not None:
             return hit
         # The dict the size goes to is taken before the count is sent: a write that ends after
-        # that (however the threads switch) replaces it (pipeline.SourceSizeEpoch), so a count the
+        # that (however the threads switch) replaces it (perstore.SourceSizeEpoch), so a count the
         # write overlapped serves this read and no other.
         sizes = self.shared.setdefault("source_sizes", {})
         now = time.monotonic()
@@ -1333,7 +1335,7 @@ def _lookup_target(value: Any, param: str, where: str) -> tuple[Any, str]:
     """
     rest: Any = models.LookupLocation if param == "lookup_from" else models.WithLookup
     if param == "with_lookup" and isinstance(value, str):
-        return value, value  # a plain str: GuardPipeline.run made it one (pipeline.plain_names)
+        return value, value  # a plain str: GuardPipeline.run made it one (sentnames.plain_names)
     if isinstance(value, rest):
         # A model built with model_construct() keeps a str subclass, which pydantic serialises
         # as its characters.

@@ -25,7 +25,7 @@ WRITE_COLLECTION = frozenset({"delete", "delete_vectors", "create_payload_index"
 
 # Collection administration, snapshots (which export raw vectors) and sharding: owner boundary only
 # (without an owner, the writers). Shard point counts and snapshot sizes are withheld from an
-# administrator who may not read the collection (pipeline.ADMIN_COUNTED).
+# administrator who may not read the collection (withheld.ADMIN_COUNTED).
 ADMIN = frozenset(
     {
         "create_collection",
@@ -56,7 +56,7 @@ NAMES = frozenset({"get_collections", "collection_exists", "get_aliases", "get_c
 # Collection configuration for any principal who may see its name (names_visible); its counts, payload index schema and metadata
 # (owner-written data, qdrant-client 1.20) only for principals who may read it, and the index
 # schema's per-field counts not outside the owner boundary of a budgeted collection
-# (pipeline.describe_collection).
+# (withheld.describe_collection).
 DESCRIBE = frozenset({"get_collection"})
 
 # Refused under a guard policy; the operator's job, with a client constructed without guard=.

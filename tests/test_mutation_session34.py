@@ -36,7 +36,7 @@ def _server_answer(message: str) -> bytes:
 
 
 def test_a_hidden_name_on_a_remote_client_is_the_servers_404(tmp_path):
-    # Kills pipeline.py missing_collection_error's `return _not_found(...)` -> None, _not_found's
+    # Kills notfound.py missing_collection_error's `return _not_found(...)` -> None, _not_found's
     # return -> None, status 404 -> 403/405 and ensure_ascii False -> True (a server sends UTF-8).
     kit = make_kit(tmp_path)
     name = "hr-données"

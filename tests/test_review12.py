@@ -97,7 +97,7 @@ def test_a_write_collected_while_the_epoch_is_locked_does_not_deadlock(tmp_path,
     import time
     from types import SimpleNamespace
 
-    from qdrant_guard import pipeline
+    from qdrant_guard import perstore
 
     kit = make_kit(tmp_path)
     cfg = kit.config({"hr": hr_policy(PAYROLL_DIVERSITY)})
@@ -123,7 +123,7 @@ def test_a_write_collected_while_the_epoch_is_locked_does_not_deadlock(tmp_path,
         cycle = [op]
         cycle.append(cycle)
         del op, cycle
-        monkeypatch.setattr(pipeline, "time", SimpleNamespace(monotonic=clock, time=time.time))
+        monkeypatch.setattr(perstore, "time", SimpleNamespace(monotonic=clock, time=time.time))
         done = threading.Event()
 
         def write_ends():
