@@ -13,6 +13,7 @@ from .errors import GuardArgumentTypeError
 from .pipeline import Call, Op, mark_audited
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id, receipts_for_payload, stored_receipts
+from .sourcefilters import _only_names_sources
 from .sources import path_head, payload_sources, restricts_sources
 from .textguard import TextOps, _stored_keys, selection_of
 from .withheld import without_operation_ids
@@ -104,8 +105,6 @@ class PayloadOps(TextOps):
         flt = sel.filter if isinstance(sel, models.FilterSelector) else sel
         if not isinstance(flt, models.Filter):
             return  # point ids
-        from .reads import _only_names_sources  # reads imports this module
-
         if _only_names_sources(flt, pol.source_field):
             return
         raise self.refuse(self.decision(  # type: ignore[attr-defined]

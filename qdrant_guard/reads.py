@@ -1,13 +1,16 @@
-"""Guarded reads: boundary, query checks, diversity, extraction budget, vector release."""
+"""Guarded reads: boundary, query checks, diversity, extraction budget, vector release.
+
+The read plan is in :mod:`qdrant_guard.readplan`, which budgets a read draws on in
+:mod:`qdrant_guard.readbudget`, ``with_payload`` in :mod:`qdrant_guard.payloadselect`, redacted
+text-field values in :mod:`qdrant_guard.redacted` and the budget's sources in Qdrant filters in
+:mod:`qdrant_guard.sourcefilters`; their public names are importable from here too.
+"""
 from __future__ import annotations
 
 import logging
 import math
-import numbers
-import re
 import time
 import uuid
-from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Callable, Collection, Mapping, Sequence
 
@@ -15,16 +18,15 @@ import numpy as np
 from qdrant_client import grpc
 from qdrant_client.conversions.conversion import GrpcToRest
 from qdrant_client.http import models
-from qdrant_client.local.local_collection import LocalCollection
 
 from . import detect as _detect
 from . import noise as _noise
-from .budget import (BudgetStoreError, ExtractionBudget, denormalize_point_id, make_store, normalize_point_id,
-                     store_kind)
+from .budget import BudgetStoreError, ExtractionBudget, make_store, normalize_point_id, store_kind
 from .decision import MAX_IDS_IN_RECORD, Verdict
 from .diversity import enforce_diversity, enforce_group_caps, overfetch_limit
 from .filterroots import field_name_roots, query_filter_roots
 from .payloadops import PayloadOps
+from .payloadselect import _user_selector, project_payload as project_payload
 from .perstore import SOURCE_SIZE_TTL_S as _SOURCE_SIZE_TTL_S
 from .perstore import memory_budget_store_for
 from .pipeline import Call, Op
@@ -33,16 +35,19 @@ from .pubquery import carries_inputs, public_query_text
 from .querycheck import QueryChecks
 from .querymap import iter_prefetch, rest_prefetch
 from .rawstored import left_details, raw_stored_clause, raw_stored_way_out
+from .readbudget import _named_vector_id, _source_budgeted, _vector_budgeted, _vector_budgeted_policy
+from .readplan import ReadPlan as ReadPlan, _given_count, asks_vectors as asks_vectors
+from .redacted import _redacted_text
 from .score_charge import ScoreCharge, charges_scores, score_spec
 from .receipts import mechanism_mismatch, model_mismatch, noise_shortfall, stored_receipts, verify_receipt
 from .sentmodels import UncheckedForm
 from .sentnames import sent_name
+from .sourcefilters import (Exclusion as Exclusion, _missing_source_count_filter, _only_names_sources,
+                            _sources_of_points, _stored_forms)
 from .sources import path_head
-from .textguard import _number_text
 from .sources import point_sources as _sources
 from .vectors import split_vector_struct
 
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")  # a top-level payload key, as Qdrant reads a key path
 log = logging.getLogger("qdrant_guard")
 
 
@@ -59,164 +64,6 @@ def _fresh_size(hit: tuple[float, int] | None) -> int | None:
     if hit is not None and time.monotonic() - hit[0] < _SOURCE_SIZE_TTL_S:
         return hit[1]
     return None
-
-
-@dataclass
-class ReadPlan:
-    """How one read request was rewritten, and what to undo on the way back."""
-
-    user_with_payload: Any
-    user_with_vectors: Any
-    limit: int | None = None
-    offset: int = 0
-    diversify: bool = False
-    strip_vectors: bool = False
-    withheld_sources: set[str] = field(default_factory=set)
-    """Sources whose budget withheld points of this read (enforce mode)."""
-    withheld_ids: set[str] = field(default_factory=set)
-    """Normalised ids of the points the budget withheld from this read (enforce mode)."""
-    admitted: dict[str, set[str]] = field(default_factory=dict)
-    """Source -> normalised ids the budget admitted under it in this read."""
-    scored: tuple[tuple[str, ...], str] | None = None
-    """Under ``diversity.charge_scores``: the vector names the request scores with and its digest
-    (:func:`qdrant_guard.score_charge.score_spec`); None when its scores measure no vector."""
-    aliases: dict[str, str] | None = None
-    """Alias -> collection, as this read's ``get_aliases`` listed them (None: not listed). For
-    this read only: aliases can move between reads."""
-
-    def names_of(self, collection: str) -> frozenset[str]:
-        """The names that denote ``collection`` as of this read: itself and its aliases."""
-        if not self.aliases:
-            return frozenset((collection,))
-        return frozenset((collection, *(a for a, c in self.aliases.items() if c == collection)))
-
-    def fresh(self) -> "ReadPlan":
-        """The same plan, with nothing recorded as admitted or withheld yet (for a re-run)."""
-        # What dataclasses.replace makes (every field passed to __init__, which does nothing else),
-        # without its walk over the fields: every read makes one.
-        plan = object.__new__(type(self))
-        plan.__dict__.update(self.__dict__, withheld_sources=set(), withheld_ids=set(), admitted={})
-        return plan
-
-
-@dataclass
-class Exclusion:
-    """Points a budgeted read keeps out of Qdrant's page and ranking, in Qdrant's own filter.
-
-    A point the budget withholds would otherwise still take its place: a filter that also matches
-    a released point ranked after it returns that point only when no withheld point matches, which
-    reads withheld payload values one filter at a time.
-    """
-
-    source_field: str
-    sources: dict[str, frozenset[str]] = field(default_factory=dict)
-    """Exhausted source -> the normalised ids still admitted under it (with a store that cannot
-    list them, only those this read admitted)."""
-    ids: set[str] = field(default_factory=set)
-    """Normalised ids withheld by an earlier run of this read."""
-    admitted_here: dict[str, set[str]] = field(default_factory=dict)
-    """Source -> normalised ids admitted by the earlier runs of this read."""
-
-    def __bool__(self) -> bool:
-        return bool(self.sources or self.ids)
-
-    def conditions(self) -> list[Any]:
-        """The ``must_not`` conditions: a point of an exhausted source that it did not admit, and
-        every id withheld earlier. A point of several sources matches if any of them excludes it,
-        as the budget withholds it if any of them withholds it."""
-        out: list[Any] = []
-        for source, admitted in sorted(self.sources.items()):
-            named = _source_condition(self.source_field, source)
-            out.append(named if not admitted else models.Filter(
-                must=[named], must_not=[models.HasIdCondition(has_id=_point_ids(admitted))]))
-        if self.ids:
-            out.append(models.HasIdCondition(has_id=_point_ids(self.ids)))
-        return out
-
-    def wrap(self, flt: Any, where: str) -> Any:
-        """``flt`` with the exclusion added around it (``flt`` itself when there is nothing to exclude).
-
-        Raises:
-            UncheckedForm: ``flt`` is not a filter form the guard can combine.
-        """
-        if not self:
-            return flt
-        user = _rest_filter(flt, where)
-        return models.Filter(must=None if user is None else [user], must_not=self.conditions())
-
-
-def project_payload(payload: dict[str, Any] | None, selector: Any) -> dict[str, Any] | None:
-    """Apply a ``with_payload`` selector to a full payload (what Qdrant would have returned)."""
-    if selector is True or payload is None:
-        return payload
-    if selector is False or selector is None:
-        return None
-    if isinstance(selector, models.PayloadSelectorInclude):
-        keys = selector.include
-    elif isinstance(selector, models.PayloadSelectorExclude):
-        keys = selector.exclude
-    elif isinstance(selector, (list, tuple)):
-        keys = selector
-    else:
-        keys = None
-    if keys is None or not all(isinstance(k, str) and _PLAIN_KEY.fullmatch(k) for k in keys):
-        # Another form, or a key path (``meta.source``, ``"a.b"``, ``arr[].x``) that selects inside
-        # the payload: project it as Qdrant (local mode mirrors the server) does.
-        return LocalCollection._process_payload(payload, selector)
-    if isinstance(selector, models.PayloadSelectorExclude):
-        return {k: v for k, v in payload.items() if k not in keys}
-    return {k: v for k, v in payload.items() if k in keys}
-
-
-# The REST request model qdrant-client validates a read's ``with_payload`` into, per guarded method
-# (required fields given placeholders: only ``with_payload``'s errors can be raised).
-_REST_READ_REQUESTS: dict[str, Callable[[Any], Any]] = {
-    "query_points": lambda sel: models.QueryRequest(with_payload=sel),
-    "query_batch_points": lambda sel: models.QueryRequest(with_payload=sel),
-    "query_points_groups": lambda sel: models.QueryGroupsRequest(group_by="", with_payload=sel),
-    "scroll": lambda sel: models.ScrollRequest(with_payload=sel),
-    "retrieve": lambda sel: models.PointRequest(ids=[], with_payload=sel),
-}
-
-
-def _user_selector(selector: Any, method: str) -> Any:
-    """The caller's ``with_payload`` as qdrant-client sends it to a server, for
-    :func:`project_payload` to apply after the guard fetched the whole payload.
-
-    A gRPC selector becomes its REST model. A form that is none of qdrant-client's declared types
-    (a dict such as ``{"include": ["a"]}``, a set) becomes what qdrant-client's REST client
-    validates it into for ``method`` (``models.PayloadSelectorInclude``, a list), and a form that
-    fails that validation raises the REST client's ``ValidationError``, before anything is read.
-    Local mode without the guard reads such a dict as a list of its keys instead (``{}`` for
-    ``{"include": ["a"]}``); the guard projects what a server returns. A str and a list of
-    non-str keys raise local mode's error, as both refuse them.
-    """
-    if isinstance(selector, grpc.WithPayloadSelector):
-        return GrpcToRest.convert_with_payload_selector(selector)
-    if selector is None or isinstance(selector, bool):
-        return selector
-    if isinstance(selector, (str, list, tuple, models.PayloadSelectorInclude, models.PayloadSelectorExclude)):
-        LocalCollection._process_payload({}, selector)
-        return selector
-    return _REST_READ_REQUESTS.get(method, _REST_READ_REQUESTS["query_points"])(selector).with_payload
-
-
-def asks_vectors(value: Any) -> bool:
-    """Whether Qdrant returns vectors for ``with_vectors=value``: for anything but None and False.
-
-    Not ``bool(value)``: local mode tests ``is False`` and iterates anything else as vector names,
-    and a client validates a list subclass into a plain list, so a sequence that is falsy in Python
-    but names vectors (``np.array([""])``, a list subclass whose ``__bool__`` says False) got stored
-    vectors back unstripped and uncharged."""
-    return value is not None and not (isinstance(value, (bool, np.bool_)) and not value)
-
-
-def _given_count(value: Any) -> bool:
-    """Whether a ``limit``/``group_size`` may be widened for over-fetching: None (Qdrant's default)
-    or a positive count. Zero or a negative one goes to Qdrant as given, which refuses it (read as
-    "the default", ``limit=0`` returned ten points); so does a numpy integer or a float below 1
-    (``np.int64(0)``, ``0.0``), which qdrant-client refuses as it refuses ``0``."""
-    return value is None or isinstance(value, bool) or not isinstance(value, numbers.Real) or value >= 1
 
 
 class ReadOps(PayloadOps, QueryChecks, ScoreCharge):
@@ -1373,68 +1220,6 @@ def _note_stripped(details: dict[str, Any], point_id: Any, why: Mapping[str, int
         note["ids"].append(point_id)
 
 
-def _sources_of_points(pts: Sequence[Any], field_name: str) -> list[tuple[str, ...]]:
-    """``point_sources(p, field_name)`` of each point, in order."""
-    if "." in field_name:
-        return [_sources(p, field_name) for p in pts]
-    # point_sources' own first case (a dict payload whose top-level value is a non-empty str)
-    # without the call: a read asks this of every point Qdrant returns.
-    return [(node,) if type(payload := getattr(p, "payload", None)) is dict
-            and type(node := payload.get(field_name)) is str and node else _sources(p, field_name)
-            for p in pts]
-
-
-def _redacted_text(value: Any, depth: int = 0) -> Any:
-    """A text field's ``value`` (or a facet value or group id of it) as a reader outside the owner
-    boundary gets it, read as writes read it (``TextOps._guard_text_field``): a string redacted; a
-    number as the digits JSON stores (``_number_text``), the redacted string if they hold PII; an
-    array item by item and an object value by value, at any depth (to 64 levels, as writes read
-    them). A number, array or object written around the guard, or before writes screened them,
-    kept the card a string lost. The same object when nothing in it was redacted."""
-    if isinstance(value, str):
-        return _detect.redact(value)
-    if isinstance(value, list) and depth <= 64:
-        items = [_redacted_text(v, depth + 1) for v in value]
-        return value if items == value else items
-    if isinstance(value, dict) and depth <= 64:
-        fields = {k: _redacted_text(v, depth + 1) for k, v in value.items()}
-        return value if fields == value else fields
-    return _redacted_number(value)
-
-
-def _redacted_number(value: Any) -> Any:
-    digits = _number_text(value)
-    if digits is None:
-        return value
-    shown = _detect.redact(digits)
-    return value if shown == digits else shown
-
-
-def _source_budgeted(pol: CollectionPolicy) -> bool:
-    """Whether reads of ``pol``'s collection draw on the per-source extraction budget."""
-    return pol.diversity.enabled and pol.diversity.max_source_coverage is not None
-
-
-def _vector_budgeted(pol: CollectionPolicy, plan: ReadPlan) -> bool:
-    """Whether a read under ``plan`` draws on the PROPRIETARY vector (distillation) budget."""
-    return _vector_budgeted_policy(pol) and asks_vectors(plan.user_with_vectors)
-
-
-def _vector_budgeted_policy(pol: CollectionPolicy) -> bool:
-    """Whether vectors read from ``pol``'s collection draw on the PROPRIETARY vector budget."""
-    div = pol.diversity
-    return div.enabled and pol.sensitivity.value == "PROPRIETARY" and div.max_vectors is not None
-
-
-_NAMED_VECTOR_NS = uuid.UUID("5b0d3c1e-6a52-4f0e-9a57-7d1c2b4e8f10")
-
-
-def _named_vector_id(point_id: Any, vector_name: str) -> str:
-    """The id a point's named vector is charged under in the vector budget: a UUID of the point
-    and the name, so each named vector counts apart and the same one counts once."""
-    return str(uuid.uuid5(_NAMED_VECTOR_NS, f"{normalize_point_id(point_id)}\x00{vector_name}"))
-
-
 def _successor(point_id: Any) -> Any:
     """The smallest point id after ``point_id`` in scroll order (integers, then UUIDs); None after
     the last UUID."""
@@ -1444,117 +1229,3 @@ def _successor(point_id: Any) -> Any:
     return str(uuid.UUID(int=value + 1)) if value < 2**128 - 1 else None
 
 
-def _stored_forms(source: str) -> list[str | int | bool]:
-    """The payload values :func:`_sources` names ``source`` that a ``MatchValue`` can match.
-
-    ``_sources`` names a value by ``str(value)``, so integer 7 and string "7" are one source; a
-    filter matches each type apart, and sizing by the string alone counted no integer source.
-    (A float source cannot be matched exactly; it stays sized by the points returned.)
-    """
-    forms: list[str | int | bool] = [source]
-    if source in ("True", "False"):
-        forms.append(source == "True")
-    else:
-        try:
-            number = int(source)
-        except ValueError:
-            return forms
-        if str(number) == source and -2**63 <= number < 2**63:
-            forms.append(number)
-    return forms
-
-
-def _source_condition(field_name: str, source: str) -> models.Filter:
-    """A condition matching the points :func:`_sources` names ``source`` (the budget's key).
-
-    The missing source ``"__unknown__"`` (see :meth:`ReadOps.apply_budget`) matches the points
-    its size counts (:func:`_missing_source_count_filter`: an absent, null or empty field, ``""``,
-    ``[null]``), and also a point tagged ``["", "memo"]``, which the budget counts under memo only:
-    such a point is excluded with the missing source too (hidden from the reader, never released).
-    A float source matches by a range, which an equal integer matches too (``7.0`` and ``7`` name
-    two sources; the integer's points are excluded with it). Object values name no source but
-    match no condition: a point withheld under them is excluded by its id instead
-    (:meth:`ReadOps.widen_exclusion`).
-    """
-    if source == "__unknown__":
-        return models.Filter(should=[_missing_source_count_filter(field_name),
-                                     models.FieldCondition(key=field_name, match=models.MatchValue(value=""))])
-    conds = [models.FieldCondition(key=field_name, match=models.MatchValue(value=v)) for v in _stored_forms(source)]
-    number = _float_form(source)
-    if number is not None:
-        conds.append(models.FieldCondition(key=field_name, range=models.Range(gte=number, lte=number)))
-    return models.Filter(should=conds)
-
-
-def _missing_source_count_filter(field_name: str) -> models.Filter:
-    """The points the budget counts under the missing source ``"__unknown__"`` (see
-    :func:`~.sources.payload_sources`): those whose field holds no value other than null and ``""``
-    (absent, null, ``""``, ``[]``, ``[null, ""]``), and those holding the literal name. Unlike
-    :func:`_source_condition` it leaves out ``["", "memo"]``, which the budget counts under memo
-    only. Object and nested-list values match no condition, so they are not counted (the
-    source's size then only errs low, which lowers its cap)."""
-    only_empty = models.Filter(must_not=[models.FieldCondition(
-        key=field_name, match=models.MatchExcept(**{"except": ["", "__unknown__"]}))])
-    return models.Filter(must=[models.Filter(should=[
-        models.IsEmptyCondition(is_empty=models.PayloadField(key=field_name)),
-        only_empty,
-        models.FieldCondition(key=field_name, match=models.MatchValue(value="__unknown__")),
-    ])])
-
-
-def _float_form(source: str) -> float | None:
-    """The float whose ``str`` is ``source`` (the source's name for a float payload value), if any."""
-    try:
-        number = float(source)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) and str(number) == source else None
-
-
-def _point_ids(normalised: Any) -> list[Any]:
-    """Qdrant point ids from normalised ones, in a stable order (integers, then UUIDs)."""
-    ids = [denormalize_point_id(n) for n in normalised]
-    return sorted(ids, key=lambda i: (isinstance(i, str), i))
-
-
-def _rest_filter(flt: Any, where: str) -> models.Filter | None:
-    """A user's filter as a ``models.Filter`` (None stays None), to wrap without editing it.
-
-    Raises:
-        UncheckedForm: not a ``models.Filter``, its dict form or a ``grpc.Filter``.
-    """
-    if flt is None or isinstance(flt, models.Filter):
-        return flt
-    if isinstance(flt, grpc.Filter):
-        return GrpcToRest.convert_filter(flt)
-    if isinstance(flt, dict):
-        try:
-            return models.Filter.model_validate(flt)
-        except ValueError:  # pydantic's ValidationError
-            pass
-    raise UncheckedForm(where, flt)
-
-
-def _only_names_sources(flt: Any, source_field: str) -> bool:
-    """Whether every condition of filter ``flt`` (nested filters included) is a field condition on
-    ``source_field``; anything else, or a form that is not a ``models.Filter``, is not."""
-    if isinstance(flt, dict):
-        try:
-            flt = models.Filter.model_validate(flt)
-        except ValueError:
-            return False
-    if not isinstance(flt, models.Filter):
-        return False
-    for part in (flt.must, flt.should, flt.must_not):
-        for cond in ([] if part is None else part if isinstance(part, list) else [part]):
-            if isinstance(cond, models.Filter):
-                if not _only_names_sources(cond, source_field):
-                    return False
-            # The key as sent: a model_construct()ed condition can hold a str subclass (or any
-            # object) whose __eq__ says it is the source field.
-            elif not (isinstance(cond, models.FieldCondition) and isinstance(cond.key, str)
-                      and sent_name(cond.key) == source_field):
-                return False
-    if flt.min_should is not None:
-        return all(_only_names_sources(models.Filter(must=[c]), source_field) for c in flt.min_should.conditions)
-    return True

@@ -40,7 +40,7 @@ from .querymap import iter_prefetch
 _NOT_A_MEASUREMENT = (models.OrderByQuery, models.SampleQuery, models.FusionQuery, models.RrfQuery,
                       models.FormulaQuery, models.TextQuery)
 
-_NAMED_VECTOR_NS = uuid.UUID("5b0d3c1e-6a52-4f0e-9a57-7d1c2b4e8f10")  # reads._NAMED_VECTOR_NS
+_NAMED_VECTOR_NS = uuid.UUID("5b0d3c1e-6a52-4f0e-9a57-7d1c2b4e8f10")  # readbudget._NAMED_VECTOR_NS
 
 
 def charges_scores(pol: CollectionPolicy) -> bool:

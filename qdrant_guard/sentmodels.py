@@ -294,7 +294,7 @@ _DICT_NAMES = {"with_payload": TypeAdapter(models.QueryRequest.model_fields["wit
 def _dict_names(value: dict, where: str) -> Any:
     """A dict given as ``with_payload``/``order_by`` as the model qdrant-client validates it into;
     one that does not validate as it is (its keys are screened, then the REST client's validation
-    error is raised: ``reads._user_selector``, or qdrant-client's own)."""
+    error is raised: ``payloadselect._user_selector``, or qdrant-client's own)."""
     kind = "order_by" if where.endswith("order_by") else "with_payload"
     try:
         found = _DICT_NAMES[kind].validate_python(value)

@@ -190,7 +190,8 @@ def test_a_source_condition_matches_the_points_the_budget_names_by_it():
     # missing source for absent, null, empty and "" values. Over-matches are the documented ones.
     from qdrant_client import QdrantClient as RawClient
 
-    from qdrant_guard.reads import _source_condition, _sources
+    from qdrant_guard.reads import _sources
+    from qdrant_guard.sourcefilters import _source_condition
 
     values = [7, "7", True, "True", 1.5, "1.5", 7.0, None, "", [], ["a", "b"], ["", "a"], "__unknown__", "a|b",
               {"x": 1}, "missing"]

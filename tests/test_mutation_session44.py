@@ -265,7 +265,7 @@ def test_a_list_where_the_annotation_admits_none_is_rebuilt_and_refused():
 
 def test_a_vector_is_charged_under_the_vector_budgets_id_each_name_apart():
     from qdrant_guard.budget import normalize_point_id
-    from qdrant_guard.reads import _named_vector_id
+    from qdrant_guard.readbudget import _named_vector_id
     from qdrant_guard.score_charge import _vector_id
 
     assert _vector_id(1, None) == "i:1"

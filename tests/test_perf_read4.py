@@ -14,6 +14,7 @@ import pytest
 from qdrant_guard import budget as _budget
 from qdrant_guard import budget_stores as _budget_stores
 from qdrant_guard import reads as _reads
+from qdrant_guard import sourcefilters as _sourcefilters
 from qdrant_guard.diversity import enforce_diversity
 from qdrant_guard.sources import point_sources
 from tests.guardkit import hr_shared, make_kit
@@ -143,7 +144,7 @@ PAYLOADS = [{"source": "a"}, {"source": ""}, {"source": _Text("b")}, {"source": 
 @pytest.mark.parametrize("field", ["source", "meta.source"])
 def test_sources_listed_once_are_each_points_sources(field):
     pts = [types.SimpleNamespace(id=i, payload=p) for i, p in enumerate(PAYLOADS)] + [object()]
-    assert _reads._sources_of_points(pts, field) == [point_sources(p, field) for p in pts]
+    assert _sourcefilters._sources_of_points(pts, field) == [point_sources(p, field) for p in pts]
 
 
 def _reader(tmp_path, diversity):

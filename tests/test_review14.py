@@ -100,7 +100,7 @@ def test_the_read_side_reads_a_number_as_the_write_side_does(tmp_path, value, sh
     # The digits are the write side's (textguard._number_text): a bool, a fraction are not
     # numbers of the text field there either; an object's strings are text (review 44). What a write stores of the text field, a read
     # outside the owner boundary gives.
-    from qdrant_guard.reads import _redacted_text
+    from qdrant_guard.redacted import _redacted_text
 
     _, guard, pol = _guard(tmp_path)
     for text in (value, [value]):

@@ -162,7 +162,7 @@ def test_points_tagged_with_an_empty_source_count_in_the_missing_sources_size(ki
 
 
 def test_the_missing_sources_size_counts_the_points_the_budget_charges_to_it():
-    from qdrant_guard.reads import _missing_source_count_filter, _source_condition
+    from qdrant_guard.sourcefilters import _missing_source_count_filter, _source_condition
     from qdrant_guard.sources import payload_sources
 
     values = ["absent", None, "", [], [None], ["", ""], [""], [None, ""], ["", "a"], "a", 7, 1.5, True, False,
