@@ -25,7 +25,15 @@ def unsafe_store_file(path: str) -> str | None:
     """Why other users could rewrite the SQLite budget store at ``path`` (a message naming the
     file, its mode or owner, and the fix), or None. Files that do not exist yet are not checked
     (the store creates the database mode 600; SQLite gives its side files the database's mode and
-    owner); nor is a directory that does not exist (opening the store then fails)."""
+    owner); nor is a directory that does not exist (opening the store then fails). A path starting
+    ``file:`` is refused: SQLite may read it as a URI naming another file."""
+    if path.startswith("file:"):
+        # SQLite built with SQLITE_USE_URI (as Python's often is) reads such a name as a URI even
+        # without uri=True: it opens the file the URI names, unchecked, created 644 minus the umask,
+        # and its query can turn locking off (nolock=1) or the file read-only.
+        return (f"budget store {path!r} starts with 'file:', which SQLite may read as a URI naming another file "
+                "(its query can also turn off locking), so the checks made on this path would not be on the file "
+                f"opened; give the database's plain path, or './{path}' for a file of that name")
     if os.name != "posix":
         return None
     given = os.path.abspath(path)
