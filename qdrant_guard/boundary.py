@@ -93,11 +93,12 @@ class Principal:
                 raise GuardArgumentTypeError(f"Principal.{name} must be str, not {type(value).__name__}")
             if not value:
                 raise ConfigError(f"Principal.{name} must not be empty")
-            if value.strip().startswith(TOKEN_PREFIX + "."):
+            if TOKEN_PREFIX + "." in value:
                 # Principal("agent-7", token) puts the token in the boundary slot, where it would be
-                # shown in messages and written to the audit log as the principal's name.
+                # shown in messages and written to the audit log as the principal's name; so does
+                # a token copied with what preceded it ("Bearer qgc1...", a BOM read from a file).
                 raise ConfigError(
-                    f"Principal.{name} holds a credential token (it starts with '{TOKEN_PREFIX}.'); the token is "
+                    f"Principal.{name} holds a credential token (it contains '{TOKEN_PREFIX}.'); the token is "
                     "the third argument: Principal(agent_id, boundary, token), e.g. Principal(\"agent-7\", "
                     "\"support\", token)")
         if self.credential is not None and not isinstance(self.credential, str):
