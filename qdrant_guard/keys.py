@@ -172,7 +172,7 @@ def _read_key_file(path: PathLike, func: str, *, private: bool) -> tuple[Path, b
             _require_regular(p, st)
             data = fh.read()
     except OSError as exc:
-        if isinstance(exc, FileNotFoundError) and isinstance(text, str) and _looks_like_key_body(text):
+        if isinstance(exc, FileNotFoundError) and isinstance(text, str) and looks_like_key_text(text):
             # A PEM body on one line (no -----BEGIN, no newline), pasted where the path belongs.
             raise KeyStoreError(
                 f"{func}() was given {len(text)} characters that look like base64 key material, not the path of "
@@ -240,6 +240,16 @@ def _looks_like_key_body(text: str) -> bool:
     only loses its echo)."""
     return (len(text) >= 40 and "." not in text and all(c.isascii() and (c.isalnum() or c in "+/=_-") for c in text)
             and any(c.isupper() for c in text) and any(c.islower() for c in text) and any(c.isdigit() for c in text))
+
+
+def looks_like_key_text(text: str) -> bool:
+    """Whether ``text``, given where a key file's path belongs, is key material rather than a path:
+    PEM armour, a newline, or base64 key material (:func:`_looks_like_key_body`) whole or after
+    a ``/`` (a policy joins its directory to a relative path, and base64 holds ``/`` itself).
+    Messages name such text by its length only: it may be a private key."""
+    if "-----BEGIN" in text or "\n" in text:
+        return True
+    return any(_looks_like_key_body(text[i + 1:]) for i in range(-1, len(text)) if i < 0 or text[i] == "/")
 
 
 def _holds_public_key(data: bytes) -> bool:

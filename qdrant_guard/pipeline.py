@@ -158,7 +158,9 @@ def missing_key_files(cfg: GuardConfig) -> ConfigError | None:
     specs += [(f"{where}.receipt_keys", k) for where, pol in sections for k in (pol.receipt_keys or ())]
     missing: dict[str, list[str]] = {}
     for where, spec in specs:
-        if not spec.strip().startswith(_keys.KEY_PREFIX) and not os.path.lexists(spec):
+        # Key text (a private key pasted in) is left to its load, which refuses it unechoed.
+        if not spec.strip().startswith(_keys.KEY_PREFIX) and not _keys.looks_like_key_text(spec) \
+                and not os.path.lexists(spec):
             missing.setdefault(spec, []).append(where)
     if len(missing) < 2:
         return None
