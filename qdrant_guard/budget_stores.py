@@ -771,6 +771,9 @@ class SqliteBudgetStore(_CountingStore):
                 f"SqliteBudgetStore needs a file path, got {path!r}; use MemoryBudgetStore for an in-process budget"
             )
         self.path = path
+        # Each thread and forked child opens its own connection later: a relative path would then
+        # name a file in whatever the working directory has become, unchecked.
+        self._file = os.path.abspath(path)
         self._timeout_s = _check_real("timeout_s", timeout_s, positive=True)
         unsafe = unsafe_store_file(path)
         if unsafe is not None:
@@ -804,7 +807,7 @@ class SqliteBudgetStore(_CountingStore):
         conn = getattr(self._local, "conn", None)
         if conn is None or self._local.pid != os.getpid():
             try:
-                conn = sqlite3.connect(self.path, timeout=self._timeout_s, isolation_level=None, check_same_thread=False)
+                conn = sqlite3.connect(self._file, timeout=self._timeout_s, isolation_level=None, check_same_thread=False)
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
             except sqlite3.Error as exc:
