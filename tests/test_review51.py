@@ -132,3 +132,35 @@ def test_a_key_body_in_a_policy_file_is_not_echoed(tmp_path):
         QdrantClient(":memory:", guard=load_policy(policy), principal=kit.principal("alice", "hr"))
     assert body[8:40] not in str(exc.value)
     assert "look like base64 key material" in str(exc.value)
+
+
+def test_a_relative_store_path_names_the_checked_file_in_every_thread(tmp_path, monkeypatch):
+    # Each thread opens its own connection when it first admits. With a relative path that was
+    # the path read against the working directory of that moment: after a chdir, a new thread's
+    # connection made (644, unchecked) and read another directory's budget.db. One planted there
+    # with the schema and no rows would have reset every cap.
+    import threading
+
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(home)
+    store = SqliteBudgetStore("budget.db")
+    try:
+        assert store.admit("bob", ["p1", "p2"], cap=2, window_s=3600.0, now=10.0)[0] == ["p1", "p2"]
+        monkeypatch.chdir(elsewhere)
+        out: list = []
+
+        def admit() -> None:
+            try:
+                out.append(store.admit("bob", ["p3", "p4"], cap=2, window_s=3600.0, now=20.0)[0])
+            except Exception as exc:  # noqa: BLE001 - the outcome compared
+                out.append(exc)
+
+        t = threading.Thread(target=admit)
+        t.start()
+        t.join()
+    finally:
+        store.close()
+    assert out == [[]]  # the cap of 2 already spent, in the file the store checked
+    assert os.listdir(elsewhere) == []
