@@ -26,8 +26,10 @@ Point ids are normalised before they are counted: an int ``5`` becomes ``"i:5"``
 form Qdrant accepts becomes ``"u:"`` plus its lowercase hyphenated form, so the same point always
 counts once.
 
-The stores live in :mod:`qdrant_guard.budget_stores` (the protocol, in-process and SQLite) and
-:mod:`qdrant_guard.budget_redis`; this module is the budget itself and re-exports them.
+The stores live in :mod:`qdrant_guard.budget_stores` (the protocol, in-process and SQLite, defined
+in :mod:`~qdrant_guard.budget_store_base`, :mod:`~qdrant_guard.budget_memory` and
+:mod:`~qdrant_guard.budget_sqlite`) and :mod:`qdrant_guard.budget_redis`; this module is the budget
+itself and re-exports them.
 """
 from __future__ import annotations
 
@@ -42,16 +44,12 @@ from fractions import Fraction
 from typing import Any, Callable, Mapping, Sequence
 
 from .budget_redis import RedisBudgetStore
+from .budget_store_base import _check_count, _check_real, _check_str, _CountingStore, _released_where_all_admit
 from .budget_stores import (
     BudgetStore,
     BudgetStoreError,
     MemoryBudgetStore,
     SqliteBudgetStore,
-    _check_count,
-    _check_real,
-    _check_str,
-    _CountingStore,
-    _released_where_all_admit,
     denormalize_point_id,
     normalize_point_id,
 )

@@ -8,7 +8,7 @@ import math
 import threading
 from typing import Any
 
-from .budget_stores import BudgetStoreError, _check_str, _CountingStore, _ids_by_key, _released_where_all_admit
+from .budget_store_base import BudgetStoreError, _check_str, _CountingStore, _ids_by_key, _released_where_all_admit
 from .budget_units import REDIS_ADMIT_UNITS, redis_args, redis_names
 from .errors import GuardArgumentValueError
 

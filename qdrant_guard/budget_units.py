@@ -24,7 +24,7 @@ import sqlite3
 from collections import OrderedDict
 from typing import Any, Sequence
 
-from .budget_stores import _check_count, _check_real, _check_str
+from .budget_store_base import _check_count, _check_real, _check_str
 from .errors import GuardArgumentTypeError, GuardArgumentValueError
 
 Group = tuple[list[tuple[str, int]], int]

@@ -25,7 +25,8 @@ ROOT = str(Path(__file__).resolve().parents[1])
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from qdrant_guard.budget_stores import SqliteBudgetStore, _in_window  # noqa: E402
+from qdrant_guard.budget_store_base import _in_window  # noqa: E402
+from qdrant_guard.budget_stores import SqliteBudgetStore  # noqa: E402
 
 KEYS = ["src|p|c|s0", "src|p|c|s1", "src|p|c|x|y", "src|p|d|s0", "src|q|c|s0", "src|p||e", "src|p|",
         "a|b", "a||", "|lead"]

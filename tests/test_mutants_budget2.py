@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from qdrant_guard.budget import MemoryBudgetStore
-from qdrant_guard.budget_stores import _in_window
+from qdrant_guard.budget_store_base import _in_window
 
 KEY = "agent|docs|src-a"
 

@@ -399,7 +399,7 @@ def test_admit_points_with_no_keys_releases_every_point():
 
 
 def test_a_counting_store_without_units_says_so():
-    from qdrant_guard.budget_stores import _CountingStore
+    from qdrant_guard.budget_store_base import _CountingStore
 
     class NoUnits(_CountingStore):
         pass
@@ -463,7 +463,7 @@ def test_seen_reset_and_listing_check_their_arguments_and_act():
 
 
 def test_a_bare_counting_store_implements_nothing():
-    from qdrant_guard.budget_stores import _CountingStore
+    from qdrant_guard.budget_store_base import _CountingStore
 
     bare = _CountingStore()
     calls = [lambda: bare.entries_by_prefix("p", window_s=1.0, now=0.0),

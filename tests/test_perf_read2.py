@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from qdrant_guard import budget as _budget
-from qdrant_guard import budget_stores as _budget_stores
+from qdrant_guard import budget_store_base as _store_base
 
 WINDOWS = (50.0, 100.0)
 
@@ -43,7 +43,7 @@ class _General(_budget.MemoryBudgetStore):
 
     def _entries_by_prefix(self, prefix, window_s, now):
         with self._lock:
-            found = {key: _budget_stores._in_window(entries.items(), window_s, now)
+            found = {key: _store_base._in_window(entries.items(), window_s, now)
                      for key, entries in self._keys.items() if key.startswith(prefix)}
         return {key: ids for key, ids in found.items() if ids}
 
@@ -146,7 +146,7 @@ class _Named(str):
 def test_plain_keys_check_as_the_general_checks(pair):
     def outcome(first):
         try:
-            keys, points = _budget_stores._check_points([first, ("other", 3)], [("i:1", [0, 1])])
+            keys, points = _store_base._check_points([first, ("other", 3)], [("i:1", [0, 1])])
         except (TypeError, ValueError) as exc:
             return type(exc), str(exc)
         return [(k, c, type(k), type(c)) for k, c in keys], points
@@ -378,7 +378,7 @@ def test_source_sizes_check_as_the_general_check(size):
             return type(exc), str(exc)
         return None
 
-    want = outcome(lambda: _budget_stores._check_count("source_size", size))
+    want = outcome(lambda: _store_base._check_count("source_size", size))
     got = outcome(lambda: budget.admit_many(principal="p", collection="c", requests={"s": ([1], size)},
                                             max_source_coverage=0.5))
     assert got == want
@@ -390,7 +390,7 @@ def test_source_sizes_check_as_the_general_check(size):
 def test_one_key_points_check_as_the_general_checks(pair):
     def outcome(point):
         try:
-            keys, points = _budget_stores._check_points([("k0", 1), ("k1", 2)], [point])
+            keys, points = _store_base._check_points([("k0", 1), ("k1", 2)], [point])
         except (TypeError, ValueError) as exc:
             return type(exc), str(exc)
         return keys, [(pid, members, type(pid), type(members), [type(m) for m in members]) for pid, members in points]
@@ -417,7 +417,7 @@ def test_listing_prefix_is_the_prefix_built_each_time(parts):
 
     def general():
         try:
-            checked = (_budget_stores._check_str("principal", parts[0]), _budget_stores._check_str("collection", parts[1]))
+            checked = (_store_base._check_str("principal", parts[0]), _store_base._check_str("collection", parts[1]))
         except (TypeError, ValueError) as exc:
             return type(exc), str(exc)
         prefix = "src|" + "|".join(_budget._escape_part(p) for p in checked) + "|"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from qdrant_guard import budget as _budget
-from qdrant_guard import budget_stores as _budget_stores
+from qdrant_guard import budget_store_base as _store_base
 from qdrant_guard import reads as _reads
 from qdrant_guard import sourcefilters as _sourcefilters
 from qdrant_guard.diversity import enforce_diversity
@@ -34,13 +34,13 @@ class _CheckedSqlite(_budget.SqliteBudgetStore):
 
 def _counting_checks(monkeypatch):
     calls = []
-    general = _budget_stores._check_points
+    general = _store_base._check_points
 
     def counted(keys, points):
         calls.append(1)
         return general(keys, points)
 
-    monkeypatch.setattr(_budget_stores, "_check_points", counted)
+    monkeypatch.setattr(_store_base, "_check_points", counted)
     return calls
 
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from qdrant_guard import budget as _budget
-from qdrant_guard import budget_stores as _budget_stores
+from qdrant_guard import budget_memory as _budget_memory
+from qdrant_guard import budget_store_base as _store_base
 from qdrant_guard import diversity as _diversity
 from qdrant_guard import querycheck as _querycheck
 from qdrant_guard import reads as _reads
@@ -26,7 +27,7 @@ class _General(_budget.MemoryBudgetStore):
     def _entries_by_prefix(self, prefix, window_s, now):
         with self._lock:
             self._window = max(self._window, window_s)
-            found = {key: _budget_stores._in_window(entries.items(), window_s, now)
+            found = {key: _store_base._in_window(entries.items(), window_s, now)
                      for key, entries in self._keys.items() if key.startswith(prefix)}
         return {key: ids for key, ids in found.items() if ids}
 
@@ -144,7 +145,7 @@ def test_a_listing_given_out_is_the_callers_to_change():
 
 
 def test_kept_listings_are_bounded(monkeypatch):
-    monkeypatch.setattr(_budget_stores, "_LISTINGS_KEPT", 3)
+    monkeypatch.setattr(_budget_memory, "_LISTINGS_KEPT", 3)
     store = _budget.MemoryBudgetStore()
     for i in range(10):
         store.admit_points([(f"src|p{i}|c|s", 5)], [("a", [0])], window_s=W, now=1.0)
@@ -181,7 +182,7 @@ class _OldBudget(_budget.ExtractionBudget):
                 raise GuardArgumentTypeError(f"requests[{source!r}] must be a (point_ids, source_size) tuple")
             point_ids, source_size = request
             if not (type(source_size) is int and source_size >= 0):
-                _budget_stores._check_count("source_size", source_size)
+                _store_base._check_count("source_size", source_size)
             charges.append((self.budget_key(principal, collection, source), point_ids,
                             _budget._floor_share(source_size, coverage)))
         return dict(zip(requests, self._decide_points(charges))) if charges else {}

@@ -11,7 +11,7 @@ import pytest
 import qdrant_client
 
 from qdrant_guard import budget as _budget
-from qdrant_guard import budget_stores as _budget_stores
+from qdrant_guard import budget_store_base as _store_base
 from qdrant_guard import diversity as _diversity
 from qdrant_guard import reads as _reads
 from tests.guardkit import hr_shared, make_kit, models, unit
@@ -231,7 +231,7 @@ def test_plain_key_indices_decide_as_the_general_checks(members):
 
     def outcome(value):
         try:
-            return _budget_stores._check_points(keys, [("i:1", value)])
+            return _store_base._check_points(keys, [("i:1", value)])
         except (TypeError, ValueError) as exc:
             return type(exc)
 

@@ -148,7 +148,7 @@ def test_a_pasted_shell_command_gives_the_name_its_characters(name: str) -> None
 def _rows_listing(path, prefix: str, window: float, now: float) -> dict:
     import sqlite3
 
-    from qdrant_guard.budget_stores import _in_window
+    from qdrant_guard.budget_store_base import _in_window
 
     rows: dict = {}
     conn = sqlite3.connect(path)  # a read: it changes no other connection's data_version
