@@ -2,8 +2,8 @@
 form, canonical base64, the message a batch signature covers, and the payload container receipts are
 stored in.
 
-Issuing (:mod:`qdrant_guard.receipts`) and verification (:mod:`qdrant_guard.receipt_verify`) both
-use them; docs/receipt-format.md describes the format. :mod:`qdrant_guard.receipts` re-exports the
+Issuing (:mod:`qdrant_guard.receipts`) and verification (:mod:`qdrant_guard.receipt_verify`,
+:mod:`qdrant_guard.collection_verify`) use them; docs/receipt-format.md describes the format. :mod:`qdrant_guard.receipts` re-exports the
 public names.
 """
 from __future__ import annotations

@@ -8,8 +8,9 @@ holder of the signing key *asserted* these facts; it does not prove that noise w
 
 This module issues receipts (:class:`ReceiptSigner`, :func:`issue_receipt`,
 :func:`issue_receipts_batch`). The stored form and commitment are in :mod:`qdrant_guard.storedform`,
-the format's constants and payload container in :mod:`qdrant_guard.receipt_format`, and
-verification in :mod:`qdrant_guard.receipt_verify`; their public names import from here too.
+the format's constants and payload container in :mod:`qdrant_guard.receipt_format`, the
+verification of one receipt in :mod:`qdrant_guard.receipt_verify` and of a collection's stored
+vectors in :mod:`qdrant_guard.collection_verify`; their public names import from here too.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from . import merkle
 from .canonical import canonical_json
+from .collection_verify import PointReceiptReport as PointReceiptReport, verify as verify
 from .errors import GuardArgumentTypeError, GuardArgumentValueError, ReceiptError
 from .keys import key_id as _key_id
 from .noise_params import NoiseParams, guarantee_mismatch
@@ -49,13 +51,11 @@ from .receipt_format import (
     stored_receipts as stored_receipts,
 )
 from .receipt_verify import (
-    PointReceiptReport as PointReceiptReport,
     ReceiptCheck as ReceiptCheck,
     mechanism_mismatch as mechanism_mismatch,
     model_mismatch as model_mismatch,
     noise_shortfall as noise_shortfall,
     plain_receipt as plain_receipt,
-    verify as verify,
     verify_receipt as verify_receipt,
 )
 from .storedform import (

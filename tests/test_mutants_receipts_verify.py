@@ -15,7 +15,7 @@ from test_receipt_review2 import _NumpyVectors
 from test_verify_review3 import _release, _store
 
 from qdrant_guard.errors import InvalidVectorError
-from qdrant_guard.receipt_verify import _split_vectors
+from qdrant_guard.collection_verify import _split_vectors
 from qdrant_guard.receipts import (
     RECEIPT_KEY,
     ReceiptSigner,
