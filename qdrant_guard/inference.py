@@ -19,8 +19,9 @@ from qdrant_client.http import models
 
 from . import detect as _detect
 from .decision import Verdict
+from .field_screen import _FieldScreen, _number_text
 from .policy import CollectionPolicy
-from .textguard import _ARRAYS, _FieldScreen, _as_sent, _number_text
+from .sent_form import _ARRAYS, _as_sent
 
 # Qdrant Cloud inference takes an external provider's API key as a top-level option (Qdrant's
 # documentation: ``options={"openai-api-key": ...}``); it authenticates the call to the provider

@@ -13,9 +13,10 @@ from .errors import GuardArgumentTypeError
 from .pipeline import Call, Op, mark_audited
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id, receipts_for_payload, stored_receipts
+from .sent_form import _stored_keys
 from .sourcefilters import _only_names_sources
 from .sources import path_head, payload_sources, restricts_sources
-from .textguard import TextOps, _stored_keys, selection_of
+from .textguard import TextOps, selection_of
 from .withheld import without_operation_ids
 
 _TAMPER = (

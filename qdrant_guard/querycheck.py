@@ -16,8 +16,9 @@ from .policy import CollectionPolicy, toml_str
 from .receipts import RECEIPT_KEY
 from .sentmodels import UncheckedForm
 from .sources import path_head
-from .textguard import (EmbedderError, TextOps, _number_text, no_card, password_finding, password_name_why,
-                        password_value)
+from .textguard import EmbedderError, TextOps
+from .field_screen import _number_text, no_card
+from .password_names import password_finding, password_name_why, password_value
 from .inference import screen_inference
 from .utility import embedder_model_name, same_model
 # The helpers below moved to modules of their own; their public names still import from here.
@@ -629,7 +630,7 @@ class QueryChecks(TextOps):
         data (QUERY_REJECTED); allowed personal data is added to ``allowed``. ``at`` is a match
         value's path or a key's (``...key``); only ``shown`` (the redacted key) is logged.
         ``outside``: a field name given outside a filter (see :meth:`_screen_one_key`). ``why``: a
-        sentence the credential refusal adds (:func:`~qdrant_guard.textguard.password_name_why`)."""
+        sentence the credential refusal adds (:func:`~qdrant_guard.password_names.password_name_why`)."""
         types = sorted({f.type for f in findings})
         creds = sorted({f.type for f in findings if f.category == "CREDENTIAL"})
         about = {**about, "findings": types}

@@ -86,7 +86,7 @@ def test_a_remembered_clean_key_sent_twice_is_still_refused(tmp_path):
     assert snapshot(client, "c") == before
 
 
-# The barcode exemption (textguard._barcode), second mutation pass: a GTIN-14 that is also a
+# The barcode exemption (field_screen._barcode), second mutation pass: a GTIN-14 that is also a
 # Luhn-valid 14-digit Diners number must be stored under gtin (14 dropped from the lengths refused
 # it); a 15-digit Amex number whose GS1 check digit happens to hold is no barcode length (15 added
 # let it through); a card written with spaces under ean is a card (any of the three tests made

@@ -11,7 +11,7 @@ import pytest
 from guardkit import make_kit, snapshot
 from test_payload_fields import FORMS, _audit_text, _kit_client, _stored, _write
 from test_perf_payload_screen import API, _guard, _screen
-from qdrant_guard import GuardRefusal, QdrantClient, detect, textguard
+from qdrant_guard import GuardRefusal, QdrantClient, detect, field_screen, textguard
 from qdrant_guard.receipts import verify as verify_stored
 
 CARD = 4111111111111111
@@ -35,14 +35,14 @@ def test_the_short_number_bounds_hold_against_the_detector():
     # Under a plain key, numbers under 10**12 (10**8 where the key names an SSN) skip the detector:
     # pin that no digit string that short, signed or not, is a finding under names that give
     # numbers context, and that the bounds are tight.
-    assert (textguard._SHORT_NUMBER, textguard._SHORT_SSN_NUMBER) == (10**12, 10**8)
+    assert (field_screen._SHORT_NUMBER, field_screen._SHORT_SSN_NUMBER) == (10**12, 10**8)
     plain = ["x", "card", "credit_card_number", "phone", "tel", "mobile", "iban", "api_key", "secret", "token",
              "access_token", "pin", "a.b-c_d", "Number1", "created_at", "zip"]
     ssn = ["ssn", "SSN", "customer_ssn", "social_security_number", "socialSecurity", "Social-Security", "social"]
-    assert {textguard._number_bound(k) for k in plain} == {10**12}
-    assert {textguard._number_bound(k) for k in ssn} == {10**8}
-    assert textguard._number_bound("db_password") == textguard._KEY_PASSWORD
-    assert textguard._number_bound("my key") == 0  # not plain: every number under it is screened
+    assert {field_screen._number_bound(k) for k in plain} == {10**12}
+    assert {field_screen._number_bound(k) for k in ssn} == {10**8}
+    assert field_screen._number_bound("db_password") == field_screen._KEY_PASSWORD
+    assert field_screen._number_bound("my key") == 0  # not plain: every number under it is screened
     rng = random.Random(0)
     for length in range(1, 13):
         lo, hi = 10 ** (length - 1) if length > 1 else 0, 10**length - 1

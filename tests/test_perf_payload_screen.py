@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from guardkit import create, make_kit, models, unit
-from qdrant_guard import GuardRefusal, QdrantClient, textguard
+from qdrant_guard import GuardRefusal, QdrantClient, field_screen, textguard
 from qdrant_guard.errors import QdrantGuardError
 
 STRIPE = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
@@ -68,9 +68,9 @@ def test_remembered_pairs_screen_exactly_as_the_detector(tmp_path, over, monkeyp
     # The detector's answer for each payload, with nothing remembered and no leaf passed as is.
     fresh = []
     with monkeypatch.context() as m:
-        m.setattr(textguard, "_SCALARS", ())
-        m.setattr(textguard, "_SHORT_NUMBER", 0)
-        m.setattr(textguard, "_SHORT_SSN_NUMBER", 0)
+        m.setattr(field_screen, "_SCALARS", ())
+        m.setattr(field_screen, "_SHORT_NUMBER", 0)
+        m.setattr(field_screen, "_SHORT_SSN_NUMBER", 0)
         for p in PAYLOADS:
             guard.clean_values("c").clear()
             guard.clean_keys("c").clear()
@@ -122,7 +122,7 @@ def test_the_memory_is_bounded(tmp_path, monkeypatch):
     for i in range(20):
         assert _screen(guard, pol, {"k": f"value {i}"}) == ("stored", {"k": f"value {i}"})
         assert len(guard.clean_values("c")) <= 8
-    long = "z" * (textguard._CLEAN_VALUE_MAX_LEN + 1)
+    long = "z" * (field_screen._CLEAN_VALUE_MAX_LEN + 1)
     assert _screen(guard, pol, {"k": long}) == ("stored", {"k": long})
     assert ("k", long) not in guard.clean_values("c")
 

@@ -97,7 +97,7 @@ def test_without_keep_in_boundary_numbers_pass_reads_as_strings_do(tmp_path):
 @pytest.mark.parametrize("value, shown", [(CARD, "[CREDIT_CARD]"), (-CARD, "-[CREDIT_CARD]"), (True, True),
                                           (1.5, 1.5), (None, None), ({"a": str(CARD)}, {"a": "[CREDIT_CARD]"})])
 def test_the_read_side_reads_a_number_as_the_write_side_does(tmp_path, value, shown):
-    # The digits are the write side's (textguard._number_text): a bool, a fraction are not
+    # The digits are the write side's (field_screen._number_text): a bool, a fraction are not
     # numbers of the text field there either; an object's strings are text (review 44). What a write stores of the text field, a read
     # outside the owner boundary gives.
     from qdrant_guard.redacted import _redacted_text
