@@ -52,7 +52,7 @@ def test_the_reasoning_example_of_docs_intent_is_what_the_model_gives(clf: Built
 
 
 def _skip_owner_examples() -> list[str]:
-    src = " ".join((ROOT / "qdrant_guard/policy.py").read_text().split())
+    src = " ".join((ROOT / "qdrant_guard/policy_sections.py").read_text().split())
     part = re.search(r"refuses ordinary requests \(([^)]*)\)", src)
     assert part is not None
     return re.findall(r"``([^`]+)``", part.group(1))

@@ -72,7 +72,9 @@ def test_the_intent_module_keeps_the_public_names_it_had_before_the_split():
                                     "sentnames", "withheld", "notfound", "reads", "readplan", "readbudget",
                                     "payloadselect", "redacted", "sourcefilters", "budget_stores",
                                     "budget_store_base", "budget_memory", "budget_sqlite", "collection_verify",
-                                    "textguard", "sent_form", "password_names", "field_screen"])
+                                    "textguard", "sent_form", "password_names", "field_screen", "policy",
+                                    "policy_base", "policy_sections", "collection_policy", "guard_config",
+                                    "policy_loader"])
 def test_each_split_module_imports_alone_in_a_fresh_interpreter(module):
     out = subprocess.run([sys.executable, "-c", f"import qdrant_guard.{module}"], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
