@@ -128,7 +128,7 @@ def add_calibrate_arguments(parser: Any) -> None:
     so that ``--policy`` can tell a given value from a default."""
     from argparse import SUPPRESS
 
-    from .cli import _positive_int
+    from .cli_args import _positive_int
     from .evaluation.embed import MODEL_ID
 
     src = parser.add_mutually_exclusive_group(required=True)
@@ -370,7 +370,7 @@ def _policy_key_refusal(cfg: Any, pol: Any, key: str, path: str, section: str) -
     guard's signing_key, receipts.retired_keys, and receipt_keys when the collection sets it, else
     receipts.trusted_keys), and never under a key receipts.revoked_keys lists."""
     from . import keys
-    from .cli import _policy_signing_keys
+    from .cli_policy_keys import _policy_signing_keys
 
     kid = keys.key_id(keys.load_private_key(key).public_key())
     own_kid, own, retired = _policy_signing_keys(cfg, path)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from qdrant_guard.cli import _credential_from, main
+from qdrant_guard.cli import main
+from qdrant_guard.cli_args import _credential_from
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -384,7 +384,7 @@ def test_is_canonical_still_answers_false_for_bytes_and_raises_for_text() -> Non
 
 
 def test_a_signing_key_pub_file_of_another_key_is_a_config_error(ctx: Ctx) -> None:
-    from qdrant_guard import cli
+    from qdrant_guard import cli_policy_keys
 
     key = ctx.tmp / "guard.key"
     key.write_bytes(keys.private_key_to_pem(ctx.sk))
@@ -392,7 +392,7 @@ def test_a_signing_key_pub_file_of_another_key_is_a_config_error(ctx: Ctx) -> No
     _, other = keys.generate_keypair()
     (ctx.tmp / "guard.key.pub").write_text(keys.public_key_to_str(other) + "\n")
     with pytest.raises(ConfigError, match="not the public key of"):
-        cli._signing_public_key(str(key))
+        cli_policy_keys._signing_public_key(str(key))
 
 
 @pytest.mark.parametrize(("builtin", "call", "word"), [

@@ -15,7 +15,7 @@ from sweepkit import W, Clock
 from test_review24 import _forge_kid
 from test_retired_keys import _old_checkpoint, _policy_file, _verify_lines, _write_under_a, rot  # noqa: F401
 
-from qdrant_guard import GuardArgumentTypeError, QdrantGuardError, cli, keys
+from qdrant_guard import GuardArgumentTypeError, QdrantGuardError, cli_policy_keys, keys
 from qdrant_guard.audit import verify_audit_file
 from qdrant_guard.budget import MemoryBudgetStore
 from qdrant_guard.receipts import ReceiptSigner, normalize_point_id
@@ -226,7 +226,7 @@ def test_a_signing_keys_pub_decides_when_the_private_key_is_not_there(tmp_path):
     returning None, or not raising on other errors, no test saw it."""
     path, kid = _guard_key_pair(tmp_path)
     path.unlink()
-    assert keys.key_id(cli._signing_public_key(str(path))) == kid
+    assert keys.key_id(cli_policy_keys._signing_public_key(str(path))) == kid
 
 
 def test_a_signing_key_that_does_not_load_is_an_error_even_with_its_pub(tmp_path):
@@ -235,7 +235,7 @@ def test_a_signing_key_that_does_not_load_is_an_error_even_with_its_pub(tmp_path
     path, _ = _guard_key_pair(tmp_path)
     path.write_text("not a key\n")
     with pytest.raises(QdrantGuardError, match="not an unencrypted PEM"):
-        cli._signing_public_key(str(path))
+        cli_policy_keys._signing_public_key(str(path))
 
 
 def test_audit_verify_policy_with_a_signing_key_that_is_not_there_says_which_knob(tmp_path, capsys):
