@@ -406,6 +406,14 @@ class GuardConfig(_Strict):
             named = [("owner", pol.owner), *(("readers", r) for r in pol.readers),
                      *(("writers", w) for w in (pol.writers or ()))]
             for key, b in named:
+                if b and _TOKEN_PREFIX in b:
+                    # Never shown: it would land in logs and tracebacks wherever the policy loads.
+                    raise ValueError(
+                        f"{where}.{key} holds a credential token (it contains '{_TOKEN_PREFIX}'): a policy names "
+                        "boundaries here, such as \"hr\"; the token belongs in Principal(agent_id, boundary, "
+                        "token), and one pasted into a policy file is leaked: revoke it (its credential id "
+                        "under revoked_credentials in its boundary's section) and issue a new one"
+                    )
                 if b and b != "*" and self.boundaries and b not in self.boundaries:
                     raise ValueError(
                         f"{where}.{key} names boundary {b!r}, which has no [boundaries.{toml_key(b)}] section; "

@@ -164,3 +164,20 @@ def test_a_relative_store_path_names_the_checked_file_in_every_thread(tmp_path, 
         store.close()
     assert out == [[]]  # the cap of 2 already spent, in the file the store checked
     assert os.listdir(elsewhere) == []
+
+
+@pytest.mark.parametrize("key", ["owner", "readers", "writers"])
+def test_a_token_in_a_collections_boundary_names_is_not_echoed(tmp_path, key):
+    # Review 51 left this: a token pasted into owner/readers/writers was shown whole in the
+    # "names boundary ..., which has no [boundaries...] section" error, twice (the name and the
+    # section it suggested).
+    kit = make_kit(tmp_path)
+    token = kit.principal("alice", "hr").credential
+    for value in (token, *_token_variants(token)):
+        pol = {"class": "PII", "owner": "hr", "readers": ["hr"], "writers": ["hr"]}
+        pol[key] = value if key == "owner" else ["hr", value]
+        with pytest.raises(ConfigError) as exc:
+            kit.config({"docs": pol})
+        assert f"collections.docs.{key} holds a credential token" in str(exc.value)
+        assert "Principal(" in str(exc.value)
+        assert token.split(".")[1][:16] not in str(exc.value)
