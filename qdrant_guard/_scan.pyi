@@ -1,3 +1,5 @@
+"""Type stubs of the native query scanner (twin of qdrant_guard._scan_py): one pass over a query
+for token counts, repetition and encoded or invisible payloads, each violation with its position."""
 from typing import Optional
 
 from ._scan_py import KINDS as KINDS

@@ -1,6 +1,7 @@
 """Reading and verifying an audit log: the entry format, the chain and checkpoint checks, and
 :func:`verify_audit_file`, which locates the first problem and reports two chains in one file.
-The writer and repair are in :mod:`qdrant_guard.audit`, which re-exports everything here.
+The writer is in :mod:`qdrant_guard.audit`, which re-exports everything here, and the repair in
+:mod:`qdrant_guard.audit_repair`.
 """
 from __future__ import annotations
 

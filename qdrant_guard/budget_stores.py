@@ -1,11 +1,12 @@
-"""The extraction budget's stores: the :class:`BudgetStore` protocol, the argument checks and point-id
-normalisation they share, and the in-process and SQLite stores. Each applies one admission
-atomically (a lock, or one ``BEGIN IMMEDIATE`` transaction); the Redis store is in
-:mod:`qdrant_guard.budget_redis`. :mod:`qdrant_guard.budget` re-exports the public names.
+"""The extraction budget's stores, their public names in one place: the :class:`BudgetStore`
+protocol, the in-process and SQLite stores and point-id normalisation. Each store applies one
+admission atomically (a lock, or one ``BEGIN IMMEDIATE`` transaction).
 
-This module names the stores' public names in one place. The protocol, the shared checks,
-normalisation and counting base are in :mod:`qdrant_guard.budget_store_base`, the in-process store
-in :mod:`qdrant_guard.budget_memory` and the SQLite store in :mod:`qdrant_guard.budget_sqlite`.
+The code lives elsewhere: the protocol, the shared argument checks, normalisation and the counting
+base in :mod:`qdrant_guard.budget_store_base`, the in-process store in
+:mod:`qdrant_guard.budget_memory`, the SQLite store in :mod:`qdrant_guard.budget_sqlite` and the
+Redis store in :mod:`qdrant_guard.budget_redis`. :mod:`qdrant_guard.budget` re-exports the public
+names.
 """
 from __future__ import annotations
 
