@@ -42,8 +42,15 @@ def _refuse_shared(fd: int, path: str | None, abspath: str, opt_out: str = _OPT_
     # on its path) away and put one of their own in its place (the writer notices only at its next
     # append).
     found = replaceable_by_anyone(abspath)
+    if found is not None and found.owner is not None:
+        d, dmode, duid = found
+        where = "in" if d == os.path.dirname(abspath) else "below"
+        raise AuditError(
+            f"audit log {path!r} is {where} directory {d!r}, owned by uid {duid}, neither the guard's uid "
+            f"({os.geteuid()}) nor root (mode {dmode:o}): its owner can replace the log there; run "
+            f"`chown {os.geteuid()} {d}` (as root), move the log to a directory the guard's uid owns, {opt_out}")
     if found is not None:
-        d, dmode = found
+        d, dmode, _ = found
         where = "in" if d == os.path.dirname(abspath) else "below"
         raise AuditError(
             f"audit log {path!r} is {where} directory {d!r}, which is world-writable without the sticky bit "

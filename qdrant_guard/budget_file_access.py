@@ -63,8 +63,14 @@ def _unsafe_beside(path: str, db: str) -> str | None:
                 f"({os.geteuid()}) nor root (mode {dmode:o}): its owner can replace the database and {_STAKE}; run "
                 f"`chown {os.geteuid()} {d}` (as root), or move the store to a directory the guard's uid owns")
     found = replaceable_by_anyone(db)
+    if found is not None and found.owner is not None:
+        up, upmode, upuid = found
+        return (f"budget store {path!r} is below directory {up!r}, owned by uid {upuid}, neither this process's uid "
+                f"({os.geteuid()}) nor root (mode {upmode:o}): its owner can put a directory of their own on its path "
+                f"and so {_STAKE}; run `chown {os.geteuid()} {up}` (as root), or move the store to a directory the "
+                "guard's uid owns")
     if found is not None:
-        up, upmode = found
+        up, upmode, _ = found
         return (f"budget store {path!r} is below directory {up!r}, which every user may write and which has no "
                 f"sticky bit (mode {upmode:o}): anyone can put a directory of their own on its path and so {_STAKE}; "
                 f"run `chmod o-w {up}` (or `chmod +t {up}`), or move the store to a directory only its owner writes")

@@ -3,33 +3,53 @@
 A file's mode says who may write it; its directories' modes say who may put another file in its
 place. In a directory every user may write, without the sticky bit, anyone may rename an entry
 away and create their own under its name: the trusted file itself, or a directory on its path.
-And a file's owner may change its mode and write it, whatever the mode is now.
+A directory's owner may do the same whatever its mode (he may chmod it), and a file's owner may
+change its mode and write it, whatever the mode is now. OpenSSH's StrictModes refuses both.
 """
 from __future__ import annotations
 
 import os
 import stat
+from typing import NamedTuple
 
 
-def replaceable_by_anyone(path: str | os.PathLike[str]) -> tuple[str, int] | None:
-    """The first directory on the way to ``path`` that every user may write and that has no
-    sticky bit, with its mode; None when there is none, or off POSIX.
+class Replaceable(NamedTuple):
+    """A directory on a trusted file's path that lets someone else replace what is below it."""
+
+    directory: str
+    mode: int
+    owner: int | None  # its owner's uid when that owner is the hazard; None when every user may write it
+
+
+def replaceable_by_anyone(path: str | os.PathLike[str]) -> Replaceable | None:
+    """The first directory on the way to ``path`` (from the file up to /) that every user may
+    write and that has no sticky bit, or that a uid other than this process's effective uid and
+    root owns; None when there is none, or off POSIX.
 
     Both ways to the file are checked: the path as given (made absolute, its symlinks not
-    followed, since anyone could replace a symlink too) and the path its symlinks resolve to.
+    followed, since anyone could replace a symlink too, and a symlink's own owner counts) and the
+    path its symlinks resolve to.
     """
     if os.name != "posix":
         return None
+    euid = os.geteuid()
     given = os.path.abspath(path)
     for way in dict.fromkeys((given, os.path.realpath(given))):
         d = os.path.dirname(way)
         while True:
+            mode = owner = 0
             try:
-                mode = stat.S_IMODE(os.stat(d).st_mode)
+                st = os.lstat(d)
+                owner = st.st_uid
+                if stat.S_ISLNK(st.st_mode):
+                    st = os.stat(d)
+                mode = stat.S_IMODE(st.st_mode)
             except OSError:  # a lexical '..' past a symlink names no directory; the resolved way does
-                mode = 0
+                pass
             if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
-                return d, mode
+                return Replaceable(d, mode, None)
+            if owner not in (0, euid):
+                return Replaceable(d, mode, owner)
             parent = os.path.dirname(d)
             if parent == d:
                 break

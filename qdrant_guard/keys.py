@@ -195,11 +195,17 @@ def _read_key_file(path: PathLike, func: str, *, private: bool) -> tuple[Path, b
 
 
 def _refuse_replaceable(p: Path, what: str, other_fix: str) -> None:
-    """Refuse a key file any user could put another file in place of (:mod:`dirmodes`): its own
-    mode, checked by the caller, does not stop that."""
+    """Refuse a key file any user, or a directory's other owner, could put another file in place
+    of (:mod:`dirmodes`): its own mode, checked by the caller, does not stop that."""
     found = replaceable_by_anyone(p)
+    if found is not None and found.owner is not None:
+        d, mode, uid = found
+        raise KeyStoreError(
+            f"{what} {str(p)!r} is below directory {d!r}, owned by uid {uid}, neither this process's uid "
+            f"({os.geteuid()}) nor root (mode {mode:o}): its owner can put a key of their own in its place; run "
+            f"`chown {os.geteuid()} {d}` (as root), or move the key to a directory the guard's uid owns{other_fix}")
     if found is not None:
-        d, mode = found
+        d, mode, _ = found
         raise KeyStoreError(
             f"{what} {str(p)!r} is below directory {d!r}, which every user may write and which has no sticky "
             f"bit (mode {mode:o}): anyone can put a key of their own in its place; run `chmod o-w {d}` (or "

@@ -156,8 +156,14 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
             f"(mode {stat.S_IMODE(st.st_mode):o}): its owner can change its mode and write every rule the guard "
             f"enforces; run `chown {os.geteuid()} {p}` (as root) and retry")
     found = replaceable_by_anyone(p) if stat.S_ISREG(st.st_mode) else None
+    if found is not None and found.owner is not None:
+        d, dmode, duid = found
+        raise ConfigError(
+            f"policy file {str(p)!r} is below directory {d!r}, owned by uid {duid}, neither this process's uid "
+            f"({os.geteuid()}) nor root (mode {dmode:o}): its owner can put a policy of their own in its place; run "
+            f"`chown {os.geteuid()} {d}` (as root), or move the policy to a directory the guard's uid owns")
     if found is not None:
-        d, dmode = found
+        d, dmode, _ = found
         raise ConfigError(
             f"policy file {str(p)!r} is below directory {d!r}, which every user may write and which has no sticky "
             f"bit (mode {dmode:o}): anyone can put a policy of their own in its place; run `chmod o-w {d}` (or "
