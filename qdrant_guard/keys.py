@@ -248,14 +248,21 @@ def _looks_like_key_body(text: str) -> bool:
             and any(c.isupper() for c in text) and any(c.islower() for c in text) and any(c.isdigit() for c in text))
 
 
+_PASTE_EDGES = " \t\r\f\v'\""
+
+
 def looks_like_key_text(text: str) -> bool:
     """Whether ``text``, given where a key file's path belongs, is key material rather than a path:
     PEM armour, a newline, or base64 key material (:func:`_looks_like_key_body`) whole or after
-    a ``/`` (a policy joins its directory to a relative path, and base64 holds ``/`` itself).
-    Messages name such text by its length only: it may be a private key."""
+    a ``/`` (a policy joins its directory to a relative path, and base64 holds ``/`` itself), with
+    any spaces or quotes around it. Messages name such text by its length only: it may be a private
+    key."""
     if "-----BEGIN" in text or "\n" in text:
         return True
-    return any(_looks_like_key_body(text[i + 1:]) for i in range(-1, len(text)) if i < 0 or text[i] == "/")
+    # A body copied with a space, a "\r" (a Windows file) or the quotes of an env file around it
+    # is still a body.
+    return any(_looks_like_key_body(text[i + 1:].strip(_PASTE_EDGES)) for i in range(-1, len(text))
+               if i < 0 or text[i] == "/")
 
 
 def _holds_public_key(data: bytes) -> bool:
