@@ -90,8 +90,10 @@ class SqliteBudgetStore(_CountingStore):
             )
         self.path = path
         # Each thread and forked child opens its own connection later: a relative path would then
-        # name a file in whatever the working directory has become, unchecked.
-        self._file = os.path.abspath(path)
+        # name a file in whatever the working directory has become, unchecked. Joined, not
+        # abspath(): that drops "link/.." by its letters, where the kernel (and so the checks and
+        # the 600 creation below) goes up from where the link points.
+        self._file = os.path.join(os.getcwd(), path)
         self._timeout_s = _check_real("timeout_s", timeout_s, positive=True)
         unsafe = unsafe_store_file(path)
         if unsafe is not None:

@@ -1,14 +1,20 @@
 """Mutation pass 29: review 51's key-text test (``keys.looks_like_key_text``), its survivors, and
-a private key it still echoed when pasted with a space, a "\\r" or quotes around it.
+a private key it still echoed when pasted with a space, a "\\r" or quotes around it; and the store's
+absolute path, which dropped "link/.." by its letters and so opened a file it had not made.
 
 docs/security-testing.md, "Mutation pass 29". Real key files, policies and clients; no mocks.
 """
 from __future__ import annotations
 
+import os
+import sqlite3
+import stat
+
 import pytest
 from guardkit import make_kit
 
 from qdrant_guard import QdrantClient, keys
+from qdrant_guard.budget_stores import SqliteBudgetStore
 from qdrant_guard.errors import ConfigError
 from qdrant_guard.keys import KeyStoreError
 from qdrant_guard.policy import load_policy
@@ -93,3 +99,29 @@ def test_a_missing_key_path_with_a_dot_or_space_before_a_long_name_is_named(tmp_
     assert "3 key files the policy names do not exist" in message
     for p in paths:
         assert f"  {p} (audit_trusted_keys)" in message
+
+
+def test_a_store_path_through_a_symlink_and_dotdot_opens_the_file_it_made(tmp_path, monkeypatch):
+    # Review 51 made each connection open os.path.abspath(path), which drops "link/.." by its
+    # letters; the kernel (and so the 600 creation and the realpath check) goes up from where the
+    # link points. The store made other/budget.db 600 and then opened work/budget.db, created by
+    # SQLite 644 (its -wal and -shm too) and never checked.
+    work, sub = tmp_path / "work", tmp_path / "other" / "sub"
+    work.mkdir()
+    sub.mkdir(parents=True)
+    (work / "link").symlink_to(sub)
+    monkeypatch.chdir(work)
+    old = os.umask(0o022)
+    try:
+        store = SqliteBudgetStore("link/../budget.db")
+        try:
+            assert store.admit("bob", ["p1"], cap=1, window_s=3600.0, now=10.0)[0] == ["p1"]
+        finally:
+            store.close()
+    finally:
+        os.umask(old)
+    assert sorted(p.name for p in work.iterdir()) == ["link"]
+    made = tmp_path / "other" / "budget.db"
+    assert stat.S_IMODE(made.stat().st_mode) == 0o600
+    with sqlite3.connect(made) as c:  # the admission is in the file the store made
+        assert c.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
