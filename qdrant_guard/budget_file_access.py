@@ -36,7 +36,9 @@ def unsafe_store_file(path: str) -> str | None:
                 f"opened; give the database's plain path, or './{path}' for a file of that name")
     if os.name != "posix":
         return None
-    given = os.path.abspath(path)
+    # Not abspath(): it drops "link/.." by its letters, and its realpath then misses the directory
+    # the kernel (and SQLite) goes up to from where the link points.
+    given = os.path.join(os.getcwd(), path)
     # SQLite opens a symlinked database where it resolves to and puts the side files there.
     for db in dict.fromkeys((given, os.path.realpath(given))):
         why = _unsafe_beside(path, db)
@@ -75,7 +77,7 @@ def _unsafe_beside(path: str, db: str) -> str | None:
                 f"sticky bit (mode {upmode:o}): anyone can put a directory of their own on its path and so {_STAKE}; "
                 f"run `chmod o-w {up}` (or `chmod +t {up}`), or move the store to a directory only its owner writes")
     for name in (db, *(db + side for side in SIDE_FILES)):
-        shown = path if name == os.path.abspath(path) else name
+        shown = path if name == os.path.join(os.getcwd(), path) else name
         try:
             st = os.stat(name)
         except OSError:

@@ -14,7 +14,7 @@ import pytest
 from guardkit import make_kit
 
 from qdrant_guard import QdrantClient, keys
-from qdrant_guard.budget_stores import SqliteBudgetStore
+from qdrant_guard.budget_stores import BudgetStoreError, SqliteBudgetStore
 from qdrant_guard.errors import ConfigError
 from qdrant_guard.keys import KeyStoreError
 from qdrant_guard.policy import load_policy
@@ -125,3 +125,18 @@ def test_a_store_path_through_a_symlink_and_dotdot_opens_the_file_it_made(tmp_pa
     assert stat.S_IMODE(made.stat().st_mode) == 0o600
     with sqlite3.connect(made) as c:  # the admission is in the file the store made
         assert c.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
+
+
+def test_a_store_path_through_a_symlink_and_dotdot_is_checked_where_it_lands(tmp_path, monkeypatch):
+    # The check took os.path.abspath(path) too, and its realpath: both the lexical work/budget.db.
+    # The database is other/budget.db, in a directory every user may write: unchecked, accepted.
+    work, other = tmp_path / "work", tmp_path / "other"
+    work.mkdir()
+    (other / "sub").mkdir(parents=True)
+    other.chmod(0o777)
+    (work / "link").symlink_to(other / "sub")
+    monkeypatch.chdir(work)
+    with pytest.raises(BudgetStoreError, match="which every user may create files in") as exc:
+        SqliteBudgetStore("link/../budget.db")
+    assert f"'{work / 'link' / '..'}'" in str(exc.value)  # the directory os.stat found mode 777
+    assert not (other / "budget.db").exists()
