@@ -13,7 +13,7 @@ import stat
 import pytest
 from guardkit import make_kit
 
-from qdrant_guard import QdrantClient, keys
+from qdrant_guard import Principal, QdrantClient, keys
 from qdrant_guard.budget_stores import BudgetStoreError, SqliteBudgetStore
 from qdrant_guard.errors import ConfigError
 from qdrant_guard.keys import KeyStoreError
@@ -140,3 +140,30 @@ def test_a_store_path_through_a_symlink_and_dotdot_is_checked_where_it_lands(tmp
         SqliteBudgetStore("link/../budget.db")
     assert f"'{work / 'link' / '..'}'" in str(exc.value)  # the directory os.stat found mode 777
     assert not (other / "budget.db").exists()
+
+
+def test_a_name_holding_the_token_prefix_without_its_dot_is_a_name(tmp_path):
+    # Only "qgc1." marks a token: an agent, boundary or policy name that merely holds "qgc1" (a
+    # team or a migration named so) is a name, not refused as a pasted credential.
+    kit = make_kit(tmp_path)
+    p = Principal("qgc1-migrator", "qgc1-ops")
+    assert (p.agent_id, p.boundary) == ("qgc1-migrator", "qgc1-ops")
+    pub = kit.authority_pub["hr"]
+    pol = {"class": "PII", "owner": "qgc1-ops", "readers": ["qgc1-ops"], "writers": ["qgc1-ops"]}
+    cfg = kit.config({"docs": pol}, boundaries={"hr": {"authority_keys": [pub]},
+                                               "qgc1-ops": {"authority_keys": [pub]}})
+    assert cfg.collections["docs"].owner == "qgc1-ops"
+
+
+def test_a_store_file_others_may_write_is_named_as_given(tmp_path, monkeypatch):
+    # Messages show the store path as the caller gave it ("./sub/budget.db"), not as joined to
+    # the working directory for the checks.
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "sub" / "budget.db"
+    db.touch()
+    db.chmod(0o664)
+    with pytest.raises(BudgetStoreError) as exc:
+        SqliteBudgetStore("./sub/budget.db")
+    assert "budget store file './sub/budget.db' is writable by other users" in str(exc.value)
+    assert "`chmod go-w ./sub/budget.db`" in str(exc.value)
