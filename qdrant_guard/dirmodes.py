@@ -26,15 +26,17 @@ def replaceable_by_anyone(path: str | os.PathLike[str]) -> Replaceable | None:
     write and that has no sticky bit, or that a uid other than this process's effective uid and
     root owns; None when there is none, or off POSIX.
 
-    Both ways to the file are checked: the path as given (made absolute, its symlinks not
-    followed, since anyone could replace a symlink too, and a symlink's own owner counts) and the
-    path its symlinks resolve to.
+    Both ways to the file are checked: the path its symlinks resolve to, and the path as given
+    (joined to the working directory, its symlinks not followed, since anyone could replace a
+    symlink too, and a symlink's own owner counts).
     """
     if os.name != "posix":
         return None
     euid = os.geteuid()
-    given = os.path.abspath(path)
-    for way in dict.fromkeys((given, os.path.realpath(given))):
+    # Not abspath(): it drops "link/.." by its letters, where the kernel goes up from wherever the
+    # link points; realpath() of the joined path follows the kernel.
+    given = os.path.join(os.getcwd(), os.fspath(path))
+    for way in dict.fromkeys((os.path.realpath(given), given)):
         d = os.path.dirname(way)
         while True:
             mode = owner = 0
