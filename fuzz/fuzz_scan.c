@@ -139,10 +139,10 @@ static void check_modes_agree(const uint8_t *s, const qg_scan_out *b, const qg_s
     }
 }
 
-/* The index the binding shares between the scans it runs under the GIL: slots zero between scans,
- * keys left as the last scan wrote them, kept across inputs as across calls there, so a scan that
- * leaves a slot set is caught by the check below, and one that reads an earlier scan's key as a
- * match by the next input's comparison with qg_scan. */
+/* The index the binding shares between the scans it runs under the GIL, kept across inputs as
+ * across calls there: slots and keys zero between scans, so a scan that leaves a slot or a key
+ * byte set is caught by the check below, and one that reads an earlier scan's entry as a match by
+ * the next input's comparison with qg_scan. */
 static qg_scan_table shared_index;
 
 static int run_with(const uint8_t *s, size_t n, const qg_scan_rules *r, qg_scan_out *o, qg_scan_table *index)
