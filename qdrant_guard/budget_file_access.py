@@ -10,6 +10,7 @@ only the renaming and deleting of files others own.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -51,8 +52,16 @@ def _unsafe_beside(path: str, db: str) -> str | None:
     d = os.path.dirname(db)
     try:
         dst = os.stat(d)
-    except OSError:
-        return None
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        # Too long a path, or one this uid cannot search: who may write there is unknown, not "nobody".
+        return (f"budget store {path!r}: cannot tell who may write its directory {d!r} ({exc.strerror}); give the "
+                "store a shorter path that this uid can search")
+    try:
+        found = replaceable_by_anyone(db)
+    except OSError as exc:
+        return f"budget store {path!r}: {exc.strerror}"
     dmode = stat.S_IMODE(dst.st_mode)
     if dmode & stat.S_IWOTH:
         return (f"budget store {path!r} is in directory {d!r}, which every user may create files in (mode {dmode:o}): "
@@ -64,7 +73,6 @@ def _unsafe_beside(path: str, db: str) -> str | None:
         return (f"budget store {path!r} is in directory {d!r}, owned by uid {uid}, neither this process's uid "
                 f"({os.geteuid()}) nor root (mode {dmode:o}): its owner can replace the database and {_STAKE}; run "
                 f"`chown {os.geteuid()} {d}` (as root), or move the store to a directory the guard's uid owns")
-    found = replaceable_by_anyone(db)
     if found is not None and found.owner is not None:
         up, upmode, upuid = found
         return (f"budget store {path!r} is below directory {up!r}, owned by uid {upuid}, neither this process's uid "

@@ -8,6 +8,7 @@ change its mode and write it, whatever the mode is now. OpenSSH's StrictModes re
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import NamedTuple
@@ -24,7 +25,8 @@ class Replaceable(NamedTuple):
 def replaceable_by_anyone(path: str | os.PathLike[str]) -> Replaceable | None:
     """The first directory on the way to ``path`` (from the file up to /) that every user may
     write and that has no sticky bit, or that a uid other than this process's effective uid and
-    root owns; None when there is none, or off POSIX.
+    root owns; None when there is none, or off POSIX. Raises OSError, naming the directory, when
+    one on the path cannot be examined (too long a path, no search permission, a symlink loop).
 
     Both ways to the file are checked: the path its symlinks resolve to, and the path as given
     (joined to the working directory, its symlinks not followed, since anyone could replace a
@@ -46,8 +48,15 @@ def replaceable_by_anyone(path: str | os.PathLike[str]) -> Replaceable | None:
                 if stat.S_ISLNK(st.st_mode):
                     st = os.stat(d)
                 mode = stat.S_IMODE(st.st_mode)
-            except OSError:  # a lexical '..' past a symlink names no directory; the resolved way does
-                pass
+            except OSError as exc:
+                # Nothing there (or a file, not a directory): nothing below it can be opened. Any
+                # other failure (a path too long to stat, a directory this uid cannot search, a
+                # loop) says nothing of who may write it, and must not pass for "nobody".
+                if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                    raise OSError(exc.errno, (
+                        f"cannot tell who may replace {os.fspath(path)!r}: directory {d!r} on its path cannot be "
+                        f"examined ({exc.strerror}); name the file by a shorter path that this uid can search, "
+                        "through no symlink loop")) from exc
             if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
                 return Replaceable(d, mode, None)
             if owner not in (0, euid):
