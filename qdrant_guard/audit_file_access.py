@@ -41,7 +41,10 @@ def _refuse_shared(fd: int, path: str | None, abspath: str, opt_out: str = _OPT_
     # A directory anyone may write without the sticky bit lets anyone rename the log (or a directory
     # on its path) away and put one of their own in its place (the writer notices only at its next
     # append).
-    found = replaceable_by_anyone(path if path is not None else abspath)  # abspath drops "link/.."
+    try:
+        found = replaceable_by_anyone(path if path is not None else abspath)  # abspath drops "link/.."
+    except OSError as exc:  # a directory on its path cannot be examined: not taken for safe
+        raise AuditError(f"audit log {path!r}: {exc.strerror}") from exc
     if found is not None and found.owner is not None:
         d, dmode, duid = found
         where = "in" if d == os.path.dirname(abspath) else "below"

@@ -54,7 +54,7 @@ def replaceable_by_anyone(path: str | os.PathLike[str]) -> Replaceable | None:
                 # loop) says nothing of who may write it, and must not pass for "nobody".
                 if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
                     raise OSError(exc.errno, (
-                        f"cannot tell who may replace {os.fspath(path)!r}: directory {d!r} on its path cannot be "
+                        f"cannot tell who may replace it: directory {d!r} on its path cannot be "
                         f"examined ({exc.strerror}); name the file by a shorter path that this uid can search, "
                         "through no symlink loop")) from exc
             if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:

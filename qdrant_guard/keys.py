@@ -197,7 +197,10 @@ def _read_key_file(path: PathLike, func: str, *, private: bool) -> tuple[Path, b
 def _refuse_replaceable(p: Path, what: str, other_fix: str) -> None:
     """Refuse a key file any user, or a directory's other owner, could put another file in place
     of (:mod:`dirmodes`): its own mode, checked by the caller, does not stop that."""
-    found = replaceable_by_anyone(p)
+    try:
+        found = replaceable_by_anyone(p)
+    except OSError as exc:  # a directory on its path cannot be examined: not taken for safe
+        raise KeyStoreError(f"{what} {str(p)!r}: {exc.strerror}") from exc
     if found is not None and found.owner is not None:
         d, mode, uid = found
         raise KeyStoreError(

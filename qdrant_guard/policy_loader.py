@@ -155,7 +155,10 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
             f"policy file {str(p)!r} is owned by uid {uid}, neither this process's uid ({os.geteuid()}) nor root "
             f"(mode {stat.S_IMODE(st.st_mode):o}): its owner can change its mode and write every rule the guard "
             f"enforces; run `chown {os.geteuid()} {p}` (as root) and retry")
-    found = replaceable_by_anyone(p) if stat.S_ISREG(st.st_mode) else None
+    try:
+        found = replaceable_by_anyone(p) if stat.S_ISREG(st.st_mode) else None
+    except OSError as exc:  # a directory on its path cannot be examined: not taken for safe
+        raise ConfigError(f"policy file {str(p)!r}: {exc.strerror}") from exc
     if found is not None and found.owner is not None:
         d, dmode, duid = found
         raise ConfigError(

@@ -36,13 +36,46 @@ def deep_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_a_directory_too_deep_to_stat_is_not_taken_for_safe(deep_open):
-    with pytest.raises(OSError, match="cannot tell who may replace 'k.pub'.*File name too long"):
+    with pytest.raises(OSError, match="cannot tell who may replace it: directory .*File name too long"):
         replaceable_by_anyone("k.pub")
 
 
 def test_a_key_named_relatively_in_a_deep_open_directory_is_not_loaded(deep_open):
-    with pytest.raises(OSError, match="cannot be examined"):
+    # The key loader's own error class (under QdrantGuardError), as for its other refusals.
+    with pytest.raises(keys.KeyStoreError, match="public key file 'k.pub'.*cannot be examined"):
         keys.load_public_key("k.pub")
+
+
+def test_a_policy_named_relatively_in_a_deep_open_directory_stops_the_client(deep_open, tmp_path):
+    from qdrant_guard import QdrantClient
+    from qdrant_guard.errors import ConfigError
+
+    sk, _ = keys.generate_keypair()
+    guard_key = tmp_path / "guard.key"
+    guard_key.write_bytes(keys.private_key_to_pem(sk))
+    guard_key.chmod(0o600)
+    Path("policy.toml").write_text(f'signing_key = "{guard_key}"\n[collections.pub]\nclass = "PUBLIC"\n')
+    Path("policy.toml").chmod(0o644)
+    with pytest.raises(ConfigError, match="policy file 'policy.toml'.*cannot be examined"):
+        QdrantClient(":memory:", guard="policy.toml")
+
+
+def test_an_audit_log_whose_directory_cannot_be_examined_is_an_audit_error(tmp_path):
+    # The walk's failure reaches the caller as AuditError, not a bare OSError. A loop on the
+    # resolved way: 'loop' points to itself, so 'loop/..' cannot be examined.
+    from qdrant_guard.audit_file_access import _refuse_shared
+    from qdrant_guard.errors import AuditError
+
+    log = tmp_path / "audit.jsonl"
+    log.write_text("")
+    log.chmod(0o600)
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        with pytest.raises(AuditError, match="cannot be examined"):
+            _refuse_shared(fd, str(tmp_path / "loop" / ".." / "audit.jsonl"), str(log))
+    finally:
+        os.close(fd)
 
 
 @posix_root
@@ -79,7 +112,8 @@ def test_a_directory_the_guard_cannot_search_is_not_taken_for_safe(tmp_path):
     said = os.read(r, 4096).decode()
     os.close(r)
     os.waitpid(pid, 0)
-    assert said.startswith("PermissionError: [Errno 13] cannot tell who may replace") and "directory '" + str(inner) + "'" in said, said
+    assert said.startswith(f"KeyStoreError: public key file '/proc/self/fd/{fd}/k.pub': cannot tell who may replace it") \
+        and "directory '" + str(inner) + "'" in said, said
     assert "cannot be examined (Permission denied)" in said, said
 
 
