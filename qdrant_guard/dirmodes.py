@@ -74,3 +74,21 @@ def foreign_owner(st: os.stat_result) -> int | None:
     if os.name != "posix" or st.st_uid in (0, os.geteuid()):
         return None
     return st.st_uid
+
+
+def replacement_refusal(path: str | os.PathLike[str], what: str, noun: str) -> str | None:
+    """Why someone else could put another file in place of the trusted file at ``path`` through a
+    directory on its path (:func:`replaceable_by_anyone`), worded for its loader's error (``what``
+    names the file, ``noun`` what it holds: ``"key"``, ``"policy"``), with the fix; None when
+    nobody could. Raises OSError as :func:`replaceable_by_anyone` does."""
+    found = replaceable_by_anyone(path)
+    if found is None:
+        return None
+    d, mode, uid = found
+    if uid is not None:
+        return (f"{what} {str(path)!r} is below directory {d!r}, owned by uid {uid}, neither this process's uid "
+                f"({os.geteuid()}) nor root (mode {mode:o}): its owner can put a {noun} of their own in its place; "
+                f"run `chown {os.geteuid()} {d}` (as root), or move the {noun} to a directory the guard's uid owns")
+    return (f"{what} {str(path)!r} is below directory {d!r}, which every user may write and which has no sticky "
+            f"bit (mode {mode:o}): anyone can put a {noun} of their own in its place; run `chmod o-w {d}` (or "
+            f"`chmod +t {d}`), or move the {noun} to a directory only its owner writes")

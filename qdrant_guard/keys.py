@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Collection, Iterable, Mapping, Union
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .dirmodes import foreign_owner, replaceable_by_anyone
+from .dirmodes import foreign_owner, replacement_refusal
 from .errors import ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError
 from .names import toml_key
 
@@ -198,21 +198,11 @@ def _refuse_replaceable(p: Path, what: str, other_fix: str) -> None:
     """Refuse a key file any user, or a directory's other owner, could put another file in place
     of (:mod:`dirmodes`): its own mode, checked by the caller, does not stop that."""
     try:
-        found = replaceable_by_anyone(p)
+        why = replacement_refusal(p, what, "key")
     except OSError as exc:  # a directory on its path cannot be examined: not taken for safe
         raise KeyStoreError(f"{what} {str(p)!r}: {exc.strerror}") from exc
-    if found is not None and found.owner is not None:
-        d, mode, uid = found
-        raise KeyStoreError(
-            f"{what} {str(p)!r} is below directory {d!r}, owned by uid {uid}, neither this process's uid "
-            f"({os.geteuid()}) nor root (mode {mode:o}): its owner can put a key of their own in its place; run "
-            f"`chown {os.geteuid()} {d}` (as root), or move the key to a directory the guard's uid owns{other_fix}")
-    if found is not None:
-        d, mode, _ = found
-        raise KeyStoreError(
-            f"{what} {str(p)!r} is below directory {d!r}, which every user may write and which has no sticky "
-            f"bit (mode {mode:o}): anyone can put a key of their own in its place; run `chmod o-w {d}` (or "
-            f"`chmod +t {d}`), or move the key to a directory only its owner writes{other_fix}")
+    if why is not None:
+        raise KeyStoreError(why + other_fix)
 
 
 def _refuse_foreign_owner(p: Path, st: os.stat_result, what: str, other_fix: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .budget import store_kind
-from .dirmodes import foreign_owner, replaceable_by_anyone
+from .dirmodes import foreign_owner, replacement_refusal
 from .errors import ConfigError, GuardArgumentTypeError
 from .guard_config import GuardConfig, _mask_tokens
 
@@ -156,21 +156,11 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
             f"(mode {stat.S_IMODE(st.st_mode):o}): its owner can change its mode and write every rule the guard "
             f"enforces; run `chown {os.geteuid()} {p}` (as root) and retry")
     try:
-        found = replaceable_by_anyone(p) if stat.S_ISREG(st.st_mode) else None
+        why = replacement_refusal(p, "policy file", "policy") if stat.S_ISREG(st.st_mode) else None
     except OSError as exc:  # a directory on its path cannot be examined: not taken for safe
         raise ConfigError(f"policy file {str(p)!r}: {exc.strerror}") from exc
-    if found is not None and found.owner is not None:
-        d, dmode, duid = found
-        raise ConfigError(
-            f"policy file {str(p)!r} is below directory {d!r}, owned by uid {duid}, neither this process's uid "
-            f"({os.geteuid()}) nor root (mode {dmode:o}): its owner can put a policy of their own in its place; run "
-            f"`chown {os.geteuid()} {d}` (as root), or move the policy to a directory the guard's uid owns")
-    if found is not None:
-        d, dmode, _ = found
-        raise ConfigError(
-            f"policy file {str(p)!r} is below directory {d!r}, which every user may write and which has no sticky "
-            f"bit (mode {dmode:o}): anyone can put a policy of their own in its place; run `chmod o-w {d}` (or "
-            f"`chmod +t {d}`), or move the policy to a directory only its owner writes")
+    if why is not None:
+        raise ConfigError(why)
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
