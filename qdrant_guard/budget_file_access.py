@@ -42,13 +42,13 @@ def unsafe_store_file(path: str) -> str | None:
     given = os.path.join(os.getcwd(), path)
     # SQLite opens a symlinked database where it resolves to and puts the side files there.
     for db in dict.fromkeys((given, os.path.realpath(given))):
-        why = _unsafe_beside(path, db)
+        why = _unsafe_beside(path, db, given)
         if why is not None:
             return why
     return None
 
 
-def _unsafe_beside(path: str, db: str) -> str | None:
+def _unsafe_beside(path: str, db: str, given: str) -> str | None:
     d = os.path.dirname(db)
     try:
         dst = os.stat(d)
@@ -85,7 +85,7 @@ def _unsafe_beside(path: str, db: str) -> str | None:
                 f"sticky bit (mode {upmode:o}): anyone can put a directory of their own on its path and so {_STAKE}; "
                 f"run `chmod o-w {up}` (or `chmod +t {up}`), or move the store to a directory only its owner writes")
     for name in (db, *(db + side for side in SIDE_FILES)):
-        shown = path if name == os.path.join(os.getcwd(), path) else name
+        shown = path if name == given else name
         try:
             st = os.stat(name)
         except OSError:
