@@ -8,6 +8,7 @@ import os
 import stat
 
 from .dirmodes import replaceable_by_anyone
+from .group_writers import writer_note
 from .errors import AuditError
 
 _OPT_OUT = ("or, if other users must write it, set audit_allow_shared_file = true in the policy "
@@ -36,24 +37,32 @@ def _refuse_shared(fd: int, path: str | None, abspath: str, opt_out: str = _OPT_
         who = "group- and world-writable" if mode & stat.S_IWGRP and mode & stat.S_IWOTH else (
             "group-writable" if mode & stat.S_IWGRP else "world-writable")
         raise AuditError(
-            f"audit log {path!r} is {who} (mode {mode:o}): anyone who can write it can append entries that the "
-            f"next signed checkpoint would sign; run `chmod 600 {abspath}`, {opt_out}")
-    # A directory anyone may write without the sticky bit lets anyone rename the log (or a directory
-    # on its path) away and put one of their own in its place (the writer notices only at its next
-    # append).
+            f"audit log {path!r} is {who} (mode {mode:o}{writer_note(abspath, st)}): anyone who can write it can "
+            f"append entries that the next signed checkpoint would sign; run `chmod 600 {abspath}`, {opt_out}")
+    # A directory anyone (or a group others are in) may write without the sticky bit lets them
+    # rename the log (or a directory on its path) away and put one of their own in its place (the
+    # writer notices only at its next append).
     try:
         found = replaceable_by_anyone(path if path is not None else abspath)  # abspath drops "link/.."
     except OSError as exc:  # a directory on its path cannot be examined: not taken for safe
         raise AuditError(f"audit log {path!r}: {exc.strerror}") from exc
+    writer = found.writer if found is not None else None
+    if found is not None and writer is not None:
+        d = found.directory
+        where = "in" if d == os.path.dirname(abspath) else "below"
+        raise AuditError(
+            f"audit log {path!r} is {where} directory {d!r} (mode {found.mode:o}), which others may write: "
+            f"{writer.who}; any of them can replace the log there; run `{writer.fix}` (or `chmod +t {d}`), move the "
+            f"log to a directory only the guard's uid writes, {opt_out}")
     if found is not None and found.owner is not None:
-        d, dmode, duid = found
+        d, dmode, duid, _ = found
         where = "in" if d == os.path.dirname(abspath) else "below"
         raise AuditError(
             f"audit log {path!r} is {where} directory {d!r}, owned by uid {duid}, neither the guard's uid "
             f"({os.geteuid()}) nor root (mode {dmode:o}): its owner can replace the log there; run "
             f"`chown {os.geteuid()} {d}` (as root), move the log to a directory the guard's uid owns, {opt_out}")
     if found is not None:
-        d, dmode, _ = found
+        d, dmode, _, _ = found
         where = "in" if d == os.path.dirname(abspath) else "below"
         raise AuditError(
             f"audit log {path!r} is {where} directory {d!r}, which is world-writable without the sticky bit "

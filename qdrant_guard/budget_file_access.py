@@ -6,7 +6,8 @@ reads a source past its cap again. SQLite also reads files beside the database b
 file's own, the ``-shm`` indexes them. Whoever may create a file in the database's directory can
 plant one while it is absent (SQLite deletes the ``-wal`` and ``-shm`` when its last connection
 closes), so that directory must not be writable by others even with the sticky bit, which stops
-only the renaming and deleting of files others own.
+only the renaming and deleting of files others own; nor by a group (or POSIX ACL entry) that
+anyone but the guard's uid and root may be in (:mod:`group_writers`).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import os
 import stat
 
 from .dirmodes import foreign_owner, replaceable_by_anyone
+from .group_writers import other_writer, writer_note
 
 SIDE_FILES = ("-journal", "-wal", "-shm")
 
@@ -73,14 +75,29 @@ def _unsafe_beside(path: str, db: str, given: str) -> str | None:
         return (f"budget store {path!r} is in directory {d!r}, owned by uid {uid}, neither this process's uid "
                 f"({os.geteuid()}) nor root (mode {dmode:o}): its owner can replace the database and {_STAKE}; run "
                 f"`chown {os.geteuid()} {d}` (as root), or move the store to a directory the guard's uid owns")
+    try:
+        writer = other_writer(d, dst)
+    except OSError as exc:
+        return f"budget store {path!r}: {exc.strerror}"
+    if writer is not None:
+        return (f"budget store {path!r} is in directory {d!r} (mode {dmode:o}), which others may create files in: "
+                f"{writer.who}; any of them can put a -journal or -wal file of their own beside the database, which "
+                f"SQLite plays into it, and so {_STAKE}; run `{writer.fix}`, or move the store to a directory only "
+                "the guard's uid writes")
+    writer = found.writer if found is not None else None
+    if found is not None and writer is not None:
+        up = found.directory
+        return (f"budget store {path!r} is below directory {up!r} (mode {found.mode:o}), which others may write: "
+                f"{writer.who}; any of them can put a directory of their own on its path and so {_STAKE}; run "
+                f"`{writer.fix}` (or `chmod +t {up}`), or move the store to a directory only its owner writes")
     if found is not None and found.owner is not None:
-        up, upmode, upuid = found
+        up, upmode, upuid, _ = found
         return (f"budget store {path!r} is below directory {up!r}, owned by uid {upuid}, neither this process's uid "
                 f"({os.geteuid()}) nor root (mode {upmode:o}): its owner can put a directory of their own on its path "
                 f"and so {_STAKE}; run `chown {os.geteuid()} {up}` (as root), or move the store to a directory the "
                 "guard's uid owns")
     if found is not None:
-        up, upmode, _ = found
+        up, upmode, _, _ = found
         return (f"budget store {path!r} is below directory {up!r}, which every user may write and which has no "
                 f"sticky bit (mode {upmode:o}): anyone can put a directory of their own on its path and so {_STAKE}; "
                 f"run `chmod o-w {up}` (or `chmod +t {up}`), or move the store to a directory only its owner writes")
@@ -92,8 +109,8 @@ def _unsafe_beside(path: str, db: str, given: str) -> str | None:
             continue  # missing, or metadata this uid cannot read: opening the store reports it
         mode = stat.S_IMODE(st.st_mode)
         if mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return (f"budget store file {shown!r} is writable by other users (mode {mode:o}): whoever can write it "
-                    f"{_STAKE}; run `chmod go-w {shown}` and retry")
+            return (f"budget store file {shown!r} is writable by other users (mode {mode:o}{writer_note(name, st)}): "
+                    f"whoever can write it {_STAKE}; run `chmod go-w {shown}` and retry")
         uid = foreign_owner(st)
         if uid is not None:
             return (f"budget store file {shown!r} is owned by uid {uid}, neither this process's uid ({os.geteuid()}) "

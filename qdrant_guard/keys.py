@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .dirmodes import foreign_owner, replacement_refusal
+from .group_writers import writer_note
 from .errors import ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError
 from .names import toml_key
 
@@ -282,7 +283,9 @@ def load_private_key(path: PathLike, *, allow_group_readable: bool = False) -> E
     Raises:
         KeyStoreError: the file is unreadable, readable by other users (``chmod 600 FILE``),
             owned by a uid that is neither this process's nor root (``chown``), below a directory
-            anyone may write without the sticky bit (``chmod o-w DIR``), or not a PEM private key.
+            anyone may write without the sticky bit (``chmod o-w DIR``), that another uid owns, or
+            that a group or ACL entry lets others write (``chmod g-w DIR``, ``setfacl -x``;
+            :mod:`qdrant_guard.group_writers`), or not a PEM private key.
         KeyAlgorithmError: the key is valid but not Ed25519 (e.g. RSA or EC).
     """
     p, data, st = _read_key_file(path, "load_private_key", private=True)
@@ -300,7 +303,7 @@ def load_private_key(path: PathLike, *, allow_group_readable: bool = False) -> E
     if os.name == "posix" and st.st_mode & forbidden:
         raise KeyStoreError(
             f"private key file {str(p)!r} is accessible by other users (mode "
-            f"{stat.S_IMODE(st.st_mode):o}); run `chmod 600 {p}` and retry"
+            f"{stat.S_IMODE(st.st_mode):o}{writer_note(p, st)}); run `chmod 600 {p}` and retry"
         )
     _refuse_foreign_owner(p, st, "private key file", "")
     _refuse_replaceable(p, "private key file", "")
@@ -333,7 +336,9 @@ def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519Pu
     Raises:
         KeyStoreError: the file is unreadable, writable by other users than its owner (``chmod go-w
             FILE``), owned by a uid that is neither this process's nor root (``chown``) or below a
-            directory anyone may write without the sticky bit (``chmod o-w DIR``), or not a public key.
+            directory anyone may write without the sticky bit (``chmod o-w DIR``), that another uid
+            owns, or that a group or ACL entry lets others write (``chmod g-w DIR``, ``setfacl -x``),
+            or not a public key.
         KeyAlgorithmError: the key is not Ed25519.
     """
     if isinstance(path_or_str, Ed25519PublicKey):
@@ -352,7 +357,8 @@ def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519Pu
     # an audit checkpoint key): whoever can write the file chooses whom, as for the private key.
     if os.name == "posix" and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise KeyStoreError(
-            f"public key file {str(p)!r} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}): whoever "
+            f"public key file {str(p)!r} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}"
+            f"{writer_note(p, st)}): whoever "
             "can write it chooses the key trusted here (an authority key issues its boundary's credentials, a "
             "receipt or audit key signs what the guard accepts); run `chmod go-w "
             f"{p}` and retry, or give the key as its 'ed25519:...' text"

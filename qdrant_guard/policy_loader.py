@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from .budget import store_kind
 from .dirmodes import foreign_owner, replacement_refusal
+from .group_writers import writer_note
 from .errors import ConfigError, GuardArgumentTypeError
 from .guard_config import GuardConfig, _mask_tokens
 
@@ -121,8 +122,9 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
         GuardArgumentTypeError: ``path`` is not a str or an os.PathLike of one.
         ConfigError: the file is missing, writable by other users than its owner (``chmod go-w
             FILE``), owned by a uid that is neither this process's nor root (``chown``) or below a
-            directory anyone may write without the sticky bit (``chmod o-w DIR``), is not valid
-            TOML, or fails validation.
+            directory anyone may write without the sticky bit (``chmod o-w DIR``), that another uid
+            owns, or that a group or ACL entry lets others write (``chmod g-w DIR``, ``setfacl
+            -x``), is not valid TOML, or fails validation.
     """
     if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
         raise GuardArgumentTypeError(
@@ -146,7 +148,8 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
     if os.name == "posix" and stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         # As for the keys it names: whoever can write the policy chooses whom the guard trusts.
         raise ConfigError(
-            f"policy file {str(p)!r} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}): whoever can "
+            f"policy file {str(p)!r} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}"
+            f"{writer_note(p, st)}): whoever can "
             "write it sets every rule the guard enforces (the boundaries' authority keys, who reads and writes "
             f"each collection); run `chmod go-w {p}` and retry")
     uid = foreign_owner(st) if stat.S_ISREG(st.st_mode) else None

@@ -145,7 +145,7 @@ def test_the_store_refuses_a_directory_others_may_create_files_in_even_sticky(tm
         _store(d / "budget.db")
     assert f"is in directory {str(d)!r}, which every user may create files in (mode {dmode:o})" in str(err.value)
     assert f"chmod o-w {d}" in str(err.value)
-    d.chmod(0o775)  # group-writable directories are not refused (umask 002 makes every directory so)
+    d.chmod(0o775)  # group-writable in a group only this uid (and root) is in, as umask 002 gives: accepted
     _store(d / "budget.db")
 
 

@@ -20,7 +20,7 @@ from guardkit import make_kit, run_cli
 from qdrant_guard import QdrantClient, keys
 from qdrant_guard.audit import AuditLog
 from qdrant_guard.budget_stores import BudgetStoreError, SqliteBudgetStore
-from qdrant_guard.dirmodes import replaceable_by_anyone
+from qdrant_guard.dirmodes import Replaceable, replaceable_by_anyone
 from qdrant_guard.errors import AuditError, ConfigError
 from qdrant_guard.keys import KeyStoreError
 from qdrant_guard.policy import load_policy
@@ -50,13 +50,13 @@ def _pub(d, name="k.pub"):
 
 def test_the_walk_names_the_first_directory_another_user_owns(tmp_path):
     x, sub = _theirs(tmp_path)
-    assert replaceable_by_anyone(sub / "f") == (str(x), 0o755, OTHER)
+    assert replaceable_by_anyone(sub / "f") == Replaceable(str(x), 0o755, OTHER)
     os.chown(x, 0, -1)
     assert replaceable_by_anyone(sub / "f") is None
     # A world-writable directory nearer the file is named first, as before.
     os.chown(x, OTHER, -1)
     sub.chmod(0o777)
-    assert replaceable_by_anyone(sub / "f") == (str(sub), 0o777, None)
+    assert replaceable_by_anyone(sub / "f") == Replaceable(str(sub), 0o777, None)
 
 
 def test_a_symlink_another_user_owns_in_a_sticky_directory_is_named(tmp_path):
@@ -69,7 +69,7 @@ def test_a_symlink_another_user_owns_in_a_sticky_directory_is_named(tmp_path):
     link = sticky / "keys"
     link.symlink_to(real, target_is_directory=True)
     os.lchown(link, OTHER, -1)
-    assert replaceable_by_anyone(link / "k.pub") == (str(link), 0o755, OTHER)
+    assert replaceable_by_anyone(link / "k.pub") == Replaceable(str(link), 0o755, OTHER)
     os.lchown(link, 0, -1)
     assert replaceable_by_anyone(link / "k.pub") is None
 
