@@ -151,7 +151,8 @@ class AuditLog:
             key): the most recent checkpoint on open must verify under ``signer``'s key or one
             of these; one under any other key is refused, since nothing could check it.
         allow_shared_file: accept a log file that is group- or world-writable or owned by
-            another uid, or whose directory is world-writable without the sticky bit (refused by
+            another uid, or whose directory (or one above) is world-writable or writable by a group
+            or ACL entry others are in, without the sticky bit, or another uid's (refused by
             default: whoever can write the file can forge entries the next checkpoint signs).
         sign_every_entry: every entry is a checkpoint (signed with ``signer``, which it needs),
             and an entry under the writer id of a key in ``trusted_keys`` must carry a checkpoint

@@ -169,7 +169,8 @@ def repair_audit_file(
         keep_chain_from: for a log whose report has ``fork == (a, b)``: ``a`` or ``b``, the first
             line of the chain the operator has established as the real one.
         allow_shared_file: repair a log file that is group- or world-writable, owned by another
-            uid, or in a world-writable directory without the sticky bit. Refused by default, as
+            uid, or below a directory that is world-writable, or writable by a group or ACL entry
+            others are in, without the sticky bit, or another uid's. Refused by default, as
             ``AuditLog`` refuses to open one: the repair entry (a signed checkpoint with
             ``signer``) would vouch for what others appended.
         writer_keys: verify as ``verify_audit_file(path, writer_keys=...)`` does: the first entry

@@ -182,7 +182,8 @@ class GuardConfig(_Strict):
     ``true`` needs ``audit_log``: without a file there is nothing to fsync."""
     audit_allow_shared_file: bool = False
     """Accept an ``audit_log`` file that others can write: group- or world-writable, owned by another
-    uid, or below a directory anyone may write without the sticky bit. Refused by default (the guard
+    uid, or below a directory that anyone (or a group or ACL entry others are in) may write without
+    the sticky bit, or that another uid owns. Refused by default (the guard
     does not start; the message names the mode and ``chmod 600 FILE``): whoever can append to the
     file can forge entries that the next signed checkpoint signs. Set ``true`` only where another
     uid must write the log and is trusted as much as the guard. The check does not stop a process
