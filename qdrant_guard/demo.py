@@ -117,7 +117,11 @@ def _setup(work: Path) -> dict[str, Any]:
     hr_auth = keypair("hr-authority.key")
     sup_auth = keypair("support-authority.key")
     agent_b_key = keypair("support-agent.key")
-    (work / "policy.toml").write_text(POLICY)
+    # 0644 whatever the umask, as the .pub files: the guard refuses a group-writable policy.
+    (work / "policy.toml").unlink(missing_ok=True)
+    fd = os.open(work / "policy.toml", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(POLICY)
     return {
         "alice": Principal("alice", "hr", issue_credential(hr_auth, agent_id="alice", boundary="hr", ttl_s=600)),
         "bob": Principal("bob", "support", issue_credential(sup_auth, agent_id="bob", boundary="support", ttl_s=600)),

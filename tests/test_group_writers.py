@@ -362,3 +362,20 @@ def test_a_user_private_group_directory_is_accepted_for_its_user_and_a_shared_on
         assert _as_user(pw, load) == "accepted"
     finally:
         shutil.rmtree(base)
+
+
+def test_the_demo_runs_under_umask_002(tmp_path):
+    # Under umask 002 its work directory is group-writable in the user's own group (accepted), and
+    # the policy it wrote was too (mode 664, which the guard refuses): the demo stopped at its start.
+    from guardkit import run_cli
+    if outsider(os.getegid(), os.geteuid()) is not None:
+        pytest.skip("this uid's primary group holds others: a directory umask 002 makes is rightly refused")
+    old = os.umask(0o002)
+    try:
+        done = run_cli("demo", "--workdir", str(tmp_path / "demo" / "work"))
+    finally:
+        os.umask(old)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    assert "all expectations hold" in done.stdout
+    assert stat.S_IMODE(os.stat(tmp_path / "demo" / "work").st_mode) == 0o775
+    assert stat.S_IMODE(os.stat(tmp_path / "demo" / "work" / "policy.toml").st_mode) == 0o644
