@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import math
+import tomllib
 import types
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -42,7 +43,8 @@ class _Strict(BaseModel):
             return v
         kinds = _scalar_kinds(cls.model_fields[info.field_name].annotation)
         if kinds == {bool} and not isinstance(v, bool):
-            raise ValueError(f"expected true or false, got {v!r} ({type(v).__name__})")
+            unquote = _unquoted(info.field_name, v, bool)
+            raise ValueError(f"expected true or false, got {v!r} ({type(v).__name__}){unquote}")
         if kinds and kinds <= {int, float} and (isinstance(v, (bool, str)) or (kinds == {int} and isinstance(v, float))):
             want = "an integer" if kinds == {int} else "a number"
             field = cls.model_fields[info.field_name]
@@ -53,18 +55,55 @@ class _Strict(BaseModel):
                          f"its default is {field.default!r}, and only a GuardConfig built in Python can unset "
                          f"it ({info.field_name}=None)")
                 raise ValueError(f"expected {want}, got {v!r} (a string): TOML has no null; {unset}")
-            raise ValueError(f"expected {want}, got {v!r} ({type(v).__name__})")
+            unquote = _unquoted(info.field_name, v, int if kinds == {int} else float, fraction=_le(cls, info) == 1)
+            raise ValueError(f"expected {want}, got {v!r} ({type(v).__name__}){unquote}")
         if kinds and kinds <= {int, float} and isinstance(v, float) and not math.isfinite(v):
             # TOML's inf and nan: nan fails every bound with a misleading message, and inf passed
             # unbounded keys (window_s = inf broke every budgeted read with a bare ValueError).
             none = " (leave the key out for its default)" if type(None) in get_args(
                 cls.model_fields[info.field_name].annotation) else ""
             raise ValueError(f"expected a finite number, got {v!r}{none}")
+        if kinds and kinds <= {int, float} and isinstance(v, (int, float)) and 1 < v <= 100:
+            if _le(cls, info) == 1:
+                # A fraction of 1 written as a percentage (25 for 25 %) would only meet "<= 1".
+                raise ValueError(f"must be less than or equal to 1: a fraction (0.25 is 25 %), not a percentage; "
+                                 f"for {v:g} % write {info.field_name} = {v / 100:g}")
         if v == "" and info.field_name in _EMPTY:
             raise ValueError(_EMPTY[info.field_name])
         if isinstance(v, (list, tuple)) and "" in v and info.field_name in _EMPTY:
             raise ValueError(f"entry {list(v).index('')} is empty: {_EMPTY[info.field_name]}")
         return v
+
+
+def _le(cls: type[BaseModel], info: ValidationInfo) -> Any:
+    """The field's ``le`` bound, or None."""
+    assert info.field_name is not None
+    return next((m.le for m in cls.model_fields[info.field_name].metadata if getattr(m, "le", None) is not None),
+                None)
+
+
+def _unquoted(key: str, v: Any, kind: type, *, fraction: bool = False) -> str:
+    """The fix for a number or boolean written in quotes (``epsilon = "1.0"``, ``"40%"`` for a
+    fraction): the line to write instead, which TOML reads as a value of ``kind``, or nothing when
+    the text is not one."""
+    if not isinstance(v, str):
+        return ""
+    text = v.strip()
+    if kind is bool:
+        text = text.lower()
+    elif fraction and text.endswith("%"):
+        try:
+            text = f"{float(text[:-1]) / 100:g}"
+        except ValueError:
+            return ""
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return ""
+    fits = isinstance(value, bool) if kind is bool else (
+        not isinstance(value, bool) and isinstance(value, (int, float) if kind is float else int)
+        and math.isfinite(value))
+    return f"; write it without quotes: {key} = {text}" if fits else ""
 
 
 # What an empty string would mean for a key, and the fix. A relative path is resolved against the
