@@ -5,6 +5,7 @@ import argparse
 import base64
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -127,6 +128,30 @@ def _credential_policy_problem(args: argparse.Namespace, authority: Any) -> str 
     return None
 
 
+def _missing_authority(args: argparse.Namespace) -> str:
+    """What to do about an ``--authority`` file that does not exist. Not ``keys new``: a new key
+    issues credentials no guard accepts until the policy lists its .pub, so the fix is the path of
+    the existing key, which ``--policy`` can name."""
+    where = "" if os.path.isabs(args.authority) else f" (read from the current directory, {os.getcwd()})"
+    head = f"--authority {args.authority}: no such file{where}"
+    fix = (f"give the path of the private key whose .pub [boundaries.{toml_key(args.boundary)}] authority_keys "
+           "lists (add --policy POLICY to have it named)")
+    if args.policy:
+        from .policy import load_policy
+
+        try:
+            named = load_policy(args.policy).boundaries.get(args.boundary)
+        except (QdrantGuardError, OSError, ValueError):
+            named = None  # the policy's own error comes with the corrected command
+        found = [spec[:-len(".pub")] for spec in (named.authority_keys if named else ())
+                 if spec.endswith(".pub") and os.path.isfile(spec[:-len(".pub")])]
+        if found:
+            return (f"{head}; the authority key of boundary {shown(args.boundary)} in --policy {args.policy} is "
+                    f"{found[0]}: pass --authority {shlex.quote(found[0])}")
+    return (f"{head}; {fix}. `qdrant-guard keys new` would make a new authority key, whose credentials the "
+            "guard refuses until the policy lists its .pub")
+
+
 def cmd_credential_issue(args: argparse.Namespace) -> int:
     from . import keys
     from .boundary import issue_credential, unprintable_name
@@ -136,6 +161,9 @@ def cmd_credential_issue(args: argparse.Namespace) -> int:
         if problem is not None:
             print(f"error: {problem}; nothing was issued", file=sys.stderr)
             return 2
+    if isinstance(args.authority, str) and args.authority and not os.path.lexists(args.authority):
+        print(f"error: {_missing_authority(args)}; nothing was issued", file=sys.stderr)
+        return 2
     sk = keys.load_private_key(args.authority)
     if args.policy:
         problem = _credential_policy_problem(args, sk)
