@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tempfile
 import time
 import warnings
@@ -45,6 +46,7 @@ from .overhead_report import (
     stats_us,
 )
 from .overhead_setup import (
+    budget_runout_forecast,
     budget_unused_note,
     listed_policy,
     read_credential,
@@ -212,20 +214,29 @@ def interleaved(fns: dict[str, Callable[[int], Any]], n_items: int, rounds: int,
 
     rng = np.random.default_rng(seed)
     names = list(fns)
+    # The bar counts items, warm-up included: counted by rounds, it stood at 0 with no estimate
+    # through the whole warm-up and first round, which can take minutes.
+    steps = iter(progress_iter(range((warmup + rounds) * n_items), total=(warmup + rounds) * n_items,
+                               desc=f"{desc} ({warmup} warm-up + {rounds} round(s) x {n_items})" if desc else "",
+                               enabled=progress))
     for _ in range(warmup):
         for i in range(n_items):
+            next(steps)
             for nm in names:
                 fns[nm](i)
     out: dict[str, list[float]] = {nm: [] for nm in names}
     clock = time.perf_counter
-    for _ in progress_iter(range(rounds), total=rounds, desc=desc, enabled=progress):
+    for _ in range(rounds):
         for i in range(n_items):
+            next(steps)
             for j in rng.permutation(len(names)):
                 nm = names[j]
                 f = fns[nm]
                 t0 = clock()
                 f(i)
                 out[nm].append(clock() - t0)
+    for _ in steps:  # ends the bar
+        pass
     return {nm: np.asarray(v) for nm, v in out.items()}
 
 
@@ -371,8 +382,9 @@ def _checks(bed: _Bed, cfg: GuardConfig, *, points: int, limit: int, upsert_repl
     if excluded:
         notes.append(
             f"the extraction budget (max_source_coverage {pol.diversity.max_source_coverage}) ran out for "
-            f"some sources during the run: {excluded} read(s) were sent with a filter excluding them, a "
-            "slower search, so the guarded figures include it (the guard-only ones replay the answer). "
+            f"some sources during the run: {excluded} audited read(s) (warm-up, recording and guard-only runs "
+            "included) were sent with a filter excluding them, a slower search, so the guarded figures include it "
+            "(the guard-only ones replay the answer). "
             "Fewer --queries/--rounds, or more points per source (--points, --sources), keep it from "
             "running out")
     return checks
@@ -591,6 +603,9 @@ def measure_overhead(
         unused = budget_unused_note(pol, labels)
         if unused is not None:
             notes.append(unused)
+        runout = budget_runout_forecast(pol, labels, reader_b, points=points, queries=queries, limit=limit)
+        if runout is not None and progress:
+            print(f"qdrant-guard bench: note: {runout}", file=sys.stderr, flush=True)
         bed = _Bed(client, reader, name, raw_name, writer_label, reader_label, pol, rounds, seed, progress)
         up, up_replays = _time_upserts(bed, points=points, dim=dim, batch=batch, labels=labels)
         q, q_replays, short = _time_queries(bed, points=points, dim=dim, queries=queries, limit=limit,

@@ -2,6 +2,7 @@
 every side effect (audit log, budget store) moved into the run's scratch directory."""
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -147,6 +148,46 @@ def budget_unused_note(pol: CollectionPolicy, labels: Sequence[str]) -> str | No
             f"(their sources are {_shown_sources(labels)}): no point was charged to it, so the "
             f"budget's admissions are NOT in these figures; `--source {div.restricted_sources[0]}` tags "
             "some of the run's points with it (written by the owner boundary, read by another)")
+
+
+def budget_runout_forecast(pol: CollectionPolicy, labels: Sequence[str], reader: str | None, *, points: int,
+                           queries: int, limit: int) -> str | None:
+    """A warning, before anything is timed, when the reader's extraction budget cannot hold what the
+    run's queries read, or None.
+
+    Each of the ``queries`` distinct top-``limit`` queries can admit ``limit`` new points, every
+    round the same ones; a source runs out after ``floor(max_source_coverage * size)`` of them
+    (``budget.cap_for``). Once one has, every later read goes out with a filter excluding it, which
+    local mode evaluates point by point: a run of the defaults under a budget on every source took
+    over 15 minutes instead of seconds, with nothing said until the end.
+    """
+    div = pol.diversity
+    coverage = div.max_source_coverage
+    if not div.enabled or div.mode == "monitor" or coverage is None or reader == pol.owner or pol.is_public:
+        return None
+    n = len(labels)
+    budgeted = [k for k, s in enumerate(labels) if not div.restricted_sources or s in div.restricted_sources]
+    if not budgeted:
+        return None
+
+    def capacity(n_points: int) -> int:
+        return sum(int((n_points // n + int(k < n_points % n)) * coverage) for k in budgeted)
+
+    reads = queries * min(limit, points)
+    if reads <= capacity(points):
+        return None
+    fit = max(1, capacity(points) // min(limit, points))
+    need = math.ceil(queries * limit * n / (len(budgeted) * coverage))
+    while capacity(need) < queries * limit:  # the floor per source
+        need += n
+    return (f"the reader's extraction budget (max_source_coverage {coverage} of "
+            f"{'each source' if not div.restricted_sources else 'each restricted source'}) admits about "
+            f"{capacity(points)} of the run's {points} points, and its {queries} queries read up to {reads}: expect "
+            "it to run out early; every guarded read after that goes out with a filter excluding the spent "
+            "sources, which local mode evaluates point by point, so the run can take many minutes instead of "
+            f"seconds and its guarded figures time a principal whose budget has run out. --queries {fit} or fewer, "
+            f"or --points {need} or more, make it run out later, if at all (random queries return some points "
+            "far more often than others)")
 
 
 def restricted_source_notes(pol: CollectionPolicy, labels: Sequence[str], writer: str | None, reader: str | None,
