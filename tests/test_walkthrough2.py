@@ -1,0 +1,152 @@
+"""The second hour of a new user (2026-12-07, h-walk2): a policy of their own written from the docs,
+the overhead benchmark on it, calibration. Each fix below fails on the code before it:
+
+* `epsilon = "1.0"` (a number in quotes) was told "expected a number, got '1.0' (str)" and nothing
+  about the quotes; `max_source_coverage = 25` (a percentage) was told "Input should be less than
+  or equal to 1";
+* `credential issue --authority keys/x.key` run from another directory told the user to make the
+  key with `keys new`, which makes an authority no guard of the policy trusts;
+* `qdrant-guard bench` under a budget on every source ran for over 15 minutes (the README says
+  about 10 s) and said why only at the end; its progress bar counted rounds, so it showed no
+  estimate through the warm-up and the whole first round.
+"""
+from __future__ import annotations
+
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from qdrant_guard import ConfigError, Principal, QdrantClient, cli
+from qdrant_guard.overhead import interleaved
+
+POLICY = """\
+signing_key = "keys/guard.key"
+audit_log = "audit.jsonl"
+unlisted = "refuse"
+
+[boundaries.clinic]
+authority_keys = ["keys/clinic-authority.key.pub"]
+[boundaries.analytics]
+authority_keys = ["keys/analytics-authority.key.pub"]
+
+[collections.patient_notes]
+class = "PII"
+owner = "clinic"
+readers = ["analytics"]
+raw_in_boundary = true
+
+[collections.patient_notes.noise]
+epsilon = 1.0
+keyed = true
+
+[collections.patient_notes.diversity]
+max_source_fraction = 0.4
+max_source_coverage = 0.25
+
+[collections.ranking_vectors]
+class = "PROPRIETARY"
+owner = "analytics"
+readers = ["clinic"]
+[collections.ranking_vectors.diversity]
+max_vectors = 500
+
+[collections.help_articles]
+class = "PUBLIC"
+"""
+
+
+def _cli(capsys: pytest.CaptureFixture[str], argv: list[str], rc: int = 0) -> tuple[str, str]:
+    capsys.readouterr()
+    got = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert got == rc, f"qdrant-guard {shlex.join(argv)} exited {got}: {err}"
+    return out, err
+
+
+@pytest.fixture()
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Path:
+    """A user's project: the guard's key, two authorities, the policy."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("guard", "clinic-authority", "analytics-authority"):
+        _cli(capsys, ["keys", "new", "--out", f"keys/{name}.key"])
+    (tmp_path / "policy.toml").write_text(POLICY)
+    return tmp_path
+
+
+def _paste_fix(project: Path, wrong: str, right_prefix: str) -> None:
+    """Write ``wrong`` into the policy, and the line the refusal suggests in its place; the policy
+    with that line must load."""
+    (project / "policy.toml").write_text(POLICY.replace(right_prefix, wrong, 1))
+    with pytest.raises(ConfigError) as exc:
+        QdrantClient(":memory:", guard="policy.toml")
+    message = str(exc.value)
+    assert repr(tomllib.loads(wrong).popitem()[1]) in message  # names the bad value
+    fix = message.split("write it without quotes: " if "without quotes" in message else " % write ")[-1].strip()
+    assert fix.split(" = ")[0] == wrong.split(" = ")[0], message
+    (project / "policy.toml").write_text(POLICY.replace(right_prefix, fix, 1))
+    QdrantClient(":memory:", guard="policy.toml").close()
+
+
+@pytest.mark.parametrize("wrong, right", [
+    ('epsilon = "1.0"', "epsilon = 1.0"),
+    ('max_vectors = "500"', "max_vectors = 500"),
+    ('keyed = "True"', "keyed = true"),
+    ('max_source_fraction = "40%"', "max_source_fraction = 0.4"),
+    ("max_source_coverage = 25", "max_source_coverage = 0.25"),
+])
+def test_a_quoted_number_or_a_percentage_is_told_the_line_to_write(project: Path, wrong: str, right: str) -> None:
+    _paste_fix(project, wrong, right)
+
+
+def test_text_that_is_no_number_gets_no_made_up_fix(project: Path) -> None:
+    for wrong in ('epsilon = "1."', 'epsilon = "inf"', 'epsilon = "one"'):
+        (project / "policy.toml").write_text(POLICY.replace("epsilon = 1.0", wrong))
+        with pytest.raises(ConfigError) as exc:
+            QdrantClient(":memory:", guard="policy.toml")
+        assert "expected a number" in str(exc.value) and "without quotes" not in str(exc.value)
+
+
+def test_a_missing_authority_key_from_another_directory_is_named_not_made_anew(
+        project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    elsewhere = project / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    argv = ["credential", "issue", "--authority", "keys/clinic-authority.key", "--agent", "nurse",
+            "--boundary", "clinic"]
+    _, err = _cli(capsys, argv, rc=2)
+    assert "keys/clinic-authority.key: no such file (read from the current directory" in err
+    assert "keys new --out" not in err  # a new authority key issues credentials no guard here accepts
+    assert not (elsewhere / "keys").exists()
+    _, err = _cli(capsys, argv + ["--policy", "../policy.toml"], rc=2)
+    pasted = shlex.split(err.split("pass ", 1)[1].split("; nothing was issued")[0])
+    assert pasted[0] == "--authority", err
+    token, _ = _cli(capsys, argv[:2] + pasted + argv[4:] + ["--policy", "../policy.toml"])
+    client = QdrantClient(":memory:", guard="../policy.toml", principal=Principal("nurse", "clinic", token.strip()))
+    assert client.guard.principal_label == "nurse@clinic"  # type: ignore[union-attr]
+    client.close()
+
+
+def _bench(capsys: pytest.CaptureFixture[str], *more: str) -> tuple[str, str]:
+    return _cli(capsys, ["bench", "--policy", "policy.toml", "--collection", "patient_notes",
+                         "--throwaway-credentials", "--dim", "8", "--rounds", "1", *more])
+
+
+def test_bench_says_before_the_run_that_the_budget_will_run_out_and_what_avoids_it(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, err = _bench(capsys, "--points", "40", "--queries", "3")
+    before = err.split("bench upsert")[0]  # said before anything is timed
+    assert "admits about 10 of the run's 40 points, and its 3 queries read up to 30: expect it to run out" in before
+    assert "--queries 1 or fewer, or --points 120 or more" in before
+    assert "ran out for some sources during the run" in out  # and it did
+    out, err = _bench(capsys, "--points", "120", "--queries", "3")
+    assert "expect it to run out" not in err
+
+
+def test_bench_progress_counts_calls_warm_up_included(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("tqdm")
+    capsys.readouterr()
+    interleaved({"a": lambda i: None, "b": lambda i: None}, 3, 2, progress=True, desc="bench query")
+    err = capsys.readouterr().err
+    assert "bench query (1 warm-up + 2 round(s) x 3)" in err and "/9 " in err
