@@ -400,8 +400,9 @@ class GuardConfig(_Strict):
             if pol.noise.epsilon > ceiling:
                 raise ValueError(
                     f"{where}.noise.epsilon = {pol.noise.epsilon} is above the "
-                    f"{pol.sensitivity.value} ceiling {ceiling}; allowed: 0 < epsilon <= {ceiling} "
-                    "(or raise epsilon_ceiling)"
+                    f"{pol.sensitivity.value} ceiling {ceiling}; allowed: 0 < epsilon <= {ceiling}, or raise the "
+                    f"ceiling of every {pol.sensitivity.value} collection with {pol.sensitivity.value} = "
+                    f"{pol.noise.epsilon} in the policy's [epsilon_ceiling] section (weaker noise: docs/privacy.md)"
                 )
             _check_budget_writers(where, pol)
             named = [("owner", pol.owner), *(("readers", r) for r in pol.readers),

@@ -150,3 +150,16 @@ def test_bench_progress_counts_calls_warm_up_included(capsys: pytest.CaptureFixt
     interleaved({"a": lambda i: None, "b": lambda i: None}, 3, 2, progress=True, desc="bench query")
     err = capsys.readouterr().err
     assert "bench query (1 warm-up + 2 round(s) x 3)" in err and "/9 " in err
+
+
+def test_an_epsilon_above_its_class_ceiling_is_told_the_line_that_raises_it(project: Path) -> None:
+    (project / "policy.toml").write_text(POLICY.replace("epsilon = 1.0", "epsilon = 3.0"))
+    with pytest.raises(ConfigError) as exc:
+        QdrantClient(":memory:", guard="policy.toml")
+    message = str(exc.value)
+    assert "collections.patient_notes.noise.epsilon = 3.0 is above the PII ceiling 2.0" in message
+    line = message.split("with ", 1)[1].split(" in the policy's [epsilon_ceiling] section")[0]
+    assert line == "PII = 3.0", message
+    (project / "policy.toml").write_text(POLICY.replace("epsilon = 1.0", "epsilon = 3.0")
+                                         + f"\n[epsilon_ceiling]\n{line}\n")
+    QdrantClient(":memory:", guard="policy.toml").close()
