@@ -48,6 +48,7 @@ from .overhead_report import (
 from .overhead_setup import (
     budget_runout_forecast,
     budget_unused_note,
+    distillation_unused_note,
     listed_policy,
     read_credential,
     restricted_source_notes,
@@ -600,9 +601,9 @@ def measure_overhead(
                 size=dim, distance=models.Distance.COSINE))
             created.append(n)
 
-        unused = budget_unused_note(pol, labels)
-        if unused is not None:
-            notes.append(unused)
+        for unused in (budget_unused_note(pol, labels), distillation_unused_note(pol)):
+            if unused is not None:
+                notes.append(unused)
         runout = budget_runout_forecast(pol, labels, reader_b, points=points, queries=queries, limit=limit)
         if runout is not None and progress:
             print(f"qdrant-guard bench: note: {runout}", file=sys.stderr, flush=True)

@@ -150,6 +150,17 @@ def budget_unused_note(pol: CollectionPolicy, labels: Sequence[str]) -> str | No
             "some of the run's points with it (written by the owner boundary, read by another)")
 
 
+def distillation_unused_note(pol: CollectionPolicy) -> str | None:
+    """A note when the collection's distillation budget (``max_vectors``) is charged only by reads
+    that return vectors: the run's queries ask for none, so it never runs in them."""
+    div = pol.diversity
+    if not div.enabled or div.max_vectors is None or div.charge_scores:
+        return None
+    return (f"the distillation budget (max_vectors {div.max_vectors}) is charged only by reads that return "
+            "vectors, and the run's queries ask for none (no with_vectors), so its admissions are NOT in these "
+            "figures; reads with with_vectors=True, or charge_scores = true, would add them")
+
+
 def budget_runout_forecast(pol: CollectionPolicy, labels: Sequence[str], reader: str | None, *, points: int,
                            queries: int, limit: int) -> str | None:
     """A warning, before anything is timed, when the reader's extraction budget cannot hold what the

@@ -163,3 +163,15 @@ def test_an_epsilon_above_its_class_ceiling_is_told_the_line_that_raises_it(proj
     (project / "policy.toml").write_text(POLICY.replace("epsilon = 1.0", "epsilon = 3.0")
                                          + f"\n[epsilon_ceiling]\n{line}\n")
     QdrantClient(":memory:", guard="policy.toml").close()
+
+
+def test_bench_says_a_distillation_budget_its_queries_never_charge_is_not_timed(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "--policy", "policy.toml", "--collection", "ranking_vectors", "--throwaway-credentials",
+            "--dim", "8", "--rounds", "1", "--points", "40", "--queries", "3", "--no-progress"]
+    out, _ = _cli(capsys, argv)
+    assert ("note: the distillation budget (max_vectors 500) is charged only by reads that return vectors, and the "
+            "run's queries ask for none") in out
+    (project / "policy.toml").write_text(POLICY.replace("max_vectors = 500", "max_vectors = 500\ncharge_scores = true"))
+    out, _ = _cli(capsys, argv)
+    assert "distillation budget" not in out
