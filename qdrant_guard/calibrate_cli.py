@@ -314,8 +314,28 @@ def calibrate_options(args: Any) -> tuple[dict[str, Any], str | None, str | None
     from .policy import SensitivityClass, load_policy, toml_key
 
     cfg = load_policy(path)
-    name = getattr(args, "policy_collection", None) or getattr(args, "collection")
+    chosen = getattr(args, "policy_collection", None)
+    name = chosen or getattr(args, "collection")
+    if name not in cfg.collections and (chosen or cfg.unlisted != "strict"):
+        # A record for [default] (or a refused name) when the user named a collection of the
+        # policy with a typo, or a staging copy without --policy-collection: refused before any
+        # measuring, with the names it could be. (Only under unlisted = "strict" is an unlisted
+        # name one the guard has a policy for.)
+        import difflib
+
+        flag = "--policy-collection" if chosen else "--collection"
+        near = difflib.get_close_matches(name, list(cfg.collections), n=1)
+        guess = f"; did you mean {near[0]!r}?" if near else ""
+        more = "" if chosen else (" If it is a staging copy of a listed collection, pass --policy-collection "
+                                  "with that collection's name.")
+        raise GuardArgumentValueError(
+            f"{flag} {name!r} is not listed in --policy {path} (listed: {', '.join(sorted(cfg.collections)) or 'none'})"
+            f"{guess}{more}")
     pol = cfg.policy_for(name)
+    if name not in cfg.collections:
+        print(f"note: --collection {name!r} is not listed in --policy {path}: the record is for its [default] "
+              "section, as the guard treats unlisted collections; for a staging copy of a listed collection, "
+              "pass --policy-collection with that collection's name", file=sys.stderr)
     section = f"[collections.{toml_key(name)}]" if name in cfg.collections else "[default]"
     if pol.sensitivity is SensitivityClass.PUBLIC:
         raise GuardArgumentValueError(

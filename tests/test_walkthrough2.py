@@ -175,3 +175,40 @@ def test_bench_says_a_distillation_budget_its_queries_never_charge_is_not_timed(
     (project / "policy.toml").write_text(POLICY.replace("max_vectors = 500", "max_vectors = 500\ncharge_scores = true"))
     out, _ = _cli(capsys, argv)
     assert "distillation budget" not in out
+
+
+def _staging(project: Path, name: str) -> list[str]:
+    """A staging copy of clean vectors, written with plain qdrant-client, and 20 vector queries."""
+    import json
+
+    import numpy as np
+    from qdrant_client import QdrantClient as PlainClient, models
+
+    rows = np.random.default_rng(7).normal(size=(60, 8))
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    plain = PlainClient(path=str(project / "staging"))
+    plain.create_collection(name, vectors_config=models.VectorParams(size=8, distance=models.Distance.COSINE))
+    plain.upsert(name, [models.PointStruct(id=i, vector=r.tolist()) for i, r in enumerate(rows)])
+    plain.close()
+    (project / "q.jsonl").write_text("".join(json.dumps((r + 0.01).tolist()) + "\n" for r in rows[:20]))
+    return ["calibrate", "--path", "staging", "--collection", name, "--queries", "q.jsonl", "--out", "u.json",
+            "--policy", "policy.toml", "--no-progress", "--epsilons", "1,2"]
+
+
+def test_calibrate_refuses_a_policy_collection_the_policy_does_not_list(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before: under unlisted = "strict" the record was silently made for [default], whose noise
+    # may differ from the collection meant; under "refuse" the fix given was to add the section.
+    argv = _staging(project, "patient_notes_staging")
+    (project / "policy.toml").write_text(POLICY.replace('unlisted = "refuse"', 'unlisted = "strict"'))
+    _, err = _cli(capsys, argv + ["--policy-collection", "patient_note"], rc=2)
+    assert ("--policy-collection 'patient_note' is not listed in --policy policy.toml (listed: help_articles, "
+            "patient_notes, ranking_vectors); did you mean 'patient_notes'?") in err
+    assert not (project / "u.json").exists()
+    _cli(capsys, argv + ["--policy-collection", "patient_notes"])  # the name it suggests
+    _, err = _cli(capsys, argv)  # an unlisted collection has a policy under "strict": [default]
+    assert "note: --collection 'patient_notes_staging' is not listed in --policy policy.toml: the record is for " \
+           "its [default] section" in err
+    (project / "policy.toml").write_text(POLICY)
+    _, err = _cli(capsys, argv, rc=2)
+    assert "If it is a staging copy of a listed collection, pass --policy-collection" in err
