@@ -172,6 +172,14 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
                 "a JSON file (an audit log, a utility record?)" if head.startswith((b"{", b"[{")) else "")
         hint = (f"; it looks like {what}, not a policy: give the TOML policy file (start from "
                 "docs/policy.example.toml), which names keys and logs by path") if what else ""
+        if not what and isinstance(exc, tomllib.TOMLDecodeError):
+            # tomllib names the line of the second occurrence only; say what to do with the two.
+            if str(exc).startswith("Cannot declare"):
+                hint = ("; a [section] may appear once in a file: merge the keys of both sections of that "
+                        "name into the first one and delete the second header")
+            elif str(exc).startswith("Cannot overwrite a value"):
+                hint = ("; a key is set twice in one section (or a [section] reuses the name of a key set "
+                        "above): keep one of the two")
         raise ConfigError(f"{p}: not valid TOML: {exc}{hint}") from None
     base = p.resolve().parent
 

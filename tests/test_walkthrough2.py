@@ -212,3 +212,16 @@ def test_calibrate_refuses_a_policy_collection_the_policy_does_not_list(
     (project / "policy.toml").write_text(POLICY)
     _, err = _cli(capsys, argv, rc=2)
     assert "If it is a staging copy of a listed collection, pass --policy-collection" in err
+
+
+def test_a_section_or_key_given_twice_is_told_what_to_do_with_the_two(project: Path) -> None:
+    # tomllib says only "Cannot declare ... twice" / "Cannot overwrite a value" at the second one.
+    twice_section = POLICY + "\n[collections.patient_notes]\nwriters = [\"clinic\"]\n"
+    twice_key = POLICY.replace('owner = "clinic"\n', 'owner = "clinic"\nowner = "analytics"\n', 1)
+    for text, hint in ((twice_section, "merge the keys of both sections"), (twice_key, "keep one of the two")):
+        (project / "policy.toml").write_text(text)
+        with pytest.raises(ConfigError) as exc:
+            QdrantClient(":memory:", guard="policy.toml")
+        assert "not valid TOML" in str(exc.value) and hint in str(exc.value), str(exc.value)
+    (project / "policy.toml").write_text(POLICY)
+    QdrantClient(":memory:", guard="policy.toml").close()
