@@ -71,13 +71,16 @@ __all__ = [
 ]
 
 
-def make_store(spec: str | None) -> BudgetStore:
+def make_store(spec: str | None, *, allow_unauthenticated: bool = False) -> BudgetStore:
     """Build a store from a spec string.
 
     Args:
         spec: ``None`` or ``"memory"``; ``"sqlite:///relative/path.db"`` or
             ``"sqlite:////absolute/path.db"``; ``"redis://host:port/db"`` (also ``rediss://``
             and ``unix://``).
+        allow_unauthenticated: for a Redis spec, use the server even when clients without
+            credentials may write it (see :class:`RedisBudgetStore`); the policy's
+            ``budget_store_allow_unauthenticated``.
 
     Returns:
         The store.
@@ -94,7 +97,7 @@ def make_store(spec: str | None) -> BudgetStore:
     if kind == "sqlite":
         return SqliteBudgetStore(str(spec)[len("sqlite:///"):])
     if kind == "redis":
-        return RedisBudgetStore(str(spec))
+        return RedisBudgetStore(str(spec), allow_unauthenticated=allow_unauthenticated)
     raise ConfigError(
         f"unknown budget store spec {spec!r}; use 'memory', 'sqlite:///path.db' or 'redis://host:port/db'"
     )

@@ -9,8 +9,9 @@ import threading
 from typing import Any
 
 from .budget_store_base import BudgetStoreError, _check_str, _CountingStore, _ids_by_key, _released_where_all_admit
+from .budget_redis_access import anyone_writes, refusal, store_name
 from .budget_units import REDIS_ADMIT_UNITS, redis_args, redis_names
-from .errors import GuardArgumentValueError
+from .errors import GuardArgumentTypeError, GuardArgumentValueError
 
 
 
@@ -416,16 +417,33 @@ class RedisBudgetStore(_CountingStore):
     a cluster keeps no index either (an index shares no slot with its keys): listing then runs
     ``SCAN`` over every key of every node, O(keys in the cluster) per budgeted read.
 
+    Whoever can write the keys resets budgets, so before its first command the store asks the
+    server, once, whether a client that sends no credentials may write a key under the prefix
+    (:mod:`~qdrant_guard.budget_redis_access`); if so, every use raises :class:`BudgetStoreError`
+    until Redis requires a password (``requirepass``, or ACL users and ``ACL SETUSER default
+    off``) and the URL carries it (``redis://user:password@host:6379/0``), unless
+    ``allow_unauthenticated``. An unreachable server fails the use, and the next use asks again.
+    Plain ``redis://`` sends the password and the budget traffic in the clear: use ``rediss://``
+    where the path to Redis crosses a network others can read.
+
     Args:
         client_or_url: a ``redis.Redis`` client, or a URL for ``redis.Redis.from_url``.
         prefix: prepended to every budget key in Redis.
+        allow_unauthenticated: use the store even when clients without credentials may write it,
+            for a server nothing but the guard can reach (a socket only its uid may open, a
+            network only it is on). Policy: ``budget_store_allow_unauthenticated``.
 
     Raises:
         BudgetStoreError: the ``redis`` package is not installed.
+        TypeError: ``allow_unauthenticated`` is not a bool.
     """
 
-    def __init__(self, client_or_url: Any, *, prefix: str = "qg:budget:") -> None:
+    def __init__(self, client_or_url: Any, *, prefix: str = "qg:budget:",
+                 allow_unauthenticated: bool = False) -> None:
         _check_str("prefix", prefix, empty_ok=True)
+        if not isinstance(allow_unauthenticated, bool):
+            raise GuardArgumentTypeError(f"RedisBudgetStore() allow_unauthenticated must be bool, "
+                                         f"not {type(allow_unauthenticated).__name__}")
         try:
             import redis
             from redis.crc import key_slot
@@ -434,6 +452,12 @@ class RedisBudgetStore(_CountingStore):
                 "RedisBudgetStore needs the redis package: pip install 'redis>=5'"
             ) from exc
         self._redis_error = redis.RedisError
+        self._shown = store_name(client_or_url)
+        # True once the server refused a write without credentials (or the caller opted out);
+        # the refusal once it allowed one.
+        self._access_checked = allow_unauthenticated
+        self._refused: str | None = None
+        self._access_lock = threading.Lock()
         if isinstance(client_or_url, str):
             client_or_url = redis.Redis.from_url(client_or_url)
         self.client = client_or_url
@@ -467,7 +491,31 @@ class RedisBudgetStore(_CountingStore):
                                           f"{_RESERVED!r}; use a key that does not start with it")
         return self.prefix + key
 
+    def _check_access(self) -> None:
+        # Once per store, before its first command: a refused store stays refused (each use
+        # raises, without asking again), a server that could not be asked is asked at the next use.
+        if self._access_checked:
+            return
+        with self._access_lock:
+            if self._access_checked:
+                return
+            if self._refused is not None:
+                raise BudgetStoreError(self._refused)
+            try:
+                writable = anyone_writes(self.client, self.prefix)
+            except self._redis_error as exc:
+                raise BudgetStoreError(f"redis budget store {self._shown!r}: cannot tell whether clients without "
+                                       f"credentials may write it ({exc}); nothing was counted") from exc
+            except TypeError as exc:
+                raise BudgetStoreError(f"redis budget store {self._shown!r}: {exc}; pass "
+                                       "allow_unauthenticated=True if only the guard can reach it") from exc
+            if writable:
+                self._refused = refusal(self._shown, self.prefix)
+                raise BudgetStoreError(self._refused)
+            self._access_checked = True
+
     def _run(self, script: Any, names: list[str], args: list[Any], what: Any) -> Any:
+        self._check_access()
         try:
             return script(keys=names, args=args)
         except self._redis_error as exc:
@@ -613,6 +661,7 @@ class RedisBudgetStore(_CountingStore):
         """
         if not self._indexed:
             return
+        self._check_access()
         try:
             batch: list[str] = []
             for name in self.client.scan_iter(match=_glob_escape(self.prefix) + "*", count=500):
@@ -638,6 +687,7 @@ class RedisBudgetStore(_CountingStore):
         # Without an index (a cluster, untagged prefix): SCAN visits every key of the database
         # (O(keys), in batches), then one read-only script per key found (a cluster's scripts
         # span one slot).
+        self._check_access()
         try:
             names = [name for name in map(_name_text, self.client.scan_iter(
                 match=_glob_escape(self.prefix + prefix) + "*", count=500)) if name is not None]
@@ -655,6 +705,7 @@ class RedisBudgetStore(_CountingStore):
         return found
 
     def _reset(self, key: str | None) -> None:
+        self._check_access()
         if key is not None:
             name = self._name(key)
             if not self._indexed:

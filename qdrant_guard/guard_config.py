@@ -261,7 +261,20 @@ class GuardConfig(_Strict):
     which the file records); Redis keys expire by TTL. A SQLite file and its side files must be the guard's
     uid's (or root's) and writable by no one else, and its directory neither writable by others
     nor another uid's (else the client does not start: whoever can write the file resets budgets;
-    docs/diversity-budget.md); a missing file is created mode 600."""
+    docs/diversity-budget.md); a missing file is created mode 600. A Redis server must refuse
+    writes from clients that send no credentials (see ``budget_store_allow_unauthenticated``); put
+    the password in the URL: ``redis://user:password@host:6379/0`` (messages never show it)."""
+    budget_store_allow_unauthenticated: bool = False
+    """Use a Redis ``budget_store`` that lets clients without credentials write its keys. Refused by
+    default: before its first command the store asks the server, once, whether a connection without
+    the URL's username and password may write a key under its prefix, and if so every budgeted read
+    fails closed (results withheld, the audit names the fix): anyone who reaches the server could
+    delete what each principal was given and read past the caps again. Set ``true`` only where
+    nothing but the guard can reach the server (a unix socket only its uid may open, a network only
+    it is on); otherwise give Redis a password (``requirepass``, or an ACL user and ``ACL SETUSER
+    default off``) and put it in the URL. Needs a ``redis://``, ``rediss://`` or ``unix://``
+    ``budget_store``. Plain ``redis://`` sends the password in the clear either way: use
+    ``rediss://`` where others can read the network between the guard and Redis."""
     default: CollectionPolicy = CollectionPolicy(readers=("*",))
     """The policy of unlisted collections when ``unlisted = "strict"`` (refused under the other
     values, which would ignore it)."""
@@ -333,6 +346,15 @@ class GuardConfig(_Strict):
         if self.unlisted != "strict" and isinstance(out, dict):
             out.pop("default", None)
         return out
+
+    @model_validator(mode="after")
+    def _store_opt_out_applies(self) -> "GuardConfig":
+        if self.budget_store_allow_unauthenticated and store_kind(self.budget_store) != "redis":
+            raise ValueError("budget_store_allow_unauthenticated = true accepts a Redis budget store that clients "
+                             f"without credentials may write, and budget_store is {self.budget_store!r}, "
+                             "not a redis://, rediss:// or unix:// URL, so it would be ignored; remove "
+                             "budget_store_allow_unauthenticated")
+        return self
 
     @model_validator(mode="after")
     def _audit_keys_that_apply(self) -> "GuardConfig":

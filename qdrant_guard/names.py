@@ -11,8 +11,9 @@ import json
 import re
 import shlex
 import unicodedata
+from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["folded_name", "path_segment_name", "shell_quote", "shown", "toml_key", "toml_str", "unprintable_char"]
+__all__ = ["folded_name", "path_segment_name", "shell_quote", "shown", "shown_url", "toml_key", "toml_str", "unprintable_char"]
 
 _PLAIN = re.compile(r"[^\\'\"]*")
 
@@ -120,3 +121,10 @@ def toml_str(text: str) -> str:
         else:
             out.append(f"\\U{ord(ch):08x}")
     return f'"{"".join(out)}"'
+
+
+def shown_url(url: str) -> str:
+    """``url`` without its ``user:password@`` part and query string, as messages and reports show it
+    (a query string can carry a password too: ``redis://host/0?password=...``)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, "", ""))

@@ -6,11 +6,10 @@ import math
 import os
 from pathlib import Path
 from typing import Any, Sequence
-from urllib.parse import urlsplit, urlunsplit
 
 from .errors import BenchmarkError
 from .policy import CollectionPolicy, GuardConfig
-from .names import toml_key
+from .names import shown_url as shown_url, toml_key
 
 
 def read_credential(spec: str, flag: str = "--credential") -> str:
@@ -226,12 +225,6 @@ def restricted_source_notes(pol: CollectionPolicy, labels: Sequence[str], writer
                 f"is of the owner boundary {pol.owner!r}, whose reads the extraction budget never charges: its "
                 "admissions are NOT in these figures; pass --read-credential of another reader boundary")
     return [note]
-
-
-def shown_url(url: str) -> str:
-    """``url`` without its ``user:password@`` part and query string, as messages and the report show it."""
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, "", ""))
 
 
 def _user_files(cfg: GuardConfig, policy: str | os.PathLike[str]) -> dict[Path, str]:

@@ -1,4 +1,8 @@
-"""A real redis-server for the session (the ``redis_url`` fixture, registered in conftest.py)."""
+"""A real redis-server for the session (the ``redis_url`` fixture, registered in conftest.py).
+
+It requires a password (``--requirepass``), which ``redis_url`` carries: RedisBudgetStore refuses
+a server that lets clients without credentials write (tests/test_redis_store_access.py).
+"""
 from __future__ import annotations
 
 import os
@@ -6,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import time
+import uuid
 from typing import IO, Any
 
 import pytest
@@ -32,14 +37,15 @@ def redis_url(tmp_path_factory):
             pytest.fail(missing)
         pytest.skip(missing)
     workdir = tmp_path_factory.mktemp("redis")
+    password = uuid.uuid4().hex
     for _attempt in range(3):
         port = free_port()
-        started = start_server(exe, workdir, port, timeout_s=10)
+        started = start_server(exe, workdir, port, "--requirepass", password, password=password, timeout_s=10)
         if started is None:
             continue  # port taken between probe and bind, or slow start: try another port
         proc, log, client = started
         try:
-            yield f"redis://127.0.0.1:{port}/0"
+            yield f"redis://:{password}@127.0.0.1:{port}/0"
         finally:
             client.close()
             stop_server(proc, log)
@@ -58,9 +64,10 @@ def stop_server(proc: "subprocess.Popen[Any]", log: IO[Any]) -> None:
     log.close()
 
 
-def start_server(exe: str, workdir: Any, port: int, *extra: str, timeout_s: float) -> Any:
+def start_server(exe: str, workdir: Any, port: int, *extra: str, timeout_s: float, password: str | None = None) -> Any:
     """Start redis-server on ``port`` (``extra``: more server options) and wait until it answers
-    PING: ``(proc, log, client)``, or None if it did not within ``timeout_s`` (stopped again)."""
+    PING: ``(proc, log, client)``, or None if it did not within ``timeout_s`` (stopped again).
+    ``password``: the one ``extra`` sets with ``--requirepass``, for the PING and the client."""
     import redis
 
     log = open(workdir / f"redis-{port}.log", "wb")
@@ -69,7 +76,7 @@ def start_server(exe: str, workdir: Any, port: int, *extra: str, timeout_s: floa
          "--dir", str(workdir)],
         stdout=log, stderr=subprocess.STDOUT,
     )
-    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+    client = redis.Redis(host="127.0.0.1", port=port, password=password, socket_timeout=2)
     deadline = time.monotonic() + timeout_s
     while proc.poll() is None and time.monotonic() < deadline:
         try:

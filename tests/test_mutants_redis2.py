@@ -51,10 +51,12 @@ def cluster_url(tmp_path_factory):
             pytest.fail(INSTALL_HINT)
         pytest.skip(INSTALL_HINT)
     workdir = tmp_path_factory.mktemp("redis-cluster")
+    password = uuid.uuid4().hex
     for attempt in range(3):  # a port taken between probe and bind: try another
         port = _cluster_port()
         started = start_server(exe, workdir, port, "--cluster-enabled", "yes", "--cluster-config-file",
-                               str(workdir / f"nodes-{port}.conf"), timeout_s=20)
+                               str(workdir / f"nodes-{port}.conf"), "--requirepass", password,
+                               password=password, timeout_s=20)
         if started is None:
             continue
         proc, log, plain = started
@@ -67,7 +69,7 @@ def cluster_url(tmp_path_factory):
         while b"cluster_state:ok" not in plain.execute_command("CLUSTER", "INFO"):
             assert time.monotonic() < deadline, "the one-node cluster never reached cluster_state:ok"
             time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
+        yield f"redis://:{password}@127.0.0.1:{port}/0"
     finally:
         plain.close()
         stop_server(proc, log)
@@ -202,14 +204,15 @@ def test_a_redis_error_in_the_upgrade_check_is_a_store_error(redis_url):
 
 def test_a_rebuild_redis_fails_is_a_store_error():
     pytest.importorskip("redis")
-    store = RedisBudgetStore(f"redis://127.0.0.1:{free_port()}/0")
+    # Past the access check (opted out), which would fail first on an unreachable server.
+    store = RedisBudgetStore(f"redis://127.0.0.1:{free_port()}/0", allow_unauthenticated=True)
     with pytest.raises(BudgetStoreError, match="index rebuild failed"):
         store.rebuild_index()
 
 
 def test_a_scan_listing_redis_fails_is_a_store_error():
     pytest.importorskip("redis")
-    store = RedisBudgetStore(f"redis://127.0.0.1:{free_port()}/0")
+    store = RedisBudgetStore(f"redis://127.0.0.1:{free_port()}/0", allow_unauthenticated=True)
     store._cluster = True  # an untagged cluster's store: the listing runs SCAN
     with pytest.raises(BudgetStoreError, match="scan failed for prefix"):
         store.entries_by_prefix("src|", window_s=10, now=0.0)

@@ -1,0 +1,181 @@
+"""The Redis budget store refuses a server that lets clients without credentials write its keys
+(whoever can delete them resets what each principal was given), against real redis-servers: one
+with no password (started here), one whose default user has none while the guard logs in as a
+user of its own, and the session's ``--requirepass`` server (``redis_url``)."""
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+
+import numpy as np
+import pytest
+
+from guardkit import DIM, create, make_kit, models, unit
+from qdrant_guard import GuardRefusal, QdrantClient
+from qdrant_guard.budget import BudgetStoreError, RedisBudgetStore, make_store
+from qdrant_guard.policy import config_from_dict
+from tests.redis_server import INSTALL_HINT, free_port, start_server, stop_server
+
+redis = pytest.importorskip("redis")
+
+
+@pytest.fixture(scope="module")
+def open_server(tmp_path_factory):
+    """A redis-server whose default user has no password: ``(url, admin client)``."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(INSTALL_HINT)
+        pytest.skip(INSTALL_HINT)
+    workdir = tmp_path_factory.mktemp("redis-open")
+    for _attempt in range(3):
+        port = free_port()
+        started = start_server(exe, workdir, port, timeout_s=10)
+        if started is not None:
+            break
+    else:
+        pytest.fail(f"redis-server did not start on 3 ports; see the logs in {workdir}")
+    proc, log, admin = started
+    try:
+        yield f"redis://127.0.0.1:{port}/0", admin
+    finally:
+        admin.close()
+        stop_server(proc, log)
+
+
+@pytest.fixture()
+def guard_user(open_server):
+    """A user with a password on the open server: ``(url with its credentials, password)``."""
+    url, admin = open_server
+    user, password = f"guard-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    admin.acl_setuser(user, enabled=True, passwords=["+" + password], keys=["*"], categories=["+@all"])
+    yield url.replace("redis://", f"redis://{user}:{password}@"), password
+    admin.acl_deluser(user)
+
+
+def _prefix() -> str:
+    return f"qg:access:{uuid.uuid4().hex}:"
+
+
+def test_a_server_without_password_is_refused_naming_it_the_reason_and_the_fixes(open_server):
+    url, admin = open_server
+    store = RedisBudgetStore(url, prefix=_prefix())
+    with pytest.raises(BudgetStoreError) as ei:
+        store.admit("src|bob|c|s", ["1", "2"], cap=1, window_s=60, now=100.0)
+    message = str(ei.value)
+    assert f"budget_store {url!r} lets a client that sends no password write its keys" in message
+    assert "read past the extraction budget's caps" in message
+    assert "requirepass" in message and "redis://guard:PASSWORD@host:6379/0" in message
+    assert "budget_store_allow_unauthenticated = true" in message
+    assert admin.exists(store.prefix + "src|bob|c|s") == 0  # nothing was counted
+
+
+def test_every_way_in_is_refused_not_only_admissions(open_server):
+    url, admin = open_server
+    store = RedisBudgetStore(url, prefix=_prefix())
+    for use in (lambda: store.seen("k|s", window_s=60, now=0.0),
+                lambda: store.entries_by_prefix("k|", window_s=60, now=0.0),
+                lambda: store.rebuild_index(),
+                lambda: store.reset()):
+        with pytest.raises(BudgetStoreError, match="lets a client that sends no password"):
+            use()
+
+
+def test_a_refused_store_does_not_ask_the_server_again(open_server):
+    url, admin = open_server
+    store = RedisBudgetStore(url, prefix=_prefix())
+    with pytest.raises(BudgetStoreError, match="no password"):
+        store.admit("k|s", ["1"], cap=1, window_s=60, now=0.0)
+    before = admin.info("stats")["total_connections_received"]
+    for _ in range(3):
+        with pytest.raises(BudgetStoreError, match="no password"):
+            store.admit("k|s", ["1"], cap=1, window_s=60, now=0.0)
+    assert admin.info("stats")["total_connections_received"] == before
+
+
+def test_a_guard_user_with_a_password_does_not_help_while_the_default_user_has_none(guard_user):
+    # The guard authenticates, yet anyone else connects as the default user: still refused, and
+    # the message shows the URL without the password.
+    url, password = guard_user
+    store = RedisBudgetStore(url, prefix=_prefix())
+    with pytest.raises(BudgetStoreError, match="lets a client that sends no password") as ei:
+        store.admit("k|s", ["1"], cap=1, window_s=60, now=0.0)
+    assert password not in str(ei.value)
+    assert "budget_store 'redis://127.0.0.1:" in str(ei.value)
+
+
+def test_the_refusal_follows_what_the_default_user_may_write(open_server, guard_user):
+    # Refused while the default user (no password) may write the prefix; accepted once it is kept
+    # off the prefix, or turned off, the guard logging in as its own user throughout.
+    url, admin = open_server
+    guard_url, _ = guard_user
+    with pytest.raises(BudgetStoreError, match="lets a client that sends no password"):
+        RedisBudgetStore(guard_url, prefix=_prefix()).admit("k|s", ["1"], cap=1, window_s=60, now=0.0)
+    for rule in (("on", "nopass", "resetkeys", "~other:*"), ("off",)):
+        admin.execute_command("ACL", "SETUSER", "default", *rule)
+        try:
+            store = RedisBudgetStore(guard_url, prefix=_prefix())
+            assert store.admit("k|s", ["1", "2"], cap=1, window_s=60, now=0.0) == (["1"], ["2"])
+            store.reset()
+        finally:
+            admin.execute_command("ACL", "SETUSER", "default", "on", "nopass", "resetkeys", "~*")
+
+
+def test_the_same_budget_is_refused_without_a_password_and_used_with_one(open_server, redis_url):
+    with pytest.raises(BudgetStoreError, match="lets a client that sends no password"):
+        RedisBudgetStore(open_server[0], prefix=_prefix()).admit("k|s", ["1", "2"], cap=1, window_s=60, now=0.0)
+    store = RedisBudgetStore(redis_url, prefix=_prefix())  # --requirepass, the password in the URL
+    assert store.admit("k|s", ["1", "2"], cap=1, window_s=60, now=0.0) == (["1"], ["2"])
+    store.reset()
+
+
+def test_the_opt_out_uses_an_open_server_and_make_store_passes_it(open_server):
+    url, admin = open_server
+    store = RedisBudgetStore(url, prefix=_prefix(), allow_unauthenticated=True)
+    assert store.admit("k|s", ["1", "2"], cap=1, window_s=60, now=0.0) == (["1"], ["2"])
+    store.reset()
+    assert make_store(url, allow_unauthenticated=True).seen("qg-absent|s", window_s=60, now=0.0) == 0
+    with pytest.raises(BudgetStoreError, match="no password"):
+        make_store(url).seen("qg-absent|s", window_s=60, now=0.0)
+
+
+@pytest.mark.parametrize("value", ["true", 1, None])
+def test_the_opt_out_must_be_a_bool(value):
+    with pytest.raises(TypeError, match=r"allow_unauthenticated must be bool, not"):
+        RedisBudgetStore(f"redis://127.0.0.1:{free_port()}/0", allow_unauthenticated=value)
+
+
+def test_a_server_that_cannot_be_asked_fails_closed_and_is_asked_again():
+    store = RedisBudgetStore(f"redis://127.0.0.1:{free_port()}/0", prefix=_prefix())
+    for _ in range(2):
+        with pytest.raises(BudgetStoreError, match="cannot tell whether clients without credentials may write it"):
+            store.admit("k|s", ["1"], cap=1, window_s=60, now=0.0)
+
+
+def test_the_policy_knob_needs_a_redis_store(tmp_path):
+    data = make_kit(tmp_path).config({}).model_dump(by_alias=True, exclude={"source_path"})
+    data["budget_store_allow_unauthenticated"] = True
+    with pytest.raises(ValueError, match="budget_store_allow_unauthenticated = true .* budget_store is 'memory'"):
+        config_from_dict(data)
+    data["budget_store"] = "redis://127.0.0.1:6379/0"
+    assert config_from_dict(data).budget_store_allow_unauthenticated is True
+
+
+def test_a_guarded_read_on_an_open_server_is_refused_without_showing_the_password(tmp_path, guard_user):
+    url, password = guard_user
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "raw_in_boundary": True, "readers": ["support"],
+                              "intent": {"enabled": False}, "diversity": {"max_source_coverage": 0.5}}},
+                     budget_store=url)
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii")
+    rng = np.random.default_rng(0)
+    owner.upsert("pii", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "s"}) for i in range(4)])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    with pytest.raises(GuardRefusal) as ei:
+        bob.query_points("pii", query=[0.1] * DIM)
+    assert ei.value.verdict == "FAIL_CLOSED"
+    assert "lets a client that sends no password" in str(ei.value) and password not in str(ei.value)
+    log = (tmp_path / "audit.jsonl").read_text()
+    assert "lets a client that sends no password" in log and password not in log
