@@ -162,17 +162,22 @@ def test_the_policy_knob_needs_a_redis_store(tmp_path):
     assert config_from_dict(data).budget_store_allow_unauthenticated is True
 
 
-def test_a_guarded_read_on_an_open_server_is_refused_without_showing_the_password(tmp_path, guard_user):
-    url, password = guard_user
+def _bob_on(tmp_path, **policy):
+    """Bob's client (boundary support) over a PII collection of 4 points of source "s", read under
+    a coverage cap of half, with ``policy`` (the budget store) in the guard's policy."""
     kit = make_kit(tmp_path)
     cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "raw_in_boundary": True, "readers": ["support"],
-                              "intent": {"enabled": False}, "diversity": {"max_source_coverage": 0.5}}},
-                     budget_store=url)
+                              "intent": {"enabled": False}, "diversity": {"max_source_coverage": 0.5}}}, **policy)
     owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
     create(owner, "pii")
     rng = np.random.default_rng(0)
     owner.upsert("pii", [models.PointStruct(id=i, vector=unit(rng), payload={"source": "s"}) for i in range(4)])
-    bob = owner.with_principal(kit.principal("bob", "support"))
+    return owner.with_principal(kit.principal("bob", "support"))
+
+
+def test_a_guarded_read_on_an_open_server_is_refused_without_showing_the_password(tmp_path, guard_user):
+    url, password = guard_user
+    bob = _bob_on(tmp_path, budget_store=url)
     with pytest.raises(GuardRefusal) as ei:
         bob.query_points("pii", query=[0.1] * DIM)
     assert ei.value.verdict == "FAIL_CLOSED"
