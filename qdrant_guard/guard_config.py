@@ -128,7 +128,7 @@ def _mask_tokens(value: Any) -> Any:
 
 
 DEFAULT_CEILINGS: dict[str, float] = {"PII": 2.0, "CREDENTIAL": 1.0, "PROPRIETARY": 8.0}
-_MISSING_SOURCE = "__unknown__"  # the budget's name for points without a source (reads.apply_budget)
+_MISSING_SOURCE = "__unknown__"  # the budget's name for points without a source (budgetops.apply_budget)
 
 
 def _check_budget_writers(where: str, pol: CollectionPolicy) -> None:

@@ -17,7 +17,7 @@ from qdrant_client.local.async_qdrant_local import AsyncQdrantLocal
 from qdrant_client.local.qdrant_local import QdrantLocal
 from qdrant_client.qdrant_remote import QdrantRemote
 
-# How long a budgeted read keeps a source's counted size (reads.ReadOps.source_size).
+# How long a budgeted read keeps a source's counted size (budgetops.BudgetOps.source_size).
 SOURCE_SIZE_TTL_S = 30.0
 
 

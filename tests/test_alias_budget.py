@@ -189,7 +189,7 @@ def test_a_budgeted_read_through_an_alias_goes_to_the_collection_it_names(kit, c
     _, dave = clients
     # The query admits points outside ids 0-4 only (the filter keeps it so whatever the noise), so
     # the scroll's first page (ids 0-4) must take new admissions past memo's budget mid-page: it
-    # is sent again without the points withheld (reads.read_excluding_withheld), to the collection
+    # is sent again without the points withheld (budgetops.read_excluding_withheld), to the collection
     # the alias names, both times.
     past_first_page = models.Filter(must=[models.HasIdCondition(has_id=list(range(5, 20)))])
     first = dave.query_points("memo_v2", query=unit(np.random.default_rng(2)), query_filter=past_first_page, limit=5)

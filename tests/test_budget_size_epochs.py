@@ -203,5 +203,5 @@ def test_stale_sizes_are_swept_without_a_write(tmp_path, monkeypatch):
     for n in range(3000):  # one source counted every 0.1 s: 300 within any 30 s
         _count_answered(bob.guard, 4, f"s{n}")
         clock[0] += 0.1
-        assert len(bob.guard.shared["source_sizes"]) <= 1024  # reads._SIZES_SWEPT_FROM
+        assert len(bob.guard.shared["source_sizes"]) <= 1024  # budgetops._SIZES_SWEPT_FROM
     assert all(bob.guard.cached_source_size("hr", f"s{n}") == 4 for n in range(2701, 3000))

@@ -161,6 +161,7 @@ import time as _time
 import types
 import uuid
 
+from qdrant_guard import budgetops as _budgetops
 from qdrant_guard import reads as _reads
 from qdrant_guard.budget import normalize_point_id
 from tests.guardkit import hr_shared, make_kit
@@ -234,7 +235,7 @@ def test_exclusion_with_inline_size_lookups_is_the_general_exclusion(tmp_path, r
             taken = int(rng.integers(0, size + 1))
             budget.admit(principal=guard.principal_label, collection="hr", source=source, point_ids=list(range(100 * trial, 100 * trial + taken)),
                          source_size=size, max_source_coverage=0.5)
-            age = float(rng.choice([-1.0, 1.0, _reads._SOURCE_SIZE_TTL_S - 0.5, _reads._SOURCE_SIZE_TTL_S + 1.0]))
+            age = float(rng.choice([-1.0, 1.0, _budgetops._SOURCE_SIZE_TTL_S - 0.5, _budgetops._SOURCE_SIZE_TTL_S + 1.0]))
             if age >= 0:
                 cached = sizes[source] if rng.random() < 0.7 else int(rng.integers(0, 3))
                 guard.shared["source_sizes"][("hr", source)] = (_time.monotonic() - age, cached)

@@ -13,6 +13,7 @@ import pytest
 
 from qdrant_guard import budget as _budget
 from qdrant_guard import budget_store_base as _store_base
+from qdrant_guard import budgetops as _budgetops
 from qdrant_guard import reads as _reads
 from qdrant_guard import sourcefilters as _sourcefilters
 from qdrant_guard.diversity import enforce_diversity
@@ -204,7 +205,7 @@ def test_exclusion_reads_the_clock_again_after_a_count(tmp_path, monkeypatch):
     clock = [1000.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     # The first source listed has no size; the second's is fresh until that count takes 20 s.
-    guard.shared["source_sizes"] = {("hr", second): (clock[0] - _reads._SOURCE_SIZE_TTL_S + 10.0, 4)}
+    guard.shared["source_sizes"] = {("hr", second): (clock[0] - _budgetops._SOURCE_SIZE_TTL_S + 10.0, 4)}
     gen = guard.budget_exclusion("query_points", "hr", pol, "hr")
     counted = []
     try:
@@ -250,7 +251,7 @@ def test_budget_sizes_are_the_cached_or_counted_sizes(tmp_path, monkeypatch):
         now = time.monotonic()
         guard.shared["source_sizes"] = {}
         for source in true:
-            age = float(rng.choice([-1.0, 1.0, _reads._SOURCE_SIZE_TTL_S - 5.0, _reads._SOURCE_SIZE_TTL_S + 1.0]))
+            age = float(rng.choice([-1.0, 1.0, _budgetops._SOURCE_SIZE_TTL_S - 5.0, _budgetops._SOURCE_SIZE_TTL_S + 1.0]))
             if age >= 0:
                 guard.shared["source_sizes"][("hr", source)] = (now - age, int(rng.integers(0, 9)))
         cache = dict(guard.shared["source_sizes"])
@@ -261,7 +262,7 @@ def test_budget_sizes_are_the_cached_or_counted_sizes(tmp_path, monkeypatch):
                                              payload={"source": named[0] if len(named) == 1 else named}))
         order = list(dict.fromkeys(s for p in pts for s in point_sources(p, "source")))
         fresh = {s: cache[("hr", s)][1] for s in order
-                 if ("hr", s) in cache and time.monotonic() - cache[("hr", s)][0] < _reads._SOURCE_SIZE_TTL_S - 1.0}
+                 if ("hr", s) in cache and time.monotonic() - cache[("hr", s)][0] < _budgetops._SOURCE_SIZE_TTL_S - 1.0}
         want_calls = [s for s in order if s not in fresh]
         want = {s: ([p.id for p in pts if s in point_sources(p, "source")],
                     max(fresh.get(s, true[s]), len({p.id for p in pts if s in point_sources(p, "source")})))
@@ -283,7 +284,7 @@ def test_budget_sizes_read_the_clock_again_after_a_count(tmp_path, monkeypatch):
     clock = [1000.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     # s0 is counted first; s1's cached size goes stale while that count takes 20 s.
-    guard.shared["source_sizes"] = {("hr", "s1"): (clock[0] - _reads._SOURCE_SIZE_TTL_S + 10.0, 4)}
+    guard.shared["source_sizes"] = {("hr", "s1"): (clock[0] - _budgetops._SOURCE_SIZE_TTL_S + 10.0, 4)}
     pts = [types.SimpleNamespace(id=1, payload={"source": "s0"}), types.SimpleNamespace(id=2, payload={"source": "s1"})]
     calls: list = []
     _drive_counts(guard.apply_budget("query_points", "hr", pol, pts, {}, lambda p: point_sources(p, "source")),

@@ -17,6 +17,7 @@ from qdrant_guard import budget_memory as _budget_memory
 from qdrant_guard import budget_store_base as _store_base
 from qdrant_guard import diversity as _diversity
 from qdrant_guard import querycheck as _querycheck
+from qdrant_guard import budgetops as _budgetops
 from qdrant_guard import reads as _reads
 from qdrant_guard.errors import GuardArgumentTypeError
 
@@ -358,7 +359,7 @@ def test_a_kept_exclusion_is_the_exclusion_worked_out_again(tmp_path, monkeypatc
     # the cache replaced and the clock moved on, with exclusions asked again and again in between:
     # each is the exclusion worked out from scratch, with the same counts sent in the same order.
     offset = [0.0]
-    monkeypatch.setattr(_reads, "time", types.SimpleNamespace(monotonic=lambda: _time.monotonic() + offset[0]))
+    monkeypatch.setattr(_budgetops, "time", types.SimpleNamespace(monotonic=lambda: _time.monotonic() + offset[0]))
     kit = make_kit(tmp_path)
     diversity = {"max_source_coverage": 0.5, "max_source_fraction": 1.0, "min_unique_sources": 1}
     if restricted:
@@ -384,11 +385,11 @@ def test_a_kept_exclusion_is_the_exclusion_worked_out_again(tmp_path, monkeypatc
                          source_size=max(true[source], 1), max_source_coverage=0.5)
         elif kind == 1:
             true[source] = int(rng.integers(0, 7))
-            sizes[("hr", source)] = (_reads.time.monotonic() - float(rng.choice([0.0, 10.0])), true[source])
+            sizes[("hr", source)] = (_budgetops.time.monotonic() - float(rng.choice([0.0, 10.0])), true[source])
         elif kind == 2:
             sizes.pop(("hr", source), None)
         elif kind == 3:
-            offset[0] += float(rng.choice([1.0, 10.0, _reads._SOURCE_SIZE_TTL_S]))
+            offset[0] += float(rng.choice([1.0, 10.0, _budgetops._SOURCE_SIZE_TTL_S]))
         elif kind == 4 and rng.random() < 0.3:
             guard.shared["source_sizes"] = dict(sizes)
         for _ in range(int(rng.integers(1, 4))):
@@ -410,14 +411,14 @@ def test_a_kept_exclusion_ends_when_a_size_it_read_grows_stale(tmp_path, monkeyp
     # payroll (listed) was counted just now, tiny (too small for one point, never listed) 25 s ago:
     # 10 s on, tiny's size is stale, so the exclusion counts it again rather than being given again.
     offset = [0.0]
-    monkeypatch.setattr(_reads, "time", types.SimpleNamespace(monotonic=lambda: _time.monotonic() + offset[0]))
+    monkeypatch.setattr(_budgetops, "time", types.SimpleNamespace(monotonic=lambda: _time.monotonic() + offset[0]))
     kit = make_kit(tmp_path)
     owner = hr_shared(kit, "hr", {"max_source_coverage": 0.5, "max_source_fraction": 1.0, "min_unique_sources": 1})
     guard = owner.with_principal(kit.principal("bob", "support"))._guard
     pol = guard.policy("hr")
     guard.extraction_budget(pol).admit(principal=guard.principal_label, collection="hr", source="payroll",
                                        point_ids=[1], source_size=10, max_source_coverage=0.5)
-    now = _reads.time.monotonic()
+    now = _budgetops.time.monotonic()
     guard.shared["source_sizes"] = {("hr", "payroll"): (now, 10), ("hr", "tiny"): (now - 25.0, 1)}
     for expect_counts in ([], [], None):
         if expect_counts is None:

@@ -13,7 +13,7 @@ import qdrant_client
 from qdrant_guard import budget as _budget
 from qdrant_guard import budget_store_base as _store_base
 from qdrant_guard import diversity as _diversity
-from qdrant_guard import reads as _reads
+from qdrant_guard import budgetops as _budgetops
 from tests.guardkit import hr_shared, make_kit, models, unit
 
 
@@ -24,10 +24,10 @@ def kit(tmp_path):
 
 @pytest.fixture()
 def clock(monkeypatch):
-    """reads' monotonic clock, moved forward by ``clock.skip(seconds)``."""
-    real = _reads.time.monotonic
+    """The budget's monotonic clock (budgetops), moved forward by ``clock.skip(seconds)``."""
+    real = _budgetops.time.monotonic
     state = {"offset": 0.0}
-    monkeypatch.setattr(_reads, "time", types.SimpleNamespace(monotonic=lambda: real() + state["offset"]))
+    monkeypatch.setattr(_budgetops, "time", types.SimpleNamespace(monotonic=lambda: real() + state["offset"]))
     return types.SimpleNamespace(skip=lambda s: state.__setitem__("offset", state["offset"] + s))
 
 
@@ -80,7 +80,7 @@ def test_a_cached_source_size_is_recounted_once_its_time_is_up(kit, clock, count
     counts.clear()
     assert _payroll_seen(read()) == first
     assert counts == []  # both sizes still cached: no count sent (exclusion and admission alike)
-    clock.skip(_reads._SOURCE_SIZE_TTL_S + 1)
+    clock.skip(_budgetops._SOURCE_SIZE_TTL_S + 1)
     seen = _payroll_seen(read())
     assert len(seen) == 4 and set(first) <= set(seen)
     assert counts  # recounted, and the new size set the cap
@@ -93,7 +93,7 @@ def test_cached_source_size_answers_only_while_fresh(kit, clock):
     bob.scroll("hr", limit=50)
     assert guard.cached_source_size("hr", "payroll") == 10
     assert guard.cached_source_size("other", "payroll") is None
-    clock.skip(_reads._SOURCE_SIZE_TTL_S + 1)
+    clock.skip(_budgetops._SOURCE_SIZE_TTL_S + 1)
     assert guard.cached_source_size("hr", "payroll") is None
 
 
