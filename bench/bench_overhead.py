@@ -48,7 +48,7 @@ READ_STAGES = {
 WRITE_STAGES = {
     "facade: bind arguments": "_facade.py:bind",
     "materialise points": "writepoints.py:points_from_any",
-    "prepare_points (all checks, noise, receipts)": "writes.py:prepare_points",
+    "prepare_points (all checks, noise, receipts)": "writeprep.py:prepare_points",
     "  of which dense conversion": "vectors.py:as_dense",
     "  of which noise (privatize)": "noise.py:privatize",
     "  of which stored form (lattice/normalise)": "storedform.py:stored_form_batch",

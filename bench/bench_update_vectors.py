@@ -11,7 +11,7 @@ updates all N points' vectors to the same seeded new vectors.
               collection (what an application without the guard runs).
   candidate = ``qdrant_guard.QdrantClient.update_vectors`` of the same points: the receipt
               look-up, noise, stored form, receipts, and one ``batch_update_points`` holding an
-              UpdateVectors and its receipt operations per point (writes.prepare_vector_updates).
+              UpdateVectors and its receipt operations per point (writeprep.prepare_vector_updates).
   info      = the guard's own time, with Qdrant's answer to that final ``batch_update_points``
               replayed (``qdrant_guard.overhead.Replay``; the receipt look-up still goes to Qdrant);
               the raw ``batch_update_points`` of the very operations the guard sends; and the same

@@ -430,7 +430,7 @@ def test_noise_required_names_the_page_that_shows_how_to_sign_a_receipt() -> Non
     # Before: "noise them with qdrant_guard.noise.privatize and sign a receipt", and no page showed
     # how; docs/receipt-format.md now does, under the heading the directive names.
     from qdrant_guard.decision import Verdict
-    from qdrant_guard.writes import _DIRECTIVES
+    from qdrant_guard.writeprep import _DIRECTIVES
 
     directive = _DIRECTIVES[Verdict.NOISE_REQUIRED]
     assert "docs/receipt-format.md, 'Writing with a receipt of your own'" in directive

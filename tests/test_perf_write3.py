@@ -28,7 +28,7 @@ from qdrant_client import QdrantClient as RawClient
 from qdrant_client.http import models
 from qdrant_client.http.api.points_api import jsonable_encoder as rest_body  # the REST client's body
 
-from qdrant_guard import QdrantClient, builtpoints, keys, receipts, writes
+from qdrant_guard import QdrantClient, builtpoints, keys, receipts, writeprep
 from qdrant_guard.errors import GuardRefusal
 from qdrant_guard.receipts import RECEIPT_KEY, receipts_from_payload, verify_receipt
 from qdrant_guard.sources import reserved_claims, restricts_sources
@@ -111,7 +111,7 @@ def _run(tmp: Path, monkeypatch: pytest.MonkeyPatch, *, shortcuts: bool) -> tupl
         monkeypatch.setattr(builtpoints, "_built_point", counted)
     else:
         monkeypatch.setattr(builtpoints, "_BUILD_OK", False)
-        monkeypatch.setattr(writes, "restricts_sources", lambda pol: True)
+        monkeypatch.setattr(writeprep, "restricts_sources", lambda pol: True)
     tmp.mkdir()
     kit = make_kit(tmp)
     sent_calls = record_sent(monkeypatch, ("upsert", "upload_points", "upload_collection"), with_kwargs=True)

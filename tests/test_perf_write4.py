@@ -282,10 +282,10 @@ def test_guarded_writes_send_and_store_what_the_paths_they_replace_did(tmp_path,
     # replaced by the path it skips.
     from test_perf_write3 import _run
 
-    from qdrant_guard import vectors, writes
+    from qdrant_guard import vectors, writeprep, writesign
     fast, fast_stored, info = _run(tmp_path / "fast", monkeypatch, shortcuts=True)
-    monkeypatch.setattr(writes, "issue_receipts_rows", _reference_rows)
-    monkeypatch.setattr(writes, "_container", lambda by_name, own: receipts.receipts_for_payload(by_name))
+    monkeypatch.setattr(writesign, "issue_receipts_rows", _reference_rows)
+    monkeypatch.setattr(writeprep, "_container", lambda by_name, own: receipts.receipts_for_payload(by_name))
     monkeypatch.setattr(vectors, "_DENSE_FLOATS", None)
     monkeypatch.setattr(storedform, "_ROW_DOTS", None)
     slow, slow_stored, _ = _run(tmp_path / "slow", monkeypatch, shortcuts=True)

@@ -20,7 +20,7 @@ from guardkit import create, make_kit, record_sent
 from qdrant_client import QdrantClient as RawClient
 from qdrant_client.http import models
 
-from qdrant_guard import QdrantClient, builtpoints, keys, noise, receipts, storedform, writes
+from qdrant_guard import QdrantClient, builtpoints, keys, noise, receipts, storedform, writeprep
 from qdrant_guard._impl import implementation
 from qdrant_guard.receipts import stored_form, stored_form_batch
 
@@ -147,9 +147,9 @@ def _fixed(monkeypatch):
 def _run(tmp, monkeypatch, *, shortcuts: bool):
     _fixed(monkeypatch)
     if not shortcuts:
-        monkeypatch.setattr(writes, "_update_point",
+        monkeypatch.setattr(writeprep, "_update_point",
                             lambda u: models.PointStruct(id=u.id, vector=u.vector, payload=None))
-        monkeypatch.setattr(writes, "_point_vectors", lambda pid, v: models.PointVectors(id=pid, vector=v))
+        monkeypatch.setattr(writeprep, "_point_vectors", lambda pid, v: models.PointVectors(id=pid, vector=v))
         monkeypatch.setattr(storedform, "_ROW_DOTS", None)
     tmp.mkdir()
     kit = make_kit(tmp)
