@@ -25,10 +25,10 @@ from .policy import CollectionPolicy
 from .querycheck import QueryChecks
 from .rawstored import left_details, raw_stored_clause, raw_stored_way_out
 from .readbudget import _named_vector_id, _source_budgeted, _vector_budgeted
-from .readplan import ReadPlan as ReadPlan
+from .readplan import ReadPlan
 from .score_charge import ScoreCharge, charges_scores
 from .sentmodels import UncheckedForm
-from .sourcefilters import Exclusion as Exclusion, _missing_source_count_filter, _only_names_sources, _stored_forms
+from .sourcefilters import Exclusion, _missing_source_count_filter, _only_names_sources, _stored_forms
 
 
 log = logging.getLogger("qdrant_guard")

@@ -24,12 +24,12 @@ from .policy import CollectionPolicy
 from .pubquery import carries_inputs, public_query_text
 from .querymap import iter_prefetch, rest_prefetch
 from .readbudget import _source_budgeted, _vector_budgeted_policy
-from .readplan import _given_count, asks_vectors as asks_vectors
+from .readplan import _given_count, asks_vectors
 from .redacted import _redacted_text
 from .score_charge import charges_scores
 from .sentmodels import UncheckedForm
 from .sentnames import sent_name
-from .sourcefilters import Exclusion as Exclusion
+from .sourcefilters import Exclusion
 from .sources import path_head
 from .sources import point_sources as _sources
 from .readrelease import ReadRelease

@@ -16,10 +16,10 @@ from . import detect as _detect
 from . import noise as _noise
 from .decision import MAX_IDS_IN_RECORD, Verdict
 from .diversity import enforce_diversity, overfetch_limit
-from .payloadselect import _user_selector, project_payload as project_payload
+from .payloadselect import _user_selector, project_payload
 from .policy import CollectionPolicy
 from .readbudget import _source_budgeted, _vector_budgeted
-from .readplan import ReadPlan as ReadPlan, _given_count, asks_vectors as asks_vectors
+from .readplan import ReadPlan, _given_count, asks_vectors
 from .redacted import _redacted_text
 from .score_charge import charges_scores, score_spec
 from .receipts import mechanism_mismatch, model_mismatch, noise_shortfall, stored_receipts, verify_receipt
