@@ -32,7 +32,7 @@ from _harness import RawClient, models  # noqa: E402
 
 READ_STAGES = {
     "facade: bind arguments": "_facade.py:bind",
-    "policy + boundary checks": "pipeline.py:require_access",
+    "policy + boundary checks": "callchecks.py:require_access",
     "query text: redact for audit + screen": "querycheck.py:prepare_query",
     "  of which structural scan": "querycheck.py:validate_structure",
     "  of which query noise": "queryops.py:noise_query",

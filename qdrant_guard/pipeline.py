@@ -7,6 +7,11 @@ facade with ``await``; the logic exists once, so the two clients cannot drift ap
 
 Order for every call: policy -> checks -> decision -> audit -> (only then) Qdrant.
 
+:class:`GuardPipeline` here holds the set-up (policy, keys, credential, audit log) and the
+decision and audit of a call; the checks every operation draws on are in
+:mod:`qdrant_guard.callchecks`, the entry point ``run`` and the collection-level calls in
+:mod:`qdrant_guard.dispatch`.
+
 What the guards of a process share per store is in :mod:`qdrant_guard.perstore`, names as they
 are sent in :mod:`qdrant_guard.sentnames`, what answers withhold from non-readers in
 :mod:`qdrant_guard.withheld` and qdrant-client's not-found errors in :mod:`qdrant_guard.notfound`;
@@ -31,14 +36,13 @@ from qdrant_client.qdrant_remote import QdrantRemote
 from . import keys as _keys
 from .canonical import canonical_json
 from .audit import AuditLog
-from .boundary import PATH_IS_NOT_A_TOKEN, Principal, VerifiedPrincipal, reissue_hint, verify_credential
+from .boundary import PATH_IS_NOT_A_TOKEN, Principal, VerifiedPrincipal, verify_credential
 from .budget import store_kind
 from .budget_file_access import unsafe_store_file
-from .decision import MAX_IDS_IN_RECORD, Decision, Verdict
-from .errors import (AuditError, ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError,
-                     UnsupportedWriteError)
+from .decision import Decision, Verdict
+from .errors import AuditError, ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError
 from .policy import CollectionPolicy, GuardConfig, load_policy
-from .names import folded_name, path_segment_name, shell_quote, shown, toml_key
+from .names import shell_quote, shown, toml_key
 from .notfound import (
     missing_alias_error as missing_alias_error,
     missing_collection_error as missing_collection_error,
@@ -51,15 +55,12 @@ from .perstore import (
     size_epoch_for as size_epoch_for,
     store_identity as store_identity,
 )
-from .receipts import ReceiptSigner, normalize_point_id
-from .sentargs import plain_args
-from .sentmodels import UncheckedForm, sent_models
+from .receipts import ReceiptSigner
 from .sentnames import (
     plain_names as plain_names,
     sent_name as sent_name,
 )
-from .sources import reserved_claims
-from .surface import ADMIN, OPERATOR_ONLY, PAYLOAD, READ_COLLECTION, SNAPSHOT_RECOVERY, WRITE_COLLECTION, WRITE_VECTORS
+from .vectors import CollectionShape
 from .withheld import (
     ADMIN_COUNTED as ADMIN_COUNTED,
     DESCRIBE_COUNTED as DESCRIBE_COUNTED,
@@ -72,33 +73,6 @@ from .withheld import (
     telemetry_for as telemetry_for,
     without_operation_ids as without_operation_ids,
 )
-
-# Methods that may add, retag or delete points of a source (see _forget_source_sizes_after).
-# delete_shard_key deletes the points of its shard; cluster_collection_update can too
-# (DropShardingKey), or copy points into another shard key (ReplicatePoints).
-# The point updates, whose answers carry Qdrant's operation id (one list of them for a batch).
-_POINT_UPDATES = WRITE_VECTORS | PAYLOAD | WRITE_COLLECTION
-
-
-_CHANGES_SOURCES = frozenset({
-    "upsert", "upload_points", "upload_collection", "batch_update_points", "set_payload",
-    "overwrite_payload", "delete_payload", "clear_payload", "delete", "delete_collection",
-    "recreate_collection", "update_collection_aliases", "migrate", "delete_shard_key",
-    "cluster_collection_update",
-})
-# The reads such a method's operation may make before its write. Any other call it sends counts
-# as the write: once it is sent, the store may have changed, whether or not the call then fails.
-_READS_BEFORE_WRITE = frozenset({
-    "get_collection", "get_collections", "get_aliases", "get_collection_aliases", "collection_exists",
-    "retrieve", "scroll", "count",
-})
-# Methods that store a collection's metadata (qdrant-client 1.20), which get_collection returns.
-_TAKES_METADATA = frozenset({"create_collection", "recreate_collection", "update_collection"})
-from .vectors import CollectionShape, shape_from_info
-
-
-# The calls that make or remove a collection's storage directory, named after the collection.
-_MAKES_OR_REMOVES_STORAGE = frozenset({"create_collection", "recreate_collection", "delete_collection"})
 
 
 log = logging.getLogger("qdrant_guard")
@@ -126,17 +100,6 @@ class Offload:
 
 
 Op = Generator["Call | Offload", Any, Any]
-
-
-def _admin_boundaries(pol: CollectionPolicy) -> list[str | None]:
-    # Without an owner, the writers administer the collection: someone must be able to create,
-    # recreate and index it, and they are the ones trusted with its contents.
-    return [pol.owner] if pol.owner else list(pol.writers or ())
-
-
-def _administers(pol: CollectionPolicy, boundary: str) -> bool:
-    admins = _admin_boundaries(pol)
-    return boundary in admins or (pol.owner is None and "*" in admins)
 
 
 def mark_audited(exc: BaseException) -> BaseException:
@@ -466,34 +429,6 @@ class GuardPipeline:
         """The policy of ``collection``."""
         return self.config.policy_for(collection)
 
-    def receipt_keys_for(self, pol: CollectionPolicy) -> dict[str, Ed25519PublicKey]:
-        """The keys whose receipts ``pol``'s collection accepts (key id -> public key): the guard's
-        own (its current and ``receipts.retired_keys``) and those of its ``receipt_keys`` when set,
-        else the guard's and ``receipts.trusted_keys``."""
-        if pol.receipt_keys is None:
-            return self.trusted_receipt_keys
-        scoped = self._scoped_receipt_keys.get(pol.receipt_keys)
-        if scoped is None:
-            raise ConfigError(f"receipt_keys {list(pol.receipt_keys)!r} belong to a collection policy that is not "
-                              "part of this guard's policy; give the policy to the client (guard=)")
-        return scoped
-
-    def receipt_scope_refusal(self, name: str, pol: CollectionPolicy, kid: str | None) -> str | None:
-        """Why a receipt by ``kid`` is refused on ``name`` when its ``receipt_keys`` leave the key
-        out (None when the collection sets no scope, or the key is not refused by it)."""
-        if pol.receipt_keys is None or not isinstance(kid, str) or kid in self.receipt_keys_for(pol):
-            return None
-        # kid is the unverified receipt's text (the key is not trusted): escaped unless printable.
-        section = f"[collections.{toml_key(name)}]" if self.config.collections.get(name) is pol else "[default]"
-        own = _keys.key_id(self._signing_key.public_key())
-        listed = sorted(k for k in self.receipt_keys_for(pol) if k != own and k not in self.retired_keys)
-        elsewhere = (" (receipts.trusted_keys lists it, which does not apply to a collection that sets "
-                     "receipt_keys)" if kid in self.trusted_receipt_keys else "")
-        return (f"unknown_key: collection {name!r} accepts receipts only from the guard's key and the keys its "
-                f"receipt_keys lists ({', '.join(listed) or 'none'}), and this one is signed by {shown(kid)}{elsewhere}; "
-                f"sign it with a listed key, or add the signer's .pub to receipt_keys in {section} (the guard's "
-                "own earlier signing key goes in receipts.retired_keys instead)")
-
     def ceiling(self, pol: CollectionPolicy) -> float:
         """The epsilon ceiling of the collection's class."""
         return self.config.epsilon_ceiling[pol.sensitivity]
@@ -582,490 +517,6 @@ class GuardPipeline:
     def refuse(self, d: Decision) -> QdrantGuardError:
         """Audit a refusing decision and return the exception to raise."""
         return d.refusal(self.record(d))
-
-    def unsupported_write(self, op: str, name: str, pol: CollectionPolicy, message: str) -> UnsupportedWriteError:
-        """The error for a write the guard cannot enforce, audited (UNSUPPORTED_WRITE) first."""
-        self.record(self.decision(op, name, pol, Verdict.UNSUPPORTED_WRITE, message))
-        err = UnsupportedWriteError(message)
-        mark_audited(err)
-        return err
-
-    def refused_operations(self, op: str, args: dict[str, Any], exc: UnsupportedWriteError) -> UnsupportedWriteError:
-        """``exc``, the facade's refusal of operations it cannot read as models
-        (``batch_update_points``, ``update_collection_aliases``), audited first as UNSUPPORTED_WRITE
-        with reason ``invalid_input``, as a write's other refused input is (the error type and the
-        reason word, never the message)."""
-        name = args.get("collection_name")
-        name = str.__str__(name) if isinstance(name, str) else None  # its characters, as sent
-        try:
-            pol = self.policy(name) if name is not None else None
-        except ConfigError:  # unlisted under unlisted = "refuse": recorded without a policy
-            pol = None
-        self.record(self.decision(
-            op, name, pol, Verdict.UNSUPPORTED_WRITE,
-            f"{op}: the guard refused the call's input ({type(exc).__name__}: invalid_input) before sending "
-            "anything; the error raised to the caller names the fix. Nothing was written",
-            details={"error": type(exc).__name__, "reason": "invalid_input"}))
-        mark_audited(exc)
-        return exc
-
-    def check_point_ids(self, op: str, name: str, pol: CollectionPolicy, ids: list[Any]) -> None:
-        """Refuse the call (audited) if an id is not one Qdrant accepts: every write path to a
-        sensitive collection, raw in-boundary ones included, since local mode would store an id a
-        server refuses, and receipts and budgets are keyed by the normalised id. PUBLIC writes keep
-        qdrant-client's own behaviour (local mode stores ``id=-1``, a server refuses it)."""
-        for pid in ids:
-            try:
-                normalize_point_id(pid)
-            except (TypeError, ValueError) as exc:
-                raise self.unsupported_write(
-                    op, name, pol,
-                    f"{op}: {exc} (collection {name!r}); Qdrant point ids are integers 0 <= id < 2**64 "
-                    "or UUID strings. Nothing was written"
-                ) from None
-
-    def refuse_reserved_sources(self, op: str, collection: str, pol: CollectionPolicy, payload: Any,
-                                key: str | None = None, point_id: Any = None) -> None:
-        """Refuse (REFUSED_CROSS_BOUNDARY) a payload that tags a point with a restricted source of a
-        budgeted collection when the caller is not in the owner boundary (see
-        :func:`~qdrant_guard.sources.reserved_claims`)."""
-        claims = reserved_claims(pol, self.boundary(), payload, key)
-        if not claims:
-            return
-        where = f"point {point_id!r}" if point_id is not None else "the payload"
-        fix = (f"write it from boundary {pol.owner!r}" if pol.owner is not None
-               else "set the collection's owner and write it from there")
-        raise self.refuse(self.decision(
-            op, collection, pol, Verdict.REFUSED_CROSS_BOUNDARY,
-            f"{where} names restricted source(s) {claims} of collection {collection!r} in "
-            f"{pol.source_field!r}, and only the owner boundary ({pol.owner!r}) writes restricted sources "
-            f"(the extraction budget is a share of each source's size, so a writer could raise it); "
-            f"{fix}, or tag the point with another source",
-            **({"point_ids": [point_id]} if point_id is not None else {}),
-        ))
-
-    def require_access(self, op: str, collection: str, pol: CollectionPolicy, need: str) -> None:
-        """Refuse (REFUSED_CROSS_BOUNDARY / INVALID_CREDENTIAL) unless the caller may ``need``."""
-        if pol.is_public:
-            return
-        boundary = self.boundary()
-        if need == "read":
-            ok = pol.may_read(boundary)
-        elif need == "write":
-            ok = pol.may_write(boundary)
-        else:
-            ok = boundary is not None and _administers(pol, boundary)
-        if ok:
-            return
-        if self.verified is not None and boundary is None:
-            raise self.refuse(self.decision(
-                op, collection, pol, Verdict.INVALID_CREDENTIAL,
-                f"the principal's credential ({shown(self.principal_label or '')}) has expired; issue a new one with "
-                f"{reissue_hint(self.verified.agent_id, self.verified.boundary)} and act with it through "
-                "client.with_principal(token), "
-                "which keeps this client's connection (a second local-mode client on the same path= "
-                "store is refused while this one is open)",
-            ))
-        if boundary:
-            who = f"boundary {boundary!r}"
-        elif self.principal_label is None:
-            who = "a client without principal="
-        else:
-            # A Principal without a credential: its boundary is only claimed, so it counts for nothing.
-            who = f"unverified principal {self.principal_label!r} (no credential was given)"
-        allowed = {"read": [pol.owner, *pol.readers], "write": [pol.owner, *(pol.writers or ())],
-                   "admin": _admin_boundaries(pol)}[need]
-        allowed = [b for b in allowed if b]
-        if allowed:
-            fix = (f"allowed boundaries: {allowed}. Pass principal= with a credential issued by one of "
-                   "those boundaries' authority keys")
-        else:
-            # Naming an empty list of boundaries to get a credential from is a dead end: say what
-            # to change in the policy instead.
-            keys = {"read": "owner or readers", "write": "owner or writers", "admin": "owner or writers"}[need]
-            section = (f"[collections.{toml_key(collection)}]" if collection in self.config.collections else
-                       f"a [collections.{toml_key(collection)}] section (unlisted collections take [default], "
-                       "which sets none)")
-            fix = (f"no boundary may: its policy names no {keys}. Set owner = \"<boundary>\" in {section} "
-                   "and pass principal= with a credential from that boundary's authority")
-        raise self.refuse(self.decision(
-            op, collection, pol, Verdict.REFUSED_CROSS_BOUNDARY,
-            f"{who} may not {'administer' if need == 'admin' else need} {pol.sensitivity.value} collection "
-            f"{collection!r}; {fix}",
-        ))
-
-    def gate(self, method: str, args: dict[str, Any], need: str) -> CollectionPolicy | None:
-        """The policy to enforce on this call, after the boundary check for ``need``.
-
-        Returns None when the call passes through unchanged (no policy, or a PUBLIC collection).
-        """
-        if self.transparent:
-            return None
-        name = args["collection_name"]
-        pol = self.policy(name)
-        if pol.is_public:
-            return None
-        self.require_access(method, name, pol, need)
-        return pol
-
-    # -- collection shape -----------------------------------------------------------------
-    def shape(self, collection: str, *, op: str | None = None,
-              pol: CollectionPolicy | None = None) -> Generator[Call, Any, CollectionShape]:
-        """The vector layout of ``collection`` (cached; fetched with ``get_collection``). With
-        ``op`` (the write it is read for), a failed fetch is audited (QDRANT_ERROR, the method and
-        the error type: the write fails before its decision, and must not fail with no entry)."""
-        found = self._shapes.get(collection)
-        if found is None:
-            try:
-                info = yield Call("get_collection", {"collection_name": collection})
-            except GeneratorExit:  # abandoned, not failed
-                raise
-            except BaseException as exc:
-                if op is not None:
-                    self.record(self.decision(
-                        op, collection, pol, Verdict.QDRANT_ERROR,
-                        f"Qdrant failed while the guard read the collection's vector layout (get_collection "
-                        f"raised {type(exc).__name__}; its message is not logged); nothing was written",
-                        details={"method": "get_collection", "error": type(exc).__name__}))
-                raise
-            found = shape_from_info(info)
-            self._shapes[collection] = found
-        return found
-
-    def forget_shape(self, collection: str | None = None) -> None:
-        """Drop cached collection layouts (after create/recreate/delete/update), and every
-        collection's "no raw vector left" and learnt receipt parameter sets (see
-        ``QueryChecks.raw_vectors_left``): a name may now be another collection, or an alias
-        another collection's, whose receipts the old sets would fill the cap ahead of."""
-        self.shared.pop("noised_only", None)
-        self.shared.pop("receipt_params", None)
-        if collection is None:
-            self._shapes.clear()
-        else:
-            self._shapes.pop(collection, None)
-
-    # -- entry point ----------------------------------------------------------------------
-    def run(self, method: str, args: dict[str, Any]) -> Op:
-        """The operation for ``method`` with its bound arguments (without ``self``).
-
-        Raises:
-            TypeError: ``collection_name`` is not a str (the policy is looked up by it).
-        """
-        name = args.get("collection_name", "")
-        if not isinstance(name, str):
-            raise GuardArgumentTypeError(f"{method}() argument 'collection_name' must be str, not {type(name).__name__}")
-        if not self.transparent:
-            args = plain_names(method, args)
-            name = args.get("collection_name", "")
-            if path_segment_name(name):
-                raise self.refuse_path_name(method, name)
-            if method in _MAKES_OR_REMOVES_STORAGE:
-                self.refuse_folded_name(method, name)
-            try:
-                # Checked as sent: every check below walks these copies, and they are what is sent.
-                args = plain_args(method, sent_models(method, args))
-            except UncheckedForm as exc:
-                raise self.refuse_form(method, name, self.policy(name), exc) from None  # type: ignore[attr-defined]
-        handler = getattr(self, f"op_{method}", None)
-        if handler is not None:
-            op = handler(method, args)
-        elif method in READ_COLLECTION:
-            op = self.op_collection_access(method, args, "read")
-        elif method in WRITE_COLLECTION:
-            op = self.op_collection_access(method, args, "write")
-        elif method in ADMIN:
-            op = self.op_collection_access(method, args, "admin")
-        elif method in OPERATOR_ONLY:
-            op = self.op_operator_only(method, args)
-        else:
-            raise QdrantGuardError(f"qdrant_guard has no guard for method {method!r}; this is a bug")
-        if method in _CHANGES_SOURCES:
-            op = self._forget_source_sizes_after(op, unwaited=not args.get("wait", True))
-        if method in _POINT_UPDATES and not self.transparent:
-            op = self._writer_answers(name, op)
-        return op if self.transparent else self._audit_unlisted(method, op)
-
-    def refuse_path_name(self, method: str, name: str) -> QdrantGuardError:
-        """The audited refusal of a collection name that, read as a path, leads to another
-        directory than its own (:func:`~qdrant_guard.names.path_segment_name`): the guard decides
-        by the name's policy, and local mode would act on the collection whose directory it reaches."""
-        return self.refuse(self.decision(
-            method, name, None, Verdict.REFUSED_CROSS_BOUNDARY,
-            f"collection name {shown(name)} holds a '.', '..' or empty path segment: local mode keeps each "
-            "collection in a directory named after it, so this name reaches another collection's storage "
-            "(delete_collection('pub/../payroll') deleted payroll's points) while the guard decides by "
-            "this name's policy. No collection can be created under such a name; use the collection's "
-            "own name",
-            details={"reason": "path_segment"},
-        ))
-
-    def refuse_folded_name(self, method: str, name: str) -> None:
-        """Refuse (audited) creating or deleting collection ``name`` when a collection the policy
-        lists under another policy has a name that differs only by case or Unicode normalisation
-        (:func:`~qdrant_guard.names.folded_name`): on a file system that ignores those, local mode
-        (and a server's storage) keeps both in one directory, so the call would open or remove the
-        listed collection's points under this name's policy."""
-        listed = self.config.collections
-        try:
-            mine = self.policy(name)
-        except ConfigError:  # unlisted = "refuse": refused by its own path
-            return
-        key = folded_name(name)
-        for other, pol in listed.items():
-            if other == name or pol == mine or folded_name(other) != key:
-                continue
-            # Under names_visible = "accessible" a hidden listed name is not told (the audit has it).
-            said = repr(other) if self.name_visible(other) else "a collection the policy lists"
-            raise self.refuse(self.decision(
-                method, name, mine, Verdict.REFUSED_CROSS_BOUNDARY,
-                f"collection name {shown(name)} differs from {said} only by case or Unicode normalisation, "
-                "and its policy differs: on a file system that ignores those (macOS, Windows) both names "
-                f"are one directory, so {method} would act on that collection's points under this name's "
-                f"policy; use another name, or list {shown(name)} in the policy with the same policy",
-                details={"reason": "folded_name", "same_folded_as": other},
-            ))
-
-    def _writer_answers(self, name: str, op: Op) -> Op:
-        """``op``, whose answer a principal who may not read collection ``name`` gets without
-        operation ids (:func:`without_operation_ids`)."""
-        result = yield from op
-        try:
-            pol = self.policy(name)
-        except ConfigError:  # unlisted = "refuse": the call was refused before it could answer
-            return result
-        if pol.is_public or pol.may_read(self.boundary()):
-            return result
-        return without_operation_ids(result)
-
-    def _forget_source_sizes_after(self, op: Op, *, unwaited: bool = False) -> Op:
-        """``op``, after which (done, failed or abandoned), if it sent its write, every guard of
-        this process on the same store drops its cached source sizes.
-
-        The extraction budget's cap is a share of a source's size, cached for reads. A write may
-        add, retag or delete points of a source: kept, the size of before would set the cap of
-        after (after the owner deletes points, a reader's share of what is left could exceed
-        ``max_source_coverage``). All collections' sizes go, as the write may name an alias.
-        ``unwaited``: sent with ``wait=False`` (upload_points' default), so Qdrant acknowledged it
-        before applying it, and a count made meanwhile is of before it: no count begun within
-        ``SOURCE_SIZE_TTL_S`` of the acknowledgement is kept. A write that failed or was abandoned
-        once sent is taken as unwaited: a server may still apply it (a request the client timed
-        out, an async write cancelled in flight). A write refused before it was sent (by the
-        guard, or by a read of its operation failing) changed nothing, and keeps the sizes.
-        """
-        sent = ended = False
-        try:
-            request = next(op)
-            while True:
-                if not sent and isinstance(request, Call) and request.method not in _READS_BEFORE_WRITE:
-                    sent = True
-                try:
-                    result = yield request
-                except GeneratorExit:
-                    op.close()
-                    raise
-                except BaseException as exc:
-                    request = op.throw(exc)
-                else:
-                    request = op.send(result)
-        except StopIteration as stop:
-            ended = True
-            return stop.value
-        finally:
-            if sent:
-                self.shared.pop("source_sizes", None)
-                self.shared["size_epoch"].wrote(unwaited=unwaited or not ended)
-
-    def _audit_unlisted(self, method: str, op: Op) -> Op:
-        """``op``, with the refusal of a collection unlisted under ``unlisted = "refuse"`` (raised
-        as ConfigError wherever the operation looks a policy up) audited before it propagates."""
-        try:
-            return (yield from op)
-        except ConfigError as exc:
-            name = getattr(exc, "unlisted", None)
-            if name is not None:
-                self.record(self.decision(method, name, None, Verdict.REFUSED_CROSS_BOUNDARY, str(exc),
-                                          details={"unlisted": "refuse"}))
-            raise
-
-    def op_collection_access(self, method: str, args: dict[str, Any], need: str) -> Op:
-        """Boundary check for calls that touch one collection without returning its vectors."""
-        name = args.get("collection_name")
-        pol = self.gate(method, args, need) if name is not None else None
-        if (args.get("metadata") is not None and method in _TAKES_METADATA and not self.transparent
-                and name is not None):
-            # get_collection hands the metadata to every reader: screened as a payload's fields are.
-            screen_pol = pol if pol is not None else self.policy(name)
-            args = {**args, "metadata": self.screen_collection_metadata(  # type: ignore[attr-defined]
-                method, name, screen_pol, args["metadata"])}
-        counted = False
-        if pol is not None:
-            # A payload index's field_name is sent to the store like a filter's keys: screened as they are.
-            details = (self.screen_write_filters(method, name, pol, args)  # type: ignore[attr-defined]
-                       if method in ("create_payload_index", "delete_payload_index") else {})
-            directive = f"{need} access granted"
-            if method in ADMIN_COUNTED and not pol.may_read(self.boundary()):
-                # An administrator who may not read (a writer of a collection without an owner).
-                counted = True
-                details = {**details, "hidden": ADMIN_COUNTED[method]}
-                directive += ("; the point counts and sizes in the answer are withheld, as get_collection "
-                              "withholds them from a principal who may not read the collection")
-            self.record(self.decision(method, name, pol, Verdict.ALLOW, directive, details=details))
-        if method in ("create_collection", "recreate_collection", "delete_collection", "update_collection",
-                      "create_vector_name", "delete_vector_name"):
-            self.forget_shape(name)
-        if pol is None:
-            return (yield Call(method, args))
-        answer = yield from self.forward(method, name, pol, Call(method, args))
-        return admin_answer_for(method, answer) if counted else answer
-
-    # -- names (names_visible) ---------------------------------------------------------------
-    def hides_names(self) -> bool:
-        """Whether this guard answers only the names its principal may see (``names_visible``)."""
-        return not self.transparent and self.config.names_visible == "accessible"
-
-    def name_visible(self, name: str) -> bool:
-        """Whether the principal is told that collection or alias ``name`` exists: always under
-        ``names_visible = "all"``; under ``"accessible"`` when the principal may read, write or
-        own it under the policy (administrators own or write it). The answer depends on the
-        policy and the credential only, never on the store: a hidden name that exists and one
-        that does not are answered alike."""
-        if not self.hides_names():
-            return True
-        try:
-            pol = self.policy(name)
-        except ConfigError:  # unlisted = "refuse": no principal reads, writes or owns it
-            return False
-        boundary = self.boundary()
-        return pol.may_read(boundary) or pol.may_write(boundary)
-
-    def _hidden_name(self, method: str, name: str, answer: str) -> None:
-        """Audit a name answered as missing because the principal may not see it."""
-        try:
-            pol: CollectionPolicy | None = self.policy(name)
-        except ConfigError:
-            pol = None
-        self.record(self.decision(
-            method, name, pol, Verdict.REFUSED_CROSS_BOUNDARY,
-            f"names_visible = \"accessible\": the principal may not read, write or own collection {name!r}, so "
-            f"it is answered {answer}, as a collection that does not exist is (Qdrant was not asked)",
-            details={"names_visible": "accessible", "answered": answer}))
-
-    def _names_listed(self, method: str, hidden: list[str], what: str) -> None:
-        """Audit a list answered without the names the principal may not see."""
-        self.record(self.decision(
-            method, None, None, Verdict.ALLOW,
-            f"{what} allowed" + (f": {len(hidden)} the principal may not read, write or own left out "
-                                 "(names_visible = \"accessible\")" if hidden else ""),
-            details={"names_visible": "accessible", "hidden": hidden[:MAX_IDS_IN_RECORD],
-                     "hidden_count": len(hidden)} if hidden else {"names_visible": "accessible"}))
-
-    def op_get_collections(self, method: str, args: dict[str, Any]) -> Op:
-        """Every collection's name, or under ``names_visible = "accessible"`` those the principal
-        may see (:meth:`name_visible`)."""
-        if not self.hides_names():
-            return (yield Call(method, args))
-        resp = yield from self.forward(method, None, None, Call(method, args))
-        kept = [c for c in resp.collections if self.name_visible(c.name)]
-        self._names_listed(method, [c.name for c in resp.collections if c not in kept], "collection list")
-        return resp.model_copy(update={"collections": kept})
-
-    def op_get_aliases(self, method: str, args: dict[str, Any]) -> Op:
-        """Every alias, or under ``names_visible = "accessible"`` those whose own name and
-        collection the principal may both see (the entry names both)."""
-        if not self.hides_names():
-            return (yield Call(method, args))
-        resp = yield from self.forward(method, None, None, Call(method, args))
-        kept = [a for a in resp.aliases if self.name_visible(a.alias_name) and self.name_visible(a.collection_name)]
-        self._names_listed(method, [a.alias_name for a in resp.aliases if a not in kept], "alias list")
-        return resp.model_copy(update={"aliases": kept})
-
-    def op_get_collection_aliases(self, method: str, args: dict[str, Any]) -> Op:
-        """A collection's aliases; under ``names_visible = "accessible"``, none for a collection the
-        principal may not see (what a missing collection answers), and those it may see of a
-        visible one."""
-        if not self.hides_names():
-            return (yield Call(method, args))
-        name = args["collection_name"]
-        if not self.name_visible(name):
-            from qdrant_client.http import models
-
-            self._hidden_name(method, name, "with no aliases")
-            return models.CollectionsAliasesResponse(aliases=[])
-        resp = yield from self.forward(method, name, None, Call(method, args))
-        kept = [a for a in resp.aliases if self.name_visible(a.alias_name)]
-        self._names_listed(method, [a.alias_name for a in resp.aliases if a not in kept], "alias list")
-        return resp.model_copy(update={"aliases": kept})
-
-    def op_collection_exists(self, method: str, args: dict[str, Any]) -> Op:
-        """Whether the name exists; under ``names_visible = "accessible"``, False for a name the
-        principal may not see, whether it exists or not."""
-        name = args["collection_name"]
-        if self.name_visible(name):
-            return (yield Call(method, args))
-        self._hidden_name(method, name, "False")
-        return False
-
-    def op_get_collection(self, method: str, args: dict[str, Any]) -> Op:
-        """The collection's configuration for any principal who may see its name (surface.DESCRIBE;
-        under ``names_visible = "accessible"`` a hidden name raises what a missing one raises); what is counted
-        from its points, its payload index schema and its ``metadata`` (which the owner writes)
-        only for principals who may read it (see :func:`describe_collection`). Outside the owner
-        boundary of a budgeted collection, the index schema without its per-field point counts,
-        unless the budget only monitors."""
-        if self.transparent:
-            return (yield Call(method, args))
-        name = args["collection_name"]
-        if not self.name_visible(name):
-            self._hidden_name(method, name, "as not found")
-            raise missing_collection_error(name, remote=self.shared.get("remote", False))
-        boundary = self.boundary()
-        pol: CollectionPolicy | None
-        try:
-            pol = self.policy(name)
-        except ConfigError:  # unlisted = "refuse": the call answers, but no one reads the collection
-            pol, reader = None, False
-        else:
-            if pol.is_public:
-                return (yield Call(method, args))
-            reader = pol.may_read(boundary)
-        budgeted = (reader and pol is not None and pol.diversity.enabled
-                    and pol.diversity.max_source_coverage is not None and boundary != pol.owner)
-        monitor = budgeted and pol is not None and pol.diversity.mode == "monitor"
-        if not reader:
-            why = ("a principal who may not read the collection gets its configuration only: what is counted "
-                   "from its points, its payload index schema, its metadata and the text of an optimizer error "
-                   "are withheld, as count() is refused")
-        elif budgeted:
-            why = ("read access granted; the payload index schema's per-field point counts are "
-                   f"{'shown (the budget only monitors)' if monitor else 'withheld'}: outside the owner "
-                   "boundary a count filter may only name the source field (diversity.max_source_coverage)")
-        else:
-            why = "read access granted"
-        hidden = describe_hidden(reader=reader, budgeted=budgeted)
-        # Decided and audited before the call: what is hidden depends on the policy, not on the answer.
-        self.record(self.decision(method, name, pol, Verdict.ALLOW, why, monitor=monitor,
-                                  details={"would_hide" if monitor else "hidden": hidden} if hidden else {}))
-        info = yield from self.forward(method, name, pol, Call(method, args))
-        if info is None:
-            return info
-        return describe_collection(info, reader=reader, budgeted=budgeted and not monitor)
-
-    def op_operator_only(self, method: str, args: dict[str, Any]) -> Op:
-        """Refuse, under a policy, a call only an operator may make (see surface.OPERATOR_ONLY)."""
-        if self.transparent:
-            return (yield Call(method, args))
-        name = args.get("collection_name")
-        pol = self.policy(name) if isinstance(name, str) else None
-        why = ("the guard cannot tell what a snapshot holds, so a copy of a sensitive collection could be "
-               "restored under a name with a weaker policy. Restore snapshots"
-               if method in SNAPSHOT_RECOVERY else
-               "it acts on the whole cluster (replicas or the full snapshots of every collection, whichever "
-               "boundary owns them). Do cluster maintenance")
-        raise self.refuse(self.decision(
-            method, name, pol, Verdict.REFUSED_CROSS_BOUNDARY,
-            f"{method} is refused under a guard policy: {why} as the operator, with a client constructed "
-            "without guard=",
-        ))
 
 
 def drive_sync(op: Op, invoke: Callable[[Call], Any] | None,

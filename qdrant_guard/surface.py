@@ -50,7 +50,7 @@ ADMIN = frozenset(
 
 # Collection and alias names: answered in full under names_visible = "all" (the default, as
 # qdrant-client answers them); under "accessible" only the names the principal may read, write or
-# own, a hidden one answered as a missing one (pipeline.GuardPipeline.name_visible).
+# own, a hidden one answered as a missing one (dispatch.Dispatch.name_visible).
 NAMES = frozenset({"get_collections", "collection_exists", "get_aliases", "get_collection_aliases"})
 
 # Collection configuration for any principal who may see its name (names_visible); its counts, payload index schema and metadata

@@ -13,11 +13,12 @@ from qdrant_client.http import models
 
 from . import detect as _detect
 from .decision import Verdict
+from .dispatch import Dispatch
 from .errors import GuardArgumentTypeError, InvalidVectorError, QdrantGuardError
 from .field_screen import _FieldScreen, _number_text
 from .identifiers import generalize_identifiers
 from .password_names import _path_names, path_password_name
-from .pipeline import GuardPipeline, Offload, Op
+from .pipeline import Offload, Op
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY
 from .sent_form import _ARRAYS, _as_dict, _as_sent
@@ -69,7 +70,7 @@ class EmbedderError(QdrantGuardError):
     """The guard's embedder failed or returned something that is not a float matrix."""
 
 
-class TextOps(GuardPipeline):
+class TextOps(Dispatch):
     """Redaction before embedding and before storage (mixed into the pipeline)."""
 
     def screen_text(self, op: str, name: str, pol: CollectionPolicy, text: str, *,

@@ -60,7 +60,7 @@ def _receipted(kit, pid, rng, epsilon):
 
 
 def test_a_receipt_at_exactly_the_class_ceiling_is_stored_and_released_on_read(tmp_path):
-    """Kills ``params.epsilon <= self.ceiling(pol)`` -> ``<`` in ``_release_accepted`` (reads.py): the
+    """Kills ``params.epsilon <= self.ceiling(pol)`` -> ``<`` in ``_release_accepted`` (readrelease.py): the
     ceiling is inclusive on writes (``prm.epsilon > ceiling`` refuses), so a read must release what
     a write at the ceiling stored; with ``<`` the reader got ``None`` for a vector a write accepted."""
     kit = make_kit(tmp_path)

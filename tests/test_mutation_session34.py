@@ -65,7 +65,7 @@ def test_the_remote_missing_alias_error_is_the_servers_404():
 
 
 def test_a_list_audit_entry_says_how_many_were_left_out_and_only_then(tmp_path):
-    # Kills pipeline.py _names_listed's message `if hidden` negated.
+    # Kills dispatch.py _names_listed's message `if hidden` negated.
     kit = make_kit(tmp_path)
     pols = {"hr": {"class": "PII", "owner": "hr", **_OFF}, "kb": {"class": "PII", "owner": "support", **_OFF}}
     alice = QdrantClient(":memory:", guard=kit.config(pols, names_visible="accessible"),
@@ -106,7 +106,7 @@ def test_a_vector_name_no_payload_path_can_hold_counts_every_point_having_it(tmp
 
 
 def test_a_visible_collections_alias_list_audits_the_aliases_left_out(tmp_path):
-    # Kills pipeline.py op_get_collection_aliases's `self._names_listed(...)` deleted and its
+    # Kills dispatch.py op_get_collection_aliases's `self._names_listed(...)` deleted and its
     # `a not in kept` -> `a in kept`.
     kit = make_kit(tmp_path)
     pols = {"hr": {"class": "PII", "owner": "hr", **_OFF}, "pub": {"class": "PUBLIC"}}
@@ -128,7 +128,7 @@ def test_a_visible_collections_alias_list_audits_the_aliases_left_out(tmp_path):
 # ------------------------------------------------------------------ reads: _release_refusal
 
 def test_the_release_reason_cache_stays_bounded(tmp_path):
-    # Kills reads.py _release_refusal's `cache.clear()` deleted: receipts with ever new noise
+    # Kills readrelease.py _release_refusal's `cache.clear()` deleted: receipts with ever new noise
     # parameters (any writer can sign its own under a trusted key) would grow it without end.
     import dataclasses
 
@@ -230,7 +230,7 @@ def test_a_hidden_rename_audits_as_granted_only_the_actions_sent(tmp_path):
 # ------------------------------------------------------------------ reads: the recorded reason
 
 def test_a_weak_receipt_of_another_model_is_recorded_as_model_mismatch(tmp_path):
-    # Kills reads.py releasable_vectors' `reason == "noise_shortfall"` -> `!=`: a write checks
+    # Kills readrelease.py releasable_vectors' `reason == "noise_shortfall"` -> `!=`: a write checks
     # the model before the noise, and so does the reason a read records.
     from test_read_strip_audit import MODEL_B, Keys, _config, _point, _vector
 
@@ -293,7 +293,7 @@ def test_calibrate_refuses_a_blank_model_name_without_an_embedder(tmp_path, blan
 # ------------------------------------------------------------------ pipeline: receipt_scope_refusal
 
 def test_a_scoped_collections_unknown_key_refusal_lists_only_its_receipt_keys(tmp_path):
-    # Kills pipeline.py receipt_scope_refusal's `k != own and k not in self.retired_keys` -> `or`,
+    # Kills callchecks.py receipt_scope_refusal's `k != own and k not in self.retired_keys` -> `or`,
     # `k == own` and `k in self.retired_keys`: the guard's own key and its retired keys are named
     # apart from the listed ones ("the guard's key"), never as receipt_keys entries.
     from pathlib import Path
@@ -403,7 +403,7 @@ def test_cluster_telemetrys_audit_entry_says_when_hidden_names_are_left_out(tmp_
 # ------------------------------------------------------------------ writes: the refusal's directive
 
 def test_a_refusal_for_a_bad_receipt_keeps_its_own_directive_beside_a_model_mismatch(tmp_path):
-    # Kills writes.py _prepare_points' `verdict is Verdict.NOISE_REQUIRED and (...)` -> `or`: the
+    # Kills writeprep.py _prepare_points' `verdict is Verdict.NOISE_REQUIRED and (...)` -> `or`: the
     # model (or mechanism) advice belongs to a NOISE_REQUIRED refusal, not to the INVALID_RECEIPT
     # one a batch's first point raises.
     from test_read_strip_audit import MODEL_B, Keys, _config, _point, _vector

@@ -25,7 +25,7 @@ from tests.oracle import both
 NATIVE, PYTHON = both("scan")
 
 _VP = models.VectorParams(size=4, distance=models.Distance.COSINE)
-# No owner: the writers administer the collection (pipeline._admin_boundaries), and support is a
+# No owner: the writers administer the collection (callchecks._admin_boundaries), and support is a
 # writer that may not read it.
 _OWNERLESS = {"class": "PII", "readers": ["hr"], "writers": ["support"], "intent": {"enabled": False}}
 

@@ -406,7 +406,7 @@ def test_a_query_text_of_the_wrong_type_is_a_guard_error_naming_the_fix(tmp_path
 
 def test_who_administers_a_collection_the_check_and_its_message_agree(tmp_path: Path) -> None:
     # The admin rule (the owner; without one, the writers, "*" included) is written once
-    # (pipeline._admin_boundaries) for the check and for the refusal's list of who may.
+    # (callchecks._admin_boundaries) for the check and for the refusal's list of who may.
     from qdrant_guard import GuardRefusal
 
     kit = make_kit(tmp_path)
