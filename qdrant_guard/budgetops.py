@@ -477,7 +477,8 @@ class BudgetOps(PayloadOps, QueryChecks, ScoreCharge):
                         spec = self.config.budget_store
                         store = self.shared["budget_store"] = (
                             memory_budget_store_for(self.shared.get("store_identity"))
-                            if store_kind(spec) == "memory" else make_store(spec))
+                            if store_kind(spec) == "memory" else make_store(
+                                spec, allow_unauthenticated=self.config.budget_store_allow_unauthenticated))
                     b = budgets[window] = ExtractionBudget(store, window_s=window, clock=self.clock)
         return b
 
