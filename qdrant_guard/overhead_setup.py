@@ -96,7 +96,8 @@ def scratch_config(cfg: GuardConfig, tmp: Path, collection: str, scratch: str,
         notes.append(f"extraction budgets kept in {where('budget.db')}, not the policy's budget_store")
     elif cfg.budget_store != "memory":
         update["budget_store"] = "memory"
-        notes.append(f"budget_store {cfg.budget_store.split('@')[-1]!r} replaced by 'memory' so the run "
+        update["budget_store_allow_unauthenticated"] = False  # a Redis-only knob: the copy must stay valid
+        notes.append(f"budget_store {shown_url(cfg.budget_store)!r} replaced by 'memory' so the run "
                      "spends no real budget: its network round trips are NOT in these figures")
     if scratch != collection:
         if scratch in cfg.collections and cfg.collections[scratch] != pol:

@@ -184,3 +184,27 @@ def test_a_guarded_read_on_an_open_server_is_refused_without_showing_the_passwor
     assert "lets a client that sends no password" in str(ei.value) and password not in str(ei.value)
     log = (tmp_path / "audit.jsonl").read_text()
     assert "lets a client that sends no password" in log and password not in log
+
+
+def test_the_policy_opt_out_lets_guarded_reads_use_an_open_server(tmp_path, open_server):
+    # The guard's store (budgetops.budget_for) takes the knob; without it this read fails closed.
+    url, admin = open_server
+    bob = _bob_on(tmp_path, budget_store=url, budget_store_allow_unauthenticated=True)
+    assert bob.query_points("pii", query=[0.1] * DIM, limit=4).points
+    assert admin.zcard("qg:budget:src|bob@support|pii|s") >= 1  # counted in Redis
+    for name in admin.scan_iter(match="qg:budget:*"):
+        admin.delete(name)
+
+
+def test_the_bench_scratch_copy_drops_the_redis_knob_and_shows_no_password(tmp_path):
+    # qdrant-guard bench replaces a Redis store by memory; the Redis-only opt-out must go with it,
+    # and its note must not show a password (given in the URL's user part or its query string).
+    from qdrant_guard.overhead_setup import scratch_config
+    cfg = config_from_dict({"budget_store": "redis://guard:s3cr3t-a@127.0.0.1:1/0?password=s3cr3t-b",
+                            "budget_store_allow_unauthenticated": True,
+                            "collections": {"c": {"class": "PUBLIC"}}})
+    copy, notes = scratch_config(cfg, tmp_path, "c", "c", cfg.collections["c"])
+    assert copy.budget_store == "memory" and copy.budget_store_allow_unauthenticated is False
+    type(copy).model_validate(copy.model_dump())  # the copy is a valid config
+    shown = "\n".join(notes)
+    assert "replaced by 'memory'" in shown and "127.0.0.1:1" in shown and "s3cr3t" not in shown
