@@ -433,3 +433,69 @@ def test_calibrate_takes_a_collections_only_named_vector_and_asks_which_of_two()
     with pytest.raises(GuardArgumentValueError, match=r"has no vector named 'img'; it has \['image', 'text'\]"):
         calibrate(raw, "staging", queries, vector_name="img", **_CAL)
     assert calibrate(raw, "staging", queries, vector_name="image", **_CAL).vector_name == "image"
+
+
+def test_calibrate_refuses_a_collection_with_no_vector_to_measure_and_says_which():
+    # Killed: the refusal deleted (numpy then failed on no rows), and its `vector_name` test
+    # negated (a named vector no point has was called an empty collection).
+    from qdrant_client import QdrantClient as RawClient
+    from qdrant_client.http import models
+
+    from qdrant_guard.utility import calibrate
+
+    queries = [[1.0] + [0.0] * 7] * 20
+    raw = RawClient(":memory:")
+    raw.create_collection("staging", vectors_config=models.VectorParams(size=8, distance=models.Distance.COSINE))
+    with pytest.raises(GuardArgumentValueError, match="collection 'staging' is empty; calibrate needs its clean"):
+        calibrate(raw, "staging", queries, **_CAL)
+    raw.create_collection("named", vectors_config={
+        n: models.VectorParams(size=8, distance=models.Distance.COSINE) for n in ("image", "text")})
+    raw.upsert("named", [models.PointStruct(id=i, vector={"image": [1.0] * 8}) for i in range(3)])
+    with pytest.raises(GuardArgumentValueError, match="collection 'named' has no point with vector 'text'; calibrate"):
+        calibrate(raw, "named", queries, vector_name="text", **_CAL)
+
+
+def test_a_metric_that_is_zero_before_noise_records_no_drop():
+    # Calibrated on overlap, with qrels naming no stored id: clean recall and nDCG are 0, and
+    # each level records a drop of 0.0 for them. Killed: `clean <= 0.0` as `< 0.0` (a division
+    # by zero) and its `return 0.0` as None.
+    from guardkit import staging_store
+
+    from qdrant_guard.utility import calibrate
+
+    raw, _, queries = staging_store(32)
+    rec = calibrate(raw, "staging", queries, qrels={i: [99999] for i in range(40)}, metric="overlap",
+                    k=10, radius=0.01, epsilons=(2.0, 8.0), threshold=0.5, progress=False, seed=1)
+    assert (rec.clean["recall"], rec.clean["ndcg"]) == (0.0, 0.0)
+    assert all(lv["drops"]["recall"] == 0.0 and lv["drops"]["ndcg"] == 0.0 for lv in rec.measured)
+
+
+def test_the_query_digest_binds_query_texts():
+    # Killed: `_canonical_queries` dropping text queries (every text sample then had the digest
+    # of none, so a record vouched for any).
+    from qdrant_guard.utility import query_sample_digest
+
+    assert query_sample_digest(["refund policy"]) != query_sample_digest(["salary of alice"])
+    assert query_sample_digest(["refund policy"]) != query_sample_digest([])
+
+
+@pytest.mark.parametrize("kw, error, words", [
+    ({"radius": None}, "GuardArgumentTypeError", "'radius' must be a number, not NoneType"),
+    ({"radius": 0.0}, "GuardArgumentValueError", "'radius' must be a finite number > 0, got 0.0"),
+    ({"radius": 0.01, "clip_norm": -1.0}, "GuardArgumentValueError", "'clip_norm' must be a finite number > 0"),
+    ({"radius": 0.01, "epsilon_ceiling": 0}, "GuardArgumentValueError", "'epsilon_ceiling' must be a finite number > 0"),
+])
+def test_calibrate_refuses_a_radius_clip_or_ceiling_that_is_not_positive(kw, error, words):
+    # Killed: `_check_positive`'s allow_none default as True (radius None passed), its `and` as
+    # `or` (clip_norm and epsilon_ceiling, which allow None, were not checked at all), and
+    # `value <= 0` as `< 0` or `<= -1` (a radius of 0: no protection, signed).
+    from guardkit import staging_store
+
+    from qdrant_guard import errors
+    from qdrant_guard.utility import calibrate
+
+    raw, _, queries = staging_store(32)
+    args = {"k": 10, "epsilons": (2.0, 8.0), "threshold": 0.5, "progress": False, "seed": 1, **kw}
+    with pytest.raises(getattr(errors, error)) as ei:
+        calibrate(raw, "staging", queries, **args)
+    assert f"calibrate() argument {words}" in str(ei.value)
