@@ -43,12 +43,41 @@ class Exclusion:
     def conditions(self) -> list[Any]:
         """The ``must_not`` conditions: a point of an exhausted source that it did not admit, and
         every id withheld earlier. A point of several sources matches if any of them excludes it,
-        as the budget withholds it if any of them withholds it."""
+        as the budget withholds it if any of them withholds it.
+
+        Written as the same test regrouped by the ids admitted (``U``, the union of the exhausted
+        sources' admitted ids): a point outside ``U`` is excluded iff it is of any exhausted
+        source (one condition for all of them); a point inside ``U`` iff it is of an exhausted
+        source among those that did not admit it, and the points of ``U`` admitted by the same
+        sources share one such condition. Per source ``must [source] must_not [its ids]`` said
+        the same, but qdrant-client's local mode tests each condition of a filter point by point
+        in Python, so every point paid one source test per exhausted source (a read 200 times
+        slower than without the exclusion at 1,000 points and ten sources); this form tests a
+        point's source once, and once more for the few points of ``U``. Every id is sent at
+        most three times (``U`` twice, its group once).
+        """
         out: list[Any] = []
-        for source, admitted in sorted(self.sources.items()):
-            named = _source_condition(self.source_field, source)
-            out.append(named if not admitted else models.Filter(
-                must=[named], must_not=[models.HasIdCondition(has_id=_point_ids(admitted))]))
+        if self.sources:
+            every = _sources_condition(self.source_field, sorted(self.sources))
+            admitted_by: dict[str, set[str]] = {}  # normalised id -> the exhausted sources that admitted it
+            for source, admitted in self.sources.items():
+                for nid in admitted:
+                    admitted_by.setdefault(nid, set()).add(source)
+            if not admitted_by:
+                out.append(every)
+            else:
+                everywhere = models.HasIdCondition(has_id=_point_ids(admitted_by))
+                out.append(models.Filter(must=[every], must_not=[everywhere]))
+                groups: dict[frozenset[str], list[str]] = {}
+                for nid, sources in admitted_by.items():
+                    groups.setdefault(frozenset(sources), []).append(nid)
+                inside = [models.Filter(must=[models.HasIdCondition(has_id=_point_ids(nids)),
+                                              _sources_condition(self.source_field, others)])
+                          for by, nids in sorted(groups.items(), key=lambda g: sorted(g[0]))
+                          if (others := sorted(set(self.sources) - by))]
+                if inside:
+                    out.append(models.Filter(must=[models.HasIdCondition(has_id=_point_ids(admitted_by))],
+                                             should=inside))
         if self.ids:
             out.append(models.HasIdCondition(has_id=_point_ids(self.ids)))
         return out
@@ -116,6 +145,33 @@ def _source_condition(field_name: str, source: str) -> models.Filter:
     if number is not None:
         conds.append(models.FieldCondition(key=field_name, range=models.Range(gte=number, lte=number)))
     return models.Filter(should=conds)
+
+
+def _sources_condition(field_name: str, sources: Sequence[str]) -> Any:
+    """A condition matching the points of any of ``sources``: the ``should`` of their
+    :func:`_source_condition` parts, the exact string and integer values each in one
+    ``MatchAny`` (which matches a value equal to any of its list, as one ``MatchValue`` per
+    value would; it takes no booleans, which keep theirs)."""
+    strings: list[str] = []
+    integers: list[int] = []
+    rest: list[Any] = []
+    for source in sources:
+        if source == "__unknown__":
+            rest.append(_source_condition(field_name, source))
+            continue
+        for form in _stored_forms(source):
+            if type(form) is str:
+                strings.append(form)
+            elif type(form) is int:
+                integers.append(form)
+            else:
+                rest.append(models.FieldCondition(key=field_name, match=models.MatchValue(value=form)))
+        number = _float_form(source)
+        if number is not None:
+            rest.append(models.FieldCondition(key=field_name, range=models.Range(gte=number, lte=number)))
+    conds = [models.FieldCondition(key=field_name, match=models.MatchAny(any=values))
+             for values in (strings, integers) if values] + rest
+    return conds[0] if len(conds) == 1 else models.Filter(should=conds)
 
 
 def _missing_source_count_filter(field_name: str) -> models.Filter:
