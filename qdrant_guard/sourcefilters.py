@@ -54,7 +54,7 @@ class Exclusion:
         in Python, so every point paid one source test per exhausted source (a read 200 times
         slower than without the exclusion at 1,000 points and ten sources); this form tests a
         point's source once, and once more for the few points of ``U``. Every id is sent at
-        most three times (``U`` twice, its group once).
+        most three times (``U`` once, its chunk of groups once, its group once).
         """
         out: list[Any] = []
         if self.sources:
@@ -75,9 +75,14 @@ class Exclusion:
                                               _sources_condition(self.source_field, others)])
                           for by, nids in sorted(groups.items(), key=lambda g: sorted(g[0]))
                           if (others := sorted(set(self.sources) - by))]
-                if inside:
-                    out.append(models.Filter(must=[models.HasIdCondition(has_id=_point_ids(admitted_by))],
-                                             should=inside))
+                # Local mode keeps the id sets of the last 32 id lists it tested: one list per group
+                # and point would evict U's (rebuilt for every point at fifty sources), so a point
+                # tests the lists of about sqrt(groups) chunks, then only its chunk's groups.
+                size = max(8, math.isqrt(max(len(inside) - 1, 0)) + 1)
+                chunks = [inside[k:k + size] for k in range(0, len(inside), size)]
+                out.extend(models.Filter(must=[models.HasIdCondition(has_id=sorted(
+                    {i for group in chunk for i in group.must[0].has_id}, key=lambda i: (isinstance(i, str), i)))],
+                    should=chunk) for chunk in chunks)
         if self.ids:
             out.append(models.HasIdCondition(has_id=_point_ids(self.ids)))
         return out

@@ -74,9 +74,25 @@ def _field_conditions(cond) -> int:
 def test_a_point_outside_the_admitted_ids_is_tested_once_for_all_sources():
     # Local mode tests every condition point by point in Python: the per-source form tested a
     # point's source once per used-up source (40 here), the regrouped form once for all of them,
-    # and once more only for the admitted points (inside the HasId of every admitted id).
-    ex = Exclusion("src", {f"s{k}": frozenset({f"i:{k}"}) for k in range(40)})
-    first, inside = ex.conditions()
+    # and again only for the admitted points, which test about sqrt(groups) chunk id lists and
+    # then the groups of their chunk (local mode keeps 32 id sets: one list per group evicted them).
+    ex = Exclusion("src", {f"s{k}": frozenset({f"i:{k}", f"i:{k + 100}"}) for k in range(40)})
+    first, *chunks = ex.conditions()
     assert _field_conditions(first) == 1 and _field_conditions(models.Filter(must_not=old_conditions(ex))) == 40
-    assert isinstance(inside.must[0], models.HasIdCondition)
-    assert sorted(inside.must[0].has_id) == list(range(40))
+    assert len(chunks) == 5 and all(len(c.should) == 8 for c in chunks)
+    assert sorted(i for c in chunks for i in c.must[0].has_id) == [*range(40), *range(100, 140)]
+    assert all({i for g in c.should for i in g.must[0].has_id} == set(c.must[0].has_id) for c in chunks)
+
+
+MANY = [f"s{k}" for k in range(40)]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.lists(st.one_of(st.sampled_from(MANY), st.lists(st.sampled_from(MANY), min_size=2, max_size=3)),
+                       min_size=len(IDS), max_size=len(IDS)),
+       sources=st.dictionaries(st.sampled_from(MANY), st.sets(st.sampled_from(IDS), max_size=4), min_size=10,
+                               max_size=40))
+def test_many_groups_split_in_chunks_keep_out_the_same_points(values, sources):
+    _load(values)
+    ex = Exclusion("src", {s: frozenset(normalize_point_id(i) for i in ids) for s, ids in sources.items()})
+    assert _kept(ex.conditions(), None) == _kept(old_conditions(ex), None)
