@@ -418,8 +418,8 @@ class RedisBudgetStore(_CountingStore):
     ``SCAN`` over every key of every node, O(keys in the cluster) per budgeted read.
 
     Whoever can write the keys resets budgets, so before its first command the store asks the
-    server, once, whether a client that sends no credentials may write a key under the prefix
-    (:mod:`~qdrant_guard.budget_redis_access`); if so, every use raises :class:`BudgetStoreError`
+    server, once, whether a client that sends no credentials may write a key under the prefix or
+    empty, swap or replace the database (:mod:`~qdrant_guard.budget_redis_access`); if so, every use raises :class:`BudgetStoreError`
     until Redis requires a password (``requirepass``, or ACL users and ``ACL SETUSER default
     off``) and the URL carries it (``redis://user:password@host:6379/0``), unless
     ``allow_unauthenticated``. An unreachable server fails the use, and the next use asks again.
@@ -509,8 +509,8 @@ class RedisBudgetStore(_CountingStore):
             except TypeError as exc:
                 raise BudgetStoreError(f"redis budget store {self._shown!r}: {exc}; pass "
                                        "allow_unauthenticated=True if only the guard can reach it") from exc
-            if writable:
-                self._refused = refusal(self._shown, self.prefix)
+            if writable is not None:
+                self._refused = refusal(self._shown, self.prefix, writable)
                 raise BudgetStoreError(self._refused)
             self._access_checked = True
 

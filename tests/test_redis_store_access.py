@@ -105,14 +105,14 @@ def test_a_guard_user_with_a_password_does_not_help_while_the_default_user_has_n
     assert "budget_store 'redis://127.0.0.1:" in str(ei.value)
 
 
-def test_the_refusal_follows_what_the_default_user_may_write(open_server, guard_user):
+def test_the_refusal_follows_what_the_default_user_may_write(open_server, guard_user, own_admin):
     # Refused while the default user (no password) may write the prefix; accepted once it is kept
     # off the prefix, or turned off, the guard logging in as its own user throughout.
-    url, admin = open_server
+    admin = own_admin
     guard_url, _ = guard_user
     with pytest.raises(BudgetStoreError, match="lets a client that sends no password"):
         RedisBudgetStore(guard_url, prefix=_prefix()).admit("k|s", ["1"], cap=1, window_s=60, now=0.0)
-    for rule in (("on", "nopass", "resetkeys", "~other:*"), ("off",)):
+    for rule in (("on", "nopass", "resetkeys", "~other:*", "-@dangerous", "-@admin"), ("off",)):
         admin.execute_command("ACL", "SETUSER", "default", *rule)
         try:
             store = RedisBudgetStore(guard_url, prefix=_prefix())
@@ -120,6 +120,91 @@ def test_the_refusal_follows_what_the_default_user_may_write(open_server, guard_
             store.reset()
         finally:
             admin.execute_command("ACL", "SETUSER", "default", "on", "nopass", "resetkeys", "~*")
+
+
+@pytest.fixture()
+def own_admin(open_server):
+    """A client of its own user with a password: the module's admin is the default user, whose
+    rights these tests take away."""
+    url, admin = open_server
+    password = uuid.uuid4().hex
+    admin.acl_setuser("qg-admin", enabled=True, passwords=["+" + password], keys=["*"], categories=["+@all"])
+    own = redis.Redis.from_url(url.replace("redis://", f"redis://qg-admin:{password}@"))
+    yield own
+    own.execute_command("ACL", "SETUSER", "default", "reset", "on", "nopass", "~*", "&*", "+@all")
+    own.acl_deluser("qg-admin")
+    own.close()
+
+
+def _refusal_under(admin, guard_url, *rule):
+    """The refusal of a store while the default user (no password) has ``rule``; None if used."""
+    admin.execute_command("ACL", "SETUSER", "default", "reset", "on", "nopass", *rule)
+    try:
+        store = RedisBudgetStore(guard_url, prefix=_prefix())
+        try:
+            store.admit("k|s", ["1"], cap=1, window_s=60, now=0.0)
+        except BudgetStoreError as exc:
+            return str(exc)
+        store.reset()
+        return None
+    finally:
+        admin.execute_command("ACL", "SETUSER", "default", "reset", "on", "nopass", "~*", "&*", "+@all")
+
+
+def test_a_default_user_kept_off_the_prefix_may_still_empty_the_database(own_admin, guard_user):
+    # Key patterns do not limit keyless commands: `~other:*` with the rest of +@all may FLUSHALL,
+    # SWAPDB, REPLICAOF (every budget gone). Review 53: the DEL-only probe accepted this.
+    admin = own_admin
+    guard_url, _ = guard_user
+    why = _refusal_under(admin, guard_url, "~other:*", "+@all")
+    assert why is not None and "may queue `FLUSHALL`)" in why and "keyless" in why
+    for denied, named in (("-flushall", "FLUSHDB"), ("-@keyspace", "REPLICAOF 127.0.0.1 1"),
+                          ("-@admin", "FLUSHALL")):
+        why = _refusal_under(admin, guard_url, "~other:*", "+@all", denied)
+        assert why is not None and f"may queue `{named}`" in why, (denied, why)
+    assert _refusal_under(admin, guard_url, "~other:*", "+@all", "-@dangerous", "-@admin") is None
+
+
+def test_a_default_user_denied_del_may_still_remove_or_rescore_entries(own_admin, guard_user):
+    # Whoever may ZREMRANGEBYSCORE, ZADD (an old score falls out of the window), EXPIRE or
+    # overwrite the set resets the budget as surely as DEL does.
+    admin = own_admin
+    guard_url, _ = guard_user
+    for allowed, named in (("+zremrangebyscore", "ZREMRANGEBYSCORE KEY -inf +inf"), ("+zadd", "ZADD KEY 0 m"),
+                           ("+expire", "EXPIRE KEY 1"), ("+set", "SET KEY v"), ("+unlink", "UNLINK KEY"),
+                           ("+zunionstore", "ZUNIONSTORE KEY 1 KEY")):
+        why = _refusal_under(admin, guard_url, "~*", "+multi", allowed)
+        assert why is not None and f"may queue `{named}`, KEY a key under prefix" in why, (allowed, why)
+    # Reads, and writes kept to other keys, are not a reason to refuse.
+    assert _refusal_under(admin, guard_url, "~*", "+multi", "+@read", "-sort_ro") is None
+    assert _refusal_under(admin, guard_url, "~other:*", "+multi", "+@write", "-@keyspace", "-@dangerous") is None
+
+
+def test_the_probe_runs_nothing_it_queues(open_server):
+    # The probe queues FLUSHALL, SET, ACL SETUSER... in a transaction it never executes: a key of
+    # another application, and the default user's rights, survive a refusal.
+    url, admin = open_server
+    admin.set("someone-else", "kept")
+    keys = admin.dbsize()
+    with pytest.raises(BudgetStoreError, match="no password"):
+        RedisBudgetStore(url, prefix=_prefix()).admit("k|s", ["1"], cap=1, window_s=60, now=0.0)
+    assert admin.get("someone-else") == b"kept"
+    assert admin.dbsize() == keys and admin.config_get("maxmemory-policy")["maxmemory-policy"] != "allkeys-random"
+    assert admin.info("replication")["role"] == "master"
+    admin.delete("someone-else")
+
+
+def test_a_default_user_without_multi_cannot_be_judged_and_fails_closed(own_admin, guard_user):
+    # Without MULTI the probe could only ask by running the commands; it sends nothing after the
+    # refused MULTI (which would run FLUSHALL) and fails the use, asking again at the next.
+    admin = own_admin
+    guard_url, _ = guard_user
+    admin.set("someone-else", "kept")
+    why = _refusal_under(admin, guard_url, "~*", "+@all", "-multi")
+    assert why is not None and "cannot tell whether clients without credentials may write it" in why
+    assert "ACL SETUSER default +multi" in why
+    assert admin.get("someone-else") == b"kept"
+    admin.delete("someone-else")
 
 
 def test_the_same_budget_is_refused_without_a_password_and_used_with_one(open_server, redis_url):
