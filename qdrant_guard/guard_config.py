@@ -113,8 +113,17 @@ def _jti_of(token: str) -> str:
         return "<the token's jti claim>"
 
 
+# A URL-like value (a budget_store with its scheme mistyped: "REDIS://", "redis:/") may carry a
+# password before an "@" or in its query string (redis-py reads ?password=); "//" catches a lost ":".
+_URLISH = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_USERINFO = re.compile(r"[^/@\s]+@")
+
+
 def _mask_tokens(value: Any) -> Any:
-    """``value`` with credential tokens and private key material (secrets) masked, for error messages."""
+    """``value`` with credential tokens, private key material and URL credentials (secrets)
+    masked, for error messages."""
+    if isinstance(value, str) and (_URLISH.match(value) or "//" in value) and ("@" in value or "?" in value):
+        return _USERINFO.sub("<credentials>@", value.split("?", 1)[0]) + ("?<query not shown>" if "?" in value else "")
     if isinstance(value, str) and value.startswith(_TOKEN_PREFIX):
         return _TOKEN_PREFIX + "<credential>"
     if isinstance(value, str) and ("PRIVATE KEY" in value or _looks_like_key_body(value.strip())):
@@ -288,7 +297,7 @@ class GuardConfig(_Strict):
         # The store is built at the first budgeted read; a typo must fail here, not there.
         if store_kind(v) is not None:
             return v
-        raise ValueError(f"{v!r} is not 'memory', 'sqlite:///path.db' or 'redis://host:port/db' "
+        raise ValueError(f"{_mask_tokens(v)!r} is not 'memory', 'sqlite:///path.db' or 'redis://host:port/db' "
                          "(also rediss:// and unix://)")
 
     @field_validator("boundaries")
@@ -351,7 +360,7 @@ class GuardConfig(_Strict):
     def _store_opt_out_applies(self) -> "GuardConfig":
         if self.budget_store_allow_unauthenticated and store_kind(self.budget_store) != "redis":
             raise ValueError("budget_store_allow_unauthenticated = true accepts a Redis budget store that clients "
-                             f"without credentials may write, and budget_store is {self.budget_store!r}, "
+                             f"without credentials may write, and budget_store is {_mask_tokens(self.budget_store)!r}, "
                              "not a redis://, rediss:// or unix:// URL, so it would be ignored; remove "
                              "budget_store_allow_unauthenticated")
         return self

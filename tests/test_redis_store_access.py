@@ -13,6 +13,7 @@ import pytest
 
 from guardkit import DIM, create, make_kit, models, unit
 from qdrant_guard import GuardRefusal, QdrantClient
+from qdrant_guard.errors import ConfigError
 from qdrant_guard.budget import BudgetStoreError, RedisBudgetStore, make_store
 from qdrant_guard.policy import config_from_dict
 from tests.redis_server import INSTALL_HINT, free_port, start_server, stop_server
@@ -293,3 +294,17 @@ def test_the_bench_scratch_copy_drops_the_redis_knob_and_shows_no_password(tmp_p
     type(copy).model_validate(copy.model_dump())  # the copy is a valid config
     shown = "\n".join(notes)
     assert "replaced by 'memory'" in shown and "127.0.0.1:1" in shown and "s3cr3t" not in shown
+
+
+@pytest.mark.parametrize("spec", ["REDIS://:s3kr1t-pw@h:6379/0", "redis:/guard:s3kr1t-pw@h/0",
+                                  "rediss//guard:s3kr1t-pw@h/0", "redis:/h/0?password=s3kr1t-pw"])
+def test_a_mistyped_store_url_is_refused_without_echoing_its_password(spec):
+    # Review 53: the policy error quoted the whole value twice, password included, into whatever
+    # log keeps the start-up error.
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict({"budget_store": spec})
+    assert "s3kr1t-pw" not in str(ei.value)
+    assert "is not 'memory', 'sqlite:///path.db' or 'redis://host:port/db'" in str(ei.value)
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict({"budget_store": spec, "budget_store_allow_unauthenticated": True})
+    assert "s3kr1t-pw" not in str(ei.value)
