@@ -83,14 +83,18 @@ def read_acl(path: str) -> list[AclEntry] | None:
 def outsider(gid: int, euid: int) -> str | None:
     """Why group ``gid`` may hold someone other than ``euid`` and root (naming one such member),
     or None when it is private to them: it has an entry, at least one member, and every member
-    listed (in the group's member list, or a user whose primary group it is) is ``euid`` or root."""
+    listed (in the member list of any group entry with this gid, or a user whose primary group it
+    is) is ``euid`` or root."""
     try:
-        gr = grp.getgrgid(gid)
+        grp.getgrgid(gid)
     except KeyError:
         return f"gid {gid} has no entry in the group database, so who is in it is unknown"
     trusted = (0, euid)
     members = 0
-    for name in gr.gr_mem:
+    # Every entry with this gid, not getgrgid's first: `groupadd -o` makes a second name for the
+    # gid, and login (initgroups) gives the gid to the members of each.
+    listed = [name for gr in grp.getgrall() if gr.gr_gid == gid for name in gr.gr_mem]
+    for name in listed:
         try:
             uid = pwd.getpwnam(name).pw_uid
         except KeyError:

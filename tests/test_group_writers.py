@@ -21,7 +21,9 @@ import shutil
 import stat
 import struct
 import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 from guardkit import make_kit
@@ -379,3 +381,54 @@ def test_the_demo_runs_under_umask_002(tmp_path):
     assert "all expectations hold" in done.stdout
     assert stat.S_IMODE(os.stat(tmp_path / "demo" / "work").st_mode) == 0o775
     assert stat.S_IMODE(os.stat(tmp_path / "demo" / "work" / "policy.toml").st_mode) == 0o644
+
+
+_DUP_GID_CHILD = r"""
+import json, os, sys
+from qdrant_guard.dirmodes import replaceable_by_anyone
+x = sys.argv[1]
+found = replaceable_by_anyone(os.path.join(x, "sub", "k.pub"))
+pid = os.fork()
+if pid == 0:  # nobody, with the groups login gives it: may it replace what is in x?
+    os.initgroups("nobody", 65534); os.setgid(65534); os.setuid(65534)
+    try:
+        os.rename(os.path.join(x, "sub"), os.path.join(x, "moved"))
+        os._exit(0)
+    except OSError:
+        os._exit(1)
+_, status = os.waitpid(pid, 0)
+print(json.dumps({"who": found.writer.who if found and found.writer else None,
+                  "nobody_renamed": os.waitstatus_to_exitcode(status) == 0}))
+"""
+
+
+@root_only
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="unshare (util-linux) is not installed")
+def test_a_second_group_entry_with_the_same_gid_is_read_too(tmp_path, request):
+    # Review 53: `groupadd -o` gives a gid a second name; getgrgid returns the first entry only,
+    # so root's group (only root in it) passed while the second entry puts nobody in gid 0. The
+    # group file is replaced in a private mount namespace: the machine's own is not touched.
+    import json
+    if outsider(0, 0) is not None:
+        pytest.skip("root's group here has members other than root")
+    base = tempfile.mkdtemp(dir="/tmp")  # not below pytest's root-only 0700 tmp: nobody must reach x
+    os.chmod(base, 0o755)
+    x = Path(base) / "x"
+    (x / "sub").mkdir(parents=True)
+    os.chown(x, 0, 0)
+    x.chmod(0o775)
+    request.addfinalizer(lambda: shutil.rmtree(base))
+    assert replaceable_by_anyone(x / "sub" / "k.pub") is None  # root's group, only root in it
+    group = tmp_path / "group"
+    group.write_text(open("/etc/group").read().rstrip("\n") + "\nqgdup53:x:0:nobody\n")
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no private mount namespace here: {probe.stderr.decode().strip()}")
+    out = subprocess.run(
+        ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/group && exec "$1" -c "$2" "$3"',
+         str(group), sys.executable, _DUP_GID_CHILD, str(x)],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen["nobody_renamed"]  # the hazard is real: nobody, in gid 0 by the second entry, moved sub
+    assert seen["who"] is not None and "'nobody'" in seen["who"] and "gid 0" in seen["who"]
