@@ -58,6 +58,15 @@ def _pool(client: Any) -> Any:
     return pool
 
 
+def _pools(client: Any) -> list[Any]:
+    # Each node of a cluster keeps its own users and passwords (ACLs are not shared): every
+    # node that holds budget keys, or may be made to, is asked, not only the default node.
+    if getattr(client, "connection_pool", None) is None and callable(getattr(client, "get_nodes", None)):
+        return [getattr(getattr(node, "redis_connection", None), "connection_pool", None)
+                for node in client.get_nodes()]
+    return [_pool(client)]
+
+
 # What could empty or rewrite the budget's sorted sets, with the probe key as every key (Redis
 # checks only the arity, the command and its keys when it queues): removing or expiring the key,
 # removing, re-scoring or popping its entries, overwriting it (SET, RESTORE, a *STORE command,
@@ -96,12 +105,22 @@ def anyone_writes(client: Any, prefix: str) -> str | None:
     """
     import redis
 
-    pool = _pool(client)
-    if pool is None or not hasattr(pool, "connection_class"):
+    pools = _pools(client)
+    if not pools or any(pool is None or not hasattr(pool, "connection_class") for pool in pools):
         raise TypeError(f"cannot tell who may write through a {type(client).__name__}: it has no redis-py "
                         "connection pool whose settings the check could copy")
+    for pool in pools:
+        allowed = _allowed(redis, pool, prefix + PROBE_KEY)
+        if allowed is not None:
+            if len(pools) > 1:
+                kwargs = pool.connection_kwargs
+                return f"{allowed}` on node `{kwargs.get('host')}:{kwargs.get('port')}"
+            return allowed
+    return None
+
+
+def _allowed(redis: Any, pool: Any, key: str) -> str | None:
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k not in _CREDENTIALS}
-    key = prefix + PROBE_KEY
     conn = pool.connection_class(**kwargs)
     try:
         try:
@@ -149,9 +168,9 @@ def refusal(name: str, prefix: str, allowed: str = "DEL KEY") -> str:
     pattern = prefix + "*" if prefix.isprintable() and " " not in prefix else "PREFIX*"
     where = f", KEY a key under prefix {prefix!r}" if "KEY" in allowed.split() else ""
     return (f"budget_store {name!r} lets a client that sends no password write its keys (a connection without "
-            f"credentials may queue `{allowed}`{where}): anyone who can reach the server "
-            "can delete or rewrite the keys that count what each principal was given and read past the extraction budget's caps "
-            "again. Give Redis's default user a password or turn it off (`requirepass PASSWORD` in redis.conf, or "
+            f"credentials may queue `{allowed}`{where}): anyone who can reach the server can delete or rewrite "
+            "the keys that count what each principal was given and read past the extraction budget's caps again. "
+            "Give Redis's default user a password or turn it off (`requirepass PASSWORD` in redis.conf, or "
             "`ACL SETUSER default on >PASSWORD` / `ACL SETUSER default off` after creating a user for the guard with "
             f"`ACL SETUSER guard on >PASSWORD ~{pattern} +@all`; a default user kept on must also be denied that "
             "command, and key patterns do not limit keyless ones such as FLUSHALL), and put the credentials in the URL "

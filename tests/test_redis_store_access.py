@@ -308,3 +308,50 @@ def test_a_mistyped_store_url_is_refused_without_echoing_its_password(spec):
     with pytest.raises(ConfigError) as ei:
         config_from_dict({"budget_store": spec, "budget_store_allow_unauthenticated": True})
     assert "s3kr1t-pw" not in str(ei.value)
+
+
+def test_every_node_of_a_cluster_is_asked_not_only_the_default_one(tmp_path):
+    # Review 53: each node keeps its own users (ACLs are not shared). Node A requires a password,
+    # node B's default user has none (nopass takes any password, so the guard logs in to both):
+    # half the budget keys sit on B, open to anyone. The default-node-only probe accepted it.
+    from redis.cluster import RedisCluster
+
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip(INSTALL_HINT)
+    password = uuid.uuid4().hex
+    nodes = []
+    try:
+        for extra in (("--requirepass", password), ()):
+            for _attempt in range(3):
+                port = free_port()
+                started = start_server(exe, tmp_path, port, "--cluster-enabled", "yes", "--cluster-config-file",
+                                       str(tmp_path / f"nodes-{port}.conf"), *extra,
+                                       password=password if extra else None, timeout_s=20)
+                if started is not None:
+                    nodes.append((port, *started))
+                    break
+            else:
+                pytest.fail(f"redis-server --cluster-enabled did not start on 3 ports; see the logs in {tmp_path}")
+        (port_a, _, _, a), (port_b, _, _, b) = nodes
+        a.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 8191)
+        b.execute_command("CLUSTER", "ADDSLOTSRANGE", 8192, 16383)
+        a.execute_command("CLUSTER", "MEET", "127.0.0.1", port_b)
+        import time
+        deadline = time.monotonic() + 30
+        while not all(b"cluster_state:ok" in n.execute_command("CLUSTER", "INFO") for n in (a, b)):
+            assert time.monotonic() < deadline, "the two-node cluster never reached cluster_state:ok"
+            time.sleep(0.05)
+        client = RedisCluster.from_url(f"redis://:{password}@127.0.0.1:{port_a}/0")
+        assert client.get_default_node().port == port_a
+        with pytest.raises(BudgetStoreError, match="lets a client that sends no password") as ei:
+            RedisBudgetStore(client, prefix=_prefix()).admit("k|s", ["1"], cap=1, window_s=60, now=0.0)
+        assert f"on node `127.0.0.1:{port_b}`" in str(ei.value) and password not in str(ei.value)
+        b.execute_command("CONFIG", "SET", "requirepass", password)
+        store = RedisBudgetStore(client, prefix=_prefix())
+        assert store.admit("k|s", ["1", "2"], cap=1, window_s=60, now=0.0) == (["1"], ["2"])
+        client.close()
+    finally:
+        for _port, proc, log, admin in nodes:
+            admin.close()
+            stop_server(proc, log)
