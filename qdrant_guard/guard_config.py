@@ -275,8 +275,10 @@ class GuardConfig(_Strict):
     the password in the URL: ``redis://user:password@host:6379/0`` (messages never show it)."""
     budget_store_allow_unauthenticated: bool = False
     """Use a Redis ``budget_store`` that lets clients without credentials write its keys. Refused by
-    default: before its first command the store asks the server, once, whether a connection without
-    the URL's username and password may write a key under its prefix, and if so every budgeted read
+    default: before its first command the store asks the server (each node of a cluster), once,
+    whether a connection without the URL's username and password may write a key under its prefix
+    or empty, swap or replace the database (``FLUSHALL``, ``SWAPDB``, ``REPLICAOF``, ``CONFIG SET``,
+    ``ACL SETUSER``: key patterns do not limit them), and if so every budgeted read
     fails closed (results withheld, the audit names the fix): anyone who reaches the server could
     delete what each principal was given and read past the caps again. Set ``true`` only where
     nothing but the guard can reach the server (a unix socket only its uid may open, a network only
