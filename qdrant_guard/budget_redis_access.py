@@ -131,8 +131,9 @@ def _allowed(redis: Any, pool: Any, key: str) -> str | None:
         except (redis.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
             if isinstance(exc, redis.exceptions.NoPermissionError):
                 raise redis.ResponseError(
-                    "a client without credentials may not run MULTI, which the check needs to ask what such a "
-                    "client may write without running it; allow it with `ACL SETUSER default +multi`") from exc
+                    f"a client without credentials was refused a command the check needs ({exc}): MULTI, to ask "
+                    "what such a client may write without running it, or the SELECT of the URL's database; allow "
+                    "them with `ACL SETUSER default +multi +select`") from exc
             return None
         except redis.ResponseError as exc:
             if str(exc).startswith(("NOAUTH", "WRONGPASS")):
@@ -146,14 +147,17 @@ def _allowed(redis: Any, pool: Any, key: str) -> str | None:
                 conn.read_response()
             except (redis.AuthenticationError, redis.exceptions.NoPermissionError):
                 continue
+            except (redis.exceptions.AskError, redis.exceptions.ReadOnlyError):
+                # Redis checks authentication and ACLs before it redirects (a cluster's MOVED/ASK)
+                # or refuses a write on a replica (READONLY): those answers mean it was allowed.
+                # A cluster node's parser raises them without the word (MovedError: "SLOT HOST:PORT").
+                pass
             except redis.ResponseError as exc:
                 text = str(exc)
                 if text.startswith(_ABSENT):
                     continue
                 if text.startswith(("NOAUTH", "NOPERM", "WRONGPASS")):
                     continue
-                # Redis checks authentication and ACLs before it redirects (a cluster's MOVED/ASK)
-                # or refuses a write on a replica (READONLY): those answers mean it was allowed.
                 if text.split(" ", 1)[0] not in ("MOVED", "ASK", "READONLY"):
                     raise
             allowed = allowed or " ".join("KEY" if a == "K" else a for a in probe)
