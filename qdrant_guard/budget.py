@@ -98,8 +98,11 @@ def make_store(spec: str | None, *, allow_unauthenticated: bool = False) -> Budg
         return SqliteBudgetStore(str(spec)[len("sqlite:///"):])
     if kind == "redis":
         return RedisBudgetStore(str(spec), allow_unauthenticated=allow_unauthenticated)
+    from .guard_config import _mask_tokens  # here: guard_config imports this module
+
     raise ConfigError(
-        f"unknown budget store spec {spec!r}; use 'memory', 'sqlite:///path.db' or 'redis://host:port/db'"
+        f"unknown budget store spec {_mask_tokens(spec)!r}; use 'memory', 'sqlite:///path.db' or "
+        "'redis://host:port/db'"
     )
 
 

@@ -361,3 +361,12 @@ def test_every_node_of_a_cluster_is_asked_not_only_the_default_one(tmp_path):
         for _port, proc, log, admin in nodes:
             admin.close()
             stop_server(proc, log)
+
+
+@pytest.mark.parametrize("spec", ["REDIS://:s3cr3t-c@127.0.0.1:1/0", "redis:/guard:s3cr3t-c@h/0",
+                                  "rediss//u:s3cr3t-c@h:6379/0", "redi://h/0?password=s3cr3t-c"])
+def test_make_store_does_not_echo_the_password_of_a_mistyped_url(spec):
+    # The policy path masks these (guard_config); the programmatic path did not.
+    with pytest.raises(Exception) as ei:
+        make_store(spec)
+    assert "unknown budget store spec" in str(ei.value) and "s3cr3t" not in str(ei.value), str(ei.value)
