@@ -46,29 +46,24 @@ def _refuse_shared(fd: int, path: str | None, abspath: str, opt_out: str = _OPT_
         found = replaceable_by_anyone(path if path is not None else abspath)  # abspath drops "link/.."
     except OSError as exc:  # a directory on its path cannot be examined: not taken for safe
         raise AuditError(f"audit log {path!r}: {exc.strerror}") from exc
-    writer = found.writer if found is not None else None
-    if found is not None and writer is not None:
-        d = found.directory
-        where = "in" if d == os.path.dirname(abspath) else "below"
+    if found is None:
+        return
+    d = found.directory
+    where = "in" if d == os.path.dirname(abspath) else "below"
+    if found.writer is not None:
         raise AuditError(
             f"audit log {path!r} is {where} directory {d!r} (mode {found.mode:o}), which others may write: "
-            f"{writer.who}; any of them can replace the log there; run `{writer.fix}` (or `chmod +t {d}`), move the "
-            f"log to a directory only the guard's uid writes, {opt_out}")
-    if found is not None and found.owner is not None:
-        d, dmode, duid, _ = found
-        where = "in" if d == os.path.dirname(abspath) else "below"
-        raise AuditError(
-            f"audit log {path!r} is {where} directory {d!r}, owned by uid {duid}, neither the guard's uid "
-            f"({os.geteuid()}) nor root (mode {dmode:o}): its owner can replace the log there; run "
-            f"`chown {os.geteuid()} {d}` (as root), move the log to a directory the guard's uid owns, {opt_out}")
-    if found is not None:
-        d, dmode, _, _ = found
-        where = "in" if d == os.path.dirname(abspath) else "below"
-        raise AuditError(
-            f"audit log {path!r} is {where} directory {d!r}, which is world-writable without the sticky bit "
-            f"(mode {dmode:o}): anyone can replace the log there; run `chmod o-w {d}` (or `chmod +t {d}`), "
+            f"{found.writer.who}; any of them can replace the log there; run `{found.writer.fix}` (or `chmod +t {d}`), "
             f"move the log to a directory only the guard's uid writes, {opt_out}")
-
+    if found.owner is not None:
+        raise AuditError(
+            f"audit log {path!r} is {where} directory {d!r}, owned by uid {found.owner}, neither the guard's uid "
+            f"({os.geteuid()}) nor root (mode {found.mode:o}): its owner can replace the log there; run "
+            f"`chown {os.geteuid()} {d}` (as root), move the log to a directory the guard's uid owns, {opt_out}")
+    raise AuditError(
+        f"audit log {path!r} is {where} directory {d!r}, which is world-writable without the sticky bit "
+        f"(mode {found.mode:o}): anyone can replace the log there; run `chmod o-w {d}` (or `chmod +t {d}`), "
+        f"move the log to a directory only the guard's uid writes, {opt_out}")
 
 def _refuse_not_regular(st: os.stat_result, path: str | None, *, repair: bool = False) -> None:
     """Refuse a log path that names no regular file: the writer re-reads what it appended (the

@@ -81,29 +81,29 @@ def _policy_audit_keys(policy: str, given: dict[str, Any] | None, *, flag: str
     return own_kid, retired, revoked, trusted
 
 
-def _writer_keys(args: argparse.Namespace, trusted: dict[str, Any] | None
-                 ) -> tuple[dict[str, bytes] | None, dict[str, Any] | None]:
-    """The MAC keys of ``--writer-key`` (None without one), and ``trusted`` with their public keys:
-    a writer's key checks its entries' MACs and, its public half, its checkpoints."""
-    if not args.writer_key:
-        return None, trusted
+def _given_keys(args: argparse.Namespace) -> tuple[dict[str, bytes] | None, dict[str, Any] | None]:
+    """The MAC keys of ``--writer-key`` (None without one), and the trusted public keys by key id:
+    those of ``--key``, then the writers' public halves (None when neither option is given): a
+    writer's key checks its entries' MACs and, its public half, its checkpoints."""
     from . import keys
     from .audit_mac import writer_keys
+
+    trusted = None
+    if args.key:
+        pks = [keys.load_public_key(k) for k in args.key]
+        trusted = {keys.key_id(pk): pk for pk in pks}
+    if not args.writer_key:
+        return None, trusted
 
     sks = [keys.load_private_key(k) for k in args.writer_key]
     return writer_keys(sks), {**(trusted or {}), **{keys.key_id(sk.public_key()): sk.public_key() for sk in sks}}
 
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
-    from . import keys
     from .audit import verify_audit_file
     from .audit_verify import _show_kid
 
-    trusted = None
-    if args.key:
-        pks = [keys.load_public_key(k) for k in args.key]
-        trusted = {keys.key_id(pk): pk for pk in pks}
-    macs, trusted = _writer_keys(args, trusted)
+    macs, trusted = _given_keys(args)
     own_kid: str | None = None
     retired: dict[str, Any] = {}
     revoked: frozenset[str] = frozenset()
@@ -176,11 +176,7 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
     from .receipts import ReceiptSigner
 
     signer = ReceiptSigner(keys.load_private_key(args.signing_key)) if args.signing_key else None
-    trusted = None
-    if args.key:
-        pks = [keys.load_public_key(k) for k in args.key]
-        trusted = {keys.key_id(pk): pk for pk in pks}
-    macs, trusted = _writer_keys(args, trusted)
+    macs, trusted = _given_keys(args)
     if args.trust_policy:
         given = trusted or {}
         _, _, revoked, trusted = _policy_audit_keys(args.trust_policy, trusted, flag="--trust-policy")
@@ -247,14 +243,9 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_replay(args: argparse.Namespace) -> int:
-    from . import keys
     from .replay import replay_log
 
-    trusted = None
-    if args.key:
-        pks = [keys.load_public_key(k) for k in args.key]
-        trusted = {keys.key_id(pk): pk for pk in pks}
-    macs, trusted = _writer_keys(args, trusted)
+    macs, trusted = _given_keys(args)
     if args.trust_policy:
         trusted = _policy_audit_keys(args.trust_policy, trusted, flag="--trust-policy")[3]
     mode = "prefix" if args.verified_prefix else "unverified" if args.unverified else "verified"
