@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 from qdrant_client import QdrantClient as RawClient
 from qdrant_client import grpc
 from qdrant_client.conversions.conversion import RestToGrpc
@@ -215,3 +216,20 @@ def test_a_boundary_that_is_not_a_reader_does_not_read(kit):
         owner.with_principal(kit.principal("bob", "support")).scroll("c", limit=5)
     assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
     assert owner.scroll("c", limit=5)[0] == []
+
+
+def test_a_loaded_collection_policy_cannot_be_changed_behind_its_validators(kit):
+    # Its refusals run when it is built; an assignment afterwards would skip them (owner None
+    # under raw_in_boundary, keep_payload_text_in_boundary without a text_field).
+    pol = kit.config({"c": {"owner": "hr", "raw_in_boundary": True}}).policy_for("c")
+    with pytest.raises(ValidationError, match="frozen"):
+        pol.owner = None
+    assert pol.owner == "hr"
+
+
+def test_a_dumped_collection_policy_loads_again(kit):
+    # Dumped as `class`, the key policy files use (`sensitivity` is refused there).
+    pol = kit.config({"c": {"class": "CREDENTIAL", "owner": "hr", "readers": ["support"]}}).policy_for("c")
+    dumped = pol.model_dump(mode="json")
+    assert dumped["class"] == "CREDENTIAL" and "sensitivity" not in dumped
+    assert kit.config({"c": dumped}).policy_for("c") == pol
