@@ -361,6 +361,39 @@ def test_readme_first_write_and_read_runs_as_written(quick_start, capsys):
     ns["client"].close()
 
 
+def test_readme_embedder_example_runs_as_written(quick_start, capsys, monkeypatch):
+    # The README named `embedder=` but never said what it takes, nor which embedder to try it with:
+    # a new user read client.py's docstring and hashing_embedder.py to write a models.Document
+    # (h-walk3). Run as written after the first write and read, whose client it says to close;
+    # the embedder must see the redacted, generalised text, never the SSN or the name.
+    from qdrant_guard.hashing_embedder import HashingEmbedder
+
+    issue = [s for s in spans(README) if s.startswith("qdrant-guard credential issue") and "--boundary hr" in s]
+    argv, out_file = _without_redirect(shlex.split(issue[0])[1:])
+    (quick_start[0] / out_file).write_text(_cli(capsys, argv))
+    ns: dict[str, Any] = {}
+    exec(compile(_quick_start_code(), "README.md (quick start)", "exec"), ns)
+    run_block(block("README.md", "alice.create_collection(\"employee_records\""), ns)
+    ns["client"].close()
+    seen: list[str] = []
+    real_call = HashingEmbedder.__call__
+    monkeypatch.setattr(HashingEmbedder, "__call__", lambda self, texts: (seen.extend(texts), real_call(self, texts))[1])
+    b = block("README.md", "embedder=HashingEmbedder(384)")
+    capsys.readouterr()
+    ns2 = run_block(b, {})
+    printed = capsys.readouterr().out.splitlines()
+    said = [line.split("# ", 1)[1].strip() for line in b.text.splitlines() if line.startswith("print(")]
+    assert printed == said
+    # The text the README says the embedder got, which shows the name it misses at a sentence start.
+    shown = re.search(r"The embedder was called with `([^`]+)`", " ".join(README.read_text().split()))
+    assert shown and seen == [shown.group(1)], seen
+    assert "123-45-6789" not in seen[0] and "Roe" not in seen[0]
+    for claim in ("takes a list of texts, even for one text", "refused with `InvalidVectorError`",
+                  "`utility.embedding_model`"):
+        assert claim in " ".join(README.read_text().split()), claim
+    ns2["client"].close()
+
+
 def test_readme_quick_start_works_the_same_way_async(quick_start):
     _, token = quick_start
     assert "`AsyncQdrantClient` works the same way" in README.read_text()
