@@ -216,8 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "client (and the guard alone, Qdrant's recorded answer replayed), under the policy of "
                     "--collection, in interleaved rounds on a fresh local-mode store (:memory:); nothing of "
                     "yours is written (the audit log and a sqlite budget store go to a temporary directory). "
-                    "Figures depend on the machine. The defaults take about 10 s on a 2-core machine; "
-                    "README.md, 'Benchmark your own policy', describes the output and the --json fields.")
+                    "Figures depend on the machine. The defaults take about 10 s on a 2-core machine, but "
+                    "minutes when the reader's extraction budget (max_source_coverage) runs out for any "
+                    "source, since every later read carries a filter excluding it that local mode checks "
+                    "point by point (the run warns before it starts; lower --queries and --rounds shorten "
+                    "it). README.md, 'Benchmark your own policy', describes the output and the --json fields.")
     bn.add_argument("--policy", required=True, help="your policy file (TOML)")
     bn.add_argument("--collection", required=True, help="the collection whose policy is measured (listed in --policy)")
     bn.add_argument("--credential", metavar="TOKEN_OR_FILE",
@@ -239,7 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--dim", type=_positive_int, default=384, help="vector dimension (default 384)")
     bn.add_argument("--points", type=_positive_int, default=1000, help="points stored and searched (default 1000)")
     bn.add_argument("--batch", type=_positive_int, default=256, help="points per upsert call (default 256)")
-    bn.add_argument("--queries", type=_positive_int, default=200, help="distinct queries per round (default 200)")
+    bn.add_argument("--queries", type=_positive_int, default=200,
+                    help="distinct queries per round (default 200); each read charges up to --limit points "
+                         "to the reader's extraction budget")
     bn.add_argument("--limit", type=_positive_int, default=10, help="top-k of each query (default 10)")
     bn.add_argument("--rounds", type=_positive_int, default=5,
                     help="timed interleaved rounds, after one untimed warm-up (default 5)")
