@@ -35,3 +35,30 @@ def test_the_ssns_the_detector_skips_by_design_are_the_ones_the_threat_model_nam
     for ssn in named.groups():
         assert detect.redact(f"SSN {ssn}") == f"SSN {ssn}"
     assert detect.redact("SSN 123-45-6789") == "SSN [SSN]"  # the number the page says to use instead
+
+
+def test_policy_paths_are_read_from_the_policy_files_directory_as_the_readme_says(
+        tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # docs/policy.md says "relative to the policy file" for three keys only; a user running the app
+    # from another directory could not tell where signing_key and audit_log were looked for.
+    from pathlib import Path
+
+    from qdrant_guard import Principal, QdrantClient
+
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    assert "Relative paths in it are read from the policy file's directory, not from the working directory." in readme
+    app = tmp_path / "app"
+    (app / "keys").mkdir(parents=True)
+    monkeypatch.chdir(app)
+    for argv in (["keys", "new", "--out", "keys/guard.key"], ["keys", "new", "--out", "keys/hr.key"]):
+        assert cli.main(argv) == 0
+    assert cli.main(["credential", "issue", "--authority", "keys/hr.key", "--agent", "a", "--boundary", "hr"]) == 0
+    token = capsys.readouterr().out.strip().splitlines()[-1]
+    (app / "policy.toml").write_text('signing_key = "keys/guard.key"\naudit_log = "audit.jsonl"\n'
+                                     '[boundaries.hr]\nauthority_keys = ["keys/hr.key.pub"]\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    client = QdrantClient(":memory:", guard=str(app / "policy.toml"), principal=Principal("a", "hr", token))
+    client.close()
+    assert (app / "audit.jsonl").exists() and not (elsewhere / "audit.jsonl").exists()
