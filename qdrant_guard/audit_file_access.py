@@ -8,7 +8,7 @@ import os
 import stat
 
 from .dirmodes import replaceable_by_anyone
-from .group_writers import writer_note
+from .group_writers import file_writer
 from .errors import AuditError
 
 _OPT_OUT = ("or, if other users must write it, set audit_allow_shared_file = true in the policy "
@@ -33,12 +33,18 @@ def _refuse_shared(fd: int, path: str | None, abspath: str, opt_out: str = _OPT_
             f"audit log {path!r} is owned by uid {st.st_uid}, not the guard's uid {os.geteuid()} (mode {mode:o}): its "
             f"owner can change its mode and write entries that the next signed checkpoint would sign; run "
             f"`chown {os.geteuid()} {abspath} && chmod 600 {abspath}`, {opt_out}")
-    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+    try:
+        writer = file_writer(abspath, st)
+    except OSError as exc:  # an ACL it cannot read: not taken for none
+        raise AuditError(f"audit log {path!r}: {exc.strerror}; {opt_out}") from exc
+    if writer is not None:
         who = "group- and world-writable" if mode & stat.S_IWGRP and mode & stat.S_IWOTH else (
             "group-writable" if mode & stat.S_IWGRP else "world-writable")
+        # World write: 600, since its entries say who read what; group write: only the write goes.
+        fix = f"chmod 600 {abspath}" if mode & stat.S_IWOTH else writer.fix
         raise AuditError(
-            f"audit log {path!r} is {who} (mode {mode:o}{writer_note(abspath, st)}): anyone who can write it can "
-            f"append entries that the next signed checkpoint would sign; run `chmod 600 {abspath}`, {opt_out}")
+            f"audit log {path!r} is {who} (mode {mode:o}{writer.note}): anyone who can write it can append "
+            f"entries that the next signed checkpoint would sign; run `{fix}`, {opt_out}")
     # A directory anyone (or a group others are in) may write without the sticky bit lets them
     # rename the log (or a directory on its path) away and put one of their own in its place (the
     # writer notices only at its next append).

@@ -16,7 +16,7 @@ import os
 import stat
 
 from .dirmodes import foreign_owner, replaceable_by_anyone
-from .group_writers import other_writer, writer_note
+from .group_writers import file_writer, other_writer
 
 SIDE_FILES = ("-journal", "-wal", "-shm")
 
@@ -108,9 +108,13 @@ def _unsafe_beside(path: str, db: str, given: str) -> str | None:
         except OSError:
             continue  # missing, or metadata this uid cannot read: opening the store reports it
         mode = stat.S_IMODE(st.st_mode)
-        if mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return (f"budget store file {shown!r} is writable by other users (mode {mode:o}{writer_note(name, st)}): "
-                    f"whoever can write it {_STAKE}; run `chmod go-w {shown}` and retry")
+        try:
+            writer = file_writer(shown, st)
+        except OSError as exc:  # an ACL it cannot read: not taken for none
+            return f"budget store file {shown!r}: {exc.strerror}"
+        if writer is not None:
+            return (f"budget store file {shown!r} is writable by other users (mode {mode:o}{writer.note}): "
+                    f"whoever can write it {_STAKE}; run `{writer.fix}` and retry")
         uid = foreign_owner(st)
         if uid is not None:
             return (f"budget store file {shown!r} is owned by uid {uid}, neither this process's uid ({os.geteuid()}) "

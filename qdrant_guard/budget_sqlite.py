@@ -73,8 +73,9 @@ class SqliteBudgetStore(_CountingStore):
 
     Raises:
         BudgetStoreError: the database cannot be opened, or other users could rewrite it: it or a
-            side file (``-journal``, ``-wal``, ``-shm``) is writable by group or others (``chmod
-            go-w``) or owned by a uid that is neither this process's nor root (``chown``), or its
+            side file (``-journal``, ``-wal``, ``-shm``) is writable by every user or by a group (or
+            named ACL entry) that someone other than this uid and root may be in (``chmod go-w``,
+            ``setfacl -x``) or owned by a uid that is neither this process's nor root (``chown``), or its
             directory is writable by others or owned by such a uid, or lies below a directory
             anyone may write without the sticky bit (:mod:`qdrant_guard.budget_file_access`).
     """

@@ -48,6 +48,11 @@ class Writer(NamedTuple):
     who: str  # e.g. "its group 'staff' (gid 50) may write it, and user 'alice' (uid 1001) is in it"
     fix: str  # a shell command, e.g. "chmod g-w /srv/keys"
 
+    @property
+    def note(self) -> str:
+        """``": WHO"``, to follow a mode in a message; ``""`` when the mode says it all (world write)."""
+        return f": {self.who}" if self.who else ""
+
 
 def parse_acl(raw: bytes) -> list[AclEntry]:
     """The entries of a Linux ``system.posix_acl_access`` value: a little-endian 4-byte version
@@ -178,6 +183,21 @@ def other_writer(path: str, st: os.stat_result, euid: int | None = None,
             return Writer(f"its ACL entry group:{e.id}:{_perms(e.perm & mask)} lets {_group(e.id)} write it, and {why}",
                           f"setfacl -x g:{e.id} {path}")
     return None
+
+
+def file_writer(path: str | os.PathLike[str], st: os.stat_result) -> Writer | None:
+    """Who, other than this process's effective uid and root, may write the file ``path`` (whose
+    ``os.stat`` is ``st``): every user when it is world-writable (``who`` then names only a group
+    or ACL entry that lets others write it too, else is empty; ``fix`` is ``chmod go-w``), else
+    its owning group or a named entry of its access ACL when someone else may be in them
+    (:func:`other_writer`); None when nobody may, or off POSIX. A group-writable file in a
+    user-private group passes, as its directory does. Raises OSError (naming ``path``) when its
+    ACL cannot be read or parsed (not for a world-writable file, refused whatever its ACL)."""
+    if os.name != "posix":
+        return None
+    if st.st_mode & stat.S_IWOTH:
+        return Writer(writer_note(path, st).removeprefix(": "), f"chmod go-w {os.fspath(path)}")
+    return other_writer(os.fspath(path), st)
 
 
 def writer_note(path: str | os.PathLike[str], st: os.stat_result) -> str:

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .dirmodes import foreign_owner, replacement_refusal
-from .group_writers import writer_note
+from .group_writers import file_writer, writer_note
 from .errors import ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError
 from .names import toml_key
 
@@ -206,6 +206,20 @@ def _refuse_replaceable(p: Path, what: str, other_fix: str) -> None:
         raise KeyStoreError(why + other_fix)
 
 
+def _refuse_other_writers(p: Path, st: os.stat_result, what: str, stake: str, other_fix: str) -> None:
+    """Refuse a key file that every user, or a group or ACL entry someone else may be in, lets
+    write (:func:`group_writers.file_writer`): whoever can write it ``stake``. A group-writable
+    file in a user-private group passes."""
+    try:
+        writer = file_writer(p, st)
+    except OSError as exc:  # an ACL it cannot read: not taken for none
+        raise KeyStoreError(f"{what} {str(p)!r}: {exc.strerror}{other_fix}") from exc
+    if writer is not None:
+        raise KeyStoreError(
+            f"{what} {str(p)!r} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}{writer.note}): "
+            f"whoever can write it {stake}; run `{writer.fix}` and retry{other_fix}")
+
+
 def _refuse_foreign_owner(p: Path, st: os.stat_result, what: str, other_fix: str) -> None:
     """Refuse a key file another non-root user owns: its mode does not stop its owner, who may
     change the mode and write a key of their own (OpenSSH's StrictModes refuses it too)."""
@@ -277,14 +291,17 @@ def load_private_key(path: PathLike, *, allow_group_readable: bool = False) -> E
 
     Args:
         path: the key file.
-        allow_group_readable: accept a file the group may read (never write; other users
-            neither read nor write).
+        allow_group_readable: accept a file its group may read (other users neither read nor
+            write; its group may write, with or without this, only when nobody but this uid and
+            root can be in it).
 
     Raises:
         KeyStoreError: the file is unreadable, readable by other users (``chmod 600 FILE``),
-            owned by a uid that is neither this process's nor root (``chown``), below a directory
-            anyone may write without the sticky bit (``chmod o-w DIR``), that another uid owns, or
-            that a group or ACL entry lets others write (``chmod g-w DIR``, ``setfacl -x``;
+            writable by every user or by a group (or named ACL entry) that someone other than this
+            uid and root may be in (``chmod g-w FILE``, ``setfacl -x``), owned by a uid that is
+            neither this process's nor root (``chown``), below a directory anyone may write
+            without the sticky bit (``chmod o-w DIR``), that another uid owns, or that a group or
+            ACL entry lets others write (``chmod g-w DIR``, ``setfacl -x``;
             :mod:`qdrant_guard.group_writers`), or not a PEM private key.
         KeyAlgorithmError: the key is valid but not Ed25519 (e.g. RSA or EC).
     """
@@ -296,8 +313,9 @@ def load_private_key(path: PathLike, *, allow_group_readable: bool = False) -> E
             f"key file {str(p)!r} holds a public key, but a private key is needed here; give the private "
             f"key file{f' ({str(stem)!r})' if stem else ''}, the --out file of `qdrant-guard keys new`"
         )
-    # Group write is refused either way: whoever can write the file chooses the guard's key.
-    forbidden = stat.S_IROTH | stat.S_IWOTH | stat.S_IWGRP
+    # Reading stays as the mode says, the group only when asked for, whatever the group: only
+    # writing is accepted from a user-private group (below), as for the key's directory.
+    forbidden = stat.S_IROTH | stat.S_IWOTH
     if not allow_group_readable:
         forbidden |= stat.S_IRGRP
     if os.name == "posix" and st.st_mode & forbidden:
@@ -305,6 +323,7 @@ def load_private_key(path: PathLike, *, allow_group_readable: bool = False) -> E
             f"private key file {str(p)!r} is accessible by other users (mode "
             f"{stat.S_IMODE(st.st_mode):o}{writer_note(p, st)}); run `chmod 600 {p}` and retry"
         )
+    _refuse_other_writers(p, st, "private key file", "chooses the key the guard signs with", "")
     _refuse_foreign_owner(p, st, "private key file", "")
     _refuse_replaceable(p, "private key file", "")
     try:
@@ -334,11 +353,12 @@ def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519Pu
             holding the ``ed25519:`` text), or an Ed25519PublicKey (returned unchanged).
 
     Raises:
-        KeyStoreError: the file is unreadable, writable by other users than its owner (``chmod go-w
-            FILE``), owned by a uid that is neither this process's nor root (``chown``) or below a
-            directory anyone may write without the sticky bit (``chmod o-w DIR``), that another uid
-            owns, or that a group or ACL entry lets others write (``chmod g-w DIR``, ``setfacl -x``),
-            or not a public key.
+        KeyStoreError: the file is unreadable, writable by every user or by a group (or named
+            ACL entry) that someone other than this uid and root may be in (``chmod go-w FILE``,
+            ``setfacl -x``), owned by a uid that is neither this process's nor root (``chown``) or
+            below a directory anyone may write without the sticky bit (``chmod o-w DIR``), that
+            another uid owns, or that a group or ACL entry lets others write (``chmod g-w DIR``,
+            ``setfacl -x``), or not a public key.
         KeyAlgorithmError: the key is not Ed25519.
     """
     if isinstance(path_or_str, Ed25519PublicKey):
@@ -355,14 +375,9 @@ def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519Pu
         )
     # Every public key the guard loads is one it trusts (a boundary's authority, a receipt signer,
     # an audit checkpoint key): whoever can write the file chooses whom, as for the private key.
-    if os.name == "posix" and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise KeyStoreError(
-            f"public key file {str(p)!r} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}"
-            f"{writer_note(p, st)}): whoever "
-            "can write it chooses the key trusted here (an authority key issues its boundary's credentials, a "
-            "receipt or audit key signs what the guard accepts); run `chmod go-w "
-            f"{p}` and retry, or give the key as its 'ed25519:...' text"
-        )
+    _refuse_other_writers(p, st, "public key file", (
+        "chooses the key trusted here (an authority key issues its boundary's credentials, a receipt or audit "
+        "key signs what the guard accepts)"), ", or give the key as its 'ed25519:...' text")
     _refuse_foreign_owner(p, st, "public key file", ", or give the key as its 'ed25519:...' text")
     _refuse_replaceable(p, "public key file", ", or give the key as its 'ed25519:...' text")
     text = data.strip()

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from .budget import store_kind
 from .dirmodes import foreign_owner, replacement_refusal
-from .group_writers import writer_note
+from .group_writers import file_writer
 from .errors import ConfigError, GuardArgumentTypeError
 from .guard_config import GuardConfig, _mask_tokens
 
@@ -120,11 +120,13 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
 
     Raises:
         GuardArgumentTypeError: ``path`` is not a str or an os.PathLike of one.
-        ConfigError: the file is missing, writable by other users than its owner (``chmod go-w
-            FILE``), owned by a uid that is neither this process's nor root (``chown``) or below a
-            directory anyone may write without the sticky bit (``chmod o-w DIR``), that another uid
-            owns, or that a group or ACL entry lets others write (``chmod g-w DIR``, ``setfacl
-            -x``), is not valid TOML, or fails validation.
+        ConfigError: the file is missing, writable by every user or by a group (or named ACL
+            entry) that someone other than this process's uid and root may be in (``chmod go-w
+            FILE``, ``setfacl -x``; :mod:`qdrant_guard.group_writers`), owned by a uid that is
+            neither this process's nor root (``chown``) or below a directory anyone may write
+            without the sticky bit (``chmod o-w DIR``), that another uid owns, or that a group or
+            ACL entry lets others write (``chmod g-w DIR``, ``setfacl -x``), is not valid TOML, or
+            fails validation.
     """
     if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
         raise GuardArgumentTypeError(
@@ -145,13 +147,16 @@ def load_policy(path: str | os.PathLike[str]) -> GuardConfig:
             hint = (f"{where}; fix the path, or start from docs/policy.example.toml (every key) or the "
                     "README's quick-start policy")
         raise ConfigError(f"cannot read policy file {str(p)!r}: {exc.strerror}{hint}") from None
-    if os.name == "posix" and stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    try:
+        writer = file_writer(p, st) if stat.S_ISREG(st.st_mode) else None
+    except OSError as exc:  # an ACL it cannot read: not taken for none
+        raise ConfigError(f"policy file {str(p)!r}: {exc.strerror}") from exc
+    if writer is not None:
         # As for the keys it names: whoever can write the policy chooses whom the guard trusts.
         raise ConfigError(
-            f"policy file {str(p)!r} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}"
-            f"{writer_note(p, st)}): whoever can "
-            "write it sets every rule the guard enforces (the boundaries' authority keys, who reads and writes "
-            f"each collection); run `chmod go-w {p}` and retry")
+            f"policy file {str(p)!r} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}{writer.note}): "
+            "whoever can write it sets every rule the guard enforces (the boundaries' authority keys, who reads and "
+            f"writes each collection); run `{writer.fix}` and retry")
     uid = foreign_owner(st) if stat.S_ISREG(st.st_mode) else None
     if uid is not None:
         raise ConfigError(

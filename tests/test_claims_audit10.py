@@ -169,7 +169,7 @@ def test_audit_log_doc_says_repair_checks_the_mode_and_it_does(tmp_path):
     with open(p, "ab") as f:
         f.write(b'{"seq": 2, "torn')
     before = p.read_bytes()
-    os.chmod(p, 0o660)
+    os.chmod(p, 0o602)
     with pytest.raises(AuditError, match="chmod 600"):
         repair_audit_file(p)
     assert p.read_bytes() == before

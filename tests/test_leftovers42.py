@@ -15,6 +15,7 @@ from qdrant_guard.audit import AuditLog
 from qdrant_guard.errors import ConfigError
 from qdrant_guard.keys import KeyStoreError
 from qdrant_guard.policy import config_from_dict
+from tests.groupkit import give_shared_group
 from tests.guardkit import make_kit
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="file modes, owners and FIFOs are POSIX")
@@ -96,12 +97,15 @@ def test_an_existing_log_others_can_write_is_refused_naming_path_mode_and_fix(tm
     p = tmp_path / "audit.jsonl"
     AuditLog(p).close()
     os.chmod(p, mode)
+    world = mode & 0o002
+    gid = None if world else give_shared_group(p)  # a group only this uid and root are in may write it
     with pytest.raises(AuditError) as ei:
         AuditLog(p)
     msg = str(ei.value)
     assert isinstance(ei.value, QdrantGuardError)
-    assert repr(str(p)) in msg and f"is {who} (mode {mode:o})" in msg
-    assert f"`chmod 600 {p}`" in msg and "audit_allow_shared_file = true" in msg
+    assert repr(str(p)) in msg and f"is {who} (mode {mode:o}" in msg
+    assert world or f"(gid {gid}) may write it" in msg
+    assert f"`chmod {'600' if world else 'g-w'} {p}`" in msg and "audit_allow_shared_file = true" in msg
 
 
 def test_a_new_log_is_created_0600_under_umask_0_and_a_later_chmod_is_refused_on_reopen(tmp_path):
@@ -115,8 +119,9 @@ def test_a_new_log_is_created_0600_under_umask_0_and_a_later_chmod_is_refused_on
     log.append({"event": "a"})
     log.close()
     os.chmod(p, 0o660)
+    give_shared_group(p)
     # The next append reopens the file (as a forked child does) and checks it again.
-    with pytest.raises(AuditError, match=r"group-writable \(mode 660\)"):
+    with pytest.raises(AuditError, match=r"group-writable \(mode 660: its group"):
         log.append({"event": "b"})
     assert len(p.read_text().splitlines()) == 1
 
@@ -164,7 +169,8 @@ def test_the_policy_knob_reaches_the_guarded_client(tmp_path):
     log = tmp_path / "audit.jsonl"
     log.write_text("")
     os.chmod(log, 0o664)
-    with pytest.raises(AuditError, match=r"group-writable \(mode 664\)"):
+    give_shared_group(log)
+    with pytest.raises(AuditError, match=r"group-writable \(mode 664: its group"):
         QdrantClient(":memory:", guard=kit.config({}), principal=kit.principal("alice", "hr"))
     client = QdrantClient(":memory:", guard=kit.config({}, audit_allow_shared_file=True),
                           principal=kit.principal("alice", "hr"))

@@ -22,6 +22,7 @@ from qdrant_guard.audit import AuditLog, repair_audit_file
 from qdrant_guard.cli import main
 from qdrant_guard.filterpaths import unevaluable_reason
 from qdrant_guard.serverpath import _raw_char, server_reads
+from tests.groupkit import give_shared_group
 from tests.guardkit import closed_port, make_kit, models as M
 
 posix = pytest.mark.skipif(os.name != "posix", reason="file modes and owners are POSIX")
@@ -53,12 +54,15 @@ def test_repair_refuses_a_log_others_can_write_and_changes_nothing(tmp_path, mod
     p = tmp_path / "audit.jsonl"
     before = _torn_log(p)
     os.chmod(p, mode)
+    world = mode & 0o002
+    gid = None if world else give_shared_group(p)  # a group only this uid and root are in may write it
     with pytest.raises(AuditError) as ei:
         repair_audit_file(p)
     msg = str(ei.value)
     assert isinstance(ei.value, QdrantGuardError)
-    assert repr(str(p)) in msg and f"is {who} (mode {mode:o})" in msg
-    assert f"`chmod 600 {p}`" in msg and "qdrant-guard audit repair FILE --allow-shared-file" in msg
+    assert repr(str(p)) in msg and f"is {who} (mode {mode:o}" in msg
+    assert world or f"(gid {gid}) may write it" in msg
+    assert f"`chmod {'600' if world else 'g-w'} {p}`" in msg and "qdrant-guard audit repair FILE --allow-shared-file" in msg
     assert "Nothing was changed" in msg
     assert p.read_bytes() == before and not list(tmp_path.glob("audit.jsonl.cut-*"))
 
@@ -133,8 +137,9 @@ def test_cli_repair_refuses_a_shared_log_and_the_flag_or_policy_knob_opts_out(tm
     p = tmp_path / "audit.jsonl"
     before = _torn_log(p)
     os.chmod(p, 0o660)
+    give_shared_group(p)
     rc, out, err = _cli(["audit", "repair", str(p)], capsys)
-    assert rc == 2 and "group-writable (mode 660)" in err and "--allow-shared-file" in err, (rc, out, err)
+    assert rc == 2 and "group-writable (mode 660: its group" in err and "--allow-shared-file" in err, (rc, out, err)
     assert "Traceback" not in err and p.read_bytes() == before
     # The same opt-out as the guard's: audit_allow_shared_file in the policy given to --trust-policy.
     key = tmp_path / "guard.key"

@@ -15,6 +15,7 @@ import asyncio
 
 import numpy as np
 import pytest
+from groupkit import give_shared_group
 from guardkit import audit_records, create, make_kit, snapshot, unit
 from qdrant_client import grpc
 from qdrant_client.http import models
@@ -169,13 +170,15 @@ def test_an_authority_key_file_others_can_write_is_refused(tmp_path, mode):
                                                 payload={"salary": 91000})])
     alice.close()
     pub.chmod(mode)
+    if not mode & 0o002:
+        give_shared_group(pub)  # bob is in it (a group only alice's uid and root are in may write it)
     bob_sk, bob_pk = keys.generate_keypair()
     pub.write_text(keys.public_key_to_str(bob_pk) + "\n")  # what a writer of the file can do
     forged = Principal("bob", "hr", issue_credential(bob_sk, agent_id="bob", boundary="hr", ttl_s=600))
     with pytest.raises(ConfigError) as err:
         QdrantClient(path=store, guard=str(policy), principal=forged)
     assert str(pub) in str(err.value) and "writable by other users" in str(err.value)
-    assert "chmod go-w" in str(err.value) and "authority_keys" in str(err.value)
+    assert f"chmod {'go' if mode & 0o002 else 'g'}-w" in str(err.value) and "authority_keys" in str(err.value)
 
 
 def test_load_public_key_refuses_a_file_others_can_write_and_takes_the_other_modes(tmp_path):
@@ -189,6 +192,7 @@ def test_load_public_key_refuses_a_file_others_can_write_and_takes_the_other_mod
         pub.chmod(mode)
         assert keys.public_key_to_str(keys.load_public_key(pub)) == kit.authority_pub["hr"]
     pub.chmod(0o620)
+    give_shared_group(pub)
     with pytest.raises(KeyStoreError, match="writable by other users"):
         keys.load_public_key(pub)
 
@@ -218,8 +222,10 @@ def test_a_policy_file_others_can_write_is_refused(tmp_path, mode):
     policy, _ = _policy_file(kit, tmp_path, 0o644)
     assert "payroll" in load_policy(policy).collections
     policy.chmod(mode)
+    if not mode & 0o002:
+        give_shared_group(policy)  # a group only this uid and root are in may write it
     with pytest.raises(ConfigError, match="writable by other users") as err:
         QdrantClient(":memory:", guard=str(policy), principal=kit.principal("alice", "hr"))
-    assert str(policy) in str(err.value) and "chmod go-w" in str(err.value)
+    assert str(policy) in str(err.value) and f"chmod {'go' if mode & 0o002 else 'g'}-w" in str(err.value)
     policy.chmod(0o640)
     assert "payroll" in load_policy(policy).collections

@@ -34,6 +34,7 @@ from qdrant_guard.receipts import (
 from qdrant_guard.replay import replay_log
 from qdrant_guard.writereceipts import _batch_digest
 
+from groupkit import give_shared_group
 from guardkit import create, make_kit, replay_policy_file, unit
 
 
@@ -334,6 +335,7 @@ def test_group_readable_allowance_does_not_accept_a_group_writable_key(tmp_path)
     sk, _ = keys.generate_keypair()
     p = tmp_path / "k.pem"
     p.write_bytes(keys.private_key_to_pem(sk))
+    give_shared_group(p)  # a group only this uid and root are in may write it
     p.chmod(0o660)
     with pytest.raises(keys.KeyStoreError, match="660"):
         keys.load_private_key(p, allow_group_readable=True)
