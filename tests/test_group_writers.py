@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from groupkit import as_user
 from guardkit import make_kit
 
 from qdrant_guard import QdrantClient, keys
@@ -303,30 +304,6 @@ def test_what_setfacl_writes_is_what_the_parser_reads(tmp_path):
 
 # A non-root guard in its user-private group: umask 002 directories stay accepted.
 
-def _as_user(pw, fn) -> str:
-    """What ``fn()`` returns, run in a forked child that has become user ``pw`` (and its group)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setresgid(pw.pw_gid, pw.pw_gid, pw.pw_gid)
-            os.setresuid(pw.pw_uid, pw.pw_uid, pw.pw_uid)
-            os.write(w, fn().encode())
-            status = 0
-        except BaseException as exc:  # reported to the parent, whatever it was
-            os.write(w, f"error {type(exc).__name__}: {exc}".encode())
-        finally:
-            os._exit(status)
-    os.close(w)
-    with os.fdopen(r) as fh:
-        said = fh.read()
-    os.waitpid(pid, 0)
-    return said
-
-
 @root_only
 def test_a_user_private_group_directory_is_accepted_for_its_user_and_a_shared_one_is_not():
     pw = _private_user()
@@ -354,14 +331,14 @@ def test_a_user_private_group_directory_is_accepted_for_its_user_and_a_shared_on
 
     try:
         os.chown(base, pw.pw_uid, pw.pw_gid)
-        assert _as_user(pw, make_and_load) == "0o775"  # group-writable, in the user's private group
+        assert as_user(pw, make_and_load) == "0o775"  # group-writable, in the user's private group
         assert os.stat(keydir).st_gid == pw.pw_gid
         os.chown(keydir, pw.pw_uid, shared.gr_gid)  # as root: the user may not be in it
-        said = _as_user(pw, load)
+        said = as_user(pw, load)
         assert said.startswith(f"public key file {key + '.pub'!r} is below directory {keydir!r} (mode 775), which "
                                f"others may write: its group {shared.gr_name!r} (gid {shared.gr_gid}) may write it"), said
         os.chmod(keydir, 0o755)
-        assert _as_user(pw, load) == "accepted"
+        assert as_user(pw, load) == "accepted"
     finally:
         shutil.rmtree(base)
 
