@@ -4,19 +4,18 @@ A group-writable trust file is refused only when someone other than the guard's 
 be in its group (qdrant_guard.group_writers); in a group only they are in (root's own, a
 user-private group) it is accepted. A test that means "others may write it through its group"
 gives the file such a group first. Tests that need a group of their own make real users with
-useradd (as root) and run the guard's checks as one of them.
+useradd (as root) in a private copy of /etc, and run the guard's checks as one of them.
 """
 from __future__ import annotations
 
-import grp
+import ctypes
 import itertools
 import os
 import pwd
 import shutil
 import subprocess
-import time
-from contextlib import contextmanager
-from typing import Callable, Iterator
+import tempfile
+from typing import Callable
 
 import pytest
 
@@ -68,37 +67,64 @@ def as_user(pw: pwd.struct_passwd, fn: Callable[[], str]) -> str:
     return said
 
 
+def in_private_etc(fn: Callable[[], str]) -> str:
+    """What ``fn()`` returns (or ``"error TYPE: MESSAGE"``), run as root in a forked child whose
+    /etc is a copy-on-write overlay of the machine's, in a mount namespace of its own: the users
+    and groups it makes with useradd (:func:`add_user`) are real to it and its children, and
+    never reach the machine's files, nor other tests reading them meanwhile. Skips where no such
+    namespace or overlay can be made."""
+    if shutil.which("useradd") is None:
+        pytest.skip("useradd (package passwd) is not installed")
+    scratch = tempfile.mkdtemp(dir="/tmp")
+    upper, work = os.path.join(scratch, "upper"), os.path.join(scratch, "work")
+    os.mkdir(upper)
+    os.mkdir(work)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.close(r)
+            why = _private_etc(upper, work)
+            said = f"skip {why}" if why else fn()
+            os.write(w, said.encode())
+            status = 0
+        except BaseException as exc:  # reported to the parent, whatever it was
+            os.write(w, f"error {type(exc).__name__}: {exc}".encode())
+        finally:
+            os._exit(status)
+    os.close(w)
+    with os.fdopen(r) as fh:
+        said = fh.read()
+    os.waitpid(pid, 0)
+    shutil.rmtree(scratch)
+    if said.startswith("skip "):
+        pytest.skip(f"no private /etc here ({said[len('skip '):]})")
+    return said
+
+
+_CLONE_NEWNS = 0x00020000
+
+
+def _private_etc(upper: str, work: str) -> str | None:
+    """Put this process in a mount namespace of its own with /etc an overlay writing to ``upper``;
+    why not, or None."""
+    if ctypes.CDLL(None, use_errno=True).unshare(_CLONE_NEWNS) != 0:
+        return f"unshare(CLONE_NEWNS): {os.strerror(ctypes.get_errno())}"
+    for argv in (["mount", "--make-rprivate", "/"],
+                 ["mount", "-t", "overlay", "overlay", "-o", f"lowerdir=/etc,upperdir={upper},workdir={work}", "/etc"]):
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode:
+            return f"{' '.join(argv)}: {done.stderr.strip()}"
+    return None
 _serial = itertools.count()
 
 
-def account_tool(*argv: str) -> None:
-    """Run useradd, userdel, gpasswd or groupdel; retried while another process holds the lock
-    of /etc/passwd or /etc/group (other test runs on this machine make users too)."""
-    for _ in range(50):
-        done = subprocess.run(argv, capture_output=True, text=True)
-        if done.returncode == 0:
-            return
-        if "lock" not in done.stderr:
-            break
-        time.sleep(0.1)
-    raise RuntimeError(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}")
-
-
-@contextmanager
-def made_user(*options: str) -> Iterator[pwd.struct_passwd]:
-    """A user made with ``useradd OPTIONS`` (no home, no login shell), deleted afterwards with the
-    group of its name if useradd made one (``-U``). Skips where useradd is missing."""
-    if shutil.which("useradd") is None:
-        pytest.skip("useradd (package passwd) is not installed")
-    name = f"qgt{os.getpid()}x{next(_serial)}"
-    account_tool("useradd", "-M", "-s", "/usr/sbin/nologin", *options, name)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        account_tool("userdel", name)
-        try:
-            grp.getgrnam(name)
-        except KeyError:
-            pass
-        else:  # userdel keeps a user group that still had other members
-            account_tool("groupdel", name)
+def add_user(*options: str) -> pwd.struct_passwd:
+    """A user made with ``useradd OPTIONS`` (no home, no login shell): only inside
+    :func:`in_private_etc`, whose /etc goes when it returns."""
+    if not os.path.ismount("/etc"):
+        raise RuntimeError("add_user() outside in_private_etc() would change the machine's user database")
+    name = f"qgt{next(_serial)}"
+    subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", *options, name], check=True, capture_output=True)
+    return pwd.getpwnam(name)
