@@ -42,18 +42,14 @@ def give_shared_group(path: str | os.PathLike[str]) -> int:
     pytest.skip("this uid can give no group with another user in it: its group write would let nobody else write")
 
 
-def as_user(pw: pwd.struct_passwd, fn: Callable[[], str]) -> str:
-    """What ``fn()`` returns, run in a forked child that has become user ``pw`` (and its primary
-    group, no other), or ``"error TYPE: MESSAGE"`` for what it raised. Needs root."""
+def _in_child(fn: Callable[[], str]) -> str:
+    """What ``fn()`` returns in a forked child, or ``"error TYPE: MESSAGE"`` for what it raised."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         status = 1
         try:
             os.close(r)
-            os.setgroups([])
-            os.setresgid(pw.pw_gid, pw.pw_gid, pw.pw_gid)
-            os.setresuid(pw.pw_uid, pw.pw_uid, pw.pw_uid)
             os.write(w, fn().encode())
             status = 0
         except BaseException as exc:  # reported to the parent, whatever it was
@@ -65,6 +61,17 @@ def as_user(pw: pwd.struct_passwd, fn: Callable[[], str]) -> str:
         said = fh.read()
     os.waitpid(pid, 0)
     return said
+
+
+def as_user(pw: pwd.struct_passwd, fn: Callable[[], str]) -> str:
+    """What ``fn()`` returns, run in a forked child that has become user ``pw`` (and its primary
+    group, no other), or ``"error TYPE: MESSAGE"`` for what it raised. Needs root."""
+    def become() -> str:
+        os.setgroups([])
+        os.setresgid(pw.pw_gid, pw.pw_gid, pw.pw_gid)
+        os.setresuid(pw.pw_uid, pw.pw_uid, pw.pw_uid)
+        return fn()
+    return _in_child(become)
 
 
 def in_private_etc(fn: Callable[[], str]) -> str:
@@ -79,25 +86,14 @@ def in_private_etc(fn: Callable[[], str]) -> str:
     upper, work = os.path.join(scratch, "upper"), os.path.join(scratch, "work")
     os.mkdir(upper)
     os.mkdir(work)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            os.close(r)
-            why = _private_etc(upper, work)
-            said = f"skip {why}" if why else fn()
-            os.write(w, said.encode())
-            status = 0
-        except BaseException as exc:  # reported to the parent, whatever it was
-            os.write(w, f"error {type(exc).__name__}: {exc}".encode())
-        finally:
-            os._exit(status)
-    os.close(w)
-    with os.fdopen(r) as fh:
-        said = fh.read()
-    os.waitpid(pid, 0)
-    shutil.rmtree(scratch)
+
+    def inside() -> str:
+        why = _private_etc(upper, work)
+        return f"skip {why}" if why else fn()
+    try:
+        said = _in_child(inside)
+    finally:
+        shutil.rmtree(scratch)
     if said.startswith("skip "):
         pytest.skip(f"no private /etc here ({said[len('skip '):]})")
     return said
@@ -117,6 +113,8 @@ def _private_etc(upper: str, work: str) -> str | None:
         if done.returncode:
             return f"{' '.join(argv)}: {done.stderr.strip()}"
     return None
+
+
 _serial = itertools.count()
 
 
