@@ -150,8 +150,9 @@ class AuditLog:
         trusted_keys: key id -> public key of earlier signing keys of this log (a rotated guard
             key): the most recent checkpoint on open must verify under ``signer``'s key or one
             of these; one under any other key is refused, since nothing could check it.
-        allow_shared_file: accept a log file that is group- or world-writable or owned by
-            another uid, or whose directory (or one above) is world-writable or writable by a group
+        allow_shared_file: accept a log file that is world-writable, writable by a group (or ACL
+            entry) that someone other than this uid and root may be in, or owned by another uid,
+            or whose directory (or one above) is world-writable or writable by a group
             or ACL entry others are in, without the sticky bit, or another uid's (refused by
             default: whoever can write the file can forge entries the next checkpoint signs).
         sign_every_entry: every entry is a checkpoint (signed with ``signer``, which it needs),

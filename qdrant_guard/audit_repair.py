@@ -168,8 +168,9 @@ def repair_audit_file(
         checkpoint_every: the writer's checkpoint period (with ``trusted_keys``).
         keep_chain_from: for a log whose report has ``fork == (a, b)``: ``a`` or ``b``, the first
             line of the chain the operator has established as the real one.
-        allow_shared_file: repair a log file that is group- or world-writable, owned by another
-            uid, or below a directory that is world-writable, or writable by a group or ACL entry
+        allow_shared_file: repair a log file that is world-writable, writable by a group (or ACL
+            entry) that someone other than this uid and root may be in, owned by another uid, or
+            below a directory that is world-writable, or writable by a group or ACL entry
             others are in, without the sticky bit, or another uid's. Refused by default, as
             ``AuditLog`` refuses to open one: the repair entry (a signed checkpoint with
             ``signer``) would vouch for what others appended.

@@ -150,8 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the log holds two chains verify cannot tell apart: keep the one starting on "
                          "LINE (one of the two lines verify names), as you established from a copy or anchor")
     ar.add_argument("--allow-shared-file", action="store_true",
-                    help="repair a log that others than this uid can write (group- or world-writable, another "
-                         "owner, a directory without the sticky bit that others or a group others are in may "
+                    help="repair a log that others than this uid can write (world-writable, writable by a group "
+                         "or ACL entry others are in, another owner, a directory without the sticky bit that others or a group others are in may "
                          "write, or another uid's), refused by default as the "
                          "guard refuses to open one (audit_allow_shared_file)")
     ar.set_defaults(func=cmd_audit_repair)

@@ -106,7 +106,8 @@ def _setup(work: Path) -> dict[str, Any]:
         with os.fdopen(fd, "wb") as fh:
             fh.write(keys.private_key_to_pem(sk))
         # 0644 whatever the umask (under 002 write_text made it group-writable, which the guard
-        # refuses for a key it trusts); a .pub left by an earlier run is replaced.
+        # refuses for a key it trusts unless the group is user-private); a .pub left by an earlier
+        # run is replaced.
         (work / f"{name}.pub").unlink(missing_ok=True)
         fd = os.open(work / f"{name}.pub", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         with os.fdopen(fd, "w") as fh:
@@ -117,7 +118,8 @@ def _setup(work: Path) -> dict[str, Any]:
     hr_auth = keypair("hr-authority.key")
     sup_auth = keypair("support-authority.key")
     agent_b_key = keypair("support-agent.key")
-    # 0644 whatever the umask, as the .pub files: the guard refuses a group-writable policy.
+    # 0644 whatever the umask, as the .pub files: the guard refuses a group-writable policy
+    # unless its group is user-private.
     (work / "policy.toml").unlink(missing_ok=True)
     fd = os.open(work / "policy.toml", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     with os.fdopen(fd, "w") as fh:

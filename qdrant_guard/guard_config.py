@@ -190,10 +190,12 @@ class GuardConfig(_Strict):
     """fsync the audit log after every entry (slower; survives power loss, not only crashes).
     ``true`` needs ``audit_log``: without a file there is nothing to fsync."""
     audit_allow_shared_file: bool = False
-    """Accept an ``audit_log`` file that others can write: group- or world-writable, owned by another
-    uid, or below a directory that anyone (or a group or ACL entry others are in) may write without
-    the sticky bit, or that another uid owns. Refused by default (the guard
-    does not start; the message names the mode and ``chmod 600 FILE``): whoever can append to the
+    """Accept an ``audit_log`` file that others can write: world-writable, writable by a group (or
+    ACL entry) that someone other than the guard's uid and root may be in (a user-private group is
+    not), owned by another uid, or below a directory that anyone (or a group or ACL entry others
+    are in) may write without the sticky bit, or that another uid owns. Refused by default (the
+    guard does not start; the message names the mode, the group or ACL entry, and ``chmod 600
+    FILE``, ``chmod g-w FILE`` or ``setfacl -x``): whoever can append to the
     file can forge entries that the next signed checkpoint signs. Set ``true`` only where another
     uid must write the log and is trusted as much as the guard. The check does not stop a process
     running as the guard's own uid (docs/audit-log.md). ``qdrant-guard audit repair`` runs the same
