@@ -28,7 +28,7 @@ from .querymap import (_RAW_INPUTS, _TEXT_INPUTS, Visit, iter_prefetch, map_pref
                        rest_prefetch)
 from .rawstored import (left_behind_filter, left_details, raw_stored_clause, raw_stored_way_out,
                         receipt_params_of, unseen_params_filter)
-from .textfold import is_blank, redacted_position, structural_scan
+from .textfold import is_blank, redacted_position, scan_refusal_text, structural_scan
 
 # Inputs that name a stored point, whose stored vector Qdrant then searches with.
 _POINT_IDS = (int, str, uuid.UUID)
@@ -702,9 +702,7 @@ class QueryChecks(TextOps):
             return
         raise self.refuse(self.decision(
             op, name, pol, Verdict.QUERY_REJECTED,
-            f"the match at {at} failed structural validation ("
-            + ", ".join(sorted({v["kind"] for v in violations}))
-            + "); shorten it, remove repetition or encoded/invisible characters",
+            f"the match at {at} failed structural validation: {scan_refusal_text(violations, name)}",
             details={"filter": at, "violations": violations},
         ))
 
@@ -754,8 +752,7 @@ class QueryChecks(TextOps):
             return
         raise self.refuse(self.decision(
             op, name, pol, Verdict.QUERY_REJECTED,
-            "the query failed structural validation (" + ", ".join(sorted({v['kind'] for v in violations}))
-            + "); shorten it, remove repetition or encoded/invisible characters",
+            f"the query failed structural validation: {scan_refusal_text(violations, name)}",
             details={"violations": violations, **_text_fields(details)},
         ))
 

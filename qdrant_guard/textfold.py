@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import detect as _detect
+from .names import toml_key
 
 
 def redacted_position(position: int, findings: Sequence[_detect.Finding]) -> int:
@@ -233,3 +234,45 @@ def is_blank(text: str) -> bool:
     """Whether ``text`` has no letter or digit (empty, whitespace, punctuation, invisible characters):
     it gives the text checks nothing to judge, so it cannot stand for a raw vector's text."""
     return _ALNUM.search(text) is None
+
+
+# Which policy key (under ``[collections.NAME.query]``) decides each structural violation; the
+# characters no key admits are refused whenever the scan runs (``enabled``).
+_SIZE_KINDS = {"size_cap": "max_chars", "token_cap": "max_tokens"}
+_REPEAT_KINDS = {"repetition": "max_repetition", "ngram_run": "max_ngram_run",
+                 "glued_repetition": "max_glued_repetition"}
+_ENCODED_KINDS = frozenset({"percent_encoding", "hex_escape", "unicode_escape", "html_entity", "base64_blob",
+                            "hex_blob"})
+
+
+def _policy_key(kind: str, detail: str) -> str | None:
+    if kind == "token_cap" and "max_model_tokens" in detail:
+        return "max_model_tokens"
+    if kind in _ENCODED_KINDS:
+        return "encoded_payloads"
+    return _SIZE_KINDS.get(kind) or _REPEAT_KINDS.get(kind)
+
+
+def scan_refusal_text(violations: Sequence[dict[str, Any]], collection: str) -> str:
+    """What a refused text failed and how to fix it, for a QUERY_REJECTED message: each violation
+    kind once (its first violation's detail and position), what to change in the text, and the
+    policy keys under ``[collections.COLLECTION.query]`` that decide those kinds, for a collection
+    whose legitimate queries look like this one."""
+    firsts: dict[str, dict[str, Any]] = {}
+    for v in violations:
+        firsts.setdefault(v["kind"], v)
+    parts = [f"{k} at {v['position']}: {v['detail']}" for k, v in sorted(firsts.items())]
+    fixes = []
+    if firsts.keys() & _SIZE_KINDS.keys():
+        fixes.append("shorten it")
+    if firsts.keys() & _REPEAT_KINDS.keys():
+        fixes.append("remove the repeated words")
+    if firsts.keys() & _ENCODED_KINDS:
+        fixes.append("send the text decoded, without escapes, entities or encoded blobs")
+    if firsts.keys() - _SIZE_KINDS.keys() - _REPEAT_KINDS.keys() - _ENCODED_KINDS:
+        fixes.append("remove the control, invisible or bidi characters and invalid code points (always refused)")
+    keys = sorted({key for k, v in firsts.items() if (key := _policy_key(k, v["detail"])) is not None})
+    decided = (f"; if this collection's legitimate queries look like this, the policy's "
+               f"[collections.{toml_key(collection)}.query] {', '.join(keys)} decide{'s' if len(keys) == 1 else ''} "
+               f"{'it' if len(keys) == 1 else 'them'}") if keys else ""
+    return "; ".join(parts) + "; " + ", ".join(fixes) + decided
