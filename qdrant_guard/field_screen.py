@@ -56,6 +56,8 @@ _KEY_PASSWORD = -1
 # larger one has 20+ digits, which no rule finds in a run of digits (hex wants 24+ that spell
 # ASCII, which the 53 bits of a float cannot choose).
 _EXACT_FLOAT = 1e19
+# A value's double quotes and backslashes as apostrophes and slashes, for its quoted reading (value()).
+_UNQUOTE = str.maketrans('"\\', "'/")
 
 
 # A name field and a value field of one object (Kubernetes env lists, AWS tags): the value is read
@@ -292,6 +294,14 @@ class _FieldScreen:
         n, h = len(value), len(head)
         why = ""
         found = [f for f in _detect.find_sensitive(f"{head}{value}{quote}") if f.end > h and f.start < h + n]
+        if not found and '"' in value:
+            # Bare, a value that opens with a quote reads as a quoted value never closed
+            # ('api_key: "a8f3...'), where the detector finds no secret, though it finds one in the
+            # JSON stored ('"api_key": "\"a8f3..."'). Read it quoted too, each quote and backslash
+            # as one neutral character (the offsets stay the value's).
+            h = len(name) + 3
+            found = [f for f in _detect.find_sensitive(f'{name}: "{value.translate(_UNQUOTE)}"')
+                     if f.end > h and f.start < h + n]
         if found and no_card(name, value, f"{self.under}.{at}"):
             found = [f for f in found if f.type != "CREDIT_CARD"]
         if not found:
