@@ -61,10 +61,13 @@ def test_a_float_with_a_fraction_is_no_card_number_and_an_integral_one_is(tmp_pa
 def test_a_clean_payload_comes_back_as_the_same_object(tmp_path):
     # screen_payload_fields' contract ("the same object when nothing changed"). Killed: obj()'s
     # `changed = False` as True (a copy was returned for every object) and, for the text field's list,
-    # `sent is v` negated (a copy of the list).
+    # `sent is v` negated (a copy of the list); the receipt key's `k is not given` negated (a copy) or
+    # its `or` as `and` (a bytes receipt key returned as given).
     client = _screen_guard(tmp_path)
-    payload = {"source": "doc7", "meta": {"lang": "en", "n": [1, 2]}, "text": ["hello", "world"]}
+    payload = {"source": "doc7", "meta": {"lang": "en", "n": [1, 2]}, "text": ["hello", "world"], RECEIPT_KEY: {}}
     assert _screen(client, "c", payload) is payload
+    # The receipt container is passed as it is stored: a bytes key as its text.
+    assert list(_screen(client, "c", {RECEIPT_KEY.encode(): {}})) == [RECEIPT_KEY]
 
 
 def test_a_payload_refusal_says_stored_names_the_point_and_offers_the_payload_fields_knob(tmp_path):
@@ -173,6 +176,10 @@ def test_a_value_is_remembered_clean_only_once_every_name_found_it_clean(tmp_pat
     assert _screen(redacting, "c", {"env": [{"name": "DB_PASSWORD", "value": WEAK}]}) == {
         "env": [{"name": "DB_PASSWORD", "value": "[GENERIC_SECRET]"}]}
     assert ("value", WEAK) not in redacting.guard.clean_values("c")
+    # The late reading under redaction, which goes on to the other value fields. Killed besides:
+    # `extra and f in out` as `or` (out["Value"], absent: a KeyError).
+    assert _screen(redacting, "c", {"env": [{b"name": "DB_PASSWORD", "value": WEAK}]}) == {
+        "env": [{"name": "DB_PASSWORD", "value": "[GENERIC_SECRET]"}]}
 
 
 def test_two_keys_that_redact_to_one_are_refused_not_merged(tmp_path):
@@ -212,6 +219,48 @@ def test_a_secret_behind_a_quote_is_found_as_in_the_json_stored(tmp_path, value)
     assert "a8f3" not in str(_screen(redacting, "c", {"api_key": value}))
     # Quotes with nothing secret in them stay data.
     assert _screen(client, "c", {"note": 'say "hi" to 123'}) == {"note": 'say "hi" to 123'}
+
+
+
+@pytest.mark.parametrize("value", ["'a8f3k2j9x0q7w1e5r4t6", "`a8f3k2j9x0q7w1e5r4t6"])
+def test_a_value_without_double_quotes_is_read_quoted(tmp_path, value):
+    # Read bare ('api_key: \'a8f3...'), an apostrophe or backtick opens a quote never closed and
+    # the detector finds nothing; read as JSON assigns it ('api_key: "\'a8f3..."') it finds the
+    # secret. Killed: the quote test's `"\\" in value` negated, `'"' in value` negated, the whole
+    # test negated (each read such a value bare).
+    client = _screen_guard(tmp_path)
+    with pytest.raises(GuardRefusal, match="payload field 'api_key' contains credentials"):
+        _screen(client, "c", {"api_key": value})
+
+
+@pytest.mark.parametrize("value", ['a8f3k2j9x0q7w1e5r4t6 "', '"a8f3k2j9x0q7w1e5r4t6"'])
+def test_a_value_with_a_double_quote_is_read_bare(tmp_path, value):
+    # Quoted as given ('api_key: "a8f3... ""'), its own quote would close the value early and the
+    # detector finds nothing. Killed: `'"' in value or "\\" in value` as `and`.
+    client = _screen_guard(tmp_path)
+    with pytest.raises(GuardRefusal, match="payload field 'api_key' contains credentials"):
+        _screen(client, "c", {"api_key": value})
+
+
+@pytest.mark.parametrize("parent, key", [("auth", "pass1"), ("auth", "PASS2"), ("card", "_pin")])
+def test_a_bare_pass_spelled_otherwise_is_not_remembered_and_is_read_under_its_owner(tmp_path, parent, key):
+    # Killed: key()'s `len(key) <= ... and (...)` as `or` (the spelling was remembered, then read as
+    # no bare pass) and obj()'s `k not in clean_keys` negated.
+    client = _screen_guard(tmp_path)
+    with pytest.raises(GuardRefusal, match=f"payload field '{parent}.{key}' contains credentials"):
+        _screen(client, "c", {parent: {key: "1234"}})
+    assert key not in client.guard.clean_keys("c")
+
+
+def test_what_is_found_in_a_key_is_not_charged_to_its_value_and_a_redaction_keeps_the_rest(tmp_path):
+    # Killed: `f.end > h and f.start < h + n` as `or` (the key's finding clipped into the value) and
+    # `min(f.end - h, n)` as `f.end + h` (the redaction ran to the value's end).
+    # A value is read under a sibling name holding a token: the token is the name's, not the value's.
+    client = _screen_guard(tmp_path, payload_fields="all", credentials_in_text="redact")
+    ghp = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+    assert _screen(client, "c", {"env": [{"name": ghp, "value": "v"}]}) == {
+        "env": [{"name": "[GITHUB_TOKEN]", "value": "v"}]}
+    assert _screen(client, "c", {"note": "call 123-45-6789 now"}) == {"note": "call [SSN] now"}
 
 
 # --------------------------------------------------------------------------- rawstored.py
@@ -379,3 +428,102 @@ def test_an_mmr_refusal_under_raw_in_boundary_names_the_owner_boundary_as_the_wa
         bob.query_points("pii", query=mmr, limit=2)
     assert "keeps raw vectors for the owner boundary 'hr' (raw_in_boundary)" in str(err.value)
     assert "diversify the results yourself, or query from the owner boundary 'hr'" in str(err.value)
+
+
+# --------------------------------------------------------------------------- writepoints.py
+
+def _named_writer(tmp_path):
+    """alice@hr's client on a PII collection ``c`` (noise on write) with vectors "a" and "b"."""
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"c": {"class": "PII", "owner": "hr", "noise_on_write": True, "intent": {"enabled": False}}})
+    client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(client, "c", named=("a", "b"))
+    return client
+
+
+def _ab(rng):
+    return {"a": unit(rng), "b": unit(rng)}
+
+
+def _stored_ids(client):
+    return sorted(p.id for p in RawClient.scroll(client, "c", limit=100)[0])
+
+
+def test_points_given_as_dicts_and_records_are_written_and_a_record_without_vectors_is_refused(tmp_path):
+    # Killed: the dict branch negated or its append deleted, the Record branch negated or its append
+    # deleted, `p.vector is None` negated, the Record refusal deleted, the final TypeError deleted,
+    # _from_dict's return as None, its raise deleted, its `loc[0]` as [1] or [-1] or its test negated,
+    # and _kind's return as None or its test negated.
+    from qdrant_guard.errors import GuardArgumentTypeError, UnsupportedWriteError
+
+    client = _named_writer(tmp_path)
+    rng = np.random.default_rng(0)
+    client.upsert("c", [{"id": 1, "vector": _ab(rng), "payload": {"s": 1}}])
+    rec = client.retrieve("c", [1], with_vectors=True)[0]
+    client.upsert("c", [models.Record(id=2, vector=rec.vector, payload={"s": 2})])
+    assert _stored_ids(client) == [1, 2]
+    with pytest.raises(UnsupportedWriteError, match="models.Record 3 has no vector"):
+        client.upsert("c", [models.Record(id=3, vector=None, payload={"s": 3})])
+    with pytest.raises(GuardArgumentTypeError, match="points must be models.PointStruct .*; got tuple"):
+        client.upsert("c", [(4, _ab(rng))])
+    with pytest.raises(GuardArgumentTypeError, match=r"points\[0\] is a dict that is not a models.PointStruct "
+                                                     r"\(invalid: vector, vectr\)"):
+        client.upsert("c", [{"id": 5, "vectr": _ab(rng)}])
+    # An error deeper in a field is named by the field (loc[0]), not by where in it.
+    with pytest.raises(GuardArgumentTypeError, match=r"\(invalid: vector\); give its fields"):
+        client.upsert("c", [{"id": 5, "vector": {"a": "not a vector"}}])
+    assert _stored_ids(client) == [1, 2]
+
+
+def test_a_batch_row_that_does_not_validate_names_each_column_entry_at_fault(tmp_path):
+    # Killed: the ids' place deleted, the probe point's id 0 as -1 (no vector then validated: both
+    # names were listed); id 0 as 1 is equivalent (any valid id).
+    from qdrant_guard.errors import GuardArgumentValueError
+
+    client = _named_writer(tmp_path)
+    rng = np.random.default_rng(1)
+    bad = models.Batch.model_construct(ids=[1, None], vectors={"a": [unit(rng), unit(rng)], "b": [unit(rng), "x"]},
+                                       payloads=[{"s": 1}, "not a dict"])
+    with pytest.raises(GuardArgumentValueError) as err:
+        client.upsert("c", bad)
+    assert str(err.value).startswith("points.ids[1], points.vectors['b'][1], points.payloads[1] of the models.Batch "
+                                     "do not validate as a point's id, payload, vector (")
+    assert _stored_ids(client) == []
+
+
+def test_update_vectors_takes_a_list_of_point_vectors_or_their_dicts_and_nothing_else(tmp_path):
+    # Killed: the not-a-list raise deleted, the dict test negated, the not-PointVectors raise deleted.
+    from qdrant_guard.errors import GuardArgumentTypeError
+
+    client = _named_writer(tmp_path)
+    rng = np.random.default_rng(2)
+    client.upsert("c", [models.PointStruct(id=1, vector=_ab(rng))])
+    before = RawClient.retrieve(client, "c", [1], with_vectors=True)[0].vector["a"]
+    client.update_vectors("c", points=[{"id": 1, "vector": {"a": unit(rng)}}])
+    assert RawClient.retrieve(client, "c", [1], with_vectors=True)[0].vector["a"] != before
+    with pytest.raises(GuardArgumentTypeError, match="must be a list of models.PointVectors, not qdrant_client"):
+        client.update_vectors("c", points=models.PointVectors(id=1, vector={"a": unit(rng)}))
+    with pytest.raises(GuardArgumentTypeError, match="update_vectors points must be models.PointVectors; got tuple"):
+        client.update_vectors("c", points=[(1, {"a": unit(rng)})])
+
+
+def test_upload_collection_of_named_columns_writes_one_point_per_row(tmp_path):
+    # Killed: `vectors[names[0]]` as names[1] (one name: an IndexError), `if names` negated (no row
+    # read: nothing written), the uneven-names test's `> 1` as `>= 1` or `> 0` (every named upload
+    # refused), the append deleted, the three-lengths raise deleted (zip wrote 2 of 3 ids), `ids is not
+    # None` negated (the ids given replaced by UUIDs) and the return as None.
+    from qdrant_guard.errors import GuardArgumentValueError
+
+    client = _named_writer(tmp_path)
+    rng = np.random.default_rng(3)
+    client.upload_collection("c", vectors={"a": [unit(rng) for _ in range(3)]}, ids=[10, 11, 12], wait=True)
+    assert _stored_ids(client) == [10, 11, 12]
+    # numpy rows, named or not, are sent as lists. Killed: _plain's two returns as None.
+    client.upload_collection("c", vectors={"a": np.asarray([unit(rng), unit(rng)], dtype=np.float32)}, ids=[13, 14],
+                             wait=True)
+    client.upload_collection("c", vectors=[{"b": np.asarray(unit(rng), dtype=np.float32)}], ids=[15], wait=True)
+    assert _stored_ids(client) == [10, 11, 12, 13, 14, 15]
+    client.upload_collection("c", vectors={}, wait=True)  # no names, no rows (n = 0 as 1: one empty point)
+    with pytest.raises(GuardArgumentValueError, match="2 vectors, 2 payloads and 3 ids"):
+        client.upload_collection("c", vectors={"a": [unit(rng) for _ in range(2)]}, ids=[20, 21, 22], wait=True)
+    assert _stored_ids(client) == [10, 11, 12, 13, 14, 15]
