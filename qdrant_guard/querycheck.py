@@ -17,7 +17,7 @@ from .receipts import RECEIPT_KEY
 from .sentmodels import UncheckedForm
 from .sources import path_head
 from .textguard import EmbedderError, TextOps
-from .field_screen import _number_text, no_card
+from .field_screen import _UNQUOTE, _number_text, no_card
 from .password_names import password_finding, password_name_why, password_value
 from .inference import screen_inference
 from .utility import embedder_model_name, same_model
@@ -574,6 +574,10 @@ class QueryChecks(TextOps):
                 text = str(item)
                 self._filter_structure(op, name, pol, at, text, details, full_text=type(match) in _FULL_TEXT)
                 findings = _detect.find_sensitive(f"{key}: {text}")
+                if not findings and '"' in text:
+                    # As the payload screen reads a value: one that opens with a quote reads bare as
+                    # a quote never closed, where the detector finds no secret (field_screen.value).
+                    findings = _detect.find_sensitive(f'{key}: "{text.translate(_UNQUOTE)}"')
                 if findings and no_card(key, text):
                     # As in a payload: a barcode or a media id under a name for one is no card.
                     findings = [f for f in findings if f.type != "CREDIT_CARD"]

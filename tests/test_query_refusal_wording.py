@@ -84,3 +84,4 @@ def test_each_kind_once_and_the_model_token_cap_named() -> None:
     ], "c")
     assert text.count("base64_blob") == 1 and "at 90" not in text
     assert "encoded_payloads, max_model_tokens decide them" in text
+
