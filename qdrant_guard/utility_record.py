@@ -319,7 +319,8 @@ class UtilityRecord:
                 wrong form (``created_at`` not integer milliseconds, ``dim``, ``vector_name`` or
                 ``distance`` missing or wrong for its version, ``embedding_model`` neither null nor
                 a non-empty string, or set before version 5; ``n_measured_queries`` missing or not an
-                integer from 1 to ``n_queries`` from version 6, or set before it).
+                integer from 1 to ``n_queries`` from version 6, or set before it; ``signer_key_id``
+                or ``signature`` neither a string nor null).
         """
         if isinstance(text, (bytes, bytearray)):
             text = bytes(text).decode("utf-8")
@@ -396,6 +397,15 @@ class UtilityRecord:
                                           f"of queries its metric averaged over, as an integer from 1 to its n_queries "
                                           f"({searched!r}); got {shown}; re-run `qdrant-guard calibrate` to write the "
                                           "record again")
+        for name in ("signer_key_id", "signature"):
+            value = data.get(name)
+            if value is not None and not isinstance(value, str):
+                # The guard looks the key id up among its revoked and trusted keys before it
+                # verifies: a list or object there ended the write in a TypeError (unhashable).
+                shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+                raise GuardArgumentValueError(f"utility record has {name!r} {shown}, which is neither a string nor "
+                                              "null (unsigned); re-run `qdrant-guard calibrate` to write the record "
+                                              "again")
         return cls(**data)
 
 

@@ -531,3 +531,43 @@ def test_a_version_this_reader_does_not_know_is_refused(signed, version):
     data = _as_version(rec, 6)
     data["version"] = version
     _refused(data, f"utility record has version {version!r}; this qdrant_guard reads versions 1 to 6")
+
+
+@pytest.mark.parametrize("field, value", [
+    ("signer_key_id", ["k"]), ("signer_key_id", {"id": "k"}), ("signer_key_id", 7),
+    ("signature", ["AAAA"]), ("signature", 7),
+])
+def test_a_signer_or_signature_that_is_no_string_is_refused_at_reading(signed, field, value):
+    # Found by this pass: from_json took any JSON value here, and a list or object as the key id
+    # ended verify_utility_record (and the guard's revoked-key look-up before it) in a TypeError
+    # ("unhashable type") instead of a refusal.
+    rec, _ = signed
+    data = _as_version(rec, 6)
+    data[field] = value
+    _refused(data, f"utility record has {field!r} {value!r}, which is neither a string nor null (unsigned)")
+    data[field] = None
+    assert not verify_utility_record(_read(data), [signed[1]])  # unsigned: read, never verified
+
+
+def test_a_record_file_with_a_list_for_its_key_id_is_a_config_error_at_the_first_write(tmp_path):
+    # The guard's path: the first write under the record. Before the fix: TypeError.
+    from guardkit import make_kit, models, staging_record
+
+    from qdrant_guard import ConfigError, QdrantClient
+
+    kit = make_kit(tmp_path)
+    path = tmp_path / "utility.json"
+    rec, docs = staging_record(kit, path)
+    data = json.loads(path.read_text())
+    data["signer_key_id"] = [rec.signer_key_id]
+    path.write_text(json.dumps(data))
+    cfg = kit.config(
+        {"pii": {"class": "PII", "owner": "hr", "noise_on_write": True,
+                 "noise": {"epsilon": rec.epsilon, "radius": 0.01}, "utility": {"record": str(path)}}},
+        epsilon_ceiling={"PII": 5.0},
+    )
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config=models.VectorParams(size=32, distance=models.Distance.COSINE))
+    with pytest.raises(ConfigError, match=r"is not a record written by `qdrant-guard calibrate`: utility record has "
+                                          r"'signer_key_id' \['"):
+        owner.upsert("pii", [models.PointStruct(id=1, vector=docs[0].tolist())])
