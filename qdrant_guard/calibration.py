@@ -335,8 +335,12 @@ def calibrate(
             default policy (``qdrant_guard.identifiers``, ``qdrant_guard.detect``).
         progress: draw a progress bar on stderr.
         sample_limit: measure at most this many queries (a random sample; seeded by ``seed``).
-        seed: makes the measurement reproducible: noise from the keyed mechanism under a key
-            derived from the seed. Never use it for production writes.
+        seed: makes the measurement reproducible on the same stored vectors: noise from the keyed
+            mechanism under a key derived from the seed, which depends on each vector's exact
+            bytes. qdrant-client's local mode rewrites a Cosine collection's stored vectors in their
+            last bits on every search (it renormalises them), and ``calibrate`` searches the
+            collection itself, so a second seeded run on such a collection draws other noise.
+            Never use it for production writes.
         metric: ``"recall"`` (default), ``"ndcg"`` (needs qrels) or ``"overlap"``.
         vector_name: which named vector to calibrate (needed when the collection has several).
             The record carries the measured vector's name (``""`` for an unnamed vector), and a
