@@ -36,7 +36,7 @@ def test_the_default_caps_text_without_whitespace(tmp_path):
     # With the default glued-repetition cap, the same stuffing is refused whatever its length.
     (tmp_path / "glued").mkdir()
     glued = _client(tmp_path / "glued", glued=0.5)
-    with pytest.raises(GuardRefusal, match=r"\(glued_repetition\)"):
+    with pytest.raises(GuardRefusal, match=r"glued_repetition at 0: "):
         glued.query_points("c", query=models.Document(text=CJK * 400, model="m"), limit=3)
 
 
