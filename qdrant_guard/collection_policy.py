@@ -103,8 +103,11 @@ class CollectionPolicy(_Strict):
     needs ``allow_redaction_on_public`` (without it every finding is refused as mislabelled, so
     ``false`` alone is refused)."""
     generalize_identifiers: bool = True
-    """Replace numbers, codes and proper names by [NUMBER], [CODE], [NAME] in text the guard embeds
-    (models.Document writes and queries) on sensitive collections; the payload text keeps them.
+    """Replace numbers, codes and capitalised names by [NUMBER], [CODE], [NAME] in text the guard
+    embeds (models.Document writes and queries) on sensitive collections; the payload text keeps
+    them. A capitalised word that starts a sentence is not taken for a name (it cannot be told from
+    an ordinary word there), so a name that opens a sentence reaches the vector: redact such names
+    before writing if they are private (qdrant_guard.identifiers has the exact rules).
     On by default because noise that keeps retrieval useful does not hide them: in the eval,
     identifiers planted independently of the text stay readable from vectors under the default
     noise unless generalised (docs/eval.md). Costs recall where queries name identifiers (on the
