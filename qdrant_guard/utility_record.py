@@ -353,7 +353,9 @@ class UtilityRecord:
                                           f"milliseconds since the Unix epoch (an int64, as `qdrant-guard calibrate` "
                                           f"writes it), got {shown}; re-run `qdrant-guard calibrate` to write the record again")
         version = data.get("version", RECORD_VERSION)
-        if isinstance(version, bool) or version not in (1, 2, 3, 4, 5, 6):
+        # 6.0 == 6, but the signature covers the body as written: a float would then be refused as
+        # tampered, where it is a version no calibrate writes.
+        if type(version) is not int or version not in (1, 2, 3, 4, 5, 6):
             raise GuardArgumentValueError(f"utility record has version {version!r}; this qdrant_guard reads versions 1 "
                                           "to 6 (re-run `qdrant-guard calibrate` to write a current record)")
         dim = data.get("dim")

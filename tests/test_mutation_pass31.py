@@ -526,9 +526,10 @@ def test_a_record_lacking_a_required_field_is_refused_naming_it(signed, missing)
     _refused(data, f"utility record lacks fields [{missing!r}]")
 
 
-@pytest.mark.parametrize("version", [0, 7, True, "6", None])
+@pytest.mark.parametrize("version", [0, 7, True, "6", None, 6.0, 1.0])
 def test_a_version_this_reader_does_not_know_is_refused(signed, version):
-    # Killed: version 0 or 7 let in (the tuple's 1 as 0, 6 as 7), `bool` no longer refused.
+    # Killed: version 0 or 7 let in (the tuple's 1 as 0, 6 as 7), `bool` no longer refused; 6.0 and
+    # 1.0 were read as 6 and 1 and then refused as tampered (the signature covers `6.0`).
     rec, _ = signed
     data = _as_version(rec, 6)
     data["version"] = version
