@@ -386,8 +386,9 @@ def _checks(bed: _Bed, cfg: GuardConfig, *, points: int, limit: int, upsert_repl
             f"some sources during the run: {excluded} audited read(s) (warm-up, recording and guard-only runs "
             "included) were sent with a filter excluding them, a slower search, so the guarded figures include it "
             "(the guard-only ones replay the answer). "
-            "Fewer --queries/--rounds, or more points per source (--points, --sources), keep it from "
-            "running out")
+            "It cannot run out while --queries x --limit stays below every source's cap (more --points "
+            "or fewer --sources raise the caps; --rounds replays the same queries and changes nothing), "
+            "or with a reader of the owner boundary, or with diversity mode = \"monitor\"")
     return checks
 
 
@@ -604,7 +605,8 @@ def measure_overhead(
         for unused in (budget_unused_note(pol, labels), distillation_unused_note(pol)):
             if unused is not None:
                 notes.append(unused)
-        runout = budget_runout_forecast(pol, labels, reader_b, points=points, queries=queries, limit=limit)
+        runout = budget_runout_forecast(pol, labels, reader_b, points=points, queries=queries, limit=limit,
+                                        named=len(source_values))
         if runout is not None and progress:
             print(f"qdrant-guard bench: note: {runout}", file=sys.stderr, flush=True)
         bed = _Bed(client, reader, name, raw_name, writer_label, reader_label, pol, rounds, seed, progress)

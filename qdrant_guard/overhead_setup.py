@@ -162,16 +162,23 @@ def distillation_unused_note(pol: CollectionPolicy) -> str | None:
 
 
 def budget_runout_forecast(pol: CollectionPolicy, labels: Sequence[str], reader: str | None, *, points: int,
-                           queries: int, limit: int) -> str | None:
-    """A warning, before anything is timed, when the reader's extraction budget cannot hold what the
-    run's queries read, or None.
+                           queries: int, limit: int, named: int = 0) -> str | None:
+    """A warning, before anything is timed, when the reader's extraction budget can run out for
+    one of the run's sources, or None. ``named``: how many of ``labels`` ``--source`` gave.
 
-    Each of the ``queries`` distinct top-``limit`` queries can admit ``limit`` new points, every
-    round the same ones; a source runs out after ``floor(max_source_coverage * size)`` of them
-    (``budget.cap_for``). Once one has, every later read goes out with a filter excluding it, which
-    local mode evaluates point by point: a run of the defaults under a budget on every source took
-    over 15 minutes instead of seconds, with nothing said until the end.
+    One spent source is enough: once the points a reader holds of one source reach its cap
+    (``ExtractionBudget.cap_for`` of the source's size), every later guarded read goes out with a
+    filter excluding it, which local mode evaluates point by point (runs of minutes instead of
+    seconds, with nothing said until the end). Until then reads go out
+    unchanged, so each of the ``queries`` distinct queries returns the same top-``limit`` points in
+    every round, warm-up, recording and replay: the run reads at most ``queries * limit`` distinct
+    points, of any one source no more than its size. The forecast warns when that bound reaches
+    the cap of one budgeted source; it is a bound, not an estimate, because random queries return
+    some points far more often than others, so the mean per source says little.
     """
+    from .budget import ExtractionBudget
+    from .budget_memory import MemoryBudgetStore
+
     div = pol.diversity
     coverage = div.max_source_coverage
     if not div.enabled or div.mode == "monitor" or coverage is None or reader == pol.owner or pol.is_public:
@@ -180,25 +187,51 @@ def budget_runout_forecast(pol: CollectionPolicy, labels: Sequence[str], reader:
     budgeted = [k for k, s in enumerate(labels) if not div.restricted_sources or s in div.restricted_sources]
     if not budgeted:
         return None
-
-    def capacity(n_points: int) -> int:
-        return sum(int((n_points // n + int(k < n_points % n)) * coverage) for k in budgeted)
-
-    reads = queries * min(limit, points)
-    if reads <= capacity(points):
+    cap_for = ExtractionBudget(MemoryBudgetStore()).cap_for
+    per_read = min(limit, points)
+    reads = queries * per_read
+    sizes = {k: points // n + int(k < points % n) for k in budgeted}
+    risky = [k for k in budgeted if min(sizes[k], reads) >= cap_for(sizes[k], coverage)]
+    if not risky:
         return None
-    fit = max(1, capacity(points) // min(limit, points))
-    need = math.ceil(queries * limit * n / (len(budgeted) * coverage))
-    while capacity(need) < queries * limit:  # the floor per source
-        need += n
-    return (f"the reader's extraction budget (max_source_coverage {coverage} of "
-            f"{'each source' if not div.restricted_sources else 'each restricted source'}) admits about "
-            f"{capacity(points)} of the run's {points} points, and its {queries} queries read up to {reads}: expect "
-            "it to run out early; every guarded read after that goes out with a filter excluding the spent "
-            "sources, which local mode evaluates point by point, so the run can take many minutes instead of "
-            f"seconds and its guarded figures time a principal whose budget has run out. --queries {fit} or fewer, "
-            f"or --points {need} or more, make it run out later, if at all (random queries return some points "
-            "far more often than others)")
+    k = min(risky, key=lambda j: (cap_for(sizes[j], coverage), j))
+    cap = cap_for(sizes[k], coverage)
+    which = "each source" if not div.restricted_sources else "each restricted source"
+    head = (f"the reader's extraction budget (max_source_coverage {coverage} of {which}) can run out in this run: "
+            f"source {labels[k]!r} holds {sizes[k]} point(s), a cap of {cap}, and the run's {queries} distinct "
+            f"top-{per_read} queries (the same ones every round) can read up to {min(sizes[k], reads)} of them "
+            "(a bound: random queries return some points far more often than others). Once one source reaches "
+            "its cap, every later guarded read goes out with a filter excluding it, which local mode evaluates "
+            "point by point, so the run can take many minutes instead of seconds and its guarded figures time a "
+            "reader whose budget has run out")
+    fixes = []
+    min_cap = min(cap_for(sizes[j], coverage) for j in budgeted)
+    if min_cap > per_read:
+        fixes.append(f"--queries {(min_cap - 1) // per_read} or fewer")
+    elif min_cap > 1:
+        fixes.append(f"--queries Q --limit L with Q x L below {min_cap} (no --queries value alone: one "
+                     f"top-{per_read} query can read {per_read} points of one source)")
+    if coverage > 0:
+        # The smallest source size whose cap exceeds every point the run can read.
+        least = max(1, math.ceil((reads + 1) / coverage) - 1)
+        while cap_for(least, coverage) <= reads:
+            least += 1
+        if max(1, named) <= points // least < n:
+            fixes.append(f"--sources {points // least} or fewer (each source then holds {least} points or more)")
+        # With --sources given: below 1,000 points the default number of sources grows with --points.
+        fixes.append(f"--points {(least - 1) * n + max(budgeted) + 1} or more with --sources {n} (each budgeted "
+                     f"source then holds {least} points or more: a longer upsert phase)")
+    if fixes:
+        advice = "To keep every source under its cap: " + ", or ".join(fixes) + ". Or measure without the run-out"
+    else:
+        advice = (f"No --queries, --limit, --sources or --points value prevents it: coverage {coverage} admits no "
+                  "point of any source, so each is excluded from the first read. Measure without the run-out")
+    owner = (f"--read-credential of a principal of the owner boundary {pol.owner!r} (its reads are never charged, "
+             f"so the budget is not in the figures) or --throwaway-credentials --read-boundary {pol.owner}, "
+             if pol.owner else "")
+    return (f"{head}. {advice}: {owner}a copy of the policy with diversity mode = \"monitor\" for this collection "
+            "(reads are charged and logged, nothing is withheld or excluded), or --url a Qdrant server, "
+            "which evaluates the excluding filter with its indexes")
 
 
 def restricted_source_notes(pol: CollectionPolicy, labels: Sequence[str], writer: str | None, reader: str | None,
