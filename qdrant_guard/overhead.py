@@ -272,6 +272,16 @@ class _Bed:
     raw_sample: list[Any] = field(default_factory=list)  # one raw read's answer, after the clock
 
 
+def _record(replays: list[Replay], progress: bool, phase: str) -> None:
+    """Record every replay (untimed) under a bar of its own: once a budget has run out this takes
+    minutes, during which the previous phase's bar used to stand still."""
+    from .progress import progress_iter
+
+    for r in progress_iter(replays, total=len(replays), enabled=progress,
+                           desc=f"{phase}: recording {len(replays)} replay(s), untimed"):
+        r.record()
+
+
 def _time_upserts(bed: _Bed, *, points: int, dim: int, batch: int,
                   labels: list[str]) -> tuple[dict[str, np.ndarray], list[Replay]]:
     """Interleaved raw / guarded / guard-only upserts of the same batches (which fill ``bed.name``)."""
@@ -290,8 +300,7 @@ def _time_upserts(bed: _Bed, *, points: int, dim: int, batch: int,
     try:
         client.upsert(bed.name, points=batches[0])
         replays = [Replay(client, "upsert", (bed.name, b), {}) for b in batches]
-        for r in replays:
-            r.record()
+        _record(replays, bed.progress, "bench upsert")
         return interleaved({
             "raw": lambda b: RawClient.upsert(client, bed.raw_name, points=batches[b]),
             "guarded": lambda b: client.upsert(bed.name, points=batches[b]),
@@ -323,8 +332,7 @@ def _time_queries(bed: _Bed, *, points: int, dim: int, queries: int, limit: int,
     try:
         reader.query_points(name, **kw[0])
         replays = [Replay(reader, "query_points", (name,), kw[i]) for i in range(queries)]
-        for r in replays:
-            r.record()
+        _record(replays, bed.progress, "bench query")
         timed = interleaved({
             "raw": raw_query,
             "guarded": guarded_query,

@@ -111,3 +111,13 @@ def test_the_advice_followed_in_a_real_bench_does_not_run_out(
         assert not ran_out and checks["stored_points"] == advised_shape["points"], advised_shape
         assert "run out" not in capsys.readouterr().err, advised_shape
 
+
+def test_the_query_replays_are_recorded_under_a_progress_bar_of_their_own(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("tqdm")
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY)
+    _bench(policy, points=40, queries=2, limit=3)
+    err = capsys.readouterr().err
+    recording, timed = err.find("bench query: recording 2 replay(s), untimed"), err.find("bench query (1 warm-up")
+    assert 0 <= recording < timed, err[-2000:]
