@@ -219,8 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "Figures depend on the machine. The defaults take about 10 s on a 2-core machine, but "
                     "minutes when the reader's extraction budget (max_source_coverage) runs out for any "
                     "source, since every later read carries a filter excluding it that local mode checks "
-                    "point by point (the run warns before it starts; lower --queries and --rounds shorten "
-                    "it). README.md, 'Benchmark your own policy', describes the output and the --json fields.")
+                    "point by point (the run warns before it starts and names the --queries, --limit, --sources "
+                    "or --points values that keep every source under its cap, or an owner-boundary reader). README.md, 'Benchmark your own policy', describes the output and the --json fields.")
     bn.add_argument("--policy", required=True, help="your policy file (TOML)")
     bn.add_argument("--collection", required=True, help="the collection whose policy is measured (listed in --policy)")
     bn.add_argument("--credential", metavar="TOKEN_OR_FILE",

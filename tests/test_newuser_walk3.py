@@ -17,7 +17,7 @@ def test_bench_help_says_a_spent_extraction_budget_takes_minutes_not_seconds(cap
     # the defaults went on for over five minutes with no hint why, and --queries 20 ran out too.
     text = _help(capsys, ["bench"])
     assert "The defaults take about 10 s on a 2-core machine, but minutes when the reader's extraction budget (max_source_coverage) runs out for any source" in text
-    assert "lower --queries and --rounds shorten it" in text
+    assert "names the --queries, --limit, --sources or --points values that keep every source under its cap" in text
     assert "each read charges up to --limit points to the reader's extraction budget" in text
 
 

@@ -137,11 +137,11 @@ def test_bench_says_before_the_run_that_the_budget_will_run_out_and_what_avoids_
         project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, err = _bench(capsys, "--points", "40", "--queries", "3")
     before = err.split("bench upsert")[0]  # said before anything is timed
-    assert "admits about 10 of the run's 40 points, and its 3 queries read up to 30: expect it to run out" in before
-    assert "--queries 1 or fewer, or --points 120 or more" in before
+    assert "holds 20 point(s), a cap of 5" in before and "can read up to 20 of them" in before
+    assert "Q x L below 5" in before and "--points 248 or more with --sources 2" in before
     assert "ran out for some sources during the run" in out  # and it did
-    out, err = _bench(capsys, "--points", "120", "--queries", "3")
-    assert "expect it to run out" not in err
+    out, err = _bench(capsys, "--points", "248", "--sources", "2", "--queries", "3")
+    assert "can run out" not in err and "ran out" not in out
 
 
 def test_bench_progress_counts_calls_warm_up_included(capsys: pytest.CaptureFixture[str]) -> None:
