@@ -4,6 +4,7 @@ values a writer's scope remembers.
 """
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -56,8 +57,58 @@ _KEY_PASSWORD = -1
 # larger one has 20+ digits, which no rule finds in a run of digits (hex wants 24+ that spell
 # ASCII, which the 53 bits of a float cannot choose).
 _EXACT_FLOAT = 1e19
-# A value's double quotes and backslashes as apostrophes and slashes, for its quoted reading (value()).
+# A value's double quotes and backslashes as apostrophes and slashes, for its quoted reading (value_findings).
 _UNQUOTE = str.maketrans('"\\', "'/")
+# What JSON escapes in a string (ensure_ascii off): a quote, a backslash, a control character.
+_JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
+
+
+def stored_findings(name: str, value: str) -> list[_detect.Finding]:
+    """The detector's findings in ``value`` as the JSON stored or sent writes it after its key
+    (``name: "<value escaped>"``), in the value's offsets (a finding is widened to the characters
+    whose escapes it touches); [] when JSON escapes nothing in it. The neutral readings miss some:
+    a secret behind an escaped quote or a control character ('\\\\"a8f3...', '\\na8f3...') the
+    detector finds only beside its escape."""
+    if not _JSON_ESCAPED.search(value):
+        return []
+    out: list[str] = []
+    index: list[int] = []  # for each character of the escaped text, the value's index it spells
+    at = 0
+    for m in _JSON_ESCAPED.finditer(value):
+        i = m.start()
+        out.append(value[at:i])
+        index.extend(range(at, i))
+        esc = json.dumps(m.group(), ensure_ascii=False)[1:-1]
+        out.append(esc)
+        index.extend([i] * len(esc))
+        at = i + 1
+    out.append(value[at:])
+    index.extend(range(at, len(value)))
+    h, n = len(name) + 3, len(index)
+    return [_detect.Finding(f.type, index[max(f.start - h, 0)], index[min(f.end - h, n) - 1] + 1, f.validator,
+                            f.category)
+            for f in _detect.find_sensitive(f'{name}: "{"".join(out)}"') if f.end > h and f.start < h + n]
+
+
+def value_findings(name: str, value: str) -> list[_detect.Finding]:
+    """The detector's findings in ``value`` read as JSON assigns it after its key ``name``, in the
+    value's offsets: the detector finds a generic secret only next to a secret-like name
+    ("api_key: ..."). A quote or backslash inside would end or escape the quoted form early, so
+    such a value is given bare; bare, one that opens with a quote reads as a quote never closed
+    ('api_key: "a8f3...'), so it is read quoted too, each quote and backslash as one neutral
+    character; then as the JSON stored or sent escapes it (:func:`stored_findings`)."""
+    quote = '' if '"' in value or "\\" in value else '"'
+    head = f"{name}: {quote}"
+    n, h = len(value), len(head)
+    found = [f for f in _detect.find_sensitive(f"{head}{value}{quote}") if f.end > h and f.start < h + n]
+    if not found and '"' in value:
+        h = len(name) + 3
+        found = [f for f in _detect.find_sensitive(f'{name}: "{value.translate(_UNQUOTE)}"')
+                 if f.end > h and f.start < h + n]
+    if found:
+        return [_detect.Finding(f.type, max(f.start - h, 0), min(f.end - h, n), f.validator, f.category)
+                for f in found]
+    return stored_findings(name, value)
 
 
 # A name field and a value field of one object (Kubernetes env lists, AWS tags): the value is read
@@ -282,37 +333,28 @@ class _FieldScreen:
                                     inference=self.inference, query=self.query), redacted
 
     def value(self, value: str, key: Any, at: str) -> str:
-        # The value is read as JSON assigns it, after its key: the detector finds a generic secret
-        # only next to a secret-like name ("api_key: ..."). A quote or backslash inside would end or
-        # escape the quoted form early, so such a value is given bare.
+        # The value is read as JSON assigns it, after its key (value_findings).
         name = key if isinstance(key, str) else str(key)
         pair = (name, value)
         if pair in self.clean_values:
             return value
-        quote = '' if '"' in value or "\\" in value else '"'
-        head = f"{name}: {quote}"
-        n, h = len(value), len(head)
+        n = h = len(value)
         why = ""
-        found = [f for f in _detect.find_sensitive(f"{head}{value}{quote}") if f.end > h and f.start < h + n]
-        if not found and '"' in value:
-            # Bare, a value that opens with a quote reads as a quoted value never closed
-            # ('api_key: "a8f3...'), where the detector finds no secret, though it finds one in the
-            # JSON stored ('"api_key": "\"a8f3..."'). Read it quoted too, each quote and backslash
-            # as one neutral character (the offsets stay the value's).
-            h = len(name) + 3
-            found = [f for f in _detect.find_sensitive(f'{name}: "{value.translate(_UNQUOTE)}"')
-                     if f.end > h and f.start < h + n]
+        found = [_detect.Finding(f.type, f.start + h, f.end + h, f.validator, f.category)
+                 for f in value_findings(name, value)]  # shifted past a head, as the clip below wants
         if found and no_card(name, value, f"{self.under}.{at}"):
             found = [f for f in found if f.type != "CREDIT_CARD"]
-        if not found:
-            if self.password_key(name) and not _placeholder(value) and not _working_directory(name, value):
-                found = [password_finding(h, h + n)]
-                why = password_name_why(name)
-            else:
-                # Not under a key with a finding (PII stays in a key on payload_fields = "credentials"):
-                # nothing found stays in memory past its call.
-                self.remember_pair(name, value)
-                return value
+        if (not any(f.category == "CREDENTIAL" for f in found) and self.password_key(name)
+                and not _placeholder(value) and not _working_directory(name, value)):
+            # A password whatever else the detector reads in it: one shaped as an SSN, a card
+            # number or an e-mail was that PII only, stored as given on payload_fields = "credentials".
+            found = [password_finding(h, h + n)]
+            why = password_name_why(name)
+        elif not found:
+            # Not under a key with a finding (PII stays in a key on payload_fields = "credentials"):
+            # nothing found stays in memory past its call.
+            self.remember_pair(name, value)
+            return value
         self.found += 1
         # Offsets back into the value (a finding that began in the key is clipped to the value).
         findings = [_detect.Finding(f.type, max(f.start - h, 0), min(f.end - h, n), f.validator, f.category)

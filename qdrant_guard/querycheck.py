@@ -17,7 +17,7 @@ from .receipts import RECEIPT_KEY
 from .sentmodels import UncheckedForm
 from .sources import path_head
 from .textguard import EmbedderError, TextOps
-from .field_screen import _UNQUOTE, _number_text, no_card
+from .field_screen import _number_text, no_card, value_findings
 from .password_names import password_finding, password_name_why, password_value
 from .inference import screen_inference
 from .utility import embedder_model_name, same_model
@@ -573,17 +573,16 @@ class QueryChecks(TextOps):
                 at = f"{where}.match.{field_name.rstrip('_')}" + (f"[{i}]" if isinstance(value, list) else "")
                 text = str(item)
                 self._filter_structure(op, name, pol, at, text, details, full_text=type(match) in _FULL_TEXT)
-                findings = _detect.find_sensitive(f"{key}: {text}")
-                if not findings and '"' in text:
-                    # As the payload screen reads a value: one that opens with a quote reads bare as
-                    # a quote never closed, where the detector finds no secret (field_screen.value).
-                    findings = _detect.find_sensitive(f'{key}: "{text.translate(_UNQUOTE)}"')
+                # Read bare first (what a finding in the key charges to the match), then as the payload
+                # screen reads a value: bare alone, an apostrophe or a quote before a secret opened a
+                # quote never closed and the secret passed.
+                findings = _detect.find_sensitive(f"{key}: {text}") or value_findings(key, text)
                 if findings and no_card(key, text):
                     # As in a payload: a barcode or a media id under a name for one is no card.
                     findings = [f for f in findings if f.type != "CREDIT_CARD"]
-                if not findings and password_value(key, text):
+                if not any(f.category == "CREDENTIAL" for f in findings) and password_value(key, text):
                     # As in a payload: a filter that names a password field carries a password, and
-                    # matching it asks whether a point holds that password.
+                    # matching it asks whether a point holds that password (an SSN-shaped one too).
                     findings = [password_finding(0, len(text))]
                 if findings:
                     why = password_name_why(key, "match") if findings[0].validator == "password-name" else ""
