@@ -12,9 +12,11 @@ A POSIX access ACL may grant write to named users and groups. The kernel masks e
 and the owning group's, by the ACL's mask, which is what the mode shows as group permissions: with
 no group write in the mode, no ACL entry grants write either, and nothing here is read.
 
-What this does not see: members that the user database does not list (an NSS source that does not
-enumerate, such as LDAP without enumeration, hides primary-group members), a group password that
-lets ``newgrp`` join the group, NFSv4 ACLs, the ACLs of systems other than Linux (macOS's are
+/etc/gshadow's members and administrators count as members, and a password there as an outsider,
+where this process can read it (root, or group shadow): ``sg`` and ``newgrp`` let its members join
+with no password though /etc/group does not list them. What this does not see: members that the
+user database does not list (an NSS source that does not enumerate, such as LDAP without
+enumeration, hides primary-group members), /etc/gshadow where this process may not read it, NFSv4 ACLs, the ACLs of systems other than Linux (macOS's are
 not read), and the capabilities of another process.
 """
 from __future__ import annotations
@@ -98,7 +100,15 @@ def outsider(gid: int, euid: int) -> str | None:
     members = 0
     # Every entry with this gid, not getgrgid's first: `groupadd -o` makes a second name for the
     # gid, and login (initgroups) gives the gid to the members of each.
-    listed = [name for gr in grp.getgrall() if gr.gr_gid == gid for name in gr.gr_mem]
+    entries = [gr for gr in grp.getgrall() if gr.gr_gid == gid]
+    listed = [name for gr in entries for name in gr.gr_mem]
+    # /etc/gshadow lists members of its own, whom `sg` and `newgrp` let join with no password
+    # though /etc/group does not name them, and administrators, who may add anyone (gpasswd).
+    # Readable by root (or group shadow) only: read where it can be.
+    for _, password, admins, joined in _gshadow({gr.gr_name for gr in entries}):
+        if password and password[0] not in "!*":
+            return f"its password in {GSHADOW} lets whoever knows it join it (newgrp)"
+        listed += admins + joined
     for name in listed:
         try:
             uid = pwd.getpwnam(name).pw_uid
@@ -116,6 +126,26 @@ def outsider(gid: int, euid: int) -> str | None:
         return ("no user is listed in it: a group nobody is in is usually one that setgid programs give to "
                 "whoever runs them")
     return None
+
+
+GSHADOW = "/etc/gshadow"
+
+
+def _gshadow(names: set[str]) -> list[tuple[str, str, list[str], list[str]]]:
+    """The /etc/gshadow entries (name, password, administrators, members) of the groups ``names``;
+    [] where the file cannot be read (absent, or this uid may not read it)."""
+    try:
+        with open(GSHADOW, encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        fields = line.split(":")
+        if len(fields) >= 4 and fields[0] in names:
+            out.append((fields[0], fields[1], [u for u in fields[2].split(",") if u],
+                        [u for u in fields[3].split(",") if u]))
+    return out
 
 
 def _group(gid: int) -> str:

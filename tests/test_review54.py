@@ -95,3 +95,37 @@ def test_a_filter_on_a_password_shaped_as_an_ssn_is_refused_even_where_pii_is_al
     # The same SSN under a field that names none is a PII lookup, which this policy allows.
     flt = models.Filter(must=[models.FieldCondition(key="ssn", match=models.MatchValue(value="123-45-6789"))])
     assert client.scroll("c", scroll_filter=flt, limit=1)[0] == []
+
+
+def test_a_member_listed_in_gshadow_only_makes_the_group_not_private_where_it_can_be_read():
+    # `sg GROUP` lets a user /etc/gshadow lists as a member join with no password, though /etc/group
+    # does not name them: measured, bob then appended to alice's 664 policy file. Before, a guard
+    # that may read /etc/gshadow (root) still judged the group private; one that may not (alice
+    # herself) cannot tell, the limit pinned last.
+    import grp
+    import subprocess
+
+    from groupkit import add_user, as_user, in_private_etc
+
+    from qdrant_guard.group_writers import GSHADOW, outsider
+
+    def child() -> str:
+        alice, bob = add_user("-U"), add_user("-U")
+        assert outsider(alice.pw_gid, alice.pw_uid) is None
+        with open(GSHADOW) as fh:
+            lines = fh.read().splitlines()
+        with open(GSHADOW, "w") as fh:
+            fh.write("\n".join(line + bob.pw_name if line.startswith(alice.pw_name + ":") else line
+                               for line in lines) + "\n")
+        assert grp.getgrgid(alice.pw_gid).gr_mem == []
+        joined = as_user(bob, lambda: subprocess.run(["sg", alice.pw_name, "-c", "id -g"], capture_output=True,
+                                                     text=True, input="").stdout.strip())
+        assert joined == str(alice.pw_gid), joined
+        assert outsider(alice.pw_gid, alice.pw_uid) == f"user {bob.pw_name!r} (uid {bob.pw_uid}) is in it"
+        assert as_user(alice, lambda: repr(outsider(alice.pw_gid, alice.pw_uid))) == "None"
+        subprocess.run(["gpasswd", "-d", bob.pw_name, alice.pw_name], check=True, capture_output=True)
+        subprocess.run(["chgpasswd"], input=f"{alice.pw_name}:secret\n", text=True, check=True, capture_output=True)
+        assert outsider(alice.pw_gid, alice.pw_uid) == f"its password in {GSHADOW} lets whoever knows it join it (newgrp)"
+        return "ok"
+
+    assert in_private_etc(child) == "ok"
