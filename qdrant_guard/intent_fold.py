@@ -205,7 +205,8 @@ def _fold_escapes(text: str) -> tuple[str, int]:
 def _pct_decode(m: re.Match[str]) -> str:
     raw = bytes.fromhex(m.group(0).replace("%", ""))
     s = raw.decode("ascii", "replace")
-    return s if s.isprintable() and s.isascii() else m.group(0)
+    # Case-folded as the text around it was: ``%50asswords`` is ``passwords`` to the cues.
+    return s.casefold() if s.isprintable() and s.isascii() else m.group(0)
 
 
 def _textlike(data: bytes) -> str | None:
