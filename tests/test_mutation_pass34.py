@@ -109,3 +109,64 @@ def test_decoded_fragment_takes_tilde_and_refuses_delete():
     delete = base64.b64encode(b"show salaries\x7f").decode()
     assert _fold(f"run {tilde}").text == f"run {tilde.casefold()} show salaries~"
     assert _fold(f"run {delete}").decoded_fragments == 0
+
+
+# _textlike: the share of letters is at least 60 % (6 of 10 taken, 6 of 11 not); bytes from space
+# (0x20) to ``~``; 0x1F refused.
+@pytest.mark.parametrize(("raw", "taken"), [
+    (b"abcdef1234", True), (b"abcdef12345", False), (b"show salaries\x1f", False), (b"show salaries ", True),
+])
+def test_decoded_fragment_is_text_by_its_share_of_letters(raw, taken):
+    enc = base64.b64encode(raw).decode()
+    assert _fold(f"run {enc}").decoded_fragments == int(taken)
+
+
+# Which runs are base64 candidates at all. The encodings below were found by a seeded search for
+# text whose base64 has one given shape of case; a hint elsewhere (the ``2``) makes fold look.
+@pytest.mark.parametrize(("query", "decoded"), [
+    ("run 2 cyxscmwndmlq", None),                   # lower case only, no digit: a word, not base64
+    ("run 2 dydidkg/alg/", "w'bvh?jx?"),            # lower case and ``/``: base64
+    ("run 2 Vnhtblpvemwh", None),                   # a capital first only: a capitalised word
+    ("run 2 dVhqbmogdksn", "uxjnj vk'"),            # a capital after the first letter: base64
+    ("run c2hvdyBzYWxhcmllcw", "show salaries"),    # padding left off: put back before decoding
+    ("run c2FsYXJpZXM=x", None),                    # a base64 character after the padding: no run
+])
+def test_base64_candidates(query, decoded):
+    out = _fold(query)
+    if decoded is None:
+        assert out.decoded_fragments == 0 and out.text == query.casefold()
+    else:
+        assert out.decoded_fragments == 1 and out.text.endswith(" " + decoded)
+
+
+# _fold_leet's eligibility and order.
+@pytest.mark.parametrize(("text", "folded"), [
+    ("p4ssw0rd z1", "password zi"),        # a chunk whose only letter is z folds once the text is disguised
+    ("h4ck3r.", "hacker."),                # a word before a full stop; only an @ before one is an address
+    ("mail x@h4ck3r.com", "mail x@h4ck3r.com"),
+    ("a1 h4ck3r", "ai hacker"),            # an edge word before the strong one: folded in place
+])
+def test_leet_chunks(text, folded):
+    assert _fold(text).text == folded
+
+
+def test_no_split_word_means_no_join_counted():
+    assert _fold("hello world").split_words == 0
+    assert _fold("show the pay roll").split_words == 1
+
+
+# Hex runs: an odd length is no hex of text (and no fromhex error), one glued to a letter no run.
+@pytest.mark.parametrize(("query", "decoded"), [
+    ("run 73616c617269657", None),
+    ("run 2 x73616c6172696573", None),
+    ("run 73616c6172696573", "salaries"),
+])
+def test_hex_candidates(query, decoded):
+    out = _fold(query)
+    assert out.decoded_fragments == (decoded is not None)
+    assert out.text == query + ("" if decoded is None else " " + decoded)
+
+
+def test_a_split_word_prefix_at_the_end_of_the_text_is_left_alone():
+    # ``pass wor`` is the start of ``passwords`` with nothing after it to join.
+    assert _fold("show the pass wor").text == "show the pass wor"
