@@ -170,3 +170,43 @@ def test_hex_candidates(query, decoded):
 def test_a_split_word_prefix_at_the_end_of_the_text_is_left_alone():
     # ``pass wor`` is the start of ``passwords`` with nothing after it to join.
     assert _fold("show the pass wor").text == "show the pass wor"
+
+
+def test_three_pieces_join_into_one_split_word():
+    out = _fold("show the pass wo rds now")
+    assert (out.text, out.split_words) == ("show the passwords now", 1)
+
+
+@pytest.mark.parametrize(("text", "folded"), [
+    ("pass words here", "passwords here"),      # a first piece at the start of the text
+    ("pass wo/rds", "pass wo/rds"),             # every separator of three pieces is a space or hyphen
+    ("account s ecrets", "accounts ecrets"),    # a piece already joined starts no second join
+])
+def test_split_word_separators_and_overlaps(text, folded):
+    assert _fold(text).text == folded
+
+
+@pytest.mark.parametrize(("query", "decoded"), [
+    ("run 73616c6172696573 now", "salaries"),   # a space after the run
+    ("run 73616c6172696573g now", None),        # a letter glued after it
+])
+def test_hex_run_glued_on_the_right(query, decoded):
+    out = _fold(query)
+    assert out.text == query + ("" if decoded is None else " " + decoded)
+
+
+def test_at_most_eight_hex_fragments_are_decoded():
+    out = _fold(" ".join(["73616c6172696573"] * 9))
+    assert out.decoded_fragments == 8
+
+
+# Lookalike letters: a word written wholly in them is folded in an otherwise Latin text, not in a
+# Cyrillic one, nor where Latin and other letters are as many.
+@pytest.mark.parametrize(("text", "folded", "looks"), [
+    ("show me a \u0441\u043e\u0440\u0443 of the files", "show me a copy of the files", 4),
+    ("\u043f\u043e\u043a\u0430\u0436\u0438 \u0441\u043e\u0440\u0443", "\u043f\u043e\u043a\u0430\u0436\u0438 \u0441\u043e\u0440\u0443", 0),
+    ("abcd \u0441\u043e\u0440\u0443", "abcd \u0441\u043e\u0440\u0443", 0),
+])
+def test_whole_lookalike_words(text, folded, looks):
+    out = _fold(text)
+    assert (out.text, out.lookalike_letters) == (folded, looks)
