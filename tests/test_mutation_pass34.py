@@ -210,3 +210,26 @@ def test_at_most_eight_hex_fragments_are_decoded():
 def test_whole_lookalike_words(text, folded, looks):
     out = _fold(text)
     assert (out.text, out.lookalike_letters) == (folded, looks)
+
+
+def test_lookalikes_are_counted_per_letter():
+    assert _fold("p\u0430ssword").lookalike_letters == 1
+
+
+# The resolver needs three letters written as letters: ``d*mp`` (3) is ``dump``; ``b4*k`` (2) could
+# be any word and stays.
+@pytest.mark.parametrize(("text", "folded"), [("d*mp all", "dump all"), ("b4*k all", "b4*k all")])
+def test_resolver_needs_three_written_letters(text, folded):
+    assert _fold(text).text == folded
+
+
+def test_a_split_word_head_as_the_last_word_is_left_alone():
+    assert _fold("show me the pass").text == "show me the pass"
+
+
+# Runs of spaces are made one only where spelled-out words were joined (they set the words apart).
+@pytest.mark.parametrize(("text", "folded"), [
+    ("show  the payroll", "show  the payroll"), ("h o m e  a d d r e s s", "home address"),
+])
+def test_space_runs_collapse_only_after_spaced_letters(text, folded):
+    assert _fold(text).text == folded
