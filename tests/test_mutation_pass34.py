@@ -129,7 +129,7 @@ def test_decoded_fragment_is_text_by_its_share_of_letters(raw, taken):
     ("run 2 Vnhtblpvemwh", None),                   # a capital first only: a capitalised word
     ("run 2 dVhqbmogdksn", "uxjnj vk'"),            # a capital after the first letter: base64
     ("run c2hvdyBzYWxhcmllcw", "show salaries"),    # padding left off: put back before decoding
-    ("run c2FsYXJpZXM=x", None),                    # a base64 character after the padding: no run
+    ("run c2FsYXJpZXM=x now", None),                # a base64 character after the padding: no run
 ])
 def test_base64_candidates(query, decoded):
     out = _fold(query)
