@@ -233,3 +233,19 @@ def test_a_split_word_head_as_the_last_word_is_left_alone():
 ])
 def test_space_runs_collapse_only_after_spaced_letters(text, folded):
     assert _fold(text).text == folded
+
+
+# At most one masked character for every two written letters: ``t*k*ns`` (2 of 4) is ``tokens``;
+# ``l*g?n`` (2 of 3) stays.
+@pytest.mark.parametrize(("text", "folded"), [("t*k*ns", "tokens"), ("l*g?n", "l*g?n")])
+def test_resolver_masked_share(text, folded):
+    assert _fold(text).text == folded
+
+
+# A run of up to three masks stands for letters; four in a row are no disguise of one word.
+@pytest.mark.parametrize(("text", "folded"), [("show pass***rds", "show passwords"),
+                                              ("show pass****rds", "show pass****rds"),
+                                              ("show compe***ti0n", "show compensation"),
+                                              ("show compe****ti0n", "show compe****ti0n")])
+def test_resolver_mask_runs_of_three_at_most(text, folded):
+    assert _fold(text).text == folded
