@@ -191,11 +191,12 @@ def budget_runout_forecast(pol: CollectionPolicy, labels: Sequence[str], reader:
     per_read = min(limit, points)
     reads = queries * per_read
     sizes = {k: points // n + int(k < points % n) for k in budgeted}
-    risky = [k for k in budgeted if min(sizes[k], reads) >= cap_for(sizes[k], coverage)]
+    caps = {k: cap_for(sizes[k], coverage) for k in budgeted}
+    risky = [k for k in budgeted if min(sizes[k], reads) >= caps[k]]
     if not risky:
         return None
-    k = min(risky, key=lambda j: (cap_for(sizes[j], coverage), j))
-    cap = cap_for(sizes[k], coverage)
+    k = min(risky, key=lambda j: (caps[j], j))
+    cap = caps[k]
     which = "each source" if not div.restricted_sources else "each restricted source"
     head = (f"the reader's extraction budget (max_source_coverage {coverage} of {which}) can run out in this run: "
             f"source {labels[k]!r} holds {sizes[k]} point(s), a cap of {cap}, and the run's {queries} distinct "
@@ -205,7 +206,7 @@ def budget_runout_forecast(pol: CollectionPolicy, labels: Sequence[str], reader:
             "point by point, so the run can take many minutes instead of seconds and its guarded figures time a "
             "reader whose budget has run out")
     fixes = []
-    min_cap = min(cap_for(sizes[j], coverage) for j in budgeted)
+    min_cap = min(caps.values())
     if min_cap > per_read:
         fixes.append(f"--queries {(min_cap - 1) // per_read} or fewer")
     elif min_cap > 1:
