@@ -95,7 +95,7 @@ class CollectionPolicy(_Strict):
     PUBLIC collection the policy lists would send to inference (a ``models.Document``'s text and
     options anywhere in the query, an InferenceObject's strings, an Image's options; a credential
     in an Image's path or URL is refused either way): credentials there are refused
-    (CREDENTIAL_IN_TEXT) or redacted, and PII passes as given."""
+    (CREDENTIAL_IN_TEXT) or redacted; PII there follows ``allow_redaction_on_public``."""
     redact_pii: bool = True
     """Redact PII in text to typed placeholders ([SSN], [EMAIL], ...) before embedding and storage,
     and in query text (``query.redact_query_text``). ``false``: PII is embedded, stored and queried
@@ -124,9 +124,13 @@ class CollectionPolicy(_Strict):
     redact a string, for points stored around the guard."""
     allow_redaction_on_public: bool = False
     """On PUBLIC collections redact findings in writes instead of refusing them as mislabelled
-    (``true`` is refused on sensitive collections, which redact anyway). Queries are not
-    mislabelled by what they carry: their PII passes as given whatever this says, and their
-    credentials follow ``credentials_in_text``."""
+    (``true`` is refused on sensitive collections, which redact anyway). It also governs the PII
+    (SSN, e-mail, phone, card number, IBAN) in what a query on a PUBLIC collection the policy lists
+    would send to inference (a ``models.Document``'s text and options anywhere in the query, an
+    InferenceObject's strings, an Image's options): ``false`` refuses it (SENSITIVITY_MISMATCH;
+    inference would embed it as given), ``true`` sends it redacted (per ``redact_pii``). Their
+    credentials follow ``credentials_in_text``; a finding in an Image's path or URL or in a model
+    name is refused either way (neither can be redacted)."""
     payload_fields: Literal["text_field", "credentials", "all"] = "credentials"
     """Which strings of a stored payload, besides the ``text_field``, the detector screens on every
     write that stores payload (``upsert`` points and ``models.Batch`` payloads, ``upload_points``,

@@ -61,7 +61,7 @@ class InferenceScreen:
                  label: str, query: bool = False) -> None:
         self.fields = _FieldScreen(ops, op, name, pol, point_id, keep_pii, *ops.clean_memory(name))
         self.fields.inference = True
-        self.fields.query = self.query = query  # a query's input: on PUBLIC, credentials only
+        self.fields.query = self.query = query  # a query's input (how a PUBLIC refusal is worded)
         self.label = label  # what refusals call the input ("query (Document)")
         self.ops, self.op, self.name, self.pol, self.keep_pii = ops, op, name, pol, keep_pii
         self.point_ids = [] if point_id is None else [point_id]
@@ -119,16 +119,18 @@ class InferenceScreen:
         return value if screened == digits else screened
 
     def locator(self, image: Any, where: str) -> None:
-        """Refuse an Image's path or URL holding a finding: written to a PUBLIC collection any (the
-        collection is mislabelled), elsewhere and in queries a credential (PII in a locator is left,
-        as in the image). Never redacted: the redacted string would name another image, or none."""
+        """Refuse an Image's path or URL holding a finding: on a PUBLIC collection any (written, the
+        collection is mislabelled; in a query, inference would fetch it as given), elsewhere a
+        credential (PII in a locator is left, as in the image). Never redacted: the redacted string
+        would name another image, or none."""
         if is_pixels(image):
             return
         _refuse_finding(self.ops, self.op, self.name, self.pol, str.__str__(image), where, "Image",
                         "whose path or URL", "inference would fetch it as given (a locator cannot be redacted: "
                         "it would name another image). Pass the image as data (base64), or from a location "
                         "that needs no credential in its address", self.point_ids,
-                        mislabelled=self.pol.is_public and not self.query, remember=False)
+                        mislabelled=self.pol.is_public and not self.query,
+                        public_query=self.pol.is_public and self.query, remember=False)
 
 
 # Model names seen clean: names repeat across calls, so a plain Document costs one set lookup after
@@ -149,16 +151,18 @@ def _findings(text: str, remember: bool) -> tuple[str, tuple[str, ...], tuple[st
 
 
 def _refuse_finding(ops: Any, op: str, name: str, pol: CollectionPolicy, text: str, where: str, kind: str,
-                    whose: str, why: str, point_ids: list[Any], *, mislabelled: bool, remember: bool) -> None:
+                    whose: str, why: str, point_ids: list[Any], *, mislabelled: bool, remember: bool,
+                    public_query: bool = False) -> None:
     """Refuse a string inference reads as given (an Image's locator, an input's model name) holding
-    a finding: written to a PUBLIC collection (``mislabelled``) any, elsewhere and in queries a
-    credential (PII there is left, as in the input's text where the policy keeps it). Only model
+    a finding: written to a PUBLIC collection (``mislabelled``) any, SENSITIVITY_MISMATCH; in a
+    query on one (``public_query``) a credential as CREDENTIAL_IN_TEXT and PII as
+    SENSITIVITY_MISMATCH (inference would read it as given); elsewhere a credential (PII there is left, as in the input's text where the policy keeps it). Only model
     names are remembered clean (``remember``): a locator is data, and a process-wide memory of it
     would let one boundary time whether another sent it."""
     shown, creds, kinds = _findings(text, remember)
-    if not kinds or (not creds and not mislabelled):
+    if not kinds or (not creds and not mislabelled and not public_query):
         return
-    verdict = Verdict.SENSITIVITY_MISMATCH if mislabelled else Verdict.CREDENTIAL_IN_TEXT
+    verdict = Verdict.SENSITIVITY_MISMATCH if mislabelled or not creds else Verdict.CREDENTIAL_IN_TEXT
     raise ops.refuse(ops.decision(
         op, name, pol, verdict,
         f"{where} is a models.{kind} {whose} {shown!r} holds "
@@ -185,7 +189,8 @@ def _model_name(ops: Any, op: str, name: str, pol: CollectionPolicy, value: Any,
     _refuse_finding(ops, op, name, pol, str.__str__(model), f"{where}.model", kind, "whose model name",
                     "inference is sent the name as given (a model name cannot be redacted: it would name "
                     "another model). Name the model without it", [] if point_id is None else [point_id],
-                    mislabelled=pol.is_public and write, remember=True)
+                    mislabelled=pol.is_public and write,
+                    public_query=pol.is_public and not write, remember=True)
 
 
 def _depth(value: Any, at: str) -> None:
@@ -215,9 +220,9 @@ def screen_inference(ops: Any, op: str, name: str, pol: CollectionPolicy, value:
     checks, or embedded by the guard).
 
     Raises:
-        GuardRefusal: as :meth:`TextOps.screen_text` for a finding (SENSITIVITY_MISMATCH in writes to
-            PUBLIC collections, CREDENTIAL_IN_TEXT; a query, ``write=False``, on a PUBLIC collection
-            is screened for credentials only), or a locator's or model name's (:func:`_refuse_finding`).
+        GuardRefusal: as :meth:`TextOps.screen_text` for a finding (on PUBLIC collections any
+            finding, SENSITIVITY_MISMATCH, unless ``allow_redaction_on_public``; CREDENTIAL_IN_TEXT),
+            or a locator's or model name's (:func:`_refuse_finding`).
         UnsupportedWriteError / GuardRefusal (QUERY_REJECTED): an input nested past 64 levels, or
             whose model is no str.
     """

@@ -1,4 +1,4 @@
-"""Credentials in what a query on a PUBLIC collection would send to inference, screened first.
+"""What a query on a PUBLIC collection would send to inference, screened first.
 
 A PUBLIC collection's reads pass through the guard, but a query's ``models.Document`` (and an
 ``InferenceObject`` or ``Image``) is embedded by qdrant-client's inference: fastembed in local mode,
@@ -8,10 +8,13 @@ nested in a recommend, discover, context or nearest query, in prefetches, in eac
 ``query_batch_points`` request) is screened for credentials by the native detector, as a sensitive
 collection's query inputs are: a Document's text, the options of all three (a provider's key
 option passes), an InferenceObject's object, an Image's path or URL. A credential is refused
-(CREDENTIAL_IN_TEXT, audited, nothing sent) or, under ``credentials_in_text = "redact"``, redacted.
-Personal data passes as given: a question may name a person, and the collection holds public
-data. Raw vectors and point ids pass without a walk; collections left unlisted under
-``unlisted = "public"`` pass through unscreened.
+(CREDENTIAL_IN_TEXT, audited, nothing sent) or, under ``credentials_in_text = "redact"``, redacted;
+personal data is refused (SENSITIVITY_MISMATCH: inference would embed it as given, at a remote
+provider under Qdrant Cloud inference) or, under ``allow_redaction_on_public``, redacted, as in a
+write to the collection (issue 5: text with secrets or PII sent to a PUBLIC collection is refused
+unless the policy allows redaction there). A path or URL, or a model name, holding either is
+refused: neither can be redacted. Raw vectors and point ids pass without a walk; collections left
+unlisted under ``unlisted = "public"`` pass through unscreened.
 """
 from __future__ import annotations
 
@@ -56,8 +59,8 @@ def public_query_text(ops: Any, op: str, name: str, args: dict[str, Any], at: st
     def visit(value: Any, where: str) -> Any:
         new = value
         if isinstance(value, models.Document) and isinstance(value.text, str):
-            findings = _detect.find_sensitive(value.text)  # the redacted form only when a credential is there
-            if any(f.category == "CREDENTIAL" for f in findings):
+            findings = _detect.find_sensitive(value.text)  # the redacted form only when something is there
+            if findings:
                 text = ops.screen_text(op, name, pol, value.text, field=f"{where} (Document) text", inference=True,
                                        query=True, scanned=(_detect.replace_findings(value.text, findings), findings))
                 new = value.model_copy(update={"text": text})

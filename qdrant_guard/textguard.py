@@ -89,10 +89,10 @@ class TextOps(Dispatch):
         adds (what made a value a finding when the detector's types alone would not say).
         ``inference``: ``field`` is in what an inference input sends besides its text (a
         Document's options), which ``payload_fields`` does not govern. ``query``: ``text`` is what a
-        query sends to inference: on a PUBLIC collection only its credentials are screened (refused,
-        or redacted under ``credentials_in_text = "redact"``) and its PII passed as given, since a
-        finding in a question is no sign that the collection is mislabelled. ``at``: the place a
-        refusal's directive starts with (``point 5: vector 'a' (Document)``).
+        query sends to inference; on a PUBLIC collection it follows the writes' rule (any finding
+        refused, ``SENSITIVITY_MISMATCH``, unless ``allow_redaction_on_public``), with a refusal
+        worded for a query. ``at``: the place a refusal's directive starts with (``point 5: vector
+        'a' (Document)``).
         """
         if not isinstance(text, str):
             raise GuardArgumentTypeError(f"text must be str, not {type(text).__name__}")
@@ -101,12 +101,10 @@ class TextOps(Dispatch):
             return text
         kinds = sorted({f.type for f in findings})
         creds = [f for f in findings if f.category == "CREDENTIAL"]
-        public_query = query and pol.is_public
-        if public_query and not creds:
-            return text
         ids, lead = _named_points(point_ids)
         lead = f"{at}: {lead}" if at else lead
-        if pol.is_public and not pol.allow_redaction_on_public and not public_query:
+        mislabelled = pol.is_public and not pol.allow_redaction_on_public
+        if mislabelled and not query:
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.SENSITIVITY_MISMATCH,
                 f"{lead}{field or 'text'} sent to PUBLIC collection {name!r} contains {kinds}; the collection is "
@@ -118,7 +116,7 @@ class TextOps(Dispatch):
             ))
         if creds and pol.credentials_in_text == "refuse":
             # On PUBLIC collections "redact" is a policy error without allow_redaction_on_public.
-            also = " with allow_redaction_on_public = true" if pol.is_public and not pol.allow_redaction_on_public else ""
+            also = " with allow_redaction_on_public = true" if mislabelled else ""
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.CREDENTIAL_IN_TEXT,
                 f"{lead}{field or 'text'} contains credentials {sorted({f.type for f in creds})}; credentials are never "
@@ -126,7 +124,17 @@ class TextOps(Dispatch):
                 + f": remove them, or set credentials_in_text = \"redact\"{also}" + why,
                 point_ids=ids, details=_where({"findings": kinds}, field),
             ))
-        if public_query or keep_pii or not pol.redact_pii:
+        if mislabelled:
+            # A query on PUBLIC: its personal data would reach inference (a remote provider, for
+            # Qdrant Cloud inference) as given, and a question is not where public data comes from.
+            raise self.refuse(self.decision(
+                op, name, pol, Verdict.SENSITIVITY_MISMATCH,
+                f"{lead}{field or 'text'} of a query on PUBLIC collection {name!r} contains {kinds}, which "
+                "inference would embed as given: remove the data from the query, or set "
+                "allow_redaction_on_public = true to send it redacted" + why,
+                point_ids=ids, details=_where({"findings": kinds}, field),
+            ))
+        if keep_pii or not pol.redact_pii:
             # PII stays; only the credentials go (they are never kept).
             return _detect.replace_findings(text, creds) if creds else text
         return redacted

@@ -455,7 +455,8 @@ def test_on_a_public_collection_lookups_and_raw_handles_are_the_readmes_other_ex
     assert ("with these exceptions on PUBLIC collections: secrets or PII written as text there are refused as "
             "`SENSITIVITY_MISMATCH` unless the policy allows redaction there, a credential in what a query would "
             "send to inference (a `models.Document` anywhere in the query, its options) is refused as "
-            "`CREDENTIAL_IN_TEXT` unless `credentials_in_text = \"redact\"` (PII in it passes), a "
+            "`CREDENTIAL_IN_TEXT` unless `credentials_in_text = \"redact\"`, and PII there as `SENSITIVITY_MISMATCH` "
+            "unless the policy allows redaction there, a "
             "`lookup_from`/`with_lookup` into "
             "another collection is checked as a read of that one, and a guarded client refuses its raw handles "
             "(`client.http`, `grpc_*`) whatever the collection") in readme

@@ -1,11 +1,13 @@
-"""Credentials in what a query on a listed PUBLIC collection sends to inference.
+"""Credentials and PII in what a query on a listed PUBLIC collection sends to inference.
 
 PUBLIC queries passed through unscreened, their Documents too, and qdrant-client's inference
 (fastembed in local mode, Qdrant Cloud inference, which sends the text to the model's provider)
 embedded whatever credential a question carried. Now every inference input of a query on a PUBLIC
 collection the policy lists is screened for credentials before qdrant-client is called: refused
-(CREDENTIAL_IN_TEXT, audited) or redacted under ``credentials_in_text = "redact"``; PII passes as
-given, and collections unlisted under ``unlisted = "public"`` stay pass-through.
+(CREDENTIAL_IN_TEXT, audited) or redacted under ``credentials_in_text = "redact"``; PII is refused
+(SENSITIVITY_MISMATCH, issue 5: text with PII sent to a PUBLIC collection is refused unless the
+policy allows redaction there) or redacted under ``allow_redaction_on_public``; collections
+unlisted under ``unlisted = "public"`` stay pass-through.
 
 Real qdrant-client local mode. It has no fastembed here, so a query the guard lets through fails
 inside qdrant-client (its own ImportError); what reaches qdrant-client is recorded on the way in.
@@ -56,17 +58,21 @@ def _let_through(call):
         return exc
 
 
-def _refused(kit, cl, monkeypatch, call):
+PII = ("alice@example.com", "123-45-6789")
+
+
+def _refused(kit, cl, monkeypatch, call, verdict="CREDENTIAL_IN_TEXT"):
     sent = record_sent(monkeypatch, QUERIES)
     before = len(audit_records(kit))
     with pytest.raises(GuardRefusal) as ei:
         call()
     assert sent == []  # refused before qdrant-client (and its inference) saw the query
     entries = audit_records(kit)[before:]
-    assert [e["verdict"] for e in entries] == ["CREDENTIAL_IN_TEXT"]
+    assert [e["verdict"] for e in entries] == [verdict]
     assert entries[0]["collection"] == "pub" and entries[0]["op"] in QUERIES
-    assert AWS not in str(entries) and STRIPE not in str(entries) and AWS not in str(ei.value)
-    assert ei.value.verdict == "CREDENTIAL_IN_TEXT"
+    for secret in (AWS, STRIPE, *PII):
+        assert secret not in str(entries) and secret not in str(ei.value)
+    assert ei.value.verdict == verdict
     return ei.value.directive
 
 
@@ -130,13 +136,13 @@ def test_options_object_and_locators_are_screened_but_a_provider_key_passes(tmp_
     doc = _doc(options={"openai-api-key": STRIPE})
     _let_through(lambda: cl.query_points("pub", query=doc, limit=3))
     assert sent[0][1]["query"] == doc
-    # PII in a locator is no credential: the image is fetched as given, as qdrant-client would.
-    img = models.Image(image="https://x.example/alice@example.com.png", model="m")
-    _let_through(lambda: cl.query_points("pub", query=img, limit=3))
-    assert sent[-1][1]["query"] == img
+    # PII in a locator is refused too: inference would fetch it as given (it cannot be redacted).
+    img = models.Image(image="https://x.example/123-45-6789.png", model="m")
+    msg = _refused(kit, cl, monkeypatch, lambda: cl.query_points("pub", query=img, limit=3), "SENSITIVITY_MISMATCH")
+    assert msg.startswith("query is a models.Image whose path or URL") and "['SSN']" in msg
 
 
-def test_pii_passes_and_credentials_are_redacted_under_redact(tmp_path, monkeypatch):
+def test_pii_and_credentials_are_redacted_under_redact(tmp_path, monkeypatch):
     kit = make_kit(tmp_path)
     cl = _client(kit, {"allow_redaction_on_public": True, "credentials_in_text": "redact"})
     sent = record_sent(monkeypatch, ("query_points", "query_batch_points"), with_kwargs=True)
@@ -144,15 +150,35 @@ def test_pii_passes_and_credentials_are_redacted_under_redact(tmp_path, monkeypa
     _let_through(lambda: cl.query_points("pub", query=models.NearestQuery(nearest=_doc(text, options={
         "prompt": f"{STRIPE} alice@example.com"})), limit=3))
     nearest = sent[-1][1]["query"].nearest
-    assert nearest.text == "mail alice@example.com: why does [AWS_ACCESS_KEY] fail for 123-45-6789"
-    assert nearest.options == {"prompt": "[STRIPE_KEY] alice@example.com"}
+    assert nearest.text == "mail [EMAIL]: why does [AWS_ACCESS_KEY] fail for [SSN]"
+    assert nearest.options == {"prompt": "[STRIPE_KEY] [EMAIL]"}
     _let_through(lambda: cl.query_batch_points("pub", [models.QueryRequest(query=_doc(AWS))]))
     assert sent[-1][1]["requests"][0].query.text == "[AWS_ACCESS_KEY]"
-    # PII alone, allow_redaction_on_public or not, is sent as given (it marks no PUBLIC query as mislabelled).
-    (tmp_path / "b").mkdir()
-    plain = _client(make_kit(tmp_path / "b"))
-    _let_through(lambda: plain.query_points("pub", query=_doc("mail alice@example.com about 123-45-6789"), limit=3))
-    assert sent[-1][1]["query"].text == "mail alice@example.com about 123-45-6789"
+    # PII alone is sent redacted under allow_redaction_on_public, and as given under redact_pii = false.
+    _let_through(lambda: cl.query_points("pub", query=_doc("mail alice@example.com about 123-45-6789"), limit=3))
+    assert sent[-1][1]["query"].text == "mail [EMAIL] about [SSN]"
+    (tmp_path / "k").mkdir()
+    keep = _client(make_kit(tmp_path / "k"), {"allow_redaction_on_public": True, "redact_pii": False})
+    _let_through(lambda: keep.query_points("pub", query=_doc("mail alice@example.com"), limit=3))
+    assert sent[-1][1]["query"].text == "mail alice@example.com"
+
+
+@pytest.mark.parametrize("method", QUERIES)
+def test_pii_in_a_public_query_is_refused_without_allow_redaction_on_public(tmp_path, monkeypatch, method):
+    # Issue 5: text with PII sent to a PUBLIC collection is refused unless the policy allows
+    # redaction there; a query's Document text goes to inference (a remote provider under Qdrant
+    # Cloud inference) as given.
+    kit = make_kit(tmp_path)
+    cl = _client(kit)
+    for query in (_doc("why was 123-45-6789 rejected"),
+                  models.NearestQuery(nearest=_doc("mail alice@example.com")),
+                  _doc(options={"prompt": "alice@example.com"})):
+        msg = _refused(kit, cl, monkeypatch, lambda: _query(cl, method, query=query), "SENSITIVITY_MISMATCH")
+        assert "PUBLIC collection 'pub'" in msg and "allow_redaction_on_public = true" in msg
+    # A question naming a person carries no finding of the detector and passes.
+    sent = record_sent(monkeypatch, QUERIES, with_kwargs=True)
+    _let_through(lambda: _query(cl, method, query=_doc("what did Alice Smith write about tides")))
+    assert sent
 
 
 def test_unlisted_public_collections_pass_through_and_listed_ones_do_not(tmp_path, monkeypatch):
@@ -179,15 +205,16 @@ def test_only_a_credential_changes_what_a_public_query_does(tmp_path):
     q = rng.normal(size=DIM).tolist()
     assert cl.query_points("pub", query=q, limit=3) == raw.query_points("pub", query=q, limit=3)
     assert cl.query_points("pub", query=3, limit=3) == raw.query_points("pub", query=3, limit=3)
-    for query in (_doc(), _doc(options={"prompt": "query: "}), models.NearestQuery(nearest=_doc("mail bob@example.com"))):
+    for query in (_doc(), _doc(options={"prompt": "query: "}), models.NearestQuery(nearest=_doc("mail Bob"))):
         ours, theirs = _let_through(lambda: cl.query_points("pub", query=query, limit=3)), None
         try:
             raw.query_points("pub", query=query, limit=3)
         except Exception as exc:  # noqa: BLE001 - qdrant-client's own, as the guarded call's
             theirs = exc
         assert type(ours) is type(theirs) and str(ours) == str(theirs)
-    with pytest.raises(GuardRefusal):
-        cl.query_points("pub", query=_doc(f"why does {AWS} fail"), limit=3)
+    for text in (f"why does {AWS} fail", "mail bob@example.com"):
+        with pytest.raises(GuardRefusal):
+            cl.query_points("pub", query=_doc(text), limit=3)
 
 
 def test_the_async_client_refuses_alike(tmp_path, monkeypatch):
@@ -207,16 +234,18 @@ def test_the_async_client_refuses_alike(tmp_path, monkeypatch):
     assert audit_records(kit)[-1]["verdict"] == "CREDENTIAL_IN_TEXT"
 
 
-def test_a_public_query_reads_model_names_and_locators_for_credentials_only(tmp_path, monkeypatch):
-    # A write to PUBLIC refuses any finding in a model name or locator (mislabelled); a query there
-    # is screened for credentials only, so PII in either passes as it does in the query's text.
-    kit = make_kit(tmp_path)
-    cl = _client(kit)
-    sent = record_sent(monkeypatch, ("query_points",), with_kwargs=True)
-    for value in (models.Document(text="plain", model="m-alice@example.com"),
-                  models.Image(image="https://x.example/alice@example.com.png", model="m-alice@example.com")):
-        _let_through(lambda: cl.query_points("pub", query=value, limit=3))
-        assert sent[-1][1]["query"] == value
+def test_a_public_query_refuses_any_finding_in_model_names_and_locators(tmp_path, monkeypatch):
+    # Neither can be redacted, so PII in either is refused whatever allow_redaction_on_public says,
+    # as in a write; a credential stays CREDENTIAL_IN_TEXT.
+    for allow in (False, True):
+        (tmp_path / str(allow)).mkdir()
+        kit = make_kit(tmp_path / str(allow))
+        cl = _client(kit, {"allow_redaction_on_public": allow})
+        for value in (models.Document(text="plain", model="m-alice@example.com"),
+                      models.Image(image="https://x.example/123-45-6789.png", model="m")):
+            msg = _refused(kit, cl, monkeypatch, lambda: cl.query_points("pub", query=value, limit=3),
+                           "SENSITIVITY_MISMATCH")
+            assert ("['EMAIL']" in msg or "['SSN']" in msg) and "cannot be redacted" in msg
     msg = _refused(kit, cl, monkeypatch, lambda: cl.query_points(
         "pub", query=models.Document(text="plain", model=f"m-{AWS}"), limit=3))
     assert msg.startswith("query.model is a models.Document whose model name")
