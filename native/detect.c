@@ -1118,7 +1118,13 @@ static void email(scan_t *s, size_t p) {
         if (!is_alpha(b[k])) return;
     size_t k = ls;
     while (k > 0 && ls - k < 256 && is_url_segment(b[k - 1])) k--;
-    if (find_lit(s, "://", 3, k, ls) >= 0) return;
+    /* user@host in a URL's authority (scheme://user:pw@host) is not an e-mail address; one past
+       the authority's first '/' (a path or its query: /img.png?who=alice@example.com) is. As the
+       database URL's userinfo is read, a '?' or '#' does not end the authority (passwords hold
+       them unescaped). */
+    int64_t at = -1;
+    for (int64_t q = find_lit(s, "://", 3, k, ls); q >= 0; q = find_lit(s, "://", 3, (size_t)q + 1, ls)) at = q;
+    if (at >= 0 && memchr(b + at + 3, '/', ls - (size_t)at - 3) == NULL) return;
     emit(s, ls, de, QG_EMAIL, QG_V_FORMAT);
 }
 

@@ -1172,11 +1172,15 @@ def _email(text: str, p: int) -> list[tuple[int, int, str, str]]:
     tld = labels[-1]
     if len(tld) < 2 or any(c not in _UPPER and c not in _LOWER for c in tld):
         return []
-    # user@host inside a URL authority (scheme://user:pw@host) is not an e-mail address.
+    # user@host in a URL's authority (scheme://user:pw@host) is not an e-mail address; one past
+    # the authority's first "/" (a path or its query: /img.png?who=alice@example.com) is. As the
+    # database URL's userinfo is read, a "?" or "#" does not end the authority (passwords hold
+    # them unescaped).
     k = ls
     while k > 0 and ls - k < 256 and text[k - 1] in _URL_SEGMENT:
         k -= 1
-    if "://" in text[k:ls]:
+    at = text.rfind("://", k, ls)
+    if at >= 0 and "/" not in text[at + 3 : ls]:
         return []
     return [(ls, de, "EMAIL", "format")]
 

@@ -105,9 +105,15 @@ CASES = [
     # email (line 514): the look-back for "://" (user@host in a URL authority is no address)
     # stops after 256 characters of URL text ("&&" -> "||" made it unbounded), must reach the
     # text's first character ("k > 0" -> "k > 1" did not) and stops at a space
-    ("see https://" + "/" * 253 + "u@corp.io", []),
-    ("see https://" + "/" * 254 + "u@corp.io", [("EMAIL", "u@corp.io")]),
+    ("see https://" + ":" * 253 + "u@corp.io", []),
+    ("see https://" + ":" * 254 + "u@corp.io", [("EMAIL", "u@corp.io")]),
     ("://u@corp.io", []),
+    # ... and only in the authority: past its first "/" an address is one (a path or its query)
+    ("see https://x.example/img.png?who=u@corp.io", [("EMAIL", "u@corp.io")]),
+    ("see https://x.example/u@corp.io/profile", [("EMAIL", "u@corp.io")]),
+    ("see https://a@corp.io/x", []),
+    ("see https://x.example?who=u@corp.io", []),
+    ("see ftp://a/b https://u@corp.io", []),
     ("see https://example.com/ a@corp.io", [("EMAIL", "a@corp.io")]),
     # chain_match, E.164 (line 295): "+" and 8 to 15 digits; "nd >= 8" -> "> 8" / ">= 9" lost an
     # 8-digit number, ">= 7" took 7 digits, "<= 16" took 16
