@@ -79,6 +79,12 @@ def unvouched(entry: Mapping[str, Any], own: EntryMac, others: Container[str], v
     ``entry`` in the log."""
     w = entry.get("w")
     if w is None:
+        if signed_by is not None:
+            # No writer id, so no writer's signature can vouch for it: under sign_every_entry a v1
+            # entry is what anyone who can write the file makes, even in a log with no v2 entry yet
+            # (a whole log replaced by v1 lines with recomputed hashes).
+            return ("carries no writer id and no signature (format v1), which every entry a writer signs under "
+                    "sign_every_entry (audit_sign_every_entry) carries")
         return "carries no writer MAC (format v1) after entries in format v2" if v2_seen else None
     if w == own.writer:
         if hmac.compare_digest(own.mac(bytes.fromhex(entry["hash"])), entry["mac"]):

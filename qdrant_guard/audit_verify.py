@@ -430,6 +430,11 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
                            "which every entry of a guard with audit_sign_every_entry carries")
             elif v2_seen:
                 why = "carries no writer MAC (format v1) after entries in format v2"
+            elif signed_entries:
+                # A v1 entry names no writer whose signature could be required: a log written by
+                # guards that sign every entry holds none, so it is not a legacy entry here.
+                why = ("carries no writer id and no signature (format v1), which every entry of a guard with "
+                       "audit_sign_every_entry carries")
             else:
                 legacy += 1
             if why is not None:
@@ -534,11 +539,12 @@ def verify_audit_file(
             for the format-v1 entries before the first v2 one, which are counted in
             ``report.legacy``. A checkpoint signs the whole chain before it, entries others
             appended included: only the MACs show which entries a writer made.
-        signed_entries: every entry in format v2 must carry a checkpoint under its own writer id
-            (``AuditLog(sign_every_entry=True)``, the policy's ``audit_sign_every_entry``, on every
-            guard writing the log), verified under ``trusted_keys`` (which it needs):
-            ``unauthenticated`` otherwise, as with ``writer_keys``, and format-v1 entries after the
-            first v2 one too. Public keys alone then show which guard wrote each entry.
+        signed_entries: every entry must be in format v2 and carry a checkpoint under its own
+            writer id (``AuditLog(sign_every_entry=True)``, the policy's ``audit_sign_every_entry``,
+            on every guard writing the log), verified under ``trusted_keys`` (which it needs):
+            ``unauthenticated`` otherwise, as with ``writer_keys``; a format-v1 entry is
+            ``unauthenticated`` wherever it is (no legacy prefix). Public keys alone then show which
+            guard wrote each entry.
 
     Raises:
         TypeError: ``path`` is not a path.

@@ -1,0 +1,122 @@
+"""Review 55 (2026-12-07): receipts and the audit log, attacked again.
+
+A log whose guards sign every entry (``audit_sign_every_entry``) holds no entry without a writer
+id: every entry is format v2 and signed. An entry in format v1 before any v2 one was let through
+as a "legacy" entry by `audit verify --every-entry-signed` (exit 0, "every entry signed by its
+writer: 0 signatures verified") and by a signing writer on open, whose first entry then signed
+over them: a whole log replaced by v1 lines with recomputed hashes passed both. Real files, real
+Ed25519 keys, the CLI in process; each ``*refused*``/``*named*`` test fails on the code before the
+fix (audit_mac.py and audit_verify.py put back).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from qdrant_guard import AuditUnauthenticatedError, keys
+from qdrant_guard.audit import AuditLog, repair_audit_file, verify_audit_file
+from qdrant_guard.audit_mac import writer_keys
+from qdrant_guard.canonical import canonical_json
+from qdrant_guard.cli import main
+from qdrant_guard.receipts import ReceiptSigner
+
+GENESIS = "0" * 64
+
+
+def _key(tmp_path, name):
+    sk, _ = keys.generate_keypair()
+    path = tmp_path / name
+    path.write_bytes(keys.private_key_to_pem(sk))
+    path.chmod(0o600)
+    (tmp_path / (name + ".pub")).write_text(keys.public_key_to_str(sk.public_key()) + "\n")
+    return sk, ReceiptSigner(sk)
+
+
+def _signed_log(tmp_path, signer, n=4):
+    p = tmp_path / "audit.jsonl"
+    log = AuditLog(p, signer=signer, checkpoint_every=5, sign_every_entry=True)
+    for i in range(n):
+        log.append({"event": "write", "i": i})
+    log.close()
+    return p
+
+
+def _as_v1(p):
+    """What anyone who can write the file makes of it: every entry rewritten in format v1 (no
+    ``w``, ``mac`` or ``ckpt``, which need the guard's key), hashes recomputed, the chain intact."""
+    out, prev = [], GENESIS
+    for raw in Path(p).read_bytes().splitlines():
+        e = json.loads(raw)
+        for k in ("ckpt", "mac", "w", "hash"):
+            e.pop(k, None)
+        e["prev"], e["record"] = prev, {**e["record"], "forged": True}
+        e["hash"] = prev = hashlib.sha256(canonical_json(e)).hexdigest()
+        out.append(canonical_json(e) + b"\n")
+    Path(p).write_bytes(b"".join(out))
+
+
+def test_every_entry_signed_names_a_log_rewritten_in_format_v1(tmp_path, capsys):
+    _, sa = _key(tmp_path, "a.key")
+    p = _signed_log(tmp_path, sa)
+    pub = ["--key", str(tmp_path / "a.key.pub"), "--checkpoint-every", "5"]
+    assert main(["audit", "verify", str(p), *pub, "--every-entry-signed"]) == 0  # control: as written
+    assert "4 signatures verified" in capsys.readouterr().out
+    _as_v1(p)
+    rep = verify_audit_file(p, trusted_keys={sa.key_id: sa.public_key}, checkpoint_every=5, signed_entries=True)
+    assert (rep.ok, rep.problem, rep.unauthenticated, rep.valid_prefix) == (False, "unauthenticated", (1, 2, 3, 4), 0)
+    assert rep.legacy == 0
+    assert main(["audit", "verify", str(p), *pub, "--every-entry-signed"]) == 1
+    out = capsys.readouterr().out
+    assert "TAMPERED" in out and "seq 1 carries no writer id and no signature (format v1)" in out
+    assert "every entry signed by its writer" not in out
+
+
+def test_without_the_flag_a_v1_log_stays_a_legacy_one(tmp_path):
+    # Control: a log begun before format v2 verifies with --writer-key, its v1 entries counted as
+    # legacy (docs/audit-log.md, "What --writer-key proves"); only --every-entry-signed refuses them.
+    ska, sa = _key(tmp_path, "a.key")
+    p = _signed_log(tmp_path, sa)
+    _as_v1(p)
+    rep = verify_audit_file(p, trusted_keys={sa.key_id: sa.public_key}, checkpoint_every=5,
+                            writer_keys=writer_keys([ska]))
+    assert rep.ok and rep.legacy == 4, rep.detail
+
+
+def test_a_writer_signing_every_entry_refuses_to_open_on_v1_entries(tmp_path):
+    _, sa = _key(tmp_path, "a.key")
+    p = _signed_log(tmp_path, sa)
+    _as_v1(p)
+    before = p.read_bytes()
+    with pytest.raises(AuditUnauthenticatedError) as err:
+        AuditLog(p, signer=sa, checkpoint_every=5, sign_every_entry=True).append({"event": "after"})
+    assert err.value.seqs == (1, 2, 3, 4)
+    assert "format v1" in str(err.value) and "audit_sign_every_entry" in str(err.value)
+    assert p.read_bytes() == before  # no checkpoint of the guard's signs the forged lines
+
+
+def test_a_writer_without_the_knob_still_follows_a_legacy_log(tmp_path):
+    # Control: the default writer follows v1 entries before any v2 one (a log begun before v2)
+    # and its first entry there is a checkpoint, as documented.
+    _, sa = _key(tmp_path, "a.key")
+    p = _signed_log(tmp_path, sa)
+    _as_v1(p)
+    log = AuditLog(p, signer=sa, checkpoint_every=5)
+    entry = log.append({"event": "after"})
+    log.close()
+    assert entry["seq"] == 5 and "ckpt" in entry
+
+
+def test_a_signed_repair_under_the_knob_refuses_to_sign_over_v1_entries(tmp_path):
+    _, sa = _key(tmp_path, "a.key")
+    p = _signed_log(tmp_path, sa)
+    _as_v1(p)
+    with open(p, "ab") as fh:
+        fh.write(b'{"seq":5,"torn')
+    before = p.read_bytes()
+    with pytest.raises(AuditUnauthenticatedError) as err:
+        repair_audit_file(p, signer=sa, trusted_keys={sa.key_id: sa.public_key}, checkpoint_every=5,
+                          sign_every_entry=True)
+    assert err.value.seqs == (1, 2, 3, 4) and p.read_bytes() == before
