@@ -107,6 +107,12 @@ def test_a_writer_without_the_knob_still_follows_a_legacy_log(tmp_path):
     entry = log.append({"event": "after"})
     log.close()
     assert entry["seq"] == 5 and "ckpt" in entry
+    # The documented limit (docs/audit-log.md, "Not checked on open"): that checkpoint now signs the
+    # rewritten lines, so --key verifies them and --writer-key counts them as legacy (exit 0).
+    ska = keys.load_private_key(tmp_path / "a.key")
+    rep = verify_audit_file(p, trusted_keys={sa.key_id: sa.public_key}, checkpoint_every=5,
+                            writer_keys=writer_keys([ska]))
+    assert (rep.ok, rep.checkpoints, rep.legacy) == (True, 1, 4), rep.detail
 
 
 def test_a_signed_repair_under_the_knob_refuses_to_sign_over_v1_entries(tmp_path):
