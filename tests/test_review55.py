@@ -126,3 +126,60 @@ def test_a_signed_repair_under_the_knob_refuses_to_sign_over_v1_entries(tmp_path
         repair_audit_file(p, signer=sa, trusted_keys={sa.key_id: sa.public_key}, checkpoint_every=5,
                           sign_every_entry=True)
     assert err.value.seqs == (1, 2, 3, 4) and p.read_bytes() == before
+
+
+# ------------------------------------------------------------------ receipts: an old pair written back
+# docs/receipt-format.md said a replaced vector and its receipt verify again if written back "by
+# anyone who can write the store around the guard"; any writer of the collection can do it through
+# the guard too (pinned here, the doc now says so), and receipts.max_age_s is what bounds it there.
+
+def _replay_clients(tmp_path, **receipts):
+    import numpy as np
+    from guardkit import create, make_kit, models, unit
+
+    from qdrant_guard import QdrantClient
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "readers": ["support"],
+                              "noise_on_write": True, "intent": {"enabled": False}, "diversity": {"enabled": False},
+                              "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01}}},
+                     **({"receipts": receipts} if receipts else {}))
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii", distance=models.Distance.EUCLID)
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    rng = np.random.default_rng(55)
+    bob.upsert("pii", [models.PointStruct(id=1, vector=unit(rng), payload={"t": "a"})])
+    old = _stored(owner)
+    bob.update_vectors("pii", [models.PointVectors(id=1, vector=unit(rng))])  # noised and receipted anew
+    assert _stored(owner).vector != old.vector
+    return owner, bob, old
+
+
+def _stored(owner):
+    from qdrant_client import QdrantClient as RawClient
+
+    return RawClient.retrieve(owner, "pii", [1], with_payload=True, with_vectors=True)[0]
+
+
+def test_limit_a_writer_writes_a_replaced_vector_and_its_receipt_back_through_the_guard(tmp_path):
+    from guardkit import models
+
+    owner, bob, old = _replay_clients(tmp_path)
+    bob.upsert("pii", [models.PointStruct(id=1, vector=old.vector, payload=old.payload)])
+    now = _stored(owner)
+    assert (now.vector, now.payload) == (old.vector, old.payload)
+
+
+def test_receipts_max_age_refuses_writing_back_an_old_pair(tmp_path):
+    import time
+
+    from guardkit import models
+
+    from qdrant_guard import GuardRefusal
+
+    owner, bob, old = _replay_clients(tmp_path, max_age_s=60)
+    bob.guard.clock = lambda: time.time() + 120  # the pair's receipt is now two minutes old
+    with pytest.raises(GuardRefusal) as err:
+        bob.upsert("pii", [models.PointStruct(id=1, vector=old.vector, payload=old.payload)])
+    assert err.value.verdict == "INVALID_RECEIPT" and "expired" in str(err.value)
+    assert _stored(owner).vector != old.vector
