@@ -208,6 +208,16 @@ def _mac_problem(entry: Mapping[str, Any], writer_keys: Mapping[str, bytes]) -> 
     return None
 
 
+def legacy_note(count: int) -> str:
+    """What ``audit verify`` and ``audit replay`` say, with writer keys, of a log's first ``count``
+    entries in format v1 (``AuditReport.legacy``): no MAC vouches for them, and nothing tells a log
+    begun before v2 from one rewritten in format v1 by whoever could write the file."""
+    return (f"note: the first {count} entr{'y' if count == 1 else 'ies'} (before the first with a writer MAC) "
+            "are unauthenticated (pre-v2: written before entries carried MACs, or by a guard without "
+            "signing_key): anyone who could write the file then may have written them, and a checkpoint "
+            "after them signs them as its writer found them")
+
+
 def _seq_list(seqs: list[int]) -> str:
     shown = ", ".join(str(q) for q in seqs[:20])
     return shown + (f", ... ({len(seqs)} in all)" if len(seqs) > 20 else "")

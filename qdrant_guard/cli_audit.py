@@ -101,7 +101,7 @@ def _given_keys(args: argparse.Namespace) -> tuple[dict[str, bytes] | None, dict
 
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from .audit import verify_audit_file
-    from .audit_verify import _show_kid
+    from .audit_verify import _show_kid, legacy_note
 
     macs, trusted = _given_keys(args)
     own_kid: str | None = None
@@ -123,10 +123,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
             print("entries authenticated by their writer's MAC: " + (", ".join(
                 f"{_show_kid(w)}: {n}" for w, n in rep.writers) or "none"))
             if rep.legacy:
-                print(f"note: the first {rep.legacy} entr{'y' if rep.legacy == 1 else 'ies'} (before the first with a "
-                      "writer MAC) are unauthenticated (pre-v2: written before entries carried MACs, or by a guard "
-                      "without signing_key): anyone who could write the file then may have written them, and a "
-                      "checkpoint after them signs them as its writer found them")
+                print(legacy_note(rep.legacy))
         elif args.every_entry_signed:
             print(f"every entry signed by its writer (--every-entry-signed): {rep.checkpoints} signatures verified")
         elif trusted is not None:

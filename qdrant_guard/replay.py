@@ -24,7 +24,7 @@ from typing import Any, Mapping, TextIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from .audit_verify import DEFAULT_CHECKPOINT_EVERY, AuditReport, _read_locked, _scan_fork
+from .audit_verify import DEFAULT_CHECKPOINT_EVERY, AuditReport, _read_locked, _scan_fork, legacy_note
 from .decision import Verdict
 from .detect import FINDING_TYPES
 from .errors import ConfigError, GuardArgumentValueError, GuardRefusal
@@ -170,12 +170,17 @@ def evaluate(guard: Guard, collection: str, text: str, boundary: str | None = No
     return None
 
 
-def _integrity_lines(log_path: str, rep: AuditReport, mode: str, keyed: bool) -> tuple[list[str], bool]:
-    """What to say about the log's verification, and whether to replay at all."""
+def _integrity_lines(log_path: str, rep: AuditReport, mode: str, keyed: bool,
+                     macs: bool = False) -> tuple[list[str], bool]:
+    """What to say about the log's verification, and whether to replay at all. ``macs``: writer
+    MACs were checked (``--writer-key``), so the v1 entries they let through unchecked, as
+    ``audit verify`` does, are named: they are replayed as logged."""
+    legacy = ([legacy_note(rep.legacy) + "; they are replayed as logged\n"]
+              if macs and rep.legacy and (rep.ok or mode != "verified") else [])
     if rep.ok:
         how = (f"{rep.checkpoints} signed checkpoint(s) verified" if keyed
                else "checkpoint signatures not checked (no trusted keys)")
-        return [f"log: {rep.entries} entries verified, hash chain intact, {how} ({log_path})\n"], True
+        return [f"log: {rep.entries} entries verified, hash chain intact, {how} ({log_path})\n", *legacy], True
     where = f"{rep.problem} at {rep.detail}"
     rest = rep.entries - rep.valid_prefix
     if mode == "verified":
@@ -187,7 +192,7 @@ def _integrity_lines(log_path: str, rep: AuditReport, mode: str, keyed: bool) ->
     if mode == "prefix":
         return [f"WARNING: audit log {log_path} does not verify: {where}\n",
                 f"WARNING: replayed only its verified prefix, the first {rep.valid_prefix} entries; the "
-                f"{rest} line(s) after it were NOT replayed\n"], True
+                f"{rest} line(s) after it were NOT replayed\n", *legacy], True
     return [f"WARNING: UNVERIFIED REPLAY: audit log {log_path} does not verify: {where}\n",
             f"WARNING: every line was replayed, including the {rest} line(s) from the problem on, which "
             "may be forged or edited: the counts below are not evidence of what was logged\n"], True
@@ -227,7 +232,7 @@ def replay_log(log_path: str, policy_path: str, *, out: TextIO,
         raise GuardArgumentValueError(f"replay_log() mode must be one of {', '.join(REPLAY_MODES)}, got {mode!r}")
     data = _read_locked(log_path)
     rep = _scan_fork(log_path, trusted_keys, checkpoint_every, data=data, writer_keys=writer_keys)[0]
-    notes, go = _integrity_lines(log_path, rep, mode, trusted_keys is not None)
+    notes, go = _integrity_lines(log_path, rep, mode, trusted_keys is not None, writer_keys is not None)
     if not go:
         out.writelines(notes)
         return 1

@@ -183,3 +183,32 @@ def test_receipts_max_age_refuses_writing_back_an_old_pair(tmp_path):
         bob.upsert("pii", [models.PointStruct(id=1, vector=old.vector, payload=old.payload)])
     assert err.value.verdict == "INVALID_RECEIPT" and "expired" in str(err.value)
     assert _stored(owner).vector != old.vector
+
+
+# ------------------------------------------------------------------ replay --writer-key and v1 entries
+# `audit verify --writer-key` notes a log's leading v1 entries as unauthenticated; `audit replay
+# --writer-key` verified the same bytes and replayed them as logged, saying only "N entries
+# verified": a whole log rewritten in format v1, forged queries included, replayed as the record.
+
+def test_replay_with_writer_keys_names_the_unauthenticated_v1_entries_it_replays(tmp_path, capsys):
+    from guardkit import Recorder, create, make_kit, models, replay_policy_file
+
+    from qdrant_guard import QdrantClient
+
+    kit = make_kit(tmp_path)
+    c = QdrantClient(":memory:", guard=kit.config({"docs": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}}),
+                     principal=kit.principal("alice", "hr"), embedder=Recorder())
+    create(c, "docs")
+    c.query_points("docs", query=models.Document(text="short query", model="hashing"))
+    c.close()
+    log, policy = tmp_path / "audit.jsonl", replay_policy_file(kit)
+    writer = ["--writer-key", str(kit.guard_key_path)]
+    capsys.readouterr()
+    assert main(["audit", "replay", str(log), "--policy", str(policy), *writer]) == 0  # control: as written
+    assert "unauthenticated" not in capsys.readouterr().out
+    _as_v1(log)
+    assert main(["audit", "replay", str(log), "--policy", str(policy), *writer]) == 0
+    out = capsys.readouterr().out
+    n = len(log.read_bytes().splitlines())
+    assert f"note: the first {n} entries (before the first with a writer MAC) are unauthenticated" in out
+    assert "they are replayed as logged" in out and "replayed 1 logged queries" in out
