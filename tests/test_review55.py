@@ -22,16 +22,13 @@ from qdrant_guard.audit_mac import writer_keys
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.cli import main
 from qdrant_guard.receipts import ReceiptSigner
+from test_audit_sign_every_entry import _key as _key_files
 
 GENESIS = "0" * 64
 
 
 def _key(tmp_path, name):
-    sk, _ = keys.generate_keypair()
-    path = tmp_path / name
-    path.write_bytes(keys.private_key_to_pem(sk))
-    path.chmod(0o600)
-    (tmp_path / (name + ".pub")).write_text(keys.public_key_to_str(sk.public_key()) + "\n")
+    sk, _ = _key_files(tmp_path, name)
     return sk, ReceiptSigner(sk)
 
 
