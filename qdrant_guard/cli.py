@@ -124,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     av.add_argument("--every-entry-signed", action="store_true",
                     help="for a log whose guards all set audit_sign_every_entry: every entry must carry a checkpoint "
                          "signed by its own writer, verified with --key/--policy/--writer-key; name every entry "
-                         "that does not, format-v1 entries included (public keys suffice)")
+                         "that does not, format-v1 entries included (public keys suffice); implied by --policy of a policy "
+                         "that sets audit_sign_every_entry")
     av.set_defaults(func=cmd_audit_verify)
     ar = aud_p.add_parser("repair", help="cut a torn/tampered tail to the valid prefix, recording the cut",
                           description="Cut the log after its valid prefix: the cut bytes go to a side file "

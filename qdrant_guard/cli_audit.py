@@ -107,15 +107,21 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     own_kid: str | None = None
     retired: dict[str, Any] = {}
     revoked: frozenset[str] = frozenset()
+    every = args.every_entry_signed
     if args.policy:
+        from .policy import load_policy
+
         own_kid, retired, revoked, trusted = _policy_audit_keys(args.policy, trusted, flag="--policy")
-    if args.every_entry_signed and trusted is None:
+        # Its guards sign every entry, so an entry without its writer's signature is one they
+        # would refuse: held to that here as `audit repair --trust-policy` holds its repair entry.
+        every = every or load_policy(args.policy).audit_sign_every_entry
+    if every and trusted is None:
         print("error: --every-entry-signed checks each entry's signature by its writer: give the public key of "
               "every guard writing the log (--key GUARD.pub, repeatable; or --policy, or --writer-key)",
               file=sys.stderr)
         return 2
     rep = verify_audit_file(args.file, trusted_keys=trusted, checkpoint_every=args.checkpoint_every,
-                            writer_keys=macs, signed_entries=args.every_entry_signed)
+                            writer_keys=macs, signed_entries=every)
     if rep.ok:
         signed = f", {rep.checkpoints} signed checkpoint(s) verified" if trusted is not None else ""
         print(f"OK: {rep.entries} entries, hash chain intact{signed} ({args.file})")
@@ -124,8 +130,9 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
                 f"{_show_kid(w)}: {n}" for w, n in rep.writers) or "none"))
             if rep.legacy:
                 print(legacy_note(rep.legacy))
-        elif args.every_entry_signed:
-            print(f"every entry signed by its writer (--every-entry-signed): {rep.checkpoints} signatures verified")
+        elif every:
+            why = "--every-entry-signed" if args.every_entry_signed else f"audit_sign_every_entry in {args.policy}"
+            print(f"every entry signed by its writer ({why}): {rep.checkpoints} signatures verified")
         elif trusted is not None:
             print("note: writer MACs not checked (no --writer-key): a checkpoint signs the chain as its writer "
                   "found it, entries appended by anyone who could write the file included; pass --writer-key "
@@ -243,8 +250,13 @@ def cmd_audit_replay(args: argparse.Namespace) -> int:
     from .replay import replay_log
 
     macs, trusted = _given_keys(args)
+    signed = False
     if args.trust_policy:
+        from .policy import load_policy
+
         trusted = _policy_audit_keys(args.trust_policy, trusted, flag="--trust-policy")[3]
+        # As `audit verify --policy`: the guards under it sign every entry, so one without is forged.
+        signed = load_policy(args.trust_policy).audit_sign_every_entry
     mode = "prefix" if args.verified_prefix else "unverified" if args.unverified else "verified"
     if mode != "unverified":
         from .audit import verify_audit_file
@@ -253,9 +265,10 @@ def cmd_audit_replay(args: argparse.Namespace) -> int:
         # not offered --verified-prefix / --unverified as if it were a damaged log.
         wrong_file = _not_an_audit_log(args.log, verify_audit_file(args.log, trusted_keys=trusted,
                                                                    checkpoint_every=args.checkpoint_every,
-                                                                   writer_keys=macs))
+                                                                   writer_keys=macs, signed_entries=signed))
         if wrong_file:
             print(f"NOT AN AUDIT LOG: {args.log}: {wrong_file}")
             return 1
     return replay_log(args.log, args.policy, out=sys.stdout, trusted_keys=trusted,
-                      checkpoint_every=args.checkpoint_every, mode=mode, writer_keys=macs)
+                      checkpoint_every=args.checkpoint_every, mode=mode, writer_keys=macs,
+                      signed_entries=signed)

@@ -226,7 +226,7 @@ class GuardConfig(_Strict):
     recent checkpoint is refused on start: begin a new ``audit_log`` file when turning it on. Cost: a signature per entry and a signature
     check per other guard's entry read (measured at load 6 on 2 cores: a lone writer's append 48 to
     152 us, two guards appending in turn 126 to 638 us per append). ``qdrant-guard audit verify --key`` then checks every entry's signature, and with
-    ``--every-entry-signed`` names each entry without its writer's; ``qdrant-guard audit repair
+    ``--every-entry-signed`` (implied by ``--policy`` with this policy) names each entry without its writer's; ``qdrant-guard audit repair
     --trust-policy`` with this policy refuses to sign over such an entry as the guard does. Needs
     ``audit_log`` and ``signing_key`` (docs/audit-log.md)."""
     unlisted: Literal["strict", "public", "refuse"] = "strict"

@@ -201,7 +201,7 @@ def _integrity_lines(log_path: str, rep: AuditReport, mode: str, keyed: bool,
 def replay_log(log_path: str, policy_path: str, *, out: TextIO,
                trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
                checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, mode: str = "verified",
-               writer_keys: Mapping[str, bytes] | None = None) -> int:
+               writer_keys: Mapping[str, bytes] | None = None, signed_entries: bool = False) -> int:
     """Print what would change under ``policy_path`` for the queries logged in ``log_path``.
 
     The log is read once (under a shared lock) and those bytes are verified as
@@ -216,6 +216,9 @@ def replay_log(log_path: str, policy_path: str, *, out: TextIO,
         checkpoint_every: the writer's checkpoint period (with ``trusted_keys``).
         writer_keys: writer id -> MAC key: an entry no given writer authenticates is a problem,
             as ``audit verify --writer-key`` (``verify_audit_file(writer_keys=...)``) finds it.
+        signed_entries: every entry must carry its writer's signature, as ``audit verify
+            --every-entry-signed`` requires (needs ``trusted_keys``; ``audit replay --trust-policy``
+            sets it from the policy's ``audit_sign_every_entry``).
         mode: ``"verified"`` (default): a log that does not verify is not replayed;
             ``"prefix"``: replay only its verified prefix; ``"unverified"``: replay every line.
             The output says which, and the problem verify found.
@@ -230,8 +233,12 @@ def replay_log(log_path: str, policy_path: str, *, out: TextIO,
     """
     if mode not in REPLAY_MODES:
         raise GuardArgumentValueError(f"replay_log() mode must be one of {', '.join(REPLAY_MODES)}, got {mode!r}")
+    if signed_entries and trusted_keys is None:
+        raise GuardArgumentValueError("replay_log() signed_entries=True checks each entry's signature by its writer, "
+                                      "and trusted_keys is None: pass the public key of every guard writing the log")
     data = _read_locked(log_path)
-    rep = _scan_fork(log_path, trusted_keys, checkpoint_every, data=data, writer_keys=writer_keys)[0]
+    rep = _scan_fork(log_path, trusted_keys, checkpoint_every, data=data, writer_keys=writer_keys,
+                     signed_entries=signed_entries)[0]
     notes, go = _integrity_lines(log_path, rep, mode, trusted_keys is not None, writer_keys is not None)
     if not go:
         out.writelines(notes)

@@ -209,3 +209,60 @@ def test_replay_with_writer_keys_names_the_unauthenticated_v1_entries_it_replays
     n = len(log.read_bytes().splitlines())
     assert f"note: the first {n} entries (before the first with a writer MAC) are unauthenticated" in out
     assert "they are replayed as logged" in out and "replayed 1 logged queries" in out
+
+
+# ------------------------------------------------------------------ audit verify --policy and the knob
+# `audit repair --trust-policy` takes audit_sign_every_entry from the policy; `audit verify
+# --policy` did not: an entry forged after the guard's last one, without a signature (here a v1
+# line, hash recomputed), verified (exit 0) under the policy of guards that refuse it.
+
+def test_verify_with_the_policy_of_guards_signing_every_entry_names_an_unsigned_entry(tmp_path, capsys):
+    _, sa = _key(tmp_path, "a.key")
+    p = _signed_log(tmp_path, sa, n=3)
+    pol = tmp_path / "policy.toml"
+    pol.write_text(f'signing_key = "{tmp_path / "a.key"}"\naudit_log = "{p}"\naudit_sign_every_entry = true\n')
+    args = ["audit", "verify", str(p), "--policy", str(pol), "--checkpoint-every", "5"]
+    assert main(args) == 0  # control: as written
+    assert f"every entry signed by its writer (audit_sign_every_entry in {pol}): 3 signatures verified" in \
+        capsys.readouterr().out
+    last = json.loads(p.read_bytes().splitlines()[-1])
+    forged = {"seq": 4, "ts": 1.0, "prev": last["hash"], "record": {"event": "write", "forged": True}}
+    forged["hash"] = hashlib.sha256(canonical_json(forged)).hexdigest()
+    with open(p, "ab") as fh:
+        fh.write(canonical_json(forged) + b"\n")
+    assert main(args) == 1
+    assert "unauthenticated" in capsys.readouterr().out
+    # Without the knob in the policy, as before: the entry verifies (the guard would follow it).
+    pol.write_text(f'signing_key = "{tmp_path / "a.key"}"\naudit_log = "{p}"\n')
+    assert main(args) == 0
+
+
+def test_replay_with_the_trust_policy_of_guards_signing_every_entry_refuses_an_unsigned_query(tmp_path, capsys):
+    from guardkit import Recorder, create, make_kit, models, replay_policy_file
+
+    from qdrant_guard import QdrantClient
+
+    kit = make_kit(tmp_path)
+    c = QdrantClient(":memory:", guard=kit.config({"docs": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}},
+                                                 audit_sign_every_entry=True),
+                     principal=kit.principal("alice", "hr"), embedder=Recorder())
+    create(c, "docs")
+    c.query_points("docs", query=models.Document(text="short query", model="hashing"))
+    c.close()
+    log, policy = tmp_path / "audit.jsonl", replay_policy_file(kit)
+    trust = tmp_path / "trust.toml"
+    trust.write_text(f'signing_key = "{kit.guard_key_path}"\naudit_log = "{log}"\naudit_sign_every_entry = true\n')
+    args = ["audit", "replay", str(log), "--policy", str(policy), "--trust-policy", str(trust)]
+    capsys.readouterr()
+    assert main(args) == 0 and "replayed 1 logged queries" in capsys.readouterr().out  # control
+    # A copy of the query entry, chained on without a signature: what anyone who can write the file adds.
+    real = json.loads(log.read_bytes().splitlines()[-1])
+    forged = {k: v for k, v in real.items() if k not in ("ckpt", "mac", "hash")}
+    forged.update(seq=real["seq"] + 1, prev=real["hash"])
+    forged["hash"] = hashlib.sha256(canonical_json(forged)).hexdigest()
+    forged["mac"] = "ab" * 32
+    with open(log, "ab") as fh:
+        fh.write(canonical_json(forged) + b"\n")
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"NOT REPLAYED: audit log {log} does not verify: unauthenticated")
