@@ -49,13 +49,20 @@ class CallChecks(GuardPipeline):
                               "part of this guard's policy; give the policy to the client (guard=)")
         return scoped
 
+    def policy_section(self, name: str, pol: CollectionPolicy, table: str = "") -> str:
+        """The policy file's section that sets ``pol`` for collection ``name``: its
+        ``[collections.NAME]``, or ``[default]`` for an unlisted one; ``table`` names a subtable
+        (``"query"``: ``[collections.NAME.query]``)."""
+        head = f"collections.{toml_key(name)}" if self.config.collections.get(name) is pol else "default"
+        return f"[{head}.{table}]" if table else f"[{head}]"
+
     def receipt_scope_refusal(self, name: str, pol: CollectionPolicy, kid: str | None) -> str | None:
         """Why a receipt by ``kid`` is refused on ``name`` when its ``receipt_keys`` leave the key
         out (None when the collection sets no scope, or the key is not refused by it)."""
         if pol.receipt_keys is None or not isinstance(kid, str) or kid in self.receipt_keys_for(pol):
             return None
         # kid is the unverified receipt's text (the key is not trusted): escaped unless printable.
-        section = f"[collections.{toml_key(name)}]" if self.config.collections.get(name) is pol else "[default]"
+        section = self.policy_section(name, pol)
         own = _keys.key_id(self._signing_key.public_key())
         listed = sorted(k for k in self.receipt_keys_for(pol) if k != own and k not in self.retired_keys)
         elsewhere = (" (receipts.trusted_keys lists it, which does not apply to a collection that sets "

@@ -662,7 +662,8 @@ class QueryChecks(TextOps):
                 "whether a stored point holds that " + ("value" if value else "field")
                 + ", whatever the read returns). " + ("Name " if outside else "Filter on ")
                 + "fields that hold no personal data (an id, a source, a category), or set "
-                f"query.filter_pii = \"owner\" to let {who} " + ("name" if outside else "filter on") + " PII",
+                f"filter_pii = \"owner\" in {self.policy_section(name, pol, 'query')} to let {who} "
+                + ("name" if outside else "filter on") + " PII",
                 details=about,
             ))
         allowed.append(about)

@@ -227,8 +227,12 @@ class QueryOps(ReadRelease):
                     max_source_fraction=pol.diversity.max_source_fraction,
                     min_unique_sources=pol.diversity.min_unique_sources,
                 )
+                # What the caps took from the hits uncapped groups would have returned: without it an
+                # operator sees the caps but not that a grouped read came back short.
+                short_by = sum(min(len(g.hits), group_size) - len(o.kept) for g, o in zip(groups, outcome.groups))
                 groups = [g.model_copy(update={"hits": list(o.kept)}) for g, o in zip(groups, outcome.groups)]
-                run_details["group_caps"] = {"group_cap": outcome.group_cap, "response_cap": outcome.response_cap}
+                run_details["group_caps"] = {"group_cap": outcome.group_cap, "response_cap": outcome.response_cap,
+                                             "short_by": short_by}
             elif pol.diversity.enabled:  # monitor: uncapped, but no more hits than asked for (not the over-fetch)
                 groups = [g.model_copy(update={"hits": g.hits[:group_size]}) for g in groups]
             out_groups = []

@@ -56,8 +56,13 @@ class CollectionShape:
                 raise _invalid(
                     "sparse_vector",
                     f"{where}: vector {name!r} is a sparse vector; sparse vectors are lexical term "
-                    "weights (the words themselves) and are refused on sensitive collections — "
-                    "store them in a PUBLIC collection or drop them"
+                    "weights (the words themselves, which the guard can neither redact nor noise) and "
+                    f"are refused on sensitive collections: leave {name!r} out of the point's vectors "
+                    "(the collection's sparse slot may stay empty), or store them in a PUBLIC "
+                    "collection; for keyword search here, filter on the payload text with "
+                    "models.MatchText. Sparse vectors stored before the guard stay searchable by "
+                    f"every reader: remove them with delete_vectors(collection_name, [{name!r}], "
+                    "points=...)"
                 )
             known = sorted(n or "<unnamed>" for n in self.dense)
             shown = name or "<unnamed>"
