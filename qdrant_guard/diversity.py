@@ -388,7 +388,8 @@ def enforce_group_caps(
     min_unique_sources: int = 2,
     missing_source: str = _MISSING_DEFAULT,
 ) -> GroupCapsOutcome[T]:
-    """Cap sources in a grouped response (``query_points_groups`` grouped by a non-source field).
+    """Cap sources in a grouped response (``query_points_groups``). Grouped by the source field,
+    each group is one source, so the caps leave each at most ``source_cap(group_size, fraction)``.
 
     Two caps hold at once, both hard:
 
