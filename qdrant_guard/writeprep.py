@@ -72,6 +72,7 @@ _DIRECTIVES = {
 # What the guard raises when it refuses a write's input (a malformed vector, point or argument);
 # raised before anything is sent, each is audited once (see WriteOps._audit_input_errors).
 _INPUT_ERRORS = (QdrantGuardError, TypeError, ValueError)
+_INFERENCE_INPUTS = (models.Document, models.Image, models.InferenceObject)
 
 
 _REASON = re.compile(r"[a-z0-9_]{1,40}")
@@ -293,6 +294,14 @@ class WritePrep(WriteSigning):
                     break
             try:
                 if not plain:
+                    for k, v in vecs.items():
+                        if isinstance(v, _INFERENCE_INPUTS):
+                            # Before the embedder is asked for (or called): a Document for a sparse
+                            # or unknown slot was told to pass embedder=, which only led to this.
+                            try:
+                                shape.spec(k, where=where)
+                            except InvalidVectorError as exc:
+                                raise _located(exc, p.id, k)
                     embedded = {k for k, v in vecs.items() if isinstance(v, models.Document)}
                     if embedded:
                         self._refuse_embedder_model(op, name, pol, embedded, p.id)

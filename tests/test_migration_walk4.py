@@ -126,3 +126,29 @@ def test_a_grouped_read_by_the_source_field_audits_how_many_hits_the_caps_took(k
     assert (uncapped, returned) == (6, 3)  # cust-1's group: 1 of 4 (its share of the 6 hits is 2, of a group of 4 is 1)
     entry = [r for r in audit_records(kit) if r["op"] == "query_points_groups"][-1]
     assert entry["details"]["group_caps"] == {"group_cap": 1, "response_cap": 2, "short_by": uncapped - returned}
+
+
+@pytest.mark.parametrize("with_embedder", [False, True])
+def test_a_document_for_a_sparse_slot_is_refused_as_sparse_before_any_embedder_is_asked_for(
+        kit: Kit, with_embedder: bool) -> None:
+    # The app's BM25 write (models.Document(model="Qdrant/bm25") for the sparse slot) was told to
+    # pass embedder=; with one, the guard embedded the text and then refused the slot as sparse.
+    from qdrant_guard.hashing_embedder import HashingEmbedder
+
+    texts: list[list[str]] = []
+
+    def embedder(batch: list[str]) -> Any:
+        texts.append(list(batch))
+        return HashingEmbedder(DIM)(batch)
+
+    owner = QdrantClient(":memory:", guard=kit.config({"tickets": TICKETS}), principal=kit.principal("alice", "hr"),
+                         **({"embedder": embedder} if with_embedder else {}))
+    owner.create_collection("tickets", vectors_config=VECTORS, sparse_vectors_config=SPARSE)
+    point = models.PointStruct(id=7, payload={"text": "refund please", "source": "c1"}, vector={
+        "body": unit(np.random.default_rng(7)), "keywords": models.Document(text="refund please", model="Qdrant/bm25")})
+    with pytest.raises(InvalidVectorError, match=r"^point 7: vector 'keywords' is a sparse vector; .*leave 'keywords' out"):
+        owner.upsert("tickets", [point])
+    assert texts == []
+    entry = audit_records(kit)[-1]
+    assert (entry["op"], entry["verdict"], entry["point_ids"]) == ("upsert", "UNSUPPORTED_WRITE", [7])
+    owner.close()
