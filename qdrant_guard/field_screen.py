@@ -271,11 +271,13 @@ class _FieldScreen:
                 else:
                     nv = self.node(v, nk, at)
             if nk in out:
+                from .textguard import point_words  # textguard imports this module
+                of = point_words(self.point_id)
                 raise self.ops.unsupported_write(
                     self.op, self.name, self.pol,
-                    f"{self.op}: two keys of the payload object at {path or '<top level>'!r} of point "
-                    f"{self.point_id!r} would both be stored as {shown!r} once redacted, and one would "
-                    "overwrite the other; remove the data from the keys. Nothing was written")
+                    f"{self.op}: two keys of the payload object at {path or '<top level>'!r}"
+                    f"{' of ' + of if of else ''} would both be stored as {shown!r} once redacted, and one "
+                    "would overwrite the other; remove the data from the keys. Nothing was written")
             changed = changed or nk is not given or nv is not v
             out[nk] = nv
         if late:

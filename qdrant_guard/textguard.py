@@ -51,6 +51,21 @@ def selection_of(selector: Any) -> PointSelection:
     return chosen
 
 
+def point_words(point_id: Any) -> str:
+    """How a refusal names what ``point_id`` is: ``point 5``, a payload rewrite's ``points 1, 2``
+    (the first five, then ``(+N more)``, as :class:`GuardRefusal` lists ids) or ``the points a
+    filter selects``; "" for none (a collection's metadata, a query's inference options)."""
+    if not isinstance(point_id, PointSelection):
+        return "" if point_id is None else f"point {point_id!r}"
+    if point_id.by_filter:
+        return "the points a filter selects"
+    if not point_id:
+        return "the points selected"
+    shown = ", ".join(repr(p) for p in point_id[:5])
+    more = f" (+{len(point_id) - 5} more)" if len(point_id) > 5 else ""
+    return f"{'point' if len(point_id) == 1 else 'points'} {shown}{more}"
+
+
 def _named_points(point_ids: Sequence[Any]) -> tuple[list[Any], str]:
     """The ids a refusal lists for ``point_ids`` (a :class:`PointSelection` in it expanded, None
     dropped: a payload rewrite has no single point), and the lead its directive takes ("the points
@@ -280,8 +295,9 @@ class TextOps(Dispatch):
             return self.screen_text(op, name, pol, value, point_ids=[point_id])
         if depth >= 64 and isinstance(value, (dict, *_ARRAYS)):
             raise self.unsupported_write(  # type: ignore[attr-defined]
-                op, name, pol, f"{op}: point {point_id!r}: the text field {pol.text_field!r} nests objects or "
-                "arrays more than 64 deep; the guard screens its text to that depth. Flatten it. Nothing was written")
+                op, name, pol, f"{op}: {point_words(point_id) or 'the payload'}: the text field {pol.text_field!r} nests "
+                "objects or arrays more than 64 deep; the guard screens its text to that depth. Flatten it. Nothing "
+                "was written")
         if isinstance(value, dict):
             return {k: self._text_leaves(op, name, pol, v, point_id, depth + 1) for k, v in value.items()}
         if isinstance(value, _ARRAYS):
