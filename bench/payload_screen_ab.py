@@ -1,26 +1,39 @@
 """The payload screen's cost on a whole guarded upsert: payload_fields = "credentials" and "all"
 against "text_field" (the payload's other fields stored as given), in one process, one run.
 
-Run: python bench/payload_screen_ab.py [--rounds 15] [--points 256] [--noised] [--profile ARM]
+Run: python bench/payload_screen_ab.py [--rounds 15] [--points 256] [--lines 2] [--noised] [--profile ARM]
 
-One bed (bench/_harness.py) holds three PII collections that differ only in ``payload_fields``
-(owner hr, ``raw_in_boundary = true``, ``noise_on_write = true``, text field ``text``); alice@hr
-upserts into each, storing raw vectors (``--noised``: ``raw_in_boundary = false``, so every vector
-is noised and receipted too, a costlier upsert for the screen to be compared with). Every round builds a new batch of ``--points`` seeded points (384-d) whose
-payloads a document store would hold: a text field of two or three sentences (an e-mail in one
-point of four), a title, a two-line summary, a source and status that repeat, an author object
-(an e-mail in one of three), a tag list, a nested ``meta`` object (page, language, timestamp, a
-Windows path with backslashes in one of four, a quoted remark in one of five), a float score and
+One bed (bench/_harness.py) holds PII collections that differ only in ``payload_fields`` (owner hr,
+``raw_in_boundary = true``, ``noise_on_write = true``, text field ``text``); alice@hr upserts into
+each, storing raw vectors (``--noised``: ``raw_in_boundary = false``, so every vector is noised and
+receipted too, a costlier upsert to compare the screen with). Every round builds a new batch of
+``--points`` seeded points (384-d) whose payloads a document store would hold: a text field of two
+or three sentences (an e-mail in one point of four), a title, a summary of ``--lines`` sentences
+one a line (2: about 100 characters), a source and a status that repeat, an author object (an
+e-mail in one of three), a tag list, a nested ``meta`` object (page, language, timestamp, revision,
+a Windows path with backslashes in one of four, a quoted remark in one of five), a float score and
 an integer count. Each string that is not a repeated category is new in every round, so the
 screen's clean-values memory holds none of them (a store's new documents); keys and categories are
 remembered, as in use.
 
+Arms, each a collection of its own (its own clean-values memory):
+
+  text_field   payload_fields = "text_field": the text field screened, the rest stored as given
+  credentials  payload_fields = "credentials" (the default)
+  all          payload_fields = "all"
+  no-reread    "credentials" timed with ``field_screen.stored_findings`` answering []: the screen
+               without review 54's JSON-escaped re-reading (not a safe screen, only what that
+               re-reading costs)
+  unshared     "credentials" timed with ``field_screen._SHARED_READ_MIN`` out of reach: every
+               reading by ``detect.find_sensitive``, as before ``detect.one_value_reader``
+
 Each arm gets its own copy of the round's batch and is timed on one guarded upsert of it, the
 arms in a seeded shuffled order per round; Qdrant's answer to the final ``upsert`` is replayed
 (recorded once per arm), so only the guard's own work is on the clock. Prints each arm's median
-and quartiles (wall ms and CPU ms per upsert), the per-round ratios credentials/text_field and
-all/text_field (CPU, then wall), and the per-point difference in CPU microseconds. ``--profile ARM`` instead runs
-cProfile over 5 upserts of that arm and prints the top functions by own and cumulative time.
+and quartiles (wall and CPU ms per upsert), then per-round ratios (CPU, then wall; median and
+quartiles) to text_field, of credentials to no-reread and to unshared, and the CPU each adds a
+point. ``--profile ARM`` instead runs cProfile over 5 upserts of that arm and prints the top
+functions by own and cumulative time.
 """
 from __future__ import annotations
 
@@ -41,7 +54,9 @@ from qdrant_guard import field_screen  # noqa: E402
 from _ab import ratio_quartiles, summary  # noqa: E402
 from _harness import models  # noqa: E402
 
-ARMS = {"text_field": "text_field", "credentials": "credentials", "all": "all", "no-reread": "credentials"}
+LINES = 2  # sentences of the summary, one a line (--lines)
+ARMS = {"text_field": "text_field", "credentials": "credentials", "all": "all", "no-reread": "credentials",
+        "unshared": "credentials"}
 
 _WORDS = ("the policy covers leave requests for staff in the regional office and applies from the next "
           "quarter onward while managers review each case with payroll before approval is given to the "
@@ -74,7 +89,7 @@ def payload(rng: random.Random, i: int, r: int) -> dict:
     return {
         "text": text,
         "title": f"{_sentence(rng, 5)[:-1]} ({r}-{i})",
-        "summary": f"{_sentence(rng, 7)}\n{_sentence(rng, 6)} Ref {r}-{i}.",
+        "summary": "\n".join(_sentence(rng, 7 if k == 0 else 6) for k in range(LINES)) + f" Ref {r}-{i}.",
         "source": f"doc{i % 50}",
         "status": ("published", "draft", "archived")[i % 3],
         "author": author,
@@ -86,6 +101,7 @@ def payload(rng: random.Random, i: int, r: int) -> dict:
 
 
 _stored_findings = field_screen.stored_findings
+_shared_read_min = field_screen._SHARED_READ_MIN
 
 
 def _no_reread(name: str, value: str) -> list:
@@ -105,8 +121,11 @@ def main() -> None:
     ap.add_argument("--points", type=int, default=256)
     ap.add_argument("--noised", action="store_true",
                     help="raw_in_boundary = false: every vector noised and receipted (a costlier upsert)")
+    ap.add_argument("--lines", type=int, default=2, help="sentences of the summary field, one a line (2)")
     ap.add_argument("--profile", choices=["text_field", "credentials", "all"])
     a = ap.parse_args()
+    global LINES
+    LINES = a.lines
 
     pol = {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": not a.noised, "noise_on_write": True,
            "text_field": "text", "source_field": "source", "diversity": {"enabled": False},
@@ -151,11 +170,14 @@ def main() -> None:
             reps[arm].kwargs = {"points": copy.deepcopy(base)}
             if arm == "no-reread":
                 field_screen.stored_findings = _no_reread
+            elif arm == "unshared":
+                field_screen._SHARED_READ_MIN = 1 << 62
             c, t = time.process_time(), time.perf_counter()
             reps[arm].run()
             wall[arm].append((time.perf_counter() - t) * 1e3)
             cpu[arm].append((time.process_time() - c) * 1e3)
             field_screen.stored_findings = _stored_findings
+            field_screen._SHARED_READ_MIN = _shared_read_min
     forwarded = {arm: rep.forwarded for arm, rep in reps.items()}
     bed.close()
 
@@ -165,7 +187,7 @@ def main() -> None:
         print("  " + summary(arm, wall[arm], "ms wall", width=11))
         print("  " + summary("", cpu[arm], "ms CPU", width=11))
     for arm, base in (("credentials", "text_field"), ("all", "text_field"), ("no-reread", "text_field"),
-                      ("credentials", "no-reread")):
+                      ("credentials", "no-reread"), ("credentials", "unshared")):
         ratios = [x / b for x, b in zip(wall[arm], wall[base])]
         cratios = [x / b for x, b in zip(cpu[arm], cpu[base])]
         per_point = [(x - b) * 1e3 / a.points for x, b in zip(cpu[arm], cpu[base])]

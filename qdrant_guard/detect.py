@@ -745,6 +745,29 @@ def find_sensitive(text: str) -> list[Finding]:
     ]
 
 
+def one_value_reader() -> Callable[[str], list[Finding]]:
+    """:func:`find_sensitive` for the readings of one value (the payload screen reads a value plain
+    and then as JSON escapes it), keeping the kernel's spans of each text it reads for the next
+    readings: the escaped reading's view with its escapes decoded is the plain reading's text again
+    (``name: "line 1\\nline 2"`` decodes to ``name: "line 1<newline>line 2"``), which the kernel
+    has read. The kernel's spans depend on the text alone, so every reading's findings are
+    :func:`find_sensitive`'s. Drop it with the value: it holds the texts it read."""
+    seen: dict[str, Spans] = {}
+    kernel = _kernel.find_spans
+
+    def spans(text: str) -> Spans:
+        got = seen.get(text)
+        if got is None:
+            got = seen[text] = kernel(text)
+        return list(got)  # the caller's own list, as the kernel's is
+
+    def read(text: str) -> list[Finding]:
+        _check_text("find_sensitive", text)
+        return [Finding(t, s, e, v, "PII" if t in _PII_TYPES else "CREDENTIAL") for s, e, t, v in _find_spans(text, spans)]
+
+    return read
+
+
 def redact_with_findings(text: str) -> tuple[str, list[Finding]]:
     """Replace every finding with ``[TYPE]`` and return the redacted text and the findings.
 

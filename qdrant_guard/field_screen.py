@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from . import detect as _detect
 from .password_names import (
@@ -61,21 +61,27 @@ _EXACT_FLOAT = 1e19
 _UNQUOTE = str.maketrans('"\\', "'/")
 # What JSON escapes in a string (ensure_ascii off): a quote, a backslash, a control character.
 _JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
+# Shortest value whose readings share one detect.one_value_reader (value_findings): below it the
+# reader costs what the kernel pass it saves (an 80-100 character two-line value: the same time).
+_SHARED_READ_MIN = 128
 
 
-def stored_findings(name: str, value: str) -> list[_detect.Finding]:
+def stored_findings(name: str, value: str,
+                    read: Callable[[str], list[_detect.Finding]] | None = None) -> list[_detect.Finding]:
     """The detector's findings in ``value`` as the JSON stored or sent writes it after its key
     (``name: "<value escaped>"``), in the value's offsets (a finding is widened to the characters
     whose escapes it touches); [] when JSON escapes nothing in it. The neutral readings miss some:
     a secret behind an escaped quote or a control character ('\\\\"a8f3...', '\\na8f3...') the
-    detector finds only beside its escape."""
+    detector finds only beside its escape. ``read``: the detector (:func:`detect.find_sensitive`, or
+    the :func:`detect.one_value_reader` of the value's other readings)."""
     if not _JSON_ESCAPED.search(value):
         return []
     h = len(name) + 3
     escaped = json.dumps(value, ensure_ascii=False)[1:-1]
     # Most such values (text with newlines) hold nothing: the offset map below is built only for a
     # finding, which keeps the common case at one more detector call.
-    hits = [f for f in _detect.find_sensitive(f'{name}: "{escaped}"') if f.end > h and f.start < h + len(escaped)]
+    hits = [f for f in (read or _detect.find_sensitive)(f'{name}: "{escaped}"')
+            if f.end > h and f.start < h + len(escaped)]
     if not hits:
         return []
     out: list[str] = []
@@ -107,7 +113,12 @@ def value_findings(name: str, value: str) -> list[_detect.Finding]:
     quote = '' if '"' in value or "\\" in value else '"'
     head = f"{name}: {quote}"
     n, h = len(value), len(head)
-    found = [f for f in _detect.find_sensitive(f"{head}{value}{quote}") if f.end > h and f.start < h + n]
+    # A value JSON escapes only control characters in (text with newlines) is read twice, and the
+    # escaped reading's view with its escapes decoded is this first reading's text: one reader
+    # lets the kernel read that text once.
+    read = (_detect.one_value_reader() if quote and n >= _SHARED_READ_MIN and _JSON_ESCAPED.search(value)
+            else _detect.find_sensitive)
+    found = [f for f in read(f"{head}{value}{quote}") if f.end > h and f.start < h + n]
     if not found and '"' in value:
         h = len(name) + 3
         found = [f for f in _detect.find_sensitive(f'{name}: "{value.translate(_UNQUOTE)}"')
@@ -115,7 +126,7 @@ def value_findings(name: str, value: str) -> list[_detect.Finding]:
     if found:
         return [_detect.Finding(f.type, max(f.start - h, 0), min(f.end - h, n), f.validator, f.category)
                 for f in found]
-    return stored_findings(name, value)
+    return stored_findings(name, value, read)
 
 
 # A name field and a value field of one object (Kubernetes env lists, AWS tags): the value is read
