@@ -104,7 +104,7 @@ _stored_findings = field_screen.stored_findings
 _shared_read_min = field_screen._SHARED_READ_MIN
 
 
-def _no_reread(name: str, value: str) -> list:
+def _no_reread(name: str, value: str, read: object = None) -> list:
     """For the ``no-reread`` arm only: the screen without the JSON-escaped re-reading (not a safe
     screen: it misses '\\na8f3...')."""
     return []
