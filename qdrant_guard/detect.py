@@ -763,7 +763,8 @@ def one_value_reader() -> Callable[[str], list[Finding]]:
 
     def read(text: str) -> list[Finding]:
         _check_text("find_sensitive", text)
-        return [Finding(t, s, e, v, "PII" if t in _PII_TYPES else "CREDENTIAL") for s, e, t, v in _find_spans(text, spans)]
+        return [Finding(t, s, e, v, "PII" if t in _PII_TYPES else "CREDENTIAL")
+                for s, e, t, v in _find_spans(text, spans)]
 
     return read
 
