@@ -77,8 +77,8 @@ def payload(rng: random.Random, i: int, r: int) -> dict:
     text = " ".join(_sentence(rng, rng.randint(10, 18)) for _ in range(rng.randint(2, 3)))
     if i % 4 == 0:
         text += f" Contact {user}@example.com for details."
-    meta = {"page": i % 40 + 1, "lang": "en", "created": f"2026-{1 + r % 12:02d}-{1 + i % 28:02d}T{i % 24:02d}:{r % 60:02d}:00Z",
-            "revision": r * 1000 + i}
+    created = f"2026-{1 + r % 12:02d}-{1 + i % 28:02d}T{i % 24:02d}:{r % 60:02d}:00Z"
+    meta = {"page": i % 40 + 1, "lang": "en", "created": created, "revision": r * 1000 + i}
     if i % 4 == 1:
         meta["path"] = f"C:\\share\\hr\\{rng.choice(_WORDS)}_{r}_{i}.docx"
     if i % 5 == 2:
@@ -127,7 +127,8 @@ def main() -> None:
     global LINES
     LINES = a.lines
 
-    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": not a.noised, "noise_on_write": True,
+    pol = {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": not a.noised,
+           "noise_on_write": True,
            "text_field": "text", "source_field": "source", "diversity": {"enabled": False},
            "intent": {"enabled": False}}
     bed = H.make_bed({arm: {**pol, "payload_fields": pf} for arm, pf in ARMS.items()})

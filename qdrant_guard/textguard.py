@@ -295,9 +295,9 @@ class TextOps(Dispatch):
             return self.screen_text(op, name, pol, value, point_ids=[point_id])
         if depth >= 64 and isinstance(value, (dict, *_ARRAYS)):
             raise self.unsupported_write(  # type: ignore[attr-defined]
-                op, name, pol, f"{op}: {point_words(point_id) or 'the payload'}: the text field {pol.text_field!r} nests "
-                "objects or arrays more than 64 deep; the guard screens its text to that depth. Flatten it. Nothing "
-                "was written")
+                op, name, pol, f"{op}: {point_words(point_id) or 'the payload'}: the text field "
+                f"{pol.text_field!r} nests objects or arrays more than 64 deep; the guard screens its text to "
+                "that depth. Flatten it. Nothing was written")
         if isinstance(value, dict):
             return {k: self._text_leaves(op, name, pol, v, point_id, depth + 1) for k, v in value.items()}
         if isinstance(value, _ARRAYS):

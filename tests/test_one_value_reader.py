@@ -15,7 +15,8 @@ SECRET = "a8f3k2j9x0q7w1e5r4t6"  # tests/test_review54.py's: a finding only next
 GHP = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
 PIECES = ["the", "policy", "covers", "leave", "requests", "for", "staff", "Ref 12-3", "page 4", "résumé", "ｐａｓｓ",
           "123-45-6789", "4111111111111111", "maria.lopez@example.com", "AKIAIOSFODNN7EXAMPLE", GHP,
-          "a8f3b9c2d4e5f6a7b8c9d0e1f2a3b4c5", "hunter2hunter2", "api_key:", "password =", SECRET, SECRET, "%41%42", "&amp;", "MTIzLTQ1LTY3ODk=",
+          "a8f3b9c2d4e5f6a7b8c9d0e1f2a3b4c5", "hunter2hunter2", "api_key:", "password =", SECRET, SECRET,
+          "%41%42", "&amp;", "MTIzLTQ1LTY3ODk=",
           "+1 415 555 0100", "DE89370400440532013000", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"]
 SEPARATORS = [" ", " ", " ", "\n", "\n", "\t", "\r\n", "\x01", "\x1f", "\n\n", "'", '"', "\\", ": "]
 NAMES = ["note", "summary", "description", "api_key", "password", "db_password", "token", "ssn", "card", "x"]
