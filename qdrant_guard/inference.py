@@ -42,11 +42,20 @@ class InferenceShapeError(Exception):
         self.why = why
 
 
+def locator_text(image: Any) -> str | None:
+    """An Image's ``image`` as the path or URL qdrant-client sends, or None for data (pixels: no
+    string once serialised, a data: URI or base64). A ``pathlib.Path``, or bytes that decode as
+    UTF-8, is sent as its string (REST serialises it so: Qdrant Cloud inference fetches the URL),
+    so it is read as one; read as the object, it passed as pixels, unscreened."""
+    sent = _as_sent(image)
+    if not isinstance(sent, str):
+        return None
+    return None if sent[:5].lower() == "data:" or _BASE64.fullmatch(sent) is not None else sent
+
+
 def is_pixels(image: Any) -> bool:
-    """Whether an Image's ``image`` is data (not a string, a data: URI or base64), not a locator."""
-    if not isinstance(image, str):
-        return True
-    return image[:5].lower() == "data:" or _BASE64.fullmatch(image) is not None
+    """Whether an Image's ``image`` is data, not a locator (:func:`locator_text`)."""
+    return locator_text(image) is None
 
 
 class InferenceScreen:
@@ -123,12 +132,13 @@ class InferenceScreen:
         collection is mislabelled; in a query, inference would fetch it as given), elsewhere a
         credential (PII in a locator is left, as in the image). Never redacted: the redacted string
         would name another image, or none."""
-        if is_pixels(image):
+        text = locator_text(image)
+        if text is None:
             return
-        _refuse_finding(self.ops, self.op, self.name, self.pol, str.__str__(image), where, "Image",
+        _refuse_finding(self.ops, self.op, self.name, self.pol, text, where, "Image",
                         "whose path or URL", "inference would fetch it as given (a locator cannot be redacted: "
-                        "it would name another image). Pass the image as data (base64), or from a location "
-                        "that needs no credential in its address", self.point_ids,
+                        "it would name another image). Pass the image as data (base64), or from an address "
+                        "that holds none of them", self.point_ids,
                         mislabelled=self.pol.is_public and not self.query,
                         public_query=self.pol.is_public and self.query, remember=False)
 
