@@ -3,16 +3,17 @@
 A PUBLIC collection's reads pass through the guard, but a query's ``models.Document`` (and an
 ``InferenceObject`` or ``Image``) is embedded by qdrant-client's inference: fastembed in local mode,
 or Qdrant Cloud inference, which hands the text to the model's provider. Credentials are never
-embedded, so on a PUBLIC collection the policy lists, every inference input of a query (top-level,
-nested in a recommend, discover, context or nearest query, in prefetches, in each
-``query_batch_points`` request) is screened for credentials by the native detector, as a sensitive
-collection's query inputs are: a Document's text, the options of all three (a provider's key
-option passes), an InferenceObject's object, an Image's path or URL. A credential is refused
-(CREDENTIAL_IN_TEXT, audited, nothing sent) or, under ``credentials_in_text = "redact"``, redacted;
-personal data is refused (SENSITIVITY_MISMATCH: inference would embed it as given, at a remote
-provider under Qdrant Cloud inference) or, under ``allow_redaction_on_public``, redacted, as in a
-write to the collection (issue 5: text with secrets or PII sent to a PUBLIC collection is refused
-unless the policy allows redaction there). A path or URL, or a model name, holding either is
+embedded, nor PII as given, so on a PUBLIC collection the policy lists, every inference input of a
+query (top-level, nested in a recommend, discover, context or nearest query, in prefetches, in each
+``query_batch_points`` request) is screened by the native detector, as a sensitive collection's
+query inputs are: a Document's text, the options of all three (a provider's key option passes), an
+InferenceObject's object, an Image's path or URL (a ``Path`` or bytes as the string sent). A
+credential is refused (CREDENTIAL_IN_TEXT, audited, nothing sent) or, under
+``credentials_in_text = "redact"``, redacted; personal data is refused (SENSITIVITY_MISMATCH:
+inference would embed it as given, at a remote provider under Qdrant Cloud inference) or, under
+``allow_redaction_on_public``, redacted (sent as given under ``redact_pii = false``), as in a write
+to the collection (issue 5: text with secrets or PII sent to a PUBLIC collection is refused unless
+the policy allows redaction there). A path or URL, or a model name, holding either is
 refused: neither can be redacted. Raw vectors and point ids pass without a walk; collections left
 unlisted under ``unlisted = "public"`` pass through unscreened.
 """
@@ -49,8 +50,8 @@ def carries_inputs(args: dict[str, Any]) -> bool:
 
 
 def public_query_text(ops: Any, op: str, name: str, args: dict[str, Any], at: str = "") -> dict[str, Any]:
-    """``args`` (a query's, or a batch request's ``query`` and ``prefetch``) with the credentials in
-    its inference inputs refused or redacted (see the module); ``args`` itself when nothing changed.
+    """``args`` (a query's, or a batch request's ``query`` and ``prefetch``) with the credentials and
+    PII in its inference inputs refused or redacted (see the module); ``args`` itself when nothing changed.
     ``at`` prefixes the places refusals name (``requests[1].``)."""
     if not carries_inputs(args) or not screens_public_queries(ops, name):
         return args

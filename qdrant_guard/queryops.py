@@ -36,7 +36,7 @@ from .readrelease import ReadRelease
 
 
 def _public_request(ops: Any, op: str, name: str, req: models.QueryRequest, at: str) -> models.QueryRequest:
-    """A PUBLIC batch request with the credentials of its inference inputs screened
+    """A PUBLIC batch request with its inference inputs screened
     (:func:`~qdrant_guard.pubquery.public_query_text`)."""
     fields = {"query": req.query, "prefetch": req.prefetch}
     new = public_query_text(ops, op, name, fields, at)
@@ -86,7 +86,7 @@ class QueryOps(ReadRelease):
             return None, args, {}
         # Lookups read other collections, so they are checked even when this one is PUBLIC.
         args = self.check_lookups(method, args["collection_name"], args)
-        if pol is None:  # PUBLIC: credentials are never sent to inference, whatever the class
+        if pol is None:  # PUBLIC: neither credentials nor PII are sent to inference as given
             if carries_inputs(args):
                 args = public_query_text(self, method, args["collection_name"], args)
             return None, args, {}
