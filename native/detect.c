@@ -1087,6 +1087,22 @@ static void iban(scan_t *s, size_t i) {
 }
 
 /* --------------------------------------------------------------------------------- email */
+/* An image drawn for a display density (icon@2x.png, hero@3x.webp: Apple's naming, all over web
+   pages and their URLs) is no address: no TLD is an image format's extension. Only that shape
+   (digits and an 'x', then the extension), so alice@example.com.png keeps its address. */
+static const char *const IMAGE_EXTS[] = {
+    "png", "jpg", "jpeg", "gif", "webp", "svg", "avif", "bmp", "tif", "tiff", "heic", "ico", NULL,
+};
+
+static int density_image(const unsigned char *d, size_t n, const unsigned char *ext, size_t en) {
+    if (n < 2 || lower_ascii(d[n - 1]) != 'x') return 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (!is_digit(d[i])) return 0;
+    for (int k = 0; IMAGE_EXTS[k]; k++)
+        if (eq_ci(ext, en, IMAGE_EXTS[k])) return 1;
+    return 0;
+}
+
 static void email(scan_t *s, size_t p) {
     const unsigned char *b = s->b;
     size_t ls = p;
@@ -1116,6 +1132,7 @@ static void email(scan_t *s, size_t p) {
     if (nlabels < 2 || last_e - last_a < 2) return;
     for (size_t k = last_a; k < last_e; k++)
         if (!is_alpha(b[k])) return;
+    if (nlabels == 2 && density_image(b + p + 1, last_a - 1 - (p + 1), b + last_a, last_e - last_a)) return;
     size_t k = ls;
     while (k > 0 && ls - k < 256 && is_url_segment(b[k - 1])) k--;
     /* user@host in a URL's authority (scheme://user:pw@host) is not an e-mail address; one past

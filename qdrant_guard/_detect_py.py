@@ -1148,6 +1148,17 @@ _DOMAIN = _ALNUM | set(".-")
 _URL_SEGMENT = _PRINTABLE - set("\"'<>`()")
 
 
+# An image drawn for a display density (icon@2x.png, hero@3x.webp: Apple's naming, all over web
+# pages and their URLs) is no address: no TLD is an image format's extension. Only that shape
+# (digits and an "x", then the extension), so alice@example.com.png keeps its address.
+_IMAGE_EXTS = frozenset({"png", "jpg", "jpeg", "gif", "webp", "svg", "avif", "bmp", "tif", "tiff", "heic", "ico"})
+
+
+def _density_image(label: str, tld: str) -> bool:
+    return (len(label) >= 2 and label[-1] in "xX" and all(c in "0123456789" for c in label[:-1])
+            and tld.lower() in _IMAGE_EXTS)
+
+
 def _email(text: str, p: int) -> list[tuple[int, int, str, str]]:
     ls = p
     while ls > 0 and p - ls <= 64 and text[ls - 1] in _LOCAL:
@@ -1171,6 +1182,8 @@ def _email(text: str, p: int) -> list[tuple[int, int, str, str]]:
             return []
     tld = labels[-1]
     if len(tld) < 2 or any(c not in _UPPER and c not in _LOWER for c in tld):
+        return []
+    if len(labels) == 2 and _density_image(labels[0], tld):
         return []
     # user@host in a URL's authority (scheme://user:pw@host) is not an e-mail address; one past
     # the authority's first "/" (a path or its query: /img.png?who=alice@example.com) is. As the

@@ -137,3 +137,25 @@ def test_v1_entries_no_checkpoint_covers_are_still_refused_by_the_repair(tmp_pat
     # (seq 5 is cut by the scan: no checkpoint at its checkpoint seq)
     assert err.value.seqs == (1, 2, 3, 4) and p.read_bytes() == before
 
+
+
+# ------------------------------------------------------------------ the e-mail rule in URLs
+# Since an address past a URL's first '/' is found (review 56's session, commit 9dd210c), an image
+# named for a display density in a URL (https://cdn.example.com/img/logo@2x.png) read as one: a
+# web page holding it was refused on a PUBLIC collection. Bare "logo@2x.png" was read so before.
+DENSITY = ["https://cdn.example.com/images/logo@2x.png", "https://example.com/static/hero@3x.webp?v=1",
+           "![logo](https://raw.githubusercontent.com/o/r/main/assets/icon@2X.PNG)", "see logo@2x.png",
+           '<img srcset="/img/a.jpg 1x, /img/a@2x.jpg 2x">']
+ADDRESSES = ["https://x.example/avatars/alice@example.com.png", "https://x.example/u?who=alice@example.com",
+             "mail alice@2x.com", "https://login.example.com/authorize?login_hint=bob@contoso.com"]
+
+
+@pytest.mark.parametrize("impl", ["native", "python"])
+def test_an_image_named_for_a_display_density_is_no_address(impl):
+    from qdrant_guard import _detect, _detect_py
+
+    mod = _detect if impl == "native" else _detect_py
+    for text in DENSITY:
+        assert not [s for s in mod.find_spans(text) if "EMAIL" in s], text
+    for text in ADDRESSES:
+        assert [s for s in mod.find_spans(text) if "EMAIL" in s], text
