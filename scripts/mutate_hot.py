@@ -8,7 +8,12 @@ qdrant_guard and the plugins pytest loads from entry points, and rewriting their
 mutate.py pays again for every mutant. Here the child swaps the code objects (and argument
 defaults) of the module's functions and methods for the mutant's, so every reference to them
 (``from .sentpoints import sent_point`` elsewhere included) runs the mutant; a changed module-level
-constant is set on the module (a copy another module imported by name keeps the old value). The
+constant (a number, string, tuple, frozenset, dict or compiled regex) is set on the module (a copy
+another module imported by name keeps the old value). Instances of the module's own classes in a
+constant (``_REGEX_CUES = (("x", _ScannedCue(...)), ...)``) are given the loaded classes back, so
+``isinstance`` checks against them still hold; an ``lru_cache`` function's wrapped code is swapped
+and its cache cleared. The baseline runs through the same patch with the unchanged source: a
+module the patch itself breaks fails the baseline instead of reporting every mutant killed. The
 mutated file is also written to disk, for tests that start a subprocess. Tests run with
 ``--assert=plain`` (a failing assert still fails; it is not explained).
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import signal
 import sys
 import time
@@ -51,11 +57,23 @@ def _patch(old: object, new: object) -> None:
         old.__kwdefaults__ = new.__kwdefaults__
 
 
+def _rehome(value: object, classes: dict[type, type]) -> object:
+    """``value`` with each instance of a class in ``classes`` (new -> loaded) given the loaded class."""
+    if isinstance(value, tuple):
+        return tuple(_rehome(v, classes) for v in value)
+    old = classes.get(type(value))
+    if old is not None:
+        value.__class__ = old
+    return value
+
+
 def hot_patch(modname: str, src: bytes, path: Path) -> None:
     """Make the loaded module ``modname`` run ``src``'s functions (see the module docstring)."""
     mod = sys.modules[modname]
     ns: dict[str, object] = {"__name__": modname, "__package__": mod.__package__, "__file__": str(path)}
     exec(compile(src, str(path), "exec"), ns)  # noqa: S102 - the mutant of our own module
+    classes = {new: old for name, new in ns.items()
+               if isinstance(new, type) and isinstance(old := getattr(mod, name, None), type)}
     for name, new in ns.items():
         if name.startswith("__"):
             continue
@@ -66,8 +84,11 @@ def hot_patch(modname: str, src: bytes, path: Path) -> None:
                     _patch(old.__dict__[attr], value)
         elif isinstance(old, (types.FunctionType, staticmethod, classmethod, property)):
             _patch(old, new)
-        elif isinstance(new, (int, float, str, bytes, frozenset, tuple)) and old != new:
-            setattr(mod, name, new)
+        elif hasattr(old, "cache_clear") and hasattr(old, "__wrapped__") and hasattr(new, "__wrapped__"):
+            _patch(old.__wrapped__, new.__wrapped__)
+            old.cache_clear()
+        elif isinstance(new, (int, float, str, bytes, frozenset, tuple, dict, re.Pattern)) and old != new:
+            setattr(mod, name, _rehome(new, classes))
 
 
 def run_forked(args: list[str], timeout: float, patch: tuple[str, bytes, Path] | None) -> tuple[str, float]:
@@ -155,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         restore()
         return status, f"{dt:.1f}s"
 
-    return drive("mutate_hot.py", rel, numbered, baseline=lambda: (*run_forked(cmd, args.timeout * 3, None), ""),
+    return drive("mutate_hot.py", rel, numbered, baseline=lambda: (*run_forked(cmd, args.timeout * 3, (modname, original, path)), ""),
                  trial=trial, restore=restore, label="[{i}]", tag="[{i}] ")
 
 

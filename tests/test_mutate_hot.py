@@ -1,0 +1,71 @@
+"""scripts/mutate_hot.py runs each mutant by patching the loaded module: what the patch changes, and
+that a patch which itself breaks the tests fails the baseline (mutation pass 36: on intent_features.py
+the patch put instances of fresh copies of ``_ScannedCue`` into ``_REGEX_CUES``, a test's
+``isinstance`` check failed for every mutant, and all of them were reported killed)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def _run(code: str, cwd: Path = ROOT, env_path: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=env_path or str(ROOT))
+    return subprocess.run([PY, "-c", textwrap.dedent(code)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_unchanged_source_patched_in_keeps_the_loaded_classes_and_the_mutants_reach_caches_and_regexes():
+    out = _run("""
+        import sys
+        sys.path.insert(0, "scripts")
+        from pathlib import Path
+        import mutate_hot
+        import qdrant_guard.intent_features as f
+        path = Path(f.__file__)
+        src = path.read_bytes()
+        mutate_hot.hot_patch(f.__name__, src, path)
+        scanned = [p for _, _, p in f._REGEX_CUES if not hasattr(p, "pattern")]
+        assert scanned and all(isinstance(p, f._ScannedCue) for p in scanned), "scanned cue lost its class"
+        assert f._starts_nfkc_piece("\\u1161") is False
+        mutant = src.replace(b"    return not unicodedata.combining(first) and first not in _COMPOSING_STARTERS",
+                             b"    return True")
+        mutant = mutant.replace(b'r"passphrases?", ', b"")
+        assert mutant.count(b"return True") > src.count(b"return True") and b"passphrases?" not in mutant
+        mutate_hot.hot_patch(f.__name__, mutant, path)
+        assert f._starts_nfkc_piece("\\u1161") is True, "lru_cache function not patched"
+        assert f._BULK_SECRET_HEAD_RE.search("all passphrases") is None, "compiled regex constant not set"
+        print("ok")
+    """)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_a_patch_that_breaks_the_tests_fails_the_baseline(tmp_path):
+    # A dict inside a tuple is not given the loaded classes back: the patch alone breaks the test.
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "kinds.py").write_text(textwrap.dedent("""
+        class Kind:
+            def size(self) -> int:
+                return 1 + 1
+
+
+        KINDS = ({"one": Kind()},)
+    """))
+    (tmp_path / "test_kinds.py").write_text(textwrap.dedent("""
+        from pkg.kinds import KINDS, Kind
+
+
+        def test_kind():
+            assert isinstance(KINDS[0]["one"], Kind) and KINDS[0]["one"].size() == 2
+    """))
+    out = subprocess.run([PY, str(ROOT / "scripts" / "mutate_hot.py"), "pkg/kinds.py", "-t", "test_kinds.py"],
+                         cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path)), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "killed" not in out.stdout
