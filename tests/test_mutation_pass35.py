@@ -1,0 +1,217 @@
+"""Mutation pass 35 (docs/security-testing.md): tests that kill the survivors of calibrate_cli.py
+(``qdrant-guard calibrate`` run for real on local-mode Qdrant stores) and field_screen's clip of a
+finding that begins in the key."""
+from __future__ import annotations
+
+import pytest
+
+from qdrant_guard.field_screen import stored_findings, value_findings
+
+# A PEM armor found from a header written as the key to the END line in the value: a finding that
+# begins in the key, so its start in the value's offsets is clipped to 0 (not -1, nor the value's
+# last character, which would leave all but the last character of the key material unredacted).
+_PEM_KEY = "-----BEGIN RSA PRIVATE KEY-----"
+
+
+@pytest.mark.parametrize("value", [
+    "MIIEab\n-----END RSA PRIVATE KEY-----",  # quoted reading
+    '"MIIEab"\n-----END RSA PRIVATE KEY-----',  # bare reading (a quote inside)
+    "MIIEab\\-----END RSA PRIVATE KEY-----",  # bare reading (a backslash inside)
+])
+def test_a_finding_from_the_key_into_the_value_starts_at_the_values_start(value):
+    assert [(f.type, f.start, f.end) for f in value_findings(_PEM_KEY, value)] == [("PRIVATE_KEY", 0, len(value))]
+
+
+def test_the_stored_reading_clips_a_finding_from_the_key_to_the_values_start():
+    value = "MIIEab\n-----END RSA PRIVATE KEY-----"
+    assert [(f.type, f.start, f.end) for f in stored_findings(_PEM_KEY, value)] == [("PRIVATE_KEY", 0, len(value))]
+
+
+# -- qdrant-guard calibrate ------------------------------------------------------------------------
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+from qdrant_client import QdrantClient, models  # noqa: E402
+
+from qdrant_guard.cli import main  # noqa: E402
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # argparse's usage errors
+        rc = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[Path, Path]:
+    """A real local-mode store of 40 clean 8-d vectors (collection "docs"), and 20 of them as queries."""
+    vectors = np.random.default_rng(7).normal(size=(40, 8))
+    client = QdrantClient(path=str(tmp_path / "store"))
+    client.create_collection("docs", vectors_config=models.VectorParams(size=8, distance=models.Distance.COSINE))
+    client.upsert("docs", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(vectors)])
+    client.close()
+    queries = tmp_path / "q.jsonl"
+    queries.write_text("".join(json.dumps(v.tolist()) + "\n" for v in vectors[:20]))
+    return tmp_path / "store", queries
+
+
+def _calibrate(store: tuple[Path, Path], out: Path, *extra: str) -> list[str]:
+    return ["calibrate", "--path", str(store[0]), "--collection", "docs", "--queries", str(store[1]),
+            "--out", str(out), "--no-progress", "--seed", "1", *extra]
+
+
+# Argument types: 0 is no radius nor ceiling, a negative number no threshold nor delta, and a word
+# is no number (the raise deleted left `value` unbound: a traceback, not a usage error).
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--radius", "0", "not a finite number above 0"),
+    ("--epsilon-ceiling", "0", "not a finite number above 0"),
+    ("--threshold", "-0.5", "not a relative drop in [0, 1)"),
+    ("--threshold", "-1", "not a relative drop in [0, 1)"),
+    ("--delta", "-0.1", "not a delta in [0, 1)"),
+    ("--threshold", "x", "'x' is not a number; give a relative drop such as 0.05"),
+    ("--delta", "x", "'x' is not a number; give a delta such as 1e-6"),
+    ("--epsilons", "0", "0 is not a finite epsilon above 0"),
+    ("--epsilons", "1,inf", "inf is not a finite epsilon above 0"),
+])
+def test_calibrate_refuses_an_out_of_range_option_as_a_usage_error(tmp_path, store, capsys, option, value, says):
+    out = tmp_path / "rec.json"
+    rc, _, err = _run([*_calibrate(store, out), f"{option}={value}"], capsys)
+    assert rc == 2 and "Traceback" not in err
+    assert option in err.splitlines()[-1] and says in err.splitlines()[-1], err
+    assert not out.exists()
+
+
+# The parser: the store is required (--path or --url), as are --collection, --queries and --out;
+# --url is read (an unreachable server is named, not an unknown option).
+@pytest.mark.parametrize("drop", ["--path", "--collection", "--queries", "--out"])
+def test_calibrate_requires_the_store_the_collection_the_queries_and_out(tmp_path, store, capsys, drop):
+    argv = _calibrate(store, tmp_path / "rec.json")
+    i = argv.index(drop)
+    del argv[i:i + 2]
+    rc, _, err = _run(argv, capsys)
+    assert rc == 2 and "Traceback" not in err
+    last = err.splitlines()[-1]
+    assert "required" in last and (drop if drop != "--path" else "--path --url") in last, err
+
+
+def test_calibrate_reads_url(tmp_path, store, capsys):
+    argv = _calibrate(store, tmp_path / "rec.json")
+    argv[1:3] = ["--url", "http://127.0.0.1:9"]  # nothing listens on the discard port
+    rc, _, err = _run(argv, capsys)
+    assert rc == 2 and "cannot reach Qdrant at --url http://127.0.0.1:9" in err, err
+
+
+# -- calibrate --policy ----------------------------------------------------------------------------
+def _policy(tmp: Path, body: str) -> Path:
+    """A policy file whose signing_key is a new key beside it, with the collection tables ``body``."""
+    from qdrant_guard import keys
+
+    sk, _ = keys.generate_keypair()
+    key = tmp / "guard.key"
+    key.write_bytes(keys.private_key_to_pem(sk))
+    key.chmod(0o600)
+    path = tmp / "policy.toml"
+    path.write_text(f'signing_key = "{key}"\n{body}')
+    return path
+
+
+def _record(out: Path):
+    from qdrant_guard.utility import UtilityRecord
+
+    return UtilityRecord.from_json(out.read_text())
+
+
+def test_calibrate_refuses_a_public_policy_collection(tmp_path, store, capsys):
+    pol = _policy(tmp_path, '[collections.docs]\nclass = "PUBLIC"\n')
+    out = tmp_path / "rec.json"
+    rc, _, err = _run([*_calibrate(store, out, "--epsilons", "1,8"), "--policy", str(pol)], capsys)
+    assert rc == 2 and "collection 'docs' is PUBLIC ([collections.docs])" in err, err
+    assert "no noise to calibrate" in err and not out.exists()
+
+
+# Options that agree with the policy: a model where it declares none, a delta laplace_l2 ignores,
+# the threshold, ceiling and min_queries it states (each may also be stricter, not equal only).
+@pytest.mark.parametrize("extra", [
+    ["--embedding-model", "my-org/my-model"], ["--delta", "1e-6"], ["--threshold", "0.9"],
+    ["--epsilon-ceiling", "2"], ["--min-queries", "20"],
+], ids=["model", "delta", "threshold", "ceiling", "min-queries"])
+def test_calibrate_policy_takes_an_option_that_agrees(tmp_path, store, capsys, extra):
+    pol = _policy(tmp_path, '[collections.docs]\nclass = "PII"\n[collections.docs.noise]\n'
+                            'mechanism = "laplace_l2"\ndelta = 0.0\nepsilon = 2.0\n'
+                            '[collections.docs.utility]\nmax_recall_drop = 0.9\nmin_queries = 20\n')
+    out = tmp_path / "rec.json"
+    rc, _, err = _run([*_calibrate(store, out, "--epsilons", "2"), "--policy", str(pol), *extra], capsys)
+    assert rc == 0, err
+    rec = _record(out)
+    assert (rec.mechanism, rec.threshold, rec.epsilon_ceiling) == ("laplace_l2", 0.9, 2.0)
+    assert rec.embedding_model == ("my-org/my-model" if extra[0] == "--embedding-model" else None)
+
+
+def test_calibrate_takes_the_model_the_policy_declares_for_the_named_vector(tmp_path, capsys):
+    vectors = np.random.default_rng(3).normal(size=(40, 4))
+    client = QdrantClient(path=str(tmp_path / "store"))
+    client.create_collection("docs", vectors_config={"body": models.VectorParams(size=4, distance=models.Distance.COSINE)})
+    client.upsert("docs", [models.PointStruct(id=i, vector={"body": v.tolist()}) for i, v in enumerate(vectors)])
+    client.close()
+    queries = tmp_path / "q.jsonl"
+    queries.write_text("".join(json.dumps(v.tolist()) + "\n" for v in vectors[:20]))
+    pol = _policy(tmp_path, '[collections.docs]\nclass = "PII"\n[collections.docs.utility]\nmax_recall_drop = 0.9\n'
+                            'min_queries = 20\nembedding_model = "org/default-model"\n'
+                            '[collections.docs.utility.embedding_models]\nbody = "org/body-model"\n')
+    out = tmp_path / "rec.json"
+    argv = [*_calibrate((tmp_path / "store", queries), out, "--epsilons", "0.5,2"), "--policy", str(pol),
+            "--vector-name", "body"]
+    rc, _, err = _run(argv, capsys)
+    assert rc == 0, err
+    rec = _record(out)
+    assert (rec.vector_name, rec.embedding_model) == ("body", "org/body-model")
+
+
+# -- cli_policy_keys (receipt verify --policy) ----------------------------------------------------
+def test_receipt_verify_refuses_a_policy_whose_authority_key_cannot_be_read(tmp_path, store, capsys):
+    # The guard refuses to start on such a policy; a check of its receipts under it must not pass.
+    missing = tmp_path / "hr-authority.pub"
+    pol = _policy(tmp_path, f'[boundaries.hr]\nauthority_keys = ["{missing}"]\n[collections.docs]\nclass = "PII"\n')
+    rc, out, err = _run(["receipt", "verify", "--path", str(store[0]), "--collection", "docs", "--policy", str(pol)], capsys)
+    assert rc == 2 and out == ""
+    assert f"error: --policy: boundaries.hr.authority_keys: cannot read key file '{missing}'" in err, err
+
+
+# -- cli_receipts ----------------------------------------------------------------------------------
+def test_receipt_verify_names_a_collection_the_policy_refuses(tmp_path, store, capsys):
+    pol = _policy(tmp_path, 'unlisted = "refuse"\n[collections.kb]\nclass = "PII"\n')
+    rc, out, err = _run(["receipt", "verify", "--path", str(store[0]), "--collection", "docs", "--policy", str(pol)], capsys)
+    assert rc == 2 and out == ""
+    assert err.startswith("error: --policy: collection 'docs' is not listed in the policy") and 'unlisted = "refuse"' in err, err
+
+
+def test_receipt_verify_names_the_policy_of_a_key_in_two_roles(tmp_path, store, capsys):
+    # The guard refuses to start with its signing key also a boundary's authority key; the check's
+    # error is prefixed with the option it came from, once.
+    pol = _policy(tmp_path, f'[boundaries.hr]\nauthority_keys = ["{tmp_path / "guard.key.pub"}"]\n'
+                            '[collections.docs]\nclass = "PII"\n')
+    from qdrant_guard import keys
+
+    pub = keys.load_private_key(str(tmp_path / "guard.key")).public_key()
+    (tmp_path / "guard.key.pub").write_text(keys.public_key_to_str(pub) + "\n")
+    rc, out, err = _run(["receipt", "verify", "--path", str(store[0]), "--collection", "docs", "--policy", str(pol)], capsys)
+    assert rc == 2 and out == ""
+    assert err.startswith(f"error: --policy: {pol}: key {keys.key_id(pub)} is both a credential authority"), err
+
+
+# A disagreeing option's message says which way the policy's value may be moved.
+@pytest.mark.parametrize(("extra", "says"), [
+    (["--threshold", "0.95"], "--threshold 0.95 disagrees"), (["--epsilon-ceiling", "3"], "give 2.0 or below,"),
+    (["--threshold", "0.95"], "give 0.9 or below,"), (["--min-queries", "5"], "give 20 or above,"),
+    (["--k", "5"], "give 10, or change the policy"),
+], ids=["threshold-flag", "ceiling", "threshold", "min-queries", "k"])
+def test_calibrate_policy_refusal_says_which_values_agree(tmp_path, store, capsys, extra, says):
+    pol = _policy(tmp_path, '[collections.docs]\nclass = "PII"\n[collections.docs.utility]\n'
+                            'max_recall_drop = 0.9\nmin_queries = 20\n')
+    out = tmp_path / "rec.json"
+    rc, _, err = _run([*_calibrate(store, out, "--epsilons", "2"), "--policy", str(pol), *extra], capsys)
+    assert rc == 2 and says in err and not out.exists(), err
