@@ -134,11 +134,12 @@ def test_calibrate_refuses_a_public_policy_collection(tmp_path, store, capsys):
 
 
 # Options that agree with the policy: a model where it declares none, a delta laplace_l2 ignores,
-# the threshold, ceiling and min_queries it states (each may also be stricter, not equal only).
+# the threshold, ceiling and min_queries it states (each may also be stricter, not equal only), and a
+# threshold 1e-12 above the policy's (the comparison's tolerance for a value that went through text).
 @pytest.mark.parametrize("extra", [
     ["--embedding-model", "my-org/my-model"], ["--delta", "1e-6"], ["--threshold", "0.9"],
-    ["--epsilon-ceiling", "2"], ["--min-queries", "20"],
-], ids=["model", "delta", "threshold", "ceiling", "min-queries"])
+    ["--epsilon-ceiling", "2"], ["--min-queries", "20"], ["--threshold", repr(0.9 + 1e-12)],
+], ids=["model", "delta", "threshold", "ceiling", "min-queries", "threshold-tolerance"])
 def test_calibrate_policy_takes_an_option_that_agrees(tmp_path, store, capsys, extra):
     pol = _policy(tmp_path, '[collections.docs]\nclass = "PII"\n[collections.docs.noise]\n'
                             'mechanism = "laplace_l2"\ndelta = 0.0\nepsilon = 2.0\n'
@@ -147,7 +148,7 @@ def test_calibrate_policy_takes_an_option_that_agrees(tmp_path, store, capsys, e
     rc, _, err = _run([*_calibrate(store, out, "--epsilons", "2"), "--policy", str(pol), *extra], capsys)
     assert rc == 0, err
     rec = _record(out)
-    assert (rec.mechanism, rec.threshold, rec.epsilon_ceiling) == ("laplace_l2", 0.9, 2.0)
+    assert (rec.mechanism, rec.threshold, rec.epsilon_ceiling) == ("laplace_l2", pytest.approx(0.9), 2.0)
     assert rec.embedding_model == ("my-org/my-model" if extra[0] == "--embedding-model" else None)
 
 
@@ -215,3 +216,118 @@ def test_calibrate_policy_refusal_says_which_values_agree(tmp_path, store, capsy
     out = tmp_path / "rec.json"
     rc, _, err = _run([*_calibrate(store, out, "--epsilons", "2"), "--policy", str(pol), *extra], capsys)
     assert rc == 2 and says in err and not out.exists(), err
+
+
+# receipt verify's summary line: a PUBLIC collection's unreceipted vectors are not counted as
+# checked; raw_in_boundary is named only when the policy sets it.
+def test_receipt_verify_counts_no_vector_of_a_public_collection_as_checked(tmp_path, store, capsys):
+    pol = _policy(tmp_path, '[collections.docs]\nclass = "PUBLIC"\n')
+    rc, out, err = _run(["receipt", "verify", "--path", str(store[0]), "--collection", "docs", "--policy", str(pol)], capsys)
+    assert rc == 0, err
+    assert out.splitlines()[-1] == (f"0/0 receipted vectors verify in 'docs' (class PUBLIC in {pol}: its vectors need no "
+                                    "receipt; 40 vector(s) without one not checked, the receipts present verified)")
+
+
+@pytest.mark.parametrize("raw", [True, False])
+def test_receipt_verify_names_raw_in_boundary_only_when_set(tmp_path, store, capsys, raw):
+    from qdrant_guard import keys
+
+    _, apk = keys.generate_keypair()
+    pol = _policy(tmp_path, f'[boundaries.hr]\nauthority_keys = ["{keys.public_key_to_str(apk)}"]\n'
+                            f'[collections.docs]\nclass = "PII"\nowner = "hr"\nraw_in_boundary = {str(raw).lower()}\n')
+    rc, out, err = _run(["receipt", "verify", "--path", str(store[0]), "--collection", "docs", "--policy", str(pol)], capsys)
+    assert rc == 1, err  # 40 vectors without a receipt
+    summary = out.splitlines()[-1]
+    assert summary.startswith(f"0/40 receipted vectors verify in 'docs' (class PII in {pol}: every dense vector needs a receipt")
+    assert ("raw_in_boundary is on" in summary) is raw, summary
+
+
+# The first query decides whether queries are texts: one query is enough, and a file that opens with
+# a vector is refused as mixed before any model is named or loaded.
+def test_calibrate_measures_a_single_query(tmp_path, store, capsys):
+    one = tmp_path / "one.jsonl"
+    one.write_text(store[1].read_text().splitlines()[0] + "\n")
+    out = tmp_path / "rec.json"
+    rc, _, err = _run(["calibrate", "--path", str(store[0]), "--collection", "docs", "--queries", str(one),
+                       "--out", str(out), "--no-progress", "--seed", "1", "--threshold", "0.9", "--allow-few-queries"], capsys)
+    assert rc == 0, err
+    assert _record(out).measured_queries == 1
+    assert f"warning: {out} was signed (under --allow-few-queries) on 1 query, fewer than" in err, err
+
+
+def test_calibrate_refuses_vectors_then_texts_as_mixed_queries(tmp_path, store, capsys):
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(store[1].read_text().splitlines()[0] + "\n" + json.dumps("who earns most") + "\n")
+    out = tmp_path / "rec.json"
+    rc, _, err = _run([*_calibrate((store[0], mixed), out), "--allow-few-queries", "--embedding-model", "other/model"], capsys)
+    assert rc == 2 and "queries mixes texts and vectors" in err and "--embedding-model" not in err, err
+
+
+# -- the run ---------------------------------------------------------------------------------------
+def test_calibrate_exits_2_and_writes_nothing_when_no_level_is_feasible(tmp_path, store, capsys):
+    out = tmp_path / "rec.json"
+    rc, stdout, err = _run([*_calibrate(store, out, "--epsilons", "0.01", "--threshold", "0")], capsys)
+    assert rc == 2 and stdout == "" and not out.exists()
+    assert err.startswith("qdrant-guard calibrate: no noise level keeps the recall@10 drop <= 0"), err
+
+
+def test_calibrate_warns_when_the_collection_holds_exactly_k_points(tmp_path, store, capsys):
+    out = tmp_path / "rec.json"
+    rc, _, err = _run([*_calibrate(store, out, "--epsilons", "1,8", "--threshold", "0.9"), "--k", "40",
+                       "--allow-small-collection"], capsys)
+    assert rc == 0, err
+    assert "warning: --collection 'docs' holds 40 point(s), no more than --k 40" in err, err
+
+
+def test_calibrate_measures_the_metric_given(tmp_path, store, capsys):
+    out = tmp_path / "rec.json"
+    rc, _, err = _run([*_calibrate(store, out, "--epsilons", "1,8", "--threshold", "0.9"), "--metric", "overlap"], capsys)
+    assert rc == 0, err
+    assert _record(out).metric == "overlap"
+
+
+@pytest.mark.parametrize("scoped", [True, False], ids=["receipt_keys", "trusted_keys"])
+def test_calibrate_policy_key_refusal_names_the_list_that_applies(tmp_path, store, capsys, scoped):
+    from qdrant_guard import keys
+
+    sk, _ = keys.generate_keypair()
+    other = tmp_path / "other.key"
+    other.write_bytes(keys.private_key_to_pem(sk))
+    other.chmod(0o600)
+    pol = _policy(tmp_path, '[collections.docs]\nclass = "PII"\n' + ("receipt_keys = []\n" if scoped else ""))
+    out = tmp_path / "rec.json"
+    rc, _, err = _run([*_calibrate(store, out, "--epsilons", "2"), "--policy", str(pol), "--key", str(other)], capsys)
+    assert rc == 2 and not out.exists()
+    assert ("a retired key nor in its receipt_keys;" if scoped else "a retired key nor in receipts.trusted_keys;") in err, err
+
+
+# run_calibrate_cli from Python (its `get` defaults for a namespace without the CLI's flags): no
+# opt-in to a small collection or to few queries, and a progress bar.
+def _namespace(store: tuple[Path, Path], out: Path, **more):
+    import argparse
+
+    return argparse.Namespace(path=str(store[0]), collection="docs", queries=str(store[1]), out=str(out),
+                              epsilons="1,8", threshold=0.9, seed=1, **more)
+
+
+def test_run_calibrate_cli_without_the_opt_ins_refuses_a_small_collection_and_few_queries(tmp_path, store):
+    from qdrant_guard.calibrate_cli import run_calibrate_cli
+    from qdrant_guard.errors import GuardArgumentValueError
+
+    out = tmp_path / "rec.json"
+    with pytest.raises(GuardArgumentValueError, match="holds 40 point"):
+        run_calibrate_cli(_namespace(store, out, k=40, no_progress=True))
+    few = tmp_path / "few.jsonl"
+    few.write_text("".join(store[1].read_text().splitlines(keepends=True)[:5]))
+    with pytest.raises(GuardArgumentValueError, match="5 queries"):
+        run_calibrate_cli(_namespace((store[0], few), out, no_progress=True))
+    assert not out.exists()
+
+
+def test_run_calibrate_cli_draws_progress_unless_told_not_to(tmp_path, store, capsys):
+    from qdrant_guard.calibrate_cli import run_calibrate_cli
+
+    assert run_calibrate_cli(_namespace(store, tmp_path / "a.json")) == 0
+    assert "\rcalibrate" in capsys.readouterr().err
+    assert run_calibrate_cli(_namespace(store, tmp_path / "b.json", no_progress=True)) == 0
+    assert "\rcalibrate" not in capsys.readouterr().err
