@@ -221,14 +221,15 @@ class GuardConfig(_Strict):
     holds no key for the other guard's MACs) and its next checkpoint signs it, so whoever can write
     the file can forge entries under the other guard's id. Every guard writing the log must set it
     (a guard without it writes unsigned entries, which are then refused), and a log that already
-    holds another guard's unsigned entries, or entries in format v1 (no writer id: written before
-    format v2, by a guard without ``signing_key``, or by anyone who rewrote the file), after its most
-    recent checkpoint is refused on start: begin a new ``audit_log`` file when turning it on. Cost: a signature per entry and a signature
-    check per other guard's entry read (measured at load 6 on 2 cores: a lone writer's append 48 to
-    152 us, two guards appending in turn 126 to 638 us per append). ``qdrant-guard audit verify --key`` then checks every entry's signature, and with
-    ``--every-entry-signed`` (implied by ``--policy`` with this policy) names each entry without its writer's; ``qdrant-guard audit repair
-    --trust-policy`` with this policy refuses to sign over such an entry as the guard does. Needs
-    ``audit_log`` and ``signing_key`` (docs/audit-log.md)."""
+    holds another guard's unsigned entries, or entries in format v1 (no writer id: written before format
+    v2, by a guard without ``signing_key``, or by anyone who rewrote the file), after its most
+    recent checkpoint is refused on start: begin a new ``audit_log`` file when turning it on. Cost:
+    a signature per entry and a signature check per other guard's entry read (measured at load 6 on
+    2 cores: a lone writer's append 48 to 152 us, two guards appending in turn 126 to 638 us per
+    append). ``qdrant-guard audit verify --key`` then checks every entry's signature, and with
+    ``--every-entry-signed`` (implied by ``--policy`` with this policy) names each entry without its
+    writer's; ``qdrant-guard audit repair --trust-policy`` with this policy refuses to sign over
+    such an entry as the guard does. Needs ``audit_log`` and ``signing_key`` (docs/audit-log.md)."""
     unlisted: Literal["strict", "public", "refuse"] = "strict"
     """Collections not listed: ``strict`` = PII with the ``default`` policy (readable by any verified
     principal, vectors never returned raw; created and written by no one unless ``[default]`` sets

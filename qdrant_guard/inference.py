@@ -164,11 +164,11 @@ def _refuse_finding(ops: Any, op: str, name: str, pol: CollectionPolicy, text: s
                     whose: str, why: str, point_ids: list[Any], *, mislabelled: bool, remember: bool,
                     public_query: bool = False) -> None:
     """Refuse a string inference reads as given (an Image's locator, an input's model name) holding
-    a finding: written to a PUBLIC collection (``mislabelled``) any, SENSITIVITY_MISMATCH; in a
-    query on one (``public_query``) a credential as CREDENTIAL_IN_TEXT and PII as
-    SENSITIVITY_MISMATCH (inference would read it as given); elsewhere a credential (PII there is left, as in the input's text where the policy keeps it). Only model
-    names are remembered clean (``remember``): a locator is data, and a process-wide memory of it
-    would let one boundary time whether another sent it."""
+    a finding: written to a PUBLIC collection (``mislabelled``) any, SENSITIVITY_MISMATCH; in a query on
+    one (``public_query``) a credential as CREDENTIAL_IN_TEXT and PII as SENSITIVITY_MISMATCH
+    (inference would read it as given); elsewhere a credential (PII there is left, as in the input's
+    text where the policy keeps it). Only model names are remembered clean (``remember``): a locator
+    is data, and a process-wide memory of it would let one boundary time whether another sent it."""
     shown, creds, kinds = _findings(text, remember)
     if not kinds or (not creds and not mislabelled and not public_query):
         return
