@@ -143,6 +143,9 @@ def _owned_store(kit, n_by_source):
             pts.append(models.PointStruct(id=pid, vector=unit(rng), payload={"text": f"t{pid}", "source": source}))
             pid += 1
     owner.upsert("t", pts)
+    # README: "(but the owner boundary's under raw_in_boundary, stored raw)": no noise, no receipt.
+    stored = RawClient.retrieve(owner, "t", [0], with_vectors=True, with_payload=True)[0]
+    assert np.allclose(stored.vector, pts[0].vector, atol=1e-6) and "_qdrant_guard_receipt" not in stored.payload
     return owner, unit(rng)
 
 
@@ -165,6 +168,14 @@ def test_the_grouped_by_source_worked_example(tmp_path):
     groups = [[("s1", i) for i in range(4)], [("s2", 0)], [("s3", 0)]]
     out = enforce_group_caps(groups, group_size=4, source_of=lambda h: h[0], max_source_fraction=0.4)
     assert [len(g.kept) for g in out.groups] == [1, 1, 1]
+    # diversity.py: "Grouped by the source field, each group is one source, so the caps leave each at
+    # most source_cap(group_size, fraction)", whatever the groups hold.
+    rng = np.random.default_rng(4)
+    for _ in range(30):
+        size, frac = int(rng.integers(1, 12)), float(rng.choice([0.1, 0.25, 0.4, 0.5, 0.9]))
+        groups = [[(f"s{g}", i) for i in range(int(rng.integers(1, size + 1)))] for g in range(int(rng.integers(1, 6)))]
+        out = enforce_group_caps(groups, group_size=size, source_of=lambda h: h[0], max_source_fraction=frac)
+        assert all(1 <= len(o.kept) <= source_cap(size, frac) for o in out.groups)
     owner, q = _owned_store(make_kit(tmp_path), {"s1": 4, "s2": 1, "s3": 1})
     raw = RawClient(":memory:")
     create(raw, "t")
@@ -294,3 +305,52 @@ def test_a_short_log_rewritten_in_v1_verifies_with_key_then_is_signed_over(tmp_p
     assert main([*pub, "--writer-key", str(tmp_path / "a.key")]) == 0
     assert "the first 4 entries (before the first with a writer MAC) are unauthenticated" in capsys.readouterr().out
     assert main([*pub, "--every-entry-signed"]) == 1
+
+
+# docs/receipt-format.md: "receipts.max_age_s bounds how old such a pair can be on guarded writes
+# (and verify(..., max_age_s=...) for a verifier); a guarded read releases a stored vector whatever
+# its receipt's age" (the write half: tests/test_review55.py).
+def test_an_old_receipt_still_releases_its_vector_on_a_guarded_read_and_verify_bounds_it(tmp_path):
+    import time
+
+    from test_review55 import _replay_clients, _stored
+
+    from qdrant_guard.collection_verify import verify
+
+    owner, bob, _ = _replay_clients(tmp_path, max_age_s=60)
+    stored = _stored(owner)
+    later = time.time() + 300  # within the credential's 600 s, past max_age_s
+    bob.guard.clock = lambda: later
+    got = bob.retrieve("pii", [1], with_vectors=True)[0]
+    assert got.vector == stored.vector  # released, five minutes past max_age_s
+    pk = keys.load_private_key(tmp_path / "guard.key").public_key()
+    trusted = {keys.key_id(pk): pk}
+    assert verify(owner, "pii", [1], trusted_keys=trusted, now=later)[0].ok
+    old = verify(owner, "pii", [1], trusted_keys=trusted, now=later, max_age_s=60)[0]
+    assert not old.ok and "expired" in str(old.reason)
+
+
+# detect.one_value_reader's docstring: "The kernel's spans depend on the text alone, so every
+# reading's findings are find_sensitive's"; docs/performance-notes.md: the shared reader is a
+# speed-up with the same findings. Each value read by the payload screen with and without it.
+LINES = ["contact alice@corp.io about the refund", "db_password: hunter2hunter2hunter2",
+         "aws AKIAJ2QW7XRT5LNPV3YB rotated", "C:\\Users\\bob\\notes.txt", 'he said "call 415-555-0132"',
+         "SSN 123-45-6789 on file", "plain line with nothing in it at all", "token: ghp_" + "a1B2c3D4" * 4 + "zz99",
+         "card 4111 1111 1111 1111", "\tindented\x01control"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_shared_reader_finds_what_the_detector_finds(seed, monkeypatch):
+    from qdrant_guard import field_screen
+
+    rng = np.random.default_rng(seed)
+    for _ in range(8):
+        value = "\n".join(rng.choice(LINES, size=int(rng.integers(2, 12))).tolist())
+        reader = detect.one_value_reader()
+        for text in (value, value, f'summary: "{value}"', value.replace("\n", "\\n")):
+            assert reader(text) == detect.find_sensitive(text)
+        for name in ("summary", "password", "notes"):
+            shared = field_screen.value_findings(name, value)
+            monkeypatch.setattr(field_screen, "_SHARED_READ_MIN", 10 ** 9)
+            assert field_screen.value_findings(name, value) == shared
+            monkeypatch.undo()
