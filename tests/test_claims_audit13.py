@@ -354,3 +354,21 @@ def test_the_shared_reader_finds_what_the_detector_finds(seed, monkeypatch):
             monkeypatch.setattr(field_screen, "_SHARED_READ_MIN", 10 ** 9)
             assert field_screen.value_findings(name, value) == shared
             monkeypatch.undo()
+
+
+# callchecks.py (review of today): a PII-filter refusal on a collection the [default] section
+# governs names `filter_pii = "owner" in [default.query]`, and that setting is the fix.
+def test_the_pii_filter_refusal_names_the_default_section_and_its_fix_works(tmp_path):
+    kit = make_kit(tmp_path)
+    probe = models.Filter(must=[models.FieldCondition(key="email", match=models.MatchValue(value="alice@corp.io"))])
+    base = {"owner": "hr", "intent": {"enabled": False}}
+    for fix in (False, True):
+        cfg = kit.config({}, unlisted="strict", default={**base, **({"query": {"filter_pii": "owner"}} if fix else {})})
+        cl = QdrantClient(":memory:", guard=cfg, principal=kit.principal("a", "hr"))
+        create(cl, "x")
+        if fix:
+            assert cl.scroll("x", scroll_filter=probe, limit=3) == ([], None)
+        else:
+            with pytest.raises(GuardRefusal) as ei:
+                cl.scroll("x", scroll_filter=probe, limit=3)
+            assert ei.value.verdict == "QUERY_REJECTED" and 'filter_pii = "owner" in [default.query]' in str(ei.value)
