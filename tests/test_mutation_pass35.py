@@ -38,16 +38,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 from qdrant_client import QdrantClient, models  # noqa: E402
 
-from qdrant_guard.cli import main  # noqa: E402
-
-
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        rc = main(argv)
-    except SystemExit as exc:  # argparse's usage errors
-        rc = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return rc, out, err
+from test_cli_review import _run  # noqa: E402
 
 
 @pytest.fixture

@@ -5,14 +5,13 @@ something only for exactly these features."""
 from __future__ import annotations
 
 import itertools
-import unicodedata
-from unittest import mock
 
 import pytest
 
 from qdrant_guard import intent_features as F
 from qdrant_guard.intent_features import CUE_NAMES, featurize
 from qdrant_guard.intent_fold import fold
+from test_intent_normalize import _nfkc_input_chars
 
 
 def _chargrams(text: str) -> list[str]:
@@ -35,20 +34,6 @@ def test_word_led_takes_z_and_refuses_free_alternatives_sharing_a_first_letter()
     assert F._word_led("zed", "abc") == r"z(?<!\w.)(?:(?:ed))|a(?<!\w.)(?:(?:bc))"
     with pytest.raises(ValueError, match="share first letters"):
         F._word_led("abc", free=("axe",))
-
-
-def _nfkc_input_chars(text: str) -> int:
-    seen: list[int] = []
-    real = unicodedata.normalize
-
-    def counting(form: str, s: str) -> str:
-        if form == "NFKC":
-            seen.append(len(s))
-        return real(form, s)
-
-    with mock.patch.object(unicodedata, "normalize", counting):
-        featurize(text)
-    return sum(seen)
 
 
 def test_nfkc_pieces_start_at_a_character_whose_decomposition_ends_in_a_mark_and_stop_at_the_cut():
