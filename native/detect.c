@@ -1087,17 +1087,44 @@ static void iban(scan_t *s, size_t i) {
 }
 
 /* --------------------------------------------------------------------------------- email */
+static const char *const DB_SCHEMES[] = {
+    "postgres", "postgresql", "pgsql", "mysql", "mariadb", "mongodb", "mongodb+srv", "redis",
+    "rediss", "amqp", "amqps", "mssql", "sqlserver", "oracle", "cockroachdb", "clickhouse",
+    "couchdb", "cassandra", "neo4j", "memcached", NULL,
+};
+
+/* The scheme just before "://" at p names a database ("postgresql+asyncpg" reads as "postgresql";
+   "mongodb+srv" is its own). */
+static int db_scheme(const unsigned char *b, size_t p) {
+    size_t sc = p;
+    while (sc > 0 && p - sc <= 32 && is_scheme(b[sc - 1])) sc--;
+    if (p - sc > 32 || p == sc) return 0;
+    size_t slen = p - sc;
+    if (!eq_ci(b + sc, slen, "mongodb+srv")) {
+        const unsigned char *plus = memchr(b + sc, '+', slen);
+        if (plus) slen = (size_t)(plus - (b + sc));
+    }
+    for (int k = 0; DB_SCHEMES[k]; k++)
+        if (eq_ci(b + sc, slen, DB_SCHEMES[k])) return 1;
+    return 0;
+}
+
 /* An image drawn for a display density (icon@2x.png, hero@3x.webp: Apple's naming, all over web
    pages and their URLs) is no address: no TLD is an image format's extension. Only that shape
-   (digits and an 'x', then the extension), so alice@example.com.png keeps its address. */
+   (digits, optionally '.' and digits, and an 'x', then the extension), so alice@example.com.png
+   keeps its address. */
 static const char *const IMAGE_EXTS[] = {
     "png", "jpg", "jpeg", "gif", "webp", "svg", "avif", "bmp", "tif", "tiff", "heic", "ico", NULL,
 };
 
 static int density_image(const unsigned char *d, size_t n, const unsigned char *ext, size_t en) {
     if (n < 2 || lower_ascii(d[n - 1]) != 'x') return 0;
-    for (size_t i = 0; i + 1 < n; i++)
-        if (!is_digit(d[i])) return 0;
+    /* the density: digits, or digits '.' digits (icon@1.5x.png) */
+    size_t dot = n;
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (d[i] == '.' && dot == n && i > 0 && i + 2 < n) dot = i;
+        else if (!is_digit(d[i])) return 0;
+    }
     for (int k = 0; IMAGE_EXTS[k]; k++)
         if (eq_ci(ext, en, IMAGE_EXTS[k])) return 1;
     return 0;
@@ -1132,53 +1159,42 @@ static void email(scan_t *s, size_t p) {
     if (nlabels < 2 || last_e - last_a < 2) return;
     for (size_t k = last_a; k < last_e; k++)
         if (!is_alpha(b[k])) return;
-    if (nlabels == 2 && density_image(b + p + 1, last_a - 1 - (p + 1), b + last_a, last_e - last_a)) return;
+    if (density_image(b + p + 1, last_a - 1 - (p + 1), b + last_a, last_e - last_a)) return;
     size_t k = ls;
     while (k > 0 && ls - k < 256 && is_url_segment(b[k - 1])) k--;
     /* user@host in a URL's authority (scheme://user:pw@host) is not an e-mail address; one past
-       the authority's first '/' (a path or its query: /img.png?who=alice@example.com) is. As the
-       database URL's userinfo is read, a '?' or '#' does not end the authority (passwords hold
-       them unescaped). */
+       the authority (a path, query or fragment: /img.png?who=alice@example.com) is. RFC 3986 ends
+       the authority at '/', '?' or '#'; a database URL's at '/' alone, as its userinfo is read
+       (passwords hold '?' and '#' unescaped). */
     int64_t at = -1;
     for (int64_t q = find_lit(s, "://", 3, k, ls); q >= 0; q = find_lit(s, "://", 3, (size_t)q + 1, ls)) at = q;
-    if (at >= 0 && memchr(b + at + 3, '/', ls - (size_t)at - 3) == NULL) return;
+    if (at >= 0) {
+        int db = db_scheme(b, (size_t)at), ended = 0;
+        for (size_t q = (size_t)at + 3; q < ls && !ended; q++)
+            ended = b[q] == '/' || (!db && (b[q] == '?' || b[q] == '#'));
+        if (!ended) return;
+    }
     emit(s, ls, de, QG_EMAIL, QG_V_FORMAT);
 }
 
 /* ------------------------------------------------------------- URLs: databases and Slack */
-static const char *const DB_SCHEMES[] = {
-    "postgres", "postgresql", "pgsql", "mysql", "mariadb", "mongodb", "mongodb+srv", "redis",
-    "rediss", "amqp", "amqps", "mssql", "sqlserver", "oracle", "cockroachdb", "clickhouse",
-    "couchdb", "cassandra", "neo4j", "memcached", NULL,
-};
 static const char SLACK_HOOK[] = "://hooks.slack.com/services/";
 
 static void url(scan_t *s, size_t p) {
     const unsigned char *b = s->b;
-    size_t sc = p;
-    while (sc > 0 && p - sc <= 32 && is_scheme(b[sc - 1])) sc--;
-    if (p - sc <= 32 && p > sc) {
-        size_t slen = p - sc;
-        if (!eq_ci(b + sc, slen, "mongodb+srv")) {
-            const unsigned char *plus = memchr(b + sc, '+', slen);
-            if (plus) slen = (size_t)(plus - (b + sc));
-        }
-        int known = 0;
-        for (int k = 0; DB_SCHEMES[k] && !known; k++) known = eq_ci(b + sc, slen, DB_SCHEMES[k]);
-        if (known) {
-            size_t a0 = p + 3;
-            size_t a_end = RUN_END(s, a0, is_authority, 257);
-            if (a_end - a0 <= 256) {
-                int64_t at_pos = -1;
-                for (size_t k = a0; k < a_end; k++)
-                    if (b[k] == '@') at_pos = (int64_t)k;
-                if (at_pos > (int64_t)a0 && (size_t)at_pos < a_end - 1) {
-                    const unsigned char *colon = memchr(b + a0, ':', (size_t)at_pos - a0);
-                    if (colon) {
-                        size_t pw_start = (size_t)(colon - b) + 1, pw_end = (size_t)at_pos;
-                        if (pw_end > pw_start && !is_placeholder(b + pw_start, pw_end - pw_start))
-                            emit(s, pw_start, pw_end, QG_DATABASE_URL_PASSWORD, QG_V_URL_USERINFO);
-                    }
+    if (db_scheme(b, p)) {
+        size_t a0 = p + 3;
+        size_t a_end = RUN_END(s, a0, is_authority, 257);
+        if (a_end - a0 <= 256) {
+            int64_t at_pos = -1;
+            for (size_t k = a0; k < a_end; k++)
+                if (b[k] == '@') at_pos = (int64_t)k;
+            if (at_pos > (int64_t)a0 && (size_t)at_pos < a_end - 1) {
+                const unsigned char *colon = memchr(b + a0, ':', (size_t)at_pos - a0);
+                if (colon) {
+                    size_t pw_start = (size_t)(colon - b) + 1, pw_end = (size_t)at_pos;
+                    if (pw_end > pw_start && !is_placeholder(b + pw_start, pw_end - pw_start))
+                        emit(s, pw_start, pw_end, QG_DATABASE_URL_PASSWORD, QG_V_URL_USERINFO);
                 }
             }
         }

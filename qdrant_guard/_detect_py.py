@@ -1148,15 +1148,40 @@ _DOMAIN = _ALNUM | set(".-")
 _URL_SEGMENT = _PRINTABLE - set("\"'<>`()")
 
 
+_DB_SCHEMES = frozenset(
+    {
+        "postgres", "postgresql", "pgsql", "mysql", "mariadb", "mongodb", "mongodb+srv", "redis",
+        "rediss", "amqp", "amqps", "mssql", "sqlserver", "oracle", "cockroachdb", "clickhouse",
+        "couchdb", "cassandra", "neo4j", "memcached",
+    }
+)
+_SCHEME = _ALNUM | set("+.-")
+
+
+def _db_scheme(text: str, p: int) -> bool:
+    """The scheme just before "://" at ``p`` names a database ("postgresql+asyncpg" reads as
+    "postgresql"; "mongodb+srv" is its own)."""
+    s = p
+    while s > 0 and p - s <= 32 and text[s - 1] in _SCHEME:
+        s -= 1
+    scheme = _lower(text[s:p])
+    if p - s > 32 or not scheme:
+        return False
+    return (scheme if scheme == "mongodb+srv" else scheme.split("+", 1)[0]) in _DB_SCHEMES
+
+
 # An image drawn for a display density (icon@2x.png, hero@3x.webp: Apple's naming, all over web
 # pages and their URLs) is no address: no TLD is an image format's extension. Only that shape
-# (digits and an "x", then the extension), so alice@example.com.png keeps its address.
+# (digits, optionally "." and digits, and an "x", then the extension), so alice@example.com.png
+# keeps its address.
 _IMAGE_EXTS = frozenset({"png", "jpg", "jpeg", "gif", "webp", "svg", "avif", "bmp", "tif", "tiff", "heic", "ico"})
 
 
 def _density_image(label: str, tld: str) -> bool:
-    return (len(label) >= 2 and label[-1] in "xX" and all(c in "0123456789" for c in label[:-1])
-            and tld.lower() in _IMAGE_EXTS)
+    # the density: digits, or digits "." digits (icon@1.5x.png)
+    whole, dot, frac = label[:-1].partition(".")
+    return (len(label) >= 2 and label[-1] in "xX" and whole != "" and (not dot or frac != "")
+            and all(c in "0123456789" for c in whole + frac) and tld.lower() in _IMAGE_EXTS)
 
 
 def _email(text: str, p: int) -> list[tuple[int, int, str, str]]:
@@ -1183,30 +1208,24 @@ def _email(text: str, p: int) -> list[tuple[int, int, str, str]]:
     tld = labels[-1]
     if len(tld) < 2 or any(c not in _UPPER and c not in _LOWER for c in tld):
         return []
-    if len(labels) == 2 and _density_image(labels[0], tld):
+    if _density_image(".".join(labels[:-1]), tld):
         return []
     # user@host in a URL's authority (scheme://user:pw@host) is not an e-mail address; one past
-    # the authority's first "/" (a path or its query: /img.png?who=alice@example.com) is. As the
-    # database URL's userinfo is read, a "?" or "#" does not end the authority (passwords hold
-    # them unescaped).
+    # the authority (a path, query or fragment: /img.png?who=alice@example.com) is. RFC 3986 ends
+    # the authority at "/", "?" or "#"; a database URL's at "/" alone, as its userinfo is read
+    # (passwords hold "?" and "#" unescaped).
     k = ls
     while k > 0 and ls - k < 256 and text[k - 1] in _URL_SEGMENT:
         k -= 1
     at = text.rfind("://", k, ls)
-    if at >= 0 and "/" not in text[at + 3 : ls]:
-        return []
+    if at >= 0:
+        ends = "/" if _db_scheme(text, at) else "/?#"
+        if not any(c in ends for c in text[at + 3 : ls]):
+            return []
     return [(ls, de, "EMAIL", "format")]
 
 
 # ------------------------------------------------------------------- URLs: databases, Slack
-_DB_SCHEMES = frozenset(
-    {
-        "postgres", "postgresql", "pgsql", "mysql", "mariadb", "mongodb", "mongodb+srv", "redis",
-        "rediss", "amqp", "amqps", "mssql", "sqlserver", "oracle", "cockroachdb", "clickhouse",
-        "couchdb", "cassandra", "neo4j", "memcached",
-    }
-)
-_SCHEME = _ALNUM | set("+.-")
 # '#' and '?' stay in: raw (unencoded) passwords contain them, and the last '@' ends the userinfo.
 _AUTHORITY = _PRINTABLE - set("/\"'<>`")
 _SLACK_HOOK = "://hooks.slack.com/services/"
@@ -1214,22 +1233,16 @@ _SLACK_HOOK = "://hooks.slack.com/services/"
 
 def _url(text: str, p: int) -> list[tuple[int, int, str, str]]:
     out = []
-    s = p
-    while s > 0 and p - s <= 32 and text[s - 1] in _SCHEME:
-        s -= 1
-    scheme = _lower(text[s:p])
-    if p - s <= 32 and scheme:
-        base = scheme if scheme == "mongodb+srv" else scheme.split("+", 1)[0]
-        if base in _DB_SCHEMES:
-            a_end = _run_end(text, p + 3, _AUTHORITY, 257)
-            authority = text[p + 3 : a_end]
-            at = authority.rfind("@")
-            if a_end - (p + 3) <= 256 and at > 0 and at < len(authority) - 1:
-                colon = authority.find(":", 0, at)
-                if colon != -1:
-                    pw_start, pw_end = p + 3 + colon + 1, p + 3 + at
-                    if pw_end > pw_start and not is_placeholder(text[pw_start:pw_end]):
-                        out.append((pw_start, pw_end, "DATABASE_URL_PASSWORD", "url-userinfo"))
+    if _db_scheme(text, p):
+        a_end = _run_end(text, p + 3, _AUTHORITY, 257)
+        authority = text[p + 3 : a_end]
+        at = authority.rfind("@")
+        if a_end - (p + 3) <= 256 and at > 0 and at < len(authority) - 1:
+            colon = authority.find(":", 0, at)
+            if colon != -1:
+                pw_start, pw_end = p + 3 + colon + 1, p + 3 + at
+                if pw_end > pw_start and not is_placeholder(text[pw_start:pw_end]):
+                    out.append((pw_start, pw_end, "DATABASE_URL_PASSWORD", "url-userinfo"))
     if p >= 5 and _lower(text[p - 5 : p]) == "https" and text.startswith(_SLACK_HOOK, p):
         j = p + len(_SLACK_HOOK)
         parts = []

@@ -28,9 +28,11 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   ISO 13616 mod-97 == 1 ("mod97"). Letters may be lower case; then a digit must follow the check
   digits, and a compact one needs "iban" in the 40 characters before it.
 * ``EMAIL``: ``local@domain.tld`` with a letters-only TLD of 2+ characters ("format"); a
-  ``user@host`` inside a URL authority (before its first ``/``) is not an e-mail address, nor is an
-  image named for a display density (``logo@2x.png``: digits and an ``x``, then an image
-  extension, which no TLD is). Addresses at example.com ARE flagged (an address is personal data
+  ``user@host`` inside a URL authority is not an e-mail address (RFC 3986: the authority ends at
+  the first ``/``, ``?`` or ``#``; for a database scheme, the ones whose passwords are read, at
+  ``/`` alone, as their passwords hold ``?`` and ``#`` unescaped), nor is an image named for a
+  display density (``logo@2x.png``, ``icon@1.5x.png``: digits, optionally a ``.`` and digits, and
+  an ``x``, then an image extension, which no TLD is). Addresses at example.com ARE flagged (an address is personal data
   whatever its domain).
 * ``PHONE``: E.164 ``+`` and 8-15 digits, first not 0, optionally grouped by spaces and dashes,
   mixed or not (``+1 234-56-7890``; the ``+``, or the ``(`` of ``(+44)``, with no letter or digit

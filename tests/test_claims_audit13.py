@@ -89,11 +89,13 @@ def test_an_image_given_as_a_path_or_bytes_is_screened_as_the_string_sent(tmp_pa
 
 # detect.py's docstring and threat-model.md's list of what is not found, each example as written.
 @pytest.mark.parametrize("text,redacted", [
-    ("https://x.example?who=a@corp.io", "https://x.example?who=a@corp.io"),
+    ("https://x.example?who=a@corp.io", "https://x.example?who=[EMAIL]"),
+    ("https://x.example#to=a@corp.io", "https://x.example#to=[EMAIL]"),
+    ("mongodb://u:p?w#d@corp.io", "mongodb://u:[DATABASE_URL_PASSWORD]@corp.io"),
     ("https://x.example/p?who=a@corp.io", "https://x.example/p?who=[EMAIL]"),
     ("logo@2x.png", "logo@2x.png"),
     ("hero@3x.webp", "hero@3x.webp"),
-    ("a@1.5x.png", "[EMAIL]"),
+    ("a@1.5x.png", "a@1.5x.png"),
     ("alice@example.com.png", "[EMAIL]"),
     ("josé.garcía@corp.io", "josé.garcí[EMAIL]"),
     ("john@münchen.de", "john@münchen.de"),

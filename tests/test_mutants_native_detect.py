@@ -108,11 +108,12 @@ CASES = [
     ("see https://" + ":" * 253 + "u@corp.io", []),
     ("see https://" + ":" * 254 + "u@corp.io", [("EMAIL", "u@corp.io")]),
     ("://u@corp.io", []),
-    # ... and only in the authority: past its first "/" an address is one (a path or its query)
+    # ... and only in the authority: past its end ("/", and for a scheme other than a database's
+    # "?" or "#") an address is one (a path, its query or a fragment)
     ("see https://x.example/img.png?who=u@corp.io", [("EMAIL", "u@corp.io")]),
     ("see https://x.example/u@corp.io/profile", [("EMAIL", "u@corp.io")]),
     ("see https://a@corp.io/x", []),
-    ("see https://x.example?who=u@corp.io", []),
+    ("see https://x.example?who=u@corp.io", [("EMAIL", "u@corp.io")]),
     ("see ftp://a/b https://u@corp.io", []),
     ("see https://example.com/ a@corp.io", [("EMAIL", "a@corp.io")]),
     # chain_match, E.164 (line 295): "+" and 8 to 15 digits; "nd >= 8" -> "> 8" / ">= 9" lost an
@@ -175,6 +176,28 @@ CASES = [
     ('card 577392018465736', [('CREDIT_CARD', '577392018465736')]),
     ('card 587392018465734', [('CREDIT_CARD', '587392018465734')]),
     ('card 677392018465735', [('CREDIT_CARD', '677392018465735')]),
+    # email, the URL's authority: RFC 3986 ends it at '/', '?' or '#'; an address past a '?' or
+    # '#' is in the query or fragment and is found (before: only '/' ended it, and these were left)
+    ("https://x.example?who=alice@example.com", [("EMAIL", "alice@example.com")]),
+    ("https://x.example#contact=bob@corp.io", [("EMAIL", "bob@corp.io")]),
+    ("see HTTP://x.example:8080?to=carol@example.org now", [("EMAIL", "carol@example.org")]),
+    ("git+https://x.example?u=dan@example.net", [("EMAIL", "dan@example.net")]),
+    # ... still the authority: userinfo is no address, in any scheme
+    ("https://user@host.example.com", []),
+    ("https://user:pw@host.example.com/x", []),
+    # a database URL's authority ends at '/' alone (passwords hold '?' and '#' unescaped): its
+    # password is found, the tail after '@' is not read as an address
+    ("mongodb+srv://u:Zq9#x!T2@cluster0.example.net", [("DATABASE_URL_PASSWORD", "Zq9#x!T2")]),
+    ("postgresql+asyncpg://app:a?b7Kq@db.internal.example.com", [("DATABASE_URL_PASSWORD", "a?b7Kq")]),
+    ("REDIS://u:p#9x@cache.example.com", [("DATABASE_URL_PASSWORD", "p#9x")]),
+    # ... and past its first '/' an address is found, as before
+    ("postgres://app:s3cretPw@db.example.com/app?notify=ops@example.com",
+     [("DATABASE_URL_PASSWORD", "s3cretPw"), ("EMAIL", "ops@example.com")]),
+    # a density written with a decimal is an image, as icon@2x.png is; other dotted shapes are not
+    ("https://cdn.example.com/icon@1.5x.png", []),
+    ("a@1.5x.png", []),
+    ("a@1.5.5x.png", [("EMAIL", "a@1.5.5x.png")]),
+    ("a@1.x.png", [("EMAIL", "a@1.x.png")]),
 ]
 
 
