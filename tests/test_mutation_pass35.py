@@ -38,20 +38,13 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 from qdrant_client import QdrantClient, models  # noqa: E402
 
-from test_cli_review import _run  # noqa: E402
+from test_cli_review import _run, clean_store  # noqa: E402,F401 (a fixture)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> tuple[Path, Path]:
+def store(clean_store: tuple[Path, Path]) -> tuple[Path, Path]:
     """A real local-mode store of 40 clean 8-d vectors (collection "docs"), and 20 of them as queries."""
-    vectors = np.random.default_rng(7).normal(size=(40, 8))
-    client = QdrantClient(path=str(tmp_path / "store"))
-    client.create_collection("docs", vectors_config=models.VectorParams(size=8, distance=models.Distance.COSINE))
-    client.upsert("docs", [models.PointStruct(id=i, vector=v.tolist()) for i, v in enumerate(vectors)])
-    client.close()
-    queries = tmp_path / "q.jsonl"
-    queries.write_text("".join(json.dumps(v.tolist()) + "\n" for v in vectors[:20]))
-    return tmp_path / "store", queries
+    return clean_store
 
 
 def _calibrate(store: tuple[Path, Path], out: Path, *extra: str) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 from qdrant_guard import intent_features as F
 from qdrant_guard.intent_features import CUE_NAMES, featurize
 from qdrant_guard.intent_fold import fold
-from test_intent_normalize import _nfkc_input_chars
+from test_intent_normalize import _CountingStr, _nfkc_input_chars
 
 
 def _chargrams(text: str) -> list[str]:
@@ -41,17 +41,6 @@ def test_nfkc_pieces_start_at_a_character_whose_decomposition_ends_in_a_mark_and
     # as "its decomposition's last character" it could never start a piece (2048 read), and a
     # ninth piece after exactly 2048 was read for nothing.
     assert _nfkc_input_chars("\u01c4" * 2048) == 1024
-
-
-class _CountingStr(str):
-    folded: list[int] = []
-
-    def __getitem__(self, key):  # type: ignore[override]
-        return _CountingStr(str.__getitem__(self, key))
-
-    def casefold(self) -> str:
-        _CountingStr.folded.append(len(self))
-        return str.casefold(self)
 
 
 def test_casefold_stops_at_a_piece_that_fills_the_cut_exactly():
