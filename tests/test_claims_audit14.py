@@ -1,0 +1,531 @@
+"""Claims audit 14: a fresh pass over docs/threat-model.md, privacy.md, receipt-format.md,
+integrations.md, server.md and the README's receipt, trust-boundary, DP and CLI statements.
+
+Each test runs what a sentence states (real qdrant-client local mode, real keys and files, the
+CLI in process) and fails when the sentence stops being true. One was false and is corrected:
+threat-model.md gave ``{"db_pass": "hunter2"}`` as a value that passes the payload screen, and
+listed the password names without ``pw``, ``db_pass`` and the rest; ``pass`` after an account word
+is a password name (policy.md, integrations.md), so that value is refused.
+"""
+from __future__ import annotations
+
+import base64
+import copy
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import uuid
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from guardkit import DIM, RawClient, audit_records, create, make_kit, models, record_sent, run_cli, unit
+
+from qdrant_guard import ConfigError, CredentialError, GuardRefusal, QdrantClient, keys
+from qdrant_guard.boundary import CredentialRejected, issue_credential, verify_credential
+from qdrant_guard.canonical import canonical_json
+from qdrant_guard.hashing_embedder import HashingEmbedder
+from qdrant_guard.noise import check_release, privatize, query_noise_key
+from qdrant_guard.receipt_format import ISSUED_AT_LEEWAY_S
+from qdrant_guard.receipts import (ReceiptItem, ReceiptSigner, issue_receipt, issue_receipts_batch, stored_form,
+                                   verify_receipt)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _refusal(call):
+    """The verdict of the GuardRefusal ``call`` raises, or ``"stored"``."""
+    try:
+        call()
+    except GuardRefusal as exc:
+        return exc.verdict
+    return "stored"
+
+
+# ------------------------------------------------------------------ threat-model.md, payload screen
+
+
+# "Under a password name (`password`, ..., `pw`, `pswd` or `pword` ..., `pass_word`, `pass` after an
+# account or service word, `db_pass`, and `pin` after what it unlocks, `card_pin` ...) any value but
+# a placeholder ... is a credential"; "What passes: values too short or too plain for those rules
+# under names that are not password names (`{"token": "hunter2hunter2x"}`, `{"db_secret":
+# "hunter2"}`)"; "`{"password": "changeme"}` and `{"password": "AKIAIOSFODNN7EXAMPLE"}` are
+# refused"; the AWS documentation's keys elsewhere are stored as given; `{"PWD": "/home/alice"}`.
+REFUSED = [{"db_pass": "hunter2"}, {"pw": "hunter2"}, {"pswd": "hunter2"}, {"pword": "hunter2"},
+           {"pass_word": "hunter2"}, {"card_pin": "1234"}, {"password": "changeme"},
+           {"password": "AKIAIOSFODNN7EXAMPLE"}, {"password": "hunter2hunter2x"},
+           {"api_key": "a8f3k2j9x0q7w1e5r4t6"}, {"items": [{"name": "DB_PASSWORD", "value": "abc"}]}]
+PASSES = [{"token": "hunter2hunter2x"}, {"db_secret": "hunter2"}, {"k": "AKIAIOSFODNN7EXAMPLE"},
+          {"k": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}, {"password": "********"}, {"password": "${DB_PASSWORD}"},
+          {"password": "[REDACTED]"}, {"PWD": "/home/alice"}, {"label": "db_password", "data": "hunter2hunter2x"},
+          {"u": "3f2504e0-4f89-11d3-9a0c-0305e82c3301"}, {"boarding_pass": "hunter2"}, {"pin_code": "560001"}]
+
+
+def test_the_password_names_and_what_passes_the_payload_screen(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "raw_in_boundary": True, "intent": {"enabled": False}},
+                      "pub": {"class": "PUBLIC"}})
+    c = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(c, "pii")
+    create(c, "pub")
+    rng = np.random.default_rng(0)
+
+    def write(collection, payload):
+        return _refusal(lambda: c.upsert(collection, [models.PointStruct(id=1, vector=unit(rng), payload=payload)]))
+
+    for payload in REFUSED:
+        assert write("pii", payload) == "CREDENTIAL_IN_TEXT", payload
+        assert write("pub", payload) == "SENSITIVITY_MISMATCH", payload
+    for payload in PASSES:
+        assert write("pii", payload) == "stored", payload
+        assert write("pub", payload) == "stored", payload
+
+
+# integrations.md "Metadata values": numbers as digits, barcodes, media ids, password keys.
+def _luhn(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch) * (2 if i % 2 else 1)
+        total += d - 9 if d > 9 else d
+    return total % 10 == 0
+
+
+def _gs1(digits: str) -> bool:
+    body = [int(c) for c in digits[:-1]]
+    return (10 - sum(d * (3 if i % 2 else 1) for i, d in enumerate(body)) % 10) % 10 == int(digits[-1])
+
+
+def test_integrations_metadata_rules_on_a_public_collection(tmp_path):
+    ean = next(n for n in range(4000000000000, 4000000010000) if _luhn(str(n)) and _gs1(str(n)))
+    jcb = next(n for n in range(3528000000000000000, 3528000000000010000) if _luhn(str(n)))
+    kit = make_kit(tmp_path)
+    c = QdrantClient(":memory:", guard=kit.config({"pub": {"class": "PUBLIC"}}), principal=kit.principal("a", "hr"))
+    create(c, "pub")
+    rng = np.random.default_rng(1)
+    cases = {
+        "SENSITIVITY_MISMATCH": [{"order": 4000000000000002}, {"user_ssn": 123456789}, {"userSsn": 123456789},
+                                 {"sku": ean}, {"ref": jcb}, {"card_id": jcb}, {"has_password": "yes"},
+                                 {"name": "Forgot password", "value": "hunter2"}, {"SMTP_PASS": "hunter2"},
+                                 {"admin_pass": "hunter2"}, {"auth": {"user": "u", "pass": "hunter2"}},
+                                 {"sim_pin": "1234"}, {"password": {"value": "hunter2"}}],
+        "stored": [{"businessNumber": 123456789}, {"classNumber": 123456789}, {"ean": ean}, {"gtin": ean},
+                   {"media_id": jcb}, {"photo_ids": [jcb]}, {"has_password": True}, {"api": {"pass": 120, "fail": 3}},
+                   {"first_pass": "hunter2"}, {"pass": "hunter2"}, {"pin": "560001"}, {"password": {"min_length": 8}},
+                   {"password": {"hash": "hunter2"}}, {"password_reset_required": "yes"}, {"passwordless": "yes"},
+                   {"password_hash": "yes"}, {"page": 12}, {"ts": 1733600000000}, {"snowflake": 1234567890123456789}],
+    }
+    for want, payloads in cases.items():
+        for p in payloads:
+            assert _refusal(lambda: c.upsert("pub", [models.PointStruct(id=1, vector=unit(rng), payload=p)])) == want, p
+
+
+# ------------------------------------------------------------------ receipt-format.md
+
+
+@pytest.fixture(scope="module")
+def signed():
+    sk, pk = keys.generate_keypair()
+    signer = ReceiptSigner(sk)
+    rng = np.random.default_rng(3)
+    noised, params = privatize(rng.normal(size=8), mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=0.01,
+                               clip_norm=1.0)
+    final = stored_form(noised, distance="Cosine")
+    batch = issue_receipts_batch(signer, [ReceiptItem(params=params, vector=final, collection="c", point_id=7),
+                                          ReceiptItem(params=params, vector=final, collection="c", point_id=8)])
+    single = issue_receipt(signer, params=params, vector=final, collection="c", point_id=7)
+    return {"pk": pk, "trusted": {keys.key_id(pk): pk}, "final": final, "batch": batch[0], "single": single,
+            "params": params}
+
+
+def _check(s, receipt, **kw):
+    kw.setdefault("now", None)
+    return verify_receipt(receipt, vector=s["final"], collection="c", point_id=7, trusted_keys=s["trusted"], **kw)
+
+
+def test_key_id_and_the_text_form_of_a_public_key(signed):
+    raw = keys.public_key_bytes(signed["pk"])
+    assert keys.key_id(signed["pk"]) == "ed25519:" + hashlib.sha256(raw).hexdigest()[:32]
+    assert keys.public_key_to_str(signed["pk"]) == "ed25519:" + base64.b64encode(raw).decode()
+
+
+def test_a_private_key_of_another_algorithm_is_refused_naming_its_type(tmp_path):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    p = tmp_path / "ec.key"
+    p.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption()))
+    p.chmod(0o600)
+    with pytest.raises(keys.KeyAlgorithmError, match="EC private key"):
+        keys.load_private_key(p)
+    sk, _ = keys.generate_keypair()
+    q = tmp_path / "g.key"
+    q.write_bytes(keys.private_key_to_pem(sk))
+    q.chmod(0o644)
+    with pytest.raises(keys.KeyStoreError, match="chmod 600"):
+        keys.load_private_key(q)
+
+
+def test_canonical_json_as_stated():
+    assert canonical_json({"b": 1, "a": [1.0, 1e300, 5e-324, "é\n\x01"]}) == \
+        '{"a":[1.0,1e+300,5e-324,"é\\n\\u0001"],"b":1}'.encode()
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(ValueError):
+            canonical_json(bad)
+    for bad in (b"x", {1: 2}, {1.5}):
+        with pytest.raises(TypeError):
+            canonical_json(bad)
+
+
+def _text_with(receipt, old, new):
+    text = canonical_json(receipt).decode()
+    assert text.count(old) == 1
+    return text.replace(old, new)
+
+
+def test_every_non_canonical_form_and_every_field_type_error_has_its_reason(signed):
+    r = signed["batch"]
+    text = canonical_json(r).decode()
+    assert _check(signed, text).ok and _check(signed, text.encode()).ok
+    body = json.loads(text)
+    reordered = "{" + ",".join(json.dumps(k) + ":" + canonical_json(body[k]).decode() for k in reversed(sorted(body))) + "}"
+    non_canonical = [json.dumps(r), text + "\n", reordered, _text_with(r, '"epsilon":1.0', '"epsilon":1e0'),
+                     _text_with(r, '"alg":"Ed25519"', '"alg":"Ed25519","alg":"Ed25519"'),
+                     _text_with(r, '"collection":"c"', '"collection":"\\u0063"')]
+    for t in non_canonical:
+        assert _check(signed, t).reason == "non_canonical", t[:60]
+
+    def changed(path, value):
+        out = copy.deepcopy(r)
+        *head, last = path
+        node = out
+        for k in head:
+            node = node[k]
+        if value is KeyError:
+            del node[last]
+        else:
+            node[last] = value
+        return out
+
+    reasons = {("params", "epsilon"): (1, "non_canonical"), ("params", "dim"): (8.0, "malformed"),
+               ("issued_at",): (float(r["issued_at"]), "malformed"), ("extra",): (1, "malformed"),
+               ("alg",): ("RS256", "algorithm"), ("format",): ("qg-receipt/2", "unsupported_version"),
+               ("params", "dtype"): ("float16", "malformed"), ("batch", "size"): (2 ** 64, "malformed"),
+               ("sig",): ("abc", "bad_signature"), ("batch", "path"): ([1], "bad_merkle_proof")}
+    for path, (value, reason) in reasons.items():
+        assert _check(signed, changed(path, value)).reason == reason, path
+
+
+def test_a_change_is_bad_merkle_proof_in_a_batch_and_bad_signature_in_a_single_receipt(signed):
+    for receipt, reason in ((signed["batch"], "bad_merkle_proof"), (signed["single"], "bad_signature")):
+        assert _check(signed, receipt).ok
+        later = dict(receipt, issued_at=receipt["issued_at"] + 1)
+        assert _check(signed, later).reason == reason
+        sig = bytearray(base64.b64decode(receipt["sig"]))
+        sig[0] ^= 1
+        assert _check(signed, dict(receipt, sig=base64.b64encode(bytes(sig)).decode())).reason == reason
+    stripped = {k: v for k, v in signed["batch"].items() if k != "batch"}
+    assert _check(signed, stripped).reason == "bad_signature"
+    given = dict(signed["single"], batch={"index": 0, "size": 1, "path": []})
+    assert not _check(signed, given).ok
+    assert _check(signed, dict(signed["batch"], batch=dict(signed["batch"]["batch"], size=3))).reason == \
+        "bad_merkle_proof"
+
+
+def test_a_receipt_dated_past_the_leeway_is_expired_under_max_age(signed):
+    r = signed["single"]
+    issued = r["issued_at"] / 1000
+    assert ISSUED_AT_LEEWAY_S == 300
+    assert _check(signed, r, now=issued - 299, max_age_s=60).ok
+    assert _check(signed, r, now=issued - 301, max_age_s=60).reason == "expired"
+    assert _check(signed, r, now=issued + 61, max_age_s=60).reason == "expired"
+    assert _check(signed, r, now=issued + 10 ** 6).ok  # no max_age_s: no expiry
+
+
+def test_point_ids_are_typed_and_a_uuid_in_any_spelling_is_normalised(signed):
+    u = uuid.UUID("3F2504E0-4F89-11D3-9A0C-0305E82C3301")
+    s = signed
+    rec = issue_receipt(ReceiptSigner(keys.generate_keypair()[0]), params=s["params"], vector=s["final"],
+                        collection="c", point_id="{3F2504E0-4F89-11D3-9A0C-0305E82C3301}")
+    assert rec["point_id"] == f"uuid:{u}" and s["single"]["point_id"] == "int:7"
+
+
+def test_the_guarantee_sentence_numbers(signed):
+    _, p = privatize(np.ones(8), mechanism="gaussian", epsilon=0.1234567, delta=1e-6, radius=0.01, clip_norm=1.0)
+    g = p.guarantee
+    assert "epsilon=0.1234567," in g and "delta=1e-06)" in g and "radius=0.01 " in g
+    assert f"sigma={p.scale:.9g} per coordinate" in g
+    assert f"sensitivity {0.01 + math.sqrt(8) * p.lattice_step:.9g} = radius + sqrt(8)*" in g
+    assert f"adds about {8 * 2.3e-34:.2g} or less to delta" in g
+    assert "(rows are first clipped to L2 norm 1, which never increases distances)" in g
+    _, w = privatize(np.ones(8), mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=2.0, clip_norm=1.0)
+    assert "so with radius >= 2*clip_norm this covers every pair)" in w.guarantee
+    _, n = privatize(np.ones(8, dtype=np.float32), mechanism="laplace_l2", epsilon=1.0, radius=0.01)
+    assert "any two inputs (as given, not clipped) within L2 distance radius=0.01" in n.guarantee
+    assert "delta=0" in n.guarantee and n.delta == 0 and "Inputs are float64" not in n.guarantee
+
+
+def test_check_release_as_receipt_format_and_privacy_state_it(signed):
+    p = signed["params"]
+    assert check_release(p) is None
+    for version in ("1", "2", "3"):
+        assert check_release(dataclasses.replace(p, mechanism_version=version)) is None
+    assert "(1, 2, 3)" in check_release(dataclasses.replace(p, mechanism_version="4"))
+    assert "TEST-ONLY" in check_release(dataclasses.replace(p, rng_id="chacha20-seeded-TEST-ONLY-v2"))
+    for rng_id in ("aes256ctr-getrandom-v1", "chacha20-getrandom-v1", "chacha20-keyed-hmac-sha256-v1"):
+        assert check_release(dataclasses.replace(p, rng_id=rng_id)) is None
+    # "scale must be at least (to a relative 1e-12 ...) what the calibration gives"
+    assert check_release(dataclasses.replace(p, scale=p.scale * (1 - 1e-13))) is None
+    assert "below the calibrated" in check_release(dataclasses.replace(p, scale=p.scale * (1 - 1e-11)))
+    assert "coarser" in check_release(dataclasses.replace(p, lattice_step=p.lattice_step * 2))
+    assert "float16" in check_release(dataclasses.replace(p, dtype="float16"))
+
+
+# README and receipt-format.md: `qdrant-guard receipt verify` lines, summary, exit statuses, keys.
+POLICY = """
+signing_key = "guard.key"
+audit_log = "audit.jsonl"
+unlisted = "refuse"
+[boundaries.hr]
+authority_keys = ["hr.pub"]
+[boundaries.support]
+authority_keys = ["support.pub"]
+[collections.pii]
+class = "PII"
+owner = "hr"
+readers = ["support"]
+writers = ["support"]
+raw_in_boundary = true
+noise_on_write = true
+[collections.pii.intent]
+enabled = false
+[collections.pub]
+class = "PUBLIC"
+"""
+
+
+def test_receipt_verify_cli_summary_lines_and_exit_statuses(tmp_path):
+    kit = make_kit(tmp_path)
+    for b in ("hr", "support"):
+        (tmp_path / f"{b}.pub").write_text(kit.authority_pub[b] + "\n")
+    guard_pub = keys.public_key_to_str(keys.load_private_key(kit.guard_key_path).public_key()) + "\n"
+    (tmp_path / "guard.key.pub").write_text(guard_pub)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY)
+    store = str(tmp_path / "store")
+    c = QdrantClient(path=store, guard=str(policy), principal=kit.principal("alice", "hr"))
+    for name in ("pii", "pub"):
+        create(c, name)
+    rng = np.random.default_rng(0)
+    c.upsert("pii", [models.PointStruct(id=1, vector=unit(rng), payload={"source": "a"})])  # raw, in boundary
+    c.with_principal(kit.principal("bob", "support")).upsert(
+        "pii", [models.PointStruct(id=2, vector=unit(rng), payload={"source": "a"})])  # noised + receipted
+    c.upsert("pub", [models.PointStruct(id=1, vector=unit(rng))])
+    c.close()
+    base = ("receipt", "verify", "--path", store)
+
+    r = run_cli(*base, "--collection", "pii", "--policy", str(policy), "--verbose")
+    assert r.returncode == 1
+    lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert [(x["id"], x["reason"]) for x in lines] == [("1", "missing_receipt"), ("2", "ok")]
+    assert "detail" in lines[0] and lines[1]["key_status"] == "current"
+    assert (f"1/2 receipted vectors verify in 'pii' (class PII in {policy}: every dense vector needs a receipt; "
+            "raw_in_boundary is on") in r.stdout
+    r = run_cli(*base, "--collection", "pub", "--policy", str(policy))
+    assert r.returncode == 0
+    assert (f"0/0 receipted vectors verify in 'pub' (class PUBLIC in {policy}: its vectors need no receipt; "
+            "1 vector(s) without one not checked, the receipts present verified)") in r.stdout
+    r = run_cli(*base, "--collection", "pii", "--trusted-key", str(tmp_path / "guard.key.pub"))
+    assert r.returncode == 1 and "no --policy, so every vector is taken to need a receipt" in r.stdout
+    # a collection the file does not list under unlisted = "refuse": exit 2
+    assert run_cli(*base, "--collection", "other", "--policy", str(policy)).returncode == 2
+    # the .pub beside signing_key must match the private key when both can be read: exit 2
+    (tmp_path / "guard.key.pub").write_text(keys.public_key_to_str(keys.generate_keypair()[1]) + "\n")
+    r = run_cli(*base, "--collection", "pii", "--policy", str(policy))
+    assert r.returncode == 2 and "not the public key of" in r.stderr
+
+
+# ------------------------------------------------------------------ credentials (receipt-format.md, README)
+
+
+def test_credential_issue_cli_defaults_and_refusals(tmp_path):
+    key = tmp_path / "a.key"
+    assert run_cli("keys", "new", "--out", str(key)).returncode == 0
+    pub = (tmp_path / "a.key.pub").read_text()
+    before = time.time()
+    r = run_cli("credential", "issue", "--authority", str(key), "--agent", "agent-7", "--boundary", "support")
+    assert r.returncode == 0 and r.stdout.startswith("qgc1.") and "credential id (jti)" in r.stderr
+    claims = json.loads(base64.urlsafe_b64decode(r.stdout.split(".")[1] + "=="))
+    assert set(claims) == {"v", "agent_id", "boundary", "iat", "exp", "kid", "alg", "jti"}
+    assert claims["exp"] - claims["iat"] == 3600 and claims["iat"] >= int(before) - 1
+    assert "=" not in r.stdout.strip()  # base64url without padding
+    over = run_cli("credential", "issue", "--authority", str(key), "--agent", "a", "--boundary", "support",
+                   "--ttl", str(10 * 365 * 86400 + 1))
+    assert over.returncode == 2 and over.stdout == ""
+    assert run_cli("credential", "issue", "--authority", str(key), "--agent", "a", "--boundary", "support",
+                   "--ttl", str(10 * 365 * 86400)).returncode == 0
+    bad = run_cli("credential", "issue", "--authority", str(key), "--agent", "a\nb", "--boundary", "support")
+    assert bad.returncode == 2 and bad.stdout == "" and "U+000A" in bad.stderr
+    (tmp_path / "a.key.pub").unlink()
+    assert run_cli("keys", "pub", "--key", str(key)).returncode == 0
+    assert (tmp_path / "a.key.pub").read_text() == pub
+
+
+def test_a_credential_claiming_another_boundary_is_unknown_key_and_expiry_has_30_s_of_leeway(tmp_path):
+    kit = make_kit(tmp_path)
+    auths = {b: [keys.public_key_from_str(kit.authority_pub[b])] for b in ("hr", "support")}
+    forged = issue_credential(kit.authority["support"], agent_id="x", boundary="hr")
+    with pytest.raises(CredentialRejected) as ei:
+        verify_credential(forged, authorities=auths)
+    assert ei.value.reason == "unknown_key"
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}})
+    c = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(c, "pii")
+    now = time.time()
+    late = c.with_principal(kit.principal("late", "hr", ttl_s=60, now=now - 80))  # expired 20 s ago: built
+    with pytest.raises(GuardRefusal) as ref:
+        late.count("pii")
+    assert ref.value.verdict == "INVALID_CREDENTIAL"
+    with pytest.raises(CredentialError) as rej:
+        c.with_principal(kit.principal("later", "hr", ttl_s=60, now=now - 100))  # 40 s ago: rejected
+    assert rej.value.reason == "expired"
+    rec = audit_records(kit)[-1]
+    assert (rec["op"], rec["principal"], rec["verdict"]) == ("with_principal", "later@hr (rejected)",
+                                                             "INVALID_CREDENTIAL")
+
+
+# ------------------------------------------------------------------ docs/privacy.md
+
+
+def test_keyed_noise_is_identical_only_for_the_same_bytes_and_parameters():
+    key = os.urandom(32)
+    kw = {"mechanism": "gaussian", "epsilon": 1.0, "delta": 1e-6, "radius": 0.01, "clip_norm": 1.0}
+    v = np.zeros(8)
+    v[0] = 1.0
+    a, p = privatize(v, key=key, **kw)
+    assert p.rng_id == "chacha20-keyed-hmac-sha256-v1"
+    assert np.array_equal(a, privatize(v.copy(), key=key, **kw)[0])
+    negzero, tiny = v.copy(), v.copy()
+    negzero[1] = -0.0
+    tiny[2] = 2.0 ** -512  # read as 0, but other bytes
+    others = [privatize(negzero, key=key, **kw)[0], privatize(tiny, key=key, **kw)[0],
+              privatize(v.astype(np.float32), key=key, **kw)[0].astype(np.float64),
+              privatize(v, key=key, **{**kw, "epsilon": 1.0 + 1e-9})[0],
+              privatize(v, key=query_noise_key(key), **kw)[0], privatize(v, key=os.urandom(32), **kw)[0]]
+    for other in others:
+        assert not np.array_equal(a[1:], other[1:])
+
+
+def test_privatize_clips_only_when_asked_and_refuses_a_delta_below_1e_300():
+    _, p = privatize(np.full(4, 10.0), mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=0.01)
+    assert p.clip_norm is None
+    with pytest.raises(ValueError, match="1e-300"):
+        privatize(np.ones(4), mechanism="gaussian", epsilon=1.0, delta=1e-301, radius=0.01)
+    out, _ = privatize(np.array([1e300, 0.0, 0.0, 0.0]), mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=0.01)
+    assert out[0] == 1e300  # at least 2^52 lattice steps: kept as computed, not refused
+
+
+def test_the_default_pii_policy_and_the_magnitudes_privacy_md_names(tmp_path):
+    kit = make_kit(tmp_path)
+    pol = kit.config({"pii": {"class": "PII", "owner": "hr"}}).policy_for("pii")
+    n = pol.noise
+    assert (n.mechanism, n.epsilon, n.delta, n.radius, n.clip_norm, n.keyed) == ("gaussian", 1.0, 1e-6, 0.01, 1.0, True)
+    _, p = privatize(np.full(384, 384 ** -0.5), mechanism="gaussian", epsilon=1.0, delta=1e-6, radius=0.01,
+                     clip_norm=1.0)
+    assert p.lattice_step == 2.0 ** -15 and round(p.scale, 5) == 0.04477
+    assert f"{2.0 ** 53 * p.lattice_step:.1e}" == "2.7e+11" and 2.0 ** 24 * p.lattice_step == 512
+
+
+def test_qg_noise_cipher_chacha20_picks_the_generator_a_release_names():
+    code = ("import numpy as np; from qdrant_guard.noise import privatize; "
+            "print(privatize(np.ones(4), mechanism='gaussian', epsilon=1.0, delta=1e-6, radius=0.01)[1].rng_id)")
+    env = {**os.environ, "QG_NOISE_CIPHER": "chacha20", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "chacha20-getrandom-v1"
+
+
+# ------------------------------------------------------------------ docs/server.md, README
+
+
+def test_snapshot_and_cluster_calls_refused_under_a_policy_send_nothing(tmp_path, monkeypatch):
+    kit = make_kit(tmp_path)
+    c = QdrantClient(":memory:", guard=kit.config({"pii": {"class": "PII", "owner": "hr"}}),
+                     principal=kit.principal("alice", "hr"))
+    create(c, "pii")
+    calls = {"recover_snapshot": lambda: c.recover_snapshot("pii", "file:///x.snapshot"),
+             "recover_shard_snapshot": lambda: c.recover_shard_snapshot("pii", 0, "file:///x.snapshot"),
+             "remove_peer": lambda: c.remove_peer(1), "recover_current_peer": c.recover_current_peer,
+             "delete_full_snapshot": lambda: c.delete_full_snapshot("x")}
+    sent = record_sent(monkeypatch, tuple(calls))
+    for name, call in calls.items():
+        assert _refusal(call) == "REFUSED_CROSS_BOUNDARY", name
+    assert sent == []
+    assert RawClient(":memory:").list_full_snapshots() == [] == c.list_full_snapshots()
+
+
+def test_points_and_with_payload_dicts_are_read_as_the_rest_client_reads_them(tmp_path):
+    kit = make_kit(tmp_path)
+    c = QdrantClient(":memory:", guard=kit.config({"pub": {"class": "PUBLIC"}}), principal=kit.principal("a", "hr"))
+    create(c, "pub")
+    rng = np.random.default_rng(2)
+    c.upsert("pub", [{"id": 1, "vector": unit(rng), "payload": {"a": 1, "b": 2}}])  # local mode alone fails on it
+    with pytest.raises(TypeError, match=r"invalid: vector, vectr"):
+        c.upsert("pub", [{"id": 2, "vectr": unit(rng)}])
+    assert c.retrieve("pub", [1], with_payload={"include": ["a"]})[0].payload == {"a": 1}
+    raw = RawClient(":memory:")
+    create(raw, "pub")
+    raw.upsert("pub", [models.PointStruct(id=1, vector=unit(rng), payload={"a": 1})])
+    assert raw.retrieve("pub", [1], with_payload={"include": ["a"]})[0].payload == {}  # the key named "include"
+
+
+def test_without_guard_principal_and_embedder_are_config_errors_and_raw_handles_are_refused(tmp_path):
+    kit = make_kit(tmp_path)
+    with pytest.raises(ConfigError, match="principal= given without guard="):
+        QdrantClient(":memory:", principal=kit.principal("a", "hr"))
+    with pytest.raises(ConfigError, match="embedder= given without guard="):
+        QdrantClient(":memory:", embedder=HashingEmbedder(DIM))
+    c = QdrantClient(":memory:", guard=kit.config({}), principal=kit.principal("a", "hr"))
+    for handle in ("http", "init_options"):
+        with pytest.raises(GuardRefusal) as ei:
+            getattr(c, handle)
+        assert ei.value.verdict == "REFUSED_CROSS_BOUNDARY"
+
+
+def test_names_visible_accessible_answers_a_hidden_collection_as_a_missing_one(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr"}, "pub": {"class": "PUBLIC"}}, names_visible="accessible")
+    c = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(c, "pii")
+    create(c, "pub")
+    bob = c.with_principal(kit.principal("bob", "support"))
+    assert bob.collection_exists("pii") is False and bob.collection_exists("pub") is True
+    with pytest.raises(ValueError) as hidden:
+        bob.get_collection("pii")
+    with pytest.raises(ValueError) as missing:
+        bob.get_collection("nope")
+    assert (type(hidden.value), str(hidden.value).replace("pii", "X")) == \
+        (type(missing.value), str(missing.value).replace("nope", "X")) == (ValueError, "Collection X not found")
+
+
+def test_the_quick_start_embedder_sees_the_generalised_text(tmp_path):
+    from guardkit import Recorder
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"employee_records": {"class": "PII", "owner": "hr", "readers": ["support"],
+                                           "writers": ["support"], "noise_on_write": True, "text_field": "text",
+                                           "intent": {"enabled": False}}})
+    rec = Recorder()
+    c = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"), embedder=rec)
+    create(c, "employee_records")
+    text = "Jane Roe asked about parental leave; SSN 123-45-6789"
+    c.with_principal(kit.principal("agent-7", "support")).upsert("employee_records", [models.PointStruct(
+        id=2, payload={"text": text, "source": "hr-faq"}, vector=models.Document(text=text, model="qg-hashing-v1-16"))])
+    assert rec.seen == ["Jane [NAME] asked about parental leave; [CODE] [SSN]"]
+    assert c.retrieve("employee_records", [2])[0].payload["text"] == "Jane Roe asked about parental leave; SSN [SSN]"
