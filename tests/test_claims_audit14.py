@@ -192,8 +192,8 @@ def test_every_non_canonical_form_and_every_field_type_error_has_its_reason(sign
     text = canonical_json(r).decode()
     assert _check(signed, text).ok and _check(signed, text.encode()).ok
     body = json.loads(text)
-    reordered = "{" + ",".join(f"{json.dumps(k)}:{canonical_json(body[k]).decode()}" for k in sorted(body, reverse=True))
-    reordered += "}"
+    pairs = [f"{json.dumps(k)}:{canonical_json(body[k]).decode()}" for k in sorted(body, reverse=True)]
+    reordered = "{" + ",".join(pairs) + "}"
     non_canonical = [json.dumps(r), text + "\n", reordered, _text_with(r, '"epsilon":1.0', '"epsilon":1e0'),
                      _text_with(r, '"alg":"Ed25519"', '"alg":"Ed25519","alg":"Ed25519"'),
                      _text_with(r, '"collection":"c"', '"collection":"\\u0063"')]
@@ -519,3 +519,88 @@ def test_the_quick_start_embedder_sees_the_generalised_text(tmp_path):
         id=2, payload={"text": text, "source": "hr-faq"}, vector=models.Document(text=text, model="qg-hashing-v1-16"))])
     assert rec.seen == ["Jane [NAME] asked about parental leave; [CODE] [SSN]"]
     assert c.retrieve("employee_records", [2])[0].payload["text"] == "Jane Roe asked about parental leave; SSN [SSN]"
+
+
+# receipt-format.md "What verify() reports": aliases ("A receipt bound to an alias that has since
+# been deleted or moved to another collection is collection_mismatch; one bound to an alias that
+# was moved here from another collection verifies"), and "Give it a client without guard=": a
+# guarded client's read strips such a vector, which is then vector_mismatch.
+def test_verify_binds_receipts_to_aliases_as_stated_and_needs_an_unguarded_client(tmp_path):
+    from qdrant_guard.collection_verify import verify
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True, "intent": {"enabled": False}}
+    store = str(tmp_path / "store")
+    c = QdrantClient(path=store, guard=kit.config({"pii": pol, "pii2": pol, "al": pol}),
+                     principal=kit.principal("alice", "hr"))
+    create(c, "pii")
+    create(c, "pii2")
+
+    def alias(client, op):
+        client.update_collection_aliases(change_aliases_operations=[op])
+
+    def to(collection):
+        return models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=collection, alias_name="al"))
+
+    drop = models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name="al"))
+    alias(c, to("pii"))
+    bob = c.with_principal(kit.principal("bob", "support"))
+    rng = np.random.default_rng(4)
+    bob.upsert("al", [models.PointStruct(id=1, vector=unit(rng))])  # receipt bound to 'al'
+    bob.upsert("pii", [models.PointStruct(id=2, vector=unit(rng))])
+    pk = keys.load_private_key(kit.guard_key_path).public_key()
+    trusted = {keys.key_id(pk): pk}
+
+    def reasons(client, name):
+        return [(r.point_id, r.reason) for r in verify(client, name, trusted_keys=trusted)]
+
+    assert reasons(c, "pii") == reasons(c, "al") == [(1, "ok"), (2, "ok")]
+    alias(c, drop)
+    alias(c, to("pii2"))  # moved to another collection
+    assert reasons(c, "pii") == [(1, "vector_mismatch"), (2, "ok")]  # the guarded read stripped it
+    c.close()
+    raw = RawClient(path=store)
+    assert reasons(raw, "pii") == [(1, "collection_mismatch"), (2, "ok")]
+    alias(raw, drop)  # deleted
+    assert reasons(raw, "pii") == [(1, "collection_mismatch"), (2, "ok")]
+    got = raw.retrieve("pii", [1], with_payload=True, with_vectors=True)[0]
+    raw.upsert("pii2", [models.PointStruct(id=1, vector=got.vector, payload=got.payload)])
+    assert reasons(raw, "pii2") == [(1, "collection_mismatch")]
+    alias(raw, to("pii2"))  # an alias moved here
+    assert reasons(raw, "pii2") == [(1, "ok")]
+    raw.close()
+
+
+# receipt-format.md, PUBLIC collections under verify(policy=): a vector without a receipt is
+# not_required (report ok, check not ok); a receipt present is verified; one under a sparse
+# vector's name is unsupported_vector; without policy= every vector needs one.
+def test_verify_on_a_public_collection(tmp_path):
+    from guardkit import guard_signer, receipted_vector
+
+    from qdrant_guard.collection_verify import verify
+    from qdrant_guard.receipts import RECEIPT_KEY, receipts_for_payload
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pub": {"class": "PUBLIC"}})
+    c = QdrantClient(":memory:", guard=cfg, principal=kit.principal("a", "hr"))
+    c.create_collection("pub", vectors_config={"d": models.VectorParams(size=DIM, distance=models.Distance.EUCLID)},
+                        sparse_vectors_config={"s": models.SparseVectorParams()})
+    rng = np.random.default_rng(5)
+    vec, rec = receipted_vector(guard_signer(kit), 5, unit(rng), collection="pub", vname="d")
+    sparse = models.SparseVector(indices=[1], values=[1.0])
+    c.upsert("pub", [
+        models.PointStruct(id=5, vector={"d": vec}, payload={RECEIPT_KEY: receipts_for_payload({"d": rec})}),
+        models.PointStruct(id=6, vector={"d": unit(rng), "s": sparse}),
+        models.PointStruct(id=7, vector={"d": unit(rng), "s": sparse},
+                           payload={RECEIPT_KEY: receipts_for_payload({"s": rec})}),
+    ])
+    pk = keys.load_private_key(kit.guard_key_path).public_key()
+    trusted = {keys.key_id(pk): pk}
+    got = {(r.point_id, r.vector_name): (r.ok, r.reason, r.check.ok) for r in verify(c, "pub", trusted_keys=trusted,
+                                                                                    policy=cfg)}
+    assert got == {(5, "d"): (True, "ok", True), (6, "d"): (True, "not_required", False),
+                   (6, "s"): (True, "not_required", False), (7, "d"): (True, "not_required", False),
+                   (7, "s"): (False, "unsupported_vector", False)}
+    plain = {(r.point_id, r.vector_name): r.reason for r in verify(c, "pub", trusted_keys=trusted)}
+    assert plain == {(5, "d"): "ok", (6, "d"): "missing_receipt", (6, "s"): "unsupported_vector",
+                     (7, "d"): "missing_receipt", (7, "s"): "unsupported_vector"}
