@@ -269,8 +269,9 @@ def set_threads(n):
     noise are shared, in chunks of whole rows, by up to this many threads (one per 2**19 values at
     most), the GIL released; keyed output and errors are the same as with one thread, and a seeded
     stream is never split. The default is the number of CPUs the process may use (at most 8), or
-    the environment variable ``QG_NOISE_THREADS`` read at the first batch; ``set_threads(1)`` or
-    ``QG_NOISE_THREADS=1`` turns threading off. Call it while no batch is running.
+    the environment variable ``QG_NOISE_THREADS`` (1 to 8) read once at import, since a batch runs
+    without the GIL; ``set_threads(1)`` or ``QG_NOISE_THREADS=1`` turns threading off. Call it
+    while no batch is running.
     """
     if type(n) is not int:
         raise TypeError(f"n must be an int, not {type(n).__name__}")
