@@ -604,3 +604,62 @@ def test_verify_on_a_public_collection(tmp_path):
     plain = {(r.point_id, r.vector_name): r.reason for r in verify(c, "pub", trusted_keys=trusted)}
     assert plain == {(5, "d"): "ok", (6, "d"): "missing_receipt", (6, "s"): "unsupported_vector",
                      (7, "d"): "missing_receipt", (7, "s"): "unsupported_vector"}
+
+
+# server.md: "A dict the REST client refuses is ... refused with the REST client's error before
+# anything is read" where the guard projects the selector itself (source caps, vector stripping),
+# "elsewhere it goes to qdrant-client unchanged".
+def test_a_with_payload_dict_the_rest_client_refuses(tmp_path, monkeypatch):
+    from pydantic import ValidationError
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True,
+                              "intent": {"enabled": False}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii")
+    rng = np.random.default_rng(6)
+    owner.upsert("pii", [models.PointStruct(id=1, vector=unit(rng), payload={"a": 1, "source": "s"})])
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    bad = {"foo": ["a"]}
+    sent = record_sent(monkeypatch, ("retrieve", "scroll", "query_points"))
+    for call in (lambda: owner.query_points("pii", query=unit(rng), with_payload=bad),
+                 lambda: bob.retrieve("pii", [1], with_payload=bad, with_vectors=True),
+                 lambda: bob.scroll("pii", with_payload=bad, with_vectors=True)):
+        with pytest.raises(ValidationError):
+            call()
+    assert sent == []
+    assert owner.retrieve("pii", [1], with_payload=bad)[0].payload == {}  # unchanged: local mode's reading
+    assert bob.retrieve("pii", [1], with_payload={"include": ["a"]})[0].payload == {"a": 1}
+
+
+# integrations.md: "PII is redacted inside the JSON, and the node still parses ... `Contact:\n
+# alice@example.com` is stored as `Contact:\n[EMAIL]`".
+def test_pii_in_a_llama_index_node_is_redacted_inside_its_json(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"kb": {"class": "PII", "owner": "hr", "raw_in_boundary": True, "text_field": "_node_content",
+                             "intent": {"enabled": False}}})
+    c = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(c, "kb")
+    node = json.dumps({"text": "Contact:\nalice@example.com", "id_": "n1"})
+    c.upsert("kb", [models.PointStruct(id=1, vector=unit(np.random.default_rng(7)), payload={"_node_content": node})])
+    stored = c.retrieve("kb", [1])[0].payload["_node_content"]
+    assert json.loads(stored) == {"text": "Contact:\n[EMAIL]", "id_": "n1"}
+
+
+# README: `receipt verify --path` works "a local store only while no other client holds it";
+# `demo --workdir DIR` "refuses a directory holding anything else".
+def test_receipt_verify_on_a_held_store_and_demo_on_a_foreign_directory_exit_2(tmp_path):
+    store = str(tmp_path / "store")
+    holder = RawClient(path=store)
+    create(holder, "c")
+    pub = tmp_path / "k.pub"
+    pub.write_text(keys.public_key_to_str(keys.generate_keypair()[1]))
+    r = run_cli("receipt", "verify", "--path", store, "--collection", "c", "--trusted-key", str(pub))
+    assert r.returncode == 2 and "is open in another client" in r.stderr
+    holder.close()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "mine.txt").write_text("x")
+    r = run_cli("demo", "--workdir", str(work))
+    assert r.returncode == 2 and "mine.txt" in r.stderr
+    assert [p.name for p in work.iterdir()] == ["mine.txt"]
