@@ -663,3 +663,69 @@ def test_receipt_verify_on_a_held_store_and_demo_on_a_foreign_directory_exit_2(t
     r = run_cli("demo", "--workdir", str(work))
     assert r.returncode == 2 and "mine.txt" in r.stderr
     assert [p.name for p in work.iterdir()] == ["mine.txt"]
+
+
+# receipt-format.md: "verify_receipt's detail names the first contradiction it finds, e.g.
+# `guarantee sentence says epsilon=0.1, fields say epsilon=8.0`" (a receipt whose signature verifies).
+def test_a_signed_sentence_that_contradicts_its_fields_names_the_number():
+    from qdrant_guard.receipt_format import SIGNATURE_PREFIX
+
+    sk, pk = keys.generate_keypair()
+    unitv = np.ones(8) / math.sqrt(8)
+    noised, p8 = privatize(unitv, mechanism="gaussian", epsilon=8.0, delta=1e-6, radius=0.01, clip_norm=1.0)
+    _, p01 = privatize(unitv, mechanism="gaussian", epsilon=0.1, delta=1e-6, radius=0.01, clip_norm=1.0)
+    v = stored_form(noised, distance="Cosine")
+    body = {k: x for k, x in issue_receipt(ReceiptSigner(sk), params=p8, vector=v, collection="c", point_id=1).items()
+            if k != "sig"}
+    body["params"] = dict(body["params"], guarantee=p01.guarantee)
+    lie = dict(body, sig=base64.b64encode(sk.sign(SIGNATURE_PREFIX + canonical_json(body))).decode())
+    check = verify_receipt(lie, vector=v, collection="c", point_id=1, trusted_keys={keys.key_id(pk): pk})
+    assert (check.reason, check.detail) == ("guarantee_mismatch", "guarantee sentence says epsilon=0.1, fields say "
+                                                                  "epsilon=8.0")
+
+
+# README's verdict table: TEXT_REQUIRED for a query_text with no letter or digit;
+# REFUSED_CROSS_BOUNDARY for a name with a '..' segment or one folding like a listed name of
+# another policy (details.reason); UNSUPPORTED_WRITE for points given as a tuple and ids Qdrant
+# does not accept (negative, >= 2^64, a string that is not a UUID), nothing sent.
+def test_verdict_table_rows(tmp_path, monkeypatch):
+    from qdrant_guard.errors import UnsupportedWriteError
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "raw_in_boundary": True, "intent": {"enabled": False},
+                              "query": {"require_text": True}},
+                      "payroll": {"class": "PII", "owner": "hr"}, "pub": {"class": "PUBLIC"}}, unlisted="public")
+    c = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(c, "pii")
+    create(c, "pub")
+    rng = np.random.default_rng(8)
+    assert _refusal(lambda: c.query_points("pii", query=unit(rng), query_text="??? !!!")) == "TEXT_REQUIRED"
+    assert c.query_points("pii", query=unit(rng), query_text="leave policy").points == []
+    assert _refusal(lambda: c.delete_collection("pub/../payroll")) == "REFUSED_CROSS_BOUNDARY"
+    assert audit_records(kit)[-1]["details"]["reason"] == "path_segment"
+    assert _refusal(lambda: create(c, "PAYROLL")) == "REFUSED_CROSS_BOUNDARY"
+    assert audit_records(kit)[-1]["details"]["reason"] == "folded_name"
+    sent = record_sent(monkeypatch, ("upsert",))
+    for points in (tuple([models.PointStruct(id=1, vector=unit(rng))]), [models.PointStruct(id=-1, vector=unit(rng))],
+                   [models.PointStruct(id=2 ** 64, vector=unit(rng))],
+                   [models.PointStruct(id="not-a-uuid", vector=unit(rng))]):
+        with pytest.raises(UnsupportedWriteError):
+            c.upsert("pii", points)
+        assert audit_records(kit)[-1]["verdict"] == "UNSUPPORTED_WRITE"
+    assert sent == []
+
+
+# README / integrations.md: get_collection answers a principal who may not read the collection
+# with its configuration only (points_count, indexed_vectors_count, update_queue None,
+# segments_count 0, no metadata).
+def test_get_collection_without_read_access_shows_the_configuration_only(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}})
+    c = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    c.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE),
+                        metadata={"team": "hr"})
+    info = c.with_principal(kit.principal("bob", "support")).get_collection("pii")
+    counts = (info.points_count, info.indexed_vectors_count, info.update_queue, info.segments_count)
+    assert counts == (None, None, None, 0)
+    assert info.config.metadata is None and info.config.params.vectors.size == DIM
+    assert c.get_collection("pii").config.metadata == {"team": "hr"}
