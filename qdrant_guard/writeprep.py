@@ -58,8 +58,10 @@ _DIRECTIVES = {
         "with a key listed in receipts.trusted_keys (or in the collection's receipt_keys, when it sets them)"
     ),
     Verdict.EPSILON_ABOVE_CEILING: (
-        "the receipt's epsilon is above the class ceiling; re-noise with a smaller epsilon "
-        "(stronger noise) or raise epsilon_ceiling in the policy"
+        "the receipt's epsilon is above the class ceiling; re-noise with an epsilon no larger than "
+        "the collection's noise.epsilon (stronger noise), or raise the class's epsilon_ceiling and "
+        "the collection's noise.epsilon together in the policy (weaker noise: docs/privacy.md; a "
+        "higher ceiling alone refuses the receipt as NOISE_REQUIRED)"
     ),
     Verdict.UTILITY_DEGRADED: (
         "the utility record does not show that this noise keeps the retrieval drop within the "

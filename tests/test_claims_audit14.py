@@ -729,3 +729,30 @@ def test_get_collection_without_read_access_shows_the_configuration_only(tmp_pat
     assert counts == (None, None, None, 0)
     assert info.config.metadata is None and info.config.params.vectors.size == DIM
     assert c.get_collection("pii").config.metadata == {"team": "hr"}
+
+
+# The EPSILON_ABOVE_CEILING directive named "raise epsilon_ceiling in the policy" as a fix; done
+# alone, the same receipt is then refused as NOISE_REQUIRED (weaker than the collection's
+# noise.epsilon). It now names both keys, and raising both stores the receipt.
+def test_the_epsilon_ceiling_refusal_names_the_fix_that_works(tmp_path):
+    from guardkit import receipted_point
+
+    kit = make_kit(tmp_path)
+
+    def write(pol_extra, **cfg_extra):
+        pol = {"class": "PII", "owner": "hr", "writers": ["support"], "intent": {"enabled": False}, **pol_extra}
+        c = QdrantClient(":memory:", guard=kit.config({"pii": pol}, **cfg_extra), principal=kit.principal("a", "hr"))
+        c.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.EUCLID))
+        bob = c.with_principal(kit.principal("bob", "support"))
+        point = receipted_point(kit, 1, np.random.default_rng(9), epsilon=3.0)
+        try:
+            bob.upsert("pii", [point])
+        except GuardRefusal as exc:
+            return exc.verdict, str(exc)
+        return "stored", ""
+
+    verdict, message = write({})
+    assert verdict == "EPSILON_ABOVE_CEILING"
+    assert "epsilon_ceiling and the collection's noise.epsilon together" in message
+    assert write({}, epsilon_ceiling={"PII": 4.0})[0] == "NOISE_REQUIRED"
+    assert write({"noise": {"epsilon": 3.0}}, epsilon_ceiling={"PII": 4.0})[0] == "stored"
