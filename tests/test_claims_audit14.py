@@ -756,3 +756,44 @@ def test_the_epsilon_ceiling_refusal_names_the_fix_that_works(tmp_path):
     assert "epsilon_ceiling and the collection's noise.epsilon together" in message
     assert write({}, epsilon_ceiling={"PII": 4.0})[0] == "NOISE_REQUIRED"
     assert write({"noise": {"epsilon": 3.0}}, epsilon_ceiling={"PII": 4.0})[0] == "stored"
+
+
+# README's policy comment: unlisted = "strict" makes a collection the policy does not list "PII,
+# readable by any verified agent, written by none" (nor created by any).
+def test_an_unlisted_collection_under_strict_is_pii_read_by_anyone_verified_written_by_none(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({})
+    assert cfg.unlisted == "strict" and cfg.policy_for("x").sensitivity.value == "PII"
+    c = QdrantClient(":memory:", guard=cfg, principal=kit.principal("a", "hr"))
+    RawClient.create_collection(c, "x", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+    rng = np.random.default_rng(10)
+    for view in (c, c.with_principal(kit.principal("b", "support"))):
+        assert view.query_points("x", query=unit(rng), limit=1).points == []
+        assert _refusal(lambda: view.upsert("x", [models.PointStruct(id=1, vector=unit(rng))])) == \
+            "REFUSED_CROSS_BOUNDARY"
+    assert _refusal(lambda: create(c, "y")) == "REFUSED_CROSS_BOUNDARY"
+
+
+# privacy.md: "before a read returns a stored vector to a reader without raw access ... it applies
+# the same checks and the collection's [noise] policy again (its mechanism included)": receipts of
+# the guard's own key written around it, with the TEST-ONLY generator, a larger epsilon, another
+# mechanism or a larger clip_norm, are stripped for a reader and returned to the owner under
+# raw_in_boundary.
+def test_a_read_re_judges_stored_receipts_for_readers_without_raw_access(tmp_path):
+    from guardkit import receipted_point
+
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True,
+                              "intent": {"enabled": False},
+                              "diversity": {"max_source_fraction": 1.0, "min_unique_sources": 1}}})
+    c = QdrantClient(":memory:", guard=cfg, principal=kit.principal("a", "hr"))
+    c.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.EUCLID))
+    rng = np.random.default_rng(11)
+    RawClient.upsert(c, "pii", [receipted_point(kit, 1, rng), receipted_point(kit, 2, rng, seeded=True),
+                                receipted_point(kit, 3, rng, epsilon=1.5),
+                                receipted_point(kit, 4, rng, mechanism="laplace_l2"),
+                                receipted_point(kit, 5, rng, clip_norm=2.0)])
+    reader = c.with_principal(kit.principal("b", "support"))
+    ids = [1, 2, 3, 4, 5]
+    assert [p.vector is not None for p in reader.retrieve("pii", ids, with_vectors=True)] == [True] + [False] * 4
+    assert all(p.vector is not None for p in c.retrieve("pii", ids, with_vectors=True))
