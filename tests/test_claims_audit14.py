@@ -2,10 +2,19 @@
 integrations.md, server.md and the README's receipt, trust-boundary, DP and CLI statements.
 
 Each test runs what a sentence states (real qdrant-client local mode, real keys and files, the
-CLI in process) and fails when the sentence stops being true. One was false and is corrected:
-threat-model.md gave ``{"db_pass": "hunter2"}`` as a value that passes the payload screen, and
-listed the password names without ``pw``, ``db_pass`` and the rest; ``pass`` after an account word
-is a password name (policy.md, integrations.md), so that value is refused.
+CLI in process) and fails when the sentence stops being true. Wrong, and corrected:
+
+1. threat-model.md gave ``{"db_pass": "hunter2"}`` as a value the payload screen lets pass and
+   listed the password names without ``pw``, ``db_pass`` and the rest; ``pass`` after an account
+   word is a password name (policy.md, integrations.md), so that value is refused.
+2. receipt-format.md: ``verify()`` "reads every point ... with a raw client"; it reads through the
+   client it is given, and through a guarded one a stripped vector is ``vector_mismatch``.
+3. The EPSILON_ABOVE_CEILING directive named "raise epsilon_ceiling" alone as a fix, which turns
+   the refusal into NOISE_REQUIRED (code; the test fails on the old directive).
+4. server.md's count cost (1.1 s / 0.12 s for 10,000 points) predates the per-set calibration
+   bounds; rerun with bench/left_behind_count.py (figures, not a test).
+5. ``_noise.set_threads``' docstring read ``QG_NOISE_THREADS`` "at the first batch"; noise.c reads
+   it at import, as the README says (tests/test_mutation_noise_c.py pins it).
 """
 from __future__ import annotations
 
