@@ -806,3 +806,30 @@ def test_a_read_re_judges_stored_receipts_for_readers_without_raw_access(tmp_pat
     ids = [1, 2, 3, 4, 5]
     assert [p.vector is not None for p in reader.retrieve("pii", ids, with_vectors=True)] == [True] + [False] * 4
     assert all(p.vector is not None for p in c.retrieve("pii", ids, with_vectors=True))
+
+
+# privacy.md, through the guard: keyed noise (the default) gives a vector written again the same
+# release, in any collection with the same noise parameters ("Known limit of keyed mode"), a
+# float32 release ("the guard noises float32 vectors"), and another guard's signing key other noise.
+def test_keyed_noise_through_the_guard(tmp_path):
+    from qdrant_guard.receipts import receipts_from_payload
+
+    pol = {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True, "intent": {"enabled": False}}
+    v = unit(np.random.default_rng(12))
+    stored = []
+    for sub in ("one", "two"):
+        (tmp_path / sub).mkdir()
+        kit = make_kit(tmp_path / sub)
+        c = QdrantClient(":memory:", guard=kit.config({"a": pol, "b": pol}), principal=kit.principal("alice", "hr"))
+        create(c, "a")
+        create(c, "b")
+        bob = c.with_principal(kit.principal("bob", "support"))
+        bob.upsert("a", [models.PointStruct(id=1, vector=v), models.PointStruct(id=2, vector=v)])
+        bob.upsert("b", [models.PointStruct(id=1, vector=v)])
+        got = [RawClient.retrieve(c, col, [i], with_vectors=True, with_payload=True)[0]
+               for col, i in (("a", 1), ("a", 2), ("b", 1))]
+        assert got[0].vector == got[1].vector == got[2].vector != v
+        params = receipts_from_payload(got[0].payload)[""]["params"]
+        assert (params["dtype"], params["rng_id"]) == ("float32", "chacha20-keyed-hmac-sha256-v1")
+        stored.append(got[0].vector)
+    assert stored[0] != stored[1]
