@@ -833,3 +833,28 @@ def test_keyed_noise_through_the_guard(tmp_path):
         assert (params["dtype"], params["rng_id"]) == ("float32", "chacha20-keyed-hmac-sha256-v1")
         stored.append(got[0].vector)
     assert stored[0] != stored[1]
+
+
+# receipt-format.md "Payload storage": the guard writes and deletes one vector's receipt by its
+# path, "so the container may hold fewer vectors than the point, or none ({"v": 1, "vectors": {}})":
+# an owner's raw update of one vector drops that vector's receipt only.
+def test_a_raw_update_of_one_vector_drops_its_receipt_only(tmp_path):
+    from qdrant_guard.receipts import RECEIPT_KEY
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True, "raw_in_boundary": True,
+           "intent": {"enabled": False}}
+    c = QdrantClient(":memory:", guard=kit.config({"a": pol}), principal=kit.principal("alice", "hr"))
+    create(c, "a", named=("x", "y"))
+    rng = np.random.default_rng(13)
+    c.with_principal(kit.principal("bob", "support")).upsert(
+        "a", [models.PointStruct(id=1, vector={"x": unit(rng), "y": unit(rng)})])
+
+    def container():
+        return RawClient.retrieve(c, "a", [1], with_payload=True)[0].payload[RECEIPT_KEY]
+
+    assert container()["v"] == 1 and sorted(container()["vectors"]) == ["x", "y"]
+    c.update_vectors("a", [models.PointVectors(id=1, vector={"x": unit(rng)})])
+    assert sorted(container()["vectors"]) == ["y"]
+    c.update_vectors("a", [models.PointVectors(id=1, vector={"y": unit(rng)})])
+    assert container() == {"v": 1, "vectors": {}}
