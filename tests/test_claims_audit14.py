@@ -392,6 +392,11 @@ def test_a_credential_claiming_another_boundary_is_unknown_key_and_expiry_has_30
     with pytest.raises(CredentialRejected) as ei:
         verify_credential(forged, authorities=auths)
     assert ei.value.reason == "unknown_key"
+    # README: "the guard refuses a token with the file's trailing newline, hence .strip()"
+    token = issue_credential(kit.authority["hr"], agent_id="x", boundary="hr")
+    with pytest.raises(CredentialRejected) as nl:
+        verify_credential(token + "\n", authorities=auths)
+    assert nl.value.reason == "malformed" and "strip it" in str(nl.value)
     cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}})
     c = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
     create(c, "pii")
