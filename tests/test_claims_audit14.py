@@ -863,3 +863,21 @@ def test_a_raw_update_of_one_vector_drops_its_receipt_only(tmp_path):
     assert sorted(container()["vectors"]) == ["y"]
     c.update_vectors("a", [models.PointVectors(id=1, vector={"y": unit(rng)})])
     assert container() == {"v": 1, "vectors": {}}
+
+
+# README: "Refusals raise qdrant_guard.GuardRefusal ... carrying the verdict, a directive ..., the
+# point ids at fault and the manifest digest (the hash of the audit-log entry that records the
+# decision)", and the NOISE_REQUIRED refusal it prints.
+def test_a_refusal_carries_its_audit_entry_hash_and_reads_as_the_readme_prints_it(tmp_path):
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": False}})
+    c = QdrantClient(":memory:", guard=cfg, principal=kit.principal("a", "hr"))
+    create(c, "pii")
+    with pytest.raises(GuardRefusal) as ei:
+        c.with_principal(kit.principal("b", "support")).upsert(
+            "pii", [models.PointStruct(id=1, vector=unit(np.random.default_rng(14)))])
+    last = json.loads((tmp_path / "audit.jsonl").read_text().splitlines()[-1])
+    assert (ei.value.verdict, ei.value.point_ids, ei.value.manifest_digest) == ("NOISE_REQUIRED", [1], last["hash"])
+    readme = (ROOT / "README.md").read_text()
+    shown = readme[readme.index("GuardRefusal: NOISE_REQUIRED"):].split("\n```")[0]
+    assert " ".join(shown.split()) == f"GuardRefusal: {ei.value}"
