@@ -881,3 +881,23 @@ def test_a_refusal_carries_its_audit_entry_hash_and_reads_as_the_readme_prints_i
     readme = (ROOT / "README.md").read_text()
     shown = readme[readme.index("GuardRefusal: NOISE_REQUIRED"):].split("\n```")[0]
     assert " ".join(shown.split()) == f"GuardRefusal: {ei.value}"
+
+
+# README: "without signing_key the guard signs with a key that dies with its process ... (a client
+# on a path= or server store warns of it)"; a :memory: store, which dies with it too, does not.
+def test_a_path_store_without_signing_key_warns(tmp_path):
+    import warnings
+
+    from qdrant_guard.policy import config_from_dict
+
+    kit = make_kit(tmp_path)
+    cfg = config_from_dict({"audit_log": str(tmp_path / "audit.jsonl"),
+                            "boundaries": {"hr": {"authority_keys": [kit.authority_pub["hr"]]}},
+                            "collections": {"pii": {"class": "PII", "owner": "hr"}}}, source="no-key.toml")
+    for where, expected in (({"path": str(tmp_path / "store")}, True), ({"location": ":memory:"}, False)):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            QdrantClient(**where, guard=cfg, principal=kit.principal("a", "hr")).close()
+        said = [str(w.message) for w in seen if "sets no signing_key" in str(w.message)]
+        assert bool(said) is expected, where
+        assert all("throwaway key" in s for s in said)
