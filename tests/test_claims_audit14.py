@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from detect_cases import luhn
 from guardkit import DIM, RawClient, audit_records, create, make_kit, models, record_sent, run_cli, unit
 
 from qdrant_guard import ConfigError, CredentialError, GuardRefusal, QdrantClient, keys
@@ -94,22 +95,14 @@ def test_the_password_names_and_what_passes_the_payload_screen(tmp_path):
 
 
 # integrations.md "Metadata values": numbers as digits, barcodes, media ids, password keys.
-def _luhn(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = int(ch) * (2 if i % 2 else 1)
-        total += d - 9 if d > 9 else d
-    return total % 10 == 0
-
-
 def _gs1(digits: str) -> bool:
     body = [int(c) for c in digits[:-1]]
     return (10 - sum(d * (3 if i % 2 else 1) for i, d in enumerate(body)) % 10) % 10 == int(digits[-1])
 
 
 def test_integrations_metadata_rules_on_a_public_collection(tmp_path):
-    ean = next(n for n in range(4000000000000, 4000000010000) if _luhn(str(n)) and _gs1(str(n)))
-    jcb = next(n for n in range(3528000000000000000, 3528000000000010000) if _luhn(str(n)))
+    ean = next(n for n in range(4000000000000, 4000000010000) if luhn(str(n)) and _gs1(str(n)))
+    jcb = next(n for n in range(3528000000000000000, 3528000000000010000) if luhn(str(n)))
     kit = make_kit(tmp_path)
     c = QdrantClient(":memory:", guard=kit.config({"pub": {"class": "PUBLIC"}}), principal=kit.principal("a", "hr"))
     create(c, "pub")
