@@ -894,3 +894,45 @@ def test_a_path_store_without_signing_key_warns(tmp_path):
         said = [str(w.message) for w in seen if "sets no signing_key" in str(w.message)]
         assert bool(said) is expected, where
         assert all("throwaway key" in s for s in said)
+
+
+# threat-model.md "Filters as probes": a match value read as `key: value` (under a password name
+# any value is one: `hunter2` on `db_password`), credentials refused for everyone, PII refused
+# (QUERY_REJECTED) unless `filter_pii = "owner"` and the owner boundary asks, field names screened
+# too (`is_empty` on `alice@example.com`); partial values, ranges and a name-shaped value under a
+# credential-attribute name (`auth_provider`) pass; a known token there is still refused.
+def test_filters_as_probes(tmp_path):
+    kit = make_kit(tmp_path)
+    base = {"class": "PII", "owner": "hr", "readers": ["support"], "raw_in_boundary": True,
+            "intent": {"enabled": False}}
+    c = QdrantClient(":memory:", guard=kit.config({"pii": base, "own": {**base, "query": {"filter_pii": "owner"}}}),
+                     principal=kit.principal("a", "hr"))
+    create(c, "pii")
+    create(c, "own")
+    bob = c.with_principal(kit.principal("b", "support"))
+
+    def match(key, value):
+        return models.FieldCondition(key=key, match=models.MatchValue(value=value))
+
+    cases = [  # condition, outcome for (owner, reader) on "pii", then on "own"
+        (match("db_password", "hunter2"), ("CREDENTIAL_IN_TEXT",) * 4),
+        (match("auth_provider", "sk_live_" + "a1B2c3D4e5F6g7H8i9J0k1L2"), ("CREDENTIAL_IN_TEXT",) * 4),
+        (match("ssn", "123-45-6789"), ("QUERY_REJECTED", "QUERY_REJECTED", "ok", "QUERY_REJECTED")),
+        (match("ssn", 123456789), ("QUERY_REJECTED", "QUERY_REJECTED", "ok", "QUERY_REJECTED")),
+        (models.FieldCondition(key="t", match=models.MatchText(text="123-45-6789")),
+         ("QUERY_REJECTED", "QUERY_REJECTED", "ok", "QUERY_REJECTED")),
+        (models.IsEmptyCondition(is_empty=models.PayloadField(key="alice@example.com")),
+         ("QUERY_REJECTED", "QUERY_REJECTED", "ok", "QUERY_REJECTED")),
+        (models.FieldCondition(key="t", match=models.MatchPrefix(prefix="123-45-")), ("ok",) * 4),
+        (models.FieldCondition(key="salary", range=models.Range(gte=100000)), ("ok",) * 4),
+        (match("auth_provider", "google-oauth2-provider"), ("ok",) * 4),
+    ]
+    for cond, expected in cases:
+        got = []
+        for client, collection in ((c, "pii"), (bob, "pii"), (c, "own"), (bob, "own")):
+            try:
+                client.scroll(collection, scroll_filter=models.Filter(must=[cond]))
+                got.append("ok")
+            except GuardRefusal as exc:
+                got.append(exc.verdict)
+        assert tuple(got) == expected, cond
