@@ -936,3 +936,26 @@ def test_filters_as_probes(tmp_path):
             except GuardRefusal as exc:
                 got.append(exc.verdict)
         assert tuple(got) == expected, cond
+
+
+# receipt-format.md: "Coordinates must satisfy |v| < 2048 ...; a larger one is an
+# InvalidVectorError naming its magnitude, and so is, in stored_form, one within 2^-14 below 2048,
+# which float32 would round to 2048 itself. A guarded collection whose noise has no clip_norm
+# refuses such a write with it".
+def test_the_commitment_grid_bound(tmp_path):
+    from qdrant_guard.errors import InvalidVectorError
+
+    for x, shown in ((2048.0, "magnitude 2048;"), (2048 - 2.0 ** -15, "which float32 rounds to 2048"),
+                     (3000.0, "magnitude 3000;")):
+        with pytest.raises(InvalidVectorError, match=shown):
+            stored_form(np.array([x, 0.0]), distance="Euclid")
+    assert stored_form(np.array([2048 - 2.0 ** -13, 0.0]), distance="Euclid")[0] == np.float32(2048 - 2.0 ** -13)
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "writers": ["support"], "intent": {"enabled": False},
+           "noise": {"clip_norm": None}}
+    c = QdrantClient(":memory:", guard=kit.config({"pii": pol}), principal=kit.principal("a", "hr"))
+    c.create_collection("pii", vectors_config=models.VectorParams(size=2, distance=models.Distance.EUCLID))
+    bob = c.with_principal(kit.principal("b", "support"))
+    with pytest.raises(InvalidVectorError, match="2048"):
+        bob.upsert("pii", [models.PointStruct(id=1, vector=[3000.0, 0.0])])
+    bob.upsert("pii", [models.PointStruct(id=1, vector=[3.0, 0.0])])
