@@ -47,12 +47,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _refusal(call):
-    """The verdict of the GuardRefusal ``call`` raises, or ``"stored"``."""
+    """The verdict of the GuardRefusal ``call`` raises, or ``"allowed"``."""
     try:
         call()
     except GuardRefusal as exc:
         return exc.verdict
-    return "stored"
+    return "allowed"
 
 
 # ------------------------------------------------------------------ threat-model.md, payload screen
@@ -90,8 +90,8 @@ def test_the_password_names_and_what_passes_the_payload_screen(tmp_path):
         assert write("pii", payload) == "CREDENTIAL_IN_TEXT", payload
         assert write("pub", payload) == "SENSITIVITY_MISMATCH", payload
     for payload in PASSES:
-        assert write("pii", payload) == "stored", payload
-        assert write("pub", payload) == "stored", payload
+        assert write("pii", payload) == "allowed", payload
+        assert write("pub", payload) == "allowed", payload
 
 
 # integrations.md "Metadata values": numbers as digits, barcodes, media ids, password keys.
@@ -113,7 +113,7 @@ def test_integrations_metadata_rules_on_a_public_collection(tmp_path):
                                  {"name": "Forgot password", "value": "hunter2"}, {"SMTP_PASS": "hunter2"},
                                  {"admin_pass": "hunter2"}, {"auth": {"user": "u", "pass": "hunter2"}},
                                  {"sim_pin": "1234"}, {"password": {"value": "hunter2"}}],
-        "stored": [{"businessNumber": 123456789}, {"classNumber": 123456789}, {"ean": ean}, {"gtin": ean},
+        "allowed": [{"businessNumber": 123456789}, {"classNumber": 123456789}, {"ean": ean}, {"gtin": ean},
                    {"media_id": jcb}, {"photo_ids": [jcb]}, {"has_password": True}, {"api": {"pass": 120, "fail": 3}},
                    {"first_pass": "hunter2"}, {"pass": "hunter2"}, {"pin": "560001"}, {"password": {"min_length": 8}},
                    {"password": {"hash": "hunter2"}}, {"password_reset_required": "yes"}, {"passwordless": "yes"},
@@ -959,3 +959,22 @@ def test_the_commitment_grid_bound(tmp_path):
     with pytest.raises(InvalidVectorError, match="2048"):
         bob.upsert("pii", [models.PointStruct(id=1, vector=[3000.0, 0.0])])
     bob.upsert("pii", [models.PointStruct(id=1, vector=[3.0, 0.0])])
+
+
+# integrations.md: llama-index deletes a document by a filter on doc_id; "a document id that is
+# personal data (an e-mail address, say) is refused (QUERY_REJECTED) under the default
+# query.filter_pii = "refuse" ... or set filter_pii = "owner" and delete from the owner boundary".
+def test_a_delete_by_a_personal_document_id(tmp_path):
+    kit = make_kit(tmp_path)
+    base = {"class": "PII", "owner": "hr", "writers": ["support"], "intent": {"enabled": False}}
+    c = QdrantClient(":memory:", guard=kit.config({"kb": base, "kb2": {**base, "query": {"filter_pii": "owner"}}}),
+                     principal=kit.principal("a", "hr"))
+    create(c, "kb")
+    create(c, "kb2")
+    writer = c.with_principal(kit.principal("b", "support"))
+    by_id = models.FilterSelector(filter=models.Filter(must=[models.FieldCondition(
+        key="doc_id", match=models.MatchValue(value="alice@example.com"))]))
+    outcome = {(who, col): _refusal(lambda: client.delete(col, points_selector=by_id))
+               for who, client in (("owner", c), ("writer", writer)) for col in ("kb", "kb2")}
+    assert outcome == {("owner", "kb"): "QUERY_REJECTED", ("owner", "kb2"): "allowed",
+                       ("writer", "kb"): "QUERY_REJECTED", ("writer", "kb2"): "QUERY_REJECTED"}
