@@ -18,17 +18,20 @@ sets here. This script adds sets nobody has read, from another source:
   (``scripts/intent_fp.py`` reads the same files).
 
 A line counts as blocked when its label is suspicious or adversarial at ``--min-confidence`` or
-above, as the pipeline decides. Rates carry a 95 % Wilson interval. With ``--against PATH`` every
-set is also scored by a second model, and the two are compared line by line: the lines only one
-of them blocks, and the exact two-sided McNemar p-value of that split.
+above, as the pipeline decides. Rates carry a 95 % Wilson interval. ``--save FLAGS.json`` writes
+every line's verdict; ``--baseline FLAGS.json`` compares with one saved earlier, line by line (a
+saved file, not a second model, because a model of another feature version cannot be loaded by
+this code): the lines only one of them blocks, and the exact two-sided McNemar p-value of that
+split.
 
-    python scripts/intent_doc_blind.py [--model PATH] [--against PATH] [--min-confidence 0.6]
-                                       [--sets design,blind-val,blind-final,harmful] [--show-design]
+    python scripts/intent_doc_blind.py [--model PATH] [--min-confidence 0.6] [--save FLAGS.json]
+        [--baseline FLAGS.json] [--sets design,blind-val,blind-final,harmful] [--show-design]
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import json
 import math
 import os
 import sys
@@ -92,15 +95,18 @@ def _stdlib_files() -> list[tuple[str, str]]:
 
 
 def blind_openings(half: str) -> list[str]:
-    """Six-word docstring openings of the stdlib groups in ``half`` (``"val"`` or ``"final"``)."""
+    """Six-word docstring openings of the stdlib groups in ``half`` (``"val"`` or ``"final"``).
+
+    An opening found in several files belongs to the half of the first (in sorted file order), so
+    the halves share no line.
+    """
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     from intent_doc_openings import docstring_openings, pydoc_openings
 
     seen = set(pydoc_openings()) | set(docstring_openings())
     out = []
     for group, path in _stdlib_files():
-        if ("val", "final")[zlib.crc32(group.encode()) & 1] != half:
-            continue
+        mine = ("val", "final")[zlib.crc32(group.encode()) & 1] == half
         try:
             with open(path, encoding="utf-8") as fh:
                 tree = ast.parse(fh.read(), filename=path)
@@ -112,7 +118,8 @@ def blind_openings(half: str) -> list[str]:
                 s = _opening(doc) if doc else None
                 if s is not None and s not in seen:
                     seen.add(s)
-                    out.append(s)
+                    if mine:
+                        out.append(s)
     return out
 
 
@@ -147,32 +154,41 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="model JSON (default: the packaged one)")
-    ap.add_argument("--against", default=None, help="a second model JSON, compared line by line")
     ap.add_argument("--min-confidence", type=float, default=0.6)
+    ap.add_argument("--save", default=None, help="write every line's verdict to this JSON file")
+    ap.add_argument("--baseline", default=None, help="verdicts saved earlier with --save, compared line by line")
     ap.add_argument("--sets", default="design,blind-val,blind-final,harmful")
     ap.add_argument("--show-design", action="store_true",
-                    help="print the design sets' lines the models disagree on (never the blind ones)")
+                    help="print the design sets' lines on which the verdict differs from --baseline (never the blind ones)")
     args = ap.parse_args(argv)
-    models = [BuiltinIntentClassifier(args.model)] + ([BuiltinIntentClassifier(args.against)] if args.against else [])
+    clf = BuiltinIntentClassifier(args.model)
     sets = args.sets.split(",")
+    base: dict[str, dict[str, bool]] = {}
+    if args.baseline:
+        with open(args.baseline, encoding="utf-8") as fh:
+            base = json.load(fh)
+    saved: dict[str, dict[str, bool]] = {}
 
-    def blocked(clf, text: str) -> bool:
+    def blocked(text: str) -> bool:
         r = clf.classify(text)
         return r.label in BLOCK and r.confidence >= args.min_confidence
 
     def report(name: str, texts: list[str], harmful: bool, show: bool = False) -> None:
-        flags = [[blocked(clf, t) for t in texts] for clf in models]
+        flags = saved[name] = {t: blocked(t) for t in texts}
         word = "blocked (recall)" if harmful else "blocked (false positives)"
-        print(f"{name}: model {word} {_rate(sum(flags[0]), len(texts))}", end="")
-        if len(flags) == 2:
-            only_model = sum(a and not b for a, b in zip(*flags))
-            only_against = sum(b and not a for a, b in zip(*flags))
-            print(f"; against {_rate(sum(flags[1]), len(texts))}; blocked by model only {only_model}, "
-                  f"by against only {only_against} (McNemar p={mcnemar_p(only_model, only_against):.3g})", end="")
+        print(f"{name}: {word} {_rate(sum(flags.values()), len(flags))}", end="")
+        if name in base:
+            old = base[name]
+            if set(old) != set(flags):
+                raise SystemExit(f"--baseline {args.baseline}: set {name!r} holds other lines; save it again")
+            only_new = sum(flags[t] and not old[t] for t in flags)
+            only_old = sum(old[t] and not flags[t] for t in flags)
+            print(f"; baseline {_rate(sum(old.values()), len(old))}; blocked now only {only_new}, "
+                  f"by the baseline only {only_old} (McNemar p={mcnemar_p(only_new, only_old):.3g})", end="")
             if show:
-                for t, a, b in zip(texts, *flags):
-                    if a != b:
-                        print(f"\n    {'model' if a else 'against'} only: {t!r}", end="")
+                for t in flags:
+                    if flags[t] != old[t]:
+                        print(f"\n    {'now' if flags[t] else 'baseline'} only: {t!r}", end="")
         print()
 
     if "design" in sets:
@@ -189,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
             total.extend(zip(texts, adv))
         report("all harmful", [t for t, _ in total], True)
         report("all adversarial", [t for t, a in total if a], True)
+    if args.save:
+        with open(args.save, "w", encoding="utf-8") as fh:
+            json.dump(saved, fh, ensure_ascii=False)
     return 0
 
 
