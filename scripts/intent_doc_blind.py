@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import math
 import os
@@ -100,13 +101,18 @@ def blind_openings(half: str) -> list[str]:
     An opening found in several files belongs to the half of the first (in sorted file order), so
     the halves share no line.
     """
+    return list(_blind_halves()[half])
+
+
+@functools.lru_cache(maxsize=1)
+def _blind_halves() -> dict[str, tuple[str, ...]]:
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     from intent_doc_openings import docstring_openings, pydoc_openings
 
     seen = set(pydoc_openings()) | set(docstring_openings())
-    out = []
+    out: dict[str, list[str]] = {"val": [], "final": []}
     for group, path in _stdlib_files():
-        mine = ("val", "final")[zlib.crc32(group.encode()) & 1] == half
+        half = out[("val", "final")[zlib.crc32(group.encode()) & 1]]
         try:
             with open(path, encoding="utf-8") as fh:
                 tree = ast.parse(fh.read(), filename=path)
@@ -118,9 +124,8 @@ def blind_openings(half: str) -> list[str]:
                 s = _opening(doc) if doc else None
                 if s is not None and s not in seen:
                     seen.add(s)
-                    if mine:
-                        out.append(s)
-    return out
+                    half.append(s)
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def harmful_sets() -> list[tuple[str, list[str], list[bool]]]:
