@@ -8,7 +8,8 @@ sets here. This script adds sets nobody has read, from another source:
 - ``blind``: the first six words of every docstring (module, class, function, method) in the
   standard library's own source files, read with ``ast`` (nothing is imported), outside the 40
   modules of the design set (whole packages: ``email``, ``asyncio``, ``json``, ...) and outside
-  tests, ``site-packages`` and ``pydoc_data`` (the pydoc set's source); openings of six words or
+  tests, ``site-packages``, ``idlelib``, ``lib2to3``, ``turtledemo``, ``_pydecimal`` and
+  ``pydoc_data`` (the pydoc set's source); openings of six words or
   more, deduplicated, and none equal to a design opening. A group is a top-level module or
   package; groups are split in two halves by the CRC-32 of their name:
   ``blind-val`` (may be looked at to choose between candidates) and ``blind-final`` (looked at
@@ -19,7 +20,7 @@ sets here. This script adds sets nobody has read, from another source:
 
 A line counts as blocked when its label is suspicious or adversarial at ``--min-confidence`` or
 above, as the pipeline decides. Rates carry a 95 % Wilson interval. ``--save FLAGS.json`` writes
-every line's verdict; ``--baseline FLAGS.json`` compares with one saved earlier, line by line (a
+every line's verdict (the blind lines too: a file for ``--baseline``, not for reading); ``--baseline FLAGS.json`` compares with one saved earlier, line by line (a
 saved file, not a second model, because a model of another feature version cannot be loaded by
 this code): the lines only one of them blocks, and the exact two-sided McNemar p-value of that
 split.
