@@ -57,6 +57,20 @@ def _sent(call: Call) -> Op:
 class BudgetOps(PayloadOps, QueryChecks, ScoreCharge):
     """The extraction budget of the read path (a mixin of :class:`qdrant_guard.reads.ReadOps`)."""
 
+    def budget_principal(self) -> str:
+        """Whom the budget charges: the verified credential's agent id and boundary, joined so
+        that no two principals share a name. The audit label ``agent@boundary`` does not tell
+        agent ``m@x`` of boundary ``support`` from agent ``m`` of boundary ``x@support``; here a
+        ``%`` or ``@`` in the agent id is percent-escaped, so the first ``@`` ends the agent id
+        (an id without either, the usual case, keys the budget as it always has)."""
+        verified = self.verified
+        if verified is None:
+            return self.principal_label or "anonymous"  # reaches no budgeted collection
+        agent = verified.agent_id
+        if "@" in agent or "%" in agent:
+            agent = agent.replace("%", "%25").replace("@", "%40")
+        return f"{agent}@{verified.boundary}"
+
     def source_budgeted(self, pol: CollectionPolicy | None) -> bool:
         """Whether the caller's reads of ``pol``'s collection draw on a source extraction budget."""
         return (pol is not None and pol.diversity.enabled and pol.diversity.max_source_coverage is not None
@@ -73,7 +87,7 @@ class BudgetOps(PayloadOps, QueryChecks, ScoreCharge):
         withheld is recorded in ``plan`` (when given), for :meth:`read_excluding_withheld`.
         """
         account = name if account is None else account
-        principal = self.principal_label or "anonymous"
+        principal = self.budget_principal()
         by_source: dict[str, list[Any]] = {}
         for p in pts:
             for source in sources_of(p) or ("__unknown__",):
@@ -161,7 +175,7 @@ class BudgetOps(PayloadOps, QueryChecks, ScoreCharge):
             elif vector is not None:
                 charges.append(p.id)
         try:
-            dec = self.extraction_budget(pol).admit_vectors(principal=self.principal_label or "anonymous",
+            dec = self.extraction_budget(pol).admit_vectors(principal=self.budget_principal(),
                                        collection=name if account is None else account,
                                        point_ids=charges, max_vectors=int(pol.diversity.max_vectors or 0))
         except BudgetStoreError as exc:
@@ -248,7 +262,7 @@ class BudgetOps(PayloadOps, QueryChecks, ScoreCharge):
         # every size it read is still fresh (a read lists every source its principal read).
         listed_items = None if listed is None else list(listed.items())
         sized_items = list(sizes.items())
-        slot = (account, self.principal_label, coverage, restricted)
+        slot = (account, self.budget_principal(), coverage, restricted)
         # cached_source_size inline, with one clock read until a count is awaited.
         now = time.monotonic()
         kept = self.shared.get("exclusions", {}).get(slot)
@@ -318,7 +332,7 @@ class BudgetOps(PayloadOps, QueryChecks, ScoreCharge):
                             details: dict[str, Any] | None = None) -> Any:
         try:
             return self.extraction_budget(pol).admitted_by_source(
-                principal=self.principal_label or "anonymous", collection=account)
+                principal=self.budget_principal(), collection=account)
         except BudgetStoreError as exc:
             self.budget_store_failed(op, name, pol, exc, "nothing was read", details)
             return None

@@ -204,7 +204,7 @@ class ScoreCharge:
             return pts
         try:
             flags, _, after, cap, _ = self.extraction_budget(pol).admit_units(  # type: ignore[attr-defined]
-                principal=self.principal_label or "anonymous", collection=account, unit=unit,  # type: ignore[attr-defined]
+                principal=self.budget_principal(), collection=account, unit=unit,  # type: ignore[attr-defined]
                 groups=groups, max_vectors=int(pol.diversity.max_vectors or 0))
         except BudgetStoreError as exc:
             self.budget_store_failed(op, name, pol, exc,  # type: ignore[attr-defined]
