@@ -24,7 +24,8 @@ import threading
 from concurrent.futures import Executor, Future
 from typing import Any, Callable
 
-from .async_lock import TaskLock
+from . import async_lock
+from .async_lock import LockRevoked, TaskLock
 from .pipeline import Call, Offload, Op
 
 __all__ = ["TaskLock", "drive_async"]
@@ -192,6 +193,15 @@ async def drive_async(op: Op, invoke: Callable[[Call], Any], *, lock: TaskLock |
                         hold = await lock.acquire()
                         held = True
                 else:
+                    if held and not lock.holds(hold):  # type: ignore[union-attr]
+                        # Revoked while this task's loop was stopped (async_lock's rule): the
+                        # request is not made, and the operation unwinds as after a failed one.
+                        held = False
+                        raise LockRevoked(
+                            f"{getattr(out, 'method', 'a request')} was not sent: this call's event loop stopped "
+                            f"for more than {async_lock._STOPPED_S:g} s while the call held the local-mode client, "
+                            "which was passed on to a waiting call. Keep a loop running until its guarded calls "
+                            "end, or close it")
                     if lock is not None and not held:
                         # A request of an operation unwinding a cancellation it was thrown without
                         # the lock (none of the guard's makes one): its turn first.

@@ -11,10 +11,16 @@ When a holder can no longer release, the lock is passed on: by the next acquire,
 waiter every ``_RECHECK_S`` (no event marks a loop's stop or close). The rule:
 
 - a holder whose task is done, or whose loop is closed, never runs again: passed on;
-- a holder whose loop is stopped, not closed, with its task pending keeps the lock: the loop may
-  run again (``run_until_complete`` once more) and the task go on from the middle of its guarded
-  call, which must still hold the lock then;
-- but once nothing references that loop and task any more (the loop dropped unclosed, e.g. by a
+- a holder whose loop is stopped, not closed, with its task pending keeps the lock while a waiter
+  has seen that loop stopped for less than ``_STOPPED_S``: the loop may run again
+  (``run_until_complete`` once more) and the task go on from the middle of its guarded call;
+- past that, the lock is revoked and passed on, as a loop left stopped for good would otherwise
+  keep it for as long as anything references that loop. The revoked call's driver asks
+  :meth:`TaskLock.holds` before each request it makes: if the loop runs again, the call's next
+  request is not made, and the call is given :class:`LockRevoked` there instead (it audits and
+  unwinds as after a failed request), so nothing it read under the lock is written after another
+  call's write;
+- once nothing references that loop and task any more (the loop dropped unclosed, e.g. by a
   thread that ended), the task can never run again: the lock holds its task weakly, a waiter's
   recheck runs the garbage collector (at most every ``_COLLECT_S`` per lock, only while a holder's
   loop is stopped) and a collected holder is passed on. The collected task's guarded call then runs
@@ -36,6 +42,8 @@ import time
 import weakref
 from collections import deque
 from typing import Any, Callable
+
+from .errors import QdrantGuardError
 
 
 # How often a waiter checks whether the holder can no longer release (its task done, its loop
@@ -60,6 +68,16 @@ _Ref = weakref.ref
 # The least time between two garbage collections one lock runs to find a collectable holder (a
 # full collection can take a tenth of a second on a large heap).
 _COLLECT_S = 5.0
+
+# How long waiters must have seen a holder's loop stopped (not running, not closed, its task
+# pending) before the lock is revoked and passed on. As long as SQLite's busy wait: a loop paused
+# longer than that between two run_until_complete calls, while another loop needs the client,
+# loses its call rather than stalling every other one.
+_STOPPED_S = 30.0
+
+
+class LockRevoked(QdrantGuardError):
+    """The local-mode client was passed on while this call's event loop was stopped."""
 
 
 def _holder(who: object) -> object:
@@ -90,7 +108,7 @@ class TaskLock:
     Qdrant request (an integration's callback, a wrapped store) runs in the same task and must not
     wait for itself. Waiters are served in arrival order; the lock passes straight to the first."""
 
-    __slots__ = ("_mu", "_owner", "_depth", "_waiters", "_handed", "_hold", "_next_collect")
+    __slots__ = ("_mu", "_owner", "_depth", "_waiters", "_handed", "_hold", "_next_collect", "_stopped")
 
     def __init__(self) -> None:
         self._mu = threading.Lock()
@@ -103,6 +121,13 @@ class TaskLock:
         self._hold: object | None = None
         # When a stopped holder may next be looked for among the garbage (time.monotonic()).
         self._next_collect = 0.0
+        # (the holder, when a waiter first saw its loop stopped): revoked after _STOPPED_S.
+        self._stopped: tuple[object, float] | None = None
+
+    def holds(self, hold: object | None) -> bool:
+        """Whether ``hold`` (what :meth:`acquire` returned) is still the lock's: False once it was
+        released, or revoked from a loop stopped too long (the module's rule)."""
+        return hold is not None and self._hold is hold
 
     @property
     def owner(self) -> object | None:
@@ -220,18 +245,29 @@ class TaskLock:
         closed), or one handed to a task whose loop is not running (stopped or closed): that task
         has not resumed, and finds the hand-over revoked if it ever does (the module's rule)."""
         handed, owner = self._handed, self._owner
+        stopped_long = False
         if handed is None and type(owner) is _Ref:
             task = owner()
             if task is not None and not task.done():
                 loop = task.get_loop()
                 del task  # this frame must not keep it alive through the collection
-                if not loop.is_running() and not loop.is_closed() and time.monotonic() >= self._next_collect:
-                    # Stopped: if nothing else references the loop, only a collection frees the task.
-                    self._next_collect = time.monotonic() + _COLLECT_S
-                    del loop
-                    gc.collect()
+                if not loop.is_running() and not loop.is_closed():
+                    now = time.monotonic()
+                    seen = self._stopped
+                    if seen is None or seen[0] is not owner:
+                        self._stopped = (owner, now)
+                    elif now - seen[1] >= _STOPPED_S:
+                        stopped_long = True
+                    if now >= self._next_collect:
+                        # Stopped: if nothing else references the loop, only a collection frees the task.
+                        self._next_collect = now + _COLLECT_S
+                        del loop
+                        gc.collect()
+                else:
+                    self._stopped = None
         # A handed waiter's loop is None once its task took the lock (it is then the hold's token).
-        if not ((handed is not None and (hloop := handed.loop) is not None and not hloop.is_running())
+        if not (stopped_long
+                or (handed is not None and (hloop := handed.loop) is not None and not hloop.is_running())
                 or (type(owner) is _Ref and handed is None
                     and ((task := owner()) is None or task.done() or task.get_loop().is_closed()))):
             return
@@ -240,7 +276,7 @@ class TaskLock:
                 return
             if handed is not None:
                 handed.granted = False  # its _leave, if cancelled, has nothing to give back
-            self._owner, self._handed, self._hold = _PASSING, None, None
+            self._owner, self._handed, self._hold, self._stopped = _PASSING, None, None, None
         self._hand_on()
 
     def release(self, hold: object | None = None) -> None:

@@ -405,3 +405,62 @@ def test_two_processes_racing_a_nearly_spent_budget_release_one_point_between_th
     assert len(got) == CAP
     store = parent.guard.shared["budget_store"]
     assert len(store.entries_by_prefix("src|", window_s=86400.0, now=time.time())[KEY]) == CAP
+
+
+# --- the async client's lock and a loop stopped for good --------------------------------------------
+
+
+def test_a_loop_stopped_with_the_client_and_still_referenced_loses_it_and_sends_nothing_more(tmp_path, monkeypatch):
+    # A call's loop stops (run_until_complete returned) while the call holds the local-mode client
+    # inside a step, and the loop object lives on. Before: every other call of the client, on any
+    # loop, waited for it for good. Now the client is passed on once waiters have seen that loop
+    # stopped for _STOPPED_S; if the loop runs again, the call does not send its write.
+    from qdrant_guard import async_lock
+    from qdrant_guard.async_lock import LockRevoked
+
+    monkeypatch.setattr(async_lock, "_STOPPED_S", 1.0)
+    kit = make_kit(tmp_path)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "raw_in_boundary": True, "intent": {"enabled": False}}})
+    client = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    rng = np.random.default_rng(3)
+
+    async def setup():
+        await client.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        await client.upsert("pii", [models.PointStruct(id=1, vector=unit(rng))])
+
+    asyncio.run(setup())
+    audit = client.guard.audit
+    original = audit.append
+    in_step, step_go = threading.Event(), threading.Event()
+
+    def slow_append(record):  # the paused call's step (its allow entry) waits here, the client held
+        if record.get("op") == "upsert" and not step_go.is_set():
+            in_step.set()
+            step_go.wait(30)
+        return original(record)
+
+    monkeypatch.setattr(audit, "append", slow_append)
+    loop = asyncio.new_event_loop()
+    paused = loop.create_task(client.upsert("pii", [models.PointStruct(id=2, vector=unit(rng))]))
+    stopper = threading.Thread(target=loop.run_until_complete, args=(asyncio.to_thread(in_step.wait, 30),))
+    stopper.start()
+    stopper.join(30)
+    step_go.set()  # the step ends; its result waits on the stopped loop, which this test keeps
+
+    async def other():
+        await client.upsert("pii", [models.PointStruct(id=3, vector=unit(rng))])
+        records, _ = await client.scroll("pii", limit=10)
+        return sorted(r.id for r in records)
+
+    assert asyncio.run(asyncio.wait_for(other(), 10)) == [1, 3]
+    with pytest.raises(LockRevoked, match="upsert was not sent: this call's event loop stopped for more than 1 s"):
+        loop.run_until_complete(paused)
+    loop.close()
+    assert client._alock.owner is None
+
+    async def ids():
+        return sorted(r.id for r in (await client.scroll("pii", limit=10))[0])
+
+    assert asyncio.run(ids()) == [1, 3]
+    failed = [e for e in audit_records(kit) if e["verdict"] == "QDRANT_ERROR"]
+    assert [(e["op"], e["details"]["error"]) for e in failed] == [("upsert", "LockRevoked")]
