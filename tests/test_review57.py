@@ -4,8 +4,11 @@ clocks, failures and every read path, attacked.
 Real qdrant-client local mode, real SQLite files, a real redis-server (tests marked ``redis``),
 real threads, event loops and processes. What broke: the budget keyed a principal by its audit
 label ``agent@boundary``, which agent ``m@x`` of boundary ``support`` and agent ``m`` of boundary
-``x@support`` share, so one of them spent the other's budget (``*own_budget*`` fails on the code
-before the fix). The rest are attacks that hold, each a test that would fail if they did not.
+``x@support`` share, so one of them spent the other's budget (``*their_own_budget*`` fails on
+the code before the fix); and an async call whose event loop stopped with it holding the
+local-mode client, the loop kept referenced, blocked every other call of the client for good
+(``*loop_stopped*`` fails before the fix). The rest are attacks that hold, each a test that would
+fail if they did not.
 """
 from __future__ import annotations
 
@@ -118,9 +121,9 @@ def test_one_credential_is_one_budget_however_it_is_presented_or_reissued(tmp_pa
     assert list(listed) == [KEY] and len(listed[KEY]) == CAP
 
 
-def test_an_empty_or_padded_name_is_no_second_principal(tmp_path):
+def test_an_empty_agent_id_is_refused_and_a_padded_one_is_another_agent(tmp_path):
     # No credential names an empty agent; one padded with spaces names another agent, which only
-    # the boundary's authority can issue (docs/diversity-budget.md, "one credential, one budget").
+    # the boundary's authority can issue (docs/diversity-budget.md, "The bound applies per principal").
     kit = make_kit(tmp_path)
     with pytest.raises(ConfigError, match="agent_id must not be empty"):
         kit.principal("", "support")
@@ -225,6 +228,21 @@ def test_a_window_is_closed_at_both_ends_in_every_store(tmp_path, request, with_
         assert charge(2) == [], type(store).__name__
         budget_at[0] = 1060.001
         assert charge(2) == [2], type(store).__name__
+
+
+def test_a_restarted_guard_on_the_same_sqlite_file_goes_on_counting(tmp_path):
+    # A new guard (new keys, a new audit log, a new Qdrant store holding the same points) after the
+    # first was closed: the file still holds what bob was given.
+    spec = f"sqlite:///{tmp_path / 'budget.db'}"
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    first = _bob(make_kit(tmp_path / "first"), spec)
+    spent = set(_ids(first.scroll("hr", limit=10)))
+    first.close()
+    second = _bob(make_kit(tmp_path / "second"), spec)
+    assert len(spent) == CAP
+    assert set(_ids(second.query_points("hr", query=_queries(1)[0], limit=10))) <= spent
+    assert set(_ids(second.scroll("hr", limit=10, offset=3))) <= spent
 
 
 def test_guards_with_skewed_clocks_sharing_a_store_never_pass_the_cap(tmp_path):
