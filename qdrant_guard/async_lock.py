@@ -11,9 +11,10 @@ When a holder can no longer release, the lock is passed on: by the next acquire,
 waiter every ``_RECHECK_S`` (no event marks a loop's stop or close). The rule:
 
 - a holder whose task is done, or whose loop is closed, never runs again: passed on;
-- a holder whose loop is stopped, not closed, with its task pending keeps the lock while a waiter
-  has seen that loop stopped for less than ``_STOPPED_S``: the loop may run again
-  (``run_until_complete`` once more) and the task go on from the middle of its guarded call;
+- a holder whose loop is stopped, not closed, with its task pending keeps the lock until that loop
+  has not run for ``_STOPPED_S`` since a waiter first saw it stopped (a callback queued on it then
+  tells whether it ran since): the loop may run again (``run_until_complete`` once more) and the
+  task go on from the middle of its guarded call;
 - past that, the lock is revoked and passed on, as a loop left stopped for good would otherwise
   keep it for as long as anything references that loop. The revoked call's driver asks
   :meth:`TaskLock.holds` before each request it makes: if the loop runs again, the call's next
@@ -97,6 +98,19 @@ class _Waiter:
         self.timer: asyncio.TimerHandle | None = None
 
 
+class _Ran:
+    """Whether a stopped holder's loop has run since a waiter saw it stopped (see ``_reclaim``)."""
+
+    __slots__ = ("ran",)
+
+    def __init__(self) -> None:
+        self.ran = False
+
+
+def _mark_ran(ran: _Ran) -> None:
+    ran.ran = True
+
+
 def _resolve(fut: "asyncio.Future[None]") -> None:
     if not fut.done():  # cancelled meanwhile: its task hands the lock on (TaskLock.acquire)
         fut.set_result(None)
@@ -121,8 +135,9 @@ class TaskLock:
         self._hold: object | None = None
         # When a stopped holder may next be looked for among the garbage (time.monotonic()).
         self._next_collect = 0.0
-        # (the holder, when a waiter first saw its loop stopped): revoked after _STOPPED_S.
-        self._stopped: tuple[object, float] | None = None
+        # (the holder, when a waiter first saw its loop stopped, the mark queued on that loop then):
+        # revoked once _STOPPED_S has passed with the mark not run.
+        self._stopped: tuple[object, float, _Ran] | None = None
 
     def holds(self, hold: object | None) -> bool:
         """Whether ``hold`` (what :meth:`acquire` returned) is still the lock's: False once it was
@@ -254,8 +269,15 @@ class TaskLock:
                 if not loop.is_running() and not loop.is_closed():
                     now = time.monotonic()
                     seen = self._stopped
-                    if seen is None or seen[0] is not owner:
-                        self._stopped = (owner, now)
+                    if seen is None or seen[0] is not owner or seen[2].ran:
+                        # A mark queued on the loop: it runs if the loop runs at all, however
+                        # briefly between two looks, and the stop then counts afresh.
+                        ran = _Ran()
+                        try:
+                            loop.call_soon_threadsafe(_mark_ran, ran)
+                        except RuntimeError:  # closed meanwhile: passed on below
+                            pass
+                        self._stopped = (owner, now, ran)
                     elif now - seen[1] >= _STOPPED_S:
                         stopped_long = True
                     if now >= self._next_collect:

@@ -482,3 +482,52 @@ def test_a_loop_stopped_with_the_client_and_still_referenced_loses_it_and_sends_
     assert asyncio.run(ids()) == [1, 3]
     failed = [e for e in audit_records(kit) if e["verdict"] == "QDRANT_ERROR"]
     assert [(e["op"], e["details"]["error"]) for e in failed] == [("upsert", "LockRevoked")]
+
+
+def test_a_loop_that_runs_now_and_then_keeps_the_client_past_the_stop_limit(monkeypatch):
+    # A program that runs its loop in short bursts (run_until_complete of a brief task, now and
+    # then) while a call of that loop holds the client through a long wait: each time a waiter
+    # looks the loop is stopped, yet it ran in between, so the holder keeps the client.
+    from qdrant_guard import async_lock
+    from qdrant_guard.async_lock import TaskLock
+
+    monkeypatch.setattr(async_lock, "_STOPPED_S", 1.0)
+    lock = TaskLock()
+    loop = asyncio.new_event_loop()
+    go_on = threading.Event()
+
+    async def holds_through_a_long_wait():
+        hold = await lock.acquire()
+        await asyncio.to_thread(go_on.wait, 30)
+        lock.release(hold)
+
+    holder = loop.create_task(holds_through_a_long_wait())
+    bursts = threading.Event()
+
+    def run_in_bursts() -> None:
+        while not bursts.is_set():
+            loop.run_until_complete(asyncio.sleep(0.02))
+            time.sleep(0.2)
+
+    burster = threading.Thread(target=run_in_bursts, daemon=True)
+    burster.start()
+    got: list[bool] = []
+
+    async def waits() -> None:
+        hold = await lock.acquire()
+        got.append(holder.done())
+        lock.release(hold)
+
+    waiter = threading.Thread(target=asyncio.run, args=(waits(),), daemon=True)
+    waiter.start()
+    try:
+        waiter.join(3.0)  # three times the limit, six rechecks
+        assert got == [] and waiter.is_alive()
+    finally:
+        go_on.set()
+        waiter.join(30)
+        bursts.set()
+        burster.join(30)
+    assert got == [True]
+    loop.run_until_complete(holder)
+    loop.close()
