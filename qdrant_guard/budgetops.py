@@ -209,17 +209,20 @@ class BudgetOps(PayloadOps, QueryChecks, ScoreCharge):
                             outcome: str, details: dict[str, Any] | None = None) -> None:
         """An unreachable budget store must not mean "no budget": refuse (``FAIL_CLOSED``, saying
         ``outcome``), or, with ``fail_closed = false``, log it and return so nothing is withheld;
-        then the read's audit ``details`` (when given) say so in ``budget_error``."""
+        then the read's audit ``details`` (when given) say so in ``budget_error``. A refusal's entry
+        carries the read's ``budget`` and ``vector_budget`` reports so far (those charges stay)."""
         if not pol.fail_closed:
             log.error("budget store failed (fail_closed = false, not withholding): %r", exc)
             if details is not None:
                 # The read's entry would otherwise say ALLOW as if the budget had been applied.
                 details["budget_error"] = repr(exc)
             return
+        # What this read was charged before the failure stays charged: the entry says so.
+        charged = {k: details[k] for k in ("budget", "vector_budget") if details and details.get(k)}
         raise self.refuse(self.decision(
             op, name, pol, Verdict.FAIL_CLOSED,
             f"the extraction-budget store failed ({exc}); {outcome}. Check the store in budget_store",
-            details={"error": repr(exc)},
+            details={**charged, "error": repr(exc)},
         )) from exc
 
     def budget_exclusion(self, op: str, name: str, pol: CollectionPolicy, account: str,

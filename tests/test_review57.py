@@ -491,7 +491,7 @@ def test_a_loop_that_runs_now_and_then_keeps_the_client_past_the_stop_limit(monk
     from qdrant_guard import async_lock
     from qdrant_guard.async_lock import TaskLock
 
-    monkeypatch.setattr(async_lock, "_STOPPED_S", 1.0)
+    monkeypatch.setattr(async_lock, "_STOPPED_S", 2.0)
     lock = TaskLock()
     loop = asyncio.new_event_loop()
     go_on = threading.Event()
@@ -506,8 +506,8 @@ def test_a_loop_that_runs_now_and_then_keeps_the_client_past_the_stop_limit(monk
 
     def run_in_bursts() -> None:
         while not bursts.is_set():
-            loop.run_until_complete(asyncio.sleep(0.02))
-            time.sleep(0.2)
+            loop.run_until_complete(asyncio.sleep(0.01))
+            time.sleep(0.1)
 
     burster = threading.Thread(target=run_in_bursts, daemon=True)
     burster.start()
@@ -521,7 +521,7 @@ def test_a_loop_that_runs_now_and_then_keeps_the_client_past_the_stop_limit(monk
     waiter = threading.Thread(target=asyncio.run, args=(waits(),), daemon=True)
     waiter.start()
     try:
-        waiter.join(3.0)  # three times the limit, six rechecks
+        waiter.join(5.0)  # two and a half times the limit, ten rechecks
         assert got == [] and waiter.is_alive()
     finally:
         go_on.set()
@@ -531,3 +531,31 @@ def test_a_loop_that_runs_now_and_then_keeps_the_client_past_the_stop_limit(monk
     assert got == [True]
     loop.run_until_complete(holder)
     loop.close()
+
+
+def test_a_read_refused_when_its_vector_budget_fails_keeps_its_source_charge_and_its_entry_says_so(tmp_path):
+    # PROPRIETARY, both budgets: the source budget admits 2 of 10 (8 withheld), then the vector
+    # budget's store fails. Refused FAIL_CLOSED, nothing returned, and the 2 stay charged. Before,
+    # the FAIL_CLOSED entry held the error only: an auditor could not tell that bob had been charged.
+    from qdrant_guard.budget import BudgetStoreError
+
+    kit = make_kit(tmp_path)
+    pol = {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
+           "diversity": {**PAYROLL_DIVERSITY, "max_vectors": 5}}
+    owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "hr")
+    owner.upsert("hr", _points())
+    bob = owner.with_principal(kit.principal("bob", "support"))
+
+    class VectorKeysDown(MemoryBudgetStore):
+        def admit_many_counted(self, *args, **kwargs):  # admit_vectors' way in; sources use admit_points
+            raise BudgetStoreError("vector keys unavailable")
+
+    store = owner.guard.shared["budget_store"] = VectorKeysDown()
+    with pytest.raises(GuardRefusal) as ei:
+        bob.scroll("hr", limit=10, with_vectors=True)
+    assert ei.value.verdict == "FAIL_CLOSED" and "the vector budget could not be applied" in ei.value.directive
+    assert len(store.entries_by_prefix("src|", window_s=86400.0, now=time.time())[KEY]) == CAP
+    entry = audit_records(kit)[-1]
+    assert entry["verdict"] == "FAIL_CLOSED"
+    assert entry["details"]["budget"] == {"payroll": {"withheld": 8, "seen": CAP, "cap": CAP}}
