@@ -70,10 +70,10 @@ _Ref = weakref.ref
 # full collection can take a tenth of a second on a large heap).
 _COLLECT_S = 5.0
 
-# How long waiters must have seen a holder's loop stopped (not running, not closed, its task
-# pending) before the lock is revoked and passed on. As long as SQLite's busy wait: a loop paused
-# longer than that between two run_until_complete calls, while another loop needs the client,
-# loses its call rather than stalling every other one.
+# How long a holder's loop (not closed, its task pending) must go without running, from a
+# waiter's first sight of it stopped, before the lock is revoked and passed on. As long as
+# SQLite's busy wait: a loop paused longer than that between two run_until_complete calls, while
+# another loop needs the client, loses its call rather than stalling every other one.
 _STOPPED_S = 30.0
 
 
