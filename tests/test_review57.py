@@ -559,3 +559,33 @@ def test_a_read_refused_when_its_vector_budget_fails_keeps_its_source_charge_and
     entry = audit_records(kit)[-1]
     assert entry["verdict"] == "FAIL_CLOSED"
     assert entry["details"]["budget"] == {"payroll": {"withheld": 8, "seen": CAP, "cap": CAP}}
+
+
+def test_an_async_read_cancelled_while_it_is_charged_keeps_the_charge(tmp_path):
+    # The cancellation arrives while the store admits (in the step's worker thread): the step ends,
+    # the read is audited as done, its result is dropped and the caller sees CancelledError. The
+    # charge stays, as for any read that fails after it (docs/diversity-budget.md).
+    kit = make_kit(tmp_path)
+    aclient = _bob(kit, asynchronous=True)
+    admitting, go_on = threading.Event(), threading.Event()
+
+    class SlowStore(MemoryBudgetStore):
+        def admit_points(self, *args, **kwargs):
+            admitting.set()
+            go_on.wait(30)
+            return super().admit_points(*args, **kwargs)
+
+    store = aclient.guard.shared["budget_store"] = SlowStore()
+
+    async def main():
+        task = asyncio.create_task(aclient.scroll("hr", limit=10))
+        await asyncio.to_thread(admitting.wait, 30)
+        task.cancel()
+        go_on.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert len(store.entries_by_prefix("src|", window_s=86400.0, now=time.time())[KEY]) == CAP
+    entry = audit_records(kit)[-1]
+    assert entry["op"] == "scroll" and entry["details"]["budget"]["payroll"]["seen"] == CAP
