@@ -491,13 +491,15 @@ def test_a_loop_that_runs_now_and_then_keeps_the_client_past_the_stop_limit(monk
     from qdrant_guard import async_lock
     from qdrant_guard.async_lock import TaskLock
 
-    monkeypatch.setattr(async_lock, "_STOPPED_S", 2.0)
+    monkeypatch.setattr(async_lock, "_STOPPED_S", 3.0)  # 30 bursts' worth: a loaded CI host may starve one
     lock = TaskLock()
     loop = asyncio.new_event_loop()
     go_on = threading.Event()
+    holding = threading.Event()
 
     async def holds_through_a_long_wait():
         hold = await lock.acquire()
+        holding.set()
         await asyncio.to_thread(go_on.wait, 30)
         lock.release(hold)
 
@@ -511,6 +513,7 @@ def test_a_loop_that_runs_now_and_then_keeps_the_client_past_the_stop_limit(monk
 
     burster = threading.Thread(target=run_in_bursts, daemon=True)
     burster.start()
+    assert holding.wait(10)  # else the waiter could take the lock before the holder's first burst
     got: list[bool] = []
 
     async def waits() -> None:
@@ -521,7 +524,7 @@ def test_a_loop_that_runs_now_and_then_keeps_the_client_past_the_stop_limit(monk
     waiter = threading.Thread(target=asyncio.run, args=(waits(),), daemon=True)
     waiter.start()
     try:
-        waiter.join(5.0)  # two and a half times the limit, ten rechecks
+        waiter.join(7.5)  # two and a half times the limit, fifteen rechecks
         assert got == [] and waiter.is_alive()
     finally:
         go_on.set()
