@@ -17,6 +17,16 @@ module the patch itself breaks fails the baseline instead of reporting every mut
 mutated file is also written to disk, for tests that start a subprocess. Tests run with
 ``--assert=plain`` (a failing assert still fails; it is not explained).
 
+Some mutants no patch of the loaded module can apply; those run cold, as scripts/mutate.py runs
+them (a fresh ``python -m pytest`` with the mutated file on disk; its verdict line says ``cold``),
+because patched they would be reported as the unchanged code's verdict or as killed by the patch
+itself: a decorator's argument (``@dataclass(frozen=True)`` as False), a class-body value that is
+not a dataclass field's plain default (a pydantic field's default lives in its compiled validator),
+a module-level statement other than a constant of the types above (a list, a function chosen by an
+``if``, ``os.register_at_fork(...)``), a function another decorator wraps, and a method whose
+mutant changes its closure (a deleted ``super().__init__(...)`` drops the ``__class__`` cell, and a
+code object with other free variables cannot be swapped in).
+
 Usage (from the worktree root, with the mutants and options of scripts/mutate.py)::
 
     QDRANT_GUARD_REQUIRE_NATIVE=1 PYTHONPATH=$PWD /work/main/.venv/bin/python scripts/mutate_hot.py \\
@@ -27,6 +37,8 @@ Run one mutator per copy of the worktree: the file under test is rewritten while
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
 import importlib
 import os
 import re
@@ -67,11 +79,75 @@ def _rehome(value: object, classes: dict[type, type]) -> object:
     return value
 
 
+_CONSTANTS = (int, float, str, bytes, frozenset, tuple, dict, re.Pattern)
+
+
+class Unpatchable(Exception):
+    """The mutant's module loads, but its code cannot be swapped into the loaded one."""
+
+
+def _plain_function(obj: object) -> bool:
+    """A function whose code the patch swaps, wrapped by nothing but ``lru_cache``."""
+    if hasattr(obj, "cache_clear"):
+        obj = getattr(obj, "__wrapped__", None)
+    if isinstance(obj, (staticmethod, classmethod)):
+        obj = obj.__func__
+    return isinstance(obj, (types.FunctionType, property)) and not hasattr(obj, "__wrapped__")
+
+
+def _spans(node: ast.stmt) -> tuple[int, int]:
+    decorators = getattr(node, "decorator_list", [])
+    return min([node.lineno] + [d.lineno for d in decorators]), node.end_lineno or node.lineno
+
+
+def _at(body: list[ast.stmt], line: int) -> ast.stmt | None:
+    return next((n for n in body if _spans(n)[0] <= line <= _spans(n)[1]), None)
+
+
+def _in_decorator(node: ast.stmt, line: int) -> bool:
+    return any(d.lineno <= line <= (d.end_lineno or d.lineno) for d in getattr(node, "decorator_list", []))
+
+
+def reaches(mod: types.ModuleType, tree: ast.Module, line: int) -> bool:
+    """Whether :func:`hot_patch` applies a mutant on ``line`` of ``mod``'s source (``tree``)."""
+    top = _at(tree.body, line)
+    if top is None or _in_decorator(top, line):
+        return False
+    if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return _plain_function(getattr(mod, top.name, None))
+    if isinstance(top, (ast.Assign, ast.AnnAssign)):
+        target = top.targets[0] if isinstance(top, ast.Assign) else top.target
+        if not isinstance(target, ast.Name):
+            return False
+        return isinstance(getattr(mod, target.id, None), _CONSTANTS) or isinstance(top.value, ast.Lambda)
+    if not isinstance(top, ast.ClassDef) or not isinstance(cls := getattr(mod, top.name, None), type):
+        return False
+    inner = _at(top.body, line)
+    if inner is None or _in_decorator(inner, line):
+        return False
+    if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return _plain_function(cls.__dict__.get(inner.name))
+    # A dataclass field's plain default reaches its instances through ``__init__``'s defaults.
+    fields = getattr(cls, "__dataclass_fields__", {})
+    return (isinstance(inner, ast.AnnAssign) and isinstance(inner.target, ast.Name)
+            and inner.target.id in fields and fields[inner.target.id].default is not dataclasses.MISSING)
+
+
 def hot_patch(modname: str, src: bytes, path: Path) -> None:
-    """Make the loaded module ``modname`` run ``src``'s functions (see the module docstring)."""
+    """Make the loaded module ``modname`` run ``src``'s functions (see the module docstring).
+
+    An error loading ``src`` propagates as it is (the mutant's module does not load: killed, as a
+    cold run would find); one swapping its code in is raised as :class:`Unpatchable`."""
     mod = sys.modules[modname]
     ns: dict[str, object] = {"__name__": modname, "__package__": mod.__package__, "__file__": str(path)}
     exec(compile(src, str(path), "exec"), ns)  # noqa: S102 - the mutant of our own module
+    try:
+        _swap_in(mod, ns)
+    except Exception as exc:  # noqa: BLE001 - any failure here is the patch's, not the mutant's
+        raise Unpatchable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _swap_in(mod: types.ModuleType, ns: dict[str, object]) -> None:
     classes = {new: old for name, new in ns.items()
                if isinstance(new, type) and isinstance(old := getattr(mod, name, None), type)}
     for name, new in ns.items():
@@ -87,11 +163,15 @@ def hot_patch(modname: str, src: bytes, path: Path) -> None:
         elif hasattr(old, "cache_clear") and hasattr(old, "__wrapped__") and hasattr(new, "__wrapped__"):
             _patch(old.__wrapped__, new.__wrapped__)
             old.cache_clear()
-        elif isinstance(new, (int, float, str, bytes, frozenset, tuple, dict, re.Pattern)) and old != new:
+        elif isinstance(new, _CONSTANTS) and old != new:
             setattr(mod, name, _rehome(new, classes))
 
 
+_UNPATCHABLE = 98  # the child's exit code when the patch, not the mutant, failed (pytest's are 0-5)
+
+
 def run_forked(args: list[str], timeout: float, patch: tuple[str, bytes, Path] | None) -> tuple[str, float]:
+    """``(status, seconds)``; status ``unpatchable`` when the mutant's code could not be swapped in."""
     import pytest
 
     t0 = time.monotonic()
@@ -105,6 +185,8 @@ def run_forked(args: list[str], timeout: float, patch: tuple[str, bytes, Path] |
             if patch is not None:
                 hot_patch(*patch)
             rc = int(pytest.main(args))
+        except Unpatchable:
+            rc = _UNPATCHABLE
         except BaseException:  # noqa: BLE001 - the child reports through its exit code only
             rc = 99
         os._exit(rc)
@@ -123,7 +205,8 @@ def run_forked(args: list[str], timeout: float, patch: tuple[str, bytes, Path] |
         os.killpg(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         raise
-    return ("survived" if rc == 0 else "no-tests" if rc == 5 else "killed"), time.monotonic() - t0
+    status = {0: "survived", 5: "no-tests", _UNPATCHABLE: "unpatchable"}.get(rc, "killed")
+    return status, time.monotonic() - t0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,24 +243,46 @@ def main(argv: list[str] | None = None) -> int:
     cmd = ["-x", "-q", "-p", "no:cacheprovider", "--assert=plain", *args.tests]
     if args.keyword:
         cmd += ["-k", args.keyword]
+    cold_cmd = [args.python, "-m", "pytest", *cmd]
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     original, st = path.read_bytes(), path.stat()
+    tree, loaded = ast.parse(original), sys.modules[modname]
+    cold_lines = {m.line for _, m in numbered if not reaches(loaded, tree, m.line)}
 
     def restore() -> None:
         if path.read_bytes() != original:
             path.write_bytes(original)
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
+    def cold(timeout: float) -> tuple[str, float]:
+        mutate._drop_pyc(path)
+        return mutate.run_tests(cold_cmd, timeout, env)
+
     def trial(m: mutate.Mutant) -> tuple[str, str] | None:
         text = mutate.compiled(original, m, path)
         if text is None:
             return None
         path.write_bytes(text)
-        status, dt = run_forked(cmd, args.timeout, (modname, text, path))
+        status = "unpatchable"
+        if m.line not in cold_lines:
+            status, dt = run_forked(cmd, args.timeout, (modname, text, path))
+        if status == "unpatchable":
+            status, dt = cold(args.timeout)
+            restore()
+            return status, f"{dt:.1f}s cold"
         restore()
         return status, f"{dt:.1f}s"
 
-    return drive("mutate_hot.py", rel, numbered, baseline=lambda: (*run_forked(cmd, args.timeout * 3, (modname, original, path)), ""),
-                 trial=trial, restore=restore, label="[{i}]", tag="[{i}] ")
+    def baseline() -> tuple[str, float, str]:
+        status, dt = run_forked(cmd, args.timeout * 3, (modname, original, path))
+        if status != "survived" or not cold_lines:
+            return status, dt, ""
+        status, cold_dt = cold(args.timeout * 3)
+        return status, dt + cold_dt, "" if status == "survived" else "the cold run " + " ".join(cold_cmd)
+
+    return drive("mutate_hot.py", rel, numbered, baseline=baseline, trial=trial, restore=restore,
+                 label="[{i}]", tag="[{i}] ",
+                 note=f" ({sum(m.line in cold_lines for _, m in numbered)} of them cold)" if cold_lines else "")
 
 
 if __name__ == "__main__":

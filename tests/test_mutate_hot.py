@@ -1,7 +1,10 @@
 """scripts/mutate_hot.py runs each mutant by patching the loaded module: what the patch changes, and
 that a patch which itself breaks the tests fails the baseline (mutation pass 36: on intent_features.py
 the patch put instances of fresh copies of ``_ScannedCue`` into ``_REGEX_CUES``, a test's
-``isinstance`` check failed for every mutant, and all of them were reported killed)."""
+``isinstance`` check failed for every mutant, and all of them were reported killed), and that the
+mutants no patch can apply run cold (mutation pass 37: a deleted ``super().__init__`` and
+``frozen=True`` as False were reported killed by the failed patch, a pydantic default and a list
+constant never ran)."""
 from __future__ import annotations
 
 import os
@@ -69,3 +72,61 @@ def test_a_patch_that_breaks_the_tests_fails_the_baseline(tmp_path):
                          text=True, timeout=300)
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
     assert "killed" not in out.stdout
+
+
+def test_mutants_no_patch_reaches_run_cold_and_a_failed_swap_is_no_kill(tmp_path):
+    # Patched in, `frozen=True` as False and the deleted `super().__init__` failed swapping
+    # `__init__` (other free variables) and were reported killed; the pydantic default and the
+    # list were never applied and survived.
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "shapes.py").write_text(textwrap.dedent("""
+        from dataclasses import dataclass
+
+        from pydantic import BaseModel
+
+
+        @dataclass(frozen=True)
+        class Point:
+            x: int
+
+
+        class Flags(BaseModel):
+            on: bool = True
+
+
+        SIZES = [5]
+
+
+        def twice(v):
+            return v + v
+
+
+        class Refused(ValueError):
+            def __init__(self, why):
+                super().__init__(f"refused: {why}")
+    """))
+    (tmp_path / "test_shapes.py").write_text(textwrap.dedent("""
+        from pkg.shapes import SIZES, Flags, Point, Refused, twice
+
+
+        def test_shapes():
+            assert Point(1).x == 1 and Flags().on is True and SIZES == [5] and twice(3) == 6
+            assert isinstance(Refused("x"), ValueError)
+    """))
+    out = subprocess.run([PY, str(ROOT / "scripts" / "mutate_hot.py"), "pkg/shapes.py", "-t", "test_shapes.py",
+                          "--python", PY, "--only", "0-2,5,6"],
+                         cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path)), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    runs: dict[int, list[str]] = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("[") and "  " in line:
+            runs.setdefault(int(line.split("pkg/shapes.py:")[1].split(":")[0]), []).append(line.rsplit("  ", 1)[1])
+    assert [v.split(" (")[0] for v in runs[7]] == ["SURVIVED"], runs     # frozen=True as False: no test needs it
+    assert [v.split(" (")[0] for v in runs[13]] == ["killed"], runs      # the pydantic default
+    assert [v.split(" (")[0] for v in runs[16]] == ["killed"], runs      # [5] as [6]
+    assert all(v.endswith(" cold)") for line in (7, 13, 16) for v in runs[line]), runs
+    assert runs[20][0].startswith("killed") and not runs[20][0].endswith(" cold)"), runs  # v - v: hot
+    assert runs[25] == [runs[25][0]] and runs[25][0].startswith("SURVIVED") and runs[25][0].endswith(" cold)"), runs
+    assert "of them cold" in out.stdout
