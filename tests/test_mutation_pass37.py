@@ -1,0 +1,63 @@
+"""Mutation pass 37: the mutants earlier hot passes reported killed because scripts/mutate_hot.py
+could not patch them in (a deleted ``super().__init__``/``super().close`` changes the method's
+free variables, and the failed swap counted as a kill), rerun cold; what they showed untested.
+
+Real audit logs and a real local-mode store; nothing mocked.
+"""
+from __future__ import annotations
+
+import logging
+
+import pytest
+from qdrant_client.http import models
+from guardkit import make_kit
+from test_audit_writer_macs import _append_raw, _forged, _guard_log, _last
+
+from qdrant_guard import AuditUnauthenticatedError, QdrantClient
+from qdrant_guard.audit import repair_audit_file
+
+
+def test_the_writers_refusal_of_an_unvouched_entry_is_the_text_of_its_alert(tmp_path, caplog):
+    # errors.py: the error keeps its message as its text, the seqs apart (``super().__init__``
+    # deleted, it read as a tuple of both: "('audit log ...', (4,))").
+    p, _, _, _, log = _guard_log(tmp_path)
+    last = _last(p)
+    _append_raw(p, _forged(last["seq"] + 1, last["hash"]))
+    with caplog.at_level(logging.ERROR), pytest.raises(AuditUnauthenticatedError) as err:
+        log.append({"event": "write", "after": "forgery"})
+    alerts = [r.getMessage() for r in caplog.records if "unauthenticated entries" in r.getMessage()]
+    assert alerts == [f"qdrant_guard audit unauthenticated entries: {err.value}"]
+    assert str(err.value).startswith(f"audit log {str(p)!r}: seq 4 ") and err.value.seqs == (4,)
+
+
+def test_the_refused_repair_says_it_changed_nothing_last(tmp_path):
+    p, _, _, signer, log = _guard_log(tmp_path)
+    log.close()
+    last = _last(p)
+    _append_raw(p, _forged(last["seq"] + 1, last["hash"]))
+    _append_raw(p, b'{"seq":5,"ts":1.0,"pr')
+    with pytest.raises(AuditUnauthenticatedError) as err:
+        repair_audit_file(p, signer=signer, checkpoint_every=5)
+    assert str(err.value).startswith(f"repair_audit_file(): the repair entry of {str(p)!r}")
+    assert str(err.value).endswith("Nothing was changed") and err.value.seqs == (4,)
+
+
+def _client(kit, store):
+    return QdrantClient(path=store, guard=kit.config({"docs": {"owner": "hr"}}), principal=kit.principal("alice", "hr"))
+
+
+def test_closing_a_guarded_client_frees_its_local_store_for_the_next(tmp_path):
+    # client.py: close() hands on to qdrant-client's, which drops the store's lock file (deleted,
+    # or a client taken for a view by the class default of _facade's ``_is_view``, the store stayed
+    # held by a closed client and no other could open it).
+    kit = make_kit(tmp_path)
+    store = str(tmp_path / "store")
+    first = _client(kit, store)
+    first.create_collection("docs", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    with pytest.raises(RuntimeError, match="already accessed by another instance"):
+        QdrantClient(path=store)
+    first.close()
+    second = _client(kit, store)
+    assert second.collection_exists("docs")
+    second.close()
+
