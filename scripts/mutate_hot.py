@@ -8,8 +8,7 @@ qdrant_guard and the plugins pytest loads from entry points, and rewriting their
 mutate.py pays again for every mutant. Here the child swaps the code objects (and argument
 defaults) of the module's functions and methods for the mutant's, so every reference to them
 (``from .sentpoints import sent_point`` elsewhere included) runs the mutant; a changed module-level
-constant (a number, string, tuple, frozenset, dict or compiled regex) is set on the module (a copy
-another module imported by name keeps the old value). Instances of the module's own classes in a
+constant (a number, string, tuple, frozenset, dict or compiled regex) is set on the module. Instances of the module's own classes in a
 constant (``_REGEX_CUES = (("x", _ScannedCue(...)), ...)``) are given the loaded classes back, so
 ``isinstance`` checks against them still hold; an ``lru_cache`` function's wrapped code is swapped
 and its cache cleared. The baseline runs through the same patch with the unchanged source: a
@@ -23,7 +22,10 @@ because patched they would be reported as the unchanged code's verdict or as kil
 itself: a decorator's argument (``@dataclass(frozen=True)`` as False), a class-body value that is
 not a dataclass field's plain default (a pydantic field's default lives in its compiled validator),
 a module-level statement other than a constant of the types above (a list, a function chosen by an
-``if``, ``os.register_at_fork(...)``), a function another decorator wraps, and a method whose
+``if``, ``os.register_at_fork(...)``), a constant another module of the package or a file of the
+test selection imports by name, or one computed at import from a mutated constant or function
+(``from .x import LIMIT`` binds a copy the patch cannot reach: the importer would go on reading
+the old value), a function another decorator wraps, and a method whose
 mutant changes its closure (a deleted ``super().__init__(...)`` drops the ``__class__`` cell, and a
 code object with other free variables cannot be swapped in).
 
@@ -108,16 +110,81 @@ def _in_decorator(node: ast.stmt, line: int) -> bool:
     return any(d.lineno <= line <= (d.end_lineno or d.lineno) for d in getattr(node, "decorator_list", []))
 
 
-def reaches(mod: types.ModuleType, tree: ast.Module, line: int) -> bool:
-    """Whether :func:`hot_patch` applies a mutant on ``line`` of ``mod``'s source (``tree``)."""
+def imported_by_name(modname: str, files: list[Path]) -> set[str]:
+    """The names ``from <modname> import NAME`` binds in ``files`` (relative imports resolved from
+    each file's path under the current directory)."""
+    names: set[str] = set()
+    for f in files:
+        try:
+            tree = ast.parse(f.read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        package = list(Path(os.path.relpath(f)).with_suffix("").parts[:-1])
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = package[:len(package) - node.level + 1] if node.level else []
+            if ".".join(base + ([node.module] if node.module else [])) == modname:
+                names.update(a.name for a in node.names)
+    return names
+
+
+def _selection_files(tests: list[str]) -> list[Path]:
+    """The .py files beside each file or in each directory the pytest arguments ``tests`` name."""
+    dirs = set()
+    for arg in tests:
+        where = Path(arg.split("::")[0])
+        if where.is_dir():
+            dirs.update(d for d in [where, *where.rglob("*")] if d.is_dir())
+        elif where.suffix == ".py":
+            dirs.add(where.parent)
+    return sorted(f for d in dirs for f in d.glob("*.py"))
+
+
+def _bound(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _derived(tree: ast.Module, top: ast.stmt, line: int) -> set[str]:
+    """The module-level names whose value, computed at import, a mutant on ``line`` (in ``top``)
+    changes: read from a changed constant, or returned by a call of a changed function or of a
+    changed class's constructor (a function only referenced keeps its object, patched in place)."""
+    called: set[str] = set()
+    if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        called = {top.name}
+    elif isinstance(top, ast.ClassDef):
+        inner = _at(top.body, line)
+        if not isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)) or inner.name in (
+                "__init__", "__new__", "__post_init__"):
+            called = {top.name}
+    read, derived = _bound(top) - called - ({top.name} if isinstance(top, ast.ClassDef) else set()), set()
+    for node in tree.body[tree.body.index(top) + 1:]:
+        value = getattr(node, "value", None) if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if value is None:
+            continue
+        names = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+        calls = {n.func.id for n in ast.walk(value) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        if read & names or called & calls:
+            read |= _bound(node)
+            derived |= _bound(node)
+    return derived
+
+
+def reaches(mod: types.ModuleType, tree: ast.Module, line: int, imported: set[str] = frozenset()) -> bool:
+    """Whether :func:`hot_patch` applies a mutant on ``line`` of ``mod``'s source (``tree``);
+    ``imported``: the module's names other code imports by name (a constant among them, or one
+    computed from the mutated statement, keeps its old value there)."""
     top = _at(tree.body, line)
-    if top is None or _in_decorator(top, line):
+    if top is None or _in_decorator(top, line) or _derived(tree, top, line) & imported:
         return False
     if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return _plain_function(getattr(mod, top.name, None))
     if isinstance(top, (ast.Assign, ast.AnnAssign)):
         target = top.targets[0] if isinstance(top, ast.Assign) else top.target
-        if not isinstance(target, ast.Name):
+        if not isinstance(target, ast.Name) or target.id in imported:
             return False
         return isinstance(getattr(mod, target.id, None), _CONSTANTS) or isinstance(top.value, ast.Lambda)
     if not isinstance(top, ast.ClassDef) or not isinstance(cls := getattr(mod, top.name, None), type):
@@ -247,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     original, st = path.read_bytes(), path.stat()
     tree, loaded = ast.parse(original), sys.modules[modname]
-    cold_lines = {m.line for _, m in numbered if not reaches(loaded, tree, m.line)}
+    package = sorted(Path(modname.split(".")[0]).rglob("*.py"))
+    imported = imported_by_name(modname, [f for f in package + _selection_files(args.tests) if f.resolve() != path])
+    cold_lines = {m.line for _, m in numbered if not reaches(loaded, tree, m.line, imported)}
 
     def restore() -> None:
         if path.read_bytes() != original:

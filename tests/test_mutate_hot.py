@@ -77,9 +77,9 @@ def test_a_patch_that_breaks_the_tests_fails_the_baseline(tmp_path):
 def test_mutants_no_patch_reaches_run_cold_and_a_failed_swap_is_no_kill(tmp_path):
     # Patched in, `frozen=True` as False and the deleted `super().__init__` failed swapping
     # `__init__` (other free variables) and were reported killed; the pydantic default and the
-    # list were never applied and survived.
+    # list were never applied and survived, and LIMIT as 4 reached shapes.py, not use.py's copy.
     (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "__init__.py").write_text("from . import use\n")  # as qdrant_guard's imports its modules
     (tmp_path / "pkg" / "shapes.py").write_text(textwrap.dedent("""
         from dataclasses import dataclass
 
@@ -96,6 +96,7 @@ def test_mutants_no_patch_reaches_run_cold_and_a_failed_swap_is_no_kill(tmp_path
 
 
         SIZES = [5]
+        LIMIT = 3
 
 
         def twice(v):
@@ -106,16 +107,18 @@ def test_mutants_no_patch_reaches_run_cold_and_a_failed_swap_is_no_kill(tmp_path
             def __init__(self, why):
                 super().__init__(f"refused: {why}")
     """))
+    (tmp_path / "pkg" / "use.py").write_text("from pkg.shapes import LIMIT\n\ndef over(n):\n    return n > LIMIT\n")
     (tmp_path / "test_shapes.py").write_text(textwrap.dedent("""
         from pkg.shapes import SIZES, Flags, Point, Refused, twice
+        from pkg.use import over
 
 
         def test_shapes():
             assert Point(1).x == 1 and Flags().on is True and SIZES == [5] and twice(3) == 6
-            assert isinstance(Refused("x"), ValueError)
+            assert isinstance(Refused("x"), ValueError) and over(4) and not over(3)
     """))
     out = subprocess.run([PY, str(ROOT / "scripts" / "mutate_hot.py"), "pkg/shapes.py", "-t", "test_shapes.py",
-                          "--python", PY, "--only", "0-2,5,6"],
+                          "--python", PY, "--only", "0-2,4,7,8"],
                          cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path)), capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
@@ -126,7 +129,8 @@ def test_mutants_no_patch_reaches_run_cold_and_a_failed_swap_is_no_kill(tmp_path
     assert [v.split(" (")[0] for v in runs[7]] == ["SURVIVED"], runs     # frozen=True as False: no test needs it
     assert [v.split(" (")[0] for v in runs[13]] == ["killed"], runs      # the pydantic default
     assert [v.split(" (")[0] for v in runs[16]] == ["killed"], runs      # [5] as [6]
-    assert all(v.endswith(" cold)") for line in (7, 13, 16) for v in runs[line]), runs
-    assert runs[20][0].startswith("killed") and not runs[20][0].endswith(" cold)"), runs  # v - v: hot
-    assert runs[25] == [runs[25][0]] and runs[25][0].startswith("SURVIVED") and runs[25][0].endswith(" cold)"), runs
+    assert [v.split(" (")[0] for v in runs[17]] == ["killed"], runs      # LIMIT as 4, in use.py too
+    assert all(v.endswith(" cold)") for line in (7, 13, 16, 17) for v in runs[line]), runs
+    assert runs[21][0].startswith("killed") and not runs[21][0].endswith(" cold)"), runs  # v - v: hot
+    assert runs[26] == [runs[26][0]] and runs[26][0].startswith("SURVIVED") and runs[26][0].endswith(" cold)"), runs
     assert "of them cold" in out.stdout
