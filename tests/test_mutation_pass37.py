@@ -7,14 +7,17 @@ Real audit logs and a real local-mode store; nothing mocked.
 from __future__ import annotations
 
 import logging
+import time
 
+import numpy as np
 import pytest
 from qdrant_client.http import models
-from guardkit import make_kit
+from guardkit import audit_records, make_kit, unit
 from test_audit_writer_macs import _append_raw, _forged, _guard_log, _last
 
 from qdrant_guard import AuditUnauthenticatedError, QdrantClient
 from qdrant_guard.audit import repair_audit_file
+from qdrant_guard.boundary import CredentialRejected
 
 
 def test_the_writers_refusal_of_an_unvouched_entry_is_the_text_of_its_alert(tmp_path, caplog):
@@ -42,8 +45,9 @@ def test_the_refused_repair_says_it_changed_nothing_last(tmp_path):
     assert str(err.value).endswith("Nothing was changed") and err.value.seqs == (4,)
 
 
-def _client(kit, store):
-    return QdrantClient(path=store, guard=kit.config({"docs": {"owner": "hr"}}), principal=kit.principal("alice", "hr"))
+def _client(kit, store, principal=None):
+    return QdrantClient(path=store, guard=kit.config({"docs": {"owner": "hr"}}),
+                        principal=principal or kit.principal("alice", "hr"))
 
 
 def test_closing_a_guarded_client_frees_its_local_store_for_the_next(tmp_path):
@@ -61,3 +65,29 @@ def test_closing_a_guarded_client_frees_its_local_store_for_the_next(tmp_path):
     assert second.collection_exists("docs")
     second.close()
 
+
+
+def test_an_expired_credential_is_refused_in_the_guards_words(tmp_path):
+    # boundary.py: the refusal reads "credential rejected (REASON): ..." (``super().__init__``
+    # deleted, it read as the tuple of its arguments: "('expired', 'credential of ...')").
+    kit = make_kit(tmp_path)
+    stale = kit.principal("alice", "hr", ttl_s=60, now=time.time() - 3600)
+    with pytest.raises(CredentialRejected) as err:
+        _client(kit, str(tmp_path / "store"), stale)
+    assert err.value.reason == "expired"
+    assert str(err.value).startswith("credential rejected (expired): credential of alice@hr expired at ")
+    assert "qdrant-guard credential issue --authority AUTHORITY_KEY --agent alice --boundary hr" in str(err.value)
+
+
+def test_a_write_of_101_points_is_audited_with_the_first_100_ids_and_the_count(tmp_path):
+    # decision.py's MAX_IDS_IN_RECORD, which docs/audit-log.md states as 100 (the tests that read
+    # the constant followed it to 99 or 101; a hot run left the modules importing it at 100).
+    kit = make_kit(tmp_path)
+    rng = np.random.default_rng(37)
+    owner = _client(kit, str(tmp_path / "store"))
+    owner.create_collection("docs", vectors_config=models.VectorParams(size=16, distance=models.Distance.COSINE))
+    owner.upsert("docs", [models.PointStruct(id=i, vector=unit(rng)) for i in range(1, 102)])
+    owner.close()
+    entry = audit_records(kit)[-1]
+    assert entry["op"] == "upsert" and entry["point_count"] == 101
+    assert entry["point_ids"] == list(range(1, 101))
