@@ -6,6 +6,7 @@ Real audit logs and a real local-mode store; nothing mocked.
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 
@@ -15,9 +16,10 @@ from qdrant_client.http import models
 from guardkit import audit_records, make_kit, unit
 from test_audit_writer_macs import _append_raw, _forged, _guard_log, _last
 
-from qdrant_guard import AuditUnauthenticatedError, QdrantClient
-from qdrant_guard.audit import repair_audit_file
+from qdrant_guard import AuditUnauthenticatedError, QdrantClient, keys
+from qdrant_guard.audit import AuditLog, repair_audit_file, verify_audit_file
 from qdrant_guard.boundary import CredentialRejected
+from qdrant_guard.receipts import ReceiptSigner
 
 
 def test_the_writers_refusal_of_an_unvouched_entry_is_the_text_of_its_alert(tmp_path, caplog):
@@ -91,3 +93,17 @@ def test_a_write_of_101_points_is_audited_with_the_first_100_ids_and_the_count(t
     entry = audit_records(kit)[-1]
     assert entry["op"] == "upsert" and entry["point_count"] == 101
     assert entry["point_ids"] == list(range(1, 101))
+
+
+def test_a_signing_writer_checkpoints_every_1000th_entry_by_default(tmp_path):
+    # audit_verify.py's DEFAULT_CHECKPOINT_EVERY, which docs/audit-log.md states as 1000 (as 999
+    # or 1001 the writer and the verifier agreed with each other, so no test saw it).
+    signer = ReceiptSigner(keys.generate_keypair()[0])
+    p = tmp_path / "audit.jsonl"
+    with AuditLog(p, signer=signer) as log:
+        for i in range(1001):
+            log.append({"event": "write", "i": i})
+    signed = [json.loads(line)["seq"] for line in p.read_bytes().splitlines() if b'"ckpt"' in line]
+    assert signed == [1000]
+    report = verify_audit_file(p, trusted_keys={signer.key_id: signer.public_key})
+    assert report.ok and report.checkpoints == 1 and report.last_seq == 1001
