@@ -1130,17 +1130,42 @@ static int density_image(const unsigned char *d, size_t n, const unsigned char *
     return 0;
 }
 
-static void email(scan_t *s, size_t p) {
+static inline int is_host(int c) {
+    return is_alnum(c) || c == '.' || c == '-' || c == '_' || c == ':' || c == ',' || c == '[' || c == ']';
+}
+
+/* Whether a database URL's authority text [a, e) holds the start of its query or fragment: a '?'
+   or '#' right after the credentials' '@' and a host list (u:p@db.example?to=...). A '?' or '#'
+   with no '@' before it, or with other characters between, is the password's (user:pa?ss@host,
+   user:p#w@host). */
+static int db_query_in(const unsigned char *b, size_t a, size_t e) {
+    int64_t at = -1;
+    int host = 0; /* every character since the last '@' is a host's */
+    for (size_t q = a; q < e; q++) {
+        if (b[q] == '@') {
+            at = (int64_t)q;
+            host = 1;
+        } else if ((b[q] == '?' || b[q] == '#') && at >= 0 && host && (int64_t)q > at + 1) {
+            return 1;
+        } else if (!is_host(b[q])) {
+            host = 0;
+        }
+    }
+    return 0;
+}
+
+/* The address whose '@' is at p, if there is one: [*ls_out, *de_out). */
+static int email_span(scan_t *s, size_t p, size_t *ls_out, size_t *de_out) {
     const unsigned char *b = s->b;
     size_t ls = p;
     while (ls > 0 && p - ls <= 64 && is_local(b[ls - 1])) ls--;
-    if (p - ls > 64) return;
+    if (p - ls > 64) return 0;
     while (ls < p && b[ls] == '.') ls++;
-    if (ls == p || b[p - 1] == '.') return;
+    if (ls == p || b[p - 1] == '.') return 0;
     for (size_t k = ls; k + 1 < p; k++)
-        if (b[k] == '.' && b[k + 1] == '.') return;
+        if (b[k] == '.' && b[k + 1] == '.') return 0;
     size_t de = RUN_END(s, p + 1, is_domain, 256);
-    if (de - (p + 1) > 255) return;
+    if (de - (p + 1) > 255) return 0;
     while (de > p + 1 && (b[de - 1] == '.' || b[de - 1] == '-')) de--;
     /* labels: at least two, each 1-63 chars, no leading/trailing '-', TLD letters only, 2+ */
     int nlabels = 0;
@@ -1149,32 +1174,40 @@ static void email(scan_t *s, size_t p) {
     for (size_t k = p + 1; k <= de; k++) {
         if (k == de || b[k] == '.') {
             size_t len = k - a;
-            if (len == 0 || len > 63 || b[a] == '-' || b[k - 1] == '-') return;
+            if (len == 0 || len > 63 || b[a] == '-' || b[k - 1] == '-') return 0;
             nlabels++;
             last_a = a;
             last_e = k;
             a = k + 1;
         }
     }
-    if (nlabels < 2 || last_e - last_a < 2) return;
+    if (nlabels < 2 || last_e - last_a < 2) return 0;
     for (size_t k = last_a; k < last_e; k++)
-        if (!is_alpha(b[k])) return;
-    if (density_image(b + p + 1, last_a - 1 - (p + 1), b + last_a, last_e - last_a)) return;
+        if (!is_alpha(b[k])) return 0;
+    if (density_image(b + p + 1, last_a - 1 - (p + 1), b + last_a, last_e - last_a)) return 0;
     size_t k = ls;
     while (k > 0 && ls - k < 256 && is_url_segment(b[k - 1])) k--;
     /* user@host in a URL's authority (scheme://user:pw@host) is not an e-mail address; one past
        the authority (a path, query or fragment: /img.png?who=alice@example.com) is. RFC 3986 ends
-       the authority at '/', '?' or '#'; a database URL's at '/' alone, as its userinfo is read
-       (passwords hold '?' and '#' unescaped). */
+       the authority at '/', '?' or '#'. A database URL's password holds '?' and '#' unescaped, so
+       its authority ends at '/', or at a '?' or '#' only after the credentials' '@' and a host
+       (db_query_in). */
     int64_t at = -1;
     for (int64_t q = find_lit(s, "://", 3, k, ls); q >= 0; q = find_lit(s, "://", 3, (size_t)q + 1, ls)) at = q;
     if (at >= 0) {
         int db = db_scheme(b, (size_t)at), ended = 0;
         for (size_t q = (size_t)at + 3; q < ls && !ended; q++)
             ended = b[q] == '/' || (!db && (b[q] == '?' || b[q] == '#'));
-        if (!ended) return;
+        if (!ended && !(db && db_query_in(b, (size_t)at + 3, ls))) return 0;
     }
-    emit(s, ls, de, QG_EMAIL, QG_V_FORMAT);
+    *ls_out = ls;
+    *de_out = de;
+    return 1;
+}
+
+static void email(scan_t *s, size_t p) {
+    size_t ls, de;
+    if (email_span(s, p, &ls, &de)) emit(s, ls, de, QG_EMAIL, QG_V_FORMAT);
 }
 
 /* ------------------------------------------------------------- URLs: databases and Slack */
@@ -1186,8 +1219,19 @@ static void url(scan_t *s, size_t p) {
         size_t a0 = p + 3;
         size_t a_end = RUN_END(s, a0, is_authority, 257);
         if (a_end - a0 <= 256) {
+            /* The userinfo ends at the last '@', or, where an address follows in the query or
+               fragment (u:p@db.example?to=alice@example.com), at the last '@' before that
+               address, which is then found (a longer password would take it over). */
+            size_t first_ls = a_end;
+            for (size_t k = a0; k < a_end; k++) {
+                size_t ls, de;
+                if (b[k] == '@' && email_span(s, k, &ls, &de) && db_query_in(b, a0, ls)) {
+                    first_ls = ls;
+                    break;
+                }
+            }
             int64_t at_pos = -1;
-            for (size_t k = a0; k < a_end; k++)
+            for (size_t k = a0; k < first_ls; k++)
                 if (b[k] == '@') at_pos = (int64_t)k;
             if (at_pos > (int64_t)a0 && (size_t)at_pos < a_end - 1) {
                 const unsigned char *colon = memchr(b + a0, ':', (size_t)at_pos - a0);

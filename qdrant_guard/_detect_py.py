@@ -1184,6 +1184,27 @@ def _density_image(label: str, tld: str) -> bool:
             and all(c in "0123456789" for c in whole + frac) and tld.lower() in _IMAGE_EXTS)
 
 
+_HOST = _ALNUM | set(".-_:,[]")
+
+
+def _db_query_in(text: str, a: int, e: int) -> bool:
+    """Whether a database URL's authority text ``text[a:e]`` holds the start of its query or
+    fragment: a "?" or "#" right after the credentials' "@" and a host list (u:p@db.example?to=...).
+    A "?" or "#" with no "@" before it, or with other characters between, is the password's
+    (user:pa?ss@host, user:p#w@host)."""
+    at = -1
+    host = False  # every character since the last "@" is a host's
+    for q in range(a, e):
+        c = text[q]
+        if c == "@":
+            at, host = q, True
+        elif c in "?#" and at >= 0 and host and q > at + 1:
+            return True
+        elif c not in _HOST:
+            host = False
+    return False
+
+
 def _email(text: str, p: int) -> list[tuple[int, int, str, str]]:
     ls = p
     while ls > 0 and p - ls <= 64 and text[ls - 1] in _LOCAL:
@@ -1212,15 +1233,17 @@ def _email(text: str, p: int) -> list[tuple[int, int, str, str]]:
         return []
     # user@host in a URL's authority (scheme://user:pw@host) is not an e-mail address; one past
     # the authority (a path, query or fragment: /img.png?who=alice@example.com) is. RFC 3986 ends
-    # the authority at "/", "?" or "#"; a database URL's at "/" alone, as its userinfo is read
-    # (passwords hold "?" and "#" unescaped).
+    # the authority at "/", "?" or "#". A database URL's password holds "?" and "#" unescaped, so
+    # its authority ends at "/", or at a "?" or "#" only after the credentials' "@" and a host
+    # (_db_query_in).
     k = ls
     while k > 0 and ls - k < 256 and text[k - 1] in _URL_SEGMENT:
         k -= 1
     at = text.rfind("://", k, ls)
     if at >= 0:
-        ends = "/" if _db_scheme(text, at) else "/?#"
-        if not any(c in ends for c in text[at + 3 : ls]):
+        db = _db_scheme(text, at)
+        ends = "/" if db else "/?#"
+        if not any(c in ends for c in text[at + 3 : ls]) and not (db and _db_query_in(text, at + 3, ls)):
             return []
     return [(ls, de, "EMAIL", "format")]
 
@@ -1235,8 +1258,19 @@ def _url(text: str, p: int) -> list[tuple[int, int, str, str]]:
     out = []
     if _db_scheme(text, p):
         a_end = _run_end(text, p + 3, _AUTHORITY, 257)
+        # The userinfo ends at the last "@", or, where an address follows in the query or fragment
+        # (u:p@db.example?to=alice@example.com), at the last "@" before that address, which is
+        # then found (a longer password would take it over).
+        first = a_end
+        k = text.find("@", p + 3, a_end)
+        while k >= 0:
+            address = _email(text, k)
+            if address and _db_query_in(text, p + 3, address[0][0]):
+                first = address[0][0]
+                break
+            k = text.find("@", k + 1, a_end)
         authority = text[p + 3 : a_end]
-        at = authority.rfind("@")
+        at = authority.rfind("@", 0, first - (p + 3))
         if a_end - (p + 3) <= 256 and at > 0 and at < len(authority) - 1:
             colon = authority.find(":", 0, at)
             if colon != -1:

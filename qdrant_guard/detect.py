@@ -29,8 +29,10 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   digits, and a compact one needs "iban" in the 40 characters before it.
 * ``EMAIL``: ``local@domain.tld`` with a letters-only TLD of 2+ characters ("format"); a
   ``user@host`` inside a URL authority is not an e-mail address (RFC 3986: the authority ends at
-  the first ``/``, ``?`` or ``#``; for a database scheme, the ones whose passwords are read, at
-  ``/`` alone, as their passwords hold ``?`` and ``#`` unescaped), nor is an image named for a
+  the first ``/``, ``?`` or ``#``; for a database scheme, the ones whose passwords are read, whose
+  passwords hold ``?`` and ``#`` unescaped, at ``/``, or at a ``?`` or ``#`` right after the
+  credentials' ``@`` and a host list: ``postgres://u:pw@db.internal:5432?to=a@corp.io`` holds an
+  address, ``postgres://u:pa?ss@db.corp.io`` none), nor is an image named for a
   display density (``logo@2x.png``, ``icon@1.5x.png``: digits, optionally a ``.`` and digits, and
   an ``x``, then an image extension, which no TLD is). Addresses at example.com ARE flagged (an address is personal data
   whatever its domain).
@@ -172,7 +174,9 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   with an ``"alg":`` member ("jwt-header-json").
 * ``DATABASE_URL_PASSWORD``: the password of ``scheme://user:password@host`` for database and
   broker schemes (postgres, mysql, mariadb, mongodb(+srv), redis(s), amqp(s), mssql, oracle, ...),
-  "url-userinfo". Only the password is replaced: ``postgres://app:[DATABASE_URL_PASSWORD]@db/x``
+  "url-userinfo". The userinfo ends at the authority's last ``@`` (a raw ``@`` in a password is
+  kept), or before an address in its query or fragment (``EMAIL`` above) at the last ``@`` before
+  that address. Only the password is replaced: ``postgres://app:[DATABASE_URL_PASSWORD]@db/x``
   keeps the host and user, which are useful context and not secret.
 * ``GENERIC_SECRET``: a value of 16-256 printable characters without spaces assigned to a name
   with a word like key/secret/token/password/passwd/pwd/pass/auth/credential (``name = "v"``,
