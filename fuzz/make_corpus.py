@@ -190,6 +190,13 @@ def detect_texts_3() -> list[bytes]:
         "ssn 123 -- 45 -- 6789 <!-- 123 -- 45 -- 6789 --> tel+44 20 7946 0958 Phone+1 415 555 0123 fax+1 2125550100",
         "00442079460958 01144 2079 460958 415.555-0123 252.227-7013 pp. 555-123 1999 +7.495.123.456 "
         "+1 12.50-13.75 00 01 02 03 04 05 06 011 1 0101 0110 x+1 234-56-7890 123 - 45 -- 6789 tel+ 44",
+        # A database URL's query or fragment before any '/': after the credentials' '@' and a host
+        # an address is found and the password ends before it; a '?' or '#' with no '@' before it,
+        # or a password's other characters between, stays the password's.
+        "postgres://u:Kq2mZ8vT@db.example?contact=alice@example.com&cc=b@corp.io mysql://u:p@h#x@y.com",
+        "postgres://user:pa?ss@host.example.com/db postgres://user:p@ss#word9@localhost?x=alice@example.com",
+        "redis://:s3cr3tPw@[::1]:6379,h2:6380#to=ops@corp.io postgres://u:p@ss!w?rd@db.example.com "
+        "mongodb://u:p?w#d@corp.io postgres://db.example?contact=alice@example.com",
     ]
     return [t.encode("utf-8") for t in texts]
 
