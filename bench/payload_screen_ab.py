@@ -26,13 +26,16 @@ Arms, each a collection of its own (its own clean-values memory):
                re-reading costs)
   unshared     "credentials" timed with ``field_screen._SHARED_READ_MIN`` out of reach: every
                reading by ``detect.find_sensitive``, as before ``detect.one_value_reader``
+  old-escapes  "credentials" timed with detect.py's escape handling as before h-dbmail
+               (tests/detect_escapes_old.py): each escape looked up by the regex, the map back
+               from the decoded view built whether or not it holds a finding
 
 Each arm gets its own copy of the round's batch and is timed on one guarded upsert of it, the
 arms in a seeded shuffled order per round; Qdrant's answer to the final ``upsert`` is replayed
 (recorded once per arm), so only the guard's own work is on the clock. Prints each arm's median
 and quartiles (wall and CPU ms per upsert), then per-round ratios (CPU, then wall; median and
-quartiles) to text_field, of credentials to no-reread and to unshared, and the CPU each adds a
-point. ``--profile ARM`` instead runs cProfile over 5 upserts of that arm and prints the top
+quartiles) to text_field, of credentials to no-reread, to unshared and to old-escapes, and the
+CPU each adds a point. ``--profile ARM`` instead runs cProfile over 5 upserts of that arm and prints the top
 functions by own and cumulative time.
 """
 from __future__ import annotations
@@ -48,15 +51,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _harness as H  # noqa: E402
 from qdrant_guard import field_screen  # noqa: E402
 from _ab import ratio_quartiles, summary  # noqa: E402
 from _harness import models  # noqa: E402
+from tests import detect_escapes_old  # noqa: E402
 
 LINES = 2  # sentences of the summary, one a line (--lines)
 ARMS = {"text_field": "text_field", "credentials": "credentials", "all": "all", "no-reread": "credentials",
-        "unshared": "credentials"}
+        "unshared": "credentials", "old-escapes": "credentials"}
 
 _WORDS = ("the policy covers leave requests for staff in the regional office and applies from the next "
           "quarter onward while managers review each case with payroll before approval is given to the "
@@ -173,12 +178,15 @@ def main() -> None:
                 field_screen.stored_findings = _no_reread
             elif arm == "unshared":
                 field_screen._SHARED_READ_MIN = 1 << 62
+            elif arm == "old-escapes":
+                detect_escapes_old.install()
             c, t = time.process_time(), time.perf_counter()
             reps[arm].run()
             wall[arm].append((time.perf_counter() - t) * 1e3)
             cpu[arm].append((time.process_time() - c) * 1e3)
             field_screen.stored_findings = _stored_findings
             field_screen._SHARED_READ_MIN = _shared_read_min
+            detect_escapes_old.restore()
     forwarded = {arm: rep.forwarded for arm, rep in reps.items()}
     bed.close()
 
@@ -188,7 +196,7 @@ def main() -> None:
         print("  " + summary(arm, wall[arm], "ms wall", width=11))
         print("  " + summary("", cpu[arm], "ms CPU", width=11))
     for arm, base in (("credentials", "text_field"), ("all", "text_field"), ("no-reread", "text_field"),
-                      ("credentials", "no-reread"), ("credentials", "unshared")):
+                      ("credentials", "no-reread"), ("credentials", "unshared"), ("credentials", "old-escapes")):
         ratios = [x / b for x, b in zip(wall[arm], wall[base])]
         cratios = [x / b for x, b in zip(cpu[arm], cpu[base])]
         per_point = [(x - b) * 1e3 / a.points for x, b in zip(cpu[arm], cpu[base])]

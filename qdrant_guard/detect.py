@@ -507,6 +507,17 @@ _ESCAPE_LABELS = ("", "+percent", "+hex-escape", "+unicode-escape", "+unicode-es
                   "+html-entity", "+html-entity", "+html-entity", "+html-entity")
 _JSON_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 Escape = tuple[int, int, str, str]  # start, end, the character it stands for, its label
+# A trigger and the ASCII character after it, looked up before _ESCAPE is tried: the character a
+# two-character escape (a backslash, then one of "'/bfnrt: _ESCAPE's fifth group, which no other
+# group matches) stands for, or "" where no escape can start (a backslash not before x, u, U or
+# those; a % not before a hex digit; a & not before a letter or #). Absent: the regex decides.
+# JSON's escapes of quotes and newlines are most escapes of a payload value's stored form, and
+# a Windows path's backslashes most triggers of its readings.
+_SHORT_ESCAPES = {
+    **{"\\" + c: _JSON_ESCAPES.get(c, c) if c in "\"'/bfnrt" else "" for c in map(chr, range(128)) if c not in "xuU"},
+    **{"%" + c: "" for c in map(chr, range(128)) if c not in "0123456789abcdefABCDEF"},
+    **{"&" + c: "" for c in map(chr, range(128)) if not (c.isalpha() or c == "#")},
+}
 _UNESCAPED: dict[str, str | None] = {}  # _unescape, cached
 
 
@@ -549,8 +560,17 @@ def _escapes(text: str, triggers: list[int]) -> list[Escape]:
     """The escapes of ``text``, left to right without overlap (as re.finditer would find them)."""
     out = []
     done = 0
+    short = _SHORT_ESCAPES
     for i in triggers:
-        if i < done or (m := _ESCAPE.match(text, i)) is None:
+        if i < done:
+            continue
+        ch = short.get(text[i : i + 2])
+        if ch is not None:
+            if ch:
+                done = i + 2
+                out.append((i, done, ch, "+json-escape"))
+            continue
+        if (m := _ESCAPE.match(text, i)) is None:
             continue
         key = m.group()
         ch = _UNESCAPED.get(key, "")
@@ -629,6 +649,18 @@ def _escape_spans(text: str, escapes: list[Escape], find_spans: Callable[[str], 
     """Findings of the view of ``text`` with ``escapes`` decoded (one character each) and of its
     folded view, mapped back to ``text`` and labelled by the escapes they cover."""
     pieces: list[str] = []
+    pos = 0
+    for a, b, ch, _ in escapes:
+        pieces.append(text[pos:a] + ch)
+        pos = b
+    pieces.append(text[pos:])
+    # The view is folded too: an escape often stands for what folding sees through (&nbsp;, \u200b).
+    decoded = "".join(pieces)
+    found = find_spans(decoded) + _folded_spans(decoded, find_spans)
+    if not found:
+        # Most views hold nothing (a payload value's escaped quotes and newlines): the map back,
+        # which costs each escape more than the view did, is built only for a finding.
+        return []
     # Per escape: its index in the view, its span in ``text`` and its label; between escapes the
     # view is ``text`` shifted by what the escapes before saved (memory grows with the escapes only).
     at: list[int] = []
@@ -637,14 +669,12 @@ def _escape_spans(text: str, escapes: list[Escape], find_spans: Callable[[str], 
     pos = 0
     view = 0
     for a, b, ch, label in escapes:
-        pieces.append(text[pos:a] + ch)
         view += a - pos
         at.append(view)
         spans.append((a, b))
         labels.append(label)
         view += 1
         pos = b
-    pieces.append(text[pos:])
 
     def start(k: int) -> int:
         j = bisect_right(at, k) - 1
@@ -656,12 +686,10 @@ def _escape_spans(text: str, escapes: list[Escape], find_spans: Callable[[str], 
         j = bisect_right(at, k) - 1
         return spans[j][1] if j >= 0 and at[j] == k else start(k) + 1
 
-    # The view is folded too: an escape often stands for what folding sees through (&nbsp;, \u200b).
-    decoded = "".join(pieces)
     # A finding that covers no escape is kept too: an escape next to it can be what hid it from
     # the plain scan (\n123-45-6789, {\"api_key\": \"...\"}).
     out: Spans = []
-    for s, e, t, v in find_spans(decoded) + _folded_spans(decoded, find_spans):
+    for s, e, t, v in found:
         covered = set(labels[bisect_left(at, s):bisect_left(at, e)])
         how = "" if not covered else covered.pop() if len(covered) == 1 else "+escapes"
         out.append((start(s), end(e - 1), t, v + how))
@@ -676,7 +704,7 @@ def _find_spans(text: str, find_spans: Callable[[str], Spans] = _kernel.find_spa
     cands.update(_folded_spans(text, find_spans))
     decoded, escapes = _decoded_and_escapes(text, find_spans)
     cands.update(decoded)
-    if escapes:
+    if escapes and cands:  # (nothing found: nothing to move)
         # The plain scan reads an escape's letters as text (the n of \\n before alice@x.io): a
         # span starting or ending inside an escape would cut it, and its replacement leave a lone
         # backslash that breaks the JSON string holding it (llama-index's _node_content).
