@@ -615,7 +615,7 @@ def measure_overhead(
                 notes.append(unused)
         runout = budget_runout_forecast(pol, labels, reader_b, points=points, queries=queries, limit=limit,
                                         named=len(source_values))
-        if runout is not None and progress:
+        if runout is not None:  # before minutes of work, so not only in the report: --no-progress too
             print(f"qdrant-guard bench: note: {runout}", file=sys.stderr, flush=True)
         bed = _Bed(client, reader, name, raw_name, writer_label, reader_label, pol, rounds, seed, progress)
         up, up_replays = _time_upserts(bed, points=points, dim=dim, batch=batch, labels=labels)

@@ -121,3 +121,15 @@ def test_the_query_replays_are_recorded_under_a_progress_bar_of_their_own(
     err = capsys.readouterr().err
     recording, timed = err.find("bench query: recording 2 replay(s), untimed"), err.find("bench query (1 warm-up")
     assert 0 <= recording < timed, err[-2000:]
+
+
+def test_the_forecast_is_printed_before_the_run_without_a_progress_bar_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # --no-progress drops the bar, not the warning: the forecast was printed only under a bar, so a
+    # scripted run that could take minutes said nothing until its report.
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY)
+    measure_overhead(policy, "designs", throwaway_credentials=True, dim=8, points=100, queries=3, limit=10,
+                     rounds=1, query_text=False, progress=False)
+    err = capsys.readouterr().err
+    assert err.startswith("qdrant-guard bench: note: the reader's extraction budget") and "can run out" in err
