@@ -3,7 +3,8 @@
 Each line is the canonical JSON of one entry ``{"seq", "ts", "prev", "record", "hash"}`` where
 ``hash = SHA-256(canonical_json(entry without "hash", "ckpt" and "mac"))`` and ``prev`` is the previous
 entry's hash (64 zeros for the first). With a signer, every ``checkpoint_every``-th entry (and
-every repair entry, and a writer's first v2 entry in a log without one) also carries
+every repair entry, and a writer's first v2 entry in a log without one, its first entry in a
+new log included) also carries
 ``ckpt = {"kid", "sig"}``: an Ed25519 signature over
 ``b"qdrant-guard audit checkpoint v1\\0" + hash``, which covers the whole chain up to it, entries
 others appended included. With a signer each entry is also in format v2: its writer id ``"w"``
@@ -632,8 +633,10 @@ class AuditLog:
     def _next(self, record: dict[str, Any], record_bytes: bytes) -> tuple[dict[str, Any], bytes]:
         seq = self._seq + 1
         # A writer's first v2 entry in a log that held none is a checkpoint too: an open then finds
-        # the log's change to v2 within its window instead of scanning the v1 entries before it.
-        first_v2 = self._macs is not None and not self._v2 and seq > 1
+        # the log's change to v2 within its window instead of scanning the v1 entries before it,
+        # and a log a signing writer began (seq 1) is never without one, so that `audit verify`
+        # with its key can refuse a log none of whose entries is signed (one rewritten whole).
+        first_v2 = self._macs is not None and not self._v2
         entry, line = _make_entry(seq, self._prev, record, record_bytes, self._signer,
                                   self._sign_all or first_v2 or seq % self._every == 0)
         self._seq, self._prev = seq, entry["hash"]

@@ -192,9 +192,10 @@ def test_checkpoints_detect_full_rewrite(tmp_path):
     trusted = {signer.key_id: pk}
     p = make_log(tmp_path / "a.jsonl", 9, signer=signer, checkpoint_every=3)
     entries = [json.loads(x) for x in lines_of(p)]
-    assert [e["seq"] for e in entries if "ckpt" in e] == [3, 6, 9]
+    # seq 1 too: a signing writer's first entry in a new log is one (tests/test_audit_v1_rewrite.py).
+    assert [e["seq"] for e in entries if "ckpt" in e] == [1, 3, 6, 9]
     rep = verify_audit_file(p, trusted_keys=trusted)
-    assert rep.ok and rep.checkpoints == 3
+    assert rep.ok and rep.checkpoints == 4
     # An attacker without the key rewrites entry 2 and recomputes every later hash.
     prev = entries[0]["hash"]
     out = [lines_of(p)[0]]
@@ -220,7 +221,7 @@ def test_stripping_checkpoints_does_not_hide_a_full_rewrite(tmp_path):
     signer = ReceiptSigner(sk)
     trusted = {signer.key_id: pk}
     p = make_log(tmp_path / "a.jsonl", 1001, signer=signer)  # the default: every 1000th entry
-    assert verify_audit_file(p, trusted_keys=trusted).checkpoints == 1
+    assert verify_audit_file(p, trusted_keys=trusted).checkpoints == 2  # and seq 1, the first
     entries = [json.loads(x) for x in lines_of(p)]
     prev = entries[0]["hash"]
     out = [lines_of(p)[0]]
@@ -239,7 +240,7 @@ def test_stripping_checkpoints_does_not_hide_a_full_rewrite(tmp_path):
     assert "no checkpoint" in rep.detail
     # A custom period is verified with the same period.
     q = make_log(tmp_path / "b.jsonl", 7, signer=signer, checkpoint_every=3)
-    assert verify_audit_file(q, trusted_keys=trusted, checkpoint_every=3).checkpoints == 2
+    assert verify_audit_file(q, trusted_keys=trusted, checkpoint_every=3).checkpoints == 3
     write_lines(q, [canonical_json({k: v for k, v in json.loads(x).items() if k != "ckpt"}) + b"\n"
                     for x in lines_of(q)])
     rep = verify_audit_file(q, trusted_keys=trusted, checkpoint_every=3)

@@ -82,13 +82,13 @@ def test_forged_entry_between_two_guard_writes_is_reported_not_vouched_for(tmp_p
     trusted = {keys.key_id(sk.public_key()): sk.public_key()}
     # The limit review 41 pinned: the checkpoint at seq 5 signs the forged seq 4 with the chain.
     signed_only = verify_audit_file(p, trusted_keys=trusted, checkpoint_every=5)
-    assert signed_only.ok and signed_only.checkpoints == 1
+    assert signed_only.ok and signed_only.checkpoints == 2  # seq 1 (the writer's first) and seq 5
     rep = verify_audit_file(p, trusted_keys=trusted, checkpoint_every=5, writer_keys=writer_keys([sk]))
     assert not rep.ok and rep.problem == "unauthenticated"
     assert rep.unauthenticated == (4,) and rep.index == 4 and rep.valid_prefix == 3
     assert "seq 4 carries no writer MAC" in rep.detail
     # The guard's own entries around it, the checkpoint's included, are authenticated.
-    assert rep.writers == ((keys.key_id(sk.public_key()), 7),) and rep.checkpoints == 1
+    assert rep.writers == ((keys.key_id(sk.public_key()), 7),) and rep.checkpoints == 2
     out = _cli(capsys, p, "--writer-key", path, "--checkpoint-every", 5)
     assert out.returncode == 1, out.stderr
     assert "TAMPERED: unauthenticated at line 4: line 4 (seq 4)" in out.stdout
@@ -158,7 +158,7 @@ def test_two_writers_with_different_keys_share_one_log(tmp_path, capsys):
     b.close()
     trusted = {sa.key_id: sa.public_key, sb.key_id: sb.public_key}
     both = verify_audit_file(p, trusted_keys=trusted, checkpoint_every=4, writer_keys=writer_keys([ska, skb]))
-    assert both.ok and dict(both.writers) == {sa.key_id: 7, sb.key_id: 3} and both.checkpoints == 2
+    assert both.ok and dict(both.writers) == {sa.key_id: 7, sb.key_id: 3} and both.checkpoints == 3  # seq 1 too
     only_a = verify_audit_file(p, trusted_keys=trusted, checkpoint_every=4, writer_keys=writer_keys([ska]))
     assert not only_a.ok and only_a.unauthenticated == tuple(q for q, w in sorted(by.items()) if w is b) == (3, 6, 9)
     out = _cli(capsys, p, "--writer-key", pa, "--writer-key", pb, "--checkpoint-every", 4)

@@ -130,7 +130,7 @@ def test_replay_with_trusted_keys_refuses_a_rehashed_chain(tmp_path):
     p.write_bytes(b"".join(lines))
     out = io.StringIO()
     assert replay_log(str(p), policy, out=out, trusted_keys=trusted, checkpoint_every=2) == 0
-    assert "2 signed checkpoint(s) verified" in out.getvalue(), out.getvalue()
+    assert "3 signed checkpoint(s) verified" in out.getvalue(), out.getvalue()  # seqs 1 (the first), 2, 4
 
 
 def test_replay_of_a_missing_log_raises_audit_error(tmp_path):
@@ -169,7 +169,7 @@ def test_cli_replay_modes_and_keys(tmp_path):
     lines = _log(p, [SHORT, LONG], signer=ReceiptSigner(sk), checkpoint_every=2)
     policy = str(_strict(tmp_path))
     ok = _cli("audit", "replay", str(p), "--policy", policy, "--key", str(pub), "--checkpoint-every", "2")
-    assert ok.returncode == 0 and "1 signed checkpoint(s) verified" in ok.stdout, ok.stdout + ok.stderr
+    assert ok.returncode == 0 and "2 signed checkpoint(s) verified" in ok.stdout, ok.stdout + ok.stderr  # seqs 1, 2
     p.write_bytes(lines[0] + b'{"torn')
     refused = _cli("audit", "replay", str(p), "--policy", policy)
     assert refused.returncode == 1 and refused.stdout.startswith("NOT REPLAYED:"), refused.stdout

@@ -124,23 +124,23 @@ def test_guard_audit_log_carries_checkpoints_signed_with_the_guard_key(tmp_path)
     cfg = kit.config({"docs": {"class": "PII", "owner": "hr", "raw_in_boundary": True}})
     client = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
     create(client, "docs")
-    for _ in range(1000):  # every 1000th entry is a checkpoint
+    for _ in range(1000):  # every 1000th entry is a checkpoint, and the guard's first in the log
         with pytest.raises(GuardRefusal):
             client.query_points("docs", query=[0.1] * 16, query_text="refund " * 200)
     client.close()
     log = tmp_path / "audit.jsonl"
     guard_pub = tmp_path / "guard.key.pub"
     guard_pub.write_bytes(keys.public_key_to_pem(keys.load_private_key(kit.guard_key_path).public_key()))
-    assert "1 signed checkpoint(s) verified" in run("audit", "verify", str(log), "--key", str(guard_pub)).stdout
+    assert "2 signed checkpoint(s) verified" in run("audit", "verify", str(log), "--key", str(guard_pub)).stdout
     _, other = keys.generate_keypair()
     proc = here("audit", "verify", str(log), "--key", keys.public_key_to_str(other), check=False)
     assert proc.returncode == 1 and "bad_checkpoint" in proc.stdout
-    # A torn tail, repaired with the guard's key: the repair entry is a second signed checkpoint.
+    # A torn tail, repaired with the guard's key: the repair entry is a third signed checkpoint.
     with open(log, "ab") as fh:
         fh.write(b'{"seq": 99999, "torn')
     assert here("audit", "verify", str(log), check=False).returncode == 1
     assert "repaired" in run("audit", "repair", str(log), "--signing-key", str(kit.guard_key_path)).stdout
-    assert "2 signed checkpoint(s) verified" in here("audit", "verify", str(log), "--key", str(guard_pub)).stdout
+    assert "3 signed checkpoint(s) verified" in here("audit", "verify", str(log), "--key", str(guard_pub)).stdout
 
 
 def test_audit_verify_with_key_refuses_a_rewrite_with_checkpoints_stripped(tmp_path):
@@ -153,7 +153,7 @@ def test_audit_verify_with_key_refuses_a_rewrite_with_checkpoints_stripped(tmp_p
     with AuditLog(log, signer=ReceiptSigner(sk), checkpoint_every=4) as a:
         for i in range(9):
             a.append({"event": "write", "i": i})
-    assert "2 signed checkpoint(s)" in run("audit", "verify", str(log), "--key", keys.public_key_to_str(pk),
+    assert "3 signed checkpoint(s)" in run("audit", "verify", str(log), "--key", keys.public_key_to_str(pk),
                                            "--checkpoint-every", "4").stdout
     # Rewrite entry 1 and every later hash, dropping the checkpoints that cannot be re-signed.
     prev, out = "0" * 64, []

@@ -250,19 +250,19 @@ def test_a_writer_key_holder_rewrites_an_entry_after_the_last_checkpoint_undetec
     path.write_bytes(b"".join(lines[:-1]) + canonical_json(forged) + b"\n")
     rep = verify_audit_file(path, trusted_keys={keys.key_id(sk.public_key()): sk.public_key()}, checkpoint_every=3,
                             writer_keys=writer_keys([sk]))
-    assert rep.ok and rep.checkpoints == 1 and rep.unauthenticated == ()
+    assert rep.ok and rep.checkpoints == 2 and rep.unauthenticated == ()  # seq 1 (the first) and 3
 
 
 def test_entries_cut_off_the_end_across_a_checkpoint_leave_a_log_that_verifies(tmp_path):
     sk, path = _signed_log(tmp_path, 7)  # checkpoints at seq 3 and 6
     full = verify_audit_file(path, trusted_keys={keys.key_id(sk.public_key()): sk.public_key()},
                              checkpoint_every=3, writer_keys=writer_keys([sk]))
-    assert full.ok and full.checkpoints == 2 and full.last_seq == 7
+    assert full.ok and full.checkpoints == 3 and full.last_seq == 7  # and seq 1, the writer's first
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(lines[:4]))  # seq 5 to 7 gone, the checkpoint at 6 with them
     cut = verify_audit_file(path, trusted_keys={keys.key_id(sk.public_key()): sk.public_key()},
                             checkpoint_every=3, writer_keys=writer_keys([sk]))
-    assert cut.ok and cut.checkpoints == 1 and cut.last_seq == 4
+    assert cut.ok and cut.checkpoints == 2 and cut.last_seq == 4
     assert cut.last_hash != full.last_hash  # only a copy kept elsewhere shows the cut
 
 

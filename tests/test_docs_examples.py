@@ -1178,7 +1178,9 @@ def test_audit_line_format_is_the_documented_one(tmp_path):
 
     log = AuditLog(str(tmp_path / "a.jsonl"), signer=ReceiptSigner(generate_keypair()[0]))
     log.append({"op": "x"})
-    line = json.loads((tmp_path / "a.jsonl").read_text().splitlines()[0])
+    log.append({"op": "y"})
+    # The second: the first carries a checkpoint (`ckpt`, documented as optional).
+    line = json.loads((tmp_path / "a.jsonl").read_text().splitlines()[1])
     assert set(line) == keys, f"docs/audit-log.md shows {sorted(keys)}, the log writes {sorted(line)}"
 
 
