@@ -244,7 +244,8 @@ def repair_audit_file(
         if (st.st_dev, st.st_ino) != (held.st_dev, held.st_ino):
             raise AuditError(f"audit log {p!r} was replaced (rotated or moved) while repair waited for its "
                              "lock; nothing was changed: run the repair again on the file you mean")
-        before, fork = _scan_fork(p, trusted_keys, checkpoint_every, fd, writer_keys=writer_keys)
+        # A log none of whose entries is signed is not damaged: nothing to cut (verify names it).
+        before, fork = _scan_fork(p, trusted_keys, checkpoint_every, fd, writer_keys=writer_keys, allow_unsigned=True)
         if keep_chain_from is not None and before.fork is None:
             raise GuardArgumentValueError(
                 f"repair_audit_file() keep_chain_from={keep_chain_from} applies only to a log holding two "
@@ -326,7 +327,7 @@ def repair_audit_file(
             raise AuditError(f"repair of audit log {p!r} failed while rewriting it ({exc.strerror or exc}); "
                              f"the cut bytes are saved in {side!r}: run `qdrant-guard audit verify "
                              f"{p}` and repair again") from exc
-        after = _scan_fork(p, trusted_keys, checkpoint_every, fd, writer_keys=writer_keys)[0]
+        after = _scan_fork(p, trusted_keys, checkpoint_every, fd, writer_keys=writer_keys, allow_unsigned=True)[0]
     except OSError as exc:
         raise AuditError(f"cannot repair audit log {p!r}: {exc.strerror or exc}") from exc
     finally:

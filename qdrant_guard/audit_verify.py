@@ -40,6 +40,7 @@ AUDIT_PROBLEMS = (
                        # was rewritten with a recomputed hash, or entries were renumbered)
     "bad_checkpoint",  # a checkpoint signature does not verify under the trusted keys
     "unauthenticated", # with writer keys: an entry no given writer's MAC authenticates
+    "unsigned",        # with keys: no entry is authenticated (no checkpoint, no MAC verified)
 )
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _FIELDS = {"seq", "ts", "prev", "record", "hash"}
@@ -87,6 +88,9 @@ class AuditReport:
             writer, a MAC that does not verify); the first is the reported problem.
         legacy: with ``writer_keys``: how many entries before the first v2 entry carry no MAC
             (written before format v2, or by a writer without a signing key): not authenticated.
+        signed_from: seq of the log's first entry in format v2 (0: none), where a guard with a
+            signing key began writing it: the value to keep outside the file and pass back as
+            ``signed_from`` (``audit verify --signed-from``).
     """
 
     ok: bool
@@ -104,6 +108,7 @@ class AuditReport:
     writers: tuple[tuple[str, int], ...] = ()
     unauthenticated: tuple[int, ...] = ()
     legacy: int = 0
+    signed_from: int = 0
 
 
 @dataclass(frozen=True)
@@ -342,15 +347,18 @@ def _fork_detail(seq: int, fork: _Fork, keyed: bool) -> str:
 
 def _scan(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
           checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
-          writer_keys: Mapping[str, bytes] | None = None, signed_entries: bool = False) -> AuditReport:
-    return _scan_fork(path, trusted_keys, checkpoint_every, writer_keys=writer_keys, signed_entries=signed_entries)[0]
+          writer_keys: Mapping[str, bytes] | None = None, signed_entries: bool = False,
+          allow_unsigned: bool = False, signed_from: int | None = None) -> AuditReport:
+    return _scan_fork(path, trusted_keys, checkpoint_every, writer_keys=writer_keys, signed_entries=signed_entries,
+                      allow_unsigned=allow_unsigned, signed_from=signed_from)[0]
 
 
 def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | None,
                checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
                fd: int | None = None, data: bytes | None = None,
                writer_keys: Mapping[str, bytes] | None = None,
-               signed_entries: bool = False) -> tuple[AuditReport, _Fork | None]:
+               signed_entries: bool = False, allow_unsigned: bool = False,
+               signed_from: int | None = None) -> tuple[AuditReport, _Fork | None]:
     p = os.fspath(path)
     if data is not None:
         # Replay verifies exactly the bytes it then replays, not a second read of the path.
@@ -370,7 +378,7 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
     by_writer: dict[str, int] = {}
     unauth: list[int] = []
     first_unauth: tuple[int, int, str] | None = None
-    legacy, v2_seen = 0, False
+    legacy, v2_seen, first_v2, v1 = 0, False, 0, 0
     parsed: list[dict[str, Any] | None] = []
     for raw, complete in lines:
         try:
@@ -427,7 +435,11 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
             if bad_line is None:
                 bad_line = lineno
             break
-        if writer_keys is not None or signed_entries:
+        if "w" not in entry:
+            v1 += 1
+        elif not first_v2:
+            first_v2 = seq
+        if writer_keys is not None or signed_entries or signed_from is not None:
             # Reported, not a break: every such entry is named, and the chain after it still checked.
             why = None
             if "w" in entry:
@@ -438,14 +450,25 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
                     # Its ckpt, if any, verified above under the trusted keys: only whose it is is left.
                     why = (f"carries no signature by its writer {_show_kid(entry['w'])} (a checkpoint under its id), "
                            "which every entry of a guard with audit_sign_every_entry carries")
-            elif v2_seen:
+                if (why is None and seq == signed_from and writer_keys is None and not signed_entries
+                        and "ckpt" not in entry):
+                    # Public keys cannot check its MAC; a signing guard's first entry in a log is a
+                    # checkpoint, which a forger without the key cannot make.
+                    why = (f"carries no checkpoint, and a guard with signing_key makes its first entry in a log one "
+                           f"(signed_from {signed_from} says signing began here)")
+            elif v2_seen and (writer_keys is not None or signed_entries):
                 why = "carries no writer MAC (format v1) after entries in format v2"
+            elif signed_from is not None and seq >= signed_from:
+                # Outside the file, the operator's word that a signing guard wrote every entry from
+                # here on: a v1 one here is a rewrite, not a log begun before v2.
+                why = (f"is in format v1 (no writer id, no MAC) at or after seq {signed_from}, where signing began "
+                       "(signed_from): written by someone without the guard's key")
             elif signed_entries:
                 # A v1 entry names no writer whose signature could be required: a log written by
                 # guards that sign every entry holds none, so it is not a legacy entry here.
                 why = ("carries no writer id and no signature (format v1), which every entry of a guard with "
                        "audit_sign_every_entry carries")
-            else:
+            elif not v2_seen and writer_keys is not None:
                 legacy += 1
             if why is not None:
                 unauth.append(seq)
@@ -503,9 +526,29 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
         bad, bad_line = _Bad("unauthenticated", f"{why}; no given writer authenticates seq "
                                                 f"{_seq_list(unauth)}{later}"), uline
         del good[ugood:]
+    if bad is None and signed_from is not None and good and good[-1][0] < signed_from:
+        # The operator's word is that a signing guard wrote seq signed_from: a log ending before it
+        # lost its end (or was rewritten shorter), which the chain alone never shows.
+        bad, bad_line = _Bad("deleted", f"the log ends at seq {good[-1][0]}, before seq {signed_from}, where "
+                                        "signing began (signed_from): entries were cut off its end, or signed_from "
+                                        "is not this log's"), len(good)
+    if (bad is None and not allow_unsigned and good and ckpts == 0 and not by_writer
+            and (trusted_keys is not None or writer_keys is not None)):
+        # Keys were given to show who wrote the log, and nothing in it is theirs: whoever can write
+        # the file can rewrite it whole, hashes recomputed, with no checkpoint and no MAC.
+        what = (f"all {len(good)} in format v1 (no writer id, no MAC)" if v1 == len(good)
+                else f"{v1} in format v1, {len(good) - v1} in format v2" if v1 else f"all {len(good)} in format v2")
+        macs = "" if writer_keys is None else " and no writer MAC verifies under the writer keys given"
+        bad, bad_line = _Bad("unsigned", f"none of its {len(good)} entries ({what}) is authenticated: it carries no "
+                                         f"checkpoint that verifies under the keys given{macs}. A log written by a "
+                                         "guard without signing_key (or by one before checkpoints began at its first "
+                                         "entry) reads the same as one rewritten whole, hashes recomputed, by anyone "
+                                         "who could write the file"), 1
+        del good[:]
     valid = len(good)
     last_seq, last_hash, nbytes = good[-1] if good else (0, GENESIS, 0)
-    auth = {"writers": tuple(sorted(by_writer.items())), "unauthenticated": tuple(unauth), "legacy": legacy}
+    auth = {"writers": tuple(sorted(by_writer.items())), "unauthenticated": tuple(unauth), "legacy": legacy,
+            "signed_from": first_v2}
     if bad is None:
         detail = f"{valid} entries verified" + (f", {ckpts} checkpoints" if trusted_keys is not None else "")
         if writer_keys is not None:
@@ -526,7 +569,7 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
 def verify_audit_file(
     path: PathLike, *, trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, writer_keys: Mapping[str, bytes] | None = None,
-    signed_entries: bool = False,
+    signed_entries: bool = False, allow_unsigned: bool = False, signed_from: int | None = None,
 ) -> AuditReport:
     """Verify an audit log file from its first line.
 
@@ -555,6 +598,20 @@ def verify_audit_file(
             ``unauthenticated`` otherwise, as with ``writer_keys``; a format-v1 entry is
             ``unauthenticated`` wherever it is (no legacy prefix). Public keys alone then show which
             guard wrote each entry.
+        allow_unsigned: with ``trusted_keys`` or ``writer_keys``, a log of one or more entries
+            none of which is authenticated (no checkpoint verifies, no writer MAC verifies) is
+            ``unsigned`` (``ok`` False, valid prefix 0) unless this is True: the keys then vouch
+            for nothing, and anyone who can write the file can rewrite it whole in format v1, or
+            in v2 without checkpoints, with recomputed hashes. Set it for a log written by guards
+            without ``signing_key``, or by a signing guard before its first entry in a log was a
+            checkpoint (or verify that one with ``writer_keys``). An empty log is not ``unsigned``.
+        signed_from: the seq from which a guard with a signing key wrote the log (1 for a log it
+            began; ``report.signed_from`` of a run you trust), kept outside the file: every entry
+            from it on must be in format v2 (a v1 one is ``unauthenticated``), the entry at it must
+            carry a verifying checkpoint (or, with ``writer_keys``, its writer's MAC), and a log
+            ending before it is ``deleted``. Needs ``trusted_keys`` or ``writer_keys``. This is
+            what tells a log begun by a guard without ``signing_key`` from one rewritten in format
+            v1 and then signed over by the guard's next checkpoint.
 
     Raises:
         TypeError: ``path`` is not a path.
@@ -576,4 +633,13 @@ def verify_audit_file(
         raise GuardArgumentValueError("verify_audit_file() signed_entries=True checks each entry's signature by its "
                                       "writer, and trusted_keys is None: pass the public key of every guard writing "
                                       "the log")
-    return _scan(path, trusted_keys, checkpoint_every, writer_keys, signed_entries)
+    if not isinstance(allow_unsigned, bool):
+        raise GuardArgumentTypeError(f"verify_audit_file() allow_unsigned must be bool, not {type(allow_unsigned).__name__}")
+    if signed_from is not None and (isinstance(signed_from, bool) or not isinstance(signed_from, int) or signed_from < 1):
+        raise GuardArgumentValueError(f"verify_audit_file() signed_from must be a seq (a positive int) or None, "
+                                      f"got {signed_from!r}")
+    if signed_from is not None and trusted_keys is None and writer_keys is None:
+        raise GuardArgumentValueError("verify_audit_file() signed_from checks that the entries from that seq on are "
+                                      "signed, and no keys were given: pass trusted_keys (the guard's public key) or "
+                                      "writer_keys")
+    return _scan(path, trusted_keys, checkpoint_every, writer_keys, signed_entries, allow_unsigned, signed_from)

@@ -126,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
                          "signed by its own writer, verified with --key/--policy/--writer-key; name every entry "
                          "that does not, format-v1 entries included (public keys suffice); implied by --policy of a policy "
                          "that sets audit_sign_every_entry")
+    av.add_argument("--allow-unsigned", action="store_true",
+                    help="with keys: accept a log none of whose entries they authenticate (no checkpoint or writer MAC "
+                         "verifies), refused by default since anyone who can write the file can rewrite it so; for a "
+                         "log written by a guard without signing_key (verifying it without keys says the same)")
+    av.add_argument("--signed-from", type=_positive_int, metavar="SEQ",
+                    help="the seq from which a guard with signing_key wrote this log (1 if it began it; `audit verify` "
+                         "prints it), kept outside the file: refuse a v1 entry from it on, an entry at it without its "
+                         "checkpoint, and a log ending before it")
     av.set_defaults(func=cmd_audit_verify)
     ar = aud_p.add_parser("repair", help="cut a torn/tampered tail to the valid prefix, recording the cut",
                           description="Cut the log after its valid prefix: the cut bytes go to a side file "

@@ -120,8 +120,20 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
               "every guard writing the log (--key GUARD.pub, repeatable; or --policy, or --writer-key)",
               file=sys.stderr)
         return 2
+    if args.signed_from is not None and trusted is None and macs is None:
+        print("error: --signed-from checks that the entries from that seq on are signed: give the guard's key "
+              "(--key GUARD.pub, --policy or --writer-key)", file=sys.stderr)
+        return 2
     rep = verify_audit_file(args.file, trusted_keys=trusted, checkpoint_every=args.checkpoint_every,
-                            writer_keys=macs, signed_entries=every)
+                            writer_keys=macs, signed_entries=every, allow_unsigned=args.allow_unsigned,
+                            signed_from=args.signed_from)
+    if rep.problem == "unsigned":
+        print(f"UNSIGNED: {args.file}: {rep.detail}")
+        print("If a guard without signing_key wrote it, verify it without keys, or pass --allow-unsigned. "
+              "If a signing guard wrote it before its first entry in a log was a checkpoint, verify with "
+              "--writer-key GUARD.key (its MACs). Otherwise treat it as tampered: keep a copy and compare it "
+              "with the last seq and hash kept outside the file (docs/audit-log.md, 'A log with nothing signed')")
+        return 1
     if rep.ok:
         signed = f", {rep.checkpoints} signed checkpoint(s) verified" if trusted is not None else ""
         print(f"OK: {rep.entries} entries, hash chain intact{signed} ({args.file})")
@@ -145,6 +157,11 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
             print("checkpoint keys: " + ", ".join(
                 f"{kid} {_key_status(kid, own_kid=own_kid, retired=retired, revoked=revoked, trusted=trusted)}: {n}"
                 for kid, n in rep.checkpoint_keys))
+        if rep.signed_from and args.signed_from is None and (trusted is not None or macs is not None):
+            # Static, unlike the last hash: kept once, it tells this log from one rewritten in format
+            # v1 and signed over later by the guard's next checkpoint, which the file alone cannot.
+            print(f"signed from: seq {rep.signed_from} (its first entry with a writer id); keep it outside the file "
+                  f"and pass --signed-from {rep.signed_from} on later runs")
         if trusted is not None and rep.checkpoints == 0:
             # Without a checkpoint the key vouches for nothing: any key, the wrong one too, passes.
             flag = "--policy" if args.policy and not args.key else "--key"

@@ -282,11 +282,11 @@ def test_a_legacy_point_upserted_again_loses_its_sparse_vector_and_match_text_fo
     owner.close()
 
 
-# docs/audit-log.md "Not checked on open": "a log of fewer entries rewritten whole in format v1
-# verifies with --key with a note that no signature was checked, and, once the guard has appended to
-# it (its first entry there is a checkpoint over the rewritten lines), without that note.
-# --writer-key then notes those entries as unauthenticated pre-v2 ones (exit 0), and only
-# --every-entry-signed ... fails on them".
+# docs/audit-log.md "Not checked on open": "a log of fewer entries rewritten whole in format v1 is
+# UNSIGNED under audit verify with any key (exit 1 ...), but once the guard has appended to it (its
+# first entry there is a checkpoint over the rewritten lines) it verifies with --key, and --writer-key
+# notes those entries as unauthenticated pre-v2 ones (exit 0). Only --signed-from SEQ ... and
+# --every-entry-signed ... then fail on them".
 def test_a_short_log_rewritten_in_v1_verifies_with_key_then_is_signed_over(tmp_path, capsys):
     from test_review55 import _as_v1, _key, _signed_log
 
@@ -297,8 +297,8 @@ def test_a_short_log_rewritten_in_v1_verifies_with_key_then_is_signed_over(tmp_p
     p = _signed_log(tmp_path, signer)
     _as_v1(p)
     pub = ["audit", "verify", str(p), "--key", str(tmp_path / "a.key.pub"), "--checkpoint-every", "5"]
-    assert main(pub) == 0
-    assert "--key checked no signature" in capsys.readouterr().out
+    assert main(pub) == 1
+    assert "UNSIGNED" in capsys.readouterr().out
     log = AuditLog(p, signer=signer, checkpoint_every=5)
     assert "ckpt" in log.append({"event": "after"})
     log.close()
@@ -307,6 +307,7 @@ def test_a_short_log_rewritten_in_v1_verifies_with_key_then_is_signed_over(tmp_p
     assert main([*pub, "--writer-key", str(tmp_path / "a.key")]) == 0
     assert "the first 4 entries (before the first with a writer MAC) are unauthenticated" in capsys.readouterr().out
     assert main([*pub, "--every-entry-signed"]) == 1
+    assert main([*pub, "--signed-from", "1"]) == 1
 
 
 # docs/receipt-format.md: "receipts.max_age_s bounds how old such a pair can be on guarded writes

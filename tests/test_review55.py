@@ -74,11 +74,12 @@ def test_every_entry_signed_names_a_log_rewritten_in_format_v1(tmp_path, capsys)
 def test_without_the_flag_a_v1_log_stays_a_legacy_one(tmp_path):
     # Control: a log begun before format v2 verifies with --writer-key, its v1 entries counted as
     # legacy (docs/audit-log.md, "What --writer-key proves"); only --every-entry-signed refuses them.
+    # One with no authenticated entry at all is unsigned unless allowed (tests/test_audit_v1_rewrite.py).
     ska, sa = _key(tmp_path, "a.key")
     p = _signed_log(tmp_path, sa)
     _as_v1(p)
     rep = verify_audit_file(p, trusted_keys={sa.key_id: sa.public_key}, checkpoint_every=5,
-                            writer_keys=writer_keys([ska]))
+                            writer_keys=writer_keys([ska]), allow_unsigned=True)
     assert rep.ok and rep.legacy == 4, rep.detail
 
 
@@ -204,9 +205,14 @@ def test_replay_with_writer_keys_names_the_unauthenticated_v1_entries_it_replays
     assert main(["audit", "replay", str(log), "--policy", str(policy), *writer]) == 0  # control: as written
     assert "unauthenticated" not in capsys.readouterr().out
     _as_v1(log)
+    # Nothing in it authenticated: not replayed (tests/test_audit_v1_rewrite.py). Once the guard has
+    # signed over it, its v1 entries read as a legacy prefix, named as such.
+    assert main(["audit", "replay", str(log), "--policy", str(policy), *writer]) == 1
+    assert "unsigned at line 1" in capsys.readouterr().out
+    AuditLog(log, signer=ReceiptSigner(keys.load_private_key(kit.guard_key_path))).append({"event": "after"})
     assert main(["audit", "replay", str(log), "--policy", str(policy), *writer]) == 0
     out = capsys.readouterr().out
-    n = len(log.read_bytes().splitlines())
+    n = len(log.read_bytes().splitlines()) - 1  # all but the guard's entry after them
     assert f"note: the first {n} entries (before the first with a writer MAC) are unauthenticated" in out
     assert "they are replayed as logged" in out and "replayed 1 logged queries" in out
 
