@@ -171,7 +171,10 @@ class AuditLog:
     those after the most recent checkpoint: :class:`AuditUnauthenticatedError`, an
     ``audit_unauthenticated_entry`` alert. A window on open that ends on its length at a v1 entry
     is followed by a search of the bytes before it for a v2 entry (whole-file on a log with none;
-    the writer's first v2 entry there is a checkpoint, which later opens stop at). docs/audit-log.md says exactly what is and is not checked.
+    the writer's first v2 entry there is a checkpoint, which later opens stop at; so is its first
+    entry in a new log). On open, about to sign over v1 entries no checkpoint covers, it logs an
+    ``audit_unsigned_entries_adopted`` alert at WARNING: the file cannot tell a log begun without a
+    signing key from one rewritten whole in format v1. docs/audit-log.md says exactly what is and is not checked.
 
     Raises:
         AuditIntegrityError: the existing file does not verify (torn or altered recent entries,
@@ -500,6 +503,26 @@ class AuditLog:
                 after_v2 = f"carries no writer MAC (format v1) after entries in format v2 (seq {earlier['seq']} is one)"
                 found = [(q, after_v2, None) for q in range(earlier["seq"] + 1, later["seq"])]
         self._check_window_writers(window[::-1], after_v2, found)
+        if self._macs is not None and not self._v2:
+            self._warn_unsigned(window[:-1] if "ckpt" in later else window)
+
+    def _warn_unsigned(self, unsigned: list[dict[str, Any]]) -> None:
+        """On open, a signing writer about to sign over v1 entries no checkpoint covers (``unsigned``,
+        newest first) says so on the audit logger: a log begun without signing_key does this once,
+        and the file cannot tell it from one rewritten whole in format v1, which does it again."""
+        if not unsigned:
+            return
+        first, last = unsigned[-1]["seq"], unsigned[0]["seq"]
+        msg = (f"audit log {self.path!r}: seq {first}..{last} carry no writer MAC and no checkpoint covers them "
+               "(format v1: a log begun before format v2 or by a guard without signing_key, or one rewritten by "
+               "someone who could write the file, hashes recomputed); this writer's next entry is a checkpoint that "
+               "signs them. If a guard with signing_key wrote this log before, it was rewritten: stop the guard, keep a "
+               f"copy, and check it with `qdrant-guard audit verify {self.path} --key GUARD.pub --signed-from SEQ` "
+               "(SEQ: where signing began, 1 for a log the guard began)")
+        # A record outside the file: the one thing that shows this happening twice for one log.
+        self._logger.warning("qdrant_guard audit unsigned entries adopted: %s", msg, extra={"qdrant_guard_alert": {
+            "event": "audit_unsigned_entries_adopted", "path": self.path, "first_seq": first, "last_seq": last,
+            "hash": self._prev}})
 
     def _check_window_writers(self, window: list[dict[str, Any]], before: str | None,
                               found: list[tuple[int, str, Any]]) -> None:

@@ -158,7 +158,8 @@ def repair_audit_file(
     0600, fsynced with its directory) before the log is changed, so nothing is destroyed; the
     repair entry records the problem, the line, the number of lines and bytes cut and the SHA-256
     of the cut bytes. It is written over the cut bytes before the file is truncated behind it. A
-    log that already verifies is left untouched; if the cut bytes cannot all be saved, the side
+    log that already verifies is left untouched (so is one that is only ``unsigned``: nothing in it
+    is damaged); if the cut bytes cannot all be saved, the side
     file is removed and the log is not changed.
 
     A file holding two chains for the same place (``report.fork``: two chains from genesis, or a

@@ -240,3 +240,44 @@ def test_repair_leaves_an_unsigned_but_sound_log_alone(tmp_path, capsys):
     capsys.readouterr()
     assert main(["audit", "repair", str(p), "--key", f"{key}.pub"]) == 0
     assert "nothing to repair" in capsys.readouterr().out and p.read_bytes() == before
+
+
+# ------------------------------------------------------------------ the writer's alert outside the file
+
+def _adopted(caplog):
+    return [r.qdrant_guard_alert for r in caplog.records
+            if getattr(r, "qdrant_guard_alert", {}).get("event") == "audit_unsigned_entries_adopted"]
+
+
+def test_a_signing_writer_about_to_sign_over_unsigned_entries_says_so_on_the_audit_logger(tmp_path, caplog):
+    # The file cannot tell a v1 log begun without signing_key from a rewrite; the logging stream,
+    # kept outside it, can: the adoption happens once for a genuine log and again after a rewrite.
+    _, signer, _ = _key(tmp_path)
+    p = tmp_path / "audit.jsonl"
+    _write(p, 3)  # a guard without signing_key
+    caplog.set_level("WARNING", logger="qdrant_guard.audit")
+    log = AuditLog(p, signer=signer)
+    (alert,) = _adopted(caplog)
+    assert (alert["path"], alert["first_seq"], alert["last_seq"]) == (str(p), 1, 3)
+    assert alert["hash"] == _lines(p)[-1]["hash"]
+    assert "--signed-from" in caplog.records[-1].getMessage()
+    log.append({"event": "signed"})
+    log.close()
+    caplog.clear()
+    AuditLog(p, signer=signer).close()  # control: its own checkpointed v2 entry is in the window now
+    assert _adopted(caplog) == []
+    _as_v1(p)  # the rewrite: every entry v1 again, its checkpoint gone
+    AuditLog(p, signer=signer).close()
+    (again,) = _adopted(caplog)
+    assert (again["first_seq"], again["last_seq"]) == (1, 4)
+
+
+def test_no_alert_for_a_writer_without_a_key_or_a_log_with_nothing_unsigned(tmp_path, caplog):
+    # Control: a writer without signing_key signs nothing; an empty log has nothing to adopt.
+    _, signer, _ = _key(tmp_path)
+    p = tmp_path / "audit.jsonl"
+    caplog.set_level("WARNING", logger="qdrant_guard.audit")
+    AuditLog(p, signer=signer).close()
+    _write(p, 2)
+    AuditLog(p).close()
+    assert _adopted(caplog) == []
