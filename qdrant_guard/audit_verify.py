@@ -536,14 +536,14 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
             and (trusted_keys is not None or writer_keys is not None)):
         # Keys were given to show who wrote the log, and nothing in it is theirs: whoever can write
         # the file can rewrite it whole, hashes recomputed, with no checkpoint and no MAC.
-        what = (f"all {len(good)} in format v1 (no writer id, no MAC)" if v1 == len(good)
+        what = (f"all {len(good)} in format v1, with no writer id or MAC" if v1 == len(good)
                 else f"{v1} in format v1, {len(good) - v1} in format v2" if v1 else f"all {len(good)} in format v2")
         macs = "" if writer_keys is None else " and no writer MAC verifies under the writer keys given"
         bad, bad_line = _Bad("unsigned", f"none of its {len(good)} entries ({what}) is authenticated: it carries no "
                                          f"checkpoint that verifies under the keys given{macs}. A log written by a "
-                                         "guard without signing_key (or by one before checkpoints began at its first "
-                                         "entry) reads the same as one rewritten whole, hashes recomputed, by anyone "
-                                         "who could write the file"), 1
+                                         "guard without signing_key, or by a qdrant-guard before 2026-12-07 that had "
+                                         "not reached a checkpoint seq, reads the same as one rewritten whole, hashes "
+                                         "recomputed, by anyone who could write the file"), 1
         del good[:]
     valid = len(good)
     last_seq, last_hash, nbytes = good[-1] if good else (0, GENESIS, 0)
