@@ -522,9 +522,9 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
         # A checkpoint after such an entry signs it with the chain; it vouches only for what its
         # writer's MACs authenticate, so the valid prefix ends before the first one.
         uline, ugood, why = first_unauth
-        later = f"; after it, line {bad_line}: {bad.problem}: {bad.detail}" if bad is not None else ""
+        after_it = f"; after it, line {bad_line}: {bad.problem}: {bad.detail}" if bad is not None else ""
         bad, bad_line = _Bad("unauthenticated", f"{why}; no given writer authenticates seq "
-                                                f"{_seq_list(unauth)}{later}"), uline
+                                                f"{_seq_list(unauth)}{after_it}"), uline
         del good[ugood:]
     if bad is None and signed_from is not None and good and good[-1][0] < signed_from:
         # The operator's word is that a signing guard wrote seq signed_from: a log ending before it
@@ -547,8 +547,8 @@ def _scan_fork(path: PathLike, trusted_keys: Mapping[str, Ed25519PublicKey] | No
         del good[:]
     valid = len(good)
     last_seq, last_hash, nbytes = good[-1] if good else (0, GENESIS, 0)
-    auth = {"writers": tuple(sorted(by_writer.items())), "unauthenticated": tuple(unauth), "legacy": legacy,
-            "signed_from": first_v2}
+    auth: dict[str, Any] = {"writers": tuple(sorted(by_writer.items())), "unauthenticated": tuple(unauth),
+                            "legacy": legacy, "signed_from": first_v2}
     if bad is None:
         detail = f"{valid} entries verified" + (f", {ckpts} checkpoints" if trusted_keys is not None else "")
         if writer_keys is not None:
