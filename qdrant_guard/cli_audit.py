@@ -184,6 +184,13 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         print(f"note: a file cut inside an entry ends the same way, and whole entries before the cut may be gone "
               f"too: compare the last whole entry (seq {rep.last_seq}, hash {rep.last_hash}) with the last seq "
               "and hash kept outside the file")
+    if args.signed_from is not None and "signing began" in rep.detail.split("; ")[0]:
+        # Without --signed-from those entries verify (a legacy prefix), so repair keeps them all.
+        print(f"the entries from seq {args.signed_from} on were rewritten, or the log cut, by someone without the "
+              "guard's key; repair cannot cut them (without --signed-from they verify): keep a copy of the file "
+              "and, with the guard stopped, move it aside so that the guard starts a new log (docs/audit-log.md, "
+              "'A log with nothing signed')")
+        return 1
     trust = "".join(f" --key {k}" for k in args.key or ()) + (f" --trust-policy {args.policy}" if args.policy else "")
     print(f"valid prefix: {rep.valid_prefix} entries; keep a copy of the file, then, with the guard stopped, "
           f"`qdrant-guard audit repair {args.file}{trust}` moves the rest to a side file and records the cut "

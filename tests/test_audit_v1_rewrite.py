@@ -168,6 +168,7 @@ def test_signed_from_names_a_v1_rewrite_the_guards_next_checkpoint_signed_over(t
         assert "TAMPERED: unauthenticated at line 1" in out, out
         assert "seq 1 is in format v1 (no writer id, no MAC) at or after seq 1, where signing began" in out
         assert "seq 1, 2, 3, 4" in out
+        assert "repair cannot cut them" in out and "audit repair" not in out
     rep = verify_audit_file(p, trusted_keys={signer.key_id: signer.public_key}, signed_from=1)
     assert (rep.problem, rep.unauthenticated, rep.valid_prefix) == ("unauthenticated", (1, 2, 3, 4), 0)
 
@@ -199,7 +200,7 @@ def test_signed_from_past_the_end_is_a_cut_log(tmp_path, capsys):
     rep = verify_audit_file(p, trusted_keys={signer.key_id: signer.public_key}, signed_from=4, allow_unsigned=True)
     assert rep.problem == "deleted" and "ends at seq 3, before seq 4, where signing began" in rep.detail
     rc, out = _verify(capsys, p, "--key", f"{key}.pub", "--signed-from", "4")
-    assert rc == 1 and "deleted" in out
+    assert rc == 1 and "deleted" in out and "repair cannot cut them" in out
     rc, err = main(["audit", "verify", str(p), "--signed-from", "4"]), capsys.readouterr().err
     assert rc == 2 and "--signed-from checks" in err
 
