@@ -198,6 +198,19 @@ enabled = false
     return policy
 
 
+def one_logged_query(tmp: Path, **config: Any) -> tuple[Kit, Path]:
+    """A kit whose guard (``config``: more GuardConfig settings) logged one Document query of
+    ``docs`` (PII, owned by ``hr``, intent off) to its audit log; the kit and the log's path."""
+    kit = make_kit(tmp)
+    c = QdrantClient(":memory:", guard=kit.config({"docs": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}},
+                                                 **config),
+                     principal=kit.principal("alice", "hr"), embedder=Recorder())
+    create(c, "docs")
+    c.query_points("docs", query=models.Document(text="short query", model="hashing"))
+    c.close()
+    return kit, tmp / "audit.jsonl"
+
+
 def audit_records(kit: Kit) -> list[dict[str, Any]]:
     """The ``record`` of every entry of the kit's audit log, oldest first."""
     import json

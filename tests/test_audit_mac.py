@@ -244,18 +244,11 @@ def test_writer_id_cannot_be_stripped_to_pass_as_old_format(tmp_path):
 
 
 def test_repair_and_replay_take_the_writer_keys_too(tmp_path, capsys):
-    from qdrant_guard import QdrantClient
     from qdrant_guard.cli import main
 
-    from guardkit import Recorder, create, replay_policy_file
+    from guardkit import one_logged_query, replay_policy_file
 
-    kit = make_kit(tmp_path)
-    c = QdrantClient(":memory:", guard=kit.config({"docs": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}}),
-                     principal=kit.principal("alice", "hr"), embedder=Recorder())
-    create(c, "docs")
-    c.query_points("docs", query=models.Document(text="short query", model="hashing"))
-    c.close()
-    log = tmp_path / "audit.jsonl"
+    kit, log = one_logged_query(tmp_path)
     lines = log.read_bytes().splitlines()
     real = json.loads(lines[-1])
     assert real["record"]["op"] == "query_points"

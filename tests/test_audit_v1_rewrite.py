@@ -208,17 +208,10 @@ def test_signed_from_past_the_end_is_a_cut_log(tmp_path, capsys):
 # ------------------------------------------------------------------ replay and repair
 
 def test_replay_with_keys_does_not_replay_a_log_rewritten_in_v1(tmp_path, capsys):
-    from guardkit import Recorder, create, make_kit, models, replay_policy_file
+    from guardkit import one_logged_query, replay_policy_file
 
-    from qdrant_guard import QdrantClient
-
-    kit = make_kit(tmp_path)
-    c = QdrantClient(":memory:", guard=kit.config({"docs": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}}),
-                     principal=kit.principal("alice", "hr"), embedder=Recorder())
-    create(c, "docs")
-    c.query_points("docs", query=models.Document(text="short query", model="hashing"))
-    c.close()
-    log, policy = tmp_path / "audit.jsonl", replay_policy_file(kit)
+    kit, log = one_logged_query(tmp_path)
+    policy = replay_policy_file(kit)
     writer = ["--writer-key", str(kit.guard_key_path)]
     capsys.readouterr()
     assert main(["audit", "replay", str(log), "--policy", str(policy), *writer]) == 0  # control: as written

@@ -189,17 +189,10 @@ def test_receipts_max_age_refuses_writing_back_an_old_pair(tmp_path):
 # verified": a whole log rewritten in format v1, forged queries included, replayed as the record.
 
 def test_replay_with_writer_keys_names_the_unauthenticated_v1_entries_it_replays(tmp_path, capsys):
-    from guardkit import Recorder, create, make_kit, models, replay_policy_file
+    from guardkit import one_logged_query, replay_policy_file
 
-    from qdrant_guard import QdrantClient
-
-    kit = make_kit(tmp_path)
-    c = QdrantClient(":memory:", guard=kit.config({"docs": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}}),
-                     principal=kit.principal("alice", "hr"), embedder=Recorder())
-    create(c, "docs")
-    c.query_points("docs", query=models.Document(text="short query", model="hashing"))
-    c.close()
-    log, policy = tmp_path / "audit.jsonl", replay_policy_file(kit)
+    kit, log = one_logged_query(tmp_path)
+    policy = replay_policy_file(kit)
     writer = ["--writer-key", str(kit.guard_key_path)]
     capsys.readouterr()
     assert main(["audit", "replay", str(log), "--policy", str(policy), *writer]) == 0  # control: as written
@@ -244,18 +237,10 @@ def test_verify_with_the_policy_of_guards_signing_every_entry_names_an_unsigned_
 
 
 def test_replay_with_the_trust_policy_of_guards_signing_every_entry_refuses_an_unsigned_query(tmp_path, capsys):
-    from guardkit import Recorder, create, make_kit, models, replay_policy_file
+    from guardkit import one_logged_query, replay_policy_file
 
-    from qdrant_guard import QdrantClient
-
-    kit = make_kit(tmp_path)
-    c = QdrantClient(":memory:", guard=kit.config({"docs": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}},
-                                                 audit_sign_every_entry=True),
-                     principal=kit.principal("alice", "hr"), embedder=Recorder())
-    create(c, "docs")
-    c.query_points("docs", query=models.Document(text="short query", model="hashing"))
-    c.close()
-    log, policy = tmp_path / "audit.jsonl", replay_policy_file(kit)
+    kit, log = one_logged_query(tmp_path, audit_sign_every_entry=True)
+    policy = replay_policy_file(kit)
     trust = tmp_path / "trust.toml"
     trust.write_text(f'signing_key = "{kit.guard_key_path}"\naudit_log = "{log}"\naudit_sign_every_entry = true\n')
     args = ["audit", "replay", str(log), "--policy", str(policy), "--trust-policy", str(trust)]
