@@ -113,6 +113,19 @@ def _last_v2_before(fd: int, end: int) -> dict[str, Any] | None:
         buf = _read_all(fd, pos, step) + buf
 
 
+# Why a v1 entry at or after signed_from is refused (what tells it apart in _refuse_unvouched).
+_BEFORE_SIGNING = "carries no writer id (format v1) at or after seq {s}, where signing began (signed_from)"
+
+
+# Entries in format v1 where signing had begun verify as a legacy prefix without signed_from,
+# so repair keeps them: the log can only be set aside.
+_MOVE_ASIDE_HINT = (
+    "Someone without the guard's key rewrote the log from there (hashes recomputed) or cut it; `qdrant-guard "
+    "audit repair` cannot cut such entries (without --signed-from they verify): keep a copy of the file, check "
+    "it with `qdrant-guard audit verify {path} --key GUARD.pub --signed-from {s}`, and, with the guards "
+    "stopped, move it aside so that the guard starts a new log (then set audit_signed_from = 1)")
+
+
 def _trust_hint(found: list[tuple[int, str, Any]], own: str) -> str:
     """For entries under writer ids the writer does not know: the fix when they are genuine."""
     others = sorted({w for _, _, w in found if isinstance(w, str) and w != own})
@@ -161,6 +174,12 @@ class AuditLog:
             under that id which verifies, or the writer refuses it as below: for writers sharing
             one file, whose MACs it cannot check (holding the key to check them would let it
             forge them). Every writer of the file must sign so. Costs a signature per append.
+        signed_from: the seq from which writers with a signing key wrote this log (1 for a log
+            such a writer began; ``audit verify``'s ``signed from: seq S``), kept outside the file:
+            an entry in format v1 at or after it, among those read on open or appended by others,
+            is refused (:class:`AuditUnauthenticatedError`, the ``audit_unauthenticated_entry``
+            alert), and so is a log that ends before it (:class:`AuditIntegrityError`, an
+            ``audit_signed_entries_missing`` alert; an empty log when it is above 1). Needs ``signer``.
 
     Before each append the writer also checks that the entry it last wrote or read is still in
     place and that what others appended after it chains to it; if not, it raises
@@ -199,6 +218,7 @@ class AuditLog:
         trusted_keys: Mapping[str, Ed25519PublicKey] | None = None,
         allow_shared_file: bool = False,
         sign_every_entry: bool = False,
+        signed_from: int | None = None,
     ) -> None:
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise GuardArgumentTypeError(f"AuditLog() path must be str, os.PathLike or None, not {type(path).__name__}")
@@ -220,6 +240,15 @@ class AuditLog:
         if sign_every_entry and signer is None:
             raise GuardArgumentValueError("AuditLog() sign_every_entry=True signs every entry with the writer's key, "
                                           "and signer is None: pass signer (the policy's signing_key)")
+        if signed_from is not None and (isinstance(signed_from, bool) or not isinstance(signed_from, int)):
+            raise GuardArgumentTypeError(f"AuditLog() signed_from must be int or None, not {type(signed_from).__name__}")
+        if signed_from is not None and signed_from < 1:
+            raise GuardArgumentValueError(f"AuditLog() signed_from must be a seq (1 or more), got {signed_from!r}")
+        if signed_from is not None and signer is None:
+            raise GuardArgumentValueError("AuditLog() signed_from says entries from that seq on are signed, and signer "
+                                          "is None (this writer's own entries would be unsigned): pass signer (the "
+                                          "policy's signing_key)")
+        self._signed_from = signed_from
         self._allow_shared = allow_shared_file
         self._trusted: dict[str, Ed25519PublicKey] = dict(trusted_keys or {})
         self.path = None if path is None else os.fspath(path)
@@ -264,6 +293,8 @@ class AuditLog:
                     last = self._read_tail(fd)
                     if last is not None:
                         self._check_recent(fd, last)
+                    elif self._signed_from is not None and self._signed_from > 1:
+                        raise self._signed_entries_missing()
                 finally:
                     _unlock(fd)
             except BaseException:
@@ -369,7 +400,7 @@ class AuditLog:
                         f"writer after seq {self._seq}, does not chain to the entry before it (seq {seq}); "
                         + _REPAIR_HINT.format(path=self.path))
                 if self._macs is not None:
-                    why = _unvouched(entry, self._macs, self._trusted, v2, self._signed_by)
+                    why = _unvouched(entry, self._macs, self._trusted, v2, self._signed_by) or self._before_signing(entry)
                     if why is not None:
                         found.append((entry["seq"], why, entry.get("w")))
                 v2 = v2 or "w" in entry
@@ -382,6 +413,24 @@ class AuditLog:
             raise self._refuse_unvouched(found, after=self._seq)
         self._seq, self._prev, self._size, self._line, self._v2 = seq, prev, size, raw + b"\n", v2
         return entry
+
+    def _before_signing(self, entry: dict[str, Any]) -> str | None:
+        """Why ``entry`` is refused under signed_from (format v1 where signing had begun), or None."""
+        if self._signed_from is None or "w" in entry or entry["seq"] < self._signed_from:
+            return None
+        return _BEFORE_SIGNING.format(s=self._signed_from)
+
+    def _signed_entries_missing(self) -> AuditIntegrityError:
+        """On open: the log ends before signed_from, so the entries a signing writer made were cut."""
+        assert self._signed_from is not None
+        msg = (f"audit log {self.path!r} ends at seq {self._seq}, before seq {self._signed_from}, where signing "
+               f"began (audit_signed_from = {self._signed_from}): the entries from there on were cut off its "
+               "end (or the file emptied), or audit_signed_from is wrong. Nothing was written. "
+               + _MOVE_ASIDE_HINT.format(path=self.path, s=self._signed_from))
+        self._logger.error("qdrant_guard audit signed entries missing: %s", msg, extra={"qdrant_guard_alert": {
+            "event": "audit_signed_entries_missing", "path": self.path, "last_seq": self._seq,
+            "signed_from": self._signed_from, "hash": self._prev}})
+        return AuditIntegrityError(msg)
 
     def _refuse_unvouched(self, found: list[tuple[int, str, Any]], after: int | None) -> AuditUnauthenticatedError:
         """The error (and the alert on the audit logger) for entries this writer will not sign."""
@@ -397,10 +446,12 @@ class AuditLog:
                   if after is not None else "Nothing was written. ")
                + _trust_hint(found, self._macs.writer)
                + _signature_hint(found)
-               + f"Run `qdrant-guard audit verify {self.path} --writer-key GUARD.key` (the guard's signing key; one "
-               "--writer-key per guard writing the log) to list every entry no writer authenticates, then "
-               f"`qdrant-guard audit repair {self.path} --writer-key GUARD.key --signing-key GUARD.key` to cut the "
-               "log from the first of them (the cut bytes are kept in a side file, a repair entry records the cut)")
+               + (_MOVE_ASIDE_HINT.format(path=self.path, s=self._signed_from)
+                  if any(why.endswith("(signed_from)") for _, why, _ in found) else
+                  f"Run `qdrant-guard audit verify {self.path} --writer-key GUARD.key` (the guard's signing key; one "
+                  "--writer-key per guard writing the log) to list every entry no writer authenticates, then "
+                  f"`qdrant-guard audit repair {self.path} --writer-key GUARD.key --signing-key GUARD.key` to cut the "
+                  "log from the first of them (the cut bytes are kept in a side file, a repair entry records the cut)"))
         if after is not None:
             self._broken = msg
         self._logger.error("qdrant_guard audit unauthenticated entries: %s", msg, extra={"qdrant_guard_alert": {
@@ -502,6 +553,8 @@ class AuditLog:
             if earlier is not None:
                 after_v2 = f"carries no writer MAC (format v1) after entries in format v2 (seq {earlier['seq']} is one)"
                 found = [(q, after_v2, None) for q in range(earlier["seq"] + 1, later["seq"])]
+        if self._signed_from is not None and last["seq"] < self._signed_from:
+            raise self._signed_entries_missing()
         self._check_window_writers(window[::-1], after_v2, found)
         if self._macs is not None and not self._v2:
             self._warn_unsigned(window[:-1] if "ckpt" in later else window)
@@ -533,7 +586,7 @@ class AuditLog:
         v2 = before is not None
         for entry in window:
             if self._macs is not None:
-                why = _unvouched(entry, self._macs, self._trusted, v2, self._signed_by)
+                why = _unvouched(entry, self._macs, self._trusted, v2, self._signed_by) or self._before_signing(entry)
                 if why is not None:
                     found.append((entry["seq"], before if before is not None and "w" not in entry else why,
                                   entry.get("w")))

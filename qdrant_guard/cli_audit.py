@@ -99,6 +99,32 @@ def _given_keys(args: argparse.Namespace) -> tuple[dict[str, bytes] | None, dict
     return writer_keys(sks), {**(trusted or {}), **{keys.key_id(sk.public_key()): sk.public_key() for sk in sks}}
 
 
+def _signing_began(signed_from: int | None, rep: Any) -> bool:
+    """The problem ``rep`` names is one only ``signed_from`` finds (v1 entries from it on, or a log
+    ending before it), which repair cannot cut."""
+    return signed_from is not None and not rep.ok and "signing began" in rep.detail.split("; ")[0]
+
+
+def _before_signing_refused(path: str, policy: str, signed_from: int | None, trusted: Any, macs: Any,
+                            checkpoint_every: int, what: str) -> bool:
+    """Under a policy's audit_signed_from, say so and return True when the log breaks it (what
+    `audit verify --policy` reports): repairing or replaying it would take the rewrite as the log."""
+    from .audit import verify_audit_file
+
+    if signed_from is None:
+        return False
+    rep = verify_audit_file(path, trusted_keys=trusted, checkpoint_every=checkpoint_every, writer_keys=macs,
+                            signed_from=signed_from)
+    if not _signing_began(signed_from, rep):
+        return False
+    print(f"NOT {what}: {rep.problem} at line {rep.index}: {rep.detail}")
+    print(f"the entries from seq {signed_from} on (audit_signed_from in {policy}) were rewritten, or the log cut, "
+          "by someone without the guard's key; repair cannot cut them (without --signed-from they verify): keep "
+          "a copy of the file and, with the guard stopped, move it aside so that the guard starts a new log "
+          "(docs/audit-log.md, 'A log with nothing signed'). Nothing was changed")
+    return True
+
+
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     from .audit import verify_audit_file
     from .audit_verify import _show_kid, legacy_note
@@ -107,14 +133,17 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     own_kid: str | None = None
     retired: dict[str, Any] = {}
     revoked: frozenset[str] = frozenset()
-    every = args.every_entry_signed
+    every, signed_from = args.every_entry_signed, args.signed_from
     if args.policy:
         from .policy import load_policy
 
         own_kid, retired, revoked, trusted = _policy_audit_keys(args.policy, trusted, flag="--policy")
         # Its guards sign every entry, so an entry without its writer's signature is one they
         # would refuse: held to that here as `audit repair --trust-policy` holds its repair entry.
-        every = every or load_policy(args.policy).audit_sign_every_entry
+        cfg = load_policy(args.policy)
+        every = every or cfg.audit_sign_every_entry
+        # Where its guards began signing, as they hold the log to it (--signed-from overrides).
+        signed_from = signed_from if signed_from is not None else cfg.audit_signed_from
     if every and trusted is None:
         print("error: --every-entry-signed checks each entry's signature by its writer: give the public key of "
               "every guard writing the log (--key GUARD.pub, repeatable; or --policy, or --writer-key)",
@@ -126,7 +155,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         return 2
     rep = verify_audit_file(args.file, trusted_keys=trusted, checkpoint_every=args.checkpoint_every,
                             writer_keys=macs, signed_entries=every, allow_unsigned=args.allow_unsigned,
-                            signed_from=args.signed_from)
+                            signed_from=signed_from)
     if rep.problem == "unsigned":
         print(f"UNSIGNED: {args.file}: {rep.detail}")
         print("If a guard without signing_key wrote it, verify it without keys, or pass --allow-unsigned. "
@@ -157,7 +186,7 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
             print("checkpoint keys: " + ", ".join(
                 f"{kid} {_key_status(kid, own_kid=own_kid, retired=retired, revoked=revoked, trusted=trusted)}: {n}"
                 for kid, n in rep.checkpoint_keys))
-        if rep.signed_from and args.signed_from is None and (trusted is not None or macs is not None):
+        if rep.signed_from and signed_from is None and (trusted is not None or macs is not None):
             # Static, unlike the last hash: kept once, it tells this log from one rewritten in format
             # v1 and signed over later by the guard's next checkpoint, which the file alone cannot.
             print(f"signed from: seq {rep.signed_from} (its first entry with a writer id); keep it outside the file "
@@ -184,9 +213,9 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
         print(f"note: a file cut inside an entry ends the same way, and whole entries before the cut may be gone "
               f"too: compare the last whole entry (seq {rep.last_seq}, hash {rep.last_hash}) with the last seq "
               "and hash kept outside the file")
-    if args.signed_from is not None and "signing began" in rep.detail.split("; ")[0]:
+    if _signing_began(signed_from, rep):
         # Without --signed-from those entries verify (a legacy prefix), so repair keeps them all.
-        print(f"the entries from seq {args.signed_from} on were rewritten, or the log cut, by someone without the "
+        print(f"the entries from seq {signed_from} on were rewritten, or the log cut, by someone without the "
               "guard's key; repair cannot cut them (without --signed-from they verify): keep a copy of the file "
               "and, with the guard stopped, move it aside so that the guard starts a new log (docs/audit-log.md, "
               "'A log with nothing signed')")
@@ -252,6 +281,10 @@ def cmd_audit_repair(args: argparse.Namespace) -> int:
         allow_shared = allow_shared or trust_cfg.audit_allow_shared_file
         # Its repair entry must not vouch for another guard's entry that guard would refuse.
         sign_every = trust_cfg.audit_sign_every_entry
+        # Nor, as its checkpoint, sign over entries the guard refuses under audit_signed_from.
+        if _before_signing_refused(args.file, args.trust_policy, trust_cfg.audit_signed_from, trusted, macs,
+                                   args.checkpoint_every, "repaired"):
+            return 1
     try:
         rep = repair_audit_file(args.file, signer=signer, trusted_keys=trusted,
                                 checkpoint_every=args.checkpoint_every, keep_chain_from=args.keep_chain_from,
@@ -274,14 +307,19 @@ def cmd_audit_replay(args: argparse.Namespace) -> int:
     from .replay import replay_log
 
     macs, trusted = _given_keys(args)
-    signed = False
+    signed, signed_from = False, None
     if args.trust_policy:
         from .policy import load_policy
 
         trusted = _policy_audit_keys(args.trust_policy, trusted, flag="--trust-policy")[3]
         # As `audit verify --policy`: the guards under it sign every entry, so one without is forged.
-        signed = load_policy(args.trust_policy).audit_sign_every_entry
+        trust_cfg = load_policy(args.trust_policy)
+        signed, signed_from = trust_cfg.audit_sign_every_entry, trust_cfg.audit_signed_from
     mode = "prefix" if args.verified_prefix else "unverified" if args.unverified else "verified"
+    if mode != "unverified" and _before_signing_refused(args.log, args.trust_policy, signed_from, trusted, macs,
+                                                        args.checkpoint_every, "REPLAYED"):
+        # Its verified prefix would still hold the rewrite: replay_log verifies without signed_from.
+        return 1
     if mode != "unverified":
         from .audit import verify_audit_file
 

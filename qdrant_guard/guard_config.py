@@ -230,6 +230,22 @@ class GuardConfig(_Strict):
     ``--every-entry-signed`` (implied by ``--policy`` with this policy) names each entry without its
     writer's; ``qdrant-guard audit repair --trust-policy`` with this policy refuses to sign over
     such an entry as the guard does. Needs ``audit_log`` and ``signing_key`` (docs/audit-log.md)."""
+    audit_signed_from: int | None = None
+    """The seq from which guards with ``signing_key`` wrote ``audit_log``: ``1`` for a log such a
+    guard began, otherwise the ``signed from: seq S`` that ``qdrant-guard audit verify`` with a key
+    prints on a run you trust (the log's first entry with a writer id). It never changes, so it can
+    be kept once. Unset (default), a signing guard that opens a log whose entries in format v1 (no
+    writer id, no MAC) no checkpoint covers takes them for a log begun without a signing key, logs
+    an ``audit_unsigned_entries_adopted`` alert, and its next checkpoint signs them: the file alone
+    cannot tell that from one rewritten by someone who could write it (hashes recomputed). Set, the
+    guard refuses to start (and, before an append, to go on) on a v1 entry at or after this seq
+    among the entries it reads on open (back to the most recent checkpoint, at most 1000) and those
+    others appended (``AuditUnauthenticatedError``, the ``audit_unauthenticated_entry`` alert), and
+    on a log that ends before it (entries cut, or the file emptied: ``AuditIntegrityError``, an
+    ``audit_signed_entries_missing`` alert), nothing written. ``audit repair`` cannot cut such
+    entries: keep a copy and move the log aside, then set ``1``. ``qdrant-guard audit verify --policy``,
+    ``audit repair --trust-policy`` and ``audit replay --trust-policy`` take it as ``--signed-from``.
+    Needs ``audit_log`` and ``signing_key`` (docs/audit-log.md, "A log with nothing signed")."""
     unlisted: Literal["strict", "public", "refuse"] = "strict"
     """Collections not listed: ``strict`` = PII with the ``default`` policy (readable by any verified
     principal, vectors never returned raw; created and written by no one unless ``[default]`` sets
@@ -371,6 +387,15 @@ class GuardConfig(_Strict):
                              "budget_store_allow_unauthenticated")
         return self
 
+    @field_validator("audit_signed_from")
+    @classmethod
+    def _signed_from_is_a_seq(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError(f"must be a seq of the audit log (1 or more), got {v}: 1 for a log a guard with "
+                             "signing_key began, otherwise the seq `qdrant-guard audit verify FILE --key GUARD.pub` "
+                             "prints as `signed from: seq S`; or remove audit_signed_from")
+        return v
+
     @model_validator(mode="after")
     def _audit_keys_that_apply(self) -> "GuardConfig":
         # Both act on the audit log file; without one, entries go to `logging` only.
@@ -393,6 +418,16 @@ class GuardConfig(_Strict):
                                  "other guards' signatures in it, and audit_log is not set (entries go to the "
                                  "qdrant_guard.audit logger only), so it would be ignored; set audit_log = \"PATH\" "
                                  "to the log file, or remove audit_sign_every_entry")
+            if self.audit_signed_from is not None:
+                raise ValueError(f"audit_signed_from = {self.audit_signed_from} says where signing began in the audit "
+                                 "log file, and audit_log is not set (entries go to the qdrant_guard.audit logger "
+                                 "only), so it would be ignored; set audit_log = \"PATH\" to the log file, or remove "
+                                 "audit_signed_from")
+        elif self.audit_signed_from is not None and self.signing_key is None:
+            raise ValueError(f"audit_signed_from = {self.audit_signed_from} refuses unsigned audit entries from that "
+                             "seq on, and signing_key is not set, so this guard's own entries would be unsigned; set "
+                             "signing_key = \"PATH\" (the key of the guard that signed the log), or remove "
+                             "audit_signed_from")
         elif self.audit_sign_every_entry and self.signing_key is None:
             raise ValueError("audit_sign_every_entry = true signs every audit entry with the guard's signing_key, and "
                              "signing_key is not set (the process's fresh key signs nothing anyone can check later); "

@@ -294,7 +294,8 @@ class GuardPipeline:
                 raise ConfigError(f"{cfg.source_path or '<config>'}: budget_store: {unsafe}")
         self.audit = (AuditLog(cfg.audit_log, fsync=cfg.audit_fsync, signer=audit_signer,
                                trusted_keys=audit_keys, allow_shared_file=cfg.audit_allow_shared_file,
-                               sign_every_entry=cfg.audit_sign_every_entry)
+                               sign_every_entry=cfg.audit_sign_every_entry,
+                               signed_from=cfg.audit_signed_from)
                       if not self.transparent else None)
         self.principal_label, self.verified = self._verify_audited("client", principal)
         # State shared by every principal view of this pipeline (budgets, classifiers, caches);
