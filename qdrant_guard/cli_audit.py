@@ -190,7 +190,9 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
             # Static, unlike the last hash: kept once, it tells this log from one rewritten in format
             # v1 and signed over later by the guard's next checkpoint, which the file alone cannot.
             print(f"signed from: seq {rep.signed_from} (its first entry with a writer id); keep it outside the file "
-                  f"and pass --signed-from {rep.signed_from} on later runs")
+                  f"and pass --signed-from {rep.signed_from} on later runs"
+                  + (f" (or set audit_signed_from = {rep.signed_from} in {args.policy}, which the guard then holds "
+                     "the log to as well)" if args.policy else ""))
         if trusted is not None and rep.checkpoints == 0:
             # Without a checkpoint the key vouches for nothing: any key, the wrong one too, passes.
             flag = "--policy" if args.policy and not args.key else "--key"

@@ -207,7 +207,8 @@ def test_audit_verify_policy_takes_signed_from(tmp_path, capsys):
     _, log, trust, plain = _signed_over(tmp_path)
     capsys.readouterr()
     assert main(["audit", "verify", str(log), "--policy", str(plain)]) == 0  # control: the gap
-    capsys.readouterr()
+    # It names the guard's first entry as where signing began, and offers the setting.
+    assert f"set audit_signed_from = 3 in {plain}" in capsys.readouterr().out
     assert main(["audit", "verify", str(log), "--policy", str(trust)]) == 1
     out = capsys.readouterr().out
     assert "TAMPERED: unauthenticated at line 1" in out and "where signing began" in out
