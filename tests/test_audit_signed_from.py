@@ -13,22 +13,19 @@ local mode, the CLI in process. Every test not marked as a control fails on the 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-from pathlib import Path
 
 import pytest
 from qdrant_client import models
 
 from guardkit import Recorder, create, make_kit, one_logged_query, replay_policy_file
-from qdrant_guard import QdrantClient
+from qdrant_guard import QdrantClient, keys
 from qdrant_guard.audit import GENESIS, AuditLog, verify_audit_file
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.cli import main
 from qdrant_guard.errors import AuditIntegrityError, AuditUnauthenticatedError, ConfigError
 from qdrant_guard.policy import config_from_dict
 from qdrant_guard.receipts import ReceiptSigner
-from qdrant_guard import keys
 from test_review55 import _as_v1
 
 DOCS = {"docs": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}}
