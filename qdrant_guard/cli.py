@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     av.add_argument("--signed-from", type=_positive_int, metavar="SEQ",
                     help="the seq from which a guard with signing_key wrote this log (1 if it began it; `audit verify` "
                          "prints it), kept outside the file: refuse a v1 entry from it on, an entry at it without its "
-                         "checkpoint, and a log ending before it")
+                         "checkpoint, and a log ending before it; --policy of a policy that sets audit_signed_from "
+                         "implies it")
     av.set_defaults(func=cmd_audit_verify)
     ar = aud_p.add_parser("repair", help="cut a torn/tampered tail to the valid prefix, recording the cut",
                           description="Cut the log after its valid prefix: the cut bytes go to a side file "
