@@ -1,0 +1,239 @@
+"""Review 58: adversarial writes to a sensitive collection. A batch whose one middle point is bad
+(raw from a non-owner, a receipt for another point, collection or vector, altered, forged, expired,
+future-dated or from an untrusted signer) is refused whole on every write method, and nothing is
+stored; real qdrant-client local mode throughout."""
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import pytest
+
+from qdrant_client import QdrantClient as RawClient
+
+from guardkit import DIM, create, make_kit, models, snapshot, unit
+from qdrant_guard import GuardRefusal, QdrantClient, keys
+from qdrant_guard.errors import QdrantGuardError
+from qdrant_guard.noise import privatize
+from qdrant_guard.receipts import (RECEIPT_KEY, ReceiptItem, ReceiptSigner, issue_receipts_batch,
+                                   receipts_for_payload, stored_form)
+from qdrant_guard.receipts import verify as verify_stored
+
+GOOD = 4
+BAD_AT = 2
+
+
+@pytest.fixture()
+def kit(tmp_path):
+    return make_kit(tmp_path)
+
+
+@pytest.fixture()
+def agent():
+    sk, pk = keys.generate_keypair()
+    return ReceiptSigner(sk), keys.public_key_to_str(pk)
+
+
+def _client(kit, agent, *, named=(), max_age_s=3600.0):
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": False,
+                              "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01, "clip_norm": 1.0}}},
+                     receipts={"trusted_keys": [agent[1]], "max_age_s": max_age_s})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii", distance=models.Distance.EUCLID, named=named)
+    return owner.with_principal(kit.principal("bob", "support"))
+
+
+def _noised(rng, dim=DIM):
+    noised, params = privatize(np.asarray([unit(rng, dim)], dtype=np.float32), mechanism="gaussian", epsilon=1.0,
+                               delta=1e-6, radius=0.01, clip_norm=1.0)
+    return stored_form(noised[0], distance="Euclid"), params
+
+
+def _receipt(signer, pid, vec, params, *, collection="pii", vname="", issued_at=None):
+    return issue_receipts_batch(signer, [ReceiptItem(params=params, vector=vec, collection=collection, point_id=pid,
+                                                     vector_name=vname, issued_at=issued_at)])[0]
+
+
+def _point(pid, vecs, recs, extra=None):
+    """A point whose vectors are ``vecs`` ({name: array}, "" for the default) under receipts ``recs``."""
+    vector = vecs[""].tolist() if list(vecs) == [""] else {n: v.tolist() for n, v in vecs.items()}
+    payload = {"n": pid, **(extra or {})}
+    if recs:
+        payload[RECEIPT_KEY] = receipts_for_payload(recs)
+    return models.PointStruct(id=pid, vector=vector, payload=payload)
+
+
+def _good(signer, pid, rng, names=("",)):
+    vecs, recs = {}, {}
+    for n in names:
+        vecs[n], params = _noised(rng)
+        recs[n] = _receipt(signer, pid, vecs[n], params, vname=n)
+    return _point(pid, vecs, recs)
+
+
+def _flip_sig(rec):
+    out = copy.deepcopy(rec)
+    sig = bytearray(__import__("base64").b64decode(out["sig"]))
+    sig[0] ^= 1
+    out["sig"] = __import__("base64").b64encode(bytes(sig)).decode()
+    return out
+
+
+def _bad(kind, signer, pid, rng, names=("",)):
+    """Point ``pid`` made bad in the way ``kind`` names, on every vector name in ``names`` but the
+    last good one when there are two (``kind`` then applies to the last name only)."""
+    vecs, recs = {}, {}
+    for n in names:
+        vecs[n], params = _noised(rng)
+        recs[n] = _receipt(signer, pid, vecs[n], params, vname=n)
+    n = names[-1]
+    v, params = vecs[n], None
+    if kind == "raw":
+        vecs[n] = np.asarray(unit(rng), dtype=np.float32)
+        del recs[n]
+    elif kind == "other_id":
+        v2, p2 = _noised(rng)
+        vecs[n], recs[n] = v2, _receipt(signer, pid + 1000, v2, p2, vname=n)
+    elif kind == "other_collection":
+        v2, p2 = _noised(rng)
+        vecs[n], recs[n] = v2, _receipt(signer, pid, v2, p2, collection="other", vname=n)
+    elif kind == "other_vector":
+        vecs[n] = _noised(rng)[0]
+    elif kind == "other_name":
+        v2, p2 = _noised(rng)
+        vecs[n], recs[n] = v2, _receipt(signer, pid, v2, p2, vname=n + "x")
+    elif kind == "altered_params":
+        recs[n] = copy.deepcopy(recs[n])
+        recs[n]["params"]["epsilon"] = 0.5
+    elif kind == "forged_sig":
+        recs[n] = _flip_sig(recs[n])
+    elif kind == "expired":
+        v2, p2 = _noised(rng)
+        vecs[n], recs[n] = v2, _receipt(signer, pid, v2, p2, vname=n, issued_at=time.time() - 86400)
+    elif kind == "future":
+        v2, p2 = _noised(rng)
+        vecs[n], recs[n] = v2, _receipt(signer, pid, v2, p2, vname=n, issued_at=time.time() + 86400)
+    elif kind == "untrusted":
+        stranger = ReceiptSigner(keys.generate_keypair()[0])
+        v2, p2 = _noised(rng)
+        vecs[n], recs[n] = v2, _receipt(stranger, pid, v2, p2, vname=n)
+    else:
+        raise AssertionError(kind)
+    return _point(pid, vecs, recs)
+
+
+KINDS = ["raw", "other_id", "other_collection", "other_vector", "other_name", "altered_params", "forged_sig",
+         "expired", "future", "untrusted"]
+
+
+def _batch(kind, signer, rng, names=("",)):
+    pts = [_good(signer, 100 + i, rng, names) for i in range(GOOD)]
+    pts.insert(BAD_AT, _bad(kind, signer, 100 + GOOD, rng, names))
+    return pts
+
+
+def _as_batch(pts):
+    first = pts[0].vector
+    if isinstance(first, dict):
+        vectors = {n: [p.vector[n] for p in pts] for n in first}
+    else:
+        vectors = [p.vector for p in pts]
+    return models.Batch(ids=[p.id for p in pts], vectors=vectors, payloads=[p.payload for p in pts])
+
+
+def _writes(c, pts):
+    b = _as_batch(pts)
+    return {
+        "upsert_list": lambda: c.upsert("pii", pts),
+        "upsert_list_nowait": lambda: c.upsert("pii", pts, wait=False),
+        "upsert_batch": lambda: c.upsert("pii", b),
+        "upload_points_gen": lambda: c.upload_points("pii", (p for p in pts), batch_size=2),
+        "upload_points_parallel": lambda: c.upload_points("pii", iter(pts), batch_size=1, parallel=2,
+                                                          wait=False),
+        "upload_collection_gen": lambda: c.upload_collection(
+            "pii", vectors=(v for v in (b.vectors if isinstance(b.vectors, list) else
+                                        [dict(zip(b.vectors, r)) for r in zip(*b.vectors.values())])),
+            payload=iter(b.payloads), ids=iter(b.ids), batch_size=2, parallel=2),
+        "batch_update_mixed": lambda: c.batch_update_points("pii", [
+            models.UpsertOperation(upsert=models.PointsList(points=pts[:BAD_AT])),
+            models.SetPayloadOperation(set_payload=models.SetPayload(payload={"m": 1}, points=[pts[0].id])),
+            models.UpsertOperation(upsert=models.PointsBatch(batch=_as_batch(pts[BAD_AT:]))),
+        ]),
+    }
+
+
+METHODS = list(_writes(None, [_point(1, {"": np.zeros(DIM, np.float32)}, {})]))
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_one_bad_point_in_the_middle_refuses_the_whole_call(kit, agent, kind, method):
+    rng = np.random.default_rng(hash((kind, method)) % 2**32)
+    c = _client(kit, agent)
+    c.upsert("pii", [_good(agent[0], 1, rng)])
+    before = snapshot(c, "pii")
+    with pytest.raises(QdrantGuardError) as ei:
+        _writes(c, _batch(kind, agent[0], rng))[method]()
+    assert isinstance(ei.value, GuardRefusal), repr(ei.value)
+    assert snapshot(c, "pii") == before
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("kind", ["raw", "other_name", "forged_sig", "other_vector"])
+def test_named_vectors_one_name_receipted_the_other_bad(kit, agent, kind, method):
+    rng = np.random.default_rng(7)
+    c = _client(kit, agent, named=("a", "b"))
+    before = snapshot(c, "pii")
+    with pytest.raises(GuardRefusal):
+        _writes(c, _batch(kind, agent[0], rng, names=("a", "b")))[method]()
+    assert snapshot(c, "pii") == before
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_same_batch_all_good_is_written(kit, agent, method):
+    rng = np.random.default_rng(8)
+    c = _client(kit, agent)
+    pts = [_good(agent[0], 100 + i, rng) for i in range(GOOD + 1)]
+    _writes(c, pts)[method]()
+    deadline = time.time() + 10
+    while len(snapshot(c, "pii")) < len(pts) and time.time() < deadline:
+        time.sleep(0.01)
+    assert sorted(r[0] for r in snapshot(c, "pii")) == [p.id for p in pts]
+
+
+# -- a layout changed by another client ------------------------------------------------------
+# The guard caches a collection's vector layout. Another client (an operator, an agent in another
+# process) that recreates the collection with the same names and sizes but Cosine distance left
+# every later write checked against the old Euclid layout: Qdrant normalised the stored vectors,
+# so their receipts, noised by the guard or brought by the writer, never verified.
+
+def _recreated_as_cosine(c):
+    RawClient.delete_collection(c, "pii")
+    RawClient.create_collection(c, "pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+
+
+def test_noise_on_write_after_another_client_recreates_the_collection_as_cosine_stores_verifying_receipts(kit, agent):
+    rng = np.random.default_rng(20)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                              "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01, "clip_norm": 1.0}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii", distance=models.Distance.EUCLID)
+    c = owner.with_principal(kit.principal("bob", "support"))
+    c.upsert("pii", [models.PointStruct(id=1, vector=unit(rng))])
+    _recreated_as_cosine(c)
+    c.upsert("pii", [models.PointStruct(id=2, vector=unit(rng))])
+    reports = verify_stored(c._origin, "pii", trusted_keys=c.guard.trusted_receipt_keys)
+    assert [(r.point_id, r.reason) for r in reports] == [(2, "ok")]
+
+
+def test_a_euclid_receipt_after_another_client_recreates_the_collection_as_cosine_is_refused(kit, agent):
+    rng = np.random.default_rng(21)
+    c = _client(kit, agent)
+    c.upsert("pii", [_good(agent[0], 1, rng)])
+    _recreated_as_cosine(c)
+    with pytest.raises(GuardRefusal) as ei:
+        c.upsert("pii", [_good(agent[0], 2, rng)])
+    assert ei.value.verdict == "INVALID_RECEIPT"
+    assert ei.value.details["reasons"]["2"].startswith("vector_mismatch: ")
+    assert snapshot(c, "pii") == []
