@@ -93,10 +93,6 @@ class PreparedPoints:
     utility_names: frozenset[str] = frozenset()
 
 
-# InvalidVectorError reasons that may come from a stale cached layout rather than from the point.
-_LAYOUT_REASONS = frozenset({"unknown_vector_name", "wrong_dimension", "sparse_vector", "multivector"})
-
-
 # Read-only stand-ins for a point without receipts or embedded vectors (nothing to allocate).
 _NO_RECEIPTS: Mapping[str, Any] = MappingProxyType({})
 
@@ -230,20 +226,13 @@ class WritePrep(WriteSigning):
 
         A generator (it may fetch the collection layout). Returns :class:`PreparedPoints`.
 
-        The layout is cached per collection, and another client (an agent in another process, an
-        operator) may have recreated the collection since: a point that does not fit the cached
-        layout gets the layout read again, once, before it is refused, as Qdrant would accept it.
+        The layout is read afresh for every call (one ``get_collection``): another client (an agent
+        in another process, an operator) may have recreated the collection since, with the same
+        names and sizes but Cosine distance or a lossy datatype, and a point checked against the
+        old layout fits it, so no misfit would show that it is stale; Qdrant would then normalise
+        or round the stored vectors, and their receipts would never verify.
         """
-        stale = self._shapes.get(name)
-        try:
-            return (yield from self._prepare_points(op, name, pol, points))
-        except InvalidVectorError as exc:
-            if stale is None or getattr(exc, "reason", None) not in _LAYOUT_REASONS:
-                raise
-            self.forget_shape(name)
-            fresh = yield from self.shape(name, op=op, pol=pol)
-            if fresh == stale:
-                raise
+        self._shapes.pop(name, None)
         return (yield from self._prepare_points(op, name, pol, points))
 
     def _prepare_points(self, op: str, name: str, pol: CollectionPolicy,

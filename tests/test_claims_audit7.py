@@ -91,8 +91,8 @@ def test_the_async_step_counts_the_docs_state(tmp_path: Path, monkeypatch: Any, 
         await owner.close()
 
     asyncio.run(main())
-    # One step more than the requests: the first upsert reads the layout (get_collection).
-    assert counts["upsert"] == [3, 2]
+    # One step more than the requests: each upsert reads the layout (get_collection), then writes.
+    assert counts["upsert"] == [3, 3]
     # Commonly get_aliases and the query (3), the classifier one more; the first read of a
     # source also asks its size (a count).
     common = [*(["Offload"] if intent else []), "get_aliases", "query_points", "return"]
