@@ -13,8 +13,8 @@ import pytest
 from qdrant_client import QdrantClient as RawClient
 
 from guardkit import DIM, create, make_kit, models, snapshot, unit
-from qdrant_guard import GuardRefusal, QdrantClient, keys
-from qdrant_guard.errors import QdrantGuardError
+from qdrant_guard import GuardRefusal, InvalidVectorError, QdrantClient, keys
+from qdrant_guard.errors import QdrantGuardError, UnsupportedWriteError
 from qdrant_guard.noise import privatize
 from qdrant_guard.receipts import (RECEIPT_KEY, ReceiptItem, ReceiptSigner, issue_receipts_batch,
                                    receipts_for_payload, stored_form)
@@ -237,3 +237,164 @@ def test_a_euclid_receipt_after_another_client_recreates_the_collection_as_cosin
     assert ei.value.verdict == "INVALID_RECEIPT"
     assert ei.value.details["reasons"]["2"].startswith("vector_mismatch: ")
     assert snapshot(c, "pii") == []
+
+
+def test_a_receipted_write_after_another_client_recreates_the_collection_with_a_lossy_datatype_is_refused(kit, agent):
+    rng = np.random.default_rng(22)
+    c = _client(kit, agent)
+    c.upsert("pii", [_good(agent[0], 1, rng)])
+    RawClient.delete_collection(c, "pii")
+    RawClient.create_collection(c, "pii", vectors_config=models.VectorParams(
+        size=DIM, distance=models.Distance.EUCLID, datatype=models.Datatype.UINT8))
+    with pytest.raises(UnsupportedWriteError, match="stored as uint8"):
+        c.upsert("pii", [_good(agent[0], 2, rng)])
+    assert snapshot(c, "pii") == []
+
+
+# -- attacks that hold ------------------------------------------------------------------------
+
+def _noise_client(kit, named=()):
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                              "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01, "clip_norm": 1.0}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    create(owner, "pii", distance=models.Distance.EUCLID, named=named)
+    return owner.with_principal(kit.principal("bob", "support"))
+
+
+@pytest.mark.parametrize("second", ["raw", "good"])
+def test_a_point_id_twice_in_one_call_is_checked_each_time_and_the_stored_receipt_is_the_last(kit, agent, second):
+    rng = np.random.default_rng(23)
+    c = _client(kit, agent)
+    first = _good(agent[0], 5, rng)
+    again = models.PointStruct(id=5, vector=unit(rng)) if second == "raw" else _good(agent[0], 5, rng)
+    for pts in ([first, again], [again, first]):
+        if second == "raw":
+            with pytest.raises(GuardRefusal, match="NOISE_REQUIRED"):
+                c.upsert("pii", pts)
+            assert snapshot(c, "pii") == []
+        else:
+            c.upsert("pii", pts)
+            (stored,) = snapshot(c, "pii")
+            assert stored[1][RECEIPT_KEY] == pts[-1].payload[RECEIPT_KEY]
+            assert [r.reason for r in verify_stored(c._origin, "pii", trusted_keys=c.guard.trusted_receipt_keys)] == ["ok"]
+
+
+def test_twice_the_same_id_under_noise_on_write_stores_a_verifying_receipt_on_every_method(kit):
+    rng = np.random.default_rng(24)
+    c = _noise_client(kit)
+    c.upsert("pii", [models.PointStruct(id=5, vector=unit(rng)), models.PointStruct(id=5, vector=unit(rng))])
+    c.update_vectors("pii", [models.PointVectors(id=5, vector=unit(rng)), models.PointVectors(id=5, vector=unit(rng))])
+    c.upsert("pii", models.Batch(ids=[5, 5], vectors=[unit(rng), unit(rng)]))
+    c.upload_points("pii", [models.PointStruct(id=5, vector=unit(rng)), models.PointStruct(id=5, vector=unit(rng))],
+                    batch_size=1)
+    c.batch_update_points("pii", [
+        models.UpsertOperation(upsert=models.PointsList(points=[models.PointStruct(id=5, vector=unit(rng))])),
+        models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(
+            points=[models.PointVectors(id=5, vector=unit(rng))]))])
+    assert [r.reason for r in verify_stored(c._origin, "pii", trusted_keys=c.guard.trusted_receipt_keys)] == ["ok"]
+
+
+def test_a_generator_that_raises_midway_writes_nothing(kit, agent):
+    rng = np.random.default_rng(25)
+    c = _client(kit, agent)
+
+    def points():
+        yield _good(agent[0], 1, rng)
+        yield _good(agent[0], 2, rng)
+        raise RuntimeError("source failed")
+
+    for parallel in (1, 2):
+        with pytest.raises(RuntimeError, match="source failed"):
+            c.upload_points("pii", points(), batch_size=1, parallel=parallel)
+        assert snapshot(c, "pii") == []
+
+
+_BAD_VECTORS = {
+    "nan": [float("nan")] + [0.1] * (DIM - 1),
+    "inf": [0.1] * (DIM - 1) + [float("-inf")],
+    "short": [0.1] * (DIM - 1),
+    "long": [0.1] * (DIM + 1),
+    "matrix": [[0.1] * DIM],
+    "text": ["0.1"] * DIM,
+}
+
+
+@pytest.mark.parametrize("bad", list(_BAD_VECTORS))
+def test_a_malformed_vector_in_the_middle_refuses_the_whole_noised_write(kit, bad):
+    rng = np.random.default_rng(26)
+    c = _noise_client(kit)
+    c.upsert("pii", [models.PointStruct(id=i, vector=unit(rng)) for i in range(3)])
+    before = snapshot(c, "pii")
+    v = _BAD_VECTORS[bad]
+    middle = models.PointStruct.model_construct(id=11, vector=v, payload=None)
+    calls = [
+        lambda: c.upsert("pii", [models.PointStruct(id=10, vector=unit(rng)), middle,
+                                 models.PointStruct(id=12, vector=unit(rng))]),
+        lambda: c.upload_collection("pii", vectors=iter([unit(rng), v, unit(rng)]), ids=iter([10, 11, 12])),
+        lambda: c.update_vectors("pii", [models.PointVectors(id=0, vector=unit(rng)),
+                                         models.PointVectors.model_construct(id=1, vector=v),
+                                         models.PointVectors(id=2, vector=unit(rng))]),
+    ]
+    for call in calls:
+        with pytest.raises((QdrantGuardError, ValueError)):
+            call()
+        assert snapshot(c, "pii") == before
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int64])
+def test_numpy_float16_and_int_vectors_are_noised_and_receipted_like_floats(kit, dtype):
+    c = _noise_client(kit)
+    c.upsert("pii", [models.PointStruct(id=i, vector=np.eye(DIM, dtype=dtype)[i]) for i in range(3)])
+    reports = verify_stored(c._origin, "pii", trusted_keys=c.guard.trusted_receipt_keys)
+    assert [r.reason for r in reports] == ["ok"] * 3
+    assert all(not np.allclose(v, np.eye(DIM)[pid]) for pid, _, v in snapshot(c, "pii"))
+
+
+@pytest.mark.parametrize("key", ["_qdrant_guard_receipt", '"_qdrant_guard_receipt"', "_qdrant_guard_receipt.vectors",
+                                 '"_qdrant_guard_receipt".vectors', "_qdrant_guard_receipt[0]",
+                                 "$._qdrant_guard_receipt", '_qdrant_guard_receipt.vectors.""'])
+def test_no_payload_path_reaches_the_receipt(kit, agent, key):
+    rng = np.random.default_rng(27)
+    c = _client(kit, agent)
+    c.upsert("pii", [_good(agent[0], 5, rng)])
+    before = snapshot(c, "pii")
+    for call in (lambda: c.set_payload("pii", {"v": 1, "vectors": {}}, points=[5], key=key),
+                 lambda: c.delete_payload("pii", [key], points=[5]),
+                 lambda: c.batch_update_points("pii", [models.SetPayloadOperation(
+                     set_payload=models.SetPayload(payload={"x": 1}, points=[5], key=key))])):
+        with pytest.raises(GuardRefusal, match="RECEIPT_TAMPERING"):
+            call()
+        assert snapshot(c, "pii") == before
+
+
+def test_a_receipt_entry_for_a_vector_the_point_lacks_is_not_stored(kit, agent):
+    rng = np.random.default_rng(28)
+    c = _client(kit, agent)
+    p = _good(agent[0], 5, rng)
+    container = copy.deepcopy(p.payload[RECEIPT_KEY])
+    container["vectors"]["zzz"] = _flip_sig(container["vectors"][""])
+    c.upsert("pii", [models.PointStruct(id=5, vector=p.vector, payload={**p.payload, RECEIPT_KEY: container})])
+    (stored,) = snapshot(c, "pii")
+    assert list(stored[1][RECEIPT_KEY]["vectors"]) == [""]
+
+
+def test_a_sparse_or_multivector_next_to_a_noised_dense_one_refuses_the_whole_call(kit):
+    rng = np.random.default_rng(29)
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": True,
+                              "noise": {"epsilon": 1.0, "delta": 1e-6, "radius": 0.01, "clip_norm": 1.0}}})
+    owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    owner.create_collection("pii", vectors_config={
+        "a": models.VectorParams(size=DIM, distance=models.Distance.EUCLID),
+        "m": models.VectorParams(size=DIM, distance=models.Distance.EUCLID, multivector_config=models.MultiVectorConfig(
+            comparator=models.MultiVectorComparator.MAX_SIM))},
+        sparse_vectors_config={"sp": models.SparseVectorParams()})
+    c = owner.with_principal(kit.principal("bob", "support"))
+    c.upsert("pii", [models.PointStruct(id=1, vector={"a": unit(rng)})])
+    before = snapshot(c, "pii")
+    for extra in ({"sp": models.SparseVector(indices=[1], values=[0.5])}, {"m": [unit(rng), unit(rng)]}):
+        with pytest.raises(InvalidVectorError):
+            c.upsert("pii", [models.PointStruct(id=2, vector={"a": unit(rng)}),
+                             models.PointStruct(id=3, vector={"a": unit(rng), **extra})])
+        with pytest.raises(InvalidVectorError):
+            c.update_vectors("pii", [models.PointVectors(id=1, vector={"a": unit(rng), **extra})])
+        assert snapshot(c, "pii") == before
