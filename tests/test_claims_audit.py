@@ -121,7 +121,8 @@ def test_a_write_qdrant_fails_is_audited_by_method_and_error_type_not_message(tm
     assert record["verdict"] == "QDRANT_ERROR"
     assert message not in json.dumps(record)
     assert record["details"]["error"] == type(info.value).__name__
-    assert record["details"]["method"] == ("upsert" if call == "upsert" else "delete")
+    # An upsert reads the collection's layout first (each write does), and that read is what fails.
+    assert record["details"]["method"] == ("get_collection" if call == "upsert" else "delete")
     assert verify_audit_file(tmp_path / "audit.jsonl").ok
 
 
