@@ -7,6 +7,8 @@ guard cannot check, the receipt keys a collection trusts, and the cache of colle
 """
 from __future__ import annotations
 
+import time
+
 from typing import Any, Generator
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -219,6 +221,7 @@ class CallChecks(GuardPipeline):
                 raise
             found = shape_from_info(info)
             self._shapes[collection] = found
+            self._shape_read_at[collection] = time.monotonic()
         return found
 
     def forget_shape(self, collection: str | None = None) -> None:

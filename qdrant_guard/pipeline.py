@@ -204,6 +204,7 @@ class GuardPipeline:
         self.embedder = embedder
         self.clock = clock
         self._shapes: dict[str, CollectionShape] = {}
+        self._shape_read_at: dict[str, float] = {}  # time.monotonic() of each layout's get_collection
         self._signing_key = self._load_signing_key(cfg)
         missing = missing_key_files(cfg)
         if missing is not None:

@@ -9,6 +9,7 @@ decision.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Collection, Mapping
@@ -92,6 +93,16 @@ class PreparedPoints:
     #: Vectors noised or taken under a receipt: whose utility records the manifest names.
     utility_names: frozenset[str] = frozenset()
 
+
+# InvalidVectorError reasons that may come from a stale cached layout rather than from the point.
+_LAYOUT_REASONS = frozenset({"unknown_vector_name", "wrong_dimension", "sparse_vector", "multivector"})
+
+# How long (seconds) a write trusts a collection layout the guard read: an older one is read again
+# before the points are checked. Another client may recreate the collection with the same names and
+# sizes but another distance or a lossy datatype, which no misfit would show; reading it for every
+# write costs a round trip each (local mode's get_collection counts the points: about 0.3 ms at
+# 10,000), so a burst of writes shares one read and the window is this long.
+LAYOUT_FRESH_S = 1.0
 
 # Read-only stand-ins for a point without receipts or embedded vectors (nothing to allocate).
 _NO_RECEIPTS: Mapping[str, Any] = MappingProxyType({})
@@ -226,13 +237,27 @@ class WritePrep(WriteSigning):
 
         A generator (it may fetch the collection layout). Returns :class:`PreparedPoints`.
 
-        The layout is read afresh for every call (one ``get_collection``): another client (an agent
-        in another process, an operator) may have recreated the collection since, with the same
-        names and sizes but Cosine distance or a lossy datatype, and a point checked against the
-        old layout fits it, so no misfit would show that it is stale; Qdrant would then normalise
-        or round the stored vectors, and their receipts would never verify.
+        The layout is cached per collection for ``LAYOUT_FRESH_S`` and read again (one
+        ``get_collection``) by the first write after that: another client (an agent in another
+        process, an operator) may have recreated the collection since, with the same names and
+        sizes but Cosine distance or a lossy datatype, and a point checked against the old layout
+        fits it, so no misfit would show that it is stale; Qdrant would then normalise or round the
+        stored vectors, and their receipts would never verify. A point that does not fit a cached
+        layout gets it read again, once, before it is refused, as Qdrant would accept it.
         """
-        self._shapes.pop(name, None)
+        read_at = self._shape_read_at.get(name)
+        if read_at is None or time.monotonic() - read_at >= LAYOUT_FRESH_S:
+            self._shapes.pop(name, None)
+        stale = self._shapes.get(name)
+        try:
+            return (yield from self._prepare_points(op, name, pol, points))
+        except InvalidVectorError as exc:
+            if stale is None or getattr(exc, "reason", None) not in _LAYOUT_REASONS:
+                raise
+            self.forget_shape(name)
+            fresh = yield from self.shape(name, op=op, pol=pol)
+            if fresh == stale:
+                raise
         return (yield from self._prepare_points(op, name, pol, points))
 
     def _prepare_points(self, op: str, name: str, pol: CollectionPolicy,

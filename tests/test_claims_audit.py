@@ -95,8 +95,12 @@ def test_a_guarded_release_records_the_policy_exactly_and_its_lattice_margin(tmp
 # filter or payload values of the call), unlike a failed read or look-up. Made to fail for real:
 # the collection is deleted around the guard after it cached the collection's layout.
 @pytest.mark.parametrize("call", ["upsert", "delete_by_filter"])
-def test_a_write_qdrant_fails_is_audited_by_method_and_error_type_not_message(tmp_path, call):
+def test_a_write_qdrant_fails_is_audited_by_method_and_error_type_not_message(tmp_path, call, monkeypatch):
     import json
+
+    from qdrant_guard import writeprep
+
+    monkeypatch.setattr(writeprep, "LAYOUT_FRESH_S", 3600.0)  # the upsert uses the layout it cached
 
     from qdrant_client import QdrantClient as RawClient
 
@@ -121,8 +125,7 @@ def test_a_write_qdrant_fails_is_audited_by_method_and_error_type_not_message(tm
     assert record["verdict"] == "QDRANT_ERROR"
     assert message not in json.dumps(record)
     assert record["details"]["error"] == type(info.value).__name__
-    # An upsert reads the collection's layout first (each write does), and that read is what fails.
-    assert record["details"]["method"] == ("get_collection" if call == "upsert" else "delete")
+    assert record["details"]["method"] == ("upsert" if call == "upsert" else "delete")
     assert verify_audit_file(tmp_path / "audit.jsonl").ok
 
 
