@@ -43,9 +43,9 @@ L2 = 1e-4  # chosen by 5 repeated group splits of the training part only (not th
 # train-only lines (mostly document commands on the benign side) had moved refusals far down but
 # also pulled borderline grabs below the policy's threshold; chosen on five group splits against
 # the first three judging corpora (docs/intent.md), never on tests/data/intent_*_heldout4.jsonl.
-CLASS_SCALE = (1.0, 1.0, 2.0, 3.0)
+CLASS_SCALE = (1.0, 1.0, 3.0, 4.0)
 MAX_ITER = 1000
-MODEL_NAME = "builtin-linear-v2"
+MODEL_NAME = "builtin-linear-v3"
 _DECIMALS = 6
 
 
@@ -87,6 +87,9 @@ def load_dataset(path: str | None = None) -> list[dict[str, str]]:
                     raise GuardArgumentValueError(f"{path}:{n}: field {key!r} missing or not a string")
             if row["label"] not in INTENT_LABELS:
                 raise GuardArgumentValueError(f"{path}:{n}: label {row['label']!r} is not one of {INTENT_LABELS}")
+            w = row.get("weight", 1.0)
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w <= 1:
+                raise GuardArgumentValueError(f"{path}:{n}: weight {w!r} must be a number in (0, 1]; leave it out for 1")
             rows.append(row)
     return rows
 
@@ -149,11 +152,13 @@ def train(rows: Sequence[dict[str, str]], train_idx: Sequence[int], *, hash_bits
     x = x_full[:, used]
     n, d = x.shape
     k = len(INTENT_LABELS)
-    counts = np.bincount(y, minlength=k).astype(np.float64)
+    row_w = np.array([float(rows[i].get("weight", 1.0)) for i in train_idx])
+    # A line of weight w counts as w lines, in its label's total as in the loss.
+    counts = np.bincount(y, weights=row_w, minlength=k)
     if len(class_scale) != k or min(class_scale) <= 0:
         raise GuardArgumentValueError(f"class_scale {tuple(class_scale)!r} must be {k} positive numbers, "
                                       f"one per label of {INTENT_LABELS}")
-    sample_w = (n * np.asarray(class_scale, dtype=np.float64) / (k * counts))[y] / n
+    sample_w = row_w * (n * np.asarray(class_scale, dtype=np.float64) / (k * counts))[y] / n
     onehot = np.eye(k)[y]
 
     def loss_grad(theta: np.ndarray) -> tuple[float, np.ndarray]:
