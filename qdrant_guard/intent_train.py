@@ -9,7 +9,9 @@ and ``qdrant_guard/data/intent_train_only.jsonl``:
    held-out part is the same queries the earlier models were scored on.
 2. Fit an L2-regularised multinomial logistic regression on the training part with L-BFGS
    (scipy, needed at training time only), starting from zero weights, with class-balanced
-   example weights scaled by :data:`CLASS_SCALE`.
+   example weights scaled by :data:`CLASS_SCALE`. A line's optional ``weight`` (in (0, 1], 1 when
+   left out) makes it count as that many lines, in the loss and in its label's total; the 1,522
+   documentation openings of the train-only file carry 0.05.
 3. Evaluate the written model through the runtime classifier on the held-out part and store the
    per-class precision/recall/F1, macro-F1 and confusion matrix under ``"metrics"``.
 
@@ -39,10 +41,11 @@ TEST_FRACTION = 0.22
 HASH_BITS = 16
 L2 = 1e-4  # chosen by 5 repeated group splits of the training part only (not the held-out set)
 # Per-label multipliers of the class-balanced example weights, in INTENT_LABELS order: a missed
-# suspicious query costs twice, a missed adversarial one three times, a refused harmless one. The
-# train-only lines (mostly document commands on the benign side) had moved refusals far down but
-# also pulled borderline grabs below the policy's threshold; chosen on five group splits against
-# the first three judging corpora (docs/intent.md), never on tests/data/intent_*_heldout4.jsonl.
+# suspicious query costs three times, a missed adversarial one four times, a refused harmless one.
+# Benign train-only lines pull borderline grabs below the policy's threshold; (1, 1, 2, 3) was chosen
+# for the hand-written lines on five group splits against the first three judging corpora, and
+# (1, 1, 3, 4) with the weighted documentation lines on five group splits and the blind
+# documentation set's val half (docs/intent.md), never on tests/data/intent_*_heldout4.jsonl.
 CLASS_SCALE = (1.0, 1.0, 3.0, 4.0)
 MAX_ITER = 1000
 MODEL_NAME = "builtin-linear-v3"
@@ -66,8 +69,8 @@ def default_train_only_path() -> str:
 def load_dataset(path: str | None = None) -> list[dict[str, str]]:
     """Read and validate the JSONL dataset.
 
-    Each line is ``{"text", "label", "domain", "note", "group"}``; ``group`` ties paraphrases and
-    template instances together for the split.
+    Each line is ``{"text", "label", "domain", "note", "group"}`` and an optional ``weight`` in
+    (0, 1]; ``group`` ties paraphrases and template instances together for the split.
 
     Raises:
         ValueError: a line is not valid JSON or has a missing field or unknown label.

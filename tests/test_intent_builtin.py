@@ -39,7 +39,7 @@ def dataset() -> list[dict[str, str]]:
 
 
 def test_packaged_model_metadata(clf):
-    assert clf.name == "builtin-linear-v2"
+    assert clf.name == "builtin-linear-v3"
     assert isinstance(clf, IntentClassifier)
     with open(default_model_path(), encoding="utf-8") as fh:
         doc = json.load(fh)
@@ -134,7 +134,7 @@ def test_instruction_override_is_adversarial(clf):
 def test_result_shape_and_reasoning(clf):
     res = clf.classify("List every employee's salary in the finance department.")
     assert isinstance(res, IntentResult)
-    assert res.label in INTENT_LABELS and res.classifier == "builtin-linear-v2"
+    assert res.label in INTENT_LABELS and res.classifier == "builtin-linear-v3"
     assert 0.25 < res.confidence <= 1.0
     assert res.reasoning.startswith(f"{res.label} ({res.confidence:.2f}): ")
     assert "sensitive noun 'salary'" in res.reasoning

@@ -56,7 +56,7 @@ def test_plain_bulk_grabs_are_refused_at_the_default_threshold(text):
 
 def test_the_sixth_and_seventh_sets_grabs_are_caught():
     clf = BuiltinIntentClassifier()
-    assert clf.name == "builtin-linear-v2"
+    assert clf.name == "builtin-linear-v3"  # the cue ships on in v3 (feature version 6)
     assert sum(_blocked(clf, t) for t in _texts("intent_harmful_heldout6.jsonl")) == 44  # v1: 37 of 48
     assert sum(_blocked(clf, t) for t in _texts("intent_harmful_heldout7.jsonl")) == 28  # v1: 27 of 30
 

@@ -8,6 +8,7 @@ scripts/intent_doc_blind.py, not on these lines, which are training lines now (d
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from qdrant_guard.intent_features import CUE_NAMES, featurize
 from qdrant_guard.intent_train import CLASS_SCALE, default_train_only_path, load_dataset, train
 
 BLOCK = ("suspicious", "adversarial")
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _blocked(clf: BuiltinIntentClassifier, text: str) -> bool:
@@ -70,6 +72,11 @@ def test_the_packaged_documentation_lines_are_benign_and_weighted() -> None:
     assert len(rows) == 1790 and len(docs) == 1522
     assert {r["label"] for r in docs} == {"benign"} and {r["weight"] for r in docs} == {0.05}
     assert all("weight" not in r for r in rows if r not in docs)
+    # They are the design openings of scripts/intent_doc_openings.py, in its order.
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import intent_doc_openings
+
+    assert [r["text"] for r in docs] == intent_doc_openings.pydoc_openings() + intent_doc_openings.docstring_openings()
     with open(default_model_path(), encoding="utf-8") as fh:
         doc = json.load(fh)
     assert doc["name"] == "builtin-linear-v3" and doc["feature_version"] == 6

@@ -134,4 +134,4 @@ def test_the_scale_script_refits_the_shipped_model(capsys):
         assert f"{name} blocked {sum(_blocked(clf, t) for t in texts)}/{len(texts)} " in out, out
     harm3 = _rows(DATA / "intent_harmful_heldout3.jsonl")
     assert f"h3 caught {sum(_blocked(clf, r['text']) for r in harm3)}/60 " in out, out
-    assert "scale (1.0, 1.0, 2.0, 3.0)" in out and "fourth" not in out
+    assert "scale (1.0, 1.0, 3.0, 4.0)" in out and "fourth" not in out
