@@ -1,7 +1,9 @@
 """Block rate of an intent model on the six-word openings of documentation paragraphs.
 
 A new-user walk pasted the first words of pydoc paragraphs as queries and saw some refused. Two
-benign sets, both from the standard library and neither used to train any model:
+benign sets, both from the standard library; since builtin-linear-v3 every opening of both is a
+benign train-only line of weight 0.05 (qdrant_guard/data/intent_train_only.jsonl), so the shipped
+model's figures here are training-set figures (judge a model on scripts/intent_doc_blind.py):
 
 - ``pydoc``: the first six words of every paragraph of ``pydoc_data.topics`` (split on blank
   lines, sorted by topic; indented code blocks and paragraphs of fewer than six words left out;
