@@ -8,6 +8,8 @@ scripts/intent_doc_blind.py, not on these lines, which are training lines now (d
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -72,11 +74,13 @@ def test_the_packaged_documentation_lines_are_benign_and_weighted() -> None:
     assert len(rows) == 1790 and len(docs) == 1522
     assert {r["label"] for r in docs} == {"benign"} and {r["weight"] for r in docs} == {0.05}
     assert all("weight" not in r for r in rows if r not in docs)
-    # They are the design openings of scripts/intent_doc_openings.py, in its order.
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import intent_doc_openings
-
-    assert [r["text"] for r in docs] == intent_doc_openings.pydoc_openings() + intent_doc_openings.docstring_openings()
+    # They are the design openings of scripts/intent_doc_openings.py, in its order. In a fresh
+    # interpreter: the docstring set walks module attributes, which other tests' imports change.
+    code = ("import json, intent_doc_openings as d; "
+            "print(json.dumps(d.pydoc_openings() + d.docstring_openings()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "scripts"), str(ROOT)])))
+    assert [r["text"] for r in docs] == json.loads(out.stdout)
     with open(default_model_path(), encoding="utf-8") as fh:
         doc = json.load(fh)
     assert doc["name"] == "builtin-linear-v3" and doc["feature_version"] == 6
