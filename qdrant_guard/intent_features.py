@@ -19,8 +19,8 @@ from .intent_fold import INVISIBLE_IN_WORD_RE, fold as _fold
 
 #: Version of the feature extractor below. A model file records the version it was trained with
 #: and is refused by a different extractor, because its weights would silently mean nothing.
-FEATURE_VERSION = 6  # 2 was doc_noun_strict+process_question, shipped and reverted; 4: escapes, masks, strong leet;
-# 5: bulk_secret, a bulk request whose object is a credential or PII noun; 6: named_target skips titles and headings
+FEATURE_VERSION = 5  # 2 was doc_noun_strict+process_question, shipped and reverted; 4: escapes, masks, strong leet;
+# 5: bulk_secret, a bulk request whose object is a credential or PII noun
 
 # Lexical features look at a bounded prefix (before and after normalisation) so a stuffed
 # multi-megabyte query costs bounded time; the length and repetition cues still see that the
@@ -414,9 +414,6 @@ def _bulk_secret(low: str) -> str:
     return ""
 
 
-_SENTENCE_END = frozenset(".!?:;\"(")
-_HEADING_BEFORE = _SENTENCE_END | frozenset("-\u2013\u2014*#|]")
-_ARTICLES = ("The ", "The-", "An ", "An-")
 _NAMED_ROLE_RE = re.compile(_word_led(
     *(role + r"'s\b" for role in ("ceo", "cfo", "cto", "coo", r"vp of \w+", "general counsel", "hr director",
                                   r"head of \w+", "skip-level")),
@@ -602,14 +599,9 @@ def _featurize(text: str, *, fold: bool) -> Featurized:
     named = ""
     for m in _NAME_PAIR_RE.finditer(cased):
         before = cased[max(0, m.start() - 8): m.start()].rstrip()
-        # A capitalised pair at the start of a sentence is usually just the first words; after a
-        # dash, bullet, footnote mark or table bar it starts a heading (`**PEP 484** - Type Hints`).
-        # (fold=False stays feature version 1: `.!?:;"(` only, and no title rule.)
-        at_sentence_start = before[-1] in (_HEADING_BEFORE if fold else _SENTENCE_END) if before else m.start() <= 8
-        # Three or more capitalised words, or a run led by an article, name a title or a heading
-        # (`Abstract Base Classes`, `The Python Debugger`), not a person (feature version 6).
-        title = fold and (m.group(0).count(" ") + m.group(0).count("-") >= 2 or m.group(0).startswith(_ARTICLES))
-        if not (at_sentence_start or title):
+        # A capitalised pair at the start of a sentence is usually just the first words.
+        at_sentence_start = before[-1] in ".!?:;\"(" if before else m.start() <= 8
+        if not at_sentence_start:
             named = m.group(0)
             break
     if not named:

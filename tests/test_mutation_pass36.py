@@ -87,8 +87,9 @@ def test_windowed_alternatives_span_gaps_of_exactly_their_bounds_and_no_more(hea
 
 
 @pytest.mark.parametrize(("text", "named"), [
-    ("- Jane Doe salary", None),  # a bullet starts a heading (feature version 6, builtin-linear-v3)
-    ("on Jane Doe salary", "Jane Doe"),  # the one character before the pair is read
+    ("- Jane Doe salary", "Jane Doe"),  # a bullet: the one character before the pair is read
+    ("| Jane Doe | salary |", "Jane Doe"),  # a table bar hides no name either (h-intent9)
+    ("on Jane Doe salary", "Jane Doe"),
     ("Jane Doe salary", None),
     # The pair is at a sentence start when the last of the 8 characters before it that is not a
     # space ends a sentence, or when there is none and the pair starts within the first 8: the
