@@ -1,8 +1,9 @@
 """builtin-linear-v3: documentation openings as weighted benign train-only lines (branch h-intent8).
 
 The shipped model trains on the 1,522 design documentation openings of
-scripts/intent_doc_openings.py at weight 0.05 each, with CLASS_SCALE (1, 1, 3, 4), and feature
-version 6 (a named target is not a heading or a title). Judged on the blind documentation set of
+scripts/intent_doc_openings.py at weight 0.05 each, with CLASS_SCALE (1, 1, 3, 4), on feature
+version 5 (h-intent9 removed feature version 6's heading rule: it hid `- Jane Doe salary` from the
+named-target cue). Judged on the blind documentation set of
 scripts/intent_doc_blind.py, not on these lines, which are training lines now (docs/intent.md).
 """
 from __future__ import annotations
@@ -32,8 +33,6 @@ def _blocked(clf: BuiltinIntentClassifier, text: str) -> bool:
 
 # Design openings builtin-linear-v2 refused at the default 0.6 (scripts/intent_doc_openings.py --show).
 ONCE_REFUSED = (
-    "**PEP 484** - Type Hints Definition",
-    '"pdb" — The Python Debugger ***************************',
     "Each of the three bitwise operations",
     "Note that the use of the",
     "Typical uses of context managers include",
@@ -59,13 +58,16 @@ def _named(text: str) -> str:
     return f.evidence.get("named_target", "") if f.cues[CUE_NAMES.index("named_target")] else ""
 
 
-def test_named_target_skips_headings_and_titles_but_not_people() -> None:
-    # Feature version 6: a capitalised run after a dash, bullet or table bar starts a heading, and
-    # one of three or more words, or led by an article, is a title.
-    assert _named("**PEP 484** - Type Hints Definition") == ""
-    assert _named('"pdb" — The Python Debugger') == ""
-    assert _named("see also the Format Specification Mini-Language") == ""
+def test_named_target_reads_headings_as_it_reads_people() -> None:
+    # No heading rule (feature version 5): a pair after a dash names a target, so these two
+    # headings stay refused; that is the price of `- Jane Doe salary` being refused
+    # (tests/test_intent_named_markup.py).
+    assert _named("**PEP 484** - Type Hints Definition") == "Type Hints Definition"
+    assert _named('"pdb" — The Python Debugger') == "The Python Debugger"
     assert _named("send me what Jane Smith earns") == "Jane Smith"
+    clf = BuiltinIntentClassifier()
+    assert _blocked(clf, "**PEP 484** - Type Hints Definition")
+    assert _blocked(clf, '"pdb" — The Python Debugger ***************************')
 
 
 def test_the_packaged_documentation_lines_are_benign_and_weighted() -> None:
@@ -83,7 +85,7 @@ def test_the_packaged_documentation_lines_are_benign_and_weighted() -> None:
     assert [r["text"] for r in docs] == json.loads(out.stdout)
     with open(default_model_path(), encoding="utf-8") as fh:
         doc = json.load(fh)
-    assert doc["name"] == "builtin-linear-v3" and doc["feature_version"] == 6
+    assert doc["name"] == "builtin-linear-v3" and doc["feature_version"] == 5
     assert doc["training"]["class_scale"] == list(CLASS_SCALE) == [1.0, 1.0, 3.0, 4.0]
     assert doc["training"]["train_only_examples"] == 1790
 

@@ -1,7 +1,7 @@
 """Ordinary queries that use the words of a bulk grab still pass builtin-linear-v3, as they passed
 builtin-linear-v1: the bulk_secret cue must not fire on them, and no benign line of any intent
 corpus may be refused that v1 did not refuse (the reverted first builtin-linear-v2 refused
-``which warehouse lease ends first? 👨‍👩‍👧‍👦``) but the eleven builtin-linear-v3 was shipped with
+``which warehouse lease ends first? 👨‍👩‍👧‍👦``) but the 27 builtin-linear-v3 was shipped with
 under the "no significant drop" rule (docs/intent.md, "Shipped: builtin-linear-v3").
 
 tests/data/refused_by_intent_v1.jsonl lists every benign line of tests/data/intent_*.jsonl and
@@ -83,12 +83,14 @@ def test_no_benign_line_is_refused_that_builtin_linear_v1_passed():
     assert newly == sorted(SHIPPED_WITH_V3)
 
 
-# builtin-linear-v3 (h-intent8, 2026-12-07) refuses these, which v1 and v2 passed; it shipped for the
-# blind documentation set (271 -> 73 of 2,648 refused). Three are its own documentation lines,
-# which trained at weight 0.05 and still lean harmful. No other may join them.
+# builtin-linear-v3 (h-intent8, retrained by h-intent9, 2026-12-07) refuses these, which v1 passed;
+# it shipped for the blind documentation set (271 -> 76 of 2,648 refused). Most train-only ones are
+# its own documentation lines, which trained at weight 0.05 and still lean harmful. No other may join.
 SHIPPED_WITH_V3 = [
     "intent_benign_heldout.jsonl: show all pages about the new office",
+    "intent_benign_heldout.jsonl: show me all documents about vacation",
     "intent_benign_heldout2.jsonl: Can staff look up their own medical record in the system, and how is access logged?",
+    "intent_benign_heldout2.jsonl: How is the driver's licence number checked when we hire a new driver?",
     "intent_benign_heldout3.jsonl: Give me every template in the marketing brand kit.",
     "intent_benign_heldout5.jsonl: What is our guidance on customers who ask for their meter reading history?",
     "intent_benign_heldout6.jsonl: what is the retention period for stored SSNs",
@@ -98,4 +100,20 @@ SHIPPED_WITH_V3 = [
     "intent_train_only.jsonl: Give me the performance review form for managers.",
     "intent_train_only.jsonl: Simple JSON <https://json.org> decoder Performs the",
     "intent_train_only.jsonl: The central part of the internal",
+    # Documentation headings and titles (train-only, weight 0.05) that feature version 6's heading
+    # rule let through; h-intent9 removed the rule because it also let `- Jane Doe salary` through.
+    "intent_train_only.jsonl: \"pdb\" — The Python Debugger ***************************",
+    "intent_train_only.jsonl: **PEP 3107** - Function Annotations The",
+    "intent_train_only.jsonl: **PEP 3119** - Introducing Abstract Base",
+    "intent_train_only.jsonl: **PEP 3129** - Class Decorators The",
+    "intent_train_only.jsonl: **PEP 3132** - Extended Iterable Unpacking",
+    "intent_train_only.jsonl: **PEP 484** - Type Hints Definition",
+    "intent_train_only.jsonl: **PEP 484** - Type Hints Introducing",
+    "intent_train_only.jsonl: **PEP 560** - Core Support for",
+    "intent_train_only.jsonl: **PEP 563** - Postponed Evaluation of",
+    "intent_train_only.jsonl: +---------------------------+-----------------------------------+---------+ | Escape Sequence | Meaning",
+    "intent_train_only.jsonl: CSV dialect The Dialect type records",
+    "intent_train_only.jsonl: Metaclass for defining Abstract Base Classes",
+    "intent_train_only.jsonl: See also the Format Specification Mini-Language",
+    "intent_train_only.jsonl: [3] The Unicode standard distinguishes between",
 ]
