@@ -5,6 +5,7 @@ cannot. Also importable from :mod:`qdrant_guard.audit`. See docs/audit-log.md.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import secrets
@@ -339,7 +340,6 @@ def repair_audit_file(
     kept = f"; kept the chain from line {extra['kept_chain_from']} ({extra['decided_by']})" if extra else ""
     detail = (f"repaired: {before.problem} at {before.detail}{kept}; cut {record['cut_lines']} line(s), "
               f"{record['cut_bytes']} bytes, saved to {side}; {after.detail}")
-    return AuditReport(after.ok, after.entries, after.valid_prefix, after.problem, after.index,
-                       detail, after.last_seq, after.last_hash, after.checkpoints, after.valid_bytes,
-                       after.fork, after.checkpoint_keys)
+    # The repaired log's report whole (writers, signed_from, ...), with what the repair did.
+    return dataclasses.replace(after, detail=detail)
 
