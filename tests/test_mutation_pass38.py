@@ -258,10 +258,13 @@ def test_an_agent_id_holding_a_percent_does_not_share_the_budget_of_the_one_it_e
     ("postgres://@db.example?contact=alice@example.com", "alice@example.com"),
     ("postgres://@db.example#to=a@corp.io", "a@corp.io"),
     ("redis://@h?x=bob@corp.io", "bob@corp.io"),
+    # ... and no password is read up to the address's '@' from the port's ':' ("5432?contact=alice")
+    ("postgres://@db.example:5432?contact=alice@example.com", "alice@example.com"),
 ])
 def test_an_address_after_empty_credentials_and_a_host_is_found(text, address):
-    # The credentials' '@' is the authority's first character (no user, no password): the scan
-    # for it starts right after "://", not one character later (the address was then left).
+    # The credentials' '@' is the authority's first character (no user, no password): the scans
+    # for it start right after "://", not one character later (the address was then left, or
+    # the userinfo read up to the address's '@').
     spans = assert_same(NATIVE.find_spans, PYTHON.find_spans, text)
     assert [(t, text[a:b]) for a, b, t, _ in spans] == [("EMAIL", address)]
     assert [(f.type, text[f.start:f.end]) for f in find_sensitive(text)] == [("EMAIL", address)]
