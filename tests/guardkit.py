@@ -211,6 +211,24 @@ def one_logged_query(tmp: Path, **config: Any) -> tuple[Kit, Path]:
     return kit, tmp / "audit.jsonl"
 
 
+def async_pii_client(kit: Kit, rng: np.random.Generator) -> Any:
+    """An async guarded client of alice (hr) on local mode, its PII collection ``pii`` (raw in the
+    boundary, intent off) holding point 1; set up on a loop of its own, now closed."""
+    import asyncio
+
+    from qdrant_guard import AsyncQdrantClient
+
+    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "raw_in_boundary": True, "intent": {"enabled": False}}})
+    client = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+
+    async def setup() -> None:
+        await client.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
+        await client.upsert("pii", [models.PointStruct(id=1, vector=unit(rng))])
+
+    asyncio.run(setup())
+    return client
+
+
 def audit_records(kit: Kit) -> list[dict[str, Any]]:
     """The ``record`` of every entry of the kit's audit log, oldest first."""
     import json

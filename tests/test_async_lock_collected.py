@@ -20,9 +20,8 @@ import time
 
 import numpy as np
 import pytest
-from guardkit import DIM, make_kit, models, unit
+from guardkit import async_pii_client, make_kit, models, unit
 
-from qdrant_guard import AsyncQdrantClient
 from qdrant_guard import async_lock
 from qdrant_guard.async_driver import drive_async
 from qdrant_guard.async_lock import TaskLock
@@ -222,15 +221,8 @@ def test_a_stopped_loop_still_referenced_keeps_its_holders_lock_through_collecti
 
 def test_a_guarded_call_on_a_dropped_loop_no_longer_holds_the_client(tmp_path, monkeypatch):
     kit = make_kit(tmp_path)
-    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "raw_in_boundary": True, "intent": {"enabled": False}}})
-    client = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
     rng = np.random.default_rng(3)
-
-    async def setup():
-        await client.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
-        await client.upsert("pii", [models.PointStruct(id=1, vector=unit(rng))])
-
-    asyncio.run(setup())
+    client = async_pii_client(kit, rng)
     lock = client._alock
     audit = client.guard.audit
     original = audit.append

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import qdrant_client
-from guardkit import DIM, PAYROLL_DIVERSITY, audit_records, create, hr_policy, make_kit, models, payroll, unit
+from guardkit import DIM, PAYROLL_DIVERSITY, async_pii_client, audit_records, create, hr_policy, make_kit, models, payroll, unit
 
 from qdrant_guard import AsyncQdrantClient, ConfigError, GuardRefusal, QdrantClient, keys
 from qdrant_guard.budget import ExtractionBudget, MemoryBudgetStore, RedisBudgetStore, SqliteBudgetStore
@@ -438,15 +438,8 @@ def test_a_loop_stopped_with_the_client_and_still_referenced_loses_it_and_sends_
 
     monkeypatch.setattr(async_lock, "_STOPPED_S", 1.0)
     kit = make_kit(tmp_path)
-    cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "raw_in_boundary": True, "intent": {"enabled": False}}})
-    client = AsyncQdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
     rng = np.random.default_rng(3)
-
-    async def setup():
-        await client.create_collection("pii", vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE))
-        await client.upsert("pii", [models.PointStruct(id=1, vector=unit(rng))])
-
-    asyncio.run(setup())
+    client = async_pii_client(kit, rng)
     audit = client.guard.audit
     original = audit.append
     in_step, step_go = threading.Event(), threading.Event()
