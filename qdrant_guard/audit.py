@@ -176,9 +176,12 @@ class AuditLog:
             forge them). Every writer of the file must sign so. Costs a signature per append.
         signed_from: the seq from which writers with a signing key wrote this log (1 for a log
             such a writer began; ``audit verify``'s ``signed from: seq S``), kept outside the file:
-            an entry in format v1 at or after it, among those read on open or appended by others,
-            is refused (:class:`AuditUnauthenticatedError`, the ``audit_unauthenticated_entry``
-            alert), and so is a log that ends before it (:class:`AuditIntegrityError`, an
+            an entry in format v1 at or after it, or one at a checkpoint seq after it without a
+            checkpoint, among those read on open or appended by others, is refused
+            (:class:`AuditUnauthenticatedError`, the ``audit_unauthenticated_entry`` alert), and so
+            is the entry at S, found by bisection when it lies before the most recent checkpoint,
+            unless it carries a checkpoint that verifies or is this writer's own (its MAC verifies),
+            and a log that ends before it (:class:`AuditIntegrityError`, an
             ``audit_signed_entries_missing`` alert; an empty log when it is above 1). Needs ``signer``.
 
     Before each append the writer also checks that the entry it last wrote or read is still in
@@ -415,10 +418,47 @@ class AuditLog:
         return entry
 
     def _before_signing(self, entry: dict[str, Any]) -> str | None:
-        """Why ``entry`` is refused under signed_from (format v1 where signing had begun), or None."""
-        if self._signed_from is None or "w" in entry or entry["seq"] < self._signed_from:
+        """Why ``entry`` is refused under signed_from, or None: what ``audit verify --signed-from``
+        requires of it with this writer's keys. From seq S on every entry is in format v2, every
+        ``checkpoint_every``-th carries a checkpoint, and the entry at S carries one that verifies
+        or is this writer's own (its MAC checked by :func:`_unvouched`, as ``--writer-key`` would)."""
+        s = self._signed_from
+        if s is None or entry["seq"] < s:
             return None
-        return _BEFORE_SIGNING.format(s=self._signed_from)
+        if "w" not in entry:
+            return _BEFORE_SIGNING.format(s=s)
+        if "ckpt" not in entry and entry["seq"] % self._every == 0:
+            # A signing writer puts one there: a missing one was stripped (ckpt is outside the
+            # hash), which is how a rewrite under a trusted writer's id makes the window reach past it.
+            return (f"carries no checkpoint, which a signing writer puts on every {self._every}th entry, at or after "
+                    f"seq {s}, where signing began (signed_from)")
+        if entry["seq"] == s:
+            return self._signed_from_problem(entry)
+        return None
+
+    def _signed_from_problem(self, entry: dict[str, Any]) -> str | None:
+        """Why the entry at seq signed_from does not show that a signing writer wrote it, or None.
+
+        A signing writer's first entry in a log is a checkpoint, which nobody without a trusted key
+        can make; one this writer wrote before 2026-12-07 carries none, and its MAC shows it is its own.
+        """
+        s = self._signed_from
+        if "w" not in entry:
+            return _BEFORE_SIGNING.format(s=s)
+        if "ckpt" in entry:
+            known = dict(self._trusted)
+            if self._signer is not None:
+                known[self._signer.key_id] = self._signer.public_key
+            try:
+                _check_ckpt(entry, known)
+            except _Bad as exc:
+                return f"carries a checkpoint that does not verify ({exc.detail}), where signing began (signed_from)"
+            return None
+        assert self._macs is not None
+        if entry["w"] == self._macs.writer and _unvouched(entry, self._macs, (), True) is None:
+            return None
+        return (f"names writer {_show_kid(entry['w'])} but carries no checkpoint, and a signing guard makes its first "
+                f"entry in a log one: seq {s} is where signing began (signed_from)")
 
     def _signed_entries_missing(self) -> AuditIntegrityError:
         """On open: the log ends before signed_from, so the entries a signing writer made were cut."""
@@ -556,8 +596,88 @@ class AuditLog:
         if self._signed_from is not None and last["seq"] < self._signed_from:
             raise self._signed_entries_missing()
         self._check_window_writers(window[::-1], after_v2, found)
+        if self._signed_from is not None and later["seq"] > self._signed_from:
+            # The window ends at a checkpoint after S (one ending on its length past S lacks the
+            # checkpoint due in it, refused above): what verify --signed-from requires of S is
+            # checked where S is, before it.
+            self._check_signed_from_before(fd, pos + len(buf), later["seq"])
         if self._macs is not None and not self._v2:
             self._warn_unsigned(window[:-1] if "ckpt" in later else window)
+
+    def _check_signed_from_before(self, fd: int, end: int, checkpoint: int) -> None:
+        """On open, the entry at seq signed_from, before the window's checkpoint (at ``checkpoint``,
+        its line starting at byte ``end``), must show that a signing writer wrote it.
+
+        That checkpoint signs the chain up to it, S included, and any later change to the lines
+        before it breaks the chain, which ``audit verify`` reports; but a rewrite from S that some
+        writer without the setting (or a qdrant-guard before it) took in and signed over keeps the
+        chain, and its entry at S is in format v1 or carries no checkpoint. Finding S takes a
+        bisection of the bytes (seqs rise by one a line in a log that verifies), not a read of them.
+        """
+        s = self._signed_from
+        assert s is not None
+        lo, hi = 0, end  # the lines starting in [lo, hi) may hold seq s; lo is a line start
+        while lo < hi:
+            mid = (lo + hi) // 2
+            start = mid if mid == lo else self._next_line_start(fd, mid - 1, hi)
+            if start >= hi:
+                hi = mid
+                continue
+            raw = self._line_at(fd, start, end)
+            try:
+                entry = _parse_line(raw)
+            except _Bad as exc:
+                raise AuditIntegrityError(
+                    f"audit log {self.path!r}: the line at byte {start}, before the most recent checkpoint (seq "
+                    f"{checkpoint}), read to find seq {s} (audit_signed_from), does not verify ({exc.problem}: "
+                    f"{exc.detail}); nothing was written. " + _MOVE_ASIDE_HINT.format(path=self.path, s=s)) from None
+            if entry["seq"] == s:
+                why = self._signed_from_problem(entry)
+                if why is not None:
+                    raise self._refuse_signed_from(why, checkpoint)
+                return
+            if entry["seq"] < s:
+                lo = start + len(raw) + 1
+            else:
+                hi = start
+        raise AuditIntegrityError(
+            f"audit log {self.path!r}: no line before the most recent checkpoint (seq {checkpoint}) holds seq {s}, "
+            f"where signing began (audit_signed_from = {s}): its lines are out of order, or entries were cut or "
+            "inserted; nothing was written. " + _MOVE_ASIDE_HINT.format(path=self.path, s=s))
+
+    @staticmethod
+    def _next_line_start(fd: int, pos: int, end: int) -> int:
+        """The byte after the first newline at or after byte ``pos`` (``end`` if none is before it)."""
+        while pos < end:
+            chunk = _read_all(fd, pos, min(4096, end - pos))
+            if not chunk:
+                return end
+            i = chunk.find(b"\n")
+            if i >= 0:
+                return pos + i + 1
+            pos += len(chunk)
+        return end
+
+    @staticmethod
+    def _line_at(fd: int, start: int, end: int) -> bytes:
+        """The line starting at byte ``start``, without its newline (every line before ``end`` has one)."""
+        stop = AuditLog._next_line_start(fd, start, end)
+        return _read_all(fd, start, stop - start - 1)
+
+    def _refuse_signed_from(self, why: str, checkpoint: int) -> AuditUnauthenticatedError:
+        """The error (and alert) for an entry at seq signed_from, before the window's checkpoint,
+        that does not show a signing writer wrote it."""
+        s = self._signed_from
+        msg = (f"audit log {self.path!r}: seq {s} {why}, and the checkpoint at seq {checkpoint} signs over it: the log "
+               f"was rewritten from seq {s} (hashes recomputed) and a writer without audit_signed_from, or one before "
+               f"it, signed over the rewrite, or audit_signed_from = {s} is not this log's. Nothing was written. "
+               "(A log a guard began before 2026-12-07 under an earlier key carries no checkpoint there: check it "
+               f"with `qdrant-guard audit verify {self.path} --writer-key OLD.key --signed-from {s}`.) "
+               + _MOVE_ASIDE_HINT.format(path=self.path, s=s))
+        self._logger.error("qdrant_guard audit unauthenticated entries: %s", msg, extra={"qdrant_guard_alert": {
+            "event": "audit_unauthenticated_entry", "path": self.path, "seqs": [s], "after_seq": None,
+            "hash": None}})
+        return AuditUnauthenticatedError(msg, (s,))
 
     def _warn_unsigned(self, unsigned: list[dict[str, Any]]) -> None:
         """On open, a signing writer about to sign over v1 entries no checkpoint covers (``unsigned``,

@@ -240,7 +240,10 @@ class GuardConfig(_Strict):
     cannot tell that from one rewritten by someone who could write it (hashes recomputed). Set, the
     guard refuses to start (and, before an append, to go on) on a v1 entry at or after this seq
     among the entries it reads on open (back to the most recent checkpoint, at most 1000) and those
-    others appended (``AuditUnauthenticatedError``, the ``audit_unauthenticated_entry`` alert), and
+    others appended, on one from this seq on without the checkpoint due every 1000th entry, and on
+    the entry at this seq, wherever it is, unless it carries a checkpoint that verifies or is the
+    guard's own (its MAC verifies), as ``audit verify --signed-from`` requires
+    (``AuditUnauthenticatedError``, the ``audit_unauthenticated_entry`` alert), and
     on a log that ends before it (entries cut, or the file emptied: ``AuditIntegrityError``, an
     ``audit_signed_entries_missing`` alert), nothing written. ``audit repair`` cannot cut such
     entries: keep a copy and move the log aside, then set ``1``. ``qdrant-guard audit verify --policy``,
