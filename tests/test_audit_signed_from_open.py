@@ -244,3 +244,39 @@ def test_the_entry_at_s_is_found_wherever_it_is_before_the_checkpoint(tmp_path):
     c = _guard(kit, audit_signed_from=38)
     _query(c)
     c.close()
+
+
+def test_the_bisection_finds_every_seq_among_lines_of_very_different_lengths(tmp_path):
+    # Lines from 100 bytes to 20 kB (a bisection step lands inside long lines and reads across the
+    # 4 kB blocks it searches in); checkpoint every 50, so seq 100 ends the window and S below it is
+    # found by bisection: the v1 entries refused as where signing began, the signed ones accepted.
+    kit = make_kit(tmp_path)
+    log = tmp_path / "audit.jsonl"
+    sizes = [(i * 7919) % 20000 for i in range(120)]
+    with AuditLog(log) as keyless:
+        for i in range(10):
+            keyless.append({"event": "legacy", "pad": "x" * sizes[i]})
+    with AuditLog(log, signer=_signer(kit), checkpoint_every=50) as signed:
+        for i in range(10, 120):
+            signed.append({"event": "signed", "pad": "y" * sizes[i]})
+    assert "ckpt" in json.loads(log.read_bytes().splitlines()[99])
+    for s in range(1, 121):
+        if s <= 10:
+            with pytest.raises(AuditUnauthenticatedError) as err:
+                AuditLog(log, signer=_signer(kit), checkpoint_every=50, signed_from=s)
+            assert err.value.seqs == (s,)
+        else:
+            AuditLog(log, signer=_signer(kit), checkpoint_every=50, signed_from=s).close()
+
+
+def test_no_line_holding_s_before_the_checkpoint_is_refused(tmp_path):
+    # The entry at S deleted (the chain broken there, which the open does not read): the bisection
+    # ends between S - 1 and S + 1 and says so.
+    kit, log, lines = _long_log(tmp_path)
+    s = 500
+    log.write_bytes(b"".join(lines[:s - 1] + lines[s:]))
+    with pytest.raises(AuditIntegrityError) as err:
+        _guard(kit, audit_signed_from=s)
+    msg = str(err.value)
+    assert "no line before the most recent checkpoint (seq 1000) holds seq 500" in msg and str(log) in msg
+    assert "--signed-from 500" in msg
