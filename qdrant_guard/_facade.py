@@ -25,6 +25,10 @@ from .errors import QdrantGuardError, UnsupportedWriteError
 from .async_driver import drive_async
 from .pipeline import Call, drive_sync
 from .surface import GUARDED
+from . import warnsite
+
+# qdrant-client's warnings count their stacklevel for a direct call; the facade's frames would take it.
+warnsite.install()
 
 _RAW_HANDLES = ("http", "grpc_points", "grpc_collections")
 # The constructor options (api_key, headers, auth_token_provider) are made to be passed back to a

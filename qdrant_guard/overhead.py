@@ -60,6 +60,7 @@ from .overhead_setup import (
 from .pipeline import Call, drive_sync
 from .policy import CollectionPolicy, GuardConfig, load_policy
 from .receipts import RECEIPT_KEY
+from . import warnsite
 
 RawClient = qdrant_client.QdrantClient
 
@@ -413,10 +414,10 @@ def drop_scratch(client: Any, names: list[str], shown: str | None) -> list[str]:
             RawClient.delete_collection(client, n)
         except Exception as exc:
             left.append(n)
-            warnings.warn(
+            warnsite.warn(  # at measure_overhead's caller, not at its line in this module
                 f"qdrant-guard bench could not delete its scratch collection {n!r} at {shown}: "
                 f"{type(exc).__name__}: {exc}; delete it by hand "
-                f"(qdrant_client.QdrantClient(url=...).delete_collection({n!r}))", RuntimeWarning, stacklevel=2)
+                f"(qdrant_client.QdrantClient(url=...).delete_collection({n!r}))", RuntimeWarning)
     return left
 
 

@@ -105,10 +105,10 @@ def test_the_email_rule_examples_as_written(text, redacted):
 
 
 # README "Unchanged": a warning qdrant-client raises (local mode's "Payload indexes have no
-# effect") names a line of qdrant_guard/_facade.py, with or without guard=; a filter by module sees
-# qdrant_guard._facade.
+# effect") names your call, with or without guard=, as without the guard; a filter by module sees
+# the caller's module (qdrant_guard.warnsite).
 @pytest.mark.parametrize("guarded", [False, True])
-def test_a_qdrant_client_warning_names_the_facade(tmp_path, monkeypatch, guarded):
+def test_a_qdrant_client_warning_names_the_caller(tmp_path, monkeypatch, guarded):
     # qdrant-client shows this warning once per process (client_warnings.SEEN_MESSAGES): emptied
     # before each check.
     from qdrant_client.common import client_warnings
@@ -122,15 +122,15 @@ def test_a_qdrant_client_warning_names_the_facade(tmp_path, monkeypatch, guarded
         return cl
 
     monkeypatch.setattr(client_warnings, "SEEN_MESSAGES", set())
+    cl = client()
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
-        client().create_payload_index("pub", "g", field_schema=models.PayloadSchemaType.KEYWORD)
+        cl.create_payload_index("pub", "g", field_schema=models.PayloadSchemaType.KEYWORD)
     hit = [w for w in got if "Payload indexes have no effect" in str(w.message)]
-    assert hit and all(w.filename.endswith("qdrant_guard/_facade.py") for w in hit)
-    cl = client()
+    assert hit and all(w.filename == __file__ for w in hit)
     monkeypatch.setattr(client_warnings, "SEEN_MESSAGES", set())
     with warnings.catch_warnings():
-        warnings.filterwarnings("error", message="Payload indexes", module=r"qdrant_guard\._facade")
+        warnings.filterwarnings("error", message="Payload indexes", module=__name__)
         with pytest.raises(UserWarning):
             cl.create_payload_index("pub", "h", field_schema=models.PayloadSchemaType.KEYWORD)
 
