@@ -43,8 +43,8 @@ def _internal(frame: types.FrameType) -> bool:
 def stacklevel_past_guard(stacklevel: int, frame: types.FrameType) -> int:
     """The stacklevel, counted from ``frame`` (level 1), of the frame that ``stacklevel`` names
     when qdrant_guard's frames are left out of the count."""
-    if stacklevel <= 1:
-        return stacklevel
+    if stacklevel <= 1:  # warnings.warn reads 0 and below as 1
+        return 1
     skipped = 0
     remaining = stacklevel - 1
     f: types.FrameType | None = frame

@@ -221,3 +221,21 @@ def test_the_bench_clean_up_warning_names_the_caller_of_measure_overhead() -> No
     assert namespace["left"] == ["b"]
     assert [(w.category, w.filename, w.lineno) for w in seen] == [(RuntimeWarning, *_site(
         test_the_bench_clean_up_warning_names_the_caller_of_measure_overhead))]
+
+
+@pytest.mark.parametrize("stacklevel", [-1, 0, 1, 2, 3, 4, 50])
+def test_without_a_guard_frame_the_view_warns_where_warnings_does(stacklevel: int) -> None:
+    from qdrant_guard.warnsite import CLIENT_WARNINGS
+
+    def nested(module: Any, depth: int) -> None:
+        if depth:
+            return nested(module, depth - 1)
+        module.warn("x", UserWarning, stacklevel=stacklevel)  # the same line for both
+
+    where = []
+    for module in (warnings, CLIENT_WARNINGS):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            nested(module, 2)
+        where.append([(w.filename, w.lineno) for w in seen])
+    assert where[0] == where[1] and len(where[0]) == 1
