@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import subprocess
 import sys
 import textwrap
@@ -131,8 +132,9 @@ def test_a_script_is_shown_the_deprecation_warning_at_its_own_line(tmp_path: Pat
         c = QdrantClient(":memory:")
         c.recreate_collection("docs", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
         """))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                         cwd=tmp_path)
+                         cwd=tmp_path, env=env)
     assert run.returncode == 0, run.stderr
     assert f"{script}:4: DeprecationWarning: `recreate_collection` method is deprecated" in run.stderr, run.stderr
 
