@@ -11,17 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 from .decision import MAX_IDS_IN_RECORD, Verdict
-from .errors import ConfigError, GuardArgumentTypeError, QdrantGuardError
+from .errors import ConfigError, GuardArgumentTypeError, InvalidVectorError, QdrantGuardError
 from .policy import CollectionPolicy
 from .names import folded_name, path_segment_name, shown
 from .notfound import missing_collection_error
 from .sentargs import plain_args
 from .sentmodels import UncheckedForm, sent_models
 from .sentnames import plain_names
+from .sparseslots import ADDS_SPARSE_SLOTS, asked_sparse_slots, sparse_slots_message
 from .surface import ADMIN, OPERATOR_ONLY, PAYLOAD, READ_COLLECTION, SNAPSHOT_RECOVERY, WRITE_COLLECTION, WRITE_VECTORS
 from .withheld import ADMIN_COUNTED, admin_answer_for, describe_collection, describe_hidden, without_operation_ids
 from .callchecks import CallChecks
-from .pipeline import Call, Op
+from .pipeline import Call, Op, mark_audited
 
 
 # Methods that may add, retag or delete points of a source (see _forget_source_sizes_after).
@@ -205,6 +206,8 @@ class Dispatch(CallChecks):
         """Boundary check for calls that touch one collection without returning its vectors."""
         name = args.get("collection_name")
         pol = self.gate(method, args, need) if name is not None else None
+        if pol is not None and method in ADDS_SPARSE_SLOTS:
+            args = self.refuse_sparse_slots(method, name, pol, args)
         if (args.get("metadata") is not None and method in _TAKES_METADATA and not self.transparent
                 and name is not None):
             # get_collection hands the metadata to every reader: screened as a payload's fields are.
@@ -231,6 +234,31 @@ class Dispatch(CallChecks):
             return (yield Call(method, args))
         answer = yield from self.forward(method, name, pol, Call(method, args))
         return admin_answer_for(method, answer) if counted else answer
+
+    def refuse_sparse_slots(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> dict[str, Any]:
+        """``args`` as they are to be sent, unless they would add a sparse vector slot to sensitive
+        collection ``name`` (:mod:`qdrant_guard.sparseslots`): refused (audited UNSUPPORTED_WRITE,
+        reason ``sparse_vector``, as a sparse vector written there is) before anything is sent.
+
+        Raises:
+            InvalidVectorError: a sparse slot is asked for (the error a write to it would raise).
+            GuardArgumentTypeError: the sparse or vector name config does not validate.
+        """
+        try:
+            slots, args = asked_sparse_slots(method, args)
+        except GuardArgumentTypeError as exc:
+            self.record(self.decision(method, name, pol, Verdict.UNSUPPORTED_WRITE, str(exc),
+                                      details={"error": type(exc).__name__, "reason": "invalid_input"}))
+            raise
+        if not slots:
+            return args
+        message = sparse_slots_message(method, name, pol.sensitivity.value, slots)
+        self.record(self.decision(method, name, pol, Verdict.UNSUPPORTED_WRITE, message,
+                                  details={"error": "InvalidVectorError", "reason": "sparse_vector",
+                                           "sparse_vectors": slots[:MAX_IDS_IN_RECORD]}))
+        exc = InvalidVectorError(message)
+        exc.reason = "sparse_vector"  # type: ignore[attr-defined]
+        raise mark_audited(exc)
 
     # -- names (names_visible) ---------------------------------------------------------------
     def hides_names(self) -> bool:

@@ -192,7 +192,8 @@ def test_the_grouped_by_source_worked_example(tmp_path):
 def test_sparse_and_multivectors_are_refused_in_every_write_on_a_sensitive_collection(tmp_path):
     kit = make_kit(tmp_path)
     owner = QdrantClient(":memory:", guard=kit.config({"t": OWNED}), principal=kit.principal("alice", "hr"))
-    owner.create_collection("t", vectors_config={
+    # Made before the guard: the guard refuses sparse slots on sensitive collections.
+    RawClient.create_collection(owner, "t", vectors_config={
         "d": models.VectorParams(size=DIM, distance=models.Distance.COSINE),
         "m": models.VectorParams(size=DIM, distance=models.Distance.COSINE,
                                  multivector_config=models.MultiVectorConfig(

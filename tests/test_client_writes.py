@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from guardkit import DIM, count, create, make_kit, models, snapshot, unit
+from guardkit import DIM, RawClient, count, create, make_kit, models, snapshot, unit
 from qdrant_guard import GuardRefusal, InvalidVectorError, QdrantClient, keys
 from qdrant_guard.noise import privatize
 from qdrant_guard.receipts import (
@@ -315,8 +315,9 @@ def test_sparse_vectors_are_refused_on_sensitive_collections(kit):
     cfg = kit.config({"sp": {"class": "PII", "owner": "hr", "writers": ["support"]}})
     owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
     client = owner.with_principal(kit.principal("bob", "support"))
-    owner.create_collection("sp", vectors_config={"d": models.VectorParams(size=DIM, distance=models.Distance.COSINE)},
-                             sparse_vectors_config={"s": models.SparseVectorParams()})
+    # Made before the guard: the guard refuses sparse slots on sensitive collections.
+    RawClient.create_collection(owner, "sp", vectors_config={"d": models.VectorParams(size=DIM, distance=models.Distance.COSINE)},
+                                sparse_vectors_config={"s": models.SparseVectorParams()})
     with pytest.raises(InvalidVectorError, match="sparse"):
         client.upsert("sp", [models.PointStruct(id=1, vector={"s": models.SparseVector(indices=[1, 5], values=[0.5, 0.2])})])
     assert count(client, "sp") == 0

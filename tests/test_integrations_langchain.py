@@ -182,13 +182,17 @@ def test_async_api_runs_the_sync_guarded_client_and_surfaces_refusals(kit, owner
 
 
 def test_hybrid_mode_needs_a_public_collection(kit, emb):
-    """Sparse vectors are the words themselves: the guard refuses them on sensitive collections."""
+    """Sparse vectors are the words themselves: the guard refuses them on sensitive collections,
+    the slot when the collection is created, and every write to one made before the guard."""
     cfg = kit.config({"kb": SENSITIVE, "wiki": {"class": "PUBLIC"}})
     owner = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
-    for name in ("kb", "wiki"):
-        owner.create_collection(
-            name, vectors_config={"": models.VectorParams(size=DIM, distance=models.Distance.COSINE)},
-            sparse_vectors_config={"langchain-sparse": models.SparseVectorParams()})
+    vectors = {"": models.VectorParams(size=DIM, distance=models.Distance.COSINE)}
+    sparse_config = {"langchain-sparse": models.SparseVectorParams()}
+    with pytest.raises(InvalidVectorError, match=r"collection 'kb' is PII, and sparse vector slot\(s\) \['langchain-sparse'\]"):
+        owner.create_collection("kb", vectors_config=vectors, sparse_vectors_config=sparse_config)
+    assert not owner.collection_exists("kb")
+    qdrant_client.QdrantClient.create_collection(owner, "kb", vectors_config=vectors, sparse_vectors_config=sparse_config)
+    owner.create_collection("wiki", vectors_config=vectors, sparse_vectors_config=sparse_config)
     sparse = LCBagOfWordsSparse()
     hybrid = _store(owner, "kb", emb, retrieval_mode=RetrievalMode.HYBRID, sparse_embedding=sparse)
     with pytest.raises(InvalidVectorError, match="sparse"):

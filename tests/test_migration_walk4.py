@@ -143,7 +143,8 @@ def test_a_document_for_a_sparse_slot_is_refused_as_sparse_before_any_embedder_i
 
     owner = QdrantClient(":memory:", guard=kit.config({"tickets": TICKETS}), principal=kit.principal("alice", "hr"),
                          **({"embedder": embedder} if with_embedder else {}))
-    owner.create_collection("tickets", vectors_config=VECTORS, sparse_vectors_config=SPARSE)
+    # Made before the guard (as in the walk): the guard refuses sparse slots on sensitive collections.
+    RawClient.create_collection(owner, "tickets", vectors_config=VECTORS, sparse_vectors_config=SPARSE)
     point = models.PointStruct(id=7, payload={"text": "refund please", "source": "c1"}, vector={
         "body": unit(np.random.default_rng(7)), "keywords": models.Document(text="refund please", model="Qdrant/bm25")})
     with pytest.raises(InvalidVectorError, match=r"^point 7: vector 'keywords' is a sparse vector; .*leave 'keywords' out"):

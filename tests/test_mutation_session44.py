@@ -342,8 +342,8 @@ def test_the_digest_tells_apart_every_value_form():
 
 def test_charge_scores_refuses_a_query_on_a_vector_it_cannot_size(tmp_path):
     # A score of the sparse vector (a prefetch fused with a dense one) has no dense size to charge
-    # in: refused, not charged as nothing. (No sparse data can be stored here; the config can be.)
-    from guardkit import make_kit, models
+    # in: refused, not charged as nothing. (No sparse data can be stored here; the slot was made before the guard.)
+    from guardkit import RawClient, make_kit, models
 
     from qdrant_guard import GuardRefusal, QdrantClient
 
@@ -351,8 +351,9 @@ def test_charge_scores_refuses_a_query_on_a_vector_it_cannot_size(tmp_path):
     pol = {"class": "PROPRIETARY", "owner": "hr", "readers": ["support"], "intent": {"enabled": False},
            "diversity": {"max_vectors": 2, "max_source_fraction": 1.0, "min_unique_sources": 1, "charge_scores": True}}
     owner = QdrantClient(":memory:", guard=kit.config({"hr": pol}), principal=kit.principal("alice", "hr"))
-    owner.create_collection("hr", vectors_config={"d": models.VectorParams(size=4, distance=models.Distance.DOT)},
-                            sparse_vectors_config={"s": models.SparseVectorParams()})
+    # Made before the guard: the guard refuses sparse slots on sensitive collections.
+    RawClient.create_collection(owner, "hr", vectors_config={"d": models.VectorParams(size=4, distance=models.Distance.DOT)},
+                                sparse_vectors_config={"s": models.SparseVectorParams()})
     owner.upsert("hr", [models.PointStruct(id=i, vector={"d": [0.5] * 4}, payload={"source": f"s{i}"}) for i in range(3)])
     bob = owner.with_principal(kit.principal("bob", "support"))
     dense = models.Prefetch(query=[1.0, 0.0, 0.0, 0.0], using="d", limit=3)

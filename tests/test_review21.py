@@ -154,7 +154,8 @@ def _sparse_store(tmp_path):
     kit = make_kit(tmp_path)
     alice = QdrantClient(":memory:", guard=kit.config({"emp": _RW}), principal=kit.principal("alice", "hr"),
                          embedder=HashingEmbedder(DIM))
-    alice.create_collection("emp", vectors_config={"d": _VP}, sparse_vectors_config={"s": models.SparseVectorParams()})
+    # Made before the guard: the guard refuses sparse slots on sensitive collections.
+    RawClient.create_collection(alice, "emp", vectors_config={"d": _VP}, sparse_vectors_config={"s": models.SparseVectorParams()})
     return kit, alice, alice.with_principal(kit.principal("bob", "support"))
 
 

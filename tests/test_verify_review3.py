@@ -45,8 +45,9 @@ def _guarded_mixed(kit, *, close: bool = True):
     cfg = kit.config({"mix": {"class": "PII", "owner": "hr", "noise_on_write": True}})
     store = str(kit.tmp / "store")
     owner = QdrantClient(path=store, guard=cfg, principal=kit.principal("alice", "hr"))
-    owner.create_collection(
-        "mix",
+    # Made before the guard: the guard refuses sparse slots on sensitive collections.
+    RawClient.create_collection(
+        owner, "mix",
         vectors_config={
             "d": models.VectorParams(size=DIM, distance=models.Distance.COSINE),
             "m": models.VectorParams(size=DIM, distance=models.Distance.DOT,
