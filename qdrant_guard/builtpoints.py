@@ -36,12 +36,18 @@ def _update_point(u: models.PointVectors) -> models.PointStruct:
 
     A vector that is a plain list of exact floats validates to an equal list, so it is set after
     validation (~15 us a 384-d point less); the id is validated as :func:`_point` does. Any other
-    vector (named, numpy, ints, a model_construct'ed oddity) is validated as before, with the
-    same errors.
+    vector (named, numpy, ints) is validated as before. One that does not validate (a
+    ``model_construct``'ed ``PointVectors`` holding text where floats belong) is set unvalidated,
+    as an upsert's ``model_construct``'ed point reaches prepare_points: its checks refuse it with
+    the :class:`~qdrant_guard.errors.InvalidVectorError` an upsert raises, naming the point and
+    what it holds, where pydantic's ValidationError named a PointStruct the caller never built.
     """
     if _DENSE_FLOATS is not None and _DENSE_FLOATS(u.vector) is not None:
         return _point(u.id, u.vector, None)
-    return models.PointStruct(id=u.id, vector=u.vector, payload=None)
+    try:
+        return models.PointStruct(id=u.id, vector=u.vector, payload=None)
+    except ValueError:  # pydantic's ValidationError; the ids were checked before (check_point_ids)
+        return _point(u.id, u.vector, None)
 
 
 def _point_vectors(point_id: Any, vector: Any) -> models.PointVectors:

@@ -41,7 +41,8 @@ class NativeUnavailableError(QdrantGuardError, ImportError):
 
 
 class InvalidVectorError(QdrantGuardError, ValueError):
-    """A vector is malformed: NaN/Inf, wrong dimension, wrong dtype, or an unknown vector name."""
+    """A vector is malformed (NaN/Inf, wrong dimension, no numbers, an unknown vector name), or a
+    sparse vector or a sparse vector slot is asked for on a sensitive collection."""
 
 
 class UnsupportedWriteError(QdrantGuardError, ValueError):

@@ -32,7 +32,7 @@ import pydantic
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 from qdrant_client.http import models
 
-from .errors import GuardArgumentTypeError, GuardArgumentValueError, UnsupportedWriteError
+from .errors import GuardArgumentTypeError, GuardArgumentValueError, InvalidVectorError, UnsupportedWriteError
 from .point_uuid import real_uuid
 
 _VECTOR = pydantic.TypeAdapter(models.VectorStruct)
@@ -45,6 +45,14 @@ _PLAIN_DEPTH = 128
 
 class UnsnapshotableInput(GuardArgumentTypeError):
     """A point, vector or payload of a write that the guard cannot read once as it would be sent."""
+
+
+class NotAVector(UnsnapshotableInput, InvalidVectorError):
+    """A write's vector that reads as no vector qdrant-client sends (text, a number, None where a
+    list of floats or a dict of vectors by name belongs): refused as an InvalidVectorError, as a
+    vector that holds no numbers is, and an UnsnapshotableInput as before."""
+
+    reason = "not_a_vector"
 
 
 def sent_point(p: models.PointStruct, index: int, at: str = "points") -> models.PointStruct:
@@ -200,9 +208,49 @@ def _sent_vector(vector: Any, where: str, pid: Any) -> Any:
     try:
         dumped = _VECTOR.dump_python(vector, mode="json", by_alias=True, exclude_unset=True, exclude_none=True,
                                      warnings=False, fallback=_arrays)
-        return _VECTOR.validate_python(dumped)
-    except (ValueError, TypeError) as exc:  # ValidationError, PydanticSerializationError
+    except (ValueError, TypeError) as exc:  # PydanticSerializationError
         raise _refused(where, pid, "vector", exc) from None
+    try:
+        return _VECTOR.validate_python(dumped)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0].get("msg", "")
+        raise _at(pid, NotAVector(
+            f"{where} (point id {pid!r}): its vector cannot be read as qdrant-client would send it ({first}): "
+            f"it is {_found(vector, dumped)}; give a list of floats, or a dict of them by vector name. Nothing was "
+            "written")) from None
+
+
+def _found(vector: Any, dumped: Any) -> str:
+    """What a vector that is no vector is, for its refusal: its type, or in a list or dict (read
+    from its dumped form) the first value that is no number, and where (its text is not quoted)."""
+    odd = _odd(dumped) if isinstance(dumped, (list, dict)) else None
+    return odd or _a(vector)
+
+
+def _odd(v: Any) -> str | None:
+    """The first value in ``v`` (a JSON value) that is no number, described; None when there is none."""
+    if isinstance(v, list):
+        for x in v:
+            odd = _odd(x)
+            if odd:
+                return f"a list holding {odd}"
+        return None
+    if isinstance(v, dict):
+        if set(v) == {"indices", "values"}:  # a sparse vector's form
+            return None
+        for k, x in v.items():
+            odd = _odd(x)
+            if odd:
+                return f"a dict whose {k!r} is {odd}"
+        return None
+    return None if type(v) in (int, float) else _a(v)
+
+
+def _a(v: Any) -> str:
+    if v is None:
+        return "None"
+    name = type(v).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _sent_payload(payload: Any, where: str, pid: Any) -> Any:

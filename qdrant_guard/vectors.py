@@ -128,6 +128,11 @@ def join_vector_struct(vectors: dict[str, Any]) -> Any:
     return {k: v for k, v in vectors.items()}
 
 
+# What a vector held, by numpy dtype kind, for the refusal of one that holds no numbers.
+_KIND_WORDS = {"U": "text (str)", "S": "bytes", "b": "booleans", "c": "complex numbers",
+               "O": "values that are not all numbers (None, or a mix)", "M": "dates", "m": "time spans"}
+
+
 def as_dense(value: Any, spec: VectorSpec, *, where: str) -> np.ndarray:
     """Validate one dense vector and return it as a float64 array.
 
@@ -160,7 +165,9 @@ def as_dense(value: Any, spec: VectorSpec, *, where: str) -> np.ndarray:
         except (TypeError, ValueError) as exc:
             raise _invalid("not_numeric", f"{where}: vector is not numeric: {exc}") from None
     if arr.dtype.kind not in "fiu" or arr.dtype.kind == "b":
-        raise _invalid("bad_dtype", f"{where}: vector has dtype {arr.dtype}, expected floats")
+        held = _KIND_WORDS.get(arr.dtype.kind, "values that are not numbers")
+        raise _invalid("bad_dtype", f"{where}: vector {spec.name or '<unnamed>'!r} holds {held} (numpy dtype "
+                                    f"{arr.dtype}), expected floats; give it a list of floats")
     if arr.ndim != 1:
         raise _invalid(
             "bad_shape", f"{where}: expected a 1-d vector for {spec.name or '<unnamed>'!r}, got shape {arr.shape}; "
