@@ -207,7 +207,7 @@ class Dispatch(CallChecks):
         name = args.get("collection_name")
         pol = self.gate(method, args, need) if name is not None else None
         if pol is not None and method in ADDS_SPARSE_SLOTS:
-            args = self.refuse_sparse_slots(method, name, pol, args)
+            args = self.refuse_sparse_slots(method, args["collection_name"], pol, args)
         if (args.get("metadata") is not None and method in _TAKES_METADATA and not self.transparent
                 and name is not None):
             # get_collection hands the metadata to every reader: screened as a payload's fields are.
@@ -256,9 +256,9 @@ class Dispatch(CallChecks):
         self.record(self.decision(method, name, pol, Verdict.UNSUPPORTED_WRITE, message,
                                   details={"error": "InvalidVectorError", "reason": "sparse_vector",
                                            "sparse_vectors": slots[:MAX_IDS_IN_RECORD]}))
-        exc = InvalidVectorError(message)
-        exc.reason = "sparse_vector"  # type: ignore[attr-defined]
-        raise mark_audited(exc)
+        refusal = InvalidVectorError(message)
+        refusal.reason = "sparse_vector"  # type: ignore[attr-defined]
+        raise mark_audited(refusal)
 
     # -- names (names_visible) ---------------------------------------------------------------
     def hides_names(self) -> bool:
