@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pydantic
@@ -308,7 +308,10 @@ def _refused(where: str, pid: Any, part: str, exc: BaseException) -> Unsnapshota
         "take them (a numpy array is read as its values). Nothing was written"))
 
 
-def _at(pid: Any, exc: UnsnapshotableInput) -> UnsnapshotableInput:
+_E = TypeVar("_E", bound=Exception)
+
+
+def _at(pid: Any, exc: _E) -> _E:
     # The point the audit entry of the refusal names (writes.WriteOps._record_input_refusal).
     exc._qg_point = pid  # type: ignore[attr-defined]
     exc._qg_vector = None  # type: ignore[attr-defined]
