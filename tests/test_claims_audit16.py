@@ -328,6 +328,21 @@ def test_raw_owner_vectors_are_stripped_outside_the_owner_boundary(qs: Path) -> 
     client.close()
 
 
+def test_a_cross_boundary_read_is_refused_before_qdrant_sees_it(qs: Path) -> None:
+    # With support no longer a reader, its read is refused from the policy alone: the collection
+    # does not exist in Qdrant, and the answer is the refusal, not Qdrant's "not found".
+    policy = Path("policy.toml")
+    policy.write_text(policy.read_text().replace('readers = ["support"]', "readers = []"))
+    client = _client()
+    for read in (lambda: client.query_points("employee_records", query=[0.05] * 384, limit=3),
+                 lambda: client.retrieve("employee_records", [1]),
+                 lambda: client.scroll("employee_records", limit=3)):
+        with pytest.raises(GuardRefusal) as err:
+            read()
+        assert err.value.verdict == "REFUSED_CROSS_BOUNDARY"
+    client.close()
+
+
 def test_a_top_k_holds_at_most_forty_percent_of_one_source(qs: Path) -> None:
     from qdrant_client import models
     client = _client()
