@@ -24,6 +24,7 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
     revoked: tuple[str, ...] = ()
     noise_policy = None
     pol = None
+    skew_s = receipts.ISSUED_AT_LEEWAY_S
     if args.policy:
         cfg = load_policy(args.policy)
         try:
@@ -49,6 +50,8 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
         trusted.update(own)
         trusted.update(retired)
         revoked = cfg.receipts.revoked_keys
+        # The tolerance the guard's writes apply (its age limit is not: stored receipts age).
+        skew_s = cfg.receipts.max_clock_skew_s
     if not trusted:
         where = (f"--policy {args.policy} names no signing_key and no receipts.trusted_keys (nor receipt_keys for "
                  f"{args.collection!r})" if args.policy
@@ -62,7 +65,8 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
         client.close()
         return 2
     reports = receipts.verify(client, args.collection, trusted_keys=trusted, revoked=revoked,
-                              check_noise=args.check_noise, noise_policy=noise_policy, policy=pol)
+                              check_noise=args.check_noise, noise_policy=noise_policy, policy=pol,
+                              max_clock_skew_s=skew_s)
     bad = [r for r in reports if not r.ok]
     unneeded = sum(r.reason == "not_required" for r in reports)
     for r in reports:

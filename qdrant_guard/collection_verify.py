@@ -16,7 +16,7 @@ from qdrant_client.http import models
 
 from .errors import GuardArgumentTypeError, GuardArgumentValueError, InvalidVectorError, ReceiptError
 from .noise import check_release as _check_release
-from .receipt_format import normalize_point_id, receipts_from_payload
+from .receipt_format import ISSUED_AT_LEEWAY_S, normalize_point_id, receipts_from_payload
 from .receipt_verify import (
     ReceiptCheck,
     _check_times,
@@ -133,6 +133,7 @@ def verify(
     revoked: Collection[str] = (),
     now: float | None = None,
     max_age_s: float | None = None,
+    max_clock_skew_s: float | None = ISSUED_AT_LEEWAY_S,
     batch_size: int = 256,
     check_noise: bool = False,
     noise_policy: Any = None,
@@ -166,9 +167,11 @@ def verify(
             spelling of the same id) is checked once.
         trusted_keys: key id -> Ed25519 public key.
         revoked: revoked key ids (any iterable; read once).
-        now: current time in seconds (for ``max_age_s``).
-        max_age_s: reject receipts older than this, or issued more than
-            :data:`ISSUED_AT_LEEWAY_S` after ``now``.
+        now: current time in seconds (default: ``time.time()``).
+        max_age_s: report receipts older than this as ``"expired"`` (None: no age limit).
+        max_clock_skew_s: report receipts issued more than this many seconds after ``now`` as
+            ``"not_yet_valid"`` (default :data:`ISSUED_AT_LEEWAY_S`, 300 s; None: no check), as
+            :func:`~qdrant_guard.receipt_verify.verify_receipt` does.
         batch_size: points per scroll/retrieve request.
         check_noise: also judge the signed noise parameters of each receipt that verifies, as a
             guarded write does: one that :func:`qdrant_guard.noise.check_release` refuses (the
@@ -222,7 +225,7 @@ def verify(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise GuardArgumentValueError(f"batch_size must be a positive int, got {batch_size!r}")
     _check_trusted(trusted_keys, revoked)
-    _check_times(now, max_age_s)
+    _check_times(now, max_age_s, max_clock_skew_s)
     if not isinstance(check_noise, bool):
         raise GuardArgumentTypeError(f"check_noise must be True or False, not {type(check_noise).__name__}")
     if noise_policy is not None:
@@ -306,7 +309,7 @@ def verify(
                     check = verify_receipt(stored[name], vector=vectors[name], collection=where,
                                            point_id=point.id, vector_name=name,
                                            trusted_keys=trusted_keys, revoked=revoked, now=now,
-                                           max_age_s=max_age_s)
+                                           max_age_s=max_age_s, max_clock_skew_s=max_clock_skew_s)
                 except (TypeError, InvalidVectorError) as exc:
                     # What the client returned is not numbers: one point's report, not a crash.
                     check = ReceiptCheck(False, "vector_mismatch", None, None, str(exc))

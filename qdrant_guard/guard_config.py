@@ -81,6 +81,16 @@ class ReceiptTrust(_Strict):
     max_age_s: float | None = Field(None, gt=0)
     """Refuse a write whose receipts were issued longer ago than this (None: no limit). Checked when
     a write presents receipts; reads release stored vectors whatever their receipts' age."""
+    max_clock_skew_s: float | None = Field(300.0, ge=0)
+    """Refuse a write whose receipts were issued more than this many seconds after the guard's clock
+    (``not_yet_valid``), whether or not ``max_age_s`` is set: a receipt dated ahead never ages out,
+    and shows a signer whose clock is wrong or lies. 300 s (the tolerance utility records' dates
+    get too) leaves room for a writer host whose clock runs ahead between synchronisations (a quartz
+    clock left alone drifts by seconds a day), while a receipt accepted within it gains at most 300 s
+    of freshness under ``max_age_s``; 0 allows no skew at all. Only a GuardConfig built in Python can turn the
+    check off (``max_clock_skew_s=None``; TOML has no null), and then, under ``max_age_s``, a receipt
+    dated ahead counts as fresh until that date. ``qdrant-guard receipt verify --policy`` applies it
+    too; reads release stored vectors whatever their receipts' dates."""
 
     @field_validator("revoked_keys")
     @classmethod

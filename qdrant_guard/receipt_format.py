@@ -35,7 +35,8 @@ RECEIPT_FORMAT = "qg-receipt/1"
 PAYLOAD_CONTAINER_VERSION = 1
 SIGNATURE_PREFIX = b"qdrant-guard receipt v1\x00"
 BATCH_SIGNATURE_PREFIX = b"qdrant-guard receipt batch v1\x00"
-#: With ``max_age_s``, receipts issued more than this far after ``now`` are refused (clock skew).
+#: The default clock-skew tolerance (``max_clock_skew_s``): receipts issued more than this many
+#: seconds after the verifier's clock are refused as ``not_yet_valid``.
 ISSUED_AT_LEEWAY_S = 300.0
 ALGORITHM = "Ed25519"
 
@@ -52,6 +53,8 @@ REASONS = (
     "point_mismatch",
     "vector_name_mismatch",
     "expired",
+    # Issued more than max_clock_skew_s after the verifier's clock (a receipt dated ahead never ages out).
+    "not_yet_valid",
     "unsupported_version",
     "algorithm",
     # The signed guarantee sentence does not state the signed numeric fields (it names another

@@ -304,8 +304,8 @@ def _check_trusted(trusted_keys: Any, revoked: Any) -> None:
         raise GuardArgumentTypeError(f"revoked must be a collection of key ids, not {type(revoked).__name__}")
 
 
-def _check_times(now: Any, max_age_s: Any) -> None:
-    for label, value in (("now", now), ("max_age_s", max_age_s)):
+def _check_times(now: Any, max_age_s: Any, max_clock_skew_s: Any = None) -> None:
+    for label, value in (("now", now), ("max_age_s", max_age_s), ("max_clock_skew_s", max_clock_skew_s)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise GuardArgumentTypeError(f"{label} must be a number or None, not {type(value).__name__}")
     # NaN compares false with everything: the age check would pass a receipt of any age.
@@ -313,6 +313,20 @@ def _check_times(now: Any, max_age_s: Any) -> None:
         raise GuardArgumentValueError(f"now must be a finite number of seconds, got {now!r}")
     if max_age_s is not None and math.isnan(max_age_s):
         raise GuardArgumentValueError("max_age_s must be a number of seconds or None, got nan")
+    if max_clock_skew_s is not None and not max_clock_skew_s >= 0:
+        # A negative tolerance would refuse receipts issued in the last seconds, NaN none at all.
+        raise GuardArgumentValueError(f"max_clock_skew_s must be a number of seconds >= 0, or None to accept "
+                                      f"receipts dated in the future, got {max_clock_skew_s!r}")
+
+
+def _dated_ahead(issued_ms: int, ahead_s: float, skew_s: float) -> str:
+    """The detail of a receipt issued ``ahead_s`` seconds after the verifier's clock."""
+    from .boundary import _utc
+
+    return (f"receipt issued_at is {issued_ms} ms ({_utc(issued_ms // 1000)}), {ahead_s:.0f} s in the future of "
+            f"this clock, beyond the {skew_s:g} s clock-skew tolerance (max_clock_skew_s): the signer's clock is "
+            "ahead or wrong, and a receipt dated ahead would never age out; sign a fresh receipt on a host "
+            "with a correct clock")
 
 
 def verify_receipt(
@@ -326,6 +340,7 @@ def verify_receipt(
     revoked: Collection[str] = (),
     now: float | None = None,
     max_age_s: float | None = None,
+    max_clock_skew_s: float | None = ISSUED_AT_LEEWAY_S,
 ) -> ReceiptCheck:
     """Verify a receipt against the vector and the place it was read from.
 
@@ -354,8 +369,14 @@ def verify_receipt(
         trusted_keys: key id -> Ed25519 public key.
         revoked: revoked key ids.
         now: current time in seconds (default: ``time.time()``).
-        max_age_s: reject receipts issued more than this many seconds before ``now``, or more
-            than :data:`ISSUED_AT_LEEWAY_S` after it (both as ``"expired"``).
+        max_age_s: reject receipts issued more than this many seconds before ``now``
+            (``"expired"``). None (the default): no age limit.
+        max_clock_skew_s: reject receipts issued more than this many seconds after ``now``
+            (``"not_yet_valid"``), with or without ``max_age_s``: a receipt dated ahead never ages
+            out, and shows a signer whose clock is wrong or lies. The default,
+            :data:`ISSUED_AT_LEEWAY_S` (300 s), covers hosts whose clocks drift apart between
+            synchronisations; 0 allows none. None turns the check off (then, under ``max_age_s``, a
+            receipt dated ahead counts as fresh until that date).
 
     Returns:
         :class:`ReceiptCheck`; never raises for a bad receipt.
@@ -364,7 +385,8 @@ def verify_receipt(
         TypeError: an argument (not the receipt) has the wrong type.
         InvalidVectorError: ``vector`` holds something other than real numbers (complex values,
             strings, bools, objects, float16, masked entries), which numpy would convert silently.
-        ValueError: ``now`` is not finite or ``max_age_s`` is NaN.
+        ValueError: ``now`` is not finite, ``max_age_s`` is NaN, or ``max_clock_skew_s`` is negative
+            or NaN.
     """
     if not isinstance(collection, str):
         raise GuardArgumentTypeError(f"collection must be str, not {type(collection).__name__}")
@@ -374,7 +396,7 @@ def verify_receipt(
     collection, vector_name = str.__str__(collection), str.__str__(vector_name)
     want_pid = normalize_point_id(point_id)
     _check_trusted(trusted_keys, revoked)
-    _check_times(now, max_age_s)
+    _check_times(now, max_age_s, max_clock_skew_s)
     values = _verify_values(vector)
     kid = None
     try:
@@ -391,18 +413,17 @@ def verify_receipt(
         wrong = guarantee_mismatch(body["params"])
         if wrong is not None:
             raise _Reject("guarantee_mismatch", wrong)
-        if max_age_s is not None:
+        if max_age_s is not None or max_clock_skew_s is not None:
             current = time.time() if now is None else float(now)
             try:
                 issued_s = body["issued_at"] / 1000.0
             except OverflowError:  # a signed int beyond float range: far in the future
                 issued_s = math.inf
             age = current - issued_s
-            if age < -ISSUED_AT_LEEWAY_S:
+            if max_clock_skew_s is not None and age < -max_clock_skew_s:
                 # A negative age never exceeds max_age_s: such a receipt would never expire.
-                raise _Reject("expired", f"receipt issued_at is {-age:.0f} s in the future, beyond the "
-                              f"{ISSUED_AT_LEEWAY_S:g} s clock-skew leeway; its age cannot be checked")
-            if age > max_age_s:
+                raise _Reject("not_yet_valid", _dated_ahead(body["issued_at"], -age, max_clock_skew_s))
+            if max_age_s is not None and age > max_age_s:
                 raise _Reject("expired", f"receipt issued {age:.0f} s ago; max_age_s={max_age_s}")
         if body["collection"] != collection:
             raise _Reject("collection_mismatch",

@@ -42,7 +42,7 @@ from .receipts import (
 from .sources import restricts_sources
 from .vectors import UNNAMED, CollectionShape, as_dense, split_vector_struct
 from .writepoints import points_from_any
-from .writereceipts import _altered_by_storage, _batch_digest, _container
+from .writereceipts import _altered_by_storage, _batch_digest, _container, _receipt_refusal
 from .writesign import WriteSigning, _Slot, _located
 
 
@@ -357,11 +357,12 @@ class WritePrep(WriteSigning):
                         rec, vector=arr, collection=name, point_id=p.id, vector_name=vname,
                         trusted_keys=self.receipt_keys_for(pol), revoked=self.revoked_keys,
                         now=self.clock(), max_age_s=self.config.receipts.max_age_s,
+                        max_clock_skew_s=self.config.receipts.max_clock_skew_s,
                     )
                     if not check.ok or check.params is None:
                         scoped = (self.receipt_scope_refusal(name, pol, check.key_id)
                                   if check.reason == "unknown_key" else None)
-                        fault(Verdict.INVALID_RECEIPT, p.id, scoped or check.reason)
+                        fault(Verdict.INVALID_RECEIPT, p.id, scoped or _receipt_refusal(check))
                         scope_why = scope_why or scoped
                         continue
                     if _altered_by_storage(arr, spec.distance):

@@ -1,6 +1,7 @@
 """The receipts a guarded write stores: the payload's receipt container (:func:`_container`), a
-batch's digest (:func:`_batch_digest`), and whether Qdrant's storage would move a vector off the
-point of the commitment grid its receipt signs (:func:`_altered_by_storage`)."""
+batch's digest (:func:`_batch_digest`), whether Qdrant's storage would move a vector off the
+point of the commitment grid its receipt signs (:func:`_altered_by_storage`), and the reason a
+refused write gives for a writer's receipt that does not verify (:func:`_receipt_refusal`)."""
 from __future__ import annotations
 
 import hashlib
@@ -8,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .receipts import PAYLOAD_CONTAINER_VERSION, commitment_bytes, receipts_for_payload
+from .receipts import PAYLOAD_CONTAINER_VERSION, ReceiptCheck, commitment_bytes, receipts_for_payload
 
 _GRID_INV = 2.0 ** 20  # grid steps per unit (receipts.COMMIT_GRID = 2^-20)
 
@@ -20,6 +21,15 @@ def _container(receipts_by_name: dict[str, Any], own: set[int]) -> dict[str, Any
         return receipts_for_payload(receipts_by_name)
     return {"v": PAYLOAD_CONTAINER_VERSION,
             "vectors": {n: r if id(r) in own else dict(r) for n, r in receipts_by_name.items()}}
+
+
+def _receipt_refusal(check: ReceiptCheck) -> str:
+    """The reason a refused write names for a writer's receipt that did not verify: the check's
+    reason, and for one dated ahead also its issued_at, the tolerance and the policy key that sets it
+    (the generic advice, "forged, altered, replayed", fits none of that)."""
+    if check.reason != "not_yet_valid":
+        return check.reason
+    return f"not_yet_valid: {check.detail}, or raise receipts.max_clock_skew_s in the policy"
 
 
 def _batch_digest(receipts: list[dict[str, Any]]) -> str:

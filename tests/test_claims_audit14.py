@@ -239,12 +239,12 @@ def test_a_change_is_bad_merkle_proof_in_a_batch_and_bad_signature_in_a_single_r
         "bad_merkle_proof"
 
 
-def test_a_receipt_dated_past_the_leeway_is_expired_under_max_age(signed):
+def test_a_receipt_dated_past_the_leeway_is_not_yet_valid_under_max_age(signed):
     r = signed["single"]
     issued = r["issued_at"] / 1000
     assert ISSUED_AT_LEEWAY_S == 300
     assert _check(signed, r, now=issued - 299, max_age_s=60).ok
-    assert _check(signed, r, now=issued - 301, max_age_s=60).reason == "expired"
+    assert _check(signed, r, now=issued - 301, max_age_s=60).reason == "not_yet_valid"
     assert _check(signed, r, now=issued + 61, max_age_s=60).reason == "expired"
     assert _check(signed, r, now=issued + 10 ** 6).ok  # no max_age_s: no expiry
 

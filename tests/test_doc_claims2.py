@@ -89,7 +89,7 @@ def test_readme_verdict_table_is_the_verdict_enum():
 def test_receipt_format_reasons_are_the_codes_verify_returns():
     page = _text("docs/receipt-format.md")
     reasons = _section(page, "### Reasons returned by `verify_receipt`", "### What `verify()` reports")
-    named = set(re.findall(r"`([a-z_]+)`", reasons)) - {"verify_receipt", "max_age_s", "now", "sig", "batch",
+    named = set(re.findall(r"`([a-z_]+)`", reasons)) - {"verify_receipt", "max_age_s", "max_clock_skew_s", "now", "sig", "batch",
                                                          "format", "alg", "guarantee"}
     assert named == set(REASONS) - {"ok"}
     credential = _section(page, "`verify_credential` checks, in order", "a `reason` attribute")

@@ -201,8 +201,10 @@ def test_age_bounds_are_inclusive(keys):
     assert check(r, vec, keys, max_age_s=60, now=NOW - 300).ok
     for ahead in (300.5, 3600, 10 ** 9):
         res = check(r, vec, keys, max_age_s=60, now=NOW - ahead)
-        assert res.reason == "expired", (ahead, res.detail)
-    assert check(r, vec, keys, now=NOW - 10 ** 9).ok  # no max_age_s: no age check
+        assert res.reason == "not_yet_valid", (ahead, res.detail)
+    # Without max_age_s too; only max_clock_skew_s=None turns the date check off.
+    assert check(r, vec, keys, now=NOW - 10 ** 9).reason == "not_yet_valid"
+    assert check(r, vec, keys, now=NOW - 10 ** 9, max_clock_skew_s=None).ok
 
 
 def test_rejection_reports_the_key_id_once_read(keys):

@@ -272,9 +272,11 @@ def test_max_age_refuses_receipts_issued_in_the_future():
         return verify_receipt(r, vector=f, collection="c", point_id=1, trusted_keys={s.key_id: pk}, now=now, **kw)
 
     far = check(now + 1000 * 365 * 86400, max_age_s=86400.0)
-    assert not far.ok and far.reason == "expired" and "future" in far.detail
+    assert not far.ok and far.reason == "not_yet_valid" and "future" in far.detail
     assert check(now + 60, max_age_s=86400.0).ok  # clock skew within the leeway
-    assert check(now + 1000 * 365 * 86400).ok  # without max_age_s no time check runs
+    # Without max_age_s too; only max_clock_skew_s=None turns the date check off.
+    assert check(now + 1000 * 365 * 86400).reason == "not_yet_valid"
+    assert check(now + 1000 * 365 * 86400, max_clock_skew_s=None).ok
 
 
 # ----------------------------------------------------------------- 5. calibrate advice rounds up

@@ -122,8 +122,9 @@ def test_batch_bodies_equal_the_item_by_item_bodies(fixed, n):
     assert len({id(b["params"]) for b in bodies}) == n
     trusted = {key_id(pk): pk}
     for item, rec in zip(items, issue_receipts_batch(signer, items)):
+        # now=NOW: the signer's clock (receipts.time) reads NOW, after the real one.
         assert verify_receipt(rec, vector=item.vector, collection=item.collection, point_id=item.point_id,
-                              vector_name=item.vector_name, trusted_keys=trusted).ok
+                              vector_name=item.vector_name, trusted_keys=trusted, now=NOW).ok
 
 
 @pytest.mark.parametrize("pid", [-1, 2 ** 64, True, "nope", 1.0])
@@ -215,8 +216,9 @@ def test_issue_receipts_rows_equal_issue_receipts_batch(monkeypatch, n):
     assert [canonical_json(r) for r in got] == [canonical_json(r) for r in want]
     trusted = {key_id(pk): pk}
     for item, rec in zip(_as_items(groups), got):
+        # now=NOW: the signer's clock (receipts.time) reads NOW, after the real one.
         assert verify_receipt(rec, vector=item.vector, collection=item.collection, point_id=item.point_id,
-                              vector_name=item.vector_name, trusted_keys=trusted).ok
+                              vector_name=item.vector_name, trusted_keys=trusted, now=NOW).ok
 
 
 @pytest.mark.parametrize("change", [
