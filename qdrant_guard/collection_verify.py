@@ -6,15 +6,17 @@ and, under a policy, compared with it as a guarded write would.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 from dataclasses import dataclass
 from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
+import qdrant_client
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from qdrant_client.http import models
 
-from .errors import GuardArgumentTypeError, GuardArgumentValueError, InvalidVectorError, ReceiptError
+from .errors import ConfigError, GuardArgumentTypeError, GuardArgumentValueError, InvalidVectorError, ReceiptError
 from .noise import check_release as _check_release
 from .receipt_format import ISSUED_AT_LEEWAY_S, normalize_point_id, receipts_from_payload
 from .receipt_verify import (
@@ -124,6 +126,67 @@ def _receipts_required(policy: Any) -> bool:
     return policy is None or not policy.is_public
 
 
+def _reads_of(client: Any, collection_name: str) -> Any:
+    """What verify() reads ``collection_name`` through: ``client`` itself, unless it is a guarded
+    qdrant_guard client whose guard filters reads of that collection (every class but PUBLIC).
+
+    A guarded read strips the vectors its principal may not get, and those include every vector
+    whose receipt fails: verify() reported such a vector as ``vector_mismatch``, and a stripped
+    unreceipted one not at all (a raw vector then looked verified). The owner boundary's client is
+    read past its guard, on the same connection: the reports name the point ids and receipts its
+    own guarded reads already return, and no vector. Any other principal's client is refused: past
+    the guard it would learn the ids of points its reads withhold (extraction budgets), unaudited.
+    """
+    from ._facade import PrincipalViews
+
+    guard = getattr(client, "_guard", None) if isinstance(client, PrincipalViews) else None
+    if guard is None or guard.transparent:
+        return client
+    try:
+        pol = guard.policy(collection_name)
+    except ConfigError:  # unlisted = "refuse": the guard lets no one read it
+        pol, what = None, "a collection its policy does not list (unlisted = \"refuse\")"
+    else:
+        if pol.is_public:
+            return client  # the guard passes PUBLIC reads through unchanged
+        what = f"a {pol.sensitivity.value} collection"
+    boundary = guard.boundary()
+    if pol is not None and boundary is not None and boundary == pol.owner:
+        if any(inspect.iscoroutinefunction(getattr(client, m, None)) for m in ("scroll", "retrieve", "get_aliases")):
+            return client  # verify() refuses an async client below, naming the fix
+        return _PastTheGuard(client)
+    who = f"a principal of boundary {boundary!r}" if boundary is not None else "an unverified principal"
+    raise GuardArgumentTypeError(
+        f"verify() client is a guarded {type(client).__name__} acting for {who}, and {collection_name!r} is "
+        f"{what} owned by {pol.owner if pol is not None else None!r}: its reads withhold the vectors (and, under "
+        "budgets, the points) its principal may not get, so their receipts would be reported as vector_mismatch "
+        "or not at all; pass an unguarded qdrant_client.QdrantClient opened on the same storage "
+        "(QdrantClient(path=...) or url=..., as `qdrant-guard receipt verify` does; a local store opens in one "
+        "client at a time, so close this one first), or the owner boundary's guarded client")
+
+
+class _PastTheGuard:
+    """The three reads verify() makes, sent by qdrant-client's own methods over a guarded client's
+    connection (under its local-mode lock, as its guarded calls are)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._lock = getattr(client, "_local_lock", None) or contextlib.nullcontext()
+
+    def _read(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return getattr(qdrant_client.QdrantClient, method)(self._client, *args, **kwargs)
+
+    def scroll(self, *args: Any, **kwargs: Any) -> Any:
+        return self._read("scroll", *args, **kwargs)
+
+    def retrieve(self, *args: Any, **kwargs: Any) -> Any:
+        return self._read("retrieve", *args, **kwargs)
+
+    def get_aliases(self, *args: Any, **kwargs: Any) -> Any:
+        return self._read("get_aliases", *args, **kwargs)
+
+
 def verify(
     client: Any,
     collection_name: str,
@@ -161,7 +224,10 @@ def verify(
     signer that lies consistently passes every check here, ``check_noise`` included.
 
     Args:
-        client: any ``qdrant_client.QdrantClient`` (a raw one: the guard must not alter reads).
+        client: a ``qdrant_client.QdrantClient`` without a guard: the guard must not alter the reads.
+            A guarded ``qdrant_guard.QdrantClient`` is read through on a PUBLIC collection (its guard
+            passes the reads through), read past its guard on the same connection when its principal
+            is of the collection's owner boundary, and refused otherwise.
         collection_name: collection to check.
         ids: point ids to check (default: every point, by scrolling); an id named twice (in any
             spelling of the same id) is checked once.
@@ -199,8 +265,10 @@ def verify(
         One :class:`PointReceiptReport` per (point, vector name), in read order.
 
     Raises:
-        TypeError: ``client`` has no ``scroll``, ``retrieve`` or ``get_aliases`` or is an
-            AsyncQdrantClient (its methods return coroutines), ``check_noise`` is
+        TypeError: ``client`` has no ``scroll``, ``retrieve`` or ``get_aliases``, is an
+            AsyncQdrantClient (its methods return coroutines), or is a guarded qdrant_guard client
+            acting for a principal outside the owner boundary of a sensitive collection (its reads
+            withhold vectors and points), ``check_noise`` is
             not a bool, ``noise_policy`` lacks mechanism, epsilon, delta, radius or
             clip_norm, ``policy`` is neither a GuardConfig nor a CollectionPolicy, or another
             argument has the wrong type.
@@ -214,14 +282,15 @@ def verify(
         raise GuardArgumentTypeError(
             f"verify() client must be a qdrant_client.QdrantClient (e.g. QdrantClient(path=...) or url=...), "
             f"not {type(client).__name__}, which has no {', '.join(lacking)}")
+    if not isinstance(collection_name, str):
+        raise GuardArgumentTypeError(f"collection_name must be str, not {type(collection_name).__name__}")
+    client = _reads_of(client, collection_name)
     # An AsyncQdrantClient has the methods, but they return coroutines: it failed below with a bare
     # TypeError ("cannot unpack non-iterable coroutine object") and unawaited-coroutine warnings.
     if any(inspect.iscoroutinefunction(getattr(client, m)) for m in ("scroll", "retrieve", "get_aliases")):
         raise GuardArgumentTypeError(
             f"verify() is synchronous and client is a {type(client).__name__}, whose methods return coroutines; "
             "pass a qdrant_client.QdrantClient on the same storage (QdrantClient(path=...) or url=...)")
-    if not isinstance(collection_name, str):
-        raise GuardArgumentTypeError(f"collection_name must be str, not {type(collection_name).__name__}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise GuardArgumentValueError(f"batch_size must be a positive int, got {batch_size!r}")
     _check_trusted(trusted_keys, revoked)

@@ -531,7 +531,8 @@ def test_the_quick_start_embedder_sees_the_generalised_text(tmp_path):
 # receipt-format.md "What verify() reports": aliases ("A receipt bound to an alias that has since
 # been deleted or moved to another collection is collection_mismatch; one bound to an alias that
 # was moved here from another collection verifies"), and "Give it a client without guard=": a
-# guarded client's read strips such a vector, which is then vector_mismatch.
+# guarded client's read strips such a vector, so the owner's guarded client is read past its guard
+# (before, the stripped vector was reported as vector_mismatch, not its receipt's reason).
 def test_verify_binds_receipts_to_aliases_as_stated_and_needs_an_unguarded_client(tmp_path):
     from qdrant_guard.collection_verify import verify
 
@@ -564,7 +565,7 @@ def test_verify_binds_receipts_to_aliases_as_stated_and_needs_an_unguarded_clien
     assert reasons(c, "pii") == reasons(c, "al") == [(1, "ok"), (2, "ok")]
     alias(c, drop)
     alias(c, to("pii2"))  # moved to another collection
-    assert reasons(c, "pii") == [(1, "vector_mismatch"), (2, "ok")]  # the guarded read stripped it
+    assert reasons(c, "pii") == [(1, "collection_mismatch"), (2, "ok")]  # a guarded read would strip it
     c.close()
     raw = RawClient(path=store)
     assert reasons(raw, "pii") == [(1, "collection_mismatch"), (2, "ok")]
