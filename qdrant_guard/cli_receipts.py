@@ -24,7 +24,7 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
     revoked: tuple[str, ...] = ()
     noise_policy = None
     pol = None
-    skew_s = receipts.ISSUED_AT_LEEWAY_S
+    skew_s: float | None = receipts.ISSUED_AT_LEEWAY_S
     if args.policy:
         cfg = load_policy(args.policy)
         try:
