@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from dataclasses import dataclass
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 import qdrant_client
@@ -133,9 +133,10 @@ def _reads_of(client: Any, collection_name: str) -> Any:
     A guarded read strips the vectors its principal may not get, and those include every vector
     whose receipt fails: verify() reported such a vector as ``vector_mismatch``, and a stripped
     unreceipted one not at all (a raw vector then looked verified). The owner boundary's client is
-    read past its guard, on the same connection: the reports name the point ids and receipts its
-    own guarded reads already return, and no vector. Any other principal's client is refused: past
-    the guard it would learn the ids of points its reads withhold (extraction budgets), unaudited.
+    read past its guard, on the same connection, under one audit entry (op ``receipts.verify``):
+    the reports name the point ids and receipts its own guarded reads already return, and no
+    vector. Any other principal's client is refused: past the guard it would learn the ids of points
+    its reads withhold (extraction budgets).
     """
     from ._facade import PrincipalViews
 
@@ -154,7 +155,13 @@ def _reads_of(client: Any, collection_name: str) -> Any:
     if pol is not None and boundary is not None and boundary == pol.owner:
         if any(inspect.iscoroutinefunction(getattr(client, m, None)) for m in ("scroll", "retrieve", "get_aliases")):
             return client  # verify() refuses an async client below, naming the fix
-        return _PastTheGuard(client)
+        from .decision import Verdict
+
+        # The reads past the guard are not audited one by one: one entry still shows who read what.
+        return _PastTheGuard(client, lambda: guard.record(guard.decision(
+            "receipts.verify", collection_name, pol, Verdict.ALLOW,
+            "receipts.verify() by the owner boundary: the collection's stored vectors and receipts read past "
+            "the guard's release to verify the receipts; the reports carry no vector")))
     who = f"a principal of boundary {boundary!r}" if boundary is not None else "an unverified principal"
     raise GuardArgumentTypeError(
         f"verify() client is a guarded {type(client).__name__} acting for {who}, and {collection_name!r} is "
@@ -167,14 +174,19 @@ def _reads_of(client: Any, collection_name: str) -> Any:
 
 class _PastTheGuard:
     """The three reads verify() makes, sent by qdrant-client's own methods over a guarded client's
-    connection (under its local-mode lock, as its guarded calls are)."""
+    connection (under its local-mode lock, as its guarded calls are), ``audit`` called once before
+    the first (so a call refused for its arguments leaves no entry)."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, audit: Callable[[], Any]) -> None:
         self._client = client
         self._lock = getattr(client, "_local_lock", None) or contextlib.nullcontext()
+        self._audit: Callable[[], Any] | None = audit
 
     def _read(self, method: str, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
+            if self._audit is not None:
+                self._audit()
+                self._audit = None
             return getattr(qdrant_client.QdrantClient, method)(self._client, *args, **kwargs)
 
     def scroll(self, *args: Any, **kwargs: Any) -> Any:

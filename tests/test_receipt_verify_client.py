@@ -14,7 +14,7 @@ import asyncio
 
 import numpy as np
 import pytest
-from guardkit import DIM, create, make_kit, receipted_point, receipted_vector, unit
+from guardkit import DIM, audit_records, create, make_kit, receipted_point, receipted_vector, unit
 from qdrant_client import QdrantClient as RawClient
 from qdrant_client.http import models
 
@@ -78,6 +78,16 @@ def test_the_owner_guarded_client_reports_what_an_unguarded_one_does(tmp_path):
     assert _reasons(owner, trusted_keys=_trusted(kit)) == WANT
     assert _reasons(owner, trusted_keys=_trusted(kit), ids=[0, 20, 99]) == {
         (0, ""): "missing_receipt", (20, ""): "bad_merkle_proof", (99, ""): "missing_point"}
+    # Each such verify() is one audit entry naming the owner; one refused for its arguments, none.
+    before = audit_records(kit)
+    with pytest.raises(ValueError, match="batch_size"):
+        verify(owner, "pii", trusted_keys=_trusted(kit), batch_size=0)
+    assert len(audit_records(kit)) == len(before)
+    verify(owner, "pii", trusted_keys=_trusted(kit), batch_size=2)  # four scroll pages
+    after = audit_records(kit)
+    assert len(after) == len(before) + 1
+    assert after[-1]["op"] == "receipts.verify" and after[-1]["collection"] == "pii"
+    assert after[-1]["verdict"] == "ALLOW" and "alice" in after[-1]["principal"]
     owner.close()
 
 
