@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +22,7 @@ from guardkit import DIM, RawClient, audit_records, make_kit, models
 from qdrant_guard import GuardArgumentTypeError, InvalidVectorError, QdrantClient, warnsite
 from qdrant_guard.audit import AuditLog
 from qdrant_guard.canonical import canonical_json
-from qdrant_guard.errors import AuditUnauthenticatedError
+from qdrant_guard.errors import AuditIntegrityError, AuditUnauthenticatedError
 from test_audit_signed_from_open import FAKE_MAC, _signer
 
 # -- warnsite: the frame a warning lands on ------------------------------------------------------------
@@ -75,6 +77,38 @@ def test_a_client_warning_lands_where_it_would_without_the_guard(chain):
     assert _landing(chain, warnsite.CLIENT_WARNINGS.warn) == (app, 2)
 
 
+def test_a_client_warning_without_a_stacklevel_lands_on_the_clients_line():
+    # qdrant-client's warnings.warn(msg, category): level 1, the client's own line, as without the guard.
+    chain = [_GUARD2, ("app.py", "app"), _GUARD]
+    ns: dict[str, Any] = {"__name__": "qdrant_client.fake"}
+    exec(compile("def f(warn):\n    warn('deprecated', DeprecationWarning)\n", "qdrant_client/fake.py", "exec"), ns)
+    inner: Callable[[], Any] = functools.partial(ns["f"], warnsite.CLIENT_WARNINGS.warn)
+    for filename, module in reversed(chain):
+        inner = functools.partial(_frame(filename, module), inner)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        inner()
+    assert [(w.filename, w.lineno) for w in caught] == [("qdrant_client/fake.py", 2)]
+
+
+def test_the_client_view_reads_the_warnings_module_when_used(monkeypatch):
+    view = warnsite.CLIENT_WARNINGS
+    assert view.catch_warnings is warnings.catch_warnings and view.simplefilter is warnings.simplefilter
+    with warnings.catch_warnings():  # swaps warnings.filters: the view reads the new list
+        assert view.filters is warnings.filters
+    marker = object()
+    monkeypatch.setattr(warnings, "_qg_added_later", marker, raising=False)  # a name added after import
+    assert view._qg_added_later is marker
+    assert repr(view) == "<qdrant_guard.warnsite's view of module 'warnings'>"
+
+
+def test_install_passes_over_a_module_blocked_in_sys_modules(monkeypatch):
+    # sys.modules[name] = None blocks an import (an optional dependency turned off): no __dict__.
+    monkeypatch.setitem(sys.modules, "qdrant_client._qg_blocked", None)
+    warnsite.install()
+    assert sys.modules["qdrant_client._qg_blocked"] is None
+
+
 # -- sparseslots / dispatch --------------------------------------------------------------------------
 
 _VP = models.VectorParams(size=DIM, distance=models.Distance.COSINE)
@@ -115,6 +149,18 @@ def test_a_slot_name_that_is_a_str_subclass_is_named_by_its_characters(kit):
     assert not RawClient.get_collection(c, "docs").config.params.sparse_vectors
     assert [r["details"]["sparse_vectors"] for r in audit_records(kit) if r["verdict"] == "UNSUPPORTED_WRITE"] \
         == [["kw"], ["kw"]]
+
+
+def test_a_slot_name_that_is_no_str_is_refused_as_a_slot(kit):
+    # Not a name Qdrant takes, but a slot asked for on a sensitive collection all the same: the
+    # guard's refusal naming it, not a TypeError from reading it.
+    c = _client(kit)
+    with pytest.raises(InvalidVectorError, match=re.escape("sparse vector slot(s) [1] would hold")):
+        c.create_collection("docs", vectors_config={"d": _VP}, sparse_vectors_config={1: models.SparseVectorParams()})
+    c.create_collection("docs", vectors_config={"d": _VP})
+    with pytest.raises(InvalidVectorError, match=re.escape("sparse vector slot(s) [1] would hold")):
+        c.create_vector_name("docs", 1, models.SparseVectorNameConfig(sparse=models.SparseVectorConfig()))
+    assert not RawClient.get_collection(c, "docs").config.params.sparse_vectors
 
 
 @pytest.mark.parametrize("config", ["sparse", {"sparse": {"modifier": "no such modifier"}}], ids=["str", "bad-dict"])
@@ -229,3 +275,19 @@ def test_this_writers_id_at_s_without_its_mac_is_refused(tmp_path):
     # Control: the checkpoint stripped, the MAC kept: this writer's own entry, accepted.
     _with_entry_at_s(log, lines, lambda e: e.pop("ckpt"))
     _open(kit, log).close()
+
+
+def test_an_s_missing_before_the_checkpoint_is_named_missing_wherever_it_was(tmp_path):
+    # Each S from 2 to 99 deleted in turn: the bisection ends between S - 1 and S + 1 on every
+    # layout (the lines differ in length), never reading from inside a line.
+    kit = make_kit(tmp_path)
+    log = tmp_path / "audit.jsonl"
+    with AuditLog(log, signer=_signer(kit), checkpoint_every=50) as signed:
+        for i in range(120):
+            signed.append({"event": "signed", "pad": "y" * ((i * 7919) % 300)})
+    lines = log.read_bytes().splitlines(keepends=True)
+    for s in range(2, 100):
+        log.write_bytes(b"".join(lines[:s - 1] + lines[s:]))
+        with pytest.raises(AuditIntegrityError) as err:
+            AuditLog(log, signer=_signer(kit), checkpoint_every=50, signed_from=s)
+        assert f"no line before the most recent checkpoint (seq 100) holds seq {s}," in str(err.value), s
