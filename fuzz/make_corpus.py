@@ -197,6 +197,14 @@ def detect_texts_3() -> list[bytes]:
         "postgres://user:pa?ss@host.example.com/db postgres://user:p@ss#word9@localhost?x=alice@example.com",
         "redis://:s3cr3tPw@[::1]:6379,h2:6380#to=ops@corp.io postgres://u:p@ss!w?rd@db.example.com "
         "mongodb://u:p?w#d@corp.io postgres://db.example?contact=alice@example.com",
+        # With no credentials: a host list with ports, then '?' or '#', then an address as a
+        # parameter's value; a password that is no port, or an address that is no value, stays the
+        # password's. Files named for a version in a URL's path are no address; in a query they are.
+        "postgres://db.internal:5432?a=1&to=alice@example.com mongodb://h1:27017,h2:27017#cc=b@corp.io "
+        "redis://:5432?x=a@corp.io postgres://admin:Secret?x=abc@db.corp.io postgres://u:1234?abc@db.corp.io",
+        "https://example.com/dl/release@v2.zip https://r.example/npm/lodash@4.17.21.tgz "
+        "https://cdn.example.com/jquery@3.7.1.min.js?v=a@b.zip https://s3.example.com/e/alice@example.com.csv "
+        "file:///home/release@v2.tar.gz mailto:a@b.zip",
     ]
     return [t.encode("utf-8") for t in texts]
 

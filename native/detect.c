@@ -1130,14 +1130,91 @@ static int density_image(const unsigned char *d, size_t n, const unsigned char *
     return 0;
 }
 
+/* A file in a URL's path named for a package or release and its version (archive/main@abc.zip,
+   dl/release@v2.zip, npm/lodash@4.17.21.tgz, jquery@3.7.1.min.js) is no address: the '@' is a
+   version's, and the "TLD" a file extension (zip, mov and map are TLDs too, so only in a path).
+   Not when the labels before the extensions are a domain (exports/alice@example.com.csv: a file
+   named for an address keeps it). */
+static const char *const FILE_EXTS[] = {
+    "zip", "tgz", "gz", "tar", "xz", "rar", "jar", "war", "whl", "egg", "gem", "deb", "rpm",
+    "apk", "dmg", "exe", "msi", "iso", "js", "mjs", "cjs", "css", "map", "min", "json", "wasm",
+    "html", "htm", "xml", "txt", "csv", "pdf", NULL,
+};
+
+static int file_ext(const unsigned char *v, size_t n) {
+    for (int k = 0; FILE_EXTS[k]; k++)
+        if (eq_ci(v, n, FILE_EXTS[k])) return 1;
+    return 0;
+}
+
+/* The address-shaped text [ls, de) whose '@' is at p is a file named for a version in the path of
+   the URL whose authority starts at a: a '/' and no '?' or '#' before it, its last labels file
+   extensions, and what is left of the domain no domain (one label, or a last label that is not
+   2+ letters). */
+static int path_file(const unsigned char *b, size_t a, size_t ls, size_t p, size_t de) {
+    size_t end = de; /* the labels left run from p + 1 to end */
+    for (;;) {
+        size_t dot = end;
+        while (dot > p + 1 && b[dot - 1] != '.') dot--;
+        /* the last label left is [dot, end); dot == p + 1 when it is the first */
+        if (!file_ext(b + dot, end - dot)) break;
+        if (dot == p + 1) {
+            end = p + 1;
+            break;
+        }
+        end = dot - 1;
+    }
+    if (end == de) return 0;
+    int slash = 0;
+    for (size_t q = a; q < ls; q++) {
+        if (b[q] == '?' || b[q] == '#') return 0;
+        slash |= b[q] == '/';
+    }
+    if (!slash) return 0;
+    if (end == p + 1) return 1; /* no label left */
+    size_t dot = end;
+    while (dot > p + 1 && b[dot - 1] != '.') dot--;
+    if (dot == p + 1) return 1; /* one label left */
+    if (end - dot < 2) return 1;
+    for (size_t k = dot; k < end; k++)
+        if (!is_alpha(b[k])) return 1;
+    return 0;
+}
+
 static inline int is_host(int c) {
     return is_alnum(c) || c == '.' || c == '-' || c == '_' || c == ':' || c == ',' || c == '[' || c == ']';
 }
 
-/* Whether a database URL's authority text [a, e) holds the start of its query or fragment: a '?'
-   or '#' right after the credentials' '@' and a host list (u:p@db.example?to=...). A '?' or '#'
-   with no '@' before it, or with other characters between, is the password's (user:pa?ss@host,
-   user:p#w@host). */
+/* [a, q) is a host list whose every ':' outside brackets follows a host and starts a port, digits
+   up to a ',' or the end (db.internal, h1:5432,h2:5433, [::1]:5432), so no password a parser
+   could read there is more than a port. */
+static int host_list(const unsigned char *b, size_t a, size_t q) {
+    int bracket = 0;
+    size_t k = a;
+    while (k < q) {
+        if (!is_host(b[k])) return 0;
+        if (b[k] == '[') {
+            bracket = 1;
+        } else if (b[k] == ']') {
+            bracket = 0;
+        } else if (b[k] == ':' && !bracket) {
+            if (k == a || b[k - 1] == ',' || b[k - 1] == ':') return 0;
+            size_t j = k + 1;
+            while (j < q && is_digit(b[j])) j++;
+            if (j == k + 1 || (j < q && b[j] != ',')) return 0;
+            k = j;
+            continue;
+        }
+        k++;
+    }
+    return 1;
+}
+
+/* Whether a database URL's authority text [a, e) holds the start of its query or fragment, before
+   an address at e: a '?' or '#' right after the credentials' '@' and a host list
+   (u:p@db.example?to=...), or, with no '@' before it, after a host list with ports only when the
+   address is a parameter's value (db.example:5432?to=...). Any other '?' or '#' is the userinfo's
+   (user:pa?ss@host, user:p#w@host, user:1234?x@host). */
 static int db_query_in(const unsigned char *b, size_t a, size_t e) {
     int64_t at = -1;
     int host = 0; /* every character since the last '@' is a host's */
@@ -1146,6 +1223,8 @@ static int db_query_in(const unsigned char *b, size_t a, size_t e) {
             at = (int64_t)q;
             host = 1;
         } else if ((b[q] == '?' || b[q] == '#') && at >= 0 && host && (int64_t)q > at + 1) {
+            return 1;
+        } else if ((b[q] == '?' || b[q] == '#') && at < 0 && q > a && b[e - 1] == '=' && host_list(b, a, q)) {
             return 1;
         } else if (!is_host(b[q])) {
             host = 0;
@@ -1199,6 +1278,7 @@ static int email_span(scan_t *s, size_t p, size_t *ls_out, size_t *de_out) {
         for (size_t q = (size_t)at + 3; q < ls && !ended; q++)
             ended = b[q] == '/' || (!db && (b[q] == '?' || b[q] == '#'));
         if (!ended && !(db && db_query_in(b, (size_t)at + 3, ls))) return 0;
+        if (path_file(b, (size_t)at + 3, ls, p, de)) return 0;
     }
     *ls_out = ls;
     *de_out = de;

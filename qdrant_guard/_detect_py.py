@@ -1184,14 +1184,70 @@ def _density_image(label: str, tld: str) -> bool:
             and all(c in "0123456789" for c in whole + frac) and tld.lower() in _IMAGE_EXTS)
 
 
+# A file in a URL's path named for a package or release and its version (archive/main@abc.zip,
+# dl/release@v2.zip, npm/lodash@4.17.21.tgz, jquery@3.7.1.min.js) is no address: the "@" is a
+# version's, and the "TLD" a file extension (zip, mov and map are TLDs too, so only in a path).
+# Not when the labels before the extensions are a domain (exports/alice@example.com.csv: a file
+# named for an address keeps it).
+_FILE_EXTS = frozenset(
+    {
+        "zip", "tgz", "gz", "tar", "xz", "rar", "jar", "war", "whl", "egg", "gem", "deb", "rpm",
+        "apk", "dmg", "exe", "msi", "iso", "js", "mjs", "cjs", "css", "map", "min", "json", "wasm",
+        "html", "htm", "xml", "txt", "csv", "pdf",
+    }
+)
+
+
+def _path_file(text: str, a: int, ls: int, labels: list[str]) -> bool:
+    """The address-shaped text whose local part starts at ``ls`` and whose domain's labels are
+    ``labels`` is a file named for a version in the path of the URL whose authority starts at
+    ``a``: a "/" and no "?" or "#" before it, its last labels file extensions, and what is
+    left of the domain no domain (one label, or a last label that is not 2+ letters)."""
+    n = len(labels)
+    while n > 0 and _lower(labels[n - 1]) in _FILE_EXTS:
+        n -= 1
+    if n == len(labels) or "/" not in text[a:ls] or "?" in text[a:ls] or "#" in text[a:ls]:
+        return False
+    return n < 2 or len(labels[n - 1]) < 2 or any(c not in _LETTERS for c in labels[n - 1])
+
+
 _HOST = _ALNUM | set(".-_:,[]")
+
+
+def _host_list(text: str, a: int, q: int) -> bool:
+    """``text[a:q]`` is a host list whose every ":" outside brackets follows a host and starts a
+    port, digits up to a "," or the end (db.internal, h1:5432,h2:5433, [::1]:5432), so no password
+    a parser could read there is more than a port."""
+    bracket = False
+    k = a
+    while k < q:
+        c = text[k]
+        if c not in _HOST:
+            return False
+        if c == "[":
+            bracket = True
+        elif c == "]":
+            bracket = False
+        elif c == ":" and not bracket:
+            if k == a or text[k - 1] in ",:":
+                return False
+            j = k + 1
+            while j < q and text[j] in _DIGITS:
+                j += 1
+            if j == k + 1 or (j < q and text[j] != ","):
+                return False
+            k = j
+            continue
+        k += 1
+    return True
 
 
 def _db_query_in(text: str, a: int, e: int) -> bool:
     """Whether a database URL's authority text ``text[a:e]`` holds the start of its query or
-    fragment: a "?" or "#" right after the credentials' "@" and a host list (u:p@db.example?to=...).
-    A "?" or "#" with no "@" before it, or with other characters between, is the password's
-    (user:pa?ss@host, user:p#w@host)."""
+    fragment, before an address at ``e``: a "?" or "#" right after the credentials' "@" and a host
+    list (u:p@db.example?to=...), or, with no "@" before it, after a host list with ports only
+    when the address is a parameter's value (db.example:5432?to=...). Any other "?" or "#" is the
+    userinfo's (user:pa?ss@host, user:p#w@host, user:1234?x@host)."""
     at = -1
     host = False  # every character since the last "@" is a host's
     for q in range(a, e):
@@ -1199,6 +1255,8 @@ def _db_query_in(text: str, a: int, e: int) -> bool:
         if c == "@":
             at, host = q, True
         elif c in "?#" and at >= 0 and host and q > at + 1:
+            return True
+        elif c in "?#" and at < 0 and q > a and text[e - 1] == "=" and _host_list(text, a, q):
             return True
         elif c not in _HOST:
             host = False
@@ -1244,6 +1302,8 @@ def _email(text: str, p: int) -> list[tuple[int, int, str, str]]:
         db = _db_scheme(text, at)
         ends = "/" if db else "/?#"
         if not any(c in ends for c in text[at + 3 : ls]) and not (db and _db_query_in(text, at + 3, ls)):
+            return []
+        if _path_file(text, at + 3, ls, labels):
             return []
     return [(ls, de, "EMAIL", "format")]
 

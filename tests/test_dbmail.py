@@ -50,8 +50,9 @@ CASES = [
     ("postgres://u:p@alice@example.com?sslmode=require", [("DATABASE_URL_PASSWORD", "p@alice")]),
     # ... other characters than a host's between the '@' and the '?' (a password's '!')
     ("postgres://u:p@ss!w?rd@db.example.com", [("DATABASE_URL_PASSWORD", "p@ss!w?rd")]),
-    # ... no credentials: the '?' may be a username's, left as before
-    ("postgres://db.example?contact=alice@example.com", []),
+    # no credentials: a '?' after a host list starts the query when the address is a parameter's
+    # value (tests/test_detect_url_mail.py)
+    ("postgres://db.example?contact=alice@example.com", [("EMAIL", "alice@example.com")]),
     # ... an empty local part
     ("postgres://u:p@db?@corp.io", [("DATABASE_URL_PASSWORD", "p@db?")]),
     # past the first '/', as before
