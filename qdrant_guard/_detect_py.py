@@ -1186,7 +1186,7 @@ def _density_image(label: str, tld: str) -> bool:
 
 # A file in a URL's path named for a package or release and its version (archive/main@abc.zip,
 # dl/release@v2.zip, npm/lodash@4.17.21.tgz, jquery@3.7.1.min.js) is no address: the "@" is a
-# version's, and the "TLD" a file extension (zip, mov and map are TLDs too, so only in a path).
+# version's, and the "TLD" a file extension (zip and map are TLDs too, so only in a path).
 # Not when the labels before the extensions are a domain (exports/alice@example.com.csv: a file
 # named for an address keeps it).
 _FILE_EXTS = frozenset(

@@ -32,9 +32,18 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   the first ``/``, ``?`` or ``#``; for a database scheme, the ones whose passwords are read, whose
   passwords hold ``?`` and ``#`` unescaped, at ``/``, or at a ``?`` or ``#`` right after the
   credentials' ``@`` and a host list: ``postgres://u:pw@db.internal:5432?to=a@corp.io`` holds an
-  address, ``postgres://u:pa?ss@db.corp.io`` none), nor is an image named for a
+  address, ``postgres://u:pa?ss@db.corp.io`` none; with no ``@`` before it, at a ``?`` or ``#``
+  after a host list whose every ``:`` starts a port, when the address is a parameter's value:
+  ``postgres://db.internal:5432?to=a@corp.io`` holds one, ``postgres://admin:Secret?x=a@db.io``
+  and ``postgres://u:1234?a@db.io`` none), nor is an image named for a
   display density (``logo@2x.png``, ``icon@1.5x.png``: digits, optionally a ``.`` and digits, and
-  an ``x``, then an image extension, which no TLD is). Addresses at example.com ARE flagged (an address is personal data
+  an ``x``, then an image extension, which no TLD is), nor, in a URL's path (a ``/`` and no ``?``
+  or ``#`` between the ``://`` and it), a file named for a version: the last labels file
+  extensions (zip, tgz, gz, tar, xz, rar, jar, war, whl, egg, gem, deb, rpm, apk, dmg, exe, msi,
+  iso, js, mjs, cjs, css, map, min, json, wasm, html, htm, xml, txt, csv, pdf) and no domain left
+  before them (``dl/release@v2.zip``, ``npm/lodash@4.17.21.tgz``, ``jquery@3.7.1.min.js``; still
+  addresses: ``exports/alice@example.com.csv``, ``?email=a@b.zip``, ``mailto:a@b.zip``, bare
+  ``a@b.zip``). Addresses at example.com ARE flagged (an address is personal data
   whatever its domain).
 * ``PHONE``: E.164 ``+`` and 8-15 digits, first not 0, optionally grouped by spaces and dashes,
   mixed or not (``+1 234-56-7890``; the ``+``, or the ``(`` of ``(+44)``, with no letter or digit

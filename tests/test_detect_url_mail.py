@@ -9,8 +9,8 @@ for a version in a URL's path.
    address is a parameter's value ('=' right before it). A password that is not a port
    (``admin:Secret?x=abc@db``), or an address that is not a value (``user:1234?abc@db``), stays
    the password's.
-2. ``https://example.com/downloads/release@v2.zip`` read as the address ``release@v2.zip`` (zip,
-   mov and map are TLDs). In a URL's path (a '/' and no '?' or '#' between the '://' and it), an
+2. ``https://example.com/downloads/release@v2.zip`` read as the address ``release@v2.zip`` (zip
+   and map are TLDs). In a URL's path (a '/' and no '?' or '#' between the '://' and it), an
    address-shaped text whose last labels are file extensions and whose other labels are no domain
    (one label, or a last label that is not 2+ letters) is a file: no address. A query value, a
    ``mailto:``, bare text, or a file named for an address (``exports/alice@example.com.csv``)
