@@ -1148,9 +1148,9 @@ static int file_ext(const unsigned char *v, size_t n) {
 }
 
 /* The address-shaped text [ls, de) whose '@' is at p is a file named for a version in the path of
-   the URL whose authority starts at a: a '/' and no '?' or '#' before it, its last labels file
-   extensions, and what is left of the domain no domain (one label, or a last label that is not
-   2+ letters). */
+   the URL whose authority, starting at a, ended before it: no '?' or '#' before it (so a '/' ended
+   the authority), its last labels file extensions, and what is left of the domain no domain (one
+   label, or a last label that is not 2+ letters). */
 static int path_file(const unsigned char *b, size_t a, size_t ls, size_t p, size_t de) {
     size_t end = de; /* the labels left run from p + 1 to end */
     for (;;) {
@@ -1165,12 +1165,8 @@ static int path_file(const unsigned char *b, size_t a, size_t ls, size_t p, size
         end = dot - 1;
     }
     if (end == de) return 0;
-    int slash = 0;
-    for (size_t q = a; q < ls; q++) {
+    for (size_t q = a; q < ls; q++)
         if (b[q] == '?' || b[q] == '#') return 0;
-        slash |= b[q] == '/';
-    }
-    if (!slash) return 0;
     if (end == p + 1) return 1; /* no label left */
     size_t dot = end;
     while (dot > p + 1 && b[dot - 1] != '.') dot--;

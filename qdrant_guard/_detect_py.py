@@ -1200,13 +1200,14 @@ _FILE_EXTS = frozenset(
 
 def _path_file(text: str, a: int, ls: int, labels: list[str]) -> bool:
     """The address-shaped text whose local part starts at ``ls`` and whose domain's labels are
-    ``labels`` is a file named for a version in the path of the URL whose authority starts at
-    ``a``: a "/" and no "?" or "#" before it, its last labels file extensions, and what is
-    left of the domain no domain (one label, or a last label that is not 2+ letters)."""
+    ``labels`` is a file named for a version in the path of the URL whose authority, starting at
+    ``a``, ended before it: no "?" or "#" before it (so a "/" ended the authority), its last labels
+    file extensions, and what is left of the domain no domain (one label, or a last label that is
+    not 2+ letters)."""
     n = len(labels)
     while n > 0 and _lower(labels[n - 1]) in _FILE_EXTS:
         n -= 1
-    if n == len(labels) or "/" not in text[a:ls] or "?" in text[a:ls] or "#" in text[a:ls]:
+    if n == len(labels) or "?" in text[a:ls] or "#" in text[a:ls]:
         return False
     return n < 2 or len(labels[n - 1]) < 2 or any(c not in _LETTERS for c in labels[n - 1])
 

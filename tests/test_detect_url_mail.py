@@ -50,6 +50,11 @@ CASES = [
     ("postgres://admin:Secret?x=abc@db.corp.io", [("DATABASE_URL_PASSWORD", "Secret?x=abc")]),
     ("redis://:5432?x=a@corp.io", [("DATABASE_URL_PASSWORD", "5432?x=a")]),
     ("postgres://db:5432x?to=a@corp.io", [("DATABASE_URL_PASSWORD", "5432x?to=a")]),
+    ("postgres://db:x5432?to=a@corp.io", [("DATABASE_URL_PASSWORD", "x5432?to=a")]),
+    ("postgres://db:?to=a@corp.io", [("DATABASE_URL_PASSWORD", "?to=a")]),
+    ("postgres://h1,:5432?to=a@corp.io", [("DATABASE_URL_PASSWORD", "5432?to=a")]),
+    ("postgres://[::1]:Secret?to=a@corp.io", [("DATABASE_URL_PASSWORD", ":1]:Secret?to=a")]),
+    ("postgres://h1,h:5432?to=a@corp.io", [("EMAIL", "a@corp.io")]),
     # ... or the address is no parameter's value
     ("postgres://user:1234?abc@db.corp.io", [("DATABASE_URL_PASSWORD", "1234?abc")]),
     ("postgres://db.internal?alice@example.com", []),
@@ -65,6 +70,8 @@ CASES = [
     ("https://cdn.example.com/app@2.0.0.js.MAP", []),
     ("https://downloads.example.com/builds/agent@nightly.exe", []),
     ("file:///home/me/Downloads/release@v2.zip", []),
+    ("https://x.example/dl/file@tar.gz", []),
+    ("https://x.example/p/a@b.c.zip", []),
     ("postgres://u:Kq2mZ8vT@db.corp.io/dumps/app@v3.tar.gz", [("DATABASE_URL_PASSWORD", "Kq2mZ8vT")]),
     # ... versions with no letters TLD were never addresses
     ("https://cdn.example.com/pkg@1.2.3/dist.zip", []),
