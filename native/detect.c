@@ -1194,7 +1194,7 @@ static int host_list(const unsigned char *b, size_t a, size_t q) {
         } else if (b[k] == ']') {
             bracket = 0;
         } else if (b[k] == ':' && !bracket) {
-            if (k == a || b[k - 1] == ',' || b[k - 1] == ':') return 0;
+            if (k == a || b[k - 1] == ',') return 0;
             size_t j = k + 1;
             while (j < q && is_digit(b[j])) j++;
             if (j == k + 1 || (j < q && b[j] != ',')) return 0;

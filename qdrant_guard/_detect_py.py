@@ -1230,7 +1230,7 @@ def _host_list(text: str, a: int, q: int) -> bool:
         elif c == "]":
             bracket = False
         elif c == ":" and not bracket:
-            if k == a or text[k - 1] in ",:":
+            if k == a or text[k - 1] == ",":
                 return False
             j = k + 1
             while j < q and text[j] in _DIGITS:

@@ -53,6 +53,7 @@ CASES = [
     ("postgres://db:x5432?to=a@corp.io", [("DATABASE_URL_PASSWORD", "x5432?to=a")]),
     ("postgres://db:?to=a@corp.io", [("DATABASE_URL_PASSWORD", "?to=a")]),
     ("postgres://h1,:5432?to=a@corp.io", [("DATABASE_URL_PASSWORD", "5432?to=a")]),
+    ("postgres://db::5432?to=a@corp.io", [("DATABASE_URL_PASSWORD", ":5432?to=a")]),
     ("postgres://[::1]:Secret?to=a@corp.io", [("DATABASE_URL_PASSWORD", ":1]:Secret?to=a")]),
     ("postgres://h1,h:5432?to=a@corp.io", [("EMAIL", "a@corp.io")]),
     # ... or the address is no parameter's value
