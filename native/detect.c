@@ -1185,31 +1185,17 @@ static inline int is_host(int c) {
    up to a ',' or the end (db.internal, h1:5432,h2:5433, [::1]:5432), so no password a parser
    could read there is more than a port. */
 static int host_list(const unsigned char *b, size_t a, size_t q) {
-    int bracket = 0;
-    size_t k = a;
-    while (k < q) {
-        if (!is_host(b[k])) return 0;
-        if (b[k] == '[') {
-            bracket = 1;
-        } else if (b[k] == ']') {
-            bracket = 0;
-        } else if (b[k] == ':' && !bracket) {
-            if (k == a || b[k - 1] == ',') return 0;
-            size_t j = k + 1;
-            while (j < q && is_digit(b[j])) j++;
-            if (j == k + 1 || (j < q && b[j] != ',')) return 0;
-            k = j;
-            continue;
-        }
-        k++;
-    }
+    /* No ':' at all: after one, libpq and SQLAlchemy read what follows up to the '@' as a
+       password (db:5432?x=a@corp.io has the password 5432?x=a), and a password is the worse miss. */
+    for (size_t k = a; k < q; k++)
+        if (!is_host(b[k]) || b[k] == ':') return 0;
     return 1;
 }
 
 /* Whether a database URL's authority text [a, e) holds the start of its query or fragment, before
    an address at e: a '?' or '#' right after the credentials' '@' and a host list
-   (u:p@db.example?to=...), or, with no '@' before it, after a host list with ports only when the
-   address is a parameter's value (db.example:5432?to=...). Any other '?' or '#' is the userinfo's
+   (u:p@db.example?to=...), or, with no '@' before it, after hosts with no ':' only when the
+   address is a parameter's value (db.example?to=...). Any other '?' or '#' is the userinfo's
    (user:pa?ss@host, user:p#w@host, user:1234?x@host). */
 static int db_query_in(const unsigned char *b, size_t a, size_t e) {
     int64_t at = -1;

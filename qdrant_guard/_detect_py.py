@@ -1216,38 +1216,16 @@ _HOST = _ALNUM | set(".-_:,[]")
 
 
 def _host_list(text: str, a: int, q: int) -> bool:
-    """``text[a:q]`` is a host list whose every ":" outside brackets follows a host and starts a
-    port, digits up to a "," or the end (db.internal, h1:5432,h2:5433, [::1]:5432), so no password
-    a parser could read there is more than a port."""
-    bracket = False
-    k = a
-    while k < q:
-        c = text[k]
-        if c not in _HOST:
-            return False
-        if c == "[":
-            bracket = True
-        elif c == "]":
-            bracket = False
-        elif c == ":" and not bracket:
-            if k == a or text[k - 1] == ",":
-                return False
-            j = k + 1
-            while j < q and text[j] in _DIGITS:
-                j += 1
-            if j == k + 1 or (j < q and text[j] != ","):
-                return False
-            k = j
-            continue
-        k += 1
-    return True
+    """``text[a:q]`` is a host list with no ":" (db.internal, h1,h2): after a ":" the parsers read
+    what follows up to the "@" as a password, and a missed password is the worse miss."""
+    return all(c in _HOST and c != ":" for c in text[a:q])
 
 
 def _db_query_in(text: str, a: int, e: int) -> bool:
     """Whether a database URL's authority text ``text[a:e]`` holds the start of its query or
     fragment, before an address at ``e``: a "?" or "#" right after the credentials' "@" and a host
-    list (u:p@db.example?to=...), or, with no "@" before it, after a host list with ports only
-    when the address is a parameter's value (db.example:5432?to=...). Any other "?" or "#" is the
+    list (u:p@db.example?to=...), or, with no "@" before it, after hosts with no ":" only
+    when the address is a parameter's value (db.example?to=...). Any other "?" or "#" is the
     userinfo's (user:pa?ss@host, user:p#w@host, user:1234?x@host)."""
     at = -1
     host = False  # every character since the last "@" is a host's

@@ -33,9 +33,11 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   passwords hold ``?`` and ``#`` unescaped, at ``/``, or at a ``?`` or ``#`` right after the
   credentials' ``@`` and a host list: ``postgres://u:pw@db.internal:5432?to=a@corp.io`` holds an
   address, ``postgres://u:pa?ss@db.corp.io`` none; with no ``@`` before it, at a ``?`` or ``#``
-  after a host list whose every ``:`` starts a port, when the address is a parameter's value:
-  ``postgres://db.internal:5432?to=a@corp.io`` holds one, ``postgres://admin:Secret?x=a@db.io``
-  and ``postgres://u:1234?a@db.io`` none), nor is an image named for a
+  after hosts with no ``:``, when the address is a parameter's value:
+  ``postgres://db.internal?to=a@corp.io`` holds one; after a ``:`` the text up to the ``@`` is
+  read as a password, as libpq and SQLAlchemy read it, a port or not:
+  ``postgres://db.internal:5432?to=a@corp.io`` holds the password ``5432?to=a``,
+  ``postgres://admin:1234?x=a@db.io`` the password ``1234?x=a``), nor is an image named for a
   display density (``logo@2x.png``, ``icon@1.5x.png``: digits, optionally a ``.`` and digits, and
   an ``x``, then an image extension, which no TLD is), nor, in a URL's path (a ``/`` and no ``?``
   or ``#`` between the ``://`` and it), a file named for a version: the last labels file

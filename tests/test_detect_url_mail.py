@@ -3,12 +3,12 @@ for a version in a URL's path.
 
 1. ``postgres://db.internal?x=a@corp.io`` gave nothing: with no '@' before the '?' the detector
    left the '?' to a user name (libpq and SQLAlchemy read ``db.internal?x=a`` as the user, ``corp.io``
-   as the host), and with a port (``db.internal:5432?to=alice@example.com``) it read
-   ``5432?to=alice`` as a password. Now a '?' or '#' with no '@' before it starts the query or
-   fragment when the text before it is a host list whose every ':' starts a port (digits), and the
-   address is a parameter's value ('=' right before it). A password that is not a port
-   (``admin:Secret?x=abc@db``), or an address that is not a value (``user:1234?abc@db``), stays
-   the password's.
+   as the host). Now a '?' or '#' with no '@' before it starts the query or fragment when the
+   text before it is hosts with no ':' and the address is a parameter's value ('=' right before
+   it). After a ':' the text up to the '@' stays a password, a port or not, as those parsers read
+   it (``db.internal:5432?to=alice@example.com`` has the password ``5432?to=alice``): a missed
+   password is the worse miss. An address that is not a value (``db?abc@corp.io``) stays
+   the user name's.
 2. ``https://example.com/downloads/release@v2.zip`` read as the address ``release@v2.zip`` (zip
    and map are TLDs). In a URL's path (a '/' and no '?' or '#' between the '://' and it), an
    address-shaped text whose last labels are file extensions and whose other labels are no domain
@@ -34,18 +34,18 @@ NATIVE, PYTHON = both("detect")
 CASES = [
     # 1. a database URL with no credentials: the address in its query or fragment is found
     ("postgres://db.internal?x=a@corp.io", [("EMAIL", "a@corp.io")]),
-    ("postgresql://db.internal:5432?application_name=etl&notify=alice@example.com",
-     [("EMAIL", "alice@example.com")]),
     ("mysql://db.example.com#contact=bob@corp.io", [("EMAIL", "bob@corp.io")]),
-    ("REDIS://cache.corp.io:6379?owner=ops@corp.io", [("EMAIL", "ops@corp.io")]),
-    ("mongodb://h1:27017,h2:27017?replicaSet=rs0&contact=dba@corp.io", [("EMAIL", "dba@corp.io")]),
-    ("postgres://[::1]:5432?to=a@corp.io", [("EMAIL", "a@corp.io")]),
+    ("mongodb://h1,h2,h3?replicaSet=rs0&contact=dba@corp.io", [("EMAIL", "dba@corp.io")]),
     ("DATABASE_URL=postgres://db?cc=bob@corp.io&to=alice@example.com",
      [("EMAIL", "bob@corp.io"), ("EMAIL", "alice@example.com")]),
     # ... as before with a '/' (the brief's examples; these passed before too)
     ("postgres://db.example.com/app?user=alice@example.com", [("EMAIL", "alice@example.com")]),
     ("mysql://host/db#contact=bob@corp.io", [("EMAIL", "bob@corp.io")]),
-    # ... still the password's: the text before the '?' is not a host list with ports
+    # ... still the password's: after a ':' the parsers read a password, a port or not
+    ("REDIS://cache.corp.io:6379?owner=ops@corp.io", [("DATABASE_URL_PASSWORD", "6379?owner=ops")]),
+    ("mongodb://h1:27017,h2:27017?replicaSet=rs0&contact=dba@corp.io",
+     [("DATABASE_URL_PASSWORD", "27017,h2:27017?replicaSet=rs0&contact=dba")]),
+    ("postgres://[::1]:5432?to=a@corp.io", [("DATABASE_URL_PASSWORD", ":1]:5432?to=a")]),
     ("postgres://user:pa?ss@db.corp.io", [("DATABASE_URL_PASSWORD", "pa?ss")]),
     ("postgres://admin:Secret?x=abc@db.corp.io", [("DATABASE_URL_PASSWORD", "Secret?x=abc")]),
     ("redis://:5432?x=a@corp.io", [("DATABASE_URL_PASSWORD", "5432?x=a")]),
@@ -55,13 +55,12 @@ CASES = [
     ("postgres://h1,:5432?to=a@corp.io", [("DATABASE_URL_PASSWORD", "5432?to=a")]),
     ("postgres://db::5432?to=a@corp.io", [("DATABASE_URL_PASSWORD", ":5432?to=a")]),
     ("postgres://[::1]:Secret?to=a@corp.io", [("DATABASE_URL_PASSWORD", ":1]:Secret?to=a")]),
-    ("postgres://h1,h:5432?to=a@corp.io", [("EMAIL", "a@corp.io")]),
+    ("postgres://h1,h:5432?to=a@corp.io", [("DATABASE_URL_PASSWORD", "5432?to=a")]),
     # ... or the address is no parameter's value
     ("postgres://user:1234?abc@db.corp.io", [("DATABASE_URL_PASSWORD", "1234?abc")]),
     ("postgres://db.internal?alice@example.com", []),
-    # ... the documented cost: a password of a port's digits, then '?', a name and '=' is read as a
-    # query (docs/threat-model.md)
-    ("postgres://admin:1234?x=abc@db.corp.io", [("EMAIL", "abc@db.corp.io")]),
+    # ... a password of digits, then '?', a name and '=' stays whole (h-det had read it as a query)
+    ("postgres://admin:1234?x=abc@db.corp.io", [("DATABASE_URL_PASSWORD", "1234?x=abc")]),
     # 2. a file named for a version in a URL's path: no address
     ("get https://example.com/downloads/release@v2.zip now", []),
     ("https://github.com/user/repo/archive/main@abc.zip", []),
@@ -99,10 +98,20 @@ def test_native_and_reference_agree_and_are_right(text: str, expected: list[tupl
     assert [(f.type, text[f.start:f.end]) for f in find_sensitive(text)] == expected
 
 
-def test_the_address_not_the_port_is_redacted() -> None:
-    # Before, "5432?notify=ops" was read as a password: the local part was redacted, the domain kept.
-    text = "postgres://db.internal:5432?notify=ops@corp.io"
-    assert redact(text) == "postgres://db.internal:5432?notify=[EMAIL]"
+def test_a_port_then_a_query_holds_a_password_for_the_public_api_too() -> None:
+    text = "postgresql://db.internal:5432?application_name=etl&notify=alice@example.com"
+    spans = assert_same(NATIVE.find_spans, PYTHON.find_spans, text)
+    assert [(t, text[a:b]) for a, b, t, _ in spans] == [
+        ("DATABASE_URL_PASSWORD", "5432?application_name=etl&notify=alice")]
+    found = find_sensitive(text)
+    assert [f.type for f in found] == ["DATABASE_URL_PASSWORD"]
+    assert text[found[0].start:found[0].end].startswith("5432?application_name=etl&notify=alice")
+
+
+def test_the_address_not_the_user_name_is_redacted() -> None:
+    # Before, the '?' was left to a user name: nothing was found and the address stayed.
+    text = "postgres://db.internal?notify=ops@corp.io"
+    assert redact(text) == "postgres://db.internal?notify=[EMAIL]"
 
 
 def test_a_release_archive_link_is_left_as_written() -> None:
@@ -111,7 +120,7 @@ def test_a_release_archive_link_is_left_as_written() -> None:
 
 
 _DB_SCHEMES = ["postgres", "postgresql+asyncpg", "mysql", "mongodb+srv", "REDIS", "amqps"]
-_HOST_LISTS = ["db.internal", "localhost", "h", "10.0.0.7:5432", "[::1]:6379", "h1:5432,h2:5433", "db-1.corp.io:1"]
+_HOST_LISTS = ["db.internal", "localhost", "h", "10.0.0.7", "h1,h2", "db-1.corp.io", "[fe80--1]"]
 _ADDRESSES = ["alice@corp.io", "ops.team@mail.example.org", "b+tag@corp.zip"]
 
 
