@@ -463,7 +463,11 @@ class WritePrep(WriteSigning):
                 # The generic advice lists likely causes; the first point's own reason names the
                 # actual one (an expired receipt is none of "forged, altered, replayed").
                 pid = next((x for x in faults[verdict] if str(x) in reasons), None)
-                if pid is not None:
+                if pid is not None and all(reasons.get(str(x), "").startswith("not_yet_valid: ")
+                                           for x in faults[verdict]):
+                    # A clock, not a forgery: lead with the date and the knob, then the rest.
+                    directive = f"point {pid!r}: {reasons[str(pid)]}; otherwise {directive}"
+                elif pid is not None:
                     directive = f"{directive} (point {pid!r}: {reasons[str(pid)]})"
             raise self.refuse(self.decision(
                 op, name, pol, verdict, directive, point_ids=list(dict.fromkeys(ids)),

@@ -153,7 +153,29 @@ def test_a_guarded_write_refuses_a_receipt_dated_ahead_under_the_default_policy(
     # The refusal names the receipt's issued_at, the tolerance and the policy key to change.
     assert f"issued_at is {int(round(issued_at * 1000))} ms" in text
     assert "300 s clock-skew tolerance" in text and "receipts.max_clock_skew_s" in text
-    assert "(point 1: not_yet_valid: " in text
+    # A clock, not a forgery: the point's date leads, the generic advice ("forged, altered ...") after.
+    assert "point 1: not_yet_valid: " in text and "; otherwise the receipt does not verify" in text
+    assert text.index("not_yet_valid") < text.index("forged, altered")
+    owner.close()
+
+
+def test_a_refusal_for_a_date_and_a_forgery_together_keeps_the_generic_advice_first(tmp_path):
+    kit = make_kit(tmp_path)
+    pol = {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": False,
+           "intent": {"enabled": False}}
+    owner = QdrantClient(":memory:", guard=kit.config({"pii": pol}), principal=kit.principal("alice", "hr"))
+    create(owner, "pii", distance=models.Distance.EUCLID)
+    bob = owner.with_principal(kit.principal("bob", "support"))
+    ahead_vec, ahead = _receipted(guard_signer(kit), time.time() + HOUR, pid=1)
+    other_vec, other = _receipted(ReceiptSigner(keys.generate_keypair()[0]), time.time(), pid=2, seed=6)
+    with pytest.raises(GuardRefusal) as refused:
+        bob.upsert("pii", [
+            models.PointStruct(id=1, vector=ahead_vec, payload={RECEIPT_KEY: receipts_for_payload({"": ahead})}),
+            models.PointStruct(id=2, vector=other_vec, payload={RECEIPT_KEY: receipts_for_payload({"": other})})])
+    text = str(refused.value)
+    assert refused.value.verdict == "INVALID_RECEIPT" and owner.count("pii").count == 0
+    # Not every point is only early: the generic advice leads, the first point's reason after it.
+    assert text.index("forged, altered") < text.index("(point 1: not_yet_valid: ")
     owner.close()
 
 
