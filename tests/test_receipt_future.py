@@ -126,15 +126,21 @@ def test_verify_reports_a_stored_receipt_dated_ahead(signer):
 
 # ------------------------------------------------------------------ guarded writes
 
-def _bob_writes(kit, issued_at: float, **receipts_section) -> tuple[QdrantClient, GuardRefusal | None]:
-    """bob@support (a writer outside the owner boundary, noise_on_write off) writes point 1 under a
-    receipt by the guard's key issued at ``issued_at``; the owner's client and the refusal (or None)."""
+def _owner_and_bob(kit, **receipts_section) -> tuple[QdrantClient, QdrantClient]:
+    """The owner's client (alice@hr) of a PII collection "pii", and bob@support's view of it (a writer
+    outside the owner boundary, noise_on_write off)."""
     pol = {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": False,
            "intent": {"enabled": False}}
     extra = {"receipts": receipts_section} if receipts_section else {}
     owner = QdrantClient(":memory:", guard=kit.config({"pii": pol}, **extra), principal=kit.principal("alice", "hr"))
     create(owner, "pii", distance=models.Distance.EUCLID)
-    bob = owner.with_principal(kit.principal("bob", "support"))
+    return owner, owner.with_principal(kit.principal("bob", "support"))
+
+
+def _bob_writes(kit, issued_at: float, **receipts_section) -> tuple[QdrantClient, GuardRefusal | None]:
+    """bob writes point 1 under a receipt by the guard's key issued at ``issued_at``; the owner's
+    client and the refusal (or None)."""
+    owner, bob = _owner_and_bob(kit, **receipts_section)
     vec, rec = _receipted(guard_signer(kit), issued_at)
     try:
         bob.upsert("pii", [models.PointStruct(id=1, vector=vec, payload={RECEIPT_KEY: receipts_for_payload({"": rec})})])
@@ -161,11 +167,7 @@ def test_a_guarded_write_refuses_a_receipt_dated_ahead_under_the_default_policy(
 
 def test_a_refusal_for_a_date_and_a_forgery_together_keeps_the_generic_advice_first(tmp_path):
     kit = make_kit(tmp_path)
-    pol = {"class": "PII", "owner": "hr", "writers": ["support"], "noise_on_write": False,
-           "intent": {"enabled": False}}
-    owner = QdrantClient(":memory:", guard=kit.config({"pii": pol}), principal=kit.principal("alice", "hr"))
-    create(owner, "pii", distance=models.Distance.EUCLID)
-    bob = owner.with_principal(kit.principal("bob", "support"))
+    owner, bob = _owner_and_bob(kit)
     ahead_vec, ahead = _receipted(guard_signer(kit), time.time() + HOUR, pid=1)
     other_vec, other = _receipted(ReceiptSigner(keys.generate_keypair()[0]), time.time(), pid=2, seed=6)
     with pytest.raises(GuardRefusal) as refused:
