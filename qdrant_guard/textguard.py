@@ -119,12 +119,14 @@ class TextOps(Dispatch):
         ids, lead = _named_points(point_ids)
         lead = f"{at}: {lead}" if at else lead
         mislabelled = pol.is_public and not pol.allow_redaction_on_public
+        # The keys below are per collection: a top-level one is refused as an unknown key.
+        section = self.policy_section(name, pol)
         if mislabelled and not query:
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.SENSITIVITY_MISMATCH,
                 f"{lead}{field or 'text'} sent to PUBLIC collection {name!r} contains {kinds}; the collection is "
                 "mislabelled: store it in a sensitive collection, remove the data, or set "
-                "allow_redaction_on_public = true to redact it"
+                f"allow_redaction_on_public = true in {section} to redact it"
                 + (" (or payload_fields = \"text_field\" to store fields besides the text field as given)"
                    if field and not inference else "") + why,
                 point_ids=ids, details=_where({"findings": kinds}, field),
@@ -135,8 +137,8 @@ class TextOps(Dispatch):
             raise self.refuse(self.decision(
                 op, name, pol, Verdict.CREDENTIAL_IN_TEXT,
                 f"{lead}{field or 'text'} contains credentials {sorted({f.type for f in creds})}; credentials are never "
-                + ("sent to inference" if inference else "stored" if field else "embedded")
-                + f": remove them, or set credentials_in_text = \"redact\"{also}" + why,
+                + ("sent to inference" if inference else "stored" if field else "embedded" if query else "stored or embedded")
+                + f": remove them, or set credentials_in_text = \"redact\"{also} in {section}" + why,
                 point_ids=ids, details=_where({"findings": kinds}, field),
             ))
         if mislabelled:
@@ -146,7 +148,7 @@ class TextOps(Dispatch):
                 op, name, pol, Verdict.SENSITIVITY_MISMATCH,
                 f"{lead}{field or 'text'} of a query on PUBLIC collection {name!r} contains {kinds}, which "
                 "inference would embed as given: remove the data from the query, or set "
-                "allow_redaction_on_public = true to send it redacted" + why,
+                f"allow_redaction_on_public = true in {section} to send it redacted" + why,
                 point_ids=ids, details=_where({"findings": kinds}, field),
             ))
         if keep_pii or not pol.redact_pii:

@@ -111,7 +111,7 @@ def _check_rewrite(kit, exc, ids, by_filter):
     assert exc.verdict in ("CREDENTIAL_IN_TEXT", "SENSITIVITY_MISMATCH")
     assert exc.point_ids == ids and "None" not in str(exc)
     assert ("the points a filter selects: " in exc.directive) is by_filter
-    assert str(exc).endswith(f"[points: {', '.join(map(str, ids))}]" if ids else '"redact"' if
+    assert str(exc).endswith(f"[points: {', '.join(map(str, ids))}]" if ids else '"redact" in [collections.c]' if
                              exc.verdict == "CREDENTIAL_IN_TEXT" else "to redact it")
     record = audit_records(kit)[-1]
     assert record["verdict"] == exc.verdict and record["point_ids"] == ids
