@@ -109,9 +109,11 @@ def mark_audited(exc: BaseException) -> BaseException:
 
 
 def missing_key_files(cfg: GuardConfig) -> ConfigError | None:
-    """One error naming every public key file the policy lists that does not exist, when there are
-    several: loading stops at the first, so a policy copied from docs/policy.example.toml took a
-    run per missing file to set up. None when at most one is missing (its load names it)."""
+    """One error naming every key file the policy lists that does not exist (``signing_key`` and
+    the public keys), when there are several: loading stops at the first, so a policy copied from
+    docs/policy.example.toml took a run per missing file to set up. It also names a missing
+    ``audit_log`` directory, the next start's error. None when at most one key file is missing
+    (its load names it)."""
     specs = [("receipts.trusted_keys", k) for k in cfg.receipts.trusted_keys]
     specs += [("receipts.retired_keys", k) for k in cfg.receipts.retired_keys]
     specs += [("audit_trusted_keys", k) for k in cfg.audit_trusted_keys]
@@ -120,6 +122,9 @@ def missing_key_files(cfg: GuardConfig) -> ConfigError | None:
     sections = [("default", cfg.default), *((f"collections.{toml_key(n)}", p) for n, p in cfg.collections.items())]
     specs += [(f"{where}.receipt_keys", k) for where, pol in sections for k in (pol.receipt_keys or ())]
     missing: dict[str, list[str]] = {}
+    signing = cfg.signing_key
+    if signing is not None and not _keys.looks_like_key_text(signing) and not os.path.lexists(signing):
+        missing[signing] = ["signing_key"]
     for where, spec in specs:
         # Key text (a private key pasted in) is left to its load, which refuses it unechoed.
         if not spec.strip().startswith(_keys.KEY_PREFIX) and not _keys.looks_like_key_text(spec) \
@@ -129,19 +134,22 @@ def missing_key_files(cfg: GuardConfig) -> ConfigError | None:
         return None
     lines = []
     for path, wheres in missing.items():
-        private = path[:-len(".pub")] if path.endswith(".pub") else None
-        if private and os.path.exists(private):
+        private = path if path == signing else path[:-len(".pub")] if path.endswith(".pub") else None
+        if private and private != signing and os.path.exists(private):
             make = f"qdrant-guard keys pub --key {shell_quote(private)}"
         elif private:
             make = f"qdrant-guard keys new --out {shell_quote(private)}"
         else:
             make = "qdrant-guard keys new --out KEY, then name KEY.pub here"
         lines.append(f"  {path} ({', '.join(wheres)}): `{make}`")
+    log_dir = os.path.dirname(cfg.audit_log) if cfg.audit_log else ""
+    no_log_dir = (f"\nalso, audit_log's directory {log_dir} does not exist (the guard creates the file, not the "
+                  f"directory): `mkdir -p {shell_quote(log_dir)}`") if log_dir and not os.path.isdir(log_dir) else ""
     return ConfigError(
         f"{cfg.source_path or '<config>'}: {len(missing)} key files the policy names do not exist:\n"
         + "\n".join(lines)
         + "\nmake each with the command shown (where the key's holder keeps the private key elsewhere, copy its "
-        ".pub here instead), or remove the entry from the policy")
+        ".pub here instead), or remove the entry from the policy" + no_log_dir)
 
 
 class GuardPipeline:
@@ -205,10 +213,10 @@ class GuardPipeline:
         self.clock = clock
         self._shapes: dict[str, CollectionShape] = {}
         self._shape_read_at: dict[str, float] = {}  # time.monotonic() of each layout's get_collection
-        self._signing_key = self._load_signing_key(cfg)
         missing = missing_key_files(cfg)
         if missing is not None:
             raise missing
+        self._signing_key = self._load_signing_key(cfg)
         self.signer = ReceiptSigner(self._signing_key)
         raw = self._signing_key.private_bytes(
             serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
