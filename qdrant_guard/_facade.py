@@ -183,12 +183,16 @@ def _sync_method(name: str, original: Callable[..., Any], base: type,
         op = guard.run(name, _bound(guard, name, bind(self, args, kwargs)))
         lock = self._local_lock if locked else None
         if lock is None:
-            return drive_sync(op, make_invoke(self, base))
-        # The whole operation holds the local-mode lock but for its Offloads (embedder, classifier),
-        # as the async client runs it without suspending: a read-then-write (the receipts an
-        # overwrite_payload carries along) is not interleaved by another thread's write.
-        with lock:
-            return drive_sync(op, make_invoke(self, base), offload=functools.partial(_unlocked, lock))
+            result = drive_sync(op, make_invoke(self, base))
+        else:
+            # The whole operation holds the local-mode lock but for its Offloads (embedder,
+            # classifier), as the async client runs it without suspending: a read-then-write (the
+            # receipts an overwrite_payload carries along) is not interleaved by another thread's write.
+            with lock:
+                result = drive_sync(op, make_invoke(self, base), offload=functools.partial(_unlocked, lock))
+        if guard.pending_warnings:
+            guard.emit_warnings()
+        return result
 
     return method
 
@@ -232,8 +236,11 @@ def _async_method(name: str, original: Callable[..., Any], base: type) -> Callab
         async def invoke(call: Call) -> Any:
             return await getattr(base, call.method)(self, **call.kwargs)
 
-        return await drive_async(guard.run(name, _bound(guard, name, bind(self, args, kwargs))), invoke,
-                                 lock=self._local_alock())
+        result = await drive_async(guard.run(name, _bound(guard, name, bind(self, args, kwargs))), invoke,
+                                   lock=self._local_alock())
+        if guard.pending_warnings:
+            guard.emit_warnings()
+        return result
 
     return method
 

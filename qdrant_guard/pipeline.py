@@ -19,6 +19,7 @@ their public names are importable from here too.
 """
 from __future__ import annotations
 
+import collections
 import copy
 import hashlib
 import logging
@@ -34,6 +35,7 @@ from qdrant_client.async_qdrant_remote import AsyncQdrantRemote
 from qdrant_client.qdrant_remote import QdrantRemote
 
 from . import keys as _keys
+from . import warnsite
 from .canonical import canonical_json
 from .audit import AuditLog
 from .boundary import PATH_IS_NOT_A_TOKEN, Principal, VerifiedPrincipal, verify_credential
@@ -212,6 +214,10 @@ class GuardPipeline:
         self.embedder = embedder
         self.clock = clock
         self._shapes: dict[str, CollectionShape] = {}
+        self._warned_untagged: set[str] = set()  # collections told that points without a source count as one
+        # Warnings an operation leaves for its facade to show once it returns: an async client's
+        # steps run in worker threads, where a warning would name a line of threading.py.
+        self.pending_warnings: collections.deque[str] = collections.deque()
         self._shape_read_at: dict[str, float] = {}  # time.monotonic() of each layout's get_collection
         missing = missing_key_files(cfg)
         if missing is not None:
@@ -523,6 +529,15 @@ class GuardPipeline:
                 details={"method": call.method, "error": type(exc).__name__},
             ))
             raise
+
+    def emit_warnings(self) -> None:
+        """Show the warnings operations left in :attr:`pending_warnings`, at the caller's line."""
+        while self.pending_warnings:
+            try:
+                message = self.pending_warnings.popleft()
+            except IndexError:  # another thread showed it
+                return
+            warnsite.warn(message, UserWarning)
 
     def refuse(self, d: Decision) -> QdrantGuardError:
         """Audit a refusing decision and return the exception to raise."""

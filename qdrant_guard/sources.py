@@ -3,8 +3,9 @@ writer may not claim."""
 from __future__ import annotations
 
 import json
+import math
 import re
-from typing import Any
+from typing import Any, Sequence
 
 from pydantic_core import to_jsonable_python
 
@@ -96,3 +97,24 @@ def reserved_claims(pol: CollectionPolicy, boundary: str | None, payload: Any, k
         for part in reversed(parts):
             payload = {part: payload}
     return [s for s in payload_sources(payload, pol.source_field) if s in div.restricted_sources]
+
+
+def untagged_points_warning(name: str, pol: CollectionPolicy, section: str, points: Sequence[Any]) -> str | None:
+    """The warning for a write to ``name`` whose points carry no source (None when every point
+    does, or the source cap does not apply): such points all count as one source, so a query
+    returns at most ``max(1, floor(k * max_source_fraction))`` of them, and no read says why.
+    ``section`` is the policy's ``[collections.NAME.diversity]`` (or ``[default.diversity]``)."""
+    div = pol.diversity
+    top10 = max(1, math.floor(10 * div.max_source_fraction))
+    if not div.enabled or div.mode != "enforce" or top10 >= 10:
+        return None
+    untagged = sum(1 for p in points if not payload_sources(getattr(p, "payload", None), pol.source_field))
+    if not untagged:
+        return None
+    return (f"qdrant_guard: {untagged} of the {len(points)} point(s) written to collection {name!r} carry no "
+            f"{pol.source_field!r} payload field (its source_field); points without one all count as one source, "
+            f"so a top-10 query returns at most {top10} of them (diversity.max_source_fraction = "
+            f"{div.max_source_fraction}: fewer results than limit, with no error). Tag each point with the "
+            f"document it comes from (payload[{pol.source_field!r}]), name the field your points use in "
+            f"source_field, or set max_source_fraction in {section} (docs/diversity-budget.md). Said once per "
+            "collection and client")

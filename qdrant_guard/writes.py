@@ -14,12 +14,23 @@ from .batchupdate import BatchUpdate
 from .decision import Verdict
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
+from .sources import untagged_points_warning
 # Its public names (points_from_any, points_from_columns, vector_updates_from_any) still import from here.
 from .writepoints import points_from_any, points_from_columns, vector_updates_from_any
 
 
 class WriteOps(BatchUpdate):
     """The write half of the pipeline (mixed into :class:`qdrant_guard.guard.Guard`)."""
+
+    def _warn_untagged(self, name: str, pol: CollectionPolicy, points: list[Any]) -> None:
+        """Warn, once per collection and client, of written points without a source: the source
+        cap then keeps a top-k short of ``limit`` without a word (docs/policy.md, source_field)."""
+        if name in self._warned_untagged:
+            return
+        message = untagged_points_warning(name, pol, self.policy_section(name, pol, "diversity"), points)
+        if message is not None:
+            self._warned_untagged.add(name)
+            self.pending_warnings.append(message)
 
     # -- operations -------------------------------------------------------------------------
     def op_upsert(self, method: str, args: dict[str, Any]) -> Op:
@@ -40,7 +51,9 @@ class WriteOps(BatchUpdate):
         points = self._upsert_points(method, name, pol, args["points"])
         prepared = yield from self.prepare_points(method, name, pol, points)
         self._record_write(method, name, pol, prepared, filters)
-        return (yield from self.forward(method, name, pol, Call(method, {**args, "points": prepared.points})))
+        result = yield from self.forward(method, name, pol, Call(method, {**args, "points": prepared.points}))
+        self._warn_untagged(name, pol, prepared.points)
+        return result
 
     def op_upload_points(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -60,7 +73,9 @@ class WriteOps(BatchUpdate):
         points = points_from_any(list(args["points"]))
         prepared = yield from self.prepare_points(method, name, pol, points)
         self._record_write(method, name, pol, prepared, filters)
-        return (yield from self.forward(method, name, pol, Call(method, {**args, "points": prepared.points})))
+        result = yield from self.forward(method, name, pol, Call(method, {**args, "points": prepared.points}))
+        self._warn_untagged(name, pol, prepared.points)
+        return result
 
     def op_upload_collection(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -84,8 +99,10 @@ class WriteOps(BatchUpdate):
         points = points_from_columns(args["vectors"], args.get("payload"), args.get("ids"))
         prepared = yield from self.prepare_points(method, name, pol, points)
         self._record_write(method, name, pol, prepared, filters)
-        return (yield from self.forward(method, name, pol, Call(
-            "upload_points", {"collection_name": name, "points": prepared.points, **forwarded})))
+        result = yield from self.forward(method, name, pol, Call(
+            "upload_points", {"collection_name": name, "points": prepared.points, **forwarded}))
+        self._warn_untagged(name, pol, prepared.points)
+        return result
 
     def op_update_vectors(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
