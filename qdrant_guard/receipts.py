@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from . import merkle
 from .canonical import canonical_json
-from .collection_verify import PointReceiptReport as PointReceiptReport, verify as verify
+from .collection_verify import PointReceiptReport as PointReceiptReport, averify as averify, verify as verify
 from .errors import GuardArgumentTypeError, GuardArgumentValueError, ReceiptError
 from .keys import key_id as _key_id
 from .noise_params import NoiseParams, guarantee_mismatch
@@ -96,6 +96,7 @@ __all__ = [
     "stored_receipts",
     "verify_receipt",
     "verify",
+    "averify",
 ]
 
 
