@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Generator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Generator, Mapping, Sequence, cast
 
 import numpy as np
 import qdrant_client
@@ -29,6 +29,9 @@ from .receipt_verify import (
     noise_shortfall,
     verify_receipt,
 )
+
+if TYPE_CHECKING:
+    from .pipeline import Op
 
 __all__ = [
     "PointReceiptReport",
@@ -146,7 +149,7 @@ def _mismatched(client: Any, asynchronous: bool) -> bool:
     """Whether ``client``'s reads are of the other kind than the caller drives: verify() refuses a
     client with any coroutine read, averify() one with any read that is not."""
     awaited = [inspect.iscoroutinefunction(getattr(client, m, None)) for m in _READS]
-    return all(awaited) is not True if asynchronous else any(awaited)
+    return not all(awaited) if asynchronous else any(awaited)
 
 
 def _reads_of(client: Any, collection_name: str, asynchronous: bool = False) -> Any:
@@ -218,9 +221,11 @@ class _PastTheGuard:
     def _read(self, method: str, *args: Any, **kwargs: Any) -> Any:
         from .pipeline import drive_sync
 
+        def invoke(r: Any) -> Any:
+            return getattr(qdrant_client.QdrantClient, r.method)(self._client, *r.args, **r.kwargs)
+
         with getattr(self._client, "_local_lock", None) or contextlib.nullcontext():
-            return drive_sync(self._one_read(_Read(method, args, kwargs)), lambda r: getattr(
-                qdrant_client.QdrantClient, r.method)(self._client, *r.args, **r.kwargs))
+            return drive_sync(cast("Op", self._one_read(_Read(method, args, kwargs))), invoke)
 
     def scroll(self, *args: Any, **kwargs: Any) -> Any:
         return self._read("scroll", *args, **kwargs)
@@ -241,19 +246,19 @@ class _AsyncPastTheGuard(_PastTheGuard):
     async def _aread(self, method: str, *args: Any, **kwargs: Any) -> Any:
         from .async_driver import drive_async
 
-        async def invoke(r: _Read) -> Any:
+        async def invoke(r: Any) -> Any:
             return await getattr(qdrant_client.AsyncQdrantClient, r.method)(self._client, *r.args, **r.kwargs)
 
-        return await drive_async(self._one_read(_Read(method, args, kwargs)), invoke,  # type: ignore[arg-type]
+        return await drive_async(cast("Op", self._one_read(_Read(method, args, kwargs))), invoke,
                                  lock=self._client._local_alock())
 
-    async def scroll(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def scroll(self, *args: Any, **kwargs: Any) -> Any:
         return await self._aread("scroll", *args, **kwargs)
 
-    async def retrieve(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def retrieve(self, *args: Any, **kwargs: Any) -> Any:
         return await self._aread("retrieve", *args, **kwargs)
 
-    async def get_aliases(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def get_aliases(self, *args: Any, **kwargs: Any) -> Any:
         return await self._aread("get_aliases", *args, **kwargs)
 
 
@@ -530,7 +535,10 @@ def verify(
     reads, op = _prepared("verify", client, collection_name, ids, trusted_keys=trusted_keys, revoked=revoked,
                           now=now, max_age_s=max_age_s, max_clock_skew_s=max_clock_skew_s, batch_size=batch_size,
                           check_noise=check_noise, noise_policy=noise_policy, policy=policy)
-    reports: list[PointReceiptReport] = drive_sync(op, lambda r: getattr(reads, r.method)(*r.args, **r.kwargs))
+    def invoke(r: Any) -> Any:
+        return getattr(reads, r.method)(*r.args, **r.kwargs)
+
+    reports: list[PointReceiptReport] = drive_sync(cast("Op", op), invoke)
     return reports
 
 
@@ -579,8 +587,8 @@ async def averify(
                           now=now, max_age_s=max_age_s, max_clock_skew_s=max_clock_skew_s, batch_size=batch_size,
                           check_noise=check_noise, noise_policy=noise_policy, policy=policy)
 
-    async def invoke(r: _Read) -> Any:
+    async def invoke(r: Any) -> Any:
         return await getattr(reads, r.method)(*r.args, **r.kwargs)
 
-    reports: list[PointReceiptReport] = await drive_async(op, invoke)  # type: ignore[arg-type]
+    reports: list[PointReceiptReport] = await drive_async(cast("Op", op), invoke)
     return reports

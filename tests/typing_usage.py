@@ -22,6 +22,7 @@ from qdrant_guard import (
 from qdrant_guard.detect import Finding, classify_text, find_sensitive, redact
 from qdrant_guard.noise import privatize
 from qdrant_guard.policy import config_from_dict
+from qdrant_guard.receipts import PointReceiptReport, averify, verify
 from qdrant_guard.scan import ScanResult, scan_query
 
 
@@ -47,6 +48,9 @@ def sync_usage() -> int:
         digest: str = exc.manifest_digest
         assert verdict and digest
     res: models.QueryResponse = client.query_points("docs", query=[0.1, 0.2, 0.3, 0.4], limit=3)
+    # The owner boundary's client verifies the collection's receipts (point 1 was written raw).
+    reports: list[PointReceiptReport] = verify(client, "docs", trusted_keys={})
+    assert [r.reason for r in reports] == ["missing_receipt"]
     client.close()
     return len(res.points)
 
@@ -78,6 +82,8 @@ async def async_usage() -> int:
     client = AsyncQdrantClient(":memory:")
     await client.create_collection("c", vectors_config=models.VectorParams(size=2, distance=models.Distance.DOT))
     n = await client.count("c")
+    reports: list[PointReceiptReport] = await averify(client, "c", [1, 2], trusted_keys={}, batch_size=1)
+    assert [(r.point_id, r.reason) for r in reports] == [(1, "missing_point"), (2, "missing_point")]
     await client.close()
     return n.count
 
