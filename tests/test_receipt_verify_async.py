@@ -19,6 +19,7 @@ from qdrant_client.http import models
 from test_receipt_verify_client import WANT, _pii, _store, _trusted
 
 from qdrant_guard import AsyncQdrantClient, QdrantClient
+from qdrant_guard.async_lock import TaskLock
 from qdrant_guard.errors import GuardArgumentTypeError, GuardArgumentValueError, QdrantGuardError
 from qdrant_guard.receipts import averify, verify
 
@@ -133,10 +134,20 @@ def test_the_owner_guarded_async_client_is_read_past_its_guard_under_one_audit_e
         owner = AsyncQdrantClient(path=path, guard=cfg, principal=kit.principal("alice", "hr"))
         # The owner's own reads strip the raw and the badly receipted vectors.
         assert (await owner.retrieve("pii", [0, 20], with_vectors=True))[0].vector is None
+        taken: list[str] = []
+
+        class Counting(TaskLock):  # the client's real local-mode lock, its acquisitions counted
+            async def acquire(self):
+                taken.append("acquire")
+                return await super().acquire()
+
+        owner._alock = Counting()
         before = audit_records(kit)
         assert await averify(owner, "pii", trusted_keys=_trusted(kit), batch_size=2) == want
         after = audit_records(kit)
-        assert len(after) == len(before) + 1  # five scroll pages, one entry
+        assert len(after) == len(before) + 1  # four scroll pages, one entry
+        # Each read (get_aliases, four pages) waited its turn for the client, as a guarded call does.
+        assert len(taken) == 5 and owner._alock.owner is None
         assert after[-1]["op"] == "receipts.verify" and after[-1]["collection"] == "pii"
         assert after[-1]["verdict"] == "ALLOW" and "alice" in after[-1]["principal"]
         assert "receipts.averify()" in after[-1]["directive"]
@@ -187,6 +198,12 @@ def test_another_principals_guarded_async_client_is_refused_naming_the_fix(store
         with pytest.raises(GuardArgumentTypeError, match="an unverified principal"):
             await averify(anonymous, "pii", trusted_keys=_trusted(kit))
         await anonymous.close()
+        # A collection the policy does not list (unlisted = "refuse"): no one's guard reads it.
+        unlisting = AsyncQdrantClient(":memory:", guard=kit.config({"other": _pii()}, unlisted="refuse"),
+                                      principal=kit.principal("alice", "hr"))
+        with pytest.raises(GuardArgumentTypeError, match=r"a collection its policy does not list \(unlisted = "):
+            await averify(unlisting, "pii", trusted_keys=_trusted(kit))
+        await unlisting.close()
 
     asyncio.run(run())
 
