@@ -192,12 +192,13 @@ def _reads_of(client: Any, collection_name: str, asynchronous: bool = False) -> 
             "the guard's release to verify the receipts; the reports carry no vector")))
     who = f"a principal of boundary {boundary!r}" if boundary is not None else "an unverified principal"
     kind = "AsyncQdrantClient" if asynchronous else "QdrantClient"
+    as_cli = "" if asynchronous else ", as `qdrant-guard receipt verify` does"
     raise GuardArgumentTypeError(
         f"{fname}() client is a guarded {type(client).__name__} acting for {who}, and {collection_name!r} is "
         f"{what} owned by {pol.owner if pol is not None else None!r}: its reads withhold the vectors (and, under "
         "budgets, the points) its principal may not get, so their receipts would be reported as vector_mismatch "
         f"or not at all; pass an unguarded qdrant_client.{kind} opened on the same storage "
-        f"({kind}(path=...) or url=..., as `qdrant-guard receipt verify` does; a local store opens in one "
+        f"({kind}(path=...) or url=...{as_cli}; a local store opens in one "
         "client at a time, so close this one first), or the owner boundary's guarded client")
 
 

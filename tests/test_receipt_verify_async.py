@@ -193,6 +193,7 @@ def test_another_principals_guarded_async_client_is_refused_naming_the_fix(store
                                "'support'")
         assert "owned by 'hr'" in text and "unguarded qdrant_client.AsyncQdrantClient" in text
         assert "close this one first" in text and audit_records(kit) == before
+        assert "(AsyncQdrantClient(path=...) or url=...; a local store" in text  # the CLI opens a sync one
         await owner.close()
         anonymous = AsyncQdrantClient(":memory:", guard=cfg)
         with pytest.raises(GuardArgumentTypeError, match="an unverified principal"):
