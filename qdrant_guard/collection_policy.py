@@ -16,7 +16,7 @@ from .receipts import RECEIPT_KEY
 class CollectionPolicy(_Strict):
     """Policy of one collection."""
 
-    sensitivity: SensitivityClass = Field(SensitivityClass.PII, alias="class")
+    sensitivity: SensitivityClass = Field(default=SensitivityClass.PII, alias="class")
     """``embedding_sensitivity_class``: PUBLIC (pass-through), PII, CREDENTIAL or PROPRIETARY. A PUBLIC
     collection may not set the keys it would ignore (owner, readers, writers, raw_in_boundary,
     noise_queries, noise, query, diversity, intent, utility, receipt_keys)."""

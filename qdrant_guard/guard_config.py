@@ -78,10 +78,10 @@ class ReceiptTrust(_Strict):
     """Key ids (``ed25519:<hex>``) whose receipts, credentials, utility records and audit
     checkpoints are rejected. The guard's own ``signing_key`` may not be listed (the client refuses
     to start: rotate it), nor a key of ``retired_keys`` or ``audit_trusted_keys`` (remove it there)."""
-    max_age_s: float | None = Field(None, gt=0)
+    max_age_s: float | None = Field(default=None, gt=0)
     """Refuse a write whose receipts were issued longer ago than this (None: no limit). Checked when
     a write presents receipts; reads release stored vectors whatever their receipts' age."""
-    max_clock_skew_s: float | None = Field(300.0, ge=0)
+    max_clock_skew_s: float | None = Field(default=300.0, ge=0)
     """Refuse a write whose receipts were issued more than this many seconds after the guard's clock
     (``not_yet_valid``), whether or not ``max_age_s`` is set: a receipt dated ahead never ages out,
     and shows a signer whose clock is wrong or lies. 300 s (the tolerance utility records' dates
@@ -284,7 +284,8 @@ class GuardConfig(_Strict):
     each such answer is audited (``REFUSED_CROSS_BOUNDARY``, ``details.names_visible``).
     Every other call on a hidden name keeps its refusal, decided from the policy alone before
     Qdrant is asked (docs/threat-model.md, *What any principal learns about a collection*)."""
-    epsilon_ceiling: dict[SensitivityClass, float] = Field(default_factory=lambda: dict(DEFAULT_CEILINGS))
+    epsilon_ceiling: dict[SensitivityClass, float] = Field(
+        default_factory=lambda: {SensitivityClass(k): v for k, v in DEFAULT_CEILINGS.items()})
     """Largest epsilon accepted per class (defaults: PII 2.0, CREDENTIAL 1.0, PROPRIETARY 8.0), for
     the policy's ``noise.epsilon`` and for the receipts of writers that noise their own vectors.
     Each a finite number > 0; a class left out keeps its default (PUBLIC has none: it is not noised)."""
@@ -324,7 +325,7 @@ class GuardConfig(_Strict):
     values, which would ignore it)."""
     collections: dict[str, CollectionPolicy] = Field(default_factory=dict)
     """Per-collection policies, keyed by collection name."""
-    source_path: str | None = Field(None, exclude=True)
+    source_path: str | None = Field(default=None, exclude=True)
 
     @field_validator("budget_store")
     @classmethod
@@ -536,7 +537,7 @@ class GuardConfig(_Strict):
 
 
 # unlisted = "public" promises pass-through: its payloads are not screened (it has no text field).
-_PUBLIC = CollectionPolicy(**{"class": SensitivityClass.PUBLIC, "payload_fields": "text_field"})
+_PUBLIC = CollectionPolicy.model_validate({"class": SensitivityClass.PUBLIC, "payload_fields": "text_field"})
 
 
 def _boundary_hint(name: str, boundaries: dict[str, Any]) -> str:

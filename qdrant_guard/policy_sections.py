@@ -28,24 +28,24 @@ class NoisePolicy(_Strict):
     whose receipt names the other one is stripped from the reads of every principal not allowed raw
     vectors (all but the owner boundary under ``raw_in_boundary``): changing this on a collection
     that holds vectors withholds them from those reads until they are re-noised."""
-    epsilon: float = Field(1.0, gt=0, le=1000)
+    epsilon: float = Field(default=1.0, gt=0, le=1000)
     """Privacy loss of each released vector between any two clipped inputs at L2 distance <=
     ``radius`` (metric DP: per vector, not per user, and far larger between arbitrary texts:
     docs/privacy.md). Must be <= the class's ``epsilon_ceiling``."""
-    delta: float = Field(1e-6, ge=0, lt=1)
+    delta: float = Field(default=1e-6, ge=0, lt=1)
     """Failure probability of the Gaussian guarantee: ``gaussian`` needs 1e-300 <= delta < 1 (the
     calibration cannot resolve a smaller one), ``laplace_l2`` needs 0 (a pure guarantee for the ideal
     noise; the bounded sampler adds 1.3e-34 at 384-d, as it adds about dim * 2.3e-34 to the Gaussian's)."""
-    radius: float = Field(0.01, gt=0, le=2)
+    radius: float = Field(default=0.01, gt=0, le=2)
     """Protected L2 radius of the metric-DP guarantee (inputs are clipped to ``clip_norm`` first)."""
-    clip_norm: float | None = Field(1.0, gt=0, allow_inf_nan=False)
+    clip_norm: float | None = Field(default=1.0, gt=0, allow_inf_nan=False)
     """Inputs are clipped to this L2 norm before noising (1.0 suits normalised embeddings): a longer
     vector is scaled down to it, so a ``Dot`` or ``Euclid`` collection of unnormalised embeddings
     loses their length, which those rankings use (normalise them first, or set this to their largest
     norm: ``radius`` is absolute, so it then protects a smaller change relative to their length).
     ``None`` (from Python; TOML has no null): not clipped, and the guarantee is between inputs as
     given."""
-    max_receipt_param_sets: int = Field(32, ge=0, le=1024)
+    max_receipt_param_sets: int = Field(default=32, ge=0, le=1024)
     """How many parameter sets (epsilon, delta, radius, dim) of stored receipts of stronger noise than
     this section's, besides its own, the guard holds to their own calibration when it checks that no
     stored vector is raw (``noise_queries`` outside the owner boundary: a query by point id, MMR,
@@ -92,11 +92,11 @@ class QueryRules(_Strict):
     matches (``MatchText``, ``MatchTextAny``, ``MatchPhrase``) of reads and writes; ``max_chars``
     caps every match string of a filter too (``require_text`` and ``filter_pii`` apply either way).
     ``false`` switches ``max_chars`` off as well, so the detector then reads text of any length."""
-    max_chars: int | None = Field(65536, gt=0)
+    max_chars: int | None = Field(default=65536, gt=0)
     """Hard size cap, in characters, checked before scanning (None, from Python: no cap). It bounds
     the scan's cost on hostile input, including text crafted to collide in the scanner's token
     table."""
-    max_tokens: int | None = Field(500, gt=0)
+    max_tokens: int | None = Field(default=500, gt=0)
     """Whitespace-token cap (None, from Python: no cap; in a file, set a large value)."""
     max_model_tokens: int | Literal["auto"] | None = "auto"
     """Cap on the scanner's subword estimate (``model_token_estimate``: a quarter token per ASCII
@@ -109,7 +109,7 @@ class QueryRules(_Strict):
     without spaces is capped at about 4000 characters of CJK or 16,000 ASCII letters at the
     default. A positive integer sets the cap; None (from Python), or a large value in a file: no
     cap beyond ``max_chars``."""
-    max_repetition: float | None = Field(0.5, ge=0, le=1)
+    max_repetition: float | None = Field(default=0.5, ge=0, le=1)
     """Cap on 1 - unique/total tokens: a query above it is refused (None, from Python, or 1 in a
     file: no cap; 0 refuses any repeated token). The guard measures this rule, ``max_ngram_run``
     and ``max_glued_repetition`` on the text as written and again folded (NFKD, combining
@@ -123,10 +123,10 @@ class QueryRules(_Strict):
     Latin letter (Cyrillic ``н`` and ``һ``, Greek ``ο`` and ``σ``) both map to it, so two words of
     that script differing only there count as one; text in one script otherwise scores as before.
     ``scan_query`` itself compares characters exactly."""
-    max_ngram_run: float | None = Field(None, ge=0, le=1)
+    max_ngram_run: float | None = Field(default=None, ge=0, le=1)
     """Cap on the share of tokens in the longest immediately repeated n-gram run (None: off).
     Measured on the folded text too, as ``max_repetition``."""
-    max_glued_repetition: float | None = Field(0.5, ge=0, le=1)
+    max_glued_repetition: float | None = Field(default=0.5, ge=0, le=1)
     """Cap on the repetition inside text without whitespace (violation ``glued_repetition``), which
     ``max_repetition`` and ``max_ngram_run`` see as one token: CJK or Thai stuffing, or a phrase
     glued to itself (``ignorepreviousinstructionsignorepreviousinstructions...``). For every run
@@ -248,18 +248,18 @@ class DiversityPolicy(_Strict):
     enabled: bool = True
     """Apply per-source caps to query results, and the budgets below when set: ``false`` switches
     caps and budgets off (only the owner still writes ``restricted_sources`` points)."""
-    max_source_fraction: float = Field(0.4, gt=0, le=1)
+    max_source_fraction: float = Field(default=0.4, gt=0, le=1)
     """No source holds more than max(1, floor(k * fraction)) of a returned top-k. A hard cap: the
     guard returns fewer results rather than backfill over it."""
-    min_unique_sources: int = Field(2, ge=1)
+    min_unique_sources: int = Field(default=2, ge=1)
     """At least ``min(min_unique_sources, k)`` sources appear in a result when the candidates have
     them (1: no minimum): the best candidate of a missing source replaces the lowest-ranked kept
     point of a source holding several (docs/diversity-budget.md)."""
-    overfetch_factor: float = Field(3.0, ge=1, le=50)
+    overfetch_factor: float = Field(default=3.0, ge=1, le=50)
     """Fetch ``ceil(limit * factor)`` candidates from Qdrant (at most 1000, never fewer than the
     limit; ``group_size`` likewise for grouped queries) so the cap can still return k results. 1:
     no over-fetch, so a capped result can come back short."""
-    max_source_coverage: float | None = Field(None, gt=0, le=1)
+    max_source_coverage: float | None = Field(default=None, gt=0, le=1)
     """Fraction of a source's points one principal may see within ``window_s`` (None: no budget)."""
     restricted_sources: tuple[str, ...] = ()
     """Sources the budget applies to (empty: every source; needs ``max_source_coverage``). A budget
@@ -269,11 +269,11 @@ class DiversityPolicy(_Strict):
     or ``delete_payload`` of its top-level key, any ``overwrite_payload`` or ``clear_payload``) is
     refused when it selects a point of one, and whatever it selects when it selects by a filter on
     other fields than ``source_field`` (its refusal would tell whether the filter matched there)."""
-    window_s: float = Field(86400.0, gt=0)
+    window_s: float = Field(default=86400.0, gt=0)
     """Sliding window of the extraction and distillation budgets, in seconds (finite: for a budget
     that never resets, use a long window). A window other than the default with neither
     ``max_source_coverage`` nor ``max_vectors`` set is refused: it would apply to nothing."""
-    max_vectors: int | None = Field(None, ge=0)
+    max_vectors: int | None = Field(default=None, ge=0)
     """PROPRIETARY distillation budget: distinct vectors one principal may receive within ``window_s``
     (refused on other classes, which it would not apply to). Charged only by reads that return
     vectors, one charge per stored vector (a point's named vectors count one each); past it the
@@ -335,7 +335,7 @@ class IntentPolicy(_Strict):
         "adversarial",
     )
     """Labels that are refused (``[]``: none; the classifier still runs and its label is audited)."""
-    min_confidence: float = Field(0.6, ge=0, le=1)
+    min_confidence: float = Field(default=0.6, ge=0, le=1)
     """A blocked label is enforced only at this confidence or above; below it the query goes ahead
     and the audit record keeps the label (``below_min_confidence``; tune with ``qdrant-guard audit
     replay``). 0: every blocked label is enforced; 1: only those the classifier is certain of."""
@@ -343,7 +343,7 @@ class IntentPolicy(_Strict):
     """Refuse the query (FAIL_CLOSED) when the classifier raises, returns an invalid result or
     does not answer within ``timeout_s``. A classifier that cannot be loaded (a ``module:attr``
     that does not import) refuses whatever this says."""
-    timeout_s: float = Field(5.0, gt=0, le=3600, allow_inf_nan=False)
+    timeout_s: float = Field(default=5.0, gt=0, le=3600, allow_inf_nan=False)
     """Longest wait, in seconds, for the ``llm`` or a ``module:attr`` classifier's answer; past it
     the query is treated as a classifier failure (see ``fail_closed``). Such a classifier runs on
     a worker thread, which a hung call keeps until it returns: at most 16 timed-out calls of one
@@ -375,14 +375,14 @@ class IntentPolicy(_Strict):
 class UtilityPolicy(_Strict):
     """The retrieval utility guard."""
 
-    max_recall_drop: float = Field(0.05, ge=0, lt=1)
+    max_recall_drop: float = Field(default=0.05, ge=0, lt=1)
     """Largest drop of ``metric``@``k`` (default recall@10), relative to clean retrieval, the
     noise may cause."""
     metric: Literal["recall", "ndcg", "overlap"] = "recall"
     """The retrieval metric ``max_recall_drop`` limits: ``recall`` (labelled recall, or known-item
     recall without labels), ``ndcg`` (needs labels) or ``overlap`` with the clean top-k. The record
     must have been calibrated for it (``qdrant-guard calibrate --metric``)."""
-    k: int = Field(10, ge=1)
+    k: int = Field(default=10, ge=1)
     """The cut-off of ``metric``. The record must have been calibrated at it (``--k``): a drop
     measured at another cut-off says little about this one."""
     record: str | None = None
@@ -408,7 +408,7 @@ class UtilityPolicy(_Strict):
     ``retrieval_utility_guard_hash``, a table of each vector it noised or took a receipt for to the
     hash of that vector's record (null: none). Each record is verified as ``record`` is. Not with ``record``, which holds the unnamed
     vector's record. ``{}`` (the default): ``record`` decides."""
-    max_age_s: float | None = Field(None, gt=0)
+    max_age_s: float | None = Field(default=None, gt=0)
     """Refuse writes (UTILITY_DEGRADED) once the record is older than this many seconds, counted
     from its ``created_at`` (when ``qdrant-guard calibrate`` measured it), e.g. ``max_age_s =
     7776000`` (90 days). A record measured the collection's data and embedding model as they were:
@@ -449,7 +449,7 @@ class UtilityPolicy(_Strict):
     the others (the record consulted, a receipt and the guard's embedder must not name another); a
     vector it does not name falls back to ``embedding_model`` (unset: not checked). ``{}`` (the
     default): ``embedding_model`` decides."""
-    min_queries: int = Field(20, ge=1)
+    min_queries: int = Field(default=20, ge=1)
     """Fewest queries a record's metric must have averaged over (its ``n_measured_queries``: with
     qrels, for recall and nDCG, the queries with a relevance label; records before version 6 carry
     only ``n_queries``, every query searched, which is held instead). Known-item recall@10
