@@ -420,7 +420,9 @@ def run_calibrate_cli(args: Any) -> int:
     """
     from qdrant_client import QdrantClient
 
-    get = lambda name, default=None: getattr(args, name, default)  # noqa: E731
+    def get(name: str, default: Any = None) -> Any:
+        return getattr(args, name, default)
+
     opts, key_path, section, pol = calibrate_options(args)
     queries = [_calibration_query(where, q) for where, q in _read_jsonl(get("queries"))]
     qrels = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 import secrets
 import warnings
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qdrant_client.http import models
 
@@ -20,6 +20,9 @@ from .receipts import ISSUED_AT_LEEWAY_S
 from .utility import same_model
 from .withheld import sizes_withheld, telemetry_for
 from .writes import WriteOps
+
+if TYPE_CHECKING:
+    from .utility import UtilityRecord
 
 
 def build_guard(config: Any, principal: Any, embedder: Any) -> Guard | None:
@@ -117,7 +120,7 @@ class Guard(WriteOps, ReadOps):
     """The one guard pipeline that both facades drive (see :mod:`qdrant_guard.pipeline`)."""
 
     # -- retrieval utility guard ----------------------------------------------------------
-    def _load_utility_record(self, path: str, key: str, pol: CollectionPolicy) -> Any:
+    def _load_utility_record(self, path: str, key: str, pol: CollectionPolicy) -> UtilityRecord:
         """The verified record at ``path`` (the policy's ``key``), read once per guard and key scope.
 
         Verified against the keys ``pol``'s collection accepts receipts from
@@ -183,14 +186,15 @@ class Guard(WriteOps, ReadOps):
                     "guard's earlier signing key, list that key's .pub in receipts.retired_keys"
                 )
             cache[slot] = rec
-        return cache[slot]
+        found: UtilityRecord = cache[slot]
+        return found
 
-    def utility_record(self, pol: CollectionPolicy) -> Any:
+    def utility_record(self, pol: CollectionPolicy) -> UtilityRecord | None:
         """The verified record of the policy's ``utility.record``, or None when it is unset."""
         path = pol.utility.record
         return None if path is None else self._load_utility_record(path, "utility.record", pol)
 
-    def utility_records(self, pol: CollectionPolicy) -> dict[str, Any]:
+    def utility_records(self, pol: CollectionPolicy) -> dict[str, UtilityRecord]:
         """The verified records of the policy's ``utility.records``, by vector name ({} when unset).
 
         Every record is read and checked at once, so that a wrong one fails the first write to
@@ -200,11 +204,12 @@ class Guard(WriteOps, ReadOps):
             ConfigError: a record cannot be read, does not verify, or was calibrated for another
                 named vector than the one it is listed under.
         """
-        out = {}
+        out: dict[str, UtilityRecord] = {}
         for name, path in pol.utility.records.items():
             rec = self._load_utility_record(path, f"utility.records.{name}", pol)
             why = rec.vector_name_mismatch(name)
             if why is not None:
+                assert rec.vector_name is not None  # only a record naming a vector mismatches
                 raise ConfigError(
                     f"utility record {path!r}, listed as utility.records.{name}, cannot vouch for vector "
                     f"{name!r}: {why}, so it measured another vector's embeddings; list it under "
@@ -413,8 +418,8 @@ class Guard(WriteOps, ReadOps):
         self.forget_shape()
         ops = args["change_aliases_operations"]
         if hidden_rename is not None:
-            first, hidden, before = hidden_rename
-            return (yield from self._hidden_rename(method, args, ops, skipped, accepted[:before], first, hidden))
+            first, hidden_old, before = hidden_rename
+            return (yield from self._hidden_rename(method, args, ops, skipped, accepted[:before], first, hidden_old))
         if skipped:
             kept = [a for i, a in enumerate(ops) if i not in skipped]
             if not kept:

@@ -44,6 +44,16 @@ class UncheckedForm(QdrantGuardError):
         self.form = type(value).__name__
 
 
+def _field_type(model: type[BaseModel], field: str) -> Any:
+    """The declared type of a qdrant-client model's field (pydantic fills ``annotation`` for every
+    annotated field)."""
+    annotation = model.model_fields[field].annotation
+    if annotation is None:
+        raise TypeError(f"qdrant-client's {model.__name__}.{field} has no type annotation; install the qdrant-client "
+                        "version pyproject.toml names")
+    return annotation
+
+
 # The argument that holds a write's points selector, by method (a filter, a FilterSelector, ids).
 WRITE_SELECTORS = {"delete": "points_selector", "clear_payload": "points_selector", "set_payload": "points",
                    "overwrite_payload": "points", "delete_payload": "points", "delete_vectors": "points"}
@@ -54,8 +64,8 @@ KEYED_QUERIES = (models.FormulaQuery, models.OrderByQuery)
 # input or a query model; query_points_groups' request holds the same union): dumped by its
 # serializer, which picks the member a subclass is sent as (a SampleQuery that is also a
 # NearestQuery goes as the NearestQuery), and validated back into that member.
-_QUERY = TypeAdapter(models.QueryRequest.model_fields["query"].annotation)
-_QUERY_MODELS = tuple(a for a in get_args(models.QueryRequest.model_fields["query"].annotation)
+_QUERY = TypeAdapter(_field_type(models.QueryRequest, "query"))
+_QUERY_MODELS = tuple(a for a in get_args(_field_type(models.QueryRequest, "query"))
                       if isinstance(a, type) and issubclass(a, BaseModel))
 _QUERY_TYPES = frozenset(_QUERY_MODELS)
 _SELECTOR_MODELS = (models.Filter, models.FilterSelector, models.PointIdsList)
@@ -287,11 +297,11 @@ def _names(value: Any, where: str) -> Any:
 
 
 # What a dict given as with_payload or order_by is validated into (QueryRequest's, ScrollRequest's).
-_DICT_NAMES = {"with_payload": TypeAdapter(models.QueryRequest.model_fields["with_payload"].annotation),
-               "order_by": TypeAdapter(models.ScrollRequest.model_fields["order_by"].annotation)}
+_DICT_NAMES = {"with_payload": TypeAdapter(_field_type(models.QueryRequest, "with_payload")),
+               "order_by": TypeAdapter(_field_type(models.ScrollRequest, "order_by"))}
 
 
-def _dict_names(value: dict, where: str) -> Any:
+def _dict_names(value: dict[Any, Any], where: str) -> Any:
     """A dict given as ``with_payload``/``order_by`` as the model qdrant-client validates it into;
     one that does not validate as it is (its keys are screened, then the REST client's validation
     error is raised: ``payloadselect._user_selector``, or qdrant-client's own)."""

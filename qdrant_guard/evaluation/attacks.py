@@ -188,7 +188,7 @@ def bow_inversion(
     *,
     lambdas: Sequence[float] = (0.1, 1.0, 10.0, 100.0),
     reference: np.ndarray | None = None,
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, float | tuple[float, float]]]:
     """Train the probe on ``(train_x, train_y)`` and score it on ``test_x`` against the prior.
 
     For each word class (``identifier``, ``topic``) the prediction is the top-k words of that class
@@ -209,7 +209,7 @@ def bow_inversion(
     """
     scores, best_lam = probe_scores(train_x, train_y, test_x, lambdas=lambdas)
     prior = np.broadcast_to(train_y.mean(axis=0), test_y.shape)
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, float | tuple[float, float]]] = {}
     for name, mask in (("identifier", vocab.identifier), ("topic", vocab.topic)):
         truth = test_y[:, mask]
         f1, k = _best_f1(scores[:, mask], truth)

@@ -164,8 +164,8 @@ def _topk(docs: np.ndarray, queries: np.ndarray, k: int) -> list[list[int]]:
     d = docs / np.linalg.norm(docs, axis=1, keepdims=True)
     q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
     sims = q @ d.T
-    top = np.argsort(-sims, axis=1, kind="stable")[:, :k]
-    return top.tolist()
+    top: list[list[int]] = np.argsort(-sims, axis=1, kind="stable")[:, :k].tolist()
+    return top
 
 
 def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Callable[[str], str]) -> dict[str, Any]:
@@ -248,7 +248,8 @@ def run_sweep(config: EvalConfig, embed: Callable[..., np.ndarray], redact: Call
             nd, scale = _noised(docs, level, policy, _key(config.seed, "docs", tag))
             nq = _noised(qv, level, policy, _key(config.seed, "queries", tag))[0] if config.noise_queries else qv
             top = _topk(nd, nq, config.k)
-            util = retrieval_metrics(top, k=config.k, qrels=qrels, reference=clean_top)
+            # The metrics, then the draws' ratios (a list) beside them.
+            util: dict[str, Any] = retrieval_metrics(top, k=config.k, qrels=qrels, reference=clean_top)
             util["recall_ratio"] = util["recall"] / clean_metrics["recall"]
             ratios = [util["recall_ratio"]]
             for j in range(1, config.utility_draws if level.epsilon is not None else 1):
