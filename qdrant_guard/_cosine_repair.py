@@ -33,7 +33,8 @@ def drift(k: np.ndarray) -> np.ndarray:
     """Per row of grid integers ``k`` (float64), the largest distance in grid steps between a
     coordinate and its value after exact normalisation to unit length."""
     norms = np.sqrt(np.einsum("ij,ij->i", k, k))
-    return np.abs(k * (_GRID_INV / norms)[:, None] - k).max(axis=1)
+    largest: np.ndarray = np.abs(k * (_GRID_INV / norms)[:, None] - k).max(axis=1)
+    return largest
 
 
 def repair(k: np.ndarray) -> None:

@@ -316,7 +316,7 @@ def _count(name: str, value: object, minimum: int, why: str) -> Optional[int]:
         return None
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise GuardArgumentTypeError(f"scan_query() argument '{name}' must be int or None, not {_type_name(value)}")
-    number = value.__index__()  # type: ignore[attr-defined]
+    number: int = value.__index__()
     if number < minimum:
         raise GuardArgumentValueError(f"scan_query() argument '{name}' must be >= {minimum} or None{why}, got {number}")
     return number

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
+from pydantic import BaseModel
 from qdrant_client.http import models
 
 from .vectors import _DENSE_FLOATS
@@ -84,7 +85,7 @@ def _built_point(point_id: Any, vector: Any, payload: dict[str, Any] | None) -> 
     return point
 
 
-def _same_model(got: Any, want: Any) -> bool:
+def _same_model(got: BaseModel, want: BaseModel) -> bool:
     """Whether a hand-built pydantic model is indistinguishable from the validated one."""
     return (got.__dict__ == want.__dict__ and got.__pydantic_fields_set__ == want.__pydantic_fields_set__
             and got.__pydantic_extra__ == want.__pydantic_extra__

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Callable
 
 from .errors import GuardArgumentTypeError, GuardArgumentValueError
 
@@ -25,7 +25,7 @@ _fast_encoder = json.JSONEncoder(
 _fast_dumps = _fast_encoder.encode
 
 
-def _c_dumps() -> Any:
+def _c_dumps() -> Callable[[Any], str]:
     # JSONEncoder.encode builds its C encoder (and a closure) on every call; the same C encoder,
     # built once with _fast_encoder's settings, is reused. Used only if it agrees on a probe.
     from json import encoder as _je

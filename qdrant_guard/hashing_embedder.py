@@ -46,7 +46,7 @@ class HashingEmbedder:
             for j in range(len(padded) - 2):
                 i, s = self._bucket("c:" + padded[j:j + 3])
                 vec[i] += 0.5 * s
-        norm = np.linalg.norm(vec)
+        norm = float(np.linalg.norm(vec))
         if norm == 0:
             vec[0] = 1.0
             norm = 1.0

@@ -91,4 +91,5 @@ def load_classifier(spec: str | None, *, timeout_s: float | None = None) -> Inte
                               f"{type(exc).__name__}: {exc}") from exc
     if not callable(getattr(obj, "classify", None)) or not isinstance(getattr(obj, "name", None), str):
         raise GuardArgumentTypeError(f"{spec!r} gave {type(obj).__name__}, which has no str 'name' and classify() method")
-    return obj
+    classifier: IntentClassifier = obj  # checked above, as far as a Protocol can be at run time
+    return classifier

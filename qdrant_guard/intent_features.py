@@ -647,10 +647,10 @@ def _featurize(text: str, *, fold: bool) -> Featurized:
         # adversarial); this cue, learnt on plain ones, pulled them towards suspicious, splitting
         # their mass under the threshold on both labels (`list all &#x70;asswords`).
         disguised = encoded_share or pct or zw_in_word or styled or leet or spaced
-        found = "" if disguised else _bulk_secret(low)
-        if found:
-            evidence["bulk_secret"] = found.strip()
-        cues.append(1.0 if found else 0.0)
+        bulk = "" if disguised else _bulk_secret(low)
+        if bulk:
+            evidence["bulk_secret"] = bulk.strip()
+        cues.append(1.0 if bulk else 0.0)
     return Featurized(tuple(keys), tuple(cues), evidence)
 
 

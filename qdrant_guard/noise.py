@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 import numbers
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes, hmac
@@ -325,7 +325,7 @@ _DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"
 # after the full checks and read by the kernel's fresh_noise_cached fast path.
 _FRESH: dict[tuple[Any, ...], tuple[NoiseParams, float, float]] = {}
 _FRESH_MAX = 1024
-_fresh_noise_cached = _k.fresh_noise_cached
+_fresh_noise_cached: Callable[..., tuple[np.ndarray, NoiseParams] | None] = _k.fresh_noise_cached
 
 
 def _release(vectors: Any, mechanism: Any, epsilon: Any, radius: Any, delta: Any, clip_norm: Any,

@@ -123,8 +123,9 @@ def english_text(i: int, seed: int) -> str:
 
 def _nested(path: str, value: Any) -> dict[str, Any]:
     """``{"a": {"b": value}}`` for the dotted ``path`` ``"a.b"`` (how the guard reads source_field)."""
-    out: Any = value
-    for part in reversed(path.split(".")):
+    *outer, last = path.split(".")
+    out: dict[str, Any] = {last: value}
+    for part in reversed(outer):
         out = {part: out}
     return out
 

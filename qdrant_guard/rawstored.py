@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, TypeGuard
 
 from qdrant_client.http import models
 
@@ -87,10 +87,14 @@ def receipt_params_of(payload: Any, shape: CollectionShape) -> set[tuple[float, 
         if not isinstance(params, dict):
             continue
         eps, delta, radius, dim = (params.get(k) for k in ("epsilon", "delta", "radius", "dim"))
-        if (all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                for v in (eps, delta, radius)) and type(dim) is int):
+        if _finite_number(eps) and _finite_number(delta) and _finite_number(radius) and type(dim) is int:
             found.add((float(eps), float(delta), float(radius), dim))
     return found
+
+
+def _finite_number(v: object) -> TypeGuard[int | float]:
+    """An int or float (not a bool) that is finite: a receipt parameter a filter can match."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _policy_params(pol: CollectionPolicy, dim: int) -> tuple[float, float, float, int]:

@@ -15,6 +15,7 @@ import struct
 from typing import Any, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _cosine_repair
 from ._impl import implementation, load_kernel
@@ -145,12 +146,13 @@ def _row_norms(arr: np.ndarray) -> np.ndarray:
     square root of ndarray.dot of the row with itself)."""
     # np.vecdot's float64 loop calls the same dot function (BLAS ddot) on each row, without a
     # Python loop over the rows.
-    squares = None
+    squares: np.ndarray | None = None
     if _ROW_DOTS is not None:
         with np.errstate(over="ignore"):
             squares = _ROW_DOTS(arr, arr)
     if squares is not None and np.isfinite(squares).all():
-        return np.sqrt(squares)
+        roots: np.ndarray = np.sqrt(squares)
+        return roots
     # A square that overflowed (the rows are finite): the row loop, bit for bit as before; the
     # caller rescales the rows whose norm came out inf (_rescale_extreme_rows).
     norms = np.empty(arr.shape[0])
@@ -246,7 +248,7 @@ def _sort_keys(k: np.ndarray, d: int) -> tuple[np.ndarray, int]:
     # as they sort about three times faster.
     shift = max(1, (d - 1).bit_length())
     key_type = np.int32 if shift <= 10 else np.int64
-    keys = k.astype(key_type)
+    keys: npt.NDArray[np.signedinteger[Any]] = k.astype(key_type)
     np.abs(keys, out=keys)
     np.subtract(1 << 20, keys, out=keys)
     keys <<= shift
@@ -398,7 +400,8 @@ def stored_form(vector: Any, *, distance: str) -> np.ndarray:
     arr = _as_vector(vector, "stored_form")[None, :]
     if name == "Cosine":
         arr = arr.copy()  # the Cosine path works in place on a private copy
-    return _stored_rows(arr, name, "stored_form", True)[0]
+    row: np.ndarray = _stored_rows(arr, name, "stored_form", True)[0]
+    return row
 
 
 def stored_form_batch(matrix: Any, *, distance: str) -> np.ndarray:
