@@ -106,13 +106,12 @@ def _check_points(keys: object, points: object) -> tuple[list[tuple[str, int]], 
 def _plain_members(members: object, nkeys: int) -> bool:
     """Whether ``members`` is a list or tuple of distinct plain ints in ``range(nkeys)``: what the
     full checks of :func:`_check_points` accept unchanged, tested without them (the common case)."""
-    kind = type(members)
-    if kind is not list and kind is not tuple:
+    if type(members) is not list and type(members) is not tuple:
         return False
-    for k in members:  # type: ignore[attr-defined]
+    for k in members:
         if type(k) is not int or not 0 <= k < nkeys:
             return False
-    return len(members) < 2 or len(set(members)) == len(members)  # type: ignore[arg-type]
+    return len(members) < 2 or len(set(members)) == len(members)
 
 
 def _ids_by_key(nkeys: int, points: Sequence[tuple[str, Sequence[int]]]) -> list[list[str]]:
@@ -145,7 +144,7 @@ def normalize_point_id(point_id: int | str | uuid.UUID) -> str:
     if kind is int and point_id >= 0:  # type: ignore[operator]
         return f"i:{point_id}"
     if kind is str:
-        return _normalize_uuid_text(point_id)  # type: ignore[arg-type]
+        return _normalize_uuid_text(point_id)
     if isinstance(point_id, bool) or not isinstance(point_id, (int, str, uuid.UUID)):
         raise GuardArgumentTypeError(f"point id must be an int, a UUID or a UUID string, not {type(point_id).__name__}")
     if isinstance(point_id, int):

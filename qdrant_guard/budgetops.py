@@ -304,7 +304,7 @@ class BudgetOps(PayloadOps, QueryChecks, ScoreCharge):
                 size = yield from self.source_size(account, pol, source)
                 counted = True
             else:
-                oldest = min(oldest, hit[0])  # type: ignore[index]
+                oldest = min(oldest, hit[0])
             if cap_for(size, coverage) == 0:
                 exclusion.sources[source] = frozenset()
         if not counted and list(self.shared.get("source_sizes", {}).items()) == sized_items:

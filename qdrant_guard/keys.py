@@ -365,7 +365,7 @@ def load_public_key(path_or_str: Union[PathLike, Ed25519PublicKey]) -> Ed25519Pu
         return path_or_str
     if isinstance(path_or_str, str) and path_or_str.strip().startswith(KEY_PREFIX):
         return public_key_from_str(path_or_str)
-    p, data, st = _read_key_file(path_or_str, "load_public_key", private=False)  # type: ignore[arg-type]
+    p, data, st = _read_key_file(path_or_str, "load_public_key", private=False)
     if _holds_private_key(data):
         # Never load (or echo) a private key where a public one belongs: point at the .pub instead.
         raise KeyStoreError(

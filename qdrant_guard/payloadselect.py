@@ -4,7 +4,7 @@ to the whole payload the guard fetched (what Qdrant would have returned).
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from qdrant_client import grpc
 from qdrant_client.conversions.conversion import GrpcToRest
@@ -20,6 +20,7 @@ def project_payload(payload: dict[str, Any] | None, selector: Any) -> dict[str, 
         return payload
     if selector is False or selector is None:
         return None
+    keys: Sequence[Any] | None
     if isinstance(selector, models.PayloadSelectorInclude):
         keys = selector.include
     elif isinstance(selector, models.PayloadSelectorExclude):
@@ -65,7 +66,8 @@ def _user_selector(selector: Any, method: str) -> Any:
     if selector is None or isinstance(selector, bool):
         return selector
     if isinstance(selector, (str, list, tuple, models.PayloadSelectorInclude, models.PayloadSelectorExclude)):
-        LocalCollection._process_payload({}, selector)
+        # Called for its error: a str is refused here as local mode refuses it (outside its declared types).
+        LocalCollection._process_payload({}, selector)  # type: ignore[arg-type]
         return selector
     return _REST_READ_REQUESTS.get(method, _REST_READ_REQUESTS["query_points"])(selector).with_payload
 

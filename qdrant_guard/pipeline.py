@@ -193,7 +193,7 @@ class GuardPipeline:
             cfg = config
             self.transparent = False
         elif isinstance(config, (str, bytes)) or hasattr(config, "__fspath__"):
-            cfg = load_policy(config)  # type: ignore[arg-type]
+            cfg = load_policy(config)
             self.transparent = False
         else:
             hint = ("; a dict is read by qdrant_guard.policy.config_from_dict(...), whose GuardConfig guard= "

@@ -9,10 +9,13 @@ so they all see the id that is sent.
 from __future__ import annotations
 
 import uuid
+from typing import Callable
 
 from .errors import GuardArgumentValueError
 
-_UUID_INT = uuid.UUID.int.__get__  # the 128-bit value's slot, whatever a subclass puts over it
+# The 128-bit value's slot, whatever a subclass puts over it. typeshed types UUID.int as an
+# instance's int, so mypy sees no slot descriptor on the class.
+_UUID_INT: Callable[[uuid.UUID], int] = uuid.UUID.int.__get__  # type: ignore[misc, attr-defined]
 
 
 def real_uuid(value: uuid.UUID) -> uuid.UUID:

@@ -291,7 +291,7 @@ class QueryChecks(TextOps):
         capped = 0
         method = "get_collection"
         try:
-            shape = yield from self.shape(name)  # type: ignore[attr-defined]
+            shape = yield from self.shape(name)
             # Parameter sets of receipts of stronger noise than the policy's, found stored: each is
             # held to its own calibration (a pure function of the set, so never wrong; dropped
             # with the layouts, so a re-created collection's own sets are not capped by the old's).

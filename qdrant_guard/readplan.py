@@ -64,5 +64,6 @@ def _given_count(value: Any) -> bool:
     or a positive count. Zero or a negative one goes to Qdrant as given, which refuses it (read as
     "the default", ``limit=0`` returned ten points); so does a numpy integer or a float below 1
     (``np.int64(0)``, ``0.0``), which qdrant-client refuses as it refuses ``0``."""
-    return value is None or isinstance(value, bool) or not isinstance(value, numbers.Real) or value >= 1
+    # typeshed's numbers.Real declares __lt__ and __le__ only; every Real compares with an int.
+    return value is None or isinstance(value, bool) or not isinstance(value, numbers.Real) or value >= 1  # type: ignore[operator]
 

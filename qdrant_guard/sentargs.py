@@ -102,7 +102,7 @@ def plain_args(method: str, args: dict[str, Any]) -> dict[str, Any]:
             changed["ids"] = sent
     selector = WRITE_SELECTORS.get(method)
     value = args.get(selector) if selector is not None else None
-    if value is not None:
+    if selector is not None and value is not None:
         sent = _selector(value, selector)
         if sent is not value:
             changed[selector] = sent

@@ -296,7 +296,7 @@ class TextOps(Dispatch):
         if isinstance(value, str):
             return self.screen_text(op, name, pol, value, point_ids=[point_id])
         if depth >= 64 and isinstance(value, (dict, *_ARRAYS)):
-            raise self.unsupported_write(  # type: ignore[attr-defined]
+            raise self.unsupported_write(
                 op, name, pol, f"{op}: {point_words(point_id) or 'the payload'}: the text field "
                 f"{pol.text_field!r} nests objects or arrays more than 64 deep; the guard screens its text to "
                 "that depth. Flatten it. Nothing was written")

@@ -59,7 +59,8 @@ def points_from_any(points: Any, at: str = "points") -> list[models.PointStruct]
                     "upserting it would store the point without its vectors. Read the points with "
                     "with_vectors=True, or use set_payload to change only the payload. Nothing was written"
                 )
-            out.append(sent_point(models.PointStruct(id=p.id, vector=p.vector, payload=p.payload), i, at))
+            # A Record's vector dict holds a subset of what PointStruct's accepts; mypy's dict is invariant.
+            out.append(sent_point(models.PointStruct(id=p.id, vector=p.vector, payload=p.payload), i, at))  # type: ignore[arg-type]
         else:
             raise GuardArgumentTypeError(
                 f"points must be models.PointStruct (or a models.Batch); got {_kind(p)}. "
