@@ -634,7 +634,7 @@ class AuditLog:
             if entry["seq"] == s:
                 why = self._signed_from_problem(entry)
                 if why is not None:
-                    raise self._refuse_signed_from(why, checkpoint)
+                    raise self._refuse_signed_from(why, checkpoint, s)
                 return
             if entry["seq"] < s:
                 lo = start + len(raw) + 1
@@ -664,10 +664,9 @@ class AuditLog:
         stop = AuditLog._next_line_start(fd, start, end)
         return _read_all(fd, start, stop - start - 1)
 
-    def _refuse_signed_from(self, why: str, checkpoint: int) -> AuditUnauthenticatedError:
-        """The error (and alert) for an entry at seq signed_from, before the window's checkpoint,
-        that does not show a signing writer wrote it."""
-        s = self._signed_from
+    def _refuse_signed_from(self, why: str, checkpoint: int, s: int) -> AuditUnauthenticatedError:
+        """The error (and alert) for the entry at seq ``s`` (signed_from), before the window's
+        checkpoint, that does not show a signing writer wrote it."""
         msg = (f"audit log {self.path!r}: seq {s} {why}, and the checkpoint at seq {checkpoint} signs over it: the log "
                f"was rewritten from seq {s} (hashes recomputed) and a writer without audit_signed_from, or one before "
                f"it, signed over the rewrite, or audit_signed_from = {s} is not this log's. Nothing was written. "

@@ -121,7 +121,8 @@ def _check_repair_vouches(p: str, kept: bytes, signer: ReceiptSigner, trusted: M
     """Refuse a signed repair entry over kept entries its signer would not sign over as a writer
     (:meth:`AuditLog._read_appended`): its checkpoint would vouch for them. With ``writer_keys``
     the scan already cut them."""
-    v2, found = False, []
+    v2 = False
+    found: list[tuple[int, str, Any]] = []  # (seq, why, the entry's writer field)
     for raw in kept.split(b"\n")[:-1]:
         entry = _parse_line(raw)  # the kept lines verified: no _Bad here
         if sign_every_entry and found and "ckpt" in entry and "w" in entry:

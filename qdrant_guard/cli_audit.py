@@ -231,7 +231,8 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
 
 def cmd_audit_repair(args: argparse.Namespace) -> int:
     from . import keys
-    from .audit import _refuse_not_regular, repair_audit_file, verify_audit_file
+    from .audit import repair_audit_file, verify_audit_file
+    from .audit_file_access import _refuse_not_regular
     from .receipts import ReceiptSigner
 
     signer = ReceiptSigner(keys.load_private_key(args.signing_key)) if args.signing_key else None

@@ -252,6 +252,7 @@ class _FieldScreen:
             nk, shown = self.key(k, path)
             at = f"{path}.{shown}" if path else shown
             sent = _as_sent(v) if kind == "text" else v
+            nv: Any  # the value as stored: a str, a screened list, or the node's screened form
             if kind == "text" and isinstance(sent, str):
                 nv = sent
             elif kind == "text" and isinstance(sent, _ARRAYS):

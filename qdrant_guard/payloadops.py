@@ -100,7 +100,7 @@ class PayloadOps(TextOps):
         restricted source, so it would answer for every point what a ``count`` with the filter
         answers (which a budgeted reader may not ask, and a writer who may not read cannot), and a
         filter that also names the restricted source writes nothing either way."""
-        if not restricts_sources(pol) or self.boundary() == pol.owner:  # type: ignore[attr-defined]
+        if not restricts_sources(pol) or self.boundary() == pol.owner:
             return
         sel = _rest_selector(selector)
         flt = sel.filter if isinstance(sel, models.FilterSelector) else sel
@@ -108,7 +108,7 @@ class PayloadOps(TextOps):
             return  # point ids
         if _only_names_sources(flt, pol.source_field):
             return
-        raise self.refuse(self.decision(  # type: ignore[attr-defined]
+        raise self.refuse(self.decision(
             op, name, pol, Verdict.REFUSED_CROSS_BOUNDARY,
             f"{what} selects points of collection {name!r} by a filter on fields other than "
             f"{pol.source_field!r}, and the collection has restricted source(s): outside the owner boundary "
@@ -294,10 +294,10 @@ class PayloadOps(TextOps):
                    "upsert earlier in the batch does not count: whether it creates a point is not known "
                    "beforehand)")
         self._all_named(op, name, pol, selector, present, fresh or {}, None, why, where)
-        where = models.Filter(must=[models.HasIdCondition(has_id=ids)])
+        by_ids = models.Filter(must=[models.HasIdCondition(has_id=ids)])
         if isinstance(selector, models.PointIdsList):
-            return models.FilterSelector(filter=where, shard_key=selector.shard_key)
-        return where
+            return models.FilterSelector(filter=by_ids, shard_key=selector.shard_key)
+        return by_ids
 
     def op_overwrite_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -462,7 +462,7 @@ class PayloadOps(TextOps):
         no operation id, and the status Qdrant gives an update sent with the same ``wait``
         (a server acknowledges ``wait=False``, and ``wait=None``, which qdrant-client leaves out of
         the request, the server's default being not to wait; local mode completes every update)."""
-        late = not args.get("wait", True) and self.shared.get("remote", False)  # type: ignore[attr-defined]
+        late = not args.get("wait", True) and self.shared.get("remote", False)
         return models.UpdateResult(operation_id=None, status=models.UpdateStatus.ACKNOWLEDGED if late
                                    else models.UpdateStatus.COMPLETED)
 
@@ -471,7 +471,7 @@ class PayloadOps(TextOps):
         id. An update the guard sent nothing for (its filter matched no point) has none, so a
         Qdrant id would tell such a writer that its filter matched something. (Every point update's
         answer gets the same treatment in :meth:`Pipeline.run`; see :func:`without_operation_ids`.)"""
-        if pol.may_read(self.boundary()):  # type: ignore[attr-defined]
+        if pol.may_read(self.boundary()):
             return result
         return without_operation_ids(result)
 
@@ -519,14 +519,14 @@ class PayloadOps(TextOps):
         held = set(written).union(*(p.keys() for _, p in targets.values()))
         drop = sorted(held - payload.keys() - {RECEIPT_KEY})
         if all(_quotable(k) for k in drop):
-            where = models.Filter(must=[models.HasIdCondition(has_id=[pid for pid, _ in targets.values()])])
+            by_ids = models.Filter(must=[models.HasIdCondition(has_id=[pid for pid, _ in targets.values()])])
             ops: list[Any] = []
             if payload:
                 ops.append(models.SetPayloadOperation(set_payload=models.SetPayload(
-                    payload=payload, filter=where, shard_key=shard_key)))
+                    payload=payload, filter=by_ids, shard_key=shard_key)))
             if drop:
                 ops.append(models.DeletePayloadOperation(delete_payload=models.DeletePayload(
-                    keys=[_quote(k) for k in drop], filter=where, shard_key=shard_key)))
+                    keys=[_quote(k) for k in drop], filter=by_ids, shard_key=shard_key)))
             return ops, len(targets)
         ops = []
         for key, (pid, stored) in targets.items():

@@ -105,7 +105,7 @@ def _range(field: Any) -> str:
         for cls, op, attr in ((at.Gt, ">", "gt"), (at.Ge, ">=", "ge"), (at.Lt, "<", "lt"), (at.Le, "<=", "le"),
                               (at.MinLen, "at least", "min_length")):
             if isinstance(m, cls):
-                parts.append(f"{op} {getattr(m, attr)!r}" if cls is not at.MinLen else f"{op} {m.min_length} item")
+                parts.append(f"{op} {m.min_length} item" if isinstance(m, at.MinLen) else f"{op} {getattr(m, attr)!r}")
     return ", ".join(parts)
 
 

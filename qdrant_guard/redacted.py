@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import detect as _detect
-from .textguard import _number_text
+from .field_screen import _number_text
 
 
 def _redacted_text(value: Any, depth: int = 0) -> Any:

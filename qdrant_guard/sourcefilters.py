@@ -71,18 +71,21 @@ class Exclusion:
                 groups: dict[frozenset[str], list[str]] = {}
                 for nid, sources in admitted_by.items():
                     groups.setdefault(frozenset(sources), []).append(nid)
-                inside = [models.Filter(must=[models.HasIdCondition(has_id=_point_ids(nids)),
-                                              _sources_condition(self.source_field, others)])
-                          for by, nids in sorted(groups.items(), key=lambda g: sorted(g[0]))
-                          if (others := sorted(set(self.sources) - by))]
+                inside: list[tuple[list[Any], models.Condition]] = []  # each group's ids and condition
+                for by, nids in sorted(groups.items(), key=lambda g: sorted(g[0])):
+                    others = sorted(set(self.sources) - by)
+                    if others:
+                        ids = _point_ids(nids)
+                        inside.append((ids, models.Filter(must=[models.HasIdCondition(has_id=ids),
+                                                                _sources_condition(self.source_field, others)])))
                 # Local mode keeps the id sets of the last 32 id lists it tested: one list per group
                 # and point would evict U's (rebuilt for every point at fifty sources), so a point
                 # tests the lists of about sqrt(groups) chunks, then only its chunk's groups.
                 size = max(8, math.isqrt(max(len(inside) - 1, 0)) + 1)
                 chunks = [inside[k:k + size] for k in range(0, len(inside), size)]
                 out.extend(models.Filter(must=[models.HasIdCondition(has_id=sorted(
-                    {i for group in chunk for i in group.must[0].has_id}, key=lambda i: (isinstance(i, str), i)))],
-                    should=chunk) for chunk in chunks)
+                    {i for ids, _ in chunk for i in ids}, key=lambda i: (isinstance(i, str), i)))],
+                    should=[group for _, group in chunk]) for chunk in chunks)
         if self.ids:
             out.append(models.HasIdCondition(has_id=_point_ids(self.ids)))
         return out
@@ -145,7 +148,8 @@ def _source_condition(field_name: str, source: str) -> models.Filter:
     if source == "__unknown__":
         return models.Filter(should=[_missing_source_count_filter(field_name),
                                      models.FieldCondition(key=field_name, match=models.MatchValue(value=""))])
-    conds = [models.FieldCondition(key=field_name, match=models.MatchValue(value=v)) for v in _stored_forms(source)]
+    conds: list[models.Condition] = [models.FieldCondition(key=field_name, match=models.MatchValue(value=v))
+                                     for v in _stored_forms(source)]
     number = _float_form(source)
     if number is not None:
         conds.append(models.FieldCondition(key=field_name, range=models.Range(gte=number, lte=number)))
