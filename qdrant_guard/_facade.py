@@ -386,6 +386,7 @@ class PrincipalViews:
 
     _guard: Any
     _is_view: bool = False
+    _origin: PrincipalViews  # a view's: the client it was made from (set on views only)
 
     def with_principal(self, principal: Any) -> Self:
         """Return a client that shares this one's connection (and, in local mode, its store), policy,

@@ -7,7 +7,7 @@ batch is accepted.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Collection, Iterable
 
 from qdrant_client.http import models
 
@@ -41,6 +41,11 @@ def _keys_written(op: Any) -> Iterable[str]:
 
 class BatchUpdate(WritePrep):
     """The guarded ``batch_update_points`` (a mixin of :class:`qdrant_guard.writes.WriteOps`)."""
+
+    if TYPE_CHECKING:  # PayloadOps's, which Guard inherits beside this class (through ReadOps)
+        def payload_operation(self, op: str, name: str, pol: CollectionPolicy, operation: Any,
+                              fresh: dict[str, Any] | None = None, written: set[str] | frozenset[str] = frozenset(),
+                              deleted: Collection[str] = (), *, where: str = "") -> Any: ...
 
     def op_batch_update_points(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]

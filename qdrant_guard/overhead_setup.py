@@ -84,7 +84,9 @@ def scratch_config(cfg: GuardConfig, tmp: Path, collection: str, scratch: str,
     notes: list[str] = []
     update: dict[str, Any] = {}
     # With --workdir the files stay, and the user looks for them there.
-    where = (lambda f: f"{tmp / f} (in --workdir, kept)") if kept else (lambda f: "a temporary file")
+    def where(f: str) -> str:
+        return f"{tmp / f} (in --workdir, kept)" if kept else "a temporary file"
+
     if cfg.audit_log is not None:
         update["audit_log"] = str(tmp / "audit.jsonl")
         notes.append(f"audit log written to {where('audit.jsonl')}, not {cfg.audit_log} (fsync "

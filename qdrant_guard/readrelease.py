@@ -15,6 +15,7 @@ from qdrant_client.http import models
 from . import detect as _detect
 from . import noise as _noise
 from .decision import MAX_IDS_IN_RECORD, Verdict
+from .noise_params import NoiseParams
 from .diversity import enforce_diversity, overfetch_limit
 from .payloadselect import _user_selector, project_payload
 from .policy import CollectionPolicy
@@ -214,11 +215,11 @@ class ReadRelease(BudgetOps):
             return keep[""]
         return keep
 
-    def _release_accepted(self, pol: CollectionPolicy, params: _noise.NoiseParams) -> bool:
+    def _release_accepted(self, pol: CollectionPolicy, params: NoiseParams) -> bool:
         """Whether a guarded write would accept a receipt of ``params`` into ``pol``'s collection now."""
         return not self._release_refusal(pol, params)
 
-    def _release_refusal(self, pol: CollectionPolicy, params: _noise.NoiseParams) -> str:
+    def _release_refusal(self, pol: CollectionPolicy, params: NoiseParams) -> str:
         """Why a guarded write would refuse a receipt of ``params`` into ``pol``'s collection now
         (the noise checks of ``WriteOps.prepare_points``, in its order; cached per parameters and
         policy values): ``unsound_noise``, ``epsilon_above_ceiling``, ``mechanism_mismatch`` or

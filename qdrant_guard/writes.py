@@ -79,7 +79,7 @@ class WriteOps(BatchUpdate):
 
     def op_upload_collection(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
-        forwarded = {k: args[k] for k in ("batch_size", "parallel", "method", "max_retries", "wait",
+        forwarded: dict[str, Any] = {k: args[k] for k in ("batch_size", "parallel", "method", "max_retries", "wait",
                                            "shard_key_selector", "update_filter", "update_mode") if k in args}
         pub = self.public_policy(args)
         if pub is not None:

@@ -21,7 +21,8 @@ MIN_RECALL_RATIO = 0.95
 
 
 def _row(results: dict[str, Any], *, policy_default: bool, redaction: bool) -> dict[str, Any]:
-    for r in results["levels"]:
+    rows: list[dict[str, Any]] = results["levels"]
+    for r in rows:
         if r["policy_default"] == policy_default and r["redaction"] == redaction:
             return r
     raise KeyError("no such level in the results")
