@@ -40,8 +40,12 @@ bench: build
 	$(PY) -m pip install -q -e '.[bench]' --no-build-isolation
 	$(PY) bench/run.py
 
-# mypy --strict on a usage file of the public API (types come from py.typed and the .pyi stubs).
+# mypy --strict over the whole package (its internal modules too; pyproject.toml's [tool.mypy] only
+# lets optional untyped third-party imports be Any), then on a usage file of the public API (types
+# come from py.typed and the .pyi stubs). The same flags for both, so they share .mypy_cache (other
+# flags invalidate it); every module of the package is named, so "silent" quiets only third-party code.
 typecheck: build
+	$(PY) -m mypy --strict --follow-imports=silent qdrant_guard
 	$(PY) -m mypy --strict --follow-imports=silent tests/typing_usage.py
 	$(PY) tests/typing_usage.py
 
