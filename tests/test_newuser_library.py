@@ -107,6 +107,36 @@ def test_a_policy_path_given_as_pathlib_path_runs_and_type_checks(tmp_path: Path
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+_POLICY_MODELS_USAGE = textwrap.dedent("""\
+    from qdrant_guard import CollectionPolicy, GuardConfig, NoisePolicy, SensitivityClass
+
+
+    def build() -> GuardConfig:
+        docs = CollectionPolicy(noise=NoisePolicy(epsilon=0.5), readers=("*",))
+        web = CollectionPolicy.model_validate({"class": SensitivityClass.PUBLIC})
+        return GuardConfig(collections={"docs": docs, "web": web})
+    """)
+
+
+def test_policy_models_built_in_python_type_check_with_their_defaults(tmp_path: Path) -> None:
+    # Before: the policy models gave their defaults positionally (Field(1.0, gt=0)), which type
+    # checkers do not read as a default, so under mypy NoisePolicy(epsilon=0.5) was a call-arg error
+    # for each field left out (delta, radius, ...), CollectionPolicy() one for "class" and
+    # GuardConfig() one for source_path, though all of them run.
+    usage = tmp_path / "policy_models_usage.py"
+    usage.write_text(_POLICY_MODELS_USAGE)
+    scope: dict[str, object] = {}
+    exec(compile(_POLICY_MODELS_USAGE, str(usage), "exec"), scope)
+    cfg = scope["build"]()
+    assert cfg.policy_for("docs").noise.epsilon == 0.5 and cfg.policy_for("web").is_public
+    env = dict(os.environ, MYPYPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent",
+         "--cache-dir", str(ROOT / ".mypy_cache"), str(usage)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("cls", [QdrantClient, AsyncQdrantClient])
 def test_help_on_the_client_names_query_text(cls: type) -> None:
     # help(qdrant_guard.QdrantClient) listed guard=, principal= and embedder= but not the one

@@ -10,9 +10,11 @@ from qdrant_client import models
 import qdrant_guard
 from qdrant_guard import (
     AsyncQdrantClient,
+    CollectionPolicy,
     GuardConfig,
     GuardRefusal,
     NoiseParams,
+    NoisePolicy,
     Principal,
     QdrantClient,
     SensitivityClass,
@@ -55,6 +57,12 @@ def sync_usage() -> int:
     return len(res.points)
 
 
+def policy_models() -> GuardConfig:
+    # Built in Python, every field left out keeps its default (the models give it by keyword).
+    docs = CollectionPolicy(noise=NoisePolicy(epsilon=0.5), readers=("*",))
+    return GuardConfig(collections={"docs": docs})
+
+
 def kernels() -> None:
     noised, params = privatize(np.zeros(8, dtype=np.float32), mechanism="gaussian", epsilon=1.0,
                                delta=1e-6, radius=0.01, clip_norm=1.0)
@@ -90,5 +98,6 @@ async def async_usage() -> int:
 
 if __name__ == "__main__":
     sync_usage()
+    policy_models()
     kernels()
     asyncio.run(async_usage())
