@@ -424,14 +424,14 @@ def _point_reports(point: Any, names: frozenset[str], c: _Checks) -> list[PointR
                 if other_model is not None:
                     check = ReceiptCheck(False, "model_mismatch", check.params, check.key_id, other_model,
                                          check.model_id)
-            if c.check_noise and check.ok and check.params is not None:
-                problem = _check_release(check.params)
+            if c.check_noise and check.ok and (params := check.params) is not None:
+                problem = _check_release(params)
                 if problem is None and noise_policy is not None:
-                    other = mechanism_mismatch(check.params, noise_policy, collection_name)
+                    other = mechanism_mismatch(params, noise_policy, collection_name)
                     if other is not None:
-                        check = ReceiptCheck(False, "mechanism_mismatch", check.params, check.key_id, other,
+                        check = ReceiptCheck(False, "mechanism_mismatch", params, check.key_id, other,
                                              check.model_id)
-                    problem = noise_shortfall(check.params, noise_policy) if other is None else None
+                    problem = noise_shortfall(params, noise_policy) if other is None else None
                 if problem is not None:
                     check = ReceiptCheck(False, "insufficient_noise", check.params, check.key_id, problem,
                                          check.model_id)

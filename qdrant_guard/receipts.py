@@ -23,7 +23,7 @@ import struct
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -71,6 +71,9 @@ from .storedform import (
     stored_form_batch as stored_form_batch,
     vector_commitment as vector_commitment,
 )
+
+if TYPE_CHECKING:
+    from .audit_mac import EntryMac
 
 __all__ = [
     "RECEIPT_KEY",
@@ -133,9 +136,9 @@ class ReceiptSigner:
         return self.audit_mac.key
 
     @property
-    def audit_mac(self) -> Any:
+    def audit_mac(self) -> EntryMac:
         """This signer's :class:`qdrant_guard.audit_mac.EntryMac` (its key derived once)."""
-        found = self.__dict__.get("_audit_mac")
+        found: EntryMac | None = self.__dict__.get("_audit_mac")
         if found is None:
             from .audit_mac import EntryMac, mac_key
 
@@ -335,7 +338,9 @@ def _column_bodies(signer: ReceiptSigner, params_of: Sequence[NoiseParams], vect
             name_json = encoded_strs[vector_name] = _encode_str(vector_name)
         if model_id is None:
             model_json = "null"
-        elif (model_json := encoded_strs.get(model_id)) is None:
+        elif (cached := encoded_strs.get(model_id)) is not None:
+            model_json = cached
+        else:
             model_json = encoded_strs[model_id] = _encode_str(model_id)
         # canonical_json(body) (tests/test_receipts_batch.py checks it): the keys in code-point
         # order, the params encoded once per NoiseParams, the repeated strings once per batch;

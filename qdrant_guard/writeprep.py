@@ -12,7 +12,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping
 
 import numpy as np
 from qdrant_client.http import models
@@ -117,6 +117,14 @@ def _as_list(v: Any) -> Any:
 
 class WritePrep(WriteSigning):
     """Preparing, deciding and auditing writes (a mixin of :class:`qdrant_guard.writes.WriteOps`)."""
+
+    if TYPE_CHECKING:  # Guard's (qdrant_guard.guard), which mixes this class in
+        def utility_hash(self, pol: CollectionPolicy, vector_names: Any = ()) -> Any: ...
+
+        def utility_refusal(self, pol: CollectionPolicy, *, mechanism: str, epsilon: float, radius: float,
+                            delta: float, clip_norm: float | None, dim: int, vector_name: str,
+                            scale: float | None = None, distance: str | None = None,
+                            collection: str | None = None) -> str | None: ...
 
     def _screen_write(self, method: str, name: str, pol: CollectionPolicy, args: dict[str, Any]) -> dict[str, Any]:
         """The filter screen of a write (after its access check): the details for its allow entry."""
