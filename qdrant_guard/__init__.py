@@ -22,8 +22,10 @@ from .errors import (
     InvalidVectorError,
     NativeUnavailableError,
     QdrantGuardError,
+    QdrantGuardWarning,
     ReceiptError,
     UnsupportedWriteError,
+    UntaggedSourceWarning,
 )
 from .noise_params import NoiseParams
 from .policy import CollectionPolicy, GuardConfig, NoisePolicy, SensitivityClass, load_policy
@@ -49,9 +51,11 @@ __all__ = [
     "Principal",
     "QdrantClient",
     "QdrantGuardError",
+    "QdrantGuardWarning",
     "ReceiptError",
     "SensitivityClass",
     "UnsupportedWriteError",
+    "UntaggedSourceWarning",
     "Verdict",
     "implementation",
     "issue_credential",

@@ -36,6 +36,18 @@ class GuardArgumentValueError(QdrantGuardError, ValueError):
     and the fix."""
 
 
+class QdrantGuardWarning(UserWarning):
+    """Base class of the warnings qdrant_guard words itself (a UserWarning, so ``-W error`` and the
+    default filters treat them as any library's). Filter them all with
+    ``warnings.filterwarnings("ignore", category=qdrant_guard.QdrantGuardWarning)``."""
+
+
+class UntaggedSourceWarning(QdrantGuardWarning):
+    """A write stored points without the collection's source field where the source cap is
+    enforced: they all count as one source, so a query returns at most
+    ``max(1, floor(limit * max_source_fraction))`` of them. Shown once per collection and client."""
+
+
 class NativeUnavailableError(QdrantGuardError, ImportError):
     """The native kernels were requested (the default) but are not built or not importable."""
 

@@ -10,7 +10,7 @@ from qdrant_client.http import models
 
 from . import keys as _keys
 from .decision import MAX_IDS_IN_RECORD, Verdict
-from .errors import ConfigError, UnsupportedWriteError
+from .errors import ConfigError, QdrantGuardWarning, UnsupportedWriteError
 from .notfound import missing_alias_error
 from .pipeline import Call, Op
 from .names import shell_quote, shown as _shown_name
@@ -65,7 +65,7 @@ def warn_if_key_dies_with_the_process(guard: Guard | None, backend: Any) -> None
         "store no longer verify and are stripped (vector=None) from reads outside the owner boundary. "
         "Make a key with `qdrant-guard keys new --out keys/guard.key` and set signing_key = "
         '"keys/guard.key" in the policy',
-        UserWarning, stacklevel=3,
+        QdrantGuardWarning, stacklevel=3,
     )
 
 

@@ -42,7 +42,7 @@ from .boundary import PATH_IS_NOT_A_TOKEN, Principal, VerifiedPrincipal, verify_
 from .budget import store_kind
 from .budget_file_access import unsafe_store_file
 from .decision import Decision, Verdict
-from .errors import AuditError, ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError
+from .errors import AuditError, ConfigError, CredentialError, GuardArgumentTypeError, QdrantGuardError, UntaggedSourceWarning
 from .policy import CollectionPolicy, GuardConfig, load_policy
 from .names import shell_quote, shown, toml_key
 from .notfound import (
@@ -537,7 +537,7 @@ class GuardPipeline:
                 message = self.pending_warnings.popleft()
             except IndexError:  # another thread showed it
                 return
-            warnsite.warn(message, UserWarning)
+            warnsite.warn(message, UntaggedSourceWarning)
 
     def refuse(self, d: Decision) -> QdrantGuardError:
         """Audit a refusing decision and return the exception to raise."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from qdrant_client import models
 
-from qdrant_guard import AsyncQdrantClient, ConfigError, GuardRefusal, Principal, QdrantClient, cli, keys
+from qdrant_guard import AsyncQdrantClient, ConfigError, GuardRefusal, Principal, QdrantClient, QdrantGuardWarning, UntaggedSourceWarning, cli, keys
 from qdrant_guard.boundary import issue_credential
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,7 +135,8 @@ def test_points_without_a_source_warn_once_at_the_callers_line(workdir: Path) ->
         client.upsert("kb", _points(range(1, 21)))  # PUBLIC: no cap
     found = _untagged_warnings(caught)
     assert len(found) == 1, [str(w.message) for w in caught]
-    assert found[0].category is UserWarning and found[0].filename == __file__
+    assert found[0].category is UntaggedSourceWarning and found[0].filename == __file__
+    assert issubclass(UntaggedSourceWarning, QdrantGuardWarning) and issubclass(QdrantGuardWarning, UserWarning)
     assert str(found[0].message).startswith(
         "qdrant_guard: 20 of the 20 point(s) written to collection 'tickets' carry no 'source' payload field")
     assert "a top-10 query returns at most 4 of them" in str(found[0].message)
@@ -169,7 +170,7 @@ def test_the_warning_comes_after_the_write_under_w_error(workdir: Path) -> None:
     client = _client()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with pytest.raises(UserWarning, match="carry no 'source' payload field"):
+        with pytest.raises(UntaggedSourceWarning, match="carry no 'source' payload field"):
             client.upload_points("tickets", _points(range(1, 6)))
     assert client.count("tickets").count == 5
     client.close()

@@ -8,7 +8,7 @@ import pytest
 from qdrant_client import models
 
 from guardkit import DIM, create, make_kit
-from qdrant_guard import CredentialError, GuardArgumentTypeError, Principal, QdrantClient
+from qdrant_guard import CredentialError, GuardArgumentTypeError, Principal, QdrantClient, QdrantGuardWarning
 
 
 @pytest.mark.parametrize("bad", [
@@ -80,7 +80,7 @@ def test_a_persistent_store_under_a_policy_without_signing_key_is_warned_about(t
 
     kit = make_kit(tmp_path)
     cfg = _kb_policy(kit, signing_key=None)
-    with pytest.warns(UserWarning, match=r"sets no signing_key.*qdrant-guard keys new --out keys/guard.key"):
+    with pytest.warns(QdrantGuardWarning, match=r"sets no signing_key.*qdrant-guard keys new --out keys/guard.key"):
         client = QdrantClient(path=str(tmp_path / "store"), guard=cfg, principal=kit.principal("alice", "hr"))
     client.close()
     with warnings.catch_warnings():
