@@ -4,11 +4,16 @@ written.
 """
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 from guardkit import create, guard_signer, make_kit, models, receipted_vector, staging_record, unit
 
 from qdrant_guard import GuardRefusal, QdrantClient
+from qdrant_guard.audit import AuditLog
 from qdrant_guard.receipts import RECEIPT_KEY, receipts_for_payload
 
 # ------------------------------------------------------------------ writeprep: the refusal's directive
@@ -61,3 +66,58 @@ def test_a_refusal_led_by_a_bad_receipt_keeps_its_advice_when_a_later_point_has_
         client.upsert("pii", [point(2, **second)])
     assert alone.value.directive.startswith(its_fix)
 
+
+
+# ------------------------------------------------------------------ audit: opening reads the window backwards
+
+
+def _grow(path, target: int) -> bool:
+    """Append entries to the audit log at ``path`` until the file is exactly ``target`` bytes; False
+    when the last one came out a byte off (the length of its ts field varies), to start over."""
+    log = AuditLog(path)
+    try:
+        while True:
+            size = os.path.getsize(path)
+            left = target - size
+            if left == 0:
+                return True
+            if size == 0 or left > 12_000:
+                log.append({"op": "pad", "pad": "a" * (6000 if size else 0)})
+                continue
+            last = Path(path).read_bytes().rsplit(b"\n", 2)[-2]
+            base = len(last) + 1 - len(json.loads(last)["record"]["pad"])  # a line's length without its pad
+            if left < base:
+                return False
+            log.append({"op": "pad", "pad": "a" * (left - base)})
+            if os.path.getsize(path) != target:
+                return False
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("line_ends", [
+    # The lines before the last one fill 65,537 bytes: the 64 KiB block read back from the last
+    # line stops one byte after the file's start, the first line's "{".
+    [65_537],
+    # A line ends 65,536 bytes before the last line: the block read back starts at its newline.
+    [700, 700 + 65_535],
+], ids=["a-block-ends-one-byte-into-the-file", "a-block-starts-on-a-newline"])
+def test_a_log_opens_whatever_the_block_boundaries_of_its_window(tmp_path, line_ends):
+    # Opening reads the entries back to the most recent checkpoint (here every one, to seq 1) in
+    # 64 KiB blocks; a mutant that stopped reading with one byte left, or dropped the newline a
+    # block started on, parsed a line without its first or last byte and refused a sound log.
+    for attempt in range(20):
+        path = tmp_path / f"audit{attempt}.log"
+        if all(_grow(path, end) for end in line_ends):
+            break
+    else:
+        pytest.fail("could not lay out the log's lines at the wanted offsets")
+    with AuditLog(path) as log:
+        log.append({"op": "last"})
+    data = path.read_bytes()
+    before_last = data.rstrip(b"\n").rfind(b"\n") + 1
+    assert before_last == line_ends[-1]
+    with AuditLog(path) as log:
+        assert log.seq == data.count(b"\n")
+    with AuditLog(path, verify_existing=True) as log:  # the whole file verifies too
+        assert log.seq == data.count(b"\n")
