@@ -14,6 +14,9 @@ from guardkit import create, guard_signer, make_kit, models, receipted_vector, s
 
 from qdrant_guard import GuardRefusal, QdrantClient
 from qdrant_guard.audit import AuditLog
+from qdrant_guard.audit_verify import GENESIS, entry_hash
+from qdrant_guard.canonical import canonical_json
+from qdrant_guard.errors import AuditIntegrityError
 from qdrant_guard.receipts import RECEIPT_KEY, receipts_for_payload
 
 # ------------------------------------------------------------------ writeprep: the refusal's directive
@@ -121,3 +124,28 @@ def test_a_log_opens_whatever_the_block_boundaries_of_its_window(tmp_path, line_
         assert log.seq == data.count(b"\n")
     with AuditLog(path, verify_existing=True) as log:  # the whole file verifies too
         assert log.seq == data.count(b"\n")
+
+
+@pytest.mark.parametrize("first_seq, first_prev, refused", [(1, "f" * 64, True), (2, GENESIS, True),
+                                                            (1, GENESIS, False)],
+                         ids=["seq-1-after-another-hash", "seq-2-after-genesis", "control-re-chained-as-written"])
+def test_a_log_whose_first_line_is_not_a_chains_start_is_refused_on_open(tmp_path, first_seq, first_prev, refused):
+    # The first line must be seq 1 *and* follow GENESIS: a head cut off and the rest renumbered
+    # (or re-chained from GENESIS) with every hash recomputed chains line to line, and only this
+    # check sees it (a mutant required both to differ, so each layout opened).
+    path = tmp_path / "audit.log"
+    with AuditLog(path) as log:
+        for i in range(3):
+            log.append({"op": "x", "i": i})
+    entries = [json.loads(line) for line in path.read_bytes().splitlines()]
+    prev = first_prev
+    for n, entry in enumerate(entries):
+        entry["seq"], entry["prev"] = first_seq + n, prev
+        entry["hash"] = prev = entry_hash(entry)
+    path.write_bytes(b"".join(canonical_json(e) + b"\n" for e in entries))
+    if not refused:
+        with AuditLog(path) as log:
+            assert log.seq == 3
+        return
+    with pytest.raises(AuditIntegrityError, match="not the start of a chain"):
+        AuditLog(path)
