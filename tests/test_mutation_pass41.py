@@ -4,6 +4,7 @@ written.
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 from pathlib import Path
@@ -12,12 +13,12 @@ import numpy as np
 import pytest
 from guardkit import create, guard_signer, make_kit, models, receipted_vector, staging_record, unit
 
-from qdrant_guard import GuardRefusal, QdrantClient
+from qdrant_guard import GuardRefusal, QdrantClient, keys
 from qdrant_guard.audit import AuditLog
-from qdrant_guard.audit_verify import GENESIS, entry_hash
+from qdrant_guard.audit_verify import CHECKPOINT_PREFIX, GENESIS, entry_hash
 from qdrant_guard.canonical import canonical_json
 from qdrant_guard.errors import AuditIntegrityError
-from qdrant_guard.receipts import RECEIPT_KEY, receipts_for_payload
+from qdrant_guard.receipts import RECEIPT_KEY, ReceiptSigner, receipts_for_payload
 
 # ------------------------------------------------------------------ writeprep: the refusal's directive
 
@@ -149,3 +150,23 @@ def test_a_log_whose_first_line_is_not_a_chains_start_is_refused_on_open(tmp_pat
         return
     with pytest.raises(AuditIntegrityError, match="not the start of a chain"):
         AuditLog(path)
+
+
+def test_a_signing_writer_names_the_unsigned_entries_after_an_old_format_checkpoint(tmp_path, caplog):
+    # A log whose most recent checkpoint is in format v1 (a signing guard before format v2 wrote
+    # it) and whose later entries carry no MAC: the writer opening it names exactly those entries,
+    # not the checkpoint (a mutant named none, another one fewer).
+    signer = ReceiptSigner(keys.generate_keypair()[0])
+    path = tmp_path / "audit.log"
+    with AuditLog(path) as log:
+        for i in range(5):
+            log.append({"op": "x", "i": i})
+    entries = [json.loads(line) for line in path.read_bytes().splitlines()]
+    sig = signer.sign(CHECKPOINT_PREFIX + bytes.fromhex(entries[1]["hash"]))  # ckpt is outside the hash
+    entries[1]["ckpt"] = {"kid": signer.key_id, "sig": base64.b64encode(sig).decode()}
+    path.write_bytes(b"".join(canonical_json(e) + b"\n" for e in entries))
+    caplog.set_level("WARNING", logger="qdrant_guard.audit")
+    AuditLog(path, signer=signer).close()
+    (alert,) = [r.qdrant_guard_alert for r in caplog.records
+                if getattr(r, "qdrant_guard_alert", {}).get("event") == "audit_unsigned_entries_adopted"]
+    assert (alert["first_seq"], alert["last_seq"]) == (3, 5)
