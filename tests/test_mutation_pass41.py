@@ -71,7 +71,6 @@ def test_a_refusal_led_by_a_bad_receipt_keeps_its_advice_when_a_later_point_has_
     assert alone.value.directive.startswith(its_fix)
 
 
-
 # ------------------------------------------------------------------ audit: opening reads the window backwards
 
 
