@@ -1130,11 +1130,9 @@ static int density_image(const unsigned char *d, size_t n, const unsigned char *
     return 0;
 }
 
-/* A file in a URL's path named for a package or release and its version (archive/main@abc.zip,
-   dl/release@v2.zip, npm/lodash@4.17.21.tgz, jquery@3.7.1.min.js) is no address: the '@' is a
-   version's, and the "TLD" a file extension (zip and map are TLDs too, so only in a path).
-   Not when the labels before the extensions are a domain (exports/alice@example.com.csv: a file
-   named for an address keeps it). */
+/* File extensions. A name ending in one is a file, not a domain, unless the extension is a TLD too:
+   zip and map (of these, the only ones in IANA's list of TLDs, version 2026112100), so
+   alice@corp.zip may be an address and lodash@4.17.21.tgz never is. */
 static const char *const FILE_EXTS[] = {
     "zip", "tgz", "gz", "tar", "xz", "rar", "jar", "war", "whl", "egg", "gem", "deb", "rpm",
     "apk", "dmg", "exe", "msi", "iso", "js", "mjs", "cjs", "css", "map", "min", "json", "wasm",
@@ -1147,17 +1145,54 @@ static int file_ext(const unsigned char *v, size_t n) {
     return 0;
 }
 
-/* The address-shaped text [ls, de) whose '@' is at p is a file named for a version in the path of
-   the URL whose authority, starting at a, ended before it: no '?' or '#' before it (so a '/' ended
-   the authority), its last labels file extensions, and what is left of the domain no domain (one
-   label, or a last label that is not 2+ letters). */
+static int tld_ext(const unsigned char *v, size_t n) { return eq_ci(v, n, "zip") || eq_ci(v, n, "map"); }
+
+static int digits(const unsigned char *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!is_digit(v[i])) return 0;
+    return n > 0;
+}
+
+/* A file named for a package and its version (lodash@4.17.21.tgz, release@v2.zip,
+   app@v2.bundle.js, jquery@3.7.1.min.js, pkg@2.tar.gz) is no address, in a URL or not: the domain
+   [d, e) (2+ labels) ends in a file extension and starts with a version: 'v' and digits, digits
+   and a label of digits, or digits and only extensions after them. Digits and a name
+   (alice@163.com.csv, a file named for an address at 163.com) keep the address. The addresses
+   this misses are at a zip or map domain named so (alice@v2.zip, alice@163.zip) or in a file
+   named for one at a domain whose first label is v2 (alice@v2.corp.com.csv). */
+static int version_file(const unsigned char *b, size_t d, size_t e) {
+    size_t t = e; /* the last label is [t, e) */
+    while (b[t - 1] != '.') t--;
+    if (!file_ext(b + t, e - t)) return 0;
+    size_t l0 = d; /* the first label is [d, l0) */
+    while (b[l0] != '.') l0++;
+    if ((b[d] == 'v' || b[d] == 'V') && digits(b + d + 1, l0 - d - 1)) return 1;
+    if (!digits(b + d, l0 - d)) return 0;
+    size_t l1 = l0 + 1; /* the second label is [l0 + 1, l1) */
+    while (l1 < e && b[l1] != '.') l1++;
+    if (digits(b + l0 + 1, l1 - l0 - 1)) return 1;
+    for (size_t a = l0 + 1; a < e;) {
+        size_t z = a;
+        while (z < e && b[z] != '.') z++;
+        if (!file_ext(b + a, z - a)) return 0;
+        a = z + 1;
+    }
+    return 1;
+}
+
+/* The address-shaped text [ls, de) whose '@' is at p is a file in the path of the URL whose
+   authority, starting at a, ended before it (archive/main@abc.tgz, builds/agent@nightly.exe): no
+   '?' or '#' before it (so a '/' ended the authority), its last labels file extensions that are no
+   TLD, and what is left of the domain no domain (one label, or a last label that is not 2+
+   letters). A TLD is never taken off: u/alice@corp.zip and exports/alice@corp.zip.csv keep
+   their address. */
 static int path_file(const unsigned char *b, size_t a, size_t ls, size_t p, size_t de) {
     size_t end = de; /* the labels left run from p + 1 to end */
     for (;;) {
         size_t dot = end;
         while (dot > p + 1 && b[dot - 1] != '.') dot--;
         /* the last label left is [dot, end); dot == p + 1 when it is the first */
-        if (!file_ext(b + dot, end - dot)) break;
+        if (!file_ext(b + dot, end - dot) || tld_ext(b + dot, end - dot)) break;
         if (dot == p + 1) {
             end = p + 1;
             break;
@@ -1246,6 +1281,7 @@ static int email_span(scan_t *s, size_t p, size_t *ls_out, size_t *de_out) {
     for (size_t k = last_a; k < last_e; k++)
         if (!is_alpha(b[k])) return 0;
     if (density_image(b + p + 1, last_a - 1 - (p + 1), b + last_a, last_e - last_a)) return 0;
+    if (version_file(b, p + 1, de)) return 0;
     size_t k = ls;
     while (k > 0 && ls - k < 256 && is_url_segment(b[k - 1])) k--;
     /* user@host in a URL's authority (scheme://user:pw@host) is not an e-mail address; one past

@@ -1184,11 +1184,9 @@ def _density_image(label: str, tld: str) -> bool:
             and all(c in "0123456789" for c in whole + frac) and tld.lower() in _IMAGE_EXTS)
 
 
-# A file in a URL's path named for a package or release and its version (archive/main@abc.zip,
-# dl/release@v2.zip, npm/lodash@4.17.21.tgz, jquery@3.7.1.min.js) is no address: the "@" is a
-# version's, and the "TLD" a file extension (zip and map are TLDs too, so only in a path).
-# Not when the labels before the extensions are a domain (exports/alice@example.com.csv: a file
-# named for an address keeps it).
+# File extensions. A name ending in one is a file, not a domain, unless the extension is a TLD too:
+# zip and map (of these, the only ones in IANA's list of TLDs, version 2026112100), so
+# alice@corp.zip may be an address and lodash@4.17.21.tgz never is.
 _FILE_EXTS = frozenset(
     {
         "zip", "tgz", "gz", "tar", "xz", "rar", "jar", "war", "whl", "egg", "gem", "deb", "rpm",
@@ -1196,16 +1194,38 @@ _FILE_EXTS = frozenset(
         "html", "htm", "xml", "txt", "csv", "pdf",
     }
 )
+_TLD_EXTS = frozenset({"zip", "map"})
+
+
+def _digits(s: str) -> bool:
+    return s != "" and all(c in _DIGITS for c in s)
+
+
+def _version_file(labels: list[str]) -> bool:
+    """A file named for a package and its version (lodash@4.17.21.tgz, release@v2.zip,
+    app@v2.bundle.js, jquery@3.7.1.min.js, pkg@2.tar.gz) is no address, in a URL or not: the
+    domain (``labels``, 2+) ends in a file extension and starts with a version: "v" and digits,
+    digits and a label of digits, or digits and only extensions after them. Digits and a name
+    (alice@163.com.csv, a file named for an address at 163.com) keep the address. The addresses
+    this misses are at a zip or map domain named so (alice@v2.zip, alice@163.zip) or in a file
+    named for one at a domain whose first label is v2 (alice@v2.corp.com.csv)."""
+    if _lower(labels[-1]) not in _FILE_EXTS:
+        return False
+    first = labels[0]
+    if first[0] in "vV" and _digits(first[1:]):
+        return True
+    return _digits(first) and (_digits(labels[1]) or all(_lower(x) in _FILE_EXTS for x in labels[1:]))
 
 
 def _path_file(text: str, a: int, ls: int, labels: list[str]) -> bool:
     """The address-shaped text whose local part starts at ``ls`` and whose domain's labels are
-    ``labels`` is a file named for a version in the path of the URL whose authority, starting at
-    ``a``, ended before it: no "?" or "#" before it (so a "/" ended the authority), its last labels
-    file extensions, and what is left of the domain no domain (one label, or a last label that is
-    not 2+ letters)."""
+    ``labels`` is a file in the path of the URL whose authority, starting at ``a``, ended before it
+    (archive/main@abc.tgz, builds/agent@nightly.exe): no "?" or "#" before it (so a "/" ended the
+    authority), its last labels file extensions that are no TLD, and what is left of the domain no
+    domain (one label, or a last label that is not 2+ letters). A TLD is never taken off:
+    u/alice@corp.zip and exports/alice@corp.zip.csv keep their address."""
     n = len(labels)
-    while n > 0 and _lower(labels[n - 1]) in _FILE_EXTS:
+    while n > 0 and _lower(labels[n - 1]) in _FILE_EXTS and _lower(labels[n - 1]) not in _TLD_EXTS:
         n -= 1
     if n == len(labels) or "?" in text[a:ls] or "#" in text[a:ls]:
         return False
@@ -1267,6 +1287,8 @@ def _email(text: str, p: int) -> list[tuple[int, int, str, str]]:
     if len(tld) < 2 or any(c not in _UPPER and c not in _LOWER for c in tld):
         return []
     if _density_image(".".join(labels[:-1]), tld):
+        return []
+    if _version_file(labels):
         return []
     # user@host in a URL's authority (scheme://user:pw@host) is not an e-mail address; one past
     # the authority (a path, query or fragment: /img.png?who=alice@example.com) is. RFC 3986 ends

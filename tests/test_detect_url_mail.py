@@ -14,7 +14,9 @@ for a version in a URL's path.
    address-shaped text whose last labels are file extensions and whose other labels are no domain
    (one label, or a last label that is not 2+ letters) is a file: no address. A query value, a
    ``mailto:``, bare text, or a file named for an address (``exports/alice@example.com.csv``)
-   keeps it.
+   keeps it. Since h-det10 the last label must be no TLD (zip and map are: ``u/alice@corp.zip`` is
+   an address again), and a file named for a version (``release@v2.zip``, ``lodash@4.17.21.tgz``)
+   is no address anywhere (tests/test_detect_version_files.py).
 
 Every case runs through the native kernel and its pure-Python twin (they must agree) and the
 public API.
@@ -63,7 +65,7 @@ CASES = [
     ("postgres://admin:1234?x=abc@db.corp.io", [("DATABASE_URL_PASSWORD", "1234?x=abc")]),
     # 2. a file named for a version in a URL's path: no address
     ("get https://example.com/downloads/release@v2.zip now", []),
-    ("https://github.com/user/repo/archive/main@abc.zip", []),
+    ("https://github.com/user/repo/archive/main@abc.tgz", []),
     ("https://registry.example.org/npm/lodash@4.17.21.tgz", []),
     ("https://cdn.example.com/libs/jquery@3.7.1.min.js", []),
     ("https://files.example.com/dist/pkg@v1.2.0.tar.gz", []),
@@ -71,7 +73,10 @@ CASES = [
     ("https://downloads.example.com/builds/agent@nightly.exe", []),
     ("file:///home/me/Downloads/release@v2.zip", []),
     ("https://x.example/dl/file@tar.gz", []),
-    ("https://x.example/p/a@b.c.zip", []),
+    ("https://x.example/p/a@b.c.gz", []),
+    # ... but a zip or map domain is a domain (h-det10): no version, so an address
+    ("https://github.com/user/repo/archive/main@abc.zip", [("EMAIL", "main@abc.zip")]),
+    ("https://x.example/p/a@b.c.zip", [("EMAIL", "a@b.c.zip")]),
     ("postgres://u:Kq2mZ8vT@db.corp.io/dumps/app@v3.tar.gz", [("DATABASE_URL_PASSWORD", "Kq2mZ8vT")]),
     # ... versions with no letters TLD were never addresses
     ("https://cdn.example.com/pkg@1.2.3/dist.zip", []),
@@ -142,13 +147,18 @@ _SCHEMES = ["https", "http", "ftp", "s3", "file", "postgres"]
 
 
 def test_generated_version_files_in_paths_are_no_address_and_query_values_are() -> None:
+    # Since h-det10: a version (v2, 1.2.3, 4.17.21) makes a file anywhere, a query value too; with
+    # none, a name ending in a TLD (zip, map) is a domain, in a path too.
     rng = random.Random(7)
     for _ in range(600):
-        name = f"{rng.choice(_NAMES)}@{rng.choice(_VERSIONS)}.{rng.choice(_EXTS)}"
+        version, ext = rng.choice(_VERSIONS), rng.choice(_EXTS)
+        name = f"{rng.choice(_NAMES)}@{version}.{ext}"
+        versioned = version in ("v2", "1.2.3", "4.17.21")
         base = f"{rng.choice(_SCHEMES)}://cdn.example.com{rng.choice(['', ':8443'])}"
         in_path = f"{base}/{rng.choice(['', 'dl/', 'npm/a/b/'])}{name}"
         spans = assert_same(NATIVE.find_spans, PYTHON.find_spans, in_path)
-        assert not [s for s in spans if s[2] == "EMAIL"], in_path
+        address = not versioned and ext.lower().endswith(("zip", "map"))
+        assert [t for _, _, t, _ in spans] == (["EMAIL"] if address else []), in_path
         # the same file named for an address keeps it; the same text as a query value is one
         named = f"{base}/exports/alice@example.com.{rng.choice(_EXTS)}"
         spans = assert_same(NATIVE.find_spans, PYTHON.find_spans, named)
@@ -156,7 +166,7 @@ def test_generated_version_files_in_paths_are_no_address_and_query_values_are() 
         if rng.random() < 0.5:
             query = f"{base}/get?file={name}"
             spans = assert_same(NATIVE.find_spans, PYTHON.find_spans, query)
-            assert [t for _, _, t, _ in spans] == ["EMAIL"], query
+            assert [t for _, _, t, _ in spans] == ([] if versioned else ["EMAIL"]), query
 
 
 def test_random_url_shapes_agree() -> None:
