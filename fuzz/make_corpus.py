@@ -205,6 +205,11 @@ def detect_texts_3() -> list[bytes]:
         "https://example.com/dl/release@v2.zip https://r.example/npm/lodash@4.17.21.tgz "
         "https://cdn.example.com/jquery@3.7.1.min.js?v=a@b.zip https://s3.example.com/e/alice@example.com.csv "
         "file:///home/release@v2.tar.gz mailto:a@b.zip",
+        # A file named for a version is no address anywhere; a zip or map domain in a path is one,
+        # and a bare number then a name (163.com) keeps its address.
+        "js/app@v2.bundle.js lodash@4.17.21.tgz cdn.example.com/pkg@v2.zip pkg@2.min.js foo@1.0.0-rc.1.ZIP "
+        "https://x.example/u/alice@corp.zip https://x.example/e/alice@corp.zip.csv alice@163.com.csv "
+        "alice@corp.com@v2.zip alice@v.zip alice@2fa.map app@abc.js.map",
     ]
     return [t.encode("utf-8") for t in texts]
 
