@@ -1161,6 +1161,8 @@ static int digits(const unsigned char *v, size_t n) {
    this misses are at a zip or map domain named so (alice@v2.zip, alice@163.zip) or in a file
    named for one at a domain whose first label is v2 (alice@v2.corp.com.csv). */
 static int version_file(const unsigned char *b, size_t d, size_t e) {
+    /* most domains start with a name: answered before the extension list is read */
+    if (!is_digit(b[d]) && b[d] != 'v' && b[d] != 'V') return 0;
     size_t t = e; /* the last label is [t, e) */
     while (b[t - 1] != '.') t--;
     if (!file_ext(b + t, e - t)) return 0;
