@@ -1131,7 +1131,8 @@ static int density_image(const unsigned char *d, size_t n, const unsigned char *
 }
 
 /* File extensions. A name ending in one is a file, not a domain, unless the extension is a TLD too:
-   zip and map (of these, the only ones in IANA's list of TLDs, version 2026112100), so
+   zip and map (of these, the only ones in IANA's list of TLDs, version 2026112100; a test checks
+   the twin's list against the one Hypothesis vendors), so
    alice@corp.zip may be an address and lodash@4.17.21.tgz never is. */
 static const char *const FILE_EXTS[] = {
     "zip", "tgz", "gz", "tar", "xz", "rar", "jar", "war", "whl", "egg", "gem", "deb", "rpm",
@@ -1159,7 +1160,7 @@ static int digits(const unsigned char *v, size_t n) {
    and a label of digits, or digits and only extensions after them. Digits and a name
    (alice@163.com.csv, a file named for an address at 163.com) keep the address. The addresses
    this misses are at a zip or map domain named so (alice@v2.zip, alice@163.zip) or in a file
-   named for one at a domain whose first label is v2 (alice@v2.corp.com.csv). */
+   named for one at a domain that starts so (alice@v2.corp.com.csv, alice@1.2.corp.com.csv). */
 static int version_file(const unsigned char *b, size_t d, size_t e) {
     /* most domains start with a name: answered before the extension list is read */
     if (!is_digit(b[d]) && b[d] != 'v' && b[d] != 'V') return 0;

@@ -1185,7 +1185,8 @@ def _density_image(label: str, tld: str) -> bool:
 
 
 # File extensions. A name ending in one is a file, not a domain, unless the extension is a TLD too:
-# zip and map (of these, the only ones in IANA's list of TLDs, version 2026112100), so
+# zip and map (of these, the only ones in IANA's list of TLDs, version 2026112100; a test checks
+# this list against the one Hypothesis vendors), so
 # alice@corp.zip may be an address and lodash@4.17.21.tgz never is.
 _FILE_EXTS = frozenset(
     {
@@ -1208,7 +1209,7 @@ def _version_file(labels: list[str]) -> bool:
     digits and a label of digits, or digits and only extensions after them. Digits and a name
     (alice@163.com.csv, a file named for an address at 163.com) keep the address. The addresses
     this misses are at a zip or map domain named so (alice@v2.zip, alice@163.zip) or in a file
-    named for one at a domain whose first label is v2 (alice@v2.corp.com.csv)."""
+    named for one at a domain that starts so (alice@v2.corp.com.csv, alice@1.2.corp.com.csv)."""
     if _lower(labels[-1]) not in _FILE_EXTS:
         return False
     first = labels[0]
