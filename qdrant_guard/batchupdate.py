@@ -19,7 +19,7 @@ from .payloadops import _selector_ids
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id
-from .sources import path_head
+from .sources import path_head, untagged_points_warning
 from .textguard import selection_of
 from .vectors import CollectionShape
 from .writepoints import _operation_points, vector_updates_from_any
@@ -46,6 +46,12 @@ class BatchUpdate(WritePrep):
         def payload_operation(self, op: str, name: str, pol: CollectionPolicy, operation: Any,
                               fresh: dict[str, Any] | None = None, written: set[str] | frozenset[str] = frozenset(),
                               deleted: Collection[str] = (), *, where: str = "") -> Any: ...
+
+    def _warn_untagged(self, name: str, pol: CollectionPolicy, points: list[Any]) -> None:
+        """Warn, once per collection and client, of written points without a source: the source
+        cap then keeps a top-k short of ``limit`` without a word (docs/policy.md, source_field)."""
+        self.warn_untagged_once(name, lambda: untagged_points_warning(
+            name, pol, self.policy_section(name, pol, "diversity"), points))
 
     def op_batch_update_points(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -124,6 +130,7 @@ class BatchUpdate(WritePrep):
                 raise self.unsupported_write(method, name, pol, f"{method}: {unsendable}. Nothing was written")
             screened.append(found)
         run: dict[str, Any] = {}
+        upserted: list[Any] = []  # the points the batch's Upserts write, for the untagged-source warning
         for j, (op, filters) in enumerate(zip(args["update_operations"], screened)):
             at[0] = j
             if others and isinstance(op, (models.UpsertOperation, models.UpdateVectorsOperation)):
@@ -144,6 +151,7 @@ class BatchUpdate(WritePrep):
                     )
                 prepared = yield from self.prepare_points(method, name, pol, pts)
                 accepted.append(self._write_decision(method, name, pol, prepared, filters))
+                upserted.extend(prepared.points)
                 conditional = inner.update_filter is not None or inner.update_mode not in (
                     None, models.UpdateMode.UPSERT)
                 for p in prepared.points:
@@ -268,6 +276,7 @@ class BatchUpdate(WritePrep):
             self.record(decision)
         results = (yield from self.forward(method, name, pol, Call(method, {**args, "update_operations": out_ops}))
                    ) if out_ops else []
+        self._warn_untagged(name, pol, upserted)
         # An operation that matched no point sends nothing; it shares the outcome of the request.
         nothing = results[-1] if results else self.unsent_result(args)  # type: ignore[attr-defined]
         return [self.writer_answer(pol, results[i] if i is not None else nothing)  # type: ignore[attr-defined]

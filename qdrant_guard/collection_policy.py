@@ -82,9 +82,9 @@ class CollectionPolicy(_Strict):
     digits, ``_`` and ``-``; no ``[]`` or quotes). Points without it all count as one source
     (``"__unknown__"``), so where no point carries it a top-k query returns at most
     max(1, floor(k * ``diversity.max_source_fraction``)) points (4 of 10 at the default 0.4):
-    tag every point with the document it came from (an ``upsert``, ``upload_points`` or
-    ``upload_collection`` of points without it warns, once per collection and client, while the
-    diversity cap is enforced). Refused: the guard's receipt field
+    tag every point with the document it came from (an ``upsert``, ``upload_points``,
+    ``upload_collection`` or ``batch_update_points`` Upsert of points without it warns, once per
+    collection and client, while the diversity cap is enforced). Refused: the guard's receipt field
     ``_qdrant_guard_receipt`` or a path below it (no point could carry a source there), and the
     ``text_field`` or a path inside it (its strings are redacted as text, so a source
     ``alice@example.com`` would be counted as ``[EMAIL]``)."""

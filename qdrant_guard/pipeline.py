@@ -19,7 +19,7 @@ their public names are importable from here too.
 """
 from __future__ import annotations
 
-import collections
+import contextvars
 import copy
 import hashlib
 import logging
@@ -110,12 +110,21 @@ def mark_audited(exc: BaseException) -> BaseException:
     return exc
 
 
+# The warnings of the guarded call running in this context, shown by its facade once it returns:
+# at the caller's line (an async client's steps run in worker threads, whose copies of the context
+# hold the same list, where a warning would name a line of threading.py). Per call, not per client:
+# one queue per client let a thread's call show another thread's warning, and a cancelled call's
+# warning was shown by whichever call of the client came next.
+CALL_WARNINGS: contextvars.ContextVar[list[tuple[str, str]] | None] = contextvars.ContextVar(
+    "qdrant_guard_call_warnings", default=None)
+
+
 def missing_key_files(cfg: GuardConfig) -> ConfigError | None:
     """One error naming every key file the policy lists that does not exist (``signing_key`` and
     the public keys), when there are several: loading stops at the first, so a policy copied from
     docs/policy.example.toml took a run per missing file to set up. It also names a missing
-    ``audit_log`` directory, the next start's error. None when at most one key file is missing
-    (its load names it)."""
+    ``audit_log`` directory, the next start's error. None when no key file is missing, or one is
+    and the directory exists (its load names it)."""
     specs = [("receipts.trusted_keys", k) for k in cfg.receipts.trusted_keys]
     specs += [("receipts.retired_keys", k) for k in cfg.receipts.retired_keys]
     specs += [("audit_trusted_keys", k) for k in cfg.audit_trusted_keys]
@@ -132,11 +141,20 @@ def missing_key_files(cfg: GuardConfig) -> ConfigError | None:
         if not spec.strip().startswith(_keys.KEY_PREFIX) and not _keys.looks_like_key_text(spec) \
                 and not os.path.lexists(spec):
             missing.setdefault(spec, []).append(where)
-    if len(missing) < 2:
+    log_dir = os.path.dirname(cfg.audit_log) if cfg.audit_log else ""
+    no_log_dir = (f"\nalso, audit_log's directory {log_dir} does not exist (the guard creates the file, not the "
+                  f"directory): `mkdir -p {shell_quote(log_dir)}`") if log_dir and not os.path.isdir(log_dir) else ""
+    # One missing key file alone is left to its load's error, unless the directory is missing too:
+    # that took a second start.
+    if len(missing) < 2 and not (missing and no_log_dir):
         return None
     lines = []
     for path, wheres in missing.items():
         private = path if path == signing else path[:-len(".pub")] if path.endswith(".pub") else None
+        if path != signing and private == signing and signing in missing:
+            # A second `keys new --out` of the signing key would refuse to overwrite the first's.
+            lines.append(f"  {path} ({', '.join(wheres)}): written beside {signing} by its command above")
+            continue
         if private and private != signing and os.path.exists(private):
             make = f"qdrant-guard keys pub --key {shell_quote(private)}"
         elif private:
@@ -144,11 +162,10 @@ def missing_key_files(cfg: GuardConfig) -> ConfigError | None:
         else:
             make = "qdrant-guard keys new --out KEY, then name KEY.pub here"
         lines.append(f"  {path} ({', '.join(wheres)}): `{make}`")
-    log_dir = os.path.dirname(cfg.audit_log) if cfg.audit_log else ""
-    no_log_dir = (f"\nalso, audit_log's directory {log_dir} does not exist (the guard creates the file, not the "
-                  f"directory): `mkdir -p {shell_quote(log_dir)}`") if log_dir and not os.path.isdir(log_dir) else ""
+    files = "1 key file the policy names does not exist" if len(missing) == 1 else \
+        f"{len(missing)} key files the policy names do not exist"
     return ConfigError(
-        f"{cfg.source_path or '<config>'}: {len(missing)} key files the policy names do not exist:\n"
+        f"{cfg.source_path or '<config>'}: {files}:\n"
         + "\n".join(lines)
         + "\nmake each with the command shown (where the key's holder keeps the private key elsewhere, copy its "
         ".pub here instead), or remove the entry from the policy" + no_log_dir)
@@ -215,9 +232,7 @@ class GuardPipeline:
         self.clock = clock
         self._shapes: dict[str, CollectionShape] = {}
         self._warned_untagged: set[str] = set()  # collections told that points without a source count as one
-        # Warnings an operation leaves for its facade to show once it returns: an async client's
-        # steps run in worker threads, where a warning would name a line of threading.py.
-        self.pending_warnings: collections.deque[str] = collections.deque()
+        self._warn_lock = threading.Lock()  # the client's threads and views share the set
         self._shape_read_at: dict[str, float] = {}  # time.monotonic() of each layout's get_collection
         missing = missing_key_files(cfg)
         if missing is not None:
@@ -530,14 +545,35 @@ class GuardPipeline:
             ))
             raise
 
-    def emit_warnings(self) -> None:
-        """Show the warnings operations left in :attr:`pending_warnings`, at the caller's line."""
-        while self.pending_warnings:
-            try:
-                message = self.pending_warnings.popleft()
-            except IndexError:  # another thread showed it
+    def warn_untagged_once(self, name: str, message: Callable[[], str | None]) -> None:
+        """Leave ``message()`` (None: nothing to say) for the running guarded call's facade to show,
+        unless collection ``name`` was warned of already by this client or one of its views."""
+        if name in self._warned_untagged:
+            return
+        text = message()
+        if text is None:
+            return
+        with self._warn_lock:
+            if name in self._warned_untagged:  # another thread's write said it meanwhile
                 return
-            warnsite.warn(message, UntaggedSourceWarning)
+            self._warned_untagged.add(name)
+        pending = CALL_WARNINGS.get()
+        if pending is None:  # an operation driven outside a facade: shown where it runs
+            warnsite.warn(text, UntaggedSourceWarning)
+        else:
+            pending.append((name, text))
+
+    def show_warnings(self, pending: list[tuple[str, str]]) -> None:
+        """Show the warnings one call left, at its caller's line."""
+        for _, text in pending:
+            warnsite.warn(text, UntaggedSourceWarning)
+
+    def unshown(self, pending: list[tuple[str, str]]) -> None:
+        """Forget that the collections of ``pending`` were warned of: their call did not return
+        (cancelled as its write returned), so the next write of each says it."""
+        with self._warn_lock:
+            for name, _ in pending:
+                self._warned_untagged.discard(name)
 
     def refuse(self, d: Decision) -> QdrantGuardError:
         """Audit a refusing decision and return the exception to raise."""

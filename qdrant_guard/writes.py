@@ -14,23 +14,12 @@ from .batchupdate import BatchUpdate
 from .decision import Verdict
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
-from .sources import untagged_points_warning
 # Its public names (points_from_any, points_from_columns, vector_updates_from_any) still import from here.
 from .writepoints import points_from_any, points_from_columns, vector_updates_from_any
 
 
 class WriteOps(BatchUpdate):
     """The write half of the pipeline (mixed into :class:`qdrant_guard.guard.Guard`)."""
-
-    def _warn_untagged(self, name: str, pol: CollectionPolicy, points: list[Any]) -> None:
-        """Warn, once per collection and client, of written points without a source: the source
-        cap then keeps a top-k short of ``limit`` without a word (docs/policy.md, source_field)."""
-        if name in self._warned_untagged:
-            return
-        message = untagged_points_warning(name, pol, self.policy_section(name, pol, "diversity"), points)
-        if message is not None:
-            self._warned_untagged.add(name)
-            self.pending_warnings.append(message)
 
     # -- operations -------------------------------------------------------------------------
     def op_upsert(self, method: str, args: dict[str, Any]) -> Op:
