@@ -105,6 +105,65 @@ def test_a_cancelled_averify_waiting_for_the_client_leaves_no_entry_and_no_lock(
     asyncio.run(run())
 
 
+def test_a_cancellation_landing_in_a_page_read_unwinds_averify_and_frees_the_client(store):
+    kit, path = store
+    cfg = kit.config({"pii": _pii()})
+
+    async def run() -> None:
+        owner = AsyncQdrantClient(path=path, guard=cfg, principal=kit.principal("alice", "hr"))
+        local = owner._client
+        real, calls = local.scroll, []
+
+        async def cancelled_in_page_two(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:
+                asyncio.current_task().cancel()  # a wait_for timing out during the read
+            return await real(*args, **kwargs)
+
+        local.scroll = cancelled_in_page_two
+        before = len(audit_records(kit))
+        with pytest.raises(asyncio.CancelledError):
+            await averify(owner, "pii", trusted_keys=_trusted(kit), batch_size=2)
+        local.scroll = real
+        assert len(calls) == 2 and owner._alock.owner is None
+        assert [r["op"] for r in audit_records(kit)[before:]] == ["receipts.verify"]
+        assert (await owner.count("pii")).count == 8
+        await owner.close()
+
+    asyncio.run(run())
+
+
+def test_a_sync_verify_failing_midway_frees_the_owners_client(store):
+    import threading
+
+    kit, path = store
+    owner = QdrantClient(path=path, guard=kit.config({"pii": _pii()}), principal=kit.principal("alice", "hr"))
+    local = owner._client
+    real, calls = local.scroll, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("disk gone")
+        return real(*args, **kwargs)
+
+    local.scroll = failing
+    with pytest.raises(RuntimeError, match="disk gone"):
+        verify(owner, "pii", trusted_keys=_trusted(kit), batch_size=2)
+    local.scroll = real
+    took: list[bool] = []
+
+    def take() -> None:  # another thread's guarded call would wait for this
+        took.append(owner._local_lock.acquire(timeout=5))
+        owner._local_lock.release()
+
+    t = threading.Thread(target=take)
+    t.start()
+    t.join()
+    assert took == [True] and owner.count("pii").count == 8
+    owner.close()
+
+
 def test_averify_beside_guarded_writes_of_the_same_client(store):
     kit, path = store
     cfg = kit.config({"pii": _pii()})
