@@ -25,7 +25,9 @@ a module-level statement other than a constant of the types above (a list, a fun
 ``if``, ``os.register_at_fork(...)``), a constant another module of the package or a file of the
 test selection imports by name, or one computed at import from a mutated constant or function
 (``from .x import LIMIT`` binds a copy the patch cannot reach: the importer would go on reading
-the old value), a function another decorator wraps, and a method whose
+the old value), a function another decorator wraps, a function or method that made a closure
+still alive after the imports (a factory called at import, as _facade's ``_sync_method`` makes
+the client's methods: the closures keep the code they were made with), and a method whose
 mutant changes its closure (a deleted ``super().__init__(...)`` drops the ``__class__`` cell, and a
 code object with other free variables cannot be swapped in).
 
@@ -173,15 +175,28 @@ def _derived(tree: ast.Module, top: ast.stmt, line: int) -> set[str]:
     return derived
 
 
-def reaches(mod: types.ModuleType, tree: ast.Module, line: int, imported: set[str] = frozenset()) -> bool:
+def factories(mod: types.ModuleType) -> set[str]:
+    """The qualified names of ``mod``'s functions and methods that made a closure still alive when
+    only imports have run: a factory called at import (_facade's ``_sync_method``, whose ``method``
+    closures are the client's methods). Its code swapped, the closures made keep the old code."""
+    import gc
+
+    path = os.path.realpath(getattr(mod, "__file__", None) or "")
+    return {obj.__code__.co_qualname.split(".<locals>.")[0] for obj in gc.get_objects()
+            if isinstance(obj, types.FunctionType) and ".<locals>." in obj.__code__.co_qualname
+            and os.path.realpath(obj.__code__.co_filename) == path}
+
+
+def reaches(mod: types.ModuleType, tree: ast.Module, line: int, imported: set[str] = frozenset(),
+            made: set[str] = frozenset()) -> bool:
     """Whether :func:`hot_patch` applies a mutant on ``line`` of ``mod``'s source (``tree``);
     ``imported``: the module's names other code imports by name (a constant among them, or one
-    computed from the mutated statement, keeps its old value there)."""
+    computed from the mutated statement, keeps its old value there); ``made``: :func:`factories`."""
     top = _at(tree.body, line)
     if top is None or _in_decorator(top, line) or _derived(tree, top, line) & imported:
         return False
     if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return _plain_function(getattr(mod, top.name, None))
+        return top.name not in made and _plain_function(getattr(mod, top.name, None))
     if isinstance(top, (ast.Assign, ast.AnnAssign)):
         target = top.targets[0] if isinstance(top, ast.Assign) else top.target
         if not isinstance(target, ast.Name) or target.id in imported:
@@ -193,7 +208,7 @@ def reaches(mod: types.ModuleType, tree: ast.Module, line: int, imported: set[st
     if inner is None or _in_decorator(inner, line):
         return False
     if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return _plain_function(cls.__dict__.get(inner.name))
+        return f"{top.name}.{inner.name}" not in made and _plain_function(cls.__dict__.get(inner.name))
     # A dataclass field's plain default reaches its instances through ``__init__``'s defaults.
     fields = getattr(cls, "__dataclass_fields__", {})
     return (isinstance(inner, ast.AnnAssign) and isinstance(inner.target, ast.Name)
@@ -316,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     tree, loaded = ast.parse(original), sys.modules[modname]
     package = sorted(Path(modname.split(".")[0]).rglob("*.py"))
     imported = imported_by_name(modname, [f for f in package + _selection_files(args.tests) if f.resolve() != path])
-    cold_lines = {m.line for _, m in numbered if not reaches(loaded, tree, m.line, imported)}
+    made = factories(loaded)
+    cold_lines = {m.line for _, m in numbered if not reaches(loaded, tree, m.line, imported, made)}
 
     def restore() -> None:
         if path.read_bytes() != original:

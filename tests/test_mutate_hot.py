@@ -134,3 +134,52 @@ def test_mutants_no_patch_reaches_run_cold_and_a_failed_swap_is_no_kill(tmp_path
     assert runs[21][0].startswith("killed") and not runs[21][0].endswith(" cold)"), runs  # v - v: hot
     assert runs[26] == [runs[26][0]] and runs[26][0].startswith("SURVIVED") and runs[26][0].endswith(" cold)"), runs
     assert "of them cold" in out.stdout
+
+
+def test_a_factory_called_at_import_runs_cold(tmp_path):
+    # Mutation pass 42: client.py makes the client's methods with _facade's _sync_method at import;
+    # the patch swapped the factory's code, not that of the closures it had made, so every mutant
+    # of it was reported surviving (`lock is None` as `is not None` too). Such a factory now runs cold.
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from . import use\n")  # as qdrant_guard's imports client
+    (tmp_path / "pkg" / "made.py").write_text(textwrap.dedent("""
+        def _adder(k):
+            def add(v):
+                return v + k
+
+            return add
+
+
+        def twice(v):
+            return v + v
+    """))
+    (tmp_path / "pkg" / "use.py").write_text(textwrap.dedent("""
+        from pkg.made import _adder
+
+
+        class Calc:
+            pass
+
+
+        for _k in (2,):  # as client.py sets the client's methods
+            Calc.plus = staticmethod(_adder(_k))
+    """))
+    (tmp_path / "test_made.py").write_text(textwrap.dedent("""
+        from pkg.made import twice
+        from pkg.use import Calc
+
+
+        def test_made():
+            assert Calc.plus(1) == 3 and twice(3) == 6
+    """))
+    out = subprocess.run([PY, str(ROOT / "scripts" / "mutate_hot.py"), "pkg/made.py", "-t", "test_made.py",
+                          "--python", PY, "-f", "_adder", "-f", "twice"],
+                         cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path)), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    runs = [line for line in out.stdout.splitlines() if line.startswith("[") and "  " in line]
+    adder = [r for r in runs if "pkg/made.py:4:" in r]  # v + k as v - k, return None
+    assert adder and all(r.rsplit("  ", 1)[1].startswith("killed") and r.endswith(" cold)") for r in adder), runs
+    doubled = [r for r in runs if "pkg/made.py:10:" in r]  # v + v as v - v: hot as before
+    assert doubled and all(r.rsplit("  ", 1)[1].startswith("killed") and not r.endswith(" cold)")
+                           for r in doubled), runs
