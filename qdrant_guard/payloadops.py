@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Collection
+from typing import Any, Callable, Collection
 
 from qdrant_client import grpc
 from qdrant_client.conversions.conversion import GrpcToRest
@@ -15,7 +15,8 @@ from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id, receipts_for_payload, stored_receipts
 from .sent_form import _stored_keys
 from .sourcefilters import _only_names_sources
-from .sources import path_head, payload_sources, restricts_sources
+from .sources import (path_head, payload_sources, restricts_sources, source_delete_removal, source_overwrite_removal,
+                      source_removed_warning, source_set_removal)
 from .textguard import TextOps, selection_of
 from .withheld import without_operation_ids
 
@@ -129,6 +130,27 @@ class PayloadOps(TextOps):
                                            fields=[pol.source_field.split(".")[0]])
         self._keep_restricted(op, name, pol, records, what)
 
+    def warn_source_removed(self, call: str, name: str, pol: CollectionPolicy, selector: Any,
+                            does: Callable[[], str | None]) -> None:
+        """Warn, once per collection and client (shared with the write warning), that a payload
+        change left the points ``selector`` names without a source (``does()``: what it did to
+        their source field, None when it left them one): like points written without one, they
+        now count as one source, and the source cap keeps a top-k short of ``limit`` without a word.
+        ``does`` (a few dict look-ups) is only asked while the collection has not been warned of."""
+        def message() -> str | None:
+            change = does()
+            if change is None:
+                return None
+            sel = _rest_selector(selector)
+            ids: int | None = None
+            if not isinstance(sel, (models.Filter, models.FilterSelector)):
+                ids = len(_selector_ids(sel))
+                if not ids:
+                    return None
+            return source_removed_warning(name, pol, self.policy_section(name, pol, "diversity"),
+                                          call, change, ids)
+        self.warn_untagged_once(name, message)
+
     def _refuse_tamper(self, op: str, name: str, pol: CollectionPolicy, what: str) -> Exception:
         return self.refuse(self.decision(
             op, name, pol, Verdict.RECEIPT_TAMPERING, _TAMPER.format(key=RECEIPT_KEY) + f" ({what})"))
@@ -227,8 +249,10 @@ class PayloadOps(TextOps):
         points = yield from self._existing_only(method, name, pol, args["points"], args.get("shard_key_selector"))
         self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload set; receipts untouched",
                                   details=filters))
-        return (yield from self.forward(method, name, pol, Call(method, {**args, "payload": payload,
-                                                                         "points": points})))
+        result = yield from self.forward(method, name, pol, Call(method, {**args, "payload": payload, "points": points}))
+        self.warn_source_removed(method, name, pol, args["points"],
+                                 lambda: source_set_removal(pol.source_field, payload, args.get("key")))
+        return result
 
     def op_delete_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -245,7 +269,10 @@ class PayloadOps(TextOps):
         points = yield from self._existing_only(method, name, pol, args["points"], args.get("shard_key_selector"))
         self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload keys deleted; receipts untouched",
                                   details=filters))
-        return (yield from self.forward(method, name, pol, Call(method, {**args, "points": points})))
+        result = yield from self.forward(method, name, pol, Call(method, {**args, "points": points}))
+        self.warn_source_removed(method, name, pol, args["points"],
+                                 lambda: source_delete_removal(pol.source_field, args["keys"]))
+        return result
 
     def _existing_only(self, op: str, name: str, pol: CollectionPolicy, selector: Any, shard_key: Any,
                        fresh: dict[str, Any] | None = None, deleted: Collection[str] = (), where: str = "") -> Any:
@@ -337,7 +364,11 @@ class PayloadOps(TextOps):
                                                        shard_key=args.get("shard_key_selector"))
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
                                   f"payload {done} on {n} point(s); receipts preserved", details=filters))
-        return (yield from self._run_ops(method, name, pol, ops, args))
+        result = yield from self._run_ops(method, name, pol, ops, args)
+        if n:
+            self.warn_source_removed(method, name, pol, selector,
+                                     lambda: source_overwrite_removal(pol.source_field, payload))
+        return result
 
     def op_delete_vectors(self, method: str, args: dict[str, Any]) -> Op:
         """Delete named vectors, and the receipts that certified them: a receipt left without its

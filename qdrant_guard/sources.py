@@ -99,22 +99,145 @@ def reserved_claims(pol: CollectionPolicy, boundary: str | None, payload: Any, k
     return [s for s in payload_sources(payload, pol.source_field) if s in div.restricted_sources]
 
 
+def _cap_shown(pol: CollectionPolicy) -> int | None:
+    """How many points without a source a top-10 query of ``pol``'s collection returns at most,
+    None when the source cap does not apply (diversity off or monitored, or a fraction of 1)."""
+    div = pol.diversity
+    top10 = max(1, math.floor(10 * div.max_source_fraction))
+    if not div.enabled or div.mode != "enforce" or top10 >= 10:
+        return None
+    return top10
+
+
+def _what_to_do(pol: CollectionPolicy, section: str, top10: int) -> str:
+    return (f"points without one all count as one source, so a top-10 query returns at most {top10} of them "
+            f"(diversity.max_source_fraction = {pol.diversity.max_source_fraction}: fewer results than limit, "
+            f"with no error). Tag each point with the document it comes from (payload[{pol.source_field!r}]), "
+            f"name the field your points use in source_field, or set max_source_fraction in {section} "
+            "(docs/diversity-budget.md). Said once per collection and client")
+
+
 def untagged_points_warning(name: str, pol: CollectionPolicy, section: str, points: Sequence[Any]) -> str | None:
     """The warning for a write to ``name`` whose points carry no source (None when every point
     does, or the source cap does not apply): such points all count as one source, so a query
     returns at most ``max(1, floor(k * max_source_fraction))`` of them, and no read says why.
     ``section`` is the policy's ``[collections.NAME.diversity]`` (or ``[default.diversity]``)."""
-    div = pol.diversity
-    top10 = max(1, math.floor(10 * div.max_source_fraction))
-    if not div.enabled or div.mode != "enforce" or top10 >= 10:
+    top10 = _cap_shown(pol)
+    if top10 is None:
         return None
     untagged = sum(1 for p in points if not payload_sources(getattr(p, "payload", None), pol.source_field))
     if not untagged:
         return None
     return (f"qdrant_guard: {untagged} of the {len(points)} point(s) written to collection {name!r} carry no "
-            f"{pol.source_field!r} payload field (its source_field); points without one all count as one source, "
-            f"so a top-10 query returns at most {top10} of them (diversity.max_source_fraction = "
-            f"{div.max_source_fraction}: fewer results than limit, with no error). Tag each point with the "
-            f"document it comes from (payload[{pol.source_field!r}]), name the field your points use in "
-            f"source_field, or set max_source_fraction in {section} (docs/diversity-budget.md). Said once per "
-            "collection and client")
+            f"{pol.source_field!r} payload field (its source_field); " + _what_to_do(pol, section, top10))
+
+
+def _segments(path: str) -> list[str] | None:
+    """The keys of a Qdrant payload path made of plain or quoted keys (``metadata.source``,
+    ``"metadata".source``); None for any other path (``[]`` indexing, a stray quote)."""
+    out: list[str] = []
+    rest = path
+    while True:
+        if rest.startswith('"'):
+            end = rest.find('"', 1)
+            if end < 0:
+                return None
+            out.append(rest[1:end])
+            rest = rest[end + 1:]
+        else:
+            m = _KEY_SEGMENT.match(rest)
+            if m is None:
+                return None
+            out.append(m.group())
+            rest = rest[m.end():]
+        if not rest:
+            return out
+        if not rest.startswith("."):
+            return None
+        rest = rest[1:]
+
+
+def _named(value: Any) -> str:
+    if value is None:
+        return "null"
+    if value == "":
+        return '""'
+    if isinstance(value, list):
+        return "[]" if not value else "a list naming no source"
+    if isinstance(value, dict):
+        return "{}" if not value else "an object"
+    return "a value naming no source"
+
+
+def source_set_removal(source_field: str, payload: dict[str, Any], key: str | None) -> str | None:
+    """What a ``set_payload`` of ``payload`` (below ``key``) does to the source field of the points
+    it changes, when it leaves them with no source (``sets the 'source' payload field (its
+    source_field) of <who> to null``, ``<who>`` standing for the points);
+    None when it writes a source or leaves the field alone (and for a key path with ``[]``
+    indexing, whose effect is not read here)."""
+    field = source_field.split(".")
+    if key is None:
+        under: list[str] = []
+    else:
+        under_or_none = _segments(key)
+        if under_or_none is None:
+            return None
+        under = under_or_none
+    if under[:len(field)] == field:
+        # The key is the source field or below it: the field becomes an object.
+        return f"sets the {source_field!r} payload field (its source_field) of <who> to an object"
+    if field[:len(under)] != under:
+        return None  # the key is beside the source field
+    below = ".".join(field[len(under):])
+    if field[len(under)] not in payload or payload_sources(payload, below):
+        return None
+    if "." in below and not _holds(payload, below):
+        top = ".".join(field[:len(under) + 1])
+        return (f"replaces {top!r} of <who> with a value without the {source_field!r} payload field "
+                "(its source_field)")
+    return f"sets the {source_field!r} payload field (its source_field) of <who> to {_named(field_value(payload, below))}"
+
+
+def _holds(payload: Any, path: str) -> bool:
+    """Whether ``payload`` has a value (null included) at dotted ``path``."""
+    *parents, last = path.split(".")
+    node = field_value(payload, ".".join(parents)) if parents else payload
+    return isinstance(node, dict) and last in node
+
+
+def source_overwrite_removal(source_field: str, payload: dict[str, Any]) -> str | None:
+    """What an ``overwrite_payload`` with ``payload`` (``{}``: a clear) does to the source field,
+    when the points are left without a source; None when ``payload`` names one."""
+    if not payload:
+        return f"clears the payload of <who>, its {source_field!r} field (the source_field) with it"
+    if payload_sources(payload, source_field):
+        return None
+    return f"overwrites the payload of <who> with one without a {source_field!r} field (its source_field)"
+
+
+def source_delete_removal(source_field: str, keys: Sequence[str]) -> str | None:
+    """What a ``delete_payload`` of ``keys`` does to the source field: deleted when a key is the
+    field or holds it; None otherwise (a key below it deletes nothing from a string)."""
+    field = source_field.split(".")
+    for k in keys:
+        parts = _segments(k)
+        if parts is not None and field[:len(parts)] == parts:
+            if len(parts) == len(field):
+                return f"deletes the {source_field!r} payload field (its source_field) of <who>"
+            return f"deletes {k!r} of <who>, which holds the {source_field!r} payload field (its source_field)"
+    return None
+
+
+def source_removed_warning(name: str, pol: CollectionPolicy, section: str, call: str, does: str,
+                           ids: int | None) -> str | None:
+    """The warning for a payload change ``call`` (``set_payload``, or a batch's operation named by
+    its place) on collection ``name`` that ``does`` (its ``<who>``: the points) what leaves points with no source: they join the
+    points without one, which all count as one source (:func:`untagged_points_warning`). ``ids``:
+    how many points it names by id, None when it selects them by a filter (they are not read back
+    to be counted). None when the source cap does not apply."""
+    top10 = _cap_shown(pol)
+    if top10 is None:
+        return None
+    who = "the points the filter selects" if ids is None else f"the {ids} point(s) named by id"
+    return (f"qdrant_guard: {call} on collection {name!r} {does.replace('<who>', who)}: they now carry no source; "
+            + _what_to_do(pol, section, top10))
