@@ -193,13 +193,19 @@ def _reads_of(client: Any, collection_name: str, asynchronous: bool = False) -> 
     who = f"a principal of boundary {boundary!r}" if boundary is not None else "an unverified principal"
     kind = "AsyncQdrantClient" if asynchronous else "QdrantClient"
     as_cli = "" if asynchronous else ", as `qdrant-guard receipt verify` does"
+    other_kind = ""
+    if _mismatched(client, asynchronous):
+        # The fix above names this function's kind of client; this one is of the other kind.
+        other, its = ("verify", "QdrantClient") if asynchronous else ("averify", "AsyncQdrantClient")
+        other_kind = (f"; a {its} (this one is) goes to qdrant_guard.receipts.{other}() instead, unguarded or "
+                      "the owner boundary's")
     raise GuardArgumentTypeError(
         f"{fname}() client is a guarded {type(client).__name__} acting for {who}, and {collection_name!r} is "
         f"{what} owned by {pol.owner if pol is not None else None!r}: its reads withhold the vectors (and, under "
         "budgets, the points) its principal may not get, so their receipts would be reported as vector_mismatch "
         f"or not at all; pass an unguarded qdrant_client.{kind} opened on the same storage "
         f"({kind}(path=...) or url=...{as_cli}; a local store opens in one "
-        "client at a time, so close this one first), or the owner boundary's guarded client")
+        f"client at a time, so close this one first), or the owner boundary's guarded {kind}" + other_kind)
 
 
 class _PastTheGuard:
