@@ -176,3 +176,35 @@ def test_the_credentials_directive_names_default_for_an_unlisted_collection(work
             "text": "key='sk_live_51HqLyjWDarjtT1zdp7dcXYZabcdef123456'"})])
     assert 'set credentials_in_text = "redact" in [default]' in str(exc.value)
     client.close()
+
+
+def test_a_missing_signing_key_beside_other_missing_key_files_is_one_config_error(workdir: Path) -> None:  # noqa: F811
+    """README: a missing signing_key among other missing key files, or beside a missing audit_log
+    directory, is listed with them in one ConfigError, each with the command that makes it."""
+    from qdrant_guard import ConfigError
+
+    (workdir / "keys" / "guard.key").unlink()
+    (workdir / "keys" / "support-authority.key.pub").unlink()
+    (workdir / "policy.toml").write_text(POLICY.replace('audit_log = "audit.jsonl"', 'audit_log = "logs/audit.jsonl"'))
+    with pytest.raises(ConfigError) as exc:
+        QdrantClient(":memory:", guard="policy.toml")
+    msg = str(exc.value)
+    assert "2 key files the policy names do not exist" in msg
+    assert "(signing_key): `qdrant-guard keys new --out" in msg and "(boundaries.support" in msg
+    assert f"also, audit_log's directory {workdir / 'logs'} does not exist" in msg
+
+
+def test_the_benchs_unused_budget_note_names_the_runs_sources_and_the_option(workdir: Path) -> None:  # noqa: F811
+    """README, "bench": the note reads (their sources are doc0 .. doc49) and names --source."""
+    from qdrant_guard.overhead_setup import budget_unused_note
+    from qdrant_guard.policy_loader import load_policy
+
+    (workdir / "policy.toml").write_text(POLICY + '\n[collections.tickets.diversity]\nmax_source_coverage = 0.25\n'
+                                                  'restricted_sources = ["board-memo-2026-q3"]\n')
+    cfg = load_policy(workdir / "policy.toml")
+    note = budget_unused_note(cfg.policy_for("tickets"), [f"doc{i}" for i in range(50)])
+    assert note == ("the extraction budget (max_source_coverage 0.25) applies only to restricted_sources "
+                    "['board-memo-2026-q3'], none of which the run's points carry (their sources are doc0 .. doc49): "
+                    "no point was charged to it, so the budget's admissions are NOT in these figures; "
+                    "`--source board-memo-2026-q3` tags some of the run's points with it (written by the owner "
+                    "boundary, read by another)")
