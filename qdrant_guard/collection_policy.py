@@ -62,8 +62,9 @@ class CollectionPolicy(_Strict):
     ``check_release`` refuses, or a ``scale`` below or a ``lattice_step`` coarser than the calibration
     of the receipt's own epsilon, delta, radius and dim): one exact ``count`` per collection and
     client, kept while it finds none (where receipts of stronger noise than the policy's are stored,
-    a ``scroll`` first learns their parameter sets, at most 32 a collection, and the count is asked
-    again; receipts of further sets are counted). It refuses
+    a ``scroll`` first learns their parameter sets, at most ``noise.max_receipt_param_sets`` a
+    collection (32 by default), and the count is asked again; receipts of further sets are counted).
+    It refuses
     the same forms while any remain, naming how many: re-write those points through the guard
     (which noises and receipts them) or delete them (``qdrant-guard receipt verify --policy POLICY
     --check-noise`` lists them as missing_receipt, mechanism_mismatch, insufficient_noise or

@@ -45,8 +45,9 @@ class EvalConfig:
         progress: draw progress bars.
         noise_policy: overrides of the policy's noise parameters (mechanism, epsilon, ...).
         noise_queries: noise the query vectors too. Off by default, as in the guard: a collection
-            noises queries only with ``noise_queries = true``, for principals outside its owner
-            boundary. On, utility is measured as if every query were noised (more pessimistic).
+            noises queries only with ``noise_queries = true``, for every principal not allowed raw
+            vectors (outside its owner boundary, or everyone when ``raw_in_boundary = false``). On,
+            utility is measured as if every query were noised (more pessimistic).
         generalize_identifiers: with redaction on, also generalise identifiers
             (:func:`qdrant_guard.identifiers.generalize_identifiers`) as the guard does for text it
             embeds under a policy with ``generalize_identifiers = true`` (the policy default, and
