@@ -605,3 +605,75 @@ def test_the_benchmarks_read_and_upsert_policies_are_the_ones_the_method_states(
                           "query noise (`noise_queries`), diversity caps with 3× over-fetch, the extraction budget, "
                           "and the audit record appended to a real file. Intent off (see below).")
     says("benchmarks.md", "owner principal with `raw_in_boundary = false`, so every vector is noised on write")
+
+
+def test_not_every_error_a_guarded_call_raises_is_a_qdrant_guard_error(kit) -> None:
+    """architecture.md's row for errors.py said every error the guard raises derives from
+    QdrantGuardError: a name names_visible hides gets qdrant-client's own error instead."""
+    from qdrant_guard.errors import QdrantGuardError, QdrantGuardWarning
+
+    cfg = kit.config({"c": P, "d": {"class": "PII", "owner": "support"}}, names_visible="accessible")
+    c = QdrantClient(":memory:", guard=cfg, principal=kit.principal("alice", "hr"))
+    RawClient.create_collection(c, "d", vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    with pytest.raises(ValueError) as exc:
+        c.get_collection("d")
+    assert not isinstance(exc.value, QdrantGuardError)
+    assert issubclass(QdrantGuardWarning, UserWarning) and not issubclass(QdrantGuardWarning, QdrantGuardError)
+    says("architecture.md", "| `qdrant_guard/errors.py` | The errors qdrant_guard raises, each one it words itself deriving "
+                            "from `QdrantGuardError` (qdrant-client's pass through unchanged, and a hidden name gets "
+                            "qdrant-client's own error: notfound.py), and its warnings |")
+
+
+def test_without_a_policy_the_original_methods_run(kit) -> None:
+    c = QdrantClient(":memory:")
+    assert c.guard is None
+    create(c, "x")
+    c.upsert("x", [models.PointStruct(id=1, vector=unit(np.random.default_rng(0)))])
+    with pytest.raises(KeyError):  # qdrant-client's half-applied write, which a policy refuses whole
+        c.set_payload("x", {"a": 1}, points=[1, 99])
+    assert c.retrieve("x", [1])[0].payload == {"a": 1}
+    says("architecture.md", "hands the bound arguments to the guard (no policy: the original method runs)")
+
+
+def test_each_decided_write_is_audited_before_its_one_qdrant_call(kit, monkeypatch) -> None:
+    """Look-ups first, then the decision's audit entry, then one request (two for
+    delete_vector_name, whose receipt clean-up follows the collection change)."""
+    calls: list[tuple[str, int]] = []
+    for method in ("upsert", "batch_update_points", "set_payload", "delete", "retrieve", "scroll", "get_collection",
+                   "upload_points", "create_collection", "delete_collection", "delete_vector_name"):
+        original = getattr(RawClient, method)
+
+        def recording(self, *a, _original=original, _method=method, **kw):
+            calls.append((_method, len(audit_records(kit))))
+            return _original(self, *a, **kw)
+
+        monkeypatch.setattr(RawClient, method, recording)
+    pol = {**P, "raw_in_boundary": False, "intent": {"enabled": False}}
+    c = QdrantClient(":memory:", guard=kit.config({"pii": pol}), principal=kit.principal("alice", "hr"))
+    rng = np.random.default_rng(0)
+    two = {"a": unit(rng), "b": unit(rng)}
+    writes = [
+        (lambda: create(c, "pii", named=("a", "b")), ["create_collection"]),
+        (lambda: c.upsert("pii", [models.PointStruct(id=i, vector=two, payload={"source": "s"}) for i in (1, 2)]),
+         ["get_collection", "upsert"]),
+        (lambda: c.update_vectors("pii", [models.PointVectors(id=1, vector={"a": unit(rng)})]),
+         ["retrieve", "batch_update_points"]),
+        (lambda: c.set_payload("pii", {"x": 1}, points=[1]), ["retrieve", "set_payload"]),
+        (lambda: c.overwrite_payload("pii", {"source": "s"}, points=[1]), ["retrieve", "batch_update_points"]),
+        (lambda: c.upload_points("pii", [models.PointStruct(id=5, vector=two, payload={"source": "s"})]),
+         ["upload_points"]),
+        (lambda: c.delete("pii", [2]), ["delete"]),
+        (lambda: c.delete_vector_name("pii", "b"), ["scroll", "delete_vector_name", "batch_update_points"]),
+        (lambda: c.delete_collection("pii"), ["delete_collection"]),
+    ]
+    for write, sent in writes:
+        calls.clear()
+        before = len(audit_records(kit))
+        write()
+        assert [m for m, _ in calls] == sent
+        assert [n - before for _, n in calls] == [0 if m in ("get_collection", "retrieve", "scroll") else 1
+                                                  for m in sent]
+        assert len(audit_records(kit)) == before + 1
+    says("atomicity.md", "the guard issues one Qdrant call per decided write (its look-ups come before the decision), "
+                         "after the audit entry, and no partial call. The one exception is `delete_vector_name`, whose "
+                         "receipt clean-up is a second request after the collection change")
