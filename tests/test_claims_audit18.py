@@ -55,7 +55,7 @@ def test_the_llm_classifiers_arguments_are_keyword_only() -> None:
         LLMIntentClassifier("http://127.0.0.1:9/v1", "m")  # type: ignore[misc]
     clf = LLMIntentClassifier(base_url="http://127.0.0.1:9/v1", model="m", timeout_s=1.0)
     assert clf.name == "llm:m"
-    says("intent.md", "LLMIntentClassifier(*, base_url=None, model=None, api_key=None, timeout_s=5.0, max_retries=0)")
+    says("intent.md", "LLMIntentClassifier(base_url=None, model=None, api_key=None, timeout_s=5.0, max_retries=0)")
     says("intent.md", "Every argument is keyword-only (`LLMIntentClassifier(\"https://…\", \"m\")` is a `TypeError`).")
 
 
@@ -677,3 +677,71 @@ def test_each_decided_write_is_audited_before_its_one_qdrant_call(kit, monkeypat
     says("atomicity.md", "the guard issues one Qdrant call per decided write (its look-ups come before the decision), "
                          "after the audit entry, and no partial call. The one exception is `delete_vector_name`, whose "
                          "receipt clean-up is a second request after the collection change")
+
+
+def test_calibrate_refuses_before_measuring_and_signs_the_canonical_body(kit, tmp_path) -> None:
+    import base64
+    import hashlib
+
+    from guardkit import staging_record, staging_store
+
+    from qdrant_guard import keys
+    from qdrant_guard.canonical import canonical_json
+    from qdrant_guard.errors import GuardArgumentValueError
+    from qdrant_guard.utility import calibrate
+
+    small = RawClient(":memory:")
+    small.create_collection("s", vectors_config=models.VectorParams(size=8, distance=models.Distance.COSINE))
+    rng = np.random.default_rng(0)
+    small.upsert("s", [models.PointStruct(id=i, vector=rng.normal(size=8).tolist()) for i in range(10)])
+    with pytest.raises(ValueError, match=r"holds 10 point\(s\), no more than k=10"):
+        calibrate(small, "s", rng.normal(size=(25, 8)).tolist(), k=10, radius=0.01, progress=False)
+    raw, _, queries = staging_store()
+    with pytest.raises(GuardArgumentValueError, match="19 queries .*fewer than min_queries=20"):
+        calibrate(raw, "staging", queries[:19], k=10, radius=0.01, progress=False)
+    record, _ = staging_record(kit, tmp_path / "r.json")
+    body = canonical_json(record.body())
+    assert record.digest == hashlib.sha256(body).hexdigest()
+    assert isinstance(record.created_at, int) and abs(record.created_at / 1000 - __import__("time").time()) < 600
+    public = keys.load_private_key(kit.guard_key_path).public_key()
+    public.verify(base64.b64decode(record.signature), b"qdrant-guard utility v1\0" + body)
+    says("eval.md", "is refused before anything is measured (`ValueError` naming the point count and `k`)")
+    says("eval.md", "the signer's key id and an Ed25519 signature over `b\"qdrant-guard utility v1\\0\" + "
+                    "canonical_json(body)`. `record.digest` (SHA-256 of the canonical body) is the "
+                    "`retrieval_utility_guard_hash`.")
+
+
+def test_an_upload_iterable_is_checked_whole_before_anything_is_sent(kit) -> None:
+    from qdrant_guard.errors import InvalidVectorError
+
+    c = QdrantClient(":memory:", guard=kit.config({"c": {**P, "intent": {"enabled": False}}}),
+                     principal=kit.principal("alice", "hr"))
+    create(c, "c")
+    rng = np.random.default_rng(0)
+
+    def points():
+        for i in range(5):
+            yield models.PointStruct(id=i, vector=unit(rng) if i != 3 else [float("nan")] * 16, payload={"source": "a"})
+
+    with pytest.raises(InvalidVectorError, match="point 3"):
+        c.upload_points("c", points(), batch_size=2)
+    with pytest.raises(InvalidVectorError, match="point 3"):
+        c.upload_collection("c", vectors=(unit(rng) if i != 3 else [1.0] * 3 for i in range(5)), ids=iter(range(5)),
+                            batch_size=2)
+    assert RawClient.count(c, "c").count == 0
+    says("atomicity.md", "Iterables given to `upload_points` / `upload_collection` are materialised and checked whole first.")
+
+
+def test_a_full_snapshot_needs_the_owner_of_every_sensitive_collection_in_the_store(kit) -> None:
+    c = QdrantClient(":memory:", guard=kit.config({"c": P, "d": {"class": "PII", "owner": "support"}}),
+                     principal=kit.principal("alice", "hr"))
+    for name in ("c", "d"):
+        RawClient.create_collection(c, name, vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE))
+    for who, other in ((c, "d"), (c.with_principal(kit.principal("bob", "support")), "c")):
+        with pytest.raises(GuardRefusal, match=f"may not administer PII collection '{other}'"):
+            who.create_full_snapshot()
+    RawClient.delete_collection(c, "d")
+    with pytest.raises(NotImplementedError):  # allowed, then sent: local mode has no snapshots
+        c.create_full_snapshot()
+    assert c.list_full_snapshots() == []
+    says("server.md", "`create_full_snapshot` needs the owner boundary of every sensitive collection")
