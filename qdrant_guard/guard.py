@@ -179,8 +179,10 @@ class Guard(WriteOps, ReadOps):
             if not verify_utility_record(rec, accepted):
                 trusted = ("the guard's keys and receipts.trusted_keys" if pol.receipt_keys is None
                            else "the guard's keys and the collection's receipt_keys")
+                signer = (f"signed by {_shown_name(kid)}" if isinstance(kid, str) and kid
+                          else "unsigned: it names no signer key")
                 raise ConfigError(
-                    f"utility record {path!r} (signed by {_shown_name(kid) if isinstance(kid, str) else kid}) does not verify against the trusted keys "
+                    f"utility record {path!r} ({signer}) does not verify against the trusted keys "
                     f"({trusted}; the guard's keys are its signing_key and receipts.retired_keys); re-run "
                     "`qdrant-guard calibrate` with the guard's signing key, or, if the record was signed by the "
                     "guard's earlier signing key, list that key's .pub in receipts.retired_keys"
