@@ -6,7 +6,6 @@ pipeline. With no guard policy the original method is called directly.
 """
 from __future__ import annotations
 
-import contextvars
 import copy
 import functools
 import inspect
@@ -24,7 +23,7 @@ from qdrant_client.local.async_qdrant_local import AsyncQdrantLocal
 from .decision import Verdict
 from .errors import QdrantGuardError, UnsupportedWriteError
 from .async_driver import drive_async
-from .pipeline import CALL_WARNINGS, Call, drive_sync
+from .pipeline import Call, drive_sync
 from .surface import GUARDED
 from . import warnsite
 
@@ -181,37 +180,17 @@ def _sync_method(name: str, original: Callable[..., Any], base: type,
         guard = self._guard
         if guard is None:
             return original(self, *args, **_without_added(name, kwargs))
-        pending: list[tuple[str, str]] = []
-        token = CALL_WARNINGS.set(pending)
-        try:
-            op = guard.run(name, _bound(guard, name, bind(self, args, kwargs)))
-            lock = self._local_lock if locked else None
-            if lock is None:
-                result = drive_sync(op, make_invoke(self, base))
-            else:
-                # The whole operation holds the local-mode lock but for its Offloads (embedder,
-                # classifier), as the async client runs it without suspending: a read-then-write (the
-                # receipts an overwrite_payload carries along) is not interleaved by another thread's write.
-                with lock:
-                    result = drive_sync(op, make_invoke(self, base), offload=functools.partial(_unlocked, lock))
-        except BaseException:
-            if pending:
-                guard.unshown(pending)
-            raise
-        finally:
-            _reset_call_warnings(token)
-        if pending:
-            guard.show_warnings(pending)
-        return result
+        op = guard.run(name, _bound(guard, name, bind(self, args, kwargs)))
+        lock = self._local_lock if locked else None
+        if lock is None:
+            return drive_sync(op, make_invoke(self, base))
+        # The whole operation holds the local-mode lock but for its Offloads (embedder,
+        # classifier), as the async client runs it without suspending: a read-then-write (the
+        # receipts an overwrite_payload carries along) is not interleaved by another thread's write.
+        with lock:
+            return drive_sync(op, make_invoke(self, base), offload=functools.partial(_unlocked, lock))
 
     return method
-
-
-def _reset_call_warnings(token: contextvars.Token[Any]) -> None:
-    try:
-        CALL_WARNINGS.reset(token)
-    except ValueError:  # a coroutine closed by the garbage collector runs in the collector's context
-        pass
 
 
 def _plain_invoke(client: Any, base: type) -> Callable[[Call], Any]:
@@ -253,20 +232,8 @@ def _async_method(name: str, original: Callable[..., Any], base: type) -> Callab
         async def invoke(call: Call) -> Any:
             return await getattr(base, call.method)(self, **call.kwargs)
 
-        pending: list[tuple[str, str]] = []
-        token = CALL_WARNINGS.set(pending)
-        try:
-            result = await drive_async(guard.run(name, _bound(guard, name, bind(self, args, kwargs))), invoke,
-                                       lock=self._local_alock())
-        except BaseException:
-            if pending:
-                guard.unshown(pending)
-            raise
-        finally:
-            _reset_call_warnings(token)
-        if pending:
-            guard.show_warnings(pending)
-        return result
+        return await drive_async(guard.run(name, _bound(guard, name, bind(self, args, kwargs))), invoke,
+                                 lock=self._local_alock())
 
     return method
 

@@ -6,7 +6,8 @@ to 30 s for another writer; Redis waits for its socket) and the audit log's appe
 lock, ``flock``, ``write``, ``fsync``). So every step of the generator (from one request to the
 next) runs in a worker thread, and the event loop only awaits it: a stalled store stalls the
 tasks that need it, not every task on the loop. Qdrant calls (:class:`Call`) are still awaited
-on the loop; :class:`Offload` requests (classifier, embedder) still run in ``asyncio.to_thread``.
+on the loop; :class:`Offload` requests (classifier, embedder) still run in ``asyncio.to_thread``;
+:class:`Warn` requests are shown on the loop, at the awaiting caller's line.
 
 One step of one operation runs at a time (the loop awaits it before sending the next request),
 so an operation's decisions and audit entries keep their order. Appends from concurrent tasks
@@ -26,7 +27,7 @@ from typing import Any, Callable
 
 from . import async_lock
 from .async_lock import LockRevoked, TaskLock
-from .pipeline import Call, Offload, Op
+from .pipeline import Call, Offload, Op, Warn, show
 
 __all__ = ["TaskLock", "drive_async"]
 
@@ -181,7 +182,10 @@ async def drive_async(op: Op, invoke: Callable[[Call], Any], *, lock: TaskLock |
                 exc, pending.cancel = pending.cancel, None
                 continue
             try:
-                if isinstance(out, Offload):
+                if isinstance(out, Warn):
+                    # Shown on the loop, from this coroutine: its frames lead to the caller's line.
+                    show(out)
+                elif isinstance(out, Offload):
                     if held:
                         lock.release(hold)  # type: ignore[union-attr]
                         held = False

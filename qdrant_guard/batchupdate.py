@@ -7,7 +7,7 @@ batch is accepted.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Iterable
 
 from qdrant_client.http import models
 
@@ -19,8 +19,8 @@ from .payloadops import _selector_ids
 from .pipeline import Call, Op
 from .policy import CollectionPolicy
 from .receipts import RECEIPT_KEY, normalize_point_id
-from .sources import (path_head, source_delete_removal, source_overwrite_removal, source_removed_warning,
-                      source_set_removal, untagged_points_warning)
+from .batchsources import SourceLedger
+from .sources import path_head, untagged_points_warning, warns_untagged
 from .textguard import selection_of
 from .vectors import CollectionShape
 from .writepoints import _operation_points, vector_updates_from_any
@@ -40,29 +40,6 @@ def _keys_written(op: Any) -> Iterable[str]:
     return ()
 
 
-def _source_removal(source_field: str, op: Any) -> tuple[str, Any] | None:
-    """What a batch's payload operation ``op`` does to the source field of the points it selects,
-    and its selector, when it leaves them without a source (see :mod:`qdrant_guard.sources`)."""
-    sp: models.SetPayload | models.DeletePayload
-    if isinstance(op, models.SetPayloadOperation):
-        sp = op.set_payload
-        does = source_set_removal(source_field, sp.payload, sp.key)
-    elif isinstance(op, models.OverwritePayloadOperation):
-        sp = op.overwrite_payload
-        does = source_overwrite_removal(source_field, sp.payload)
-    elif isinstance(op, models.DeletePayloadOperation):
-        sp = op.delete_payload
-        does = source_delete_removal(source_field, sp.keys)
-    elif isinstance(op, models.ClearPayloadOperation):
-        does = source_overwrite_removal(source_field, {})
-        return None if does is None else (does, op.clear_payload)
-    else:
-        return None
-    if does is None:
-        return None
-    return does, sp.points if sp.points is not None else sp.filter
-
-
 class BatchUpdate(WritePrep):
     """The guarded ``batch_update_points`` (a mixin of :class:`qdrant_guard.writes.WriteOps`)."""
 
@@ -71,27 +48,12 @@ class BatchUpdate(WritePrep):
                               fresh: dict[str, Any] | None = None, written: set[str] | frozenset[str] = frozenset(),
                               deleted: Collection[str] = (), *, where: str = "") -> Any: ...
 
-    def _warn_untagged(self, name: str, pol: CollectionPolicy, points: list[Any],
-                       operations: Sequence[Any] = ()) -> None:
-        """Warn, once per collection and client, of written points without a source, or of a
-        payload operation of ``operations`` (a batch's) that leaves points without one: the source
-        cap then keeps a top-k short of ``limit`` without a word (docs/policy.md, source_field)."""
-        def message() -> str | None:
-            section = self.policy_section(name, pol, "diversity")
-            text = untagged_points_warning(name, pol, section, points)
-            if text is not None:
-                return text
-            for j, op in enumerate(operations):
-                removal = _source_removal(pol.source_field, op)
-                if removal is not None:
-                    does, selector = removal
-                    ids = None if isinstance(selector, (models.Filter, models.FilterSelector)) else len(
-                        _selector_ids(selector))
-                    if ids != 0:
-                        return source_removed_warning(name, pol, section, f"batch_update_points (update_operations[{j}], "
-                                                      f"a {type(op).__name__.removesuffix('Operation')})", does, ids)
-            return None
-        self.warn_untagged_once(name, message)
+    def _warn_untagged(self, op: str, name: str, pol: CollectionPolicy, points: list[Any]) -> Op:
+        """Warn, once per collection and client, before the write is sent, of the written
+        ``points`` without a source: the source cap then keeps a top-k short of ``limit`` without a
+        word (docs/policy.md, source_field). A generator (see :meth:`warn_untagged_once`)."""
+        yield from self.warn_untagged_once(op, name, pol, lambda: untagged_points_warning(
+            name, pol, self.policy_section(name, pol, "diversity"), points))
 
     def op_batch_update_points(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -170,7 +132,8 @@ class BatchUpdate(WritePrep):
                 raise self.unsupported_write(method, name, pol, f"{method}: {unsendable}. Nothing was written")
             screened.append(found)
         run: dict[str, Any] = {}
-        upserted: list[Any] = []  # the points the batch's Upserts write, for the untagged-source warning
+        # What the batch leaves without a source, for the untagged-source warning (unless said).
+        ledger = SourceLedger(pol.source_field) if warns_untagged(pol) and not self.warned_untagged(name) else None
         for j, (op, filters) in enumerate(zip(args["update_operations"], screened)):
             at[0] = j
             if others and isinstance(op, (models.UpsertOperation, models.UpdateVectorsOperation)):
@@ -191,9 +154,10 @@ class BatchUpdate(WritePrep):
                     )
                 prepared = yield from self.prepare_points(method, name, pol, pts)
                 accepted.append(self._write_decision(method, name, pol, prepared, filters))
-                upserted.extend(prepared.points)
                 conditional = inner.update_filter is not None or inner.update_mode not in (
                     None, models.UpdateMode.UPSERT)
+                if ledger is not None:
+                    ledger.upsert(prepared.points, inner.shard_key, conditional)
                 for p in prepared.points:
                     pid = normalize_point_id(p.id)
                     written.update(p.payload or ())
@@ -305,6 +269,8 @@ class BatchUpdate(WritePrep):
                     written.update(_keys_written(sent))
                 out_ops.extend(new)
                 positions.append(len(out_ops) - 1 if new else None)
+                if ledger is not None:
+                    ledger.operation(j, op)
                 kind = type(op).__name__.removesuffix("Operation")
                 others[kind] = others.get(kind, 0) + 1
                 for key, items in filters.items():
@@ -312,11 +278,14 @@ class BatchUpdate(WritePrep):
         at[0] = None
         if others:
             accepted.append(self._others_decision(method, name, pol, others, run))
+        if ledger is not None:
+            # Before anything is sent or audited as allowed: raised as an error, it refuses the batch.
+            yield from self.warn_untagged_once(method, name, pol, lambda: ledger.message(
+                name, pol, self.policy_section(name, pol, "diversity")))
         for decision in accepted:
             self.record(decision)
         results = (yield from self.forward(method, name, pol, Call(method, {**args, "update_operations": out_ops}))
                    ) if out_ops else []
-        self._warn_untagged(name, pol, upserted, args["update_operations"])
         # An operation that matched no point sends nothing; it shares the outcome of the request.
         nothing = results[-1] if results else self.unsent_result(args)  # type: ignore[attr-defined]
         return [self.writer_answer(pol, results[i] if i is not None else nothing)  # type: ignore[attr-defined]

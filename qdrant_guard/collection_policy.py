@@ -87,8 +87,10 @@ class CollectionPolicy(_Strict):
     ``upload_collection`` or ``batch_update_points`` Upsert of points without it warns, once per
     collection and client, while the diversity cap is enforced; so does a payload change that
     takes existing points' source away: a ``set_payload`` of null, ``""`` or ``[]`` there (or of an
-    object, by a ``key`` at or below it), an ``overwrite_payload`` without it, a ``clear_payload``, a
-    ``delete_payload`` of it or of a key holding it, alone or in a ``batch_update_points``). Refused: the guard's receipt field
+    object, by a ``key`` at or below it, or by a ``key`` indexing it or a key above it with ``[]``), an
+    ``overwrite_payload`` without it, a ``clear_payload``, a ``delete_payload`` of it, of a key holding
+    it or of it with ``[]``, alone or in a ``batch_update_points`` whose later operations do not tag the
+    points again; shown before the write is sent, so ``-W error`` refuses it). Refused: the guard's receipt field
     ``_qdrant_guard_receipt`` or a path below it (no point could carry a source there), and the
     ``text_field`` or a path inside it (its strings are redacted as text, so a source
     ``alice@example.com`` would be counted as ``[EMAIL]``)."""

@@ -131,12 +131,13 @@ class PayloadOps(TextOps):
         self._keep_restricted(op, name, pol, records, what)
 
     def warn_source_removed(self, call: str, name: str, pol: CollectionPolicy, selector: Any,
-                            does: Callable[[], str | None]) -> None:
-        """Warn, once per collection and client (shared with the write warning), that a payload
-        change left the points ``selector`` names without a source (``does()``: what it did to
-        their source field, None when it left them one): like points written without one, they
-        now count as one source, and the source cap keeps a top-k short of ``limit`` without a word.
-        ``does`` (a few dict look-ups) is only asked while the collection has not been warned of."""
+                            does: Callable[[], str | None]) -> Op:
+        """Warn, once per collection and client (shared with the write warning) and before the
+        change is sent, that it leaves the points ``selector`` names without a source (``does()``:
+        what it does to their source field, None when it leaves them one): like points written
+        without one, they then count as one source, and the source cap keeps a top-k short of
+        ``limit`` without a word. ``does`` (a few dict look-ups) is only asked while the collection
+        has not been warned of. A generator (see :meth:`warn_untagged_once`)."""
         def message() -> str | None:
             change = does()
             if change is None:
@@ -149,7 +150,7 @@ class PayloadOps(TextOps):
                     return None
             return source_removed_warning(name, pol, self.policy_section(name, pol, "diversity"),
                                           call, change, ids)
-        self.warn_untagged_once(name, message)
+        yield from self.warn_untagged_once(call, name, pol, message)
 
     def _refuse_tamper(self, op: str, name: str, pol: CollectionPolicy, what: str) -> Exception:
         return self.refuse(self.decision(
@@ -247,12 +248,11 @@ class PayloadOps(TextOps):
             yield from self._keep_restricted_of(method, name, pol, args["points"], args.get("shard_key_selector"),
                                                 "set_payload")
         points = yield from self._existing_only(method, name, pol, args["points"], args.get("shard_key_selector"))
+        yield from self.warn_source_removed(method, name, pol, args["points"],
+                                            lambda: source_set_removal(pol.source_field, payload, args.get("key")))
         self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload set; receipts untouched",
                                   details=filters))
-        result = yield from self.forward(method, name, pol, Call(method, {**args, "payload": payload, "points": points}))
-        self.warn_source_removed(method, name, pol, args["points"],
-                                 lambda: source_set_removal(pol.source_field, payload, args.get("key")))
-        return result
+        return (yield from self.forward(method, name, pol, Call(method, {**args, "payload": payload, "points": points})))
 
     def op_delete_payload(self, method: str, args: dict[str, Any]) -> Op:
         name = args["collection_name"]
@@ -267,12 +267,11 @@ class PayloadOps(TextOps):
             yield from self._keep_restricted_of(method, name, pol, args["points"], args.get("shard_key_selector"),
                                                 "delete_payload")
         points = yield from self._existing_only(method, name, pol, args["points"], args.get("shard_key_selector"))
+        yield from self.warn_source_removed(method, name, pol, args["points"],
+                                            lambda: source_delete_removal(pol.source_field, args["keys"]))
         self.record(self.decision(method, name, pol, Verdict.ALLOW, "payload keys deleted; receipts untouched",
                                   details=filters))
-        result = yield from self.forward(method, name, pol, Call(method, {**args, "points": points}))
-        self.warn_source_removed(method, name, pol, args["points"],
-                                 lambda: source_delete_removal(pol.source_field, args["keys"]))
-        return result
+        return (yield from self.forward(method, name, pol, Call(method, {**args, "points": points})))
 
     def _existing_only(self, op: str, name: str, pol: CollectionPolicy, selector: Any, shard_key: Any,
                        fresh: dict[str, Any] | None = None, deleted: Collection[str] = (), where: str = "") -> Any:
@@ -362,13 +361,12 @@ class PayloadOps(TextOps):
             return (yield from self.forward(method, name, pol, Call(method, args)))
         ops, n = yield from self._preserving_overwrite(method, name, pol, payload, selector,
                                                        shard_key=args.get("shard_key_selector"))
+        if n:
+            yield from self.warn_source_removed(method, name, pol, selector,
+                                                lambda: source_overwrite_removal(pol.source_field, payload))
         self.record(self.decision(method, name, pol, Verdict.ALLOW,
                                   f"payload {done} on {n} point(s); receipts preserved", details=filters))
-        result = yield from self._run_ops(method, name, pol, ops, args)
-        if n:
-            self.warn_source_removed(method, name, pol, selector,
-                                     lambda: source_overwrite_removal(pol.source_field, payload))
-        return result
+        return (yield from self._run_ops(method, name, pol, ops, args))
 
     def op_delete_vectors(self, method: str, args: dict[str, Any]) -> Op:
         """Delete named vectors, and the receipts that certified them: a receipt left without its

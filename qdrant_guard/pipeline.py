@@ -19,7 +19,6 @@ their public names are importable from here too.
 """
 from __future__ import annotations
 
-import contextvars
 import copy
 import hashlib
 import logging
@@ -101,22 +100,29 @@ class Offload:
     fn: Callable[[], Any]
 
 
-Op = Generator["Call | Offload", Any, Any]
+@dataclass(frozen=True)
+class Warn:
+    """A request, yielded by an operation before it sends a write, to show ``text`` as an
+    :class:`UntaggedSourceWarning` at the caller's line. The driver shows it in the caller's
+    thread and frames (an async client's steps run in worker threads, where a warning would name a
+    line of threading.py); raised there (``-W error``), the exception is thrown in at the request,
+    so the write is not sent."""
+
+    text: str
+
+
+def show(request: Warn) -> None:
+    """Show a :class:`Warn` request's warning from the driver's frame (its caller: the facade)."""
+    warnsite.warn(request.text, UntaggedSourceWarning)
+
+
+Op = Generator["Call | Offload | Warn", Any, Any]
 
 
 def mark_audited(exc: BaseException) -> BaseException:
     """Mark ``exc`` as already audited, so the write path's catch-all does not audit it again."""
     exc._qg_audited = True  # type: ignore[attr-defined]
     return exc
-
-
-# The warnings of the guarded call running in this context, shown by its facade once it returns:
-# at the caller's line (an async client's steps run in worker threads, whose copies of the context
-# hold the same list, where a warning would name a line of threading.py). Per call, not per client:
-# one queue per client let a thread's call show another thread's warning, and a cancelled call's
-# warning was shown by whichever call of the client came next.
-CALL_WARNINGS: contextvars.ContextVar[list[tuple[str, str]] | None] = contextvars.ContextVar(
-    "qdrant_guard_call_warnings", default=None)
 
 
 def missing_key_files(cfg: GuardConfig) -> ConfigError | None:
@@ -545,9 +551,17 @@ class GuardPipeline:
             ))
             raise
 
-    def warn_untagged_once(self, name: str, message: Callable[[], str | None]) -> None:
-        """Leave ``message()`` (None: nothing to say) for the running guarded call's facade to show,
-        unless collection ``name`` was warned of already by this client or one of its views."""
+    def warned_untagged(self, name: str) -> bool:
+        """Whether collection ``name`` was warned of points without a source by this client."""
+        return name in self._warned_untagged
+
+    def warn_untagged_once(self, op: str, name: str, pol: CollectionPolicy, message: Callable[[], str | None]) -> Op:
+        """Show ``message()`` (None: nothing to say) at the caller's line, unless collection
+        ``name`` was warned of already by this client or one of its views (a generator: yielded
+        to the driver as a :class:`Warn`). Called before the write is sent: a warning raised as an
+        error (``-W error``) refuses the write with nothing stored, is audited (UNSUPPORTED_WRITE,
+        reason ``warning_raised``) and leaves the collection unwarned, so its next such write
+        raises too."""
         if name in self._warned_untagged:
             return
         text = message()
@@ -557,23 +571,21 @@ class GuardPipeline:
             if name in self._warned_untagged:  # another thread's write said it meanwhile
                 return
             self._warned_untagged.add(name)
-        pending = CALL_WARNINGS.get()
-        if pending is None:  # an operation driven outside a facade: shown where it runs
-            warnsite.warn(text, UntaggedSourceWarning)
-        else:
-            pending.append((name, text))
-
-    def show_warnings(self, pending: list[tuple[str, str]]) -> None:
-        """Show the warnings one call left, at its caller's line."""
-        for _, text in pending:
-            warnsite.warn(text, UntaggedSourceWarning)
-
-    def unshown(self, pending: list[tuple[str, str]]) -> None:
-        """Forget that the collections of ``pending`` were warned of: their call did not return
-        (cancelled as its write returned), so the next write of each says it."""
-        with self._warn_lock:
-            for name, _ in pending:
+        try:
+            yield Warn(text)
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            with self._warn_lock:
                 self._warned_untagged.discard(name)
+            if isinstance(exc, Warning):  # the caller's warning filter turned it into an error
+                self.record(self.decision(
+                    op, name, pol, Verdict.UNSUPPORTED_WRITE,
+                    f"{op}: the caller's warning filter raised the guard's {type(exc).__name__} (points left "
+                    "without a source) before the write was sent. Nothing was written",
+                    details={"error": type(exc).__name__, "reason": "warning_raised"}))
+                mark_audited(exc)
+            raise
 
     def refuse(self, d: Decision) -> QdrantGuardError:
         """Audit a refusing decision and return the exception to raise."""
@@ -583,13 +595,17 @@ class GuardPipeline:
 def drive_sync(op: Op, invoke: Callable[[Call], Any] | None,
                offload: Callable[[Callable[[], Any]], Any] | None = None) -> Any:
     """Run an operation to completion with a synchronous ``invoke``; ``offload(fn)`` runs its
-    :class:`Offload` requests (default: ``fn()``)."""
+    :class:`Offload` requests (default: ``fn()``); its :class:`Warn` requests are shown here, in
+    the caller's thread."""
     try:
         call = next(op)
         while True:
             try:
                 if isinstance(call, Offload):
                     result = call.fn() if offload is None else offload(call.fn)
+                elif isinstance(call, Warn):
+                    show(call)
+                    result = None
                 elif invoke is None:
                     raise RuntimeError(f"operation requested {call.method!r} but no backend was given")
                 else:

@@ -109,6 +109,12 @@ def _cap_shown(pol: CollectionPolicy) -> int | None:
     return top10
 
 
+def warns_untagged(pol: CollectionPolicy) -> bool:
+    """Whether points left without a source on ``pol``'s collection are warned of (the source cap
+    applies to them)."""
+    return _cap_shown(pol) is not None
+
+
 def _what_to_do(pol: CollectionPolicy, section: str, top10: int) -> str:
     return (f"points without one all count as one source, so a top-10 query returns at most {top10} of them "
             f"(diversity.max_source_fraction = {pol.diversity.max_source_fraction}: fewer results than limit, "
@@ -122,39 +128,65 @@ def untagged_points_warning(name: str, pol: CollectionPolicy, section: str, poin
     does, or the source cap does not apply): such points all count as one source, so a query
     returns at most ``max(1, floor(k * max_source_fraction))`` of them, and no read says why.
     ``section`` is the policy's ``[collections.NAME.diversity]`` (or ``[default.diversity]``)."""
-    top10 = _cap_shown(pol)
-    if top10 is None:
+    if _cap_shown(pol) is None:
         return None
     untagged = sum(1 for p in points if not payload_sources(getattr(p, "payload", None), pol.source_field))
-    if not untagged:
+    return untagged_count_warning(name, pol, section, untagged, len(points))
+
+
+def untagged_count_warning(name: str, pol: CollectionPolicy, section: str, untagged: int, written: int) -> str | None:
+    """:func:`untagged_points_warning` of a write of ``written`` points, ``untagged`` of which
+    carry no source."""
+    top10 = _cap_shown(pol)
+    if top10 is None or not untagged:
         return None
-    return (f"qdrant_guard: {untagged} of the {len(points)} point(s) written to collection {name!r} carry no "
+    return (f"qdrant_guard: {untagged} of the {written} point(s) written to collection {name!r} carry no "
             f"{pol.source_field!r} payload field (its source_field); " + _what_to_do(pol, section, top10))
 
 
-def _segments(path: str) -> list[str] | None:
-    """The keys of a Qdrant payload path made of plain or quoted keys (``metadata.source``,
-    ``"metadata".source``); None for any other path (``[]`` indexing, a stray quote)."""
-    out: list[str] = []
+_BRACKETS = re.compile(r"(?:\[[0-9]*\])*")
+
+
+def _path_items(path: str) -> list[tuple[str, str]] | None:
+    """A Qdrant payload key path as its keys, each with the ``[]``/``[N]`` indexing written after
+    it (``""`` for none): ``metadata.source[0]`` is ``[("metadata", ""), ("source", "[0]")]``,
+    quoted keys (``"metadata".source``) included; None for a path Qdrant does not parse."""
+    out: list[tuple[str, str]] = []
     rest = path
     while True:
         if rest.startswith('"'):
             end = rest.find('"', 1)
             if end < 0:
                 return None
-            out.append(rest[1:end])
-            rest = rest[end + 1:]
+            key, rest = rest[1:end], rest[end + 1:]
         else:
             m = _KEY_SEGMENT.match(rest)
             if m is None:
                 return None
-            out.append(m.group())
-            rest = rest[m.end():]
+            key, rest = m.group(), rest[m.end():]
+        brackets = _BRACKETS.match(rest)
+        indexing = brackets.group() if brackets else ""
+        out.append((key, indexing))
+        rest = rest[len(indexing):]
         if not rest:
             return out
-        if not rest.startswith("."):
+        if not rest.startswith(".") or len(rest) == 1:
             return None
         rest = rest[1:]
+
+
+def _segments(path: str) -> list[str] | None:
+    """The keys of a Qdrant payload path made of plain or quoted keys (``metadata.source``,
+    ``"metadata".source``); None for any other path (``[]`` indexing, a stray quote)."""
+    items = _path_items(path)
+    if items is None or any(brackets for _, brackets in items):
+        return None
+    return [key for key, _ in items]
+
+
+# What every removal's description ends with (a [] path that may leave a list source some of its
+# items says "may").
+_GONE = ": they now carry no source"
 
 
 def _named(value: Any) -> str:
@@ -172,20 +204,37 @@ def _named(value: Any) -> str:
 def source_set_removal(source_field: str, payload: dict[str, Any], key: str | None) -> str | None:
     """What a ``set_payload`` of ``payload`` (below ``key``) does to the source field of the points
     it changes, when it leaves them with no source (``sets the 'source' payload field (its
-    source_field) of <who> to null``, ``<who>`` standing for the points);
-    None when it writes a source or leaves the field alone (and for a key path with ``[]``
-    indexing, whose effect is not read here)."""
+    source_field) of <who> to null: they now carry no source``, ``<who>`` standing for the points);
+    None when it writes a source or leaves the field alone.
+
+    A ``key`` with ``[]``/``[N]`` indexing is read as Qdrant applies it (qdrant-client's local mode,
+    tests/test_source_warning_gaps.py): indexing a value that is not a list replaces it with
+    ``[]``, and indexing a list rewrites the items it names as objects. So indexing the source
+    field, or a key above it on its path, can take the source away; a path that leaves the source
+    field's path before its first indexing cannot touch it."""
     field = source_field.split(".")
     if key is None:
         under: list[str] = []
     else:
-        under_or_none = _segments(key)
-        if under_or_none is None:
-            return None
-        under = under_or_none
+        items = _path_items(key)
+        if items is None:
+            return None  # Qdrant refuses a path it cannot parse
+        under = [k for k, _ in items]
+        first = next((i for i, (_, brackets) in enumerate(items) if brackets), None)
+        if first is not None and first < len(field):
+            if under[:first + 1] != field[:first + 1]:
+                return None  # the path leaves the source field's before its first indexing
+            if first == len(field) - 1:
+                return (f"sets {key!r} of <who>: Qdrant replaces their {source_field!r} payload field (its "
+                        "source_field) with [] where it is not a list, and rewrites the items the key indexes as "
+                        "objects where it is: they may now carry no source")
+            top = ".".join(field[:first + 1])
+            return (f"sets {key!r} of <who>: Qdrant replaces {top!r}, which holds the {source_field!r} payload "
+                    f"field (its source_field), with []{_GONE}")
+        # Indexing only below the source field: a key there has already made the field an object.
     if under[:len(field)] == field:
         # The key is the source field or below it: the field becomes an object.
-        return f"sets the {source_field!r} payload field (its source_field) of <who> to an object"
+        return f"sets the {source_field!r} payload field (its source_field) of <who> to an object{_GONE}"
     if field[:len(under)] != under:
         return None  # the key is beside the source field
     below = ".".join(field[len(under):])
@@ -194,8 +243,20 @@ def source_set_removal(source_field: str, payload: dict[str, Any], key: str | No
     if "." in below and not _holds(payload, below):
         top = ".".join(field[:len(under) + 1])
         return (f"replaces {top!r} of <who> with a value without the {source_field!r} payload field "
-                "(its source_field)")
-    return f"sets the {source_field!r} payload field (its source_field) of <who> to {_named(field_value(payload, below))}"
+                f"(its source_field){_GONE}")
+    return (f"sets the {source_field!r} payload field (its source_field) of <who> to "
+            f"{_named(field_value(payload, below))}{_GONE}")
+
+
+def source_set_tags(source_field: str, payload: dict[str, Any], key: str | None) -> bool:
+    """Whether a ``set_payload`` of ``payload`` (below ``key``) leaves every point it changes with
+    a source: it writes one at the source field (never through ``[]`` indexing, which writes
+    objects)."""
+    field = source_field.split(".")
+    under = [] if key is None else _segments(key)
+    if under is None or len(under) >= len(field) or field[:len(under)] != under:
+        return False
+    return bool(payload_sources(_as_sent(payload), ".".join(field[len(under):])))
 
 
 def _holds(payload: Any, path: str) -> bool:
@@ -209,29 +270,40 @@ def source_overwrite_removal(source_field: str, payload: dict[str, Any]) -> str 
     """What an ``overwrite_payload`` with ``payload`` (``{}``: a clear) does to the source field,
     when the points are left without a source; None when ``payload`` names one."""
     if not payload:
-        return f"clears the payload of <who>, its {source_field!r} field (the source_field) with it"
+        return f"clears the payload of <who>, its {source_field!r} field (the source_field) with it{_GONE}"
     if payload_sources(payload, source_field):
         return None
-    return f"overwrites the payload of <who> with one without a {source_field!r} field (its source_field)"
+    return f"overwrites the payload of <who> with one without a {source_field!r} field (its source_field){_GONE}"
 
 
 def source_delete_removal(source_field: str, keys: Sequence[str]) -> str | None:
     """What a ``delete_payload`` of ``keys`` does to the source field: deleted when a key is the
-    field or holds it; None otherwise (a key below it deletes nothing from a string)."""
+    field or holds it, emptied when a key is the field with ``[]`` (Qdrant empties a list there);
+    None otherwise (a key below it deletes nothing from a string; Qdrant deletes nothing for a key
+    ending in ``[N]``, and a key indexing a key above the field reaches no source)."""
     field = source_field.split(".")
     for k in keys:
-        parts = _segments(k)
-        if parts is not None and field[:len(parts)] == parts:
+        items = _path_items(k)
+        if items is None:
+            continue
+        parts = [key for key, _ in items]
+        brackets = [b for _, b in items]
+        if not any(brackets) and field[:len(parts)] == parts:
             if len(parts) == len(field):
-                return f"deletes the {source_field!r} payload field (its source_field) of <who>"
-            return f"deletes {k!r} of <who>, which holds the {source_field!r} payload field (its source_field)"
+                return f"deletes the {source_field!r} payload field (its source_field) of <who>{_GONE}"
+            return (f"deletes {k!r} of <who>, which holds the {source_field!r} payload field (its "
+                    f"source_field){_GONE}")
+        if parts == field and brackets[-1] == "[]" and not any(brackets[:-1]):
+            return (f"deletes {k!r} of <who>, which empties their {source_field!r} payload field (its source_field) "
+                    "where it is a list: such points now carry no source")
     return None
 
 
 def source_removed_warning(name: str, pol: CollectionPolicy, section: str, call: str, does: str,
                            ids: int | None) -> str | None:
     """The warning for a payload change ``call`` (``set_payload``, or a batch's operation named by
-    its place) on collection ``name`` that ``does`` (its ``<who>``: the points) what leaves points with no source: they join the
+    its place) on collection ``name`` that ``does`` (its ``<who>``: the points) what leaves points
+    with no source (a ``source_*_removal`` description, which says so): they join the
     points without one, which all count as one source (:func:`untagged_points_warning`). ``ids``:
     how many points it names by id, None when it selects them by a filter (they are not read back
     to be counted). None when the source cap does not apply."""
@@ -239,5 +311,4 @@ def source_removed_warning(name: str, pol: CollectionPolicy, section: str, call:
     if top10 is None:
         return None
     who = "the points the filter selects" if ids is None else f"the {ids} point(s) named by id"
-    return (f"qdrant_guard: {call} on collection {name!r} {does.replace('<who>', who)}: they now carry no source; "
-            + _what_to_do(pol, section, top10))
+    return f"qdrant_guard: {call} on collection {name!r} {does.replace('<who>', who)}; " + _what_to_do(pol, section, top10)

@@ -39,9 +39,9 @@ class WriteOps(BatchUpdate):
         self._refuse_unevaluable_update_filter(method, name, pol, args.get("update_filter"))
         points = self._upsert_points(method, name, pol, args["points"])
         prepared = yield from self.prepare_points(method, name, pol, points)
+        yield from self._warn_untagged(method, name, pol, prepared.points)
         self._record_write(method, name, pol, prepared, filters)
         result = yield from self.forward(method, name, pol, Call(method, {**args, "points": prepared.points}))
-        self._warn_untagged(name, pol, prepared.points)
         return result
 
     def op_upload_points(self, method: str, args: dict[str, Any]) -> Op:
@@ -61,9 +61,9 @@ class WriteOps(BatchUpdate):
         self._refuse_unevaluable_update_filter(method, name, pol, args.get("update_filter"))
         points = points_from_any(list(args["points"]))
         prepared = yield from self.prepare_points(method, name, pol, points)
+        yield from self._warn_untagged(method, name, pol, prepared.points)
         self._record_write(method, name, pol, prepared, filters)
         result = yield from self.forward(method, name, pol, Call(method, {**args, "points": prepared.points}))
-        self._warn_untagged(name, pol, prepared.points)
         return result
 
     def op_upload_collection(self, method: str, args: dict[str, Any]) -> Op:
@@ -87,10 +87,10 @@ class WriteOps(BatchUpdate):
         self._refuse_unevaluable_update_filter(method, name, pol, args.get("update_filter"))
         points = points_from_columns(args["vectors"], args.get("payload"), args.get("ids"))
         prepared = yield from self.prepare_points(method, name, pol, points)
+        yield from self._warn_untagged(method, name, pol, prepared.points)
         self._record_write(method, name, pol, prepared, filters)
         result = yield from self.forward(method, name, pol, Call(
             "upload_points", {"collection_name": name, "points": prepared.points, **forwarded}))
-        self._warn_untagged(name, pol, prepared.points)
         return result
 
     def op_update_vectors(self, method: str, args: dict[str, Any]) -> Op:

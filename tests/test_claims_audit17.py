@@ -134,7 +134,9 @@ SET_PAYLOAD = [
     ({"a": 1}, "metadata.source", "to an object"),
     ({"a": None}, "metadata", None),  # beside the source field
     ({"metadata": {"source": "z"}}, None, None),  # writes a source
-    ({"source": None}, "metadata[]", None),  # [] indexing: its effect is not worked out
+    # [] indexing a dict: Qdrant replaces it with [] (tests/test_source_warning_gaps.py).
+    ({"source": None}, "metadata[]", "sets 'metadata[]' of the 1 point(s) named by id: Qdrant replaces 'metadata', "
+                                     "which holds the 'metadata.source' payload field (its source_field), with []"),
 ]
 
 

@@ -56,13 +56,13 @@ def test_a_guarded_upsert_returns_qdrants_answer(workdir: Path) -> None:
 # ------------------------------------------------------------------ _facade: each call's warnings
 
 
-def test_a_sync_write_interrupted_as_it_returns_leaves_its_warning_to_the_next_write(
+def test_a_sync_write_interrupted_as_it_returns_has_shown_its_warning_already(
         workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The sync twin of test_review60's cancelled async write: a KeyboardInterrupt (a Ctrl-C)
-    landing after the write queued its warning, as the guard notes the write for the source-size
-    cache. The write is made, its warning not shown, and the collection's next write says it.
-    Mutants that skipped the sync facade's ``guard.unshown`` (or ran it only for an empty queue)
-    passed every test: only the async path was interrupted there."""
+    landing after the write, as the guard notes the write for the source-size cache. The warning
+    is shown before the write is sent (2026-12-08, h-warn2; it used to be queued for the end of
+    the call, and an interrupted call left it to the collection's next write), so the interrupted
+    call has shown it, at its caller's line, and the next write does not repeat it."""
     client = _client()
     shared = client._guard.shared
     epoch = shared["size_epoch"]
@@ -86,9 +86,9 @@ def test_a_sync_write_interrupted_as_it_returns_leaves_its_warning_to_the_next_w
         client.count("kb")
         client.upsert("tickets", _points(range(6, 8)))
     assert client.count("tickets").count == 7  # the interrupted write was made
-    assert not _untagged_warnings(first)
-    (found,) = _untagged_warnings(after)
-    assert "2 of the 2 point(s)" in str(found.message) and found.filename == __file__
+    (found,) = _untagged_warnings(first)
+    assert "5 of the 5 point(s)" in str(found.message) and found.filename == __file__
+    assert not _untagged_warnings(after)
     client.close()
 
 
@@ -110,10 +110,10 @@ def test_an_operation_driven_outside_a_facade_warns_where_it_runs(workdir: Path)
 
 
 def test_a_guarded_call_leaves_no_warning_queue_behind(workdir: Path) -> None:
-    """The facade resets CALL_WARNINGS as the call ends, in the thread's context and in the
-    awaiting task's. Left set (mutants that skipped the reset), an operation the guard drove later
-    outside a facade in that context put its warning on the finished call's list, where nothing
-    showed it."""
+    """An operation the guard drives outside a facade after guarded calls (sync and async) of
+    the same thread shows its own warning. (Until 2026-12-08 the facade queued each call's
+    warnings in a context variable, and one left set put a later operation's warning on a
+    finished call's list, where nothing showed it.)"""
     client = _client()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

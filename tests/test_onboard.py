@@ -166,13 +166,14 @@ def test_tagged_points_and_an_uncapped_collection_do_not_warn(workdir: Path) -> 
         client.close()
 
 
-def test_the_warning_comes_after_the_write_under_w_error(workdir: Path) -> None:
+def test_the_warning_comes_before_the_write_under_w_error(workdir: Path) -> None:
+    # Shown before the write is sent (2026-12-08, h-warn2): raised as an error, nothing is stored.
     client = _client()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(UntaggedSourceWarning, match="carry no 'source' payload field"):
             client.upload_points("tickets", _points(range(1, 6)))
-    assert client.count("tickets").count == 5
+    assert client.count("tickets").count == 0
     client.close()
 
 

@@ -77,7 +77,7 @@ def test_the_intent_module_keeps_the_public_names_it_had_before_the_split():
                                     "policy_loader", "cli", "cli_args", "cli_store", "cli_policy_keys", "cli_keys",
                                     "cli_receipts", "cli_audit", "cli_workloads",
                                     "budgetops", "readrelease", "queryops", "writesign", "writeprep", "batchupdate",
-                                    "callchecks", "dispatch", "sparseslots"])
+                                    "callchecks", "dispatch", "sparseslots", "batchsources"])
 def test_each_split_module_imports_alone_in_a_fresh_interpreter(module):
     out = subprocess.run([sys.executable, "-c", f"import qdrant_guard.{module}"], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr

@@ -291,9 +291,11 @@ def test_views_of_one_client_warn_once_per_collection(workdir):
 
 def test_a_write_whose_caller_was_cancelled_leaves_its_warning_to_no_other_call(workdir):
     # A cancellation landing as the write returns (asyncio.wait_for timing out then): the write is
-    # made, its warning not shown. Before, the next call of the client showed it, whichever it was
+    # made. Before review 60 the next call of the client showed its warning, whichever it was
     # (here a count of another collection, at its line), and the collection never warned again.
-    async def run() -> tuple[list[str], list[str], int]:
+    # Since 2026-12-08 (h-warn2) the warning is shown before the write is sent: the cancelled call
+    # itself shows it, and no later call repeats it.
+    async def run() -> tuple[list[str], list[str], list[str], int]:
         client = AsyncQdrantClient(":memory:", guard="policy.toml", principal=_agent())
         for name in ("tickets", "kb"):
             await client.create_collection(name, vectors_config=models.VectorParams(
@@ -306,8 +308,10 @@ def test_a_write_whose_caller_was_cancelled_leaves_its_warning_to_no_other_call(
             return await real(*args, **kwargs)
 
         local.upsert = cancelled_as_it_returns
-        with pytest.raises(asyncio.CancelledError):
-            await client.upsert("tickets", _points(range(1, 6)))
+        with warnings.catch_warnings(record=True) as cancelled:
+            warnings.simplefilter("always")
+            with pytest.raises(asyncio.CancelledError):
+                await client.upsert("tickets", _points(range(1, 6)))
         local.upsert = real
         with warnings.catch_warnings(record=True) as other:
             warnings.simplefilter("always")
@@ -317,12 +321,12 @@ def test_a_write_whose_caller_was_cancelled_leaves_its_warning_to_no_other_call(
             await client.upsert("tickets", _points(range(6, 8)))
         n = (await client.count("tickets")).count
         await client.close()
-        return _untagged(other), _untagged(next_write), n
+        return _untagged(cancelled), _untagged(other), _untagged(next_write), n
 
-    other, next_write, n = asyncio.run(run())
+    cancelled, other, next_write, n = asyncio.run(run())
     assert n == 7  # the cancelled write was made
-    assert other == []
-    assert len(next_write) == 1 and "2 of the 2 point(s)" in next_write[0]
+    assert len(cancelled) == 1 and "5 of the 5 point(s)" in cancelled[0]
+    assert other == [] and next_write == []
 
 
 # -- missing_key_files ------------------------------------------------------------------------

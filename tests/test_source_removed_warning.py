@@ -155,7 +155,7 @@ def test_changes_that_leave_a_source_do_not_warn_nor_use_up_the_warning(workdir:
         lambda: client.set_payload("tickets", {"source": ["faq", "kb"]}, points=[3]),
         lambda: client.set_payload("tickets", {"lang": "en"}, points=[4]),
         lambda: client.set_payload("tickets", {"source": None}, points=[5], key="meta"),  # beside the field
-        lambda: client.set_payload("tickets", {"page": 1}, points=[5], key="source[0]"),  # [] paths: not worked out
+        lambda: client.set_payload("tickets", {"page": 1}, points=[5], key="pages[0]"),  # a [] path beside it
         lambda: client.overwrite_payload("tickets", {"text": "x", "source": "faq"}, points=[6]),
         lambda: client.delete_payload("tickets", keys=["lang", "source.page"], points=[1]),
         lambda: client.batch_update_points("tickets", [
