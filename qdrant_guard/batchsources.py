@@ -33,6 +33,20 @@ class _Left:
     shard_key: Any
 
 
+def _key(pid: Any) -> Any:
+    """One key per point: an int id as itself (most ids, and the quickest), any other as
+    :func:`normalize_point_id`'s ``"uuid:..."`` text."""
+    return pid if type(pid) is int else normalize_point_id(pid)
+
+
+def _names_source(payload: Any, path: str) -> bool:
+    """Whether ``payload``, as sent, names a source at ``path``."""
+    node = payload.get(path) if type(payload) is dict and "." not in path else None
+    if type(node) is str:  # the common case, without the JSON round trip
+        return node != ""
+    return bool(payload_sources(_as_sent(payload), path))
+
+
 def _filter_ids(flt: models.Filter) -> set[str] | bool:
     """The normalised ids ``flt`` can match: a set when it is ``has_id`` conditions only, True
     when it has no condition (every point), False when it is any other filter."""
@@ -43,7 +57,7 @@ def _filter_ids(flt: models.Filter) -> set[str] | bool:
         return True
     if not all(isinstance(c, models.HasIdCondition) for c in must):
         return False
-    sets = [{normalize_point_id(p) for p in c.has_id} for c in must]  # type: ignore[union-attr]
+    sets = [{_key(p) for p in c.has_id} for c in must]  # type: ignore[union-attr]
     return set.intersection(*sets)
 
 
@@ -56,8 +70,8 @@ def _selection(selector: Any, shard_key: Any = None) -> tuple[set[str] | bool, b
     if isinstance(sel, models.Filter):
         return _filter_ids(sel), True, shard_key
     if isinstance(sel, models.PointIdsList):
-        return {normalize_point_id(p) for p in sel.points}, False, sel.shard_key if shard_key is None else shard_key
-    return {normalize_point_id(p) for p in sel or ()}, False, shard_key
+        return {_key(p) for p in sel.points}, False, sel.shard_key if shard_key is None else shard_key
+    return {_key(p) for p in sel or ()}, False, shard_key
 
 
 class SourceLedger:
@@ -84,8 +98,8 @@ class SourceLedger:
         """An Upsert's ``points`` (as sent), ``conditional`` when Qdrant may not apply it
         (``update_filter``, ``update_mode``): then its sources prove nothing."""
         self.written += len(points)
-        tagged = {normalize_point_id(p.id) for p in points if payload_sources(p.payload, self.source_field)}
-        untagged = {normalize_point_id(p.id) for p in points} - tagged
+        tagged = {_key(p.id) for p in points if payload_sources(p.payload, self.source_field)}
+        untagged = {_key(p.id) for p in points} - tagged
         if not conditional:
             # A point upserted replaces its payload whole: what earlier operations did to it is gone.
             self._tagged(tagged | untagged, shard_key)
@@ -109,7 +123,7 @@ class SourceLedger:
             does = source_set_removal(field, sp.payload, sp.key)
         elif isinstance(op, models.OverwritePayloadOperation):
             sp = op.overwrite_payload
-            if payload_sources(_as_sent(sp.payload), field):
+            if _names_source(sp.payload, field):
                 self._tagged(*self._of(sp))
                 return
             does = source_overwrite_removal(field, sp.payload)

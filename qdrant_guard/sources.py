@@ -252,6 +252,10 @@ def source_set_tags(source_field: str, payload: dict[str, Any], key: str | None)
     """Whether a ``set_payload`` of ``payload`` (below ``key``) leaves every point it changes with
     a source: it writes one at the source field (never through ``[]`` indexing, which writes
     objects)."""
+    if key is None and "." not in source_field and type(payload) is dict:
+        node = payload.get(source_field)
+        if node is None or type(node) is str:  # the common cases, without the JSON round trip
+            return bool(node)
     field = source_field.split(".")
     under = [] if key is None else _segments(key)
     if under is None or len(under) >= len(field) or field[:len(under)] != under:
