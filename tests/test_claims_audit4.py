@@ -84,7 +84,7 @@ def test_points_stored_before_the_switch_keep_their_vectors_by_class_and_still_r
     hits = bob.query_points("kb_off", query=q.tolist(), limit=4).points
     assert {p.id: round(p.score, 5) for p in hits} == {i: round(float(q @ v), 5) for i, v in enumerate(stored)}
     alice.close()
-    readme, threat = _flat("README.md"), _flat("docs/threat-model.md")
+    readme, threat = _flat("docs/switching.md"), _flat("docs/threat-model.md")  # README's change list in full
     assert "from every principal but the owner boundary under `raw_in_boundary`" in readme
     assert "a PUBLIC collection returns them as stored" in readme and "Qdrant still ranks every search" in readme
     assert "(a PUBLIC collection returns them as stored)" in threat
@@ -304,7 +304,7 @@ def test_check_noise_judges_the_mechanism_only_with_a_policy(tmp_path, capsys):
     capsys.readouterr()
     assert cli_main(base + ["--policy", str(policy)]) == 1
     assert "mechanism_mismatch" in capsys.readouterr().out
-    assert "with `--policy`, noise weaker than the collection's `[noise]` policy" in _flat("README.md")
+    assert "with `--policy`, noise weaker than the collection's `[noise]` policy" in _flat("docs/verdicts.md")
 
 
 # ---------------------------------------------------------------- cost of the folded measure

@@ -84,7 +84,7 @@ def test_the_train_only_lines_are_counted_as_the_docs_state() -> None:
     assert (len(rows), labels.count("benign"), labels.count("suspicious"), labels.count("adversarial")) == (1790, 1642, 109, 39)
     assert sum(1 for r in rows if r.get("weight") == 0.05) == 1522
     assert "holds 1,790 more that only ever train: 268 hand-written (120 benign, 109 suspicious, 39 adversarial" in _flat("docs/intent.md")
-    assert "on 1,790 train-only lines, 1,522 of them documentation openings weighted 0.05" in _flat("README.md")
+    assert "on 1,790 train-only lines, 1,522 of them documentation openings weighted 0.05" in _flat("docs/retrieval-defences.md")
 
 
 # -- docs/atomicity.md: what Qdrant (local mode) does with a failing request ----------------------

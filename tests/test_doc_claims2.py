@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import qdrant_client
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -77,8 +78,10 @@ def _section(text: str, start: str, end: str) -> str:
 
 # -- 1. error tables ---------------------------------------------------------------------------
 
-def test_readme_verdict_table_is_the_verdict_enum():
-    table = _section(_text("README.md"), "## Verdicts", "Every decision is written")
+@pytest.mark.parametrize("page", ["README.md", "docs/verdicts.md"])
+def test_readme_verdict_table_is_the_verdict_enum(page):
+    # The README keeps a short table, docs/verdicts.md the full one (moved there 2026-12-08).
+    table = _section(_text(page), "## Verdicts", "Every decision is written")
     listed = set()
     for line in table.splitlines():
         if line.startswith("| `"):
@@ -312,7 +315,7 @@ def test_a_receipt_whose_signed_noise_check_release_refuses_is_noise_required(tm
     # and the refusal names that reason, not only the generic advice.
     verdict, why = _receipt_write(make_kit(tmp_path), seeded=True)
     assert verdict == "NOISE_REQUIRED" and "(point 1: rng_id 'chacha20-seeded-TEST-ONLY" in why
-    row = next(line for line in _text("README.md").splitlines() if line.startswith("| `NOISE_REQUIRED`"))
+    row = next(line for line in _text("docs/verdicts.md").splitlines() if line.startswith("| `NOISE_REQUIRED`"))
     assert "check_release" in row
 
 
@@ -321,7 +324,7 @@ def test_an_expired_receipt_is_invalid_receipt(tmp_path):
 
     verdict, why = _receipt_write(make_kit(tmp_path), issued_at=time.time() - 3600)
     assert verdict == "INVALID_RECEIPT" and "(point 1: expired)" in why
-    row = next(line for line in _text("README.md").splitlines() if line.startswith("| `INVALID_RECEIPT`"))
+    row = next(line for line in _text("docs/verdicts.md").splitlines() if line.startswith("| `INVALID_RECEIPT`"))
     assert "expired" in row
 
 
@@ -341,7 +344,7 @@ def test_a_blank_query_text_beside_a_raw_vector_is_text_required_as_the_readme_r
         else:
             raise AssertionError(f"query_points with {given} was not refused")
     alice.query_points("pii", query=vec, limit=1, query_text="refund policy")  # the text passes
-    row = next(line for line in _text("README.md").splitlines() if line.startswith("| `TEXT_REQUIRED`"))
+    row = next(line for line in _text("docs/verdicts.md").splitlines() if line.startswith("| `TEXT_REQUIRED`"))
     assert "no letter or digit" in row
 
 
@@ -358,7 +361,7 @@ def test_an_image_query_without_allow_images_is_query_rejected_as_the_readme_row
         assert exc.verdict == "QUERY_REJECTED" and "allow_images" in str(exc)
     else:
         raise AssertionError("an image query was sent to inference")
-    row = next(line for line in _text("README.md").splitlines() if line.startswith("| `QUERY_REJECTED`"))
+    row = next(line for line in _text("docs/verdicts.md").splitlines() if line.startswith("| `QUERY_REJECTED`"))
     assert "query.allow_images" in row and "noise_queries" in row and "model_mismatch" in row
 
 
@@ -379,7 +382,7 @@ def test_path_names_and_raw_handles_are_refused_cross_boundary_as_the_readme_row
     assert refused == ["REFUSED_CROSS_BOUNDARY"] * 2
     assert alice.collection_exists("payroll")
     assert audit_records(kit)[-2]["details"] == {"reason": "path_segment"}
-    row = next(line for line in _text("README.md").splitlines() if line.startswith("| `REFUSED_CROSS_BOUNDARY`"))
+    row = next(line for line in _text("docs/verdicts.md").splitlines() if line.startswith("| `REFUSED_CROSS_BOUNDARY`"))
     assert "path segment" in row and "`client.http`" in row
 
 

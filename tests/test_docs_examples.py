@@ -41,6 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
+# The pages that hold what the README held before it was cut to one sitting (2026-12-08): the
+# checks that read the README read them too.
+README_PARTS = ("features.md", "quick-start.md", "switching.md", "verdicts.md", "retrieval-defences.md",
+                "privacy-utility.md", "performance.md", "environment.md")
 # Measurement history: its figures are not examples, and its test names are benchmark ids.
 MEASUREMENTS = {"benchmarks.md", "performance-notes.md"}
 
@@ -389,8 +393,8 @@ def test_readme_embedder_example_runs_as_written(quick_start, capsys, monkeypatc
     assert shown and seen == [shown.group(1)], seen
     assert "123-45-6789" not in seen[0] and "Roe" not in seen[0]
     for claim in ("takes a list of texts, even for one text", "refused with `InvalidVectorError`",
-                  "`utility.embedding_model`"):
-        assert claim in " ".join(README.read_text().split()), claim
+                  "`utility.embedding_model`"):  # the README's embedder paragraph in full
+        assert claim in " ".join((DOCS / "quick-start.md").read_text().split()), claim
     ns2["client"].close()
 
 
@@ -435,8 +439,8 @@ def test_readme_quoted_refusal_is_the_one_raised(quick_start, capsys):
     last = json.loads((tmp / "audit.jsonl").read_text().splitlines()[-1])
     assert (exc.value.verdict, exc.value.point_ids) == ("NOISE_REQUIRED", [1]) and exc.value.directive
     assert exc.value.manifest_digest == last["hash"] and last["record"]["verdict"] == "NOISE_REQUIRED"
-    # "with the seeds' four recorded elements"
-    four = re.search(r"four recorded elements \(([^)]*)\)", " ".join(README.read_text().split())).group(1)
+    # "with the seeds' four recorded elements" (the README's audit paragraph, now docs/verdicts.md)
+    four = re.search(r"four recorded elements \(([^)]*)\)", " ".join((DOCS / "verdicts.md").read_text().split())).group(1)
     assert set(re.findall(r"`(\w+)`", four)) <= set(last["record"]["manifest"])
 
 
@@ -453,9 +457,11 @@ def test_readme_receipt_and_audit_commands_do_what_it_says(quick_start, capsys):
     owner.upsert("employee_records", [models.PointStruct(id=2, vector=[0.1, 0.5, 0.5, 0.5])])  # raw in boundary
     owner.close()
 
-    text = " ".join(prose(README).split())
-    shown = [s for s in spans(README) if s.startswith("qdrant-guard receipt verify ")]
-    assert len(shown) == 1, "README: the receipt verify command is gone"
+    # The README's receipt and audit paragraph in full lives in docs/verdicts.md.
+    verdicts = DOCS / "verdicts.md"
+    text = " ".join(prose(verdicts).split())
+    shown = [s for s in spans(verdicts) if s.startswith("qdrant-guard receipt verify ")]
+    assert len(shown) == 1, "docs/verdicts.md: the receipt verify command is gone"
     rc, out = _run_cli(capsys, shlex.split(shown[0])[1:] + ["--verbose"])
     reports = {r["id"]: r for r in map(json.loads, out.splitlines()[:-1])}
     assert reports["1"]["ok"] and reports["2"]["reason"] == "missing_receipt" and "`missing_receipt`" in text
@@ -671,8 +677,10 @@ def test_policy_keys_named_in_the_docs_exist():
     every = set().union(*fields.values())
     bad = []
     # Pages whose `name = value` spans are policy settings (the others also hold formulas).
+    # The README's moved sections (2026-12-08: features, quick-start, switching, verdicts, retrieval-defences,
+    # privacy-utility, performance, environment) are checked as the README was.
     for page in (README, *(DOCS / n for n in ("atomicity.md", "diversity-budget.md", "eval.md", "integrations.md",
-                                               "security-testing.md", "server.md", "threat-model.md"))):
+                                               "security-testing.md", "server.md", "threat-model.md", *README_PARTS))):
         for span in spans(page):
             m = re.fullmatch(r"([a-z_]+(?:\.[a-z_]+)?) = .+", span)
             if not m or span.startswith("key = "):  # threat-model quotes a code line `key = win32api...`
@@ -728,7 +736,7 @@ def test_defaults_stated_in_prose_are_the_policy_defaults():
 
 
 def _readme_defaults_table() -> dict[str, str]:
-    text = README.read_text()
+    text = (DOCS / "retrieval-defences.md").read_text()  # the README's table, moved there 2026-12-08
     start = text.index("| layer | default on sensitive collections |")
     rows = {}
     for line in text[start:].splitlines()[2:]:
@@ -791,9 +799,12 @@ def test_readme_privacy_paragraph_is_the_default_policys_calibration():
     assert round(far_eps, -1) == float(far.replace(",", ""))
 
 
-def test_readme_verdict_table_lists_every_verdict():
-    text = README.read_text()
-    table = text[text.index("| verdict | when |"):text.index("Every decision is written to the audit log")]
+@pytest.mark.parametrize("page", [README, DOCS / "verdicts.md"], ids=rel)
+def test_readme_verdict_table_lists_every_verdict(page):
+    # The README keeps a short table; docs/verdicts.md the full one. Both name every verdict.
+    text = page.read_text()
+    start = text.index("| verdict | when |")
+    table = text[start:text.index("\n\n", start)]
     named = set(re.findall(r"^\| ([^|]+) \|", table, flags=re.M)[1:])  # after the header
     named = {v for cell in named for v in re.findall(r"`([A-Z_]+)`", cell)}
     assert named == {v.value for v in Verdict}
@@ -966,6 +977,7 @@ def test_qualified_names_in_the_docs_exist():
 # libraries, the standard library and prose are the exceptions listed.
 PAGE_MODULES: dict[str, tuple[str, ...]] = {
     "README.md": ("qdrant_guard", "qdrant_guard.client", "qdrant_guard.noise"),
+    **{f"docs/{n}": ("qdrant_guard", "qdrant_guard.client", "qdrant_guard.noise") for n in README_PARTS},
     "docs/diversity-budget.md": ("qdrant_guard.diversity", "qdrant_guard.budget", "qdrant_guard.budget.ExtractionBudget",
                                  "qdrant_guard.budget.RedisBudgetStore", "qdrant_guard.budget.MemoryBudgetStore",
                                  "qdrant_guard.errors"),
@@ -1186,3 +1198,4 @@ def test_audit_line_format_is_the_documented_one(tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
