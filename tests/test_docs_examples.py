@@ -1199,3 +1199,36 @@ def test_audit_line_format_is_the_documented_one(tmp_path):
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
 
+
+# --- links ----------------------------------------------------------------------------------------
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", heading.strip().lower()))
+
+
+def _anchors(page: Path) -> set[str]:
+    return {_slug(m) for m in re.findall(r"^#+ (.+)$", prose(page), flags=re.M)}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_relative_links_resolve_with_their_anchors(page):
+    # The README sends a new user to docs pages, and those back to its sections (2026-12-08): a
+    # link to a moved or renamed page or section would leave the reader at nothing.
+    bad = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"`[^`\n]*`", "", prose(page))):  # code spans are no links
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            bad.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+            bad.append(f"{target}: no such section")
+    assert not bad, f"{rel(page)}:\n  " + "\n  ".join(bad)
+
+
+def test_readme_links_every_docs_page():
+    linked = {(ROOT / t.partition("#")[0]).resolve() for t in re.findall(r"\]\(([^)\s#]+[^)\s]*)\)", prose(README))}
+    missing = [rel(p) for p in sorted(DOCS.glob("*.md")) if p.resolve() not in linked]
+    assert not missing, f"docs pages the README does not link: {missing}"
