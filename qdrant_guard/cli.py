@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "minutes when the reader's extraction budget (max_source_coverage) runs out for any "
                     "source, since every later read carries a filter excluding it that local mode checks "
                     "point by point (the run warns before it starts and names the --queries, --limit, --sources "
-                    "or --points values that keep every source under its cap, or an owner-boundary reader). README.md, 'Benchmark your own policy', describes the output and the --json fields.")
+                    "or --points values that keep every source under its cap, or an owner-boundary reader). docs/performance.md, 'Benchmark your own policy', describes the output and the --json fields.")
     bn.add_argument("--policy", required=True, help="your policy file (TOML)")
     bn.add_argument("--collection", required=True, help="the collection whose policy is measured (listed in --policy)")
     bn.add_argument("--credential", metavar="TOKEN_OR_FILE",

@@ -41,7 +41,7 @@ def _through(call):
 
 # collection_policy.py's allow_redaction_on_public docstring: "the PII (SSN, e-mail, phone, card
 # number, IBAN) in what a query on a PUBLIC collection the policy lists would send to inference
-# ... false refuses it (SENSITIVITY_MISMATCH) ... true sends it redacted"; README: "PII there as
+# ... false refuses it (SENSITIVITY_MISMATCH) ... true sends it redacted"; quick-start.md: "PII as
 # SENSITIVITY_MISMATCH unless the policy allows redaction there"; threat model: "a question naming
 # a person passes".
 PII_QUERIES = {"SSN": "why was 123-45-6789 rejected", "EMAIL": "mail alice@corp.io",

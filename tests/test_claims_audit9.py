@@ -455,12 +455,11 @@ def test_on_a_public_collection_lookups_and_raw_handles_are_the_readmes_other_ex
     assert all("the one exception is that secrets or PII written as text to a PUBLIC" not in _flat(page)
                for page in ("README.md", "docs/quick-start.md", "docs/switching.md"))
     assert ("with these exceptions on PUBLIC collections: secrets or PII written as text there are refused as "
-            "`SENSITIVITY_MISMATCH` unless the policy allows redaction there, a credential in what a query would "
-            "send to inference (a `models.Document` anywhere in the query, its options) is refused as "
-            "`CREDENTIAL_IN_TEXT` unless `credentials_in_text = \"redact\"`, and PII there as `SENSITIVITY_MISMATCH` "
-            "unless the policy allows redaction there, a "
-            "`lookup_from`/`with_lookup` into "
-            "another collection is checked as a read of that one, and a guarded client refuses its raw handles "
+            "`SENSITIVITY_MISMATCH` unless the policy allows redaction there; in what a query would send to "
+            "inference (a `models.Document` anywhere in the query, its options), a credential is refused as "
+            "`CREDENTIAL_IN_TEXT` unless `credentials_in_text = \"redact\"`, and PII as `SENSITIVITY_MISMATCH` "
+            "unless the policy allows redaction there; a `lookup_from`/`with_lookup` into "
+            "another collection is checked as a read of that one; and a guarded client refuses its raw handles "
             "(`client.http`, `grpc_*`) whatever the collection") in readme
     kit = make_kit(tmp_path)
     cfg = kit.config({"pii": {"class": "PII", "owner": "hr", "intent": {"enabled": False}}, "pub": {"class": "PUBLIC"}})

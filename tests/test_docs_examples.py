@@ -439,7 +439,7 @@ def test_readme_quoted_refusal_is_the_one_raised(quick_start, capsys):
     last = json.loads((tmp / "audit.jsonl").read_text().splitlines()[-1])
     assert (exc.value.verdict, exc.value.point_ids) == ("NOISE_REQUIRED", [1]) and exc.value.directive
     assert exc.value.manifest_digest == last["hash"] and last["record"]["verdict"] == "NOISE_REQUIRED"
-    # "with the seeds' four recorded elements" (the README's audit paragraph, now docs/verdicts.md)
+    # "with four recorded elements" (the README's audit paragraph, now docs/verdicts.md)
     four = re.search(r"four recorded elements \(([^)]*)\)", " ".join((DOCS / "verdicts.md").read_text().split())).group(1)
     assert set(re.findall(r"`(\w+)`", four)) <= set(last["record"]["manifest"])
 
