@@ -90,7 +90,7 @@ def scratch_config(cfg: GuardConfig, tmp: Path, collection: str, scratch: str,
     if cfg.audit_log is not None:
         update["audit_log"] = str(tmp / "audit.jsonl")
         notes.append(f"audit log written to {where('audit.jsonl')}, not {cfg.audit_log} (fsync "
-                     f"{'on' if cfg.audit_fsync else 'off'}, as the policy says)")
+                     f"{'on' if cfg.audit_fsync else 'off'}: the policy's audit_fsync)")
     else:
         notes.append("the policy sets no audit_log: decisions go to `logging` only, as the policy says")
     if cfg.budget_store.startswith("sqlite"):

@@ -6,6 +6,8 @@
 * The README's second bench command, with its own policy, times no noise: ``--throwaway-credentials``
   writes as the owner boundary under ``raw_in_boundary``. The README now says so and names the flag
   that times it; both are run here.
+* The bench's note said the audit log's fsync was off "as the policy says" of a policy that says
+  nothing of it (the README's); the note now names the key, ``audit_fsync``, whose default decides.
 * The frontier's columns read "F1 − prior" before any sentence said what the prior is.
 * Moved sections kept their bold lead-in under a heading of the same words.
 """
@@ -119,6 +121,14 @@ def test_the_readmes_throwaway_bench_times_noise_only_with_the_flag_it_names(
     _run(capsys, [*throwaway, *SMALL, *shlex.split(said.group(2)), "--json", str(report)])
     checks = json.loads(report.read_text())["checks"]
     assert checks["receipted_points"] == checks["stored_points"] == 40
+
+
+def test_the_bench_note_names_the_key_that_turns_the_audit_logs_fsync_off(
+        readme_set_up: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (first,) = [argv for argv in _bench_lines() if "--credential" in argv]
+    assert "audit_fsync" not in (readme_set_up / "policy.toml").read_text()
+    out = _run(capsys, [*first, *SMALL])
+    assert "(fsync off: the policy's audit_fsync)" in out
 
 
 def test_the_frontier_says_what_the_prior_is_before_its_table_uses_it() -> None:
