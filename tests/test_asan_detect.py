@@ -45,6 +45,9 @@ def test_the_detector_passes(tmp_path):
      "for (size_t x = 0; x <= len; x++) {\n        if (it[x].type != QG_CREDIT_CARD) continue;"),
     # cover_cards walks a gap past the text at a card's end (pass 14)
     ("            if (next > pos) {", "            if (next >= pos) {"),
+    # db_scheme walks back past the text's start when a URL's scheme begins it (pass 43)
+    ("while (sc > 0 && p - sc <= 32 && is_scheme(b[sc - 1])) sc--;",
+     "while (sc >= 0 && p - sc <= 32 && is_scheme(b[sc - 1])) sc--;"),
 ])
 def test_mutants_that_change_no_finding_but_overrun_a_buffer_fail(tmp_path, old, new):
     src = DETECT.read_text()
