@@ -48,6 +48,9 @@ def test_the_detector_passes(tmp_path):
     # db_scheme walks back past the text's start when a URL's scheme begins it (pass 43)
     ("while (sc > 0 && p - sc <= 32 && is_scheme(b[sc - 1])) sc--;",
      "while (sc >= 0 && p - sc <= 32 && is_scheme(b[sc - 1])) sc--;"),
+    # email_span's walk back to a "://" reads the byte before an address that starts the text (pass 43)
+    ("while (k > 0 && ls - k < 256 && is_url_segment(b[k - 1])) k--;",
+     "while (k >= 0 && ls - k < 256 && is_url_segment(b[k - 1])) k--;"),
 ])
 def test_mutants_that_change_no_finding_but_overrun_a_buffer_fail(tmp_path, old, new):
     src = DETECT.read_text()
