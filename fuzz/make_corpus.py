@@ -210,6 +210,11 @@ def detect_texts_3() -> list[bytes]:
         "js/app@v2.bundle.js lodash@4.17.21.tgz cdn.example.com/pkg@v2.zip pkg@2.min.js foo@1.0.0-rc.1.ZIP "
         "https://x.example/u/alice@corp.zip https://x.example/e/alice@corp.zip.csv alice@163.com.csv "
         "alice@corp.com@v2.zip alice@v.zip alice@2fa.map app@abc.js.map",
+        # A dist-tag and extensions only is a version; a name ending in an extension that is no TLD
+        # and leaving no domain is a file anywhere; a tag and a name, or a TLD, keep the address.
+        "pkg@latest.zip core@dev.ZIP repo@main.zip app@nightly.js.map agent@nightly.exe ?f=notes@draft.txt "
+        "alice@dev.corp.zip alice@corp.com.exe alice@corp.zip.csv support@nightly.app alice@latest.zipper "
+        "postgres://u:Kq2mZ8vT@db.corp.io?to=agent@nightly.exe",
     ]
     return [t.encode("utf-8") for t in texts]
 

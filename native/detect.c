@@ -1131,9 +1131,9 @@ static int density_image(const unsigned char *d, size_t n, const unsigned char *
 }
 
 /* File extensions. A name ending in one is a file, not a domain, unless the extension is a TLD too:
-   zip and map (of these, the only ones in IANA's list of TLDs, version 2026112100; a test checks
-   the twin's list against the one Hypothesis vendors), so
-   alice@corp.zip may be an address and lodash@4.17.21.tgz never is. */
+   zip and map (of these, the only ones in IANA's list of TLDs, version 2026112100, pinned in
+   tests/data/iana-tlds.txt, which a test checks both lists against), so alice@corp.zip may be an
+   address and lodash@4.17.21.tgz never is. */
 static const char *const FILE_EXTS[] = {
     "zip", "tgz", "gz", "tar", "xz", "rar", "jar", "war", "whl", "egg", "gem", "deb", "rpm",
     "apk", "dmg", "exe", "msi", "iso", "js", "mjs", "cjs", "css", "map", "min", "json", "wasm",
@@ -1141,6 +1141,8 @@ static const char *const FILE_EXTS[] = {
 };
 
 static int file_ext(const unsigned char *v, size_t n) {
+    /* every listed extension has 2 to 4 characters: most TLDs are answered without the list */
+    if (n < 2 || n > 4) return 0;
     for (int k = 0; FILE_EXTS[k]; k++)
         if (eq_ci(v, n, FILE_EXTS[k])) return 1;
     return 0;
@@ -1154,26 +1156,42 @@ static int digits(const unsigned char *v, size_t n) {
     return n > 0;
 }
 
+/* Names a release channel takes in place of a version: npm's dist-tags, Homebrew's and the
+   browsers' channels, git's default branches (pkg@latest.zip, core@dev.zip, repo@main.zip,
+   app@latest.js.map). */
+static const char *const DIST_TAGS[] = {
+    "latest", "next", "beta", "alpha", "canary", "nightly", "rc", "stable", "dev", "edge",
+    "experimental", "insiders", "preview", "snapshot", "lts", "main", "master", NULL,
+};
+
+static int dist_tag(const unsigned char *v, size_t n) {
+    for (int k = 0; DIST_TAGS[k]; k++)
+        if (eq_ci(v, n, DIST_TAGS[k])) return 1;
+    return 0;
+}
+
 /* A file named for a package and its version (lodash@4.17.21.tgz, release@v2.zip,
-   app@v2.bundle.js, jquery@3.7.1.min.js, pkg@2.tar.gz) is no address, in a URL or not: the domain
-   [d, e) (2+ labels) ends in a file extension and starts with a version: 'v' and digits, digits
-   and a label of digits, or digits and only extensions after them. Digits and a name
-   (alice@163.com.csv, a file named for an address at 163.com) keep the address. The addresses
-   this misses are at a zip or map domain named so (alice@v2.zip, alice@163.zip) or in a file
+   app@v2.bundle.js, jquery@3.7.1.min.js, pkg@2.tar.gz, pkg@latest.zip) is no address, in a URL
+   or not: the domain [d, e) (2+ labels) ends in a file extension and starts with a version: 'v'
+   and digits, digits and a label of digits, or digits or a dist-tag and only extensions after
+   them. Digits and a name (alice@163.com.csv, a file named for an address at 163.com) keep the
+   address, and so does a dist-tag and a name (alice@dev.corp.zip). The addresses this misses are
+   at a zip or map domain named so (alice@v2.zip, alice@163.zip, alice@latest.zip) or in a file
    named for one at a domain that starts so (alice@v2.corp.com.csv, alice@1.2.corp.com.csv). */
 static int version_file(const unsigned char *b, size_t d, size_t e) {
-    /* most domains start with a name: answered before the extension list is read */
-    if (!is_digit(b[d]) && b[d] != 'v' && b[d] != 'V') return 0;
+    /* most domains start with a name that is no dist-tag: answered before the extension list */
+    size_t l0 = d; /* the first label is [d, l0) */
+    while (b[l0] != '.') l0++;
+    int v = (b[d] == 'v' || b[d] == 'V') && digits(b + d + 1, l0 - d - 1);
+    int number = digits(b + d, l0 - d);
+    if (!v && !number && !dist_tag(b + d, l0 - d)) return 0;
     size_t t = e; /* the last label is [t, e) */
     while (b[t - 1] != '.') t--;
     if (!file_ext(b + t, e - t)) return 0;
-    size_t l0 = d; /* the first label is [d, l0) */
-    while (b[l0] != '.') l0++;
-    if ((b[d] == 'v' || b[d] == 'V') && digits(b + d + 1, l0 - d - 1)) return 1;
-    if (!digits(b + d, l0 - d)) return 0;
+    if (v) return 1;
     size_t l1 = l0 + 1; /* the second label is [l0 + 1, l1) */
     while (l1 < e && b[l1] != '.') l1++;
-    if (digits(b + l0 + 1, l1 - l0 - 1)) return 1;
+    if (number && digits(b + l0 + 1, l1 - l0 - 1)) return 1;
     for (size_t a = l0 + 1; a < e;) {
         size_t z = a;
         while (z < e && b[z] != '.') z++;
@@ -1183,32 +1201,30 @@ static int version_file(const unsigned char *b, size_t d, size_t e) {
     return 1;
 }
 
-/* The address-shaped text [ls, de) whose '@' is at p is a file in the path of the URL whose
-   authority, starting at a, ended before it (archive/main@abc.tgz, builds/agent@nightly.exe): no
-   '?' or '#' before it (so a '/' ended the authority), its last labels file extensions that are no
-   TLD, and what is left of the domain no domain (one label, or a last label that is not 2+
-   letters). A TLD is never taken off: u/alice@corp.zip and exports/alice@corp.zip.csv keep
-   their address. */
-static int path_file(const unsigned char *b, size_t a, size_t ls, size_t p, size_t de) {
-    size_t end = de; /* the labels left run from p + 1 to end */
+/* The domain [d, e) of an address-shaped text is a file's name (builds/agent@nightly.exe,
+   notes@draft.txt, archive/main@abc.tgz), anywhere: its last labels are file extensions that
+   are no TLD, so it is no domain whole, and what is left once they are taken off is no domain
+   either (one label, or a last label that is not 2+ letters). A TLD is never taken off
+   (u/alice@corp.zip is an address), and a file named for an address keeps it
+   (exports/alice@corp.com.csv, alice@corp.zip.csv). */
+static int ext_file(const unsigned char *b, size_t d, size_t e) {
+    size_t end = e; /* the labels left run from d to end */
     for (;;) {
         size_t dot = end;
-        while (dot > p + 1 && b[dot - 1] != '.') dot--;
-        /* the last label left is [dot, end); dot == p + 1 when it is the first */
+        while (dot > d && b[dot - 1] != '.') dot--;
+        /* the last label left is [dot, end); dot == d when it is the first */
         if (!file_ext(b + dot, end - dot) || tld_ext(b + dot, end - dot)) break;
-        if (dot == p + 1) {
-            end = p + 1;
+        if (dot == d) {
+            end = d;
             break;
         }
         end = dot - 1;
     }
-    if (end == de) return 0;
-    for (size_t q = a; q < ls; q++)
-        if (b[q] == '?' || b[q] == '#') return 0;
-    if (end == p + 1) return 1; /* no label left */
+    if (end == e) return 0;
+    if (end == d) return 1; /* no label left */
     size_t dot = end;
-    while (dot > p + 1 && b[dot - 1] != '.') dot--;
-    if (dot == p + 1) return 1; /* one label left */
+    while (dot > d && b[dot - 1] != '.') dot--;
+    if (dot == d) return 1; /* one label left */
     if (end - dot < 2) return 1;
     for (size_t k = dot; k < end; k++)
         if (!is_alpha(b[k])) return 1;
@@ -1284,7 +1300,7 @@ static int email_span(scan_t *s, size_t p, size_t *ls_out, size_t *de_out) {
     for (size_t k = last_a; k < last_e; k++)
         if (!is_alpha(b[k])) return 0;
     if (density_image(b + p + 1, last_a - 1 - (p + 1), b + last_a, last_e - last_a)) return 0;
-    if (version_file(b, p + 1, de)) return 0;
+    if (version_file(b, p + 1, de) || ext_file(b, p + 1, de)) return 0;
     size_t k = ls;
     while (k > 0 && ls - k < 256 && is_url_segment(b[k - 1])) k--;
     /* user@host in a URL's authority (scheme://user:pw@host) is not an e-mail address; one past
@@ -1299,7 +1315,6 @@ static int email_span(scan_t *s, size_t p, size_t *ls_out, size_t *de_out) {
         for (size_t q = (size_t)at + 3; q < ls && !ended; q++)
             ended = b[q] == '/' || (!db && (b[q] == '?' || b[q] == '#'));
         if (!ended && !(db && db_query_in(b, (size_t)at + 3, ls))) return 0;
-        if (path_file(b, (size_t)at + 3, ls, p, de)) return 0;
     }
     *ls_out = ls;
     *de_out = de;

@@ -1185,9 +1185,9 @@ def _density_image(label: str, tld: str) -> bool:
 
 
 # File extensions. A name ending in one is a file, not a domain, unless the extension is a TLD too:
-# zip and map (of these, the only ones in IANA's list of TLDs, version 2026112100; a test checks
-# this list against the one Hypothesis vendors), so
-# alice@corp.zip may be an address and lodash@4.17.21.tgz never is.
+# zip and map (of these, the only ones in IANA's list of TLDs, version 2026112100, pinned in
+# tests/data/iana-tlds.txt, which a test checks both lists against), so alice@corp.zip may be an
+# address and lodash@4.17.21.tgz never is.
 _FILE_EXTS = frozenset(
     {
         "zip", "tgz", "gz", "tar", "xz", "rar", "jar", "war", "whl", "egg", "gem", "deb", "rpm",
@@ -1196,6 +1196,15 @@ _FILE_EXTS = frozenset(
     }
 )
 _TLD_EXTS = frozenset({"zip", "map"})
+# Names a release channel takes in place of a version: npm's dist-tags, Homebrew's and the
+# browsers' channels, git's default branches (pkg@latest.zip, core@dev.zip, repo@main.zip,
+# app@latest.js.map).
+_DIST_TAGS = frozenset(
+    {
+        "latest", "next", "beta", "alpha", "canary", "nightly", "rc", "stable", "dev", "edge",
+        "experimental", "insiders", "preview", "snapshot", "lts", "main", "master",
+    }
+)
 
 
 def _digits(s: str) -> bool:
@@ -1204,31 +1213,35 @@ def _digits(s: str) -> bool:
 
 def _version_file(labels: list[str]) -> bool:
     """A file named for a package and its version (lodash@4.17.21.tgz, release@v2.zip,
-    app@v2.bundle.js, jquery@3.7.1.min.js, pkg@2.tar.gz) is no address, in a URL or not: the
-    domain (``labels``, 2+) ends in a file extension and starts with a version: "v" and digits,
-    digits and a label of digits, or digits and only extensions after them. Digits and a name
-    (alice@163.com.csv, a file named for an address at 163.com) keep the address. The addresses
-    this misses are at a zip or map domain named so (alice@v2.zip, alice@163.zip) or in a file
-    named for one at a domain that starts so (alice@v2.corp.com.csv, alice@1.2.corp.com.csv)."""
+    app@v2.bundle.js, jquery@3.7.1.min.js, pkg@2.tar.gz, pkg@latest.zip) is no address, in a URL
+    or not: the domain (``labels``, 2+) ends in a file extension and starts with a version: "v"
+    and digits, digits and a label of digits, or digits or a dist-tag and only extensions after
+    them. Digits and a name (alice@163.com.csv, a file named for an address at 163.com) keep the
+    address, and so does a dist-tag and a name (alice@dev.corp.zip). The addresses this misses
+    are at a zip or map domain named so (alice@v2.zip, alice@163.zip, alice@latest.zip) or in a
+    file named for one at a domain that starts so (alice@v2.corp.com.csv, alice@1.2.corp.com.csv)."""
     if _lower(labels[-1]) not in _FILE_EXTS:
         return False
     first = labels[0]
     if first[0] in "vV" and _digits(first[1:]):
         return True
-    return _digits(first) and (_digits(labels[1]) or all(_lower(x) in _FILE_EXTS for x in labels[1:]))
+    if _digits(first) and _digits(labels[1]):
+        return True
+    return ((_digits(first) or _lower(first) in _DIST_TAGS)
+            and all(_lower(x) in _FILE_EXTS for x in labels[1:]))
 
 
-def _path_file(text: str, a: int, ls: int, labels: list[str]) -> bool:
-    """The address-shaped text whose local part starts at ``ls`` and whose domain's labels are
-    ``labels`` is a file in the path of the URL whose authority, starting at ``a``, ended before it
-    (archive/main@abc.tgz, builds/agent@nightly.exe): no "?" or "#" before it (so a "/" ended the
-    authority), its last labels file extensions that are no TLD, and what is left of the domain no
-    domain (one label, or a last label that is not 2+ letters). A TLD is never taken off:
-    u/alice@corp.zip and exports/alice@corp.zip.csv keep their address."""
+def _ext_file(labels: list[str]) -> bool:
+    """The domain (``labels``) of an address-shaped text is a file's name
+    (builds/agent@nightly.exe, notes@draft.txt, archive/main@abc.tgz), anywhere: its last labels
+    are file extensions that are no TLD, so it is no domain whole, and what is left once they are
+    taken off is no domain either (one label, or a last label that is not 2+ letters). A TLD is
+    never taken off (u/alice@corp.zip is an address), and a file named for an address keeps it
+    (exports/alice@corp.com.csv, alice@corp.zip.csv)."""
     n = len(labels)
     while n > 0 and _lower(labels[n - 1]) in _FILE_EXTS and _lower(labels[n - 1]) not in _TLD_EXTS:
         n -= 1
-    if n == len(labels) or "?" in text[a:ls] or "#" in text[a:ls]:
+    if n == len(labels):
         return False
     return n < 2 or len(labels[n - 1]) < 2 or any(c not in _LETTERS for c in labels[n - 1])
 
@@ -1289,7 +1302,7 @@ def _email(text: str, p: int) -> list[tuple[int, int, str, str]]:
         return []
     if _density_image(".".join(labels[:-1]), tld):
         return []
-    if _version_file(labels):
+    if _version_file(labels) or _ext_file(labels):
         return []
     # user@host in a URL's authority (scheme://user:pw@host) is not an e-mail address; one past
     # the authority (a path, query or fragment: /img.png?who=alice@example.com) is. RFC 3986 ends
@@ -1304,8 +1317,6 @@ def _email(text: str, p: int) -> list[tuple[int, int, str, str]]:
         db = _db_scheme(text, at)
         ends = "/" if db else "/?#"
         if not any(c in ends for c in text[at + 3 : ls]) and not (db and _db_query_in(text, at + 3, ls)):
-            return []
-        if _path_file(text, at + 3, ls, labels):
             return []
     return [(ls, de, "EMAIL", "format")]
 

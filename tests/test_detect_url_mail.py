@@ -16,7 +16,10 @@ for a version in a URL's path.
    ``mailto:``, bare text, or a file named for an address (``exports/alice@example.com.csv``)
    keeps it. Since h-det10 the last label must be no TLD (zip and map are: ``u/alice@corp.zip`` is
    an address again), and a file named for a version (``release@v2.zip``, ``lodash@4.17.21.tgz``)
-   is no address anywhere (tests/test_detect_version_files.py).
+   is no address anywhere (tests/test_detect_version_files.py). Since h-det11 the file rule holds
+   anywhere, a query value too (``?file=agent@nightly.exe``: exe is no TLD), and a dist-tag
+   (``nightly``, ``latest``) followed by extensions only is a version
+   (tests/test_detect_file_names.py).
 
 Every case runs through the native kernel and its pure-Python twin (they must agree) and the
 public API.
@@ -148,12 +151,14 @@ _SCHEMES = ["https", "http", "ftp", "s3", "file", "postgres"]
 
 def test_generated_version_files_in_paths_are_no_address_and_query_values_are() -> None:
     # Since h-det10: a version (v2, 1.2.3, 4.17.21) makes a file anywhere, a query value too; with
-    # none, a name ending in a TLD (zip, map) is a domain, in a path too.
+    # none, a name ending in a TLD (zip, map) is a domain, in a path too. Since h-det11: a
+    # dist-tag (nightly) and extensions only is a version, and a name ending in an extension that
+    # is no TLD is a file in a query value too.
     rng = random.Random(7)
     for _ in range(600):
         version, ext = rng.choice(_VERSIONS), rng.choice(_EXTS)
         name = f"{rng.choice(_NAMES)}@{version}.{ext}"
-        versioned = version in ("v2", "1.2.3", "4.17.21")
+        versioned = version in ("v2", "1.2.3", "4.17.21", "nightly")
         base = f"{rng.choice(_SCHEMES)}://cdn.example.com{rng.choice(['', ':8443'])}"
         in_path = f"{base}/{rng.choice(['', 'dl/', 'npm/a/b/'])}{name}"
         spans = assert_same(NATIVE.find_spans, PYTHON.find_spans, in_path)
@@ -166,7 +171,7 @@ def test_generated_version_files_in_paths_are_no_address_and_query_values_are() 
         if rng.random() < 0.5:
             query = f"{base}/get?file={name}"
             spans = assert_same(NATIVE.find_spans, PYTHON.find_spans, query)
-            assert [t for _, _, t, _ in spans] == ([] if versioned else ["EMAIL"]), query
+            assert [t for _, _, t, _ in spans] == (["EMAIL"] if address else []), query
 
 
 def test_random_url_shapes_agree() -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import hypothesis
 import pytest
 
 from qdrant_guard import _detect_py
@@ -101,10 +100,11 @@ def test_a_version_file_is_left_and_an_address_beside_it_redacted() -> None:
 
 
 def test_only_zip_and_map_of_the_extensions_are_tlds() -> None:
-    # The path rule takes every listed extension but a TLD off a name; if IANA adds one (a new
-    # gTLD round), names ending in it may be addresses and the list must follow. Hypothesis ships
-    # IANA's list.
-    tlds = Path(hypothesis.__file__).parent / "vendor" / "tlds-alpha-by-domain.txt"
+    # The file rule takes every listed extension but a TLD off a name; if IANA adds one (a new
+    # gTLD round), names ending in it may be addresses and the list must follow. IANA's list is
+    # pinned in the repo (a dependency's copy would move under the test when it updates):
+    # tests/test_detect_file_names.py checks the pinned file is whole.
+    tlds = Path(__file__).parent / "data" / "iana-tlds.txt"
     iana = {line.strip().lower() for line in tlds.read_text().splitlines() if not line.startswith("#")}
     assert _detect_py._FILE_EXTS & iana == _detect_py._TLD_EXTS == {"zip", "map"}
     # ... and the native kernel holds the same two: a name in a path ending in one is an address
