@@ -1219,9 +1219,8 @@ def _version_file(labels: list[str]) -> bool:
     them. Digits and a name (alice@163.com.csv, a file named for an address at 163.com) keep the
     address, and so does a dist-tag and a name (alice@dev.corp.zip). The addresses this misses
     are at a zip or map domain named so (alice@v2.zip, alice@163.zip, alice@latest.zip) or in a
-    file named for one at a domain that starts so (alice@v2.corp.com.csv, alice@1.2.corp.com.csv)."""
-    if _lower(labels[-1]) not in _FILE_EXTS:
-        return False
+    file named for one at a domain that starts so (alice@v2.corp.com.csv, alice@1.2.corp.com.csv).
+    The caller has checked that the last label is a file extension."""
     first = labels[0]
     if first[0] in "vV" and _digits(first[1:]):
         return True
@@ -1237,7 +1236,8 @@ def _ext_file(labels: list[str]) -> bool:
     are file extensions that are no TLD, so it is no domain whole, and what is left once they are
     taken off is no domain either (one label, or a last label that is not 2+ letters). A TLD is
     never taken off (u/alice@corp.zip is an address), and a file named for an address keeps it
-    (exports/alice@corp.com.csv, alice@corp.zip.csv)."""
+    (exports/alice@corp.com.csv, alice@corp.zip.csv). The caller has checked that the last label
+    is a file extension."""
     n = len(labels)
     while n > 0 and _lower(labels[n - 1]) in _FILE_EXTS and _lower(labels[n - 1]) not in _TLD_EXTS:
         n -= 1
@@ -1302,7 +1302,8 @@ def _email(text: str, p: int) -> list[tuple[int, int, str, str]]:
         return []
     if _density_image(".".join(labels[:-1]), tld):
         return []
-    if _version_file(labels) or _ext_file(labels):
+    # both file rules need a last label that is a file extension
+    if _lower(tld) in _FILE_EXTS and (_version_file(labels) or _ext_file(labels)):
         return []
     # user@host in a URL's authority (scheme://user:pw@host) is not an e-mail address; one past
     # the authority (a path, query or fragment: /img.png?who=alice@example.com) is. RFC 3986 ends

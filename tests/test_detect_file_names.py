@@ -145,3 +145,15 @@ def test_random_domain_shapes_with_tags_and_extensions_agree() -> None:
         place = rng.choice(["{}", "https://h.example/p/{}", "https://h.example/?f={}", "h.example/{}",
                             "postgres://u:Kq2mZ8vT@db.corp.io?to={}", "mailto:{}"])
         assert_same(NATIVE.find_spans, PYTHON.find_spans, place.format(f"{local}@{domain}"))
+
+
+def test_the_native_lists_hold_no_word_the_twins_lack() -> None:
+    # The native kernel files its extensions and dist-tags by first letter, apart from the twin's
+    # sets: every label of 2 or 3 letters, and 3,000 of 4, as the last label and as a version.
+    rng = random.Random(8)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = [a + b for a in letters for b in letters] + [a + b + c for a in letters for b in letters for c in letters]
+    words += ["".join(rng.choice(letters) for _ in range(4)) for _ in range(3000)]
+    for word in words:
+        text = f"alice@corp.{word} pkg@{word}.zip"
+        assert NATIVE.find_spans(text) == PYTHON.find_spans(text), text
