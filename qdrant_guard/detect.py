@@ -43,17 +43,20 @@ What is detected (each finding names the check that confirmed it in ``Finding.va
   and its version: a domain whose last label is a file extension (zip, tgz, gz, tar, xz, rar, jar,
   war, whl, egg, gem, deb, rpm, apk, dmg, exe, msi, iso, js, mjs, cjs, css, map, min, json, wasm,
   html, htm, xml, txt, csv, pdf) and whose first label is a version: ``v`` and digits, digits and
-  a label of digits, or digits and only extensions after them (``release@v2.zip``,
-  ``app@v2.bundle.js``, ``lodash@4.17.21.tgz``, ``jquery@3.7.1.min.js``, ``pkg@2.tar.gz``; digits
-  then a name stay an address: ``alice@163.com.csv``), nor, in a URL's path (a ``/`` and no ``?``
-  or ``#`` between the ``://`` and it), a file whose last labels are extensions that are no TLD
-  (all of them but zip and map) and that leave no domain before them
-  (``archive/main@abc.tgz``, ``builds/agent@nightly.exe``; still addresses:
-  ``u/alice@corp.zip``, ``exports/alice@example.com.csv``, ``exports/alice@corp.zip.csv``,
-  ``?email=a@b.zip``, ``mailto:a@b.zip``, bare ``a@b.zip``). What the version rule misses is an
-  address at a zip or map domain whose first label is a version (``alice@v2.zip``,
-  ``alice@163.zip``) and a file named for an address at a domain whose first label is ``v`` and
-  digits or two numbers (``alice@v2.corp.com.csv``). Addresses at example.com ARE flagged (an
+  a label of digits, or digits or a dist-tag (latest, next, beta, alpha, canary, nightly, rc,
+  stable, dev, edge, experimental, insiders, preview, snapshot, lts, main, master) and only
+  extensions after them (``release@v2.zip``, ``app@v2.bundle.js``, ``lodash@4.17.21.tgz``,
+  ``jquery@3.7.1.min.js``, ``pkg@2.tar.gz``, ``pkg@latest.zip``, ``app@nightly.js.map``; digits
+  or a dist-tag then a name stay an address: ``alice@163.com.csv``, ``alice@dev.corp.zip``), nor,
+  anywhere, a file whose last labels are extensions that are no TLD (all of them but zip and map)
+  and that leave no domain before them (``agent@nightly.exe``, ``?file=notes@draft.txt``,
+  ``archive/main@abc.tgz``: no such name can be delivered to; still addresses:
+  ``u/alice@corp.zip``, ``exports/alice@example.com.csv``, ``alice@corp.com.exe``,
+  ``exports/alice@corp.zip.csv``, ``?email=a@b.zip``, ``mailto:a@b.zip``, bare ``a@b.zip``,
+  ``main@abc.zip``). What the version rule misses is an address at a zip or map domain whose
+  first label is a version or a dist-tag (``alice@v2.zip``, ``alice@163.zip``,
+  ``alice@latest.zip``) and a file named for an address at a domain whose first label is ``v``
+  and digits or two numbers (``alice@v2.corp.com.csv``). Addresses at example.com ARE flagged (an
   address is personal data whatever its domain).
 * ``PHONE``: E.164 ``+`` and 8-15 digits, first not 0, optionally grouped by spaces and dashes,
   mixed or not (``+1 234-56-7890``; the ``+``, or the ``(`` of ``(+44)``, with no letter or digit
