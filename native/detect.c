@@ -1156,9 +1156,16 @@ static int one_of(const unsigned char *v, size_t n, const char *ws) {
     return 0;
 }
 
+/* The words of table (FILE_EXTS, DIST_TAGS) filed under the first letter of [v, v + n), or NULL
+   for a label that starts with no letter (a digit: version_file reads 4.17.21's labels). */
+static const char *filed(const char *const *table, const unsigned char *v, size_t n) {
+    unsigned k = n > 0 ? (unsigned)(lower_ascii(v[0]) - 'a') : 26;
+    return k < 26 ? table[k] : NULL;
+}
+
 static int file_ext(const unsigned char *v, size_t n) {
-    if (n < 2 || n > 4 || !is_alpha(v[0])) return 0;
-    const char *ws = FILE_EXTS[lower_ascii(v[0]) - 'a'];
+    if (n > 4) return 0; /* the longest is 4: most TLDs are answered here */
+    const char *ws = filed(FILE_EXTS, v, n);
     return ws && one_of(v, n, ws);
 }
 
@@ -1181,8 +1188,7 @@ static const char *const DIST_TAGS[26] = {
 };
 
 static int dist_tag(const unsigned char *v, size_t n) {
-    if (n < 2 || !is_alpha(v[0])) return 0;
-    const char *ws = DIST_TAGS[lower_ascii(v[0]) - 'a'];
+    const char *ws = filed(DIST_TAGS, v, n);
     return ws && one_of(v, n, ws);
 }
 
